@@ -1,0 +1,59 @@
+"""Time, duration and id formats as they are stored.
+
+Timestamps are UTC ISO-8601 text with exactly six fractional digits and a `Z`
+(`2026-11-30T02:42:14.123456Z`), so that text order is time order and a fake
+clock gives byte-identical records. `''` means unset. Durations are stored as
+integer nanoseconds. Ids are 32 lowercase hex characters from 16 random bytes.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+
+Clock = Callable[[], datetime]
+IdFactory = Callable[[], str]
+
+_NS_PER_US = 1000
+
+
+def wall_clock() -> datetime:
+    """The real time, timezone-aware UTC."""
+    return datetime.now(UTC)
+
+
+def new_id() -> str:
+    """32 lowercase hex characters from 16 random bytes."""
+    return secrets.token_hex(16)
+
+
+def format_time(value: datetime | None) -> str:
+    """Stored form of a timestamp; naive datetimes are refused (they hide a zone)."""
+    if value is None:
+        return ""
+    if value.tzinfo is None:
+        raise ValueError("naive datetime: agentrt records timezone-aware UTC times only")
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_time(text: str) -> datetime | None:
+    """Inverse of `format_time`; `''` is None. Raises ValueError on anything else."""
+    if text == "":
+        return None
+    if not text.endswith("Z"):
+        raise ValueError(f"timestamp {text!r} is not UTC text ending in Z")
+    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+
+
+def duration_to_ns(value: timedelta) -> int:
+    """A timedelta as integer nanoseconds (exact: timedelta has microsecond resolution)."""
+    return (value // timedelta(microseconds=1)) * _NS_PER_US
+
+
+def ns_to_duration(value: int) -> timedelta:
+    return timedelta(microseconds=value // _NS_PER_US)
+
+
+def duration_to_ms(value: timedelta) -> int:
+    return value // timedelta(milliseconds=1)

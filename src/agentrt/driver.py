@@ -1,0 +1,349 @@
+"""The Driver: an agent plus the step machine, run to a pause or an end.
+
+`Driver.start` creates a run in one transaction (RUNNING, lease taken,
+`run.created`, `run.started`, tool specs stored) and drives the loop;
+`Driver.resume` continues a WAITING run after a person decided, or takes over a
+RUNNING run whose process died. Both return the run as it stands when the loop
+stops: terminal, or WAITING_FOR_APPROVAL. Every async entry point has a
+blocking `_sync` twin for scripts and tests.
+
+The loop itself lives in `session.RunSession`; the Driver only adds the agent:
+begin a step, ask the agent, propose its decision, execute what was allowed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from datetime import timedelta
+from typing import Any, Protocol, TypeVar, runtime_checkable
+
+from . import events as ev
+from .canonical import to_text
+from .clock import Clock, IdFactory, format_time, new_id, wall_clock
+from .errors import (
+    ConfigError,
+    LeaseLostError,
+    LimitExceeded,
+    ModelUnavailableError,
+    RunStateError,
+)
+from .events import Observer
+from .lease import Heartbeat, WallClock, expiry, holder_json, make_owner, renewer_for
+from .operator import Operator
+from .policy import Policy, policy_id_of
+from .records import (
+    Approval,
+    Decision,
+    Limits,
+    Run,
+    RunStatus,
+    StepInput,
+    StepStatus,
+    TerminalReason,
+)
+from .resume import load, resume_waiting, take_over
+from .session import LoopConfig, RunSession, Verdict, failed_decision, maybe_await, run_io
+from .store import Store, Tx, run_from_row
+from .tools import Tool, spec_hash, validate_tools
+
+T = TypeVar("T")
+
+
+@runtime_checkable
+class Agent(Protocol):
+    """Decides each step. `decide` may be a plain function or a coroutine."""
+
+    def decide(self, input: StepInput) -> Decision | Awaitable[Decision]: ...
+
+
+def run_sync(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine to completion from blocking code."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    coro.close()
+    raise RuntimeError(
+        "a _sync method was called inside a running event loop; await the async method instead"
+    )
+
+
+class Driver:
+    """Drives runs of one agent over one set of tools under one policy."""
+
+    def __init__(
+        self,
+        store: Store,
+        agent: Agent | Callable[[StepInput], Any],
+        policy: Policy,
+        tools: Sequence[Tool] = (),
+        observer: Observer | None = None,
+        model: Any = None,
+        reconcile: Any = None,
+        now: Clock | None = None,
+        new_id: IdFactory | None = None,
+        lease_ttl: timedelta = timedelta(seconds=30),
+        lease_owner: str = "",
+        *,
+        wall: WallClock | None = None,
+    ) -> None:
+        if store is None:
+            raise ConfigError("Driver needs a store (agentrt.open_store(path))")
+        if agent is None:
+            raise ConfigError("Driver needs an agent")
+        if policy is None:
+            raise ConfigError("Driver needs a policy (agentrt.default_policy() is a start)")
+        if not isinstance(lease_ttl, timedelta) or lease_ttl <= timedelta(0):
+            raise ConfigError("lease_ttl must be a positive timedelta")
+        if not isinstance(lease_owner, str):
+            raise ConfigError("lease_owner must be a string")
+        validated = validate_tools(list(tools))
+        self.store = store
+        self.agent = agent
+        self.policy = policy
+        self.policy_id = policy_id_of(policy)
+        self.tools = validated
+        self.observer = observer
+        self.model = model
+        self.reconcile = reconcile
+        self.now: Clock = now or wall_clock
+        self.new_id: IdFactory = new_id or _default_new_id
+        self.lease_ttl = lease_ttl
+        self.lease_owner = make_owner(lease_owner)
+        self._wall: WallClock = wall or wall_clock
+        self._active: set[str] = set()
+        self._active_lock = threading.Lock()
+        specs = {t.spec.name: t.spec for t in validated}
+        self._config = LoopConfig(
+            store=store,
+            tools={t.spec.name: t for t in validated},
+            specs=specs,
+            spec_hashes={name: spec_hash(spec) for name, spec in specs.items()},
+            policy=policy,
+            policy_id=self.policy_id,
+            clock=self.now,
+            new_id=self.new_id,
+            observer=observer,
+            owner=self.lease_owner,
+            lease_ttl=lease_ttl,
+            wall=self._wall,
+            model=model,
+        )
+
+    # -- entry points ----------------------------------------------------
+
+    async def start(
+        self, goal: str, limits: Limits | None = None, run_id: str | None = None
+    ) -> Run:
+        """Create a run toward `goal` and drive it until it pauses or ends."""
+        if not isinstance(goal, str):
+            raise ConfigError("goal must be a string")
+        try:
+            goal.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ConfigError("goal is not valid UTF-8 text") from exc
+        limits = limits or Limits()
+        if not isinstance(limits, Limits):
+            raise ConfigError("limits must be an agentrt.Limits")
+        rid = run_id if run_id is not None else self.new_id()
+        with self._exclusive(rid):
+            session = await self._create(rid, goal, limits)
+            return await self._drive(session)
+
+    async def resume(self, run_id: str) -> Run:
+        """Continue a WAITING run after its approval was decided, or take over a dead one."""
+        with self._exclusive(run_id):
+            config = self._config
+            run, steps, approvals = await run_io(lambda: load(config, run_id))
+            if run.status == RunStatus.WAITING_FOR_APPROVAL:
+                if run.decode_error:
+                    return await self._fail_undecodable(run)
+                session = await resume_waiting(config, run, steps, approvals)
+            elif run.status == RunStatus.RUNNING:
+                session = await take_over(config, run_id)
+            else:
+                raise RunStateError(f"run {run_id} is {run.status}; there is nothing to resume")
+            if session.run.status != RunStatus.RUNNING:
+                return session.run
+            return await self._drive(session)
+
+    def approve(
+        self, run_id: str, approval_id: str, by: str, note: str = "", shown_hash: str | None = None
+    ) -> Approval:
+        return self._operator().approve(run_id, approval_id, by, note, shown_hash)
+
+    def reject(
+        self, run_id: str, approval_id: str, by: str, note: str = "", shown_hash: str | None = None
+    ) -> Approval:
+        return self._operator().reject(run_id, approval_id, by, note, shown_hash)
+
+    def cancel(self, run_id: str, by: str, note: str = "") -> Run:
+        return self._operator().cancel(run_id, by, note)
+
+    def start_sync(self, goal: str, limits: Limits | None = None, run_id: str | None = None) -> Run:
+        return run_sync(self.start(goal, limits, run_id))
+
+    def resume_sync(self, run_id: str) -> Run:
+        return run_sync(self.resume(run_id))
+
+    approve_sync = approve
+    reject_sync = reject
+    cancel_sync = cancel
+
+    # -- internals ---------------------------------------------------------
+
+    def _operator(self) -> Operator:
+        return Operator(self.store, observer=self.observer, now=self.now)
+
+    def _exclusive(self, run_id: str) -> _Exclusive:
+        return _Exclusive(self, run_id)
+
+    async def _create(self, run_id: str, goal: str, limits: Limits) -> RunSession:
+        config = self._config
+        now = self.now()
+        hashes = [config.spec_hashes[name] for name in sorted(config.specs)]
+
+        def tx_create(tx: Tx) -> Run:
+            if tx.execute("SELECT 1 FROM runs WHERE id = ?", (run_id,)).fetchone():
+                raise RunStateError(f"run {run_id} already exists; start refuses to reuse an id")
+            at = format_time(now)
+            tx.execute(
+                "INSERT INTO runs (id, goal, status, limits_json, created_at, started_at, "
+                "lease_owner, lease_expires_at, lease_epoch, lease_holder) "
+                "VALUES (?, ?, 'RUNNING', ?, ?, ?, ?, ?, 1, ?)",
+                (
+                    run_id,
+                    goal,
+                    to_text(limits.to_json()),
+                    at,
+                    at,
+                    config.owner,
+                    expiry(config.wall, config.lease_ttl),
+                    holder_json(),
+                ),
+            )
+            for name in sorted(config.specs):
+                tx.execute(
+                    "INSERT OR IGNORE INTO tool_specs (hash, spec_json) VALUES (?, ?)",
+                    (config.spec_hashes[name], to_text(config.specs[name].to_json())),
+                )
+            tx.append_event(
+                run_id,
+                "",
+                now,
+                ev.RUN_CREATED,
+                {"goal": goal, "limits": limits.to_json(), "tools": hashes},
+            )
+            tx.append_event(run_id, "", now, ev.RUN_STARTED, {})
+            return run_from_row(tx.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone())
+
+        probe = RunSession(config, _placeholder_run(run_id, goal, limits), [], [], 1, now)
+        run = await probe.write(tx_create)
+        return RunSession(config, run, [], [], epoch=1, mark=now)
+
+    async def _fail_undecodable(self, run: Run) -> Run:
+        raise RunStateError(
+            f"run {run.id} cannot be read back ({run.decode_error}); the driver will not "
+            "continue it: cancel it with agentrt.cancel"
+        )
+
+    async def _drive(self, session: RunSession) -> Run:
+        config = self._config
+        heartbeat = Heartbeat(
+            renewer_for(config.store),
+            session.run_id,
+            config.owner,
+            config.lease_ttl,
+            config.wall,
+        )
+        heartbeat.start()
+        try:
+            if session.has_allowed_call():
+                await session.execute(session.allowed_step())
+                if session.run.status != RunStatus.RUNNING:
+                    return session.run
+            while True:
+                if heartbeat.lost.is_set():
+                    raise LeaseLostError(
+                        f"the lease on run {session.run_id} was lost; the loop stopped"
+                    )
+                step = await session.begin_step()
+                if step is None:
+                    return session.run
+                decision = await self._decide(session, step)
+                if decision is None:
+                    return session.run
+                verdict = await session.propose(step, decision)
+                if verdict == Verdict.ALLOWED:
+                    await session.execute(step)
+                    if session.run.status != RunStatus.RUNNING:
+                        return session.run
+                elif verdict in (Verdict.PENDING, Verdict.ENDED):
+                    return session.run
+        except asyncio.CancelledError:
+            await asyncio.shield(run_io(lambda: _release(config, session.run_id)))
+            raise
+        finally:
+            heartbeat.stop()
+
+    async def _decide(self, session: RunSession, step: Any) -> Decision | None:
+        run, steps, approvals = session.step_input_parts()
+        specs = tuple(self._config.specs[name] for name in sorted(self._config.specs))
+        step_input = StepInput(run=run, steps=steps, approvals=approvals, tools=specs, model=None)
+        decide = getattr(self.agent, "decide", self.agent)
+        try:
+            return await maybe_await(decide(step_input))  # type: ignore[no-any-return]
+        except (LeaseLostError, asyncio.CancelledError):
+            raise
+        except LimitExceeded as exc:
+            reason, detail = exc.reason, exc.detail
+        except ModelUnavailableError as exc:
+            reason, detail = TerminalReason.MODEL_UNAVAILABLE, str(exc)
+        except Exception as exc:
+            reason, detail = TerminalReason.AGENT_ERROR, f"{type(exc).__name__}: {exc}"
+        await session.end_with_step(
+            step, RunStatus.FAILED, reason, detail, step_status=StepStatus.FAILED,
+            observation=failed_decision(detail),
+        )  # fmt: skip
+        return None
+
+
+class _Exclusive:
+    """Refuses a second concurrent call on a run this driver is executing."""
+
+    def __init__(self, driver: Driver, run_id: str) -> None:
+        self.driver = driver
+        self.run_id = run_id
+
+    def __enter__(self) -> None:
+        with self.driver._active_lock:
+            if self.run_id in self.driver._active:
+                raise RunStateError(
+                    f"this driver is already executing run {self.run_id}; "
+                    "a second concurrent call is refused"
+                )
+            self.driver._active.add(self.run_id)
+
+    def __exit__(self, *exc: object) -> None:
+        with self.driver._active_lock:
+            self.driver._active.discard(self.run_id)
+
+
+def _release(config: LoopConfig, run_id: str) -> None:
+    """Give up our lease early (the loop was cancelled), so a resume need not wait."""
+    with config.store.transaction() as tx:
+        tx.execute(
+            "UPDATE runs SET lease_owner = '', lease_expires_at = '', lease_holder = '' "
+            "WHERE id = ? AND lease_owner = ?",
+            (run_id, config.owner),
+        )
+
+
+def _default_new_id() -> str:
+    return new_id()
+
+
+def _placeholder_run(run_id: str, goal: str, limits: Limits) -> Run:
+    return Run(run_id, goal, RunStatus.RUNNING, "", "", limits, 0, None, None, None, None)

@@ -1,0 +1,122 @@
+"""The exception hierarchy: every error agentrt raises derives from `AgentrtError`.
+
+Each class names one refusal the runtime makes, so callers can catch exactly the
+case they handle. Messages say what was refused and why, in one sentence.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+
+class AgentrtError(Exception):
+    """Base class of every error raised by agentrt."""
+
+
+class NotFoundError(AgentrtError):
+    """No such run, step or approval."""
+
+
+class RunStateError(AgentrtError):
+    """The run is not in a state that allows this operation."""
+
+
+class RunLeasedError(RunStateError):
+    """Another owner holds a live lease on the run; nothing was changed."""
+
+    def __init__(self, run_id: str, owner: str, expires_at: datetime | None) -> None:
+        self.run_id = run_id
+        self.owner = owner
+        self.expires_at = expires_at
+        when = expires_at.isoformat() if expires_at else "unknown"
+        super().__init__(f"run {run_id} is leased by {owner!r} until {when}")
+
+
+class LeaseLostError(AgentrtError):
+    """This loop no longer holds its lease; it stopped before the next side effect."""
+
+
+class NotPendingError(AgentrtError):
+    """The approval was already decided."""
+
+
+class ApprovalExpiredError(NotPendingError):
+    """The approval or the grant it gave has expired."""
+
+
+class ApprovalHashError(AgentrtError):
+    """The stored approval no longer matches its hash: it was altered after it was made."""
+
+
+class ApprovalChangedError(AgentrtError):
+    """The approval differs from the one the operator was shown."""
+
+
+class StoreError(AgentrtError):
+    """The database cannot be used as asked (too old SQLite, WAL refused, bad path)."""
+
+
+class SchemaVersionError(StoreError):
+    """The database was written by a newer (or, for `open_existing`, another) schema."""
+
+
+class UnsafeSchemaError(StoreError):
+    """The database holds a trigger or a view, which could run code on our writes."""
+
+
+class InsecureModeError(StoreError):
+    """The file or a sidecar is writable by group or others, or owned by someone else."""
+
+
+class SymlinkError(StoreError):
+    """`open_existing` was given a symlink."""
+
+
+class SessionClosedError(AgentrtError):
+    """A gate session was used after close."""
+
+
+class ConfigError(AgentrtError, ValueError):
+    """A driver, tool, policy or limit was configured in a way the runtime refuses."""
+
+
+class JSONValueError(AgentrtError, ValueError):
+    """A value is not usable JSON (see `check_json`)."""
+
+
+class LimitExceeded(AgentrtError):
+    """A model limit refused a call before dispatch."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        self.reason = reason
+        self.detail = detail
+        super().__init__(f"{reason}: {detail}")
+
+
+class ModelUnavailableError(AgentrtError):
+    """The model could not be reached or served unusable output."""
+
+
+class TransientModelError(AgentrtError):
+    """Raised by model adapters: a failure worth retrying, maybe after `retry_after`."""
+
+    def __init__(self, message: str = "", retry_after: Any = None) -> None:
+        self.retry_after = retry_after
+        super().__init__(message)
+
+
+class ServedModelError(AgentrtError):
+    """Raised by model adapters: the model served a reply that cannot be used (charged)."""
+
+    def __init__(self, message: str = "", usage: Any = None) -> None:
+        self.usage = usage
+        super().__init__(message)
+
+
+class AbortRun(Exception):  # noqa: N818 - the spec names it as a verb
+    """Raised by a tool to end the run as `tool_abort`."""
+
+    def __init__(self, detail: str = "") -> None:
+        self.detail = detail
+        super().__init__(detail)

@@ -1,0 +1,232 @@
+"""The lease: which process may execute a RUNNING run, and for how long.
+
+Invariants this module owns:
+
+- An owner string is unique per driver: the configured name plus 12 random hex
+  characters (or 32 when no name is given), so two replicas configured alike
+  never share a lease.
+- Lease times are read from the wall clock only, never from the driver's
+  injectable `now`, because expiry must agree between processes.
+- The heartbeat renews on its own thread and its own connection every third of
+  the lease length, so neither a long tool call nor a consumer holding the
+  store's connection can starve it. An UPDATE that matches no row means another
+  owner took the run: the heartbeat stops and reports the loss.
+- The holder record (host id, pid, process start time) lets a resumer on the
+  same host prove a previous owner dead (see `resume.py`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import socket
+import sqlite3
+import threading
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any, Protocol
+
+from .clock import format_time, wall_clock
+
+WallClock = Callable[[], datetime]
+
+
+def make_owner(name: str) -> str:
+    """A lease owner unique to one driver instance."""
+    if name:
+        return f"{name}/{secrets.token_hex(6)}"
+    return secrets.token_hex(16)
+
+
+def host_id() -> str:
+    """A stable id of this host: the machine id where the OS has one, else the hostname."""
+    for path in ("/etc/machine-id", "/var/lib/dbus/machine-id"):
+        try:
+            with open(path, encoding="ascii") as f:
+                value = f.read().strip()
+            if value:
+                return value
+        except OSError:
+            continue
+    return socket.gethostname()
+
+
+def process_start_time(pid: int) -> str:
+    """The kernel's start time of `pid` (clock ticks since boot), '' where unknown.
+
+    Together with the pid it names one process for the life of the host: a
+    reused pid has another start time.
+    """
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            stat = f.read()
+    except OSError:
+        return ""
+    # The command name (field 2) is in parentheses and may itself contain spaces
+    # or parentheses, so split after the last ')'.
+    fields = stat[stat.rfind(")") + 2 :].split()
+    # starttime is field 22 overall; after dropping pid and comm it is index 19.
+    return fields[19] if len(fields) > 19 else ""
+
+
+def holder_record() -> dict[str, Any]:
+    pid = os.getpid()
+    return {"host": host_id(), "pid": pid, "start": process_start_time(pid)}
+
+
+def holder_json() -> str:
+    return json.dumps(holder_record(), sort_keys=True, separators=(",", ":"))
+
+
+def expiry(wall: WallClock, ttl: timedelta) -> str:
+    return format_time(wall() + ttl)
+
+
+_RENEW_SQL = "UPDATE runs SET lease_expires_at = ? WHERE id = ? AND lease_owner = ?"
+
+
+class Renewer(Protocol):
+    def renew(self, run_id: str, owner: str, expires_at: str) -> bool: ...
+
+    def close(self) -> None: ...
+
+
+class ConnectionRenewer:
+    """Renews on a connection of its own, opened lazily on the heartbeat's thread.
+
+    A separate connection is what keeps a consumer holding the store's own
+    connection (or a long transaction on it) from starving the heartbeat.
+    """
+
+    def __init__(self, connect: Callable[[], sqlite3.Connection]) -> None:
+        self._connect = connect
+        self._conn: sqlite3.Connection | None = None
+
+    def renew(self, run_id: str, owner: str, expires_at: str) -> bool:
+        if self._conn is None:
+            self._conn = self._connect()
+        try:
+            cur = self._conn.execute(_RENEW_SQL, (expires_at, run_id, owner))
+        except sqlite3.Error:
+            self.close()
+            raise
+        return cur.rowcount == 1
+
+    def close(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            except sqlite3.Error:
+                pass
+            self._conn = None
+
+
+class StoreRenewer:
+    """Renews through the store's own connection: only for `:memory:` stores,
+    where a second connection would open a different, empty database."""
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+
+    def renew(self, run_id: str, owner: str, expires_at: str) -> bool:
+        with self._store.transaction() as tx:
+            return bool(tx.execute(_RENEW_SQL, (expires_at, run_id, owner)).rowcount == 1)
+
+    def close(self) -> None:
+        pass
+
+
+def renewer_for(store: Any) -> Renewer:
+    if getattr(store, "in_memory", False):
+        return StoreRenewer(store)
+    return ConnectionRenewer(store.open_connection)
+
+
+class Heartbeat:
+    """Renews one run's lease on a thread of its own until stopped or lost."""
+
+    def __init__(
+        self,
+        renewer: Renewer,
+        run_id: str,
+        owner: str,
+        ttl: timedelta,
+        wall: WallClock = wall_clock,
+    ) -> None:
+        self._renewer = renewer
+        self._run_id = run_id
+        self._owner = owner
+        self._ttl = ttl
+        self._wall = wall
+        self._stop = threading.Event()
+        self.lost = threading.Event()
+        self.renewals = 0
+        self._thread = threading.Thread(
+            target=self._beat, name=f"agentrt-heartbeat-{run_id[:8]}", daemon=True
+        )
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop renewing. Never releases the lease: the loop's own transaction does that."""
+        self._stop.set()
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(timeout=5)
+
+    def _beat(self) -> None:
+        interval = self._ttl.total_seconds() / 3
+        try:
+            while not self._stop.wait(interval):
+                try:
+                    held = self._renewer.renew(
+                        self._run_id, self._owner, expiry(self._wall, self._ttl)
+                    )
+                except Exception:
+                    # A busy or failed write is retried at the next tick; the lease
+                    # still has two thirds of its length to run.
+                    continue
+                if not held:
+                    self.lost.set()
+                    return
+                self.renewals += 1
+        finally:
+            self._renewer.close()
+
+
+def take_in(
+    tx: Any,
+    run_id: str,
+    owner: str,
+    ttl: timedelta,
+    wall: WallClock,
+    *,
+    from_status: str,
+    previous_owner: str | None = None,
+    previous_expires_at: str | None = None,
+) -> int:
+    """Move the run to RUNNING under a new lease, compare-and-set; return the new epoch.
+
+    The epoch grows by one with every new owner: it is the fencing token tools
+    receive as `ToolCall.lease_epoch`. When `previous_owner` is given the
+    update also requires the lease to be exactly the one the caller judged
+    expired, so two resumers racing for one run cannot both win.
+    """
+    sql = (
+        "UPDATE runs SET status = 'RUNNING', lease_owner = ?, lease_expires_at = ?, "
+        "lease_holder = ?, lease_epoch = lease_epoch + 1 WHERE id = ? AND status = ?"
+    )
+    params: list[Any] = [owner, expiry(wall, ttl), holder_json(), run_id, from_status]
+    if previous_owner is not None:
+        sql += " AND lease_owner = ? AND lease_expires_at = ?"
+        params += [previous_owner, previous_expires_at or ""]
+    cur = tx.execute(sql, params)
+    if cur.rowcount != 1:
+        from .errors import RunStateError
+
+        raise RunStateError(
+            f"run {run_id} was taken by another resume or changed status; nothing was executed"
+        )
+    row = tx.execute("SELECT lease_epoch FROM runs WHERE id = ?", (run_id,)).fetchone()
+    return int(row[0])

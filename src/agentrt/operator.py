@@ -1,0 +1,120 @@
+"""What a person does to a run from outside its loop: approve, reject, cancel.
+
+These are plain synchronous functions, one transaction each, on the wall clock
+(or an injected one through `Operator`). They never need the run's lease:
+deciding an approval touches a WAITING run, which nobody leases, and cancel
+closes any non-terminal run, whoever executes it; a loop still running finds
+out at its next write.
+"""
+
+from __future__ import annotations
+
+from .approval import decide
+from .clock import Clock, wall_clock
+from .errors import NotFoundError, RunStateError
+from .events import Observer, deliver
+from .records import Approval, Observation, ObservationKind, Run, RunStatus, TerminalReason
+from .store import Store, run_from_row
+from .transitions import fail_step, finish_run
+
+_IN_FLIGHT = ("deciding", "executing", "awaiting_approval")
+_STATUSES = {str(s) for s in RunStatus}
+
+
+class Operator:
+    """The operator functions bound to a store, an observer and a clock."""
+
+    def __init__(self, store: Store, observer: Observer | None = None, now: Clock | None = None):
+        self.store = store
+        self.observer = observer
+        self.now = now or wall_clock
+
+    def approve(
+        self, run_id: str, approval_id: str, by: str, note: str = "", shown_hash: str | None = None
+    ) -> Approval:
+        """Approve a pending approval; executes nothing (a resume does)."""
+        approval, events = decide(
+            self.store, run_id, approval_id, approve=True, by=by, note=note,
+            shown_hash=shown_hash, now=self.now(),
+        )  # fmt: skip
+        deliver(self.observer, events)
+        return approval
+
+    def reject(
+        self, run_id: str, approval_id: str, by: str, note: str = "", shown_hash: str | None = None
+    ) -> Approval:
+        """Reject a pending approval: the step fails and the run is cancelled."""
+        approval, events = decide(
+            self.store, run_id, approval_id, approve=False, by=by, note=note,
+            shown_hash=shown_hash, now=self.now(),
+        )  # fmt: skip
+        deliver(self.observer, events)
+        return approval
+
+    def cancel(self, run_id: str, by: str, note: str = "") -> Run:
+        """Cancel any non-terminal run, without its lease."""
+        now = self.now()
+        with self.store.transaction() as tx:
+            row = tx.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone()
+            if row is None:
+                raise NotFoundError(f"no run {run_id}")
+            status = RunStatus(row["status"]) if row["status"] in _STATUSES else None
+            if status is None or status.terminal:
+                raise RunStateError(
+                    f"run {run_id} is {row['status']}; only a live run is cancelled"
+                )
+            content = {"by": by, "note": note}
+            from .canonical import content_hash
+
+            observation = Observation(
+                ObservationKind.INTERRUPTED, content, f"cancelled by {by}", content_hash(content)
+            )
+            for step_row in tx.execute(
+                "SELECT id, status FROM steps WHERE run_id = ? AND status IN (?, ?, ?) ORDER BY idx",
+                (run_id, *_IN_FLIGHT),
+            ).fetchall():
+                fail_step(
+                    tx,
+                    run_id,
+                    step_row["id"],
+                    observation,
+                    now,
+                    from_statuses=(step_row["status"],),
+                )
+            finish_run(
+                tx, run_id, RunStatus.CANCELLED, TerminalReason.OPERATOR_CANCELLED, note, now,
+                from_statuses=(RunStatus.RUNNING, RunStatus.WAITING_FOR_APPROVAL),
+            )  # fmt: skip
+            run = run_from_row(tx.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone())
+            events = list(tx.events)
+        deliver(self.observer, events)
+        return run
+
+
+def approve(
+    store: Store,
+    run_id: str,
+    approval_id: str,
+    by: str,
+    note: str = "",
+    shown_hash: str | None = None,
+) -> Approval:
+    return Operator(store).approve(run_id, approval_id, by, note, shown_hash)
+
+
+def reject(
+    store: Store,
+    run_id: str,
+    approval_id: str,
+    by: str,
+    note: str = "",
+    shown_hash: str | None = None,
+) -> Approval:
+    return Operator(store).reject(run_id, approval_id, by, note, shown_hash)
+
+
+def cancel(store: Store, run_id: str, by: str, note: str = "") -> Run:
+    return Operator(store).cancel(run_id, by, note)
+
+
+__all__ = ["Operator", "approve", "cancel", "reject"]

@@ -1,0 +1,463 @@
+"""Resume: continuing a run after a person decided, or after its process died.
+
+Two cases, both ending in a `RunSession` that holds the lease (or in a run that
+is paused or finished):
+
+- A WAITING run. Only the step's latest approval counts. Pending → refused
+  (nothing changes, however often); expired by `approval_ttl` → the run is
+  cancelled `approval_expired`; approved → its stored fields are re-verified
+  against the hash, the request is rebuilt from the tool as registered *now*
+  (args failing the current schema end the step `invalid_decision`), a grant
+  older than `grant_ttl` cancels the run, and the policy is asked again while
+  the run still waits. The call executes only on `allow` or on a
+  `require_approval` whose new hash equals the granted one; otherwise it pauses
+  again. Leaving WAITING (`run.resumed`, `step.policy`, `step.tool_started`) is
+  one compare-and-set transaction, so of two concurrent resumes exactly one
+  executes.
+- A RUNNING run whose lease expired (or has none): taken over in one
+  transaction (`lease.taken_over`, in-flight steps `interrupted`), then the
+  interruption contract decides. The runtime never runs an interrupted side
+  effect again by itself: it pauses on an `interrupted_side_effect` approval.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from . import events as ev
+from .approval import approval_hash, approval_request, verify_stored
+from .canonical import content_hash, to_text
+from .clock import format_time
+from .decisions import call_args
+from .errors import RunLeasedError, RunStateError
+from .lease import take_in
+from .policy import interrupted_side_effect_decision
+from .records import (
+    Approval,
+    ApprovalStatus,
+    Observation,
+    ObservationKind,
+    PolicyOutcome,
+    Run,
+    RunStatus,
+    SideEffect,
+    Step,
+    StepStatus,
+    TerminalReason,
+)
+from .session import (
+    LoopConfig,
+    RunSession,
+    denied_observation,
+    failed_decision,
+    run_io,
+)
+from .store import Tx, approval_from_row, run_from_row, step_from_row
+from .tools import check_args
+from .transitions import fail_step, finish_run
+
+INTERRUPTED_POLICY_ID = "agentrt:interrupted_side_effect"
+
+
+def load(config: LoopConfig, run_id: str) -> tuple[Run, list[Step], list[Approval]]:
+    """The whole run as recorded, uncapped, in one consistent read."""
+    with config.store.transaction() as tx:
+        row = tx.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone()
+        if row is None:
+            from .errors import NotFoundError
+
+            raise NotFoundError(f"no run {run_id}")
+        steps = [
+            step_from_row(r)
+            for r in tx.execute("SELECT * FROM steps WHERE run_id = ? ORDER BY idx", (run_id,))
+        ]
+        approvals = [
+            approval_from_row(r)
+            for r in tx.execute(
+                "SELECT * FROM approvals WHERE run_id = ? ORDER BY rowid", (run_id,)
+            )
+        ]
+        return run_from_row(row), steps, approvals
+
+
+def check_live_lease(config: LoopConfig, run: Run, lease_owner: str, expires_text: str) -> None:
+    """Refuse, changing nothing, when another owner's lease is live by the wall clock."""
+    if lease_owner and expires_text > format_time(config.wall()):
+        raise RunLeasedError(run.id, lease_owner, _parse(expires_text))
+
+
+def _parse(text: str) -> datetime | None:
+    from .clock import parse_time
+
+    try:
+        return parse_time(text)
+    except ValueError:
+        return None
+
+
+async def resume_waiting(
+    config: LoopConfig, run: Run, steps: Sequence[Step], approvals: Sequence[Approval]
+) -> RunSession:
+    """Settle a WAITING run's latest approval. The session's run says what became of it."""
+    now = config.clock()
+    session = RunSession(config, run, steps, approvals, epoch=0, mark=now)
+    if not steps or steps[-1].status != StepStatus.AWAITING_APPROVAL:
+        raise RunStateError(f"run {run.id} is waiting but has no step awaiting approval")
+    step = steps[-1]
+    mine = [a for a in approvals if a.step_id == step.id]
+    if not mine:
+        raise RunStateError(f"run {run.id} is waiting but step {step.id} has no approval")
+    latest = mine[-1]
+    if latest.status == ApprovalStatus.PENDING:
+        if latest.expires_at is not None and now >= latest.expires_at:
+            await _expire(session, step, latest, now, "approval expired before it was decided")
+            return session
+        raise RunStateError(
+            f"run {run.id} is waiting for approval {latest.id}, which is still pending"
+        )
+    if latest.status != ApprovalStatus.APPROVED:
+        raise RunStateError(f"the latest approval {latest.id} of run {run.id} is {latest.status}")
+    verify_stored(latest)
+    grant_ttl = run.limits.grant_ttl
+    if (
+        grant_ttl is not None
+        and latest.decided_at is not None
+        and now >= latest.decided_at + grant_ttl
+    ):
+        await _expire(session, step, latest, now, "the grant expired before the run resumed")
+        return session
+    decision = step.decision
+    tool = decision.tool if decision is not None else ""
+    spec = config.specs.get(tool)
+    args = call_args(decision) if decision is not None else {}
+    if spec is None:
+        await _leave_waiting_failed(
+            session, step, latest, now,
+            failed_decision(f"tool {tool!r} is no longer registered; nothing was executed"),
+        )  # fmt: skip
+        return session
+    errors = check_args(spec, args)
+    if errors:
+        await _leave_waiting_failed(
+            session, step, latest, now,
+            failed_decision(
+                f"args no longer match the current input schema of {tool!r}: " + "; ".join(errors)
+            ),
+        )  # fmt: skip
+        return session
+    check = await session.ask_policy(step, spec, args)
+    policy = check.decision
+    if policy is None:
+        await _end_from_waiting(
+            session, step, now, TerminalReason.INTERNAL_ERROR, check.error or "policy failed",
+            denied_observation(tool, check.error or "policy failed"), None,
+        )  # fmt: skip
+        return session
+    if policy.outcome == PolicyOutcome.DENY:
+        await _leave_waiting_failed(
+            session, step, latest, now, denied_observation(tool, policy.reason), check.payload
+        )
+        return session
+    if policy.outcome == PolicyOutcome.ABORT:
+        await _end_from_waiting(
+            session, step, now, TerminalReason.POLICY_ABORT, policy.reason,
+            denied_observation(tool, policy.reason), check.payload,
+        )  # fmt: skip
+        return session
+    if policy.outcome == PolicyOutcome.REQUIRE_APPROVAL:
+        request = approval_request(run.id, step.id, spec, args)
+        new_hash = approval_hash(policy.kind, policy.capability, policy.presentation, request)
+        # An interrupted_side_effect grant is the operator's answer to this very
+        # request with the stronger warning; a policy asking for its own approval
+        # kind is satisfied by it (docs/decisions/0006). Any changed request still
+        # differs in the hash of the interrupted approval itself below.
+        satisfied = new_hash == latest.hash or (
+            latest.kind == "interrupted_side_effect"
+            and approval_hash(latest.kind, latest.capability, latest.presentation, request)
+            == latest.hash
+        )
+        if not satisfied:
+            await _pause_again(session, step, spec, args, policy, check.payload, now)
+            return session
+
+    def tx_resume(tx: Tx) -> None:
+        session.epoch = take_in(
+            tx, run.id, config.owner, config.lease_ttl, config.wall,
+            from_status=RunStatus.WAITING_FOR_APPROVAL,
+        )  # fmt: skip
+        tx.append_event(run.id, "", now, ev.RUN_RESUMED, {"approval_id": latest.id})
+        session.tool_started_in(
+            tx, now, step, spec, args, check.payload, approval_id=latest.id,
+            from_step=(StepStatus.AWAITING_APPROVAL,),
+        )  # fmt: skip
+        session.refresh(tx, step.id)
+
+    await session.write(tx_resume)
+    session.allow_resumed(step, spec, args, latest.id, now)
+    return session
+
+
+async def _expire(
+    session: RunSession, step: Step, approval: Approval, now: datetime, why: str
+) -> None:
+    def tx_expire(tx: Tx) -> None:
+        if approval.status == ApprovalStatus.PENDING:
+            tx.execute(
+                "UPDATE approvals SET status = 'expired' WHERE id = ? AND status = 'pending'",
+                (approval.id,),
+            )
+        tool = step.decision.tool if step.decision is not None else ""
+        fail_step(
+            tx,
+            session.run_id,
+            step.id,
+            denied_observation(tool, why),
+            now,
+            from_statuses=(StepStatus.AWAITING_APPROVAL,),
+        )
+        finish_run(
+            tx,
+            session.run_id,
+            RunStatus.CANCELLED,
+            TerminalReason.APPROVAL_EXPIRED,
+            why,
+            now,
+            from_statuses=(RunStatus.WAITING_FOR_APPROVAL,),
+        )
+        session.reload_approvals(tx)
+        session.refresh(tx, step.id)
+
+    await session.write(tx_expire)
+
+
+async def _leave_waiting_failed(
+    session: RunSession,
+    step: Step,
+    approval: Approval,
+    now: datetime,
+    observation: Observation,
+    policy_payload: dict[str, Any] | None = None,
+) -> None:
+    """Take the run back to RUNNING with this step failed; the loop goes on."""
+    config = session.config
+
+    def tx_leave(tx: Tx) -> None:
+        session.epoch = take_in(
+            tx, session.run_id, config.owner, config.lease_ttl, config.wall,
+            from_status=RunStatus.WAITING_FOR_APPROVAL,
+        )  # fmt: skip
+        tx.append_event(session.run_id, "", now, ev.RUN_RESUMED, {"approval_id": approval.id})
+        if policy_payload is not None:
+            tx.append_event(session.run_id, step.id, now, ev.STEP_POLICY, policy_payload)
+        fail_step(
+            tx,
+            session.run_id,
+            step.id,
+            observation,
+            now,
+            from_statuses=(StepStatus.AWAITING_APPROVAL,),
+        )
+        session.refresh(tx, step.id)
+
+    await session.write(tx_leave)
+
+
+async def _end_from_waiting(
+    session: RunSession,
+    step: Step,
+    now: datetime,
+    reason: str,
+    detail: str,
+    observation: Observation,
+    policy_payload: dict[str, Any] | None,
+) -> None:
+    def tx_end(tx: Tx) -> None:
+        if policy_payload is not None:
+            tx.append_event(session.run_id, step.id, now, ev.STEP_POLICY, policy_payload)
+        fail_step(
+            tx,
+            session.run_id,
+            step.id,
+            observation,
+            now,
+            from_statuses=(StepStatus.AWAITING_APPROVAL,),
+        )
+        finish_run(
+            tx,
+            session.run_id,
+            RunStatus.FAILED,
+            reason,
+            detail,
+            now,
+            from_statuses=(RunStatus.WAITING_FOR_APPROVAL,),
+        )
+        session.refresh(tx, step.id)
+
+    await session.write(tx_end)
+
+
+async def _pause_again(
+    session: RunSession,
+    step: Step,
+    spec: Any,
+    args: Any,
+    policy: Any,
+    payload: dict[str, Any],
+    now: datetime,
+) -> None:
+    """The request changed since it was approved: a new approval, the run still waits."""
+
+    def tx_again(tx: Tx) -> None:
+        session.pause_in(
+            tx, now, step, spec, args, policy, payload,
+            from_step=(StepStatus.AWAITING_APPROVAL,), from_run=RunStatus.WAITING_FOR_APPROVAL,
+        )  # fmt: skip
+
+    await session.write(tx_again)
+
+
+# -- takeover of an interrupted run -------------------------------------------
+
+
+async def take_over(config: LoopConfig, run_id: str) -> RunSession:
+    """Take a RUNNING run whose lease lapsed; apply the interruption contract."""
+
+    def read_lease() -> tuple[str, str, str]:
+        with config.store.transaction() as tx:
+            row = tx.execute(
+                "SELECT status, lease_owner, lease_expires_at FROM runs WHERE id = ?", (run_id,)
+            ).fetchone()
+            return row[0], row[1], row[2]
+
+    status, owner, expires = await run_io(read_lease)
+    run, steps, approvals = await run_io(lambda: load(config, run_id))
+    if status != RunStatus.RUNNING:
+        raise RunStateError(f"run {run_id} is {status}; only a RUNNING run can be taken over")
+    check_live_lease(config, run, owner, expires)
+    now = config.clock()
+    session = RunSession(config, run, steps, approvals, epoch=0, mark=now)
+
+    def tx_take(tx: Tx) -> None:
+        row = tx.execute(
+            "SELECT status, lease_owner, lease_expires_at FROM runs WHERE id = ?", (run_id,)
+        ).fetchone()
+        if row["status"] != RunStatus.RUNNING:
+            raise RunStateError(f"run {run_id} is {row['status']}; it was resumed elsewhere")
+        check_live_lease(config, run, row["lease_owner"], row["lease_expires_at"])
+        session.epoch = take_in(
+            tx, run_id, config.owner, config.lease_ttl, config.wall,
+            from_status=RunStatus.RUNNING, previous_owner=row["lease_owner"],
+            previous_expires_at=row["lease_expires_at"],
+        )  # fmt: skip
+        if row["lease_owner"]:
+            tx.append_event(
+                run_id, "", now, ev.LEASE_TAKEN_OVER,
+                {"previous_owner": row["lease_owner"],
+                 "previous_expires_at": row["lease_expires_at"],
+                 "owner": config.owner, "epoch": session.epoch},
+            )  # fmt: skip
+        in_flight = tx.execute(
+            "SELECT id, status FROM steps WHERE run_id = ? AND status IN ('deciding', 'executing') "
+            "ORDER BY idx",
+            (run_id,),
+        ).fetchall()
+        for step_row in in_flight:
+            content = {"previous_status": step_row["status"]}
+            observation = Observation(
+                ObservationKind.INTERRUPTED, content,
+                f"interrupted while {step_row['status']}", content_hash(content),
+            )  # fmt: skip
+            cur = tx.execute(
+                "UPDATE steps SET status = 'interrupted', observation_json = ?, "
+                "observation_hash = ?, finished_at = ? WHERE id = ? AND status = ?",
+                (
+                    to_text(observation.to_json()),
+                    observation.content_hash,
+                    format_time(now),
+                    step_row["id"],
+                    step_row["status"],
+                ),
+            )
+            if cur.rowcount != 1:
+                raise RunStateError(f"step {step_row['id']} moved during the takeover")
+            tx.append_event(run_id, step_row["id"], now, ev.STEP_INTERRUPTED, content)
+            session.refresh(tx, step_row["id"])
+        session.refresh(tx)
+
+    await session.write(tx_take)
+    await _after_interruption(session)
+    return session
+
+
+def _interrupted_executing(steps: Sequence[Step]) -> Step | None:
+    """The last step, when it was interrupted while executing its tool."""
+    if not steps:
+        return None
+    last = steps[-1]
+    if last.status != StepStatus.INTERRUPTED or last.observation is None:
+        return None
+    content = last.observation.content
+    if isinstance(content, dict) and content.get("previous_status") == "executing":
+        return last
+    return None
+
+
+async def _after_interruption(session: RunSession) -> None:
+    """The decision table of the interruption contract (no reconciler given)."""
+    config = session.config
+    step = _interrupted_executing(session.steps)
+    if step is None or step.decision is None:
+        await _continue(session)
+        return
+    tool = step.decision.tool
+    spec = config.specs.get(tool)
+    args = call_args(step.decision)
+    if spec is None or check_args(spec, args):
+        why = (
+            f"the interrupted step's tool {tool!r} is no longer registered"
+            if spec is None
+            else f"the interrupted step's args no longer match the schema of {tool!r}"
+        )
+
+        def tx_conflict(tx: Tx) -> None:
+            session.require_lease(tx)
+            now = config.clock()
+            session.end_in(tx, now, RunStatus.FAILED, TerminalReason.RECONCILE_CONFLICT, why)
+            session.refresh(tx)
+
+        await session.write(tx_conflict)
+        return
+    if spec.side_effect == SideEffect.READ_ONLY:
+        await _continue(session)
+        return
+    decision = interrupted_side_effect_decision(spec, args)
+    payload = {
+        "decision": decision.to_json(),
+        "policy_id": INTERRUPTED_POLICY_ID,
+        "spec_hash": config.spec_hashes[spec.name],
+        "view": {},
+    }
+
+    def tx_pause(tx: Tx) -> None:
+        session.require_lease(tx)
+        now = config.clock()
+        session.pause_in(
+            tx, now, step, spec, args, decision, payload, from_step=(StepStatus.INTERRUPTED,)
+        )
+
+    await session.write(tx_pause)
+
+
+async def _continue(session: RunSession) -> None:
+    def tx_continue(tx: Tx) -> None:
+        session.require_lease(tx)
+        now = session.config.clock()
+        tx.append_event(session.run_id, "", now, ev.RUN_RESUMED, {"after": "interruption"})
+
+    await session.write(tx_continue)
+
+
+def is_waiting(run: Run) -> bool:
+    return run.status == RunStatus.WAITING_FOR_APPROVAL

@@ -1,0 +1,841 @@
+"""One run's step machine: the transactions of the loop, shared by Driver and Gate.
+
+A `RunSession` is what executes a RUNNING run while this process holds its
+lease. It offers the loop in three moves, so that a consumer's own loop (the
+Gate) and the Driver ("a Gate plus an agent") write identical rows, events and
+clock readings:
+
+1. `begin_step()`: one transaction reads the run, checks the limits in their
+   fixed order (ending the run when one is reached) and claims the next step
+   by compare-and-set, inserting it `deciding` with `step.started`.
+2. `propose(decision)`: records the decision verbatim (`step.decided`), then
+   validates it, settles `complete`/`fail`, and puts a tool call to the policy:
+   `allowed`, `denied` (step failed, loop goes on), `pending` (paused on an
+   approval) or `ended`.
+3. `execute()`: `step.tool_started` under a lease held and unexpired by the
+   wall clock, the tool under its timeout, then `step.tool_finished` in one
+   transaction, recorded even if the caller is cancelled.
+
+Invariants enforced here:
+
+- Every write first re-reads the run inside its IMMEDIATE transaction: a run
+  that is no longer RUNNING (an operator cancelled it) is returned as it
+  stands; a lease held by someone else raises `LeaseLostError` before anything
+  is written. Side-effect starts also require the lease unexpired by the wall
+  clock.
+- Every way a run ends settles the step and the run in one transaction.
+- The clock is read exactly once per transaction, in a fixed order, so a fake
+  clock gives byte-identical records; lease times use the wall clock only.
+- Committed events reach the observer after the commit, in commit order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import inspect
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Any, TypeVar
+
+from . import events as ev
+from . import limits as limits_mod
+from .approval import approval_hash, approval_request
+from .canonical import check_json, content_hash, copy_json, to_text
+from .clock import Clock, IdFactory, duration_to_ms, format_time
+from .decisions import RecordedDecision, call_args, record, validate
+from .errors import JSONValueError, LeaseLostError, RunStateError
+from .events import Observer, deliver
+from .execute import invoke
+from .lease import WallClock
+from .policy import Policy
+from .policy import evaluate as evaluate_policy
+from .records import (
+    JSON,
+    Approval,
+    Decision,
+    DecisionKind,
+    Observation,
+    ObservationKind,
+    PolicyDecision,
+    PolicyOutcome,
+    Run,
+    RunStatus,
+    RunView,
+    Step,
+    StepStatus,
+    TerminalReason,
+    ToolCall,
+    ToolRequest,
+    ToolSpec,
+)
+from .store import Store, Tx, approval_from_row, run_from_row, step_from_row
+from .tools import Tool
+from .transitions import fail_step, finish_run
+
+T = TypeVar("T")
+
+# Store transactions run on these threads so that an fsync never stalls the
+# event loop; the store's own lock serializes use of its connection.
+_IO_THREADS = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="agentrt-io")
+
+_POLICY_OUTCOMES = {str(o) for o in PolicyOutcome}
+
+
+async def run_io(fn: Callable[[], T]) -> T:
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(_IO_THREADS, fn)
+
+
+class Verdict(StrEnum):
+    """What became of a proposed decision."""
+
+    ALLOWED = "allowed"  # the tool may be executed now, once
+    DENIED = "denied"  # the step failed (invalid decision or policy denial); the loop goes on
+    PENDING = "pending"  # the run paused on an approval
+    ENDED = "ended"  # the run ended
+
+
+class RunMoved(Exception):  # noqa: N818 - control flow, never escapes the package
+    """The run left RUNNING under this loop (an operator cancelled it)."""
+
+    def __init__(self, run: Run) -> None:
+        self.run = run
+        super().__init__(run.status)
+
+
+@dataclass
+class LoopConfig:
+    """What every session of one Driver (or Gate) shares."""
+
+    store: Store
+    tools: Mapping[str, Tool]
+    specs: Mapping[str, ToolSpec]
+    spec_hashes: Mapping[str, str]
+    policy: Policy
+    policy_id: str
+    clock: Clock
+    new_id: IdFactory
+    observer: Observer | None
+    owner: str
+    lease_ttl: timedelta
+    wall: WallClock
+    model: Any = None
+
+
+@dataclass(frozen=True)
+class AllowedCall:
+    """A call the policy (or a granted approval) allowed, not yet finished."""
+
+    step: Step
+    spec: ToolSpec
+    args: JSON
+    payload: dict[str, Any]
+    approval_id: str = ""
+    started_at: datetime | None = None
+
+
+@dataclass
+class PolicyCheck:
+    """The policy's answer, validated, and what `step.policy` records of it."""
+
+    decision: PolicyDecision | None
+    error: str | None
+    payload: dict[str, Any] = field(default_factory=dict)
+
+
+def policy_view_counters(run: Run, prior: Sequence[Step]) -> dict[str, Any]:
+    return {
+        "step_count": run.step_count,
+        "consecutive_failures": limits_mod.trailing_failures(prior),
+        "model_calls": run.model_calls,
+        "input_tokens": run.input_tokens,
+        "output_tokens": run.output_tokens,
+        "cached_input_tokens": run.cached_input_tokens,
+        "estimated_cost_micros": run.estimated_cost_micros,
+        "active_ms": duration_to_ms(run.active_time),
+    }
+
+
+def validate_policy_decision(result: Any) -> str | None:
+    if not isinstance(result, PolicyDecision):
+        return f"policy returned {type(result).__name__}, not a PolicyDecision"
+    if not isinstance(result.outcome, str) or result.outcome not in _POLICY_OUTCOMES:
+        return f"policy returned an unknown outcome {result.outcome!r}"
+    if not isinstance(result.reason, str) or not isinstance(result.kind, str):
+        return "policy reason and kind must be strings"
+    if result.outcome == PolicyOutcome.REQUIRE_APPROVAL and not result.kind:
+        return "policy required an approval without naming its kind"
+    for name in ("capability", "presentation"):
+        try:
+            check_json(getattr(result, name))
+            to_text(getattr(result, name))
+        except (JSONValueError, RecursionError, TypeError, ValueError) as exc:
+            return f"policy {name} is not usable JSON: {exc}"
+    try:
+        to_text(result.to_json())
+    except (JSONValueError, RecursionError, TypeError, ValueError) as exc:
+        return f"policy decision cannot be recorded: {exc}"
+    return None
+
+
+async def maybe_await(value: Any) -> Any:
+    if inspect.isawaitable(value):
+        return await value
+    return value
+
+
+class RunSession:
+    """Executes one run while this process holds its lease."""
+
+    def __init__(
+        self,
+        config: LoopConfig,
+        run: Run,
+        steps: Sequence[Step],
+        approvals: Sequence[Approval],
+        epoch: int,
+        mark: datetime,
+    ) -> None:
+        self.config = config
+        self.run = run
+        self.steps: list[Step] = list(steps)
+        self.approvals: list[Approval] = list(approvals)
+        self.epoch = epoch
+        # Start of the active segment not yet added to the run's active time.
+        self._mark = mark
+        self._args_hashes: dict[str, str] = {}
+        self._allowed: AllowedCall | None = None
+
+    # -- plumbing -----------------------------------------------------------
+
+    @property
+    def run_id(self) -> str:
+        return self.run.id
+
+    async def write(self, fn: Callable[[Tx], T]) -> T:
+        """Run `fn` in one IMMEDIATE transaction off the event loop; deliver its events."""
+        store = self.config.store
+
+        def job() -> tuple[T, list[Any]]:
+            with store.transaction() as tx:
+                out = fn(tx)
+                events = list(tx.events)
+            return out, events
+
+        out, events = await run_io(job)
+        deliver(self.config.observer, events)
+        return out
+
+    def require_lease(self, tx: Tx, *, side_effect: bool = False) -> Any:
+        """Re-read the run inside the transaction; refuse to write without the lease."""
+        row = tx.execute("SELECT * FROM runs WHERE id = ?", (self.run_id,)).fetchone()
+        if row is None:
+            raise RunStateError(f"run {self.run_id} disappeared")
+        if row["status"] != RunStatus.RUNNING:
+            raise RunMoved(run_from_row(row))
+        if row["lease_owner"] != self.config.owner:
+            raise LeaseLostError(
+                f"run {self.run_id} is now leased by {row['lease_owner']!r}; "
+                "this loop stopped before its next side effect"
+            )
+        if side_effect and row["lease_expires_at"] <= format_time(self.config.wall()):
+            raise LeaseLostError(
+                f"the lease on run {self.run_id} lapsed at {row['lease_expires_at']}; "
+                "no side effect is started on a lapsed lease"
+            )
+        return row
+
+    def refresh(self, tx: Tx, step_id: str | None = None) -> None:
+        """Re-read the run (and one step) so the session mirrors what was committed."""
+        self.run = run_from_row(
+            tx.execute("SELECT * FROM runs WHERE id = ?", (self.run_id,)).fetchone()
+        )
+        if step_id is not None:
+            step = step_from_row(
+                tx.execute("SELECT * FROM steps WHERE id = ?", (step_id,)).fetchone()
+            )
+            for i in range(len(self.steps) - 1, -1, -1):
+                if self.steps[i].id == step_id:
+                    self.steps[i] = step
+                    break
+            else:
+                self.steps.append(step)
+
+    def reload_approvals(self, tx: Tx) -> None:
+        rows = tx.execute(
+            "SELECT * FROM approvals WHERE run_id = ? ORDER BY rowid", (self.run_id,)
+        ).fetchall()
+        self.approvals = [approval_from_row(r) for r in rows]
+
+    def active_ms_until(self, now: datetime) -> int:
+        """Milliseconds of active time since the last settled mark; advances the mark."""
+        added = max(0, duration_to_ms(now - self._mark))
+        self._mark = now
+        return added
+
+    def args_hash(self, step: Step) -> str:
+        cached = self._args_hashes.get(step.id)
+        if cached is None:
+            args = step.decision.args if step.decision is not None else None
+            cached = content_hash({} if args is None else args)
+            self._args_hashes[step.id] = cached
+        return cached
+
+    def end_in(
+        self,
+        tx: Tx,
+        now: datetime,
+        status: str,
+        reason: str,
+        detail: str,
+        *,
+        from_statuses: tuple[str, ...] = (RunStatus.RUNNING,),
+        result: JSON = None,
+    ) -> None:
+        finish_run(
+            tx, self.run_id, status, reason, detail, now,
+            from_statuses=from_statuses, result=result, active_ms_add=self.active_ms_until(now),
+        )  # fmt: skip
+
+    # -- 1. begin a step ---------------------------------------------------
+
+    async def begin_step(self) -> Step | None:
+        """Check the limits and claim the next step; None when the run is no longer RUNNING."""
+        config = self.config
+
+        def tx_begin(tx: Tx) -> Step | None:
+            row = self.require_lease(tx)
+            run = run_from_row(row)
+            self.run = run
+            now = config.clock()
+            active = run.active_time + max(timedelta(0), now - self._mark)
+            hit = limits_mod.check(run, self.steps, now, active, self.args_hash)
+            if hit is not None:
+                if hit.loop is not None:
+                    tx.append_event(self.run_id, "", now, ev.LOOP_DETECTED, hit.loop)
+                else:
+                    tx.append_event(
+                        self.run_id, "", now, ev.LIMIT_EXCEEDED,
+                        {"reason": hit.reason, "detail": hit.detail},
+                    )  # fmt: skip
+                self.end_in(tx, now, RunStatus.FAILED, hit.reason, hit.detail)
+                self.refresh(tx)
+                return None
+            index = run.step_count
+            cur = tx.execute(
+                "UPDATE runs SET step_count = step_count + 1 WHERE id = ? AND status = 'RUNNING' "
+                "AND step_count = ? AND lease_owner = ?",
+                (self.run_id, index, config.owner),
+            )
+            if cur.rowcount != 1:
+                raise RunStateError(f"run {self.run_id} moved while claiming step {index}")
+            step_id = config.new_id()
+            tx.execute(
+                "INSERT INTO steps (id, run_id, idx, status, started_at) VALUES (?, ?, ?, ?, ?)",
+                (step_id, self.run_id, index, str(StepStatus.DECIDING), format_time(now)),
+            )
+            tx.append_event(self.run_id, step_id, now, ev.STEP_STARTED, {"index": index})
+            self.refresh(tx, step_id)
+            return self.steps[-1]
+
+        try:
+            return await self.write(tx_begin)
+        except RunMoved as moved:
+            self.run = moved.run
+            return None
+
+    def step_input_parts(self) -> tuple[Run, tuple[Step, ...], tuple[Approval, ...]]:
+        return self.run, tuple(self.steps), tuple(self.approvals)
+
+    # -- 2. propose a decision ---------------------------------------------
+
+    async def record_decision(self, step: Step, decision: Any) -> RecordedDecision:
+        recorded = record(decision)
+
+        def tx_decided(tx: Tx) -> None:
+            self.require_lease(tx)
+            now = self.config.clock()
+            payload = recorded.decision.to_json()
+            cur = tx.execute(
+                "UPDATE steps SET decision_json = ? WHERE id = ? AND status = 'deciding'",
+                (to_text(payload), step.id),
+            )
+            if cur.rowcount != 1:
+                raise RunStateError(f"step {step.id} is no longer deciding")
+            tx.append_event(self.run_id, step.id, now, ev.STEP_DECIDED, payload)
+            self.refresh(tx, step.id)
+
+        await self.write(tx_decided)
+        return recorded
+
+    async def fail_current(self, step: Step, observation: Observation) -> None:
+        """Fail a deciding step (invalid decision); the loop goes on."""
+
+        def tx_fail(tx: Tx) -> None:
+            self.require_lease(tx)
+            now = self.config.clock()
+            fail_step(
+                tx, self.run_id, step.id, observation, now, from_statuses=(StepStatus.DECIDING,)
+            )
+            self.refresh(tx, step.id)
+
+        await self.write(tx_fail)
+
+    async def end_with_step(
+        self,
+        step: Step,
+        status: str,
+        reason: str,
+        detail: str,
+        *,
+        step_status: str,
+        observation: Observation | None = None,
+        policy_payload: dict[str, Any] | None = None,
+        result: JSON = None,
+        from_step: tuple[str, ...] = (StepStatus.DECIDING,),
+    ) -> None:
+        """End the run and settle its current step in one transaction."""
+
+        def tx_end(tx: Tx) -> None:
+            self.require_lease(tx)
+            now = self.config.clock()
+            if policy_payload is not None:
+                tx.append_event(self.run_id, step.id, now, ev.STEP_POLICY, policy_payload)
+            if observation is not None:
+                fail_step(
+                    tx,
+                    self.run_id,
+                    step.id,
+                    observation,
+                    now,
+                    from_statuses=from_step,
+                    status=step_status,
+                )
+            else:
+                placeholders = ",".join("?" for _ in from_step)
+                cur = tx.execute(
+                    f"UPDATE steps SET status = ?, finished_at = ? WHERE id = ? "
+                    f"AND status IN ({placeholders})",
+                    (str(step_status), format_time(now), step.id, *map(str, from_step)),
+                )
+                if cur.rowcount != 1:
+                    raise RunStateError(f"step {step.id} moved before the run could end")
+            self.end_in(tx, now, status, reason, detail, result=result)
+            self.refresh(tx, step.id)
+
+        await self.write(tx_end)
+
+    def policy_request(self, step: Step, spec: ToolSpec, args: JSON) -> tuple[ToolRequest, RunView]:
+        request = ToolRequest(run_id=self.run_id, step_id=step.id, spec=spec, args=copy_json(args))
+        prior = tuple(s for s in self.steps if s.id != step.id)
+        view = RunView(run=self.run, steps=prior, approvals=tuple(self.approvals))
+        return request, view
+
+    async def ask_policy(self, step: Step, spec: ToolSpec, args: JSON) -> PolicyCheck:
+        request, view = self.policy_request(step, spec, args)
+        try:
+            result = await evaluate_policy(self.config.policy, request, view)
+        except Exception as exc:  # the policy is consumer code: its failure ends the run
+            return PolicyCheck(None, f"policy raised {type(exc).__name__}: {exc}")
+        error = validate_policy_decision(result)
+        if error is not None:
+            return PolicyCheck(None, error)
+        payload = {
+            "decision": result.to_json(),
+            "policy_id": self.config.policy_id,
+            "spec_hash": self.config.spec_hashes[spec.name],
+            "view": policy_view_counters(self.run, view.steps),
+        }
+        return PolicyCheck(result, None, payload)
+
+    async def propose(self, step: Step, decision: Any) -> Verdict:
+        """Record, validate and judge one decision for the step `begin_step` returned."""
+        try:
+            recorded = await self.record_decision(step, decision)
+            error = validate(recorded, self.config.specs)
+            if error is not None:
+                await self.fail_current(step, failed_decision(error))
+                return Verdict.DENIED
+            chosen = recorded.decision
+            if chosen.kind == DecisionKind.COMPLETE:
+                await self.end_with_step(
+                    step, RunStatus.COMPLETED, TerminalReason.GOAL_COMPLETED, "",
+                    step_status=StepStatus.DONE, result=chosen.result,
+                )  # fmt: skip
+                return Verdict.ENDED
+            if chosen.kind == DecisionKind.FAIL:
+                await self.end_with_step(
+                    step, RunStatus.FAILED, TerminalReason.GOAL_FAILED, chosen.message,
+                    step_status=StepStatus.DONE,
+                )  # fmt: skip
+                return Verdict.ENDED
+            spec = self.config.specs[chosen.tool]
+            args = call_args(chosen)
+            check = await self.ask_policy(step, spec, args)
+            return await self.apply_policy(step, spec, args, check)
+        except RunMoved as moved:
+            self.run = moved.run
+            return Verdict.ENDED
+
+    async def apply_policy(
+        self, step: Step, spec: ToolSpec, args: JSON, check: PolicyCheck
+    ) -> Verdict:
+        decision = check.decision
+        if decision is None:
+            error = check.error or "policy failed"
+            await self.end_with_step(
+                step, RunStatus.FAILED, TerminalReason.INTERNAL_ERROR, error,
+                step_status=StepStatus.FAILED,
+                observation=denied_observation(spec.name, error),
+            )  # fmt: skip
+            return Verdict.ENDED
+        if decision.outcome == PolicyOutcome.ALLOW:
+            self._allowed = AllowedCall(step, spec, args, check.payload)
+            return Verdict.ALLOWED
+        if decision.outcome == PolicyOutcome.DENY:
+            await self.deny(step, spec, decision, check.payload)
+            return Verdict.DENIED
+        if decision.outcome == PolicyOutcome.ABORT:
+            await self.end_with_step(
+                step, RunStatus.FAILED, TerminalReason.POLICY_ABORT, decision.reason,
+                step_status=StepStatus.FAILED,
+                observation=denied_observation(spec.name, decision.reason),
+                policy_payload=check.payload,
+            )  # fmt: skip
+            return Verdict.ENDED
+        await self.pause(step, spec, args, decision, check.payload)
+        return Verdict.PENDING
+
+    async def deny(
+        self, step: Step, spec: ToolSpec, decision: PolicyDecision, payload: dict[str, Any]
+    ) -> None:
+        def tx_deny(tx: Tx) -> None:
+            self.require_lease(tx)
+            now = self.config.clock()
+            tx.append_event(self.run_id, step.id, now, ev.STEP_POLICY, payload)
+            tx.execute(
+                "UPDATE steps SET policy_json = ?, spec_hash = ?, policy_id = ? WHERE id = ?",
+                (to_text(decision.to_json()), payload["spec_hash"], payload["policy_id"], step.id),
+            )
+            fail_step(
+                tx,
+                self.run_id,
+                step.id,
+                denied_observation(spec.name, decision.reason),
+                now,
+                from_statuses=(StepStatus.DECIDING,),
+            )
+            self.refresh(tx, step.id)
+
+        await self.write(tx_deny)
+
+    def insert_approval(
+        self,
+        tx: Tx,
+        now: datetime,
+        step: Step,
+        spec: ToolSpec,
+        args: JSON,
+        decision: PolicyDecision,
+    ) -> dict[str, Any]:
+        """Insert a pending approval bound by hash to this exact request."""
+        request = approval_request(self.run_id, step.id, spec, args)
+        digest = approval_hash(decision.kind, decision.capability, decision.presentation, request)
+        approval_id = self.config.new_id()
+        ttl = self.run.limits.approval_ttl
+        tx.execute(
+            "INSERT INTO approvals (id, run_id, step_id, kind, capability_json, "
+            "presentation_json, request_json, hash, status, created_at, expires_at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?)",
+            (
+                approval_id, self.run_id, step.id, decision.kind,
+                to_text({} if decision.capability is None else decision.capability),
+                to_text({} if decision.presentation is None else decision.presentation),
+                to_text(request), digest, format_time(now),
+                format_time(now + ttl) if ttl is not None else "",
+            ),
+        )  # fmt: skip
+        return {
+            "approval_id": approval_id,
+            "kind": decision.kind,
+            "reason": decision.reason,
+            "capability": decision.capability,
+            "presentation": decision.presentation,
+            "hash": digest,
+        }
+
+    async def pause(
+        self,
+        step: Step,
+        spec: ToolSpec,
+        args: JSON,
+        decision: PolicyDecision,
+        payload: dict[str, Any],
+        *,
+        from_step: tuple[str, ...] = (StepStatus.DECIDING,),
+    ) -> None:
+        """Pause in one transaction: approval, step awaiting, run WAITING, lease released."""
+
+        def tx_pause(tx: Tx) -> None:
+            self.require_lease(tx)
+            now = self.config.clock()
+            self.pause_in(tx, now, step, spec, args, decision, payload, from_step=from_step)
+
+        await self.write(tx_pause)
+
+    def pause_in(
+        self,
+        tx: Tx,
+        now: datetime,
+        step: Step,
+        spec: ToolSpec,
+        args: JSON,
+        decision: PolicyDecision,
+        payload: dict[str, Any],
+        *,
+        from_step: tuple[str, ...],
+        from_run: str = RunStatus.RUNNING,
+    ) -> None:
+        placeholders = ",".join("?" for _ in from_step)
+        cur = tx.execute(
+            f"UPDATE steps SET status = 'awaiting_approval', policy_json = ?, spec_hash = ?, "
+            f"policy_id = ? WHERE id = ? AND status IN ({placeholders})",
+            (
+                to_text(decision.to_json()),
+                payload["spec_hash"],
+                payload["policy_id"],
+                step.id,
+                *map(str, from_step),
+            ),
+        )
+        if cur.rowcount != 1:
+            raise RunStateError(f"step {step.id} moved before it could pause")
+        requested = self.insert_approval(tx, now, step, spec, args, decision)
+        active = self.active_ms_until(now) if from_run == RunStatus.RUNNING else 0
+        cur = tx.execute(
+            "UPDATE runs SET status = 'WAITING_FOR_APPROVAL', active_ms = active_ms + ?, "
+            "lease_owner = '', lease_expires_at = '', lease_holder = '' "
+            "WHERE id = ? AND status = ?",
+            (active, self.run_id, str(from_run)),
+        )
+        if cur.rowcount != 1:
+            raise RunStateError(f"run {self.run_id} moved before it could pause")
+        tx.append_event(self.run_id, step.id, now, ev.STEP_POLICY, payload)
+        tx.append_event(self.run_id, step.id, now, ev.APPROVAL_REQUESTED, requested)
+        self.reload_approvals(tx)
+        self.refresh(tx, step.id)
+
+    # -- 3. execute the allowed call ---------------------------------------
+
+    def allow_resumed(
+        self, step: Step, spec: ToolSpec, args: JSON, approval_id: str, started_at: datetime
+    ) -> None:
+        """Hand `execute` a call whose `step.tool_started` the resume already committed."""
+        self._allowed = AllowedCall(step, spec, args, {}, approval_id, started_at)
+
+    def tool_started_in(
+        self,
+        tx: Tx,
+        now: datetime,
+        step: Step,
+        spec: ToolSpec,
+        args: JSON,
+        payload: dict[str, Any],
+        *,
+        approval_id: str = "",
+        from_step: tuple[str, ...] = (StepStatus.DECIDING,),
+    ) -> None:
+        decision = payload["decision"]
+        placeholders = ",".join("?" for _ in from_step)
+        cur = tx.execute(
+            f"UPDATE steps SET status = 'executing', policy_json = ?, spec_hash = ?, "
+            f"policy_id = ? WHERE id = ? AND status IN ({placeholders})",
+            (
+                to_text(decision),
+                payload["spec_hash"],
+                payload["policy_id"],
+                step.id,
+                *map(str, from_step),
+            ),
+        )
+        if cur.rowcount != 1:
+            raise RunStateError(f"step {step.id} moved before its tool could start")
+        tx.append_event(self.run_id, step.id, now, ev.STEP_POLICY, payload)
+        started: dict[str, Any] = {"tool": spec.name, "args": args}
+        if approval_id:
+            started["approval_id"] = approval_id
+        tx.append_event(self.run_id, step.id, now, ev.STEP_TOOL_STARTED, started)
+
+    async def start_tool(
+        self, step: Step, spec: ToolSpec, args: JSON, payload: dict[str, Any]
+    ) -> datetime:
+        def tx_started(tx: Tx) -> datetime:
+            self.require_lease(tx, side_effect=True)
+            now = self.config.clock()
+            self.tool_started_in(tx, now, step, spec, args, payload)
+            self.refresh(tx, step.id)
+            return now
+
+        return await self.write(tx_started)
+
+    def has_allowed_call(self) -> bool:
+        return self._allowed is not None
+
+    def allowed_step(self) -> Step:
+        assert self._allowed is not None
+        return self._allowed.step
+
+    async def execute(self, step: Step) -> None:
+        """Start, run and record the allowed call of `step` exactly once."""
+        allowed = self._allowed
+        if allowed is None or allowed.step.id != step.id:
+            raise RunStateError(f"step {step.id} has no allowed call to execute")
+        self._allowed = None
+        spec, args = allowed.spec, allowed.args
+        if allowed.started_at is not None:
+            started_at = allowed.started_at
+        else:
+            try:
+                started_at = await self.start_tool(step, spec, args, allowed.payload)
+            except RunMoved as moved:
+                self.run = moved.run
+                return
+        tool = self.config.tools[spec.name]
+        call = ToolCall(
+            run_id=self.run_id, step_id=step.id, args=copy_json(args), lease_epoch=self.epoch
+        )
+        try:
+            outcome = await invoke(tool, spec, call)
+        except asyncio.CancelledError:
+            # The caller cancelled us mid-call: the effect may have happened, so
+            # its (unknown) outcome is recorded before the cancellation goes on.
+            content = {"previous_status": "executing", "failure": "cancelled"}
+            observation = Observation(
+                ObservationKind.INTERRUPTED,
+                content,
+                "cancelled by the caller; outcome unknown",
+                content_hash(content),
+            )
+            await asyncio.shield(
+                self.finish_tool(step, spec, started_at, observation, None, cancelled=True)
+            )
+            raise
+        await self.finish_tool(step, spec, started_at, outcome.observation, outcome.abort)
+
+    async def finish_tool(
+        self,
+        step: Step,
+        spec: ToolSpec,
+        started_at: datetime,
+        observation: Observation,
+        abort: str | None,
+        *,
+        cancelled: bool = False,
+    ) -> None:
+        config = self.config
+
+        def tx_finished(tx: Tx) -> None:
+            row = tx.execute("SELECT * FROM runs WHERE id = ?", (self.run_id,)).fetchone()
+            now = config.clock()
+            duration_ms = max(0, duration_to_ms(now - started_at))
+            finished: dict[str, Any] = {"tool": spec.name, "duration_ms": duration_ms}
+            failed = observation.kind != ObservationKind.TOOL_RESULT
+            if failed:
+                content = observation.content if isinstance(observation.content, dict) else {}
+                finished["error"] = str(content.get("error", content.get("failure", "")))
+            else:
+                finished["summary"] = observation.summary
+                finished["content_hash"] = observation.content_hash
+            held = row["status"] == RunStatus.RUNNING and row["lease_owner"] == config.owner
+            if not held:
+                if row["status"] == RunStatus.CANCELLED and row["lease_epoch"] == self.epoch:
+                    # Cancelled while we held the lease: the effect happened after the
+                    # cancel was recorded, so it is appended, changing neither row.
+                    finished["late"] = True
+                    tx.append_event(self.run_id, step.id, now, ev.STEP_TOOL_FINISHED, finished)
+                    self.refresh(tx, step.id)
+                    return
+                # Someone else owns the run now: the next owner decides what this
+                # step did; our late result is not recorded.
+                raise LeaseLostError(
+                    f"run {self.run_id} changed owner while its tool ran; "
+                    "the outcome is left for the current owner"
+                )
+            if cancelled:
+                status = StepStatus.INTERRUPTED
+            elif failed:
+                status = StepStatus.FAILED
+            else:
+                status = StepStatus.DONE
+            active = self.active_ms_until(now)
+            cur = tx.execute(
+                "UPDATE steps SET status = ?, observation_json = ?, observation_hash = ?, "
+                "finished_at = ? WHERE id = ? AND status = 'executing'",
+                (
+                    str(status),
+                    to_text(observation.to_json()),
+                    observation.content_hash,
+                    format_time(now),
+                    step.id,
+                ),
+            )
+            if cur.rowcount != 1:
+                raise RunStateError(f"step {step.id} is no longer executing")
+            tx.append_event(self.run_id, step.id, now, ev.STEP_TOOL_FINISHED, finished)
+            if failed and not cancelled:
+                tx.append_event(
+                    self.run_id, step.id, now, ev.STEP_FAILED, ev.observation_payload(observation)
+                )
+            if abort is not None:
+                finish_run(
+                    tx,
+                    self.run_id,
+                    RunStatus.FAILED,
+                    TerminalReason.TOOL_ABORT,
+                    abort,
+                    now,
+                    from_statuses=(RunStatus.RUNNING,),
+                    active_ms_add=active,
+                )
+            elif spec.terminal and not failed:
+                finish_run(
+                    tx,
+                    self.run_id,
+                    RunStatus.COMPLETED,
+                    TerminalReason.GOAL_COMPLETED,
+                    "",
+                    now,
+                    from_statuses=(RunStatus.RUNNING,),
+                    result=observation.content,
+                    active_ms_add=active,
+                )
+            elif cancelled:
+                # Leave the run RUNNING for a later resume, but give up the lease now:
+                # nobody should have to wait it out for a loop that has stopped.
+                tx.execute(
+                    "UPDATE runs SET active_ms = active_ms + ?, lease_owner = '', "
+                    "lease_expires_at = '', lease_holder = '' WHERE id = ?",
+                    (active, self.run_id),
+                )
+            else:
+                tx.execute(
+                    "UPDATE runs SET active_ms = active_ms + ? WHERE id = ?", (active, self.run_id)
+                )
+            self.refresh(tx, step.id)
+
+        await self.write(tx_finished)
+
+
+def denied_observation(tool: str, reason: str) -> Observation:
+    content = {"tool": tool, "reason": reason}
+    return Observation(ObservationKind.POLICY_DENIED, content, reason[:1024], content_hash(content))
+
+
+def failed_decision(error: str) -> Observation:
+    content = {"error": error}
+    return Observation(
+        ObservationKind.INVALID_DECISION, content, error[:1024], content_hash(content)
+    )

@@ -1,0 +1,107 @@
+"""Shared fixtures: deterministic clocks and ids, a file-backed store, sample tools."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import agentrt
+from agentrt import SideEffect, ToolCall, ToolResult, ToolSpec
+
+EPOCH = datetime(2026, 11, 30, 9, 0, 0, tzinfo=UTC)
+
+
+class FakeClock:
+    """Advances by `tick` on every reading, so the order of readings shows in the records."""
+
+    def __init__(self, start: datetime = EPOCH, tick: timedelta = timedelta(milliseconds=1)):
+        self.t = start
+        self.tick = tick
+        self.readings = 0
+
+    def __call__(self) -> datetime:
+        self.t += self.tick
+        self.readings += 1
+        return self.t
+
+    def advance(self, delta: timedelta) -> None:
+        self.t += delta
+
+
+class Ids:
+    """Sequential 32-hex-character ids with a prefix digit per factory."""
+
+    def __init__(self, prefix: str = "a") -> None:
+        self.prefix = prefix
+        self.counter = itertools.count(1)
+
+    def __call__(self) -> str:
+        return f"{self.prefix}{next(self.counter):031x}"
+
+
+class RecordingTool:
+    """A hand-written Tool (no decorator) that records every call it receives."""
+
+    def __init__(
+        self,
+        name: str,
+        side_effect: SideEffect,
+        schema: dict[str, Any] | None = None,
+        result: Any = None,
+        description: str = "",
+        timeout: timedelta = timedelta(seconds=5),
+        terminal: bool = False,
+    ) -> None:
+        self.spec = ToolSpec(
+            name=name,
+            description=description or f"the {name} tool",
+            input_schema=schema
+            or {
+                "type": "object",
+                "properties": {"x": {"type": "integer"}},
+                "additionalProperties": False,
+            },
+            side_effect=side_effect,
+            timeout=timeout,
+            terminal=terminal,
+        )
+        self.calls: list[ToolCall] = []
+        self.result = result
+
+    def call(self, call: ToolCall) -> ToolResult:
+        self.calls.append(call)
+        if callable(self.result):
+            return self.result(call)  # type: ignore[no-any-return]
+        content = self.result if self.result is not None else {"echo": call.args}
+        return ToolResult(content=content, summary=f"{self.spec.name} ok")
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def ids() -> Ids:
+    return Ids()
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    return tmp_path / "runs.db"
+
+
+@pytest.fixture
+def store(db_path: Path) -> Iterator[agentrt.Store]:
+    s = agentrt.open_store(db_path)
+    yield s
+    s.close()
+
+
+def event_types(store: agentrt.Store, run_id: str) -> list[str]:
+    return [e.type for e in store.list_events(run_id=run_id, limit=100_000)]

@@ -1,0 +1,246 @@
+"""Migrations: pinned texts, forward-only application, version refusals, the writer-version lock."""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+import threading
+from pathlib import Path
+
+import pytest
+
+from agentrt import migrations
+from agentrt.clock import parse_time
+from agentrt.errors import SchemaVersionError, StoreError
+from agentrt.migrations import (
+    MIGRATIONS,
+    RUNTIME_VERSION,
+    SCHEMA_VERSION,
+    Migration,
+    check_writer,
+    parse_version,
+    statements,
+)
+from agentrt.store import open_existing, open_store
+
+# Released migrations are never edited. A failure here means a released script
+# changed: revert it and add a new migration instead.
+PINNED_SHA256 = {
+    1: "5dbf91bee9ca921067840a089734f3eb2e08bcc87540039e0e610a0ab0b00d80",
+}
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    return tmp_path / "m.db"
+
+
+def raw(path: Path) -> sqlite3.Connection:
+    return sqlite3.connect(path, isolation_level=None)
+
+
+def applied(path: Path) -> list[int]:
+    conn = raw(path)
+    try:
+        return [r[0] for r in conn.execute("SELECT version FROM schema_migrations ORDER BY 1")]
+    finally:
+        conn.close()
+
+
+def test_released_migration_texts_are_pinned_by_sha256() -> None:
+    texts = {m.version: hashlib.sha256(m.sql.encode("utf-8")).hexdigest() for m in MIGRATIONS}
+    assert texts == PINNED_SHA256
+
+
+def test_versions_are_contiguous_from_one() -> None:
+    assert [m.version for m in MIGRATIONS] == list(range(1, len(MIGRATIONS) + 1))
+    assert SCHEMA_VERSION == MIGRATIONS[-1].version == 1
+
+
+def test_statements_splits_whole_statements_only() -> None:
+    script = (
+        "CREATE TABLE a (x TEXT DEFAULT ';');\n"
+        "-- a comment; with a semicolon\n"
+        "INSERT INTO a VALUES ('b;c');\n"
+    )
+    assert statements(script) == [
+        "CREATE TABLE a (x TEXT DEFAULT ';');",
+        "-- a comment; with a semicolon\nINSERT INTO a VALUES ('b;c');",
+    ]
+    with pytest.raises(StoreError, match="incomplete statement"):
+        statements("CREATE TABLE a (x);\nCREATE TABLE b (")
+    assert len(statements(MIGRATIONS[0].sql)) == 13
+
+
+def test_new_database_records_its_migrations_and_writer_version(db: Path) -> None:
+    open_store(db).close()
+    open_store(db).close()  # reopening applies nothing twice
+    conn = raw(db)
+    try:
+        rows = conn.execute("SELECT version, applied_at FROM schema_migrations").fetchall()
+        meta = dict(conn.execute("SELECT key, value FROM agentrt_meta").fetchall())
+    finally:
+        conn.close()
+    assert [r[0] for r in rows] == [1]
+    assert parse_time(rows[0][1]) is not None
+    assert meta == {"min_writer_version": "0.1.0"}
+
+
+def test_a_newer_schema_is_refused_by_every_open(db: Path) -> None:
+    open_store(db).close()
+    conn = raw(db)
+    conn.execute("INSERT INTO schema_migrations (version, applied_at) VALUES (2, '')")
+    conn.close()
+    message = r"written by a newer agentrt \(schema version 2; this agentrt 0\.1\.0 knows up to 1\)"
+    with pytest.raises(SchemaVersionError, match=message):
+        open_store(db)
+    with pytest.raises(SchemaVersionError, match=message):
+        open_existing(db)
+    with pytest.raises(SchemaVersionError, match=message):
+        open_existing(db, read_only=True)
+
+
+def test_open_existing_refuses_a_file_without_the_schema(db: Path) -> None:
+    conn = raw(db)
+    conn.execute("CREATE TABLE other (x)")
+    conn.close()
+    db.chmod(0o600)
+    with pytest.raises(SchemaVersionError, match="no agentrt schema"):
+        open_existing(db)
+    assert applied_tables(db) == ["other"]
+
+
+def applied_tables(path: Path) -> list[str]:
+    conn = raw(path)
+    try:
+        return [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    finally:
+        conn.close()
+
+
+V2 = Migration(2, "CREATE TABLE grants (id TEXT PRIMARY KEY NOT NULL) STRICT;\n")
+
+
+def test_an_older_schema_is_refused_by_open_existing_and_migrated_by_open_store(
+    db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    open_store(db).close()
+    monkeypatch.setattr(migrations, "MIGRATIONS", (*MIGRATIONS, V2))
+    monkeypatch.setattr(migrations, "SCHEMA_VERSION", 2)
+    with pytest.raises(SchemaVersionError, match=r"older agentrt \(schema version 1.*needs 2"):
+        open_existing(db)
+    open_store(db).close()
+    assert applied(db) == [1, 2]
+    assert "grants" in applied_tables(db)
+    open_existing(db).close()
+
+
+def test_a_failing_migration_changes_nothing(db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    open_store(db).close()
+    broken = Migration(
+        2, "CREATE TABLE grants (id TEXT) STRICT;\nINSERT INTO nowhere VALUES (1);\n"
+    )
+    monkeypatch.setattr(migrations, "MIGRATIONS", (*MIGRATIONS, broken))
+    monkeypatch.setattr(migrations, "SCHEMA_VERSION", 2)
+    with pytest.raises(StoreError, match="no such table: nowhere"):
+        open_store(db)
+    assert applied(db) == [1]
+    assert "grants" not in applied_tables(db)
+
+
+def test_all_pending_migrations_apply_in_one_transaction(db: Path) -> None:
+    conn = raw(db)
+    try:
+        seen: list[str] = []
+        conn.set_trace_callback(seen.append)
+        assert migrations.migrate(conn) == 1
+    finally:
+        conn.close()
+    assert seen[0] == "BEGIN IMMEDIATE"
+    assert seen[-1] == "COMMIT"
+    assert seen.count("BEGIN IMMEDIATE") == 1
+    assert seen.count("COMMIT") == 1
+
+
+def test_min_writer_version_above_this_runtime_refuses_writers_only(db: Path) -> None:
+    store = open_store(db)
+    with store.transaction() as tx:
+        tx.execute("INSERT INTO runs (id, status) VALUES ('r1', 'RUNNING')")
+    store.close()
+    conn = raw(db)
+    conn.execute("UPDATE agentrt_meta SET value = '0.5.0' WHERE key = 'min_writer_version'")
+    conn.close()
+    message = r"may be written only by agentrt 0\.5\.0 or later \(this is 0\.1\.0\)"
+    with pytest.raises(SchemaVersionError, match=message):
+        open_store(db)
+    with pytest.raises(SchemaVersionError, match=message):
+        open_existing(db)
+    reader = open_existing(db, read_only=True)
+    try:
+        assert reader.get_run("r1").status == "RUNNING"
+    finally:
+        reader.close()
+
+
+def test_unreadable_min_writer_version_refuses_writers(db: Path) -> None:
+    open_store(db).close()
+    conn = raw(db)
+    conn.execute("UPDATE agentrt_meta SET value = 'next' WHERE key = 'min_writer_version'")
+    conn.close()
+    with pytest.raises(
+        SchemaVersionError, match=r"'next', which this agentrt 0\.1\.0 cannot compare"
+    ):
+        open_store(db)
+
+
+def test_a_migration_can_raise_the_writer_version(
+    db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    open_store(db).close()
+    lockout = Migration(
+        2, "UPDATE agentrt_meta SET value = '9.0' WHERE key = 'min_writer_version';\n"
+    )
+    monkeypatch.setattr(migrations, "MIGRATIONS", (*MIGRATIONS, lockout))
+    monkeypatch.setattr(migrations, "SCHEMA_VERSION", 2)
+    # This runtime is below the bar its own migration sets, so the migration is not kept.
+    with pytest.raises(SchemaVersionError, match=r"only by agentrt 9\.0 or later"):
+        open_store(db)
+    assert applied(db) == [1]
+
+
+def test_parse_version_and_compare() -> None:
+    assert parse_version("0.1.0") == (0, 1) == parse_version("0.1")
+    assert parse_version("1.10.2") > parse_version("1.9.9")
+    for bad in ("", "1.x", "v1.0", "1..0", "1.0-rc1"):
+        with pytest.raises(ValueError, match="not a dotted version"):
+            parse_version(bad)
+    conn = sqlite3.connect(":memory:")
+    try:
+        migrations.migrate(conn)
+        check_writer(conn, runtime_version="0.1.0")
+        check_writer(conn, runtime_version="0.2")
+        with pytest.raises(SchemaVersionError, match=r"only by agentrt 0\.1\.0 or later"):
+            check_writer(conn, runtime_version="0.0.9")
+    finally:
+        conn.close()
+    assert RUNTIME_VERSION == "0.1.0"
+
+
+def test_two_first_opens_at_once_migrate_once(db: Path) -> None:
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(4)
+
+    def opener() -> None:
+        try:
+            barrier.wait()
+            open_store(db).close()
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=opener) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert applied(db) == [1]
