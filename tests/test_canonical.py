@@ -19,6 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from agentrt import canonical
 from agentrt.canonical import (
     MAX_DEPTH,
     JSONFloat,
@@ -47,6 +48,12 @@ def test_keys_sort_by_code_point_not_utf16_units() -> None:
         b'{"":6,"A":7,"a":2,"b":1,"\xc3\xa9":5,"\xee\x80\x80":8,"\xef\xbf\xbf":3,'
         b'"\xf0\x9f\x98\x80":4}'
     )
+    # A literal-carrying number takes the pure-Python encoder: same order.
+    value["a"] = JSONFloat("2e0")
+    assert canonical_json(value) == (
+        b'{"":6,"A":7,"a":2e0,"b":1,"\xc3\xa9":5,"\xee\x80\x80":8,"\xef\xbf\xbf":3,'
+        b'"\xf0\x9f\x98\x80":4}'
+    )
 
 
 def test_number_literals_are_kept_as_written() -> None:
@@ -65,6 +72,7 @@ def test_plain_python_numbers() -> None:
 
 
 def test_five_thousand_digit_integer() -> None:
+    limit_before = sys.get_int_max_str_digits()
     digits = "9" + "1234567890" * 499 + "123456789"
     assert len(digits) == 5000
     literal = digits.encode()
@@ -73,7 +81,7 @@ def test_five_thousand_digit_integer() -> None:
     assert canonical_json(parsed) == literal
     assert canonical_json(int(Decimal(digits))) == literal
     assert canonical_json(-int(Decimal(digits))) == b"-" + literal
-    assert sys.get_int_max_str_digits() == 4300  # untouched
+    assert sys.get_int_max_str_digits() == limit_before  # never raised globally
 
 
 def test_every_control_character_escape() -> None:
@@ -231,6 +239,15 @@ def test_depth_256_is_usable_and_257_is_not() -> None:
     with pytest.raises(JSONValueError, match="nesting deeper than 256"):
         canonical_json({"k": [value]})
 
+    nested: Any = {}
+    for _ in range(255):
+        nested = {"a": nested}
+    assert canonical_json(nested) == b'{"a":' * 255 + b"{}" + b"}" * 255
+    with pytest.raises(JSONValueError, match=r"nesting deeper than 256 at \$\.a\.a"):
+        check_json({"a": nested})
+    with pytest.raises(JSONValueError, match=r"nesting deeper than 256 at \$\[0\]\.a"):
+        canonical_json([nested])
+
 
 def test_cycles_are_refused_not_a_recursion_error() -> None:
     loop: list[Any] = []
@@ -240,7 +257,16 @@ def test_cycles_are_refused_not_a_recursion_error() -> None:
             call(loop)
 
 
-def test_deep_text_parses_when_the_callers_stack_is_already_deep() -> None:
+def test_deep_text_parses_when_the_callers_stack_is_already_deep(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    slow_calls: list[str] = []
+
+    def spy(text: str) -> Any:
+        slow_calls.append(text)
+        return _parse_slow(text)
+
+    monkeypatch.setattr(canonical, "_parse_slow", spy)
     text = _nested(MAX_DEPTH)
     limit = sys.getrecursionlimit()
     # Leave room for the test's own frames but not for json's 256 levels.
@@ -250,6 +276,7 @@ def test_deep_text_parses_when_the_callers_stack_is_already_deep() -> None:
     finally:
         sys.setrecursionlimit(limit)
     assert canonical_json(value) == text
+    assert slow_calls == [text.decode()]  # json.loads ran out of stack; the fallback parsed it
 
 
 class _Opaque:

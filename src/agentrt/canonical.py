@@ -242,15 +242,14 @@ class _Refusal(Exception):
         self.reason = reason
         self.reversed_path: list[str | int] = []
 
-    def error(self, where: str = "") -> JSONValueError:
+    def error(self) -> JSONValueError:
         path = _render_path(list(reversed(self.reversed_path)))
-        return JSONValueError(f"{self.reason} at {path}{where}")
+        return JSONValueError(f"{self.reason} at {path}")
 
 
 def _show(text: str, limit: int = 40) -> str:
     """A short quoted form of `text` for messages."""
-    shown = json.dumps(text if len(text) <= limit else text[:limit] + "…")
-    return shown
+    return json.dumps(text if len(text) <= limit else text[:limit] + "…")
 
 
 def _render_path(path: list[str | int]) -> str:
@@ -298,9 +297,7 @@ def parse_json(data: bytes | bytearray | memoryview | str) -> Any:
             raise JSONValueError(f"invalid UTF-8 at byte {exc.start}: {exc.reason}") from None
     else:
         raise TypeError(f"parse_json takes bytes or str JSON text, not {type(data).__name__}")
-    if (text.count("[") + text.count("{") > MAX_DEPTH and _bracket_depth(text) > MAX_DEPTH) or (
-        text.startswith("\ufeff")
-    ):
+    if text.count("[") + text.count("{") > MAX_DEPTH and _bracket_depth(text) > MAX_DEPTH:
         return _parse_slow(text)
     decoder = json.JSONDecoder(
         parse_float=_parse_float,
@@ -538,7 +535,7 @@ def check_json(value: Any) -> None:
     else is a Python value: dict (str keys), list or tuple, str, int, float, bool,
     None (and their subclasses), with no lone surrogate in any string, no
     non-finite float (a `JSONFloat` such as `1e400` keeps its literal and is
-    fine), no int over 10,000 digits, and nesting at most 256 deep.
+    fine), no int longer than 10,000 characters, and nesting at most 256 deep.
     """
     if isinstance(value, bytes | bytearray | memoryview):
         parse_json(value)

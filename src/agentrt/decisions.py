@@ -13,7 +13,7 @@ from __future__ import annotations
 import base64
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 
 from .canonical import check_json, parse_json
 from .errors import JSONValueError
@@ -38,10 +38,7 @@ def _kept_text(value: Any) -> str:
             return bytes(value).decode("utf-8")
         except UnicodeDecodeError:
             return "base64:" + base64.b64encode(bytes(value)).decode("ascii")
-    if isinstance(value, str):
-        text = value
-    else:
-        text = repr(value)
+    text = value if isinstance(value, str) else repr(value)
     # A lone surrogate cannot be stored as UTF-8: keep its escape instead.
     return text.encode("utf-8", "backslashreplace").decode("utf-8")[:_MAX_KEPT]
 
@@ -94,9 +91,10 @@ def record(decision: Any) -> RecordedDecision:
         if why is not None:
             problems.append(f"result is not usable JSON: {why}")
             invalid_result = _kept_text(decision.result)
-    if invalid_args is not None and not isinstance(invalid_args, str):
+    # The fields are typed str, but an agent is consumer code: keep what it gave as text.
+    if invalid_args is not None and not isinstance(cast(object, invalid_args), str):
         invalid_args = _kept_text(invalid_args)
-    if invalid_result is not None and not isinstance(invalid_result, str):
+    if invalid_result is not None and not isinstance(cast(object, invalid_result), str):
         invalid_result = _kept_text(invalid_result)
     if decision.invalid_args is not None and args is None and not problems:
         problems.append("args were not usable JSON")

@@ -17,7 +17,7 @@ import asyncio
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from datetime import timedelta
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import Any, Protocol, TypeVar, cast, runtime_checkable
 
 from . import events as ev
 from .canonical import to_text
@@ -292,9 +292,10 @@ class Driver:
         run, steps, approvals = session.step_input_parts()
         specs = tuple(self._config.specs[name] for name in sorted(self._config.specs))
         step_input = StepInput(run=run, steps=steps, approvals=approvals, tools=specs, model=None)
-        decide = getattr(self.agent, "decide", self.agent)
+        agent: Any = self.agent
+        decide: Callable[[StepInput], Any] = getattr(agent, "decide", agent)
         try:
-            return await maybe_await(decide(step_input))  # type: ignore[no-any-return]
+            return cast(Decision, await maybe_await(decide(step_input)))
         except (LeaseLostError, asyncio.CancelledError):
             raise
         except LimitExceeded as exc:

@@ -114,7 +114,7 @@ class ServedModelError(AgentrtError):
         super().__init__(message)
 
 
-class AbortRun(Exception):  # noqa: N818 - the spec names it as a verb
+class AbortRun(Exception):
     """Raised by a tool to end the run as `tool_abort`."""
 
     def __init__(self, detail: str = "") -> None:

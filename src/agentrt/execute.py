@@ -17,7 +17,7 @@ import asyncio
 import concurrent.futures
 import inspect
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from .canonical import check_json, content_hash
 from .decisions import _kept_text
@@ -68,7 +68,7 @@ def result_observation(spec: ToolSpec, result: Any) -> Observation:
             f"tool returned {type(result).__name__}, not a ToolResult",
             content_text=_kept_text(result),
         )
-    if not isinstance(result.summary, str):
+    if not isinstance(cast(object, result.summary), str):
         return _error(
             spec,
             "invalid_content",

@@ -17,6 +17,7 @@ Invariants this module owns:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -115,10 +116,8 @@ class ConnectionRenewer:
 
     def close(self) -> None:
         if self._conn is not None:
-            try:
+            with contextlib.suppress(sqlite3.Error):
                 self._conn.close()
-            except sqlite3.Error:
-                pass
             self._conn = None
 
 

@@ -70,7 +70,8 @@ class Operator:
                 ObservationKind.INTERRUPTED, content, f"cancelled by {by}", content_hash(content)
             )
             for step_row in tx.execute(
-                "SELECT id, status FROM steps WHERE run_id = ? AND status IN (?, ?, ?) ORDER BY idx",
+                "SELECT id, status FROM steps WHERE run_id = ? AND status IN (?, ?, ?) "
+                "ORDER BY idx",
                 (run_id, *_IN_FLIGHT),
             ).fetchall():
                 fail_step(

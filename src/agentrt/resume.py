@@ -48,6 +48,9 @@ from .records import (
     TerminalReason,
 )
 from .session import (
+    POINT_INTERRUPTED,
+    POINT_PAUSED,
+    POINT_RESUMED,
     LoopConfig,
     RunSession,
     denied_observation,
@@ -194,7 +197,7 @@ async def resume_waiting(
         )  # fmt: skip
         session.refresh(tx, step.id)
 
-    await session.write(tx_resume)
+    await session.write(tx_resume, POINT_RESUMED)
     session.allow_resumed(step, spec, args, latest.id, now)
     return session
 
@@ -261,7 +264,7 @@ async def _leave_waiting_failed(
         )
         session.refresh(tx, step.id)
 
-    await session.write(tx_leave)
+    await session.write(tx_leave, POINT_RESUMED)
 
 
 async def _end_from_waiting(
@@ -315,7 +318,7 @@ async def _pause_again(
             from_step=(StepStatus.AWAITING_APPROVAL,), from_run=RunStatus.WAITING_FOR_APPROVAL,
         )  # fmt: skip
 
-    await session.write(tx_again)
+    await session.write(tx_again, POINT_PAUSED)
 
 
 # -- takeover of an interrupted run -------------------------------------------
@@ -386,7 +389,7 @@ async def take_over(config: LoopConfig, run_id: str) -> RunSession:
             session.refresh(tx, step_row["id"])
         session.refresh(tx)
 
-    await session.write(tx_take)
+    await session.write(tx_take, POINT_INTERRUPTED)
     await _after_interruption(session)
     return session
 
@@ -447,7 +450,7 @@ async def _after_interruption(session: RunSession) -> None:
             tx, now, step, spec, args, decision, payload, from_step=(StepStatus.INTERRUPTED,)
         )
 
-    await session.write(tx_pause)
+    await session.write(tx_pause, POINT_PAUSED)
 
 
 async def _continue(session: RunSession) -> None:
@@ -456,7 +459,7 @@ async def _continue(session: RunSession) -> None:
         now = session.config.clock()
         tx.append_event(session.run_id, "", now, ev.RUN_RESUMED, {"after": "interruption"})
 
-    await session.write(tx_continue)
+    await session.write(tx_continue, POINT_RESUMED)
 
 
 def is_waiting(run: Run) -> bool:

@@ -38,7 +38,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from . import events as ev
 from . import limits as limits_mod
@@ -55,7 +55,6 @@ from .policy import evaluate as evaluate_policy
 from .records import (
     JSON,
     Approval,
-    Decision,
     DecisionKind,
     Observation,
     ObservationKind,
@@ -83,6 +82,19 @@ _IO_THREADS = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_p
 
 _POLICY_OUTCOMES = {str(o) for o in PolicyOutcome}
 
+# Crash points the test kit can stop a process at (see `agentrt.testkit.Point`).
+POINT_STEP_STARTED = "step.started"
+POINT_DECIDED = "step.decided"
+POINT_ALLOWED = "policy.allowed"
+POINT_TOOL_STARTED = "step.tool_started"
+POINT_TOOL_EFFECT = "tool.effect"
+POINT_TOOL_FINISHED = "step.tool_finished"
+POINT_RESUMED = "run.resumed"
+POINT_INTERRUPTED = "step.interrupted"
+POINT_PAUSED = "run.paused"
+
+Probe = Callable[[str, "RunSession"], Any]
+
 
 async def run_io(fn: Callable[[], T]) -> T:
     loop = asyncio.get_running_loop()
@@ -98,7 +110,7 @@ class Verdict(StrEnum):
     ENDED = "ended"  # the run ended
 
 
-class RunMoved(Exception):  # noqa: N818 - control flow, never escapes the package
+class RunMoved(Exception):
     """The run left RUNNING under this loop (an operator cancelled it)."""
 
     def __init__(self, run: Run) -> None:
@@ -123,6 +135,10 @@ class LoopConfig:
     lease_ttl: timedelta
     wall: WallClock
     model: Any = None
+    # Test-kit hooks: called after the commit of a crash point (may be async),
+    # and inside its transaction just before COMMIT (sync, on the I/O thread).
+    probe: Probe | None = None
+    probe_in_tx: Probe | None = None
 
 
 @dataclass(frozen=True)
@@ -164,7 +180,9 @@ def validate_policy_decision(result: Any) -> str | None:
         return f"policy returned {type(result).__name__}, not a PolicyDecision"
     if not isinstance(result.outcome, str) or result.outcome not in _POLICY_OUTCOMES:
         return f"policy returned an unknown outcome {result.outcome!r}"
-    if not isinstance(result.reason, str) or not isinstance(result.kind, str):
+    if not isinstance(cast(object, result.reason), str) or not isinstance(
+        cast(object, result.kind), str
+    ):
         return "policy reason and kind must be strings"
     if result.outcome == PolicyOutcome.REQUIRE_APPROVAL and not result.kind:
         return "policy required an approval without naming its kind"
@@ -215,19 +233,37 @@ class RunSession:
     def run_id(self) -> str:
         return self.run.id
 
-    async def write(self, fn: Callable[[Tx], T]) -> T:
-        """Run `fn` in one IMMEDIATE transaction off the event loop; deliver its events."""
+    async def write(self, fn: Callable[[Tx], T], point: str | None = None) -> T:
+        """Run `fn` in one IMMEDIATE transaction off the event loop; deliver its events.
+
+        `point` names a crash point of the test kit: its in-transaction probe runs
+        just before COMMIT, its after-commit probe once the events are delivered.
+        """
         store = self.config.store
 
         def job() -> tuple[T, list[Any]]:
             with store.transaction() as tx:
                 out = fn(tx)
+                if point is not None:
+                    self.probe_in_tx(point)
                 events = list(tx.events)
             return out, events
 
         out, events = await run_io(job)
         deliver(self.config.observer, events)
+        if point is not None:
+            await self.probe(point)
         return out
+
+    def probe_in_tx(self, point: str) -> None:
+        hook = self.config.probe_in_tx
+        if hook is not None:
+            hook(point, self)
+
+    async def probe(self, point: str) -> None:
+        hook = self.config.probe
+        if hook is not None:
+            await maybe_await(hook(point, self))
 
     def require_lease(self, tx: Tx, *, side_effect: bool = False) -> Any:
         """Re-read the run inside the transaction; refuse to write without the lease."""
@@ -339,13 +375,17 @@ class RunSession:
             )
             tx.append_event(self.run_id, step_id, now, ev.STEP_STARTED, {"index": index})
             self.refresh(tx, step_id)
+            self.probe_in_tx(POINT_STEP_STARTED)
             return self.steps[-1]
 
         try:
-            return await self.write(tx_begin)
+            step = await self.write(tx_begin)
         except RunMoved as moved:
             self.run = moved.run
             return None
+        if step is not None:
+            await self.probe(POINT_STEP_STARTED)
+        return step
 
     def step_input_parts(self) -> tuple[Run, tuple[Step, ...], tuple[Approval, ...]]:
         return self.run, tuple(self.steps), tuple(self.approvals)
@@ -368,7 +408,7 @@ class RunSession:
             tx.append_event(self.run_id, step.id, now, ev.STEP_DECIDED, payload)
             self.refresh(tx, step.id)
 
-        await self.write(tx_decided)
+        await self.write(tx_decided, POINT_DECIDED)
         return recorded
 
     async def fail_current(self, step: Step, observation: Observation) -> None:
@@ -494,6 +534,7 @@ class RunSession:
             return Verdict.ENDED
         if decision.outcome == PolicyOutcome.ALLOW:
             self._allowed = AllowedCall(step, spec, args, check.payload)
+            await self.probe(POINT_ALLOWED)
             return Verdict.ALLOWED
         if decision.outcome == PolicyOutcome.DENY:
             await self.deny(step, spec, decision, check.payload)
@@ -584,7 +625,7 @@ class RunSession:
             now = self.config.clock()
             self.pause_in(tx, now, step, spec, args, decision, payload, from_step=from_step)
 
-        await self.write(tx_pause)
+        await self.write(tx_pause, POINT_PAUSED)
 
     def pause_in(
         self,
@@ -679,7 +720,7 @@ class RunSession:
             self.refresh(tx, step.id)
             return now
 
-        return await self.write(tx_started)
+        return await self.write(tx_started, POINT_TOOL_STARTED)
 
     def has_allowed_call(self) -> bool:
         return self._allowed is not None
@@ -723,6 +764,7 @@ class RunSession:
                 self.finish_tool(step, spec, started_at, observation, None, cancelled=True)
             )
             raise
+        await self.probe(POINT_TOOL_EFFECT)
         await self.finish_tool(step, spec, started_at, outcome.observation, outcome.abort)
 
     async def finish_tool(
@@ -826,7 +868,7 @@ class RunSession:
                 )
             self.refresh(tx, step.id)
 
-        await self.write(tx_finished)
+        await self.write(tx_finished, POINT_TOOL_FINISHED)
 
 
 def denied_observation(tool: str, reason: str) -> Observation:

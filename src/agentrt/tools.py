@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
 import inspect
-import json
 import math
 import threading
 import types
@@ -35,6 +33,7 @@ import referencing.exceptions
 import referencing.jsonschema
 from pydantic.fields import FieldInfo
 
+from .canonical import content_hash
 from .clock import duration_to_ns
 from .errors import AgentrtError, ConfigError
 from .records import SideEffect, ToolCall, ToolResult, ToolSpec
@@ -578,11 +577,7 @@ def _local_refs(schema: dict[str, Any], name: str, dialect: str) -> list[str]:
 
 def spec_hash(spec: ToolSpec) -> str:
     """Hex SHA-256 of the spec's JSON encoding: how a registered tool is identified."""
-    # TODO(lead): switch to canonical_json
-    encoded = json.dumps(
-        spec.to_json(), sort_keys=True, ensure_ascii=False, separators=(",", ":")
-    ).encode()
-    return hashlib.sha256(encoded).hexdigest()
+    return content_hash(spec.to_json())
 
 
 @dataclasses.dataclass(frozen=True)
