@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from agentrt import canonical
 from agentrt.canonical import (
     MAX_DEPTH,
+    MAX_STORED_DEPTH,
     JSONFloat,
     JSONInt,
     _encode_fast,
@@ -219,11 +220,14 @@ def _nested(depth: int) -> bytes:
 
 
 def test_depth_256_is_usable_and_257_is_not() -> None:
-    assert canonical_json(_nested(256)) == _nested(256)
+    assert parse_json(_nested(256)) is not None
+    check_json(_nested(256))
     with pytest.raises(JSONValueError, match=r"^nesting deeper than 256 at \$\[0\]\[0\]"):
         parse_json(_nested(257))
+    with pytest.raises(JSONValueError, match=r"^nesting deeper than 256 at \$\[0\]\[0\]"):
+        check_json(_nested(257))
     objects = b'{"a":' * 256 + b"1" + b"}" * 256
-    assert canonical_json(objects) == objects
+    assert canonical_json(parse_json(objects)) == objects
     with pytest.raises(JSONValueError, match=r"nesting deeper than 256 at \$\.a\.a"):
         parse_json(b'{"a":' * 257 + b"1" + b"}" * 257)
     # Brackets inside strings do not count.
@@ -233,27 +237,63 @@ def test_depth_256_is_usable_and_257_is_not() -> None:
     for _ in range(255):
         value = [value]
     check_json(value)
-    assert canonical_json(value) == _nested(256)
-    with pytest.raises(JSONValueError, match="nesting deeper than 256"):
+    with pytest.raises(JSONValueError, match=r"^nesting deeper than 256 at \$\[0\]"):
         check_json([value])
-    with pytest.raises(JSONValueError, match="nesting deeper than 256"):
-        canonical_json({"k": [value]})
-
     nested: Any = {}
     for _ in range(255):
         nested = {"a": nested}
-    assert canonical_json(nested) == b'{"a":' * 255 + b"{}" + b"}" * 255
+    check_json(nested)
     with pytest.raises(JSONValueError, match=r"nesting deeper than 256 at \$\.a\.a"):
         check_json({"a": nested})
     with pytest.raises(JSONValueError, match=r"nesting deeper than 256 at \$\[0\]\.a"):
-        canonical_json([nested])
+        check_json([nested])
+
+
+def test_writers_and_from_text_leave_room_for_envelopes() -> None:
+    assert MAX_STORED_DEPTH == 272
+    usable: Any = []
+    for _ in range(MAX_DEPTH - 1):
+        usable = [usable]
+    # An event payload or the approval hash's request carries the value a few levels down.
+    envelope = {"request": {"spec": {}, "args": {"x": usable}}}
+    text = to_text(envelope)
+    assert text == '{"request":{"args":{"x":' + "[" * 256 + "]" * 256 + '},"spec":{}}}'
+    assert canonical_json(from_text(text)) == text.encode()
+    assert canonical_json(text.encode()) == text.encode()
+    assert canonical_json(copy_json(envelope)) == text.encode()
+    with pytest.raises(JSONValueError, match="nesting deeper than 256"):
+        parse_json(text)  # the usable-JSON gate stays at 256
+
+    deepest = _nested(MAX_STORED_DEPTH)
+    assert canonical_json(deepest) == deepest
+    assert canonical_json(from_text(deepest.decode())) == deepest
+    too_deep = _nested(MAX_STORED_DEPTH + 1)
+    for call in (canonical_json, policy_json, content_hash, to_text):
+        with pytest.raises(JSONValueError, match=r"^nesting deeper than 272 at \$\[0\]"):
+            call(too_deep)
+        with pytest.raises(JSONValueError, match=r"^nesting deeper than 272 at \$\[0\]"):
+            call([from_text(deepest.decode())])
+    with pytest.raises(JSONValueError, match="nesting deeper than 272"):
+        from_text(too_deep.decode())
+    with pytest.raises(JSONValueError, match="nesting deeper than 272"):
+        copy_json([from_text(deepest.decode())])
+    objects: Any = {}
+    for _ in range(MAX_STORED_DEPTH - 1):
+        objects = {"a": objects}
+    assert canonical_json(objects) == b'{"a":' * 271 + b"{}" + b"}" * 271
+    assert copy_json(objects) == objects
+    for call in (canonical_json, copy_json):
+        with pytest.raises(JSONValueError, match=r"^nesting deeper than 272 at \$\.a\.a"):
+            call({"a": objects})
 
 
 def test_cycles_are_refused_not_a_recursion_error() -> None:
     loop: list[Any] = []
     loop.append(loop)
-    for call in (check_json, canonical_json, copy_json):
-        with pytest.raises(JSONValueError, match="nesting deeper than 256"):
+    with pytest.raises(JSONValueError, match="nesting deeper than 256"):
+        check_json(loop)
+    for call in (canonical_json, copy_json):
+        with pytest.raises(JSONValueError, match="nesting deeper than 272"):
             call(loop)
 
 
@@ -262,9 +302,9 @@ def test_deep_text_parses_when_the_callers_stack_is_already_deep(
 ) -> None:
     slow_calls: list[str] = []
 
-    def spy(text: str) -> Any:
+    def spy(text: str, limit: int) -> Any:
         slow_calls.append(text)
-        return _parse_slow(text)
+        return _parse_slow(text, limit)
 
     monkeypatch.setattr(canonical, "_parse_slow", spy)
     text = _nested(MAX_DEPTH)
@@ -639,7 +679,7 @@ def test_any_text_of_a_value_canonicalizes_like_the_value(value: Any, data: st.D
     text = _render(value, data).encode("utf-8")
     assert canonical_json(text) == canonical_json(value)
     assert canonical_json(text) == canonical_json(parse_json(text))
-    assert canonical_json(_parse_slow(text.decode("utf-8"))) == canonical_json(value)
+    assert canonical_json(_parse_slow(text.decode("utf-8"), MAX_DEPTH)) == canonical_json(value)
 
 
 def _mutations(text: str) -> Iterator[str]:
@@ -658,7 +698,7 @@ def test_fast_and_slow_parsers_accept_and_refuse_the_same_texts(
 ) -> None:
     for text in _mutations(_render(value, data)):
         try:
-            expected = canonical_json(_parse_slow(text))
+            expected = canonical_json(_parse_slow(text, MAX_DEPTH))
         except JSONValueError as slow_error:
             with pytest.raises(JSONValueError) as fast_error:
                 parse_json(text)

@@ -8,36 +8,233 @@ from typing import Any
 import agentrt
 from agentrt import Decision, SideEffect
 from agentrt.scripted import ScriptedAgent
-
 from conftest import FakeClock, Ids, RecordingTool
 
 FULL_RUN_EVENTS: list[tuple[str, str, str, dict[str, Any]]] = [
-    ('run.created', '', '09:00:00.001', {"goal": "tidy the repo", "limits": {"approval_ttl": None, "grant_ttl": None, "loop_threshold": 3, "max_active_time": None, "max_consecutive_tool_failures": 3, "max_elapsed_time": None, "max_estimated_cost_micros": None, "max_model_calls": None, "max_output_tokens_per_call": None, "max_steps": 50, "max_total_tokens": None}, "tools": ["814cfe0aa55b2ef2e4ac34ec51aa9691b91a25e1538c6cf7ddfe7c6004edc093", "61fc7845f8bd066f7af5dadc3fdd0fd46d94e544a9f038ac1bafb6a32a8d23ad", "19838ed0c078edabeff111bb4637c1a8b2f5f97347c9ccd62f1187cacaa68b6f"]}),
-    ('run.started', '', '09:00:00.001', {}),
-    ('step.started', '02', '09:00:00.002', {"index": 0}),
-    ('step.decided', '02', '09:00:00.003', {"args": {"x": 1}, "kind": "tool_call", "tool": "read"}),
-    ('step.policy', '02', '09:00:00.004', {"decision": {"outcome": "allow"}, "policy_id": "agentrt.default_policy/1", "spec_hash": "61fc7845f8bd066f7af5dadc3fdd0fd46d94e544a9f038ac1bafb6a32a8d23ad", "view": {"active_ms": 0, "cached_input_tokens": 0, "consecutive_failures": 0, "estimated_cost_micros": 0, "input_tokens": 0, "model_calls": 0, "output_tokens": 0, "step_count": 1}}),
-    ('step.tool_started', '02', '09:00:00.004', {"args": {"x": 1}, "tool": "read"}),
-    ('step.tool_finished', '02', '09:00:00.005', {"content_hash": "a0f4abfa168e667fb3529749ce2473a497224ac9ad07d283147896413e6d87c2", "duration_ms": 1, "summary": "read ok", "tool": "read"}),
-    ('step.started', '03', '09:00:00.006', {"index": 1}),
-    ('step.decided', '03', '09:00:00.007', {"args": {"x": "seven"}, "kind": "tool_call", "tool": "push"}),
-    ('step.failed', '03', '09:00:00.008', {"content": {"error": "args do not match the input schema of 'push': $.x: 'seven' is not of type 'integer'"}, "content_hash": "d26f426fcc1d310975a47f464727c4f74c1eaeadc4cf87ad9b57115c54b396d5", "kind": "invalid_decision", "summary": "args do not match the input schema of 'push': $.x: 'seven' is not of type 'integer'"}),
-    ('step.started', '04', '09:00:00.009', {"index": 2}),
-    ('step.decided', '04', '09:00:00.010', {"args": {"x": 2}, "kind": "tool_call", "tool": "rm"}),
-    ('step.policy', '04', '09:00:00.011', {"decision": {"outcome": "deny", "reason": "destructive tools are denied by the default policy"}, "policy_id": "agentrt.default_policy/1", "spec_hash": "19838ed0c078edabeff111bb4637c1a8b2f5f97347c9ccd62f1187cacaa68b6f", "view": {"active_ms": 4, "cached_input_tokens": 0, "consecutive_failures": 1, "estimated_cost_micros": 0, "input_tokens": 0, "model_calls": 0, "output_tokens": 0, "step_count": 3}}),
-    ('step.failed', '04', '09:00:00.011', {"content": {"reason": "destructive tools are denied by the default policy", "tool": "rm"}, "content_hash": "7573eb3943ed32794a55e58c2d2260ad0928bf660533a0c7dda4e1900b13128a", "kind": "policy_denied", "summary": "destructive tools are denied by the default policy"}),
-    ('step.started', '05', '09:00:00.012', {"index": 3}),
-    ('step.decided', '05', '09:00:00.013', {"args": {"x": 3}, "kind": "tool_call", "tool": "push"}),
-    ('step.policy', '05', '09:00:00.014', {"decision": {"capability": {"args": {"x": 3}, "tool": "push"}, "kind": "remote_mutation", "outcome": "require_approval", "presentation": {"args": {"x": 3}, "tool": "push"}, "reason": "tool 'push' changes a remote system; a person must approve it"}, "policy_id": "agentrt.default_policy/1", "spec_hash": "814cfe0aa55b2ef2e4ac34ec51aa9691b91a25e1538c6cf7ddfe7c6004edc093", "view": {"active_ms": 4, "cached_input_tokens": 0, "consecutive_failures": 2, "estimated_cost_micros": 0, "input_tokens": 0, "model_calls": 0, "output_tokens": 0, "step_count": 4}}),
-    ('approval.requested', '05', '09:00:00.014', {"approval_id": "a0000000000000000000000000000006", "capability": {"args": {"x": 3}, "tool": "push"}, "hash": "1c7ecbd561772a7d4e6493bab5f3016b04db46f18ff2148b44a0697841aee29f", "kind": "remote_mutation", "presentation": {"args": {"x": 3}, "tool": "push"}, "reason": "tool 'push' changes a remote system; a person must approve it"}),
-    ('approval.decided', '05', '09:00:00.015', {"approval_id": "a0000000000000000000000000000006", "by": "alice", "note": "ok", "status": "approved"}),
-    ('run.resumed', '', '09:00:00.016', {"approval_id": "a0000000000000000000000000000006"}),
-    ('step.policy', '05', '09:00:00.016', {"decision": {"capability": {"args": {"x": 3}, "tool": "push"}, "kind": "remote_mutation", "outcome": "require_approval", "presentation": {"args": {"x": 3}, "tool": "push"}, "reason": "tool 'push' changes a remote system; a person must approve it"}, "policy_id": "agentrt.default_policy/1", "spec_hash": "814cfe0aa55b2ef2e4ac34ec51aa9691b91a25e1538c6cf7ddfe7c6004edc093", "view": {"active_ms": 13, "cached_input_tokens": 0, "consecutive_failures": 2, "estimated_cost_micros": 0, "input_tokens": 0, "model_calls": 0, "output_tokens": 0, "step_count": 4}}),
-    ('step.tool_started', '05', '09:00:00.016', {"approval_id": "a0000000000000000000000000000006", "args": {"x": 3}, "tool": "push"}),
-    ('step.tool_finished', '05', '09:00:00.017', {"content_hash": "5fbb32052ce94ec2852de99e0c08cffbe16b02ee4e7a23e8962a57301c20bd21", "duration_ms": 1, "summary": "push ok", "tool": "push"}),
-    ('step.started', '07', '09:00:00.018', {"index": 4}),
-    ('step.decided', '07', '09:00:00.019', {"kind": "complete", "result": {"done": True}}),
-    ('run.finished', '', '09:00:00.020', {"detail": "", "reason": "goal_completed", "status": "COMPLETED", "steps": 5}),
+    (
+        "run.created",
+        "",
+        "09:00:00.001",
+        {
+            "goal": "tidy the repo",
+            "limits": {
+                "approval_ttl": None,
+                "grant_ttl": None,
+                "loop_threshold": 3,
+                "max_active_time": None,
+                "max_consecutive_tool_failures": 3,
+                "max_elapsed_time": None,
+                "max_estimated_cost_micros": None,
+                "max_model_calls": None,
+                "max_output_tokens_per_call": None,
+                "max_steps": 50,
+                "max_total_tokens": None,
+            },
+            "tools": [
+                "814cfe0aa55b2ef2e4ac34ec51aa9691b91a25e1538c6cf7ddfe7c6004edc093",
+                "61fc7845f8bd066f7af5dadc3fdd0fd46d94e544a9f038ac1bafb6a32a8d23ad",
+                "19838ed0c078edabeff111bb4637c1a8b2f5f97347c9ccd62f1187cacaa68b6f",
+            ],
+        },
+    ),
+    ("run.started", "", "09:00:00.001", {}),
+    ("step.started", "02", "09:00:00.002", {"index": 0}),
+    ("step.decided", "02", "09:00:00.003", {"args": {"x": 1}, "kind": "tool_call", "tool": "read"}),
+    (
+        "step.policy",
+        "02",
+        "09:00:00.004",
+        {
+            "decision": {"outcome": "allow"},
+            "policy_id": "agentrt.default_policy/1",
+            "spec_hash": "61fc7845f8bd066f7af5dadc3fdd0fd46d94e544a9f038ac1bafb6a32a8d23ad",
+            "view": {
+                "active_ms": 0,
+                "cached_input_tokens": 0,
+                "consecutive_failures": 0,
+                "estimated_cost_micros": 0,
+                "input_tokens": 0,
+                "model_calls": 0,
+                "output_tokens": 0,
+                "step_count": 1,
+            },
+        },
+    ),
+    ("step.tool_started", "02", "09:00:00.004", {"args": {"x": 1}, "tool": "read"}),
+    (
+        "step.tool_finished",
+        "02",
+        "09:00:00.005",
+        {
+            "content_hash": "a0f4abfa168e667fb3529749ce2473a497224ac9ad07d283147896413e6d87c2",
+            "duration_ms": 1,
+            "summary": "read ok",
+            "tool": "read",
+        },
+    ),
+    ("step.started", "03", "09:00:00.006", {"index": 1}),
+    (
+        "step.decided",
+        "03",
+        "09:00:00.007",
+        {"args": {"x": "seven"}, "kind": "tool_call", "tool": "push"},
+    ),
+    (
+        "step.failed",
+        "03",
+        "09:00:00.008",
+        {
+            "content": {
+                "error": "args do not match the input schema of 'push': $.x: 'seven' is not of type 'integer'"
+            },
+            "content_hash": "d26f426fcc1d310975a47f464727c4f74c1eaeadc4cf87ad9b57115c54b396d5",
+            "kind": "invalid_decision",
+            "summary": "args do not match the input schema of 'push': $.x: 'seven' is not of type 'integer'",
+        },
+    ),
+    ("step.started", "04", "09:00:00.009", {"index": 2}),
+    ("step.decided", "04", "09:00:00.010", {"args": {"x": 2}, "kind": "tool_call", "tool": "rm"}),
+    (
+        "step.policy",
+        "04",
+        "09:00:00.011",
+        {
+            "decision": {
+                "outcome": "deny",
+                "reason": "destructive tools are denied by the default policy",
+            },
+            "policy_id": "agentrt.default_policy/1",
+            "spec_hash": "19838ed0c078edabeff111bb4637c1a8b2f5f97347c9ccd62f1187cacaa68b6f",
+            "view": {
+                "active_ms": 4,
+                "cached_input_tokens": 0,
+                "consecutive_failures": 1,
+                "estimated_cost_micros": 0,
+                "input_tokens": 0,
+                "model_calls": 0,
+                "output_tokens": 0,
+                "step_count": 3,
+            },
+        },
+    ),
+    (
+        "step.failed",
+        "04",
+        "09:00:00.011",
+        {
+            "content": {
+                "reason": "destructive tools are denied by the default policy",
+                "tool": "rm",
+            },
+            "content_hash": "7573eb3943ed32794a55e58c2d2260ad0928bf660533a0c7dda4e1900b13128a",
+            "kind": "policy_denied",
+            "summary": "destructive tools are denied by the default policy",
+        },
+    ),
+    ("step.started", "05", "09:00:00.012", {"index": 3}),
+    ("step.decided", "05", "09:00:00.013", {"args": {"x": 3}, "kind": "tool_call", "tool": "push"}),
+    (
+        "step.policy",
+        "05",
+        "09:00:00.014",
+        {
+            "decision": {
+                "capability": {"args": {"x": 3}, "tool": "push"},
+                "kind": "remote_mutation",
+                "outcome": "require_approval",
+                "presentation": {"args": {"x": 3}, "tool": "push"},
+                "reason": "tool 'push' changes a remote system; a person must approve it",
+            },
+            "policy_id": "agentrt.default_policy/1",
+            "spec_hash": "814cfe0aa55b2ef2e4ac34ec51aa9691b91a25e1538c6cf7ddfe7c6004edc093",
+            "view": {
+                "active_ms": 4,
+                "cached_input_tokens": 0,
+                "consecutive_failures": 2,
+                "estimated_cost_micros": 0,
+                "input_tokens": 0,
+                "model_calls": 0,
+                "output_tokens": 0,
+                "step_count": 4,
+            },
+        },
+    ),
+    (
+        "approval.requested",
+        "05",
+        "09:00:00.014",
+        {
+            "approval_id": "a0000000000000000000000000000006",
+            "capability": {"args": {"x": 3}, "tool": "push"},
+            "hash": "1c7ecbd561772a7d4e6493bab5f3016b04db46f18ff2148b44a0697841aee29f",
+            "kind": "remote_mutation",
+            "presentation": {"args": {"x": 3}, "tool": "push"},
+            "reason": "tool 'push' changes a remote system; a person must approve it",
+        },
+    ),
+    (
+        "approval.decided",
+        "05",
+        "09:00:00.015",
+        {
+            "approval_id": "a0000000000000000000000000000006",
+            "by": "alice",
+            "note": "ok",
+            "status": "approved",
+        },
+    ),
+    ("run.resumed", "", "09:00:00.016", {"approval_id": "a0000000000000000000000000000006"}),
+    (
+        "step.policy",
+        "05",
+        "09:00:00.016",
+        {
+            "decision": {
+                "capability": {"args": {"x": 3}, "tool": "push"},
+                "kind": "remote_mutation",
+                "outcome": "require_approval",
+                "presentation": {"args": {"x": 3}, "tool": "push"},
+                "reason": "tool 'push' changes a remote system; a person must approve it",
+            },
+            "policy_id": "agentrt.default_policy/1",
+            "spec_hash": "814cfe0aa55b2ef2e4ac34ec51aa9691b91a25e1538c6cf7ddfe7c6004edc093",
+            "view": {
+                "active_ms": 13,
+                "cached_input_tokens": 0,
+                "consecutive_failures": 2,
+                "estimated_cost_micros": 0,
+                "input_tokens": 0,
+                "model_calls": 0,
+                "output_tokens": 0,
+                "step_count": 4,
+            },
+        },
+    ),
+    (
+        "step.tool_started",
+        "05",
+        "09:00:00.016",
+        {"approval_id": "a0000000000000000000000000000006", "args": {"x": 3}, "tool": "push"},
+    ),
+    (
+        "step.tool_finished",
+        "05",
+        "09:00:00.017",
+        {
+            "content_hash": "5fbb32052ce94ec2852de99e0c08cffbe16b02ee4e7a23e8962a57301c20bd21",
+            "duration_ms": 1,
+            "summary": "push ok",
+            "tool": "push",
+        },
+    ),
+    ("step.started", "07", "09:00:00.018", {"index": 4}),
+    ("step.decided", "07", "09:00:00.019", {"kind": "complete", "result": {"done": True}}),
+    (
+        "run.finished",
+        "",
+        "09:00:00.020",
+        {"detail": "", "reason": "goal_completed", "status": "COMPLETED", "steps": 5},
+    ),
 ]
 
 
@@ -67,8 +264,12 @@ def test_full_run_event_sequence_and_payloads_are_pinned(store: agentrt.Store) -
         ]
     )
     driver = agentrt.Driver(
-        store=store, agent=agent, policy=agentrt.default_policy(), tools=[read, push, rm],
-        now=FakeClock(), new_id=Ids(),
+        store=store,
+        agent=agent,
+        policy=agentrt.default_policy(),
+        tools=[read, push, rm],
+        now=FakeClock(),
+        new_id=Ids(),
     )
     run = driver.start_sync("tidy the repo")
     assert run.status == "WAITING_FOR_APPROVAL"
@@ -80,10 +281,18 @@ def test_full_run_event_sequence_and_payloads_are_pinned(store: agentrt.Store) -
     assert dump_events(store, run.id) == FULL_RUN_EVENTS
     steps = store.list_steps(run.id)
     assert [(s.index, s.status) for s in steps] == [
-        (0, "done"), (1, "failed"), (2, "failed"), (3, "done"), (4, "done"),
+        (0, "done"),
+        (1, "failed"),
+        (2, "failed"),
+        (3, "done"),
+        (4, "done"),
     ]
     assert [s.observation.kind if s.observation else None for s in steps] == [
-        "tool_result", "invalid_decision", "policy_denied", "tool_result", None,
+        "tool_result",
+        "invalid_decision",
+        "policy_denied",
+        "tool_result",
+        None,
     ]
     assert [len(t.calls) for t in (read, push, rm)] == [1, 1, 0]
     assert push.calls[0].lease_epoch == 2  # a new owner took the run when it resumed

@@ -33,6 +33,7 @@ __all__ = [
     "MAX_DEPTH",
     "MAX_EXPONENT",
     "MAX_NUMBER_CHARS",
+    "MAX_STORED_DEPTH",
     "JSONFloat",
     "JSONInt",
     "canonical_json",
@@ -46,7 +47,12 @@ __all__ = [
 ]
 
 MAX_DEPTH = 256
-"""Most containers nested inside one another: `[]` is depth 1, a scalar depth 0."""
+"""Most containers nested inside one another in usable JSON: `[]` is 1, a scalar 0."""
+
+MAX_STORED_DEPTH = MAX_DEPTH + 16
+"""The nesting the encoders and `from_text` accept: usable JSON inside agentrt's own
+envelopes (event payloads, the approval hash's request, a policy's view), which
+add a few levels above the value they carry."""
 
 MAX_NUMBER_CHARS = 10_000
 """Longest number literal, sign and exponent included."""
@@ -284,11 +290,23 @@ def parse_json(data: bytes | bytearray | memoryview | str) -> Any:
     digits); other numbers are `float`, or a `JSONFloat` when `repr` would not
     give the literal back. Raises `JSONValueError` saying what is wrong and where.
     """
+    return _parse(data, MAX_DEPTH)
+
+
+def from_text(text: str) -> Any:
+    """Parse text agentrt stored in a database column (see `to_text`).
+
+    Like `parse_json`, but nesting up to `MAX_STORED_DEPTH`, as the writers allow.
+    """
+    return _parse(text, MAX_STORED_DEPTH)
+
+
+def _parse(data: bytes | bytearray | memoryview | str, limit: int) -> Any:
     if isinstance(data, str):
         text = data
         if not text.isascii() and _SURROGATE.search(text) is not None:
             # A raw lone surrogate cannot be UTF-8; the slow parser says where it is.
-            return _parse_slow(text)
+            return _parse_slow(text, limit)
     elif isinstance(data, bytes | bytearray | memoryview):
         raw = bytes(data)
         try:
@@ -297,8 +315,8 @@ def parse_json(data: bytes | bytearray | memoryview | str) -> Any:
             raise JSONValueError(f"invalid UTF-8 at byte {exc.start}: {exc.reason}") from None
     else:
         raise TypeError(f"parse_json takes bytes or str JSON text, not {type(data).__name__}")
-    if text.count("[") + text.count("{") > MAX_DEPTH and _bracket_depth(text) > MAX_DEPTH:
-        return _parse_slow(text)
+    if text.count("[") + text.count("{") > limit and _bracket_depth(text) > limit:
+        return _parse_slow(text, limit)
     decoder = json.JSONDecoder(
         parse_float=_parse_float,
         parse_int=_parse_int,
@@ -309,20 +327,15 @@ def parse_json(data: bytes | bytearray | memoryview | str) -> Any:
         value = decoder.decode(text)
     except RecursionError:
         # The caller's own stack was already deep; the slow parser does not recurse.
-        return _parse_slow(text)
+        return _parse_slow(text, limit)
     except (json.JSONDecodeError, _Refusal) as exc:
         # The slow parser refuses the same texts and says where; it should not return.
-        _parse_slow(text)
+        _parse_slow(text, limit)
         reason = exc.reason if isinstance(exc, _Refusal) else str(exc)
         raise JSONValueError(reason) from None
     if "\\u" in text and _SURROGATE_ESCAPE.search(text) is not None and _has_surrogate(value):
-        return _parse_slow(text)
+        return _parse_slow(text, limit)
     return value
-
-
-def from_text(text: str) -> Any:
-    """Parse text agentrt stored in a database column (see `to_text`)."""
-    return parse_json(text)
 
 
 def _bracket_depth(text: str) -> int:
@@ -403,7 +416,7 @@ def _string_problem(exc: json.JSONDecodeError, text: str) -> str:
     return exc.msg[0].lower() + exc.msg[1:]
 
 
-def _parse_slow(text: str) -> Any:
+def _parse_slow(text: str, limit: int) -> Any:
     """The exact, iterative parser: decides every text the fast path cannot, with paths.
 
     Strings go through the same C `scanstring` json.loads uses and numbers through
@@ -450,8 +463,8 @@ def _parse_slow(text: str) -> Any:
         char = text[pos] if pos < end else ""
         value: Any
         if char in ("{", "["):
-            if len(stack) >= MAX_DEPTH:
-                fail(f"nesting deeper than {MAX_DEPTH}", pos)
+            if len(stack) >= limit:
+                fail(f"nesting deeper than {limit}", pos)
             closing = "}" if char == "{" else "]"
             after = _skip(text, pos + 1)
             if after < end and text[after] == closing:
@@ -541,12 +554,12 @@ def check_json(value: Any) -> None:
         parse_json(value)
         return
     try:
-        _check(value, 0)
+        _check(value, 0, MAX_DEPTH)
     except _Refusal as exc:
         raise exc.error() from None
 
 
-def _check(value: Any, depth: int) -> None:
+def _check(value: Any, depth: int, limit: int) -> None:
     """Raise `_Refusal` unless the Python value is usable JSON.
 
     Leaves of the common types are checked inline to spare a call per leaf.
@@ -563,8 +576,8 @@ def _check(value: Any, depth: int) -> None:
     elif value is None or kind is bool:
         pass
     elif isinstance(value, dict):
-        if depth >= MAX_DEPTH:
-            raise _Refusal(f"nesting deeper than {MAX_DEPTH}")
+        if depth >= limit:
+            raise _Refusal(f"nesting deeper than {limit}")
         plain_keys = True
         for key, item in value.items():
             if type(key) is not str:
@@ -588,7 +601,7 @@ def _check(value: Any, depth: int) -> None:
             elif kind is bool or item is None:
                 continue
             try:
-                _check(item, depth + 1)
+                _check(item, depth + 1, limit)
             except _Refusal as exc:
                 exc.reversed_path.append(str.__str__(key))
                 raise
@@ -596,8 +609,8 @@ def _check(value: Any, depth: int) -> None:
         if not plain_keys and len({str.__str__(key) for key in value}) != len(value):
             raise _Refusal("two keys of this object are the same string")
     elif isinstance(value, list | tuple):
-        if depth >= MAX_DEPTH:
-            raise _Refusal(f"nesting deeper than {MAX_DEPTH}")
+        if depth >= limit:
+            raise _Refusal(f"nesting deeper than {limit}")
         for index, item in enumerate(value):
             kind = type(item)
             if kind is str:
@@ -612,7 +625,7 @@ def _check(value: Any, depth: int) -> None:
             elif kind is bool or item is None:
                 continue
             try:
-                _check(item, depth + 1)
+                _check(item, depth + 1, limit)
             except _Refusal as exc:
                 exc.reversed_path.append(index)
                 raise
@@ -649,7 +662,9 @@ def canonical_json(value_or_bytes: Any) -> bytes:
     Keys sorted by code point, no whitespace, numbers as their literal (plain
     floats as `repr`), strings escaped minimally: `\\"` `\\\\`, `\\b \\f \\n \\r \\t`,
     `\\u00XX` for other controls, and `<` `>` `&` U+2028 U+2029 as `\\uXXXX`.
-    Bytes-like input is JSON text and is parsed first. Raises `JSONValueError`.
+    Bytes-like input is JSON text and is parsed first. Raises `JSONValueError` for
+    anything `check_json` refuses, except that nesting may go to `MAX_STORED_DEPTH`
+    so agentrt's envelopes around a usable value still encode.
     """
     return _encode(value_or_bytes, html=True)
 
@@ -671,12 +686,12 @@ def to_text(value: Any) -> str:
 
 def _encode(value: Any, *, html: bool) -> bytes:
     if isinstance(value, bytes | bytearray | memoryview):
-        value = parse_json(value)
+        value = _parse(value, MAX_STORED_DEPTH)
     encoded = _encode_fast(value, html=html)
     if encoded is not None:
         return encoded
     try:
-        _check(value, 0)
+        _check(value, 0, MAX_STORED_DEPTH)
     except _Refusal as exc:
         raise exc.error() from None
     return _finish(_encode_slow(value), html=html).encode("utf-8")
@@ -715,7 +730,7 @@ def _plain(value: Any, depth: int) -> bool:
     """True when the value is built of exact dicts (str keys), lists, tuples and leaves."""
     kind = type(value)
     if kind is dict:
-        if depth >= MAX_DEPTH:
+        if depth >= MAX_STORED_DEPTH:
             return False
         for key, item in value.items():
             if type(key) is not str:
@@ -728,7 +743,7 @@ def _plain(value: Any, depth: int) -> bool:
             return False
         return True
     if kind is list or kind is tuple:
-        if depth >= MAX_DEPTH:
+        if depth >= MAX_STORED_DEPTH:
             return False
         for item in value:
             kind = type(item)
@@ -808,7 +823,7 @@ def copy_json(value: Any) -> Any:
 
     Scalars are shared (they are immutable). Tuples become lists. It assumes the
     value is usable (see `check_json`) and only refuses, with `JSONValueError`, a
-    type that is not JSON or nesting over 256 deep, where it cannot go on.
+    type that is not JSON or nesting beyond `MAX_STORED_DEPTH`, where it cannot go on.
     """
     try:
         return _copy(value, 0)
@@ -818,8 +833,8 @@ def copy_json(value: Any) -> Any:
 
 def _copy(value: Any, depth: int) -> Any:
     if isinstance(value, dict):
-        if depth >= MAX_DEPTH:
-            raise _Refusal(f"nesting deeper than {MAX_DEPTH}")
+        if depth >= MAX_STORED_DEPTH:
+            raise _Refusal(f"nesting deeper than {MAX_STORED_DEPTH}")
         copied: dict[str, Any] = {}
         for key, item in value.items():
             kind = type(item)
@@ -833,8 +848,8 @@ def _copy(value: Any, depth: int) -> Any:
                 raise
         return copied
     if isinstance(value, list | tuple):
-        if depth >= MAX_DEPTH:
-            raise _Refusal(f"nesting deeper than {MAX_DEPTH}")
+        if depth >= MAX_STORED_DEPTH:
+            raise _Refusal(f"nesting deeper than {MAX_STORED_DEPTH}")
         items: list[Any] = []
         for index, item in enumerate(value):
             kind = type(item)

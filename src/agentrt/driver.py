@@ -44,7 +44,7 @@ from .records import (
     TerminalReason,
 )
 from .resume import load, resume_waiting, take_over
-from .session import LoopConfig, RunSession, Verdict, failed_decision, maybe_await, run_io
+from .session import LoopConfig, Probe, RunSession, Verdict, failed_decision, maybe_await, run_io
 from .store import Store, Tx, run_from_row
 from .tools import Tool, spec_hash, validate_tools
 
@@ -88,6 +88,8 @@ class Driver:
         lease_owner: str = "",
         *,
         wall: WallClock | None = None,
+        probe: Probe | None = None,
+        probe_in_tx: Probe | None = None,
     ) -> None:
         if store is None:
             raise ConfigError("Driver needs a store (agentrt.open_store(path))")
@@ -130,6 +132,8 @@ class Driver:
             lease_ttl=lease_ttl,
             wall=self._wall,
             model=model,
+            probe=probe,
+            probe_in_tx=probe_in_tx,
         )
 
     # -- entry points ----------------------------------------------------
@@ -258,6 +262,7 @@ class Driver:
             config.lease_ttl,
             config.wall,
         )
+        session.heartbeat = heartbeat
         heartbeat.start()
         try:
             if session.has_allowed_call():
@@ -305,9 +310,13 @@ class Driver:
         except Exception as exc:
             reason, detail = TerminalReason.AGENT_ERROR, f"{type(exc).__name__}: {exc}"
         await session.end_with_step(
-            step, RunStatus.FAILED, reason, detail, step_status=StepStatus.FAILED,
+            step,
+            RunStatus.FAILED,
+            reason,
+            detail,
+            step_status=StepStatus.FAILED,
             observation=failed_decision(detail),
-        )  # fmt: skip
+        )
         return None
 
 

@@ -34,9 +34,15 @@ class Operator:
     ) -> Approval:
         """Approve a pending approval; executes nothing (a resume does)."""
         approval, events = decide(
-            self.store, run_id, approval_id, approve=True, by=by, note=note,
-            shown_hash=shown_hash, now=self.now(),
-        )  # fmt: skip
+            self.store,
+            run_id,
+            approval_id,
+            approve=True,
+            by=by,
+            note=note,
+            shown_hash=shown_hash,
+            now=self.now(),
+        )
         deliver(self.observer, events)
         return approval
 
@@ -45,9 +51,15 @@ class Operator:
     ) -> Approval:
         """Reject a pending approval: the step fails and the run is cancelled."""
         approval, events = decide(
-            self.store, run_id, approval_id, approve=False, by=by, note=note,
-            shown_hash=shown_hash, now=self.now(),
-        )  # fmt: skip
+            self.store,
+            run_id,
+            approval_id,
+            approve=False,
+            by=by,
+            note=note,
+            shown_hash=shown_hash,
+            now=self.now(),
+        )
         deliver(self.observer, events)
         return approval
 
@@ -83,9 +95,14 @@ class Operator:
                     from_statuses=(step_row["status"],),
                 )
             finish_run(
-                tx, run_id, RunStatus.CANCELLED, TerminalReason.OPERATOR_CANCELLED, note, now,
+                tx,
+                run_id,
+                RunStatus.CANCELLED,
+                TerminalReason.OPERATOR_CANCELLED,
+                note,
+                now,
                 from_statuses=(RunStatus.RUNNING, RunStatus.WAITING_FOR_APPROVAL),
-            )  # fmt: skip
+            )
             run = run_from_row(tx.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone())
             events = list(tx.events)
         deliver(self.observer, events)

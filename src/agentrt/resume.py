@@ -137,26 +137,37 @@ async def resume_waiting(
     args = call_args(decision) if decision is not None else {}
     if spec is None:
         await _leave_waiting_failed(
-            session, step, latest, now,
+            session,
+            step,
+            latest,
+            now,
             failed_decision(f"tool {tool!r} is no longer registered; nothing was executed"),
-        )  # fmt: skip
+        )
         return session
     errors = check_args(spec, args)
     if errors:
         await _leave_waiting_failed(
-            session, step, latest, now,
+            session,
+            step,
+            latest,
+            now,
             failed_decision(
                 f"args no longer match the current input schema of {tool!r}: " + "; ".join(errors)
             ),
-        )  # fmt: skip
+        )
         return session
     check = await session.ask_policy(step, spec, args)
     policy = check.decision
     if policy is None:
         await _end_from_waiting(
-            session, step, now, TerminalReason.INTERNAL_ERROR, check.error or "policy failed",
-            denied_observation(tool, check.error or "policy failed"), None,
-        )  # fmt: skip
+            session,
+            step,
+            now,
+            TerminalReason.INTERNAL_ERROR,
+            check.error or "policy failed",
+            denied_observation(tool, check.error or "policy failed"),
+            None,
+        )
         return session
     if policy.outcome == PolicyOutcome.DENY:
         await _leave_waiting_failed(
@@ -165,9 +176,14 @@ async def resume_waiting(
         return session
     if policy.outcome == PolicyOutcome.ABORT:
         await _end_from_waiting(
-            session, step, now, TerminalReason.POLICY_ABORT, policy.reason,
-            denied_observation(tool, policy.reason), check.payload,
-        )  # fmt: skip
+            session,
+            step,
+            now,
+            TerminalReason.POLICY_ABORT,
+            policy.reason,
+            denied_observation(tool, policy.reason),
+            check.payload,
+        )
         return session
     if policy.outcome == PolicyOutcome.REQUIRE_APPROVAL:
         request = approval_request(run.id, step.id, spec, args)
@@ -187,14 +203,24 @@ async def resume_waiting(
 
     def tx_resume(tx: Tx) -> None:
         session.epoch = take_in(
-            tx, run.id, config.owner, config.lease_ttl, config.wall,
+            tx,
+            run.id,
+            config.owner,
+            config.lease_ttl,
+            config.wall,
             from_status=RunStatus.WAITING_FOR_APPROVAL,
-        )  # fmt: skip
+        )
         tx.append_event(run.id, "", now, ev.RUN_RESUMED, {"approval_id": latest.id})
         session.tool_started_in(
-            tx, now, step, spec, args, check.payload, approval_id=latest.id,
+            tx,
+            now,
+            step,
+            spec,
+            args,
+            check.payload,
+            approval_id=latest.id,
             from_step=(StepStatus.AWAITING_APPROVAL,),
-        )  # fmt: skip
+        )
         session.refresh(tx, step.id)
 
     await session.write(tx_resume, POINT_RESUMED)
@@ -248,9 +274,13 @@ async def _leave_waiting_failed(
 
     def tx_leave(tx: Tx) -> None:
         session.epoch = take_in(
-            tx, session.run_id, config.owner, config.lease_ttl, config.wall,
+            tx,
+            session.run_id,
+            config.owner,
+            config.lease_ttl,
+            config.wall,
             from_status=RunStatus.WAITING_FOR_APPROVAL,
-        )  # fmt: skip
+        )
         tx.append_event(session.run_id, "", now, ev.RUN_RESUMED, {"approval_id": approval.id})
         if policy_payload is not None:
             tx.append_event(session.run_id, step.id, now, ev.STEP_POLICY, policy_payload)
@@ -314,9 +344,16 @@ async def _pause_again(
 
     def tx_again(tx: Tx) -> None:
         session.pause_in(
-            tx, now, step, spec, args, policy, payload,
-            from_step=(StepStatus.AWAITING_APPROVAL,), from_run=RunStatus.WAITING_FOR_APPROVAL,
-        )  # fmt: skip
+            tx,
+            now,
+            step,
+            spec,
+            args,
+            policy,
+            payload,
+            from_step=(StepStatus.AWAITING_APPROVAL,),
+            from_run=RunStatus.WAITING_FOR_APPROVAL,
+        )
 
     await session.write(tx_again, POINT_PAUSED)
 
@@ -350,17 +387,28 @@ async def take_over(config: LoopConfig, run_id: str) -> RunSession:
             raise RunStateError(f"run {run_id} is {row['status']}; it was resumed elsewhere")
         check_live_lease(config, run, row["lease_owner"], row["lease_expires_at"])
         session.epoch = take_in(
-            tx, run_id, config.owner, config.lease_ttl, config.wall,
-            from_status=RunStatus.RUNNING, previous_owner=row["lease_owner"],
+            tx,
+            run_id,
+            config.owner,
+            config.lease_ttl,
+            config.wall,
+            from_status=RunStatus.RUNNING,
+            previous_owner=row["lease_owner"],
             previous_expires_at=row["lease_expires_at"],
-        )  # fmt: skip
+        )
         if row["lease_owner"]:
             tx.append_event(
-                run_id, "", now, ev.LEASE_TAKEN_OVER,
-                {"previous_owner": row["lease_owner"],
-                 "previous_expires_at": row["lease_expires_at"],
-                 "owner": config.owner, "epoch": session.epoch},
-            )  # fmt: skip
+                run_id,
+                "",
+                now,
+                ev.LEASE_TAKEN_OVER,
+                {
+                    "previous_owner": row["lease_owner"],
+                    "previous_expires_at": row["lease_expires_at"],
+                    "owner": config.owner,
+                    "epoch": session.epoch,
+                },
+            )
         in_flight = tx.execute(
             "SELECT id, status FROM steps WHERE run_id = ? AND status IN ('deciding', 'executing') "
             "ORDER BY idx",
@@ -369,9 +417,11 @@ async def take_over(config: LoopConfig, run_id: str) -> RunSession:
         for step_row in in_flight:
             content = {"previous_status": step_row["status"]}
             observation = Observation(
-                ObservationKind.INTERRUPTED, content,
-                f"interrupted while {step_row['status']}", content_hash(content),
-            )  # fmt: skip
+                ObservationKind.INTERRUPTED,
+                content,
+                f"interrupted while {step_row['status']}",
+                content_hash(content),
+            )
             cur = tx.execute(
                 "UPDATE steps SET status = 'interrupted', observation_json = ?, "
                 "observation_hash = ?, finished_at = ? WHERE id = ? AND status = ?",

@@ -226,6 +226,9 @@ class RunSession:
         self._mark = mark
         self._args_hashes: dict[str, str] = {}
         self._allowed: AllowedCall | None = None
+        # The lease heartbeat of the Driver executing this session, if any (the
+        # test kit stops it without releasing the lease to imitate a dead process).
+        self.heartbeat: Any = None
 
     # -- plumbing -----------------------------------------------------------
 
@@ -332,9 +335,16 @@ class RunSession:
         result: JSON = None,
     ) -> None:
         finish_run(
-            tx, self.run_id, status, reason, detail, now,
-            from_statuses=from_statuses, result=result, active_ms_add=self.active_ms_until(now),
-        )  # fmt: skip
+            tx,
+            self.run_id,
+            status,
+            reason,
+            detail,
+            now,
+            from_statuses=from_statuses,
+            result=result,
+            active_ms_add=self.active_ms_until(now),
+        )
 
     # -- 1. begin a step ---------------------------------------------------
 
@@ -354,9 +364,12 @@ class RunSession:
                     tx.append_event(self.run_id, "", now, ev.LOOP_DETECTED, hit.loop)
                 else:
                     tx.append_event(
-                        self.run_id, "", now, ev.LIMIT_EXCEEDED,
+                        self.run_id,
+                        "",
+                        now,
+                        ev.LIMIT_EXCEEDED,
                         {"reason": hit.reason, "detail": hit.detail},
-                    )  # fmt: skip
+                    )
                 self.end_in(tx, now, RunStatus.FAILED, hit.reason, hit.detail)
                 self.refresh(tx)
                 return None
@@ -502,15 +515,22 @@ class RunSession:
             chosen = recorded.decision
             if chosen.kind == DecisionKind.COMPLETE:
                 await self.end_with_step(
-                    step, RunStatus.COMPLETED, TerminalReason.GOAL_COMPLETED, "",
-                    step_status=StepStatus.DONE, result=chosen.result,
-                )  # fmt: skip
+                    step,
+                    RunStatus.COMPLETED,
+                    TerminalReason.GOAL_COMPLETED,
+                    "",
+                    step_status=StepStatus.DONE,
+                    result=chosen.result,
+                )
                 return Verdict.ENDED
             if chosen.kind == DecisionKind.FAIL:
                 await self.end_with_step(
-                    step, RunStatus.FAILED, TerminalReason.GOAL_FAILED, chosen.message,
+                    step,
+                    RunStatus.FAILED,
+                    TerminalReason.GOAL_FAILED,
+                    chosen.message,
                     step_status=StepStatus.DONE,
-                )  # fmt: skip
+                )
                 return Verdict.ENDED
             spec = self.config.specs[chosen.tool]
             args = call_args(chosen)
@@ -527,10 +547,13 @@ class RunSession:
         if decision is None:
             error = check.error or "policy failed"
             await self.end_with_step(
-                step, RunStatus.FAILED, TerminalReason.INTERNAL_ERROR, error,
+                step,
+                RunStatus.FAILED,
+                TerminalReason.INTERNAL_ERROR,
+                error,
                 step_status=StepStatus.FAILED,
                 observation=denied_observation(spec.name, error),
-            )  # fmt: skip
+            )
             return Verdict.ENDED
         if decision.outcome == PolicyOutcome.ALLOW:
             self._allowed = AllowedCall(step, spec, args, check.payload)
@@ -541,11 +564,14 @@ class RunSession:
             return Verdict.DENIED
         if decision.outcome == PolicyOutcome.ABORT:
             await self.end_with_step(
-                step, RunStatus.FAILED, TerminalReason.POLICY_ABORT, decision.reason,
+                step,
+                RunStatus.FAILED,
+                TerminalReason.POLICY_ABORT,
+                decision.reason,
                 step_status=StepStatus.FAILED,
                 observation=denied_observation(spec.name, decision.reason),
                 policy_payload=check.payload,
-            )  # fmt: skip
+            )
             return Verdict.ENDED
         await self.pause(step, spec, args, decision, check.payload)
         return Verdict.PENDING
@@ -592,13 +618,18 @@ class RunSession:
             "presentation_json, request_json, hash, status, created_at, expires_at) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?)",
             (
-                approval_id, self.run_id, step.id, decision.kind,
+                approval_id,
+                self.run_id,
+                step.id,
+                decision.kind,
                 to_text({} if decision.capability is None else decision.capability),
                 to_text({} if decision.presentation is None else decision.presentation),
-                to_text(request), digest, format_time(now),
+                to_text(request),
+                digest,
+                format_time(now),
                 format_time(now + ttl) if ttl is not None else "",
             ),
-        )  # fmt: skip
+        )
         return {
             "approval_id": approval_id,
             "kind": decision.kind,

@@ -1,0 +1,540 @@
+"""Read models for operators: run and step summaries, waiting approvals, and which approval is meant.
+
+Everything here reads bounded pages: a page of runs with the approvals they wait
+on (fetched for the whole page in one query, never one query per run), a page of
+one run's steps, and the pending approvals of one run. Nothing here writes.
+
+`choose_approval` is the rule for the approval an operator means when they
+approve or reject a run: a named approval must be pending; with no name, the run
+must have exactly one pending approval; an ambiguous run names its candidates.
+
+Summaries are plain text, not yet escaped: whoever prints them passes them
+through `agentrt.trace.sanitize`.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from .canonical import to_text
+from .clock import duration_to_ms, format_time, parse_time
+from .errors import AgentrtError, ApprovalExpiredError, NotPendingError, RunStateError
+from .records import (
+    JSON,
+    Approval,
+    ApprovalStatus,
+    DecisionKind,
+    Observation,
+    PolicyDecision,
+    PolicyOutcome,
+    Run,
+    RunStatus,
+    Step,
+)
+from .store import TEXT_CAP, Store
+
+RUN_PAGE_DEFAULT = 50
+RUN_PAGE_MAX = 1000
+STEP_PAGE_DEFAULT = 50
+STEP_PAGE_MAX = 1000
+LIST_TEXT_CAP = 4096
+"""Characters of each text column a page of runs reads: a goal is shown clipped in a list."""
+SUMMARY_LIMIT = 160
+"""Characters of a step's decision, policy or observation summary."""
+_FIELD_CAP = 256  # ids, kinds, tool names and hashes of waiting approvals
+
+
+class AmbiguousApprovalError(RunStateError):
+    """The run waits on more than one approval and none was named; `candidates` lists them."""
+
+    def __init__(self, run_id: str, candidates: Sequence[Approval]) -> None:
+        self.run_id = run_id
+        self.candidates = tuple(candidates)
+        names = ", ".join(f"{a.id} ({a.kind})" for a in self.candidates)
+        super().__init__(
+            f"run {run_id} waits on {len(self.candidates)} pending approvals: {names}; "
+            "name the one you mean"
+        )
+
+
+# --- records ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WaitingApproval:
+    """A pending approval as a list shows it: enough to recognise it, not to decide it."""
+
+    id: str
+    run_id: str
+    kind: str
+    tool: str
+    hash: str
+    created_at: datetime | None
+    expires_at: datetime | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "kind": self.kind,
+            "tool": self.tool,
+            "hash": self.hash,
+            "created_at": format_time(self.created_at),
+            "expires_at": format_time(self.expires_at),
+        }
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """One run with its totals and the approvals it waits on."""
+
+    run: Run
+    waiting: tuple[WaitingApproval, ...] = ()
+
+    @property
+    def tokens(self) -> int:
+        """Input plus output tokens (cached input is part of the input)."""
+        return self.run.input_tokens + self.run.output_tokens
+
+    def to_json(self) -> dict[str, Any]:
+        out = run_json(self.run)
+        out["tokens"] = self.tokens
+        out["waiting"] = [w.to_json() for w in self.waiting]
+        return out
+
+
+@dataclass(frozen=True)
+class RunPage:
+    """A page of runs, newest first, and how many match in all."""
+
+    runs: tuple[RunSummary, ...]
+    total: int
+    offset: int
+    limit: int
+    status: str | None = None
+
+    @property
+    def next_offset(self) -> int | None:
+        """The offset of the next page, None when this page is the last."""
+        following = self.offset + len(self.runs)
+        return following if following < self.total else None
+
+
+@dataclass(frozen=True)
+class StepSummary:
+    """One step as a line: what was decided, what the policy said, what the world answered."""
+
+    step: Step
+    decision: str
+    policy: str
+    observation: str
+
+
+@dataclass(frozen=True)
+class StepPage:
+    """A page of one run's steps in index order; `total` is the run's step count."""
+
+    steps: tuple[StepSummary, ...]
+    total: int
+    offset: int
+    limit: int
+
+
+@dataclass(frozen=True)
+class RunDetail:
+    """What `show` prints: the run, the approvals it waits on (whole), a page of steps."""
+
+    summary: RunSummary
+    waiting: tuple[Approval, ...]
+    steps: StepPage
+
+
+# --- JSON shapes --------------------------------------------------------------------------------
+
+
+def run_json(run: Run) -> dict[str, Any]:
+    """A run as a JSON object with the stored column names' meaning."""
+    out: dict[str, Any] = {
+        "id": run.id,
+        "goal": run.goal,
+        "status": str(run.status),
+        "reason": str(run.reason),
+        "reason_detail": run.reason_detail,
+        "limits": run.limits.to_json(),
+        "step_count": run.step_count,
+        "created_at": format_time(run.created_at),
+        "started_at": format_time(run.started_at),
+        "finished_at": format_time(run.finished_at),
+        "result": run.result,
+        "model_calls": run.model_calls,
+        "input_tokens": run.input_tokens,
+        "output_tokens": run.output_tokens,
+        "cached_input_tokens": run.cached_input_tokens,
+        "estimated_cost_micros": run.estimated_cost_micros,
+        "active_ms": duration_to_ms(run.active_time),
+    }
+    if run.decode_error:
+        out["decode_error"] = run.decode_error
+    return out
+
+
+def step_json(step: Step) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "id": step.id,
+        "index": step.index,
+        "status": str(step.status),
+        "decision": None if step.decision is None else step.decision.to_json(),
+        "policy": None if step.policy is None else step.policy.to_json(),
+        "observation": None if step.observation is None else step.observation.to_json(),
+        "started_at": format_time(step.started_at),
+        "finished_at": format_time(step.finished_at),
+        "spec_hash": step.spec_hash,
+        "policy_id": step.policy_id,
+    }
+    if step.decode_error:
+        out["decode_error"] = step.decode_error
+    return out
+
+
+def approval_json(approval: Approval) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "id": approval.id,
+        "run_id": approval.run_id,
+        "step_id": approval.step_id,
+        "kind": approval.kind,
+        "capability": approval.capability,
+        "presentation": approval.presentation,
+        "request": approval.request,
+        "hash": approval.hash,
+        "status": str(approval.status),
+        "created_at": format_time(approval.created_at),
+        "expires_at": format_time(approval.expires_at),
+        "decided_at": format_time(approval.decided_at),
+        "decided_by": approval.decided_by,
+        "note": approval.note,
+    }
+    if approval.decode_error:
+        out["decode_error"] = approval.decode_error
+    return out
+
+
+# --- summaries ----------------------------------------------------------------------------------
+
+
+def _clip(text: str, limit: int = SUMMARY_LIMIT) -> str:
+    return text if len(text) <= limit else f"{text[:limit]}… (+{len(text) - limit} chars)"
+
+
+def _json_text(value: JSON, limit: int) -> str:
+    try:
+        return _clip(to_text(value), limit)
+    except (ValueError, TypeError):  # a decoded value is JSON; be safe with anything else
+        return _clip(repr(value), limit)
+
+
+def _content_text(content: JSON, key: str) -> str:
+    """`content[key]` when content is an object holding that text, else the content as JSON."""
+    if isinstance(content, dict) and isinstance(content.get(key), str):
+        return str(content[key])
+    return _json_text(content, SUMMARY_LIMIT)
+
+
+def decision_summary(step: Step) -> str:
+    d = step.decision
+    if d is None:
+        return "-"
+    if d.kind == DecisionKind.TOOL_CALL:
+        if d.invalid_args is not None:
+            return _clip(f"{d.tool} <args not usable JSON, {len(d.invalid_args)} chars>")
+        args = "{}" if d.args is None else _json_text(d.args, SUMMARY_LIMIT)
+        return _clip(f"{d.tool} {args}")
+    if d.kind == DecisionKind.COMPLETE:
+        if d.invalid_result is not None:
+            return f"complete <result not usable JSON, {len(d.invalid_result)} chars>"
+        return "complete" if d.result is None else _clip(f"complete {_json_text(d.result, 140)}")
+    if d.kind == DecisionKind.FAIL:
+        return _clip(f"fail: {d.message}")
+    detail = d.message or d.reason
+    return _clip(f"{d.kind}: {detail}" if detail else str(d.kind))
+
+
+def policy_summary(policy: PolicyDecision | None) -> str:
+    if policy is None:
+        return "-"
+    if policy.outcome == PolicyOutcome.ALLOW:
+        return "allow"
+    if policy.outcome == PolicyOutcome.REQUIRE_APPROVAL:
+        return _clip(f"approval: {policy.kind}" if policy.kind else "approval")
+    if policy.reason:
+        return _clip(f"{policy.outcome}: {policy.reason}")
+    return str(policy.outcome)
+
+
+_OBSERVATION_KEYS = {
+    "tool_error": "error",
+    "policy_denied": "reason",
+    "invalid_decision": "error",
+}
+
+
+def observation_summary(observation: Observation | None) -> str:
+    if observation is None:
+        return "-"
+    key = _OBSERVATION_KEYS.get(str(observation.kind))
+    if key is not None:
+        text = _content_text(observation.content, key)
+    elif observation.summary:
+        text = observation.summary
+    else:
+        text = _json_text(observation.content, SUMMARY_LIMIT)
+    return _clip(f"{observation.kind}: {text}")
+
+
+def step_summary(step: Step) -> StepSummary:
+    decision = decision_summary(step)
+    if step.decode_error:
+        decision = f"{decision} [unreadable: {_clip(step.decode_error, 80)}]"
+    return StepSummary(
+        step=step,
+        decision=decision,
+        policy=policy_summary(step.policy),
+        observation=observation_summary(step.observation),
+    )
+
+
+# --- queries ------------------------------------------------------------------------------------
+
+
+def _query(store: Store, sql: str, params: Sequence[Any]) -> list[sqlite3.Row]:
+    # The store has no read for "pending approvals of many runs"; this runs the
+    # query on the store's own connection, under its lock, like its own reads.
+    return store._query(sql, params)
+
+
+def _time_or_none(value: object) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return parse_time(value)
+    except ValueError:
+        return None
+
+
+def _text(value: object) -> str:
+    return value if isinstance(value, str) else "" if value is None else str(value)
+
+
+def waiting_approvals(store: Store, run_ids: Sequence[str]) -> dict[str, list[WaitingApproval]]:
+    """The pending approvals of every run in `run_ids`, in one query, in creation order."""
+    found: dict[str, list[WaitingApproval]] = {run_id: [] for run_id in run_ids}
+    if not run_ids:
+        return found
+    if len(run_ids) > RUN_PAGE_MAX:
+        raise ValueError(f"at most {RUN_PAGE_MAX} runs at a time")
+    marks = ", ".join("?" for _ in run_ids)
+    cap = _FIELD_CAP
+    # A request that is not valid JSON must not fail the whole page: json_valid guards it.
+    rows = _query(
+        store,
+        f"SELECT substr(id, 1, {cap}) AS id, run_id, substr(kind, 1, {cap}) AS kind, "
+        f"substr(hash, 1, {cap}) AS hash, substr(created_at, 1, 64) AS created_at, "
+        "substr(expires_at, 1, 64) AS expires_at, "
+        "CASE WHEN json_valid(request_json) "
+        f"THEN substr(json_extract(request_json, '$.spec.name'), 1, {cap}) END AS tool "
+        f"FROM approvals WHERE status = ? AND run_id IN ({marks}) ORDER BY rowid",
+        [str(ApprovalStatus.PENDING), *run_ids],
+    )
+    for row in rows:
+        waiting = WaitingApproval(
+            id=_text(row["id"]),
+            run_id=_text(row["run_id"]),
+            kind=_text(row["kind"]),
+            tool=_text(row["tool"]),
+            hash=_text(row["hash"]),
+            created_at=_time_or_none(row["created_at"]),
+            expires_at=_time_or_none(row["expires_at"]),
+        )
+        found.setdefault(waiting.run_id, []).append(waiting)
+    return found
+
+
+def _check_page(limit: int, offset: int, maximum: int) -> None:
+    if not 1 <= limit <= maximum:
+        raise ValueError(f"limit must be between 1 and {maximum}, got {limit}")
+    if offset < 0:
+        raise ValueError(f"offset must not be negative, got {offset}")
+
+
+def run_page(
+    store: Store,
+    *,
+    limit: int = RUN_PAGE_DEFAULT,
+    offset: int = 0,
+    status: str | None = None,
+) -> RunPage:
+    """A page of runs, newest first, each with the approvals it waits on (two queries and a count)."""
+    _check_page(limit, offset, RUN_PAGE_MAX)
+    if status is not None:
+        status = str(RunStatus(status))
+    runs = store.list_runs(limit, offset, status, cap=LIST_TEXT_CAP)
+    waiting = waiting_approvals(store, [r.id for r in runs])
+    return RunPage(
+        runs=tuple(RunSummary(r, tuple(waiting.get(r.id, ()))) for r in runs),
+        total=store.count_runs(status),
+        offset=offset,
+        limit=limit,
+        status=status,
+    )
+
+
+def step_page(
+    store: Store, run: Run, *, limit: int = STEP_PAGE_DEFAULT, offset: int | None = None
+) -> StepPage:
+    """A page of the run's steps; with no offset, the latest `limit` steps."""
+    total = max(run.step_count, 0)
+    if offset is None:
+        offset = max(total - limit, 0)
+    _check_page(limit, offset, STEP_PAGE_MAX)
+    steps = store.list_steps(run.id, limit, offset)
+    return StepPage(
+        steps=tuple(step_summary(s) for s in steps),
+        # step_count counts claimed steps; rows are the truth if they ever disagree.
+        total=max(total, offset + len(steps)),
+        offset=offset,
+        limit=limit,
+    )
+
+
+def run_detail(
+    store: Store,
+    run_id: str,
+    *,
+    step_limit: int = STEP_PAGE_DEFAULT,
+    step_offset: int | None = None,
+) -> RunDetail:
+    """The run, the approvals it waits on, and one page of its steps. NotFoundError if none."""
+    run = store.get_run(run_id, cap=TEXT_CAP)
+    waiting = tuple(store.pending_approvals(run_id))
+    summary = RunSummary(
+        run,
+        tuple(
+            WaitingApproval(
+                id=a.id,
+                run_id=a.run_id,
+                kind=a.kind,
+                tool=approval_tool(a),
+                hash=a.hash,
+                created_at=a.created_at,
+                expires_at=a.expires_at,
+            )
+            for a in waiting
+        ),
+    )
+    return RunDetail(
+        summary=summary,
+        waiting=waiting,
+        steps=step_page(store, run, limit=step_limit, offset=step_offset),
+    )
+
+
+def approval_tool(approval: Approval) -> str:
+    """The name of the tool an approval's request calls, `''` if the request has none."""
+    request = approval.request
+    if isinstance(request, dict):
+        spec = request.get("spec")
+        if isinstance(spec, dict) and isinstance(spec.get("name"), str):
+            return str(spec["name"])
+    return ""
+
+
+def approval_reason(store: Store, approval: Approval) -> str:
+    """Why the policy asked for this approval (its step's policy reason), `''` if unknown."""
+    rows = _query(
+        store,
+        "SELECT idx FROM steps WHERE id = ? AND run_id = ?",
+        (approval.step_id, approval.run_id),
+    )
+    if not rows or not isinstance(rows[0]["idx"], int):
+        return ""
+    steps = store.list_steps(approval.run_id, 1, rows[0]["idx"])
+    if not steps or steps[0].policy is None:
+        return ""
+    return steps[0].policy.reason
+
+
+def choose_approval(store: Store, run_id: str, approval_id: str | None = None) -> Approval:
+    """The approval an operator means, read whole (uncapped) so that it can be hashed.
+
+    A named approval must exist on the run (NotFoundError) and be pending
+    (`NotPendingError`, or `ApprovalExpiredError` when it expired). With no name
+    the run must wait on exactly one: none is a `RunStateError` saying what the
+    run is doing, several an `AmbiguousApprovalError` naming them.
+    """
+    run = store.get_run(run_id, cap=LIST_TEXT_CAP)
+    if approval_id is not None:
+        approval = store.get_approval(run_id, approval_id)
+        if approval.status == ApprovalStatus.EXPIRED:
+            raise ApprovalExpiredError(f"approval {approval_id} of run {run_id} has expired")
+        if approval.status != ApprovalStatus.PENDING:
+            raise NotPendingError(
+                f"approval {approval_id} of run {run_id} is already {approval.status}, "
+                "not pending"
+            )
+        return approval
+    pending = store.pending_approvals(run_id, cap=None)
+    if not pending:
+        if run.status == RunStatus.WAITING_FOR_APPROVAL:
+            raise RunStateError(f"run {run_id} is waiting, but no approval of it is pending")
+        raise RunStateError(f"run {run_id} is {run.status}; it waits on no approval")
+    if len(pending) > 1:
+        raise AmbiguousApprovalError(run_id, pending)
+    return pending[0]
+
+
+def format_cost(micros: int) -> str:
+    """Micro-dollars as dollars with six decimals: `$0.001200`."""
+    sign = "-" if micros < 0 else ""
+    whole, frac = divmod(abs(micros), 1_000_000)
+    return f"{sign}${whole:,}.{frac:06d}"
+
+
+def format_duration(value: timedelta) -> str:
+    """A duration as seconds with millisecond precision: `1.250s`."""
+    ms = duration_to_ms(value)
+    return f"{ms // 1000}.{ms % 1000:03d}s"
+
+
+__all__ = [
+    "LIST_TEXT_CAP",
+    "RUN_PAGE_DEFAULT",
+    "RUN_PAGE_MAX",
+    "STEP_PAGE_DEFAULT",
+    "STEP_PAGE_MAX",
+    "AgentrtError",
+    "AmbiguousApprovalError",
+    "RunDetail",
+    "RunPage",
+    "RunSummary",
+    "StepPage",
+    "StepSummary",
+    "WaitingApproval",
+    "approval_json",
+    "approval_reason",
+    "approval_tool",
+    "choose_approval",
+    "decision_summary",
+    "format_cost",
+    "format_duration",
+    "observation_summary",
+    "policy_summary",
+    "run_detail",
+    "run_json",
+    "run_page",
+    "step_json",
+    "step_page",
+    "step_summary",
+    "waiting_approvals",
+]

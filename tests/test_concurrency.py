@@ -1,0 +1,332 @@
+"""Concurrency: racing resumes, cancels during a step, lost and lapsed leases, the event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import agentrt
+from agentrt import (
+    Decision,
+    LeaseLostError,
+    RunLeasedError,
+    RunStateError,
+    SideEffect,
+    ToolCall,
+    ToolResult,
+)
+from agentrt.scripted import ScriptedAgent
+from conftest import Ids, RecordingTool, event_types
+
+CHILD = textwrap.dedent(
+    """
+    import os, sys, time
+    from datetime import timedelta
+    import agentrt
+    from agentrt import Decision, SideEffect, ToolResult, ToolSpec
+    from agentrt.scripted import ScriptedAgent
+
+    db, journal, start_at = sys.argv[1], sys.argv[2], float(sys.argv[3])
+
+    class Push:
+        spec = ToolSpec("push", "the push tool", {"type": "object"}, SideEffect.REMOTE_MUTATION,
+                        timedelta(seconds=5))
+        def call(self, call):
+            with open(journal, "a") as f:
+                f.write(f"{os.getpid()} {call.step_id}\\n")
+            return ToolResult({"pushed": True})
+
+    store = agentrt.open_store(db)
+    agent = ScriptedAgent([Decision.tool_call("push", {}), Decision.complete("done")])
+    driver = agentrt.Driver(store=store, agent=agent, policy=agentrt.default_policy(),
+                            tools=[Push()], lease_owner=f"child-{os.getpid()}")
+    run_id = open(db + ".run").read()
+    while time.time() < start_at:
+        time.sleep(0.0005)
+    try:
+        run = driver.resume_sync(run_id)
+    except agentrt.RunStateError as exc:
+        print("refused", type(exc).__name__, exc)
+        sys.exit(3)
+    print("resumed", run.status)
+    """
+)
+
+
+def test_two_concurrent_resumes_from_two_processes_exactly_one_executes(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "race.db"
+    journal = tmp_path / "journal.txt"
+    store = agentrt.open_store(db)
+    push = RecordingTool("push", SideEffect.REMOTE_MUTATION, schema={"type": "object"})
+    agent = ScriptedAgent([Decision.tool_call("push", {}), Decision.complete("done")])
+    driver = agentrt.Driver(store=store, agent=agent, policy=agentrt.default_policy(), tools=[push])
+    run = driver.start_sync("race")
+    (approval,) = store.pending_approvals(run.id)
+    agentrt.approve(store, run.id, approval.id, by="alice")
+    (tmp_path / "race.db.run").write_text(run.id)
+    script = tmp_path / "child.py"
+    script.write_text(CHILD)
+    start_at = time.time() + 1.0
+    children = [
+        subprocess.Popen(
+            [sys.executable, str(script), str(db), str(journal), str(start_at)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    results = [c.communicate(timeout=60) for c in children]
+    codes = sorted(c.returncode for c in children)
+    assert codes == [0, 3], results
+    assert sorted(out.split()[0] for out, _ in results) == ["refused", "resumed"]
+    assert any(out.strip() == "resumed COMPLETED" for out, _ in results)
+    lines = journal.read_text().splitlines()
+    assert len(lines) == 1  # exactly one process executed the approved call
+    final = store.get_run(run.id)
+    assert final.status == "COMPLETED"
+    tool_starts = [e for e in store.list_events(run_id=run.id) if e.type == "step.tool_started"]
+    assert len(tool_starts) == 1 and tool_starts[0].payload["approval_id"] == approval.id
+    assert store.verify_events().intact
+
+
+class Gate:
+    """A tool that blocks until released, telling the test when it has started."""
+
+    def __init__(self, side_effect: SideEffect = SideEffect.LOCAL_MUTATION) -> None:
+        self.started = threading.Event()
+        self.release = threading.Event()
+        self.spec = RecordingTool("slow", side_effect).spec
+        self.calls: list[ToolCall] = []
+
+    def call(self, call: ToolCall) -> ToolResult:
+        self.calls.append(call)
+        self.started.set()
+        assert self.release.wait(30)
+        return ToolResult({"done": True}, "finished late")
+
+
+@contextlib.contextmanager
+def driving(driver: agentrt.Driver, goal: str = "g") -> Iterator[dict[str, Any]]:
+    """Run `driver.start_sync` on a thread; the dict receives its run or its error."""
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["run"] = driver.start_sync(goal)
+        except BaseException as exc:
+            box["error"] = exc
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    try:
+        yield box
+    finally:
+        thread.join(30)
+
+
+def test_cancel_during_a_tool_call_records_the_late_result_after_run_finished(
+    store: agentrt.Store,
+) -> None:
+    slow = Gate()
+    driver = agentrt.Driver(
+        store=store,
+        agent=ScriptedAgent([Decision.tool_call("slow", {})]),
+        policy=agentrt.default_policy(),
+        tools=[slow],
+        new_id=Ids(),
+    )
+    with driving(driver) as box:
+        assert slow.started.wait(10)
+        run_id = store.list_runs()[0].id
+        cancelled = agentrt.cancel(store, run_id, by="ops", note="stop it")
+        assert (cancelled.status, cancelled.reason) == ("CANCELLED", "operator_cancelled")
+        slow.release.set()
+    assert "error" not in box
+    assert box["run"].status == "CANCELLED"  # the loop returns the cancelled run, no error
+    types = event_types(store, run_id)
+    assert types[-4:] == ["step.tool_started", "step.failed", "run.finished", "step.tool_finished"]
+    late = store.list_events(run_id=run_id)[-1]
+    assert late.payload["late"] is True and late.payload["summary"] == "finished late"
+    step = store.list_steps(run_id)[0]
+    assert step.status == "failed"  # the step keeps what the cancel wrote
+    assert step.observation is not None
+    assert step.observation.content == {"by": "ops", "note": "stop it"}
+    assert store.lease(run_id).owner == ""
+
+
+def test_cancel_while_deciding_is_found_at_the_next_write(store: agentrt.Store) -> None:
+    def decide_and_get_cancelled(input: agentrt.StepInput) -> Decision:
+        agentrt.cancel(store, input.run.id, by="ops")
+        return Decision.complete("too late")
+
+    driver = agentrt.Driver(
+        store=store,
+        agent=ScriptedAgent([decide_and_get_cancelled]),
+        policy=agentrt.default_policy(),
+    )
+    run = driver.start_sync("g")
+    assert (run.status, run.reason, run.result) == ("CANCELLED", "operator_cancelled", None)
+    assert event_types(store, run.id)[-2:] == ["step.failed", "run.finished"]
+
+
+def test_cancel_a_waiting_run_and_a_terminal_run_is_refused(store: agentrt.Store) -> None:
+    push = RecordingTool("push", SideEffect.REMOTE_MUTATION)
+    driver = agentrt.Driver(
+        store=store,
+        agent=ScriptedAgent([Decision.tool_call("push", {})]),
+        policy=agentrt.default_policy(),
+        tools=[push],
+    )
+    run = driver.start_sync("g")
+    run = agentrt.cancel(store, run.id, by="ops")
+    assert run.status == "CANCELLED"
+    assert store.list_steps(run.id)[0].status == "failed"
+    with pytest.raises(RunStateError, match="only a live run is cancelled"):
+        agentrt.cancel(store, run.id, by="ops")
+
+
+def test_loop_that_loses_its_lease_stops_before_the_next_tool_call(
+    store: agentrt.Store, db_path: Path
+) -> None:
+    """Another owner takes the run while a tool runs: its result is not recorded, and the
+    loop raises LeaseLostError instead of starting anything else."""
+    import sqlite3
+
+    def steal(call: ToolCall) -> ToolResult:
+        conn = sqlite3.connect(db_path)
+        conn.execute("UPDATE runs SET lease_owner = 'thief', lease_epoch = lease_epoch + 1")
+        conn.commit()
+        conn.close()
+        return ToolResult({"stolen": True})
+
+    first = RecordingTool("first", SideEffect.LOCAL_MUTATION, result=steal)
+    second = RecordingTool("second", SideEffect.LOCAL_MUTATION)
+    agent = ScriptedAgent([Decision.tool_call("first", {}), Decision.tool_call("second", {})])
+    driver = agentrt.Driver(
+        store=store, agent=agent, policy=agentrt.default_policy(), tools=[first, second]
+    )
+    with pytest.raises(LeaseLostError):
+        driver.start_sync("g")
+    assert second.calls == []
+    run = store.list_runs()[0]
+    assert [s.status for s in store.list_steps(run.id)] == ["executing"]
+    assert "step.tool_finished" not in event_types(store, run.id)
+
+
+def test_lapsed_lease_starts_no_side_effect(store: agentrt.Store) -> None:
+    wall = [datetime.now(UTC)]
+
+    def stall(input: agentrt.StepInput) -> Decision:
+        wall[0] += timedelta(minutes=5)  # the loop stalled past its lease; nobody took it
+        return Decision.tool_call("push", {})
+
+    push = RecordingTool("push", SideEffect.LOCAL_MUTATION)
+    driver = agentrt.Driver(
+        store=store,
+        agent=ScriptedAgent([stall]),
+        policy=agentrt.default_policy(),
+        tools=[push],
+        wall=lambda: wall[0],
+    )
+    with pytest.raises(LeaseLostError, match="lapsed"):
+        driver.start_sync("g")
+    assert push.calls == []
+    run = store.list_runs()[0]
+    assert run.status == "RUNNING"
+    assert "step.tool_started" not in event_types(store, run.id)
+
+
+def test_resume_of_a_live_run_is_refused_and_changes_nothing(
+    store: agentrt.Store, db_path: Path
+) -> None:
+    slow = Gate()
+    driver = agentrt.Driver(
+        store=store,
+        agent=ScriptedAgent([Decision.tool_call("slow", {}), Decision.complete()]),
+        policy=agentrt.default_policy(),
+        tools=[slow],
+        lease_owner="worker",
+    )
+    other = agentrt.Driver(
+        store=agentrt.open_store(db_path),
+        agent=driver.agent,
+        policy=agentrt.default_policy(),
+        tools=[slow],
+        lease_owner="worker",
+    )
+    with driving(driver) as box:
+        assert slow.started.wait(10)
+        run_id = store.list_runs()[0].id
+        before = [(e.seq, e.hash) for e in store.list_events()]
+        with pytest.raises(RunLeasedError) as refused:
+            other.resume_sync(run_id)
+        assert refused.value.owner == driver.lease_owner
+        assert refused.value.owner.startswith("worker/")
+        assert other.lease_owner != driver.lease_owner  # same name, two owners
+        with pytest.raises(RunStateError, match="already executing"):
+            driver.resume_sync(run_id)
+        assert [(e.seq, e.hash) for e in store.list_events()] == before
+        slow.release.set()
+    assert box["run"].status == "COMPLETED"
+
+
+def test_async_driver_does_not_starve_other_tasks_while_steps_commit(db_path: Path) -> None:
+    """Each commit is made slow (a stand-in for a slow fsync); a ticker on the same event
+    loop must keep running during every one of them."""
+    store = agentrt.open_store(db_path)
+    ticks = [0]
+    during: list[int] = []
+    original = store.transaction
+
+    @contextlib.contextmanager
+    def slow_transaction() -> Iterator[Any]:
+        before = ticks[0]
+        with original() as tx:
+            yield tx
+            time.sleep(0.03)
+        during.append(ticks[0] - before)
+
+    store.transaction = slow_transaction  # type: ignore[method-assign]
+    tool = RecordingTool("t", SideEffect.READ_ONLY, result=lambda c: ToolResult(c.step_id))
+    agent = ScriptedAgent(
+        [Decision.tool_call("t", {"x": i}) for i in range(5)] + [Decision.complete()]
+    )
+    driver = agentrt.Driver(store=store, agent=agent, policy=agentrt.default_policy(), tools=[tool])
+    worst = [0.0]
+
+    async def ticker(stop: asyncio.Event) -> None:
+        loop = asyncio.get_running_loop()
+        while not stop.is_set():
+            expected = loop.time() + 0.001
+            await asyncio.sleep(0.001)
+            worst[0] = max(worst[0], loop.time() - expected)
+            ticks[0] += 1
+
+    async def main() -> agentrt.Run:
+        stop = asyncio.Event()
+        task = asyncio.create_task(ticker(stop))
+        try:
+            return await driver.start("g")
+        finally:
+            stop.set()
+            await task
+
+    run = asyncio.run(main())
+    assert run.status == "COMPLETED"
+    assert len(during) >= 20
+    assert all(n > 0 for n in during), during  # the ticker ran inside every commit
+    print(f"worst event-loop lag while steps committed: {worst[0] * 1000:.1f} ms")
