@@ -1,0 +1,38 @@
+"""The examples run as a new user would run them, in their own processes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import agentrt
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_scripted_example_pauses_then_a_second_process_approves_and_resumes(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "example.db"
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "scripted.py"), "--db", str(db)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "stopped: WAITING_FOR_APPROVAL" in out
+    assert "$.branch: 42 is not of type 'string'" in out
+    assert "policy_denied: destructive tools are denied by the default policy" in out
+    assert "[process 2] resumed: COMPLETED goal_completed" in out
+    assert "event chain: 26 events, intact" in out
+    store = agentrt.open_existing(db, read_only=True)
+    (run,) = store.list_runs()
+    assert (run.status, run.result) == ("COMPLETED", {"pushed": "feature/login"})
+    types = [e.type for e in store.list_events(run_id=run.id)]
+    assert "lease.taken_over" not in types  # the second process resumed a waiting run
+    approval = store.list_approvals(run.id)[0]
+    assert (approval.status, approval.decided_by) == ("approved", "example-operator")
+    store.close()
