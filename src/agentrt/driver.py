@@ -132,6 +132,7 @@ class Driver:
             lease_ttl=lease_ttl,
             wall=self._wall,
             model=model,
+            reconcile=reconcile,
             probe=probe,
             probe_in_tx=probe_in_tx,
         )

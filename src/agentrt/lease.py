@@ -229,3 +229,51 @@ def take_in(
         )
     row = tx.execute("SELECT lease_epoch FROM runs WHERE id = ?", (run_id,)).fetchone()
     return int(row[0])
+
+
+def _process_state(pid: int) -> str:
+    """The one-letter state of `pid` from /proc ('' where unknown)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            stat = f.read()
+    except OSError:
+        return ""
+    rest = stat[stat.rfind(")") + 2 :].split()
+    return rest[0] if rest else ""
+
+
+def prove_dead(holder_text: str) -> dict[str, Any] | None:
+    """Proof that a lease holder's process is gone, or None when it cannot be proved.
+
+    Only a holder on this host can be judged, and only by facts: no process
+    with that pid, a pid now used by a process with another start time, or a
+    zombie (it can run no more code). A live process with the recorded start
+    time, a holder from another host, or an unreadable record proves nothing:
+    the caller waits out the lease.
+    """
+    try:
+        holder = json.loads(holder_text) if holder_text else None
+    except ValueError:
+        return None
+    if not isinstance(holder, dict):
+        return None
+    pid, host, start = holder.get("pid"), holder.get("host"), holder.get("start")
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0 or host != host_id():
+        return None
+    if not isinstance(start, str) or not start:
+        return None
+    proof: dict[str, Any] = {"host": host, "pid": pid, "start": start}
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return {**proof, "proof": "no such process"}
+    except PermissionError:
+        pass  # it exists, owned by someone else: judge it by its start time below
+    except OSError:
+        return None
+    current = process_start_time(pid)
+    if current and current != start:
+        return {**proof, "proof": "pid reused by a process with another start time"}
+    if current == start and _process_state(pid) == "Z":
+        return {**proof, "proof": "the process has exited (zombie)"}
+    return None

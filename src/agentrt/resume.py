@@ -28,20 +28,24 @@ from typing import Any
 
 from . import events as ev
 from .approval import approval_hash, approval_request, verify_stored
-from .canonical import content_hash, to_text
+from .canonical import check_json, content_hash, to_text
 from .clock import format_time
 from .decisions import call_args
-from .errors import RunLeasedError, RunStateError
-from .lease import take_in
+from .errors import JSONValueError, RunLeasedError, RunStateError
+from .lease import prove_dead, take_in
 from .policy import interrupted_side_effect_decision
 from .records import (
     Approval,
     ApprovalStatus,
     Observation,
     ObservationKind,
+    PolicyDecision,
     PolicyOutcome,
+    ReconcileOutcome,
+    Reconciliation,
     Run,
     RunStatus,
+    RunView,
     SideEffect,
     Step,
     StepStatus,
@@ -55,13 +59,16 @@ from .session import (
     RunSession,
     denied_observation,
     failed_decision,
+    maybe_await,
     run_io,
+    validate_policy_decision,
 )
 from .store import Tx, approval_from_row, run_from_row, step_from_row
 from .tools import check_args
 from .transitions import fail_step, finish_run
 
 INTERRUPTED_POLICY_ID = "agentrt:interrupted_side_effect"
+RECONCILE_POLICY_ID = "agentrt:reconcile"
 
 
 def load(config: LoopConfig, run_id: str) -> tuple[Run, list[Step], list[Approval]]:
@@ -85,10 +92,22 @@ def load(config: LoopConfig, run_id: str) -> tuple[Run, list[Step], list[Approva
         return run_from_row(row), steps, approvals
 
 
-def check_live_lease(config: LoopConfig, run: Run, lease_owner: str, expires_text: str) -> None:
-    """Refuse, changing nothing, when another owner's lease is live by the wall clock."""
-    if lease_owner and expires_text > format_time(config.wall()):
+def check_live_lease(
+    config: LoopConfig, run: Run, lease_owner: str, expires_text: str, holder_text: str = ""
+) -> dict[str, Any]:
+    """How the previous owner is known to be gone; refuse, changing nothing, if it is not.
+
+    A lease that is live by the wall clock and someone else's refuses the
+    resume (`RunLeasedError`) unless its holder is provably dead on this host.
+    """
+    if not lease_owner:
+        return {"by": "no lease"}
+    if expires_text <= format_time(config.wall()):
+        return {"by": "lease expired"}
+    proof = prove_dead(holder_text)
+    if proof is None:
         raise RunLeasedError(run.id, lease_owner, _parse(expires_text))
+    return {"by": "owner process gone", **proof}
 
 
 def _parse(text: str) -> datetime | None:
@@ -364,28 +383,32 @@ async def _pause_again(
 async def take_over(config: LoopConfig, run_id: str) -> RunSession:
     """Take a RUNNING run whose lease lapsed; apply the interruption contract."""
 
-    def read_lease() -> tuple[str, str, str]:
+    def read_lease() -> tuple[str, str, str, str]:
         with config.store.transaction() as tx:
             row = tx.execute(
-                "SELECT status, lease_owner, lease_expires_at FROM runs WHERE id = ?", (run_id,)
+                "SELECT status, lease_owner, lease_expires_at, lease_holder FROM runs WHERE id = ?",
+                (run_id,),
             ).fetchone()
-            return row[0], row[1], row[2]
+            return row[0], row[1], row[2], row[3]
 
-    status, owner, expires = await run_io(read_lease)
+    status, owner, expires, holder = await run_io(read_lease)
     run, steps, approvals = await run_io(lambda: load(config, run_id))
     if status != RunStatus.RUNNING:
         raise RunStateError(f"run {run_id} is {status}; only a RUNNING run can be taken over")
-    check_live_lease(config, run, owner, expires)
+    check_live_lease(config, run, owner, expires, holder)
     now = config.clock()
     session = RunSession(config, run, steps, approvals, epoch=0, mark=now)
 
     def tx_take(tx: Tx) -> None:
         row = tx.execute(
-            "SELECT status, lease_owner, lease_expires_at FROM runs WHERE id = ?", (run_id,)
+            "SELECT status, lease_owner, lease_expires_at, lease_holder FROM runs WHERE id = ?",
+            (run_id,),
         ).fetchone()
         if row["status"] != RunStatus.RUNNING:
             raise RunStateError(f"run {run_id} is {row['status']}; it was resumed elsewhere")
-        check_live_lease(config, run, row["lease_owner"], row["lease_expires_at"])
+        proof = check_live_lease(
+            config, run, row["lease_owner"], row["lease_expires_at"], row["lease_holder"]
+        )
         session.epoch = take_in(
             tx,
             run_id,
@@ -407,6 +430,7 @@ async def take_over(config: LoopConfig, run_id: str) -> RunSession:
                     "previous_expires_at": row["lease_expires_at"],
                     "owner": config.owner,
                     "epoch": session.epoch,
+                    "proof": proof,
                 },
             )
         in_flight = tx.execute(
@@ -458,37 +482,66 @@ def _interrupted_executing(steps: Sequence[Step]) -> Step | None:
 
 
 async def _after_interruption(session: RunSession) -> None:
-    """The decision table of the interruption contract (no reconciler given)."""
+    """The decision table of the interruption contract."""
     config = session.config
     step = _interrupted_executing(session.steps)
+    if config.reconcile is not None:
+        await _reconcile(session, step)
+        return
     if step is None or step.decision is None:
         await _continue(session)
         return
-    tool = step.decision.tool
-    spec = config.specs.get(tool)
+    spec = config.specs.get(step.decision.tool)
     args = call_args(step.decision)
-    if spec is None or check_args(spec, args):
-        why = (
-            f"the interrupted step's tool {tool!r} is no longer registered"
-            if spec is None
-            else f"the interrupted step's args no longer match the schema of {tool!r}"
-        )
-
-        def tx_conflict(tx: Tx) -> None:
-            session.require_lease(tx)
-            now = config.clock()
-            session.end_in(tx, now, RunStatus.FAILED, TerminalReason.RECONCILE_CONFLICT, why)
-            session.refresh(tx)
-
-        await session.write(tx_conflict)
+    conflict = _call_conflict(step, config)
+    if conflict is not None or spec is None:
+        await _end_running(session, TerminalReason.RECONCILE_CONFLICT, conflict or "")
         return
     if spec.side_effect == SideEffect.READ_ONLY:
         await _continue(session)
         return
     decision = interrupted_side_effect_decision(spec, args)
+    await _pause_interrupted(session, step, decision, INTERRUPTED_POLICY_ID)
+
+
+def _call_conflict(step: Step, config: LoopConfig) -> str | None:
+    """Why the interrupted call cannot wait on an approval, or None if it can."""
+    assert step.decision is not None
+    tool = step.decision.tool
+    spec = config.specs.get(tool)
+    if spec is None:
+        return f"the interrupted step's tool {tool!r} is no longer registered"
+    if check_args(spec, call_args(step.decision)):
+        return f"the interrupted step's args no longer match the schema of {tool!r}"
+    return None
+
+
+async def _end_running(
+    session: RunSession,
+    reason: str,
+    detail: str,
+    status: str = RunStatus.FAILED,
+    result: Any = None,
+) -> None:
+    def tx_end(tx: Tx) -> None:
+        session.require_lease(tx)
+        now = session.config.clock()
+        session.end_in(tx, now, status, reason, detail, result=result)
+        session.refresh(tx)
+
+    await session.write(tx_end)
+
+
+async def _pause_interrupted(
+    session: RunSession, step: Step, decision: PolicyDecision, policy_id: str
+) -> None:
+    config = session.config
+    assert step.decision is not None
+    spec = config.specs[step.decision.tool]
+    args = call_args(step.decision)
     payload = {
         "decision": decision.to_json(),
-        "policy_id": INTERRUPTED_POLICY_ID,
+        "policy_id": policy_id,
         "spec_hash": config.spec_hashes[spec.name],
         "view": {},
     }
@@ -497,17 +550,92 @@ async def _after_interruption(session: RunSession) -> None:
         session.require_lease(tx)
         now = config.clock()
         session.pause_in(
-            tx, now, step, spec, args, decision, payload, from_step=(StepStatus.INTERRUPTED,)
+            tx,
+            now,
+            step,
+            spec,
+            args,
+            decision,
+            payload,
+            from_step=(StepStatus.INTERRUPTED,),
         )
 
     await session.write(tx_pause, POINT_PAUSED)
 
 
-async def _continue(session: RunSession) -> None:
+async def _reconcile(session: RunSession, step: Step | None) -> None:
+    """The consumer's reconciliation decides what the interruption means."""
+    config = session.config
+    view = RunView(run=session.run, steps=tuple(session.steps), approvals=tuple(session.approvals))
+    try:
+        verdict = await maybe_await(config.reconcile(view))
+    except Exception as exc:  # consumer code: its failure ends the run, loudly
+        await _end_running(
+            session, TerminalReason.INTERNAL_ERROR, f"reconcile raised {type(exc).__name__}: {exc}"
+        )
+        return
+    if not isinstance(verdict, Reconciliation):
+        await _end_running(
+            session,
+            TerminalReason.INTERNAL_ERROR,
+            f"reconcile returned {type(verdict).__name__}, not a Reconciliation",
+        )
+        return
+    detail = verdict.detail if isinstance(verdict.detail, str) else repr(verdict.detail)
+    if verdict.outcome == ReconcileOutcome.CONTINUE:
+        await _continue(session, {"reconcile": "continue", "detail": detail})
+    elif verdict.outcome == ReconcileOutcome.COMPLETED:
+        try:
+            check_json(verdict.result)
+            to_text(verdict.result)
+        except (JSONValueError, RecursionError, TypeError, ValueError) as exc:
+            await _end_running(
+                session,
+                TerminalReason.INTERNAL_ERROR,
+                f"reconcile completed with a result that is not usable JSON: {exc}",
+            )
+            return
+        await _end_running(
+            session, TerminalReason.GOAL_COMPLETED, detail, RunStatus.COMPLETED, verdict.result
+        )
+    elif verdict.outcome == ReconcileOutcome.WAITING:
+        if step is None or step.decision is None:
+            await _end_running(
+                session,
+                TerminalReason.RECONCILE_CONFLICT,
+                "reconcile asked to wait, but no call was executing when the run was interrupted",
+            )
+            return
+        conflict = _call_conflict(step, config)
+        if conflict is not None:
+            await _end_running(session, TerminalReason.RECONCILE_CONFLICT, conflict)
+            return
+        pause = verdict.pause
+        error = validate_policy_decision(pause)
+        if error is None and pause is not None and pause.outcome != PolicyOutcome.REQUIRE_APPROVAL:
+            error = f"reconcile's pause must require an approval, not {pause.outcome!r}"
+        if error is not None or pause is None:
+            await _end_running(
+                session, TerminalReason.INTERNAL_ERROR, f"reconcile's pause is unusable: {error}"
+            )
+            return
+        await _pause_interrupted(session, step, pause, RECONCILE_POLICY_ID)
+    elif verdict.outcome == ReconcileOutcome.CONFLICT:
+        await _end_running(session, TerminalReason.RECONCILE_CONFLICT, detail)
+    else:
+        await _end_running(
+            session,
+            TerminalReason.INTERNAL_ERROR,
+            f"reconcile returned an unknown outcome {verdict.outcome!r}",
+        )
+
+
+async def _continue(session: RunSession, extra: dict[str, Any] | None = None) -> None:
     def tx_continue(tx: Tx) -> None:
         session.require_lease(tx)
         now = session.config.clock()
-        tx.append_event(session.run_id, "", now, ev.RUN_RESUMED, {"after": "interruption"})
+        payload = {"after": "interruption", **(extra or {})}
+        tx.append_event(session.run_id, "", now, ev.RUN_RESUMED, payload)
 
     await session.write(tx_continue, POINT_RESUMED)
 

@@ -135,6 +135,7 @@ class LoopConfig:
     lease_ttl: timedelta
     wall: WallClock
     model: Any = None
+    reconcile: Any = None
     # Test-kit hooks: called after the commit of a crash point (may be async),
     # and inside its transaction just before COMMIT (sync, on the I/O thread).
     probe: Probe | None = None

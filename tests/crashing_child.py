@@ -1,0 +1,111 @@
+"""A program that dies mid-run: run as a child process by the recovery tests.
+
+    python tests/crashing_child.py DB MODE
+
+MODE says where it dies, by SIGKILL to itself (no cleanup, no lease release,
+exactly what the kernel's OOM killer or a power cut leaves):
+
+- `charge`: inside the `charge` tool (remote_mutation), after writing its journal line;
+- `lookup`: inside the `lookup` tool (read_only);
+- `deciding`: inside the agent's decide, before any tool.
+
+The same module gives the tests the tools, policy and script to resume with.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import agentrt
+from agentrt import Decision, PolicyDecision, SideEffect, SideEffectPolicy, ToolCall, ToolResult
+from agentrt.scripted import ScriptedAgent
+
+
+class JournalTool:
+    """Appends a line to `<db>.journal` for every invocation, in whatever process."""
+
+    def __init__(self, name: str, side_effect: SideEffect, journal: Path, die: bool) -> None:
+        self.spec = agentrt.ToolSpec(
+            name=name,
+            description=f"the {name} tool",
+            input_schema={
+                "type": "object",
+                "properties": {"amount": {"type": "integer"}},
+                "additionalProperties": False,
+            },
+            side_effect=side_effect,
+            timeout=timedelta(seconds=10),
+        )
+        self.journal = journal
+        self.die = die
+
+    def call(self, call: ToolCall) -> ToolResult:
+        with open(self.journal, "a") as f:
+            f.write(f"{os.getpid()} {self.spec.name} {call.step_id} epoch={call.lease_epoch}\n")
+            f.flush()
+            os.fsync(f.fileno())
+        if self.die:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return ToolResult({"tool": self.spec.name, "ok": True}, f"{self.spec.name} ok")
+
+
+def policy() -> SideEffectPolicy:
+    allow = PolicyDecision.allow()
+    return SideEffectPolicy(
+        {
+            SideEffect.READ_ONLY: allow,
+            SideEffect.LOCAL_MUTATION: allow,
+            SideEffect.REMOTE_MUTATION: allow,
+        },
+        policy_id="crash-tests/1",
+    )
+
+
+def tools(db: Path, die: str = "") -> list[Any]:
+    journal = Path(str(db) + ".journal")
+    return [
+        JournalTool("charge", SideEffect.REMOTE_MUTATION, journal, die == "charge"),
+        JournalTool("lookup", SideEffect.READ_ONLY, journal, die == "lookup"),
+    ]
+
+
+def script(mode: str) -> list[Any]:
+    first = "lookup" if mode == "lookup" else "charge"
+    return [Decision.tool_call(first, {"amount": 5}), Decision.complete({"done": True})]
+
+
+def journal_lines(db: Path) -> list[str]:
+    path = Path(str(db) + ".journal")
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def main() -> None:
+    db, mode = Path(sys.argv[1]), sys.argv[2]
+    decisions = script(mode)
+    if mode == "deciding":
+
+        def die(_: agentrt.StepInput) -> Decision:
+            os.kill(os.getpid(), signal.SIGKILL)
+            raise AssertionError("unreachable")
+
+        decisions = [die, *decisions]
+    store = agentrt.open_store(db)
+    driver = agentrt.Driver(
+        store=store,
+        agent=ScriptedAgent(decisions),
+        policy=policy(),
+        tools=tools(db, die=mode),
+        lease_owner="crashing-child",
+        lease_ttl=timedelta(seconds=float(os.environ.get("LEASE_TTL", "30"))),
+    )
+    driver.start_sync("charge the card", run_id=os.environ.get("RUN_ID") or None)
+    raise AssertionError("the child should have died")
+
+
+if __name__ == "__main__":
+    main()

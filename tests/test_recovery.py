@@ -1,0 +1,539 @@
+"""When the runtime does not know, a person decides: the seed's claims, one test each.
+
+Crashes here are real: a child process kills itself with SIGKILL in the middle of
+a step (see `crashing_child.py`), leaving exactly what a dead process leaves.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import agentrt
+import crashing_child as child
+from agentrt import (
+    Decision,
+    PolicyDecision,
+    Reconciliation,
+    RunLeasedError,
+    RunStateError,
+    RunView,
+    SideEffect,
+    ToolCall,
+    ToolResult,
+)
+from agentrt.scripted import ScriptedAgent
+from conftest import RecordingTool, event_types
+
+HERE = Path(__file__).resolve().parent
+
+
+def crash(db: Path, mode: str, **env: str) -> str:
+    """Run the child until it SIGKILLs itself; return the run id it left behind."""
+    proc = subprocess.run(
+        [sys.executable, str(HERE / "crashing_child.py"), str(db), mode],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **env},
+    )
+    assert proc.returncode == -9, proc.stderr  # killed by SIGKILL, nothing else
+    store = agentrt.open_existing(db, read_only=True)
+    (run,) = store.list_runs()
+    store.close()
+    assert run.status == "RUNNING"
+    return run.id
+
+
+def resumer(
+    store: agentrt.Store, db: Path, mode: str = "charge", reconcile: Any = None, **kw: Any
+) -> agentrt.Driver:
+    decisions = child.script(mode)
+    if mode == "deciding":
+        decisions = [Decision.fail("never asked again"), *child.script("charge")]
+    return agentrt.Driver(
+        store=store,
+        agent=ScriptedAgent(decisions),
+        policy=child.policy(),
+        tools=child.tools(db),
+        reconcile=reconcile,
+        lease_owner="restarted",
+        **kw,
+    )
+
+
+def pretend_holder_is_on_another_host(db: Path) -> None:
+    conn = sqlite3.connect(db)
+    conn.execute('UPDATE runs SET lease_holder = \'{"host":"another-host","pid":1,"start":"1"}\'')
+    conn.commit()
+    conn.close()
+
+
+# -- the lease ---------------------------------------------------------------
+
+
+def test_lease_long_tool_call_keeps_the_lease(db_path: Path) -> None:
+    """A tool call several lease lengths long keeps its lease: nobody can take the run."""
+    store = agentrt.open_store(db_path)
+    refusals: list[RunLeasedError] = []
+    other = agentrt.Driver(
+        store=agentrt.open_store(db_path),
+        agent=ScriptedAgent([]),
+        policy=agentrt.default_policy(),
+        lease_owner="other",
+    )
+
+    def long_call(call: ToolCall) -> ToolResult:
+        for _ in range(4):
+            time.sleep(0.3)  # 1.2 s in all: four lease lengths
+            try:
+                other.resume_sync(call.run_id)
+            except RunLeasedError as exc:
+                refusals.append(exc)
+        return ToolResult({"done": True})
+
+    slow = RecordingTool("slow", SideEffect.LOCAL_MUTATION, result=long_call)
+    driver = agentrt.Driver(
+        store=store,
+        agent=ScriptedAgent([Decision.tool_call("slow", {}), Decision.complete()]),
+        policy=agentrt.default_policy(),
+        tools=[slow],
+        lease_ttl=timedelta(milliseconds=300),
+    )
+    run = driver.start_sync("long")
+    assert run.status == "COMPLETED"
+    assert len(refusals) == 4
+    expiries = [r.expires_at for r in refusals]
+    assert expiries == sorted(expiries) and len(set(expiries)) >= 3  # renewed meanwhile
+    assert "lease.taken_over" not in event_types(store, run.id)
+
+
+def test_lease_held_connection_does_not_starve_the_heartbeat(db_path: Path) -> None:
+    """The consumer holds the store's own connection (its lock) through a long tool call;
+    the heartbeat renews on a connection of its own all the same."""
+    store = agentrt.open_store(db_path)
+    seen: list[str] = []
+
+    def hold_the_connection(call: ToolCall) -> ToolResult:
+        def read_expiry() -> str:
+            conn = sqlite3.connect(db_path)
+            try:
+                return str(conn.execute("SELECT lease_expires_at FROM runs").fetchone()[0])
+            finally:
+                conn.close()
+
+        with store._lock:  # what a consumer holding the connection does to other users
+            for _ in range(4):
+                seen.append(read_expiry())
+                time.sleep(0.3)
+        return ToolResult({"held": True})
+
+    tool = RecordingTool("hold", SideEffect.LOCAL_MUTATION, result=hold_the_connection)
+    driver = agentrt.Driver(
+        store=store,
+        agent=ScriptedAgent([Decision.tool_call("hold", {}), Decision.complete()]),
+        policy=agentrt.default_policy(),
+        tools=[tool],
+        lease_ttl=timedelta(milliseconds=300),
+    )
+    run = driver.start_sync("hold")
+    assert run.status == "COMPLETED"
+    assert len(set(seen)) >= 3, seen  # the expiry moved while the connection was held
+
+
+def test_lease_same_lease_owner_name_is_two_owners(store: agentrt.Store) -> None:
+    a = agentrt.Driver(
+        store=store, agent=ScriptedAgent([]), policy=agentrt.default_policy(), lease_owner="replica"
+    )
+    b = agentrt.Driver(
+        store=store, agent=ScriptedAgent([]), policy=agentrt.default_policy(), lease_owner="replica"
+    )
+    assert a.lease_owner != b.lease_owner
+    assert a.lease_owner.startswith("replica/") and len(a.lease_owner) == len("replica/") + 12
+    unnamed = agentrt.Driver(store=store, agent=ScriptedAgent([]), policy=agentrt.default_policy())
+    assert len(unnamed.lease_owner) == 32
+
+
+def test_lease_epoch_grows_with_every_new_owner_and_reaches_tools(db_path: Path) -> None:
+    run_id = crash(db_path, "charge")
+    store = agentrt.open_store(db_path)
+    assert store.lease(run_id).epoch == 1
+    driver = resumer(store, db_path)
+    run = driver.resume_sync(run_id)  # pauses on the interrupted side effect
+    assert store.lease(run_id).owner == ""  # released by the pause
+    (approval,) = store.pending_approvals(run.id)
+    agentrt.approve(store, run.id, approval.id, by="ops")
+    driver.resume_sync(run.id)
+    lines = child.journal_lines(db_path)
+    assert [line.split()[-1] for line in lines] == ["epoch=1", "epoch=3"]
+    assert store.lease(run_id).epoch == 3  # the takeover, then the resume after approval
+
+
+# -- takeover ------------------------------------------------------------------
+
+
+def test_lease_expired_lease_is_taken_over_and_reconciled_once(db_path: Path) -> None:
+    run_id = crash(db_path, "charge", LEASE_TTL="1")
+    pretend_holder_is_on_another_host(db_path)  # nothing to prove: wait out the lease
+    store = agentrt.open_store(db_path)
+    calls: list[RunView] = []
+
+    def reconcile(view: RunView) -> Reconciliation:
+        calls.append(view)
+        return Reconciliation.completed({"charged": True}, detail="found the charge upstream")
+
+    driver = resumer(store, db_path, reconcile=reconcile)
+    with pytest.raises(RunLeasedError) as refused:
+        driver.resume_sync(run_id)
+    assert refused.value.owner.startswith("crashing-child/")
+    time.sleep(1.1)
+    run = driver.resume_sync(run_id)
+    assert (run.status, run.result, run.reason_detail) == (
+        "COMPLETED",
+        {"charged": True},
+        "found the charge upstream",
+    )
+    assert len(calls) == 1
+    (view,) = calls
+    assert [s.status for s in view.steps] == ["interrupted"]  # marked before reconcile ran
+    with pytest.raises(RunStateError):
+        driver.resume_sync(run_id)
+    assert len(calls) == 1
+    types = event_types(store, run_id)
+    assert types.count("lease.taken_over") == 1
+    assert types[-3:] == ["lease.taken_over", "step.interrupted", "run.finished"]
+    taken = next(e for e in store.list_events(run_id=run_id) if e.type == "lease.taken_over")
+    assert taken.payload["previous_owner"].startswith("crashing-child/")
+    assert taken.payload["owner"] == driver.lease_owner
+    assert taken.payload["epoch"] == 2
+    assert taken.payload["proof"] == {"by": "lease expired"}
+    assert len(child.journal_lines(db_path)) == 1  # the charge never ran again
+
+
+def test_lease_local_owner_proved_dead_is_taken_over_at_once(db_path: Path) -> None:
+    run_id = crash(db_path, "charge")  # a 30 s lease, its process gone
+    store = agentrt.open_store(db_path)
+    run = resumer(store, db_path).resume_sync(run_id)
+    assert run.status == "WAITING_FOR_APPROVAL"
+    taken = next(e for e in store.list_events(run_id=run_id) if e.type == "lease.taken_over")
+    proof = taken.payload["proof"]
+    assert proof["by"] == "owner process gone"
+    assert proof["proof"] == "no such process"
+    assert proof["host"] == agentrt.lease.host_id()
+
+
+def test_lease_live_local_owner_is_not_taken_over(store: agentrt.Store, db_path: Path) -> None:
+    """A lease held by a live process on this host proves nothing: resume waits."""
+    started = threading.Event()
+    release = threading.Event()
+
+    def block(call: ToolCall) -> ToolResult:
+        started.set()
+        assert release.wait(20)
+        return ToolResult({})
+
+    tool = RecordingTool("block", SideEffect.LOCAL_MUTATION, result=block)
+    driver = agentrt.Driver(
+        store=store,
+        agent=ScriptedAgent([Decision.tool_call("block", {}), Decision.complete()]),
+        policy=agentrt.default_policy(),
+        tools=[tool],
+    )
+    box: dict[str, Any] = {}
+    thread = threading.Thread(target=lambda: box.setdefault("run", driver.start_sync("g")))
+    thread.start()
+    try:
+        assert started.wait(10)
+        run_id = store.list_runs()[0].id
+        other = agentrt.Driver(
+            store=agentrt.open_store(db_path),
+            agent=ScriptedAgent([]),
+            policy=agentrt.default_policy(),
+            tools=[tool],
+        )
+        with pytest.raises(RunLeasedError):
+            other.resume_sync(run_id)
+    finally:
+        release.set()
+        thread.join(20)
+    assert box["run"].status == "COMPLETED"
+
+
+# -- the interruption contract ---------------------------------------------------
+
+
+def test_resume_interrupted_side_effect_waits_for_an_operator(db_path: Path) -> None:
+    run_id = crash(db_path, "charge")
+    store = agentrt.open_store(db_path)
+    driver = resumer(store, db_path)
+    run = driver.resume_sync(run_id)
+    assert run.status == "WAITING_FOR_APPROVAL"
+    (approval,) = store.pending_approvals(run_id)
+    assert approval.kind == "interrupted_side_effect"
+    assert approval.capability == {"tool": "charge", "args": {"amount": 5}}
+    assert approval.presentation["side_effect"] == "remote_mutation"
+    assert "whether it took effect is unknown" in approval.presentation["notice"]
+    (step,) = store.list_steps(run_id)
+    assert step.status == "awaiting_approval"
+    assert approval.step_id == step.id
+    assert len(child.journal_lines(db_path)) == 1  # not run again on the runtime's own say
+
+    agentrt.approve(store, run_id, approval.id, by="ops", shown_hash=approval.hash)
+    run = driver.resume_sync(run_id)
+    assert run.status == "COMPLETED"
+    lines = child.journal_lines(db_path)
+    assert len(lines) == 2 and lines[1].split()[2] == step.id  # once more, on the same step
+    steps = store.list_steps(run_id)
+    assert [(s.index, s.status) for s in steps] == [(0, "done"), (1, "done")]
+    types = event_types(store, run_id)
+    assert types[:8] == [
+        "run.created",
+        "run.started",
+        "step.started",
+        "step.decided",
+        "step.policy",
+        "step.tool_started",
+        "lease.taken_over",
+        "step.interrupted",
+    ]
+    assert types[8:14] == [
+        "step.policy",
+        "approval.requested",
+        "approval.decided",
+        "run.resumed",
+        "step.policy",
+        "step.tool_started",
+    ]
+
+
+def test_resume_interrupted_side_effect_rejected_ends_the_run_without_calling_again(
+    db_path: Path,
+) -> None:
+    run_id = crash(db_path, "charge")
+    store = agentrt.open_store(db_path)
+    driver = resumer(store, db_path)
+    driver.resume_sync(run_id)
+    (approval,) = store.pending_approvals(run_id)
+    agentrt.reject(store, run_id, approval.id, by="ops", note="it went through upstream")
+    run = store.get_run(run_id)
+    assert (run.status, run.reason) == ("CANCELLED", "approval_rejected")
+    with pytest.raises(RunStateError):
+        driver.resume_sync(run_id)
+    assert len(child.journal_lines(db_path)) == 1
+
+
+def test_resume_interrupted_read_only_step_continues(db_path: Path) -> None:
+    run_id = crash(db_path, "lookup")
+    store = agentrt.open_store(db_path)
+    run = resumer(store, db_path, mode="lookup").resume_sync(run_id)
+    assert run.status == "COMPLETED"
+    steps = store.list_steps(run_id)
+    assert [(s.status, s.observation.kind if s.observation else None) for s in steps] == [
+        ("interrupted", "interrupted"),
+        ("done", None),
+    ]
+    resumed = [e for e in store.list_events(run_id=run_id) if e.type == "run.resumed"]
+    assert [e.payload for e in resumed] == [{"after": "interruption"}]
+    assert store.pending_approvals(run_id) == []
+
+
+def test_resume_interrupted_deciding_step_continues(db_path: Path) -> None:
+    run_id = crash(db_path, "deciding")
+    store = agentrt.open_store(db_path)
+    run = resumer(store, db_path, mode="deciding").resume_sync(run_id)
+    assert run.status == "COMPLETED"
+    steps = store.list_steps(run_id)
+    assert steps[0].status == "interrupted"
+    assert steps[0].observation is not None
+    assert steps[0].observation.content == {"previous_status": "deciding"}
+    assert [s.status for s in steps[1:]] == ["done", "done"]
+    assert len(child.journal_lines(db_path)) == 1  # the charge ran once, after the resume
+
+
+@pytest.mark.parametrize("change", ["tool_gone", "args_invalid"])
+def test_resume_interrupted_call_that_cannot_wait_fails_as_reconcile_conflict(
+    db_path: Path, change: str
+) -> None:
+    run_id = crash(db_path, "charge")
+    store = agentrt.open_store(db_path)
+    if change == "tool_gone":
+        tools = [t for t in child.tools(db_path) if t.spec.name != "charge"]
+    else:
+        tools = child.tools(db_path)
+        tools[0].spec = agentrt.ToolSpec(
+            "charge",
+            "the charge tool",
+            {"type": "object", "properties": {"amount": {"type": "string"}}},
+            SideEffect.REMOTE_MUTATION,
+            timedelta(seconds=10),
+        )
+    driver = agentrt.Driver(
+        store=store, agent=ScriptedAgent([]), policy=child.policy(), tools=tools
+    )
+    run = driver.resume_sync(run_id)
+    assert (run.status, run.reason) == ("FAILED", "reconcile_conflict")
+    assert ("no longer registered" if change == "tool_gone" else "no longer match") in (
+        run.reason_detail
+    )
+    assert len(child.journal_lines(db_path)) == 1
+
+
+def test_resume_interrupted_step_is_reconciled_and_continued(db_path: Path) -> None:
+    run_id = crash(db_path, "charge")
+    store = agentrt.open_store(db_path)
+
+    def reconcile(view: RunView) -> Reconciliation:
+        return Reconciliation.continue_run("no charge found upstream; the agent may retry")
+
+    run = resumer(store, db_path, reconcile=reconcile).resume_sync(run_id)
+    assert run.status == "COMPLETED"
+    resumed = [e for e in store.list_events(run_id=run_id) if e.type == "run.resumed"]
+    assert resumed[0].payload == {
+        "after": "interruption",
+        "reconcile": "continue",
+        "detail": "no charge found upstream; the agent may retry",
+    }
+    assert store.list_steps(run_id)[0].status == "interrupted"
+
+
+def _reconciled(db_path: Path, verdict: Any) -> agentrt.Run:
+    run_id = crash(db_path, "charge")
+    store = agentrt.open_store(db_path)
+
+    def reconcile(view: RunView) -> Any:
+        if isinstance(verdict, Exception):
+            raise verdict
+        return verdict
+
+    return resumer(store, db_path, reconcile=reconcile).resume_sync(run_id)
+
+
+@pytest.mark.parametrize(
+    ("verdict", "status", "reason", "detail"),
+    [
+        (
+            Reconciliation.completed({"id": "ch_1"}, "found it"),
+            "COMPLETED",
+            "goal_completed",
+            "found it",
+        ),
+        (
+            Reconciliation.conflict("two charges upstream"),
+            "FAILED",
+            "reconcile_conflict",
+            "two charges upstream",
+        ),
+        (
+            Reconciliation.completed({"n": float("nan")}),
+            "FAILED",
+            "internal_error",
+            "not usable JSON",
+        ),
+        (
+            ValueError("ledger down"),
+            "FAILED",
+            "internal_error",
+            "reconcile raised ValueError: ledger down",
+        ),
+        (Reconciliation(outcome="shrug"), "FAILED", "internal_error", "unknown outcome 'shrug'"),
+        ("continue", "FAILED", "internal_error", "not a Reconciliation"),
+        (
+            Reconciliation.waiting(PolicyDecision.allow()),
+            "FAILED",
+            "internal_error",
+            "must require an approval",
+        ),
+    ],
+)
+def test_resume_reconcile_outcomes(
+    db_path: Path, verdict: Any, status: str, reason: str, detail: str
+) -> None:
+    run = _reconciled(db_path, verdict)
+    assert (run.status, run.reason) == (status, reason)
+    assert detail in run.reason_detail
+    assert len(child.journal_lines(db_path)) == 1
+
+
+def test_resume_reconcile_waiting_pauses_on_the_consumers_approval(db_path: Path) -> None:
+    pause = PolicyDecision.require_approval(
+        "charge_unclear",
+        "the ledger shows a pending charge",
+        capability={"charge": 5},
+        presentation={"ledger": "pending"},
+    )
+    run = _reconciled(db_path, Reconciliation.waiting(pause, "ask finance"))
+    assert run.status == "WAITING_FOR_APPROVAL"
+    store = agentrt.open_existing(db_path)
+    (approval,) = store.pending_approvals(run.id)
+    assert (approval.kind, approval.presentation) == ("charge_unclear", {"ledger": "pending"})
+    agentrt.approve(store, run.id, approval.id, by="finance")
+    run = resumer(store, db_path).resume_sync(run.id)
+    assert run.status == "COMPLETED"
+    assert len(child.journal_lines(db_path)) == 2
+
+
+def test_resume_reconcile_waiting_without_an_executing_call_is_a_conflict(db_path: Path) -> None:
+    run_id = crash(db_path, "deciding")
+    store = agentrt.open_store(db_path)
+
+    def reconcile(view: RunView) -> Reconciliation:
+        return Reconciliation.waiting(PolicyDecision.require_approval("k", "r"))
+
+    run = resumer(store, db_path, mode="deciding", reconcile=reconcile).resume_sync(run_id)
+    assert (run.status, run.reason) == ("FAILED", "reconcile_conflict")
+
+
+RACER = """
+import sys, agentrt
+sys.path.insert(0, {here!r})
+import crashing_child as child
+from agentrt.scripted import ScriptedAgent
+from pathlib import Path
+db = Path(sys.argv[1])
+store = agentrt.open_store(db)
+driver = agentrt.Driver(store=store, agent=ScriptedAgent(child.script("charge")),
+                        policy=child.policy(), tools=child.tools(db))
+try:
+    run = driver.resume_sync(sys.argv[2])
+except (agentrt.RunStateError, agentrt.LeaseLostError) as exc:
+    print("refused", type(exc).__name__)
+    sys.exit(3)
+print("resumed", run.status)
+"""
+
+
+def test_several_processes_racing_to_resume_one_crashed_run_exactly_one_executes(
+    db_path: Path,
+) -> None:
+    run_id = crash(db_path, "charge")
+    script = db_path.parent / "racer.py"
+    script.write_text(RACER.format(here=str(HERE)))
+    racers = [
+        subprocess.Popen(
+            [sys.executable, str(script), str(db_path), run_id],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(4)
+    ]
+    outputs = [r.communicate(timeout=60) for r in racers]
+    codes = sorted(r.returncode for r in racers)
+    assert codes == [0, 3, 3, 3], outputs
+    store = agentrt.open_existing(db_path, read_only=True)
+    types = event_types(store, run_id)
+    assert sorted(out.split()[0] for out, _ in outputs) == ["refused"] * 3 + ["resumed"]
+    assert types.count("lease.taken_over") == 1
+    assert types.count("step.interrupted") == 1
+    assert types.count("approval.requested") == 1
+    assert store.get_run(run_id).status == "WAITING_FOR_APPROVAL"
+    assert len(child.journal_lines(db_path)) == 1
