@@ -8,6 +8,7 @@ exactly what the kernel's OOM killer or a power cut leaves):
 - `charge`: inside the `charge` tool (remote_mutation), after writing its journal line;
 - `lookup`: inside the `lookup` tool (read_only);
 - `deciding`: inside the agent's decide, before any tool.
+- `model`: inside a model request, after its `dispatched` row committed.
 
 The same module gives the tests the tools, policy and script to resume with.
 """
@@ -23,6 +24,7 @@ from typing import Any
 
 import agentrt
 from agentrt import Decision, PolicyDecision, SideEffect, SideEffectPolicy, ToolCall, ToolResult
+from agentrt.model import Message, ModelConfig, ModelRequest, ModelResponse, Price, TextBlock
 from agentrt.scripted import ScriptedAgent
 
 
@@ -84,6 +86,25 @@ def journal_lines(db: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
 
+REQUEST = ModelRequest(
+    system="", messages=[Message("user", [TextBlock("charge?")])], max_output_tokens=1000
+)
+MODEL_CONFIG = ModelConfig(model="dying:model", prices=Price(3_000_000, 15_000_000))
+
+
+class DyingModel:
+    name = "dying:model"
+
+    async def generate(self, request: ModelRequest) -> ModelResponse:
+        os.kill(os.getpid(), signal.SIGKILL)
+        raise AssertionError("unreachable")
+
+
+async def ask_the_model(input: agentrt.StepInput) -> Decision:
+    await input.model.generate(REQUEST)
+    return Decision.fail("unreachable")
+
+
 def main() -> None:
     db, mode = Path(sys.argv[1]), sys.argv[2]
     decisions = script(mode)
@@ -94,8 +115,14 @@ def main() -> None:
             raise AssertionError("unreachable")
 
         decisions = [die, *decisions]
+    model = None
+    if mode == "model":
+        model = DyingModel()
+        decisions = [ask_the_model, *decisions]
     store = agentrt.open_store(db)
     driver = agentrt.Driver(
+        model=model,
+        model_config=MODEL_CONFIG if model is not None else None,
         store=store,
         agent=ScriptedAgent(decisions),
         policy=policy(),

@@ -537,3 +537,30 @@ def test_several_processes_racing_to_resume_one_crashed_run_exactly_one_executes
     assert types.count("approval.requested") == 1
     assert store.get_run(run_id).status == "WAITING_FOR_APPROVAL"
     assert len(child.journal_lines(db_path)) == 1
+
+
+def test_a_model_attempt_cut_off_by_sigkill_is_charged_at_takeover(db_path: Path) -> None:
+    from agentrt.accounting import project
+
+    run_id = crash(db_path, "model")
+    store = agentrt.open_store(db_path)
+    (attempt,) = store.list_model_calls(run_id)
+    assert attempt.status == "dispatched"
+    assert store.get_run(run_id).estimated_cost_micros == 0  # not yet charged
+    driver = resumer(store, db_path, mode="deciding")  # index 0 was the model step
+    run = driver.resume_sync(run_id)
+    assert run.status == "COMPLETED"
+    projected = project(child.REQUEST, 1000, child.MODEL_CONFIG.price("dying:model"))
+    (attempt,) = store.list_model_calls(run_id)
+    assert (attempt.status, attempt.input_tokens, attempt.output_tokens, attempt.cost_micros) == (
+        "ambiguous",
+        projected.input_tokens,
+        1000,
+        projected.cost_micros,
+    )
+    run = store.get_run(run_id)
+    assert run.estimated_cost_micros == projected.cost_micros
+    assert (run.model_calls, run.output_tokens) == (1, 1000)
+    types = event_types(store, run_id)
+    taken = types.index("lease.taken_over")
+    assert types[taken : taken + 3] == ["lease.taken_over", "model.failed", "step.interrupted"]

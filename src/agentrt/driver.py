@@ -20,6 +20,7 @@ from datetime import timedelta
 from typing import Any, Protocol, TypeVar, cast, runtime_checkable
 
 from . import events as ev
+from .accounting import AccountingCaller
 from .canonical import to_text
 from .clock import Clock, IdFactory, format_time, new_id, wall_clock
 from .errors import (
@@ -31,6 +32,7 @@ from .errors import (
 )
 from .events import Observer
 from .lease import Heartbeat, WallClock, expiry, holder_json, make_owner, renewer_for
+from .model import Model, ModelConfig
 from .operator import Operator
 from .policy import Policy, policy_id_of
 from .records import (
@@ -87,6 +89,7 @@ class Driver:
         lease_ttl: timedelta = timedelta(seconds=30),
         lease_owner: str = "",
         *,
+        model_config: ModelConfig | None = None,
         wall: WallClock | None = None,
         probe: Probe | None = None,
         probe_in_tx: Probe | None = None,
@@ -108,7 +111,12 @@ class Driver:
         self.policy_id = policy_id_of(policy)
         self.tools = validated
         self.observer = observer
+        if model is not None and not isinstance(model, Model):
+            raise ConfigError("model must implement agentrt.Model (name and async generate)")
         self.model = model
+        self.model_config = model_config or (
+            ModelConfig(model=model.name) if model is not None else None
+        )
         self.reconcile = reconcile
         self.now: Clock = now or wall_clock
         self.new_id: IdFactory = new_id or _default_new_id
@@ -297,7 +305,10 @@ class Driver:
     async def _decide(self, session: RunSession, step: Any) -> Decision | None:
         run, steps, approvals = session.step_input_parts()
         specs = tuple(self._config.specs[name] for name in sorted(self._config.specs))
-        step_input = StepInput(run=run, steps=steps, approvals=approvals, tools=specs, model=None)
+        caller = None
+        if self.model is not None and self.model_config is not None:
+            caller = AccountingCaller(session, step, self.model, self.model_config)
+        step_input = StepInput(run=run, steps=steps, approvals=approvals, tools=specs, model=caller)
         agent: Any = self.agent
         decide: Callable[[StepInput], Any] = getattr(agent, "decide", agent)
         try:

@@ -27,6 +27,7 @@ from datetime import datetime
 from typing import Any
 
 from . import events as ev
+from .accounting import charge_dispatched_at_takeover
 from .approval import approval_hash, approval_request, verify_stored
 from .canonical import check_json, content_hash, to_text
 from .clock import format_time
@@ -433,6 +434,7 @@ async def take_over(config: LoopConfig, run_id: str) -> RunSession:
                     "proof": proof,
                 },
             )
+        charge_dispatched_at_takeover(tx, run_id, now)
         in_flight = tx.execute(
             "SELECT id, status FROM steps WHERE run_id = ? AND status IN ('deciding', 'executing') "
             "ORDER BY idx",

@@ -316,6 +316,10 @@ class RunSession:
         self._mark = now
         return added
 
+    def active_time_at(self, now: datetime) -> timedelta:
+        """The run's active time as of `now`, without settling it."""
+        return self.run.active_time + max(timedelta(0), now - self._mark)
+
     def args_hash(self, step: Step) -> str:
         cached = self._args_hashes.get(step.id)
         if cached is None:

@@ -1,0 +1,452 @@
+"""The accounting caller: the agent's only handle on the model.
+
+Invariants this module owns (models.md, "The accounting caller"):
+
+- **Reserve before dispatch.** Before every attempt the lease and the limits
+  are checked against the run's recorded totals, plus the attempts in flight in
+  this step, plus a projection of this request (serialized request bytes ÷ 3 + 1
+  input tokens, plus the output cap). The reservation is taken inside the same
+  transaction that records the attempt, so concurrent calls in one step cannot
+  all pass the check. Over a limit: `LimitExceeded`, nothing sent.
+- **Record before sending.** A `model_calls` row `dispatched` and
+  `model.dispatched` commit, under a lease held and unexpired by the wall
+  clock, before the request leaves. The row carries the conservative estimate,
+  so a process that dies during the request can be charged it at takeover.
+- **Charge what it cannot see.** The outcome and its charge commit together:
+  reported usage on success; the estimate for implausible usage; the estimate
+  with the full output cap for an ambiguous attempt (timeout, lost
+  connection, cut-off body, caller cancelled); nothing for a transient refusal.
+  Recorded even if the caller was cancelled.
+- **Retries** back off exponentially and honour `Retry-After`, but give up at
+  once, without sleeping, when a wait would pass `max_retry_after` or a time
+  limit of the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from . import events as ev
+from .canonical import canonical_json
+from .clock import duration_to_ms, format_time
+from .errors import (
+    LimitExceeded,
+    ModelUnavailableError,
+    ServedModelError,
+    TransientModelError,
+)
+from .model import Model, ModelConfig, ModelRequest, ModelResponse, Price, Usage
+from .records import ModelCallStatus, Run, Step, TerminalReason
+from .store import Tx, clamp_charge, run_from_row, saturating_add_sql
+
+if TYPE_CHECKING:
+    from .session import RunSession
+
+Sleep = Callable[[float], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class Projection:
+    """What one attempt may cost at most, reserved before it is sent."""
+
+    input_tokens: int
+    output_tokens: int
+    cost_micros: int | None  # None: the model is unpriced
+
+    @property
+    def tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+
+@dataclass
+class _Attempt:
+    call_id: str
+    attempt: int
+    model: str
+    projection: Projection
+    dispatched_at: datetime
+
+
+def project(request: ModelRequest, output_cap: int, price: Price | None) -> Projection:
+    """The conservative estimate of an attempt: bytes ÷ 3 + 1 input tokens, the whole cap out."""
+    input_tokens = len(canonical_json(request.to_json())) // 3 + 1
+    usage = Usage(input_tokens=input_tokens, output_tokens=output_cap)
+    return Projection(input_tokens, output_cap, None if price is None else price.cost_micros(usage))
+
+
+class AccountingCaller:
+    """`StepInput.model`: records, limits and charges every attempt of one step."""
+
+    def __init__(
+        self,
+        session: RunSession,
+        step: Step,
+        model: Model,
+        config: ModelConfig,
+        sleep: Sleep = asyncio.sleep,
+    ) -> None:
+        self._session = session
+        self._step = step
+        self._model = model
+        self._config = config
+        self._sleep = sleep
+        self._in_flight: dict[str, Projection] = {}
+        self.name = model.name
+
+    async def generate(self, request: ModelRequest) -> ModelResponse:
+        """Send `request` to the model, with retries; every attempt is a recorded row."""
+        limits = self._session.run.limits
+        cap = request.max_output_tokens
+        if limits.max_output_tokens_per_call is not None:
+            cap = (
+                limits.max_output_tokens_per_call
+                if cap is None
+                else min(cap, limits.max_output_tokens_per_call)
+            )
+        if cap is None and (
+            limits.max_total_tokens is not None or limits.max_estimated_cost_micros is not None
+        ):
+            raise LimitExceeded(
+                TerminalReason.LIMIT_TOKENS
+                if limits.max_total_tokens is not None
+                else TerminalReason.LIMIT_COST,
+                "a request with no output cap cannot be held to a token or cost limit",
+            )
+        request = replace(request, max_output_tokens=cap)
+        price = self._config.price(self._model.name)
+        projection = project(request, cap or 0, price)
+        attempt = 0
+        while True:
+            attempt += 1
+            record = await self._dispatch(attempt, projection, price)
+            try:
+                outcome = await self._send(request, record)
+            except asyncio.CancelledError:
+                await asyncio.shield(
+                    self._settle(
+                        record,
+                        ModelCallStatus.AMBIGUOUS,
+                        projection_usage(projection),
+                        price,
+                        "cancelled by the caller; outcome unknown",
+                    )
+                )
+                raise
+            if outcome.response is not None:
+                return outcome.response
+            wait = self._retry_wait(outcome, attempt)
+            if wait is None:
+                raise ModelUnavailableError(outcome.error)
+            await self._sleep(wait.total_seconds())
+
+    # -- one attempt -------------------------------------------------------
+
+    async def _dispatch(
+        self, attempt: int, projection: Projection, price: Price | None
+    ) -> _Attempt:
+        session = self._session
+        config = session.config
+
+        def tx_dispatch(tx: Tx) -> _Attempt:
+            row = session.require_lease(tx, side_effect=True)
+            run = run_from_row(row)
+            self._check_limits(run, projection)
+            now = config.clock()
+            call_id = config.new_id()
+            tx.execute(
+                "INSERT INTO model_calls (id, run_id, step_id, attempt, status, model, "
+                "input_tokens, output_tokens, cost_micros, dispatched_at) "
+                "VALUES (?, ?, ?, ?, 'dispatched', ?, ?, ?, ?, ?)",
+                (
+                    call_id,
+                    session.run_id,
+                    self._step.id,
+                    attempt,
+                    self._model.name,
+                    projection.input_tokens,
+                    projection.output_tokens,
+                    projection.cost_micros or 0,
+                    format_time(now),
+                ),
+            )
+            tx.execute(
+                f"UPDATE runs SET model_calls = {saturating_add_sql('model_calls', ':one')} "
+                "WHERE id = :id",
+                {"one": 1, "id": session.run_id},
+            )
+            tx.append_event(
+                session.run_id,
+                self._step.id,
+                now,
+                ev.MODEL_DISPATCHED,
+                {"call_id": call_id, "attempt": attempt, "model": self._model.name},
+            )
+            self._in_flight[call_id] = projection
+            session.refresh(tx)
+            return _Attempt(call_id, attempt, self._model.name, projection, now)
+
+        return await session.write(tx_dispatch, "model.dispatched")
+
+    def _check_limits(self, run: Run, projection: Projection) -> None:
+        limits = run.limits
+        in_flight = list(self._in_flight.values())
+        if limits.max_model_calls is not None and run.model_calls + 1 > limits.max_model_calls:
+            raise LimitExceeded(
+                TerminalReason.LIMIT_MODEL_CALLS,
+                f"{run.model_calls} model calls recorded; max_model_calls is "
+                f"{limits.max_model_calls}",
+            )
+        if limits.max_total_tokens is not None:
+            used = run.input_tokens + run.output_tokens
+            reserved = sum(p.tokens for p in in_flight)
+            if used + reserved + projection.tokens > limits.max_total_tokens:
+                raise LimitExceeded(
+                    TerminalReason.LIMIT_TOKENS,
+                    f"{used} tokens used, {reserved} reserved in flight, this request may take "
+                    f"{projection.tokens}: over max_total_tokens {limits.max_total_tokens}",
+                )
+        if limits.max_estimated_cost_micros is not None:
+            if projection.cost_micros is None:
+                raise LimitExceeded(
+                    TerminalReason.LIMIT_COST,
+                    f"model {self._model.name!r} is unpriced, so a cost limit cannot be kept",
+                )
+            spent = run.estimated_cost_micros
+            reserved = sum(p.cost_micros or 0 for p in in_flight)
+            if spent + reserved + projection.cost_micros > limits.max_estimated_cost_micros:
+                raise LimitExceeded(
+                    TerminalReason.LIMIT_COST,
+                    f"{spent} micro-dollars spent, {reserved} reserved in flight, this request "
+                    f"may cost {projection.cost_micros}: over max_estimated_cost_micros "
+                    f"{limits.max_estimated_cost_micros}",
+                )
+
+    async def _send(self, request: ModelRequest, record: _Attempt) -> _Outcome:
+        price = self._config.price(self._model.name)
+        try:
+            response = await asyncio.wait_for(
+                self._model.generate(request), self._config.call_timeout.total_seconds()
+            )
+        except TransientModelError as exc:
+            await self._settle(
+                record, ModelCallStatus.ERROR, Usage(), price, _describe(exc), charge=False
+            )
+            return _Outcome(None, _describe(exc), retryable=True, retry_after=exc.retry_after)
+        except ServedModelError as exc:
+            usage = (
+                exc.usage
+                if isinstance(exc.usage, Usage) and exc.usage.plausible
+                else (projection_usage(record.projection))
+            )
+            await self._settle(record, ModelCallStatus.ERROR, usage, price, _describe(exc))
+            return _Outcome(None, _describe(exc), retryable=False)
+        except (TimeoutError, ConnectionError) as exc:
+            await self._settle(
+                record,
+                ModelCallStatus.AMBIGUOUS,
+                projection_usage(record.projection),
+                price,
+                _describe(exc),
+            )
+            return _Outcome(None, _describe(exc), retryable=True)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            await self._settle(
+                record, ModelCallStatus.ERROR, Usage(), price, _describe(exc), charge=False
+            )
+            return _Outcome(None, _describe(exc), retryable=False)
+        if not isinstance(response, ModelResponse) or not response.usage.plausible:
+            why = (
+                "the model returned something other than a ModelResponse"
+                if not isinstance(response, ModelResponse)
+                else f"the reported usage is not plausible: {response.usage}"
+            )
+            await self._settle(
+                record, ModelCallStatus.ERROR, projection_usage(record.projection), price, why
+            )
+            return _Outcome(None, why, retryable=False)
+        await self._settle(record, ModelCallStatus.OK, response.usage, price, "")
+        return _Outcome(response, "", retryable=False)
+
+    async def _settle(
+        self,
+        record: _Attempt,
+        status: str,
+        usage: Usage,
+        price: Price | None,
+        error: str,
+        *,
+        charge: bool = True,
+    ) -> None:
+        """Record the attempt's outcome and charge the run, in one transaction."""
+        session = self._session
+        config = session.config
+        cost = None if price is None else price.cost_micros(usage)
+        if not charge:
+            usage, cost = Usage(), (None if price is None else 0)
+
+        def tx_settle(tx: Tx) -> None:
+            now = config.clock()
+            latency = max(0, duration_to_ms(now - record.dispatched_at))
+            tx.execute(
+                "UPDATE model_calls SET status = ?, input_tokens = ?, output_tokens = ?, "
+                "cached_input_tokens = ?, cost_micros = ?, latency_ms = ?, error = ?, "
+                "completed_at = ? WHERE id = ? AND status = 'dispatched'",
+                (
+                    str(status),
+                    clamp_charge(usage.input_tokens),
+                    clamp_charge(usage.output_tokens),
+                    clamp_charge(usage.cached_input_tokens),
+                    clamp_charge(cost or 0),
+                    latency,
+                    error[:4096],
+                    format_time(now),
+                    record.call_id,
+                ),
+            )
+            charge_run(tx, session.run_id, usage, cost or 0)
+            kind = ev.MODEL_COMPLETED if status == ModelCallStatus.OK else ev.MODEL_FAILED
+            tx.append_event(
+                session.run_id,
+                self._step.id,
+                now,
+                kind,
+                {
+                    "call_id": record.call_id,
+                    "attempt": record.attempt,
+                    "status": str(status),
+                    "model": record.model,
+                    "usage": usage.to_json(),
+                    "cost_micros": cost,
+                    "latency_ms": latency,
+                    "error": error[:4096],
+                },
+            )
+            self._in_flight.pop(record.call_id, None)
+            session.refresh(tx)
+
+        # Settling is bookkeeping of what already happened: it does not need the
+        # lease (a takeover charges a dispatched row only if it is still dispatched).
+        await session.write(tx_settle)
+
+    def _retry_wait(self, outcome: _Outcome, attempt: int) -> timedelta | None:
+        """How long to wait before the next attempt, or None to give up now."""
+        config = self._config
+        if not outcome.retryable or attempt > config.max_retries:
+            return None
+        wait: timedelta = config.backoff * (2 ** (attempt - 1))
+        retry_after = _as_timedelta(outcome.retry_after)
+        if retry_after is not None:
+            if retry_after > config.max_retry_after:
+                return None
+            wait = max(wait, retry_after)
+        if self._passes_a_time_limit(wait):
+            return None
+        return wait
+
+    def _passes_a_time_limit(self, wait: timedelta) -> bool:
+        """Would sleeping `wait` run past the run's active or elapsed time limit?"""
+        session = self._session
+        run = session.run
+        limits = run.limits
+        if limits.max_active_time is None and limits.max_elapsed_time is None:
+            return False
+        now = session.config.clock()
+        active = limits.max_active_time
+        if active is not None and session.active_time_at(now) + wait >= active:
+            return True
+        elapsed = limits.max_elapsed_time
+        return (
+            elapsed is not None
+            and run.created_at is not None
+            and now + wait >= run.created_at + elapsed
+        )
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    response: ModelResponse | None
+    error: str
+    retryable: bool
+    retry_after: Any = None
+
+
+def projection_usage(projection: Projection) -> Usage:
+    return Usage(input_tokens=projection.input_tokens, output_tokens=projection.output_tokens)
+
+
+def charge_run(tx: Tx, run_id: str, usage: Usage, cost_micros: int) -> None:
+    """Add usage and cost to the run's totals, saturating at 2^63-1, never negative."""
+    tx.execute(
+        "UPDATE runs SET "
+        f"input_tokens = {saturating_add_sql('input_tokens', ':input')}, "
+        f"output_tokens = {saturating_add_sql('output_tokens', ':output')}, "
+        f"cached_input_tokens = {saturating_add_sql('cached_input_tokens', ':cached')}, "
+        f"estimated_cost_micros = {saturating_add_sql('estimated_cost_micros', ':cost')} "
+        "WHERE id = :id",
+        {
+            "input": clamp_charge(usage.input_tokens),
+            "output": clamp_charge(usage.output_tokens),
+            "cached": clamp_charge(usage.cached_input_tokens),
+            "cost": clamp_charge(cost_micros),
+            "id": run_id,
+        },
+    )
+
+
+def charge_dispatched_at_takeover(tx: Tx, run_id: str, now: datetime) -> None:
+    """A process died during a model request: charge its attempt at the estimate it reserved.
+
+    Runs inside the takeover transaction, so a crash can never make spend vanish
+    from the totals.
+    """
+    rows = tx.execute(
+        "SELECT id, step_id, attempt, model, input_tokens, output_tokens, cost_micros, "
+        "dispatched_at FROM model_calls WHERE run_id = ? AND status = 'dispatched' ORDER BY rowid",
+        (run_id,),
+    ).fetchall()
+    for row in rows:
+        usage = Usage(input_tokens=row["input_tokens"], output_tokens=row["output_tokens"])
+        error = "the process died during the request; charged at the conservative estimate"
+        tx.execute(
+            "UPDATE model_calls SET status = 'ambiguous', error = ?, completed_at = ? "
+            "WHERE id = ? AND status = 'dispatched'",
+            (error, format_time(now), row["id"]),
+        )
+        charge_run(tx, run_id, usage, row["cost_micros"])
+        tx.append_event(
+            run_id,
+            row["step_id"],
+            now,
+            ev.MODEL_FAILED,
+            {
+                "call_id": row["id"],
+                "attempt": row["attempt"],
+                "status": "ambiguous",
+                "model": row["model"],
+                "usage": usage.to_json(),
+                "cost_micros": row["cost_micros"],
+                "latency_ms": 0,
+                "error": error,
+            },
+        )
+
+
+def _describe(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    return text[:4096]
+
+
+def _as_timedelta(value: Any) -> timedelta | None:
+    if value is None:
+        return None
+    if isinstance(value, timedelta):
+        return value
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return timedelta(seconds=value)
+    return None

@@ -1,0 +1,455 @@
+"""The accounting caller: every model attempt recorded before it is sent, limited, charged."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import agentrt
+from agentrt import Decision, Limits, SideEffect, StepInput
+from agentrt.accounting import project
+from agentrt.errors import (
+    ConfigError,
+    LeaseLostError,
+    ServedModelError,
+    TransientModelError,
+)
+from agentrt.model import (
+    Message,
+    ModelConfig,
+    ModelRequest,
+    ModelResponse,
+    Price,
+    PriceTable,
+    TextBlock,
+    ToolUseBlock,
+    Usage,
+    parse_dollars,
+)
+from conftest import FakeClock, Ids, RecordingTool, event_types
+
+REQUEST = ModelRequest(
+    system="be brief",
+    messages=[Message("user", [TextBlock("hello")])],
+    max_output_tokens=100,
+)
+PRICE = Price(input_micros=3_000_000, output_micros=15_000_000)  # $3 / $15 per Mtok
+
+
+def reply(text: str = "done", usage: Usage | None = None, tool: str = "") -> ModelResponse:
+    uses = [ToolUseBlock("toolu_1", tool, {})] if tool else []
+    return ModelResponse(
+        text=text,
+        tool_uses=uses,
+        stop_reason="tool_use" if tool else "end_turn",
+        usage=usage or Usage(10, 5, 0),
+        raw=b'{"raw": true}',
+    )
+
+
+class FakeModel:
+    """Plays a list of behaviours: a ModelResponse, an exception, or a callable."""
+
+    def __init__(self, *behaviours: Any, name: str = "fake:model") -> None:
+        self.name = name
+        self.behaviours = list(behaviours)
+        self.requests: list[ModelRequest] = []
+
+    async def generate(self, request: ModelRequest) -> ModelResponse:
+        self.requests.append(request)
+        behaviour = self.behaviours.pop(0)
+        if callable(behaviour) and not isinstance(behaviour, type):
+            behaviour = behaviour()
+            if asyncio.iscoroutine(behaviour):
+                behaviour = await behaviour
+        if isinstance(behaviour, BaseException):
+            raise behaviour
+        return behaviour  # type: ignore[no-any-return]
+
+
+def model_agent(request: ModelRequest = REQUEST, calls: int = 1) -> Callable[..., Any]:
+    """An agent that asks the model `calls` times per step, then completes."""
+
+    async def decide(input: StepInput) -> Decision:
+        responses = [await input.model.generate(request) for _ in range(calls)]
+        return Decision.complete({"text": responses[-1].text})
+
+    return decide
+
+
+def drive(
+    store: agentrt.Store,
+    model: Any,
+    agent: Any = None,
+    limits: Limits | None = None,
+    config: ModelConfig | None = None,
+    tools: list[Any] | None = None,
+) -> agentrt.Run:
+    driver = agentrt.Driver(
+        store=store,
+        agent=agent or model_agent(),
+        policy=agentrt.default_policy(),
+        tools=tools or [],
+        model=model,
+        model_config=config or ModelConfig(model=model.name, prices=PRICE),
+        now=FakeClock(),
+        new_id=Ids(),
+    )
+    return driver.start_sync("g", limits=limits)
+
+
+def calls(store: agentrt.Store, run_id: str) -> list[tuple[Any, ...]]:
+    return [
+        (c.attempt, c.status, c.input_tokens, c.output_tokens, c.cost_micros)
+        for c in store.list_model_calls(run_id)
+    ]
+
+
+def test_success_is_recorded_before_and_after_and_charged(store: agentrt.Store) -> None:
+    model = FakeModel(reply(usage=Usage(1000, 200, 100)))
+    run = drive(store, model)
+    assert run.status == "COMPLETED"
+    assert calls(store, run.id) == [(1, "ok", 1000, 200, 6000)]  # 900*3 + 100*3 + 200*15
+    assert (run.model_calls, run.input_tokens, run.output_tokens, run.cached_input_tokens) == (
+        1,
+        1000,
+        200,
+        100,
+    )
+    assert run.estimated_cost_micros == 6000
+    types = event_types(store, run.id)
+    assert types[3:6] == ["model.dispatched", "model.completed", "step.decided"]
+    events = store.list_events(run_id=run.id)
+    dispatched, completed = events[3], events[4]
+    assert dispatched.payload == {
+        "call_id": dispatched.payload["call_id"],
+        "attempt": 1,
+        "model": "fake:model",
+    }
+    assert completed.payload == {
+        "call_id": dispatched.payload["call_id"],
+        "attempt": 1,
+        "status": "ok",
+        "model": "fake:model",
+        "usage": {"input_tokens": 1000, "output_tokens": 200, "cached_input_tokens": 100},
+        "cost_micros": 6000,
+        "latency_ms": 1,
+        "error": "",
+    }
+
+
+def test_the_call_limit_stops_before_dispatch(store: agentrt.Store) -> None:
+    model = FakeModel(reply(), reply(), reply())
+    run = drive(store, model, agent=model_agent(calls=3), limits=Limits(max_model_calls=2))
+    assert (run.status, run.reason) == ("FAILED", "limit_model_calls")
+    assert len(model.requests) == 2  # the third was never sent
+    assert len(store.list_model_calls(run.id)) == 2
+
+
+def test_token_limit_uses_totals_plus_the_projection(store: agentrt.Store) -> None:
+    projected = project(REQUEST, 100, None)
+    first = Usage(projected.input_tokens, 50, 0)
+    used = first.input_tokens + first.output_tokens
+    model = FakeModel(reply(usage=first), reply())
+    # Room for what was used plus just less than one more projected request.
+    limit = used + projected.tokens - 1
+    run = drive(store, model, agent=model_agent(calls=2), limits=Limits(max_total_tokens=limit))
+    assert (run.status, run.reason) == ("FAILED", "limit_tokens")
+    assert len(model.requests) == 1
+    assert "this request may take" in run.reason_detail
+
+
+def test_cost_limit_uses_totals_plus_the_projection(store: agentrt.Store) -> None:
+    projected = project(REQUEST, 100, PRICE)
+    assert projected.cost_micros is not None
+    model = FakeModel(reply(usage=Usage(0, 0, 0)))
+    run = drive(store, model, limits=Limits(max_estimated_cost_micros=projected.cost_micros - 1))
+    assert (run.status, run.reason) == ("FAILED", "limit_cost")
+    assert model.requests == []
+
+
+def test_unpriced_model_cannot_be_held_to_a_cost_limit(store: agentrt.Store) -> None:
+    model = FakeModel(reply())
+    run = drive(
+        store,
+        model,
+        limits=Limits(max_estimated_cost_micros=1_000_000),
+        config=ModelConfig(model="fake:model"),
+    )
+    assert (run.status, run.reason) == ("FAILED", "limit_cost")
+    assert "unpriced" in run.reason_detail and model.requests == []
+
+
+def test_no_output_cap_under_a_token_limit_is_refused(store: agentrt.Store) -> None:
+    uncapped = ModelRequest(system="", messages=[Message("user", [TextBlock("hi")])])
+    model = FakeModel(reply())
+    run = drive(store, model, agent=model_agent(uncapped), limits=Limits(max_total_tokens=10**6))
+    assert (run.status, run.reason) == ("FAILED", "limit_tokens")
+    assert "no output cap" in run.reason_detail
+
+
+def test_output_cap_is_clamped_to_the_per_call_limit(store: agentrt.Store) -> None:
+    model = FakeModel(reply())
+    drive(store, model, limits=Limits(max_output_tokens_per_call=7))
+    assert model.requests[0].max_output_tokens == 7
+
+
+def test_concurrent_calls_in_one_step_cannot_overrun_a_limit(store: agentrt.Store) -> None:
+    projected = project(REQUEST, 100, None)
+    gate = asyncio.Event()
+
+    async def slow() -> ModelResponse:
+        await gate.wait()
+        return reply(usage=Usage(1, 1, 0))
+
+    model = FakeModel(slow, slow, slow)
+
+    async def decide(input: StepInput) -> Decision:
+        tasks = [asyncio.create_task(input.model.generate(REQUEST)) for _ in range(3)]
+        await asyncio.sleep(0.2)
+        gate.set()
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        refused = [r for r in results if isinstance(r, agentrt.LimitExceeded)]
+        return Decision.complete({"sent": len(model.requests), "refused": len(refused)})
+
+    run = drive(store, model, agent=decide, limits=Limits(max_total_tokens=2 * projected.tokens))
+    assert run.result == {"sent": 2, "refused": 1}
+
+
+def test_transient_error_is_retried_then_succeeds_each_attempt_a_row(store: agentrt.Store) -> None:
+    model = FakeModel(TransientModelError("busy"), TransientModelError("busy"), reply())
+    sleeps: list[float] = []
+    config = ModelConfig(
+        model="fake:model", prices=PRICE, max_retries=3, backoff=timedelta(milliseconds=10)
+    )
+    driver = agentrt.Driver(
+        store=store,
+        agent=model_agent(),
+        policy=agentrt.default_policy(),
+        model=model,
+        model_config=config,
+        now=FakeClock(),
+        new_id=Ids(),
+    )
+    import agentrt.accounting as accounting
+
+    original = accounting.AccountingCaller.__init__
+
+    def recording_init(self: Any, *args: Any, **kwargs: Any) -> None:
+        async def sleep(seconds: float) -> None:
+            sleeps.append(seconds)
+
+        original(self, *args, sleep=sleep, **kwargs)
+
+    accounting.AccountingCaller.__init__ = recording_init  # type: ignore[method-assign]
+    try:
+        run = driver.start_sync("g")
+    finally:
+        accounting.AccountingCaller.__init__ = original  # type: ignore[method-assign]
+    assert run.status == "COMPLETED"
+    assert [(a, s, cost) for a, s, _, _, cost in calls(store, run.id)] == [
+        (1, "error", 0),
+        (2, "error", 0),
+        (3, "ok", 105),
+    ]
+    assert sleeps == [0.01, 0.02]  # backoff * 2^(attempt-1)
+    assert run.model_calls == 3  # every attempt counts
+
+
+def test_retry_after_beyond_the_maximum_gives_up_at_once(store: agentrt.Store) -> None:
+    model = FakeModel(TransientModelError("slow down", retry_after=timedelta(minutes=5)), reply())
+    config = ModelConfig(
+        model="fake:model", prices=PRICE, max_retries=3, max_retry_after=timedelta(minutes=1)
+    )
+    run = drive(store, model, config=config)
+    assert (run.status, run.reason) == ("FAILED", "model_unavailable")
+    assert len(model.requests) == 1
+
+
+def test_a_wait_that_would_pass_a_time_limit_gives_up(store: agentrt.Store) -> None:
+    model = FakeModel(TransientModelError("busy", retry_after=timedelta(seconds=30)), reply())
+    config = ModelConfig(model="fake:model", prices=PRICE, max_retries=3)
+    run = drive(store, model, config=config, limits=Limits(max_active_time=timedelta(seconds=10)))
+    assert (run.status, run.reason) == ("FAILED", "model_unavailable")
+    assert len(model.requests) == 1
+
+
+def test_non_transient_error_is_not_retried(store: agentrt.Store) -> None:
+    model = FakeModel(ValueError("bad request"), reply())
+    config = ModelConfig(model="fake:model", prices=PRICE, max_retries=3)
+    run = drive(store, model, config=config)
+    assert (run.status, run.reason) == ("FAILED", "model_unavailable")
+    assert "ValueError: bad request" in run.reason_detail
+    assert calls(store, run.id) == [(1, "error", 0, 0, 0)]
+
+
+def test_exhausted_retries_end_the_run_model_unavailable(store: agentrt.Store) -> None:
+    model = FakeModel(*[TransientModelError("down")] * 3)
+    config = ModelConfig(
+        model="fake:model", prices=PRICE, max_retries=2, backoff=timedelta(milliseconds=1)
+    )
+    run = drive(store, model, config=config)
+    assert (run.status, run.reason) == ("FAILED", "model_unavailable")
+    assert [c[1] for c in calls(store, run.id)] == ["error"] * 3
+
+
+def test_served_error_is_charged_its_usage_and_not_retried(store: agentrt.Store) -> None:
+    model = FakeModel(ServedModelError("garbled", usage=Usage(50, 20, 0)), reply())
+    config = ModelConfig(model="fake:model", prices=PRICE, max_retries=3)
+    run = drive(store, model, config=config)
+    assert (run.status, run.reason) == ("FAILED", "model_unavailable")
+    assert calls(store, run.id) == [(1, "error", 50, 20, 450)]
+    assert (run.input_tokens, run.output_tokens, run.estimated_cost_micros) == (50, 20, 450)
+
+
+def test_an_ambiguous_attempt_is_charged_the_full_output_cap(store: agentrt.Store) -> None:
+    model = FakeModel(TimeoutError("read timed out"))
+    run = drive(store, model)
+    projected = project(REQUEST, 100, PRICE)
+    assert (run.status, run.reason) == ("FAILED", "model_unavailable")
+    assert calls(store, run.id) == [
+        (1, "ambiguous", projected.input_tokens, 100, projected.cost_micros)
+    ]
+    assert run.output_tokens == 100 and run.estimated_cost_micros == projected.cost_micros
+
+
+def test_a_call_past_its_timeout_is_ambiguous(store: agentrt.Store) -> None:
+    async def hang() -> ModelResponse:
+        await asyncio.sleep(60)
+        return reply()
+
+    model = FakeModel(hang)
+    config = ModelConfig(model="fake:model", prices=PRICE, call_timeout=timedelta(milliseconds=50))
+    run = drive(store, model, config=config)
+    assert calls(store, run.id)[0][1] == "ambiguous"
+
+
+@pytest.mark.parametrize("usage", [Usage(-5, 10, 0), Usage(10, 10, 11)])
+def test_implausible_usage_is_charged_the_estimate_and_ends_the_run(
+    store: agentrt.Store, usage: Usage
+) -> None:
+    model = FakeModel(reply(usage=usage))
+    run = drive(store, model)
+    assert (run.status, run.reason) == ("FAILED", "model_unavailable")
+    projected = project(REQUEST, 100, PRICE)
+    assert calls(store, run.id) == [
+        (1, "error", projected.input_tokens, 100, projected.cost_micros)
+    ]
+    assert "not plausible" in run.reason_detail
+
+
+def test_a_cancelled_caller_is_still_recorded(db_path: Path) -> None:
+    store = agentrt.open_store(db_path)
+    started = asyncio.Event()
+
+    async def hang() -> ModelResponse:
+        started.set()
+        await asyncio.sleep(60)
+        return reply()
+
+    model = FakeModel(hang)
+    driver = agentrt.Driver(
+        store=store,
+        agent=model_agent(),
+        policy=agentrt.default_policy(),
+        model=model,
+        model_config=ModelConfig(model="fake:model", prices=PRICE),
+        new_id=Ids(),
+    )
+
+    async def main() -> None:
+        task = asyncio.create_task(driver.start("g"))
+        await started.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+    (run,) = store.list_runs()
+    projected = project(REQUEST, 100, PRICE)
+    assert calls(store, run.id) == [
+        (1, "ambiguous", projected.input_tokens, 100, projected.cost_micros)
+    ]
+    assert store.list_model_calls(run.id)[0].error == "cancelled by the caller; outcome unknown"
+    assert run.estimated_cost_micros == projected.cost_micros
+
+
+def test_no_model_call_after_the_lease_is_lost(store: agentrt.Store, db_path: Path) -> None:
+    model = FakeModel(reply(), reply())
+
+    async def decide(input: StepInput) -> Decision:
+        await input.model.generate(REQUEST)
+        conn = sqlite3.connect(db_path)
+        conn.execute("UPDATE runs SET lease_owner = 'thief'")
+        conn.commit()
+        conn.close()
+        await input.model.generate(REQUEST)
+        return Decision.complete()
+
+    with pytest.raises(LeaseLostError):
+        drive(store, model, agent=decide)
+    assert len(model.requests) == 1
+    (run,) = store.list_runs()
+    assert len(store.list_model_calls(run.id)) == 1
+
+
+def test_a_model_driven_run_uses_tools(store: agentrt.Store) -> None:
+    read = RecordingTool("read", SideEffect.READ_ONLY)
+    model = FakeModel(reply(tool="read"), reply("all done"))
+
+    async def decide(input: StepInput) -> Decision:
+        response = await input.model.generate(REQUEST)
+        if response.tool_uses:
+            use = response.tool_uses[0]
+            return Decision.tool_call(use.name, use.input)
+        return Decision.complete(response.text)
+
+    run = drive(store, model, agent=decide, tools=[read])
+    assert (run.status, run.result) == ("COMPLETED", "all done")
+    assert len(read.calls) == 1
+    assert [c.step_id for c in store.list_model_calls(run.id)] == [
+        s.id for s in store.list_steps(run.id)
+    ]
+
+
+def test_totals_saturate_instead_of_overflowing(store: agentrt.Store) -> None:
+    big = 2**63 - 10
+    model = FakeModel(reply(usage=Usage(big, big, 0)), reply(usage=Usage(big, big, 0)))
+    run = drive(
+        store,
+        model,
+        agent=model_agent(calls=2),
+        config=ModelConfig(model="fake:model", prices=Price.free()),
+    )
+    assert run.status == "COMPLETED"
+    assert (run.input_tokens, run.output_tokens) == (2**63 - 1, 2**63 - 1)
+
+
+def test_parse_dollars() -> None:
+    assert parse_dollars("5") == 5_000_000
+    assert parse_dollars("4.41") == 4_410_000
+    assert parse_dollars("$0.50") == 500_000
+    for bad in ("five", "-1", "0.0000001", "nan", "$"):
+        with pytest.raises(ConfigError):
+            parse_dollars(bad)
+
+
+def test_price_table_tells_free_from_unpriced() -> None:
+    table = PriceTable({"local:llama": Price.free(), "paid:big": PRICE})
+    assert table.lookup("local:llama").cost_micros(Usage(10**6, 10**6, 0)) == 0
+    assert table.lookup("paid:big").cost_micros(Usage(10**6, 10**6, 0)) == 18_000_000
+    with pytest.raises(ConfigError, match="has no price"):
+        table.lookup("paid:unknown")
+    assert ModelConfig(model="x", prices=table).price("paid:unknown") is None
+
+
+def test_cached_tokens_use_the_cached_price() -> None:
+    price = Price(3_000_000, 15_000_000, cached_input_micros=300_000)
+    assert price.cost_micros(Usage(1_000_000, 0, 1_000_000)) == 300_000
+    assert price.cost_micros(Usage(1, 0, 0)) == 3  # rounded up, never down
