@@ -690,6 +690,14 @@ class Store:
 
     # --- reads ----------------------------------------------------------------------------------
 
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
+        """A read of your own (a consumer's tables, a view's join) on the store's connection.
+
+        Runs under the store's lock like its own reads. Writes belong in
+        `transaction()`; a read-only store refuses them in SQLite itself.
+        """
+        return self._query(sql, params)
+
     def _query(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
         with self._lock:
             self._check_open()

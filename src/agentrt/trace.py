@@ -202,6 +202,7 @@ def compact(value: Any, limit: int) -> str:
 
 
 TYPE_WIDTH = 19  # the longest event type in the catalogue, step.tool_finished, plus one
+ID_WIDTH = 32  # run and step ids are 32 hex characters
 DETAIL_LIMIT = 300
 
 
@@ -210,8 +211,8 @@ def event_text(event: Event, *, show_run: bool = True, detail_limit: int = DETAI
     at = format_time(event.at) if event.at is not None else "-"
     parts = [f"{event.seq:>6}", at]
     if show_run:
-        parts.append(sanitize(event.run_id) or "-")
-    parts.append(sanitize(event.step_id) or "-")
+        parts.append((sanitize(event.run_id) or "-").ljust(ID_WIDTH))
+    parts.append((sanitize(event.step_id) or "-").ljust(ID_WIDTH))
     parts.append(sanitize(event.type).ljust(TYPE_WIDTH))
     detail = compact(event.payload, detail_limit)
     if event.decode_error:
@@ -258,7 +259,9 @@ class JsonLinesObserver:
 
 
 __all__ = [
+    "ID_WIDTH",
     "MAX_COMBINING",
+    "TYPE_WIDTH",
     "JsonLinesObserver",
     "TextObserver",
     "ascii_json",

@@ -1,4 +1,4 @@
-"""Read models for operators: run and step summaries, waiting approvals, and which approval is meant.
+"""Read models for operators: run and step summaries, waiting approvals, the approval meant.
 
 Everything here reads bounded pages: a page of runs with the approvals they wait
 on (fetched for the whole page in one query, never one query per run), a page of
@@ -22,7 +22,7 @@ from typing import Any
 
 from .canonical import to_text
 from .clock import duration_to_ms, format_time, parse_time
-from .errors import AgentrtError, ApprovalExpiredError, NotPendingError, RunStateError
+from .errors import ApprovalExpiredError, NotPendingError, RunStateError
 from .records import (
     JSON,
     Approval,
@@ -309,9 +309,9 @@ def step_summary(step: Step) -> StepSummary:
 
 
 def _query(store: Store, sql: str, params: Sequence[Any]) -> list[sqlite3.Row]:
-    # The store has no read for "pending approvals of many runs"; this runs the
-    # query on the store's own connection, under its lock, like its own reads.
-    return store._query(sql, params)
+    # Reads no single store method covers ("pending approvals of many runs"), on
+    # the store's own connection, under its lock, like its own reads.
+    return store.query(sql, params)
 
 
 def _time_or_none(value: object) -> datetime | None:
@@ -375,7 +375,7 @@ def run_page(
     offset: int = 0,
     status: str | None = None,
 ) -> RunPage:
-    """A page of runs, newest first, each with the approvals it waits on (two queries and a count)."""
+    """A page of runs, newest first, with the approvals each waits on (2 queries and a count)."""
     _check_page(limit, offset, RUN_PAGE_MAX)
     if status is not None:
         status = str(RunStatus(status))
@@ -480,8 +480,7 @@ def choose_approval(store: Store, run_id: str, approval_id: str | None = None) -
             raise ApprovalExpiredError(f"approval {approval_id} of run {run_id} has expired")
         if approval.status != ApprovalStatus.PENDING:
             raise NotPendingError(
-                f"approval {approval_id} of run {run_id} is already {approval.status}, "
-                "not pending"
+                f"approval {approval_id} of run {run_id} is already {approval.status}, not pending"
             )
         return approval
     pending = store.pending_approvals(run_id, cap=None)
@@ -513,7 +512,6 @@ __all__ = [
     "RUN_PAGE_MAX",
     "STEP_PAGE_DEFAULT",
     "STEP_PAGE_MAX",
-    "AgentrtError",
     "AmbiguousApprovalError",
     "RunDetail",
     "RunPage",

@@ -1,0 +1,315 @@
+"""Following the audit log from another process: a read-only follower by `seq` cursor, and sinks.
+
+A `Follower` opens the database read-only and reads events with `seq` above its
+position, one bounded page at a time, in commit order. `seq` order is commit
+order: seqs are handed out inside the writer's IMMEDIATE transaction, so an event
+committed later never has a lower seq than one already read.
+
+Delivery guarantees, with a persisted cursor file:
+
+- the cursor is saved only after the sink has taken a page and been flushed, so
+  a clean stop (between pages, or after `max_events`) resumes exactly after the
+  last event delivered: exactly once across clean stops;
+- a hard kill can lose at most the acknowledgement of the page being delivered,
+  so that one page, and no more, is delivered again.
+
+The cursor file is written atomically (a 0600 temporary file in the same
+directory, fsynced, renamed over the old one, the directory fsynced). It
+records the event's hash as well as its seq, so a cursor is never applied to a
+different or rewritten database.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+from .errors import AgentrtError
+from .records import Event
+from .store import Store, open_existing
+from .trace import event_json, json_line
+
+CURSOR_VERSION = 1
+DEFAULT_INTERVAL = 0.5
+DEFAULT_PAGE_SIZE = 500
+MAX_PAGE_SIZE = 10_000
+
+Sink = Callable[[Event], Any]
+
+
+class CursorError(AgentrtError):
+    """A cursor file that cannot be read, or that does not belong to this database or run."""
+
+
+@dataclass(frozen=True)
+class Cursor:
+    """The last event delivered: its seq and hash, and the run being followed (None: all)."""
+
+    seq: int
+    hash: str
+    run_id: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": CURSOR_VERSION,
+            "seq": self.seq,
+            "hash": self.hash,
+            "run_id": self.run_id,
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> Cursor:
+        if not isinstance(data, dict) or data.get("version") != CURSOR_VERSION:
+            raise CursorError(f"not an agentrt cursor of version {CURSOR_VERSION}")
+        seq, digest, run_id = data.get("seq"), data.get("hash"), data.get("run_id")
+        if isinstance(seq, bool) or not isinstance(seq, int) or seq < 0:
+            raise CursorError(f"the cursor's seq is not a non-negative integer: {seq!r}")
+        if not isinstance(digest, str):
+            raise CursorError("the cursor's hash is not text")
+        if run_id is not None and not isinstance(run_id, str):
+            raise CursorError("the cursor's run_id is neither text nor null")
+        return cls(seq=seq, hash=digest, run_id=run_id)
+
+
+def load_cursor(path: str | os.PathLike[str]) -> Cursor | None:
+    """The cursor saved at `path`, None when there is no file; CursorError when unreadable."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read(4096)
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as e:
+        raise CursorError(f"cannot read the cursor file {os.fspath(path)}: {e}") from e
+    try:
+        data = json.loads(text)
+    except ValueError as e:
+        raise CursorError(f"the cursor file {os.fspath(path)} is not JSON: {e}") from e
+    try:
+        return Cursor.from_json(data)
+    except CursorError as e:
+        raise CursorError(f"the cursor file {os.fspath(path)} is unusable: {e}") from e
+
+
+def save_cursor(path: str | os.PathLike[str], cursor: Cursor) -> None:
+    """Write `cursor` to `path` atomically, mode 0600: temp file, fsync, rename, fsync the dir."""
+    target = os.path.abspath(os.fspath(path))
+    directory = os.path.dirname(target)
+    tmp = os.path.join(
+        directory, f".{os.path.basename(target)}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    )
+    data = (json.dumps(cursor.to_json(), sort_keys=True) + "\n").encode("utf-8")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600)
+    try:
+        try:
+            if os.name == "posix":
+                os.fchmod(fd, 0o600)  # whatever the umask made of it
+            os.write(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    _fsync_directory(directory)
+
+
+def _fsync_directory(directory: str) -> None:
+    # The rename is durable only once the directory entry is; not every OS can open a directory.
+    if os.name != "posix":
+        return
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class Follower:
+    """Follows events of one run (or all runs) from a separate process, read-only, by seq.
+
+    `cursor` is the path of a cursor file (None: nothing persisted). When the
+    file exists, following resumes after the event it names, and `after_seq` is
+    ignored; otherwise it starts after `after_seq`.
+    """
+
+    def __init__(
+        self,
+        store_path: str | os.PathLike[str],
+        run_id: str | None = None,
+        cursor: str | os.PathLike[str] | None = None,
+        interval: float = DEFAULT_INTERVAL,
+        page_size: int = DEFAULT_PAGE_SIZE,
+        *,
+        after_seq: int = 0,
+    ) -> None:
+        if not interval > 0:
+            raise ValueError("interval must be a positive number of seconds")
+        if not 1 <= page_size <= MAX_PAGE_SIZE:
+            raise ValueError(f"page_size must be between 1 and {MAX_PAGE_SIZE}")
+        if after_seq < 0:
+            raise ValueError("after_seq must not be negative")
+        self.run_id = run_id
+        self.interval = interval
+        self.page_size = page_size
+        self.cursor_path = None if cursor is None else os.fspath(cursor)
+        self._store: Store = open_existing(store_path, read_only=True)
+        try:
+            self._position = after_seq
+            saved = None if self.cursor_path is None else load_cursor(self.cursor_path)
+            if saved is not None:
+                self._check_cursor(saved)
+                self._position = saved.seq
+        except BaseException:
+            self._store.close()
+            raise
+
+    def _check_cursor(self, saved: Cursor) -> None:
+        if saved.run_id != self.run_id:
+            raise CursorError(
+                f"the cursor file {self.cursor_path} follows "
+                f"{'run ' + saved.run_id if saved.run_id else 'all runs'}, not "
+                f"{'run ' + self.run_id if self.run_id else 'all runs'}"
+            )
+        if saved.seq == 0:
+            return
+        # Hashes are 64 characters; the payload need not be read whole.
+        found = self._store.list_events(None, saved.seq - 1, 1, cap=64)
+        if not found or found[0].seq != saved.seq or found[0].hash != saved.hash:
+            raise CursorError(
+                f"the cursor file {self.cursor_path} names event {saved.seq} with hash "
+                f"{saved.hash}, which this database does not hold: it belongs to another "
+                "database, or this one was rewritten"
+            )
+
+    @property
+    def position(self) -> int:
+        """The seq of the last event delivered (acknowledged)."""
+        return self._position
+
+    def __enter__(self) -> Follower:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._store.close()
+
+    def poll(self, limit: int | None = None) -> list[Event]:
+        """The next page of events after `position`; reading it acknowledges nothing."""
+        size = self.page_size if limit is None else max(0, min(limit, self.page_size))
+        if size == 0:
+            return []
+        return self._store.list_events(self.run_id, self._position, size)
+
+    def ack(self, event: Event) -> None:
+        """Record `event` and all before it as delivered; persists the cursor if there is one."""
+        if event.seq <= self._position:
+            return
+        self._position = event.seq
+        if self.cursor_path is not None:
+            save_cursor(self.cursor_path, Cursor(event.seq, event.hash, self.run_id))
+
+    def run(
+        self,
+        sink: Sink,
+        *,
+        follow: bool = True,
+        stop: threading.Event | None = None,
+        max_events: int | None = None,
+        timeout: float | None = None,
+    ) -> int:
+        """Deliver events to `sink` page by page; returns how many were delivered.
+
+        After each page the sink's `flush()` (if it has one) is called, then the
+        page is acknowledged. Without `follow` it returns once caught up;
+        with it, it polls every `interval` until `stop` is set, `max_events`
+        were delivered, or `timeout` seconds passed. An exception from the sink
+        propagates, and the page it was in is not acknowledged.
+        """
+        stop = stop or threading.Event()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        delivered = 0
+        flush = getattr(sink, "flush", None)
+        while not stop.is_set():
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+            room = None if max_events is None else max_events - delivered
+            if room is not None and room <= 0:
+                break
+            page = self.poll(room)
+            if page:
+                for event in page:
+                    sink(event)
+                if callable(flush):
+                    flush()
+                self.ack(page[-1])
+                delivered += len(page)
+                continue
+            if not follow:
+                break
+            wait = self.interval
+            if deadline is not None:
+                wait = min(wait, max(deadline - time.monotonic(), 0.0))
+            stop.wait(wait)
+        return delivered
+
+
+class JsonLinesSink:
+    """Writes each event as one JSON line (`agentrt.trace.event_json`, ASCII only).
+
+    Given a path, it appends to that file (created 0600) and `flush()` fsyncs
+    it, so a follower acknowledges only events that are on disk. Given a stream,
+    `flush()` flushes the stream.
+    """
+
+    def __init__(self, target: str | os.PathLike[str] | TextIO) -> None:
+        if isinstance(target, str | os.PathLike):
+            path = os.fspath(target)
+            flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)
+            fd = os.open(path, flags, 0o600)
+            self.stream: TextIO = os.fdopen(fd, "a", encoding="utf-8", newline="\n")
+            self._owned = True
+        else:
+            self.stream = target
+            self._owned = False
+
+    def __call__(self, event: Event) -> None:
+        self.stream.write(json_line(event_json(event)) + "\n")
+
+    def flush(self) -> None:
+        self.stream.flush()
+        if self._owned:
+            os.fsync(self.stream.fileno())
+
+    def close(self) -> None:
+        if self._owned:
+            self.flush()
+            self.stream.close()
+
+    def __enter__(self) -> JsonLinesSink:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+__all__ = [
+    "CURSOR_VERSION",
+    "Cursor",
+    "CursorError",
+    "Follower",
+    "JsonLinesSink",
+    "Sink",
+    "load_cursor",
+    "save_cursor",
+]

@@ -1,0 +1,1072 @@
+"""The `agentrt` command, driven as a user would: real processes, real databases, a real terminal.
+
+Databases are made by real runs (Driver + ScriptedAgent) unless a test needs
+rows no run can make (a tampered chain, a second pending approval, 10,000
+steps), which it then writes with SQL and says so.
+"""
+
+from __future__ import annotations
+
+import getpass
+import importlib.util
+import json
+import os
+import pty
+import queue
+import select
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+import types
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import agentrt
+from agentrt import Decision, SideEffect, ToolCall, ToolResult
+from agentrt.approval import approval_hash
+from agentrt.cli import main
+from agentrt.clock import format_time
+from agentrt.scripted import ScriptedAgent
+from agentrt.store import Store
+from agentrt.trace import display_width, event_json
+from conftest import FakeClock, Ids, RecordingTool
+
+MESSAGE_SCHEMA = {
+    "type": "object",
+    "properties": {"to": {"type": "string"}, "body": {"type": "string"}},
+    "additionalProperties": False,
+}
+HOSTILE = "\x1b[31mALERT\x1b[0m pay \u202egnp.exe\u202c join\u200dme"
+
+
+# --- making databases ---------------------------------------------------------------------------
+
+
+def send_tool(result: Any = None) -> RecordingTool:
+    return RecordingTool("send", SideEffect.REMOTE_MUTATION, schema=MESSAGE_SCHEMA, result=result)
+
+
+def lookup_tool() -> RecordingTool:
+    return RecordingTool("lookup", SideEffect.READ_ONLY)
+
+
+def driver(db: Path, decisions: Sequence[Decision], prefix: str, tools: Sequence[Any]) -> Any:
+    return agentrt.Driver(
+        store=agentrt.open_store(db),
+        agent=ScriptedAgent(list(decisions)),
+        policy=agentrt.default_policy(),
+        tools=list(tools),
+        now=FakeClock(),
+        new_id=Ids(prefix),
+    )
+
+
+def drive(
+    db: Path, decisions: Sequence[Decision], *, prefix: str, goal: str = "a goal"
+) -> agentrt.Run:
+    d = driver(db, decisions, prefix, [lookup_tool(), send_tool()])
+    try:
+        run: agentrt.Run = d.start_sync(goal)
+        return run
+    finally:
+        d.store.close()
+
+
+def waiting_run(
+    db: Path, *, prefix: str = "a", goal: str = "send the report", body: str = "hello"
+) -> agentrt.Run:
+    """A run that looked something up, then asked to send a message: WAITING on one approval."""
+    return drive(
+        db,
+        [
+            Decision.tool_call("lookup", {"x": 1}),
+            Decision.tool_call("send", {"to": "bob@example.com", "body": body}),
+            Decision.complete({"sent": True}),
+        ],
+        prefix=prefix,
+        goal=goal,
+    )
+
+
+def pending(db: Path, run_id: str) -> agentrt.Approval:
+    with agentrt.open_existing(db, read_only=True) as store:
+        (approval,) = store.list_approvals(run_id)
+        return approval
+
+
+def events_of(db: Path, run_id: str | None = None) -> list[agentrt.Event]:
+    with agentrt.open_existing(db, read_only=True) as store:
+        return store.list_events(run_id, 0, 100_000)
+
+
+# --- running the command ------------------------------------------------------------------------
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("AGENTRT_DB", "COLUMNS", "LINES")}
+    env["PYTHONIOENCODING"] = "utf-8"
+    env.update(extra)
+    return env
+
+
+def agentrt_cmd(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """The real command in a process of its own, stdin closed, stdout and stderr piped."""
+    return subprocess.run(
+        [sys.executable, "-m", "agentrt", *args],
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        env=env or clean_env(),
+        stdin=subprocess.DEVNULL,
+        timeout=60,
+    )
+
+
+def run_main(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """The command in this process (for what needs no process of its own)."""
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+PROMPT = b"anything else refuses: "
+
+
+def _read_until(fd: int, marker: bytes | None, timeout: float = 30) -> bytes:
+    data = b""
+    deadline = time.monotonic() + timeout
+    while marker is None or marker not in data:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise AssertionError(f"timed out waiting for {marker!r}; got {data!r}")
+        ready, _, _ = select.select([fd], [], [], remaining)
+        if not ready:
+            continue
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:  # EIO: the other side of the terminal closed
+            chunk = b""
+        if not chunk:
+            if marker is None:
+                return data
+            raise AssertionError(f"the command ended before {marker!r}; got {data!r}")
+        data += chunk
+    return data
+
+
+def at_terminal(
+    args: Sequence[str],
+    answer: bytes | None = None,
+    *,
+    prompt: bool = True,
+    before_answer: Callable[[], None] | None = None,
+    columns: int = 200,
+) -> tuple[int, str]:
+    """The real command at a pseudo-terminal; types `answer` at the prompt (None: Ctrl-D)."""
+    env = clean_env(COLUMNS=str(columns), LINES="50")
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: becomes the command, with the terminal as stdin/stdout/stderr
+        try:
+            os.execve(sys.executable, [sys.executable, "-m", "agentrt", *args], env)
+        finally:
+            os._exit(127)
+    try:
+        output = b""
+        if prompt:
+            output = _read_until(fd, PROMPT)
+            if before_answer is not None:
+                before_answer()
+            os.write(fd, b"\x04" if answer is None else answer)
+        output += _read_until(fd, None)
+    finally:
+        os.close(fd)
+        _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status), output.decode("utf-8").replace("\r\n", "\n")
+
+
+# --- runs ---------------------------------------------------------------------------------------
+
+
+def test_runs_prints_runs_newest_first_with_totals_and_the_waiting_approval(
+    db_path: Path,
+) -> None:
+    first = waiting_run(db_path, prefix="a", goal="first")
+    second = drive(db_path, [Decision.complete({"ok": True})], prefix="b", goal="second")
+    result = agentrt_cmd("--db", str(db_path), "runs")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    assert result.stdout.splitlines() == [
+        "RUN                               STATUS                REASON          STEPS  "
+        "MODEL CALLS  TOKENS       COST  WAITING               GOAL",
+        f"{second.id}  COMPLETED             goal_completed      1            0       0  "
+        "$0.000000  -                     second",
+        f"{first.id}  WAITING_FOR_APPROVAL  -                   2            0       0  "
+        "$0.000000  remote_mutation send  first",
+        "runs 1-2 of 2, newest first",
+    ]
+
+
+def test_runs_json_is_one_document_with_totals(db_path: Path) -> None:
+    run = waiting_run(db_path)
+    result = agentrt_cmd("runs", "--json", "--db", str(db_path))  # options after the command
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert (doc["total"], doc["offset"], doc["limit"], doc["next_offset"]) == (1, 0, 50, None)
+    (summary,) = doc["runs"]
+    assert summary["id"] == run.id and summary["status"] == "WAITING_FOR_APPROVAL"
+    approval = pending(db_path, run.id)
+    assert summary["waiting"] == [
+        {
+            "id": approval.id,
+            "kind": "remote_mutation",
+            "tool": "send",
+            "hash": approval.hash,
+            "created_at": format_time(approval.created_at),
+            "expires_at": "",
+        }
+    ]
+
+
+def test_the_database_comes_from_agentrt_db_unless_db_is_given(
+    db_path: Path, tmp_path: Path
+) -> None:
+    run = waiting_run(db_path)
+    from_env = agentrt_cmd("--json", "runs", env=clean_env(AGENTRT_DB=str(db_path)))
+    assert from_env.returncode == 0, from_env.stderr
+    assert [r["id"] for r in json.loads(from_env.stdout)["runs"]] == [run.id]
+    other = tmp_path / "other.db"
+    drive(other, [Decision.complete()], prefix="c")
+    overridden = agentrt_cmd(
+        "--json", "runs", "--db", str(other), env=clean_env(AGENTRT_DB=str(db_path))
+    )
+    assert [r["id"] for r in json.loads(overridden.stdout)["runs"]] == ["c" + "0" * 30 + "1"]
+
+
+def test_runs_filters_by_status_and_says_how_to_page(
+    db_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for prefix in "123":
+        waiting_run(db_path, prefix=prefix)
+    drive(db_path, [Decision.complete()], prefix="4")
+    code, out, _ = run_main(
+        capsys, "--db", str(db_path), "runs", "--status", "waiting_for_approval", "--limit", "2"
+    )
+    assert code == 0
+    lines = out.splitlines()
+    assert [line.split()[0] for line in lines[1:3]] == ["3" + "0" * 30 + "1", "2" + "0" * 30 + "1"]
+    assert (
+        lines[3]
+        == "runs 1-2 of 3 with status WAITING_FOR_APPROVAL, newest first; next page: --offset 2"
+    )
+    code, out, _ = run_main(capsys, "--db", str(db_path), "runs", "--offset", "9")
+    assert (code, out) == (0, "no runs at offset 9; there are 4\n")
+
+
+# --- show ---------------------------------------------------------------------------------------
+
+
+def test_show_puts_the_waiting_approval_first_then_the_run_and_its_steps(db_path: Path) -> None:
+    run = waiting_run(db_path)
+    approval = pending(db_path, run.id)
+    result = agentrt_cmd("show", run.id, "--db", str(db_path))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        f"WAITING FOR APPROVAL {approval.id}",
+        "  kind     remote_mutation",
+        "  tool     send",
+        f"  hash     {approval.hash}",
+        "  created  2026-11-30T09:00:00.008000Z",
+        "  expires  never",
+        f"  decide   agentrt approve {run.id}   or   agentrt reject {run.id}",
+        "",
+        f"run       {run.id}",
+        "goal      send the report",
+        "status    WAITING_FOR_APPROVAL",
+        "reason    -",
+        "created   2026-11-30T09:00:00.001000Z",
+        "started   2026-11-30T09:00:00.001000Z",
+        "finished  -",
+        "totals    2 steps, 0 model calls, 0 tokens (input 0, output 0, cached 0), "
+        "cost $0.000000, active 0.007s",
+        "",
+        "steps 0-1 of 2 (by index, from 0)",
+        "IDX  STATUS             DECISION" + " " * 38 + "POLICY" + " " * 21 + "OBSERVATION",
+        '0    done               lookup {"x":1}'
+        + " " * 32
+        + "allow"
+        + " " * 22
+        + "tool_result: lookup ok",
+        '1    awaiting_approval  send {"body":"hello","to":"bob@example.com"}  '
+        "approval: remote_mutation  -",
+    ]
+
+
+def test_show_json_has_the_whole_approval_and_full_steps(db_path: Path) -> None:
+    run = waiting_run(db_path)
+    result = agentrt_cmd("--json", "--db", str(db_path), "show", run.id)
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    (approval,) = doc["waiting"]
+    assert approval["hash"] == pending(db_path, run.id).hash
+    assert approval["request"]["args"] == {"to": "bob@example.com", "body": "hello"}
+    assert [s["decision"]["kind"] for s in doc["steps"]] == ["tool_call", "tool_call"]
+    assert (doc["steps_total"], doc["steps_offset"]) == (2, 0)
+
+
+def test_show_of_an_unknown_run_fails(db_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    waiting_run(db_path)
+    code, out, err = run_main(capsys, "--db", str(db_path), "show", "0" * 32)
+    assert (code, out, err) == (1, "", f"agentrt: no run '{'0' * 32}'\n")
+
+
+def _scale_builder() -> types.ModuleType:
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "cli_scale.py"
+    spec = importlib.util.spec_from_file_location("cli_scale", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def big_db(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """120 small runs and one of 10,000 steps, written with SQL by the benchmark's builder."""
+    path = tmp_path_factory.mktemp("scale") / "scale.db"
+    big, _ = _scale_builder().build(str(path), runs=120, steps=10_000)
+    return path, big
+
+
+class PageSpy:
+    """Records the page sizes the store is asked for."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.calls: list[tuple[str, Any]] = []
+        for name in ("list_steps", "list_runs", "list_events"):
+            original = getattr(Store, name)
+            monkeypatch.setattr(Store, name, self._wrap(name, original))
+
+    def _wrap(self, name: str, original: Callable[..., Any]) -> Callable[..., Any]:
+        def spy(store: Store, *args: Any, **kwargs: Any) -> Any:
+            rows = original(store, *args, **kwargs)
+            self.calls.append((name, len(rows)))
+            return rows
+
+        return spy
+
+
+def test_show_of_a_10000_step_run_prints_one_bounded_page(
+    big_db: tuple[Path, str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path, big = big_db
+    spy = PageSpy(monkeypatch)
+    code, out, err = run_main(capsys, "--db", str(path), "show", big)
+    assert (code, err) == (0, "")
+    lines = out.splitlines()
+    start = lines.index("steps 9950-9999 of 10,000 (by index, from 0)")
+    table = lines[start + 2 : -1]
+    assert [int(line.split()[0]) for line in table] == list(range(9950, 10_000))
+    assert lines[-1] == (
+        f"showing 50 of 10,000 steps; see others with agentrt show {big} --offset N "
+        "[--limit N] (at most 1000)"
+    )
+    assert spy.calls == [("list_steps", 50)]  # only the page printed was read
+    code, out, _ = run_main(capsys, "--db", str(path), "show", big, "--offset", "0", "--limit", "3")
+    assert [line.split()[0] for line in out.splitlines()[-4:-1]] == ["0", "1", "2"]
+
+
+def test_runs_on_a_big_database_reads_one_page(
+    big_db: tuple[Path, str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path, big = big_db
+    spy = PageSpy(monkeypatch)
+    code, out, _ = run_main(capsys, "--db", str(path), "runs")
+    assert code == 0
+    lines = out.splitlines()
+    assert len(lines) == 52 and lines[1].split()[0] == big
+    assert lines[-1] == "runs 1-50 of 121, newest first; next page: --offset 50"
+    assert spy.calls == [("list_runs", 50)]
+
+
+# --- events -------------------------------------------------------------------------------------
+
+
+def test_events_prints_the_audit_log_as_text_or_json_lines(db_path: Path) -> None:
+    run = waiting_run(db_path)
+    stored = events_of(db_path, run.id)
+    as_json = agentrt_cmd("--db", str(db_path), "--json", "events", run.id)
+    assert as_json.returncode == 0, as_json.stderr
+    assert [json.loads(line) for line in as_json.stdout.splitlines()] == [
+        json.loads(json.dumps(event_json(e))) for e in stored
+    ]
+    text = agentrt_cmd("--db", str(db_path), "events", run.id, "--limit", "3")
+    assert text.returncode == 0, text.stderr
+    lines = text.stdout.splitlines()
+    assert lines[0].split() == ["SEQ", "AT", "STEP", "TYPE", "PAYLOAD"]
+    assert [line.split()[:2] for line in lines[1:4]] == [
+        ["1", "2026-11-30T09:00:00.001000Z"],
+        ["2", "2026-11-30T09:00:00.001000Z"],
+        ["3", "2026-11-30T09:00:00.002000Z"],
+    ]
+    assert [line.split()[3] for line in lines[3:4]] == ["step.started"]
+    assert lines[4] == f"more events after seq 3: agentrt events {run.id} --after 3"
+    after = agentrt_cmd("--db", str(db_path), "--json", "events", run.id, "--after", "3")
+    assert [json.loads(line)["seq"] for line in after.stdout.splitlines()] == [
+        e.seq for e in stored[3:]
+    ]
+
+
+@pytest.mark.slow
+def test_follow_shows_events_of_a_run_in_another_process_as_they_commit(db_path: Path) -> None:
+    run = waiting_run(db_path)
+    with agentrt.open_existing(db_path) as store:
+        agentrt.approve(store, run.id, pending(db_path, run.id).id, by="ann")
+        head, _ = store.chain_head()
+    follower = subprocess.Popen(
+        [sys.executable, "-m", "agentrt", "--db", str(db_path), "events", run.id, "--follow",
+         "--json", "--after", str(head), "--interval", "0.05", "--timeout", "60"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=clean_env(),
+    )  # fmt: skip
+    lines: queue.Queue[str] = queue.Queue()
+
+    def read() -> None:
+        for line in follower.stdout or ():
+            lines.put(line)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+
+    def next_event(type: str) -> dict[str, Any]:
+        while True:
+            event: dict[str, Any] = json.loads(lines.get(timeout=30))
+            if event["type"] == type:
+                return event
+
+    release = threading.Event()
+
+    def blocked(call: ToolCall) -> ToolResult:
+        assert release.wait(30)
+        return ToolResult({"sent": True}, "sent")
+
+    resumer = driver(
+        db_path,
+        [
+            Decision.tool_call("lookup", {"x": 1}),
+            Decision.tool_call("send", {}),
+            Decision.complete(),
+        ],
+        "e",
+        [lookup_tool(), send_tool(result=blocked)],
+    )
+    resuming = threading.Thread(target=resumer.resume_sync, args=(run.id,))
+    try:
+        resuming.start()
+        started = next_event("step.tool_started")
+        # The tool is still running: the follower saw the commit, not the finished run.
+        assert resuming.is_alive()
+        assert started["payload"]["tool"] == "send"
+        release.set()
+        resuming.join(30)
+        finished = next_event("run.finished")
+        assert finished["payload"]["status"] == "COMPLETED"
+    finally:
+        release.set()
+        resuming.join(30)
+        follower.terminate()  # a clean stop, as Ctrl-C would be
+        follower.wait(30)
+        reader.join(30)
+        resumer.store.close()
+    assert follower.returncode == 0
+    assert follower.stderr is not None and follower.stderr.read() == ""
+
+
+# --- approve and reject -------------------------------------------------------------------------
+
+
+def test_approve_yes_prints_the_request_and_binds_the_decision(db_path: Path) -> None:
+    run = waiting_run(db_path)
+    approval = pending(db_path, run.id)
+    result = agentrt_cmd(
+        "--db", str(db_path), "approve", run.id, "--yes", "--by", "ann", "--note", "fine"
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[:6] == [
+        f"Run {run.id} waits for approval {approval.id}.",
+        "  kind     remote_mutation",
+        "  tool     send",
+        "  reason   \"tool 'send' changes a remote system; a person must approve it\"",
+        "  created  2026-11-30T09:00:00.008000Z",
+        "  expires  never",
+    ]
+    fields = lines[
+        lines.index("What you approve, one field a line, exactly as the hash covers it:") + 1 :
+    ]
+    assert '  request.args.body                               "hello" (string, 5 chars)' in fields
+    assert "  request.args                                    {…} (object, 2 keys)" in fields
+    assert "  request.spec.timeout                            5000000000" in fields
+    assert lines[-3] == f"hash  {approval.hash}"
+    assert (
+        lines[-2]
+        == f"approved: approval {approval.id} of run {run.id} (hash {approval.hash}), by ann"
+    )
+    assert lines[-1].startswith(
+        "The run stays WAITING_FOR_APPROVAL until the program that owns it resumes it"
+    )
+    decided = pending(db_path, run.id)
+    assert (decided.status, decided.decided_by, decided.note) == ("approved", "ann", "fine")
+    # The approval is the one a resume honours: the tool runs once.
+    send = send_tool()
+    resumer = driver(db_path, [Decision.complete()] * 3, "e", [lookup_tool(), send])
+    try:
+        assert resumer.resume_sync(run.id).status == "COMPLETED"
+    finally:
+        resumer.store.close()
+    assert [c.args for c in send.calls] == [{"to": "bob@example.com", "body": "hello"}]
+
+
+def test_reject_named_approval_cancels_the_run(db_path: Path) -> None:
+    run = waiting_run(db_path)
+    approval = pending(db_path, run.id)
+    result = agentrt_cmd(
+        "reject", run.id, "--approval", approval.id, "--note", "not today", "--db", str(db_path)
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-2:] == [
+        f"rejected: approval {approval.id} of run {run.id} (hash {approval.hash}), "
+        f"by {getpass.getuser()}",
+        "The run is now CANCELLED (approval_rejected).",
+    ]
+    with agentrt.open_existing(db_path, read_only=True) as store:
+        assert (store.get_run(run.id).status, store.get_run(run.id).reason) == (
+            "CANCELLED",
+            "approval_rejected",
+        )
+    assert pending(db_path, run.id).note == "not today"
+
+
+def test_approve_without_a_terminal_refuses_and_changes_nothing(db_path: Path) -> None:
+    run = waiting_run(db_path)
+    result = agentrt_cmd("--db", str(db_path), "approve", run.id)
+    assert result.returncode == 1
+    assert result.stderr == (
+        "agentrt: not approved: there is no terminal to ask at, and nothing was decided; "
+        "pass --yes (or --approval ID) to approve without being asked\n"
+    )
+    assert "hash  " in result.stdout  # it showed the request; it did not decide it
+    assert pending(db_path, run.id).status == "pending"
+
+
+def test_approve_y_at_a_terminal_approves(db_path: Path) -> None:
+    run = waiting_run(db_path)
+    approval = pending(db_path, run.id)
+    code, screen = at_terminal(["--db", str(db_path), "approve", run.id, "--by", "ann"], b"y\n")
+    assert code == 0, screen
+    assert f"hash  {approval.hash}\n" in screen
+    assert (
+        f"Approve this request (hash {approval.hash[:16]}…)? "
+        "Type y to approve, anything else refuses: y\n"
+    ) in screen
+    assert f"approved: approval {approval.id} of run {run.id}" in screen
+    assert pending(db_path, run.id).status == "approved"
+
+
+@pytest.mark.parametrize(
+    ("answer", "said"), [(b"n\n", "the answer was not y"), (None, "no answer (end of input)")]
+)
+def test_anything_but_y_at_a_terminal_refuses(
+    db_path: Path, answer: bytes | None, said: str
+) -> None:
+    run = waiting_run(db_path)
+    code, screen = at_terminal(["--db", str(db_path), "reject", run.id], answer)
+    assert code == 1, screen
+    assert f"agentrt: not rejected: {said}; nothing was decided\n" in screen
+    assert pending(db_path, run.id).status == "pending"
+
+
+def test_a_change_after_the_request_was_shown_is_refused_not_applied(db_path: Path) -> None:
+    run = waiting_run(db_path)
+    shown = pending(db_path, run.id)
+
+    def change_it() -> None:
+        # Someone rewrites the request while the operator reads it, with a hash that matches.
+        presentation = {"tool": "send", "args": {"to": "mallory@example.com"}}
+        new_hash = approval_hash(shown.kind, shown.capability, presentation, shown.request)
+        with sqlite3.connect(db_path) as conn:
+            conn.execute(
+                "UPDATE approvals SET presentation_json = ?, hash = ? WHERE id = ?",
+                (json.dumps(presentation), new_hash, shown.id),
+            )
+
+    code, screen = at_terminal(
+        ["--db", str(db_path), "approve", run.id], b"y\n", before_answer=change_it
+    )
+    assert code == 1, screen
+    assert (
+        f"agentrt: refused, nothing was decided: approval {shown.id} changed since it was shown"
+        in screen
+    )
+    after = pending(db_path, run.id)
+    assert after.status == "pending" and after.hash != shown.hash
+
+
+def test_a_tampered_approval_is_refused_before_it_is_shown(
+    db_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = waiting_run(db_path)
+    with sqlite3.connect(db_path) as conn:
+        conn.execute("UPDATE approvals SET request_json = replace(request_json, 'bob@', 'eve@')")
+    code, out, err = run_main(capsys, "--db", str(db_path), "approve", run.id, "--yes")
+    assert (code, out) == (1, "")
+    assert err.startswith("agentrt: refused, nothing was decided: approval ")
+    assert "no longer matches its hash" in err
+    assert pending(db_path, run.id).status == "pending"
+
+
+def test_approve_json_needs_yes_or_a_named_approval(
+    db_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = waiting_run(db_path)
+    code, _, err = run_main(capsys, "--db", str(db_path), "--json", "approve", run.id)
+    assert code == 2
+    assert "approve --json does not ask at a terminal: pass --yes or --approval ID" in err
+    approval = pending(db_path, run.id)
+    code, out, _ = run_main(
+        capsys,
+        "--db",
+        str(db_path),
+        "--json",
+        "approve",
+        run.id,
+        "--approval",
+        approval.id,
+        "--by",
+        "ann",
+    )
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["decision"] == "approved" and doc["approval"]["decided_by"] == "ann"
+    assert doc["run"]["status"] == "WAITING_FOR_APPROVAL"
+
+
+def test_by_defaults_to_the_os_user(db_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = waiting_run(db_path)
+    code, _, _ = run_main(capsys, "--db", str(db_path), "approve", run.id, "--yes")
+    assert code == 0
+    assert pending(db_path, run.id).decided_by == getpass.getuser()
+
+
+def test_hash_option_must_match(db_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = waiting_run(db_path)
+    code, _, err = run_main(
+        capsys, "--db", str(db_path), "approve", run.id, "--yes", "--hash", "0" * 64
+    )
+    assert code == 1 and f"not the {'0' * 64} given with --hash" in err
+    code, _, _ = run_main(
+        capsys,
+        "--db",
+        str(db_path),
+        "approve",
+        run.id,
+        "--yes",
+        "--hash",
+        pending(db_path, run.id).hash,
+    )
+    assert code == 0
+
+
+def test_an_ambiguous_run_names_its_candidates(
+    db_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = waiting_run(db_path)
+    first = pending(db_path, run.id)
+    with sqlite3.connect(db_path) as conn:  # a second pending approval: rows no single run makes
+        conn.execute(
+            "INSERT INTO approvals (id, run_id, step_id, kind, capability_json, presentation_json, "
+            "request_json, hash, status, created_at) SELECT ?, run_id, step_id, kind, "
+            "capability_json, presentation_json, request_json, hash, status, created_at "
+            "FROM approvals WHERE id = ?",
+            ("c" * 32, first.id),
+        )
+    code, out, err = run_main(capsys, "--db", str(db_path), "approve", run.id, "--yes")
+    assert (code, out) == (1, "")
+    assert err == (
+        f"agentrt: run {run.id} waits on 2 pending approvals: {first.id} (remote_mutation), "
+        f"{'c' * 32} (remote_mutation); name the one you mean\n"
+    )
+    code, out, _ = run_main(capsys, "--db", str(db_path), "approve", run.id, "--approval", "c" * 32)
+    assert code == 0 and f"approved: approval {'c' * 32}" in out
+
+
+def test_deciding_a_run_that_waits_on_nothing_is_refused(
+    db_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = drive(db_path, [Decision.complete()], prefix="a")
+    code, _, err = run_main(capsys, "--db", str(db_path), "approve", run.id, "--yes")
+    assert (code, err) == (1, f"agentrt: run {run.id} is COMPLETED; it waits on no approval\n")
+    waiting = waiting_run(db_path, prefix="b")
+    approval = pending(db_path, waiting.id)
+    assert run_main(capsys, "--db", str(db_path), "approve", waiting.id, "--yes")[0] == 0
+    code, _, err = run_main(
+        capsys, "--db", str(db_path), "reject", waiting.id, "--approval", approval.id
+    )
+    assert code == 1
+    assert (
+        err
+        == f"agentrt: approval {approval.id} of run {waiting.id} is already approved, not pending\n"
+    )
+
+
+def test_long_strings_show_as_head_and_tail_with_sizes(
+    db_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    body = "A" * 100 + "m" * 4800 + "Z" * 100
+    run = waiting_run(db_path, body=body)
+    code, out, _ = run_main(capsys, "--db", str(db_path), "approve", run.id, "--yes")
+    assert code == 0
+    line = next(x for x in out.splitlines() if x.startswith("  request.args.body "))
+    assert line.split(None, 1)[1] == (
+        f'"{"A" * 80}" … 4,840 chars not shown … "{"Z" * 80}" (string, 5,000 chars)'
+    )
+
+
+def test_an_interrupted_side_effect_is_explained_in_plain_words(
+    db_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = waiting_run(db_path)
+    a = pending(db_path, run.id)
+    kind = "interrupted_side_effect"
+    with sqlite3.connect(db_path) as conn:  # what a resume after a crash records, made with SQL
+        conn.execute(
+            "UPDATE approvals SET kind = ?, hash = ? WHERE id = ?",
+            (kind, approval_hash(kind, a.capability, a.presentation, a.request), a.id),
+        )
+    _, shown, _ = run_main(capsys, "--db", str(db_path), "show", run.id)
+    code, out, _ = run_main(capsys, "--db", str(db_path), "reject", run.id, "--yes")
+    assert code == 0
+    for text in (shown, out):
+        assert "whether it took effect is unknown. Approving runs it once more" in text
+
+
+# --- cancel -------------------------------------------------------------------------------------
+
+
+def test_cancel_ends_a_live_run_once(db_path: Path) -> None:
+    run = waiting_run(db_path)
+    result = agentrt_cmd("--db", str(db_path), "cancel", run.id, "--by", "ops", "--note", "stop")
+    assert result.returncode == 0, result.stderr
+    assert (
+        result.stdout == f"cancelled: run {run.id} is now CANCELLED (operator_cancelled), by ops\n"
+    )
+    again = agentrt_cmd("--db", str(db_path), "cancel", run.id)
+    assert again.returncode == 1
+    assert again.stderr == f"agentrt: run {run.id} is CANCELLED; only a live run is cancelled\n"
+
+
+# --- verify -------------------------------------------------------------------------------------
+
+
+def _verify(db: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return agentrt_cmd("--db", str(db), "verify", *args)
+
+
+def _tamper(db: Path, *statements: str) -> None:
+    with sqlite3.connect(db) as conn:
+        for sql in statements:
+            conn.execute(sql)
+
+
+def test_verify_prints_the_head_of_an_intact_chain(db_path: Path) -> None:
+    waiting_run(db_path)
+    with agentrt.open_existing(db_path, read_only=True) as store:
+        seq, digest = store.chain_head()
+    result = _verify(db_path)
+    assert (result.returncode, result.stdout) == (
+        0,
+        f"intact: {seq} events checked; head {seq}:{digest}\n",
+    )
+    kept = _verify(db_path, "--head", f"{seq}:{digest}")
+    head = f"{seq}:{digest}"
+    assert kept.stdout == (
+        f"intact: {seq} events checked; head {head}; the kept head {head} matches\n"
+    )
+
+
+_SWAP = (
+    "UPDATE events SET seq = -1 WHERE seq = 5",
+    "UPDATE events SET seq = 5 WHERE seq = 6",
+    "UPDATE events SET seq = 6 WHERE seq = -1",
+)
+
+
+@pytest.mark.parametrize(
+    ("statements", "expected"),
+    [
+        (("UPDATE events SET payload_json = '{\"index\":7}' WHERE seq = 3",),
+         "broken at seq 3: altered (the event does not match its hash: its content or its "
+         "hash was edited)"),
+        (("DELETE FROM events WHERE seq = 4",),
+         "broken at seq 4: deleted (an event is missing from the middle of the chain)"),
+        (_SWAP, "broken at seq 5: swapped (events were moved out of their place in the chain)"),
+    ],
+    ids=["edited", "deleted", "swapped"],
+)  # fmt: skip
+def test_verify_reports_the_first_break(
+    db_path: Path, statements: Sequence[str], expected: str
+) -> None:
+    waiting_run(db_path)
+    _tamper(db_path, *statements)
+    result = _verify(db_path)
+    assert result.returncode == 1
+    assert result.stdout.startswith(expected + "; ")
+
+
+def test_verify_catches_a_cut_tail_against_a_kept_head(db_path: Path) -> None:
+    waiting_run(db_path)
+    with agentrt.open_existing(db_path, read_only=True) as store:
+        seq, digest = store.chain_head()
+    # Cut the last two events and cover the tracks in sqlite_sequence as well.
+    _tamper(
+        db_path,
+        f"DELETE FROM events WHERE seq > {seq - 2}",
+        f"UPDATE sqlite_sequence SET seq = {seq - 2} WHERE name = 'events'",
+    )
+    alone = _verify(db_path)
+    assert alone.returncode == 0  # the chain that is left is consistent: only a kept head tells
+    kept = _verify(db_path, "--head", f"{seq}:{digest}")
+    assert kept.returncode == 1
+    assert kept.stdout.startswith(
+        f"broken at seq {seq - 1}: truncated (events after the last one present are missing)"
+    )
+
+
+def test_verify_json(db_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    waiting_run(db_path)
+    _tamper(db_path, "DELETE FROM events WHERE seq = 2")
+    code, out, _ = run_main(capsys, "--db", str(db_path), "--json", "verify")
+    assert code == 1
+    doc = json.loads(out)
+    assert (doc["intact"], doc["checked"], doc["first_break"]) == (
+        False,
+        1,
+        {"seq": 2, "problem": "deleted"},
+    )
+
+
+# --- hostile text -------------------------------------------------------------------------------
+
+
+def test_hostile_strings_are_shown_escaped_everywhere(db_path: Path) -> None:
+    run = waiting_run(db_path, goal=HOSTILE, body=HOSTILE)
+    db = str(db_path)
+    outputs = {
+        "runs": agentrt_cmd("--db", db, "runs"),
+        "show": agentrt_cmd("--db", db, "show", run.id),
+        "events": agentrt_cmd("--db", db, "events", run.id),
+        "approve": agentrt_cmd("--db", db, "approve", run.id),  # shows, then refuses: no terminal
+        "json": agentrt_cmd("--db", db, "--json", "show", run.id),
+    }
+    for name, result in outputs.items():
+        for raw in ("\x1b", "\u202e", "\u202c", "\u200d"):
+            assert raw not in result.stdout, (name, raw)
+    assert (
+        "\\x1b[31mALERT\\x1b[0m pay \\u202egnp.exe\\u202c join\\u200dme" in outputs["runs"].stdout
+    )
+    assert (
+        "goal      \\x1b[31mALERT\\x1b[0m pay \\u202egnp.exe\\u202c join\\u200dme"
+        in outputs["show"].stdout
+    )
+    assert (
+        '"goal":"\\u001b[31mALERT\\u001b[0m pay \\u202egnp.exe\\u202c join\\u200dme"'
+        in outputs["events"].stdout
+    )
+    assert (
+        '"\\u001b[31mALERT\\u001b[0m pay \\u202egnp.exe\\u202c join\\u200dme" (string, 36 chars)'
+        in outputs["approve"].stdout
+    )
+    assert outputs["json"].stdout.isascii()
+    assert json.loads(outputs["json"].stdout)["run"]["goal"] == HOSTILE
+
+
+def test_a_terminal_gets_a_table_that_fits_its_width(db_path: Path) -> None:
+    waiting_run(db_path, goal="a goal long enough that it cannot fit " * 5)
+    code, screen = at_terminal(["--db", str(db_path), "runs"], prompt=False, columns=160)
+    assert code == 0, screen
+    lines = screen.splitlines()
+    assert all(display_width(line) <= 160 for line in lines)
+    assert lines[1].endswith("…")
+    assert lines[0].split()[-1] == "GOAL"
+
+
+# --- the rules ----------------------------------------------------------------------------------
+
+
+def test_help_explains_why_there_is_no_resume() -> None:
+    result = agentrt_cmd("--help")
+    assert result.returncode == 0
+    text = " ".join(result.stdout.split())
+    assert "There is no `resume` command. Resuming a run executes its tools" in text
+    assert "Exit status: 0 ok, 1 error or refusal, 2 usage." in text
+    for command in ("runs", "show", "events", "approve", "reject", "cancel", "verify", "demo"):
+        assert f" {command} " in text
+    resume = agentrt_cmd("resume", "x")
+    assert resume.returncode == 2
+    assert resume.stderr.startswith("agentrt: There is no `resume` command.")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["runs"], "no database given: pass --db PATH or set AGENTRT_DB"),
+        (["--db", "x.db", "runs", "--limit", "0"],
+         "argument --limit: must be between 1 and 1000, got 0"),
+        (["--db", "x.db", "runs", "--status", "done"], "argument --status: 'done' is not a status"),
+        (["--db", "x.db", "verify", "--head", "12:abc"],
+         "--head must be SEQ:HASH as verify prints it"),
+        (["--db", "x.db", "frobnicate"], "invalid choice: 'frobnicate'"),
+        (["--db", "x.db", "approve"], "the following arguments are required: RUN"),
+        (["--db", "x.db", "approve", "r", "--by", ""], "--by must not be empty"),
+        (["--db", "x.db", "cancel", "r", "--by", "a\x1b[2Jb"],
+         "--by must be one line of visible characters"),
+        (["--db", "x.db", "events", "--timeout", "-1"], "must be a positive number of seconds"),
+    ],
+)  # fmt: skip
+def test_usage_errors_exit_2(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+    args: list[str], message: str,
+) -> None:  # fmt: skip
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("AGENTRT_DB", raising=False)
+    code, out, err = run_main(capsys, *args)
+    assert code == 2
+    assert message in err
+    assert out == ""
+    assert not (tmp_path / "x.db").exists()
+
+
+def test_a_missing_database_is_never_created(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "nothing.db"
+    for command in (
+        ["runs"],
+        ["approve", "r", "--yes"],
+        ["events", "--follow", "--timeout", "0.1"],
+    ):
+        code, _, err = run_main(capsys, "--db", str(missing), *command)
+        assert (code, err) == (
+            1,
+            f"agentrt: no database at {missing} (agentrt opens existing databases only and "
+            "never creates one)\n",
+        )
+    assert list(tmp_path.iterdir()) == []
+
+
+def _make_insecure(db: Path) -> str:
+    db.chmod(0o664)
+    return "is writable by group or others or owned by another user"
+
+
+def _make_symlink(db: Path) -> str:
+    link = db.with_name("link.db")
+    link.symlink_to(db)
+    return "is a symlink"
+
+
+def _add_trigger(db: Path) -> str:
+    _tamper(db, "CREATE TRIGGER sneaky AFTER INSERT ON runs BEGIN SELECT 1; END")
+    return "it holds a trigger or a view, which could run hidden code"
+
+
+def _make_newer(db: Path) -> str:
+    _tamper(db, "INSERT INTO schema_migrations (version, applied_at) VALUES (999, '')")
+    return "the database was written by a newer agentrt (schema version 999"
+
+
+@pytest.mark.parametrize("spoil", [_make_insecure, _make_symlink, _add_trigger, _make_newer])
+def test_an_unsafe_database_is_refused_in_one_sentence(
+    db_path: Path, capsys: pytest.CaptureFixture[str], spoil: Callable[[Path], str]
+) -> None:
+    waiting_run(db_path)
+    expected = spoil(db_path)
+    target = db_path.with_name("link.db") if spoil is _make_symlink else db_path
+    for command in (["runs"], ["verify"], ["cancel", "r"]):
+        code, out, err = run_main(capsys, "--db", str(target), *command)
+        assert (code, out) == (1, "")
+        assert err.startswith(f"agentrt: refusing {target}: ")
+        assert expected in err
+        assert err.count("\n") == 1 and err.count(". ") == 0  # one sentence, one line
+
+
+def test_reading_commands_open_read_only_and_deciding_ones_read_write(
+    db_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = waiting_run(db_path)
+    opened: list[bool] = []
+    original = agentrt.open_existing
+
+    def spy(path: Any, read_only: bool = False) -> Store:
+        opened.append(read_only)
+        return original(path, read_only=read_only)
+
+    monkeypatch.setattr("agentrt.cli.open_existing", spy)
+    monkeypatch.setattr("agentrt.export.open_existing", spy)
+    db = str(db_path)
+    before = db_path.read_bytes()
+    for command in (["runs"], ["show", run.id], ["events", run.id], ["events"], ["verify"]):
+        opened.clear()
+        assert run_main(capsys, "--db", db, *command)[0] == 0
+        assert opened and all(opened), command
+    assert db_path.read_bytes() == before
+    opened.clear()
+    assert run_main(capsys, "--db", db, "cancel", run.id)[0] == 0
+    assert opened == [False]
+
+
+def test_demo_runs_the_demo_module_with_the_rest_of_the_line(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    received: list[list[str]] = []
+
+    def run(argv: list[str]) -> int:
+        received.append(argv)
+        return 0
+
+    fake = types.ModuleType("agentrt.demo")
+    fake.run = run  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "agentrt.demo", fake)
+    assert run_main(capsys, "--json", "demo", "--fast", "x")[0] == 0
+    assert received == [["--fast", "x"]]
+
+
+def test_demo_says_so_when_it_is_not_installed(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib
+
+    real = importlib.import_module
+
+    def missing(name: str, package: str | None = None) -> types.ModuleType:
+        if name == "agentrt.demo":
+            raise ModuleNotFoundError("No module named 'agentrt.demo'", name="agentrt.demo")
+        return real(name, package)
+
+    monkeypatch.setattr(importlib, "import_module", missing)
+    assert run_main(capsys, "demo") == (
+        1,
+        "",
+        "agentrt: the demo is not part of this installation of agentrt\n",
+    )
+
+
+def test_python_dash_m_and_main_agree(db_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from agentrt.__main__ import main as entry
+
+    waiting_run(db_path)
+    assert entry(["--db", str(db_path), "runs"]) == 0
+    in_process = capsys.readouterr().out
+    assert agentrt_cmd("--db", str(db_path), "runs").stdout == in_process

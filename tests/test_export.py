@@ -1,0 +1,294 @@
+"""agentrt.export: the read-only follower, its persisted cursor, and the JSON Lines sink."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+import agentrt
+from agentrt import Decision, SideEffect
+from agentrt.export import (
+    Cursor,
+    CursorError,
+    Follower,
+    JsonLinesSink,
+    load_cursor,
+    save_cursor,
+)
+from agentrt.records import Event
+from agentrt.scripted import ScriptedAgent
+from agentrt.trace import event_json
+from conftest import FakeClock, Ids, RecordingTool
+
+
+def drive(db: Path, steps: int, *, prefix: str) -> agentrt.Run:
+    """A completed run of `steps` read-only tool calls."""
+    decisions = [Decision.tool_call("lookup", {"x": i}) for i in range(steps)]
+    store = agentrt.open_store(db)
+    try:
+        return agentrt.Driver(
+            store=store,
+            agent=ScriptedAgent([*decisions, Decision.complete()]),
+            policy=agentrt.default_policy(),
+            tools=[RecordingTool("lookup", SideEffect.READ_ONLY)],
+            now=FakeClock(),
+            new_id=Ids(prefix),
+        ).start_sync("follow me")
+    finally:
+        store.close()
+
+
+def all_events(db: Path, run_id: str | None = None) -> list[Event]:
+    with agentrt.open_existing(db, read_only=True) as store:
+        return store.list_events(run_id, 0, 100_000)
+
+
+class Collect:
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+        self.flushes = 0
+
+    def __call__(self, event: Event) -> None:
+        self.events.append(event)
+
+    def flush(self) -> None:
+        self.flushes += 1
+
+
+def seqs(events: Sequence[Event]) -> list[int]:
+    return [e.seq for e in events]
+
+
+def test_follower_delivers_every_event_in_commit_order_read_only(db_path: Path) -> None:
+    first = drive(db_path, 2, prefix="a")
+    drive(db_path, 1, prefix="b")
+    sink = Collect()
+    with Follower(db_path, page_size=3) as follower:
+        assert follower._store.read_only
+        delivered = follower.run(sink, follow=False)
+    assert delivered == len(sink.events)
+    assert sink.events == all_events(db_path)
+    assert seqs(sink.events) == sorted(seqs(sink.events))
+    assert sink.flushes == -(-delivered // 3)  # flushed once a page
+
+    only = Collect()
+    with Follower(db_path, run_id=first.id) as follower:
+        follower.run(only, follow=False)
+    assert only.events == all_events(db_path, first.id)
+
+
+def test_cursor_gives_exactly_once_delivery_across_clean_stops(
+    db_path: Path, tmp_path: Path
+) -> None:
+    drive(db_path, 3, prefix="a")
+    cursor = tmp_path / "export.cursor"
+    got: list[Event] = []
+    for _ in range(100):
+        sink = Collect()
+        with Follower(db_path, cursor=cursor, page_size=4) as follower:
+            # Stop mid-page (5 is not a multiple of 4): the cursor names the last event given.
+            if follower.run(sink, follow=False, max_events=5) == 0:
+                break
+        got += sink.events
+        if len(got) == 10:
+            drive(db_path, 2, prefix="b")  # more events arrive between stops
+    assert seqs(got) == seqs(all_events(db_path))
+    saved = load_cursor(cursor)
+    assert saved is not None and saved.seq == got[-1].seq and saved.hash == got[-1].hash
+
+
+class Crash(BaseException):
+    """Stands for the process dying inside the sink."""
+
+
+def test_a_crash_mid_page_redelivers_at_most_that_page(db_path: Path, tmp_path: Path) -> None:
+    drive(db_path, 4, prefix="a")
+    expected = seqs(all_events(db_path))
+    cursor = tmp_path / "c"
+    got: list[int] = []
+
+    def dying(event: Event) -> None:
+        got.append(event.seq)
+        if len(got) == 11:
+            raise Crash
+
+    with Follower(db_path, cursor=cursor, page_size=4) as follower, pytest.raises(Crash):
+        follower.run(dying, follow=False)
+    saved = load_cursor(cursor)
+    assert saved is not None and saved.seq == expected[7]  # two whole pages acknowledged
+    again = Collect()
+    with Follower(db_path, cursor=cursor, page_size=4) as follower:
+        follower.run(again, follow=False)
+    assert seqs(again.events) == expected[8:]
+    redelivered = [s for s in got if s in seqs(again.events)]
+    assert redelivered == expected[8:11]  # the part of the page that was in flight, no more
+
+
+_FOLLOW_SCRIPT = textwrap.dedent(
+    """
+    import sys, time
+    from agentrt.export import Follower
+    db, cursor, out = sys.argv[1:4]
+    with open(out, "a") as f, Follower(db, cursor=cursor, page_size=5, interval=0.02) as follower:
+        def sink(event):
+            f.write(f"{event.seq}\\n")
+            f.flush()
+            time.sleep(0.01)
+        follower.run(sink, follow=False)
+    """
+)
+
+
+@pytest.mark.slow
+def test_a_hard_kill_redelivers_at_most_one_page(db_path: Path, tmp_path: Path) -> None:
+    drive(db_path, 16, prefix="a")
+    expected = seqs(all_events(db_path))
+    assert len(expected) > 60
+    cursor, out = tmp_path / "cursor", tmp_path / "out.txt"
+    out.touch()
+    argv = [sys.executable, "-c", _FOLLOW_SCRIPT, str(db_path), str(cursor), str(out)]
+    proc = subprocess.Popen(argv)
+    try:
+        deadline = time.monotonic() + 20
+        while len(out.read_text().split()) < 23 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait(10)
+    first = [int(s) for s in out.read_text().split()]
+    assert 23 <= len(first) < len(expected)
+    subprocess.run(argv, check=True, timeout=30)
+    everything = [int(s) for s in out.read_text().split()]
+    again = everything[len(first) :]
+    # Every event arrives, in order; what came twice is one contiguous piece of one page.
+    assert sorted(set(everything)) == expected
+    assert again == expected[expected.index(again[0]) :]
+    duplicates = [s for s in again if s in first]
+    assert len(duplicates) <= 5
+    assert duplicates == first[len(first) - len(duplicates) :]
+
+
+def test_following_sees_events_committed_after_it_started(db_path: Path) -> None:
+    drive(db_path, 1, prefix="a")
+    before = len(all_events(db_path))
+    sink = Collect()
+    with Follower(db_path, interval=0.01, after_seq=before) as follower:
+        thread = threading.Thread(
+            target=follower.run, args=(sink,), kwargs={"max_events": 1, "timeout": 20}
+        )
+        thread.start()
+        time.sleep(0.05)  # the follower is polling an unchanged log
+        assert sink.events == []
+        run = drive(db_path, 0, prefix="b")
+        thread.join(20)
+    assert not thread.is_alive()
+    assert [(e.run_id, e.type) for e in sink.events] == [(run.id, "run.created")]
+
+
+def test_stop_ends_following_between_pages(db_path: Path) -> None:
+    drive(db_path, 0, prefix="a")
+    stop = threading.Event()
+    sink = Collect()
+    with Follower(db_path, interval=0.01) as follower:
+        timer = threading.Timer(0.1, stop.set)
+        timer.start()
+        started = time.monotonic()
+        follower.run(sink, stop=stop, timeout=20)
+        timer.join()
+    assert time.monotonic() - started < 10
+    assert sink.events == all_events(db_path)
+
+
+def test_timeout_ends_following(db_path: Path) -> None:
+    drive(db_path, 0, prefix="a")
+    with Follower(db_path, interval=0.01) as follower:
+        started = time.monotonic()
+        follower.run(Collect(), timeout=0.1)
+    assert 0.1 <= time.monotonic() - started < 5
+
+
+def test_cursor_file_is_written_atomically_owner_only(tmp_path: Path) -> None:
+    path = tmp_path / "c.json"
+    old = os.umask(0)
+    try:
+        save_cursor(path, Cursor(3, "ab" * 32, None))
+        save_cursor(path, Cursor(9, "cd" * 32, "r" * 32))
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.json"]  # no temp file left
+    assert json.loads(path.read_text()) == {
+        "version": 1,
+        "seq": 9,
+        "hash": "cd" * 32,
+        "run_id": "r" * 32,
+    }
+    assert load_cursor(path) == Cursor(9, "cd" * 32, "r" * 32)
+    assert load_cursor(tmp_path / "missing") is None
+
+
+@pytest.mark.parametrize(
+    "content",
+    ["", "{", "[]", '{"version": 2, "seq": 1, "hash": "", "run_id": null}',
+     '{"version": 1, "seq": -1, "hash": "", "run_id": null}',
+     '{"version": 1, "seq": 1, "hash": 5, "run_id": null}'],
+)  # fmt: skip
+def test_an_unusable_cursor_file_is_refused(tmp_path: Path, content: str) -> None:
+    path = tmp_path / "c"
+    path.write_text(content)
+    with pytest.raises(CursorError):
+        load_cursor(path)
+
+
+def test_a_cursor_of_another_run_or_database_is_refused(db_path: Path, tmp_path: Path) -> None:
+    run = drive(db_path, 0, prefix="a")
+    cursor = tmp_path / "c"
+    with Follower(db_path, run_id=run.id, cursor=cursor) as follower:
+        follower.run(Collect(), follow=False)
+    with pytest.raises(CursorError, match="follows run"):
+        Follower(db_path, cursor=cursor)
+    other = tmp_path / "other.db"
+    drive(other, 0, prefix="b")  # same seqs, different hashes
+    with pytest.raises(CursorError, match="does not hold"):
+        Follower(other, run_id=run.id, cursor=cursor)
+
+
+def test_follower_never_creates_a_database(tmp_path: Path) -> None:
+    missing = tmp_path / "none.db"
+    with pytest.raises(agentrt.StoreError):
+        Follower(missing)
+    assert not missing.exists()
+
+
+def test_follower_refuses_bad_settings(db_path: Path) -> None:
+    drive(db_path, 0, prefix="a")
+    for kwargs in ({"interval": 0}, {"page_size": 0}, {"after_seq": -1}):
+        with pytest.raises(ValueError):
+            Follower(db_path, **kwargs)  # type: ignore[arg-type]
+
+
+def test_json_lines_sink_appends_durable_lines(db_path: Path, tmp_path: Path) -> None:
+    drive(db_path, 1, prefix="a")
+    out = tmp_path / "events.jsonl"
+    with JsonLinesSink(out) as sink, Follower(db_path) as follower:
+        follower.run(sink, follow=False, max_events=3)
+    with JsonLinesSink(out) as sink, Follower(db_path, after_seq=3) as follower:
+        follower.run(sink, follow=False)
+    assert stat.S_IMODE(out.stat().st_mode) == 0o600
+    lines = out.read_text().splitlines()
+    expected = all_events(db_path)
+    assert [json.loads(line) for line in lines] == [
+        json.loads(json.dumps(event_json(e))) for e in expected
+    ]
+    assert all(line.isascii() for line in lines)
