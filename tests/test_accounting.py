@@ -453,3 +453,46 @@ def test_cached_tokens_use_the_cached_price() -> None:
     price = Price(3_000_000, 15_000_000, cached_input_micros=300_000)
     assert price.cost_micros(Usage(1_000_000, 0, 1_000_000)) == 300_000
     assert price.cost_micros(Usage(1, 0, 0)) == 3  # rounded up, never down
+
+
+def test_a_late_model_result_after_a_cancel_is_not_charged_twice(db_path: Path) -> None:
+    """The operator cancels a run whose model request is in flight: the cancel charges the
+    attempt at its estimate; the reply that arrives later changes nothing."""
+    import threading
+
+    store = agentrt.open_store(db_path)
+    in_flight = threading.Event()
+    release = asyncio.Event()
+    loop_box: dict[str, Any] = {}
+
+    async def late() -> ModelResponse:
+        loop_box["loop"] = asyncio.get_running_loop()
+        in_flight.set()
+        await release.wait()
+        return reply(usage=Usage(1000, 500, 0))
+
+    model = FakeModel(late)
+    driver = agentrt.Driver(
+        store=store,
+        agent=model_agent(),
+        policy=agentrt.default_policy(),
+        model=model,
+        model_config=ModelConfig(model="fake:model", prices=PRICE),
+        new_id=Ids(),
+    )
+    box: dict[str, Any] = {}
+    thread = threading.Thread(target=lambda: box.setdefault("run", driver.start_sync("g")))
+    thread.start()
+    assert in_flight.wait(10)
+    (run,) = store.list_runs()
+    agentrt.cancel(store, run.id, by="ops")
+    loop_box["loop"].call_soon_threadsafe(release.set)
+    thread.join(10)
+    assert box["run"].status == "CANCELLED"
+    projected = project(REQUEST, 100, PRICE)
+    assert calls(store, run.id) == [
+        (1, "ambiguous", projected.input_tokens, 100, projected.cost_micros)
+    ]
+    final = store.get_run(run.id)
+    assert (final.input_tokens, final.output_tokens) == (projected.input_tokens, 100)
+    assert "model.completed" not in event_types(store, run.id)

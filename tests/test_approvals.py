@@ -348,3 +348,72 @@ def test_file_backed_store_closed_and_reopened_mid_run_resumes(db_path: Path) ->
     assert [s.status for s in reopened.list_steps(run.id)] == ["done", "done"]
     assert reopened.verify_events().intact
     reopened.close()
+
+
+def test_a_grant_superseded_by_a_concurrent_re_pause_executes_nothing(
+    store: agentrt.Store, db_path: Path
+) -> None:
+    """Resume A holds the approved grant while its policy thinks; resume B (a newer deploy,
+    the tool's description changed) pauses the step again on a new approval. A must not
+    run the tool under the spent grant."""
+    import threading
+
+    driver, run, push = paused_run(store)
+    (first,) = store.pending_approvals(run.id)
+    driver.approve(run.id, first.id, by="alice")
+    thinking = threading.Event()
+    go_on = threading.Event()
+
+    class SlowPolicy:
+        policy_id = "slow/1"
+
+        def evaluate(self, request: ToolRequest, view: RunView) -> PolicyDecision:
+            thinking.set()
+            assert go_on.wait(10)
+            return agentrt.default_policy().evaluate(request, view)  # type: ignore[return-value]
+
+    slow_a = agentrt.Driver(
+        store=store, agent=driver.agent, policy=SlowPolicy(), tools=[push], new_id=Ids("c")
+    )
+    box: dict[str, Any] = {}
+
+    def resume_a() -> None:
+        try:
+            box["run"] = slow_a.resume_sync(run.id)
+        except Exception as exc:
+            box["error"] = exc
+
+    thread = threading.Thread(target=resume_a)
+    thread.start()
+    assert thinking.wait(10)
+    changed = RecordingTool("push", SideEffect.REMOTE_MUTATION, description="changed terms")
+    b = agentrt.Driver(
+        store=agentrt.open_store(db_path),
+        agent=driver.agent,
+        policy=agentrt.default_policy(),
+        tools=[changed],
+        new_id=Ids("b"),
+    )
+    assert b.resume_sync(run.id).status == "WAITING_FOR_APPROVAL"
+    go_on.set()
+    thread.join(10)
+    assert isinstance(box.get("error"), RunStateError), box
+    assert push.calls == [] and changed.calls == []
+    assert store.get_run(run.id).status == "WAITING_FOR_APPROVAL"
+    assert [a.status for a in store.list_approvals(run.id)] == ["approved", "pending"]
+
+
+def test_a_waiting_run_whose_record_will_not_decode_is_failed_not_continued(
+    store: agentrt.Store, db_path: Path
+) -> None:
+    driver, run, push = paused_run(store)
+    (approval,) = store.pending_approvals(run.id)
+    driver.approve(run.id, approval.id, by="alice")
+    conn = sqlite3.connect(db_path)
+    conn.execute("UPDATE runs SET limits_json = '{not json'")
+    conn.commit()
+    conn.close()
+    run = driver.resume_sync(run.id)
+    assert (run.status, run.reason) == ("FAILED", "internal_error")
+    assert "cannot be read back" in run.reason_detail
+    assert push.calls == []

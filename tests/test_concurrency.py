@@ -330,3 +330,32 @@ def test_async_driver_does_not_starve_other_tasks_while_steps_commit(db_path: Pa
     assert len(during) >= 20
     assert all(n > 0 for n in during), during  # the ticker ran inside every commit
     print(f"worst event-loop lag while steps committed: {worst[0] * 1000:.1f} ms")
+
+
+def test_cancel_while_the_agent_decides_returns_the_cancelled_run_even_if_the_agent_fails(
+    store: agentrt.Store,
+) -> None:
+    def cancel_then_raise(input: agentrt.StepInput) -> Decision:
+        agentrt.cancel(store, input.run.id, by="ops")
+        raise RuntimeError("the agent noticed nothing and broke")
+
+    driver = agentrt.Driver(
+        store=store, agent=ScriptedAgent([cancel_then_raise]), policy=agentrt.default_policy()
+    )
+    run = driver.start_sync("g")
+    assert (run.status, run.reason) == ("CANCELLED", "operator_cancelled")
+
+
+def test_cancelling_a_waiting_run_expires_its_pending_approval(store: agentrt.Store) -> None:
+    push = RecordingTool("push", SideEffect.REMOTE_MUTATION)
+    driver = agentrt.Driver(
+        store=store,
+        agent=ScriptedAgent([Decision.tool_call("push", {})]),
+        policy=agentrt.default_policy(),
+        tools=[push],
+    )
+    run = driver.start_sync("g")
+    agentrt.cancel(store, run.id, by="ops", note="not needed")
+    assert store.pending_approvals(run.id) == []
+    (approval,) = store.list_approvals(run.id)
+    assert (approval.status, approval.decided_by) == ("expired", "ops")

@@ -6,6 +6,7 @@ a step (see `crashing_child.py`), leaving exactly what a dead process leaves.
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import subprocess
@@ -564,3 +565,80 @@ def test_a_model_attempt_cut_off_by_sigkill_is_charged_at_takeover(db_path: Path
     types = event_types(store, run_id)
     taken = types.index("lease.taken_over")
     assert types[taken : taken + 3] == ["lease.taken_over", "model.failed", "step.interrupted"]
+
+
+def test_lease_holder_in_another_pid_namespace_proves_nothing() -> None:
+    from agentrt import lease
+
+    dead_pid = 2**22 + 12345  # beyond pid_max: no such process here
+    record = lease.holder_record()
+    assert lease.prove_dead(json.dumps({**record, "pid": dead_pid, "start": "1"})) == {
+        "host": record["host"],
+        "pid": dead_pid,
+        "start": "1",
+        "proof": "no such process",
+    }
+    for other in ({"pidns": "pid:[4026531999]"}, {"boot": "another-boot"}, {"pidns": ""}):
+        assert (
+            lease.prove_dead(json.dumps({**record, "pid": dead_pid, "start": "1", **other})) is None
+        )
+
+
+def test_reconcile_runs_under_a_renewed_lease(db_path: Path) -> None:
+    """A reconcile slower than the lease keeps the run: no one else can take it meanwhile."""
+    run_id = crash(db_path, "charge")
+    store = agentrt.open_store(db_path)
+    refused: list[BaseException] = []
+
+    def slow_reconcile(view: RunView) -> Reconciliation:
+        time.sleep(0.8)  # several lease lengths
+        other = resumer(agentrt.open_store(db_path), db_path)
+
+        def try_to_take_it() -> None:  # another process would do this; a thread will do
+            try:
+                other.resume_sync(view.run.id)
+            except RunLeasedError as exc:
+                refused.append(exc)
+
+        thread = threading.Thread(target=try_to_take_it)
+        thread.start()
+        thread.join(10)
+        return Reconciliation.conflict("checked upstream")
+
+    driver = resumer(
+        store, db_path, reconcile=slow_reconcile, lease_ttl=timedelta(milliseconds=200)
+    )
+    run = driver.resume_sync(run_id)
+    assert (run.status, run.reason) == ("FAILED", "reconcile_conflict")
+    assert len(refused) == 1
+    assert event_types(store, run_id).count("lease.taken_over") == 1
+
+
+def test_a_mutation_re_declared_read_only_after_the_crash_still_waits_for_a_person(
+    db_path: Path,
+) -> None:
+    run_id = crash(db_path, "charge")
+    store = agentrt.open_store(db_path)
+    tools = child.tools(db_path)
+    spec = tools[0].spec
+    tools[0].spec = agentrt.ToolSpec(
+        spec.name, spec.description, spec.input_schema, SideEffect.READ_ONLY, spec.timeout
+    )
+    driver = agentrt.Driver(
+        store=store, agent=ScriptedAgent(child.script("charge")), policy=child.policy(), tools=tools
+    )
+    run = driver.resume_sync(run_id)
+    assert run.status == "WAITING_FOR_APPROVAL"
+    assert store.pending_approvals(run_id)[0].kind == "interrupted_side_effect"
+
+
+def test_a_takeover_of_a_run_whose_limits_will_not_decode_ends_it(db_path: Path) -> None:
+    run_id = crash(db_path, "lookup")
+    conn = sqlite3.connect(db_path)
+    conn.execute("UPDATE runs SET limits_json = '[broken'")
+    conn.commit()
+    conn.close()
+    store = agentrt.open_store(db_path)
+    run = resumer(store, db_path, mode="lookup").resume_sync(run_id)
+    assert (run.status, run.reason) == ("FAILED", "internal_error")
+    assert len(child.journal_lines(db_path)) == 1

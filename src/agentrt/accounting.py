@@ -293,7 +293,7 @@ class AccountingCaller:
         def tx_settle(tx: Tx) -> None:
             now = config.clock()
             latency = max(0, duration_to_ms(now - record.dispatched_at))
-            tx.execute(
+            cur = tx.execute(
                 "UPDATE model_calls SET status = ?, input_tokens = ?, output_tokens = ?, "
                 "cached_input_tokens = ?, cost_micros = ?, latency_ms = ?, error = ?, "
                 "completed_at = ? WHERE id = ? AND status = 'dispatched'",
@@ -309,6 +309,11 @@ class AccountingCaller:
                     record.call_id,
                 ),
             )
+            if cur.rowcount != 1:
+                # A takeover (or a cancel) already settled this attempt at its
+                # estimate: charging it again would count the spend twice.
+                self._in_flight.pop(record.call_id, None)
+                return
             charge_run(tx, session.run_id, usage, cost or 0)
             kind = ev.MODEL_COMPLETED if status == ModelCallStatus.OK else ev.MODEL_FAILED
             tx.append_event(

@@ -31,7 +31,7 @@ from .errors import (
     RunStateError,
 )
 from .events import Observer
-from .lease import Heartbeat, WallClock, expiry, holder_json, make_owner, renewer_for
+from .lease import WallClock, expiry, holder_json, make_owner
 from .model import Model, ModelConfig
 from .operator import Operator
 from .policy import Policy, policy_id_of
@@ -45,10 +45,20 @@ from .records import (
     StepStatus,
     TerminalReason,
 )
-from .resume import load, resume_waiting, take_over
-from .session import LoopConfig, Probe, RunSession, Verdict, failed_decision, maybe_await, run_io
+from .resume import Undecodable, load, resume_waiting, take_over
+from .session import (
+    LoopConfig,
+    Probe,
+    RunMoved,
+    RunSession,
+    Verdict,
+    failed_decision,
+    maybe_await,
+    run_io,
+)
 from .store import Store, Tx, run_from_row
 from .tools import Tool, spec_hash, validate_tools
+from .transitions import fail_step, finish_run
 
 T = TypeVar("T")
 
@@ -163,24 +173,35 @@ class Driver:
         rid = run_id if run_id is not None else self.new_id()
         with self._exclusive(rid):
             session = await self._create(rid, goal, limits)
-            return await self._drive(session)
+            try:
+                return await self._drive(session)
+            except RunMoved as moved:  # an operator cancelled it under us
+                return moved.run
 
     async def resume(self, run_id: str) -> Run:
         """Continue a WAITING run after its approval was decided, or take over a dead one."""
         with self._exclusive(run_id):
             config = self._config
             run, steps, approvals = await run_io(lambda: load(config, run_id))
-            if run.status == RunStatus.WAITING_FOR_APPROVAL:
-                if run.decode_error:
-                    return await self._fail_undecodable(run)
-                session = await resume_waiting(config, run, steps, approvals)
-            elif run.status == RunStatus.RUNNING:
-                session = await take_over(config, run_id)
-            else:
-                raise RunStateError(f"run {run_id} is {run.status}; there is nothing to resume")
-            if session.run.status != RunStatus.RUNNING:
-                return session.run
-            return await self._drive(session)
+            session: RunSession | None = None
+            try:
+                if run.status == RunStatus.WAITING_FOR_APPROVAL:
+                    try:
+                        session = await resume_waiting(config, run, steps, approvals)
+                    except Undecodable as exc:
+                        return await self._fail_undecodable(run, str(exc))
+                elif run.status == RunStatus.RUNNING:
+                    session = await take_over(config, run_id)
+                else:
+                    raise RunStateError(f"run {run_id} is {run.status}; there is nothing to resume")
+                if session.run.status != RunStatus.RUNNING:
+                    return session.run
+                return await self._drive(session)
+            except RunMoved as moved:  # an operator cancelled it under us
+                return moved.run
+            finally:
+                if session is not None:
+                    session.stop_heartbeat()
 
     def approve(
         self, run_id: str, approval_id: str, by: str, note: str = "", shown_hash: str | None = None
@@ -256,23 +277,42 @@ class Driver:
         run = await probe.write(tx_create)
         return RunSession(config, run, [], [], epoch=1, mark=now)
 
-    async def _fail_undecodable(self, run: Run) -> Run:
-        raise RunStateError(
-            f"run {run.id} cannot be read back ({run.decode_error}); the driver will not "
-            "continue it: cancel it with agentrt.cancel"
-        )
+    async def _fail_undecodable(self, run: Run, why: str) -> Run:
+        """store.md: a run whose record will not decode is failed, never continued."""
+        config = self._config
+        detail = f"the run's record cannot be read back ({why}); it is not continued"
+
+        def tx_fail(tx: Tx) -> Run:
+            now = config.clock()
+            for row in tx.execute(
+                "SELECT id FROM steps WHERE run_id = ? AND status = 'awaiting_approval'",
+                (run.id,),
+            ).fetchall():
+                fail_step(
+                    tx,
+                    run.id,
+                    row["id"],
+                    failed_decision(detail),
+                    now,
+                    from_statuses=(StepStatus.AWAITING_APPROVAL,),
+                )
+            finish_run(
+                tx,
+                run.id,
+                RunStatus.FAILED,
+                TerminalReason.INTERNAL_ERROR,
+                detail,
+                now,
+                from_statuses=(RunStatus.WAITING_FOR_APPROVAL,),
+            )
+            return run_from_row(tx.execute("SELECT * FROM runs WHERE id = ?", (run.id,)).fetchone())
+
+        session = RunSession(config, run, [], [], 0, config.clock())
+        return await session.write(tx_fail)
 
     async def _drive(self, session: RunSession) -> Run:
         config = self._config
-        heartbeat = Heartbeat(
-            renewer_for(config.store),
-            session.run_id,
-            config.owner,
-            config.lease_ttl,
-            config.wall,
-        )
-        session.heartbeat = heartbeat
-        heartbeat.start()
+        heartbeat = session.start_heartbeat()
         try:
             if session.has_allowed_call():
                 await session.execute(session.allowed_step())
@@ -300,7 +340,7 @@ class Driver:
             await asyncio.shield(run_io(lambda: _release(config, session.run_id)))
             raise
         finally:
-            heartbeat.stop()
+            session.stop_heartbeat()
 
     async def _decide(self, session: RunSession, step: Any) -> Decision | None:
         run, steps, approvals = session.step_input_parts()
@@ -313,7 +353,7 @@ class Driver:
         decide: Callable[[StepInput], Any] = getattr(agent, "decide", agent)
         try:
             return cast(Decision, await maybe_await(decide(step_input)))
-        except (LeaseLostError, asyncio.CancelledError):
+        except (LeaseLostError, RunMoved, asyncio.CancelledError):
             raise
         except LimitExceeded as exc:
             reason, detail = exc.reason, exc.detail

@@ -71,9 +71,36 @@ def process_start_time(pid: int) -> str:
     return fields[19] if len(fields) > 19 else ""
 
 
+def _read_first_line(path: str) -> str:
+    try:
+        with open(path, encoding="ascii", errors="replace") as f:
+            return f.readline().strip()
+    except OSError:
+        return ""
+
+
+def boot_id() -> str:
+    """This boot of the kernel: pids and start times mean nothing across boots."""
+    return _read_first_line("/proc/sys/kernel/random/boot_id")
+
+
+def pid_namespace() -> str:
+    """This process's pid namespace: containers sharing a machine id do not share pids."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
+
+
 def holder_record() -> dict[str, Any]:
     pid = os.getpid()
-    return {"host": host_id(), "pid": pid, "start": process_start_time(pid)}
+    return {
+        "host": host_id(),
+        "boot": boot_id(),
+        "pidns": pid_namespace(),
+        "pid": pid,
+        "start": process_start_time(pid),
+    }
 
 
 def holder_json() -> str:
@@ -168,10 +195,14 @@ class Heartbeat:
     def start(self) -> None:
         self._thread.start()
 
-    def stop(self) -> None:
-        """Stop renewing. Never releases the lease: the loop's own transaction does that."""
+    def stop(self, wait: bool = True) -> None:
+        """Stop renewing. Never releases the lease: the loop's own transaction does that.
+
+        `wait=False` returns at once: a renewal still in flight may finish, which
+        is harmless (it only extends a lease this owner still holds).
+        """
         self._stop.set()
-        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+        if wait and self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(timeout=5)
 
     def _beat(self) -> None:
@@ -261,6 +292,12 @@ def prove_dead(holder_text: str) -> dict[str, Any] | None:
     if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0 or host != host_id():
         return None
     if not isinstance(start, str) or not start:
+        return None
+    # The same machine id is not enough: containers may share it (a bind-mounted
+    # /etc/machine-id) without sharing pids. Only the same boot and the same pid
+    # namespace make "no such pid" a fact about the holder.
+    boot, pidns = holder.get("boot"), holder.get("pidns")
+    if not boot or boot != boot_id() or not pidns or pidns != pid_namespace():
         return None
     proof: dict[str, Any] = {"host": host, "pid": pid, "start": start}
     try:

@@ -9,8 +9,9 @@ out at its next write.
 
 from __future__ import annotations
 
+from .accounting import charge_dispatched_at_takeover
 from .approval import decide
-from .clock import Clock, wall_clock
+from .clock import Clock, format_time, wall_clock
 from .errors import NotFoundError, RunStateError
 from .events import Observer, deliver
 from .records import Approval, Observation, ObservationKind, Run, RunStatus, TerminalReason
@@ -94,6 +95,15 @@ class Operator:
                     now,
                     from_statuses=(step_row["status"],),
                 )
+            # A process that died mid-request leaves its attempt uncharged: charge
+            # it now, or the spend would vanish with the run.
+            charge_dispatched_at_takeover(tx, run_id, now)
+            # Pending approvals of a cancelled run can never be acted on.
+            tx.execute(
+                "UPDATE approvals SET status = 'expired', decided_at = ?, decided_by = ?, "
+                "note = ? WHERE run_id = ? AND status = 'pending'",
+                (format_time(now), by, "the run was cancelled", run_id),
+            )
             finish_run(
                 tx,
                 run_id,

@@ -120,6 +120,28 @@ def _parse(text: str) -> datetime | None:
         return None
 
 
+class Undecodable(Exception):
+    """The WAITING run's record will not decode: the driver fails it, never continues it."""
+
+
+def require_latest(tx: Tx, step_id: str, approval: Approval) -> None:
+    """Inside the transaction: `approval` is still the step's latest, in the status read.
+
+    Only the step's latest approval counts. A concurrent resume may have paused
+    the step again on a new approval since this one was read: acting on the
+    older grant then would execute what nobody approved.
+    """
+    row = tx.execute(
+        "SELECT id, status FROM approvals WHERE step_id = ? ORDER BY rowid DESC LIMIT 1",
+        (step_id,),
+    ).fetchone()
+    if row is None or row["id"] != approval.id or row["status"] != approval.status:
+        raise RunStateError(
+            f"approval {approval.id} is no longer the step's latest {approval.status} approval; "
+            "another resume or decision moved the run first"
+        )
+
+
 async def resume_waiting(
     config: LoopConfig, run: Run, steps: Sequence[Step], approvals: Sequence[Approval]
 ) -> RunSession:
@@ -129,6 +151,8 @@ async def resume_waiting(
     if not steps or steps[-1].status != StepStatus.AWAITING_APPROVAL:
         raise RunStateError(f"run {run.id} is waiting but has no step awaiting approval")
     step = steps[-1]
+    if run.decode_error or step.decode_error:
+        raise Undecodable(run.decode_error or step.decode_error)
     mine = [a for a in approvals if a.step_id == step.id]
     if not mine:
         raise RunStateError(f"run {run.id} is waiting but step {step.id} has no approval")
@@ -182,6 +206,7 @@ async def resume_waiting(
         await _end_from_waiting(
             session,
             step,
+            latest,
             now,
             TerminalReason.INTERNAL_ERROR,
             check.error or "policy failed",
@@ -198,6 +223,7 @@ async def resume_waiting(
         await _end_from_waiting(
             session,
             step,
+            latest,
             now,
             TerminalReason.POLICY_ABORT,
             policy.reason,
@@ -218,10 +244,11 @@ async def resume_waiting(
             == latest.hash
         )
         if not satisfied:
-            await _pause_again(session, step, spec, args, policy, check.payload, now)
+            await _pause_again(session, step, latest, spec, args, policy, check.payload, now)
             return session
 
     def tx_resume(tx: Tx) -> None:
+        require_latest(tx, step.id, latest)
         session.epoch = take_in(
             tx,
             run.id,
@@ -252,6 +279,7 @@ async def _expire(
     session: RunSession, step: Step, approval: Approval, now: datetime, why: str
 ) -> None:
     def tx_expire(tx: Tx) -> None:
+        require_latest(tx, step.id, approval)
         if approval.status == ApprovalStatus.PENDING:
             tx.execute(
                 "UPDATE approvals SET status = 'expired' WHERE id = ? AND status = 'pending'",
@@ -293,6 +321,7 @@ async def _leave_waiting_failed(
     config = session.config
 
     def tx_leave(tx: Tx) -> None:
+        require_latest(tx, step.id, approval)
         session.epoch = take_in(
             tx,
             session.run_id,
@@ -303,7 +332,7 @@ async def _leave_waiting_failed(
         )
         tx.append_event(session.run_id, "", now, ev.RUN_RESUMED, {"approval_id": approval.id})
         if policy_payload is not None:
-            tx.append_event(session.run_id, step.id, now, ev.STEP_POLICY, policy_payload)
+            session.record_policy(tx, now, step.id, policy_payload)
         fail_step(
             tx,
             session.run_id,
@@ -320,6 +349,7 @@ async def _leave_waiting_failed(
 async def _end_from_waiting(
     session: RunSession,
     step: Step,
+    approval: Approval,
     now: datetime,
     reason: str,
     detail: str,
@@ -327,8 +357,9 @@ async def _end_from_waiting(
     policy_payload: dict[str, Any] | None,
 ) -> None:
     def tx_end(tx: Tx) -> None:
+        require_latest(tx, step.id, approval)
         if policy_payload is not None:
-            tx.append_event(session.run_id, step.id, now, ev.STEP_POLICY, policy_payload)
+            session.record_policy(tx, now, step.id, policy_payload)
         fail_step(
             tx,
             session.run_id,
@@ -354,6 +385,7 @@ async def _end_from_waiting(
 async def _pause_again(
     session: RunSession,
     step: Step,
+    approval: Approval,
     spec: Any,
     args: Any,
     policy: Any,
@@ -363,6 +395,7 @@ async def _pause_again(
     """The request changed since it was approved: a new approval, the run still waits."""
 
     def tx_again(tx: Tx) -> None:
+        require_latest(tx, step.id, approval)
         session.pause_in(
             tx,
             now,
@@ -466,6 +499,9 @@ async def take_over(config: LoopConfig, run_id: str) -> RunSession:
         session.refresh(tx)
 
     await session.write(tx_take, POINT_INTERRUPTED)
+    # The lease is ours from here: keep it renewed while reconcile (consumer code,
+    # maybe slow) decides, so nobody else takes the run over meanwhile.
+    session.start_heartbeat()
     await _after_interruption(session)
     return session
 
@@ -486,7 +522,24 @@ def _interrupted_executing(steps: Sequence[Step]) -> Step | None:
 async def _after_interruption(session: RunSession) -> None:
     """The decision table of the interruption contract."""
     config = session.config
+    if session.run.decode_error:
+        # store.md: the driver will not continue a run whose record will not decode.
+        await _end_running(
+            session,
+            TerminalReason.INTERNAL_ERROR,
+            f"the run's record cannot be read back ({session.run.decode_error}); "
+            "it is not continued",
+        )
+        return
     step = _interrupted_executing(session.steps)
+    if step is not None and (step.decision is None or step.decode_error):
+        await _end_running(
+            session,
+            TerminalReason.RECONCILE_CONFLICT,
+            f"the interrupted step's record cannot be read back ({step.decode_error}); "
+            "what it was executing is unknown",
+        )
+        return
     if config.reconcile is not None:
         await _reconcile(session, step)
         return
@@ -499,11 +552,26 @@ async def _after_interruption(session: RunSession) -> None:
     if conflict is not None or spec is None:
         await _end_running(session, TerminalReason.RECONCILE_CONFLICT, conflict or "")
         return
-    if spec.side_effect == SideEffect.READ_ONLY:
+    if spec.side_effect == SideEffect.READ_ONLY and _recorded_read_only(session, step):
         await _continue(session)
         return
     decision = interrupted_side_effect_decision(spec, args)
     await _pause_interrupted(session, step, decision, INTERRUPTED_POLICY_ID)
+
+
+def _recorded_read_only(session: RunSession, step: Step) -> bool:
+    """Was the tool read-only *as recorded* when the step started it?
+
+    The exemption must not follow a tool re-declared read-only after the fact:
+    an interrupted call continues only if it was read-only then and is now.
+    """
+    if not step.spec_hash:
+        return False
+    try:
+        recorded = session.config.store.tool_spec(step.spec_hash)
+    except Exception:
+        return False
+    return recorded is not None and recorded.side_effect == SideEffect.READ_ONLY
 
 
 def _call_conflict(step: Step, config: LoopConfig) -> str | None:

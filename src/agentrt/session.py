@@ -49,7 +49,7 @@ from .decisions import RecordedDecision, call_args, record, validate
 from .errors import JSONValueError, LeaseLostError, RunStateError
 from .events import Observer, deliver
 from .execute import invoke
-from .lease import WallClock
+from .lease import Heartbeat, WallClock, renewer_for
 from .policy import Policy
 from .policy import evaluate as evaluate_policy
 from .records import (
@@ -316,6 +316,21 @@ class RunSession:
         self._mark = now
         return added
 
+    def start_heartbeat(self) -> Heartbeat:
+        """Renew this session's lease on a thread of its own (idempotent)."""
+        if self.heartbeat is None:
+            config = self.config
+            self.heartbeat = Heartbeat(
+                renewer_for(config.store), self.run_id, config.owner, config.lease_ttl, config.wall
+            )
+            self.heartbeat.start()
+        return self.heartbeat  # type: ignore[no-any-return]
+
+    def stop_heartbeat(self) -> None:
+        """Stop renewing without waiting for the thread (never blocks the event loop)."""
+        if self.heartbeat is not None:
+            self.heartbeat.stop(wait=False)
+
     def active_time_at(self, now: datetime) -> timedelta:
         """The run's active time as of `now`, without settling it."""
         return self.run.active_time + max(timedelta(0), now - self._mark)
@@ -362,6 +377,12 @@ class RunSession:
             run = run_from_row(row)
             self.run = run
             now = config.clock()
+            if run.decode_error:
+                # store.md: a run whose record will not decode is not continued.
+                detail = f"the run's record cannot be read back ({run.decode_error})"
+                self.end_in(tx, now, RunStatus.FAILED, TerminalReason.INTERNAL_ERROR, detail)
+                self.refresh(tx)
+                return None
             active = run.active_time + max(timedelta(0), now - self._mark)
             hit = limits_mod.check(run, self.steps, now, active, self.args_hash)
             if hit is not None:
@@ -461,7 +482,7 @@ class RunSession:
             self.require_lease(tx)
             now = self.config.clock()
             if policy_payload is not None:
-                tx.append_event(self.run_id, step.id, now, ev.STEP_POLICY, policy_payload)
+                self.record_policy(tx, now, step.id, policy_payload)
             if observation is not None:
                 fail_step(
                     tx,
@@ -587,11 +608,7 @@ class RunSession:
         def tx_deny(tx: Tx) -> None:
             self.require_lease(tx)
             now = self.config.clock()
-            tx.append_event(self.run_id, step.id, now, ev.STEP_POLICY, payload)
-            tx.execute(
-                "UPDATE steps SET policy_json = ?, spec_hash = ?, policy_id = ? WHERE id = ?",
-                (to_text(decision.to_json()), payload["spec_hash"], payload["policy_id"], step.id),
-            )
+            self.record_policy(tx, now, step.id, payload)
             fail_step(
                 tx,
                 self.run_id,
@@ -603,6 +620,14 @@ class RunSession:
             self.refresh(tx, step.id)
 
         await self.write(tx_deny)
+
+    def record_policy(self, tx: Tx, now: datetime, step_id: str, payload: dict[str, Any]) -> None:
+        """`step.policy` and the step row's policy columns, written together."""
+        tx.execute(
+            "UPDATE steps SET policy_json = ?, spec_hash = ?, policy_id = ? WHERE id = ?",
+            (to_text(payload["decision"]), payload["spec_hash"], payload["policy_id"], step_id),
+        )
+        tx.append_event(self.run_id, step_id, now, ev.STEP_POLICY, payload)
 
     def insert_approval(
         self,
