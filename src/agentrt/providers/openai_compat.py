@@ -1,0 +1,271 @@
+"""The OpenAI-compatible chat-completions adapter (`OpenAICompatModel`).
+
+This module owns the mapping between agentrt's provider-neutral request and
+response and the chat-completions wire format that OpenAI and most local
+servers (llama.cpp, vLLM, LM Studio, Ollama's `/v1`) speak: the system
+message, assistant `tool_calls`, `tool` results by `tool_call_id`, functions
+from input schemas, `tool_choice: "auto"` only when tools exist, parallel tool
+calls off, temperature 0, `max_tokens`; and back: usage from `prompt_tokens`,
+`completion_tokens` and cached prompt tokens, `finish_reason` normalized, tool
+arguments (a JSON string) parsed as usable JSON. Transport rules are
+`_http`'s. The key is optional; `OPENAI_API_KEY` is read only when the base URL
+is OpenAI's own endpoint, so a key meant for OpenAI never reaches another server.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+from typing import Any
+
+from ..canonical import policy_json
+from ..errors import ConfigError
+from ..model import (
+    Message,
+    ModelRequest,
+    ModelResponse,
+    TextBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    Usage,
+)
+from ._http import Secret, check_endpoint, parse_reply, post_json, tool_arguments, unusable
+
+__all__ = ["DEFAULT_BASE_URL", "OpenAICompatModel", "parse_response", "request_body"]
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+"""OpenAI's own endpoint: the only one for which `OPENAI_API_KEY` is read."""
+
+PROVIDER = "openai"
+
+# finish_reason → the normalized stop reason (models.md, "Interface").
+_FINISH = {
+    "length": "max_tokens",
+    "content_filter": "refusal",
+    "tool_calls": "tool_use",
+    "function_call": "tool_use",  # the pre-tools name some servers still send
+}
+
+
+class OpenAICompatModel:
+    """A `Model` over OpenAI-compatible `POST {base_url}/chat/completions`.
+
+    `name` is `openai:<model>` unless given. `timeout` bounds the whole exchange,
+    the body included. `api_key` is sent as a bearer token; without one, the
+    environment's `OPENAI_API_KEY` is used for the default endpoint only, and
+    the default endpoint without any key is refused.
+    """
+
+    name: str
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str = DEFAULT_BASE_URL,
+        api_key: str | None = None,
+        name: str | None = None,
+        timeout: timedelta = timedelta(minutes=2),
+    ) -> None:
+        if not isinstance(model, str) or not model:
+            raise ConfigError("OpenAICompatModel: the model name must be a non-empty string")
+        if not isinstance(timeout, timedelta) or timeout <= timedelta(0):
+            raise ConfigError("OpenAICompatModel: timeout must be a positive timedelta")
+        base = check_endpoint(base_url, key=None, what="OpenAICompatModel")
+        if api_key is None and base == DEFAULT_BASE_URL:
+            api_key = os.environ.get("OPENAI_API_KEY") or None
+            if api_key is None:
+                raise ConfigError(
+                    "OpenAICompatModel: OpenAI's endpoint needs a key: pass api_key or set "
+                    "OPENAI_API_KEY"
+                )
+        self._key = None if api_key is None else Secret(api_key)
+        self._base_url = check_endpoint(base, key=self._key, what="OpenAICompatModel")
+        self.model = model
+        self.name = name if name is not None else f"{PROVIDER}:{model}"
+        self.timeout = timeout
+
+    @property
+    def base_url(self) -> str:
+        return self._base_url
+
+    def __repr__(self) -> str:
+        key = "[redacted]" if self._key is not None else None
+        return (
+            f"OpenAICompatModel(name={self.name!r}, model={self.model!r}, "
+            f"base_url={self._base_url!r}, api_key={key!r})"
+        )
+
+    def _headers(self) -> dict[str, str]:
+        if self._key is None:
+            return {}
+        return {"authorization": f"Bearer {self._key.reveal()}"}
+
+    async def generate(self, request: ModelRequest) -> ModelResponse:
+        raw = await post_json(
+            provider=self.name,
+            url=f"{self._base_url}/chat/completions",
+            body=policy_json(request_body(self.model, request)),
+            headers=self._headers(),
+            timeout=self.timeout,
+            secrets=(self._key,),
+        )
+        return parse_response(raw, provider=self.name)
+
+
+# --------------------------------------------------------------------------- request
+
+
+def _text(blocks: list[TextBlock]) -> str:
+    return "\n\n".join(block.text for block in blocks if block.text)
+
+
+def _arguments(value: Any) -> str:
+    # policy_json keeps number literals as the model wrote them and has no HTML escapes.
+    return policy_json(value).decode("utf-8")
+
+
+def _message(message: Message) -> list[dict[str, Any]]:
+    texts = [b for b in message.content if isinstance(b, TextBlock)]
+    uses = [b for b in message.content if isinstance(b, ToolUseBlock)]
+    results = [b for b in message.content if isinstance(b, ToolResultBlock)]
+    if message.role == "assistant":
+        if results:
+            raise ConfigError("a tool result cannot be in an assistant message")
+        out: dict[str, Any] = {"role": "assistant", "content": _text(texts) or None}
+        if uses:
+            out["tool_calls"] = [
+                {
+                    "id": use.id,
+                    "type": "function",
+                    "function": {"name": use.name, "arguments": _arguments(use.input)},
+                }
+                for use in uses
+            ]
+        elif out["content"] is None:
+            out["content"] = ""
+        return [out]
+    if uses:
+        raise ConfigError("a tool use cannot be in a user message")
+    # Tool results must directly follow the assistant turn that asked for them,
+    # so they come before any text of the same user turn.
+    messages: list[dict[str, Any]] = [
+        {
+            "role": "tool",
+            "tool_call_id": result.tool_use_id,
+            # The format has no error flag; the prefix keeps the signal for the model.
+            "content": f"error: {result.content}" if result.is_error else result.content,
+        }
+        for result in results
+    ]
+    if texts or not results:
+        messages.append({"role": "user", "content": _text(texts)})
+    return messages
+
+
+def request_body(model: str, request: ModelRequest) -> dict[str, Any]:
+    """The chat-completions request body for `request` (deterministic)."""
+    messages: list[dict[str, Any]] = []
+    if request.system:
+        messages.append({"role": "system", "content": request.system})
+    for message in request.messages:
+        messages.extend(_message(message))
+    body: dict[str, Any] = {
+        "model": model,
+        "messages": messages,
+        "temperature": 0,
+        "stream": False,
+    }
+    if request.tools:
+        body["tools"] = [
+            {
+                "type": "function",
+                "function": {
+                    "name": tool.name,
+                    "description": tool.description,
+                    "parameters": tool.input_schema,
+                },
+            }
+            for tool in request.tools
+        ]
+        # Both are refused by OpenAI without tools, hence only here.
+        body["tool_choice"] = "auto"
+        body["parallel_tool_calls"] = False
+    if request.max_output_tokens is not None:
+        body["max_tokens"] = request.max_output_tokens
+    return body
+
+
+# --------------------------------------------------------------------------- response
+
+
+def _usage(reply: dict[str, Any]) -> Usage:
+    """Counts as sent, unusable ones included, so the caller can refuse them."""
+    usage = reply.get("usage")
+    if not isinstance(usage, dict):
+        # No usage at all: None counts are not plausible, and the caller charges its estimate.
+        missing: Any = None
+        return Usage(input_tokens=missing, output_tokens=missing, cached_input_tokens=0)
+    counts: dict[str, Any] = usage
+    details = counts.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    prompt: Any = counts.get("prompt_tokens")
+    completion: Any = counts.get("completion_tokens")
+    return Usage(
+        input_tokens=prompt,
+        output_tokens=completion,
+        # Servers without a prompt cache leave the details out, or null.
+        cached_input_tokens=0 if cached is None else cached,
+    )
+
+
+def parse_response(raw: bytes, *, provider: str = PROVIDER) -> ModelResponse:
+    """A chat-completions reply as a `ModelResponse` (raw bytes kept as they came)."""
+    reply = parse_reply(raw, provider)
+    usage = _usage(reply)
+    choices = reply.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise unusable(provider, "no choices", usage)
+    message = choices[0].get("message")
+    if not isinstance(message, dict):
+        raise unusable(provider, "a choice without a message", usage)
+    content = message.get("content")
+    refusal = message.get("refusal")
+    calls = message.get("tool_calls") or []
+    finish = choices[0].get("finish_reason")
+    if content is not None and not isinstance(content, str):
+        raise unusable(provider, "message content that is not a string", usage)
+    if not isinstance(calls, list):
+        raise unusable(provider, "tool_calls that is not a list", usage)
+    if finish is not None and not isinstance(finish, str):
+        raise unusable(provider, "a finish_reason that is not a string", usage)
+
+    if isinstance(refusal, str) and refusal:
+        stop = "refusal"
+    elif finish in _FINISH:
+        stop = _FINISH[finish]
+    elif finish in (None, "", "stop"):
+        # Several local servers say "stop" (or nothing) after a tool call.
+        stop = "tool_use" if calls else "end_turn"
+    else:
+        stop = finish
+    text = content or (refusal if isinstance(refusal, str) else "") or ""
+    if stop in ("max_tokens", "refusal"):
+        # A truncated call's arguments are cut off; a refused reply acts on nothing.
+        return ModelResponse(text=text, tool_uses=(), stop_reason=stop, usage=usage, raw=raw)
+
+    uses: list[ToolUseBlock] = []
+    for index, call in enumerate(calls):
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+            raise unusable(provider, f"tool call {index} without a function name", usage)
+        call_id = call.get("id")
+        uses.append(
+            ToolUseBlock(
+                # Ids only correlate a result with its call; a server without them gets stable ones.
+                id=call_id if isinstance(call_id, str) and call_id else f"call_{index}",
+                name=function["name"],
+                input=tool_arguments(function.get("arguments"), provider, usage),
+            )
+        )
+    return ModelResponse(text=text, tool_uses=tuple(uses), stop_reason=stop, usage=usage, raw=raw)
