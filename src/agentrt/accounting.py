@@ -41,6 +41,7 @@ from .errors import (
 )
 from .model import Model, ModelConfig, ModelRequest, ModelResponse, Price, Usage
 from .records import ModelCallStatus, Run, Step, TerminalReason
+from .session import POINT_MODEL_DISPATCHED
 from .store import Tx, clamp_charge, run_from_row, saturating_add_sql
 
 if TYPE_CHECKING:
@@ -189,7 +190,7 @@ class AccountingCaller:
             session.refresh(tx)
             return _Attempt(call_id, attempt, self._model.name, projection, now)
 
-        return await session.write(tx_dispatch, "model.dispatched")
+        return await session.write(tx_dispatch, POINT_MODEL_DISPATCHED)
 
     def _check_limits(self, run: Run, projection: Projection) -> None:
         limits = run.limits

@@ -92,6 +92,7 @@ POINT_TOOL_FINISHED = "step.tool_finished"
 POINT_RESUMED = "run.resumed"
 POINT_INTERRUPTED = "step.interrupted"
 POINT_PAUSED = "run.paused"
+POINT_MODEL_DISPATCHED = "model.dispatched"
 
 Probe = Callable[[str, "RunSession"], Any]
 

@@ -1,0 +1,72 @@
+"""agentrt.testkit: prove the recovery contract holds for your tools and policy.
+
+Describe a `Scenario` (tools, policy, agent, operator), name the points where a
+process should die (`Crash(step, Point.AFTER_TOOL_STARTED)`), and `run` it: the
+kit kills the process there, recovers the run in a fresh one as a restarted
+program would, answers approvals as your operator would, and checks every
+invariant of `recovery.md` on what was left behind (`Result.violations`, raised
+as an AssertionError). `mode="harness"` simulates processes in this one;
+`mode="process"` uses real child processes killed with SIGKILL, also inside a
+transaction before its COMMIT. `crash_matrix` crashes at every point of every
+step a scenario reaches and prints the outcomes as a table; the pytest plugin
+(`agentrt.testkit.plugin`) parametrizes one test over that matrix.
+`check_policy` and `fuzz_args` test a policy and a tool's schema on their own.
+
+This package owns the test kit's public names; each submodule owns one part
+(see their docstrings). `agentrt.testkit.process` is also the child's entry
+point and is imported only when process mode runs.
+"""
+
+from __future__ import annotations
+
+from ..render import same_renders
+from .conformance import ConformanceReport, PolicyCase, check_policy
+from .fuzz import FuzzCase, fuzz_args
+from .harness import ScenarioError, run, run_sync
+from .invariants import InvariantError, Violation, check
+from .matrix import CrashMatrix, MatrixCase, crash_matrix, crash_matrix_sync, discover
+from .result import AgentInput, CrashReached, OperatorAnswer, ProbeHit, Result, ToolInvocation
+from .scenario import (
+    Crash,
+    LoopContext,
+    Point,
+    Scenario,
+    Verdict,
+    always,
+    by_kind,
+    load_factory,
+)
+
+__all__ = [
+    "AgentInput",
+    "ConformanceReport",
+    "Crash",
+    "CrashMatrix",
+    "CrashReached",
+    "FuzzCase",
+    "InvariantError",
+    "LoopContext",
+    "MatrixCase",
+    "OperatorAnswer",
+    "Point",
+    "PolicyCase",
+    "ProbeHit",
+    "Result",
+    "Scenario",
+    "ScenarioError",
+    "ToolInvocation",
+    "Verdict",
+    "Violation",
+    "always",
+    "by_kind",
+    "check",
+    "check_policy",
+    "crash_matrix",
+    "crash_matrix_sync",
+    "discover",
+    "fuzz_args",
+    "load_factory",
+    "run",
+    "run_sync",
+    "same_renders",
+]

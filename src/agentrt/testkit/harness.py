@@ -1,0 +1,655 @@
+"""One process's life in a scenario, and the in-process harness that kills it on purpose.
+
+`Life` is what every process of a scenario does, real (process mode) or
+simulated (here): open the file, build a fresh Driver with the kit's probes,
+start the run or recover it, and keep going as a restarted program would:
+resume a RUNNING run (refused with `RunLeasedError` until a dead owner's short
+lease expires, so it retries in small, bounded sleeps), ask the operator about
+a pending approval and approve, reject or leave it, until the run ends, is
+left waiting, or the process is crashed at its armed crash point.
+
+In this module a crash is what a dead process leaves, inside one Python
+process: at an after-commit point the driver's task is parked forever (it
+awaits an event nobody sets), its heartbeat is stopped without releasing the
+lease, and its database handle is closed under it. Inside a transaction, the
+handle is closed on the I/O thread before the COMMIT, which rolls the
+transaction back. The next "process" is a fresh Driver on a fresh open of the
+same file. At the end the parked tasks are cancelled, which is when a careless
+implementation would write (their cancellation handlers try to record and to
+release the lease): the harness checks that the record did not change.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import os
+import secrets
+import shutil
+import sqlite3
+import tempfile
+import time
+import traceback
+from collections.abc import Awaitable, Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from ..clock import Clock, IdFactory, parse_time, wall_clock
+from ..driver import Driver
+from ..driver import run_sync as _run_coro
+from ..errors import ConfigError, NotFoundError, RunLeasedError
+from ..operator import Operator
+from ..records import Run, RunStatus
+from ..session import RunSession
+from ..store import Store, open_existing, open_store
+from .invariants import check
+from .journal import Journal, SeenAgent, read_journal, seen_tool
+from .result import Result, collect
+from .scenario import (
+    Crash,
+    LoopContext,
+    Scenario,
+    ScenarioSource,
+    Verdict,
+    answer,
+    build,
+    floor_clock,
+)
+
+# A scenario whose operator keeps approving while the policy keeps asking again
+# would otherwise never end; no honest scenario needs this many answers.
+MAX_OPERATOR_ROUNDS = 100
+
+START = "start"
+RECOVER = "recover"
+
+
+@dataclass(frozen=True)
+class ProcessPlan:
+    """What one process is told: which file and run, its number, and its one armed crash."""
+
+    db_path: str
+    journal_path: str
+    run_id: str
+    process: int
+    role: str  # START or RECOVER
+    crash: Crash | None
+    crash_index: int
+    fresh_process: bool  # a real new process: rebuilt clocks and ids need guarding
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "db_path": self.db_path,
+            "journal_path": self.journal_path,
+            "run_id": self.run_id,
+            "process": self.process,
+            "role": self.role,
+            "crash": None if self.crash is None else self.crash.to_json(),
+            "crash_index": self.crash_index,
+            "fresh_process": self.fresh_process,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ProcessPlan:
+        crash = data.get("crash")
+        return cls(
+            db_path=str(data["db_path"]),
+            journal_path=str(data["journal_path"]),
+            run_id=str(data["run_id"]),
+            process=int(data["process"]),
+            role=str(data["role"]),
+            crash=None if crash is None else Crash.from_json(crash),
+            crash_index=int(data["crash_index"]),
+            fresh_process=bool(data["fresh_process"]),
+        )
+
+
+class Crasher:
+    """How a process dies at its crash point (overridden per mode)."""
+
+    def after_commit(self, session: RunSession) -> Awaitable[None] | None:
+        raise NotImplementedError
+
+    def inside_tx(self, session: RunSession) -> None:
+        raise NotImplementedError
+
+
+class Life:
+    """One process of a scenario: see the module docstring."""
+
+    def __init__(self, scenario: Scenario, plan: ProcessPlan, crasher: Crasher) -> None:
+        self.scenario = scenario
+        self.plan = plan
+        self.crasher = crasher
+        self.crashed = False
+        self.journal = Journal(plan.journal_path, plan.process)
+        self.store: Store = open_store(plan.db_path)
+        clock: Clock = scenario.now or wall_clock
+        new_id: IdFactory | None = scenario.new_id
+        if plan.fresh_process:
+            # A factory rebuilt in a new process starts its fake clock and its id
+            # sequence over: guard both against what earlier processes recorded.
+            floor, used = _recorded_floor_and_ids(plan.db_path)
+            clock = floor_clock(clock, floor)
+            if new_id is not None:
+                new_id = skipping_ids(new_id, used | {plan.run_id})
+        self.clock = clock
+        self.new_id = new_id
+
+    # -- the probes --------------------------------------------------------
+
+    def _armed(self, point: str, step: int, in_tx: bool) -> bool:
+        crash = self.plan.crash
+        return (
+            crash is not None
+            and not self.crashed
+            and crash.at.value == point
+            and crash.step == step
+            and crash.inside_tx == in_tx
+        )
+
+    def probe(self, point: str, session: RunSession) -> Awaitable[None] | None:
+        step = _step_of(session)
+        self.journal.append("probe", point=point, step=step, in_tx=False)
+        if not self._armed(point, step, False):
+            return None
+        self.crashed = True
+        self.journal.append(
+            "crash",
+            index=self.plan.crash_index,
+            point=point,
+            step=step,
+            in_tx=False,
+            step_id=_step_id_of(session),
+        )
+        return self.crasher.after_commit(session)
+
+    def probe_in_tx(self, point: str, session: RunSession) -> None:
+        step = _step_of(session)
+        self.journal.append("probe", point=point, step=step, in_tx=True)
+        if not self._armed(point, step, True):
+            return
+        self.crashed = True
+        self.journal.append(
+            "crash",
+            index=self.plan.crash_index,
+            point=point,
+            step=step,
+            in_tx=True,
+            step_id=_step_id_of(session),
+            lost_event=_uncommitted_head(session, self.plan.db_path),
+        )
+        self.crasher.inside_tx(session)
+
+    # -- the life ------------------------------------------------------------
+
+    def driver(self) -> Driver:
+        s = self.scenario
+        return Driver(
+            self.store,
+            SeenAgent(s.agent, self.journal),
+            s.policy,
+            tools=[seen_tool(t, self.journal) for t in s.tools],
+            model=s.model,
+            model_config=s.model_config,
+            reconcile=s.reconcile,
+            now=self.clock,
+            new_id=self.new_id,
+            lease_ttl=s.lease_ttl,
+            lease_owner=f"testkit-p{self.plan.process}",
+            probe=self.probe,
+            probe_in_tx=self.probe_in_tx,
+        )
+
+    async def live(self) -> None:
+        """Run this process's share of the scenario. Errors propagate unless it crashed."""
+        plan = self.plan
+        self.journal.append("process", pid=os.getpid(), role=plan.role)
+        try:
+            driver = self.driver()
+            if plan.role == START:
+                run = await self._loop(driver, resuming=False)
+            else:
+                run = self.store.get_run(plan.run_id)
+            await self._until_settled(driver, run)
+        except BaseException as exc:
+            if self.crashed:
+                # A dead process does nothing more; what its corpse raises is moot.
+                return
+            self.journal.append("error", error="".join(traceback.format_exception(exc)))
+            raise
+        finally:
+            if not self.crashed:
+                self.store.close()
+                self.journal.close()
+
+    async def _until_settled(self, driver: Driver, run: Run) -> None:
+        operator = Operator(self.store, now=self.clock)
+        for _ in range(MAX_OPERATOR_ROUNDS):
+            if run.status == RunStatus.RUNNING:
+                run = await self._resume(driver)
+            elif run.status == RunStatus.WAITING_FOR_APPROVAL:
+                pending = self.store.pending_approvals(run.id, cap=None)
+                if not pending:
+                    # Decided (by an earlier process) but not yet resumed.
+                    run = await self._resume(driver)
+                    continue
+                approval = pending[-1]
+                verdict = answer(self.scenario, approval)
+                self.journal.append(
+                    "operator", approval_id=approval.id, kind=approval.kind, verdict=str(verdict)
+                )
+                if verdict == Verdict.APPROVE:
+                    operator.approve(
+                        run.id, approval.id, by="testkit-operator", shown_hash=approval.hash
+                    )
+                    run = await self._resume(driver)
+                elif verdict == Verdict.REJECT:
+                    operator.reject(
+                        run.id,
+                        approval.id,
+                        by="testkit-operator",
+                        note="rejected by the scenario's operator",
+                        shown_hash=approval.hash,
+                    )
+                    run = self.store.get_run(run.id)
+                else:
+                    break
+            else:
+                break
+        else:
+            raise RuntimeError(
+                f"run {run.id} still {run.status} after {MAX_OPERATOR_ROUNDS} operator rounds"
+            )
+        self.journal.append("end", status=str(run.status), reason=str(run.reason))
+
+    async def _loop(self, driver: Driver, *, resuming: bool) -> Run:
+        s = self.scenario
+        if s.loop is None:
+            if resuming:
+                return await driver.resume(self.plan.run_id)
+            return await driver.start(s.goal, s.limits, run_id=self.plan.run_id)
+        ctx = LoopContext(
+            driver=driver,
+            store=self.store,
+            run_id=self.plan.run_id,
+            goal=s.goal,
+            limits=s.limits,
+            resuming=resuming,
+            probe=self.probe,
+            probe_in_tx=self.probe_in_tx,
+        )
+        return await s.loop(ctx)
+
+    async def _resume(self, driver: Driver) -> Run:
+        """Resume, waiting out a dead owner's lease in small, bounded sleeps."""
+        ttl = self.scenario.lease_ttl.total_seconds()
+        deadline = time.monotonic() + 10 * ttl + 10.0
+        while True:
+            self.journal.append("resume.call")
+            try:
+                return await self._loop(driver, resuming=True)
+            except RunLeasedError as exc:
+                self.journal.append("resume.refused", owner=exc.owner)
+                if time.monotonic() >= deadline:
+                    raise
+                await asyncio.sleep(_until(exc.expires_at, ttl))
+
+
+def _until(expires_at: datetime | None, ttl: float) -> float:
+    """How long to sleep before trying again: to just past the expiry, in steps of at most 0.1 s."""
+    if expires_at is None:
+        return min(0.05, ttl)
+    left = (expires_at - datetime.now(UTC)).total_seconds()
+    return max(0.005, min(left + 0.005, 0.1))
+
+
+def note_crash_checked(journal_path: Path, process: int, db_path: Path) -> None:
+    """Right after process `process` died: is the event of its lost transaction on file?
+
+    Checked before anything else runs, because a later process may legitimately
+    write the very same event again (same clock reading, same content).
+    """
+    lost = ""
+    for rec in read_journal(journal_path):
+        if rec["type"] == "crash" and rec["process"] == process:
+            lost = str(rec.get("lost_event", ""))
+    if not lost:
+        return
+    with _reader(str(db_path)) as conn:
+        present = conn.execute("SELECT 1 FROM events WHERE hash = ?", (lost,)).fetchone()
+    supervisor = Journal(journal_path, 0)
+    try:
+        supervisor.append("crash.checked", crashed=process, lost_present=present is not None)
+    finally:
+        supervisor.close()
+
+
+def _step_of(session: RunSession) -> int:
+    return session.steps[-1].index if session.steps else -1
+
+
+def _step_id_of(session: RunSession) -> str:
+    return session.steps[-1].id if session.steps else ""
+
+
+def _uncommitted_head(session: RunSession, db_path: str) -> str:
+    """The newest event the open transaction wrote, '' if it wrote none.
+
+    The store's own connection (this thread is inside its transaction) sees the
+    transaction's events; a separate read connection sees only what is committed.
+    """
+    _, mine = session.config.store.chain_head()
+    with _reader(db_path) as conn:
+        row = conn.execute("SELECT hash FROM events ORDER BY seq DESC LIMIT 1").fetchone()
+    committed = str(row[0]) if row is not None else ""
+    return mine if mine != committed else ""
+
+
+class _reader:
+    """A plain read-only connection for the kit's own bookkeeping reads."""
+
+    def __init__(self, db_path: str) -> None:
+        self.conn = sqlite3.connect(f"{Path(db_path).as_uri()}?mode=ro", uri=True, timeout=5)
+
+    def __enter__(self) -> sqlite3.Connection:
+        return self.conn
+
+    def __exit__(self, *exc: object) -> None:
+        self.conn.close()
+
+
+def _recorded_floor_and_ids(db_path: str) -> tuple[datetime | None, set[str]]:
+    if not os.path.exists(db_path):
+        return None, set()
+    try:
+        with _reader(db_path) as conn:
+            row = conn.execute("SELECT at FROM events ORDER BY seq DESC LIMIT 1").fetchone()
+            ids = {
+                str(r[0])
+                for r in conn.execute(
+                    "SELECT id FROM runs UNION ALL SELECT id FROM steps "
+                    "UNION ALL SELECT id FROM approvals UNION ALL SELECT id FROM model_calls"
+                )
+            }
+    except sqlite3.Error:
+        # Not an agentrt file yet (created, never migrated): nothing recorded.
+        return None, set()
+    floor = parse_time(str(row[0])) if row is not None else None
+    return floor, ids
+
+
+def skipping_ids(new_id: IdFactory, used: set[str]) -> IdFactory:
+    """`new_id`, skipping ids already recorded (a rebuilt deterministic factory repeats them)."""
+
+    def fresh() -> str:
+        for _ in range(1_000_000):
+            value = new_id()
+            if value not in used:
+                used.add(value)
+                return value
+        raise RuntimeError("the scenario's new_id keeps returning ids already recorded")
+
+    return fresh
+
+
+# -- the in-process harness ----------------------------------------------------
+
+
+class _Parked(Crasher):
+    """Kills a simulated process: its task parks forever, its handle closes under it."""
+
+    def __init__(self, crashed: asyncio.Future[None]) -> None:
+        self.crashed = crashed
+        self.loop = crashed.get_loop()
+
+    def _signal(self) -> None:
+        if not self.crashed.done():
+            self.crashed.set_result(None)
+
+    def after_commit(self, session: RunSession) -> Awaitable[None]:
+        # Runs in the driver's own task, right after the commit: from here on the
+        # task never proceeds (nothing sets the event), like a dead process.
+        if session.heartbeat is not None:
+            session.heartbeat.stop()
+        session.config.store.close()
+        self._signal()
+        return _park()
+
+    def inside_tx(self, session: RunSession) -> None:
+        # On the store's I/O thread, inside the transaction: closing the
+        # connection rolls the transaction back (nothing of it reaches the file);
+        # close first so the heartbeat, blocked on our write lock, can be joined.
+        session.config.store.close()
+        if session.heartbeat is not None:
+            session.heartbeat.stop()
+        self.loop.call_soon_threadsafe(self._signal)
+
+
+async def _park() -> None:
+    await asyncio.Event().wait()
+
+
+async def run_in_process(
+    scenario: Scenario,
+    crashes: Sequence[Crash],
+    *,
+    db_path: Path,
+    run_id: str,
+    journal_path: Path,
+    timeout: float,
+) -> list[str]:
+    """Play the scenario with simulated crashes; return the errors of its processes."""
+    errors: list[str] = []
+    parked: list[tuple[asyncio.Task[None], Life]] = []
+    next_crash = 0
+    process = 1
+    while True:
+        crash = crashes[next_crash] if next_crash < len(crashes) else None
+        crashed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        plan = ProcessPlan(
+            db_path=str(db_path),
+            journal_path=str(journal_path),
+            run_id=run_id,
+            process=process,
+            role=START if process == 1 else RECOVER,
+            crash=crash,
+            crash_index=next_crash,
+            fresh_process=False,
+        )
+        try:
+            life = Life(scenario, plan, _Parked(crashed))
+        except Exception as exc:
+            errors.append(f"process {process} could not start: {type(exc).__name__}: {exc}")
+            break
+        task = asyncio.create_task(life.live(), name=f"testkit-process-{process}")
+        done, _ = await asyncio.wait(
+            {task, crashed}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+        )
+        if crashed.done():
+            parked.append((task, life))
+            note_crash_checked(journal_path, process, db_path)
+            next_crash += 1
+            process += 1
+            continue
+        if not done:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            errors.append(f"process {process} did not finish within {timeout:g}s")
+        else:
+            failure = task.exception()
+            if failure is not None:
+                errors.append(f"process {process} raised {type(failure).__name__}: {failure}")
+        break
+    errors += await _reap(parked, db_path, run_id)
+    return errors
+
+
+async def _reap(
+    parked: list[tuple[asyncio.Task[None], Life]], db_path: Path, run_id: str
+) -> list[str]:
+    """Cancel the crashed processes' tasks and prove none of them wrote anything."""
+    if not parked:
+        return []
+    before = _snapshot(db_path, run_id)
+    for task, _ in parked:
+        task.cancel()
+    await asyncio.gather(*(task for task, _ in parked), return_exceptions=True)
+    for _, life in parked:
+        life.journal.close()
+    after = _snapshot(db_path, run_id)
+    if before != after:
+        return ["a crashed process wrote to the database after its crash"]
+    return []
+
+
+def _snapshot(db_path: Path, run_id: str) -> tuple[Any, ...]:
+    try:
+        with open_existing(db_path, read_only=True) as store:
+            run = store.get_run(run_id)
+            steps = tuple((s.id, str(s.status)) for s in store.list_steps(run_id))
+            lease = store.lease(run_id)
+            return (store.chain_head(), str(run.status), steps, lease.owner, lease.epoch)
+    except NotFoundError:
+        return ()
+
+
+# -- run -------------------------------------------------------------------------
+
+MODES = ("harness", "process")
+
+
+async def run(
+    scenario: ScenarioSource,
+    *crashes: Crash,
+    mode: str = "harness",
+    db_path: str | Path | None = None,
+    run_id: str | None = None,
+    check_invariants: bool = True,
+    timeout: float = 120.0,
+) -> Result:
+    """Run the scenario, crashing at each of `crashes` in turn, and check the contract.
+
+    `mode="harness"` simulates each process inside this one; `mode="process"`
+    runs each as a child Python process killed with SIGKILL, and needs the
+    scenario named by a factory reference (`"pkg.mod:make_scenario"`).
+    Raises `InvariantError` (an AssertionError) listing every violation unless
+    `check_invariants=False`; the violations are on the result either way.
+    """
+    if mode not in MODES:
+        raise ConfigError(f"mode must be one of {MODES}, got {mode!r}")
+    for crash in crashes:
+        if not isinstance(crash, Crash):
+            raise ConfigError(f"expected Crash(...) arguments, got {crash!r}")
+    built = build(scenario)
+    path = Path(db_path or built.db_path or _temporary_db())
+    rid = run_id or _new_run_id(built, path)
+    journal_path = Path(f"{path}.testkit-{rid[:16]}.jsonl")
+    journal_path.unlink(missing_ok=True)
+    exit_codes: list[int] = []
+    if mode == "process":
+        from .process import run_in_children
+
+        ref = scenario if isinstance(scenario, str) else built.factory
+        if not ref:
+            raise ConfigError(
+                "process mode rebuilds the scenario in each child: name it by its factory "
+                "('pkg.mod:make_scenario'), not by a Scenario instance"
+            )
+        errors, exit_codes = await asyncio.to_thread(
+            run_in_children,
+            ref,
+            crashes,
+            db_path=path,
+            run_id=rid,
+            journal_path=journal_path,
+            timeout=timeout,
+        )
+    else:
+        errors = await run_in_process(
+            built, crashes, db_path=path, run_id=rid, journal_path=journal_path, timeout=timeout
+        )
+    try:
+        result = collect(
+            scenario=built.title,
+            mode=mode,
+            db_path=path,
+            run_id=rid,
+            journal_path=journal_path,
+            crashes=crashes,
+            errors=errors,
+            exit_codes=exit_codes,
+        )
+    except (NotFoundError, FileNotFoundError) as exc:
+        raise ScenarioError(
+            f"scenario {built.title} never created its run: " + "; ".join(errors or [str(exc)])
+        ) from exc
+    result = replace(result, violations=tuple(check(result)))
+    if check_invariants:
+        result.check()
+    return result
+
+
+def run_sync(
+    scenario: ScenarioSource,
+    *crashes: Crash,
+    mode: str = "harness",
+    db_path: str | Path | None = None,
+    run_id: str | None = None,
+    check_invariants: bool = True,
+    timeout: float = 120.0,
+) -> Result:
+    """`run` from blocking code."""
+    return _run_coro(
+        run(
+            scenario,
+            *crashes,
+            mode=mode,
+            db_path=db_path,
+            run_id=run_id,
+            check_invariants=check_invariants,
+            timeout=timeout,
+        )
+    )
+
+
+class ScenarioError(RuntimeError):
+    """The scenario could not be played at all (its run was never created)."""
+
+
+def _new_run_id(scenario: Scenario, db_path: Path) -> str:
+    # The scenario's own id factory names the run, as `Driver.start` would have,
+    # so a fake factory gives the same ids with and without the kit.
+    if scenario.new_id is None:
+        return secrets.token_hex(16)
+    _, used = _recorded_floor_and_ids(str(db_path))
+    return skipping_ids(scenario.new_id, used)()
+
+
+_TEMP_DIRS: list[str] = []
+
+
+def _temporary_db() -> Path:
+    directory = tempfile.mkdtemp(prefix="agentrt-testkit-")
+    if not _TEMP_DIRS:
+        atexit.register(_remove_temp_dirs)
+    _TEMP_DIRS.append(directory)
+    return Path(directory) / "run.db"
+
+
+def _remove_temp_dirs() -> None:
+    for directory in _TEMP_DIRS:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+__all__ = [
+    "MODES",
+    "Life",
+    "ProcessPlan",
+    "ScenarioError",
+    "run",
+    "run_in_process",
+    "run_sync",
+]

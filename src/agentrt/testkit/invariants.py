@@ -1,0 +1,212 @@
+"""The recovery contract as checks over one scenario's record: what must hold after any crash.
+
+Each rule reads only what the run left behind (rows, events, the chain) and what
+the journal saw happen (tool invocations, crashes fired, process outcomes), and
+reports every breach it finds as a `Violation` rather than stopping at the first,
+so one failing scenario shows all it broke. The rules are those of
+`recovery.md` ("Invariants asserted after every scenario"), plus three the kit
+can check because it caused the crash: no re-execution of a step without a
+granted approval, no write by a crashed process, and no trace of a transaction
+killed before its COMMIT.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from .. import events as ev
+from ..records import ApprovalStatus, RunStatus, StepStatus
+
+if TYPE_CHECKING:
+    from .result import Result
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One breach of the contract: which rule, and what exactly was found."""
+
+    rule: str
+    detail: str
+
+    def __str__(self) -> str:
+        return f"{self.rule}: {self.detail}"
+
+
+class InvariantError(AssertionError):
+    """A scenario broke the recovery contract; `.violations` lists every breach."""
+
+    def __init__(self, title: str, violations: Sequence[Violation], context: str = "") -> None:
+        self.violations = tuple(violations)
+        lines = [f"{title}: {len(self.violations)} invariant violation(s)"]
+        lines += [f"  - {v}" for v in self.violations]
+        if context:
+            lines.append(context)
+        super().__init__("\n".join(lines))
+
+
+def check(result: Result) -> list[Violation]:
+    """Every violation of the contract in `result`, in rule order; `[]` when it holds."""
+    found: list[Violation] = []
+    found += _processes(result)
+    found += _crashes(result)
+    found += _run_settled(result)
+    found += _tool_starts(result)
+    found += _invocations(result)
+    found += _lease(result)
+    found += _chain(result)
+    return found
+
+
+def _processes(result: Result) -> list[Violation]:
+    return [Violation("process_error", error) for error in result.errors]
+
+
+def _crashes(result: Result) -> list[Violation]:
+    out: list[Violation] = []
+    reached = len(result.crashes_reached)
+    for crash in result.crashes[reached:]:
+        out.append(Violation("crash_not_reached", f"{crash.label} was never reached"))
+    for fired in result.crashes_reached:
+        if fired.lost_present:
+            out.append(
+                Violation(
+                    "lost_transaction_visible",
+                    f"the transaction killed before its COMMIT at {fired.crash.label} left "
+                    f"its event {fired.lost_event[:12]} on file",
+                )
+            )
+    return out
+
+
+def _run_settled(result: Result) -> list[Violation]:
+    out: list[Violation] = []
+    run = result.run
+    if run.status == RunStatus.RUNNING:
+        out.append(Violation("run_left_running", f"run {run.id} is still RUNNING"))
+    for step in result.steps:
+        if step.status in (StepStatus.DECIDING, StepStatus.EXECUTING):
+            out.append(
+                Violation("step_left_in_flight", f"step {step.index} is still {step.status}")
+            )
+        if (
+            step.status == StepStatus.AWAITING_APPROVAL
+            and run.status != RunStatus.WAITING_FOR_APPROVAL
+        ):
+            out.append(
+                Violation(
+                    "awaiting_outside_waiting",
+                    f"step {step.index} is awaiting_approval under a {run.status} run",
+                )
+            )
+    return out
+
+
+def _tool_starts(result: Result) -> list[Violation]:
+    """Starts are closed before a step starts again, and only granted approvals re-run a step."""
+    out: list[Violation] = []
+    index = {s.id: s.index for s in result.steps}
+    granted: dict[str, set[str]] = defaultdict(set)
+    for approval in result.approvals:
+        if approval.status == ApprovalStatus.APPROVED:
+            granted[approval.step_id].add(approval.id)
+    open_start: dict[str, int] = {}
+    starts: dict[str, list[str]] = defaultdict(list)
+    used: Counter[str] = Counter()
+    for event in result.events:
+        step_id = event.step_id
+        if event.type == ev.STEP_TOOL_STARTED:
+            label = f"step {index.get(step_id, '?')}"
+            if step_id in open_start:
+                out.append(
+                    Violation(
+                        "tool_start_not_closed",
+                        f"{label} started its tool again (event {event.seq}) before "
+                        f"the start at event {open_start[step_id]} finished or was interrupted",
+                    )
+                )
+            open_start[step_id] = event.seq
+            payload = event.payload if isinstance(event.payload, dict) else {}
+            approval_id = str(payload.get("approval_id", ""))
+            if approval_id:
+                used[approval_id] += 1
+            if starts[step_id] and approval_id not in granted[step_id]:
+                out.append(
+                    Violation(
+                        "unapproved_rerun",
+                        f"{label} started its tool again (event {event.seq}) without "
+                        "an approval granted for that step",
+                    )
+                )
+            starts[step_id].append(approval_id)
+        elif event.type in (ev.STEP_TOOL_FINISHED, ev.STEP_INTERRUPTED):
+            open_start.pop(step_id, None)
+    for step_id, seq in open_start.items():
+        out.append(
+            Violation(
+                "tool_start_not_closed",
+                f"step {index.get(step_id, '?')}: the tool start at event {seq} was never "
+                "followed by step.tool_finished or step.interrupted",
+            )
+        )
+    for step_id, list_of_starts in starts.items():
+        allowed = 1 + len(granted[step_id])
+        if len(list_of_starts) > allowed:
+            out.append(
+                Violation(
+                    "too_many_tool_starts",
+                    f"step {index.get(step_id, '?')} started its tool {len(list_of_starts)} "
+                    f"times with {len(granted[step_id])} approval(s) granted (at most {allowed})",
+                )
+            )
+    for approval_id, count in sorted(used.items()):
+        if count > 1:
+            out.append(
+                Violation(
+                    "approval_used_twice",
+                    f"approval {approval_id} appears in {count} tool starts",
+                )
+            )
+    return out
+
+
+def _invocations(result: Result) -> list[Violation]:
+    out: list[Violation] = []
+    index = {s.id: s.index for s in result.steps}
+    starts: Counter[str] = Counter(
+        e.step_id for e in result.events if e.type == ev.STEP_TOOL_STARTED
+    )
+    seen: Counter[str] = Counter(call.step_id for call in result.tool_calls)
+    for step_id, count in sorted(seen.items()):
+        if count > starts[step_id]:
+            out.append(
+                Violation(
+                    "more_invocations_than_starts",
+                    f"step {index.get(step_id, step_id)}: the tool was invoked {count} time(s) "
+                    f"but {starts[step_id]} start(s) were recorded",
+                )
+            )
+    return out
+
+
+def _lease(result: Result) -> list[Violation]:
+    if result.lease.owner:
+        return [
+            Violation(
+                "lease_held",
+                f"the run ends {result.run.status} with its lease still held by "
+                f"{result.lease.owner!r}",
+            )
+        ]
+    return []
+
+
+def _chain(result: Result) -> list[Violation]:
+    report = result.chain
+    if report.intact:
+        return []
+    where = report.first_break
+    detail = f"at seq {where.seq}: {where.problem}" if where is not None else "broken"
+    return [Violation("chain_broken", f"the event chain does not verify {detail}")]

@@ -1,0 +1,121 @@
+"""The pytest plugin: one test, parametrized over a scenario's whole crash matrix.
+
+Registered through the `pytest11` entry point (`agentrt_testkit`), or with
+`-p agentrt.testkit.plugin`. A consumer writes::
+
+    @pytest.mark.crash_matrix("myapp.tests.scenarios:payment", mode="process")
+    def test_payment_survives_every_crash(crash_case):
+        result = crash_case.run()          # raises AssertionError on any violation
+        assert len(result.calls("charge")) <= 2
+
+At collection the plugin runs the scenario once without a crash to find the
+points it passes (`agentrt.testkit.discover`), then generates one test per
+crash point and step (ids like `step.tool_started@1` or `step.decided@0-in_tx`),
+plus `no-crash` for the clean run. The marker takes `mode` ("harness" or
+"process") and `inside_tx` (default True: include the crashes before a COMMIT).
+Discovery is cached per scenario and mode for the session.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ..driver import run_sync as _run_coro
+from .harness import MODES, run_sync
+from .matrix import cases_from, discover
+from .result import Result
+from .scenario import Crash
+
+MARKER = "crash_matrix"
+_discovered: dict[tuple[str, str, bool], list[tuple[Crash, ...]]] = {}
+
+
+@dataclass
+class CrashCase:
+    """One cell of the matrix, ready to run on a fresh file in the test's tmp_path."""
+
+    scenario: str
+    mode: str
+    crashes: tuple[Crash, ...]
+    db_path: Path | None = None
+    result: Result | None = field(default=None, repr=False)
+
+    @property
+    def id(self) -> str:
+        return case_id(self.crashes)
+
+    def run(self, *, check_invariants: bool = True) -> Result:
+        """Play the scenario with these crashes; raise on any invariant violation."""
+        self.result = run_sync(
+            self.scenario,
+            *self.crashes,
+            mode=self.mode,
+            db_path=self.db_path,
+            check_invariants=check_invariants,
+        )
+        return self.result
+
+
+def case_id(crashes: tuple[Crash, ...]) -> str:
+    if not crashes:
+        return "no-crash"
+    return "+".join(f"{c.at.value}@{c.step}" + ("-in_tx" if c.inside_tx else "") for c in crashes)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        f"{MARKER}(scenario, mode='harness', inside_tx=True): parametrize the crash_case "
+        "fixture over every crash point and step the scenario factory reaches",
+    )
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "crash_case" not in metafunc.fixturenames:
+        return
+    marker = metafunc.definition.get_closest_marker(MARKER)
+    if marker is None:
+        raise pytest.UsageError(
+            f"{metafunc.definition.nodeid}: the crash_case fixture needs "
+            f"@pytest.mark.{MARKER}('pkg.module:make_scenario')"
+        )
+    scenario, mode, inside_tx = _marker_args(marker)
+    key = (scenario, mode, inside_tx)
+    if key not in _discovered:
+        clean, _ = _run_coro(discover(scenario, mode))
+        _discovered[key] = [(), *cases_from(clean.probes, inside_tx=inside_tx)]
+    cases = _discovered[key]
+    metafunc.parametrize(
+        "crash_case",
+        [CrashCase(scenario, mode, crashes) for crashes in cases],
+        ids=[case_id(c) for c in cases],
+        indirect=True,
+    )
+
+
+def _marker_args(marker: pytest.Mark) -> tuple[str, str, bool]:
+    scenario: Any = marker.args[0] if marker.args else marker.kwargs.get("scenario")
+    if not isinstance(scenario, str) or ":" not in scenario:
+        raise pytest.UsageError(
+            f"@pytest.mark.{MARKER} names the scenario factory as 'pkg.module:function', "
+            f"got {scenario!r}"
+        )
+    mode = str(marker.kwargs.get("mode", "harness"))
+    if mode not in MODES:
+        raise pytest.UsageError(f"@pytest.mark.{MARKER}: mode must be one of {MODES}")
+    return scenario, mode, bool(marker.kwargs.get("inside_tx", True))
+
+
+@pytest.fixture
+def crash_case(request: pytest.FixtureRequest, tmp_path: Path) -> CrashCase:
+    """The crash case this test instance runs (see the module docstring)."""
+    param = getattr(request, "param", None)
+    if not isinstance(param, CrashCase):
+        raise pytest.UsageError(
+            f"crash_case is parametrized by @pytest.mark.{MARKER}('pkg.module:make_scenario')"
+        )
+    return CrashCase(param.scenario, param.mode, param.crashes, db_path=tmp_path / "run.db")

@@ -1,0 +1,225 @@
+"""agentrt.testkit in process mode: every process a real child Python process, SIGKILLed.
+
+Each child rebuilds its scenario from `testkit_scenarios` (a factory reference),
+and dies of SIGKILL at its crash point: after a commit, or inside a transaction
+before its COMMIT. The matrix here is the one the harness runs in
+test_testkit.py, with real deaths; the number of children is bounded by the
+3-step scenario (about 60).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import agentrt
+import testkit_scenarios as ts
+from agentrt import ApprovalStatus, RunStatus, StepStatus, TerminalReason
+from agentrt.driver import run_sync as run_coro
+from agentrt.testkit import Crash, Point, ScenarioError, crash_matrix_sync, discover, run_sync
+from agentrt.testkit.plugin import case_id
+
+SIGKILLED = -9
+
+
+def play(ref: str, *crashes: Crash, db: Path) -> agentrt.testkit.Result:
+    return run_sync(ref, *crashes, mode="process", db_path=db)
+
+
+@pytest.mark.slow
+def test_full_crash_matrix_in_process_mode_holds_with_real_sigkills() -> None:
+    matrix = crash_matrix_sync("testkit_scenarios:checkout", "process", workers=4)
+    matrix.assert_ok()
+    first = {
+        (c.crashes[0].at.value, c.crashes[0].step, c.crashes[0].inside_tx) for c in matrix.cases
+    }
+    assert first == {p.key for p in matrix.clean.probes}
+    assert any(c.crashes[0].inside_tx for c in matrix.cases)
+    for case in matrix.cases:
+        assert case.result is not None
+        # Every child but the last died of SIGKILL at its crash point.
+        assert case.result.exit_codes == (SIGKILLED, 0), case.label
+    assert matrix.clean.exit_codes == (0,)
+
+
+class TestSigkill:
+    def test_sigkill_inside_a_transaction_leaves_none_of_its_writes(self, tmp_path: Path) -> None:
+        result = play(
+            "testkit_scenarios:checkout",
+            Crash(0, Point.AFTER_DECIDED, inside_tx=True),
+            db=tmp_path / "tx.db",
+        )
+        assert result.exit_codes == (SIGKILLED, 0)
+        [fired] = result.crashes_reached
+        assert fired.lost_event and not fired.lost_present
+        step0 = result.step(0)
+        # The decision was written inside the killed transaction: it is not on file, and
+        # the takeover found the step still deciding.
+        assert step0.decision is None
+        assert result.event_types(step=0) == ["step.started", "step.interrupted"]
+        assert step0.observation is not None
+        assert step0.observation.content == {"previous_status": "deciding"}
+        assert result.run.status == RunStatus.COMPLETED
+
+    def test_sigkill_inside_the_pause_transaction_leaves_no_approval(self, tmp_path: Path) -> None:
+        result = play(
+            "testkit_scenarios:checkout",
+            Crash(1, Point.AFTER_PAUSED, inside_tx=True),
+            db=tmp_path / "pause.db",
+        )
+        assert result.exit_codes == (SIGKILLED, 0)
+        step1 = result.step(1)
+        assert step1.status == StepStatus.INTERRUPTED
+        assert [a.step_id for a in result.approvals] == [result.step(2).id]
+        assert "approval.requested" not in result.event_types(step=1)
+
+    @pytest.mark.parametrize(
+        ("ref", "charges", "status"),
+        [
+            ("testkit_scenarios:direct_charge_reject", [1], RunStatus.CANCELLED),
+            ("testkit_scenarios:direct_charge_approve", [1, 2], RunStatus.COMPLETED),
+        ],
+    )
+    def test_side_effect_lost_to_a_real_sigkill_runs_again_only_when_approved(
+        self, tmp_path: Path, ref: str, charges: list[int], status: str
+    ) -> None:
+        """The card was charged, then the process was killed before recording it."""
+        result = play(ref, Crash(1, Point.AFTER_TOOL_EFFECT), db=tmp_path / "k.db")
+        assert result.exit_codes == (SIGKILLED, 0)
+        assert [c.process for c in result.calls("charge")] == charges
+        assert {c.step_index for c in result.calls("charge")} == {1}
+        assert result.calls("charge")[0].returned  # it returned; only its record was lost
+        assert result.run.status == status
+        [approval] = result.approvals
+        assert approval.kind == "interrupted_side_effect"
+        expected = ApprovalStatus.APPROVED if len(charges) == 2 else ApprovalStatus.REJECTED
+        assert approval.status == expected
+
+    def test_sigkill_during_a_model_request_leaves_the_attempt_recorded(
+        self, tmp_path: Path
+    ) -> None:
+        result = play(
+            "testkit_scenarios:with_model",
+            Crash(0, Point.DURING_MODEL_REQUEST),
+            db=tmp_path / "model.db",
+        )
+        assert result.exit_codes == (SIGKILLED, 0)
+        first = result.model_calls[0]
+        # Sent, never answered: recorded, not counted as a reply.
+        assert first.step_id == result.step(0).id and first.status != "ok"
+        assert result.step(0).status == StepStatus.INTERRUPTED
+        assert result.run.status == RunStatus.COMPLETED
+        assert [c.tool for c in result.tool_calls] == ["lookup", "charge"]
+
+    def test_crash_after_takeover_in_a_real_process_still_waits_for_the_operator(
+        self, tmp_path: Path
+    ) -> None:
+        result = play(
+            "testkit_scenarios:direct_charge_approve",
+            Crash(1, Point.AFTER_TOOL_STARTED),
+            Crash(1, Point.AFTER_INTERRUPTED),
+            db=tmp_path / "two.db",
+        )
+        assert result.exit_codes == (SIGKILLED, SIGKILLED, 0)
+        assert [a.kind for a in result.approvals] == ["interrupted_side_effect"]
+        assert [c.process for c in result.calls("charge")] == [3]
+        assert result.run.reason == TerminalReason.GOAL_COMPLETED
+
+    def test_a_rebuilt_id_factory_never_reuses_a_recorded_id(self, tmp_path: Path) -> None:
+        # Every child rebuilds the scenario's deterministic id factory from 1.
+        result = play(
+            "testkit_scenarios:checkout", Crash(0, Point.AFTER_TOOL_FINISHED), db=tmp_path / "i.db"
+        )
+        ids = [result.run.id, *(s.id for s in result.steps), *(a.id for a in result.approvals)]
+        assert len(ids) == len(set(ids))
+        # A rebuilt fake clock does not run backwards against what is recorded.
+        times = [e.at.isoformat() for e in result.events if e.at is not None]
+        assert len(times) == len(result.events) and times == sorted(times)
+
+
+class TestProcessModeErrors:
+    def test_process_mode_needs_a_factory_reference(self, tmp_path: Path) -> None:
+        with pytest.raises(agentrt.ConfigError, match="factory"):
+            run_sync(ts.checkout(), mode="process", db_path=tmp_path / "x.db")
+
+    def test_a_failing_child_is_reported_with_its_traceback(self, tmp_path: Path) -> None:
+        with pytest.raises(ScenarioError) as info:
+            run_sync("testkit_scenarios:broken_loop", mode="process", db_path=tmp_path / "b.db")
+        assert "process 1 exited with 3" in str(info.value)
+        assert "the consumer's loop is broken" in str(info.value)
+
+
+# -- the pytest plugin -----------------------------------------------------------------------
+
+
+def _pytest(tmp_path: Path, source: str, *args: str) -> subprocess.CompletedProcess[str]:
+    (tmp_path / "test_consumer.py").write_text(textwrap.dedent(source))
+    env = dict(os.environ)
+    tests_dir = str(Path(__file__).parent)
+    env["PYTHONPATH"] = os.pathsep.join([tests_dir, env.get("PYTHONPATH", "")])
+    # Load exactly this plugin, by module, whether or not its pytest11 entry point is
+    # installed (loading it twice, by entry point and by -p, would be refused).
+    env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "agentrt.testkit.plugin",
+            "-p",
+            "no:cacheprovider",
+            "--rootdir",
+            str(tmp_path),
+            *args,
+            str(tmp_path / "test_consumer.py"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+
+
+@pytest.mark.slow
+def test_the_plugin_parametrizes_one_test_over_the_whole_matrix(tmp_path: Path) -> None:
+    done = _pytest(
+        tmp_path,
+        """
+        import pytest
+
+        @pytest.mark.crash_matrix("testkit_scenarios:small", inside_tx=False)
+        def test_small_survives_every_crash(crash_case):
+            result = crash_case.run()
+            assert result.run.status == "COMPLETED"
+            assert len(result.calls("charge")) <= 2
+        """,
+        "-v",
+    )
+    _, cases = run_coro(discover("testkit_scenarios:small"))
+    expected = ["no-crash"] + [case_id(c) for c in cases if not c[0].inside_tx]
+    assert f"{len(expected)} passed" in done.stdout, done.stdout + done.stderr
+    for ident in expected:
+        assert f"test_small_survives_every_crash[{ident}] PASSED" in done.stdout
+
+
+@pytest.mark.slow
+def test_the_plugin_refuses_crash_case_without_its_marker(tmp_path: Path) -> None:
+    done = _pytest(
+        tmp_path,
+        """
+        def test_forgot_the_marker(crash_case):
+            crash_case.run()
+        """,
+        "--collect-only",
+        "-q",
+    )
+    assert done.returncode != 0
+    assert "needs @pytest.mark.crash_matrix" in done.stdout + done.stderr
