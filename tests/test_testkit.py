@@ -227,8 +227,8 @@ class TestRun:
 class TestHarness:
     def test_points_are_the_probe_names_of_the_step_machine(self) -> None:
         names = {getattr(session_mod, n) for n in dir(session_mod) if n.startswith("POINT_")}
-        # The model dispatch reports its own point (accounting); a Gate's attach will.
-        assert names == {p.value for p in Point} - {"model.dispatched", "attach.allowed"}
+        # A Gate's attach will report its own point; no Driver path reaches it yet.
+        assert names == {p.value for p in Point} - {"attach.allowed"}
 
     @pytest.mark.parametrize(
         ("args", "match"),

@@ -48,7 +48,7 @@ class Point(StrEnum):
     AFTER_PAUSED = _session.POINT_PAUSED
     # The model request was recorded as dispatched and is in flight: a crash here
     # is a crash during a model request (the attempt stays recorded, uncharged).
-    DURING_MODEL_REQUEST = "model.dispatched"
+    DURING_MODEL_REQUEST = _session.POINT_MODEL_DISPATCHED
     # Reported by a Gate's attach once it lands; no Driver path reaches it yet.
     AFTER_ATTACH_ALLOWED = "attach.allowed"
 
