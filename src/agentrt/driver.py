@@ -47,6 +47,7 @@ from .records import (
 )
 from .resume import Undecodable, load, resume_waiting, take_over
 from .session import (
+    INLINE_IO,
     LoopConfig,
     Probe,
     RunMoved,
@@ -75,11 +76,17 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(coro)
+        return asyncio.run(_owning_the_loop(coro))
     coro.close()
     raise RuntimeError(
         "a _sync method was called inside a running event loop; await the async method instead"
     )
+
+
+async def _owning_the_loop(coro: Coroutine[Any, Any, T]) -> T:
+    """The loop is ours alone: store calls may run inline (see `session.INLINE_IO`)."""
+    INLINE_IO.set(True)
+    return await coro
 
 
 class Driver:

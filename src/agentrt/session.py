@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextvars
 import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -97,7 +98,15 @@ POINT_MODEL_DISPATCHED = "model.dispatched"
 Probe = Callable[[str, "RunSession"], Any]
 
 
+# Set by the `_sync` twins, whose event loop runs nothing but this driver: there an
+# fsync cannot starve anyone, and the thread hand-off would be pure cost.
+INLINE_IO: contextvars.ContextVar[bool] = contextvars.ContextVar("agentrt_inline_io", default=False)
+
+
 async def run_io(fn: Callable[[], T]) -> T:
+    """Run a store call off the event loop (inline when the loop is the driver's own)."""
+    if INLINE_IO.get():
+        return fn()
     loop = asyncio.get_running_loop()
     return await loop.run_in_executor(_IO_THREADS, fn)
 
@@ -289,11 +298,16 @@ class RunSession:
             )
         return row
 
-    def refresh(self, tx: Tx, step_id: str | None = None) -> None:
-        """Re-read the run (and one step) so the session mirrors what was committed."""
-        self.run = run_from_row(
-            tx.execute("SELECT * FROM runs WHERE id = ?", (self.run_id,)).fetchone()
-        )
+    def refresh(self, tx: Tx, step_id: str | None = None, *, run: bool = True) -> None:
+        """Re-read the run (and one step) so the session mirrors what was committed.
+
+        `run=False` for writes that leave the run row as it was (a decision, a
+        tool start, an invalid decision): a read and a decode saved per write.
+        """
+        if run:
+            self.run = run_from_row(
+                tx.execute("SELECT * FROM runs WHERE id = ?", (self.run_id,)).fetchone()
+            )
         if step_id is not None:
             step = step_from_row(
                 tx.execute("SELECT * FROM steps WHERE id = ?", (step_id,)).fetchone()
@@ -446,7 +460,7 @@ class RunSession:
             if cur.rowcount != 1:
                 raise RunStateError(f"step {step.id} is no longer deciding")
             tx.append_event(self.run_id, step.id, now, ev.STEP_DECIDED, payload)
-            self.refresh(tx, step.id)
+            self.refresh(tx, step.id, run=False)
 
         await self.write(tx_decided, POINT_DECIDED)
         return recorded
@@ -460,7 +474,7 @@ class RunSession:
             fail_step(
                 tx, self.run_id, step.id, observation, now, from_statuses=(StepStatus.DECIDING,)
             )
-            self.refresh(tx, step.id)
+            self.refresh(tx, step.id, run=False)
 
         await self.write(tx_fail)
 
@@ -510,7 +524,12 @@ class RunSession:
 
     def policy_request(self, step: Step, spec: ToolSpec, args: JSON) -> tuple[ToolRequest, RunView]:
         request = ToolRequest(run_id=self.run_id, step_id=step.id, spec=spec, args=copy_json(args))
-        prior = tuple(s for s in self.steps if s.id != step.id)
+        # The step being judged is normally the last one: slicing keeps this O(1)-ish
+        # in run length, where a scan would grow with every step.
+        if self.steps and self.steps[-1].id == step.id:
+            prior = tuple(self.steps[:-1])
+        else:
+            prior = tuple(s for s in self.steps if s.id != step.id)
         view = RunView(run=self.run, steps=prior, approvals=tuple(self.approvals))
         return request, view
 
@@ -779,7 +798,7 @@ class RunSession:
             self.require_lease(tx, side_effect=True)
             now = self.config.clock()
             self.tool_started_in(tx, now, step, spec, args, payload)
-            self.refresh(tx, step.id)
+            self.refresh(tx, step.id, run=False)
             return now
 
         return await self.write(tx_started, POINT_TOOL_STARTED)

@@ -1,0 +1,432 @@
+"""Microseconds per step of the Driver, beside this machine's cost of four fsynced commits.
+
+An allowed step commits four fsynced SQLite transactions (step started, decided,
+tool started, tool finished), so four plain commits are the floor no runtime
+can go under on this disk. This script measures, in one process and interleaved
+so that both see the same machine:
+
+- the Driver on a file-backed store (`agentrt.open_store` in a temp dir: WAL,
+  synchronous=FULL) with a scripted agent, `default_policy()` and one read-only
+  plain-function tool, for runs of 10, 100 and 400 tool steps whose observations
+  are small (`{"page": i, "text": ""}`) or 8 KiB (8192 characters of text), each
+  different so that loop detection never fires; the last decision is `complete`;
+- the floor: plain `sqlite3` in the same directory, WAL + synchronous=FULL,
+  `BEGIN IMMEDIATE`, one small INSERT, `COMMIT`, times four.
+
+The runs share one store, warmed up first, as an application's store would be:
+its WAL file has reached its checkpoint size and is reused, so a commit does
+not also grow the file. The floor is measured the same way; the floor on a new
+file (every commit growing the WAL, which costs ext4 a journal commit) is
+printed beside it. `--fresh` gives each run a new store file instead, and then
+compares with that second floor.
+
+Each figure is the median of several rounds, each round running every figure
+once in a shuffled order. "Per step" is the wall time of the whole
+`start_sync` (creating the run and completing it included) over the number of
+tool steps; "in-loop" is the time from the agent being asked for the first step
+to it being asked for the completing step, over the same number: the steady
+cost of a step, without the fixed costs of starting (a new event loop, the
+heartbeat thread, the creating transaction) and finishing a run. "CPU" is the
+process's CPU time (all its threads, the kernel's share of the fsyncs
+included) over the same number: less disturbed by other processes than wall
+time, it shows what the runtime itself spends.
+
+Targets (issue 2, item 10): 400 steps within 1.2x of 10 steps per step, and no
+more than 1.5x the four-commit floor.
+
+    python benchmarks/driver.py [--quick] [--repeats N] [--dir PATH] [--fresh] [--check]
+
+Needs only the package (`pip install -e .`). About a minute; `--quick` about 10 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import itertools
+import os
+import platform
+import random
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import agentrt
+from agentrt.scripted import ScriptedAgent, ScriptEntry
+
+STEP_COUNTS = (10, 100, 400)
+SIZES = {"small": 0, "8 KiB": 8192}
+FLAT_TARGET = 1.2
+FLOOR_TARGET = 1.5
+
+
+@dataclass
+class Sample:
+    """One run, and the four-commit floor measured just before and just after it."""
+
+    wall: float  # seconds of the whole `start_sync`
+    loop: float  # seconds between the in-loop marks
+    cpu: float  # CPU seconds of the process during `start_sync`
+    floor_us: float  # microseconds of four commits, mean of the two beside the run
+    growth: float  # median step time of the run's last quarter over its first quarter
+
+
+@dataclass
+class Series:
+    steps: int
+    size: str
+    samples: list[Sample] = field(default_factory=list)
+
+    def _median(self, values: list[float]) -> float:
+        return statistics.median(values) / self.steps * 1e6
+
+    def per_step_us(self) -> float:
+        return self._median([s.wall for s in self.samples])
+
+    def loop_us(self) -> float:
+        return self._median([s.loop for s in self.samples])
+
+    def cpu_us(self) -> float:
+        return self._median([s.cpu for s in self.samples])
+
+    def per_step_ratio(self) -> float:
+        """Median over the runs of (per-step cost / the floor measured beside that run)."""
+        return self._median([s.wall / s.floor_us for s in self.samples])
+
+    def loop_ratio(self) -> float:
+        return self._median([s.loop / s.floor_us for s in self.samples])
+
+    def growth(self) -> float:
+        return statistics.median(s.growth for s in self.samples)
+
+
+def remove_database(path: str) -> None:
+    for suffix in ("", "-wal", "-shm"):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path + suffix)
+
+
+# --- the floor ----------------------------------------------------------------------------------
+
+
+class Floor:
+    """Plain sqlite3 commits in the benchmark's directory: WAL, synchronous=FULL.
+
+    `measure` times `commits` transactions of `BEGIN IMMEDIATE`, one small INSERT,
+    `COMMIT`, on a database whose WAL file has already grown and been
+    checkpointed, so that each commit overwrites WAL space the file already has:
+    the regime a store in use is in (its WAL is reused after every checkpoint).
+    `measure(fresh=True)` does the same on a new file, whose every commit also grows
+    the WAL and so costs the file system more.
+    """
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+        self.conn = self._open(os.path.join(directory, "floor.db"))
+        self._commits(self.conn, 500)  # grow the WAL past what a measurement writes
+
+    @staticmethod
+    def _open(path: str) -> sqlite3.Connection:
+        conn = sqlite3.connect(path, isolation_level=None)
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = FULL")
+        conn.execute("CREATE TABLE IF NOT EXISTS t (id INTEGER PRIMARY KEY, v TEXT NOT NULL)")
+        return conn
+
+    @staticmethod
+    def _commits(conn: sqlite3.Connection, commits: int) -> float:
+        start = time.perf_counter()
+        for i in range(commits):
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("INSERT INTO t (v) VALUES (?)", (f"commit {i}",))
+            conn.execute("COMMIT")
+        return time.perf_counter() - start
+
+    def measure(self, commits: int, fresh: bool = False) -> float:
+        """Microseconds of four fsynced commits: reusing WAL space, or on a new file."""
+        if fresh:
+            return self._measure_fresh(commits)
+        self.conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        return self._commits(self.conn, commits) / commits * 4 * 1e6
+
+    def _measure_fresh(self, commits: int) -> float:
+        path = os.path.join(self.directory, f"floor-{time.monotonic_ns()}.db")
+        conn = self._open(path)
+        try:
+            return self._commits(conn, commits) / commits * 4 * 1e6
+        finally:
+            conn.close()
+            remove_database(path)
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+# --- the driver ---------------------------------------------------------------------------------
+
+
+def make_tool(pad: str) -> agentrt.Tool:
+    @agentrt.tool(side_effect=agentrt.SideEffect.READ_ONLY, timeout=30)
+    def read_page(page: int) -> agentrt.ToolResult:
+        """Read one page (a different observation every step)."""
+        return agentrt.ToolResult({"page": page, "text": pad}, summary=f"page {page}")
+
+    return read_page
+
+
+def run_once(store: agentrt.Store, tool: agentrt.Tool, steps: int) -> Sample:
+    """One run of `steps` tool steps and a completing step."""
+    marks: list[float] = []
+
+    def marked(decision: agentrt.Decision) -> ScriptEntry:
+        # The agent is asked right after each step's `step.started` commit: the
+        # time between the first and the completing step's question covers
+        # exactly `steps` whole steps, without an observer to pay for.
+        def entry(_: agentrt.StepInput) -> agentrt.Decision:
+            marks.append(time.perf_counter())
+            return decision
+
+        return entry
+
+    decisions = [marked(agentrt.Decision.tool_call("read_page", {"page": i})) for i in range(steps)]
+    decisions.append(marked(agentrt.Decision.complete({"pages": steps})))
+    driver = agentrt.Driver(
+        store=store, agent=ScriptedAgent(decisions), policy=agentrt.default_policy(), tools=[tool]
+    )
+    limits = agentrt.Limits(max_steps=steps + 1, loop_threshold=steps + 1)
+    cpu_start, start = time.process_time(), time.perf_counter()
+    run = driver.start_sync(f"read {steps} pages", limits=limits)
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
+    if run.status != agentrt.RunStatus.COMPLETED or run.step_count != steps + 1:
+        raise SystemExit(
+            f"benchmark run did not complete as scripted: {run.status} {run.reason} "
+            f"{run.reason_detail!r} after {run.step_count} steps"
+        )
+    if len(marks) != steps + 1:
+        raise SystemExit(f"expected the agent to be asked {steps + 1} times, not {len(marks)}")
+    # Growth within the run: the median step of its last quarter over that of its first.
+    durations = [b - a for a, b in itertools.pairwise(marks)]
+    quarter = max(1, steps // 4)
+    growth = statistics.median(durations[-quarter:]) / statistics.median(durations[:quarter])
+    return Sample(wall, marks[-1] - marks[0], cpu, floor_us=0.0, growth=growth)
+
+
+class Stores:
+    """The file-backed store the runs use: one, kept warm, or a new file per run (`--fresh`)."""
+
+    def __init__(self, directory: str, fresh: bool) -> None:
+        self.directory = directory
+        self.fresh = fresh
+        self.shared = None if fresh else agentrt.open_store(os.path.join(directory, "runs.db"))
+
+    def run(self, tool: agentrt.Tool, steps: int) -> Sample:
+        if self.shared is not None:
+            return run_once(self.shared, tool, steps)
+        path = os.path.join(self.directory, f"run-{time.monotonic_ns()}.db")
+        store = agentrt.open_store(path)
+        try:
+            return run_once(store, tool, steps)
+        finally:
+            store.close()
+            remove_database(path)
+
+    def close(self) -> None:
+        if self.shared is not None:
+            self.shared.close()
+
+
+def store_settings(directory: str) -> str:
+    """The journal mode and synchronous level of a store as agentrt opens it (a sanity check)."""
+    path = os.path.join(directory, "settings.db")
+    store = agentrt.open_store(path)
+    try:
+        conn = getattr(store, "_conn", None)
+        if not isinstance(conn, sqlite3.Connection):
+            return "unknown (the store's connection is not reachable)"
+        journal = conn.execute("PRAGMA journal_mode").fetchone()[0]
+        level = conn.execute("PRAGMA synchronous").fetchone()[0]
+    finally:
+        store.close()
+    names = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}
+    return f"journal_mode={journal}, synchronous={names.get(level, level)}"
+
+
+def filesystem_of(directory: str) -> str:
+    """The mount type holding `directory` (best effort, Linux only)."""
+    try:
+        with open("/proc/mounts", encoding="utf-8") as mounts:
+            entries = [line.split() for line in mounts]
+    except OSError:
+        return "unknown"
+    real = os.path.realpath(directory)
+    best = ("", "unknown")
+    for entry in entries:
+        if len(entry) >= 3:
+            mount_point = entry[1]
+            inside = real == mount_point or real.startswith(mount_point.rstrip("/") + "/")
+            if inside and len(mount_point) > len(best[0]):
+                best = (mount_point, entry[2])
+    return f"{best[1]} at {best[0]}" if best[0] else "unknown"
+
+
+def load_average() -> str:
+    try:
+        return " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "unknown"
+
+
+# --- reporting ----------------------------------------------------------------------------------
+
+
+def verdict(ok: bool) -> str:
+    return "meets" if ok else "MISSES"
+
+
+def spread(values: Sequence[float]) -> str:
+    return f"median of {len(values)}, range {min(values):.0f}..{max(values):.0f}"
+
+
+def report(
+    series: Sequence[Series], warm: Sequence[float], fresh: Sequence[float], *, fresh_runs: bool
+) -> bool:
+    """Print the table and the verdicts; True when every target is met."""
+    print()
+    for label, values in (("WAL space reused", warm), ("WAL growing     ", fresh)):
+        median = statistics.median(values)
+        print(f"four fsynced commits, {label}: {median:6.0f} us ({spread(values)})")
+    which = "growing" if fresh_runs else "reused"
+    print(f"x floor: each run over the floor (WAL {which}, like the runs' store)")
+    print("         measured just before and after it; median over the runs")
+    print()
+    header = (
+        f"{'steps':>5}  {'observation':<11}  {'us/step':>8}  {'x floor':>7}  "
+        f"{'in-loop us/step':>15}  {'x floor':>7}  {'CPU us/step':>11}  {'runs':>4}"
+    )
+    print(header)
+    print("-" * len(header))
+    for s in series:
+        print(
+            f"{s.steps:>5}  {s.size:<11}  {s.per_step_us():>8.0f}  {s.per_step_ratio():>6.2f}x  "
+            f"{s.loop_us():>15.0f}  {s.loop_ratio():>6.2f}x  {s.cpu_us():>11.0f}  "
+            f"{len(s.samples):>4}"
+        )
+    print()
+    ok = True
+    by_key = {(s.steps, s.size): s for s in series}
+    shortest, longest = min(STEP_COUNTS), max(STEP_COUNTS)
+    for size in SIZES:
+        short, long = by_key.get((shortest, size)), by_key.get((longest, size))
+        if short is None or long is None:
+            continue
+        flat = long.per_step_us() / short.per_step_us()
+        flat_loop = long.loop_us() / short.loop_us()
+        met = flat <= FLAT_TARGET and flat_loop <= FLAT_TARGET
+        ok = ok and met
+        print(
+            f"flat, {size:<6}: per step, {longest} steps / {shortest} steps = {flat:.2f}x "
+            f"(in-loop {flat_loop:.2f}x); target <= {FLAT_TARGET}x: {verdict(met)}"
+        )
+        print(
+            f"              within the {longest}-step runs: median step of the last quarter "
+            f"/ of the first quarter = {long.growth():.2f}x"
+        )
+    worst = max(s.per_step_ratio() for s in series)
+    worst_loop = max(s.loop_ratio() for s in series)
+    met = worst <= FLOOR_TARGET
+    ok = ok and met
+    if len(series[0].samples) < 5:
+        print("(fewer than 5 repetitions: the verdicts are only indicative)")
+    print(
+        f"vs floor     : worst per step = {worst:.2f}x the four-commit floor "
+        f"(in-loop {worst_loop:.2f}x); target <= {FLOOR_TARGET}x: {verdict(met)}"
+    )
+    return ok
+
+
+# --- main ---------------------------------------------------------------------------------------
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--quick", action="store_true", help="2 repetitions (about 10 s)")
+    parser.add_argument("--repeats", type=int, default=None, help="repetitions (default 11)")
+    parser.add_argument(
+        "--dir", default=None, help="where to put the databases (default: a new temp dir)"
+    )
+    parser.add_argument(
+        "--fresh", action="store_true", help="a new store file per run (its WAL grows throughout)"
+    )
+    parser.add_argument(
+        "--check", action="store_true", help="exit 1 when a target is missed (noisy machines!)"
+    )
+    args = parser.parse_args(argv)
+    if args.repeats is None:
+        args.repeats = 2 if args.quick else 11
+    if args.repeats < 1:
+        parser.error("--repeats must be at least 1")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    floor_commits = 30 if args.quick else 50
+    began = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="agentrt-bench-", dir=args.dir) as directory:
+        now = datetime.now(UTC)
+        print(f"agentrt {agentrt.__version__} driver benchmark, {now:%Y-%m-%d %H:%M}Z")
+        print(
+            f"python {platform.python_version()}, sqlite {sqlite3.sqlite_version}, "
+            f"{os.cpu_count()} cores, {platform.machine()}, {platform.system()}"
+        )
+        fs = filesystem_of(directory)
+        print(f"databases in {directory} ({fs}); store: {store_settings(directory)}")
+        if fs.startswith("tmpfs") or fs.startswith("ramfs"):
+            print("WARNING: a memory filesystem makes fsync free; pass --dir on a real disk")
+        print(f"load average at start: {load_average()}")
+        kind = "a new store file per run" if args.fresh else "one store, warmed up, for all runs"
+        print(f"{args.repeats} repetitions, medians; tool steps per run: {STEP_COUNTS}; {kind}")
+        sys.stdout.flush()
+
+        tools = {size: make_tool("x" * length) for size, length in SIZES.items()}
+        floor = Floor(directory)
+        stores = Stores(directory, args.fresh)
+        try:
+            # Warm up imports, the thread pools and the disk; grow the shared store's
+            # WAL to its checkpoint size, as in a store that has been in use.
+            stores.run(tools["small"], 60)
+            floor.measure(10, fresh=True)
+
+            series = [Series(n, size) for n in STEP_COUNTS for size in SIZES]
+            warm: list[float] = []
+            fresh: list[float] = []
+            paired, other = (fresh, warm) if args.fresh else (warm, fresh)
+            for round_ in range(args.repeats):
+                # Every figure once per round, in a different order each round, each
+                # run between two measurements of the floor: a noisy neighbour or a
+                # slow minute of the disk then weighs on both sides of each ratio.
+                other.append(floor.measure(floor_commits, fresh=not args.fresh))
+                for s in random.Random(round_).sample(series, len(series)):
+                    before = floor.measure(floor_commits, fresh=args.fresh)
+                    sample = stores.run(tools[s.size], s.steps)
+                    after = floor.measure(floor_commits, fresh=args.fresh)
+                    paired.extend((before, after))
+                    sample.floor_us = (before + after) / 2
+                    s.samples.append(sample)
+                print(f"  round {round_ + 1}/{args.repeats} done", file=sys.stderr, flush=True)
+        finally:
+            stores.close()
+            floor.close()
+        ok = report(series, warm, fresh, fresh_runs=args.fresh)
+    print(f"\nload average at end: {load_average()} (other processes make every figure noisier)")
+    print(f"(took {time.perf_counter() - began:.0f} s)")
+    return 0 if ok or not args.check else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,59 @@
+"""Stored time formats: one exact shape, round-tripped, everything else refused."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta, timezone
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from agentrt.clock import duration_to_ns, format_time, ns_to_duration, parse_time
+
+
+def test_format_is_utc_with_six_fraction_digits_and_z() -> None:
+    assert format_time(datetime(2026, 11, 30, 2, 42, 14, 123456, tzinfo=UTC)) == (
+        "2026-11-30T02:42:14.123456Z"
+    )
+    east = timezone(timedelta(hours=5))
+    assert format_time(datetime(2026, 1, 1, tzinfo=east)) == "2025-12-31T19:00:00.000000Z"
+    assert format_time(datetime(999, 1, 1, tzinfo=UTC)) == "0999-01-01T00:00:00.000000Z"
+    assert format_time(None) == ""
+
+
+def test_naive_datetimes_are_refused() -> None:
+    with pytest.raises(ValueError, match="naive"):
+        format_time(datetime(2026, 1, 1))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "2026-02-30T00:00:00.000000Z",  # no such day
+        "2026-11-30T24:00:00.000000Z",
+        "2026-11-30T00:00:60.000000Z",
+        "2026-11-30T02:42:14Z",  # not the stored shape
+        "2026-11-30T02:42:14.123456+00:00",
+        "２026-11-30T02:42:14.123456Z",  # fullwidth digit
+        "x",
+    ],
+)
+def test_anything_but_the_stored_shape_is_refused(text: str) -> None:
+    with pytest.raises(ValueError):
+        parse_time(text)
+
+
+def test_empty_text_is_unset() -> None:
+    assert parse_time("") is None
+
+
+@given(st.datetimes(timezones=st.just(UTC)))
+def test_round_trip(value: datetime) -> None:
+    text = format_time(value)
+    assert parse_time(text) == value
+    assert format_time(parse_time(text)) == text
+
+
+@given(st.timedeltas(min_value=timedelta(0)))
+def test_durations_round_trip_through_nanoseconds(value: timedelta) -> None:
+    assert ns_to_duration(duration_to_ns(value)) == value
