@@ -435,7 +435,7 @@ def test_parse_dollars() -> None:
     assert parse_dollars("5") == 5_000_000
     assert parse_dollars("4.41") == 4_410_000
     assert parse_dollars("$0.50") == 500_000
-    for bad in ("five", "-1", "0.0000001", "nan", "$"):
+    for bad in ("five", "-1", "0.0000001", "nan", "$", "1e3", "5_000", "\u0665", " $ 5", "inf"):
         with pytest.raises(ConfigError):
             parse_dollars(bad)
 
@@ -446,7 +446,9 @@ def test_price_table_tells_free_from_unpriced() -> None:
     assert table.lookup("paid:big").cost_micros(Usage(10**6, 10**6, 0)) == 18_000_000
     with pytest.raises(ConfigError, match="has no price"):
         table.lookup("paid:unknown")
-    assert ModelConfig(model="x", prices=table).price("paid:unknown") is None
+    with pytest.raises(ConfigError, match="has no price"):
+        ModelConfig(model="x", prices=table).price("paid:unknown")
+    assert ModelConfig(model="x").price("anything") is None  # no prices given: unpriced
 
 
 def test_cached_tokens_use_the_cached_price() -> None:
@@ -496,3 +498,99 @@ def test_a_late_model_result_after_a_cancel_is_not_charged_twice(db_path: Path) 
     final = store.get_run(run.id)
     assert (final.input_tokens, final.output_tokens) == (projected.input_tokens, 100)
     assert "model.completed" not in event_types(store, run.id)
+
+
+def test_a_model_missing_from_its_price_table_is_refused_before_dispatch(
+    store: agentrt.Store,
+) -> None:
+    model = FakeModel(reply(), name="paid:unknown")
+    run = drive(store, model, config=ModelConfig(model="paid:unknown", prices=PriceTable({})))
+    assert (run.status, run.reason) == ("FAILED", "model_unavailable")
+    assert "has no price" in run.reason_detail
+    assert model.requests == [] and store.list_model_calls(run.id) == []
+
+
+@pytest.mark.parametrize("cap", [0, -1])
+def test_an_output_cap_that_is_not_positive_is_refused(store: agentrt.Store, cap: int) -> None:
+    bad = ModelRequest(
+        system="", messages=[Message("user", [TextBlock("hi")])], max_output_tokens=cap
+    )
+    model = FakeModel(reply())
+    run = drive(store, model, agent=model_agent(bad), limits=Limits(max_total_tokens=100))
+    assert (run.status, run.reason) == ("FAILED", "agent_error")
+    assert "positive integer" in run.reason_detail
+    assert model.requests == []
+
+
+def test_the_retry_waits_at_least_the_providers_retry_after(store: agentrt.Store) -> None:
+    import agentrt.accounting as accounting
+
+    model = FakeModel(TransientModelError("busy", retry_after=timedelta(seconds=3)), reply())
+    config = ModelConfig(
+        model="fake:model", prices=PRICE, max_retries=2, backoff=timedelta(milliseconds=10)
+    )
+    sleeps: list[float] = []
+    original = accounting.AccountingCaller.__init__
+
+    def recording_init(self: Any, *args: Any, **kwargs: Any) -> None:
+        async def sleep(seconds: float) -> None:
+            sleeps.append(seconds)
+
+        original(self, *args, sleep=sleep, **kwargs)
+
+    accounting.AccountingCaller.__init__ = recording_init  # type: ignore[method-assign]
+    try:
+        run = drive(store, model, config=config)
+    finally:
+        accounting.AccountingCaller.__init__ = original  # type: ignore[method-assign]
+    assert run.status == "COMPLETED"
+    assert sleeps == [3.0]
+
+
+def test_a_wait_past_the_elapsed_time_limit_gives_up(store: agentrt.Store) -> None:
+    model = FakeModel(TransientModelError("busy", retry_after=timedelta(minutes=30)), reply())
+    config = ModelConfig(
+        model="fake:model", prices=PRICE, max_retries=3, max_retry_after=timedelta(hours=1)
+    )
+    run = drive(store, model, config=config, limits=Limits(max_elapsed_time=timedelta(minutes=10)))
+    assert (run.status, run.reason) == ("FAILED", "model_unavailable")
+    assert len(model.requests) == 1
+
+
+def test_an_attempt_whose_outcome_was_never_recorded_is_charged_when_the_run_ends(
+    store: agentrt.Store, db_path: Path
+) -> None:
+    """A settle that never committed (the store was locked past its timeout, say) leaves
+    the attempt `dispatched`; the run's ending charges it at its estimate."""
+
+    async def decide(input: StepInput) -> Decision:
+        conn = sqlite3.connect(db_path)
+        conn.execute(
+            "INSERT INTO model_calls (id, run_id, step_id, attempt, status, model, "
+            "input_tokens, output_tokens, cost_micros) "
+            "VALUES ('c' || hex(randomblob(15)), ?, ?, 1, 'dispatched', 'fake:model', "
+            "40, 100, 1620)",
+            (input.run.id, input.steps[-1].id),
+        )
+        conn.commit()
+        conn.close()
+        return Decision.complete()
+
+    run = drive(store, FakeModel(), agent=decide)
+    assert run.status == "COMPLETED"
+    (attempt,) = store.list_model_calls(run.id)
+    assert attempt.status == "ambiguous"
+    final = store.get_run(run.id)
+    assert (final.input_tokens, final.output_tokens, final.estimated_cost_micros) == (40, 100, 1620)
+    types = event_types(store, run.id)
+    assert types[-2:] == ["model.failed", "run.finished"]
+
+
+def test_a_projection_beyond_64_bits_saturates_instead_of_crashing(store: agentrt.Store) -> None:
+    huge = ModelRequest(
+        system="", messages=[Message("user", [TextBlock("hi")])], max_output_tokens=10**20
+    )
+    model = FakeModel(TimeoutError("lost"))
+    run = drive(store, model, agent=model_agent(huge))
+    assert (run.status, run.reason) == ("FAILED", "model_unavailable")
+    assert store.get_run(run.id).output_tokens == 2**63 - 1

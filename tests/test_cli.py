@@ -1070,3 +1070,76 @@ def test_python_dash_m_and_main_agree(db_path: Path, capsys: pytest.CaptureFixtu
     assert entry(["--db", str(db_path), "runs"]) == 0
     in_process = capsys.readouterr().out
     assert agentrt_cmd("--db", str(db_path), "runs").stdout == in_process
+
+
+# --- findings of the review ---------------------------------------------------------------------
+
+
+def test_a_y_typed_before_the_request_is_shown_is_no_answer(db_path: Path) -> None:
+    run = waiting_run(db_path)
+    env = clean_env(COLUMNS="200", LINES="50")
+    pid, fd = pty.fork()
+    if pid == 0:
+        try:
+            os.execve(
+                sys.executable,
+                [sys.executable, "-m", "agentrt", "--db", str(db_path), "approve", run.id],
+                env,
+            )
+        finally:
+            os._exit(127)
+    try:
+        os.write(fd, b"y\n")  # typed ahead, before anything is on the screen
+        output = _read_until(fd, PROMPT)
+        os.write(fd, b"\x04")  # then no answer at the prompt
+        output += _read_until(fd, None)
+    finally:
+        os.close(fd)
+        _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 1, output
+    assert pending(db_path, run.id).status == "pending"
+
+
+def test_verify_refuses_a_range_that_stops_short_of_the_kept_head(db_path: Path) -> None:
+    waiting_run(db_path)
+    store = agentrt.open_existing(db_path, read_only=True)
+    seq, digest = store.chain_head()
+    store.close()
+    short = agentrt_cmd("--db", str(db_path), "verify", "--to", "2", "--head", f"{seq}:{digest}")
+    assert short.returncode == 2 and "must reach the kept head" in short.stderr
+    backwards = agentrt_cmd("--db", str(db_path), "verify", "--from", "5", "--to", "3")
+    assert backwards.returncode == 2 and "nothing to check" in backwards.stderr
+    zero = agentrt_cmd("--db", str(db_path), "verify", "--head", "0:" + "0" * 64)
+    assert zero.returncode == 2 and "names no event" in zero.stderr
+
+
+def test_huge_numbers_and_unusable_paths_are_one_sentence_not_a_traceback(db_path: Path) -> None:
+    run = waiting_run(db_path)
+    huge = agentrt_cmd("--db", str(db_path), "runs", "--offset", "9" * 20)
+    assert huge.returncode == 2 and "Traceback" not in huge.stderr
+    cursor = agentrt_cmd(
+        "--db",
+        str(db_path),
+        "events",
+        run.id,
+        "--cursor",
+        str(db_path.parent / "missing" / "dir" / "cursor"),
+    )
+    assert cursor.returncode == 1, cursor.stderr
+    assert "Traceback" not in cursor.stderr
+    assert len(cursor.stderr.strip().splitlines()) == 1
+
+
+def test_json_output_escapes_del(db_path: Path) -> None:
+    run = waiting_run(db_path, goal="rm\x7f -rf")
+    shown = agentrt_cmd("--db", str(db_path), "--json", "show", run.id)
+    assert shown.returncode == 0
+    assert "\x7f" not in shown.stdout and "\\u007f" in shown.stdout
+
+
+def test_a_run_id_that_is_not_an_id_is_refused_at_start(tmp_path: Path) -> None:
+    store = agentrt.open_store(tmp_path / "ids.db")
+    driver = agentrt.Driver(store=store, agent=ScriptedAgent([]), policy=agentrt.default_policy())
+    with pytest.raises(agentrt.ConfigError, match="32 lowercase hex"):
+        driver.start_sync("g", run_id="x $(touch /tmp/pwned) ; echo")
+    assert store.list_runs() == []

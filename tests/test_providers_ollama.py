@@ -173,11 +173,17 @@ def test_done_reason_normalized(done_reason: str | None, stop: str, uses: int) -
     assert response.usage.output_tokens == 298  # a truncated reply keeps its usage
 
 
-def test_absent_counts_are_zero_as_ollama_omits_them() -> None:
-    reply = ollama_chat(content="cached", prompt_eval_count=None, eval_count=None)
+def test_an_absent_prompt_count_is_zero_as_ollama_omits_it() -> None:
+    reply = ollama_chat(content="cached", prompt_eval_count=None, eval_count=7)
     usage = parse_response(json.dumps(reply).encode()).usage
-    assert usage.to_json() == {"input_tokens": 0, "output_tokens": 0, "cached_input_tokens": 0}
+    assert usage.to_json() == {"input_tokens": 0, "output_tokens": 7, "cached_input_tokens": 0}
     assert usage.plausible
+
+
+def test_a_reply_with_content_but_no_output_count_is_unusable_usage() -> None:
+    reply = ollama_chat(content="a long answer", prompt_eval_count=12, eval_count=None)
+    usage = parse_response(json.dumps(reply).encode()).usage
+    assert not usage.plausible  # the caller charges the estimate and ends the run
 
 
 @pytest.mark.parametrize("counts", [(-1, 5), (3.5, 5), (3, "5"), (3, True)])

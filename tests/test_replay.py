@@ -196,8 +196,11 @@ def test_a_failed_write_leaves_the_previous_recording_whole(
         raise OSError("disk full")
 
     monkeypatch.setattr(os, "replace", broken_replace)
-    with pytest.raises(OSError, match="disk full"):
+    # The provider served (and billed) the reply: the caller must still charge it,
+    # so the failure to record is a served error carrying the reply's usage.
+    with pytest.raises(ServedModelError, match="could not be recorded: disk full") as caught:
         play(Recorder(ScriptedModel([reply("lost")], name="m"), tmp_path), request())
+    assert caught.value.usage == reply("lost").usage
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
 
 

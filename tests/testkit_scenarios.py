@@ -239,7 +239,7 @@ def with_model() -> Scenario:
         goal="charge order 17",
         operator=always(Verdict.APPROVE),
         now=Clock(),
-        new_id=ids("m"),
+        new_id=ids("e"),
         lease_ttl=LEASE,
         name="with_model",
     )

@@ -34,15 +34,25 @@ from . import events as ev
 from .canonical import canonical_json
 from .clock import duration_to_ms, format_time
 from .errors import (
+    ConfigError,
     LimitExceeded,
     ModelUnavailableError,
     ServedModelError,
     TransientModelError,
 )
-from .model import Model, ModelConfig, ModelRequest, ModelResponse, Price, Usage
+from .model import (
+    Model,
+    ModelConfig,
+    ModelRequest,
+    ModelResponse,
+    Price,
+    UnpricedModelError,
+    Usage,
+)
 from .records import ModelCallStatus, Run, Step, TerminalReason
 from .session import POINT_MODEL_DISPATCHED
 from .store import Tx, clamp_charge, run_from_row, saturating_add_sql
+from .transitions import charge_run
 
 if TYPE_CHECKING:
     from .session import RunSession
@@ -117,8 +127,15 @@ class AccountingCaller:
                 else TerminalReason.LIMIT_COST,
                 "a request with no output cap cannot be held to a token or cost limit",
             )
+        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap <= 0):
+            # A zero or negative cap would project less than nothing, and some
+            # servers read it as "unlimited": it cannot be held to any limit.
+            raise ConfigError(f"max_output_tokens must be a positive integer, got {cap!r}")
         request = replace(request, max_output_tokens=cap)
-        price = self._config.price(self._model.name)
+        try:
+            price = self._config.price(self._model.name)
+        except UnpricedModelError as exc:
+            raise ModelUnavailableError(str(exc)) from None
         projection = project(request, cap or 0, price)
         attempt = 0
         while True:
@@ -168,9 +185,9 @@ class AccountingCaller:
                     self._step.id,
                     attempt,
                     self._model.name,
-                    projection.input_tokens,
-                    projection.output_tokens,
-                    projection.cost_micros or 0,
+                    clamp_charge(projection.input_tokens),
+                    clamp_charge(projection.output_tokens),
+                    clamp_charge(projection.cost_micros or 0),
                     format_time(now),
                 ),
             )
@@ -227,7 +244,7 @@ class AccountingCaller:
                 )
 
     async def _send(self, request: ModelRequest, record: _Attempt) -> _Outcome:
-        price = self._config.price(self._model.name)
+        price = self._config.price(self._model.name)  # looked up (and refused) before dispatch
         try:
             response = await asyncio.wait_for(
                 self._model.generate(request), self._config.call_timeout.total_seconds()
@@ -384,63 +401,6 @@ class _Outcome:
 
 def projection_usage(projection: Projection) -> Usage:
     return Usage(input_tokens=projection.input_tokens, output_tokens=projection.output_tokens)
-
-
-def charge_run(tx: Tx, run_id: str, usage: Usage, cost_micros: int) -> None:
-    """Add usage and cost to the run's totals, saturating at 2^63-1, never negative."""
-    tx.execute(
-        "UPDATE runs SET "
-        f"input_tokens = {saturating_add_sql('input_tokens', ':input')}, "
-        f"output_tokens = {saturating_add_sql('output_tokens', ':output')}, "
-        f"cached_input_tokens = {saturating_add_sql('cached_input_tokens', ':cached')}, "
-        f"estimated_cost_micros = {saturating_add_sql('estimated_cost_micros', ':cost')} "
-        "WHERE id = :id",
-        {
-            "input": clamp_charge(usage.input_tokens),
-            "output": clamp_charge(usage.output_tokens),
-            "cached": clamp_charge(usage.cached_input_tokens),
-            "cost": clamp_charge(cost_micros),
-            "id": run_id,
-        },
-    )
-
-
-def charge_dispatched_at_takeover(tx: Tx, run_id: str, now: datetime) -> None:
-    """A process died during a model request: charge its attempt at the estimate it reserved.
-
-    Runs inside the takeover transaction, so a crash can never make spend vanish
-    from the totals.
-    """
-    rows = tx.execute(
-        "SELECT id, step_id, attempt, model, input_tokens, output_tokens, cost_micros, "
-        "dispatched_at FROM model_calls WHERE run_id = ? AND status = 'dispatched' ORDER BY rowid",
-        (run_id,),
-    ).fetchall()
-    for row in rows:
-        usage = Usage(input_tokens=row["input_tokens"], output_tokens=row["output_tokens"])
-        error = "the process died during the request; charged at the conservative estimate"
-        tx.execute(
-            "UPDATE model_calls SET status = 'ambiguous', error = ?, completed_at = ? "
-            "WHERE id = ? AND status = 'dispatched'",
-            (error, format_time(now), row["id"]),
-        )
-        charge_run(tx, run_id, usage, row["cost_micros"])
-        tx.append_event(
-            run_id,
-            row["step_id"],
-            now,
-            ev.MODEL_FAILED,
-            {
-                "call_id": row["id"],
-                "attempt": row["attempt"],
-                "status": "ambiguous",
-                "model": row["model"],
-                "usage": usage.to_json(),
-                "cost_micros": row["cost_micros"],
-                "latency_ms": 0,
-                "error": error,
-            },
-        )
 
 
 def _describe(exc: BaseException) -> str:

@@ -23,6 +23,7 @@ import importlib
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import sqlite3
@@ -395,7 +396,7 @@ def cmd_show(args: argparse.Namespace, out: Output) -> int:
     if len(steps.steps) < steps.total:
         out.hint(
             f"showing {len(steps.steps)} of {_number(steps.total)} steps; see others with "
-            f"agentrt show {sanitize(run.id)} --offset N [--limit N] (at most {view.STEP_PAGE_MAX})"
+            f"agentrt show {_arg(run.id)} --offset N [--limit N] (at most {view.STEP_PAGE_MAX})"
         )
     return EXIT_OK
 
@@ -408,8 +409,8 @@ def _fields(out: Output, fields: Sequence[tuple[str, str]], indent: str = "") ->
 
 def _waiting_block(out: Output, run_id: str, approval: Approval, *, several: bool) -> None:
     out.line(f"WAITING FOR APPROVAL {sanitize(approval.id)}")
-    decide = f"agentrt approve {sanitize(run_id)}"
-    also = f"agentrt reject {sanitize(run_id)}"
+    decide = f"agentrt approve {_arg(run_id)}"
+    also = f"agentrt reject {_arg(run_id)}"
     if several:
         decide += f" --approval {sanitize(approval.id)}"
         also += f" --approval {sanitize(approval.id)}"
@@ -460,7 +461,7 @@ def cmd_events(args: argparse.Namespace, out: Output) -> int:
         if not args.follow:
             follower.run(sink, follow=False, max_events=args.limit or EVENTS_PAGE_DEFAULT)
             if follower.poll(1):
-                more = f"agentrt events{'' if show_run else ' ' + sanitize(args.run)}"
+                more = f"agentrt events{'' if show_run else ' ' + _arg(args.run)}"
                 out.hint(
                     f"more events after seq {follower.position}: {more} --after {follower.position}"
                 )
@@ -512,6 +513,14 @@ _PROBLEMS = {
 
 def cmd_verify(args: argparse.Namespace, out: Output) -> int:
     head = _parse_head(args.head) if args.head is not None else None
+    if args.from_seq is not None and args.to_seq is not None and args.from_seq > args.to_seq:
+        raise UsageError(f"--from {args.from_seq} is after --to {args.to_seq}: nothing to check")
+    if head is not None and args.to_seq is not None and args.to_seq < head[0]:
+        # A kept head vouches for the chain up to it; a range that stops short of
+        # it checks nothing against it, and must not say that it matches.
+        raise UsageError(
+            f"--head {head[0]}:… lies beyond --to {args.to_seq}: the range must reach the kept head"
+        )
     with _open(args) as store:
         report = store.verify_events(args.from_seq, args.to_seq, head=head)
     if out.json:
@@ -560,6 +569,10 @@ def _parse_head(text: str) -> tuple[int, str]:
         raise UsageError(
             f"--head must be SEQ:HASH as verify prints it (a seq, a colon, 64 lowercase hex "
             f"characters), not {sanitize(text)!r}"
+        )
+    if int(match[1]) == 0:
+        raise UsageError(
+            "--head 0:… names no event: a kept head is the seq and hash verify printed"
         )
     return int(match[1]), match[2]
 
@@ -659,6 +672,21 @@ def show_approval(out: Output, approval: Approval, reason: str, *, verb: str) ->
     out.line(f"hash  {sanitize(approval.hash)}")
 
 
+def _arg(text: str) -> str:
+    """A value inside a command the operator is told to run: quoted for the shell, escaped."""
+    return sanitize(shlex.quote(text))
+
+
+def _drop_typeahead(stream: TextIO) -> None:
+    """Keys typed before the request was on the screen are no answer to it: drop them."""
+    try:
+        import termios
+    except ImportError:  # not a POSIX terminal: nothing to flush
+        return
+    with contextlib.suppress(OSError, termios.error):
+        termios.tcflush(stream.fileno(), termios.TCIFLUSH)
+
+
 def _confirm(out: Output, approval: Approval, verb: str) -> None:
     """Ask at the terminal; anything but y (or yes) refuses, and so do EOF and no terminal."""
     stdin = sys.stdin
@@ -668,6 +696,7 @@ def _confirm(out: Output, approval: Approval, verb: str) -> None:
             f"not {done}: there is no terminal to ask at, and nothing was decided; pass "
             f"--yes (or --approval ID) to {verb} without being asked"
         )
+    _drop_typeahead(stdin)
     out.stdout.write(
         f"{verb.capitalize()} this request (hash {sanitize(approval.hash[:16])}…)? "
         f"Type y to {verb}, anything else refuses: "
@@ -746,14 +775,18 @@ def cmd_cancel(args: argparse.Namespace, out: Output) -> int:
 # --- parsing ------------------------------------------------------------------------------------
 
 
+_MAX_INT64 = 2**63 - 1  # what SQLite can bind
+
+
 def _bounded(low: int, high: int | None) -> Callable[[str], int]:
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-        if value < low or (high is not None and value > high):
-            bound = f"between {low} and {high}" if high is not None else f"at least {low}"
+        top = _MAX_INT64 if high is None else min(high, _MAX_INT64)
+        if value < low or value > top:
+            bound = f"between {low} and {top}"
             raise argparse.ArgumentTypeError(f"must be {bound}, got {value}")
         return value
 
@@ -1003,6 +1036,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_ERROR
     except KeyboardInterrupt:
         out.error("interrupted")
+        return EXIT_ERROR
+    except OverflowError:
+        out.error("a number on the command line is too large (at most 2^63-1)")
+        return EXIT_USAGE
+    except OSError as e:
+        # A cursor file or a directory the command could not use: one sentence.
+        out.error(sanitize(f"{e.strerror or e}: {e.filename}" if e.filename else str(e)))
         return EXIT_ERROR
 
 

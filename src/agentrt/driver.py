@@ -14,6 +14,7 @@ begin a step, ask the agent, propose its decision, execute what was allowed.
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from datetime import timedelta
@@ -62,6 +63,8 @@ from .tools import Tool, spec_hash, validate_tools
 from .transitions import fail_step, finish_run
 
 T = TypeVar("T")
+
+_ID = re.compile(r"[0-9a-f]{32}")
 
 
 @runtime_checkable
@@ -178,6 +181,10 @@ class Driver:
         if not isinstance(limits, Limits):
             raise ConfigError("limits must be an agentrt.Limits")
         rid = run_id if run_id is not None else self.new_id()
+        if not isinstance(rid, str) or not _ID.fullmatch(rid):
+            # store.md: ids are 32 lowercase hex characters. Anything else would end
+            # up inside commands an operator is told to copy and run.
+            raise ConfigError(f"run id {rid!r} is not 32 lowercase hex characters")
         with self._exclusive(rid):
             session = await self._create(rid, goal, limits)
             try:

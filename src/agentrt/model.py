@@ -12,6 +12,7 @@ so free and unpriced stay distinguishable.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -22,6 +23,8 @@ from .errors import ConfigError
 from .records import ToolSpec
 
 JSON = Any
+
+_DOLLARS = re.compile(r"\$?[0-9]+(?:\.[0-9]+)?")
 
 STOP_REASONS = ("tool_use", "end_turn", "max_tokens", "refusal", "model_context_window_exceeded")
 
@@ -233,15 +236,16 @@ class ModelConfig:
     max_retry_after: timedelta = timedelta(minutes=1)
 
     def price(self, model_name: str) -> Price | None:
-        """The price of one attempt; None when unpriced."""
+        """The price of one attempt; None when no prices were given at all.
+
+        A price table that lacks the model refuses (`UnpricedModelError`): the
+        table says this is a paid model whose spend could not be accounted.
+        """
         if self.prices is None:
             return None
         if isinstance(self.prices, Price):
             return self.prices
-        try:
-            return self.prices.lookup(model_name)
-        except UnpricedModelError:
-            return None
+        return self.prices.lookup(model_name)
 
 
 def parse_dollars(text: str) -> int:
@@ -249,6 +253,10 @@ def parse_dollars(text: str) -> int:
     if not isinstance(text, str):
         raise ConfigError(f"a dollar amount must be text, got {type(text).__name__}")
     cleaned = text.strip()
+    # Only what people write for money: digits, one optional point, an optional
+    # leading "$". Decimal alone would also take "1e3", "5_000" and other scripts' digits.
+    if not _DOLLARS.fullmatch(cleaned):
+        raise ConfigError(f"{text!r} is not a dollar amount like 5, 4.41 or $0.50")
     if cleaned.startswith("$"):
         cleaned = cleaned[1:]
     try:

@@ -9,7 +9,6 @@ out at its next write.
 
 from __future__ import annotations
 
-from .accounting import charge_dispatched_at_takeover
 from .approval import decide
 from .clock import Clock, format_time, wall_clock
 from .errors import NotFoundError, RunStateError
@@ -95,9 +94,6 @@ class Operator:
                     now,
                     from_statuses=(step_row["status"],),
                 )
-            # A process that died mid-request leaves its attempt uncharged: charge
-            # it now, or the spend would vanish with the run.
-            charge_dispatched_at_takeover(tx, run_id, now)
             # Pending approvals of a cancelled run can never be acted on.
             tx.execute(
                 "UPDATE approvals SET status = 'expired', decided_at = ?, decided_by = ?, "

@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import contextlib
 import hashlib
 import os
 import secrets
@@ -396,7 +397,9 @@ class Recorder:
             self._record(key, request, {"cancelled": True})
             raise
         except Exception as exc:
-            await asyncio.to_thread(self._record, key, request, {"error": _error_to_json(exc)})
+            # The provider's own failure is what the caller must classify.
+            with contextlib.suppress(OSError):
+                await asyncio.to_thread(self._record, key, request, {"error": _error_to_json(exc)})
             raise
         # A misbehaving adapter may return anything: recorded as a failure (its
         # replay cannot return the same wrong object), never as a response.
@@ -404,7 +407,15 @@ class Recorder:
             entry: dict[str, Any] = {"response": response_to_json(response)}
         else:
             entry = {"error": _error_to_json(TypeError(f"not a ModelResponse: {response!r}"))}
-        await asyncio.to_thread(self._record, key, request, entry)
+        try:
+            await asyncio.to_thread(self._record, key, request, entry)
+        except OSError as exc:
+            # The provider served (and billed) this reply: the attempt must still be
+            # charged its usage, so the failure to record is a served error.
+            usage = response.usage if isinstance(cast(object, response), ModelResponse) else None
+            raise ServedModelError(
+                f"the reply was served but could not be recorded: {exc}", usage=usage
+            ) from exc
         return response
 
     def _record(self, key: str, request: ModelRequest, entry: dict[str, Any]) -> None:

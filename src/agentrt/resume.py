@@ -27,7 +27,6 @@ from datetime import datetime
 from typing import Any
 
 from . import events as ev
-from .accounting import charge_dispatched_at_takeover
 from .approval import approval_hash, approval_request, verify_stored
 from .canonical import check_json, content_hash, to_text
 from .clock import format_time
@@ -66,7 +65,7 @@ from .session import (
 )
 from .store import Tx, approval_from_row, run_from_row, step_from_row
 from .tools import check_args
-from .transitions import fail_step, finish_run
+from .transitions import charge_dispatched, fail_step, finish_run
 
 INTERRUPTED_POLICY_ID = "agentrt:interrupted_side_effect"
 RECONCILE_POLICY_ID = "agentrt:reconcile"
@@ -467,7 +466,7 @@ async def take_over(config: LoopConfig, run_id: str) -> RunSession:
                     "proof": proof,
                 },
             )
-        charge_dispatched_at_takeover(tx, run_id, now)
+        charge_dispatched(tx, run_id, now)
         in_flight = tx.execute(
             "SELECT id, status FROM steps WHERE run_id = ? AND status IN ('deciding', 'executing') "
             "ORDER BY idx",

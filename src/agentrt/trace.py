@@ -149,17 +149,17 @@ def clip(text: str, width: int, *, ellipsis: str = "…") -> str:
 
 
 def ascii_json(text: str) -> str:
-    r"""JSON text with every non-ASCII character written as a `\uXXXX` escape.
+    r"""JSON text with every non-ASCII character (and DEL) written as a `\uXXXX` escape.
 
     Non-ASCII characters occur only inside JSON strings, where the escape means
     the same character; the result is lossless and safe to print to a terminal.
     """
-    if text.isascii():
+    if text.isascii() and "\x7f" not in text:
         return text
     out: list[str] = []
     for char in text:
         code = ord(char)
-        if code < 0x80:
+        if code < 0x7F:
             out.append(char)
         elif code < 0x10000:
             out.append(f"\\u{code:04x}")

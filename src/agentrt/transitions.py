@@ -14,8 +14,9 @@ from . import events as ev
 from .canonical import to_text
 from .clock import format_time
 from .errors import RunStateError
+from .model import Usage
 from .records import JSON, Observation, StepStatus
-from .store import Tx
+from .store import Tx, clamp_charge, saturating_add_sql
 
 
 def fail_step(
@@ -80,6 +81,8 @@ def finish_run(
     )
     if cur.rowcount != 1:
         raise RunStateError(f"run {run_id} moved before it could be finished")
+    # An attempt whose outcome was never recorded is charged before the run closes.
+    charge_dispatched(tx, run_id, now)
     steps = tx.execute("SELECT step_count FROM runs WHERE id = ?", (run_id,)).fetchone()[0]
     tx.append_event(
         run_id,
@@ -88,3 +91,62 @@ def finish_run(
         ev.RUN_FINISHED,
         {"status": str(status), "reason": str(reason), "detail": detail, "steps": steps},
     )
+
+
+def charge_run(tx: Tx, run_id: str, usage: Usage, cost_micros: int) -> None:
+    """Add usage and cost to the run's totals, saturating at 2^63-1, never negative."""
+    tx.execute(
+        "UPDATE runs SET "
+        f"input_tokens = {saturating_add_sql('input_tokens', ':input')}, "
+        f"output_tokens = {saturating_add_sql('output_tokens', ':output')}, "
+        f"cached_input_tokens = {saturating_add_sql('cached_input_tokens', ':cached')}, "
+        f"estimated_cost_micros = {saturating_add_sql('estimated_cost_micros', ':cost')} "
+        "WHERE id = :id",
+        {
+            "input": clamp_charge(usage.input_tokens),
+            "output": clamp_charge(usage.output_tokens),
+            "cached": clamp_charge(usage.cached_input_tokens),
+            "cost": clamp_charge(cost_micros),
+            "id": run_id,
+        },
+    )
+
+
+def charge_dispatched(tx: Tx, run_id: str, now: datetime) -> None:
+    """Charge every attempt still `dispatched` at the estimate it reserved.
+
+    A process that died during a model request (or a settle that never
+    committed) leaves its attempt `dispatched`. The takeover, a cancel and every
+    other ending of the run charge it here, in their own transaction, so spend
+    can never vanish from the totals.
+    """
+    rows = tx.execute(
+        "SELECT id, step_id, attempt, model, input_tokens, output_tokens, cost_micros, "
+        "dispatched_at FROM model_calls WHERE run_id = ? AND status = 'dispatched' ORDER BY rowid",
+        (run_id,),
+    ).fetchall()
+    for row in rows:
+        usage = Usage(input_tokens=row["input_tokens"], output_tokens=row["output_tokens"])
+        error = "its outcome was never recorded; charged at the conservative estimate"
+        tx.execute(
+            "UPDATE model_calls SET status = 'ambiguous', error = ?, completed_at = ? "
+            "WHERE id = ? AND status = 'dispatched'",
+            (error, format_time(now), row["id"]),
+        )
+        charge_run(tx, run_id, usage, row["cost_micros"])
+        tx.append_event(
+            run_id,
+            row["step_id"],
+            now,
+            ev.MODEL_FAILED,
+            {
+                "call_id": row["id"],
+                "attempt": row["attempt"],
+                "status": "ambiguous",
+                "model": row["model"],
+                "usage": usage.to_json(),
+                "cost_micros": row["cost_micros"],
+                "latency_ms": 0,
+                "error": error,
+            },
+        )

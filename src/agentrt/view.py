@@ -460,7 +460,8 @@ def approval_reason(store: Store, approval: Approval) -> str:
     if not rows or not isinstance(rows[0]["idx"], int):
         return ""
     steps = store.list_steps(approval.run_id, 1, rows[0]["idx"])
-    if not steps or steps[0].policy is None:
+    # The page is by position: with a gap in the indexes it holds another step.
+    if not steps or steps[0].id != approval.step_id or steps[0].policy is None:
         return ""
     return steps[0].policy.reason
 

@@ -222,6 +222,7 @@ def is_transient_status(status: int) -> bool:
 
 
 _SECONDS = re.compile(r"[0-9]{1,10}(?:\.[0-9]{1,6})?")
+_MANY_SECONDS = re.compile(r"[0-9]{11,}(?:\.[0-9]*)?")
 
 
 def parse_retry_after(headers: Mapping[str, str], now: datetime | None = None) -> timedelta | None:
@@ -239,6 +240,10 @@ def parse_retry_after(headers: Mapping[str, str], now: datetime | None = None) -
     value = value.strip()
     if _SECONDS.fullmatch(value):
         return timedelta(seconds=float(value))
+    if _MANY_SECONDS.fullmatch(value):
+        # More seconds than a timedelta holds: far beyond any max_retry_after,
+        # which is what the caller must hear (give up), not "no advice".
+        return timedelta.max
     try:
         when = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError, IndexError):

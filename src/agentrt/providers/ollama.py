@@ -238,9 +238,15 @@ def _count(reply: dict[str, Any], key: str) -> Any:
 def parse_response(raw: bytes, *, provider: str = PROVIDER) -> ModelResponse:
     """An `/api/chat` reply as a `ModelResponse` (raw bytes kept as they came)."""
     reply = parse_reply(raw, provider)
+    message_seen = reply.get("message")
+    produced = isinstance(message_seen, dict) and bool(
+        message_seen.get("content") or message_seen.get("tool_calls")
+    )
     usage = Usage(
         input_tokens=_count(reply, "prompt_eval_count"),
-        output_tokens=_count(reply, "eval_count"),
+        # A reply that says something cannot have cost no output: a missing
+        # `eval_count` then is unusable usage (-1: charged the estimate), not a zero.
+        output_tokens=reply.get("eval_count", -1) if produced else _count(reply, "eval_count"),
         cached_input_tokens=0,  # Ollama reports no prompt-cache hits
     )
     if "error" in reply:
