@@ -642,3 +642,184 @@ def test_a_takeover_of_a_run_whose_limits_will_not_decode_ends_it(db_path: Path)
     run = resumer(store, db_path, mode="lookup").resume_sync(run_id)
     assert (run.status, run.reason) == ("FAILED", "internal_error")
     assert len(child.journal_lines(db_path)) == 1
+
+
+def test_lease_a_cancelled_loop_keeps_its_lease_while_its_tool_thread_still_runs(
+    db_path: Path,
+) -> None:
+    """A plain-function tool cannot be stopped: after the caller cancels the loop, the run
+    must not be taken over (and the call started again) while the first call still runs."""
+    import asyncio
+
+    store = agentrt.open_store(db_path)
+    started = threading.Event()
+    release = threading.Event()
+
+    def charge(call: ToolCall) -> ToolResult:
+        started.set()
+        assert release.wait(20)
+        return ToolResult({"charged": True})
+
+    tool = RecordingTool("charge", SideEffect.REMOTE_MUTATION, result=charge)
+    allow_all = child.policy()
+    driver = agentrt.Driver(
+        store=store,
+        agent=ScriptedAgent([Decision.tool_call("charge", {})]),
+        policy=allow_all,
+        tools=[tool],
+        lease_ttl=timedelta(milliseconds=300),
+    )
+
+    async def cancel_mid_call() -> None:
+        task = asyncio.create_task(driver.start("g"))
+        while not started.is_set():
+            await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(cancel_mid_call())
+    (run,) = store.list_runs()
+    other = agentrt.Driver(
+        store=agentrt.open_store(db_path), agent=ScriptedAgent([]), policy=allow_all, tools=[tool]
+    )
+    time.sleep(1.0)  # more than three lease lengths: still renewed
+    with pytest.raises(RunLeasedError):
+        other.resume_sync(run.id)
+    release.set()
+    deadline = time.monotonic() + 10
+    while store.lease(run.id).owner and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert store.lease(run.id).owner == ""  # given back once the thread returned
+    resumed = other.resume_sync(run.id)
+    assert resumed.status == "WAITING_FOR_APPROVAL"
+    assert store.pending_approvals(run.id)[0].kind == "interrupted_side_effect"
+    assert len(tool.calls) == 1
+
+
+def test_lease_a_takeover_whose_reconcile_is_cancelled_gives_the_run_back(db_path: Path) -> None:
+    import asyncio
+
+    run_id = crash(db_path, "charge")
+    store = agentrt.open_store(db_path)
+
+    async def slow_reconcile(view: RunView) -> Reconciliation:
+        await asyncio.sleep(30)
+        return Reconciliation.conflict("never")
+
+    driver = resumer(
+        store, db_path, reconcile=slow_reconcile, lease_ttl=timedelta(milliseconds=300)
+    )
+
+    async def give_up() -> None:
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(driver.resume(run_id), 0.5)
+
+    asyncio.run(give_up())
+    assert store.lease(run_id).owner == ""
+    time.sleep(0.5)
+    assert store.lease(run_id).owner == ""  # no heartbeat left renewing it
+    run = resumer(store, db_path).resume_sync(run_id)
+    assert run.status == "WAITING_FOR_APPROVAL"
+
+
+def test_lease_lapsed_lease_starts_no_model_request(store: agentrt.Store) -> None:
+    from datetime import UTC, datetime
+
+    from agentrt.model import Message, ModelConfig, ModelRequest, TextBlock
+
+    sent: list[Any] = []
+    wall = [datetime.now(UTC)]
+
+    class Model:
+        name = "m"
+
+        async def generate(self, request: Any) -> Any:
+            sent.append(request)
+            raise AssertionError("never sent")
+
+    async def stall_then_ask(input: agentrt.StepInput) -> Decision:
+        wall[0] += timedelta(minutes=5)  # the loop stalled past its lease; nobody took it
+        await input.model.generate(
+            ModelRequest("", [Message("user", [TextBlock("hi")])], max_output_tokens=10)
+        )
+        return Decision.complete()
+
+    driver = agentrt.Driver(
+        store=store,
+        agent=ScriptedAgent([stall_then_ask]),
+        policy=agentrt.default_policy(),
+        model=Model(),
+        model_config=ModelConfig(model="m"),
+        wall=lambda: wall[0],
+    )
+    with pytest.raises(agentrt.LeaseLostError, match="lapsed"):
+        driver.start_sync("g")
+    assert sent == []
+    (run,) = store.list_runs()
+    assert store.list_model_calls(run.id) == []
+
+
+class DenyCharges:
+    policy_id = "deny-charges/1"
+
+    def evaluate(self, request: agentrt.ToolRequest, view: RunView) -> PolicyDecision:
+        return PolicyDecision.deny("charges are frozen")
+
+
+@pytest.mark.parametrize("change", ["policy_denies", "args_invalid"])
+def test_resume_an_approved_interrupted_call_still_passes_schema_and_policy(
+    db_path: Path, change: str
+) -> None:
+    run_id = crash(db_path, "charge")
+    store = agentrt.open_store(db_path)
+    resumer(store, db_path).resume_sync(run_id)
+    (approval,) = store.pending_approvals(run_id)
+    agentrt.approve(store, run_id, approval.id, by="ops")
+    tools = child.tools(db_path)
+    policy: Any = child.policy()
+    if change == "policy_denies":
+        policy = DenyCharges()
+    else:
+        spec = tools[0].spec
+        tools[0].spec = agentrt.ToolSpec(
+            spec.name,
+            spec.description,
+            {"type": "object", "properties": {"amount": {"type": "string"}}},
+            spec.side_effect,
+            spec.timeout,
+        )
+    driver = agentrt.Driver(
+        store=store, agent=ScriptedAgent(child.script("charge")), policy=policy, tools=tools
+    )
+    run = driver.resume_sync(run_id)
+    assert len(child.journal_lines(db_path)) == 1  # never called again
+    first = store.list_steps(run_id)[0]
+    assert first.status == "failed"
+    assert first.observation is not None
+    expected = "policy_denied" if change == "policy_denies" else "invalid_decision"
+    assert first.observation.kind == expected
+    assert run.status in ("COMPLETED", "FAILED")
+
+
+def test_resume_an_interrupted_grant_satisfies_the_policys_own_approval_of_the_same_request(
+    db_path: Path,
+) -> None:
+    """docs/decisions/0006: under a policy that asks a person for every charge, approving
+    the interrupted_side_effect approval is that person's answer; it is not asked twice."""
+    run_id = crash(db_path, "charge")
+    store = agentrt.open_store(db_path)
+    driver = agentrt.Driver(
+        store=store,
+        agent=ScriptedAgent(child.script("charge")),
+        policy=agentrt.default_policy(),
+        tools=child.tools(db_path),
+    )
+    assert driver.resume_sync(run_id).status == "WAITING_FOR_APPROVAL"
+    (approval,) = store.pending_approvals(run_id)
+    assert approval.kind == "interrupted_side_effect"
+    agentrt.approve(store, run_id, approval.id, by="ops")
+    run = driver.resume_sync(run_id)
+    assert run.status == "COMPLETED"
+    assert len(child.journal_lines(db_path)) == 2
+    assert [a.kind for a in store.list_approvals(run_id)] == ["interrupted_side_effect"]

@@ -14,6 +14,7 @@ begin a step, ask the agent, propose its decision, execute what was allowed.
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
@@ -46,7 +47,7 @@ from .records import (
     StepStatus,
     TerminalReason,
 )
-from .resume import Undecodable, load, resume_waiting, take_over
+from .resume import Undecodable, load, release_lease, resume_waiting, take_over
 from .session import (
     INLINE_IO,
     LoopConfig,
@@ -214,7 +215,7 @@ class Driver:
             except RunMoved as moved:  # an operator cancelled it under us
                 return moved.run
             finally:
-                if session is not None:
+                if session is not None and session.lingering_tool is None:
                     session.stop_heartbeat()
 
     def approve(
@@ -351,10 +352,15 @@ class Driver:
                 elif verdict in (Verdict.PENDING, Verdict.ENDED):
                     return session.run
         except asyncio.CancelledError:
-            await asyncio.shield(run_io(lambda: _release(config, session.run_id)))
+            lingering = session.lingering_tool
+            if lingering is None:
+                await asyncio.shield(run_io(lambda: release_lease(config, session.run_id)))
+            else:
+                lingering.add_done_callback(lambda _: _let_go(session))
             raise
         finally:
-            session.stop_heartbeat()
+            if session.lingering_tool is None:
+                session.stop_heartbeat()
 
     async def _decide(self, session: RunSession, step: Any) -> Decision | None:
         run, steps, approvals = session.step_input_parts()
@@ -407,13 +413,14 @@ class _Exclusive:
             self.driver._active.discard(self.run_id)
 
 
-def _release(config: LoopConfig, run_id: str) -> None:
-    """Give up our lease early (the loop was cancelled), so a resume need not wait."""
-    with config.store.transaction() as tx:
-        tx.execute(
-            "UPDATE runs SET lease_owner = '', lease_expires_at = '', lease_holder = '' "
-            "WHERE id = ? AND lease_owner = ?",
-            (run_id, config.owner),
+def _let_go(session: RunSession) -> None:
+    """A tool thread outlived its cancelled loop and has now returned: give the run up."""
+    session.stop_heartbeat()
+    try:
+        release_lease(session.config, session.run_id)
+    except Exception:  # the store may be closed by now: the lease then simply expires
+        logging.getLogger("agentrt").warning(
+            "could not release the lease on run %s; it will expire", session.run_id
         )
 
 

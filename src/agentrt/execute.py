@@ -93,22 +93,34 @@ def result_observation(spec: ToolSpec, result: Any) -> Observation:
     )
 
 
-async def _call(tool: Tool, call: ToolCall) -> Any:
+ToolThreads = list["concurrent.futures.Future[Any]"]
+
+
+async def _call(tool: Tool, call: ToolCall, threads: ToolThreads | None) -> Any:
     method = tool.call
     if inspect.iscoroutinefunction(method):
         return await method(call)
-    loop = asyncio.get_running_loop()
-    result = await loop.run_in_executor(_TOOL_THREADS, method, call)
+    future = _TOOL_THREADS.submit(method, call)
+    if threads is not None:
+        threads.append(future)
+    result = await asyncio.wrap_future(future)
     if inspect.isawaitable(result):
         result = await result
     return result
 
 
-async def invoke(tool: Tool, spec: ToolSpec, call: ToolCall) -> ToolOutcome:
-    """Run the tool once. Caller cancellation propagates (the driver records it)."""
+async def invoke(
+    tool: Tool, spec: ToolSpec, call: ToolCall, threads: ToolThreads | None = None
+) -> ToolOutcome:
+    """Run the tool once. Caller cancellation propagates (the driver records it).
+
+    A plain-function tool runs on a thread that outlives a timeout or a
+    cancellation; `threads` receives its future, so the caller can tell whether
+    the call is still running (and keep the lease until it is not).
+    """
     abort: str | None = None
     try:
-        result = await asyncio.wait_for(_call(tool, call), spec.timeout.total_seconds())
+        result = await asyncio.wait_for(_call(tool, call, threads), spec.timeout.total_seconds())
         observation = result_observation(spec, result)
     except TimeoutError:
         observation = _error(spec, "timeout", f"timed out after {spec.timeout.total_seconds():g}s")

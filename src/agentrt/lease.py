@@ -9,8 +9,11 @@ Invariants this module owns:
   injectable `now`, because expiry must agree between processes.
 - The heartbeat renews on its own thread and its own connection every third of
   the lease length, so neither a long tool call nor a consumer holding the
-  store's connection can starve it. An UPDATE that matches no row means another
-  owner took the run: the heartbeat stops and reports the loss.
+  store's connection (its lock) can starve it. A consumer holding a *write
+  transaction* open on the file can: SQLite has one writer at a time, and the
+  renewal waits for it (up to the busy timeout, then retries at the next tick).
+  An UPDATE that matches no row means another owner took the run: the
+  heartbeat stops and reports the loss.
 - The holder record (host id, pid, process start time) lets a resumer on the
   same host prove a previous owner dead (see `resume.py`).
 """
@@ -124,7 +127,9 @@ class ConnectionRenewer:
     """Renews on a connection of its own, opened lazily on the heartbeat's thread.
 
     A separate connection is what keeps a consumer holding the store's own
-    connection (or a long transaction on it) from starving the heartbeat.
+    connection (its lock, a long read) from starving the heartbeat. A write
+    transaction held open on the file is another matter: SQLite has one writer,
+    so the renewal waits for it (busy timeout), and retries at the next tick.
     """
 
     def __init__(self, connect: Callable[[], sqlite3.Connection]) -> None:

@@ -22,6 +22,7 @@ is paused or finished):
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -102,6 +103,10 @@ def check_live_lease(
     """
     if not lease_owner:
         return {"by": "no lease"}
+    if lease_owner == config.owner:
+        # This very driver held it: its loop stopped (an error), and it is not
+        # running now (a driver refuses a second concurrent call on a run).
+        return {"by": "this driver's own lease"}
     if expires_text <= format_time(config.wall()):
         return {"by": "lease expired"}
     proof = prove_dead(holder_text)
@@ -121,6 +126,16 @@ def _parse(text: str) -> datetime | None:
 
 class Undecodable(Exception):
     """The WAITING run's record will not decode: the driver fails it, never continues it."""
+
+
+def release_lease(config: LoopConfig, run_id: str) -> None:
+    """Give up this driver's lease on a RUNNING run whose loop stopped early."""
+    with config.store.transaction() as tx:
+        tx.execute(
+            "UPDATE runs SET lease_owner = '', lease_expires_at = '', lease_holder = '' "
+            "WHERE id = ? AND lease_owner = ?",
+            (run_id, config.owner),
+        )
 
 
 def require_latest(tx: Tx, step_id: str, approval: Approval) -> None:
@@ -501,7 +516,16 @@ async def take_over(config: LoopConfig, run_id: str) -> RunSession:
     # The lease is ours from here: keep it renewed while reconcile (consumer code,
     # maybe slow) decides, so nobody else takes the run over meanwhile.
     session.start_heartbeat()
-    await _after_interruption(session)
+    try:
+        await _after_interruption(session)
+    except BaseException:
+        # The caller never gets this session, so it cannot stop its heartbeat: stop
+        # it here, or the lease would be renewed for as long as this process lives
+        # and nobody could ever resume the run. A cancelled caller also gives the
+        # lease back (nothing is executing): a resume need not wait it out.
+        session.stop_heartbeat()
+        await asyncio.shield(run_io(lambda: release_lease(config, run_id)))
+        raise
     return session
 
 

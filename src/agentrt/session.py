@@ -240,6 +240,9 @@ class RunSession:
         # The lease heartbeat of the Driver executing this session, if any (the
         # test kit stops it without releasing the lease to imitate a dead process).
         self.heartbeat: Any = None
+        # A plain-function tool still running after the caller cancelled the loop:
+        # the lease is held (and renewed) until its thread returns.
+        self.lingering_tool: concurrent.futures.Future[Any] | None = None
 
     # -- plumbing -----------------------------------------------------------
 
@@ -829,11 +832,16 @@ class RunSession:
         call = ToolCall(
             run_id=self.run_id, step_id=step.id, args=copy_json(args), lease_epoch=self.epoch
         )
+        threads: list[concurrent.futures.Future[Any]] = []
         try:
-            outcome = await invoke(tool, spec, call)
+            outcome = await invoke(tool, spec, call, threads)
         except asyncio.CancelledError:
             # The caller cancelled us mid-call: the effect may have happened, so
             # its (unknown) outcome is recorded before the cancellation goes on.
+            # A plain-function tool cannot be stopped: while its thread runs, the
+            # lease stays ours (and renewed), or another process could take the
+            # run over and start the same call beside it.
+            running = next((f for f in threads if not f.done()), None)
             content = {"previous_status": "executing", "failure": "cancelled"}
             observation = Observation(
                 ObservationKind.INTERRUPTED,
@@ -842,8 +850,17 @@ class RunSession:
                 content_hash(content),
             )
             await asyncio.shield(
-                self.finish_tool(step, spec, started_at, observation, None, cancelled=True)
+                self.finish_tool(
+                    step,
+                    spec,
+                    started_at,
+                    observation,
+                    None,
+                    cancelled=True,
+                    keep_lease=running is not None,
+                )
             )
+            self.lingering_tool = running
             raise
         await self.probe(POINT_TOOL_EFFECT)
         await self.finish_tool(step, spec, started_at, outcome.observation, outcome.abort)
@@ -857,6 +874,7 @@ class RunSession:
         abort: str | None,
         *,
         cancelled: bool = False,
+        keep_lease: bool = False,
     ) -> None:
         config = self.config
 
@@ -935,7 +953,7 @@ class RunSession:
                     result=observation.content,
                     active_ms_add=active,
                 )
-            elif cancelled:
+            elif cancelled and not keep_lease:
                 # Leave the run RUNNING for a later resume, but give up the lease now:
                 # nobody should have to wait it out for a loop that has stopped.
                 tx.execute(
