@@ -457,7 +457,7 @@ def test_cached_tokens_use_the_cached_price() -> None:
     assert price.cost_micros(Usage(1, 0, 0)) == 3  # rounded up, never down
 
 
-def test_a_late_model_result_after_a_cancel_is_not_charged_twice(db_path: Path) -> None:
+def test_a_late_model_result_after_a_cancel_is_charged_once_not_twice(db_path: Path) -> None:
     """The operator cancels a run whose model request is in flight: the cancel charges the
     attempt at its estimate; the reply that arrives later changes nothing."""
     import threading
@@ -491,13 +491,23 @@ def test_a_late_model_result_after_a_cancel_is_not_charged_twice(db_path: Path) 
     loop_box["loop"].call_soon_threadsafe(release.set)
     thread.join(10)
     assert box["run"].status == "CANCELLED"
-    projected = project(REQUEST, 100, PRICE)
-    assert calls(store, run.id) == [
-        (1, "ambiguous", projected.input_tokens, 100, projected.cost_micros)
-    ]
+    # Charged once: the estimate at the cancel, then only what the real reply cost
+    # beyond it (1000 in, 500 out: $0.003 + $0.0075), never both in full.
+    assert calls(store, run.id) == [(1, "ambiguous", 1000, 500, 10_500)]
     final = store.get_run(run.id)
-    assert (final.input_tokens, final.output_tokens) == (projected.input_tokens, 100)
-    assert "model.completed" not in event_types(store, run.id)
+    assert (final.input_tokens, final.output_tokens, final.estimated_cost_micros) == (
+        1000,
+        500,
+        10_500,
+    )
+    late = store.list_events(run_id=run.id)[-1]
+    assert (late.type, late.payload["status"]) == ("model.completed", "late")
+    projected = project(REQUEST, 100, PRICE)
+    assert late.payload["usage"] == {
+        "input_tokens": 1000 - projected.input_tokens,
+        "output_tokens": 400,
+        "cached_input_tokens": 0,
+    }
 
 
 def test_a_model_missing_from_its_price_table_is_refused_before_dispatch(
@@ -594,3 +604,15 @@ def test_a_projection_beyond_64_bits_saturates_instead_of_crashing(store: agentr
     run = drive(store, model, agent=model_agent(huge))
     assert (run.status, run.reason) == ("FAILED", "model_unavailable")
     assert store.get_run(run.id).output_tokens == 2**63 - 1
+
+
+def test_an_uncapped_request_is_projected_with_the_adapters_own_default_cap(
+    store: agentrt.Store,
+) -> None:
+    uncapped = ModelRequest(system="", messages=[Message("user", [TextBlock("hi")])])
+    model = FakeModel(TimeoutError("lost"))
+    model.default_max_output_tokens = 4096  # type: ignore[attr-defined]
+    run = drive(store, model, agent=model_agent(uncapped))
+    assert run.status == "FAILED"
+    assert model.requests[0].max_output_tokens == 4096
+    assert store.list_model_calls(run.id)[0].output_tokens == 4096  # the full cap charged

@@ -112,6 +112,12 @@ class AccountingCaller:
         """Send `request` to the model, with retries; every attempt is a recorded row."""
         limits = self._session.run.limits
         cap = request.max_output_tokens
+        if cap is None:
+            # An adapter that sends a default cap of its own (Anthropic's API needs
+            # one) says so; projecting with it is what the attempt can really cost.
+            default = getattr(self._model, "default_max_output_tokens", None)
+            if isinstance(default, int) and not isinstance(default, bool) and default > 0:
+                cap = default
         if limits.max_output_tokens_per_call is not None:
             cap = (
                 limits.max_output_tokens_per_call
@@ -329,8 +335,13 @@ class AccountingCaller:
             )
             if cur.rowcount != 1:
                 # A takeover (or a cancel) already settled this attempt at its
-                # estimate: charging it again would count the spend twice.
+                # estimate: charging it again would count the spend twice. Only
+                # what the real reply cost beyond that estimate is added.
                 self._in_flight.pop(record.call_id, None)
+                if charge:
+                    _charge_beyond_estimate(
+                        tx, session.run_id, self._step.id, record, usage, cost or 0, now
+                    )
                 return
             charge_run(tx, session.run_id, usage, cost or 0)
             kind = ev.MODEL_COMPLETED if status == ModelCallStatus.OK else ev.MODEL_FAILED
@@ -401,6 +412,57 @@ class _Outcome:
 
 def projection_usage(projection: Projection) -> Usage:
     return Usage(input_tokens=projection.input_tokens, output_tokens=projection.output_tokens)
+
+
+def _charge_beyond_estimate(
+    tx: Tx, run_id: str, step_id: str, record: _Attempt, usage: Usage, cost: int, now: datetime
+) -> None:
+    """A late reply to an attempt already charged at its estimate: add only the excess."""
+    row = tx.execute(
+        "SELECT status, input_tokens, output_tokens, cached_input_tokens, cost_micros "
+        "FROM model_calls WHERE id = ?",
+        (record.call_id,),
+    ).fetchone()
+    if row is None or row["status"] != ModelCallStatus.AMBIGUOUS:
+        return
+    extra = Usage(
+        input_tokens=max(0, usage.input_tokens - row["input_tokens"]),
+        output_tokens=max(0, usage.output_tokens - row["output_tokens"]),
+        cached_input_tokens=max(0, usage.cached_input_tokens - row["cached_input_tokens"]),
+    )
+    extra_cost = max(0, cost - row["cost_micros"])
+    if extra == Usage() and extra_cost == 0:
+        return
+    tx.execute(
+        "UPDATE model_calls SET input_tokens = input_tokens + ?, "
+        "output_tokens = output_tokens + ?, cached_input_tokens = cached_input_tokens + ?, "
+        "cost_micros = cost_micros + ? "
+        "WHERE id = ?",
+        (
+            clamp_charge(extra.input_tokens),
+            clamp_charge(extra.output_tokens),
+            clamp_charge(extra.cached_input_tokens),
+            clamp_charge(extra_cost),
+            record.call_id,
+        ),
+    )
+    charge_run(tx, run_id, extra, extra_cost)
+    tx.append_event(
+        run_id,
+        "",
+        now,
+        ev.MODEL_COMPLETED,
+        {
+            "call_id": record.call_id,
+            "attempt": record.attempt,
+            "status": "late",
+            "model": record.model,
+            "usage": extra.to_json(),
+            "cost_micros": extra_cost,
+            "latency_ms": 0,
+            "error": "a late reply cost more than the estimate charged for it",
+        },
+    )
 
 
 def _describe(exc: BaseException) -> str:

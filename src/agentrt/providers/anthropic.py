@@ -180,6 +180,8 @@ class AnthropicModel:
         self.name = name if name is not None else f"{PROVIDER}:{model}"
         self.timeout = timeout
         self.default_max_tokens = default_max_tokens
+        # Read by the accounting caller: the cap an uncapped request really gets.
+        self.default_max_output_tokens = default_max_tokens
         self.strict_tools = strict_tools
         self.thinking = None if thinking is None else dict(thinking)
         self._capacity = remember_turns
