@@ -7,13 +7,15 @@ steps), which it then writes with SQL and says so.
 
 from __future__ import annotations
 
-import getpass
+import hashlib
 import importlib.util
 import json
 import os
 import pty
+import pwd
 import queue
 import select
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -29,8 +31,9 @@ import pytest
 import agentrt
 from agentrt import Decision, SideEffect, ToolCall, ToolResult
 from agentrt.approval import approval_hash
-from agentrt.cli import main
+from agentrt.cli import approval_fields, main
 from agentrt.clock import format_time
+from agentrt.policy import SideEffectPolicy, need_approval
 from agentrt.scripted import ScriptedAgent
 from agentrt.store import Store
 from agentrt.trace import display_width, event_json
@@ -41,7 +44,6 @@ MESSAGE_SCHEMA = {
     "properties": {"to": {"type": "string"}, "body": {"type": "string"}},
     "additionalProperties": False,
 }
-HOSTILE = "\x1b[31mALERT\x1b[0m pay \u202egnp.exe\u202c join\u200dme"
 
 
 # --- making databases ---------------------------------------------------------------------------
@@ -318,6 +320,40 @@ def test_show_json_has_the_whole_approval_and_full_steps(db_path: Path) -> None:
     assert (doc["steps_total"], doc["steps_offset"]) == (2, 0)
 
 
+def test_text_cut_at_the_read_cap_is_shown_as_cut_never_as_whole(
+    db_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    goal = "G" * 100 + "m" * 70_000 + "DELETE EVERYTHING"
+    detail = "D" * 100 + "x" * 70_000 + "TAIL"
+    run = drive(db_path, [Decision.fail(detail)], prefix="a", goal=goal)
+    db = str(db_path)
+    code, out, _ = run_main(capsys, "--db", db, "show", run.id)
+    assert code == 0
+    fields = dict(line.split(None, 1) for line in out.splitlines()[:6] if line)
+    # The store read 65,536 characters: the head is shown, never a "tail" that is the cap's end.
+    assert fields["goal"] == (f'"{"G" * 80}" … (70,117 chars; the first 65,536 read, 80 shown)')
+    assert fields["detail"] == (
+        f'"{"D" * 100}{"x" * 300}" … (70,104 chars; the first 65,536 read, 400 shown)'
+    )
+    assert "DELETE" not in out and "TAIL" not in out and "not shown" not in out
+    code, out, _ = run_main(capsys, "--db", db, "runs")
+    assert code == 0
+    assert out.splitlines()[1].endswith("m … (70,117 chars; the first 4,096 read)")
+    code, out, _ = run_main(capsys, "--db", db, "--json", "runs")
+    (listed,) = json.loads(out)["runs"]
+    assert listed["goal"] == {"truncated": True, "length": 70_117, "head": goal[:4096]}
+    assert listed["reason_detail"] == {
+        "truncated": True,
+        "length": 70_104,
+        "head": detail[:4096],
+    }
+    code, out, _ = run_main(capsys, "--db", db, "--json", "show", run.id)
+    shown_run = json.loads(out)["run"]
+    assert shown_run["goal"] == {"truncated": True, "length": 70_117, "head": goal[:65_536]}
+    assert shown_run["reason_detail"]["length"] == 70_104
+    assert shown_run["status"] == "FAILED"
+
+
 def test_show_of_an_unknown_run_fails(db_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     waiting_run(db_path)
     code, out, err = run_main(capsys, "--db", str(db_path), "show", "0" * 32)
@@ -418,6 +454,44 @@ def test_events_prints_the_audit_log_as_text_or_json_lines(db_path: Path) -> Non
     assert [json.loads(line)["seq"] for line in after.stdout.splitlines()] == [
         e.seq for e in stored[3:]
     ]
+
+
+class InterruptingStream:
+    """A stdout that receives Ctrl-C (a real SIGINT) while the `at`-th line is printed."""
+
+    def __init__(self, at: int) -> None:
+        self.at = at
+        self.lines: list[str] = []
+
+    def write(self, text: str) -> int:
+        self.lines.extend(text.splitlines())
+        if len(self.lines) == self.at:
+            signal.raise_signal(signal.SIGINT)
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        return False
+
+
+def test_ctrl_c_during_events_with_a_cursor_delivers_each_event_once(
+    db_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = waiting_run(db_path)
+    expected = [e.seq for e in events_of(db_path, run.id)]
+    cursor = tmp_path / "cursor"
+    printed: list[int] = []
+    for at in (4, 0):  # interrupted while printing the fourth event; then to the end
+        stream = InterruptingStream(at)
+        monkeypatch.setattr(sys, "stdout", stream)
+        code = main(["--db", str(db_path), "--json", "events", run.id, "--cursor", str(cursor)])
+        monkeypatch.undo()
+        # Ctrl-C is a clean stop: the page being printed is finished and acknowledged.
+        assert code == 0
+        printed += [json.loads(line)["seq"] for line in stream.lines]
+    assert printed == expected
 
 
 @pytest.mark.slow
@@ -538,7 +612,7 @@ def test_reject_named_approval_cancels_the_run(db_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[-2:] == [
         f"rejected: approval {approval.id} of run {run.id} (hash {approval.hash}), "
-        f"by {getpass.getuser()}",
+        f"by {pwd.getpwuid(os.geteuid()).pw_name}",
         "The run is now CANCELLED (approval_rejected).",
     ]
     with agentrt.open_existing(db_path, read_only=True) as store:
@@ -653,11 +727,16 @@ def test_approve_json_needs_yes_or_a_named_approval(
     assert doc["run"]["status"] == "WAITING_FOR_APPROVAL"
 
 
-def test_by_defaults_to_the_os_user(db_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_by_defaults_to_the_os_user(
+    db_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     run = waiting_run(db_path)
+    # LOGNAME and USER are whatever the environment says; the label is the uid's name.
+    for name in ("LOGNAME", "USER", "LNAME", "USERNAME"):
+        monkeypatch.setenv(name, "mallory")
     code, _, _ = run_main(capsys, "--db", str(db_path), "approve", run.id, "--yes")
     assert code == 0
-    assert pending(db_path, run.id).decided_by == getpass.getuser()
+    assert pending(db_path, run.id).decided_by == pwd.getpwuid(os.geteuid()).pw_name != "mallory"
 
 
 def test_hash_option_must_match(db_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -732,6 +811,17 @@ def test_long_strings_show_as_head_and_tail_with_sizes(
     assert line.split(None, 1)[1] == (
         f'"{"A" * 80}" … 4,840 chars not shown … "{"Z" * 80}" (string, 5,000 chars)'
     )
+
+
+def test_long_keys_differing_only_in_the_middle_show_different_paths() -> None:
+    first, second = "k-" * 20 + "A" + "k-" * 20, "k-" * 20 + "B" + "k-" * 20
+    rows = dict(approval_fields({first: 1, second: 2}))
+    paths = [path for path in rows if path]
+    assert len(paths) == 2 and rows[paths[0]] == "1" and rows[paths[1]] == "2"
+    for path, key in zip(paths, (first, second), strict=True):
+        digest = hashlib.sha256(key.encode()).hexdigest()[:12]
+        assert path == f'["{"k-" * 16}"…"{"k-" * 16}" (81 chars, sha256 {digest})]'
+    assert paths[0] != paths[1]
 
 
 def test_an_interrupted_side_effect_is_explained_in_plain_words(
@@ -860,36 +950,96 @@ def test_verify_json(db_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
 # --- hostile text -------------------------------------------------------------------------------
 
 
+HOSTILE_ALL = (
+    "\x1b[31mALERT\x1b[0m pay \u202egnp.exe\u202c join\u200dme tag\U000e0041 del\x7f zalgo e"
+    + "\u0301" * 12
+)
+"""ANSI escapes, a right-to-left override, a zero-width joiner, a tag character, DEL and zalgo."""
+HOSTILE_SHOWN = (
+    "\\x1b[31mALERT\\x1b[0m pay \\u202egnp.exe\\u202c join\\u200dme tag\\U000e0041 del\\x7f "
+    "zalgo e" + "\u0301" * 4 + "\\u0301" * 8
+)
+"""HOSTILE_ALL as text output shows it; inside a JSON literal ESC reads \\u001b instead."""
+HOSTILE_QUOTED = HOSTILE_SHOWN.replace("\\x1b", "\\u001b")
+NEVER_RAW = ("\x1b", "\u202e", "\u202c", "\u200d", "\U000e0041", "\x7f", "\u0301" * 5)
+
+
+def hostile_waiting_run(db: Path, prefix: str) -> agentrt.Run:
+    """A run whose goal, tool name, argument key and value and approval reason are hostile."""
+    name = "send" + HOSTILE_ALL
+    tool = RecordingTool(name, SideEffect.REMOTE_MUTATION, schema={"type": "object"})
+
+    def ask(request: Any) -> agentrt.PolicyDecision:
+        return need_approval("remote_mutation", "reason " + HOSTILE_ALL, {"tool": name}, {})
+
+    store = agentrt.open_store(db)
+    try:
+        return agentrt.Driver(
+            store=store,
+            agent=ScriptedAgent(
+                [Decision.tool_call(name, {"key" + HOSTILE_ALL: "value" + HOSTILE_ALL})]
+            ),
+            policy=SideEffectPolicy({SideEffect.REMOTE_MUTATION: ask}, policy_id="hostile/1"),
+            tools=[tool],
+            now=FakeClock(),
+            new_id=Ids(prefix),
+        ).start_sync(HOSTILE_ALL)
+    finally:
+        store.close()
+
+
 def test_hostile_strings_are_shown_escaped_everywhere(db_path: Path) -> None:
-    run = waiting_run(db_path, goal=HOSTILE, body=HOSTILE)
-    db = str(db_path)
-    outputs = {
+    text_run, json_run = hostile_waiting_run(db_path, "a"), hostile_waiting_run(db_path, "b")
+    db, note = str(db_path), "note " + HOSTILE_ALL
+    text = {
         "runs": agentrt_cmd("--db", db, "runs"),
-        "show": agentrt_cmd("--db", db, "show", run.id),
-        "events": agentrt_cmd("--db", db, "events", run.id),
-        "approve": agentrt_cmd("--db", db, "approve", run.id),  # shows, then refuses: no terminal
-        "json": agentrt_cmd("--db", db, "--json", "show", run.id),
+        "show": agentrt_cmd("--db", db, "show", text_run.id),
+        "approve": agentrt_cmd("--db", db, "approve", text_run.id, "--yes", "--note", note),
+        "events": agentrt_cmd("--db", db, "events", text_run.id, "--limit", "1000"),
+        "unknown": agentrt_cmd("--db", db, "show", HOSTILE_ALL),
     }
-    for name, result in outputs.items():
-        for raw in ("\x1b", "\u202e", "\u202c", "\u200d"):
-            assert raw not in result.stdout, (name, raw)
-    assert (
-        "\\x1b[31mALERT\\x1b[0m pay \\u202egnp.exe\\u202c join\\u200dme" in outputs["runs"].stdout
-    )
-    assert (
-        "goal      \\x1b[31mALERT\\x1b[0m pay \\u202egnp.exe\\u202c join\\u200dme"
-        in outputs["show"].stdout
-    )
-    assert (
-        '"goal":"\\u001b[31mALERT\\u001b[0m pay \\u202egnp.exe\\u202c join\\u200dme"'
-        in outputs["events"].stdout
-    )
-    assert (
-        '"\\u001b[31mALERT\\u001b[0m pay \\u202egnp.exe\\u202c join\\u200dme" (string, 36 chars)'
-        in outputs["approve"].stdout
-    )
-    assert outputs["json"].stdout.isascii()
-    assert json.loads(outputs["json"].stdout)["run"]["goal"] == HOSTILE
+    as_json = {
+        "runs": agentrt_cmd("--db", db, "--json", "runs"),
+        "show": agentrt_cmd("--db", db, "--json", "show", json_run.id),
+        "approve": agentrt_cmd(
+            "--db", db, "--json", "approve", json_run.id, "--yes", "--note", note
+        ),
+        "events": agentrt_cmd("--db", db, "--json", "events", json_run.id, "--limit", "1000"),
+        "unknown": agentrt_cmd("--db", db, "--json", "show", HOSTILE_ALL),
+    }
+    for mode, results in (("text", text), ("json", as_json)):
+        for name, result in results.items():
+            assert result.returncode == (1 if name == "unknown" else 0), (mode, name, result)
+            for stream, output in (("stdout", result.stdout), ("stderr", result.stderr)):
+                for raw in NEVER_RAW:
+                    assert raw not in output, (mode, name, stream, raw)
+            if mode == "json":
+                assert result.stdout.isascii(), name
+    # Text: every field shown, escaped.
+    assert f"remote_mutation send{HOSTILE_SHOWN}  {HOSTILE_SHOWN}" in text["runs"].stdout
+    shown = text["show"].stdout.splitlines()
+    assert f"  tool     send{HOSTILE_SHOWN}" in shown and f"goal      {HOSTILE_SHOWN}" in shown
+    approve = text["approve"].stdout.splitlines()
+    assert f"  tool     send{HOSTILE_SHOWN}" in approve
+    assert f'  reason   "reason {HOSTILE_QUOTED}"' in approve
+    (arg,) = [line for line in approve if line.startswith("  request.args[")]
+    assert arg.startswith('  request.args["key\\u001b[31mALERT\\u001b[0m pay \\u202egnp.exe')
+    assert arg.endswith(f'"value{HOSTILE_QUOTED}" (string, {len("value" + HOSTILE_ALL)} chars)')
+    assert f'"note":"note {HOSTILE_QUOTED}"' in text["events"].stdout
+    assert f'"tool":"send{HOSTILE_QUOTED}"' in text["events"].stdout
+    assert text["unknown"].stderr == f"agentrt: no run '{HOSTILE_SHOWN}'\n"
+    # JSON: lossless, ASCII only.
+    runs = json.loads(as_json["runs"].stdout)["runs"]
+    assert [r["goal"] for r in runs] == [HOSTILE_ALL, HOSTILE_ALL]
+    assert [r["id"] for r in runs] == [json_run.id, text_run.id]  # the text one is decided
+    assert [w["tool"] for r in runs for w in r["waiting"]] == ["send" + HOSTILE_ALL]
+    doc = json.loads(as_json["show"].stdout)
+    assert doc["run"]["goal"] == HOSTILE_ALL
+    assert doc["waiting"][0]["request"]["args"] == {"key" + HOSTILE_ALL: "value" + HOSTILE_ALL}
+    assert json.loads(as_json["approve"].stdout)["approval"]["note"] == note
+    payloads = [json.loads(line)["payload"] for line in as_json["events"].stdout.splitlines()]
+    hostile = {k for p in payloads for k, v in p.items() if isinstance(v, str) and HOSTILE_ALL in v}
+    assert {"goal", "note", "reason"} <= hostile
 
 
 def test_a_terminal_gets_a_table_that_fits_its_width(db_path: Path) -> None:
@@ -968,7 +1118,30 @@ def test_a_missing_database_is_never_created(
 
 def _make_insecure(db: Path) -> str:
     db.chmod(0o664)
-    return "is writable by group or others or owned by another user"
+    return (
+        "it is writable by group or others (mode 0664), and anyone who can write it can forge "
+        "an approval; make it owner-only (chmod 600)"
+    )
+
+
+def _make_wal_writable(db: Path) -> str:
+    wal = db.with_name(db.name + "-wal")
+    wal.touch()
+    wal.chmod(0o666)
+    return f"its -wal file {wal} is writable by group or others (mode 0666)"
+
+
+def _make_wal_a_directory(db: Path) -> str:
+    wal = db.with_name(db.name + "-wal")
+    wal.mkdir()
+    return (
+        f"{wal} is a directory, not a regular file, so agentrt will not open the database beside it"
+    )
+
+
+def _give_away(db: Path) -> str:
+    os.chown(db, 4242, 4242)
+    return f"it is owned by uid 4242, not by you (uid {os.geteuid()}), and its owner could"
 
 
 def _make_symlink(db: Path) -> str:
@@ -987,7 +1160,14 @@ def _make_newer(db: Path) -> str:
     return "the database was written by a newer agentrt (schema version 999"
 
 
-@pytest.mark.parametrize("spoil", [_make_insecure, _make_symlink, _add_trigger, _make_newer])
+_ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="giving a file away needs root")
+
+
+@pytest.mark.parametrize(
+    "spoil",
+    [_make_insecure, _make_wal_writable, _make_wal_a_directory,
+     pytest.param(_give_away, marks=_ROOT_ONLY), _make_symlink, _add_trigger, _make_newer],
+)  # fmt: skip
 def test_an_unsafe_database_is_refused_in_one_sentence(
     db_path: Path, capsys: pytest.CaptureFixture[str], spoil: Callable[[Path], str]
 ) -> None:
@@ -1000,6 +1180,9 @@ def test_an_unsafe_database_is_refused_in_one_sentence(
         assert err.startswith(f"agentrt: refusing {target}: ")
         assert expected in err
         assert err.count("\n") == 1 and err.count(". ") == 0  # one sentence, one line
+        # The sentence names the problem the file has, and no other.
+        problems = ("writable by group", "owned by uid", "not a regular file", "symlink")
+        assert [p for p in problems if p in err] == [p for p in problems if p in expected]
 
 
 def test_reading_commands_open_read_only_and_deciding_ones_read_write(

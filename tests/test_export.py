@@ -292,3 +292,98 @@ def test_json_lines_sink_appends_durable_lines(db_path: Path, tmp_path: Path) ->
         json.loads(json.dumps(event_json(e))) for e in expected
     ]
     assert all(line.isascii() for line in lines)
+
+
+# --- the JSON Lines sink under a hard kill ------------------------------------------------------
+
+
+_SINK_KILL_SCRIPT = textwrap.dedent(
+    """
+    import os, signal, sys
+    from agentrt.export import Follower, JsonLinesSink
+
+    db, cursor, out, page_size = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+    with JsonLinesSink(out) as sink:
+        taken = []
+
+        def deliver(event):
+            # The second page is killed just before its end, when well over a buffer's
+            # worth of its lines has been given to the sink.
+            if len(taken) == 2 * page_size - 2:
+                os.kill(os.getpid(), signal.SIGKILL)
+            taken.append(event)
+            sink(event)
+
+        deliver.flush = sink.flush
+        with Follower(db, cursor=cursor, page_size=page_size) as follower:
+            follower.run(deliver, follow=False)
+    """
+)
+
+
+@pytest.mark.slow
+def test_a_page_killed_mid_delivery_leaves_none_of_its_lines(db_path: Path, tmp_path: Path) -> None:
+    drive(db_path, 16, prefix="a")
+    expected = seqs(all_events(db_path))
+    page_size = 40  # 40 lines of about 350 bytes: more than a write buffer's worth
+    cursor, out = tmp_path / "cursor", tmp_path / "out.jsonl"
+    argv = [sys.executable, "-c", _SINK_KILL_SCRIPT, str(db_path), str(cursor), str(out)]
+    killed = subprocess.run([*argv, str(page_size)], timeout=60)
+    assert killed.returncode == -signal.SIGKILL
+    saved = load_cursor(cursor)
+    assert saved is not None and saved.seq == page_size
+    # Of the killed page nothing reached the file: only the acknowledged first page is there.
+    assert [json.loads(line)["seq"] for line in out.read_text().splitlines()] == expected[
+        :page_size
+    ]
+    # The restarted exporter delivers the killed page again and the rest, once each.
+    with JsonLinesSink(out) as sink, Follower(db_path, cursor=cursor) as follower:
+        follower.run(sink, follow=False)
+    assert [json.loads(line)["seq"] for line in out.read_text().splitlines()] == expected
+
+
+def test_json_lines_sink_writes_a_page_as_one_write_of_whole_lines(
+    db_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    drive(db_path, 16, prefix="a")
+    events = all_events(db_path)
+    out = tmp_path / "out.jsonl"
+    writes: list[bytes] = []
+    real_write = os.write
+
+    def spy(fd: int, data: bytes | memoryview) -> int:
+        if fd not in (0, 1, 2):
+            writes.append(bytes(data))
+        return real_write(fd, data)
+
+    with JsonLinesSink(out) as sink:
+        monkeypatch.setattr(os, "write", spy)
+        for event in events:
+            sink(event)
+        assert out.read_bytes() == b""  # nothing of a page lands before flush()
+        sink.flush()
+        monkeypatch.undo()
+    assert len(writes) == 1 and writes[0].endswith(b"\n")
+    lines = out.read_text().splitlines()
+    assert [json.loads(line)["seq"] for line in lines] == seqs(events)
+    assert len(writes[0]) > 16_384  # big enough that a buffered stream would have split it
+
+
+def test_json_lines_sink_cuts_a_torn_tail_when_it_opens(db_path: Path, tmp_path: Path) -> None:
+    drive(db_path, 1, prefix="a")
+    events = all_events(db_path)
+    out = tmp_path / "out.jsonl"
+    whole = json.dumps(event_json(events[0])) + "\n"
+    out.write_text(whole + json.dumps(event_json(events[1]))[:37])  # a kill inside a write
+    with JsonLinesSink(out) as sink:
+        for event in events[1:]:
+            sink(event)
+    lines = out.read_text().splitlines()
+    assert [json.loads(line)["seq"] for line in lines] == seqs(events)
+    # A file holding only a torn line is cut to nothing; an intact file is left alone.
+    out.write_text('{"seq": 1, "pay')
+    JsonLinesSink(out).close()
+    assert out.read_bytes() == b""
+    out.write_text(whole)
+    JsonLinesSink(out).close()
+    assert out.read_text() == whole

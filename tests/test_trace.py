@@ -15,16 +15,20 @@ from hypothesis import strategies as st
 
 from agentrt.canonical import JSONFloat, from_text, to_text
 from agentrt.records import Event
+from agentrt.store import CappedText
 from agentrt.trace import (
     JsonLinesObserver,
     TextObserver,
     ascii_json,
+    capped_note,
     clip,
     display_width,
     event_json,
     event_text,
     json_line,
     sanitize,
+    shown,
+    text_json,
 )
 
 AT = datetime(2026, 11, 30, 9, 0, 0, 1000, tzinfo=UTC)
@@ -63,6 +67,15 @@ STEP = "b" * 32
         ("e\u0301\u0302\u0303\u0304\u0305\u0306", "e\u0301\u0302\u0303\u0304\\u0305\\u0306"),
         ("a\u0301b\u0301", "a\u0301b\u0301"),  # the count restarts at each base character
         ("back\\slash", "back\\slash"),
+        # Hangul vowel and trailing jamo take no column: shown only inside a syllable.
+        ("bob\u11a8\u11a8\u11a8\u11a8\u11a8@x", "bob" + "\\u11a8" * 5 + "@x"),
+        ("x\ud7b0\ud7cb y", "x\\ud7b0\\ud7cb y"),
+        ("\u1100\u1161\u11a8", "\u1100\u1161\u11a8"),  # L V T: one syllable
+        ("\ua960\ud7b0\ud7cb", "\ua960\ud7b0\ud7cb"),  # the extended blocks alike
+        ("\uac00\u11a8 \uac01\u11a8", "\uac00\u11a8 \uac01\u11a8"),  # after LV and LVT
+        ("\uac01\u1161", "\uac01\\u1161"),  # no vowel after a syllable that has its final
+        ("\u1100" + "\u1161" * 6, "\u1100" + "\u1161" * 4 + "\\u1161" * 2),  # the run cap
+        ("\u1100e\u0301\u1161", "\u1100e\u0301\\u1161"),  # a base letter ends the syllable
     ],
 )
 def test_sanitize_escapes_what_could_mislead_a_reader(raw: str, shown: str) -> None:
@@ -111,6 +124,17 @@ def test_display_width_and_clip_count_terminal_columns() -> None:
     assert clip("abcdef", 4) == "abc…"
     assert clip("東京都", 5) == "東京…"
     assert clip("short", 10) == "short"
+    assert display_width("\u1100\u1161\u11a8") == 2  # a syllable of conjoining jamo
+    assert clip("\u1100\u1161\u11a8\u1100\u1161", 3) == "\u1100\u1161\u11a8…"
+
+
+def test_text_a_read_cut_at_its_cap_says_so_in_text_and_json() -> None:
+    capped = CappedText("t" * 10, 70_117)
+    event = Event(seq=1, run_id=RUN, step_id=STEP, at=AT, type=capped, payload=None, hash="h")
+    assert "t" * 10 + " … (70,117 chars; the first 10 read)" in event_text(event)
+    assert event_json(event)["type"] == {"truncated": True, "length": 70_117, "head": "t" * 10}
+    assert shown(capped) == "t" * 10 + capped_note(capped)
+    assert (capped_note("whole"), shown("whole"), text_json("whole")) == ("", "whole", "whole")
 
 
 def _event(seq: int, payload: object = None, step: str = STEP, type: str = "step.started") -> Event:

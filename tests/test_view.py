@@ -240,3 +240,34 @@ def test_money_and_durations_read_plainly() -> None:
     assert format_cost(1_234_567) == "$1.234567"
     assert format_cost(12_000_000_000) == "$12,000.000000"
     assert format_duration(timedelta(milliseconds=1250)) == "1.250s"
+
+
+def test_text_cut_at_the_read_cap_is_marked_as_cut(db_path: Path) -> None:
+    goal = "G" * 100 + "m" * 70_000 + "DELETE EVERYTHING"
+    run = drive(db_path, [Decision.fail("d" * 70_000 + " the end")], prefix="a", goal=goal)
+    waiting = waiting_run(db_path, "b")
+    with sqlite3.connect(db_path) as conn:  # a tool name no tool spec would carry
+        conn.execute(
+            "UPDATE approvals SET request_json = json_set(request_json, '$.spec.name', ?)",
+            ("t" * 300 + "!",),
+        )
+    with agentrt.open_existing(db_path, read_only=True) as store:
+        page = run_page(store)
+        detail = run_detail(store, run.id)
+    listed = {s.run.id: s for s in page.runs}
+    assert listed[run.id].to_json()["goal"] == {
+        "truncated": True,
+        "length": 70_117,
+        "head": goal[:4096],
+    }
+    whole = detail.summary.to_json()
+    assert whole["goal"] == {"truncated": True, "length": 70_117, "head": goal[:65_536]}
+    assert whole["reason_detail"] == {
+        "truncated": True,
+        "length": 70_008,
+        "head": "d" * 65_536,
+    }
+    assert whole["id"] == run.id and whole["status"] == "FAILED"  # whole text stays text
+    (w,) = listed[waiting.id].waiting
+    assert w.to_json()["tool"] == {"truncated": True, "length": 301, "head": "t" * 256}
+    assert w.to_json()["kind"] == "remote_mutation"

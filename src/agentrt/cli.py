@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import getpass
+import hashlib
 import importlib
 import json
 import os
@@ -51,16 +52,18 @@ from .errors import (
 from .export import DEFAULT_INTERVAL, MAX_PAGE_SIZE, CursorError, Follower, Sink
 from .operator import Operator
 from .records import JSON, Approval, RunStatus, VerifyReport
-from .store import Store, open_existing
+from .store import Store, capped_length, open_existing
 from .trace import (
     ID_WIDTH,
     TYPE_WIDTH,
     JsonLinesObserver,
     TextObserver,
+    capped_note,
     clip,
     display_width,
     json_line,
     sanitize,
+    shown,
 )
 
 EXIT_OK = 0
@@ -72,6 +75,9 @@ LONG_STRING = 200
 """Strings longer than this are shown in an approval as head and tail."""
 HEAD_TAIL = 80
 LONG_KEY = 64
+"""Keys longer than this are shown in a field path as head, tail, length and hash."""
+KEY_HASH = 12
+"""Hex digits of a long key's SHA-256 shown in its path."""
 
 INTERRUPTED_KIND = "interrupted_side_effect"
 
@@ -241,11 +247,7 @@ def refusal_sentence(path: str, error: AgentrtError) -> str:
             "itself, never a link to it"
         )
     if isinstance(error, InsecureModeError):
-        return (
-            f"refusing {path}: it (or its -wal, -shm or -journal file) is writable by group or "
-            "others or owned by another user, and anyone who can write it can forge an "
-            "approval; make it owner-only (chmod 600) and owned by you"
-        )
+        return f"refusing {path}: {_insecure_reason(path, str(error))}"
     if isinstance(error, UnsafeSchemaError):
         return (
             f"refusing {path}: it holds a trigger or a view, which could run hidden code "
@@ -256,16 +258,59 @@ def refusal_sentence(path: str, error: AgentrtError) -> str:
     return f"cannot open {path}: {error}"
 
 
+# What `filesafety` says when it refuses a file (InsecureModeError), read back so
+# that the sentence names the problem the file actually has.
+_WHAT = r"(?P<what>database|[a-z]+ file) (?P<file>.+)"
+_OWNED = re.compile(
+    _WHAT + r" is owned by uid (?P<uid>[0-9]+), not by this process \(uid (?P<me>[0-9]+)\)"
+)
+_WRITABLE = re.compile(_WHAT + r" is writable by group or others \(mode (?P<mode>[0-7]+)\)")
+_NOT_REGULAR = re.compile(r"(?P<file>.+) is not a regular file \(an? (?P<kind>[a-z ]+)\)")
+_CANNOT = re.compile(r"cannot (?P<verb>inspect|tighten) (?P<file>.+?)(?: to 0600)?: (?P<why>.+)")
+
+
+def _subject(path: str, what: str, file: str) -> str:
+    if file == path:
+        return "it"
+    return f"the database {file}" if what == "database" else f"its -{what} {file}"
+
+
+def _insecure_reason(path: str, message: str) -> str:
+    """Why the file at `path` (or a -wal, -shm or -journal file beside it) is refused."""
+    message = message.strip()
+    if m := _WRITABLE.match(message):
+        return (
+            f"{_subject(path, m['what'], m['file'])} is writable by group or others (mode "
+            f"{m['mode']}), and anyone who can write it can forge an approval; make it "
+            "owner-only (chmod 600)"
+        )
+    if m := _OWNED.match(message):
+        return (
+            f"{_subject(path, m['what'], m['file'])} is owned by uid {m['uid']}, not by you "
+            f"(uid {m['me']}), and its owner could rewrite any record or forge an approval"
+        )
+    if m := _NOT_REGULAR.match(message):
+        return (
+            f"{m['file']} is a {m['kind']}, not a regular file, so agentrt will not open the "
+            "database beside it; move it out of the way"
+        )
+    if m := _CANNOT.match(message):
+        return f"agentrt cannot {m['verb']} {m['file']} ({m['why'].rstrip('.')})"
+    # Anything else, in the store's own words, kept to one sentence.
+    return message.rstrip(".").replace(". ", "; ")
+
+
 # --- commands: reading --------------------------------------------------------------------------
 
 
 def _waiting_cell(summary: view.RunSummary) -> str:
+    """Shown (escaped) text for the approvals a run waits on."""
     if not summary.waiting:
         return "-"
     if len(summary.waiting) > 1:
         return f"{len(summary.waiting)} pending"
     w = summary.waiting[0]
-    return f"{w.kind} {w.tool}".strip() or "pending"
+    return " ".join(shown(x) for x in (w.kind, w.tool) if x) or "pending"
 
 
 def _reason_cell(reason: str) -> str:
@@ -296,15 +341,15 @@ def cmd_runs(args: argparse.Namespace, out: Output) -> int:
         return EXIT_OK
     rows = [
         [
-            sanitize(s.run.id),
-            sanitize(str(s.run.status)),
-            sanitize(_reason_cell(str(s.run.reason))),
+            shown(s.run.id),
+            shown(s.run.status),
+            shown(_reason_cell(s.run.reason)),
             _number(s.run.step_count),
             _number(s.run.model_calls),
             _number(s.tokens),
             view.format_cost(s.run.estimated_cost_micros),
-            sanitize(_waiting_cell(s)),
-            sanitize(s.run.goal),
+            _waiting_cell(s),
+            shown(s.run.goal),
         ]
         for s in page.runs
     ]
@@ -323,11 +368,30 @@ def cmd_runs(args: argparse.Namespace, out: Output) -> int:
 
 
 def _head_tail(text: str, limit: int = LONG_STRING, keep: int = HEAD_TAIL) -> str:
-    """A long string as quoted head and tail with the count of characters not shown."""
+    """A long string as quoted head and tail with the count of characters not shown.
+
+    Text a read cut at its cap has no tail to show: its head, and how long it is
+    and how much of it was read (`(70,117 chars; the first 65,536 read, 80 shown)`).
+    """
+    full = capped_length(text)
+    if full is not None:
+        if len(text) <= keep:
+            return _quoted(str(text)) + capped_note(text)
+        return (
+            f"{_quoted(text[:keep])} … ({_number(full)} chars; the first {_number(len(text))} "
+            f"read, {_number(keep)} shown)"
+        )
     if len(text) <= limit:
         return _quoted(text)
     hidden = len(text) - 2 * keep
     return f"{_quoted(text[:keep])} … {_number(hidden)} chars not shown … {_quoted(text[-keep:])}"
+
+
+def _long_text(text: str, limit: int, keep: int) -> str:
+    """Text as itself (escaped) when short and whole, else as `_head_tail` shows it."""
+    if len(text) <= limit and capped_length(text) is None:
+        return sanitize(text)
+    return _head_tail(text, limit, keep)
 
 
 def cmd_show(args: argparse.Namespace, out: Output) -> int:
@@ -351,10 +415,10 @@ def cmd_show(args: argparse.Namespace, out: Output) -> int:
         _waiting_block(out, run.id, approval, several=len(detail.waiting) > 1)
         out.line()
     fields = [
-        ("run", sanitize(run.id)),
-        ("goal", sanitize(run.goal) if len(run.goal) <= 1000 else _head_tail(run.goal)),
-        ("status", sanitize(str(run.status))),
-        ("reason", sanitize(_reason_cell(str(run.reason)))),
+        ("run", shown(run.id)),
+        ("goal", _long_text(run.goal, 1000, HEAD_TAIL)),
+        ("status", shown(run.status)),
+        ("reason", shown(_reason_cell(run.reason))),
     ]
     if run.reason_detail:
         fields.append(("detail", _head_tail(run.reason_detail, 1000, 400)))
@@ -408,7 +472,7 @@ def _fields(out: Output, fields: Sequence[tuple[str, str]], indent: str = "") ->
 
 
 def _waiting_block(out: Output, run_id: str, approval: Approval, *, several: bool) -> None:
-    out.line(f"WAITING FOR APPROVAL {sanitize(approval.id)}")
+    out.line(f"WAITING FOR APPROVAL {shown(approval.id)}")
     decide = f"agentrt approve {_arg(run_id)}"
     also = f"agentrt reject {_arg(run_id)}"
     if several:
@@ -417,9 +481,9 @@ def _waiting_block(out: Output, run_id: str, approval: Approval, *, several: boo
     _fields(
         out,
         [
-            ("kind", sanitize(approval.kind)),
+            ("kind", shown(approval.kind)),
             ("tool", sanitize(view.approval_tool(approval)) or "-"),
-            ("hash", sanitize(approval.hash)),
+            ("hash", shown(approval.hash)),
             ("created", _time(approval.created_at)),
             ("expires", _time(approval.expires_at) if approval.expires_at else "never"),
             ("decide", f"{decide}   or   {also}"),
@@ -457,17 +521,20 @@ def cmd_events(args: argparse.Namespace, out: Output) -> int:
         if isinstance(e, CursorError):
             raise
         raise _Refused(path, e) from e
-    with follower:
+    # SIGINT and SIGTERM stop between pages on both paths: the page being printed is
+    # finished and acknowledged, so a cursor file never lags what was printed.
+    with follower, _stop_on_signals() as stop:
         if not args.follow:
-            follower.run(sink, follow=False, max_events=args.limit or EVENTS_PAGE_DEFAULT)
+            follower.run(
+                sink, follow=False, stop=stop, max_events=args.limit or EVENTS_PAGE_DEFAULT
+            )
             if follower.poll(1):
                 more = f"agentrt events{'' if show_run else ' ' + _arg(args.run)}"
                 out.hint(
                     f"more events after seq {follower.position}: {more} --after {follower.position}"
                 )
             return EXIT_OK
-        with _stop_on_signals() as stop:
-            follower.run(sink, stop=stop, max_events=args.limit, timeout=args.timeout)
+        follower.run(sink, stop=stop, max_events=args.limit, timeout=args.timeout)
     return EXIT_OK
 
 
@@ -588,11 +655,23 @@ _INTERRUPTED_NOTICE = (
 
 
 def default_user() -> str:
-    """The OS user running the command: a label for the record, not a login."""
+    """The OS user running the command: a label for the record, not a login.
+
+    The name of the effective uid in the password database, not `LOGNAME` or
+    `USER` (which anyone can set); `getpass.getuser()` only where there is no
+    such database (Windows) or the uid has no entry.
+    """
+    try:
+        import pwd
+    except ImportError:  # not POSIX
+        pass
+    else:
+        with contextlib.suppress(KeyError, OSError):
+            return pwd.getpwuid(os.geteuid()).pw_name
     try:
         return getpass.getuser()
     except (OSError, KeyError, ImportError):  # no name for this uid
-        return f"uid {os.getuid()}" if hasattr(os, "getuid") else "unknown"
+        return f"uid {os.geteuid()}" if hasattr(os, "geteuid") else "unknown"
 
 
 def _check_label(name: str, value: str) -> str:
@@ -604,11 +683,17 @@ def _check_label(name: str, value: str) -> str:
 
 
 def _path_key(key: str) -> str:
+    """A key in a field path; a long one as head, tail, length and a hash of the whole key,
+    so that two keys differing only in the middle never print the same path."""
     if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
         return f".{key}"
     if len(key) > LONG_KEY:
         half = LONG_KEY // 2
-        return f"[{_quoted(key[:half])}…{_quoted(key[-half:])} ({_number(len(key))} chars)]"
+        digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:KEY_HASH]
+        return (
+            f"[{_quoted(key[:half])}…{_quoted(key[-half:])} "
+            f"({_number(len(key))} chars, sha256 {digest})]"
+        )
     return f"[{_quoted(key)}]"
 
 
@@ -664,11 +749,11 @@ def show_approval(out: Output, approval: Approval, reason: str, *, verb: str) ->
     out.line()
     out.line(f"What you {verb}, one field a line, exactly as the hash covers it:")
     # The first node is the hashed object itself; its members are the fields.
-    rows = [(path.lstrip("."), shown) for path, shown in approval_fields(hashed_content(approval))]
+    rows = [(path.lstrip("."), value) for path, value in approval_fields(hashed_content(approval))]
     rows = rows[1:]
     width = min(max((display_width(p) for p, _ in rows), default=0), 48)
-    for path, shown in rows:
-        out.line(f"  {path.ljust(width)}  {shown}")
+    for path, value in rows:
+        out.line(f"  {path.ljust(width)}  {value}")
     out.line(f"hash  {sanitize(approval.hash)}")
 
 
@@ -746,7 +831,7 @@ def cmd_decide(args: argparse.Namespace, out: Output, *, approve: bool) -> int:
         )  # fmt: skip
         return EXIT_OK
     out.line(
-        f"{decided.status}: approval {sanitize(decided.id)} of run {sanitize(run.id)} "
+        f"{decided.status}: approval {shown(decided.id)} of run {shown(run.id)} "
         f"(hash {sanitize(decided.hash)}), by {sanitize(by)}"
     )
     if approve:
@@ -767,7 +852,7 @@ def cmd_cancel(args: argparse.Namespace, out: Output) -> int:
         out.document({"run": view.run_json(run)})
         return EXIT_OK
     out.line(
-        f"cancelled: run {sanitize(run.id)} is now {run.status} ({run.reason}), by {sanitize(by)}"
+        f"cancelled: run {shown(run.id)} is now {run.status} ({run.reason}), by {sanitize(by)}"
     )
     return EXIT_OK
 

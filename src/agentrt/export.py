@@ -267,40 +267,105 @@ class Follower:
 class JsonLinesSink:
     """Writes each event as one JSON line (`agentrt.trace.event_json`, ASCII only).
 
-    Given a path, it appends to that file (created 0600) and `flush()` fsyncs
-    it, so a follower acknowledges only events that are on disk. Given a stream,
-    `flush()` flushes the stream.
+    Given a path, it appends to that file (created 0600) a page at a time: the
+    lines of the events it is given are kept until `flush()`, which writes them
+    with one `os.write` of whole lines and fsyncs, so a follower acknowledges only
+    events that are on disk, and a kill leaves the page either whole or not at
+    all. Only a kill inside that one write can leave a torn last line; opening
+    the file cuts such a tail back to its last newline, so the page delivered
+    again starts on a line of its own. (A page bigger than `MAX_PENDING_BYTES` is
+    written in more than one write, each of whole lines.) One sink per file.
+
+    Given a stream, each line is written to it at once and `flush()` flushes it.
     """
 
+    MAX_PENDING_BYTES = 16 * 1024 * 1024
+
     def __init__(self, target: str | os.PathLike[str] | TextIO) -> None:
+        self._pending: list[bytes] = []
+        self._pending_bytes = 0
+        self._fd: int | None = None
+        self.stream: TextIO | None = None
         if isinstance(target, str | os.PathLike):
             path = os.fspath(target)
-            flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)
+            flags = os.O_RDWR | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)
             fd = os.open(path, flags, 0o600)
-            self.stream: TextIO = os.fdopen(fd, "a", encoding="utf-8", newline="\n")
-            self._owned = True
+            try:
+                _cut_torn_tail(fd)
+            except BaseException:
+                os.close(fd)
+                raise
+            self._fd = fd
         else:
             self.stream = target
-            self._owned = False
 
     def __call__(self, event: Event) -> None:
-        self.stream.write(json_line(event_json(event)) + "\n")
+        line = json_line(event_json(event)) + "\n"
+        if self.stream is not None:
+            self.stream.write(line)
+            return
+        data = line.encode("ascii")  # json_line is ASCII only
+        self._pending.append(data)
+        self._pending_bytes += len(data)
+        if self._pending_bytes >= self.MAX_PENDING_BYTES:
+            self._write_pending()
+
+    def _write_pending(self) -> None:
+        if self._fd is None or not self._pending:
+            return
+        data = memoryview(b"".join(self._pending))
+        self._pending.clear()
+        self._pending_bytes = 0
+        while data:  # a regular file takes it in one write; a short write is finished here
+            written = os.write(self._fd, data)
+            data = data[written:]
 
     def flush(self) -> None:
-        self.stream.flush()
-        if self._owned:
-            os.fsync(self.stream.fileno())
+        if self.stream is not None:
+            self.stream.flush()
+            return
+        if self._fd is None:
+            return
+        self._write_pending()
+        os.fsync(self._fd)
 
     def close(self) -> None:
-        if self._owned:
+        if self.stream is not None or self._fd is None:
+            return
+        try:
             self.flush()
-            self.stream.close()
+        finally:
+            os.close(self._fd)
+            self._fd = None
 
     def __enter__(self) -> JsonLinesSink:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _cut_torn_tail(fd: int, chunk: int = 65_536) -> None:
+    """Truncate the file open at `fd` back to just after its last newline (or to empty).
+
+    A tail with no newline is what a kill in the middle of a write leaves: a
+    partial line, which a later append would turn into one unreadable line.
+    """
+    size = os.fstat(fd).st_size
+    end = size
+    while end > 0:
+        start = max(0, end - chunk)
+        block = os.pread(fd, end - start, start)
+        at = block.rfind(b"\n")
+        if at >= 0:
+            keep = start + at + 1
+            break
+        end = start
+    else:
+        keep = 0
+    if keep < size:
+        os.ftruncate(fd, keep)
+        os.fsync(fd)
 
 
 __all__ = [

@@ -142,6 +142,30 @@ def truncated_marker(length: int, head: str) -> dict[str, Any]:
     return {"truncated": True, "length": length, "head": head}
 
 
+class CappedText(str):
+    """A text column a read cut at its cap: the characters read, and the full `length`.
+
+    It is the `str` of the characters read, so it works wherever text does; whoever
+    shows it checks for this type (or `capped_length`) and says that the rest was
+    not read, rather than showing the head as if it were the whole value.
+    """
+
+    length: int
+
+    def __new__(cls, head: str, length: int) -> CappedText:
+        text = super().__new__(cls, head)
+        text.length = length
+        return text
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (CappedText, (str(self), self.length))
+
+
+def capped_length(text: str) -> int | None:
+    """The full length of `text` when a read cut it at its cap (a `CappedText`), else None."""
+    return text.length if isinstance(text, CappedText) else None
+
+
 class _Fields:
     """Reads typed fields out of one row, collecting what will not decode instead of raising."""
 
@@ -169,6 +193,12 @@ class _Fields:
         return None
 
     def text(self, name: str) -> str:
+        """A text column; one the read cut at its cap is a `CappedText` with the full length."""
+        value = self._plain_text(name)
+        length = self.full_length(name)
+        return value if length is None else CappedText(value, length)
+
+    def _plain_text(self, name: str) -> str:
         value = self._row[name]
         if isinstance(value, str):
             return value
@@ -192,7 +222,7 @@ class _Fields:
 
     def json(self, name: str) -> JSON:
         """A JSON column: `''` is None; a capped value is the truncated marker."""
-        text = self.text(name)
+        text = self._plain_text(name)
         if text == "":
             return None
         length = self.full_length(name)
@@ -206,7 +236,7 @@ class _Fields:
 
     def record(self, name: str, decode: Callable[[Mapping[str, Any]], _T]) -> _T | None:
         """A JSON object column decoded into a record; None (and an error) when it will not."""
-        text = self.text(name)
+        text = self._plain_text(name)
         if text == "":
             return None
         length = self.full_length(name)

@@ -23,6 +23,7 @@ from typing import Any, TextIO
 from .canonical import to_text
 from .clock import format_time
 from .records import Event
+from .store import capped_length, truncated_marker
 
 MAX_COMBINING = 4
 """Combining marks allowed in a row after one base character; later ones are escaped.
@@ -56,6 +57,19 @@ _INVISIBLE = frozenset(
 )
 _VARIATION_SELECTORS = ((0xFE00, 0xFE0F), (0xE0100, 0xE01EF))
 
+# Hangul conjoining jamo. Vowels (V) and trailing consonants (T) are letters (Lo),
+# but after a leading consonant (L) or a precomposed syllable they join it and take
+# no column; anywhere else a terminal shows them as nothing. So a V or T is shown
+# only where it continues a syllable (the grapheme rules: L+V, LV+V, V+V, LV+T,
+# LVT+T, V+T, T+T), counts as a combining mark toward `max_combining`, and is
+# escaped everywhere else.
+_JAMO_L = ((0x1100, 0x115F), (0xA960, 0xA97F))
+_JAMO_V = ((0x1160, 0x11A7), (0xD7B0, 0xD7C6))
+_JAMO_T = ((0x11A8, 0x11FF), (0xD7CB, 0xD7FB))
+_SYLLABLES = (0xAC00, 0xD7A3)
+_V_FOLLOWS = frozenset({"L", "V", "LV"})
+_T_FOLLOWS = frozenset({"V", "T", "LV", "LVT"})
+
 _SHORT_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 _PLAIN_ASCII = re.compile(r"[\x20-\x7e]*")
 
@@ -85,6 +99,30 @@ def _always_escaped(char: str, category: str) -> bool:
     return any(low <= code <= high for low, high in _VARIATION_SELECTORS)
 
 
+def _in(code: int, ranges: tuple[tuple[int, int], ...]) -> bool:
+    return any(low <= code <= high for low, high in ranges)
+
+
+def _jamo(code: int) -> str:
+    """The Hangul syllable type of a code point: L, V, T, LV, LVT, or '' for none."""
+    if code < 0x1100:
+        return ""
+    if _in(code, _JAMO_L):
+        return "L"
+    if _in(code, _JAMO_V):
+        return "V"
+    if _in(code, _JAMO_T):
+        return "T"
+    if _SYLLABLES[0] <= code <= _SYLLABLES[1]:
+        return "LV" if (code - _SYLLABLES[0]) % 28 == 0 else "LVT"
+    return ""
+
+
+def _zero_width_jamo(char: str) -> bool:
+    code = ord(char)
+    return _in(code, _JAMO_V) or _in(code, _JAMO_T)
+
+
 def sanitize(text: str, *, max_combining: int = MAX_COMBINING) -> str:
     """`text` with every character that could mislead a terminal reader escaped.
 
@@ -92,8 +130,9 @@ def sanitize(text: str, *, max_combining: int = MAX_COMBINING) -> str:
     (bidi overrides and isolates, zero-width space/joiners, word joiner, BOM,
     tag characters), private-use, surrogate and unassigned code points, line and
     paragraph separators, spaces other than U+0020, variation selectors and
-    other characters that render as nothing, and each combining mark after the
-    first `max_combining` in a row. Escapes are `\\xNN`, `\\uNNNN` or
+    other characters that render as nothing, Hangul vowel and trailing jamo that
+    do not continue a syllable, and each combining mark (or continuing jamo)
+    after the first `max_combining` in a row. Escapes are `\\xNN`, `\\uNNNN` or
     `\\UNNNNNNNN` (`\\n`, `\\r`, `\\t` for those three), so the result is one
     line of visible characters. Backslashes are left alone.
     """
@@ -101,18 +140,57 @@ def sanitize(text: str, *, max_combining: int = MAX_COMBINING) -> str:
         return text
     out: list[str] = []
     marks = 0
+    syllable = ""  # the Hangul syllable type of the last character shown, if any
     for char in text:
         category = unicodedata.category(char)
         if _always_escaped(char, category):
             out.append(_escape(char))
             marks = 0
+            syllable = ""
+            continue
+        jamo = _jamo(ord(char))
+        if jamo in ("V", "T"):
+            follows = _V_FOLLOWS if jamo == "V" else _T_FOLLOWS
+            marks += 1
+            if syllable in follows and marks <= max_combining:
+                out.append(char)
+                syllable = jamo
+            else:
+                out.append(_escape(char))
+                syllable = ""
         elif category.startswith("M"):
             marks += 1
             out.append(char if marks <= max_combining else _escape(char))
+            syllable = ""
         else:
             out.append(char)
             marks = 0
+            syllable = jamo
     return "".join(out)
+
+
+def capped_note(text: str) -> str:
+    """For text a read cut at its cap: `' … (70,117 chars; the first 65,536 read)'`; else `''`.
+
+    Appended to the shown text, it says that the value goes on and that the rest
+    was not read, so a head is never taken for the whole value.
+    """
+    length = capped_length(text)
+    if length is None:
+        return ""
+    return f" … ({length:,} chars; the first {len(text):,} read)"
+
+
+def text_json(text: str) -> Any:
+    """A text field for JSON output: itself, or for text a read cut at its cap the marker
+    `{"truncated": true, "length": n, "head": "..."}` that a capped JSON value reads as."""
+    length = capped_length(text)
+    return str(text) if length is None else truncated_marker(length, str(text))
+
+
+def shown(text: str) -> str:
+    """`sanitize(text)`, followed by `capped_note(text)` when a read cut it at its cap."""
+    return sanitize(text) + capped_note(text)
 
 
 def display_width(text: str) -> int:
@@ -122,12 +200,13 @@ def display_width(text: str) -> int:
     """
     if text.isascii():
         return len(text)
-    width = 0
-    for char in text:
-        if unicodedata.combining(char):
-            continue
-        width += 2 if unicodedata.east_asian_width(char) in ("W", "F") else 1
-    return width
+    return sum(_char_width(char) for char in text)
+
+
+def _char_width(char: str) -> int:
+    if unicodedata.combining(char) or _zero_width_jamo(char):
+        return 0
+    return 2 if unicodedata.east_asian_width(char) in ("W", "F") else 1
 
 
 def clip(text: str, width: int, *, ellipsis: str = "…") -> str:
@@ -140,7 +219,7 @@ def clip(text: str, width: int, *, ellipsis: str = "…") -> str:
     out: list[str] = []
     used = 0
     for char in text:
-        w = 0 if unicodedata.combining(char) else display_width(char)
+        w = _char_width(char)
         if used + w > room:
             break
         out.append(char)
@@ -178,12 +257,12 @@ def event_json(event: Event) -> dict[str, Any]:
     """An event as a JSON object: the stored columns, `at` as stored text."""
     out: dict[str, Any] = {
         "seq": event.seq,
-        "run_id": event.run_id,
-        "step_id": event.step_id,
+        "run_id": text_json(event.run_id),
+        "step_id": text_json(event.step_id),
         "at": format_time(event.at),
-        "type": event.type,
+        "type": text_json(event.type),
         "payload": event.payload,
-        "hash": event.hash,
+        "hash": text_json(event.hash),
     }
     if event.decode_error:
         out["decode_error"] = event.decode_error
@@ -211,9 +290,9 @@ def event_text(event: Event, *, show_run: bool = True, detail_limit: int = DETAI
     at = format_time(event.at) if event.at is not None else "-"
     parts = [f"{event.seq:>6}", at]
     if show_run:
-        parts.append((sanitize(event.run_id) or "-").ljust(ID_WIDTH))
-    parts.append((sanitize(event.step_id) or "-").ljust(ID_WIDTH))
-    parts.append(sanitize(event.type).ljust(TYPE_WIDTH))
+        parts.append((shown(event.run_id) or "-").ljust(ID_WIDTH))
+    parts.append((shown(event.step_id) or "-").ljust(ID_WIDTH))
+    parts.append(shown(event.type).ljust(TYPE_WIDTH))
     detail = compact(event.payload, detail_limit)
     if event.decode_error:
         detail = f"{detail} [decode error: {sanitize(event.decode_error)}]"
@@ -265,6 +344,7 @@ __all__ = [
     "JsonLinesObserver",
     "TextObserver",
     "ascii_json",
+    "capped_note",
     "clip",
     "compact",
     "display_width",
@@ -272,4 +352,6 @@ __all__ = [
     "event_text",
     "json_line",
     "sanitize",
+    "shown",
+    "text_json",
 ]

@@ -9,7 +9,9 @@ approve or reject a run: a named approval must be pending; with no name, the run
 must have exactly one pending approval; an ambiguous run names its candidates.
 
 Summaries are plain text, not yet escaped: whoever prints them passes them
-through `agentrt.trace.sanitize`.
+through `agentrt.trace.sanitize`. Text a read cut at its cap is a
+`store.CappedText`; the JSON shapes here write it as the truncated marker
+(`{"truncated": true, "length": n, "head": ...}`), never as if it were whole.
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ from .records import (
     RunStatus,
     Step,
 )
-from .store import TEXT_CAP, Store
+from .store import TEXT_CAP, CappedText, Store
+from .trace import text_json
 
 RUN_PAGE_DEFAULT = 50
 RUN_PAGE_MAX = 1000
@@ -78,10 +81,10 @@ class WaitingApproval:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "id": self.id,
-            "kind": self.kind,
-            "tool": self.tool,
-            "hash": self.hash,
+            "id": text_json(self.id),
+            "kind": text_json(self.kind),
+            "tool": text_json(self.tool),
+            "hash": text_json(self.hash),
             "created_at": format_time(self.created_at),
             "expires_at": format_time(self.expires_at),
         }
@@ -156,13 +159,17 @@ class RunDetail:
 
 
 def run_json(run: Run) -> dict[str, Any]:
-    """A run as a JSON object with the stored column names' meaning."""
+    """A run as a JSON object with the stored column names' meaning.
+
+    A text column the read cut at its cap (a long goal, say) is the truncated
+    marker `{"truncated": true, "length": n, "head": ...}`, as a capped JSON value is.
+    """
     out: dict[str, Any] = {
-        "id": run.id,
-        "goal": run.goal,
-        "status": str(run.status),
-        "reason": str(run.reason),
-        "reason_detail": run.reason_detail,
+        "id": text_json(run.id),
+        "goal": text_json(run.goal),
+        "status": text_json(run.status),
+        "reason": text_json(run.reason),
+        "reason_detail": text_json(run.reason_detail),
         "limits": run.limits.to_json(),
         "step_count": run.step_count,
         "created_at": format_time(run.created_at),
@@ -183,16 +190,16 @@ def run_json(run: Run) -> dict[str, Any]:
 
 def step_json(step: Step) -> dict[str, Any]:
     out: dict[str, Any] = {
-        "id": step.id,
+        "id": text_json(step.id),
         "index": step.index,
-        "status": str(step.status),
+        "status": text_json(step.status),
         "decision": None if step.decision is None else step.decision.to_json(),
         "policy": None if step.policy is None else step.policy.to_json(),
         "observation": None if step.observation is None else step.observation.to_json(),
         "started_at": format_time(step.started_at),
         "finished_at": format_time(step.finished_at),
-        "spec_hash": step.spec_hash,
-        "policy_id": step.policy_id,
+        "spec_hash": text_json(step.spec_hash),
+        "policy_id": text_json(step.policy_id),
     }
     if step.decode_error:
         out["decode_error"] = step.decode_error
@@ -201,20 +208,20 @@ def step_json(step: Step) -> dict[str, Any]:
 
 def approval_json(approval: Approval) -> dict[str, Any]:
     out: dict[str, Any] = {
-        "id": approval.id,
-        "run_id": approval.run_id,
-        "step_id": approval.step_id,
-        "kind": approval.kind,
+        "id": text_json(approval.id),
+        "run_id": text_json(approval.run_id),
+        "step_id": text_json(approval.step_id),
+        "kind": text_json(approval.kind),
         "capability": approval.capability,
         "presentation": approval.presentation,
         "request": approval.request,
-        "hash": approval.hash,
-        "status": str(approval.status),
+        "hash": text_json(approval.hash),
+        "status": text_json(approval.status),
         "created_at": format_time(approval.created_at),
         "expires_at": format_time(approval.expires_at),
         "decided_at": format_time(approval.decided_at),
-        "decided_by": approval.decided_by,
-        "note": approval.note,
+        "decided_by": text_json(approval.decided_by),
+        "note": text_json(approval.note),
     }
     if approval.decode_error:
         out["decode_error"] = approval.decode_error
@@ -323,8 +330,12 @@ def _time_or_none(value: object) -> datetime | None:
         return None
 
 
-def _text(value: object) -> str:
-    return value if isinstance(value, str) else "" if value is None else str(value)
+def _text(value: object, length: object = None) -> str:
+    """A column read by `_query`; with its full `length`, text cut shorter is a CappedText."""
+    text = value if isinstance(value, str) else "" if value is None else str(value)
+    if isinstance(length, int) and length > len(text):
+        return CappedText(text, length)
+    return text
 
 
 def waiting_approvals(store: Store, run_ids: Sequence[str]) -> dict[str, list[WaitingApproval]]:
@@ -337,23 +348,26 @@ def waiting_approvals(store: Store, run_ids: Sequence[str]) -> dict[str, list[Wa
     marks = ", ".join("?" for _ in run_ids)
     cap = _FIELD_CAP
     # A request that is not valid JSON must not fail the whole page: json_valid guards it.
+    tool = "json_extract(request_json, '$.spec.name')"
     rows = _query(
         store,
-        f"SELECT substr(id, 1, {cap}) AS id, run_id, substr(kind, 1, {cap}) AS kind, "
-        f"substr(hash, 1, {cap}) AS hash, substr(created_at, 1, 64) AS created_at, "
-        "substr(expires_at, 1, 64) AS expires_at, "
-        "CASE WHEN json_valid(request_json) "
-        f"THEN substr(json_extract(request_json, '$.spec.name'), 1, {cap}) END AS tool "
+        f"SELECT substr(id, 1, {cap}) AS id, length(id) AS n_id, run_id, "
+        f"substr(kind, 1, {cap}) AS kind, length(kind) AS n_kind, "
+        f"substr(hash, 1, {cap}) AS hash, length(hash) AS n_hash, "
+        "substr(created_at, 1, 64) AS created_at, substr(expires_at, 1, 64) AS expires_at, "
+        f"CASE WHEN json_valid(request_json) THEN substr({tool}, 1, {cap}) END AS tool, "
+        f"CASE WHEN json_valid(request_json) THEN length({tool}) END AS n_tool "
         f"FROM approvals WHERE status = ? AND run_id IN ({marks}) ORDER BY rowid",
         [str(ApprovalStatus.PENDING), *run_ids],
     )
     for row in rows:
+        # A value cut at the cap stays marked as cut (CappedText), so it is never shown whole.
         waiting = WaitingApproval(
-            id=_text(row["id"]),
+            id=_text(row["id"], row["n_id"]),
             run_id=_text(row["run_id"]),
-            kind=_text(row["kind"]),
-            tool=_text(row["tool"]),
-            hash=_text(row["hash"]),
+            kind=_text(row["kind"], row["n_kind"]),
+            tool=_text(row["tool"], row["n_tool"]),
+            hash=_text(row["hash"], row["n_hash"]),
             created_at=_time_or_none(row["created_at"]),
             expires_at=_time_or_none(row["expires_at"]),
         )
