@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import sqlite3
+import warnings
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,7 @@ from agentrt.testkit import (
     PolicyCase,
     Result,
     Scenario,
+    SharedScenarioWarning,
     Verdict,
     always,
     check,
@@ -49,6 +51,7 @@ from agentrt.testkit import (
     fuzz_args,
     run_sync,
 )
+from agentrt.testkit.matrix import after_crash
 
 INTERRUPTED = "interrupted_side_effect"
 
@@ -108,8 +111,12 @@ class TestRun:
     ) -> None:
         """The seed: the record cannot tell a crash before the call from one after it."""
         seen = {}
+
+        def leave() -> Scenario:
+            return ts.direct_charge(Verdict.LEAVE)
+
         for point in (Point.AFTER_TOOL_STARTED, Point.AFTER_TOOL_EFFECT):
-            r = play(ts.direct_charge(Verdict.LEAVE), Crash(1, point), db=tmp_path / f"{point}.db")
+            r = play(leave, Crash(1, point), db=tmp_path / f"{point}.db")
             step, [approval] = r.step(1), r.approvals
             seen[point] = (
                 [e.type for e in r.events],
@@ -145,7 +152,7 @@ class TestRun:
     def test_crash_after_takeover_still_waits_for_the_operator(self, tmp_path: Path) -> None:
         """A resume that itself died after taking over still pauses on the interrupted call."""
         result = play(
-            ts.direct_charge(Verdict.LEAVE),
+            lambda: ts.direct_charge(Verdict.LEAVE),
             Crash(1, Point.AFTER_TOOL_STARTED),
             Crash(1, Point.AFTER_INTERRUPTED),
             db=tmp_path / "t.db",
@@ -203,14 +210,15 @@ class TestRun:
         assert result.lease.owner == ""
 
     def test_a_reconciler_decides_instead_of_the_operator(self, tmp_path: Path) -> None:
-        scenario = ts.direct_charge(Verdict.REJECT)
         seen: list[str] = []
 
         def reconcile(view: agentrt.RunView) -> Reconciliation:
             seen.append(view.steps[-1].status)
             return Reconciliation.completed({"recovered": "charge found by its order id"})
 
-        scenario.reconcile = reconcile
+        def scenario() -> Scenario:
+            return dataclasses.replace(ts.direct_charge(Verdict.REJECT), reconcile=reconcile)
+
         result = play(scenario, Crash(1, Point.AFTER_TOOL_EFFECT), db=tmp_path / "rec.db")
         assert seen == ["interrupted"]
         assert (result.run.status, result.run.result) == (
@@ -292,7 +300,6 @@ class TestHarness:
 
     def test_the_harness_notices_a_crashed_process_that_writes(self, tmp_path: Path) -> None:
         """A loop that, unlike the Driver, writes from its failure handler is caught."""
-        scenario = ts.direct_charge_reject()
         db = tmp_path / "w.db"
 
         async def careless(ctx: LoopContext) -> agentrt.Run:
@@ -306,7 +313,9 @@ class TestHarness:
                     own.execute("UPDATE runs SET lease_owner = 'a corpse'")
                 raise
 
-        scenario.loop = careless
+        def scenario() -> Scenario:
+            return dataclasses.replace(ts.direct_charge_reject(), loop=careless)
+
         result = play(scenario, Crash(0, Point.AFTER_TOOL_FINISHED), db=db, check_invariants=False)
         assert "a crashed process wrote to the database after its crash" in result.errors
         assert {v.rule for v in result.violations} == {"process_error", "lease_held"}
@@ -322,14 +331,40 @@ class TestHarness:
                 return await ctx.driver.resume(ctx.run_id)
             return await ctx.driver.start(ctx.goal, ctx.limits, run_id=ctx.run_id)
 
-        scenario = ts.checkout()
-        scenario.loop = mine
+        def scenario() -> Scenario:
+            return dataclasses.replace(ts.checkout(), loop=mine)
+
         result = play(scenario, Crash(0, Point.AFTER_TOOL_FINISHED), db=tmp_path / "l.db")
         assert (
             calls[0] is False
             and all(calls[1:])
             and len(calls) == 1 + result.resumes + result.refusals
         )
+        assert result.run.status == RunStatus.COMPLETED
+
+    @pytest.mark.parametrize("source", ["testkit_scenarios:remembering", ts.remembering])
+    def test_a_factory_gives_every_simulated_process_a_fresh_scenario(
+        self, tmp_path: Path, source: Any
+    ) -> None:
+        """Nothing held in memory survives a simulated crash, as in process mode: the
+        agent that asked for the charge before dying is a new agent after it, asks again,
+        and the charge runs (once, on a new step)."""
+        result = play(source, Crash(0, Point.AFTER_DECIDED), db=tmp_path / "m.db")
+        assert result.step(0).status == StepStatus.INTERRUPTED
+        assert [(c.process, c.step_index) for c in result.calls("charge")] == [(2, 1)]
+        assert [(a.process, a.step_index) for a in result.agent_inputs] == [(1, 0), (2, 1), (2, 2)]
+        assert (result.run.status, result.run.result) == (RunStatus.COMPLETED, {"receipt": "r-17"})
+
+    def test_a_scenario_instance_is_shared_by_the_simulated_processes_and_warns(
+        self, tmp_path: Path
+    ) -> None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            play(ts.remembering(), db=tmp_path / "quiet.db")  # no crash: nothing to warn of
+        with pytest.warns(SharedScenarioWarning, match="shared by every simulated process"):
+            result = play(ts.remembering(), Crash(0, Point.AFTER_DECIDED), db=tmp_path / "i.db")
+        # The documented difference: its agent outlived the crash and remembers asking.
+        assert result.calls("charge") == []
         assert result.run.status == RunStatus.COMPLETED
 
     def test_a_scenario_given_by_reference_is_built_from_its_factory(self, tmp_path: Path) -> None:
@@ -454,12 +489,35 @@ class TestMatrix:
     def test_full_crash_matrix_of_a_read_a_side_effect_and_an_approval_holds_in_the_harness(
         self,
     ) -> None:
-        matrix = crash_matrix_sync("testkit_scenarios:checkout", "harness", workers=6)
+        # A harness case mostly sleeps out a dead owner's lease: many at a time is cheap.
+        matrix = crash_matrix_sync("testkit_scenarios:checkout", "harness", workers=16)
         matrix.assert_ok()
         passed = {p.key for p in matrix.clean.probes}
         assert {
             (c.crashes[0].at.value, c.crashes[0].step, c.crashes[0].inside_tx) for c in matrix.cases
         } == passed
+        # Every recovery point that recovery from a first crash passes, at every step, with
+        # and without a transaction, is crashed at too: the seed's "after step.interrupted".
+        firsts = [c for c in matrix.cases if len(c.crashes) == 1]
+        during_recovery = [c for c in matrix.cases if len(c.crashes) == 2]
+        reached = [n for c in firsts if c.result for n in after_crash(c.result, inside_tx=True)]
+        assert {n[-1] for n in reached} == {c.crashes[-1] for c in during_recovery}
+        assert {(c.crashes[-1].at, c.crashes[-1].step) for c in during_recovery} == {
+            (Point.AFTER_INTERRUPTED, 0),
+            (Point.AFTER_INTERRUPTED, 1),
+            (Point.AFTER_INTERRUPTED, 2),
+            (Point.AFTER_RESUMED, 0),
+            (Point.AFTER_RESUMED, 1),
+            (Point.AFTER_RESUMED, 2),
+            (Point.AFTER_PAUSED, 1),
+        }
+        # Each point of each distinct recovery once: far fewer cases than every pair.
+        assert len(during_recovery) == 20 < len(reached)
+        # The seed's crash after a takeover, during the recovery of an approved charge.
+        case = matrix.case(Crash(1, Point.AFTER_RESUMED), Crash(1, Point.AFTER_INTERRUPTED))
+        assert case.result is not None
+        assert [a.kind for a in case.result.approvals] == ["remote_mutation", INTERRUPTED]
+        assert len(case.result.calls("charge")) == 1
         # The points the scenario is about are all in it, inside transactions too.
         for crash in (
             Crash(0, Point.AFTER_TOOL_STARTED),
@@ -476,11 +534,14 @@ class TestMatrix:
     @pytest.mark.slow
     def test_the_matrix_two_crashes_deep_reaches_recovery_points_and_holds(self) -> None:
         matrix = crash_matrix_sync(
-            "testkit_scenarios:checkout", "harness", depth=2, inside_tx=False, workers=8
+            "testkit_scenarios:checkout", "harness", depth=2, inside_tx=False, workers=16
         )
         matrix.assert_ok()
         second = {c.crashes[-1].at for c in matrix.cases if len(c.crashes) == 2}
         assert second == {Point.AFTER_INTERRUPTED, Point.AFTER_RESUMED, Point.AFTER_PAUSED}
+        # Every recovery after every first crash: the pairs the default matrix leaves out.
+        assert {len(c.crashes) for c in matrix.cases} == {1, 2}
+        assert sum(len(c.crashes) == 2 for c in matrix.cases) == 29
         case = matrix.case(Crash(1, Point.AFTER_RESUMED), Crash(1, Point.AFTER_INTERRUPTED))
         assert case.result is not None
         assert [a.kind for a in case.result.approvals] == ["remote_mutation", INTERRUPTED]
@@ -489,7 +550,7 @@ class TestMatrix:
         # A scenario whose agent fails after an interruption: outcomes differ by cell,
         # and a never-answering operator leaves runs waiting.
         matrix = crash_matrix_sync(
-            lambda: ts.direct_charge(Verdict.LEAVE), "harness", inside_tx=False
+            lambda: ts.direct_charge(Verdict.LEAVE), "harness", inside_tx=False, workers=16
         )
         text = str(matrix)
         lines = text.splitlines()
@@ -504,6 +565,53 @@ class TestMatrix:
         assert matrix.case(Crash(2, Point.AFTER_DECIDED)).outcome == "FAILED agent_error"
         assert matrix.case(Crash(1, Point.AFTER_DECIDED)).outcome == "COMPLETED goal_completed"
         assert "·" in text  # a point not passed at a step
+        # A crash during recovery reads as its own row, under the step it crashed at.
+        assert any(line.startswith("step.tool_started@1 ▸ step.interrupted ") for line in lines)
+        assert (
+            matrix.case(
+                Crash(1, Point.AFTER_TOOL_STARTED), Crash(1, Point.AFTER_INTERRUPTED)
+            ).outcome
+            == "WAITING"
+        )
+
+    def test_recovery_false_and_select_leave_cases_out(self) -> None:
+        matrix = crash_matrix_sync(
+            "testkit_scenarios:small",
+            recovery=False,
+            select=lambda crashes: crashes[0].step == 1,
+            workers=16,
+        )
+        matrix.assert_ok()
+        assert matrix.cases and all(len(c.crashes) == 1 for c in matrix.cases)
+        assert {c.crashes[0].step for c in matrix.cases} == {1}
+        # A recovery crash left out does not stand for its recovery: the next first crash
+        # leading to the same recovery (the takeover of step 0) gets it.
+        tool_started = Crash(0, Point.AFTER_TOOL_STARTED)
+        matrix = crash_matrix_sync(
+            "testkit_scenarios:checkout",
+            inside_tx=False,
+            select=lambda crashes: (
+                crashes[0].step == 0 and (len(crashes) == 1 or crashes[0] == tool_started)
+            ),
+            workers=16,
+        )
+        matrix.assert_ok()
+        assert [c.crashes for c in matrix.cases if len(c.crashes) == 2] == [
+            (tool_started, Crash(0, Point.AFTER_INTERRUPTED)),
+            (tool_started, Crash(0, Point.AFTER_RESUMED)),
+        ]
+        assert len(matrix.cases) == 2 + 6  # step 0's six points after a commit
+
+    def test_a_matrix_of_a_scenario_instance_warns_once(self) -> None:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            matrix = crash_matrix_sync(
+                ts.small(), select=lambda crashes: crashes == (Crash(1, Point.AFTER_DECIDED),)
+            )
+        # Once for the matrix, not again for its case.
+        assert [type(w.message) for w in caught] == [SharedScenarioWarning]
+        matrix.assert_ok()
+        assert [c.crashes for c in matrix.cases] == [(Crash(1, Point.AFTER_DECIDED),)]
 
 
 # -- check_policy ------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ test_testkit.py, with real deaths; the number of children is bounded by the
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -21,8 +22,15 @@ import agentrt
 import testkit_scenarios as ts
 from agentrt import ApprovalStatus, RunStatus, StepStatus, TerminalReason
 from agentrt.driver import run_sync as run_coro
-from agentrt.testkit import Crash, Point, ScenarioError, crash_matrix_sync, discover, run_sync
-from agentrt.testkit.plugin import case_id
+from agentrt.testkit import (
+    Crash,
+    Point,
+    ScenarioError,
+    crash_matrix_sync,
+    discover,
+    run_sync,
+)
+from agentrt.testkit.plugin import _marker_args, case_id
 
 SIGKILLED = -9
 
@@ -33,7 +41,16 @@ def play(ref: str, *crashes: Crash, db: Path) -> agentrt.testkit.Result:
 
 @pytest.mark.slow
 def test_full_crash_matrix_in_process_mode_holds_with_real_sigkills() -> None:
-    matrix = crash_matrix_sync("testkit_scenarios:checkout", "process", workers=4)
+    # Every point of every step; the crashes during recovery (three children a case)
+    # only in the recovery of the approved charge on step 1, which passes every recovery
+    # point (the harness matrix has them all), to keep the time down.
+    resumed = Crash(1, Point.AFTER_RESUMED)
+    matrix = crash_matrix_sync(
+        "testkit_scenarios:checkout",
+        "process",
+        workers=4,
+        select=lambda crashes: len(crashes) == 1 or crashes[0] == resumed,
+    )
     matrix.assert_ok()
     first = {
         (c.crashes[0].at.value, c.crashes[0].step, c.crashes[0].inside_tx) for c in matrix.cases
@@ -43,8 +60,14 @@ def test_full_crash_matrix_in_process_mode_holds_with_real_sigkills() -> None:
     for case in matrix.cases:
         assert case.result is not None
         # Every child but the last died of SIGKILL at its crash point.
-        assert case.result.exit_codes == (SIGKILLED, 0), case.label
+        assert case.result.exit_codes == (SIGKILLED,) * len(case.crashes) + (0,), case.label
     assert matrix.clean.exit_codes == (0,)
+    during_recovery = {c.crashes[-1] for c in matrix.cases if len(c.crashes) == 2}
+    assert during_recovery == {
+        Crash(1, point, inside_tx=tx)
+        for point in (Point.AFTER_INTERRUPTED, Point.AFTER_PAUSED, Point.AFTER_RESUMED)
+        for tx in (False, True)
+    }
 
 
 class TestSigkill:
@@ -142,6 +165,31 @@ class TestSigkill:
         assert len(times) == len(result.events) and times == sorted(times)
 
 
+def test_the_harness_forgets_an_agents_memory_at_a_crash_as_a_real_death_does(
+    tmp_path: Path,
+) -> None:
+    """An agent that remembers, in memory only, that it asked for the charge: a real
+    death wipes that, and so does a simulated one (the harness rebuilds the scenario
+    from its factory for every process), so both modes leave the same record."""
+    seen = {}
+    for mode in ("harness", "process"):
+        r = run_sync(
+            "testkit_scenarios:remembering",
+            Crash(0, Point.AFTER_DECIDED),
+            mode=mode,
+            db_path=tmp_path / f"{mode}.db",
+        )
+        seen[mode] = (
+            [(c.process, c.step_index) for c in r.calls("charge")],
+            [(a.process, a.step_index) for a in r.agent_inputs],
+            [(s.index, s.status) for s in r.steps],
+            [e.type for e in r.events],
+            (r.run.status, r.run.result),
+        )
+    assert seen["harness"] == seen["process"]
+    assert seen["process"][0] == [(2, 1)]
+
+
 class TestProcessModeErrors:
     def test_process_mode_needs_a_factory_reference(self, tmp_path: Path) -> None:
         with pytest.raises(agentrt.ConfigError, match="factory"):
@@ -195,19 +243,49 @@ def test_the_plugin_parametrizes_one_test_over_the_whole_matrix(tmp_path: Path) 
         """
         import pytest
 
-        @pytest.mark.crash_matrix("testkit_scenarios:small", inside_tx=False)
+        @pytest.mark.crash_matrix("testkit_scenarios:small", inside_tx=False, recovery=False)
         def test_small_survives_every_crash(crash_case):
             result = crash_case.run()
             assert result.run.status == "COMPLETED"
             assert len(result.calls("charge")) <= 2
+
+        @pytest.mark.crash_matrix("testkit_scenarios:small", inside_tx=False)
+        def test_small_survives_crashes_during_recovery(crash_case):
+            result = crash_case.run()
+            assert len(result.crashes_reached) == len(crash_case.crashes)
         """,
         "-v",
+        # All of the first test; of the second, the crash at the takeover of step 0's tool
+        # start (a case only the recovery points add).
+        "-k",
+        "test_small_survives_every_crash or (tool_started and interrupted)",
     )
     _, cases = run_coro(discover("testkit_scenarios:small"))
     expected = ["no-crash"] + [case_id(c) for c in cases if not c[0].inside_tx]
-    assert f"{len(expected)} passed" in done.stdout, done.stdout + done.stderr
+    out = done.stdout + done.stderr
+    assert f"{len(expected) + 1} passed" in out, out
     for ident in expected:
         assert f"test_small_survives_every_crash[{ident}] PASSED" in done.stdout
+    recovery = "step.tool_started@0+step.interrupted@0"
+    assert f"test_small_survives_crashes_during_recovery[{recovery}] PASSED" in done.stdout
+    # The rest of the second test: the same first crashes, and more during recovery.
+    deselected = re.search(r"(\d+) deselected", done.stdout)
+    assert deselected is not None and int(deselected.group(1)) > len(expected), out
+
+
+def test_the_plugin_marker_takes_the_matrix_arguments() -> None:
+    mark = pytest.mark.crash_matrix("pkg.mod:make", mode="process", depth=2, recovery=False).mark
+    assert _marker_args(mark) == ("pkg.mod:make", "process", True, 2, False)
+    assert _marker_args(pytest.mark.crash_matrix("pkg.mod:make").mark) == (
+        "pkg.mod:make",
+        "harness",
+        True,
+        1,
+        True,
+    )
+    for bad in ({"depth": 0}, {"depth": "2"}, {"deep": 2}):
+        with pytest.raises(pytest.UsageError):
+            _marker_args(pytest.mark.crash_matrix("pkg.mod:make", **bad).mark)
 
 
 @pytest.mark.slow

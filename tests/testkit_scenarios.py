@@ -123,6 +123,20 @@ class ChargeThenComplete:
         return Decision.tool_call("charge", CHARGE)
 
 
+class RememberingAgent:
+    """Remembers in memory, not in the record, that it asked for the charge, and completes
+    once it has. A process that dies after the ask forgets it: a restarted one asks again."""
+
+    def __init__(self) -> None:
+        self.asked = False
+
+    def decide(self, input: StepInput) -> Decision:
+        if self.asked:
+            return Decision.complete({"receipt": "r-17"})
+        self.asked = True
+        return Decision.tool_call("charge", CHARGE)
+
+
 def _allow_all() -> agentrt.SideEffectPolicy:
     allow = agentrt.PolicyDecision.allow()
     return agentrt.SideEffectPolicy(
@@ -180,6 +194,21 @@ def direct_charge_approve() -> Scenario:
 
 def direct_charge_reject() -> Scenario:
     return direct_charge(Verdict.REJECT)
+
+
+def remembering() -> Scenario:
+    """A charge allowed by policy, asked for by an agent with in-memory state."""
+    return Scenario(
+        tools=[Charge()],
+        policy=_allow_all(),
+        agent=RememberingAgent(),
+        goal="charge order 17",
+        operator=always(Verdict.APPROVE),
+        now=Clock(),
+        new_id=ids("f"),
+        lease_ttl=LEASE,
+        name="remembering",
+    )
 
 
 def small() -> Scenario:

@@ -1,15 +1,17 @@
 """agentrt.testkit: prove the recovery contract holds for your tools and policy.
 
-Describe a `Scenario` (tools, policy, agent, operator), name the points where a
-process should die (`Crash(step, Point.AFTER_TOOL_STARTED)`), and `run` it: the
-kit kills the process there, recovers the run in a fresh one as a restarted
-program would, answers approvals as your operator would, and checks every
-invariant of `recovery.md` on what was left behind (`Result.violations`, raised
-as an AssertionError). `mode="harness"` simulates processes in this one;
-`mode="process"` uses real child processes killed with SIGKILL, also inside a
-transaction before its COMMIT. `crash_matrix` crashes at every point of every
-step a scenario reaches and prints the outcomes as a table; the pytest plugin
-(`agentrt.testkit.plugin`) parametrizes one test over that matrix.
+Describe a `Scenario` (tools, policy, agent, operator) in a factory, name the
+points where a process should die (`Crash(step, Point.AFTER_TOOL_STARTED)`),
+and `run` it: the kit kills the process there, recovers the run in a fresh one
+(with a fresh Scenario from the factory) as a restarted program would, answers
+approvals as your operator would, and checks every invariant of `recovery.md`
+on what was left behind (`Result.violations`, raised as an AssertionError).
+`mode="harness"` simulates processes in this one; `mode="process"` uses real
+child processes killed with SIGKILL, also inside a transaction before its
+COMMIT. `crash_matrix` crashes at every point of every step a scenario
+reaches, the recovery points a crash leads to included, and prints the
+outcomes as a table; the pytest plugin (`agentrt.testkit.plugin`) parametrizes
+one test over that matrix.
 `check_policy` and `fuzz_args` test a policy and a tool's schema on their own.
 
 This package owns the test kit's public names; each submodule owns one part
@@ -24,13 +26,21 @@ from .conformance import ConformanceReport, PolicyCase, check_policy
 from .fuzz import FuzzCase, fuzz_args
 from .harness import ScenarioError, run, run_sync
 from .invariants import InvariantError, Violation, check
-from .matrix import CrashMatrix, MatrixCase, crash_matrix, crash_matrix_sync, discover
+from .matrix import (
+    CrashMatrix,
+    MatrixCase,
+    crash_matrix,
+    crash_matrix_sync,
+    discover,
+    matrix_cases,
+)
 from .result import AgentInput, CrashReached, OperatorAnswer, ProbeHit, Result, ToolInvocation
 from .scenario import (
     Crash,
     LoopContext,
     Point,
     Scenario,
+    SharedScenarioWarning,
     Verdict,
     always,
     by_kind,
@@ -54,6 +64,7 @@ __all__ = [
     "Result",
     "Scenario",
     "ScenarioError",
+    "SharedScenarioWarning",
     "ToolInvocation",
     "Verdict",
     "Violation",
@@ -66,6 +77,7 @@ __all__ = [
     "discover",
     "fuzz_args",
     "load_factory",
+    "matrix_cases",
     "run",
     "run_sync",
     "same_renders",

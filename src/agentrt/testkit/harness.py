@@ -14,9 +14,14 @@ awaits an event nobody sets), its heartbeat is stopped without releasing the
 lease, and its database handle is closed under it. Inside a transaction, the
 handle is closed on the I/O thread before the COMMIT, which rolls the
 transaction back. The next "process" is a fresh Driver on a fresh open of the
-same file. At the end the parked tasks are cancelled, which is when a careless
-implementation would write (their cancellation handlers try to record and to
-release the lease): the harness checks that the record did not change.
+same file and, when the scenario is given by a factory, a fresh Scenario built
+by it: nothing the dead process held in memory (an agent's or a tool's state)
+survives into the next one, as it would not survive a real death. A Scenario
+instance cannot be rebuilt, so its objects are shared by every simulated
+process (`SharedScenarioWarning`). At the end the parked tasks are cancelled,
+which is when a careless implementation would write (their cancellation
+handlers try to record and to release the lease): the harness checks that the
+record did not change.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import sqlite3
 import tempfile
 import time
 import traceback
+import warnings
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -52,6 +58,7 @@ from .scenario import (
     LoopContext,
     Scenario,
     ScenarioSource,
+    SharedScenarioWarning,
     Verdict,
     answer,
     build,
@@ -433,7 +440,7 @@ async def _park() -> None:
 
 
 async def run_in_process(
-    scenario: Scenario,
+    scenario: ScenarioSource,
     crashes: Sequence[Crash],
     *,
     db_path: Path,
@@ -441,7 +448,15 @@ async def run_in_process(
     journal_path: Path,
     timeout: float,
 ) -> list[str]:
-    """Play the scenario with simulated crashes; return the errors of its processes."""
+    """Play the scenario with simulated crashes; return the errors of its processes.
+
+    A factory (reference or callable) is called again for every simulated
+    process, as process mode rebuilds it in every child, with the same guards
+    for a rebuilt fake clock and id sequence. A Scenario instance is shared by
+    all of them: whatever its agent, tools or operator keep in memory outlives
+    each simulated death.
+    """
+    shared = scenario if isinstance(scenario, Scenario) else None
     errors: list[str] = []
     parked: list[tuple[asyncio.Task[None], Life]] = []
     next_crash = 0
@@ -457,10 +472,11 @@ async def run_in_process(
             role=START if process == 1 else RECOVER,
             crash=crash,
             crash_index=next_crash,
-            fresh_process=False,
+            fresh_process=shared is None,
         )
         try:
-            life = Life(scenario, plan, _Parked(crashed))
+            this = shared if shared is not None else build(scenario)
+            life = Life(this, plan, _Parked(crashed))
         except Exception as exc:
             errors.append(f"process {process} could not start: {type(exc).__name__}: {exc}")
             break
@@ -537,7 +553,48 @@ async def run(
     scenario named by a factory reference (`"pkg.mod:make_scenario"`).
     Raises `InvariantError` (an AssertionError) listing every violation unless
     `check_invariants=False`; the violations are on the result either way.
+
+    Give the scenario as a factory (`"pkg.mod:make_scenario"` or a function):
+    each process, simulated or real, then gets a fresh Scenario, so nothing an
+    agent or a tool remembered in memory survives a crash. A Scenario instance
+    is shared by every simulated process, so its objects' memory does survive
+    the simulated crashes (which a dead process's never does): crashing one in
+    the harness warns with `SharedScenarioWarning`.
     """
+    if crashes and mode == "harness" and isinstance(scenario, Scenario):
+        warnings.warn(shared_warning(scenario), SharedScenarioWarning, stacklevel=2)
+    return await play(
+        scenario,
+        crashes,
+        mode=mode,
+        db_path=db_path,
+        run_id=run_id,
+        check_invariants=check_invariants,
+        timeout=timeout,
+    )
+
+
+def shared_warning(scenario: Scenario) -> str:
+    return (
+        f"scenario {scenario.title} is a Scenario instance: its agent, tools and operator "
+        "are shared by every simulated process, so what they keep in memory survives the "
+        "simulated crashes (a dead process's memory does not); give the scenario as a "
+        "factory ('pkg.mod:make_scenario' or a function) to rebuild it in each process"
+    )
+
+
+async def play(
+    scenario: ScenarioSource,
+    crashes: Sequence[Crash],
+    *,
+    mode: str,
+    db_path: str | Path | None,
+    run_id: str | None,
+    check_invariants: bool,
+    timeout: float,
+) -> Result:
+    """`run` without the warning (the matrix warns once for all its cases)."""
+    crashes = tuple(crashes)
     if mode not in MODES:
         raise ConfigError(f"mode must be one of {MODES}, got {mode!r}")
     for crash in crashes:
@@ -569,7 +626,7 @@ async def run(
         )
     else:
         errors = await run_in_process(
-            built, crashes, db_path=path, run_id=rid, journal_path=journal_path, timeout=timeout
+            scenario, crashes, db_path=path, run_id=rid, journal_path=journal_path, timeout=timeout
         )
     try:
         result = collect(
@@ -649,6 +706,7 @@ __all__ = [
     "Life",
     "ProcessPlan",
     "ScenarioError",
+    "play",
     "run",
     "run_in_process",
     "run_sync",

@@ -3,31 +3,46 @@
 `discover` runs the scenario once without a crash and records every crash point
 its probes passed, as (point, step, inside a transaction or not). Each becomes a
 case: the scenario run again with one crash there, recovered and checked.
-Points only a crash reaches (the takeover's `step.interrupted`, the resume
-after it, the pause on an interrupted side effect) are found the same way one
-level down: with `depth=2`, every such point passed while recovering from a
-first crash becomes a case of two crashes. Cases run concurrently, each on its
-own file; the result is a `CrashMatrix` whose `str()` is an aligned table of
-crash point × step → what became of the run, followed by every violation.
+
+Some points only a crash reaches: the recovery points (`step.interrupted` of
+the takeover, the `run.resumed` after it, the `run.paused` on an interrupted
+side effect), passed by the process that recovers. They are found the same way
+one level down, from the probes the recovering process passed up to its first
+point of ordinary work, and crashed at with a second crash. `depth` is how many
+levels are exhaustive: with `depth=2`, every recovery point after every first
+crash. Then (`recovery=True`, the default) one more level covers what is left:
+each recovery point of each distinct recovery (the same recovery points passed
+in the same order are one recovery) is crashed at once, after the first case
+that leads to it. So the default matrix crashes at every point at every step
+the scenario reaches, recovery points included, with a bounded number of cases
+(for the 3-step checkout scenario: 25 first crashes and 20 recovery crashes).
+
+Cases run concurrently, each on its own file; the result is a `CrashMatrix`
+whose `str()` is an aligned table of crash point × step → what became of the
+run, followed by every violation.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import shutil
 import tempfile
-from collections.abc import Iterable, Sequence
+import warnings
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..driver import run_sync as _run_coro
 from ..errors import ConfigError
 from ..records import RunStatus
-from .harness import MODES
+from .harness import MODES, shared_warning
+from .harness import play as play_scenario
 from .harness import run as run_scenario
 from .invariants import InvariantError, Violation
 from .result import ProbeHit, Result
-from .scenario import Crash, Point, Scenario, ScenarioSource, build
+from .scenario import Crash, Point, Scenario, ScenarioSource, SharedScenarioWarning, build
 
 # Points that only recovery passes: a crash there tests recovery from recovery.
 RECOVERY_POINTS = frozenset({Point.AFTER_INTERRUPTED, Point.AFTER_RESUMED, Point.AFTER_PAUSED})
@@ -214,31 +229,142 @@ async def discover(
     return clean, cases_from(clean.probes, inside_tx=True)
 
 
+Cases = list[tuple[Crash, ...]]
+Select = Callable[[tuple[Crash, ...]], bool]
+
+
+async def _explore(
+    clean: Result,
+    play: Callable[[tuple[Crash, ...]], Awaitable[MatrixCase]],
+    *,
+    depth: int,
+    recovery: bool,
+    inside_tx: bool,
+    select: Select | None,
+    play_last: bool,
+) -> tuple[list[MatrixCase], Cases]:
+    """Every case of the matrix, level by level: (the cases played, the cases not played).
+
+    A level is played when the next one is derived from it (its recoveries), and
+    the last level only if `play_last`.
+    """
+
+    def selected(crashes: tuple[Crash, ...]) -> bool:
+        return select is None or select(crashes)
+
+    level = [c for c in cases_from(clean.probes, inside_tx=inside_tx) if selected(c)]
+    played: list[MatrixCase] = []
+    exhaustive = depth - 1  # levels still to derive in full
+    covered = not recovery  # the covering level is derived (or not wanted)
+    # (a recovery, as the crash points it passes in order; one of those points): the
+    # recovery crashes already in the matrix.
+    seen: set[tuple[tuple[Crash, ...], Crash]] = set()
+    while level:
+        if len(played) + len(level) > _MAX_CASES:
+            raise ConfigError(
+                f"the matrix would exceed {_MAX_CASES} cases; lower depth or pass recovery=False"
+            )
+        last = exhaustive == 0 and covered
+        if last and not play_last:
+            return played, level
+        done = list(await asyncio.gather(*(play(c) for c in level)))
+        played += done
+        if last:
+            break
+        following: Cases = []
+        for case in done:
+            if case.result is None:
+                continue
+            after = after_crash(case.result, inside_tx=inside_tx)
+            path = tuple(c[-1] for c in after)
+            for nxt in after:
+                key = (path, nxt[-1])
+                if (exhaustive > 0 or key not in seen) and selected(nxt):
+                    following.append(nxt)
+                    seen.add(key)
+        if exhaustive > 0:
+            exhaustive -= 1
+        else:
+            covered = True
+        level = following
+    return played, []
+
+
+def _check_args(mode: str, depth: int) -> None:
+    if mode not in MODES:
+        raise ConfigError(f"mode must be one of {MODES}, got {mode!r}")
+    if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
+        raise ConfigError(f"depth must be an int of at least 1, got {depth!r}")
+
+
+class _Player:
+    """Plays cases `workers` at a time, each on its own thread (and event loop) and file."""
+
+    def __init__(
+        self, scenario: ScenarioSource, mode: str, base: Path, workers: int, timeout: float
+    ) -> None:
+        self.scenario = scenario
+        self.mode = mode
+        self.base = base
+        self.timeout = timeout
+        self.counter = iter(range(10 * _MAX_CASES))
+        # A pool of its own: the default executor's few threads would cap `workers`,
+        # and a harness case mostly sleeps out a dead owner's lease.
+        self.pool = ThreadPoolExecutor(max(1, workers), thread_name_prefix="agentrt-matrix")
+
+    async def _play(self, crashes: tuple[Crash, ...], path: Path) -> Result:
+        run = functools.partial(
+            _run_blocking, self.scenario, crashes, self.mode, path, self.timeout
+        )
+        return await asyncio.get_running_loop().run_in_executor(self.pool, run)
+
+    async def clean(self) -> Result:
+        return await self._play((), self.base / "clean.db")
+
+    async def __call__(self, crashes: tuple[Crash, ...]) -> MatrixCase:
+        path = self.base / f"case-{next(self.counter):04d}.db"
+        try:
+            result = await self._play(crashes, path)
+        except Exception as exc:  # the case could not be played: report it as a cell
+            return MatrixCase(crashes, None, f"{type(exc).__name__}: {exc}")
+        return MatrixCase(crashes, result)
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True)
+
+
 async def crash_matrix(
     scenario: ScenarioSource,
     mode: str = "harness",
     *,
     depth: int = 1,
+    recovery: bool = True,
     inside_tx: bool = True,
     workers: int = 4,
     directory: str | Path | None = None,
     keep_files: bool = False,
     timeout: float = 120.0,
+    select: Select | None = None,
 ) -> CrashMatrix:
     """Crash the scenario at every point of every step it reaches, and check each case.
 
     `scenario` is best given as a factory (`"pkg.mod:make"` or a function), so
-    every case gets fresh tools, agent and clocks and cases run `workers` at a
-    time; a Scenario instance is shared, so its cases run one at a time. Process
-    mode needs a factory reference. `inside_tx=False` leaves out the crashes
-    before a COMMIT. `depth=2` adds crashes during recovery from each crash.
+    every process of every case gets fresh tools, agent and clocks and cases run
+    `workers` at a time; a Scenario instance is shared (its memory survives the
+    simulated crashes: `SharedScenarioWarning`), so its cases run one at a time.
+    Process mode needs a factory reference. `inside_tx=False` leaves out the
+    crashes before a COMMIT. By default every point the clean run passes is
+    crashed at, and then each recovery point (`step.interrupted`, `run.resumed`,
+    `run.paused`) of each distinct recovery from those crashes, once;
+    `recovery=False` leaves the recovery points out. `depth=2` crashes at every
+    recovery point after every first crash (and covers the recoveries from
+    those). `select(crashes)` False leaves a case out (and the recoveries it
+    would lead to), e.g. `lambda c: len(c) == 1 or c[-1].step == 1`.
     """
-    if mode not in MODES:
-        raise ConfigError(f"mode must be one of {MODES}, got {mode!r}")
-    if depth < 1:
-        raise ConfigError("depth must be at least 1")
+    _check_args(mode, depth)
     if isinstance(scenario, Scenario):
         workers = 1
+        warnings.warn(shared_warning(scenario), SharedScenarioWarning, stacklevel=2)
     title = build(scenario).title if not isinstance(scenario, str) else scenario
     base = (
         Path(directory)
@@ -246,41 +372,65 @@ async def crash_matrix(
         else Path(tempfile.mkdtemp(prefix="agentrt-matrix-"))
     )
     base.mkdir(parents=True, exist_ok=True)
-    counter = iter(range(_MAX_CASES + 1))
-    gate = asyncio.Semaphore(max(1, workers))
-
-    async def play(crashes: tuple[Crash, ...]) -> MatrixCase:
-        path = base / f"case-{next(counter):04d}.db"
-        async with gate:
-            try:
-                result = await asyncio.to_thread(
-                    _run_blocking, scenario, crashes, mode, path, timeout
-                )
-            except Exception as exc:  # the case could not be played: report it as a cell
-                return MatrixCase(crashes, None, f"{type(exc).__name__}: {exc}")
-        return MatrixCase(crashes, result)
-
-    clean = await asyncio.to_thread(_run_blocking, scenario, (), mode, base / "clean.db", timeout)
-    level = [c for c in cases_from(clean.probes, inside_tx=inside_tx)]
-    cases: list[MatrixCase] = []
-    for _ in range(depth):
-        if not level:
-            break
-        if len(cases) + len(level) > _MAX_CASES:
-            raise ConfigError(f"the matrix would exceed {_MAX_CASES} cases; lower depth")
-        played = await asyncio.gather(*(play(c) for c in level))
-        cases += played
-        level = [
-            nxt
-            for case in played
-            if case.result is not None
-            for nxt in after_crash(case.result, inside_tx=inside_tx)
-        ]
-    matrix = CrashMatrix(title, mode, clean, tuple(cases))
+    player = _Player(scenario, mode, base, workers, timeout)
+    try:
+        clean = await player.clean()
+        played, _ = await _explore(
+            clean,
+            player,
+            depth=depth,
+            recovery=recovery,
+            inside_tx=inside_tx,
+            select=select,
+            play_last=True,
+        )
+    finally:
+        player.close()
+    matrix = CrashMatrix(title, mode, clean, tuple(played))
     if matrix.ok and not keep_files:
         shutil.rmtree(base, ignore_errors=True)
         return matrix
-    return CrashMatrix(title, mode, clean, tuple(cases), directory=base)
+    return CrashMatrix(title, mode, clean, tuple(played), directory=base)
+
+
+async def matrix_cases(
+    scenario: ScenarioSource,
+    mode: str = "harness",
+    *,
+    depth: int = 1,
+    recovery: bool = True,
+    inside_tx: bool = True,
+    workers: int = 4,
+    timeout: float = 120.0,
+    select: Select | None = None,
+) -> tuple[Result, Cases]:
+    """The clean run and the crashes of every case `crash_matrix` would play, in order.
+
+    To know which recovery points a crash leads to, the kit must play it: every
+    level but the last is played here (on temporary files, removed after), as
+    the pytest plugin does at collection. With `recovery=False` and `depth=1`
+    only the clean run is played (that is `discover`).
+    """
+    _check_args(mode, depth)
+    if isinstance(scenario, Scenario):
+        workers = 1
+    base = Path(tempfile.mkdtemp(prefix="agentrt-matrix-plan-"))
+    player = _Player(scenario, mode, base, workers, timeout)
+    try:
+        clean = await player.clean()
+        played, rest = await _explore(
+            clean,
+            player,
+            depth=depth,
+            recovery=recovery,
+            inside_tx=inside_tx,
+            select=select,
+            play_last=False,
+        )
+    finally:
+        player.close()
+        shutil.rmtree(base, ignore_errors=True)
+    return clean, [c.crashes for c in played] + rest
 
 
 def crash_matrix_sync(
@@ -288,11 +438,13 @@ def crash_matrix_sync(
     mode: str = "harness",
     *,
     depth: int = 1,
+    recovery: bool = True,
     inside_tx: bool = True,
     workers: int = 4,
     directory: str | Path | None = None,
     keep_files: bool = False,
     timeout: float = 120.0,
+    select: Select | None = None,
 ) -> CrashMatrix:
     """`crash_matrix` from blocking code."""
     return _run_coro(
@@ -300,11 +452,13 @@ def crash_matrix_sync(
             scenario,
             mode,
             depth=depth,
+            recovery=recovery,
             inside_tx=inside_tx,
             workers=workers,
             directory=directory,
             keep_files=keep_files,
             timeout=timeout,
+            select=select,
         )
     )
 
@@ -315,7 +469,13 @@ def _run_blocking(
     # Each case on its own thread and event loop: a case that hangs or parks
     # tasks cannot disturb another.
     return _run_coro(
-        run_scenario(
-            scenario, *crashes, mode=mode, db_path=path, check_invariants=False, timeout=timeout
+        play_scenario(
+            scenario,
+            crashes,
+            mode=mode,
+            db_path=path,
+            run_id=None,
+            check_invariants=False,
+            timeout=timeout,
         )
     )

@@ -8,12 +8,18 @@ Registered through the `pytest11` entry point (`agentrt_testkit`), or with
         result = crash_case.run()          # raises AssertionError on any violation
         assert len(result.calls("charge")) <= 2
 
-At collection the plugin runs the scenario once without a crash to find the
-points it passes (`agentrt.testkit.discover`), then generates one test per
-crash point and step (ids like `step.tool_started@1` or `step.decided@0-in_tx`),
-plus `no-crash` for the clean run. The marker takes `mode` ("harness" or
-"process") and `inside_tx` (default True: include the crashes before a COMMIT).
-Discovery is cached per scenario and mode for the session.
+At collection the plugin finds the cases of the scenario's crash matrix
+(`agentrt.testkit.matrix_cases`), then generates one test per case: ids like
+`step.tool_started@1` or `step.decided@0-in_tx` for one crash, and
+`step.tool_started@1+step.interrupted@1` for a crash during the recovery from
+another, plus `no-crash` for the clean run. The marker takes `mode` ("harness"
+or "process"), `inside_tx` (default True: include the crashes before a
+COMMIT), `recovery` (default True: also crash at each recovery point, e.g.
+`step.interrupted`, of each distinct recovery) and `depth` (default 1; 2
+crashes at every recovery point after every first crash), as `crash_matrix`.
+Finding the recovery points means playing the first crashes once at
+collection (`recovery=False` plays only the clean run). Cases are cached per
+scenario and marker arguments for the session.
 """
 
 from __future__ import annotations
@@ -26,12 +32,12 @@ import pytest
 
 from ..driver import run_sync as _run_coro
 from .harness import MODES, run_sync
-from .matrix import cases_from, discover
+from .matrix import matrix_cases
 from .result import Result
 from .scenario import Crash
 
 MARKER = "crash_matrix"
-_discovered: dict[tuple[str, str, bool], list[tuple[Crash, ...]]] = {}
+_discovered: dict[tuple[str, str, bool, int, bool], list[tuple[Crash, ...]]] = {}
 
 
 @dataclass
@@ -69,8 +75,9 @@ def case_id(crashes: tuple[Crash, ...]) -> str:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
-        f"{MARKER}(scenario, mode='harness', inside_tx=True): parametrize the crash_case "
-        "fixture over every crash point and step the scenario factory reaches",
+        f"{MARKER}(scenario, mode='harness', inside_tx=True, recovery=True, depth=1): "
+        "parametrize the crash_case fixture over every crash point and step the scenario "
+        "factory reaches, recovery points included",
     )
 
 
@@ -83,11 +90,13 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             f"{metafunc.definition.nodeid}: the crash_case fixture needs "
             f"@pytest.mark.{MARKER}('pkg.module:make_scenario')"
         )
-    scenario, mode, inside_tx = _marker_args(marker)
-    key = (scenario, mode, inside_tx)
+    key = _marker_args(marker)
+    scenario, mode, inside_tx, depth, recovery = key
     if key not in _discovered:
-        clean, _ = _run_coro(discover(scenario, mode))
-        _discovered[key] = [(), *cases_from(clean.probes, inside_tx=inside_tx)]
+        _, cases = _run_coro(
+            matrix_cases(scenario, mode, depth=depth, recovery=recovery, inside_tx=inside_tx)
+        )
+        _discovered[key] = [(), *cases]
     cases = _discovered[key]
     metafunc.parametrize(
         "crash_case",
@@ -97,7 +106,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     )
 
 
-def _marker_args(marker: pytest.Mark) -> tuple[str, str, bool]:
+def _marker_args(marker: pytest.Mark) -> tuple[str, str, bool, int, bool]:
     scenario: Any = marker.args[0] if marker.args else marker.kwargs.get("scenario")
     if not isinstance(scenario, str) or ":" not in scenario:
         raise pytest.UsageError(
@@ -107,7 +116,19 @@ def _marker_args(marker: pytest.Mark) -> tuple[str, str, bool]:
     mode = str(marker.kwargs.get("mode", "harness"))
     if mode not in MODES:
         raise pytest.UsageError(f"@pytest.mark.{MARKER}: mode must be one of {MODES}")
-    return scenario, mode, bool(marker.kwargs.get("inside_tx", True))
+    depth = marker.kwargs.get("depth", 1)
+    if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
+        raise pytest.UsageError(f"@pytest.mark.{MARKER}: depth must be an int >= 1, got {depth!r}")
+    unknown = set(marker.kwargs) - {"scenario", "mode", "inside_tx", "recovery", "depth"}
+    if unknown:
+        raise pytest.UsageError(f"@pytest.mark.{MARKER}: unknown argument(s) {sorted(unknown)}")
+    return (
+        scenario,
+        mode,
+        bool(marker.kwargs.get("inside_tx", True)),
+        depth,
+        bool(marker.kwargs.get("recovery", True)),
+    )
 
 
 @pytest.fixture

@@ -111,6 +111,11 @@ class Crash:
         return f"Crash({self.step}, {self.at.name}{tx})"
 
 
+class SharedScenarioWarning(UserWarning):
+    """A Scenario instance is crashed in the in-process harness: its objects are shared by
+    every simulated process, so their in-memory state survives the simulated crashes."""
+
+
 class Verdict(StrEnum):
     """The operator's answer to a pending approval."""
 
@@ -180,6 +185,14 @@ class Scenario:
     process. `db_path` None: the kit picks a fresh file. `lease_ttl` is short so
     that a resume after a crash waits only that long. `operator` None answers
     every approval with `Verdict.LEAVE` (a person who has not looked yet).
+
+    Hand the kit a factory that returns a Scenario (`"pkg.mod:make_scenario"`
+    or a function) rather than an instance: the kit builds a fresh one for
+    every process, real or simulated, so a crash wipes what the agent, tools
+    and operator held in memory, as a real death does. An instance cannot be
+    rebuilt: in the in-process harness its objects persist across the simulated
+    crashes, so an agent that remembers something in memory behaves as no
+    restarted program could (the kit warns: `SharedScenarioWarning`).
     """
 
     tools: Sequence[Tool]
