@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -109,6 +110,27 @@ def calls(store: agentrt.Store, run_id: str) -> list[tuple[Any, ...]]:
         (c.attempt, c.status, c.input_tokens, c.output_tokens, c.cost_micros)
         for c in store.list_model_calls(run_id)
     ]
+
+
+@contextlib.contextmanager
+def recorded_sleeps() -> Iterator[list[float]]:
+    """Replace the caller's sleep with one that records the waits instead of waiting."""
+    import agentrt.accounting as accounting
+
+    sleeps: list[float] = []
+    original = accounting.AccountingCaller.__init__
+
+    def recording_init(self: Any, *args: Any, **kwargs: Any) -> None:
+        async def sleep(seconds: float) -> None:
+            sleeps.append(seconds)
+
+        original(self, *args, sleep=sleep, **kwargs)
+
+    accounting.AccountingCaller.__init__ = recording_init  # type: ignore[method-assign]
+    try:
+        yield sleeps
+    finally:
+        accounting.AccountingCaller.__init__ = original  # type: ignore[method-assign]
 
 
 def test_success_is_recorded_before_and_after_and_charged(store: agentrt.Store) -> None:
@@ -224,7 +246,6 @@ def test_concurrent_calls_in_one_step_cannot_overrun_a_limit(store: agentrt.Stor
 
 def test_transient_error_is_retried_then_succeeds_each_attempt_a_row(store: agentrt.Store) -> None:
     model = FakeModel(TransientModelError("busy"), TransientModelError("busy"), reply())
-    sleeps: list[float] = []
     config = ModelConfig(
         model="fake:model", prices=PRICE, max_retries=3, backoff=timedelta(milliseconds=10)
     )
@@ -237,21 +258,8 @@ def test_transient_error_is_retried_then_succeeds_each_attempt_a_row(store: agen
         now=FakeClock(),
         new_id=Ids(),
     )
-    import agentrt.accounting as accounting
-
-    original = accounting.AccountingCaller.__init__
-
-    def recording_init(self: Any, *args: Any, **kwargs: Any) -> None:
-        async def sleep(seconds: float) -> None:
-            sleeps.append(seconds)
-
-        original(self, *args, sleep=sleep, **kwargs)
-
-    accounting.AccountingCaller.__init__ = recording_init  # type: ignore[method-assign]
-    try:
+    with recorded_sleeps() as sleeps:
         run = driver.start_sync("g")
-    finally:
-        accounting.AccountingCaller.__init__ = original  # type: ignore[method-assign]
     assert run.status == "COMPLETED"
     assert [(a, s, cost) for a, s, _, _, cost in calls(store, run.id)] == [
         (1, "error", 0),
@@ -533,26 +541,12 @@ def test_an_output_cap_that_is_not_positive_is_refused(store: agentrt.Store, cap
 
 
 def test_the_retry_waits_at_least_the_providers_retry_after(store: agentrt.Store) -> None:
-    import agentrt.accounting as accounting
-
     model = FakeModel(TransientModelError("busy", retry_after=timedelta(seconds=3)), reply())
     config = ModelConfig(
         model="fake:model", prices=PRICE, max_retries=2, backoff=timedelta(milliseconds=10)
     )
-    sleeps: list[float] = []
-    original = accounting.AccountingCaller.__init__
-
-    def recording_init(self: Any, *args: Any, **kwargs: Any) -> None:
-        async def sleep(seconds: float) -> None:
-            sleeps.append(seconds)
-
-        original(self, *args, sleep=sleep, **kwargs)
-
-    accounting.AccountingCaller.__init__ = recording_init  # type: ignore[method-assign]
-    try:
+    with recorded_sleeps() as sleeps:
         run = drive(store, model, config=config)
-    finally:
-        accounting.AccountingCaller.__init__ = original  # type: ignore[method-assign]
     assert run.status == "COMPLETED"
     assert sleeps == [3.0]
 

@@ -56,20 +56,25 @@ def host_id() -> str:
     return socket.gethostname()
 
 
+def _stat_fields(pid: int) -> list[str]:
+    """The fields of /proc/PID/stat after the pid and the command name ([] where unknown)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            stat = f.read()
+    except OSError:
+        return []
+    # The command name (field 2) is in parentheses and may itself contain spaces
+    # or parentheses, so split after the last ')'.
+    return stat[stat.rfind(")") + 2 :].split()
+
+
 def process_start_time(pid: int) -> str:
     """The kernel's start time of `pid` (clock ticks since boot), '' where unknown.
 
     Together with the pid it names one process for the life of the host: a
     reused pid has another start time.
     """
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
-            stat = f.read()
-    except OSError:
-        return ""
-    # The command name (field 2) is in parentheses and may itself contain spaces
-    # or parentheses, so split after the last ')'.
-    fields = stat[stat.rfind(")") + 2 :].split()
+    fields = _stat_fields(pid)
     # starttime is field 22 overall; after dropping pid and comm it is index 19.
     return fields[19] if len(fields) > 19 else ""
 
@@ -269,13 +274,8 @@ def take_in(
 
 def _process_state(pid: int) -> str:
     """The one-letter state of `pid` from /proc ('' where unknown)."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
-            stat = f.read()
-    except OSError:
-        return ""
-    rest = stat[stat.rfind(")") + 2 :].split()
-    return rest[0] if rest else ""
+    fields = _stat_fields(pid)
+    return fields[0] if fields else ""
 
 
 def prove_dead(holder_text: str) -> dict[str, Any] | None:
