@@ -38,6 +38,24 @@ from .errors import (
     TransientModelError,
     UnsafeSchemaError,
 )
+from .migrations import RUNTIME_VERSION
+from .model import (
+    ContentBlock,
+    Message,
+    Model,
+    ModelConfig,
+    ModelRequest,
+    ModelResponse,
+    Price,
+    PriceTable,
+    TextBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    UnpricedModelError,
+    Usage,
+    parse_dollars,
+)
+from .model_agent import ModelAgent
 from .operator import Operator, approve, cancel, reject
 from .policy import Policy, SideEffectPolicy, decode_presentation, default_policy, need_approval
 from .records import (
@@ -75,7 +93,7 @@ from .records import (
 from .store import Store, open_existing, open_store
 from .tools import Tool, check_args, compile_tool, tool
 
-__version__ = "0.1.0"
+__version__ = RUNTIME_VERSION  # one version: the one the file format records
 
 __all__ = [
     "AbortRun",
@@ -88,6 +106,7 @@ __all__ = [
     "ApprovalStatus",
     "ChainBreak",
     "ConfigError",
+    "ContentBlock",
     "Decision",
     "DecisionKind",
     "DecisionOrigin",
@@ -99,8 +118,14 @@ __all__ = [
     "LeaseLostError",
     "LimitExceeded",
     "Limits",
+    "Message",
+    "Model",
+    "ModelAgent",
     "ModelCallRecord",
     "ModelCallStatus",
+    "ModelConfig",
+    "ModelRequest",
+    "ModelResponse",
     "ModelUnavailableError",
     "NotFoundError",
     "NotPendingError",
@@ -110,6 +135,8 @@ __all__ = [
     "Policy",
     "PolicyDecision",
     "PolicyOutcome",
+    "Price",
+    "PriceTable",
     "ReconcileOutcome",
     "Reconciliation",
     "Run",
@@ -129,13 +156,18 @@ __all__ = [
     "StoreError",
     "SymlinkError",
     "TerminalReason",
+    "TextBlock",
     "Tool",
     "ToolCall",
     "ToolRequest",
     "ToolResult",
+    "ToolResultBlock",
     "ToolSpec",
+    "ToolUseBlock",
     "TransientModelError",
+    "UnpricedModelError",
     "UnsafeSchemaError",
+    "Usage",
     "VerifyReport",
     "approval_hash",
     "approval_request",
@@ -151,6 +183,7 @@ __all__ = [
     "need_approval",
     "open_existing",
     "open_store",
+    "parse_dollars",
     "policy_json",
     "reject",
     "tool",
