@@ -44,20 +44,82 @@ def test_the_package_version_is_the_runtime_version_the_file_records() -> None:
 def test_the_api_names_of_the_spec_are_importable_from_agentrt() -> None:
     import agentrt
 
-    names = (
-        "RunStatus TerminalReason StepStatus DecisionKind DecisionOrigin ObservationKind "
-        "SideEffect PolicyOutcome ApprovalStatus ReconcileOutcome ModelCallStatus Limits Run "
-        "Step Decision Observation ToolSpec ToolCall ToolResult PolicyDecision ToolRequest "
-        "RunView Approval StepInput Reconciliation Event Tool tool AbortRun compile_tool "
-        "check_args Policy default_policy SideEffectPolicy need_approval decode_presentation "
-        "Agent open_store open_existing Store Driver approve reject cancel Operator "
-        "canonical_json policy_json content_hash check_json AgentrtError NotFoundError "
-        "RunStateError RunLeasedError LeaseLostError NotPendingError ApprovalExpiredError "
-        "ApprovalHashError ApprovalChangedError SchemaVersionError UnsafeSchemaError "
-        "InsecureModeError SymlinkError SessionClosedError LimitExceeded ModelUnavailableError "
-        "TransientModelError ServedModelError Model ModelRequest Message ModelResponse Usage "
-        "ModelConfig parse_dollars"
-    ).split()
+    names = [
+        "RunStatus",
+        "TerminalReason",
+        "StepStatus",
+        "DecisionKind",
+        "DecisionOrigin",
+        "ObservationKind",
+        "SideEffect",
+        "PolicyOutcome",
+        "ApprovalStatus",
+        "ReconcileOutcome",
+        "ModelCallStatus",
+        "Limits",
+        "Run",
+        "Step",
+        "Decision",
+        "Observation",
+        "ToolSpec",
+        "ToolCall",
+        "ToolResult",
+        "PolicyDecision",
+        "ToolRequest",
+        "RunView",
+        "Approval",
+        "StepInput",
+        "Reconciliation",
+        "Event",
+        "Tool",
+        "tool",
+        "AbortRun",
+        "compile_tool",
+        "check_args",
+        "Policy",
+        "default_policy",
+        "SideEffectPolicy",
+        "need_approval",
+        "decode_presentation",
+        "Agent",
+        "open_store",
+        "open_existing",
+        "Store",
+        "Driver",
+        "approve",
+        "reject",
+        "cancel",
+        "Operator",
+        "canonical_json",
+        "policy_json",
+        "content_hash",
+        "check_json",
+        "AgentrtError",
+        "NotFoundError",
+        "RunStateError",
+        "RunLeasedError",
+        "LeaseLostError",
+        "NotPendingError",
+        "ApprovalExpiredError",
+        "ApprovalHashError",
+        "ApprovalChangedError",
+        "SchemaVersionError",
+        "UnsafeSchemaError",
+        "InsecureModeError",
+        "SymlinkError",
+        "SessionClosedError",
+        "LimitExceeded",
+        "ModelUnavailableError",
+        "TransientModelError",
+        "ServedModelError",
+        "Model",
+        "ModelRequest",
+        "Message",
+        "ModelResponse",
+        "Usage",
+        "ModelConfig",
+        "parse_dollars",
+    ]
     assert [n for n in names if not hasattr(agentrt, n)] == []
 
 
