@@ -269,12 +269,26 @@ class _Fields:
             return text
 
 
+# A run's limits never change, and the driver re-reads its run row at every
+# write: decoding the same text once is enough (Limits is frozen, safe to share).
+_LIMITS_BY_TEXT: dict[str, Limits] = {}
+
+
 def _limits(fields: _Fields) -> Limits:
-    if fields.text("limits_json") == "":
+    text = fields.text("limits_json")
+    if text == "":
         fields.fail("limits_json", "empty: the run was recorded without its limits")
         return Limits()
+    cached = _LIMITS_BY_TEXT.get(text)
+    if cached is not None:
+        return cached
     limits = fields.record("limits_json", Limits.from_json)
-    return Limits() if limits is None else limits
+    if limits is None:
+        return Limits()
+    if len(_LIMITS_BY_TEXT) >= 1024:
+        _LIMITS_BY_TEXT.clear()
+    _LIMITS_BY_TEXT[str(text)] = limits
+    return limits
 
 
 def run_from_row(row: sqlite3.Row) -> Run:
@@ -603,7 +617,7 @@ class Tx:
             seq=seq,
             run_id=run_id,
             step_id=step_id,
-            at=parse_time(at_text),
+            at=at.astimezone(UTC),  # what parse_time(at_text) gives, without parsing
             type=type,
             payload=from_text(payload_json),
             hash=digest,
