@@ -408,14 +408,35 @@ def test_raw_assistant_turn_is_replayed_so_thinking_survives() -> None:
     assert server.requests[1].json()["messages"][2]["content"][0]["tool_use_id"] == "toolu_s1_0"
 
 
-def test_a_turn_that_says_something_else_is_sent_as_rendered() -> None:
+def test_a_tool_turn_is_found_by_its_calls_whatever_the_renderer_did_to_its_text() -> None:
+    """render.decide strips and caps the text around a call; the thinking block must
+    still go back with the call, or the API refuses the turn."""
+    first = anthropic_message(content=tool_turn(), stop_reason="tool_use")
+    with FakeServer(json_reply(first), json_reply(anthropic_message())) as server:
+        m = model(server)
+        response = generate(m)
+        restated = ModelResponse(
+            text="Searching, as the renderer kept it",
+            tool_uses=response.tool_uses,
+            stop_reason="tool_use",
+            usage=response.usage,
+        )
+        generate(m, follow_up(restated))
+    content = server.requests[1].json()["messages"][1]["content"]
+    assert content[0] == THINKING
+    assert [block["type"] for block in content] == ["thinking", "text", "tool_use"]
+
+
+def test_a_turn_with_other_calls_is_sent_as_rendered() -> None:
     first = anthropic_message(content=tool_turn(), stop_reason="tool_use")
     with FakeServer(json_reply(first), json_reply(anthropic_message())) as server:
         m = model(server)
         response = generate(m)
         changed = ModelResponse(
-            text="Searching, differently.",
-            tool_uses=response.tool_uses,
+            text="Searching.",
+            tool_uses=[
+                ToolUseBlock(u.id, u.name, {"query": "something else"}) for u in response.tool_uses
+            ],
             stop_reason="tool_use",
             usage=response.usage,
         )

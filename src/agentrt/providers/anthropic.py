@@ -445,8 +445,16 @@ def _user_content(message: Message) -> list[Any]:
 
 
 def _turn_key(text: str, uses: Sequence[tuple[Any, Any]]) -> str:
-    """What an assistant turn said, ids aside: how a rendered turn finds its reply."""
-    return content_hash({"text": text, "tool_uses": [[name, value] for name, value in uses]})
+    """What an assistant turn did, ids aside: how a rendered turn finds its reply.
+
+    A turn with tool uses is known by them alone: the renderer keeps a call's
+    name and input exactly, but strips and caps the text around it (a `reason`),
+    and the API refuses a tool-use turn whose thinking block is missing. A turn
+    without tool uses is known by its text, surrounding white space aside.
+    """
+    if uses:
+        return content_hash({"tool_uses": [[name, value] for name, value in uses]})
+    return content_hash({"text": text.strip()})
 
 
 def _replay(raw: list[Any], ids: list[str]) -> list[Any]:
