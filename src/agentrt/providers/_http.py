@@ -225,6 +225,11 @@ _SECONDS = re.compile(r"[0-9]{1,10}(?:\.[0-9]{1,6})?")
 _MANY_SECONDS = re.compile(r"[0-9]{11,}(?:\.[0-9]*)?")
 
 
+def bearer_headers(key: Secret | None) -> dict[str, str]:
+    """The `authorization` header for a key, or none: built at send time, never kept."""
+    return {} if key is None else {"authorization": f"Bearer {key.reveal()}"}
+
+
 def parse_retry_after(headers: Mapping[str, str], now: datetime | None = None) -> timedelta | None:
     """The wait a provider asked for: `Retry-After` in seconds or as an HTTP-date.
 

@@ -29,7 +29,15 @@ from ..model import (
     ToolUseBlock,
     Usage,
 )
-from ._http import Secret, check_endpoint, parse_reply, post_json, tool_arguments, unusable
+from ._http import (
+    Secret,
+    bearer_headers,
+    check_endpoint,
+    parse_reply,
+    post_json,
+    tool_arguments,
+    unusable,
+)
 
 __all__ = ["DEFAULT_HOST", "OllamaModel", "parse_host", "parse_response", "request_body"]
 
@@ -90,7 +98,7 @@ class OllamaModel:
         )
 
     async def generate(self, request: ModelRequest) -> ModelResponse:
-        headers = {} if self._key is None else {"authorization": f"Bearer {self._key.reveal()}"}
+        headers = bearer_headers(self._key)
         raw = await post_json(
             provider=self.name,
             url=f"{self._base_url}/api/chat",

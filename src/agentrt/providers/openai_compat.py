@@ -29,7 +29,15 @@ from ..model import (
     ToolUseBlock,
     Usage,
 )
-from ._http import Secret, check_endpoint, parse_reply, post_json, tool_arguments, unusable
+from ._http import (
+    Secret,
+    bearer_headers,
+    check_endpoint,
+    parse_reply,
+    post_json,
+    tool_arguments,
+    unusable,
+)
 
 __all__ = ["DEFAULT_BASE_URL", "OpenAICompatModel", "parse_response", "request_body"]
 
@@ -97,9 +105,7 @@ class OpenAICompatModel:
         )
 
     def _headers(self) -> dict[str, str]:
-        if self._key is None:
-            return {}
-        return {"authorization": f"Bearer {self._key.reveal()}"}
+        return bearer_headers(self._key)
 
     async def generate(self, request: ModelRequest) -> ModelResponse:
         raw = await post_json(

@@ -158,37 +158,35 @@ class Life:
         )
 
     def probe(self, point: str, session: RunSession) -> Awaitable[None] | None:
-        step = _step_of(session)
-        self.journal.append("probe", point=point, step=step, in_tx=False)
-        if not self._armed(point, step, False):
+        if not self._reached(point, session, in_tx=False):
             return None
-        self.crashed = True
-        self.journal.append(
-            "crash",
-            index=self.plan.crash_index,
-            point=point,
-            step=step,
-            in_tx=False,
-            step_id=_step_id_of(session),
-        )
         return self.crasher.after_commit(session)
 
     def probe_in_tx(self, point: str, session: RunSession) -> None:
+        if self._reached(point, session, in_tx=True):
+            self.crasher.inside_tx(session)
+
+    def _reached(self, point: str, session: RunSession, *, in_tx: bool) -> bool:
+        """Journal the probe; when it is the armed crash, journal the crash and say so."""
         step = _step_of(session)
-        self.journal.append("probe", point=point, step=step, in_tx=True)
-        if not self._armed(point, step, True):
-            return
+        self.journal.append("probe", point=point, step=step, in_tx=in_tx)
+        if not self._armed(point, step, in_tx):
+            return False
         self.crashed = True
+        extra: dict[str, Any] = {}
+        if in_tx:
+            # Read before the crash rolls it back: the event this transaction added.
+            extra["lost_event"] = _uncommitted_head(session, self.plan.db_path)
         self.journal.append(
             "crash",
             index=self.plan.crash_index,
             point=point,
             step=step,
-            in_tx=True,
+            in_tx=in_tx,
             step_id=_step_id_of(session),
-            lost_event=_uncommitted_head(session, self.plan.db_path),
+            **extra,
         )
-        self.crasher.inside_tx(session)
+        return True
 
     # -- the life ------------------------------------------------------------
 
