@@ -44,6 +44,13 @@ def format_time(value: datetime | None) -> str:
     return value.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
 
 
+def as_stored(value: datetime) -> datetime:
+    """What `parse_time(format_time(value))` gives, without the round trip through text."""
+    if value.tzinfo is None:
+        raise ValueError("naive datetime: agentrt records timezone-aware UTC times only")
+    return value.astimezone(UTC)
+
+
 def parse_time(text: str) -> datetime | None:
     """Inverse of `format_time`; `''` is None. Raises ValueError on anything else."""
     if text == "":

@@ -36,7 +36,7 @@ import concurrent.futures
 import contextvars
 import inspect
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, TypeVar, cast
@@ -44,8 +44,8 @@ from typing import Any, TypeVar, cast
 from . import events as ev
 from . import limits as limits_mod
 from .approval import approval_hash, approval_request
-from .canonical import check_json, content_hash, copy_json, to_text
-from .clock import Clock, IdFactory, duration_to_ms, format_time
+from .canonical import check_json, content_hash, copy_json, from_text, to_text
+from .clock import Clock, IdFactory, as_stored, duration_to_ms, format_time
 from .decisions import RecordedDecision, call_args, record, validate
 from .errors import JSONValueError, LeaseLostError, RunStateError
 from .events import Observer, deliver
@@ -56,6 +56,7 @@ from .policy import evaluate as evaluate_policy
 from .records import (
     JSON,
     Approval,
+    Decision,
     DecisionKind,
     Observation,
     ObservationKind,
@@ -312,15 +313,32 @@ class RunSession:
                 tx.execute("SELECT * FROM runs WHERE id = ?", (self.run_id,)).fetchone()
             )
         if step_id is not None:
-            step = step_from_row(
-                tx.execute("SELECT * FROM steps WHERE id = ?", (step_id,)).fetchone()
+            self.put_step(
+                step_from_row(tx.execute("SELECT * FROM steps WHERE id = ?", (step_id,)).fetchone())
             )
-            for i in range(len(self.steps) - 1, -1, -1):
-                if self.steps[i].id == step_id:
-                    self.steps[i] = step
-                    break
-            else:
-                self.steps.append(step)
+
+    def current(self, step: Step) -> Step:
+        """The session's copy of `step` as last written (callers may hold an older one)."""
+        for i in range(len(self.steps) - 1, -1, -1):
+            if self.steps[i].id == step.id:
+                return self.steps[i]
+        raise RunStateError(f"step {step.id} is not a step of run {self.run_id}")
+
+    def put_step(self, step: Step) -> Step:
+        """Replace the session's copy of `step` (by id), or add it as the newest step.
+
+        Invariant: after every commit, `self.run` and `self.steps` are what a
+        fresh read of the rows would give, to the repr (number literals, key
+        order): `tests/test_session_mirror.py` checks it on every path. The
+        hot writes of a step build their copy from the values they wrote, with
+        the reader's own decoders, instead of reading the rows back.
+        """
+        for i in range(len(self.steps) - 1, -1, -1):
+            if self.steps[i].id == step.id:
+                self.steps[i] = step
+                return step
+        self.steps.append(step)
+        return step
 
     def reload_approvals(self, tx: Tx) -> None:
         rows = tx.execute(
@@ -431,9 +449,22 @@ class RunSession:
                 (step_id, self.run_id, index, str(StepStatus.DECIDING), format_time(now)),
             )
             tx.append_event(self.run_id, step_id, now, ev.STEP_STARTED, {"index": index})
-            self.refresh(tx, step_id)
+            self.run = replace(run, step_count=index + 1)
+            step = self.put_step(
+                Step(
+                    id=step_id,
+                    run_id=self.run_id,
+                    index=index,
+                    status=StepStatus.DECIDING,
+                    decision=None,
+                    policy=None,
+                    observation=None,
+                    started_at=as_stored(now),
+                    finished_at=None,
+                )
+            )
             self.probe_in_tx(POINT_STEP_STARTED)
-            return self.steps[-1]
+            return step
 
         try:
             step = await self.write(tx_begin)
@@ -456,14 +487,15 @@ class RunSession:
             self.require_lease(tx)
             now = self.config.clock()
             payload = recorded.decision.to_json()
+            text = to_text(payload)
             cur = tx.execute(
                 "UPDATE steps SET decision_json = ? WHERE id = ? AND status = 'deciding'",
-                (to_text(payload), step.id),
+                (text, step.id),
             )
             if cur.rowcount != 1:
                 raise RunStateError(f"step {step.id} is no longer deciding")
             tx.append_event(self.run_id, step.id, now, ev.STEP_DECIDED, payload)
-            self.refresh(tx, step.id, run=False)
+            self.put_step(replace(self.current(step), decision=Decision.from_json(from_text(text))))
 
         await self.write(tx_decided, POINT_DECIDED)
         return recorded
@@ -772,14 +804,15 @@ class RunSession:
         *,
         approval_id: str = "",
         from_step: tuple[str, ...] = (StepStatus.DECIDING,),
-    ) -> None:
-        decision = payload["decision"]
+    ) -> Step:
+        """Write the step `executing` with its policy; returns the step as now stored."""
+        policy_text = to_text(payload["decision"])
         placeholders = ",".join("?" for _ in from_step)
         cur = tx.execute(
             f"UPDATE steps SET status = 'executing', policy_json = ?, spec_hash = ?, "
             f"policy_id = ? WHERE id = ? AND status IN ({placeholders})",
             (
-                to_text(decision),
+                policy_text,
                 payload["spec_hash"],
                 payload["policy_id"],
                 step.id,
@@ -793,6 +826,13 @@ class RunSession:
         if approval_id:
             started["approval_id"] = approval_id
         tx.append_event(self.run_id, step.id, now, ev.STEP_TOOL_STARTED, started)
+        return replace(
+            self.current(step),
+            status=StepStatus.EXECUTING,
+            policy=PolicyDecision.from_json(from_text(policy_text)),
+            spec_hash=payload["spec_hash"],
+            policy_id=payload["policy_id"],
+        )
 
     async def start_tool(
         self, step: Step, spec: ToolSpec, args: JSON, payload: dict[str, Any]
@@ -800,8 +840,7 @@ class RunSession:
         def tx_started(tx: Tx) -> datetime:
             self.require_lease(tx, side_effect=True)
             now = self.config.clock()
-            self.tool_started_in(tx, now, step, spec, args, payload)
-            self.refresh(tx, step.id, run=False)
+            self.put_step(self.tool_started_in(tx, now, step, spec, args, payload))
             return now
 
         return await self.write(tx_started, POINT_TOOL_STARTED)
@@ -912,12 +951,13 @@ class RunSession:
             else:
                 status = StepStatus.DONE
             active = self.active_ms_until(now)
+            observation_text = to_text(observation.to_json())
             cur = tx.execute(
                 "UPDATE steps SET status = ?, observation_json = ?, observation_hash = ?, "
                 "finished_at = ? WHERE id = ? AND status = 'executing'",
                 (
                     str(status),
-                    to_text(observation.to_json()),
+                    observation_text,
                     observation.content_hash,
                     format_time(now),
                     step.id,
@@ -965,6 +1005,21 @@ class RunSession:
                 tx.execute(
                     "UPDATE runs SET active_ms = active_ms + ? WHERE id = ?", (active, self.run_id)
                 )
+                # The common ending: the copies are built from the row read above
+                # and the values just written (see `put_step`).
+                run = run_from_row(row)
+                self.run = replace(
+                    run, active_time=run.active_time + timedelta(milliseconds=active)
+                )
+                self.put_step(
+                    replace(
+                        self.current(step),
+                        status=status,
+                        observation=Observation.from_json(from_text(observation_text)),
+                        finished_at=as_stored(now),
+                    )
+                )
+                return
             self.refresh(tx, step.id)
 
         await self.write(tx_finished, POINT_TOOL_FINISHED)
