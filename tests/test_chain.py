@@ -12,6 +12,7 @@ import pytest
 
 from agentrt.canonical import to_text
 from agentrt.chain import event_hash, netstring, verify_chain
+from agentrt.clock import format_time
 from agentrt.records import ChainBreak, VerifyReport
 from agentrt.store import Store, open_existing, open_store
 
@@ -107,8 +108,10 @@ def test_events_chain_across_runs_in_commit_order(store: Store, db: Path) -> Non
 
 def test_appended_event_is_returned_as_stored(store: Store) -> None:
     with store.transaction() as tx:
-        event = tx.append_event("ra", "s1", T0, "step.tool_started", {"b": [1, 2.50], "a": None})
+        seq = tx.append_event("ra", "s1", T0, "step.tool_started", {"b": [1, 2.50], "a": None})
+        (event,) = tx.events
     (stored,) = store.list_events()
+    assert seq == event.seq
     assert event == stored
     assert event.payload == {"a": None, "b": [1, 2.50]}
     assert store.chain_head() == (event.seq, event.hash)
@@ -241,9 +244,21 @@ def test_a_gap_after_a_deleted_tail_stays_visible_to_new_appends(store: Store, d
     fill(store, 4)
     tamper(db, "DELETE FROM events WHERE seq = 4")
     with store.transaction() as tx:
-        event = tx.append_event("ra", "", T0, "run.finished", {})
-    assert event.seq == 5  # AUTOINCREMENT never reuses a seq
+        seq = tx.append_event("ra", "", T0, "run.finished", {})
+    assert seq == 5  # AUTOINCREMENT never reuses a seq
     assert store.verify_events().first_break == ChainBreak(seq=4, problem="deleted")
+
+
+def test_after_every_event_is_deleted_the_next_one_starts_a_chain_past_the_issued_seqs(
+    store: Store, db: Path
+) -> None:
+    fill(store, 3)
+    tamper(db, "DELETE FROM events")
+    with store.transaction() as tx:
+        seq = tx.append_event("ra", "", T0, "run.finished", {})
+        (event,) = tx.events
+    assert seq == 4
+    assert event.hash == event_hash("", 4, "ra", "", format_time(T0), "run.finished", "{}")
 
 
 def test_range_verification_takes_the_event_before_as_given(store: Store, db: Path) -> None:

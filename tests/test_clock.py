@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentrt.clock import duration_to_ns, format_time, ns_to_duration, parse_time
+from agentrt.clock import as_stored, duration_to_ns, format_time, ns_to_duration, parse_time
 
 
 def test_format_is_utc_with_six_fraction_digits_and_z() -> None:
@@ -57,3 +57,17 @@ def test_round_trip(value: datetime) -> None:
 @given(st.timedeltas(min_value=timedelta(0)))
 def test_durations_round_trip_through_nanoseconds(value: timedelta) -> None:
     assert ns_to_duration(duration_to_ns(value)) == value
+
+
+@given(
+    moment=st.datetimes(
+        min_value=datetime(1000, 1, 2), max_value=datetime(9999, 12, 30), timezones=st.timezones()
+    )
+)
+def test_as_stored_is_the_round_trip_through_the_stored_text(moment: datetime) -> None:
+    assert repr(as_stored(moment)) == repr(parse_time(format_time(moment)))
+
+
+def test_as_stored_refuses_a_naive_datetime_as_format_time_does() -> None:
+    with pytest.raises(ValueError, match="naive"):
+        as_stored(datetime(2026, 11, 30, 9, 0))

@@ -500,9 +500,9 @@ def test_transaction_that_raises_leaves_nothing(store: Store) -> None:
     assert store.chain_head() == (0, "")
     add_run(store, "r2")
     with store.transaction() as tx:
-        event = tx.append_event("r2", "", T0, "run.created", {})
+        seq = tx.append_event("r2", "", T0, "run.created", {})
     # The rolled-back insert consumed no seq.
-    assert event.seq == 1
+    assert seq == 1
 
 
 def test_transaction_is_rolled_back_on_base_exceptions_too(store: Store) -> None:
@@ -534,10 +534,13 @@ def test_tx_is_unusable_after_its_block_and_transactions_do_not_nest(store: Stor
 def test_tx_events_lists_the_appended_events_in_order(store: Store) -> None:
     add_run(store, "r1")
     with store.transaction() as tx:
-        first = tx.append_event("r1", "", T0, "run.created", {"n": 1})
-        second = tx.append_event("r1", "s1", T0, "step.started", {"index": 0})
+        seqs = [
+            tx.append_event("r1", "", T0, "run.created", {"n": 1}),
+            tx.append_event("r1", "s1", T0, "step.started", {"index": 0}),
+        ]
+        first, second = tx.events
     assert tx.events == [first, second]
-    assert (first.seq, second.seq) == (1, 2)
+    assert (first.seq, second.seq) == (1, 2) == tuple(seqs)
     assert store.list_events() == [first, second]
     assert second.at == T0
     assert second.payload == {"index": 0}

@@ -317,14 +317,8 @@ def _parse(data: bytes | bytearray | memoryview | str, limit: int) -> Any:
         raise TypeError(f"parse_json takes bytes or str JSON text, not {type(data).__name__}")
     if text.count("[") + text.count("{") > limit and _bracket_depth(text) > limit:
         return _parse_slow(text, limit)
-    decoder = json.JSONDecoder(
-        parse_float=_parse_float,
-        parse_int=_parse_int,
-        parse_constant=_parse_constant,
-        object_pairs_hook=_object_from_pairs,
-    )
     try:
-        value = decoder.decode(text)
+        value = _decoder.decode(text)
     except RecursionError:
         # The caller's own stack was already deep; the slow parser does not recurse.
         return _parse_slow(text, limit)
@@ -385,6 +379,16 @@ def _object_from_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
                 raise _Refusal(f"repeated key {_show(key)}")
             seen.add(key)
     return obj
+
+
+# One decoder for every parse: building one costs more than a small parse. It
+# is safe to share between threads, like the json module's own default decoder.
+_decoder = json.JSONDecoder(
+    parse_float=_parse_float,
+    parse_int=_parse_int,
+    parse_constant=_parse_constant,
+    object_pairs_hook=_object_from_pairs,
+)
 
 
 def _has_surrogate(value: Any) -> bool:

@@ -17,8 +17,8 @@ from typing import Any, cast
 
 from .canonical import check_json, parse_json
 from .errors import JSONValueError
-from .records import Decision, DecisionKind, DecisionOrigin, ToolSpec
-from .tools import check_args
+from .records import Decision, DecisionKind, DecisionOrigin
+from .tools import CompiledTool
 
 _VALID_KINDS = (DecisionKind.TOOL_CALL, DecisionKind.COMPLETE, DecisionKind.FAIL)
 _KNOWN_ORIGINS = {str(o) for o in DecisionOrigin}
@@ -111,8 +111,11 @@ def record(decision: Any) -> RecordedDecision:
     return RecordedDecision(recorded, tuple(problems))
 
 
-def validate(recorded: RecordedDecision, tools: Mapping[str, ToolSpec]) -> str | None:
-    """None when the decision may go on, else the error shown to the model."""
+def validate(recorded: RecordedDecision, tools: Mapping[str, CompiledTool]) -> str | None:
+    """None when the decision may go on, else the error shown to the model.
+
+    `tools` are the registered tools compiled once (`compile_tool`), by name.
+    """
     if recorded.problems:
         return "; ".join(recorded.problems)
     decision = recorded.decision
@@ -127,11 +130,11 @@ def validate(recorded: RecordedDecision, tools: Mapping[str, ToolSpec]) -> str |
     if decision.kind == DecisionKind.TOOL_CALL:
         if not decision.tool:
             return "a tool_call must name a tool"
-        spec = tools.get(decision.tool)
-        if spec is None:
+        compiled = tools.get(decision.tool)
+        if compiled is None:
             names = ", ".join(sorted(tools)) or "none"
             return f"unknown tool {decision.tool!r}; registered tools: {names}"
-        errors = check_args(spec, {} if decision.args is None else decision.args)
+        errors = compiled.check({} if decision.args is None else decision.args)
         if errors:
             return f"args do not match the input schema of {decision.tool!r}: " + "; ".join(errors)
     return None

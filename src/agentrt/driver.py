@@ -60,7 +60,7 @@ from .session import (
     run_io,
 )
 from .store import Store, Tx, run_from_row
-from .tools import Tool, spec_hash, validate_tools
+from .tools import Tool, compile_tool, spec_hash, validate_tools
 from .transitions import fail_step, finish_run
 
 T = TypeVar("T")
@@ -152,6 +152,7 @@ class Driver:
             tools={t.spec.name: t for t in validated},
             specs=specs,
             spec_hashes={name: spec_hash(spec) for name, spec in specs.items()},
+            compiled={name: compile_tool(spec) for name, spec in specs.items()},
             policy=policy,
             policy_id=self.policy_id,
             clock=self.now,

@@ -73,7 +73,7 @@ from .records import (
     ToolSpec,
 )
 from .store import Store, Tx, approval_from_row, run_from_row, step_from_row
-from .tools import Tool
+from .tools import CompiledTool, Tool
 from .transitions import fail_step, finish_run
 
 T = TypeVar("T")
@@ -137,6 +137,8 @@ class LoopConfig:
     tools: Mapping[str, Tool]
     specs: Mapping[str, ToolSpec]
     spec_hashes: Mapping[str, str]
+    # The specs' schemas compiled once, when the Driver was made, by name.
+    compiled: Mapping[str, CompiledTool]
     policy: Policy
     policy_id: str
     clock: Clock
@@ -259,12 +261,14 @@ class RunSession:
         """
         store = self.config.store
 
+        observed = self.config.observer is not None
+
         def job() -> tuple[T, list[Any]]:
             with store.transaction() as tx:
                 out = fn(tx)
                 if point is not None:
                     self.probe_in_tx(point)
-                events = list(tx.events)
+                events = tx.events if observed else []
             return out, events
 
         out, events = await run_io(job)
@@ -589,7 +593,7 @@ class RunSession:
         """Record, validate and judge one decision for the step `begin_step` returned."""
         try:
             recorded = await self.record_decision(step, decision)
-            error = validate(recorded, self.config.specs)
+            error = validate(recorded, self.config.compiled)
             if error is not None:
                 await self.fail_current(step, failed_decision(error))
                 return Verdict.DENIED

@@ -576,12 +576,22 @@ def open_existing(path: str | os.PathLike[str], read_only: bool = False) -> Stor
 # --- transactions -------------------------------------------------------------------------------
 
 
+# The chain head (seq and hash of the last event) and the last seq AUTOINCREMENT
+# issued, in one statement; each is NULL on an empty chain.
+_CHAIN_HEAD = (
+    "SELECT h.seq, h.hash, (SELECT seq FROM sqlite_sequence WHERE name = 'events') "
+    "FROM (SELECT NULL) LEFT JOIN (SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1) AS h"
+)
+
+
 class Tx:
     """One write transaction, handed out by `Store.transaction()`; valid only inside its block."""
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn
-        self.events: list[Event] = []
+        # The appended events as stored, turned into `Event`s only when asked for
+        # (`events`): most transactions have no observer to hand them to.
+        self._appended: list[tuple[int, str, str, datetime, str, str, str]] = []
         self._open = True
         # (hash of the chain head, next seq to hand out), read once per transaction.
         self._head: tuple[str, int] | None = None
@@ -594,13 +604,27 @@ class Tx:
         self._check_open()
         return self.conn.execute(sql, params)
 
-    def append_event(
-        self, run_id: str, step_id: str, at: datetime, type: str, payload: Any
-    ) -> Event:
-        """Insert one event chained to the previous one across all runs; returns it as stored.
+    @property
+    def events(self) -> list[Event]:
+        """The events this transaction appended, in order, as a read would give them."""
+        return [
+            Event(
+                seq=seq,
+                run_id=run_id,
+                step_id=step_id,
+                at=at.astimezone(UTC),  # what parse_time(at_text) gives, without parsing
+                type=type,
+                payload=from_text(payload_json),
+                hash=digest,
+            )
+            for seq, run_id, step_id, at, type, payload_json, digest in self._appended
+        ]
+
+    def append_event(self, run_id: str, step_id: str, at: datetime, type: str, payload: Any) -> int:
+        """Insert one event chained to the previous one across all runs; returns its seq.
 
         Events must be inserted only through this method: the chain head is read
-        once per transaction and cached here.
+        once per transaction and cached here. `events` lists what was appended.
         """
         self._check_open()
         payload_json = to_text(payload)
@@ -613,29 +637,16 @@ class Tx:
             (seq, run_id, step_id, at_text, type, payload_json, digest),
         )
         self._head = (digest, seq + 1)
-        event = Event(
-            seq=seq,
-            run_id=run_id,
-            step_id=step_id,
-            at=at.astimezone(UTC),  # what parse_time(at_text) gives, without parsing
-            type=type,
-            payload=from_text(payload_json),
-            hash=digest,
-        )
-        self.events.append(event)
-        return event
+        self._appended.append((seq, run_id, step_id, at, type, payload_json, digest))
+        return seq
 
     def _next(self) -> tuple[str, int]:
         """The hash to chain to and the seq AUTOINCREMENT would give the next row."""
         if self._head is None:
-            head = self.conn.execute(
-                "SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1"
-            ).fetchone()
-            issued = self.conn.execute(
-                "SELECT seq FROM sqlite_sequence WHERE name = 'events'"
-            ).fetchone()
-            head_seq, head_hash = (0, "") if head is None else (int(head[0]), str(head[1]))
-            issued_seq = int(issued[0]) if issued is not None and issued[0] is not None else 0
+            head_seq, head_hash, issued = self.conn.execute(_CHAIN_HEAD).fetchone()
+            head_seq = 0 if head_seq is None else int(head_seq)
+            head_hash = "" if head_hash is None else str(head_hash)
+            issued_seq = 0 if issued is None else int(issued)
             # AUTOINCREMENT never reuses a seq, even one whose row was deleted.
             self._head = (head_hash, max(head_seq, issued_seq) + 1)
         return self._head
