@@ -52,7 +52,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -74,6 +74,7 @@ class Sample:
     cpu: float  # CPU seconds of the process during `start_sync`
     floor_us: float  # microseconds of four commits, mean of the two beside the run
     growth: float  # median step time of the run's last quarter over its first quarter
+    schema_us: float = 0.0  # microseconds per step of the schema's own SQL, right after the run
 
 
 @dataclass
@@ -100,6 +101,17 @@ class Series:
 
     def loop_ratio(self) -> float:
         return self._median([s.loop / s.floor_us for s in self.samples])
+
+    def schema_us(self) -> float:
+        return statistics.median(s.schema_us for s in self.samples)
+
+    def schema_ratio(self) -> float:
+        """Median over the runs of (the schema's own SQL per step / the floor beside it)."""
+        return statistics.median(s.schema_us / s.floor_us for s in self.samples)
+
+    def loop_over_schema(self) -> float:
+        """Median over the runs of (in-loop cost per step / the schema's own SQL per step)."""
+        return self._median([s.loop / s.schema_us for s in self.samples])
 
     def growth(self) -> float:
         return statistics.median(s.growth for s in self.samples)
@@ -165,6 +177,127 @@ class Floor:
 
     def close(self) -> None:
         self.conn.close()
+
+
+# --- the schema's own SQL ------------------------------------------------------------------------
+
+
+class SchemaReplay:
+    """The statements of an allowed step's four transactions, with no runtime around them.
+
+    What a step costs the disk and SQLite alone, given the file format `store.md`
+    pins (its tables, indexes and AUTOINCREMENT event chain) and the four
+    transactions `loop.md` pins: the same statements the Driver runs, with the
+    texts a real run wrote (so the rows and pages have their real sizes), on a
+    file-backed store opened by `agentrt.open_store` (same pragmas), warmed up
+    the same way. No agent, no policy, no JSON work, no hashing: every event
+    gets the same placeholder hash, so this file's chain is deliberately broken.
+    The Driver's per-step time over this one is what the runtime adds.
+    """
+
+    def __init__(self, directory: str, tool: agentrt.Tool, name: str) -> None:
+        path = os.path.join(directory, f"replay-{name}.db")
+        self.store = agentrt.open_store(path)
+        run_once(self.store, tool, 2)  # a real run (checked complete) supplies a step's texts
+        self.step_texts = self.store.query(
+            "SELECT decision_json, policy_json, observation_json, observation_hash, spec_hash, "
+            "policy_id FROM steps WHERE idx = 0 ORDER BY rowid DESC LIMIT 1"
+        )[0]
+        self.event_texts = [
+            (str(row["type"]), str(row["payload_json"]))
+            for row in self.store.query(
+                "SELECT type, payload_json FROM events WHERE step_id = "
+                "(SELECT id FROM steps WHERE idx = 0 ORDER BY rowid DESC LIMIT 1) ORDER BY seq"
+            )
+        ]
+        self.conn = self.store.open_connection()
+        self.run_id = "f" * 32
+        self.index = 0
+        self.conn.execute(
+            "INSERT INTO runs (id, goal, status, limits_json, lease_owner) "
+            "VALUES (?, 'replay', 'RUNNING', '{}', 'replay')",
+            (self.run_id,),
+        )
+        self.measure(60)  # grow the WAL to its checkpoint size, as for the runs
+
+    def _event(self, step_id: str, kind: str, payload: str) -> None:
+        conn = self.conn
+        head = conn.execute(
+            "SELECT (SELECT seq FROM events ORDER BY seq DESC LIMIT 1), "
+            "(SELECT hash FROM events ORDER BY seq DESC LIMIT 1), "
+            "(SELECT seq FROM sqlite_sequence WHERE name = 'events')"
+        ).fetchone()
+        seq = max(head[0] or 0, head[2] or 0) + 1
+        conn.execute(
+            "INSERT INTO events (seq, run_id, step_id, at, type, payload_json, hash) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (seq, self.run_id, step_id, "2026-11-30T09:00:00.000000Z", kind, payload, "0" * 64),
+        )
+
+    def _tx(self, body: Callable[[], None]) -> None:
+        self.conn.execute("BEGIN IMMEDIATE")
+        self.conn.execute("SELECT * FROM runs WHERE id = ?", (self.run_id,)).fetchone()
+        body()
+        self.conn.execute("COMMIT")
+
+    def step(self) -> None:
+        conn, run_id, index = self.conn, self.run_id, self.index
+        step_id = f"{index:032x}"
+        decision, policy, observation, observation_hash, spec_hash, policy_id = self.step_texts
+        events = dict(self.event_texts)
+        at = "2026-11-30T09:00:00.000000Z"
+
+        def started() -> None:
+            conn.execute(
+                "UPDATE runs SET step_count = step_count + 1 WHERE id = ? AND status = 'RUNNING' "
+                "AND step_count = ? AND lease_owner = ?",
+                (run_id, index, "replay"),
+            )
+            conn.execute(
+                "INSERT INTO steps (id, run_id, idx, status, started_at) VALUES (?, ?, ?, ?, ?)",
+                (step_id, run_id, index, "deciding", at),
+            )
+            self._event(step_id, "step.started", events["step.started"])
+
+        def decided() -> None:
+            conn.execute(
+                "UPDATE steps SET decision_json = ? WHERE id = ? AND status = 'deciding'",
+                (decision, step_id),
+            )
+            self._event(step_id, "step.decided", events["step.decided"])
+
+        def tool_started() -> None:
+            conn.execute(
+                "UPDATE steps SET status = 'executing', policy_json = ?, spec_hash = ?, "
+                "policy_id = ? WHERE id = ? AND status IN (?)",
+                (policy, spec_hash, policy_id, step_id, "deciding"),
+            )
+            self._event(step_id, "step.policy", events["step.policy"])
+            self._event(step_id, "step.tool_started", events["step.tool_started"])
+
+        def tool_finished() -> None:
+            conn.execute(
+                "UPDATE steps SET status = ?, observation_json = ?, observation_hash = ?, "
+                "finished_at = ? WHERE id = ? AND status = 'executing'",
+                ("done", observation, observation_hash, at, step_id),
+            )
+            self._event(step_id, "step.tool_finished", events["step.tool_finished"])
+            conn.execute("UPDATE runs SET active_ms = active_ms + ? WHERE id = ?", (1, run_id))
+
+        for body in (started, decided, tool_started, tool_finished):
+            self._tx(body)
+        self.index += 1
+
+    def measure(self, steps: int) -> float:
+        """Microseconds per replayed step."""
+        start = time.perf_counter()
+        for _ in range(steps):
+            self.step()
+        return (time.perf_counter() - start) / steps * 1e6
+
+    def close(self) -> None:
+        self.conn.close()
+        self.store.close()
 
 
 # --- the driver ---------------------------------------------------------------------------------
@@ -306,7 +439,8 @@ def report(
     print()
     header = (
         f"{'steps':>5}  {'observation':<11}  {'us/step':>8}  {'x floor':>7}  "
-        f"{'in-loop us/step':>15}  {'x floor':>7}  {'CPU us/step':>11}  {'runs':>4}"
+        f"{'in-loop us/step':>15}  {'x floor':>7}  {'CPU us/step':>11}  {'runs':>4}  "
+        f"{'schema us/step':>14}  {'x floor':>7}  {'in-loop x schema':>16}"
     )
     print(header)
     print("-" * len(header))
@@ -314,8 +448,13 @@ def report(
         print(
             f"{s.steps:>5}  {s.size:<11}  {s.per_step_us():>8.0f}  {s.per_step_ratio():>6.2f}x  "
             f"{s.loop_us():>15.0f}  {s.loop_ratio():>6.2f}x  {s.cpu_us():>11.0f}  "
-            f"{len(s.samples):>4}"
+            f"{len(s.samples):>4}  {s.schema_us():>14.0f}  {s.schema_ratio():>6.2f}x  "
+            f"{s.loop_over_schema():>15.2f}x"
         )
+    print()
+    print("schema: the same statements as a step's four transactions, with the texts a real")
+    print("        run wrote, and nothing else (SchemaReplay): what the file format and the")
+    print("        four transactions cost this disk before the runtime does anything")
     print()
     ok = True
     by_key = {(s.steps, s.size): s for s in series}
@@ -345,6 +484,12 @@ def report(
     print(
         f"vs floor     : worst per step = {worst:.2f}x the four-commit floor "
         f"(in-loop {worst_loop:.2f}x); target <= {FLOOR_TARGET}x: {verdict(met)}"
+    )
+    schema = max(s.schema_ratio() for s in series)
+    over = max(s.loop_over_schema() for s in series)
+    print(
+        f"               the schema's own SQL alone = {schema:.2f}x the floor (worst); "
+        f"the runtime on top: in-loop {over:.2f}x the schema's SQL (worst)"
     )
     return ok
 
@@ -396,6 +541,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         tools = {size: make_tool("x" * length) for size, length in SIZES.items()}
         floor = Floor(directory)
         stores = Stores(directory, args.fresh)
+        replays = {
+            size: SchemaReplay(directory, tool, str(i))
+            for i, (size, tool) in enumerate(tools.items())
+        }
         try:
             # Warm up imports, the thread pools and the disk; grow the shared store's
             # WAL to its checkpoint size, as in a store that has been in use.
@@ -417,11 +566,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                     after = floor.measure(floor_commits, fresh=args.fresh)
                     paired.extend((before, after))
                     sample.floor_us = (before + after) / 2
+                    sample.schema_us = replays[s.size].measure(floor_commits)
                     s.samples.append(sample)
                 print(f"  round {round_ + 1}/{args.repeats} done", file=sys.stderr, flush=True)
         finally:
             stores.close()
             floor.close()
+            for replay in replays.values():
+                replay.close()
         ok = report(series, warm, fresh, fresh_runs=args.fresh)
     print(f"\nload average at end: {load_average()} (other processes make every figure noisier)")
     print(f"(took {time.perf_counter() - began:.0f} s)")

@@ -41,7 +41,7 @@ _COLUMNS = "seq, run_id, step_id, at, type, payload_json, hash"
 def netstring(text: str) -> bytes:
     """`<byte length>:<UTF-8 bytes>,`."""
     data = text.encode("utf-8")
-    return str(len(data)).encode("ascii") + b":" + data + b","
+    return b"%d:%s," % (len(data), data)
 
 
 def event_hash(
@@ -50,10 +50,8 @@ def event_hash(
     """Hex SHA-256 of the seven netstrings that chain one event to the one before it."""
     if isinstance(seq, bool) or not isinstance(seq, int):
         raise TypeError(f"seq must be an int, got {_type_name(seq)}")
-    digest = hashlib.sha256()
-    for part in (prev_hash, str(seq), run_id, step_id, at, type, payload_json):
-        digest.update(netstring(part))
-    return digest.hexdigest()
+    parts = (prev_hash, str(seq), run_id, step_id, at, type, payload_json)
+    return hashlib.sha256(b"".join(map(netstring, parts))).hexdigest()
 
 
 def _type_name(value: object) -> str:

@@ -454,19 +454,18 @@ class RunSession:
             )
             tx.append_event(self.run_id, step_id, now, ev.STEP_STARTED, {"index": index})
             self.run = replace(run, step_count=index + 1)
-            step = self.put_step(
-                Step(
-                    id=step_id,
-                    run_id=self.run_id,
-                    index=index,
-                    status=StepStatus.DECIDING,
-                    decision=None,
-                    policy=None,
-                    observation=None,
-                    started_at=as_stored(now),
-                    finished_at=None,
-                )
+            step = Step(
+                id=step_id,
+                run_id=self.run_id,
+                index=index,
+                status=StepStatus.DECIDING,
+                decision=None,
+                policy=None,
+                observation=None,
+                started_at=as_stored(now),
+                finished_at=None,
             )
+            self.steps.append(step)  # a new id: nothing to replace
             self.probe_in_tx(POINT_STEP_STARTED)
             return step
 

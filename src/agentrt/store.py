@@ -579,8 +579,9 @@ def open_existing(path: str | os.PathLike[str], read_only: bool = False) -> Stor
 # The chain head (seq and hash of the last event) and the last seq AUTOINCREMENT
 # issued, in one statement; each is NULL on an empty chain.
 _CHAIN_HEAD = (
-    "SELECT h.seq, h.hash, (SELECT seq FROM sqlite_sequence WHERE name = 'events') "
-    "FROM (SELECT NULL) LEFT JOIN (SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1) AS h"
+    "SELECT (SELECT seq FROM events ORDER BY seq DESC LIMIT 1), "
+    "(SELECT hash FROM events ORDER BY seq DESC LIMIT 1), "
+    "(SELECT seq FROM sqlite_sequence WHERE name = 'events')"
 )
 
 
