@@ -11,7 +11,11 @@ so that both see the same machine:
   are small (`{"page": i, "text": ""}`) or 8 KiB (8192 characters of text), each
   different so that loop detection never fires; the last decision is `complete`;
 - the floor: plain `sqlite3` in the same directory, WAL + synchronous=FULL,
-  `BEGIN IMMEDIATE`, one small INSERT, `COMMIT`, times four.
+  `BEGIN IMMEDIATE`, one small INSERT, `COMMIT`, times four;
+- the schema's own SQL (`SchemaReplay`): the statements of a step's four
+  transactions with the texts a real run wrote, and nothing else, on a store
+  file of its own: what the file format and the four transactions cost this
+  disk before the runtime does anything.
 
 The runs share one store, warmed up first, as an application's store would be:
 its WAL file has reached its checkpoint size and is reused, so a commit does
@@ -36,7 +40,7 @@ more than 1.5x the four-commit floor.
 
     python benchmarks/driver.py [--quick] [--repeats N] [--dir PATH] [--fresh] [--check]
 
-Needs only the package (`pip install -e .`). About a minute; `--quick` about 10 s.
+Needs only the package (`pip install -e .`). About 30 s; `--quick` about 6 s.
 """
 
 from __future__ import annotations
@@ -499,7 +503,7 @@ def report(
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    parser.add_argument("--quick", action="store_true", help="2 repetitions (about 10 s)")
+    parser.add_argument("--quick", action="store_true", help="2 repetitions (about 6 s)")
     parser.add_argument("--repeats", type=int, default=None, help="repetitions (default 11)")
     parser.add_argument(
         "--dir", default=None, help="where to put the databases (default: a new temp dir)"

@@ -1,0 +1,123 @@
+"""The benchmark scripts run, print every figure, and measure what they say they measure.
+
+No timing is asserted here (figures are for `benchmarks/`, not for pass/fail):
+these tests keep the scripts working, and check that the schema replay writes
+the rows and events a real step writes.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCHMARKS = ROOT / "benchmarks"
+
+
+def load(name: str) -> types.ModuleType:
+    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def run_script(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, *args], capture_output=True, text=True, timeout=300, cwd=ROOT
+    )
+
+
+def test_the_driver_benchmark_prints_every_figure_and_the_verdicts(tmp_path: Path) -> None:
+    done = run_script("benchmarks/driver.py", "--repeats", "1", "--dir", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    rows = [line.split() for line in lines if line[:5].strip() in {"10", "100", "400"}]
+    # steps, observation (1 or 2 words), then 9 figures
+    assert [(r[0], " ".join(r[1:-9])) for r in rows] == [
+        (n, size) for n in ("10", "100", "400") for size in ("small", "8 KiB")
+    ]
+    assert all(len(r[-9:]) == 9 and r[-1].endswith("x") for r in rows)
+    assert any(line.startswith("flat, small") for line in lines)
+    assert any(line.startswith("vs floor") for line in lines)
+    assert any("the schema's own SQL alone" in line for line in lines)
+    assert list(tmp_path.iterdir()) == []  # its databases are gone
+
+
+def test_the_schema_replay_writes_what_a_driver_step_writes(tmp_path: Path) -> None:
+    bench = load("driver")
+    replay = bench.SchemaReplay(str(tmp_path), bench.make_tool("x" * 100), "t")
+    try:
+        real_step = replay.store.query(
+            "SELECT id FROM steps WHERE idx = 0 AND run_id != ? ORDER BY rowid DESC LIMIT 1",
+            (replay.run_id,),
+        )[0]["id"]
+        real_events = [
+            r["type"]
+            for r in replay.store.query(
+                "SELECT type FROM events WHERE step_id = ? ORDER BY seq", (real_step,)
+            )
+        ]
+        before = replay.index
+        replay.measure(3)
+        steps = replay.store.query(
+            "SELECT idx, status, decision_json, policy_json, observation_json FROM steps "
+            "WHERE run_id = ? AND idx >= ? ORDER BY idx",
+            (replay.run_id, before),
+        )
+        real = replay.store.query(
+            "SELECT decision_json, policy_json, observation_json FROM steps WHERE id = ?",
+            (real_step,),
+        )[0]
+        assert [s["idx"] for s in steps] == [before, before + 1, before + 2]
+        for step in steps:
+            assert step["status"] == "done"
+            assert tuple(step)[2:] == tuple(real)  # the real run's texts, so the real sizes
+            replayed = [
+                r["type"]
+                for r in replay.store.query(
+                    "SELECT type FROM events WHERE step_id = ? ORDER BY seq",
+                    (f"{step['idx']:032x}",),
+                )
+            ]
+            assert (
+                replayed
+                == real_events
+                == [
+                    "step.started",
+                    "step.decided",
+                    "step.policy",
+                    "step.tool_started",
+                    "step.tool_finished",
+                ]
+            )
+        (run,) = replay.store.query(
+            "SELECT step_count, active_ms FROM runs WHERE id = ?", (replay.run_id,)
+        )
+        assert tuple(run) == (replay.index, replay.index)
+    finally:
+        replay.close()
+
+
+def test_the_phase_timer_prints_every_phase(tmp_path: Path) -> None:
+    done = run_script(
+        "benchmarks/step_phases.py", "--steps", "20", "--runs", "1", "--dir", str(tmp_path)
+    )
+    assert done.returncode == 0, done.stderr
+    labels = [line.split(None, 1)[1] for line in done.stdout.splitlines()[1:]]
+    assert labels[:3] == [
+        "in-loop wall time per step (timers included)",
+        "SQL: COMMIT",
+        "SQL: every other statement",
+    ]
+    assert {
+        "tx  step started (begin_step)",
+        "tx  decided (record_decision)",
+        "tx  tool started (start_tool)",
+        "tx  tool finished (finish_tool)",
+        "the tool call (invoke)",
+    } <= {label.strip() for label in labels}
