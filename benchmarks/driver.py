@@ -217,6 +217,10 @@ class SchemaReplay:
         self.conn = self.store.open_connection()
         self.run_id = "f" * 32
         self.index = 0
+        # Random step ids, as the Driver's are: each lands somewhere in the steps'
+        # primary-key index, not always on its last page. Seeded, so repeatable.
+        self.ids = random.Random(0)
+        self.head: tuple[int, str] | None = None
         self.conn.execute(
             "INSERT INTO runs (id, goal, status, limits_json, lease_owner) "
             "VALUES (?, 'replay', 'RUNNING', '{}', 'replay')",
@@ -226,19 +230,23 @@ class SchemaReplay:
 
     def _event(self, step_id: str, kind: str, payload: str) -> None:
         conn = self.conn
-        head = conn.execute(
-            "SELECT (SELECT seq FROM events ORDER BY seq DESC LIMIT 1), "
-            "(SELECT hash FROM events ORDER BY seq DESC LIMIT 1), "
-            "(SELECT seq FROM sqlite_sequence WHERE name = 'events')"
-        ).fetchone()
-        seq = max(head[0] or 0, head[2] or 0) + 1
+        if self.head is None:  # once per transaction, as the Driver reads it
+            row = conn.execute(
+                "SELECT (SELECT seq FROM events ORDER BY seq DESC LIMIT 1), "
+                "(SELECT hash FROM events ORDER BY seq DESC LIMIT 1), "
+                "(SELECT seq FROM sqlite_sequence WHERE name = 'events')"
+            ).fetchone()
+            self.head = (max(row[0] or 0, row[2] or 0) + 1, str(row[1] or ""))
+        seq = self.head[0]
         conn.execute(
             "INSERT INTO events (seq, run_id, step_id, at, type, payload_json, hash) "
             "VALUES (?, ?, ?, ?, ?, ?, ?)",
             (seq, self.run_id, step_id, "2026-11-30T09:00:00.000000Z", kind, payload, "0" * 64),
         )
+        self.head = (seq + 1, "0" * 64)
 
     def _tx(self, body: Callable[[], None]) -> None:
+        self.head = None
         self.conn.execute("BEGIN IMMEDIATE")
         self.conn.execute("SELECT * FROM runs WHERE id = ?", (self.run_id,)).fetchone()
         body()
@@ -246,7 +254,7 @@ class SchemaReplay:
 
     def step(self) -> None:
         conn, run_id, index = self.conn, self.run_id, self.index
-        step_id = f"{index:032x}"
+        step_id = f"{self.ids.getrandbits(128):032x}"
         decision, policy, observation, observation_hash, spec_hash, policy_id = self.step_texts
         events = dict(self.event_texts)
         at = "2026-11-30T09:00:00.000000Z"

@@ -65,7 +65,7 @@ def test_the_schema_replay_writes_what_a_driver_step_writes(tmp_path: Path) -> N
         before = replay.index
         replay.measure(3)
         steps = replay.store.query(
-            "SELECT idx, status, decision_json, policy_json, observation_json FROM steps "
+            "SELECT id, idx, status, decision_json, policy_json, observation_json FROM steps "
             "WHERE run_id = ? AND idx >= ? ORDER BY idx",
             (replay.run_id, before),
         )
@@ -76,12 +76,11 @@ def test_the_schema_replay_writes_what_a_driver_step_writes(tmp_path: Path) -> N
         assert [s["idx"] for s in steps] == [before, before + 1, before + 2]
         for step in steps:
             assert step["status"] == "done"
-            assert tuple(step)[2:] == tuple(real)  # the real run's texts, so the real sizes
+            assert tuple(step)[3:] == tuple(real)  # the real run's texts, so the real sizes
             replayed = [
                 r["type"]
                 for r in replay.store.query(
-                    "SELECT type FROM events WHERE step_id = ? ORDER BY seq",
-                    (f"{step['idx']:032x}",),
+                    "SELECT type FROM events WHERE step_id = ? ORDER BY seq", (step["id"],)
                 )
             ]
             assert (

@@ -59,13 +59,29 @@ def test_durations_round_trip_through_nanoseconds(value: timedelta) -> None:
     assert ns_to_duration(duration_to_ns(value)) == value
 
 
+class AppTime(datetime):
+    """A consumer clock's datetime type (pendulum, arrow and freezegun have such subclasses)."""
+
+
 @given(
     moment=st.datetimes(
-        min_value=datetime(1000, 1, 2), max_value=datetime(9999, 12, 30), timezones=st.timezones()
-    )
+        min_value=datetime(1000, 1, 2),
+        max_value=datetime(9999, 12, 30),
+        timezones=st.one_of(st.timezones(), st.just(UTC), st.just(timezone(timedelta(hours=2)))),
+    ),
+    fold=st.sampled_from([0, 1]),
+    subclass=st.booleans(),
 )
-def test_as_stored_is_the_round_trip_through_the_stored_text(moment: datetime) -> None:
-    assert repr(as_stored(moment)) == repr(parse_time(format_time(moment)))
+def test_as_stored_is_the_round_trip_through_the_stored_text(
+    moment: datetime, fold: int, subclass: bool
+) -> None:
+    moment = moment.replace(fold=fold)
+    if subclass:
+        moment = AppTime(*moment.timetuple()[:6], moment.microsecond, moment.tzinfo, fold=fold)
+    stored = as_stored(moment)
+    # repr: the same instant is not enough; the type, the zone and the fold must match too
+    assert repr(stored) == repr(parse_time(format_time(moment)))
+    assert type(stored) is datetime and stored.tzinfo is UTC and stored.fold == 0
 
 
 def test_as_stored_refuses_a_naive_datetime_as_format_time_does() -> None:

@@ -516,3 +516,65 @@ def test_same_clock_and_ids_give_byte_identical_records(tmp_path: Any) -> None:
         return [*rows, clock.readings]
 
     assert record(tmp_path / "a.db") == record(tmp_path / "b.db")
+
+
+def test_scripted_agent_answers_by_step_index_and_keeps_only_the_last_input(
+    store: agentrt.Store,
+) -> None:
+    agent = ScriptedAgent([Decision.tool_call("read", {"x": i}) for i in range(3)])
+    driver = agentrt.Driver(
+        store=store,
+        agent=agent,
+        policy=agentrt.default_policy(),
+        tools=[RecordingTool("read", SideEffect.READ_ONLY)],
+        now=FakeClock(),
+        new_id=Ids(),
+    )
+    run = driver.start_sync("goal")
+    # Past the end of the script: an agent error, after three tool steps.
+    assert (run.status, run.reason) == ("FAILED", "agent_error")
+    assert "the script has 3 decisions; step 3 has none" in run.reason_detail
+    assert agent.calls == 4
+    assert agent.last_input is not None
+    assert [s.index for s in agent.last_input.steps] == [0, 1, 2, 3]
+    assert not hasattr(agent, "inputs")
+
+
+def test_a_schema_edited_after_registration_changes_nothing_the_driver_checks(
+    store: agentrt.Store,
+) -> None:
+    """The Driver validates, hashes and approves against the spec as registered."""
+
+    def schema() -> dict[str, Any]:
+        return {"type": "object", "properties": {"x": {"type": "integer"}}}
+
+    read = RecordingTool("read", SideEffect.READ_ONLY, schema=schema())
+    push = RecordingTool("push", SideEffect.REMOTE_MUTATION, schema=schema())
+    agent = ScriptedAgent(
+        [
+            Decision.tool_call("read", {"x": "one"}),
+            Decision.tool_call("push", {"x": 2}),
+            Decision.complete(),
+        ]
+    )
+    driver = agentrt.Driver(
+        store=store,
+        agent=agent,
+        policy=agentrt.default_policy(),
+        tools=[read, push],
+        now=FakeClock(),
+        new_id=Ids(),
+    )
+    for tool in (read, push):  # the consumer edits its dicts after registering them
+        tool.spec.input_schema["properties"]["x"]["type"] = "string"
+    run = driver.start_sync("goal")
+    assert run.status == "WAITING_FOR_APPROVAL"
+    first = store.list_steps(run.id)[0]
+    assert first.observation is not None
+    assert first.observation.kind == "invalid_decision"  # "one" is not an integer
+    (approval,) = store.pending_approvals(run.id)
+    driver.approve(run.id, approval.id, by="ops")
+    run = driver.resume_sync(run.id)
+    assert (run.status, run.reason) == ("COMPLETED", "goal_completed")
+    assert [c.args for c in push.calls] == [{"x": 2}]
+    assert read.calls == []

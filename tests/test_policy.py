@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from enum import StrEnum
 from typing import Any
 
 import pydantic
@@ -225,6 +226,19 @@ def test_policy_id_attribute_is_used_as_given() -> None:
     assert policy_id_of(Named("billing/v2")) == "billing/v2"
     assert policy_id_of(Named("")) == ""
     assert policy_id_of(Named("é" * 128)) == "é" * 128  # exactly 256 bytes
+
+
+def test_a_policy_id_of_a_str_subclass_is_recorded_as_its_plain_text() -> None:
+    class Loud(str):
+        def __str__(self) -> str:
+            return "SOMETHING ELSE"
+
+    class Ids(StrEnum):
+        BILLING = "billing/v2"
+
+    for declared in (Ids.BILLING, Loud("billing/v2")):
+        recorded = policy_id_of(Named(declared))
+        assert type(recorded) is str and recorded == "billing/v2"
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,9 @@ after every commit the loop makes, on every path a step can take.
 from __future__ import annotations
 
 import tempfile
-from datetime import timedelta
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta, timezone
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -18,37 +20,96 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import agentrt
-from agentrt import AbortRun, Decision, SideEffect, ToolCall, ToolResult
+from agentrt import (
+    AbortRun,
+    Decision,
+    PolicyDecision,
+    RunView,
+    SideEffect,
+    ToolCall,
+    ToolRequest,
+    ToolResult,
+)
 from agentrt.canonical import JSONFloat, JSONInt
 from agentrt.model import ModelConfig, ModelResponse, Price, ToolUseBlock, Usage
 from agentrt.model_agent import ModelAgent
 from agentrt.replay import ScriptedModel
 from agentrt.scripted import ScriptedAgent
 from agentrt.session import RunSession
-from conftest import FakeClock, Ids, RecordingTool
+from conftest import EPOCH, FakeClock, Ids, RecordingTool
 
 ANY_OBJECT = {"type": "object"}
 
 
 class Mirror:
-    """A probe that compares the session with the store after every commit."""
+    """A probe that compares the session with the store at every crash point.
+
+    The crash points follow the commits of a step; the commits that have none
+    (an invalid decision, a denial, an ending) are compared at the next point,
+    whose check covers every step so far, and by `check_final` after the run.
+    """
 
     def __init__(self, store: agentrt.Store) -> None:
         self.store = store
         self.points: list[str] = []
+        self.session: RunSession | None = None
 
     def __call__(self, point: str, session: RunSession) -> None:
         self.points.append(point)
+        self.session = session
+        self.compare(session, f"after {point}")
+
+    def compare(self, session: RunSession, when: str) -> None:
         fresh_run = self.store.get_run(session.run_id)
-        # repr, not only ==: 10.0 == 1e1 as numbers, but not as recorded literals,
-        # and a dict's key order is what the agent and the policy iterate.
-        assert repr(session.run) == repr(fresh_run), f"run differs after {point}"
+        # repr, not only ==: 10.0 == 1e1 as numbers, but not as recorded literals;
+        # a dict's key order is what the agent and the policy iterate; and a
+        # datetime's type, zone and fold are what they are handed.
+        assert repr(session.run) == repr(fresh_run), f"run differs {when}"
         fresh_steps = self.store.list_steps(session.run_id, cap=None)
-        assert repr(session.steps) == repr(fresh_steps), f"steps differ after {point}"
+        assert repr(session.steps) == repr(fresh_steps), f"steps differ {when}"
+
+    def check_final(self, run: agentrt.Run) -> None:
+        """The run the caller got back, and the last session's steps, after the last commit."""
+        assert repr(run) == repr(self.store.get_run(run.id))
+        assert self.session is not None and self.session.run_id == run.id
+        self.compare(self.session, "at the end")
 
 
-def check_returned(store: agentrt.Store, run: agentrt.Run) -> None:
-    assert repr(run) == repr(store.get_run(run.id))
+class AppTime(datetime):
+    """A consumer's datetime type (pendulum, arrow and freezegun have such subclasses)."""
+
+
+class ZonedClock:
+    """Readings in a zone other than UTC, as a subclass, one in two with `fold=1`."""
+
+    def __init__(self) -> None:
+        self.t = EPOCH
+        self.zone = timezone(timedelta(hours=2))
+
+    def __call__(self) -> datetime:
+        self.t += timedelta(milliseconds=1)
+        local = self.t.astimezone(self.zone)
+        fold = int(local.microsecond // 1000 % 2 == 0)
+        return AppTime(*local.timetuple()[:6], local.microsecond, self.zone, fold=fold)
+
+
+class PolicyIds(StrEnum):
+    MIRROR = "mirror/1"
+
+
+class CapablePolicy:
+    """Allows every call with a capability and a presentation whose key order and
+    number literals differ from their stored, canonical form; its id is a StrEnum."""
+
+    policy_id = PolicyIds.MIRROR
+
+    def evaluate(self, request: ToolRequest, view: RunView) -> PolicyDecision:
+        return PolicyDecision(
+            outcome="allow",
+            reason="fine",
+            capability={"z": JSONFloat("1e1"), "a": [2.50, 10**20]},
+            presentation={"y": "ü", "b": None},
+        )
 
 
 def calls(name: str, args: Any) -> ModelResponse:
@@ -96,13 +157,13 @@ def test_a_model_driven_run_through_every_outcome_keeps_the_session_equal_to_its
     )
     run = driver.start_sync("tidy and push the notes")
     assert run.status == "WAITING_FOR_APPROVAL"
-    check_returned(store, run)
+    mirror.check_final(run)
     assert run.model_calls == 5 and run.estimated_cost_micros > 0
     (approval,) = store.pending_approvals(run.id)
     driver.approve(run.id, approval.id, by="ops")
     run = driver.resume_sync(run.id)
     assert (run.status, run.reason) == ("COMPLETED", "goal_completed")
-    check_returned(store, run)
+    mirror.check_final(run)
     assert {
         "step.started",
         "step.decided",
@@ -123,22 +184,53 @@ def aborting_tool(call: ToolCall) -> ToolResult:
 
 
 def drive_scripted(
-    path: Path, decisions: list[Decision], tools: list[RecordingTool], limits: agentrt.Limits
+    path: Path,
+    decisions: list[Decision],
+    tools: list[RecordingTool],
+    limits: agentrt.Limits,
+    *,
+    clock: Callable[[], datetime] | None = None,
+    policy: Any = None,
 ) -> tuple[agentrt.Store, agentrt.Run, Mirror]:
     store = agentrt.open_store(path)
     mirror = Mirror(store)
     driver = agentrt.Driver(
         store=store,
         agent=ScriptedAgent(decisions),
-        policy=agentrt.default_policy(),
+        policy=policy or agentrt.default_policy(),
         tools=tools,
-        now=FakeClock(),
+        now=clock or FakeClock(),
         new_id=Ids(),
         probe=mirror,
     )
     run = driver.start_sync("walk every path", limits=limits)
-    check_returned(store, run)
+    mirror.check_final(run)
     return store, run, mirror
+
+
+def test_a_clock_in_another_zone_and_a_policy_with_a_capability_keep_the_copy_exact(
+    tmp_path: Path,
+) -> None:
+    """Times are copied as a read gives them (plain, UTC, fold 0), policies as stored."""
+    tools = [RecordingTool("read", SideEffect.READ_ONLY)]
+    decisions = [Decision.tool_call("read", {"x": i}) for i in range(3)]
+    decisions.append(Decision.complete())
+    store, run, mirror = drive_scripted(
+        tmp_path / "zoned.db",
+        decisions,
+        tools,
+        agentrt.Limits(),
+        clock=ZonedClock(),
+        policy=CapablePolicy(),
+    )
+    assert run.status == "COMPLETED"
+    assert mirror.points.count("step.tool_finished") == 3
+    assert mirror.session is not None
+    step = mirror.session.steps[0]
+    assert type(step.started_at) is datetime and step.started_at.tzinfo is UTC
+    assert step.policy is not None and list(step.policy.capability) == ["a", "z"]
+    assert type(step.policy_id) is str and step.policy_id == "mirror/1"
+    store.close()
 
 
 def test_failed_invalid_and_aborted_steps_keep_the_session_equal_to_its_rows(

@@ -45,10 +45,15 @@ def format_time(value: datetime | None) -> str:
 
 
 def as_stored(value: datetime) -> datetime:
-    """What `parse_time(format_time(value))` gives, without the round trip through text."""
+    """What `parse_time(format_time(value))` gives, without the round trip through text.
+
+    Always a plain `datetime` in `UTC` with `fold=0`: a clock may return a
+    subclass, or `fold=1`, which `astimezone(UTC)` would hand back unchanged.
+    """
     if value.tzinfo is None:
         raise ValueError("naive datetime: agentrt records timezone-aware UTC times only")
-    return value.astimezone(UTC)
+    u = value.astimezone(UTC)
+    return datetime(u.year, u.month, u.day, u.hour, u.minute, u.second, u.microsecond, UTC)
 
 
 def parse_time(text: str) -> datetime | None:

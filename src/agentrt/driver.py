@@ -60,7 +60,7 @@ from .session import (
     run_io,
 )
 from .store import Store, Tx, run_from_row
-from .tools import Tool, compile_tool, spec_hash, validate_tools
+from .tools import Tool, compile_tool, registered_spec, spec_hash, validate_tools
 from .transitions import fail_step, finish_run
 
 T = TypeVar("T")
@@ -146,7 +146,7 @@ class Driver:
         self._wall: WallClock = wall or wall_clock
         self._active: set[str] = set()
         self._active_lock = threading.Lock()
-        specs = {t.spec.name: t.spec for t in validated}
+        specs = {t.spec.name: registered_spec(t.spec) for t in validated}
         self._config = LoopConfig(
             store=store,
             tools={t.spec.name: t for t in validated},

@@ -86,8 +86,11 @@ def policy_id_of(policy: object) -> str:
         declared = f"{cls.__module__}.{cls.__qualname__}"
     if not isinstance(declared, str):
         raise ConfigError(f"policy_id must be a string, got {type(declared).__name__}")
-    _check_policy_id(declared)
-    return declared
+    # Its characters as a plain str: a subclass (a StrEnum member, say) could
+    # override how it prints or encodes, and the record must be plain text.
+    plain = str.__str__(declared)
+    _check_policy_id(plain)
+    return plain
 
 
 def _check_policy_id(policy_id: str) -> None:

@@ -20,10 +20,14 @@ class ScriptedAgent:
 
     def __init__(self, decisions: Sequence[ScriptEntry]) -> None:
         self.decisions = list(decisions)
-        self.inputs: list[StepInput] = []
+        # Only the last input is kept: each holds every step so far, so keeping
+        # them all would grow with the square of the run's length.
+        self.last_input: StepInput | None = None
+        self.calls = 0
 
     def decide(self, input: StepInput) -> Decision:
-        self.inputs.append(input)
+        self.last_input = input
+        self.calls += 1
         index = input.steps[-1].index if input.steps else -1
         if index < 0 or index >= len(self.decisions):
             raise IndexError(

@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 from . import filesafety, migrations
 from .canonical import from_text, to_text
 from .chain import event_hash, verify_chain
-from .clock import format_time, parse_time
+from .clock import as_stored, format_time, parse_time
 from .errors import NotFoundError, StoreError, UnsafeSchemaError
 from .records import (
     JSON,
@@ -613,7 +613,7 @@ class Tx:
                 seq=seq,
                 run_id=run_id,
                 step_id=step_id,
-                at=at.astimezone(UTC),  # what parse_time(at_text) gives, without parsing
+                at=as_stored(at),  # what parse_time(at_text) gives, without parsing
                 type=type,
                 payload=from_text(payload_json),
                 hash=digest,

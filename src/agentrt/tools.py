@@ -33,7 +33,7 @@ import referencing.exceptions
 import referencing.jsonschema
 from pydantic.fields import FieldInfo
 
-from .canonical import content_hash
+from .canonical import content_hash, copy_json
 from .clock import duration_to_ns
 from .errors import AgentrtError, ConfigError
 from .records import SideEffect, ToolCall, ToolResult, ToolSpec
@@ -762,6 +762,16 @@ def validate_tool(tool: object) -> ToolSpec:
         raise ConfigError(f"tool {spec.name!r} has no callable `call` method")
     compile_tool(spec)
     return spec
+
+
+def registered_spec(spec: ToolSpec) -> ToolSpec:
+    """The spec as registered: its schema copied, so later edits of the tool's dict change nothing.
+
+    A Driver validates, hashes, asks its policy about and approves calls
+    against this one copy; a changed tool is a new registration (a new Driver),
+    which a resume then compares by hash (loop.md).
+    """
+    return dataclasses.replace(spec, input_schema=copy_json(spec.input_schema))
 
 
 def validate_tools(tools: Sequence[Tool]) -> list[Tool]:
