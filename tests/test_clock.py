@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone, tzinfo
 
 import pytest
 from hypothesis import given
@@ -87,3 +87,31 @@ def test_as_stored_is_the_round_trip_through_the_stored_text(
 def test_as_stored_refuses_a_naive_datetime_as_format_time_does() -> None:
     with pytest.raises(ValueError, match="naive"):
         as_stored(datetime(2026, 11, 30, 9, 0))
+
+
+class Overriding(datetime):
+    """A subclass whose own methods would write another time, or another shape."""
+
+    def isoformat(self, sep: str = "T", timespec: str = "auto") -> str:
+        return "not a time"
+
+    def astimezone(self, tz: tzinfo | None = None) -> datetime:
+        return datetime(2000, 1, 1, tzinfo=UTC)
+
+
+def test_a_clock_subclass_cannot_change_the_stored_time_or_its_shape() -> None:
+    moment = Overriding(2026, 11, 30, 11, 0, 0, 123, tzinfo=timezone(timedelta(hours=2)))
+    assert format_time(moment) == "2026-11-30T09:00:00.000123Z"
+    assert repr(as_stored(moment)) == repr(datetime(2026, 11, 30, 9, 0, 0, 123, tzinfo=UTC))
+
+
+class NoOffset(tzinfo):
+    def utcoffset(self, dt: datetime | None) -> timedelta | None:
+        return None
+
+
+def test_a_zone_without_an_offset_is_naive_and_refused() -> None:
+    moment = datetime(2026, 11, 30, 9, 0, tzinfo=NoOffset())
+    for convert in (format_time, as_stored):
+        with pytest.raises(ValueError, match="naive"):
+            convert(moment)

@@ -37,11 +37,10 @@ def format_time(value: datetime | None) -> str:
     """Stored form of a timestamp; naive datetimes are refused (they hide a zone)."""
     if value is None:
         return ""
-    if value.tzinfo is None:
-        raise ValueError("naive datetime: agentrt records timezone-aware UTC times only")
     # isoformat, unlike strftime (several times slower, and "999" for year 999 on
     # glibc), always writes four year digits and, with the offset dropped, the Z form.
-    return value.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
+    # It is called on a plain datetime: a clock's subclass cannot change the text.
+    return as_stored(value).replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
 
 
 def as_stored(value: datetime) -> datetime:
@@ -50,9 +49,10 @@ def as_stored(value: datetime) -> datetime:
     Always a plain `datetime` in `UTC` with `fold=0`: a clock may return a
     subclass, or `fold=1`, which `astimezone(UTC)` would hand back unchanged.
     """
-    if value.tzinfo is None:
+    # A tzinfo whose utcoffset() is None leaves the time naive too (Python's rule).
+    if value.tzinfo is None or datetime.utcoffset(value) is None:
         raise ValueError("naive datetime: agentrt records timezone-aware UTC times only")
-    u = value.astimezone(UTC)
+    u = datetime.astimezone(value, UTC)  # the stdlib's conversion, whatever the subclass says
     return datetime(u.year, u.month, u.day, u.hour, u.minute, u.second, u.microsecond, UTC)
 
 
