@@ -46,6 +46,7 @@ Needs only the package (`pip install -e .`). About 30 s; `--quick` about 6 s.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import itertools
 import os
@@ -324,8 +325,15 @@ def make_tool(pad: str) -> agentrt.Tool:
     return read_page
 
 
-def run_once(store: agentrt.Store, tool: agentrt.Tool, steps: int) -> Sample:
-    """One run of `steps` tool steps and a completing step."""
+def run_once(
+    store: agentrt.Store, tool: agentrt.Tool, steps: int, *, entry: str = "sync"
+) -> Sample:
+    """One run of `steps` tool steps and a completing step.
+
+    `entry` "sync" drives it with `start_sync` (the store calls inline on the
+    Driver's own loop); "async" with `asyncio.run(driver.start(...))`, as an
+    application's event loop would: each transaction then hops to an I/O thread.
+    """
     marks: list[float] = []
 
     def marked(decision: agentrt.Decision) -> ScriptEntry:
@@ -345,7 +353,11 @@ def run_once(store: agentrt.Store, tool: agentrt.Tool, steps: int) -> Sample:
     )
     limits = agentrt.Limits(max_steps=steps + 1, loop_threshold=steps + 1)
     cpu_start, start = time.process_time(), time.perf_counter()
-    run = driver.start_sync(f"read {steps} pages", limits=limits)
+    goal = f"read {steps} pages"
+    if entry == "sync":
+        run = driver.start_sync(goal, limits=limits)
+    else:
+        run = asyncio.run(driver.start(goal, limits=limits))
     wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
     if run.status != agentrt.RunStatus.COMPLETED or run.step_count != steps + 1:
         raise SystemExit(
@@ -364,18 +376,19 @@ def run_once(store: agentrt.Store, tool: agentrt.Tool, steps: int) -> Sample:
 class Stores:
     """The file-backed store the runs use: one, kept warm, or a new file per run (`--fresh`)."""
 
-    def __init__(self, directory: str, fresh: bool) -> None:
+    def __init__(self, directory: str, fresh: bool, entry: str = "sync") -> None:
         self.directory = directory
         self.fresh = fresh
+        self.entry = entry
         self.shared = None if fresh else agentrt.open_store(os.path.join(directory, "runs.db"))
 
     def run(self, tool: agentrt.Tool, steps: int) -> Sample:
         if self.shared is not None:
-            return run_once(self.shared, tool, steps)
+            return run_once(self.shared, tool, steps, entry=self.entry)
         path = os.path.join(self.directory, f"run-{time.monotonic_ns()}.db")
         store = agentrt.open_store(path)
         try:
-            return run_once(store, tool, steps)
+            return run_once(store, tool, steps, entry=self.entry)
         finally:
             store.close()
             remove_database(path)
@@ -522,6 +535,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--check", action="store_true", help="exit 1 when a target is missed (noisy machines!)"
     )
+    parser.add_argument(
+        "--entry",
+        choices=("sync", "async"),
+        default="sync",
+        help="drive the runs with start_sync (default) or with await start() in asyncio.run",
+    )
     args = parser.parse_args(argv)
     if args.repeats is None:
         args.repeats = 2 if args.quick else 11
@@ -547,12 +566,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             print("WARNING: a memory filesystem makes fsync free; pass --dir on a real disk")
         print(f"load average at start: {load_average()}")
         kind = "a new store file per run" if args.fresh else "one store, warmed up, for all runs"
+        kind += f"; runs driven by {'start_sync' if args.entry == 'sync' else 'await start()'}"
         print(f"{args.repeats} repetitions, medians; tool steps per run: {STEP_COUNTS}; {kind}")
         sys.stdout.flush()
 
         tools = {size: make_tool("x" * length) for size, length in SIZES.items()}
         floor = Floor(directory)
-        stores = Stores(directory, args.fresh)
+        stores = Stores(directory, args.fresh, args.entry)
         replays = {
             size: SchemaReplay(directory, tool, str(i))
             for i, (size, tool) in enumerate(tools.items())

@@ -13,6 +13,8 @@ import sys
 import types
 from pathlib import Path
 
+import agentrt
+
 ROOT = Path(__file__).resolve().parent.parent
 BENCHMARKS = ROOT / "benchmarks"
 
@@ -120,3 +122,16 @@ def test_the_phase_timer_prints_every_phase(tmp_path: Path) -> None:
         "tx  tool finished (finish_tool)",
         "the tool call (invoke)",
     } <= {label.strip() for label in labels}
+
+
+def test_a_run_is_driven_through_either_entry_point(tmp_path: Path) -> None:
+    bench = load("driver")
+    store = agentrt.open_store(tmp_path / "runs.db")
+    try:
+        for entry in ("sync", "async"):
+            sample = bench.run_once(store, bench.make_tool(""), 5, entry=entry)
+            assert sample.wall > sample.loop > 0 and sample.cpu > 0
+        runs = store.list_runs()
+        assert [(r.status, r.step_count) for r in runs] == [("COMPLETED", 6)] * 2
+    finally:
+        store.close()
