@@ -65,7 +65,7 @@ class AppTime(datetime):
 
 @given(
     moment=st.datetimes(
-        min_value=datetime(1000, 1, 2),
+        min_value=datetime(1, 1, 2),
         max_value=datetime(9999, 12, 30),
         timezones=st.one_of(st.timezones(), st.just(UTC), st.just(timezone(timedelta(hours=2)))),
     ),

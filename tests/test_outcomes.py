@@ -578,3 +578,51 @@ def test_a_schema_edited_after_registration_changes_nothing_the_driver_checks(
     assert (run.status, run.reason) == ("COMPLETED", "goal_completed")
     assert [c.args for c in push.calls] == [{"x": 2}]
     assert read.calls == []
+
+
+class EditingPolicy:
+    """Edits the spec it is shown, then answers as the default policy does."""
+
+    policy_id = "editing/1"
+
+    def evaluate(self, request: ToolRequest, view: RunView) -> PolicyDecision:
+        request.spec.input_schema["properties"]["x"]["type"] = "string"
+        return agentrt.default_policy().evaluate(request, view)  # type: ignore[return-value]
+
+
+@pytest.mark.parametrize("editor", ["agent", "policy"])
+def test_an_agent_or_a_policy_editing_the_spec_it_is_shown_changes_nothing_the_driver_checks(
+    store: agentrt.Store, editor: str
+) -> None:
+    """Agents and policies get copies: the approval, its hash and the resume keep the
+    spec as registered, and the approved call runs."""
+    push = RecordingTool(
+        "push",
+        SideEffect.REMOTE_MUTATION,
+        schema={"type": "object", "properties": {"x": {"type": "integer"}}},
+    )
+    script = ScriptedAgent([Decision.tool_call("push", {"x": 2}), Decision.complete()])
+
+    def editing_agent(step_input: agentrt.StepInput) -> Decision:
+        for spec in step_input.tools:  # an adapter "normalising" schemas in place, say
+            spec.input_schema["properties"]["x"]["type"] = "string"
+        return script.decide(step_input)
+
+    driver = agentrt.Driver(
+        store=store,
+        agent=editing_agent if editor == "agent" else script,
+        policy=EditingPolicy() if editor == "policy" else agentrt.default_policy(),
+        tools=[push],
+        now=FakeClock(),
+        new_id=Ids(),
+    )
+    run = driver.start_sync("goal")
+    assert run.status == "WAITING_FOR_APPROVAL", run.reason_detail
+    (approval,) = store.pending_approvals(run.id)
+    assert isinstance(approval.request, dict)
+    assert approval.request["spec"]["input_schema"]["properties"]["x"] == {"type": "integer"}
+    driver.approve(run.id, approval.id, by="ops")
+    run = driver.resume_sync(run.id)
+    assert (run.status, run.reason) == ("COMPLETED", "goal_completed"), run.reason_detail
+    assert [c.args for c in push.calls] == [{"x": 2}]
+    assert push.spec.input_schema["properties"]["x"] == {"type": "integer"}  # the tool's own

@@ -153,6 +153,7 @@ class Driver:
             specs=specs,
             spec_hashes={name: spec_hash(spec) for name, spec in specs.items()},
             compiled={name: compile_tool(spec) for name, spec in specs.items()},
+            shown_specs={name: registered_spec(spec) for name, spec in specs.items()},
             policy=policy,
             policy_id=self.policy_id,
             clock=self.now,
@@ -365,7 +366,8 @@ class Driver:
 
     async def _decide(self, session: RunSession, step: Any) -> Decision | None:
         run, steps, approvals = session.step_input_parts()
-        specs = tuple(self._config.specs[name] for name in sorted(self._config.specs))
+        shown = self._config.shown_specs
+        specs = tuple(shown[name] for name in sorted(shown))
         caller = None
         if self.model is not None and self.model_config is not None:
             caller = AccountingCaller(session, step, self.model, self.model_config)

@@ -65,7 +65,6 @@ from .session import (
     validate_policy_decision,
 )
 from .store import Tx, approval_from_row, run_from_row, step_from_row
-from .tools import check_args
 from .transitions import charge_dispatched, fail_step, finish_run
 
 INTERRUPTED_POLICY_ID = "agentrt:interrupted_side_effect"
@@ -202,7 +201,7 @@ async def resume_waiting(
             failed_decision(f"tool {tool!r} is no longer registered; nothing was executed"),
         )
         return session
-    errors = check_args(spec, args)
+    errors = config.compiled[tool].check(args)
     if errors:
         await _leave_waiting_failed(
             session,
@@ -604,7 +603,7 @@ def _call_conflict(step: Step, config: LoopConfig) -> str | None:
     spec = config.specs.get(tool)
     if spec is None:
         return f"the interrupted step's tool {tool!r} is no longer registered"
-    if check_args(spec, call_args(step.decision)):
+    if config.compiled[tool].check(call_args(step.decision)):
         return f"the interrupted step's args no longer match the schema of {tool!r}"
     return None
 

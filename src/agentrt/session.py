@@ -135,10 +135,16 @@ class LoopConfig:
 
     store: Store
     tools: Mapping[str, Tool]
+    # The specs as registered (`tools.registered_spec`): the Driver's own copies,
+    # never handed to consumer code, so that validation, hashes, approvals and
+    # resumes all see the same spec whatever an agent or a policy does.
     specs: Mapping[str, ToolSpec]
     spec_hashes: Mapping[str, str]
     # The specs' schemas compiled once, when the Driver was made, by name.
     compiled: Mapping[str, CompiledTool]
+    # Copies of the same specs for agents (`StepInput.tools`) and policies
+    # (`ToolRequest.spec`): an edit made to these stays in them.
+    shown_specs: Mapping[str, ToolSpec]
     policy: Policy
     policy_id: str
     clock: Clock
@@ -333,9 +339,12 @@ class RunSession:
 
         Invariant: after every commit, `self.run` and `self.steps` are what a
         fresh read of the rows would give, to the repr (number literals, key
-        order): `tests/test_session_mirror.py` checks it on every path. The
-        hot writes of a step build their copy from the values they wrote, with
-        the reader's own decoders, instead of reading the rows back.
+        order, a time's type and zone): `tests/test_session_mirror.py` checks
+        it at every crash point and after a run's last commit (decision 0011).
+        The hot writes of a step build their copy from the values they wrote,
+        with the reader's own decoders, instead of reading the rows back. (A
+        transaction that fails leaves the copy ahead of the rows; the loop
+        then stops with the error, and the session is not used again.)
         """
         for i in range(len(self.steps) - 1, -1, -1):
             if self.steps[i].id == step.id:
@@ -561,7 +570,8 @@ class RunSession:
         await self.write(tx_end)
 
     def policy_request(self, step: Step, spec: ToolSpec, args: JSON) -> tuple[ToolRequest, RunView]:
-        request = ToolRequest(run_id=self.run_id, step_id=step.id, spec=spec, args=copy_json(args))
+        shown = self.config.shown_specs[spec.name]
+        request = ToolRequest(run_id=self.run_id, step_id=step.id, spec=shown, args=copy_json(args))
         # The step being judged is normally the last one: slicing keeps this O(1)-ish
         # in run length, where a scan would grow with every step.
         if self.steps and self.steps[-1].id == step.id:
