@@ -33,28 +33,28 @@ class Operator:
         self, run_id: str, approval_id: str, by: str, note: str = "", shown_hash: str | None = None
     ) -> Approval:
         """Approve a pending approval; executes nothing (a resume does)."""
-        approval, events = decide(
-            self.store,
-            run_id,
-            approval_id,
-            approve=True,
-            by=by,
-            note=note,
-            shown_hash=shown_hash,
-            now=self.now(),
-        )
-        deliver(self.observer, events)
-        return approval
+        return self._decide(run_id, approval_id, True, by, note, shown_hash)
 
     def reject(
         self, run_id: str, approval_id: str, by: str, note: str = "", shown_hash: str | None = None
     ) -> Approval:
         """Reject a pending approval: the step fails and the run is cancelled."""
+        return self._decide(run_id, approval_id, False, by, note, shown_hash)
+
+    def _decide(
+        self,
+        run_id: str,
+        approval_id: str,
+        approve: bool,
+        by: str,
+        note: str,
+        shown_hash: str | None,
+    ) -> Approval:
         approval, events = decide(
             self.store,
             run_id,
             approval_id,
-            approve=False,
+            approve=approve,
             by=by,
             note=note,
             shown_hash=shown_hash,

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from .clock import duration_to_ns, ns_to_duration
+from .clock import duration_to_ms, duration_to_ns, ns_to_duration
 
 JSON = Any  # a plain JSON value: dict, list, str, int, float, bool or None
 
@@ -409,6 +409,17 @@ class Run:
     estimated_cost_micros: int = 0
     active_time: timedelta = timedelta(0)
     decode_error: str = ""
+
+    def usage_json(self) -> dict[str, int]:
+        """The run's usage totals and active milliseconds, as views and policies show them."""
+        return {
+            "model_calls": self.model_calls,
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "cached_input_tokens": self.cached_input_tokens,
+            "estimated_cost_micros": self.estimated_cost_micros,
+            "active_ms": duration_to_ms(self.active_time),
+        }
 
 
 @dataclass(frozen=True)

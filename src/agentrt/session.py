@@ -186,12 +186,7 @@ def policy_view_counters(run: Run, prior: Sequence[Step]) -> dict[str, Any]:
     return {
         "step_count": run.step_count,
         "consecutive_failures": limits_mod.trailing_failures(prior),
-        "model_calls": run.model_calls,
-        "input_tokens": run.input_tokens,
-        "output_tokens": run.output_tokens,
-        "cached_input_tokens": run.cached_input_tokens,
-        "estimated_cost_micros": run.estimated_cost_micros,
-        "active_ms": duration_to_ms(run.active_time),
+        **run.usage_json(),
     }
 
 

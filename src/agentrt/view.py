@@ -176,12 +176,7 @@ def run_json(run: Run) -> dict[str, Any]:
         "started_at": format_time(run.started_at),
         "finished_at": format_time(run.finished_at),
         "result": run.result,
-        "model_calls": run.model_calls,
-        "input_tokens": run.input_tokens,
-        "output_tokens": run.output_tokens,
-        "cached_input_tokens": run.cached_input_tokens,
-        "estimated_cost_micros": run.estimated_cost_micros,
-        "active_ms": duration_to_ms(run.active_time),
+        **run.usage_json(),
     }
     if run.decode_error:
         out["decode_error"] = run.decode_error

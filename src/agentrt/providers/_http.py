@@ -490,3 +490,89 @@ async def post_json(
 
 def _why(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
+
+
+# --------------------------------------------------------------------------- adapters
+
+
+def check_model_name(what: str, model: object) -> None:
+    if not isinstance(model, str) or not model:
+        raise ConfigError(f"{what}: the model name must be a non-empty string")
+
+
+def check_timeout(what: str, timeout: object) -> None:
+    if not isinstance(timeout, timedelta) or timeout <= timedelta(0):
+        raise ConfigError(f"{what}: timeout must be a positive timedelta")
+
+
+class JsonOverHttpModel:
+    """What the adapters speaking JSON over `httpx` share once constructed.
+
+    The model and its recorded name, the key (a `Secret`, shown redacted), the
+    checked base URL, the timeout of a whole exchange, and the exchange itself
+    (`post`). A subclass's constructor checks its arguments, then calls `_set`;
+    `_repr_extra` adds its own fields to the repr, before the key.
+    """
+
+    name: str
+    model: str
+    timeout: timedelta
+    _key: Secret | None
+    _base_url: str
+
+    def _set(
+        self, model: str, name: str, timeout: timedelta, key: Secret | None, base_url: str
+    ) -> None:
+        self._key = key
+        self._base_url = base_url
+        self.model = model
+        self.name = name
+        self.timeout = timeout
+
+    @property
+    def base_url(self) -> str:
+        return self._base_url
+
+    def _repr_extra(self) -> str:
+        return ""
+
+    def _headers(self) -> dict[str, str]:
+        return bearer_headers(self._key)
+
+    def __repr__(self) -> str:
+        key = "[redacted]" if self._key is not None else None
+        return (
+            f"{type(self).__name__}(name={self.name!r}, model={self.model!r}, "
+            f"base_url={self._base_url!r}, {self._repr_extra()}api_key={key!r})"
+        )
+
+    async def post(self, path: str, body: bytes) -> bytes:
+        """POST `body` to `path` under the base URL, with the key; `post_json`'s rules."""
+        return await post_json(
+            provider=self.name,
+            url=f"{self._base_url}{path}",
+            body=body,
+            headers=self._headers(),
+            timeout=self.timeout,
+            secrets=(self._key,),
+        )
+
+
+def joined_text(blocks: Iterable[Any]) -> str:
+    """The text of a turn's text blocks, paragraphs apart (empty ones left out)."""
+    return "\n\n".join(block.text for block in blocks if block.text)
+
+
+def function_tools(tools: Iterable[Any]) -> list[dict[str, Any]]:
+    """Tool specs as the `{"type": "function", ...}` entries both chat formats take."""
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": tool.name,
+                "description": tool.description,
+                "parameters": tool.input_schema,
+            },
+        }
+        for tool in tools
+    ]

@@ -30,11 +30,14 @@ from ..model import (
     Usage,
 )
 from ._http import (
+    JsonOverHttpModel,
     Secret,
-    bearer_headers,
     check_endpoint,
+    check_model_name,
+    check_timeout,
+    function_tools,
+    joined_text,
     parse_reply,
-    post_json,
     tool_arguments,
     unusable,
 )
@@ -48,7 +51,7 @@ PROVIDER = "ollama"
 _DEFAULT_PORT = {"http": 80, "https": 443}
 
 
-class OllamaModel:
+class OllamaModel(JsonOverHttpModel):
     """A `Model` over an Ollama server's `/api/chat`.
 
     `name` is `ollama:<model>` unless given. `num_ctx` sets the context window
@@ -56,8 +59,6 @@ class OllamaModel:
     an authenticating proxy, is sent as a bearer token; no environment variable
     supplies one. `timeout` bounds the whole exchange, the body included.
     """
-
-    name: str
 
     def __init__(
         self,
@@ -69,45 +70,27 @@ class OllamaModel:
         name: str | None = None,
         timeout: timedelta = timedelta(minutes=2),
     ) -> None:
-        if not isinstance(model, str) or not model:
-            raise ConfigError("OllamaModel: the model name must be a non-empty string")
+        check_model_name("OllamaModel", model)
         if num_ctx is not None and (
             isinstance(num_ctx, bool) or not isinstance(num_ctx, int) or num_ctx <= 0
         ):
             raise ConfigError("OllamaModel: num_ctx must be a positive integer")
-        if not isinstance(timeout, timedelta) or timeout <= timedelta(0):
-            raise ConfigError("OllamaModel: timeout must be a positive timedelta")
+        check_timeout("OllamaModel", timeout)
         if host is None:
             host = os.environ.get("OLLAMA_HOST") or DEFAULT_HOST
-        self._key = None if api_key is None else Secret(api_key)
-        self._base_url = check_endpoint(parse_host(host), key=self._key, what="OllamaModel")
-        self.model = model
+        key = None if api_key is None else Secret(api_key)
+        base_url = check_endpoint(parse_host(host), key=key, what="OllamaModel")
         self.num_ctx = num_ctx
-        self.name = name if name is not None else f"{PROVIDER}:{model}"
-        self.timeout = timeout
-
-    @property
-    def base_url(self) -> str:
-        return self._base_url
-
-    def __repr__(self) -> str:
-        key = "[redacted]" if self._key is not None else None
-        return (
-            f"OllamaModel(name={self.name!r}, model={self.model!r}, "
-            f"base_url={self._base_url!r}, num_ctx={self.num_ctx!r}, api_key={key!r})"
+        self._set(
+            model, name if name is not None else f"{PROVIDER}:{model}", timeout, key, base_url
         )
+
+    def _repr_extra(self) -> str:
+        return f"num_ctx={self.num_ctx!r}, "
 
     async def generate(self, request: ModelRequest) -> ModelResponse:
-        headers = bearer_headers(self._key)
-        raw = await post_json(
-            provider=self.name,
-            url=f"{self._base_url}/api/chat",
-            body=policy_json(request_body(self.model, request, num_ctx=self.num_ctx)),
-            headers=headers,
-            timeout=self.timeout,
-            secrets=(self._key,),
-        )
-        return parse_response(raw, provider=self.name)
+        body = policy_json(request_body(self.model, request, num_ctx=self.num_ctx))
+        return parse_response(await self.post("/api/chat", body), provider=self.name)
 
 
 def parse_host(value: str) -> str:
@@ -161,10 +144,6 @@ def _port(digits: str, value: str) -> int:
 # --------------------------------------------------------------------------- request
 
 
-def _text(blocks: list[TextBlock]) -> str:
-    return "\n\n".join(block.text for block in blocks if block.text)
-
-
 def request_body(
     model: str, request: ModelRequest, *, num_ctx: int | None = None
 ) -> dict[str, Any]:
@@ -187,17 +166,7 @@ def request_body(
         "options": options,
     }
     if request.tools:
-        body["tools"] = [
-            {
-                "type": "function",
-                "function": {
-                    "name": tool.name,
-                    "description": tool.description,
-                    "parameters": tool.input_schema,
-                },
-            }
-            for tool in request.tools
-        ]
+        body["tools"] = function_tools(request.tools)
     return body
 
 
@@ -208,7 +177,7 @@ def _message(message: Message, names: dict[str, str]) -> list[dict[str, Any]]:
     if message.role == "assistant":
         if results:
             raise ConfigError("a tool result cannot be in an assistant message")
-        out: dict[str, Any] = {"role": "assistant", "content": _text(texts)}
+        out: dict[str, Any] = {"role": "assistant", "content": joined_text(texts)}
         if uses:
             for use in uses:
                 names[use.id] = use.name
@@ -230,7 +199,7 @@ def _message(message: Message, names: dict[str, str]) -> list[dict[str, Any]]:
             tool["tool_name"] = names[result.tool_use_id]
         messages.append(tool)
     if texts or not results:
-        messages.append({"role": "user", "content": _text(texts)})
+        messages.append({"role": "user", "content": joined_text(texts)})
     return messages
 
 

@@ -30,11 +30,14 @@ from ..model import (
     Usage,
 )
 from ._http import (
+    JsonOverHttpModel,
     Secret,
-    bearer_headers,
     check_endpoint,
+    check_model_name,
+    check_timeout,
+    function_tools,
+    joined_text,
     parse_reply,
-    post_json,
     tool_arguments,
     unusable,
 )
@@ -55,7 +58,7 @@ _FINISH = {
 }
 
 
-class OpenAICompatModel:
+class OpenAICompatModel(JsonOverHttpModel):
     """A `Model` over OpenAI-compatible `POST {base_url}/chat/completions`.
 
     `name` is `openai:<model>` unless given. `timeout` bounds the whole exchange,
@@ -63,8 +66,6 @@ class OpenAICompatModel:
     environment's `OPENAI_API_KEY` is used for the default endpoint only, and
     the default endpoint without any key is refused.
     """
-
-    name: str
 
     def __init__(
         self,
@@ -75,10 +76,8 @@ class OpenAICompatModel:
         name: str | None = None,
         timeout: timedelta = timedelta(minutes=2),
     ) -> None:
-        if not isinstance(model, str) or not model:
-            raise ConfigError("OpenAICompatModel: the model name must be a non-empty string")
-        if not isinstance(timeout, timedelta) or timeout <= timedelta(0):
-            raise ConfigError("OpenAICompatModel: timeout must be a positive timedelta")
+        check_model_name("OpenAICompatModel", model)
+        check_timeout("OpenAICompatModel", timeout)
         base = check_endpoint(base_url, key=None, what="OpenAICompatModel")
         if api_key is None and base == DEFAULT_BASE_URL:
             api_key = os.environ.get("OPENAI_API_KEY") or None
@@ -87,43 +86,16 @@ class OpenAICompatModel:
                     "OpenAICompatModel: OpenAI's endpoint needs a key: pass api_key or set "
                     "OPENAI_API_KEY"
                 )
-        self._key = None if api_key is None else Secret(api_key)
-        self._base_url = check_endpoint(base, key=self._key, what="OpenAICompatModel")
-        self.model = model
-        self.name = name if name is not None else f"{PROVIDER}:{model}"
-        self.timeout = timeout
-
-    @property
-    def base_url(self) -> str:
-        return self._base_url
-
-    def __repr__(self) -> str:
-        key = "[redacted]" if self._key is not None else None
-        return (
-            f"OpenAICompatModel(name={self.name!r}, model={self.model!r}, "
-            f"base_url={self._base_url!r}, api_key={key!r})"
-        )
-
-    def _headers(self) -> dict[str, str]:
-        return bearer_headers(self._key)
+        key = None if api_key is None else Secret(api_key)
+        checked = check_endpoint(base, key=key, what="OpenAICompatModel")
+        self._set(model, name if name is not None else f"{PROVIDER}:{model}", timeout, key, checked)
 
     async def generate(self, request: ModelRequest) -> ModelResponse:
-        raw = await post_json(
-            provider=self.name,
-            url=f"{self._base_url}/chat/completions",
-            body=policy_json(request_body(self.model, request)),
-            headers=self._headers(),
-            timeout=self.timeout,
-            secrets=(self._key,),
-        )
-        return parse_response(raw, provider=self.name)
+        body = policy_json(request_body(self.model, request))
+        return parse_response(await self.post("/chat/completions", body), provider=self.name)
 
 
 # --------------------------------------------------------------------------- request
-
-
-def _text(blocks: list[TextBlock]) -> str:
-    return "\n\n".join(block.text for block in blocks if block.text)
 
 
 def _arguments(value: Any) -> str:
@@ -138,7 +110,7 @@ def _message(message: Message) -> list[dict[str, Any]]:
     if message.role == "assistant":
         if results:
             raise ConfigError("a tool result cannot be in an assistant message")
-        out: dict[str, Any] = {"role": "assistant", "content": _text(texts) or None}
+        out: dict[str, Any] = {"role": "assistant", "content": joined_text(texts) or None}
         if uses:
             out["tool_calls"] = [
                 {
@@ -165,7 +137,7 @@ def _message(message: Message) -> list[dict[str, Any]]:
         for result in results
     ]
     if texts or not results:
-        messages.append({"role": "user", "content": _text(texts)})
+        messages.append({"role": "user", "content": joined_text(texts)})
     return messages
 
 
@@ -183,17 +155,7 @@ def request_body(model: str, request: ModelRequest) -> dict[str, Any]:
         "stream": False,
     }
     if request.tools:
-        body["tools"] = [
-            {
-                "type": "function",
-                "function": {
-                    "name": tool.name,
-                    "description": tool.description,
-                    "parameters": tool.input_schema,
-                },
-            }
-            for tool in request.tools
-        ]
+        body["tools"] = function_tools(request.tools)
         # Both are refused by OpenAI without tools, hence only here.
         body["tool_choice"] = "auto"
         body["parallel_tool_calls"] = False

@@ -99,6 +99,30 @@ class ProcessPlan:
         }
 
     @classmethod
+    def nth(
+        cls,
+        process: int,
+        crashes: Sequence[Crash],
+        crash_index: int,
+        *,
+        db_path: Path,
+        journal_path: Path,
+        run_id: str,
+        fresh_process: bool,
+    ) -> ProcessPlan:
+        """The plan of process number `process` (from 1), armed with the next crash, if any."""
+        return cls(
+            db_path=str(db_path),
+            journal_path=str(journal_path),
+            run_id=run_id,
+            process=process,
+            role=START if process == 1 else RECOVER,
+            crash=crashes[crash_index] if crash_index < len(crashes) else None,
+            crash_index=crash_index,
+            fresh_process=fresh_process,
+        )
+
+    @classmethod
     def from_json(cls, data: dict[str, Any]) -> ProcessPlan:
         crash = data.get("crash")
         return cls(
@@ -460,16 +484,14 @@ async def run_in_process(
     next_crash = 0
     process = 1
     while True:
-        crash = crashes[next_crash] if next_crash < len(crashes) else None
         crashed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        plan = ProcessPlan(
-            db_path=str(db_path),
-            journal_path=str(journal_path),
+        plan = ProcessPlan.nth(
+            process,
+            crashes,
+            next_crash,
+            db_path=db_path,
+            journal_path=journal_path,
             run_id=run_id,
-            process=process,
-            role=START if process == 1 else RECOVER,
-            crash=crash,
-            crash_index=next_crash,
             fresh_process=shared is None,
         )
         try:

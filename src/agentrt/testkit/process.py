@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from ..session import RunSession
-from .harness import RECOVER, START, Crasher, Life, ProcessPlan, note_crash_checked
+from .harness import Crasher, Life, ProcessPlan, note_crash_checked
 from .journal import read_journal
 from .scenario import Crash, load_factory
 
@@ -106,14 +106,13 @@ def run_in_children(
     next_crash = 0
     process = 1
     while True:
-        plan = ProcessPlan(
-            db_path=str(db_path),
-            journal_path=str(journal_path),
+        plan = ProcessPlan.nth(
+            process,
+            crashes,
+            next_crash,
+            db_path=db_path,
+            journal_path=journal_path,
             run_id=run_id,
-            process=process,
-            role=START if process == 1 else RECOVER,
-            crash=crashes[next_crash] if next_crash < len(crashes) else None,
-            crash_index=next_crash,
             fresh_process=True,
         )
         command = [
