@@ -163,8 +163,9 @@ class WebhookApp:
             raise ValueError("skew and max_body must be positive")
         self.skew = skew
         self.max_body = max_body
-        self.rate_limit = rate_limit or RateLimiter()
-        self.nonces = nonces or NonceCache(skew=skew)
+        self.rate_limit = rate_limit if rate_limit is not None else RateLimiter()
+        # (not `or`: an empty cache has no length, so it is falsy)
+        self.nonces = nonces if nonces is not None else NonceCache(skew=skew)
         self.client_key = client_key or _peer
         self._router = Starlette(
             routes=[
