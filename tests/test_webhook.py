@@ -15,6 +15,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 pytest.importorskip("starlette", reason="the webhook extra is not installed")
@@ -81,7 +82,7 @@ class Hook:
         sig = signed_headers(
             secret,
             method,
-            signed_path or path,
+            signed_path or httpx.URL(f"http://hook.test{path}").raw_path.decode("ascii"),
             raw if signed_body is None else signed_body,
             timestamp=NOW if ts is None else ts,
             nonce=nonce or f"nonce-{next(self.nonces)}",
@@ -247,7 +248,7 @@ def test_a_bad_limit_is_a_bad_request(store: agentrt.Store) -> None:
     clock = FakeClock()
     _driver, run, _push, _approval = waiting(store, clock)
     hook = Hook(store, clock)
-    for limit in ("0", "101", "-1", "x"):
+    for limit in ("0", "101", "-1", "x", "\u00b2", "1" * 40):
         response = hook.send("GET", f"/runs/{run.id}/approvals?limit={limit}")
         assert error(response) == (400, "bad_request")
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 import time
 from collections.abc import Callable
 from typing import Any
@@ -65,6 +66,7 @@ ASGIApp = Callable[[Scope, Receive, Send], Any]
 
 log = logging.getLogger("agentrt.approver.webhook")
 
+_DIGITS = re.compile(r"[0-9]{1,18}")
 _HEADERS = {"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"}
 
 
@@ -221,7 +223,7 @@ class WebhookApp:
             return _error(401, "unauthorized", "the request is not signed as required"), b""
         declared = headers.get("content-length")
         if declared is not None:
-            if not declared.isdigit():
+            if not _DIGITS.fullmatch(declared):
                 return _error(400, "bad_request", "Content-Length is not a number"), b""
             if int(declared) > self.max_body:
                 return self._too_large(), b""
@@ -264,7 +266,7 @@ class WebhookApp:
     async def _list(self, request: Request) -> Response:
         run_id = request.path_params["run"]
         text = request.query_params.get("limit", str(PENDING_LIMIT_DEFAULT))
-        if not text.isdigit() or not 1 <= int(text) <= PENDING_LIMIT_MAX:
+        if not _DIGITS.fullmatch(text) or not 1 <= int(text) <= PENDING_LIMIT_MAX:
             return _error(400, "bad_request", f"limit must be 1 to {PENDING_LIMIT_MAX}")
         try:
             items = await self._call(self.approver.pending, run_id, int(text))
