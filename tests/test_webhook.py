@@ -763,3 +763,39 @@ def test_ids_with_reserved_characters_are_signed_as_sent(store: agentrt.Store) -
 
 def test_decision_is_importable_as_documented() -> None:
     assert Decision.__module__ == "agentrt.approver"
+
+
+@pytest.mark.slow
+def test_the_chat_example_posts_the_link_approves_through_the_client_and_the_run_completes(
+    tmp_path: Path,
+) -> None:
+    pytest.importorskip("uvicorn", reason="the example serves the webhook with uvicorn")
+    import subprocess
+    import sys
+
+    db = tmp_path / "chat.db"
+    example = Path(__file__).resolve().parent.parent / "examples" / "webhook_chat.py"
+    result = subprocess.run(
+        [sys.executable, str(example), "--db", str(db)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].endswith("stopped: WAITING_FOR_APPROVAL")
+    assert lines[1].startswith("[chat] Approval needed: http://127.0.0.1:")
+    assert lines[2].startswith("[chat] ... ----- end of approval ")
+    assert lines[2].endswith(" for tool push_branch -----")
+    assert lines[3] == "[bot] a decision on another hash: 409 approval_changed"
+    assert lines[5] == "[program] resumed: COMPLETED goal_completed; pushed ['feature/login']"
+    assert lines[6] == "event chain: 14 events, intact"
+    store = agentrt.open_existing(db, read_only=True)
+    (run,) = store.list_runs()
+    (approval,) = store.list_approvals(run.id)
+    assert (approval.status, approval.decided_by, approval.note) == (
+        "approved",
+        "alice@chat",
+        "ship it",
+    )
+    store.close()
