@@ -271,6 +271,20 @@ def test_unknown_runs_approvals_and_routes_are_not_found_and_nothing_lists_all_r
         assert error(hook.send("GET", path)) == (404, "not_found")
 
 
+def test_a_route_asked_with_another_method_is_405_naming_the_allowed_one(
+    store: agentrt.Store, db_path: Path
+) -> None:
+    clock = FakeClock()
+    _driver, run, _push, approval = waiting(store, clock)
+    hook = Hook(store, clock)
+    before = snapshot(db_path)
+    response = hook.send("GET", f"/runs/{run.id}/approvals/{approval.id}/approve")
+    assert error(response) == (405, "method_not_allowed")
+    assert response.headers["allow"] == "POST"
+    assert error(hook.send("DELETE", f"/runs/{run.id}/approvals")) == (405, "method_not_allowed")
+    assert snapshot(db_path) == before
+
+
 # --- 409 / 410 ----------------------------------------------------------------------------------
 
 

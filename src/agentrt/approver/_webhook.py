@@ -348,5 +348,10 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     if status == 404:
         return _error(404, "not_found", "no such route")
     if status == 405:
-        return _error(405, "method_not_allowed", "this route does not take that method")
+        allow = (
+            {"Allow": exc.headers["Allow"]}
+            if isinstance(exc, HTTPException) and exc.headers
+            else {}
+        )
+        return _error(405, "method_not_allowed", "this route does not take that method", allow)
     return _error(400, "bad_request", "the request cannot be served")
