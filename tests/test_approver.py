@@ -301,8 +301,12 @@ def test_the_core_and_the_approver_work_without_starlette_and_the_webhook_says_w
     code = (
         "import sys; sys.modules['starlette'] = None; "  # as if it were not installed
         "import agentrt, agentrt.approver; "
-        "store = agentrt.open_store(sys.argv[1]); "
-        "agentrt.approver.Local(store).pending\n"
+        "store = agentrt.open_store(sys.argv[1])\n"
+        "try:\n"
+        "    agentrt.approver.Local(store).pending('no-run')\n"
+        "except agentrt.NotFoundError as exc:\n"
+        "    print(exc)\n"
+        "agentrt.approver.WebhookClient('http://127.0.0.1:9', 's' * 32).close()\n"
         "try:\n"
         "    agentrt.approver.webhook_app(agentrt.approver.Local(store), secret='s' * 32)\n"
         "except ImportError as exc:\n"
@@ -313,5 +317,5 @@ def test_the_core_and_the_approver_work_without_starlette_and_the_webhook_says_w
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout == (
-        "the approval webhook needs Starlette: pip install 'agentrt[webhook]'\n"
+        "no run 'no-run'\nthe approval webhook needs Starlette: pip install 'agentrt[webhook]'\n"
     )

@@ -736,6 +736,43 @@ def test_store_calls_run_in_a_worker_thread_not_on_the_event_loop(store: agentrt
     assert len(seen) == 1 and seen[0] != "on the event loop"
 
 
+def test_concurrent_decisions_on_one_approval_decide_it_exactly_once(
+    store: agentrt.Store,
+) -> None:
+    clock = FakeClock()
+    driver, run, push, approval = waiting(store, clock)
+    app = webhook_app(Local(store, now=clock), secret=SECRET, now=lambda: NOW)
+    path = f"/runs/{run.id}/approvals/{approval.id}"
+
+    async def main() -> list[tuple[int, str]]:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://hook.test") as http:
+
+            async def decide(i: int) -> tuple[int, str]:
+                verb = "approve" if i % 2 == 0 else "reject"
+                body = json.dumps({"hash": approval.hash, "by": f"person-{i}"}).encode()
+                headers = signed_headers(
+                    SECRET, "POST", f"{path}/{verb}", body, timestamp=NOW, nonce=f"c-{i}"
+                )
+                response = await http.post(f"{path}/{verb}", content=body, headers=headers)
+                return response.status_code, verb
+
+            return await asyncio.gather(*(decide(i) for i in range(8)))
+
+    results = asyncio.run(main())
+    won = [verb for status, verb in results if status in (200, 202)]
+    assert len(won) == 1
+    assert sorted(status for status, _ in results).count(409) == 7
+    decided = [e for e in store.list_events(run_id=run.id) if e.type == "approval.decided"]
+    status = {"approve": "approved", "reject": "rejected"}[won[0]]
+    assert len(decided) == 1 and decided[0].payload["status"] == status
+    if won[0] == "approve":
+        assert driver.resume_sync(run.id).status == "COMPLETED"
+        assert len(push.calls) == 1
+    else:
+        assert store.get_run(run.id).status == "CANCELLED" and push.calls == []
+
+
 def test_the_client_signs_shows_approves_and_reports_refusals_by_code(
     store: agentrt.Store,
 ) -> None:
