@@ -229,6 +229,8 @@ def test_cancel_answers_200_with_the_cancelled_run(store: agentrt.Store) -> None
         (b'{"by": "a", "hash": 7}', "hash must be a string"),
         (b'{"by": "a\\nb", "hash": "h"}', "one line of visible characters"),
         (b"\xff\xfe", "not JSON"),
+        (b"[" * 8000 + b"]" * 8000, "nested too deeply"),
+        (b'{"by": "a", "hash": "h", "by": "b"}', "repeats a key: ['by']"),
     ],
 )
 def test_a_malformed_decision_body_is_a_bad_request_and_changes_nothing(
