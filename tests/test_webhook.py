@@ -775,6 +775,22 @@ def test_concurrent_decisions_on_one_approval_decide_it_exactly_once(
         assert store.get_run(run.id).status == "CANCELLED" and push.calls == []
 
 
+def test_an_unexpected_failure_is_500_without_its_detail(store: agentrt.Store) -> None:
+    clock = FakeClock()
+    _driver, run, _push, _approval = waiting(store, clock)
+
+    class Broken(Local):
+        def pending(self, run_id: str, limit: int = 20) -> Any:
+            raise RuntimeError("/srv/secret/path.db is on fire")
+
+    app = webhook_app(Broken(store, now=clock), secret=SECRET, now=lambda: NOW)
+    path = f"/runs/{run.id}/approvals"
+    headers = signed_headers(SECRET, "GET", path, b"", timestamp=NOW, nonce="boom")
+    response = TestClient(app).get(path, headers=headers)
+    assert error(response) == (500, "internal_error")
+    assert "secret" not in response.text
+
+
 def test_the_client_signs_shows_approves_and_reports_refusals_by_code(
     store: agentrt.Store,
 ) -> None:
