@@ -125,9 +125,10 @@ def test_the_api_names_of_the_spec_are_importable_from_agentrt() -> None:
 
 def test_import_agentrt_loads_no_optional_extra() -> None:
     code = (
-        "import sys, agentrt; "
+        "import sys, agentrt, agentrt.approver; "
         "print(sorted(m for m in sys.modules if m.split('.')[0] in "
-        "('anthropic', 'mcp', 'opentelemetry', 'psycopg') or m.startswith('agentrt.providers')))"
+        "('anthropic', 'mcp', 'opentelemetry', 'psycopg', 'starlette') "
+        "or m.startswith('agentrt.providers') or m == 'agentrt.approver._webhook'))"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.stdout.strip() == "[]", result.stdout + result.stderr

@@ -28,6 +28,7 @@ from .errors import (
     ApprovalHashError,
     NotFoundError,
     NotPendingError,
+    RunFinishedError,
     RunStateError,
 )
 from .records import (
@@ -119,6 +120,8 @@ def decide(
             raise ApprovalExpiredError(f"approval {approval_id} has expired")
         if approval.status != ApprovalStatus.PENDING:
             raise NotPendingError(f"approval {approval_id} was already {approval.status}")
+        if isinstance(run.status, RunStatus) and run.status.terminal:
+            raise RunFinishedError(f"run {run_id} already ended {run.status}; nothing is decided")
         if run.status != RunStatus.WAITING_FOR_APPROVAL:
             raise RunStateError(f"run {run_id} is {run.status}, not waiting for an approval")
         verify_stored(approval)

@@ -22,6 +22,10 @@ class RunStateError(AgentrtError):
     """The run is not in a state that allows this operation."""
 
 
+class RunFinishedError(RunStateError):
+    """The run has already ended: nothing in it can be decided or cancelled any more."""
+
+
 class RunLeasedError(RunStateError):
     """Another owner holds a live lease on the run; nothing was changed."""
 

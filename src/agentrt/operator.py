@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from .approval import decide
 from .clock import Clock, format_time, wall_clock
-from .errors import NotFoundError, RunStateError
+from .errors import NotFoundError, RunFinishedError, RunStateError
 from .events import Observer, deliver
 from .records import Approval, Observation, ObservationKind, Run, RunStatus, TerminalReason
 from .store import Store, run_from_row
@@ -71,10 +71,11 @@ class Operator:
             if row is None:
                 raise NotFoundError(f"no run {run_id}")
             status = RunStatus(row["status"]) if row["status"] in _STATUSES else None
-            if status is None or status.terminal:
-                raise RunStateError(
-                    f"run {run_id} is {row['status']}; only a live run is cancelled"
-                )
+            refused = f"run {run_id} is {row['status']}; only a live run is cancelled"
+            if status is not None and status.terminal:
+                raise RunFinishedError(refused)
+            if status is None:
+                raise RunStateError(refused)
             content = {"by": by, "note": note}
             from .canonical import content_hash
 
