@@ -188,7 +188,7 @@ POLICY = agentrt.SideEffectPolicy(
 
 def make_driver(store: agentrt.Store, workdir: Path, model: Model) -> agentrt.Driver:
     config = ModelConfig(
-        model=model.name,
+        model=model,
         prices=Price.free(),  # a local model: recorded as free, not as unpriced
         call_timeout=CALL_TIMEOUT,
         max_retries=2,
@@ -198,8 +198,7 @@ def make_driver(store: agentrt.Store, workdir: Path, model: Model) -> agentrt.Dr
         agent=ModelAgent(RenderOptions(max_output_tokens=1024)),
         policy=POLICY,
         tools=make_tools(workdir),
-        model=model,
-        model_config=config,
+        model=config,
         lease_owner="examples/live.py",
     )
 

@@ -103,14 +103,13 @@ class Driver:
         policy: Policy,
         tools: Sequence[Tool] = (),
         observer: Observer | None = None,
-        model: Any = None,
+        model: Model | ModelConfig | None = None,
         reconcile: Any = None,
         now: Clock | None = None,
         new_id: IdFactory | None = None,
         lease_ttl: timedelta = timedelta(seconds=30),
         lease_owner: str = "",
         *,
-        model_config: ModelConfig | None = None,
         wall: WallClock | None = None,
         probe: Probe | None = None,
         probe_in_tx: Probe | None = None,
@@ -132,12 +131,19 @@ class Driver:
         self.policy_id = policy_id_of(policy)
         self.tools = validated
         self.observer = observer
-        if model is not None and not isinstance(model, Model):
-            raise ConfigError("model must implement agentrt.Model (name and async generate)")
-        self.model = model
-        self.model_config = model_config or (
-            ModelConfig(model=model.name) if model is not None else None
-        )
+        # One place to configure a model (docs/decisions/0020): a bare Model gets the
+        # default ModelConfig; a ModelConfig carries the Model itself.
+        if isinstance(model, ModelConfig):
+            self.model_config: ModelConfig | None = model
+        elif model is None:
+            self.model_config = None
+        elif isinstance(model, Model) and not isinstance(model, str):
+            self.model_config = ModelConfig(model=model)
+        else:
+            raise ConfigError(
+                "model must be an agentrt.Model (name and async generate) or a ModelConfig"
+            )
+        self.model: Model | None = None if self.model_config is None else self.model_config.model
         self.reconcile = reconcile
         self.now: Clock = now or wall_clock
         self.new_id: IdFactory = new_id or _default_new_id
@@ -162,7 +168,7 @@ class Driver:
             owner=self.lease_owner,
             lease_ttl=lease_ttl,
             wall=self._wall,
-            model=model,
+            model=self.model,
             reconcile=reconcile,
             probe=probe,
             probe_in_tx=probe_in_tx,
