@@ -90,6 +90,7 @@ from .records import (
     ToolSpec,
     VerifyReport,
 )
+from .recover import RecoverAction, Recovered
 from .store import Store, open_existing, open_store
 from .tools import Tool, check_args, compile_tool, tool
 
@@ -139,6 +140,8 @@ __all__ = [
     "PriceTable",
     "ReconcileOutcome",
     "Reconciliation",
+    "RecoverAction",
+    "Recovered",
     "Run",
     "RunLeasedError",
     "RunStateError",

@@ -47,6 +47,8 @@ from .records import (
     StepStatus,
     TerminalReason,
 )
+from .recover import DEFAULT_LIMIT, Recovered
+from .recover import recover as recover_runs
 from .resume import Undecodable, load, release_lease, resume_waiting, take_over
 from .session import (
     INLINE_IO,
@@ -245,6 +247,25 @@ class Driver:
     def resume_sync(self, run_id: str) -> Run:
         return run_sync(self.resume(run_id))
 
+    async def recover(
+        self, *, limit: int = DEFAULT_LIMIT, after: str | None = None, concurrency: int = 1
+    ) -> list[Recovered]:
+        """Resume every run this program can resume; one `Recovered` per run examined.
+
+        For a program starting up: RUNNING runs whose lease expired or whose
+        owner is provably dead are taken over, WAITING runs whose latest
+        approval was decided are resumed; a live lease and an undecided
+        approval are skipped, and one run's failure never stops the others.
+        At most `limit` runs are examined, oldest first; `after=` goes on past
+        a run id. See `agentrt.recover` and docs/decisions/0021.
+        """
+        return await recover_runs(self, limit=limit, after=after, concurrency=concurrency)
+
+    def recover_sync(
+        self, *, limit: int = DEFAULT_LIMIT, after: str | None = None, concurrency: int = 1
+    ) -> list[Recovered]:
+        return run_sync(self.recover(limit=limit, after=after, concurrency=concurrency))
+
     approve_sync = approve
     reject_sync = reject
     cancel_sync = cancel
@@ -256,6 +277,10 @@ class Driver:
 
     def _exclusive(self, run_id: str) -> _Exclusive:
         return _Exclusive(self, run_id)
+
+    def _is_executing(self, run_id: str) -> bool:
+        with self._active_lock:
+            return run_id in self._active
 
     async def _create(self, run_id: str, goal: str, limits: Limits) -> RunSession:
         config = self._config
