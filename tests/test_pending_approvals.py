@@ -149,3 +149,22 @@ def test_approvals_command_says_when_none_is_pending_and_when_more_wait(
     assert json.loads(out)["more"] is True
     code, _, err = cli(capsys, "--db", str(db_path), "approvals", "--limit", "1001")
     assert code == 2 and "must be between 1 and 1000" in err
+
+
+def test_approvals_command_opens_the_database_read_only_and_changes_nothing(
+    db_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with agentrt.open_store(db_path) as store:
+        waiting(store, "1")
+    opened: list[bool] = []
+    original = agentrt.open_existing
+
+    def spy(path: Any, read_only: bool = False) -> agentrt.Store:
+        opened.append(read_only)
+        return original(path, read_only=read_only)
+
+    monkeypatch.setattr("agentrt.cli.open_existing", spy)
+    before = db_path.read_bytes()
+    assert cli(capsys, "--db", str(db_path), "approvals")[0] == 0
+    assert opened == [True]
+    assert db_path.read_bytes() == before

@@ -88,7 +88,8 @@ _NO_RESUME = (
     "There is no `resume` command. Resuming a run executes its tools, and that needs the "
     "agent, the tools, the policy and the reconciliation of the program that owns the "
     "run; none of them is in the database. Decide here (approve, reject, cancel); the "
-    "program resumes the run with Driver.resume(run_id)."
+    "program resumes the run with Driver.resume(run_id), or finds it with "
+    "Driver.recover() when it starts."
 )
 
 _EPILOG = f"""\
