@@ -370,3 +370,27 @@ def test_recover_leaves_a_run_started_with_tools_this_driver_does_not_register(
     assert store.get_run(run_id).status == "WAITING_FOR_APPROVAL"
     (mine,) = pusher(store).recover_sync()
     assert mine.action == RecoverAction.RESUMED
+
+
+def test_recover_reports_a_run_whose_row_holds_bytes_that_are_not_text_and_goes_on(
+    store: agentrt.Store, db_path: Path
+) -> None:
+    tool = push_tool()
+    broken = waiting_run(store, "a" * 32, tool)
+    fine = waiting_run(store, "b" * 32, tool)
+    for run_id in (broken, fine):
+        (approval,) = store.pending_approvals(run_id)
+        agentrt.approve(store, run_id, approval.id, by="ops", shown_hash=approval.hash)
+    conn = sqlite3.connect(db_path)
+    conn.execute("UPDATE runs SET lease_owner = CAST(X'FF' AS TEXT) WHERE id = ?", (broken,))
+    conn.commit()
+    conn.close()
+    first, second = pusher(store, [tool]).recover_sync()
+    assert first == Recovered(
+        broken,
+        RecoverAction.FAILED,
+        "its row holds bytes that are not UTF-8 text (lease_owner); "
+        "it cannot be judged and is not resumed",
+    )
+    assert (second.run_id, second.action) == (fine, RecoverAction.RESUMED)
+    assert [c.run_id for c in tool.calls] == [fine]

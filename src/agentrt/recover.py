@@ -82,6 +82,7 @@ class _Candidate:
     lease_owner: str
     lease_expires_at: str
     lease_holder: str
+    unreadable: tuple[str, ...] = ()
 
 
 async def recover(
@@ -115,20 +116,44 @@ async def recover(
     return done
 
 
+_CANDIDATE_COLUMNS = ("id", "status", "lease_owner", "lease_expires_at", "lease_holder")
+
+
 def _page(driver: Driver, after_rowid: int, size: int) -> list[_Candidate]:
+    # Read as bytes: a column holding bytes that are not UTF-8 must fail only its
+    # own run (below), never the page.
+    cols = ", ".join(f"CAST({c} AS BLOB)" for c in _CANDIDATE_COLUMNS)
     rows = driver.store.query(
-        "SELECT rowid, id, status, lease_owner, lease_expires_at, lease_holder FROM runs "
+        f"SELECT rowid, {cols} FROM runs "
         "WHERE status IN (?, ?) AND rowid > ? ORDER BY rowid LIMIT ?",
         (str(RunStatus.RUNNING), str(RunStatus.WAITING_FOR_APPROVAL), after_rowid, size),
     )
-    return [
-        _Candidate(int(r[0]), *(v if isinstance(v, str) else "" for v in tuple(r)[1:]))
-        for r in rows
-    ]
+    return [_candidate(int(r[0]), tuple(r)[1:]) for r in rows]
+
+
+def _candidate(rowid: int, values: tuple[Any, ...]) -> _Candidate:
+    texts: list[str] = []
+    unreadable: list[str] = []
+    for name, value in zip(_CANDIDATE_COLUMNS, values, strict=True):
+        raw = value if isinstance(value, bytes) else b""
+        try:
+            texts.append(raw.decode("utf-8"))
+        except UnicodeDecodeError:
+            texts.append(raw.decode("utf-8", "replace"))
+            unreadable.append(name)
+    run_id, status, owner, expires, holder = texts
+    return _Candidate(rowid, run_id, status, owner, expires, holder, tuple(unreadable))
 
 
 async def _recover_one(driver: Driver, candidate: _Candidate) -> Recovered:
     run_id = candidate.run_id
+    if candidate.unreadable:
+        return Recovered(
+            run_id,
+            RecoverAction.FAILED,
+            f"its row holds bytes that are not UTF-8 text ({', '.join(candidate.unreadable)}); "
+            "it cannot be judged and is not resumed",
+        )
     try:
         if candidate.status == RunStatus.RUNNING:
             why = _judge_running(driver, candidate)
