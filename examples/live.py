@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -224,8 +225,9 @@ def decide_pending(
         answer = input("Approve this exact request? [y/N] ").strip().lower()
     else:
         print(
-            f"\nNo terminal to ask on. Approve with `agentrt approve {run.id} --db {db}`"
-            f" and continue with `python {sys.argv[0]} --db {db} --resume {run.id}`,"
+            f"\nNo terminal to ask on. Approve with `agentrt --db {shlex.quote(str(db))} "
+            f"approve {run.id}` and continue with `python {shlex.quote(sys.argv[0])} "
+            f"--db {shlex.quote(str(db))} --resume {run.id}`,"
             " or run this script with --approve."
         )
         return False

@@ -780,7 +780,8 @@ def test_an_ambiguous_run_names_its_candidates(
     assert (code, out) == (1, "")
     assert err == (
         f"agentrt: run {run.id} waits on 2 pending approvals: {first.id} (remote_mutation), "
-        f"{'c' * 32} (remote_mutation); name the one you mean\n"
+        f"{'c' * 32} (remote_mutation); name the one you mean with "
+        f"agentrt --db {db_path} approve {run.id} --approval ID; nothing was decided\n"
     )
     code, out, _ = run_main(capsys, "--db", str(db_path), "approve", run.id, "--approval", "c" * 32)
     assert code == 0 and f"approved: approval {'c' * 32}" in out

@@ -876,7 +876,11 @@ def cmd_decide(args: argparse.Namespace, out: Output, *, approve: bool) -> int:
         )
     with _open(args, write=True) as store:
         args.run = view.resolve_run_id(store, args.run)
-        approval = view.choose_approval(store, args.run, args.approval)
+        try:
+            approval = view.choose_approval(store, args.run, args.approval)
+        except view.AmbiguousApprovalError as e:
+            which = _again(args, verb, _arg(args.run), "--approval", "ID")
+            raise Refusal(f"{e} with {which}; nothing was decided") from e
         # A stored request that no longer matches its hash is refused before it is shown.
         verify_stored(approval)
         if args.hash is not None and args.hash != approval.hash:
