@@ -9,7 +9,8 @@ from its row alone, writing nothing:
   `resume.check_live_lease`) → resumed: taken over, and the interruption
   contract decides what its step in flight becomes.
 - RUNNING under a live lease of another owner → skipped. A live lease is never
-  stolen: nothing is written, not even a clock reading.
+  stolen: nothing is written (its expiry is compared with the wall clock, as
+  the lease module always does; the driver's own clock is not read).
 - RUNNING and being executed by this very driver → skipped.
 - WAITING whose latest approval was decided, or is pending past its expiry →
   resumed (an approved call runs once; an expired approval cancels the run).
