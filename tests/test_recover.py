@@ -394,3 +394,37 @@ def test_recover_reports_a_run_whose_row_holds_bytes_that_are_not_text_and_goes_
     )
     assert (second.run_id, second.action) == (fine, RecoverAction.RESUMED)
     assert [c.run_id for c in tool.calls] == [fine]
+
+
+def test_recover_skips_a_run_this_very_driver_is_executing(store: agentrt.Store) -> None:
+    started = threading.Event()
+    release = threading.Event()
+
+    def block(call: ToolCall) -> ToolResult:
+        started.set()
+        assert release.wait(30)
+        return ToolResult({"done": True})
+
+    driver = agentrt.Driver(
+        store=store,
+        agent=ScriptedAgent([Decision.tool_call("block", {}), Decision.complete()]),
+        policy=agentrt.default_policy(),
+        tools=[RecordingTool("block", SideEffect.LOCAL_MUTATION, result=block)],
+    )
+    box: dict[str, Any] = {}
+    thread = threading.Thread(
+        target=lambda: box.setdefault("run", driver.start_sync("busy", run_id="d" * 32))
+    )
+    thread.start()
+    try:
+        assert started.wait(10)
+        (result,) = driver.recover_sync()
+        assert (result.run_id, result.action, result.why) == (
+            "d" * 32,
+            RecoverAction.SKIPPED,
+            "this driver is executing it now",
+        )
+    finally:
+        release.set()
+        thread.join(30)
+    assert box["run"].status == "COMPLETED"
