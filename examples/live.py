@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -188,7 +189,7 @@ POLICY = agentrt.SideEffectPolicy(
 
 def make_driver(store: agentrt.Store, workdir: Path, model: Model) -> agentrt.Driver:
     config = ModelConfig(
-        model=model.name,
+        model=model,
         prices=Price.free(),  # a local model: recorded as free, not as unpriced
         call_timeout=CALL_TIMEOUT,
         max_retries=2,
@@ -198,8 +199,7 @@ def make_driver(store: agentrt.Store, workdir: Path, model: Model) -> agentrt.Dr
         agent=ModelAgent(RenderOptions(max_output_tokens=1024)),
         policy=POLICY,
         tools=make_tools(workdir),
-        model=model,
-        model_config=config,
+        model=config,
         lease_owner="examples/live.py",
     )
 
@@ -225,8 +225,9 @@ def decide_pending(
         answer = input("Approve this exact request? [y/N] ").strip().lower()
     else:
         print(
-            f"\nNo terminal to ask on. Approve with `agentrt approve {run.id} --db {db}`"
-            f" and continue with `python {sys.argv[0]} --db {db} --resume {run.id}`,"
+            f"\nNo terminal to ask on. Approve with `agentrt --db {shlex.quote(str(db))} "
+            f"approve {run.id}` and continue with `python {shlex.quote(sys.argv[0])} "
+            f"--db {shlex.quote(str(db))} --resume {run.id}`,"
             " or run this script with --approve."
         )
         return False

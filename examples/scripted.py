@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -140,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"[process 1] the run is now {run.status} ({run.reason}); result {run.result}")
     print_audit_trail(store, run.id)
     print(f"\ndatabase: {db}")
-    print(f"inspect it: agentrt --db {db} show {run.id}")
+    print(f"inspect it: agentrt --db {shlex.quote(str(db))} show {run.id}")
     store.close()
     return 0 if run.status == agentrt.RunStatus.COMPLETED else 1
 

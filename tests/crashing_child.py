@@ -89,7 +89,7 @@ def journal_lines(db: Path) -> list[str]:
 REQUEST = ModelRequest(
     system="", messages=[Message("user", [TextBlock("charge?")])], max_output_tokens=1000
 )
-MODEL_CONFIG = ModelConfig(model="dying:model", prices=Price(3_000_000, 15_000_000))
+PRICE = Price(3_000_000, 15_000_000)
 
 
 class DyingModel:
@@ -121,8 +121,7 @@ def main() -> None:
         decisions = [ask_the_model, *decisions]
     store = agentrt.open_store(db)
     driver = agentrt.Driver(
-        model=model,
-        model_config=MODEL_CONFIG if model is not None else None,
+        model=None if model is None else ModelConfig(model, prices=PRICE),
         store=store,
         agent=ScriptedAgent(decisions),
         policy=policy(),

@@ -97,8 +97,7 @@ def drive(
         agent=agent or model_agent(),
         policy=agentrt.default_policy(),
         tools=tools or [],
-        model=model,
-        model_config=config or ModelConfig(model=model.name, prices=PRICE),
+        model=config or ModelConfig(model=model, prices=PRICE),
         now=FakeClock(),
         new_id=Ids(),
     )
@@ -202,7 +201,7 @@ def test_unpriced_model_cannot_be_held_to_a_cost_limit(store: agentrt.Store) -> 
         store,
         model,
         limits=Limits(max_estimated_cost_micros=1_000_000),
-        config=ModelConfig(model="fake:model"),
+        config=ModelConfig(model=model),
     )
     assert (run.status, run.reason) == ("FAILED", "limit_cost")
     assert "unpriced" in run.reason_detail and model.requests == []
@@ -247,14 +246,13 @@ def test_concurrent_calls_in_one_step_cannot_overrun_a_limit(store: agentrt.Stor
 def test_transient_error_is_retried_then_succeeds_each_attempt_a_row(store: agentrt.Store) -> None:
     model = FakeModel(TransientModelError("busy"), TransientModelError("busy"), reply())
     config = ModelConfig(
-        model="fake:model", prices=PRICE, max_retries=3, backoff=timedelta(milliseconds=10)
+        model=model, prices=PRICE, max_retries=3, backoff=timedelta(milliseconds=10)
     )
     driver = agentrt.Driver(
         store=store,
         agent=model_agent(),
         policy=agentrt.default_policy(),
-        model=model,
-        model_config=config,
+        model=config,
         now=FakeClock(),
         new_id=Ids(),
     )
@@ -273,7 +271,7 @@ def test_transient_error_is_retried_then_succeeds_each_attempt_a_row(store: agen
 def test_retry_after_beyond_the_maximum_gives_up_at_once(store: agentrt.Store) -> None:
     model = FakeModel(TransientModelError("slow down", retry_after=timedelta(minutes=5)), reply())
     config = ModelConfig(
-        model="fake:model", prices=PRICE, max_retries=3, max_retry_after=timedelta(minutes=1)
+        model=model, prices=PRICE, max_retries=3, max_retry_after=timedelta(minutes=1)
     )
     run = drive(store, model, config=config)
     assert (run.status, run.reason) == ("FAILED", "model_unavailable")
@@ -282,7 +280,7 @@ def test_retry_after_beyond_the_maximum_gives_up_at_once(store: agentrt.Store) -
 
 def test_a_wait_that_would_pass_a_time_limit_gives_up(store: agentrt.Store) -> None:
     model = FakeModel(TransientModelError("busy", retry_after=timedelta(seconds=30)), reply())
-    config = ModelConfig(model="fake:model", prices=PRICE, max_retries=3)
+    config = ModelConfig(model=model, prices=PRICE, max_retries=3)
     run = drive(store, model, config=config, limits=Limits(max_active_time=timedelta(seconds=10)))
     assert (run.status, run.reason) == ("FAILED", "model_unavailable")
     assert len(model.requests) == 1
@@ -290,7 +288,7 @@ def test_a_wait_that_would_pass_a_time_limit_gives_up(store: agentrt.Store) -> N
 
 def test_non_transient_error_is_not_retried(store: agentrt.Store) -> None:
     model = FakeModel(ValueError("bad request"), reply())
-    config = ModelConfig(model="fake:model", prices=PRICE, max_retries=3)
+    config = ModelConfig(model=model, prices=PRICE, max_retries=3)
     run = drive(store, model, config=config)
     assert (run.status, run.reason) == ("FAILED", "model_unavailable")
     assert "ValueError: bad request" in run.reason_detail
@@ -300,7 +298,7 @@ def test_non_transient_error_is_not_retried(store: agentrt.Store) -> None:
 def test_exhausted_retries_end_the_run_model_unavailable(store: agentrt.Store) -> None:
     model = FakeModel(*[TransientModelError("down")] * 3)
     config = ModelConfig(
-        model="fake:model", prices=PRICE, max_retries=2, backoff=timedelta(milliseconds=1)
+        model=model, prices=PRICE, max_retries=2, backoff=timedelta(milliseconds=1)
     )
     run = drive(store, model, config=config)
     assert (run.status, run.reason) == ("FAILED", "model_unavailable")
@@ -309,7 +307,7 @@ def test_exhausted_retries_end_the_run_model_unavailable(store: agentrt.Store) -
 
 def test_served_error_is_charged_its_usage_and_not_retried(store: agentrt.Store) -> None:
     model = FakeModel(ServedModelError("garbled", usage=Usage(50, 20, 0)), reply())
-    config = ModelConfig(model="fake:model", prices=PRICE, max_retries=3)
+    config = ModelConfig(model=model, prices=PRICE, max_retries=3)
     run = drive(store, model, config=config)
     assert (run.status, run.reason) == ("FAILED", "model_unavailable")
     assert calls(store, run.id) == [(1, "error", 50, 20, 450)]
@@ -333,7 +331,7 @@ def test_a_call_past_its_timeout_is_ambiguous(store: agentrt.Store) -> None:
         return reply()
 
     model = FakeModel(hang)
-    config = ModelConfig(model="fake:model", prices=PRICE, call_timeout=timedelta(milliseconds=50))
+    config = ModelConfig(model=model, prices=PRICE, call_timeout=timedelta(milliseconds=50))
     run = drive(store, model, config=config)
     assert calls(store, run.id)[0][1] == "ambiguous"
 
@@ -366,8 +364,7 @@ def test_a_cancelled_caller_is_still_recorded(db_path: Path) -> None:
         store=store,
         agent=model_agent(),
         policy=agentrt.default_policy(),
-        model=model,
-        model_config=ModelConfig(model="fake:model", prices=PRICE),
+        model=ModelConfig(model=model, prices=PRICE),
         new_id=Ids(),
     )
 
@@ -433,7 +430,7 @@ def test_totals_saturate_instead_of_overflowing(store: agentrt.Store) -> None:
         store,
         model,
         agent=model_agent(calls=2),
-        config=ModelConfig(model="fake:model", prices=Price.free()),
+        config=ModelConfig(model=model, prices=Price.free()),
     )
     assert run.status == "COMPLETED"
     assert (run.input_tokens, run.output_tokens) == (2**63 - 1, 2**63 - 1)
@@ -455,8 +452,8 @@ def test_price_table_tells_free_from_unpriced() -> None:
     with pytest.raises(ConfigError, match="has no price"):
         table.lookup("paid:unknown")
     with pytest.raises(ConfigError, match="has no price"):
-        ModelConfig(model="x", prices=table).price("paid:unknown")
-    assert ModelConfig(model="x").price("anything") is None  # no prices given: unpriced
+        ModelConfig(model=FakeModel(), prices=table).price("paid:unknown")
+    assert ModelConfig(model=FakeModel()).price("anything") is None  # no prices given: unpriced
 
 
 def test_cached_tokens_use_the_cached_price() -> None:
@@ -486,8 +483,7 @@ def test_a_late_model_result_after_a_cancel_is_charged_once_not_twice(db_path: P
         store=store,
         agent=model_agent(),
         policy=agentrt.default_policy(),
-        model=model,
-        model_config=ModelConfig(model="fake:model", prices=PRICE),
+        model=ModelConfig(model=model, prices=PRICE),
         new_id=Ids(),
     )
     box: dict[str, Any] = {}
@@ -522,7 +518,7 @@ def test_a_model_missing_from_its_price_table_is_refused_before_dispatch(
     store: agentrt.Store,
 ) -> None:
     model = FakeModel(reply(), name="paid:unknown")
-    run = drive(store, model, config=ModelConfig(model="paid:unknown", prices=PriceTable({})))
+    run = drive(store, model, config=ModelConfig(model=model, prices=PriceTable({})))
     assert (run.status, run.reason) == ("FAILED", "model_unavailable")
     assert "has no price" in run.reason_detail
     assert model.requests == [] and store.list_model_calls(run.id) == []
@@ -543,7 +539,7 @@ def test_an_output_cap_that_is_not_positive_is_refused(store: agentrt.Store, cap
 def test_the_retry_waits_at_least_the_providers_retry_after(store: agentrt.Store) -> None:
     model = FakeModel(TransientModelError("busy", retry_after=timedelta(seconds=3)), reply())
     config = ModelConfig(
-        model="fake:model", prices=PRICE, max_retries=2, backoff=timedelta(milliseconds=10)
+        model=model, prices=PRICE, max_retries=2, backoff=timedelta(milliseconds=10)
     )
     with recorded_sleeps() as sleeps:
         run = drive(store, model, config=config)
@@ -554,7 +550,7 @@ def test_the_retry_waits_at_least_the_providers_retry_after(store: agentrt.Store
 def test_a_wait_past_the_elapsed_time_limit_gives_up(store: agentrt.Store) -> None:
     model = FakeModel(TransientModelError("busy", retry_after=timedelta(minutes=30)), reply())
     config = ModelConfig(
-        model="fake:model", prices=PRICE, max_retries=3, max_retry_after=timedelta(hours=1)
+        model=model, prices=PRICE, max_retries=3, max_retry_after=timedelta(hours=1)
     )
     run = drive(store, model, config=config, limits=Limits(max_elapsed_time=timedelta(minutes=10)))
     assert (run.status, run.reason) == ("FAILED", "model_unavailable")

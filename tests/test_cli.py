@@ -261,9 +261,9 @@ def test_runs_filters_by_status_and_says_how_to_page(
     assert code == 0
     lines = out.splitlines()
     assert [line.split()[0] for line in lines[1:3]] == ["3" + "0" * 30 + "1", "2" + "0" * 30 + "1"]
-    assert (
-        lines[3]
-        == "runs 1-2 of 3 with status WAITING_FOR_APPROVAL, newest first; next page: --offset 2"
+    assert lines[3] == (
+        "runs 1-2 of 3 with status WAITING_FOR_APPROVAL, newest first; next page: "
+        f"agentrt --db {db_path} runs --offset 2 --limit 2 --status WAITING_FOR_APPROVAL"
     )
     code, out, _ = run_main(capsys, "--db", str(db_path), "runs", "--offset", "9")
     assert (code, out) == (0, "no runs at offset 9; there are 4\n")
@@ -284,7 +284,8 @@ def test_show_puts_the_waiting_approval_first_then_the_run_and_its_steps(db_path
         f"  hash     {approval.hash}",
         "  created  2026-11-30T09:00:00.008000Z",
         "  expires  never",
-        f"  decide   agentrt approve {run.id}   or   agentrt reject {run.id}",
+        f"  decide   agentrt --db {db_path} approve {run.id}   or   "
+        f"agentrt --db {db_path} reject {run.id}",
         "",
         f"run       {run.id}",
         "goal      send the report",
@@ -407,7 +408,7 @@ def test_show_of_a_10000_step_run_prints_one_bounded_page(
     table = lines[start + 2 : -1]
     assert [int(line.split()[0]) for line in table] == list(range(9950, 10_000))
     assert lines[-1] == (
-        f"showing 50 of 10,000 steps; see others with agentrt show {big} --offset N "
+        f"showing 50 of 10,000 steps; see others with agentrt --db {path} show {big} --offset N "
         "[--limit N] (at most 1000)"
     )
     assert spy.calls == [("list_steps", 50)]  # only the page printed was read
@@ -424,7 +425,9 @@ def test_runs_on_a_big_database_reads_one_page(
     assert code == 0
     lines = out.splitlines()
     assert len(lines) == 52 and lines[1].split()[0] == big
-    assert lines[-1] == "runs 1-50 of 121, newest first; next page: --offset 50"
+    assert lines[-1] == (
+        f"runs 1-50 of 121, newest first; next page: agentrt --db {path} runs --offset 50"
+    )
     assert spy.calls == [("list_runs", 50)]
 
 
@@ -449,7 +452,9 @@ def test_events_prints_the_audit_log_as_text_or_json_lines(db_path: Path) -> Non
         ["3", "2026-11-30T09:00:00.002000Z"],
     ]
     assert [line.split()[3] for line in lines[3:4]] == ["step.started"]
-    assert lines[4] == f"more events after seq 3: agentrt events {run.id} --after 3"
+    assert lines[4] == (
+        f"more events after seq 3: agentrt --db {db_path} events {run.id} --after 3"
+    )
     after = agentrt_cmd("--db", str(db_path), "--json", "events", run.id, "--after", "3")
     assert [json.loads(line)["seq"] for line in after.stdout.splitlines()] == [
         e.seq for e in stored[3:]
@@ -775,7 +780,8 @@ def test_an_ambiguous_run_names_its_candidates(
     assert (code, out) == (1, "")
     assert err == (
         f"agentrt: run {run.id} waits on 2 pending approvals: {first.id} (remote_mutation), "
-        f"{'c' * 32} (remote_mutation); name the one you mean\n"
+        f"{'c' * 32} (remote_mutation); name the one you mean with "
+        f"agentrt --db {db_path} approve {run.id} --approval ID; nothing was decided\n"
     )
     code, out, _ = run_main(capsys, "--db", str(db_path), "approve", run.id, "--approval", "c" * 32)
     assert code == 0 and f"approved: approval {'c' * 32}" in out

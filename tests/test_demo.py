@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -21,7 +22,9 @@ def test_demo_kills_the_charge_midway_and_a_person_decides(tmp_path: Path) -> No
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert "worker exit status: -9 (killed by signal 9)" in out
-    assert "owner process gone" in out and "no such process" in out
+    assert "driver.recover_sync() resumes every run this program can resume." in out
+    assert "resumed: RUNNING and its owner's process is gone (pid " in out
+    assert "no such process" in out
     assert "kind     interrupted_side_effect" in out
     assert "whether it took effect is unknown" in out
     assert f"agentrt --db {tmp_path / 'demo.db'} approve " in out
@@ -59,6 +62,8 @@ def test_demo_kills_the_charge_midway_and_a_person_decides(tmp_path: Path) -> No
 
 
 def test_demo_can_stop_for_a_person_to_approve_with_the_printed_command(tmp_path: Path) -> None:
+    """The printed commands paste into a shell as they are, even for a path with a space."""
+    tmp_path = tmp_path / "my demo"
     first = agentrt_cmd("demo", "--dir", str(tmp_path), "--stop-at-approval")
     assert first.returncode == 0, first.stderr
     command = next(
@@ -72,10 +77,15 @@ def test_demo_can_stop_for_a_person_to_approve_with_the_printed_command(tmp_path
     early = agentrt_cmd("demo", "--resume", str(tmp_path))
     assert early.returncode == 1 and "approve it first" in early.stdout
 
-    approved = agentrt_cmd(*command.split()[0:])
+    approved = agentrt_cmd(*shlex.split(command))
     assert approved.returncode == 0, approved.stderr + approved.stdout
     finish = agentrt_cmd("demo", "--resume", str(tmp_path))
     assert finish.returncode == 0, finish.stderr
     assert "COMPLETED (goal_completed)" in finish.stdout
+    assert f"recover: run {run.id} resumed: WAITING and its approval " in finish.stdout
+    resume_hint = next(
+        line.strip() for line in first.stdout.splitlines() if "demo --resume" in line
+    )
+    assert shlex.split(resume_hint) == ["agentrt", "demo", "--resume", str(tmp_path)]
     assert store.get_run(run.id).status == "COMPLETED"
     store.close()

@@ -110,10 +110,7 @@ def drive(path: Path, model: agentrt.model.Model) -> tuple[agentrt.Run, list[Rec
         agent=ModelAgent(),
         policy=agentrt.default_policy(),
         tools=used,
-        model=model,
-        model_config=ModelConfig(
-            model=model.name, prices=Price.free(), max_retries=1, backoff=timedelta(0)
-        ),
+        model=ModelConfig(model=model, prices=Price.free(), max_retries=1, backoff=timedelta(0)),
         now=FakeClock(),
         new_id=Ids(),
     )

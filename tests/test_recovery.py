@@ -551,7 +551,7 @@ def test_a_model_attempt_cut_off_by_sigkill_is_charged_at_takeover(db_path: Path
     driver = resumer(store, db_path, mode="deciding")  # index 0 was the model step
     run = driver.resume_sync(run_id)
     assert run.status == "COMPLETED"
-    projected = project(child.REQUEST, 1000, child.MODEL_CONFIG.price("dying:model"))
+    projected = project(child.REQUEST, 1000, child.PRICE)
     (attempt,) = store.list_model_calls(run_id)
     assert (attempt.status, attempt.input_tokens, attempt.output_tokens, attempt.cost_micros) == (
         "ambiguous",
@@ -749,8 +749,7 @@ def test_lease_lapsed_lease_starts_no_model_request(store: agentrt.Store) -> Non
         store=store,
         agent=ScriptedAgent([stall_then_ask]),
         policy=agentrt.default_policy(),
-        model=Model(),
-        model_config=ModelConfig(model="m"),
+        model=ModelConfig(model=Model()),
         wall=lambda: wall[0],
     )
     with pytest.raises(agentrt.LeaseLostError, match="lapsed"):

@@ -144,9 +144,8 @@ def test_a_model_driven_run_through_every_outcome_keeps_the_session_equal_to_its
             RecordingTool("push", SideEffect.REMOTE_MUTATION, result={"pushed": 3}),
             RecordingTool("finish", SideEffect.READ_ONLY, terminal=True),
         ],
-        model=model,
-        model_config=ModelConfig(
-            model=model.name,
+        model=ModelConfig(
+            model=model,
             prices=Price(3_000_000, 15_000_000),
             max_retries=0,
             backoff=timedelta(0),

@@ -7,9 +7,17 @@ a running run is leased to one process; and an interrupted side effect is
 never run again on the runtime's own say.
 
 The public surface is re-exported here; submodules own one concept each.
+The documented submodules (`agentrt.scripted`, `agentrt.testkit`,
+`agentrt.replay`, `agentrt.export`, `agentrt.trace`, ...) are reachable as
+attributes after `import agentrt`; each is imported the first time it is used,
+so `import agentrt` pays for none of them (docs/decisions/0020). `dir(agentrt)`
+lists the public names and those submodules, nothing internal.
 """
 
 from __future__ import annotations
+
+import importlib as _importlib
+from types import ModuleType as _ModuleType
 
 from .approval import approval_hash, approval_request
 from .canonical import canonical_json, check_json, content_hash, policy_json
@@ -91,6 +99,7 @@ from .records import (
     ToolSpec,
     VerifyReport,
 )
+from .recover import RecoverAction, Recovered
 from .store import Store, open_existing, open_store
 from .tools import Tool, check_args, compile_tool, tool
 
@@ -140,6 +149,8 @@ __all__ = [
     "PriceTable",
     "ReconcileOutcome",
     "Reconciliation",
+    "RecoverAction",
+    "Recovered",
     "Run",
     "RunFinishedError",
     "RunLeasedError",
@@ -190,3 +201,31 @@ __all__ = [
     "reject",
     "tool",
 ]
+
+
+_SUBMODULES = frozenset(
+    {
+        "export",
+        "model_agent",
+        "providers",
+        "recover",
+        "render",
+        "replay",
+        "scripted",
+        "testkit",
+        "trace",
+        "view",
+    }
+)
+"""Submodules with a documented public surface of their own."""
+
+
+def __getattr__(name: str) -> _ModuleType:
+    # PEP 562: reached only for names the module does not already hold.
+    if name in _SUBMODULES:
+        return _importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*__all__, *_SUBMODULES, "__version__"})

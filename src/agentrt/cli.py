@@ -7,11 +7,14 @@ JSON with `--json`), the approval display and confirmation, and exit codes:
 0 ok, 1 error or refusal, 2 usage.
 
 Rules it keeps: it opens an existing database only and never creates or
-migrates one; `runs`, `show`, `events` and `verify` open it read-only and read
-bounded pages; `approve`/`reject` print the request field by field, then decide
-bound to the hash they printed, and need `--approval`, `--yes` or a `y` typed at
-a terminal; every text from the database is escaped by `trace.sanitize` before
-it reaches the terminal. There is no `resume` (see `--help`).
+migrates one; `runs`, `approvals`, `show`, `events` and `verify` open it
+read-only and read bounded pages; `approve`/`reject` print the request field by
+field, then decide bound to the hash they printed, and need `--approval`,
+`--yes` or a `y` typed at a terminal; every text from the database is escaped by
+`trace.sanitize` before it reaches the terminal. A RUN may be given by a unique
+prefix of its id (at least 8 characters); an ambiguous one is refused naming
+its candidates. Every command it prints for the operator to run carries the
+`--db` it was given, quoted for a shell. There is no `resume` (see `--help`).
 """
 
 from __future__ import annotations
@@ -85,13 +88,15 @@ _NO_RESUME = (
     "There is no `resume` command. Resuming a run executes its tools, and that needs the "
     "agent, the tools, the policy and the reconciliation of the program that owns the "
     "run; none of them is in the database. Decide here (approve, reject, cancel); the "
-    "program resumes the run with Driver.resume(run_id)."
+    "program resumes the run with Driver.resume(run_id), or finds it with "
+    "Driver.recover() when it starts."
 )
 
 _EPILOG = f"""\
 The database is --db PATH or the AGENTRT_DB environment variable. agentrt opens
-an existing database only: it never creates or migrates one. runs, show, events
-and verify open it read-only and read one bounded page at a time.
+an existing database only: it never creates or migrates one. runs, approvals,
+show, events and verify open it read-only and read one bounded page at a time.
+RUN may be a unique prefix of a run id, at least 8 characters long.
 
 {textwrap.fill(_NO_RESUME, 79)}
 
@@ -362,8 +367,59 @@ def cmd_runs(args: argparse.Namespace, out: Output) -> int:
     first, last = page.offset + 1, page.offset + len(page.runs)
     footer = f"runs {first}-{last} of {page.total}{which}, newest first"
     if page.next_offset is not None:
-        footer += f"; next page: --offset {page.next_offset}"
+        words = ["runs", "--offset", str(page.next_offset)]
+        if page.limit != view.RUN_PAGE_DEFAULT:
+            words += ["--limit", str(page.limit)]
+        if page.status:
+            words += ["--status", _arg(page.status)]
+        footer += f"; next page: {_again(args, *words)}"
     out.hint(footer)
+    return EXIT_OK
+
+
+def cmd_approvals(args: argparse.Namespace, out: Output) -> int:
+    with _open(args) as store:
+        page = view.pending_page(store, limit=args.limit)
+    if out.json:
+        out.document(
+            {
+                "limit": page.limit,
+                "more": page.more,
+                "approvals": [p.to_json() for p in page.approvals],
+            }
+        )
+        return EXIT_OK
+    if not page.approvals:
+        out.line("no approval is pending")
+        return EXIT_OK
+    rows = [
+        [
+            shown(a.run_id),
+            shown(a.id),
+            shown(a.kind),
+            shown(a.tool) if a.tool else "-",
+            _time(a.created_at),
+            _time(a.expires_at) if a.expires_at else "never",
+            shown(p.goal),
+        ]
+        for p in page.approvals
+        for a in (p.approval,)
+    ]
+    out.table(["RUN", "APPROVAL", "KIND", "TOOL", "CREATED", "EXPIRES", "GOAL"], rows, flex=6)
+    count = len(page.approvals)
+    footer = f"{count} pending approval{'' if count == 1 else 's'}, newest first"
+    if page.more:
+        if page.limit < view.PENDING_PAGE_MAX:
+            wider = _again(args, "approvals", "--limit", str(view.PENDING_PAGE_MAX))
+            footer += f"; more are waiting: {wider}"
+        else:
+            footer += f"; more than {_number(page.limit)} are waiting"
+    out.hint(footer)
+    out.hint(
+        "decide one (the request is shown first): "
+        f"{_again(args, 'approve', 'RUN', '--approval', 'ID')}   or   "
+        f"{_again(args, 'reject', 'RUN', '--approval', 'ID')}"
+    )
     return EXIT_OK
 
 
@@ -396,7 +452,8 @@ def _long_text(text: str, limit: int, keep: int) -> str:
 
 def cmd_show(args: argparse.Namespace, out: Output) -> int:
     with _open(args) as store:
-        detail = view.run_detail(store, args.run, step_limit=args.limit, step_offset=args.offset)
+        run_id = view.resolve_run_id(store, args.run)
+        detail = view.run_detail(store, run_id, step_limit=args.limit, step_offset=args.offset)
     run = detail.summary.run
     steps = detail.steps
     if out.json:
@@ -412,7 +469,7 @@ def cmd_show(args: argparse.Namespace, out: Output) -> int:
         )
         return EXIT_OK
     for approval in detail.waiting:
-        _waiting_block(out, run.id, approval, several=len(detail.waiting) > 1)
+        _waiting_block(out, args, run.id, approval, several=len(detail.waiting) > 1)
         out.line()
     fields = [
         ("run", shown(run.id)),
@@ -460,7 +517,8 @@ def cmd_show(args: argparse.Namespace, out: Output) -> int:
     if len(steps.steps) < steps.total:
         out.hint(
             f"showing {len(steps.steps)} of {_number(steps.total)} steps; see others with "
-            f"agentrt show {_arg(run.id)} --offset N [--limit N] (at most {view.STEP_PAGE_MAX})"
+            f"{_again(args, 'show', _arg(run.id), '--offset', 'N')} [--limit N] "
+            f"(at most {view.STEP_PAGE_MAX})"
         )
     return EXIT_OK
 
@@ -471,13 +529,13 @@ def _fields(out: Output, fields: Sequence[tuple[str, str]], indent: str = "") ->
         out.line(f"{indent}{key.ljust(width)}  {value}".rstrip())
 
 
-def _waiting_block(out: Output, run_id: str, approval: Approval, *, several: bool) -> None:
+def _waiting_block(
+    out: Output, args: argparse.Namespace, run_id: str, approval: Approval, *, several: bool
+) -> None:
     out.line(f"WAITING FOR APPROVAL {shown(approval.id)}")
-    decide = f"agentrt approve {_arg(run_id)}"
-    also = f"agentrt reject {_arg(run_id)}"
-    if several:
-        decide += f" --approval {sanitize(approval.id)}"
-        also += f" --approval {sanitize(approval.id)}"
+    which = ("--approval", _arg(approval.id)) if several else ()
+    decide = _again(args, "approve", _arg(run_id), *which)
+    also = _again(args, "reject", _arg(run_id), *which)
     _fields(
         out,
         [
@@ -500,7 +558,7 @@ def cmd_events(args: argparse.Namespace, out: Output) -> int:
     # then opens its own read-only connection.
     with _open(args) as store:
         if args.run is not None:
-            store.get_run(args.run, cap=64)
+            args.run = view.resolve_run_id(store, args.run)
     show_run = args.run is None
     if out.json:
         sink: Sink = JsonLinesObserver(out.stdout)
@@ -529,10 +587,9 @@ def cmd_events(args: argparse.Namespace, out: Output) -> int:
                 sink, follow=False, stop=stop, max_events=args.limit or EVENTS_PAGE_DEFAULT
             )
             if follower.poll(1):
-                more = f"agentrt events{'' if show_run else ' ' + _arg(args.run)}"
-                out.hint(
-                    f"more events after seq {follower.position}: {more} --after {follower.position}"
-                )
+                words = ["events"] if show_run else ["events", _arg(str(args.run))]
+                more = _again(args, *words, "--after", str(follower.position))
+                out.hint(f"more events after seq {follower.position}: {more}")
             return EXIT_OK
         follower.run(sink, stop=stop, max_events=args.limit, timeout=args.timeout)
     return EXIT_OK
@@ -762,6 +819,16 @@ def _arg(text: str) -> str:
     return sanitize(shlex.quote(text))
 
 
+def _again(args: argparse.Namespace, *words: str) -> str:
+    """A command the operator is told to run, on the database this one was given.
+
+    Always `agentrt --db PATH ...` (the path as given, from --db or AGENTRT_DB),
+    so it can be pasted into another shell as it is. `words` must already be
+    quoted (`_arg`) where they hold values.
+    """
+    return " ".join(("agentrt", "--db", _arg(_db_path(args)), *words))
+
+
 def _drop_typeahead(stream: TextIO) -> None:
     """Keys typed before the request was on the screen are no answer to it: drop them."""
     try:
@@ -808,7 +875,12 @@ def cmd_decide(args: argparse.Namespace, out: Output, *, approve: bool) -> int:
             "(use show --json to see the request first)"
         )
     with _open(args, write=True) as store:
-        approval = view.choose_approval(store, args.run, args.approval)
+        args.run = view.resolve_run_id(store, args.run)
+        try:
+            approval = view.choose_approval(store, args.run, args.approval)
+        except view.AmbiguousApprovalError as e:
+            which = _again(args, verb, _arg(args.run), "--approval", "ID")
+            raise Refusal(f"{e} with {which}; nothing was decided") from e
         # A stored request that no longer matches its hash is refused before it is shown.
         verify_stored(approval)
         if args.hash is not None and args.hash != approval.hash:
@@ -837,7 +909,8 @@ def cmd_decide(args: argparse.Namespace, out: Output, *, approve: bool) -> int:
     if approve:
         out.line(
             f"The run stays {run.status} until the program that owns it resumes it "
-            "(agentrt has no resume: that needs the program's agent, tools and policy)."
+            "(Driver.resume, or Driver.recover at its next start; agentrt has no resume: "
+            "that needs the program's agent, tools and policy)."
         )
     else:
         out.line(f"The run is now {run.status} ({run.reason}).")
@@ -847,7 +920,7 @@ def cmd_decide(args: argparse.Namespace, out: Output, *, approve: bool) -> int:
 def cmd_cancel(args: argparse.Namespace, out: Output) -> int:
     by = _check_label("--by", args.by if args.by is not None else default_user())
     with _open(args, write=True) as store:
-        run = Operator(store).cancel(args.run, by, args.note)
+        run = Operator(store).cancel(view.resolve_run_id(store, args.run), by, args.note)
     if out.json:
         out.document({"run": view.run_json(run)})
         return EXIT_OK
@@ -937,6 +1010,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="runs per page (default %(default)s)",
     )
     runs.add_argument("--offset", type=_bounded(0, None), default=0, help="runs to skip")
+
+    approvals = command(
+        "approvals", "list the approvals waiting for a person, in every run, newest first"
+    )
+    approvals.add_argument(
+        "--limit",
+        type=_bounded(1, view.PENDING_PAGE_MAX),
+        default=view.PENDING_PAGE_DEFAULT,
+        help="approvals to list (default %(default)s)",
+    )
 
     show = command("show", "show a run: its waiting approval first, then the run and its steps")
     show.add_argument("run", metavar="RUN")
@@ -1075,6 +1158,7 @@ def run_demo(args: Sequence[str], out: Output) -> int:
 
 _COMMANDS = {
     "runs": cmd_runs,
+    "approvals": cmd_approvals,
     "show": cmd_show,
     "events": cmd_events,
     "verify": cmd_verify,

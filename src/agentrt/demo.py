@@ -1,8 +1,9 @@
 """`agentrt demo`: the seed's story, told on a real file with a real SIGKILL.
 
 An agent whose tool charges a card (a local, simulated card processor) is
-killed in the middle of the charge by SIGKILL. The restarted program finds the
-run, proves the dead owner gone (or waits out its lease), and pauses on an
+killed in the middle of the charge by SIGKILL. The restarted program calls
+`driver.recover_sync()`, which finds the run, proves the dead owner gone (or
+waits out its lease), and pauses it on an
 `interrupted_side_effect` approval instead of charging again on its own. The
 demo shows that approval as an operator would see it, with the exact command
 to approve it; then, as the operator, it approves and resumes: the charge runs
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -28,9 +30,9 @@ from typing import Any
 
 from . import approve, open_store
 from .driver import Driver
-from .errors import RunLeasedError
 from .policy import SideEffectPolicy
-from .records import Decision, PolicyDecision, RunStatus, SideEffect, ToolCall
+from .records import Decision, PolicyDecision, Run, RunStatus, SideEffect, ToolCall
+from .recover import RecoverAction
 from .scripted import ScriptedAgent
 from .store import Store
 from .tools import tool
@@ -124,6 +126,11 @@ def _child(db: Path) -> int:
     return 1  # not reached: the parent kills this process mid-charge
 
 
+def _q(path: Path) -> str:
+    """A path inside a command the reader is told to run: quoted for a POSIX shell."""
+    return shlex.quote(str(path))
+
+
 def say(text: str = "") -> None:
     print(text, flush=True)
 
@@ -174,7 +181,7 @@ def _show_approval(store: Store, run_id: str, db: Path) -> Any:
         say(json.dumps(approval.presentation, indent=2))
     say()
     say("  An operator approves it, bound to the hash shown above, with:")
-    say(f"    agentrt --db {db} approve {run_id} --approval {approval.id}")
+    say(f"    agentrt --db {_q(db)} approve {run_id} --approval {approval.id}")
     return approval
 
 
@@ -225,32 +232,26 @@ def _run(argv: list[str]) -> int:
     _first_process(db)
 
     say()
-    say("2. The program starts again and finds the run it left behind.")
+    say("2. The program starts again and asks the runtime what it left behind:")
+    say("   driver.recover_sync() resumes every run this program can resume.")
     store = open_store(db)
-    (run,) = store.list_runs(status=RunStatus.RUNNING)
-    steps = store.list_steps(run.id)
+    (left,) = store.list_runs(status=RunStatus.RUNNING)
+    steps = store.list_steps(left.id)
     say(
-        f"  run {run.id}: {run.status}, step {steps[-1].index} '{steps[-1].status}'"
-        f" (charge_card), lease held by {store.lease(run.id).owner}"
+        f"  run {left.id}: {left.status}, step {steps[-1].index} '{steps[-1].status}'"
+        f" (charge_card), lease held by {store.lease(left.id).owner}"
     )
     driver = make_driver(store, workdir, stall=False, name="shop-worker")
-    try:
-        run = driver.resume_sync(run.id)
-    except RunLeasedError as exc:  # pragma: no cover - only where /proc cannot prove it
-        say(f"  the lease is live until {exc.expires_at}; waiting it out...")
-        while True:
-            time.sleep(1)
-            try:
-                run = driver.resume_sync(run.id)
-                break
-            except RunLeasedError:
-                continue
-    taken = next(e for e in store.list_events(run_id=run.id) if e.type == "lease.taken_over")
-    proof = taken.payload["proof"]
-    say(
-        f"  the old owner's lease: {proof['by']}"
-        + (f" (pid {proof['pid']}: {proof['proof']})" if "pid" in proof else "")
-    )
+    (found,) = driver.recover_sync()
+    # Where /proc cannot prove the old process gone, its lease is waited out.
+    while found.action == RecoverAction.SKIPPED:  # pragma: no cover
+        say(f"  {found.why}; waiting it out...")
+        time.sleep(1)
+        (found,) = driver.recover_sync()
+    if found.run is None:
+        raise RuntimeError(f"recovery of run {found.run_id} failed: {found.why}")
+    run = found.run
+    say(f"  recover: run {found.run_id} {found.action}: {found.why}")
     say("  the charge may or may not have gone through: the record cannot say more.")
     say(f"  so the runtime does not charge again on its own. The run is {run.status}:")
     say()
@@ -260,7 +261,7 @@ def _run(argv: list[str]) -> int:
         say()
         say("Stopped here, as asked. The run waits in the database until a person decides.")
         say("After approving with the command above, finish the story with:")
-        say(f"  agentrt demo --resume {workdir}")
+        say(f"  agentrt demo --resume {_q(workdir)}")
         return 0
 
     say()
@@ -274,12 +275,11 @@ def _run(argv: list[str]) -> int:
         note="processor shows no capture",
         shown_hash=approval.hash,
     )
-    return _finish(store, driver, run.id, db)
+    return _finish(store, driver.resume_sync(run.id), db)
 
 
-def _finish(store: Store, driver: Driver, run_id: str, db: Path) -> int:
-    """Resume the approved run, show what happened, leave the database."""
-    run = driver.resume_sync(run_id)
+def _finish(store: Store, run: Run, db: Path) -> int:
+    """Show what became of the resumed run, leave the database."""
     say(f"  run {run.id}: {run.status} ({run.reason}), result {json.dumps(run.result)}")
     charges = _processor_log(db.parent).read_text(encoding="utf-8").splitlines()
     say(
@@ -293,9 +293,9 @@ def _finish(store: Store, driver: Driver, run_id: str, db: Path) -> int:
     say(f"  event chain: {report.checked} events, {'intact' if report.intact else 'BROKEN'}")
     say()
     say(f"The database is left at {db}. Look at it with:")
-    say(f"  agentrt --db {db} show {run.id}")
-    say(f"  agentrt --db {db} events {run.id}")
-    say(f"  agentrt --db {db} verify")
+    say(f"  agentrt --db {_q(db)} show {run.id}")
+    say(f"  agentrt --db {_q(db)} events {run.id}")
+    say(f"  agentrt --db {_q(db)} verify")
     store.close()
     return 0 if run.status == RunStatus.COMPLETED else 1
 
@@ -312,11 +312,16 @@ def _resume(workdir: Path) -> int:
     pending = store.pending_approvals(run.id)
     if pending:
         say(f"run {run.id} still waits for approval {pending[0].id}; approve it first:")
-        say(f"  agentrt --db {db} approve {run.id} --approval {pending[0].id}")
+        say(f"  agentrt --db {_q(db)} approve {run.id} --approval {pending[0].id}")
         return 1
-    say("3. A person approved the charge; the program resumes the run.")
+    say("3. A person approved the charge; the program starts again and recovers:")
     driver = make_driver(store, workdir, stall=False, name="shop-worker")
-    return _finish(store, driver, run.id, db)
+    (found,) = driver.recover_sync()
+    say(f"  recover: run {found.run_id} {found.action}: {found.why}")
+    if found.run is None:
+        say(f"  the run was not resumed: {found.why}")
+        return 1
+    return _finish(store, found.run, db)
 
 
 def main() -> None:

@@ -47,6 +47,8 @@ from .records import (
     StepStatus,
     TerminalReason,
 )
+from .recover import DEFAULT_LIMIT, Recovered
+from .recover import recover as recover_runs
 from .resume import Undecodable, load, release_lease, resume_waiting, take_over
 from .session import (
     INLINE_IO,
@@ -103,14 +105,13 @@ class Driver:
         policy: Policy,
         tools: Sequence[Tool] = (),
         observer: Observer | None = None,
-        model: Any = None,
+        model: Model | ModelConfig | None = None,
         reconcile: Any = None,
         now: Clock | None = None,
         new_id: IdFactory | None = None,
         lease_ttl: timedelta = timedelta(seconds=30),
         lease_owner: str = "",
         *,
-        model_config: ModelConfig | None = None,
         wall: WallClock | None = None,
         probe: Probe | None = None,
         probe_in_tx: Probe | None = None,
@@ -132,12 +133,19 @@ class Driver:
         self.policy_id = policy_id_of(policy)
         self.tools = validated
         self.observer = observer
-        if model is not None and not isinstance(model, Model):
-            raise ConfigError("model must implement agentrt.Model (name and async generate)")
-        self.model = model
-        self.model_config = model_config or (
-            ModelConfig(model=model.name) if model is not None else None
-        )
+        # One place to configure a model (docs/decisions/0020): a bare Model gets the
+        # default ModelConfig; a ModelConfig carries the Model itself.
+        if isinstance(model, ModelConfig):
+            self.model_config: ModelConfig | None = model
+        elif model is None:
+            self.model_config = None
+        elif isinstance(model, Model) and not isinstance(model, str):
+            self.model_config = ModelConfig(model=model)
+        else:
+            raise ConfigError(
+                "model must be an agentrt.Model (name and async generate) or a ModelConfig"
+            )
+        self.model: Model | None = None if self.model_config is None else self.model_config.model
         self.reconcile = reconcile
         self.now: Clock = now or wall_clock
         self.new_id: IdFactory = new_id or _default_new_id
@@ -162,7 +170,7 @@ class Driver:
             owner=self.lease_owner,
             lease_ttl=lease_ttl,
             wall=self._wall,
-            model=model,
+            model=self.model,
             reconcile=reconcile,
             probe=probe,
             probe_in_tx=probe_in_tx,
@@ -239,6 +247,25 @@ class Driver:
     def resume_sync(self, run_id: str) -> Run:
         return run_sync(self.resume(run_id))
 
+    async def recover(
+        self, *, limit: int = DEFAULT_LIMIT, after: str | None = None, concurrency: int = 1
+    ) -> list[Recovered]:
+        """Resume every run this program can resume; one `Recovered` per run examined.
+
+        For a program starting up: RUNNING runs whose lease expired or whose
+        owner is provably dead are taken over, WAITING runs whose latest
+        approval was decided are resumed; a live lease and an undecided
+        approval are skipped, and one run's failure never stops the others.
+        At most `limit` runs are examined, oldest first; `after=` goes on past
+        a run id. See `agentrt.recover` and docs/decisions/0021.
+        """
+        return await recover_runs(self, limit=limit, after=after, concurrency=concurrency)
+
+    def recover_sync(
+        self, *, limit: int = DEFAULT_LIMIT, after: str | None = None, concurrency: int = 1
+    ) -> list[Recovered]:
+        return run_sync(self.recover(limit=limit, after=after, concurrency=concurrency))
+
     approve_sync = approve
     reject_sync = reject
     cancel_sync = cancel
@@ -250,6 +277,10 @@ class Driver:
 
     def _exclusive(self, run_id: str) -> _Exclusive:
         return _Exclusive(self, run_id)
+
+    def _is_executing(self, run_id: str) -> bool:
+        with self._active_lock:
+            return run_id in self._active
 
     async def _create(self, run_id: str, goal: str, limits: Limits) -> RunSession:
         config = self._config

@@ -6,6 +6,7 @@ case they handle. Messages say what was refused and why, in one sentence.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -116,6 +117,20 @@ class ServedModelError(AgentrtError):
     def __init__(self, message: str = "", usage: Any = None) -> None:
         self.usage = usage
         super().__init__(message)
+
+
+class AmbiguousRunIdError(NotFoundError):
+    """A shortened run id matches more than one run; `candidates` lists some of them."""
+
+    def __init__(self, prefix: str, candidates: Sequence[str], more: bool = False) -> None:
+        self.prefix = prefix
+        self.candidates = tuple(candidates)
+        among = "more than " if more else ""
+        names = ", ".join(self.candidates)
+        super().__init__(
+            f"run id prefix {prefix} matches {among}{len(self.candidates)} runs ({names}); "
+            "give more of the id"
+        )
 
 
 class AbortRun(Exception):

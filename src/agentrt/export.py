@@ -13,6 +13,9 @@ Delivery guarantees, with a persisted cursor file:
 - a hard kill can lose at most the acknowledgement of the page being delivered,
   so that one page, and no more, is delivered again.
 
+Events go to a sink (`Sink`: any callable taking an `Event`, with an optional
+`flush()` called after each page).
+
 The cursor file is written atomically (a 0600 temporary file in the same
 directory, fsynced, renamed over the old one, the directory fsynced). It
 records the event's hash as well as its seq, so a cursor is never applied to a
@@ -42,6 +45,18 @@ DEFAULT_PAGE_SIZE = 500
 MAX_PAGE_SIZE = 10_000
 
 Sink = Callable[[Event], Any]
+"""Where a `Follower` delivers events: any callable taking one `Event`.
+
+The follower calls it once per event, in commit (`seq`) order, on the thread
+that called `Follower.run`; its return value is ignored. If it also has a
+`flush()` method, that is called after each page, before the page is
+acknowledged (and the cursor saved): a sink that buffers writes them out
+there. An exception from the sink (or its `flush`) stops `run` and leaves the
+page unacknowledged, so it is delivered again next time. Sinks that ship
+with agentrt: `JsonLinesSink` (a durable file or a stream) and the observers
+of `agentrt.trace` (`TextObserver`, `JsonLinesObserver`), which are also
+`Driver(observer=...)` callables; `list.append` is a sink too.
+"""
 
 
 class CursorError(AgentrtError):

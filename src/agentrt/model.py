@@ -228,12 +228,40 @@ class PriceTable:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    model: str
+    """A model and how the runtime calls it: the one place a model is configured.
+
+    `model` is the `Model` itself (an adapter); `Driver(model=...)` takes either
+    a bare `Model` (no prices, no retries, the default timeouts) or a
+    `ModelConfig`. `prices` is one `Price` or a `PriceTable` looked up by the
+    model's `name`; None records attempts as unpriced.
+    """
+
+    model: Model
     prices: Price | PriceTable | None = None
     call_timeout: timedelta = timedelta(minutes=2)
     max_retries: int = 0
     backoff: timedelta = timedelta(seconds=1)
     max_retry_after: timedelta = timedelta(minutes=1)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.model, str) or not isinstance(self.model, Model):
+            raise ConfigError(
+                "ModelConfig(model=...) takes the Model itself (an object with a name and "
+                f"async generate), not {type(self.model).__name__}"
+            )
+        if self.prices is not None and not isinstance(self.prices, Price | PriceTable):
+            raise ConfigError("ModelConfig prices must be a Price, a PriceTable or None")
+        retries = self.max_retries
+        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+            raise ConfigError(f"max_retries must be a non-negative integer, got {retries!r}")
+        if not isinstance(self.call_timeout, timedelta) or self.call_timeout <= timedelta(0):
+            raise ConfigError(
+                f"call_timeout must be a positive timedelta, got {self.call_timeout!r}"
+            )
+        for name in ("backoff", "max_retry_after"):
+            value = getattr(self, name)
+            if not isinstance(value, timedelta) or value < timedelta(0):
+                raise ConfigError(f"{name} must be a non-negative timedelta, got {value!r}")
 
     def price(self, model_name: str) -> Price | None:
         """The price of one attempt; None when no prices were given at all.

@@ -391,6 +391,16 @@ class ToolResult:
 
 @dataclass(frozen=True)
 class Run:
+    """One run as recorded.
+
+    `result` is what the agent completed with, as stored: a JSON value (dict,
+    list, str, int, float, bool or None; number literals kept as written,
+    decision 0003), never an object of the agent's. A pydantic model returned
+    by a tool is stored as `model_dump(mode="json")`, so a date or a Decimal
+    comes back as a string; `MyModel.model_validate(run.result)` gives the
+    typed value back.
+    """
+
     id: str
     goal: str
     status: str

@@ -50,6 +50,10 @@ from .records import (
 
 MIN_SQLITE_VERSION = (3, 37, 0)  # STRICT tables
 TEXT_CAP = 65_536
+PENDING_APPROVALS_DEFAULT = 100
+"""Pending approvals of all runs returned when no limit is given."""
+PENDING_APPROVALS_MAX = 1000
+"""The most pending approvals one read returns."""
 MAX_INT64 = 2**63 - 1
 BUSY_TIMEOUT_MS = 5_000
 # Switching to WAL needs an exclusive lock that the busy handler does not wait for.
@@ -823,12 +827,51 @@ class Store:
             raise NotFoundError(f"no approval {approval_id!r} in run {run_id!r}")
         return approval_from_row(rows[0])
 
-    def pending_approvals(self, run_id: str, *, cap: int | None = TEXT_CAP) -> list[Approval]:
-        rows = self._query(
-            f"SELECT {select_list(_APPROVAL_COLUMNS, cap)} FROM approvals "
-            "WHERE run_id = ? AND status = ? ORDER BY rowid",
-            (run_id, str(ApprovalStatus.PENDING)),
-        )
+    def pending_approvals(
+        self,
+        run_id: str | None = None,
+        *,
+        limit: int | None = None,
+        cap: int | None = TEXT_CAP,
+    ) -> list[Approval]:
+        """Approvals waiting for a person.
+
+        With a `run_id`: that run's, in the order they were requested (a run
+        waits on one at a time, so this is rarely more than one). Without: those
+        of every waiting run, **newest first**, at most `limit` (default
+        `PENDING_APPROVALS_DEFAULT`, at most `PENDING_APPROVALS_MAX`), read in
+        one indexed query.
+        """
+        if limit is not None and (
+            isinstance(limit, bool)
+            or not isinstance(limit, int)
+            or not 1 <= limit <= PENDING_APPROVALS_MAX
+        ):
+            raise ValueError(f"limit must be from 1 to {PENDING_APPROVALS_MAX}, got {limit!r}")
+        cols = select_list(_APPROVAL_COLUMNS, cap)
+        pending = str(ApprovalStatus.PENDING)
+        if run_id is not None:
+            rows = self._query(
+                f"SELECT {cols} FROM approvals WHERE run_id = ? AND status = ? "
+                "ORDER BY rowid LIMIT ?",
+                (run_id, pending, -1 if limit is None else limit),
+            )
+        else:
+            # Through the waiting runs (indexed by status), then each run's approvals
+            # (indexed by run): a pending approval exists only while its run waits
+            # (a cancel expires it, a rejection ends the run). Scanning the approvals
+            # table itself would read every decided request ever made.
+            rows = self._query(
+                f"SELECT {cols} FROM approvals WHERE rowid IN ("
+                "SELECT a.rowid FROM runs AS r CROSS JOIN approvals AS a ON a.run_id = r.id "
+                "WHERE r.status = ? AND a.status = ? ORDER BY a.rowid DESC LIMIT ?"
+                ") ORDER BY rowid DESC",
+                (
+                    str(RunStatus.WAITING_FOR_APPROVAL),
+                    pending,
+                    PENDING_APPROVALS_DEFAULT if limit is None else limit,
+                ),
+            )
         return [approval_from_row(r) for r in rows]
 
     def list_events(

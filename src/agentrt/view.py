@@ -2,7 +2,8 @@
 
 Everything here reads bounded pages: a page of runs with the approvals they wait
 on (fetched for the whole page in one query, never one query per run), a page of
-one run's steps, and the pending approvals of one run. Nothing here writes.
+one run's steps, the pending approvals of one run, and the newest pending
+approvals of all runs. Nothing here writes.
 
 `choose_approval` is the rule for the approval an operator means when they
 approve or reject a run: a named approval must be pending; with no name, the run
@@ -16,6 +17,7 @@ through `agentrt.trace.sanitize`. Text a read cut at its cap is a
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -24,7 +26,13 @@ from typing import Any
 
 from .canonical import to_text
 from .clock import duration_to_ms, format_time, parse_time
-from .errors import ApprovalExpiredError, NotPendingError, RunStateError
+from .errors import (
+    AmbiguousRunIdError,
+    ApprovalExpiredError,
+    NotFoundError,
+    NotPendingError,
+    RunStateError,
+)
 from .records import (
     JSON,
     Approval,
@@ -43,11 +51,19 @@ from .trace import text_json
 RUN_PAGE_DEFAULT = 50
 RUN_PAGE_MAX = 1000
 STEP_PAGE_DEFAULT = 50
+PENDING_PAGE_DEFAULT = 50
+PENDING_PAGE_MAX = 1000
 STEP_PAGE_MAX = 1000
 LIST_TEXT_CAP = 4096
 """Characters of each text column a page of runs reads: a goal is shown clipped in a list."""
 SUMMARY_LIMIT = 160
 """Characters of a step's decision, policy or observation summary."""
+RUN_PREFIX_MIN = 8
+"""The fewest characters of a run id the command accepts in place of the whole id."""
+RUN_PREFIX_CANDIDATES = 5
+RUN_ID_LENGTH = 32  # a whole id: never read as a prefix
+"""Runs an ambiguous prefix names."""
+_HEX = re.compile(r"[0-9a-f]+")
 _FIELD_CAP = 256  # ids, kinds, tool names and hashes of waiting approvals
 
 
@@ -333,6 +349,34 @@ def _text(value: object, length: object = None) -> str:
     return text
 
 
+_CAP = _FIELD_CAP
+_TOOL = "json_extract(request_json, '$.spec.name')"
+# What a list shows of a pending approval, each text column cut at _FIELD_CAP with its
+# full length beside it. A request that is not valid JSON must not fail the whole
+# page: json_valid guards it.
+_WAITING_COLUMNS = (
+    f"substr(id, 1, {_CAP}) AS id, length(id) AS n_id, run_id, "
+    f"substr(kind, 1, {_CAP}) AS kind, length(kind) AS n_kind, "
+    f"substr(hash, 1, {_CAP}) AS hash, length(hash) AS n_hash, "
+    "substr(created_at, 1, 64) AS created_at, substr(expires_at, 1, 64) AS expires_at, "
+    f"CASE WHEN json_valid(request_json) THEN substr({_TOOL}, 1, {_CAP}) END AS tool, "
+    f"CASE WHEN json_valid(request_json) THEN length({_TOOL}) END AS n_tool"
+)
+
+
+def _waiting_from_row(row: sqlite3.Row) -> WaitingApproval:
+    # A value cut at the cap stays marked as cut (CappedText), so it is never shown whole.
+    return WaitingApproval(
+        id=_text(row["id"], row["n_id"]),
+        run_id=_text(row["run_id"]),
+        kind=_text(row["kind"], row["n_kind"]),
+        tool=_text(row["tool"], row["n_tool"]),
+        hash=_text(row["hash"], row["n_hash"]),
+        created_at=_time_or_none(row["created_at"]),
+        expires_at=_time_or_none(row["expires_at"]),
+    )
+
+
 def waiting_approvals(store: Store, run_ids: Sequence[str]) -> dict[str, list[WaitingApproval]]:
     """The pending approvals of every run in `run_ids`, in one query, in creation order."""
     found: dict[str, list[WaitingApproval]] = {run_id: [] for run_id in run_ids}
@@ -341,33 +385,61 @@ def waiting_approvals(store: Store, run_ids: Sequence[str]) -> dict[str, list[Wa
     if len(run_ids) > RUN_PAGE_MAX:
         raise ValueError(f"at most {RUN_PAGE_MAX} runs at a time")
     marks = ", ".join("?" for _ in run_ids)
-    cap = _FIELD_CAP
-    # A request that is not valid JSON must not fail the whole page: json_valid guards it.
-    tool = "json_extract(request_json, '$.spec.name')"
     rows = _query(
         store,
-        f"SELECT substr(id, 1, {cap}) AS id, length(id) AS n_id, run_id, "
-        f"substr(kind, 1, {cap}) AS kind, length(kind) AS n_kind, "
-        f"substr(hash, 1, {cap}) AS hash, length(hash) AS n_hash, "
-        "substr(created_at, 1, 64) AS created_at, substr(expires_at, 1, 64) AS expires_at, "
-        f"CASE WHEN json_valid(request_json) THEN substr({tool}, 1, {cap}) END AS tool, "
-        f"CASE WHEN json_valid(request_json) THEN length({tool}) END AS n_tool "
+        f"SELECT {_WAITING_COLUMNS} "
         f"FROM approvals WHERE status = ? AND run_id IN ({marks}) ORDER BY rowid",
         [str(ApprovalStatus.PENDING), *run_ids],
     )
     for row in rows:
-        # A value cut at the cap stays marked as cut (CappedText), so it is never shown whole.
-        waiting = WaitingApproval(
-            id=_text(row["id"], row["n_id"]),
-            run_id=_text(row["run_id"]),
-            kind=_text(row["kind"], row["n_kind"]),
-            tool=_text(row["tool"], row["n_tool"]),
-            hash=_text(row["hash"], row["n_hash"]),
-            created_at=_time_or_none(row["created_at"]),
-            expires_at=_time_or_none(row["expires_at"]),
-        )
+        waiting = _waiting_from_row(row)
         found.setdefault(waiting.run_id, []).append(waiting)
     return found
+
+
+@dataclass(frozen=True)
+class PendingApproval:
+    """A pending approval in the list of all runs': the approval and its run's goal."""
+
+    approval: WaitingApproval
+    goal: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "run_id": text_json(self.approval.run_id),
+            **self.approval.to_json(),
+            "goal": text_json(self.goal),
+        }
+
+
+@dataclass(frozen=True)
+class PendingPage:
+    """The newest pending approvals of all runs, at most `limit`; `more` if others wait."""
+
+    approvals: tuple[PendingApproval, ...]
+    limit: int
+    more: bool
+
+
+def pending_page(store: Store, *, limit: int = PENDING_PAGE_DEFAULT) -> PendingPage:
+    """Every run's pending approvals, newest first, at most `limit` (one indexed query).
+
+    The same read as `Store.pending_approvals()` with no run id, cut for a list.
+    """
+    _check_page(limit, 0, PENDING_PAGE_MAX)
+    rows = _query(
+        store,
+        f"SELECT {_WAITING_COLUMNS}, goal, n_goal FROM approvals JOIN ("
+        f"SELECT a.rowid AS pick, substr(r.goal, 1, {LIST_TEXT_CAP}) AS goal, "
+        "length(r.goal) AS n_goal FROM runs AS r CROSS JOIN approvals AS a "
+        "ON a.run_id = r.id WHERE r.status = ? AND a.status = ? "
+        "ORDER BY a.rowid DESC LIMIT ?) ON approvals.rowid = pick ORDER BY approvals.rowid DESC",
+        [str(RunStatus.WAITING_FOR_APPROVAL), str(ApprovalStatus.PENDING), limit + 1],
+    )
+    found = tuple(
+        PendingApproval(_waiting_from_row(row), _text(row["goal"], row["n_goal"])) for row in rows
+    )
+    return PendingPage(approvals=found[:limit], limit=limit, more=len(found) > limit)
 
 
 def _check_page(limit: int, offset: int, maximum: int) -> None:
@@ -503,6 +575,38 @@ def choose_approval(store: Store, run_id: str, approval_id: str | None = None) -
     return pending[0]
 
 
+def resolve_run_id(store: Store, text: str) -> str:
+    """The run an operator means by `text`: its whole id, or a unique prefix of it.
+
+    A prefix must be at least `RUN_PREFIX_MIN` lowercase hex characters (what
+    run ids are made of); one that matches several runs is refused
+    (`AmbiguousRunIdError`, naming up to `RUN_PREFIX_CANDIDATES` of them), one
+    that matches none is a `NotFoundError`. Read through the primary key's index.
+    """
+    if _query(store, "SELECT 1 FROM runs WHERE id = ?", (text,)):
+        return text
+    if len(text) >= RUN_ID_LENGTH:
+        raise NotFoundError(f"no run {text!r}")
+    if len(text) < RUN_PREFIX_MIN or not _HEX.fullmatch(text):
+        raise NotFoundError(
+            f"no run {text!r} (a run id may be shortened to a unique prefix of at least "
+            f"{RUN_PREFIX_MIN} of its hex characters)"
+        )
+    # GLOB is case-sensitive and `text` holds no wildcard, so SQLite reads a range of the index.
+    rows = _query(
+        store,
+        "SELECT id FROM runs WHERE id GLOB ? ORDER BY id LIMIT ?",
+        (text + "*", RUN_PREFIX_CANDIDATES + 1),
+    )
+    ids = [str(r[0]) for r in rows]
+    if not ids:
+        raise NotFoundError(f"no run id starts with {text}")
+    if len(ids) > 1:
+        more = len(ids) > RUN_PREFIX_CANDIDATES
+        raise AmbiguousRunIdError(text, ids[:RUN_PREFIX_CANDIDATES], more)
+    return ids[0]
+
+
 def format_cost(micros: int) -> str:
     """Micro-dollars as dollars with six decimals: `$0.001200`."""
     sign = "-" if micros < 0 else ""
@@ -518,11 +622,16 @@ def format_duration(value: timedelta) -> str:
 
 __all__ = [
     "LIST_TEXT_CAP",
+    "PENDING_PAGE_DEFAULT",
+    "PENDING_PAGE_MAX",
     "RUN_PAGE_DEFAULT",
     "RUN_PAGE_MAX",
+    "RUN_PREFIX_MIN",
     "STEP_PAGE_DEFAULT",
     "STEP_PAGE_MAX",
     "AmbiguousApprovalError",
+    "PendingApproval",
+    "PendingPage",
     "RunDetail",
     "RunPage",
     "RunSummary",
@@ -537,7 +646,9 @@ __all__ = [
     "format_cost",
     "format_duration",
     "observation_summary",
+    "pending_page",
     "policy_summary",
+    "resolve_run_id",
     "run_detail",
     "run_json",
     "run_page",

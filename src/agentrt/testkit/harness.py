@@ -222,7 +222,6 @@ class Life:
             s.policy,
             tools=[seen_tool(t, self.journal) for t in s.tools],
             model=s.model,
-            model_config=s.model_config,
             reconcile=s.reconcile,
             now=self.clock,
             new_id=self.new_id,

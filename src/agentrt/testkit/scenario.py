@@ -207,8 +207,7 @@ class Scenario:
     db_path: str | Path | None = None
     lease_ttl: timedelta = timedelta(seconds=1)
     loop: Loop | None = None
-    model: Any = None
-    model_config: Any = None
+    model: Any = None  # a Model or a ModelConfig, as Driver(model=...) takes
     name: str = ""
     # Set by `load_factory`: the reference a child process rebuilds this scenario from.
     factory: str = field(default="", compare=False)

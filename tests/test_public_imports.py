@@ -1,0 +1,85 @@
+"""`import agentrt` reaches the documented submodules, loads none it does not need, leaks nothing.
+
+Each check runs in a fresh interpreter, so modules this test process already
+imported cannot hide a missing import.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import types
+
+import pytest
+
+import agentrt
+
+DOCUMENTED = {
+    "export",
+    "model_agent",
+    "providers",
+    "recover",
+    "render",
+    "replay",
+    "scripted",
+    "testkit",
+    "trace",
+    "view",
+}
+
+
+def fresh(code: str) -> str:
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip()
+
+
+def test_after_import_agentrt_the_documented_submodules_are_reachable() -> None:
+    out = fresh(
+        "import agentrt\n"
+        "print(agentrt.scripted.ScriptedAgent.__name__, agentrt.export.Follower.__name__,\n"
+        "      agentrt.trace.TextObserver.__name__, agentrt.testkit.crash_matrix.__name__,\n"
+        "      agentrt.replay.ScriptedModel.__name__)"
+    )
+    assert out == "ScriptedAgent Follower TextObserver crash_matrix ScriptedModel"
+
+
+def test_import_agentrt_loads_the_test_kit_and_the_exporter_only_when_used() -> None:
+    out = fresh(
+        "import sys, agentrt\n"
+        "lazy = ('agentrt.testkit', 'agentrt.export', 'agentrt.replay', 'agentrt.scripted')\n"
+        "print(sorted(m for m in lazy if m in sys.modules))\n"
+        "agentrt.testkit\n"
+        "print('agentrt.testkit' in sys.modules)"
+    )
+    assert out.splitlines() == ["[]", "True"]
+
+
+def test_nothing_private_leaks_into_dir_agentrt() -> None:
+    names = dir(agentrt)
+    assert names == sorted({*agentrt.__all__, *DOCUMENTED, "__version__"})
+    assert [n for n in names if n.startswith("_") and n != "__version__"] == []
+    internal = [
+        n
+        for n in names
+        if isinstance(getattr(agentrt, n), types.ModuleType) and n not in DOCUMENTED
+    ]
+    assert internal == []
+    assert "annotations" not in names and "session" not in names and "lease" not in names
+
+
+def test_every_name_in_dunder_all_is_importable_and_star_import_gives_exactly_them() -> None:
+    assert [n for n in agentrt.__all__ if not hasattr(agentrt, n)] == []
+    out = fresh(
+        "ns = {}\nexec('from agentrt import *', ns)\n"
+        "import agentrt\nprint(sorted(k for k in ns if k != '__builtins__') == "
+        "sorted(agentrt.__all__))"
+    )
+    assert out == "True"
+
+
+def test_an_unknown_attribute_of_agentrt_is_an_attribute_error_naming_it() -> None:
+    with pytest.raises(AttributeError, match="module 'agentrt' has no attribute 'nope'"):
+        agentrt.nope  # noqa: B018
