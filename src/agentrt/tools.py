@@ -14,6 +14,7 @@ import dataclasses
 import functools
 import inspect
 import math
+import re
 import threading
 import types
 import typing
@@ -35,7 +36,7 @@ from pydantic.fields import FieldInfo
 
 from .canonical import content_hash, copy_json
 from .clock import duration_to_ns
-from .errors import AgentrtError, ConfigError
+from .errors import AgentrtError, ConfigError, ToolNameError
 from .records import SideEffect, ToolCall, ToolResult, ToolSpec
 
 __all__ = [
@@ -68,6 +69,8 @@ _MAX_MESSAGE_CHARS = 500
 _MAX_TIMEOUT_NS = min(2**63 - 1, int(threading.TIMEOUT_MAX) * 1_000_000_000)
 _SIDE_EFFECTS = tuple(member.value for member in SideEffect)
 _REF_KEYWORDS = ("$ref", "$dynamicRef", "$recursiveRef")
+# What every provider accepts as a tool (function) name; `fullmatch`, so no newline slips by.
+_TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}", re.ASCII)
 
 
 @runtime_checkable
@@ -646,6 +649,11 @@ def _check_spec_fields(spec: ToolSpec) -> str:
         raise ConfigError(f"tool name must be a string, got {type(name).__name__}")
     if not name:
         raise ConfigError("tool name must not be empty")
+    if _TOOL_NAME.fullmatch(name) is None:
+        raise ToolNameError(
+            f"tool name {_clip(repr(name))} is refused: a tool name must be 1 to 64 ASCII "
+            "letters, digits, '_' or '-' (^[a-zA-Z0-9_-]{1,64}$), which every provider accepts"
+        )
     if not isinstance(spec.description, str):
         raise ConfigError(
             f"tool {name!r}: description must be a string, got {type(spec.description).__name__}"
