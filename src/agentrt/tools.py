@@ -34,6 +34,7 @@ import referencing.exceptions
 import referencing.jsonschema
 from pydantic.fields import FieldInfo
 
+from . import patterns
 from .canonical import content_hash, copy_json
 from .clock import duration_to_ns
 from .errors import AgentrtError, ConfigError, ToolNameError
@@ -507,13 +508,36 @@ def _dialects() -> dict[str, tuple[Any, referencing.Specification[Any]]]:
         jsonschema.Draft202012Validator,
     ):
         keyword = "divisibleBy" if "divisibleBy" in base.VALIDATORS else "multipleOf"
-        cls = jsonschema.validators.extend(base, validators={keyword: _multiple_of})
+        # Patterns are searched in linear time, never with Python's backtracking `re`.
+        cls = jsonschema.validators.extend(
+            base,
+            validators={
+                keyword: _multiple_of,
+                "pattern": patterns.pattern,
+                "patternProperties": patterns.pattern_properties,
+                "additionalProperties": patterns.additional_properties,
+            },
+        )
         uri = base.META_SCHEMA.get("$id", base.META_SCHEMA.get("id"))
         out[_strip_empty_fragment(uri)] = (
             cls,
             referencing.jsonschema.specification_with(uri),
         )
     return out
+
+
+def _metaschema_formats(cls: Any) -> Any:
+    """The dialect's format checks for its metaschema, but `regex` left to `patterns`.
+
+    jsonschema checks `format: regex` with Python's `re`, a different dialect
+    from ECMA-262; `patterns.check_patterns` is the one judge of a pattern.
+    """
+    checker = jsonschema.FormatChecker(formats=())
+    checker.checkers = {
+        **cls.FORMAT_CHECKER.checkers,
+        "regex": (lambda instance: True, ()),
+    }
+    return checker
 
 
 def _strip_empty_fragment(uri: str) -> str:
@@ -729,12 +753,13 @@ def _compile(spec: ToolSpec, name: str, key: str, schema: dict[str, Any]) -> Com
     cls, specification = _DIALECTS[dialect]
     refs = _local_refs(schema, name, dialect)
     try:
-        cls.check_schema(schema)
+        cls.check_schema(schema, format_checker=_metaschema_formats(cls))
     except jsonschema.exceptions.SchemaError as exc:
         raise ConfigError(
             f"tool {name!r}: input schema does not compile against {dialect}: "
             f"{exc.json_path}: {_clip(exc.message)}"
         ) from exc
+    patterns.check_patterns(schema, name)
     # The dialect is chosen; the root's `$schema` goes, because jsonschema re-reads
     # it whenever a reference re-enters the root and would swap in its stock
     # validator class, which lacks the overflow-safe `multipleOf`.
