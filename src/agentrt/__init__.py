@@ -35,7 +35,9 @@ from .errors import (
     SessionClosedError,
     StoreError,
     SymlinkError,
+    ToolNameError,
     TransientModelError,
+    UnsafePatternError,
     UnsafeSchemaError,
 )
 from .migrations import RUNTIME_VERSION
@@ -159,6 +161,7 @@ __all__ = [
     "TextBlock",
     "Tool",
     "ToolCall",
+    "ToolNameError",
     "ToolRequest",
     "ToolResult",
     "ToolResultBlock",
@@ -166,6 +169,7 @@ __all__ = [
     "ToolUseBlock",
     "TransientModelError",
     "UnpricedModelError",
+    "UnsafePatternError",
     "UnsafeSchemaError",
     "Usage",
     "VerifyReport",
