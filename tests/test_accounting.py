@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import sqlite3
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,8 @@ REQUEST = ModelRequest(
     messages=[Message("user", [TextBlock("hello")])],
     max_output_tokens=100,
 )
+# Replies that use more output than REQUEST's cap of 100 allows are not believed.
+CAP_1000 = replace(REQUEST, max_output_tokens=1000)
 PRICE = Price(input_micros=3_000_000, output_micros=15_000_000)  # $3 / $15 per Mtok
 
 
@@ -134,7 +137,7 @@ def recorded_sleeps() -> Iterator[list[float]]:
 
 def test_success_is_recorded_before_and_after_and_charged(store: agentrt.Store) -> None:
     model = FakeModel(reply(usage=Usage(1000, 200, 100)))
-    run = drive(store, model)
+    run = drive(store, model, agent=model_agent(CAP_1000))
     assert run.status == "COMPLETED"
     assert calls(store, run.id) == [(1, "ok", 1000, 200, 6000)]  # 900*3 + 100*3 + 200*15
     assert (run.model_calls, run.input_tokens, run.output_tokens, run.cached_input_tokens) == (
@@ -429,7 +432,7 @@ def test_totals_saturate_instead_of_overflowing(store: agentrt.Store) -> None:
     run = drive(
         store,
         model,
-        agent=model_agent(calls=2),
+        agent=model_agent(replace(REQUEST, max_output_tokens=big), calls=2),
         config=ModelConfig(model=model, prices=Price.free()),
     )
     assert run.status == "COMPLETED"
@@ -481,7 +484,9 @@ def test_a_late_model_result_after_a_cancel_is_charged_once_not_twice(db_path: P
     model = FakeModel(late)
     driver = agentrt.Driver(
         store=store,
-        agent=model_agent(),
+        # A cap below the reply's 500 output tokens (so the estimate is less than the
+        # reply) but within the margin believed above it.
+        agent=model_agent(replace(REQUEST, max_output_tokens=450)),
         policy=agentrt.default_policy(),
         model=ModelConfig(model=model, prices=PRICE),
         new_id=Ids(),
@@ -506,10 +511,10 @@ def test_a_late_model_result_after_a_cancel_is_charged_once_not_twice(db_path: P
     )
     late = store.list_events(run_id=run.id)[-1]
     assert (late.type, late.payload["status"]) == ("model.completed", "late")
-    projected = project(REQUEST, 100, PRICE)
+    projected = project(replace(REQUEST, max_output_tokens=450), 450, PRICE)
     assert late.payload["usage"] == {
         "input_tokens": 1000 - projected.input_tokens,
-        "output_tokens": 400,
+        "output_tokens": 50,
         "cached_input_tokens": 0,
     }
 

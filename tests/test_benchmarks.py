@@ -13,6 +13,8 @@ import sys
 import types
 from pathlib import Path
 
+import pytest
+
 import agentrt
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -135,3 +137,21 @@ def test_a_run_is_driven_through_either_entry_point(tmp_path: Path) -> None:
         assert [(r.status, r.step_count) for r in runs] == [("COMPLETED", 6)] * 2
     finally:
         store.close()
+
+
+@pytest.mark.slow
+def test_the_pattern_benchmark_measures_every_engine_it_names() -> None:
+    done = run_script("benchmarks/patterns.py", "--max-backtrack", "16")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    for engine in ("re ", "re2 ", "agentrt (re2)"):
+        assert sum(line.startswith(engine) for line in lines) == 2, engine
+    assert any(line.startswith("'^(a+)+$' against") for line in lines)
+
+
+@pytest.mark.slow
+def test_the_tool_thread_benchmark_prints_each_way_of_calling_a_plain_tool() -> None:
+    done = run_script("benchmarks/tool_threads.py", "--calls", "20")
+    assert done.returncode == 0, done.stderr
+    names = [line.rsplit(None, 2)[0] for line in done.stdout.splitlines()]
+    assert names == ["pool thread (old)", "own daemon thread", "invoke, whole"]

@@ -14,6 +14,7 @@ import os
 import pty
 import pwd
 import queue
+import re
 import select
 import signal
 import sqlite3
@@ -25,10 +26,12 @@ import types
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 
 import agentrt
+import agentrt.tools
 from agentrt import Decision, SideEffect, ToolCall, ToolResult
 from agentrt.approval import approval_hash
 from agentrt.cli import approval_fields, main
@@ -979,17 +982,21 @@ def hostile_waiting_run(db: Path, prefix: str) -> agentrt.Run:
         return need_approval("remote_mutation", "reason " + HOSTILE_ALL, {"tool": name}, {})
 
     store = agentrt.open_store(db)
+    # Tool names are now refused unless every provider accepts them; a file written
+    # before that rule (or by hand) can still hold any name, and must still be shown.
+    anything = re.compile(r".+", re.DOTALL)
     try:
-        return agentrt.Driver(
-            store=store,
-            agent=ScriptedAgent(
-                [Decision.tool_call(name, {"key" + HOSTILE_ALL: "value" + HOSTILE_ALL})]
-            ),
-            policy=SideEffectPolicy({SideEffect.REMOTE_MUTATION: ask}, policy_id="hostile/1"),
-            tools=[tool],
-            now=FakeClock(),
-            new_id=Ids(prefix),
-        ).start_sync(HOSTILE_ALL)
+        with mock.patch.object(agentrt.tools, "_TOOL_NAME", anything):
+            return agentrt.Driver(
+                store=store,
+                agent=ScriptedAgent(
+                    [Decision.tool_call(name, {"key" + HOSTILE_ALL: "value" + HOSTILE_ALL})]
+                ),
+                policy=SideEffectPolicy({SideEffect.REMOTE_MUTATION: ask}, policy_id="hostile/1"),
+                tools=[tool],
+                now=FakeClock(),
+                new_id=Ids(prefix),
+            ).start_sync(HOSTILE_ALL)
     finally:
         store.close()
 

@@ -521,7 +521,8 @@ def test_async_call_validates_arguments_when_awaited() -> None:
         ),
         (
             make_spec({"type": "object", "properties": {"a": {"pattern": "("}}}),
-            "does not compile against",
+            "tool 't': the pattern '(' at $.properties.a.pattern is refused because it "
+            "cannot be compiled to a linear-time matcher: missing ): (",
         ),
         (
             make_spec({"type": "object", "minProperties": -1}),

@@ -44,7 +44,9 @@ from .errors import (
     SessionClosedError,
     StoreError,
     SymlinkError,
+    ToolNameError,
     TransientModelError,
+    UnsafePatternError,
     UnsafeSchemaError,
 )
 from .migrations import RUNTIME_VERSION
@@ -172,6 +174,7 @@ __all__ = [
     "TextBlock",
     "Tool",
     "ToolCall",
+    "ToolNameError",
     "ToolRequest",
     "ToolResult",
     "ToolResultBlock",
@@ -179,6 +182,7 @@ __all__ = [
     "ToolUseBlock",
     "TransientModelError",
     "UnpricedModelError",
+    "UnsafePatternError",
     "UnsafeSchemaError",
     "Usage",
     "VerifyReport",

@@ -13,7 +13,9 @@ Invariants this module owns (models.md, "The accounting caller"):
   clock, before the request leaves. The row carries the conservative estimate,
   so a process that dies during the request can be charged it at takeover.
 - **Charge what it cannot see.** The outcome and its charge commit together:
-  reported usage on success; the estimate for implausible usage; the estimate
+  reported usage on success; the estimate for implausible usage (negative,
+  not an integer, cached above input, or output above the request's cap plus
+  a margin: `usage_problem`); the estimate
   with the full output cap for an ambiguous attempt (timeout, lost
   connection, cut-off body, caller cancelled); nothing for a transient refusal.
   Recorded even if the caller was cancelled.
@@ -263,7 +265,8 @@ class AccountingCaller:
         except ServedModelError as exc:
             usage = (
                 exc.usage
-                if isinstance(exc.usage, Usage) and exc.usage.plausible
+                if isinstance(exc.usage, Usage)
+                and usage_problem(exc.usage, request.max_output_tokens) is None
                 else (projection_usage(record.projection))
             )
             await self._settle(record, ModelCallStatus.ERROR, usage, price, _describe(exc))
@@ -284,12 +287,10 @@ class AccountingCaller:
                 record, ModelCallStatus.ERROR, Usage(), price, _describe(exc), charge=False
             )
             return _Outcome(None, _describe(exc), retryable=False)
-        if not isinstance(response, ModelResponse) or not response.usage.plausible:
-            why = (
-                "the model returned something other than a ModelResponse"
-                if not isinstance(response, ModelResponse)
-                else f"the reported usage is not plausible: {response.usage}"
-            )
+        why: str | None = "the model returned something other than a ModelResponse"
+        if isinstance(response, ModelResponse):
+            why = usage_problem(response.usage, request.max_output_tokens)
+        if why is not None:
             await self._settle(
                 record, ModelCallStatus.ERROR, projection_usage(record.projection), price, why
             )
@@ -463,6 +464,34 @@ def _charge_beyond_estimate(
             "error": "a late reply cost more than the estimate charged for it",
         },
     )
+
+
+# Providers stop generating at the output cap the request sent; a server may
+# count an end-of-sequence token or two past it. Usage beyond the cap plus this
+# margin cannot be what the request produced (decision 0017).
+OUTPUT_MARGIN_TOKENS = 64
+OUTPUT_MARGIN_DIVISOR = 10  # and a tenth of the cap, for large caps
+
+
+def output_ceiling(cap: int) -> int:
+    """The most output tokens a reply to a request capped at `cap` is believed to use."""
+    return cap + max(OUTPUT_MARGIN_TOKENS, cap // OUTPUT_MARGIN_DIVISOR)
+
+
+def usage_problem(usage: Usage, cap: int | None) -> str | None:
+    """Why reported usage cannot be charged as reported, or None when it can.
+
+    Implausible usage (negative, not an integer, cached above input, or output
+    above what the request's cap allows) is charged the conservative estimate.
+    """
+    if not usage.plausible:
+        return f"the reported usage is not plausible: {usage}"
+    if cap is not None and usage.output_tokens > output_ceiling(cap):
+        return (
+            f"the reported usage is not plausible: {usage.output_tokens} output tokens "
+            f"for a request capped at {cap}"
+        )
+    return None
 
 
 def _describe(exc: BaseException) -> str:

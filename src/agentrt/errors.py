@@ -86,6 +86,14 @@ class ConfigError(AgentrtError, ValueError):
     """A driver, tool, policy or limit was configured in a way the runtime refuses."""
 
 
+class ToolNameError(ConfigError):
+    """A tool name is not 1 to 64 ASCII letters, digits, `_` or `-` (what providers accept)."""
+
+
+class UnsafePatternError(ConfigError):
+    """A tool schema's regular expression cannot be checked in linear time as ECMA-262 reads it."""
+
+
 class JSONValueError(AgentrtError, ValueError):
     """A value is not usable JSON (see `check_json`)."""
 

@@ -6,9 +6,23 @@ becomes `tool_error` with a `failure` of `error`, `timeout` or
 `invalid_content` (the unusable content kept for the record); `AbortRun` asks
 for the run to end as `tool_abort`.
 
-A plain-function tool runs on a worker thread of a pool reserved for tools, so
-a tool that outlives its timeout (a thread cannot be killed) never takes a
-thread from the store's I/O. A coroutine tool is cancelled at its timeout.
+Invariants kept here:
+
+- `invoke` raises only when *its caller* is cancelled. Whatever the tool
+  raises is its outcome, recorded as `tool_error`: an exception whose `str()`
+  or `repr()` raises, one with a huge message (kept clipped), a
+  `CancelledError` the tool raised itself, and a `BaseException` that is not
+  an `Exception` (`SystemExit`, `KeyboardInterrupt`, a custom one: the tool's
+  own raise does not stop the process, see decision 0017).
+- A tool runs in a task of its own, so that the tool's own `CancelledError`
+  (its task ends without our task having been cancelled) is told apart from a
+  cancellation of the caller (the `await` in `invoke` raises).
+- A plain-function tool runs on a daemon thread of its own, started per call
+  and outside `concurrent.futures`' registry of workers, which the interpreter
+  joins at exit: a tool that outlives its timeout (a thread cannot be killed)
+  never holds the process open and never takes a thread from the store's I/O
+  or from the next tool call. Its late result is discarded. A coroutine tool
+  is cancelled at its timeout.
 """
 
 from __future__ import annotations
@@ -16,19 +30,19 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import inspect
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
 from .canonical import check_json, content_hash
-from .decisions import _kept_text
+from .decisions import _MAX_KEPT, _kept_text
 from .errors import AbortRun, JSONValueError
 from .records import Observation, ObservationKind, ToolCall, ToolResult, ToolSpec
 from .tools import Tool
 
-_TOOL_THREADS = concurrent.futures.ThreadPoolExecutor(
-    max_workers=32, thread_name_prefix="agentrt-tool"
-)
 _MAX_SUMMARY = 1024
+_MAX_DESCRIBED = 4096
 
 
 @dataclass(frozen=True)
@@ -54,26 +68,65 @@ def _error(spec: ToolSpec, failure: str, error: str, **kept: Any) -> Observation
     )
 
 
+def _type_name(value: object) -> str:
+    """The class's own name, read past any metaclass that overrides `__name__`."""
+    name = type.__dict__["__name__"].__get__(type(value), type)
+    return name if isinstance(name, str) else "object"
+
+
+def _plain_text(text: object, limit: int) -> str:
+    """At most `limit` characters of `text` as a plain `str` that can be stored as UTF-8."""
+    if not isinstance(text, str):
+        return ""
+    # str's own slicing: a subclass's overrides never run, and the copy is bounded.
+    clipped = str.__getitem__(text, slice(0, limit))
+    return clipped.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def _describe(exc: BaseException) -> str:
-    text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-    return _kept_text(text)[:4096]
+    """`"<Type>: <message>"`, never raising whatever the exception's `__str__` does."""
+    name = _type_name(exc)
+    try:
+        message = _plain_text(str(exc), _MAX_DESCRIBED)
+    except BaseException:  # a hostile __str__: the type alone is still the outcome
+        return f"{name} (its message could not be read)"
+    return f"{name}: {message}"[:_MAX_DESCRIBED] if message else name
+
+
+def _kept(value: Any) -> str:
+    """`_kept_text` for the record, or a placeholder when even `repr` raises."""
+    try:
+        return _kept_text(value)
+    except BaseException:
+        return f"<a {_type_name(value)} whose repr raised>"
 
 
 def result_observation(spec: ToolSpec, result: Any) -> Observation:
-    """The observation for what `call` returned (or an invalid_content error)."""
+    """The observation for what `call` returned (or an invalid_content error); never raises."""
+    try:
+        return _result_observation(spec, result)
+    except BaseException:  # a hostile value: what it is cannot be read, so it is unusable
+        return _error(
+            spec,
+            "invalid_content",
+            f"tool returned a {_type_name(result)} that could not be inspected",
+        )
+
+
+def _result_observation(spec: ToolSpec, result: Any) -> Observation:
     if not isinstance(result, ToolResult):
         return _error(
             spec,
             "invalid_content",
             f"tool returned {type(result).__name__}, not a ToolResult",
-            content_text=_kept_text(result),
+            content_text=_kept(result),
         )
     if not isinstance(cast(object, result.summary), str):
         return _error(
             spec,
             "invalid_content",
             "tool summary is not a string",
-            content_text=_kept_text(result.summary),
+            content_text=_kept(result.summary),
         )
     try:
         check_json(result.content)
@@ -83,7 +136,7 @@ def result_observation(spec: ToolSpec, result: Any) -> Observation:
             spec,
             "invalid_content",
             f"tool content is not usable JSON: {exc}",
-            content_text=_kept_text(result.content),
+            content_text=_kept(result.content),
         )
     return Observation(
         kind=ObservationKind.TOOL_RESULT,
@@ -93,14 +146,38 @@ def result_observation(spec: ToolSpec, result: Any) -> Observation:
     )
 
 
-ToolThreads = list["concurrent.futures.Future[Any]"]
+Future = concurrent.futures.Future[Any]
+ToolThreads = list[Future]
+
+
+def _on_own_thread(method: Callable[[ToolCall], Any], call: ToolCall) -> Future:
+    """Run `method(call)` on a new daemon thread; the future holds its result or exception.
+
+    Not `concurrent.futures.ThreadPoolExecutor`: the interpreter joins its
+    workers at exit, so a tool still running after its timeout would hold the
+    process open until it returned.
+    """
+    future: Future = concurrent.futures.Future()
+
+    def work() -> None:
+        if not future.set_running_or_notify_cancel():
+            return
+        try:
+            result = method(call)
+        except BaseException as exc:  # whatever the tool raises is its outcome
+            future.set_exception(exc)
+        else:
+            future.set_result(result)
+
+    threading.Thread(target=work, name="agentrt-tool", daemon=True).start()
+    return future
 
 
 async def _call(tool: Tool, call: ToolCall, threads: ToolThreads | None) -> Any:
     method = tool.call
     if inspect.iscoroutinefunction(method):
         return await method(call)
-    future = _TOOL_THREADS.submit(method, call)
+    future = _on_own_thread(method, call)
     if threads is not None:
         threads.append(future)
     result = await asyncio.wrap_future(future)
@@ -109,26 +186,61 @@ async def _call(tool: Tool, call: ToolCall, threads: ToolThreads | None) -> Any:
     return result
 
 
+async def _guarded(tool: Tool, call: ToolCall, threads: ToolThreads | None) -> tuple[bool, Any]:
+    """(True, result) or (False, what the tool raised): the tool's task never ends raising.
+
+    A `KeyboardInterrupt` or `SystemExit` that escaped a task would stop the
+    event loop itself; here it is only the tool's outcome.
+    """
+    try:
+        return True, await _call(tool, call, threads)
+    except BaseException as exc:
+        return False, exc
+
+
 async def invoke(
     tool: Tool, spec: ToolSpec, call: ToolCall, threads: ToolThreads | None = None
 ) -> ToolOutcome:
-    """Run the tool once. Caller cancellation propagates (the driver records it).
+    """Run the tool once. Only a cancellation of the caller propagates (the driver records it).
 
     A plain-function tool runs on a thread that outlives a timeout or a
     cancellation; `threads` receives its future, so the caller can tell whether
     the call is still running (and keep the lease until it is not).
     """
-    abort: str | None = None
+    task = asyncio.ensure_future(_guarded(tool, call, threads))
     try:
-        result = await asyncio.wait_for(_call(tool, call, threads), spec.timeout.total_seconds())
-        observation = result_observation(spec, result)
-    except TimeoutError:
-        observation = _error(spec, "timeout", f"timed out after {spec.timeout.total_seconds():g}s")
-    except AbortRun as exc:
-        abort = exc.detail or "the tool aborted the run"
-        observation = _error(spec, "abort", _kept_text(abort))
+        done, _ = await asyncio.wait({task}, timeout=spec.timeout.total_seconds())
     except asyncio.CancelledError:
+        # Only our own task's cancellation gets here: the caller's. Let the tool
+        # unwind from its cancellation first, as `asyncio.wait_for` would.
+        task.cancel()
+        await asyncio.wait({task})
         raise
-    except Exception as exc:
-        observation = _error(spec, "error", _describe(exc))
-    return ToolOutcome(observation=observation, abort=abort)
+    if task not in done:
+        task.cancel()
+        await asyncio.wait({task})
+        observation = _error(spec, "timeout", f"timed out after {spec.timeout.total_seconds():g}s")
+        return ToolOutcome(observation=observation)
+    ok, value = task.result()
+    if ok:
+        return ToolOutcome(observation=result_observation(spec, value))
+    return _raised(spec, value)
+
+
+def _raised(spec: ToolSpec, exc: BaseException) -> ToolOutcome:
+    """The outcome of a tool that raised `exc`; never raises."""
+    if isinstance(exc, AbortRun):
+        try:
+            detail: object = exc.detail  # typed str, but a subclass may store anything
+            if isinstance(detail, str):
+                abort = _plain_text(detail, _MAX_KEPT)
+            else:
+                abort = "" if detail is None else _kept(detail)
+        except BaseException:  # a hostile subclass: the abort itself still stands
+            abort = ""
+        abort = abort or "the tool aborted the run"
+        return ToolOutcome(observation=_error(spec, "abort", abort), abort=abort)
+    if isinstance(exc, asyncio.CancelledError):
+        error = f"{_describe(exc)} (raised by the tool itself; the run was not cancelled)"
+        return ToolOutcome(observation=_error(spec, "error", error))
+    return ToolOutcome(observation=_error(spec, "error", _describe(exc)))

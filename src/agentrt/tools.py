@@ -14,6 +14,7 @@ import dataclasses
 import functools
 import inspect
 import math
+import re
 import threading
 import types
 import typing
@@ -33,9 +34,10 @@ import referencing.exceptions
 import referencing.jsonschema
 from pydantic.fields import FieldInfo
 
+from . import patterns
 from .canonical import content_hash, copy_json
 from .clock import duration_to_ns
-from .errors import AgentrtError, ConfigError
+from .errors import AgentrtError, ConfigError, ToolNameError
 from .records import SideEffect, ToolCall, ToolResult, ToolSpec
 
 __all__ = [
@@ -68,6 +70,8 @@ _MAX_MESSAGE_CHARS = 500
 _MAX_TIMEOUT_NS = min(2**63 - 1, int(threading.TIMEOUT_MAX) * 1_000_000_000)
 _SIDE_EFFECTS = tuple(member.value for member in SideEffect)
 _REF_KEYWORDS = ("$ref", "$dynamicRef", "$recursiveRef")
+# What every provider accepts as a tool (function) name; `fullmatch`, so no newline slips by.
+_TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}", re.ASCII)
 
 
 @runtime_checkable
@@ -504,13 +508,36 @@ def _dialects() -> dict[str, tuple[Any, referencing.Specification[Any]]]:
         jsonschema.Draft202012Validator,
     ):
         keyword = "divisibleBy" if "divisibleBy" in base.VALIDATORS else "multipleOf"
-        cls = jsonschema.validators.extend(base, validators={keyword: _multiple_of})
+        # Patterns are searched in linear time, never with Python's backtracking `re`.
+        cls = jsonschema.validators.extend(
+            base,
+            validators={
+                keyword: _multiple_of,
+                "pattern": patterns.pattern,
+                "patternProperties": patterns.pattern_properties,
+                "additionalProperties": patterns.additional_properties,
+            },
+        )
         uri = base.META_SCHEMA.get("$id", base.META_SCHEMA.get("id"))
         out[_strip_empty_fragment(uri)] = (
             cls,
             referencing.jsonschema.specification_with(uri),
         )
     return out
+
+
+def _metaschema_formats(cls: Any) -> Any:
+    """The dialect's format checks for its metaschema, but `regex` left to `patterns`.
+
+    jsonschema checks `format: regex` with Python's `re`, a different dialect
+    from ECMA-262; `patterns.check_patterns` is the one judge of a pattern.
+    """
+    checker = jsonschema.FormatChecker(formats=())
+    checker.checkers = {
+        **cls.FORMAT_CHECKER.checkers,
+        "regex": (lambda instance: True, ()),
+    }
+    return checker
 
 
 def _strip_empty_fragment(uri: str) -> str:
@@ -646,6 +673,11 @@ def _check_spec_fields(spec: ToolSpec) -> str:
         raise ConfigError(f"tool name must be a string, got {type(name).__name__}")
     if not name:
         raise ConfigError("tool name must not be empty")
+    if _TOOL_NAME.fullmatch(name) is None:
+        raise ToolNameError(
+            f"tool name {_clip(repr(name))} is refused: a tool name must be 1 to 64 ASCII "
+            "letters, digits, '_' or '-' (^[a-zA-Z0-9_-]{1,64}$), which every provider accepts"
+        )
     if not isinstance(spec.description, str):
         raise ConfigError(
             f"tool {name!r}: description must be a string, got {type(spec.description).__name__}"
@@ -721,12 +753,13 @@ def _compile(spec: ToolSpec, name: str, key: str, schema: dict[str, Any]) -> Com
     cls, specification = _DIALECTS[dialect]
     refs = _local_refs(schema, name, dialect)
     try:
-        cls.check_schema(schema)
+        cls.check_schema(schema, format_checker=_metaschema_formats(cls))
     except jsonschema.exceptions.SchemaError as exc:
         raise ConfigError(
             f"tool {name!r}: input schema does not compile against {dialect}: "
             f"{exc.json_path}: {_clip(exc.message)}"
         ) from exc
+    patterns.check_patterns(schema, name)
     # The dialect is chosen; the root's `$schema` goes, because jsonschema re-reads
     # it whenever a reference re-enters the root and would swap in its stock
     # validator class, which lacks the overflow-safe `multipleOf`.
