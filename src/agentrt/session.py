@@ -46,7 +46,7 @@ from . import limits as limits_mod
 from .approval import approval_hash, approval_request
 from .canonical import check_json, content_hash, copy_json, from_text, to_text
 from .clock import Clock, IdFactory, as_stored, duration_to_ms, format_time
-from .decisions import RecordedDecision, call_args, record, validate
+from .decisions import RecordedDecision, call_args, exception_text, record, validate
 from .errors import JSONValueError, LeaseLostError, RunStateError
 from .events import Observer, deliver
 from .execute import invoke
@@ -56,7 +56,6 @@ from .policy import evaluate as evaluate_policy
 from .records import (
     JSON,
     Approval,
-    Decision,
     DecisionKind,
     Observation,
     ObservationKind,
@@ -493,16 +492,16 @@ class RunSession:
         def tx_decided(tx: Tx) -> None:
             self.require_lease(tx)
             now = self.config.clock()
-            payload = recorded.decision.to_json()
-            text = to_text(payload)
+            # `record` never raises and its text is known to encode: whatever the
+            # agent returned, this write records it (or what could be kept of it).
             cur = tx.execute(
                 "UPDATE steps SET decision_json = ? WHERE id = ? AND status = 'deciding'",
-                (text, step.id),
+                (recorded.text, step.id),
             )
             if cur.rowcount != 1:
                 raise RunStateError(f"step {step.id} is no longer deciding")
-            tx.append_event(self.run_id, step.id, now, ev.STEP_DECIDED, payload)
-            self.put_step(replace(self.current(step), decision=Decision.from_json(from_text(text))))
+            tx.append_event(self.run_id, step.id, now, ev.STEP_DECIDED, recorded.decision.to_json())
+            self.put_step(replace(self.current(step), decision=recorded.decision))
 
         await self.write(tx_decided, POINT_DECIDED)
         return recorded
@@ -581,7 +580,7 @@ class RunSession:
         try:
             result = await evaluate_policy(self.config.policy, request, view)
         except Exception as exc:  # the policy is consumer code: its failure ends the run
-            return PolicyCheck(None, f"policy raised {type(exc).__name__}: {exc}")
+            return PolicyCheck(None, f"policy raised {exception_text(exc)}")
         error = validate_policy_decision(result)
         if error is not None:
             return PolicyCheck(None, error)
