@@ -385,3 +385,36 @@ def test_record_and_validate_never_raise_and_store_plain_values(value: Any) -> N
     error = validate(recorded, {})
     assert isinstance(error, str) and error
     assert to_text(recorded.decision.to_json()) == recorded.text
+
+
+def test_the_tool_receives_the_args_as_recorded_even_when_the_agents_object_changes(
+    store: agentrt.Store,
+) -> None:
+    """Validation, the policy and the tool see the recorded values, never the agent's
+    object, which here answers differently every time it is read."""
+
+    class Shifty(dict[str, Any]):
+        reads = 0
+
+        def items(self) -> Any:
+            Shifty.reads += 1
+            return dict.items({"x": Shifty.reads})
+
+    tool = RecordingTool("read", SideEffect.READ_ONLY)
+    driver = agentrt.Driver(
+        store=store,
+        agent=first_then_complete(Decision.tool_call("read", Shifty(x=0))),
+        policy=agentrt.default_policy(),
+        tools=[tool],
+        now=FakeClock(),
+        new_id=Ids(),
+    )
+    run = driver.start_sync("goal")
+    assert run.status == "COMPLETED"
+    first = store.list_steps(run.id)[0]
+    assert first.decision is not None
+    recorded = first.decision.args
+    started = [e for e in store.list_events(run_id=run.id) if e.type == "step.tool_started"]
+    assert [e.payload["args"] for e in started] == [recorded]
+    assert [c.args for c in tool.calls] == [recorded]
+    assert type(tool.calls[0].args) is dict
