@@ -256,13 +256,43 @@ def test_every_loop_write_refuses_a_lease_held_by_someone_else(db_path: Path, ca
     assert len(tool.calls) == expected_calls
 
 
-def test_the_continue_after_a_takeover_refuses_a_lease_held_by_someone_else(
-    db_path: Path,
+class Died(BaseException):
+    """Stands for the process dying (nothing in the loop catches a BaseException)."""
+
+
+class DyingTool:
+    """A local mutation whose process dies while it runs: the step stays `executing`."""
+
+    def __init__(self) -> None:
+        self.spec = agentrt.ToolSpec(
+            name="t",
+            description="mutates",
+            input_schema={"type": "object"},
+            side_effect=SideEffect.LOCAL_MUTATION,
+            timeout=timedelta(seconds=5),
+        )
+
+    async def call(self, call: ToolCall) -> ToolResult:
+        raise Died()
+
+
+AFTER_TAKEOVER = {
+    # name: (where the first process died, the reconcile of the second driver)
+    "continue after an interrupted decision": ("deciding", None),
+    "pause on an interrupted side effect": ("executing", None),
+    "end on a reconcile conflict": (
+        "executing",
+        lambda view: agentrt.Reconciliation.conflict("the consumer says no"),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(AFTER_TAKEOVER))
+def test_the_writes_after_a_takeover_refuse_a_lease_held_by_someone_else(
+    db_path: Path, case: str
 ) -> None:
     """A resume's own writes after the takeover are guarded too."""
-
-    class Died(BaseException):
-        """Stands for the process dying while its agent decided."""
+    died_while, reconcile = AFTER_TAKEOVER[case]
 
     def dies(input: StepInput) -> Decision:
         raise Died()
@@ -270,15 +300,17 @@ def test_the_continue_after_a_takeover_refuses_a_lease_held_by_someone_else(
     store = agentrt.open_store(str(db_path))
     first = agentrt.Driver(
         store=store,
-        agent=dies,
+        agent=dies if died_while == "deciding" else ScriptedAgent([Decision.tool_call("t", {})]),
         policy=agentrt.default_policy(),
+        tools=[DyingTool()],
         now=FakeClock(),
         new_id=Ids(),
     )
     with pytest.raises(Died):
         first.start_sync("goal")
     (run,) = store.list_runs(10)
-    assert run.status == "RUNNING"
+    (step,) = store.list_steps(run.id)
+    assert (run.status, step.status) == ("RUNNING", died_while)
     thief = Thief(db_path)
 
     def probe(point: str, session: Any) -> None:
@@ -290,6 +322,8 @@ def test_the_continue_after_a_takeover_refuses_a_lease_held_by_someone_else(
         store=store,
         agent=ScriptedAgent([Decision.complete("done")] * 2),
         policy=agentrt.default_policy(),
+        tools=[DyingTool()],
+        reconcile=reconcile,
         now=FakeClock(),
         new_id=Ids("c"),
         wall=lambda: later,
@@ -298,6 +332,8 @@ def test_the_continue_after_a_takeover_refuses_a_lease_held_by_someone_else(
     with pytest.raises(LeaseLostError):
         second.resume_sync(run.id)
     thief.assert_nothing_written_since(run.id)
+    assert [s.status for s in store.list_steps(run.id)] == ["interrupted"]
+    assert store.list_approvals(run.id) == []
     store.close()
 
 
