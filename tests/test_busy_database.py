@@ -278,3 +278,34 @@ def test_a_completed_model_attempt_is_settled_once_after_a_lock_held_past_the_bu
     (completed_at,) = observed.at("model.completed")
     assert completed_at >= holder.released_at
     store.close()
+
+
+def test_a_late_result_after_a_cancel_is_appended_once_after_a_lock_held_past_the_busy_timeout(
+    db_path: Path, holders: list[LockHolder]
+) -> None:
+    """An operator cancelled the run while its tool ran; the tool's late result is
+    still appended (loop.md), after the lock another connection held is released."""
+    store = agentrt.open_store(str(db_path))
+    holder = LockHolder(db_path)
+    holders.append(holder)
+
+    def call(c: ToolCall) -> ToolResult:
+        operator = agentrt.open_existing(str(db_path))
+        try:
+            agentrt.cancel(operator, c.run_id, by="ops", note="stop it")
+        finally:
+            operator.close()
+        holder.take()
+        return ToolResult(content={"charged": 42}, summary="charged late")
+
+    tool = RecordingTool("charge", SideEffect.REMOTE_MUTATION, result=call)
+    observed = Observed()
+    run = driver_for(store, tool, observed).start_sync("charge once")
+    assert (run.status, run.reason) == ("CANCELLED", "operator_cancelled")
+    events = store.list_events(run_id=run.id)
+    assert [e.type for e in events][-3:] == ["step.failed", "run.finished", "step.tool_finished"]
+    late = events[-1]
+    assert (late.payload["late"], late.payload["summary"]) == (True, "charged late")
+    (finished_at,) = observed.at("step.tool_finished")
+    assert finished_at >= holder.released_at
+    store.close()
