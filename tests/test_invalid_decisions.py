@@ -349,6 +349,21 @@ def test_a_limit_exceeded_naming_no_model_limit_is_an_agent_error(store: agentrt
     assert run.reason_detail == "LimitExceeded: goal_completed: not really"
 
 
+def test_a_limit_exceeded_whose_fields_raise_is_an_agent_error(store: agentrt.Store) -> None:
+    class Hostile(LimitExceeded):
+        def __getattribute__(self, name: str) -> Any:
+            if name in ("reason", "detail"):
+                raise RuntimeError(f"{name} refuses")
+            return super().__getattribute__(name)
+
+    def decide(input: StepInput) -> Decision:
+        raise Hostile("limit_tokens", "spent")
+
+    run = drive(store, decide)
+    assert (run.status, run.reason) == ("FAILED", "agent_error")
+    assert run.reason_detail == "Hostile: limit_tokens: spent"
+
+
 # -- record and validate never raise ------------------------------------------------------
 
 

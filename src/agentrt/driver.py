@@ -449,11 +449,14 @@ _MODEL_LIMITS = frozenset(
 
 def _limit_reason(exc: LimitExceeded) -> tuple[str, str]:
     """A model limit's reason and detail; a `LimitExceeded` naming no model limit is the agent's."""
-    reason, detail = getattr(exc, "reason", None), getattr(exc, "detail", None)
-    if isinstance(reason, str) and isinstance(detail, str):
-        plain = str.__str__(reason)
-        if plain in _MODEL_LIMITS:
-            return plain, str.__str__(detail)
+    try:  # an agent may raise its own LimitExceeded (subclass): read it defensively
+        reason, detail = exc.reason, exc.detail
+        if isinstance(reason, str) and isinstance(detail, str):
+            plain = str.__str__(reason)
+            if plain in _MODEL_LIMITS:
+                return plain, str.__str__(detail)
+    except Exception:
+        pass
     return TerminalReason.AGENT_ERROR, exception_text(exc)
 
 
