@@ -364,6 +364,29 @@ def test_a_limit_exceeded_whose_fields_raise_is_an_agent_error(store: agentrt.St
     assert run.reason_detail == "Hostile: limit_tokens: spent"
 
 
+def test_an_agent_whose_decide_attribute_raises_ends_the_run_as_agent_error(
+    store: agentrt.Store,
+) -> None:
+    class Broken:
+        armed = False  # armed once the driver is built, whatever its constructor checks
+
+        @property
+        def decide(self) -> Any:
+            if self.armed:
+                raise RuntimeError("no decide today")
+            return lambda input: Decision.complete("never")
+
+    broken = Broken()
+    driver = agentrt.Driver(
+        store=store, agent=broken, policy=agentrt.default_policy(), now=FakeClock(), new_id=Ids()
+    )
+    broken.armed = True
+    run = driver.start_sync("goal")
+    assert (run.status, run.reason) == ("FAILED", "agent_error")
+    assert run.reason_detail == "RuntimeError: no decide today"
+    assert [s.status for s in store.list_steps(run.id)] == ["failed"]
+
+
 # -- record and validate never raise ------------------------------------------------------
 
 

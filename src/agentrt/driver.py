@@ -381,8 +381,8 @@ class Driver:
             caller = AccountingCaller(session, step, self.model, self.model_config)
         step_input = StepInput(run=run, steps=steps, approvals=approvals, tools=specs, model=caller)
         agent: Any = self.agent
-        decide: Callable[[StepInput], Any] = getattr(agent, "decide", agent)
         try:
+            decide: Callable[[StepInput], Any] = getattr(agent, "decide", agent)
             return _Decided(await maybe_await(decide(step_input)))
         except (LeaseLostError, RunMoved, asyncio.CancelledError):
             raise
