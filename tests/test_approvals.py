@@ -33,9 +33,11 @@ def paused_run(
     limits: Limits | None = None,
     tool: RecordingTool | None = None,
     policy: Any = None,
+    args: Any = None,
 ) -> tuple[agentrt.Driver, agentrt.Run, RecordingTool]:
     push = tool or RecordingTool("push", SideEffect.REMOTE_MUTATION)
-    agent = ScriptedAgent([Decision.tool_call("push", {"x": 1}), Decision.complete("ok")])
+    args = {"x": 1} if args is None else args
+    agent = ScriptedAgent([Decision.tool_call("push", args), Decision.complete("ok")])
     driver = agentrt.Driver(
         store=store,
         agent=agent,
@@ -61,11 +63,36 @@ def snapshot(db_path: Path) -> list[tuple[Any, ...]]:
         conn.close()
 
 
+PUSH_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "branch": {"type": "string"},
+        "force": {"type": "boolean"},
+        "retries": {"type": "integer"},
+        "ratio": {"type": "number"},
+        "labels": {"type": "array", "items": {"type": "string"}},
+        "meta": {"type": "object"},
+        "note": {"type": ["string", "null"]},
+    },
+    "additionalProperties": False,
+}
+
+
 def test_approve_then_resume_executes_the_request_once(store: agentrt.Store) -> None:
-    driver, run, push = paused_run(store)
+    args = {
+        "branch": "main",
+        "force": True,
+        "retries": 0,
+        "ratio": 0.5,
+        "labels": ["a", "b"],
+        "meta": {"n": 1, "ok": False},
+        "note": None,
+    }
+    tool = RecordingTool("push", SideEffect.REMOTE_MUTATION, schema=PUSH_SCHEMA)
+    driver, run, push = paused_run(store, tool=tool, args=args)
     (approval,) = store.pending_approvals(run.id)
     assert approval.kind == "remote_mutation"
-    assert approval.request["args"] == {"x": 1}
+    assert approval.request["args"] == args
     assert approval.hash == agentrt.approval_hash(
         approval.kind, approval.capability, approval.presentation, approval.request
     )
@@ -74,7 +101,23 @@ def test_approve_then_resume_executes_the_request_once(store: agentrt.Store) -> 
     assert push.calls == []  # approving never executes anything
     run = driver.resume_sync(run.id)
     assert run.status == "COMPLETED"
-    assert len(push.calls) == 1
+    # Exactly the approved request, once: the same step, and the approved args key by
+    # key, with their types (True is not 1, 0 is not False, 0.5 is not "0.5").
+    (call,) = push.calls
+    assert (call.run_id, call.step_id) == (run.id, approval.step_id)
+    approved = approval.request["args"]
+    assert type(call.args) is dict
+    assert sorted(call.args) == sorted(approved) == sorted(args)
+    for key, value in approved.items():
+        assert call.args[key] == value == args[key], key
+        assert type(call.args[key]) is type(value) is type(args[key]), key
+    assert call.args["meta"] == {"n": 1, "ok": False}
+    assert [type(v) for v in call.args["meta"].values()] == [int, bool]
+    assert agentrt.canonical_json(call.args) == agentrt.canonical_json(approved)
+    started = [e for e in store.list_events(run_id=run.id) if e.type == "step.tool_started"]
+    assert [e.payload for e in started] == [
+        {"tool": "push", "args": approved, "approval_id": approval.id}
+    ]
 
 
 def test_tampered_approval_row_is_refused_by_hash(store: agentrt.Store, db_path: Path) -> None:

@@ -366,8 +366,9 @@ class AccountingCaller:
             session.refresh(tx)
 
         # Settling is bookkeeping of what already happened: it does not need the
-        # lease (a takeover charges a dispatched row only if it is still dispatched).
-        await session.write(tx_settle)
+        # lease (a takeover charges a dispatched row only if it is still dispatched),
+        # and, its outcome being known, it waits out a busy database (decision 0012).
+        await session.write_outcome(tx_settle)
 
     def _retry_wait(self, outcome: _Outcome, attempt: int) -> timedelta | None:
         """How long to wait before the next attempt, or None to give up now."""

@@ -18,13 +18,15 @@ import logging
 import re
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Protocol, TypeVar, cast, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from . import events as ev
 from .accounting import AccountingCaller
 from .canonical import to_text
 from .clock import Clock, IdFactory, format_time, new_id, wall_clock
+from .decisions import exception_text
 from .errors import (
     ConfigError,
     LeaseLostError,
@@ -374,10 +376,11 @@ class Driver:
                 step = await session.begin_step()
                 if step is None:
                     return session.run
-                decision = await self._decide(session, step)
-                if decision is None:
+                decided = await self._decide(session, step)
+                if decided is None:  # the agent's call ended the run
                     return session.run
-                verdict = await session.propose(step, decision)
+                # Whatever the agent returned, None included, is recorded and validated.
+                verdict = await session.propose(step, decided.value)
                 if verdict == Verdict.ALLOWED:
                     await session.execute(step)
                     if session.run.status != RunStatus.RUNNING:
@@ -395,7 +398,12 @@ class Driver:
             if session.lingering_tool is None:
                 session.stop_heartbeat()
 
-    async def _decide(self, session: RunSession, step: Any) -> Decision | None:
+    async def _decide(self, session: RunSession, step: Any) -> _Decided | None:
+        """The agent's answer for `step`, wrapped; None when asking it ended the run.
+
+        The answer is always wrapped, so no value an agent can return (None
+        included) is ever mistaken for the run having ended.
+        """
         run, steps, approvals = session.step_input_parts()
         shown = self._config.shown_specs
         specs = tuple(shown[name] for name in sorted(shown))
@@ -404,17 +412,17 @@ class Driver:
             caller = AccountingCaller(session, step, self.model, self.model_config)
         step_input = StepInput(run=run, steps=steps, approvals=approvals, tools=specs, model=caller)
         agent: Any = self.agent
-        decide: Callable[[StepInput], Any] = getattr(agent, "decide", agent)
         try:
-            return cast(Decision, await maybe_await(decide(step_input)))
+            decide: Callable[[StepInput], Any] = getattr(agent, "decide", agent)
+            return _Decided(await maybe_await(decide(step_input)))
         except (LeaseLostError, RunMoved, asyncio.CancelledError):
             raise
         except LimitExceeded as exc:
-            reason, detail = exc.reason, exc.detail
+            reason, detail = _limit_reason(exc)
         except ModelUnavailableError as exc:
-            reason, detail = TerminalReason.MODEL_UNAVAILABLE, str(exc)
+            reason, detail = TerminalReason.MODEL_UNAVAILABLE, exception_text(exc, named=False)
         except Exception as exc:
-            reason, detail = TerminalReason.AGENT_ERROR, f"{type(exc).__name__}: {exc}"
+            reason, detail = TerminalReason.AGENT_ERROR, exception_text(exc)
         await session.end_with_step(
             step,
             RunStatus.FAILED,
@@ -424,6 +432,13 @@ class Driver:
             observation=failed_decision(detail),
         )
         return None
+
+
+@dataclass(frozen=True)
+class _Decided:
+    """What the agent returned for a step, whatever it is (see `Driver._decide`)."""
+
+    value: Any
 
 
 class _Exclusive:
@@ -456,6 +471,24 @@ def _let_go(session: RunSession) -> None:
         logging.getLogger("agentrt").warning(
             "could not release the lease on run %s; it will expire", session.run_id
         )
+
+
+_MODEL_LIMITS = frozenset(
+    {TerminalReason.LIMIT_MODEL_CALLS, TerminalReason.LIMIT_TOKENS, TerminalReason.LIMIT_COST}
+)
+
+
+def _limit_reason(exc: LimitExceeded) -> tuple[str, str]:
+    """A model limit's reason and detail; a `LimitExceeded` naming no model limit is the agent's."""
+    try:  # an agent may raise its own LimitExceeded (subclass): read it defensively
+        reason, detail = exc.reason, exc.detail
+        if isinstance(reason, str) and isinstance(detail, str):
+            plain = str.__str__(reason)
+            if plain in _MODEL_LIMITS:
+                return plain, str.__str__(detail)
+    except Exception:
+        pass
+    return TerminalReason.AGENT_ERROR, exception_text(exc)
 
 
 def _default_new_id() -> str:

@@ -62,6 +62,10 @@ class StoreError(AgentrtError):
     """The database cannot be used as asked (too old SQLite, WAL refused, bad path)."""
 
 
+class StoreBusyError(StoreError):
+    """Another connection held the write lock past the busy timeout; nothing was written."""
+
+
 class SchemaVersionError(StoreError):
     """The database was written by a newer (or, for `open_existing`, another) schema."""
 

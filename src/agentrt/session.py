@@ -24,6 +24,8 @@ Invariants enforced here:
   is written. Side-effect starts also require the lease unexpired by the wall
   clock.
 - Every way a run ends settles the step and the run in one transaction.
+- A write whose outcome is already known (a tool finished, a model attempt
+  settled) waits out a busy database while the lease is ours (`write_outcome`).
 - The clock is read exactly once per transaction, in a fixed order, so a fake
   clock gives byte-identical records; lease times use the wall clock only.
 - Committed events reach the observer after the commit, in commit order.
@@ -46,8 +48,8 @@ from . import limits as limits_mod
 from .approval import approval_hash, approval_request
 from .canonical import check_json, content_hash, copy_json, from_text, to_text
 from .clock import Clock, IdFactory, as_stored, duration_to_ms, format_time
-from .decisions import RecordedDecision, call_args, record, validate
-from .errors import JSONValueError, LeaseLostError, RunStateError
+from .decisions import RecordedDecision, call_args, exception_text, record, validate
+from .errors import JSONValueError, LeaseLostError, RunStateError, StoreBusyError
 from .events import Observer, deliver
 from .execute import invoke
 from .lease import Heartbeat, WallClock, renewer_for
@@ -56,7 +58,6 @@ from .policy import evaluate as evaluate_policy
 from .records import (
     JSON,
     Approval,
-    Decision,
     DecisionKind,
     Observation,
     ObservationKind,
@@ -83,6 +84,10 @@ T = TypeVar("T")
 _IO_THREADS = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="agentrt-io")
 
 _POLICY_OUTCOMES = {str(o) for o in PolicyOutcome}
+
+# Between attempts at a known outcome's write on a busy database (each attempt
+# itself waits up to the store's busy timeout).
+_BUSY_PAUSE_SECONDS = 0.05
 
 # Crash points the test kit can stop a process at (see `agentrt.testkit.Point`).
 POINT_STEP_STARTED = "step.started"
@@ -277,6 +282,62 @@ class RunSession:
         if point is not None:
             await self.probe(point)
         return out
+
+    async def write_outcome(self, fn: Callable[[Tx], T], point: str | None = None) -> T:
+        """`write` for an outcome that is already known (a tool's, a model attempt's).
+
+        Such a write must not give up while its outcome is known: a database
+        whose write lock another connection holds past the busy timeout is
+        waited out, and the transaction retried, for as long as the lease is
+        ours (the heartbeat keeps renewing it whenever it can get the lock).
+        Only when the lease is no longer ours, or lapsed while the database
+        stayed busy, does it fail loudly, with `LeaseLostError`, having written
+        nothing: the outcome is then the next owner's to settle. A busy
+        failure is one at `BEGIN IMMEDIATE`, before `fn` ran, so retrying never
+        runs `fn` twice. (Decision 0012.)
+        """
+        waiting_since: datetime | None = None
+        while True:
+            try:
+                return await self.write(fn, point)
+            except StoreBusyError as busy:
+                if waiting_since is None:
+                    waiting_since = self.config.wall()
+                await self._wait_out_busy(busy, waiting_since)
+
+    async def _wait_out_busy(self, busy: StoreBusyError, waiting_since: datetime) -> None:
+        """Return to retry while the lease is ours; raise `LeaseLostError` once it is not."""
+        config = self.config
+        rows = await run_io(
+            lambda: config.store.query(
+                "SELECT status, lease_owner, lease_expires_at, lease_epoch FROM runs WHERE id = ?",
+                (self.run_id,),
+            )
+        )
+        now = config.wall()
+        if rows:
+            status, owner, expires, epoch = rows[0]
+            if status == RunStatus.RUNNING and owner == config.owner:
+                if expires > format_time(now):
+                    await asyncio.sleep(_BUSY_PAUSE_SECONDS)
+                    return
+                raise LeaseLostError(
+                    f"the database stayed busy until the lease on run {self.run_id} lapsed "
+                    f"at {expires}; the outcome was not recorded and is left for the next owner"
+                ) from busy
+            # Cancelled while we held the lease: the late record is appended (see
+            # `finish_tool`); it is waited for as long as the lease would have lasted.
+            if (
+                status == RunStatus.CANCELLED
+                and epoch == self.epoch
+                and now - waiting_since < config.lease_ttl
+            ):
+                await asyncio.sleep(_BUSY_PAUSE_SECONDS)
+                return
+        raise LeaseLostError(
+            f"run {self.run_id} changed owner or status while the database was busy; "
+            "the outcome was not recorded and is left for the current owner"
+        ) from busy
 
     def probe_in_tx(self, point: str) -> None:
         hook = self.config.probe_in_tx
@@ -493,16 +554,16 @@ class RunSession:
         def tx_decided(tx: Tx) -> None:
             self.require_lease(tx)
             now = self.config.clock()
-            payload = recorded.decision.to_json()
-            text = to_text(payload)
+            # `record` never raises and its text is known to encode: whatever the
+            # agent returned, this write records it (or what could be kept of it).
             cur = tx.execute(
                 "UPDATE steps SET decision_json = ? WHERE id = ? AND status = 'deciding'",
-                (text, step.id),
+                (recorded.text, step.id),
             )
             if cur.rowcount != 1:
                 raise RunStateError(f"step {step.id} is no longer deciding")
-            tx.append_event(self.run_id, step.id, now, ev.STEP_DECIDED, payload)
-            self.put_step(replace(self.current(step), decision=Decision.from_json(from_text(text))))
+            tx.append_event(self.run_id, step.id, now, ev.STEP_DECIDED, recorded.decision.to_json())
+            self.put_step(replace(self.current(step), decision=recorded.decision))
 
         await self.write(tx_decided, POINT_DECIDED)
         return recorded
@@ -581,7 +642,7 @@ class RunSession:
         try:
             result = await evaluate_policy(self.config.policy, request, view)
         except Exception as exc:  # the policy is consumer code: its failure ends the run
-            return PolicyCheck(None, f"policy raised {type(exc).__name__}: {exc}")
+            return PolicyCheck(None, f"policy raised {exception_text(exc)}")
         error = validate_policy_decision(result)
         if error is not None:
             return PolicyCheck(None, error)
@@ -1030,7 +1091,7 @@ class RunSession:
                 return
             self.refresh(tx, step.id)
 
-        await self.write(tx_finished, POINT_TOOL_FINISHED)
+        await self.write_outcome(tx_finished, POINT_TOOL_FINISHED)
 
 
 def denied_observation(tool: str, reason: str) -> Observation:

@@ -27,7 +27,7 @@ from . import filesafety, migrations
 from .canonical import from_text, to_text
 from .chain import event_hash, verify_chain
 from .clock import as_stored, format_time, parse_time
-from .errors import NotFoundError, StoreError, UnsafeSchemaError
+from .errors import NotFoundError, StoreBusyError, StoreError, UnsafeSchemaError
 from .records import (
     JSON,
     Approval,
@@ -436,6 +436,12 @@ def _configure(conn: sqlite3.Connection, *, writer: bool) -> None:
         conn.execute("PRAGMA query_only = ON")
 
 
+def is_busy(error: sqlite3.Error) -> bool:
+    """True when SQLite refused because another connection holds a lock (BUSY or LOCKED)."""
+    code = getattr(error, "sqlite_errorcode", None)
+    return isinstance(code, int) and code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+
+
 def _refuse_unsafe_schema(conn: sqlite3.Connection) -> None:
     """No trigger or view may exist: either could run code when we read or write."""
     rows = conn.execute(
@@ -708,6 +714,12 @@ class Store:
             try:
                 self._conn.execute("BEGIN IMMEDIATE")
             except sqlite3.OperationalError as e:
+                if is_busy(e):
+                    raise StoreBusyError(
+                        "cannot begin a write transaction: another connection held the "
+                        f"database's write lock past the busy timeout ({BUSY_TIMEOUT_MS} ms); "
+                        "nothing was written"
+                    ) from e
                 raise StoreError(f"cannot begin a write transaction: {e}") from e
             tx = Tx(self._conn)
             self._tx = tx

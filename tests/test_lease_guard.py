@@ -1,0 +1,396 @@
+"""Every write the loop makes refuses a lease held by someone else.
+
+`RunSession.require_lease` is the guard every loop write goes through. These
+tests take the lease away at each point of a step, the way a second driver
+would (its takeover, or the write its takeover makes on the run's row), and
+show that the loop's next write raises `LeaseLostError` and writes nothing:
+the rows are exactly as the new owner left them, and no tool starts.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import agentrt
+from agentrt import (
+    Decision,
+    LeaseLostError,
+    PolicyDecision,
+    RunView,
+    SideEffect,
+    StepInput,
+    ToolCall,
+    ToolRequest,
+    ToolResult,
+)
+from agentrt.clock import wall_clock
+from agentrt.lease import take_in
+from agentrt.model import Message, ModelRequest, ModelResponse, TextBlock, Usage
+from agentrt.resume import take_over
+from agentrt.scripted import ScriptedAgent
+from conftest import FakeClock, Ids, RecordingTool
+
+THIEF = "thief/000000000000"
+
+
+def snapshot(db_path: Path) -> list[tuple[Any, ...]]:
+    """Every row of every table the loop writes, to show a refused write changed nothing."""
+    conn = sqlite3.connect(db_path)
+    try:
+        rows: list[tuple[Any, ...]] = []
+        for table in ("runs", "steps", "approvals", "events", "model_calls"):
+            rows += [(table, *r) for r in conn.execute(f"SELECT * FROM {table} ORDER BY rowid")]
+        return rows
+    finally:
+        conn.close()
+
+
+class Thief:
+    """Takes a RUNNING run's lease with the write a second driver's takeover makes."""
+
+    def __init__(self, db_path: Path) -> None:
+        self.db_path = db_path
+        self.after: list[tuple[Any, ...]] | None = None
+
+    def steal(self, run_id: str) -> None:
+        assert self.after is None, "the lease is stolen once"
+        other = agentrt.open_existing(str(self.db_path))
+        try:
+            with other.transaction() as tx:
+                take_in(
+                    tx,
+                    run_id,
+                    THIEF,
+                    timedelta(minutes=5),
+                    wall_clock,
+                    from_status="RUNNING",
+                )
+        finally:
+            other.close()
+        self.after = snapshot(self.db_path)
+
+    def assert_nothing_written_since(self, run_id: str) -> None:
+        assert self.after is not None, "the lease was never stolen"
+        assert snapshot(self.db_path) == self.after
+        conn = sqlite3.connect(self.db_path)
+        try:
+            (owner,) = conn.execute(
+                "SELECT lease_owner FROM runs WHERE id = ?", (run_id,)
+            ).fetchone()
+        finally:
+            conn.close()
+        assert owner == THIEF
+
+
+class Policy:
+    """Answers `outcome`; steals the lease while it is being asked, when told to."""
+
+    policy_id = "guard-test"
+
+    def __init__(self, outcome: PolicyDecision, thief: Thief | None = None) -> None:
+        self.outcome = outcome
+        self.thief = thief
+
+    def evaluate(self, request: ToolRequest, view: RunView) -> PolicyDecision:
+        if self.thief is not None:
+            self.thief.steal(request.run_id)
+        return self.outcome
+
+
+class OneReply:
+    name = "fake:model"
+
+    def __init__(self, on_generate: Callable[[], None] | None = None) -> None:
+        self.on_generate = on_generate
+        self.requests = 0
+
+    async def generate(self, request: ModelRequest) -> ModelResponse:
+        self.requests += 1
+        if self.on_generate is not None:
+            self.on_generate()
+        return ModelResponse(
+            text="ok", tool_uses=[], stop_reason="end_turn", usage=Usage(10, 5, 0), raw=b"{}"
+        )
+
+
+REQUEST = ModelRequest(system="", messages=[Message("user", [TextBlock("hi")])])
+
+ALLOW = PolicyDecision.allow()
+
+
+def guarded_run(
+    db_path: Path,
+    case: str,
+) -> tuple[Thief, RecordingTool, Callable[[], agentrt.Run]]:
+    """A driver set up so that the lease is stolen just before the write `case` names."""
+    store = agentrt.open_store(str(db_path))
+    thief = Thief(db_path)
+    tool = RecordingTool("t", SideEffect.LOCAL_MUTATION)
+    decisions: list[Any] = [Decision.tool_call("t", {"x": 1}), Decision.complete("done")]
+    policy = Policy(ALLOW)
+    probe_point = ""
+    model: Any = None
+    limits = agentrt.Limits()
+    current: dict[str, str] = {}
+
+    def steal_current() -> None:
+        thief.steal(current["run_id"])
+
+    if case == "begin step":
+        probe_point = "step.tool_finished"
+    elif case == "begin step at a limit":
+        probe_point = "step.tool_finished"
+        limits = agentrt.Limits(max_steps=1)
+    elif case == "record decision":
+
+        def stealing(input: StepInput) -> Decision:
+            thief.steal(input.run.id)
+            return Decision.tool_call("t", {"x": 1})
+
+        decisions[0] = stealing
+    elif case == "invalid decision":
+        decisions[0] = Decision.tool_call("no-such-tool", {})
+        probe_point = "step.decided"
+    elif case == "complete":
+        decisions[0] = Decision.complete("done")
+        probe_point = "step.decided"
+    elif case == "fail":
+        decisions[0] = Decision.fail("given up")
+        probe_point = "step.decided"
+    elif case == "agent error":
+
+        def raising(input: StepInput) -> Decision:
+            thief.steal(input.run.id)
+            raise RuntimeError("the agent broke")
+
+        decisions[0] = raising
+    elif case == "deny":
+        policy = Policy(PolicyDecision.deny("no"), thief)
+    elif case == "abort":
+        policy = Policy(PolicyDecision.abort("stop"), thief)
+    elif case == "pause":
+        policy = Policy(
+            PolicyDecision.require_approval("review", "a person decides", {"t": 1}, {"t": 1}), thief
+        )
+    elif case == "policy error":
+        policy = Policy(PolicyDecision(outcome="bogus"), thief)
+    elif case == "tool started":
+        policy = Policy(ALLOW, thief)
+    elif case == "tool finished":
+
+        def stealing_tool(call: ToolCall) -> ToolResult:
+            thief.steal(call.run_id)
+            return ToolResult(content={"done": True})
+
+        tool.result = stealing_tool
+    elif case == "model dispatch":
+        model = OneReply()
+
+        async def asks_after_theft(input: StepInput) -> Decision:
+            thief.steal(input.run.id)
+            assert input.model is not None
+            await input.model.generate(REQUEST)
+            return Decision.complete("done")
+
+        decisions[0] = asks_after_theft
+    else:
+        raise AssertionError(case)
+
+    def probe(point: str, session: Any) -> None:
+        if point == probe_point and thief.after is None:
+            thief.steal(session.run_id)
+
+    driver = agentrt.Driver(
+        store=store,
+        agent=ScriptedAgent(decisions),
+        policy=policy,  # type: ignore[arg-type]
+        tools=[tool],
+        model=model,
+        now=FakeClock(),
+        new_id=Ids(),
+        probe=probe,
+    )
+    run_id = Ids("b")()
+    current["run_id"] = run_id
+
+    def start() -> agentrt.Run:
+        try:
+            return driver.start_sync("goal", limits=limits, run_id=run_id)
+        finally:
+            store.close()
+
+    return thief, tool, start
+
+
+LOOP_WRITES = [
+    "begin step",
+    "begin step at a limit",
+    "record decision",
+    "invalid decision",
+    "complete",
+    "fail",
+    "agent error",
+    "deny",
+    "abort",
+    "pause",
+    "policy error",
+    "tool started",
+    "tool finished",
+    "model dispatch",
+]
+
+
+@pytest.mark.parametrize("case", LOOP_WRITES)
+def test_every_loop_write_refuses_a_lease_held_by_someone_else(db_path: Path, case: str) -> None:
+    thief, tool, start = guarded_run(db_path, case)
+    with pytest.raises(LeaseLostError):
+        start()
+    thief.assert_nothing_written_since(Ids("b")())
+    expected_calls = 1 if case in ("begin step", "begin step at a limit", "tool finished") else 0
+    assert len(tool.calls) == expected_calls
+
+
+class Died(BaseException):
+    """Stands for the process dying (nothing in the loop catches a BaseException)."""
+
+
+class DyingTool:
+    """A local mutation whose process dies while it runs: the step stays `executing`."""
+
+    def __init__(self) -> None:
+        self.spec = agentrt.ToolSpec(
+            name="t",
+            description="mutates",
+            input_schema={"type": "object"},
+            side_effect=SideEffect.LOCAL_MUTATION,
+            timeout=timedelta(seconds=5),
+        )
+
+    async def call(self, call: ToolCall) -> ToolResult:
+        raise Died()
+
+
+AFTER_TAKEOVER = {
+    # name: (where the first process died, the reconcile of the second driver)
+    "continue after an interrupted decision": ("deciding", None),
+    "pause on an interrupted side effect": ("executing", None),
+    "end on a reconcile conflict": (
+        "executing",
+        lambda view: agentrt.Reconciliation.conflict("the consumer says no"),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(AFTER_TAKEOVER))
+def test_the_writes_after_a_takeover_refuse_a_lease_held_by_someone_else(
+    db_path: Path, case: str
+) -> None:
+    """A resume's own writes after the takeover are guarded too."""
+    died_while, reconcile = AFTER_TAKEOVER[case]
+
+    def dies(input: StepInput) -> Decision:
+        raise Died()
+
+    store = agentrt.open_store(str(db_path))
+    first = agentrt.Driver(
+        store=store,
+        agent=dies if died_while == "deciding" else ScriptedAgent([Decision.tool_call("t", {})]),
+        policy=agentrt.default_policy(),
+        tools=[DyingTool()],
+        now=FakeClock(),
+        new_id=Ids(),
+    )
+    with pytest.raises(Died):
+        first.start_sync("goal")
+    (run,) = store.list_runs(10)
+    (step,) = store.list_steps(run.id)
+    assert (run.status, step.status) == ("RUNNING", died_while)
+    thief = Thief(db_path)
+
+    def probe(point: str, session: Any) -> None:
+        if point == "step.interrupted":
+            thief.steal(session.run_id)
+
+    later = datetime.now(UTC) + timedelta(hours=1)
+    second = agentrt.Driver(
+        store=store,
+        agent=ScriptedAgent([Decision.complete("done")] * 2),
+        policy=agentrt.default_policy(),
+        tools=[DyingTool()],
+        reconcile=reconcile,
+        now=FakeClock(),
+        new_id=Ids("c"),
+        wall=lambda: later,
+        probe=probe,
+    )
+    with pytest.raises(LeaseLostError):
+        second.resume_sync(run.id)
+    thief.assert_nothing_written_since(run.id)
+    assert [s.status for s in store.list_steps(run.id)] == ["interrupted"]
+    assert store.list_approvals(run.id) == []
+    store.close()
+
+
+def test_a_takeover_while_the_agent_decides_starts_no_tool_and_raises_lease_lost(
+    db_path: Path,
+) -> None:
+    """Another driver takes the run over, through its real takeover, while this
+    driver's agent is deciding: the decision is not recorded and no tool starts."""
+    store = agentrt.open_store(str(db_path))
+    other_store = agentrt.open_existing(str(db_path))
+    tool = RecordingTool("t", SideEffect.READ_ONLY)
+    # The other driver's wall clock is an hour ahead, so this driver's live
+    # lease looks expired to it, as it would after a stall of an hour.
+    later = datetime.now(UTC) + timedelta(hours=1)
+    other = agentrt.Driver(
+        store=other_store,
+        agent=ScriptedAgent([]),
+        policy=agentrt.default_policy(),
+        tools=[tool],
+        now=FakeClock(),
+        new_id=Ids("c"),
+        wall=lambda: later,
+    )
+    taken: dict[str, Any] = {}
+
+    async def decide(input: StepInput) -> Decision:
+        session = await take_over(other._config, input.run.id)
+        session.stop_heartbeat()
+        taken["epoch"] = session.epoch
+        taken["rows"] = snapshot(db_path)
+        return Decision.tool_call("t", {"x": 1})
+
+    driver = agentrt.Driver(
+        store=store,
+        agent=decide,
+        policy=agentrt.default_policy(),
+        tools=[tool],
+        now=FakeClock(),
+        new_id=Ids(),
+    )
+    with pytest.raises(LeaseLostError, match="is now leased by"):
+        driver.start_sync("goal")
+    assert tool.calls == []
+    assert snapshot(db_path) == taken["rows"]
+    (run,) = store.list_runs(10)
+    assert store.lease(run.id).owner == other.lease_owner
+    assert store.lease(run.id).epoch == taken["epoch"] == 2
+    events = [e.type for e in store.list_events(run_id=run.id)]
+    assert events == [
+        "run.created",
+        "run.started",
+        "step.started",
+        "lease.taken_over",
+        "step.interrupted",
+        "run.resumed",
+    ]
+    (step,) = store.list_steps(run.id)
+    assert (step.status, step.decision) == ("interrupted", None)
+    other_store.close()
+    store.close()
