@@ -261,7 +261,7 @@ class Died(BaseException):
 
 
 class DyingTool:
-    """A local mutation whose process dies while it runs: the step stays `executing`."""
+    """A local mutation; its process dies once the tool started (the probe): the step stays `executing`."""
 
     def __init__(self) -> None:
         self.spec = agentrt.ToolSpec(
@@ -297,6 +297,12 @@ def test_the_writes_after_a_takeover_refuse_a_lease_held_by_someone_else(
     def dies(input: StepInput) -> Decision:
         raise Died()
 
+    def dies_once_the_tool_started(point: str, session: Any) -> None:
+        # A tool's own exceptions, BaseExceptions included, are its recorded outcome;
+        # a process dying is a crash point of the loop's.
+        if point == "step.tool_started":
+            raise Died()
+
     store = agentrt.open_store(str(db_path))
     first = agentrt.Driver(
         store=store,
@@ -305,6 +311,7 @@ def test_the_writes_after_a_takeover_refuse_a_lease_held_by_someone_else(
         tools=[DyingTool()],
         now=FakeClock(),
         new_id=Ids(),
+        probe=dies_once_the_tool_started,
     )
     with pytest.raises(Died):
         first.start_sync("goal")

@@ -204,7 +204,7 @@ def test_a_tool_returning_a_value_whose_repr_raises_is_invalid_content(
         "tool": "t",
         "error": "tool returned Unprintable, not a ToolResult",
         "failure": "invalid_content",
-        "content_text": "<a Unprintable whose repr raised>",
+        "content_text": "<Unprintable object; repr raised RuntimeError>",
     }
 
 

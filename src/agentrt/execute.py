@@ -93,14 +93,6 @@ def _describe(exc: BaseException) -> str:
     return f"{name}: {message}"[:_MAX_DESCRIBED] if message else name
 
 
-def _kept(value: Any) -> str:
-    """`_kept_text` for the record, or a placeholder when even `repr` raises."""
-    try:
-        return _kept_text(value)
-    except BaseException:
-        return f"<a {_type_name(value)} whose repr raised>"
-
-
 def result_observation(spec: ToolSpec, result: Any) -> Observation:
     """The observation for what `call` returned (or an invalid_content error); never raises."""
     try:
@@ -119,14 +111,14 @@ def _result_observation(spec: ToolSpec, result: Any) -> Observation:
             spec,
             "invalid_content",
             f"tool returned {type(result).__name__}, not a ToolResult",
-            content_text=_kept(result),
+            content_text=_kept_text(result),
         )
     if not isinstance(cast(object, result.summary), str):
         return _error(
             spec,
             "invalid_content",
             "tool summary is not a string",
-            content_text=_kept(result.summary),
+            content_text=_kept_text(result.summary),
         )
     try:
         check_json(result.content)
@@ -136,7 +128,7 @@ def _result_observation(spec: ToolSpec, result: Any) -> Observation:
             spec,
             "invalid_content",
             f"tool content is not usable JSON: {exc}",
-            content_text=_kept(result.content),
+            content_text=_kept_text(result.content),
         )
     return Observation(
         kind=ObservationKind.TOOL_RESULT,
@@ -235,7 +227,7 @@ def _raised(spec: ToolSpec, exc: BaseException) -> ToolOutcome:
             if isinstance(detail, str):
                 abort = _plain_text(detail, _MAX_KEPT)
             else:
-                abort = "" if detail is None else _kept(detail)
+                abort = "" if detail is None else _kept_text(detail)
         except BaseException:  # a hostile subclass: the abort itself still stands
             abort = ""
         abort = abort or "the tool aborted the run"
