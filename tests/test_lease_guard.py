@@ -261,7 +261,7 @@ class Died(BaseException):
 
 
 class DyingTool:
-    """A local mutation; its process dies once the tool started (the probe): the step stays `executing`."""
+    """A local mutation; its process dies once it started (a probe): the step stays `executing`."""
 
     def __init__(self) -> None:
         self.spec = agentrt.ToolSpec(
