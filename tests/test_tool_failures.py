@@ -122,15 +122,17 @@ def tool_step(store: agentrt.Store, run_id: str) -> tuple[str, str, Any]:
 
 
 HOSTILE = [
-    pytest.param(HostileStr("x"), "HostileStr (its message could not be read)", id="str-raises"),
+    pytest.param(
+        HostileStr("x"), "HostileStr: <its message could not be read: ValueError>", id="str-raises"
+    ),
     pytest.param(
         HostileStrAndRepr(),
-        "HostileStrAndRepr (its message could not be read)",
+        "HostileStrAndRepr: <its message could not be read: RuntimeError>",
         id="str-and-repr-raise",
     ),
     pytest.param(
         StrRaisesSystemExit(),
-        "StrRaisesSystemExit (its message could not be read)",
+        "StrRaisesSystemExit: <its message could not be read: SystemExit>",
         id="str-raises-system-exit",
     ),
     pytest.param(ReturnsShoutyStr(), "ReturnsShoutyStr: loud message", id="str-returns-subclass"),

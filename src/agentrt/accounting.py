@@ -42,6 +42,7 @@ from .errors import (
     ServedModelError,
     TransientModelError,
 )
+from .foreign import exception_text
 from .model import (
     Model,
     ModelConfig,
@@ -259,9 +260,9 @@ class AccountingCaller:
             )
         except TransientModelError as exc:
             await self._settle(
-                record, ModelCallStatus.ERROR, Usage(), price, _describe(exc), charge=False
+                record, ModelCallStatus.ERROR, Usage(), price, exception_text(exc), charge=False
             )
-            return _Outcome(None, _describe(exc), retryable=True, retry_after=exc.retry_after)
+            return _Outcome(None, exception_text(exc), retryable=True, retry_after=exc.retry_after)
         except ServedModelError as exc:
             usage = (
                 exc.usage
@@ -269,24 +270,24 @@ class AccountingCaller:
                 and usage_problem(exc.usage, request.max_output_tokens) is None
                 else (projection_usage(record.projection))
             )
-            await self._settle(record, ModelCallStatus.ERROR, usage, price, _describe(exc))
-            return _Outcome(None, _describe(exc), retryable=False)
+            await self._settle(record, ModelCallStatus.ERROR, usage, price, exception_text(exc))
+            return _Outcome(None, exception_text(exc), retryable=False)
         except (TimeoutError, ConnectionError) as exc:
             await self._settle(
                 record,
                 ModelCallStatus.AMBIGUOUS,
                 projection_usage(record.projection),
                 price,
-                _describe(exc),
+                exception_text(exc),
             )
-            return _Outcome(None, _describe(exc), retryable=True)
+            return _Outcome(None, exception_text(exc), retryable=True)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             await self._settle(
-                record, ModelCallStatus.ERROR, Usage(), price, _describe(exc), charge=False
+                record, ModelCallStatus.ERROR, Usage(), price, exception_text(exc), charge=False
             )
-            return _Outcome(None, _describe(exc), retryable=False)
+            return _Outcome(None, exception_text(exc), retryable=False)
         why: str | None = "the model returned something other than a ModelResponse"
         if isinstance(response, ModelResponse):
             why = usage_problem(response.usage, request.max_output_tokens)
@@ -493,11 +494,6 @@ def usage_problem(usage: Usage, cap: int | None) -> str | None:
             f"for a request capped at {cap}"
         )
     return None
-
-
-def _describe(exc: BaseException) -> str:
-    text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-    return text[:4096]
 
 
 def _as_timedelta(value: Any) -> timedelta | None:

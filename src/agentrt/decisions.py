@@ -27,6 +27,7 @@ from typing import Any
 
 from .canonical import check_json, from_text, parse_json, to_text
 from .errors import JSONValueError
+from .foreign import exception_text, type_name
 from .records import Decision, DecisionKind, DecisionOrigin
 from .tools import CompiledTool
 
@@ -48,29 +49,6 @@ class RecordedDecision:
     decision: Decision
     problems: tuple[str, ...]
     text: str = ""
-
-
-def type_name(value: Any) -> str:
-    """The name of `value`'s type, as plain text, whatever the type does."""
-    try:
-        name = type(value).__name__
-        return str.__str__(name) if isinstance(name, str) else "object"
-    except Exception:
-        return "object"
-
-
-def exception_text(exc: BaseException, *, named: bool = True) -> str:
-    """`Type: message` (or the message alone) for an exception from consumer code.
-
-    Never raises, even when the exception's `str` does.
-    """
-    try:
-        message = str.__str__(str(exc))
-    except Exception as inner:
-        message = f"<its message could not be read: {type_name(inner)}>"
-    if not named:
-        return message
-    return f"{type_name(exc)}: {message}" if message else type_name(exc)
 
 
 def _shown(value: Any) -> str:

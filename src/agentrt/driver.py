@@ -26,7 +26,6 @@ from . import events as ev
 from .accounting import AccountingCaller
 from .canonical import to_text
 from .clock import Clock, IdFactory, format_time, new_id, wall_clock
-from .decisions import exception_text
 from .errors import (
     ConfigError,
     LeaseLostError,
@@ -35,6 +34,7 @@ from .errors import (
     RunStateError,
 )
 from .events import Observer
+from .foreign import exception_text
 from .lease import WallClock, expiry, holder_json, make_owner
 from .model import Model, ModelConfig
 from .operator import Operator

@@ -38,11 +38,11 @@ from typing import Any, cast
 from .canonical import check_json, content_hash
 from .decisions import _MAX_KEPT, _kept_text
 from .errors import AbortRun, JSONValueError
+from .foreign import exception_text, plain_text, type_name
 from .records import Observation, ObservationKind, ToolCall, ToolResult, ToolSpec
 from .tools import Tool
 
 _MAX_SUMMARY = 1024
-_MAX_DESCRIBED = 4096
 
 
 @dataclass(frozen=True)
@@ -68,31 +68,6 @@ def _error(spec: ToolSpec, failure: str, error: str, **kept: Any) -> Observation
     )
 
 
-def _type_name(value: object) -> str:
-    """The class's own name, read past any metaclass that overrides `__name__`."""
-    name = type.__dict__["__name__"].__get__(type(value), type)
-    return name if isinstance(name, str) else "object"
-
-
-def _plain_text(text: object, limit: int) -> str:
-    """At most `limit` characters of `text` as a plain `str` that can be stored as UTF-8."""
-    if not isinstance(text, str):
-        return ""
-    # str's own slicing: a subclass's overrides never run, and the copy is bounded.
-    clipped = str.__getitem__(text, slice(0, limit))
-    return clipped.encode("utf-8", "backslashreplace").decode("utf-8")
-
-
-def _describe(exc: BaseException) -> str:
-    """`"<Type>: <message>"`, never raising whatever the exception's `__str__` does."""
-    name = _type_name(exc)
-    try:
-        message = _plain_text(str(exc), _MAX_DESCRIBED)
-    except BaseException:  # a hostile __str__: the type alone is still the outcome
-        return f"{name} (its message could not be read)"
-    return f"{name}: {message}"[:_MAX_DESCRIBED] if message else name
-
-
 def result_observation(spec: ToolSpec, result: Any) -> Observation:
     """The observation for what `call` returned (or an invalid_content error); never raises."""
     try:
@@ -101,7 +76,7 @@ def result_observation(spec: ToolSpec, result: Any) -> Observation:
         return _error(
             spec,
             "invalid_content",
-            f"tool returned a {_type_name(result)} that could not be inspected",
+            f"tool returned a {type_name(result)} that could not be inspected",
         )
 
 
@@ -225,7 +200,7 @@ def _raised(spec: ToolSpec, exc: BaseException) -> ToolOutcome:
         try:
             detail: object = exc.detail  # typed str, but a subclass may store anything
             if isinstance(detail, str):
-                abort = _plain_text(detail, _MAX_KEPT)
+                abort = plain_text(detail, _MAX_KEPT)
             else:
                 abort = "" if detail is None else _kept_text(detail)
         except BaseException:  # a hostile subclass: the abort itself still stands
@@ -233,6 +208,6 @@ def _raised(spec: ToolSpec, exc: BaseException) -> ToolOutcome:
         abort = abort or "the tool aborted the run"
         return ToolOutcome(observation=_error(spec, "abort", abort), abort=abort)
     if isinstance(exc, asyncio.CancelledError):
-        error = f"{_describe(exc)} (raised by the tool itself; the run was not cancelled)"
+        error = f"{exception_text(exc)} (raised by the tool itself; the run was not cancelled)"
         return ToolOutcome(observation=_error(spec, "error", error))
-    return ToolOutcome(observation=_error(spec, "error", _describe(exc)))
+    return ToolOutcome(observation=_error(spec, "error", exception_text(exc)))

@@ -48,10 +48,11 @@ from . import limits as limits_mod
 from .approval import approval_hash, approval_request
 from .canonical import check_json, content_hash, copy_json, from_text, to_text
 from .clock import Clock, IdFactory, as_stored, duration_to_ms, format_time
-from .decisions import RecordedDecision, call_args, exception_text, record, validate
+from .decisions import RecordedDecision, call_args, record, validate
 from .errors import JSONValueError, LeaseLostError, RunStateError, StoreBusyError
 from .events import Observer, deliver
 from .execute import invoke
+from .foreign import exception_text
 from .lease import Heartbeat, WallClock, renewer_for
 from .policy import Policy
 from .policy import evaluate as evaluate_policy
