@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -21,13 +21,23 @@ from agentrt import (
     Decision,
     RunStatus,
     SideEffect,
+    StepInput,
     TerminalReason,
     ToolCall,
     ToolResult,
     ToolSpec,
 )
 from agentrt.scripted import ScriptedAgent
-from agentrt.testkit import Crash, Point, Result, Scenario, check, run_sync
+from agentrt.testkit import (
+    Crash,
+    InvariantError,
+    Point,
+    Result,
+    Scenario,
+    check,
+    crash_matrix_sync,
+    run_sync,
+)
 
 INTERRUPTED = "interrupted_side_effect"
 
@@ -252,3 +262,170 @@ def test_a_scripted_agent_past_its_last_carried_out_entry_is_an_agent_error() ->
     run = driver.start_sync("too short")
     assert (run.status, run.reason) == (RunStatus.FAILED, TerminalReason.AGENT_ERROR)
     assert "the script has 1 decisions, all carried out; step 1 has none" in run.reason_detail
+
+
+# -- the kit catches an agent that skips (or repeats) a scripted decision -------------------------
+
+
+class IndexScriptedAgent(ScriptedAgent):
+    """The old behaviour: decision i for step i, whatever happened to the earlier steps."""
+
+    def decide(self, input: StepInput) -> Decision:
+        index = input.steps[-1].index
+        entry = self.decisions[index]
+        return entry(input) if callable(entry) else entry
+
+
+class RepeatingScriptedAgent(ScriptedAgent):
+    """A broken replay the other way: offers a read again although it was carried out."""
+
+    def decide(self, input: StepInput) -> Decision:
+        index = input.steps[-1].index
+        entry = self.decisions[max(0, index - 1)]
+        return entry(input) if callable(entry) else entry
+
+
+def _with_agent(agent_type: type[ScriptedAgent]) -> Any:
+    def factory() -> Scenario:
+        scenario = ts.direct_charge_approve()
+        assert isinstance(scenario.agent, ScriptedAgent)
+        return dataclasses.replace(scenario, agent=agent_type(scenario.agent.decisions))
+
+    return factory
+
+
+def test_the_kit_reports_an_index_scripted_agent_that_skips_an_interrupted_read(
+    tmp_path: Path,
+) -> None:
+    result = play(
+        _with_agent(IndexScriptedAgent),
+        Crash(0, Point.AFTER_TOOL_STARTED),
+        db=tmp_path / "old.db",
+        check_invariants=False,
+    )
+    # The old behaviour: the run completes and the lookup was never done.
+    assert result.run.status == RunStatus.COMPLETED
+    assert result.calls("lookup") == []
+    assert [(v.rule, v.detail) for v in result.violations] == [
+        (
+            "script_not_followed",
+            'step 1 decided tool_call charge {"amount_micros":12500000,"order":17}, but the '
+            'script\'s next entry is #0, tool_call lookup {"order":17}, which step 0 was '
+            "offered and did not carry out (interrupted while executing read-only lookup): "
+            "a scripted decision must be carried out once, or rejected by a person",
+        )
+    ]
+    with pytest.raises(InvariantError, match="script_not_followed: step 1 decided"):
+        result.check()
+
+
+def test_the_kit_reports_an_index_scripted_agent_that_skips_a_charge_interrupted_while_deciding(
+    tmp_path: Path,
+) -> None:
+    result = play(
+        _with_agent(IndexScriptedAgent),
+        Crash(1, Point.AFTER_DECIDED),
+        db=tmp_path / "old.db",
+        check_invariants=False,
+    )
+    assert result.calls("charge") == []
+    [violation] = result.violations
+    assert violation.rule == "script_not_followed"
+    assert violation.detail.startswith("step 2 decided complete")
+    assert "(interrupted while deciding)" in violation.detail
+
+
+def test_the_kit_reports_a_scripted_decision_carried_out_twice(tmp_path: Path) -> None:
+    result = play(
+        _with_agent(RepeatingScriptedAgent), db=tmp_path / "rep.db", check_invariants=False
+    )
+    [violation] = result.violations
+    assert violation.rule == "script_not_followed"
+    assert violation.detail.startswith('step 1 decided tool_call lookup {"order":17}, but')
+    assert "script's next entry is #1, tool_call charge" in violation.detail
+    assert "carried out twice" in violation.detail
+
+
+def test_a_run_that_follows_its_script_through_crashes_holds_the_script_invariant(
+    tmp_path: Path,
+) -> None:
+    result = play(
+        ts.direct_charge_approve,
+        Crash(0, Point.AFTER_TOOL_STARTED),
+        Crash(2, Point.AFTER_TOOL_STARTED),
+        db=tmp_path / "ok.db",
+    )
+    assert result.violations == ()
+    assert [c.step_index for c in result.calls("charge")] == [2]
+
+
+def test_a_scenario_states_the_script_of_an_agent_that_is_not_a_scripted_agent(
+    tmp_path: Path,
+) -> None:
+    """`Scenario(script=...)`: a consumer's own agent held to a plan."""
+
+    class Forgetful:
+        """Decides from the step index, like the old ScriptedAgent."""
+
+        plan: ClassVar[list[Decision]] = [
+            Decision.tool_call("lookup", ts.ORDER),
+            Decision.tool_call("charge", ts.CHARGE),
+            Decision.complete({"receipt": "r-17"}),
+        ]
+
+        def decide(self, input: StepInput) -> Decision:
+            return self.plan[input.steps[-1].index]
+
+    def scenario() -> Scenario:
+        return dataclasses.replace(
+            ts.direct_charge_approve(), agent=Forgetful(), script=Forgetful.plan
+        )
+
+    result = play(
+        scenario, Crash(0, Point.AFTER_TOOL_STARTED), db=tmp_path / "s.db", check_invariants=False
+    )
+    assert [v.rule for v in result.violations] == ["script_not_followed"]
+    # Without a stated script the kit has nothing to hold a non-scripted agent to.
+    unstated = play(
+        lambda: dataclasses.replace(ts.direct_charge_approve(), agent=Forgetful()),
+        Crash(0, Point.AFTER_TOOL_STARTED),
+        db=tmp_path / "u.db",
+        check_invariants=False,
+    )
+    assert unstated.violations == ()
+
+
+def test_a_stated_script_must_list_decisions_or_functions() -> None:
+    with pytest.raises(agentrt.ConfigError, match="script entry 1 is int"):
+        dataclasses.replace(ts.direct_charge_approve(), script=[Decision.complete(), 3])
+
+
+def test_the_crash_matrix_of_an_index_scripted_agent_fails_every_cell_that_skipped_an_entry(
+    tmp_path: Path,
+) -> None:
+    """Every crash that leaves a step interrupted while deciding or reading: a violation."""
+    matrix = crash_matrix_sync(
+        _with_agent(IndexScriptedAgent),
+        inside_tx=False,
+        recovery=False,
+        workers=16,
+        directory=tmp_path,
+    )
+    failed = {case.label for case in matrix.cases if not case.ok}
+    assert failed == {
+        "step.started@0",
+        "step.decided@0",
+        "policy.allowed@0",
+        "step.tool_started@0",
+        "tool.effect@0",
+        "step.started@1",
+        "step.decided@1",
+        "policy.allowed@1",
+        "step.started@2",
+        "step.decided@2",
+    }
+    assert {v.rule for case in matrix.cases for v in case.violations} == {"script_not_followed"}
+    # The fixed agent holds everywhere, with the same crashes.
+    crash_matrix_sync(
+        ts.direct_charge_approve, inside_tx=False, recovery=False, workers=16, directory=tmp_path
+    ).assert_ok()
