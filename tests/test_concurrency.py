@@ -161,7 +161,11 @@ def test_processes_released_together_to_take_over_one_crashed_run_exactly_one_ta
     Each trial is a copy of one crashed run (its owner SIGKILLed while deciding, so
     provably dead: a takeover needs no wait). A takeover that did not re-check the
     lease inside its transaction, or took it without compare-and-set, lets a second
-    racer take the run from the first while it carries on: two takeovers.
+    racer take the run from the first while it carries on: two takeovers. Every
+    other trial holds each racer for a moment between its check of the lease and its
+    transaction (its clock, read once there, sleeps), as a descheduled process would
+    be: a bare race rarely puts a check before another racer's commit on two cores.
+    Breaking the takeover that way fails 17 to 20 of the 40 trials.
     """
     here = Path(__file__).resolve().parent
     template = tmp_path / "crashed.db"
