@@ -194,6 +194,9 @@ def test_processes_released_together_to_take_over_one_crashed_run_exactly_one_ta
         for _ in range(RACERS)
     ]
     os.close(go_read)
+    # A racer that hangs must not hang the suite: kill them all after two minutes.
+    watchdog = threading.Timer(120, lambda: [r.kill() for r in racers])
+    watchdog.start()
     failures: list[str] = []
     try:
         for trial in range(TRIALS):
@@ -232,6 +235,7 @@ def test_processes_released_together_to_take_over_one_crashed_run_exactly_one_ta
                 racer.stdin.close()
         for racer in racers:
             racer.wait(30)
+        watchdog.cancel()
     assert failures == [], f"{len(failures)} of {TRIALS} trials broke:\n" + "\n".join(failures)
     assert all(r.returncode == 0 for r in racers), [r.stderr.read() for r in racers if r.stderr]
 
