@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import shutil
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -101,6 +104,140 @@ def test_two_concurrent_resumes_from_two_processes_exactly_one_executes(
     tool_starts = [e for e in store.list_events(run_id=run.id) if e.type == "step.tool_started"]
     assert len(tool_starts) == 1 and tool_starts[0].payload["approval_id"] == approval.id
     assert store.verify_events().intact
+
+
+RACER = textwrap.dedent(
+    """
+    import os, sys, time
+    from datetime import UTC, datetime
+    from pathlib import Path
+    sys.path.insert(0, sys.argv[2])
+    import agentrt
+    import crashing_child as child
+    from agentrt.scripted import ScriptedAgent
+
+    go = int(sys.argv[1])
+    for line in sys.stdin:
+        db, run_id, hold = line.split()
+        pause = {"for": 0.0}
+
+        def clock():
+            # A takeover reads the clock once, between its check of the lease and its
+            # transaction: sleeping there is a process descheduled at the worst moment.
+            if pause["for"]:
+                time.sleep(pause["for"])
+                pause["for"] = 0.0
+            return datetime.now(UTC)
+
+        store = agentrt.open_store(db)
+        driver = agentrt.Driver(store=store, agent=ScriptedAgent(child.script("charge")),
+                                policy=child.policy(), tools=child.tools(Path(db)),
+                                lease_owner=f"racer-{os.getpid()}", now=clock)
+        print("ready", flush=True)
+        os.read(go, 1)  # the barrier: every racer has its store open and waits here
+        pause["for"] = float(hold)
+        try:
+            out = f"resumed {driver.resume_sync(run_id).status}"
+        except (agentrt.RunStateError, agentrt.LeaseLostError) as exc:
+            out = f"refused {type(exc).__name__}"
+        store.close()
+        print(out, flush=True)
+    """
+)
+
+RACERS = 4
+TRIALS = 40
+# How long each racer is held between its check of the lease and its transaction, by
+# trial: not at all (a bare race) and long enough for every racer to have checked.
+HOLDS = (0.0, 0.05)
+
+
+@pytest.mark.slow
+def test_processes_released_together_to_take_over_one_crashed_run_exactly_one_takes_it_over(
+    tmp_path: Path,
+) -> None:
+    """Racers that have opened the store wait on one pipe; one write releases them all.
+
+    Each trial is a copy of one crashed run (its owner SIGKILLed while deciding, so
+    provably dead: a takeover needs no wait). A takeover that did not re-check the
+    lease inside its transaction, or took it without compare-and-set, lets a second
+    racer take the run from the first while it carries on: two takeovers. Every
+    other trial holds each racer for a moment between its check of the lease and its
+    transaction (its clock, read once there, sleeps), as a descheduled process would
+    be: a bare race rarely puts a check before another racer's commit on two cores.
+    Breaking the takeover that way fails 17 to 20 of the 40 trials.
+    """
+    here = Path(__file__).resolve().parent
+    template = tmp_path / "crashed.db"
+    child = subprocess.run(
+        [sys.executable, str(here / "crashing_child.py"), str(template), "deciding"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert child.returncode == -9, child.stderr
+    with contextlib.closing(sqlite3.connect(template)) as conn:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        (run_id,) = conn.execute("SELECT id FROM runs").fetchone()
+    script = tmp_path / "racer.py"
+    script.write_text(RACER)
+    go_read, go_write = os.pipe()
+    racers = [
+        subprocess.Popen(
+            [sys.executable, str(script), str(go_read), str(here)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            pass_fds=(go_read,),
+        )
+        for _ in range(RACERS)
+    ]
+    os.close(go_read)
+    # A racer that hangs must not hang the suite: kill them all after two minutes.
+    watchdog = threading.Timer(120, lambda: [r.kill() for r in racers])
+    watchdog.start()
+    failures: list[str] = []
+    try:
+        for trial in range(TRIALS):
+            db = tmp_path / f"trial-{trial}.db"
+            shutil.copy(template, db)
+            for racer in racers:
+                assert racer.stdin is not None
+                racer.stdin.write(f"{db} {run_id} {HOLDS[trial % len(HOLDS)]}\n")
+                racer.stdin.flush()
+            for racer in racers:
+                assert racer.stdout is not None
+                assert racer.stdout.readline() == "ready\n", racer.stderr and racer.stderr.read()
+            os.write(go_write, b"x" * RACERS)
+            outcomes = sorted(r.stdout.readline().strip() for r in racers if r.stdout)
+            with contextlib.closing(agentrt.open_existing(db, read_only=True)) as store:
+                types = event_types(store, run_id)
+                run = store.get_run(run_id)
+                intact = store.verify_events().intact
+            journal = Path(f"{db}.journal")
+            charges = journal.read_text().splitlines() if journal.exists() else []
+            seen = (
+                outcomes[-1],
+                sum(o.startswith("refused") for o in outcomes),
+                types.count("lease.taken_over"),
+                len(charges),
+                run.status,
+                intact,
+            )
+            if seen != ("resumed COMPLETED", RACERS - 1, 1, 1, "COMPLETED", True):
+                hold = HOLDS[trial % len(HOLDS)]
+                failures.append(f"trial {trial} (held {hold} s): {outcomes}, {seen}")
+    finally:
+        os.close(go_write)
+        for racer in racers:
+            if racer.stdin is not None:
+                racer.stdin.close()
+        for racer in racers:
+            racer.wait(30)
+        watchdog.cancel()
+    assert failures == [], f"{len(failures)} of {TRIALS} trials broke:\n" + "\n".join(failures)
+    assert all(r.returncode == 0 for r in racers), [r.stderr.read() for r in racers if r.stderr]
 
 
 class Gate:

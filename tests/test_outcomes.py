@@ -518,7 +518,7 @@ def test_same_clock_and_ids_give_byte_identical_records(tmp_path: Any) -> None:
     assert record(tmp_path / "a.db") == record(tmp_path / "b.db")
 
 
-def test_scripted_agent_answers_by_step_index_and_keeps_only_the_last_input(
+def test_scripted_agent_plays_one_entry_per_step_and_keeps_only_the_last_input(
     store: agentrt.Store,
 ) -> None:
     agent = ScriptedAgent([Decision.tool_call("read", {"x": i}) for i in range(3)])
@@ -533,7 +533,7 @@ def test_scripted_agent_answers_by_step_index_and_keeps_only_the_last_input(
     run = driver.start_sync("goal")
     # Past the end of the script: an agent error, after three tool steps.
     assert (run.status, run.reason) == ("FAILED", "agent_error")
-    assert "the script has 3 decisions; step 3 has none" in run.reason_detail
+    assert "the script has 3 decisions, all carried out; step 3 has none" in run.reason_detail
     assert agent.calls == 4
     assert agent.last_input is not None
     assert [s.index for s in agent.last_input.steps] == [0, 1, 2, 3]

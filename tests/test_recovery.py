@@ -60,7 +60,9 @@ def resumer(
 ) -> agentrt.Driver:
     decisions = child.script(mode)
     if mode == "deciding":
-        decisions = [Decision.fail("never asked again"), *child.script("charge")]
+        # The child's first entry died while deciding step 0: a ScriptedAgent offers
+        # its entry 0 again in the next step, which here is the charge.
+        decisions = child.script("charge")
     return agentrt.Driver(
         store=store,
         agent=ScriptedAgent(decisions),
@@ -340,11 +342,18 @@ def test_resume_interrupted_read_only_step_continues(db_path: Path) -> None:
     steps = store.list_steps(run_id)
     assert [(s.status, s.observation.kind if s.observation else None) for s in steps] == [
         ("interrupted", "interrupted"),
+        ("done", "tool_result"),
         ("done", None),
     ]
     resumed = [e for e in store.list_events(run_id=run_id) if e.type == "run.resumed"]
     assert [e.payload for e in resumed] == [{"after": "interruption"}]
     assert store.pending_approvals(run_id) == []
+    # The runtime did not run the read again; the agent asked for it in a new step.
+    assert steps[1].decision == steps[0].decision
+    assert [line.split()[1:3] for line in child.journal_lines(db_path)] == [
+        ["lookup", steps[0].id],
+        ["lookup", steps[1].id],
+    ]
 
 
 def test_resume_interrupted_deciding_step_continues(db_path: Path) -> None:

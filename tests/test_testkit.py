@@ -197,7 +197,8 @@ class TestRun:
         assert result.step(1).status == StepStatus.INTERRUPTED
         assert result.step(1).observation.content == {"previous_status": "deciding"}  # type: ignore[union-attr]
         assert result.approvals == ()
-        assert result.calls("charge") == []  # the script moves on; nothing re-ran it
+        # Nothing re-ran step 1; the script offered the charge again, in step 2.
+        assert [c.step_index for c in result.calls("charge")] == [2]
 
     def test_resume_is_refused_until_the_dead_owners_short_lease_expires(
         self, tmp_path: Path
@@ -547,8 +548,7 @@ class TestMatrix:
         assert [a.kind for a in case.result.approvals] == ["remote_mutation", INTERRUPTED]
 
     def test_the_matrix_prints_as_an_aligned_table_with_its_violations(self) -> None:
-        # A scenario whose agent fails after an interruption: outcomes differ by cell,
-        # and a never-answering operator leaves runs waiting.
+        # A never-answering operator leaves some runs waiting: outcomes differ by cell.
         matrix = crash_matrix_sync(
             lambda: ts.direct_charge(Verdict.LEAVE), "harness", inside_tx=False, workers=16
         )
@@ -561,8 +561,8 @@ class TestMatrix:
             for col in columns:
                 assert row[col - 2 : col] == "  " and row[col] != " "
         assert matrix.case(Crash(1, Point.AFTER_TOOL_STARTED)).outcome == "WAITING"
-        # The script has no decision for a step 3, which only an interruption creates.
-        assert matrix.case(Crash(2, Point.AFTER_DECIDED)).outcome == "FAILED agent_error"
+        # The interrupted completion is offered again, in a step 3.
+        assert matrix.case(Crash(2, Point.AFTER_DECIDED)).outcome == "COMPLETED goal_completed"
         assert matrix.case(Crash(1, Point.AFTER_DECIDED)).outcome == "COMPLETED goal_completed"
         assert "·" in text  # a point not passed at a step
         # A crash during recovery reads as its own row, under the step it crashed at.

@@ -1,22 +1,40 @@
 """`ScriptedAgent`: an agent that plays back a fixed list of decisions.
 
-Decision *i* is returned for step *i* (the step's index, not the number of
-calls), so a run resumed after a pause or a crash picks up where the script
-says, and a test or an example reads like the run it produces. Running past
-the end of the script is an agent error, which ends the run `agent_error`.
+It answers by what was actually carried out, not by the step's index: its
+position in the list is the number of recorded steps that *settled* their
+entry (docs/decisions/0018-scripted-agent-replays-what-was-carried-out.md).
+Every step settles its entry except one the runtime interrupted before the
+decision was carried out: a step interrupted while `deciding`, or while
+executing a tool declared `read_only` (the runtime continues such a run
+without running the call again, so the entry is offered again in the next
+step). A step interrupted while executing anything else settles its entry:
+its outcome is unknown and a scripted agent must not be what runs a side
+effect a second time (the runtime asks a person for that, on the same step).
+
+So a run resumed after a pause or a crash picks up where the script says, and
+a test or an example reads like the run it produces. Running past the end of
+the script is an agent error, which ends the run `agent_error`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Container, Sequence
 
-from .records import Decision, StepInput
+from .records import (
+    Decision,
+    ObservationKind,
+    SideEffect,
+    Step,
+    StepInput,
+    StepStatus,
+)
 
 ScriptEntry = Decision | Callable[[StepInput], Decision]
 
 
 class ScriptedAgent:
-    """Returns `decisions[i]` for step `i`; an entry may be a function of the input."""
+    """Plays `decisions` in order, one per step that carries its entry out; an entry may be a
+    function of the input."""
 
     def __init__(self, decisions: Sequence[ScriptEntry]) -> None:
         self.decisions = list(decisions)
@@ -28,10 +46,45 @@ class ScriptedAgent:
     def decide(self, input: StepInput) -> Decision:
         self.last_input = input
         self.calls += 1
-        index = input.steps[-1].index if input.steps else -1
-        if index < 0 or index >= len(self.decisions):
+        position = script_position(input)
+        if position >= len(self.decisions):
+            index = input.steps[-1].index if input.steps else -1
             raise IndexError(
-                f"the script has {len(self.decisions)} decisions; step {index} has none"
+                f"the script has {len(self.decisions)} decisions, all carried out; "
+                f"step {index} has none"
             )
-        entry = self.decisions[index]
+        entry = self.decisions[position]
         return entry(input) if callable(entry) else entry
+
+
+def script_position(input: StepInput) -> int:
+    """How many entries of a script the recorded steps have settled: the index of the entry
+    to offer for the step being decided (the last one, still `deciding`)."""
+    steps = list(input.steps)
+    if steps and steps[-1].status == StepStatus.DECIDING:
+        steps = steps[:-1]
+    read_only = {t.name for t in input.tools if t.side_effect == SideEffect.READ_ONLY}
+    return sum(1 for step in steps if settles_its_entry(step, read_only))
+
+
+def settles_its_entry(step: Step, read_only_tools: Container[str]) -> bool:
+    """Whether `step` used up the script entry it was offered.
+
+    False only for a step interrupted before its decision was carried out: while
+    deciding, or while executing a tool whose name is in `read_only_tools`. Done,
+    tool_error, denied, invalid, rejected by a person, interrupted during a side
+    effect, and every ending settle it; an approved re-run happens on the same
+    step, so that step settles its entry once.
+    """
+    if step.status != StepStatus.INTERRUPTED:
+        return True
+    observation = step.observation
+    if observation is None or observation.kind != ObservationKind.INTERRUPTED:
+        return True
+    content = observation.content
+    previous = content.get("previous_status") if isinstance(content, dict) else None
+    if previous == StepStatus.DECIDING:
+        return False
+    if previous != StepStatus.EXECUTING or step.decision is None:
+        return True
+    return step.decision.tool not in read_only_tools

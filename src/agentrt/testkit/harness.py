@@ -657,6 +657,7 @@ async def play(
             crashes=crashes,
             errors=errors,
             exit_codes=exit_codes,
+            script=built.expected_script(),
         )
     except (NotFoundError, FileNotFoundError) as exc:
         raise ScenarioError(

@@ -7,7 +7,9 @@ so one failing scenario shows all it broke. The rules are those of
 `recovery.md` ("Invariants asserted after every scenario"), plus three the kit
 can check because it caused the crash: no re-execution of a step without a
 granted approval, no write by a crashed process, and no trace of a transaction
-killed before its COMMIT.
+killed before its COMMIT; and, for a scenario with a script, that every
+scripted decision is carried out once or rejected by a person, never skipped
+or repeated across an interruption (docs/decisions/0018-...).
 """
 
 from __future__ import annotations
@@ -18,7 +20,18 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .. import events as ev
-from ..records import ApprovalStatus, RunStatus, StepStatus
+from ..canonical import canonical_json
+from ..records import (
+    ApprovalStatus,
+    Decision,
+    DecisionKind,
+    RunStatus,
+    SideEffect,
+    Step,
+    StepStatus,
+    TerminalReason,
+)
+from ..scripted import settles_its_entry
 
 if TYPE_CHECKING:
     from .result import Result
@@ -55,6 +68,7 @@ def check(result: Result) -> list[Violation]:
     found += _run_settled(result)
     found += _tool_starts(result)
     found += _invocations(result)
+    found += _script(result)
     found += _lease(result)
     found += _chain(result)
     return found
@@ -210,3 +224,124 @@ def _chain(result: Result) -> list[Violation]:
     where = report.first_break
     detail = f"at seq {where.seq}: {where.problem}" if where is not None else "broken"
     return [Violation("chain_broken", f"the event chain does not verify {detail}")]
+
+
+def _script(result: Result) -> list[Violation]:
+    """Walk the steps in order against the script: each step decides the entry due, and the
+    entry falls due only once a step settled it (ScriptedAgent's rule, read-only-ness as
+    recorded). The first step that decided anything else is reported, once; so is a run
+    ended `agent_error` by a step that was due a plain scripted decision (which cannot fail)."""
+    script = result.script
+    if script is None:
+        return []
+    rule = "a scripted decision must be carried out once, or rejected by a person"
+    position = 0
+    # Which step was offered an entry and did not settle it, and which step settled it.
+    unsettled: dict[int, tuple[Step, str]] = {}
+    settled_by: dict[int, Step] = {}
+    steps = sorted(result.steps, key=lambda s: s.index)
+    for number, step in enumerate(steps):
+        decision = step.decision
+        if decision is None and not step.decode_error:
+            if (
+                number == len(steps) - 1
+                and result.run.reason == TerminalReason.AGENT_ERROR
+                and position < len(script)
+                and script[position] is not None
+            ):
+                due = f"the script's next entry #{position}, {_describe(script[position])}"
+                if position in unsettled:
+                    offered, why = unsettled[position]
+                    due += f", which step {offered.index} was offered and did not carry out ({why})"
+                return [
+                    Violation(
+                        "script_not_followed",
+                        f"step {step.index} ended the run agent_error instead of offering "
+                        f"{due}: {rule}",
+                    )
+                ]
+        elif decision is not None and not step.decode_error:
+            expected = script[position] if position < len(script) else None
+            if position >= len(script) or (expected is not None and not _same(decision, expected)):
+                detail = _diverged(step, decision, position, script, unsettled, settled_by)
+                return [Violation("script_not_followed", f"{detail}: {rule}")]
+        spec = result.tool_specs.get(step.spec_hash)
+        read_only = (
+            {spec.name} if spec is not None and spec.side_effect == SideEffect.READ_ONLY else set()
+        )
+        if settles_its_entry(step, read_only):
+            settled_by[position] = step
+            unsettled.pop(position, None)
+            position += 1
+        else:
+            unsettled[position] = (step, _why_unsettled(step))
+    return []
+
+
+def _why_unsettled(step: Step) -> str:
+    content = step.observation.content if step.observation is not None else None
+    if isinstance(content, dict) and content.get("previous_status") == StepStatus.DECIDING:
+        return "interrupted while deciding"
+    tool = step.decision.tool if step.decision is not None else "?"
+    return f"interrupted while executing read-only {tool}"
+
+
+def _diverged(
+    step: Step,
+    decision: Decision,
+    position: int,
+    script: tuple[Decision | None, ...],
+    unsettled: dict[int, tuple[Step, str]],
+    settled_by: dict[int, Step],
+) -> str:
+    said = f"step {step.index} decided {_describe(decision)}"
+    if position >= len(script):
+        return f"{said}, but the script's {len(script)} entries were all carried out"
+    due = f"the script's next entry is #{position}, {_describe(script[position])}"
+    if position in unsettled:
+        offered, why = unsettled[position]
+        return (
+            f"{said}, but {due}, which step {offered.index} was offered and did not carry out "
+            f"({why})"
+        )
+    for number, entry in enumerate(script):
+        if entry is not None and _same(decision, entry):
+            if number < position and number in settled_by:
+                return (
+                    f"{said}, but {due}; entry #{number} was already carried out by step "
+                    f"{settled_by[number].index}, so it was carried out twice"
+                )
+            if number > position:
+                return f"{said}, but {due}; entry #{number} was offered instead"
+    return f"{said}, but {due}"
+
+
+def _same(recorded: Decision, scripted: Decision) -> bool:
+    try:
+        return canonical_json(recorded.to_json()) == canonical_json(scripted.to_json())
+    except (TypeError, ValueError, RecursionError):
+        # A scripted decision that is not usable JSON was recorded with its args or
+        # result moved aside: it is the same decision if it names the same thing.
+        return (recorded.kind, recorded.tool) == (scripted.kind, scripted.tool)
+
+
+def _describe(decision: Decision | None) -> str:
+    if decision is None:
+        return "(a function of the input)"
+    if decision.kind == DecisionKind.TOOL_CALL:
+        what = f"tool_call {decision.tool} {_short(decision.args)}"
+    elif decision.kind == DecisionKind.COMPLETE:
+        what = f"complete {_short(decision.result)}"
+    elif decision.kind == DecisionKind.FAIL:
+        what = f"fail {_short(decision.message)}"
+    else:
+        what = f"{decision.kind} {decision.tool}".rstrip()
+    return what
+
+
+def _short(value: object) -> str:
+    try:
+        text = canonical_json(value).decode()
+    except (TypeError, ValueError, RecursionError):
+        text = repr(value)
+    return text if len(text) <= 200 else text[:199] + "…"

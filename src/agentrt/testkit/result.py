@@ -10,12 +10,23 @@ the invariants are checked over it (`invariants.check`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..records import JSON, Approval, Event, Lease, ModelCallRecord, Run, Step, VerifyReport
+from ..records import (
+    JSON,
+    Approval,
+    Decision,
+    Event,
+    Lease,
+    ModelCallRecord,
+    Run,
+    Step,
+    ToolSpec,
+    VerifyReport,
+)
 from ..store import open_existing
 from .invariants import InvariantError, Violation
 from .journal import read_journal
@@ -111,6 +122,11 @@ class Result:
     exit_codes: tuple[int, ...] = ()  # process mode: each child's return code
     errors: tuple[str, ...] = ()
     violations: tuple[Violation, ...] = field(default=())
+    # The decisions the run had to carry out in order (None: any decision), when the
+    # scenario has a script (`Scenario.expected_script`); None when it has none.
+    script: tuple[Decision | None, ...] | None = None
+    # The tool specs the steps were started under, by spec hash, as recorded.
+    tool_specs: Mapping[str, ToolSpec] = field(default_factory=dict)
 
     @property
     def run_id(self) -> str:
@@ -175,6 +191,7 @@ def collect(
     crashes: Sequence[Crash],
     errors: Sequence[str],
     exit_codes: Sequence[int] = (),
+    script: Sequence[Decision | None] | None = None,
 ) -> Result:
     """Read the record and the journal into a `Result` (violations not yet checked)."""
     with open_existing(db_path, read_only=True) as store:
@@ -185,6 +202,11 @@ def collect(
         model_calls = tuple(store.list_model_calls(run_id))
         lease = store.lease(run_id)
         chain = store.verify_events()
+        tool_specs: dict[str, ToolSpec] = {}
+        for spec_hash in sorted({s.spec_hash for s in steps if s.spec_hash}):
+            spec = store.tool_spec(spec_hash)
+            if spec is not None:
+                tool_specs[spec_hash] = spec
     records = read_journal(journal_path)
     index = {s.id: s.index for s in steps}
     lost_present = {
@@ -277,6 +299,8 @@ def collect(
         processes=len(processes),
         exit_codes=tuple(exit_codes),
         errors=tuple(errors),
+        script=None if script is None else tuple(script),
+        tool_specs=tool_specs,
     )
 
 

@@ -29,7 +29,8 @@ from ..clock import Clock, IdFactory
 from ..driver import Driver
 from ..errors import ConfigError
 from ..policy import Policy
-from ..records import Approval, Limits, Run
+from ..records import Approval, Decision, Limits, Run
+from ..scripted import ScriptedAgent, ScriptEntry
 from ..store import Store
 from ..tools import Tool
 
@@ -193,6 +194,12 @@ class Scenario:
     rebuilt: in the in-process harness its objects persist across the simulated
     crashes, so an agent that remembers something in memory behaves as no
     restarted program could (the kit warns: `SharedScenarioWarning`).
+
+    `script` is the list of decisions the agent is expected to carry out, in
+    order (a function entry stands for any decision); by default a
+    `ScriptedAgent`'s own list. When there is one, the kit checks that every
+    scripted decision was carried out once, or rejected by a person
+    (`script_not_followed`, docs/decisions/0018-...).
     """
 
     tools: Sequence[Tool]
@@ -209,6 +216,7 @@ class Scenario:
     loop: Loop | None = None
     model: Any = None  # a Model or a ModelConfig, as Driver(model=...) takes
     name: str = ""
+    script: Sequence[ScriptEntry] | None = None
     # Set by `load_factory`: the reference a child process rebuilds this scenario from.
     factory: str = field(default="", compare=False)
 
@@ -219,6 +227,25 @@ class Scenario:
             raise ConfigError("a Scenario needs an agent")
         if not isinstance(self.lease_ttl, timedelta) or self.lease_ttl <= timedelta(0):
             raise ConfigError("lease_ttl must be a positive timedelta")
+        if self.script is not None:
+            if not isinstance(self.script, (list, tuple)):
+                raise ConfigError("a Scenario's script is a list of decisions")
+            for number, entry in enumerate(self.script):
+                if not isinstance(entry, Decision) and not callable(entry):
+                    raise ConfigError(
+                        f"script entry {number} is {type(entry).__name__}, not a Decision "
+                        "or a function of the StepInput"
+                    )
+
+    def expected_script(self) -> tuple[Decision | None, ...] | None:
+        """The decisions the run must carry out in order (None: any decision), or None when
+        the scenario states no script and its agent is not a `ScriptedAgent`."""
+        script = self.script
+        if script is None and isinstance(self.agent, ScriptedAgent):
+            script = self.agent.decisions
+        if script is None:
+            return None
+        return tuple(entry if isinstance(entry, Decision) else None for entry in script)
 
     @property
     def title(self) -> str:
