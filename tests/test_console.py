@@ -407,7 +407,7 @@ def test_every_answer_carries_the_strict_csp_nosniff_and_no_framing(
         assert r.headers["content-security-policy"] == CSP
         assert r.headers["x-content-type-options"] == "nosniff"
         assert r.headers["x-frame-options"] == "DENY"
-        assert r.headers["referrer-policy"] == "no-referrer"
+        assert r.headers["referrer-policy"] == "same-origin"
     assert "frame-ancestors 'none'" in CSP and "script-src 'self';" in CSP
     assert "unsafe-inline" not in CSP
     assert answers[3].headers["content-type"].startswith("text/javascript")

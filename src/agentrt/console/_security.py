@@ -21,7 +21,8 @@ Rules (decision 0024):
   and the CSRF token of this start of the console, compared in constant time.
 - **Every response** carries a strict Content-Security-Policy (no inline script
   or style, nothing from elsewhere, no framing, forms only to the console),
-  `X-Content-Type-Options: nosniff`, `Referrer-Policy: no-referrer`,
+  `X-Content-Type-Options: nosniff`, `Referrer-Policy: same-origin` (not
+  `no-referrer`: with it a browser sends `Origin: null` on a form post),
   `X-Frame-Options: DENY` and `Cache-Control: no-store`.
 """
 
@@ -50,7 +51,7 @@ CSP = (
 HEADERS = {
     "Content-Security-Policy": CSP,
     "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
+    "Referrer-Policy": "same-origin",
     "X-Frame-Options": "DENY",
     "Cross-Origin-Opener-Policy": "same-origin",
     "Cross-Origin-Resource-Policy": "same-origin",

@@ -67,6 +67,7 @@ def serve(
             lifespan="on",
             proxy_headers=False,
             server_header=False,
+            timeout_graceful_shutdown=2,
         )
     )
     try:
