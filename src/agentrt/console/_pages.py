@@ -14,6 +14,7 @@ person's eyes; a banner says when it is no longer the one waiting.
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from urllib.parse import quote, urlencode
 
@@ -185,6 +186,29 @@ def index_page(data: IndexData, config: ConsoleConfig) -> Html:
 # --- a run --------------------------------------------------------------------------------------
 
 
+_SIZE = re.compile(r"(.*) (\((?:string|object|list), [0-9,]+ (?:chars?|keys?|items?)\))", re.S)
+
+
+def _path_cell(path: str) -> Html:
+    """A field path with its last member set apart (the text is the path, unchanged)."""
+    cut = max(path.rfind("."), path.rfind("["))
+    if cut <= 0 or '"' in path[cut:]:
+        return h('<span class="key">{}</span>', shown_text(path))
+    return h(
+        '<span class="parent">{}</span><span class="key">{}</span>',
+        shown_text(path[:cut]),
+        shown_text(path[cut:]),
+    )
+
+
+def _value_cell(value: str) -> Html:
+    """A shown value with its size (`(string, 6 chars)`) set apart."""
+    match = _SIZE.fullmatch(value)
+    if match is None:
+        return shown_text(value)
+    return h('{} <span class="size">{}</span>', shown_text(match[1]), shown_text(match[2]))
+
+
 def _field_rows(approval: Approval) -> Html:
     rows = list(approval_fields(hashed_content(approval)))[1:]  # the first is the object itself
     out = []
@@ -193,10 +217,11 @@ def _field_rows(approval: Approval) -> Html:
         depth = min(path.count(".") + path.count("["), 8)
         out.append(
             h(
-                '<tr><th class="path d{}" scope="row">{}</th><td class="value">{}</td></tr>',
+                '<tr class="d{}"><th class="path" scope="row">{}</th>'
+                '<td class="value">{}</td></tr>',
                 depth,
-                shown_text(path),
-                shown_text(value),
+                _path_cell(path),
+                _value_cell(value),
             )
         )
     return join(out)
