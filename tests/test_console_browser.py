@@ -181,6 +181,7 @@ def test_a_person_approves_in_the_browser_and_the_page_follows_the_run_as_its_pr
         expect(page.locator("#live-summary .pill")).to_have_text("completed")
         expect(page.locator(".timeline")).to_contain_text("send started again, as approved")
         expect(page.locator(".timeline")).to_contain_text("Run completed")
+        expect(page.locator(".cancel")).to_have_count(0)  # a finished run offers no cancel
         assert page.evaluate("window.__same_document") is True
         assert page.errors == []
     program.close()

@@ -440,7 +440,7 @@ def run_page(data: RunData, config: ConsoleConfig) -> Html:
         '<div class="newrequest notice info" role="status" hidden>A request waits for a decision. '
         '<a href="/runs/{}">Show it</a></div>{}'
         '<div data-live id="live-trail">{}<section class="trail"><h2>What happened</h2>{}'
-        '<ol class="timeline">{}</ol>{}</section></div>{}',
+        '<ol class="timeline">{}</ol>{}</section></div><div data-live id="live-cancel">{}</div>',
         _summary(data),
         _u(run.id),
         requests,

@@ -47,16 +47,20 @@
       throw new Error("page " + response.status);
     }
     const doc = new DOMParser().parseFromString(await response.text(), "text/html");
+    let whole = true;
     for (const element of document.querySelectorAll("[data-live]")) {
       const next = doc.getElementById(element.id);
-      if (next) {
-        element.replaceWith(document.adoptNode(next));
+      if (!next) {
+        continue;
       }
+      // What a person is typing in is not swapped away; it is tried again next time.
+      if (element.contains(document.activeElement) && document.activeElement !== document.body) {
+        whole = false;
+        continue;
+      }
+      element.replaceWith(document.adoptNode(next));
     }
-    const nextMain = doc.getElementById("main");
-    if (nextMain && nextMain.dataset.version) {
-      main.dataset.version = nextMain.dataset.version;
-    }
+    return whole;
   }
 
   async function tick() {
@@ -70,8 +74,7 @@
         throw new Error("state " + response.status);
       }
       const state = await response.json();
-      if (String(state.version) !== String(version)) {
-        await refresh();
+      if (String(state.version) !== String(version) && (await refresh())) {
         version = String(state.version);
       }
       if (Array.isArray(state.pending)) {
