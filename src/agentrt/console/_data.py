@@ -18,8 +18,10 @@ cached by the chain head it saw: a head that has not moved needs no second pass.
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 
 from .. import view
 from ..approval import verify_stored
@@ -38,22 +40,36 @@ DETAIL = 240
 
 
 class ChainStatus:
-    """`verify_events()` of the whole chain, recomputed only when the head moved."""
+    """`verify_events()` of the whole chain, made at most once every `min_interval` seconds.
 
-    def __init__(self) -> None:
+    Pages ask for it each time they are drawn, and a moving run redraws its page
+    at every commit: without a bound, a busy database would pay a pass of its
+    whole chain per page. The page shows when the report was made; a later edit
+    of the file shows at the first check after it.
+    """
+
+    def __init__(
+        self,
+        min_interval: float = 10.0,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._lock = threading.Lock()
-        self._head: tuple[int, str] | None = None
+        self._min_interval = min_interval
+        self._monotonic = monotonic
         self._report: VerifyReport | None = None
+        self._checked_at: datetime | None = None
+        self._when = 0.0
 
-    def get(self, store: Store) -> VerifyReport:
-        head = store.chain_head()
+    def get(self, store: Store) -> tuple[VerifyReport, datetime | None]:
+        """The report and the wall-clock time it was made."""
         with self._lock:
-            if self._report is not None and self._head == head:
-                return self._report
+            if self._report is not None and self._monotonic() - self._when < self._min_interval:
+                return self._report, self._checked_at
+        checked_at = datetime.now(UTC)
         report = store.verify_events()
         with self._lock:
-            self._head, self._report = head, report
-        return report
+            self._report, self._checked_at, self._when = report, checked_at, self._monotonic()
+        return report, checked_at
 
 
 # --- the run list -------------------------------------------------------------------------------
@@ -112,6 +128,7 @@ class RunData:
     events_shown: int
     events_total: int
     chain: VerifyReport
+    chain_checked_at: datetime | None
     version: int
 
 
@@ -133,7 +150,7 @@ def run_state(store: Store, run_id: str) -> dict[str, object]:
 
 
 def run_data(store: Store, run_id: str, chain: ChainStatus) -> RunData:
-    detail = view.run_detail(store, run_id, step_limit=view.STEP_PAGE_MAX)
+    detail = view.run_detail(store, run_id, step_limit=1)  # the run; its steps are the timeline
     pending = []
     # Read whole (uncapped), as `choose_approval` does: what is shown is what is hashed.
     for approval in store.pending_approvals(run_id, cap=None):
@@ -157,6 +174,7 @@ def run_data(store: Store, run_id: str, chain: ChainStatus) -> RunData:
         )
         after = int(rows[0][0])
     events = store.list_events(run_id, after_seq=after, limit=TIMELINE_EVENTS)
+    report, checked_at = chain.get(store)
     return RunData(
         detail=detail,
         pending=tuple(pending),
@@ -164,7 +182,8 @@ def run_data(store: Store, run_id: str, chain: ChainStatus) -> RunData:
         timeline=tuple(timeline(events)),
         events_shown=len(events),
         events_total=total,
-        chain=chain.get(store),
+        chain=report,
+        chain_checked_at=checked_at,
         version=max((e.seq for e in events), default=0),
     )
 

@@ -322,22 +322,25 @@ def _decided(approvals: tuple[Approval, ...]) -> Html:
     return h('<section class="decisions"><h2>Decisions</h2><ul>{}</ul></section>', items)
 
 
-def _chain(report: VerifyReport) -> Html:
+def _chain(report: VerifyReport, checked_at: datetime | None) -> Html:
+    when = _when(checked_at)
     if report.intact:
         return h(
             '<p class="chain ok" id="chain">Audit chain verified: {} events intact '
-            '<span class="rid">head {}:{}…</span></p>',
+            '<span class="rid">up to event {} ({}…), checked {}</span></p>',
             _number(report.checked),
             report.head_seq,
             report.head_hash[:16],
+            when,
         )
     brk = report.first_break
     where = f"at event {brk.seq}: {brk.problem}" if brk else ""
     return h(
         '<p class="chain bad" id="chain" role="alert">Audit chain BROKEN {}; '
-        "{} events verified before it</p>",
+        '{} events verified before it <span class="rid">checked {}</span></p>',
         where,
         _number(report.checked),
+        when,
     )
 
 
@@ -445,7 +448,7 @@ def run_page(data: RunData, config: ConsoleConfig) -> Html:
         _u(run.id),
         requests,
         _decided(data.decided),
-        _chain(data.chain),
+        _chain(data.chain, data.chain_checked_at),
         entries,
         more,
         cancel,
