@@ -11,6 +11,7 @@ from __future__ import annotations
 import html
 import os
 import re
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -486,3 +487,42 @@ def test_the_console_reads_through_a_read_only_store(db_path: Path, waiting: obj
     store = c.app.state.reader.store()  # type: ignore[attr-defined]
     assert store.read_only
     assert sanitize(str(store.path)) == str(open_existing(db_path, read_only=True).path)
+
+
+def test_the_core_and_the_command_line_import_neither_starlette_nor_uvicorn() -> None:
+    code = (
+        "import sys, agentrt, agentrt.cli; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('starlette', 'uvicorn') "
+        "or m.startswith('agentrt.console')))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.stdout.strip() == "[]", result.stdout + result.stderr
+
+
+@pytest.mark.slow
+def test_agentrt_console_stops_cleanly_on_ctrl_c_and_refuses_a_port_in_use(db_path: Path) -> None:
+    Program(db_path, [Decision.complete(1)]).start()
+    command = [sys.executable, "-m", "agentrt", "console", "--db", str(db_path), "--by", "alice"]
+    first = subprocess.Popen([*command, "--port", "0"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert first.stdout is not None
+        head = [first.stdout.readline() for _ in range(3)]
+        assert head[0] == f"agentrt console: serving {db_path}, deciding as alice\n"
+        match = re.fullmatch(r"  open http://127\.0\.0\.1:(\d+)/\n", head[1])
+        assert match, head
+        second = subprocess.run(
+            [*command, "--port", match[1]], capture_output=True, text=True, timeout=60
+        )
+        assert second.returncode == 1
+        assert second.stderr == (
+            f"agentrt: cannot listen on 127.0.0.1:{match[1]}: Address already in use; "
+            "choose another --port (0 picks a free one)\n"
+        )
+        first.send_signal(signal.SIGINT)
+        out, _ = first.communicate(timeout=30)
+        assert first.returncode == 0
+        assert out == "agentrt console: stopped\n"
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()

@@ -44,7 +44,13 @@ def serve(
         token, generated = new_token(), True
     # Checked before binding: a bad token or a refused host binds nothing.
     ConsoleConfig(db_path=db_path, by=by, host=host, port=port or 1, token=token)
-    sock = _bind(host, port)
+    try:
+        sock = _bind(host, port)
+    except OSError as e:
+        why = os.strerror(e.errno) if e.errno else str(e)
+        raise OSError(
+            f"cannot listen on {host}:{port}: {why}; choose another --port (0 picks a free one)"
+        ) from e
     config = ConsoleConfig(
         db_path=db_path, by=by, host=host, port=sock.getsockname()[1], token=token
     )
@@ -72,8 +78,12 @@ def serve(
     )
     try:
         server.run(sockets=[sock])
+    except KeyboardInterrupt:  # Ctrl-C is how a person stops it: not an error
+        pass
     finally:
         sock.close()
+    out.write("agentrt console: stopped\n")
+    out.flush()
     return 0
 
 
