@@ -380,6 +380,7 @@ def test_on_loopback_a_host_header_naming_another_site_is_refused(
         response = c.get("/", headers={"Host": host})
         assert response.status_code == 400, host
         assert "answers only when reached at its own address" in response.text
+        assert "alice" not in response.text
     for host in ("127.0.0.1:8765", "localhost:8765", "[::1]:8765"):
         assert c.get("/", headers={"Host": host}).status_code == 200, host
 
@@ -392,7 +393,7 @@ def test_off_loopback_a_token_is_required_and_the_link_sets_an_httponly_strict_c
     for path in ("/", f"/runs/{run_id}"):
         response = c.get(path)
         assert response.status_code == 401
-        assert run_id not in response.text
+        assert run_id not in response.text and "alice" not in response.text
     assert c.get(f"/api/runs/{run_id}/state").status_code == 401
     assert c.get("/login?token=" + "x" * 30).status_code == 401
     response = c.get(f"/login?token={TOKEN}")

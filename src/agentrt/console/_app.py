@@ -109,7 +109,7 @@ class _Guard(BaseHTTPMiddleware):
                     "This console answers only when reached at its own address "
                     f"(http://127.0.0.1:{config.port}/ or http://localhost:{config.port}/); "
                     "a request naming another host is refused.",
-                    config,
+                    None,
                 ),
                 400,
             )

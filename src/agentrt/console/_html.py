@@ -47,13 +47,16 @@ def join(parts: Iterable[Html], sep: str = "") -> Html:
     return Html(sep.join(parts))
 
 
-def page(title: str, body: Html, *, by: str, live: str | None = None, version: int = 0) -> Html:
+def page(
+    title: str, body: Html, *, by: str | None, live: str | None = None, version: int = 0
+) -> Html:
     """A whole page: the layout, the stylesheet, the script, and `body` in `main`.
 
     With `live` (a state URL), the script polls it and, when the version it
     reports differs from `version`, fetches the page again and swaps every
     element marked `data-live` for its namesake.
     """
+    who = h('<span class="who">deciding as <strong>{}</strong></span>', by) if by else Html("")
     data = Html("")
     if live is not None:
         data = h(' data-state-url="{}" data-version="{}"', live, version)
@@ -69,12 +72,12 @@ def page(title: str, body: Html, *, by: str, live: str | None = None, version: i
         "</head><body>"
         '<a class="skip" href="#main">Skip to content</a>'
         '<header class="top"><a class="brand" href="/">agentrt <span>console</span></a>'
-        '<span class="who">deciding as <strong>{}</strong></span>'
+        "{}"
         '<span class="conn" id="conn" hidden>connection lost: retrying</span></header>'
         '<main id="main"{}>{}</main>'
         "</body></html>\n",
         title,
-        by,
+        who,
         data,
         body,
     )

@@ -478,7 +478,7 @@ def message_page(
             message,
             back,
         ),
-        by=config.by if config else "-",
+        by=config.by if config else None,
     )
 
 
@@ -494,7 +494,7 @@ def login_page(config: ConsoleConfig, message: str) -> Html:
             "</section>",
             message,
         ),
-        by=config.by,
+        by=None,  # who decides is not told to someone without the token
     )
 
 
