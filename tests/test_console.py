@@ -168,6 +168,16 @@ def test_the_timeline_shows_steps_tool_durations_waits_and_an_intact_chain(
     assert "Audit chain verified: " in page and "events intact" in page
 
 
+def test_long_model_text_in_the_timeline_is_clipped_with_its_length(db_path: Path) -> None:
+    program = Program(db_path, [send("x" * 5000)])
+    run = program.start(goal="g" * 3000)
+    c, _ = client(db_path)
+    page = c.get(f"/runs/{run.id}").text
+    assert '<p class="evdetail">' + "g" * 240 + "… (+2,760 chars)</p>" in page
+    assert "x" * 241 not in page.split("What happened")[1]
+    program.close()
+
+
 def test_a_chain_that_fails_verification_is_shown_broken(
     db_path: Path, waiting: tuple[Program, str]
 ) -> None:

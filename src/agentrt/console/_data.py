@@ -232,7 +232,9 @@ class _Builder:
                 at=event.at,
                 kind=kind,
                 title=title,
-                detail=detail,
+                detail=detail
+                if len(detail) <= DETAIL
+                else f"{detail[:DETAIL]}… (+{len(detail) - DETAIL:,} chars)",
                 step=self.step_index.get(event.step_id),
                 duration_ms=kw.get("duration_ms"),
             )
