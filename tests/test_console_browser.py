@@ -91,8 +91,9 @@ def context() -> Iterator[Any]:
 @pytest.fixture
 def page(context: Any) -> Iterator[Any]:
     p = context.new_page()
-    p.errors = []  # uncaught page errors: a console page raises none
+    p.errors = []  # uncaught page errors and console errors (a CSP refusal is one): none expected
     p.on("pageerror", lambda e: p.errors.append(str(e)))
+    p.on("console", lambda m: p.errors.append(m.text) if m.type == "error" else None)
     yield p
     p.close()
 
@@ -184,6 +185,26 @@ def test_a_person_approves_in_the_browser_and_the_page_follows_the_run_as_its_pr
         expect(page.locator(".cancel")).to_have_count(0)  # a finished run offers no cancel
         assert page.evaluate("window.__same_document") is True
         assert page.errors == []
+    program.close()
+
+
+def test_the_run_list_shows_a_run_that_starts_waiting_without_a_reload(
+    db_path: Path, page: Any
+) -> None:
+    done = Program(db_path, [Decision.complete(1)], prefix="b")
+    off_loop(lambda: done.start("an earlier run"))
+    with console(db_path) as c:
+        page.goto(c.url)
+        expect(page.locator("#live-waiting")).to_contain_text("Nobody is needed right now.")
+        page.evaluate("window.__same_document = true")
+        program = Program(db_path, [send("carol")])
+        run = off_loop(lambda: program.start("tell carol"))
+        card = page.locator(f'#live-waiting a[href="/runs/{run.id}"]')
+        expect(card).to_contain_text("tell carol")
+        expect(page.locator("#live-runs")).to_contain_text("runs 1–2 of 2")
+        assert page.evaluate("window.__same_document") is True
+        assert page.errors == []
+    done.close()
     program.close()
 
 
