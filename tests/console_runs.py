@@ -75,8 +75,10 @@ class Program:
             new_id=Ids(prefix),
         )
 
-    def start(self, goal: str = "tell alice the build is green") -> agentrt.Run:
-        run: agentrt.Run = self.driver.start_sync(goal)
+    def start(
+        self, goal: str = "tell alice the build is green", limits: agentrt.Limits | None = None
+    ) -> agentrt.Run:
+        run: agentrt.Run = self.driver.start_sync(goal, limits=limits)
         return run
 
     def resume(self, run_id: str) -> agentrt.Run:

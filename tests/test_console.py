@@ -16,6 +16,7 @@ import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -23,7 +24,7 @@ import pytest
 pytest.importorskip("starlette")
 from starlette.testclient import TestClient
 
-from agentrt import Decision
+from agentrt import Decision, Limits
 from agentrt.cli import approval_fields, hashed_content
 from agentrt.console import ConsoleConfig, create_app, is_loopback
 from agentrt.console._data import ChainStatus
@@ -285,6 +286,20 @@ def test_a_stale_page_is_refused_with_a_conflict_and_the_new_request_stays_pendi
     response = decide(c, config, run_id, new.id, "approve", hash=shown.hash)
     assert response.status_code == 409
     assert program.store.get_approval(run_id, new.id).status == "pending"
+
+
+def test_an_expired_request_is_marked_and_deciding_it_is_refused_as_gone(db_path: Path) -> None:
+    program = Program(db_path, [send("alice")])
+    # The program's clock is in 2026-11; an hour's ttl has long passed on the wall clock.
+    run = program.start(limits=Limits(approval_ttl=timedelta(hours=1)))
+    approval = program.pending(run.id)
+    c, config = client(db_path)
+    assert "This request expired at 2026-11-30 10:00:00 UTC" in c.get(f"/runs/{run.id}").text
+    response = decide(c, config, run.id, approval.id, "approve", hash=approval.hash)
+    assert response.status_code == 410
+    assert "Nothing was decided: the request expired." in response.text
+    assert program.store.get_approval(run.id, approval.id).status == "pending"
+    program.close()
 
 
 def test_a_decision_without_a_hash_is_refused_and_changes_nothing(
