@@ -25,7 +25,7 @@ pytest.importorskip("starlette")
 from starlette.testclient import TestClient
 
 from agentrt import Decision, Limits
-from agentrt.cli import approval_fields, hashed_content
+from agentrt.cli import approval_fields, default_user, hashed_content
 from agentrt.console import ConsoleConfig, create_app, is_loopback
 from agentrt.console._data import ChainStatus
 from agentrt.console._security import CSP, check_token
@@ -526,14 +526,17 @@ def test_the_core_and_the_command_line_import_neither_starlette_nor_uvicorn() ->
 
 
 @pytest.mark.slow
-def test_agentrt_console_stops_cleanly_on_ctrl_c_and_refuses_a_port_in_use(db_path: Path) -> None:
+def test_agentrt_console_decides_as_the_os_user_stops_on_ctrl_c_and_refuses_a_busy_port(
+    db_path: Path,
+) -> None:
     Program(db_path, [Decision.complete(1)]).start()
-    command = [sys.executable, "-m", "agentrt", "console", "--db", str(db_path), "--by", "alice"]
+    command = [sys.executable, "-m", "agentrt", "console", "--db", str(db_path)]
     first = subprocess.Popen([*command, "--port", "0"], stdout=subprocess.PIPE, text=True)
     try:
         assert first.stdout is not None
         head = [first.stdout.readline() for _ in range(3)]
-        assert head[0] == f"agentrt console: serving {db_path}, deciding as alice\n"
+        # --by defaults to the OS user, as for every deciding command.
+        assert head[0] == f"agentrt console: serving {db_path}, deciding as {default_user()}\n"
         match = re.fullmatch(r"  open http://127\.0\.0\.1:(\d+)/\n", head[1])
         assert match, head
         second = subprocess.run(
