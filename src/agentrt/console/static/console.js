@@ -10,6 +10,18 @@
 "use strict";
 
 (function () {
+  // A decision is sent once: a second click while the first is on its way would only
+  // come back as a conflict.
+  for (const form of document.querySelectorAll("form[method=post]")) {
+    form.addEventListener("submit", () => {
+      window.setTimeout(() => {
+        for (const button of form.querySelectorAll("button")) {
+          button.disabled = true;
+        }
+      }, 0);
+    });
+  }
+
   const main = document.getElementById("main");
   const stateUrl = main ? main.dataset.stateUrl : undefined;
   if (!stateUrl) {
