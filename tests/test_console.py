@@ -143,6 +143,19 @@ def test_model_written_html_script_and_invisible_characters_are_escaped_on_every
     program.close()
 
 
+def test_a_stored_status_never_becomes_a_class_name(db_path: Path) -> None:
+    program = Program(db_path, [Decision.complete(1)])
+    run = program.start()
+    # A row no run can make, written with SQL: a status that reads like class names.
+    with sqlite3.connect(db_path) as conn:
+        conn.execute("UPDATE runs SET status = 'x notice bad' WHERE id = ?", (run.id,))
+    c, _ = client(db_path)
+    for page in (c.get("/").text, c.get(f"/runs/{run.id}").text):
+        assert '<span class="pill s-unknown">' in page
+        assert "s-x" not in page and 'class="pill s-x notice bad"' not in page
+    program.close()
+
+
 def test_the_timeline_shows_steps_tool_durations_waits_and_an_intact_chain(
     db_path: Path, waiting: tuple[Program, str]
 ) -> None:

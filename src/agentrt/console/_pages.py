@@ -47,8 +47,13 @@ def _status_label(status: str) -> str:
     return status.lower().replace("_", " ")
 
 
+_STATUSES = frozenset(s.value for s in RunStatus)
+
+
 def _pill(status: str) -> Html:
-    return h('<span class="pill s-{}">{}</span>', status.lower(), _status_label(status))
+    # The class comes from the known statuses only: a stored value never names a class.
+    known = status.lower() if status in _STATUSES else "unknown"
+    return h('<span class="pill s-{}">{}</span>', known, _status_label(status) or "unknown")
 
 
 def _goal(goal: str) -> Html:
