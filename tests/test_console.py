@@ -18,6 +18,7 @@ import sys
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -568,3 +569,41 @@ def test_agentrt_console_decides_as_the_os_user_stops_on_ctrl_c_and_refuses_a_bu
         if first.poll() is None:
             first.kill()
             first.wait()
+
+
+def test_every_store_call_runs_off_the_event_loop(
+    db_path: Path, waiting: tuple[Program, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import asyncio
+
+    import agentrt.operator
+    from agentrt.console import _data
+
+    program, run_id = waiting
+    calls: list[tuple[str, bool]] = []
+
+    def watched(name: str, fn: Any) -> Any:
+        def call(*args: Any, **kw: Any) -> Any:
+            try:
+                asyncio.get_running_loop()
+                on_loop = True
+            except RuntimeError:
+                on_loop = False
+            calls.append((name, on_loop))
+            return fn(*args, **kw)
+
+        return call
+
+    for name in ("index_data", "index_version", "run_data", "run_state"):
+        monkeypatch.setattr(_data, name, watched(name, getattr(_data, name)))
+    monkeypatch.setattr(agentrt.operator, "approve", watched("approve", agentrt.operator.approve))
+    c, config = client(db_path)
+    approval = program.pending(run_id)
+    c.get("/")
+    c.get("/api/state")
+    c.get(f"/runs/{run_id}")
+    c.get(f"/api/runs/{run_id}/state")
+    assert decide(c, config, run_id, approval.id, "approve", hash=approval.hash).status_code == 303
+    assert sorted(calls) == sorted(
+        (n, False) for n in ("index_data", "index_version", "run_data", "run_state", "approve")
+    )
