@@ -324,6 +324,19 @@ def test_a_person_approves_with_the_keyboard_alone(db_path: Path, page: Any) -> 
     program.close()
 
 
+def test_the_pages_fit_a_phone_screen_without_sideways_scrolling(db_path: Path, page: Any) -> None:
+    program = Program(db_path, [send(HOSTILE, body=HOSTILE * 3)])
+    run = off_loop(lambda: program.start(goal=HOSTILE))
+    page.set_viewport_size({"width": 390, "height": 844})
+    with console(db_path) as c:
+        for url in (c.url, f"{c.url}runs/{run.id}"):
+            page.goto(url)
+            assert page.evaluate("document.documentElement.scrollWidth") <= 390, url
+        box = page.get_by_role("button", name=re.compile("^Approve as")).bounding_box()
+        assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= 390
+    program.close()
+
+
 def test_the_demo_stopped_at_its_approval_is_approved_in_the_browser_and_finished(
     tmp_path: Path, page: Any
 ) -> None:
