@@ -1123,6 +1123,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="a head kept from an earlier verify: catches a cut or rewritten tail",
     )
 
+    console = command("console", "serve the web approval console (the console extra)")
+    console.add_argument(
+        "--host", default="127.0.0.1", help="address to bind (default %(default)s)"
+    )
+    console.add_argument("--port", type=_bounded(0, 65535), default=8765, help="0 picks a free one")
+    console.add_argument("--by", metavar="NAME", help="who decides (default: the OS user)")
+    console.add_argument("--token", help="required off loopback (default: generated and printed)")
+
     sub.add_parser("demo", help="run the demo (agentrt demo --help)", add_help=False)
     return parser
 
@@ -1156,7 +1164,24 @@ def run_demo(args: Sequence[str], out: Output) -> int:
     return int(result) if isinstance(result, int) else EXIT_OK
 
 
+def cmd_console(args: argparse.Namespace, out: Output) -> int:
+    try:
+        console = importlib.import_module("agentrt.console")
+    except ModuleNotFoundError as e:
+        if (e.name or "").split(".")[0] not in ("starlette", "uvicorn", "anyio"):
+            raise
+        out.error("the console needs its extra: pip install 'agentrt[console]'")
+        return EXIT_ERROR
+    by = _check_label("--by", args.by if args.by is not None else default_user())
+    with _open(args):  # refused here, in one sentence, before anything is served
+        pass
+    return int(
+        console.serve(_db_path(args), host=args.host, port=args.port, by=by, token=args.token)
+    )
+
+
 _COMMANDS = {
+    "console": cmd_console,
     "runs": cmd_runs,
     "approvals": cmd_approvals,
     "show": cmd_show,

@@ -1,0 +1,346 @@
+"""The console's ASGI app (Starlette): routes, the security checks, and the calls that decide.
+
+Reads go to one read-only `Store`, opened on first use; each decision opens
+a writable store of its own for its one transaction and closes it. Every
+store call runs on a worker thread (`run_in_threadpool`): SQLite is blocking,
+the event loop never waits on it.
+
+Decisions go through `agentrt.approve` / `agentrt.reject` / `agentrt.cancel`
+with `shown_hash` set to the hash the page displayed, so a page gone stale
+can only be refused (409), never decide a request it did not show. A decision
+without a hash is refused before the store is touched.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+from urllib.parse import parse_qs, quote
+
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.middleware import Middleware
+from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from .. import operator
+from ..errors import (
+    AgentrtError,
+    ApprovalChangedError,
+    ApprovalExpiredError,
+    ApprovalHashError,
+    NotFoundError,
+    NotPendingError,
+    RunStateError,
+)
+from ..records import RunStatus
+from ..store import Store, open_existing
+from ..trace import sanitize
+from . import _data, _pages
+from ._security import COOKIE, HEADERS, ConsoleConfig
+
+BODY_LIMIT = 16 * 1024
+"""Bytes a form may carry: a note and two tokens fit many times over."""
+PAGE = 50
+
+
+class _Reader:
+    """The one read-only store, opened on first use, shared by the worker threads."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._store: Store | None = None
+        self.chain = _data.ChainStatus()
+
+    def store(self) -> Store:
+        with self._lock:
+            if self._store is None:
+                self._store = open_existing(self.path, read_only=True)
+            return self._store
+
+    def close(self) -> None:
+        with self._lock:
+            if self._store is not None:
+                self._store.close()
+                self._store = None
+
+
+def _html(body: str, status: int = 200) -> HTMLResponse:
+    return HTMLResponse(body, status_code=status)
+
+
+class _Refused(Exception):
+    """A request the console answers with a page saying why (status, title, message)."""
+
+    def __init__(self, status: int, title: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.title = title
+        self.message = message
+
+
+class _Guard(BaseHTTPMiddleware):
+    """Host (on loopback), token cookie, and Origin for state changes; headers on every answer."""
+
+    def __init__(self, app: Any, config: ConsoleConfig) -> None:
+        super().__init__(app)
+        self.config = config
+
+    async def dispatch(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
+        response = await self._check(request, call_next)
+        for name, value in HEADERS.items():
+            response.headers[name] = value
+        return response
+
+    async def _check(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
+        config = self.config
+        host = request.headers.get("host")
+        if not config.host_ok(host):
+            return _html(
+                _pages.message_page(
+                    "Wrong address",
+                    "This console answers only when reached at its own address "
+                    f"(http://127.0.0.1:{config.port}/ or http://localhost:{config.port}/); "
+                    "a request naming another host is refused.",
+                    None,
+                ),
+                400,
+            )
+        path = request.url.path
+        public = path == "/login" or path.startswith("/static/")
+        if not public and not config.cookie_matches(request.cookies.get(COOKIE)):
+            if path.startswith("/api/"):
+                return JSONResponse({"error": "token needed", "code": "unauthorized"}, 401)
+            return _html(
+                _pages.login_page(config, "Open the link the console printed when it started."),
+                401,
+            )
+        if request.method not in ("GET", "HEAD") and not config.origin_ok(
+            request.headers.get("origin"), host
+        ):
+            return _html(
+                _pages.message_page(
+                    "Refused",
+                    "This request did not come from a page of this console (its Origin "
+                    "header is missing or names another site), so nothing was changed.",
+                    config,
+                ),
+                403,
+            )
+        return await call_next(request)
+
+
+async def _form(request: Request, config: ConsoleConfig, *, csrf: bool = True) -> dict[str, str]:
+    """The posted form, at most BODY_LIMIT bytes; the CSRF token checked unless told not to."""
+    declared = request.headers.get("content-length")
+    if declared is not None and (not declared.isdigit() or int(declared) > BODY_LIMIT):
+        raise _Refused(413, "Too large", "The form was larger than the console accepts.")
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > BODY_LIMIT:
+            raise _Refused(413, "Too large", "The form was larger than the console accepts.")
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if kind != "application/x-www-form-urlencoded":
+        raise _Refused(400, "Bad request", "The console accepts only its own forms.")
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        raise _Refused(400, "Bad request", "The form was not UTF-8.") from None
+    fields = {k: v[0] for k, v in parse_qs(text, keep_blank_values=True).items()}
+    if csrf and not config.csrf_matches(fields.get("csrf", "")):
+        raise _Refused(
+            403,
+            "Refused",
+            "This form did not carry this console's token (a page from an earlier start of "
+            "the console, or from elsewhere), so nothing was changed. Reload the page and "
+            "decide again.",
+        )
+    return fields
+
+
+def _decision_refusal(error: AgentrtError) -> _Refused:
+    said = sanitize(str(error))
+    if isinstance(error, ApprovalExpiredError):
+        return _Refused(410, "Expired", f"Nothing was decided: the request expired. ({said})")
+    if isinstance(error, ApprovalChangedError | NotPendingError | RunStateError):
+        return _Refused(
+            409,
+            "Conflict: the request changed",
+            "Nothing was decided. The request this page showed is no longer the one "
+            f"waiting: it was decided, or the run moved on and asks again. ({said})",
+        )
+    if isinstance(error, ApprovalHashError):
+        return _Refused(
+            409, "Refused", f"Nothing was decided: the stored request fails its hash. ({said})"
+        )
+    if isinstance(error, NotFoundError):
+        return _Refused(404, "Not found", said)
+    return _Refused(503, "Not decided", f"Nothing was decided: {said}")
+
+
+def create_app(config: ConsoleConfig) -> Starlette:
+    """The console for `config.db_path`; it opens the database on first use."""
+    reader = _Reader(config.db_path)
+
+    async def read(fn: Callable[..., Any], *args: Any) -> Any:
+        def call() -> Any:
+            return fn(reader.store(), *args)
+
+        try:
+            return await run_in_threadpool(call)
+        except NotFoundError as e:
+            raise _Refused(404, "Not found", sanitize(str(e))) from e
+        except (AgentrtError, sqlite3.Error) as e:
+            raise _Refused(503, "Cannot read the database", sanitize(str(e))) from e
+
+    def answer(handler: Callable[[Request], Awaitable[Response]]) -> Callable[..., Any]:
+        async def endpoint(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except _Refused as r:
+                if request.url.path.startswith("/api/"):
+                    return JSONResponse({"error": r.message}, r.status)
+                back = "/"
+                if "run_id" in request.path_params:
+                    back = f"/runs/{quote(request.path_params['run_id'], safe='')}"
+                return _html(_pages.message_page(r.title, r.message, config, back=back), r.status)
+
+        return endpoint
+
+    async def index(request: Request) -> Response:
+        status = request.query_params.get("status") or None
+        if status is not None and status not in {s.value for s in RunStatus}:
+            raise _Refused(400, "Bad request", "No such status.")
+        offset_text = request.query_params.get("offset", "0")
+        if not offset_text.isdigit() or len(offset_text) > 12:
+            raise _Refused(400, "Bad request", "The offset must be a whole number.")
+        data = await read(
+            lambda s: _data.index_data(s, status=status, offset=int(offset_text), limit=PAGE)
+        )
+        return _html(_pages.index_page(data, config))
+
+    async def index_state(request: Request) -> Response:
+        version = await read(_data.index_version)
+        return JSONResponse({"version": version})
+
+    async def run_page(request: Request) -> Response:
+        run_id = request.path_params["run_id"]
+        data = await read(lambda s: _data.run_data(s, run_id, reader.chain))
+        return _html(_pages.run_page(data, config))
+
+    async def run_state(request: Request) -> Response:
+        run_id = request.path_params["run_id"]
+        return JSONResponse(await read(_data.run_state, run_id))
+
+    def decider(approve: bool) -> Callable[[Request], Awaitable[Response]]:
+        async def decide(request: Request) -> Response:
+            run_id = request.path_params["run_id"]
+            approval_id = request.path_params["approval_id"]
+            fields = await _form(request, config)
+            shown_hash = fields.get("hash", "")
+            note = fields.get("note", "")
+            if not shown_hash:
+                raise _decision_refusal(
+                    ApprovalChangedError("a decision must carry the hash of what was shown")
+                )
+            if len(note) > _pages.NOTE_LIMIT:
+                raise _Refused(400, "Bad request", "The note is too long.")
+            fn = operator.approve if approve else operator.reject
+
+            def call() -> None:
+                with open_existing(config.db_path) as store:
+                    fn(store, run_id, approval_id, config.by, note, shown_hash=shown_hash)
+
+            try:
+                await run_in_threadpool(call)
+            except (AgentrtError, sqlite3.Error) as e:
+                if isinstance(e, AgentrtError):
+                    raise _decision_refusal(e) from e
+                raise _Refused(503, "Not decided", sanitize(str(e))) from e
+            return RedirectResponse(f"/runs/{quote(run_id, safe='')}", 303)
+
+        return decide
+
+    async def cancel(request: Request) -> Response:
+        run_id = request.path_params["run_id"]
+        fields = await _form(request, config)
+        note = fields.get("note", "")
+        if len(note) > _pages.NOTE_LIMIT:
+            raise _Refused(400, "Bad request", "The note is too long.")
+
+        def call() -> None:
+            with open_existing(config.db_path) as store:
+                operator.cancel(store, run_id, config.by, note)
+
+        try:
+            await run_in_threadpool(call)
+        except (AgentrtError, sqlite3.Error) as e:
+            if isinstance(e, RunStateError):
+                raise _Refused(409, "Conflict", sanitize(str(e))) from e
+            if isinstance(e, NotFoundError):
+                raise _Refused(404, "Not found", sanitize(str(e))) from e
+            raise _Refused(503, "Not cancelled", sanitize(str(e))) from e
+        return RedirectResponse(f"/runs/{quote(run_id, safe='')}", 303)
+
+    def logged_in() -> Response:
+        response = RedirectResponse("/", 303)
+        if config.token is not None:
+            response.set_cookie(
+                COOKIE, config.session_value(), httponly=True, samesite="strict", path="/"
+            )
+        return response
+
+    async def login(request: Request) -> Response:
+        if config.token is None:
+            return RedirectResponse("/", 303)
+        if request.method == "POST":
+            given = (await _form(request, config, csrf=False)).get("token", "")
+        else:
+            given = request.query_params.get("token", "")
+        if given and config.token_matches(given):
+            return logged_in()
+        message = "That token is not this console's." if given else "No token was given."
+        return _html(_pages.login_page(config, message), 401)
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            await run_in_threadpool(reader.close)
+
+    routes = [
+        Route("/", answer(index)),
+        Route("/api/state", answer(index_state)),
+        Route("/login", answer(login), methods=["GET", "POST"]),
+        Route("/runs/{run_id}", answer(run_page)),
+        Route("/api/runs/{run_id}/state", answer(run_state)),
+        Route(
+            "/runs/{run_id}/approvals/{approval_id}/approve",
+            answer(decider(True)),
+            methods=["POST"],
+        ),
+        Route(
+            "/runs/{run_id}/approvals/{approval_id}/reject",
+            answer(decider(False)),
+            methods=["POST"],
+        ),
+        Route("/runs/{run_id}/cancel", answer(cancel), methods=["POST"]),
+        Mount("/static", StaticFiles(packages=[("agentrt.console", "static")]), name="static"),
+    ]
+    app = Starlette(
+        routes=routes, middleware=[Middleware(_Guard, config=config)], lifespan=lifespan
+    )
+    app.state.reader = reader
+    return app
+
+
+__all__ = ["BODY_LIMIT", "create_app"]

@@ -1,0 +1,90 @@
+"""Serving the console: bind first, then say where, then run uvicorn until Ctrl-C.
+
+The socket is bound before anything is printed, so the address printed is the
+one in use (`--port 0` picks a free port). A token given with `--token` or
+`AGENTRT_CONSOLE_TOKEN` is never printed back; a generated one (binding
+elsewhere than loopback with no token given) is printed once, inside the login
+link, because the person starting the console needs it.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from typing import TextIO
+
+import uvicorn
+
+from ._app import create_app
+from ._security import ConsoleConfig, is_loopback, new_token
+
+TOKEN_ENV = "AGENTRT_CONSOLE_TOKEN"
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    return socket.create_server((host, port), family=family, reuse_port=False)
+
+
+def serve(
+    db_path: str,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8765,
+    by: str,
+    token: str | None = None,
+    stdout: TextIO | None = None,
+) -> int:
+    """Serve the console for `db_path` until interrupted; returns the exit status."""
+    out = stdout or sys.stdout
+    token = token or os.environ.get(TOKEN_ENV) or None
+    generated = False
+    if token is None and not is_loopback(host):
+        token, generated = new_token(), True
+    # Checked before binding: a bad token or a refused host binds nothing.
+    ConsoleConfig(db_path=db_path, by=by, host=host, port=port or 1, token=token)
+    try:
+        sock = _bind(host, port)
+    except OSError as e:
+        why = os.strerror(e.errno) if e.errno else str(e)
+        raise OSError(
+            f"cannot listen on {host}:{port}: {why}; choose another --port (0 picks a free one)"
+        ) from e
+    config = ConsoleConfig(
+        db_path=db_path, by=by, host=host, port=sock.getsockname()[1], token=token
+    )
+    app = create_app(config)
+    out.write(f"agentrt console: serving {db_path}, deciding as {by}\n")
+    if token is None:
+        out.write(f"  open {config.link(with_token=False)}\n")
+    elif generated:
+        out.write(f"  open {config.link(with_token=True)}\n")
+        out.write("  (a token was generated for this start: the link logs a browser in once)\n")
+    else:
+        out.write(f"  open {config.link(with_token=False)}\n")
+    out.write("  Ctrl-C stops it.\n")
+    out.flush()
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app,
+            log_level="warning",
+            access_log=False,
+            lifespan="on",
+            proxy_headers=False,
+            server_header=False,
+            timeout_graceful_shutdown=2,
+        )
+    )
+    try:
+        server.run(sockets=[sock])
+    except KeyboardInterrupt:  # Ctrl-C is how a person stops it: not an error
+        pass
+    finally:
+        sock.close()
+    out.write("agentrt console: stopped\n")
+    out.flush()
+    return 0
+
+
+__all__ = ["TOKEN_ENV", "serve"]

@@ -1,0 +1,375 @@
+"""The web console end to end: a real server process, Debian's chromium driven by Playwright.
+
+The console runs as `agentrt console --port 0` (a real uvicorn on a free
+loopback port); the test plays the person in the browser and the consumer's
+program (`Program`, which resumes runs). Chromium is launched from
+/usr/bin/chromium with a fresh profile; Playwright's own browser download is
+never used. Without chromium or Playwright these tests skip in one line,
+except under CI (the `CI` variable set), where they fail.
+
+`AGENTRT_WRITE_SCREENSHOT=1` writes the run page of the demo to docs/console.png.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+import agentrt
+from agentrt import Decision
+from console_runs import HOSTILE, Program, send
+
+ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+WAIT_MS = 15_000
+
+pytestmark = pytest.mark.slow
+T = TypeVar("T")
+
+
+def _missing() -> str:
+    if not os.path.exists(CHROMIUM):
+        return f"no chromium at {CHROMIUM} (apt-get install chromium)"
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        return "Playwright for Python is not installed (pip install -e '.[test]')"
+    try:
+        import starlette  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError:
+        return "the console extra is not installed (pip install -e '.[console]')"
+    return ""
+
+
+@pytest.fixture(scope="module")
+def context() -> Iterator[Any]:
+    why = _missing()
+    if why:
+        if os.environ.get("CI"):
+            pytest.fail(f"browser tests cannot run under CI: {why}")
+        pytest.skip(f"browser tests skipped: {why}")
+    from playwright.sync_api import sync_playwright
+
+    profile = tempfile.mkdtemp(prefix="agentrt-chromium-")
+    try:
+        with sync_playwright() as p:
+            ctx = p.chromium.launch_persistent_context(
+                profile,
+                executable_path=CHROMIUM,
+                headless=True,
+                args=CHROMIUM_ARGS,
+                viewport={"width": 1200, "height": 900},
+            )
+            ctx.set_default_timeout(WAIT_MS)
+            yield ctx
+            ctx.close()
+    finally:
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+@pytest.fixture
+def page(context: Any) -> Iterator[Any]:
+    p = context.new_page()
+    p.errors = []  # uncaught page errors and console errors (a CSP refusal is one): none expected
+    p.on("pageerror", lambda e: p.errors.append(str(e)))
+    p.on("console", lambda m: p.errors.append(m.text) if m.type == "error" else None)
+    yield p
+    p.close()
+
+
+class Console:
+    """`agentrt console` in a process of its own, and the address it printed."""
+
+    def __init__(self, proc: subprocess.Popen[str], url: str, lines: list[str]) -> None:
+        self.proc = proc
+        self.url = url
+        self.lines = lines
+
+
+@contextmanager
+def console(db: Path, *args: str) -> Iterator[Console]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "agentrt", "console", "--db", str(db), "--port", "0", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        lines: list[str] = []
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            if line.strip().startswith("open "):
+                break
+        else:
+            raise AssertionError(f"the console printed no address: {lines} {proc.stderr}")
+        url = line.strip().removeprefix("open ")
+        yield Console(proc, url, lines)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def off_loop(fn: Callable[[], T]) -> T:
+    """Call `fn` on a thread of its own: Playwright's sync API keeps an event loop running
+    on the test's thread, and the program's `_sync` calls refuse to run inside one."""
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(fn).result()
+
+
+def expect(locator: Any) -> Any:
+    from playwright.sync_api import expect as pw_expect
+
+    pw_expect.set_options(timeout=WAIT_MS)
+    return pw_expect(locator)
+
+
+# --- the flows ----------------------------------------------------------------------------------
+
+
+def test_a_person_approves_in_the_browser_and_the_page_follows_the_run_as_its_program_resumes_it(
+    db_path: Path, page: Any
+) -> None:
+    program = Program(db_path, [send("alice"), Decision.complete({"sent": 1})])
+    run = off_loop(lambda: program.start())
+    approval = program.pending(run.id)
+    with console(db_path, "--by", "alice") as c:
+        assert c.url.startswith("http://127.0.0.1:")
+        page.goto(c.url)
+        page.get_by_role("link", name=re.compile("Review")).click()
+        expect(page.locator(".request h2")).to_have_text("The run waits for your decision")
+        expect(page.locator(".request .hash code")).to_have_text(approval.hash)
+        page.get_by_label("Note for the record").fill("alice expects it")
+        page.get_by_role("button", name="Approve as alice").click()
+        expect(page.locator("#live-summary .notice")).to_contain_text(
+            "Approved by alice. The run goes on when its program resumes it"
+        )
+        decided = program.store.get_approval(run.id, approval.id)
+        assert (decided.status, decided.decided_by, decided.note) == (
+            "approved",
+            "alice",
+            "alice expects it",
+        )
+        assert program.send.calls == []  # the console never runs a tool
+        # The program resumes the run; the open page follows without a reload.
+        page.evaluate("window.__same_document = true")
+        assert off_loop(lambda: program.resume(run.id)).status == "COMPLETED"
+        expect(page.locator("#live-summary .pill")).to_have_text("completed")
+        expect(page.locator(".timeline")).to_contain_text("send started again, as approved")
+        expect(page.locator(".timeline")).to_contain_text("Run completed")
+        expect(page.locator(".cancel")).to_have_count(0)  # a finished run offers no cancel
+        assert page.evaluate("window.__same_document") is True
+        assert page.errors == []
+    program.close()
+
+
+def test_the_run_list_shows_a_run_that_starts_waiting_without_a_reload(
+    db_path: Path, page: Any
+) -> None:
+    done = Program(db_path, [Decision.complete(1)], prefix="b")
+    off_loop(lambda: done.start("an earlier run"))
+    with console(db_path) as c:
+        page.goto(c.url)
+        expect(page.locator("#live-waiting")).to_contain_text("Nobody is needed right now.")
+        page.evaluate("window.__same_document = true")
+        program = Program(db_path, [send("carol")])
+        run = off_loop(lambda: program.start("tell carol"))
+        card = page.locator(f'#live-waiting a[href="/runs/{run.id}"]')
+        expect(card).to_contain_text("tell carol")
+        expect(page.locator("#live-runs")).to_contain_text("runs 1–2 of 2")
+        assert page.evaluate("window.__same_document") is True
+        assert page.errors == []
+    done.close()
+    program.close()
+
+
+def test_a_person_rejects_in_the_browser_and_the_run_is_cancelled(db_path: Path, page: Any) -> None:
+    program = Program(db_path, [send("mallory")])
+    run = off_loop(lambda: program.start())
+    with console(db_path, "--by", "alice") as c:
+        page.goto(f"{c.url}runs/{run.id}")
+        page.get_by_label("Note for the record").fill("wrong recipient")
+        page.get_by_role("button", name="Reject as alice").click()
+        expect(page.locator("#live-summary .pill")).to_have_text("cancelled")
+        expect(page.locator(".decisions")).to_contain_text("rejected by alice")
+        expect(page.locator(".decisions")).to_contain_text("wrong recipient")
+    stored = program.store.get_run(run.id)
+    assert (stored.status, stored.reason) == ("CANCELLED", "approval_rejected")
+    assert program.send.calls == []
+    program.close()
+
+
+def test_a_stale_page_is_refused_in_the_browser_and_the_new_request_stays_pending(
+    db_path: Path, page: Any
+) -> None:
+    program = Program(db_path, [send("alice"), send("bob", body="different")])
+    run = off_loop(lambda: program.start())
+    shown = program.pending(run.id)
+    with console(db_path, "--by", "alice") as c:
+        page.goto(f"{c.url}runs/{run.id}")
+        expect(page.locator(".request .hash code")).to_have_text(shown.hash)
+        # Behind the page's back, through the real API: approved by someone else, resumed,
+        # and now waiting on a new request with other arguments.
+        agentrt.approve(program.store, run.id, shown.id, by="bob", shown_hash=shown.hash)
+        off_loop(lambda: program.resume(run.id))
+        new = program.pending(run.id)
+        assert new.hash != shown.hash
+        expect(page.locator(".request .stale")).to_be_visible()
+        expect(page.locator(".newrequest")).to_be_visible()
+        page.get_by_role("button", name="Approve as alice").click()
+        expect(page.locator("h1")).to_have_text("Conflict: the request changed")
+        expect(page.locator(".message")).to_contain_text("Nothing was decided.")
+        assert program.store.get_approval(run.id, new.id).status == "pending"
+        assert program.store.get_approval(run.id, shown.id).decided_by == "bob"
+    program.close()
+
+
+def test_html_script_bidi_and_zero_width_text_from_a_model_is_inert_and_shown_escaped(
+    db_path: Path, page: Any
+) -> None:
+    program = Program(db_path, [send(HOSTILE, body=HOSTILE)])
+    run = off_loop(lambda: program.start(goal=HOSTILE))
+    with console(db_path) as c:
+        for url in (c.url, f"{c.url}runs/{run.id}"):
+            page.goto(url)
+            assert page.evaluate("window.__pwned") is None
+            assert page.locator("main script, main img, main style, main iframe").count() == 0
+            expect(page.locator("main")).to_be_visible()
+            assert page.locator("[onerror]").count() == 0
+        text = page.locator("main").inner_text()
+        assert "<script>window.__pwned = 1</script>" in text
+        assert "\\u202eevil\\u202c now\\u200b\\u2066x\\u2069" in text
+        assert "\\x1b[31mred" in text
+        for raw in ("\u202e", "\u200b", "\u2066", "\x1b"):
+            assert raw not in text
+        # Live updates swap parts of the page: still inert after one.
+        agentrt.cancel(program.store, run.id, by="bob")
+        expect(page.locator("#live-summary .pill")).to_have_text("cancelled")
+        assert page.evaluate("window.__pwned") is None
+        assert page.locator("main script, main img, main style").count() == 0
+        assert page.errors == []
+    program.close()
+
+
+def test_off_loopback_the_console_needs_its_token_and_the_link_logs_in_with_a_clean_url(
+    db_path: Path, page: Any
+) -> None:
+    program = Program(db_path, [send("alice")])
+    run = off_loop(lambda: program.start())
+    # 127.0.0.2 is a loopback address, but not one the console exempts (decision 0024).
+    with console(db_path, "--host", "127.0.0.2") as c:
+        link = c.url
+        match = re.fullmatch(r"(http://127\.0\.0\.2:\d+/)login\?token=([A-Za-z0-9_\-]{43})", link)
+        assert match, link
+        base, token = match[1], match[2]
+        response = page.goto(f"{base}runs/{run.id}")
+        assert response.status == 401
+        expect(page.locator("h1")).to_have_text("This console needs its token")
+        assert run.id not in page.content()
+        page.goto(link)
+        assert page.url == base  # redirected clean: the token is not left in the address
+        expect(page.locator("#live-waiting")).to_contain_text("tell alice the build is green")
+        (cookie,) = [k for k in page.context.cookies(base) if k["name"] == "agentrt_console"]
+        assert cookie["httpOnly"] is True and cookie["sameSite"] == "Strict"
+        assert token not in cookie["value"]
+        assert page.evaluate("document.cookie") == ""  # HttpOnly: out of a script's reach
+        assert page.goto(f"{base}runs/{run.id}").status == 200
+    program.close()
+
+
+def test_a_person_approves_with_the_keyboard_alone(db_path: Path, page: Any) -> None:
+    program = Program(db_path, [send("alice")])
+    run = off_loop(lambda: program.start())
+    approval = program.pending(run.id)
+    with console(db_path, "--by", "alice") as c:
+        page.goto(f"{c.url}runs/{run.id}")
+        for _ in range(40):
+            page.keyboard.press("Tab")
+            if page.evaluate("document.activeElement.name") == "note":
+                break
+        else:
+            raise AssertionError("the note field is not reachable with Tab")
+        page.keyboard.type("by keyboard")
+        page.keyboard.press("Tab")
+        assert page.evaluate("document.activeElement.textContent") == "Approve as alice"
+        page.keyboard.press("Enter")
+        expect(page.locator("#live-summary .notice")).to_contain_text("Approved by alice")
+    decided = program.store.get_approval(run.id, approval.id)
+    assert (decided.status, decided.note) == ("approved", "by keyboard")
+    program.close()
+
+
+def test_the_pages_fit_a_phone_screen_without_sideways_scrolling(db_path: Path, page: Any) -> None:
+    program = Program(db_path, [send(HOSTILE, body=HOSTILE * 3)])
+    run = off_loop(lambda: program.start(goal=HOSTILE))
+    page.set_viewport_size({"width": 390, "height": 844})
+    with console(db_path) as c:
+        for url in (c.url, f"{c.url}runs/{run.id}"):
+            page.goto(url)
+            assert page.evaluate("document.documentElement.scrollWidth") <= 390, url
+        box = page.get_by_role("button", name=re.compile("^Approve as")).bounding_box()
+        assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= 390
+    program.close()
+
+
+def test_the_demo_stopped_at_its_approval_is_approved_in_the_browser_and_finished(
+    tmp_path: Path, page: Any
+) -> None:
+    workdir = tmp_path / "demo"
+    agentrt_cmd = [sys.executable, "-m", "agentrt"]
+    stopped = subprocess.run(
+        [*agentrt_cmd, "demo", "--dir", str(workdir), "--stop-at-approval"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert stopped.returncode == 0, stopped.stderr
+    db = workdir / "demo.db"
+    with console(db, "--by", "operator") as c:
+        page.goto(c.url)
+        page.get_by_role("link", name=re.compile("Review")).click()
+        expect(page.locator(".request .notice.warn")).to_contain_text(
+            "This call started and the process stopped before its outcome was recorded: "
+            "it may already have taken effect."
+        )
+        expect(page.locator(".timeline")).to_contain_text("Taken over from a stopped process")
+        expect(page.locator(".chain")).to_contain_text("Audit chain verified")
+        if os.environ.get("AGENTRT_WRITE_SCREENSHOT") == "1":
+            page.get_by_label("Note for the record").fill("the processor shows no capture")
+            page.screenshot(path=str(ROOT / "docs" / "console.png"), full_page=True)
+        page.get_by_role("button", name="Approve as operator").click()
+        expect(page.locator("#live-summary .notice")).to_contain_text("Approved by operator")
+        finished = subprocess.run(
+            [*agentrt_cmd, "demo", "--resume", str(workdir)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert finished.returncode == 0, finished.stdout + finished.stderr
+        expect(page.locator("#live-summary .pill")).to_have_text("completed")
+        expect(page.locator(".timeline")).to_contain_text("charge_card started again, as approved")
