@@ -47,11 +47,12 @@ from .errors import (
     SchemaVersionError,
     StoreError,
     SymlinkError,
+    UnreadableSchemaError,
     UnsafeSchemaError,
 )
 from .export import DEFAULT_INTERVAL, MAX_PAGE_SIZE, CursorError, Follower, Sink
 from .operator import Operator
-from .records import JSON, Approval, RunStatus, VerifyReport
+from .records import JSON, Approval, ChainBreak, RunStatus, VerifyReport
 from .store import Store, capped_length, open_existing
 from .trace import (
     ID_WIDTH,
@@ -248,6 +249,11 @@ def refusal_sentence(path: str, error: AgentrtError) -> str:
         )
     if isinstance(error, InsecureModeError):
         return f"refusing {path}: {_insecure_reason(path, str(error))}"
+    if isinstance(error, UnreadableSchemaError):
+        return (
+            f"refusing {path}: its schema (the list of its tables and indexes) is damaged or "
+            "was edited by hand, so agentrt cannot check that it is safe to use"
+        )
     if isinstance(error, UnsafeSchemaError):
         return (
             f"refusing {path}: it holds a trigger or a view, which could run hidden code "
@@ -571,6 +577,7 @@ _PROBLEMS = {
     "deleted": "an event is missing from the middle of the chain",
     "swapped": "events were moved out of their place in the chain",
     "truncated": "events after the last one present are missing",
+    "unreadable": "the event's stored text, or the page holding it, cannot be read",
     "rewritten": (
         "the chain verifies, but the event at the kept head does not carry the kept hash: "
         "the chain was recomputed after an edit"
@@ -605,8 +612,15 @@ def _verify_json(report: VerifyReport) -> dict[str, Any]:
         "head_seq": report.head_seq,
         "head_hash": report.head_hash,
         "head": f"{report.head_seq}:{report.head_hash}",
-        "first_break": None if brk is None else {"seq": brk.seq, "problem": brk.problem},
+        "first_break": None if brk is None else _break_json(brk),
     }
+
+
+def _break_json(brk: ChainBreak) -> dict[str, Any]:
+    out: dict[str, Any] = {"seq": brk.seq, "problem": brk.problem}
+    if brk.detail:  # what is wrong, when the problem's name does not say it all
+        out["detail"] = brk.detail
+    return out
 
 
 def _verify_text(report: VerifyReport, head: tuple[int, str] | None) -> str:
@@ -621,6 +635,8 @@ def _verify_text(report: VerifyReport, head: tuple[int, str] | None) -> str:
         return text
     why = _PROBLEMS.get(brk.problem, "")
     problem = sanitize(brk.problem) + (f" ({why})" if why else "")
+    if brk.detail:
+        problem += f": {sanitize(brk.detail)}"
     return (
         f"broken at seq {brk.seq}: {problem}; {_number(report.checked)} events verified "
         f"before it, last verified {verified}"

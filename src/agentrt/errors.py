@@ -65,6 +65,10 @@ class UnsafeSchemaError(StoreError):
     """The database holds a trigger or a view, which could run code on our writes."""
 
 
+class UnreadableSchemaError(UnsafeSchemaError):
+    """An entry of the database's schema is not readable text, or is not what its type says."""
+
+
 class InsecureModeError(StoreError):
     """The file or a sidecar is writable by group or others, or owned by someone else."""
 

@@ -537,6 +537,7 @@ class Lease:
 class ChainBreak:
     seq: int
     problem: str
+    detail: str = ""  # what is wrong, when more than the problem's name says (`unreadable`)
 
 
 @dataclass(frozen=True)
@@ -564,3 +565,4 @@ class ModelCallRecord:
     error: str
     dispatched_at: datetime | None
     completed_at: datetime | None
+    decode_error: str = ""
