@@ -21,6 +21,8 @@ from .errors import (
     ApprovalExpiredError,
     ApprovalHashError,
     ConfigError,
+    HardLinkError,
+    InsecureDirectoryError,
     InsecureModeError,
     JSONValueError,
     LeaseLostError,
@@ -36,6 +38,7 @@ from .errors import (
     StoreError,
     SymlinkError,
     TransientModelError,
+    UnreadableSchemaError,
     UnsafeSchemaError,
 )
 from .migrations import RUNTIME_VERSION
@@ -112,6 +115,8 @@ __all__ = [
     "DecisionOrigin",
     "Driver",
     "Event",
+    "HardLinkError",
+    "InsecureDirectoryError",
     "InsecureModeError",
     "JSONValueError",
     "Lease",
@@ -166,6 +171,7 @@ __all__ = [
     "ToolUseBlock",
     "TransientModelError",
     "UnpricedModelError",
+    "UnreadableSchemaError",
     "UnsafeSchemaError",
     "Usage",
     "VerifyReport",

@@ -43,6 +43,8 @@ from .errors import (
     AgentrtError,
     ApprovalChangedError,
     ApprovalHashError,
+    HardLinkError,
+    InsecureDirectoryError,
     InsecureModeError,
     SchemaVersionError,
     StoreError,
@@ -247,6 +249,13 @@ def refusal_sentence(path: str, error: AgentrtError) -> str:
             f"refusing {path}: it is a symlink, and agentrt opens only the database file "
             "itself, never a link to it"
         )
+    if isinstance(error, HardLinkError):
+        return (
+            f"refusing {path}: it has another name (a second hard link), which could be "
+            "changed out of sight of agentrt's checks; keep only one name for the database"
+        )
+    if isinstance(error, InsecureDirectoryError):
+        return f"refusing {path}: {sanitize(str(error))}"
     if isinstance(error, InsecureModeError):
         return f"refusing {path}: {_insecure_reason(path, str(error))}"
     if isinstance(error, UnreadableSchemaError):

@@ -77,6 +77,14 @@ class SymlinkError(StoreError):
     """`open_existing` was given a symlink."""
 
 
+class HardLinkError(StoreError):
+    """The database file (or a sidecar) has more than one name: another hard link to it."""
+
+
+class InsecureDirectoryError(InsecureModeError):
+    """The database's directory is writable by group or others, or owned by someone else."""
+
+
 class SessionClosedError(AgentrtError):
     """A gate session was used after close."""
 

@@ -581,8 +581,9 @@ def _absolute(path: str | os.PathLike[str]) -> str:
 def open_store(path: str | os.PathLike[str]) -> Store:
     """Open the database at `path` for writing, creating it (0600) or migrating it as needed.
 
-    `":memory:"` gives a private in-memory store. Refuses a symlink, an insecure
-    file or sidecar, a trigger or view, a newer schema, and a file whose
+    `":memory:"` gives a private in-memory store. Refuses a symlink, a file with
+    a second hard link, an insecure file, sidecar or directory, a trigger or
+    view, an unreadable schema, a newer schema, and a file whose
     `min_writer_version` is above this runtime.
     """
     check_sqlite_version()
@@ -596,6 +597,7 @@ def open_store(path: str | os.PathLike[str]) -> Store:
             raise
         return Store(conn, path=":memory:", read_only=False, uri=None)
     abspath = _absolute(path)
+    filesafety.check_directory(abspath)  # before anything is created in it
     filesafety.create_owner_only(abspath)
     filesafety.check_all(abspath, tighten=True)
     uri = _uri(abspath, mode="rw")
@@ -622,7 +624,8 @@ def open_store(path: str | os.PathLike[str]) -> Store:
 def open_existing(path: str | os.PathLike[str], read_only: bool = False) -> Store:
     """Open an existing agentrt database: never creates, never migrates.
 
-    Refuses a symlink (`SymlinkError`), an insecure file, a trigger or view, and
+    Refuses a symlink (`SymlinkError`), a second hard link (`HardLinkError`), an
+    insecure file or directory, a trigger or view, an unreadable schema, and
     any schema version but this code's own (`SchemaVersionError`, naming which
     side is newer). A read-only open works beside a live writer and in a
     directory this process cannot write.
