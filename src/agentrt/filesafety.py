@@ -91,6 +91,8 @@ def check_directory(path: str) -> None:
     directory = os.path.dirname(path) or "."
     try:
         st = os.stat(directory)
+    except FileNotFoundError:
+        raise StoreError(f"cannot open {path}: its directory does not exist") from None
     except OSError as e:
         raise StoreError(f"cannot inspect the directory {directory}: {e.strerror}") from e
     mode = stat.S_IMODE(st.st_mode)
