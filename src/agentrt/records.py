@@ -550,6 +550,19 @@ class VerifyReport:
 
 
 @dataclass(frozen=True)
+class FileCheck:
+    """What SQLite's own check of the file found: `ok`, or its problems (bounded), and which check.
+
+    `check` is `quick_check` (every page and record readable and well formed) or
+    `integrity_check` (that, and every index agrees with its table).
+    """
+
+    ok: bool
+    check: str
+    problems: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class ModelCallRecord:
     id: str
     run_id: str

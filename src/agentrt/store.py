@@ -43,6 +43,7 @@ from .records import (
     ApprovalStatus,
     Decision,
     Event,
+    FileCheck,
     Lease,
     Limits,
     ModelCallRecord,
@@ -1008,6 +1009,61 @@ class Store:
             return 0, ""
         return int(rows[0][0]), shown_text(rows[0][1])
 
+    def check_file(self, *, full: bool = False, max_problems: int = 100) -> FileCheck:
+        """SQLite's own check of the file: `PRAGMA quick_check`, or `integrity_check` if `full`.
+
+        Separate from the event chain: the chain proves the events were not
+        edited, this that the pages SQLite reads are not damaged. Reads only
+        (on a connection of its own for a file store, in one read snapshot) and
+        never raises on a damaged file: what SQLite says is a problem.
+        """
+        check = "integrity_check" if full else "quick_check"
+        limit = max(1, int(max_problems))
+
+        def pragma(conn: sqlite3.Connection, name: str) -> tuple[str, ...]:
+            """The problems `PRAGMA name` reports (`()` for none); raises when it cannot finish."""
+            rows = conn.execute(f"PRAGMA {name}({limit})").fetchall()
+            # SQLite may put several problems in one row, under "*** in database main ***".
+            lines = [line for r in rows for line in shown_text(r[0]).splitlines()]
+            if lines == ["ok"]:
+                return ()
+            return tuple(x for x in lines if x and not x.startswith("*** in database ")) or tuple(
+                lines
+            )
+
+        def run(conn: sqlite3.Connection) -> FileCheck:
+            try:
+                problems = pragma(conn, check)
+            except (sqlite3.DatabaseError, UnicodeDecodeError) as e:
+                stopped = f"SQLite could not finish {check}: {sqlite_failure(e) or e}"
+                # integrity_check stops on damage quick_check can still describe page by page.
+                try:
+                    problems = (stopped, *(pragma(conn, "quick_check") if full else ()))
+                except (sqlite3.DatabaseError, UnicodeDecodeError):
+                    problems = (stopped,)
+            return FileCheck(ok=not problems, check=check, problems=problems)
+
+        return self._read_snapshot(run)
+
+    def _read_snapshot(self, work: Callable[[sqlite3.Connection], _T]) -> _T:
+        """`work` on a read connection of its own, in one snapshot (the store's own in memory)."""
+        if self._uri is None:
+            with self._lock:
+                self._check_open()
+                return work(self._conn)
+        self._check_open()
+        conn = _connect(self._uri, uri=True)
+        try:
+            _configure(conn, writer=False)
+            conn.execute("BEGIN")
+            try:
+                return work(conn)
+            finally:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("COMMIT")
+        finally:
+            conn.close()
+
     def verify_events(
         self,
         from_seq: int | None = None,
@@ -1022,21 +1078,7 @@ class Store:
         A file store verifies on a connection of its own, in one read snapshot,
         so writers are not held up.
         """
-        if self._uri is None:
-            with self._lock:
-                self._check_open()
-                return verify_chain(self._conn, from_seq, to_seq, head=head)
-        self._check_open()
-        conn = _connect(self._uri, uri=True)
-        try:
-            _configure(conn, writer=False)
-            conn.execute("BEGIN")
-            try:
-                return verify_chain(conn, from_seq, to_seq, head=head)
-            finally:
-                conn.execute("COMMIT")
-        finally:
-            conn.close()
+        return self._read_snapshot(lambda conn: verify_chain(conn, from_seq, to_seq, head=head))
 
 
 def _check_page(limit: int | None, offset: int) -> None:
