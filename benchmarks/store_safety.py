@@ -16,7 +16,8 @@ Four measurements, each printed as a small table (best of `--repeats`):
 - `large`: one argument of `--mb` MB, through real Driver runs: a read-only
   tool the policy allows, and a tool that waits for an approval, approved and
   resumed. For each: the bytes of the large columns by table and column, and
-  how much the file grew (checkpointed), as a multiple of the argument.
+  how much the file grew (checkpointed), as a multiple of the argument, and how
+  much of that growth is free pages (left by updates that rewrite a whole row).
 
     python benchmarks/store_safety.py [--part schema|text|integrity|large] [--repeats 5]
         [--runs 100000] [--steps 10000] [--mb 10] [--dir DIR]
@@ -164,13 +165,16 @@ class BigArgTool:
         return ToolResult(content={"received": len(call.args["body"])})
 
 
-def _checkpointed_size(path: str) -> int:
+def _checkpointed_size(path: str) -> tuple[int, int]:
+    """The file's size after a checkpoint, and the bytes of its free pages."""
     conn = sqlite3.connect(path)
     try:
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        free = conn.execute("PRAGMA freelist_count").fetchone()[0]
+        page = conn.execute("PRAGMA page_size").fetchone()[0]
     finally:
         conn.close()
-    return os.path.getsize(path)
+    return os.path.getsize(path), int(free) * int(page)
 
 
 def _large_columns(path: str, run_id: str, threshold: int) -> list[tuple[str, int]]:
@@ -203,7 +207,7 @@ def part_large(directory: str, megabytes: int) -> None:
         ("read-only tool, allowed", SideEffect.READ_ONLY),
         ("approved tool (paused, approved, resumed)", SideEffect.REMOTE_MUTATION),
     ):
-        before = _checkpointed_size(path)
+        before, free_before = _checkpointed_size(path)
         tool = BigArgTool("read" if side_effect == SideEffect.READ_ONLY else "send", side_effect)
         driver = agentrt.Driver(
             store=open_store(path),
@@ -222,7 +226,8 @@ def part_large(directory: str, megabytes: int) -> None:
             assert run.status == agentrt.RunStatus.COMPLETED, run
         finally:
             driver.store.close()
-        grown = _checkpointed_size(path) - before
+        after, free_after = _checkpointed_size(path)
+        grown, freed = after - before, free_after - free_before
         columns = _large_columns(path, run.id, size // 2)
         stored = sum(length for _, length in columns)
         print(f"a {megabytes} MB argument, {label}")
@@ -230,6 +235,7 @@ def part_large(directory: str, megabytes: int) -> None:
             print(f"  {name:<52}{length / 1e6:8.1f} MB")
         print(f"  {'large values stored':<52}{stored / 1e6:8.1f} MB = {stored / size:.1f}x")
         print(f"  {'file growth (checkpointed)':<52}{grown / 1e6:8.1f} MB = {grown / size:.1f}x")
+        print(f"  {'of which free pages (rows rewritten by updates)':<52}{freed / 1e6:8.1f} MB")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

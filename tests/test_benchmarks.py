@@ -135,3 +135,25 @@ def test_a_run_is_driven_through_either_entry_point(tmp_path: Path) -> None:
         assert [(r.status, r.step_count) for r in runs] == [("COMPLETED", 6)] * 2
     finally:
         store.close()
+
+
+def test_the_store_safety_benchmark_prints_every_figure(tmp_path: Path) -> None:
+    done = run_script(
+        "benchmarks/store_safety.py",
+        *("--repeats", "1", "--runs", "300", "--steps", "50", "--mb", "1"),
+        *("--dir", str(tmp_path)),
+    )
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    for figure in (
+        "unchanged schema (one PRAGMA schema_version)",
+        "share of that transaction (unchanged)",
+        "list_runs(100)",
+        "PRAGMA quick_check",
+        "PRAGMA integrity_check",
+        "large values stored                                      3.0 MB = 3.0x",
+        "large values stored                                     14.0 MB = 14.0x",
+        "of which free pages",
+    ):
+        assert figure in out, figure
+    assert list(tmp_path.iterdir()) == []  # its databases are gone
