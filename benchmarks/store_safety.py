@@ -127,6 +127,60 @@ def part_text(directory: str, repeats: int) -> None:
             )
     finally:
         store.close()
+    per_value = _per_value_cost(repeats)
+    per_step = _values_per_driver_step(directory)
+    print(f"  added per TEXT value (100,000 short values)  {per_value * 1e9:8.0f} ns")
+    print(f"  TEXT values a driver step reads              {per_step:8.1f}")
+    print(f"  added per driver step                        {per_value * per_step * 1e6:8.1f} us")
+
+
+def _per_value_cost(repeats: int) -> float:
+    """Seconds the strict factory adds to one short TEXT value, against the built-in decoding."""
+    conn = sqlite3.connect(":memory:")
+    try:
+        conn.execute("CREATE TABLE t (a TEXT, b TEXT, c TEXT, d TEXT, e TEXT)")
+        conn.executemany(
+            "INSERT INTO t VALUES (?, ?, ?, ?, ?)",
+            [tuple(f"value {i} {k} of some text" for k in range(5)) for i in range(20_000)],
+        )
+        builtin = ours = float("inf")
+        for _ in range(repeats):
+            conn.text_factory = str
+            builtin = min(builtin, best(lambda: conn.execute("SELECT * FROM t").fetchall(), 1))
+            conn.text_factory = decode_text
+            ours = min(ours, best(lambda: conn.execute("SELECT * FROM t").fetchall(), 1))
+        return (ours - builtin) / 100_000
+    finally:
+        conn.close()
+
+
+def _values_per_driver_step(directory: str) -> float:
+    """How many TEXT values the Driver reads per step (the `driver.py` benchmark's run)."""
+    import driver as driver_bench  # the benchmark next to this file
+
+    from agentrt import store as store_module
+
+    counted = 0
+
+    def counting(data: bytes) -> str | bytes:
+        nonlocal counted
+        counted += 1
+        return decode_text(data)
+
+    tool = driver_bench.make_tool("x" * 100)
+    # Every connection the store opens reads this name from the module.
+    store_module.decode_text = counting  # type: ignore[attr-defined]
+    try:
+        store = open_store(os.path.join(directory, "steps.db"))
+        try:
+            driver_bench.run_once(store, tool, 10)  # warm-up
+            counted = 0
+            driver_bench.run_once(store, tool, 100)
+        finally:
+            store.close()
+    finally:
+        store_module.decode_text = decode_text  # type: ignore[attr-defined]
+    return counted / 101
 
 
 def part_integrity(directory: str, repeats: int, runs: int, steps: int) -> None:
