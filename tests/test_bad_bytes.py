@@ -292,6 +292,12 @@ def test_no_read_and_no_command_fails_on_bytes_that_are_not_utf8_in_any_text_col
         assert len(err.strip().splitlines()) <= 1, (command, err)
     code, _, err = _cli(capsys, "--db", str(path), "verify")
     assert code == (1 if table == "events" else 0), err
+    # The commands that write read first; they too answer in words.
+    for command in (("approve", waiting, "--yes"), ("cancel", done), ("cancel", waiting)):
+        code, out, err = _cli(capsys, "--db", str(path), *command)
+        assert code in (0, 1), (command, code, err)
+        assert "Traceback" not in out + err
+        assert len(err.strip().splitlines()) <= 1, (command, err)
 
 
 def test_a_goal_that_is_not_utf8_reads_with_decode_error_and_every_other_run_still_lists(
@@ -317,6 +323,46 @@ def test_a_goal_that_is_not_utf8_reads_with_decode_error_and_every_other_run_sti
     code, out, err = _cli(capsys, "--db", str(path), "show", done)
     assert code == 0, err
     assert "unreadable  goal: not valid UTF-8 text" in out
+
+
+@pytest.mark.parametrize(
+    ("table", "column"),
+    [("runs", "goal"), ("runs", "limits_json"), ("steps", "decision_json"), ("steps", "policy_id")],
+)
+def test_a_waiting_run_whose_record_is_not_utf8_is_failed_by_resume_never_continued(
+    template: tuple[Path, str, str], tmp_path: Path, table: str, column: str
+) -> None:
+    _, _, waiting = template
+    path = _copy(template, tmp_path)
+    with open_store(path) as store:
+        (approval,) = store.pending_approvals(waiting, cap=None)
+        agentrt.approve(store, waiting, approval.id, "operator")
+    _damage(
+        path,
+        f"UPDATE {table} SET {column} = {_bad(column)} WHERE run_id = '{waiting}'"
+        if table == "steps"
+        else f"UPDATE {table} SET {column} = {_bad(column)} WHERE id = '{waiting}'",
+    )
+    send = RecordingTool("send", SideEffect.REMOTE_MUTATION)
+    driver = agentrt.Driver(
+        store=open_store(path),
+        agent=ScriptedAgent([Decision.complete({})] * 3),
+        policy=agentrt.default_policy(),
+        tools=[RecordingTool("lookup", SideEffect.READ_ONLY), send],
+        now=FakeClock(),
+        new_id=Ids("c"),
+    )
+    try:
+        run = driver.resume_sync(waiting)
+    finally:
+        driver.store.close()
+    assert send.calls == []
+    assert (run.status, run.reason) == (agentrt.RunStatus.FAILED, "internal_error")
+    assert run.reason_detail.startswith(
+        f"the run's record cannot be read back ({column}: not valid UTF-8 text (invalid start "
+        "byte: byte 0xff at offset 0 of "
+    )
+    assert run.reason_detail.count(f"{column}:") == 1
 
 
 def test_a_step_or_approval_that_is_not_utf8_reads_with_decode_error_naming_the_column(

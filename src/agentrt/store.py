@@ -286,9 +286,11 @@ _LIMITS_BY_TEXT: dict[str, Limits] = {}
 
 
 def _limits(fields: _Fields) -> Limits:
+    known = len(fields.errors)
     text = fields.text("limits_json")
     if text == "":
-        fields.fail("limits_json", "empty: the run was recorded without its limits")
+        if len(fields.errors) == known:  # really empty, not unreadable (already said)
+            fields.fail("limits_json", "empty: the run was recorded without its limits")
         return Limits()
     cached = _LIMITS_BY_TEXT.get(text)
     if cached is not None:
@@ -840,7 +842,9 @@ class Store:
         """A read of your own (a consumer's tables, a view's join) on the store's connection.
 
         Runs under the store's lock like its own reads. Writes belong in
-        `transaction()`; a read-only store refuses them in SQLite itself.
+        `transaction()`; a read-only store refuses them in SQLite itself. A TEXT
+        value that is not valid UTF-8 comes back as its raw `bytes`, never as
+        an exception (`agentrt.stored_text`).
         """
         return self._query(sql, params)
 
