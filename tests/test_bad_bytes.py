@@ -398,6 +398,33 @@ def test_an_unreadable_lease_expiry_or_owner_reads_as_held_never_as_free(
     assert lease.expires_at is not None and lease.expires_at.year == 9999
 
 
+def test_a_lease_expiry_made_unreadable_mid_run_stops_the_loop_before_its_tool_starts(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "agentrt.db"
+    send = RecordingTool("send", SideEffect.READ_ONLY)
+
+    def damage_the_lease(point: str, session: Any) -> None:
+        if point == "policy.allowed":  # after the decision, before the tool-started write
+            _damage(path, f"UPDATE runs SET lease_expires_at = {_bad('lease_expires_at')}")
+
+    driver = agentrt.Driver(
+        store=open_store(path),
+        agent=ScriptedAgent([Decision.tool_call("send", {"x": 1}), Decision.complete({})]),
+        policy=agentrt.default_policy(),
+        tools=[send],
+        now=FakeClock(),
+        new_id=Ids("a"),
+        probe=damage_the_lease,
+    )
+    try:
+        with pytest.raises(agentrt.LeaseLostError, match="no side effect is started"):
+            driver.start_sync("send one")
+    finally:
+        driver.store.close()
+    assert send.calls == []
+
+
 def test_verify_names_the_seq_and_column_of_an_event_that_is_not_utf8(
     template: tuple[Path, str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

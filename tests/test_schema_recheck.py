@@ -165,3 +165,27 @@ def test_the_heartbeat_renewal_refuses_a_trigger_added_since_its_last_renewal(db
             renewer.close()
         assert format_time(store.lease("r1").expires_at) == "2026-11-30T09:00:30.000000Z"
     assert _fired(db) == 0
+
+
+def test_a_trigger_planted_between_the_open_check_and_the_migration_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import agentrt.store as store_module
+
+    path = tmp_path / "new.db"
+    real_enable_wal = store_module._enable_wal
+
+    def plant_then_enable(conn: sqlite3.Connection) -> None:  # another process, in the window
+        _add(path, "CREATE TABLE fired (what TEXT)")
+        _add(path, TRIGGER.format(event="INSERT", table="fired"))
+        real_enable_wal(conn)
+
+    monkeypatch.setattr(store_module, "_enable_wal", plant_then_enable)
+    with pytest.raises(UnsafeSchemaError, match="trigger 'spy'"):
+        open_store(path)
+    conn = _raw(path)
+    try:
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    finally:
+        conn.close()
+    assert tables == {"fired"}  # nothing was migrated

@@ -594,7 +594,7 @@ def open_store(path: str | os.PathLike[str]) -> Store:
         conn = _connect(":memory:", uri=False)
         try:
             _configure(conn, writer=True)
-            migrations.migrate(conn)
+            migrations.migrate(conn, check=check_schema)
         except BaseException:
             conn.close()
             raise
@@ -612,7 +612,7 @@ def open_store(path: str | os.PathLike[str]) -> Store:
         migrations.check_not_newer(conn)
         migrations.check_writer(conn)
         _enable_wal(conn)
-        migrations.migrate(conn)
+        migrations.migrate(conn, check=check_schema)
         # The -wal and -shm exist now; SQLite gave them the database's mode.
         filesafety.check_sidecars(abspath, tighten=True)
     except BaseException as e:
