@@ -16,7 +16,7 @@ import pytest
 import agentrt
 from agentrt import Decision, SideEffect
 from agentrt.clock import format_time
-from agentrt.errors import UnsafeSchemaError
+from agentrt.errors import UnreadableSchemaError, UnsafeSchemaError
 from agentrt.lease import ConnectionRenewer
 from agentrt.records import StepInput
 from agentrt.store import Store, open_store
@@ -189,3 +189,28 @@ def test_a_trigger_planted_between_the_open_check_and_the_migration_is_refused(
     finally:
         conn.close()
     assert tables == {"fired"}  # nothing was migrated
+
+
+def test_a_schema_damaged_while_the_store_is_open_is_refused_at_the_next_write(db: Path) -> None:
+    with open_store(db) as store:
+        _insert_run(store, "r1")
+        conn = _raw(db)
+        try:
+            conn.execute("PRAGMA writable_schema = ON")
+            conn.execute(
+                "UPDATE sqlite_master SET name = CAST(X'ff' || CAST(name AS BLOB) AS TEXT) "
+                "WHERE name = 'fired'"
+            )
+            # An edit of sqlite_master moves no version by itself: bump it, so that
+            # connections load the damaged schema (else they keep the one they had).
+            version = conn.execute("PRAGMA schema_version").fetchone()[0]
+            conn.execute(f"PRAGMA schema_version = {version + 1}")
+            conn.execute("PRAGMA writable_schema = OFF")
+        finally:
+            conn.close()
+        with pytest.raises(UnreadableSchemaError) as caught:
+            _insert_run(store, "r2")
+        assert str(caught.value) == (
+            "SQLite cannot load the database schema (malformed database schema (\\xfffired)): "
+            "the database schema is damaged, and agentrt refuses a schema it cannot read"
+        )

@@ -458,10 +458,19 @@ def check_schema(conn: sqlite3.Connection, known_version: int | None = None) -> 
     Call it inside the transaction whose writes it protects, so that no schema
     change can come between.
     """
-    version = _schema_version(conn)
-    if known_version is not None and version == known_version:
-        return version
-    rows = conn.execute("SELECT type, name, tbl_name, sql FROM sqlite_master").fetchall()
+    try:
+        version = _schema_version(conn)
+        if known_version is not None and version == known_version:
+            return version
+        rows = conn.execute("SELECT type, name, tbl_name, sql FROM sqlite_master").fetchall()
+    except (sqlite3.DatabaseError, UnicodeDecodeError) as e:
+        said = sqlite_failure(e)
+        if said is None or "malformed database schema" not in said:
+            raise
+        raise UnreadableSchemaError(
+            f"SQLite cannot load the database schema ({said}): the database schema is "
+            "damaged, and agentrt refuses a schema it cannot read"
+        ) from e
     unsafe: list[str] = []
     for i, row in enumerate(rows, start=1):
         kind, name, table, sql = tuple(row)
@@ -550,25 +559,25 @@ def _open_reader(path: str) -> tuple[sqlite3.Connection, str]:
         return conn, uri
     except (sqlite3.Error, UnicodeDecodeError) as e:
         conn.close()
-        said = sqlite_failure(e)
-        if said is None:
+        refusal = _refusal(path, e)
+        if refusal is None:
             raise
-        if "malformed database schema" in said:
-            raise _refusal(path, e) from e  # type: ignore[misc]
+        if isinstance(refusal, UnreadableSchemaError):
+            raise refusal from e
         if os.path.exists(path + "-wal") or filesafety.directory_writable(path):
-            raise StoreError(f"cannot read the database: {said}") from e
+            raise StoreError(f"cannot read the database: {sqlite_failure(e)}") from e
     uri = _uri(path, mode="ro", immutable="1")
     conn = _connect(uri, uri=True)
     try:
         conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
     except (sqlite3.Error, UnicodeDecodeError) as e:
         conn.close()
-        said = sqlite_failure(e)
-        if said is None:
+        refusal = _refusal(path, e)
+        if refusal is None:
             raise
-        if "malformed database schema" in said:
-            raise _refusal(path, e) from e  # type: ignore[misc]
-        raise StoreError(f"cannot read the database: {said}") from e
+        if isinstance(refusal, UnreadableSchemaError):
+            raise refusal from e
+        raise StoreError(f"cannot read the database: {sqlite_failure(e)}") from e
     return conn, uri
 
 
