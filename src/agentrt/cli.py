@@ -255,7 +255,7 @@ def refusal_sentence(path: str, error: AgentrtError) -> str:
             "changed out of sight of agentrt's checks; keep only one name for the database"
         )
     if isinstance(error, InsecureDirectoryError):
-        return f"refusing {path}: {sanitize(str(error))}"
+        return f"refusing {path}: {error}"
     if isinstance(error, InsecureModeError):
         return f"refusing {path}: {_insecure_reason(path, str(error))}"
     if isinstance(error, UnreadableSchemaError):
