@@ -28,17 +28,6 @@ from conftest import FakeClock, Ids, RecordingTool
 
 BAD = "X'ff'"  # a byte that never starts a UTF-8 character
 
-TABLES = (
-    "runs",
-    "steps",
-    "events",
-    "approvals",
-    "model_calls",
-    "tool_specs",
-    "agentrt_meta",
-    "schema_migrations",
-)
-
 
 def _drive(path: Path, decisions: list[Decision], prefix: str, goal: str) -> agentrt.Run:
     driver = agentrt.Driver(
@@ -87,11 +76,18 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, str]:
 
 
 def _text_columns(path: Path) -> list[tuple[str, str]]:
+    """Every TEXT column of every table in the file (SQLite's own tables aside)."""
     conn = sqlite3.connect(path)
     try:
+        tables = [
+            r[0]
+            for r in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+            )
+        ]
         return [
             (table, row[1])
-            for table in TABLES
+            for table in tables
             for row in conn.execute(f"PRAGMA table_info({table})")
             if row[2] == "TEXT"
         ]
