@@ -186,3 +186,16 @@ def test_the_text_shows_the_first_five_problems_and_counts_the_rest(db: Path) ->
     assert _file_text(many) == "file: damaged (PRAGMA quick_check): p0; p1; p2; p3; p4; and 3 more"
     capped = FileCheck(ok=False, check="quick_check", problems=tuple(f"p{i}" for i in range(100)))
     assert _file_text(capped).endswith("; p4; and 95+ more")
+
+
+def test_a_damaged_first_page_is_refused_at_open_in_one_sentence(
+    db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with open(db, "r+b") as f:
+        f.seek(100)  # the b-tree header of page 1, which holds the schema
+        f.write(b"\xff" * 16)
+    code, out, err = _cli(capsys, "--db", str(db), "verify")
+    assert (code, out) == (1, "")
+    assert err == (
+        f"agentrt: cannot open {db}: cannot read the database: database disk image is malformed\n"
+    )
