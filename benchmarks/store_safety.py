@@ -13,11 +13,13 @@ Four measurements, each printed as a small table (best of `--repeats`):
 - `integrity`: `PRAGMA quick_check` and `PRAGMA integrity_check` against the
   chain verification, on a database built like `benchmarks/cli_scale.py`'s
   (`--runs` runs, one of them with `--steps` steps).
-- `large`: one argument of `--mb` MB, through real Driver runs: a read-only
-  tool the policy allows, and a tool that waits for an approval, approved and
-  resumed. For each: the bytes of the large columns by table and column, and
-  how much the file grew (checkpointed), as a multiple of the argument, and how
-  much of that growth is free pages (left by updates that rewrite a whole row).
+- `large`: one argument of `--mb` MB, through real Driver runs, each in a new
+  database: a read-only tool the policy allows (with a small result, and with a
+  result that echoes the argument), and a tool that waits for an approval,
+  approved and resumed. For each: the bytes of the large columns by table and
+  column, how much the file grew (checkpointed) as a multiple of the argument,
+  and how much of that growth is free pages (left by updates that rewrite a
+  whole row).
 
     python benchmarks/store_safety.py [--part schema|text|integrity|large] [--repeats 5]
         [--runs 100000] [--steps 10000] [--mb 10] [--dir DIR]
@@ -206,7 +208,8 @@ def part_integrity(directory: str, repeats: int, runs: int, steps: int) -> None:
 class BigArgTool:
     """A tool taking one string argument, returning a small result."""
 
-    def __init__(self, name: str, side_effect: SideEffect) -> None:
+    def __init__(self, name: str, side_effect: SideEffect, *, echo: bool = False) -> None:
+        self.echo = echo
         self.spec = ToolSpec(
             name=name,
             description=f"the {name} tool",
@@ -216,6 +219,8 @@ class BigArgTool:
         )
 
     def call(self, call: ToolCall) -> ToolResult:
+        if self.echo:  # a result that carries the argument back (a write that returns it)
+            return ToolResult(content={"body": call.args["body"]})
         return ToolResult(content={"received": len(call.args["body"])})
 
 
@@ -253,16 +258,19 @@ def _large_columns(path: str, run_id: str, threshold: int) -> list[tuple[str, in
 
 
 def part_large(directory: str, megabytes: int) -> None:
-    path = os.path.join(directory, "large.db")
-    open_store(path).close()
     size = megabytes * 1_000_000
     body = "x" * size
-    for label, side_effect in (
-        ("read-only tool, allowed", SideEffect.READ_ONLY),
-        ("approved tool (paused, approved, resumed)", SideEffect.REMOTE_MUTATION),
+    for label, side_effect, echo in (
+        ("read-only tool, allowed", SideEffect.READ_ONLY, False),
+        ("read-only tool, allowed, result echoes it", SideEffect.READ_ONLY, True),
+        ("approved tool (paused, approved, resumed)", SideEffect.REMOTE_MUTATION, False),
     ):
+        # A database of its own for each, so no run reuses the pages another freed.
+        path = os.path.join(directory, f"large-{len(label)}.db")
+        open_store(path).close()
         before, free_before = _checkpointed_size(path)
-        tool = BigArgTool("read" if side_effect == SideEffect.READ_ONLY else "send", side_effect)
+        name = "read" if side_effect == SideEffect.READ_ONLY else "send"
+        tool = BigArgTool(name, side_effect, echo=echo)
         driver = agentrt.Driver(
             store=open_store(path),
             agent=ScriptedAgent(

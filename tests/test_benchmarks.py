@@ -152,6 +152,7 @@ def test_the_store_safety_benchmark_prints_every_figure(tmp_path: Path) -> None:
         "PRAGMA quick_check",
         "PRAGMA integrity_check",
         "large values stored                                      3.0 MB = 3.0x",
+        "large values stored                                      4.0 MB = 4.0x",
         "large values stored                                     14.0 MB = 14.0x",
         "of which free pages",
     ):
