@@ -155,3 +155,26 @@ def test_the_tool_thread_benchmark_prints_each_way_of_calling_a_plain_tool() -> 
     assert done.returncode == 0, done.stderr
     names = [line.rsplit(None, 2)[0] for line in done.stdout.splitlines()]
     assert names == ["pool thread (old)", "own daemon thread", "invoke, whole"]
+
+
+def test_the_store_safety_benchmark_prints_every_figure(tmp_path: Path) -> None:
+    done = run_script(
+        "benchmarks/store_safety.py",
+        *("--repeats", "1", "--runs", "300", "--steps", "50", "--mb", "1"),
+        *("--dir", str(tmp_path)),
+    )
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    for figure in (
+        "unchanged schema (one PRAGMA schema_version)",
+        "share of that transaction (unchanged)",
+        "list_runs(100)",
+        "PRAGMA quick_check",
+        "PRAGMA integrity_check",
+        "large values stored                                      3.0 MB = 3.0x",
+        "large values stored                                      4.0 MB = 4.0x",
+        "large values stored                                     14.0 MB = 14.0x",
+        "of which free pages",
+    ):
+        assert figure in out, figure
+    assert list(tmp_path.iterdir()) == []  # its databases are gone

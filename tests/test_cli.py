@@ -884,14 +884,15 @@ def test_verify_prints_the_head_of_an_intact_chain(db_path: Path) -> None:
     with agentrt.open_existing(db_path, read_only=True) as store:
         seq, digest = store.chain_head()
     result = _verify(db_path)
+    file_ok = "file: ok (PRAGMA integrity_check found no damage)\n"
     assert (result.returncode, result.stdout) == (
         0,
-        f"intact: {seq} events checked; head {seq}:{digest}\n",
+        f"intact: {seq} events checked; head {seq}:{digest}\n{file_ok}",
     )
     kept = _verify(db_path, "--head", f"{seq}:{digest}")
     head = f"{seq}:{digest}"
     assert kept.stdout == (
-        f"intact: {seq} events checked; head {head}; the kept head {head} matches\n"
+        f"intact: {seq} events checked; head {head}; the kept head {head} matches\n{file_ok}"
     )
 
 

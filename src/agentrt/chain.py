@@ -15,7 +15,14 @@ Verification reads only, in bounded pages, and reports the first break:
   later one (looked for within one page after the break);
 - `altered`: the hash fails for any other reason;
 - `rewritten`: the chain verifies, but the event at a kept head's seq does not
-  carry the kept hash (the chain was recomputed after an edit).
+  carry the kept hash (the chain was recomputed after an edit);
+- `unreadable`: an event's stored text is not valid UTF-8 (the runtime never
+  writes such bytes, so even a hash that matches them was recomputed after an
+  edit), or SQLite itself cannot read the events (a damaged page).
+
+Any bytes in any column are hashed and reported, never raised on: each column
+is hashed exactly as stored (the bytes, when they are not valid UTF-8), and the
+break's `detail` names the column and what is wrong with it.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .records import ChainBreak, VerifyReport
+from .stored_text import unreadable_text
 
 PAGE_SIZE = 1000
 
@@ -34,13 +42,15 @@ DELETED = "deleted"
 SWAPPED = "swapped"
 TRUNCATED = "truncated"
 REWRITTEN = "rewritten"
+UNREADABLE = "unreadable"
 
 _COLUMNS = "seq, run_id, step_id, at, type, payload_json, hash"
+_TEXT_COLUMNS = ("run_id", "step_id", "at", "type", "payload_json", "hash")
 
 
-def netstring(text: str) -> bytes:
-    """`<byte length>:<UTF-8 bytes>,`."""
-    data = text.encode("utf-8")
+def netstring(text: str | bytes) -> bytes:
+    """`<byte length>:<UTF-8 bytes>,`; bytes (a stored value that is not UTF-8) as they are."""
+    data = text if isinstance(text, bytes) else text.encode("utf-8")
     return b"%d:%s," % (len(data), data)
 
 
@@ -68,13 +78,25 @@ class _Row:
     payload_json: object
     hash: object
 
-    def hash_at(self, prev_hash: str, seq: int) -> str | None:
-        """This row's content hashed as if it stood at `seq` after `prev_hash`; None if untyped."""
-        parts = (self.run_id, self.step_id, self.at, self.type, self.payload_json)
-        if not all(isinstance(p, str) for p in parts):
-            return None
-        run_id, step_id, at, type_, payload = (str(p) for p in parts)
-        return event_hash(prev_hash, seq, run_id, step_id, at, type_, payload)
+    def hash_at(self, prev_hash: str | bytes, seq: int) -> str | None:
+        """This row's content hashed as if it stood at `seq` after `prev_hash`; None if untyped.
+
+        Text that is not valid UTF-8 reads as bytes and is hashed exactly as stored.
+        """
+        parts: list[str | bytes] = [prev_hash, str(seq)]
+        for value in (self.run_id, self.step_id, self.at, self.type, self.payload_json):
+            if not isinstance(value, str | bytes):
+                return None
+            parts.append(value)
+        return hashlib.sha256(b"".join(map(netstring, parts))).hexdigest()
+
+    def unreadable(self) -> str:
+        """Which stored column is not text, and why; `''` when every one is."""
+        for name in _TEXT_COLUMNS:
+            value = getattr(self, name)
+            if not isinstance(value, str):
+                return f"{name} is {unreadable_text(value)}"
+        return ""
 
 
 def _rows(cursor: sqlite3.Cursor) -> list[_Row]:
@@ -96,53 +118,92 @@ def verify_chain(
     after the range: it catches a truncated tail or a recomputed chain. The
     report's `head_seq`/`head_hash` are the last event that verified.
     Reads only; run it inside a read transaction for a consistent snapshot.
+    Never raises on what the file holds: unreadable text, or a page SQLite
+    cannot read, is reported as an `unreadable` break.
     """
     if page_size < 1:
         raise ValueError("page_size must be at least 1")
-    start = 1 if from_seq is None else max(1, from_seq)
-    before = conn.execute(
-        "SELECT seq, hash FROM events WHERE seq < ? ORDER BY seq DESC LIMIT 1", (start,)
-    ).fetchone()
-    prev_seq, prev_hash = (0, "") if before is None else (int(before[0]), str(before[1]))
-    checked = 0
-
-    def report(brk: ChainBreak | None) -> VerifyReport:
-        return VerifyReport(
-            intact=brk is None,
-            checked=checked,
-            head_seq=prev_seq,
-            head_hash=prev_hash,
-            first_break=brk,
+    walk = _Walk(conn, 1 if from_seq is None else max(1, from_seq), to_seq, head, page_size)
+    try:
+        brk = walk.run()
+    except sqlite3.DatabaseError as e:  # a damaged page: say so, as a break, where it stopped
+        brk = ChainBreak(
+            seq=walk.prev_seq + 1,
+            problem=UNREADABLE,
+            detail=f"SQLite cannot read the events from here: {e}",
         )
+    prev_hash = walk.prev_hash
+    return VerifyReport(
+        intact=brk is None,
+        checked=walk.checked,
+        head_seq=walk.prev_seq,
+        head_hash=prev_hash if isinstance(prev_hash, str) else "",
+        first_break=brk,
+    )
 
-    cursor_seq = start
-    while True:
-        if to_seq is not None and cursor_seq > to_seq:
-            break
-        page = _rows(
-            conn.execute(
-                f"SELECT {_COLUMNS} FROM events WHERE seq >= ? AND seq <= ? ORDER BY seq LIMIT ?",
-                (cursor_seq, _MAX_SEQ if to_seq is None else to_seq, page_size),
+
+class _Walk:
+    """One verification: where it stands (last verified seq and hash) and how many verified."""
+
+    def __init__(
+        self,
+        conn: sqlite3.Connection,
+        start: int,
+        to_seq: int | None,
+        head: tuple[int, str] | None,
+        page_size: int,
+    ) -> None:
+        self.conn = conn
+        self.start = start
+        self.to_seq = to_seq
+        self.head = head
+        self.page_size = page_size
+        self.prev_seq = start - 1
+        self.prev_hash: str | bytes = ""
+        self.checked = 0
+
+    def run(self) -> ChainBreak | None:
+        conn, to_seq, page_size = self.conn, self.to_seq, self.page_size
+        before = conn.execute(
+            "SELECT seq, hash FROM events WHERE seq < ? ORDER BY seq DESC LIMIT 1", (self.start,)
+        ).fetchone()
+        if before is None:
+            self.prev_seq, self.prev_hash = 0, ""
+        else:
+            self.prev_seq = int(before[0])
+            self.prev_hash = before[1] if isinstance(before[1], str | bytes) else ""
+        cursor_seq = self.start
+        while True:
+            if to_seq is not None and cursor_seq > to_seq:
+                break
+            page = _rows(
+                conn.execute(
+                    f"SELECT {_COLUMNS} FROM events WHERE seq >= ? AND seq <= ? "
+                    "ORDER BY seq LIMIT ?",
+                    (cursor_seq, _MAX_SEQ if to_seq is None else to_seq, page_size),
+                )
             )
-        )
-        for i, row in enumerate(page):
-            if row.seq != prev_seq + 1:
-                return report(ChainBreak(seq=prev_seq + 1, problem=DELETED))
-            if row.hash_at(prev_hash, row.seq) != row.hash:
-                problem = ALTERED
-                if _swapped(conn, prev_hash, row, page[i + 1 :], page_size):
-                    problem = SWAPPED
-                return report(ChainBreak(seq=row.seq, problem=problem))
-            prev_seq, prev_hash = row.seq, str(row.hash)
-            checked += 1
-        if len(page) < page_size:
-            break
-        cursor_seq = prev_seq + 1
-
-    brk = _tail_break(conn, prev_seq, to_seq)
-    if brk is None and head is not None:
-        brk = _head_break(conn, head)
-    return report(brk)
+            for i, row in enumerate(page):
+                if row.seq != self.prev_seq + 1:
+                    return ChainBreak(seq=self.prev_seq + 1, problem=DELETED)
+                unreadable = row.unreadable()
+                if row.hash_at(self.prev_hash, row.seq) != row.hash:
+                    problem = ALTERED
+                    if _swapped(conn, self.prev_hash, row, page[i + 1 :], page_size):
+                        problem = SWAPPED
+                    return ChainBreak(seq=row.seq, problem=problem, detail=unreadable)
+                if unreadable:
+                    # The hash matches bytes the runtime never writes: recomputed after an edit.
+                    return ChainBreak(seq=row.seq, problem=UNREADABLE, detail=unreadable)
+                self.prev_seq, self.prev_hash = row.seq, str(row.hash)
+                self.checked += 1
+            if len(page) < page_size:
+                break
+            cursor_seq = self.prev_seq + 1
+        brk = _tail_break(conn, self.prev_seq, to_seq)
+        if brk is None and self.head is not None:
+            brk = _head_break(conn, self.head)
+        return brk
 
 
 _MAX_SEQ = 2**63 - 1
@@ -150,7 +211,7 @@ _MAX_SEQ = 2**63 - 1
 
 def _swapped(
     conn: sqlite3.Connection,
-    prev_hash: str,
+    prev_hash: str | bytes,
     bad: _Row,
     rest_of_page: Sequence[_Row],
     page_size: int,

@@ -46,15 +46,18 @@ from .errors import (
     AgentrtError,
     ApprovalChangedError,
     ApprovalHashError,
+    HardLinkError,
+    InsecureDirectoryError,
     InsecureModeError,
     SchemaVersionError,
     StoreError,
     SymlinkError,
+    UnreadableSchemaError,
     UnsafeSchemaError,
 )
 from .export import DEFAULT_INTERVAL, MAX_PAGE_SIZE, CursorError, Follower, Sink
 from .operator import Operator
-from .records import JSON, Approval, RunStatus, VerifyReport
+from .records import JSON, Approval, ChainBreak, FileCheck, RunStatus, VerifyReport
 from .store import Store, capped_length, open_existing
 from .trace import (
     ID_WIDTH,
@@ -251,8 +254,20 @@ def refusal_sentence(path: str, error: AgentrtError) -> str:
             f"refusing {path}: it is a symlink, and agentrt opens only the database file "
             "itself, never a link to it"
         )
+    if isinstance(error, HardLinkError):
+        return (
+            f"refusing {path}: it has another name (a second hard link), which could be "
+            "changed out of sight of agentrt's checks; keep only one name for the database"
+        )
+    if isinstance(error, InsecureDirectoryError):
+        return f"refusing {path}: {error}"
     if isinstance(error, InsecureModeError):
         return f"refusing {path}: {_insecure_reason(path, str(error))}"
+    if isinstance(error, UnreadableSchemaError):
+        return (
+            f"refusing {path}: its schema (the list of its tables and indexes) is damaged or "
+            "was edited by hand, so agentrt cannot check that it is safe to use"
+        )
     if isinstance(error, UnsafeSchemaError):
         return (
             f"refusing {path}: it holds a trigger or a view, which could run hidden code "
@@ -628,6 +643,7 @@ _PROBLEMS = {
     "deleted": "an event is missing from the middle of the chain",
     "swapped": "events were moved out of their place in the chain",
     "truncated": "events after the last one present are missing",
+    "unreadable": "the event's stored text, or the page holding it, cannot be read",
     "rewritten": (
         "the chain verifies, but the event at the kept head does not carry the kept hash: "
         "the chain was recomputed after an edit"
@@ -647,11 +663,32 @@ def cmd_verify(args: argparse.Namespace, out: Output) -> int:
         )
     with _open(args) as store:
         report = store.verify_events(args.from_seq, args.to_seq, head=head)
+        checked = store.check_file(full=not args.quick, max_problems=FILE_PROBLEMS_MAX)
     if out.json:
-        out.document(_verify_json(report))
+        out.document({**_verify_json(report), "file": _file_json(checked)})
     else:
         out.line(_verify_text(report, head))
-    return EXIT_OK if report.intact else EXIT_ERROR
+        out.line(_file_text(checked))
+    return EXIT_OK if report.intact and checked.ok else EXIT_ERROR
+
+
+FILE_PROBLEMS_MAX = 100  # what SQLite is asked for; the text shows the first few
+FILE_PROBLEMS_SHOWN = 5
+
+
+def _file_json(checked: FileCheck) -> dict[str, Any]:
+    return {"ok": checked.ok, "check": checked.check, "problems": list(checked.problems)}
+
+
+def _file_text(checked: FileCheck) -> str:
+    """The file check's line, apart from the chain's: SQLite's own words, escaped."""
+    if checked.ok:
+        return f"file: ok (PRAGMA {checked.check} found no damage)"
+    shown = "; ".join(sanitize(p) for p in checked.problems[:FILE_PROBLEMS_SHOWN])
+    more = len(checked.problems) - FILE_PROBLEMS_SHOWN
+    if more > 0:
+        shown += f"; and {more}{'+' if len(checked.problems) >= FILE_PROBLEMS_MAX else ''} more"
+    return f"file: damaged (PRAGMA {checked.check}): {shown}"
 
 
 def _verify_json(report: VerifyReport) -> dict[str, Any]:
@@ -662,8 +699,15 @@ def _verify_json(report: VerifyReport) -> dict[str, Any]:
         "head_seq": report.head_seq,
         "head_hash": report.head_hash,
         "head": f"{report.head_seq}:{report.head_hash}",
-        "first_break": None if brk is None else {"seq": brk.seq, "problem": brk.problem},
+        "first_break": None if brk is None else _break_json(brk),
     }
+
+
+def _break_json(brk: ChainBreak) -> dict[str, Any]:
+    out: dict[str, Any] = {"seq": brk.seq, "problem": brk.problem}
+    if brk.detail:  # what is wrong, when the problem's name does not say it all
+        out["detail"] = brk.detail
+    return out
 
 
 def _verify_text(report: VerifyReport, head: tuple[int, str] | None) -> str:
@@ -678,6 +722,8 @@ def _verify_text(report: VerifyReport, head: tuple[int, str] | None) -> str:
         return text
     why = _PROBLEMS.get(brk.problem, "")
     problem = sanitize(brk.problem) + (f" ({why})" if why else "")
+    if brk.detail:
+        problem += f": {sanitize(brk.detail)}"
     return (
         f"broken at seq {brk.seq}: {problem}; {_number(report.checked)} events verified "
         f"before it, last verified {verified}"
@@ -1100,7 +1146,11 @@ def build_parser() -> argparse.ArgumentParser:
     cancel.add_argument("--by", metavar="NAME", help="who cancels (default: the OS user)")
     cancel.add_argument("--note", metavar="TEXT", default="", help="recorded with the cancel")
 
-    verify = command("verify", "check the event hash chain; prints the head or the first break")
+    verify = command(
+        "verify",
+        "check the event hash chain and the file itself; prints the head or the first break, "
+        "then what SQLite's integrity check found",
+    )
     verify.add_argument(
         "--from",
         dest="from_seq",
@@ -1121,6 +1171,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--head",
         metavar="SEQ:HASH",
         help="a head kept from an earlier verify: catches a cut or rewritten tail",
+    )
+    verify.add_argument(
+        "--quick",
+        action="store_true",
+        help="check the file with PRAGMA quick_check (pages and records, not indexes): "
+        "about three times faster than the full integrity_check",
     )
 
     console = command("console", "serve the web approval console (the console extra)")

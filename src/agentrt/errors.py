@@ -74,12 +74,24 @@ class UnsafeSchemaError(StoreError):
     """The database holds a trigger or a view, which could run code on our writes."""
 
 
+class UnreadableSchemaError(UnsafeSchemaError):
+    """An entry of the database's schema is not readable text, or is not what its type says."""
+
+
 class InsecureModeError(StoreError):
     """The file or a sidecar is writable by group or others, or owned by someone else."""
 
 
 class SymlinkError(StoreError):
     """`open_existing` was given a symlink."""
+
+
+class HardLinkError(StoreError):
+    """The database file (or a sidecar) has more than one name: another hard link to it."""
+
+
+class InsecureDirectoryError(InsecureModeError):
+    """The database's directory is writable by group or others, or owned by someone else."""
 
 
 class SessionClosedError(AgentrtError):

@@ -10,7 +10,15 @@ after SQLite opens the file:
   database on open) are refused when writable by group or others or owned by
   another user; a sidecar that is not a regular file is refused;
 - a file this process owns that others can read is tightened to 0600 by a writer;
-- the database path itself must not be a symlink.
+- the database path itself must not be a symlink, and neither it nor a sidecar may
+  have a second hard link (`HardLinkError`): another name for the file can sit in
+  a directory with other rules, out of sight of these checks;
+- the directory holding the database must be writable by its owner only, and owned
+  by this user or by root (`InsecureDirectoryError`): whoever can create files in
+  it can plant a `-wal` or `-journal` before SQLite opens one (or swap the
+  database for another file), which is a forged record. A sticky bit (as on
+  `/tmp`) does not exempt a directory: it stops others renaming our files, not
+  creating a sidecar name that does not exist yet.
 
 Mode and owner checks are skipped where the OS has no POSIX modes.
 """
@@ -21,7 +29,13 @@ import errno
 import os
 import stat
 
-from .errors import InsecureModeError, StoreError, SymlinkError
+from .errors import (
+    HardLinkError,
+    InsecureDirectoryError,
+    InsecureModeError,
+    StoreError,
+    SymlinkError,
+)
 
 POSIX_MODES = os.name == "posix"
 SIDECAR_SUFFIXES = ("-wal", "-shm", "-journal")
@@ -65,7 +79,42 @@ def check_database_file(path: str, *, tighten: bool) -> None:
         raise SymlinkError(f"{path} is a symlink; agentrt opens only the file itself")
     if not stat.S_ISREG(st.st_mode):
         raise StoreError(f"{path} is not a regular file")
+    _check_links(path, st, what="database")
     _check_mode_and_owner(path, st, what="database", tighten=tighten)
+    check_directory(path)
+
+
+def check_directory(path: str) -> None:
+    """Refuse the directory holding `path` when others may write it or it is another's."""
+    if not POSIX_MODES:
+        return
+    directory = os.path.dirname(path) or "."
+    try:
+        st = os.stat(directory)
+    except FileNotFoundError:
+        raise StoreError(f"cannot open {path}: its directory does not exist") from None
+    except OSError as e:
+        raise StoreError(f"cannot inspect the directory {directory}: {e.strerror}") from e
+    mode = stat.S_IMODE(st.st_mode)
+    if mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise InsecureDirectoryError(
+            f"the directory {directory} is writable by group or others (mode {mode:04o}), so "
+            "they could plant a -wal or -journal file beside the database or replace it: "
+            "keep the database in a directory only its owner can write"
+        )
+    if st.st_uid not in (os.geteuid(), 0):
+        raise InsecureDirectoryError(
+            f"the directory {directory} is owned by uid {st.st_uid}, not by this process (uid "
+            f"{os.geteuid()}) or root, and its owner could replace the database"
+        )
+
+
+def _check_links(path: str, st: os.stat_result, *, what: str) -> None:
+    if st.st_nlink > 1:
+        raise HardLinkError(
+            f"{what} {path} has {st.st_nlink} hard links; agentrt opens only a file with one "
+            "name, because another name for it can be changed out of sight of these checks"
+        )
 
 
 def check_sidecars(path: str, *, tighten: bool) -> None:
@@ -83,6 +132,7 @@ def check_sidecars(path: str, *, tighten: bool) -> None:
                 f"{side} is not a regular file (a {_kind(st.st_mode)}); refusing to open the "
                 "database beside it"
             )
+        _check_links(side, st, what=f"{suffix[1:]} file")
         _check_mode_and_owner(side, st, what=f"{suffix[1:]} file", tighten=tighten)
 
 

@@ -32,6 +32,8 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from .clock import format_time, wall_clock
+from .migrations import rollback_quietly
+from .store import check_schema
 
 WallClock = Callable[[], datetime]
 
@@ -140,16 +142,27 @@ class ConnectionRenewer:
     def __init__(self, connect: Callable[[], sqlite3.Connection]) -> None:
         self._connect = connect
         self._conn: sqlite3.Connection | None = None
+        self._safe_schema: int | None = None
 
     def renew(self, run_id: str, owner: str, expires_at: str) -> bool:
         if self._conn is None:
             self._conn = self._connect()
+        conn = self._conn
         try:
-            cur = self._conn.execute(_RENEW_SQL, (expires_at, run_id, owner))
+            # Like every store transaction: a trigger added since the last renewal
+            # must not fire on this write (UnsafeSchemaError, nothing written).
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                self._safe_schema = check_schema(conn, self._safe_schema)
+                renewed = conn.execute(_RENEW_SQL, (expires_at, run_id, owner)).rowcount == 1
+                conn.execute("COMMIT")
+            except BaseException:
+                rollback_quietly(conn)
+                raise
         except sqlite3.Error:
             self.close()
             raise
-        return cur.rowcount == 1
+        return renewed
 
     def close(self) -> None:
         if self._conn is not None:

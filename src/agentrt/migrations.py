@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import re
 import sqlite3
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from .clock import format_time, wall_clock
@@ -248,15 +249,21 @@ def check_writer(conn: sqlite3.Connection, runtime_version: str = RUNTIME_VERSIO
         )
 
 
-def migrate(conn: sqlite3.Connection) -> int:
+def migrate(
+    conn: sqlite3.Connection, check: Callable[[sqlite3.Connection], object] | None = None
+) -> int:
     """Bring the schema up to `SCHEMA_VERSION` in one IMMEDIATE transaction; returns it.
 
     The version is read again inside the transaction, so two processes opening
     a new file at once apply each migration once. A newer schema, or a
     `min_writer_version` above this runtime, is refused before anything changes.
+    `check`, when given, runs first inside the transaction (the store's schema
+    safety check), so nothing planted since the open's own check fires here.
     """
     conn.execute("BEGIN IMMEDIATE")
     try:
+        if check is not None:
+            check(conn)
         current = check_not_newer(conn)
         check_writer(conn)
         applied_at = format_time(wall_clock())

@@ -547,6 +547,7 @@ class Lease:
 class ChainBreak:
     seq: int
     problem: str
+    detail: str = ""  # what is wrong, when more than the problem's name says (`unreadable`)
 
 
 @dataclass(frozen=True)
@@ -556,6 +557,19 @@ class VerifyReport:
     head_seq: int
     head_hash: str
     first_break: ChainBreak | None = None
+
+
+@dataclass(frozen=True)
+class FileCheck:
+    """What SQLite's own check of the file found: `ok`, or its problems (bounded), and which check.
+
+    `check` is `quick_check` (every page and record readable and well formed) or
+    `integrity_check` (that, and every index agrees with its table).
+    """
+
+    ok: bool
+    check: str
+    problems: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -574,3 +588,4 @@ class ModelCallRecord:
     error: str
     dispatched_at: datetime | None
     completed_at: datetime | None
+    decode_error: str = ""

@@ -106,7 +106,8 @@ def check_live_lease(
         # This very driver held it: its loop stopped (an error), and it is not
         # running now (a driver refuses a second concurrent call on a run).
         return {"by": "this driver's own lease"}
-    if expires_text <= format_time(config.wall()):
+    # An expiry that is not text (unreadable bytes) cannot be dated: never "expired".
+    if isinstance(expires_text, str) and expires_text <= format_time(config.wall()):
         return {"by": "lease expired"}
     proof = prove_dead(holder_text)
     if proof is None:
@@ -114,9 +115,11 @@ def check_live_lease(
     return {"by": "owner process gone", **proof}
 
 
-def _parse(text: str) -> datetime | None:
+def _parse(text: object) -> datetime | None:
     from .clock import parse_time
 
+    if not isinstance(text, str):
+        return None
     try:
         return parse_time(text)
     except ValueError:

@@ -6,8 +6,17 @@ store from worker threads. Write transactions are `BEGIN IMMEDIATE` and are roll
 back whole on any exception; commits are fsynced (`synchronous=FULL`).
 
 Reads never crash on a bad row: a value that will not decode leaves its field
-empty and sets the record's `decode_error`. Page reads cap every text column at
+empty and sets the record's `decode_error`. That holds for any bytes in any
+column: every connection decodes TEXT itself (`text_factory`), strictly, and a
+value that is not valid UTF-8 reads as its raw `bytes` instead of raising, on
+every read path (the store's reads, `query()`, the chain verifier, reads inside
+transactions, the schema check at open). Page reads cap every text column at
 `TEXT_CAP` characters in SQL, so an oversized value is never loaded whole.
+
+The schema's safety (no trigger, no view, every entry readable) is checked at
+open and again at the start of any write transaction that follows a change of
+`PRAGMA schema_version`, so a trigger added by another connection while the
+store is open never fires on one of its writes.
 """
 
 from __future__ import annotations
@@ -27,13 +36,20 @@ from . import filesafety, migrations
 from .canonical import from_text, to_text
 from .chain import event_hash, verify_chain
 from .clock import as_stored, format_time, parse_time
-from .errors import NotFoundError, StoreBusyError, StoreError, UnsafeSchemaError
+from .errors import (
+    NotFoundError,
+    StoreBusyError,
+    StoreError,
+    UnreadableSchemaError,
+    UnsafeSchemaError,
+)
 from .records import (
     JSON,
     Approval,
     ApprovalStatus,
     Decision,
     Event,
+    FileCheck,
     Lease,
     Limits,
     ModelCallRecord,
@@ -47,6 +63,7 @@ from .records import (
     ToolSpec,
     VerifyReport,
 )
+from .stored_text import decode_text, shown_text, unreadable_text
 
 MIN_SQLITE_VERSION = (3, 37, 0)  # STRICT tables
 TEXT_CAP = 65_536
@@ -206,7 +223,7 @@ class _Fields:
         value = self._row[name]
         if isinstance(value, str):
             return value
-        self.fail(name, f"expected text, found {type(value).__name__}")
+        self.fail(name, unreadable_text(value))
         return ""
 
     def integer(self, name: str) -> int:
@@ -279,9 +296,11 @@ _LIMITS_BY_TEXT: dict[str, Limits] = {}
 
 
 def _limits(fields: _Fields) -> Limits:
+    known = len(fields.errors)
     text = fields.text("limits_json")
     if text == "":
-        fields.fail("limits_json", "empty: the run was recorded without its limits")
+        if len(fields.errors) == known:  # really empty, not unreadable (already said)
+            fields.fail("limits_json", "empty: the run was recorded without its limits")
         return Limits()
     cached = _LIMITS_BY_TEXT.get(text)
     if cached is not None:
@@ -377,7 +396,7 @@ def event_from_row(row: sqlite3.Row) -> Event:
 
 
 def model_call_from_row(row: sqlite3.Row) -> ModelCallRecord:
-    """A `model_calls` row; accounting history, so a bad field reads as empty or zero."""
+    """A `model_calls` row; a bad field reads as empty or zero and is named in `decode_error`."""
     f = _Fields(row)
     return ModelCallRecord(
         id=f.text("id"),
@@ -394,6 +413,7 @@ def model_call_from_row(row: sqlite3.Row) -> ModelCallRecord:
         error=f.text("error"),
         dispatched_at=f.time("dispatched_at"),
         completed_at=f.time("completed_at"),
+        decode_error=f.error,
     )
 
 
@@ -418,6 +438,7 @@ def _connect(target: str, *, uri: bool) -> sqlite3.Connection:
     except sqlite3.Error as e:
         raise StoreError(f"cannot open the database: {e}") from e
     conn.row_factory = sqlite3.Row
+    conn.text_factory = decode_text
     return conn
 
 
@@ -442,16 +463,84 @@ def is_busy(error: sqlite3.Error) -> bool:
     return isinstance(code, int) and code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
 
 
-def _refuse_unsafe_schema(conn: sqlite3.Connection) -> None:
-    """No trigger or view may exist: either could run code when we read or write."""
-    rows = conn.execute(
-        "SELECT type, name FROM sqlite_master WHERE type IN ('trigger', 'view') ORDER BY name"
-    ).fetchall()
-    if rows:
-        names = ", ".join(f"{r[0]} {r[1]!r}" for r in rows)
+def check_schema(conn: sqlite3.Connection, known_version: int | None = None) -> int:
+    """Refuse an unsafe schema; returns the `PRAGMA schema_version` that was found safe.
+
+    When `known_version` (a value this function returned before) is still the
+    file's schema version, nothing changed and nothing more is read: one pragma.
+    Otherwise every entry of `sqlite_master` is checked: no trigger or view
+    (`UnsafeSchemaError`), and every entry readable text (`UnreadableSchemaError`;
+    SQLite itself refuses to load an entry whose name, type or SQL disagree).
+    Call it inside the transaction whose writes it protects, so that no schema
+    change can come between.
+    """
+    try:
+        version = _schema_version(conn)
+        if known_version is not None and version == known_version:
+            return version
+        rows = conn.execute("SELECT type, name, tbl_name, sql FROM sqlite_master").fetchall()
+    except (sqlite3.DatabaseError, UnicodeDecodeError) as e:
+        said = sqlite_failure(e)
+        if said is None or "malformed database schema" not in said:
+            raise
+        raise UnreadableSchemaError(
+            f"SQLite cannot load the database schema ({said}): the database schema is "
+            "damaged, and agentrt refuses a schema it cannot read"
+        ) from e
+    unsafe: list[str] = []
+    for i, row in enumerate(rows, start=1):
+        kind, name, table, sql = tuple(row)
+        for column, value in (("type", kind), ("name", name), ("tbl_name", table)):
+            if not isinstance(value, str):
+                raise UnreadableSchemaError(
+                    f"schema entry {i} has a {column} that is {unreadable_text(value)}: the "
+                    "database schema is damaged, and agentrt refuses a schema it cannot read"
+                )
+        if sql is not None and not isinstance(sql, str):
+            raise UnreadableSchemaError(
+                f"schema entry {name!r} has SQL that is {unreadable_text(sql)}: the database "
+                "schema is damaged, and agentrt refuses a schema it cannot read"
+            )
+        if kind in ("trigger", "view"):
+            unsafe.append(f"{kind} {name!r}")
+    if unsafe:
         raise UnsafeSchemaError(
-            f"the database holds {names}; agentrt refuses a schema with triggers or views"
+            f"the database holds {', '.join(unsafe)}; agentrt refuses a schema with triggers "
+            "or views"
         )
+    return version
+
+
+def _schema_version(conn: sqlite3.Connection) -> int:
+    row = conn.execute("PRAGMA schema_version").fetchone()
+    return int(row[0])
+
+
+def sqlite_failure(error: BaseException) -> str | None:
+    """What SQLite said, when `error` is SQLite's (its message may not even be UTF-8), else None.
+
+    SQLite puts names from the file into some messages (`malformed database
+    schema (name)`), and Python fails to decode such a message with a
+    `UnicodeDecodeError` carrying its bytes.
+    """
+    if isinstance(error, sqlite3.Error):
+        return str(error)
+    if isinstance(error, UnicodeDecodeError) and isinstance(error.object, bytes):
+        return error.object.decode("utf-8", "backslashreplace")
+    return None
+
+
+def _refusal(path: str, error: BaseException) -> StoreError | None:
+    """The StoreError to raise for an exception from SQLite while opening `path`, else None."""
+    said = sqlite_failure(error)
+    if said is None:
+        return None
+    if "malformed database schema" in said:
+        return UnreadableSchemaError(
+            f"SQLite cannot load the schema of {path} ({said}): the database schema is "
+            "damaged, and agentrt refuses a schema it cannot read"
+        )
+    return StoreError(f"cannot open {path}: {said}")
 
 
 def _enable_wal(conn: sqlite3.Connection) -> None:
@@ -484,17 +573,27 @@ def _open_reader(path: str) -> tuple[sqlite3.Connection, str]:
     try:
         conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
         return conn, uri
-    except sqlite3.Error as e:
+    except (sqlite3.Error, UnicodeDecodeError) as e:
         conn.close()
+        refusal = _refusal(path, e)
+        if refusal is None:
+            raise
+        if isinstance(refusal, UnreadableSchemaError):
+            raise refusal from e
         if os.path.exists(path + "-wal") or filesafety.directory_writable(path):
-            raise StoreError(f"cannot read the database: {e}") from e
+            raise StoreError(f"cannot read the database: {sqlite_failure(e)}") from e
     uri = _uri(path, mode="ro", immutable="1")
     conn = _connect(uri, uri=True)
     try:
         conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
-    except sqlite3.Error as e:
+    except (sqlite3.Error, UnicodeDecodeError) as e:
         conn.close()
-        raise StoreError(f"cannot read the database: {e}") from e
+        refusal = _refusal(path, e)
+        if refusal is None:
+            raise
+        if isinstance(refusal, UnreadableSchemaError):
+            raise refusal from e
+        raise StoreError(f"cannot read the database: {sqlite_failure(e)}") from e
     return conn, uri
 
 
@@ -510,8 +609,9 @@ def _absolute(path: str | os.PathLike[str]) -> str:
 def open_store(path: str | os.PathLike[str]) -> Store:
     """Open the database at `path` for writing, creating it (0600) or migrating it as needed.
 
-    `":memory:"` gives a private in-memory store. Refuses a symlink, an insecure
-    file or sidecar, a trigger or view, a newer schema, and a file whose
+    `":memory:"` gives a private in-memory store. Refuses a symlink, a file with
+    a second hard link, an insecure file, sidecar or directory, a trigger or
+    view, an unreadable schema, a newer schema, and a file whose
     `min_writer_version` is above this runtime.
     """
     check_sqlite_version()
@@ -519,39 +619,41 @@ def open_store(path: str | os.PathLike[str]) -> Store:
         conn = _connect(":memory:", uri=False)
         try:
             _configure(conn, writer=True)
-            migrations.migrate(conn)
+            migrations.migrate(conn, check=check_schema)
         except BaseException:
             conn.close()
             raise
         return Store(conn, path=":memory:", read_only=False, uri=None)
     abspath = _absolute(path)
+    filesafety.check_directory(abspath)  # before anything is created in it
     filesafety.create_owner_only(abspath)
     filesafety.check_all(abspath, tighten=True)
     uri = _uri(abspath, mode="rw")
     conn = _connect(uri, uri=True)
     try:
         _configure(conn, writer=True)
-        _refuse_unsafe_schema(conn)
+        check_schema(conn)
         # Refuse a newer file before the WAL switch, which is itself a write.
         migrations.check_not_newer(conn)
         migrations.check_writer(conn)
         _enable_wal(conn)
-        migrations.migrate(conn)
+        migrations.migrate(conn, check=check_schema)
         # The -wal and -shm exist now; SQLite gave them the database's mode.
         filesafety.check_sidecars(abspath, tighten=True)
-    except sqlite3.DatabaseError as e:
+    except BaseException as e:
         conn.close()
-        raise StoreError(f"cannot open {abspath}: {e}") from e
-    except BaseException:
-        conn.close()
-        raise
+        refusal = _refusal(abspath, e)
+        if refusal is None:
+            raise
+        raise refusal from e
     return Store(conn, path=abspath, read_only=False, uri=uri)
 
 
 def open_existing(path: str | os.PathLike[str], read_only: bool = False) -> Store:
     """Open an existing agentrt database: never creates, never migrates.
 
-    Refuses a symlink (`SymlinkError`), an insecure file, a trigger or view, and
+    Refuses a symlink (`SymlinkError`), a second hard link (`HardLinkError`), an
+    insecure file or directory, a trigger or view, an unreadable schema, and
     any schema version but this code's own (`SchemaVersionError`, naming which
     side is newer). A read-only open works beside a live writer and in a
     directory this process cannot write.
@@ -568,18 +670,18 @@ def open_existing(path: str | os.PathLike[str], read_only: bool = False) -> Stor
         conn = _connect(uri, uri=True)
     try:
         _configure(conn, writer=not read_only)
-        _refuse_unsafe_schema(conn)
+        check_schema(conn)
         migrations.check_exact(conn)
         if not read_only:
             migrations.check_writer(conn)
             _enable_wal(conn)
         filesafety.check_sidecars(abspath, tighten=not read_only)
-    except sqlite3.DatabaseError as e:
+    except BaseException as e:
         conn.close()
-        raise StoreError(f"cannot open {abspath}: {e}") from e
-    except BaseException:
-        conn.close()
-        raise
+        refusal = _refusal(abspath, e)
+        if refusal is None:
+            raise
+        raise refusal from e
     return Store(conn, path=abspath, read_only=read_only, uri=uri)
 
 
@@ -683,6 +785,8 @@ class Store:
         self._lock = threading.RLock()
         self._tx: Tx | None = None
         self._closed = False
+        # The schema version last found safe; None until the first write transaction.
+        self._safe_schema: int | None = None
 
     def __enter__(self) -> Store:
         return self
@@ -725,6 +829,9 @@ class Store:
             self._tx = tx
             try:
                 try:
+                    # A trigger added since the last check must not fire on this
+                    # transaction's writes: one pragma when nothing changed.
+                    self._safe_schema = check_schema(self._conn, self._safe_schema)
                     yield tx
                 except BaseException:
                     migrations.rollback_quietly(self._conn)
@@ -766,7 +873,9 @@ class Store:
         """A read of your own (a consumer's tables, a view's join) on the store's connection.
 
         Runs under the store's lock like its own reads. Writes belong in
-        `transaction()`; a read-only store refuses them in SQLite itself.
+        `transaction()`; a read-only store refuses them in SQLite itself. A TEXT
+        value that is not valid UTF-8 comes back as its raw `bytes`, never as
+        an exception (`agentrt.stored_text`).
         """
         return self._query(sql, params)
 
@@ -930,10 +1039,17 @@ class Store:
         if not rows:
             raise NotFoundError(f"no run {run_id!r}")
         owner, expires, epoch, holder_text = tuple(rows[0])
-        try:
-            expires_at = parse_time(expires) if isinstance(expires, str) else None
-        except ValueError:
-            expires_at = datetime.max.replace(tzinfo=UTC)
+        held_forever = datetime.max.replace(tzinfo=UTC)
+        if isinstance(expires, str):
+            try:
+                expires_at = parse_time(expires)
+            except ValueError:
+                expires_at = held_forever
+        else:  # unreadable bytes (or worse): nobody can date it, so it is held
+            expires_at = held_forever
+        if not isinstance(owner, str):
+            # An owner nobody can read is still someone: never "nobody holds it".
+            owner = shown_text(owner) or "<unreadable owner>"
         holder: dict[str, Any] = {}
         if isinstance(holder_text, str) and holder_text:
             with contextlib.suppress(Exception):
@@ -941,7 +1057,7 @@ class Store:
                 if isinstance(decoded, dict):
                     holder = decoded
         return Lease(
-            owner=owner if isinstance(owner, str) else "",
+            owner=owner,
             expires_at=expires_at,
             epoch=epoch if isinstance(epoch, int) else 0,
             holder=holder,
@@ -952,8 +1068,11 @@ class Store:
         rows = self._query("SELECT spec_json FROM tool_specs WHERE hash = ?", (hash,))
         if not rows:
             return None
+        text = rows[0][0]
+        if not isinstance(text, str):
+            raise StoreError(f"tool spec {hash} does not decode: {unreadable_text(text)}")
         try:
-            return ToolSpec.from_json(from_text(rows[0][0]))
+            return ToolSpec.from_json(from_text(text))
         except Exception as e:  # stored data may be anything; say which spec is bad
             raise StoreError(f"tool spec {hash} does not decode: {type(e).__name__}: {e}") from e
 
@@ -962,7 +1081,62 @@ class Store:
         rows = self._query("SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1")
         if not rows:
             return 0, ""
-        return int(rows[0][0]), str(rows[0][1])
+        return int(rows[0][0]), shown_text(rows[0][1])
+
+    def check_file(self, *, full: bool = False, max_problems: int = 100) -> FileCheck:
+        """SQLite's own check of the file: `PRAGMA quick_check`, or `integrity_check` if `full`.
+
+        Separate from the event chain: the chain proves the events were not
+        edited, this that the pages SQLite reads are not damaged. Reads only
+        (on a connection of its own for a file store, in one read snapshot) and
+        never raises on a damaged file: what SQLite says is a problem.
+        """
+        check = "integrity_check" if full else "quick_check"
+        limit = max(1, int(max_problems))
+
+        def pragma(conn: sqlite3.Connection, name: str) -> tuple[str, ...]:
+            """The problems `PRAGMA name` reports (`()` for none); raises when it cannot finish."""
+            rows = conn.execute(f"PRAGMA {name}({limit})").fetchall()
+            # SQLite may put several problems in one row, under "*** in database main ***".
+            lines = [line for r in rows for line in shown_text(r[0]).splitlines()]
+            if lines == ["ok"]:
+                return ()
+            return tuple(x for x in lines if x and not x.startswith("*** in database ")) or tuple(
+                lines
+            )
+
+        def run(conn: sqlite3.Connection) -> FileCheck:
+            try:
+                problems = pragma(conn, check)
+            except (sqlite3.DatabaseError, UnicodeDecodeError) as e:
+                stopped = f"SQLite could not finish {check}: {sqlite_failure(e) or e}"
+                # integrity_check stops on damage quick_check can still describe page by page.
+                try:
+                    problems = (stopped, *(pragma(conn, "quick_check") if full else ()))
+                except (sqlite3.DatabaseError, UnicodeDecodeError):
+                    problems = (stopped,)
+            return FileCheck(ok=not problems, check=check, problems=problems)
+
+        return self._read_snapshot(run)
+
+    def _read_snapshot(self, work: Callable[[sqlite3.Connection], _T]) -> _T:
+        """`work` on a read connection of its own, in one snapshot (the store's own in memory)."""
+        if self._uri is None:
+            with self._lock:
+                self._check_open()
+                return work(self._conn)
+        self._check_open()
+        conn = _connect(self._uri, uri=True)
+        try:
+            _configure(conn, writer=False)
+            conn.execute("BEGIN")
+            try:
+                return work(conn)
+            finally:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("COMMIT")
+        finally:
+            conn.close()
 
     def verify_events(
         self,
@@ -978,21 +1152,7 @@ class Store:
         A file store verifies on a connection of its own, in one read snapshot,
         so writers are not held up.
         """
-        if self._uri is None:
-            with self._lock:
-                self._check_open()
-                return verify_chain(self._conn, from_seq, to_seq, head=head)
-        self._check_open()
-        conn = _connect(self._uri, uri=True)
-        try:
-            _configure(conn, writer=False)
-            conn.execute("BEGIN")
-            try:
-                return verify_chain(conn, from_seq, to_seq, head=head)
-            finally:
-                conn.execute("COMMIT")
-        finally:
-            conn.close()
+        return self._read_snapshot(lambda conn: verify_chain(conn, from_seq, to_seq, head=head))
 
 
 def _check_page(limit: int | None, offset: int) -> None:

@@ -46,6 +46,7 @@ from .records import (
     Step,
 )
 from .store import TEXT_CAP, CappedText, Store
+from .stored_text import shown_text
 from .trace import text_json
 
 RUN_PAGE_DEFAULT = 50
@@ -343,7 +344,8 @@ def _time_or_none(value: object) -> datetime | None:
 
 def _text(value: object, length: object = None) -> str:
     """A column read by `_query`; with its full `length`, text cut shorter is a CappedText."""
-    text = value if isinstance(value, str) else "" if value is None else str(value)
+    # Bytes that are not UTF-8 (a damaged or tampered row) show with each bad byte as \xNN.
+    text = shown_text(value)
     if isinstance(length, int) and length > len(text):
         return CappedText(text, length)
     return text
