@@ -868,3 +868,52 @@ def test_the_chat_example_posts_the_link_approves_through_the_client_and_the_run
         "ship it",
     )
     store.close()
+
+
+def test_a_replay_whose_body_trickles_in_past_the_window_is_refused(
+    hook_and_path: Any, db_path: Path
+) -> None:
+    # A captured request is replayed inside the window, its body held back until the
+    # original's nonce has left the cache: the window is judged again once the body is in.
+    hook, path, approval = hook_and_path
+    post = f"{path}/reject"
+    body = json.dumps({"hash": approval.hash, "by": "alice"}).encode()
+    headers = signed_headers(SECRET, "POST", post, body, timestamp=NOW, nonce="captured")
+    assert hook.http.post(post, content=body, headers=headers).status_code == 200
+    after = snapshot(db_path)
+
+    async def main() -> int:
+        sent: list[dict[str, Any]] = []
+        hook.wall.t = NOW + 299
+
+        async def receive() -> dict[str, Any]:
+            # While the replay's body is "in flight", time passes and another signed
+            # request prunes the cache.
+            hook.wall.t = NOW + 400
+            other = signed_headers(SECRET, "GET", path, b"", timestamp=NOW + 400, nonce="later")
+            await asyncio.to_thread(hook.http.get, path, headers=other)
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+
+        scope = {
+            "type": "http",
+            "asgi": {"version": "3.0"},
+            "http_version": "1.1",
+            "method": "POST",
+            "scheme": "http",
+            "path": post,
+            "raw_path": post.encode(),
+            "query_string": b"",
+            "root_path": "",
+            "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()],
+            "client": ("127.0.0.1", 50000),
+            "server": ("hook.test", 80),
+        }
+        await hook.app(scope, receive, send)
+        start = next(m for m in sent if m["type"] == "http.response.start")
+        return int(start["status"])
+
+    assert asyncio.run(main()) == 401
+    assert snapshot(db_path) == after
