@@ -355,3 +355,19 @@ def test_a_real_cancel_of_start_during_a_plain_tool_is_still_recorded_as_cancell
         release.set()
     (run,) = store.list_runs()
     assert tool_step(store, run.id)[:2] == ("interrupted", "interrupted")
+
+
+@pytest.mark.timeout(30)
+def test_a_plain_tool_raising_stop_iteration_is_a_prompt_tool_error_not_a_timeout(
+    store: agentrt.Store,
+) -> None:
+    # `next()` on an exhausted iterator: asyncio refuses a StopIteration into a
+    # future, so it must never travel as the thread's exception.
+    tool = RecordingTool("t", SideEffect.LOCAL_MUTATION, result=raising(StopIteration("spent")))
+    run = drive_once(store, tool)
+    assert (run.status, run.reason) == ("COMPLETED", "goal_completed")
+    assert tool_step(store, run.id) == (
+        "failed",
+        "tool_error",
+        {"tool": "t", "error": "StopIteration: spent", "failure": "error"},
+    )

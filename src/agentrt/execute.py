@@ -150,8 +150,20 @@ Future = concurrent.futures.Future[Any]
 ToolThreads = list[Future]
 
 
+@dataclass(frozen=True)
+class _Raised:
+    """What a tool thread raised, carried as the future's *result*.
+
+    Never as the future's exception: asyncio refuses some exceptions into a
+    future (a `StopIteration` from `next()` on a spent iterator), and the
+    awaiting side would then never hear of the outcome until the timeout.
+    """
+
+    exc: BaseException
+
+
 def _on_own_thread(method: Callable[[ToolCall], Any], call: ToolCall) -> Future:
-    """Run `method(call)` on a new daemon thread; the future holds its result or exception.
+    """Run `method(call)` on a new daemon thread; the future holds its result or `_Raised`.
 
     Not `concurrent.futures.ThreadPoolExecutor`: the interpreter joins its
     workers at exit, so a tool still running after its timeout would hold the
@@ -165,7 +177,7 @@ def _on_own_thread(method: Callable[[ToolCall], Any], call: ToolCall) -> Future:
         try:
             result = method(call)
         except BaseException as exc:  # whatever the tool raises is its outcome
-            future.set_exception(exc)
+            future.set_result(_Raised(exc))
         else:
             future.set_result(result)
 
@@ -181,6 +193,8 @@ async def _call(tool: Tool, call: ToolCall, threads: ToolThreads | None) -> Any:
     if threads is not None:
         threads.append(future)
     result = await asyncio.wrap_future(future)
+    if isinstance(result, _Raised):
+        return result
     if inspect.isawaitable(result):
         result = await result
     return result
@@ -193,9 +207,12 @@ async def _guarded(tool: Tool, call: ToolCall, threads: ToolThreads | None) -> t
     event loop itself; here it is only the tool's outcome.
     """
     try:
-        return True, await _call(tool, call, threads)
+        result = await _call(tool, call, threads)
     except BaseException as exc:
         return False, exc
+    if isinstance(result, _Raised):
+        return False, result.exc
+    return True, result
 
 
 async def invoke(
