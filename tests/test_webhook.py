@@ -562,6 +562,26 @@ def test_the_documented_signature_example_is_pinned() -> None:
 # --- 413 / 429: before the body --------------------------------------------------------------
 
 
+def http_scope(
+    method: str, path: str, headers: dict[str, str], client: str = "127.0.0.1"
+) -> dict[str, Any]:
+    """The ASGI scope of one request to the webhook."""
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": method,
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()],
+        "client": (client, 50000),
+        "server": ("hook.test", 80),
+    }
+
+
 def asgi(
     app: Any,
     method: str,
@@ -592,21 +612,7 @@ def asgi(
         async def send(message: dict[str, Any]) -> None:
             sent.append(message)
 
-        scope = {
-            "type": "http",
-            "asgi": {"version": "3.0"},
-            "http_version": "1.1",
-            "method": method,
-            "scheme": "http",
-            "path": path,
-            "raw_path": path.encode(),
-            "query_string": b"",
-            "root_path": "",
-            "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()],
-            "client": (client, 50000),
-            "server": ("hook.test", 80),
-        }
-        await app(scope, receive, send)
+        await app(http_scope(method, path, headers, client), receive, send)
         start = next(m for m in sent if m["type"] == "http.response.start")
         body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
         return start["status"], json.loads(body)
@@ -897,21 +903,7 @@ def test_a_replay_whose_body_trickles_in_past_the_window_is_refused(
         async def send(message: dict[str, Any]) -> None:
             sent.append(message)
 
-        scope = {
-            "type": "http",
-            "asgi": {"version": "3.0"},
-            "http_version": "1.1",
-            "method": "POST",
-            "scheme": "http",
-            "path": post,
-            "raw_path": post.encode(),
-            "query_string": b"",
-            "root_path": "",
-            "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()],
-            "client": ("127.0.0.1", 50000),
-            "server": ("hook.test", 80),
-        }
-        await hook.app(scope, receive, send)
+        await hook.app(http_scope("POST", post, headers), receive, send)
         start = next(m for m in sent if m["type"] == "http.response.start")
         return int(start["status"])
 
