@@ -428,3 +428,56 @@ def test_recover_skips_a_run_this_very_driver_is_executing(store: agentrt.Store)
         release.set()
         thread.join(30)
     assert box["run"].status == "COMPLETED"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="reported, not fixed here: Driver._drive lets a run leave `_active` while its "
+    "cancelled loop's tool thread still runs under the driver's renewed lease",
+)
+def test_recover_skips_a_run_whose_cancelled_loop_still_has_its_tool_thread_running(
+    store: agentrt.Store,
+) -> None:
+    started = threading.Event()
+    release = threading.Event()
+    inside = 0
+    most = 0
+    count = threading.Lock()
+
+    def block(call: ToolCall) -> ToolResult:
+        nonlocal inside, most
+        with count:
+            inside += 1
+            most = max(most, inside)
+            first = not started.is_set()
+        started.set()
+        if first:  # the call the loop is cancelled in: its thread outlives the loop
+            release.wait(30)
+        with count:
+            inside -= 1
+        return ToolResult({"done": True})
+
+    driver = agentrt.Driver(
+        store=store,
+        agent=ScriptedAgent(
+            [Decision.tool_call("block", {}), Decision.tool_call("block", {}), Decision.complete()]
+        ),
+        policy=agentrt.default_policy(),
+        tools=[RecordingTool("block", SideEffect.READ_ONLY, result=block)],
+    )
+
+    async def main() -> list[Recovered]:
+        task = asyncio.create_task(driver.start("goal", run_id="e" * 32))
+        assert await asyncio.to_thread(started.wait, 10)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        # The cancelled loop's tool thread still runs; the driver keeps the lease for it.
+        try:
+            return await driver.recover()
+        finally:
+            release.set()
+
+    (result,) = asyncio.run(main())
+    assert most == 1  # the same call never ran beside the lingering one
+    assert (result.run_id, result.action) == ("e" * 32, RecoverAction.SKIPPED)
