@@ -909,3 +909,18 @@ def test_a_replay_whose_body_trickles_in_past_the_window_is_refused(
 
     assert asyncio.run(main()) == 401
     assert snapshot(db_path) == after
+
+
+def test_the_client_fits_the_longest_note_a_decision_allows_in_the_body_cap(
+    store: agentrt.Store,
+) -> None:
+    # 4,000 characters outside ASCII: escaped as \uXXXX (or surrogate pairs) they
+    # would be 24,000 to 48,000 bytes and refused as too large; as UTF-8 they fit.
+    clock = FakeClock()
+    _driver, run, _push, approval = waiting(store, clock)
+    hook = Hook(store, clock)
+    client = WebhookClient("http://hook.test", SECRET, http=hook.http, now=hook.wall)
+    note = "\U0001f44d" * 4000
+    done = client.approve(run.id, approval.id, approval.hash, "alice", note)
+    assert done["approval"]["note"] == note
+    assert store.get_approval(run.id, approval.id).note == note
