@@ -428,3 +428,99 @@ def test_recover_skips_a_run_this_very_driver_is_executing(store: agentrt.Store)
         release.set()
         thread.join(30)
     assert box["run"].status == "COMPLETED"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="reported, not fixed here: Driver._drive lets a run leave `_active` while its "
+    "cancelled loop's tool thread still runs under the driver's renewed lease",
+)
+def test_recover_skips_a_run_whose_cancelled_loop_still_has_its_tool_thread_running(
+    store: agentrt.Store,
+) -> None:
+    started = threading.Event()
+    release = threading.Event()
+    inside = 0
+    most = 0
+    count = threading.Lock()
+
+    def block(call: ToolCall) -> ToolResult:
+        nonlocal inside, most
+        with count:
+            inside += 1
+            most = max(most, inside)
+            first = not started.is_set()
+        started.set()
+        if first:  # the call the loop is cancelled in: its thread outlives the loop
+            release.wait(30)
+        with count:
+            inside -= 1
+        return ToolResult({"done": True})
+
+    driver = agentrt.Driver(
+        store=store,
+        agent=ScriptedAgent(
+            [Decision.tool_call("block", {}), Decision.tool_call("block", {}), Decision.complete()]
+        ),
+        policy=agentrt.default_policy(),
+        tools=[RecordingTool("block", SideEffect.READ_ONLY, result=block)],
+    )
+
+    async def main() -> list[Recovered]:
+        task = asyncio.create_task(driver.start("goal", run_id="e" * 32))
+        assert await asyncio.to_thread(started.wait, 10)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        # The cancelled loop's tool thread still runs; the driver keeps the lease for it.
+        try:
+            return await driver.recover()
+        finally:
+            release.set()
+
+    (result,) = asyncio.run(main())
+    assert most == 1  # the same call never ran beside the lingering one
+    assert (result.run_id, result.action) == ("e" * 32, RecoverAction.SKIPPED)
+
+
+def test_recover_skips_a_run_this_driver_began_executing_after_it_was_judged(
+    store: agentrt.Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Two recovers (or a recover and a resume) of one driver race: the later one
+    # learns that the run was taken only when its own resume is refused.
+    driver = agentrt.Driver(
+        store=store,
+        agent=ScriptedAgent([Decision.complete()]),
+        policy=agentrt.default_policy(),
+        tools=[],
+    )
+    rid = "f" * 32
+
+    async def started_then_cancelled() -> None:
+        # The loop is cancelled as the run is created: the run stays RUNNING, its loop gone.
+        task = asyncio.create_task(driver.start("goal", run_id=rid))
+        while not store.list_runs():
+            await asyncio.sleep(0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(started_then_cancelled())
+    assert store.get_run(rid).status == "RUNNING"
+    taken = driver._exclusive(rid)
+
+    def judged_then_taken(d: agentrt.Driver, run_id: str) -> set[str]:
+        taken.__enter__()  # the other call begins executing the run right here
+        return set()
+
+    monkeypatch.setattr(recover_mod, "_unregistered_tools", judged_then_taken)
+    try:
+        (result,) = driver.recover_sync()
+    finally:
+        taken.__exit__(None, None, None)
+    assert (result.run_id, result.action, result.why) == (
+        rid,
+        RecoverAction.SKIPPED,
+        "this driver is executing it now",
+    )
+    assert result.error is None

@@ -357,3 +357,120 @@ def test_a_real_cancel_of_start_during_a_plain_tool_is_still_recorded_as_cancell
         release.set()
     (run,) = store.list_runs()
     assert tool_step(store, run.id)[:2] == ("interrupted", "interrupted")
+
+
+@pytest.mark.timeout(30)
+def test_a_plain_tool_raising_stop_iteration_is_a_prompt_tool_error_not_a_timeout(
+    store: agentrt.Store,
+) -> None:
+    # `next()` on an exhausted iterator: asyncio refuses a StopIteration into a
+    # future, so it must never travel as the thread's exception.
+    tool = RecordingTool("t", SideEffect.LOCAL_MUTATION, result=raising(StopIteration("spent")))
+    run = drive_once(store, tool)
+    assert (run.status, run.reason) == ("COMPLETED", "goal_completed")
+    assert tool_step(store, run.id) == (
+        "failed",
+        "tool_error",
+        {"tool": "t", "error": "StopIteration: spent", "failure": "error"},
+    )
+
+
+class Stubborn:
+    """An async tool whose retry loop swallows every cancellation until `stop` is set."""
+
+    def __init__(self, timeout_s: float) -> None:
+        self.spec = ToolSpec(
+            name="stubborn",
+            description="retries with a bare except",
+            input_schema={"type": "object"},
+            side_effect=SideEffect.READ_ONLY,
+            timeout=__import__("datetime").timedelta(seconds=timeout_s),
+        )
+        self.entered = threading.Event()
+        self.stop = threading.Event()
+        self.cancels = 0
+
+    async def call(self, call: ToolCall) -> ToolResult:
+        self.entered.set()
+        while not self.stop.is_set():
+            try:
+                await asyncio.sleep(0.02)
+            except BaseException:  # the bare `except:` of a careless retry loop
+                self.cancels += 1
+        return ToolResult({"late": True})
+
+
+def stubborn_driver(store: agentrt.Store, tool: Stubborn) -> agentrt.Driver:
+    return agentrt.Driver(
+        store=store,
+        agent=ScriptedAgent([Decision.tool_call("stubborn", {}), Decision.complete()]),
+        policy=agentrt.default_policy(),
+        tools=[tool],
+        new_id=Ids(),
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(60)
+def test_an_async_tool_that_swallows_its_cancellation_still_times_out_and_the_run_goes_on(
+    store: agentrt.Store,
+) -> None:
+    tool = Stubborn(timeout_s=0.2)
+    driver = stubborn_driver(store, tool)
+    box: dict[str, Any] = {}
+    thread = threading.Thread(target=lambda: box.setdefault("run", driver.start_sync("goal")))
+    thread.start()
+    try:
+        # The run must end while the tool still runs: it is never let go by the test here.
+        for _ in range(200):
+            runs = store.list_runs()
+            if runs and runs[0].status != "RUNNING":
+                break
+            threading.Event().wait(0.05)
+        (run,) = store.list_runs()
+        ended_while_the_tool_ran = not tool.stop.is_set()
+    finally:
+        tool.stop.set()  # lets the stray coroutine end, so the loop can close
+        thread.join(30)
+    assert ended_while_the_tool_ran and tool.cancels >= 1
+    assert (run.status, run.reason) == ("COMPLETED", "goal_completed")
+    assert tool_step(store, run.id) == (
+        "failed",
+        "tool_error",
+        {"tool": "stubborn", "error": "timed out after 0.2s", "failure": "timeout"},
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(60)
+def test_a_caller_cancel_during_an_async_tool_that_swallows_it_returns_and_keeps_the_lease(
+    store: agentrt.Store,
+) -> None:
+    tool = Stubborn(timeout_s=30)
+    driver = stubborn_driver(store, tool)
+
+    async def cancel_mid_call() -> tuple[str, str]:
+        task = asyncio.create_task(driver.start("goal"))
+        while not tool.entered.is_set():
+            await asyncio.sleep(0.01)
+        task.cancel()
+        try:
+            # Before: the cancel waited for the tool, which never ends by itself.
+            done, _ = await asyncio.wait({task}, timeout=10)
+            assert task in done and task.cancelled()
+            (run,) = store.list_runs()
+            held = store.lease(run.id).owner  # the tool still runs: the lease stays ours
+        finally:
+            tool.stop.set()
+        for _ in range(200):
+            if store.lease(run.id).owner == "":
+                break
+            await asyncio.sleep(0.05)
+        return held, store.lease(run.id).owner
+
+    held, after = asyncio.run(cancel_mid_call())
+    assert held == driver.lease_owner and after == ""
+    (run,) = store.list_runs()
+    status, kind, content = tool_step(store, run.id)
+    assert (status, kind) == ("interrupted", "interrupted")
+    assert content == {"previous_status": "executing", "failure": "cancelled"}

@@ -562,6 +562,26 @@ def test_the_documented_signature_example_is_pinned() -> None:
 # --- 413 / 429: before the body --------------------------------------------------------------
 
 
+def http_scope(
+    method: str, path: str, headers: dict[str, str], client: str = "127.0.0.1"
+) -> dict[str, Any]:
+    """The ASGI scope of one request to the webhook."""
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": method,
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()],
+        "client": (client, 50000),
+        "server": ("hook.test", 80),
+    }
+
+
 def asgi(
     app: Any,
     method: str,
@@ -592,21 +612,7 @@ def asgi(
         async def send(message: dict[str, Any]) -> None:
             sent.append(message)
 
-        scope = {
-            "type": "http",
-            "asgi": {"version": "3.0"},
-            "http_version": "1.1",
-            "method": method,
-            "scheme": "http",
-            "path": path,
-            "raw_path": path.encode(),
-            "query_string": b"",
-            "root_path": "",
-            "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()],
-            "client": (client, 50000),
-            "server": ("hook.test", 80),
-        }
-        await app(scope, receive, send)
+        await app(http_scope(method, path, headers, client), receive, send)
         start = next(m for m in sent if m["type"] == "http.response.start")
         body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
         return start["status"], json.loads(body)
@@ -868,3 +874,53 @@ def test_the_chat_example_posts_the_link_approves_through_the_client_and_the_run
         "ship it",
     )
     store.close()
+
+
+def test_a_replay_whose_body_trickles_in_past_the_window_is_refused(
+    hook_and_path: Any, db_path: Path
+) -> None:
+    # A captured request is replayed inside the window, its body held back until the
+    # original's nonce has left the cache: the window is judged again once the body is in.
+    hook, path, approval = hook_and_path
+    post = f"{path}/reject"
+    body = json.dumps({"hash": approval.hash, "by": "alice"}).encode()
+    headers = signed_headers(SECRET, "POST", post, body, timestamp=NOW, nonce="captured")
+    assert hook.http.post(post, content=body, headers=headers).status_code == 200
+    after = snapshot(db_path)
+
+    async def main() -> int:
+        sent: list[dict[str, Any]] = []
+        hook.wall.t = NOW + 299
+
+        async def receive() -> dict[str, Any]:
+            # While the replay's body is "in flight", time passes and another signed
+            # request prunes the cache.
+            hook.wall.t = NOW + 400
+            other = signed_headers(SECRET, "GET", path, b"", timestamp=NOW + 400, nonce="later")
+            await asyncio.to_thread(hook.http.get, path, headers=other)
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+
+        await hook.app(http_scope("POST", post, headers), receive, send)
+        start = next(m for m in sent if m["type"] == "http.response.start")
+        return int(start["status"])
+
+    assert asyncio.run(main()) == 401
+    assert snapshot(db_path) == after
+
+
+def test_the_client_fits_the_longest_note_a_decision_allows_in_the_body_cap(
+    store: agentrt.Store,
+) -> None:
+    # 4,000 characters outside ASCII: escaped as \uXXXX (or surrogate pairs) they
+    # would be 24,000 to 48,000 bytes and refused as too large; as UTF-8 they fit.
+    clock = FakeClock()
+    _driver, run, _push, approval = waiting(store, clock)
+    hook = Hook(store, clock)
+    client = WebhookClient("http://hook.test", SECRET, http=hook.http, now=hook.wall)
+    note = "\U0001f44d" * 4000
+    done = client.approve(run.id, approval.id, approval.hash, "alice", note)
+    assert done["approval"]["note"] == note
+    assert store.get_approval(run.id, approval.id).note == note

@@ -22,7 +22,9 @@ Invariants kept here:
   joins at exit: a tool that outlives its timeout (a thread cannot be killed)
   never holds the process open and never takes a thread from the store's I/O
   or from the next tool call. Its late result is discarded. A coroutine tool
-  is cancelled at its timeout.
+  is cancelled at its timeout; one that swallows its cancellation and has not
+  ended a second later is left running in the same way (its step is not held:
+  the outcome is the timeout, or the caller's cancel).
 """
 
 from __future__ import annotations
@@ -117,8 +119,20 @@ Future = concurrent.futures.Future[Any]
 ToolThreads = list[Future]
 
 
+@dataclass(frozen=True)
+class _Raised:
+    """What a tool thread raised, carried as the future's *result*.
+
+    Never as the future's exception: asyncio refuses some exceptions into a
+    future (a `StopIteration` from `next()` on a spent iterator), and the
+    awaiting side would then never hear of the outcome until the timeout.
+    """
+
+    exc: BaseException
+
+
 def _on_own_thread(method: Callable[[ToolCall], Any], call: ToolCall) -> Future:
-    """Run `method(call)` on a new daemon thread; the future holds its result or exception.
+    """Run `method(call)` on a new daemon thread; the future holds its result or `_Raised`.
 
     Not `concurrent.futures.ThreadPoolExecutor`: the interpreter joins its
     workers at exit, so a tool still running after its timeout would hold the
@@ -132,7 +146,7 @@ def _on_own_thread(method: Callable[[ToolCall], Any], call: ToolCall) -> Future:
         try:
             result = method(call)
         except BaseException as exc:  # whatever the tool raises is its outcome
-            future.set_exception(exc)
+            future.set_result(_Raised(exc))
         else:
             future.set_result(result)
 
@@ -148,6 +162,8 @@ async def _call(tool: Tool, call: ToolCall, threads: ToolThreads | None) -> Any:
     if threads is not None:
         threads.append(future)
     result = await asyncio.wrap_future(future)
+    if isinstance(result, _Raised):
+        return result
     if inspect.isawaitable(result):
         result = await result
     return result
@@ -160,9 +176,12 @@ async def _guarded(tool: Tool, call: ToolCall, threads: ToolThreads | None) -> t
     event loop itself; here it is only the tool's outcome.
     """
     try:
-        return True, await _call(tool, call, threads)
+        result = await _call(tool, call, threads)
     except BaseException as exc:
         return False, exc
+    if isinstance(result, _Raised):
+        return False, result.exc
+    return True, result
 
 
 async def invoke(
@@ -180,18 +199,39 @@ async def invoke(
     except asyncio.CancelledError:
         # Only our own task's cancellation gets here: the caller's. Let the tool
         # unwind from its cancellation first, as `asyncio.wait_for` would.
-        task.cancel()
-        await asyncio.wait({task})
+        await _cancel(task, threads)
         raise
     if task not in done:
-        task.cancel()
-        await asyncio.wait({task})
+        await _cancel(task, threads)
         observation = _error(spec, "timeout", f"timed out after {spec.timeout.total_seconds():g}s")
         return ToolOutcome(observation=observation)
     ok, value = task.result()
     if ok:
         return ToolOutcome(observation=result_observation(spec, value))
     return _raised(spec, value)
+
+
+_CANCEL_GRACE_S = 1.0
+"""Seconds a cancelled coroutine tool gets to unwind before it is left running."""
+
+
+async def _cancel(task: asyncio.Future[Any], threads: ToolThreads | None) -> None:
+    """Cancel the tool's task and give it `_CANCEL_GRACE_S` to end.
+
+    A coroutine that swallows its cancellation (a bare `except:` in a retry
+    loop) cannot be stopped, like a thread: past the grace it is left running,
+    its late outcome discarded, so that it never holds the step or the run.
+    `threads` then tracks it as it tracks a thread, so a cancelled caller keeps
+    the lease while it still runs.
+    """
+    task.cancel()
+    done, _ = await asyncio.wait({task}, timeout=_CANCEL_GRACE_S)
+    if task in done or threads is None:
+        return
+    running: Future = concurrent.futures.Future()
+    running.set_running_or_notify_cancel()
+    task.add_done_callback(lambda _: running.set_result(None))
+    threads.append(running)
 
 
 def _raised(spec: ToolSpec, exc: BaseException) -> ToolOutcome:

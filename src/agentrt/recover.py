@@ -11,7 +11,8 @@ from its row alone, writing nothing:
 - RUNNING under a live lease of another owner → skipped. A live lease is never
   stolen: nothing is written (its expiry is compared with the wall clock, as
   the lease module always does; the driver's own clock is not read).
-- RUNNING and being executed by this very driver → skipped.
+- RUNNING and being executed by this very driver → skipped (also when another
+  call of this driver began it between the judgment and the resume).
 - WAITING whose latest approval was decided, or is pending past its expiry →
   resumed (an approved call runs once; an expired approval cancels the run).
 - WAITING whose latest approval is still pending → skipped.
@@ -181,6 +182,9 @@ async def _recover_one(driver: Driver, candidate: _Candidate) -> Recovered:
     except RunLeasedError as exc:  # another process took it between the judgment and now
         return Recovered(run_id, RecoverAction.SKIPPED, _live(exc.owner, exc.expires_at))
     except Exception as exc:
+        if isinstance(exc, RunStateError) and driver._is_executing(run_id):
+            # Another call of this driver (a second recover, a resume) began it meanwhile.
+            return Recovered(run_id, RecoverAction.SKIPPED, _EXECUTING)
         moved = await _moved_since(driver, candidate)
         if isinstance(exc, RunStateError) and moved is not None:
             return Recovered(
@@ -190,13 +194,16 @@ async def _recover_one(driver: Driver, candidate: _Candidate) -> Recovered:
     return Recovered(run_id, RecoverAction.RESUMED, why, run=run)
 
 
+_EXECUTING = "this driver is executing it now"
+
+
 class _Skip(Exception):
     """This run is left alone; the message says why."""
 
 
 def _judge_running(driver: Driver, c: _Candidate) -> str:
     if driver._is_executing(c.run_id):
-        raise _Skip("this driver is executing it now")
+        raise _Skip(_EXECUTING)
     placeholder = Run(c.run_id, "", RunStatus.RUNNING, "", "", Limits(), 0, None, None, None, None)
     try:
         proof: dict[str, Any] = check_live_lease(

@@ -62,8 +62,9 @@ SUMMARY_LIMIT = 160
 RUN_PREFIX_MIN = 8
 """The fewest characters of a run id the command accepts in place of the whole id."""
 RUN_PREFIX_CANDIDATES = 5
-RUN_ID_LENGTH = 32  # a whole id: never read as a prefix
 """Runs an ambiguous prefix names."""
+RUN_ID_LENGTH = 32
+"""Characters of a whole run id: text this long is never read as a prefix."""
 _HEX = re.compile(r"[0-9a-f]+")
 _FIELD_CAP = 256  # ids, kinds, tool names and hashes of waiting approvals
 

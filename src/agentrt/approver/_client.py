@@ -84,7 +84,13 @@ class WebhookClient:
 
     def request(self, method: str, path: str, body: dict[str, Any] | None = None) -> httpx.Response:
         """Send one signed request; `path` is below `base_url`. Raises `WebhookError` unless 2xx."""
-        content = b"" if body is None else json.dumps(body, ensure_ascii=True).encode("ascii")
+        # UTF-8, compact: escaped as \uXXXX, a note as long as a Decision allows would
+        # outgrow the webhook's body cap.
+        content = (
+            b""
+            if body is None
+            else json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        )
         headers = {"Content-Type": "application/json"} if body is not None else {}
         request = self.http.build_request(method, self.base_url + path, content=content)
         target = request.url.raw_path.decode("ascii")

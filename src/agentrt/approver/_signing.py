@@ -130,9 +130,14 @@ def read_claim(
     if match is None:
         raise Unauthorized("the signature is not v1=<64 lowercase hex digits>")
     seconds = int(timestamp)
-    if abs(now - seconds) > skew:
-        raise Unauthorized("the timestamp is outside the allowed window")
+    check_window(seconds, now=now, skew=skew)
     return Claim(seconds, nonce, match[1], timestamp)
+
+
+def check_window(timestamp: int, *, now: float, skew: int) -> None:
+    """`Unauthorized` unless `timestamp` is within `skew` seconds of `now`, either way."""
+    if abs(now - timestamp) > skew:
+        raise Unauthorized("the timestamp is outside the allowed window")
 
 
 def verify(secret: bytes, claim: Claim, method: str, path: str, body: bytes) -> None:

@@ -7,7 +7,9 @@ Starlette. Every request passes, in this order and before any route is chosen:
 2. the form of the three signing headers and the timestamp's window;
 3. the body, read as it streams and refused past `max_body` bytes (413),
    whatever Content-Length says;
-4. the signature, compared in constant time;
+4. the timestamp's window again, by the clock after the body arrived (a body
+   held back must not outlive its nonce in the cache), and the signature,
+   compared in constant time;
 5. the nonce, accepted once in the window.
 
 Only then does the router see the request. Unauthenticated callers learn
@@ -57,6 +59,7 @@ from ._signing import (
     NonceCache,
     RateLimiter,
     Unauthorized,
+    check_window,
     read_claim,
     secret_bytes,
     verify,
@@ -252,7 +255,11 @@ class WebhookApp:
             if not message.get("more_body", False):
                 break
         body = b"".join(chunks)
+        # The body may have taken its time: judge the window again, now, so that a
+        # replay held back until the original's nonce left the cache is still refused.
+        now = self.now()
         try:
+            check_window(claim.timestamp, now=now, skew=self.skew)
             verify(self._secret, claim, scope["method"], _request_target(scope), body)
         except Unauthorized as exc:
             log.info("refused a badly signed request: %s", exc)
