@@ -430,11 +430,6 @@ def test_recover_skips_a_run_this_very_driver_is_executing(store: agentrt.Store)
     assert box["run"].status == "COMPLETED"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="reported, not fixed here: Driver._drive lets a run leave `_active` while its "
-    "cancelled loop's tool thread still runs under the driver's renewed lease",
-)
 def test_recover_skips_a_run_whose_cancelled_loop_still_has_its_tool_thread_running(
     store: agentrt.Store,
 ) -> None:

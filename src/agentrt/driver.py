@@ -155,6 +155,8 @@ class Driver:
         self.lease_owner = make_owner(lease_owner)
         self._wall: WallClock = wall or wall_clock
         self._active: set[str] = set()
+        # Runs whose cancelled loop left a tool thread running under our lease.
+        self._lingering: set[str] = set()
         self._active_lock = threading.Lock()
         specs = {t.spec.name: registered_spec(t.spec) for t in validated}
         self._config = LoopConfig(
@@ -280,9 +282,22 @@ class Driver:
     def _exclusive(self, run_id: str) -> _Exclusive:
         return _Exclusive(self, run_id)
 
+    def _let_go(self, session: RunSession) -> None:
+        """A tool thread outlived its cancelled loop and has now returned: give the run up."""
+        try:
+            session.stop_heartbeat()
+            release_lease(session.config, session.run_id)
+        except Exception:  # the store may be closed by now: the lease then simply expires
+            logging.getLogger("agentrt").warning(
+                "could not release the lease on run %s; it will expire", session.run_id
+            )
+        finally:
+            with self._active_lock:
+                self._lingering.discard(session.run_id)
+
     def _is_executing(self, run_id: str) -> bool:
         with self._active_lock:
-            return run_id in self._active
+            return run_id in self._active or run_id in self._lingering
 
     async def _create(self, run_id: str, goal: str, limits: Limits) -> RunSession:
         config = self._config
@@ -392,7 +407,11 @@ class Driver:
             if lingering is None:
                 await asyncio.shield(run_io(lambda: release_lease(config, session.run_id)))
             else:
-                lingering.add_done_callback(lambda _: _let_go(session))
+                # The run stays this driver's until the thread returns: neither a
+                # resume nor recover() of this driver may start a call beside it.
+                with self._active_lock:
+                    self._lingering.add(session.run_id)
+                lingering.add_done_callback(lambda _: self._let_go(session))
             raise
         finally:
             if session.lingering_tool is None:
@@ -450,7 +469,7 @@ class _Exclusive:
 
     def __enter__(self) -> None:
         with self.driver._active_lock:
-            if self.run_id in self.driver._active:
+            if self.run_id in self.driver._active or self.run_id in self.driver._lingering:
                 raise RunStateError(
                     f"this driver is already executing run {self.run_id}; "
                     "a second concurrent call is refused"
@@ -460,17 +479,6 @@ class _Exclusive:
     def __exit__(self, *exc: object) -> None:
         with self.driver._active_lock:
             self.driver._active.discard(self.run_id)
-
-
-def _let_go(session: RunSession) -> None:
-    """A tool thread outlived its cancelled loop and has now returned: give the run up."""
-    session.stop_heartbeat()
-    try:
-        release_lease(session.config, session.run_id)
-    except Exception:  # the store may be closed by now: the lease then simply expires
-        logging.getLogger("agentrt").warning(
-            "could not release the lease on run %s; it will expire", session.run_id
-        )
 
 
 _MODEL_LIMITS = frozenset(
