@@ -474,3 +474,26 @@ def test_a_caller_cancel_during_an_async_tool_that_swallows_it_returns_and_keeps
     status, kind, content = tool_step(store, run.id)
     assert (status, kind) == ("interrupted", "interrupted")
     assert content == {"previous_status": "executing", "failure": "cancelled"}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(60)
+def test_start_sync_returns_promptly_even_while_an_async_tool_swallows_its_cancellation(
+    store: agentrt.Store,
+) -> None:
+    # asyncio.run would wait at shutdown, without bound, for the stray coroutine.
+    tool = Stubborn(timeout_s=0.2)
+    driver = stubborn_driver(store, tool)
+    box: dict[str, Any] = {}
+    thread = threading.Thread(target=lambda: box.setdefault("run", driver.start_sync("goal")))
+    thread.start()
+    try:
+        thread.join(15)
+        returned_while_the_tool_ran = not thread.is_alive() and not tool.stop.is_set()
+    finally:
+        tool.stop.set()
+        thread.join(30)
+    assert returned_while_the_tool_ran
+    run = box["run"]
+    assert (run.status, run.reason) == ("COMPLETED", "goal_completed")
+    assert tool.cancels >= 2  # the tool's timeout, then the loop's closing

@@ -79,16 +79,52 @@ class Agent(Protocol):
     def decide(self, input: StepInput) -> Decision | Awaitable[Decision]: ...
 
 
+SHUTDOWN_GRACE_S = 1.0
+"""How long a `_sync` call's own event loop waits, once the run has returned, for
+coroutines it cancels (an async tool still running past its timeout) to end."""
+
+
 def run_sync(coro: Coroutine[Any, Any, T]) -> T:
-    """Run a coroutine to completion from blocking code."""
+    """Run a coroutine to completion from blocking code, on an event loop of its own.
+
+    Unlike `asyncio.run`, closing that loop never waits without bound: a coroutine
+    left behind (an async tool that swallows its cancellation) gets
+    `SHUTDOWN_GRACE_S` to end, then is abandoned with the loop, its outcome
+    already recorded as the run's.
+    """
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(_owning_the_loop(coro))
-    coro.close()
-    raise RuntimeError(
-        "a _sync method was called inside a running event loop; await the async method instead"
-    )
+        pass
+    else:
+        coro.close()
+        raise RuntimeError(
+            "a _sync method was called inside a running event loop; await the async method instead"
+        )
+    loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(_owning_the_loop(coro))
+    finally:
+        _close_leaving_stragglers(loop)
+
+
+def _close_leaving_stragglers(loop: asyncio.AbstractEventLoop) -> None:
+    try:
+        pending = [task for task in asyncio.all_tasks(loop) if not task.done()]
+        for task in pending:
+            task.cancel()
+        if pending:
+            loop.run_until_complete(asyncio.wait(pending, timeout=SHUTDOWN_GRACE_S))
+            stragglers = sum(not task.done() for task in pending)
+            if stragglers:
+                logging.getLogger("agentrt").warning(
+                    "%d coroutine(s) did not end when cancelled (an async tool swallowing "
+                    "its cancellation?); they are abandoned with the event loop",
+                    stragglers,
+                )
+        loop.run_until_complete(loop.shutdown_asyncgens())
+    finally:
+        loop.close()
 
 
 async def _owning_the_loop(coro: Coroutine[Any, Any, T]) -> T:
