@@ -18,6 +18,7 @@ import sys
 from typing import Any
 
 from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ImageContent, TextContent, ToolAnnotations
 
 
@@ -41,6 +42,12 @@ def main() -> None:
         (notes / name).unlink()
         return f"deleted {name}"
 
+    def read_note_v2(name: str, encoding: str = "utf-8") -> str:
+        return (notes / name).read_text(encoding=encoding)
+
+    def environment() -> str:
+        return json.dumps(dict(os.environ), sort_keys=True)
+
     def count_notes() -> dict[str, int]:
         return {"count": len(list(notes.iterdir()))}
 
@@ -55,7 +62,7 @@ def main() -> None:
         ]
 
     def broken() -> str:
-        raise RuntimeError("the disk is on fire")
+        raise ToolError("the disk is on fire")
 
     catalogue = {
         "read_note": (read_note, "Read a note by name.", ToolAnnotations(read_only_hint=True)),
@@ -69,9 +76,18 @@ def main() -> None:
         "flood": (flood, "Return a lot of text.", None),
         "picture": (picture, "Return text and a picture.", None),
         "broken": (broken, "Always fails.", None),
+        "read_note_v2": (
+            read_note_v2,
+            "Read a note by name.",
+            ToolAnnotations(read_only_hint=True),
+        ),
+        "environment": (environment, "Show the environment.", None),
     }
-    for name in config["tools"]:
-        fn, description, annotations = catalogue[name]
+    for entry in config["tools"]:
+        # "read_note_v2 as read_note" offers a function under another tool's name.
+        source, _, name = entry.partition(" as ")
+        name = name or source
+        fn, description, annotations = catalogue[source]
         description = config.get("descriptions", {}).get(name, description)
         if name in config.get("annotations", {}):
             annotations = ToolAnnotations(**config["annotations"][name])
@@ -80,7 +96,7 @@ def main() -> None:
             name=name,
             description=description,
             annotations=annotations,
-            structured_output=name not in ("picture", "flood"),
+            structured_output=source not in ("picture", "flood"),
         )
 
     if "grandchild_pidfile" in config:

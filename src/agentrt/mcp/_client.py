@@ -211,13 +211,20 @@ async def connect(server: Server) -> AsyncIterator[Connection]:
             finally:
                 connection._open = False
     except BaseExceptionGroup as group:
-        # The SDK's task groups wrap what went wrong; the caller gets the one error.
-        errors = [
-            exc for exc in group.exceptions if not isinstance(exc, anyio.get_cancelled_exc_class())
-        ]
-        if len(errors) == 1 and isinstance(errors[0], Exception):
-            raise errors[0] from group
+        # The SDK's and the transport's task groups wrap what went wrong, sometimes
+        # twice; the caller gets the one error it would have got without them.
+        leaves = _leaves(group)
+        if len(leaves) == 1 and isinstance(leaves[0], Exception):
+            raise leaves[0] from None
         raise
+
+
+def _leaves(error: BaseException) -> list[BaseException]:
+    if isinstance(error, BaseExceptionGroup):
+        return [leaf for inner in error.exceptions for leaf in _leaves(inner)]
+    if isinstance(error, anyio.get_cancelled_exc_class()):
+        return []
+    return [error]
 
 
 async def pin(server: Server) -> Manifest:

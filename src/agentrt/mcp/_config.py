@@ -494,6 +494,13 @@ def _mentions(node: Any, name: str) -> bool:
     return bool(node == name)
 
 
+def _matches(pattern: str, name: str) -> bool:
+    try:
+        return re.search(pattern, name) is not None
+    except re.error:
+        return True  # a pattern that cannot be read might match anything
+
+
 def model_schema(schema: Any, rule: Rule) -> tuple[dict[str, Any] | None, str | None]:
     """The schema the model sees once `deny` and `fixed` are applied, or the reason for refusal."""
     if not isinstance(schema, dict) or schema.get("type") != "object":
@@ -505,12 +512,18 @@ def model_schema(schema: Any, rule: Rule) -> tuple[dict[str, Any] | None, str | 
     if not isinstance(properties, dict):
         return None, "its input schema's properties are not an object"
     for name in hidden:
-        for keyword in (*_COMBINATORS, "patternProperties", "propertyNames"):
+        for keyword in (*_COMBINATORS, "propertyNames"):
             if keyword in schema and _mentions(schema[keyword], name):
                 return None, (
                     f"parameter {name!r} is mentioned by {keyword}, so hiding or fixing it "
                     "cannot be checked"
                 )
+        patterns = schema.get("patternProperties")
+        if isinstance(patterns, dict) and any(_matches(pattern, name) for pattern in patterns):
+            return None, (
+                f"parameter {name!r} is matched by patternProperties, so hiding or fixing it "
+                "cannot be checked"
+            )
     for name in rule.fixed:
         if name not in properties and schema.get("additionalProperties") is False:
             return None, f"fixed parameter {name!r} is not a parameter of the tool"

@@ -234,6 +234,13 @@ async def _stop(process: anyio.abc.Process) -> None:
         if stream is not None:
             with contextlib.suppress(OSError, anyio.ClosedResourceError, anyio.BrokenResourceError):
                 await stream.aclose()
+    # asyncio keeps the subprocess transport open until it is collected, and then
+    # closes it on a loop that may be gone; nothing public reaches it.
+    transport = getattr(getattr(process, "_process", None), "_transport", None)
+    close = getattr(transport, "close", None)
+    if callable(close):
+        with contextlib.suppress(PermissionError, RuntimeError):
+            close()
 
 
 # ---------------------------------------------------------------------------
@@ -294,7 +301,7 @@ class _NoRedirects(httpx2.AsyncBaseTransport):
         response = await self._inner.handle_async_request(request)
         if 300 <= response.status_code < 400:
             await response.aclose()
-            raise httpx2.HTTPError(
+            raise MCPServerError(
                 f"the server answered {response.status_code} with a redirect to "
                 f"{response.headers.get('location', '?')!r}; redirects are not followed"
             )
