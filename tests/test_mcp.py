@@ -678,3 +678,53 @@ def test_a_driver_run_waits_for_approval_before_a_mutating_mcp_tool_and_runs_it_
         {"name": "reply", "text": "hello back", "folder": "vault"}
     ]
     assert (notes.dir / "vault" / "reply").read_text() == "hello back"
+
+
+# ---------------------------------------------------------------------------
+# The command line
+
+
+def test_agentrt_mcp_pin_writes_an_owner_only_manifest_and_check_exits_by_what_it_found(
+    notes: Notes, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from agentrt.cli import main
+
+    notes.configure(["read_note", "write_note"])
+    command = ["--", sys.executable, str(NOTES_SERVER), str(notes.config)]
+    manifest = tmp_path / "notes.manifest.json"
+    rules = tmp_path / "notes.rules.json"
+    rules.write_text(
+        json.dumps(
+            {
+                "format": "agentrt.mcp.rules/1",
+                "tools": {
+                    "read_note": {"side_effect": "read_only", "timeout": "5s"},
+                    "write_note": {"side_effect": "remote_mutation", "fixed": {"folder": "x"}},
+                },
+            }
+        )
+    )
+    rules.chmod(0o600)
+    assert main(["mcp", "pin", "notes", "--out", str(manifest), *command]) == 0
+    assert stat.S_IMODE(manifest.stat().st_mode) == 0o600
+    assert "read_note  schema" in capsys.readouterr().out
+    assert main(["mcp", "pin", "notes", "--out", str(manifest), *command]) == 1
+    assert "Pass --force" in capsys.readouterr().err
+    check = ["mcp", "check", "notes", "--manifest", str(manifest), "--rules", str(rules)]
+    assert main([*check, "--json", *command]) == 0
+    assert json.loads(capsys.readouterr().out) == {
+        "refused": [],
+        "registered": {"read_note": "notes_read_note", "write_note": "notes_write_note"},
+        "unclassified": [],
+        "unpinned": [],
+    }
+    notes.configure(["read_note", "write_note", "count_notes"])
+    assert main([*check, *command]) == 4
+    assert "unpinned count_notes" in capsys.readouterr().out
+    notes.configure(["read_note"])
+    assert main([*check, *command]) == 3
+    assert "refused write_note: the server no longer offers it" in capsys.readouterr().out
+    assert main([*check]) == 2
+    missing = ["--", str(tmp_path / "no-such-server")]
+    assert main([*check, *missing]) == 1
+    assert "cannot start" in capsys.readouterr().err
