@@ -728,3 +728,39 @@ def test_agentrt_mcp_pin_writes_an_owner_only_manifest_and_check_exits_by_what_i
     missing = ["--", str(tmp_path / "no-such-server")]
     assert main([*check, *missing]) == 1
     assert "cannot start" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------
+# The example
+
+
+EXAMPLE = HERE.parent / "examples" / "mcp"
+
+
+def test_the_example_manifest_still_pins_the_example_server_and_the_example_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from agentrt.cli import main
+
+    command = ["--", sys.executable, str(EXAMPLE / "notes_server.py")]
+    files = ["--manifest", str(EXAMPLE / "notes.manifest.json")]
+    files += ["--rules", str(EXAMPLE / "notes.rules.json"), "--json"]
+    env = ["--env", f"NOTES_DIR={tmp_path / 'notes'}"]
+    assert main(["mcp", "check", "notes", *files, *env, *command]) == 4
+    assert json.loads(capsys.readouterr().out)["unclassified"] == ["delete_note"]
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(EXAMPLE / "run_agent.py"),
+            "--db",
+            str(tmp_path / "runs.db"),
+            "--notes",
+            str(tmp_path / "notes"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "approval: remote_mutation notes_write_note" in result.stdout
+    assert (tmp_path / "notes" / "agent" / "hello").read_text() == "hi from the agent"
