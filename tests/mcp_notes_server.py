@@ -17,6 +17,7 @@ import subprocess
 import sys
 from typing import Any
 
+import anyio
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ImageContent, TextContent, ToolAnnotations
@@ -61,6 +62,10 @@ def main() -> None:
             TextContent(type="text", text="after"),
         ]
 
+    async def slow(seconds: float) -> str:
+        await anyio.sleep(seconds)
+        return "done"
+
     def broken() -> str:
         raise ToolError("the disk is on fire")
 
@@ -76,6 +81,7 @@ def main() -> None:
         "flood": (flood, "Return a lot of text.", None),
         "picture": (picture, "Return text and a picture.", None),
         "broken": (broken, "Always fails.", None),
+        "slow": (slow, "Take your time.", None),
         "read_note_v2": (
             read_note_v2,
             "Read a note by name.",

@@ -764,3 +764,47 @@ def test_the_example_manifest_still_pins_the_example_server_and_the_example_runs
     assert result.returncode == 0, result.stderr
     assert "approval: remote_mutation notes_write_note" in result.stdout
     assert (tmp_path / "notes" / "agent" / "hello").read_text() == "hi from the agent"
+
+
+def test_in_a_driver_run_is_error_and_a_timeout_are_tool_errors_and_the_session_goes_on(
+    notes: Notes, store: agentrt.Store
+) -> None:
+    rules = {
+        "read_note": mcp.Rule("read_only"),
+        "broken": mcp.Rule("read_only"),
+        "slow": mcp.Rule("read_only", timeout=timedelta(milliseconds=300)),
+    }
+    server = notes.server(["read_note", "broken", "slow"])
+
+    async def main() -> list[Any]:
+        async with mcp.connect(server) as conn:
+            tools, _ = await conn.load(await conn.pin(), rules)
+            agent = ScriptedAgent(
+                [
+                    Decision.tool_call("notes_broken", {}),
+                    Decision.tool_call("notes_slow", {"seconds": 30}),
+                    Decision.tool_call("notes_read_note", {"name": "hello"}),
+                    Decision.complete("done"),
+                ]
+            )
+            driver = agentrt.Driver(
+                store=store,
+                agent=agent,
+                policy=agentrt.default_policy(),
+                tools=tools,
+                now=FakeClock(),
+                new_id=Ids(),
+            )
+            run = await driver.start("try everything")
+            assert run.status == "COMPLETED"
+            return [step.observation for step in store.list_steps(run.id)]
+
+    started = time.monotonic()
+    broken, slow, read, _ = run(main())
+    assert time.monotonic() - started < 20
+    assert (broken.kind, broken.content["failure"]) == ("tool_error", "error")
+    assert (
+        broken.content["error"] == "MCPToolError: Error executing tool broken: the disk is on fire"
+    )
+    assert (slow.kind, slow.content["failure"]) == ("tool_error", "timeout")
+    assert (read.kind, read.content) == ("tool_result", {"result": "hi there"})
