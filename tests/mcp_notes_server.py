@@ -66,6 +66,9 @@ def main() -> None:
         await anyio.sleep(seconds)
         return "done"
 
+    def die() -> str:
+        os._exit(3)
+
     def broken() -> str:
         raise ToolError("the disk is on fire")
 
@@ -82,6 +85,7 @@ def main() -> None:
         "picture": (picture, "Return text and a picture.", None),
         "broken": (broken, "Always fails.", None),
         "slow": (slow, "Take your time.", None),
+        "die": (die, "Exit the server mid-call.", None),
         "read_note_v2": (
             read_note_v2,
             "Read a note by name.",

@@ -808,3 +808,27 @@ def test_in_a_driver_run_is_error_and_a_timeout_are_tool_errors_and_the_session_
     )
     assert (slow.kind, slow.content["failure"]) == ("tool_error", "timeout")
     assert (read.kind, read.content) == ("tool_result", {"result": "hi there"})
+
+
+def test_a_server_that_dies_mid_call_is_a_tool_error_and_later_calls_fail_at_once(
+    notes: Notes,
+) -> None:
+    rules = {"die": mcp.Rule("read_only"), "read_note": mcp.Rule("read_only")}
+
+    async def main() -> None:
+        async with mcp.connect(notes.server(["die", "read_note"])) as conn:
+            tools, _ = await conn.load(await conn.pin(), rules)
+            die, read = sorted(tools, key=lambda tool: tool.spec.name)
+            with pytest.raises(MCPToolError, match="the call to 'die' failed"):
+                await asyncio.wait_for(die.call(call(die, {})), 20)
+            with pytest.raises(MCPToolError, match="the call to 'read_note' failed"):
+                await asyncio.wait_for(read.call(call(read, {"name": "hello"})), 20)
+
+    run(main())
+
+
+def test_a_stdio_server_that_will_not_talk_is_an_error_naming_the_end_of_its_stderr() -> None:
+    failing = "import sys; sys.stderr.write('notes: NOTES_DIR is not set\\n'); sys.exit(1)"
+    server = mcp.Server("notes", command=[sys.executable, "-c", failing])
+    with pytest.raises(MCPServerError, match="its stderr ends: notes: NOTES_DIR is not set"):
+        run(mcp.pin(server))

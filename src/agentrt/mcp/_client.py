@@ -202,8 +202,10 @@ async def connect(server: Server) -> AsyncIterator[Connection]:
                 with anyio.fail_after(HANDSHAKE_TIMEOUT):
                     await session.initialize()
             except Exception as exc:
+                said = await capture.stderr.tail() if server.command is not None else ""
                 raise MCPServerError(
                     f"server {server.name!r}: the MCP handshake failed: {_describe(exc)}"
+                    + (f"; its stderr ends: {said}" if said else "")
                 ) from exc
             connection = Connection(server, session, capture)
             try:

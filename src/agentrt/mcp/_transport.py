@@ -58,6 +58,7 @@ class RawCapture:
     def __init__(self) -> None:
         self._waiting: set[Any] = set()
         self._answers: dict[Any, Any] = {}
+        self.stderr = _StderrRing()
 
     def outgoing(self, message: Any) -> None:
         """Note a message the client sends (a parsed JSON-RPC message or a dict)."""
@@ -104,13 +105,18 @@ async def open_transport(server: Server, capture: RawCapture) -> AsyncIterator[S
 
 
 class _StderrRing:
+    """The last few KiB a stdio server wrote to stderr, to say why it would not talk."""
+
     def __init__(self) -> None:
         self.data = b""
+        self.ended = anyio.Event()
 
     def add(self, chunk: bytes) -> None:
         self.data = (self.data + chunk)[-STDERR_KEPT:]
 
-    def tail(self) -> str:
+    async def tail(self, wait: float = 0.5) -> str:
+        with anyio.move_on_after(wait):
+            await self.ended.wait()
         return self.data.decode("utf-8", "replace").strip()[-500:]
 
 
@@ -127,7 +133,7 @@ async def _stdio(server: Server, capture: RawCapture) -> AsyncIterator[Streams]:
         raise MCPServerError(
             f"server {server.name!r}: cannot start {server.command[0]!r}: {exc.strerror or exc}"
         ) from exc
-    stderr = _StderrRing()
+    stderr = capture.stderr
     to_session, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](16)
     write_stream, from_session = anyio.create_memory_object_stream[SessionMessage](16)
 
@@ -155,9 +161,12 @@ async def _stdio(server: Server, capture: RawCapture) -> AsyncIterator[Streams]:
 
     async def read_stderr() -> None:
         assert process.stderr is not None
-        with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
-            async for chunk in process.stderr:
-                stderr.add(chunk)
+        try:
+            with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+                async for chunk in process.stderr:
+                    stderr.add(chunk)
+        finally:
+            stderr.ended.set()
 
     async def write_stdin() -> None:
         assert process.stdin is not None
@@ -170,22 +179,19 @@ async def _stdio(server: Server, capture: RawCapture) -> AsyncIterator[Streams]:
             except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
                 await to_session.aclose()
 
-    try:
-        async with anyio.create_task_group() as tasks:
-            tasks.start_soon(read_stdout)
-            tasks.start_soon(read_stderr)
-            tasks.start_soon(write_stdin)
-            try:
-                yield read_stream, write_stream
-            finally:
-                with anyio.CancelScope(shield=True):
-                    await write_stream.aclose()
-                    await _stop(process)
-                tasks.cancel_scope.cancel()
-    finally:
-        with anyio.CancelScope(shield=True):
-            await read_stream.aclose()
-            await _stop(process)
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(read_stdout)
+        tasks.start_soon(read_stderr)
+        tasks.start_soon(write_stdin)
+        try:
+            yield read_stream, write_stream
+        finally:
+            # Shielded: a cancelled caller must not leave the server's group alive.
+            with anyio.CancelScope(shield=True):
+                await write_stream.aclose()
+                await _stop(process)
+                await read_stream.aclose()
+            tasks.cancel_scope.cancel()
 
 
 def _parse_line(line: bytes, capture: RawCapture) -> SessionMessage | Exception:
