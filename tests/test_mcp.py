@@ -522,33 +522,34 @@ def test_a_streamable_http_server_is_pinned_loaded_and_called(notes: Notes) -> N
         assert run(main()) == {"result": "hi there"}
 
 
-def test_an_http_redirect_is_not_followed(notes: Notes) -> None:
-    with http_notes(notes) as url:
-        hits: list[str] = []
+def test_an_http_redirect_is_not_followed_even_within_the_same_origin() -> None:
+    hits: list[str] = []
 
-        class Redirect(http.server.BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                hits.append(self.path)
-                self.send_response(307)
-                self.send_header("Location", url)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
+    class Redirect(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            hits.append(self.path)
+            port = self.server.server_address[1]
+            self.send_response(307)
+            # A trailing-slash redirect on the same origin: the SDK alone follows it.
+            self.send_header("Location", f"http://127.0.0.1:{port}{self.path.rstrip('/')}/")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
 
-            def log_message(self, *args: Any) -> None:
-                pass
+        def log_message(self, *args: Any) -> None:
+            pass
 
-        redirector = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Redirect)
-        thread = threading.Thread(target=redirector.serve_forever, daemon=True)
-        thread.start()
-        try:
-            port = redirector.server_address[1]
-            server = mcp.Server("notes", url=f"http://127.0.0.1:{port}/mcp")
-            with pytest.raises(MCPServerError, match=r"307 .* redirects are not followed"):
-                run(mcp.pin(server))
-            assert hits == ["/mcp"]
-        finally:
-            redirector.shutdown()
-            redirector.server_close()
+    redirector = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Redirect)
+    thread = threading.Thread(target=redirector.serve_forever, daemon=True)
+    thread.start()
+    try:
+        port = redirector.server_address[1]
+        server = mcp.Server("notes", url=f"http://127.0.0.1:{port}/mcp")
+        with pytest.raises(MCPServerError, match=r"307 .* redirects are not followed"):
+            run(mcp.pin(server))
+        assert hits == ["/mcp"]
+    finally:
+        redirector.shutdown()
+        redirector.server_close()
 
 
 def test_a_real_third_party_server_from_the_package_index_is_pinned_and_called() -> None:
