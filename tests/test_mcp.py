@@ -253,6 +253,10 @@ def test_a_tool_without_a_rule_is_not_registered_and_is_reported_unclassified(
 def test_a_rule_for_a_tool_the_manifest_does_not_pin_is_a_config_error(notes: Notes) -> None:
     with pytest.raises(ConfigError, match="does not pin"):
         run(pin_then_load(notes.server(), {**RULES, "format_disk": mcp.Rule("destructive")}))
+    manifest = run(mcp.pin(notes.server()))
+    other = mcp.Server("other", command=[sys.executable, str(NOTES_SERVER), str(notes.config)])
+    with pytest.raises(ConfigError, match="the manifest pins server 'notes', not 'other'"):
+        run(mcp.check(other, manifest, RULES))
 
 
 # ---------------------------------------------------------------------------
@@ -416,11 +420,26 @@ def test_is_error_becomes_a_tool_error_and_content_is_capped_with_placeholders(
     run(main())
 
 
-def test_a_tool_called_after_its_connection_closed_is_a_tool_error(notes: Notes) -> None:
+def test_a_tool_called_after_its_connection_closed_or_from_another_loop_is_a_tool_error(
+    notes: Notes,
+) -> None:
     _, tools, _ = run(pin_then_load(notes.server(), RULES))
     read = next(tool for tool in tools if tool.spec.name == "notes_read_note")
     with pytest.raises(MCPToolError, match="is closed"):
         run(read.call(call(read, {"name": "hello"})))
+
+    async def main() -> None:
+        async with mcp.connect(notes.server()) as conn:
+            tools, _ = await conn.load(await conn.pin(), RULES)
+            read = next(tool for tool in tools if tool.spec.name == "notes_read_note")
+            elsewhere = asyncio.to_thread(asyncio.run, read.call(call(read, {"name": "hello"})))
+            with pytest.raises(MCPToolError, match="belongs to another event loop"):
+                await asyncio.wait_for(elsewhere, 20)
+            assert (await read.call(call(read, {"name": "hello"}))).content == {
+                "result": "hi there"
+            }
+
+    run(main())
 
 
 # ---------------------------------------------------------------------------

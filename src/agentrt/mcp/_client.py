@@ -73,6 +73,7 @@ class Connection:
         async with self._list_lock:
             for _page in range(MAX_PAGES):
                 params = mcp_types.PaginatedRequestParams(cursor=cursor) if cursor else None
+                self._capture.clear()
                 try:
                     with anyio.fail_after(HANDSHAKE_TIMEOUT):
                         await self._session.list_tools(params=params)

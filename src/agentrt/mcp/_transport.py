@@ -81,6 +81,11 @@ class RawCapture:
             self._waiting.discard(parsed["id"])
             self._answers[parsed["id"]] = parsed
 
+    def clear(self) -> None:
+        """Forget what an earlier, failed listing may have left."""
+        self._waiting.clear()
+        self._answers.clear()
+
     def take(self) -> Any:
         """The one answer kept since the last take (the request was made one at a time)."""
         answers, self._answers = self._answers, {}
