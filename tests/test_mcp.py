@@ -852,3 +852,45 @@ def test_a_stdio_server_that_will_not_talk_is_an_error_naming_the_end_of_its_std
     server = mcp.Server("notes", command=[sys.executable, "-c", failing])
     with pytest.raises(MCPServerError, match="its stderr ends: notes: NOTES_DIR is not set"):
         run(mcp.pin(server))
+
+
+def test_listings_past_1000_tools_or_100_pages_are_refused(tmp_path: Path) -> None:
+    def tool(index: int) -> str:
+        return RAW_TOOL.replace('"measure"', f'"t{index}"')
+
+    many = write_raw(tmp_path, ['{"tools": [' + ", ".join(tool(i) for i in range(1001)) + "]}"])
+    with pytest.raises(MCPServerError, match="offers more than 1000 tools"):
+        run(mcp.pin(many))
+    pages = [f'{{"tools": [{tool(i)}]}}' for i in range(101)]
+    with pytest.raises(MCPServerError, match="more than 100 pages"):
+        run(mcp.pin(write_raw(tmp_path, pages)))
+    assert len(run(mcp.pin(write_raw(tmp_path, pages[:100]))).tools) == 100
+
+
+def test_an_http_server_answering_over_8_mib_is_cut_off_and_one_not_listening_is_unreachable() -> (
+    None
+):
+    class Huge(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            with contextlib.suppress(OSError):
+                self.wfile.write(b'{"jsonrpc": "2.0", "id": 0, "result": "' + b"x" * (9 << 20))
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    huge = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Huge)
+    threading.Thread(target=huge.serve_forever, daemon=True).start()
+    try:
+        server = mcp.Server("huge", url=f"http://127.0.0.1:{huge.server_address[1]}/mcp")
+        with pytest.raises(MCPServerError, match="longer than 8388608 bytes"):
+            run(mcp.pin(server))
+    finally:
+        huge.shutdown()
+        huge.server_close()
+    nobody = mcp.Server("nobody", url=f"http://127.0.0.1:{_free_port()}/mcp")
+    with pytest.raises(MCPServerError, match="'nobody' could not be reached: ConnectError"):
+        run(mcp.pin(nobody))

@@ -27,6 +27,7 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import anyio
+import httpx2
 import mcp_types
 from mcp.client.session import ClientSession
 
@@ -218,8 +219,20 @@ async def connect(server: Server) -> AsyncIterator[Connection]:
         # twice; the caller gets the one error it would have got without them.
         leaves = _leaves(group)
         if len(leaves) == 1 and isinstance(leaves[0], Exception):
-            raise leaves[0] from None
+            raise _as_server_error(server, leaves[0]) from None
         raise
+    except httpx2.TransportError as exc:
+        raise _as_server_error(server, exc) from exc
+
+
+def _as_server_error(server: Server, error: Exception) -> Exception:
+    """An HTTP failure under the SDK (refused, reset, timed out) is the server's, said so."""
+    if isinstance(error, httpx2.TransportError):
+        kind = type(error).__name__
+        return MCPServerError(
+            f"server {server.name!r} could not be reached: {kind}: {_describe(error)}"
+        )
+    return error
 
 
 def _leaves(error: BaseException) -> list[BaseException]:

@@ -265,25 +265,32 @@ class _TeeStream(httpx2.AsyncByteStream):
         self._inner = inner
         self._capture = capture
         self._sse = sse
-        self._buffer = b""
+        self._buffer = bytearray()
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         async for chunk in self._inner:
-            if len(self._buffer) <= MAX_MESSAGE_BYTES:
-                self._buffer += chunk
-                if self._sse:
-                    self._events()
+            self._buffer += chunk
+            if self._sse:
+                self._events()
+            if len(self._buffer) > MAX_MESSAGE_BYTES:
+                what = "an event" if self._sse else "a response"
+                raise MCPServerError(
+                    f"the server sent {what} longer than {MAX_MESSAGE_BYTES} bytes"
+                )
             yield chunk
-        if not self._sse and len(self._buffer) <= MAX_MESSAGE_BYTES:
-            self._capture.incoming(self._buffer)
-        elif self._sse:
+        if self._sse:
             self._buffer += b"\n\n"
             self._events()
+        else:
+            self._capture.incoming(bytes(self._buffer))
 
     def _events(self) -> None:
-        normal = self._buffer.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        # A "\r" at the end may be the first half of a "\r\n" still on its way.
+        held = b"\r" if self._buffer.endswith(b"\r") else b""
+        normal = self._buffer[: len(self._buffer) - len(held)]
+        normal = normal.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         *events, rest = normal.split(b"\n\n")
-        self._buffer = rest
+        self._buffer = bytearray(rest + held)
         for event in events:
             data = [
                 line[5:].removeprefix(b" ")
@@ -291,7 +298,7 @@ class _TeeStream(httpx2.AsyncByteStream):
                 if line.startswith(b"data:")
             ]
             if data:
-                self._capture.incoming(b"\n".join(data))
+                self._capture.incoming(bytes(b"\n".join(data)))
 
     async def aclose(self) -> None:
         await self._inner.aclose()
