@@ -380,6 +380,21 @@ def test_hiding_a_parameter_a_combinator_or_pattern_properties_mentions_is_refus
     assert decide(combinator, mcp.Rule("read_only", deny=["other"])).registered == {"t": "s_t"}
 
 
+def test_denying_a_required_parameter_or_fixing_one_the_schema_forbids_is_refused() -> None:
+    schema = {
+        "type": "object",
+        "properties": {"path": {"type": "string"}},
+        "required": ["path"],
+        "additionalProperties": False,
+    }
+    (refusal,) = decide(schema, mcp.Rule("read_only", deny=["path"])).refused
+    assert refusal[1].startswith("parameter 'path' is required by the server")
+    (refusal,) = decide(schema, mcp.Rule("read_only", fixed={"mode": "r"})).refused
+    assert refusal[1] == "fixed parameter 'mode' is not a parameter of the tool"
+    fixed = decide(schema, mcp.Rule("read_only", fixed={"path": "/srv/notes"}))
+    assert fixed.registered == {"t": "s_t"}
+
+
 def test_a_schema_that_reaches_outside_itself_is_refused() -> None:
     schema = {"type": "object", "properties": {"x": {"$ref": "https://example.invalid/x.json"}}}
     (refusal,) = decide(schema, mcp.Rule("read_only")).refused

@@ -524,6 +524,13 @@ def model_schema(schema: Any, rule: Rule) -> tuple[dict[str, Any] | None, str | 
                 f"parameter {name!r} is matched by patternProperties, so hiding or fixing it "
                 "cannot be checked"
             )
+    required = schema.get("required", [])
+    for name in rule.deny:
+        if isinstance(required, list) and name in required:
+            return None, (
+                f"parameter {name!r} is required by the server, so it cannot be denied "
+                "(fix it to a value instead)"
+            )
     for name in rule.fixed:
         if name not in properties and schema.get("additionalProperties") is False:
             return None, f"fixed parameter {name!r} is not a parameter of the tool"
