@@ -194,6 +194,13 @@ def test_tools_list_pages_are_merged_and_a_repeated_cursor_is_refused(tmp_path: 
         run(mcp.pin(looping))
 
 
+def test_a_listing_that_is_not_usable_json_is_refused_whole_saying_why(tmp_path: Path) -> None:
+    deep = '{"type": "object", "default": ' + "[" * 300 + "]" * 300 + "}"
+    tool = '{"name": "deep", "description": "d", "inputSchema": ' + deep + "}"
+    with pytest.raises(MCPServerError, match=r"tools/list answer is not usable JSON: .*deeper"):
+        run(mcp.pin(write_raw(tmp_path, [f'{{"tools": [{tool}]}}'])))
+
+
 def test_a_server_that_floods_its_output_with_one_endless_line_is_cut_off(tmp_path: Path) -> None:
     server = write_raw(tmp_path, ['{"tools": []}'], flood_bytes=9 * 1024 * 1024)
     with pytest.raises(MCPServerError):

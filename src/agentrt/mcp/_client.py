@@ -77,7 +77,7 @@ class Connection:
                 self._capture.clear()
                 try:
                     with anyio.fail_after(HANDSHAKE_TIMEOUT):
-                        await self._session.list_tools(params=params)
+                        await self._list_page(params)
                 except Exception as exc:
                     raise MCPServerError(
                         f"server {self.server.name!r}: tools/list failed: {_describe(exc)}"
@@ -110,6 +110,19 @@ class Connection:
         raise MCPServerError(
             f"server {self.server.name!r}: tools/list has more than {MAX_PAGES} pages"
         )
+
+    async def _list_page(self, params: mcp_types.PaginatedRequestParams | None) -> None:
+        """One `tools/list` through the SDK; cut short when the capture already saw an
+        answer agentrt cannot use (the SDK may drop it and wait for its timeout)."""
+
+        async def watch(scope: anyio.CancelScope) -> None:
+            await self._capture.unusable.wait()
+            scope.cancel()
+
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(watch, tasks.cancel_scope)
+            await self._session.list_tools(params=params)
+            tasks.cancel_scope.cancel()
 
     async def pin(self) -> Manifest:
         """What the server offers now, with hashes, for the operator to review and keep."""

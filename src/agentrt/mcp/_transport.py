@@ -24,6 +24,7 @@ This module owns the process of a stdio server and the raw bytes of every
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 from collections.abc import AsyncIterator
@@ -59,6 +60,7 @@ class RawCapture:
         self._waiting: set[Any] = set()
         self._answers: dict[Any, Any] = {}
         self.stderr = _StderrRing()
+        self.unusable = anyio.Event()
 
     def outgoing(self, message: Any) -> None:
         """Note a message the client sends (a parsed JSON-RPC message or a dict)."""
@@ -75,8 +77,18 @@ class RawCapture:
             return
         try:
             parsed = parse_json(raw)
-        except JSONValueError:
-            return  # the SDK reports what it cannot parse; nothing to keep
+        except JSONValueError as exc:
+            # Unusable to agentrt (too deep, a lone surrogate, a 20,000-digit number),
+            # maybe not to the SDK: if it answers the listing, say so at take().
+            with contextlib.suppress(ValueError, RecursionError):
+                ident = json.loads(raw).get("id")
+                if ident in self._waiting:
+                    self._waiting.discard(ident)
+                    self._answers[ident] = MCPServerError(
+                        f"the server's tools/list answer is not usable JSON: {exc}"
+                    )
+                    self.unusable.set()
+            return
         if isinstance(parsed, dict) and parsed.get("id") in self._waiting:
             self._waiting.discard(parsed["id"])
             self._answers[parsed["id"]] = parsed
@@ -85,6 +97,7 @@ class RawCapture:
         """Forget what an earlier, failed listing may have left."""
         self._waiting.clear()
         self._answers.clear()
+        self.unusable = anyio.Event()
 
     def take(self) -> Any:
         """The one answer kept since the last take (the request was made one at a time)."""
@@ -92,7 +105,10 @@ class RawCapture:
         self._waiting.clear()
         if len(answers) != 1:
             raise MCPServerError("the server's answer to tools/list was not seen on the wire")
-        return next(iter(answers.values()))
+        answer = next(iter(answers.values()))
+        if isinstance(answer, MCPServerError):
+            raise answer
+        return answer
 
 
 @contextlib.asynccontextmanager
