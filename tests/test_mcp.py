@@ -385,6 +385,14 @@ def test_hiding_a_parameter_a_combinator_or_pattern_properties_mentions_is_refus
         in decide(patterned, mcp.Rule("read_only", fixed={"mode": "r"})).refused[0][1]
     )
     assert decide(combinator, mcp.Rule("read_only", deny=["other"])).registered == {"t": "s_t"}
+    # Through a $ref, the mention is in $defs: still refused.
+    referred = {
+        **base,
+        "allOf": [{"$ref": "#/$defs/needs_mode"}],
+        "$defs": {"needs_mode": {"required": ["mode"]}},
+    }
+    (refusal,) = decide(referred, mcp.Rule("read_only", fixed={"mode": "r"})).refused
+    assert "mentioned by $defs" in refusal[1]
 
 
 def test_denying_a_required_parameter_or_fixing_one_the_schema_forbids_is_refused() -> None:

@@ -471,17 +471,10 @@ def hint_mismatch(side_effect: str, annotations: Any) -> str | None:
     return None
 
 
-_COMBINATORS = (
-    "allOf",
-    "anyOf",
-    "oneOf",
-    "not",
-    "if",
-    "then",
-    "else",
-    "dependentSchemas",
-    "dependentRequired",
-    "dependencies",
+# Keywords at the top of a schema that may name a parameter without changing what
+# it means to hide it: its own entry, the required list, prose, the type and dialect.
+_OWN_KEYWORDS = frozenset(
+    {"properties", "required", "description", "title", "$comment", "type", "$schema"}
 )
 
 
@@ -512,11 +505,15 @@ def model_schema(schema: Any, rule: Rule) -> tuple[dict[str, Any] | None, str | 
     if not isinstance(properties, dict):
         return None, "its input schema's properties are not an object"
     for name in hidden:
-        for keyword in (*_COMBINATORS, "propertyNames"):
-            if keyword in schema and _mentions(schema[keyword], name):
+        # Anywhere else (a combinator, if/then/else, dependencies, $defs a $ref may
+        # bring in, propertyNames...) a mention could change what hiding it means.
+        for keyword, value in schema.items():
+            if keyword in _OWN_KEYWORDS or keyword == "patternProperties":
+                continue
+            if _mentions(value, name):
                 return None, (
-                    f"parameter {name!r} is mentioned by {keyword}, so hiding or fixing it "
-                    "cannot be checked"
+                    f"parameter {name!r} is mentioned by {keyword}, so hiding or fixing "
+                    "it cannot be checked"
                 )
         patterns = schema.get("patternProperties")
         if isinstance(patterns, dict) and any(_matches(pattern, name) for pattern in patterns):
