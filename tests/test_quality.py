@@ -125,7 +125,7 @@ def test_the_api_names_of_the_spec_are_importable_from_agentrt() -> None:
 
 def test_import_agentrt_loads_no_optional_extra() -> None:
     code = (
-        "import sys, agentrt, agentrt.approver; "
+        "import sys, agentrt, agentrt.approver, agentrt.mcp; "
         "print(sorted(m for m in sys.modules if m.split('.')[0] in "
         "('anthropic', 'mcp', 'opentelemetry', 'psycopg', 'starlette') "
         "or m.startswith('agentrt.providers') or m == 'agentrt.approver._webhook'))"

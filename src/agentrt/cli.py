@@ -1188,6 +1188,7 @@ def build_parser() -> argparse.ArgumentParser:
     console.add_argument("--token", help="required off loopback (default: generated and printed)")
 
     sub.add_parser("demo", help="run the demo (agentrt demo --help)", add_help=False)
+    sub.add_parser("mcp", help="pin and check MCP servers (agentrt mcp --help)", add_help=False)
     return parser
 
 
@@ -1255,6 +1256,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     # The demo parses its own options, and `resume` deserves an answer, not a list of choices.
     if at is not None and argv[at] == "demo":
         return run_demo(argv[at + 1 :], Output(json_mode=False))
+    if at is not None and argv[at] == "mcp":
+        from .mcp._cli import main as mcp_main
+
+        return mcp_main(argv[at + 1 :])
     if at is not None and argv[at] == "resume":
         Output(json_mode=False).error(_NO_RESUME)
         return EXIT_USAGE

@@ -163,3 +163,11 @@ class AbortRun(Exception):
     def __init__(self, detail: str = "") -> None:
         self.detail = detail
         super().__init__(detail)
+
+
+class MCPServerError(AgentrtError):
+    """An MCP server could not be reached, broke the protocol, or went past a bound."""
+
+
+class MCPToolError(AgentrtError):
+    """An MCP server answered a tool call with `isError`, or the call could not be made."""

@@ -1,0 +1,182 @@
+"""`agentrt mcp pin` and `agentrt mcp check`: the operator's two commands for one MCP server.
+
+`pin` connects, reads what the server offers and writes the manifest (0600;
+an existing manifest is replaced only with `--force`, since it is what the
+operator reviewed). `check` connects and prints the report a load would give.
+Everything a server wrote is escaped (`trace.sanitize`) before it reaches the
+terminal. Exit status, for scripts:
+
+- 0: pinned; or checked and clean (every pinned tool classified and unchanged,
+  nothing new on the server)
+- 1: an error: the server unreachable or broken, a file refused
+- 2: usage
+- 3: `check` only: a tool is refused (changed, dropped, contradicting its rule)
+- 4: `check` only: nothing refused, but the server offers tools the manifest
+  does not pin, or pinned tools have no rule
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any, TextIO
+
+from ..errors import AgentrtError
+from ..trace import sanitize
+from ._config import Manifest, Report, Server, parse_duration, read_manifest, read_rules
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+EXIT_REFUSED = 3
+EXIT_REVIEW = 4
+
+_EPILOG = """\
+The server is NAME plus either --url URL (streamable HTTP) or its command after
+`--` (stdio), for example:
+
+  agentrt mcp pin notes --out notes.manifest.json -- python examples/mcp/notes_server.py
+  agentrt mcp check notes --manifest notes.manifest.json --rules notes.rules.json \\
+      -- python examples/mcp/notes_server.py
+
+Exit status: 0 pinned, or checked and clean; 1 error; 2 usage; 3 (check) a tool
+is refused; 4 (check) nothing refused, but tools are unpinned or unclassified.
+"""
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="agentrt mcp",
+        description="Pin an MCP server's tools, and check the server against the pin.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    pin = sub.add_parser("pin", help="write the manifest of what the server offers now")
+    check = sub.add_parser("check", help="compare the server with a manifest and rules")
+    for p in (pin, check):
+        p.add_argument("name", metavar="NAME", help="the server's name (prefixes its tool names)")
+        p.add_argument("--url", help="a streamable HTTP endpoint instead of a command")
+        p.add_argument(
+            "--env", action="append", default=[], metavar="NAME=VALUE", help="set in its env"
+        )
+        p.add_argument(
+            "--inherit-env",
+            action="append",
+            default=[],
+            metavar="NAME",
+            help="pass this variable through from this environment",
+        )
+        p.add_argument("--timeout", default="30s", help="default tool timeout (default 30s)")
+        p.add_argument("--json", action="store_true", help="JSON output")
+    pin.add_argument("--out", required=True, metavar="FILE", help="the manifest to write")
+    pin.add_argument("--force", action="store_true", help="replace an existing manifest")
+    check.add_argument("--manifest", required=True, metavar="FILE")
+    check.add_argument("--rules", required=True, metavar="FILE")
+    return parser
+
+
+def main(argv: Sequence[str], stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
+    out, err = stdout or sys.stdout, stderr or sys.stderr
+    argv = list(argv)
+    command: list[str] = []
+    if "--" in argv:
+        at = argv.index("--")
+        argv, command = argv[:at], argv[at + 1 :]
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    try:
+        server = _server(args, command)
+    except ValueError as exc:
+        err.write(f"agentrt mcp: {sanitize(str(exc))}\n")
+        return EXIT_USAGE
+    try:
+        if args.command == "pin":
+            return _pin(server, args, out, err)
+        return _check(server, args, out)
+    except (AgentrtError, OSError) as exc:
+        err.write(f"agentrt mcp: {sanitize(str(exc))}\n")
+        return EXIT_ERROR
+
+
+def _server(args: argparse.Namespace, command: list[str]) -> Server:
+    if bool(command) == bool(args.url):
+        raise ValueError("give the server's command after `--`, or --url, not both")
+    env: dict[str, str] = {}
+    for item in args.env:
+        name, equals, value = item.partition("=")
+        if not equals:
+            raise ValueError(f"--env {item!r} is not NAME=VALUE")
+        env[name] = value
+    timeout: timedelta = parse_duration(args.timeout, "--timeout")
+    return Server(
+        args.name,
+        command=command or None,
+        url=args.url,
+        env=env,
+        inherit_env=args.inherit_env,
+        default_timeout=timeout,
+    )
+
+
+def _pin(server: Server, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from ._client import pin
+
+    if os.path.lexists(args.out) and not args.force:
+        err.write(
+            f"agentrt mcp: {sanitize(args.out)} exists; it is what was reviewed. "
+            "Pass --force to replace it\n"
+        )
+        return EXIT_ERROR
+    manifest: Manifest = asyncio.run(pin(server))
+    from ._config import write_manifest
+
+    write_manifest(manifest, args.out)
+    if args.json:
+        out.write(json.dumps({"manifest": args.out, "tools": sorted(manifest.tools)}) + "\n")
+        return EXIT_OK
+    out.write(f"pinned {len(manifest.tools)} tools of {server.name} to {sanitize(args.out)}:\n")
+    for name, tool in sorted(manifest.tools.items()):
+        hints = _hints(tool.annotations)
+        out.write(f"  {sanitize(name)}  schema {tool.schema_hash[:12]}{hints}\n")
+    out.write(
+        "Review each description and schema in the manifest, then classify the tools "
+        "you allow in a rules file.\n"
+    )
+    return EXIT_OK
+
+
+def _hints(annotations: Any) -> str:
+    if not isinstance(annotations, dict):
+        return ""
+    shown = [
+        f"{key}={json.dumps(annotations[key])}"
+        for key in ("readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint")
+        if key in annotations
+    ]
+    return f"  ({sanitize(', '.join(shown))})" if shown else ""
+
+
+def _check(server: Server, args: argparse.Namespace, out: TextIO) -> int:
+    from ._client import check
+
+    manifest = read_manifest(args.manifest)
+    rules = read_rules(args.rules)
+    report: Report = asyncio.run(check(server, manifest, rules))
+    if args.json:
+        out.write(json.dumps(report.to_json(), sort_keys=True) + "\n")
+    else:
+        for line in report.lines():
+            out.write(sanitize(line) + "\n")
+    if report.refused:
+        return EXIT_REFUSED
+    if report.unpinned or report.unclassified:
+        return EXIT_REVIEW
+    return EXIT_OK

@@ -1,0 +1,352 @@
+"""A live connection to one MCP server, and the agentrt tools that call through it.
+
+This module owns the connection's lifetime and the shape of what crosses it:
+
+- `connect(server)` is an async context manager: the transport, the SDK's
+  `ClientSession` and the handshake on entry; the session closed and a stdio
+  server's whole process group killed on exit. Tools returned by
+  `Connection.load` call through that session, so they work inside the
+  `async with` on the same event loop (a Driver started with `await
+  driver.start(...)`); after it, or from another loop, a call is a tool error,
+  never a hang.
+- `tools/list` is read page by page from the raw bytes the server sent (at most
+  `MAX_PAGES` pages and `MAX_TOOLS` tools; a repeated cursor ends the listing),
+  so a pin hashes the literals the server wrote.
+- A result becomes `structuredContent` when its canonical JSON fits
+  `max_content_bytes`, else the text blocks joined (other blocks as
+  placeholders such as `[image omitted]`), cut at the cap with `[truncated]`.
+  `isError` raises `MCPToolError`, which the Driver records as a tool error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import anyio
+import httpx2
+import mcp_types
+from mcp.client.session import ClientSession
+
+from ..canonical import canonical_json, copy_json
+from ..errors import MCPServerError, MCPToolError
+from ..records import ToolCall, ToolResult, ToolSpec
+from ..tools import CompiledTool, compile_tool
+from ._config import Admitted, Manifest, Offer, PinnedTool, Report, Rule, Server, decide
+from ._transport import RawCapture, open_transport
+
+MAX_PAGES = 100
+MAX_TOOLS = 1000
+HANDSHAKE_TIMEOUT = 30.0
+TRUNCATED = "\n[truncated]"
+_PLACEHOLDERS = {
+    "image": "[image omitted]",
+    "audio": "[audio omitted]",
+    "resource": "[resource omitted]",
+    "resource_link": "[resource link omitted]",
+}
+
+
+class Connection:
+    """One open session with one MCP server; made by `connect`, valid inside its `async with`."""
+
+    def __init__(self, server: Server, session: ClientSession, capture: RawCapture) -> None:
+        self.server = server
+        self._session = session
+        self._capture = capture
+        self._loop = asyncio.get_running_loop()
+        self._list_lock = asyncio.Lock()
+        self._open = True
+
+    def __repr__(self) -> str:
+        state = "open" if self._open else "closed"
+        return f"<agentrt.mcp.Connection {self.server.name!r} {state}>"
+
+    async def offers(self) -> list[Offer]:
+        """Every tool the server offers now, read from the raw bytes of its `tools/list` pages."""
+        self._usable()
+        offers: dict[str, Offer] = {}
+        cursor: str | None = None
+        seen_cursors: set[str] = set()
+        async with self._list_lock:
+            for _page in range(MAX_PAGES):
+                params = mcp_types.PaginatedRequestParams(cursor=cursor) if cursor else None
+                self._capture.clear()
+                try:
+                    with anyio.fail_after(HANDSHAKE_TIMEOUT):
+                        await self._list_page(params)
+                except Exception as exc:
+                    raise MCPServerError(
+                        f"server {self.server.name!r}: tools/list failed: {_describe(exc)}"
+                    ) from exc
+                result = _result(self._capture.take(), self.server.name)
+                tools = result.get("tools")
+                if not isinstance(tools, list):
+                    raise MCPServerError(
+                        f"server {self.server.name!r}: tools/list has no tool list"
+                    )
+                for raw in tools:
+                    offer = _offer(raw, self.server.name)
+                    if offer.name in offers:
+                        raise MCPServerError(
+                            f"server {self.server.name!r} lists tool {offer.name!r} twice"
+                        )
+                    offers[offer.name] = offer
+                    if len(offers) > MAX_TOOLS:
+                        raise MCPServerError(
+                            f"server {self.server.name!r} offers more than {MAX_TOOLS} tools"
+                        )
+                cursor = result.get("nextCursor")
+                if not isinstance(cursor, str) or not cursor:
+                    return list(offers.values())
+                if cursor in seen_cursors:
+                    raise MCPServerError(
+                        f"server {self.server.name!r} repeated a tools/list cursor"
+                    )
+                seen_cursors.add(cursor)
+        raise MCPServerError(
+            f"server {self.server.name!r}: tools/list has more than {MAX_PAGES} pages"
+        )
+
+    async def _list_page(self, params: mcp_types.PaginatedRequestParams | None) -> None:
+        """One `tools/list` through the SDK; cut short when the capture already saw an
+        answer agentrt cannot use (the SDK may drop it and wait for its timeout)."""
+
+        async def watch(scope: anyio.CancelScope) -> None:
+            await self._capture.unusable.wait()
+            scope.cancel()
+
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(watch, tasks.cancel_scope)
+            await self._session.list_tools(params=params)
+            tasks.cancel_scope.cancel()
+
+    async def pin(self) -> Manifest:
+        """What the server offers now, with hashes, for the operator to review and keep."""
+        tools = {
+            offer.name: PinnedTool.of(
+                offer.name, offer.description, offer.input_schema, offer.annotations
+            )
+            for offer in await self.offers()
+        }
+        return Manifest(server=self.server.name, tools=tools)
+
+    async def check(self, manifest: Manifest, rules: Mapping[str, Rule]) -> Report:
+        """The report a load would give now, without making tools."""
+        return decide(self.server, manifest, rules, await self.offers())[1]
+
+    async def load(
+        self, manifest: Manifest, rules: Mapping[str, Rule]
+    ) -> tuple[list[MCPTool], Report]:
+        """The tools that pass the manifest and the rules, as agentrt tools, and the report."""
+        admitted, report = decide(self.server, manifest, rules, await self.offers())
+        return [MCPTool(self, item) for item in admitted], report
+
+    async def call(self, tool: str, arguments: dict[str, Any], timeout: float) -> ToolResult:
+        """Call one server tool and turn its answer into a ToolResult (`isError` raises)."""
+        self._usable()
+        try:
+            result = await self._session.call_tool(tool, arguments, read_timeout_seconds=timeout)
+        except Exception as exc:
+            raise MCPToolError(f"the call to {tool!r} failed: {_describe(exc)}") from exc
+        return _tool_result(result, self.server.max_content_bytes)
+
+    def _usable(self) -> None:
+        if not self._open:
+            raise MCPToolError(f"the connection to MCP server {self.server.name!r} is closed")
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        if loop is not self._loop:
+            raise MCPToolError(
+                f"the connection to MCP server {self.server.name!r} belongs to another event loop"
+            )
+
+
+class MCPTool:
+    """An agentrt tool that calls one server tool through a `Connection`.
+
+    Its spec is the operator's: the rule's side effect, timeout and terminal
+    flag, the offered name, the model's schema (denied and fixed parameters
+    removed). Fixed values are added after the Driver validated the model's
+    arguments; the whole is checked against the server's own schema before
+    it is sent.
+    """
+
+    def __init__(self, connection: Connection, admitted: Admitted) -> None:
+        self.spec: ToolSpec = admitted.spec
+        self.server_tool = admitted.offer.name
+        self._connection = connection
+        self._rule = admitted.rule
+        self._server_schema: CompiledTool = compile_tool(
+            dataclasses.replace(admitted.spec, input_schema=admitted.offer.input_schema)
+        )
+
+    def __repr__(self) -> str:
+        return f"<agentrt.mcp.MCPTool {self.spec.name!r} -> {self.server_tool!r}>"
+
+    async def call(self, call: ToolCall) -> ToolResult:
+        args = dict(call.args) if isinstance(call.args, Mapping) else {}
+        hidden = sorted((set(self._rule.deny) | set(self._rule.fixed)) & set(args))
+        if hidden:
+            raise MCPToolError(f"parameter {hidden[0]!r} is not the model's to set")
+        args.update(copy_json(dict(self._rule.fixed)))
+        errors = self._server_schema.check(args)
+        if errors:
+            raise MCPToolError(f"the arguments do not pass the server's schema: {errors[0]}")
+        return await self._connection.call(
+            self.server_tool, args, self.spec.timeout.total_seconds()
+        )
+
+
+@contextlib.asynccontextmanager
+async def connect(server: Server) -> AsyncIterator[Connection]:
+    """Open a session with `server`; it is closed, and a stdio server killed, on exit."""
+    capture = RawCapture()
+    connection: Connection | None = None
+    try:
+        async with (
+            open_transport(server, capture) as (read_stream, write_stream),
+            ClientSession(read_stream, write_stream) as session,
+        ):
+            try:
+                with anyio.fail_after(HANDSHAKE_TIMEOUT):
+                    await session.initialize()
+            except Exception as exc:
+                said = await capture.stderr.tail() if server.command is not None else ""
+                raise MCPServerError(
+                    f"server {server.name!r}: the MCP handshake failed: {_describe(exc)}"
+                    + (f"; its stderr ends: {said}" if said else "")
+                ) from exc
+            connection = Connection(server, session, capture)
+            try:
+                yield connection
+            finally:
+                connection._open = False
+    except BaseExceptionGroup as group:
+        # The SDK's and the transport's task groups wrap what went wrong, sometimes
+        # twice; the caller gets the one error it would have got without them.
+        leaves = _leaves(group)
+        if len(leaves) == 1 and isinstance(leaves[0], Exception):
+            raise _as_server_error(server, leaves[0]) from None
+        raise
+    except httpx2.TransportError as exc:
+        raise _as_server_error(server, exc) from exc
+
+
+def _as_server_error(server: Server, error: Exception) -> Exception:
+    """An HTTP failure under the SDK (refused, reset, timed out) is the server's, said so."""
+    if isinstance(error, httpx2.TransportError):
+        kind = type(error).__name__
+        return MCPServerError(
+            f"server {server.name!r} could not be reached: {kind}: {_describe(error)}"
+        )
+    return error
+
+
+def _leaves(error: BaseException) -> list[BaseException]:
+    if isinstance(error, BaseExceptionGroup):
+        return [leaf for inner in error.exceptions for leaf in _leaves(inner)]
+    if isinstance(error, anyio.get_cancelled_exc_class()):
+        return []
+    return [error]
+
+
+async def pin(server: Server) -> Manifest:
+    """Connect, read what the server offers, and close: the manifest to review and keep."""
+    async with connect(server) as connection:
+        return await connection.pin()
+
+
+async def check(server: Server, manifest: Manifest, rules: Mapping[str, Rule]) -> Report:
+    """Connect, compare the server with the manifest and the rules, and close."""
+    async with connect(server) as connection:
+        return await connection.check(manifest, rules)
+
+
+@contextlib.asynccontextmanager
+async def load(
+    server: Server, manifest: Manifest, rules: Mapping[str, Rule]
+) -> AsyncIterator[tuple[list[MCPTool], Report]]:
+    """`async with load(server, manifest, rules) as (tools, report):` the tools live inside."""
+    async with connect(server) as connection:
+        yield await connection.load(manifest, rules)
+
+
+# ---------------------------------------------------------------------------
+# What crosses the wire
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        return _describe(exc.exceptions[0])
+    if isinstance(exc, TimeoutError):
+        return "timed out"
+    text = str(exc) or type(exc).__name__
+    return text[:500]
+
+
+def _result(answer: Any, server: str) -> dict[str, Any]:
+    if not isinstance(answer, dict):
+        raise MCPServerError(f"server {server!r}: tools/list answer is not an object")
+    if "error" in answer:
+        error = answer["error"]
+        message = error.get("message") if isinstance(error, dict) else None
+        raise MCPServerError(f"server {server!r}: tools/list failed: {str(message)[:500]}")
+    result = answer.get("result")
+    if not isinstance(result, dict):
+        raise MCPServerError(f"server {server!r}: tools/list answer has no result")
+    return result
+
+
+def _offer(raw: Any, server: str) -> Offer:
+    if not isinstance(raw, dict) or not isinstance(raw.get("name"), str):
+        raise MCPServerError(f"server {server!r} listed a tool without a name")
+    description = raw.get("description", "")
+    if not isinstance(description, str):
+        raise MCPServerError(
+            f"server {server!r}: tool {raw['name']!r} has a description that is not text"
+        )
+    schema = raw.get("inputSchema")
+    if not isinstance(schema, dict):
+        raise MCPServerError(f"server {server!r}: tool {raw['name']!r} has no input schema object")
+    annotations = raw.get("annotations")
+    return Offer(
+        name=raw["name"],
+        description=description,
+        input_schema=schema,
+        annotations=annotations if isinstance(annotations, dict) else None,
+    )
+
+
+def _cap(text: str, limit: int) -> str:
+    encoded = text.encode("utf-8", "replace")
+    if len(encoded) <= limit:
+        return text
+    room = max(0, limit - len(TRUNCATED.encode()))
+    return encoded[:room].decode("utf-8", "ignore") + TRUNCATED
+
+
+def _tool_result(result: Any, limit: int) -> ToolResult:
+    parts: list[str] = []
+    for block in getattr(result, "content", None) or []:
+        kind = getattr(block, "type", "")
+        if kind == "text":
+            parts.append(str(getattr(block, "text", "")))
+        else:
+            parts.append(_PLACEHOLDERS.get(kind, f"[{str(kind)[:40]} content omitted]"))
+    text = _cap("\n".join(parts), limit)
+    if getattr(result, "is_error", False):
+        raise MCPToolError(text or "the server reported an error and said nothing more")
+    structured = getattr(result, "structured_content", None)
+    if structured is not None:
+        try:
+            if len(canonical_json(structured)) <= limit:
+                return ToolResult(content=structured, summary=text[:200])
+        except (TypeError, ValueError):
+            pass  # not usable JSON: the text blocks stand for it
+    return ToolResult(content=text, summary=text[:200])

@@ -1,0 +1,360 @@
+"""How agentrt reaches an MCP server: its own stdio transport; streamable HTTP without redirects.
+
+This module owns the process of a stdio server and the raw bytes of every
+`tools/list` answer. Both transports yield the SDK's stream pair, so the SDK's
+`ClientSession` speaks the protocol; what is agentrt's is:
+
+- A stdio server starts with the minimal environment `Server.child_environment`
+  builds, in a new session (its own process group), with stderr drained into a
+  small ring kept for error messages. On close: stdin closed, a short grace for
+  the server to exit, then SIGTERM and SIGKILL to the whole group, whether or
+  not the server itself already exited, so a child it left behind dies too.
+  (The SDK's own stdio client signals the group only when the server itself
+  outlives its grace.)
+- A line longer than `max_message_bytes` ends the connection: a server cannot
+  make the client buffer without bound.
+- Over HTTP, a 3xx answer is an error: no redirect is followed, not even one the
+  SDK would follow within the endpoint's origin. Proxies and credentials from
+  the environment are not used (`trust_env=False`).
+- `RawCapture` keeps the bytes of each answer to a `tools/list` request, seen
+  before the SDK parses them, so a pin hashes what the server sent and numbers
+  beyond float64 keep their literal.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+import anyio.abc
+import httpx2
+import mcp_types
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.message import SessionMessage
+
+from ..canonical import parse_json
+from ..errors import JSONValueError, MCPServerError
+from ._config import Server
+
+MAX_MESSAGE_BYTES = 8 * 1024 * 1024
+STDERR_KEPT = 4096
+EXIT_GRACE = 1.0
+TERM_GRACE = 1.0
+_POLL = 0.02
+
+Streams = tuple[
+    MemoryObjectReceiveStream[SessionMessage | Exception], MemoryObjectSendStream[SessionMessage]
+]
+
+
+class RawCapture:
+    """The raw answers to `tools/list` requests, by request id, as the server sent them."""
+
+    def __init__(self) -> None:
+        self._waiting: set[Any] = set()
+        self._answers: dict[Any, Any] = {}
+        self.stderr = _StderrRing()
+        self.unusable = anyio.Event()
+
+    def outgoing(self, message: Any) -> None:
+        """Note a message the client sends (a parsed JSON-RPC message or a dict)."""
+        method = (
+            message.get("method") if isinstance(message, dict) else getattr(message, "method", None)
+        )
+        ident = message.get("id") if isinstance(message, dict) else getattr(message, "id", None)
+        if method == "tools/list" and ident is not None:
+            self._waiting.add(ident)
+
+    def incoming(self, raw: bytes) -> None:
+        """Offer one raw message from the server; kept when it answers a `tools/list`."""
+        if not self._waiting:
+            return
+        try:
+            parsed = parse_json(raw)
+        except JSONValueError as exc:
+            # Unusable to agentrt (too deep, a lone surrogate, a 20,000-digit number),
+            # maybe not to the SDK: if it answers the listing, say so at take().
+            with contextlib.suppress(ValueError, RecursionError):
+                ident = json.loads(raw).get("id")
+                if ident in self._waiting:
+                    self._waiting.discard(ident)
+                    self._answers[ident] = MCPServerError(
+                        f"the server's tools/list answer is not usable JSON: {exc}"
+                    )
+                    self.unusable.set()
+            return
+        if isinstance(parsed, dict) and parsed.get("id") in self._waiting:
+            self._waiting.discard(parsed["id"])
+            self._answers[parsed["id"]] = parsed
+
+    def clear(self) -> None:
+        """Forget what an earlier, failed listing may have left."""
+        self._waiting.clear()
+        self._answers.clear()
+        self.unusable = anyio.Event()
+
+    def take(self) -> Any:
+        """The one answer kept since the last take (the request was made one at a time)."""
+        answers, self._answers = self._answers, {}
+        self._waiting.clear()
+        if len(answers) != 1:
+            raise MCPServerError("the server's answer to tools/list was not seen on the wire")
+        answer = next(iter(answers.values()))
+        if isinstance(answer, MCPServerError):
+            raise answer
+        return answer
+
+
+@contextlib.asynccontextmanager
+async def open_transport(server: Server, capture: RawCapture) -> AsyncIterator[Streams]:
+    if server.command is not None:
+        async with _stdio(server, capture) as streams:
+            yield streams
+    else:
+        async with _http(server, capture) as streams:
+            yield streams
+
+
+# ---------------------------------------------------------------------------
+# stdio
+
+
+class _StderrRing:
+    """The last few KiB a stdio server wrote to stderr, to say why it would not talk."""
+
+    def __init__(self) -> None:
+        self.data = b""
+        self.ended = anyio.Event()
+
+    def add(self, chunk: bytes) -> None:
+        self.data = (self.data + chunk)[-STDERR_KEPT:]
+
+    async def tail(self, wait: float = 0.5) -> str:
+        with anyio.move_on_after(wait):
+            await self.ended.wait()
+        return self.data.decode("utf-8", "replace").strip()[-500:]
+
+
+@contextlib.asynccontextmanager
+async def _stdio(server: Server, capture: RawCapture) -> AsyncIterator[Streams]:
+    assert server.command is not None
+    try:
+        process = await anyio.open_process(
+            list(server.command),
+            env=server.child_environment(),
+            start_new_session=True,
+        )
+    except OSError as exc:
+        raise MCPServerError(
+            f"server {server.name!r}: cannot start {server.command[0]!r}: {exc.strerror or exc}"
+        ) from exc
+    stderr = capture.stderr
+    to_session, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](16)
+    write_stream, from_session = anyio.create_memory_object_stream[SessionMessage](16)
+
+    async def read_stdout() -> None:
+        assert process.stdout is not None
+        buffer = b""
+        async with to_session:
+            try:
+                async for chunk in process.stdout:
+                    buffer += chunk
+                    *lines, buffer = buffer.split(b"\n")
+                    for line in lines:
+                        if line.strip():
+                            await to_session.send(_parse_line(line, capture))
+                    if len(buffer) > MAX_MESSAGE_BYTES:
+                        await to_session.send(
+                            MCPServerError(
+                                f"server {server.name!r} sent a message longer than "
+                                f"{MAX_MESSAGE_BYTES} bytes"
+                            )
+                        )
+                        return
+            except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+                return
+
+    async def read_stderr() -> None:
+        assert process.stderr is not None
+        try:
+            with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+                async for chunk in process.stderr:
+                    stderr.add(chunk)
+        finally:
+            stderr.ended.set()
+
+    async def write_stdin() -> None:
+        assert process.stdin is not None
+        async with from_session:
+            try:
+                async for message in from_session:
+                    capture.outgoing(message.message)
+                    data = message.message.model_dump_json(by_alias=True, exclude_unset=True)
+                    await process.stdin.send(data.encode("utf-8") + b"\n")
+            except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+                await to_session.aclose()
+
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(read_stdout)
+        tasks.start_soon(read_stderr)
+        tasks.start_soon(write_stdin)
+        try:
+            yield read_stream, write_stream
+        finally:
+            # Shielded: a cancelled caller must not leave the server's group alive.
+            with anyio.CancelScope(shield=True):
+                await write_stream.aclose()
+                await _stop(process)
+                await read_stream.aclose()
+            tasks.cancel_scope.cancel()
+
+
+def _parse_line(line: bytes, capture: RawCapture) -> SessionMessage | Exception:
+    capture.incoming(line)
+    try:
+        return SessionMessage(mcp_types.jsonrpc_message_adapter.validate_json(line, by_name=False))
+    except ValueError as exc:
+        return MCPServerError(f"the server sent a line that is not a JSON-RPC message: {exc}")
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+async def _stop(process: anyio.abc.Process) -> None:
+    """Close stdin, give the server a moment, then kill its whole group (its children too)."""
+    pgid = process.pid
+    if process.stdin is not None:
+        with contextlib.suppress(OSError, anyio.ClosedResourceError, anyio.BrokenResourceError):
+            await process.stdin.aclose()
+    with anyio.move_on_after(EXIT_GRACE):
+        while process.returncode is None:
+            await anyio.sleep(_POLL)
+    for sig, grace in ((signal.SIGTERM, TERM_GRACE), (signal.SIGKILL, TERM_GRACE)):
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            break
+        except PermissionError:
+            pass
+        with anyio.move_on_after(grace):
+            while _group_alive(pgid):
+                _ = process.returncode  # reaps the leader, which would keep the group alive
+                await anyio.sleep(_POLL)
+        if not _group_alive(pgid):
+            break
+    with anyio.move_on_after(TERM_GRACE):
+        await process.wait()
+    for stream in (process.stdout, process.stderr):
+        if stream is not None:
+            with contextlib.suppress(OSError, anyio.ClosedResourceError, anyio.BrokenResourceError):
+                await stream.aclose()
+    # asyncio keeps the subprocess transport open until it is collected, and then
+    # closes it on a loop that may be gone; nothing public reaches it.
+    transport = getattr(getattr(process, "_process", None), "_transport", None)
+    close = getattr(transport, "close", None)
+    if callable(close):
+        with contextlib.suppress(PermissionError, RuntimeError):
+            close()
+
+
+# ---------------------------------------------------------------------------
+# streamable HTTP
+
+
+class _TeeStream(httpx2.AsyncByteStream):
+    """A response body passed through unchanged, its JSON-RPC messages offered to the capture."""
+
+    def __init__(self, inner: Any, capture: RawCapture, sse: bool) -> None:
+        self._inner = inner
+        self._capture = capture
+        self._sse = sse
+        self._buffer = bytearray()
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for chunk in self._inner:
+            self._buffer += chunk
+            if self._sse:
+                self._events()
+            if len(self._buffer) > MAX_MESSAGE_BYTES:
+                what = "an event" if self._sse else "a response"
+                raise MCPServerError(
+                    f"the server sent {what} longer than {MAX_MESSAGE_BYTES} bytes"
+                )
+            yield chunk
+        if self._sse:
+            self._buffer += b"\n\n"
+            self._events()
+        else:
+            self._capture.incoming(bytes(self._buffer))
+
+    def _events(self) -> None:
+        # A "\r" at the end may be the first half of a "\r\n" still on its way.
+        held = b"\r" if self._buffer.endswith(b"\r") else b""
+        normal = self._buffer[: len(self._buffer) - len(held)]
+        normal = normal.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        *events, rest = normal.split(b"\n\n")
+        self._buffer = bytearray(rest + held)
+        for event in events:
+            data = [
+                line[5:].removeprefix(b" ")
+                for line in event.split(b"\n")
+                if line.startswith(b"data:")
+            ]
+            if data:
+                self._capture.incoming(bytes(b"\n".join(data)))
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+class _NoRedirects(httpx2.AsyncBaseTransport):
+    def __init__(self, capture: RawCapture) -> None:
+        self._inner = httpx2.AsyncHTTPTransport(trust_env=False)
+        self._capture = capture
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        if request.method == "POST":
+            body = await request.aread()
+            with contextlib.suppress(JSONValueError):
+                sent = parse_json(body)
+                for message in sent if isinstance(sent, list) else [sent]:
+                    self._capture.outgoing(message)
+        response = await self._inner.handle_async_request(request)
+        if 300 <= response.status_code < 400:
+            await response.aclose()
+            raise MCPServerError(
+                f"the server answered {response.status_code} with a redirect to "
+                f"{response.headers.get('location', '?')!r}; redirects are not followed"
+            )
+        kind = response.headers.get("content-type", "")
+        response.stream = _TeeStream(response.stream, self._capture, "text/event-stream" in kind)
+        return response
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+@contextlib.asynccontextmanager
+async def _http(server: Server, capture: RawCapture) -> AsyncIterator[Streams]:
+    assert server.url is not None
+    client = httpx2.AsyncClient(
+        transport=_NoRedirects(capture),
+        follow_redirects=False,
+        trust_env=False,
+        timeout=httpx2.Timeout(30.0, read=300.0),
+    )
+    async with client, streamable_http_client(server.url, http_client=client) as streams:
+        yield streams  # type: ignore[misc]
