@@ -33,8 +33,9 @@ import pytest
 import agentrt
 import agentrt.tools
 from agentrt import Decision, SideEffect, ToolCall, ToolResult
+from agentrt._render_approval import approval_fields
 from agentrt.approval import approval_hash
-from agentrt.cli import approval_fields, main
+from agentrt.cli import main
 from agentrt.clock import format_time
 from agentrt.policy import SideEffectPolicy, need_approval
 from agentrt.scripted import ScriptedAgent
@@ -1210,7 +1211,7 @@ def test_reading_commands_open_read_only_and_deciding_ones_read_write(
         opened.append(read_only)
         return original(path, read_only=read_only)
 
-    monkeypatch.setattr("agentrt.cli.open_existing", spy)
+    monkeypatch.setattr("agentrt.cli._opening.open_existing", spy)
     monkeypatch.setattr("agentrt.export.open_existing", spy)
     db = str(db_path)
     before = db_path.read_bytes()

@@ -26,7 +26,8 @@ pytest.importorskip("starlette")
 from starlette.testclient import TestClient
 
 from agentrt import Decision, Limits
-from agentrt.cli import approval_fields, default_user, hashed_content
+from agentrt._render_approval import approval_fields, hashed_content
+from agentrt.cli._decide import default_user
 from agentrt.console import ConsoleConfig, create_app, is_loopback
 from agentrt.console._data import ChainStatus
 from agentrt.console._security import CSP, check_token

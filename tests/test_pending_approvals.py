@@ -163,7 +163,7 @@ def test_approvals_command_opens_the_database_read_only_and_changes_nothing(
         opened.append(read_only)
         return original(path, read_only=read_only)
 
-    monkeypatch.setattr("agentrt.cli.open_existing", spy)
+    monkeypatch.setattr("agentrt.cli._opening.open_existing", spy)
     before = db_path.read_bytes()
     assert cli(capsys, "--db", str(db_path), "approvals")[0] == 0
     assert opened == [True]

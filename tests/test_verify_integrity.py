@@ -180,7 +180,7 @@ def test_an_index_that_disagrees_with_its_table_is_found_by_the_full_check_only(
 
 
 def test_the_text_shows_the_first_five_problems_and_counts_the_rest(db: Path) -> None:
-    from agentrt.cli import _file_text
+    from agentrt.cli._verify import _file_text
 
     many = FileCheck(ok=False, check="quick_check", problems=tuple(f"p{i}" for i in range(8)))
     assert _file_text(many) == "file: damaged (PRAGMA quick_check): p0; p1; p2; p3; p4; and 3 more"

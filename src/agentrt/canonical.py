@@ -41,6 +41,7 @@ __all__ = [
     "content_hash",
     "copy_json",
     "from_text",
+    "json_problem",
     "parse_json",
     "policy_json",
     "to_text",
@@ -561,6 +562,21 @@ def check_json(value: Any) -> None:
         _check(value, 0, MAX_DEPTH)
     except _Refusal as exc:
         raise exc.error() from None
+
+
+def json_problem(value: Any) -> tuple[tuple[str | int, ...], str] | None:
+    """Where and why a Python value is not usable JSON, or None when it is.
+
+    The rule of `check_json` (the only one: `tools` checks arguments and schemas
+    with it too), answered as data: the path from the root (keys and indexes)
+    to the first unusable part, and the reason. Methods a str subclass overrides
+    may still run and raise; the caller decides what that means.
+    """
+    try:
+        _check(value, 0, MAX_DEPTH)
+    except _Refusal as exc:
+        return tuple(reversed(exc.reversed_path)), exc.reason
+    return None
 
 
 def _check(value: Any, depth: int, limit: int) -> None:

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from . import approve, open_store
+from ._render_approval import approval_lines
 from .driver import Driver
 from .policy import SideEffectPolicy
 from .records import Decision, PolicyDecision, Run, RunStatus, SideEffect, ToolCall
@@ -168,17 +169,10 @@ def _print_trail(store: Store, run_id: str) -> None:
 
 def _show_approval(store: Store, run_id: str, db: Path) -> Any:
     (approval,) = store.pending_approvals(run_id)
-    try:
-        from .cli import Output, show_approval
-
-        show_approval(
-            Output(json_mode=False),
-            approval,
-            "interrupted while executing; outcome unknown",
-            verb="approve",
-        )
-    except ImportError:  # pragma: no cover - the command ships with the package
-        say(json.dumps(approval.presentation, indent=2))
+    for line in approval_lines(
+        approval, "interrupted while executing; outcome unknown", verb="approve"
+    ):
+        say(line)
     say()
     say("  An operator approves it, bound to the hash shown above, with:")
     say(f"    agentrt --db {_q(db)} approve {run_id} --approval {approval.id}")

@@ -35,7 +35,7 @@ import referencing.jsonschema
 from pydantic.fields import FieldInfo
 
 from . import patterns
-from .canonical import content_hash, copy_json
+from .canonical import JSONFloat, content_hash, copy_json, json_problem
 from .clock import duration_to_ns
 from .errors import AgentrtError, ConfigError, ToolNameError
 from .records import SideEffect, ToolCall, ToolResult, ToolSpec
@@ -59,9 +59,6 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 MAX_JSON_DEPTH = 256
-MAX_INT_DIGITS = 10_000
-# Integers at or above this magnitude have more than MAX_INT_DIGITS digits.
-_TOO_MANY_DIGITS = 10**MAX_INT_DIGITS
 # Integers this long are shown abbreviated in messages: Python refuses to turn an
 # int of more than 4300 digits into text, and nobody reads 100 digits anyway.
 _LONG_INT = 10**100
@@ -397,63 +394,51 @@ def _child_path(path: str, key: str | int) -> str:
     return f"{path}[{key}]" if isinstance(key, int) else f"{path}.{key}"
 
 
-def _is_utf8(text: str) -> bool:
-    if text.isascii():
-        return True
+def _plain_json(value: Any, errors: list[str]) -> Any:
+    """A plain copy of a JSON value, or None after appending to `errors` why it is unusable.
+
+    What is usable is decided by `canonical.json_problem`, the rule every other
+    entry point applies (store.md), so arguments and schemas are accepted or
+    refused exactly as the record would accept or refuse them; the problem is
+    reported as `"<json path>: <reason>"` in jsonschema's path notation.
+    """
     try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
+        problem = json_problem(value)
+    except Exception as exc:  # a str subclass's own method raised: never raise for the value
+        errors.append(f"$: not usable JSON: {_clip(f'{type(exc).__name__}: {exc}')}")
+        return None
+    if problem is not None:
+        where, reason = problem
+        path = "$"
+        for step in where:
+            path = _child_path(path, step)
+        errors.append(f"{path}: {reason}")
+        return None
+    return _plain_copy(value)
 
 
-def _plain_json(value: Any, path: str, depth: int, errors: list[str]) -> Any:
-    """A plain copy of a JSON value, appending to `errors` what makes it unusable.
+def _plain_copy(value: Any) -> Any:
+    """A copy of a usable JSON value in plain types, built without calling its methods.
 
     Subclasses (IntEnum, StrEnum, float subclasses...) become their plain type, so
-    no consumer-defined method runs during validation; very long ints become
-    `_LongInt`, which compares as the same int but prints short.
+    no consumer-defined method runs during validation; a `JSONFloat` (agentrt's
+    own, keeping a literal such as `1e400`) stays as it is; tuples
+    become lists; very long ints become `_LongInt`, which compares as the same int
+    but prints short. Nesting is bounded (usable JSON is at most 256 deep).
     """
-    if value is None or isinstance(value, bool):
+    kind = type(value)
+    if value is None or kind is bool or kind is JSONFloat:
         return value
     if isinstance(value, int):
-        number = int(value)
-        if abs(number) >= _TOO_MANY_DIGITS:
-            errors.append(f"{path}: an integer of more than {MAX_INT_DIGITS} digits is not usable")
-            return None
+        number = int.__int__(value)
         return _LongInt(number) if abs(number) >= _LONG_INT else number
     if isinstance(value, float):
-        number_f = float(value)
-        if not math.isfinite(number_f):
-            errors.append(f"{path}: {number_f!r} is not a finite number")
-            return None
-        return number_f
+        return float.__float__(value)
     if isinstance(value, str):
-        if not _is_utf8(value):
-            errors.append(f"{path}: text with a lone surrogate is not valid UTF-8")
-            return None
-        return str(value)
-    if isinstance(value, dict | list):
-        if depth >= MAX_JSON_DEPTH:
-            errors.append(f"{path}: nested deeper than {MAX_JSON_DEPTH} levels")
-            return None
-        if isinstance(value, list):
-            return [
-                _plain_json(item, _child_path(path, index), depth + 1, errors)
-                for index, item in enumerate(value)
-            ]
-        out: dict[str, Any] = {}
-        for key, item in value.items():
-            if not isinstance(key, str):
-                errors.append(f"{path}: an object key of type {type(key).__name__} is not text")
-                continue
-            if not _is_utf8(key):
-                errors.append(f"{path}: an object key with a lone surrogate is not valid UTF-8")
-                continue
-            out[str(key)] = _plain_json(item, _child_path(path, key), depth + 1, errors)
-        return out
-    errors.append(f"{path}: a {type(value).__name__} is not a JSON value")
-    return None
+        return str.__str__(value)
+    if isinstance(value, dict):
+        return {str.__str__(key): _plain_copy(item) for key, item in value.items()}
+    return [_plain_copy(item) for item in value]
 
 
 def _clip(message: str) -> str:
@@ -624,7 +609,7 @@ class CompiledTool:
         arguments' depth all come back as error strings.
         """
         errors: list[str] = []
-        plain = _plain_json({} if args is None else args, "$", 0, errors)
+        plain = _plain_json({} if args is None else args, errors)
         if errors:
             return sorted(errors, key=_by_path)
         if not isinstance(plain, dict):
@@ -716,7 +701,7 @@ def compile_tool(spec: ToolSpec) -> CompiledTool:
             f"got {type(schema).__name__}"
         )
     errors: list[str] = []
-    plain = _plain_json(schema, "$", 0, errors)
+    plain = _plain_json(schema, errors)
     if errors:
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
         raise ConfigError(f"tool {name!r}: input schema is not usable JSON: {errors[0]}{more}")

@@ -7,7 +7,7 @@ Invariants this module keeps:
   and the hash is checked again inside the deciding transaction by the
   operator functions (`agentrt.approval.decide`), which `Local` calls and never
   duplicates.
-- What is shown is what the command line shows (`agentrt.cli.approval_fields`):
+- What is shown is what the command line shows (`agentrt._render_approval`):
   every field of the hashed object, in hash order, strings bounded as head and
   tail, every text escaped (`trace.sanitize`), never a field left out, because
   the decision covers all of them.
@@ -19,22 +19,20 @@ Invariants this module keeps:
 
 from __future__ import annotations
 
-import io
 from dataclasses import dataclass
 from datetime import datetime
 from os import PathLike
 from typing import Any, Protocol, runtime_checkable
 
-from ..approval import verify_stored
-from ..cli import (
-    _INTERRUPTED_NOTICE,
+from .._render_approval import (
     INTERRUPTED_KIND,
-    Output,
-    _long_text,
+    INTERRUPTED_NOTICE,
     approval_fields,
+    approval_lines,
     hashed_content,
+    long_text,
 )
-from ..cli import show_approval as _show_approval
+from ..approval import verify_stored
 from ..clock import Clock, format_time, wall_clock
 from ..errors import ApprovalChangedError
 from ..operator import Operator
@@ -216,25 +214,20 @@ class Local:
         rows = [
             (path.lstrip("."), value) for path, value in approval_fields(hashed_content(approval))
         ]
-        out = Output(json_mode=False)
-        buffer = io.StringIO()
-        out.stdout = out.stderr = buffer
-        out.tty, out.width = False, None
-        _show_approval(out, approval, reason, verb="decide")
-        out.line(end_line(approval.id, tool))
+        lines = [*approval_lines(approval, reason, verb="decide"), end_line(approval.id, tool)]
         return Pending(
             run_id=approval.run_id,
             approval_id=approval.id,
             kind=sanitize(approval.kind),
             tool=sanitize(tool),
-            reason=_long_text(reason, 400, 180),
+            reason=long_text(reason, 400, 180),
             hash=approval.hash,
             created_at=approval.created_at,
             expires_at=approval.expires_at,
             expired=approval.expires_at is not None and now >= approval.expires_at,
             fields=tuple(rows[1:]),  # the first node is the hashed object itself
-            notice=_INTERRUPTED_NOTICE if approval.kind == INTERRUPTED_KIND else "",
-            text=buffer.getvalue(),
+            notice=INTERRUPTED_NOTICE if approval.kind == INTERRUPTED_KIND else "",
+            text="".join(line + "\n" for line in lines),
         )
 
     # --- deciding ---------------------------------------------------------------------------

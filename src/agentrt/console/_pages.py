@@ -1,7 +1,7 @@
 """The console's pages, built from the read models with `_html` (everything escaped).
 
 A run's waiting request is shown with the command line's own rendering
-(`agentrt.cli.approval_fields` over `agentrt.cli.hashed_content`): every field,
+(`agentrt._render_approval`: `approval_fields` over `hashed_content`): every field,
 in the order it is hashed, with sizes, long strings as head and tail, and every
 invisible or control character visible as an escape. The form under it carries
 the hash shown, so a decision can only be bound to what the person saw.
@@ -19,7 +19,7 @@ from datetime import datetime
 from urllib.parse import quote, urlencode
 
 from .. import view
-from ..cli import approval_fields, hashed_content
+from .._render_approval import INTERRUPTED_KIND, approval_fields, hashed_content
 from ..clock import format_time
 from ..records import Approval, RunStatus, VerifyReport
 from ..store import capped_length
@@ -27,7 +27,6 @@ from ._data import Entry, IndexData, Pending, RunData, seconds
 from ._html import Html, h, join, page, shown_text, text
 from ._security import ConsoleConfig
 
-INTERRUPTED_KIND = "interrupted_side_effect"
 INTERRUPTED_NOTICE = (
     "This call started and the process stopped before its outcome was recorded: it may "
     "already have taken effect. Approving runs it once more; rejecting ends the run "

@@ -24,8 +24,7 @@ from __future__ import annotations
 from ..render import same_renders
 from .conformance import ConformanceReport, PolicyCase, check_policy
 from .fuzz import FuzzCase, fuzz_args
-from .harness import ScenarioError, run, run_sync
-from .invariants import InvariantError, Violation, check
+from .invariants import check
 from .matrix import (
     CrashMatrix,
     MatrixCase,
@@ -35,6 +34,7 @@ from .matrix import (
     matrix_cases,
 )
 from .result import AgentInput, CrashReached, OperatorAnswer, ProbeHit, Result, ToolInvocation
+from .runner import ScenarioError, run, run_sync
 from .scenario import (
     Crash,
     LoopContext,
@@ -46,6 +46,7 @@ from .scenario import (
     by_kind,
     load_factory,
 )
+from .violation import InvariantError, Violation
 
 __all__ = [
     "AgentInput",

@@ -15,8 +15,6 @@ or repeated across an interruption (docs/decisions/0018-...).
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .. import events as ev
@@ -32,32 +30,10 @@ from ..records import (
     TerminalReason,
 )
 from ..scripted import settles_its_entry
+from .violation import Violation
 
 if TYPE_CHECKING:
     from .result import Result
-
-
-@dataclass(frozen=True)
-class Violation:
-    """One breach of the contract: which rule, and what exactly was found."""
-
-    rule: str
-    detail: str
-
-    def __str__(self) -> str:
-        return f"{self.rule}: {self.detail}"
-
-
-class InvariantError(AssertionError):
-    """A scenario broke the recovery contract; `.violations` lists every breach."""
-
-    def __init__(self, title: str, violations: Sequence[Violation], context: str = "") -> None:
-        self.violations = tuple(violations)
-        lines = [f"{title}: {len(self.violations)} invariant violation(s)"]
-        lines += [f"  - {v}" for v in self.violations]
-        if context:
-            lines.append(context)
-        super().__init__("\n".join(lines))
 
 
 def check(result: Result) -> list[Violation]:

@@ -37,12 +37,12 @@ from pathlib import Path
 from ..driver import run_sync as _run_coro
 from ..errors import ConfigError
 from ..records import RunStatus
-from .harness import MODES, shared_warning
-from .harness import play as play_scenario
-from .harness import run as run_scenario
-from .invariants import InvariantError, Violation
 from .result import ProbeHit, Result
+from .runner import MODES, shared_warning
+from .runner import play as play_scenario
+from .runner import run as run_scenario
 from .scenario import Crash, Point, Scenario, ScenarioSource, SharedScenarioWarning, build
+from .violation import InvariantError, Violation
 
 # Points that only recovery passes: a crash there tests recovery from recovery.
 RECOVERY_POINTS = frozenset({Point.AFTER_INTERRUPTED, Point.AFTER_RESUMED, Point.AFTER_PAUSED})

@@ -31,9 +31,9 @@ from typing import Any
 import pytest
 
 from ..driver import run_sync as _run_coro
-from .harness import MODES, run_sync
 from .matrix import matrix_cases
 from .result import Result
+from .runner import MODES, run_sync
 from .scenario import Crash
 
 MARKER = "crash_matrix"

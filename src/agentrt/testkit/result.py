@@ -28,9 +28,9 @@ from ..records import (
     VerifyReport,
 )
 from ..store import open_existing
-from .invariants import InvariantError, Violation
 from .journal import read_journal
 from .scenario import Crash, Point, Verdict
+from .violation import InvariantError, Violation
 
 
 @dataclass(frozen=True)

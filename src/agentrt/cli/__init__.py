@@ -1,0 +1,107 @@
+"""The `agentrt` command: see every run, decide every approval, verify the record, follow the log.
+
+This package owns the command line: parsing (stdlib `argparse`; options before
+or after the command), opening the database the way each command needs it,
+rendering (aligned tables at a terminal, the same columns unclipped when piped,
+JSON with `--json`), the approval display and confirmation, and exit codes:
+0 ok, 1 error or refusal, 2 usage.
+
+Rules it keeps: it opens an existing database only and never creates or
+migrates one; `runs`, `approvals`, `show`, `events` and `verify` open it
+read-only and read bounded pages; `approve`/`reject` print the request field by
+field, then decide bound to the hash they printed, and need `--approval`,
+`--yes` or a `y` typed at a terminal; every text from the database is escaped by
+`trace.sanitize` before it reaches the terminal. A RUN may be given by a unique
+prefix of its id (at least 8 characters); an ambiguous one is refused naming
+its candidates. Every command it prints for the operator to run carries the
+`--db` it was given, quoted for a shell. There is no `resume` (see `--help`).
+
+Its modules: `_output` (Output, tables, exit codes, the commands printed for
+the operator with their `--db`), `_opening` (opening the database, refusals in
+one sentence), `_args` (option value types), one module per group of commands
+(`_read`, `_verify`, `_decide`, `_launch`), `_commands` (the one list of
+commands) and `_parser`. The approval display is `agentrt._render_approval`,
+shared with the approver, the console and the demo.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import sys
+from collections.abc import Sequence
+
+from ..errors import AgentrtError, ApprovalChangedError, ApprovalHashError
+from ..trace import sanitize
+from ._commands import BY_NAME
+from ._opening import Refused
+from ._output import EXIT_ERROR, EXIT_OK, EXIT_USAGE, Output, Refusal, UsageError, render_table
+from ._parser import NO_RESUME, build_parser, command_index
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line `argv` (default: `sys.argv[1:]`); returns the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    _escape_unencodable_output()
+    at = command_index(argv)
+    # The demo parses its own options, and `resume` deserves an answer, not a list of choices.
+    command = BY_NAME.get(argv[at]) if at is not None else None
+    if at is not None and command is not None and command.passthrough is not None:
+        return command.passthrough(argv[at + 1 :], Output(json_mode=False))
+    if at is not None and argv[at] == "resume":
+        Output(json_mode=False).error(NO_RESUME)
+        return EXIT_USAGE
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # argparse exits 2 on usage errors, 0 after --help
+        return e.code if isinstance(e.code, int) else EXIT_USAGE
+    out = Output(json_mode=bool(getattr(args, "json", False)))
+    try:
+        return BY_NAME[args.command].run(args, out)
+    except UsageError as e:
+        parser.print_usage(out.stderr)
+        out.error(sanitize(str(e)))
+        return EXIT_USAGE
+    except (Refusal, Refused) as e:
+        out.error(sanitize(str(e)))
+        return EXIT_ERROR
+    except (ApprovalChangedError, ApprovalHashError) as e:
+        out.error(f"refused, nothing was decided: {sanitize(str(e))}")
+        return EXIT_ERROR
+    except (AgentrtError, sqlite3.Error) as e:
+        out.error(sanitize(str(e)))
+        return EXIT_ERROR
+    except BrokenPipeError:
+        _silence_stdout()
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        out.error("interrupted")
+        return EXIT_ERROR
+    except OverflowError:
+        out.error("a number on the command line is too large (at most 2^63-1)")
+        return EXIT_USAGE
+    except OSError as e:
+        # A cursor file or a directory the command could not use: one sentence.
+        out.error(sanitize(f"{e.strerror or e}: {e.filename}" if e.filename else str(e)))
+        return EXIT_ERROR
+
+
+def _escape_unencodable_output() -> None:
+    # Under an ASCII locale a goal in another script must print escaped, not crash the command.
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if callable(reconfigure):
+            with contextlib.suppress(ValueError, TypeError, AttributeError):
+                reconfigure(errors="backslashreplace")
+
+
+def _silence_stdout() -> None:
+    # The reader went away (`| head`): later writes, and the flush at exit, must not raise.
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+
+
+__all__ = ["EXIT_ERROR", "EXIT_OK", "EXIT_USAGE", "build_parser", "main", "render_table"]

@@ -1,0 +1,184 @@
+"""The deciding commands: `approve`, `reject` and `cancel`.
+
+`approve`/`reject` show the request a run waits on field by field
+(`agentrt._render_approval`, the same text every channel shows), then decide
+bound to the hash they printed, and need `--approval`, `--yes` or a `y` typed
+at a terminal (keys typed before the request was shown are dropped). A stored
+request that no longer matches its hash is refused before it is shown. `--by`
+defaults to the OS user of the effective uid, a label for the record.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import getpass
+import os
+import sys
+from typing import TextIO
+
+from .. import view
+from .._render_approval import approval_lines
+from ..approval import verify_stored
+from ..errors import ApprovalChangedError
+from ..operator import Operator
+from ..records import Approval
+from ..trace import sanitize, shown
+from ._opening import open_db
+from ._output import EXIT_OK, Output, Refusal, UsageError, again, arg, isatty
+
+
+def decide_arguments(p: argparse.ArgumentParser, *, verb: str) -> None:
+    p.add_argument("run", metavar="RUN")
+    p.add_argument(
+        "--approval",
+        metavar="ID",
+        help=f"the approval to {verb} (needed when several wait); naming it also confirms",
+    )
+    p.add_argument("--by", metavar="NAME", help="who decides (default: the OS user)")
+    p.add_argument("--note", metavar="TEXT", default="", help="recorded with the decision")
+    p.add_argument("--yes", action="store_true", help=f"{verb} without asking")
+    p.add_argument("--hash", metavar="HASH", help="refuse unless the approval still has this hash")
+
+
+def cancel_arguments(cancel: argparse.ArgumentParser) -> None:
+    cancel.add_argument("run", metavar="RUN")
+    cancel.add_argument("--by", metavar="NAME", help="who cancels (default: the OS user)")
+    cancel.add_argument("--note", metavar="TEXT", default="", help="recorded with the cancel")
+
+
+def show_approval(out: Output, approval: Approval, reason: str, *, verb: str) -> None:
+    """The whole request, one field a line, then the hash the decision will be bound to."""
+    out.lines(approval_lines(approval, reason, verb=verb))
+
+
+def default_user() -> str:
+    """The OS user running the command: a label for the record, not a login.
+
+    The name of the effective uid in the password database, not `LOGNAME` or
+    `USER` (which anyone can set); `getpass.getuser()` only where there is no
+    such database (Windows) or the uid has no entry.
+    """
+    try:
+        import pwd
+    except ImportError:  # not POSIX
+        pass
+    else:
+        with contextlib.suppress(KeyError, OSError):
+            return pwd.getpwuid(os.geteuid()).pw_name
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError, ImportError):  # no name for this uid
+        return f"uid {os.geteuid()}" if hasattr(os, "geteuid") else "unknown"
+
+
+def check_label(name: str, value: str) -> str:
+    if not value.strip():
+        raise UsageError(f"{name} must not be empty")
+    if sanitize(value) != value:
+        raise UsageError(f"{name} must be one line of visible characters: {sanitize(value)}")
+    return value
+
+
+def _drop_typeahead(stream: TextIO) -> None:
+    """Keys typed before the request was on the screen are no answer to it: drop them."""
+    try:
+        import termios
+    except ImportError:  # not a POSIX terminal: nothing to flush
+        return
+    with contextlib.suppress(OSError, termios.error):
+        termios.tcflush(stream.fileno(), termios.TCIFLUSH)
+
+
+def _confirm(out: Output, approval: Approval, verb: str) -> None:
+    """Ask at the terminal; anything but y (or yes) refuses, and so do EOF and no terminal."""
+    stdin = sys.stdin
+    done = "approved" if verb == "approve" else "rejected"
+    if not (isatty(stdin) and out.tty):
+        raise Refusal(
+            f"not {done}: there is no terminal to ask at, and nothing was decided; pass "
+            f"--yes (or --approval ID) to {verb} without being asked"
+        )
+    _drop_typeahead(stdin)
+    out.stdout.write(
+        f"{verb.capitalize()} this request (hash {sanitize(approval.hash[:16])}…)? "
+        f"Type y to {verb}, anything else refuses: "
+    )
+    out.stdout.flush()
+    try:
+        answer = stdin.readline()
+    except KeyboardInterrupt:
+        out.line()
+        raise Refusal(f"not {done}: interrupted; nothing was decided") from None
+    if answer == "":
+        out.line()
+        raise Refusal(f"not {done}: no answer (end of input); nothing was decided")
+    if answer.strip().lower() not in ("y", "yes"):
+        raise Refusal(f"not {done}: the answer was not y; nothing was decided")
+
+
+def cmd_decide(args: argparse.Namespace, out: Output, *, approve: bool) -> int:
+    verb = "approve" if approve else "reject"
+    by = check_label("--by", args.by if args.by is not None else default_user())
+    if out.json and not (args.yes or args.approval):
+        raise UsageError(
+            f"{verb} --json does not ask at a terminal: pass --yes or --approval ID "
+            "(use show --json to see the request first)"
+        )
+    with open_db(args, write=True) as store:
+        args.run = view.resolve_run_id(store, args.run)
+        try:
+            approval = view.choose_approval(store, args.run, args.approval)
+        except view.AmbiguousApprovalError as e:
+            which = again(args, verb, arg(args.run), "--approval", "ID")
+            raise Refusal(f"{e} with {which}; nothing was decided") from e
+        # A stored request that no longer matches its hash is refused before it is shown.
+        verify_stored(approval)
+        if args.hash is not None and args.hash != approval.hash:
+            raise ApprovalChangedError(
+                f"approval {approval.id} has hash {approval.hash}, not the {args.hash} "
+                "given with --hash"
+            )
+        if not out.json:
+            show_approval(out, approval, view.approval_reason(store, approval), verb=verb)
+        if not (args.yes or args.approval):
+            _confirm(out, approval, verb)
+        operator = Operator(store)
+        decide = operator.approve if approve else operator.reject
+        decided = decide(args.run, approval.id, by, args.note, shown_hash=approval.hash)
+        run = store.get_run(args.run, cap=view.LIST_TEXT_CAP)
+    if out.json:
+        out.document(
+            {"decision": str(decided.status), "approval": view.approval_json(decided),
+             "run": view.run_json(run)}
+        )  # fmt: skip
+        return EXIT_OK
+    out.line(
+        f"{decided.status}: approval {shown(decided.id)} of run {shown(run.id)} "
+        f"(hash {sanitize(decided.hash)}), by {sanitize(by)}"
+    )
+    if approve:
+        out.line(
+            f"The run stays {run.status} until the program that owns it resumes it "
+            "(Driver.resume, or Driver.recover at its next start; agentrt has no resume: "
+            "that needs the program's agent, tools and policy)."
+        )
+    else:
+        out.line(f"The run is now {run.status} ({run.reason}).")
+    return EXIT_OK
+
+
+def cmd_cancel(args: argparse.Namespace, out: Output) -> int:
+    by = check_label("--by", args.by if args.by is not None else default_user())
+    with open_db(args, write=True) as store:
+        run = Operator(store).cancel(view.resolve_run_id(store, args.run), by, args.note)
+    if out.json:
+        out.document({"run": view.run_json(run)})
+        return EXIT_OK
+    out.line(
+        f"cancelled: run {shown(run.id)} is now {run.status} ({run.reason}), by {sanitize(by)}"
+    )
+    return EXIT_OK
+
+
+__all__ = ["check_label", "cmd_cancel", "cmd_decide", "default_user"]

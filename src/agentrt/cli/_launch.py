@@ -1,0 +1,67 @@
+"""The commands that hand over to something else: `console` (the web console), `demo`
+and `mcp`.
+
+Each is loaded only when asked for, so the command line imports neither the
+console's web stack, the demo nor the MCP tooling: `console` needs its extra (a
+missing one is one sentence naming the pip command), and refuses an unusable
+database in one sentence before anything is served; `demo` and `mcp` parse their
+own options.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from collections.abc import Sequence
+
+from ._args import bounded
+from ._decide import check_label, default_user
+from ._opening import open_db
+from ._output import EXIT_ERROR, EXIT_OK, Output, db_path
+
+
+def console_arguments(console: argparse.ArgumentParser) -> None:
+    console.add_argument(
+        "--host", default="127.0.0.1", help="address to bind (default %(default)s)"
+    )
+    console.add_argument("--port", type=bounded(0, 65535), default=8765, help="0 picks a free one")
+    console.add_argument("--by", metavar="NAME", help="who decides (default: the OS user)")
+    console.add_argument("--token", help="required off loopback (default: generated and printed)")
+
+
+def cmd_console(args: argparse.Namespace, out: Output) -> int:
+    try:
+        console = importlib.import_module("agentrt.console")
+    except ModuleNotFoundError as e:
+        if (e.name or "").split(".")[0] not in ("starlette", "uvicorn", "anyio"):
+            raise
+        out.error("the console needs its extra: pip install 'agentrt[console]'")
+        return EXIT_ERROR
+    by = check_label("--by", args.by if args.by is not None else default_user())
+    with open_db(args):  # refused here, in one sentence, before anything is served
+        pass
+    return int(
+        console.serve(db_path(args), host=args.host, port=args.port, by=by, token=args.token)
+    )
+
+
+def run_demo(args: Sequence[str], out: Output) -> int:
+    try:
+        demo = importlib.import_module("agentrt.demo")
+    except ModuleNotFoundError as e:
+        if e.name != "agentrt.demo":
+            raise
+        out.error("the demo is not part of this installation of agentrt")
+        return EXIT_ERROR
+    result = demo.run(list(args))
+    return int(result) if isinstance(result, int) else EXIT_OK
+
+
+def run_mcp(args: Sequence[str], out: Output) -> int:
+    """`agentrt mcp pin|check`: parsed by `agentrt.mcp`, loaded only when asked for."""
+    from ..mcp._cli import main as mcp_main
+
+    return mcp_main(list(args))
+
+
+__all__ = ["cmd_console", "console_arguments", "run_demo", "run_mcp"]

@@ -1,0 +1,126 @@
+"""Opening the database a command was given, and saying in one sentence why it was refused.
+
+The command line opens an existing database only: it never creates or migrates
+one (`open_db` refuses a missing path before the store is asked), and opens it
+read-only unless the command writes. A refusal from the store (a symlink, a
+second hard link, loose modes, a foreign owner, a damaged or unsafe schema, a
+newer schema version) becomes `Refused`, one sentence naming the actual
+problem of the actual file (the database or its -wal, -shm or -journal file).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+
+from ..errors import (
+    AgentrtError,
+    HardLinkError,
+    InsecureDirectoryError,
+    InsecureModeError,
+    SchemaVersionError,
+    StoreError,
+    SymlinkError,
+    UnreadableSchemaError,
+    UnsafeSchemaError,
+)
+from ..store import Store, open_existing
+from ._output import db_path
+
+
+def open_db(args: argparse.Namespace, *, write: bool = False) -> Store:
+    """The database this command was given, opened read-only unless `write`; refused in one
+    sentence (`Refused`) when the store refuses it; never created."""
+    path = db_path(args)
+    if not os.path.lexists(path):
+        raise StoreError(
+            f"no database at {path} (agentrt opens existing databases only and never creates one)"
+        )
+    try:
+        return open_existing(path, read_only=not write)
+    except AgentrtError as e:
+        raise Refused(path, e) from e
+
+
+class Refused(Exception):
+    """The database itself was refused at open; carries one sentence for the operator."""
+
+    def __init__(self, path: str, error: AgentrtError) -> None:
+        super().__init__(refusal_sentence(path, error))
+
+
+def refusal_sentence(path: str, error: AgentrtError) -> str:
+    """One sentence saying why the database at `path` was refused."""
+    if isinstance(error, SymlinkError):
+        return (
+            f"refusing {path}: it is a symlink, and agentrt opens only the database file "
+            "itself, never a link to it"
+        )
+    if isinstance(error, HardLinkError):
+        return (
+            f"refusing {path}: it has another name (a second hard link), which could be "
+            "changed out of sight of agentrt's checks; keep only one name for the database"
+        )
+    if isinstance(error, InsecureDirectoryError):
+        return f"refusing {path}: {error}"
+    if isinstance(error, InsecureModeError):
+        return f"refusing {path}: {_insecure_reason(path, str(error))}"
+    if isinstance(error, UnreadableSchemaError):
+        return (
+            f"refusing {path}: its schema (the list of its tables and indexes) is damaged or "
+            "was edited by hand, so agentrt cannot check that it is safe to use"
+        )
+    if isinstance(error, UnsafeSchemaError):
+        return (
+            f"refusing {path}: it holds a trigger or a view, which could run hidden code "
+            "whenever agentrt reads or writes it"
+        )
+    if isinstance(error, SchemaVersionError):
+        return f"refusing {path}: {error}"
+    return f"cannot open {path}: {error}"
+
+
+# What `filesafety` says when it refuses a file (InsecureModeError), read back so
+# that the sentence names the problem the file actually has.
+_WHAT = r"(?P<what>database|[a-z]+ file) (?P<file>.+)"
+_OWNED = re.compile(
+    _WHAT + r" is owned by uid (?P<uid>[0-9]+), not by this process \(uid (?P<me>[0-9]+)\)"
+)
+_WRITABLE = re.compile(_WHAT + r" is writable by group or others \(mode (?P<mode>[0-7]+)\)")
+_NOT_REGULAR = re.compile(r"(?P<file>.+) is not a regular file \(an? (?P<kind>[a-z ]+)\)")
+_CANNOT = re.compile(r"cannot (?P<verb>inspect|tighten) (?P<file>.+?)(?: to 0600)?: (?P<why>.+)")
+
+
+def _subject(path: str, what: str, file: str) -> str:
+    if file == path:
+        return "it"
+    return f"the database {file}" if what == "database" else f"its -{what} {file}"
+
+
+def _insecure_reason(path: str, message: str) -> str:
+    """Why the file at `path` (or a -wal, -shm or -journal file beside it) is refused."""
+    message = message.strip()
+    if m := _WRITABLE.match(message):
+        return (
+            f"{_subject(path, m['what'], m['file'])} is writable by group or others (mode "
+            f"{m['mode']}), and anyone who can write it can forge an approval; make it "
+            "owner-only (chmod 600)"
+        )
+    if m := _OWNED.match(message):
+        return (
+            f"{_subject(path, m['what'], m['file'])} is owned by uid {m['uid']}, not by you "
+            f"(uid {m['me']}), and its owner could rewrite any record or forge an approval"
+        )
+    if m := _NOT_REGULAR.match(message):
+        return (
+            f"{m['file']} is a {m['kind']}, not a regular file, so agentrt will not open the "
+            "database beside it; move it out of the way"
+        )
+    if m := _CANNOT.match(message):
+        return f"agentrt cannot {m['verb']} {m['file']} ({m['why'].rstrip('.')})"
+    # Anything else, in the store's own words, kept to one sentence.
+    return message.rstrip(".").replace(". ", "; ")
+
+
+__all__ = ["Refused", "open_db", "refusal_sentence"]

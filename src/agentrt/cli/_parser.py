@@ -1,0 +1,97 @@
+"""The `agentrt` argument parser, built from the one list of commands (`_commands.COMMANDS`).
+
+Global options (`--db`, `--json`) are accepted before or after the command: they
+are declared on the main parser and again on every command, with SUPPRESS
+defaults. `command_index` finds the command word without parsing, for the
+commands answered before parsing (`demo` parses its own options; `resume`,
+which does not exist, gets a sentence instead of a list of choices).
+"""
+
+from __future__ import annotations
+
+import argparse
+import textwrap
+from collections.abc import Sequence
+
+from ._commands import COMMANDS
+
+NO_RESUME = (
+    "There is no `resume` command. Resuming a run executes its tools, and that needs the "
+    "agent, the tools, the policy and the reconciliation of the program that owns the "
+    "run; none of them is in the database. Decide here (approve, reject, cancel); the "
+    "program resumes the run with Driver.resume(run_id), or finds it with "
+    "Driver.recover() when it starts."
+)
+
+_EPILOG = f"""\
+The database is --db PATH or the AGENTRT_DB environment variable. agentrt opens
+an existing database only: it never creates or migrates one. runs, approvals,
+show, events and verify open it read-only and read one bounded page at a time.
+RUN may be a unique prefix of a run id, at least 8 characters long.
+
+{textwrap.fill(NO_RESUME, 79)}
+
+Text from models and servers (goals, arguments, results) is shown with control,
+bidi, zero-width and other invisible characters escaped (\\x1b, \\u202e, ...).
+
+Exit status: 0 ok, 1 error or refusal, 2 usage.
+"""
+
+_GLOBAL_VALUE_OPTIONS = ("--db",)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--db",
+        metavar="PATH",
+        default=argparse.SUPPRESS,
+        help="the database file (default: $AGENTRT_DB)",
+    )
+    common.add_argument(
+        "--json",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="JSON output (JSON Lines for events)",
+    )
+
+    parser = argparse.ArgumentParser(
+        prog="agentrt",
+        description="See every run, decide every approval, verify the record, follow the log.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        parents=[common],
+    )
+    from .. import __version__
+
+    parser.add_argument("--version", action="version", version=f"agentrt {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for command in COMMANDS:
+        if command.passthrough is not None:
+            sub.add_parser(command.name, help=command.help, add_help=False)
+            continue
+        p = sub.add_parser(
+            command.name, help=command.help, description=command.help, parents=[common]
+        )
+        command.arguments(p)
+    return parser
+
+
+def command_index(argv: Sequence[str]) -> int | None:
+    """Where the command word is, skipping global options before it; None if there is none."""
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        if token == "--":
+            return i + 1 if i + 1 < len(argv) else None
+        if token in _GLOBAL_VALUE_OPTIONS:
+            i += 2
+            continue
+        if token.startswith("-"):
+            i += 1
+            continue
+        return i
+    return None
+
+
+__all__ = ["NO_RESUME", "build_parser", "command_index"]
