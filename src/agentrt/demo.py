@@ -254,7 +254,9 @@ def _run(argv: list[str]) -> int:
     if args.stop_at_approval:
         say()
         say("Stopped here, as asked. The run waits in the database until a person decides.")
-        say("After approving with the command above, finish the story with:")
+        say("Or decide in a browser (pip install 'agentrt[console]'):")
+        say(f"  agentrt console --db {_q(db)}")
+        say("After approving, finish the story with:")
         say(f"  agentrt demo --resume {_q(workdir)}")
         return 0
 
