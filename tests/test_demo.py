@@ -72,7 +72,8 @@ def test_demo_can_stop_for_a_person_to_approve_with_the_printed_command(tmp_path
         if line.strip().startswith("agentrt --db") and " approve " in line
     )
     # The person may decide in a browser instead: the printed console command is pasteable.
-    assert f"  agentrt console --db {tmp_path / 'demo.db'}" in first.stdout.splitlines()
+    console = f"  agentrt console --db {shlex.quote(str(tmp_path / 'demo.db'))}"
+    assert console in first.stdout.splitlines()
     store = agentrt.open_existing(tmp_path / "demo.db", read_only=True)
     (run,) = store.list_runs()
     assert run.status == "WAITING_FOR_APPROVAL"
