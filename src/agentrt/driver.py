@@ -43,6 +43,7 @@ from .records import (
     Approval,
     Decision,
     Limits,
+    Observation,
     Run,
     RunStatus,
     StepInput,
@@ -59,7 +60,6 @@ from .session import (
     RunMoved,
     RunSession,
     Verdict,
-    failed_decision,
     maybe_await,
     run_io,
 )
@@ -357,7 +357,7 @@ class Driver:
                     tx,
                     run.id,
                     row["id"],
-                    failed_decision(detail),
+                    Observation.invalid_decision(detail),
                     now,
                     from_statuses=(StepStatus.AWAITING_APPROVAL,),
                 )
@@ -448,7 +448,7 @@ class Driver:
             reason,
             detail,
             step_status=StepStatus.FAILED,
-            observation=failed_decision(detail),
+            observation=Observation.invalid_decision(detail),
         )
         return None
 

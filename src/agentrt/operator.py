@@ -13,7 +13,7 @@ from .approval import decide
 from .clock import Clock, format_time, wall_clock
 from .errors import NotFoundError, RunFinishedError, RunStateError
 from .events import Observer, deliver
-from .records import Approval, Observation, ObservationKind, Run, RunStatus, TerminalReason
+from .records import Approval, Observation, Run, RunStatus, TerminalReason
 from .store import Store, run_from_row
 from .transitions import fail_step, finish_run
 
@@ -76,12 +76,7 @@ class Operator:
                 raise RunFinishedError(refused)
             if status is None:
                 raise RunStateError(refused)
-            content = {"by": by, "note": note}
-            from .canonical import content_hash
-
-            observation = Observation(
-                ObservationKind.INTERRUPTED, content, f"cancelled by {by}", content_hash(content)
-            )
+            observation = Observation.cancelled(by, note)
             for step_row in tx.execute(
                 "SELECT id, status FROM steps WHERE run_id = ? AND status IN (?, ?, ?) "
                 "ORDER BY idx",

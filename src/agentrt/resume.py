@@ -29,7 +29,7 @@ from typing import Any
 
 from . import events as ev
 from .approval import approval_hash, approval_request, verify_stored
-from .canonical import check_json, content_hash, to_text
+from .canonical import check_json, to_text
 from .clock import format_time
 from .decisions import call_args
 from .errors import JSONValueError, RunLeasedError, RunStateError
@@ -39,7 +39,6 @@ from .records import (
     Approval,
     ApprovalStatus,
     Observation,
-    ObservationKind,
     PolicyDecision,
     PolicyOutcome,
     ReconcileOutcome,
@@ -58,8 +57,6 @@ from .session import (
     POINT_RESUMED,
     LoopConfig,
     RunSession,
-    denied_observation,
-    failed_decision,
     maybe_await,
     run_io,
     validate_policy_decision,
@@ -201,7 +198,9 @@ async def resume_waiting(
             step,
             latest,
             now,
-            failed_decision(f"tool {tool!r} is no longer registered; nothing was executed"),
+            Observation.invalid_decision(
+                f"tool {tool!r} is no longer registered; nothing was executed"
+            ),
         )
         return session
     errors = config.compiled[tool].check(args)
@@ -211,7 +210,7 @@ async def resume_waiting(
             step,
             latest,
             now,
-            failed_decision(
+            Observation.invalid_decision(
                 f"args no longer match the current input schema of {tool!r}: " + "; ".join(errors)
             ),
         )
@@ -226,13 +225,13 @@ async def resume_waiting(
             now,
             TerminalReason.INTERNAL_ERROR,
             check.error or "policy failed",
-            denied_observation(tool, check.error or "policy failed"),
+            Observation.denied(tool, check.error or "policy failed"),
             None,
         )
         return session
     if policy.outcome == PolicyOutcome.DENY:
         await _leave_waiting_failed(
-            session, step, latest, now, denied_observation(tool, policy.reason), check.payload
+            session, step, latest, now, Observation.denied(tool, policy.reason), check.payload
         )
         return session
     if policy.outcome == PolicyOutcome.ABORT:
@@ -243,7 +242,7 @@ async def resume_waiting(
             now,
             TerminalReason.POLICY_ABORT,
             policy.reason,
-            denied_observation(tool, policy.reason),
+            Observation.denied(tool, policy.reason),
             check.payload,
         )
         return session
@@ -306,7 +305,7 @@ async def _expire(
             tx,
             session.run_id,
             step.id,
-            denied_observation(tool, why),
+            Observation.denied(tool, why),
             now,
             from_statuses=(StepStatus.AWAITING_APPROVAL,),
         )
@@ -490,13 +489,7 @@ async def take_over(config: LoopConfig, run_id: str) -> RunSession:
             (run_id,),
         ).fetchall()
         for step_row in in_flight:
-            content = {"previous_status": step_row["status"]}
-            observation = Observation(
-                ObservationKind.INTERRUPTED,
-                content,
-                f"interrupted while {step_row['status']}",
-                content_hash(content),
-            )
+            observation = Observation.interrupted(step_row["status"])
             cur = tx.execute(
                 "UPDATE steps SET status = 'interrupted', observation_json = ?, "
                 "observation_hash = ?, finished_at = ? WHERE id = ? AND status = ?",
@@ -510,7 +503,7 @@ async def take_over(config: LoopConfig, run_id: str) -> RunSession:
             )
             if cur.rowcount != 1:
                 raise RunStateError(f"step {step_row['id']} moved during the takeover")
-            tx.append_event(run_id, step_row["id"], now, ev.STEP_INTERRUPTED, content)
+            tx.append_event(run_id, step_row["id"], now, ev.STEP_INTERRUPTED, observation.content)
             session.refresh(tx, step_row["id"])
         session.refresh(tx)
 

@@ -664,7 +664,7 @@ class RunSession:
             recorded = await self.record_decision(step, decision)
             error = validate(recorded, self.config.compiled)
             if error is not None:
-                await self.fail_current(step, failed_decision(error))
+                await self.fail_current(step, Observation.invalid_decision(error))
                 return Verdict.DENIED
             chosen = recorded.decision
             if chosen.kind == DecisionKind.COMPLETE:
@@ -706,7 +706,7 @@ class RunSession:
                 TerminalReason.INTERNAL_ERROR,
                 error,
                 step_status=StepStatus.FAILED,
-                observation=denied_observation(spec.name, error),
+                observation=Observation.denied(spec.name, error),
             )
             return Verdict.ENDED
         if decision.outcome == PolicyOutcome.ALLOW:
@@ -723,7 +723,7 @@ class RunSession:
                 TerminalReason.POLICY_ABORT,
                 decision.reason,
                 step_status=StepStatus.FAILED,
-                observation=denied_observation(spec.name, decision.reason),
+                observation=Observation.denied(spec.name, decision.reason),
                 policy_payload=check.payload,
             )
             return Verdict.ENDED
@@ -741,7 +741,7 @@ class RunSession:
                 tx,
                 self.run_id,
                 step.id,
-                denied_observation(spec.name, decision.reason),
+                Observation.denied(spec.name, decision.reason),
                 now,
                 from_statuses=(StepStatus.DECIDING,),
             )
@@ -954,13 +954,7 @@ class RunSession:
             # lease stays ours (and renewed), or another process could take the
             # run over and start the same call beside it.
             running = next((f for f in threads if not f.done()), None)
-            content = {"previous_status": "executing", "failure": "cancelled"}
-            observation = Observation(
-                ObservationKind.INTERRUPTED,
-                content,
-                "cancelled by the caller; outcome unknown",
-                content_hash(content),
-            )
+            observation = Observation.cancelled_mid_call()
             await asyncio.shield(
                 self.finish_tool(
                     step,
@@ -1096,15 +1090,3 @@ class RunSession:
             self.refresh(tx, step.id)
 
         await self.write_outcome(tx_finished, POINT_TOOL_FINISHED)
-
-
-def denied_observation(tool: str, reason: str) -> Observation:
-    content = {"tool": tool, "reason": reason}
-    return Observation(ObservationKind.POLICY_DENIED, content, reason[:1024], content_hash(content))
-
-
-def failed_decision(error: str) -> Observation:
-    content = {"error": error}
-    return Observation(
-        ObservationKind.INVALID_DECISION, content, error[:1024], content_hash(content)
-    )
