@@ -216,6 +216,23 @@ def test_reject_fails_the_step_and_cancels_the_run(store: agentrt.Store) -> None
     assert push.calls == []
 
 
+def test_a_rejection_stores_the_hash_of_its_observation(
+    store: agentrt.Store, db_path: Path
+) -> None:
+    _, run, _ = paused_run(store)
+    (approval,) = store.pending_approvals(run.id)
+    agentrt.reject(store, run.id, approval.id, by="alice", note="not today")
+    step = store.list_steps(run.id)[-1]
+    expected = agentrt.content_hash({"tool": "push", "reason": "approval rejected: not today"})
+    assert step.observation is not None
+    assert step.observation.content_hash == expected
+    with sqlite3.connect(db_path) as raw:
+        (stored,) = raw.execute(
+            "SELECT observation_hash FROM steps WHERE id = ?", (step.id,)
+        ).fetchone()
+    assert stored == expected
+
+
 def test_pending_approval_refuses_resume_and_changes_nothing(
     store: agentrt.Store, db_path: Path
 ) -> None:

@@ -37,7 +37,6 @@ from .records import (
     ApprovalStatus,
     Event,
     Observation,
-    ObservationKind,
     RunStatus,
     StepStatus,
     TerminalReason,
@@ -155,11 +154,7 @@ def decide(
                 if isinstance(approval.request, dict)
                 else ""
             )
-            observation = Observation(
-                kind=ObservationKind.POLICY_DENIED,
-                content={"tool": tool, "reason": f"approval rejected: {note}"},
-                summary=f"approval rejected: {note}",
-            )
+            observation = Observation.rejected(tool, note)
             fail_step(
                 tx,
                 run_id,
