@@ -33,6 +33,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from . import events as ev
+from ._store.writes import charge_run
 from .canonical import canonical_json
 from .clock import duration_to_ms, format_time
 from .errors import (
@@ -55,7 +56,6 @@ from .model import (
 from .records import ModelCallStatus, Run, Step, TerminalReason
 from .session import POINT_MODEL_DISPATCHED
 from .store import Tx, clamp_charge, run_from_row, saturating_add_sql
-from .transitions import charge_run
 
 if TYPE_CHECKING:
     from .session import RunSession

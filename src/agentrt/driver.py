@@ -23,6 +23,7 @@ from datetime import timedelta
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from . import events as ev
+from ._store.writes import fail_step, finish_run
 from .accounting import AccountingCaller
 from .canonical import to_text
 from .clock import Clock, IdFactory, format_time, new_id, wall_clock
@@ -65,7 +66,6 @@ from .session import (
 )
 from .store import Store, Tx, run_from_row
 from .tools import Tool, compile_tool, registered_spec, spec_hash, validate_tools
-from .transitions import fail_step, finish_run
 
 T = TypeVar("T")
 

@@ -28,6 +28,7 @@ from datetime import datetime
 from typing import Any
 
 from . import events as ev
+from ._store.writes import charge_dispatched, fail_step, finish_run
 from .approval import approval_hash, approval_request, verify_stored
 from .canonical import check_json, to_text
 from .clock import format_time
@@ -62,7 +63,6 @@ from .session import (
     validate_policy_decision,
 )
 from .store import Tx, approval_from_row, run_from_row, step_from_row
-from .transitions import charge_dispatched, fail_step, finish_run
 
 INTERRUPTED_POLICY_ID = "agentrt:interrupted_side_effect"
 RECONCILE_POLICY_ID = "agentrt:reconcile"

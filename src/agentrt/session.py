@@ -45,6 +45,7 @@ from typing import Any, TypeVar, cast
 
 from . import events as ev
 from . import limits as limits_mod
+from ._store.writes import fail_step, finish_run
 from .approval import approval_hash, approval_request
 from .canonical import check_json, content_hash, copy_json, from_text, to_text
 from .clock import Clock, IdFactory, as_stored, duration_to_ms, format_time
@@ -76,7 +77,6 @@ from .records import (
 )
 from .store import Store, Tx, approval_from_row, run_from_row, step_from_row
 from .tools import CompiledTool, Tool
-from .transitions import fail_step, finish_run
 
 T = TypeVar("T")
 

@@ -1,4 +1,4 @@
-"""The guarded writes that move steps and runs between statuses.
+"""The named compare-and-set writes: every state change of a run, a step or an approval.
 
 Every statement here is a compare-and-set: it names the statuses it may leave
 (`AND status IN (...)`) and raises `RunStateError` when no row matched, so a
@@ -10,13 +10,23 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from . import events as ev
-from .canonical import to_text
-from .clock import format_time
-from .errors import RunStateError
-from .model import Usage
-from .records import JSON, Observation, StepStatus
-from .store import Tx, clamp_charge, saturating_add_sql
+from .. import events as ev
+from ..canonical import to_text
+from ..clock import format_time
+from ..errors import RunStateError
+from ..model import Usage
+from ..records import (
+    JSON,
+    Approval,
+    ApprovalStatus,
+    Observation,
+    Run,
+    RunStatus,
+    StepStatus,
+    TerminalReason,
+)
+from ..store import Tx, clamp_charge, saturating_add_sql
+from . import reads
 
 
 def fail_step(
@@ -150,3 +160,56 @@ def charge_dispatched(tx: Tx, run_id: str, now: datetime) -> None:
                 "error": error,
             },
         )
+
+
+def decide_approval(
+    tx: Tx, approval: Approval, status: ApprovalStatus, by: str, note: str, now: datetime
+) -> Approval:
+    """Approve or reject a pending approval still bearing its hash; `approval.decided`.
+
+    Raises `RunStateError` when the row is no longer pending with that hash.
+    """
+    cur = tx.execute(
+        "UPDATE approvals SET status = ?, decided_at = ?, decided_by = ?, note = ? "
+        "WHERE id = ? AND status = 'pending' AND hash = ?",
+        (str(status), format_time(now), by, note, approval.id, approval.hash),
+    )
+    if cur.rowcount != 1:
+        raise RunStateError(f"approval {approval.id} changed while being decided")
+    tx.append_event(
+        approval.run_id,
+        approval.step_id,
+        now,
+        ev.APPROVAL_DECIDED,
+        {"approval_id": approval.id, "status": str(status), "by": by, "note": note},
+    )
+    return reads.approval_record(tx, approval.id)
+
+
+IN_FLIGHT = ("deciding", "executing", "awaiting_approval")
+
+
+def cancel_run(tx: Tx, run_id: str, by: str, note: str, now: datetime) -> Run:
+    """Cancel a live run: its in-flight steps fail, its pending approvals expire, it ends.
+
+    The caller has checked that the run is live (RUNNING or WAITING_FOR_APPROVAL).
+    """
+    observation = Observation.cancelled(by, note)
+    for step_row in reads.steps_in(tx, run_id, IN_FLIGHT):
+        fail_step(tx, run_id, step_row["id"], observation, now, from_statuses=(step_row["status"],))
+    # Pending approvals of a cancelled run can never be acted on.
+    tx.execute(
+        "UPDATE approvals SET status = 'expired', decided_at = ?, decided_by = ?, "
+        "note = ? WHERE run_id = ? AND status = 'pending'",
+        (format_time(now), by, "the run was cancelled", run_id),
+    )
+    finish_run(
+        tx,
+        run_id,
+        RunStatus.CANCELLED,
+        TerminalReason.OPERATOR_CANCELLED,
+        note,
+        now,
+        from_statuses=(RunStatus.RUNNING, RunStatus.WAITING_FOR_APPROVAL),
+    )
+    return reads.run_record(tx, run_id)
