@@ -41,6 +41,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
+from functools import partial
 from typing import Any, TypeVar, cast
 
 from . import events as ev
@@ -226,6 +227,31 @@ async def maybe_await(value: Any) -> Any:
     return value
 
 
+async def write_through(
+    config: LoopConfig, fn: Callable[[Tx], T], in_tx: Callable[[], None] | None = None
+) -> T:
+    """Run `fn` in one IMMEDIATE transaction off the event loop; deliver its events.
+
+    `in_tx` runs just before COMMIT (a crash point's probe). A session's writes
+    go through here; so do the two that no session holds: creating a run, and
+    failing a waiting run whose record will not decode.
+    """
+    store = config.store
+    observed = config.observer is not None
+
+    def job() -> tuple[T, list[Any]]:
+        with store.transaction() as tx:
+            out = fn(tx)
+            if in_tx is not None:
+                in_tx()
+            events = tx.events if observed else []
+        return out, events
+
+    out, events = await run_io(job)
+    deliver(config.observer, events)
+    return out
+
+
 class RunSession:
     """Executes one run while this process holds its lease."""
 
@@ -266,20 +292,8 @@ class RunSession:
         `point` names a crash point of the test kit: its in-transaction probe runs
         just before COMMIT, its after-commit probe once the events are delivered.
         """
-        store = self.config.store
-
-        observed = self.config.observer is not None
-
-        def job() -> tuple[T, list[Any]]:
-            with store.transaction() as tx:
-                out = fn(tx)
-                if point is not None:
-                    self.probe_in_tx(point)
-                events = tx.events if observed else []
-            return out, events
-
-        out, events = await run_io(job)
-        deliver(self.config.observer, events)
+        in_tx = None if point is None else partial(self.probe_in_tx, point)
+        out = await write_through(self.config, fn, in_tx)
         if point is not None:
             await self.probe(point)
         return out

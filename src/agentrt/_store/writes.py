@@ -8,6 +8,7 @@ Each write appends its audit event in the same transaction.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 
 from .. import events as ev
@@ -19,11 +20,13 @@ from ..records import (
     JSON,
     Approval,
     ApprovalStatus,
+    Limits,
     Observation,
     Run,
     RunStatus,
     StepStatus,
     TerminalReason,
+    ToolSpec,
 )
 from ..store import Tx, clamp_charge, saturating_add_sql
 from . import reads
@@ -211,5 +214,69 @@ def cancel_run(tx: Tx, run_id: str, by: str, note: str, now: datetime) -> Run:
         note,
         now,
         from_statuses=(RunStatus.RUNNING, RunStatus.WAITING_FOR_APPROVAL),
+    )
+    return reads.run_record(tx, run_id)
+
+
+def create_run(
+    tx: Tx,
+    run_id: str,
+    goal: str,
+    limits: Limits,
+    *,
+    owner: str,
+    lease_expires_at: str,
+    holder: str,
+    specs: Sequence[tuple[str, ToolSpec]],
+    now: datetime,
+) -> Run:
+    """A new RUNNING run leased to `owner` at epoch 1, its tool specs kept by hash.
+
+    Appends `run.created` and `run.started`; `RunStateError` if the id is taken.
+    """
+    if reads.run_exists(tx, run_id):
+        raise RunStateError(f"run {run_id} already exists; start refuses to reuse an id")
+    at = format_time(now)
+    tx.execute(
+        "INSERT INTO runs (id, goal, status, limits_json, created_at, started_at, "
+        "lease_owner, lease_expires_at, lease_epoch, lease_holder) "
+        "VALUES (?, ?, 'RUNNING', ?, ?, ?, ?, ?, 1, ?)",
+        (run_id, goal, to_text(limits.to_json()), at, at, owner, lease_expires_at, holder),
+    )
+    for spec_hash, spec in specs:
+        tx.execute(
+            "INSERT OR IGNORE INTO tool_specs (hash, spec_json) VALUES (?, ?)",
+            (spec_hash, to_text(spec.to_json())),
+        )
+    tx.append_event(
+        run_id,
+        "",
+        now,
+        ev.RUN_CREATED,
+        {"goal": goal, "limits": limits.to_json(), "tools": [h for h, _ in specs]},
+    )
+    tx.append_event(run_id, "", now, ev.RUN_STARTED, {})
+    return reads.run_record(tx, run_id)
+
+
+def fail_waiting_run(tx: Tx, run_id: str, detail: str, now: datetime) -> Run:
+    """Fail a WAITING run (its awaiting step `invalid_decision`, the run `internal_error`)."""
+    for row in reads.steps_in(tx, run_id, (StepStatus.AWAITING_APPROVAL,)):
+        fail_step(
+            tx,
+            run_id,
+            row["id"],
+            Observation.invalid_decision(detail),
+            now,
+            from_statuses=(StepStatus.AWAITING_APPROVAL,),
+        )
+    finish_run(
+        tx,
+        run_id,
+        RunStatus.FAILED,
+        TerminalReason.INTERNAL_ERROR,
+        detail,
+        now,
+        from_statuses=(RunStatus.WAITING_FOR_APPROVAL,),
     )
     return reads.run_record(tx, run_id)
