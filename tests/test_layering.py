@@ -21,7 +21,6 @@ STORE_LAYER = {"_store", "store.py", "migrations.py"}
 NOT_YET_MOVED = {
     "accounting.py",
     "chain.py",
-    "lease.py",
     "recover.py",
     "resume.py",
     "session.py",

@@ -8,13 +8,16 @@ Each write appends its audit event in the same transaction.
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
 from .. import events as ev
 from ..canonical import to_text
 from ..clock import format_time
 from ..errors import RunStateError
+from ..migrations import rollback_quietly
 from ..model import Usage
 from ..records import (
     JSON,
@@ -28,7 +31,7 @@ from ..records import (
     TerminalReason,
     ToolSpec,
 )
-from ..store import Tx, clamp_charge, saturating_add_sql
+from ..store import Tx, check_schema, clamp_charge, saturating_add_sql
 from . import reads
 
 
@@ -280,3 +283,64 @@ def fail_waiting_run(tx: Tx, run_id: str, detail: str, now: datetime) -> Run:
         from_statuses=(RunStatus.WAITING_FOR_APPROVAL,),
     )
     return reads.run_record(tx, run_id)
+
+
+_RENEW_SQL = "UPDATE runs SET lease_expires_at = ? WHERE id = ? AND lease_owner = ?"
+
+
+def renew_lease(tx: Tx | sqlite3.Connection, run_id: str, owner: str, expires_at: str) -> bool:
+    """Push the lease's expiry out, if `owner` still holds it; False when it does not."""
+    return bool(tx.execute(_RENEW_SQL, (expires_at, run_id, owner)).rowcount == 1)
+
+
+def renew_lease_alone(
+    conn: sqlite3.Connection, safe_schema: int | None, run_id: str, owner: str, expires_at: str
+) -> tuple[bool, int | None]:
+    """`renew_lease` in a transaction of its own on `conn` (the heartbeat's connection).
+
+    Like every store transaction it re-checks the schema first: a trigger added
+    since the last renewal must not fire on this write (`UnsafeSchemaError`,
+    nothing written). Returns whether the lease was renewed and the schema
+    version now known safe.
+    """
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        safe_schema = check_schema(conn, safe_schema)
+        renewed = renew_lease(conn, run_id, owner, expires_at)
+        conn.execute("COMMIT")
+    except BaseException:
+        rollback_quietly(conn)
+        raise
+    return renewed, safe_schema
+
+
+def take_lease(
+    tx: Tx,
+    run_id: str,
+    owner: str,
+    expires_at: str,
+    holder: str,
+    *,
+    from_status: str,
+    previous: tuple[str, str] | None = None,
+) -> int:
+    """Move the run to RUNNING under a new lease, compare-and-set; return the new epoch.
+
+    With `previous` (owner, expiry) the update also requires the lease to be
+    exactly the one the caller judged expired. `RunStateError` when no row matched.
+    """
+    sql = (
+        "UPDATE runs SET status = 'RUNNING', lease_owner = ?, lease_expires_at = ?, "
+        "lease_holder = ?, lease_epoch = lease_epoch + 1 WHERE id = ? AND status = ?"
+    )
+    params: list[Any] = [owner, expires_at, holder, run_id, from_status]
+    if previous is not None:
+        sql += " AND lease_owner = ? AND lease_expires_at = ?"
+        params += list(previous)
+    cur = tx.execute(sql, params)
+    if cur.rowcount != 1:
+        raise RunStateError(
+            f"run {run_id} was taken by another resume or changed status; nothing was executed"
+        )
+    row = tx.execute("SELECT lease_epoch FROM runs WHERE id = ?", (run_id,)).fetchone()
+    return int(row[0])
