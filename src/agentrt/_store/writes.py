@@ -24,6 +24,7 @@ from ..records import (
     Approval,
     ApprovalStatus,
     Limits,
+    ModelCallStatus,
     Observation,
     Run,
     RunStatus,
@@ -344,3 +345,167 @@ def take_lease(
         )
     row = tx.execute("SELECT lease_epoch FROM runs WHERE id = ?", (run_id,)).fetchone()
     return int(row[0])
+
+
+def dispatch_model_call(
+    tx: Tx,
+    run_id: str,
+    step_id: str,
+    call_id: str,
+    attempt: int,
+    model: str,
+    estimate: Usage,
+    estimate_cost_micros: int,
+    now: datetime,
+) -> None:
+    """Record a model attempt as `dispatched` at its estimate, before it is sent.
+
+    Counts it on the run and appends `model.dispatched`; charging waits for the
+    settle (or for `charge_dispatched`, when it never comes).
+    """
+    tx.execute(
+        "INSERT INTO model_calls (id, run_id, step_id, attempt, status, model, "
+        "input_tokens, output_tokens, cost_micros, dispatched_at) "
+        "VALUES (?, ?, ?, ?, 'dispatched', ?, ?, ?, ?, ?)",
+        (
+            call_id,
+            run_id,
+            step_id,
+            attempt,
+            model,
+            clamp_charge(estimate.input_tokens),
+            clamp_charge(estimate.output_tokens),
+            clamp_charge(estimate_cost_micros),
+            format_time(now),
+        ),
+    )
+    tx.execute(
+        f"UPDATE runs SET model_calls = {saturating_add_sql('model_calls', ':one')} WHERE id = :id",
+        {"one": 1, "id": run_id},
+    )
+    tx.append_event(
+        run_id,
+        step_id,
+        now,
+        ev.MODEL_DISPATCHED,
+        {"call_id": call_id, "attempt": attempt, "model": model},
+    )
+
+
+def settle_model_call(
+    tx: Tx,
+    run_id: str,
+    step_id: str,
+    call_id: str,
+    attempt: int,
+    model: str,
+    *,
+    status: str,
+    usage: Usage,
+    cost_micros: int | None,
+    latency_ms: int,
+    error: str,
+    now: datetime,
+) -> bool:
+    """Record a still-dispatched attempt's outcome, charge the run, and append its event.
+
+    `cost_micros` is None when the model has no price (the event says so; 0 is charged).
+
+    Returns False, writing nothing, when the attempt is no longer `dispatched`
+    (a takeover or a cancel charged it at its estimate already).
+    """
+    cur = tx.execute(
+        "UPDATE model_calls SET status = ?, input_tokens = ?, output_tokens = ?, "
+        "cached_input_tokens = ?, cost_micros = ?, latency_ms = ?, error = ?, "
+        "completed_at = ? WHERE id = ? AND status = 'dispatched'",
+        (
+            status,
+            clamp_charge(usage.input_tokens),
+            clamp_charge(usage.output_tokens),
+            clamp_charge(usage.cached_input_tokens),
+            clamp_charge(cost_micros or 0),
+            latency_ms,
+            error,
+            format_time(now),
+            call_id,
+        ),
+    )
+    if cur.rowcount != 1:
+        return False
+    charge_run(tx, run_id, usage, cost_micros or 0)
+    kind = ev.MODEL_COMPLETED if status == ModelCallStatus.OK else ev.MODEL_FAILED
+    tx.append_event(
+        run_id,
+        step_id,
+        now,
+        kind,
+        {
+            "call_id": call_id,
+            "attempt": attempt,
+            "status": status,
+            "model": model,
+            "usage": usage.to_json(),
+            "cost_micros": cost_micros,
+            "latency_ms": latency_ms,
+            "error": error,
+        },
+    )
+    return True
+
+
+def charge_beyond_estimate(
+    tx: Tx,
+    run_id: str,
+    call_id: str,
+    attempt: int,
+    model: str,
+    usage: Usage,
+    cost: int,
+    now: datetime,
+) -> None:
+    """A late reply to an attempt already charged at its estimate: add only the excess."""
+    row = tx.execute(
+        "SELECT status, input_tokens, output_tokens, cached_input_tokens, cost_micros "
+        "FROM model_calls WHERE id = ?",
+        (call_id,),
+    ).fetchone()
+    if row is None or row["status"] != ModelCallStatus.AMBIGUOUS:
+        return
+    extra = Usage(
+        input_tokens=max(0, usage.input_tokens - row["input_tokens"]),
+        output_tokens=max(0, usage.output_tokens - row["output_tokens"]),
+        cached_input_tokens=max(0, usage.cached_input_tokens - row["cached_input_tokens"]),
+    )
+    extra_cost = max(0, cost - row["cost_micros"])
+    if extra == Usage() and extra_cost == 0:
+        return
+    tx.execute(
+        "UPDATE model_calls SET input_tokens = input_tokens + ?, "
+        "output_tokens = output_tokens + ?, cached_input_tokens = cached_input_tokens + ?, "
+        "cost_micros = cost_micros + ? "
+        "WHERE id = ?",
+        (
+            clamp_charge(extra.input_tokens),
+            clamp_charge(extra.output_tokens),
+            clamp_charge(extra.cached_input_tokens),
+            clamp_charge(extra_cost),
+            call_id,
+        ),
+    )
+    charge_run(tx, run_id, extra, extra_cost)
+    tx.append_event(
+        run_id,
+        "",
+        now,
+        ev.MODEL_COMPLETED,
+        {
+            "call_id": call_id,
+            "attempt": attempt,
+            "status": "late",
+            "model": model,
+            "usage": extra.to_json(),
+            "cost_micros": extra_cost,
+            "latency_ms": 0,
+            "error": "a late reply cost more than the estimate charged for it",
+        },
+    )
