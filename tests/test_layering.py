@@ -22,8 +22,6 @@ NOT_YET_MOVED = {
     "chain.py",
     "resume.py",
     "session.py",
-    "view.py",
-    "console/_data.py",
     "testkit/harness.py",
 }
 

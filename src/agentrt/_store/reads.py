@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import NotFoundError
-from ..records import Approval, Run, RunStatus
+from ..records import Approval, ApprovalStatus, Run, RunStatus
 from ..store import Store, Tx, approval_from_row, run_from_row
 
 
@@ -115,3 +115,90 @@ def run_status(store: Store, run_id: str) -> Any:
     """The run's status column as stored (None when there is no such run)."""
     rows = store.query("SELECT status FROM runs WHERE id = ?", (run_id,))
     return rows[0][0] if rows else None
+
+
+# --- the console ------------------------------------------------------------------
+
+
+def last_event_seq(store: Store, run_id: str) -> int:
+    """The seq of the run's last event (0 when it has none)."""
+    rows = store.query("SELECT coalesce(max(seq), 0) FROM events WHERE run_id = ?", (run_id,))
+    return int(rows[0][0])
+
+
+def event_count(store: Store, run_id: str) -> int:
+    return int(store.query("SELECT count(*) FROM events WHERE run_id = ?", (run_id,))[0][0])
+
+
+def event_seq_from_end(store: Store, run_id: str, back: int) -> int:
+    """The seq of the run's event `back` places before its last (0 when there is none)."""
+    rows = store.query(
+        "SELECT seq FROM events WHERE run_id = ? ORDER BY seq DESC LIMIT 1 OFFSET ?",
+        (run_id, back),
+    )
+    return int(rows[0][0]) if rows else 0
+
+
+# --- the read models (view.py) -------------------------------------------------------
+
+_TOOL = "json_extract(request_json, '$.spec.name')"
+
+
+def _waiting_columns(cap: int) -> str:
+    # What a list shows of a pending approval, each text column cut at `cap` with its
+    # full length beside it. A request that is not valid JSON must not fail the whole
+    # page: json_valid guards it.
+    return (
+        f"substr(id, 1, {cap}) AS id, length(id) AS n_id, run_id, "
+        f"substr(kind, 1, {cap}) AS kind, length(kind) AS n_kind, "
+        f"substr(hash, 1, {cap}) AS hash, length(hash) AS n_hash, "
+        "substr(created_at, 1, 64) AS created_at, substr(expires_at, 1, 64) AS expires_at, "
+        f"CASE WHEN json_valid(request_json) THEN substr({_TOOL}, 1, {cap}) END AS tool, "
+        f"CASE WHEN json_valid(request_json) THEN length({_TOOL}) END AS n_tool"
+    )
+
+
+def pending_approvals_of(store: Store, run_ids: Sequence[str], cap: int) -> list[sqlite3.Row]:
+    """The pending approvals of the runs named, in creation order, texts cut at `cap`."""
+    marks = ", ".join("?" for _ in run_ids)
+    return store.query(
+        f"SELECT {_waiting_columns(cap)} "
+        f"FROM approvals WHERE status = ? AND run_id IN ({marks}) ORDER BY rowid",
+        [str(ApprovalStatus.PENDING), *run_ids],
+    )
+
+
+def newest_pending_approvals(
+    store: Store, limit: int, cap: int, goal_cap: int
+) -> list[sqlite3.Row]:
+    """Waiting runs' pending approvals, newest first, at most `limit`, with the run's goal."""
+    return store.query(
+        f"SELECT {_waiting_columns(cap)}, goal, n_goal FROM approvals JOIN ("
+        f"SELECT a.rowid AS pick, substr(r.goal, 1, {goal_cap}) AS goal, "
+        "length(r.goal) AS n_goal FROM runs AS r CROSS JOIN approvals AS a "
+        "ON a.run_id = r.id WHERE r.status = ? AND a.status = ? "
+        "ORDER BY a.rowid DESC LIMIT ?) ON approvals.rowid = pick ORDER BY approvals.rowid DESC",
+        [str(RunStatus.WAITING_FOR_APPROVAL), str(ApprovalStatus.PENDING), limit],
+    )
+
+
+def step_index(store: Store, run_id: str, step_id: str) -> Any:
+    """The step's `idx` column as stored (None when there is no such step of the run)."""
+    rows = store.query("SELECT idx FROM steps WHERE id = ? AND run_id = ?", (step_id, run_id))
+    return rows[0]["idx"] if rows else None
+
+
+def run_id_exists(store: Store, run_id: str) -> bool:
+    return bool(store.query("SELECT 1 FROM runs WHERE id = ?", (run_id,)))
+
+
+def run_ids_starting(store: Store, prefix: str, limit: int) -> list[str]:
+    """Up to `limit` run ids starting with `prefix` (no wildcard in it), in order.
+
+    GLOB is case-sensitive and the prefix holds no wildcard, so SQLite reads a
+    range of the primary key's index.
+    """
+    rows = store.query(
+        "SELECT id FROM runs WHERE id GLOB ? ORDER BY id LIMIT ?", (prefix + "*", limit)
+    )
+    return [str(r[0]) for r in rows]
