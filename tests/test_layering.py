@@ -22,7 +22,6 @@ NOT_YET_MOVED = {
     "chain.py",
     "resume.py",
     "session.py",
-    "testkit/harness.py",
 }
 
 # Import cycles being removed on another branch (the `cli` package and the test

@@ -202,3 +202,26 @@ def run_ids_starting(store: Store, prefix: str, limit: int) -> list[str]:
         "SELECT id FROM runs WHERE id GLOB ? ORDER BY id LIMIT ?", (prefix + "*", limit)
     )
     return [str(r[0]) for r in rows]
+
+
+# --- the crash test kit's bookkeeping (a plain read-only connection) ----------------
+
+
+def event_hash_exists(conn: sqlite3.Connection, event_hash: str) -> bool:
+    return conn.execute("SELECT 1 FROM events WHERE hash = ?", (event_hash,)).fetchone() is not None
+
+
+def newest_event(conn: sqlite3.Connection) -> Any:
+    """(`hash`, `at`) of the newest committed event (by seq), or None."""
+    return conn.execute("SELECT hash, at FROM events ORDER BY seq DESC LIMIT 1").fetchone()
+
+
+def every_record_id(conn: sqlite3.Connection) -> list[Any]:
+    """Every id of every run, step, approval and model call."""
+    return [
+        r[0]
+        for r in conn.execute(
+            "SELECT id FROM runs UNION ALL SELECT id FROM steps "
+            "UNION ALL SELECT id FROM approvals UNION ALL SELECT id FROM model_calls"
+        )
+    ]
