@@ -46,6 +46,7 @@ from typing import Any, TypeVar, cast
 
 from . import events as ev
 from . import limits as limits_mod
+from ._store import reads, writes
 from ._store.writes import fail_step, finish_run
 from .approval import approval_hash, approval_request
 from .canonical import check_json, content_hash, copy_json, from_text, to_text
@@ -76,7 +77,7 @@ from .records import (
     ToolRequest,
     ToolSpec,
 )
-from .store import Store, Tx, approval_from_row, run_from_row, step_from_row
+from .store import Store, Tx, run_from_row
 from .tools import CompiledTool, Tool
 
 T = TypeVar("T")
@@ -323,15 +324,10 @@ class RunSession:
     async def _wait_out_busy(self, busy: StoreBusyError, waiting_since: datetime) -> None:
         """Return to retry while the lease is ours; raise `LeaseLostError` once it is not."""
         config = self.config
-        rows = await run_io(
-            lambda: config.store.query(
-                "SELECT status, lease_owner, lease_expires_at, lease_epoch FROM runs WHERE id = ?",
-                (self.run_id,),
-            )
-        )
+        lease = await run_io(partial(reads.lease_state, config.store, self.run_id))
         now = config.wall()
-        if rows:
-            status, owner, expires, epoch = rows[0]
+        if lease is not None:
+            status, owner, expires, epoch = lease
             if status == RunStatus.RUNNING and owner == config.owner:
                 if expires > format_time(now):
                     await asyncio.sleep(_BUSY_PAUSE_SECONDS)
@@ -366,7 +362,7 @@ class RunSession:
 
     def require_lease(self, tx: Tx, *, side_effect: bool = False) -> Any:
         """Re-read the run inside the transaction; refuse to write without the lease."""
-        row = tx.execute("SELECT * FROM runs WHERE id = ?", (self.run_id,)).fetchone()
+        row = reads.run_row(tx, self.run_id)
         if row is None:
             raise RunStateError(f"run {self.run_id} disappeared")
         if row["status"] != RunStatus.RUNNING:
@@ -393,13 +389,9 @@ class RunSession:
         tool start, an invalid decision): a read and a decode saved per write.
         """
         if run:
-            self.run = run_from_row(
-                tx.execute("SELECT * FROM runs WHERE id = ?", (self.run_id,)).fetchone()
-            )
+            self.run = reads.run_record(tx, self.run_id)
         if step_id is not None:
-            self.put_step(
-                step_from_row(tx.execute("SELECT * FROM steps WHERE id = ?", (step_id,)).fetchone())
-            )
+            self.put_step(reads.step_record(tx, step_id))
 
     def current(self, step: Step) -> Step:
         """The session's copy of `step` as last written (callers may hold an older one)."""
@@ -428,10 +420,7 @@ class RunSession:
         return step
 
     def reload_approvals(self, tx: Tx) -> None:
-        rows = tx.execute(
-            "SELECT * FROM approvals WHERE run_id = ? ORDER BY rowid", (self.run_id,)
-        ).fetchall()
-        self.approvals = [approval_from_row(r) for r in rows]
+        self.approvals = reads.approvals_of_run(tx, self.run_id)
 
     def active_ms_until(self, now: datetime) -> int:
         """Milliseconds of active time since the last settled mark; advances the mark."""
@@ -523,31 +512,8 @@ class RunSession:
                 self.refresh(tx)
                 return None
             index = run.step_count
-            cur = tx.execute(
-                "UPDATE runs SET step_count = step_count + 1 WHERE id = ? AND status = 'RUNNING' "
-                "AND step_count = ? AND lease_owner = ?",
-                (self.run_id, index, config.owner),
-            )
-            if cur.rowcount != 1:
-                raise RunStateError(f"run {self.run_id} moved while claiming step {index}")
-            step_id = config.new_id()
-            tx.execute(
-                "INSERT INTO steps (id, run_id, idx, status, started_at) VALUES (?, ?, ?, ?, ?)",
-                (step_id, self.run_id, index, str(StepStatus.DECIDING), format_time(now)),
-            )
-            tx.append_event(self.run_id, step_id, now, ev.STEP_STARTED, {"index": index})
+            step = writes.claim_step(tx, self.run_id, index, config.owner, config.new_id, now)
             self.run = replace(run, step_count=index + 1)
-            step = Step(
-                id=step_id,
-                run_id=self.run_id,
-                index=index,
-                status=StepStatus.DECIDING,
-                decision=None,
-                policy=None,
-                observation=None,
-                started_at=as_stored(now),
-                finished_at=None,
-            )
             self.steps.append(step)  # a new id: nothing to replace
             self.probe_in_tx(POINT_STEP_STARTED)
             return step
@@ -574,13 +540,9 @@ class RunSession:
             now = self.config.clock()
             # `record` never raises and its text is known to encode: whatever the
             # agent returned, this write records it (or what could be kept of it).
-            cur = tx.execute(
-                "UPDATE steps SET decision_json = ? WHERE id = ? AND status = 'deciding'",
-                (recorded.text, step.id),
+            writes.record_decision(
+                tx, self.run_id, step.id, recorded.text, recorded.decision.to_json(), now
             )
-            if cur.rowcount != 1:
-                raise RunStateError(f"step {step.id} is no longer deciding")
-            tx.append_event(self.run_id, step.id, now, ev.STEP_DECIDED, recorded.decision.to_json())
             self.put_step(replace(self.current(step), decision=recorded.decision))
 
         await self.write(tx_decided, POINT_DECIDED)
@@ -630,14 +592,7 @@ class RunSession:
                     status=step_status,
                 )
             else:
-                placeholders = ",".join("?" for _ in from_step)
-                cur = tx.execute(
-                    f"UPDATE steps SET status = ?, finished_at = ? WHERE id = ? "
-                    f"AND status IN ({placeholders})",
-                    (str(step_status), format_time(now), step.id, *map(str, from_step)),
-                )
-                if cur.rowcount != 1:
-                    raise RunStateError(f"step {step.id} moved before the run could end")
+                writes.close_step(tx, step.id, step_status, now, from_statuses=from_step)
             self.end_in(tx, now, status, reason, detail, result=result)
             self.refresh(tx, step.id)
 
@@ -765,51 +720,7 @@ class RunSession:
 
     def record_policy(self, tx: Tx, now: datetime, step_id: str, payload: dict[str, Any]) -> None:
         """`step.policy` and the step row's policy columns, written together."""
-        tx.execute(
-            "UPDATE steps SET policy_json = ?, spec_hash = ?, policy_id = ? WHERE id = ?",
-            (to_text(payload["decision"]), payload["spec_hash"], payload["policy_id"], step_id),
-        )
-        tx.append_event(self.run_id, step_id, now, ev.STEP_POLICY, payload)
-
-    def insert_approval(
-        self,
-        tx: Tx,
-        now: datetime,
-        step: Step,
-        spec: ToolSpec,
-        args: JSON,
-        decision: PolicyDecision,
-    ) -> dict[str, Any]:
-        """Insert a pending approval bound by hash to this exact request."""
-        request = approval_request(self.run_id, step.id, spec, args)
-        digest = approval_hash(decision.kind, decision.capability, decision.presentation, request)
-        approval_id = self.config.new_id()
-        ttl = self.run.limits.approval_ttl
-        tx.execute(
-            "INSERT INTO approvals (id, run_id, step_id, kind, capability_json, "
-            "presentation_json, request_json, hash, status, created_at, expires_at) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?)",
-            (
-                approval_id,
-                self.run_id,
-                step.id,
-                decision.kind,
-                to_text({} if decision.capability is None else decision.capability),
-                to_text({} if decision.presentation is None else decision.presentation),
-                to_text(request),
-                digest,
-                format_time(now),
-                format_time(now + ttl) if ttl is not None else "",
-            ),
-        )
-        return {
-            "approval_id": approval_id,
-            "kind": decision.kind,
-            "reason": decision.reason,
-            "capability": decision.capability,
-            "presentation": decision.presentation,
-            "hash": digest,
-        }
+        writes.record_policy(tx, self.run_id, step_id, payload, now)
 
     async def pause(
         self,
@@ -843,32 +754,26 @@ class RunSession:
         from_step: tuple[str, ...],
         from_run: str = RunStatus.RUNNING,
     ) -> None:
-        placeholders = ",".join("?" for _ in from_step)
-        cur = tx.execute(
-            f"UPDATE steps SET status = 'awaiting_approval', policy_json = ?, spec_hash = ?, "
-            f"policy_id = ? WHERE id = ? AND status IN ({placeholders})",
-            (
-                to_text(decision.to_json()),
-                payload["spec_hash"],
-                payload["policy_id"],
-                step.id,
-                *map(str, from_step),
-            ),
-        )
-        if cur.rowcount != 1:
-            raise RunStateError(f"step {step.id} moved before it could pause")
-        requested = self.insert_approval(tx, now, step, spec, args, decision)
+        request = approval_request(self.run_id, step.id, spec, args)
+        ttl = self.run.limits.approval_ttl
         active = self.active_ms_until(now) if from_run == RunStatus.RUNNING else 0
-        cur = tx.execute(
-            "UPDATE runs SET status = 'WAITING_FOR_APPROVAL', active_ms = active_ms + ?, "
-            "lease_owner = '', lease_expires_at = '', lease_holder = '' "
-            "WHERE id = ? AND status = ?",
-            (active, self.run_id, str(from_run)),
+        writes.pause_for_approval(
+            tx,
+            self.run_id,
+            step.id,
+            new_id=self.config.new_id,
+            decision=decision,
+            request=request,
+            digest=approval_hash(
+                decision.kind, decision.capability, decision.presentation, request
+            ),
+            expires_at=format_time(now + ttl) if ttl is not None else "",
+            payload=payload,
+            active_ms=active,
+            from_step=from_step,
+            from_run=from_run,
+            now=now,
         )
-        if cur.rowcount != 1:
-            raise RunStateError(f"run {self.run_id} moved before it could pause")
-        tx.append_event(self.run_id, step.id, now, ev.STEP_POLICY, payload)
-        tx.append_event(self.run_id, step.id, now, ev.APPROVAL_REQUESTED, requested)
         self.reload_approvals(tx)
         self.refresh(tx, step.id)
 
@@ -893,26 +798,17 @@ class RunSession:
         from_step: tuple[str, ...] = (StepStatus.DECIDING,),
     ) -> Step:
         """Write the step `executing` with its policy; returns the step as now stored."""
-        policy_text = to_text(payload["decision"])
-        placeholders = ",".join("?" for _ in from_step)
-        cur = tx.execute(
-            f"UPDATE steps SET status = 'executing', policy_json = ?, spec_hash = ?, "
-            f"policy_id = ? WHERE id = ? AND status IN ({placeholders})",
-            (
-                policy_text,
-                payload["spec_hash"],
-                payload["policy_id"],
-                step.id,
-                *map(str, from_step),
-            ),
+        policy_text = writes.start_tool(
+            tx,
+            self.run_id,
+            step.id,
+            spec.name,
+            args,
+            payload,
+            approval_id=approval_id,
+            from_statuses=from_step,
+            now=now,
         )
-        if cur.rowcount != 1:
-            raise RunStateError(f"step {step.id} moved before its tool could start")
-        tx.append_event(self.run_id, step.id, now, ev.STEP_POLICY, payload)
-        started: dict[str, Any] = {"tool": spec.name, "args": args}
-        if approval_id:
-            started["approval_id"] = approval_id
-        tx.append_event(self.run_id, step.id, now, ev.STEP_TOOL_STARTED, started)
         return replace(
             self.current(step),
             status=StepStatus.EXECUTING,
@@ -999,7 +895,9 @@ class RunSession:
         config = self.config
 
         def tx_finished(tx: Tx) -> None:
-            row = tx.execute("SELECT * FROM runs WHERE id = ?", (self.run_id,)).fetchone()
+            row = reads.run_row(tx, self.run_id)
+            if row is None:
+                raise RunStateError(f"run {self.run_id} disappeared")
             now = config.clock()
             duration_ms = max(0, duration_to_ms(now - started_at))
             finished: dict[str, Any] = {"tool": spec.name, "duration_ms": duration_ms}
@@ -1032,25 +930,16 @@ class RunSession:
             else:
                 status = StepStatus.DONE
             active = self.active_ms_until(now)
-            observation_text = to_text(observation.to_json())
-            cur = tx.execute(
-                "UPDATE steps SET status = ?, observation_json = ?, observation_hash = ?, "
-                "finished_at = ? WHERE id = ? AND status = 'executing'",
-                (
-                    str(status),
-                    observation_text,
-                    observation.content_hash,
-                    format_time(now),
-                    step.id,
-                ),
+            observation_text = writes.finish_tool(
+                tx,
+                self.run_id,
+                step.id,
+                status,
+                observation,
+                finished,
+                failed_event=failed and not cancelled,
+                now=now,
             )
-            if cur.rowcount != 1:
-                raise RunStateError(f"step {step.id} is no longer executing")
-            tx.append_event(self.run_id, step.id, now, ev.STEP_TOOL_FINISHED, finished)
-            if failed and not cancelled:
-                tx.append_event(
-                    self.run_id, step.id, now, ev.STEP_FAILED, ev.observation_payload(observation)
-                )
             if abort is not None:
                 finish_run(
                     tx,
@@ -1077,15 +966,9 @@ class RunSession:
             elif cancelled and not keep_lease:
                 # Leave the run RUNNING for a later resume, but give up the lease now:
                 # nobody should have to wait it out for a loop that has stopped.
-                tx.execute(
-                    "UPDATE runs SET active_ms = active_ms + ?, lease_owner = '', "
-                    "lease_expires_at = '', lease_holder = '' WHERE id = ?",
-                    (active, self.run_id),
-                )
+                writes.release_lease(tx, self.run_id, active_ms_add=active)
             else:
-                tx.execute(
-                    "UPDATE runs SET active_ms = active_ms + ? WHERE id = ?", (active, self.run_id)
-                )
+                writes.add_active_time(tx, self.run_id, active)
                 # The common ending: the copies are built from the row read above
                 # and the values just written (see `put_step`).
                 run = run_from_row(row)

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import NotFoundError
-from ..records import Approval, ApprovalStatus, Run, RunStatus
-from ..store import Store, Tx, approval_from_row, run_from_row
+from ..records import Approval, ApprovalStatus, Run, RunStatus, Step
+from ..store import Store, Tx, approval_from_row, run_from_row, step_from_row
 
 
 def run_row(tx: Tx, run_id: str) -> sqlite3.Row | None:
@@ -32,6 +32,20 @@ def run_record(tx: Tx, run_id: str) -> Run:
     if row is None:
         raise NotFoundError(f"no run {run_id}")
     return run_from_row(row)
+
+
+def step_record(tx: Tx, step_id: str) -> Step:
+    """The step as it stands in this transaction; `NotFoundError` if there is none."""
+    row = tx.execute("SELECT * FROM steps WHERE id = ?", (step_id,)).fetchone()
+    if row is None:
+        raise NotFoundError(f"no step {step_id}")
+    return step_from_row(row)
+
+
+def approvals_of_run(tx: Tx, run_id: str) -> list[Approval]:
+    """Every approval of the run, oldest first."""
+    rows = tx.execute("SELECT * FROM approvals WHERE run_id = ? ORDER BY rowid", (run_id,))
+    return [approval_from_row(r) for r in rows.fetchall()]
 
 
 def approval_row(tx: Tx, approval_id: str, run_id: str | None = None) -> sqlite3.Row | None:
@@ -64,6 +78,19 @@ def steps_in(tx: Tx, run_id: str, statuses: Sequence[str]) -> list[sqlite3.Row]:
             (run_id, *[str(s) for s in statuses]),
         ).fetchall()
     )
+
+
+def lease_state(store: Store, run_id: str) -> Any:
+    """(`status`, `lease_owner`, `lease_expires_at`, `lease_epoch`) of the run, or None.
+
+    Read on the store's connection outside any transaction: what a write that
+    waits out a busy database checks between its tries.
+    """
+    rows = store.query(
+        "SELECT status, lease_owner, lease_expires_at, lease_epoch FROM runs WHERE id = ?",
+        (run_id,),
+    )
+    return tuple(rows[0]) if rows else None
 
 
 # --- recovery ---------------------------------------------------------------------

@@ -9,13 +9,13 @@ Each write appends its audit event in the same transaction.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
 from .. import events as ev
 from ..canonical import to_text
-from ..clock import format_time
+from ..clock import as_stored, format_time
 from ..errors import RunStateError
 from ..migrations import rollback_quietly
 from ..model import Usage
@@ -26,8 +26,10 @@ from ..records import (
     Limits,
     ModelCallStatus,
     Observation,
+    PolicyDecision,
     Run,
     RunStatus,
+    Step,
     StepStatus,
     TerminalReason,
     ToolSpec,
@@ -509,3 +511,233 @@ def charge_beyond_estimate(
             "error": "a late reply cost more than the estimate charged for it",
         },
     )
+
+
+# --- one step ---------------------------------------------------------------------
+
+
+def claim_step(
+    tx: Tx, run_id: str, index: int, owner: str, new_id: Callable[[], str], now: datetime
+) -> Step:
+    """Claim step `index` of a RUNNING run leased to `owner`: `step_count` compare-and-set.
+
+    Inserts the step `deciding` (its id from `new_id`, drawn once the claim
+    held), appends `step.started`, and returns the step as written.
+    """
+    cur = tx.execute(
+        "UPDATE runs SET step_count = step_count + 1 WHERE id = ? AND status = 'RUNNING' "
+        "AND step_count = ? AND lease_owner = ?",
+        (run_id, index, owner),
+    )
+    if cur.rowcount != 1:
+        raise RunStateError(f"run {run_id} moved while claiming step {index}")
+    step_id = new_id()
+    tx.execute(
+        "INSERT INTO steps (id, run_id, idx, status, started_at) VALUES (?, ?, ?, ?, ?)",
+        (step_id, run_id, index, str(StepStatus.DECIDING), format_time(now)),
+    )
+    tx.append_event(run_id, step_id, now, ev.STEP_STARTED, {"index": index})
+    return Step(
+        id=step_id,
+        run_id=run_id,
+        index=index,
+        status=StepStatus.DECIDING,
+        decision=None,
+        policy=None,
+        observation=None,
+        started_at=as_stored(now),
+        finished_at=None,
+    )
+
+
+def record_decision(
+    tx: Tx, run_id: str, step_id: str, text: str, decision: JSON, now: datetime
+) -> None:
+    """Record a deciding step's decision verbatim (`text`), then `step.decided`."""
+    cur = tx.execute(
+        "UPDATE steps SET decision_json = ? WHERE id = ? AND status = 'deciding'",
+        (text, step_id),
+    )
+    if cur.rowcount != 1:
+        raise RunStateError(f"step {step_id} is no longer deciding")
+    tx.append_event(run_id, step_id, now, ev.STEP_DECIDED, decision)
+
+
+def close_step(
+    tx: Tx, step_id: str, status: str, now: datetime, *, from_statuses: tuple[str, ...]
+) -> None:
+    """Settle a step with no observation (the run ends with it: `complete`, `fail`)."""
+    placeholders = ",".join("?" for _ in from_statuses)
+    cur = tx.execute(
+        f"UPDATE steps SET status = ?, finished_at = ? WHERE id = ? AND status IN ({placeholders})",
+        (str(status), format_time(now), step_id, *map(str, from_statuses)),
+    )
+    if cur.rowcount != 1:
+        raise RunStateError(f"step {step_id} moved before the run could end")
+
+
+def record_policy(
+    tx: Tx, run_id: str, step_id: str, payload: dict[str, Any], now: datetime
+) -> None:
+    """The step row's policy columns and `step.policy`, written together."""
+    tx.execute(
+        "UPDATE steps SET policy_json = ?, spec_hash = ?, policy_id = ? WHERE id = ?",
+        (to_text(payload["decision"]), payload["spec_hash"], payload["policy_id"], step_id),
+    )
+    tx.append_event(run_id, step_id, now, ev.STEP_POLICY, payload)
+
+
+def pause_for_approval(
+    tx: Tx,
+    run_id: str,
+    step_id: str,
+    *,
+    new_id: Callable[[], str],
+    decision: PolicyDecision,
+    request: JSON,
+    digest: str,
+    expires_at: str,
+    payload: dict[str, Any],
+    active_ms: int,
+    from_step: tuple[str, ...],
+    from_run: str,
+    now: datetime,
+) -> None:
+    """Pause for a person: step `awaiting_approval` with its policy, a pending approval
+    bound by `digest` to `request`, the run WAITING with its lease released; then
+    `step.policy` and `approval.requested`."""
+    placeholders = ",".join("?" for _ in from_step)
+    cur = tx.execute(
+        f"UPDATE steps SET status = 'awaiting_approval', policy_json = ?, spec_hash = ?, "
+        f"policy_id = ? WHERE id = ? AND status IN ({placeholders})",
+        (
+            to_text(decision.to_json()),
+            payload["spec_hash"],
+            payload["policy_id"],
+            step_id,
+            *map(str, from_step),
+        ),
+    )
+    if cur.rowcount != 1:
+        raise RunStateError(f"step {step_id} moved before it could pause")
+    approval_id = new_id()
+    tx.execute(
+        "INSERT INTO approvals (id, run_id, step_id, kind, capability_json, "
+        "presentation_json, request_json, hash, status, created_at, expires_at) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?)",
+        (
+            approval_id,
+            run_id,
+            step_id,
+            decision.kind,
+            to_text({} if decision.capability is None else decision.capability),
+            to_text({} if decision.presentation is None else decision.presentation),
+            to_text(request),
+            digest,
+            format_time(now),
+            expires_at,
+        ),
+    )
+    cur = tx.execute(
+        "UPDATE runs SET status = 'WAITING_FOR_APPROVAL', active_ms = active_ms + ?, "
+        "lease_owner = '', lease_expires_at = '', lease_holder = '' "
+        "WHERE id = ? AND status = ?",
+        (active_ms, run_id, str(from_run)),
+    )
+    if cur.rowcount != 1:
+        raise RunStateError(f"run {run_id} moved before it could pause")
+    tx.append_event(run_id, step_id, now, ev.STEP_POLICY, payload)
+    tx.append_event(
+        run_id,
+        step_id,
+        now,
+        ev.APPROVAL_REQUESTED,
+        {
+            "approval_id": approval_id,
+            "kind": decision.kind,
+            "reason": decision.reason,
+            "capability": decision.capability,
+            "presentation": decision.presentation,
+            "hash": digest,
+        },
+    )
+
+
+def start_tool(
+    tx: Tx,
+    run_id: str,
+    step_id: str,
+    tool: str,
+    args: JSON,
+    payload: dict[str, Any],
+    *,
+    approval_id: str,
+    from_statuses: tuple[str, ...],
+    now: datetime,
+) -> str:
+    """Step `executing` with its policy; `step.policy`, `step.tool_started`.
+
+    Nothing claims the tool started until this commits. Returns the policy text
+    written (the session's copy decodes it as a reader would).
+    """
+    policy_text = to_text(payload["decision"])
+    placeholders = ",".join("?" for _ in from_statuses)
+    cur = tx.execute(
+        f"UPDATE steps SET status = 'executing', policy_json = ?, spec_hash = ?, "
+        f"policy_id = ? WHERE id = ? AND status IN ({placeholders})",
+        (
+            policy_text,
+            payload["spec_hash"],
+            payload["policy_id"],
+            step_id,
+            *map(str, from_statuses),
+        ),
+    )
+    if cur.rowcount != 1:
+        raise RunStateError(f"step {step_id} moved before its tool could start")
+    tx.append_event(run_id, step_id, now, ev.STEP_POLICY, payload)
+    started: dict[str, Any] = {"tool": tool, "args": args}
+    if approval_id:
+        started["approval_id"] = approval_id
+    tx.append_event(run_id, step_id, now, ev.STEP_TOOL_STARTED, started)
+    return policy_text
+
+
+def finish_tool(
+    tx: Tx,
+    run_id: str,
+    step_id: str,
+    status: str,
+    observation: Observation,
+    finished: dict[str, Any],
+    *,
+    failed_event: bool,
+    now: datetime,
+) -> str:
+    """An executing step's outcome: its observation, `step.tool_finished` (`finished`)
+    and, when `failed_event`, `step.failed`. Returns the observation text written."""
+    observation_text = to_text(observation.to_json())
+    cur = tx.execute(
+        "UPDATE steps SET status = ?, observation_json = ?, observation_hash = ?, "
+        "finished_at = ? WHERE id = ? AND status = 'executing'",
+        (str(status), observation_text, observation.content_hash, format_time(now), step_id),
+    )
+    if cur.rowcount != 1:
+        raise RunStateError(f"step {step_id} is no longer executing")
+    tx.append_event(run_id, step_id, now, ev.STEP_TOOL_FINISHED, finished)
+    if failed_event:
+        tx.append_event(run_id, step_id, now, ev.STEP_FAILED, ev.observation_payload(observation))
+    return observation_text
+
+
+def release_lease(tx: Tx, run_id: str, *, active_ms_add: int = 0) -> None:
+    """Give up the lease of a run left RUNNING (for a later resume), adding active time."""
+    tx.execute(
+        "UPDATE runs SET active_ms = active_ms + ?, lease_owner = '', "
+        "lease_expires_at = '', lease_holder = '' WHERE id = ?",
+        (active_ms_add, run_id),
+    )
+
+
+def add_active_time(tx: Tx, run_id: str, active_ms: int) -> None:
+    tx.execute("UPDATE runs SET active_ms = active_ms + ? WHERE id = ?", (active_ms, run_id))
