@@ -16,12 +16,6 @@ PACKAGE = Path(agentrt.__file__).parent
 
 STORE_LAYER = {"_store", "store.py", "migrations.py"}
 
-# Modules whose statements have not yet been moved into the store layer (issue 10,
-# Part 1): each one leaves this list when its SQL moves; the list only shrinks.
-NOT_YET_MOVED = {
-    "resume.py",
-}
-
 # Import cycles being removed on another branch (the `cli` package and the test
 # kit's modules); the lead drops these after merging it.
 KNOWN_CYCLES = {
@@ -98,17 +92,9 @@ def _sql_in(path: Path) -> list[str]:
 
 def test_sql_appears_only_in_the_store_layer_and_the_migrations() -> None:
     found = [
-        hit
-        for path in _modules()
-        if not _in_store_layer(_relative(path)) and _relative(path) not in NOT_YET_MOVED
-        for hit in _sql_in(path)
+        hit for path in _modules() if not _in_store_layer(_relative(path)) for hit in _sql_in(path)
     ]
     assert found == []
-
-
-def test_the_modules_not_yet_moved_still_hold_sql_so_the_list_only_shrinks() -> None:
-    still = {rel for rel in NOT_YET_MOVED if _sql_in(PACKAGE / rel)}
-    assert still == NOT_YET_MOVED
 
 
 def test_the_sql_detector_finds_a_statement_in_a_plain_and_an_f_string() -> None:

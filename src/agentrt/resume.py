@@ -28,6 +28,7 @@ from datetime import datetime
 from typing import Any
 
 from . import events as ev
+from ._store import reads, writes
 from ._store.writes import charge_dispatched, fail_step, finish_run
 from .approval import approval_hash, approval_request, verify_stored
 from .canonical import check_json, to_text
@@ -62,7 +63,7 @@ from .session import (
     run_io,
     validate_policy_decision,
 )
-from .store import Tx, approval_from_row, run_from_row, step_from_row
+from .store import Tx
 
 INTERRUPTED_POLICY_ID = "agentrt:interrupted_side_effect"
 RECONCILE_POLICY_ID = "agentrt:reconcile"
@@ -71,22 +72,8 @@ RECONCILE_POLICY_ID = "agentrt:reconcile"
 def load(config: LoopConfig, run_id: str) -> tuple[Run, list[Step], list[Approval]]:
     """The whole run as recorded, uncapped, in one consistent read."""
     with config.store.transaction() as tx:
-        row = tx.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone()
-        if row is None:
-            from .errors import NotFoundError
-
-            raise NotFoundError(f"no run {run_id}")
-        steps = [
-            step_from_row(r)
-            for r in tx.execute("SELECT * FROM steps WHERE run_id = ? ORDER BY idx", (run_id,))
-        ]
-        approvals = [
-            approval_from_row(r)
-            for r in tx.execute(
-                "SELECT * FROM approvals WHERE run_id = ? ORDER BY rowid", (run_id,)
-            )
-        ]
-        return run_from_row(row), steps, approvals
+        run = reads.run_record(tx, run_id)
+        return run, reads.steps_of_run(tx, run_id), reads.approvals_of_run(tx, run_id)
 
 
 def check_live_lease(
@@ -130,11 +117,7 @@ class Undecodable(Exception):
 def release_lease(config: LoopConfig, run_id: str) -> None:
     """Give up this driver's lease on a RUNNING run whose loop stopped early."""
     with config.store.transaction() as tx:
-        tx.execute(
-            "UPDATE runs SET lease_owner = '', lease_expires_at = '', lease_holder = '' "
-            "WHERE id = ? AND lease_owner = ?",
-            (run_id, config.owner),
-        )
+        writes.release_lease(tx, run_id, config.owner)
 
 
 def require_latest(tx: Tx, step_id: str, approval: Approval) -> None:
@@ -144,10 +127,7 @@ def require_latest(tx: Tx, step_id: str, approval: Approval) -> None:
     the step again on a new approval since this one was read: acting on the
     older grant then would execute what nobody approved.
     """
-    row = tx.execute(
-        "SELECT id, status FROM approvals WHERE step_id = ? ORDER BY rowid DESC LIMIT 1",
-        (step_id,),
-    ).fetchone()
+    row = reads.latest_approval_of_step(tx, step_id)
     if row is None or row["id"] != approval.id or row["status"] != approval.status:
         raise RunStateError(
             f"approval {approval.id} is no longer the step's latest {approval.status} approval; "
@@ -296,10 +276,7 @@ async def _expire(
     def tx_expire(tx: Tx) -> None:
         require_latest(tx, step.id, approval)
         if approval.status == ApprovalStatus.PENDING:
-            tx.execute(
-                "UPDATE approvals SET status = 'expired' WHERE id = ? AND status = 'pending'",
-                (approval.id,),
-            )
+            writes.expire_approval(tx, approval.id)
         tool = step.decision.tool if step.decision is not None else ""
         fail_step(
             tx,
@@ -434,10 +411,7 @@ async def take_over(config: LoopConfig, run_id: str) -> RunSession:
 
     def read_lease() -> tuple[str, str, str, str]:
         with config.store.transaction() as tx:
-            row = tx.execute(
-                "SELECT status, lease_owner, lease_expires_at, lease_holder FROM runs WHERE id = ?",
-                (run_id,),
-            ).fetchone()
+            row = reads.lease_row(tx, run_id)
             return row[0], row[1], row[2], row[3]
 
     status, owner, expires, holder = await run_io(read_lease)
@@ -449,10 +423,7 @@ async def take_over(config: LoopConfig, run_id: str) -> RunSession:
     session = RunSession(config, run, steps, approvals, epoch=0, mark=now)
 
     def tx_take(tx: Tx) -> None:
-        row = tx.execute(
-            "SELECT status, lease_owner, lease_expires_at, lease_holder FROM runs WHERE id = ?",
-            (run_id,),
-        ).fetchone()
+        row = reads.lease_row(tx, run_id)
         if row["status"] != RunStatus.RUNNING:
             raise RunStateError(f"run {run_id} is {row['status']}; it was resumed elsewhere")
         proof = check_live_lease(
@@ -483,27 +454,8 @@ async def take_over(config: LoopConfig, run_id: str) -> RunSession:
                 },
             )
         charge_dispatched(tx, run_id, now)
-        in_flight = tx.execute(
-            "SELECT id, status FROM steps WHERE run_id = ? AND status IN ('deciding', 'executing') "
-            "ORDER BY idx",
-            (run_id,),
-        ).fetchall()
-        for step_row in in_flight:
-            observation = Observation.interrupted(step_row["status"])
-            cur = tx.execute(
-                "UPDATE steps SET status = 'interrupted', observation_json = ?, "
-                "observation_hash = ?, finished_at = ? WHERE id = ? AND status = ?",
-                (
-                    to_text(observation.to_json()),
-                    observation.content_hash,
-                    format_time(now),
-                    step_row["id"],
-                    step_row["status"],
-                ),
-            )
-            if cur.rowcount != 1:
-                raise RunStateError(f"step {step_row['id']} moved during the takeover")
-            tx.append_event(run_id, step_row["id"], now, ev.STEP_INTERRUPTED, observation.content)
+        for step_row in reads.steps_in(tx, run_id, ("deciding", "executing")):
+            writes.interrupt_step(tx, run_id, step_row["id"], step_row["status"], now)
             session.refresh(tx, step_row["id"])
         session.refresh(tx)
 

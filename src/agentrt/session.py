@@ -966,7 +966,7 @@ class RunSession:
             elif cancelled and not keep_lease:
                 # Leave the run RUNNING for a later resume, but give up the lease now:
                 # nobody should have to wait it out for a loop that has stopped.
-                writes.release_lease(tx, self.run_id, active_ms_add=active)
+                writes.leave_running(tx, self.run_id, active_ms_add=active)
             else:
                 writes.add_active_time(tx, self.run_id, active)
                 # The common ending: the copies are built from the row read above

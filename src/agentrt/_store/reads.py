@@ -42,6 +42,32 @@ def step_record(tx: Tx, step_id: str) -> Step:
     return step_from_row(row)
 
 
+def steps_of_run(tx: Tx, run_id: str) -> list[Step]:
+    """Every step of the run, in order."""
+    rows = tx.execute("SELECT * FROM steps WHERE run_id = ? ORDER BY idx", (run_id,))
+    return [step_from_row(r) for r in rows.fetchall()]
+
+
+def latest_approval_of_step(tx: Tx, step_id: str) -> sqlite3.Row | None:
+    """`id` and `status` of the step's latest approval, or None."""
+    row: sqlite3.Row | None = tx.execute(
+        "SELECT id, status FROM approvals WHERE step_id = ? ORDER BY rowid DESC LIMIT 1",
+        (step_id,),
+    ).fetchone()
+    return row
+
+
+def lease_row(tx: Tx, run_id: str) -> sqlite3.Row:
+    """`status`, `lease_owner`, `lease_expires_at`, `lease_holder` of the run."""
+    row = tx.execute(
+        "SELECT status, lease_owner, lease_expires_at, lease_holder FROM runs WHERE id = ?",
+        (run_id,),
+    ).fetchone()
+    if row is None:
+        raise NotFoundError(f"no run {run_id}")
+    return row  # type: ignore[no-any-return]
+
+
 def approvals_of_run(tx: Tx, run_id: str) -> list[Approval]:
     """Every approval of the run, oldest first."""
     rows = tx.execute("SELECT * FROM approvals WHERE run_id = ? ORDER BY rowid", (run_id,))

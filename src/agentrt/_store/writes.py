@@ -730,7 +730,7 @@ def finish_tool(
     return observation_text
 
 
-def release_lease(tx: Tx, run_id: str, *, active_ms_add: int = 0) -> None:
+def leave_running(tx: Tx, run_id: str, *, active_ms_add: int = 0) -> None:
     """Give up the lease of a run left RUNNING (for a later resume), adding active time."""
     tx.execute(
         "UPDATE runs SET active_ms = active_ms + ?, lease_owner = '', "
@@ -741,3 +741,42 @@ def release_lease(tx: Tx, run_id: str, *, active_ms_add: int = 0) -> None:
 
 def add_active_time(tx: Tx, run_id: str, active_ms: int) -> None:
     tx.execute("UPDATE runs SET active_ms = active_ms + ? WHERE id = ?", (active_ms, run_id))
+
+
+def release_lease(tx: Tx, run_id: str, owner: str) -> None:
+    """Give up `owner`'s lease on a run (nothing changes when someone else holds it)."""
+    tx.execute(
+        "UPDATE runs SET lease_owner = '', lease_expires_at = '', lease_holder = '' "
+        "WHERE id = ? AND lease_owner = ?",
+        (run_id, owner),
+    )
+
+
+def expire_approval(tx: Tx, approval_id: str) -> None:
+    """A pending approval expired undecided (nothing changes when it is no longer pending)."""
+    tx.execute(
+        "UPDATE approvals SET status = 'expired' WHERE id = ? AND status = 'pending'",
+        (approval_id,),
+    )
+
+
+def interrupt_step(
+    tx: Tx, run_id: str, step_id: str, previous_status: str, now: datetime
+) -> Observation:
+    """A step found in flight at a takeover: `interrupted`, outcome unknown; `step.interrupted`."""
+    observation = Observation.interrupted(previous_status)
+    cur = tx.execute(
+        "UPDATE steps SET status = 'interrupted', observation_json = ?, "
+        "observation_hash = ?, finished_at = ? WHERE id = ? AND status = ?",
+        (
+            to_text(observation.to_json()),
+            observation.content_hash,
+            format_time(now),
+            step_id,
+            previous_status,
+        ),
+    )
+    if cur.rowcount != 1:
+        raise RunStateError(f"step {step_id} moved during the takeover")
+    tx.append_event(run_id, step_id, now, ev.STEP_INTERRUPTED, observation.content)
+    return observation
