@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
+from ._step import propose
 from ._store.writes import create_run, fail_waiting_run
 from .accounting import AccountingCaller
 from .clock import Clock, IdFactory, new_id, wall_clock
@@ -349,7 +350,7 @@ class Driver:
                 if decided is None:  # the agent's call ended the run
                     return session.run
                 # Whatever the agent returned, None included, is recorded and validated.
-                verdict = await session.propose(step, decided.value)
+                verdict = await propose(session, step, decided.value)
                 if verdict == Verdict.ALLOWED:
                     await session.execute(step)
                     if session.run.status != RunStatus.RUNNING:

@@ -28,9 +28,10 @@ from datetime import datetime
 from typing import Any
 
 from . import events as ev
+from ._settle import FromRunning, FromWaiting, fail_and_go_on, pause, require_latest, settle
 from ._store import reads, writes
 from ._store.writes import charge_dispatched, fail_step, finish_run
-from .approval import approval_hash, approval_request, verify_stored
+from .approval import verify_stored
 from .canonical import check_json, to_text
 from .clock import format_time
 from .decisions import call_args
@@ -55,7 +56,6 @@ from .records import (
 )
 from .session import (
     POINT_INTERRUPTED,
-    POINT_PAUSED,
     POINT_RESUMED,
     LoopConfig,
     RunSession,
@@ -120,21 +120,6 @@ def release_lease(config: LoopConfig, run_id: str) -> None:
         writes.release_lease(tx, run_id, config.owner)
 
 
-def require_latest(tx: Tx, step_id: str, approval: Approval) -> None:
-    """Inside the transaction: `approval` is still the step's latest, in the status read.
-
-    Only the step's latest approval counts. A concurrent resume may have paused
-    the step again on a new approval since this one was read: acting on the
-    older grant then would execute what nobody approved.
-    """
-    row = reads.latest_approval_of_step(tx, step_id)
-    if row is None or row["id"] != approval.id or row["status"] != approval.status:
-        raise RunStateError(
-            f"approval {approval.id} is no longer the step's latest {approval.status} approval; "
-            "another resume or decision moved the run first"
-        )
-
-
 async def resume_waiting(
     config: LoopConfig, run: Run, steps: Sequence[Step], approvals: Sequence[Approval]
 ) -> RunSession:
@@ -173,100 +158,30 @@ async def resume_waiting(
     spec = config.specs.get(tool)
     args = call_args(decision) if decision is not None else {}
     if spec is None:
-        await _leave_waiting_failed(
+        await fail_and_go_on(
             session,
+            FromWaiting(latest, now),
             step,
-            latest,
-            now,
             Observation.invalid_decision(
                 f"tool {tool!r} is no longer registered; nothing was executed"
             ),
+            None,
         )
         return session
     errors = config.compiled[tool].check(args)
     if errors:
-        await _leave_waiting_failed(
+        await fail_and_go_on(
             session,
+            FromWaiting(latest, now),
             step,
-            latest,
-            now,
             Observation.invalid_decision(
                 f"args no longer match the current input schema of {tool!r}: " + "; ".join(errors)
             ),
-        )
-        return session
-    check = await session.ask_policy(step, spec, args)
-    policy = check.decision
-    if policy is None:
-        await _end_from_waiting(
-            session,
-            step,
-            latest,
-            now,
-            TerminalReason.INTERNAL_ERROR,
-            check.error or "policy failed",
-            Observation.denied(tool, check.error or "policy failed"),
             None,
         )
         return session
-    if policy.outcome == PolicyOutcome.DENY:
-        await _leave_waiting_failed(
-            session, step, latest, now, Observation.denied(tool, policy.reason), check.payload
-        )
-        return session
-    if policy.outcome == PolicyOutcome.ABORT:
-        await _end_from_waiting(
-            session,
-            step,
-            latest,
-            now,
-            TerminalReason.POLICY_ABORT,
-            policy.reason,
-            Observation.denied(tool, policy.reason),
-            check.payload,
-        )
-        return session
-    if policy.outcome == PolicyOutcome.REQUIRE_APPROVAL:
-        request = approval_request(run.id, step.id, spec, args)
-        new_hash = approval_hash(policy.kind, policy.capability, policy.presentation, request)
-        # An interrupted_side_effect grant is the operator's answer to this very
-        # request with the stronger warning; a policy asking for its own approval
-        # kind is satisfied by it (docs/decisions/0006). Any changed request still
-        # differs in the hash of the interrupted approval itself below.
-        satisfied = new_hash == latest.hash or (
-            latest.kind == "interrupted_side_effect"
-            and approval_hash(latest.kind, latest.capability, latest.presentation, request)
-            == latest.hash
-        )
-        if not satisfied:
-            await _pause_again(session, step, latest, spec, args, policy, check.payload, now)
-            return session
-
-    def tx_resume(tx: Tx) -> None:
-        require_latest(tx, step.id, latest)
-        session.epoch = take_in(
-            tx,
-            run.id,
-            config.owner,
-            config.lease_ttl,
-            config.wall,
-            from_status=RunStatus.WAITING_FOR_APPROVAL,
-        )
-        tx.append_event(run.id, "", now, ev.RUN_RESUMED, {"approval_id": latest.id})
-        session.tool_started_in(
-            tx,
-            now,
-            step,
-            spec,
-            args,
-            check.payload,
-            approval_id=latest.id,
-            from_step=(StepStatus.AWAITING_APPROVAL,),
-        )
-        session.refresh(tx, step.id)
-
-    await session.write(tx_resume, POINT_RESUMED)
-    session.allow_resumed(step, spec, args, latest.id, now)
+    check = await session.ask_policy(step, spec, args)
+    await settle(session, FromWaiting(latest, now), step, spec, args, check)
     return session
 
 
@@ -299,108 +214,6 @@ async def _expire(
         session.refresh(tx, step.id)
 
     await session.write(tx_expire)
-
-
-async def _leave_waiting_failed(
-    session: RunSession,
-    step: Step,
-    approval: Approval,
-    now: datetime,
-    observation: Observation,
-    policy_payload: dict[str, Any] | None = None,
-) -> None:
-    """Take the run back to RUNNING with this step failed; the loop goes on."""
-    config = session.config
-
-    def tx_leave(tx: Tx) -> None:
-        require_latest(tx, step.id, approval)
-        session.epoch = take_in(
-            tx,
-            session.run_id,
-            config.owner,
-            config.lease_ttl,
-            config.wall,
-            from_status=RunStatus.WAITING_FOR_APPROVAL,
-        )
-        tx.append_event(session.run_id, "", now, ev.RUN_RESUMED, {"approval_id": approval.id})
-        if policy_payload is not None:
-            session.record_policy(tx, now, step.id, policy_payload)
-        fail_step(
-            tx,
-            session.run_id,
-            step.id,
-            observation,
-            now,
-            from_statuses=(StepStatus.AWAITING_APPROVAL,),
-        )
-        session.refresh(tx, step.id)
-
-    await session.write(tx_leave, POINT_RESUMED)
-
-
-async def _end_from_waiting(
-    session: RunSession,
-    step: Step,
-    approval: Approval,
-    now: datetime,
-    reason: str,
-    detail: str,
-    observation: Observation,
-    policy_payload: dict[str, Any] | None,
-) -> None:
-    def tx_end(tx: Tx) -> None:
-        require_latest(tx, step.id, approval)
-        if policy_payload is not None:
-            session.record_policy(tx, now, step.id, policy_payload)
-        fail_step(
-            tx,
-            session.run_id,
-            step.id,
-            observation,
-            now,
-            from_statuses=(StepStatus.AWAITING_APPROVAL,),
-        )
-        finish_run(
-            tx,
-            session.run_id,
-            RunStatus.FAILED,
-            reason,
-            detail,
-            now,
-            from_statuses=(RunStatus.WAITING_FOR_APPROVAL,),
-        )
-        session.refresh(tx, step.id)
-
-    await session.write(tx_end)
-
-
-async def _pause_again(
-    session: RunSession,
-    step: Step,
-    approval: Approval,
-    spec: Any,
-    args: Any,
-    policy: Any,
-    payload: dict[str, Any],
-    now: datetime,
-) -> None:
-    """The request changed since it was approved: a new approval, the run still waits."""
-
-    def tx_again(tx: Tx) -> None:
-        require_latest(tx, step.id, approval)
-        session.pause_in(
-            tx,
-            now,
-            step,
-            spec,
-            args,
-            policy,
-            payload,
-            from_step=(StepStatus.AWAITING_APPROVAL,),
-            from_run=RunStatus.WAITING_FOR_APPROVAL,
-        )
-
-    await session.write(tx_again, POINT_PAUSED)
 
 
 # -- takeover of an interrupted run -------------------------------------------
@@ -586,21 +399,9 @@ async def _pause_interrupted(
         "view": {},
     }
 
-    def tx_pause(tx: Tx) -> None:
-        session.require_lease(tx)
-        now = config.clock()
-        session.pause_in(
-            tx,
-            now,
-            step,
-            spec,
-            args,
-            decision,
-            payload,
-            from_step=(StepStatus.INTERRUPTED,),
-        )
-
-    await session.write(tx_pause, POINT_PAUSED)
+    await pause(
+        session, FromRunning((StepStatus.INTERRUPTED,)), step, spec, args, decision, payload
+    )
 
 
 async def _reconcile(session: RunSession, step: Step | None) -> None:

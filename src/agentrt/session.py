@@ -51,7 +51,7 @@ from ._store.writes import fail_step, finish_run
 from .approval import approval_hash, approval_request
 from .canonical import check_json, content_hash, copy_json, from_text, to_text
 from .clock import Clock, IdFactory, as_stored, duration_to_ms, format_time
-from .decisions import RecordedDecision, call_args, record, validate
+from .decisions import RecordedDecision, record
 from .errors import JSONValueError, LeaseLostError, RunStateError, StoreBusyError
 from .events import Observer, deliver
 from .execute import invoke
@@ -62,7 +62,6 @@ from .policy import evaluate as evaluate_policy
 from .records import (
     JSON,
     Approval,
-    DecisionKind,
     Observation,
     ObservationKind,
     PolicyDecision,
@@ -627,119 +626,13 @@ class RunSession:
         }
         return PolicyCheck(result, None, payload)
 
-    async def propose(self, step: Step, decision: Any) -> Verdict:
-        """Record, validate and judge one decision for the step `begin_step` returned."""
-        try:
-            recorded = await self.record_decision(step, decision)
-            error = validate(recorded, self.config.compiled)
-            if error is not None:
-                await self.fail_current(step, Observation.invalid_decision(error))
-                return Verdict.DENIED
-            chosen = recorded.decision
-            if chosen.kind == DecisionKind.COMPLETE:
-                await self.end_with_step(
-                    step,
-                    RunStatus.COMPLETED,
-                    TerminalReason.GOAL_COMPLETED,
-                    "",
-                    step_status=StepStatus.DONE,
-                    result=chosen.result,
-                )
-                return Verdict.ENDED
-            if chosen.kind == DecisionKind.FAIL:
-                await self.end_with_step(
-                    step,
-                    RunStatus.FAILED,
-                    TerminalReason.GOAL_FAILED,
-                    chosen.message,
-                    step_status=StepStatus.DONE,
-                )
-                return Verdict.ENDED
-            spec = self.config.specs[chosen.tool]
-            args = call_args(chosen)
-            check = await self.ask_policy(step, spec, args)
-            return await self.apply_policy(step, spec, args, check)
-        except RunMoved as moved:
-            self.run = moved.run
-            return Verdict.ENDED
-
-    async def apply_policy(
-        self, step: Step, spec: ToolSpec, args: JSON, check: PolicyCheck
-    ) -> Verdict:
-        decision = check.decision
-        if decision is None:
-            error = check.error or "policy failed"
-            await self.end_with_step(
-                step,
-                RunStatus.FAILED,
-                TerminalReason.INTERNAL_ERROR,
-                error,
-                step_status=StepStatus.FAILED,
-                observation=Observation.denied(spec.name, error),
-            )
-            return Verdict.ENDED
-        if decision.outcome == PolicyOutcome.ALLOW:
-            self._allowed = AllowedCall(step, spec, args, check.payload)
-            await self.probe(POINT_ALLOWED)
-            return Verdict.ALLOWED
-        if decision.outcome == PolicyOutcome.DENY:
-            await self.deny(step, spec, decision, check.payload)
-            return Verdict.DENIED
-        if decision.outcome == PolicyOutcome.ABORT:
-            await self.end_with_step(
-                step,
-                RunStatus.FAILED,
-                TerminalReason.POLICY_ABORT,
-                decision.reason,
-                step_status=StepStatus.FAILED,
-                observation=Observation.denied(spec.name, decision.reason),
-                policy_payload=check.payload,
-            )
-            return Verdict.ENDED
-        await self.pause(step, spec, args, decision, check.payload)
-        return Verdict.PENDING
-
-    async def deny(
-        self, step: Step, spec: ToolSpec, decision: PolicyDecision, payload: dict[str, Any]
-    ) -> None:
-        def tx_deny(tx: Tx) -> None:
-            self.require_lease(tx)
-            now = self.config.clock()
-            self.record_policy(tx, now, step.id, payload)
-            fail_step(
-                tx,
-                self.run_id,
-                step.id,
-                Observation.denied(spec.name, decision.reason),
-                now,
-                from_statuses=(StepStatus.DECIDING,),
-            )
-            self.refresh(tx, step.id)
-
-        await self.write(tx_deny)
+    def allow(self, call: AllowedCall) -> None:
+        """Hold the call the policy allowed for `execute` (nothing is written yet)."""
+        self._allowed = call
 
     def record_policy(self, tx: Tx, now: datetime, step_id: str, payload: dict[str, Any]) -> None:
         """`step.policy` and the step row's policy columns, written together."""
         writes.record_policy(tx, self.run_id, step_id, payload, now)
-
-    async def pause(
-        self,
-        step: Step,
-        spec: ToolSpec,
-        args: JSON,
-        decision: PolicyDecision,
-        payload: dict[str, Any],
-        *,
-        from_step: tuple[str, ...] = (StepStatus.DECIDING,),
-    ) -> None:
-        """Pause in one transaction: approval, step awaiting, run WAITING, lease released."""
-
-        def tx_pause(tx: Tx) -> None:
-            self.require_lease(tx)
-            now = self.config.clock()
-            self.pause_in(tx, now, step, spec, args, decision, payload, from_step=from_step)
-
-        await self.write(tx_pause, POINT_PAUSED)
 
     def pause_in(
         self,
