@@ -32,8 +32,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import agentrt
+from agentrt import _session as session_module
+from agentrt import _step as step_module
 from agentrt import driver as driver_module
-from agentrt import session as session_module
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from driver import make_tool, run_once  # the benchmark next to this file
@@ -79,7 +80,7 @@ PHASES = (
     (session_module.RunSession, "record_decision", "tx  decided (record_decision)"),
     (session_module.RunSession, "start_tool", "tx  tool started (start_tool)"),
     (session_module.RunSession, "finish_tool", "tx  tool finished (finish_tool)"),
-    (session_module.RunSession, "propose", "    propose: decided, validation, policy"),
+    (step_module, "propose", "    propose: decided, validation, policy"),
     (session_module.RunSession, "ask_policy", "    the policy (ask_policy)"),
     (session_module.RunSession, "execute", "    execute: tool started, the call, tool finished"),
     (driver_module.Driver, "_decide", "    the agent (_decide)"),

@@ -29,10 +29,10 @@ from agentrt import (
     ToolRequest,
     ToolResult,
 )
+from agentrt._takeover import take_over
 from agentrt.clock import wall_clock
 from agentrt.lease import take_in
 from agentrt.model import Message, ModelRequest, ModelResponse, TextBlock, Usage
-from agentrt.resume import take_over
 from agentrt.scripted import ScriptedAgent
 from conftest import FakeClock, Ids, RecordingTool
 

@@ -30,6 +30,15 @@ from datetime import datetime
 from typing import Any
 
 from . import events as ev
+from ._session import (
+    POINT_ALLOWED,
+    POINT_PAUSED,
+    POINT_RESUMED,
+    AllowedCall,
+    PolicyCheck,
+    RunSession,
+    Verdict,
+)
 from ._store import reads
 from ._store.writes import fail_step, finish_run
 from .approval import approval_hash, approval_request
@@ -46,15 +55,6 @@ from .records import (
     StepStatus,
     TerminalReason,
     ToolSpec,
-)
-from .session import (
-    POINT_ALLOWED,
-    POINT_PAUSED,
-    POINT_RESUMED,
-    AllowedCall,
-    PolicyCheck,
-    RunSession,
-    Verdict,
 )
 from .store import Tx
 

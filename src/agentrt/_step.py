@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from ._session import RunMoved, RunSession, Verdict
 from ._settle import FromRunning, settle
 from .decisions import call_args, validate
 from .records import DecisionKind, Observation, RunStatus, Step, StepStatus, TerminalReason
-from .session import RunMoved, RunSession, Verdict
 
 
 async def propose(session: RunSession, step: Step, decision: Any) -> Verdict:

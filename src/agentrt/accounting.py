@@ -32,6 +32,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from ._session import POINT_MODEL_DISPATCHED
 from ._store.writes import charge_beyond_estimate, dispatch_model_call, settle_model_call
 from .canonical import canonical_json
 from .clock import duration_to_ms
@@ -53,11 +54,10 @@ from .model import (
     Usage,
 )
 from .records import ModelCallStatus, Run, Step, TerminalReason
-from .session import POINT_MODEL_DISPATCHED
 from .store import Tx, run_from_row
 
 if TYPE_CHECKING:
-    from .session import RunSession
+    from ._session import RunSession
 
 Sleep = Callable[[float], Awaitable[None]]
 

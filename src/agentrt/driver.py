@@ -22,8 +22,23 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
-from ._step import propose
+from . import _step
+from ._resume_waiting import Undecodable, resume_waiting
+from ._session import (
+    INLINE_IO,
+    LoopConfig,
+    Probe,
+    RunMoved,
+    RunSession,
+    Verdict,
+    load,
+    maybe_await,
+    release_lease,
+    run_io,
+    write_through,
+)
 from ._store.writes import create_run, fail_waiting_run
+from ._takeover import take_over
 from .accounting import AccountingCaller
 from .clock import Clock, IdFactory, new_id, wall_clock
 from .errors import (
@@ -52,18 +67,6 @@ from .records import (
 )
 from .recover import DEFAULT_LIMIT, Recovered
 from .recover import recover as recover_runs
-from .resume import Undecodable, load, release_lease, resume_waiting, take_over
-from .session import (
-    INLINE_IO,
-    LoopConfig,
-    Probe,
-    RunMoved,
-    RunSession,
-    Verdict,
-    maybe_await,
-    run_io,
-    write_through,
-)
 from .store import Store, Tx
 from .tools import Tool, compile_tool, registered_spec, spec_hash, validate_tools
 
@@ -350,7 +353,7 @@ class Driver:
                 if decided is None:  # the agent's call ended the run
                     return session.run
                 # Whatever the agent returned, None included, is recorded and validated.
-                verdict = await propose(session, step, decided.value)
+                verdict = await _step.propose(session, step, decided.value)
                 if verdict == Verdict.ALLOWED:
                     await session.execute(step)
                     if session.run.status != RunStatus.RUNNING:

@@ -40,12 +40,12 @@ from enum import StrEnum
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from ._session import run_io
 from ._store import reads
+from ._takeover import check_live_lease
 from .clock import parse_time
 from .errors import ConfigError, RunLeasedError, RunStateError
 from .records import ApprovalStatus, Limits, Run, RunStatus
-from .resume import check_live_lease
-from .session import run_io
 
 if TYPE_CHECKING:
     from .driver import Driver

@@ -42,6 +42,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from .._session import RunSession
 from .._store import reads
 from ..clock import Clock, IdFactory, parse_time, wall_clock
 from ..driver import Driver
@@ -49,7 +50,6 @@ from ..driver import run_sync as _run_coro
 from ..errors import ConfigError, NotFoundError, RunLeasedError
 from ..operator import Operator
 from ..records import Run, RunStatus
-from ..session import RunSession
 from ..store import Store, open_existing, open_store
 from .invariants import check
 from .journal import Journal, SeenAgent, read_journal, seen_tool

@@ -8,10 +8,11 @@ clock readings:
 1. `begin_step()`: one transaction reads the run, checks the limits in their
    fixed order (ending the run when one is reached) and claims the next step
    by compare-and-set, inserting it `deciding` with `step.started`.
-2. `propose(decision)`: records the decision verbatim (`step.decided`), then
-   validates it, settles `complete`/`fail`, and puts a tool call to the policy:
-   `allowed`, `denied` (step failed, loop goes on), `pending` (paused on an
-   approval) or `ended`.
+2. `_step.propose(session, step, decision)`: records the decision verbatim
+   (`step.decided`), then validates it, settles `complete`/`fail`, and puts a
+   tool call to the policy, whose answer `_settle.settle` acts on: `allowed`,
+   `denied` (step failed, loop goes on), `pending` (paused on an approval) or
+   `ended`.
 3. `execute()`: `step.tool_started` under a lease held and unexpired by the
    wall clock, the tool under its timeout, then `step.tool_finished` in one
    transaction, recorded even if the caller is cancelled.
@@ -880,3 +881,16 @@ class RunSession:
             self.refresh(tx, step.id)
 
         await self.write_outcome(tx_finished, POINT_TOOL_FINISHED)
+
+
+def load(config: LoopConfig, run_id: str) -> tuple[Run, list[Step], list[Approval]]:
+    """The whole run as recorded, uncapped, in one consistent read."""
+    with config.store.transaction() as tx:
+        run = reads.run_record(tx, run_id)
+        return run, reads.steps_of_run(tx, run_id), reads.approvals_of_run(tx, run_id)
+
+
+def release_lease(config: LoopConfig, run_id: str) -> None:
+    """Give up this driver's lease on a RUNNING run whose loop stopped early."""
+    with config.store.transaction() as tx:
+        writes.release_lease(tx, run_id, config.owner)

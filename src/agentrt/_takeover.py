@@ -1,23 +1,14 @@
-"""Resume: continuing a run after a person decided, or after its process died.
+"""Taking over a RUNNING run whose owner died, and the interruption contract.
 
-Two cases, both ending in a `RunSession` that holds the lease (or in a run that
-is paused or finished):
-
-- A WAITING run. Only the step's latest approval counts. Pending → refused
-  (nothing changes, however often); expired by `approval_ttl` → the run is
-  cancelled `approval_expired`; approved → its stored fields are re-verified
-  against the hash, the request is rebuilt from the tool as registered *now*
-  (args failing the current schema end the step `invalid_decision`), a grant
-  older than `grant_ttl` cancels the run, and the policy is asked again while
-  the run still waits. The call executes only on `allow` or on a
-  `require_approval` whose new hash equals the granted one; otherwise it pauses
-  again. Leaving WAITING (`run.resumed`, `step.policy`, `step.tool_started`) is
-  one compare-and-set transaction, so of two concurrent resumes exactly one
-  executes.
-- A RUNNING run whose lease expired (or has none): taken over in one
-  transaction (`lease.taken_over`, in-flight steps `interrupted`), then the
-  interruption contract decides. The runtime never runs an interrupted side
-  effect again by itself: it pauses on an `interrupted_side_effect` approval.
+The run is taken in one transaction (`take_lease` with the expired lease as the
+compare-and-set, `lease.taken_over`, unsettled model attempts charged, in-flight
+steps `interrupted`). A lease live by the wall clock is taken only when its
+holder is provably dead on this host (`check_live_lease`). Then the contract
+decides: the runtime never runs an interrupted side effect again by itself: a
+non-read-only call that was executing pauses on an `interrupted_side_effect`
+approval; a read-only one (as recorded and as registered now) or a deciding step
+continues; a tool gone or args no longer valid end the run `reconcile_conflict`;
+a consumer's `reconcile` may say what happened instead.
 """
 
 from __future__ import annotations
@@ -28,10 +19,20 @@ from datetime import datetime
 from typing import Any
 
 from . import events as ev
-from ._settle import FromRunning, FromWaiting, fail_and_go_on, pause, require_latest, settle
+from ._session import (
+    POINT_INTERRUPTED,
+    POINT_RESUMED,
+    LoopConfig,
+    RunSession,
+    load,
+    maybe_await,
+    release_lease,
+    run_io,
+    validate_policy_decision,
+)
+from ._settle import FromRunning, pause
 from ._store import reads, writes
-from ._store.writes import charge_dispatched, fail_step, finish_run
-from .approval import verify_stored
+from ._store.writes import charge_dispatched
 from .canonical import check_json, to_text
 from .clock import format_time
 from .decisions import call_args
@@ -39,9 +40,6 @@ from .errors import JSONValueError, RunLeasedError, RunStateError
 from .lease import prove_dead, take_in
 from .policy import interrupted_side_effect_decision
 from .records import (
-    Approval,
-    ApprovalStatus,
-    Observation,
     PolicyDecision,
     PolicyOutcome,
     ReconcileOutcome,
@@ -54,26 +52,12 @@ from .records import (
     StepStatus,
     TerminalReason,
 )
-from .session import (
-    POINT_INTERRUPTED,
-    POINT_RESUMED,
-    LoopConfig,
-    RunSession,
-    maybe_await,
-    run_io,
-    validate_policy_decision,
-)
 from .store import Tx
 
 INTERRUPTED_POLICY_ID = "agentrt:interrupted_side_effect"
+
+
 RECONCILE_POLICY_ID = "agentrt:reconcile"
-
-
-def load(config: LoopConfig, run_id: str) -> tuple[Run, list[Step], list[Approval]]:
-    """The whole run as recorded, uncapped, in one consistent read."""
-    with config.store.transaction() as tx:
-        run = reads.run_record(tx, run_id)
-        return run, reads.steps_of_run(tx, run_id), reads.approvals_of_run(tx, run_id)
 
 
 def check_live_lease(
@@ -108,115 +92,6 @@ def _parse(text: object) -> datetime | None:
         return parse_time(text)
     except ValueError:
         return None
-
-
-class Undecodable(Exception):
-    """The WAITING run's record will not decode: the driver fails it, never continues it."""
-
-
-def release_lease(config: LoopConfig, run_id: str) -> None:
-    """Give up this driver's lease on a RUNNING run whose loop stopped early."""
-    with config.store.transaction() as tx:
-        writes.release_lease(tx, run_id, config.owner)
-
-
-async def resume_waiting(
-    config: LoopConfig, run: Run, steps: Sequence[Step], approvals: Sequence[Approval]
-) -> RunSession:
-    """Settle a WAITING run's latest approval. The session's run says what became of it."""
-    now = config.clock()
-    session = RunSession(config, run, steps, approvals, epoch=0, mark=now)
-    if not steps or steps[-1].status != StepStatus.AWAITING_APPROVAL:
-        raise RunStateError(f"run {run.id} is waiting but has no step awaiting approval")
-    step = steps[-1]
-    if run.decode_error or step.decode_error:
-        raise Undecodable(run.decode_error or step.decode_error)
-    mine = [a for a in approvals if a.step_id == step.id]
-    if not mine:
-        raise RunStateError(f"run {run.id} is waiting but step {step.id} has no approval")
-    latest = mine[-1]
-    if latest.status == ApprovalStatus.PENDING:
-        if latest.expires_at is not None and now >= latest.expires_at:
-            await _expire(session, step, latest, now, "approval expired before it was decided")
-            return session
-        raise RunStateError(
-            f"run {run.id} is waiting for approval {latest.id}, which is still pending"
-        )
-    if latest.status != ApprovalStatus.APPROVED:
-        raise RunStateError(f"the latest approval {latest.id} of run {run.id} is {latest.status}")
-    verify_stored(latest)
-    grant_ttl = run.limits.grant_ttl
-    if (
-        grant_ttl is not None
-        and latest.decided_at is not None
-        and now >= latest.decided_at + grant_ttl
-    ):
-        await _expire(session, step, latest, now, "the grant expired before the run resumed")
-        return session
-    decision = step.decision
-    tool = decision.tool if decision is not None else ""
-    spec = config.specs.get(tool)
-    args = call_args(decision) if decision is not None else {}
-    if spec is None:
-        await fail_and_go_on(
-            session,
-            FromWaiting(latest, now),
-            step,
-            Observation.invalid_decision(
-                f"tool {tool!r} is no longer registered; nothing was executed"
-            ),
-            None,
-        )
-        return session
-    errors = config.compiled[tool].check(args)
-    if errors:
-        await fail_and_go_on(
-            session,
-            FromWaiting(latest, now),
-            step,
-            Observation.invalid_decision(
-                f"args no longer match the current input schema of {tool!r}: " + "; ".join(errors)
-            ),
-            None,
-        )
-        return session
-    check = await session.ask_policy(step, spec, args)
-    await settle(session, FromWaiting(latest, now), step, spec, args, check)
-    return session
-
-
-async def _expire(
-    session: RunSession, step: Step, approval: Approval, now: datetime, why: str
-) -> None:
-    def tx_expire(tx: Tx) -> None:
-        require_latest(tx, step.id, approval)
-        if approval.status == ApprovalStatus.PENDING:
-            writes.expire_approval(tx, approval.id)
-        tool = step.decision.tool if step.decision is not None else ""
-        fail_step(
-            tx,
-            session.run_id,
-            step.id,
-            Observation.denied(tool, why),
-            now,
-            from_statuses=(StepStatus.AWAITING_APPROVAL,),
-        )
-        finish_run(
-            tx,
-            session.run_id,
-            RunStatus.CANCELLED,
-            TerminalReason.APPROVAL_EXPIRED,
-            why,
-            now,
-            from_statuses=(RunStatus.WAITING_FOR_APPROVAL,),
-        )
-        session.reload_approvals(tx)
-        session.refresh(tx, step.id)
-
-    await session.write(tx_expire)
-
-
-# -- takeover of an interrupted run -------------------------------------------
 
 
 async def take_over(config: LoopConfig, run_id: str) -> RunSession:
@@ -479,7 +354,3 @@ async def _continue(session: RunSession, extra: dict[str, Any] | None = None) ->
         tx.append_event(session.run_id, "", now, ev.RUN_RESUMED, payload)
 
     await session.write(tx_continue, POINT_RESUMED)
-
-
-def is_waiting(run: Run) -> bool:
-    return run.status == RunStatus.WAITING_FOR_APPROVAL
