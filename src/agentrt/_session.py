@@ -1,21 +1,13 @@
-"""One run's step machine: the transactions of the loop, shared by Driver and Gate.
+"""The session handle of a run's step machine, shared by the Driver and the Gate.
 
 A `RunSession` is what executes a RUNNING run while this process holds its
-lease. It offers the loop in three moves, so that a consumer's own loop (the
-Gate) and the Driver ("a Gate plus an agent") write identical rows, events and
-clock readings:
-
-1. `begin_step()`: one transaction reads the run, checks the limits in their
-   fixed order (ending the run when one is reached) and claims the next step
-   by compare-and-set, inserting it `deciding` with `step.started`.
-2. `_step.propose(session, step, decision)`: records the decision verbatim
-   (`step.decided`), then validates it, settles `complete`/`fail`, and puts a
-   tool call to the policy, whose answer `_settle.settle` acts on: `allowed`,
-   `denied` (step failed, loop goes on), `pending` (paused on an approval) or
-   `ended`.
-3. `execute()`: `step.tool_started` under a lease held and unexpired by the
-   wall clock, the tool under its timeout, then `step.tool_finished` in one
-   transaction, recorded even if the caller is cancelled.
+lease: the in-memory copy of the run, its steps and approvals; `write()`
+through the I/O thread; the crash-point probes; the heartbeat; the lease guard
+(`require_lease`); and the transactions a step is made of (record a decision,
+settle a step with the run, pause, start a tool). The step itself is taken by
+`_step.py` (`begin_step`, `propose`, `execute`); a policy's answer is acted on
+by `_settle.py`; a waiting run is resumed by `_resume_waiting.py`, a dead
+owner's run taken over by `_takeover.py`.
 
 Invariants enforced here:
 
@@ -45,17 +37,15 @@ from enum import StrEnum
 from functools import partial
 from typing import Any, TypeVar, cast
 
-from . import events as ev
 from . import limits as limits_mod
 from ._store import reads, writes
 from ._store.writes import fail_step, finish_run
 from .approval import approval_hash, approval_request
 from .canonical import check_json, content_hash, copy_json, from_text, to_text
-from .clock import Clock, IdFactory, as_stored, duration_to_ms, format_time
+from .clock import Clock, IdFactory, duration_to_ms, format_time
 from .decisions import RecordedDecision, record
 from .errors import JSONValueError, LeaseLostError, RunStateError, StoreBusyError
 from .events import Observer, deliver
-from .execute import invoke
 from .foreign import exception_text
 from .lease import Heartbeat, WallClock, renewer_for
 from .policy import Policy
@@ -64,7 +54,6 @@ from .records import (
     JSON,
     Approval,
     Observation,
-    ObservationKind,
     PolicyDecision,
     PolicyOutcome,
     Run,
@@ -72,8 +61,6 @@ from .records import (
     RunView,
     Step,
     StepStatus,
-    TerminalReason,
-    ToolCall,
     ToolRequest,
     ToolSpec,
 )
@@ -478,55 +465,6 @@ class RunSession:
             active_ms_add=self.active_ms_until(now),
         )
 
-    # -- 1. begin a step ---------------------------------------------------
-
-    async def begin_step(self) -> Step | None:
-        """Check the limits and claim the next step; None when the run is no longer RUNNING."""
-        config = self.config
-
-        def tx_begin(tx: Tx) -> Step | None:
-            row = self.require_lease(tx)
-            run = run_from_row(row)
-            self.run = run
-            now = config.clock()
-            if run.decode_error:
-                # store.md: a run whose record will not decode is not continued.
-                detail = f"the run's record cannot be read back ({run.decode_error})"
-                self.end_in(tx, now, RunStatus.FAILED, TerminalReason.INTERNAL_ERROR, detail)
-                self.refresh(tx)
-                return None
-            active = run.active_time + max(timedelta(0), now - self._mark)
-            hit = limits_mod.check(run, self.steps, now, active, self.args_hash)
-            if hit is not None:
-                if hit.loop is not None:
-                    tx.append_event(self.run_id, "", now, ev.LOOP_DETECTED, hit.loop)
-                else:
-                    tx.append_event(
-                        self.run_id,
-                        "",
-                        now,
-                        ev.LIMIT_EXCEEDED,
-                        {"reason": hit.reason, "detail": hit.detail},
-                    )
-                self.end_in(tx, now, RunStatus.FAILED, hit.reason, hit.detail)
-                self.refresh(tx)
-                return None
-            index = run.step_count
-            step = writes.claim_step(tx, self.run_id, index, config.owner, config.new_id, now)
-            self.run = replace(run, step_count=index + 1)
-            self.steps.append(step)  # a new id: nothing to replace
-            self.probe_in_tx(POINT_STEP_STARTED)
-            return step
-
-        try:
-            step = await self.write(tx_begin)
-        except RunMoved as moved:
-            self.run = moved.run
-            return None
-        if step is not None:
-            await self.probe(POINT_STEP_STARTED)
-        return step
-
     def step_input_parts(self) -> tuple[Run, tuple[Step, ...], tuple[Approval, ...]]:
         return self.run, tuple(self.steps), tuple(self.approvals)
 
@@ -711,17 +649,6 @@ class RunSession:
             policy_id=payload["policy_id"],
         )
 
-    async def start_tool(
-        self, step: Step, spec: ToolSpec, args: JSON, payload: dict[str, Any]
-    ) -> datetime:
-        def tx_started(tx: Tx) -> datetime:
-            self.require_lease(tx, side_effect=True)
-            now = self.config.clock()
-            self.put_step(self.tool_started_in(tx, now, step, spec, args, payload))
-            return now
-
-        return await self.write(tx_started, POINT_TOOL_STARTED)
-
     def has_allowed_call(self) -> bool:
         return self._allowed is not None
 
@@ -729,158 +656,13 @@ class RunSession:
         assert self._allowed is not None
         return self._allowed.step
 
-    async def execute(self, step: Step) -> None:
-        """Start, run and record the allowed call of `step` exactly once."""
+    def take_allowed(self, step: Step) -> AllowedCall:
+        """The allowed call of `step`, handed out once (`RunStateError` if there is none)."""
         allowed = self._allowed
         if allowed is None or allowed.step.id != step.id:
             raise RunStateError(f"step {step.id} has no allowed call to execute")
         self._allowed = None
-        spec, args = allowed.spec, allowed.args
-        if allowed.started_at is not None:
-            started_at = allowed.started_at
-        else:
-            try:
-                started_at = await self.start_tool(step, spec, args, allowed.payload)
-            except RunMoved as moved:
-                self.run = moved.run
-                return
-        tool = self.config.tools[spec.name]
-        call = ToolCall(
-            run_id=self.run_id, step_id=step.id, args=copy_json(args), lease_epoch=self.epoch
-        )
-        threads: list[concurrent.futures.Future[Any]] = []
-        try:
-            outcome = await invoke(tool, spec, call, threads)
-        except asyncio.CancelledError:
-            # The caller cancelled us mid-call: the effect may have happened, so
-            # its (unknown) outcome is recorded before the cancellation goes on.
-            # A plain-function tool cannot be stopped: while its thread runs, the
-            # lease stays ours (and renewed), or another process could take the
-            # run over and start the same call beside it.
-            running = next((f for f in threads if not f.done()), None)
-            observation = Observation.cancelled_mid_call()
-            await asyncio.shield(
-                self.finish_tool(
-                    step,
-                    spec,
-                    started_at,
-                    observation,
-                    None,
-                    cancelled=True,
-                    keep_lease=running is not None,
-                )
-            )
-            self.lingering_tool = running
-            raise
-        await self.probe(POINT_TOOL_EFFECT)
-        await self.finish_tool(step, spec, started_at, outcome.observation, outcome.abort)
-
-    async def finish_tool(
-        self,
-        step: Step,
-        spec: ToolSpec,
-        started_at: datetime,
-        observation: Observation,
-        abort: str | None,
-        *,
-        cancelled: bool = False,
-        keep_lease: bool = False,
-    ) -> None:
-        config = self.config
-
-        def tx_finished(tx: Tx) -> None:
-            row = reads.run_row(tx, self.run_id)
-            if row is None:
-                raise RunStateError(f"run {self.run_id} disappeared")
-            now = config.clock()
-            duration_ms = max(0, duration_to_ms(now - started_at))
-            finished: dict[str, Any] = {"tool": spec.name, "duration_ms": duration_ms}
-            failed = observation.kind != ObservationKind.TOOL_RESULT
-            if failed:
-                content = observation.content if isinstance(observation.content, dict) else {}
-                finished["error"] = str(content.get("error", content.get("failure", "")))
-            else:
-                finished["summary"] = observation.summary
-                finished["content_hash"] = observation.content_hash
-            held = row["status"] == RunStatus.RUNNING and row["lease_owner"] == config.owner
-            if not held:
-                if row["status"] == RunStatus.CANCELLED and row["lease_epoch"] == self.epoch:
-                    # Cancelled while we held the lease: the effect happened after the
-                    # cancel was recorded, so it is appended, changing neither row.
-                    finished["late"] = True
-                    tx.append_event(self.run_id, step.id, now, ev.STEP_TOOL_FINISHED, finished)
-                    self.refresh(tx, step.id)
-                    return
-                # Someone else owns the run now: the next owner decides what this
-                # step did; our late result is not recorded.
-                raise LeaseLostError(
-                    f"run {self.run_id} changed owner while its tool ran; "
-                    "the outcome is left for the current owner"
-                )
-            if cancelled:
-                status = StepStatus.INTERRUPTED
-            elif failed:
-                status = StepStatus.FAILED
-            else:
-                status = StepStatus.DONE
-            active = self.active_ms_until(now)
-            observation_text = writes.finish_tool(
-                tx,
-                self.run_id,
-                step.id,
-                status,
-                observation,
-                finished,
-                failed_event=failed and not cancelled,
-                now=now,
-            )
-            if abort is not None:
-                finish_run(
-                    tx,
-                    self.run_id,
-                    RunStatus.FAILED,
-                    TerminalReason.TOOL_ABORT,
-                    abort,
-                    now,
-                    from_statuses=(RunStatus.RUNNING,),
-                    active_ms_add=active,
-                )
-            elif spec.terminal and not failed:
-                finish_run(
-                    tx,
-                    self.run_id,
-                    RunStatus.COMPLETED,
-                    TerminalReason.GOAL_COMPLETED,
-                    "",
-                    now,
-                    from_statuses=(RunStatus.RUNNING,),
-                    result=observation.content,
-                    active_ms_add=active,
-                )
-            elif cancelled and not keep_lease:
-                # Leave the run RUNNING for a later resume, but give up the lease now:
-                # nobody should have to wait it out for a loop that has stopped.
-                writes.leave_running(tx, self.run_id, active_ms_add=active)
-            else:
-                writes.add_active_time(tx, self.run_id, active)
-                # The common ending: the copies are built from the row read above
-                # and the values just written (see `put_step`).
-                run = run_from_row(row)
-                self.run = replace(
-                    run, active_time=run.active_time + timedelta(milliseconds=active)
-                )
-                self.put_step(
-                    replace(
-                        self.current(step),
-                        status=status,
-                        observation=Observation.from_json(from_text(observation_text)),
-                        finished_at=as_stored(now),
-                    )
-                )
-                return
-            self.refresh(tx, step.id)
-
-        await self.write_outcome(tx_finished, POINT_TOOL_FINISHED)
+        return allowed
 
 
 def load(config: LoopConfig, run_id: str) -> tuple[Run, list[Step], list[Approval]]:

@@ -338,7 +338,7 @@ class Driver:
         heartbeat = session.start_heartbeat()
         try:
             if session.has_allowed_call():
-                await session.execute(session.allowed_step())
+                await _step.execute(session, session.allowed_step())
                 if session.run.status != RunStatus.RUNNING:
                     return session.run
             while True:
@@ -346,7 +346,7 @@ class Driver:
                     raise LeaseLostError(
                         f"the lease on run {session.run_id} was lost; the loop stopped"
                     )
-                step = await session.begin_step()
+                step = await _step.begin_step(session)
                 if step is None:
                     return session.run
                 decided = await self._decide(session, step)
@@ -355,7 +355,7 @@ class Driver:
                 # Whatever the agent returned, None included, is recorded and validated.
                 verdict = await _step.propose(session, step, decided.value)
                 if verdict == Verdict.ALLOWED:
-                    await session.execute(step)
+                    await _step.execute(session, step)
                     if session.run.status != RunStatus.RUNNING:
                         return session.run
                 elif verdict in (Verdict.PENDING, Verdict.ENDED):
