@@ -50,8 +50,9 @@ class Point(StrEnum):
     # The model request was recorded as dispatched and is in flight: a crash here
     # is a crash during a model request (the attempt stays recorded, uncharged).
     DURING_MODEL_REQUEST = _session.POINT_MODEL_DISPATCHED
-    # Reported by a Gate's attach once it lands; no Driver path reaches it yet.
-    AFTER_ATTACH_ALLOWED = "attach.allowed"
+    # A waiting run's approved call was allowed again (`gate.attach`, `Driver.resume`):
+    # nothing is written until `execute` starts it.
+    AFTER_ATTACH_ALLOWED = _session.POINT_ATTACH_ALLOWED
 
     @property
     def has_transaction(self) -> bool:
@@ -59,9 +60,12 @@ class Point(StrEnum):
         return self not in _NO_TRANSACTION
 
 
-# These two points sit between transactions: the policy allowed (nothing written
-# yet) and the tool returned (its record not yet written).
-_NO_TRANSACTION = frozenset({Point.AFTER_ALLOWED, Point.AFTER_TOOL_EFFECT})
+# These points sit between transactions: the policy allowed, or a granted approval
+# allowed again at attach (nothing written yet), and the tool returned (its record
+# not yet written).
+_NO_TRANSACTION = frozenset(
+    {Point.AFTER_ALLOWED, Point.AFTER_ATTACH_ALLOWED, Point.AFTER_TOOL_EFFECT}
+)
 
 
 @dataclass(frozen=True)
