@@ -796,3 +796,18 @@ class TestFuzzArgs:
         assert [c.args for c in result.calls("charge")] == [c.args for c in cases if c.valid]
         for case, step in zip(cases, result.steps, strict=False):
             assert (step.status == StepStatus.DONE) == case.valid
+
+
+class TestGateScenario:
+    def test_a_loop_over_a_gate_is_crashed_at_every_point_and_holds_in_the_harness(
+        self,
+    ) -> None:
+        matrix = crash_matrix_sync("testkit_scenarios:gate_checkout", "harness", workers=16)
+        matrix.assert_ok()
+        points = {c.crashes[0].at for c in matrix.cases}
+        assert {Point.AFTER_ALLOWED, Point.AFTER_ATTACH_ALLOWED, Point.AFTER_TOOL_EFFECT} <= points
+        # The same cells as the Driver's matrix of the same scenario, with the same outcomes.
+        by_driver = crash_matrix_sync("testkit_scenarios:checkout", "harness", workers=16)
+        assert {(c.crashes, c.outcome) for c in matrix.cases} == {
+            (c.crashes, c.outcome) for c in by_driver.cases
+        }

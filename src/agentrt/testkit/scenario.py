@@ -28,6 +28,7 @@ from .. import _session
 from ..clock import Clock, IdFactory
 from ..driver import Driver
 from ..errors import ConfigError
+from ..gate import Gate
 from ..policy import Policy
 from ..records import Approval, Decision, Limits, Run
 from ..scripted import ScriptedAgent, ScriptEntry
@@ -163,8 +164,11 @@ def by_kind(
 class LoopContext:
     """What a consumer's own `loop` gets to drive one process's share of the run.
 
-    `driver` is already built with the kit's probes; a loop built on something
-    else (a Gate) passes `probe` and `probe_in_tx` on, so crashes still land.
+    `driver` and `gate` are already built with the kit's probes, tools, clock
+    and ids (so crashes land in either); `agent` is the scenario's agent as the
+    kit watches it (call its `decide` for each `session.input()` in a loop over
+    the gate). A loop built on something else passes `probe` and `probe_in_tx`
+    on, so crashes still land.
     """
 
     driver: Driver
@@ -175,6 +179,8 @@ class LoopContext:
     resuming: bool
     probe: _session.Probe
     probe_in_tx: _session.Probe
+    gate: Gate | None = None
+    agent: Any = None
 
 
 # A consumer's loop: start (resuming=False) or resume (resuming=True) the run and
