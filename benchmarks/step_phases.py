@@ -32,8 +32,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import agentrt
+from agentrt import _session as session_module
+from agentrt import _step as step_module
 from agentrt import driver as driver_module
-from agentrt import session as session_module
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from driver import make_tool, run_once  # the benchmark next to this file
@@ -75,13 +76,13 @@ class TimedConnection:
 
 
 PHASES = (
-    (session_module.RunSession, "begin_step", "tx  step started (begin_step)"),
+    (step_module, "begin_step", "tx  step started (begin_step)"),
     (session_module.RunSession, "record_decision", "tx  decided (record_decision)"),
-    (session_module.RunSession, "start_tool", "tx  tool started (start_tool)"),
-    (session_module.RunSession, "finish_tool", "tx  tool finished (finish_tool)"),
-    (session_module.RunSession, "propose", "    propose: decided, validation, policy"),
+    (step_module, "_start_tool", "tx  tool started (start_tool)"),
+    (step_module, "_finish_tool", "tx  tool finished (finish_tool)"),
+    (step_module, "propose", "    propose: decided, validation, policy"),
     (session_module.RunSession, "ask_policy", "    the policy (ask_policy)"),
-    (session_module.RunSession, "execute", "    execute: tool started, the call, tool finished"),
+    (step_module, "execute", "    execute: tool started, the call, tool finished"),
     (driver_module.Driver, "_decide", "    the agent (_decide)"),
 )
 
@@ -89,7 +90,7 @@ PHASES = (
 def patch() -> None:
     for owner, name, label in PHASES:
         timed(owner, name, label)
-    invoke = session_module.invoke
+    invoke = step_module.invoke
 
     async def timed_invoke(*args: Any, **kwargs: Any) -> Any:
         start = time.perf_counter()
@@ -98,7 +99,7 @@ def patch() -> None:
         finally:
             spent["    the tool call (invoke)"] += time.perf_counter() - start
 
-    session_module.invoke = timed_invoke  # type: ignore[assignment]
+    step_module.invoke = timed_invoke  # type: ignore[assignment]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -30,12 +30,12 @@ from agentrt import (
     ToolRequest,
     ToolResult,
 )
+from agentrt._session import RunSession
 from agentrt.canonical import JSONFloat, JSONInt
 from agentrt.model import ModelConfig, ModelResponse, Price, ToolUseBlock, Usage
 from agentrt.model_agent import ModelAgent
 from agentrt.replay import ScriptedModel
 from agentrt.scripted import ScriptedAgent
-from agentrt.session import RunSession
 from conftest import EPOCH, FakeClock, Ids, RecordingTool
 
 ANY_OBJECT = {"type": "object"}

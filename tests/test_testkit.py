@@ -31,7 +31,7 @@ from agentrt import (
     TerminalReason,
     ToolSpec,
 )
-from agentrt import session as session_mod
+from agentrt import _session as session_mod
 from agentrt.records import ChainBreak, Lease, VerifyReport
 from agentrt.scripted import ScriptedAgent
 from agentrt.testkit import (

@@ -32,9 +32,10 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from . import events as ev
+from ._session import POINT_MODEL_DISPATCHED
+from ._store.writes import charge_beyond_estimate, dispatch_model_call, settle_model_call
 from .canonical import canonical_json
-from .clock import duration_to_ms, format_time
+from .clock import duration_to_ms
 from .errors import (
     ConfigError,
     LimitExceeded,
@@ -53,12 +54,10 @@ from .model import (
     Usage,
 )
 from .records import ModelCallStatus, Run, Step, TerminalReason
-from .session import POINT_MODEL_DISPATCHED
-from .store import Tx, clamp_charge, run_from_row, saturating_add_sql
-from .transitions import charge_run
+from .store import Tx, run_from_row
 
 if TYPE_CHECKING:
-    from .session import RunSession
+    from ._session import RunSession
 
 Sleep = Callable[[float], Awaitable[None]]
 
@@ -184,33 +183,16 @@ class AccountingCaller:
             self._check_limits(run, projection)
             now = config.clock()
             call_id = config.new_id()
-            tx.execute(
-                "INSERT INTO model_calls (id, run_id, step_id, attempt, status, model, "
-                "input_tokens, output_tokens, cost_micros, dispatched_at) "
-                "VALUES (?, ?, ?, ?, 'dispatched', ?, ?, ?, ?, ?)",
-                (
-                    call_id,
-                    session.run_id,
-                    self._step.id,
-                    attempt,
-                    self._model.name,
-                    clamp_charge(projection.input_tokens),
-                    clamp_charge(projection.output_tokens),
-                    clamp_charge(projection.cost_micros or 0),
-                    format_time(now),
-                ),
-            )
-            tx.execute(
-                f"UPDATE runs SET model_calls = {saturating_add_sql('model_calls', ':one')} "
-                "WHERE id = :id",
-                {"one": 1, "id": session.run_id},
-            )
-            tx.append_event(
+            dispatch_model_call(
+                tx,
                 session.run_id,
                 self._step.id,
+                call_id,
+                attempt,
+                self._model.name,
+                projection_usage(projection),
+                projection.cost_micros or 0,
                 now,
-                ev.MODEL_DISPATCHED,
-                {"call_id": call_id, "attempt": attempt, "model": self._model.name},
             )
             self._in_flight[call_id] = projection
             session.refresh(tx)
@@ -319,50 +301,37 @@ class AccountingCaller:
         def tx_settle(tx: Tx) -> None:
             now = config.clock()
             latency = max(0, duration_to_ms(now - record.dispatched_at))
-            cur = tx.execute(
-                "UPDATE model_calls SET status = ?, input_tokens = ?, output_tokens = ?, "
-                "cached_input_tokens = ?, cost_micros = ?, latency_ms = ?, error = ?, "
-                "completed_at = ? WHERE id = ? AND status = 'dispatched'",
-                (
-                    str(status),
-                    clamp_charge(usage.input_tokens),
-                    clamp_charge(usage.output_tokens),
-                    clamp_charge(usage.cached_input_tokens),
-                    clamp_charge(cost or 0),
-                    latency,
-                    error[:4096],
-                    format_time(now),
-                    record.call_id,
-                ),
+            settled = settle_model_call(
+                tx,
+                session.run_id,
+                self._step.id,
+                record.call_id,
+                record.attempt,
+                record.model,
+                status=str(status),
+                usage=usage,
+                cost_micros=cost,
+                latency_ms=latency,
+                error=error[:4096],
+                now=now,
             )
-            if cur.rowcount != 1:
+            if not settled:
                 # A takeover (or a cancel) already settled this attempt at its
                 # estimate: charging it again would count the spend twice. Only
                 # what the real reply cost beyond that estimate is added.
                 self._in_flight.pop(record.call_id, None)
                 if charge:
-                    _charge_beyond_estimate(
-                        tx, session.run_id, self._step.id, record, usage, cost or 0, now
+                    charge_beyond_estimate(
+                        tx,
+                        session.run_id,
+                        record.call_id,
+                        record.attempt,
+                        record.model,
+                        usage,
+                        cost or 0,
+                        now,
                     )
                 return
-            charge_run(tx, session.run_id, usage, cost or 0)
-            kind = ev.MODEL_COMPLETED if status == ModelCallStatus.OK else ev.MODEL_FAILED
-            tx.append_event(
-                session.run_id,
-                self._step.id,
-                now,
-                kind,
-                {
-                    "call_id": record.call_id,
-                    "attempt": record.attempt,
-                    "status": str(status),
-                    "model": record.model,
-                    "usage": usage.to_json(),
-                    "cost_micros": cost,
-                    "latency_ms": latency,
-                    "error": error[:4096],
-                },
-            )
             self._in_flight.pop(record.call_id, None)
             session.refresh(tx)
 
@@ -415,57 +384,6 @@ class _Outcome:
 
 def projection_usage(projection: Projection) -> Usage:
     return Usage(input_tokens=projection.input_tokens, output_tokens=projection.output_tokens)
-
-
-def _charge_beyond_estimate(
-    tx: Tx, run_id: str, step_id: str, record: _Attempt, usage: Usage, cost: int, now: datetime
-) -> None:
-    """A late reply to an attempt already charged at its estimate: add only the excess."""
-    row = tx.execute(
-        "SELECT status, input_tokens, output_tokens, cached_input_tokens, cost_micros "
-        "FROM model_calls WHERE id = ?",
-        (record.call_id,),
-    ).fetchone()
-    if row is None or row["status"] != ModelCallStatus.AMBIGUOUS:
-        return
-    extra = Usage(
-        input_tokens=max(0, usage.input_tokens - row["input_tokens"]),
-        output_tokens=max(0, usage.output_tokens - row["output_tokens"]),
-        cached_input_tokens=max(0, usage.cached_input_tokens - row["cached_input_tokens"]),
-    )
-    extra_cost = max(0, cost - row["cost_micros"])
-    if extra == Usage() and extra_cost == 0:
-        return
-    tx.execute(
-        "UPDATE model_calls SET input_tokens = input_tokens + ?, "
-        "output_tokens = output_tokens + ?, cached_input_tokens = cached_input_tokens + ?, "
-        "cost_micros = cost_micros + ? "
-        "WHERE id = ?",
-        (
-            clamp_charge(extra.input_tokens),
-            clamp_charge(extra.output_tokens),
-            clamp_charge(extra.cached_input_tokens),
-            clamp_charge(extra_cost),
-            record.call_id,
-        ),
-    )
-    charge_run(tx, run_id, extra, extra_cost)
-    tx.append_event(
-        run_id,
-        "",
-        now,
-        ev.MODEL_COMPLETED,
-        {
-            "call_id": record.call_id,
-            "attempt": record.attempt,
-            "status": "late",
-            "model": record.model,
-            "usage": extra.to_json(),
-            "cost_micros": extra_cost,
-            "latency_ms": 0,
-            "error": "a late reply cost more than the estimate charged for it",
-        },
-    )
 
 
 # Providers stop generating at the output cap the request sent; a server may

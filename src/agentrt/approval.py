@@ -19,7 +19,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from . import events as ev
+from ._store import reads
+from ._store.writes import decide_approval, fail_step, finish_run
 from .canonical import content_hash
 from .clock import format_time
 from .errors import (
@@ -37,14 +38,12 @@ from .records import (
     ApprovalStatus,
     Event,
     Observation,
-    ObservationKind,
     RunStatus,
     StepStatus,
     TerminalReason,
     ToolSpec,
 )
 from .store import Store, Tx, approval_from_row, run_from_row
-from .transitions import fail_step, finish_run
 
 
 def approval_request(run_id: str, step_id: str, spec: ToolSpec, args: JSON) -> dict[str, Any]:
@@ -89,15 +88,13 @@ def verify_stored(approval: Approval) -> None:
 
 
 def _load(tx: Tx, run_id: str, approval_id: str) -> tuple[Any, Approval]:
-    run_row = tx.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone()
-    if run_row is None:
+    run = reads.run_row(tx, run_id)
+    if run is None:
         raise NotFoundError(f"no run {run_id}")
-    row = tx.execute(
-        "SELECT * FROM approvals WHERE id = ? AND run_id = ?", (approval_id, run_id)
-    ).fetchone()
+    row = reads.approval_row(tx, approval_id, run_id)
     if row is None:
         raise NotFoundError(f"no approval {approval_id} on run {run_id}")
-    return run_row, approval_from_row(row)
+    return run, approval_from_row(row)
 
 
 def decide(
@@ -112,7 +109,6 @@ def decide(
     now: datetime,
 ) -> tuple[Approval, list[Event]]:
     """Approve or reject one pending approval in one transaction; returns it and the events."""
-    at = format_time(now)
     with store.transaction() as tx:
         run_row, approval = _load(tx, run_id, approval_id)
         run = run_from_row(run_row)
@@ -135,31 +131,19 @@ def decide(
                 f"approval {approval_id} expired at {format_time(approval.expires_at)}"
             )
         status = ApprovalStatus.APPROVED if approve else ApprovalStatus.REJECTED
-        cur = tx.execute(
-            "UPDATE approvals SET status = ?, decided_at = ?, decided_by = ?, note = ? "
-            "WHERE id = ? AND status = 'pending' AND hash = ?",
-            (str(status), at, by, note, approval_id, approval.hash),
-        )
-        if cur.rowcount != 1:
-            raise ApprovalChangedError(f"approval {approval_id} changed while being decided")
-        tx.append_event(
-            run_id,
-            approval.step_id,
-            now,
-            ev.APPROVAL_DECIDED,
-            {"approval_id": approval_id, "status": str(status), "by": by, "note": note},
-        )
+        try:
+            decided = decide_approval(tx, approval, status, by, note, now)
+        except RunStateError as exc:
+            raise ApprovalChangedError(
+                f"approval {approval_id} changed while being decided"
+            ) from exc
         if not approve:
             tool = (
                 approval.request.get("spec", {}).get("name", "")
                 if isinstance(approval.request, dict)
                 else ""
             )
-            observation = Observation(
-                kind=ObservationKind.POLICY_DENIED,
-                content={"tool": tool, "reason": f"approval rejected: {note}"},
-                summary=f"approval rejected: {note}",
-            )
+            observation = Observation.rejected(tool, note)
             fail_step(
                 tx,
                 run_id,
@@ -177,5 +161,4 @@ def decide(
                 now,
                 from_statuses=(RunStatus.WAITING_FOR_APPROVAL,),
             )
-        row = tx.execute("SELECT * FROM approvals WHERE id = ?", (approval_id,)).fetchone()
-        return approval_from_row(row), list(tx.events)
+        return decided, list(tx.events)

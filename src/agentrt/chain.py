@@ -32,6 +32,7 @@ import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ._store import chain_rows as rows
 from .records import ChainBreak, VerifyReport
 from .stored_text import unreadable_text
 
@@ -164,9 +165,7 @@ class _Walk:
 
     def run(self) -> ChainBreak | None:
         conn, to_seq, page_size = self.conn, self.to_seq, self.page_size
-        before = conn.execute(
-            "SELECT seq, hash FROM events WHERE seq < ? ORDER BY seq DESC LIMIT 1", (self.start,)
-        ).fetchone()
+        before = rows.event_before(conn, self.start)
         if before is None:
             self.prev_seq, self.prev_hash = 0, ""
         else:
@@ -177,10 +176,8 @@ class _Walk:
             if to_seq is not None and cursor_seq > to_seq:
                 break
             page = _rows(
-                conn.execute(
-                    f"SELECT {_COLUMNS} FROM events WHERE seq >= ? AND seq <= ? "
-                    "ORDER BY seq LIMIT ?",
-                    (cursor_seq, _MAX_SEQ if to_seq is None else to_seq, page_size),
+                rows.events_between(
+                    conn, _COLUMNS, cursor_seq, _MAX_SEQ if to_seq is None else to_seq, page_size
                 )
             )
             for i, row in enumerate(page):
@@ -225,12 +222,7 @@ def _swapped(
     later = list(rest_of_page)
     if len(later) < page_size:
         after = later[-1].seq if later else bad.seq
-        later += _rows(
-            conn.execute(
-                f"SELECT {_COLUMNS} FROM events WHERE seq > ? ORDER BY seq LIMIT ?",
-                (after, page_size - len(later)),
-            )
-        )
+        later += _rows(rows.events_after(conn, _COLUMNS, after, page_size - len(later)))
     for other in later:
         candidate = other.hash_at(prev_hash, bad.seq)
         if candidate is not None and candidate in (bad.hash, other.hash):
@@ -240,10 +232,10 @@ def _swapped(
 
 def _tail_break(conn: sqlite3.Connection, last_seq: int, to_seq: int | None) -> ChainBreak | None:
     """A tail deleted after `last_seq`, as `sqlite_sequence` remembers the seqs handed out."""
-    row = conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'events'").fetchone()
-    if row is None or not isinstance(row[0], int):
+    seq = rows.issued_event_seq(conn)
+    if not isinstance(seq, int):
         return None
-    issued = int(row[0])
+    issued = int(seq)
     if issued > last_seq and (to_seq is None or to_seq > last_seq):
         return ChainBreak(seq=last_seq + 1, problem=TRUNCATED)
     return None
@@ -253,10 +245,9 @@ def _head_break(conn: sqlite3.Connection, head: tuple[int, str]) -> ChainBreak |
     head_seq, head_hash = head
     if head_seq <= 0:
         return None
-    row = conn.execute("SELECT hash FROM events WHERE seq = ?", (head_seq,)).fetchone()
+    row = rows.event_hash(conn, head_seq)
     if row is None:
-        last = conn.execute("SELECT max(seq) FROM events").fetchone()
-        last_seq = int(last[0]) if last is not None and last[0] is not None else 0
+        last_seq = rows.last_event_seq(conn)
         if last_seq < head_seq:
             return ChainBreak(seq=last_seq + 1, problem=TRUNCATED)
         return ChainBreak(seq=head_seq, problem=DELETED)

@@ -22,10 +22,25 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
-from . import events as ev
+from . import _step
+from ._resume_waiting import Undecodable, resume_waiting
+from ._session import (
+    INLINE_IO,
+    LoopConfig,
+    Probe,
+    RunMoved,
+    RunSession,
+    Verdict,
+    load,
+    maybe_await,
+    release_lease,
+    run_io,
+    write_through,
+)
+from ._store.writes import create_run, fail_waiting_run
+from ._takeover import take_over
 from .accounting import AccountingCaller
-from .canonical import to_text
-from .clock import Clock, IdFactory, format_time, new_id, wall_clock
+from .clock import Clock, IdFactory, new_id, wall_clock
 from .errors import (
     ConfigError,
     LeaseLostError,
@@ -43,6 +58,7 @@ from .records import (
     Approval,
     Decision,
     Limits,
+    Observation,
     Run,
     RunStatus,
     StepInput,
@@ -51,21 +67,8 @@ from .records import (
 )
 from .recover import DEFAULT_LIMIT, Recovered
 from .recover import recover as recover_runs
-from .resume import Undecodable, load, release_lease, resume_waiting, take_over
-from .session import (
-    INLINE_IO,
-    LoopConfig,
-    Probe,
-    RunMoved,
-    RunSession,
-    Verdict,
-    failed_decision,
-    maybe_await,
-    run_io,
-)
-from .store import Store, Tx, run_from_row
+from .store import Store, Tx
 from .tools import Tool, compile_tool, registered_spec, spec_hash, validate_tools
-from .transitions import fail_step, finish_run
 
 T = TypeVar("T")
 
@@ -338,44 +341,22 @@ class Driver:
     async def _create(self, run_id: str, goal: str, limits: Limits) -> RunSession:
         config = self._config
         now = self.now()
-        hashes = [config.spec_hashes[name] for name in sorted(config.specs)]
+        specs = [(config.spec_hashes[name], config.specs[name]) for name in sorted(config.specs)]
 
         def tx_create(tx: Tx) -> Run:
-            if tx.execute("SELECT 1 FROM runs WHERE id = ?", (run_id,)).fetchone():
-                raise RunStateError(f"run {run_id} already exists; start refuses to reuse an id")
-            at = format_time(now)
-            tx.execute(
-                "INSERT INTO runs (id, goal, status, limits_json, created_at, started_at, "
-                "lease_owner, lease_expires_at, lease_epoch, lease_holder) "
-                "VALUES (?, ?, 'RUNNING', ?, ?, ?, ?, ?, 1, ?)",
-                (
-                    run_id,
-                    goal,
-                    to_text(limits.to_json()),
-                    at,
-                    at,
-                    config.owner,
-                    expiry(config.wall, config.lease_ttl),
-                    holder_json(),
-                ),
-            )
-            for name in sorted(config.specs):
-                tx.execute(
-                    "INSERT OR IGNORE INTO tool_specs (hash, spec_json) VALUES (?, ?)",
-                    (config.spec_hashes[name], to_text(config.specs[name].to_json())),
-                )
-            tx.append_event(
+            return create_run(
+                tx,
                 run_id,
-                "",
-                now,
-                ev.RUN_CREATED,
-                {"goal": goal, "limits": limits.to_json(), "tools": hashes},
+                goal,
+                limits,
+                owner=config.owner,
+                lease_expires_at=expiry(config.wall, config.lease_ttl),
+                holder=holder_json(),
+                specs=specs,
+                now=now,
             )
-            tx.append_event(run_id, "", now, ev.RUN_STARTED, {})
-            return run_from_row(tx.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone())
 
-        probe = RunSession(config, _placeholder_run(run_id, goal, limits), [], [], 1, now)
-        run = await probe.write(tx_create)
+        run = await write_through(config, tx_create)
         return RunSession(config, run, [], [], epoch=1, mark=now)
 
     async def _fail_undecodable(self, run: Run, why: str) -> Run:
@@ -384,39 +365,16 @@ class Driver:
         detail = f"the run's record cannot be read back ({why}); it is not continued"
 
         def tx_fail(tx: Tx) -> Run:
-            now = config.clock()
-            for row in tx.execute(
-                "SELECT id FROM steps WHERE run_id = ? AND status = 'awaiting_approval'",
-                (run.id,),
-            ).fetchall():
-                fail_step(
-                    tx,
-                    run.id,
-                    row["id"],
-                    failed_decision(detail),
-                    now,
-                    from_statuses=(StepStatus.AWAITING_APPROVAL,),
-                )
-            finish_run(
-                tx,
-                run.id,
-                RunStatus.FAILED,
-                TerminalReason.INTERNAL_ERROR,
-                detail,
-                now,
-                from_statuses=(RunStatus.WAITING_FOR_APPROVAL,),
-            )
-            return run_from_row(tx.execute("SELECT * FROM runs WHERE id = ?", (run.id,)).fetchone())
+            return fail_waiting_run(tx, run.id, detail, config.clock())
 
-        session = RunSession(config, run, [], [], 0, config.clock())
-        return await session.write(tx_fail)
+        return await write_through(config, tx_fail)
 
     async def _drive(self, session: RunSession) -> Run:
         config = self._config
         heartbeat = session.start_heartbeat()
         try:
             if session.has_allowed_call():
-                await session.execute(session.allowed_step())
+                await _step.execute(session, session.allowed_step())
                 if session.run.status != RunStatus.RUNNING:
                     return session.run
             while True:
@@ -424,16 +382,16 @@ class Driver:
                     raise LeaseLostError(
                         f"the lease on run {session.run_id} was lost; the loop stopped"
                     )
-                step = await session.begin_step()
+                step = await _step.begin_step(session)
                 if step is None:
                     return session.run
                 decided = await self._decide(session, step)
                 if decided is None:  # the agent's call ended the run
                     return session.run
                 # Whatever the agent returned, None included, is recorded and validated.
-                verdict = await session.propose(step, decided.value)
+                verdict = await _step.propose(session, step, decided.value)
                 if verdict == Verdict.ALLOWED:
-                    await session.execute(step)
+                    await _step.execute(session, step)
                     if session.run.status != RunStatus.RUNNING:
                         return session.run
                 elif verdict in (Verdict.PENDING, Verdict.ENDED):
@@ -484,7 +442,7 @@ class Driver:
             reason,
             detail,
             step_status=StepStatus.FAILED,
-            observation=failed_decision(detail),
+            observation=Observation.invalid_decision(detail),
         )
         return None
 
@@ -537,7 +495,3 @@ def _limit_reason(exc: LimitExceeded) -> tuple[str, str]:
 
 def _default_new_id() -> str:
     return new_id()
-
-
-def _placeholder_run(run_id: str, goal: str, limits: Limits) -> Run:
-    return Run(run_id, goal, RunStatus.RUNNING, "", "", limits, 0, None, None, None, None)

@@ -37,7 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
-from .canonical import check_json, content_hash
+from .canonical import check_json
 from .decisions import _MAX_KEPT, _kept_text
 from .errors import AbortRun, JSONValueError
 from .foreign import exception_text, plain_text, type_name
@@ -61,13 +61,7 @@ class ToolOutcome:
 
 
 def _error(spec: ToolSpec, failure: str, error: str, **kept: Any) -> Observation:
-    content: dict[str, Any] = {"tool": spec.name, "error": error, "failure": failure, **kept}
-    return Observation(
-        kind=ObservationKind.TOOL_ERROR,
-        content=content,
-        summary=error[:_MAX_SUMMARY],
-        content_hash=content_hash(content),
-    )
+    return Observation.tool_error(spec.name, failure, error, **kept)
 
 
 def result_observation(spec: ToolSpec, result: Any) -> Observation:
@@ -107,12 +101,7 @@ def _result_observation(spec: ToolSpec, result: Any) -> Observation:
             f"tool content is not usable JSON: {exc}",
             content_text=_kept_text(result.content),
         )
-    return Observation(
-        kind=ObservationKind.TOOL_RESULT,
-        content=result.content,
-        summary=result.summary[:_MAX_SUMMARY],
-        content_hash=content_hash(result.content),
-    )
+    return Observation.tool_result(result.content, result.summary)
 
 
 Future = concurrent.futures.Future[Any]

@@ -31,9 +31,8 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
+from ._store.writes import renew_lease, renew_lease_alone, take_lease
 from .clock import format_time, wall_clock
-from .migrations import rollback_quietly
-from .store import check_schema
 
 WallClock = Callable[[], datetime]
 
@@ -121,9 +120,6 @@ def expiry(wall: WallClock, ttl: timedelta) -> str:
     return format_time(wall() + ttl)
 
 
-_RENEW_SQL = "UPDATE runs SET lease_expires_at = ? WHERE id = ? AND lease_owner = ?"
-
-
 class Renewer(Protocol):
     def renew(self, run_id: str, owner: str, expires_at: str) -> bool: ...
 
@@ -149,16 +145,9 @@ class ConnectionRenewer:
             self._conn = self._connect()
         conn = self._conn
         try:
-            # Like every store transaction: a trigger added since the last renewal
-            # must not fire on this write (UnsafeSchemaError, nothing written).
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                self._safe_schema = check_schema(conn, self._safe_schema)
-                renewed = conn.execute(_RENEW_SQL, (expires_at, run_id, owner)).rowcount == 1
-                conn.execute("COMMIT")
-            except BaseException:
-                rollback_quietly(conn)
-                raise
+            renewed, self._safe_schema = renew_lease_alone(
+                conn, self._safe_schema, run_id, owner, expires_at
+            )
         except sqlite3.Error:
             self.close()
             raise
@@ -180,7 +169,7 @@ class StoreRenewer:
 
     def renew(self, run_id: str, owner: str, expires_at: str) -> bool:
         with self._store.transaction() as tx:
-            return bool(tx.execute(_RENEW_SQL, (expires_at, run_id, owner)).rowcount == 1)
+            return renew_lease(tx, run_id, owner, expires_at)
 
     def close(self) -> None:
         pass
@@ -266,23 +255,15 @@ def take_in(
     update also requires the lease to be exactly the one the caller judged
     expired, so two resumers racing for one run cannot both win.
     """
-    sql = (
-        "UPDATE runs SET status = 'RUNNING', lease_owner = ?, lease_expires_at = ?, "
-        "lease_holder = ?, lease_epoch = lease_epoch + 1 WHERE id = ? AND status = ?"
+    return take_lease(
+        tx,
+        run_id,
+        owner,
+        expiry(wall, ttl),
+        holder_json(),
+        from_status=from_status,
+        previous=None if previous_owner is None else (previous_owner, previous_expires_at or ""),
     )
-    params: list[Any] = [owner, expiry(wall, ttl), holder_json(), run_id, from_status]
-    if previous_owner is not None:
-        sql += " AND lease_owner = ? AND lease_expires_at = ?"
-        params += [previous_owner, previous_expires_at or ""]
-    cur = tx.execute(sql, params)
-    if cur.rowcount != 1:
-        from .errors import RunStateError
-
-        raise RunStateError(
-            f"run {run_id} was taken by another resume or changed status; nothing was executed"
-        )
-    row = tx.execute("SELECT lease_epoch FROM runs WHERE id = ?", (run_id,)).fetchone()
-    return int(row[0])
 
 
 def _process_state(pid: int) -> str:

@@ -9,15 +9,15 @@ out at its next write.
 
 from __future__ import annotations
 
+from ._store.reads import run_row
+from ._store.writes import cancel_run
 from .approval import decide
-from .clock import Clock, format_time, wall_clock
+from .clock import Clock, wall_clock
 from .errors import NotFoundError, RunFinishedError, RunStateError
 from .events import Observer, deliver
-from .records import Approval, Observation, ObservationKind, Run, RunStatus, TerminalReason
-from .store import Store, run_from_row
-from .transitions import fail_step, finish_run
+from .records import Approval, Run, RunStatus
+from .store import Store
 
-_IN_FLIGHT = ("deciding", "executing", "awaiting_approval")
 _STATUSES = {str(s) for s in RunStatus}
 
 
@@ -67,7 +67,7 @@ class Operator:
         """Cancel any non-terminal run, without its lease."""
         now = self.now()
         with self.store.transaction() as tx:
-            row = tx.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone()
+            row = run_row(tx, run_id)
             if row is None:
                 raise NotFoundError(f"no run {run_id}")
             status = RunStatus(row["status"]) if row["status"] in _STATUSES else None
@@ -76,41 +76,7 @@ class Operator:
                 raise RunFinishedError(refused)
             if status is None:
                 raise RunStateError(refused)
-            content = {"by": by, "note": note}
-            from .canonical import content_hash
-
-            observation = Observation(
-                ObservationKind.INTERRUPTED, content, f"cancelled by {by}", content_hash(content)
-            )
-            for step_row in tx.execute(
-                "SELECT id, status FROM steps WHERE run_id = ? AND status IN (?, ?, ?) "
-                "ORDER BY idx",
-                (run_id, *_IN_FLIGHT),
-            ).fetchall():
-                fail_step(
-                    tx,
-                    run_id,
-                    step_row["id"],
-                    observation,
-                    now,
-                    from_statuses=(step_row["status"],),
-                )
-            # Pending approvals of a cancelled run can never be acted on.
-            tx.execute(
-                "UPDATE approvals SET status = 'expired', decided_at = ?, decided_by = ?, "
-                "note = ? WHERE run_id = ? AND status = 'pending'",
-                (format_time(now), by, "the run was cancelled", run_id),
-            )
-            finish_run(
-                tx,
-                run_id,
-                RunStatus.CANCELLED,
-                TerminalReason.OPERATOR_CANCELLED,
-                note,
-                now,
-                from_statuses=(RunStatus.RUNNING, RunStatus.WAITING_FOR_APPROVAL),
-            )
-            run = run_from_row(tx.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone())
+            run = cancel_run(tx, run_id, by, note, now)
             events = list(tx.events)
         deliver(self.observer, events)
         return run

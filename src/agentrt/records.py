@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
+from .canonical import content_hash
 from .clock import duration_to_ms, duration_to_ns, ns_to_duration
 
 JSON = Any  # a plain JSON value: dict, list, str, int, float, bool or None
@@ -77,6 +78,10 @@ class DecisionOrigin(StrEnum):
     MODEL = "model"
     PLAN = "plan"
     OPERATOR = "operator"
+
+
+MAX_SUMMARY = 1024
+"""The longest summary an observation keeps (its content keeps everything)."""
 
 
 class ObservationKind(StrEnum):
@@ -278,6 +283,63 @@ class Observation:
     @property
     def failed(self) -> bool:
         return self.kind != ObservationKind.TOOL_RESULT
+
+    # The named constructors: every observation the runtime writes is built by
+    # one of these, so its `content_hash` is always the hash of its content.
+
+    @classmethod
+    def _hashed(cls, kind: ObservationKind, content: JSON, summary: str) -> Observation:
+        return cls(kind, content, summary, content_hash(content))
+
+    @classmethod
+    def tool_result(cls, content: JSON, summary: str) -> Observation:
+        """What a tool returned (content already checked usable); summary cut to 1,024."""
+        return cls._hashed(ObservationKind.TOOL_RESULT, content, summary[:MAX_SUMMARY])
+
+    @classmethod
+    def tool_error(cls, tool: str, failure: str, error: str, **kept: Any) -> Observation:
+        """A tool call that failed (`failure` names how); `kept` adds what is kept beside."""
+        content: dict[str, Any] = {"tool": tool, "error": error, "failure": failure, **kept}
+        return cls._hashed(ObservationKind.TOOL_ERROR, content, error[:MAX_SUMMARY])
+
+    @classmethod
+    def denied(cls, tool: str, reason: str) -> Observation:
+        """A call the policy denied (or a policy that failed), with its reason."""
+        content = {"tool": tool, "reason": reason}
+        return cls._hashed(ObservationKind.POLICY_DENIED, content, reason[:MAX_SUMMARY])
+
+    @classmethod
+    def rejected(cls, tool: str, note: str) -> Observation:
+        """A call a person rejected: a denial whose reason carries their note."""
+        return cls.denied(tool, f"approval rejected: {note}")
+
+    @classmethod
+    def invalid_decision(cls, error: str) -> Observation:
+        """A decision that could not be acted on, with why."""
+        content = {"error": error}
+        return cls._hashed(ObservationKind.INVALID_DECISION, content, error[:MAX_SUMMARY])
+
+    @classmethod
+    def interrupted(cls, previous_status: str) -> Observation:
+        """A step found in flight when its run was taken over: its outcome is unknown."""
+        content = {"previous_status": previous_status}
+        return cls._hashed(
+            ObservationKind.INTERRUPTED, content, f"interrupted while {previous_status}"
+        )
+
+    @classmethod
+    def cancelled_mid_call(cls) -> Observation:
+        """A tool call whose caller cancelled it while it ran: its outcome is unknown."""
+        content = {"previous_status": "executing", "failure": "cancelled"}
+        return cls._hashed(
+            ObservationKind.INTERRUPTED, content, "cancelled by the caller; outcome unknown"
+        )
+
+    @classmethod
+    def cancelled(cls, by: str, note: str) -> Observation:
+        """A step of a run a person cancelled."""
+        content = {"by": by, "note": note}
+        return cls._hashed(ObservationKind.INTERRUPTED, content, f"cancelled by {by}")
 
 
 @dataclass(frozen=True)

@@ -40,11 +40,12 @@ from enum import StrEnum
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from ._session import run_io
+from ._store import reads
+from ._takeover import check_live_lease
 from .clock import parse_time
 from .errors import ConfigError, RunLeasedError, RunStateError
 from .records import ApprovalStatus, Limits, Run, RunStatus
-from .resume import check_live_lease
-from .session import run_io
 
 if TYPE_CHECKING:
     from .driver import Driver
@@ -98,10 +99,10 @@ async def recover(
     store = driver.store
     start = 0
     if after is not None:
-        rows = await run_io(lambda: store.query("SELECT rowid FROM runs WHERE id = ?", (after,)))
-        if not rows:
+        rowid = await run_io(partial(reads.run_rowid, store, after))
+        if rowid is None:
             raise ConfigError(f"recover(after=...) names no run: {after!r}")
-        start = int(rows[0][0])
+        start = rowid
     gate = asyncio.Semaphore(concurrency)
     done: list[Recovered] = []
     while len(done) < limit:
@@ -124,12 +125,7 @@ _CANDIDATE_COLUMNS = ("id", "status", "lease_owner", "lease_expires_at", "lease_
 def _page(driver: Driver, after_rowid: int, size: int) -> list[_Candidate]:
     # Read as bytes: a column holding bytes that are not UTF-8 must fail only its
     # own run (below), never the page.
-    cols = ", ".join(f"CAST({c} AS BLOB)" for c in _CANDIDATE_COLUMNS)
-    rows = driver.store.query(
-        f"SELECT rowid, {cols} FROM runs "
-        "WHERE status IN (?, ?) AND rowid > ? ORDER BY rowid LIMIT ?",
-        (str(RunStatus.RUNNING), str(RunStatus.WAITING_FOR_APPROVAL), after_rowid, size),
-    )
+    rows = reads.unfinished_runs_page(driver.store, _CANDIDATE_COLUMNS, after_rowid, size)
     return [_candidate(int(r[0]), tuple(r)[1:]) for r in rows]
 
 
@@ -226,16 +222,10 @@ def _live(owner: str, expires_at: Any) -> str:
 
 
 async def _judge_waiting(driver: Driver, run_id: str) -> str:
-    rows = await run_io(
-        lambda: driver.store.query(
-            "SELECT id, status, expires_at FROM approvals WHERE run_id = ? "
-            "ORDER BY rowid DESC LIMIT 1",
-            (run_id,),
-        )
-    )
-    if not rows:  # resume says what is wrong with such a run
+    latest = await run_io(partial(reads.latest_approval_state, driver.store, run_id))
+    if latest is None:  # resume says what is wrong with such a run
         return "WAITING, with no approval on record"
-    approval_id, status, expires_text = (v if isinstance(v, str) else "" for v in tuple(rows[0]))
+    approval_id, status, expires_text = (v if isinstance(v, str) else "" for v in tuple(latest))
     if status != ApprovalStatus.PENDING:
         return f"WAITING and its approval {approval_id} was {status}"
     if expires_text:
@@ -254,26 +244,19 @@ def _unregistered_tools(driver: Driver, run_id: str) -> set[str]:
     By name, not by hash: a program that edited a tool's description still owns
     its runs. A run of a program with other tools is not this program's to resume.
     """
-    rows = driver.store.query(
-        "SELECT json_extract(spec_json, '$.name') FROM tool_specs WHERE hash IN "
-        "(SELECT value FROM json_each((SELECT payload_json FROM events "
-        "WHERE run_id = ? AND type = 'run.created' ORDER BY seq LIMIT 1), '$.tools'))",
-        (run_id,),
-    )
-    names = {r[0] if isinstance(r[0], str) else "?" for r in rows}
+    stored = reads.started_tool_names(driver.store, run_id)
+    names = {n if isinstance(n, str) else "?" for n in stored}
     return names - set(driver._config.specs)
 
 
 async def _moved_since(driver: Driver, c: _Candidate) -> str | None:
     """The run's status now, if it is not the one judged (someone else moved it)."""
     try:
-        rows = await run_io(
-            lambda: driver.store.query("SELECT status FROM runs WHERE id = ?", (c.run_id,))
-        )
+        status = await run_io(partial(reads.run_status, driver.store, c.run_id))
     except Exception:
         return None
-    if rows and rows[0][0] != c.status:
-        return str(rows[0][0])
+    if status is not None and status != c.status:
+        return str(status)
     return None
 
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from ._store import reads
 from .canonical import to_text
 from .clock import duration_to_ms, format_time, parse_time
 from .errors import (
@@ -328,12 +329,6 @@ def step_summary(step: Step) -> StepSummary:
 # --- queries ------------------------------------------------------------------------------------
 
 
-def _query(store: Store, sql: str, params: Sequence[Any]) -> list[sqlite3.Row]:
-    # Reads no single store method covers ("pending approvals of many runs"), on
-    # the store's own connection, under its lock, like its own reads.
-    return store.query(sql, params)
-
-
 def _time_or_none(value: object) -> datetime | None:
     if not isinstance(value, str):
         return None
@@ -344,27 +339,12 @@ def _time_or_none(value: object) -> datetime | None:
 
 
 def _text(value: object, length: object = None) -> str:
-    """A column read by `_query`; with its full `length`, text cut shorter is a CappedText."""
+    """A column read by a list query; with its full `length`, text cut shorter is a CappedText."""
     # Bytes that are not UTF-8 (a damaged or tampered row) show with each bad byte as \xNN.
     text = shown_text(value)
     if isinstance(length, int) and length > len(text):
         return CappedText(text, length)
     return text
-
-
-_CAP = _FIELD_CAP
-_TOOL = "json_extract(request_json, '$.spec.name')"
-# What a list shows of a pending approval, each text column cut at _FIELD_CAP with its
-# full length beside it. A request that is not valid JSON must not fail the whole
-# page: json_valid guards it.
-_WAITING_COLUMNS = (
-    f"substr(id, 1, {_CAP}) AS id, length(id) AS n_id, run_id, "
-    f"substr(kind, 1, {_CAP}) AS kind, length(kind) AS n_kind, "
-    f"substr(hash, 1, {_CAP}) AS hash, length(hash) AS n_hash, "
-    "substr(created_at, 1, 64) AS created_at, substr(expires_at, 1, 64) AS expires_at, "
-    f"CASE WHEN json_valid(request_json) THEN substr({_TOOL}, 1, {_CAP}) END AS tool, "
-    f"CASE WHEN json_valid(request_json) THEN length({_TOOL}) END AS n_tool"
-)
 
 
 def _waiting_from_row(row: sqlite3.Row) -> WaitingApproval:
@@ -387,13 +367,7 @@ def waiting_approvals(store: Store, run_ids: Sequence[str]) -> dict[str, list[Wa
         return found
     if len(run_ids) > RUN_PAGE_MAX:
         raise ValueError(f"at most {RUN_PAGE_MAX} runs at a time")
-    marks = ", ".join("?" for _ in run_ids)
-    rows = _query(
-        store,
-        f"SELECT {_WAITING_COLUMNS} "
-        f"FROM approvals WHERE status = ? AND run_id IN ({marks}) ORDER BY rowid",
-        [str(ApprovalStatus.PENDING), *run_ids],
-    )
+    rows = reads.pending_approvals_of(store, run_ids, _FIELD_CAP)
     for row in rows:
         waiting = _waiting_from_row(row)
         found.setdefault(waiting.run_id, []).append(waiting)
@@ -430,15 +404,7 @@ def pending_page(store: Store, *, limit: int = PENDING_PAGE_DEFAULT) -> PendingP
     The same read as `Store.pending_approvals()` with no run id, cut for a list.
     """
     _check_page(limit, 0, PENDING_PAGE_MAX)
-    rows = _query(
-        store,
-        f"SELECT {_WAITING_COLUMNS}, goal, n_goal FROM approvals JOIN ("
-        f"SELECT a.rowid AS pick, substr(r.goal, 1, {LIST_TEXT_CAP}) AS goal, "
-        "length(r.goal) AS n_goal FROM runs AS r CROSS JOIN approvals AS a "
-        "ON a.run_id = r.id WHERE r.status = ? AND a.status = ? "
-        "ORDER BY a.rowid DESC LIMIT ?) ON approvals.rowid = pick ORDER BY approvals.rowid DESC",
-        [str(RunStatus.WAITING_FOR_APPROVAL), str(ApprovalStatus.PENDING), limit + 1],
-    )
+    rows = reads.newest_pending_approvals(store, limit + 1, _FIELD_CAP, LIST_TEXT_CAP)
     found = tuple(
         PendingApproval(_waiting_from_row(row), _text(row["goal"], row["n_goal"])) for row in rows
     )
@@ -536,14 +502,10 @@ def approval_tool(approval: Approval) -> str:
 
 def approval_reason(store: Store, approval: Approval) -> str:
     """Why the policy asked for this approval (its step's policy reason), `''` if unknown."""
-    rows = _query(
-        store,
-        "SELECT idx FROM steps WHERE id = ? AND run_id = ?",
-        (approval.step_id, approval.run_id),
-    )
-    if not rows or not isinstance(rows[0]["idx"], int):
+    idx = reads.step_index(store, approval.run_id, approval.step_id)
+    if not isinstance(idx, int):
         return ""
-    steps = store.list_steps(approval.run_id, 1, rows[0]["idx"])
+    steps = store.list_steps(approval.run_id, 1, idx)
     # The page is by position: with a gap in the indexes it holds another step.
     if not steps or steps[0].id != approval.step_id or steps[0].policy is None:
         return ""
@@ -586,7 +548,7 @@ def resolve_run_id(store: Store, text: str) -> str:
     (`AmbiguousRunIdError`, naming up to `RUN_PREFIX_CANDIDATES` of them), one
     that matches none is a `NotFoundError`. Read through the primary key's index.
     """
-    if _query(store, "SELECT 1 FROM runs WHERE id = ?", (text,)):
+    if reads.run_id_exists(store, text):
         return text
     if len(text) >= RUN_ID_LENGTH:
         raise NotFoundError(f"no run {text!r}")
@@ -596,12 +558,7 @@ def resolve_run_id(store: Store, text: str) -> str:
             f"{RUN_PREFIX_MIN} of its hex characters)"
         )
     # GLOB is case-sensitive and `text` holds no wildcard, so SQLite reads a range of the index.
-    rows = _query(
-        store,
-        "SELECT id FROM runs WHERE id GLOB ? ORDER BY id LIMIT ?",
-        (text + "*", RUN_PREFIX_CANDIDATES + 1),
-    )
-    ids = [str(r[0]) for r in rows]
+    ids = reads.run_ids_starting(store, text, RUN_PREFIX_CANDIDATES + 1)
     if not ids:
         raise NotFoundError(f"no run id starts with {text}")
     if len(ids) > 1:

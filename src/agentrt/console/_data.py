@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from .. import view
+from .._store import reads
 from ..approval import verify_stored
 from ..errors import ApprovalHashError
 from ..records import JSON, Approval, ApprovalStatus, Event, VerifyReport
@@ -134,8 +135,7 @@ class RunData:
 
 def run_version(store: Store, run_id: str) -> int:
     """The seq of the run's last event: it moves with every change to the run."""
-    rows = store.query("SELECT coalesce(max(seq), 0) FROM events WHERE run_id = ?", (run_id,))
-    return int(rows[0][0])
+    return reads.last_event_seq(store, run_id)
 
 
 def run_state(store: Store, run_id: str) -> dict[str, object]:
@@ -165,14 +165,10 @@ def run_data(store: Store, run_id: str, chain: ChainStatus) -> RunData:
         for a in store.list_approvals(run_id)
         if a.status in (ApprovalStatus.APPROVED, ApprovalStatus.REJECTED)
     )
-    total = int(store.query("SELECT count(*) FROM events WHERE run_id = ?", (run_id,))[0][0])
+    total = reads.event_count(store, run_id)
     after = 0
     if total > TIMELINE_EVENTS:
-        rows = store.query(
-            "SELECT seq FROM events WHERE run_id = ? ORDER BY seq DESC LIMIT 1 OFFSET ?",
-            (run_id, TIMELINE_EVENTS),
-        )
-        after = int(rows[0][0])
+        after = reads.event_seq_from_end(store, run_id, TIMELINE_EVENTS)
     events = store.list_events(run_id, after_seq=after, limit=TIMELINE_EVENTS)
     report, checked_at = chain.get(store)
     return RunData(

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from .._session import validate_policy_decision
 from ..canonical import copy_json
 from ..errors import ConfigError
 from ..policy import Policy, policy_id_of
@@ -40,7 +41,6 @@ from ..records import (
     ToolRequest,
     ToolSpec,
 )
-from ..session import validate_policy_decision
 from ..tools import check_args
 
 INVALID_ARGS = "invalid_args"

@@ -37,12 +37,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from .._session import RunSession
+from .._store import reads
 from ..clock import Clock, IdFactory, parse_time, wall_clock
 from ..driver import Driver
 from ..errors import NotFoundError, RunLeasedError
 from ..operator import Operator
 from ..records import Run, RunStatus
-from ..session import RunSession
 from ..store import Store, open_existing, open_store
 from .journal import Journal, SeenAgent, read_journal, seen_tool
 from .scenario import (
@@ -338,10 +339,10 @@ def note_crash_checked(journal_path: Path, process: int, db_path: Path) -> None:
     if not lost:
         return
     with _reader(str(db_path)) as conn:
-        present = conn.execute("SELECT 1 FROM events WHERE hash = ?", (lost,)).fetchone()
+        present = reads.event_hash_exists(conn, lost)
     supervisor = Journal(journal_path, 0)
     try:
-        supervisor.append("crash.checked", crashed=process, lost_present=present is not None)
+        supervisor.append("crash.checked", crashed=process, lost_present=present)
     finally:
         supervisor.close()
 
@@ -362,8 +363,8 @@ def _uncommitted_head(session: RunSession, db_path: str) -> str:
     """
     _, mine = session.config.store.chain_head()
     with _reader(db_path) as conn:
-        row = conn.execute("SELECT hash FROM events ORDER BY seq DESC LIMIT 1").fetchone()
-    committed = str(row[0]) if row is not None else ""
+        newest = reads.newest_event(conn)
+    committed = str(newest[0]) if newest is not None else ""
     return mine if mine != committed else ""
 
 
@@ -385,18 +386,12 @@ def recorded_floor_and_ids(db_path: str) -> tuple[datetime | None, set[str]]:
         return None, set()
     try:
         with _reader(db_path) as conn:
-            row = conn.execute("SELECT at FROM events ORDER BY seq DESC LIMIT 1").fetchone()
-            ids = {
-                str(r[0])
-                for r in conn.execute(
-                    "SELECT id FROM runs UNION ALL SELECT id FROM steps "
-                    "UNION ALL SELECT id FROM approvals UNION ALL SELECT id FROM model_calls"
-                )
-            }
+            row = reads.newest_event(conn)
+            ids = {str(i) for i in reads.every_record_id(conn)}
     except sqlite3.Error:
         # Not an agentrt file yet (created, never migrated): nothing recorded.
         return None, set()
-    floor = parse_time(str(row[0])) if row is not None else None
+    floor = parse_time(str(row[1])) if row is not None else None
     return floor, ids
 
 

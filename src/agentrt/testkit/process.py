@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from ..session import RunSession
+from .._session import RunSession
 from .harness import Crasher, Life, ProcessPlan, note_crash_checked
 from .journal import read_journal
 from .scenario import Crash, load_factory

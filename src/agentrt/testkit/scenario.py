@@ -6,7 +6,7 @@ This module owns the vocabulary of `agentrt.testkit`:
   needs (clock, ids, reconciler, short lease) and the `operator` that answers
   every pending approval with a `Verdict`.
 - `Point`: the crash points, the same strings the step machine reports to its
-  probes (`agentrt.session.POINT_*`), so records and crash points read alike.
+  probes (`agentrt._session.POINT_*`), so records and crash points read alike.
 - `Crash(step, at, inside_tx=False)`: one requested crash. Crashes fire in the
   order given: the i-th is armed only once the (i-1)-th fired, so a scenario
   can crash twice at the same point (docs/decisions/0008-testkit.md).
@@ -24,7 +24,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from .. import session as _session
+from .. import _session
 from ..clock import Clock, IdFactory
 from ..driver import Driver
 from ..errors import ConfigError

@@ -1,4 +1,4 @@
-"""When the runtime does not know, a person decides: the seed's claims, one test each.
+"""Taking over a run whose owner died, and the interruption contract: the seed's claims.
 
 Crashes here are real: a child process kills itself with SIGKILL in the middle of
 a step (see `crashing_child.py`), leaving exactly what a dead process leaves.
@@ -6,8 +6,6 @@ a step (see `crashing_child.py`), leaving exactly what a dead process leaves.
 
 from __future__ import annotations
 
-import json
-import os
 import sqlite3
 import subprocess
 import sys
@@ -34,152 +32,7 @@ from agentrt import (
 )
 from agentrt.scripted import ScriptedAgent
 from conftest import RecordingTool, event_types
-
-HERE = Path(__file__).resolve().parent
-
-
-def crash(db: Path, mode: str, **env: str) -> str:
-    """Run the child until it SIGKILLs itself; return the run id it left behind."""
-    proc = subprocess.run(
-        [sys.executable, str(HERE / "crashing_child.py"), str(db), mode],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, **env},
-    )
-    assert proc.returncode == -9, proc.stderr  # killed by SIGKILL, nothing else
-    store = agentrt.open_existing(db, read_only=True)
-    (run,) = store.list_runs()
-    store.close()
-    assert run.status == "RUNNING"
-    return run.id
-
-
-def resumer(
-    store: agentrt.Store, db: Path, mode: str = "charge", reconcile: Any = None, **kw: Any
-) -> agentrt.Driver:
-    decisions = child.script(mode)
-    if mode == "deciding":
-        # The child's first entry died while deciding step 0: a ScriptedAgent offers
-        # its entry 0 again in the next step, which here is the charge.
-        decisions = child.script("charge")
-    return agentrt.Driver(
-        store=store,
-        agent=ScriptedAgent(decisions),
-        policy=child.policy(),
-        tools=child.tools(db),
-        reconcile=reconcile,
-        lease_owner="restarted",
-        **kw,
-    )
-
-
-def pretend_holder_is_on_another_host(db: Path) -> None:
-    conn = sqlite3.connect(db)
-    conn.execute('UPDATE runs SET lease_holder = \'{"host":"another-host","pid":1,"start":"1"}\'')
-    conn.commit()
-    conn.close()
-
-
-# -- the lease ---------------------------------------------------------------
-
-
-def test_lease_long_tool_call_keeps_the_lease(db_path: Path) -> None:
-    """A tool call several lease lengths long keeps its lease: nobody can take the run."""
-    store = agentrt.open_store(db_path)
-    refusals: list[RunLeasedError] = []
-    other = agentrt.Driver(
-        store=agentrt.open_store(db_path),
-        agent=ScriptedAgent([]),
-        policy=agentrt.default_policy(),
-        lease_owner="other",
-    )
-
-    def long_call(call: ToolCall) -> ToolResult:
-        for _ in range(4):
-            time.sleep(0.3)  # 1.2 s in all: four lease lengths
-            try:
-                other.resume_sync(call.run_id)
-            except RunLeasedError as exc:
-                refusals.append(exc)
-        return ToolResult({"done": True})
-
-    slow = RecordingTool("slow", SideEffect.LOCAL_MUTATION, result=long_call)
-    driver = agentrt.Driver(
-        store=store,
-        agent=ScriptedAgent([Decision.tool_call("slow", {}), Decision.complete()]),
-        policy=agentrt.default_policy(),
-        tools=[slow],
-        lease_ttl=timedelta(milliseconds=300),
-    )
-    run = driver.start_sync("long")
-    assert run.status == "COMPLETED"
-    assert len(refusals) == 4
-    expiries = [r.expires_at for r in refusals]
-    assert expiries == sorted(expiries) and len(set(expiries)) >= 3  # renewed meanwhile
-    assert "lease.taken_over" not in event_types(store, run.id)
-
-
-def test_lease_held_connection_does_not_starve_the_heartbeat(db_path: Path) -> None:
-    """The consumer holds the store's own connection (its lock) through a long tool call;
-    the heartbeat renews on a connection of its own all the same."""
-    store = agentrt.open_store(db_path)
-    seen: list[str] = []
-
-    def hold_the_connection(call: ToolCall) -> ToolResult:
-        def read_expiry() -> str:
-            conn = sqlite3.connect(db_path)
-            try:
-                return str(conn.execute("SELECT lease_expires_at FROM runs").fetchone()[0])
-            finally:
-                conn.close()
-
-        with store._lock:  # what a consumer holding the connection does to other users
-            for _ in range(4):
-                seen.append(read_expiry())
-                time.sleep(0.3)
-        return ToolResult({"held": True})
-
-    tool = RecordingTool("hold", SideEffect.LOCAL_MUTATION, result=hold_the_connection)
-    driver = agentrt.Driver(
-        store=store,
-        agent=ScriptedAgent([Decision.tool_call("hold", {}), Decision.complete()]),
-        policy=agentrt.default_policy(),
-        tools=[tool],
-        lease_ttl=timedelta(milliseconds=300),
-    )
-    run = driver.start_sync("hold")
-    assert run.status == "COMPLETED"
-    assert len(set(seen)) >= 3, seen  # the expiry moved while the connection was held
-
-
-def test_lease_same_lease_owner_name_is_two_owners(store: agentrt.Store) -> None:
-    a = agentrt.Driver(
-        store=store, agent=ScriptedAgent([]), policy=agentrt.default_policy(), lease_owner="replica"
-    )
-    b = agentrt.Driver(
-        store=store, agent=ScriptedAgent([]), policy=agentrt.default_policy(), lease_owner="replica"
-    )
-    assert a.lease_owner != b.lease_owner
-    assert a.lease_owner.startswith("replica/") and len(a.lease_owner) == len("replica/") + 12
-    unnamed = agentrt.Driver(store=store, agent=ScriptedAgent([]), policy=agentrt.default_policy())
-    assert len(unnamed.lease_owner) == 32
-
-
-def test_lease_epoch_grows_with_every_new_owner_and_reaches_tools(db_path: Path) -> None:
-    run_id = crash(db_path, "charge")
-    store = agentrt.open_store(db_path)
-    assert store.lease(run_id).epoch == 1
-    driver = resumer(store, db_path)
-    run = driver.resume_sync(run_id)  # pauses on the interrupted side effect
-    assert store.lease(run_id).owner == ""  # released by the pause
-    (approval,) = store.pending_approvals(run.id)
-    agentrt.approve(store, run.id, approval.id, by="ops")
-    driver.resume_sync(run.id)
-    lines = child.journal_lines(db_path)
-    assert [line.split()[-1] for line in lines] == ["epoch=1", "epoch=3"]
-    assert store.lease(run_id).epoch == 3  # the takeover, then the resume after approval
-
+from support.crashes import HERE, crash, pretend_holder_is_on_another_host, resumer
 
 # -- takeover ------------------------------------------------------------------
 
@@ -576,23 +429,6 @@ def test_a_model_attempt_cut_off_by_sigkill_is_charged_at_takeover(db_path: Path
     assert types[taken : taken + 3] == ["lease.taken_over", "model.failed", "step.interrupted"]
 
 
-def test_lease_holder_in_another_pid_namespace_proves_nothing() -> None:
-    from agentrt import lease
-
-    dead_pid = 2**22 + 12345  # beyond pid_max: no such process here
-    record = lease.holder_record()
-    assert lease.prove_dead(json.dumps({**record, "pid": dead_pid, "start": "1"})) == {
-        "host": record["host"],
-        "pid": dead_pid,
-        "start": "1",
-        "proof": "no such process",
-    }
-    for other in ({"pidns": "pid:[4026531999]"}, {"boot": "another-boot"}, {"pidns": ""}):
-        assert (
-            lease.prove_dead(json.dumps({**record, "pid": dead_pid, "start": "1", **other})) is None
-        )
-
-
 def test_reconcile_runs_under_a_renewed_lease(db_path: Path) -> None:
     """A reconcile slower than the lease keeps the run: no one else can take it meanwhile."""
     run_id = crash(db_path, "charge")
@@ -653,59 +489,6 @@ def test_a_takeover_of_a_run_whose_limits_will_not_decode_ends_it(db_path: Path)
     assert len(child.journal_lines(db_path)) == 1
 
 
-def test_lease_a_cancelled_loop_keeps_its_lease_while_its_tool_thread_still_runs(
-    db_path: Path,
-) -> None:
-    """A plain-function tool cannot be stopped: after the caller cancels the loop, the run
-    must not be taken over (and the call started again) while the first call still runs."""
-    import asyncio
-
-    store = agentrt.open_store(db_path)
-    started = threading.Event()
-    release = threading.Event()
-
-    def charge(call: ToolCall) -> ToolResult:
-        started.set()
-        assert release.wait(20)
-        return ToolResult({"charged": True})
-
-    tool = RecordingTool("charge", SideEffect.REMOTE_MUTATION, result=charge)
-    allow_all = child.policy()
-    driver = agentrt.Driver(
-        store=store,
-        agent=ScriptedAgent([Decision.tool_call("charge", {})]),
-        policy=allow_all,
-        tools=[tool],
-        lease_ttl=timedelta(milliseconds=300),
-    )
-
-    async def cancel_mid_call() -> None:
-        task = asyncio.create_task(driver.start("g"))
-        while not started.is_set():
-            await asyncio.sleep(0.01)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-
-    asyncio.run(cancel_mid_call())
-    (run,) = store.list_runs()
-    other = agentrt.Driver(
-        store=agentrt.open_store(db_path), agent=ScriptedAgent([]), policy=allow_all, tools=[tool]
-    )
-    time.sleep(1.0)  # more than three lease lengths: still renewed
-    with pytest.raises(RunLeasedError):
-        other.resume_sync(run.id)
-    release.set()
-    deadline = time.monotonic() + 10
-    while store.lease(run.id).owner and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert store.lease(run.id).owner == ""  # given back once the thread returned
-    resumed = other.resume_sync(run.id)
-    assert resumed.status == "WAITING_FOR_APPROVAL"
-    assert store.pending_approvals(run.id)[0].kind == "interrupted_side_effect"
-    assert len(tool.calls) == 1
-
-
 def test_lease_a_takeover_whose_reconcile_is_cancelled_gives_the_run_back(db_path: Path) -> None:
     import asyncio
 
@@ -730,42 +513,6 @@ def test_lease_a_takeover_whose_reconcile_is_cancelled_gives_the_run_back(db_pat
     assert store.lease(run_id).owner == ""  # no heartbeat left renewing it
     run = resumer(store, db_path).resume_sync(run_id)
     assert run.status == "WAITING_FOR_APPROVAL"
-
-
-def test_lease_lapsed_lease_starts_no_model_request(store: agentrt.Store) -> None:
-    from datetime import UTC, datetime
-
-    from agentrt.model import Message, ModelConfig, ModelRequest, TextBlock
-
-    sent: list[Any] = []
-    wall = [datetime.now(UTC)]
-
-    class Model:
-        name = "m"
-
-        async def generate(self, request: Any) -> Any:
-            sent.append(request)
-            raise AssertionError("never sent")
-
-    async def stall_then_ask(input: agentrt.StepInput) -> Decision:
-        wall[0] += timedelta(minutes=5)  # the loop stalled past its lease; nobody took it
-        await input.model.generate(
-            ModelRequest("", [Message("user", [TextBlock("hi")])], max_output_tokens=10)
-        )
-        return Decision.complete()
-
-    driver = agentrt.Driver(
-        store=store,
-        agent=ScriptedAgent([stall_then_ask]),
-        policy=agentrt.default_policy(),
-        model=ModelConfig(model=Model()),
-        wall=lambda: wall[0],
-    )
-    with pytest.raises(agentrt.LeaseLostError, match="lapsed"):
-        driver.start_sync("g")
-    assert sent == []
-    (run,) = store.list_runs()
-    assert store.list_model_calls(run.id) == []
 
 
 class DenyCharges:

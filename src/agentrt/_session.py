@@ -1,0 +1,678 @@
+"""The session handle of a run's step machine, shared by the Driver and the Gate.
+
+A `RunSession` is what executes a RUNNING run while this process holds its
+lease: the in-memory copy of the run, its steps and approvals; `write()`
+through the I/O thread; the crash-point probes; the heartbeat; the lease guard
+(`require_lease`); and the transactions a step is made of (record a decision,
+settle a step with the run, pause, start a tool). The step itself is taken by
+`_step.py` (`begin_step`, `propose`, `execute`); a policy's answer is acted on
+by `_settle.py`; a waiting run is resumed by `_resume_waiting.py`, a dead
+owner's run taken over by `_takeover.py`.
+
+Invariants enforced here:
+
+- Every write first re-reads the run inside its IMMEDIATE transaction: a run
+  that is no longer RUNNING (an operator cancelled it) is returned as it
+  stands; a lease held by someone else raises `LeaseLostError` before anything
+  is written. Side-effect starts also require the lease unexpired by the wall
+  clock.
+- Every way a run ends settles the step and the run in one transaction.
+- A write whose outcome is already known (a tool finished, a model attempt
+  settled) waits out a busy database while the lease is ours (`write_outcome`).
+- The clock is read exactly once per transaction, in a fixed order, so a fake
+  clock gives byte-identical records; lease times use the wall clock only.
+- Committed events reach the observer after the commit, in commit order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextvars
+import inspect
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from enum import StrEnum
+from functools import partial
+from typing import Any, TypeVar, cast
+
+from . import limits as limits_mod
+from ._store import reads, writes
+from ._store.writes import fail_step, finish_run
+from .approval import approval_hash, approval_request
+from .canonical import check_json, content_hash, copy_json, from_text, to_text
+from .clock import Clock, IdFactory, duration_to_ms, format_time
+from .decisions import RecordedDecision, record
+from .errors import JSONValueError, LeaseLostError, RunStateError, StoreBusyError
+from .events import Observer, deliver
+from .foreign import exception_text
+from .lease import Heartbeat, WallClock, renewer_for
+from .policy import Policy
+from .policy import evaluate as evaluate_policy
+from .records import (
+    JSON,
+    Approval,
+    Observation,
+    PolicyDecision,
+    PolicyOutcome,
+    Run,
+    RunStatus,
+    RunView,
+    Step,
+    StepStatus,
+    ToolRequest,
+    ToolSpec,
+)
+from .store import Store, Tx, run_from_row
+from .tools import CompiledTool, Tool
+
+T = TypeVar("T")
+
+# Store transactions run on these threads so that an fsync never stalls the
+# event loop; the store's own lock serializes use of its connection.
+_IO_THREADS = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="agentrt-io")
+
+_POLICY_OUTCOMES = {str(o) for o in PolicyOutcome}
+
+# Between attempts at a known outcome's write on a busy database (each attempt
+# itself waits up to the store's busy timeout).
+_BUSY_PAUSE_SECONDS = 0.05
+
+# Crash points the test kit can stop a process at (see `agentrt.testkit.Point`).
+POINT_STEP_STARTED = "step.started"
+POINT_DECIDED = "step.decided"
+POINT_ALLOWED = "policy.allowed"
+POINT_TOOL_STARTED = "step.tool_started"
+POINT_TOOL_EFFECT = "tool.effect"
+POINT_TOOL_FINISHED = "step.tool_finished"
+POINT_RESUMED = "run.resumed"
+POINT_INTERRUPTED = "step.interrupted"
+POINT_PAUSED = "run.paused"
+POINT_MODEL_DISPATCHED = "model.dispatched"
+
+Probe = Callable[[str, "RunSession"], Any]
+
+
+# Set by the `_sync` twins, whose event loop runs nothing but this driver: there an
+# fsync cannot starve anyone, and the thread hand-off would be pure cost.
+INLINE_IO: contextvars.ContextVar[bool] = contextvars.ContextVar("agentrt_inline_io", default=False)
+
+
+async def run_io(fn: Callable[[], T]) -> T:
+    """Run a store call off the event loop (inline when the loop is the driver's own)."""
+    if INLINE_IO.get():
+        return fn()
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(_IO_THREADS, fn)
+
+
+class Verdict(StrEnum):
+    """What became of a proposed decision."""
+
+    ALLOWED = "allowed"  # the tool may be executed now, once
+    DENIED = "denied"  # the step failed (invalid decision or policy denial); the loop goes on
+    PENDING = "pending"  # the run paused on an approval
+    ENDED = "ended"  # the run ended
+
+
+class RunMoved(Exception):
+    """The run left RUNNING under this loop (an operator cancelled it)."""
+
+    def __init__(self, run: Run) -> None:
+        self.run = run
+        super().__init__(run.status)
+
+
+@dataclass
+class LoopConfig:
+    """What every session of one Driver (or Gate) shares."""
+
+    store: Store
+    tools: Mapping[str, Tool]
+    # The specs as registered (`tools.registered_spec`): the Driver's own copies,
+    # never handed to consumer code, so that validation, hashes, approvals and
+    # resumes all see the same spec whatever an agent or a policy does.
+    specs: Mapping[str, ToolSpec]
+    spec_hashes: Mapping[str, str]
+    # The specs' schemas compiled once, when the Driver was made, by name.
+    compiled: Mapping[str, CompiledTool]
+    # Copies of the same specs for agents (`StepInput.tools`) and policies
+    # (`ToolRequest.spec`): an edit made to these stays in them.
+    shown_specs: Mapping[str, ToolSpec]
+    policy: Policy
+    policy_id: str
+    clock: Clock
+    new_id: IdFactory
+    observer: Observer | None
+    owner: str
+    lease_ttl: timedelta
+    wall: WallClock
+    model: Any = None
+    reconcile: Any = None
+    # Test-kit hooks: called after the commit of a crash point (may be async),
+    # and inside its transaction just before COMMIT (sync, on the I/O thread).
+    probe: Probe | None = None
+    probe_in_tx: Probe | None = None
+
+
+@dataclass(frozen=True)
+class AllowedCall:
+    """A call the policy (or a granted approval) allowed, not yet finished."""
+
+    step: Step
+    spec: ToolSpec
+    args: JSON
+    payload: dict[str, Any]
+    approval_id: str = ""
+    started_at: datetime | None = None
+
+
+@dataclass
+class PolicyCheck:
+    """The policy's answer, validated, and what `step.policy` records of it."""
+
+    decision: PolicyDecision | None
+    error: str | None
+    payload: dict[str, Any] = field(default_factory=dict)
+
+
+def policy_view_counters(run: Run, prior: Sequence[Step]) -> dict[str, Any]:
+    return {
+        "step_count": run.step_count,
+        "consecutive_failures": limits_mod.trailing_failures(prior),
+        **run.usage_json(),
+    }
+
+
+def validate_policy_decision(result: Any) -> str | None:
+    if not isinstance(result, PolicyDecision):
+        return f"policy returned {type(result).__name__}, not a PolicyDecision"
+    if not isinstance(result.outcome, str) or result.outcome not in _POLICY_OUTCOMES:
+        return f"policy returned an unknown outcome {result.outcome!r}"
+    if not isinstance(cast(object, result.reason), str) or not isinstance(
+        cast(object, result.kind), str
+    ):
+        return "policy reason and kind must be strings"
+    if result.outcome == PolicyOutcome.REQUIRE_APPROVAL and not result.kind:
+        return "policy required an approval without naming its kind"
+    for name in ("capability", "presentation"):
+        try:
+            check_json(getattr(result, name))
+            to_text(getattr(result, name))
+        except (JSONValueError, RecursionError, TypeError, ValueError) as exc:
+            return f"policy {name} is not usable JSON: {exc}"
+    try:
+        to_text(result.to_json())
+    except (JSONValueError, RecursionError, TypeError, ValueError) as exc:
+        return f"policy decision cannot be recorded: {exc}"
+    return None
+
+
+async def maybe_await(value: Any) -> Any:
+    if inspect.isawaitable(value):
+        return await value
+    return value
+
+
+async def write_through(
+    config: LoopConfig, fn: Callable[[Tx], T], in_tx: Callable[[], None] | None = None
+) -> T:
+    """Run `fn` in one IMMEDIATE transaction off the event loop; deliver its events.
+
+    `in_tx` runs just before COMMIT (a crash point's probe). A session's writes
+    go through here; so do the two that no session holds: creating a run, and
+    failing a waiting run whose record will not decode.
+    """
+    store = config.store
+    observed = config.observer is not None
+
+    def job() -> tuple[T, list[Any]]:
+        with store.transaction() as tx:
+            out = fn(tx)
+            if in_tx is not None:
+                in_tx()
+            events = tx.events if observed else []
+        return out, events
+
+    out, events = await run_io(job)
+    deliver(config.observer, events)
+    return out
+
+
+class RunSession:
+    """Executes one run while this process holds its lease."""
+
+    def __init__(
+        self,
+        config: LoopConfig,
+        run: Run,
+        steps: Sequence[Step],
+        approvals: Sequence[Approval],
+        epoch: int,
+        mark: datetime,
+    ) -> None:
+        self.config = config
+        self.run = run
+        self.steps: list[Step] = list(steps)
+        self.approvals: list[Approval] = list(approvals)
+        self.epoch = epoch
+        # Start of the active segment not yet added to the run's active time.
+        self._mark = mark
+        self._args_hashes: dict[str, str] = {}
+        self._allowed: AllowedCall | None = None
+        # The lease heartbeat of the Driver executing this session, if any (the
+        # test kit stops it without releasing the lease to imitate a dead process).
+        self.heartbeat: Any = None
+        # A plain-function tool still running after the caller cancelled the loop:
+        # the lease is held (and renewed) until its thread returns.
+        self.lingering_tool: concurrent.futures.Future[Any] | None = None
+
+    # -- plumbing -----------------------------------------------------------
+
+    @property
+    def run_id(self) -> str:
+        return self.run.id
+
+    async def write(self, fn: Callable[[Tx], T], point: str | None = None) -> T:
+        """Run `fn` in one IMMEDIATE transaction off the event loop; deliver its events.
+
+        `point` names a crash point of the test kit: its in-transaction probe runs
+        just before COMMIT, its after-commit probe once the events are delivered.
+        """
+        in_tx = None if point is None else partial(self.probe_in_tx, point)
+        out = await write_through(self.config, fn, in_tx)
+        if point is not None:
+            await self.probe(point)
+        return out
+
+    async def write_outcome(self, fn: Callable[[Tx], T], point: str | None = None) -> T:
+        """`write` for an outcome that is already known (a tool's, a model attempt's).
+
+        Such a write must not give up while its outcome is known: a database
+        whose write lock another connection holds past the busy timeout is
+        waited out, and the transaction retried, for as long as the lease is
+        ours (the heartbeat keeps renewing it whenever it can get the lock).
+        Only when the lease is no longer ours, or lapsed while the database
+        stayed busy, does it fail loudly, with `LeaseLostError`, having written
+        nothing: the outcome is then the next owner's to settle. A busy
+        failure is one at `BEGIN IMMEDIATE`, before `fn` ran, so retrying never
+        runs `fn` twice. (Decision 0012.)
+        """
+        waiting_since: datetime | None = None
+        while True:
+            try:
+                return await self.write(fn, point)
+            except StoreBusyError as busy:
+                if waiting_since is None:
+                    waiting_since = self.config.wall()
+                await self._wait_out_busy(busy, waiting_since)
+
+    async def _wait_out_busy(self, busy: StoreBusyError, waiting_since: datetime) -> None:
+        """Return to retry while the lease is ours; raise `LeaseLostError` once it is not."""
+        config = self.config
+        lease = await run_io(partial(reads.lease_state, config.store, self.run_id))
+        now = config.wall()
+        if lease is not None:
+            status, owner, expires, epoch = lease
+            if status == RunStatus.RUNNING and owner == config.owner:
+                if expires > format_time(now):
+                    await asyncio.sleep(_BUSY_PAUSE_SECONDS)
+                    return
+                raise LeaseLostError(
+                    f"the database stayed busy until the lease on run {self.run_id} lapsed "
+                    f"at {expires}; the outcome was not recorded and is left for the next owner"
+                ) from busy
+            # Cancelled while we held the lease: the late record is appended (see
+            # `finish_tool`); it is waited for as long as the lease would have lasted.
+            if (
+                status == RunStatus.CANCELLED
+                and epoch == self.epoch
+                and now - waiting_since < config.lease_ttl
+            ):
+                await asyncio.sleep(_BUSY_PAUSE_SECONDS)
+                return
+        raise LeaseLostError(
+            f"run {self.run_id} changed owner or status while the database was busy; "
+            "the outcome was not recorded and is left for the current owner"
+        ) from busy
+
+    def probe_in_tx(self, point: str) -> None:
+        hook = self.config.probe_in_tx
+        if hook is not None:
+            hook(point, self)
+
+    async def probe(self, point: str) -> None:
+        hook = self.config.probe
+        if hook is not None:
+            await maybe_await(hook(point, self))
+
+    def require_lease(self, tx: Tx, *, side_effect: bool = False) -> Any:
+        """Re-read the run inside the transaction; refuse to write without the lease."""
+        row = reads.run_row(tx, self.run_id)
+        if row is None:
+            raise RunStateError(f"run {self.run_id} disappeared")
+        if row["status"] != RunStatus.RUNNING:
+            raise RunMoved(run_from_row(row))
+        if row["lease_owner"] != self.config.owner:
+            raise LeaseLostError(
+                f"run {self.run_id} is now leased by {row['lease_owner']!r}; "
+                "this loop stopped before its next side effect"
+            )
+        expires = row["lease_expires_at"]  # bytes when unreadable: not provably live
+        if side_effect and not (
+            isinstance(expires, str) and expires > format_time(self.config.wall())
+        ):
+            raise LeaseLostError(
+                f"the lease on run {self.run_id} lapsed at {row['lease_expires_at']}; "
+                "no side effect is started on a lapsed lease"
+            )
+        return row
+
+    def refresh(self, tx: Tx, step_id: str | None = None, *, run: bool = True) -> None:
+        """Re-read the run (and one step) so the session mirrors what was committed.
+
+        `run=False` for writes that leave the run row as it was (a decision, a
+        tool start, an invalid decision): a read and a decode saved per write.
+        """
+        if run:
+            self.run = reads.run_record(tx, self.run_id)
+        if step_id is not None:
+            self.put_step(reads.step_record(tx, step_id))
+
+    def current(self, step: Step) -> Step:
+        """The session's copy of `step` as last written (callers may hold an older one)."""
+        for i in range(len(self.steps) - 1, -1, -1):
+            if self.steps[i].id == step.id:
+                return self.steps[i]
+        raise RunStateError(f"step {step.id} is not a step of run {self.run_id}")
+
+    def put_step(self, step: Step) -> Step:
+        """Replace the session's copy of `step` (by id), or add it as the newest step.
+
+        Invariant: after every commit, `self.run` and `self.steps` are what a
+        fresh read of the rows would give, to the repr (number literals, key
+        order, a time's type and zone): `tests/test_session_mirror.py` checks
+        it at every crash point and after a run's last commit (decision 0011).
+        The hot writes of a step build their copy from the values they wrote,
+        with the reader's own decoders, instead of reading the rows back. (A
+        transaction that fails leaves the copy ahead of the rows; the loop
+        then stops with the error, and the session is not used again.)
+        """
+        for i in range(len(self.steps) - 1, -1, -1):
+            if self.steps[i].id == step.id:
+                self.steps[i] = step
+                return step
+        self.steps.append(step)
+        return step
+
+    def reload_approvals(self, tx: Tx) -> None:
+        self.approvals = reads.approvals_of_run(tx, self.run_id)
+
+    def active_ms_until(self, now: datetime) -> int:
+        """Milliseconds of active time since the last settled mark; advances the mark."""
+        added = max(0, duration_to_ms(now - self._mark))
+        self._mark = now
+        return added
+
+    def start_heartbeat(self) -> Heartbeat:
+        """Renew this session's lease on a thread of its own (idempotent)."""
+        if self.heartbeat is None:
+            config = self.config
+            self.heartbeat = Heartbeat(
+                renewer_for(config.store), self.run_id, config.owner, config.lease_ttl, config.wall
+            )
+            self.heartbeat.start()
+        return self.heartbeat  # type: ignore[no-any-return]
+
+    def stop_heartbeat(self) -> None:
+        """Stop renewing without waiting for the thread (never blocks the event loop)."""
+        if self.heartbeat is not None:
+            self.heartbeat.stop(wait=False)
+
+    def active_time_at(self, now: datetime) -> timedelta:
+        """The run's active time as of `now`, without settling it."""
+        return self.run.active_time + max(timedelta(0), now - self._mark)
+
+    def args_hash(self, step: Step) -> str:
+        cached = self._args_hashes.get(step.id)
+        if cached is None:
+            args = step.decision.args if step.decision is not None else None
+            cached = content_hash({} if args is None else args)
+            self._args_hashes[step.id] = cached
+        return cached
+
+    def end_in(
+        self,
+        tx: Tx,
+        now: datetime,
+        status: str,
+        reason: str,
+        detail: str,
+        *,
+        from_statuses: tuple[str, ...] = (RunStatus.RUNNING,),
+        result: JSON = None,
+    ) -> None:
+        finish_run(
+            tx,
+            self.run_id,
+            status,
+            reason,
+            detail,
+            now,
+            from_statuses=from_statuses,
+            result=result,
+            active_ms_add=self.active_ms_until(now),
+        )
+
+    def step_input_parts(self) -> tuple[Run, tuple[Step, ...], tuple[Approval, ...]]:
+        return self.run, tuple(self.steps), tuple(self.approvals)
+
+    # -- 2. propose a decision ---------------------------------------------
+
+    async def record_decision(self, step: Step, decision: Any) -> RecordedDecision:
+        recorded = record(decision)
+
+        def tx_decided(tx: Tx) -> None:
+            self.require_lease(tx)
+            now = self.config.clock()
+            # `record` never raises and its text is known to encode: whatever the
+            # agent returned, this write records it (or what could be kept of it).
+            writes.record_decision(
+                tx, self.run_id, step.id, recorded.text, recorded.decision.to_json(), now
+            )
+            self.put_step(replace(self.current(step), decision=recorded.decision))
+
+        await self.write(tx_decided, POINT_DECIDED)
+        return recorded
+
+    async def fail_current(self, step: Step, observation: Observation) -> None:
+        """Fail a deciding step (invalid decision); the loop goes on."""
+
+        def tx_fail(tx: Tx) -> None:
+            self.require_lease(tx)
+            now = self.config.clock()
+            fail_step(
+                tx, self.run_id, step.id, observation, now, from_statuses=(StepStatus.DECIDING,)
+            )
+            self.refresh(tx, step.id, run=False)
+
+        await self.write(tx_fail)
+
+    async def end_with_step(
+        self,
+        step: Step,
+        status: str,
+        reason: str,
+        detail: str,
+        *,
+        step_status: str,
+        observation: Observation | None = None,
+        policy_payload: dict[str, Any] | None = None,
+        result: JSON = None,
+        from_step: tuple[str, ...] = (StepStatus.DECIDING,),
+    ) -> None:
+        """End the run and settle its current step in one transaction."""
+
+        def tx_end(tx: Tx) -> None:
+            self.require_lease(tx)
+            now = self.config.clock()
+            if policy_payload is not None:
+                self.record_policy(tx, now, step.id, policy_payload)
+            if observation is not None:
+                fail_step(
+                    tx,
+                    self.run_id,
+                    step.id,
+                    observation,
+                    now,
+                    from_statuses=from_step,
+                    status=step_status,
+                )
+            else:
+                writes.close_step(tx, step.id, step_status, now, from_statuses=from_step)
+            self.end_in(tx, now, status, reason, detail, result=result)
+            self.refresh(tx, step.id)
+
+        await self.write(tx_end)
+
+    def policy_request(self, step: Step, spec: ToolSpec, args: JSON) -> tuple[ToolRequest, RunView]:
+        shown = self.config.shown_specs[spec.name]
+        request = ToolRequest(run_id=self.run_id, step_id=step.id, spec=shown, args=copy_json(args))
+        # The step being judged is normally the last one: slicing keeps this O(1)-ish
+        # in run length, where a scan would grow with every step.
+        if self.steps and self.steps[-1].id == step.id:
+            prior = tuple(self.steps[:-1])
+        else:
+            prior = tuple(s for s in self.steps if s.id != step.id)
+        view = RunView(run=self.run, steps=prior, approvals=tuple(self.approvals))
+        return request, view
+
+    async def ask_policy(self, step: Step, spec: ToolSpec, args: JSON) -> PolicyCheck:
+        request, view = self.policy_request(step, spec, args)
+        try:
+            result = await evaluate_policy(self.config.policy, request, view)
+        except Exception as exc:  # the policy is consumer code: its failure ends the run
+            return PolicyCheck(None, f"policy raised {exception_text(exc)}")
+        error = validate_policy_decision(result)
+        if error is not None:
+            return PolicyCheck(None, error)
+        payload = {
+            "decision": result.to_json(),
+            "policy_id": self.config.policy_id,
+            "spec_hash": self.config.spec_hashes[spec.name],
+            "view": policy_view_counters(self.run, view.steps),
+        }
+        return PolicyCheck(result, None, payload)
+
+    def allow(self, call: AllowedCall) -> None:
+        """Hold the call the policy allowed for `execute` (nothing is written yet)."""
+        self._allowed = call
+
+    def record_policy(self, tx: Tx, now: datetime, step_id: str, payload: dict[str, Any]) -> None:
+        """`step.policy` and the step row's policy columns, written together."""
+        writes.record_policy(tx, self.run_id, step_id, payload, now)
+
+    def pause_in(
+        self,
+        tx: Tx,
+        now: datetime,
+        step: Step,
+        spec: ToolSpec,
+        args: JSON,
+        decision: PolicyDecision,
+        payload: dict[str, Any],
+        *,
+        from_step: tuple[str, ...],
+        from_run: str = RunStatus.RUNNING,
+    ) -> None:
+        request = approval_request(self.run_id, step.id, spec, args)
+        ttl = self.run.limits.approval_ttl
+        active = self.active_ms_until(now) if from_run == RunStatus.RUNNING else 0
+        writes.pause_for_approval(
+            tx,
+            self.run_id,
+            step.id,
+            new_id=self.config.new_id,
+            decision=decision,
+            request=request,
+            digest=approval_hash(
+                decision.kind, decision.capability, decision.presentation, request
+            ),
+            expires_at=format_time(now + ttl) if ttl is not None else "",
+            payload=payload,
+            active_ms=active,
+            from_step=from_step,
+            from_run=from_run,
+            now=now,
+        )
+        self.reload_approvals(tx)
+        self.refresh(tx, step.id)
+
+    # -- 3. execute the allowed call ---------------------------------------
+
+    def allow_resumed(
+        self, step: Step, spec: ToolSpec, args: JSON, approval_id: str, started_at: datetime
+    ) -> None:
+        """Hand `execute` a call whose `step.tool_started` the resume already committed."""
+        self._allowed = AllowedCall(step, spec, args, {}, approval_id, started_at)
+
+    def tool_started_in(
+        self,
+        tx: Tx,
+        now: datetime,
+        step: Step,
+        spec: ToolSpec,
+        args: JSON,
+        payload: dict[str, Any],
+        *,
+        approval_id: str = "",
+        from_step: tuple[str, ...] = (StepStatus.DECIDING,),
+    ) -> Step:
+        """Write the step `executing` with its policy; returns the step as now stored."""
+        policy_text = writes.start_tool(
+            tx,
+            self.run_id,
+            step.id,
+            spec.name,
+            args,
+            payload,
+            approval_id=approval_id,
+            from_statuses=from_step,
+            now=now,
+        )
+        return replace(
+            self.current(step),
+            status=StepStatus.EXECUTING,
+            policy=PolicyDecision.from_json(from_text(policy_text)),
+            spec_hash=payload["spec_hash"],
+            policy_id=payload["policy_id"],
+        )
+
+    def has_allowed_call(self) -> bool:
+        return self._allowed is not None
+
+    def allowed_step(self) -> Step:
+        assert self._allowed is not None
+        return self._allowed.step
+
+    def take_allowed(self, step: Step) -> AllowedCall:
+        """The allowed call of `step`, handed out once (`RunStateError` if there is none)."""
+        allowed = self._allowed
+        if allowed is None or allowed.step.id != step.id:
+            raise RunStateError(f"step {step.id} has no allowed call to execute")
+        self._allowed = None
+        return allowed
+
+
+def load(config: LoopConfig, run_id: str) -> tuple[Run, list[Step], list[Approval]]:
+    """The whole run as recorded, uncapped, in one consistent read."""
+    with config.store.transaction() as tx:
+        run = reads.run_record(tx, run_id)
+        return run, reads.steps_of_run(tx, run_id), reads.approvals_of_run(tx, run_id)
+
+
+def release_lease(config: LoopConfig, run_id: str) -> None:
+    """Give up this driver's lease on a RUNNING run whose loop stopped early."""
+    with config.store.transaction() as tx:
+        writes.release_lease(tx, run_id, config.owner)

@@ -1,0 +1,307 @@
+"""Settling a policy check: one function, whatever the step came from.
+
+A step reaches its policy from one of two places: the lease holder's loop (a
+step `deciding`, or one found `interrupted` at a takeover), or a run WAITING on
+an approval, which nobody leases (the step `awaiting_approval`). `settle` maps
+the check to the same four answers either way, and each answer is one
+transaction built once here:
+
+- allowed: from the loop, nothing is written until `execute` starts the tool;
+  from a waiting run, the lease is taken, `run.resumed`, and the tool start
+  is committed in that same transaction;
+- denied (or a call that no longer fits its tool): the step fails and the loop
+  goes on (a waiting run is taken back to RUNNING first);
+- ended (abort, or a policy that failed): the step fails and the run ends;
+- pending: a new approval, step `awaiting_approval`, run WAITING, lease released.
+
+`FromRunning` and `FromWaiting` say how to enter the transaction (the lease
+held, or the approval still the step's latest), which statuses the writes may
+leave, and which crash point each write is.
+
+Invariants: the policy is judged before anything is written; every write is a
+compare-and-set on the statuses named by the origin, so a concurrent resume,
+decision or cancel makes it raise instead of overwriting.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from . import events as ev
+from ._session import (
+    POINT_ALLOWED,
+    POINT_PAUSED,
+    POINT_RESUMED,
+    AllowedCall,
+    PolicyCheck,
+    RunSession,
+    Verdict,
+)
+from ._store import reads
+from ._store.writes import fail_step, finish_run
+from .approval import approval_hash, approval_request
+from .errors import RunStateError
+from .lease import take_in
+from .records import (
+    JSON,
+    Approval,
+    Observation,
+    PolicyDecision,
+    PolicyOutcome,
+    RunStatus,
+    Step,
+    StepStatus,
+    TerminalReason,
+    ToolSpec,
+)
+from .store import Tx
+
+INTERRUPTED_KIND = "interrupted_side_effect"
+
+
+@dataclass(frozen=True)
+class FromRunning:
+    """The step is the lease holder's: `deciding`, or `interrupted` at a takeover."""
+
+    from_step: tuple[str, ...] = (StepStatus.DECIDING,)
+    from_run: str = field(default=RunStatus.RUNNING, init=False)
+    resume_point: str | None = field(default=None, init=False)
+
+    def enter(self, session: RunSession, tx: Tx, step: Step) -> datetime:
+        session.require_lease(tx)
+        return session.config.clock()
+
+    def take(self, session: RunSession, tx: Tx, now: datetime) -> None:
+        """The lease is ours already."""
+
+    def active_ms(self, session: RunSession, now: datetime) -> int:
+        return session.active_ms_until(now)
+
+
+@dataclass(frozen=True)
+class FromWaiting:
+    """The step awaits `approval`, the latest of a WAITING run, read at `now`."""
+
+    approval: Approval
+    now: datetime
+    from_step: tuple[str, ...] = field(default=(StepStatus.AWAITING_APPROVAL,), init=False)
+    from_run: str = field(default=RunStatus.WAITING_FOR_APPROVAL, init=False)
+    resume_point: str | None = field(default=POINT_RESUMED, init=False)
+
+    def enter(self, session: RunSession, tx: Tx, step: Step) -> datetime:
+        require_latest(tx, step.id, self.approval)
+        return self.now
+
+    def take(self, session: RunSession, tx: Tx, now: datetime) -> None:
+        """Take the lease of the waiting run back to RUNNING; `run.resumed`."""
+        config = session.config
+        session.epoch = take_in(
+            tx,
+            session.run_id,
+            config.owner,
+            config.lease_ttl,
+            config.wall,
+            from_status=RunStatus.WAITING_FOR_APPROVAL,
+        )
+        tx.append_event(session.run_id, "", now, ev.RUN_RESUMED, {"approval_id": self.approval.id})
+
+    def active_ms(self, session: RunSession, now: datetime) -> int:
+        return 0  # a waiting run accrues no active time
+
+    def satisfies(self, decision: PolicyDecision, request: JSON) -> bool:
+        """Whether the granted approval answers the approval the policy asks for now.
+
+        An interrupted_side_effect grant is the operator's answer to this very
+        request with the stronger warning; a policy asking for its own approval
+        kind is satisfied by it (decision 0006). Any changed request still
+        differs in the hash of the interrupted approval itself.
+        """
+        granted = self.approval
+        new_hash = approval_hash(decision.kind, decision.capability, decision.presentation, request)
+        return new_hash == granted.hash or (
+            granted.kind == INTERRUPTED_KIND
+            and approval_hash(granted.kind, granted.capability, granted.presentation, request)
+            == granted.hash
+        )
+
+
+Origin = FromRunning | FromWaiting
+
+
+def require_latest(tx: Tx, step_id: str, approval: Approval) -> None:
+    """Inside the transaction: `approval` is still the step's latest, in the status read.
+
+    Only the step's latest approval counts. A concurrent resume may have paused
+    the step again on a new approval since this one was read: acting on the
+    older grant then would execute what nobody approved.
+    """
+    row = reads.latest_approval_of_step(tx, step_id)
+    if row is None or row["id"] != approval.id or row["status"] != approval.status:
+        raise RunStateError(
+            f"approval {approval.id} is no longer the step's latest {approval.status} approval; "
+            "another resume or decision moved the run first"
+        )
+
+
+async def settle(
+    session: RunSession,
+    origin: Origin,
+    step: Step,
+    spec: ToolSpec,
+    args: JSON,
+    check: PolicyCheck,
+) -> Verdict:
+    """Act on one policy check: allowed, denied, ended or pending."""
+    decision = check.decision
+    if decision is None:
+        error = check.error or "policy failed"
+        await end(
+            session,
+            origin,
+            step,
+            TerminalReason.INTERNAL_ERROR,
+            error,
+            Observation.denied(spec.name, error),
+            None,
+        )
+        return Verdict.ENDED
+    if decision.outcome == PolicyOutcome.DENY:
+        await fail_and_go_on(
+            session, origin, step, Observation.denied(spec.name, decision.reason), check.payload
+        )
+        return Verdict.DENIED
+    if decision.outcome == PolicyOutcome.ABORT:
+        await end(
+            session,
+            origin,
+            step,
+            TerminalReason.POLICY_ABORT,
+            decision.reason,
+            Observation.denied(spec.name, decision.reason),
+            check.payload,
+        )
+        return Verdict.ENDED
+    if decision.outcome != PolicyOutcome.ALLOW and not (
+        isinstance(origin, FromWaiting)
+        and origin.satisfies(decision, approval_request(session.run_id, step.id, spec, args))
+    ):
+        await pause(session, origin, step, spec, args, decision, check.payload)
+        return Verdict.PENDING
+    await allow(session, origin, step, spec, args, check.payload)
+    return Verdict.ALLOWED
+
+
+async def allow(
+    session: RunSession,
+    origin: Origin,
+    step: Step,
+    spec: ToolSpec,
+    args: JSON,
+    payload: dict[str, Any],
+) -> None:
+    """The call may run. From the loop nothing is written until `execute` starts it;
+    from a waiting run the lease is taken and the tool start committed now."""
+    if isinstance(origin, FromRunning):
+        session.allow(AllowedCall(step, spec, args, payload))
+        await session.probe(POINT_ALLOWED)
+        return
+    approval_id = origin.approval.id
+
+    def tx_resume(tx: Tx) -> None:
+        now = origin.enter(session, tx, step)
+        origin.take(session, tx, now)
+        session.tool_started_in(
+            tx,
+            now,
+            step,
+            spec,
+            args,
+            payload,
+            approval_id=approval_id,
+            from_step=origin.from_step,
+        )
+        session.refresh(tx, step.id)
+
+    await session.write(tx_resume, POINT_RESUMED)
+    session.allow_resumed(step, spec, args, approval_id, origin.now)
+
+
+async def fail_and_go_on(
+    session: RunSession,
+    origin: Origin,
+    step: Step,
+    observation: Observation,
+    payload: dict[str, Any] | None,
+) -> None:
+    """The step fails (denied, or a call that no longer fits its tool); the loop goes on."""
+
+    def tx_fail(tx: Tx) -> None:
+        now = origin.enter(session, tx, step)
+        origin.take(session, tx, now)
+        if payload is not None:
+            session.record_policy(tx, now, step.id, payload)
+        fail_step(tx, session.run_id, step.id, observation, now, from_statuses=origin.from_step)
+        session.refresh(tx, step.id)
+
+    await session.write(tx_fail, origin.resume_point)
+
+
+async def end(
+    session: RunSession,
+    origin: Origin,
+    step: Step,
+    reason: str,
+    detail: str,
+    observation: Observation,
+    payload: dict[str, Any] | None,
+) -> None:
+    """The step fails and the run ends FAILED with `reason`, in one transaction."""
+
+    def tx_end(tx: Tx) -> None:
+        now = origin.enter(session, tx, step)
+        if payload is not None:
+            session.record_policy(tx, now, step.id, payload)
+        fail_step(tx, session.run_id, step.id, observation, now, from_statuses=origin.from_step)
+        finish_run(
+            tx,
+            session.run_id,
+            RunStatus.FAILED,
+            reason,
+            detail,
+            now,
+            from_statuses=(origin.from_run,),
+            active_ms_add=origin.active_ms(session, now),
+        )
+        session.refresh(tx, step.id)
+
+    await session.write(tx_end)
+
+
+async def pause(
+    session: RunSession,
+    origin: Origin,
+    step: Step,
+    spec: ToolSpec,
+    args: JSON,
+    decision: PolicyDecision,
+    payload: dict[str, Any],
+) -> None:
+    """Wait for a person: a new approval, the step awaiting it, the run WAITING."""
+
+    def tx_pause(tx: Tx) -> None:
+        now = origin.enter(session, tx, step)
+        session.pause_in(
+            tx,
+            now,
+            step,
+            spec,
+            args,
+            decision,
+            payload,
+            from_step=origin.from_step,
+            from_run=origin.from_run,
+        )
+
+    await session.write(tx_pause, POINT_PAUSED)

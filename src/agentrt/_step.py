@@ -1,0 +1,305 @@
+"""One step of a run, as its lease holder takes it: begin, propose, execute.
+
+- `begin_step`: one transaction reads the run, checks the limits in their
+  fixed order (ending the run when one is reached) and claims the next step
+  (`claim_step`), inserting it `deciding` with `step.started`.
+- `propose`: records the decision verbatim (`step.decided`), validates it,
+  ends the run for `complete`/`fail`, and otherwise asks the policy and settles
+  its answer (`_settle.settle`, shared with a waiting run's resume).
+- `execute`: `step.tool_started` under a lease held and unexpired by the wall
+  clock, the tool under its timeout, then `step.tool_finished` in one
+  transaction, recorded even if the caller is cancelled (and not recorded if
+  another owner took the run meanwhile).
+
+Each function works on a `RunSession` (`_session.py`): its writes, its lease
+guard and its in-memory copy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+from dataclasses import replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from . import events as ev
+from . import limits as limits_mod
+from ._session import (
+    POINT_STEP_STARTED,
+    POINT_TOOL_EFFECT,
+    POINT_TOOL_FINISHED,
+    POINT_TOOL_STARTED,
+    RunMoved,
+    RunSession,
+    Verdict,
+)
+from ._settle import FromRunning, settle
+from ._store import reads, writes
+from ._store.writes import finish_run
+from .canonical import copy_json, from_text
+from .clock import as_stored, duration_to_ms
+from .decisions import call_args, validate
+from .errors import LeaseLostError, RunStateError
+from .execute import invoke
+from .records import (
+    JSON,
+    DecisionKind,
+    Observation,
+    ObservationKind,
+    RunStatus,
+    Step,
+    StepStatus,
+    TerminalReason,
+    ToolCall,
+    ToolSpec,
+)
+from .store import Tx, run_from_row
+
+
+async def begin_step(session: RunSession) -> Step | None:
+    """Check the limits and claim the next step; None when the run is no longer RUNNING."""
+    config = session.config
+
+    def tx_begin(tx: Tx) -> Step | None:
+        row = session.require_lease(tx)
+        run = run_from_row(row)
+        session.run = run
+        now = config.clock()
+        if run.decode_error:
+            # store.md: a run whose record will not decode is not continued.
+            detail = f"the run's record cannot be read back ({run.decode_error})"
+            session.end_in(tx, now, RunStatus.FAILED, TerminalReason.INTERNAL_ERROR, detail)
+            session.refresh(tx)
+            return None
+        active = session.active_time_at(now)
+        hit = limits_mod.check(run, session.steps, now, active, session.args_hash)
+        if hit is not None:
+            if hit.loop is not None:
+                tx.append_event(session.run_id, "", now, ev.LOOP_DETECTED, hit.loop)
+            else:
+                tx.append_event(
+                    session.run_id,
+                    "",
+                    now,
+                    ev.LIMIT_EXCEEDED,
+                    {"reason": hit.reason, "detail": hit.detail},
+                )
+            session.end_in(tx, now, RunStatus.FAILED, hit.reason, hit.detail)
+            session.refresh(tx)
+            return None
+        index = run.step_count
+        step = writes.claim_step(tx, session.run_id, index, config.owner, config.new_id, now)
+        session.run = replace(run, step_count=index + 1)
+        session.steps.append(step)  # a new id: nothing to replace
+        session.probe_in_tx(POINT_STEP_STARTED)
+        return step
+
+    try:
+        step = await session.write(tx_begin)
+    except RunMoved as moved:
+        session.run = moved.run
+        return None
+    if step is not None:
+        await session.probe(POINT_STEP_STARTED)
+    return step
+
+
+async def propose(session: RunSession, step: Step, decision: Any) -> Verdict:
+    """Record, validate and judge one decision for the step `begin_step` returned."""
+    try:
+        recorded = await session.record_decision(step, decision)
+        error = validate(recorded, session.config.compiled)
+        if error is not None:
+            await session.fail_current(step, Observation.invalid_decision(error))
+            return Verdict.DENIED
+        chosen = recorded.decision
+        if chosen.kind == DecisionKind.COMPLETE:
+            await session.end_with_step(
+                step,
+                RunStatus.COMPLETED,
+                TerminalReason.GOAL_COMPLETED,
+                "",
+                step_status=StepStatus.DONE,
+                result=chosen.result,
+            )
+            return Verdict.ENDED
+        if chosen.kind == DecisionKind.FAIL:
+            await session.end_with_step(
+                step,
+                RunStatus.FAILED,
+                TerminalReason.GOAL_FAILED,
+                chosen.message,
+                step_status=StepStatus.DONE,
+            )
+            return Verdict.ENDED
+        spec = session.config.specs[chosen.tool]
+        args = call_args(chosen)
+        check = await session.ask_policy(step, spec, args)
+        return await settle(session, FromRunning(), step, spec, args, check)
+    except RunMoved as moved:
+        session.run = moved.run
+        return Verdict.ENDED
+
+
+async def _start_tool(
+    session: RunSession, step: Step, spec: ToolSpec, args: JSON, payload: dict[str, Any]
+) -> datetime:
+    def tx_started(tx: Tx) -> datetime:
+        session.require_lease(tx, side_effect=True)
+        now = session.config.clock()
+        session.put_step(session.tool_started_in(tx, now, step, spec, args, payload))
+        return now
+
+    return await session.write(tx_started, POINT_TOOL_STARTED)
+
+
+async def execute(session: RunSession, step: Step) -> None:
+    """Start, run and record the allowed call of `step` exactly once."""
+    allowed = session.take_allowed(step)
+    spec, args = allowed.spec, allowed.args
+    if allowed.started_at is not None:
+        started_at = allowed.started_at
+    else:
+        try:
+            started_at = await _start_tool(session, step, spec, args, allowed.payload)
+        except RunMoved as moved:
+            session.run = moved.run
+            return
+    tool = session.config.tools[spec.name]
+    call = ToolCall(
+        run_id=session.run_id, step_id=step.id, args=copy_json(args), lease_epoch=session.epoch
+    )
+    threads: list[concurrent.futures.Future[Any]] = []
+    try:
+        outcome = await invoke(tool, spec, call, threads)
+    except asyncio.CancelledError:
+        # The caller cancelled us mid-call: the effect may have happened, so
+        # its (unknown) outcome is recorded before the cancellation goes on.
+        # A plain-function tool cannot be stopped: while its thread runs, the
+        # lease stays ours (and renewed), or another process could take the
+        # run over and start the same call beside it.
+        running = next((f for f in threads if not f.done()), None)
+        observation = Observation.cancelled_mid_call()
+        await asyncio.shield(
+            _finish_tool(
+                session,
+                step,
+                spec,
+                started_at,
+                observation,
+                None,
+                cancelled=True,
+                keep_lease=running is not None,
+            )
+        )
+        session.lingering_tool = running
+        raise
+    await session.probe(POINT_TOOL_EFFECT)
+    await _finish_tool(session, step, spec, started_at, outcome.observation, outcome.abort)
+
+
+async def _finish_tool(
+    session: RunSession,
+    step: Step,
+    spec: ToolSpec,
+    started_at: datetime,
+    observation: Observation,
+    abort: str | None,
+    *,
+    cancelled: bool = False,
+    keep_lease: bool = False,
+) -> None:
+    config = session.config
+
+    def tx_finished(tx: Tx) -> None:
+        row = reads.run_row(tx, session.run_id)
+        if row is None:
+            raise RunStateError(f"run {session.run_id} disappeared")
+        now = config.clock()
+        duration_ms = max(0, duration_to_ms(now - started_at))
+        finished: dict[str, Any] = {"tool": spec.name, "duration_ms": duration_ms}
+        failed = observation.kind != ObservationKind.TOOL_RESULT
+        if failed:
+            content = observation.content if isinstance(observation.content, dict) else {}
+            finished["error"] = str(content.get("error", content.get("failure", "")))
+        else:
+            finished["summary"] = observation.summary
+            finished["content_hash"] = observation.content_hash
+        held = row["status"] == RunStatus.RUNNING and row["lease_owner"] == config.owner
+        if not held:
+            if row["status"] == RunStatus.CANCELLED and row["lease_epoch"] == session.epoch:
+                # Cancelled while we held the lease: the effect happened after the
+                # cancel was recorded, so it is appended, changing neither row.
+                finished["late"] = True
+                tx.append_event(session.run_id, step.id, now, ev.STEP_TOOL_FINISHED, finished)
+                session.refresh(tx, step.id)
+                return
+            # Someone else owns the run now: the next owner decides what this
+            # step did; our late result is not recorded.
+            raise LeaseLostError(
+                f"run {session.run_id} changed owner while its tool ran; "
+                "the outcome is left for the current owner"
+            )
+        if cancelled:
+            status = StepStatus.INTERRUPTED
+        elif failed:
+            status = StepStatus.FAILED
+        else:
+            status = StepStatus.DONE
+        active = session.active_ms_until(now)
+        observation_text = writes.finish_tool(
+            tx,
+            session.run_id,
+            step.id,
+            status,
+            observation,
+            finished,
+            failed_event=failed and not cancelled,
+            now=now,
+        )
+        if abort is not None:
+            finish_run(
+                tx,
+                session.run_id,
+                RunStatus.FAILED,
+                TerminalReason.TOOL_ABORT,
+                abort,
+                now,
+                from_statuses=(RunStatus.RUNNING,),
+                active_ms_add=active,
+            )
+        elif spec.terminal and not failed:
+            finish_run(
+                tx,
+                session.run_id,
+                RunStatus.COMPLETED,
+                TerminalReason.GOAL_COMPLETED,
+                "",
+                now,
+                from_statuses=(RunStatus.RUNNING,),
+                result=observation.content,
+                active_ms_add=active,
+            )
+        elif cancelled and not keep_lease:
+            # Leave the run RUNNING for a later resume, but give up the lease now:
+            # nobody should have to wait it out for a loop that has stopped.
+            writes.leave_running(tx, session.run_id, active_ms_add=active)
+        else:
+            writes.add_active_time(tx, session.run_id, active)
+            # The common ending: the copies are built from the row read above
+            # and the values just written (see `put_step`).
+            run = run_from_row(row)
+            session.run = replace(run, active_time=run.active_time + timedelta(milliseconds=active))
+            session.put_step(
+                replace(
+                    session.current(step),
+                    status=status,
+                    observation=Observation.from_json(from_text(observation_text)),
+                    finished_at=as_stored(now),
+                )
+            )
+            return
+        session.refresh(tx, step.id)
+
+    await session.write_outcome(tx_finished, POINT_TOOL_FINISHED)

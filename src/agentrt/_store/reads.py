@@ -1,0 +1,280 @@
+"""The named reads: every query the rest of the package asks of the file.
+
+Each takes the transaction (or the store) it reads through and returns rows or
+decoded records; none writes. Reads inside a write's transaction see what that
+transaction wrote.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from typing import Any
+
+from ..errors import NotFoundError
+from ..records import Approval, ApprovalStatus, Run, RunStatus, Step
+from ..store import Store, Tx, approval_from_row, run_from_row, step_from_row
+
+
+def run_row(tx: Tx, run_id: str) -> sqlite3.Row | None:
+    """The run's row as stored, or None."""
+    row: sqlite3.Row | None = tx.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone()
+    return row
+
+
+def run_exists(tx: Tx, run_id: str) -> bool:
+    return tx.execute("SELECT 1 FROM runs WHERE id = ?", (run_id,)).fetchone() is not None
+
+
+def run_record(tx: Tx, run_id: str) -> Run:
+    """The run as it stands in this transaction; `NotFoundError` if there is none."""
+    row = run_row(tx, run_id)
+    if row is None:
+        raise NotFoundError(f"no run {run_id}")
+    return run_from_row(row)
+
+
+def step_record(tx: Tx, step_id: str) -> Step:
+    """The step as it stands in this transaction; `NotFoundError` if there is none."""
+    row = tx.execute("SELECT * FROM steps WHERE id = ?", (step_id,)).fetchone()
+    if row is None:
+        raise NotFoundError(f"no step {step_id}")
+    return step_from_row(row)
+
+
+def steps_of_run(tx: Tx, run_id: str) -> list[Step]:
+    """Every step of the run, in order."""
+    rows = tx.execute("SELECT * FROM steps WHERE run_id = ? ORDER BY idx", (run_id,))
+    return [step_from_row(r) for r in rows.fetchall()]
+
+
+def latest_approval_of_step(tx: Tx, step_id: str) -> sqlite3.Row | None:
+    """`id` and `status` of the step's latest approval, or None."""
+    row: sqlite3.Row | None = tx.execute(
+        "SELECT id, status FROM approvals WHERE step_id = ? ORDER BY rowid DESC LIMIT 1",
+        (step_id,),
+    ).fetchone()
+    return row
+
+
+def lease_row(tx: Tx, run_id: str) -> sqlite3.Row:
+    """`status`, `lease_owner`, `lease_expires_at`, `lease_holder` of the run."""
+    row = tx.execute(
+        "SELECT status, lease_owner, lease_expires_at, lease_holder FROM runs WHERE id = ?",
+        (run_id,),
+    ).fetchone()
+    if row is None:
+        raise NotFoundError(f"no run {run_id}")
+    return row  # type: ignore[no-any-return]
+
+
+def approvals_of_run(tx: Tx, run_id: str) -> list[Approval]:
+    """Every approval of the run, oldest first."""
+    rows = tx.execute("SELECT * FROM approvals WHERE run_id = ? ORDER BY rowid", (run_id,))
+    return [approval_from_row(r) for r in rows.fetchall()]
+
+
+def approval_row(tx: Tx, approval_id: str, run_id: str | None = None) -> sqlite3.Row | None:
+    """The approval's row (of that run, when one is named), or None."""
+    if run_id is None:
+        row: sqlite3.Row | None = tx.execute(
+            "SELECT * FROM approvals WHERE id = ?", (approval_id,)
+        ).fetchone()
+        return row
+    row = tx.execute(
+        "SELECT * FROM approvals WHERE id = ? AND run_id = ?", (approval_id, run_id)
+    ).fetchone()
+    return row
+
+
+def approval_record(tx: Tx, approval_id: str) -> Approval:
+    row = approval_row(tx, approval_id)
+    if row is None:
+        raise NotFoundError(f"no approval {approval_id}")
+    return approval_from_row(row)
+
+
+def steps_in(tx: Tx, run_id: str, statuses: Sequence[str]) -> list[sqlite3.Row]:
+    """`id` and `status` of the run's steps in one of `statuses`, in step order."""
+    placeholders = ",".join("?" for _ in statuses)
+    return list(
+        tx.execute(
+            f"SELECT id, status FROM steps WHERE run_id = ? AND status IN ({placeholders}) "
+            "ORDER BY idx",
+            (run_id, *[str(s) for s in statuses]),
+        ).fetchall()
+    )
+
+
+def lease_state(store: Store, run_id: str) -> Any:
+    """(`status`, `lease_owner`, `lease_expires_at`, `lease_epoch`) of the run, or None.
+
+    Read on the store's connection outside any transaction: what a write that
+    waits out a busy database checks between its tries.
+    """
+    rows = store.query(
+        "SELECT status, lease_owner, lease_expires_at, lease_epoch FROM runs WHERE id = ?",
+        (run_id,),
+    )
+    return tuple(rows[0]) if rows else None
+
+
+# --- recovery ---------------------------------------------------------------------
+
+
+def run_rowid(store: Store, run_id: str) -> int | None:
+    """The run's rowid (recovery pages by it), or None when there is no such run."""
+    rows = store.query("SELECT rowid FROM runs WHERE id = ?", (run_id,))
+    return int(rows[0][0]) if rows else None
+
+
+def unfinished_runs_page(
+    store: Store, columns: Sequence[str], after_rowid: int, size: int
+) -> list[sqlite3.Row]:
+    """RUNNING and WAITING runs after `after_rowid`, oldest first: rowid, then `columns`.
+
+    The columns are read as bytes: a column holding bytes that are not UTF-8
+    must fail only its own run, never the page.
+    """
+    cols = ", ".join(f"CAST({c} AS BLOB)" for c in columns)
+    return store.query(
+        f"SELECT rowid, {cols} FROM runs "
+        "WHERE status IN (?, ?) AND rowid > ? ORDER BY rowid LIMIT ?",
+        (str(RunStatus.RUNNING), str(RunStatus.WAITING_FOR_APPROVAL), after_rowid, size),
+    )
+
+
+def latest_approval_state(store: Store, run_id: str) -> sqlite3.Row | None:
+    """`id`, `status`, `expires_at` of the run's latest approval, or None."""
+    rows = store.query(
+        "SELECT id, status, expires_at FROM approvals WHERE run_id = ? ORDER BY rowid DESC LIMIT 1",
+        (run_id,),
+    )
+    return rows[0] if rows else None
+
+
+def started_tool_names(store: Store, run_id: str) -> list[Any]:
+    """The names of the tools the run was started with (its `run.created`), as stored."""
+    rows = store.query(
+        "SELECT json_extract(spec_json, '$.name') FROM tool_specs WHERE hash IN "
+        "(SELECT value FROM json_each((SELECT payload_json FROM events "
+        "WHERE run_id = ? AND type = 'run.created' ORDER BY seq LIMIT 1), '$.tools'))",
+        (run_id,),
+    )
+    return [r[0] for r in rows]
+
+
+def run_status(store: Store, run_id: str) -> Any:
+    """The run's status column as stored (None when there is no such run)."""
+    rows = store.query("SELECT status FROM runs WHERE id = ?", (run_id,))
+    return rows[0][0] if rows else None
+
+
+# --- the console ------------------------------------------------------------------
+
+
+def last_event_seq(store: Store, run_id: str) -> int:
+    """The seq of the run's last event (0 when it has none)."""
+    rows = store.query("SELECT coalesce(max(seq), 0) FROM events WHERE run_id = ?", (run_id,))
+    return int(rows[0][0])
+
+
+def event_count(store: Store, run_id: str) -> int:
+    return int(store.query("SELECT count(*) FROM events WHERE run_id = ?", (run_id,))[0][0])
+
+
+def event_seq_from_end(store: Store, run_id: str, back: int) -> int:
+    """The seq of the run's event `back` places before its last (0 when there is none)."""
+    rows = store.query(
+        "SELECT seq FROM events WHERE run_id = ? ORDER BY seq DESC LIMIT 1 OFFSET ?",
+        (run_id, back),
+    )
+    return int(rows[0][0]) if rows else 0
+
+
+# --- the read models (view.py) -------------------------------------------------------
+
+_TOOL = "json_extract(request_json, '$.spec.name')"
+
+
+def _waiting_columns(cap: int) -> str:
+    # What a list shows of a pending approval, each text column cut at `cap` with its
+    # full length beside it. A request that is not valid JSON must not fail the whole
+    # page: json_valid guards it.
+    return (
+        f"substr(id, 1, {cap}) AS id, length(id) AS n_id, run_id, "
+        f"substr(kind, 1, {cap}) AS kind, length(kind) AS n_kind, "
+        f"substr(hash, 1, {cap}) AS hash, length(hash) AS n_hash, "
+        "substr(created_at, 1, 64) AS created_at, substr(expires_at, 1, 64) AS expires_at, "
+        f"CASE WHEN json_valid(request_json) THEN substr({_TOOL}, 1, {cap}) END AS tool, "
+        f"CASE WHEN json_valid(request_json) THEN length({_TOOL}) END AS n_tool"
+    )
+
+
+def pending_approvals_of(store: Store, run_ids: Sequence[str], cap: int) -> list[sqlite3.Row]:
+    """The pending approvals of the runs named, in creation order, texts cut at `cap`."""
+    marks = ", ".join("?" for _ in run_ids)
+    return store.query(
+        f"SELECT {_waiting_columns(cap)} "
+        f"FROM approvals WHERE status = ? AND run_id IN ({marks}) ORDER BY rowid",
+        [str(ApprovalStatus.PENDING), *run_ids],
+    )
+
+
+def newest_pending_approvals(
+    store: Store, limit: int, cap: int, goal_cap: int
+) -> list[sqlite3.Row]:
+    """Waiting runs' pending approvals, newest first, at most `limit`, with the run's goal."""
+    return store.query(
+        f"SELECT {_waiting_columns(cap)}, goal, n_goal FROM approvals JOIN ("
+        f"SELECT a.rowid AS pick, substr(r.goal, 1, {goal_cap}) AS goal, "
+        "length(r.goal) AS n_goal FROM runs AS r CROSS JOIN approvals AS a "
+        "ON a.run_id = r.id WHERE r.status = ? AND a.status = ? "
+        "ORDER BY a.rowid DESC LIMIT ?) ON approvals.rowid = pick ORDER BY approvals.rowid DESC",
+        [str(RunStatus.WAITING_FOR_APPROVAL), str(ApprovalStatus.PENDING), limit],
+    )
+
+
+def step_index(store: Store, run_id: str, step_id: str) -> Any:
+    """The step's `idx` column as stored (None when there is no such step of the run)."""
+    rows = store.query("SELECT idx FROM steps WHERE id = ? AND run_id = ?", (step_id, run_id))
+    return rows[0]["idx"] if rows else None
+
+
+def run_id_exists(store: Store, run_id: str) -> bool:
+    return bool(store.query("SELECT 1 FROM runs WHERE id = ?", (run_id,)))
+
+
+def run_ids_starting(store: Store, prefix: str, limit: int) -> list[str]:
+    """Up to `limit` run ids starting with `prefix` (no wildcard in it), in order.
+
+    GLOB is case-sensitive and the prefix holds no wildcard, so SQLite reads a
+    range of the primary key's index.
+    """
+    rows = store.query(
+        "SELECT id FROM runs WHERE id GLOB ? ORDER BY id LIMIT ?", (prefix + "*", limit)
+    )
+    return [str(r[0]) for r in rows]
+
+
+# --- the crash test kit's bookkeeping (a plain read-only connection) ----------------
+
+
+def event_hash_exists(conn: sqlite3.Connection, event_hash: str) -> bool:
+    return conn.execute("SELECT 1 FROM events WHERE hash = ?", (event_hash,)).fetchone() is not None
+
+
+def newest_event(conn: sqlite3.Connection) -> Any:
+    """(`hash`, `at`) of the newest committed event (by seq), or None."""
+    return conn.execute("SELECT hash, at FROM events ORDER BY seq DESC LIMIT 1").fetchone()
+
+
+def every_record_id(conn: sqlite3.Connection) -> list[Any]:
+    """Every id of every run, step, approval and model call."""
+    return [
+        r[0]
+        for r in conn.execute(
+            "SELECT id FROM runs UNION ALL SELECT id FROM steps "
+            "UNION ALL SELECT id FROM approvals UNION ALL SELECT id FROM model_calls"
+        )
+    ]

@@ -1,0 +1,782 @@
+"""The named compare-and-set writes: every state change of a run, a step or an approval.
+
+Every statement here is a compare-and-set: it names the statuses it may leave
+(`AND status IN (...)`) and raises `RunStateError` when no row matched, so a
+concurrent writer (an operator's cancel, another resume) is never overwritten.
+Each write appends its audit event in the same transaction.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any
+
+from .. import events as ev
+from ..canonical import to_text
+from ..clock import as_stored, format_time
+from ..errors import RunStateError
+from ..migrations import rollback_quietly
+from ..model import Usage
+from ..records import (
+    JSON,
+    Approval,
+    ApprovalStatus,
+    Limits,
+    ModelCallStatus,
+    Observation,
+    PolicyDecision,
+    Run,
+    RunStatus,
+    Step,
+    StepStatus,
+    TerminalReason,
+    ToolSpec,
+)
+from ..store import Tx, check_schema, clamp_charge, saturating_add_sql
+from . import reads
+
+
+def fail_step(
+    tx: Tx,
+    run_id: str,
+    step_id: str,
+    observation: Observation,
+    now: datetime,
+    *,
+    from_statuses: tuple[str, ...],
+    status: str = StepStatus.FAILED,
+) -> None:
+    """Move one step to `failed` (or `interrupted`) with its observation and `step.failed`."""
+    placeholders = ",".join("?" for _ in from_statuses)
+    cur = tx.execute(
+        f"UPDATE steps SET status = ?, observation_json = ?, observation_hash = ?, "
+        f"finished_at = ? WHERE id = ? AND run_id = ? AND status IN ({placeholders})",
+        (
+            str(status),
+            to_text(observation.to_json()),
+            observation.content_hash,
+            format_time(now),
+            step_id,
+            run_id,
+            *[str(s) for s in from_statuses],
+        ),
+    )
+    if cur.rowcount != 1:
+        raise RunStateError(f"step {step_id} is no longer in {list(map(str, from_statuses))}")
+    tx.append_event(run_id, step_id, now, ev.STEP_FAILED, ev.observation_payload(observation))
+
+
+def finish_run(
+    tx: Tx,
+    run_id: str,
+    status: str,
+    reason: str,
+    detail: str,
+    now: datetime,
+    *,
+    from_statuses: tuple[str, ...],
+    result: JSON = None,
+    active_ms_add: int = 0,
+) -> None:
+    """End a run: status, reason, result and a cleared lease, then `run.finished`."""
+    placeholders = ",".join("?" for _ in from_statuses)
+    cur = tx.execute(
+        f"UPDATE runs SET status = ?, reason = ?, reason_detail = ?, finished_at = ?, "
+        f"result_json = ?, active_ms = active_ms + ?, "
+        f"lease_owner = '', lease_expires_at = '', lease_holder = '' "
+        f"WHERE id = ? AND status IN ({placeholders})",
+        (
+            str(status),
+            str(reason),
+            detail,
+            format_time(now),
+            "" if result is None else to_text(result),
+            max(0, active_ms_add),
+            run_id,
+            *[str(s) for s in from_statuses],
+        ),
+    )
+    if cur.rowcount != 1:
+        raise RunStateError(f"run {run_id} moved before it could be finished")
+    # An attempt whose outcome was never recorded is charged before the run closes.
+    charge_dispatched(tx, run_id, now)
+    steps = tx.execute("SELECT step_count FROM runs WHERE id = ?", (run_id,)).fetchone()[0]
+    tx.append_event(
+        run_id,
+        "",
+        now,
+        ev.RUN_FINISHED,
+        {"status": str(status), "reason": str(reason), "detail": detail, "steps": steps},
+    )
+
+
+def charge_run(tx: Tx, run_id: str, usage: Usage, cost_micros: int) -> None:
+    """Add usage and cost to the run's totals, saturating at 2^63-1, never negative."""
+    tx.execute(
+        "UPDATE runs SET "
+        f"input_tokens = {saturating_add_sql('input_tokens', ':input')}, "
+        f"output_tokens = {saturating_add_sql('output_tokens', ':output')}, "
+        f"cached_input_tokens = {saturating_add_sql('cached_input_tokens', ':cached')}, "
+        f"estimated_cost_micros = {saturating_add_sql('estimated_cost_micros', ':cost')} "
+        "WHERE id = :id",
+        {
+            "input": clamp_charge(usage.input_tokens),
+            "output": clamp_charge(usage.output_tokens),
+            "cached": clamp_charge(usage.cached_input_tokens),
+            "cost": clamp_charge(cost_micros),
+            "id": run_id,
+        },
+    )
+
+
+def charge_dispatched(tx: Tx, run_id: str, now: datetime) -> None:
+    """Charge every attempt still `dispatched` at the estimate it reserved.
+
+    A process that died during a model request (or a settle that never
+    committed) leaves its attempt `dispatched`. The takeover, a cancel and every
+    other ending of the run charge it here, in their own transaction, so spend
+    can never vanish from the totals.
+    """
+    rows = tx.execute(
+        "SELECT id, step_id, attempt, model, input_tokens, output_tokens, cost_micros, "
+        "dispatched_at FROM model_calls WHERE run_id = ? AND status = 'dispatched' ORDER BY rowid",
+        (run_id,),
+    ).fetchall()
+    for row in rows:
+        usage = Usage(input_tokens=row["input_tokens"], output_tokens=row["output_tokens"])
+        error = "its outcome was never recorded; charged at the conservative estimate"
+        tx.execute(
+            "UPDATE model_calls SET status = 'ambiguous', error = ?, completed_at = ? "
+            "WHERE id = ? AND status = 'dispatched'",
+            (error, format_time(now), row["id"]),
+        )
+        charge_run(tx, run_id, usage, row["cost_micros"])
+        tx.append_event(
+            run_id,
+            row["step_id"],
+            now,
+            ev.MODEL_FAILED,
+            {
+                "call_id": row["id"],
+                "attempt": row["attempt"],
+                "status": "ambiguous",
+                "model": row["model"],
+                "usage": usage.to_json(),
+                "cost_micros": row["cost_micros"],
+                "latency_ms": 0,
+                "error": error,
+            },
+        )
+
+
+def decide_approval(
+    tx: Tx, approval: Approval, status: ApprovalStatus, by: str, note: str, now: datetime
+) -> Approval:
+    """Approve or reject a pending approval still bearing its hash; `approval.decided`.
+
+    Raises `RunStateError` when the row is no longer pending with that hash.
+    """
+    cur = tx.execute(
+        "UPDATE approvals SET status = ?, decided_at = ?, decided_by = ?, note = ? "
+        "WHERE id = ? AND status = 'pending' AND hash = ?",
+        (str(status), format_time(now), by, note, approval.id, approval.hash),
+    )
+    if cur.rowcount != 1:
+        raise RunStateError(f"approval {approval.id} changed while being decided")
+    tx.append_event(
+        approval.run_id,
+        approval.step_id,
+        now,
+        ev.APPROVAL_DECIDED,
+        {"approval_id": approval.id, "status": str(status), "by": by, "note": note},
+    )
+    return reads.approval_record(tx, approval.id)
+
+
+IN_FLIGHT = ("deciding", "executing", "awaiting_approval")
+
+
+def cancel_run(tx: Tx, run_id: str, by: str, note: str, now: datetime) -> Run:
+    """Cancel a live run: its in-flight steps fail, its pending approvals expire, it ends.
+
+    The caller has checked that the run is live (RUNNING or WAITING_FOR_APPROVAL).
+    """
+    observation = Observation.cancelled(by, note)
+    for step_row in reads.steps_in(tx, run_id, IN_FLIGHT):
+        fail_step(tx, run_id, step_row["id"], observation, now, from_statuses=(step_row["status"],))
+    # Pending approvals of a cancelled run can never be acted on.
+    tx.execute(
+        "UPDATE approvals SET status = 'expired', decided_at = ?, decided_by = ?, "
+        "note = ? WHERE run_id = ? AND status = 'pending'",
+        (format_time(now), by, "the run was cancelled", run_id),
+    )
+    finish_run(
+        tx,
+        run_id,
+        RunStatus.CANCELLED,
+        TerminalReason.OPERATOR_CANCELLED,
+        note,
+        now,
+        from_statuses=(RunStatus.RUNNING, RunStatus.WAITING_FOR_APPROVAL),
+    )
+    return reads.run_record(tx, run_id)
+
+
+def create_run(
+    tx: Tx,
+    run_id: str,
+    goal: str,
+    limits: Limits,
+    *,
+    owner: str,
+    lease_expires_at: str,
+    holder: str,
+    specs: Sequence[tuple[str, ToolSpec]],
+    now: datetime,
+) -> Run:
+    """A new RUNNING run leased to `owner` at epoch 1, its tool specs kept by hash.
+
+    Appends `run.created` and `run.started`; `RunStateError` if the id is taken.
+    """
+    if reads.run_exists(tx, run_id):
+        raise RunStateError(f"run {run_id} already exists; start refuses to reuse an id")
+    at = format_time(now)
+    tx.execute(
+        "INSERT INTO runs (id, goal, status, limits_json, created_at, started_at, "
+        "lease_owner, lease_expires_at, lease_epoch, lease_holder) "
+        "VALUES (?, ?, 'RUNNING', ?, ?, ?, ?, ?, 1, ?)",
+        (run_id, goal, to_text(limits.to_json()), at, at, owner, lease_expires_at, holder),
+    )
+    for spec_hash, spec in specs:
+        tx.execute(
+            "INSERT OR IGNORE INTO tool_specs (hash, spec_json) VALUES (?, ?)",
+            (spec_hash, to_text(spec.to_json())),
+        )
+    tx.append_event(
+        run_id,
+        "",
+        now,
+        ev.RUN_CREATED,
+        {"goal": goal, "limits": limits.to_json(), "tools": [h for h, _ in specs]},
+    )
+    tx.append_event(run_id, "", now, ev.RUN_STARTED, {})
+    return reads.run_record(tx, run_id)
+
+
+def fail_waiting_run(tx: Tx, run_id: str, detail: str, now: datetime) -> Run:
+    """Fail a WAITING run (its awaiting step `invalid_decision`, the run `internal_error`)."""
+    for row in reads.steps_in(tx, run_id, (StepStatus.AWAITING_APPROVAL,)):
+        fail_step(
+            tx,
+            run_id,
+            row["id"],
+            Observation.invalid_decision(detail),
+            now,
+            from_statuses=(StepStatus.AWAITING_APPROVAL,),
+        )
+    finish_run(
+        tx,
+        run_id,
+        RunStatus.FAILED,
+        TerminalReason.INTERNAL_ERROR,
+        detail,
+        now,
+        from_statuses=(RunStatus.WAITING_FOR_APPROVAL,),
+    )
+    return reads.run_record(tx, run_id)
+
+
+_RENEW_SQL = "UPDATE runs SET lease_expires_at = ? WHERE id = ? AND lease_owner = ?"
+
+
+def renew_lease(tx: Tx | sqlite3.Connection, run_id: str, owner: str, expires_at: str) -> bool:
+    """Push the lease's expiry out, if `owner` still holds it; False when it does not."""
+    return bool(tx.execute(_RENEW_SQL, (expires_at, run_id, owner)).rowcount == 1)
+
+
+def renew_lease_alone(
+    conn: sqlite3.Connection, safe_schema: int | None, run_id: str, owner: str, expires_at: str
+) -> tuple[bool, int | None]:
+    """`renew_lease` in a transaction of its own on `conn` (the heartbeat's connection).
+
+    Like every store transaction it re-checks the schema first: a trigger added
+    since the last renewal must not fire on this write (`UnsafeSchemaError`,
+    nothing written). Returns whether the lease was renewed and the schema
+    version now known safe.
+    """
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        safe_schema = check_schema(conn, safe_schema)
+        renewed = renew_lease(conn, run_id, owner, expires_at)
+        conn.execute("COMMIT")
+    except BaseException:
+        rollback_quietly(conn)
+        raise
+    return renewed, safe_schema
+
+
+def take_lease(
+    tx: Tx,
+    run_id: str,
+    owner: str,
+    expires_at: str,
+    holder: str,
+    *,
+    from_status: str,
+    previous: tuple[str, str] | None = None,
+) -> int:
+    """Move the run to RUNNING under a new lease, compare-and-set; return the new epoch.
+
+    With `previous` (owner, expiry) the update also requires the lease to be
+    exactly the one the caller judged expired. `RunStateError` when no row matched.
+    """
+    sql = (
+        "UPDATE runs SET status = 'RUNNING', lease_owner = ?, lease_expires_at = ?, "
+        "lease_holder = ?, lease_epoch = lease_epoch + 1 WHERE id = ? AND status = ?"
+    )
+    params: list[Any] = [owner, expires_at, holder, run_id, from_status]
+    if previous is not None:
+        sql += " AND lease_owner = ? AND lease_expires_at = ?"
+        params += list(previous)
+    cur = tx.execute(sql, params)
+    if cur.rowcount != 1:
+        raise RunStateError(
+            f"run {run_id} was taken by another resume or changed status; nothing was executed"
+        )
+    row = tx.execute("SELECT lease_epoch FROM runs WHERE id = ?", (run_id,)).fetchone()
+    return int(row[0])
+
+
+def dispatch_model_call(
+    tx: Tx,
+    run_id: str,
+    step_id: str,
+    call_id: str,
+    attempt: int,
+    model: str,
+    estimate: Usage,
+    estimate_cost_micros: int,
+    now: datetime,
+) -> None:
+    """Record a model attempt as `dispatched` at its estimate, before it is sent.
+
+    Counts it on the run and appends `model.dispatched`; charging waits for the
+    settle (or for `charge_dispatched`, when it never comes).
+    """
+    tx.execute(
+        "INSERT INTO model_calls (id, run_id, step_id, attempt, status, model, "
+        "input_tokens, output_tokens, cost_micros, dispatched_at) "
+        "VALUES (?, ?, ?, ?, 'dispatched', ?, ?, ?, ?, ?)",
+        (
+            call_id,
+            run_id,
+            step_id,
+            attempt,
+            model,
+            clamp_charge(estimate.input_tokens),
+            clamp_charge(estimate.output_tokens),
+            clamp_charge(estimate_cost_micros),
+            format_time(now),
+        ),
+    )
+    tx.execute(
+        f"UPDATE runs SET model_calls = {saturating_add_sql('model_calls', ':one')} WHERE id = :id",
+        {"one": 1, "id": run_id},
+    )
+    tx.append_event(
+        run_id,
+        step_id,
+        now,
+        ev.MODEL_DISPATCHED,
+        {"call_id": call_id, "attempt": attempt, "model": model},
+    )
+
+
+def settle_model_call(
+    tx: Tx,
+    run_id: str,
+    step_id: str,
+    call_id: str,
+    attempt: int,
+    model: str,
+    *,
+    status: str,
+    usage: Usage,
+    cost_micros: int | None,
+    latency_ms: int,
+    error: str,
+    now: datetime,
+) -> bool:
+    """Record a still-dispatched attempt's outcome, charge the run, and append its event.
+
+    `cost_micros` is None when the model has no price (the event says so; 0 is charged).
+
+    Returns False, writing nothing, when the attempt is no longer `dispatched`
+    (a takeover or a cancel charged it at its estimate already).
+    """
+    cur = tx.execute(
+        "UPDATE model_calls SET status = ?, input_tokens = ?, output_tokens = ?, "
+        "cached_input_tokens = ?, cost_micros = ?, latency_ms = ?, error = ?, "
+        "completed_at = ? WHERE id = ? AND status = 'dispatched'",
+        (
+            status,
+            clamp_charge(usage.input_tokens),
+            clamp_charge(usage.output_tokens),
+            clamp_charge(usage.cached_input_tokens),
+            clamp_charge(cost_micros or 0),
+            latency_ms,
+            error,
+            format_time(now),
+            call_id,
+        ),
+    )
+    if cur.rowcount != 1:
+        return False
+    charge_run(tx, run_id, usage, cost_micros or 0)
+    kind = ev.MODEL_COMPLETED if status == ModelCallStatus.OK else ev.MODEL_FAILED
+    tx.append_event(
+        run_id,
+        step_id,
+        now,
+        kind,
+        {
+            "call_id": call_id,
+            "attempt": attempt,
+            "status": status,
+            "model": model,
+            "usage": usage.to_json(),
+            "cost_micros": cost_micros,
+            "latency_ms": latency_ms,
+            "error": error,
+        },
+    )
+    return True
+
+
+def charge_beyond_estimate(
+    tx: Tx,
+    run_id: str,
+    call_id: str,
+    attempt: int,
+    model: str,
+    usage: Usage,
+    cost: int,
+    now: datetime,
+) -> None:
+    """A late reply to an attempt already charged at its estimate: add only the excess."""
+    row = tx.execute(
+        "SELECT status, input_tokens, output_tokens, cached_input_tokens, cost_micros "
+        "FROM model_calls WHERE id = ?",
+        (call_id,),
+    ).fetchone()
+    if row is None or row["status"] != ModelCallStatus.AMBIGUOUS:
+        return
+    extra = Usage(
+        input_tokens=max(0, usage.input_tokens - row["input_tokens"]),
+        output_tokens=max(0, usage.output_tokens - row["output_tokens"]),
+        cached_input_tokens=max(0, usage.cached_input_tokens - row["cached_input_tokens"]),
+    )
+    extra_cost = max(0, cost - row["cost_micros"])
+    if extra == Usage() and extra_cost == 0:
+        return
+    tx.execute(
+        "UPDATE model_calls SET input_tokens = input_tokens + ?, "
+        "output_tokens = output_tokens + ?, cached_input_tokens = cached_input_tokens + ?, "
+        "cost_micros = cost_micros + ? "
+        "WHERE id = ?",
+        (
+            clamp_charge(extra.input_tokens),
+            clamp_charge(extra.output_tokens),
+            clamp_charge(extra.cached_input_tokens),
+            clamp_charge(extra_cost),
+            call_id,
+        ),
+    )
+    charge_run(tx, run_id, extra, extra_cost)
+    tx.append_event(
+        run_id,
+        "",
+        now,
+        ev.MODEL_COMPLETED,
+        {
+            "call_id": call_id,
+            "attempt": attempt,
+            "status": "late",
+            "model": model,
+            "usage": extra.to_json(),
+            "cost_micros": extra_cost,
+            "latency_ms": 0,
+            "error": "a late reply cost more than the estimate charged for it",
+        },
+    )
+
+
+# --- one step ---------------------------------------------------------------------
+
+
+def claim_step(
+    tx: Tx, run_id: str, index: int, owner: str, new_id: Callable[[], str], now: datetime
+) -> Step:
+    """Claim step `index` of a RUNNING run leased to `owner`: `step_count` compare-and-set.
+
+    Inserts the step `deciding` (its id from `new_id`, drawn once the claim
+    held), appends `step.started`, and returns the step as written.
+    """
+    cur = tx.execute(
+        "UPDATE runs SET step_count = step_count + 1 WHERE id = ? AND status = 'RUNNING' "
+        "AND step_count = ? AND lease_owner = ?",
+        (run_id, index, owner),
+    )
+    if cur.rowcount != 1:
+        raise RunStateError(f"run {run_id} moved while claiming step {index}")
+    step_id = new_id()
+    tx.execute(
+        "INSERT INTO steps (id, run_id, idx, status, started_at) VALUES (?, ?, ?, ?, ?)",
+        (step_id, run_id, index, str(StepStatus.DECIDING), format_time(now)),
+    )
+    tx.append_event(run_id, step_id, now, ev.STEP_STARTED, {"index": index})
+    return Step(
+        id=step_id,
+        run_id=run_id,
+        index=index,
+        status=StepStatus.DECIDING,
+        decision=None,
+        policy=None,
+        observation=None,
+        started_at=as_stored(now),
+        finished_at=None,
+    )
+
+
+def record_decision(
+    tx: Tx, run_id: str, step_id: str, text: str, decision: JSON, now: datetime
+) -> None:
+    """Record a deciding step's decision verbatim (`text`), then `step.decided`."""
+    cur = tx.execute(
+        "UPDATE steps SET decision_json = ? WHERE id = ? AND status = 'deciding'",
+        (text, step_id),
+    )
+    if cur.rowcount != 1:
+        raise RunStateError(f"step {step_id} is no longer deciding")
+    tx.append_event(run_id, step_id, now, ev.STEP_DECIDED, decision)
+
+
+def close_step(
+    tx: Tx, step_id: str, status: str, now: datetime, *, from_statuses: tuple[str, ...]
+) -> None:
+    """Settle a step with no observation (the run ends with it: `complete`, `fail`)."""
+    placeholders = ",".join("?" for _ in from_statuses)
+    cur = tx.execute(
+        f"UPDATE steps SET status = ?, finished_at = ? WHERE id = ? AND status IN ({placeholders})",
+        (str(status), format_time(now), step_id, *map(str, from_statuses)),
+    )
+    if cur.rowcount != 1:
+        raise RunStateError(f"step {step_id} moved before the run could end")
+
+
+def record_policy(
+    tx: Tx, run_id: str, step_id: str, payload: dict[str, Any], now: datetime
+) -> None:
+    """The step row's policy columns and `step.policy`, written together."""
+    tx.execute(
+        "UPDATE steps SET policy_json = ?, spec_hash = ?, policy_id = ? WHERE id = ?",
+        (to_text(payload["decision"]), payload["spec_hash"], payload["policy_id"], step_id),
+    )
+    tx.append_event(run_id, step_id, now, ev.STEP_POLICY, payload)
+
+
+def pause_for_approval(
+    tx: Tx,
+    run_id: str,
+    step_id: str,
+    *,
+    new_id: Callable[[], str],
+    decision: PolicyDecision,
+    request: JSON,
+    digest: str,
+    expires_at: str,
+    payload: dict[str, Any],
+    active_ms: int,
+    from_step: tuple[str, ...],
+    from_run: str,
+    now: datetime,
+) -> None:
+    """Pause for a person: step `awaiting_approval` with its policy, a pending approval
+    bound by `digest` to `request`, the run WAITING with its lease released; then
+    `step.policy` and `approval.requested`."""
+    placeholders = ",".join("?" for _ in from_step)
+    cur = tx.execute(
+        f"UPDATE steps SET status = 'awaiting_approval', policy_json = ?, spec_hash = ?, "
+        f"policy_id = ? WHERE id = ? AND status IN ({placeholders})",
+        (
+            to_text(decision.to_json()),
+            payload["spec_hash"],
+            payload["policy_id"],
+            step_id,
+            *map(str, from_step),
+        ),
+    )
+    if cur.rowcount != 1:
+        raise RunStateError(f"step {step_id} moved before it could pause")
+    approval_id = new_id()
+    tx.execute(
+        "INSERT INTO approvals (id, run_id, step_id, kind, capability_json, "
+        "presentation_json, request_json, hash, status, created_at, expires_at) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?)",
+        (
+            approval_id,
+            run_id,
+            step_id,
+            decision.kind,
+            to_text({} if decision.capability is None else decision.capability),
+            to_text({} if decision.presentation is None else decision.presentation),
+            to_text(request),
+            digest,
+            format_time(now),
+            expires_at,
+        ),
+    )
+    cur = tx.execute(
+        "UPDATE runs SET status = 'WAITING_FOR_APPROVAL', active_ms = active_ms + ?, "
+        "lease_owner = '', lease_expires_at = '', lease_holder = '' "
+        "WHERE id = ? AND status = ?",
+        (active_ms, run_id, str(from_run)),
+    )
+    if cur.rowcount != 1:
+        raise RunStateError(f"run {run_id} moved before it could pause")
+    tx.append_event(run_id, step_id, now, ev.STEP_POLICY, payload)
+    tx.append_event(
+        run_id,
+        step_id,
+        now,
+        ev.APPROVAL_REQUESTED,
+        {
+            "approval_id": approval_id,
+            "kind": decision.kind,
+            "reason": decision.reason,
+            "capability": decision.capability,
+            "presentation": decision.presentation,
+            "hash": digest,
+        },
+    )
+
+
+def start_tool(
+    tx: Tx,
+    run_id: str,
+    step_id: str,
+    tool: str,
+    args: JSON,
+    payload: dict[str, Any],
+    *,
+    approval_id: str,
+    from_statuses: tuple[str, ...],
+    now: datetime,
+) -> str:
+    """Step `executing` with its policy; `step.policy`, `step.tool_started`.
+
+    Nothing claims the tool started until this commits. Returns the policy text
+    written (the session's copy decodes it as a reader would).
+    """
+    policy_text = to_text(payload["decision"])
+    placeholders = ",".join("?" for _ in from_statuses)
+    cur = tx.execute(
+        f"UPDATE steps SET status = 'executing', policy_json = ?, spec_hash = ?, "
+        f"policy_id = ? WHERE id = ? AND status IN ({placeholders})",
+        (
+            policy_text,
+            payload["spec_hash"],
+            payload["policy_id"],
+            step_id,
+            *map(str, from_statuses),
+        ),
+    )
+    if cur.rowcount != 1:
+        raise RunStateError(f"step {step_id} moved before its tool could start")
+    tx.append_event(run_id, step_id, now, ev.STEP_POLICY, payload)
+    started: dict[str, Any] = {"tool": tool, "args": args}
+    if approval_id:
+        started["approval_id"] = approval_id
+    tx.append_event(run_id, step_id, now, ev.STEP_TOOL_STARTED, started)
+    return policy_text
+
+
+def finish_tool(
+    tx: Tx,
+    run_id: str,
+    step_id: str,
+    status: str,
+    observation: Observation,
+    finished: dict[str, Any],
+    *,
+    failed_event: bool,
+    now: datetime,
+) -> str:
+    """An executing step's outcome: its observation, `step.tool_finished` (`finished`)
+    and, when `failed_event`, `step.failed`. Returns the observation text written."""
+    observation_text = to_text(observation.to_json())
+    cur = tx.execute(
+        "UPDATE steps SET status = ?, observation_json = ?, observation_hash = ?, "
+        "finished_at = ? WHERE id = ? AND status = 'executing'",
+        (str(status), observation_text, observation.content_hash, format_time(now), step_id),
+    )
+    if cur.rowcount != 1:
+        raise RunStateError(f"step {step_id} is no longer executing")
+    tx.append_event(run_id, step_id, now, ev.STEP_TOOL_FINISHED, finished)
+    if failed_event:
+        tx.append_event(run_id, step_id, now, ev.STEP_FAILED, ev.observation_payload(observation))
+    return observation_text
+
+
+def leave_running(tx: Tx, run_id: str, *, active_ms_add: int = 0) -> None:
+    """Give up the lease of a run left RUNNING (for a later resume), adding active time."""
+    tx.execute(
+        "UPDATE runs SET active_ms = active_ms + ?, lease_owner = '', "
+        "lease_expires_at = '', lease_holder = '' WHERE id = ?",
+        (active_ms_add, run_id),
+    )
+
+
+def add_active_time(tx: Tx, run_id: str, active_ms: int) -> None:
+    tx.execute("UPDATE runs SET active_ms = active_ms + ? WHERE id = ?", (active_ms, run_id))
+
+
+def release_lease(tx: Tx, run_id: str, owner: str) -> None:
+    """Give up `owner`'s lease on a run (nothing changes when someone else holds it)."""
+    tx.execute(
+        "UPDATE runs SET lease_owner = '', lease_expires_at = '', lease_holder = '' "
+        "WHERE id = ? AND lease_owner = ?",
+        (run_id, owner),
+    )
+
+
+def expire_approval(tx: Tx, approval_id: str) -> None:
+    """A pending approval expired undecided (nothing changes when it is no longer pending)."""
+    tx.execute(
+        "UPDATE approvals SET status = 'expired' WHERE id = ? AND status = 'pending'",
+        (approval_id,),
+    )
+
+
+def interrupt_step(
+    tx: Tx, run_id: str, step_id: str, previous_status: str, now: datetime
+) -> Observation:
+    """A step found in flight at a takeover: `interrupted`, outcome unknown; `step.interrupted`."""
+    observation = Observation.interrupted(previous_status)
+    cur = tx.execute(
+        "UPDATE steps SET status = 'interrupted', observation_json = ?, "
+        "observation_hash = ?, finished_at = ? WHERE id = ? AND status = ?",
+        (
+            to_text(observation.to_json()),
+            observation.content_hash,
+            format_time(now),
+            step_id,
+            previous_status,
+        ),
+    )
+    if cur.rowcount != 1:
+        raise RunStateError(f"step {step_id} moved during the takeover")
+    tx.append_event(run_id, step_id, now, ev.STEP_INTERRUPTED, observation.content)
+    return observation

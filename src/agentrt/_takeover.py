@@ -1,0 +1,356 @@
+"""Taking over a RUNNING run whose owner died, and the interruption contract.
+
+The run is taken in one transaction (`take_lease` with the expired lease as the
+compare-and-set, `lease.taken_over`, unsettled model attempts charged, in-flight
+steps `interrupted`). A lease live by the wall clock is taken only when its
+holder is provably dead on this host (`check_live_lease`). Then the contract
+decides: the runtime never runs an interrupted side effect again by itself: a
+non-read-only call that was executing pauses on an `interrupted_side_effect`
+approval; a read-only one (as recorded and as registered now) or a deciding step
+continues; a tool gone or args no longer valid end the run `reconcile_conflict`;
+a consumer's `reconcile` may say what happened instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from . import events as ev
+from ._session import (
+    POINT_INTERRUPTED,
+    POINT_RESUMED,
+    LoopConfig,
+    RunSession,
+    load,
+    maybe_await,
+    release_lease,
+    run_io,
+    validate_policy_decision,
+)
+from ._settle import FromRunning, pause
+from ._store import reads, writes
+from ._store.writes import charge_dispatched
+from .canonical import check_json, to_text
+from .clock import format_time
+from .decisions import call_args
+from .errors import JSONValueError, RunLeasedError, RunStateError
+from .lease import prove_dead, take_in
+from .policy import interrupted_side_effect_decision
+from .records import (
+    PolicyDecision,
+    PolicyOutcome,
+    ReconcileOutcome,
+    Reconciliation,
+    Run,
+    RunStatus,
+    RunView,
+    SideEffect,
+    Step,
+    StepStatus,
+    TerminalReason,
+)
+from .store import Tx
+
+INTERRUPTED_POLICY_ID = "agentrt:interrupted_side_effect"
+
+
+RECONCILE_POLICY_ID = "agentrt:reconcile"
+
+
+def check_live_lease(
+    config: LoopConfig, run: Run, lease_owner: str, expires_text: str, holder_text: str = ""
+) -> dict[str, Any]:
+    """How the previous owner is known to be gone; refuse, changing nothing, if it is not.
+
+    A lease that is live by the wall clock and someone else's refuses the
+    resume (`RunLeasedError`) unless its holder is provably dead on this host.
+    """
+    if not lease_owner:
+        return {"by": "no lease"}
+    if lease_owner == config.owner:
+        # This very driver held it: its loop stopped (an error), and it is not
+        # running now (a driver refuses a second concurrent call on a run).
+        return {"by": "this driver's own lease"}
+    # An expiry that is not text (unreadable bytes) cannot be dated: never "expired".
+    if isinstance(expires_text, str) and expires_text <= format_time(config.wall()):
+        return {"by": "lease expired"}
+    proof = prove_dead(holder_text)
+    if proof is None:
+        raise RunLeasedError(run.id, lease_owner, _parse(expires_text))
+    return {"by": "owner process gone", **proof}
+
+
+def _parse(text: object) -> datetime | None:
+    from .clock import parse_time
+
+    if not isinstance(text, str):
+        return None
+    try:
+        return parse_time(text)
+    except ValueError:
+        return None
+
+
+async def take_over(config: LoopConfig, run_id: str) -> RunSession:
+    """Take a RUNNING run whose lease lapsed; apply the interruption contract."""
+
+    def read_lease() -> tuple[str, str, str, str]:
+        with config.store.transaction() as tx:
+            row = reads.lease_row(tx, run_id)
+            return row[0], row[1], row[2], row[3]
+
+    status, owner, expires, holder = await run_io(read_lease)
+    run, steps, approvals = await run_io(lambda: load(config, run_id))
+    if status != RunStatus.RUNNING:
+        raise RunStateError(f"run {run_id} is {status}; only a RUNNING run can be taken over")
+    check_live_lease(config, run, owner, expires, holder)
+    now = config.clock()
+    session = RunSession(config, run, steps, approvals, epoch=0, mark=now)
+
+    def tx_take(tx: Tx) -> None:
+        row = reads.lease_row(tx, run_id)
+        if row["status"] != RunStatus.RUNNING:
+            raise RunStateError(f"run {run_id} is {row['status']}; it was resumed elsewhere")
+        proof = check_live_lease(
+            config, run, row["lease_owner"], row["lease_expires_at"], row["lease_holder"]
+        )
+        session.epoch = take_in(
+            tx,
+            run_id,
+            config.owner,
+            config.lease_ttl,
+            config.wall,
+            from_status=RunStatus.RUNNING,
+            previous_owner=row["lease_owner"],
+            previous_expires_at=row["lease_expires_at"],
+        )
+        if row["lease_owner"]:
+            tx.append_event(
+                run_id,
+                "",
+                now,
+                ev.LEASE_TAKEN_OVER,
+                {
+                    "previous_owner": row["lease_owner"],
+                    "previous_expires_at": row["lease_expires_at"],
+                    "owner": config.owner,
+                    "epoch": session.epoch,
+                    "proof": proof,
+                },
+            )
+        charge_dispatched(tx, run_id, now)
+        for step_row in reads.steps_in(tx, run_id, ("deciding", "executing")):
+            writes.interrupt_step(tx, run_id, step_row["id"], step_row["status"], now)
+            session.refresh(tx, step_row["id"])
+        session.refresh(tx)
+
+    await session.write(tx_take, POINT_INTERRUPTED)
+    # The lease is ours from here: keep it renewed while reconcile (consumer code,
+    # maybe slow) decides, so nobody else takes the run over meanwhile.
+    session.start_heartbeat()
+    try:
+        await _after_interruption(session)
+    except BaseException:
+        # The caller never gets this session, so it cannot stop its heartbeat: stop
+        # it here, or the lease would be renewed for as long as this process lives
+        # and nobody could ever resume the run. A cancelled caller also gives the
+        # lease back (nothing is executing): a resume need not wait it out.
+        session.stop_heartbeat()
+        await asyncio.shield(run_io(lambda: release_lease(config, run_id)))
+        raise
+    return session
+
+
+def _interrupted_executing(steps: Sequence[Step]) -> Step | None:
+    """The last step, when it was interrupted while executing its tool."""
+    if not steps:
+        return None
+    last = steps[-1]
+    if last.status != StepStatus.INTERRUPTED or last.observation is None:
+        return None
+    content = last.observation.content
+    if isinstance(content, dict) and content.get("previous_status") == "executing":
+        return last
+    return None
+
+
+async def _after_interruption(session: RunSession) -> None:
+    """The decision table of the interruption contract."""
+    config = session.config
+    if session.run.decode_error:
+        # store.md: the driver will not continue a run whose record will not decode.
+        await _end_running(
+            session,
+            TerminalReason.INTERNAL_ERROR,
+            f"the run's record cannot be read back ({session.run.decode_error}); "
+            "it is not continued",
+        )
+        return
+    step = _interrupted_executing(session.steps)
+    if step is not None and (step.decision is None or step.decode_error):
+        await _end_running(
+            session,
+            TerminalReason.RECONCILE_CONFLICT,
+            f"the interrupted step's record cannot be read back ({step.decode_error}); "
+            "what it was executing is unknown",
+        )
+        return
+    if config.reconcile is not None:
+        await _reconcile(session, step)
+        return
+    if step is None or step.decision is None:
+        await _continue(session)
+        return
+    spec = config.specs.get(step.decision.tool)
+    args = call_args(step.decision)
+    conflict = _call_conflict(step, config)
+    if conflict is not None or spec is None:
+        await _end_running(session, TerminalReason.RECONCILE_CONFLICT, conflict or "")
+        return
+    if spec.side_effect == SideEffect.READ_ONLY and _recorded_read_only(session, step):
+        await _continue(session)
+        return
+    decision = interrupted_side_effect_decision(spec, args)
+    await _pause_interrupted(session, step, decision, INTERRUPTED_POLICY_ID)
+
+
+def _recorded_read_only(session: RunSession, step: Step) -> bool:
+    """Was the tool read-only *as recorded* when the step started it?
+
+    The exemption must not follow a tool re-declared read-only after the fact:
+    an interrupted call continues only if it was read-only then and is now.
+    """
+    if not step.spec_hash:
+        return False
+    try:
+        recorded = session.config.store.tool_spec(step.spec_hash)
+    except Exception:
+        return False
+    return recorded is not None and recorded.side_effect == SideEffect.READ_ONLY
+
+
+def _call_conflict(step: Step, config: LoopConfig) -> str | None:
+    """Why the interrupted call cannot wait on an approval, or None if it can."""
+    assert step.decision is not None
+    tool = step.decision.tool
+    spec = config.specs.get(tool)
+    if spec is None:
+        return f"the interrupted step's tool {tool!r} is no longer registered"
+    if config.compiled[tool].check(call_args(step.decision)):
+        return f"the interrupted step's args no longer match the schema of {tool!r}"
+    return None
+
+
+async def _end_running(
+    session: RunSession,
+    reason: str,
+    detail: str,
+    status: str = RunStatus.FAILED,
+    result: Any = None,
+) -> None:
+    def tx_end(tx: Tx) -> None:
+        session.require_lease(tx)
+        now = session.config.clock()
+        session.end_in(tx, now, status, reason, detail, result=result)
+        session.refresh(tx)
+
+    await session.write(tx_end)
+
+
+async def _pause_interrupted(
+    session: RunSession, step: Step, decision: PolicyDecision, policy_id: str
+) -> None:
+    config = session.config
+    assert step.decision is not None
+    spec = config.specs[step.decision.tool]
+    args = call_args(step.decision)
+    payload = {
+        "decision": decision.to_json(),
+        "policy_id": policy_id,
+        "spec_hash": config.spec_hashes[spec.name],
+        "view": {},
+    }
+
+    await pause(
+        session, FromRunning((StepStatus.INTERRUPTED,)), step, spec, args, decision, payload
+    )
+
+
+async def _reconcile(session: RunSession, step: Step | None) -> None:
+    """The consumer's reconciliation decides what the interruption means."""
+    config = session.config
+    view = RunView(run=session.run, steps=tuple(session.steps), approvals=tuple(session.approvals))
+    try:
+        verdict = await maybe_await(config.reconcile(view))
+    except Exception as exc:  # consumer code: its failure ends the run, loudly
+        await _end_running(
+            session, TerminalReason.INTERNAL_ERROR, f"reconcile raised {type(exc).__name__}: {exc}"
+        )
+        return
+    if not isinstance(verdict, Reconciliation):
+        await _end_running(
+            session,
+            TerminalReason.INTERNAL_ERROR,
+            f"reconcile returned {type(verdict).__name__}, not a Reconciliation",
+        )
+        return
+    detail = verdict.detail if isinstance(verdict.detail, str) else repr(verdict.detail)
+    if verdict.outcome == ReconcileOutcome.CONTINUE:
+        await _continue(session, {"reconcile": "continue", "detail": detail})
+    elif verdict.outcome == ReconcileOutcome.COMPLETED:
+        try:
+            check_json(verdict.result)
+            to_text(verdict.result)
+        except (JSONValueError, RecursionError, TypeError, ValueError) as exc:
+            await _end_running(
+                session,
+                TerminalReason.INTERNAL_ERROR,
+                f"reconcile completed with a result that is not usable JSON: {exc}",
+            )
+            return
+        await _end_running(
+            session, TerminalReason.GOAL_COMPLETED, detail, RunStatus.COMPLETED, verdict.result
+        )
+    elif verdict.outcome == ReconcileOutcome.WAITING:
+        if step is None or step.decision is None:
+            await _end_running(
+                session,
+                TerminalReason.RECONCILE_CONFLICT,
+                "reconcile asked to wait, but no call was executing when the run was interrupted",
+            )
+            return
+        conflict = _call_conflict(step, config)
+        if conflict is not None:
+            await _end_running(session, TerminalReason.RECONCILE_CONFLICT, conflict)
+            return
+        pause = verdict.pause
+        error = validate_policy_decision(pause)
+        if error is None and pause is not None and pause.outcome != PolicyOutcome.REQUIRE_APPROVAL:
+            error = f"reconcile's pause must require an approval, not {pause.outcome!r}"
+        if error is not None or pause is None:
+            await _end_running(
+                session, TerminalReason.INTERNAL_ERROR, f"reconcile's pause is unusable: {error}"
+            )
+            return
+        await _pause_interrupted(session, step, pause, RECONCILE_POLICY_ID)
+    elif verdict.outcome == ReconcileOutcome.CONFLICT:
+        await _end_running(session, TerminalReason.RECONCILE_CONFLICT, detail)
+    else:
+        await _end_running(
+            session,
+            TerminalReason.INTERNAL_ERROR,
+            f"reconcile returned an unknown outcome {verdict.outcome!r}",
+        )
+
+
+async def _continue(session: RunSession, extra: dict[str, Any] | None = None) -> None:
+    def tx_continue(tx: Tx) -> None:
+        session.require_lease(tx)
+        now = session.config.clock()
+        payload = {"after": "interruption", **(extra or {})}
+        tx.append_event(session.run_id, "", now, ev.RUN_RESUMED, payload)
+
+    await session.write(tx_continue, POINT_RESUMED)

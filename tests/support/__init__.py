@@ -1,0 +1,1 @@
+"""Helpers shared by the tests, one module per kind."""

@@ -1,0 +1,60 @@
+"""Helpers for the crash tests: a child process that SIGKILLs itself mid-step, and
+the driver that resumes what it left behind."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import agentrt
+import crashing_child as child
+from agentrt.scripted import ScriptedAgent
+
+HERE = Path(__file__).resolve().parent.parent
+
+
+def crash(db: Path, mode: str, **env: str) -> str:
+    """Run the child until it SIGKILLs itself; return the run id it left behind."""
+    proc = subprocess.run(
+        [sys.executable, str(HERE / "crashing_child.py"), str(db), mode],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **env},
+    )
+    assert proc.returncode == -9, proc.stderr  # killed by SIGKILL, nothing else
+    store = agentrt.open_existing(db, read_only=True)
+    (run,) = store.list_runs()
+    store.close()
+    assert run.status == "RUNNING"
+    return run.id
+
+
+def resumer(
+    store: agentrt.Store, db: Path, mode: str = "charge", reconcile: Any = None, **kw: Any
+) -> agentrt.Driver:
+    decisions = child.script(mode)
+    if mode == "deciding":
+        # The child's first entry died while deciding step 0: a ScriptedAgent offers
+        # its entry 0 again in the next step, which here is the charge.
+        decisions = child.script("charge")
+    return agentrt.Driver(
+        store=store,
+        agent=ScriptedAgent(decisions),
+        policy=child.policy(),
+        tools=child.tools(db),
+        reconcile=reconcile,
+        lease_owner="restarted",
+        **kw,
+    )
+
+
+def pretend_holder_is_on_another_host(db: Path) -> None:
+    conn = sqlite3.connect(db)
+    conn.execute('UPDATE runs SET lease_holder = \'{"host":"another-host","pid":1,"start":"1"}\'')
+    conn.commit()
+    conn.close()

@@ -1,0 +1,187 @@
+"""The package's layering: SQL lives only in the store layer, and no module imports in a cycle.
+
+The store layer is `agentrt/_store/` (the named writes and reads), `agentrt/store.py`
+(opening, pragmas, transactions, the public `Store` reads) and `agentrt/migrations.py`.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import agentrt
+
+PACKAGE = Path(agentrt.__file__).parent
+
+STORE_LAYER = {"_store", "store.py", "migrations.py"}
+
+_SQL_START = re.compile(
+    r"^\s*(SELECT|INSERT|UPDATE|DELETE|REPLACE|PRAGMA|BEGIN|COMMIT|ROLLBACK|SAVEPOINT|"
+    r"RELEASE|CREATE|DROP|ALTER|WITH|VACUUM|ATTACH)\b"
+)
+_SQL_ANYWHERE = re.compile(
+    r"\bSELECT\b.*\bFROM\b|\bINSERT\s+(OR\s+\w+\s+)?INTO\b|\bUPDATE\s+\w+\s+SET\b|"
+    r"\bDELETE\s+FROM\b|\bBEGIN\s+IMMEDIATE\b",
+    re.DOTALL,
+)
+
+
+def _modules() -> list[Path]:
+    return sorted(p for p in PACKAGE.rglob("*.py") if ".venv" not in p.parts)
+
+
+def _relative(path: Path) -> str:
+    return path.relative_to(PACKAGE).as_posix()
+
+
+def _in_store_layer(relative: str) -> bool:
+    return relative in STORE_LAYER or relative.split("/")[0] in STORE_LAYER
+
+
+def _literal_texts(tree: ast.AST) -> list[tuple[int, str]]:
+    """Every string literal, an f-string read as its literal parts joined."""
+    texts: list[tuple[int, str]] = []
+    inside_fstrings: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.JoinedStr):
+            parts = [
+                v.value if isinstance(v, ast.Constant) and isinstance(v.value, str) else "?"
+                for v in node.values
+            ]
+            texts.append((node.lineno, "".join(parts)))
+            inside_fstrings.update(id(v) for v in node.values)
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and id(node) not in inside_fstrings
+        ):
+            texts.append((node.lineno, node.value))
+    return texts
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    found: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                found.add(id(body[0].value))
+    return found
+
+
+def _sql_in(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    docs = _docstrings(tree)
+    doc_lines = {n.lineno for n in ast.walk(tree) if isinstance(n, ast.Constant) and id(n) in docs}
+    return [
+        f"{_relative(path)}:{line}: {text[:60]!r}"
+        for line, text in _literal_texts(tree)
+        if line not in doc_lines and (_SQL_START.match(text) or _SQL_ANYWHERE.search(text))
+    ]
+
+
+def test_sql_appears_only_in_the_store_layer_and_the_migrations() -> None:
+    found = [
+        hit for path in _modules() if not _in_store_layer(_relative(path)) for hit in _sql_in(path)
+    ]
+    assert found == []
+
+
+def test_the_sql_detector_finds_a_statement_in_a_plain_and_an_f_string() -> None:
+    source = (
+        'a = "SELECT * FROM runs WHERE id = ?"\n'
+        'b = f"UPDATE runs SET status = {x} WHERE id = ?"\n'
+        'c = "the run (PRAGMA quick_check found nothing)"\n'
+    )
+    tree = ast.parse(source)
+    hits = [t for _, t in _literal_texts(tree) if _SQL_START.match(t) or _SQL_ANYWHERE.search(t)]
+    assert hits == ["UPDATE runs SET status = ? WHERE id = ?", "SELECT * FROM runs WHERE id = ?"]
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _imports(path: Path, names: set[str]) -> set[str]:
+    """The agentrt modules `path` imports, at any depth of its code."""
+    module = _module_name(path)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found: set[str] = set()
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    typing_only = {  # `if TYPE_CHECKING:` imports are not made at run time
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and ast.unparse(node.test).endswith("TYPE_CHECKING")
+        for stmt in node.body
+        for inner in ast.walk(stmt)
+    }
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            found.add(target)
+            found.update(f"{target}.{a.name}" for a in node.names)
+    result: set[str] = set()
+    for name in found:
+        while name and name not in names:
+            name = name.rpartition(".")[0]
+        if name and name != module:
+            result.add(name)
+    return result
+
+
+def _import_cycles() -> set[frozenset[str]]:
+    paths = {_module_name(p): p for p in _modules()}
+    graph = {name: _imports(path, set(paths)) for name, path in paths.items()}
+    # A package's __init__ importing its own submodules is not a cycle worth naming;
+    # edges from a submodule to its own package's __init__ are kept.
+    for name in graph:
+        graph[name] = {t for t in graph[name] if not t.startswith(name + ".")}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: set[frozenset[str]] = set()
+
+    def visit(node: str) -> None:  # Tarjan's strongly connected components
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in graph[node]:
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component: set[str] = set()
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.add(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                cycles.add(frozenset(component))
+
+    for name in sorted(graph):
+        if name not in index:
+            visit(name)
+    return cycles
+
+
+def test_no_agentrt_module_imports_in_a_cycle() -> None:
+    assert _import_cycles() == set()
