@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from ..errors import NotFoundError
@@ -278,3 +279,17 @@ def every_record_id(conn: sqlite3.Connection) -> list[Any]:
             "UNION ALL SELECT id FROM approvals UNION ALL SELECT id FROM model_calls"
         )
     ]
+
+
+class plain_reader:
+    """A plain read-only connection to `db_path`, outside any store (the test kit's
+    bookkeeping reads): it sees only what is committed."""
+
+    def __init__(self, db_path: str) -> None:
+        self.conn = sqlite3.connect(f"{Path(db_path).as_uri()}?mode=ro", uri=True, timeout=5)
+
+    def __enter__(self) -> sqlite3.Connection:
+        return self.conn
+
+    def __exit__(self, *exc: object) -> None:
+        self.conn.close()

@@ -358,7 +358,7 @@ def note_crash_checked(journal_path: Path, process: int, db_path: Path) -> None:
             lost = str(rec.get("lost_event", ""))
     if not lost:
         return
-    with _reader(str(db_path)) as conn:
+    with reads.plain_reader(str(db_path)) as conn:
         present = reads.event_hash_exists(conn, lost)
     supervisor = Journal(journal_path, 0)
     try:
@@ -382,30 +382,17 @@ def _uncommitted_head(session: RunSession, db_path: str) -> str:
     transaction's events; a separate read connection sees only what is committed.
     """
     _, mine = session.config.store.chain_head()
-    with _reader(db_path) as conn:
+    with reads.plain_reader(db_path) as conn:
         newest = reads.newest_event(conn)
     committed = str(newest[0]) if newest is not None else ""
     return mine if mine != committed else ""
-
-
-class _reader:
-    """A plain read-only connection for the kit's own bookkeeping reads."""
-
-    def __init__(self, db_path: str) -> None:
-        self.conn = sqlite3.connect(f"{Path(db_path).as_uri()}?mode=ro", uri=True, timeout=5)
-
-    def __enter__(self) -> sqlite3.Connection:
-        return self.conn
-
-    def __exit__(self, *exc: object) -> None:
-        self.conn.close()
 
 
 def recorded_floor_and_ids(db_path: str) -> tuple[datetime | None, set[str]]:
     if not os.path.exists(db_path):
         return None, set()
     try:
-        with _reader(db_path) as conn:
+        with reads.plain_reader(db_path) as conn:
             row = reads.newest_event(conn)
             ids = {str(i) for i in reads.every_record_id(conn)}
     except sqlite3.Error:
