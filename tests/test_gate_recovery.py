@@ -1,0 +1,114 @@
+"""Recovery of runs a gate session left behind: what an abandoned allowed verdict (or
+allowed attach) leaves, and two gates racing to execute one approved request."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import agentrt
+from agentrt import Decision, SideEffect, VerdictOutcome
+from agentrt.scripted import ScriptedAgent
+from conftest import FakeClock, Ids, RecordingTool
+from support.approvals import snapshot
+
+
+def read_tool() -> RecordingTool:
+    return RecordingTool("read", SideEffect.READ_ONLY, result={"files": ["a.txt"]})
+
+
+def push_tool() -> RecordingTool:
+    return RecordingTool("push", SideEffect.REMOTE_MUTATION, result={"pushed": True})
+
+
+def gate(
+    store: agentrt.Store, tool: RecordingTool, clock: FakeClock, ids: str = "a"
+) -> agentrt.Gate:
+    return agentrt.Gate(
+        store=store,
+        policy=agentrt.default_policy(),
+        tools=[tool],
+        now=clock,
+        new_id=Ids(ids),
+    )
+
+
+def approved_waiting_run(store: agentrt.Store, push: RecordingTool, clock: FakeClock) -> str:
+    session = gate(store, push, clock).begin_sync("push it")
+    step = session.step_sync()
+    assert step is not None
+    assert step.propose_sync(Decision.tool_call("push", {"x": 1})).outcome == "pending"
+    session.close_sync()
+    (pending,) = store.pending_approvals(session.run.id)
+    agentrt.Operator(store, now=clock).approve(session.run.id, pending.id, by="alice")
+    return session.run.id
+
+
+def test_a_session_abandoned_after_an_allowed_verdict_is_resumed_by_recover_as_never_run(
+    store: agentrt.Store,
+) -> None:
+    read = read_tool()
+    clock = FakeClock()
+    session = gate(store, read, clock).begin_sync("read it")
+    step = session.step_sync()
+    assert step is not None
+    assert step.propose_sync(Decision.tool_call("read", {"x": 1})).outcome == "allowed"
+    session.close_sync()
+    driver = agentrt.Driver(
+        store=store,
+        agent=ScriptedAgent([Decision.tool_call("read", {"x": 2}), Decision.complete("ok")]),
+        policy=agentrt.default_policy(),
+        tools=[read],
+        now=clock,
+        new_id=Ids("b"),
+    )
+    (recovered,) = driver.recover_sync()
+    assert recovered.run_id == session.run.id
+    run = store.get_run(session.run.id)
+    assert run.status == "COMPLETED"
+    assert [c.args for c in read.calls] == [{"x": 2}]
+    assert store.list_approvals(run.id) == []
+
+
+def test_a_session_abandoned_after_an_allowed_attach_leaves_the_run_waiting_to_be_judged_again(
+    store: agentrt.Store,
+) -> None:
+    push = push_tool()
+    clock = FakeClock()
+    run_id = approved_waiting_run(store, push, clock)
+    session, verdict = gate(store, push, clock).attach_sync(run_id)
+    assert verdict is not None and verdict.outcome == VerdictOutcome.ALLOWED
+    session.close_sync()
+    run = store.get_run(run_id)
+    assert run.status == "WAITING_FOR_APPROVAL" and store.lease(run_id).owner == ""
+    assert [e.type for e in store.list_events(run_id=run_id)][-1] == "approval.decided"
+    again, verdict = gate(store, push, clock).attach_sync(run_id)
+    assert verdict is not None and verdict.outcome == VerdictOutcome.ALLOWED
+    step = again.current()
+    assert step is not None
+    assert step.execute_sync().kind == "tool_result"
+    assert len(push.calls) == 1
+    again.close_sync()
+
+
+def test_of_two_gates_attaching_one_approved_run_exactly_one_executes(
+    store: agentrt.Store, db_path: Path
+) -> None:
+    push = push_tool()
+    clock = FakeClock()
+    run_id = approved_waiting_run(store, push, clock)
+    first, first_verdict = gate(store, push, clock, "c").attach_sync(run_id)
+    second, second_verdict = gate(store, push, clock, "d").attach_sync(run_id)
+    assert first_verdict is not None and second_verdict is not None
+    assert first_verdict.outcome == second_verdict.outcome == VerdictOutcome.ALLOWED
+    one, other = first.current(), second.current()
+    assert one is not None and other is not None
+    assert one.execute_sync().kind == "tool_result"
+    before = snapshot(db_path)
+    with pytest.raises(agentrt.RunStateError):
+        other.execute_sync()
+    assert snapshot(db_path) == before
+    assert len(push.calls) == 1
+    first.close_sync()
+    second.close_sync()
