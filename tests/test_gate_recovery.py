@@ -3,6 +3,8 @@ allowed attach) leaves, and two gates racing to execute one approved request."""
 
 from __future__ import annotations
 
+import time
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -112,3 +114,36 @@ def test_of_two_gates_attaching_one_approved_run_exactly_one_executes(
     assert len(push.calls) == 1
     first.close_sync()
     second.close_sync()
+
+
+def test_the_lease_taken_as_an_attached_call_starts_is_renewed_while_its_tool_runs(
+    store: agentrt.Store,
+) -> None:
+    clock = FakeClock()
+    renewals: list[int] = []
+    holder: list[agentrt.GateSession] = []
+
+    def slow(call: agentrt.ToolCall) -> agentrt.ToolResult:
+        time.sleep(0.5)  # longer than the lease: only the heartbeat keeps it ours
+        heartbeat = holder[0]._rs.heartbeat
+        renewals.append(0 if heartbeat is None else heartbeat.renewals)
+        return agentrt.ToolResult({"pushed": True}, "pushed")
+
+    push = RecordingTool("push", SideEffect.REMOTE_MUTATION, result=slow)
+    run_id = approved_waiting_run(store, push, clock)
+    attaching = agentrt.Gate(
+        store=store,
+        policy=agentrt.default_policy(),
+        tools=[push],
+        now=clock,
+        new_id=Ids("e"),
+        lease_ttl=timedelta(milliseconds=300),
+    )
+    session, verdict = attaching.attach_sync(run_id)
+    holder.append(session)
+    assert verdict is not None and verdict.outcome == "allowed"
+    step = session.current()
+    assert step is not None
+    assert step.execute_sync().kind == "tool_result"
+    assert renewals and renewals[0] >= 1
+    session.close_sync()

@@ -167,6 +167,8 @@ async def execute(session: RunSession, step: Step) -> None:
             return
         if resumed_at is None:  # the grant lapsed: the run was cancelled, nothing ran
             return
+        # The run is leased from here: keep the lease renewed while the tool runs.
+        session.start_heartbeat()
         started_at = resumed_at
     else:
         try:

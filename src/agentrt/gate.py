@@ -607,8 +607,6 @@ class GateStep:
                 rs.run = moved.run
         finally:
             session._settle_if_done()
-        if rs.run.status == RunStatus.RUNNING:
-            rs.start_heartbeat()  # a waiting run's lease is taken as the tool starts
         return rs.current(self.step).observation
 
     async def fail(self, error: BaseException) -> Run:
