@@ -4,7 +4,7 @@ allowed attach) leaves, and two gates racing to execute one approved request."""
 from __future__ import annotations
 
 import time
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -146,4 +146,54 @@ def test_the_lease_taken_as_an_attached_call_starts_is_renewed_while_its_tool_ru
     assert step is not None
     assert step.execute_sync().kind == "tool_result"
     assert renewals and renewals[0] >= 1
+    session.close_sync()
+
+
+@pytest.mark.parametrize(
+    ("answer", "outcome", "status"),
+    [
+        (agentrt.Reconciliation.completed({"done": True}), "ended", "COMPLETED"),
+        (agentrt.Reconciliation.conflict("the ledger disagrees"), "ended", "FAILED"),
+        (agentrt.Reconciliation.continue_run("checked"), None, "RUNNING"),
+    ],
+)
+def test_attach_to_an_orphaned_run_applies_the_gates_reconcile_as_driver_resume_does(
+    store: agentrt.Store, answer: agentrt.Reconciliation, outcome: str | None, status: str
+) -> None:
+    read = read_tool()
+    clock = FakeClock()
+    past = datetime(2020, 1, 1, tzinfo=UTC)
+    # An owner whose lease ran out long ago (its wall clock says 2020), mid-step.
+    dead = agentrt.Gate(
+        store=store,
+        policy=agentrt.default_policy(),
+        tools=[read],
+        now=clock,
+        new_id=Ids(),
+        wall=lambda: past,
+    )
+    orphan = dead.begin_sync("read it")
+    assert orphan.step_sync() is not None
+    seen: list[agentrt.RunView] = []
+
+    def reconcile(view: agentrt.RunView) -> agentrt.Reconciliation:
+        seen.append(view)
+        return answer
+
+    rescuer = agentrt.Gate(
+        store=store,
+        policy=agentrt.default_policy(),
+        tools=[read],
+        now=clock,
+        new_id=Ids("f"),
+        reconcile=reconcile,
+    )
+    session, verdict = rescuer.attach_sync(orphan.run.id)
+    assert len(seen) == 1
+    if outcome is None:
+        assert verdict is None
+    else:
+        assert verdict is not None and verdict.outcome == outcome
+    assert session.run.status == status == store.get_run(orphan.run.id).status
+    assert read.calls == []
     session.close_sync()
