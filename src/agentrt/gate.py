@@ -58,6 +58,7 @@ from ._session import (
 from ._store.writes import create_run, fail_waiting_run
 from ._takeover import take_over
 from .accounting import AccountingCaller
+from .canonical import copy_json
 from .clock import Clock, IdFactory, new_id, wall_clock
 from .decisions import call_args
 from .errors import ConfigError, LeaseLostError, RunStateError, SessionClosedError
@@ -533,8 +534,8 @@ class GateSession:
         spec = self._rs.config.shown_specs.get(step.decision.tool)
         if spec is None:
             return None
-        request, _ = self._rs.policy_request(step, spec, call_args(step.decision))
-        return request
+        args = copy_json(call_args(step.decision))
+        return ToolRequest(run_id=self.run_id, step_id=step.id, spec=spec, args=args)
 
 
 class GateStep:
