@@ -508,3 +508,25 @@ def test_verdict_and_outcome_are_exported_and_frozen() -> None:
     assert dataclasses.fields(Verdict)[0].name == "outcome"
     with pytest.raises(dataclasses.FrozenInstanceError):
         Verdict(VerdictOutcome.ENDED, None, None, None, None).outcome = "x"  # type: ignore[arg-type,misc]
+
+
+def test_with_a_model_the_open_step_and_its_input_carry_the_accounting_caller(
+    store: agentrt.Store,
+) -> None:
+    from test_driver_model_config import REQUEST, Replies
+
+    model = Replies()
+    session = make_gate(store, read_tool(), model=model).begin_sync("ask")
+    step = session.step_sync()
+    assert step is not None and step.model is not None
+    assert session.input().model is step.model
+
+    async def ask() -> None:
+        assert step.model is not None
+        await step.model.generate(REQUEST)
+
+    agentrt.driver.run_sync(ask())
+    (call,) = store.list_model_calls(session.run.id)
+    assert call.step_id == step.id and call.model == "local:tiny"
+    assert step.propose_sync(Decision.complete("ok")).outcome == "ended"
+    assert store.get_run(session.run.id).model_calls == 1
