@@ -3,6 +3,8 @@ allowed attach) leaves, and two gates racing to execute one approved request."""
 
 from __future__ import annotations
 
+import asyncio
+import threading
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -10,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import agentrt
+import crashing_child as child
 from agentrt import Decision, SideEffect, VerdictOutcome
 from agentrt.scripted import ScriptedAgent
 from conftest import FakeClock, Ids, RecordingTool
@@ -197,3 +200,50 @@ def test_attach_to_an_orphaned_run_applies_the_gates_reconcile_as_driver_resume_
     assert session.run.status == status == store.get_run(orphan.run.id).status
     assert read.calls == []
     session.close_sync()
+
+
+def test_a_cancelled_execute_keeps_the_lease_while_its_tool_thread_runs_then_gives_it_back(
+    db_path: Path,
+) -> None:
+    store = agentrt.open_store(db_path)
+    started, release = threading.Event(), threading.Event()
+
+    def charge(call: agentrt.ToolCall) -> agentrt.ToolResult:
+        started.set()
+        assert release.wait(20)
+        return agentrt.ToolResult({"charged": True})
+
+    tool = RecordingTool("charge", SideEffect.REMOTE_MUTATION, result=charge)
+    the_gate = agentrt.Gate(
+        store=store,
+        policy=child.policy(),
+        tools=[tool],
+        lease_ttl=timedelta(milliseconds=300),
+    )
+
+    async def cancel_mid_call() -> str:
+        session = await the_gate.begin("charge")
+        step = await session.step()
+        assert step is not None
+        assert (await step.propose(Decision.tool_call("charge", {}))).outcome == "allowed"
+        task = asyncio.create_task(step.execute())
+        while not started.is_set():
+            await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await session.close()
+        return session.run.id
+
+    run_id = asyncio.run(cancel_mid_call())
+    time.sleep(1.0)  # more than three lease lengths: still renewed
+    other = agentrt.Gate(store=store, policy=child.policy(), tools=[tool])
+    with pytest.raises(agentrt.RunLeasedError):
+        other.attach_sync(run_id)
+    release.set()
+    deadline = time.monotonic() + 10
+    while store.lease(run_id).owner and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert store.lease(run_id).owner == ""
+    assert len(tool.calls) == 1
+    store.close()

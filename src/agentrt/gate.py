@@ -34,6 +34,7 @@ Every async entry point has a blocking `_sync` twin named like the Driver's
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import threading
 from collections.abc import Sequence
@@ -466,12 +467,34 @@ class GateSession:
     # -- internals -----------------------------------------------------------
 
     def _detach(self) -> None:
-        """Stop renewing the lease and free the run for another session of this gate."""
-        if not self._released:
-            self._released = True
-            if self._rs.lingering_tool is None:
-                self._rs.stop_heartbeat()
+        """Stop renewing the lease and free the run for another session of this gate.
+
+        A plain-function tool still running after its `execute` was cancelled
+        keeps the lease renewed until its thread returns (nobody may start the
+        call beside it); the lease is given back then.
+        """
+        if self._released:
+            return
+        self._released = True
+        lingering = self._rs.lingering_tool
+        if lingering is None:
+            self._rs.stop_heartbeat()
             self._gate._let_go(self.run_id)
+        else:
+            lingering.add_done_callback(lambda _: self._give_back())
+
+    def _give_back(self) -> None:
+        """The lingering tool thread returned: stop renewing and release the lease."""
+        rs = self._rs
+        try:
+            rs.stop_heartbeat()
+            release_lease(rs.config, rs.run_id)
+        except Exception:  # the store may be closed by now: the lease then simply expires
+            logging.getLogger("agentrt").warning(
+                "could not release the lease on run %s; it will expire", rs.run_id
+            )
+        finally:
+            self._gate._let_go(rs.run_id)
 
     def _settle_if_done(self) -> None:
         if self.done:
