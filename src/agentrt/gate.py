@@ -10,7 +10,7 @@ its outcome. `attach` continues a run that waited for a person, or takes over
 one whose owner died, under exactly the rules of `Driver.resume`. The Driver
 itself is a Gate plus an agent (`driver.py`).
 
-Invariants (each has a test in `tests/test_gate.py`):
+Invariants (each has a test named for it in `tests/test_gate*.py`):
 
 - The consumer never runs a tool: `execute` does, once per allowed verdict.
 - An allowed verdict writes nothing that claims the tool started; only
