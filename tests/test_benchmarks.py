@@ -178,3 +178,14 @@ def test_the_store_safety_benchmark_prints_every_figure(tmp_path: Path) -> None:
     ):
         assert figure in out, figure
     assert list(tmp_path.iterdir()) == []  # its databases are gone
+
+
+def test_the_gate_benchmark_prints_the_driver_and_the_gate_loop_side_by_side(
+    tmp_path: Path,
+) -> None:
+    done = run_script("benchmarks/gate.py", "--steps", "5", "--rounds", "1", "--dir", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("in-loop µs per step, 5 steps, median of 1 rounds")
+    assert [line.split()[0] for line in lines[1:]] == ["driver", "gate", "gate/driver"]
+    assert all(float(line.split()[-1]) > 0 for line in lines[1:])

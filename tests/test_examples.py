@@ -36,3 +36,38 @@ def test_scripted_example_pauses_then_a_second_process_approves_and_resumes(
     approval = store.list_approvals(run.id)[0]
     assert (approval.status, approval.decided_by) == ("approved", "example-operator")
     store.close()
+
+
+def test_own_loop_example_reads_is_denied_waits_then_attaches_after_a_second_process_approves(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "own_loop.db"
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "own_loop.py"), "--db", str(db)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "step 0: tool_call list_branches -> allowed" in out
+    assert "step 1: tool_call delete_branch -> denied" in out
+    assert "model hears: policy_denied: destructive tools are denied by the default policy" in out
+    assert "step 2: tool_call push_branch -> pending" in out
+    assert "attach: allowed" in out
+    assert 'model hears: tool_result: {"pushed": "feature/login"}' in out
+    assert "finished: COMPLETED goal_completed" in out
+    store = agentrt.open_existing(db, read_only=True)
+    (run,) = store.list_runs()
+    assert (run.status, run.result) == ("COMPLETED", {"pushed": "feature/login"})
+    steps = store.list_steps(run.id)
+    assert [(s.index, s.status) for s in steps] == [
+        (0, "done"),
+        (1, "failed"),
+        (2, "done"),
+        (3, "done"),
+    ]
+    (approval,) = store.list_approvals(run.id)
+    assert (approval.status, approval.decided_by) == ("approved", "example-operator")
+    assert store.verify_events().intact
+    store.close()

@@ -236,8 +236,7 @@ class TestRun:
 class TestHarness:
     def test_points_are_the_probe_names_of_the_step_machine(self) -> None:
         names = {getattr(session_mod, n) for n in dir(session_mod) if n.startswith("POINT_")}
-        # A Gate's attach will report its own point; no Driver path reaches it yet.
-        assert names == {p.value for p in Point} - {"attach.allowed"}
+        assert names == {p.value for p in Point}
 
     @pytest.mark.parametrize(
         ("args", "match"),
@@ -246,6 +245,7 @@ class TestHarness:
             ((0, "step.nowhere"), "not a crash point"),
             ((0, Point.AFTER_ALLOWED, True), "no transaction"),
             ((0, Point.AFTER_TOOL_EFFECT, True), "no transaction"),
+            ((0, Point.AFTER_ATTACH_ALLOWED, True), "no transaction"),
         ],
     )
     def test_a_crash_names_a_real_point_and_step(self, args: tuple[Any, ...], match: str) -> None:
@@ -542,7 +542,9 @@ class TestMatrix:
         assert second == {Point.AFTER_INTERRUPTED, Point.AFTER_RESUMED, Point.AFTER_PAUSED}
         # Every recovery after every first crash: the pairs the default matrix leaves out.
         assert {len(c.crashes) for c in matrix.cases} == {1, 2}
-        assert sum(len(c.crashes) == 2 for c in matrix.cases) == 29
+        # 30: the Gate's attach.allowed is a first crash too, whose recovery passes
+        # run.resumed (29 before that point existed).
+        assert sum(len(c.crashes) == 2 for c in matrix.cases) == 30
         case = matrix.case(Crash(1, Point.AFTER_RESUMED), Crash(1, Point.AFTER_INTERRUPTED))
         assert case.result is not None
         assert [a.kind for a in case.result.approvals] == ["remote_mutation", INTERRUPTED]
@@ -794,3 +796,18 @@ class TestFuzzArgs:
         assert [c.args for c in result.calls("charge")] == [c.args for c in cases if c.valid]
         for case, step in zip(cases, result.steps, strict=False):
             assert (step.status == StepStatus.DONE) == case.valid
+
+
+class TestGateScenario:
+    def test_a_loop_over_a_gate_is_crashed_at_every_point_and_holds_in_the_harness(
+        self,
+    ) -> None:
+        matrix = crash_matrix_sync("testkit_scenarios:gate_checkout", "harness", workers=16)
+        matrix.assert_ok()
+        points = {c.crashes[0].at for c in matrix.cases}
+        assert {Point.AFTER_ALLOWED, Point.AFTER_ATTACH_ALLOWED, Point.AFTER_TOOL_EFFECT} <= points
+        # The same cells as the Driver's matrix of the same scenario, with the same outcomes.
+        by_driver = crash_matrix_sync("testkit_scenarios:checkout", "harness", workers=16)
+        assert {(c.crashes, c.outcome) for c in matrix.cases} == {
+            (c.crashes, c.outcome) for c in by_driver.cases
+        }

@@ -70,6 +70,22 @@ def test_full_crash_matrix_in_process_mode_holds_with_real_sigkills() -> None:
     }
 
 
+@pytest.mark.slow
+def test_a_loop_over_a_gate_holds_its_crash_matrix_with_real_sigkills() -> None:
+    # A consumer's own loop over a Gate, killed by SIGKILL after every commit point of
+    # every step (the in-process matrix covers the transactions and the recoveries).
+    matrix = crash_matrix_sync(
+        "testkit_scenarios:gate_checkout", "process", workers=4, inside_tx=False, recovery=False
+    )
+    matrix.assert_ok()
+    first = {(c.crashes[0].at, c.crashes[0].step) for c in matrix.cases}
+    assert (Point.AFTER_ALLOWED, 0) in first and (Point.AFTER_ATTACH_ALLOWED, 1) in first
+    for case in matrix.cases:
+        assert case.result is not None
+        assert case.result.exit_codes == (SIGKILLED, 0), case.label
+        assert len(case.result.calls("charge")) >= 1
+
+
 class TestSigkill:
     def test_sigkill_inside_a_transaction_leaves_none_of_its_writes(self, tmp_path: Path) -> None:
         result = play(

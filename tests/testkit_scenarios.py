@@ -235,6 +235,47 @@ def broken_loop() -> Scenario:
     return scenario
 
 
+async def gate_loop(ctx: LoopContext) -> agentrt.Run:
+    """A consumer's own loop over a Gate: the agent decides, the gate judges and executes.
+
+    The session is closed only when the loop stops by itself: a process that dies
+    (a crash) leaves everything as it was, as a real death would.
+    """
+    gate = ctx.gate
+    assert gate is not None
+    if ctx.resuming:
+        session, _ = await gate.attach(ctx.run_id)
+    else:
+        session = await gate.begin(ctx.goal, ctx.limits, run_id=ctx.run_id)
+    allowed = session.current()  # an approved call attach allowed
+    if allowed is not None:
+        await allowed.execute()
+    while not session.done:
+        step = await session.step()
+        if step is None:
+            break
+        try:
+            decision = ctx.agent.decide(session.input())
+            if asyncio.iscoroutine(decision):
+                decision = await decision
+        except Exception as exc:
+            await step.fail(exc)
+            break
+        verdict = await step.propose(decision)
+        if verdict.outcome == agentrt.VerdictOutcome.ALLOWED:
+            await step.execute()
+    await session.close()
+    return session.run
+
+
+def gate_checkout() -> Scenario:
+    """checkout driven by a hand-written loop over a Gate instead of the Driver."""
+    scenario = checkout()
+    scenario.loop = gate_loop
+    scenario.name = "gate_checkout"
+    return scenario
+
+
 class Planner:
     """A local stand-in for a model: every request gets a short text reply."""
 

@@ -52,6 +52,7 @@ from .errors import (
     UnsafePatternError,
     UnsafeSchemaError,
 )
+from .gate import Gate, GateSession, GateStep, Verdict, VerdictOutcome
 from .migrations import RUNTIME_VERSION
 from .model import (
     ContentBlock,
@@ -129,6 +130,9 @@ __all__ = [
     "Driver",
     "Event",
     "FileCheck",
+    "Gate",
+    "GateSession",
+    "GateStep",
     "HardLinkError",
     "InsecureDirectoryError",
     "InsecureModeError",
@@ -193,6 +197,8 @@ __all__ = [
     "UnsafePatternError",
     "UnsafeSchemaError",
     "Usage",
+    "Verdict",
+    "VerdictOutcome",
     "VerifyReport",
     "approval_hash",
     "approval_request",

@@ -30,7 +30,8 @@ import asyncio
 import concurrent.futures
 import contextvars
 import inspect
-from collections.abc import Callable, Mapping, Sequence
+import logging
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -90,6 +91,7 @@ POINT_RESUMED = "run.resumed"
 POINT_INTERRUPTED = "step.interrupted"
 POINT_PAUSED = "run.paused"
 POINT_MODEL_DISPATCHED = "model.dispatched"
+POINT_ATTACH_ALLOWED = "attach.allowed"
 
 Probe = Callable[[str, "RunSession"], Any]
 
@@ -97,6 +99,60 @@ Probe = Callable[[str, "RunSession"], Any]
 # Set by the `_sync` twins, whose event loop runs nothing but this driver: there an
 # fsync cannot starve anyone, and the thread hand-off would be pure cost.
 INLINE_IO: contextvars.ContextVar[bool] = contextvars.ContextVar("agentrt_inline_io", default=False)
+
+
+SHUTDOWN_GRACE_S = 1.0
+"""How long a `_sync` call's own event loop waits, once the run has returned, for
+coroutines it cancels (an async tool still running past its timeout) to end."""
+
+
+def run_sync(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine to completion from blocking code, on an event loop of its own.
+
+    The `_sync` twins of the Driver and the Gate. Unlike `asyncio.run`, closing
+    that loop never waits without bound: a coroutine left behind (an async tool
+    that swallows its cancellation) gets `SHUTDOWN_GRACE_S` to end, then is
+    abandoned with the loop, its outcome already recorded as the run's.
+    """
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        pass
+    else:
+        coro.close()
+        raise RuntimeError(
+            "a _sync method was called inside a running event loop; await the async method instead"
+        )
+    loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(_owning_the_loop(coro))
+    finally:
+        _close_leaving_stragglers(loop)
+
+
+def _close_leaving_stragglers(loop: asyncio.AbstractEventLoop) -> None:
+    try:
+        pending = [task for task in asyncio.all_tasks(loop) if not task.done()]
+        for task in pending:
+            task.cancel()
+        if pending:
+            loop.run_until_complete(asyncio.wait(pending, timeout=SHUTDOWN_GRACE_S))
+            stragglers = sum(not task.done() for task in pending)
+            if stragglers:
+                logging.getLogger("agentrt").warning(
+                    "%d coroutine(s) did not end when cancelled (an async tool swallowing "
+                    "its cancellation?); they are abandoned with the event loop",
+                    stragglers,
+                )
+        loop.run_until_complete(loop.shutdown_asyncgens())
+    finally:
+        loop.close()
+
+
+async def _owning_the_loop(coro: Coroutine[Any, Any, T]) -> T:
+    """The loop is ours alone: store calls may run inline (see `INLINE_IO`)."""
+    INLINE_IO.set(True)
+    return await coro
 
 
 async def run_io(fn: Callable[[], T]) -> T:
@@ -107,8 +163,8 @@ async def run_io(fn: Callable[[], T]) -> T:
     return await loop.run_in_executor(_IO_THREADS, fn)
 
 
-class Verdict(StrEnum):
-    """What became of a proposed decision."""
+class VerdictOutcome(StrEnum):
+    """What became of a proposed decision (`agentrt.VerdictOutcome`)."""
 
     ALLOWED = "allowed"  # the tool may be executed now, once
     DENIED = "denied"  # the step failed (invalid decision or policy denial); the loop goes on
@@ -166,6 +222,10 @@ class AllowedCall:
     payload: dict[str, Any]
     approval_id: str = ""
     started_at: datetime | None = None
+    # Set when a waiting run's granted approval allowed the call (`gate.attach`):
+    # nothing is written until `execute`, which judges the grant and resumes the
+    # run in the transaction that starts the tool (`_settle.start_resumed`).
+    waiting: Any = None
 
 
 @dataclass
@@ -409,6 +469,10 @@ class RunSession:
     def reload_approvals(self, tx: Tx) -> None:
         self.approvals = reads.approvals_of_run(tx, self.run_id)
 
+    def set_mark(self, now: datetime) -> None:
+        """Start the active segment at `now` (a waiting run resumed then)."""
+        self._mark = now
+
     def active_ms_until(self, now: datetime) -> int:
         """Milliseconds of active time since the last settled mark; advances the mark."""
         added = max(0, duration_to_ms(now - self._mark))
@@ -611,12 +675,6 @@ class RunSession:
 
     # -- 3. execute the allowed call ---------------------------------------
 
-    def allow_resumed(
-        self, step: Step, spec: ToolSpec, args: JSON, approval_id: str, started_at: datetime
-    ) -> None:
-        """Hand `execute` a call whose `step.tool_started` the resume already committed."""
-        self._allowed = AllowedCall(step, spec, args, {}, approval_id, started_at)
-
     def tool_started_in(
         self,
         tx: Tx,
@@ -655,6 +713,10 @@ class RunSession:
     def allowed_step(self) -> Step:
         assert self._allowed is not None
         return self._allowed.step
+
+    def allowed_call(self) -> AllowedCall | None:
+        """The call held for `execute`, if any (not handed out)."""
+        return self._allowed
 
     def take_allowed(self, step: Step) -> AllowedCall:
         """The allowed call of `step`, handed out once (`RunStateError` if there is none)."""

@@ -32,14 +32,15 @@ from typing import Any
 from . import events as ev
 from ._session import (
     POINT_ALLOWED,
+    POINT_ATTACH_ALLOWED,
     POINT_PAUSED,
     POINT_RESUMED,
     AllowedCall,
     PolicyCheck,
     RunSession,
-    Verdict,
+    VerdictOutcome,
 )
-from ._store import reads
+from ._store import reads, writes
 from ._store.writes import fail_step, finish_run
 from .approval import approval_hash, approval_request
 from .errors import RunStateError
@@ -47,6 +48,7 @@ from .lease import take_in
 from .records import (
     JSON,
     Approval,
+    ApprovalStatus,
     Observation,
     PolicyDecision,
     PolicyOutcome,
@@ -80,19 +82,48 @@ class FromRunning:
         return session.active_ms_until(now)
 
 
+class Now:
+    """One reading of the clock for a waiting run's resume, taken when first needed.
+
+    A resume reads the clock once: for the write that settles the approval at
+    attach (denied, ended, paused again), or, for an allowed call, in
+    `execute`, when the grant is judged and the tool started. The first
+    reading also marks the start of the run's active segment.
+    """
+
+    def __init__(self, session: RunSession) -> None:
+        self._session = session
+        self._at: datetime | None = None
+
+    def __call__(self) -> datetime:
+        if self._at is None:
+            self._at = self._session.config.clock()
+            self._session.set_mark(self._at)
+        return self._at
+
+
+GRANT_EXPIRED = "the grant expired before the run resumed"
+
+
 @dataclass(frozen=True)
 class FromWaiting:
-    """The step awaits `approval`, the latest of a WAITING run, read at `now`."""
+    """The step awaits `approval`, the latest of a WAITING run; `when` reads the clock once."""
 
     approval: Approval
-    now: datetime
+    when: Now
     from_step: tuple[str, ...] = field(default=(StepStatus.AWAITING_APPROVAL,), init=False)
     from_run: str = field(default=RunStatus.WAITING_FOR_APPROVAL, init=False)
     resume_point: str | None = field(default=POINT_RESUMED, init=False)
 
     def enter(self, session: RunSession, tx: Tx, step: Step) -> datetime:
         require_latest(tx, step.id, self.approval)
-        return self.now
+        return self.when()
+
+    def grant_lapsed(self, session: RunSession) -> bool:
+        """Whether the approval's grant is older than the run's `grant_ttl` now."""
+        grant_ttl = session.run.limits.grant_ttl
+        decided = self.approval.decided_at
+        return grant_ttl is not None and decided is not None and self.when() >= decided + grant_ttl
 
     def take(self, session: RunSession, tx: Tx, now: datetime) -> None:
         """Take the lease of the waiting run back to RUNNING; `run.resumed`."""
@@ -152,9 +183,25 @@ async def settle(
     spec: ToolSpec,
     args: JSON,
     check: PolicyCheck,
-) -> Verdict:
-    """Act on one policy check: allowed, denied, ended or pending."""
+) -> VerdictOutcome:
+    """Act on one policy check: allowed, denied, ended or pending.
+
+    From a waiting run, a grant older than `grant_ttl` cancels the run
+    (`approval_expired`) before anything else is written; an allowed call's
+    grant is judged by `execute`, when the tool would start.
+    """
     decision = check.decision
+    allowed = decision is not None and (
+        decision.outcome == PolicyOutcome.ALLOW
+        or (
+            decision.outcome == PolicyOutcome.REQUIRE_APPROVAL
+            and isinstance(origin, FromWaiting)
+            and origin.satisfies(decision, approval_request(session.run_id, step.id, spec, args))
+        )
+    )
+    if not allowed and isinstance(origin, FromWaiting) and origin.grant_lapsed(session):
+        await expire_waiting(session, step, origin.approval, origin.when(), GRANT_EXPIRED)
+        return VerdictOutcome.ENDED
     if decision is None:
         error = check.error or "policy failed"
         await end(
@@ -166,12 +213,12 @@ async def settle(
             Observation.denied(spec.name, error),
             None,
         )
-        return Verdict.ENDED
+        return VerdictOutcome.ENDED
     if decision.outcome == PolicyOutcome.DENY:
         await fail_and_go_on(
             session, origin, step, Observation.denied(spec.name, decision.reason), check.payload
         )
-        return Verdict.DENIED
+        return VerdictOutcome.DENIED
     if decision.outcome == PolicyOutcome.ABORT:
         await end(
             session,
@@ -182,15 +229,12 @@ async def settle(
             Observation.denied(spec.name, decision.reason),
             check.payload,
         )
-        return Verdict.ENDED
-    if decision.outcome != PolicyOutcome.ALLOW and not (
-        isinstance(origin, FromWaiting)
-        and origin.satisfies(decision, approval_request(session.run_id, step.id, spec, args))
-    ):
+        return VerdictOutcome.ENDED
+    if not allowed:
         await pause(session, origin, step, spec, args, decision, check.payload)
-        return Verdict.PENDING
+        return VerdictOutcome.PENDING
     await allow(session, origin, step, spec, args, check.payload)
-    return Verdict.ALLOWED
+    return VerdictOutcome.ALLOWED
 
 
 async def allow(
@@ -201,13 +245,34 @@ async def allow(
     args: JSON,
     payload: dict[str, Any],
 ) -> None:
-    """The call may run. From the loop nothing is written until `execute` starts it;
-    from a waiting run the lease is taken and the tool start committed now."""
+    """The call may run: it is held for `execute`, and nothing is written yet.
+
+    From the loop, `execute` starts the tool on the lease held; from a waiting
+    run, `execute` judges the grant and takes the run back in the transaction
+    that starts the tool (`start_resumed`)."""
     if isinstance(origin, FromRunning):
         session.allow(AllowedCall(step, spec, args, payload))
         await session.probe(POINT_ALLOWED)
         return
-    approval_id = origin.approval.id
+    session.allow(
+        AllowedCall(step, spec, args, payload, approval_id=origin.approval.id, waiting=origin)
+    )
+    await session.probe(POINT_ATTACH_ALLOWED)
+
+
+async def start_resumed(session: RunSession, call: AllowedCall) -> datetime | None:
+    """Start a call a granted approval allowed: the run leaves WAITING as the tool starts.
+
+    The grant is judged now (`grant_ttl`): one that lapsed cancels the run
+    `approval_expired` and None is returned, nothing having run. Otherwise one
+    compare-and-set transaction takes the lease, appends `run.resumed`, records
+    the policy and `step.tool_started`, so of two resumes exactly one starts it.
+    """
+    origin: FromWaiting = call.waiting
+    step = call.step
+    if origin.grant_lapsed(session):
+        await expire_waiting(session, step, origin.approval, origin.when(), GRANT_EXPIRED)
+        return None
 
     def tx_resume(tx: Tx) -> None:
         now = origin.enter(session, tx, step)
@@ -216,16 +281,49 @@ async def allow(
             tx,
             now,
             step,
-            spec,
-            args,
-            payload,
-            approval_id=approval_id,
+            call.spec,
+            call.args,
+            call.payload,
+            approval_id=origin.approval.id,
             from_step=origin.from_step,
         )
         session.refresh(tx, step.id)
 
     await session.write(tx_resume, POINT_RESUMED)
-    session.allow_resumed(step, spec, args, approval_id, origin.now)
+    return origin.when()
+
+
+async def expire_waiting(
+    session: RunSession, step: Step, approval: Approval, now: datetime, why: str
+) -> None:
+    """Cancel a waiting run `approval_expired`: its approval (or its grant) ran out."""
+
+    def tx_expire(tx: Tx) -> None:
+        require_latest(tx, step.id, approval)
+        if approval.status == ApprovalStatus.PENDING:
+            writes.expire_approval(tx, approval.id)
+        tool = step.decision.tool if step.decision is not None else ""
+        fail_step(
+            tx,
+            session.run_id,
+            step.id,
+            Observation.denied(tool, why),
+            now,
+            from_statuses=(StepStatus.AWAITING_APPROVAL,),
+        )
+        finish_run(
+            tx,
+            session.run_id,
+            RunStatus.CANCELLED,
+            TerminalReason.APPROVAL_EXPIRED,
+            why,
+            now,
+            from_statuses=(RunStatus.WAITING_FOR_APPROVAL,),
+        )
+        session.reload_approvals(tx)
+        session.refresh(tx, step.id)
+
+    await session.write(tx_expire)
 
 
 async def fail_and_go_on(

@@ -32,16 +32,17 @@ from ._session import (
     POINT_TOOL_STARTED,
     RunMoved,
     RunSession,
-    Verdict,
+    VerdictOutcome,
 )
-from ._settle import FromRunning, settle
+from ._settle import FromRunning, settle, start_resumed
 from ._store import reads, writes
 from ._store.writes import finish_run
 from .canonical import copy_json, from_text
 from .clock import as_stored, duration_to_ms
 from .decisions import call_args, validate
-from .errors import LeaseLostError, RunStateError
+from .errors import LeaseLostError, LimitExceeded, ModelUnavailableError, RunStateError
 from .execute import invoke
+from .foreign import exception_text
 from .records import (
     JSON,
     DecisionKind,
@@ -105,14 +106,14 @@ async def begin_step(session: RunSession) -> Step | None:
     return step
 
 
-async def propose(session: RunSession, step: Step, decision: Any) -> Verdict:
+async def propose(session: RunSession, step: Step, decision: Any) -> VerdictOutcome:
     """Record, validate and judge one decision for the step `begin_step` returned."""
     try:
         recorded = await session.record_decision(step, decision)
         error = validate(recorded, session.config.compiled)
         if error is not None:
             await session.fail_current(step, Observation.invalid_decision(error))
-            return Verdict.DENIED
+            return VerdictOutcome.DENIED
         chosen = recorded.decision
         if chosen.kind == DecisionKind.COMPLETE:
             await session.end_with_step(
@@ -123,7 +124,7 @@ async def propose(session: RunSession, step: Step, decision: Any) -> Verdict:
                 step_status=StepStatus.DONE,
                 result=chosen.result,
             )
-            return Verdict.ENDED
+            return VerdictOutcome.ENDED
         if chosen.kind == DecisionKind.FAIL:
             await session.end_with_step(
                 step,
@@ -132,14 +133,14 @@ async def propose(session: RunSession, step: Step, decision: Any) -> Verdict:
                 chosen.message,
                 step_status=StepStatus.DONE,
             )
-            return Verdict.ENDED
+            return VerdictOutcome.ENDED
         spec = session.config.specs[chosen.tool]
         args = call_args(chosen)
         check = await session.ask_policy(step, spec, args)
         return await settle(session, FromRunning(), step, spec, args, check)
     except RunMoved as moved:
         session.run = moved.run
-        return Verdict.ENDED
+        return VerdictOutcome.ENDED
 
 
 async def _start_tool(
@@ -158,8 +159,17 @@ async def execute(session: RunSession, step: Step) -> None:
     """Start, run and record the allowed call of `step` exactly once."""
     allowed = session.take_allowed(step)
     spec, args = allowed.spec, allowed.args
-    if allowed.started_at is not None:
-        started_at = allowed.started_at
+    if allowed.waiting is not None:
+        try:
+            resumed_at = await start_resumed(session, allowed)
+        except RunMoved as moved:
+            session.run = moved.run
+            return
+        if resumed_at is None:  # the grant lapsed: the run was cancelled, nothing ran
+            return
+        # The run is leased from here: keep the lease renewed while the tool runs.
+        session.start_heartbeat()
+        started_at = resumed_at
     else:
         try:
             started_at = await _start_tool(session, step, spec, args, allowed.payload)
@@ -303,3 +313,48 @@ async def _finish_tool(
         session.refresh(tx, step.id)
 
     await session.write_outcome(tx_finished, POINT_TOOL_FINISHED)
+
+
+_MODEL_LIMITS = frozenset(
+    {TerminalReason.LIMIT_MODEL_CALLS, TerminalReason.LIMIT_TOKENS, TerminalReason.LIMIT_COST}
+)
+
+
+def failure_reason(exc: BaseException) -> tuple[str, str]:
+    """The reason and detail a run ends with when its agent (or loop) raised `exc`.
+
+    A `LimitExceeded` naming a model limit ends it with that limit's reason,
+    `ModelUnavailableError` with `model_unavailable`, anything else with
+    `agent_error`.
+    """
+    if isinstance(exc, LimitExceeded):
+        return _limit_reason(exc)
+    if isinstance(exc, ModelUnavailableError):
+        return TerminalReason.MODEL_UNAVAILABLE, exception_text(exc, named=False)
+    return TerminalReason.AGENT_ERROR, exception_text(exc)
+
+
+def _limit_reason(exc: LimitExceeded) -> tuple[str, str]:
+    """A model limit's reason and detail; a `LimitExceeded` naming no model limit is the agent's."""
+    try:  # an agent may raise its own LimitExceeded (subclass): read it defensively
+        reason, detail = exc.reason, exc.detail
+        if isinstance(reason, str) and isinstance(detail, str):
+            plain = str.__str__(reason)
+            if plain in _MODEL_LIMITS:
+                return plain, str.__str__(detail)
+    except Exception:
+        pass
+    return TerminalReason.AGENT_ERROR, exception_text(exc)
+
+
+async def fail_step(session: RunSession, step: Step, exc: BaseException) -> None:
+    """The agent could not decide `step`: it fails and the run ends (`failure_reason`)."""
+    reason, detail = failure_reason(exc)
+    await session.end_with_step(
+        step,
+        RunStatus.FAILED,
+        reason,
+        detail,
+        step_status=StepStatus.FAILED,
+        observation=Observation.invalid_decision(detail),
+    )

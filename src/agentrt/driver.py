@@ -7,72 +7,46 @@ RUNNING run whose process died. Both return the run as it stands when the loop
 stops: terminal, or WAITING_FOR_APPROVAL. Every async entry point has a
 blocking `_sync` twin for scripts and tests.
 
-The loop itself lives in `session.RunSession`; the Driver only adds the agent:
-begin a step, ask the agent, propose its decision, execute what was allowed.
+The Driver is a Gate plus an agent (`gate.py`): `start` is `gate.begin`,
+`resume` is `gate.attach`, and the loop is the one any consumer can write
+over a gate session: `session.step()`, the agent's decision for
+`session.input()`, `step.propose(decision)`, `step.execute()` when allowed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import threading
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
-from . import _step
-from ._resume_waiting import Undecodable, resume_waiting
 from ._session import (
-    INLINE_IO,
-    LoopConfig,
+    SHUTDOWN_GRACE_S,
     Probe,
     RunMoved,
-    RunSession,
-    Verdict,
-    load,
     maybe_await,
     release_lease,
     run_io,
-    write_through,
+    run_sync,
 )
-from ._store.writes import create_run, fail_waiting_run
-from ._takeover import take_over
-from .accounting import AccountingCaller
-from .clock import Clock, IdFactory, new_id, wall_clock
-from .errors import (
-    ConfigError,
-    LeaseLostError,
-    LimitExceeded,
-    ModelUnavailableError,
-    RunStateError,
-)
+from .clock import Clock, IdFactory
+from .errors import ConfigError, LeaseLostError, RunStateError
 from .events import Observer
-from .foreign import exception_text
-from .lease import WallClock, expiry, holder_json, make_owner
+from .gate import Gate, GateSession, GateStep, Verdict, VerdictOutcome, check_goal, configure
+from .lease import WallClock
 from .model import Model, ModelConfig
 from .operator import Operator
-from .policy import Policy, policy_id_of
-from .records import (
-    Approval,
-    Decision,
-    Limits,
-    Observation,
-    Run,
-    RunStatus,
-    StepInput,
-    StepStatus,
-    TerminalReason,
-)
+from .policy import Policy
+from .records import Approval, Decision, Limits, Run, RunStatus, StepInput
 from .recover import DEFAULT_LIMIT, Recovered
 from .recover import recover as recover_runs
-from .store import Store, Tx
-from .tools import Tool, compile_tool, registered_spec, spec_hash, validate_tools
+from .store import Store
+from .tools import Tool
 
-T = TypeVar("T")
-
-_ID = re.compile(r"[0-9a-f]{32}")
+__all__ = ["SHUTDOWN_GRACE_S", "Agent", "Driver", "run_sync"]
 
 
 @runtime_checkable
@@ -80,60 +54,6 @@ class Agent(Protocol):
     """Decides each step. `decide` may be a plain function or a coroutine."""
 
     def decide(self, input: StepInput) -> Decision | Awaitable[Decision]: ...
-
-
-SHUTDOWN_GRACE_S = 1.0
-"""How long a `_sync` call's own event loop waits, once the run has returned, for
-coroutines it cancels (an async tool still running past its timeout) to end."""
-
-
-def run_sync(coro: Coroutine[Any, Any, T]) -> T:
-    """Run a coroutine to completion from blocking code, on an event loop of its own.
-
-    Unlike `asyncio.run`, closing that loop never waits without bound: a coroutine
-    left behind (an async tool that swallows its cancellation) gets
-    `SHUTDOWN_GRACE_S` to end, then is abandoned with the loop, its outcome
-    already recorded as the run's.
-    """
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        pass
-    else:
-        coro.close()
-        raise RuntimeError(
-            "a _sync method was called inside a running event loop; await the async method instead"
-        )
-    loop = asyncio.new_event_loop()
-    try:
-        return loop.run_until_complete(_owning_the_loop(coro))
-    finally:
-        _close_leaving_stragglers(loop)
-
-
-def _close_leaving_stragglers(loop: asyncio.AbstractEventLoop) -> None:
-    try:
-        pending = [task for task in asyncio.all_tasks(loop) if not task.done()]
-        for task in pending:
-            task.cancel()
-        if pending:
-            loop.run_until_complete(asyncio.wait(pending, timeout=SHUTDOWN_GRACE_S))
-            stragglers = sum(not task.done() for task in pending)
-            if stragglers:
-                logging.getLogger("agentrt").warning(
-                    "%d coroutine(s) did not end when cancelled (an async tool swallowing "
-                    "its cancellation?); they are abandoned with the event loop",
-                    stragglers,
-                )
-        loop.run_until_complete(loop.shutdown_asyncgens())
-    finally:
-        loop.close()
-
-
-async def _owning_the_loop(coro: Coroutine[Any, Any, T]) -> T:
-    """The loop is ours alone: store calls may run inline (see `session.INLINE_IO`)."""
-    INLINE_IO.set(True)
-    return await coro
 
 
 class Driver:
@@ -157,67 +77,44 @@ class Driver:
         probe: Probe | None = None,
         probe_in_tx: Probe | None = None,
     ) -> None:
-        if store is None:
-            raise ConfigError("Driver needs a store (agentrt.open_store(path))")
-        if agent is None:
+        if store is not None and agent is None:
             raise ConfigError("Driver needs an agent")
-        if policy is None:
-            raise ConfigError("Driver needs a policy (agentrt.default_policy() is a start)")
-        if not isinstance(lease_ttl, timedelta) or lease_ttl <= timedelta(0):
-            raise ConfigError("lease_ttl must be a positive timedelta")
-        if not isinstance(lease_owner, str):
-            raise ConfigError("lease_owner must be a string")
-        validated = validate_tools(list(tools))
+        setup = configure(
+            "Driver",
+            store,
+            policy,
+            tools,
+            observer,
+            model,
+            reconcile,
+            now,
+            new_id,
+            lease_ttl,
+            lease_owner,
+            wall,
+            probe,
+            probe_in_tx,
+        )
+        self._gate = Gate._from_setup(setup)
+        self._config = setup.config
         self.store = store
         self.agent = agent
         self.policy = policy
-        self.policy_id = policy_id_of(policy)
-        self.tools = validated
+        self.policy_id = setup.policy_id
+        self.tools = setup.tools
         self.observer = observer
-        # One place to configure a model (docs/decisions/0020): a bare Model gets the
-        # default ModelConfig; a ModelConfig carries the Model itself.
-        if isinstance(model, ModelConfig):
-            self.model_config: ModelConfig | None = model
-        elif model is None:
-            self.model_config = None
-        elif isinstance(model, Model) and not isinstance(model, str):
-            self.model_config = ModelConfig(model=model)
-        else:
-            raise ConfigError(
-                "model must be an agentrt.Model (name and async generate) or a ModelConfig"
-            )
-        self.model: Model | None = None if self.model_config is None else self.model_config.model
+        self.model_config: ModelConfig | None = setup.model_config
+        self.model: Model | None = setup.model
         self.reconcile = reconcile
-        self.now: Clock = now or wall_clock
-        self.new_id: IdFactory = new_id or _default_new_id
+        self.now: Clock = setup.config.clock
+        self.new_id: IdFactory = setup.config.new_id
         self.lease_ttl = lease_ttl
-        self.lease_owner = make_owner(lease_owner)
-        self._wall: WallClock = wall or wall_clock
+        self.lease_owner = setup.owner
+        self._wall: WallClock = setup.config.wall
         self._active: set[str] = set()
         # Runs whose cancelled loop left a tool thread running under our lease.
         self._lingering: set[str] = set()
         self._active_lock = threading.Lock()
-        specs = {t.spec.name: registered_spec(t.spec) for t in validated}
-        self._config = LoopConfig(
-            store=store,
-            tools={t.spec.name: t for t in validated},
-            specs=specs,
-            spec_hashes={name: spec_hash(spec) for name, spec in specs.items()},
-            compiled={name: compile_tool(spec) for name, spec in specs.items()},
-            shown_specs={name: registered_spec(spec) for name, spec in specs.items()},
-            policy=policy,
-            policy_id=self.policy_id,
-            clock=self.now,
-            new_id=self.new_id,
-            observer=observer,
-            owner=self.lease_owner,
-            lease_ttl=lease_ttl,
-            wall=self._wall,
-            model=self.model,
-            reconcile=reconcile,
-            probe=probe,
-            probe_in_tx=probe_in_tx,
-        )
 
     # -- entry points ----------------------------------------------------
 
@@ -225,22 +122,9 @@ class Driver:
         self, goal: str, limits: Limits | None = None, run_id: str | None = None
     ) -> Run:
         """Create a run toward `goal` and drive it until it pauses or ends."""
-        if not isinstance(goal, str):
-            raise ConfigError("goal must be a string")
-        try:
-            goal.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            raise ConfigError("goal is not valid UTF-8 text") from exc
-        limits = limits or Limits()
-        if not isinstance(limits, Limits):
-            raise ConfigError("limits must be an agentrt.Limits")
-        rid = run_id if run_id is not None else self.new_id()
-        if not isinstance(rid, str) or not _ID.fullmatch(rid):
-            # store.md: ids are 32 lowercase hex characters. Anything else would end
-            # up inside commands an operator is told to copy and run.
-            raise ConfigError(f"run id {rid!r} is not 32 lowercase hex characters")
+        limits, rid = check_goal(goal, limits, run_id, self.new_id)
         with self._exclusive(rid):
-            session = await self._create(rid, goal, limits)
+            session = await self._gate.begin(goal, limits, rid)
             try:
                 return await self._drive(session)
             except RunMoved as moved:  # an operator cancelled it under us
@@ -249,27 +133,20 @@ class Driver:
     async def resume(self, run_id: str) -> Run:
         """Continue a WAITING run after its approval was decided, or take over a dead one."""
         with self._exclusive(run_id):
-            config = self._config
-            run, steps, approvals = await run_io(lambda: load(config, run_id))
-            session: RunSession | None = None
+            run = await run_io(lambda: self.store.get_run(run_id))
+            if run.status not in (RunStatus.WAITING_FOR_APPROVAL, RunStatus.RUNNING):
+                raise RunStateError(f"run {run_id} is {run.status}; there is nothing to resume")
+            session: GateSession | None = None
             try:
-                if run.status == RunStatus.WAITING_FOR_APPROVAL:
-                    try:
-                        session = await resume_waiting(config, run, steps, approvals)
-                    except Undecodable as exc:
-                        return await self._fail_undecodable(run, str(exc))
-                elif run.status == RunStatus.RUNNING:
-                    session = await take_over(config, run_id)
-                else:
-                    raise RunStateError(f"run {run_id} is {run.status}; there is nothing to resume")
-                if session.run.status != RunStatus.RUNNING:
+                session, _ = await self._gate.attach(run_id)
+                if session.done:
                     return session.run
                 return await self._drive(session)
             except RunMoved as moved:  # an operator cancelled it under us
                 return moved.run
             finally:
-                if session is not None and session.lingering_tool is None:
-                    session.stop_heartbeat()
+                if session is not None:
+                    session._detach()
 
     def approve(
         self, run_id: str, approval_id: str, by: str, note: str = "", shown_hash: str | None = None
@@ -321,129 +198,79 @@ class Driver:
     def _exclusive(self, run_id: str) -> _Exclusive:
         return _Exclusive(self, run_id)
 
-    def _let_go(self, session: RunSession) -> None:
+    def _let_go(self, session: GateSession) -> None:
         """A tool thread outlived its cancelled loop and has now returned: give the run up."""
+        rs = session._rs
         try:
-            session.stop_heartbeat()
-            release_lease(session.config, session.run_id)
+            rs.stop_heartbeat()
+            session._gate._let_go(rs.run_id)
+            release_lease(rs.config, rs.run_id)
         except Exception:  # the store may be closed by now: the lease then simply expires
             logging.getLogger("agentrt").warning(
-                "could not release the lease on run %s; it will expire", session.run_id
+                "could not release the lease on run %s; it will expire", rs.run_id
             )
         finally:
             with self._active_lock:
-                self._lingering.discard(session.run_id)
+                self._lingering.discard(rs.run_id)
 
     def _is_executing(self, run_id: str) -> bool:
         with self._active_lock:
             return run_id in self._active or run_id in self._lingering
 
-    async def _create(self, run_id: str, goal: str, limits: Limits) -> RunSession:
-        config = self._config
-        now = self.now()
-        specs = [(config.spec_hashes[name], config.specs[name]) for name in sorted(config.specs)]
-
-        def tx_create(tx: Tx) -> Run:
-            return create_run(
-                tx,
-                run_id,
-                goal,
-                limits,
-                owner=config.owner,
-                lease_expires_at=expiry(config.wall, config.lease_ttl),
-                holder=holder_json(),
-                specs=specs,
-                now=now,
-            )
-
-        run = await write_through(config, tx_create)
-        return RunSession(config, run, [], [], epoch=1, mark=now)
-
-    async def _fail_undecodable(self, run: Run, why: str) -> Run:
-        """store.md: a run whose record will not decode is failed, never continued."""
-        config = self._config
-        detail = f"the run's record cannot be read back ({why}); it is not continued"
-
-        def tx_fail(tx: Tx) -> Run:
-            return fail_waiting_run(tx, run.id, detail, config.clock())
-
-        return await write_through(config, tx_fail)
-
-    async def _drive(self, session: RunSession) -> Run:
-        config = self._config
-        heartbeat = session.start_heartbeat()
+    async def _drive(self, session: GateSession) -> Run:
+        """The loop over a gate session: step, decide, propose, execute what was allowed."""
+        rs = session._rs
         try:
-            if session.has_allowed_call():
-                await _step.execute(session, session.allowed_step())
-                if session.run.status != RunStatus.RUNNING:
+            allowed = session.current()
+            if allowed is not None:  # attach allowed an approved call
+                await allowed._run()
+                if session.done:
                     return session.run
             while True:
-                if heartbeat.lost.is_set():
-                    raise LeaseLostError(
-                        f"the lease on run {session.run_id} was lost; the loop stopped"
-                    )
-                step = await _step.begin_step(session)
+                step = await session.step()
                 if step is None:
                     return session.run
                 decided = await self._decide(session, step)
                 if decided is None:  # the agent's call ended the run
                     return session.run
                 # Whatever the agent returned, None included, is recorded and validated.
-                verdict = await _step.propose(session, step, decided.value)
-                if verdict == Verdict.ALLOWED:
-                    await _step.execute(session, step)
-                    if session.run.status != RunStatus.RUNNING:
+                verdict: Verdict = await step.propose(decided.value)
+                if verdict.outcome == VerdictOutcome.ALLOWED:
+                    await step._run()
+                    if session.done:
                         return session.run
-                elif verdict in (Verdict.PENDING, Verdict.ENDED):
+                elif verdict.outcome in (VerdictOutcome.PENDING, VerdictOutcome.ENDED):
                     return session.run
         except asyncio.CancelledError:
-            lingering = session.lingering_tool
+            lingering = rs.lingering_tool
             if lingering is None:
-                await asyncio.shield(run_io(lambda: release_lease(config, session.run_id)))
+                await asyncio.shield(run_io(lambda: release_lease(rs.config, rs.run_id)))
             else:
                 # The run stays this driver's until the thread returns: neither a
                 # resume nor recover() of this driver may start a call beside it.
                 with self._active_lock:
-                    self._lingering.add(session.run_id)
+                    self._lingering.add(rs.run_id)
                 lingering.add_done_callback(lambda _: self._let_go(session))
             raise
         finally:
-            if session.lingering_tool is None:
-                session.stop_heartbeat()
+            session._detach()
 
-    async def _decide(self, session: RunSession, step: Any) -> _Decided | None:
+    async def _decide(self, session: GateSession, step: GateStep) -> _Decided | None:
         """The agent's answer for `step`, wrapped; None when asking it ended the run.
 
         The answer is always wrapped, so no value an agent can return (None
-        included) is ever mistaken for the run having ended.
+        included) is ever mistaken for the run having ended. An agent's
+        exception fails the step as `step.fail` maps it.
         """
-        run, steps, approvals = session.step_input_parts()
-        shown = self._config.shown_specs
-        specs = tuple(shown[name] for name in sorted(shown))
-        caller = None
-        if self.model is not None and self.model_config is not None:
-            caller = AccountingCaller(session, step, self.model, self.model_config)
-        step_input = StepInput(run=run, steps=steps, approvals=approvals, tools=specs, model=caller)
+        step_input = session.input()
         agent: Any = self.agent
         try:
             decide: Callable[[StepInput], Any] = getattr(agent, "decide", agent)
             return _Decided(await maybe_await(decide(step_input)))
         except (LeaseLostError, RunMoved, asyncio.CancelledError):
             raise
-        except LimitExceeded as exc:
-            reason, detail = _limit_reason(exc)
-        except ModelUnavailableError as exc:
-            reason, detail = TerminalReason.MODEL_UNAVAILABLE, exception_text(exc, named=False)
         except Exception as exc:
-            reason, detail = TerminalReason.AGENT_ERROR, exception_text(exc)
-        await session.end_with_step(
-            step,
-            RunStatus.FAILED,
-            reason,
-            detail,
-            step_status=StepStatus.FAILED,
-            observation=Observation.invalid_decision(detail),
-        )
+            await step.fail(exc)
         return None
 
 
@@ -473,25 +300,3 @@ class _Exclusive:
     def __exit__(self, *exc: object) -> None:
         with self.driver._active_lock:
             self.driver._active.discard(self.run_id)
-
-
-_MODEL_LIMITS = frozenset(
-    {TerminalReason.LIMIT_MODEL_CALLS, TerminalReason.LIMIT_TOKENS, TerminalReason.LIMIT_COST}
-)
-
-
-def _limit_reason(exc: LimitExceeded) -> tuple[str, str]:
-    """A model limit's reason and detail; a `LimitExceeded` naming no model limit is the agent's."""
-    try:  # an agent may raise its own LimitExceeded (subclass): read it defensively
-        reason, detail = exc.reason, exc.detail
-        if isinstance(reason, str) and isinstance(detail, str):
-            plain = str.__str__(reason)
-            if plain in _MODEL_LIMITS:
-                return plain, str.__str__(detail)
-    except Exception:
-        pass
-    return TerminalReason.AGENT_ERROR, exception_text(exc)
-
-
-def _default_new_id() -> str:
-    return new_id()

@@ -42,6 +42,7 @@ from .._store import reads
 from ..clock import Clock, IdFactory, parse_time, wall_clock
 from ..driver import Driver
 from ..errors import NotFoundError, RunLeasedError
+from ..gate import Gate
 from ..operator import Operator
 from ..records import Run, RunStatus
 from ..store import Store, open_existing, open_store
@@ -223,6 +224,23 @@ class Life:
             probe_in_tx=self.probe_in_tx,
         )
 
+    def gate(self, driver: Driver) -> Gate:
+        """A gate for a consumer's own loop, configured as `driver` is (its tools, ids, lease)."""
+        s = self.scenario
+        return Gate(
+            self.store,
+            s.policy,
+            tools=driver.tools,
+            model=s.model,
+            reconcile=s.reconcile,
+            now=self.clock,
+            new_id=self.new_id,
+            lease_ttl=s.lease_ttl,
+            lease_owner=f"testkit-p{self.plan.process}",
+            probe=self.probe,
+            probe_in_tx=self.probe_in_tx,
+        )
+
     async def live(self) -> None:
         """Run this process's share of the scenario. Errors propagate unless it crashed."""
         plan = self.plan
@@ -300,6 +318,8 @@ class Life:
             resuming=resuming,
             probe=self.probe,
             probe_in_tx=self.probe_in_tx,
+            gate=self.gate(driver),
+            agent=driver.agent,
         )
         return await s.loop(ctx)
 

@@ -46,6 +46,9 @@ from .violation import InvariantError, Violation
 
 # Points that only recovery passes: a crash there tests recovery from recovery.
 RECOVERY_POINTS = frozenset({Point.AFTER_INTERRUPTED, Point.AFTER_RESUMED, Point.AFTER_PAUSED})
+# Passed on the way to a recovery point without ending the recovery: an approved
+# call allowed again at attach, before `execute` resumes the run as it starts it.
+_ON_THE_WAY = frozenset({Point.AFTER_ATTACH_ALLOWED})
 
 # Rows in the order a step passes them, so the table reads like a step's life.
 _ROW_ORDER = (
@@ -213,7 +216,7 @@ def after_crash(result: Result, *, inside_tx: bool) -> list[tuple[Crash, ...]]:
     died = result.crashes_reached[-1].process
     recovering: list[ProbeHit] = []
     for hit in result.probes:
-        if hit.process != died + 1:
+        if hit.process != died + 1 or hit.point in _ON_THE_WAY:
             continue
         if hit.point not in RECOVERY_POINTS:
             break

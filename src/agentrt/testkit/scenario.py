@@ -28,6 +28,7 @@ from .. import _session
 from ..clock import Clock, IdFactory
 from ..driver import Driver
 from ..errors import ConfigError
+from ..gate import Gate
 from ..policy import Policy
 from ..records import Approval, Decision, Limits, Run
 from ..scripted import ScriptedAgent, ScriptEntry
@@ -50,8 +51,9 @@ class Point(StrEnum):
     # The model request was recorded as dispatched and is in flight: a crash here
     # is a crash during a model request (the attempt stays recorded, uncharged).
     DURING_MODEL_REQUEST = _session.POINT_MODEL_DISPATCHED
-    # Reported by a Gate's attach once it lands; no Driver path reaches it yet.
-    AFTER_ATTACH_ALLOWED = "attach.allowed"
+    # A waiting run's approved call was allowed again (`gate.attach`, `Driver.resume`):
+    # nothing is written until `execute` starts it.
+    AFTER_ATTACH_ALLOWED = _session.POINT_ATTACH_ALLOWED
 
     @property
     def has_transaction(self) -> bool:
@@ -59,9 +61,12 @@ class Point(StrEnum):
         return self not in _NO_TRANSACTION
 
 
-# These two points sit between transactions: the policy allowed (nothing written
-# yet) and the tool returned (its record not yet written).
-_NO_TRANSACTION = frozenset({Point.AFTER_ALLOWED, Point.AFTER_TOOL_EFFECT})
+# These points sit between transactions: the policy allowed, or a granted approval
+# allowed again at attach (nothing written yet), and the tool returned (its record
+# not yet written).
+_NO_TRANSACTION = frozenset(
+    {Point.AFTER_ALLOWED, Point.AFTER_ATTACH_ALLOWED, Point.AFTER_TOOL_EFFECT}
+)
 
 
 @dataclass(frozen=True)
@@ -159,8 +164,11 @@ def by_kind(
 class LoopContext:
     """What a consumer's own `loop` gets to drive one process's share of the run.
 
-    `driver` is already built with the kit's probes; a loop built on something
-    else (a Gate) passes `probe` and `probe_in_tx` on, so crashes still land.
+    `driver` and `gate` are already built with the kit's probes, tools, clock
+    and ids (so crashes land in either); `agent` is the scenario's agent as the
+    kit watches it (call its `decide` for each `session.input()` in a loop over
+    the gate). A loop built on something else passes `probe` and `probe_in_tx`
+    on, so crashes still land.
     """
 
     driver: Driver
@@ -171,6 +179,8 @@ class LoopContext:
     resuming: bool
     probe: _session.Probe
     probe_in_tx: _session.Probe
+    gate: Gate | None = None
+    agent: Any = None
 
 
 # A consumer's loop: start (resuming=False) or resume (resuming=True) the run and

@@ -1,0 +1,249 @@
+"""Recovery of runs a gate session left behind: what an abandoned allowed verdict (or
+allowed attach) leaves, and two gates racing to execute one approved request."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+import agentrt
+import crashing_child as child
+from agentrt import Decision, SideEffect, VerdictOutcome
+from agentrt.scripted import ScriptedAgent
+from conftest import FakeClock, Ids, RecordingTool
+from support.approvals import snapshot
+
+
+def read_tool() -> RecordingTool:
+    return RecordingTool("read", SideEffect.READ_ONLY, result={"files": ["a.txt"]})
+
+
+def push_tool() -> RecordingTool:
+    return RecordingTool("push", SideEffect.REMOTE_MUTATION, result={"pushed": True})
+
+
+def gate(
+    store: agentrt.Store, tool: RecordingTool, clock: FakeClock, ids: str = "a"
+) -> agentrt.Gate:
+    return agentrt.Gate(
+        store=store,
+        policy=agentrt.default_policy(),
+        tools=[tool],
+        now=clock,
+        new_id=Ids(ids),
+    )
+
+
+def approved_waiting_run(store: agentrt.Store, push: RecordingTool, clock: FakeClock) -> str:
+    session = gate(store, push, clock).begin_sync("push it")
+    step = session.step_sync()
+    assert step is not None
+    assert step.propose_sync(Decision.tool_call("push", {"x": 1})).outcome == "pending"
+    session.close_sync()
+    (pending,) = store.pending_approvals(session.run.id)
+    agentrt.Operator(store, now=clock).approve(session.run.id, pending.id, by="alice")
+    return session.run.id
+
+
+def test_a_session_abandoned_after_an_allowed_verdict_is_resumed_by_recover_as_never_run(
+    store: agentrt.Store,
+) -> None:
+    read = read_tool()
+    clock = FakeClock()
+    session = gate(store, read, clock).begin_sync("read it")
+    step = session.step_sync()
+    assert step is not None
+    assert step.propose_sync(Decision.tool_call("read", {"x": 1})).outcome == "allowed"
+    session.close_sync()
+    driver = agentrt.Driver(
+        store=store,
+        agent=ScriptedAgent([Decision.tool_call("read", {"x": 2}), Decision.complete("ok")]),
+        policy=agentrt.default_policy(),
+        tools=[read],
+        now=clock,
+        new_id=Ids("b"),
+    )
+    (recovered,) = driver.recover_sync()
+    assert recovered.run_id == session.run.id
+    run = store.get_run(session.run.id)
+    assert run.status == "COMPLETED"
+    assert [c.args for c in read.calls] == [{"x": 2}]
+    assert store.list_approvals(run.id) == []
+
+
+def test_a_session_abandoned_after_an_allowed_attach_leaves_the_run_waiting_to_be_judged_again(
+    store: agentrt.Store,
+) -> None:
+    push = push_tool()
+    clock = FakeClock()
+    run_id = approved_waiting_run(store, push, clock)
+    session, verdict = gate(store, push, clock).attach_sync(run_id)
+    assert verdict is not None and verdict.outcome == VerdictOutcome.ALLOWED
+    session.close_sync()
+    run = store.get_run(run_id)
+    assert run.status == "WAITING_FOR_APPROVAL" and store.lease(run_id).owner == ""
+    assert [e.type for e in store.list_events(run_id=run_id)][-1] == "approval.decided"
+    again, verdict = gate(store, push, clock).attach_sync(run_id)
+    assert verdict is not None and verdict.outcome == VerdictOutcome.ALLOWED
+    step = again.current()
+    assert step is not None
+    assert step.execute_sync().kind == "tool_result"
+    assert len(push.calls) == 1
+    again.close_sync()
+
+
+def test_of_two_gates_attaching_one_approved_run_exactly_one_executes(
+    store: agentrt.Store, db_path: Path
+) -> None:
+    push = push_tool()
+    clock = FakeClock()
+    run_id = approved_waiting_run(store, push, clock)
+    first, first_verdict = gate(store, push, clock, "c").attach_sync(run_id)
+    second, second_verdict = gate(store, push, clock, "d").attach_sync(run_id)
+    assert first_verdict is not None and second_verdict is not None
+    assert first_verdict.outcome == second_verdict.outcome == VerdictOutcome.ALLOWED
+    one, other = first.current(), second.current()
+    assert one is not None and other is not None
+    assert one.execute_sync().kind == "tool_result"
+    before = snapshot(db_path)
+    with pytest.raises(agentrt.RunStateError):
+        other.execute_sync()
+    assert snapshot(db_path) == before
+    assert len(push.calls) == 1
+    first.close_sync()
+    second.close_sync()
+
+
+def test_the_lease_taken_as_an_attached_call_starts_is_renewed_while_its_tool_runs(
+    store: agentrt.Store,
+) -> None:
+    clock = FakeClock()
+    renewals: list[int] = []
+    holder: list[agentrt.GateSession] = []
+
+    def slow(call: agentrt.ToolCall) -> agentrt.ToolResult:
+        time.sleep(0.5)  # longer than the lease: only the heartbeat keeps it ours
+        heartbeat = holder[0]._rs.heartbeat
+        renewals.append(0 if heartbeat is None else heartbeat.renewals)
+        return agentrt.ToolResult({"pushed": True}, "pushed")
+
+    push = RecordingTool("push", SideEffect.REMOTE_MUTATION, result=slow)
+    run_id = approved_waiting_run(store, push, clock)
+    attaching = agentrt.Gate(
+        store=store,
+        policy=agentrt.default_policy(),
+        tools=[push],
+        now=clock,
+        new_id=Ids("e"),
+        lease_ttl=timedelta(milliseconds=300),
+    )
+    session, verdict = attaching.attach_sync(run_id)
+    holder.append(session)
+    assert verdict is not None and verdict.outcome == "allowed"
+    step = session.current()
+    assert step is not None
+    assert step.execute_sync().kind == "tool_result"
+    assert renewals and renewals[0] >= 1
+    session.close_sync()
+
+
+@pytest.mark.parametrize(
+    ("answer", "outcome", "status"),
+    [
+        (agentrt.Reconciliation.completed({"done": True}), "ended", "COMPLETED"),
+        (agentrt.Reconciliation.conflict("the ledger disagrees"), "ended", "FAILED"),
+        (agentrt.Reconciliation.continue_run("checked"), None, "RUNNING"),
+    ],
+)
+def test_attach_to_an_orphaned_run_applies_the_gates_reconcile_as_driver_resume_does(
+    store: agentrt.Store, answer: agentrt.Reconciliation, outcome: str | None, status: str
+) -> None:
+    read = read_tool()
+    clock = FakeClock()
+    past = datetime(2020, 1, 1, tzinfo=UTC)
+    # An owner whose lease ran out long ago (its wall clock says 2020), mid-step.
+    dead = agentrt.Gate(
+        store=store,
+        policy=agentrt.default_policy(),
+        tools=[read],
+        now=clock,
+        new_id=Ids(),
+        wall=lambda: past,
+    )
+    orphan = dead.begin_sync("read it")
+    assert orphan.step_sync() is not None
+    seen: list[agentrt.RunView] = []
+
+    def reconcile(view: agentrt.RunView) -> agentrt.Reconciliation:
+        seen.append(view)
+        return answer
+
+    rescuer = agentrt.Gate(
+        store=store,
+        policy=agentrt.default_policy(),
+        tools=[read],
+        now=clock,
+        new_id=Ids("f"),
+        reconcile=reconcile,
+    )
+    session, verdict = rescuer.attach_sync(orphan.run.id)
+    assert len(seen) == 1
+    if outcome is None:
+        assert verdict is None
+    else:
+        assert verdict is not None and verdict.outcome == outcome
+    assert session.run.status == status == store.get_run(orphan.run.id).status
+    assert read.calls == []
+    session.close_sync()
+
+
+def test_a_cancelled_execute_keeps_the_lease_while_its_tool_thread_runs_then_gives_it_back(
+    db_path: Path,
+) -> None:
+    store = agentrt.open_store(db_path)
+    started, release = threading.Event(), threading.Event()
+
+    def charge(call: agentrt.ToolCall) -> agentrt.ToolResult:
+        started.set()
+        assert release.wait(20)
+        return agentrt.ToolResult({"charged": True})
+
+    tool = RecordingTool("charge", SideEffect.REMOTE_MUTATION, result=charge)
+    the_gate = agentrt.Gate(
+        store=store,
+        policy=child.policy(),
+        tools=[tool],
+        lease_ttl=timedelta(milliseconds=300),
+    )
+
+    async def cancel_mid_call() -> str:
+        session = await the_gate.begin("charge")
+        step = await session.step()
+        assert step is not None
+        assert (await step.propose(Decision.tool_call("charge", {}))).outcome == "allowed"
+        task = asyncio.create_task(step.execute())
+        while not started.is_set():
+            await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await session.close()
+        return session.run.id
+
+    run_id = asyncio.run(cancel_mid_call())
+    time.sleep(1.0)  # more than three lease lengths: still renewed
+    other = agentrt.Gate(store=store, policy=child.policy(), tools=[tool])
+    with pytest.raises(agentrt.RunLeasedError):
+        other.attach_sync(run_id)
+    release.set()
+    deadline = time.monotonic() + 10
+    while store.lease(run_id).owner and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert store.lease(run_id).owner == ""
+    assert len(tool.calls) == 1
+    store.close()
