@@ -43,6 +43,7 @@ from ._session import (
 from ._store import reads, writes
 from ._store.writes import fail_step, finish_run
 from .approval import approval_hash, approval_request
+from .canonical import copy_json
 from .errors import RunStateError
 from .lease import take_in
 from .records import (
@@ -251,11 +252,13 @@ async def allow(
     run, `execute` judges the grant and takes the run back in the transaction
     that starts the tool (`start_resumed`)."""
     if isinstance(origin, FromRunning):
-        session.allow(AllowedCall(step, spec, args, payload))
+        session.allow(AllowedCall(step, spec, copy_json(args), payload))
         await session.probe(POINT_ALLOWED)
         return
     session.allow(
-        AllowedCall(step, spec, args, payload, approval_id=origin.approval.id, waiting=origin)
+        AllowedCall(
+            step, spec, copy_json(args), payload, approval_id=origin.approval.id, waiting=origin
+        )
     )
     await session.probe(POINT_ATTACH_ALLOWED)
 

@@ -34,6 +34,7 @@ Every async entry point has a blocking `_sync` twin named like the Driver's
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 import re
 import threading
@@ -384,6 +385,9 @@ class GateSession:
         self._open: GateStep | None = None
         self._closed = False
         self._released = False
+        self._claiming = False  # a step() is claiming a step right now
+        self._executing = 0  # execute() calls running a tool right now
+        self._shown: dict[str, tuple[Step, Step]] = {}  # step id -> (recorded, copy shown)
 
     # -- reading -----------------------------------------------------------
 
@@ -416,7 +420,25 @@ class GateSession:
         specs = tuple(shown[name] for name in sorted(shown))
         open_step = self.current()
         caller = open_step.model if open_step is not None else None
-        return StepInput(run=run, steps=steps, approvals=approvals, tools=specs, model=caller)
+        # Copies: what the consumer does to them changes nothing recorded, judged or
+        # executed. A step's copy is made once per version of the step (a run of n
+        # steps costs one copy per step written, not n per input), so a consumer
+        # that edits what it was shown sees its own edits in the next input.
+        return StepInput(
+            run=copy.deepcopy(run),
+            steps=tuple(self._copy_of(step) for step in steps),
+            approvals=copy.deepcopy(approvals),
+            tools=specs,
+            model=caller,
+        )
+
+    def _copy_of(self, step: Step) -> Step:
+        kept = self._shown.get(step.id)
+        if kept is not None and kept[0] is step:
+            return kept[1]
+        shown = copy.deepcopy(step)
+        self._shown[step.id] = (step, shown)
+        return shown
 
     # -- the loop ----------------------------------------------------------
 
@@ -428,9 +450,18 @@ class GateSession:
                 f"step {self._open.step.index if self._open else ''} of run {self.run_id} "
                 "is still open; propose and execute it (or fail it) first"
             )
+        if self._claiming:
+            raise RunStateError(
+                f"a step of run {self.run_id} is being claimed by another call; "
+                "one open step at a time"
+            )
         self._running()
         self._lease_held()
-        step = await _step.begin_step(self._rs)
+        self._claiming = True
+        try:
+            step = await _step.begin_step(self._rs)
+        finally:
+            self._claiming = False
         if step is None:
             self._settle_if_done()
             return None
@@ -447,6 +478,13 @@ class GateSession:
         if self._closed:
             return
         self._closed = True
+        if self._executing:
+            # A tool is running under this lease: it stays renewed until the call's
+            # outcome is recorded; the `execute` in flight then finishes the close.
+            return
+        await self._finish_close()
+
+    async def _finish_close(self) -> None:
         self._detach()
         rs = self._rs
         if rs.run.status == RunStatus.RUNNING and rs.lingering_tool is None:
@@ -569,6 +607,7 @@ class GateStep:
         self.step = step
         self.model = model  # the accounting caller for this step (None without a model)
         self._verdict: VerdictOutcome | None = None
+        self._proposed = False  # a decision was handed to propose (at most one per step)
         self._executed = False
         self._settled = False
 
@@ -584,11 +623,14 @@ class GateStep:
         """Record `decision` verbatim, validate it and ask the policy; what became of it."""
         session = self._session
         session._usable()
-        if self._verdict is not None or self._settled:
+        if self._verdict is not None or self._settled or self._proposed:
             raise RunStateError(f"step {self.index} already has a verdict; propose once per step")
         session._running()
         session._lease_held()
         rs = session._rs
+        # Marked before the first await: a second propose (concurrent, or after this
+        # one was cancelled) can never record a second decision for the step.
+        self._proposed = True
         try:
             outcome = await _step.propose(rs, self.step, decision)
         except RunMoved as moved:
@@ -624,13 +666,17 @@ class GateStep:
         rs = session._rs
         self._executed = True
         self._settled = True
+        session._executing += 1
         try:
             try:
                 await _step.execute(rs, self.step)
             except RunMoved as moved:
                 rs.run = moved.run
         finally:
+            session._executing -= 1
             session._settle_if_done()
+            if session._closed and not session._executing:
+                await session._finish_close()  # a close() came while the tool ran
         return rs.current(self.step).observation
 
     async def fail(self, error: BaseException) -> Run:
@@ -643,6 +689,11 @@ class GateStep:
         session._usable()
         if self._verdict is not None or self._settled:
             raise RunStateError(f"step {self.index} already has a verdict; it cannot fail now")
+        if self._proposed:
+            raise RunStateError(
+                f"step {self.index} has a decision proposed (its verdict was not returned); "
+                "close the session and attach again"
+            )
         session._running()
         rs = session._rs
         self._settled = True

@@ -555,11 +555,12 @@ def record_decision(
 ) -> None:
     """Record a deciding step's decision verbatim (`text`), then `step.decided`."""
     cur = tx.execute(
-        "UPDATE steps SET decision_json = ? WHERE id = ? AND status = 'deciding'",
+        "UPDATE steps SET decision_json = ? "
+        "WHERE id = ? AND status = 'deciding' AND decision_json = ''",
         (text, step_id),
     )
     if cur.rowcount != 1:
-        raise RunStateError(f"step {step_id} is no longer deciding")
+        raise RunStateError(f"step {step_id} is no longer deciding, or has its decision already")
     tx.append_event(run_id, step_id, now, ev.STEP_DECIDED, decision)
 
 
