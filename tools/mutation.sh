@@ -6,12 +6,14 @@
 # With no MODULE, all six run, one after the other. Each run starts from a fresh
 # mutants/ copy of src/ and tests/, runs under `nice -n 19` with two workers, and
 # uses the [tool.mutmut] test selection in pyproject.toml (slow tests excluded).
-# For resume.py and canonical.py only the functions that carry the contract are
-# mutated (see SCOPE below and docs/mutation.md). Needs the `mutation` extra:
+# For resume.py, accounting.py and canonical.py only the functions that carry
+# the contract are mutated (SCOPE below; MUTATION_WHOLE=1 mutates every
+# function). Needs the `mutation` extra:
 #   .venv/bin/pip install -e '.[test,mutation]'
 # Results: a summary per module on stdout, and the diff of every mutant that was
 # not killed in mutation-report/MODULE.diff (mutants/ is rebuilt on every call).
 set -euo pipefail
+set -f  # the mutant name patterns below are for mutmut, not for the shell
 cd "$(dirname "$0")/.."
 
 MUTMUT=${MUTMUT:-.venv/bin/mutmut}
@@ -21,15 +23,18 @@ declare -A SCOPE=(
   [approval]="agentrt.approval.*"
   [lease]="agentrt.lease.*"
   [chain]="agentrt.chain.*"
-  [accounting]="agentrt.accounting.*"
-  # Takeover and the interruption contract; resume_waiting and its helpers are
-  # the approval path, covered through approval.py and test_approvals.py.
+  # Reserve and charge: the projection, the limit check, the dispatch record,
+  # the settlement and the late-reply charge.
+  [accounting]="agentrt.accounting.x_project__* agentrt.accounting.x_projection_usage__*
+                agentrt.accounting.xǁAccountingCallerǁ_check_limits__*
+                agentrt.accounting.xǁAccountingCallerǁ_dispatch__*
+                agentrt.accounting.xǁAccountingCallerǁ_settle__*
+                agentrt.accounting.x__charge_beyond_estimate__*"
+  # The takeover and the interruption contract's decision table.
   [resume]="agentrt.resume.x_take_over__* agentrt.resume.x_check_live_lease__*
-            agentrt.resume.x_release_lease__* agentrt.resume.x_require_latest__*
             agentrt.resume.x__interrupted_executing__* agentrt.resume.x__after_interruption__*
             agentrt.resume.x__recorded_read_only__* agentrt.resume.x__call_conflict__*
-            agentrt.resume.x__pause_interrupted__* agentrt.resume.x__end_running__*
-            agentrt.resume.x__reconcile__* agentrt.resume.x__continue__*"
+            agentrt.resume.x__pause_interrupted__*"
   # The encoder the approval hash depends on; the parser is not mutated.
   [canonical]="agentrt.canonical.x_canonical_json__* agentrt.canonical.x_policy_json__*
                agentrt.canonical.x_content_hash__* agentrt.canonical.x_to_text__*
@@ -38,6 +43,10 @@ declare -A SCOPE=(
                agentrt.canonical.x__write__* agentrt.canonical.x__first__*
                agentrt.canonical.x__finish__* agentrt.canonical.x__int_to_decimal__*"
 )
+if [ "${MUTATION_WHOLE:-0}" = 1 ]; then
+  # Every function of every module (hours on a shared two-core machine).
+  for m in "${!SCOPE[@]}"; do SCOPE[$m]="agentrt.$m.*"; done
+fi
 
 modules=("$@")
 if [ ${#modules[@]} -eq 0 ]; then
