@@ -339,3 +339,22 @@ def test_the_error_recorded_for_an_attempt_is_cut_at_4096_characters(
     assert call.error.startswith("the reported usage is not plausible")
     assert len(call.error) == 4096
     assert model_events(store, run.id)[1].payload["error"] == call.error
+
+
+def test_a_crash_during_a_model_request_leaves_the_dispatched_attempt_recorded(
+    tmp_path: Path,
+) -> None:
+    """The dispatch's commit is the crash point the test kit names DURING_MODEL_REQUEST."""
+    from agentrt.records import StepStatus
+    from agentrt.testkit import Crash, Point, run_sync
+
+    result = run_sync(
+        "testkit_scenarios:with_model",
+        Crash(0, Point.DURING_MODEL_REQUEST),
+        db_path=tmp_path / "model.db",
+    )
+    assert [c.crash for c in result.crashes_reached] == [Crash(0, Point.DURING_MODEL_REQUEST)]
+    first = result.model_calls[0]
+    assert first.step_id == result.step(0).id and first.status == "ambiguous"
+    assert result.step(0).status == StepStatus.INTERRUPTED
+    assert result.run.status == "COMPLETED"
