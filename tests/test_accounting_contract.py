@@ -358,3 +358,52 @@ def test_a_crash_during_a_model_request_leaves_the_dispatched_attempt_recorded(
     assert first.step_id == result.step(0).id and first.status == "ambiguous"
     assert result.step(0).status == StepStatus.INTERRUPTED
     assert result.run.status == "COMPLETED"
+
+
+def test_a_late_reply_after_a_cancel_is_charged_through_the_settle_at_the_time_it_arrived(
+    db_path: Path,
+) -> None:
+    """The end-to-end path to `_charge_beyond_estimate`: the cancel charged the estimate,
+    the reply comes later; an unpriced model adds tokens and no cost."""
+    import threading
+
+    store = agentrt.open_store(db_path)
+    in_flight = threading.Event()
+    release = asyncio.Event()
+    loop_box: dict[str, Any] = {}
+
+    async def late() -> ModelResponse:
+        loop_box["loop"] = asyncio.get_running_loop()
+        in_flight.set()
+        await release.wait()
+        return reply(usage=Usage(1000, 500, 0))
+
+    clock = FakeClock()
+    driver = agentrt.Driver(
+        store=store,
+        agent=model_agent(),
+        policy=agentrt.default_policy(),
+        model=FakeModel(late),
+        model_config=ModelConfig(model="fake:model"),
+        now=clock,
+        new_id=Ids(),
+    )
+    box: dict[str, Any] = {}
+    thread = threading.Thread(target=lambda: box.setdefault("run", driver.start_sync("g")))
+    thread.start()
+    assert in_flight.wait(10)
+    (run,) = store.list_runs()
+    agentrt.cancel(store, run.id, by="ops")
+    loop_box["loop"].call_soon_threadsafe(release.set)
+    thread.join(10)
+    assert box["run"].status == "CANCELLED"
+    last = store.list_events(run_id=run.id)[-1]
+    assert (last.type, last.payload["status"], last.payload["cost_micros"]) == (
+        "model.completed",
+        "late",
+        0,
+    )
+    (dispatched,) = [e for e in store.list_events(run_id=run.id) if e.type == "model.dispatched"]
+    assert last.at is not None and dispatched.at is not None and last.at > dispatched.at
+    final = store.get_run(run.id)
+    assert (final.input_tokens, final.output_tokens, final.estimated_cost_micros) == (1000, 500, 0)
