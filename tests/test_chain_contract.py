@@ -53,13 +53,17 @@ def tamper(db: Path, sql: str, params: tuple[object, ...] = ()) -> None:
 def verify(
     db: Path,
     *,
+    from_seq: int | None = None,
     to_seq: int | None = None,
     head: tuple[int, str] | None = None,
     page_size: int = 1000,
 ) -> ChainBreak | None:
     conn = sqlite3.connect(db)
     try:
-        return verify_chain(conn, to_seq=to_seq, head=head, page_size=page_size).first_break
+        report = verify_chain(
+            conn, from_seq=from_seq, to_seq=to_seq, head=head, page_size=page_size
+        )
+        return report.first_break
     finally:
         conn.close()
 
@@ -156,3 +160,39 @@ def test_event_hash_refuses_a_seq_that_is_not_an_int_naming_its_type(
 ) -> None:
     with pytest.raises(TypeError, match=f"^seq must be an int, got {name}$"):
         event_hash("", seq, "r", "s", "t", "x", "{}")  # type: ignore[arg-type]
+
+
+def test_a_page_of_one_event_verifies_the_whole_chain(store: Store, db: Path) -> None:
+    fill(store, 3)
+    conn = sqlite3.connect(db)
+    try:
+        report = verify_chain(conn, page_size=1)
+    finally:
+        conn.close()
+    assert (report.intact, report.checked, report.head_seq) == (True, 3, 3)
+
+
+def test_a_page_size_below_one_is_refused(store: Store, db: Path) -> None:
+    conn = sqlite3.connect(db)
+    try:
+        with pytest.raises(ValueError, match=r"^page_size must be at least 1$"):
+            verify_chain(conn, page_size=0)
+    finally:
+        conn.close()
+
+
+def test_a_range_from_seq_one_checks_the_first_event(store: Store, db: Path) -> None:
+    fill(store, 3)
+    tamper(db, "UPDATE events SET payload_json = '{\"forged\":true}' WHERE seq = 1")
+    assert verify(db, from_seq=1) == ChainBreak(seq=1, problem="altered")
+    assert verify(db, from_seq=0) == ChainBreak(seq=1, problem="altered")
+
+
+def test_a_range_that_ends_on_a_page_boundary_returns_its_report(store: Store, db: Path) -> None:
+    fill(store, 6)
+    conn = sqlite3.connect(db)
+    try:
+        report = verify_chain(conn, to_seq=4, page_size=2)
+    finally:
+        conn.close()
+    assert (report.intact, report.checked, report.head_seq) == (True, 4, 4)
