@@ -1,0 +1,119 @@
+"""The approval hash and deciding, pinned by the mutation campaign (docs/mutation.md).
+
+Each test here kills a mutant of `agentrt.approval` that the tests in
+`test_approvals.py` let live once mutmut ran each mutant in a clean process.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import timedelta
+
+import pytest
+
+import agentrt
+from agentrt import (
+    ApprovalExpiredError,
+    ApprovalHashError,
+    Limits,
+    NotFoundError,
+    NotPendingError,
+    SideEffect,
+)
+from agentrt.approval import approval_hash, approval_request, decide, verify_stored
+from agentrt.canonical import content_hash
+from conftest import EPOCH, FakeClock, RecordingTool
+from test_approvals import paused_run
+
+
+def test_an_approval_request_with_no_args_binds_an_empty_object() -> None:
+    spec = RecordingTool("push", SideEffect.REMOTE_MUTATION).spec
+    assert approval_request("r", "s", spec, None)["args"] == {}
+    assert approval_request("r", "s", spec, None) == approval_request("r", "s", spec, {})
+
+
+def test_no_capability_or_presentation_hashes_as_an_empty_object() -> None:
+    request = {"run_id": "r"}
+    expected = content_hash({"kind": "k", "capability": {}, "presentation": {}, "request": request})
+    assert approval_hash("k", None, None, request) == expected
+    assert approval_hash("k", {}, {}, request) == expected
+
+
+def test_deciding_at_the_instant_an_approval_expires_is_refused_naming_the_time(
+    store: agentrt.Store,
+) -> None:
+    clock = FakeClock(tick=timedelta(0))
+    _driver, run, _push = paused_run(store, clock, limits=Limits(approval_ttl=timedelta(hours=1)))
+    (approval,) = store.pending_approvals(run.id)
+    assert approval.expires_at == EPOCH + timedelta(hours=1)
+    with pytest.raises(
+        ApprovalExpiredError,
+        match=rf"^approval {approval.id} expired at 2026-11-30T10:00:00\.000000Z$",
+    ):
+        decide(
+            store,
+            run.id,
+            approval.id,
+            approve=True,
+            by="ops",
+            note="",
+            shown_hash=None,
+            now=approval.expires_at,
+        )
+
+
+def test_a_rejection_fails_the_step_with_the_tool_and_the_note(store: agentrt.Store) -> None:
+    _driver, run, _push = paused_run(store)
+    (approval,) = store.pending_approvals(run.id)
+    decide(
+        store,
+        run.id,
+        approval.id,
+        approve=False,
+        by="ops",
+        note="too risky",
+        shown_hash=None,
+        now=EPOCH + timedelta(minutes=1),
+    )
+    (step,) = store.list_steps(run.id)
+    assert step.observation is not None
+    assert (step.observation.kind, step.observation.summary) == (
+        "policy_denied",
+        "approval rejected: too risky",
+    )
+    assert step.observation.content == {"tool": "push", "reason": "approval rejected: too risky"}
+
+
+def test_each_refusal_to_decide_says_what_and_why(store: agentrt.Store) -> None:
+    _driver, run, _push = paused_run(store)
+    (approval,) = store.pending_approvals(run.id)
+    now = EPOCH + timedelta(minutes=1)
+    with pytest.raises(NotFoundError, match=r"^no run nope$"):
+        decide(store, "nope", approval.id, approve=True, by="o", note="", shown_hash=None, now=now)
+    with pytest.raises(NotFoundError, match=f"^no approval nope on run {run.id}$"):
+        decide(store, run.id, "nope", approve=True, by="o", note="", shown_hash=None, now=now)
+    decide(store, run.id, approval.id, approve=True, by="o", note="", shown_hash=None, now=now)
+    with pytest.raises(NotPendingError, match=f"^approval {approval.id} was already approved$"):
+        decide(store, run.id, approval.id, approve=True, by="o", note="", shown_hash=None, now=now)
+
+
+def test_a_stored_approval_that_no_longer_verifies_is_refused_saying_why(
+    store: agentrt.Store,
+) -> None:
+    _driver, run, _push = paused_run(store)
+    (approval,) = store.pending_approvals(run.id)
+    verify_stored(approval)
+    with pytest.raises(
+        ApprovalHashError,
+        match=rf"^approval {approval.id} cannot be read back \(bad bytes\); "
+        "it will not be decided or executed$",
+    ):
+        verify_stored(dataclasses.replace(approval, decode_error="bad bytes"))
+    with pytest.raises(ApprovalHashError, match=rf"^approval {approval.id} cannot be hashed: "):
+        verify_stored(dataclasses.replace(approval, request={"x": float("nan")}))
+    with pytest.raises(
+        ApprovalHashError,
+        match=rf"^approval {approval.id} no longer matches its hash: the stored request, kind, "
+        "capability or presentation was altered after it was made$",
+    ):
+        verify_stored(dataclasses.replace(approval, hash="0" * 64))

@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# Mutation campaign over the modules that hold the safety contracts.
+#
+#   tools/mutation.sh [MODULE ...]    MODULE: approval lease resume chain accounting canonical
+#
+# With no MODULE, all six run, one after the other. Each run starts from a fresh
+# mutants/ copy of src/ and tests/, runs under `nice -n 19` with two workers, and
+# uses the [tool.mutmut] test selection in pyproject.toml (slow tests excluded).
+# For resume.py, accounting.py and canonical.py only the functions that carry
+# the contract are mutated (SCOPE below; MUTATION_WHOLE=1 mutates every
+# function). Needs the `mutation` extra:
+#   .venv/bin/pip install -e '.[test,mutation]'
+# Results: a summary per module on stdout, and the diff of every mutant that was
+# not killed in mutation-report/MODULE.diff (mutants/ is rebuilt on every call).
+set -euo pipefail
+set -f  # the mutant name patterns below are for mutmut, not for the shell
+cd "$(dirname "$0")/.."
+
+MUTMUT=${MUTMUT:-.venv/bin/mutmut}
+CHILDREN=${MUTATION_CHILDREN:-2}
+
+declare -A SCOPE=(
+  [approval]="agentrt.approval.*"
+  [lease]="agentrt.lease.*"
+  [chain]="agentrt.chain.*"
+  # Reserve and charge: the projection, the limit check, the dispatch record,
+  # the settlement and the late-reply charge.
+  [accounting]="agentrt.accounting.x_project__* agentrt.accounting.x_projection_usage__*
+                agentrt.accounting.xǁAccountingCallerǁ_check_limits__*
+                agentrt.accounting.xǁAccountingCallerǁ_dispatch__*
+                agentrt.accounting.xǁAccountingCallerǁ_settle__*
+                agentrt.accounting.x__charge_beyond_estimate__*"
+  # The takeover and the interruption contract's decision table.
+  [resume]="agentrt.resume.x_take_over__* agentrt.resume.x_check_live_lease__*
+            agentrt.resume.x__interrupted_executing__* agentrt.resume.x__after_interruption__*
+            agentrt.resume.x__recorded_read_only__* agentrt.resume.x__call_conflict__*
+            agentrt.resume.x__pause_interrupted__*"
+  # The encoder the approval hash depends on; the parser is not mutated.
+  [canonical]="agentrt.canonical.x_canonical_json__* agentrt.canonical.x_policy_json__*
+               agentrt.canonical.x_content_hash__* agentrt.canonical.x_to_text__*
+               agentrt.canonical.x__encode__* agentrt.canonical.x__encode_fast__*
+               agentrt.canonical.x__plain__* agentrt.canonical.x__encode_slow__*
+               agentrt.canonical.x__write__* agentrt.canonical.x__first__*
+               agentrt.canonical.x__finish__* agentrt.canonical.x__int_to_decimal__*"
+)
+if [ "${MUTATION_WHOLE:-0}" = 1 ]; then
+  # Every function of every module (hours on a shared two-core machine).
+  for m in "${!SCOPE[@]}"; do SCOPE[$m]="agentrt.$m.*"; done
+fi
+
+modules=("$@")
+if [ ${#modules[@]} -eq 0 ]; then
+  modules=(approval lease resume chain accounting canonical)
+fi
+for m in "${modules[@]}"; do
+  if [ -z "${SCOPE[$m]+x}" ]; then
+    echo "unknown module: $m (one of: ${!SCOPE[*]})" >&2
+    exit 2
+  fi
+done
+
+rm -rf mutants
+mkdir -p mutants mutation-report
+for m in "${modules[@]}"; do
+  # shellcheck disable=SC2086
+  read -r -a patterns <<< "$(echo ${SCOPE[$m]})"
+  start=$(date +%s)
+  nice -n 19 "$MUTMUT" run --max-children "$CHILDREN" "${patterns[@]}" > "mutants/run-$m.log" 2>&1 || {
+    echo "mutmut failed on $m; see mutants/run-$m.log" >&2
+    exit 1
+  }
+  end=$(date +%s)
+  "$MUTMUT" results --all true 2>/dev/null | python3 -c '
+import collections, fnmatch, sys
+module, seconds, patterns = sys.argv[1], sys.argv[2], sys.argv[3:]
+counts = collections.Counter()
+left = []
+for line in sys.stdin:
+    name, _, status = line.strip().rpartition(": ")
+    if name and any(fnmatch.fnmatch(name, p) for p in patterns):
+        counts[status] += 1
+        if status != "killed":
+            left.append(f"    {name}: {status}")
+total = sum(counts.values())
+with open(f"mutation-report/{module}.names", "w") as f:
+    f.write("".join(name.strip().split(":")[0] + "\n" for name in left))
+summary = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+print(f"{module}: {total} mutants in {seconds} s ({summary})")
+print("\n".join(left))
+' "$m" "$((end - start))" "${patterns[@]}"
+  : > "mutation-report/$m.diff"
+  while read -r name; do
+    "$MUTMUT" show "$name" >> "mutation-report/$m.diff" 2>&1 || true
+    echo >> "mutation-report/$m.diff"
+  done < "mutation-report/$m.names"
+done
