@@ -36,7 +36,7 @@ import httpx
 
 import agentrt
 from agentrt import PolicyDecision, SideEffect, ToolRequest
-from agentrt.model import Model, ModelConfig, Price
+from agentrt._model import Model, ModelConfig, Price
 from agentrt.model_agent import ModelAgent
 from agentrt.render import RenderOptions
 

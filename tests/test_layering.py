@@ -1,7 +1,7 @@
 """The package's layering: SQL lives only in the store layer, and no module imports in a cycle.
 
-The store layer is `agentrt/_store/` (the named writes and reads), `agentrt/store.py`
-(opening, pragmas, transactions, the public `Store` reads) and `agentrt/migrations.py`.
+The store layer is `agentrt/_store/` (the named writes and reads), `agentrt/_db.py`
+(opening, pragmas, transactions, the public `Store` reads) and `agentrt/_migrations.py`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import agentrt
 
 PACKAGE = Path(agentrt.__file__).parent
 
-STORE_LAYER = {"_store", "store.py", "migrations.py"}
+STORE_LAYER = {"_store", "_db.py", "_migrations.py"}
 
 _SQL_START = re.compile(
     r"^\s*(SELECT|INSERT|UPDATE|DELETE|REPLACE|PRAGMA|BEGIN|COMMIT|ROLLBACK|SAVEPOINT|"

@@ -19,10 +19,11 @@ from __future__ import annotations
 import importlib as _importlib
 from types import ModuleType as _ModuleType
 
-from .approval import approval_hash, approval_request
-from .canonical import canonical_json, check_json, content_hash, policy_json
-from .driver import Agent, Driver
-from .errors import (
+from ._approval import approval_hash, approval_request
+from ._canonical import canonical_json, check_json, content_hash, policy_json
+from ._db import Store, open_existing, open_store
+from ._driver import Agent, Driver
+from ._errors import (
     AbortRun,
     AgentrtError,
     ApprovalChangedError,
@@ -52,9 +53,9 @@ from .errors import (
     UnsafePatternError,
     UnsafeSchemaError,
 )
-from .gate import Gate, GateSession, GateStep, Verdict, VerdictOutcome
-from .migrations import RUNTIME_VERSION
-from .model import (
+from ._gate import Gate, GateSession, GateStep, Verdict, VerdictOutcome
+from ._migrations import RUNTIME_VERSION
+from ._model import (
     ContentBlock,
     Message,
     Model,
@@ -70,10 +71,9 @@ from .model import (
     Usage,
     parse_dollars,
 )
-from .model_agent import ModelAgent
-from .operator import Operator, approve, cancel, reject
-from .policy import Policy, SideEffectPolicy, decode_presentation, default_policy, need_approval
-from .records import (
+from ._operator import Operator, approve, cancel, reject
+from ._policy import Policy, SideEffectPolicy, decode_presentation, default_policy, need_approval
+from ._records import (
     Approval,
     ApprovalStatus,
     ChainBreak,
@@ -106,9 +106,9 @@ from .records import (
     ToolSpec,
     VerifyReport,
 )
+from ._tools import Tool, check_args, compile_tool, tool
+from .model_agent import ModelAgent
 from .recover import RecoverAction, Recovered
-from .store import Store, open_existing, open_store
-from .tools import Tool, check_args, compile_tool, tool
 
 __version__ = RUNTIME_VERSION  # one version: the one the file format records
 

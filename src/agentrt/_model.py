@@ -19,8 +19,8 @@ from datetime import timedelta
 from decimal import Decimal, InvalidOperation
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from .errors import ConfigError
-from .records import ToolSpec
+from ._errors import ConfigError
+from ._records import ToolSpec
 
 JSON = Any
 

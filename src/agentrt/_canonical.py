@@ -27,7 +27,7 @@ from _json import scanstring as _scanstring
 from itertools import accumulate
 from typing import Any, NoReturn
 
-from .errors import JSONValueError
+from ._errors import JSONValueError
 
 __all__ = [
     "MAX_DEPTH",

@@ -34,15 +34,15 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..driver import run_sync as _run_coro
-from ..errors import ConfigError
-from ..records import RunStatus
-from .result import ProbeHit, Result
-from .runner import MODES, shared_warning
-from .runner import play as play_scenario
-from .runner import run as run_scenario
-from .scenario import Crash, Point, Scenario, ScenarioSource, SharedScenarioWarning, build
-from .violation import InvariantError, Violation
+from .._driver import run_sync as _run_coro
+from .._errors import ConfigError
+from .._records import RunStatus
+from ._result import ProbeHit, Result
+from ._runner import MODES, shared_warning
+from ._runner import play as play_scenario
+from ._runner import run as run_scenario
+from ._scenario import Crash, Point, Scenario, ScenarioSource, SharedScenarioWarning, build
+from ._violation import InvariantError, Violation
 
 # Points that only recovery passes: a crash there tests recovery from recovery.
 RECOVERY_POINTS = frozenset({Point.AFTER_INTERRUPTED, Point.AFTER_RESUMED, Point.AFTER_PAUSED})

@@ -34,11 +34,11 @@ import referencing.exceptions
 import referencing.jsonschema
 from pydantic.fields import FieldInfo
 
-from . import patterns
-from .canonical import JSONFloat, content_hash, copy_json, json_problem
-from .clock import duration_to_ns
-from .errors import AgentrtError, ConfigError, ToolNameError
-from .records import SideEffect, ToolCall, ToolResult, ToolSpec
+from . import _patterns as patterns
+from ._canonical import JSONFloat, content_hash, copy_json, json_problem
+from ._clock import duration_to_ns
+from ._errors import AgentrtError, ConfigError, ToolNameError
+from ._records import SideEffect, ToolCall, ToolResult, ToolSpec
 
 __all__ = [
     "AsyncFunctionTool",

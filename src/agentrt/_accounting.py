@@ -32,19 +32,18 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from ._session import POINT_MODEL_DISPATCHED
-from ._store.writes import charge_beyond_estimate, dispatch_model_call, settle_model_call
-from .canonical import canonical_json
-from .clock import duration_to_ms
-from .errors import (
+from ._canonical import canonical_json
+from ._clock import duration_to_ms
+from ._db import Tx, run_from_row
+from ._errors import (
     ConfigError,
     LimitExceeded,
     ModelUnavailableError,
     ServedModelError,
     TransientModelError,
 )
-from .foreign import exception_text
-from .model import (
+from ._foreign import exception_text
+from ._model import (
     Model,
     ModelConfig,
     ModelRequest,
@@ -53,8 +52,9 @@ from .model import (
     UnpricedModelError,
     Usage,
 )
-from .records import ModelCallStatus, Run, Step, TerminalReason
-from .store import Tx, run_from_row
+from ._records import ModelCallStatus, Run, Step, TerminalReason
+from ._session import POINT_MODEL_DISPATCHED
+from ._store.writes import charge_beyond_estimate, dispatch_model_call, settle_model_call
 
 if TYPE_CHECKING:
     from ._session import RunSession

@@ -37,12 +37,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
-from .canonical import check_json
-from .decisions import _MAX_KEPT, _kept_text
-from .errors import AbortRun, JSONValueError
-from .foreign import exception_text, plain_text, type_name
-from .records import Observation, ObservationKind, ToolCall, ToolResult, ToolSpec
-from .tools import Tool
+from ._canonical import check_json
+from ._decisions import _MAX_KEPT, _kept_text
+from ._errors import AbortRun, JSONValueError
+from ._foreign import exception_text, plain_text, type_name
+from ._records import Observation, ObservationKind, ToolCall, ToolResult, ToolSpec
+from ._tools import Tool
 
 _MAX_SUMMARY = 1024
 

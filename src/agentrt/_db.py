@@ -32,18 +32,19 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, TypeVar
 
-from . import filesafety, migrations
-from .canonical import from_text, to_text
-from .chain import event_hash, verify_chain
-from .clock import as_stored, format_time, parse_time
-from .errors import (
+from . import _filesafety as filesafety
+from . import _migrations as migrations
+from ._canonical import from_text, to_text
+from ._chain import event_hash, verify_chain
+from ._clock import as_stored, format_time, parse_time
+from ._errors import (
     NotFoundError,
     StoreBusyError,
     StoreError,
     UnreadableSchemaError,
     UnsafeSchemaError,
 )
-from .records import (
+from ._records import (
     JSON,
     Approval,
     ApprovalStatus,
@@ -63,7 +64,7 @@ from .records import (
     ToolSpec,
     VerifyReport,
 )
-from .stored_text import decode_text, shown_text, unreadable_text
+from ._stored_text import decode_text, shown_text, unreadable_text
 
 MIN_SQLITE_VERSION = (3, 37, 0)  # STRICT tables
 TEXT_CAP = 65_536
@@ -875,7 +876,7 @@ class Store:
         Runs under the store's lock like its own reads. Writes belong in
         `transaction()`; a read-only store refuses them in SQLite itself. A TEXT
         value that is not valid UTF-8 comes back as its raw `bytes`, never as
-        an exception (`agentrt.stored_text`).
+        an exception (`agentrt._stored_text`).
         """
         return self._query(sql, params)
 
@@ -1145,7 +1146,7 @@ class Store:
         *,
         head: tuple[int, str] | None = None,
     ) -> VerifyReport:
-        """Check the event chain in bounded pages, writing nothing; see `agentrt.chain`.
+        """Check the event chain in bounded pages, writing nothing; see `agentrt._chain`.
 
         `head` is a `(seq, hash)` from `chain_head()` kept where the database's
         writers cannot reach: it also catches a truncated or recomputed chain.

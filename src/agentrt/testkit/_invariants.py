@@ -17,9 +17,9 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from typing import TYPE_CHECKING
 
-from .. import events as ev
-from ..canonical import canonical_json
-from ..records import (
+from .. import _events as ev
+from .._canonical import canonical_json
+from .._records import (
     ApprovalStatus,
     Decision,
     DecisionKind,
@@ -30,10 +30,10 @@ from ..records import (
     TerminalReason,
 )
 from ..scripted import settles_its_entry
-from .violation import Violation
+from ._violation import Violation
 
 if TYPE_CHECKING:
-    from .result import Result
+    from ._result import Result
 
 
 def check(result: Result) -> list[Violation]:

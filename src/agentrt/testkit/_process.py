@@ -8,7 +8,7 @@ expires, or takes over at once when the runtime can prove the owner dead). A
 child that reached its crash point must have died of SIGKILL (return code -9);
 any other exit is reported.
 
-The child (`python -m agentrt.testkit.process '<json>'`) rebuilds the scenario
+The child (`python -m agentrt.testkit._process '<json>'`) rebuilds the scenario
 from its factory reference, lives one `Life`, and at its crash point sends
 itself SIGKILL: after the commit, in the driver's task; inside a transaction,
 on the store's I/O thread before the COMMIT, so that transaction never reaches
@@ -30,9 +30,9 @@ from pathlib import Path
 from typing import NoReturn
 
 from .._session import RunSession
-from .harness import Crasher, Life, ProcessPlan, note_crash_checked
-from .journal import read_journal
-from .scenario import Crash, load_factory
+from ._harness import Crasher, Life, ProcessPlan, note_crash_checked
+from ._journal import read_journal
+from ._scenario import Crash, load_factory
 
 # The exit status of a child whose scenario raised (distinct from a crash's -9).
 _FAILED = 3
@@ -57,7 +57,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """The child: one process of a scenario, named by its factory."""
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 1:
-        print("usage: python -m agentrt.testkit.process '<plan json>'", file=sys.stderr)
+        print("usage: python -m agentrt.testkit._process '<plan json>'", file=sys.stderr)
         return 2
     payload = json.loads(args[0])
     try:
@@ -118,7 +118,7 @@ def run_in_children(
         command = [
             sys.executable,
             "-m",
-            "agentrt.testkit.process",
+            "agentrt.testkit._process",
             json.dumps({"factory": factory, "plan": plan.to_json()}),
         ]
         try:

@@ -37,7 +37,7 @@ from typing import Any
 import jsonschema.exceptions
 import re2
 
-from .errors import UnsafePatternError
+from ._errors import UnsafePatternError
 
 __all__ = [
     "additional_properties",

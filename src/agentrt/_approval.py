@@ -19,11 +19,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from ._store import reads
-from ._store.writes import decide_approval, fail_step, finish_run
-from .canonical import content_hash
-from .clock import format_time
-from .errors import (
+from ._canonical import content_hash
+from ._clock import format_time
+from ._db import Store, Tx, approval_from_row, run_from_row
+from ._errors import (
     ApprovalChangedError,
     ApprovalExpiredError,
     ApprovalHashError,
@@ -32,7 +31,7 @@ from .errors import (
     RunFinishedError,
     RunStateError,
 )
-from .records import (
+from ._records import (
     JSON,
     Approval,
     ApprovalStatus,
@@ -43,7 +42,8 @@ from .records import (
     TerminalReason,
     ToolSpec,
 )
-from .store import Store, Tx, approval_from_row, run_from_row
+from ._store import reads
+from ._store.writes import decide_approval, fail_step, finish_run
 
 
 def approval_request(run_id: str, step_id: str, spec: ToolSpec, args: JSON) -> dict[str, Any]:

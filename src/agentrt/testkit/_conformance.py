@@ -24,12 +24,11 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from .._session import validate_policy_decision
-from ..canonical import copy_json
-from ..errors import ConfigError
-from ..policy import Policy, policy_id_of
-from ..policy import evaluate as evaluate_policy
-from ..records import (
+from .._canonical import copy_json
+from .._errors import ConfigError
+from .._policy import Policy, policy_id_of
+from .._policy import evaluate as evaluate_policy
+from .._records import (
     JSON,
     Limits,
     PolicyDecision,
@@ -41,7 +40,8 @@ from ..records import (
     ToolRequest,
     ToolSpec,
 )
-from ..tools import check_args
+from .._session import validate_policy_decision
+from .._tools import check_args
 
 INVALID_ARGS = "invalid_args"
 ERROR = "error"

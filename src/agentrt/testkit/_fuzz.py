@@ -27,9 +27,9 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from ..errors import ConfigError
-from ..records import JSON, SideEffect, ToolSpec
-from ..tools import check_args
+from .._errors import ConfigError
+from .._records import JSON, SideEffect, ToolSpec
+from .._tools import check_args
 
 _MAX_DEPTH = 8
 _TYPES = ("object", "array", "string", "integer", "number", "boolean", "null")

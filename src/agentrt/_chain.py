@@ -32,9 +32,9 @@ import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ._records import ChainBreak, VerifyReport
 from ._store import chain_rows as rows
-from .records import ChainBreak, VerifyReport
-from .stored_text import unreadable_text
+from ._stored_text import unreadable_text
 
 PAGE_SIZE = 1000
 

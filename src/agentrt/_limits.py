@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from .records import DecisionKind, Run, Step, TerminalReason
+from ._records import DecisionKind, Run, Step, TerminalReason
 
 
 @dataclass(frozen=True)

@@ -29,14 +29,14 @@ from pathlib import Path
 from typing import Any
 
 from . import approve, open_store
+from ._db import Store
+from ._driver import Driver
+from ._policy import SideEffectPolicy
+from ._records import Decision, PolicyDecision, Run, RunStatus, SideEffect, ToolCall
 from ._render_approval import approval_lines
-from .driver import Driver
-from .policy import SideEffectPolicy
-from .records import Decision, PolicyDecision, Run, RunStatus, SideEffect, ToolCall
+from ._tools import tool
 from .recover import RecoverAction
 from .scripted import ScriptedAgent
-from .store import Store
-from .tools import tool
 
 ORDER = "A-1001"
 AMOUNT_CENTS = 4200
@@ -140,7 +140,7 @@ def _first_process(db: Path) -> int:
     """Start the worker, wait until its charge request is out, then SIGKILL it."""
     marker = db.parent / "charge-sent"
     worker = subprocess.Popen(
-        [sys.executable, "-m", "agentrt.demo", "--child", str(db)],
+        [sys.executable, "-m", "agentrt._demo", "--child", str(db)],
         stdout=subprocess.DEVNULL,
     )
     deadline = time.monotonic() + 60

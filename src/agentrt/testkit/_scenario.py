@@ -25,15 +25,15 @@ from pathlib import Path
 from typing import Any
 
 from .. import _session
-from ..clock import Clock, IdFactory
-from ..driver import Driver
-from ..errors import ConfigError
-from ..gate import Gate
-from ..policy import Policy
-from ..records import Approval, Decision, Limits, Run
+from .._clock import Clock, IdFactory
+from .._db import Store
+from .._driver import Driver
+from .._errors import ConfigError
+from .._gate import Gate
+from .._policy import Policy
+from .._records import Approval, Decision, Limits, Run
+from .._tools import Tool
 from ..scripted import ScriptedAgent, ScriptEntry
-from ..store import Store
-from ..tools import Tool
 
 
 class Point(StrEnum):

@@ -31,8 +31,8 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
+from ._clock import format_time, wall_clock
 from ._store.writes import renew_lease, renew_lease_alone, take_lease
-from .clock import format_time, wall_clock
 
 WallClock = Callable[[], datetime]
 

@@ -9,14 +9,14 @@ out at its next write.
 
 from __future__ import annotations
 
+from ._approval import decide
+from ._clock import Clock, wall_clock
+from ._db import Store
+from ._errors import NotFoundError, RunFinishedError, RunStateError
+from ._events import Observer, deliver
+from ._records import Approval, Run, RunStatus
 from ._store.reads import run_row
 from ._store.writes import cancel_run
-from .approval import decide
-from .clock import Clock, wall_clock
-from .errors import NotFoundError, RunFinishedError, RunStateError
-from .events import Observer, deliver
-from .records import Approval, Run, RunStatus
-from .store import Store
 
 _STATUSES = {str(s) for s in RunStatus}
 

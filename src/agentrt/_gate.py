@@ -43,6 +43,27 @@ from datetime import timedelta
 from typing import Any
 
 from . import _step
+from ._accounting import AccountingCaller
+from ._canonical import copy_json
+from ._clock import Clock, IdFactory, new_id, wall_clock
+from ._db import Store, Tx
+from ._decisions import call_args
+from ._errors import ConfigError, LeaseLostError, RunStateError, SessionClosedError
+from ._events import Observer
+from ._lease import WallClock, expiry, holder_json, make_owner
+from ._model import Model, ModelConfig
+from ._policy import Policy, policy_id_of
+from ._records import (
+    Approval,
+    DecisionKind,
+    Limits,
+    Observation,
+    Run,
+    RunStatus,
+    Step,
+    StepInput,
+    ToolRequest,
+)
 from ._resume_waiting import NO_MARK, Undecodable, resume_waiting
 from ._session import (
     LoopConfig,
@@ -58,28 +79,7 @@ from ._session import (
 )
 from ._store.writes import create_run, fail_waiting_run
 from ._takeover import take_over
-from .accounting import AccountingCaller
-from .canonical import copy_json
-from .clock import Clock, IdFactory, new_id, wall_clock
-from .decisions import call_args
-from .errors import ConfigError, LeaseLostError, RunStateError, SessionClosedError
-from .events import Observer
-from .lease import WallClock, expiry, holder_json, make_owner
-from .model import Model, ModelConfig
-from .policy import Policy, policy_id_of
-from .records import (
-    Approval,
-    DecisionKind,
-    Limits,
-    Observation,
-    Run,
-    RunStatus,
-    Step,
-    StepInput,
-    ToolRequest,
-)
-from .store import Store, Tx
-from .tools import Tool, compile_tool, registered_spec, spec_hash, validate_tools
+from ._tools import Tool, compile_tool, registered_spec, spec_hash, validate_tools
 
 __all__ = ["Gate", "GateSession", "GateStep", "Verdict", "VerdictOutcome"]
 

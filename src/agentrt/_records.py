@@ -14,8 +14,8 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from .canonical import content_hash
-from .clock import duration_to_ms, duration_to_ns, ns_to_duration
+from ._canonical import content_hash
+from ._clock import duration_to_ms, duration_to_ns, ns_to_duration
 
 JSON = Any  # a plain JSON value: dict, list, str, int, float, bool or None
 
@@ -156,7 +156,7 @@ class Limits:
     grant_ttl: timedelta | None = None
 
     def __post_init__(self) -> None:
-        from .errors import ConfigError
+        from ._errors import ConfigError
 
         for name in ("max_steps", "max_consecutive_tool_failures", "loop_threshold"):
             value = getattr(self, name)

@@ -23,6 +23,16 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Protocol, runtime_checkable
 
+from ._clock import Clock, IdFactory
+from ._db import Store
+from ._errors import ConfigError, LeaseLostError, RunStateError
+from ._events import Observer
+from ._gate import Gate, GateSession, GateStep, Verdict, VerdictOutcome, check_goal, configure
+from ._lease import WallClock
+from ._model import Model, ModelConfig
+from ._operator import Operator
+from ._policy import Policy
+from ._records import Approval, Decision, Limits, Run, RunStatus, StepInput
 from ._session import (
     SHUTDOWN_GRACE_S,
     Probe,
@@ -32,19 +42,9 @@ from ._session import (
     run_io,
     run_sync,
 )
-from .clock import Clock, IdFactory
-from .errors import ConfigError, LeaseLostError, RunStateError
-from .events import Observer
-from .gate import Gate, GateSession, GateStep, Verdict, VerdictOutcome, check_goal, configure
-from .lease import WallClock
-from .model import Model, ModelConfig
-from .operator import Operator
-from .policy import Policy
-from .records import Approval, Decision, Limits, Run, RunStatus, StepInput
+from ._tools import Tool
 from .recover import DEFAULT_LIMIT, Recovered
 from .recover import recover as recover_runs
-from .store import Store
-from .tools import Tool
 
 __all__ = ["SHUTDOWN_GRACE_S", "Agent", "Driver", "run_sync"]
 

@@ -23,9 +23,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from ..canonical import check_json
-from ..records import Decision, StepInput, ToolCall, ToolResult, ToolSpec
-from ..tools import Tool
+from .._canonical import check_json
+from .._records import Decision, StepInput, ToolCall, ToolResult, ToolSpec
+from .._tools import Tool
 
 
 class Journal:

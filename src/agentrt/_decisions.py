@@ -25,11 +25,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .canonical import check_json, from_text, parse_json, to_text
-from .errors import JSONValueError
-from .foreign import exception_text, type_name
-from .records import Decision, DecisionKind, DecisionOrigin
-from .tools import CompiledTool
+from ._canonical import check_json, from_text, parse_json, to_text
+from ._errors import JSONValueError
+from ._foreign import exception_text, type_name
+from ._records import Decision, DecisionKind, DecisionOrigin
+from ._tools import CompiledTool
 
 _VALID_KINDS = (DecisionKind.TOOL_CALL, DecisionKind.COMPLETE, DecisionKind.FAIL)
 _KNOWN_ORIGINS = {str(o) for o in DecisionOrigin}

@@ -20,13 +20,13 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from ..driver import run_sync as _run_coro
-from ..errors import ConfigError, NotFoundError
-from .harness import recorded_floor_and_ids, run_in_process, skipping_ids
-from .invariants import check
-from .process import run_in_children
-from .result import Result, collect
-from .scenario import Crash, Scenario, ScenarioSource, SharedScenarioWarning, build
+from .._driver import run_sync as _run_coro
+from .._errors import ConfigError, NotFoundError
+from ._harness import recorded_floor_and_ids, run_in_process, skipping_ids
+from ._invariants import check
+from ._process import run_in_children
+from ._result import Result, collect
+from ._scenario import Crash, Scenario, ScenarioSource, SharedScenarioWarning, build
 
 MODES = ("harness", "process")
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from .records import Event, Observation
+from ._records import Event, Observation
 
 RUN_CREATED = "run.created"
 RUN_STARTED = "run.started"

@@ -17,8 +17,8 @@ from typing import Protocol, TypeVar, runtime_checkable
 
 import pydantic
 
-from .errors import ConfigError
-from .records import (
+from ._errors import ConfigError
+from ._records import (
     JSON,
     Approval,
     PolicyDecision,

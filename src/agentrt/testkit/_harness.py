@@ -37,17 +37,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from .._clock import Clock, IdFactory, parse_time, wall_clock
+from .._db import Store, open_existing, open_store
+from .._driver import Driver
+from .._errors import NotFoundError, RunLeasedError
+from .._gate import Gate
+from .._operator import Operator
+from .._records import Run, RunStatus
 from .._session import RunSession
 from .._store import reads
-from ..clock import Clock, IdFactory, parse_time, wall_clock
-from ..driver import Driver
-from ..errors import NotFoundError, RunLeasedError
-from ..gate import Gate
-from ..operator import Operator
-from ..records import Run, RunStatus
-from ..store import Store, open_existing, open_store
-from .journal import Journal, SeenAgent, read_journal, seen_tool
-from .scenario import (
+from ._journal import Journal, SeenAgent, read_journal, seen_tool
+from ._scenario import (
     Crash,
     LoopContext,
     Scenario,

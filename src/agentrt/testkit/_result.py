@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..records import (
+from .._db import open_existing
+from .._records import (
     JSON,
     Approval,
     Decision,
@@ -27,10 +28,9 @@ from ..records import (
     ToolSpec,
     VerifyReport,
 )
-from ..store import open_existing
-from .journal import read_journal
-from .scenario import Crash, Point, Verdict
-from .violation import InvariantError, Violation
+from ._journal import read_journal
+from ._scenario import Crash, Point, Verdict
+from ._violation import InvariantError, Violation
 
 
 @dataclass(frozen=True)
