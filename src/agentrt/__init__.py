@@ -17,6 +17,7 @@ lists the public names and those submodules, nothing internal.
 from __future__ import annotations
 
 import importlib as _importlib
+from types import FunctionType as _FunctionType
 from types import ModuleType as _ModuleType
 
 from ._approval import approval_hash, approval_request
@@ -219,6 +220,19 @@ __all__ = [
     "reject",
     "tool",
 ]
+
+
+def _claim_public_names() -> None:
+    # httpx style: a public class or function says it lives in `agentrt`, not in
+    # the private module that defines it, so reprs, tracebacks and pickles name
+    # the door users import from (docs/decisions/0034).
+    for name in __all__:
+        value = globals()[name]
+        if isinstance(value, type | _FunctionType) and value.__module__.startswith(f"{__name__}._"):
+            value.__module__ = __name__
+
+
+_claim_public_names()
 
 
 _SUBMODULES = frozenset(
