@@ -108,3 +108,16 @@ def test_a_public_record_and_an_error_named_agentrt_pickle_and_unpickle() -> Non
     back = pickle.loads(pickle.dumps(error))
     assert type(back) is agentrt.RunStateError and back.args == ("the run moved",)
     assert b"agentrt._" not in pickle.dumps(decision) + pickle.dumps(error)
+
+
+def test_agentrt_lowlevel_exports_exactly_its_dunder_all_and_the_crash_points_the_kit_names() -> (
+    None
+):
+    import agentrt.lowlevel as lowlevel
+    from agentrt.testkit import Point
+
+    ns: dict[str, object] = {}
+    exec("from agentrt.lowlevel import *", ns)
+    assert sorted(k for k in ns if k != "__builtins__") == sorted(lowlevel.__all__)
+    points = {getattr(lowlevel, n) for n in lowlevel.__all__ if n.startswith("POINT_")}
+    assert points == {p.value for p in Point}

@@ -24,13 +24,10 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from .._canonical import copy_json
-from .._errors import ConfigError
-from .._policy import Policy, policy_id_of
-from .._policy import evaluate as evaluate_policy
-from .._records import (
-    JSON,
+from .. import (
+    ConfigError,
     Limits,
+    Policy,
     PolicyDecision,
     PolicyOutcome,
     Run,
@@ -39,9 +36,10 @@ from .._records import (
     SideEffect,
     ToolRequest,
     ToolSpec,
+    check_args,
 )
-from .._session import validate_policy_decision
-from .._tools import check_args
+from ..lowlevel import JSON, copy_json, policy_id_of, validate_policy_decision
+from ..lowlevel import evaluate as evaluate_policy
 
 INVALID_ARGS = "invalid_args"
 ERROR = "error"

@@ -27,9 +27,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from .._errors import ConfigError
-from .._records import JSON, SideEffect, ToolSpec
-from .._tools import check_args
+from .. import ConfigError, SideEffect, ToolSpec, check_args
+from ..lowlevel import JSON
 
 _MAX_DEPTH = 8
 _TYPES = ("object", "array", "string", "integer", "number", "boolean", "null")

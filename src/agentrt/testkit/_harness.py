@@ -37,15 +37,20 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from .._clock import Clock, IdFactory, parse_time, wall_clock
-from .._db import Store, open_existing, open_store
-from .._driver import Driver
-from .._errors import NotFoundError, RunLeasedError
-from .._gate import Gate
-from .._operator import Operator
-from .._records import Run, RunStatus
-from .._session import RunSession
-from .._store import reads
+from .. import (
+    Driver,
+    Gate,
+    NotFoundError,
+    Operator,
+    Run,
+    RunLeasedError,
+    RunStatus,
+    Store,
+    lowlevel,
+    open_existing,
+    open_store,
+)
+from ..lowlevel import Clock, IdFactory, RunSession, parse_time, wall_clock
 from ._journal import Journal, SeenAgent, read_journal, seen_tool
 from ._scenario import (
     Crash,
@@ -358,8 +363,8 @@ def note_crash_checked(journal_path: Path, process: int, db_path: Path) -> None:
             lost = str(rec.get("lost_event", ""))
     if not lost:
         return
-    with reads.plain_reader(str(db_path)) as conn:
-        present = reads.event_hash_exists(conn, lost)
+    with lowlevel.plain_reader(str(db_path)) as conn:
+        present = lowlevel.event_hash_exists(conn, lost)
     supervisor = Journal(journal_path, 0)
     try:
         supervisor.append("crash.checked", crashed=process, lost_present=present)
@@ -382,8 +387,8 @@ def _uncommitted_head(session: RunSession, db_path: str) -> str:
     transaction's events; a separate read connection sees only what is committed.
     """
     _, mine = session.config.store.chain_head()
-    with reads.plain_reader(db_path) as conn:
-        newest = reads.newest_event(conn)
+    with lowlevel.plain_reader(db_path) as conn:
+        newest = lowlevel.newest_event(conn)
     committed = str(newest[0]) if newest is not None else ""
     return mine if mine != committed else ""
 
@@ -392,9 +397,9 @@ def recorded_floor_and_ids(db_path: str) -> tuple[datetime | None, set[str]]:
     if not os.path.exists(db_path):
         return None, set()
     try:
-        with reads.plain_reader(db_path) as conn:
-            row = reads.newest_event(conn)
-            ids = {str(i) for i in reads.every_record_id(conn)}
+        with lowlevel.plain_reader(db_path) as conn:
+            row = lowlevel.newest_event(conn)
+            ids = {str(i) for i in lowlevel.every_record_id(conn)}
     except sqlite3.Error:
         # Not an agentrt file yet (created, never migrated): nothing recorded.
         return None, set()

@@ -17,9 +17,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from typing import TYPE_CHECKING
 
-from .. import _events as ev
-from .._canonical import canonical_json
-from .._records import (
+from .. import (
     ApprovalStatus,
     Decision,
     DecisionKind,
@@ -28,6 +26,8 @@ from .._records import (
     Step,
     StepStatus,
     TerminalReason,
+    canonical_json,
+    lowlevel,
 )
 from ..scripted import settles_its_entry
 from ._violation import Violation
@@ -107,7 +107,7 @@ def _tool_starts(result: Result) -> list[Violation]:
     used: Counter[str] = Counter()
     for event in result.events:
         step_id = event.step_id
-        if event.type == ev.STEP_TOOL_STARTED:
+        if event.type == lowlevel.STEP_TOOL_STARTED:
             label = f"step {index.get(step_id, '?')}"
             if step_id in open_start:
                 out.append(
@@ -131,7 +131,7 @@ def _tool_starts(result: Result) -> list[Violation]:
                     )
                 )
             starts[step_id].append(approval_id)
-        elif event.type in (ev.STEP_TOOL_FINISHED, ev.STEP_INTERRUPTED):
+        elif event.type in (lowlevel.STEP_TOOL_FINISHED, lowlevel.STEP_INTERRUPTED):
             open_start.pop(step_id, None)
     for step_id, seq in open_start.items():
         out.append(
@@ -166,7 +166,7 @@ def _invocations(result: Result) -> list[Violation]:
     out: list[Violation] = []
     index = {s.id: s.index for s in result.steps}
     starts: Counter[str] = Counter(
-        e.step_id for e in result.events if e.type == ev.STEP_TOOL_STARTED
+        e.step_id for e in result.events if e.type == lowlevel.STEP_TOOL_STARTED
     )
     seen: Counter[str] = Counter(call.step_id for call in result.tool_calls)
     for step_id, count in sorted(seen.items()):

@@ -23,9 +23,15 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from .._canonical import check_json
-from .._records import Decision, StepInput, ToolCall, ToolResult, ToolSpec
-from .._tools import Tool
+from .. import (
+    Decision,
+    StepInput,
+    Tool,
+    ToolCall,
+    ToolResult,
+    ToolSpec,
+    check_json,
+)
 
 
 class Journal:

@@ -34,9 +34,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from .._driver import run_sync as _run_coro
-from .._errors import ConfigError
-from .._records import RunStatus
+from .. import ConfigError, RunStatus
+from ..lowlevel import run_sync as _run_coro
 from ._result import ProbeHit, Result
 from ._runner import MODES, shared_warning
 from ._runner import play as play_scenario

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from .._session import RunSession
+from ..lowlevel import RunSession
 from ._harness import Crasher, Life, ProcessPlan, note_crash_checked
 from ._journal import read_journal
 from ._scenario import Crash, load_factory

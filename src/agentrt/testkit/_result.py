@@ -15,9 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .._db import open_existing
-from .._records import (
-    JSON,
+from .. import (
     Approval,
     Decision,
     Event,
@@ -27,7 +25,9 @@ from .._records import (
     Step,
     ToolSpec,
     VerifyReport,
+    open_existing,
 )
+from ..lowlevel import JSON
 from ._journal import read_journal
 from ._scenario import Crash, Point, Verdict
 from ._violation import InvariantError, Violation

@@ -20,8 +20,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from .._driver import run_sync as _run_coro
-from .._errors import ConfigError, NotFoundError
+from .. import ConfigError, NotFoundError
+from ..lowlevel import run_sync as _run_coro
 from ._harness import recorded_floor_and_ids, run_in_process, skipping_ids
 from ._invariants import check
 from ._process import run_in_children

@@ -6,7 +6,7 @@ This module owns the vocabulary of `agentrt.testkit`:
   needs (clock, ids, reconciler, short lease) and the `operator` that answers
   every pending approval with a `Verdict`.
 - `Point`: the crash points, the same strings the step machine reports to its
-  probes (`agentrt._session.POINT_*`), so records and crash points read alike.
+  probes (`agentrt.lowlevel.POINT_*`), so records and crash points read alike.
 - `Crash(step, at, inside_tx=False)`: one requested crash. Crashes fire in the
   order given: the i-th is armed only once the (i-1)-th fired, so a scenario
   can crash twice at the same point (docs/decisions/0008-testkit.md).
@@ -24,36 +24,41 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from .. import _session
-from .._clock import Clock, IdFactory
-from .._db import Store
-from .._driver import Driver
-from .._errors import ConfigError
-from .._gate import Gate
-from .._policy import Policy
-from .._records import Approval, Decision, Limits, Run
-from .._tools import Tool
+from .. import (
+    Approval,
+    ConfigError,
+    Decision,
+    Driver,
+    Gate,
+    Limits,
+    Policy,
+    Run,
+    Store,
+    Tool,
+    lowlevel,
+)
+from ..lowlevel import Clock, IdFactory
 from ..scripted import ScriptedAgent, ScriptEntry
 
 
 class Point(StrEnum):
     """Where a crash can be requested; the values are the probe point names."""
 
-    AFTER_STEP_STARTED = _session.POINT_STEP_STARTED
-    AFTER_DECIDED = _session.POINT_DECIDED
-    AFTER_ALLOWED = _session.POINT_ALLOWED
-    AFTER_TOOL_STARTED = _session.POINT_TOOL_STARTED
-    AFTER_TOOL_EFFECT = _session.POINT_TOOL_EFFECT
-    AFTER_TOOL_FINISHED = _session.POINT_TOOL_FINISHED
-    AFTER_RESUMED = _session.POINT_RESUMED
-    AFTER_INTERRUPTED = _session.POINT_INTERRUPTED
-    AFTER_PAUSED = _session.POINT_PAUSED
+    AFTER_STEP_STARTED = lowlevel.POINT_STEP_STARTED
+    AFTER_DECIDED = lowlevel.POINT_DECIDED
+    AFTER_ALLOWED = lowlevel.POINT_ALLOWED
+    AFTER_TOOL_STARTED = lowlevel.POINT_TOOL_STARTED
+    AFTER_TOOL_EFFECT = lowlevel.POINT_TOOL_EFFECT
+    AFTER_TOOL_FINISHED = lowlevel.POINT_TOOL_FINISHED
+    AFTER_RESUMED = lowlevel.POINT_RESUMED
+    AFTER_INTERRUPTED = lowlevel.POINT_INTERRUPTED
+    AFTER_PAUSED = lowlevel.POINT_PAUSED
     # The model request was recorded as dispatched and is in flight: a crash here
     # is a crash during a model request (the attempt stays recorded, uncharged).
-    DURING_MODEL_REQUEST = _session.POINT_MODEL_DISPATCHED
+    DURING_MODEL_REQUEST = lowlevel.POINT_MODEL_DISPATCHED
     # A waiting run's approved call was allowed again (`gate.attach`, `Driver.resume`):
     # nothing is written until `execute` starts it.
-    AFTER_ATTACH_ALLOWED = _session.POINT_ATTACH_ALLOWED
+    AFTER_ATTACH_ALLOWED = lowlevel.POINT_ATTACH_ALLOWED
 
     @property
     def has_transaction(self) -> bool:
@@ -177,8 +182,8 @@ class LoopContext:
     goal: str
     limits: Limits | None
     resuming: bool
-    probe: _session.Probe
-    probe_in_tx: _session.Probe
+    probe: lowlevel.Probe
+    probe_in_tx: lowlevel.Probe
     gate: Gate | None = None
     agent: Any = None
 

@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 
-from .._driver import run_sync as _run_coro
+from ..lowlevel import run_sync as _run_coro
 from ._matrix import matrix_cases
 from ._result import Result
 from ._runner import MODES, run_sync
