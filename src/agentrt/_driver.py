@@ -7,7 +7,7 @@ RUNNING run whose process died. Both return the run as it stands when the loop
 stops: terminal, or WAITING_FOR_APPROVAL. Every async entry point has a
 blocking `_sync` twin for scripts and tests.
 
-The Driver is a Gate plus an agent (`gate.py`): `start` is `gate.begin`,
+The Driver is a Gate plus an agent (`_gate.py`): `start` is `gate.begin`,
 `resume` is `gate.attach`, and the loop is the one any consumer can write
 over a gate session: `session.step()`, the agent's decision for
 `session.input()`, `step.propose(decision)`, `step.execute()` when allowed.

@@ -8,7 +8,7 @@ the decision verbatim, validates it and asks the policy, returning a
 `Verdict`; `step.execute()` runs an allowed call, exactly once, and records
 its outcome. `attach` continues a run that waited for a person, or takes over
 one whose owner died, under exactly the rules of `Driver.resume`. The Driver
-itself is a Gate plus an agent (`driver.py`).
+itself is a Gate plus an agent (`_driver.py`).
 
 Invariants (each has a test named for it in `tests/test_gate*.py`):
 

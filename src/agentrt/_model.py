@@ -1,7 +1,7 @@
 """The provider-neutral model interface: requests, responses, usage, prices.
 
 An agent reaches a model only through the runtime's accounting caller
-(`accounting.py`); adapters (`agentrt.providers.*`) implement `Model`. Every
+(`_accounting.py`); adapters (`agentrt.providers.*`) implement `Model`. Every
 value here has a canonical JSON form (`to_json`), which is what replay keys and
 recordings use, so a request renders to the same bytes every time.
 
