@@ -121,3 +121,18 @@ def test_agentrt_lowlevel_exports_exactly_its_dunder_all_and_the_crash_points_th
     assert sorted(k for k in ns if k != "__builtins__") == sorted(lowlevel.__all__)
     points = {getattr(lowlevel, n) for n in lowlevel.__all__ if n.startswith("POINT_")}
     assert points == {p.value for p in Point}
+
+
+def test_every_error_class_of_the_runtime_is_importable_from_agentrt() -> None:
+    import agentrt._errors as errors
+
+    missing = [
+        name
+        for name, value in vars(errors).items()
+        if isinstance(value, type)
+        and issubclass(value, BaseException)
+        and value.__module__ in {"agentrt", "agentrt._errors"}
+        and name not in agentrt.__all__
+    ]
+    assert missing == []
+    assert agentrt.MCPServerError.__module__ == "agentrt"
