@@ -26,11 +26,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import agentrt
-from agentrt.approval import approval_hash, approval_request
-from agentrt.canonical import content_hash, to_text
+from agentrt._approval import approval_hash, approval_request
+from agentrt._canonical import content_hash, to_text
+from agentrt._clock import format_time
+from agentrt._records import Limits, SideEffect, ToolSpec
 from agentrt.cli import main as cli_main
-from agentrt.clock import format_time
-from agentrt.records import Limits, SideEffect, ToolSpec
 
 START = datetime(2026, 11, 30, 9, 0, 0, tzinfo=UTC)
 TOOL = ToolSpec(

@@ -10,7 +10,7 @@ pattern freeze the process. This script measures, per engine, what decision
 - the classic catastrophic pattern `^(a+)+$` against `"a" * n + "!"`: the
   backtracking engines for small n only (their time doubles with each n),
   RE2 for n up to a million;
-- RE2 as agentrt uses it (`agentrt.patterns.search`: the ECMA-262
+- RE2 as agentrt uses it (`agentrt._patterns.search`: the ECMA-262
   translation, cached compile) beside raw RE2;
 - for `regex`, whether its timeout fires and how long after it asked.
 
@@ -30,7 +30,7 @@ from typing import Any
 
 import re2
 
-from agentrt import patterns
+from agentrt import _patterns as patterns
 
 BENIGN = r"^[a-z0-9_-]{3,32}$"
 EVIL = r"^(a+)+$"

@@ -32,9 +32,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import agentrt
+from agentrt import _driver as driver_module
 from agentrt import _session as session_module
 from agentrt import _step as step_module
-from agentrt import driver as driver_module
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from driver import make_tool, run_once  # the benchmark next to this file

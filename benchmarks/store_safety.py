@@ -44,9 +44,9 @@ from typing import Any
 
 import agentrt
 from agentrt import Decision, SideEffect, ToolCall, ToolResult, ToolSpec
+from agentrt._db import Store, check_schema, open_existing, open_store
+from agentrt._stored_text import decode_text
 from agentrt.scripted import ScriptedAgent
-from agentrt.store import Store, check_schema, open_existing, open_store
-from agentrt.stored_text import decode_text
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cli_scale  # the scale database builder next to this file
@@ -160,7 +160,7 @@ def _values_per_driver_step(directory: str) -> float:
     """How many TEXT values the Driver reads per step (the `driver.py` benchmark's run)."""
     import driver as driver_bench  # the benchmark next to this file
 
-    from agentrt import store as store_module
+    from agentrt import _db as store_module
 
     counted = 0
 

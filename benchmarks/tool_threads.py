@@ -1,14 +1,14 @@
 """What a plain-function tool call costs to hand off: a pool thread or a thread of its own.
 
 Decision 0017 runs each plain-function tool on a daemon thread started for
-the call (`agentrt.execute._on_own_thread`), so that a tool past its timeout
+the call (`agentrt._execute._on_own_thread`), so that a tool past its timeout
 never holds the process open at exit, nor a pool's thread. This measures, in
 µs per call of a tool that returns at once, awaited through the event loop as
 the driver awaits it:
 
 - `ThreadPoolExecutor.submit` (the old way: an idle pool thread);
 - `_on_own_thread` (a new daemon thread per call);
-- `agentrt.execute.invoke` as a whole (its task, the timeout, the observation).
+- `agentrt._execute.invoke` as a whole (its task, the timeout, the observation).
 
     python benchmarks/tool_threads.py [--calls 2000]
 """
@@ -25,7 +25,7 @@ from datetime import timedelta
 from typing import Any
 
 from agentrt import SideEffect, ToolCall, ToolResult, ToolSpec
-from agentrt.execute import _on_own_thread, invoke
+from agentrt._execute import _on_own_thread, invoke
 
 SPEC = ToolSpec(
     name="quick",

@@ -35,8 +35,7 @@ from typing import Any
 import httpx
 
 import agentrt
-from agentrt import PolicyDecision, SideEffect, ToolRequest
-from agentrt.model import Model, ModelConfig, Price
+from agentrt import Model, ModelConfig, PolicyDecision, Price, SideEffect, ToolRequest
 from agentrt.model_agent import ModelAgent
 from agentrt.render import RenderOptions
 

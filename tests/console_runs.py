@@ -13,8 +13,8 @@ from typing import Any
 
 import agentrt
 from agentrt import Decision, PolicyDecision, SideEffect, ToolRequest
-from agentrt.policy import need_approval
-from agentrt.records import RunView
+from agentrt._policy import need_approval
+from agentrt._records import RunView
 from agentrt.scripted import ScriptedAgent
 from conftest import FakeClock, Ids, RecordingTool
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import agentrt
 from agentrt import Decision, PolicyDecision, SideEffect, SideEffectPolicy, ToolCall, ToolResult
-from agentrt.model import Message, ModelConfig, ModelRequest, ModelResponse, Price, TextBlock
+from agentrt._model import Message, ModelConfig, ModelRequest, ModelResponse, Price, TextBlock
 from agentrt.scripted import ScriptedAgent
 
 

@@ -15,14 +15,14 @@ import pytest
 
 import agentrt
 from agentrt import Decision, Limits, SideEffect, StepInput
-from agentrt.accounting import project
-from agentrt.errors import (
+from agentrt._accounting import project
+from agentrt._errors import (
     ConfigError,
     LeaseLostError,
     ServedModelError,
     TransientModelError,
 )
-from agentrt.model import (
+from agentrt._model import (
     Message,
     ModelConfig,
     ModelRequest,
@@ -117,7 +117,7 @@ def calls(store: agentrt.Store, run_id: str) -> list[tuple[Any, ...]]:
 @contextlib.contextmanager
 def recorded_sleeps() -> Iterator[list[float]]:
     """Replace the caller's sleep with one that records the waits instead of waiting."""
-    import agentrt.accounting as accounting
+    import agentrt._accounting as accounting
 
     sleeps: list[float] = []
     original = accounting.AccountingCaller.__init__

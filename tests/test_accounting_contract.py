@@ -23,10 +23,10 @@ import pytest
 
 import agentrt
 from agentrt import Decision, Limits, StepInput
+from agentrt._accounting import project
+from agentrt._errors import TransientModelError
+from agentrt._model import ModelConfig, ModelResponse, Price, Usage
 from agentrt._store.writes import charge_beyond_estimate
-from agentrt.accounting import project
-from agentrt.errors import TransientModelError
-from agentrt.model import ModelConfig, ModelResponse, Price, Usage
 from conftest import FakeClock, Ids
 from test_accounting import PRICE, REQUEST, FakeModel, calls, model_agent, reply
 
@@ -344,7 +344,7 @@ def test_a_crash_during_a_model_request_leaves_the_dispatched_attempt_recorded(
     tmp_path: Path,
 ) -> None:
     """The dispatch's commit is the crash point the test kit names DURING_MODEL_REQUEST."""
-    from agentrt.records import StepStatus
+    from agentrt._records import StepStatus
     from agentrt.testkit import Crash, Point, run_sync
 
     result = run_sync(

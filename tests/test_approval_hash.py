@@ -1,6 +1,6 @@
 """The approval hash and deciding, pinned by the mutation campaign (docs/mutation.md).
 
-Each test here kills a mutant of `agentrt.approval` that the tests in
+Each test here kills a mutant of `agentrt._approval` that the tests in
 `test_approvals.py` let live once mutmut ran each mutant in a clean process.
 """
 
@@ -20,8 +20,8 @@ from agentrt import (
     NotPendingError,
     SideEffect,
 )
-from agentrt.approval import approval_hash, approval_request, decide, verify_stored
-from agentrt.canonical import content_hash
+from agentrt._approval import approval_hash, approval_request, decide, verify_stored
+from agentrt._canonical import content_hash
 from conftest import EPOCH, FakeClock, RecordingTool
 from test_approvals import paused_run
 

@@ -251,7 +251,7 @@ def test_local_open_decides_on_an_existing_file_and_never_creates_one(
 
 
 def test_an_interrupted_side_effect_carries_the_plain_notice(store: agentrt.Store) -> None:
-    from agentrt.policy import interrupted_side_effect_decision
+    from agentrt._policy import interrupted_side_effect_decision
 
     clock = FakeClock()
 

@@ -18,12 +18,12 @@ import pytest
 
 import agentrt
 from agentrt import Decision, SideEffect
+from agentrt._db import Store, open_existing, open_store
+from agentrt._errors import StoreError, UnreadableSchemaError, UnsafeSchemaError
+from agentrt._records import Event
 from agentrt.cli import main
-from agentrt.errors import StoreError, UnreadableSchemaError, UnsafeSchemaError
 from agentrt.export import Follower
-from agentrt.records import Event
 from agentrt.scripted import ScriptedAgent
-from agentrt.store import Store, open_existing, open_store
 from conftest import FakeClock, Ids, RecordingTool
 
 BAD = "X'ff'"  # a byte that never starts a UTF-8 character
@@ -454,9 +454,9 @@ def test_an_event_rehashed_over_bytes_that_are_not_utf8_is_still_a_break(
     # Recompute the last event's hash over exactly the stored bytes, as a forger would.
     import hashlib
 
-    from agentrt.canonical import to_text
-    from agentrt.chain import netstring
-    from agentrt.clock import format_time
+    from agentrt._canonical import to_text
+    from agentrt._chain import netstring
+    from agentrt._clock import format_time
 
     parts: list[str | bytes] = [prev, str(last.seq), last.run_id, last.step_id]
     parts += [format_time(last.at), b"\xff", to_text(last.payload)]

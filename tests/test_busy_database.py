@@ -21,10 +21,10 @@ from typing import Any
 import pytest
 
 import agentrt
-import agentrt.store
+import agentrt._db
 from agentrt import Decision, Event, LeaseLostError, SideEffect, StepInput, ToolCall, ToolResult
-from agentrt.errors import StoreBusyError
-from agentrt.model import Message, ModelConfig, ModelRequest, ModelResponse, TextBlock, Usage
+from agentrt._errors import StoreBusyError
+from agentrt._model import Message, ModelConfig, ModelRequest, ModelResponse, TextBlock, Usage
 from agentrt.scripted import ScriptedAgent
 from conftest import FakeClock, Ids, RecordingTool
 
@@ -37,7 +37,7 @@ HOLD_SECONDS = 1.0
 @pytest.fixture(autouse=True)
 def short_busy_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
     """A short busy timeout, so that holding the lock "past" it costs a second, not minutes."""
-    monkeypatch.setattr(agentrt.store, "BUSY_TIMEOUT_MS", BUSY_TIMEOUT_MS)
+    monkeypatch.setattr(agentrt._db, "BUSY_TIMEOUT_MS", BUSY_TIMEOUT_MS)
 
 
 def snapshot(db_path: Path) -> list[tuple[Any, ...]]:

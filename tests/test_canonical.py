@@ -19,8 +19,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentrt import canonical
-from agentrt.canonical import (
+from agentrt import _canonical as canonical
+from agentrt._canonical import (
     MAX_DEPTH,
     MAX_STORED_DEPTH,
     JSONFloat,
@@ -38,7 +38,7 @@ from agentrt.canonical import (
     policy_json,
     to_text,
 )
-from agentrt.errors import JSONValueError
+from agentrt._errors import JSONValueError
 
 # --------------------------------------------------------------------------- golden bytes
 

@@ -1,7 +1,7 @@
 """The canonical encoder's edges, pinned by the mutation campaign (docs/mutation.md).
 
 The approval hash and every stored payload go through this encoder; each test
-here kills a mutant of `agentrt.canonical`'s encoding functions that the
+here kills a mutant of `agentrt._canonical`'s encoding functions that the
 tests in `test_canonical.py` let live.
 """
 
@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from agentrt.canonical import canonical_json, to_text
+from agentrt._canonical import canonical_json, to_text
 
 
 @pytest.fixture

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from agentrt.canonical import to_text
-from agentrt.chain import event_hash, netstring, verify_chain
-from agentrt.clock import format_time
-from agentrt.records import ChainBreak, VerifyReport
-from agentrt.store import Store, open_existing, open_store
+from agentrt._canonical import to_text
+from agentrt._chain import event_hash, netstring, verify_chain
+from agentrt._clock import format_time
+from agentrt._db import Store, open_existing, open_store
+from agentrt._records import ChainBreak, VerifyReport
 
 T0 = datetime(2026, 11, 30, 2, 42, 14, 123456, tzinfo=UTC)
 

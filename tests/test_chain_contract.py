@@ -1,6 +1,6 @@
 """The event chain's edges, pinned by the mutation campaign (docs/mutation.md).
 
-Each test here kills mutants of `agentrt.chain` that the behavioural tests in
+Each test here kills mutants of `agentrt._chain` that the behavioural tests in
 `test_chain.py` let live: the kept head at its boundaries, the one-page window
 the swap search looks in, and the refusal of a seq that is not an int.
 """
@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from agentrt.chain import event_hash, verify_chain
-from agentrt.records import ChainBreak
-from agentrt.store import Store, open_store
+from agentrt._chain import event_hash, verify_chain
+from agentrt._db import Store, open_store
+from agentrt._records import ChainBreak
 
 T0 = datetime(2026, 11, 30, 2, 42, 14, tzinfo=UTC)
 

@@ -31,15 +31,15 @@ from unittest import mock
 import pytest
 
 import agentrt
-import agentrt.tools
+import agentrt._tools
 from agentrt import Decision, SideEffect, ToolCall, ToolResult
+from agentrt._approval import approval_hash
+from agentrt._clock import format_time
+from agentrt._db import Store
+from agentrt._policy import SideEffectPolicy, need_approval
 from agentrt._render_approval import approval_fields
-from agentrt.approval import approval_hash
 from agentrt.cli import main
-from agentrt.clock import format_time
-from agentrt.policy import SideEffectPolicy, need_approval
 from agentrt.scripted import ScriptedAgent
-from agentrt.store import Store
 from agentrt.trace import display_width, event_json
 from conftest import FakeClock, Ids, RecordingTool
 
@@ -988,7 +988,7 @@ def hostile_waiting_run(db: Path, prefix: str) -> agentrt.Run:
     # before that rule (or by hand) can still hold any name, and must still be shown.
     anything = re.compile(r".+", re.DOTALL)
     try:
-        with mock.patch.object(agentrt.tools, "_TOOL_NAME", anything):
+        with mock.patch.object(agentrt._tools, "_TOOL_NAME", anything):
             return agentrt.Driver(
                 store=store,
                 agent=ScriptedAgent(
@@ -1234,9 +1234,9 @@ def test_demo_runs_the_demo_module_with_the_rest_of_the_line(
         received.append(argv)
         return 0
 
-    fake = types.ModuleType("agentrt.demo")
+    fake = types.ModuleType("agentrt._demo")
     fake.run = run  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "agentrt.demo", fake)
+    monkeypatch.setitem(sys.modules, "agentrt._demo", fake)
     assert run_main(capsys, "--json", "demo", "--fast", "x")[0] == 0
     assert received == [["--fast", "x"]]
 
@@ -1249,8 +1249,8 @@ def test_demo_says_so_when_it_is_not_installed(
     real = importlib.import_module
 
     def missing(name: str, package: str | None = None) -> types.ModuleType:
-        if name == "agentrt.demo":
-            raise ModuleNotFoundError("No module named 'agentrt.demo'", name="agentrt.demo")
+        if name == "agentrt._demo":
+            raise ModuleNotFoundError("No module named 'agentrt._demo'", name="agentrt._demo")
         return real(name, package)
 
     monkeypatch.setattr(importlib, "import_module", missing)

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentrt.clock import as_stored, duration_to_ns, format_time, ns_to_duration, parse_time
+from agentrt._clock import as_stored, duration_to_ns, format_time, ns_to_duration, parse_time
 
 
 def test_format_is_utc_with_six_fraction_digits_and_z() -> None:

@@ -26,13 +26,13 @@ pytest.importorskip("starlette")
 from starlette.testclient import TestClient
 
 from agentrt import Decision, Limits
+from agentrt._db import open_existing
+from agentrt._errors import ConfigError
 from agentrt._render_approval import approval_fields, hashed_content
 from agentrt.cli._decide import default_user
 from agentrt.console import ConsoleConfig, create_app, is_loopback
 from agentrt.console._data import ChainStatus
 from agentrt.console._security import CSP, check_token
-from agentrt.errors import ConfigError
-from agentrt.store import open_existing
 from agentrt.trace import sanitize
 from console_runs import HOSTILE, InterruptedPolicy, Program, send
 
@@ -577,7 +577,7 @@ def test_every_store_call_runs_off_the_event_loop(
 ) -> None:
     import asyncio
 
-    import agentrt.operator
+    import agentrt._operator
     from agentrt.console import _data
 
     program, run_id = waiting
@@ -597,7 +597,7 @@ def test_every_store_call_runs_off_the_event_loop(
 
     for name in ("index_data", "index_version", "run_data", "run_state"):
         monkeypatch.setattr(_data, name, watched(name, getattr(_data, name)))
-    monkeypatch.setattr(agentrt.operator, "approve", watched("approve", agentrt.operator.approve))
+    monkeypatch.setattr(agentrt._operator, "approve", watched("approve", agentrt._operator.approve))
     c, config = client(db_path)
     approval = program.pending(run_id)
     c.get("/")

@@ -14,7 +14,7 @@ import pytest
 
 import agentrt
 from agentrt import ConfigError, Decision, ModelConfig, StepInput, TransientModelError
-from agentrt.model import Message, ModelRequest, ModelResponse, Price, TextBlock, Usage
+from agentrt._model import Message, ModelRequest, ModelResponse, Price, TextBlock, Usage
 from conftest import FakeClock, Ids
 
 REQUEST = ModelRequest(

@@ -19,6 +19,7 @@ import pytest
 
 import agentrt
 from agentrt import Decision, SideEffect
+from agentrt._records import Event
 from agentrt.export import (
     Cursor,
     CursorError,
@@ -27,7 +28,6 @@ from agentrt.export import (
     load_cursor,
     save_cursor,
 )
-from agentrt.records import Event
 from agentrt.scripted import ScriptedAgent
 from agentrt.trace import event_json
 from conftest import FakeClock, Ids, RecordingTool

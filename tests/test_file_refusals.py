@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from agentrt._db import Store, open_existing, open_store
+from agentrt._errors import HardLinkError, InsecureDirectoryError, InsecureModeError
 from agentrt.cli import main
-from agentrt.errors import HardLinkError, InsecureDirectoryError, InsecureModeError
-from agentrt.store import Store, open_existing, open_store
 
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
 NOBODY = 65534

@@ -1,6 +1,6 @@
 """The Gate: the runtime's controls for a loop the consumer owns (issue 10, Part 2).
 
-Each invariant of `agentrt.gate` has a test named for it here; misuse is shown to
+Each invariant of `agentrt._gate` has a test named for it here; misuse is shown to
 raise and to change no row and no event.
 """
 
@@ -525,7 +525,7 @@ def test_with_a_model_the_open_step_and_its_input_carry_the_accounting_caller(
         assert step.model is not None
         await step.model.generate(REQUEST)
 
-    agentrt.driver.run_sync(ask())
+    agentrt._driver.run_sync(ask())
     (call,) = store.list_model_calls(session.run.id)
     assert call.step_id == step.id and call.model == "local:tiny"
     assert step.propose_sync(Decision.complete("ok")).outcome == "ended"

@@ -100,7 +100,7 @@ def through_a_gate_loop(db: Path, clock: Recording) -> tuple[Any, ...]:
             await session.close()
             return session.run.id
 
-        run_id = agentrt.driver.run_sync(first())
+        run_id = agentrt._driver.run_sync(first())
         (pending,) = store.pending_approvals(run_id)
         agentrt.Operator(store, now=clock).approve(run_id, pending.id, by="alice", note="ok")
 
@@ -113,7 +113,7 @@ def through_a_gate_loop(db: Path, clock: Recording) -> tuple[Any, ...]:
             await drive(session, agent)
             await session.close()
 
-        agentrt.driver.run_sync(then())
+        agentrt._driver.run_sync(then())
         assert store.get_run(run_id).status == "COMPLETED"
         return record(store, run_id)
     finally:

@@ -13,9 +13,9 @@ import pytest
 
 import agentrt
 from agentrt import Limits
-from agentrt.accounting import output_ceiling, project, usage_problem
-from agentrt.errors import ServedModelError
-from agentrt.model import ModelConfig, Usage
+from agentrt._accounting import output_ceiling, project, usage_problem
+from agentrt._errors import ServedModelError
+from agentrt._model import ModelConfig, Usage
 from test_accounting import PRICE, REQUEST, FakeModel, calls, drive, model_agent, reply
 
 

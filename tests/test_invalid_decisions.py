@@ -12,8 +12,8 @@ import pytest
 
 import agentrt
 from agentrt import Decision, LimitExceeded, Limits, SideEffect, StepInput
-from agentrt.canonical import to_text
-from agentrt.decisions import RecordedDecision, record, validate
+from agentrt._canonical import to_text
+from agentrt._decisions import RecordedDecision, record, validate
 from conftest import FakeClock, Ids, RecordingTool, event_types
 
 

@@ -1,7 +1,13 @@
-"""The package's layering: SQL lives only in the store layer, and no module imports in a cycle.
+"""The package's layering: SQL lives only in the store layer, no module imports in a cycle,
+and the public line holds (docs/decisions/0034).
 
-The store layer is `agentrt/_store/` (the named writes and reads), `agentrt/store.py`
-(opening, pragmas, transactions, the public `Store` reads) and `agentrt/migrations.py`.
+The public line: every module is a documented door (`PUBLIC_MODULES`) or has a
+leading underscore somewhere in its dotted name; the test kit reaches the
+machinery only through `agentrt` and `agentrt.lowlevel`; and no example or
+document imports an underscore module.
+
+The store layer is `agentrt/_store/` (the named writes and reads), `agentrt/_db.py`
+(opening, pragmas, transactions, the public `Store` reads) and `agentrt/_migrations.py`.
 """
 
 from __future__ import annotations
@@ -14,7 +20,34 @@ import agentrt
 
 PACKAGE = Path(agentrt.__file__).parent
 
-STORE_LAYER = {"_store", "store.py", "migrations.py"}
+ROOT = Path(__file__).resolve().parent.parent
+
+PUBLIC_MODULES = {
+    "agentrt",
+    "agentrt.__main__",
+    "agentrt.approver",
+    "agentrt.cli",
+    "agentrt.console",
+    "agentrt.export",
+    "agentrt.lowlevel",
+    "agentrt.mcp",
+    "agentrt.model_agent",
+    "agentrt.providers",
+    "agentrt.providers.anthropic",
+    "agentrt.providers.ollama",
+    "agentrt.providers.openai_compat",
+    "agentrt.recover",
+    "agentrt.render",
+    "agentrt.replay",
+    "agentrt.scripted",
+    "agentrt.testkit",
+    "agentrt.testkit.plugin",
+    "agentrt.trace",
+    "agentrt.view",
+}
+"""The documented doors; any other module must be private (an underscore in its name)."""
+
+STORE_LAYER = {"_store", "_db.py", "_migrations.py"}
 
 _SQL_START = re.compile(
     r"^\s*(SELECT|INSERT|UPDATE|DELETE|REPLACE|PRAGMA|BEGIN|COMMIT|ROLLBACK|SAVEPOINT|"
@@ -201,3 +234,77 @@ def _import_cycles() -> set[frozenset[str]]:
 
 def test_no_agentrt_module_imports_in_a_cycle() -> None:
     assert _import_cycles() == set()
+
+
+def _is_private(module: str) -> bool:
+    return any(part.startswith("_") and part != "__main__" for part in module.split("."))
+
+
+def test_every_module_is_a_documented_door_or_private() -> None:
+    names = sorted(_module_name(p) for p in _modules())
+    undecided = [n for n in names if n not in PUBLIC_MODULES and not _is_private(n)]
+    assert undecided == []
+    assert [n for n in PUBLIC_MODULES if n not in names] == []
+
+
+def test_the_test_kit_imports_no_private_module_outside_its_own_package() -> None:
+    paths = {_module_name(p): p for p in _modules()}
+    found = {
+        f"{name} imports {target}"
+        for name, path in paths.items()
+        if name.startswith("agentrt.testkit")
+        for target in _imports(path, set(paths))
+        if _is_private(target) and not target.startswith("agentrt.testkit.")
+    }
+    assert found == set()
+
+
+_IMPORT_LINE = re.compile(
+    r"^[ \t]*(?:from\s+(agentrt(?:\.\w+)*)\s+import\s+(\([\w\s,]*\)|[\w \t,]+)"
+    r"|import\s+(agentrt(?:\.\w+)*))(.*)$",
+    re.MULTILINE,
+)
+
+
+def _private_imports(text: str) -> list[str]:
+    found = []
+    for match in _IMPORT_LINE.finditer(text):
+        module = match.group(1) or match.group(3)
+        names = re.findall(r"\w+", match.group(2) or "")
+        if "internals: patched on purpose" in match.group(4):
+            continue  # a maintainer's profiling recipe says so on the line
+        if _is_private(module) or any(n.startswith("_") for n in names):
+            found.append(match.group(0).strip())
+    return found
+
+
+def test_examples_the_readme_and_the_docs_import_no_private_module() -> None:
+    sources = [
+        ROOT / "README.md",
+        *sorted((ROOT / "docs").glob("*.md")),
+        *sorted((ROOT / "examples").rglob("*.py")),
+    ]
+    found = [
+        f"{s.relative_to(ROOT)}: {line}"
+        for s in sources
+        for line in _private_imports(s.read_text(encoding="utf-8"))
+    ]
+    assert found == []
+
+
+def test_the_private_import_detector_sees_from_import_and_a_private_name() -> None:
+    text = (
+        "from agentrt._model import Model\n"
+        "    import agentrt.testkit._harness\n"
+        "from agentrt import _session as s\n"
+        "from agentrt import Run, Driver\n"
+        "from agentrt.lowlevel import run_sync\n"
+        "from agentrt import _driver  # internals: patched on purpose\n"
+        "from agentrt import (\n    Run,\n    _step,\n)\n"
+    )
+    assert _private_imports(text) == [
+        "from agentrt._model import Model",
+        "import agentrt.testkit._harness",
+        "from agentrt import _session as s",
+        "from agentrt import (\n    Run,\n    _step,\n)",
+    ]

@@ -37,10 +37,10 @@ from agentrt import (
     ToolRequest,
     ToolResult,
 )
+from agentrt._clock import wall_clock
+from agentrt._lease import take_in
+from agentrt._model import Message, ModelRequest, ModelResponse, TextBlock, Usage
 from agentrt._takeover import take_over
-from agentrt.clock import wall_clock
-from agentrt.lease import take_in
-from agentrt.model import Message, ModelRequest, ModelResponse, TextBlock, Usage
 from agentrt.scripted import ScriptedAgent
 from conftest import FakeClock, Ids, RecordingTool, event_types
 from support.crashes import crash, resumer
@@ -510,7 +510,7 @@ def test_lease_epoch_grows_with_every_new_owner_and_reaches_tools(db_path: Path)
 
 
 def test_lease_holder_in_another_pid_namespace_proves_nothing() -> None:
-    from agentrt import lease
+    from agentrt import _lease as lease
 
     dead_pid = 2**22 + 12345  # beyond pid_max: no such process here
     record = lease.holder_record()
@@ -582,7 +582,7 @@ def test_lease_a_cancelled_loop_keeps_its_lease_while_its_tool_thread_still_runs
 def test_lease_lapsed_lease_starts_no_model_request(store: agentrt.Store) -> None:
     from datetime import UTC, datetime
 
-    from agentrt.model import Message, ModelConfig, ModelRequest, TextBlock
+    from agentrt._model import Message, ModelConfig, ModelRequest, TextBlock
 
     sent: list[Any] = []
     wall = [datetime.now(UTC)]

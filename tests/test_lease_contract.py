@@ -13,8 +13,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from agentrt.lease import Heartbeat, StoreRenewer, renewer_for
-from agentrt.store import Store, open_store
+from agentrt._db import Store, open_store
+from agentrt._lease import Heartbeat, StoreRenewer, renewer_for
 
 EXPIRES = "2026-11-30T09:00:00.000000Z"
 RENEWED = "2026-11-30T09:05:00.000000Z"

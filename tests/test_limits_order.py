@@ -1,5 +1,5 @@
 """When several limits are reached at once, the run ends with the first in the fixed
-order (loop.md, limits.py): limit_steps, repeated_tool_failures, limit_active_time,
+order (loop.md, _limits.py): limit_steps, repeated_tool_failures, limit_active_time,
 limit_elapsed_time, loop_detected.
 
 Every adjacent pair of that order is reached together in one case below, so any

@@ -28,8 +28,8 @@ import pytest
 
 import agentrt
 from agentrt import Decision, SideEffect, ToolCall, mcp
-from agentrt.canonical import canonical_json, parse_json
-from agentrt.errors import ConfigError, InsecureModeError, MCPServerError, MCPToolError
+from agentrt._canonical import canonical_json, parse_json
+from agentrt._errors import ConfigError, InsecureModeError, MCPServerError, MCPToolError
 from agentrt.scripted import ScriptedAgent
 from conftest import FakeClock, Ids
 

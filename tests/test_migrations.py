@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from agentrt import migrations
-from agentrt.clock import parse_time
-from agentrt.errors import SchemaVersionError, StoreError
-from agentrt.migrations import (
+from agentrt import _migrations as migrations
+from agentrt._clock import parse_time
+from agentrt._db import open_existing, open_store
+from agentrt._errors import SchemaVersionError, StoreError
+from agentrt._migrations import (
     MIGRATIONS,
     RUNTIME_VERSION,
     SCHEMA_VERSION,
@@ -21,7 +22,6 @@ from agentrt.migrations import (
     parse_version,
     statements,
 )
-from agentrt.store import open_existing, open_store
 
 # Released migrations are never edited. A failure here means a released script
 # changed: revert it and add a new migration instead.

@@ -19,8 +19,18 @@ from typing import Any
 import pytest
 
 import agentrt
-from agentrt import Decision, ModelUnavailableError, SideEffect, StepInput, TransientModelError
-from agentrt.model import ModelConfig, ModelResponse, Price, ToolUseBlock, Usage
+from agentrt import (
+    Decision,
+    ModelConfig,
+    ModelResponse,
+    ModelUnavailableError,
+    Price,
+    SideEffect,
+    StepInput,
+    ToolUseBlock,
+    TransientModelError,
+    Usage,
+)
 from agentrt.model_agent import ModelAgent
 from agentrt.render import RenderOptions, messages, request_bytes
 from agentrt.replay import Recorder, Replayer, ScriptedModel
@@ -101,7 +111,7 @@ def tools() -> list[RecordingTool]:
     ]
 
 
-def drive(path: Path, model: agentrt.model.Model) -> tuple[agentrt.Run, list[RecordingTool]]:
+def drive(path: Path, model: agentrt.Model) -> tuple[agentrt.Run, list[RecordingTool]]:
     """The whole run: start, pause for approval, approve, resume to completion."""
     store = agentrt.open_store(path)
     used = tools()

@@ -1,7 +1,7 @@
 """Every public way to approve or reject is one implementation: `approval.decide`.
 
 `agentrt.approve/reject`, `Operator`, `Driver.approve/reject` and the approver
-channel `approver.Local` all decide through `agentrt.approval.decide`, so the
+channel `approver.Local` all decide through `agentrt._approval.decide`, so the
 hash check, the shown-hash binding, the expiry and the events are the same
 whichever door a person uses (decision 0029).
 """
@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 import agentrt
-import agentrt.approval
+import agentrt._approval
 from agentrt.approver import Decision as ApproverDecision
 from agentrt.approver import Local
 from support.approvals import paused_run
@@ -59,7 +59,7 @@ def test_every_public_way_to_decide_goes_through_approval_decide_once(
     store: agentrt.Store, monkeypatch: pytest.MonkeyPatch, door: str, approve: bool
 ) -> None:
     calls: list[tuple[str, str, bool]] = []
-    real = agentrt.approval.decide
+    real = agentrt._approval.decide
 
     def counted(*args: Any, **kwargs: Any) -> Any:
         result = real(*args, **kwargs)
@@ -68,7 +68,7 @@ def test_every_public_way_to_decide_goes_through_approval_decide_once(
         return result
 
     # Patched where each door finds it: the one implementation is looked up by name.
-    monkeypatch.setattr(agentrt.operator, "decide", counted)
+    monkeypatch.setattr(agentrt._operator, "decide", counted)
     driver, run, _ = paused_run(store)
     (pending,) = store.pending_approvals(run.id)
     DOORS[door](driver, store, run, pending, approve)

@@ -16,9 +16,9 @@ import pytest
 
 import agentrt
 from agentrt import Decision, SideEffect, ToolSpec
-from agentrt.errors import ConfigError, UnsafePatternError
+from agentrt._errors import ConfigError, UnsafePatternError
+from agentrt._tools import compile_tool
 from agentrt.scripted import ScriptedAgent
-from agentrt.tools import compile_tool
 from conftest import FakeClock, Ids, RecordingTool
 
 EVIL = "^(a+)+$"

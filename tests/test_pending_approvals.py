@@ -10,7 +10,7 @@ import pytest
 
 import agentrt
 from agentrt import Decision, SideEffect
-from agentrt import store as store_mod
+from agentrt import _db as store_mod
 from agentrt.cli import main
 from agentrt.scripted import ScriptedAgent
 from conftest import FakeClock, Ids, RecordingTool
@@ -108,7 +108,7 @@ def test_approvals_command_in_json_gives_each_approval_with_its_run_and_goal(
                 "kind": "remote_mutation",
                 "tool": "push",
                 "hash": approval.hash,
-                "created_at": agentrt.clock.format_time(approval.created_at),
+                "created_at": agentrt._clock.format_time(approval.created_at),
                 "expires_at": "",
                 "goal": "push the docs",
             }

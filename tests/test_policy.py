@@ -12,8 +12,8 @@ import pydantic
 import pytest
 from typing_extensions import TypedDict  # pydantic needs it on Python 3.11
 
-from agentrt.errors import ConfigError
-from agentrt.policy import (
+from agentrt._errors import ConfigError
+from agentrt._policy import (
     DEFAULT_POLICY_ID,
     INTERRUPTED_NOTICE,
     Policy,
@@ -25,7 +25,7 @@ from agentrt.policy import (
     need_approval,
     policy_id_of,
 )
-from agentrt.records import (
+from agentrt._records import (
     Approval,
     Limits,
     PolicyDecision,

@@ -27,9 +27,9 @@ pytest.importorskip(
     "anthropic", reason="the anthropic extra is not installed (pip install 'agentrt[anthropic]')"
 )
 
-from agentrt.canonical import canonical_json
-from agentrt.errors import ConfigError, ServedModelError, TransientModelError
-from agentrt.model import (
+from agentrt._canonical import canonical_json
+from agentrt._errors import ConfigError, ServedModelError, TransientModelError
+from agentrt._model import (
     Message,
     ModelRequest,
     ModelResponse,
@@ -39,6 +39,7 @@ from agentrt.model import (
     ToolUseBlock,
     UnpricedModelError,
 )
+from agentrt._records import ToolSpec
 from agentrt.providers import anthropic as adapter
 from agentrt.providers._http import (
     AmbiguousModelError,
@@ -54,7 +55,6 @@ from agentrt.providers.anthropic import (
     parse_response,
     strict_schema,
 )
-from agentrt.records import ToolSpec
 from fake_providers import (
     MIB,
     FakeServer,

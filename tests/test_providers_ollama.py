@@ -19,9 +19,9 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from agentrt.canonical import canonical_json
-from agentrt.errors import ConfigError, ServedModelError, TransientModelError
-from agentrt.model import (
+from agentrt._canonical import canonical_json
+from agentrt._errors import ConfigError, ServedModelError, TransientModelError
+from agentrt._model import (
     Message,
     ModelRequest,
     ModelResponse,
@@ -29,6 +29,7 @@ from agentrt.model import (
     ToolResultBlock,
     ToolUseBlock,
 )
+from agentrt._records import ToolSpec
 from agentrt.providers._http import (
     AmbiguousModelError,
     BodyTooLargeError,
@@ -38,7 +39,6 @@ from agentrt.providers._http import (
     is_loopback,
 )
 from agentrt.providers.ollama import DEFAULT_HOST, OllamaModel, parse_host, parse_response
-from agentrt.records import ToolSpec
 from fake_providers import (
     MIB,
     FakeServer,

@@ -23,9 +23,9 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from agentrt.canonical import JSONFloat, canonical_json
-from agentrt.errors import ConfigError, ServedModelError, TransientModelError
-from agentrt.model import (
+from agentrt._canonical import JSONFloat, canonical_json
+from agentrt._errors import ConfigError, ServedModelError, TransientModelError
+from agentrt._model import (
     Message,
     ModelRequest,
     ModelResponse,
@@ -33,6 +33,7 @@ from agentrt.model import (
     ToolResultBlock,
     ToolUseBlock,
 )
+from agentrt._records import ToolSpec
 from agentrt.providers import _http
 from agentrt.providers._http import (
     AmbiguousModelError,
@@ -51,7 +52,6 @@ from agentrt.providers.openai_compat import (
     parse_response,
     request_body,
 )
-from agentrt.records import ToolSpec
 from fake_providers import (
     MIB,
     FakeServer,

@@ -26,8 +26,8 @@ from agentrt import (
     StepInput,
     ToolSpec,
 )
-from agentrt.canonical import from_text, parse_json, to_text
-from agentrt.model import (
+from agentrt._canonical import from_text, parse_json, to_text
+from agentrt._model import (
     ContentBlock,
     ModelRequest,
     ModelResponse,

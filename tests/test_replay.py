@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from agentrt import ServedModelError, TransientModelError, canonical_json
-from agentrt.canonical import parse_json
-from agentrt.model import Message, ModelRequest, ModelResponse, TextBlock, ToolUseBlock, Usage
+from agentrt._canonical import parse_json
+from agentrt._model import Message, ModelRequest, ModelResponse, TextBlock, ToolUseBlock, Usage
 from agentrt.replay import (
     FORMAT,
     RecordedModelError,

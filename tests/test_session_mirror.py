@@ -30,9 +30,9 @@ from agentrt import (
     ToolRequest,
     ToolResult,
 )
+from agentrt._canonical import JSONFloat, JSONInt
+from agentrt._model import ModelConfig, ModelResponse, Price, ToolUseBlock, Usage
 from agentrt._session import RunSession
-from agentrt.canonical import JSONFloat, JSONInt
-from agentrt.model import ModelConfig, ModelResponse, Price, ToolUseBlock, Usage
 from agentrt.model_agent import ModelAgent
 from agentrt.replay import ScriptedModel
 from agentrt.scripted import ScriptedAgent

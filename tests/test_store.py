@@ -17,15 +17,25 @@ from typing import Any
 
 import pytest
 
-from agentrt.canonical import to_text
-from agentrt.errors import (
+from agentrt._canonical import to_text
+from agentrt._db import (
+    MAX_INT64,
+    TEXT_CAP,
+    Store,
+    check_sqlite_version,
+    clamp_charge,
+    open_existing,
+    open_store,
+    saturating_add_sql,
+)
+from agentrt._errors import (
     InsecureModeError,
     NotFoundError,
     StoreError,
     SymlinkError,
     UnsafeSchemaError,
 )
-from agentrt.records import (
+from agentrt._records import (
     ApprovalStatus,
     Decision,
     Lease,
@@ -35,16 +45,6 @@ from agentrt.records import (
     RunStatus,
     StepStatus,
     ToolSpec,
-)
-from agentrt.store import (
-    MAX_INT64,
-    TEXT_CAP,
-    Store,
-    check_sqlite_version,
-    clamp_charge,
-    open_existing,
-    open_store,
-    saturating_add_sql,
 )
 
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0

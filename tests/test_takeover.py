@@ -84,7 +84,7 @@ def test_lease_local_owner_proved_dead_is_taken_over_at_once(db_path: Path) -> N
     proof = taken.payload["proof"]
     assert proof["by"] == "owner process gone"
     assert proof["proof"] == "no such process"
-    assert proof["host"] == agentrt.lease.host_id()
+    assert proof["host"] == agentrt._lease.host_id()
 
 
 def test_lease_live_local_owner_is_not_taken_over(store: agentrt.Store, db_path: Path) -> None:
@@ -403,7 +403,7 @@ def test_several_processes_racing_to_resume_one_crashed_run_exactly_one_executes
 
 
 def test_a_model_attempt_cut_off_by_sigkill_is_charged_at_takeover(db_path: Path) -> None:
-    from agentrt.accounting import project
+    from agentrt._accounting import project
 
     run_id = crash(db_path, "model")
     store = agentrt.open_store(db_path)

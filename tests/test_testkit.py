@@ -32,7 +32,7 @@ from agentrt import (
     ToolSpec,
 )
 from agentrt import _session as session_mod
-from agentrt.records import ChainBreak, Lease, VerifyReport
+from agentrt._records import ChainBreak, Lease, VerifyReport
 from agentrt.scripted import ScriptedAgent
 from agentrt.testkit import (
     Crash,
@@ -51,7 +51,7 @@ from agentrt.testkit import (
     fuzz_args,
     run_sync,
 )
-from agentrt.testkit.matrix import after_crash
+from agentrt.testkit._matrix import after_crash
 
 INTERRUPTED = "interrupted_side_effect"
 

@@ -21,7 +21,7 @@ import pytest
 import agentrt
 import testkit_scenarios as ts
 from agentrt import ApprovalStatus, RunStatus, StepStatus, TerminalReason
-from agentrt.driver import run_sync as run_coro
+from agentrt._driver import run_sync as run_coro
 from agentrt.testkit import (
     Crash,
     Point,

@@ -7,8 +7,8 @@ from datetime import timedelta
 import pytest
 
 from agentrt import ConfigError, SideEffect, ToolSpec, tool
-from agentrt.errors import ToolNameError
-from agentrt.tools import compile_tool, validate_tools
+from agentrt._errors import ToolNameError
+from agentrt._tools import compile_tool, validate_tools
 
 
 def spec(name: str) -> ToolSpec:

@@ -22,9 +22,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, Field
 
-from agentrt.errors import ConfigError
-from agentrt.records import SideEffect, ToolCall, ToolResult, ToolSpec
-from agentrt.tools import (
+from agentrt._errors import ConfigError
+from agentrt._records import SideEffect, ToolCall, ToolResult, ToolSpec
+from agentrt._tools import (
     AsyncFunctionTool,
     FunctionTool,
     Tool,

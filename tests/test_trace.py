@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentrt.canonical import JSONFloat, from_text, to_text
-from agentrt.records import Event
-from agentrt.store import CappedText
+from agentrt._canonical import JSONFloat, from_text, to_text
+from agentrt._db import CappedText
+from agentrt._records import Event
 from agentrt.trace import (
     JsonLinesObserver,
     TextObserver,

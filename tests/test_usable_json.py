@@ -18,9 +18,9 @@ import pytest
 
 import agentrt
 from agentrt import Decision, SideEffect, ToolSpec
-from agentrt.canonical import JSONFloat, check_json, parse_json
-from agentrt.errors import JSONValueError
-from agentrt.tools import check_args, compile_tool
+from agentrt._canonical import JSONFloat, check_json, parse_json
+from agentrt._errors import JSONValueError
+from agentrt._tools import check_args, compile_tool
 from conftest import FakeClock, Ids, RecordingTool
 
 

@@ -16,10 +16,10 @@ import pytest
 
 import agentrt
 from agentrt import Decision, SideEffect
+from agentrt._db import open_existing, open_store
+from agentrt._records import FileCheck
 from agentrt.cli import main
-from agentrt.records import FileCheck
 from agentrt.scripted import ScriptedAgent
-from agentrt.store import open_existing, open_store
 from conftest import FakeClock, Ids, RecordingTool
 
 

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 import agentrt
+from agentrt._errors import RunStateError
+from agentrt._records import ApprovalStatus, Limits, Observation, PolicyDecision, StepStatus
 from agentrt._store import reads, writes
-from agentrt.errors import RunStateError
-from agentrt.records import ApprovalStatus, Limits, Observation, PolicyDecision, StepStatus
 from conftest import EPOCH, Ids
 
 OWNER = "writer/000000000000"

@@ -17,7 +17,7 @@ from typing import Any
 
 import agentrt
 from agentrt import Decision, SideEffect, StepInput, StepStatus, ToolCall, ToolResult, ToolSpec
-from agentrt.model import Message, ModelRequest, ModelResponse, TextBlock, Usage
+from agentrt._model import Message, ModelRequest, ModelResponse, TextBlock, Usage
 from agentrt.scripted import ScriptedAgent
 from agentrt.testkit import LoopContext, Scenario, Verdict, always, by_kind
 

@@ -17,14 +17,17 @@ lists the public names and those submodules, nothing internal.
 from __future__ import annotations
 
 import importlib as _importlib
+from types import FunctionType as _FunctionType
 from types import ModuleType as _ModuleType
 
-from .approval import approval_hash, approval_request
-from .canonical import canonical_json, check_json, content_hash, policy_json
-from .driver import Agent, Driver
-from .errors import (
+from ._approval import approval_hash, approval_request
+from ._canonical import canonical_json, check_json, content_hash, policy_json
+from ._db import Store, open_existing, open_store
+from ._driver import Agent, Driver
+from ._errors import (
     AbortRun,
     AgentrtError,
+    AmbiguousRunIdError,
     ApprovalChangedError,
     ApprovalExpiredError,
     ApprovalHashError,
@@ -35,6 +38,8 @@ from .errors import (
     JSONValueError,
     LeaseLostError,
     LimitExceeded,
+    MCPServerError,
+    MCPToolError,
     ModelUnavailableError,
     NotFoundError,
     NotPendingError,
@@ -44,6 +49,7 @@ from .errors import (
     SchemaVersionError,
     ServedModelError,
     SessionClosedError,
+    StoreBusyError,
     StoreError,
     SymlinkError,
     ToolNameError,
@@ -52,9 +58,9 @@ from .errors import (
     UnsafePatternError,
     UnsafeSchemaError,
 )
-from .gate import Gate, GateSession, GateStep, Verdict, VerdictOutcome
-from .migrations import RUNTIME_VERSION
-from .model import (
+from ._gate import Gate, GateSession, GateStep, Verdict, VerdictOutcome
+from ._migrations import RUNTIME_VERSION
+from ._model import (
     ContentBlock,
     Message,
     Model,
@@ -70,10 +76,9 @@ from .model import (
     Usage,
     parse_dollars,
 )
-from .model_agent import ModelAgent
-from .operator import Operator, approve, cancel, reject
-from .policy import Policy, SideEffectPolicy, decode_presentation, default_policy, need_approval
-from .records import (
+from ._operator import Operator, approve, cancel, reject
+from ._policy import Policy, SideEffectPolicy, decode_presentation, default_policy, need_approval
+from ._records import (
     Approval,
     ApprovalStatus,
     ChainBreak,
@@ -106,9 +111,9 @@ from .records import (
     ToolSpec,
     VerifyReport,
 )
+from ._tools import Tool, check_args, compile_tool, tool
+from .model_agent import ModelAgent
 from .recover import RecoverAction, Recovered
-from .store import Store, open_existing, open_store
-from .tools import Tool, check_args, compile_tool, tool
 
 __version__ = RUNTIME_VERSION  # one version: the one the file format records
 
@@ -116,6 +121,7 @@ __all__ = [
     "AbortRun",
     "Agent",
     "AgentrtError",
+    "AmbiguousRunIdError",
     "Approval",
     "ApprovalChangedError",
     "ApprovalExpiredError",
@@ -141,6 +147,8 @@ __all__ = [
     "LeaseLostError",
     "LimitExceeded",
     "Limits",
+    "MCPServerError",
+    "MCPToolError",
     "Message",
     "Model",
     "ModelAgent",
@@ -179,6 +187,7 @@ __all__ = [
     "StepInput",
     "StepStatus",
     "Store",
+    "StoreBusyError",
     "StoreError",
     "SymlinkError",
     "TerminalReason",
@@ -219,6 +228,19 @@ __all__ = [
     "reject",
     "tool",
 ]
+
+
+def _claim_public_names() -> None:
+    # httpx style: a public class or function says it lives in `agentrt`, not in
+    # the private module that defines it, so reprs, tracebacks and pickles name
+    # the door users import from (docs/decisions/0034).
+    for name in __all__:
+        value = globals()[name]
+        if isinstance(value, type | _FunctionType) and value.__module__.startswith(f"{__name__}._"):
+            value.__module__ = __name__
+
+
+_claim_public_names()
 
 
 _SUBMODULES = frozenset(

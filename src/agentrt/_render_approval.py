@@ -21,10 +21,10 @@ import re
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from .canonical import to_text
-from .clock import format_time
-from .records import JSON, Approval
-from .store import capped_length
+from ._canonical import to_text
+from ._clock import format_time
+from ._db import capped_length
+from ._records import JSON, Approval
 from .trace import capped_note, display_width, sanitize
 from .view import approval_tool
 

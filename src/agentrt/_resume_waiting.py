@@ -19,15 +19,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
-from ._session import (
-    LoopConfig,
-    RunSession,
-)
-from ._settle import GRANT_EXPIRED, FromWaiting, Now, expire_waiting, fail_and_go_on, settle
-from .approval import verify_stored
-from .decisions import call_args
-from .errors import RunStateError
-from .records import (
+from ._approval import verify_stored
+from ._decisions import call_args
+from ._errors import RunStateError
+from ._records import (
     Approval,
     ApprovalStatus,
     Observation,
@@ -35,6 +30,11 @@ from .records import (
     Step,
     StepStatus,
 )
+from ._session import (
+    LoopConfig,
+    RunSession,
+)
+from ._settle import GRANT_EXPIRED, FromWaiting, Now, expire_waiting, fail_and_go_on, settle
 
 NO_MARK = datetime(1970, 1, 1, tzinfo=UTC)
 

@@ -38,20 +38,19 @@ from enum import StrEnum
 from functools import partial
 from typing import Any, TypeVar, cast
 
-from . import limits as limits_mod
-from ._store import reads, writes
-from ._store.writes import fail_step, finish_run
-from .approval import approval_hash, approval_request
-from .canonical import check_json, content_hash, copy_json, from_text, to_text
-from .clock import Clock, IdFactory, duration_to_ms, format_time
-from .decisions import RecordedDecision, record
-from .errors import JSONValueError, LeaseLostError, RunStateError, StoreBusyError
-from .events import Observer, deliver
-from .foreign import exception_text
-from .lease import Heartbeat, WallClock, renewer_for
-from .policy import Policy
-from .policy import evaluate as evaluate_policy
-from .records import (
+from . import _limits as limits_mod
+from ._approval import approval_hash, approval_request
+from ._canonical import check_json, content_hash, copy_json, from_text, to_text
+from ._clock import Clock, IdFactory, duration_to_ms, format_time
+from ._db import Store, Tx, run_from_row
+from ._decisions import RecordedDecision, record
+from ._errors import JSONValueError, LeaseLostError, RunStateError, StoreBusyError
+from ._events import Observer, deliver
+from ._foreign import exception_text
+from ._lease import Heartbeat, WallClock, renewer_for
+from ._policy import Policy
+from ._policy import evaluate as evaluate_policy
+from ._records import (
     JSON,
     Approval,
     Observation,
@@ -65,8 +64,9 @@ from .records import (
     ToolRequest,
     ToolSpec,
 )
-from .store import Store, Tx, run_from_row
-from .tools import CompiledTool, Tool
+from ._store import reads, writes
+from ._store.writes import fail_step, finish_run
+from ._tools import CompiledTool, Tool
 
 T = TypeVar("T")
 

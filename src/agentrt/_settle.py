@@ -29,24 +29,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from . import events as ev
-from ._session import (
-    POINT_ALLOWED,
-    POINT_ATTACH_ALLOWED,
-    POINT_PAUSED,
-    POINT_RESUMED,
-    AllowedCall,
-    PolicyCheck,
-    RunSession,
-    VerdictOutcome,
-)
-from ._store import reads, writes
-from ._store.writes import fail_step, finish_run
-from .approval import approval_hash, approval_request
-from .canonical import copy_json
-from .errors import RunStateError
-from .lease import take_in
-from .records import (
+from . import _events as ev
+from ._approval import approval_hash, approval_request
+from ._canonical import copy_json
+from ._db import Tx
+from ._errors import RunStateError
+from ._lease import take_in
+from ._records import (
     JSON,
     Approval,
     ApprovalStatus,
@@ -59,7 +48,18 @@ from .records import (
     TerminalReason,
     ToolSpec,
 )
-from .store import Tx
+from ._session import (
+    POINT_ALLOWED,
+    POINT_ATTACH_ALLOWED,
+    POINT_PAUSED,
+    POINT_RESUMED,
+    AllowedCall,
+    PolicyCheck,
+    RunSession,
+    VerdictOutcome,
+)
+from ._store import reads, writes
+from ._store.writes import fail_step, finish_run
 
 INTERRUPTED_KIND = "interrupted_side_effect"
 

@@ -23,8 +23,27 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from . import events as ev
-from . import limits as limits_mod
+from . import _events as ev
+from . import _limits as limits_mod
+from ._canonical import copy_json, from_text
+from ._clock import as_stored, duration_to_ms
+from ._db import Tx, run_from_row
+from ._decisions import call_args, validate
+from ._errors import LeaseLostError, LimitExceeded, ModelUnavailableError, RunStateError
+from ._execute import invoke
+from ._foreign import exception_text
+from ._records import (
+    JSON,
+    DecisionKind,
+    Observation,
+    ObservationKind,
+    RunStatus,
+    Step,
+    StepStatus,
+    TerminalReason,
+    ToolCall,
+    ToolSpec,
+)
 from ._session import (
     POINT_STEP_STARTED,
     POINT_TOOL_EFFECT,
@@ -37,25 +56,6 @@ from ._session import (
 from ._settle import FromRunning, settle, start_resumed
 from ._store import reads, writes
 from ._store.writes import finish_run
-from .canonical import copy_json, from_text
-from .clock import as_stored, duration_to_ms
-from .decisions import call_args, validate
-from .errors import LeaseLostError, LimitExceeded, ModelUnavailableError, RunStateError
-from .execute import invoke
-from .foreign import exception_text
-from .records import (
-    JSON,
-    DecisionKind,
-    Observation,
-    ObservationKind,
-    RunStatus,
-    Step,
-    StepStatus,
-    TerminalReason,
-    ToolCall,
-    ToolSpec,
-)
-from .store import Tx, run_from_row
 
 
 async def begin_step(session: RunSession) -> Step | None:

@@ -18,7 +18,27 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from . import events as ev
+from . import _events as ev
+from ._canonical import check_json, to_text
+from ._clock import format_time
+from ._db import Tx
+from ._decisions import call_args
+from ._errors import JSONValueError, RunLeasedError, RunStateError
+from ._lease import prove_dead, take_in
+from ._policy import interrupted_side_effect_decision
+from ._records import (
+    PolicyDecision,
+    PolicyOutcome,
+    ReconcileOutcome,
+    Reconciliation,
+    Run,
+    RunStatus,
+    RunView,
+    SideEffect,
+    Step,
+    StepStatus,
+    TerminalReason,
+)
 from ._session import (
     POINT_INTERRUPTED,
     POINT_RESUMED,
@@ -33,26 +53,6 @@ from ._session import (
 from ._settle import FromRunning, pause
 from ._store import reads, writes
 from ._store.writes import charge_dispatched
-from .canonical import check_json, to_text
-from .clock import format_time
-from .decisions import call_args
-from .errors import JSONValueError, RunLeasedError, RunStateError
-from .lease import prove_dead, take_in
-from .policy import interrupted_side_effect_decision
-from .records import (
-    PolicyDecision,
-    PolicyOutcome,
-    ReconcileOutcome,
-    Reconciliation,
-    Run,
-    RunStatus,
-    RunView,
-    SideEffect,
-    Step,
-    StepStatus,
-    TerminalReason,
-)
-from .store import Tx
 
 INTERRUPTED_POLICY_ID = "agentrt:interrupted_side_effect"
 
@@ -84,7 +84,7 @@ def check_live_lease(
 
 
 def _parse(text: object) -> datetime | None:
-    from .clock import parse_time
+    from ._clock import parse_time
 
     if not isinstance(text, str):
         return None

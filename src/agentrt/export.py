@@ -34,9 +34,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from .errors import AgentrtError
-from .records import Event
-from .store import Store, open_existing
+from ._db import Store, open_existing
+from ._errors import AgentrtError
+from ._records import Event
 from .trace import event_json, json_line
 
 CURSOR_VERSION = 1

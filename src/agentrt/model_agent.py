@@ -12,8 +12,8 @@ with a model needs only tools and a policy:
 
 from __future__ import annotations
 
-from .errors import ModelUnavailableError
-from .records import Decision, StepInput
+from ._errors import ModelUnavailableError
+from ._records import Decision, StepInput
 from .render import RenderOptions, decide, messages
 
 __all__ = ["ModelAgent"]

@@ -40,15 +40,15 @@ from enum import StrEnum
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from ._clock import parse_time
+from ._errors import ConfigError, RunLeasedError, RunStateError
+from ._records import ApprovalStatus, Limits, Run, RunStatus
 from ._session import run_io
 from ._store import reads
 from ._takeover import check_live_lease
-from .clock import parse_time
-from .errors import ConfigError, RunLeasedError, RunStateError
-from .records import ApprovalStatus, Limits, Run, RunStatus
 
 if TYPE_CHECKING:
-    from .driver import Driver
+    from ._driver import Driver
 
 PAGE = 100
 """Runs read per query."""

@@ -36,9 +36,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .canonical import canonical_json, to_text
-from .errors import ConfigError
-from .model import (
+from ._canonical import canonical_json, to_text
+from ._errors import ConfigError
+from ._model import (
     ContentBlock,
     Message,
     ModelRequest,
@@ -47,7 +47,7 @@ from .model import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from .records import (
+from ._records import (
     Decision,
     DecisionKind,
     DecisionOrigin,

@@ -44,14 +44,14 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, cast
 
-from .canonical import canonical_json, from_text, policy_json
-from .errors import (
+from ._canonical import canonical_json, from_text, policy_json
+from ._errors import (
     AgentrtError,
     ModelUnavailableError,
     ServedModelError,
     TransientModelError,
 )
-from .model import Model, ModelRequest, ModelResponse, ToolUseBlock, Usage
+from ._model import Model, ModelRequest, ModelResponse, ToolUseBlock, Usage
 
 __all__ = [
     "FORMAT",

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Container, Sequence
 
-from .records import (
+from ._records import (
     Decision,
     ObservationKind,
     SideEffect,

@@ -20,10 +20,10 @@ import threading
 import unicodedata
 from typing import Any, TextIO
 
-from .canonical import to_text
-from .clock import format_time
-from .records import Event
-from .store import capped_length, truncated_marker
+from ._canonical import to_text
+from ._clock import format_time
+from ._db import capped_length, truncated_marker
+from ._records import Event
 
 MAX_COMBINING = 4
 """Combining marks allowed in a row after one base character; later ones are escaped.

@@ -24,17 +24,17 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from ._store import reads
-from .canonical import to_text
-from .clock import duration_to_ms, format_time, parse_time
-from .errors import (
+from ._canonical import to_text
+from ._clock import duration_to_ms, format_time, parse_time
+from ._db import TEXT_CAP, CappedText, Store
+from ._errors import (
     AmbiguousRunIdError,
     ApprovalExpiredError,
     NotFoundError,
     NotPendingError,
     RunStateError,
 )
-from .records import (
+from ._records import (
     JSON,
     Approval,
     ApprovalStatus,
@@ -46,8 +46,8 @@ from .records import (
     RunStatus,
     Step,
 )
-from .store import TEXT_CAP, CappedText, Store
-from .stored_text import shown_text
+from ._store import reads
+from ._stored_text import shown_text
 from .trace import text_json
 
 RUN_PAGE_DEFAULT = 50

@@ -3,6 +3,6 @@
 `writes` holds the named compare-and-set writes (each appends its own audit
 events in the caller's transaction and raises `RunStateError` when the row it
 guards has moved); `reads` holds the named queries the rest of the package asks.
-`agentrt.store` (opening, pragmas, transactions, row decoding, the public `Store`
-reads) belongs to this layer too and stays where it is, public.
+`agentrt._db` (opening, pragmas, transactions, row decoding, the `Store` reads
+that `agentrt` re-exports) belongs to this layer too.
 """

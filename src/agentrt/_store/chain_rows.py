@@ -1,7 +1,7 @@
 """The reads the event chain's verifier makes, on a plain connection.
 
 Part of the store layer, apart from `reads` because the store itself verifies
-the chain (`agentrt.store` imports `agentrt.chain`): this module imports nothing
+the chain (`agentrt._db` imports `agentrt._chain`): this module imports nothing
 of the store, so that import stays acyclic.
 """
 

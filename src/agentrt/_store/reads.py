@@ -12,9 +12,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..errors import NotFoundError
-from ..records import Approval, ApprovalStatus, Run, RunStatus, Step
-from ..store import Store, Tx, approval_from_row, run_from_row, step_from_row
+from .._db import Store, Tx, approval_from_row, run_from_row, step_from_row
+from .._errors import NotFoundError
+from .._records import Approval, ApprovalStatus, Run, RunStatus, Step
 
 
 def run_row(tx: Tx, run_id: str) -> sqlite3.Row | None:

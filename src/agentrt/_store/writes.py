@@ -13,13 +13,14 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
-from .. import events as ev
-from ..canonical import to_text
-from ..clock import as_stored, format_time
-from ..errors import RunStateError
-from ..migrations import rollback_quietly
-from ..model import Usage
-from ..records import (
+from .. import _events as ev
+from .._canonical import to_text
+from .._clock import as_stored, format_time
+from .._db import Tx, check_schema, clamp_charge, saturating_add_sql
+from .._errors import RunStateError
+from .._migrations import rollback_quietly
+from .._model import Usage
+from .._records import (
     JSON,
     Approval,
     ApprovalStatus,
@@ -34,7 +35,6 @@ from ..records import (
     TerminalReason,
     ToolSpec,
 )
-from ..store import Tx, check_schema, clamp_charge, saturating_add_sql
 from . import reads
 
 

@@ -18,7 +18,7 @@ from urllib.parse import quote
 
 import httpx
 
-from ..errors import AgentrtError
+from .._errors import AgentrtError
 from ._signing import signed_headers
 
 

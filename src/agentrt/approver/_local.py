@@ -5,7 +5,7 @@ Invariants this module keeps:
 - Every decision names the hash of exactly what the person was shown. A
   `Decision` without one is refused at construction (`ApprovalChangedError`),
   and the hash is checked again inside the deciding transaction by the
-  operator functions (`agentrt.approval.decide`), which `Local` calls and never
+  operator functions (`agentrt._approval.decide`), which `Local` calls and never
   duplicates.
 - What is shown is what the command line shows (`agentrt._render_approval`):
   every field of the hashed object, in hash order, strings bounded as head and
@@ -24,6 +24,12 @@ from datetime import datetime
 from os import PathLike
 from typing import Any, Protocol, runtime_checkable
 
+from .._approval import verify_stored
+from .._clock import Clock, format_time, wall_clock
+from .._db import Store, open_existing
+from .._errors import ApprovalChangedError
+from .._operator import Operator
+from .._records import Approval, Run
 from .._render_approval import (
     INTERRUPTED_KIND,
     INTERRUPTED_NOTICE,
@@ -32,12 +38,6 @@ from .._render_approval import (
     hashed_content,
     long_text,
 )
-from ..approval import verify_stored
-from ..clock import Clock, format_time, wall_clock
-from ..errors import ApprovalChangedError
-from ..operator import Operator
-from ..records import Approval, Run
-from ..store import Store, open_existing
 from ..trace import sanitize
 from ..view import LIST_TEXT_CAP, approval_reason, approval_tool, choose_approval
 

@@ -30,7 +30,7 @@ import hmac
 import re
 from dataclasses import dataclass
 
-from ..errors import ConfigError
+from .._errors import ConfigError
 
 SCHEME = "v1"
 SKEW = 300

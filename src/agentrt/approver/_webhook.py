@@ -36,7 +36,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
-from ..errors import (
+from .._errors import (
     ApprovalChangedError,
     ApprovalExpiredError,
     ApprovalHashError,

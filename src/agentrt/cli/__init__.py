@@ -32,7 +32,7 @@ import sqlite3
 import sys
 from collections.abc import Sequence
 
-from ..errors import AgentrtError, ApprovalChangedError, ApprovalHashError
+from .._errors import AgentrtError, ApprovalChangedError, ApprovalHashError
 from ..trace import sanitize
 from ._commands import BY_NAME
 from ._opening import Refused

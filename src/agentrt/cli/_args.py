@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
-from ..records import RunStatus
+from .._records import RunStatus
 
 _MAX_INT64 = 2**63 - 1  # what SQLite can bind
 

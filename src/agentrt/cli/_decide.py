@@ -18,11 +18,11 @@ import sys
 from typing import TextIO
 
 from .. import view
+from .._approval import verify_stored
+from .._errors import ApprovalChangedError
+from .._operator import Operator
+from .._records import Approval
 from .._render_approval import approval_lines
-from ..approval import verify_stored
-from ..errors import ApprovalChangedError
-from ..operator import Operator
-from ..records import Approval
 from ..trace import sanitize, shown
 from ._opening import open_db
 from ._output import EXIT_OK, Output, Refusal, UsageError, again, arg, isatty

@@ -47,9 +47,9 @@ def cmd_console(args: argparse.Namespace, out: Output) -> int:
 
 def run_demo(args: Sequence[str], out: Output) -> int:
     try:
-        demo = importlib.import_module("agentrt.demo")
+        demo = importlib.import_module("agentrt._demo")
     except ModuleNotFoundError as e:
-        if e.name != "agentrt.demo":
+        if e.name != "agentrt._demo":
             raise
         out.error("the demo is not part of this installation of agentrt")
         return EXIT_ERROR

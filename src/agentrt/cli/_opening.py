@@ -14,7 +14,8 @@ import argparse
 import os
 import re
 
-from ..errors import (
+from .._db import Store, open_existing
+from .._errors import (
     AgentrtError,
     HardLinkError,
     InsecureDirectoryError,
@@ -25,7 +26,6 @@ from ..errors import (
     UnreadableSchemaError,
     UnsafeSchemaError,
 )
-from ..store import Store, open_existing
 from ._output import db_path
 
 

@@ -17,6 +17,8 @@ from collections.abc import Iterator
 from types import FrameType
 
 from .. import view
+from .._errors import AgentrtError
+from .._records import Approval
 from .._render_approval import (
     HEAD_TAIL,
     INTERRUPTED_KIND,
@@ -27,9 +29,7 @@ from .._render_approval import (
     number,
     time_cell,
 )
-from ..errors import AgentrtError
 from ..export import DEFAULT_INTERVAL, MAX_PAGE_SIZE, CursorError, Follower, Sink
-from ..records import Approval
 from ..trace import (
     ID_WIDTH,
     TYPE_WIDTH,

@@ -12,8 +12,8 @@ import argparse
 import re
 from typing import Any
 
+from .._records import ChainBreak, FileCheck, VerifyReport
 from .._render_approval import number
-from ..records import ChainBreak, FileCheck, VerifyReport
 from ..trace import sanitize
 from ._args import bounded
 from ._opening import open_db

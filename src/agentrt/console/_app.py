@@ -29,8 +29,9 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from .. import operator
-from ..errors import (
+from .. import _operator as operator
+from .._db import Store, open_existing
+from .._errors import (
     AgentrtError,
     ApprovalChangedError,
     ApprovalExpiredError,
@@ -39,8 +40,7 @@ from ..errors import (
     NotPendingError,
     RunStateError,
 )
-from ..records import RunStatus
-from ..store import Store, open_existing
+from .._records import RunStatus
 from ..trace import sanitize
 from . import _data, _pages
 from ._security import COOKIE, HEADERS, ConsoleConfig

@@ -24,11 +24,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from .. import view
+from .._approval import verify_stored
+from .._db import Store
+from .._errors import ApprovalHashError
+from .._records import JSON, Approval, ApprovalStatus, Event, VerifyReport
 from .._store import reads
-from ..approval import verify_stored
-from ..errors import ApprovalHashError
-from ..records import JSON, Approval, ApprovalStatus, Event, VerifyReport
-from ..store import Store
 from ..trace import compact
 
 TIMELINE_EVENTS = 500

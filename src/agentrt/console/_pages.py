@@ -19,10 +19,10 @@ from datetime import datetime
 from urllib.parse import quote, urlencode
 
 from .. import view
+from .._clock import format_time
+from .._db import capped_length
+from .._records import Approval, RunStatus, VerifyReport
 from .._render_approval import INTERRUPTED_KIND, approval_fields, hashed_content
-from ..clock import format_time
-from ..records import Approval, RunStatus, VerifyReport
-from ..store import capped_length
 from ._data import Entry, IndexData, Pending, RunData, seconds
 from ._html import Html, h, join, page, shown_text, text
 from ._security import ConsoleConfig

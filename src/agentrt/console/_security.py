@@ -34,7 +34,7 @@ import re
 import secrets
 from dataclasses import dataclass, field
 
-from ..errors import ConfigError
+from .._errors import ConfigError
 from ..trace import sanitize
 
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "::1", "localhost"})

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any, TextIO
 
-from ..errors import AgentrtError
+from .._errors import AgentrtError
 from ..trace import sanitize
 from ._config import Manifest, Report, Server, parse_duration, read_manifest, read_rules
 

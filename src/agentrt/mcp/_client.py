@@ -31,10 +31,10 @@ import httpx2
 import mcp_types
 from mcp.client.session import ClientSession
 
-from ..canonical import canonical_json, copy_json
-from ..errors import MCPServerError, MCPToolError
-from ..records import ToolCall, ToolResult, ToolSpec
-from ..tools import CompiledTool, compile_tool
+from .._canonical import canonical_json, copy_json
+from .._errors import MCPServerError, MCPToolError
+from .._records import ToolCall, ToolResult, ToolSpec
+from .._tools import CompiledTool, compile_tool
 from ._config import Admitted, Manifest, Offer, PinnedTool, Report, Rule, Server, decide
 from ._transport import RawCapture, open_transport
 

@@ -26,10 +26,10 @@ from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
-from ..canonical import content_hash, copy_json, parse_json, policy_json
-from ..errors import ConfigError, InsecureModeError, JSONValueError
-from ..records import SideEffect, ToolSpec
-from ..tools import compile_tool
+from .._canonical import content_hash, copy_json, parse_json, policy_json
+from .._errors import ConfigError, InsecureModeError, JSONValueError
+from .._records import SideEffect, ToolSpec
+from .._tools import compile_tool
 
 MANIFEST_FORMAT = "agentrt.mcp.manifest/1"
 RULES_FORMAT = "agentrt.mcp.rules/1"

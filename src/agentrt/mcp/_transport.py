@@ -38,8 +38,8 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.message import SessionMessage
 
-from ..canonical import parse_json
-from ..errors import JSONValueError, MCPServerError
+from .._canonical import parse_json
+from .._errors import JSONValueError, MCPServerError
 from ._config import Server
 
 MAX_MESSAGE_BYTES = 8 * 1024 * 1024

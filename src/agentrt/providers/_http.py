@@ -39,15 +39,15 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from ..canonical import parse_json
-from ..errors import (
+from .._canonical import parse_json
+from .._errors import (
     AgentrtError,
     ConfigError,
     JSONValueError,
     ServedModelError,
     TransientModelError,
 )
-from ..model import Usage
+from .._model import Usage
 
 __all__ = [
     "EXCERPT_BYTES",

@@ -46,9 +46,9 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "agentrt.providers.anthropic needs the anthropic extra: pip install 'agentrt[anthropic]'"
     ) from exc
 
-from ..canonical import content_hash, parse_json
-from ..errors import AgentrtError, ConfigError, JSONValueError, TransientModelError
-from ..model import (
+from .._canonical import content_hash, parse_json
+from .._errors import AgentrtError, ConfigError, JSONValueError, TransientModelError
+from .._model import (
     Message,
     ModelRequest,
     ModelResponse,
@@ -59,7 +59,7 @@ from ..model import (
     ToolUseBlock,
     Usage,
 )
-from ..records import ToolSpec
+from .._records import ToolSpec
 from ._http import (
     CREDENTIAL_HEADERS,
     MAX_BODY_BYTES,

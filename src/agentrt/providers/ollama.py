@@ -18,9 +18,9 @@ import os
 from datetime import timedelta
 from typing import Any
 
-from ..canonical import policy_json
-from ..errors import ConfigError
-from ..model import (
+from .._canonical import policy_json
+from .._errors import ConfigError
+from .._model import (
     Message,
     ModelRequest,
     ModelResponse,

@@ -15,17 +15,17 @@ one test over that matrix.
 `check_policy` and `fuzz_args` test a policy and a tool's schema on their own.
 
 This package owns the test kit's public names; each submodule owns one part
-(see their docstrings). `agentrt.testkit.process` is also the child's entry
+(see their docstrings). `agentrt.testkit._process` is also the child's entry
 point and is imported only when process mode runs.
 """
 
 from __future__ import annotations
 
 from ..render import same_renders
-from .conformance import ConformanceReport, PolicyCase, check_policy
-from .fuzz import FuzzCase, fuzz_args
-from .invariants import check
-from .matrix import (
+from ._conformance import ConformanceReport, PolicyCase, check_policy
+from ._fuzz import FuzzCase, fuzz_args
+from ._invariants import check
+from ._matrix import (
     CrashMatrix,
     MatrixCase,
     crash_matrix,
@@ -33,9 +33,9 @@ from .matrix import (
     discover,
     matrix_cases,
 )
-from .result import AgentInput, CrashReached, OperatorAnswer, ProbeHit, Result, ToolInvocation
-from .runner import ScenarioError, run, run_sync
-from .scenario import (
+from ._result import AgentInput, CrashReached, OperatorAnswer, ProbeHit, Result, ToolInvocation
+from ._runner import ScenarioError, run, run_sync
+from ._scenario import (
     Crash,
     LoopContext,
     Point,
@@ -46,7 +46,7 @@ from .scenario import (
     by_kind,
     load_factory,
 )
-from .violation import InvariantError, Violation
+from ._violation import InvariantError, Violation
 
 __all__ = [
     "AgentInput",

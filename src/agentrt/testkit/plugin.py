@@ -30,11 +30,11 @@ from typing import Any
 
 import pytest
 
-from ..driver import run_sync as _run_coro
-from .matrix import matrix_cases
-from .result import Result
-from .runner import MODES, run_sync
-from .scenario import Crash
+from ..lowlevel import run_sync as _run_coro
+from ._matrix import matrix_cases
+from ._result import Result
+from ._runner import MODES, run_sync
+from ._scenario import Crash
 
 MARKER = "crash_matrix"
 _discovered: dict[tuple[str, str, bool, int, bool], list[tuple[Crash, ...]]] = {}

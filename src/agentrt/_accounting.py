@@ -1,0 +1,424 @@
+"""The accounting caller: the agent's only handle on the model.
+
+Invariants this module owns (models.md, "The accounting caller"):
+
+- **Reserve before dispatch.** Before every attempt the lease and the limits
+  are checked against the run's recorded totals, plus the attempts in flight in
+  this step, plus a projection of this request (serialized request bytes ÷ 3 + 1
+  input tokens, plus the output cap). The reservation is taken inside the same
+  transaction that records the attempt, so concurrent calls in one step cannot
+  all pass the check. Over a limit: `LimitExceeded`, nothing sent.
+- **Record before sending.** A `model_calls` row `dispatched` and
+  `model.dispatched` commit, under a lease held and unexpired by the wall
+  clock, before the request leaves. The row carries the conservative estimate,
+  so a process that dies during the request can be charged it at takeover.
+- **Charge what it cannot see.** The outcome and its charge commit together:
+  reported usage on success; the estimate for implausible usage (negative,
+  not an integer, cached above input, or output above the request's cap plus
+  a margin: `usage_problem`); the estimate
+  with the full output cap for an ambiguous attempt (timeout, lost
+  connection, cut-off body, caller cancelled); nothing for a transient refusal.
+  Recorded even if the caller was cancelled.
+- **Retries** back off exponentially and honour `Retry-After`, but give up at
+  once, without sleeping, when a wait would pass `max_retry_after` or a time
+  limit of the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from ._canonical import canonical_json
+from ._clock import duration_to_ms
+from ._db import Tx, run_from_row
+from ._errors import (
+    ConfigError,
+    LimitExceeded,
+    ModelUnavailableError,
+    ServedModelError,
+    TransientModelError,
+)
+from ._foreign import exception_text
+from ._model import (
+    Model,
+    ModelConfig,
+    ModelRequest,
+    ModelResponse,
+    Price,
+    UnpricedModelError,
+    Usage,
+)
+from ._records import ModelCallStatus, Run, Step, TerminalReason
+from ._session import POINT_MODEL_DISPATCHED
+from ._store.writes import charge_beyond_estimate, dispatch_model_call, settle_model_call
+
+if TYPE_CHECKING:
+    from ._session import RunSession
+
+Sleep = Callable[[float], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class Projection:
+    """What one attempt may cost at most, reserved before it is sent."""
+
+    input_tokens: int
+    output_tokens: int
+    cost_micros: int | None  # None: the model is unpriced
+
+    @property
+    def tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+
+@dataclass
+class _Attempt:
+    call_id: str
+    attempt: int
+    model: str
+    projection: Projection
+    dispatched_at: datetime
+
+
+def project(request: ModelRequest, output_cap: int, price: Price | None) -> Projection:
+    """The conservative estimate of an attempt: bytes ÷ 3 + 1 input tokens, the whole cap out."""
+    input_tokens = len(canonical_json(request.to_json())) // 3 + 1
+    usage = Usage(input_tokens=input_tokens, output_tokens=output_cap)
+    return Projection(input_tokens, output_cap, None if price is None else price.cost_micros(usage))
+
+
+class AccountingCaller:
+    """`StepInput.model`: records, limits and charges every attempt of one step."""
+
+    def __init__(
+        self,
+        session: RunSession,
+        step: Step,
+        model: Model,
+        config: ModelConfig,
+        sleep: Sleep = asyncio.sleep,
+    ) -> None:
+        self._session = session
+        self._step = step
+        self._model = model
+        self._config = config
+        self._sleep = sleep
+        self._in_flight: dict[str, Projection] = {}
+        self.name = model.name
+
+    async def generate(self, request: ModelRequest) -> ModelResponse:
+        """Send `request` to the model, with retries; every attempt is a recorded row."""
+        limits = self._session.run.limits
+        cap = request.max_output_tokens
+        if cap is None:
+            # An adapter that sends a default cap of its own (Anthropic's API needs
+            # one) says so; projecting with it is what the attempt can really cost.
+            default = getattr(self._model, "default_max_output_tokens", None)
+            if isinstance(default, int) and not isinstance(default, bool) and default > 0:
+                cap = default
+        if limits.max_output_tokens_per_call is not None:
+            cap = (
+                limits.max_output_tokens_per_call
+                if cap is None
+                else min(cap, limits.max_output_tokens_per_call)
+            )
+        if cap is None and (
+            limits.max_total_tokens is not None or limits.max_estimated_cost_micros is not None
+        ):
+            raise LimitExceeded(
+                TerminalReason.LIMIT_TOKENS
+                if limits.max_total_tokens is not None
+                else TerminalReason.LIMIT_COST,
+                "a request with no output cap cannot be held to a token or cost limit",
+            )
+        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap <= 0):
+            # A zero or negative cap would project less than nothing, and some
+            # servers read it as "unlimited": it cannot be held to any limit.
+            raise ConfigError(f"max_output_tokens must be a positive integer, got {cap!r}")
+        request = replace(request, max_output_tokens=cap)
+        try:
+            price = self._config.price(self._model.name)
+        except UnpricedModelError as exc:
+            raise ModelUnavailableError(str(exc)) from None
+        projection = project(request, cap or 0, price)
+        attempt = 0
+        while True:
+            attempt += 1
+            record = await self._dispatch(attempt, projection, price)
+            try:
+                outcome = await self._send(request, record)
+            except asyncio.CancelledError:
+                await asyncio.shield(
+                    self._settle(
+                        record,
+                        ModelCallStatus.AMBIGUOUS,
+                        projection_usage(projection),
+                        price,
+                        "cancelled by the caller; outcome unknown",
+                    )
+                )
+                raise
+            if outcome.response is not None:
+                return outcome.response
+            wait = self._retry_wait(outcome, attempt)
+            if wait is None:
+                raise ModelUnavailableError(outcome.error)
+            await self._sleep(wait.total_seconds())
+
+    # -- one attempt -------------------------------------------------------
+
+    async def _dispatch(
+        self, attempt: int, projection: Projection, price: Price | None
+    ) -> _Attempt:
+        session = self._session
+        config = session.config
+
+        def tx_dispatch(tx: Tx) -> _Attempt:
+            row = session.require_lease(tx, side_effect=True)
+            run = run_from_row(row)
+            self._check_limits(run, projection)
+            now = config.clock()
+            call_id = config.new_id()
+            dispatch_model_call(
+                tx,
+                session.run_id,
+                self._step.id,
+                call_id,
+                attempt,
+                self._model.name,
+                projection_usage(projection),
+                projection.cost_micros or 0,
+                now,
+            )
+            self._in_flight[call_id] = projection
+            session.refresh(tx)
+            return _Attempt(call_id, attempt, self._model.name, projection, now)
+
+        return await session.write(tx_dispatch, POINT_MODEL_DISPATCHED)
+
+    def _check_limits(self, run: Run, projection: Projection) -> None:
+        limits = run.limits
+        in_flight = list(self._in_flight.values())
+        if limits.max_model_calls is not None and run.model_calls + 1 > limits.max_model_calls:
+            raise LimitExceeded(
+                TerminalReason.LIMIT_MODEL_CALLS,
+                f"{run.model_calls} model calls recorded; max_model_calls is "
+                f"{limits.max_model_calls}",
+            )
+        if limits.max_total_tokens is not None:
+            used = run.input_tokens + run.output_tokens
+            reserved = sum(p.tokens for p in in_flight)
+            if used + reserved + projection.tokens > limits.max_total_tokens:
+                raise LimitExceeded(
+                    TerminalReason.LIMIT_TOKENS,
+                    f"{used} tokens used, {reserved} reserved in flight, this request may take "
+                    f"{projection.tokens}: over max_total_tokens {limits.max_total_tokens}",
+                )
+        if limits.max_estimated_cost_micros is not None:
+            if projection.cost_micros is None:
+                raise LimitExceeded(
+                    TerminalReason.LIMIT_COST,
+                    f"model {self._model.name!r} is unpriced, so a cost limit cannot be kept",
+                )
+            spent = run.estimated_cost_micros
+            reserved = sum(p.cost_micros or 0 for p in in_flight)
+            if spent + reserved + projection.cost_micros > limits.max_estimated_cost_micros:
+                raise LimitExceeded(
+                    TerminalReason.LIMIT_COST,
+                    f"{spent} micro-dollars spent, {reserved} reserved in flight, this request "
+                    f"may cost {projection.cost_micros}: over max_estimated_cost_micros "
+                    f"{limits.max_estimated_cost_micros}",
+                )
+
+    async def _send(self, request: ModelRequest, record: _Attempt) -> _Outcome:
+        price = self._config.price(self._model.name)  # looked up (and refused) before dispatch
+        try:
+            response = await asyncio.wait_for(
+                self._model.generate(request), self._config.call_timeout.total_seconds()
+            )
+        except TransientModelError as exc:
+            await self._settle(
+                record, ModelCallStatus.ERROR, Usage(), price, exception_text(exc), charge=False
+            )
+            return _Outcome(None, exception_text(exc), retryable=True, retry_after=exc.retry_after)
+        except ServedModelError as exc:
+            usage = (
+                exc.usage
+                if isinstance(exc.usage, Usage)
+                and usage_problem(exc.usage, request.max_output_tokens) is None
+                else (projection_usage(record.projection))
+            )
+            await self._settle(record, ModelCallStatus.ERROR, usage, price, exception_text(exc))
+            return _Outcome(None, exception_text(exc), retryable=False)
+        except (TimeoutError, ConnectionError) as exc:
+            await self._settle(
+                record,
+                ModelCallStatus.AMBIGUOUS,
+                projection_usage(record.projection),
+                price,
+                exception_text(exc),
+            )
+            return _Outcome(None, exception_text(exc), retryable=True)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            await self._settle(
+                record, ModelCallStatus.ERROR, Usage(), price, exception_text(exc), charge=False
+            )
+            return _Outcome(None, exception_text(exc), retryable=False)
+        why: str | None = "the model returned something other than a ModelResponse"
+        if isinstance(response, ModelResponse):
+            why = usage_problem(response.usage, request.max_output_tokens)
+        if why is not None:
+            await self._settle(
+                record, ModelCallStatus.ERROR, projection_usage(record.projection), price, why
+            )
+            return _Outcome(None, why, retryable=False)
+        await self._settle(record, ModelCallStatus.OK, response.usage, price, "")
+        return _Outcome(response, "", retryable=False)
+
+    async def _settle(
+        self,
+        record: _Attempt,
+        status: str,
+        usage: Usage,
+        price: Price | None,
+        error: str,
+        *,
+        charge: bool = True,
+    ) -> None:
+        """Record the attempt's outcome and charge the run, in one transaction."""
+        session = self._session
+        config = session.config
+        cost = None if price is None else price.cost_micros(usage)
+        if not charge:
+            usage, cost = Usage(), (None if price is None else 0)
+
+        def tx_settle(tx: Tx) -> None:
+            now = config.clock()
+            latency = max(0, duration_to_ms(now - record.dispatched_at))
+            settled = settle_model_call(
+                tx,
+                session.run_id,
+                self._step.id,
+                record.call_id,
+                record.attempt,
+                record.model,
+                status=str(status),
+                usage=usage,
+                cost_micros=cost,
+                latency_ms=latency,
+                error=error[:4096],
+                now=now,
+            )
+            if not settled:
+                # A takeover (or a cancel) already settled this attempt at its
+                # estimate: charging it again would count the spend twice. Only
+                # what the real reply cost beyond that estimate is added.
+                self._in_flight.pop(record.call_id, None)
+                if charge:
+                    charge_beyond_estimate(
+                        tx,
+                        session.run_id,
+                        record.call_id,
+                        record.attempt,
+                        record.model,
+                        usage,
+                        cost or 0,
+                        now,
+                    )
+                return
+            self._in_flight.pop(record.call_id, None)
+            session.refresh(tx)
+
+        # Settling is bookkeeping of what already happened: it does not need the
+        # lease (a takeover charges a dispatched row only if it is still dispatched),
+        # and, its outcome being known, it waits out a busy database (decision 0012).
+        await session.write_outcome(tx_settle)
+
+    def _retry_wait(self, outcome: _Outcome, attempt: int) -> timedelta | None:
+        """How long to wait before the next attempt, or None to give up now."""
+        config = self._config
+        if not outcome.retryable or attempt > config.max_retries:
+            return None
+        wait: timedelta = config.backoff * (2 ** (attempt - 1))
+        retry_after = _as_timedelta(outcome.retry_after)
+        if retry_after is not None:
+            if retry_after > config.max_retry_after:
+                return None
+            wait = max(wait, retry_after)
+        if self._passes_a_time_limit(wait):
+            return None
+        return wait
+
+    def _passes_a_time_limit(self, wait: timedelta) -> bool:
+        """Would sleeping `wait` run past the run's active or elapsed time limit?"""
+        session = self._session
+        run = session.run
+        limits = run.limits
+        if limits.max_active_time is None and limits.max_elapsed_time is None:
+            return False
+        now = session.config.clock()
+        active = limits.max_active_time
+        if active is not None and session.active_time_at(now) + wait >= active:
+            return True
+        elapsed = limits.max_elapsed_time
+        return (
+            elapsed is not None
+            and run.created_at is not None
+            and now + wait >= run.created_at + elapsed
+        )
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    response: ModelResponse | None
+    error: str
+    retryable: bool
+    retry_after: Any = None
+
+
+def projection_usage(projection: Projection) -> Usage:
+    return Usage(input_tokens=projection.input_tokens, output_tokens=projection.output_tokens)
+
+
+# Providers stop generating at the output cap the request sent; a server may
+# count an end-of-sequence token or two past it. Usage beyond the cap plus this
+# margin cannot be what the request produced (decision 0017).
+OUTPUT_MARGIN_TOKENS = 64
+OUTPUT_MARGIN_DIVISOR = 10  # and a tenth of the cap, for large caps
+
+
+def output_ceiling(cap: int) -> int:
+    """The most output tokens a reply to a request capped at `cap` is believed to use."""
+    return cap + max(OUTPUT_MARGIN_TOKENS, cap // OUTPUT_MARGIN_DIVISOR)
+
+
+def usage_problem(usage: Usage, cap: int | None) -> str | None:
+    """Why reported usage cannot be charged as reported, or None when it can.
+
+    Implausible usage (negative, not an integer, cached above input, or output
+    above what the request's cap allows) is charged the conservative estimate.
+    """
+    if not usage.plausible:
+        return f"the reported usage is not plausible: {usage}"
+    if cap is not None and usage.output_tokens > output_ceiling(cap):
+        return (
+            f"the reported usage is not plausible: {usage.output_tokens} output tokens "
+            f"for a request capped at {cap}"
+        )
+    return None
+
+
+def _as_timedelta(value: Any) -> timedelta | None:
+    if value is None:
+        return None
+    if isinstance(value, timedelta):
+        return value
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return timedelta(seconds=value)
+    return None

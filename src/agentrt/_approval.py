@@ -1,0 +1,164 @@
+"""Approvals: the hash that binds a person's decision to one exact request.
+
+Invariants this module owns:
+
+- The approval hash is SHA-256 over the canonical JSON of `{kind, capability,
+  presentation, request}`, where the request names the run, the step, the tool
+  spec as registered (timeout in nanoseconds) and the args. A value that cannot
+  be encoded is an error, never a stand-in hash.
+- Deciding (approve or reject) re-verifies the stored row against its hash
+  (`ApprovalHashError`), checks the hash the operator was shown inside the same
+  transaction (`ApprovalChangedError`), and updates only `WHERE status =
+  'pending' AND hash = ?`. Approving never executes anything.
+- Rejecting fails the step (`policy_denied`) and cancels the run
+  (`approval_rejected`) in the same transaction.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from ._canonical import content_hash
+from ._clock import format_time
+from ._db import Store, Tx, approval_from_row, run_from_row
+from ._errors import (
+    ApprovalChangedError,
+    ApprovalExpiredError,
+    ApprovalHashError,
+    NotFoundError,
+    NotPendingError,
+    RunFinishedError,
+    RunStateError,
+)
+from ._records import (
+    JSON,
+    Approval,
+    ApprovalStatus,
+    Event,
+    Observation,
+    RunStatus,
+    StepStatus,
+    TerminalReason,
+    ToolSpec,
+)
+from ._store import reads
+from ._store.writes import decide_approval, fail_step, finish_run
+
+
+def approval_request(run_id: str, step_id: str, spec: ToolSpec, args: JSON) -> dict[str, Any]:
+    """The request an approval is bound to, in the shape that is hashed."""
+    return {
+        "run_id": run_id,
+        "step_id": step_id,
+        "spec": spec.to_json(),
+        "args": {} if args is None else args,
+    }
+
+
+def approval_hash(kind: str, capability: JSON, presentation: JSON, request: JSON) -> str:
+    return content_hash(
+        {
+            "kind": kind,
+            "capability": {} if capability is None else capability,
+            "presentation": {} if presentation is None else presentation,
+            "request": request,
+        }
+    )
+
+
+def verify_stored(approval: Approval) -> None:
+    """Raise `ApprovalHashError` unless the stored fields still hash to the stored hash."""
+    if approval.decode_error:
+        raise ApprovalHashError(
+            f"approval {approval.id} cannot be read back ({approval.decode_error}); "
+            "it will not be decided or executed"
+        )
+    try:
+        recomputed = approval_hash(
+            approval.kind, approval.capability, approval.presentation, approval.request
+        )
+    except ValueError as exc:
+        raise ApprovalHashError(f"approval {approval.id} cannot be hashed: {exc}") from exc
+    if recomputed != approval.hash:
+        raise ApprovalHashError(
+            f"approval {approval.id} no longer matches its hash: the stored request, kind, "
+            "capability or presentation was altered after it was made"
+        )
+
+
+def _load(tx: Tx, run_id: str, approval_id: str) -> tuple[Any, Approval]:
+    run = reads.run_row(tx, run_id)
+    if run is None:
+        raise NotFoundError(f"no run {run_id}")
+    row = reads.approval_row(tx, approval_id, run_id)
+    if row is None:
+        raise NotFoundError(f"no approval {approval_id} on run {run_id}")
+    return run, approval_from_row(row)
+
+
+def decide(
+    store: Store,
+    run_id: str,
+    approval_id: str,
+    *,
+    approve: bool,
+    by: str,
+    note: str,
+    shown_hash: str | None,
+    now: datetime,
+) -> tuple[Approval, list[Event]]:
+    """Approve or reject one pending approval in one transaction; returns it and the events."""
+    with store.transaction() as tx:
+        run_row, approval = _load(tx, run_id, approval_id)
+        run = run_from_row(run_row)
+        if approval.status == ApprovalStatus.EXPIRED:
+            raise ApprovalExpiredError(f"approval {approval_id} has expired")
+        if approval.status != ApprovalStatus.PENDING:
+            raise NotPendingError(f"approval {approval_id} was already {approval.status}")
+        if isinstance(run.status, RunStatus) and run.status.terminal:
+            raise RunFinishedError(f"run {run_id} already ended {run.status}; nothing is decided")
+        if run.status != RunStatus.WAITING_FOR_APPROVAL:
+            raise RunStateError(f"run {run_id} is {run.status}, not waiting for an approval")
+        verify_stored(approval)
+        if shown_hash is not None and shown_hash != approval.hash:
+            raise ApprovalChangedError(
+                f"approval {approval_id} changed since it was shown: shown hash {shown_hash}, "
+                f"current hash {approval.hash}"
+            )
+        if approval.expires_at is not None and now >= approval.expires_at:
+            raise ApprovalExpiredError(
+                f"approval {approval_id} expired at {format_time(approval.expires_at)}"
+            )
+        status = ApprovalStatus.APPROVED if approve else ApprovalStatus.REJECTED
+        try:
+            decided = decide_approval(tx, approval, status, by, note, now)
+        except RunStateError as exc:
+            raise ApprovalChangedError(
+                f"approval {approval_id} changed while being decided"
+            ) from exc
+        if not approve:
+            tool = (
+                approval.request.get("spec", {}).get("name", "")
+                if isinstance(approval.request, dict)
+                else ""
+            )
+            observation = Observation.rejected(tool, note)
+            fail_step(
+                tx,
+                run_id,
+                approval.step_id,
+                observation,
+                now,
+                from_statuses=(StepStatus.AWAITING_APPROVAL,),
+            )
+            finish_run(
+                tx,
+                run_id,
+                RunStatus.CANCELLED,
+                TerminalReason.APPROVAL_REJECTED,
+                note,
+                now,
+                from_statuses=(RunStatus.WAITING_FOR_APPROVAL,),
+            )
+        return decided, list(tx.events)

@@ -1,0 +1,302 @@
+"""The Driver: an agent plus the step machine, run to a pause or an end.
+
+`Driver.start` creates a run in one transaction (RUNNING, lease taken,
+`run.created`, `run.started`, tool specs stored) and drives the loop;
+`Driver.resume` continues a WAITING run after a person decided, or takes over a
+RUNNING run whose process died. Both return the run as it stands when the loop
+stops: terminal, or WAITING_FOR_APPROVAL. Every async entry point has a
+blocking `_sync` twin for scripts and tests.
+
+The Driver is a Gate plus an agent (`_gate.py`): `start` is `gate.begin`,
+`resume` is `gate.attach`, and the loop is the one any consumer can write
+over a gate session: `session.step()`, the agent's decision for
+`session.input()`, `step.propose(decision)`, `step.execute()` when allowed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Protocol, runtime_checkable
+
+from ._clock import Clock, IdFactory
+from ._db import Store
+from ._errors import ConfigError, LeaseLostError, RunStateError
+from ._events import Observer
+from ._gate import Gate, GateSession, GateStep, Verdict, VerdictOutcome, check_goal, configure
+from ._lease import WallClock
+from ._model import Model, ModelConfig
+from ._operator import Operator
+from ._policy import Policy
+from ._records import Approval, Decision, Limits, Run, RunStatus, StepInput
+from ._session import (
+    SHUTDOWN_GRACE_S,
+    Probe,
+    RunMoved,
+    maybe_await,
+    release_lease,
+    run_io,
+    run_sync,
+)
+from ._tools import Tool
+from .recover import DEFAULT_LIMIT, Recovered
+from .recover import recover as recover_runs
+
+__all__ = ["SHUTDOWN_GRACE_S", "Agent", "Driver", "run_sync"]
+
+
+@runtime_checkable
+class Agent(Protocol):
+    """Decides each step. `decide` may be a plain function or a coroutine."""
+
+    def decide(self, input: StepInput) -> Decision | Awaitable[Decision]: ...
+
+
+class Driver:
+    """Drives runs of one agent over one set of tools under one policy."""
+
+    def __init__(
+        self,
+        store: Store,
+        agent: Agent | Callable[[StepInput], Any],
+        policy: Policy,
+        tools: Sequence[Tool] = (),
+        observer: Observer | None = None,
+        model: Model | ModelConfig | None = None,
+        reconcile: Any = None,
+        now: Clock | None = None,
+        new_id: IdFactory | None = None,
+        lease_ttl: timedelta = timedelta(seconds=30),
+        lease_owner: str = "",
+        *,
+        wall: WallClock | None = None,
+        probe: Probe | None = None,
+        probe_in_tx: Probe | None = None,
+    ) -> None:
+        if store is not None and agent is None:
+            raise ConfigError("Driver needs an agent")
+        setup = configure(
+            "Driver",
+            store,
+            policy,
+            tools,
+            observer,
+            model,
+            reconcile,
+            now,
+            new_id,
+            lease_ttl,
+            lease_owner,
+            wall,
+            probe,
+            probe_in_tx,
+        )
+        self._gate = Gate._from_setup(setup)
+        self._config = setup.config
+        self.store = store
+        self.agent = agent
+        self.policy = policy
+        self.policy_id = setup.policy_id
+        self.tools = setup.tools
+        self.observer = observer
+        self.model_config: ModelConfig | None = setup.model_config
+        self.model: Model | None = setup.model
+        self.reconcile = reconcile
+        self.now: Clock = setup.config.clock
+        self.new_id: IdFactory = setup.config.new_id
+        self.lease_ttl = lease_ttl
+        self.lease_owner = setup.owner
+        self._wall: WallClock = setup.config.wall
+        self._active: set[str] = set()
+        # Runs whose cancelled loop left a tool thread running under our lease.
+        self._lingering: set[str] = set()
+        self._active_lock = threading.Lock()
+
+    # -- entry points ----------------------------------------------------
+
+    async def start(
+        self, goal: str, limits: Limits | None = None, run_id: str | None = None
+    ) -> Run:
+        """Create a run toward `goal` and drive it until it pauses or ends."""
+        limits, rid = check_goal(goal, limits, run_id, self.new_id)
+        with self._exclusive(rid):
+            session = await self._gate.begin(goal, limits, rid)
+            try:
+                return await self._drive(session)
+            except RunMoved as moved:  # an operator cancelled it under us
+                return moved.run
+
+    async def resume(self, run_id: str) -> Run:
+        """Continue a WAITING run after its approval was decided, or take over a dead one."""
+        with self._exclusive(run_id):
+            run = await run_io(lambda: self.store.get_run(run_id))
+            if run.status not in (RunStatus.WAITING_FOR_APPROVAL, RunStatus.RUNNING):
+                raise RunStateError(f"run {run_id} is {run.status}; there is nothing to resume")
+            session: GateSession | None = None
+            try:
+                session, _ = await self._gate.attach(run_id)
+                if session.done:
+                    return session.run
+                return await self._drive(session)
+            except RunMoved as moved:  # an operator cancelled it under us
+                return moved.run
+            finally:
+                if session is not None:
+                    session._detach()
+
+    def approve(
+        self, run_id: str, approval_id: str, by: str, note: str = "", shown_hash: str | None = None
+    ) -> Approval:
+        return self._operator().approve(run_id, approval_id, by, note, shown_hash)
+
+    def reject(
+        self, run_id: str, approval_id: str, by: str, note: str = "", shown_hash: str | None = None
+    ) -> Approval:
+        return self._operator().reject(run_id, approval_id, by, note, shown_hash)
+
+    def cancel(self, run_id: str, by: str, note: str = "") -> Run:
+        return self._operator().cancel(run_id, by, note)
+
+    def start_sync(self, goal: str, limits: Limits | None = None, run_id: str | None = None) -> Run:
+        return run_sync(self.start(goal, limits, run_id))
+
+    def resume_sync(self, run_id: str) -> Run:
+        return run_sync(self.resume(run_id))
+
+    async def recover(
+        self, *, limit: int = DEFAULT_LIMIT, after: str | None = None, concurrency: int = 1
+    ) -> list[Recovered]:
+        """Resume every run this program can resume; one `Recovered` per run examined.
+
+        For a program starting up: RUNNING runs whose lease expired or whose
+        owner is provably dead are taken over, WAITING runs whose latest
+        approval was decided are resumed; a live lease and an undecided
+        approval are skipped, and one run's failure never stops the others.
+        At most `limit` runs are examined, oldest first; `after=` goes on past
+        a run id. See `agentrt.recover` and docs/decisions/0021.
+        """
+        return await recover_runs(self, limit=limit, after=after, concurrency=concurrency)
+
+    def recover_sync(
+        self, *, limit: int = DEFAULT_LIMIT, after: str | None = None, concurrency: int = 1
+    ) -> list[Recovered]:
+        return run_sync(self.recover(limit=limit, after=after, concurrency=concurrency))
+
+    approve_sync = approve
+    reject_sync = reject
+    cancel_sync = cancel
+
+    # -- internals ---------------------------------------------------------
+
+    def _operator(self) -> Operator:
+        return Operator(self.store, observer=self.observer, now=self.now)
+
+    def _exclusive(self, run_id: str) -> _Exclusive:
+        return _Exclusive(self, run_id)
+
+    def _let_go(self, session: GateSession) -> None:
+        """A tool thread outlived its cancelled loop and has now returned: give the run up."""
+        rs = session._rs
+        try:
+            rs.stop_heartbeat()
+            session._gate._let_go(rs.run_id)
+            release_lease(rs.config, rs.run_id)
+        except Exception:  # the store may be closed by now: the lease then simply expires
+            logging.getLogger("agentrt").warning(
+                "could not release the lease on run %s; it will expire", rs.run_id
+            )
+        finally:
+            with self._active_lock:
+                self._lingering.discard(rs.run_id)
+
+    def _is_executing(self, run_id: str) -> bool:
+        with self._active_lock:
+            return run_id in self._active or run_id in self._lingering
+
+    async def _drive(self, session: GateSession) -> Run:
+        """The loop over a gate session: step, decide, propose, execute what was allowed."""
+        rs = session._rs
+        try:
+            allowed = session.current()
+            if allowed is not None:  # attach allowed an approved call
+                await allowed._run()
+                if session.done:
+                    return session.run
+            while True:
+                step = await session.step()
+                if step is None:
+                    return session.run
+                decided = await self._decide(session, step)
+                if decided is None:  # the agent's call ended the run
+                    return session.run
+                # Whatever the agent returned, None included, is recorded and validated.
+                verdict: Verdict = await step.propose(decided.value)
+                if verdict.outcome == VerdictOutcome.ALLOWED:
+                    await step._run()
+                    if session.done:
+                        return session.run
+                elif verdict.outcome in (VerdictOutcome.PENDING, VerdictOutcome.ENDED):
+                    return session.run
+        except asyncio.CancelledError:
+            lingering = rs.lingering_tool
+            if lingering is None:
+                await asyncio.shield(run_io(lambda: release_lease(rs.config, rs.run_id)))
+            else:
+                # The run stays this driver's until the thread returns: neither a
+                # resume nor recover() of this driver may start a call beside it.
+                with self._active_lock:
+                    self._lingering.add(rs.run_id)
+                lingering.add_done_callback(lambda _: self._let_go(session))
+            raise
+        finally:
+            session._detach()
+
+    async def _decide(self, session: GateSession, step: GateStep) -> _Decided | None:
+        """The agent's answer for `step`, wrapped; None when asking it ended the run.
+
+        The answer is always wrapped, so no value an agent can return (None
+        included) is ever mistaken for the run having ended. An agent's
+        exception fails the step as `step.fail` maps it.
+        """
+        step_input = session.input()
+        agent: Any = self.agent
+        try:
+            decide: Callable[[StepInput], Any] = getattr(agent, "decide", agent)
+            return _Decided(await maybe_await(decide(step_input)))
+        except (LeaseLostError, RunMoved, asyncio.CancelledError):
+            raise
+        except Exception as exc:
+            await step.fail(exc)
+        return None
+
+
+@dataclass(frozen=True)
+class _Decided:
+    """What the agent returned for a step, whatever it is (see `Driver._decide`)."""
+
+    value: Any
+
+
+class _Exclusive:
+    """Refuses a second concurrent call on a run this driver is executing."""
+
+    def __init__(self, driver: Driver, run_id: str) -> None:
+        self.driver = driver
+        self.run_id = run_id
+
+    def __enter__(self) -> None:
+        with self.driver._active_lock:
+            if self.run_id in self.driver._active or self.run_id in self.driver._lingering:
+                raise RunStateError(
+                    f"this driver is already executing run {self.run_id}; "
+                    "a second concurrent call is refused"
+                )
+            self.driver._active.add(self.run_id)
+
+    def __exit__(self, *exc: object) -> None:
+        with self.driver._active_lock:
+            self.driver._active.discard(self.run_id)

@@ -1,0 +1,242 @@
+"""Calling one tool under its timeout and turning every outcome into an observation.
+
+A tool's outcome is never a crash of the runtime: a result becomes
+`tool_result`; an exception, a timeout or content that is not usable JSON
+becomes `tool_error` with a `failure` of `error`, `timeout` or
+`invalid_content` (the unusable content kept for the record); `AbortRun` asks
+for the run to end as `tool_abort`.
+
+Invariants kept here:
+
+- `invoke` raises only when *its caller* is cancelled. Whatever the tool
+  raises is its outcome, recorded as `tool_error`: an exception whose `str()`
+  or `repr()` raises, one with a huge message (kept clipped), a
+  `CancelledError` the tool raised itself, and a `BaseException` that is not
+  an `Exception` (`SystemExit`, `KeyboardInterrupt`, a custom one: the tool's
+  own raise does not stop the process, see decision 0017).
+- A tool runs in a task of its own, so that the tool's own `CancelledError`
+  (its task ends without our task having been cancelled) is told apart from a
+  cancellation of the caller (the `await` in `invoke` raises).
+- A plain-function tool runs on a daemon thread of its own, started per call
+  and outside `concurrent.futures`' registry of workers, which the interpreter
+  joins at exit: a tool that outlives its timeout (a thread cannot be killed)
+  never holds the process open and never takes a thread from the store's I/O
+  or from the next tool call. Its late result is discarded. A coroutine tool
+  is cancelled at its timeout; one that swallows its cancellation and has not
+  ended a second later is left running in the same way (its step is not held:
+  the outcome is the timeout, or the caller's cancel).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import inspect
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, cast
+
+from ._canonical import check_json
+from ._decisions import _MAX_KEPT, _kept_text
+from ._errors import AbortRun, JSONValueError
+from ._foreign import exception_text, plain_text, type_name
+from ._records import Observation, ObservationKind, ToolCall, ToolResult, ToolSpec
+from ._tools import Tool
+
+_MAX_SUMMARY = 1024
+
+
+@dataclass(frozen=True)
+class ToolOutcome:
+    observation: Observation
+    abort: str | None = None  # set when the tool raised AbortRun
+
+    @property
+    def error(self) -> str:
+        content = self.observation.content
+        if self.observation.kind == ObservationKind.TOOL_RESULT or not isinstance(content, dict):
+            return ""
+        return str(content.get("error", ""))
+
+
+def _error(spec: ToolSpec, failure: str, error: str, **kept: Any) -> Observation:
+    return Observation.tool_error(spec.name, failure, error, **kept)
+
+
+def result_observation(spec: ToolSpec, result: Any) -> Observation:
+    """The observation for what `call` returned (or an invalid_content error); never raises."""
+    try:
+        return _result_observation(spec, result)
+    except BaseException:  # a hostile value: what it is cannot be read, so it is unusable
+        return _error(
+            spec,
+            "invalid_content",
+            f"tool returned a {type_name(result)} that could not be inspected",
+        )
+
+
+def _result_observation(spec: ToolSpec, result: Any) -> Observation:
+    if not isinstance(result, ToolResult):
+        return _error(
+            spec,
+            "invalid_content",
+            f"tool returned {type(result).__name__}, not a ToolResult",
+            content_text=_kept_text(result),
+        )
+    if not isinstance(cast(object, result.summary), str):
+        return _error(
+            spec,
+            "invalid_content",
+            "tool summary is not a string",
+            content_text=_kept_text(result.summary),
+        )
+    try:
+        check_json(result.content)
+        result.summary.encode("utf-8")
+    except (JSONValueError, UnicodeEncodeError, RecursionError, TypeError, ValueError) as exc:
+        return _error(
+            spec,
+            "invalid_content",
+            f"tool content is not usable JSON: {exc}",
+            content_text=_kept_text(result.content),
+        )
+    return Observation.tool_result(result.content, result.summary)
+
+
+Future = concurrent.futures.Future[Any]
+ToolThreads = list[Future]
+
+
+@dataclass(frozen=True)
+class _Raised:
+    """What a tool thread raised, carried as the future's *result*.
+
+    Never as the future's exception: asyncio refuses some exceptions into a
+    future (a `StopIteration` from `next()` on a spent iterator), and the
+    awaiting side would then never hear of the outcome until the timeout.
+    """
+
+    exc: BaseException
+
+
+def _on_own_thread(method: Callable[[ToolCall], Any], call: ToolCall) -> Future:
+    """Run `method(call)` on a new daemon thread; the future holds its result or `_Raised`.
+
+    Not `concurrent.futures.ThreadPoolExecutor`: the interpreter joins its
+    workers at exit, so a tool still running after its timeout would hold the
+    process open until it returned.
+    """
+    future: Future = concurrent.futures.Future()
+
+    def work() -> None:
+        if not future.set_running_or_notify_cancel():
+            return
+        try:
+            result = method(call)
+        except BaseException as exc:  # whatever the tool raises is its outcome
+            future.set_result(_Raised(exc))
+        else:
+            future.set_result(result)
+
+    threading.Thread(target=work, name="agentrt-tool", daemon=True).start()
+    return future
+
+
+async def _call(tool: Tool, call: ToolCall, threads: ToolThreads | None) -> Any:
+    method = tool.call
+    if inspect.iscoroutinefunction(method):
+        return await method(call)
+    future = _on_own_thread(method, call)
+    if threads is not None:
+        threads.append(future)
+    result = await asyncio.wrap_future(future)
+    if isinstance(result, _Raised):
+        return result
+    if inspect.isawaitable(result):
+        result = await result
+    return result
+
+
+async def _guarded(tool: Tool, call: ToolCall, threads: ToolThreads | None) -> tuple[bool, Any]:
+    """(True, result) or (False, what the tool raised): the tool's task never ends raising.
+
+    A `KeyboardInterrupt` or `SystemExit` that escaped a task would stop the
+    event loop itself; here it is only the tool's outcome.
+    """
+    try:
+        result = await _call(tool, call, threads)
+    except BaseException as exc:
+        return False, exc
+    if isinstance(result, _Raised):
+        return False, result.exc
+    return True, result
+
+
+async def invoke(
+    tool: Tool, spec: ToolSpec, call: ToolCall, threads: ToolThreads | None = None
+) -> ToolOutcome:
+    """Run the tool once. Only a cancellation of the caller propagates (the driver records it).
+
+    A plain-function tool runs on a thread that outlives a timeout or a
+    cancellation; `threads` receives its future, so the caller can tell whether
+    the call is still running (and keep the lease until it is not).
+    """
+    task = asyncio.ensure_future(_guarded(tool, call, threads))
+    try:
+        done, _ = await asyncio.wait({task}, timeout=spec.timeout.total_seconds())
+    except asyncio.CancelledError:
+        # Only our own task's cancellation gets here: the caller's. Let the tool
+        # unwind from its cancellation first, as `asyncio.wait_for` would.
+        await _cancel(task, threads)
+        raise
+    if task not in done:
+        await _cancel(task, threads)
+        observation = _error(spec, "timeout", f"timed out after {spec.timeout.total_seconds():g}s")
+        return ToolOutcome(observation=observation)
+    ok, value = task.result()
+    if ok:
+        return ToolOutcome(observation=result_observation(spec, value))
+    return _raised(spec, value)
+
+
+_CANCEL_GRACE_S = 1.0
+"""Seconds a cancelled coroutine tool gets to unwind before it is left running."""
+
+
+async def _cancel(task: asyncio.Future[Any], threads: ToolThreads | None) -> None:
+    """Cancel the tool's task and give it `_CANCEL_GRACE_S` to end.
+
+    A coroutine that swallows its cancellation (a bare `except:` in a retry
+    loop) cannot be stopped, like a thread: past the grace it is left running,
+    its late outcome discarded, so that it never holds the step or the run.
+    `threads` then tracks it as it tracks a thread, so a cancelled caller keeps
+    the lease while it still runs.
+    """
+    task.cancel()
+    done, _ = await asyncio.wait({task}, timeout=_CANCEL_GRACE_S)
+    if task in done or threads is None:
+        return
+    running: Future = concurrent.futures.Future()
+    running.set_running_or_notify_cancel()
+    task.add_done_callback(lambda _: running.set_result(None))
+    threads.append(running)
+
+
+def _raised(spec: ToolSpec, exc: BaseException) -> ToolOutcome:
+    """The outcome of a tool that raised `exc`; never raises."""
+    if isinstance(exc, AbortRun):
+        try:
+            detail: object = exc.detail  # typed str, but a subclass may store anything
+            if isinstance(detail, str):
+                abort = plain_text(detail, _MAX_KEPT)
+            else:
+                abort = "" if detail is None else _kept_text(detail)
+        except BaseException:  # a hostile subclass: the abort itself still stands
+            abort = ""
+        abort = abort or "the tool aborted the run"
+        return ToolOutcome(observation=_error(spec, "abort", abort), abort=abort)
+    if isinstance(exc, asyncio.CancelledError):
+        error = f"{exception_text(exc)} (raised by the tool itself; the run was not cancelled)"
+        return ToolOutcome(observation=_error(spec, "error", error))
+    return ToolOutcome(observation=_error(spec, "error", exception_text(exc)))

@@ -1,0 +1,195 @@
+"""File-level safety of the database: owner-only creation, modes, owners, symlinks, sidecars.
+
+Anyone who can write the database file (or its WAL) can forge an approval, so the
+file mode is the security boundary. This module owns the checks made before and
+after SQLite opens the file:
+
+- a new database file is created 0600 whatever the umask (SQLite then gives its
+  `-wal` and `-shm` files the database file's mode);
+- the database, `-wal`, `-shm` and `-journal` (a hot journal is replayed into the
+  database on open) are refused when writable by group or others or owned by
+  another user; a sidecar that is not a regular file is refused;
+- a file this process owns that others can read is tightened to 0600 by a writer;
+- the database path itself must not be a symlink, and neither it nor a sidecar may
+  have a second hard link (`HardLinkError`): another name for the file can sit in
+  a directory with other rules, out of sight of these checks;
+- the directory holding the database must be writable by its owner only, and owned
+  by this user or by root (`InsecureDirectoryError`): whoever can create files in
+  it can plant a `-wal` or `-journal` before SQLite opens one (or swap the
+  database for another file), which is a forged record. A sticky bit (as on
+  `/tmp`) does not exempt a directory: it stops others renaming our files, not
+  creating a sidecar name that does not exist yet.
+
+Mode and owner checks are skipped where the OS has no POSIX modes.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+
+from ._errors import (
+    HardLinkError,
+    InsecureDirectoryError,
+    InsecureModeError,
+    StoreError,
+    SymlinkError,
+)
+
+POSIX_MODES = os.name == "posix"
+SIDECAR_SUFFIXES = ("-wal", "-shm", "-journal")
+OWNER_ONLY = 0o600
+
+
+def create_owner_only(path: str) -> bool:
+    """Create an empty file at `path` with mode 0600; False if something already is there.
+
+    `O_EXCL` never follows a symlink, so a planted link is reported, not written through.
+    """
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags, OWNER_ONLY)
+    except FileExistsError:
+        if os.path.islink(path):
+            raise SymlinkError(f"{path} is a symlink; agentrt opens only the file itself") from None
+        return False
+    except FileNotFoundError as e:
+        raise StoreError(f"cannot create {path}: its directory does not exist") from e
+    except OSError as e:
+        raise StoreError(f"cannot create {path}: {e.strerror}") from e
+    try:
+        # The umask may have cleared bits of 0600 (or, at 0, left them): say it exactly.
+        if POSIX_MODES:
+            os.fchmod(fd, OWNER_ONLY)
+    finally:
+        os.close(fd)
+    return True
+
+
+def check_database_file(path: str, *, tighten: bool) -> None:
+    """Refuse a database path that is a symlink, not a regular file, or unsafe by mode/owner."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        raise StoreError(f"no database at {path}") from None
+    except OSError as e:
+        raise StoreError(f"cannot inspect {path}: {e.strerror}") from e
+    if stat.S_ISLNK(st.st_mode):
+        raise SymlinkError(f"{path} is a symlink; agentrt opens only the file itself")
+    if not stat.S_ISREG(st.st_mode):
+        raise StoreError(f"{path} is not a regular file")
+    _check_links(path, st, what="database")
+    _check_mode_and_owner(path, st, what="database", tighten=tighten)
+    check_directory(path)
+
+
+def check_directory(path: str) -> None:
+    """Refuse the directory holding `path` when others may write it or it is another's."""
+    if not POSIX_MODES:
+        return
+    directory = os.path.dirname(path) or "."
+    try:
+        st = os.stat(directory)
+    except FileNotFoundError:
+        raise StoreError(f"cannot open {path}: its directory does not exist") from None
+    except OSError as e:
+        raise StoreError(f"cannot inspect the directory {directory}: {e.strerror}") from e
+    mode = stat.S_IMODE(st.st_mode)
+    if mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise InsecureDirectoryError(
+            f"the directory {directory} is writable by group or others (mode {mode:04o}), so "
+            "they could plant a -wal or -journal file beside the database or replace it: "
+            "keep the database in a directory only its owner can write"
+        )
+    if st.st_uid not in (os.geteuid(), 0):
+        raise InsecureDirectoryError(
+            f"the directory {directory} is owned by uid {st.st_uid}, not by this process (uid "
+            f"{os.geteuid()}) or root, and its owner could replace the database"
+        )
+
+
+def _check_links(path: str, st: os.stat_result, *, what: str) -> None:
+    if st.st_nlink > 1:
+        raise HardLinkError(
+            f"{what} {path} has {st.st_nlink} hard links; agentrt opens only a file with one "
+            "name, because another name for it can be changed out of sight of these checks"
+        )
+
+
+def check_sidecars(path: str, *, tighten: bool) -> None:
+    """Refuse unsafe `-wal`, `-shm` or `-journal` files next to the database at `path`."""
+    for suffix in SIDECAR_SUFFIXES:
+        side = path + suffix
+        try:
+            st = os.lstat(side)
+        except FileNotFoundError:
+            continue
+        except OSError as e:
+            raise InsecureModeError(f"cannot inspect {side}: {e.strerror}") from e
+        if not stat.S_ISREG(st.st_mode):
+            raise InsecureModeError(
+                f"{side} is not a regular file (a {_kind(st.st_mode)}); refusing to open the "
+                "database beside it"
+            )
+        _check_links(side, st, what=f"{suffix[1:]} file")
+        _check_mode_and_owner(side, st, what=f"{suffix[1:]} file", tighten=tighten)
+
+
+def check_all(path: str, *, tighten: bool) -> None:
+    """The database file and its sidecars, as `check_database_file` and `check_sidecars`."""
+    check_database_file(path, tighten=tighten)
+    check_sidecars(path, tighten=tighten)
+
+
+def directory_writable(path: str) -> bool:
+    """Whether this process may create files beside `path` (SQLite needs it for `-shm`)."""
+    return os.access(os.path.dirname(path) or ".", os.W_OK)
+
+
+def _check_mode_and_owner(path: str, st: os.stat_result, *, what: str, tighten: bool) -> None:
+    if not POSIX_MODES:
+        return
+    if st.st_uid != os.geteuid():
+        raise InsecureModeError(
+            f"{what} {path} is owned by uid {st.st_uid}, not by this process (uid "
+            f"{os.geteuid()}); its owner could rewrite any record"
+        )
+    mode = stat.S_IMODE(st.st_mode)
+    if mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise InsecureModeError(
+            f"{what} {path} is writable by group or others (mode {mode:04o}); anyone who can "
+            "write it can forge an approval. Make it 0600"
+        )
+    if tighten and mode & 0o077:
+        _tighten(path)
+
+
+def _tighten(path: str) -> None:
+    # Open without following links and chmod the descriptor, so a file swapped in
+    # after the lstat is never the one changed.
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise SymlinkError(f"{path} became a symlink while it was being checked") from e
+        raise InsecureModeError(f"cannot tighten {path} to 0600: {e.strerror}") from e
+    try:
+        os.fchmod(fd, OWNER_ONLY)
+    except OSError as e:
+        raise InsecureModeError(f"cannot tighten {path} to 0600: {e.strerror}") from e
+    finally:
+        os.close(fd)
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "directory"
+    if stat.S_ISLNK(mode):
+        return "symlink"
+    if stat.S_ISFIFO(mode):
+        return "fifo"
+    if stat.S_ISSOCK(mode):
+        return "socket"
+    return "special file"

@@ -1,0 +1,718 @@
+"""The Gate: the runtime's controls for a loop the consumer owns.
+
+The consumer keeps its loop and its model; the runtime keeps the effect. A
+`Gate` is the Driver's configuration less the agent: `begin` creates a run
+under this process's lease and returns a `GateSession`; `session.step()`
+claims the next step (checking the limits); `step.propose(decision)` records
+the decision verbatim, validates it and asks the policy, returning a
+`Verdict`; `step.execute()` runs an allowed call, exactly once, and records
+its outcome. `attach` continues a run that waited for a person, or takes over
+one whose owner died, under exactly the rules of `Driver.resume`. The Driver
+itself is a Gate plus an agent (`_driver.py`).
+
+Invariants (each has a test named for it in `tests/test_gate*.py`):
+
+- The consumer never runs a tool: `execute` does, once per allowed verdict.
+- An allowed verdict writes nothing that claims the tool started; only
+  `execute` writes `step.tool_started`. A session abandoned after an allowed
+  verdict leaves the step never run, and recovery treats it so.
+- A session abandoned during `execute` is a crash: the run pauses on an
+  `interrupted_side_effect` approval at the next `attach`/`resume`.
+- One session per run: a run with a live session (this process, or another
+  holding its lease) refuses a second `begin`/`attach`.
+- Misuse raises before anything is written: `RunStateError` (a second open
+  step, `execute` without an allowed verdict or twice, `propose` twice, a call
+  after the run ended), `SessionClosedError` (any call after `close`).
+- The lease is renewed while the session holds it; a lost lease raises
+  `LeaseLostError` before any tool starts.
+
+Every async entry point has a blocking `_sync` twin named like the Driver's
+(`begin_sync`, `attach_sync`, `step_sync`, `propose_sync`, `execute_sync`,
+`fail_sync`, `close_sync`); a twin called inside a running event loop raises.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+import re
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from . import _step
+from ._accounting import AccountingCaller
+from ._canonical import copy_json
+from ._clock import Clock, IdFactory, new_id, wall_clock
+from ._db import Store, Tx
+from ._decisions import call_args
+from ._errors import ConfigError, LeaseLostError, RunStateError, SessionClosedError
+from ._events import Observer
+from ._lease import WallClock, expiry, holder_json, make_owner
+from ._model import Model, ModelConfig
+from ._policy import Policy, policy_id_of
+from ._records import (
+    Approval,
+    DecisionKind,
+    Limits,
+    Observation,
+    Run,
+    RunStatus,
+    Step,
+    StepInput,
+    ToolRequest,
+)
+from ._resume_waiting import NO_MARK, Undecodable, resume_waiting
+from ._session import (
+    LoopConfig,
+    Probe,
+    RunMoved,
+    RunSession,
+    VerdictOutcome,
+    load,
+    release_lease,
+    run_io,
+    run_sync,
+    write_through,
+)
+from ._store.writes import create_run, fail_waiting_run
+from ._takeover import take_over
+from ._tools import Tool, compile_tool, registered_spec, spec_hash, validate_tools
+
+__all__ = ["Gate", "GateSession", "GateStep", "Verdict", "VerdictOutcome"]
+
+_ID = re.compile(r"[0-9a-f]{32}")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What became of a proposed decision, or of a run `attach` continued.
+
+    `outcome`: `allowed` (the open step's call may be executed, once),
+    `denied` (the step failed: a policy denial or an invalid decision; the run
+    goes on), `pending` (the run waits for a person on `approval`), `ended`
+    (the run ended; `run.reason` says why). `request` is the call judged (None
+    for a decision that is not a valid tool call), `observation` what the
+    step's record shows the model (a denial's reason; None while nothing was
+    observed), `run` the run as it stands after the verdict.
+    """
+
+    outcome: VerdictOutcome
+    request: ToolRequest | None
+    observation: Observation | None
+    approval: Approval | None
+    run: Run
+
+
+@dataclass
+class _Setup:
+    """The configuration a Driver and a Gate share, validated once."""
+
+    config: LoopConfig
+    model_config: ModelConfig | None
+    model: Model | None
+    policy_id: str
+    tools: list[Tool]
+    owner: str
+
+
+def configure(
+    who: str,
+    store: Store,
+    policy: Policy,
+    tools: Sequence[Tool],
+    observer: Observer | None,
+    model: Model | ModelConfig | None,
+    reconcile: Any,
+    now: Clock | None,
+    new_id: IdFactory | None,
+    lease_ttl: timedelta,
+    lease_owner: str,
+    wall: WallClock | None,
+    probe: Probe | None,
+    probe_in_tx: Probe | None,
+) -> _Setup:
+    """Validate a Driver's or a Gate's configuration and build what its sessions share."""
+    if store is None:
+        raise ConfigError(f"{who} needs a store (agentrt.open_store(path))")
+    if policy is None:
+        raise ConfigError(f"{who} needs a policy (agentrt.default_policy() is a start)")
+    if not isinstance(lease_ttl, timedelta) or lease_ttl <= timedelta(0):
+        raise ConfigError("lease_ttl must be a positive timedelta")
+    if not isinstance(lease_owner, str):
+        raise ConfigError("lease_owner must be a string")
+    validated = validate_tools(list(tools))
+    # One place to configure a model (docs/decisions/0020): a bare Model gets the
+    # default ModelConfig; a ModelConfig carries the Model itself.
+    model_config: ModelConfig | None
+    if isinstance(model, ModelConfig):
+        model_config = model
+    elif model is None:
+        model_config = None
+    elif isinstance(model, Model) and not isinstance(model, str):
+        model_config = ModelConfig(model=model)
+    else:
+        raise ConfigError(
+            "model must be an agentrt.Model (name and async generate) or a ModelConfig"
+        )
+    the_model = None if model_config is None else model_config.model
+    owner = make_owner(lease_owner)
+    policy_id = policy_id_of(policy)
+    specs = {t.spec.name: registered_spec(t.spec) for t in validated}
+    config = LoopConfig(
+        store=store,
+        tools={t.spec.name: t for t in validated},
+        specs=specs,
+        spec_hashes={name: spec_hash(spec) for name, spec in specs.items()},
+        compiled={name: compile_tool(spec) for name, spec in specs.items()},
+        shown_specs={name: registered_spec(spec) for name, spec in specs.items()},
+        policy=policy,
+        policy_id=policy_id,
+        clock=now or wall_clock,
+        new_id=new_id or _default_new_id,
+        observer=observer,
+        owner=owner,
+        lease_ttl=lease_ttl,
+        wall=wall or wall_clock,
+        model=the_model,
+        reconcile=reconcile,
+        probe=probe,
+        probe_in_tx=probe_in_tx,
+    )
+    return _Setup(config, model_config, the_model, policy_id, validated, owner)
+
+
+def check_goal(goal: Any, limits: Any, run_id: Any, new_run_id: IdFactory) -> tuple[Limits, str]:
+    """A new run's goal, limits and id, checked; ConfigError names what is wrong."""
+    if not isinstance(goal, str):
+        raise ConfigError("goal must be a string")
+    try:
+        goal.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ConfigError("goal is not valid UTF-8 text") from exc
+    limits = limits or Limits()
+    if not isinstance(limits, Limits):
+        raise ConfigError("limits must be an agentrt.Limits")
+    rid = run_id if run_id is not None else new_run_id()
+    if not isinstance(rid, str) or not _ID.fullmatch(rid):
+        # store.md: ids are 32 lowercase hex characters. Anything else would end
+        # up inside commands an operator is told to copy and run.
+        raise ConfigError(f"run id {rid!r} is not 32 lowercase hex characters")
+    return limits, rid
+
+
+class Gate:
+    """The controls (record, check, policy, approval, lease, execution) for your own loop."""
+
+    def __init__(
+        self,
+        store: Store,
+        policy: Policy,
+        tools: Sequence[Tool] = (),
+        observer: Observer | None = None,
+        model: Model | ModelConfig | None = None,
+        reconcile: Any = None,
+        now: Clock | None = None,
+        new_id: IdFactory | None = None,
+        lease_ttl: timedelta = timedelta(seconds=30),
+        lease_owner: str = "",
+        *,
+        wall: WallClock | None = None,
+        probe: Probe | None = None,
+        probe_in_tx: Probe | None = None,
+    ) -> None:
+        setup = configure(
+            "Gate",
+            store,
+            policy,
+            tools,
+            observer,
+            model,
+            reconcile,
+            now,
+            new_id,
+            lease_ttl,
+            lease_owner,
+            wall,
+            probe,
+            probe_in_tx,
+        )
+        self._init(setup)
+
+    @classmethod
+    def _from_setup(cls, setup: _Setup) -> Gate:
+        gate = cls.__new__(cls)
+        gate._init(setup)
+        return gate
+
+    def _init(self, setup: _Setup) -> None:
+        self._setup = setup
+        self._config = setup.config
+        self.store = setup.config.store
+        self.policy = setup.config.policy
+        self.policy_id = setup.policy_id
+        self.tools = setup.tools
+        self.lease_owner = setup.owner
+        self._live: set[str] = set()
+        self._lock = threading.Lock()
+
+    # -- entry points ----------------------------------------------------
+
+    async def begin(
+        self, goal: str, limits: Limits | None = None, run_id: str | None = None
+    ) -> GateSession:
+        """Create a run toward `goal` under this process's lease; its session."""
+        limits, rid = check_goal(goal, limits, run_id, self._config.new_id)
+        self._hold(rid)
+        try:
+            rs = await self._create(rid, goal, limits)
+        except BaseException:
+            self._let_go(rid)
+            raise
+        rs.start_heartbeat()
+        return GateSession(self, rs)
+
+    async def attach(self, run_id: str) -> tuple[GateSession, Verdict | None]:
+        """Continue a run that waited for a person, or take over one whose owner died.
+
+        The verdict: for a waiting run, what its approved request now is
+        (`allowed` with the open step ready to `execute`, `denied`, `pending`
+        again, or `ended`); for a taken-over run, `pending` when an interrupted
+        side effect waits for a person, `ended` when the run ended, and None
+        when the run simply goes on with no open step (nothing was judged).
+        """
+        self._hold(run_id)
+        try:
+            return await self._attach(run_id)
+        except BaseException:
+            self._let_go(run_id)
+            raise
+
+    def begin_sync(
+        self, goal: str, limits: Limits | None = None, run_id: str | None = None
+    ) -> GateSession:
+        return run_sync(self.begin(goal, limits, run_id))
+
+    def attach_sync(self, run_id: str) -> tuple[GateSession, Verdict | None]:
+        return run_sync(self.attach(run_id))
+
+    # -- internals ---------------------------------------------------------
+
+    def _hold(self, run_id: str) -> None:
+        with self._lock:
+            if run_id in self._live:
+                raise RunStateError(
+                    f"run {run_id} already has a live session; a second one is refused"
+                )
+            self._live.add(run_id)
+
+    def _let_go(self, run_id: str) -> None:
+        with self._lock:
+            self._live.discard(run_id)
+
+    async def _create(self, run_id: str, goal: str, limits: Limits) -> RunSession:
+        config = self._config
+        now = config.clock()
+        specs = [(config.spec_hashes[name], config.specs[name]) for name in sorted(config.specs)]
+
+        def tx_create(tx: Tx) -> Run:
+            return create_run(
+                tx,
+                run_id,
+                goal,
+                limits,
+                owner=config.owner,
+                lease_expires_at=expiry(config.wall, config.lease_ttl),
+                holder=holder_json(),
+                specs=specs,
+                now=now,
+            )
+
+        run = await write_through(config, tx_create)
+        return RunSession(config, run, [], [], epoch=1, mark=now)
+
+    async def _attach(self, run_id: str) -> tuple[GateSession, Verdict | None]:
+        config = self._config
+        run, steps, approvals = await run_io(lambda: load(config, run_id))
+        if run.status == RunStatus.WAITING_FOR_APPROVAL:
+            try:
+                rs = await resume_waiting(config, run, steps, approvals)
+            except Undecodable as exc:
+                rs = RunSession(config, run, steps, approvals, epoch=0, mark=NO_MARK)
+                rs.run = await self._fail_undecodable(run, str(exc))
+                session = GateSession(self, rs)
+                return session, session._verdict(None)
+            waiting_step = rs.steps[-1] if rs.steps else None
+            session = GateSession(self, rs)
+            if rs.has_allowed_call():
+                open_step = session._open_allowed(rs.allowed_step())
+                return session, session._verdict(open_step.step)
+            if rs.run.status == RunStatus.RUNNING:
+                rs.start_heartbeat()
+            verdict = session._verdict(waiting_step)
+            session._settle_if_done()
+            return session, verdict
+        if run.status == RunStatus.RUNNING:
+            rs = await take_over(config, run_id)
+            session = GateSession(self, rs)
+            if rs.run.status == RunStatus.RUNNING:
+                return session, None
+            verdict = session._verdict(rs.steps[-1] if rs.steps else None)
+            session._settle_if_done()
+            return session, verdict
+        raise RunStateError(f"run {run_id} is {run.status}; there is nothing to attach to")
+
+    async def _fail_undecodable(self, run: Run, why: str) -> Run:
+        """store.md: a run whose record will not decode is failed, never continued."""
+        config = self._config
+        detail = f"the run's record cannot be read back ({why}); it is not continued"
+
+        def tx_fail(tx: Tx) -> Run:
+            return fail_waiting_run(tx, run.id, detail, config.clock())
+
+        return await write_through(config, tx_fail)
+
+
+class GateSession:
+    """One run under this process's lease, driven by the consumer's loop."""
+
+    def __init__(self, gate: Gate, rs: RunSession) -> None:
+        self._gate = gate
+        self._rs = rs
+        self._open: GateStep | None = None
+        self._closed = False
+        self._released = False
+        self._claiming = False  # a step() is claiming a step right now
+        self._executing = 0  # execute() calls running a tool right now
+        self._shown: dict[str, tuple[Step, Step]] = {}  # step id -> (recorded, copy shown)
+
+    # -- reading -----------------------------------------------------------
+
+    @property
+    def run(self) -> Run:
+        """The run as last written by this session."""
+        return self._rs.run
+
+    @property
+    def run_id(self) -> str:
+        return self._rs.run_id
+
+    @property
+    def done(self) -> bool:
+        """Whether the run left RUNNING (ended, or waiting for a person): no more steps."""
+        return self._rs.run.status != RunStatus.RUNNING and not self._rs.has_allowed_call()
+
+    def current(self) -> GateStep | None:
+        """The open step (claimed, not yet settled), or None."""
+        if self._open is not None and self._open._settled:
+            self._open = None
+        return self._open
+
+    def input(self) -> StepInput:
+        """What an agent would be shown now (the Driver shows its agent the same); no clock read."""
+        self._usable()
+        rs = self._rs
+        run, steps, approvals = rs.step_input_parts()
+        shown = rs.config.shown_specs
+        specs = tuple(shown[name] for name in sorted(shown))
+        open_step = self.current()
+        caller = open_step.model if open_step is not None else None
+        # Copies: what the consumer does to them changes nothing recorded, judged or
+        # executed. A step's copy is made once per version of the step (a run of n
+        # steps costs one copy per step written, not n per input), so a consumer
+        # that edits what it was shown sees its own edits in the next input.
+        return StepInput(
+            run=copy.deepcopy(run),
+            steps=tuple(self._copy_of(step) for step in steps),
+            approvals=copy.deepcopy(approvals),
+            tools=specs,
+            model=caller,
+        )
+
+    def _copy_of(self, step: Step) -> Step:
+        kept = self._shown.get(step.id)
+        if kept is not None and kept[0] is step:
+            return kept[1]
+        shown = copy.deepcopy(step)
+        self._shown[step.id] = (step, shown)
+        return shown
+
+    # -- the loop ----------------------------------------------------------
+
+    async def step(self) -> GateStep | None:
+        """Claim the next step; None when a limit (or a cancel) ended the run instead."""
+        self._usable()
+        if self.current() is not None:
+            raise RunStateError(
+                f"step {self._open.step.index if self._open else ''} of run {self.run_id} "
+                "is still open; propose and execute it (or fail it) first"
+            )
+        if self._claiming:
+            raise RunStateError(
+                f"a step of run {self.run_id} is being claimed by another call; "
+                "one open step at a time"
+            )
+        self._running()
+        self._lease_held()
+        self._claiming = True
+        try:
+            step = await _step.begin_step(self._rs)
+        finally:
+            self._claiming = False
+        if step is None:
+            self._settle_if_done()
+            return None
+        self._open = GateStep(self, step, self._caller(step))
+        return self._open
+
+    async def close(self) -> None:
+        """Release the lease; an open step is left as a crash would leave it.
+
+        A step proposed and allowed but not executed stays never run: a later
+        `attach`/`resume` judges it as a step that was deciding (it continues),
+        or, for a waiting run, judges the approved request again.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        if self._executing:
+            # A tool is running under this lease: it stays renewed until the call's
+            # outcome is recorded; the `execute` in flight then finishes the close.
+            return
+        await self._finish_close()
+
+    async def _finish_close(self) -> None:
+        self._detach()
+        rs = self._rs
+        if rs.run.status == RunStatus.RUNNING and rs.lingering_tool is None:
+            await asyncio.shield(run_io(lambda: release_lease(rs.config, rs.run_id)))
+
+    def step_sync(self) -> GateStep | None:
+        return run_sync(self.step())
+
+    def close_sync(self) -> None:
+        run_sync(self.close())
+
+    async def __aenter__(self) -> GateSession:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- internals -----------------------------------------------------------
+
+    def _detach(self) -> None:
+        """Stop renewing the lease and free the run for another session of this gate.
+
+        A plain-function tool still running after its `execute` was cancelled
+        keeps the lease renewed until its thread returns (nobody may start the
+        call beside it); the lease is given back then.
+        """
+        if self._released:
+            return
+        self._released = True
+        lingering = self._rs.lingering_tool
+        if lingering is None:
+            self._rs.stop_heartbeat()
+            self._gate._let_go(self.run_id)
+        else:
+            lingering.add_done_callback(lambda _: self._give_back())
+
+    def _give_back(self) -> None:
+        """The lingering tool thread returned: stop renewing and release the lease."""
+        rs = self._rs
+        try:
+            rs.stop_heartbeat()
+            release_lease(rs.config, rs.run_id)
+        except Exception:  # the store may be closed by now: the lease then simply expires
+            logging.getLogger("agentrt").warning(
+                "could not release the lease on run %s; it will expire", rs.run_id
+            )
+        finally:
+            self._gate._let_go(rs.run_id)
+
+    def _settle_if_done(self) -> None:
+        if self.done:
+            self._detach()
+
+    def _usable(self) -> None:
+        if self._closed:
+            raise SessionClosedError(f"the gate session of run {self.run_id} was closed")
+
+    def _running(self) -> None:
+        if self._rs.run.status != RunStatus.RUNNING:
+            raise RunStateError(
+                f"run {self.run_id} is {self._rs.run.status}; this session takes no more steps"
+            )
+
+    def _lease_held(self) -> None:
+        heartbeat = self._rs.heartbeat
+        if heartbeat is not None and heartbeat.lost.is_set():
+            raise LeaseLostError(f"the lease on run {self.run_id} was lost; the loop stopped")
+
+    def _caller(self, step: Step) -> AccountingCaller | None:
+        setup = self._gate._setup
+        if setup.model is None or setup.model_config is None:
+            return None
+        return AccountingCaller(self._rs, step, setup.model, setup.model_config)
+
+    def _open_allowed(self, step: Step) -> GateStep:
+        self._open = GateStep(self, step, None)
+        self._open._verdict = VerdictOutcome.ALLOWED
+        return self._open
+
+    def _verdict(self, step: Step | None) -> Verdict:
+        """The verdict the session's state shows for `step` (what was just settled)."""
+        rs = self._rs
+        current = rs.current(step) if step is not None else None
+        status = rs.run.status
+        if rs.has_allowed_call():
+            outcome = VerdictOutcome.ALLOWED
+        elif status == RunStatus.WAITING_FOR_APPROVAL:
+            outcome = VerdictOutcome.PENDING
+        elif status == RunStatus.RUNNING:
+            outcome = VerdictOutcome.DENIED
+        else:
+            outcome = VerdictOutcome.ENDED
+        approval = None
+        if outcome == VerdictOutcome.PENDING and current is not None:
+            mine = [a for a in rs.approvals if a.step_id == current.id]
+            approval = mine[-1] if mine else None
+        return Verdict(
+            outcome=outcome,
+            request=self._request(current),
+            observation=current.observation if current is not None else None,
+            approval=approval,
+            run=rs.run,
+        )
+
+    def _request(self, step: Step | None) -> ToolRequest | None:
+        if step is None or step.decision is None or step.decision.kind != DecisionKind.TOOL_CALL:
+            return None
+        spec = self._rs.config.shown_specs.get(step.decision.tool)
+        if spec is None:
+            return None
+        args = copy_json(call_args(step.decision))
+        return ToolRequest(run_id=self.run_id, step_id=step.id, spec=spec, args=args)
+
+
+class GateStep:
+    """The open step of a gate session: propose a decision, execute what was allowed."""
+
+    def __init__(self, session: GateSession, step: Step, model: AccountingCaller | None) -> None:
+        self._session = session
+        self.step = step
+        self.model = model  # the accounting caller for this step (None without a model)
+        self._verdict: VerdictOutcome | None = None
+        self._proposed = False  # a decision was handed to propose (at most one per step)
+        self._executed = False
+        self._settled = False
+
+    @property
+    def id(self) -> str:
+        return self.step.id
+
+    @property
+    def index(self) -> int:
+        return self.step.index
+
+    async def propose(self, decision: Any) -> Verdict:
+        """Record `decision` verbatim, validate it and ask the policy; what became of it."""
+        session = self._session
+        session._usable()
+        if self._verdict is not None or self._settled or self._proposed:
+            raise RunStateError(f"step {self.index} already has a verdict; propose once per step")
+        session._running()
+        session._lease_held()
+        rs = session._rs
+        # Marked before the first await: a second propose (concurrent, or after this
+        # one was cancelled) can never record a second decision for the step.
+        self._proposed = True
+        try:
+            outcome = await _step.propose(rs, self.step, decision)
+        except RunMoved as moved:
+            rs.run = moved.run
+            outcome = VerdictOutcome.ENDED
+        self._verdict = outcome
+        if outcome != VerdictOutcome.ALLOWED:
+            self._settled = True
+            session._settle_if_done()
+        verdict = session._verdict(self.step)
+        return Verdict(outcome, verdict.request, verdict.observation, verdict.approval, rs.run)
+
+    async def execute(self) -> Observation:
+        """Run the allowed call, once, and record its outcome; the observation recorded."""
+        observation = await self._run()
+        if observation is None:
+            raise RunStateError(
+                f"run {self._session.run_id} moved before the tool started; nothing ran"
+            )
+        return observation
+
+    async def _run(self) -> Observation | None:
+        session = self._session
+        session._usable()
+        if self._executed:
+            raise RunStateError(f"step {self.index} was executed already; a call runs once")
+        if self._verdict != VerdictOutcome.ALLOWED:
+            raise RunStateError(
+                f"step {self.index} has no allowed verdict ({self._verdict or 'not proposed'}); "
+                "nothing is executed"
+            )
+        session._lease_held()
+        rs = session._rs
+        self._executed = True
+        self._settled = True
+        session._executing += 1
+        try:
+            try:
+                await _step.execute(rs, self.step)
+            except RunMoved as moved:
+                rs.run = moved.run
+        finally:
+            session._executing -= 1
+            session._settle_if_done()
+            if session._closed and not session._executing:
+                await session._finish_close()  # a close() came while the tool ran
+        return rs.current(self.step).observation
+
+    async def fail(self, error: BaseException) -> Run:
+        """The consumer's loop could not decide this step: the run ends, as the Driver's would.
+
+        A `LimitExceeded` ends it with its limit's reason, `ModelUnavailableError`
+        with `model_unavailable`, anything else with `agent_error`.
+        """
+        session = self._session
+        session._usable()
+        if self._verdict is not None or self._settled:
+            raise RunStateError(f"step {self.index} already has a verdict; it cannot fail now")
+        if self._proposed:
+            raise RunStateError(
+                f"step {self.index} has a decision proposed (its verdict was not returned); "
+                "close the session and attach again"
+            )
+        session._running()
+        rs = session._rs
+        self._settled = True
+        try:
+            await _step.fail_step(rs, self.step, error)
+        except RunMoved as moved:
+            rs.run = moved.run
+        session._settle_if_done()
+        return rs.run
+
+    def propose_sync(self, decision: Any) -> Verdict:
+        return run_sync(self.propose(decision))
+
+    def execute_sync(self) -> Observation:
+        return run_sync(self.execute())
+
+    def fail_sync(self, error: BaseException) -> Run:
+        return run_sync(self.fail(error))
+
+
+def _default_new_id() -> str:
+    return new_id()

@@ -1,0 +1,315 @@
+"""The lease: which process may execute a RUNNING run, and for how long.
+
+Invariants this module owns:
+
+- An owner string is unique per driver: the configured name plus 12 random hex
+  characters (or 32 when no name is given), so two replicas configured alike
+  never share a lease.
+- Lease times are read from the wall clock only, never from the driver's
+  injectable `now`, because expiry must agree between processes.
+- The heartbeat renews on its own thread and its own connection every third of
+  the lease length, so neither a long tool call nor a consumer holding the
+  store's connection (its lock) can starve it. A consumer holding a *write
+  transaction* open on the file can: SQLite has one writer at a time, and the
+  renewal waits for it (up to the busy timeout, then retries at the next tick).
+  An UPDATE that matches no row means another owner took the run: the
+  heartbeat stops and reports the loss.
+- The holder record (host id, pid, process start time) lets a resumer on the
+  same host prove a previous owner dead (see `resume.py`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import socket
+import sqlite3
+import threading
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any, Protocol
+
+from ._clock import format_time, wall_clock
+from ._store.writes import renew_lease, renew_lease_alone, take_lease
+
+WallClock = Callable[[], datetime]
+
+
+def make_owner(name: str) -> str:
+    """A lease owner unique to one driver instance."""
+    if name:
+        return f"{name}/{secrets.token_hex(6)}"
+    return secrets.token_hex(16)
+
+
+def host_id() -> str:
+    """A stable id of this host: the machine id where the OS has one, else the hostname."""
+    for path in ("/etc/machine-id", "/var/lib/dbus/machine-id"):
+        try:
+            with open(path, encoding="ascii") as f:
+                value = f.read().strip()
+            if value:
+                return value
+        except OSError:
+            continue
+    return socket.gethostname()
+
+
+def _stat_fields(pid: int) -> list[str]:
+    """The fields of /proc/PID/stat after the pid and the command name ([] where unknown)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            stat = f.read()
+    except OSError:
+        return []
+    # The command name (field 2) is in parentheses and may itself contain spaces
+    # or parentheses, so split after the last ')'.
+    return stat[stat.rfind(")") + 2 :].split()
+
+
+def process_start_time(pid: int) -> str:
+    """The kernel's start time of `pid` (clock ticks since boot), '' where unknown.
+
+    Together with the pid it names one process for the life of the host: a
+    reused pid has another start time.
+    """
+    fields = _stat_fields(pid)
+    # starttime is field 22 overall; after dropping pid and comm it is index 19.
+    return fields[19] if len(fields) > 19 else ""
+
+
+def _read_first_line(path: str) -> str:
+    try:
+        with open(path, encoding="ascii", errors="replace") as f:
+            return f.readline().strip()
+    except OSError:
+        return ""
+
+
+def boot_id() -> str:
+    """This boot of the kernel: pids and start times mean nothing across boots."""
+    return _read_first_line("/proc/sys/kernel/random/boot_id")
+
+
+def pid_namespace() -> str:
+    """This process's pid namespace: containers sharing a machine id do not share pids."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
+
+
+def holder_record() -> dict[str, Any]:
+    pid = os.getpid()
+    return {
+        "host": host_id(),
+        "boot": boot_id(),
+        "pidns": pid_namespace(),
+        "pid": pid,
+        "start": process_start_time(pid),
+    }
+
+
+def holder_json() -> str:
+    return json.dumps(holder_record(), sort_keys=True, separators=(",", ":"))
+
+
+def expiry(wall: WallClock, ttl: timedelta) -> str:
+    return format_time(wall() + ttl)
+
+
+class Renewer(Protocol):
+    def renew(self, run_id: str, owner: str, expires_at: str) -> bool: ...
+
+    def close(self) -> None: ...
+
+
+class ConnectionRenewer:
+    """Renews on a connection of its own, opened lazily on the heartbeat's thread.
+
+    A separate connection is what keeps a consumer holding the store's own
+    connection (its lock, a long read) from starving the heartbeat. A write
+    transaction held open on the file is another matter: SQLite has one writer,
+    so the renewal waits for it (busy timeout), and retries at the next tick.
+    """
+
+    def __init__(self, connect: Callable[[], sqlite3.Connection]) -> None:
+        self._connect = connect
+        self._conn: sqlite3.Connection | None = None
+        self._safe_schema: int | None = None
+
+    def renew(self, run_id: str, owner: str, expires_at: str) -> bool:
+        if self._conn is None:
+            self._conn = self._connect()
+        conn = self._conn
+        try:
+            renewed, self._safe_schema = renew_lease_alone(
+                conn, self._safe_schema, run_id, owner, expires_at
+            )
+        except sqlite3.Error:
+            self.close()
+            raise
+        return renewed
+
+    def close(self) -> None:
+        if self._conn is not None:
+            with contextlib.suppress(sqlite3.Error):
+                self._conn.close()
+            self._conn = None
+
+
+class StoreRenewer:
+    """Renews through the store's own connection: only for `:memory:` stores,
+    where a second connection would open a different, empty database."""
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+
+    def renew(self, run_id: str, owner: str, expires_at: str) -> bool:
+        with self._store.transaction() as tx:
+            return renew_lease(tx, run_id, owner, expires_at)
+
+    def close(self) -> None:
+        pass
+
+
+def renewer_for(store: Any) -> Renewer:
+    if getattr(store, "in_memory", False):
+        return StoreRenewer(store)
+    return ConnectionRenewer(store.open_connection)
+
+
+class Heartbeat:
+    """Renews one run's lease on a thread of its own until stopped or lost."""
+
+    def __init__(
+        self,
+        renewer: Renewer,
+        run_id: str,
+        owner: str,
+        ttl: timedelta,
+        wall: WallClock = wall_clock,
+    ) -> None:
+        self._renewer = renewer
+        self._run_id = run_id
+        self._owner = owner
+        self._ttl = ttl
+        self._wall = wall
+        self._stop = threading.Event()
+        self.lost = threading.Event()
+        self.renewals = 0
+        self._thread = threading.Thread(
+            target=self._beat, name=f"agentrt-heartbeat-{run_id[:8]}", daemon=True
+        )
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, wait: bool = True) -> None:
+        """Stop renewing. Never releases the lease: the loop's own transaction does that.
+
+        `wait=False` returns at once: a renewal still in flight may finish, which
+        is harmless (it only extends a lease this owner still holds).
+        """
+        self._stop.set()
+        if wait and self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(timeout=5)
+
+    def _beat(self) -> None:
+        interval = self._ttl.total_seconds() / 3
+        try:
+            while not self._stop.wait(interval):
+                try:
+                    held = self._renewer.renew(
+                        self._run_id, self._owner, expiry(self._wall, self._ttl)
+                    )
+                except Exception:
+                    # A busy or failed write is retried at the next tick; the lease
+                    # still has two thirds of its length to run.
+                    continue
+                if not held:
+                    self.lost.set()
+                    return
+                self.renewals += 1
+        finally:
+            self._renewer.close()
+
+
+def take_in(
+    tx: Any,
+    run_id: str,
+    owner: str,
+    ttl: timedelta,
+    wall: WallClock,
+    *,
+    from_status: str,
+    previous_owner: str | None = None,
+    previous_expires_at: str | None = None,
+) -> int:
+    """Move the run to RUNNING under a new lease, compare-and-set; return the new epoch.
+
+    The epoch grows by one with every new owner: it is the fencing token tools
+    receive as `ToolCall.lease_epoch`. When `previous_owner` is given the
+    update also requires the lease to be exactly the one the caller judged
+    expired, so two resumers racing for one run cannot both win.
+    """
+    return take_lease(
+        tx,
+        run_id,
+        owner,
+        expiry(wall, ttl),
+        holder_json(),
+        from_status=from_status,
+        previous=None if previous_owner is None else (previous_owner, previous_expires_at or ""),
+    )
+
+
+def _process_state(pid: int) -> str:
+    """The one-letter state of `pid` from /proc ('' where unknown)."""
+    fields = _stat_fields(pid)
+    return fields[0] if fields else ""
+
+
+def prove_dead(holder_text: str) -> dict[str, Any] | None:
+    """Proof that a lease holder's process is gone, or None when it cannot be proved.
+
+    Only a holder on this host can be judged, and only by facts: no process
+    with that pid, a pid now used by a process with another start time, or a
+    zombie (it can run no more code). A live process with the recorded start
+    time, a holder from another host, or an unreadable record proves nothing:
+    the caller waits out the lease.
+    """
+    try:
+        holder = json.loads(holder_text) if holder_text else None
+    except ValueError:
+        return None
+    if not isinstance(holder, dict):
+        return None
+    pid, host, start = holder.get("pid"), holder.get("host"), holder.get("start")
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0 or host != host_id():
+        return None
+    if not isinstance(start, str) or not start:
+        return None
+    # The same machine id is not enough: containers may share it (a bind-mounted
+    # /etc/machine-id) without sharing pids. Only the same boot and the same pid
+    # namespace make "no such pid" a fact about the holder.
+    boot, pidns = holder.get("boot"), holder.get("pidns")
+    if not boot or boot != boot_id() or not pidns or pidns != pid_namespace():
+        return None
+    proof: dict[str, Any] = {"host": host, "pid": pid, "start": start}
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return {**proof, "proof": "no such process"}
+    except PermissionError:
+        pass  # it exists, owned by someone else: judge it by its start time below
+    except OSError:
+        return None
+    current = process_start_time(pid)
+    if current and current != start:
+        return {**proof, "proof": "pid reused by a process with another start time"}
+    if current == start and _process_state(pid) == "Z":
+        return {**proof, "proof": "the process has exited (zombie)"}
+    return None

@@ -1,0 +1,292 @@
+"""The database format: ordered migration scripts, schema version and writer-version lock.
+
+Migrations are applied forward only, all pending ones in one IMMEDIATE
+transaction, each recorded in `schema_migrations(version, applied_at)`. A
+released migration is never edited (tests pin each text by SHA-256): a change
+is a new migration appended to `MIGRATIONS`.
+
+`agentrt_meta` holds `min_writer_version`, the lowest runtime version allowed to
+write the file. A release that changes a contract older writers would break
+(as leases did) raises it in its migration, and older writers then refuse to open
+the file for writing instead of silently ignoring the new contract.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import sqlite3
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ._clock import format_time, wall_clock
+from ._errors import SchemaVersionError, StoreError
+
+RUNTIME_VERSION = "0.1.0"
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    sql: str
+
+
+_V1 = """\
+CREATE TABLE schema_migrations (
+    version INTEGER PRIMARY KEY NOT NULL,
+    applied_at TEXT NOT NULL DEFAULT ''
+) STRICT;
+
+CREATE TABLE agentrt_meta (
+    key TEXT PRIMARY KEY NOT NULL,
+    value TEXT NOT NULL DEFAULT ''
+) STRICT;
+
+INSERT INTO agentrt_meta (key, value) VALUES ('min_writer_version', '0.1.0');
+
+CREATE TABLE runs (
+    id TEXT PRIMARY KEY NOT NULL,
+    goal TEXT NOT NULL DEFAULT '',
+    status TEXT NOT NULL DEFAULT '',
+    reason TEXT NOT NULL DEFAULT '',
+    reason_detail TEXT NOT NULL DEFAULT '',
+    limits_json TEXT NOT NULL DEFAULT '',
+    step_count INTEGER NOT NULL DEFAULT 0,
+    created_at TEXT NOT NULL DEFAULT '',
+    started_at TEXT NOT NULL DEFAULT '',
+    finished_at TEXT NOT NULL DEFAULT '',
+    result_json TEXT NOT NULL DEFAULT '',
+    model_calls INTEGER NOT NULL DEFAULT 0,
+    input_tokens INTEGER NOT NULL DEFAULT 0,
+    output_tokens INTEGER NOT NULL DEFAULT 0,
+    cached_input_tokens INTEGER NOT NULL DEFAULT 0,
+    estimated_cost_micros INTEGER NOT NULL DEFAULT 0,
+    active_ms INTEGER NOT NULL DEFAULT 0,
+    lease_owner TEXT NOT NULL DEFAULT '',
+    lease_expires_at TEXT NOT NULL DEFAULT '',
+    lease_epoch INTEGER NOT NULL DEFAULT 0,
+    lease_holder TEXT NOT NULL DEFAULT ''
+) STRICT;
+
+CREATE INDEX runs_status ON runs (status);
+
+CREATE TABLE steps (
+    id TEXT PRIMARY KEY NOT NULL,
+    run_id TEXT NOT NULL REFERENCES runs (id),
+    idx INTEGER NOT NULL,
+    status TEXT NOT NULL DEFAULT '',
+    decision_json TEXT NOT NULL DEFAULT '',
+    policy_json TEXT NOT NULL DEFAULT '',
+    observation_json TEXT NOT NULL DEFAULT '',
+    observation_hash TEXT NOT NULL DEFAULT '',
+    started_at TEXT NOT NULL DEFAULT '',
+    finished_at TEXT NOT NULL DEFAULT '',
+    spec_hash TEXT NOT NULL DEFAULT '',
+    policy_id TEXT NOT NULL DEFAULT '',
+    UNIQUE (run_id, idx)
+) STRICT;
+
+CREATE TABLE events (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    run_id TEXT NOT NULL REFERENCES runs (id),
+    step_id TEXT NOT NULL DEFAULT '',
+    at TEXT NOT NULL DEFAULT '',
+    type TEXT NOT NULL DEFAULT '',
+    payload_json TEXT NOT NULL DEFAULT '',
+    hash TEXT NOT NULL DEFAULT ''
+) STRICT;
+
+CREATE INDEX events_run_seq ON events (run_id, seq);
+
+CREATE TABLE approvals (
+    id TEXT PRIMARY KEY NOT NULL,
+    run_id TEXT NOT NULL REFERENCES runs (id),
+    step_id TEXT NOT NULL DEFAULT '',
+    kind TEXT NOT NULL DEFAULT '',
+    capability_json TEXT NOT NULL DEFAULT '',
+    presentation_json TEXT NOT NULL DEFAULT '',
+    request_json TEXT NOT NULL DEFAULT '',
+    hash TEXT NOT NULL DEFAULT '',
+    status TEXT NOT NULL DEFAULT '',
+    created_at TEXT NOT NULL DEFAULT '',
+    expires_at TEXT NOT NULL DEFAULT '',
+    decided_at TEXT NOT NULL DEFAULT '',
+    decided_by TEXT NOT NULL DEFAULT '',
+    note TEXT NOT NULL DEFAULT ''
+) STRICT;
+
+CREATE INDEX approvals_run_created ON approvals (run_id, created_at);
+
+CREATE TABLE model_calls (
+    id TEXT PRIMARY KEY NOT NULL,
+    run_id TEXT NOT NULL REFERENCES runs (id),
+    step_id TEXT NOT NULL DEFAULT '',
+    attempt INTEGER NOT NULL DEFAULT 0,
+    status TEXT NOT NULL DEFAULT '',
+    model TEXT NOT NULL DEFAULT '',
+    input_tokens INTEGER NOT NULL DEFAULT 0,
+    output_tokens INTEGER NOT NULL DEFAULT 0,
+    cached_input_tokens INTEGER NOT NULL DEFAULT 0,
+    cost_micros INTEGER NOT NULL DEFAULT 0,
+    latency_ms INTEGER NOT NULL DEFAULT 0,
+    error TEXT NOT NULL DEFAULT '',
+    dispatched_at TEXT NOT NULL DEFAULT '',
+    completed_at TEXT NOT NULL DEFAULT ''
+) STRICT;
+
+CREATE INDEX model_calls_run ON model_calls (run_id);
+
+CREATE TABLE tool_specs (
+    hash TEXT PRIMARY KEY NOT NULL,
+    spec_json TEXT NOT NULL DEFAULT ''
+) STRICT;
+"""
+
+# Released migrations: append only, never edit (tests/test_migrations.py pins each text).
+MIGRATIONS: tuple[Migration, ...] = (Migration(1, _V1),)
+
+SCHEMA_VERSION = MIGRATIONS[-1].version
+
+_VERSION_RE = re.compile(r"^\d+(\.\d+)*$")
+
+
+def parse_version(text: str) -> tuple[int, ...]:
+    """`"0.1.0"` -> `(0, 1, 0)`; ValueError for anything but dot-separated integers."""
+    if not _VERSION_RE.match(text):
+        raise ValueError(f"{text!r} is not a dotted version number")
+    parts = [int(p) for p in text.split(".")]
+    # Trailing zeros do not change a version: "0.1" and "0.1.0" compare equal.
+    while len(parts) > 1 and parts[-1] == 0:
+        parts.pop()
+    return tuple(parts)
+
+
+def statements(script: str) -> list[str]:
+    """Split a migration script into its complete SQL statements, in order."""
+    out: list[str] = []
+    pending = ""
+    for line in script.splitlines(keepends=True):
+        pending += line
+        if sqlite3.complete_statement(pending):
+            out.append(pending.strip())
+            pending = ""
+    if pending.strip():
+        raise StoreError(f"migration script ends with an incomplete statement: {pending!r}")
+    return out
+
+
+def schema_version(conn: sqlite3.Connection) -> int:
+    """The highest migration applied to the database; 0 for a database agentrt never wrote."""
+    exists = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'"
+    ).fetchone()
+    if exists is None:
+        return 0
+    row = conn.execute("SELECT max(version) FROM schema_migrations").fetchone()
+    if row is None or row[0] is None:
+        return 0
+    value = row[0]
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SchemaVersionError(
+            f"schema_migrations holds a version that is not an integer: {value!r}"
+        )
+    return value
+
+
+def min_writer_version(conn: sqlite3.Connection) -> str:
+    """The `min_writer_version` recorded in the file, `''` when none is."""
+    exists = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'agentrt_meta'"
+    ).fetchone()
+    if exists is None:
+        return ""
+    row = conn.execute("SELECT value FROM agentrt_meta WHERE key = 'min_writer_version'").fetchone()
+    return "" if row is None else str(row[0])
+
+
+def check_not_newer(conn: sqlite3.Connection) -> int:
+    """Refuse a database whose schema is newer than this code; returns its version."""
+    version = schema_version(conn)
+    if version > SCHEMA_VERSION:
+        raise SchemaVersionError(
+            f"the database was written by a newer agentrt (schema version {version}; this "
+            f"agentrt {RUNTIME_VERSION} knows up to {SCHEMA_VERSION}): upgrade agentrt to use it"
+        )
+    return version
+
+
+def check_exact(conn: sqlite3.Connection) -> None:
+    """Refuse any schema version but this code's own (for `open_existing`, which never migrates)."""
+    version = check_not_newer(conn)
+    if version == 0:
+        raise SchemaVersionError(
+            "the database has no agentrt schema (open it with open_store to create one)"
+        )
+    if version < SCHEMA_VERSION:
+        raise SchemaVersionError(
+            f"the database was written by an older agentrt (schema version {version}; this "
+            f"agentrt {RUNTIME_VERSION} needs {SCHEMA_VERSION}): open it once with open_store "
+            "to migrate it"
+        )
+
+
+def check_writer(conn: sqlite3.Connection, runtime_version: str = RUNTIME_VERSION) -> None:
+    """Refuse to write a file whose `min_writer_version` is above `runtime_version`."""
+    required = min_writer_version(conn)
+    if required == "":
+        return
+    try:
+        needed = parse_version(required)
+    except ValueError:
+        raise SchemaVersionError(
+            f"the database requires writers of version {required!r}, which this agentrt "
+            f"{runtime_version} cannot compare with: refusing to write it"
+        ) from None
+    if parse_version(runtime_version) < needed:
+        raise SchemaVersionError(
+            f"the database was written by a newer agentrt and may be written only by agentrt "
+            f"{required} or later (this is {runtime_version}): upgrade to write it"
+        )
+
+
+def migrate(
+    conn: sqlite3.Connection, check: Callable[[sqlite3.Connection], object] | None = None
+) -> int:
+    """Bring the schema up to `SCHEMA_VERSION` in one IMMEDIATE transaction; returns it.
+
+    The version is read again inside the transaction, so two processes opening
+    a new file at once apply each migration once. A newer schema, or a
+    `min_writer_version` above this runtime, is refused before anything changes.
+    `check`, when given, runs first inside the transaction (the store's schema
+    safety check), so nothing planted since the open's own check fires here.
+    """
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        if check is not None:
+            check(conn)
+        current = check_not_newer(conn)
+        check_writer(conn)
+        applied_at = format_time(wall_clock())
+        for migration in MIGRATIONS:
+            if migration.version <= current:
+                continue
+            for sql in statements(migration.sql):
+                conn.execute(sql)
+            conn.execute(
+                "INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)",
+                (migration.version, applied_at),
+            )
+        # A migration may itself raise the bar for writers.
+        check_writer(conn)
+        conn.execute("COMMIT")
+    except BaseException:
+        rollback_quietly(conn)
+        raise
+    return SCHEMA_VERSION
+
+
+def rollback_quietly(conn: sqlite3.Connection) -> None:
+    """Roll back if a transaction is open, never letting a failed ROLLBACK hide the cause."""
+    if conn.in_transaction:
+        with contextlib.suppress(sqlite3.Error):
+            conn.execute("ROLLBACK")

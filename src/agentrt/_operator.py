@@ -1,0 +1,111 @@
+"""What a person does to a run from outside its loop: approve, reject, cancel.
+
+These are plain synchronous functions, one transaction each, on the wall clock
+(or an injected one through `Operator`). They never need the run's lease:
+deciding an approval touches a WAITING run, which nobody leases, and cancel
+closes any non-terminal run, whoever executes it; a loop still running finds
+out at its next write.
+"""
+
+from __future__ import annotations
+
+from ._approval import decide
+from ._clock import Clock, wall_clock
+from ._db import Store
+from ._errors import NotFoundError, RunFinishedError, RunStateError
+from ._events import Observer, deliver
+from ._records import Approval, Run, RunStatus
+from ._store.reads import run_row
+from ._store.writes import cancel_run
+
+_STATUSES = {str(s) for s in RunStatus}
+
+
+class Operator:
+    """The operator functions bound to a store, an observer and a clock."""
+
+    def __init__(self, store: Store, observer: Observer | None = None, now: Clock | None = None):
+        self.store = store
+        self.observer = observer
+        self.now = now or wall_clock
+
+    def approve(
+        self, run_id: str, approval_id: str, by: str, note: str = "", shown_hash: str | None = None
+    ) -> Approval:
+        """Approve a pending approval; executes nothing (a resume does)."""
+        return self._decide(run_id, approval_id, True, by, note, shown_hash)
+
+    def reject(
+        self, run_id: str, approval_id: str, by: str, note: str = "", shown_hash: str | None = None
+    ) -> Approval:
+        """Reject a pending approval: the step fails and the run is cancelled."""
+        return self._decide(run_id, approval_id, False, by, note, shown_hash)
+
+    def _decide(
+        self,
+        run_id: str,
+        approval_id: str,
+        approve: bool,
+        by: str,
+        note: str,
+        shown_hash: str | None,
+    ) -> Approval:
+        approval, events = decide(
+            self.store,
+            run_id,
+            approval_id,
+            approve=approve,
+            by=by,
+            note=note,
+            shown_hash=shown_hash,
+            now=self.now(),
+        )
+        deliver(self.observer, events)
+        return approval
+
+    def cancel(self, run_id: str, by: str, note: str = "") -> Run:
+        """Cancel any non-terminal run, without its lease."""
+        now = self.now()
+        with self.store.transaction() as tx:
+            row = run_row(tx, run_id)
+            if row is None:
+                raise NotFoundError(f"no run {run_id}")
+            status = RunStatus(row["status"]) if row["status"] in _STATUSES else None
+            refused = f"run {run_id} is {row['status']}; only a live run is cancelled"
+            if status is not None and status.terminal:
+                raise RunFinishedError(refused)
+            if status is None:
+                raise RunStateError(refused)
+            run = cancel_run(tx, run_id, by, note, now)
+            events = list(tx.events)
+        deliver(self.observer, events)
+        return run
+
+
+def approve(
+    store: Store,
+    run_id: str,
+    approval_id: str,
+    by: str,
+    note: str = "",
+    shown_hash: str | None = None,
+) -> Approval:
+    return Operator(store).approve(run_id, approval_id, by, note, shown_hash)
+
+
+def reject(
+    store: Store,
+    run_id: str,
+    approval_id: str,
+    by: str,
+    note: str = "",
+    shown_hash: str | None = None,
+) -> Approval:
+    return Operator(store).reject(run_id, approval_id, by, note, shown_hash)
+
+
+def cancel(store: Store, run_id: str, by: str, note: str = "") -> Run:
+    return Operator(store).cancel(run_id, by, note)
+
+
+__all__ = ["Operator", "approve", "cancel", "reject"]

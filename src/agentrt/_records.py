@@ -1,0 +1,653 @@
+"""The values the runtime records and hands around: enums and frozen dataclasses.
+
+Every record here is immutable. Records that are stored have `to_json()` (a plain
+JSON-ready dict, the exact shape written to the database) and `from_json()`.
+Money is integer micro-dollars, durations are `timedelta` (stored as integer
+nanoseconds), times are timezone-aware UTC `datetime`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Any
+
+from ._canonical import content_hash
+from ._clock import duration_to_ms, duration_to_ns, ns_to_duration
+
+JSON = Any  # a plain JSON value: dict, list, str, int, float, bool or None
+
+
+class RunStatus(StrEnum):
+    RUNNING = "RUNNING"
+    WAITING_FOR_APPROVAL = "WAITING_FOR_APPROVAL"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+
+    @property
+    def terminal(self) -> bool:
+        return self in (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED)
+
+
+class TerminalReason(StrEnum):
+    GOAL_COMPLETED = "goal_completed"
+    GOAL_FAILED = "goal_failed"
+    LIMIT_STEPS = "limit_steps"
+    LIMIT_MODEL_CALLS = "limit_model_calls"
+    LIMIT_TOKENS = "limit_tokens"
+    LIMIT_COST = "limit_cost"
+    LIMIT_ACTIVE_TIME = "limit_active_time"
+    LIMIT_ELAPSED_TIME = "limit_elapsed_time"
+    APPROVAL_EXPIRED = "approval_expired"
+    APPROVAL_REJECTED = "approval_rejected"
+    MODEL_UNAVAILABLE = "model_unavailable"
+    REPEATED_TOOL_FAILURES = "repeated_tool_failures"
+    LOOP_DETECTED = "loop_detected"
+    POLICY_ABORT = "policy_abort"
+    TOOL_ABORT = "tool_abort"
+    OPERATOR_CANCELLED = "operator_cancelled"
+    RECONCILE_CONFLICT = "reconcile_conflict"
+    AGENT_ERROR = "agent_error"
+    INTERNAL_ERROR = "internal_error"
+
+
+class StepStatus(StrEnum):
+    DECIDING = "deciding"
+    AWAITING_APPROVAL = "awaiting_approval"
+    EXECUTING = "executing"
+    DONE = "done"
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"
+
+
+class DecisionKind(StrEnum):
+    TOOL_CALL = "tool_call"
+    COMPLETE = "complete"
+    FAIL = "fail"
+    # Deliberately invalid kinds: a decoder produces them so that a truncated or
+    # tool-less model reply is recorded and refused, never half-executed.
+    TRUNCATED = "truncated"
+    NO_TOOL_CALL = "no_tool_call"
+
+
+class DecisionOrigin(StrEnum):
+    UNSET = ""
+    MODEL = "model"
+    PLAN = "plan"
+    OPERATOR = "operator"
+
+
+MAX_SUMMARY = 1024
+"""The longest summary an observation keeps (its content keeps everything)."""
+
+
+class ObservationKind(StrEnum):
+    TOOL_RESULT = "tool_result"
+    TOOL_ERROR = "tool_error"
+    POLICY_DENIED = "policy_denied"
+    INVALID_DECISION = "invalid_decision"
+    INTERRUPTED = "interrupted"
+
+
+class SideEffect(StrEnum):
+    READ_ONLY = "read_only"
+    LOCAL_MUTATION = "local_mutation"
+    REMOTE_MUTATION = "remote_mutation"
+    DESTRUCTIVE = "destructive"
+
+
+class PolicyOutcome(StrEnum):
+    ALLOW = "allow"
+    REQUIRE_APPROVAL = "require_approval"
+    DENY = "deny"
+    ABORT = "abort"
+
+
+class ApprovalStatus(StrEnum):
+    PENDING = "pending"
+    APPROVED = "approved"
+    REJECTED = "rejected"
+    EXPIRED = "expired"
+
+
+class ReconcileOutcome(StrEnum):
+    CONTINUE = "continue"
+    COMPLETED = "completed"
+    WAITING = "waiting"
+    CONFLICT = "conflict"
+
+
+class ModelCallStatus(StrEnum):
+    DISPATCHED = "dispatched"
+    OK = "ok"
+    ERROR = "error"
+    AMBIGUOUS = "ambiguous"
+
+
+_DURATION_LIMITS = ("max_active_time", "max_elapsed_time", "approval_ttl", "grant_ttl")
+_COUNT_LIMITS = (
+    "max_steps",
+    "max_consecutive_tool_failures",
+    "loop_threshold",
+    "max_model_calls",
+    "max_output_tokens_per_call",
+    "max_total_tokens",
+    "max_estimated_cost_micros",
+)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What a run may consume. The first three must be positive; None means unlimited."""
+
+    max_steps: int = 50
+    max_consecutive_tool_failures: int = 3
+    loop_threshold: int = 3
+    max_model_calls: int | None = None
+    max_output_tokens_per_call: int | None = None
+    max_total_tokens: int | None = None
+    max_estimated_cost_micros: int | None = None
+    max_active_time: timedelta | None = None
+    max_elapsed_time: timedelta | None = None
+    approval_ttl: timedelta | None = None
+    grant_ttl: timedelta | None = None
+
+    def __post_init__(self) -> None:
+        from ._errors import ConfigError
+
+        for name in ("max_steps", "max_consecutive_tool_failures", "loop_threshold"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ConfigError(f"Limits.{name} must be a positive integer, got {value!r}")
+        for name in _COUNT_LIMITS[3:]:
+            value = getattr(self, name)
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or value < 0
+            ):
+                raise ConfigError(f"Limits.{name} must be None or a non-negative integer")
+        for name in _DURATION_LIMITS:
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, timedelta) or value <= timedelta(0)):
+                raise ConfigError(f"Limits.{name} must be None or a positive timedelta")
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {name: getattr(self, name) for name in _COUNT_LIMITS}
+        for name in _DURATION_LIMITS:
+            value = getattr(self, name)
+            out[name] = None if value is None else duration_to_ns(value)
+        return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Limits:
+        kwargs: dict[str, Any] = {}
+        for name in _COUNT_LIMITS:
+            if name in data:
+                kwargs[name] = data[name]
+        for name in _DURATION_LIMITS:
+            if data.get(name) is not None:
+                kwargs[name] = ns_to_duration(int(data[name]))
+        return cls(**kwargs)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What the agent proposes for one step, recorded verbatim before validation."""
+
+    kind: str
+    tool: str = ""
+    args: JSON = None
+    reason: str = ""
+    result: JSON = None
+    message: str = ""
+    origin: str = ""
+    invalid_args: str | None = None
+    invalid_result: str | None = None
+
+    @staticmethod
+    def tool_call(tool: str, args: JSON = None, reason: str = "") -> Decision:
+        return Decision(kind=DecisionKind.TOOL_CALL, tool=tool, args=args, reason=reason)
+
+    @staticmethod
+    def complete(result: JSON = None) -> Decision:
+        return Decision(kind=DecisionKind.COMPLETE, result=result)
+
+    @staticmethod
+    def fail(message: str) -> Decision:
+        return Decision(kind=DecisionKind.FAIL, message=message)
+
+    def to_json(self) -> dict[str, Any]:
+        """Stored shape: `kind` always, every other field only when set."""
+        out: dict[str, Any] = {"kind": str(self.kind)}
+        if self.tool:
+            out["tool"] = self.tool
+        if self.args is not None:
+            out["args"] = self.args
+        if self.reason:
+            out["reason"] = self.reason
+        if self.result is not None:
+            out["result"] = self.result
+        if self.message:
+            out["message"] = self.message
+        if self.origin:
+            out["origin"] = str(self.origin)
+        if self.invalid_args is not None:
+            out["invalid_args"] = self.invalid_args
+        if self.invalid_result is not None:
+            out["invalid_result"] = self.invalid_result
+        return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Decision:
+        return cls(
+            kind=data.get("kind", ""),
+            tool=data.get("tool", ""),
+            args=data.get("args"),
+            reason=data.get("reason", ""),
+            result=data.get("result"),
+            message=data.get("message", ""),
+            origin=data.get("origin", ""),
+            invalid_args=data.get("invalid_args"),
+            invalid_result=data.get("invalid_result"),
+        )
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What the world answered to a step: a tool result, an error, a denial..."""
+
+    kind: str
+    content: JSON = None
+    summary: str = ""
+    content_hash: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": str(self.kind),
+            "content": self.content,
+            "summary": self.summary,
+            "content_hash": self.content_hash,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Observation:
+        return cls(
+            kind=data.get("kind", ""),
+            content=data.get("content"),
+            summary=data.get("summary", ""),
+            content_hash=data.get("content_hash", ""),
+        )
+
+    @property
+    def failed(self) -> bool:
+        return self.kind != ObservationKind.TOOL_RESULT
+
+    # The named constructors: every observation the runtime writes is built by
+    # one of these, so its `content_hash` is always the hash of its content.
+
+    @classmethod
+    def _hashed(cls, kind: ObservationKind, content: JSON, summary: str) -> Observation:
+        return cls(kind, content, summary, content_hash(content))
+
+    @classmethod
+    def tool_result(cls, content: JSON, summary: str) -> Observation:
+        """What a tool returned (content already checked usable); summary cut to 1,024."""
+        return cls._hashed(ObservationKind.TOOL_RESULT, content, summary[:MAX_SUMMARY])
+
+    @classmethod
+    def tool_error(cls, tool: str, failure: str, error: str, **kept: Any) -> Observation:
+        """A tool call that failed (`failure` names how); `kept` adds what is kept beside."""
+        content: dict[str, Any] = {"tool": tool, "error": error, "failure": failure, **kept}
+        return cls._hashed(ObservationKind.TOOL_ERROR, content, error[:MAX_SUMMARY])
+
+    @classmethod
+    def denied(cls, tool: str, reason: str) -> Observation:
+        """A call the policy denied (or a policy that failed), with its reason."""
+        content = {"tool": tool, "reason": reason}
+        return cls._hashed(ObservationKind.POLICY_DENIED, content, reason[:MAX_SUMMARY])
+
+    @classmethod
+    def rejected(cls, tool: str, note: str) -> Observation:
+        """A call a person rejected: a denial whose reason carries their note."""
+        return cls.denied(tool, f"approval rejected: {note}")
+
+    @classmethod
+    def invalid_decision(cls, error: str) -> Observation:
+        """A decision that could not be acted on, with why."""
+        content = {"error": error}
+        return cls._hashed(ObservationKind.INVALID_DECISION, content, error[:MAX_SUMMARY])
+
+    @classmethod
+    def interrupted(cls, previous_status: str) -> Observation:
+        """A step found in flight when its run was taken over: its outcome is unknown."""
+        content = {"previous_status": previous_status}
+        return cls._hashed(
+            ObservationKind.INTERRUPTED, content, f"interrupted while {previous_status}"
+        )
+
+    @classmethod
+    def cancelled_mid_call(cls) -> Observation:
+        """A tool call whose caller cancelled it while it ran: its outcome is unknown."""
+        content = {"previous_status": "executing", "failure": "cancelled"}
+        return cls._hashed(
+            ObservationKind.INTERRUPTED, content, "cancelled by the caller; outcome unknown"
+        )
+
+    @classmethod
+    def cancelled(cls, by: str, note: str) -> Observation:
+        """A step of a run a person cancelled."""
+        content = {"by": by, "note": note}
+        return cls._hashed(ObservationKind.INTERRUPTED, content, f"cancelled by {by}")
+
+
+@dataclass(frozen=True)
+class PolicyDecision:
+    """A policy's answer to one request."""
+
+    outcome: str
+    reason: str = ""
+    kind: str = ""
+    capability: JSON = None
+    presentation: JSON = None
+
+    @staticmethod
+    def allow() -> PolicyDecision:
+        return PolicyDecision(outcome=PolicyOutcome.ALLOW)
+
+    @staticmethod
+    def deny(reason: str) -> PolicyDecision:
+        return PolicyDecision(outcome=PolicyOutcome.DENY, reason=reason)
+
+    @staticmethod
+    def abort(reason: str) -> PolicyDecision:
+        return PolicyDecision(outcome=PolicyOutcome.ABORT, reason=reason)
+
+    @staticmethod
+    def require_approval(
+        kind: str, reason: str, capability: JSON = None, presentation: JSON = None
+    ) -> PolicyDecision:
+        return PolicyDecision(
+            outcome=PolicyOutcome.REQUIRE_APPROVAL,
+            reason=reason,
+            kind=kind,
+            capability=capability,
+            presentation=presentation,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"outcome": str(self.outcome)}
+        if self.reason:
+            out["reason"] = self.reason
+        if self.kind:
+            out["kind"] = self.kind
+        if self.capability is not None:
+            out["capability"] = self.capability
+        if self.presentation is not None:
+            out["presentation"] = self.presentation
+        return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> PolicyDecision:
+        return cls(
+            outcome=data.get("outcome", ""),
+            reason=data.get("reason", ""),
+            kind=data.get("kind", ""),
+            capability=data.get("capability"),
+            presentation=data.get("presentation"),
+        )
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """What a tool is, as the model and the policy see it and as it is hashed."""
+
+    name: str
+    description: str
+    input_schema: Mapping[str, Any]
+    side_effect: str
+    timeout: timedelta
+    terminal: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        """The hashed shape: timeout in integer nanoseconds, `terminal` only when true."""
+        out: dict[str, Any] = {
+            "name": self.name,
+            "description": self.description,
+            "input_schema": self.input_schema,
+            "side_effect": str(self.side_effect),
+            "timeout": duration_to_ns(self.timeout),
+        }
+        if self.terminal:
+            out["terminal"] = True
+        return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ToolSpec:
+        return cls(
+            name=data["name"],
+            description=data.get("description", ""),
+            input_schema=data.get("input_schema", {}),
+            side_effect=data.get("side_effect", ""),
+            timeout=ns_to_duration(int(data.get("timeout", 0))),
+            terminal=bool(data.get("terminal", False)),
+        )
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """What a tool receives: where it runs, its validated args, and the lease's fencing epoch."""
+
+    run_id: str
+    step_id: str
+    args: JSON
+    lease_epoch: int
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    content: JSON
+    summary: str = ""
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run as recorded.
+
+    `result` is what the agent completed with, as stored: a JSON value (dict,
+    list, str, int, float, bool or None; number literals kept as written,
+    decision 0003), never an object of the agent's. A pydantic model returned
+    by a tool is stored as `model_dump(mode="json")`, so a date or a Decimal
+    comes back as a string; `MyModel.model_validate(run.result)` gives the
+    typed value back.
+    """
+
+    id: str
+    goal: str
+    status: str
+    reason: str
+    reason_detail: str
+    limits: Limits
+    step_count: int
+    created_at: datetime | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    result: JSON
+    model_calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_input_tokens: int = 0
+    estimated_cost_micros: int = 0
+    active_time: timedelta = timedelta(0)
+    decode_error: str = ""
+
+    def usage_json(self) -> dict[str, int]:
+        """The run's usage totals and active milliseconds, as views and policies show them."""
+        return {
+            "model_calls": self.model_calls,
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "cached_input_tokens": self.cached_input_tokens,
+            "estimated_cost_micros": self.estimated_cost_micros,
+            "active_ms": duration_to_ms(self.active_time),
+        }
+
+
+@dataclass(frozen=True)
+class Step:
+    id: str
+    run_id: str
+    index: int
+    status: str
+    decision: Decision | None
+    policy: PolicyDecision | None
+    observation: Observation | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    spec_hash: str = ""
+    policy_id: str = ""
+    decode_error: str = ""
+
+
+@dataclass(frozen=True)
+class Approval:
+    id: str
+    run_id: str
+    step_id: str
+    kind: str
+    capability: JSON
+    presentation: JSON
+    request: JSON
+    hash: str
+    status: str
+    created_at: datetime | None
+    expires_at: datetime | None
+    decided_at: datetime | None
+    decided_by: str = ""
+    note: str = ""
+    decode_error: str = ""
+
+
+@dataclass(frozen=True)
+class ToolRequest:
+    """What a policy is asked about: one call of one tool, as registered."""
+
+    run_id: str
+    step_id: str
+    spec: ToolSpec
+    args: JSON
+
+
+@dataclass(frozen=True)
+class RunView:
+    """A read-only view of a run handed to policies and reconcilers."""
+
+    run: Run
+    steps: Sequence[Step]
+    approvals: Sequence[Approval]
+
+
+@dataclass(frozen=True)
+class StepInput:
+    """What an agent sees when it decides a step."""
+
+    run: Run
+    steps: Sequence[Step]
+    approvals: Sequence[Approval]
+    tools: Sequence[ToolSpec]
+    model: Any = None
+
+
+@dataclass(frozen=True)
+class Reconciliation:
+    """A consumer's verdict on an interrupted run (see `recovery.md`)."""
+
+    outcome: str
+    detail: str = ""
+    result: JSON = None
+    pause: PolicyDecision | None = None
+
+    @staticmethod
+    def continue_run(detail: str = "") -> Reconciliation:
+        return Reconciliation(outcome=ReconcileOutcome.CONTINUE, detail=detail)
+
+    @staticmethod
+    def completed(result: JSON, detail: str = "") -> Reconciliation:
+        return Reconciliation(outcome=ReconcileOutcome.COMPLETED, detail=detail, result=result)
+
+    @staticmethod
+    def waiting(pause: PolicyDecision, detail: str = "") -> Reconciliation:
+        return Reconciliation(outcome=ReconcileOutcome.WAITING, detail=detail, pause=pause)
+
+    @staticmethod
+    def conflict(detail: str) -> Reconciliation:
+        return Reconciliation(outcome=ReconcileOutcome.CONFLICT, detail=detail)
+
+
+@dataclass(frozen=True)
+class Event:
+    seq: int
+    run_id: str
+    step_id: str
+    at: datetime | None
+    type: str
+    payload: JSON
+    hash: str = ""
+    decode_error: str = ""
+
+
+@dataclass(frozen=True)
+class Lease:
+    owner: str
+    expires_at: datetime | None
+    epoch: int
+    holder: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ChainBreak:
+    seq: int
+    problem: str
+    detail: str = ""  # what is wrong, when more than the problem's name says (`unreadable`)
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    intact: bool
+    checked: int
+    head_seq: int
+    head_hash: str
+    first_break: ChainBreak | None = None
+
+
+@dataclass(frozen=True)
+class FileCheck:
+    """What SQLite's own check of the file found: `ok`, or its problems (bounded), and which check.
+
+    `check` is `quick_check` (every page and record readable and well formed) or
+    `integrity_check` (that, and every index agrees with its table).
+    """
+
+    ok: bool
+    check: str
+    problems: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ModelCallRecord:
+    id: str
+    run_id: str
+    step_id: str
+    attempt: int
+    status: str
+    model: str
+    input_tokens: int
+    output_tokens: int
+    cached_input_tokens: int
+    cost_micros: int
+    latency_ms: int
+    error: str
+    dispatched_at: datetime | None
+    completed_at: datetime | None
+    decode_error: str = ""

@@ -1,0 +1,92 @@
+"""The door for code that builds on the runtime's machinery, not on its surface.
+
+`agentrt` is the door for applications: runs, tools, policies, the Driver and
+the Gate. This module is the second door, for libraries that sit on the
+machinery itself: the crash test kit (`agentrt.testkit` imports nothing private
+from outside its own package; `tests/test_layering.py` checks it), the Gate's
+adapters and proxies. Everything else under a leading underscore is internal
+and may change in any release (docs/decisions/0034).
+
+What it holds:
+
+- **Crash points and probes.** `POINT_*` name the commits (and, for
+  `POINT_TOOL_EFFECT` and `POINT_MODEL_DISPATCHED`, the moments inside a call)
+  where a probe can stop a process; a `Probe` is called as `probe(point, session)`
+  with the `RunSession` that reached it. `agentrt.testkit.Point` spells the same
+  names for scenarios.
+- **Running coroutines.** `run_sync` runs one to completion on an event loop of
+  its own, as the `_sync` twins do; refused inside a running loop.
+- **Policies.** `evaluate` asks a policy about a request (awaiting a coroutine
+  policy); `validate_policy_decision` names what is wrong with a result (None
+  when it is a usable `PolicyDecision`); `policy_id_of` is the identity recorded
+  with each evaluation.
+- **Values.** `JSON` (a plain JSON value's type), `copy_json` (a deep copy that
+  keeps number literals exactly), `Clock` and `IdFactory` (the injectable clock
+  and id source's types), `wall_clock`, and `parse_time` (a stored time read
+  back, None when it does not parse).
+- **Events.** The names of the audit events the test kit's invariants read
+  (`STEP_TOOL_STARTED`, `STEP_TOOL_FINISHED`, `STEP_INTERRUPTED`).
+- **Named reads** over a plain `sqlite3` connection to the database, for checks
+  that must not go through a `Store` (a crash test reading a file a killed
+  process left): `plain_reader` opens such a connection read-only,
+  `newest_event`, `event_hash_exists` and `every_record_id`.
+"""
+
+from __future__ import annotations
+
+from ._canonical import copy_json
+from ._clock import Clock, IdFactory, parse_time, wall_clock
+from ._events import STEP_INTERRUPTED, STEP_TOOL_FINISHED, STEP_TOOL_STARTED
+from ._policy import evaluate, policy_id_of
+from ._records import JSON
+from ._session import (
+    POINT_ALLOWED,
+    POINT_ATTACH_ALLOWED,
+    POINT_DECIDED,
+    POINT_INTERRUPTED,
+    POINT_MODEL_DISPATCHED,
+    POINT_PAUSED,
+    POINT_RESUMED,
+    POINT_STEP_STARTED,
+    POINT_TOOL_EFFECT,
+    POINT_TOOL_FINISHED,
+    POINT_TOOL_STARTED,
+    Probe,
+    RunSession,
+    run_sync,
+    validate_policy_decision,
+)
+from ._store.reads import event_hash_exists, every_record_id, newest_event, plain_reader
+
+__all__ = [
+    "JSON",
+    "POINT_ALLOWED",
+    "POINT_ATTACH_ALLOWED",
+    "POINT_DECIDED",
+    "POINT_INTERRUPTED",
+    "POINT_MODEL_DISPATCHED",
+    "POINT_PAUSED",
+    "POINT_RESUMED",
+    "POINT_STEP_STARTED",
+    "POINT_TOOL_EFFECT",
+    "POINT_TOOL_FINISHED",
+    "POINT_TOOL_STARTED",
+    "STEP_INTERRUPTED",
+    "STEP_TOOL_FINISHED",
+    "STEP_TOOL_STARTED",
+    "Clock",
+    "IdFactory",
+    "Probe",
+    "RunSession",
+    "copy_json",
+    "evaluate",
+    "event_hash_exists",
+    "every_record_id",
+    "newest_event",
+    "parse_time",
+    "plain_reader",
+    "policy_id_of",
+    "run_sync",
+    "validate_policy_decision",
+    "wall_clock",
+]

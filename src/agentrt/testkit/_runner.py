@@ -1,0 +1,197 @@
+"""Playing a scenario: in this process (`harness`) or in child processes (`process`).
+
+This module owns the kit's entry points `run`, `run_sync` and `play`: it checks
+the crashes asked for, names the file, the run and the journal, hands the
+scenario to the in-process harness (`harness.run_in_process`) or to the
+supervisor of child processes (`process.run_in_children`), then collects the
+record into a `Result` and checks the contract on it. It sits above both modes,
+so neither imports the other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import secrets
+import shutil
+import tempfile
+import warnings
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from .. import ConfigError, NotFoundError
+from ..lowlevel import run_sync as _run_coro
+from ._harness import recorded_floor_and_ids, run_in_process, skipping_ids
+from ._invariants import check
+from ._process import run_in_children
+from ._result import Result, collect
+from ._scenario import Crash, Scenario, ScenarioSource, SharedScenarioWarning, build
+
+MODES = ("harness", "process")
+
+
+async def run(
+    scenario: ScenarioSource,
+    *crashes: Crash,
+    mode: str = "harness",
+    db_path: str | Path | None = None,
+    run_id: str | None = None,
+    check_invariants: bool = True,
+    timeout: float = 120.0,
+) -> Result:
+    """Run the scenario, crashing at each of `crashes` in turn, and check the contract.
+
+    `mode="harness"` simulates each process inside this one; `mode="process"`
+    runs each as a child Python process killed with SIGKILL, and needs the
+    scenario named by a factory reference (`"pkg.mod:make_scenario"`).
+    Raises `InvariantError` (an AssertionError) listing every violation unless
+    `check_invariants=False`; the violations are on the result either way.
+
+    Give the scenario as a factory (`"pkg.mod:make_scenario"` or a function):
+    each process, simulated or real, then gets a fresh Scenario, so nothing an
+    agent or a tool remembered in memory survives a crash. A Scenario instance
+    is shared by every simulated process, so its objects' memory does survive
+    the simulated crashes (which a dead process's never does): crashing one in
+    the harness warns with `SharedScenarioWarning`.
+    """
+    if crashes and mode == "harness" and isinstance(scenario, Scenario):
+        warnings.warn(shared_warning(scenario), SharedScenarioWarning, stacklevel=2)
+    return await play(
+        scenario,
+        crashes,
+        mode=mode,
+        db_path=db_path,
+        run_id=run_id,
+        check_invariants=check_invariants,
+        timeout=timeout,
+    )
+
+
+def shared_warning(scenario: Scenario) -> str:
+    return (
+        f"scenario {scenario.title} is a Scenario instance: its agent, tools and operator "
+        "are shared by every simulated process, so what they keep in memory survives the "
+        "simulated crashes (a dead process's memory does not); give the scenario as a "
+        "factory ('pkg.mod:make_scenario' or a function) to rebuild it in each process"
+    )
+
+
+async def play(
+    scenario: ScenarioSource,
+    crashes: Sequence[Crash],
+    *,
+    mode: str,
+    db_path: str | Path | None,
+    run_id: str | None,
+    check_invariants: bool,
+    timeout: float,
+) -> Result:
+    """`run` without the warning (the matrix warns once for all its cases)."""
+    crashes = tuple(crashes)
+    if mode not in MODES:
+        raise ConfigError(f"mode must be one of {MODES}, got {mode!r}")
+    for crash in crashes:
+        if not isinstance(crash, Crash):
+            raise ConfigError(f"expected Crash(...) arguments, got {crash!r}")
+    built = build(scenario)
+    path = Path(db_path or built.db_path or _temporary_db())
+    rid = run_id or _new_run_id(built, path)
+    journal_path = Path(f"{path}.testkit-{rid[:16]}.jsonl")
+    journal_path.unlink(missing_ok=True)
+    exit_codes: list[int] = []
+    if mode == "process":
+        ref = scenario if isinstance(scenario, str) else built.factory
+        if not ref:
+            raise ConfigError(
+                "process mode rebuilds the scenario in each child: name it by its factory "
+                "('pkg.mod:make_scenario'), not by a Scenario instance"
+            )
+        errors, exit_codes = await asyncio.to_thread(
+            run_in_children,
+            ref,
+            crashes,
+            db_path=path,
+            run_id=rid,
+            journal_path=journal_path,
+            timeout=timeout,
+        )
+    else:
+        errors = await run_in_process(
+            scenario, crashes, db_path=path, run_id=rid, journal_path=journal_path, timeout=timeout
+        )
+    try:
+        result = collect(
+            scenario=built.title,
+            mode=mode,
+            db_path=path,
+            run_id=rid,
+            journal_path=journal_path,
+            crashes=crashes,
+            errors=errors,
+            exit_codes=exit_codes,
+            script=built.expected_script(),
+        )
+    except (NotFoundError, FileNotFoundError) as exc:
+        raise ScenarioError(
+            f"scenario {built.title} never created its run: " + "; ".join(errors or [str(exc)])
+        ) from exc
+    result = replace(result, violations=tuple(check(result)))
+    if check_invariants:
+        result.check()
+    return result
+
+
+def run_sync(
+    scenario: ScenarioSource,
+    *crashes: Crash,
+    mode: str = "harness",
+    db_path: str | Path | None = None,
+    run_id: str | None = None,
+    check_invariants: bool = True,
+    timeout: float = 120.0,
+) -> Result:
+    """`run` from blocking code."""
+    return _run_coro(
+        run(
+            scenario,
+            *crashes,
+            mode=mode,
+            db_path=db_path,
+            run_id=run_id,
+            check_invariants=check_invariants,
+            timeout=timeout,
+        )
+    )
+
+
+class ScenarioError(RuntimeError):
+    """The scenario could not be played at all (its run was never created)."""
+
+
+def _new_run_id(scenario: Scenario, db_path: Path) -> str:
+    # The scenario's own id factory names the run, as `Driver.start` would have,
+    # so a fake factory gives the same ids with and without the kit.
+    if scenario.new_id is None:
+        return secrets.token_hex(16)
+    _, used = recorded_floor_and_ids(str(db_path))
+    return skipping_ids(scenario.new_id, used)()
+
+
+_TEMP_DIRS: list[str] = []
+
+
+def _temporary_db() -> Path:
+    directory = tempfile.mkdtemp(prefix="agentrt-testkit-")
+    if not _TEMP_DIRS:
+        atexit.register(_remove_temp_dirs)
+    _TEMP_DIRS.append(directory)
+    return Path(directory) / "run.db"
+
+
+def _remove_temp_dirs() -> None:
+    for directory in _TEMP_DIRS:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+__all__ = ["MODES", "ScenarioError", "play", "run", "run_sync", "shared_warning"]
