@@ -149,3 +149,25 @@ def test_cancel_run_fails_the_open_step_and_returns_the_run_as_stored(
     (stored,) = store.list_steps("r1")
     assert (stored.id, stored.status) == (step.id, "failed")
     assert stored.observation == Observation.cancelled("alice", "stop")
+
+
+@pytest.mark.parametrize("write", ["leave_running", "add_active_time"])
+def test_the_run_writes_after_a_tool_refuse_a_lease_held_by_someone_else_and_write_nothing(
+    store: agentrt.Store, db_path: Path, write: str
+) -> None:
+    new_run(store)
+    before = rows(db_path)
+    with pytest.raises(agentrt.LeaseLostError), store.transaction() as tx:
+        if write == "leave_running":
+            writes.leave_running(tx, "r1", "someone/else", active_ms_add=5)
+        else:
+            writes.add_active_time(tx, "r1", "someone/else", 5)
+    assert rows(db_path) == before
+    with store.transaction() as tx:  # the owner's own write goes through
+        if write == "leave_running":
+            writes.leave_running(tx, "r1", OWNER, active_ms_add=5)
+        else:
+            writes.add_active_time(tx, "r1", OWNER, 5)
+    run = store.get_run("r1")
+    assert run.active_time.total_seconds() == 0.005
+    assert (store.lease("r1").owner == "") == (write == "leave_running")

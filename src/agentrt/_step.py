@@ -294,9 +294,9 @@ async def _finish_tool(
         elif cancelled and not keep_lease:
             # Leave the run RUNNING for a later resume, but give up the lease now:
             # nobody should have to wait it out for a loop that has stopped.
-            writes.leave_running(tx, session.run_id, active_ms_add=active)
+            writes.leave_running(tx, session.run_id, session.config.owner, active_ms_add=active)
         else:
-            writes.add_active_time(tx, session.run_id, active)
+            writes.add_active_time(tx, session.run_id, session.config.owner, active)
             # The common ending: the copies are built from the row read above
             # and the values just written (see `put_step`).
             run = run_from_row(row)

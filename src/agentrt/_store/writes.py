@@ -17,7 +17,7 @@ from .. import _events as ev
 from .._canonical import to_text
 from .._clock import as_stored, format_time
 from .._db import Tx, check_schema, clamp_charge, saturating_add_sql
-from .._errors import RunStateError
+from .._errors import LeaseLostError, RunStateError
 from .._migrations import rollback_quietly
 from .._model import Usage
 from .._records import (
@@ -731,17 +731,30 @@ def finish_tool(
     return observation_text
 
 
-def leave_running(tx: Tx, run_id: str, *, active_ms_add: int = 0) -> None:
-    """Give up the lease of a run left RUNNING (for a later resume), adding active time."""
-    tx.execute(
+def leave_running(tx: Tx, run_id: str, owner: str, *, active_ms_add: int = 0) -> None:
+    """`owner` gives up its lease of a run left RUNNING (for a later resume), adding
+    active time; `LeaseLostError` (nothing written) when the run is not RUNNING under
+    `owner`'s lease."""
+    cur = tx.execute(
         "UPDATE runs SET active_ms = active_ms + ?, lease_owner = '', "
-        "lease_expires_at = '', lease_holder = '' WHERE id = ?",
-        (active_ms_add, run_id),
+        "lease_expires_at = '', lease_holder = '' "
+        "WHERE id = ? AND status = 'RUNNING' AND lease_owner = ?",
+        (active_ms_add, run_id, owner),
     )
+    if cur.rowcount != 1:
+        raise LeaseLostError(f"run {run_id} is not running under {owner!r}'s lease")
 
 
-def add_active_time(tx: Tx, run_id: str, active_ms: int) -> None:
-    tx.execute("UPDATE runs SET active_ms = active_ms + ? WHERE id = ?", (active_ms, run_id))
+def add_active_time(tx: Tx, run_id: str, owner: str, active_ms: int) -> None:
+    """Add a loop's active time to a run RUNNING under `owner`'s lease; `LeaseLostError`
+    (nothing written) otherwise."""
+    cur = tx.execute(
+        "UPDATE runs SET active_ms = active_ms + ? "
+        "WHERE id = ? AND status = 'RUNNING' AND lease_owner = ?",
+        (active_ms, run_id, owner),
+    )
+    if cur.rowcount != 1:
+        raise LeaseLostError(f"run {run_id} is not running under {owner!r}'s lease")
 
 
 def release_lease(tx: Tx, run_id: str, owner: str) -> None:
