@@ -156,3 +156,36 @@ def test_close_during_execute_keeps_the_lease_until_the_outcome_is_recorded(
     types = [e.type for e in store.list_events(run_id=run_id)]
     assert types.count("step.tool_finished") == 1 and "lease.taken_over" not in types
     assert snapshot(db_path)  # the file reads whole
+
+
+@pytest.mark.slow
+def test_a_session_dropped_without_close_stops_renewing_its_lease_once_collected(
+    store: agentrt.Store,
+) -> None:
+    import gc
+    import time
+
+    read = RecordingTool("read", SideEffect.READ_ONLY)
+    first = Gate(
+        store=store,
+        policy=NotSix(),
+        tools=[read],
+        now=FakeClock(),
+        new_id=Ids(),
+        lease_ttl=timedelta(milliseconds=300),
+    )
+    session = first.begin_sync("a loop that forgets to close")
+    step = session.step_sync()
+    assert step is not None
+    assert step.propose_sync(Decision.tool_call("read", {"x": 1})).outcome == "allowed"
+    run_id = session.run_id
+    del session, step  # the loop's bug: no close()
+    gc.collect()
+    renewed = store.lease(run_id).expires_at
+    time.sleep(0.7)  # past two lease lengths: a live heartbeat would have renewed
+    assert store.lease(run_id).expires_at == renewed
+    # The run can be taken over (as a crash would leave it), by the same gate too.
+    again, verdict = first.attach_sync(run_id)
+    assert again.run.status == "RUNNING" and verdict is None
+    assert read.calls == []  # the allowed call was never run, and is not run by attach
+    again.close_sync()

@@ -38,6 +38,7 @@ import copy
 import logging
 import re
 import threading
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -386,6 +387,11 @@ class GateSession:
         self._closed = False
         self._released = False
         self._claiming = False  # a step() is claiming a step right now
+        # A session dropped without close() stops renewing its lease once it is
+        # collected, so the run can be taken over when the lease expires instead of
+        # being held until the process exits. (The callback holds no reference to
+        # the session; a running execute() keeps the session alive.)
+        self._finalizer = weakref.finalize(self, _abandoned, rs, gate, rs.run_id)
         self._executing = 0  # execute() calls running a tool right now
         self._shown: dict[str, tuple[Step, Step]] = {}  # step id -> (recorded, copy shown)
 
@@ -514,6 +520,7 @@ class GateSession:
         if self._released:
             return
         self._released = True
+        self._finalizer.detach()  # let go here; a later session of the run is not touched
         lingering = self._rs.lingering_tool
         if lingering is None:
             self._rs.stop_heartbeat()
@@ -712,6 +719,13 @@ class GateStep:
 
     def fail_sync(self, error: BaseException) -> Run:
         return run_sync(self.fail(error))
+
+
+def _abandoned(rs: RunSession, gate: Gate, run_id: str) -> None:
+    """A gate session was collected without `close()`: stop renewing its lease."""
+    if rs.lingering_tool is None:
+        rs.stop_heartbeat()
+    gate._let_go(run_id)
 
 
 def _default_new_id() -> str:
