@@ -31,6 +31,7 @@ from agentrt.lease import (
     Heartbeat,
     StoreRenewer,
     _process_state,
+    _read_first_line,
     _stat_fields,
     boot_id,
     holder_json,
@@ -390,3 +391,18 @@ def expiries_of(path: Path) -> dict[str, str]:
         return dict(conn.execute("SELECT id, lease_expires_at FROM runs").fetchall())
     finally:
         conn.close()
+
+
+def test_a_first_line_is_read_as_ascii_with_other_bytes_replaced(tmp_path: Path) -> None:
+    path = tmp_path / "boot_id"
+    path.write_bytes("b\u00e9ad\nsecond line\n".encode())
+    assert _read_first_line(str(path)) == "b\ufffd\ufffdad"
+    assert _read_first_line(str(tmp_path / "missing")) == ""
+
+
+def test_a_machine_id_with_bytes_that_are_not_ascii_still_gives_a_host_id(
+    id_files: dict[str, Path],
+) -> None:
+    # A corrupt machine id must not make every lease (every run start) raise.
+    id_files["/etc/machine-id"].write_bytes(b"\xff0123\n")
+    assert host_id() == "\ufffd0123"
