@@ -395,5 +395,26 @@ def test_a_machine_id_with_bytes_that_are_not_ascii_still_gives_a_host_id(
     id_files: dict[str, Path],
 ) -> None:
     # A corrupt machine id must not make every lease (every run start) raise.
-    id_files["/etc/machine-id"].write_bytes(b"\xff0123\n")
-    assert host_id() == "\ufffd0123"
+    id_files["/etc/machine-id"].write_bytes("\u00e90123\n".encode())
+    assert host_id() == "\ufffd\ufffd0123"  # read as ASCII: each byte not ASCII replaced
+
+
+def test_the_start_time_needs_all_twenty_fields_up_to_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    fields = [str(n) for n in range(3, 23)]  # stat fields 3 to 22: 20 of them
+    monkeypatch.setattr(agentrt.lease, "_stat_fields", lambda pid: fields)
+    assert process_start_time(42) == "22"
+    monkeypatch.setattr(agentrt.lease, "_stat_fields", lambda pid: fields[:19])
+    assert process_start_time(42) == ""
+
+
+def test_an_unreadable_pid_namespace_is_empty_and_so_never_matches_a_holder(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    holder = this_host(never_a_pid(), "12345")
+
+    def unreadable(path: str) -> str:
+        raise PermissionError(path)
+
+    monkeypatch.setattr(os, "readlink", unreadable)
+    assert pid_namespace() == ""
+    assert prove_dead(json.dumps({**holder, "pidns": ""})) is None
