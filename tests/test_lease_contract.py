@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 
 import agentrt.lease
+from agentrt.errors import RunStateError
 from agentrt.lease import (
     ConnectionRenewer,
     Heartbeat,
@@ -42,6 +43,7 @@ from agentrt.lease import (
     process_start_time,
     prove_dead,
     renewer_for,
+    take_in,
 )
 from agentrt.store import Store, open_store
 
@@ -418,3 +420,40 @@ def test_an_unreadable_pid_namespace_is_empty_and_so_never_matches_a_holder(
     monkeypatch.setattr(os, "readlink", unreadable)
     assert pid_namespace() == ""
     assert prove_dead(json.dumps({**holder, "pidns": ""})) is None
+
+
+def test_a_takeover_wins_only_against_the_exact_lease_it_judged_expired(memory: Store) -> None:
+    wall = datetime(2026, 11, 30, 9, 1, tzinfo=UTC)
+    ttl = timedelta(seconds=30)
+
+    def take(previous_owner: str | None, previous_expires_at: str | None) -> int:
+        with memory.transaction() as tx:
+            return take_in(
+                tx,
+                "r1",
+                "new",
+                ttl,
+                lambda: wall,
+                from_status="RUNNING",
+                previous_owner=previous_owner,
+                previous_expires_at=previous_expires_at,
+            )
+
+    def lease() -> tuple[Any, ...]:
+        with memory.transaction() as tx:
+            row = tx.execute(
+                "SELECT lease_owner, lease_expires_at, lease_epoch, lease_holder "
+                "FROM runs WHERE id = 'r1'"
+            ).fetchone()
+            return tuple(row)
+
+    before = lease()
+    refused = "^run r1 was taken by another resume or changed status; nothing was executed$"
+    for owner, expires in (("someone-else", EXPIRES), ("me", RENEWED), ("me", None)):
+        with pytest.raises(RunStateError, match=refused):
+            take(owner, expires)
+        assert lease() == before  # the lease renewed or taken meanwhile: nothing changes
+    epoch = take("me", EXPIRES)
+    assert lease() == ("new", "2026-11-30T09:01:30.000000Z", epoch, holder_json())
+    assert epoch == before[2] + 1
+    assert take(None, None) == epoch + 1  # no previous lease named: from_status alone
