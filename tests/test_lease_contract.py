@@ -19,6 +19,7 @@ import re
 import socket
 import sqlite3
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -457,3 +458,14 @@ def test_a_takeover_wins_only_against_the_exact_lease_it_judged_expired(memory: 
     assert lease() == ("new", "2026-11-30T09:01:30.000000Z", epoch, holder_json())
     assert epoch == before[2] + 1
     assert take(None, None) == epoch + 1  # no previous lease named: from_status alone
+
+
+def test_the_heartbeat_thread_is_a_daemon_named_after_the_run(memory: Store) -> None:
+    beat = Heartbeat(renewer_for(memory), "0123456789", "me", timedelta(seconds=30))
+    beat.start()
+    try:
+        (thread,) = [t for t in threading.enumerate() if t.name == "agentrt-heartbeat-01234567"]
+        assert thread.daemon is True  # a heartbeat never keeps the interpreter alive at exit
+    finally:
+        beat.stop()
+    assert not thread.is_alive()
