@@ -7,23 +7,29 @@ Each test here kills a mutant of `agentrt._approval` that the tests in
 from __future__ import annotations
 
 import dataclasses
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 
 import agentrt
+import agentrt._approval
 from agentrt import (
+    ApprovalChangedError,
     ApprovalExpiredError,
     ApprovalHashError,
     Limits,
     NotFoundError,
     NotPendingError,
+    RunStateError,
     SideEffect,
 )
 from agentrt._approval import approval_hash, approval_request, decide, verify_stored
 from agentrt._canonical import content_hash
+from agentrt._db import Tx
+from agentrt._records import Approval, ApprovalStatus
+from agentrt._store.writes import decide_approval
 from conftest import EPOCH, FakeClock, RecordingTool
-from test_approvals import paused_run
+from support.approvals import paused_run
 
 
 def test_an_approval_request_with_no_args_binds_an_empty_object() -> None:
@@ -117,3 +123,75 @@ def test_a_stored_approval_that_no_longer_verifies_is_refused_saying_why(
         "capability or presentation was altered after it was made$",
     ):
         verify_stored(dataclasses.replace(approval, hash="0" * 64))
+
+
+def test_deciding_an_approval_expired_by_a_cancel_is_refused_saying_it_has_expired(
+    store: agentrt.Store,
+) -> None:
+    driver, run, _push = paused_run(store)
+    (approval,) = store.pending_approvals(run.id)
+    driver.cancel(run.id, by="ops", note="stop")
+    with pytest.raises(ApprovalExpiredError, match=f"^approval {approval.id} has expired$"):
+        decide(
+            store,
+            run.id,
+            approval.id,
+            approve=True,
+            by="o",
+            note="",
+            shown_hash=None,
+            now=EPOCH + timedelta(minutes=1),
+        )
+
+
+def test_deciding_for_a_run_that_is_not_waiting_is_refused_naming_its_status(
+    store: agentrt.Store,
+) -> None:
+    _driver, run, _push = paused_run(store)
+    (approval,) = store.pending_approvals(run.id)
+    with store.transaction() as tx:
+        tx.execute("UPDATE runs SET status = 'RUNNING' WHERE id = ?", (run.id,))
+    with pytest.raises(
+        RunStateError, match=f"^run {run.id} is RUNNING, not waiting for an approval$"
+    ):
+        decide(
+            store,
+            run.id,
+            approval.id,
+            approve=True,
+            by="o",
+            note="",
+            shown_hash=None,
+            now=EPOCH + timedelta(minutes=1),
+        )
+
+
+def test_losing_the_compare_and_set_to_another_decision_is_refused_as_changed(
+    store: agentrt.Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _driver, run, _push = paused_run(store)
+    (approval,) = store.pending_approvals(run.id)
+
+    def another_writer_first(
+        tx: Tx, approval: Approval, status: ApprovalStatus, by: str, note: str, now: datetime
+    ) -> Approval:
+        # Another decision lands between this decide's read and its compare-and-set.
+        tx.execute("UPDATE approvals SET status = 'rejected' WHERE id = ?", (approval.id,))
+        return decide_approval(tx, approval, status, by, note, now)
+
+    monkeypatch.setattr(agentrt._approval, "decide_approval", another_writer_first)
+    with pytest.raises(
+        ApprovalChangedError, match=f"^approval {approval.id} changed while being decided$"
+    ):
+        decide(
+            store,
+            run.id,
+            approval.id,
+            approve=True,
+            by="o",
+            note="",
+            shown_hash=None,
+            now=EPOCH + timedelta(minutes=1),
+        )
+    (still,) = store.pending_approvals(run.id)
+    assert still.id == approval.id

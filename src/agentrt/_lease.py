@@ -48,7 +48,8 @@ def host_id() -> str:
     """A stable id of this host: the machine id where the OS has one, else the hostname."""
     for path in ("/etc/machine-id", "/var/lib/dbus/machine-id"):
         try:
-            with open(path, encoding="ascii") as f:
+            # Replaced, not refused: a corrupt machine id must not stop every lease.
+            with open(path, encoding="ascii", errors="replace") as f:
                 value = f.read().strip()
             if value:
                 return value
