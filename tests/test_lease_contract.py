@@ -469,3 +469,36 @@ def test_the_heartbeat_thread_is_a_daemon_named_after_the_run(memory: Store) -> 
     finally:
         beat.stop()
     assert not thread.is_alive()
+
+
+class _FlakyRenewer:
+    """Fails its first `failures` renewals (a busy database), then renews."""
+
+    def __init__(self, failures: int) -> None:
+        self.failures = failures
+        self.attempts = 0
+        self.closed = False
+
+    def renew(self, run_id: str, owner: str, expires_at: str) -> bool:
+        self.attempts += 1
+        if self.attempts <= self.failures:
+            raise RuntimeError("database is locked")
+        return True
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_a_renewal_that_raises_is_retried_at_the_next_tick_and_the_lease_is_not_lost() -> None:
+    renewer = _FlakyRenewer(failures=2)
+    beat = Heartbeat(renewer, "r1", "me", timedelta(milliseconds=60))  # type: ignore[arg-type]
+    beat.start()
+    try:
+        deadline = time.monotonic() + 10
+        while beat.renewals < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        beat.stop()
+    assert renewer.attempts >= 3 and beat.renewals >= 1
+    assert not beat.lost.is_set()
+    assert renewer.closed
