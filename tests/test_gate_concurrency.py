@@ -181,6 +181,7 @@ def test_a_session_dropped_without_close_stops_renewing_its_lease_once_collected
     run_id = session.run_id
     del session, step  # the loop's bug: no close()
     gc.collect()
+    time.sleep(0.25)  # a renewal already under way when the session was collected lands
     renewed = store.lease(run_id).expires_at
     time.sleep(0.7)  # past two lease lengths: a live heartbeat would have renewed
     assert store.lease(run_id).expires_at == renewed
