@@ -25,6 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PUBLIC_MODULES = {
     "agentrt",
     "agentrt.__main__",
+    "agentrt.adapters",
     "agentrt.approver",
     "agentrt.cli",
     "agentrt.console",

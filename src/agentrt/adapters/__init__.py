@@ -1,0 +1,26 @@
+"""Framework adapters: put every tool call of an agent framework through the Gate.
+
+One subpackage per framework, each installed by its own extra and imported
+only when used: `agentrt.adapters.pydantic_ai` (`agentrt[pydantic-ai]`),
+`agentrt.adapters.openai_agents` (`agentrt[openai-agents]`),
+`agentrt.adapters.langgraph` (`agentrt[langgraph]`). `import agentrt` and
+`import agentrt.adapters` import no framework.
+
+What every adapter shares lives here: the consumer's classification of each
+framework tool (`Classification`: its side effect and timeout, as `agentrt.tool`
+asks of our own tools) and `classify`, which refuses a tool nobody classified
+(`UnclassifiedToolError`) and a classification that names no tool. A
+framework's tool is never run behind the Gate on a guessed side effect.
+See docs/adapters.md.
+"""
+
+from __future__ import annotations
+
+from ._classify import Classification, UnclassifiedToolError, classify, tool_spec
+
+__all__ = ["Classification", "UnclassifiedToolError", "classify", "tool_spec"]
+
+for _name in __all__:
+    _value = globals()[_name]
+    if isinstance(_value, type) or callable(_value):
+        _value.__module__ = __name__
