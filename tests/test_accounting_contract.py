@@ -348,7 +348,7 @@ def test_a_crash_during_a_model_request_leaves_the_dispatched_attempt_recorded(
     from agentrt.testkit import Crash, Point, run_sync
 
     result = run_sync(
-        "testkit_scenarios:with_model",
+        "support.scenarios:with_model",
         Crash(0, Point.DURING_MODEL_REQUEST),
         db_path=tmp_path / "model.db",
     )

@@ -19,20 +19,14 @@ from agentrt import (
     SideEffect,
 )
 from conftest import FakeClock, Ids, RecordingTool, event_types
-from support.approvals import paused_run, snapshot
+from support.approvals import paused_run, tamper
+from support.rows import snapshot
 
 
 def test_tampered_approval_row_is_refused_by_hash(store: agentrt.Store, db_path: Path) -> None:
     driver, run, _push = paused_run(store)
     (approval,) = store.pending_approvals(run.id)
-    conn = sqlite3.connect(db_path)
-    conn.execute(
-        "UPDATE approvals SET request_json = replace(request_json, '\"x\":1', '\"x\":999') "
-        "WHERE id = ?",
-        (approval.id,),
-    )
-    conn.commit()
-    conn.close()
+    tamper(db_path, approval.id)
     before = snapshot(db_path)
     with pytest.raises(ApprovalHashError, match="no longer matches its hash"):
         driver.approve(run.id, approval.id, by="alice")

@@ -23,7 +23,7 @@ from agentrt import (
     VerdictOutcome,
 )
 from conftest import FakeClock, Ids, RecordingTool
-from support.approvals import snapshot
+from support.rows import snapshot
 
 
 def read_tool() -> RecordingTool:

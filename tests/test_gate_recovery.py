@@ -16,7 +16,7 @@ import crashing_child as child
 from agentrt import Decision, SideEffect, VerdictOutcome
 from agentrt.scripted import ScriptedAgent
 from conftest import FakeClock, Ids, RecordingTool
-from support.approvals import snapshot
+from support.rows import snapshot
 
 
 def read_tool() -> RecordingTool:

@@ -24,7 +24,8 @@ from agentrt import (
 )
 from agentrt.scripted import ScriptedAgent
 from conftest import FakeClock, Ids, RecordingTool, event_types
-from support.approvals import PUSH_SCHEMA, paused_run, snapshot
+from support.approvals import PUSH_SCHEMA, paused_run
+from support.rows import snapshot
 
 
 def test_approve_then_resume_executes_the_request_once(store: agentrt.Store) -> None:

@@ -36,8 +36,9 @@ from agentrt.approver import (
     signed_headers,
     webhook_app,
 )
-from approver_runs import paused, snapshot, tamper
 from conftest import FakeClock, Ids, RecordingTool
+from support.approvals import paused_run, push_tool, tamper
+from support.rows import snapshot
 
 SECRET = "0123456789abcdef0123456789abcdef-webhook"
 NOW = 1_800_000_000
@@ -93,7 +94,7 @@ class Hook:
 def waiting(
     store: agentrt.Store, clock: FakeClock, **kwargs: Any
 ) -> tuple[agentrt.Driver, agentrt.Run, RecordingTool, agentrt.Approval]:
-    driver, run, push = paused(store, clock, **kwargs)
+    driver, run, push = paused_run(store, clock, tool=push_tool(), **kwargs)
     (approval,) = store.pending_approvals(run.id)
     return driver, run, push, approval
 

@@ -1,4 +1,11 @@
-"""A run paused on an approval, and a snapshot of every row to show a refusal changed nothing."""
+"""Runs paused on a real approval, and a tampered approval row.
+
+`paused_run` starts a real Driver run of the default policy whose one `push`
+call (a remote mutation) waits for a person; `push_tool` is a `push` with a
+declared schema, and `PUSH_SCHEMA` a schema of every JSON type; `tamper`
+changes a stored request behind the runtime's back. To show that a refusal
+changed nothing, compare two `support.rows.snapshot`s.
+"""
 
 from __future__ import annotations
 
@@ -7,13 +14,22 @@ from pathlib import Path
 from typing import Any
 
 import agentrt
-from agentrt import (
-    Decision,
-    Limits,
-    SideEffect,
-)
+from agentrt import Decision, Limits, SideEffect
 from agentrt.scripted import ScriptedAgent
 from conftest import FakeClock, Ids, RecordingTool
+
+
+def push_tool() -> RecordingTool:
+    """A `push` (remote mutation) that takes an integer `x` and a string `branch`."""
+    return RecordingTool(
+        "push",
+        SideEffect.REMOTE_MUTATION,
+        schema={
+            "type": "object",
+            "properties": {"x": {"type": "integer"}, "branch": {"type": "string"}},
+            "additionalProperties": False,
+        },
+    )
 
 
 def paused_run(
@@ -24,6 +40,11 @@ def paused_run(
     policy: Any = None,
     args: Any = None,
 ) -> tuple[agentrt.Driver, agentrt.Run, RecordingTool]:
+    """A run that waits on approval of one `push` call (`args`, by default `{"x": 1}`).
+
+    The tool is `tool` or, by default, a schemaless `push`; the clock a fresh
+    `FakeClock` unless given; ids come from `Ids("a")`.
+    """
     push = tool or RecordingTool("push", SideEffect.REMOTE_MUTATION)
     args = {"x": 1} if args is None else args
     agent = ScriptedAgent([Decision.tool_call("push", args), Decision.complete("ok")])
@@ -40,18 +61,7 @@ def paused_run(
     return driver, run, push
 
 
-def snapshot(db_path: Path) -> list[tuple[Any, ...]]:
-    """Every row of every agentrt table, to show that a refusal changed nothing."""
-    conn = sqlite3.connect(db_path)
-    try:
-        rows: list[tuple[Any, ...]] = []
-        for table in ("runs", "steps", "approvals", "events"):
-            rows += [(table, *r) for r in conn.execute(f"SELECT * FROM {table} ORDER BY rowid")]
-        return rows
-    finally:
-        conn.close()
-
-
+# A schema of every JSON type, for the tests that re-check arguments on resume.
 PUSH_SCHEMA = {
     "type": "object",
     "properties": {
@@ -65,3 +75,15 @@ PUSH_SCHEMA = {
     },
     "additionalProperties": False,
 }
+
+
+def tamper(db_path: Path, approval_id: str) -> None:
+    """Change a stored request behind the runtime's back, as an attacker with the file could."""
+    conn = sqlite3.connect(db_path)
+    conn.execute(
+        "UPDATE approvals SET request_json = replace(request_json, '\"x\":1', '\"x\":999') "
+        "WHERE id = ?",
+        (approval_id,),
+    )
+    conn.commit()
+    conn.close()
