@@ -18,8 +18,8 @@ from agentrt import (
     RunStateError,
     SideEffect,
 )
-from conftest import FakeClock, Ids, RecordingTool, event_types
-from support.approvals import paused_run, tamper
+from conftest import FakeClock, RecordingTool, event_types
+from support.approvals import paused_run, restarted, tamper
 from support.rows import snapshot
 
 
@@ -43,14 +43,7 @@ def test_approve_with_shown_hash_is_refused_after_a_concurrent_change(
     # Someone else decides the shown approval and the run pauses again on a changed tool.
     driver.approve(run.id, shown.id, by="bob")
     changed = RecordingTool("push", SideEffect.REMOTE_MUTATION, description="pushes to prod")
-    driver2 = agentrt.Driver(
-        store=store,
-        agent=driver.agent,
-        policy=agentrt.default_policy(),
-        tools=[changed],
-        now=FakeClock(),
-        new_id=Ids("b"),
-    )
+    driver2 = restarted(store, driver.agent, changed)
     assert driver2.resume_sync(run.id).status == "WAITING_FOR_APPROVAL"
     (current,) = store.pending_approvals(run.id)
     assert current.id != shown.id and current.hash != shown.hash

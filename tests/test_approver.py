@@ -24,7 +24,7 @@ from agentrt import (
 from agentrt.approver import Approver, Decision, Local
 from agentrt.scripted import ScriptedAgent
 from conftest import FakeClock, Ids, RecordingTool
-from support.approvals import paused_run, push_tool, tamper
+from support.approvals import paused_run, push_with_schema, tamper
 from support.rows import snapshot
 
 
@@ -33,7 +33,7 @@ def test_a_pending_item_carries_the_request_field_by_field_its_reason_and_its_ha
 ) -> None:
     clock = FakeClock()
     _driver, run, _push = paused_run(
-        store, clock, tool=push_tool(), args={"x": 1, "branch": "main"}
+        store, clock, tool=push_with_schema(), args={"x": 1, "branch": "main"}
     )
     (approval,) = store.pending_approvals(run.id)
     (item,) = Local(store, now=clock).pending(run.id)
@@ -66,7 +66,7 @@ def test_long_and_invisible_text_in_a_request_is_shown_bounded_and_escaped(
     clock = FakeClock()
     branch = "\u202eevil\x1b[31m" + "a" * 5000 + "\u200bend"
     _driver, run, _push = paused_run(
-        store, clock, tool=push_tool(), args={"x": 1, "branch": branch}
+        store, clock, tool=push_with_schema(), args={"x": 1, "branch": branch}
     )
     item = Local(store, now=clock).show(run.id, store.pending_approvals(run.id)[0].id)
     shown = dict(item.fields)["request.args.branch"]
@@ -81,7 +81,7 @@ def test_pending_of_a_run_that_waits_on_nothing_is_empty_and_of_no_run_is_not_fo
     store: agentrt.Store,
 ) -> None:
     clock = FakeClock()
-    driver, run, _push = paused_run(store, clock, tool=push_tool())
+    driver, run, _push = paused_run(store, clock, tool=push_with_schema())
     local = Local(store, now=clock)
     approval = store.pending_approvals(run.id)[0]
     driver.approve(run.id, approval.id, by="alice")
@@ -100,7 +100,7 @@ def test_a_decision_without_a_hash_is_refused_before_anything_is_read(
     store: agentrt.Store, db_path: Path
 ) -> None:
     clock = FakeClock()
-    _driver, run, _push = paused_run(store, clock, tool=push_tool())
+    _driver, run, _push = paused_run(store, clock, tool=push_with_schema())
     approval = store.pending_approvals(run.id)[0]
     before = snapshot(db_path)
     with pytest.raises(ApprovalChangedError, match="must carry the hash"):
@@ -129,7 +129,7 @@ def test_approve_binds_the_shown_hash_and_resume_executes_exactly_that_request(
     store: agentrt.Store,
 ) -> None:
     clock = FakeClock()
-    driver, run, push = paused_run(store, clock, tool=push_tool(), args={"x": 7})
+    driver, run, push = paused_run(store, clock, tool=push_with_schema(), args={"x": 7})
     local = Local(store, now=clock)
     assert isinstance(local, Approver)
     (item,) = local.pending(run.id)
@@ -149,7 +149,7 @@ def test_a_stale_hash_is_refused_as_changed_and_changes_nothing(
     store: agentrt.Store, db_path: Path
 ) -> None:
     clock = FakeClock()
-    driver, run, _push = paused_run(store, clock, tool=push_tool())
+    driver, run, _push = paused_run(store, clock, tool=push_with_schema())
     local = Local(store, now=clock)
     (shown,) = local.pending(run.id)
     local.approve(Decision(run.id, shown.approval_id, shown.hash, "bob"))
@@ -173,7 +173,7 @@ def test_a_stale_hash_is_refused_as_changed_and_changes_nothing(
 
 def test_reject_cancels_the_run_and_the_tool_is_never_called(store: agentrt.Store) -> None:
     clock = FakeClock()
-    driver, run, push = paused_run(store, clock, tool=push_tool())
+    driver, run, push = paused_run(store, clock, tool=push_with_schema())
     local = Local(store, now=clock)
     (item,) = local.pending(run.id)
     decided = local.reject(Decision(run.id, item.approval_id, item.hash, "carol", "no"))
@@ -189,7 +189,7 @@ def test_cancel_ends_a_live_run_and_a_finished_run_is_refused_as_finished(
     store: agentrt.Store,
 ) -> None:
     clock = FakeClock()
-    _driver, run, push = paused_run(store, clock, tool=push_tool())
+    _driver, run, push = paused_run(store, clock, tool=push_with_schema())
     local = Local(store, now=clock)
     cancelled = local.cancel(run.id, "dave", "not today")
     assert (cancelled.status, cancelled.reason) == ("CANCELLED", "operator_cancelled")
@@ -205,7 +205,7 @@ def test_an_approval_past_its_ttl_shows_as_expired_and_its_decision_is_refused(
 ) -> None:
     clock = FakeClock()
     _driver, run, _push = paused_run(
-        store, clock, tool=push_tool(), limits=Limits(approval_ttl=timedelta(minutes=10))
+        store, clock, tool=push_with_schema(), limits=Limits(approval_ttl=timedelta(minutes=10))
     )
     local = Local(store, now=clock)
     (item,) = local.pending(run.id)
@@ -223,7 +223,7 @@ def test_an_approval_altered_in_the_file_is_never_shown_or_decided(
     store: agentrt.Store, db_path: Path
 ) -> None:
     clock = FakeClock()
-    _driver, run, push = paused_run(store, clock, tool=push_tool())
+    _driver, run, push = paused_run(store, clock, tool=push_with_schema())
     (item,) = Local(store, now=clock).pending(run.id)
     tamper(db_path, item.approval_id)
     local = Local(store, now=clock)
@@ -242,7 +242,7 @@ def test_local_open_decides_on_an_existing_file_and_never_creates_one(
     store: agentrt.Store, db_path: Path, tmp_path: Path
 ) -> None:
     clock = FakeClock()
-    driver, run, push = paused_run(store, clock, tool=push_tool())
+    driver, run, push = paused_run(store, clock, tool=push_with_schema())
     with Local.open(db_path, now=clock) as local:
         (item,) = local.pending(run.id)
         local.approve(Decision(run.id, item.approval_id, item.hash, "erin"))

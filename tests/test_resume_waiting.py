@@ -24,7 +24,7 @@ from agentrt import (
 )
 from agentrt.scripted import ScriptedAgent
 from conftest import FakeClock, Ids, RecordingTool, event_types
-from support.approvals import PUSH_SCHEMA, paused_run
+from support.approvals import PUSH_SCHEMA, paused_run, restarted
 from support.rows import snapshot
 
 
@@ -135,14 +135,7 @@ def test_changed_tool_description_between_approval_and_resume_pauses_again(
     (first,) = store.pending_approvals(run.id)
     driver.approve(run.id, first.id, by="alice")
     changed = RecordingTool("push", SideEffect.REMOTE_MUTATION, description="now force-pushes")
-    driver2 = agentrt.Driver(
-        store=store,
-        agent=driver.agent,
-        policy=agentrt.default_policy(),
-        tools=[changed],
-        now=FakeClock(),
-        new_id=Ids("b"),
-    )
+    driver2 = restarted(store, driver.agent, changed)
     run = driver2.resume_sync(run.id)
     assert run.status == "WAITING_FOR_APPROVAL"
     approvals = store.list_approvals(run.id)
@@ -165,14 +158,7 @@ def test_args_failing_the_current_schema_end_the_step_and_the_loop_goes_on(
         schema={"type": "object", "properties": {"x": {"type": "string"}}},
     )
     agent = ScriptedAgent([Decision.tool_call("push", {"x": 1}), Decision.complete("gave up")])
-    driver2 = agentrt.Driver(
-        store=store,
-        agent=agent,
-        policy=agentrt.default_policy(),
-        tools=[narrowed],
-        now=FakeClock(),
-        new_id=Ids("b"),
-    )
+    driver2 = restarted(store, agent, narrowed)
     run = driver2.resume_sync(run.id)
     assert (run.status, run.result) == ("COMPLETED", "gave up")
     first = store.list_steps(run.id)[0]
@@ -188,14 +174,7 @@ def test_only_the_latest_grant_counts(store: agentrt.Store) -> None:
     (first,) = store.pending_approvals(run.id)
     driver.approve(run.id, first.id, by="alice")
     changed = RecordingTool("push", SideEffect.REMOTE_MUTATION, description="changed")
-    driver2 = agentrt.Driver(
-        store=store,
-        agent=driver.agent,
-        policy=agentrt.default_policy(),
-        tools=[changed],
-        now=FakeClock(),
-        new_id=Ids("b"),
-    )
+    driver2 = restarted(store, driver.agent, changed)
     assert driver2.resume_sync(run.id).status == "WAITING_FOR_APPROVAL"
     # The first grant is approved, but the latest approval is pending: no execution.
     with pytest.raises(RunStateError, match="still pending"):
@@ -238,14 +217,7 @@ def test_file_backed_store_closed_and_reopened_mid_run_resumes(db_path: Path) ->
     agentrt.approve(reopened, run.id, approval.id, by="alice", shown_hash=approval.hash)
     agent = ScriptedAgent([Decision.tool_call("push", {"x": 1}), Decision.complete("ok")])
     push2 = RecordingTool("push", SideEffect.REMOTE_MUTATION)
-    driver2 = agentrt.Driver(
-        store=reopened,
-        agent=agent,
-        policy=agentrt.default_policy(),
-        tools=[push2],
-        now=FakeClock(),
-        new_id=Ids("b"),
-    )
+    driver2 = restarted(reopened, agent, push2)
     run = driver2.resume_sync(run.id)
     assert run.status == "COMPLETED" and run.result == "ok"
     assert len(push2.calls) == 1 and push.calls == []

@@ -37,7 +37,7 @@ from agentrt.approver import (
     webhook_app,
 )
 from conftest import FakeClock, Ids, RecordingTool
-from support.approvals import paused_run, push_tool, tamper
+from support.approvals import paused_run, push_with_schema, tamper
 from support.rows import snapshot
 
 SECRET = "0123456789abcdef0123456789abcdef-webhook"
@@ -94,7 +94,7 @@ class Hook:
 def waiting(
     store: agentrt.Store, clock: FakeClock, **kwargs: Any
 ) -> tuple[agentrt.Driver, agentrt.Run, RecordingTool, agentrt.Approval]:
-    driver, run, push = paused_run(store, clock, tool=push_tool(), **kwargs)
+    driver, run, push = paused_run(store, clock, tool=push_with_schema(), **kwargs)
     (approval,) = store.pending_approvals(run.id)
     return driver, run, push, approval
 

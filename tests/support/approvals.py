@@ -1,10 +1,14 @@
-"""Runs paused on a real approval, and a tampered approval row.
+"""Runs paused on a real approval, the program restarted, a tampered approval row.
 
-`paused_run` starts a real Driver run of the default policy whose one `push`
-call (a remote mutation) waits for a person; `push_tool` is a `push` with a
-declared schema, and `PUSH_SCHEMA` a schema of every JSON type; `tamper`
-changes a stored request behind the runtime's back. To show that a refusal
-changed nothing, compare two `support.rows.snapshot`s.
+- `paused_run`: a real Driver run of the default policy whose one `push` call
+  (a remote mutation) waits for a person.
+- `restarted`: the program started again on the same file with another `push`.
+- `tamper`: a stored request changed behind the runtime's back, as an attacker
+  with the file could.
+- `push_with_schema`, `PUSH_SCHEMA`: a `push` that declares `x` and `branch`,
+  and a schema of every JSON type.
+
+To show that a refusal changed nothing, compare two `support.rows.snapshot`s.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from agentrt.scripted import ScriptedAgent
 from conftest import FakeClock, Ids, RecordingTool
 
 
-def push_tool() -> RecordingTool:
+def push_with_schema() -> RecordingTool:
     """A `push` (remote mutation) that takes an integer `x` and a string `branch`."""
     return RecordingTool(
         "push",
@@ -59,6 +63,19 @@ def paused_run(
     run = driver.start_sync("push it", limits=limits)
     assert run.status == "WAITING_FOR_APPROVAL"
     return driver, run, push
+
+
+def restarted(store: agentrt.Store, agent: Any, tool: RecordingTool) -> agentrt.Driver:
+    """The program started again on the same file, `tool` its push: a new Driver of the
+    default policy with a fresh `FakeClock` and `Ids("b")`."""
+    return agentrt.Driver(
+        store=store,
+        agent=agent,
+        policy=agentrt.default_policy(),
+        tools=[tool],
+        now=FakeClock(),
+        new_id=Ids("b"),
+    )
 
 
 # A schema of every JSON type, for the tests that re-check arguments on resume.
