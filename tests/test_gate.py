@@ -22,6 +22,7 @@ from agentrt import (
 )
 from conftest import FakeClock, Ids, RecordingTool
 from support.gates import make_gate, open_step
+from support.models import TINY_REQUEST, Replies
 from support.rows import snapshot
 from support.tools import push_tool, read_tool, rm_tool
 
@@ -460,8 +461,6 @@ def test_verdict_and_outcome_are_exported_and_frozen() -> None:
 def test_with_a_model_the_open_step_and_its_input_carry_the_accounting_caller(
     store: agentrt.Store,
 ) -> None:
-    from test_driver_model_config import REQUEST, Replies
-
     model = Replies()
     session = make_gate(store, read_tool(), model=model).begin_sync("ask")
     step = session.step_sync()
@@ -470,7 +469,7 @@ def test_with_a_model_the_open_step_and_its_input_carry_the_accounting_caller(
 
     async def ask() -> None:
         assert step.model is not None
-        await step.model.generate(REQUEST)
+        await step.model.generate(TINY_REQUEST)
 
     agentrt._driver.run_sync(ask())
     (call,) = store.list_model_calls(session.run.id)
