@@ -20,7 +20,7 @@ from agentrt import (
     Verdict,
     VerdictOutcome,
 )
-from conftest import FakeClock, Ids, RecordingTool
+from conftest import FakeClock, Ids, RecordingTool, event_types
 from support.gates import make_gate, open_step
 from support.models import TINY_REQUEST, Replies
 from support.rows import snapshot
@@ -40,10 +40,6 @@ class Fixed:
 
 
 allow_all = Fixed(agentrt.PolicyDecision.allow())
-
-
-def events(store: agentrt.Store, run_id: str) -> list[str]:
-    return [e.type for e in store.list_events(run_id=run_id, limit=10_000)]
 
 
 def test_a_gate_loop_reads_executes_and_completes_a_run(store: agentrt.Store) -> None:
@@ -98,11 +94,15 @@ def test_an_allowed_verdict_writes_nothing_that_claims_the_tool_started_until_ex
     verdict = step.propose_sync(Decision.tool_call("read", {"x": 1}))
     assert verdict.outcome == "allowed"
     run_id = session.run.id
-    assert "step.tool_started" not in events(store, run_id)
-    assert "step.policy" not in events(store, run_id)
+    assert "step.tool_started" not in event_types(store, run_id)
+    assert "step.policy" not in event_types(store, run_id)
     assert [s.status for s in store.list_steps(run_id)] == ["deciding"]
     step.execute_sync()
-    assert events(store, run_id)[-3:] == ["step.policy", "step.tool_started", "step.tool_finished"]
+    assert event_types(store, run_id)[-3:] == [
+        "step.policy",
+        "step.tool_started",
+        "step.tool_finished",
+    ]
     assert [s.status for s in store.list_steps(run_id)] == ["done"]
     session.close_sync()
 
@@ -320,12 +320,12 @@ def test_attach_to_an_approved_run_allows_the_open_step_and_execute_runs_it_once
     assert verdict.request is not None and verdict.request.args == {"x": 1}
     # Nothing claims the tool started until execute: the run still waits.
     assert store.get_run(run_id).status == "WAITING_FOR_APPROVAL"
-    assert "run.resumed" not in events(store, run_id)
+    assert "run.resumed" not in event_types(store, run_id)
     step = session.current()
     assert step is not None and step.index == 0
     observation = step.execute_sync()
     assert observation.kind == "tool_result" and len(push.calls) == 1
-    assert events(store, run_id)[-4:] == [
+    assert event_types(store, run_id)[-4:] == [
         "run.resumed",
         "step.policy",
         "step.tool_started",
@@ -351,7 +351,7 @@ def test_execute_rejudges_grant_ttl_for_a_step_that_attach_allowed(store: agentr
     assert push.calls == []
     run = store.get_run(run_id)
     assert run.status == "CANCELLED" and run.reason == "approval_expired"
-    assert "step.tool_started" not in events(store, run_id)
+    assert "step.tool_started" not in event_types(store, run_id)
     assert session.done
 
 
@@ -395,7 +395,7 @@ def test_a_lost_lease_raises_lease_lost_before_any_tool_starts(store: agentrt.St
     with pytest.raises(agentrt.LeaseLostError):
         step.execute_sync()
     assert read.calls == []
-    assert "step.tool_started" not in events(store, session.run.id)
+    assert "step.tool_started" not in event_types(store, session.run.id)
     session.close_sync()
 
 
