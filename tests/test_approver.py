@@ -24,7 +24,7 @@ from agentrt import (
 from agentrt.approver import Approver, Decision, Local
 from agentrt.scripted import ScriptedAgent
 from conftest import FakeClock, Ids, RecordingTool
-from support.approvals import paused_run, push_with_schema, tamper
+from support.approvals import paused_run, push_with_schema, restarted, tamper
 from support.rows import snapshot
 
 
@@ -155,14 +155,7 @@ def test_a_stale_hash_is_refused_as_changed_and_changes_nothing(
     local.approve(Decision(run.id, shown.approval_id, shown.hash, "bob"))
     # The tool changed before the resume: the run waits again, on a new request.
     changed = RecordingTool("push", SideEffect.REMOTE_MUTATION, description="force-pushes")
-    agentrt.Driver(
-        store=store,
-        agent=driver.agent,
-        policy=agentrt.default_policy(),
-        tools=[changed],
-        now=clock,
-        new_id=Ids("b"),
-    ).resume_sync(run.id)
+    restarted(store, driver.agent, changed, clock).resume_sync(run.id)
     (current,) = local.pending(run.id)
     assert current.hash != shown.hash
     before = snapshot(db_path)

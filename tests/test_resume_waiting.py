@@ -24,7 +24,7 @@ from agentrt import (
 )
 from agentrt.scripted import ScriptedAgent
 from conftest import FakeClock, Ids, RecordingTool, event_types
-from support.approvals import PUSH_SCHEMA, paused_run, restarted
+from support.approvals import PUSH_SCHEMA, approved_run, paused_run, restarted
 from support.rows import snapshot
 
 
@@ -73,9 +73,7 @@ def test_approve_then_resume_executes_the_request_once(store: agentrt.Store) -> 
 def test_tampered_row_after_approval_is_refused_at_resume(
     store: agentrt.Store, db_path: Path
 ) -> None:
-    driver, run, push = paused_run(store)
-    (approval,) = store.pending_approvals(run.id)
-    driver.approve(run.id, approval.id, by="alice")
+    driver, run, push, approval = approved_run(store)
     conn = sqlite3.connect(db_path)
     conn.execute(
         'UPDATE approvals SET capability_json = \'{"tool":"push","args":{"x":2}}\' WHERE id = ?',
@@ -119,9 +117,9 @@ def test_approval_ttl_expiry_cancels_the_run(store: agentrt.Store) -> None:
 
 def test_grant_older_than_grant_ttl_cancels_with_nothing_executed(store: agentrt.Store) -> None:
     clock = FakeClock()
-    driver, run, push = paused_run(store, clock=clock, limits=Limits(grant_ttl=timedelta(hours=1)))
-    (approval,) = store.pending_approvals(run.id)
-    driver.approve(run.id, approval.id, by="alice")
+    driver, run, push, _ = approved_run(
+        store, clock=clock, limits=Limits(grant_ttl=timedelta(hours=1))
+    )
     clock.advance(timedelta(hours=2))
     run = driver.resume_sync(run.id)
     assert (run.status, run.reason) == ("CANCELLED", "approval_expired")
@@ -131,9 +129,7 @@ def test_grant_older_than_grant_ttl_cancels_with_nothing_executed(store: agentrt
 def test_changed_tool_description_between_approval_and_resume_pauses_again(
     store: agentrt.Store,
 ) -> None:
-    driver, run, push = paused_run(store)
-    (first,) = store.pending_approvals(run.id)
-    driver.approve(run.id, first.id, by="alice")
+    driver, run, push, _ = approved_run(store)
     changed = RecordingTool("push", SideEffect.REMOTE_MUTATION, description="now force-pushes")
     driver2 = restarted(store, driver.agent, changed)
     run = driver2.resume_sync(run.id)
@@ -149,9 +145,7 @@ def test_changed_tool_description_between_approval_and_resume_pauses_again(
 def test_args_failing_the_current_schema_end_the_step_and_the_loop_goes_on(
     store: agentrt.Store,
 ) -> None:
-    driver, run, _push = paused_run(store)
-    (approval,) = store.pending_approvals(run.id)
-    driver.approve(run.id, approval.id, by="alice")
+    _driver, run, _push, _ = approved_run(store)
     narrowed = RecordingTool(
         "push",
         SideEffect.REMOTE_MUTATION,
@@ -170,9 +164,7 @@ def test_args_failing_the_current_schema_end_the_step_and_the_loop_goes_on(
 
 def test_only_the_latest_grant_counts(store: agentrt.Store) -> None:
     """An older approved grant of the same step is spent once the step re-paused."""
-    driver, run, push = paused_run(store)
-    (first,) = store.pending_approvals(run.id)
-    driver.approve(run.id, first.id, by="alice")
+    driver, run, push, _ = approved_run(store)
     changed = RecordingTool("push", SideEffect.REMOTE_MUTATION, description="changed")
     driver2 = restarted(store, driver.agent, changed)
     assert driver2.resume_sync(run.id).status == "WAITING_FOR_APPROVAL"
@@ -194,9 +186,7 @@ def test_policy_is_asked_again_on_resume_and_a_denial_wins(store: agentrt.Store)
                 return PolicyDecision.require_approval("remote_mutation", "ask", {"t": 1})
             return PolicyDecision.deny("changed my mind")
 
-    driver, run, push = paused_run(store, policy=Flipping())
-    (approval,) = store.pending_approvals(run.id)
-    driver.approve(run.id, approval.id, by="alice")
+    driver, run, push, _ = approved_run(store, policy=Flipping())
     run = driver.resume_sync(run.id)
     assert answers == ["RUNNING", "WAITING_FOR_APPROVAL"]  # asked again while still waiting
     assert push.calls == []
@@ -234,9 +224,7 @@ def test_a_grant_superseded_by_a_concurrent_re_pause_executes_nothing(
     run the tool under the spent grant."""
     import threading
 
-    driver, run, push = paused_run(store)
-    (first,) = store.pending_approvals(run.id)
-    driver.approve(run.id, first.id, by="alice")
+    driver, run, push, _ = approved_run(store)
     thinking = threading.Event()
     go_on = threading.Event()
 
@@ -282,9 +270,7 @@ def test_a_grant_superseded_by_a_concurrent_re_pause_executes_nothing(
 def test_a_waiting_run_whose_record_will_not_decode_is_failed_not_continued(
     store: agentrt.Store, db_path: Path
 ) -> None:
-    driver, run, push = paused_run(store)
-    (approval,) = store.pending_approvals(run.id)
-    driver.approve(run.id, approval.id, by="alice")
+    driver, run, push, _ = approved_run(store)
     conn = sqlite3.connect(db_path)
     conn.execute("UPDATE runs SET limits_json = '{not json'")
     conn.commit()

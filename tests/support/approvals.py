@@ -1,7 +1,7 @@
 """Runs paused on a real approval, the program restarted, a tampered approval row.
 
 - `paused_run`: a real Driver run of the default policy whose one `push` call
-  (a remote mutation) waits for a person.
+  (a remote mutation) waits for a person; `approved_run`: the same, approved.
 - `restarted`: the program started again on the same file with another `push`.
 - `tamper`: a stored request changed behind the runtime's back, as an attacker
   with the file could.
@@ -65,15 +65,27 @@ def paused_run(
     return driver, run, push
 
 
-def restarted(store: agentrt.Store, agent: Any, tool: RecordingTool) -> agentrt.Driver:
+def approved_run(
+    store: agentrt.Store, **kw: Any
+) -> tuple[agentrt.Driver, agentrt.Run, RecordingTool, agentrt.Approval]:
+    """A `paused_run` (same keywords) whose approval alice has approved, not yet resumed."""
+    driver, run, push = paused_run(store, **kw)
+    (approval,) = store.pending_approvals(run.id)
+    driver.approve(run.id, approval.id, by="alice")
+    return driver, run, push, approval
+
+
+def restarted(
+    store: agentrt.Store, agent: Any, tool: RecordingTool, clock: FakeClock | None = None
+) -> agentrt.Driver:
     """The program started again on the same file, `tool` its push: a new Driver of the
-    default policy with a fresh `FakeClock` and `Ids("b")`."""
+    default policy with `clock` (by default a fresh `FakeClock`) and `Ids("b")`."""
     return agentrt.Driver(
         store=store,
         agent=agent,
         policy=agentrt.default_policy(),
         tools=[tool],
-        now=FakeClock(),
+        now=clock or FakeClock(),
         new_id=Ids("b"),
     )
 
