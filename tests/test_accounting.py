@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sqlite3
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
@@ -30,88 +30,14 @@ from agentrt._model import (
     Price,
     PriceTable,
     TextBlock,
-    ToolUseBlock,
     Usage,
     parse_dollars,
 )
 from conftest import FakeClock, Ids, RecordingTool, event_types
+from support.models import PRICE, REQUEST, FakeModel, calls, drive, model_agent, reply
 
-REQUEST = ModelRequest(
-    system="be brief",
-    messages=[Message("user", [TextBlock("hello")])],
-    max_output_tokens=100,
-)
 # Replies that use more output than REQUEST's cap of 100 allows are not believed.
 CAP_1000 = replace(REQUEST, max_output_tokens=1000)
-PRICE = Price(input_micros=3_000_000, output_micros=15_000_000)  # $3 / $15 per Mtok
-
-
-def reply(text: str = "done", usage: Usage | None = None, tool: str = "") -> ModelResponse:
-    uses = [ToolUseBlock("toolu_1", tool, {})] if tool else []
-    return ModelResponse(
-        text=text,
-        tool_uses=uses,
-        stop_reason="tool_use" if tool else "end_turn",
-        usage=usage or Usage(10, 5, 0),
-        raw=b'{"raw": true}',
-    )
-
-
-class FakeModel:
-    """Plays a list of behaviours: a ModelResponse, an exception, or a callable."""
-
-    def __init__(self, *behaviours: Any, name: str = "fake:model") -> None:
-        self.name = name
-        self.behaviours = list(behaviours)
-        self.requests: list[ModelRequest] = []
-
-    async def generate(self, request: ModelRequest) -> ModelResponse:
-        self.requests.append(request)
-        behaviour = self.behaviours.pop(0)
-        if callable(behaviour) and not isinstance(behaviour, type):
-            behaviour = behaviour()
-            if asyncio.iscoroutine(behaviour):
-                behaviour = await behaviour
-        if isinstance(behaviour, BaseException):
-            raise behaviour
-        return behaviour  # type: ignore[no-any-return]
-
-
-def model_agent(request: ModelRequest = REQUEST, calls: int = 1) -> Callable[..., Any]:
-    """An agent that asks the model `calls` times per step, then completes."""
-
-    async def decide(input: StepInput) -> Decision:
-        responses = [await input.model.generate(request) for _ in range(calls)]
-        return Decision.complete({"text": responses[-1].text})
-
-    return decide
-
-
-def drive(
-    store: agentrt.Store,
-    model: Any,
-    agent: Any = None,
-    limits: Limits | None = None,
-    config: ModelConfig | None = None,
-    tools: list[Any] | None = None,
-) -> agentrt.Run:
-    driver = agentrt.Driver(
-        store=store,
-        agent=agent or model_agent(),
-        policy=agentrt.default_policy(),
-        tools=tools or [],
-        model=config or ModelConfig(model=model, prices=PRICE),
-        now=FakeClock(),
-        new_id=Ids(),
-    )
-    return driver.start_sync("g", limits=limits)
-
-
-def calls(store: agentrt.Store, run_id: str) -> list[tuple[Any, ...]]:
-    return [
-        (c.attempt, c.status, c.input_tokens, c.output_tokens, c.cost_micros)
-        for c in store.list_model_calls(run_id)
-    ]
 
 
 @contextlib.contextmanager

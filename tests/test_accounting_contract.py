@@ -28,7 +28,7 @@ from agentrt._errors import TransientModelError
 from agentrt._model import ModelConfig, ModelResponse, Price, Usage
 from agentrt._store.writes import charge_beyond_estimate
 from conftest import FakeClock, Ids
-from test_accounting import PRICE, REQUEST, FakeModel, calls, model_agent, reply
+from support.models import PRICE, REQUEST, FakeModel, calls, model_agent, reply
 
 NOW = datetime(2026, 11, 30, 9, 30, tzinfo=UTC)
 ESTIMATE = (100, 50, 0, 1_000)  # input, output, cached input tokens, cost in micros
@@ -348,7 +348,7 @@ def test_a_crash_during_a_model_request_leaves_the_dispatched_attempt_recorded(
     from agentrt.testkit import Crash, Point, run_sync
 
     result = run_sync(
-        "testkit_scenarios:with_model",
+        "support.scenarios:with_model",
         Crash(0, Point.DURING_MODEL_REQUEST),
         db_path=tmp_path / "model.db",
     )

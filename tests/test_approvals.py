@@ -18,21 +18,15 @@ from agentrt import (
     RunStateError,
     SideEffect,
 )
-from conftest import FakeClock, Ids, RecordingTool, event_types
-from support.approvals import paused_run, snapshot
+from conftest import FakeClock, RecordingTool, event_types
+from support.approvals import paused_run, restarted, tamper
+from support.rows import snapshot
 
 
 def test_tampered_approval_row_is_refused_by_hash(store: agentrt.Store, db_path: Path) -> None:
     driver, run, _push = paused_run(store)
     (approval,) = store.pending_approvals(run.id)
-    conn = sqlite3.connect(db_path)
-    conn.execute(
-        "UPDATE approvals SET request_json = replace(request_json, '\"x\":1', '\"x\":999') "
-        "WHERE id = ?",
-        (approval.id,),
-    )
-    conn.commit()
-    conn.close()
+    tamper(db_path, approval.id)
     before = snapshot(db_path)
     with pytest.raises(ApprovalHashError, match="no longer matches its hash"):
         driver.approve(run.id, approval.id, by="alice")
@@ -49,14 +43,7 @@ def test_approve_with_shown_hash_is_refused_after_a_concurrent_change(
     # Someone else decides the shown approval and the run pauses again on a changed tool.
     driver.approve(run.id, shown.id, by="bob")
     changed = RecordingTool("push", SideEffect.REMOTE_MUTATION, description="pushes to prod")
-    driver2 = agentrt.Driver(
-        store=store,
-        agent=driver.agent,
-        policy=agentrt.default_policy(),
-        tools=[changed],
-        now=FakeClock(),
-        new_id=Ids("b"),
-    )
+    driver2 = restarted(store, driver.agent, changed)
     assert driver2.resume_sync(run.id).status == "WAITING_FOR_APPROVAL"
     (current,) = store.pending_approvals(run.id)
     assert current.id != shown.id and current.hash != shown.hash

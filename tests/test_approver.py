@@ -23,15 +23,18 @@ from agentrt import (
 )
 from agentrt.approver import Approver, Decision, Local
 from agentrt.scripted import ScriptedAgent
-from approver_runs import paused, snapshot, tamper
 from conftest import FakeClock, Ids, RecordingTool
+from support.approvals import paused_run, push_with_schema, restarted, tamper
+from support.rows import snapshot
 
 
 def test_a_pending_item_carries_the_request_field_by_field_its_reason_and_its_hash(
     store: agentrt.Store,
 ) -> None:
     clock = FakeClock()
-    _driver, run, _push = paused(store, clock, args={"x": 1, "branch": "main"})
+    _driver, run, _push = paused_run(
+        store, clock, tool=push_with_schema(), args={"x": 1, "branch": "main"}
+    )
     (approval,) = store.pending_approvals(run.id)
     (item,) = Local(store, now=clock).pending(run.id)
     assert (item.run_id, item.approval_id, item.hash) == (run.id, approval.id, approval.hash)
@@ -62,7 +65,9 @@ def test_long_and_invisible_text_in_a_request_is_shown_bounded_and_escaped(
 ) -> None:
     clock = FakeClock()
     branch = "\u202eevil\x1b[31m" + "a" * 5000 + "\u200bend"
-    _driver, run, _push = paused(store, clock, args={"x": 1, "branch": branch})
+    _driver, run, _push = paused_run(
+        store, clock, tool=push_with_schema(), args={"x": 1, "branch": branch}
+    )
     item = Local(store, now=clock).show(run.id, store.pending_approvals(run.id)[0].id)
     shown = dict(item.fields)["request.args.branch"]
     assert shown.startswith('"\\u202eevil\\u001b[31maaa')
@@ -76,7 +81,7 @@ def test_pending_of_a_run_that_waits_on_nothing_is_empty_and_of_no_run_is_not_fo
     store: agentrt.Store,
 ) -> None:
     clock = FakeClock()
-    driver, run, _push = paused(store, clock)
+    driver, run, _push = paused_run(store, clock, tool=push_with_schema())
     local = Local(store, now=clock)
     approval = store.pending_approvals(run.id)[0]
     driver.approve(run.id, approval.id, by="alice")
@@ -95,7 +100,7 @@ def test_a_decision_without_a_hash_is_refused_before_anything_is_read(
     store: agentrt.Store, db_path: Path
 ) -> None:
     clock = FakeClock()
-    _driver, run, _push = paused(store, clock)
+    _driver, run, _push = paused_run(store, clock, tool=push_with_schema())
     approval = store.pending_approvals(run.id)[0]
     before = snapshot(db_path)
     with pytest.raises(ApprovalChangedError, match="must carry the hash"):
@@ -124,7 +129,7 @@ def test_approve_binds_the_shown_hash_and_resume_executes_exactly_that_request(
     store: agentrt.Store,
 ) -> None:
     clock = FakeClock()
-    driver, run, push = paused(store, clock, args={"x": 7})
+    driver, run, push = paused_run(store, clock, tool=push_with_schema(), args={"x": 7})
     local = Local(store, now=clock)
     assert isinstance(local, Approver)
     (item,) = local.pending(run.id)
@@ -144,20 +149,13 @@ def test_a_stale_hash_is_refused_as_changed_and_changes_nothing(
     store: agentrt.Store, db_path: Path
 ) -> None:
     clock = FakeClock()
-    driver, run, _push = paused(store, clock)
+    driver, run, _push = paused_run(store, clock, tool=push_with_schema())
     local = Local(store, now=clock)
     (shown,) = local.pending(run.id)
     local.approve(Decision(run.id, shown.approval_id, shown.hash, "bob"))
     # The tool changed before the resume: the run waits again, on a new request.
     changed = RecordingTool("push", SideEffect.REMOTE_MUTATION, description="force-pushes")
-    agentrt.Driver(
-        store=store,
-        agent=driver.agent,
-        policy=agentrt.default_policy(),
-        tools=[changed],
-        now=clock,
-        new_id=Ids("b"),
-    ).resume_sync(run.id)
+    restarted(store, driver.agent, changed, clock).resume_sync(run.id)
     (current,) = local.pending(run.id)
     assert current.hash != shown.hash
     before = snapshot(db_path)
@@ -168,7 +166,7 @@ def test_a_stale_hash_is_refused_as_changed_and_changes_nothing(
 
 def test_reject_cancels_the_run_and_the_tool_is_never_called(store: agentrt.Store) -> None:
     clock = FakeClock()
-    driver, run, push = paused(store, clock)
+    driver, run, push = paused_run(store, clock, tool=push_with_schema())
     local = Local(store, now=clock)
     (item,) = local.pending(run.id)
     decided = local.reject(Decision(run.id, item.approval_id, item.hash, "carol", "no"))
@@ -184,7 +182,7 @@ def test_cancel_ends_a_live_run_and_a_finished_run_is_refused_as_finished(
     store: agentrt.Store,
 ) -> None:
     clock = FakeClock()
-    _driver, run, push = paused(store, clock)
+    _driver, run, push = paused_run(store, clock, tool=push_with_schema())
     local = Local(store, now=clock)
     cancelled = local.cancel(run.id, "dave", "not today")
     assert (cancelled.status, cancelled.reason) == ("CANCELLED", "operator_cancelled")
@@ -199,7 +197,9 @@ def test_an_approval_past_its_ttl_shows_as_expired_and_its_decision_is_refused(
     store: agentrt.Store, db_path: Path
 ) -> None:
     clock = FakeClock()
-    _driver, run, _push = paused(store, clock, limits=Limits(approval_ttl=timedelta(minutes=10)))
+    _driver, run, _push = paused_run(
+        store, clock, tool=push_with_schema(), limits=Limits(approval_ttl=timedelta(minutes=10))
+    )
     local = Local(store, now=clock)
     (item,) = local.pending(run.id)
     assert item.expired is False and item.expires_at is not None
@@ -216,7 +216,7 @@ def test_an_approval_altered_in_the_file_is_never_shown_or_decided(
     store: agentrt.Store, db_path: Path
 ) -> None:
     clock = FakeClock()
-    _driver, run, push = paused(store, clock)
+    _driver, run, push = paused_run(store, clock, tool=push_with_schema())
     (item,) = Local(store, now=clock).pending(run.id)
     tamper(db_path, item.approval_id)
     local = Local(store, now=clock)
@@ -235,7 +235,7 @@ def test_local_open_decides_on_an_existing_file_and_never_creates_one(
     store: agentrt.Store, db_path: Path, tmp_path: Path
 ) -> None:
     clock = FakeClock()
-    driver, run, push = paused(store, clock)
+    driver, run, push = paused_run(store, clock, tool=push_with_schema())
     with Local.open(db_path, now=clock) as local:
         (item,) = local.pending(run.id)
         local.approve(Decision(run.id, item.approval_id, item.hash, "erin"))

@@ -27,6 +27,7 @@ from agentrt._errors import StoreBusyError
 from agentrt._model import Message, ModelConfig, ModelRequest, ModelResponse, TextBlock, Usage
 from agentrt.scripted import ScriptedAgent
 from conftest import FakeClock, Ids, RecordingTool
+from support.rows import snapshot
 
 pytestmark = pytest.mark.slow  # the lock is held on the real clock
 
@@ -38,17 +39,6 @@ HOLD_SECONDS = 1.0
 def short_busy_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
     """A short busy timeout, so that holding the lock "past" it costs a second, not minutes."""
     monkeypatch.setattr(agentrt._db, "BUSY_TIMEOUT_MS", BUSY_TIMEOUT_MS)
-
-
-def snapshot(db_path: Path) -> list[tuple[Any, ...]]:
-    conn = sqlite3.connect(db_path)
-    try:
-        rows: list[tuple[Any, ...]] = []
-        for table in ("runs", "steps", "approvals", "events", "model_calls"):
-            rows += [(table, *r) for r in conn.execute(f"SELECT * FROM {table} ORDER BY rowid")]
-        return rows
-    finally:
-        conn.close()
 
 
 class LockHolder:

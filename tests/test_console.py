@@ -34,7 +34,7 @@ from agentrt.console import ConsoleConfig, create_app, is_loopback
 from agentrt.console._data import ChainStatus
 from agentrt.console._security import CSP, check_token
 from agentrt.trace import sanitize
-from console_runs import HOSTILE, InterruptedPolicy, Program, send
+from support.console import HOSTILE, InterruptedPolicy, Program, send
 
 BASE = "http://127.0.0.1:8765"
 ORIGIN = {"Origin": BASE}

@@ -28,7 +28,7 @@ import pytest
 
 import agentrt
 from agentrt import Decision
-from console_runs import HOSTILE, Program, send
+from support.console import HOSTILE, Program, send
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = "/usr/bin/chromium"

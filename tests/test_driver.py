@@ -6,9 +6,10 @@ from datetime import timedelta
 from typing import Any
 
 import agentrt
-from agentrt import Decision, SideEffect
+from agentrt import Decision
 from agentrt.scripted import ScriptedAgent
-from conftest import FakeClock, Ids, RecordingTool
+from conftest import FakeClock, Ids
+from support.tools import make_tools
 
 FULL_RUN_EVENTS: list[tuple[str, str, str, dict[str, Any]]] = [
     (
@@ -236,13 +237,6 @@ FULL_RUN_EVENTS: list[tuple[str, str, str, dict[str, Any]]] = [
         {"detail": "", "reason": "goal_completed", "status": "COMPLETED", "steps": 5},
     ),
 ]
-
-
-def make_tools() -> tuple[RecordingTool, RecordingTool, RecordingTool]:
-    read = RecordingTool("read", SideEffect.READ_ONLY, result={"files": ["a.txt"]})
-    push = RecordingTool("push", SideEffect.REMOTE_MUTATION, result={"pushed": True})
-    rm = RecordingTool("rm", SideEffect.DESTRUCTIVE)
-    return read, push, rm
 
 
 def dump_events(store: agentrt.Store, run_id: str) -> list[tuple[str, str, str, Any]]:

@@ -13,33 +13,15 @@ from typing import Any
 import pytest
 
 import agentrt
-from agentrt import ConfigError, Decision, ModelConfig, StepInput, TransientModelError
-from agentrt._model import Message, ModelRequest, ModelResponse, Price, TextBlock, Usage
+from agentrt import ConfigError, Decision, ModelConfig, StepInput
+from agentrt._model import Price
 from conftest import FakeClock, Ids
-
-REQUEST = ModelRequest(
-    system="", messages=[Message("user", [TextBlock("hi")])], max_output_tokens=10
-)
-
-
-class Replies:
-    """A model that fails transiently `failures` times, then answers."""
-
-    def __init__(self, name: str = "local:tiny", failures: int = 0) -> None:
-        self.name = name
-        self.failures = failures
-        self.requests = 0
-
-    async def generate(self, request: ModelRequest) -> ModelResponse:
-        self.requests += 1
-        if self.requests <= self.failures:
-            raise TransientModelError("busy")
-        return ModelResponse("ok", (), "end_turn", Usage(1_000_000, 10, 0))
+from support.models import TINY_REQUEST, Replies
 
 
 async def ask(input: StepInput) -> Decision:
     assert input.model is not None
-    await input.model.generate(REQUEST)
+    await input.model.generate(TINY_REQUEST)
     return Decision.complete({"asked": input.model.name})
 
 

@@ -16,43 +16,15 @@ import pytest
 import agentrt
 from agentrt import (
     Decision,
-    Gate,
     Limits,
-    SideEffect,
     Verdict,
     VerdictOutcome,
 )
-from conftest import FakeClock, Ids, RecordingTool
-from support.approvals import snapshot
-
-
-def read_tool() -> RecordingTool:
-    return RecordingTool("read", SideEffect.READ_ONLY, result={"files": ["a.txt"]})
-
-
-def push_tool() -> RecordingTool:
-    return RecordingTool("push", SideEffect.REMOTE_MUTATION, result={"pushed": True})
-
-
-def rm_tool() -> RecordingTool:
-    return RecordingTool("rm", SideEffect.DESTRUCTIVE)
-
-
-def make_gate(
-    store: agentrt.Store,
-    *tool_list: RecordingTool,
-    clock: FakeClock | None = None,
-    ids: Ids | None = None,
-    **kw: Any,
-) -> Gate:
-    return Gate(
-        store=store,
-        policy=kw.pop("policy", agentrt.default_policy()),
-        tools=list(tool_list),
-        now=clock or FakeClock(),
-        new_id=ids or Ids(),
-        **kw,
-    )
+from conftest import FakeClock, Ids, RecordingTool, event_types
+from support.gates import make_gate, open_step
+from support.models import TINY_REQUEST, Replies
+from support.rows import snapshot
+from support.tools import push_tool, read_tool, rm_tool
 
 
 class Fixed:
@@ -68,10 +40,6 @@ class Fixed:
 
 
 allow_all = Fixed(agentrt.PolicyDecision.allow())
-
-
-def events(store: agentrt.Store, run_id: str) -> list[str]:
-    return [e.type for e in store.list_events(run_id=run_id, limit=10_000)]
 
 
 def test_a_gate_loop_reads_executes_and_completes_a_run(store: agentrt.Store) -> None:
@@ -105,9 +73,7 @@ def test_the_consumer_never_runs_the_tool_itself_execute_runs_it_once(
     store: agentrt.Store, db_path: Path
 ) -> None:
     read = read_tool()
-    session = make_gate(store, read).begin_sync("read it")
-    step = session.step_sync()
-    assert step is not None
+    session, step = open_step(make_gate(store, read), "read it")
     step.propose_sync(Decision.tool_call("read", {"x": 1}))
     assert read.calls == []  # allowed is not run
     step.execute_sync()
@@ -124,17 +90,19 @@ def test_an_allowed_verdict_writes_nothing_that_claims_the_tool_started_until_ex
     store: agentrt.Store,
 ) -> None:
     read = read_tool()
-    session = make_gate(store, read).begin_sync("read it")
-    step = session.step_sync()
-    assert step is not None
+    session, step = open_step(make_gate(store, read), "read it")
     verdict = step.propose_sync(Decision.tool_call("read", {"x": 1}))
     assert verdict.outcome == "allowed"
     run_id = session.run.id
-    assert "step.tool_started" not in events(store, run_id)
-    assert "step.policy" not in events(store, run_id)
+    assert "step.tool_started" not in event_types(store, run_id)
+    assert "step.policy" not in event_types(store, run_id)
     assert [s.status for s in store.list_steps(run_id)] == ["deciding"]
     step.execute_sync()
-    assert events(store, run_id)[-3:] == ["step.policy", "step.tool_started", "step.tool_finished"]
+    assert event_types(store, run_id)[-3:] == [
+        "step.policy",
+        "step.tool_started",
+        "step.tool_finished",
+    ]
     assert [s.status for s in store.list_steps(run_id)] == ["done"]
     session.close_sync()
 
@@ -144,9 +112,7 @@ def test_a_session_abandoned_after_an_allowed_verdict_leaves_the_step_never_run(
 ) -> None:
     push = push_tool()
     clock = FakeClock()
-    session = make_gate(store, push, clock=clock, policy=allow_all).begin_sync("push it")
-    step = session.step_sync()
-    assert step is not None
+    session, step = open_step(make_gate(store, push, clock=clock, policy=allow_all), "push it")
     assert step.propose_sync(Decision.tool_call("push", {"x": 1})).outcome == "allowed"
     session.close_sync()
     run_id = session.run.id
@@ -168,9 +134,7 @@ def test_a_session_abandoned_after_an_allowed_verdict_is_judged_again_by_driver_
     store: agentrt.Store,
 ) -> None:
     read = read_tool()
-    session = make_gate(store, read).begin_sync("read it")
-    step = session.step_sync()
-    assert step is not None
+    session, step = open_step(make_gate(store, read), "read it")
     assert step.propose_sync(Decision.tool_call("read", {"x": 1})).outcome == "allowed"
     session.close_sync()
     driver = agentrt.Driver(
@@ -212,9 +176,7 @@ def test_misuse_a_second_open_step_raises_and_changes_nothing(
     store: agentrt.Store, db_path: Path
 ) -> None:
     read = read_tool()
-    session = make_gate(store, read).begin_sync("read it")
-    step = session.step_sync()
-    assert step is not None
+    session, step = open_step(make_gate(store, read), "read it")
     before = snapshot(db_path)
     with pytest.raises(agentrt.RunStateError, match="still open"):
         session.step_sync()
@@ -232,9 +194,7 @@ def test_misuse_execute_without_an_allowed_verdict_raises_and_changes_nothing(
 ) -> None:
     read = read_tool()
     rm = rm_tool()
-    session = make_gate(store, read, rm).begin_sync("clean up")
-    step = session.step_sync()
-    assert step is not None
+    session, step = open_step(make_gate(store, read, rm), "clean up")
     before = snapshot(db_path)
     with pytest.raises(agentrt.RunStateError, match="not proposed"):
         step.execute_sync()
@@ -254,9 +214,7 @@ def test_misuse_propose_twice_raises_and_changes_nothing(
     store: agentrt.Store, db_path: Path
 ) -> None:
     read = read_tool()
-    session = make_gate(store, read).begin_sync("read it")
-    step = session.step_sync()
-    assert step is not None
+    session, step = open_step(make_gate(store, read), "read it")
     step.propose_sync(Decision.tool_call("read", {"x": 1}))
     before = snapshot(db_path)
     with pytest.raises(agentrt.RunStateError, match="propose once"):
@@ -269,9 +227,7 @@ def test_misuse_any_call_after_close_raises_session_closed_and_changes_nothing(
     store: agentrt.Store, db_path: Path
 ) -> None:
     read = read_tool()
-    session = make_gate(store, read).begin_sync("read it")
-    step = session.step_sync()
-    assert step is not None
+    session, step = open_step(make_gate(store, read), "read it")
     session.close_sync()
     before = snapshot(db_path)
     calls: list[Any] = [
@@ -292,9 +248,7 @@ def test_misuse_a_call_after_the_run_ended_raises_run_state_error_and_changes_no
     store: agentrt.Store, db_path: Path
 ) -> None:
     read = read_tool()
-    session = make_gate(store, read).begin_sync("finish")
-    step = session.step_sync()
-    assert step is not None
+    session, step = open_step(make_gate(store, read), "finish")
     assert step.propose_sync(Decision.complete("ok")).outcome == "ended"
     before = snapshot(db_path)
     with pytest.raises(agentrt.RunStateError, match="COMPLETED"):
@@ -318,9 +272,7 @@ def test_fail_maps_an_error_to_the_reason_the_driver_would_record(
     store: agentrt.Store, error: BaseException, reason: str
 ) -> None:
     read = read_tool()
-    session = make_gate(store, read).begin_sync("think")
-    step = session.step_sync()
-    assert step is not None
+    session, step = open_step(make_gate(store, read), "think")
     run = step.fail_sync(error)
     assert run.status == "FAILED" and run.reason == reason
     assert session.done
@@ -368,12 +320,12 @@ def test_attach_to_an_approved_run_allows_the_open_step_and_execute_runs_it_once
     assert verdict.request is not None and verdict.request.args == {"x": 1}
     # Nothing claims the tool started until execute: the run still waits.
     assert store.get_run(run_id).status == "WAITING_FOR_APPROVAL"
-    assert "run.resumed" not in events(store, run_id)
+    assert "run.resumed" not in event_types(store, run_id)
     step = session.current()
     assert step is not None and step.index == 0
     observation = step.execute_sync()
     assert observation.kind == "tool_result" and len(push.calls) == 1
-    assert events(store, run_id)[-4:] == [
+    assert event_types(store, run_id)[-4:] == [
         "run.resumed",
         "step.policy",
         "step.tool_started",
@@ -399,7 +351,7 @@ def test_execute_rejudges_grant_ttl_for_a_step_that_attach_allowed(store: agentr
     assert push.calls == []
     run = store.get_run(run_id)
     assert run.status == "CANCELLED" and run.reason == "approval_expired"
-    assert "step.tool_started" not in events(store, run_id)
+    assert "step.tool_started" not in event_types(store, run_id)
     assert session.done
 
 
@@ -437,15 +389,13 @@ def test_a_lost_lease_raises_lease_lost_before_any_tool_starts(store: agentrt.St
     read = read_tool()
     wall_now = [datetime(2026, 11, 30, 9, 0, tzinfo=UTC)]
     gate = make_gate(store, read, wall=lambda: wall_now[0], lease_ttl=timedelta(seconds=30))
-    session = gate.begin_sync("read it")
-    step = session.step_sync()
-    assert step is not None
+    session, step = open_step(gate, "read it")
     assert step.propose_sync(Decision.tool_call("read", {"x": 1})).outcome == "allowed"
     wall_now[0] += timedelta(minutes=5)  # the lease lapsed (the heartbeat never ran)
     with pytest.raises(agentrt.LeaseLostError):
         step.execute_sync()
     assert read.calls == []
-    assert "step.tool_started" not in events(store, session.run.id)
+    assert "step.tool_started" not in event_types(store, session.run.id)
     session.close_sync()
 
 
@@ -487,9 +437,7 @@ def test_input_is_what_the_driver_shows_its_agent_and_reads_no_clock(
     finally:
         other.close()
     clock = FakeClock()
-    session = make_gate(store, read, clock=clock).begin_sync("look")
-    step = session.step_sync()
-    assert step is not None
+    session, step = open_step(make_gate(store, read, clock=clock), "look")
     readings = clock.readings
     given = session.input()
     assert clock.readings == readings
@@ -513,8 +461,6 @@ def test_verdict_and_outcome_are_exported_and_frozen() -> None:
 def test_with_a_model_the_open_step_and_its_input_carry_the_accounting_caller(
     store: agentrt.Store,
 ) -> None:
-    from test_driver_model_config import REQUEST, Replies
-
     model = Replies()
     session = make_gate(store, read_tool(), model=model).begin_sync("ask")
     step = session.step_sync()
@@ -523,7 +469,7 @@ def test_with_a_model_the_open_step_and_its_input_carry_the_accounting_caller(
 
     async def ask() -> None:
         assert step.model is not None
-        await step.model.generate(REQUEST)
+        await step.model.generate(TINY_REQUEST)
 
     agentrt._driver.run_sync(ask())
     (call,) = store.list_model_calls(session.run.id)

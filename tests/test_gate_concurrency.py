@@ -20,7 +20,7 @@ import pytest
 import agentrt
 from agentrt import Decision, Gate, SideEffect, ToolCall, ToolResult, ToolSpec, VerdictOutcome
 from conftest import FakeClock, Ids, RecordingTool
-from support.approvals import snapshot
+from support.rows import snapshot
 
 
 class NotSix:

@@ -11,7 +11,7 @@ import agentrt
 from agentrt import Decision, GateSession, VerdictOutcome
 from agentrt.scripted import ScriptedAgent
 from conftest import FakeClock, Ids
-from test_driver import make_tools
+from support.tools import make_tools
 
 
 def decisions() -> list[Any]:

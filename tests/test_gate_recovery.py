@@ -16,33 +16,13 @@ import crashing_child as child
 from agentrt import Decision, SideEffect, VerdictOutcome
 from agentrt.scripted import ScriptedAgent
 from conftest import FakeClock, Ids, RecordingTool
-from support.approvals import snapshot
-
-
-def read_tool() -> RecordingTool:
-    return RecordingTool("read", SideEffect.READ_ONLY, result={"files": ["a.txt"]})
-
-
-def push_tool() -> RecordingTool:
-    return RecordingTool("push", SideEffect.REMOTE_MUTATION, result={"pushed": True})
-
-
-def gate(
-    store: agentrt.Store, tool: RecordingTool, clock: FakeClock, ids: str = "a"
-) -> agentrt.Gate:
-    return agentrt.Gate(
-        store=store,
-        policy=agentrt.default_policy(),
-        tools=[tool],
-        now=clock,
-        new_id=Ids(ids),
-    )
+from support.gates import make_gate, open_step
+from support.rows import snapshot
+from support.tools import push_tool, read_tool
 
 
 def approved_waiting_run(store: agentrt.Store, push: RecordingTool, clock: FakeClock) -> str:
-    session = gate(store, push, clock).begin_sync("push it")
-    step = session.step_sync()
-    assert step is not None
+    session, step = open_step(make_gate(store, push, clock=clock), "push it")
     assert step.propose_sync(Decision.tool_call("push", {"x": 1})).outcome == "pending"
     session.close_sync()
     (pending,) = store.pending_approvals(session.run.id)
@@ -55,9 +35,7 @@ def test_a_session_abandoned_after_an_allowed_verdict_is_resumed_by_recover_as_n
 ) -> None:
     read = read_tool()
     clock = FakeClock()
-    session = gate(store, read, clock).begin_sync("read it")
-    step = session.step_sync()
-    assert step is not None
+    session, step = open_step(make_gate(store, read, clock=clock), "read it")
     assert step.propose_sync(Decision.tool_call("read", {"x": 1})).outcome == "allowed"
     session.close_sync()
     driver = agentrt.Driver(
@@ -82,13 +60,13 @@ def test_a_session_abandoned_after_an_allowed_attach_leaves_the_run_waiting_to_b
     push = push_tool()
     clock = FakeClock()
     run_id = approved_waiting_run(store, push, clock)
-    session, verdict = gate(store, push, clock).attach_sync(run_id)
+    session, verdict = make_gate(store, push, clock=clock).attach_sync(run_id)
     assert verdict is not None and verdict.outcome == VerdictOutcome.ALLOWED
     session.close_sync()
     run = store.get_run(run_id)
     assert run.status == "WAITING_FOR_APPROVAL" and store.lease(run_id).owner == ""
     assert [e.type for e in store.list_events(run_id=run_id)][-1] == "approval.decided"
-    again, verdict = gate(store, push, clock).attach_sync(run_id)
+    again, verdict = make_gate(store, push, clock=clock).attach_sync(run_id)
     assert verdict is not None and verdict.outcome == VerdictOutcome.ALLOWED
     step = again.current()
     assert step is not None
@@ -103,8 +81,8 @@ def test_of_two_gates_attaching_one_approved_run_exactly_one_executes(
     push = push_tool()
     clock = FakeClock()
     run_id = approved_waiting_run(store, push, clock)
-    first, first_verdict = gate(store, push, clock, "c").attach_sync(run_id)
-    second, second_verdict = gate(store, push, clock, "d").attach_sync(run_id)
+    first, first_verdict = make_gate(store, push, clock=clock, ids=Ids("c")).attach_sync(run_id)
+    second, second_verdict = make_gate(store, push, clock=clock, ids=Ids("d")).attach_sync(run_id)
     assert first_verdict is not None and second_verdict is not None
     assert first_verdict.outcome == second_verdict.outcome == VerdictOutcome.ALLOWED
     one, other = first.current(), second.current()

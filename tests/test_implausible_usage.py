@@ -16,7 +16,7 @@ from agentrt import Limits
 from agentrt._accounting import output_ceiling, project, usage_problem
 from agentrt._errors import ServedModelError
 from agentrt._model import ModelConfig, Usage
-from test_accounting import PRICE, REQUEST, FakeModel, calls, drive, model_agent, reply
+from support.models import PRICE, REQUEST, FakeModel, calls, drive, model_agent, reply
 
 
 def test_two_to_the_seventy_output_tokens_against_a_cap_of_100_is_charged_the_estimate(

@@ -44,20 +44,9 @@ from agentrt._takeover import take_over
 from agentrt.scripted import ScriptedAgent
 from conftest import FakeClock, Ids, RecordingTool, event_types
 from support.crashes import crash, resumer
+from support.rows import snapshot
 
 THIEF = "thief/000000000000"
-
-
-def snapshot(db_path: Path) -> list[tuple[Any, ...]]:
-    """Every row of every table the loop writes, to show a refused write changed nothing."""
-    conn = sqlite3.connect(db_path)
-    try:
-        rows: list[tuple[Any, ...]] = []
-        for table in ("runs", "steps", "approvals", "events", "model_calls"):
-            rows += [(table, *r) for r in conn.execute(f"SELECT * FROM {table} ORDER BY rowid")]
-        return rows
-    finally:
-        conn.close()
 
 
 class Thief:

@@ -55,7 +55,7 @@ from agentrt.providers.anthropic import (
     parse_response,
     strict_schema,
 )
-from fake_providers import (
+from support.providers import (
     MIB,
     FakeServer,
     anthropic_error,

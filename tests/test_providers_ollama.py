@@ -39,7 +39,7 @@ from agentrt.providers._http import (
     is_loopback,
 )
 from agentrt.providers.ollama import DEFAULT_HOST, OllamaModel, parse_host, parse_response
-from fake_providers import (
+from support.providers import (
     MIB,
     FakeServer,
     close_delimited,

@@ -52,7 +52,7 @@ from agentrt.providers.openai_compat import (
     parse_response,
     request_body,
 )
-from fake_providers import (
+from support.providers import (
     MIB,
     FakeServer,
     close_delimited,

@@ -24,7 +24,8 @@ from agentrt import (
 )
 from agentrt.scripted import ScriptedAgent
 from conftest import FakeClock, Ids, RecordingTool, event_types
-from support.approvals import PUSH_SCHEMA, paused_run, snapshot
+from support.approvals import PUSH_SCHEMA, approved_run, paused_run, restarted
+from support.rows import snapshot
 
 
 def test_approve_then_resume_executes_the_request_once(store: agentrt.Store) -> None:
@@ -72,9 +73,7 @@ def test_approve_then_resume_executes_the_request_once(store: agentrt.Store) -> 
 def test_tampered_row_after_approval_is_refused_at_resume(
     store: agentrt.Store, db_path: Path
 ) -> None:
-    driver, run, push = paused_run(store)
-    (approval,) = store.pending_approvals(run.id)
-    driver.approve(run.id, approval.id, by="alice")
+    driver, run, push, approval = approved_run(store)
     conn = sqlite3.connect(db_path)
     conn.execute(
         'UPDATE approvals SET capability_json = \'{"tool":"push","args":{"x":2}}\' WHERE id = ?',
@@ -118,9 +117,9 @@ def test_approval_ttl_expiry_cancels_the_run(store: agentrt.Store) -> None:
 
 def test_grant_older_than_grant_ttl_cancels_with_nothing_executed(store: agentrt.Store) -> None:
     clock = FakeClock()
-    driver, run, push = paused_run(store, clock=clock, limits=Limits(grant_ttl=timedelta(hours=1)))
-    (approval,) = store.pending_approvals(run.id)
-    driver.approve(run.id, approval.id, by="alice")
+    driver, run, push, _ = approved_run(
+        store, clock=clock, limits=Limits(grant_ttl=timedelta(hours=1))
+    )
     clock.advance(timedelta(hours=2))
     run = driver.resume_sync(run.id)
     assert (run.status, run.reason) == ("CANCELLED", "approval_expired")
@@ -130,18 +129,9 @@ def test_grant_older_than_grant_ttl_cancels_with_nothing_executed(store: agentrt
 def test_changed_tool_description_between_approval_and_resume_pauses_again(
     store: agentrt.Store,
 ) -> None:
-    driver, run, push = paused_run(store)
-    (first,) = store.pending_approvals(run.id)
-    driver.approve(run.id, first.id, by="alice")
+    driver, run, push, _ = approved_run(store)
     changed = RecordingTool("push", SideEffect.REMOTE_MUTATION, description="now force-pushes")
-    driver2 = agentrt.Driver(
-        store=store,
-        agent=driver.agent,
-        policy=agentrt.default_policy(),
-        tools=[changed],
-        now=FakeClock(),
-        new_id=Ids("b"),
-    )
+    driver2 = restarted(store, driver.agent, changed)
     run = driver2.resume_sync(run.id)
     assert run.status == "WAITING_FOR_APPROVAL"
     approvals = store.list_approvals(run.id)
@@ -155,23 +145,14 @@ def test_changed_tool_description_between_approval_and_resume_pauses_again(
 def test_args_failing_the_current_schema_end_the_step_and_the_loop_goes_on(
     store: agentrt.Store,
 ) -> None:
-    driver, run, _push = paused_run(store)
-    (approval,) = store.pending_approvals(run.id)
-    driver.approve(run.id, approval.id, by="alice")
+    _driver, run, _push, _ = approved_run(store)
     narrowed = RecordingTool(
         "push",
         SideEffect.REMOTE_MUTATION,
         schema={"type": "object", "properties": {"x": {"type": "string"}}},
     )
     agent = ScriptedAgent([Decision.tool_call("push", {"x": 1}), Decision.complete("gave up")])
-    driver2 = agentrt.Driver(
-        store=store,
-        agent=agent,
-        policy=agentrt.default_policy(),
-        tools=[narrowed],
-        now=FakeClock(),
-        new_id=Ids("b"),
-    )
+    driver2 = restarted(store, agent, narrowed)
     run = driver2.resume_sync(run.id)
     assert (run.status, run.result) == ("COMPLETED", "gave up")
     first = store.list_steps(run.id)[0]
@@ -183,18 +164,9 @@ def test_args_failing_the_current_schema_end_the_step_and_the_loop_goes_on(
 
 def test_only_the_latest_grant_counts(store: agentrt.Store) -> None:
     """An older approved grant of the same step is spent once the step re-paused."""
-    driver, run, push = paused_run(store)
-    (first,) = store.pending_approvals(run.id)
-    driver.approve(run.id, first.id, by="alice")
+    driver, run, push, _ = approved_run(store)
     changed = RecordingTool("push", SideEffect.REMOTE_MUTATION, description="changed")
-    driver2 = agentrt.Driver(
-        store=store,
-        agent=driver.agent,
-        policy=agentrt.default_policy(),
-        tools=[changed],
-        now=FakeClock(),
-        new_id=Ids("b"),
-    )
+    driver2 = restarted(store, driver.agent, changed)
     assert driver2.resume_sync(run.id).status == "WAITING_FOR_APPROVAL"
     # The first grant is approved, but the latest approval is pending: no execution.
     with pytest.raises(RunStateError, match="still pending"):
@@ -214,9 +186,7 @@ def test_policy_is_asked_again_on_resume_and_a_denial_wins(store: agentrt.Store)
                 return PolicyDecision.require_approval("remote_mutation", "ask", {"t": 1})
             return PolicyDecision.deny("changed my mind")
 
-    driver, run, push = paused_run(store, policy=Flipping())
-    (approval,) = store.pending_approvals(run.id)
-    driver.approve(run.id, approval.id, by="alice")
+    driver, run, push, _ = approved_run(store, policy=Flipping())
     run = driver.resume_sync(run.id)
     assert answers == ["RUNNING", "WAITING_FOR_APPROVAL"]  # asked again while still waiting
     assert push.calls == []
@@ -237,14 +207,7 @@ def test_file_backed_store_closed_and_reopened_mid_run_resumes(db_path: Path) ->
     agentrt.approve(reopened, run.id, approval.id, by="alice", shown_hash=approval.hash)
     agent = ScriptedAgent([Decision.tool_call("push", {"x": 1}), Decision.complete("ok")])
     push2 = RecordingTool("push", SideEffect.REMOTE_MUTATION)
-    driver2 = agentrt.Driver(
-        store=reopened,
-        agent=agent,
-        policy=agentrt.default_policy(),
-        tools=[push2],
-        now=FakeClock(),
-        new_id=Ids("b"),
-    )
+    driver2 = restarted(reopened, agent, push2)
     run = driver2.resume_sync(run.id)
     assert run.status == "COMPLETED" and run.result == "ok"
     assert len(push2.calls) == 1 and push.calls == []
@@ -261,9 +224,7 @@ def test_a_grant_superseded_by_a_concurrent_re_pause_executes_nothing(
     run the tool under the spent grant."""
     import threading
 
-    driver, run, push = paused_run(store)
-    (first,) = store.pending_approvals(run.id)
-    driver.approve(run.id, first.id, by="alice")
+    driver, run, push, _ = approved_run(store)
     thinking = threading.Event()
     go_on = threading.Event()
 
@@ -309,9 +270,7 @@ def test_a_grant_superseded_by_a_concurrent_re_pause_executes_nothing(
 def test_a_waiting_run_whose_record_will_not_decode_is_failed_not_continued(
     store: agentrt.Store, db_path: Path
 ) -> None:
-    driver, run, push = paused_run(store)
-    (approval,) = store.pending_approvals(run.id)
-    driver.approve(run.id, approval.id, by="alice")
+    driver, run, push, _ = approved_run(store)
     conn = sqlite3.connect(db_path)
     conn.execute("UPDATE runs SET limits_json = '{not json'")
     conn.commit()

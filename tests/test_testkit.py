@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import agentrt
-import testkit_scenarios as ts
+import support.scenarios as ts
 from agentrt import (
     ApprovalStatus,
     Decision,
@@ -343,7 +343,7 @@ class TestHarness:
         )
         assert result.run.status == RunStatus.COMPLETED
 
-    @pytest.mark.parametrize("source", ["testkit_scenarios:remembering", ts.remembering])
+    @pytest.mark.parametrize("source", ["support.scenarios:remembering", ts.remembering])
     def test_a_factory_gives_every_simulated_process_a_fresh_scenario(
         self, tmp_path: Path, source: Any
     ) -> None:
@@ -369,7 +369,7 @@ class TestHarness:
         assert result.run.status == RunStatus.COMPLETED
 
     def test_a_scenario_given_by_reference_is_built_from_its_factory(self, tmp_path: Path) -> None:
-        result = play("testkit_scenarios:checkout", db=tmp_path / "f.db")
+        result = play("support.scenarios:checkout", db=tmp_path / "f.db")
         assert result.scenario == "checkout"
         assert result.run.id == "c" + "1".rjust(31, "0")  # the scenario's own id factory
 
@@ -491,7 +491,7 @@ class TestMatrix:
         self,
     ) -> None:
         # A harness case mostly sleeps out a dead owner's lease: many at a time is cheap.
-        matrix = crash_matrix_sync("testkit_scenarios:checkout", "harness", workers=16)
+        matrix = crash_matrix_sync("support.scenarios:checkout", "harness", workers=16)
         matrix.assert_ok()
         passed = {p.key for p in matrix.clean.probes}
         assert {
@@ -535,7 +535,7 @@ class TestMatrix:
     @pytest.mark.slow
     def test_the_matrix_two_crashes_deep_reaches_recovery_points_and_holds(self) -> None:
         matrix = crash_matrix_sync(
-            "testkit_scenarios:checkout", "harness", depth=2, inside_tx=False, workers=16
+            "support.scenarios:checkout", "harness", depth=2, inside_tx=False, workers=16
         )
         matrix.assert_ok()
         second = {c.crashes[-1].at for c in matrix.cases if len(c.crashes) == 2}
@@ -578,7 +578,7 @@ class TestMatrix:
 
     def test_recovery_false_and_select_leave_cases_out(self) -> None:
         matrix = crash_matrix_sync(
-            "testkit_scenarios:small",
+            "support.scenarios:small",
             recovery=False,
             select=lambda crashes: crashes[0].step == 1,
             workers=16,
@@ -590,7 +590,7 @@ class TestMatrix:
         # leading to the same recovery (the takeover of step 0) gets it.
         tool_started = Crash(0, Point.AFTER_TOOL_STARTED)
         matrix = crash_matrix_sync(
-            "testkit_scenarios:checkout",
+            "support.scenarios:checkout",
             inside_tx=False,
             select=lambda crashes: (
                 crashes[0].step == 0 and (len(crashes) == 1 or crashes[0] == tool_started)
@@ -802,12 +802,12 @@ class TestGateScenario:
     def test_a_loop_over_a_gate_is_crashed_at_every_point_and_holds_in_the_harness(
         self,
     ) -> None:
-        matrix = crash_matrix_sync("testkit_scenarios:gate_checkout", "harness", workers=16)
+        matrix = crash_matrix_sync("support.scenarios:gate_checkout", "harness", workers=16)
         matrix.assert_ok()
         points = {c.crashes[0].at for c in matrix.cases}
         assert {Point.AFTER_ALLOWED, Point.AFTER_ATTACH_ALLOWED, Point.AFTER_TOOL_EFFECT} <= points
         # The same cells as the Driver's matrix of the same scenario, with the same outcomes.
-        by_driver = crash_matrix_sync("testkit_scenarios:checkout", "harness", workers=16)
+        by_driver = crash_matrix_sync("support.scenarios:checkout", "harness", workers=16)
         assert {(c.crashes, c.outcome) for c in matrix.cases} == {
             (c.crashes, c.outcome) for c in by_driver.cases
         }

@@ -1,6 +1,6 @@
 """agentrt.testkit in process mode: every process a real child Python process, SIGKILLed.
 
-Each child rebuilds its scenario from `testkit_scenarios` (a factory reference),
+Each child rebuilds its scenario from `support.scenarios` (a factory reference),
 and dies of SIGKILL at its crash point: after a commit, or inside a transaction
 before its COMMIT. The matrix here is the one the harness runs in
 test_testkit.py, with real deaths; the number of children is bounded by the
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 import agentrt
-import testkit_scenarios as ts
+import support.scenarios as ts
 from agentrt import ApprovalStatus, RunStatus, StepStatus, TerminalReason
 from agentrt._driver import run_sync as run_coro
 from agentrt.testkit import (
@@ -46,7 +46,7 @@ def test_full_crash_matrix_in_process_mode_holds_with_real_sigkills() -> None:
     # point (the harness matrix has them all), to keep the time down.
     resumed = Crash(1, Point.AFTER_RESUMED)
     matrix = crash_matrix_sync(
-        "testkit_scenarios:checkout",
+        "support.scenarios:checkout",
         "process",
         workers=4,
         select=lambda crashes: len(crashes) == 1 or crashes[0] == resumed,
@@ -75,7 +75,7 @@ def test_a_loop_over_a_gate_holds_its_crash_matrix_with_real_sigkills() -> None:
     # A consumer's own loop over a Gate, killed by SIGKILL after every commit point of
     # every step (the in-process matrix covers the transactions and the recoveries).
     matrix = crash_matrix_sync(
-        "testkit_scenarios:gate_checkout", "process", workers=4, inside_tx=False, recovery=False
+        "support.scenarios:gate_checkout", "process", workers=4, inside_tx=False, recovery=False
     )
     matrix.assert_ok()
     first = {(c.crashes[0].at, c.crashes[0].step) for c in matrix.cases}
@@ -89,7 +89,7 @@ def test_a_loop_over_a_gate_holds_its_crash_matrix_with_real_sigkills() -> None:
 class TestSigkill:
     def test_sigkill_inside_a_transaction_leaves_none_of_its_writes(self, tmp_path: Path) -> None:
         result = play(
-            "testkit_scenarios:checkout",
+            "support.scenarios:checkout",
             Crash(0, Point.AFTER_DECIDED, inside_tx=True),
             db=tmp_path / "tx.db",
         )
@@ -107,7 +107,7 @@ class TestSigkill:
 
     def test_sigkill_inside_the_pause_transaction_leaves_no_approval(self, tmp_path: Path) -> None:
         result = play(
-            "testkit_scenarios:checkout",
+            "support.scenarios:checkout",
             Crash(1, Point.AFTER_PAUSED, inside_tx=True),
             db=tmp_path / "pause.db",
         )
@@ -120,8 +120,8 @@ class TestSigkill:
     @pytest.mark.parametrize(
         ("ref", "charges", "status"),
         [
-            ("testkit_scenarios:direct_charge_reject", [1], RunStatus.CANCELLED),
-            ("testkit_scenarios:direct_charge_approve", [1, 2], RunStatus.COMPLETED),
+            ("support.scenarios:direct_charge_reject", [1], RunStatus.CANCELLED),
+            ("support.scenarios:direct_charge_approve", [1, 2], RunStatus.COMPLETED),
         ],
     )
     def test_side_effect_lost_to_a_real_sigkill_runs_again_only_when_approved(
@@ -143,7 +143,7 @@ class TestSigkill:
         self, tmp_path: Path
     ) -> None:
         result = play(
-            "testkit_scenarios:with_model",
+            "support.scenarios:with_model",
             Crash(0, Point.DURING_MODEL_REQUEST),
             db=tmp_path / "model.db",
         )
@@ -159,7 +159,7 @@ class TestSigkill:
         self, tmp_path: Path
     ) -> None:
         result = play(
-            "testkit_scenarios:direct_charge_approve",
+            "support.scenarios:direct_charge_approve",
             Crash(1, Point.AFTER_TOOL_STARTED),
             Crash(1, Point.AFTER_INTERRUPTED),
             db=tmp_path / "two.db",
@@ -172,7 +172,7 @@ class TestSigkill:
     def test_a_rebuilt_id_factory_never_reuses_a_recorded_id(self, tmp_path: Path) -> None:
         # Every child rebuilds the scenario's deterministic id factory from 1.
         result = play(
-            "testkit_scenarios:checkout", Crash(0, Point.AFTER_TOOL_FINISHED), db=tmp_path / "i.db"
+            "support.scenarios:checkout", Crash(0, Point.AFTER_TOOL_FINISHED), db=tmp_path / "i.db"
         )
         ids = [result.run.id, *(s.id for s in result.steps), *(a.id for a in result.approvals)]
         assert len(ids) == len(set(ids))
@@ -190,7 +190,7 @@ def test_the_harness_forgets_an_agents_memory_at_a_crash_as_a_real_death_does(
     seen = {}
     for mode in ("harness", "process"):
         r = run_sync(
-            "testkit_scenarios:remembering",
+            "support.scenarios:remembering",
             Crash(0, Point.AFTER_DECIDED),
             mode=mode,
             db_path=tmp_path / f"{mode}.db",
@@ -213,7 +213,7 @@ class TestProcessModeErrors:
 
     def test_a_failing_child_is_reported_with_its_traceback(self, tmp_path: Path) -> None:
         with pytest.raises(ScenarioError) as info:
-            run_sync("testkit_scenarios:broken_loop", mode="process", db_path=tmp_path / "b.db")
+            run_sync("support.scenarios:broken_loop", mode="process", db_path=tmp_path / "b.db")
         assert "process 1 exited with 3" in str(info.value)
         assert "the consumer's loop is broken" in str(info.value)
 
@@ -259,13 +259,13 @@ def test_the_plugin_parametrizes_one_test_over_the_whole_matrix(tmp_path: Path) 
         """
         import pytest
 
-        @pytest.mark.crash_matrix("testkit_scenarios:small", inside_tx=False, recovery=False)
+        @pytest.mark.crash_matrix("support.scenarios:small", inside_tx=False, recovery=False)
         def test_small_survives_every_crash(crash_case):
             result = crash_case.run()
             assert result.run.status == "COMPLETED"
             assert len(result.calls("charge")) <= 2
 
-        @pytest.mark.crash_matrix("testkit_scenarios:small", inside_tx=False)
+        @pytest.mark.crash_matrix("support.scenarios:small", inside_tx=False)
         def test_small_survives_crashes_during_recovery(crash_case):
             result = crash_case.run()
             assert len(result.crashes_reached) == len(crash_case.crashes)
@@ -276,7 +276,7 @@ def test_the_plugin_parametrizes_one_test_over_the_whole_matrix(tmp_path: Path) 
         "-k",
         "test_small_survives_every_crash or (tool_started and interrupted)",
     )
-    _, cases = run_coro(discover("testkit_scenarios:small"))
+    _, cases = run_coro(discover("support.scenarios:small"))
     expected = ["no-crash"] + [case_id(c) for c in cases if not c[0].inside_tx]
     out = done.stdout + done.stderr
     assert f"{len(expected) + 1} passed" in out, out

@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 import pytest
 
 import agentrt
-import testkit_scenarios as ts
+import support.scenarios as ts
 from agentrt import (
     Decision,
     RunStatus,
@@ -114,7 +114,7 @@ def test_a_scripted_read_cut_off_by_sigkill_is_done_after_resume_and_so_is_the_c
 ) -> None:
     """The same, with a real child process killed by SIGKILL inside the lookup's step."""
     result = play(
-        "testkit_scenarios:direct_charge_approve",
+        "support.scenarios:direct_charge_approve",
         Crash(0, Point.AFTER_TOOL_STARTED),
         db=tmp_path / "p.db",
         mode="process",

@@ -36,8 +36,9 @@ from agentrt.approver import (
     signed_headers,
     webhook_app,
 )
-from approver_runs import paused, snapshot, tamper
-from conftest import FakeClock, Ids, RecordingTool
+from conftest import FakeClock, RecordingTool
+from support.approvals import paused_run, push_with_schema, restarted, tamper
+from support.rows import snapshot
 
 SECRET = "0123456789abcdef0123456789abcdef-webhook"
 NOW = 1_800_000_000
@@ -93,7 +94,7 @@ class Hook:
 def waiting(
     store: agentrt.Store, clock: FakeClock, **kwargs: Any
 ) -> tuple[agentrt.Driver, agentrt.Run, RecordingTool, agentrt.Approval]:
-    driver, run, push = paused(store, clock, **kwargs)
+    driver, run, push = paused_run(store, clock, tool=push_with_schema(), **kwargs)
     (approval,) = store.pending_approvals(run.id)
     return driver, run, push, approval
 
@@ -300,14 +301,7 @@ def test_a_stale_hash_is_409_approval_changed_and_the_new_request_is_not_decided
     assert hook.send("POST", path, {"hash": shown.hash, "by": "bob"}).status_code == 202
     # The tool changed before the program resumed: the run waits again on a new request.
     changed = RecordingTool("push", SideEffect.REMOTE_MUTATION, description="force-pushes")
-    agentrt.Driver(
-        store=store,
-        agent=driver.agent,
-        policy=agentrt.default_policy(),
-        tools=[changed],
-        now=clock,
-        new_id=Ids("b"),
-    ).resume_sync(run.id)
+    restarted(store, driver.agent, changed, clock).resume_sync(run.id)
     (current,) = store.pending_approvals(run.id)
     before = snapshot(db_path)
     response = hook.send(

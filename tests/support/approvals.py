@@ -1,4 +1,15 @@
-"""A run paused on an approval, and a snapshot of every row to show a refusal changed nothing."""
+"""Runs paused on a real approval, the program restarted, a tampered approval row.
+
+- `paused_run`: a real Driver run of the default policy whose one `push` call
+  (a remote mutation) waits for a person; `approved_run`: the same, approved.
+- `restarted`: the program started again on the same file with another `push`.
+- `tamper`: a stored request changed behind the runtime's back, as an attacker
+  with the file could.
+- `push_with_schema`, `PUSH_SCHEMA`: a `push` that declares `x` and `branch`,
+  and a schema of every JSON type.
+
+To show that a refusal changed nothing, compare two `support.rows.snapshot`s.
+"""
 
 from __future__ import annotations
 
@@ -7,13 +18,22 @@ from pathlib import Path
 from typing import Any
 
 import agentrt
-from agentrt import (
-    Decision,
-    Limits,
-    SideEffect,
-)
+from agentrt import Decision, Limits, SideEffect
 from agentrt.scripted import ScriptedAgent
 from conftest import FakeClock, Ids, RecordingTool
+
+
+def push_with_schema() -> RecordingTool:
+    """A `push` (remote mutation) that takes an integer `x` and a string `branch`."""
+    return RecordingTool(
+        "push",
+        SideEffect.REMOTE_MUTATION,
+        schema={
+            "type": "object",
+            "properties": {"x": {"type": "integer"}, "branch": {"type": "string"}},
+            "additionalProperties": False,
+        },
+    )
 
 
 def paused_run(
@@ -24,6 +44,11 @@ def paused_run(
     policy: Any = None,
     args: Any = None,
 ) -> tuple[agentrt.Driver, agentrt.Run, RecordingTool]:
+    """A run that waits on approval of one `push` call (`args`, by default `{"x": 1}`).
+
+    The tool is `tool` or, by default, a schemaless `push`; the clock a fresh
+    `FakeClock` unless given; ids come from `Ids("a")`.
+    """
     push = tool or RecordingTool("push", SideEffect.REMOTE_MUTATION)
     args = {"x": 1} if args is None else args
     agent = ScriptedAgent([Decision.tool_call("push", args), Decision.complete("ok")])
@@ -40,18 +65,32 @@ def paused_run(
     return driver, run, push
 
 
-def snapshot(db_path: Path) -> list[tuple[Any, ...]]:
-    """Every row of every agentrt table, to show that a refusal changed nothing."""
-    conn = sqlite3.connect(db_path)
-    try:
-        rows: list[tuple[Any, ...]] = []
-        for table in ("runs", "steps", "approvals", "events"):
-            rows += [(table, *r) for r in conn.execute(f"SELECT * FROM {table} ORDER BY rowid")]
-        return rows
-    finally:
-        conn.close()
+def approved_run(
+    store: agentrt.Store, **kw: Any
+) -> tuple[agentrt.Driver, agentrt.Run, RecordingTool, agentrt.Approval]:
+    """A `paused_run` (same keywords) whose approval alice has approved, not yet resumed."""
+    driver, run, push = paused_run(store, **kw)
+    (approval,) = store.pending_approvals(run.id)
+    driver.approve(run.id, approval.id, by="alice")
+    return driver, run, push, approval
 
 
+def restarted(
+    store: agentrt.Store, agent: Any, tool: RecordingTool, clock: FakeClock | None = None
+) -> agentrt.Driver:
+    """The program started again on the same file, `tool` its push: a new Driver of the
+    default policy with `clock` (by default a fresh `FakeClock`) and `Ids("b")`."""
+    return agentrt.Driver(
+        store=store,
+        agent=agent,
+        policy=agentrt.default_policy(),
+        tools=[tool],
+        now=clock or FakeClock(),
+        new_id=Ids("b"),
+    )
+
+
+# A schema of every JSON type, for the tests that re-check arguments on resume.
 PUSH_SCHEMA = {
     "type": "object",
     "properties": {
@@ -65,3 +104,15 @@ PUSH_SCHEMA = {
     },
     "additionalProperties": False,
 }
+
+
+def tamper(db_path: Path, approval_id: str) -> None:
+    """Change a stored request behind the runtime's back, as an attacker with the file could."""
+    conn = sqlite3.connect(db_path)
+    conn.execute(
+        "UPDATE approvals SET request_json = replace(request_json, '\"x\":1', '\"x\":999') "
+        "WHERE id = ?",
+        (approval_id,),
+    )
+    conn.commit()
+    conn.close()

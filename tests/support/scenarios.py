@@ -1,8 +1,9 @@
 """Scenario factories for the test kit's tests, importable by name in child processes.
 
 Process mode rebuilds a scenario in every child from a reference such as
-`"testkit_scenarios:checkout"`: this module is that consumer code. It lives in
-tests/ (on sys.path under pytest; the kit puts it on the children's path).
+`"support.scenarios:checkout"`: this module is that consumer code. It lives in
+tests/support/ (tests/ is on sys.path under pytest; the kit puts it on the
+children's path).
 
 The story is the seed's: an agent looks an order up (a read), charges a card
 (a remote side effect), and completes.

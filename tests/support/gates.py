@@ -1,0 +1,39 @@
+"""A Gate over the test's store, and a session opened on its first step.
+
+`make_gate` builds a Gate with the default policy, a fresh `FakeClock` and
+`Ids("a")` unless the test passes its own; `open_step` begins a session and
+claims its first step, which must exist (no limit has ended the run yet).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import agentrt
+from agentrt import Gate, GateSession, GateStep
+from conftest import FakeClock, Ids, RecordingTool
+
+
+def make_gate(
+    store: agentrt.Store,
+    *tool_list: RecordingTool,
+    clock: FakeClock | None = None,
+    ids: Ids | None = None,
+    **kw: Any,
+) -> Gate:
+    return Gate(
+        store=store,
+        policy=kw.pop("policy", agentrt.default_policy()),
+        tools=list(tool_list),
+        now=clock or FakeClock(),
+        new_id=ids or Ids(),
+        **kw,
+    )
+
+
+def open_step(gate: Gate, goal: str) -> tuple[GateSession, GateStep]:
+    """Begin a session for `goal` and claim its first step."""
+    session = gate.begin_sync(goal)
+    step = session.step_sync()
+    assert step is not None
+    return session, step
