@@ -61,7 +61,8 @@ class GateLimitExceeded(UsageLimitExceeded):
     """An agentrt limit ended the run: no tool runs; the framework run stops as for its own."""
 
     def __init__(self, message: str, run: agentrt.Run) -> None:
-        super().__init__(message)
+        # Not UsageLimitExceeded's own __init__: its hint points at Pydantic AI's limits.
+        AgentRunError.__init__(self, message)
         self.run = run
 
 
