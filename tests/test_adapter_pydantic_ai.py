@@ -22,7 +22,7 @@ import pytest
 if not os.environ.get("CI"):
     pytest.importorskip("pydantic_ai", reason="needs agentrt[pydantic-ai]")
 
-from pydantic_ai import DeferredToolRequests, DeferredToolResults, ToolApproved
+from pydantic_ai import DeferredToolRequests, DeferredToolResults, ToolApproved, ToolDenied
 from pydantic_ai.messages import ModelMessagesTypeAdapter
 
 import agentrt
@@ -449,3 +449,26 @@ def test_the_interrupted_call_can_be_approved_with_the_agentrt_command_too(
     assert cli_approve(tmp_path).returncode == 0
     assert spawn(tmp_path, "resume") == (0, {"output": "pushed"})
     assert effects(tmp_path) == ["push_branch feature/login"] * 2
+
+
+def test_a_call_denied_the_frameworks_way_is_rejected_in_agentrt_and_never_runs(
+    tmp_path: Path,
+) -> None:
+    store, _, result = run_script(tmp_path, "push")
+    gate = make_gate(store)
+    agent = child.agent(tmp_path, "push", gate=gate)
+    again = agent.run_sync(
+        message_history=result.all_messages(),
+        deferred_tool_results=DeferredToolResults(approvals={"call-push": ToolDenied("not today")}),
+        metadata=gate.run_metadata(RUN),
+    )
+    assert again.output == "pushed"  # the script's words; the tool did not run
+    assert effects(tmp_path) == []
+    run = store.get_run(RUN)
+    assert (run.status, run.reason) == ("CANCELLED", "approval_rejected")
+    (approval,) = store.list_approvals(RUN)
+    assert (approval.status, approval.decided_by, approval.note) == (
+        "rejected",
+        "pydantic-ai ToolDenied",
+        "not today",
+    )

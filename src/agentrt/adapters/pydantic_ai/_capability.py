@@ -144,7 +144,8 @@ class AgentrtGate(AbstractCapability[Any]):
                 await run.failed(exc)
                 raise
             output = result.output
-            await run.finish(output, deferred=isinstance(output, DeferredToolRequests))
+            deferred = isinstance(output, DeferredToolRequests)
+            await run.finish(output, deferred, result.all_messages())
             return result
         finally:
             await run.close()

@@ -316,15 +316,49 @@ class FrameworkRun:
 
     # -- the end ----------------------------------------------------------------
 
-    async def finish(self, output: Any, deferred: bool) -> None:
-        """The framework run returned: its output completes the agentrt run (deferred: it waits)."""
+    async def finish(self, output: Any, deferred: bool, messages: Sequence[Any]) -> None:
+        """The framework run returned: its output completes the agentrt run (deferred: it waits).
+
+        A run still waiting on a call the person denied the framework's way
+        (`ToolDenied`) is rejected in agentrt too, so the record says what happened.
+        """
         session = self.session
-        if deferred or session is None or session.done:
+        if deferred:
+            return
+        if session is None or session.done:
+            self._settle_denied(messages)
             return
         step = await session.step()
         if step is not None:
             content = pydantic_core.to_jsonable_python(output, fallback=repr)
             await step.propose(agentrt.Decision.complete(content))
+
+    def _settle_denied(self, messages: Sequence[Any]) -> None:
+        store = self.settings.store
+        if store.get_run(self.run_id).status != agentrt.RunStatus.WAITING_FOR_APPROVAL:
+            return
+        pending = store.pending_approvals(self.run_id)
+        if not pending:
+            return
+        approval = pending[-1]
+        step = next(s for s in store.list_steps(self.run_id) if s.id == approval.step_id)
+        assert step.decision is not None
+        waiting_for = step.decision.reason.removeprefix(_CALL)
+        for message in messages:
+            for part in getattr(message, "parts", ()):
+                if (
+                    getattr(part, "tool_call_id", None) == waiting_for
+                    and getattr(part, "outcome", None) == "denied"
+                ):
+                    agentrt.reject(
+                        store,
+                        self.run_id,
+                        approval.id,
+                        by="pydantic-ai ToolDenied",
+                        note=str(getattr(part, "content", "")),
+                        shown_hash=approval.hash,
+                    )
+                    return
 
     async def failed(self, error: BaseException) -> None:
         """The framework run raised: the agentrt run ends as the Driver ends it on an error."""
