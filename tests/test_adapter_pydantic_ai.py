@@ -472,3 +472,48 @@ def test_a_call_denied_the_frameworks_way_is_rejected_in_agentrt_and_never_runs(
         "pydantic-ai ToolDenied",
         "not today",
     )
+
+
+# -- the scenario table (docs/adapters.md) -----------------------------------------
+
+
+@pytest.mark.slow
+def test_the_scenario_table_shows_no_unapproved_re_execution_and_the_tamper_refused(
+    tmp_path: Path,
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "benchmarks/adapters/pydantic_ai_scenarios.py", "--dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.strip().splitlines()
+    assert lines[:2] == [
+        "| scenario | measured | Pydantic AI alone | with agentrt |",
+        "|---|---|---|---|",
+    ]
+    rows = {}
+    for line in lines[2:]:
+        scenario, measured, alone, gated = (cell.strip() for cell in line.strip("|").split("|"))
+        rows[(scenario, measured)] = (alone, gated)
+    approval = "a remote change needing approval"
+    crash = "a crash mid-call (SIGKILL)"
+    tamper = "a tampered approval"
+    assert rows == {
+        (approval, "paused for a person"): ("yes", "yes"),
+        (approval, "executions before the approval"): ("0", "0"),
+        (approval, "executions after an approval naming the tool call id"): ("1", "0"),
+        (approval, "executions after an approval naming the request's hash"): (
+            "(no such approval)",
+            "1",
+        ),
+        (crash, "executions when the process was killed"): ("1", "1"),
+        (crash, "the framework's resume"): ("finished", "paused for a person"),
+        (crash, "unapproved re-executions"): ("1", "0"),
+        (crash, "executions after a person approves again"): ("(nobody was asked)", "2"),
+        (tamper, "executions of the changed request"): ("1", "0"),
+        (tamper, "executions of the approved request"): ("0", "0"),
+        (tamper, "the changed request"): ("ran", "refused"),
+    }
