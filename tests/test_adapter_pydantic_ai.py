@@ -517,3 +517,28 @@ def test_the_scenario_table_shows_no_unapproved_re_execution_and_the_tamper_refu
         (tamper, "executions of the approved request"): ("0", "0"),
         (tamper, "the changed request"): ("ran", "refused"),
     }
+
+
+@pytest.mark.slow
+def test_the_example_gates_the_agents_own_tools_and_pushes_once_after_approval(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "example.db"
+    done = subprocess.run(
+        [sys.executable, "examples/adapters/pydantic_ai_example.py", "--db", str(db)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "model hears (failed): destructive tools are denied by the default policy" in out
+    assert "model hears (success): pushed feature/login" in out
+    assert "remote: branches=['main', 'feature/login'] pushed=['feature/login']" in out
+    assert "agentrt run: COMPLETED goal_completed, 4 steps" in out
+    assert "intact" in out
+    with agentrt.open_store(db) as store:
+        (run,) = store.list_runs()
+        (approval,) = store.list_approvals(run.id)
+        assert (approval.status, approval.decided_by) == ("approved", "example-operator")
