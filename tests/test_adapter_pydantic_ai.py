@@ -542,3 +542,85 @@ def test_the_example_gates_the_agents_own_tools_and_pushes_once_after_approval(
         (run,) = store.list_runs()
         (approval,) = store.list_approvals(run.id)
         assert (approval.status, approval.decided_by) == ("approved", "example-operator")
+
+
+def _agent_with(tmp_path: Path, script: list[Any], gate: AgentrtGate) -> Any:
+    from pydantic_ai import Agent, ModelRetry
+
+    agent: Any = Agent(
+        child.model(script), output_type=[str, DeferredToolRequests], capabilities=[gate]
+    )
+    tries: list[str] = []
+
+    @agent.tool_plain
+    def flaky(text: str) -> str:
+        """Asks the model to try again once."""
+        tries.append(text)
+        if len(tries) == 1:
+            raise ModelRetry("try again with more care")
+        return f"ok {text}"
+
+    @agent.tool_plain
+    def broken(text: str) -> str:
+        """Raises."""
+        raise RuntimeError(f"broken on {text}")
+
+    return agent
+
+
+FLAKY = {
+    "flaky": Classification("local_mutation", timeout=5),
+    "broken": Classification("local_mutation", timeout=5),
+}
+
+
+def test_a_tools_own_model_retry_reaches_the_model_and_its_step_records_the_error(
+    tmp_path: Path,
+) -> None:
+    store = agentrt.open_store(tmp_path / "runs.db")
+    gate = AgentrtGate(store=store, policy=agentrt.default_policy(), classifications=FLAKY)
+    script = [[("flaky", {"text": "a"}, "c1")], [("flaky", {"text": "b"}, "c2")], "done"]
+    result = _agent_with(tmp_path, script, gate).run_sync("go", metadata=gate.run_metadata(RUN))
+    assert result.output == "done"
+    assert steps(store) == [
+        ("flaky", "failed", "tool_error"),
+        ("flaky", "done", "tool_result"),
+        ("complete", "done", ""),
+    ]
+
+
+def test_a_tool_that_raises_ends_the_framework_run_and_fails_the_agentrt_run(
+    tmp_path: Path,
+) -> None:
+    store = agentrt.open_store(tmp_path / "runs.db")
+    gate = AgentrtGate(store=store, policy=agentrt.default_policy(), classifications=FLAKY)
+    script = [[("broken", {"text": "a"}, "c1")], "done"]
+    with pytest.raises(RuntimeError, match="broken on a"):
+        _agent_with(tmp_path, script, gate).run_sync("go", metadata=gate.run_metadata(RUN))
+    run = store.get_run(RUN)
+    assert (run.status, run.reason) == ("FAILED", "agent_error")
+    tool_step, failed_step = store.list_steps(RUN)
+    assert tool_step.decision is not None and tool_step.observation is not None
+    assert (tool_step.decision.tool, tool_step.observation.summary) == (
+        "broken",
+        "RuntimeError: broken on a",
+    )
+    assert (failed_step.status, failed_step.decision) == ("failed", None)
+    assert store.lease(RUN).owner == ""
+
+
+def test_calls_the_model_makes_together_go_through_the_gate_one_at_a_time(
+    tmp_path: Path,
+) -> None:
+    store = agentrt.open_store(tmp_path / "runs.db")
+    gate = make_gate(store)
+    agent = child.agent(tmp_path, "together", gate=gate)
+    assert agent.run_sync("go", metadata=gate.run_metadata(RUN)).output == "done"
+    assert sorted(effects(tmp_path)) == ["write_note one", "write_note two"]
+    recorded = store.list_steps(RUN)
+    assert [s.index for s in recorded] == [0, 1, 2, 3]
+    assert sorted(s.decision.reason for s in recorded[:3] if s.decision) == [
+        "pydantic-ai tool call c1",
+        "pydantic-ai tool call c2",
+        "pydantic-ai tool call c3",
+    ]

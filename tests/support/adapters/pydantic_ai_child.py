@@ -71,6 +71,14 @@ SCRIPTS: dict[str, list[Turn]] = {
         [("write_note", {"text": "fixed"}, "call-good")],
         "done",
     ],
+    "together": [
+        [
+            ("write_note", {"text": "one"}, "c1"),
+            ("write_note", {"text": "two"}, "c2"),
+            ("list_branches", {}, "c3"),
+        ],
+        "done",
+    ],
     "loop": [[("write_note", {"text": f"n{i}"}, f"call-{i}")] for i in range(10)],
 }
 
