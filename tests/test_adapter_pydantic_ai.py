@@ -624,3 +624,20 @@ def test_calls_the_model_makes_together_go_through_the_gate_one_at_a_time(
         "pydantic-ai tool call c2",
         "pydantic-ai tool call c3",
     ]
+
+
+def test_an_approved_call_with_arguments_longer_than_a_read_cap_still_runs_once(
+    tmp_path: Path,
+) -> None:
+    long_branch = child.LONG_BRANCH
+    assert len(long_branch) > 65_536  # Store.list_steps' default read cap
+    store, _, result = run_script(tmp_path, "long")
+    gate = make_gate(store)
+    agent = child.agent(tmp_path, "long", gate=gate)
+    again = agent.run_sync(
+        message_history=result.all_messages(),
+        deferred_tool_results=approved(result.output, "call-long", by="alice"),
+        metadata=gate.run_metadata(RUN),
+    )
+    assert again.output == "pushed"
+    assert effects(tmp_path) == [f"push_branch {long_branch}"]

@@ -52,7 +52,10 @@ CLASSES = {
 
 Turn = list[tuple[str, dict[str, Any], str]] | str
 
+LONG_BRANCH = "feature/" + "x" * 100_000
+
 SCRIPTS: dict[str, list[Turn]] = {
+    "long": [[("push_branch", {"branch": LONG_BRANCH}, "call-long")], "pushed"],
     "push": [[("push_branch", {"branch": "feature/login"}, "call-push")], "pushed"],
     "note": [[("write_note", {"text": "hello"}, "call-note")], "noted"],
     "allow": [

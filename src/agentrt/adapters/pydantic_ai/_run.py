@@ -232,7 +232,7 @@ class FrameworkRun:
         """A call while the run waits for a person: the waiting call itself, or another."""
         store = self.settings.store
         approval = store.list_approvals(self.run_id)[-1]
-        step = next(s for s in store.list_steps(self.run_id) if s.id == approval.step_id)
+        step = next(s for s in store.list_steps(self.run_id, cap=None) if s.id == approval.step_id)
         assert step.decision is not None
         waiting_for = step.decision.reason.removeprefix(_CALL)
         if ctx.tool_call_id != waiting_for:
@@ -341,7 +341,7 @@ class FrameworkRun:
         if not pending:
             return
         approval = pending[-1]
-        step = next(s for s in store.list_steps(self.run_id) if s.id == approval.step_id)
+        step = next(s for s in store.list_steps(self.run_id, cap=None) if s.id == approval.step_id)
         assert step.decision is not None
         waiting_for = step.decision.reason.removeprefix(_CALL)
         for message in messages:
