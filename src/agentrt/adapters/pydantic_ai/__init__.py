@@ -20,7 +20,7 @@ See docs/adapters.md ("Pydantic AI") and docs/decisions/0040.
 from __future__ import annotations
 
 from ._approvals import approved
-from ._capability import AgentrtGate, GatedToolset
+from ._capability import AgentrtGate
 from ._run import RUN_ID_KEY, GateLimitExceeded, GateRunEnded
 
 __all__ = [
@@ -28,7 +28,6 @@ __all__ = [
     "AgentrtGate",
     "GateLimitExceeded",
     "GateRunEnded",
-    "GatedToolset",
     "approved",
 ]
 

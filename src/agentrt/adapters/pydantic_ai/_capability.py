@@ -49,8 +49,9 @@ class GatedToolset(WrapperToolset[Any]):
         tools = await self.wrapped.get_tools(ctx)
         run = self.run
         assert run is not None
+        run.wrapped = self.wrapped
+        run.originals = tools
         if run.gate is None:
-            run.wrapped = self.wrapped
             await run.start(tools)
         return tools_seen(tools)
 
@@ -59,8 +60,7 @@ class GatedToolset(WrapperToolset[Any]):
     ) -> Any:
         run = self.run
         assert run is not None
-        original = (await self.wrapped.get_tools(ctx))[name]
-        return await run.call(name, tool_args, ctx, original)
+        return await run.call(name, tool_args, ctx, run.originals.get(name, tool))
 
 
 @dataclass

@@ -135,6 +135,7 @@ class FrameworkRun:
     run_id: str
     goal: str
     wrapped: AbstractToolset[Any] | None = None
+    originals: Mapping[str, ToolsetTool[Any]] = field(default_factory=dict)
     gate: agentrt.Gate | None = None
     session: agentrt.GateSession | None = None
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
