@@ -26,6 +26,7 @@ PUBLIC_MODULES = {
     "agentrt",
     "agentrt.__main__",
     "agentrt.adapters",
+    "agentrt.adapters.pydantic_ai",
     "agentrt.approver",
     "agentrt.cli",
     "agentrt.console",

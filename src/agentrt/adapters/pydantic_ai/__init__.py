@@ -1,0 +1,37 @@
+"""Pydantic AI tool calls behind agentrt's Gate (`pip install 'agentrt[pydantic-ai]'`).
+
+```python
+gate = AgentrtGate(store=store, policy=agentrt.default_policy(), classifications={
+    "list_branches": Classification("read_only", timeout=5),
+    "push_branch": Classification("remote_mutation", timeout=30),
+})
+agent = Agent(model, output_type=[str, DeferredToolRequests], capabilities=[gate])
+meta = gate.run_metadata()                      # keep it beside the message history
+result = await agent.run("publish the branch", metadata=meta)
+# result.output is DeferredToolRequests: a person approves the exact request
+# (`agentrt approve RUN`, or `approved(result.output, call_id, by=...)`), then:
+result = await agent.run(message_history=result.all_messages(),
+                         deferred_tool_results=results, metadata=meta)
+```
+
+See docs/adapters.md ("Pydantic AI") and docs/decisions/0040.
+"""
+
+from __future__ import annotations
+
+from ._approvals import approved
+from ._capability import AgentrtGate
+from ._run import RUN_ID_KEY, GateLimitExceeded, GateRunEnded
+
+__all__ = [
+    "RUN_ID_KEY",
+    "AgentrtGate",
+    "GateLimitExceeded",
+    "GateRunEnded",
+    "approved",
+]
+
+for _name in __all__:
+    _value = globals()[_name]
+    if isinstance(_value, type) or callable(_value):
+        _value.__module__ = __name__

@@ -1,0 +1,74 @@
+"""What a person is shown of a pending agentrt approval, and how their decision travels back.
+
+A Pydantic AI run that needs a person ends with `DeferredToolRequests`; for a
+call the Gate paused, `requests.metadata[tool_call_id]["agentrt"]` is the
+agentrt approval as `agentrt approve` shows it: the run id, the approval id,
+its kind (`tool_call` or `interrupted_side_effect`), the SHA-256 `hash` of the
+exact request and its plain `text`. `approved(requests, tool_call_id, by=...)`
+builds the `DeferredToolResults` that approve it the framework's way, carrying
+that hash in `metadata`; the adapter then decides the approval through
+`agentrt.approve(..., shown_hash=hash)`. An approval that carries no hash (a
+bare `ToolApproved()` or `True`, by call id alone) decides nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic_ai import DeferredToolRequests, DeferredToolResults, ToolApproved
+
+import agentrt
+from agentrt.approver import Local
+
+KEY = "agentrt"
+"""The adapter's key in `DeferredToolRequests.metadata[call]` and in the results' metadata."""
+
+
+def presentation(
+    store: agentrt.Store, run_id: str, approval_id: str, why: str = ""
+) -> dict[str, Any]:
+    """The metadata a deferred approval carries: what the person decides on, and its hash."""
+    shown = Local(store).show(run_id, approval_id)
+    entry: dict[str, Any] = {
+        "run_id": run_id,
+        "approval_id": approval_id,
+        "kind": shown.kind,
+        "tool": shown.tool,
+        "hash": shown.hash,
+        "text": shown.text,
+    }
+    if shown.notice:
+        entry["notice"] = shown.notice
+    if why:
+        entry["refused"] = why
+    return {KEY: entry}
+
+
+def approved(
+    requests: DeferredToolRequests, tool_call_id: str, *, by: str, note: str = ""
+) -> DeferredToolResults:
+    """Approve one call the Gate deferred, bound to the hash of the request it was shown with.
+
+    Raises KeyError when `tool_call_id` is not an agentrt approval in `requests`.
+    Merge several with `DeferredToolResults.update`.
+    """
+    entry = (requests.metadata.get(tool_call_id) or {}).get(KEY)
+    if not isinstance(entry, dict) or not entry.get("hash"):
+        raise KeyError(f"tool call {tool_call_id!r} is not waiting on an agentrt approval")
+    decision = {"hash": entry["hash"], "approval_id": entry["approval_id"], "by": by, "note": note}
+    return DeferredToolResults(
+        approvals={tool_call_id: ToolApproved()}, metadata={tool_call_id: {KEY: decision}}
+    )
+
+
+def decision_of(metadata: Any) -> dict[str, str] | None:
+    """The agentrt decision carried by an approved call's metadata, or None (call id alone)."""
+    if not isinstance(metadata, dict):
+        return None
+    entry = metadata.get(KEY)
+    if not isinstance(entry, dict):
+        return None
+    fields = ("hash", "approval_id", "by", "note")
+    if not all(isinstance(entry.get(name), str) for name in fields) or not entry["hash"]:
+        return None
+    return {name: entry[name] for name in fields}

@@ -1,0 +1,151 @@
+"""The Pydantic AI capability that puts every tool call of an agent through the Gate.
+
+`AgentrtGate` is a Pydantic AI capability (`Agent(..., capabilities=[gate])`):
+for each framework run it wraps the agent's assembled toolset (its
+`@agent.tool` functions and every toolset passed to it; output tools are the
+framework's own) in `GatedToolset`, a `WrapperToolset` whose `call_tool` goes
+through one agentrt `GateSession`, and it ties that session's life to the
+framework run (`wrap_run`). The user keeps their Agent, model and tools.
+
+Invariants:
+
+- No framework tool runs unclassified: the first listing of the tools, before
+  the model is first asked, classifies every offered tool or raises
+  `UnclassifiedToolError`, and no agentrt run is created.
+- A framework run without `metadata={"agentrt_run_id": ...}` is refused before
+  anything is recorded: the id is what a resume from another process names.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from pydantic_ai import DeferredToolRequests, RunContext
+from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.capabilities.abstract import WrapRunHandler
+from pydantic_ai.run import AgentRunResult
+from pydantic_ai.toolsets import AbstractToolset, ToolsetTool, WrapperToolset
+
+import agentrt
+from agentrt.adapters import Classification
+
+from ._run import RUN_ID_KEY, FrameworkRun, Settings, goal_of, tools_seen
+
+_ID = re.compile(r"[0-9a-f]{32}")
+
+
+@dataclass
+class GatedToolset(WrapperToolset[Any]):
+    """The agent's toolset with every call put through the framework run's Gate session."""
+
+    run: FrameworkRun | None = None
+
+    async def get_tools(self, ctx: RunContext[Any]) -> dict[str, ToolsetTool[Any]]:
+        tools = await self.wrapped.get_tools(ctx)
+        run = self.run
+        assert run is not None
+        run.wrapped = self.wrapped
+        run.originals = tools
+        if run.gate is None:
+            await run.start(tools)
+        return tools_seen(tools)
+
+    async def call_tool(
+        self, name: str, tool_args: dict[str, Any], ctx: RunContext[Any], tool: ToolsetTool[Any]
+    ) -> Any:
+        run = self.run
+        assert run is not None
+        return await run.call(name, tool_args, ctx, run.originals.get(name, tool))
+
+
+@dataclass
+class AgentrtGate(AbstractCapability[Any]):
+    """Every tool call of the agent through agentrt's Gate: record, schema, policy, approval, lease.
+
+    `classifications` names every tool the agent offers with its
+    `Classification` (side effect, timeout). Each framework run names its
+    agentrt run: `agent.run(..., metadata=gate.run_metadata(run_id))`; pass
+    the same metadata, with the message history and any `DeferredToolResults`,
+    to continue it (from any process). `limits`, `now`, `new_id`, `lease_ttl`
+    are as for `agentrt.Gate`.
+    """
+
+    store: agentrt.Store
+    policy: agentrt.Policy
+    classifications: Mapping[str, Classification]
+    limits: agentrt.Limits | None = None
+    now: Any = None
+    new_id: Any = None
+    lease_ttl: timedelta = timedelta(seconds=30)
+    _run: FrameworkRun | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.store, agentrt.Store):
+            raise agentrt.ConfigError("AgentrtGate needs a store (agentrt.open_store(path))")
+        if not isinstance(self.classifications, Mapping):
+            raise agentrt.ConfigError(
+                "classifications must be a mapping of tool name to Classification"
+            )
+
+    def run_metadata(self, run_id: str | None = None) -> dict[str, str]:
+        """The run metadata naming an agentrt run: a new id, or `run_id` to continue one."""
+        rid = run_id if run_id is not None else uuid.uuid4().hex
+        if not isinstance(rid, str) or not _ID.fullmatch(rid):
+            raise agentrt.ConfigError(f"run id {rid!r} is not 32 lowercase hex characters")
+        return {RUN_ID_KEY: rid}
+
+    async def for_run(self, ctx: RunContext[Any]) -> AgentrtGate:
+        meta = ctx.metadata if isinstance(ctx.metadata, Mapping) else {}
+        run_id = meta.get(RUN_ID_KEY)
+        if not isinstance(run_id, str) or not _ID.fullmatch(run_id):
+            raise agentrt.ConfigError(
+                "a run behind AgentrtGate names its agentrt run: pass "
+                "metadata=gate.run_metadata() to a new run, and the same metadata to continue it"
+            )
+        settings = Settings(
+            store=self.store,
+            policy=self.policy,
+            classifications=self.classifications,
+            limits=self.limits,
+            now=self.now,
+            new_id=self.new_id,
+            lease_ttl=self.lease_ttl,
+        )
+        run = FrameworkRun(settings=settings, run_id=run_id, goal=goal_of(ctx.prompt))
+        return AgentrtGate(
+            store=self.store,
+            policy=self.policy,
+            classifications=self.classifications,
+            limits=self.limits,
+            now=self.now,
+            new_id=self.new_id,
+            lease_ttl=self.lease_ttl,
+            _run=run,
+        )
+
+    def get_wrapper_toolset(self, toolset: AbstractToolset[Any]) -> AbstractToolset[Any] | None:
+        return GatedToolset(wrapped=toolset, run=self._run)
+
+    async def wrap_run(
+        self, ctx: RunContext[Any], *, handler: WrapRunHandler
+    ) -> AgentRunResult[Any]:
+        run = self._run
+        if run is None:
+            return await handler()
+        try:
+            try:
+                result = await handler()
+            except Exception as exc:
+                await run.failed(exc)
+                raise
+            output = result.output
+            deferred = isinstance(output, DeferredToolRequests)
+            await run.finish(output, deferred, result.all_messages())
+            return result
+        finally:
+            await run.close()

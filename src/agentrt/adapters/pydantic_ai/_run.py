@@ -1,0 +1,413 @@
+"""One Pydantic AI run behind one agentrt Gate session: identity, each call, the end.
+
+A framework run names its agentrt run in its run metadata
+(`metadata={"agentrt_run_id": id}`); the same id passed to a later framework
+run (the message history plus `DeferredToolResults`, in this process or
+another) continues the same agentrt run. The run starts, or is found, before
+the model is first asked: a new id begins a run; a RUNNING run whose owner
+died is taken over (an interrupted side effect pauses on
+`interrupted_side_effect`); a waiting run is continued call by call; an ended
+run is refused.
+
+Invariants:
+
+- Every call the framework makes goes through the session, one at a time
+  (the Gate has one open step): recorded verbatim (the model's arguments as
+  sent, unparsed JSON included), checked against the tool's schema, put to the
+  policy; only an allowed call runs, once, with the arguments judged.
+- A call waiting for a person runs only after agentrt's approval of the hash
+  the person was shown (`agentrt approve`, or `DeferredToolResults` built by
+  `approved`), and only with exactly the arguments recorded; a framework
+  approval by call id alone decides nothing.
+- The run's end follows the framework run's: its output completes the agentrt
+  run; an error fails it; deferred requests leave it waiting; a crash or a
+  cancellation leaves it as a crash would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import timedelta
+from typing import Any
+
+import pydantic_core
+from pydantic_ai import RunContext
+from pydantic_ai.exceptions import (
+    AgentRunError,
+    ApprovalRequired,
+    ModelRetry,
+    ToolFailed,
+    UsageLimitExceeded,
+)
+from pydantic_ai.toolsets import AbstractToolset, ToolsetTool
+
+import agentrt
+from agentrt.adapters import Classification, classify, tool_spec
+
+from ._approvals import decision_of, presentation
+
+RUN_ID_KEY = "agentrt_run_id"
+"""The run metadata key naming the agentrt run a framework run belongs to."""
+
+_UNPARSED = "\x00agentrt-unparsed"
+_CALL = "pydantic-ai tool call "
+
+
+class GateLimitExceeded(UsageLimitExceeded):
+    """An agentrt limit ended the run: no tool runs; the framework run stops as for its own."""
+
+    def __init__(self, message: str, run: agentrt.Run) -> None:
+        # Not UsageLimitExceeded's own __init__: its hint points at Pydantic AI's limits.
+        AgentRunError.__init__(self, message)
+        self.run = run
+
+
+class GateRunEnded(AgentRunError):
+    """The agentrt run ended (a policy abort, an operator's cancel): the framework run stops."""
+
+    def __init__(self, message: str, run: agentrt.Run) -> None:
+        super().__init__(message)
+        self.run = run
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What the capability was configured with, shared by every framework run."""
+
+    store: agentrt.Store
+    policy: agentrt.Policy
+    classifications: Mapping[str, Classification]
+    limits: agentrt.Limits | None
+    now: Any
+    new_id: Any
+    lease_ttl: timedelta
+
+
+class Verbatim:
+    """An arguments "validator" that keeps what the model sent, so the Gate records it as sent.
+
+    The tool's own validator runs later, on the arguments the Gate judged,
+    just before the tool itself.
+    """
+
+    def validate_json(self, input: str | bytes | bytearray, **_: Any) -> Any:
+        text = input.decode("utf-8", "replace") if isinstance(input, bytes | bytearray) else input
+        try:
+            value = json.loads(text or "{}")
+        except ValueError:
+            return {_UNPARSED: text}
+        return value if isinstance(value, dict) else {_UNPARSED: value}
+
+    def validate_python(self, input: Any, **_: Any) -> Any:
+        return dict(input) if isinstance(input, Mapping) else {_UNPARSED: input}
+
+
+@dataclass
+class _Current:
+    """The framework call the Gate is executing now (calls run one at a time)."""
+
+    ctx: RunContext[Any]
+    tool: ToolsetTool[Any]
+    result: Any = None
+    error: BaseException | None = None
+
+
+class _FrameworkTool:
+    """A framework tool as the Gate registers it: its spec, and a call back into the framework."""
+
+    def __init__(self, spec: agentrt.ToolSpec, run: FrameworkRun) -> None:
+        self.spec = spec
+        self._run = run
+
+    async def call(self, call: agentrt.ToolCall) -> agentrt.ToolResult:
+        return await self._run.run_tool(self.spec.name, call)
+
+
+@dataclass
+class FrameworkRun:
+    """The agentrt side of one framework run."""
+
+    settings: Settings
+    run_id: str
+    goal: str
+    wrapped: AbstractToolset[Any] | None = None
+    originals: Mapping[str, ToolsetTool[Any]] = field(default_factory=dict)
+    gate: agentrt.Gate | None = None
+    session: agentrt.GateSession | None = None
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    current: _Current | None = None
+
+    # -- start-up -----------------------------------------------------------
+
+    async def start(self, tools: Mapping[str, ToolsetTool[Any]]) -> None:
+        """Classify the offered tools and begin, take over or find the agentrt run."""
+        s = self.settings
+        classes = classify(list(tools), s.classifications)
+        specs = [
+            tool_spec(
+                name,
+                tools[name].tool_def.description or "",
+                tools[name].tool_def.parameters_json_schema,
+                how,
+            )
+            for name, how in classes.items()
+        ]
+        self.gate = agentrt.Gate(
+            store=s.store,
+            policy=s.policy,
+            tools=[_FrameworkTool(spec, self) for spec in specs],
+            now=s.now,
+            new_id=s.new_id,
+            lease_ttl=s.lease_ttl,
+        )
+        try:
+            run = s.store.get_run(self.run_id)
+        except agentrt.NotFoundError:
+            self.session = await self.gate.begin(self.goal, s.limits, run_id=self.run_id)
+            return
+        if run.status == agentrt.RunStatus.RUNNING:
+            session, verdict = await self.gate.attach(self.run_id)
+            self.session = session
+            if session.done:
+                await self._let_go()  # paused on an interrupted side effect, or ended
+            if verdict is not None and verdict.outcome == "ended":
+                raise GateRunEnded(_ended(verdict.run), verdict.run)
+            return
+        if run.status != agentrt.RunStatus.WAITING_FOR_APPROVAL:
+            raise agentrt.RunStateError(
+                f"agentrt run {self.run_id} is {run.status} ({run.reason}); a framework run cannot "
+                "continue it: give a new framework run a new agentrt_run_id"
+            )
+
+    # -- each call ------------------------------------------------------------
+
+    async def call(
+        self, name: str, tool_args: dict[str, Any], ctx: RunContext[Any], tool: ToolsetTool[Any]
+    ) -> Any:
+        async with self.lock:
+            args = tool_args.get(_UNPARSED, tool_args)
+            session = self.session
+            if session is not None and not session.done:
+                return await self._propose(session, name, args, ctx, tool)
+            run = self.settings.store.get_run(self.run_id)
+            if run.status == agentrt.RunStatus.WAITING_FOR_APPROVAL:
+                return await self._waiting(name, args, ctx, tool)
+            raise _end_of(run)
+
+    async def _propose(
+        self,
+        session: agentrt.GateSession,
+        name: str,
+        args: Any,
+        ctx: RunContext[Any],
+        tool: ToolsetTool[Any],
+    ) -> Any:
+        step = await session.step()
+        if step is None:
+            raise _end_of(session.run)
+        decision = agentrt.Decision.tool_call(name, args, reason=f"{_CALL}{ctx.tool_call_id}")
+        verdict = await step.propose(decision)
+        if verdict.outcome == "allowed":
+            return await self._execute(step, ctx, tool)
+        if verdict.outcome == "denied":
+            assert verdict.observation is not None
+            summary = verdict.observation.summary
+            if verdict.observation.kind == agentrt.ObservationKind.INVALID_DECISION:
+                raise ModelRetry(summary)
+            raise ToolFailed(summary)
+        if verdict.outcome == "pending":
+            assert verdict.approval is not None
+            await self._let_go()
+            raise ApprovalRequired(
+                presentation(self.settings.store, self.run_id, verdict.approval.id)
+            )
+        raise _end_of(verdict.run)
+
+    async def _waiting(
+        self, name: str, args: Any, ctx: RunContext[Any], tool: ToolsetTool[Any]
+    ) -> Any:
+        """A call while the run waits for a person: the waiting call itself, or another."""
+        store = self.settings.store
+        approval = store.list_approvals(self.run_id)[-1]
+        step = next(s for s in store.list_steps(self.run_id, cap=None) if s.id == approval.step_id)
+        assert step.decision is not None
+        waiting_for = step.decision.reason.removeprefix(_CALL)
+        if ctx.tool_call_id != waiting_for:
+            raise ToolFailed(
+                f"not run: the run waits for a person on call {waiting_for}; nothing was recorded"
+            )
+        if step.decision.tool != name or _canonical(step.decision.args) != _canonical(args):
+            raise ToolFailed(
+                f"refused: the call {waiting_for} to run now is not the request recorded "
+                f"(and shown for approval with hash {approval.hash}); nothing ran"
+            )
+        if approval.status == agentrt.ApprovalStatus.PENDING:
+            decided = decision_of(ctx.tool_call_metadata) if ctx.tool_call_approved else None
+            if decided is None or decided["approval_id"] != approval.id:
+                raise ApprovalRequired(presentation(store, self.run_id, approval.id))
+            try:
+                agentrt.approve(
+                    store,
+                    self.run_id,
+                    approval.id,
+                    by=decided["by"],
+                    note=decided["note"],
+                    shown_hash=decided["hash"],
+                )
+            except agentrt.ApprovalChangedError as exc:
+                raise ApprovalRequired(
+                    presentation(store, self.run_id, approval.id, why=str(exc))
+                ) from exc
+        assert self.gate is not None
+        session, verdict = await self.gate.attach(self.run_id)
+        self.session = session
+        assert verdict is not None
+        if verdict.outcome == "allowed":
+            open_step = session.current()
+            assert open_step is not None
+            return await self._execute(open_step, ctx, tool)
+        if verdict.outcome == "pending":
+            assert verdict.approval is not None
+            await self._let_go()
+            raise ApprovalRequired(presentation(store, self.run_id, verdict.approval.id))
+        if verdict.outcome == "denied":
+            assert verdict.observation is not None
+            raise ToolFailed(verdict.observation.summary)
+        raise _end_of(verdict.run)
+
+    async def _execute(
+        self, step: agentrt.GateStep, ctx: RunContext[Any], tool: ToolsetTool[Any]
+    ) -> Any:
+        current = self.current = _Current(ctx, tool)
+        try:
+            observation = await step.execute()
+        finally:
+            self.current = None
+        if current.error is not None:
+            raise current.error
+        if observation.kind != agentrt.ObservationKind.TOOL_RESULT:
+            raise ToolFailed(observation.summary)
+        return current.result
+
+    async def run_tool(self, name: str, call: agentrt.ToolCall) -> agentrt.ToolResult:
+        """Run the framework's tool on the arguments the Gate judged (called by `execute`)."""
+        current = self.current
+        assert current is not None and self.wrapped is not None
+        try:
+            args = current.tool.args_validator.validate_python(
+                call.args if call.args is not None else {},
+                context=current.ctx.validation_context,
+            )
+            check = current.tool.args_validator_func
+            if check is not None:
+                checked = check(current.ctx, **args)
+                if inspect.isawaitable(checked):
+                    await checked
+            result = await self.wrapped.call_tool(name, args, current.ctx, current.tool)
+        except BaseException as exc:
+            current.error = exc
+            raise
+        current.result = result
+        content = pydantic_core.to_jsonable_python(result, fallback=repr)
+        return agentrt.ToolResult(content=content)
+
+    # -- the end ----------------------------------------------------------------
+
+    async def finish(self, output: Any, deferred: bool, messages: Sequence[Any]) -> None:
+        """The framework run returned: its output completes the agentrt run (deferred: it waits).
+
+        A run still waiting on a call the person denied the framework's way
+        (`ToolDenied`) is rejected in agentrt too, so the record says what happened.
+        """
+        session = self.session
+        if deferred:
+            return
+        if session is None or session.done:
+            self._settle_denied(messages)
+            return
+        step = await session.step()
+        if step is not None:
+            content = pydantic_core.to_jsonable_python(output, fallback=repr)
+            await step.propose(agentrt.Decision.complete(content))
+
+    def _settle_denied(self, messages: Sequence[Any]) -> None:
+        store = self.settings.store
+        if store.get_run(self.run_id).status != agentrt.RunStatus.WAITING_FOR_APPROVAL:
+            return
+        pending = store.pending_approvals(self.run_id)
+        if not pending:
+            return
+        approval = pending[-1]
+        step = next(s for s in store.list_steps(self.run_id, cap=None) if s.id == approval.step_id)
+        assert step.decision is not None
+        waiting_for = step.decision.reason.removeprefix(_CALL)
+        for message in messages:
+            for part in getattr(message, "parts", ()):
+                if (
+                    getattr(part, "tool_call_id", None) == waiting_for
+                    and getattr(part, "outcome", None) == "denied"
+                ):
+                    agentrt.reject(
+                        store,
+                        self.run_id,
+                        approval.id,
+                        by="pydantic-ai ToolDenied",
+                        note=str(getattr(part, "content", "")),
+                        shown_hash=approval.hash,
+                    )
+                    return
+
+    async def failed(self, error: BaseException) -> None:
+        """The framework run raised: the agentrt run ends as the Driver ends it on an error."""
+        session = self.session
+        if isinstance(error, GateLimitExceeded | GateRunEnded) or session is None or session.done:
+            return
+        if session.current() is not None:
+            return  # a call was cut off mid-way: left as a crash would leave it
+        step = await session.step()
+        if step is not None:
+            await step.fail(error)
+
+    async def close(self) -> None:
+        await self._let_go()
+
+    async def _let_go(self) -> None:
+        if self.session is not None:
+            await self.session.close()
+            self.session = None
+
+
+def tools_seen(tools: Mapping[str, ToolsetTool[Any]]) -> dict[str, ToolsetTool[Any]]:
+    """The tools as the framework validates them: arguments kept verbatim for the Gate."""
+    return {
+        name: replace(tool, args_validator=Verbatim(), args_validator_func=None)
+        for name, tool in tools.items()
+    }
+
+
+def goal_of(prompt: str | Sequence[Any] | None) -> str:
+    if isinstance(prompt, str) and prompt:
+        return prompt
+    return "a Pydantic AI run"
+
+
+def _canonical(value: Any) -> bytes:
+    try:
+        return agentrt.canonical_json(value)
+    except Exception:
+        return repr(value).encode()
+
+
+def _ended(run: agentrt.Run) -> str:
+    return f"agentrt run {run.id} ended: {run.status} {run.reason}"
+
+
+def _end_of(run: agentrt.Run) -> AgentRunError:
+    message = _ended(run)
+    if run.reason.startswith("limit_") or run.reason in ("loop_detected", "repeated_tool_failures"):
+        return GateLimitExceeded(message, run)
+    return GateRunEnded(message, run)

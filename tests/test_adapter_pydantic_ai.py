@@ -1,0 +1,643 @@
+"""The Pydantic AI adapter: every tool call of a real Pydantic AI agent through the Gate.
+
+The agent is Pydantic AI's own, driven by its `FunctionModel` playing a script
+(tests/support/adapters/pydantic_ai_child.py); the tools append a line to a
+file when they act, so the lines are the executions. Child processes run the
+same program, started, resumed, approved from another process and SIGKILLed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+if not os.environ.get("CI"):
+    pytest.importorskip("pydantic_ai", reason="needs agentrt[pydantic-ai]")
+
+from pydantic_ai import DeferredToolRequests, DeferredToolResults, ToolApproved, ToolDenied
+from pydantic_ai.messages import ModelMessagesTypeAdapter
+
+import agentrt
+from agentrt.adapters import Classification, UnclassifiedToolError
+from agentrt.adapters.pydantic_ai import (
+    RUN_ID_KEY,
+    AgentrtGate,
+    GateLimitExceeded,
+    approved,
+)
+from support.adapters import pydantic_ai_child as child
+from support.adapters.pydantic_ai_child import CLASSES, REQUESTS, RESULTS
+
+CHILD = Path(child.__file__)
+ROOT = Path(__file__).resolve().parent.parent
+RUN = "0" * 31 + "1"
+BY = ("--yes", "--by", "alice")
+
+
+def effects(workdir: Path) -> list[str]:
+    path = workdir / "effects.log"
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def steps(store: agentrt.Store, run_id: str = RUN) -> list[tuple[str, str, str]]:
+    """(tool or decision kind, step status, observation kind) per step, in order."""
+    out = []
+    for s in store.list_steps(run_id):
+        assert s.decision is not None
+        out.append(
+            (
+                s.decision.tool or s.decision.kind,
+                str(s.status),
+                str(s.observation.kind) if s.observation else "",
+            )
+        )
+    return out
+
+
+def make_gate(store: agentrt.Store, **kw: Any) -> AgentrtGate:
+    return AgentrtGate(store=store, policy=agentrt.default_policy(), classifications=CLASSES, **kw)
+
+
+def run_script(tmp_path: Path, script: str, **kw: Any) -> tuple[agentrt.Store, list[str], Any]:
+    store = agentrt.open_store(tmp_path / "runs.db")
+    gate = make_gate(store, **kw)
+    heard: list[str] = []
+    agent = child.agent(tmp_path, script, gate=gate, heard=heard)
+    result = agent.run_sync("tidy the repo", metadata=gate.run_metadata(RUN))
+    return store, heard, result
+
+
+# -- in one process -------------------------------------------------------------
+
+
+def test_allowed_calls_run_once_each_and_the_output_completes_the_run(
+    tmp_path: Path,
+) -> None:
+    store, heard, result = run_script(tmp_path, "allow")
+    assert result.output == "done"
+    assert effects(tmp_path) == ["write_note hello"]
+    assert heard == [
+        "ToolReturnPart:success:['main', 'feature/login']",
+        "ToolReturnPart:success:noted hello",
+    ]
+    assert steps(store) == [
+        ("list_branches", "done", "tool_result"),
+        ("write_note", "done", "tool_result"),
+        ("complete", "done", ""),
+    ]
+    run = store.get_run(RUN)
+    assert (run.status, run.reason, run.result) == ("COMPLETED", "goal_completed", "done")
+    (first, second, _) = store.list_steps(RUN)
+    assert first.decision is not None and second.decision is not None
+    assert (first.decision.args, first.decision.reason) == ({}, "pydantic-ai tool call call-list")
+    assert second.decision.args == {"text": "hello"}
+    assert second.observation is not None and second.observation.content == "noted hello"
+    assert store.verify_events().intact
+
+
+def test_a_denied_call_never_runs_and_the_model_sees_the_frameworks_tool_failure(
+    tmp_path: Path,
+) -> None:
+    store, heard, result = run_script(tmp_path, "deny")
+    assert result.output == "gave up"
+    assert effects(tmp_path) == []
+    assert heard == ["ToolReturnPart:failed:destructive tools are denied by the default policy"]
+    assert steps(store) == [
+        ("delete_branch", "failed", "policy_denied"),
+        ("complete", "done", ""),
+    ]
+
+
+def test_schema_invalid_args_are_recorded_verbatim_and_sent_back_as_a_retry(
+    tmp_path: Path,
+) -> None:
+    store, heard, result = run_script(tmp_path, "invalid")
+    assert result.output == "done"
+    assert effects(tmp_path) == ["write_note fixed"]
+    assert heard[0] == (
+        "ToolReturnPart:retried:args do not match the input schema of 'write_note': "
+        "$: 'text' is a required property; $: Additional properties are not allowed "
+        "('txt' was unexpected)"
+    )
+    bad = store.list_steps(RUN)[0]
+    assert bad.decision is not None and bad.decision.args == {"txt": 7}
+    assert steps(store)[0] == ("write_note", "failed", "invalid_decision")
+
+
+def test_args_that_are_not_json_are_recorded_as_sent_and_sent_back_as_a_retry(
+    tmp_path: Path,
+) -> None:
+    store, heard, _ = run_script(tmp_path, "unparsed")
+    bad = store.list_steps(RUN)[0]
+    assert bad.decision is not None and bad.decision.args == '{"text": '
+    assert heard[0].startswith("ToolReturnPart:retried:args do not match the input schema")
+    assert effects(tmp_path) == ["write_note fixed"]
+
+
+def test_an_unclassified_tool_is_refused_before_the_model_is_asked_or_a_run_recorded(
+    tmp_path: Path,
+) -> None:
+    store = agentrt.open_store(tmp_path / "runs.db")
+    classes = {k: v for k, v in CLASSES.items() if k != "push_branch"}
+    gate = AgentrtGate(store=store, policy=agentrt.default_policy(), classifications=classes)
+    heard: list[str] = []
+    agent = child.agent(tmp_path, "allow", gate=gate, heard=heard)
+    asked: list[int] = []
+    refused = pytest.raises(UnclassifiedToolError, match="no classification for tool 'push_branch'")
+    with agent.override(model=_counting(agent, asked)), refused:
+        agent.run_sync("tidy", metadata=gate.run_metadata(RUN))
+    assert asked == []
+    assert store.list_runs() == []
+    assert effects(tmp_path) == []
+
+
+def _counting(agent: Any, asked: list[int]) -> Any:
+    from pydantic_ai.models.function import FunctionModel
+
+    inner = agent.model
+    assert isinstance(inner, FunctionModel)
+
+    def answer(messages: Any, info: Any) -> Any:
+        asked.append(1)
+        return inner.function(messages, info)  # type: ignore[misc]
+
+    return FunctionModel(answer)
+
+
+def test_a_classification_naming_no_tool_of_the_agent_is_refused(tmp_path: Path) -> None:
+    store = agentrt.open_store(tmp_path / "runs.db")
+    classes = {**CLASSES, "push_brnch": Classification("remote_mutation", timeout=5)}
+    gate = AgentrtGate(store=store, policy=agentrt.default_policy(), classifications=classes)
+    agent = child.agent(tmp_path, "allow", gate=gate)
+    with pytest.raises(agentrt.ConfigError, match="classification for 'push_brnch'"):
+        agent.run_sync("tidy", metadata=gate.run_metadata(RUN))
+    assert store.list_runs() == []
+
+
+def test_a_framework_run_that_names_no_agentrt_run_is_refused(tmp_path: Path) -> None:
+    store = agentrt.open_store(tmp_path / "runs.db")
+    gate = make_gate(store)
+    agent = child.agent(tmp_path, "allow", gate=gate)
+    with pytest.raises(agentrt.ConfigError, match=r"metadata=gate\.run_metadata"):
+        agent.run_sync("tidy")
+    with pytest.raises(agentrt.ConfigError, match=r"metadata=gate\.run_metadata"):
+        agent.run_sync("tidy", metadata={RUN_ID_KEY: "not-an-id"})
+    assert store.list_runs() == []
+    with pytest.raises(agentrt.ConfigError, match="32 lowercase hex"):
+        gate.run_metadata("ABC")
+
+
+def test_an_agentrt_limit_ends_the_framework_run_as_its_own_usage_limit_does(
+    tmp_path: Path,
+) -> None:
+    store = agentrt.open_store(tmp_path / "runs.db")
+    gate = make_gate(store, limits=agentrt.Limits(max_steps=3))
+    agent = child.agent(tmp_path, "loop", gate=gate)
+    with pytest.raises(GateLimitExceeded) as raised:
+        agent.run_sync("write notes", metadata=gate.run_metadata(RUN))
+    assert raised.value.run.reason == "limit_steps"
+    assert str(raised.value) == f"agentrt run {RUN} ended: FAILED limit_steps"
+    assert effects(tmp_path) == ["write_note n0", "write_note n1", "write_note n2"]
+    run = store.get_run(RUN)
+    assert (run.status, run.reason) == ("FAILED", "limit_steps")
+    assert store.lease(RUN).owner == ""
+
+
+def test_a_remote_change_waits_as_a_deferred_approval_carrying_the_agentrt_hash(
+    tmp_path: Path,
+) -> None:
+    store, _, result = run_script(tmp_path, "push")
+    requests = result.output
+    assert isinstance(requests, DeferredToolRequests)
+    assert [c.tool_call_id for c in requests.approvals] == ["call-push"]
+    (pending,) = store.pending_approvals(RUN)
+    shown = requests.metadata["call-push"]["agentrt"]
+    assert (shown["run_id"], shown["approval_id"], shown["hash"], shown["tool"]) == (
+        RUN,
+        pending.id,
+        pending.hash,
+        "push_branch",
+    )
+    assert shown["text"].endswith(
+        f"----- end of approval {pending.id} for tool push_branch -----\n"
+    )
+    assert effects(tmp_path) == []
+    assert store.get_run(RUN).status == "WAITING_FOR_APPROVAL"
+
+
+def test_a_framework_approval_by_call_id_alone_decides_nothing(tmp_path: Path) -> None:
+    store, _, result = run_script(tmp_path, "push")
+    gate = make_gate(store)
+    agent = child.agent(tmp_path, "push", gate=gate)
+    again = agent.run_sync(
+        message_history=result.all_messages(),
+        deferred_tool_results=DeferredToolResults(approvals={"call-push": ToolApproved()}),
+        metadata=gate.run_metadata(RUN),
+    )
+    assert isinstance(again.output, DeferredToolRequests)
+    assert effects(tmp_path) == []
+    (pending,) = store.pending_approvals(RUN)
+    assert pending.status == "pending"
+
+
+def test_a_framework_approval_with_a_hash_that_is_not_the_requests_is_refused(
+    tmp_path: Path,
+) -> None:
+    store, _, result = run_script(tmp_path, "push")
+    results = approved(result.output, "call-push", by="alice")
+    results.metadata["call-push"]["agentrt"]["hash"] = "0" * 64
+    gate = make_gate(store)
+    agent = child.agent(tmp_path, "push", gate=gate)
+    again = agent.run_sync(
+        message_history=result.all_messages(),
+        deferred_tool_results=results,
+        metadata=gate.run_metadata(RUN),
+    )
+    assert isinstance(again.output, DeferredToolRequests)
+    assert "refused" in again.output.metadata["call-push"]["agentrt"]
+    assert effects(tmp_path) == []
+    assert store.pending_approvals(RUN)[0].status == "pending"
+
+
+def test_approved_refuses_a_call_that_waits_on_no_agentrt_approval() -> None:
+    with pytest.raises(KeyError, match="not waiting on an agentrt approval"):
+        approved(DeferredToolRequests(), "call-x", by="alice")
+
+
+def test_an_ended_agentrt_run_is_not_continued_by_a_later_framework_run(
+    tmp_path: Path,
+) -> None:
+    store, _, _ = run_script(tmp_path, "allow")
+    gate = make_gate(store)
+    agent = child.agent(tmp_path, "allow", gate=gate)
+    with pytest.raises(agentrt.RunStateError, match=r"is COMPLETED \(goal_completed\)"):
+        agent.run_sync("again", metadata=gate.run_metadata(RUN))
+    assert effects(tmp_path) == ["write_note hello"]
+
+
+# -- across processes -------------------------------------------------------------
+
+
+def setup_child(workdir: Path, script: str) -> None:
+    workdir.mkdir(exist_ok=True)
+    (workdir / "config.json").write_text(json.dumps({"script": script, "run_id": RUN}))
+
+
+def spawn(workdir: Path, mode: str, *flags: str) -> tuple[int, dict[str, Any]]:
+    done = subprocess.run(
+        [sys.executable, str(CHILD), str(workdir), mode, *flags],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+    lines = done.stdout.strip().splitlines()
+    assert lines, done.stderr
+    return done.returncode, json.loads(lines[-1])
+
+
+def cli_approve(workdir: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "agentrt", "approve", RUN, "--db", str(workdir / "runs.db"), *BY],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def approve_the_framework_way(workdir: Path, call_id: str) -> None:
+    requests = REQUESTS.validate_json((workdir / "requests.json").read_bytes())
+    results = approved(requests, call_id, by="alice", note="looked at it")
+    (workdir / "results.json").write_bytes(RESULTS.dump_json(results))
+
+
+@pytest.mark.slow
+def test_approval_with_the_agentrt_command_from_another_process_runs_the_call_once(
+    tmp_path: Path,
+) -> None:
+    setup_child(tmp_path, "push")
+    assert spawn(tmp_path, "start") == (2, {"deferred": ["call-push"]})
+    assert cli_approve(tmp_path).returncode == 0
+    assert spawn(tmp_path, "resume") == (0, {"output": "pushed"})
+    assert effects(tmp_path) == ["push_branch feature/login"]
+    with agentrt.open_store(tmp_path / "runs.db") as store:
+        assert store.get_run(RUN).status == "COMPLETED"
+        (approval,) = store.list_approvals(RUN)
+        assert (approval.status, approval.decided_by) == ("approved", "alice")
+
+
+@pytest.mark.slow
+def test_approval_through_deferred_tool_results_goes_through_agentrt_with_the_hash(
+    tmp_path: Path,
+) -> None:
+    setup_child(tmp_path, "push")
+    assert spawn(tmp_path, "start")[0] == 2
+    approve_the_framework_way(tmp_path, "call-push")
+    assert spawn(tmp_path, "resume") == (0, {"output": "pushed"})
+    assert effects(tmp_path) == ["push_branch feature/login"]
+    with agentrt.open_store(tmp_path / "runs.db") as store:
+        (approval,) = store.list_approvals(RUN)
+        assert (approval.status, approval.decided_by, approval.note) == (
+            "approved",
+            "alice",
+            "looked at it",
+        )
+        decided = [e for e in store.list_events(RUN) if e.type == "approval.decided"]
+        assert len(decided) == 1
+
+
+@pytest.mark.slow
+def test_an_approved_call_whose_arguments_changed_in_the_history_is_refused(
+    tmp_path: Path,
+) -> None:
+    setup_child(tmp_path, "push")
+    assert spawn(tmp_path, "start")[0] == 2
+    approve_the_framework_way(tmp_path, "call-push")
+    history = (tmp_path / "history.json").read_text()
+    (tmp_path / "history.json").write_text(history.replace("feature/login", "main"))
+    code, _ = spawn(tmp_path, "resume")
+    assert effects(tmp_path) == []
+    assert code == 0
+    with agentrt.open_store(tmp_path / "runs.db") as store:
+        assert store.get_run(RUN).status == "WAITING_FOR_APPROVAL"
+    saved = ModelMessagesTypeAdapter.validate_json((tmp_path / "history.json").read_bytes())
+    told = [
+        p.content
+        for m in saved
+        for p in getattr(m, "parts", [])
+        if getattr(p, "tool_call_id", "") == "call-push" and getattr(p, "outcome", "") == "failed"
+    ]
+    assert len(told) == 1 and str(told[0]).startswith("refused: the call call-push to run now")
+
+
+def kill_mid_call(workdir: Path, *flags: str) -> int:
+    """Resume with the push held after it acted; SIGKILL the child there."""
+    (workdir / "hold").write_text("1")
+    proc = subprocess.Popen(
+        [sys.executable, str(CHILD), str(workdir), "resume", *flags],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=ROOT,
+    )
+    deadline = time.monotonic() + 60
+    while not (workdir / "acted").exists():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    (workdir / "hold").unlink()
+    (workdir / "acted").unlink()
+    return proc.returncode
+
+
+@pytest.mark.slow
+def test_a_call_cut_off_by_sigkill_is_not_run_again_by_the_frameworks_resume_until_approved(
+    tmp_path: Path,
+) -> None:
+    setup_child(tmp_path, "push")
+    assert spawn(tmp_path, "start")[0] == 2
+    approve_the_framework_way(tmp_path, "call-push")
+    assert kill_mid_call(tmp_path) == -signal.SIGKILL
+    assert effects(tmp_path) == ["push_branch feature/login"]
+    # Pydantic AI's own resume: the saved history and the same DeferredToolResults.
+    assert spawn(tmp_path, "resume") == (2, {"deferred": ["call-push"]})
+    assert effects(tmp_path) == ["push_branch feature/login"]
+    requests = REQUESTS.validate_json((tmp_path / "requests.json").read_bytes())
+    shown = requests.metadata["call-push"]["agentrt"]
+    assert shown["kind"] == "interrupted_side_effect"
+    assert "whether it took effect is unknown" in shown["notice"]
+    with agentrt.open_store(tmp_path / "runs.db") as store:
+        run = store.get_run(RUN)
+        assert run.status == "WAITING_FOR_APPROVAL"
+        assert [e.type for e in store.list_events(RUN)].count("lease.taken_over") == 1
+    # Resumed again without a decision: still nothing runs.
+    assert spawn(tmp_path, "resume") == (2, {"deferred": ["call-push"]})
+    assert effects(tmp_path) == ["push_branch feature/login"]
+    # A person approves the exact interrupted request: it runs once more.
+    approve_the_framework_way(tmp_path, "call-push")
+    assert spawn(tmp_path, "resume") == (0, {"output": "pushed"})
+    assert effects(tmp_path) == ["push_branch feature/login", "push_branch feature/login"]
+    with agentrt.open_store(tmp_path / "runs.db") as store:
+        assert store.get_run(RUN).status == "COMPLETED"
+        kinds = [(a.kind, a.status) for a in store.list_approvals(RUN)]
+        assert kinds == [
+            ("remote_mutation", "approved"),
+            ("interrupted_side_effect", "approved"),
+        ]
+        assert store.verify_events().intact
+
+
+@pytest.mark.slow
+def test_the_interrupted_call_can_be_approved_with_the_agentrt_command_too(
+    tmp_path: Path,
+) -> None:
+    setup_child(tmp_path, "push")
+    assert spawn(tmp_path, "start")[0] == 2
+    assert cli_approve(tmp_path).returncode == 0
+    assert kill_mid_call(tmp_path) == -signal.SIGKILL
+    assert spawn(tmp_path, "resume") == (2, {"deferred": ["call-push"]})
+    assert effects(tmp_path) == ["push_branch feature/login"]
+    assert cli_approve(tmp_path).returncode == 0
+    assert spawn(tmp_path, "resume") == (0, {"output": "pushed"})
+    assert effects(tmp_path) == ["push_branch feature/login"] * 2
+
+
+def test_a_call_denied_the_frameworks_way_is_rejected_in_agentrt_and_never_runs(
+    tmp_path: Path,
+) -> None:
+    store, _, result = run_script(tmp_path, "push")
+    gate = make_gate(store)
+    agent = child.agent(tmp_path, "push", gate=gate)
+    again = agent.run_sync(
+        message_history=result.all_messages(),
+        deferred_tool_results=DeferredToolResults(approvals={"call-push": ToolDenied("not today")}),
+        metadata=gate.run_metadata(RUN),
+    )
+    assert again.output == "pushed"  # the script's words; the tool did not run
+    assert effects(tmp_path) == []
+    run = store.get_run(RUN)
+    assert (run.status, run.reason) == ("CANCELLED", "approval_rejected")
+    (approval,) = store.list_approvals(RUN)
+    assert (approval.status, approval.decided_by, approval.note) == (
+        "rejected",
+        "pydantic-ai ToolDenied",
+        "not today",
+    )
+
+
+# -- the scenario table (docs/adapters.md) -----------------------------------------
+
+
+@pytest.mark.slow
+def test_the_scenario_table_shows_no_unapproved_re_execution_and_the_tamper_refused(
+    tmp_path: Path,
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "benchmarks/adapters/pydantic_ai_scenarios.py", "--dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.strip().splitlines()
+    assert lines[:2] == [
+        "| scenario | measured | Pydantic AI alone | with agentrt |",
+        "|---|---|---|---|",
+    ]
+    rows = {}
+    for line in lines[2:]:
+        scenario, measured, alone, gated = (cell.strip() for cell in line.strip("|").split("|"))
+        rows[(scenario, measured)] = (alone, gated)
+    approval = "a remote change needing approval"
+    crash = "a crash mid-call (SIGKILL)"
+    tamper = "a tampered approval"
+    assert rows == {
+        (approval, "paused for a person"): ("yes", "yes"),
+        (approval, "executions before the approval"): ("0", "0"),
+        (approval, "executions after an approval naming the tool call id"): ("1", "0"),
+        (approval, "executions after an approval naming the request's hash"): (
+            "(no such approval)",
+            "1",
+        ),
+        (crash, "executions when the process was killed"): ("1", "1"),
+        (crash, "the framework's resume"): ("finished", "paused for a person"),
+        (crash, "unapproved re-executions"): ("1", "0"),
+        (crash, "executions after a person approves again"): ("(nobody was asked)", "2"),
+        (tamper, "executions of the changed request"): ("1", "0"),
+        (tamper, "executions of the approved request"): ("0", "0"),
+        (tamper, "the changed request"): ("ran", "refused"),
+    }
+
+
+@pytest.mark.slow
+def test_the_example_gates_the_agents_own_tools_and_pushes_once_after_approval(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "example.db"
+    done = subprocess.run(
+        [sys.executable, "examples/adapters/pydantic_ai_example.py", "--db", str(db)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "model hears (failed): destructive tools are denied by the default policy" in out
+    assert "model hears (success): pushed feature/login" in out
+    assert "remote: branches=['main', 'feature/login'] pushed=['feature/login']" in out
+    assert "agentrt run: COMPLETED goal_completed, 4 steps" in out
+    assert "intact" in out
+    with agentrt.open_store(db) as store:
+        (run,) = store.list_runs()
+        (approval,) = store.list_approvals(run.id)
+        assert (approval.status, approval.decided_by) == ("approved", "example-operator")
+
+
+def _agent_with(tmp_path: Path, script: list[Any], gate: AgentrtGate) -> Any:
+    from pydantic_ai import Agent, ModelRetry
+
+    agent: Any = Agent(
+        child.model(script), output_type=[str, DeferredToolRequests], capabilities=[gate]
+    )
+    tries: list[str] = []
+
+    @agent.tool_plain
+    def flaky(text: str) -> str:
+        """Asks the model to try again once."""
+        tries.append(text)
+        if len(tries) == 1:
+            raise ModelRetry("try again with more care")
+        return f"ok {text}"
+
+    @agent.tool_plain
+    def broken(text: str) -> str:
+        """Raises."""
+        raise RuntimeError(f"broken on {text}")
+
+    return agent
+
+
+FLAKY = {
+    "flaky": Classification("local_mutation", timeout=5),
+    "broken": Classification("local_mutation", timeout=5),
+}
+
+
+def test_a_tools_own_model_retry_reaches_the_model_and_its_step_records_the_error(
+    tmp_path: Path,
+) -> None:
+    store = agentrt.open_store(tmp_path / "runs.db")
+    gate = AgentrtGate(store=store, policy=agentrt.default_policy(), classifications=FLAKY)
+    script = [[("flaky", {"text": "a"}, "c1")], [("flaky", {"text": "b"}, "c2")], "done"]
+    result = _agent_with(tmp_path, script, gate).run_sync("go", metadata=gate.run_metadata(RUN))
+    assert result.output == "done"
+    assert steps(store) == [
+        ("flaky", "failed", "tool_error"),
+        ("flaky", "done", "tool_result"),
+        ("complete", "done", ""),
+    ]
+
+
+def test_a_tool_that_raises_ends_the_framework_run_and_fails_the_agentrt_run(
+    tmp_path: Path,
+) -> None:
+    store = agentrt.open_store(tmp_path / "runs.db")
+    gate = AgentrtGate(store=store, policy=agentrt.default_policy(), classifications=FLAKY)
+    script = [[("broken", {"text": "a"}, "c1")], "done"]
+    with pytest.raises(RuntimeError, match="broken on a"):
+        _agent_with(tmp_path, script, gate).run_sync("go", metadata=gate.run_metadata(RUN))
+    run = store.get_run(RUN)
+    assert (run.status, run.reason) == ("FAILED", "agent_error")
+    tool_step, failed_step = store.list_steps(RUN)
+    assert tool_step.decision is not None and tool_step.observation is not None
+    assert (tool_step.decision.tool, tool_step.observation.summary) == (
+        "broken",
+        "RuntimeError: broken on a",
+    )
+    assert (failed_step.status, failed_step.decision) == ("failed", None)
+    assert store.lease(RUN).owner == ""
+
+
+def test_calls_the_model_makes_together_go_through_the_gate_one_at_a_time(
+    tmp_path: Path,
+) -> None:
+    store = agentrt.open_store(tmp_path / "runs.db")
+    gate = make_gate(store)
+    agent = child.agent(tmp_path, "together", gate=gate)
+    assert agent.run_sync("go", metadata=gate.run_metadata(RUN)).output == "done"
+    assert sorted(effects(tmp_path)) == ["write_note one", "write_note two"]
+    recorded = store.list_steps(RUN)
+    assert [s.index for s in recorded] == [0, 1, 2, 3]
+    assert sorted(s.decision.reason for s in recorded[:3] if s.decision) == [
+        "pydantic-ai tool call c1",
+        "pydantic-ai tool call c2",
+        "pydantic-ai tool call c3",
+    ]
+
+
+def test_an_approved_call_with_arguments_longer_than_a_read_cap_still_runs_once(
+    tmp_path: Path,
+) -> None:
+    long_branch = child.LONG_BRANCH
+    assert len(long_branch) > 65_536  # Store.list_steps' default read cap
+    store, _, result = run_script(tmp_path, "long")
+    gate = make_gate(store)
+    agent = child.agent(tmp_path, "long", gate=gate)
+    again = agent.run_sync(
+        message_history=result.all_messages(),
+        deferred_tool_results=approved(result.output, "call-long", by="alice"),
+        metadata=gate.run_metadata(RUN),
+    )
+    assert again.output == "pushed"
+    assert effects(tmp_path) == [f"push_branch {long_branch}"]
