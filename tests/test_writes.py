@@ -94,7 +94,7 @@ def test_finish_tool_of_a_step_that_is_not_executing_raises_and_writes_nothing(
     observation = Observation.tool_result({"ok": True}, "ok")
     with pytest.raises(RunStateError), store.transaction() as tx:
         writes.finish_tool(
-            tx, "r1", step.id, StepStatus.DONE, observation, {}, failed_event=False, now=EPOCH
+            tx, step, StepStatus.DONE, observation, {}, failed_event=False, now=EPOCH
         )
     assert rows(db_path) == before
 
