@@ -584,8 +584,9 @@ def claim_step(
 
 
 def record_decision(tx: Tx, step: Step, text: str, decision: Decision, now: datetime) -> Step:
-    """Record a deciding step's decision verbatim (`text`, which decodes to `decision`),
-    then `step.decided`; returns `step` (the caller's copy) as written."""
+    """Record a deciding step's decision verbatim (`text`), then `step.decided`; returns
+    `step` (the caller's copy) as written. `decision` is what `text` reads back as
+    (`_decisions.record` makes the two together), so it is not decoded again here."""
     cur = tx.execute(
         "UPDATE steps SET decision_json = ? "
         "WHERE id = ? AND status = 'deciding' AND decision_json = ''",
