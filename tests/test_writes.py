@@ -477,7 +477,18 @@ def test_leave_waiting_takes_the_run_back_under_a_new_lease_once(
     store: agentrt.Store, db_path: Path
 ) -> None:
     approval = waiting_run(store, approve=True)
+    hold = hold_by("second/1", previous=("", ""))
+    # Only the run's holder leaves waiting: before the hold, nobody does.
+    refused_and_nothing_written(
+        db_path,
+        RunStateError,
+        lambda tx: writes.leave_waiting(
+            tx, "r1", approval.id, owner="second/1", expires_at=LATER, holder="{}", now=EPOCH
+        ),
+        store,
+    )
     with store.transaction() as tx:
+        hold(tx)
         leased = writes.leave_waiting(
             tx, "r1", approval.id, owner="second/1", expires_at=LATER, holder="{}", now=EPOCH
         )
@@ -494,6 +505,35 @@ def test_leave_waiting_takes_the_run_back_under_a_new_lease_once(
             tx, "r1", approval.id, owner="third/1", expires_at=LATER, holder="{}", now=EPOCH
         ),
         store,
+    )
+
+
+def hold_by(owner: str, *, previous: tuple[str, str]) -> Any:
+    return lambda tx: writes.hold_waiting(
+        tx,
+        "r1",
+        owner=owner,
+        expires_at=LATER,
+        holder="{}",
+        previous_owner=previous[0],
+        previous_expires_at=previous[1],
+    )
+
+
+def test_hold_waiting_holds_a_waiting_run_for_one_attach_and_writes_nothing_else(
+    store: agentrt.Store, db_path: Path
+) -> None:
+    waiting_run(store, approve=True)
+    events_before = event_types(store)
+    with store.transaction() as tx:
+        hold_by("first/1", previous=("", ""))(tx)
+    run = store.get_run("r1")
+    lease = store.lease("r1")
+    assert (run.status, lease.owner, lease.epoch) == ("WAITING_FOR_APPROVAL", "first/1", 1)
+    assert event_types(store) == events_before
+    # A second attach that judged the lease free (as it was before the first hold) loses.
+    refused_and_nothing_written(
+        db_path, RunStateError, hold_by("second/1", previous=("", "")), store
     )
 
 

@@ -354,11 +354,14 @@ def take_lease(
     *,
     from_status: str,
     previous: tuple[str, str] | None = None,
+    held: bool = False,
 ) -> int:
     """Move the run to RUNNING under a new lease, compare-and-set; return the new epoch.
 
     With `previous` (owner, expiry) the update also requires the lease to be
-    exactly the one the caller judged expired. `RunStateError` when no row matched.
+    exactly the one the caller judged expired; with `held`, the lease to be
+    `owner`'s already (a waiting run its attach holds). `RunStateError` when no
+    row matched.
     """
     sql = (
         "UPDATE runs SET status = 'RUNNING', lease_owner = ?, lease_expires_at = ?, "
@@ -368,6 +371,9 @@ def take_lease(
     if previous is not None:
         sql += " AND lease_owner = ? AND lease_expires_at = ?"
         params += list(previous)
+    if held:
+        sql += " AND lease_owner = ?"
+        params.append(owner)
     cur = tx.execute(sql, params)
     if cur.rowcount != 1:
         raise RunStateError(
@@ -1104,14 +1110,47 @@ def leave_waiting(
     holder: str,
     now: datetime,
 ) -> Leased:
-    """Take a WAITING run back to RUNNING under `owner`'s new lease (compare-and-set
-    on the status: of two resumes exactly one leaves), then `run.resumed` naming the
-    approval that allowed it. The caller then starts the tool or fails the step."""
+    """Take a WAITING run that `owner` holds (`hold_waiting`) back to RUNNING under a
+    new lease and epoch (compare-and-set on the status and the holder: of two
+    resumes exactly one leaves), then `run.resumed` naming the approval that
+    allowed it. The caller then starts the tool or fails the step."""
     epoch = take_lease(
-        tx, run_id, owner, expires_at, holder, from_status=RunStatus.WAITING_FOR_APPROVAL
+        tx,
+        run_id,
+        owner,
+        expires_at,
+        holder,
+        from_status=RunStatus.WAITING_FOR_APPROVAL,
+        held=True,
     )
     tx.append_event(run_id, "", now, ev.RUN_RESUMED, {"approval_id": approval_id})
     return Leased(reads.run_record(tx, run_id), epoch)
+
+
+def hold_waiting(
+    tx: Tx,
+    run_id: str,
+    *,
+    owner: str,
+    expires_at: str,
+    holder: str,
+    previous_owner: Any,
+    previous_expires_at: Any,
+) -> None:
+    """`owner` holds the lease of a WAITING run it is attaching (decision 0032): a
+    compare-and-set on the status and on exactly the lease the caller judged free
+    (none, expired, its own, or a dead holder's), so of two attaches one holds it
+    and the other is refused. The run stays WAITING, its epoch unchanged, and no
+    event is appended: nothing about the run has changed until `leave_waiting`.
+    `RunStateError` when no row matched."""
+    cur = tx.execute(
+        "UPDATE runs SET lease_owner = ?, lease_expires_at = ?, lease_holder = ? "
+        "WHERE id = ? AND status = 'WAITING_FOR_APPROVAL' "
+        "AND lease_owner = ? AND lease_expires_at = ?",
+        (owner, expires_at, holder, run_id, previous_owner, previous_expires_at),
+    )
+    if cur.rowcount != 1:
+        raise RunStateError(f"run {run_id} was attached elsewhere or changed status")
 
 
 def fail_and_go_on(
