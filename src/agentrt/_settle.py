@@ -2,16 +2,20 @@
 
 A step reaches its policy from one of two places: the lease holder's loop (a
 step `deciding`, or one found `interrupted` at a takeover), or a run WAITING on
-an approval, which nobody leases (the step `awaiting_approval`). `settle` maps
-the check to the same four answers either way, and each answer is one
-transaction built once here:
+an approval, which the attach judging it holds (`hold_waiting`, decision 0032;
+the step `awaiting_approval`). `settle` maps the check to the same four answers
+either way, and each answer is one transaction of named writes
+(`_store/writes.py`, which append the events and return the records the
+session keeps), built once here:
 
 - allowed: from the loop, nothing is written until `execute` starts the tool;
-  from a waiting run, the lease is taken, `run.resumed`, and the tool start
-  is committed in that same transaction;
+  from a waiting run, `execute` leaves waiting (`leave_waiting`: a new lease,
+  `run.resumed`) and starts the tool in that same transaction;
 - denied (or a call that no longer fits its tool): the step fails and the loop
-  goes on (a waiting run is taken back to RUNNING first);
-- ended (abort, or a policy that failed): the step fails and the run ends;
+  goes on (`fail_and_go_on`; a waiting run leaves waiting first);
+- ended (abort, or a policy that failed): the step fails and the run ends
+  (`end_with_step` from the loop, `end_waiting` from a waiting run); the
+  agent's own `complete`/`fail`, or an agent that raised, end here too;
 - pending: a new approval, step `awaiting_approval`, run WAITING, lease released.
 
 `FromRunning` and `FromWaiting` say how to enter the transaction (the lease
