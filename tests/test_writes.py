@@ -76,6 +76,25 @@ def test_claim_step_returns_the_step_as_a_fresh_read_gives_it(store: agentrt.Sto
     assert store.get_run("r1").step_count == 1
 
 
+def test_claim_next_step_returns_the_run_and_the_step_as_a_fresh_read_gives_them(
+    store: agentrt.Store, db_path: Path
+) -> None:
+    run = new_run(store)
+    with store.transaction() as tx:
+        claimed = writes.claim_next_step(tx, run, OWNER, Ids("s"), EPOCH)
+    assert repr(claimed.run) == repr(store.get_run("r1"))
+    assert repr(claimed.step) == repr(store.list_steps("r1")[0])
+    assert (claimed.run.step_count, claimed.step.index) == (1, 0)
+    assert event_types(store)[-1] == "step.started"
+    # The copy it was given is stale now (step_count 0): the claim is refused.
+    refused_and_nothing_written(
+        db_path,
+        RunStateError,
+        lambda tx: writes.claim_next_step(tx, run, OWNER, Ids("t"), EPOCH),
+        store,
+    )
+
+
 @pytest.mark.parametrize("moved", ["step_count", "owner"])
 def test_claim_step_on_a_run_that_moved_raises_and_writes_nothing(
     store: agentrt.Store, db_path: Path, moved: str

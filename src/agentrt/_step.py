@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -83,10 +82,10 @@ async def begin_step(session: RunSession) -> Step | None:
                 now=now,
             )
             return None
-        index = run.step_count
-        step = writes.claim_step(tx, session.run_id, index, config.owner, config.new_id, now)
-        session.run = replace(run, step_count=index + 1)
-        session.steps.append(step)  # a new id: nothing to replace
+        claimed = writes.claim_next_step(tx, run, config.owner, config.new_id, now)
+        session.run = claimed.run
+        session.steps.append(claimed.step)  # a new id: nothing to replace
+        step = claimed.step
         session.probe_in_tx(POINT_STEP_STARTED)
         return step
 

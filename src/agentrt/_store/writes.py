@@ -589,6 +589,16 @@ def claim_step(
     )
 
 
+def claim_next_step(
+    tx: Tx, run: Run, owner: str, new_id: Callable[[], str], now: datetime
+) -> Settled:
+    """`claim_step` for the step after `run` (the caller's copy, as just read in this
+    transaction); returns the run and the new step as written, the run built from
+    the copy and the count written rather than read back (decision 0011)."""
+    step = claim_step(tx, run.id, run.step_count, owner, new_id, now)
+    return Settled(replace(run, step_count=run.step_count + 1), step)
+
+
 def record_decision(tx: Tx, step: Step, text: str, decision: Decision, now: datetime) -> Step:
     """Record a deciding step's decision verbatim (`text`), then `step.decided`; returns
     `step` (the caller's copy) as written. `decision` is what `text` reads back as
