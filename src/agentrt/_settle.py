@@ -77,9 +77,6 @@ class FromRunning:
         session.require_lease(tx)
         return session.config.clock()
 
-    def take(self, session: RunSession, tx: Tx, now: datetime) -> None:
-        """The lease is ours already."""
-
     def fail(
         self,
         session: RunSession,
