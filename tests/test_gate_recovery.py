@@ -4,6 +4,8 @@ allowed attach) leaves, and two gates racing to execute one approved request."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import threading
 import time
 from datetime import UTC, datetime, timedelta
@@ -75,26 +77,113 @@ def test_a_session_abandoned_after_an_allowed_attach_leaves_the_run_waiting_to_b
     again.close_sync()
 
 
-def test_of_two_gates_attaching_one_approved_run_exactly_one_executes(
+def test_of_two_gates_attaching_one_approved_run_the_second_is_refused_and_one_executes(
     store: agentrt.Store, db_path: Path
 ) -> None:
+    """The first attach holds the waiting run's lease; a second gate, on a connection of
+    its own, is refused with `RunLeasedError` and writes nothing (decision 0032)."""
     push = push_tool()
     clock = FakeClock()
     run_id = approved_waiting_run(store, push, clock)
     first, first_verdict = make_gate(store, push, clock=clock, ids=Ids("c")).attach_sync(run_id)
-    second, second_verdict = make_gate(store, push, clock=clock, ids=Ids("d")).attach_sync(run_id)
-    assert first_verdict is not None and second_verdict is not None
-    assert first_verdict.outcome == second_verdict.outcome == VerdictOutcome.ALLOWED
-    one, other = first.current(), second.current()
-    assert one is not None and other is not None
+    assert first_verdict is not None and first_verdict.outcome == VerdictOutcome.ALLOWED
+    assert store.get_run(run_id).status == "WAITING_FOR_APPROVAL"
+    assert store.lease(run_id).owner == first._rs.config.owner
+    other_store = agentrt.open_store(db_path)
+    try:
+        before = snapshot(db_path)
+        with pytest.raises(agentrt.RunLeasedError):
+            make_gate(other_store, push, clock=clock, ids=Ids("d")).attach_sync(run_id)
+        with pytest.raises(agentrt.RunLeasedError):  # and so is a Driver's resume
+            agentrt.Driver(
+                store=other_store,
+                agent=ScriptedAgent([]),
+                policy=agentrt.default_policy(),
+                tools=[push],
+                now=clock,
+            ).resume_sync(run_id)
+        assert snapshot(db_path) == before
+    finally:
+        other_store.close()
+    one = first.current()
+    assert one is not None
     assert one.execute_sync().kind == "tool_result"
-    before = snapshot(db_path)
-    with pytest.raises(agentrt.RunStateError):
-        other.execute_sync()
-    assert snapshot(db_path) == before
     assert len(push.calls) == 1
     first.close_sync()
+
+
+def test_closing_an_allowed_attach_gives_the_waiting_run_back_at_once(
+    store: agentrt.Store,
+) -> None:
+    push = push_tool()
+    clock = FakeClock()
+    run_id = approved_waiting_run(store, push, clock)
+    first, _ = make_gate(store, push, clock=clock, ids=Ids("c")).attach_sync(run_id)
+    first.close_sync()
+    assert store.lease(run_id).owner == ""
+    second, verdict = make_gate(store, push, clock=clock, ids=Ids("d")).attach_sync(run_id)
+    assert verdict is not None and verdict.outcome == VerdictOutcome.ALLOWED
     second.close_sync()
+
+
+_HOLDING_CHILD = """
+import sys
+import agentrt
+from agentrt import SideEffect
+from conftest import RecordingTool
+
+store = agentrt.open_store(sys.argv[1])
+push = RecordingTool("push", SideEffect.REMOTE_MUTATION, result={"pushed": True})
+gate = agentrt.Gate(store=store, policy=agentrt.default_policy(), tools=[push])
+session, verdict = gate.attach_sync(sys.argv[2])
+print(verdict.outcome, flush=True)
+sys.stdin.read()  # holds the attached run until killed
+"""
+
+
+@pytest.mark.slow
+def test_a_run_attached_in_another_process_is_refused_until_that_process_dies(
+    store: agentrt.Store, db_path: Path
+) -> None:
+    """Two real processes: while the child holds its allowed attach, the parent's attach
+    is refused and changes nothing; once the child is SIGKILLed (its hold provably
+    dead), the parent attaches, and the call runs once, in the parent."""
+    push = push_tool()
+    clock = FakeClock()
+    run_id = approved_waiting_run(store, push, clock)
+    child_proc = subprocess.Popen(
+        [sys.executable, "-c", _HOLDING_CHILD, str(db_path), run_id],
+        cwd=Path(__file__).resolve().parent,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child_proc.stdout is not None
+        assert child_proc.stdout.readline().strip() == "allowed"
+        before = snapshot(db_path)
+        with pytest.raises(agentrt.RunLeasedError):
+            make_gate(store, push, clock=clock, ids=Ids("c")).attach_sync(run_id)
+        assert snapshot(db_path) == before
+    finally:
+        child_proc.kill()
+        child_proc.wait(timeout=30)
+    assert child_proc.returncode == -9
+    session, verdict = make_gate(store, push, clock=clock, ids=Ids("d")).attach_sync(run_id)
+    assert verdict is not None and verdict.outcome == VerdictOutcome.ALLOWED
+    step = session.current()
+    assert step is not None
+    assert step.execute_sync().kind == "tool_result"
+    assert len(push.calls) == 1
+    assert session.run.status == "RUNNING"
+    assert [e.type for e in store.list_events(run_id=run_id)][-4:] == [
+        "run.resumed",
+        "step.policy",
+        "step.tool_started",
+        "step.tool_finished",
+    ]
+    session.close_sync()
 
 
 def test_the_lease_taken_as_an_attached_call_starts_is_renewed_while_its_tool_runs(

@@ -4,7 +4,7 @@ against the tool and the policy as they are now; pending refuses, expiry cancels
 from __future__ import annotations
 
 import sqlite3
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -221,7 +221,8 @@ def test_a_grant_superseded_by_a_concurrent_re_pause_executes_nothing(
 ) -> None:
     """Resume A holds the approved grant while its policy thinks; resume B (a newer deploy,
     the tool's description changed) pauses the step again on a new approval. A must not
-    run the tool under the spent grant."""
+    run the tool under the spent grant. (B attaches only because A's hold on the waiting
+    run has lapsed by B's wall clock: a live hold would refuse B, decision 0032.)"""
     import threading
 
     driver, run, push, _ = approved_run(store)
@@ -257,6 +258,7 @@ def test_a_grant_superseded_by_a_concurrent_re_pause_executes_nothing(
         policy=agentrt.default_policy(),
         tools=[changed],
         new_id=Ids("b"),
+        wall=lambda: datetime.now(UTC) + timedelta(hours=1),
     )
     assert b.resume_sync(run.id).status == "WAITING_FOR_APPROVAL"
     go_on.set()

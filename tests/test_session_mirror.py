@@ -305,3 +305,52 @@ def test_any_json_in_args_and_observations_keeps_the_session_equal_to_its_rows(
         assert run.status == "COMPLETED", run
         assert mirror.points.count("step.tool_finished") == len(values)
         store.close()
+
+
+class ApprovalMirror(Mirror):
+    """`Mirror`, comparing the session's approvals with a fresh read too."""
+
+    def compare(self, session: RunSession, when: str) -> None:
+        super().compare(session, when)
+        fresh = self.store.list_approvals(session.run_id, cap=None)
+        assert repr(session.approvals) == repr(fresh), f"approvals differ {when}"
+
+
+def test_pauses_a_resume_and_an_expiry_keep_the_sessions_approvals_equal_to_their_rows(
+    tmp_path: Path,
+) -> None:
+    """The session keeps the approval each pause or expiry wrote, never re-reading them."""
+    store = agentrt.open_store(tmp_path / "runs.db")
+    mirror = ApprovalMirror(store)
+    clock = FakeClock()
+    push = RecordingTool("push", SideEffect.REMOTE_MUTATION, result={"pushed": True})
+    config: dict[str, Any] = {
+        "store": store,
+        "policy": agentrt.default_policy(),
+        "tools": [push],
+        "now": clock,
+        "new_id": Ids(),
+        "probe": mirror,
+    }
+    driver = agentrt.Driver(
+        agent=ScriptedAgent(
+            [Decision.tool_call("push", {"x": 1}), Decision.tool_call("push", {"x": 2})]
+        ),
+        **config,
+    )
+    limits = agentrt.Limits(approval_ttl=timedelta(minutes=1))
+    run = driver.start_sync("push twice", limits=limits)
+    (first,) = store.pending_approvals(run.id)
+    driver.approve(run.id, first.id, by="ops")
+    run = driver.resume_sync(run.id)  # runs x=1, then pauses again on x=2
+    assert run.status == "WAITING_FOR_APPROVAL"
+    assert "run.paused" in mirror.points and "run.resumed" in mirror.points
+    assert mirror.session is not None and len(mirror.session.approvals) == 2
+    mirror.check_final(run)
+    clock.advance(timedelta(minutes=2))  # the second approval expires undecided
+    session, verdict = agentrt.Gate(**config).attach_sync(run.id)
+    assert verdict is not None and verdict.run.reason == "approval_expired"
+    mirror.compare(session._rs, "after the expiry")
+    assert [a.status for a in session._rs.approvals] == ["approved", "expired"]
+    session.close_sync()
+    store.close()

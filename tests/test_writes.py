@@ -14,7 +14,11 @@ from typing import Any
 import pytest
 
 import agentrt
+from agentrt._canonical import JSONFloat, JSONInt
+from agentrt._db import Tx
+from agentrt._decisions import record
 from agentrt._errors import RunStateError
+from agentrt._model import Usage
 from agentrt._records import ApprovalStatus, Limits, Observation, PolicyDecision, StepStatus
 from agentrt._store import reads, writes
 from conftest import EPOCH, Ids
@@ -72,6 +76,25 @@ def test_claim_step_returns_the_step_as_a_fresh_read_gives_it(store: agentrt.Sto
     assert store.get_run("r1").step_count == 1
 
 
+def test_claim_next_step_returns_the_run_and_the_step_as_a_fresh_read_gives_them(
+    store: agentrt.Store, db_path: Path
+) -> None:
+    run = new_run(store)
+    with store.transaction() as tx:
+        claimed = writes.claim_next_step(tx, run, OWNER, Ids("s"), EPOCH)
+    assert repr(claimed.run) == repr(store.get_run("r1"))
+    assert repr(claimed.step) == repr(store.list_steps("r1")[0])
+    assert (claimed.run.step_count, claimed.step.index) == (1, 0)
+    assert event_types(store)[-1] == "step.started"
+    # The copy it was given is stale now (step_count 0): the claim is refused.
+    refused_and_nothing_written(
+        db_path,
+        RunStateError,
+        lambda tx: writes.claim_next_step(tx, run, OWNER, Ids("t"), EPOCH),
+        store,
+    )
+
+
 @pytest.mark.parametrize("moved", ["step_count", "owner"])
 def test_claim_step_on_a_run_that_moved_raises_and_writes_nothing(
     store: agentrt.Store, db_path: Path, moved: str
@@ -94,7 +117,7 @@ def test_finish_tool_of_a_step_that_is_not_executing_raises_and_writes_nothing(
     observation = Observation.tool_result({"ok": True}, "ok")
     with pytest.raises(RunStateError), store.transaction() as tx:
         writes.finish_tool(
-            tx, "r1", step.id, StepStatus.DONE, observation, {}, failed_event=False, now=EPOCH
+            tx, step, StepStatus.DONE, observation, {}, failed_event=False, now=EPOCH
         )
     assert rows(db_path) == before
 
@@ -171,3 +194,517 @@ def test_the_run_writes_after_a_tool_refuse_a_lease_held_by_someone_else_and_wri
     run = store.get_run("r1")
     assert run.active_time.total_seconds() == 0.005
     assert (store.lease("r1").owner == "") == (write == "leave_running")
+
+
+# --- the step machine's named transitions (decision 0036) ------------------------------
+#
+# Each returns the records as written (equal, to the repr, to a fresh read), appends its
+# events in the caller's transaction (a transaction that rolls back leaves neither the
+# rows nor the events), and refuses a stale compare-and-set with the error it always
+# raised, writing nothing.
+
+LATER = "2999-01-01T00:00:00.000000Z"
+PAYLOAD = {"decision": {"outcome": "deny"}, "spec_hash": "h", "policy_id": "p", "view": {}}
+
+
+def event_types(store: agentrt.Store, run_id: str = "r1") -> list[str]:
+    return [e.type for e in store.list_events(run_id)]
+
+
+def deciding_step(store: agentrt.Store) -> agentrt.Step:
+    new_run(store)
+    with store.transaction() as tx:
+        return writes.claim_step(tx, "r1", 0, OWNER, Ids("s"), EPOCH)
+
+
+def waiting_run(store: agentrt.Store, *, approve: bool = False) -> agentrt.Approval:
+    """A run WAITING on a pending (or approved) approval of its step `push`."""
+    step = deciding_step(store)
+    recorded = record(agentrt.Decision.tool_call("push", {"x": 1}))
+    with store.transaction() as tx:
+        writes.record_decision(tx, step, recorded.text, recorded.decision, EPOCH)
+        paused = writes.pause_for_approval(
+            tx,
+            "r1",
+            step.id,
+            new_id=Ids("ap"),
+            decision=PolicyDecision.require_approval("remote_change", "why"),
+            request={"spec": {"name": "push"}, "args": {"x": 1}},
+            digest="d" * 64,
+            expires_at="",
+            payload=PAYLOAD,
+            active_ms=0,
+            from_step=(StepStatus.DECIDING,),
+            from_run="RUNNING",
+            now=EPOCH,
+        )
+    if not approve:
+        return paused.approval
+    with store.transaction() as tx:
+        return writes.decide_approval(
+            tx, paused.approval, ApprovalStatus.APPROVED, "alice", "", EPOCH
+        )
+
+
+def refused_and_nothing_written(
+    db_path: Path, error: type[BaseException], write: Any, store: agentrt.Store
+) -> None:
+    before = rows(db_path)
+    with pytest.raises(error), store.transaction() as tx:
+        write(tx)
+    assert rows(db_path) == before
+
+
+def test_the_hot_writes_of_a_step_return_the_step_as_a_fresh_read_gives_it(
+    store: agentrt.Store,
+) -> None:
+    step = deciding_step(store)
+    recorded = record(agentrt.Decision.tool_call("read", {"n": JSONFloat("1e1"), "a": 2.50}))
+    with store.transaction() as tx:
+        decided = writes.record_decision(tx, step, recorded.text, recorded.decision, EPOCH)
+    assert repr(decided) == repr(store.list_steps("r1")[0])
+    policy = {
+        "decision": {"outcome": "allow", "reason": "", "capability": {"z": 1, "a": 2}},
+        "spec_hash": "h",
+        "policy_id": "p",
+        "view": {},
+    }
+    with store.transaction() as tx:
+        started = writes.start_tool(
+            tx,
+            decided,
+            "read",
+            {"n": 1},
+            policy,
+            approval_id="",
+            from_statuses=(StepStatus.DECIDING,),
+            now=EPOCH,
+        )
+    assert repr(started) == repr(store.list_steps("r1")[0])
+    observation = Observation.tool_result({"lines": [JSONFloat("2.50"), 10**30]}, "ok")
+    with store.transaction() as tx:
+        finished = writes.finish_tool(
+            tx, started, StepStatus.DONE, observation, {}, failed_event=False, now=EPOCH
+        )
+        run = writes.add_active_time(tx, "r1", OWNER, 7)
+    assert repr(finished) == repr(store.list_steps("r1")[0])
+    assert repr(run) == repr(store.get_run("r1"))
+    assert event_types(store)[-3:] == ["step.policy", "step.tool_started", "step.tool_finished"]
+
+
+def test_pause_for_approval_returns_the_run_the_step_and_the_approval_as_written(
+    store: agentrt.Store,
+) -> None:
+    approval = waiting_run(store)
+    assert repr(approval) == repr(store.list_approvals("r1")[0])
+    assert store.get_run("r1").status == "WAITING_FOR_APPROVAL"
+
+
+def test_end_run_returns_the_run_and_refuses_a_run_that_is_no_longer_running(
+    store: agentrt.Store, db_path: Path
+) -> None:
+    new_run(store)
+    with store.transaction() as tx:
+        run = writes.end_run(
+            tx, "r1", "COMPLETED", "goal_completed", "", result={"ok": 1}, now=EPOCH
+        )
+    assert repr(run) == repr(store.get_run("r1"))
+    assert event_types(store)[-1] == "run.finished"
+    refused_and_nothing_written(
+        db_path,
+        RunStateError,
+        lambda tx: writes.end_run(tx, "r1", "FAILED", "agent_error", "x", now=EPOCH),
+        store,
+    )
+
+
+@pytest.mark.parametrize("loop", [None, {"tool": "read", "repeats": 3}])
+def test_fail_at_limit_appends_its_limit_event_and_ends_the_run_in_one_transaction(
+    store: agentrt.Store, db_path: Path, loop: Any
+) -> None:
+    new_run(store)
+    with store.transaction() as tx:
+        run = writes.fail_at_limit(
+            tx, "r1", reason="limit_steps", detail="3 steps", loop=loop, active_ms_add=5, now=EPOCH
+        )
+    assert repr(run) == repr(store.get_run("r1"))
+    assert (run.status, run.reason, run.reason_detail) == ("FAILED", "limit_steps", "3 steps")
+    first = "loop.detected" if loop else "limit.exceeded"
+    events = store.list_events("r1")
+    assert [e.type for e in events[-2:]] == [first, "run.finished"]
+    assert events[-2].payload == (loop or {"reason": "limit_steps", "detail": "3 steps"})
+    # The run has ended: a second limit is refused, and its event is not left behind.
+    refused_and_nothing_written(
+        db_path,
+        RunStateError,
+        lambda tx: writes.fail_at_limit(
+            tx, "r1", reason="limit_steps", detail="again", active_ms_add=0, now=EPOCH
+        ),
+        store,
+    )
+
+
+def test_end_with_step_settles_the_deciding_step_and_the_run_together(
+    store: agentrt.Store, db_path: Path
+) -> None:
+    step = deciding_step(store)
+    with store.transaction() as tx:
+        settled = writes.end_with_step(
+            tx,
+            "r1",
+            step.id,
+            status="COMPLETED",
+            reason="goal_completed",
+            detail="",
+            step_status=StepStatus.DONE,
+            result={"answer": JSONInt("42")},
+            active_ms_add=3,
+            now=EPOCH,
+        )
+    assert repr(settled.run) == repr(store.get_run("r1"))
+    assert repr(settled.step) == repr(store.list_steps("r1")[0])
+    assert (settled.step.status, settled.run.result) == ("done", {"answer": 42})
+    assert event_types(store)[-1] == "run.finished"
+    refused_and_nothing_written(
+        db_path,
+        RunStateError,
+        lambda tx: writes.end_with_step(
+            tx,
+            "r1",
+            step.id,
+            status="FAILED",
+            reason="agent_error",
+            detail="x",
+            observation=Observation.invalid_decision("x"),
+            policy=PAYLOAD,
+            now=EPOCH,
+        ),
+        store,
+    )
+
+
+def test_end_waiting_fails_the_awaiting_step_and_ends_the_run_from_waiting(
+    store: agentrt.Store, db_path: Path
+) -> None:
+    approval = waiting_run(store)
+    observation = Observation.denied("push", "aborted")
+    with store.transaction() as tx:
+        settled = writes.end_waiting(
+            tx,
+            "r1",
+            approval.step_id,
+            observation,
+            status="FAILED",
+            reason="policy_abort",
+            detail="aborted",
+            policy=PAYLOAD,
+            now=EPOCH,
+        )
+    assert repr(settled.run) == repr(store.get_run("r1"))
+    assert repr(settled.step) == repr(store.list_steps("r1")[0])
+    assert (settled.run.status, settled.step.status) == ("FAILED", "failed")
+    assert settled.step.observation == observation
+    assert event_types(store)[-3:] == ["step.policy", "step.failed", "run.finished"]
+    refused_and_nothing_written(
+        db_path,
+        RunStateError,
+        lambda tx: writes.end_waiting(
+            tx,
+            "r1",
+            approval.step_id,
+            observation,
+            status="FAILED",
+            reason="policy_abort",
+            detail="again",
+            now=EPOCH,
+        ),
+        store,
+    )
+
+
+def test_end_waiting_refuses_a_run_that_is_running(store: agentrt.Store, db_path: Path) -> None:
+    step = deciding_step(store)
+    refused_and_nothing_written(
+        db_path,
+        RunStateError,
+        lambda tx: writes.end_waiting(
+            tx,
+            "r1",
+            step.id,
+            Observation.denied("push", "x"),
+            status="FAILED",
+            reason="policy_abort",
+            detail="x",
+            policy=PAYLOAD,
+            now=EPOCH,
+        ),
+        store,
+    )
+
+
+def test_expire_waiting_expires_the_approval_and_cancels_the_run_approval_expired(
+    store: agentrt.Store, db_path: Path
+) -> None:
+    approval = waiting_run(store)
+    with store.transaction() as tx:
+        settled, expired = writes.expire_waiting(
+            tx, "r1", approval.step_id, approval, tool="push", why="too late", now=EPOCH
+        )
+    assert repr(settled.run) == repr(store.get_run("r1"))
+    assert repr(settled.step) == repr(store.list_steps("r1")[0])
+    assert repr(expired) == repr(store.list_approvals("r1")[0])
+    assert (expired.status, settled.run.status, settled.run.reason) == (
+        "expired",
+        "CANCELLED",
+        "approval_expired",
+    )
+    assert settled.step.observation == Observation.denied("push", "too late")
+    refused_and_nothing_written(
+        db_path,
+        RunStateError,
+        lambda tx: writes.expire_waiting(
+            tx, "r1", approval.step_id, approval, tool="push", why="again", now=EPOCH
+        ),
+        store,
+    )
+
+
+def test_reject_approval_decides_it_fails_the_step_and_cancels_the_run(
+    store: agentrt.Store, db_path: Path
+) -> None:
+    approval = waiting_run(store)
+    with store.transaction() as tx:
+        rejected, run = writes.reject_approval(tx, approval, "bob", "no", EPOCH)
+    assert repr(rejected) == repr(store.list_approvals("r1")[0])
+    assert repr(run) == repr(store.get_run("r1"))
+    assert (rejected.status, run.status, run.reason) == (
+        "rejected",
+        "CANCELLED",
+        "approval_rejected",
+    )
+    assert store.list_steps("r1")[0].observation == Observation.rejected("push", "no")
+    assert event_types(store)[-3:] == ["approval.decided", "step.failed", "run.finished"]
+    refused_and_nothing_written(
+        db_path,
+        agentrt.ApprovalChangedError,
+        lambda tx: writes.reject_approval(tx, approval, "bob", "again", EPOCH),
+        store,
+    )
+
+
+def test_leave_waiting_takes_the_run_back_under_a_new_lease_once(
+    store: agentrt.Store, db_path: Path
+) -> None:
+    approval = waiting_run(store, approve=True)
+    hold = hold_by("second/1", previous=("", ""))
+    # Only the run's holder leaves waiting: before the hold, nobody does.
+    refused_and_nothing_written(
+        db_path,
+        RunStateError,
+        lambda tx: writes.leave_waiting(
+            tx, "r1", approval.id, owner="second/1", expires_at=LATER, holder="{}", now=EPOCH
+        ),
+        store,
+    )
+    with store.transaction() as tx:
+        hold(tx)
+        leased = writes.leave_waiting(
+            tx, "r1", approval.id, owner="second/1", expires_at=LATER, holder="{}", now=EPOCH
+        )
+    assert repr(leased.run) == repr(store.get_run("r1"))
+    assert (leased.run.status, leased.epoch) == ("RUNNING", 2)
+    assert (store.lease("r1").owner, store.lease("r1").epoch) == ("second/1", 2)
+    last = store.list_events("r1")[-1]
+    assert (last.type, last.payload) == ("run.resumed", {"approval_id": approval.id})
+    # Of two resumes exactly one leaves waiting: the second is refused, writing nothing.
+    refused_and_nothing_written(
+        db_path,
+        RunStateError,
+        lambda tx: writes.leave_waiting(
+            tx, "r1", approval.id, owner="third/1", expires_at=LATER, holder="{}", now=EPOCH
+        ),
+        store,
+    )
+
+
+def hold_by(owner: str, *, previous: tuple[str, str]) -> Any:
+    return lambda tx: writes.hold_waiting(
+        tx,
+        "r1",
+        owner=owner,
+        expires_at=LATER,
+        holder="{}",
+        previous_owner=previous[0],
+        previous_expires_at=previous[1],
+    )
+
+
+def test_hold_waiting_holds_a_waiting_run_for_one_attach_and_writes_nothing_else(
+    store: agentrt.Store, db_path: Path
+) -> None:
+    waiting_run(store, approve=True)
+    events_before = event_types(store)
+    with store.transaction() as tx:
+        hold_by("first/1", previous=("", ""))(tx)
+    run = store.get_run("r1")
+    lease = store.lease("r1")
+    assert (run.status, lease.owner, lease.epoch) == ("WAITING_FOR_APPROVAL", "first/1", 1)
+    assert event_types(store) == events_before
+    # A second attach that judged the lease free (as it was before the first hold) loses.
+    refused_and_nothing_written(
+        db_path, RunStateError, hold_by("second/1", previous=("", "")), store
+    )
+
+
+def test_fail_and_go_on_fails_the_step_and_leaves_the_run_running(
+    store: agentrt.Store, db_path: Path
+) -> None:
+    step = deciding_step(store)
+    observation = Observation.denied("delete", "destructive")
+    with store.transaction() as tx:
+        failed = writes.fail_and_go_on(
+            tx, "r1", step.id, observation, policy=PAYLOAD, from_step=StepStatus.DECIDING, now=EPOCH
+        )
+    assert repr(failed) == repr(store.list_steps("r1")[0])
+    assert (failed.status, store.get_run("r1").status) == ("failed", "RUNNING")
+    assert event_types(store)[-2:] == ["step.policy", "step.failed"]
+    refused_and_nothing_written(
+        db_path,
+        RunStateError,
+        lambda tx: writes.fail_and_go_on(
+            tx, "r1", step.id, observation, policy=PAYLOAD, from_step=StepStatus.DECIDING, now=EPOCH
+        ),
+        store,
+    )
+
+
+def test_take_over_takes_exactly_the_lease_judged_gone_and_interrupts_the_steps_in_flight(
+    store: agentrt.Store, db_path: Path
+) -> None:
+    step = deciding_step(store)
+    proof = {"by": "lease expired"}
+
+    def take(previous_expires_at: str) -> Any:
+        return lambda tx: writes.take_over(
+            tx,
+            "r1",
+            owner="second/1",
+            expires_at=LATER,
+            holder="{}",
+            previous_owner=OWNER,
+            previous_expires_at=previous_expires_at,
+            proof=proof,
+            now=EPOCH,
+        )
+
+    # A lease other than the one judged gone (it was renewed meanwhile) is not taken.
+    refused_and_nothing_written(db_path, RunStateError, take("2000-01-01T00:00:00.000000Z"), store)
+    with store.transaction() as tx:
+        taken = take(LATER)(tx)
+    assert repr(taken.run) == repr(store.get_run("r1"))
+    assert repr(list(taken.interrupted)) == repr(store.list_steps("r1"))
+    assert (taken.epoch, taken.interrupted[0].id, taken.interrupted[0].status) == (
+        2,
+        step.id,
+        "interrupted",
+    )
+    events = store.list_events("r1")
+    assert [e.type for e in events[-2:]] == ["lease.taken_over", "step.interrupted"]
+    assert events[-2].payload == {
+        "previous_owner": OWNER,
+        "previous_expires_at": LATER,
+        "owner": "second/1",
+        "epoch": 2,
+        "proof": proof,
+    }
+
+
+def test_go_on_after_interruption_appends_run_resumed_in_the_callers_transaction(
+    store: agentrt.Store, db_path: Path
+) -> None:
+    new_run(store)
+
+    def then_fail(tx: Tx) -> None:
+        writes.go_on_after_interruption(tx, "r1", {"detail": "x"}, EPOCH)
+        raise ZeroDivisionError  # the caller's transaction fails after the write
+
+    refused_and_nothing_written(db_path, ZeroDivisionError, then_fail, store)
+    with store.transaction() as tx:
+        writes.go_on_after_interruption(tx, "r1", {"reconcile": "continue"}, EPOCH)
+    last = store.list_events("r1")[-1]
+    assert (last.type, last.payload) == (
+        "run.resumed",
+        {"after": "interruption", "reconcile": "continue"},
+    )
+
+
+def test_record_late_outcome_appends_a_late_finish_and_returns_the_rows_as_they_stand(
+    store: agentrt.Store,
+) -> None:
+    step = deciding_step(store)
+    with store.transaction() as tx:
+        writes.cancel_run(tx, "r1", "alice", "stop", EPOCH)
+    with store.transaction() as tx:
+        late = writes.record_late_outcome(
+            tx, "r1", step.id, {"tool": "push", "duration_ms": 4}, EPOCH
+        )
+    assert repr(late.run) == repr(store.get_run("r1"))
+    assert repr(late.step) == repr(store.list_steps("r1")[0])
+    last = store.list_events("r1")[-1]
+    assert (last.type, last.payload) == (
+        "step.tool_finished",
+        {"tool": "push", "duration_ms": 4, "late": True},
+    )
+
+
+def test_the_model_call_writes_return_the_run_as_written(store: agentrt.Store) -> None:
+    step = deciding_step(store)
+    with store.transaction() as tx:
+        run = writes.dispatch_model_call(tx, "r1", step.id, "c1", 1, "m", Usage(100, 10), 7, EPOCH)
+    assert repr(run) == repr(store.get_run("r1"))
+    with store.transaction() as tx:
+        settled = writes.settle_model_call(
+            tx,
+            "r1",
+            step.id,
+            "c1",
+            1,
+            "m",
+            status="ok",
+            usage=Usage(90, 9),
+            cost_micros=5,
+            latency_ms=3,
+            error="",
+            now=EPOCH,
+        )
+    assert settled is not None and repr(settled) == repr(store.get_run("r1"))
+    assert (settled.model_calls, settled.input_tokens, settled.estimated_cost_micros) == (1, 90, 5)
+    with store.transaction() as tx:  # settled already: nothing more is written
+        assert (
+            writes.settle_model_call(
+                tx,
+                "r1",
+                step.id,
+                "c1",
+                1,
+                "m",
+                status="ok",
+                usage=Usage(90, 9),
+                cost_micros=5,
+                latency_ms=3,
+                error="",
+                now=EPOCH,
+            )
+            is None
+        )
+
+
+def test_no_event_is_appended_outside_the_store_layer() -> None:
+    package = Path(agentrt.__file__).parent
+    outside = [
+        str(path.relative_to(package))
+        for path in sorted(package.rglob("*.py"))
+        if "append_event(" in path.read_text()
+        and path.relative_to(package).parts[0] not in {"_store", "_db.py"}
+    ]
+    assert outside == []

@@ -183,7 +183,7 @@ class AccountingCaller:
             self._check_limits(run, projection)
             now = config.clock()
             call_id = config.new_id()
-            dispatch_model_call(
+            session.run = dispatch_model_call(
                 tx,
                 session.run_id,
                 self._step.id,
@@ -195,7 +195,6 @@ class AccountingCaller:
                 now,
             )
             self._in_flight[call_id] = projection
-            session.refresh(tx)
             return _Attempt(call_id, attempt, self._model.name, projection, now)
 
         return await session.write(tx_dispatch, POINT_MODEL_DISPATCHED)
@@ -315,7 +314,7 @@ class AccountingCaller:
                 error=error[:4096],
                 now=now,
             )
-            if not settled:
+            if settled is None:
                 # A takeover (or a cancel) already settled this attempt at its
                 # estimate: charging it again would count the spend twice. Only
                 # what the real reply cost beyond that estimate is added.
@@ -333,7 +332,7 @@ class AccountingCaller:
                     )
                 return
             self._in_flight.pop(record.call_id, None)
-            session.refresh(tx)
+            session.run = settled
 
         # Settling is bookkeeping of what already happened: it does not need the
         # lease (a takeover charges a dispatched row only if it is still dispatched),

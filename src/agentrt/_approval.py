@@ -36,14 +36,11 @@ from ._records import (
     Approval,
     ApprovalStatus,
     Event,
-    Observation,
     RunStatus,
-    StepStatus,
-    TerminalReason,
     ToolSpec,
 )
 from ._store import reads
-from ._store.writes import decide_approval, fail_step, finish_run
+from ._store.writes import decide_approval, reject_approval
 
 
 def approval_request(run_id: str, step_id: str, spec: ToolSpec, args: JSON) -> dict[str, Any]:
@@ -130,35 +127,13 @@ def decide(
             raise ApprovalExpiredError(
                 f"approval {approval_id} expired at {format_time(approval.expires_at)}"
             )
-        status = ApprovalStatus.APPROVED if approve else ApprovalStatus.REJECTED
-        try:
-            decided = decide_approval(tx, approval, status, by, note, now)
-        except RunStateError as exc:
-            raise ApprovalChangedError(
-                f"approval {approval_id} changed while being decided"
-            ) from exc
-        if not approve:
-            tool = (
-                approval.request.get("spec", {}).get("name", "")
-                if isinstance(approval.request, dict)
-                else ""
-            )
-            observation = Observation.rejected(tool, note)
-            fail_step(
-                tx,
-                run_id,
-                approval.step_id,
-                observation,
-                now,
-                from_statuses=(StepStatus.AWAITING_APPROVAL,),
-            )
-            finish_run(
-                tx,
-                run_id,
-                RunStatus.CANCELLED,
-                TerminalReason.APPROVAL_REJECTED,
-                note,
-                now,
-                from_statuses=(RunStatus.WAITING_FOR_APPROVAL,),
-            )
+        if approve:
+            try:
+                decided = decide_approval(tx, approval, ApprovalStatus.APPROVED, by, note, now)
+            except RunStateError as exc:
+                raise ApprovalChangedError(
+                    f"approval {approval_id} changed while being decided"
+                ) from exc
+        else:
+            decided, _ = reject_approval(tx, approval, by, note, now)
         return decided, list(tx.events)

@@ -349,6 +349,9 @@ class Gate:
             waiting_step = rs.steps[-1] if rs.steps else None
             session = GateSession(self, rs)
             if rs.has_allowed_call():
+                # The waiting run's lease is held (`hold_waiting`): keep it renewed
+                # until `execute` takes the run back, or `close` gives it up.
+                rs.start_heartbeat()
                 open_step = session._open_allowed(rs.allowed_step())
                 return session, session._verdict(open_step.step)
             if rs.run.status == RunStatus.RUNNING:
@@ -493,7 +496,8 @@ class GateSession:
     async def _finish_close(self) -> None:
         self._detach()
         rs = self._rs
-        if rs.run.status == RunStatus.RUNNING and rs.lingering_tool is None:
+        held = rs.run.status == RunStatus.RUNNING or rs.has_allowed_call()
+        if held and rs.lingering_tool is None:
             await asyncio.shield(run_io(lambda: release_lease(rs.config, rs.run_id)))
 
     def step_sync(self) -> GateStep | None:

@@ -2,9 +2,11 @@
 
 These are plain synchronous functions, one transaction each, on the wall clock
 (or an injected one through `Operator`). They never need the run's lease:
-deciding an approval touches a WAITING run, which nobody leases, and cancel
-closes any non-terminal run, whoever executes it; a loop still running finds
-out at its next write.
+deciding an approval touches a WAITING run, which no loop leases (an attach
+may hold it while it judges an approved request, decision 0032; a decision is
+made before that, on a pending approval), and cancel closes any non-terminal
+run, whoever executes or holds it; a loop still running finds out at its next
+write.
 """
 
 from __future__ import annotations

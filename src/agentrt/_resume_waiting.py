@@ -8,33 +8,47 @@ args failing the current schema fail the step `invalid_decision`), a grant
 older than `grant_ttl` cancels the run, and the policy is asked again while the
 run still waits; its answer is settled by `_settle.settle` from the waiting
 state: the call is allowed only on `allow` or on a `require_approval` the grant
-satisfies, otherwise the run pauses again. An allowed call writes nothing here:
-`execute` judges the grant and leaves WAITING (`run.resumed`, `step.policy`,
-`step.tool_started`) in one compare-and-set transaction, so of two concurrent
-resumes exactly one executes (`_settle.start_resumed`).
+satisfies, otherwise the run pauses again. An approved run is judged under
+its lease: the attach holds it first by compare-and-set (`hold_waiting`; the
+run stays WAITING, nothing else is written), so a second attach or resume, in
+this process or another, is refused with `RunLeasedError` as for a RUNNING run
+(decision 0032). An allowed call writes nothing more here: `execute` judges the
+grant and leaves WAITING (`run.resumed`, `step.policy`, `step.tool_started`) in
+one compare-and-set transaction on the status and the holder
+(`_settle.start_resumed`).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from ._approval import verify_stored
+from ._db import Tx
 from ._decisions import call_args
 from ._errors import RunStateError
+from ._lease import expiry, holder_json
 from ._records import (
     Approval,
     ApprovalStatus,
     Observation,
     Run,
+    RunStatus,
     Step,
     StepStatus,
 )
 from ._session import (
     LoopConfig,
     RunSession,
+    release_lease,
+    run_io,
+    write_through,
 )
 from ._settle import GRANT_EXPIRED, FromWaiting, Now, expire_waiting, fail_and_go_on, settle
+from ._store import reads, writes
+from ._takeover import check_live_lease
 
 NO_MARK = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -77,6 +91,50 @@ async def resume_waiting(
     if latest.status != ApprovalStatus.APPROVED:
         raise RunStateError(f"the latest approval {latest.id} of run {run.id} is {latest.status}")
     verify_stored(latest)
+    await _hold(config, run)
+    try:
+        await _judge(session, step, latest)
+    except BaseException:
+        # Whatever was not written, the run still waits: let the next attach judge it
+        # at once rather than after the lease lapses.
+        with contextlib.suppress(Exception):  # a closed store: the lease then lapses
+            await asyncio.shield(run_io(lambda: release_lease(config, run.id)))
+        raise
+    return session
+
+
+async def _hold(config: LoopConfig, run: Run) -> None:
+    """Hold the waiting run's lease, or refuse as a RUNNING run's lease refuses.
+
+    A lease another live attach holds refuses with `RunLeasedError` (as for a
+    RUNNING run: only one session per run, across processes); none, an expired
+    one, this gate's own or a provably dead holder's is taken, by compare-and-set
+    on exactly that lease (decision 0032).
+    """
+
+    def tx_hold(tx: Tx) -> None:
+        row = reads.lease_row(tx, run.id)
+        if row["status"] != RunStatus.WAITING_FOR_APPROVAL:
+            raise RunStateError(f"run {run.id} is {row['status']}; it was resumed elsewhere")
+        check_live_lease(
+            config, run, row["lease_owner"], row["lease_expires_at"], row["lease_holder"]
+        )
+        writes.hold_waiting(
+            tx,
+            run.id,
+            owner=config.owner,
+            expires_at=expiry(config.wall, config.lease_ttl),
+            holder=holder_json(),
+            previous_owner=row["lease_owner"],
+            previous_expires_at=row["lease_expires_at"],
+        )
+
+    await write_through(config, tx_hold)
+
+
+async def _judge(session: RunSession, step: Step, latest: Approval) -> None:
+    """The approved request judged again: the tool as registered now, its schema, the policy."""
+    config = session.config
     origin = FromWaiting(latest, Now(session))
     decision = step.decision
     tool = decision.tool if decision is not None else ""
@@ -98,7 +156,6 @@ async def resume_waiting(
             await fail_and_go_on(
                 session, origin, step, Observation.invalid_decision(unusable or ""), None
             )
-        return session
+        return
     check = await session.ask_policy(step, spec, args)
     await settle(session, origin, step, spec, args, check)
-    return session

@@ -3,8 +3,9 @@
 A `RunSession` is what executes a RUNNING run while this process holds its
 lease: the in-memory copy of the run, its steps and approvals; `write()`
 through the I/O thread; the crash-point probes; the heartbeat; the lease guard
-(`require_lease`); and the transactions a step is made of (record a decision,
-settle a step with the run, pause, start a tool). The step itself is taken by
+(`require_lease`); and the session's side of three transactions (record a
+decision, pause, start a tool), each one named write of `_store/writes.py`
+whose returned records become the copy. The step itself is taken by
 `_step.py` (`begin_step`, `propose`, `execute`); a policy's answer is acted on
 by `_settle.py`; a waiting run is resumed by `_resume_waiting.py`, a dead
 owner's run taken over by `_takeover.py`.
@@ -32,7 +33,7 @@ import contextvars
 import inspect
 import logging
 from collections.abc import Callable, Coroutine, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 from functools import partial
@@ -40,7 +41,7 @@ from typing import Any, TypeVar, cast
 
 from . import _limits as limits_mod
 from ._approval import approval_hash, approval_request
-from ._canonical import check_json, content_hash, copy_json, from_text, to_text
+from ._canonical import check_json, content_hash, copy_json, to_text
 from ._clock import Clock, IdFactory, duration_to_ms, format_time
 from ._db import Store, Tx, run_from_row
 from ._decisions import RecordedDecision, record
@@ -53,7 +54,6 @@ from ._policy import evaluate as evaluate_policy
 from ._records import (
     JSON,
     Approval,
-    Observation,
     PolicyDecision,
     PolicyOutcome,
     Run,
@@ -65,7 +65,6 @@ from ._records import (
     ToolSpec,
 )
 from ._store import reads, writes
-from ._store.writes import fail_step, finish_run
 from ._tools import CompiledTool, Tool
 
 T = TypeVar("T")
@@ -429,17 +428,6 @@ class RunSession:
             )
         return row
 
-    def refresh(self, tx: Tx, step_id: str | None = None, *, run: bool = True) -> None:
-        """Re-read the run (and one step) so the session mirrors what was committed.
-
-        `run=False` for writes that leave the run row as it was (a decision, a
-        tool start, an invalid decision): a read and a decode saved per write.
-        """
-        if run:
-            self.run = reads.run_record(tx, self.run_id)
-        if step_id is not None:
-            self.put_step(reads.step_record(tx, step_id))
-
     def current(self, step: Step) -> Step:
         """The session's copy of `step` as last written (callers may hold an older one)."""
         for i in range(len(self.steps) - 1, -1, -1):
@@ -454,8 +442,9 @@ class RunSession:
         fresh read of the rows would give, to the repr (number literals, key
         order, a time's type and zone): `tests/test_session_mirror.py` checks
         it at every crash point and after a run's last commit (decision 0011).
-        The hot writes of a step build their copy from the values they wrote,
-        with the reader's own decoders, instead of reading the rows back. (A
+        Every copy put here is what a named write of `_store/writes.py`
+        returned as written (the hot ones build it from the values they wrote,
+        with the reader's own decoders, instead of reading the rows back). (A
         transaction that fails leaves the copy ahead of the rows; the loop
         then stops with the error, and the session is not used again.)
         """
@@ -466,8 +455,14 @@ class RunSession:
         self.steps.append(step)
         return step
 
-    def reload_approvals(self, tx: Tx) -> None:
-        self.approvals = reads.approvals_of_run(tx, self.run_id)
+    def put_approval(self, approval: Approval) -> Approval:
+        """Replace the session's copy of `approval` (by id), or add it as the newest."""
+        for i in range(len(self.approvals) - 1, -1, -1):
+            if self.approvals[i].id == approval.id:
+                self.approvals[i] = approval
+                return approval
+        self.approvals.append(approval)
+        return approval
 
     def set_mark(self, now: datetime) -> None:
         """Start the active segment at `now` (a waiting run resumed then)."""
@@ -514,20 +509,20 @@ class RunSession:
         reason: str,
         detail: str,
         *,
-        from_statuses: tuple[str, ...] = (RunStatus.RUNNING,),
         result: JSON = None,
-    ) -> None:
-        finish_run(
+    ) -> Run:
+        """End the RUNNING run with no step to settle; the session's copy is what was written."""
+        self.run = writes.end_run(
             tx,
             self.run_id,
             status,
             reason,
             detail,
-            now,
-            from_statuses=from_statuses,
             result=result,
             active_ms_add=self.active_ms_until(now),
+            now=now,
         )
+        return self.run
 
     def step_input_parts(self) -> tuple[Run, tuple[Step, ...], tuple[Approval, ...]]:
         return self.run, tuple(self.steps), tuple(self.approvals)
@@ -542,63 +537,14 @@ class RunSession:
             now = self.config.clock()
             # `record` never raises and its text is known to encode: whatever the
             # agent returned, this write records it (or what could be kept of it).
-            writes.record_decision(
-                tx, self.run_id, step.id, recorded.text, recorded.decision.to_json(), now
+            self.put_step(
+                writes.record_decision(
+                    tx, self.current(step), recorded.text, recorded.decision, now
+                )
             )
-            self.put_step(replace(self.current(step), decision=recorded.decision))
 
         await self.write(tx_decided, POINT_DECIDED)
         return recorded
-
-    async def fail_current(self, step: Step, observation: Observation) -> None:
-        """Fail a deciding step (invalid decision); the loop goes on."""
-
-        def tx_fail(tx: Tx) -> None:
-            self.require_lease(tx)
-            now = self.config.clock()
-            fail_step(
-                tx, self.run_id, step.id, observation, now, from_statuses=(StepStatus.DECIDING,)
-            )
-            self.refresh(tx, step.id, run=False)
-
-        await self.write(tx_fail)
-
-    async def end_with_step(
-        self,
-        step: Step,
-        status: str,
-        reason: str,
-        detail: str,
-        *,
-        step_status: str,
-        observation: Observation | None = None,
-        policy_payload: dict[str, Any] | None = None,
-        result: JSON = None,
-        from_step: tuple[str, ...] = (StepStatus.DECIDING,),
-    ) -> None:
-        """End the run and settle its current step in one transaction."""
-
-        def tx_end(tx: Tx) -> None:
-            self.require_lease(tx)
-            now = self.config.clock()
-            if policy_payload is not None:
-                self.record_policy(tx, now, step.id, policy_payload)
-            if observation is not None:
-                fail_step(
-                    tx,
-                    self.run_id,
-                    step.id,
-                    observation,
-                    now,
-                    from_statuses=from_step,
-                    status=step_status,
-                )
-            else:
-                writes.close_step(tx, step.id, step_status, now, from_statuses=from_step)
-            self.end_in(tx, now, status, reason, detail, result=result)
-            self.refresh(tx, step.id)
-
-        await self.write(tx_end)
 
     def policy_request(self, step: Step, spec: ToolSpec, args: JSON) -> tuple[ToolRequest, RunView]:
         shown = self.config.shown_specs[spec.name]
@@ -653,7 +599,7 @@ class RunSession:
         request = approval_request(self.run_id, step.id, spec, args)
         ttl = self.run.limits.approval_ttl
         active = self.active_ms_until(now) if from_run == RunStatus.RUNNING else 0
-        writes.pause_for_approval(
+        paused = writes.pause_for_approval(
             tx,
             self.run_id,
             step.id,
@@ -670,8 +616,9 @@ class RunSession:
             from_run=from_run,
             now=now,
         )
-        self.reload_approvals(tx)
-        self.refresh(tx, step.id)
+        self.run = paused.run
+        self.put_step(paused.step)
+        self.put_approval(paused.approval)
 
     # -- 3. execute the allowed call ---------------------------------------
 
@@ -687,24 +634,18 @@ class RunSession:
         approval_id: str = "",
         from_step: tuple[str, ...] = (StepStatus.DECIDING,),
     ) -> Step:
-        """Write the step `executing` with its policy; returns the step as now stored."""
-        policy_text = writes.start_tool(
-            tx,
-            self.run_id,
-            step.id,
-            spec.name,
-            args,
-            payload,
-            approval_id=approval_id,
-            from_statuses=from_step,
-            now=now,
-        )
-        return replace(
-            self.current(step),
-            status=StepStatus.EXECUTING,
-            policy=PolicyDecision.from_json(from_text(policy_text)),
-            spec_hash=payload["spec_hash"],
-            policy_id=payload["policy_id"],
+        """Write the step `executing` with its policy; the session's copy is what was written."""
+        return self.put_step(
+            writes.start_tool(
+                tx,
+                self.current(step),
+                spec.name,
+                args,
+                payload,
+                approval_id=approval_id,
+                from_statuses=from_step,
+                now=now,
+            )
         )
 
     def has_allowed_call(self) -> bool:

@@ -2,16 +2,20 @@
 
 A step reaches its policy from one of two places: the lease holder's loop (a
 step `deciding`, or one found `interrupted` at a takeover), or a run WAITING on
-an approval, which nobody leases (the step `awaiting_approval`). `settle` maps
-the check to the same four answers either way, and each answer is one
-transaction built once here:
+an approval, which the attach judging it holds (`hold_waiting`, decision 0032;
+the step `awaiting_approval`). `settle` maps the check to the same four answers
+either way, and each answer is one transaction of named writes
+(`_store/writes.py`, which append the events and return the records the
+session keeps), built once here:
 
 - allowed: from the loop, nothing is written until `execute` starts the tool;
-  from a waiting run, the lease is taken, `run.resumed`, and the tool start
-  is committed in that same transaction;
+  from a waiting run, `execute` leaves waiting (`leave_waiting`: a new lease,
+  `run.resumed`) and starts the tool in that same transaction;
 - denied (or a call that no longer fits its tool): the step fails and the loop
-  goes on (a waiting run is taken back to RUNNING first);
-- ended (abort, or a policy that failed): the step fails and the run ends;
+  goes on (`fail_and_go_on`; a waiting run leaves waiting first);
+- ended (abort, or a policy that failed): the step fails and the run ends
+  (`end_with_step` from the loop, `end_waiting` from a waiting run); the
+  agent's own `complete`/`fail`, or an agent that raised, end here too;
 - pending: a new approval, step `awaiting_approval`, run WAITING, lease released.
 
 `FromRunning` and `FromWaiting` say how to enter the transaction (the lease
@@ -29,16 +33,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from . import _events as ev
 from ._approval import approval_hash, approval_request
 from ._canonical import copy_json
 from ._db import Tx
 from ._errors import RunStateError
-from ._lease import take_in
+from ._lease import expiry, holder_json
 from ._records import (
     JSON,
     Approval,
-    ApprovalStatus,
     Observation,
     PolicyDecision,
     PolicyOutcome,
@@ -59,7 +61,6 @@ from ._session import (
     VerdictOutcome,
 )
 from ._store import reads, writes
-from ._store.writes import fail_step, finish_run
 
 INTERRUPTED_KIND = "interrupted_side_effect"
 
@@ -76,8 +77,27 @@ class FromRunning:
         session.require_lease(tx)
         return session.config.clock()
 
-    def take(self, session: RunSession, tx: Tx, now: datetime) -> None:
-        """The lease is ours already."""
+    def fail(
+        self,
+        session: RunSession,
+        tx: Tx,
+        now: datetime,
+        step: Step,
+        observation: Observation,
+        payload: dict[str, Any] | None,
+    ) -> None:
+        """The step fails and the loop goes on (the session's copy: what was written)."""
+        session.put_step(
+            writes.fail_and_go_on(
+                tx,
+                session.run_id,
+                step.id,
+                observation,
+                policy=payload,
+                from_step=self.from_step[0],
+                now=now,
+            )
+        )
 
     def active_ms(self, session: RunSession, now: datetime) -> int:
         return session.active_ms_until(now)
@@ -129,18 +149,40 @@ class FromWaiting:
     def take(self, session: RunSession, tx: Tx, now: datetime) -> None:
         """Take the lease of the waiting run back to RUNNING; `run.resumed`."""
         config = session.config
-        session.epoch = take_in(
+        leased = writes.leave_waiting(
             tx,
             session.run_id,
-            config.owner,
-            config.lease_ttl,
-            config.wall,
-            from_status=RunStatus.WAITING_FOR_APPROVAL,
+            self.approval.id,
+            owner=config.owner,
+            expires_at=expiry(config.wall, config.lease_ttl),
+            holder=holder_json(),
+            now=now,
         )
-        tx.append_event(session.run_id, "", now, ev.RUN_RESUMED, {"approval_id": self.approval.id})
+        session.epoch = leased.epoch
+        session.run = leased.run
 
-    def active_ms(self, session: RunSession, now: datetime) -> int:
-        return 0  # a waiting run accrues no active time
+    def fail(
+        self,
+        session: RunSession,
+        tx: Tx,
+        now: datetime,
+        step: Step,
+        observation: Observation,
+        payload: dict[str, Any] | None,
+    ) -> None:
+        """Leave waiting, then the step fails and the loop goes on."""
+        self.take(session, tx, now)
+        session.put_step(
+            writes.fail_and_go_on(
+                tx,
+                session.run_id,
+                step.id,
+                observation,
+                policy=payload,
+                from_step=StepStatus.AWAITING_APPROVAL,
+                now=now,
+            )
+        )
 
     def satisfies(self, decision: PolicyDecision, request: JSON) -> bool:
         """Whether the granted approval answers the approval the policy asks for now.
@@ -290,7 +332,6 @@ async def start_resumed(session: RunSession, call: AllowedCall) -> datetime | No
             approval_id=origin.approval.id,
             from_step=origin.from_step,
         )
-        session.refresh(tx, step.id)
 
     await session.write(tx_resume, POINT_RESUMED)
     return origin.when()
@@ -303,28 +344,13 @@ async def expire_waiting(
 
     def tx_expire(tx: Tx) -> None:
         require_latest(tx, step.id, approval)
-        if approval.status == ApprovalStatus.PENDING:
-            writes.expire_approval(tx, approval.id)
         tool = step.decision.tool if step.decision is not None else ""
-        fail_step(
-            tx,
-            session.run_id,
-            step.id,
-            Observation.denied(tool, why),
-            now,
-            from_statuses=(StepStatus.AWAITING_APPROVAL,),
+        settled, expired = writes.expire_waiting(
+            tx, session.run_id, step.id, approval, tool=tool, why=why, now=now
         )
-        finish_run(
-            tx,
-            session.run_id,
-            RunStatus.CANCELLED,
-            TerminalReason.APPROVAL_EXPIRED,
-            why,
-            now,
-            from_statuses=(RunStatus.WAITING_FOR_APPROVAL,),
-        )
-        session.reload_approvals(tx)
-        session.refresh(tx, step.id)
+        session.run = settled.run
+        session.put_step(settled.step)
+        session.put_approval(expired)
 
     await session.write(tx_expire)
 
@@ -340,11 +366,7 @@ async def fail_and_go_on(
 
     def tx_fail(tx: Tx) -> None:
         now = origin.enter(session, tx, step)
-        origin.take(session, tx, now)
-        if payload is not None:
-            session.record_policy(tx, now, step.id, payload)
-        fail_step(tx, session.run_id, step.id, observation, now, from_statuses=origin.from_step)
-        session.refresh(tx, step.id)
+        origin.fail(session, tx, now, step, observation, payload)
 
     await session.write(tx_fail, origin.resume_point)
 
@@ -355,27 +377,53 @@ async def end(
     step: Step,
     reason: str,
     detail: str,
-    observation: Observation,
+    observation: Observation | None,
     payload: dict[str, Any] | None,
+    *,
+    status: str = RunStatus.FAILED,
+    step_status: str = StepStatus.FAILED,
+    result: JSON = None,
 ) -> None:
-    """The step fails and the run ends FAILED with `reason`, in one transaction."""
+    """The step settles and the run ends (FAILED with `reason` unless `status` says
+    otherwise), in one transaction: one named write from the loop, one from waiting.
+
+    From the loop: an agent's `complete` or `fail` (the step `done`, no observation),
+    an agent or loop that raised, a policy that aborted or failed. From waiting: a
+    policy that aborted or failed at a resume.
+    """
 
     def tx_end(tx: Tx) -> None:
         now = origin.enter(session, tx, step)
-        if payload is not None:
-            session.record_policy(tx, now, step.id, payload)
-        fail_step(tx, session.run_id, step.id, observation, now, from_statuses=origin.from_step)
-        finish_run(
-            tx,
-            session.run_id,
-            RunStatus.FAILED,
-            reason,
-            detail,
-            now,
-            from_statuses=(origin.from_run,),
-            active_ms_add=origin.active_ms(session, now),
-        )
-        session.refresh(tx, step.id)
+        if isinstance(origin, FromWaiting):
+            assert observation is not None
+            settled = writes.end_waiting(
+                tx,
+                session.run_id,
+                step.id,
+                observation,
+                status=status,
+                reason=reason,
+                detail=detail,
+                policy=payload,
+                now=now,
+            )
+        else:
+            settled = writes.end_with_step(
+                tx,
+                session.run_id,
+                step.id,
+                status=status,
+                reason=reason,
+                detail=detail,
+                step_status=step_status,
+                observation=observation,
+                policy=payload,
+                result=result,
+                active_ms_add=origin.active_ms(session, now),
+                now=now,
+            )
+        session.run = settled.run
+        session.put_step(settled.step)
 
     await session.write(tx_end)
 

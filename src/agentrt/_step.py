@@ -19,14 +19,12 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-from dataclasses import replace
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
-from . import _events as ev
 from . import _limits as limits_mod
-from ._canonical import copy_json, from_text
-from ._clock import as_stored, duration_to_ms
+from ._canonical import copy_json
+from ._clock import duration_to_ms
 from ._db import Tx, run_from_row
 from ._decisions import call_args, validate
 from ._errors import LeaseLostError, LimitExceeded, ModelUnavailableError, RunStateError
@@ -53,9 +51,8 @@ from ._session import (
     RunSession,
     VerdictOutcome,
 )
-from ._settle import FromRunning, settle, start_resumed
+from ._settle import FromRunning, end, fail_and_go_on, settle, start_resumed
 from ._store import reads, writes
-from ._store.writes import finish_run
 
 
 async def begin_step(session: RunSession) -> Step | None:
@@ -71,28 +68,24 @@ async def begin_step(session: RunSession) -> Step | None:
             # store.md: a run whose record will not decode is not continued.
             detail = f"the run's record cannot be read back ({run.decode_error})"
             session.end_in(tx, now, RunStatus.FAILED, TerminalReason.INTERNAL_ERROR, detail)
-            session.refresh(tx)
             return None
         active = session.active_time_at(now)
         hit = limits_mod.check(run, session.steps, now, active, session.args_hash)
         if hit is not None:
-            if hit.loop is not None:
-                tx.append_event(session.run_id, "", now, ev.LOOP_DETECTED, hit.loop)
-            else:
-                tx.append_event(
-                    session.run_id,
-                    "",
-                    now,
-                    ev.LIMIT_EXCEEDED,
-                    {"reason": hit.reason, "detail": hit.detail},
-                )
-            session.end_in(tx, now, RunStatus.FAILED, hit.reason, hit.detail)
-            session.refresh(tx)
+            session.run = writes.fail_at_limit(
+                tx,
+                session.run_id,
+                reason=hit.reason,
+                detail=hit.detail,
+                loop=hit.loop,
+                active_ms_add=session.active_ms_until(now),
+                now=now,
+            )
             return None
-        index = run.step_count
-        step = writes.claim_step(tx, session.run_id, index, config.owner, config.new_id, now)
-        session.run = replace(run, step_count=index + 1)
-        session.steps.append(step)  # a new id: nothing to replace
+        claimed = writes.claim_next_step(tx, run, config.owner, config.new_id, now)
+        session.run = claimed.run
+        session.steps.append(claimed.step)  # a new id: nothing to replace
+        step = claimed.step
         session.probe_in_tx(POINT_STEP_STARTED)
         return step
 
@@ -112,25 +105,34 @@ async def propose(session: RunSession, step: Step, decision: Any) -> VerdictOutc
         recorded = await session.record_decision(step, decision)
         error = validate(recorded, session.config.compiled)
         if error is not None:
-            await session.fail_current(step, Observation.invalid_decision(error))
+            await fail_and_go_on(
+                session, FromRunning(), step, Observation.invalid_decision(error), None
+            )
             return VerdictOutcome.DENIED
         chosen = recorded.decision
         if chosen.kind == DecisionKind.COMPLETE:
-            await session.end_with_step(
+            await end(
+                session,
+                FromRunning(),
                 step,
-                RunStatus.COMPLETED,
                 TerminalReason.GOAL_COMPLETED,
                 "",
+                None,
+                None,
+                status=RunStatus.COMPLETED,
                 step_status=StepStatus.DONE,
                 result=chosen.result,
             )
             return VerdictOutcome.ENDED
         if chosen.kind == DecisionKind.FAIL:
-            await session.end_with_step(
+            await end(
+                session,
+                FromRunning(),
                 step,
-                RunStatus.FAILED,
                 TerminalReason.GOAL_FAILED,
                 chosen.message,
+                None,
+                None,
                 step_status=StepStatus.DONE,
             )
             return VerdictOutcome.ENDED
@@ -149,7 +151,7 @@ async def _start_tool(
     def tx_started(tx: Tx) -> datetime:
         session.require_lease(tx, side_effect=True)
         now = session.config.clock()
-        session.put_step(session.tool_started_in(tx, now, step, spec, args, payload))
+        session.tool_started_in(tx, now, step, spec, args, payload)
         return now
 
     return await session.write(tx_started, POINT_TOOL_STARTED)
@@ -241,9 +243,9 @@ async def _finish_tool(
             if row["status"] == RunStatus.CANCELLED and row["lease_epoch"] == session.epoch:
                 # Cancelled while we held the lease: the effect happened after the
                 # cancel was recorded, so it is appended, changing neither row.
-                finished["late"] = True
-                tx.append_event(session.run_id, step.id, now, ev.STEP_TOOL_FINISHED, finished)
-                session.refresh(tx, step.id)
+                late = writes.record_late_outcome(tx, session.run_id, step.id, finished, now)
+                session.run = late.run
+                session.put_step(late.step)
                 return
             # Someone else owns the run now: the next owner decides what this
             # step did; our late result is not recorded.
@@ -258,59 +260,46 @@ async def _finish_tool(
         else:
             status = StepStatus.DONE
         active = session.active_ms_until(now)
-        observation_text = writes.finish_tool(
-            tx,
-            session.run_id,
-            step.id,
-            status,
-            observation,
-            finished,
-            failed_event=failed and not cancelled,
-            now=now,
+        session.put_step(
+            writes.finish_tool(
+                tx,
+                session.current(step),
+                status,
+                observation,
+                finished,
+                failed_event=failed and not cancelled,
+                now=now,
+            )
         )
         if abort is not None:
-            finish_run(
+            session.run = writes.end_run(
                 tx,
                 session.run_id,
                 RunStatus.FAILED,
                 TerminalReason.TOOL_ABORT,
                 abort,
-                now,
-                from_statuses=(RunStatus.RUNNING,),
                 active_ms_add=active,
+                now=now,
             )
         elif spec.terminal and not failed:
-            finish_run(
+            session.run = writes.end_run(
                 tx,
                 session.run_id,
                 RunStatus.COMPLETED,
                 TerminalReason.GOAL_COMPLETED,
                 "",
-                now,
-                from_statuses=(RunStatus.RUNNING,),
                 result=observation.content,
                 active_ms_add=active,
+                now=now,
             )
         elif cancelled and not keep_lease:
             # Leave the run RUNNING for a later resume, but give up the lease now:
             # nobody should have to wait it out for a loop that has stopped.
-            writes.leave_running(tx, session.run_id, session.config.owner, active_ms_add=active)
-        else:
-            writes.add_active_time(tx, session.run_id, session.config.owner, active)
-            # The common ending: the copies are built from the row read above
-            # and the values just written (see `put_step`).
-            run = run_from_row(row)
-            session.run = replace(run, active_time=run.active_time + timedelta(milliseconds=active))
-            session.put_step(
-                replace(
-                    session.current(step),
-                    status=status,
-                    observation=Observation.from_json(from_text(observation_text)),
-                    finished_at=as_stored(now),
-                )
+            session.run = writes.leave_running(
+                tx, session.run_id, session.config.owner, active_ms_add=active
             )
-            return
-        session.refresh(tx, step.id)
+        else:
+            session.run = writes.add_active_time(tx, session.run_id, session.config.owner, active)
 
     await session.write_outcome(tx_finished, POINT_TOOL_FINISHED)
 
@@ -350,11 +339,6 @@ def _limit_reason(exc: LimitExceeded) -> tuple[str, str]:
 async def fail_step(session: RunSession, step: Step, exc: BaseException) -> None:
     """The agent could not decide `step`: it fails and the run ends (`failure_reason`)."""
     reason, detail = failure_reason(exc)
-    await session.end_with_step(
-        step,
-        RunStatus.FAILED,
-        reason,
-        detail,
-        step_status=StepStatus.FAILED,
-        observation=Observation.invalid_decision(detail),
+    await end(
+        session, FromRunning(), step, reason, detail, Observation.invalid_decision(detail), None
     )

@@ -18,13 +18,12 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from . import _events as ev
 from ._canonical import check_json, to_text
 from ._clock import format_time
 from ._db import Tx
 from ._decisions import call_args
 from ._errors import JSONValueError, RunLeasedError, RunStateError
-from ._lease import prove_dead, take_in
+from ._lease import expiry, holder_json, prove_dead
 from ._policy import interrupted_side_effect_decision
 from ._records import (
     PolicyDecision,
@@ -52,7 +51,6 @@ from ._session import (
 )
 from ._settle import FromRunning, pause
 from ._store import reads, writes
-from ._store.writes import charge_dispatched
 
 INTERRUPTED_POLICY_ID = "agentrt:interrupted_side_effect"
 
@@ -117,35 +115,21 @@ async def take_over(config: LoopConfig, run_id: str) -> RunSession:
         proof = check_live_lease(
             config, run, row["lease_owner"], row["lease_expires_at"], row["lease_holder"]
         )
-        session.epoch = take_in(
+        taken = writes.take_over(
             tx,
             run_id,
-            config.owner,
-            config.lease_ttl,
-            config.wall,
-            from_status=RunStatus.RUNNING,
+            owner=config.owner,
+            expires_at=expiry(config.wall, config.lease_ttl),
+            holder=holder_json(),
             previous_owner=row["lease_owner"],
             previous_expires_at=row["lease_expires_at"],
+            proof=proof,
+            now=now,
         )
-        if row["lease_owner"]:
-            tx.append_event(
-                run_id,
-                "",
-                now,
-                ev.LEASE_TAKEN_OVER,
-                {
-                    "previous_owner": row["lease_owner"],
-                    "previous_expires_at": row["lease_expires_at"],
-                    "owner": config.owner,
-                    "epoch": session.epoch,
-                    "proof": proof,
-                },
-            )
-        charge_dispatched(tx, run_id, now)
-        for step_row in reads.steps_in(tx, run_id, ("deciding", "executing")):
-            writes.interrupt_step(tx, run_id, step_row["id"], step_row["status"], now)
-            session.refresh(tx, step_row["id"])
-        session.refresh(tx)
+        session.epoch = taken.epoch
+        for step in taken.interrupted:
+            session.put_step(step)
+        session.run = taken.run
 
     await session.write(tx_take, POINT_INTERRUPTED)
     # The lease is ours from here: keep it renewed while reconcile (consumer code,
@@ -255,7 +239,6 @@ async def _end_running(
         session.require_lease(tx)
         now = session.config.clock()
         session.end_in(tx, now, status, reason, detail, result=result)
-        session.refresh(tx)
 
     await session.write(tx_end)
 
@@ -350,7 +333,6 @@ async def _continue(session: RunSession, extra: dict[str, Any] | None = None) ->
     def tx_continue(tx: Tx) -> None:
         session.require_lease(tx)
         now = session.config.clock()
-        payload = {"after": "interruption", **(extra or {})}
-        tx.append_event(session.run_id, "", now, ev.RUN_RESUMED, payload)
+        writes.go_on_after_interruption(tx, session.run_id, extra or {}, now)
 
     await session.write(tx_continue, POINT_RESUMED)

@@ -3,27 +3,43 @@
 Every statement here is a compare-and-set: it names the statuses it may leave
 (`AND status IN (...)`) and raises `RunStateError` when no row matched, so a
 concurrent writer (an operator's cancel, another resume) is never overwritten.
-Each write appends its audit event in the same transaction.
+Each write appends its audit events in the same transaction, and no event is
+appended anywhere else (decision 0036).
+
+Each returns the records as written, which the step machine keeps as its
+in-memory copy (decision 0011): the hot writes of a step (`record_decision`,
+`start_tool`, `finish_tool`) build them from the caller's copy and the values
+they wrote, decoded as a reader would; a run's update returns its row
+(`RETURNING *`); the rarer transitions read their rows back.
+
+The step machine names its transitions (the end of this file): `end_run`,
+`fail_at_limit`, `end_with_step`, `end_waiting` (the one way a run ends from
+waiting, used by a resume's policy, `expire_waiting` and `reject_approval`),
+`leave_waiting`, `fail_and_go_on`, `take_over`, `go_on_after_interruption`,
+`record_late_outcome`; the row-level writes above them (`fail_step`,
+`finish_run`, `close_step`, `record_policy`) are their parts.
 """
 
 from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
 from .. import _events as ev
-from .._canonical import to_text
+from .._canonical import from_text, to_text
 from .._clock import as_stored, format_time
-from .._db import Tx, check_schema, clamp_charge, saturating_add_sql
-from .._errors import LeaseLostError, RunStateError
+from .._db import Tx, check_schema, clamp_charge, run_from_row, saturating_add_sql
+from .._errors import ApprovalChangedError, LeaseLostError, RunStateError
 from .._migrations import rollback_quietly
 from .._model import Usage
 from .._records import (
     JSON,
     Approval,
     ApprovalStatus,
+    Decision,
     Limits,
     ModelCallStatus,
     Observation,
@@ -79,8 +95,10 @@ def finish_run(
     from_statuses: tuple[str, ...],
     result: JSON = None,
     active_ms_add: int = 0,
-) -> None:
-    """End a run: status, reason, result and a cleared lease, then `run.finished`."""
+) -> Run:
+    """End a run: status, reason, result and a cleared lease, then `run.finished`.
+
+    The row-level step of every ending below; returns the run as written."""
     placeholders = ",".join("?" for _ in from_statuses)
     cur = tx.execute(
         f"UPDATE runs SET status = ?, reason = ?, reason_detail = ?, finished_at = ?, "
@@ -102,25 +120,32 @@ def finish_run(
         raise RunStateError(f"run {run_id} moved before it could be finished")
     # An attempt whose outcome was never recorded is charged before the run closes.
     charge_dispatched(tx, run_id, now)
-    steps = tx.execute("SELECT step_count FROM runs WHERE id = ?", (run_id,)).fetchone()[0]
+    row = tx.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone()
     tx.append_event(
         run_id,
         "",
         now,
         ev.RUN_FINISHED,
-        {"status": str(status), "reason": str(reason), "detail": detail, "steps": steps},
+        {
+            "status": str(status),
+            "reason": str(reason),
+            "detail": detail,
+            "steps": row["step_count"],
+        },
     )
+    return run_from_row(row)
 
 
-def charge_run(tx: Tx, run_id: str, usage: Usage, cost_micros: int) -> None:
-    """Add usage and cost to the run's totals, saturating at 2^63-1, never negative."""
-    tx.execute(
+def charge_run(tx: Tx, run_id: str, usage: Usage, cost_micros: int) -> Run:
+    """Add usage and cost to the run's totals, saturating at 2^63-1, never negative;
+    the run as written."""
+    rows = tx.execute(
         "UPDATE runs SET "
         f"input_tokens = {saturating_add_sql('input_tokens', ':input')}, "
         f"output_tokens = {saturating_add_sql('output_tokens', ':output')}, "
         f"cached_input_tokens = {saturating_add_sql('cached_input_tokens', ':cached')}, "
         f"estimated_cost_micros = {saturating_add_sql('estimated_cost_micros', ':cost')} "
-        "WHERE id = :id",
+        "WHERE id = :id RETURNING *",
         {
             "input": clamp_charge(usage.input_tokens),
             "output": clamp_charge(usage.output_tokens),
@@ -128,7 +153,10 @@ def charge_run(tx: Tx, run_id: str, usage: Usage, cost_micros: int) -> None:
             "cost": clamp_charge(cost_micros),
             "id": run_id,
         },
-    )
+    ).fetchall()
+    if len(rows) != 1:
+        raise RunStateError(f"run {run_id} disappeared before it could be charged")
+    return run_from_row(rows[0])
 
 
 def charge_dispatched(tx: Tx, run_id: str, now: datetime) -> None:
@@ -326,11 +354,14 @@ def take_lease(
     *,
     from_status: str,
     previous: tuple[str, str] | None = None,
+    held: bool = False,
 ) -> int:
     """Move the run to RUNNING under a new lease, compare-and-set; return the new epoch.
 
     With `previous` (owner, expiry) the update also requires the lease to be
-    exactly the one the caller judged expired. `RunStateError` when no row matched.
+    exactly the one the caller judged expired; with `held`, the lease to be
+    `owner`'s already (a waiting run its attach holds). `RunStateError` when no
+    row matched.
     """
     sql = (
         "UPDATE runs SET status = 'RUNNING', lease_owner = ?, lease_expires_at = ?, "
@@ -340,6 +371,9 @@ def take_lease(
     if previous is not None:
         sql += " AND lease_owner = ? AND lease_expires_at = ?"
         params += list(previous)
+    if held:
+        sql += " AND lease_owner = ?"
+        params.append(owner)
     cur = tx.execute(sql, params)
     if cur.rowcount != 1:
         raise RunStateError(
@@ -359,11 +393,12 @@ def dispatch_model_call(
     estimate: Usage,
     estimate_cost_micros: int,
     now: datetime,
-) -> None:
+) -> Run:
     """Record a model attempt as `dispatched` at its estimate, before it is sent.
 
     Counts it on the run and appends `model.dispatched`; charging waits for the
-    settle (or for `charge_dispatched`, when it never comes).
+    settle (or for `charge_dispatched`, when it never comes). Returns the run as
+    written.
     """
     tx.execute(
         "INSERT INTO model_calls (id, run_id, step_id, attempt, status, model, "
@@ -381,10 +416,13 @@ def dispatch_model_call(
             format_time(now),
         ),
     )
-    tx.execute(
-        f"UPDATE runs SET model_calls = {saturating_add_sql('model_calls', ':one')} WHERE id = :id",
+    rows = tx.execute(
+        f"UPDATE runs SET model_calls = {saturating_add_sql('model_calls', ':one')} "
+        "WHERE id = :id RETURNING *",
         {"one": 1, "id": run_id},
-    )
+    ).fetchall()
+    if len(rows) != 1:
+        raise RunStateError(f"run {run_id} disappeared before its model call was dispatched")
     tx.append_event(
         run_id,
         step_id,
@@ -392,6 +430,7 @@ def dispatch_model_call(
         ev.MODEL_DISPATCHED,
         {"call_id": call_id, "attempt": attempt, "model": model},
     )
+    return run_from_row(rows[0])
 
 
 def settle_model_call(
@@ -408,13 +447,13 @@ def settle_model_call(
     latency_ms: int,
     error: str,
     now: datetime,
-) -> bool:
+) -> Run | None:
     """Record a still-dispatched attempt's outcome, charge the run, and append its event.
 
     `cost_micros` is None when the model has no price (the event says so; 0 is charged).
 
-    Returns False, writing nothing, when the attempt is no longer `dispatched`
-    (a takeover or a cancel charged it at its estimate already).
+    Returns the run as written; None, writing nothing, when the attempt is no
+    longer `dispatched` (a takeover or a cancel charged it at its estimate already).
     """
     cur = tx.execute(
         "UPDATE model_calls SET status = ?, input_tokens = ?, output_tokens = ?, "
@@ -433,8 +472,8 @@ def settle_model_call(
         ),
     )
     if cur.rowcount != 1:
-        return False
-    charge_run(tx, run_id, usage, cost_micros or 0)
+        return None
+    run = charge_run(tx, run_id, usage, cost_micros or 0)
     kind = ev.MODEL_COMPLETED if status == ModelCallStatus.OK else ev.MODEL_FAILED
     tx.append_event(
         run_id,
@@ -452,7 +491,7 @@ def settle_model_call(
             "error": error,
         },
     )
-    return True
+    return run
 
 
 def charge_beyond_estimate(
@@ -550,18 +589,29 @@ def claim_step(
     )
 
 
-def record_decision(
-    tx: Tx, run_id: str, step_id: str, text: str, decision: JSON, now: datetime
-) -> None:
-    """Record a deciding step's decision verbatim (`text`), then `step.decided`."""
+def claim_next_step(
+    tx: Tx, run: Run, owner: str, new_id: Callable[[], str], now: datetime
+) -> Settled:
+    """`claim_step` for the step after `run` (the caller's copy, as just read in this
+    transaction); returns the run and the new step as written, the run built from
+    the copy and the count written rather than read back (decision 0011)."""
+    step = claim_step(tx, run.id, run.step_count, owner, new_id, now)
+    return Settled(replace(run, step_count=run.step_count + 1), step)
+
+
+def record_decision(tx: Tx, step: Step, text: str, decision: Decision, now: datetime) -> Step:
+    """Record a deciding step's decision verbatim (`text`), then `step.decided`; returns
+    `step` (the caller's copy) as written. `decision` is what `text` reads back as
+    (`_decisions.record` makes the two together), so it is not decoded again here."""
     cur = tx.execute(
         "UPDATE steps SET decision_json = ? "
         "WHERE id = ? AND status = 'deciding' AND decision_json = ''",
-        (text, step_id),
+        (text, step.id),
     )
     if cur.rowcount != 1:
-        raise RunStateError(f"step {step_id} is no longer deciding, or has its decision already")
-    tx.append_event(run_id, step_id, now, ev.STEP_DECIDED, decision)
+        raise RunStateError(f"step {step.id} is no longer deciding, or has its decision already")
+    tx.append_event(step.run_id, step.id, now, ev.STEP_DECIDED, decision.to_json())
+    return replace(step, decision=decision)
 
 
 def close_step(
@@ -603,10 +653,10 @@ def pause_for_approval(
     from_step: tuple[str, ...],
     from_run: str,
     now: datetime,
-) -> None:
+) -> Paused:
     """Pause for a person: step `awaiting_approval` with its policy, a pending approval
     bound by `digest` to `request`, the run WAITING with its lease released; then
-    `step.policy` and `approval.requested`."""
+    `step.policy` and `approval.requested`. Returns the three as written."""
     placeholders = ",".join("?" for _ in from_step)
     cur = tx.execute(
         f"UPDATE steps SET status = 'awaiting_approval', policy_json = ?, spec_hash = ?, "
@@ -662,12 +712,16 @@ def pause_for_approval(
             "hash": digest,
         },
     )
+    return Paused(
+        reads.run_record(tx, run_id),
+        reads.step_record(tx, step_id),
+        reads.approval_record(tx, approval_id),
+    )
 
 
 def start_tool(
     tx: Tx,
-    run_id: str,
-    step_id: str,
+    step: Step,
     tool: str,
     args: JSON,
     payload: dict[str, Any],
@@ -675,12 +729,14 @@ def start_tool(
     approval_id: str,
     from_statuses: tuple[str, ...],
     now: datetime,
-) -> str:
+) -> Step:
     """Step `executing` with its policy; `step.policy`, `step.tool_started`.
 
-    Nothing claims the tool started until this commits. Returns the policy text
-    written (the session's copy decodes it as a reader would).
+    Nothing claims the tool started until this commits. Returns `step` (the
+    caller's copy) as written, the policy decoded from the text written as a
+    reader would decode it (decision 0011).
     """
+    run_id, step_id = step.run_id, step.id
     policy_text = to_text(payload["decision"])
     placeholders = ",".join("?" for _ in from_statuses)
     cur = tx.execute(
@@ -701,22 +757,29 @@ def start_tool(
     if approval_id:
         started["approval_id"] = approval_id
     tx.append_event(run_id, step_id, now, ev.STEP_TOOL_STARTED, started)
-    return policy_text
+    return replace(
+        step,
+        status=StepStatus.EXECUTING,
+        policy=PolicyDecision.from_json(from_text(policy_text)),
+        spec_hash=payload["spec_hash"],
+        policy_id=payload["policy_id"],
+    )
 
 
 def finish_tool(
     tx: Tx,
-    run_id: str,
-    step_id: str,
+    step: Step,
     status: str,
     observation: Observation,
     finished: dict[str, Any],
     *,
     failed_event: bool,
     now: datetime,
-) -> str:
+) -> Step:
     """An executing step's outcome: its observation, `step.tool_finished` (`finished`)
-    and, when `failed_event`, `step.failed`. Returns the observation text written."""
+    and, when `failed_event`, `step.failed`. Returns `step` (the caller's copy) as
+    written, the observation decoded from the text written."""
+    run_id, step_id = step.run_id, step.id
     observation_text = to_text(observation.to_json())
     cur = tx.execute(
         "UPDATE steps SET status = ?, observation_json = ?, observation_hash = ?, "
@@ -728,33 +791,40 @@ def finish_tool(
     tx.append_event(run_id, step_id, now, ev.STEP_TOOL_FINISHED, finished)
     if failed_event:
         tx.append_event(run_id, step_id, now, ev.STEP_FAILED, ev.observation_payload(observation))
-    return observation_text
+    return replace(
+        step,
+        status=status,
+        observation=Observation.from_json(from_text(observation_text)),
+        finished_at=as_stored(now),
+    )
 
 
-def leave_running(tx: Tx, run_id: str, owner: str, *, active_ms_add: int = 0) -> None:
+def leave_running(tx: Tx, run_id: str, owner: str, *, active_ms_add: int = 0) -> Run:
     """`owner` gives up its lease of a run left RUNNING (for a later resume), adding
     active time; `LeaseLostError` (nothing written) when the run is not RUNNING under
-    `owner`'s lease."""
-    cur = tx.execute(
+    `owner`'s lease. Returns the run as written."""
+    rows = tx.execute(
         "UPDATE runs SET active_ms = active_ms + ?, lease_owner = '', "
         "lease_expires_at = '', lease_holder = '' "
-        "WHERE id = ? AND status = 'RUNNING' AND lease_owner = ?",
+        "WHERE id = ? AND status = 'RUNNING' AND lease_owner = ? RETURNING *",
         (active_ms_add, run_id, owner),
-    )
-    if cur.rowcount != 1:
+    ).fetchall()
+    if len(rows) != 1:
         raise LeaseLostError(f"run {run_id} is not running under {owner!r}'s lease")
+    return run_from_row(rows[0])
 
 
-def add_active_time(tx: Tx, run_id: str, owner: str, active_ms: int) -> None:
+def add_active_time(tx: Tx, run_id: str, owner: str, active_ms: int) -> Run:
     """Add a loop's active time to a run RUNNING under `owner`'s lease; `LeaseLostError`
-    (nothing written) otherwise."""
-    cur = tx.execute(
+    (nothing written) otherwise. Returns the run as written."""
+    rows = tx.execute(
         "UPDATE runs SET active_ms = active_ms + ? "
-        "WHERE id = ? AND status = 'RUNNING' AND lease_owner = ?",
+        "WHERE id = ? AND status = 'RUNNING' AND lease_owner = ? RETURNING *",
         (active_ms, run_id, owner),
-    )
-    if cur.rowcount != 1:
+    ).fetchall()
+    if len(rows) != 1:
         raise LeaseLostError(f"run {run_id} is not running under {owner!r}'s lease")
+    return run_from_row(rows[0])
 
 
 def release_lease(tx: Tx, run_id: str, owner: str) -> None:
@@ -794,3 +864,381 @@ def interrupt_step(
         raise RunStateError(f"step {step_id} moved during the takeover")
     tx.append_event(run_id, step_id, now, ev.STEP_INTERRUPTED, observation.content)
     return observation
+
+
+# --- the named transitions of the step machine ---------------------------------------
+#
+# Each is one state change of a run as the step machine names it, with the row
+# compare-and-sets and the audit events it is made of, in the caller's transaction;
+# each returns the records as written, which are the session's in-memory copy.
+
+
+@dataclass(frozen=True)
+class Settled:
+    """A run and one of its steps, as a transition left them."""
+
+    run: Run
+    step: Step
+
+
+@dataclass(frozen=True)
+class Paused:
+    """A run paused for a person: the run, the step awaiting and the new approval."""
+
+    run: Run
+    step: Step
+    approval: Approval
+
+
+@dataclass(frozen=True)
+class Leased:
+    """A run taken back to RUNNING under a new lease; `epoch` is the fencing token."""
+
+    run: Run
+    epoch: int
+
+
+@dataclass(frozen=True)
+class TakenOver:
+    """A run taken over from a dead owner: the run, the new epoch, the steps interrupted."""
+
+    run: Run
+    epoch: int
+    interrupted: tuple[Step, ...]
+
+
+def end_run(
+    tx: Tx,
+    run_id: str,
+    status: str,
+    reason: str,
+    detail: str,
+    *,
+    result: JSON = None,
+    active_ms_add: int = 0,
+    now: datetime,
+) -> Run:
+    """End a RUNNING run with no step to settle (a record that will not decode, a
+    takeover's verdict, a tool that aborted or completed the run); `run.finished`."""
+    return finish_run(
+        tx,
+        run_id,
+        status,
+        reason,
+        detail,
+        now,
+        from_statuses=(RunStatus.RUNNING,),
+        result=result,
+        active_ms_add=active_ms_add,
+    )
+
+
+def fail_at_limit(
+    tx: Tx,
+    run_id: str,
+    *,
+    reason: str,
+    detail: str,
+    loop: JSON = None,
+    active_ms_add: int,
+    now: datetime,
+) -> Run:
+    """A limit was reached before a step: `loop.detected` (with `loop`, the repeated
+    call) or `limit.exceeded`, then the RUNNING run ends FAILED with `reason`."""
+    if loop is not None:
+        tx.append_event(run_id, "", now, ev.LOOP_DETECTED, loop)
+    else:
+        tx.append_event(run_id, "", now, ev.LIMIT_EXCEEDED, {"reason": reason, "detail": detail})
+    return end_run(
+        tx, run_id, RunStatus.FAILED, reason, detail, active_ms_add=active_ms_add, now=now
+    )
+
+
+def _end_with_step(
+    tx: Tx,
+    run_id: str,
+    step_id: str,
+    *,
+    status: str,
+    reason: str,
+    detail: str,
+    step_status: str,
+    observation: Observation | None,
+    policy: dict[str, Any] | None,
+    result: JSON,
+    from_step: str,
+    from_run: str,
+    active_ms_add: int,
+    now: datetime,
+) -> Settled:
+    if policy is not None:
+        record_policy(tx, run_id, step_id, policy, now)
+    if observation is not None:
+        fail_step(
+            tx, run_id, step_id, observation, now, from_statuses=(from_step,), status=step_status
+        )
+    else:
+        close_step(tx, step_id, step_status, now, from_statuses=(from_step,))
+    run = finish_run(
+        tx,
+        run_id,
+        status,
+        reason,
+        detail,
+        now,
+        from_statuses=(from_run,),
+        result=result,
+        active_ms_add=active_ms_add,
+    )
+    return Settled(run, reads.step_record(tx, step_id))
+
+
+def end_with_step(
+    tx: Tx,
+    run_id: str,
+    step_id: str,
+    *,
+    status: str,
+    reason: str,
+    detail: str,
+    step_status: str = StepStatus.FAILED,
+    observation: Observation | None = None,
+    policy: dict[str, Any] | None = None,
+    result: JSON = None,
+    active_ms_add: int = 0,
+    now: datetime,
+) -> Settled:
+    """End a RUNNING run with its deciding step, in one transaction: the step's policy
+    (`step.policy`, when given), the step `step_status` (with `observation` and
+    `step.failed`, or closed without one), the run `status` (`run.finished`)."""
+    return _end_with_step(
+        tx,
+        run_id,
+        step_id,
+        status=status,
+        reason=reason,
+        detail=detail,
+        step_status=step_status,
+        observation=observation,
+        policy=policy,
+        result=result,
+        from_step=StepStatus.DECIDING,
+        from_run=RunStatus.RUNNING,
+        active_ms_add=active_ms_add,
+        now=now,
+    )
+
+
+def end_waiting(
+    tx: Tx,
+    run_id: str,
+    step_id: str,
+    observation: Observation,
+    *,
+    status: str,
+    reason: str,
+    detail: str,
+    policy: dict[str, Any] | None = None,
+    now: datetime,
+) -> Settled:
+    """End a WAITING run: its step awaiting approval fails with `observation`
+    (`step.policy` first when given, then `step.failed`), the run ends `status`
+    (`run.finished`). The one way a run ends from waiting: a policy that aborts or
+    fails at a resume, an approval or grant that expired, a rejection."""
+    return _end_with_step(
+        tx,
+        run_id,
+        step_id,
+        status=status,
+        reason=reason,
+        detail=detail,
+        step_status=StepStatus.FAILED,
+        observation=observation,
+        policy=policy,
+        result=None,
+        from_step=StepStatus.AWAITING_APPROVAL,
+        from_run=RunStatus.WAITING_FOR_APPROVAL,
+        active_ms_add=0,
+        now=now,
+    )
+
+
+def expire_waiting(
+    tx: Tx, run_id: str, step_id: str, approval: Approval, *, tool: str, why: str, now: datetime
+) -> tuple[Settled, Approval]:
+    """Cancel a WAITING run `approval_expired`: `approval` (the step's latest) expires
+    if still pending, the step fails denied with `why`, the run ends. Returns the run
+    and step, and the approval, as written."""
+    if approval.status == ApprovalStatus.PENDING:
+        expire_approval(tx, approval.id)
+    settled = end_waiting(
+        tx,
+        run_id,
+        step_id,
+        Observation.denied(tool, why),
+        status=RunStatus.CANCELLED,
+        reason=TerminalReason.APPROVAL_EXPIRED,
+        detail=why,
+        now=now,
+    )
+    return settled, reads.approval_record(tx, approval.id)
+
+
+def reject_approval(
+    tx: Tx, approval: Approval, by: str, note: str, now: datetime
+) -> tuple[Approval, Run]:
+    """A person rejects a pending approval still bearing its hash: `approval.decided`,
+    the step fails `policy_denied` (`Observation.rejected`), the run is cancelled
+    `approval_rejected`. `ApprovalChangedError` (nothing written) when the approval
+    is no longer pending with that hash. Returns the approval and the run as written."""
+    try:
+        decided = decide_approval(tx, approval, ApprovalStatus.REJECTED, by, note, now)
+    except RunStateError as exc:
+        raise ApprovalChangedError(f"approval {approval.id} changed while being decided") from exc
+    request = approval.request
+    tool = request.get("spec", {}).get("name", "") if isinstance(request, dict) else ""
+    settled = end_waiting(
+        tx,
+        approval.run_id,
+        approval.step_id,
+        Observation.rejected(tool, note),
+        status=RunStatus.CANCELLED,
+        reason=TerminalReason.APPROVAL_REJECTED,
+        detail=note,
+        now=now,
+    )
+    return decided, settled.run
+
+
+def leave_waiting(
+    tx: Tx,
+    run_id: str,
+    approval_id: str,
+    *,
+    owner: str,
+    expires_at: str,
+    holder: str,
+    now: datetime,
+) -> Leased:
+    """Take a WAITING run that `owner` holds (`hold_waiting`) back to RUNNING under a
+    new lease and epoch (compare-and-set on the status and the holder: of two
+    resumes exactly one leaves), then `run.resumed` naming the approval that
+    allowed it. The caller then starts the tool or fails the step."""
+    epoch = take_lease(
+        tx,
+        run_id,
+        owner,
+        expires_at,
+        holder,
+        from_status=RunStatus.WAITING_FOR_APPROVAL,
+        held=True,
+    )
+    tx.append_event(run_id, "", now, ev.RUN_RESUMED, {"approval_id": approval_id})
+    return Leased(reads.run_record(tx, run_id), epoch)
+
+
+def hold_waiting(
+    tx: Tx,
+    run_id: str,
+    *,
+    owner: str,
+    expires_at: str,
+    holder: str,
+    previous_owner: Any,
+    previous_expires_at: Any,
+) -> None:
+    """`owner` holds the lease of a WAITING run it is attaching (decision 0032): a
+    compare-and-set on the status and on exactly the lease the caller judged free
+    (none, expired, its own, or a dead holder's), so of two attaches one holds it
+    and the other is refused. The run stays WAITING, its epoch unchanged, and no
+    event is appended: nothing about the run has changed until `leave_waiting`.
+    `RunStateError` when no row matched."""
+    cur = tx.execute(
+        "UPDATE runs SET lease_owner = ?, lease_expires_at = ?, lease_holder = ? "
+        "WHERE id = ? AND status = 'WAITING_FOR_APPROVAL' "
+        "AND lease_owner = ? AND lease_expires_at = ?",
+        (owner, expires_at, holder, run_id, previous_owner, previous_expires_at),
+    )
+    if cur.rowcount != 1:
+        raise RunStateError(f"run {run_id} was attached elsewhere or changed status")
+
+
+def fail_and_go_on(
+    tx: Tx,
+    run_id: str,
+    step_id: str,
+    observation: Observation,
+    *,
+    policy: dict[str, Any] | None = None,
+    from_step: str,
+    now: datetime,
+) -> Step:
+    """The step fails and the run goes on: `step.policy` (when the policy judged it),
+    then the step `failed` from `from_step` with `observation` and `step.failed`.
+    Returns the step as written."""
+    if policy is not None:
+        record_policy(tx, run_id, step_id, policy, now)
+    fail_step(tx, run_id, step_id, observation, now, from_statuses=(from_step,))
+    return reads.step_record(tx, step_id)
+
+
+def take_over(
+    tx: Tx,
+    run_id: str,
+    *,
+    owner: str,
+    expires_at: str,
+    holder: str,
+    previous_owner: Any,
+    previous_expires_at: Any,
+    proof: dict[str, Any],
+    now: datetime,
+) -> TakenOver:
+    """Take a RUNNING run whose owner is gone: the lease (compare-and-set on exactly the
+    lease judged gone; epoch + 1), `lease.taken_over` with `proof` (when there was an
+    owner), unsettled model attempts charged, in-flight steps `interrupted`."""
+    epoch = take_lease(
+        tx,
+        run_id,
+        owner,
+        expires_at,
+        holder,
+        from_status=RunStatus.RUNNING,
+        previous=(previous_owner, previous_expires_at or ""),
+    )
+    if previous_owner:
+        tx.append_event(
+            run_id,
+            "",
+            now,
+            ev.LEASE_TAKEN_OVER,
+            {
+                "previous_owner": previous_owner,
+                "previous_expires_at": previous_expires_at,
+                "owner": owner,
+                "epoch": epoch,
+                "proof": proof,
+            },
+        )
+    charge_dispatched(tx, run_id, now)
+    interrupted = []
+    for step_row in reads.steps_in(tx, run_id, (StepStatus.DECIDING, StepStatus.EXECUTING)):
+        interrupt_step(tx, run_id, step_row["id"], step_row["status"], now)
+        interrupted.append(reads.step_record(tx, step_row["id"]))
+    return TakenOver(reads.run_record(tx, run_id), epoch, tuple(interrupted))
+
+
+def go_on_after_interruption(tx: Tx, run_id: str, payload: dict[str, Any], now: datetime) -> None:
+    """A taken-over run goes on (nothing was executing, a read-only call, or a
+    consumer's `reconcile` said so): `run.resumed` with `payload`; no row changes."""
+    tx.append_event(run_id, "", now, ev.RUN_RESUMED, {"after": "interruption", **payload})
+
+
+def record_late_outcome(
+    tx: Tx, run_id: str, step_id: str, finished: dict[str, Any], now: datetime
+) -> Settled:
+    """A tool finished after an operator cancelled its run (under the lease the cancel
+    ended): `step.tool_finished` marked `late`, changing no row. Returns the run and
+    step as they stand."""
+    tx.append_event(run_id, step_id, now, ev.STEP_TOOL_FINISHED, {**finished, "late": True})
+    return Settled(reads.run_record(tx, run_id), reads.step_record(tx, step_id))
