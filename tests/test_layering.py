@@ -26,6 +26,7 @@ PUBLIC_MODULES = {
     "agentrt",
     "agentrt.__main__",
     "agentrt.adapters",
+    "agentrt.adapters.langgraph",
     "agentrt.approver",
     "agentrt.cli",
     "agentrt.console",
