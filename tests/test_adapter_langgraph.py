@@ -53,6 +53,7 @@ CLASSES = {
     "write_note": Classification("local_mutation", timeout=5),
     "push_branch": Classification("remote_mutation", timeout=5),
     "delete_branch": Classification("destructive", timeout=5),
+    "flaky": Classification("local_mutation", timeout=5),
 }
 
 
@@ -85,7 +86,13 @@ def make_tools(effects: Path) -> list[BaseTool]:
         effect(f"delete {branch}")
         return f"deleted {branch}"
 
-    return [lookup, write_note, push_branch, delete_branch]
+    @tool
+    def flaky(q: str) -> str:
+        """Fail, after an effect."""
+        effect(f"flaky {q}")
+        raise ConnectionError(f"remote closed the connection for {q}")
+
+    return [lookup, write_note, push_branch, delete_branch, flaky]
 
 
 def call(name: str, call_id: str, **args: Any) -> dict[str, Any]:
@@ -202,6 +209,52 @@ def test_a_call_outside_the_tool_schema_never_runs_and_the_model_hears_why(tmp_p
     (step,) = store.list_steps(RUN)
     assert step.observation is not None and step.observation.kind == "invalid_decision"
     assert step.decision is not None and step.decision.args == {"q": 7}  # recorded as sent
+
+
+def test_a_tool_that_raises_is_recorded_as_a_tool_error_and_the_model_hears_it(
+    tmp_path: Path,
+) -> None:
+    graph, store, effects = build(
+        tmp_path, [AIMessage("", tool_calls=[call("flaky", "c1", q="x")]), AIMessage("ok")]
+    )
+    out = ask(graph)
+    assert tool_messages(out) == [
+        ("c1", "error", "Error: ConnectionError: remote closed the connection for x")
+    ]
+    assert lines(effects) == ["flaky x"]
+    (step,) = store.list_steps(RUN)
+    assert step.observation is not None
+    assert (step.observation.kind, step.observation.content["failure"]) == ("tool_error", "error")
+
+
+def test_each_thread_is_a_run_of_its_own_and_the_tool_sees_its_threads_config(
+    tmp_path: Path,
+) -> None:
+    from langgraph.config import get_config
+
+    seen: list[Any] = []
+
+    @tool
+    def lookup(q: str) -> str:
+        """Look something up."""
+        seen.append((q, get_config()["configurable"]["thread_id"]))
+        return "ok"
+
+    graph, _, _ = build(
+        tmp_path,
+        [AIMessage("", tool_calls=[call("lookup", "c1", q="x")]), AIMessage("done")],
+        node=lambda tools: gated_tool_node(
+            [lookup, *tools[1:]],
+            store=agentrt.open_store(tmp_path / "runs.db"),
+            policy=agentrt.default_policy(),
+            classifications=CLASSES,
+        ),
+    )
+    ask(graph)
+    graph.invoke({"messages": [HumanMessage("again")]}, {"configurable": {"thread_id": "t2"}})
+    assert seen == [("x", "thread-1"), ("x", "t2")]
+    store = agentrt.open_store(tmp_path / "runs.db")
+    assert sorted(r.id for r in store.list_runs()) == sorted([RUN, run_id_for("t2")])
 
 
 def test_an_unclassified_tool_is_refused_when_the_node_is_built(tmp_path: Path) -> None:

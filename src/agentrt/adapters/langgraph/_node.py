@@ -106,18 +106,26 @@ class RunEndedError(AgentrtError):
 Executor = Callable[[ToolCallRequest], Any]
 
 
+_Waiting = tuple[ToolCallRequest, Executor]
+
+
 class _Calls:
-    """The LangGraph executor waiting for each step's one execution, by (run, step)."""
+    """The LangGraph executor waiting for each step's one execution, by (run, step).
+
+    The executor is the ToolNode's own (injection of state and runtime, the
+    run's config passed to the tool), so a tool sees what it sees under a plain
+    ToolNode, though agentrt runs it.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._waiting: dict[tuple[str, str], tuple[ToolCallRequest, Executor]] = {}
+        self._waiting: dict[tuple[str, str], _Waiting] = {}
 
     def put(self, run_id: str, step_id: str, request: ToolCallRequest, run: Executor) -> None:
         with self._lock:
             self._waiting[(run_id, step_id)] = (request, run)
 
-    def take(self, run_id: str, step_id: str) -> tuple[ToolCallRequest, Executor] | None:
+    def take(self, run_id: str, step_id: str) -> _Waiting | None:
         with self._lock:
             return self._waiting.pop((run_id, step_id), None)
 
@@ -137,7 +145,8 @@ class _FrameworkTool:
             )
         request, execute = waiting
         args = call.args if isinstance(call.args, dict) else {}
-        outcome = execute(request.override(tool_call={**request.tool_call, "args": args}))
+        judged = request.override(tool_call={**request.tool_call, "args": args})
+        outcome = execute(judged)
         if inspect.isawaitable(outcome):
             return _finish(outcome)
         return _result(outcome)
