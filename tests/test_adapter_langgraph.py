@@ -566,3 +566,53 @@ def test_a_child_killed_during_a_mutating_call_waits_for_a_person_when_langgraph
     assert kinds.count("step.tool_started") == 2
     assert kinds.count("step.interrupted") == 1
     assert store.verify_events().intact
+
+
+# -- the example and the scenario table -------------------------------------------------
+
+
+@pytest.mark.slow
+def test_the_langgraph_example_runs_offline_and_pushes_once_after_a_second_process_approves(
+    tmp_path: Path,
+) -> None:
+    example = ROOT / "examples" / "adapters" / "langgraph_example.py"
+    done = subprocess.run(
+        [sys.executable, str(example), "--dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "tool delete_branch [error]: Denied by the policy" in out
+    assert "[process 2] agentrt approve ... --yes: approved" in out
+    assert "notes written: 1 (once, though LangGraph ran the tool node twice)" in out
+    assert "remote received: ['feature/login']" in out
+    assert out.rstrip().endswith("intact")
+    assert (tmp_path / "notes.txt").read_text().splitlines() == ["pushing feature/login"]
+
+
+@pytest.mark.slow
+def test_the_scenario_script_measures_no_unapproved_execution_with_the_gate() -> None:
+    script = ROOT / "benchmarks" / "adapters" / "langgraph_scenarios.py"
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    rows = {}
+    for line in done.stdout.splitlines()[2:]:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        rows[(cells[0], cells[1])] = cells[2:]
+    assert len(rows) == 6
+    gate, alone = "LangGraph + agentrt gate", "LangGraph alone"
+    for scenario in ("approval (remote change)", "crash mid-call (SIGKILL)", "tampered approval"):
+        assert rows[(scenario, gate)][1] == "0"
+    assert rows[("approval (remote change)", gate)][0] == "note 1x, push 1x"
+    assert rows[("approval (remote change)", alone)][0] == "note 2x, push 1x"
+    assert rows[("crash mid-call (SIGKILL)", alone)][1] == "1"
+    assert rows[("crash mid-call (SIGKILL)", gate)][2].startswith(
+        "paused on interrupted_side_effect; ran once more only when a person approved"
+    )
+    assert rows[("tampered approval", alone)][1] == "1"
+    assert rows[("tampered approval", gate)][0] == "push main 0x, push feature/login 0x"
+    assert rows[("tampered approval", gate)][2].startswith("refused (ApprovalChangedError)")
