@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -378,6 +379,26 @@ def test_a_rejection_tells_the_model_ends_the_run_and_the_call_never_runs(tmp_pa
     ] == [("c1", "error", "Denied by the policy: approval rejected: not today")]
 
 
+def test_an_approval_answered_after_its_time_ran_out_ends_the_run_and_nothing_runs(
+    tmp_path: Path,
+) -> None:
+    clock = [datetime(2026, 12, 1, 9, 0, tzinfo=UTC)]
+
+    def now() -> datetime:
+        return clock[0]
+
+    graph, store, effects = build(
+        tmp_path, push_script(), now=now, limits=agentrt.Limits(approval_ttl=timedelta(minutes=5))
+    )
+    (pending,) = ask(graph)["__interrupt__"]
+    clock[0] += timedelta(minutes=6)
+    with pytest.raises(RunEndedError, match="approval_expired"):
+        ask(graph, Command(resume=approve(pending, by="alice")))
+    assert lines(effects) == []
+    run = store.get_run(RUN)
+    assert (run.status, run.reason) == ("CANCELLED", "approval_expired")
+
+
 def test_a_call_changed_in_the_graph_state_after_approval_is_refused(tmp_path: Path) -> None:
     graph, _, effects = build(tmp_path, push_script())
     (pending,) = ask(graph)["__interrupt__"]
@@ -526,12 +547,10 @@ def test_an_approval_from_the_agentrt_command_is_resumed_by_another_process(
     assert lines(tmp_path / "effects.log") == ["push feature/login"]
 
 
-@pytest.mark.slow
-def test_a_child_killed_during_a_mutating_call_waits_for_a_person_when_langgraph_resumes(
-    tmp_path: Path,
-) -> None:
+def kill_inside_the_tool(workdir: Path, mode: str, tool_name: str) -> None:
+    """Run the child until its tool has written its effect, then SIGKILL it."""
     proc = subprocess.Popen(
-        [sys.executable, str(CHILD), str(tmp_path), "start", "write_note"],
+        [sys.executable, str(CHILD), str(workdir), mode, tool_name],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -541,6 +560,13 @@ def test_a_child_killed_during_a_mutating_call_waits_for_a_person_when_langgraph
     assert proc.stdout.readline().strip() == "IN_TOOL"
     os.kill(proc.pid, signal.SIGKILL)
     assert proc.wait(timeout=30) == -signal.SIGKILL
+
+
+@pytest.mark.slow
+def test_a_child_killed_during_a_mutating_call_waits_for_a_person_when_langgraph_resumes(
+    tmp_path: Path,
+) -> None:
+    kill_inside_the_tool(tmp_path, "start", "write_note")
     effects = tmp_path / "effects.log"
     assert lines(effects) == ["note hello"]
 
@@ -616,3 +642,23 @@ def test_the_scenario_script_measures_no_unapproved_execution_with_the_gate() ->
     assert rows[("tampered approval", alone)][1] == "1"
     assert rows[("tampered approval", gate)][0] == "push main 0x, push feature/login 0x"
     assert rows[("tampered approval", gate)][2].startswith("refused (ApprovalChangedError)")
+
+
+@pytest.mark.slow
+def test_an_approved_push_killed_mid_call_asks_the_person_again_and_not_the_old_approval(
+    tmp_path: Path,
+) -> None:
+    (first,) = child(tmp_path, "start", "push_branch")["interrupts"]
+    kill_inside_the_tool(tmp_path, "approve", "push_branch")  # approved, then killed in the push
+    effects = tmp_path / "effects.log"
+    assert lines(effects) == ["push feature/login"]
+    again = child(tmp_path, "continue", "push_branch")
+    # The first approval's answer was saved by LangGraph and is replayed; only the new
+    # question is open: did the push take effect?
+    (value,) = again["interrupts"]
+    assert value["kind"] == "interrupted_side_effect"
+    assert value["approval_id"] != first["approval_id"]
+    assert lines(effects) == ["push feature/login"]
+    done = child(tmp_path, "approve", "push_branch")
+    assert done["messages"][-2:] == ["pushed feature/login", "all done"]
+    assert lines(effects) == ["push feature/login", "push feature/login"]

@@ -53,6 +53,7 @@ from ..._db import Store
 from ..._errors import (
     AgentrtError,
     ApprovalChangedError,
+    ApprovalExpiredError,
     ConfigError,
     NotFoundError,
     RunStateError,
@@ -322,8 +323,9 @@ class GatedTools:
             ):
                 raise RunEndedError(run)
             if run is not None and run.status == RunStatus.WAITING_FOR_APPROVAL:
-                if step is None or not approvals or approvals[-1].status == ApprovalStatus.PENDING:
+                if step is None or not approvals:
                     return _not_run(call, run)  # another call of this node waits for a person
+                # This call's approval was decided (or ran out of time): attach judges it.
                 message = await self._attach_and_run(run_id, request, execute)
             elif step is not None and step.status != StepStatus.INTERRUPTED:
                 # Executing or deciding in the record: its process died. Attach takes
@@ -378,10 +380,11 @@ class GatedTools:
         current = self.store.get_approval(approval.run_id, approval.id)
         if current.status != ApprovalStatus.PENDING:
             return  # decided elsewhere meanwhile: what was decided there stands
-        if value["decision"] == "approve":
-            self._operator.approve(approval.run_id, approval.id, by, note, shown_hash=approval.hash)
-        else:
-            self._operator.reject(approval.run_id, approval.id, by, note, shown_hash=approval.hash)
+        decide = self._operator.approve if value["decision"] == "approve" else self._operator.reject
+        try:
+            decide(approval.run_id, approval.id, by, note, shown_hash=approval.hash)
+        except ApprovalExpiredError:
+            return  # too late: attaching the run settles the expiry (the run is cancelled)
 
     def _interrupt_value(self, approval: Approval, call: Mapping[str, Any]) -> dict[str, Any]:
         text = ""
