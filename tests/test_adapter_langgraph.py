@@ -475,8 +475,9 @@ def test_without_the_gate_langgraph_runs_the_first_call_again_on_resume(tmp_path
     assert lines(effects) == ["note before", "note before", "push feature/login"]
 
 
-def test_two_approvals_in_one_node_are_answered_in_order_across_two_resumes(
-    tmp_path: Path,
+@pytest.mark.parametrize("path", ["async", "blocking"])
+def test_two_approvals_in_one_node_are_answered_one_by_one_across_two_resumes(
+    tmp_path: Path, path: str
 ) -> None:
     script = [
         AIMessage(
@@ -488,15 +489,23 @@ def test_two_approvals_in_one_node_are_answered_in_order_across_two_resumes(
         ),
         AIMessage("done"),
     ]
-    graph, _, effects = build(tmp_path, script)
-    (first,) = ask(graph)["__interrupt__"]
-    assert first.value["tool_call_id"] == "c1"
-    (second,) = ask(graph, Command(resume=approve(first, by="alice")))["__interrupt__"]
-    assert second.value["tool_call_id"] == "c2"
-    assert lines(effects) == ["push a"]
-    out = ask(graph, Command(resume=approve(second, by="alice")))
-    assert lines(effects) == ["push a", "push b"]
-    assert [m[2] for m in tool_messages(out)] == ["pushed a", "pushed b"]
+    graph, store, effects = build(tmp_path, script)
+
+    def send(what: Any) -> dict[str, Any]:
+        return ask(graph, what) if path == "async" else dict(graph.invoke(what, CONFIG))
+
+    (first,) = send({"messages": [HumanMessage("go")]})["__interrupt__"]
+    (second,) = send(Command(resume=approve(first, by="alice")))["__interrupt__"]
+    assert {first.value["tool_call_id"], second.value["tool_call_id"]} == {"c1", "c2"}
+    assert len(lines(effects)) == 1
+    # The first answer again (a stale client): it decides nothing; the second stays open.
+    (again,) = send(Command(resume=approve(first, by="alice")))["__interrupt__"]
+    assert again.value["approval_id"] == second.value["approval_id"]
+    assert [a.status for a in store.list_approvals(RUN)] == ["approved", "pending"]
+    assert len(lines(effects)) == 1
+    out = send(Command(resume=approve(second, by="alice")))
+    assert sorted(lines(effects)) == ["push a", "push b"]
+    assert sorted(m[2] for m in tool_messages(out)) == ["pushed a", "pushed b"]
 
 
 # -- limits -------------------------------------------------------------------------

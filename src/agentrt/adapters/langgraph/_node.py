@@ -16,16 +16,15 @@ Invariants (tests in tests/test_adapter_langgraph*.py):
   back as the ToolMessage; it never runs again. This is what LangGraph's
   re-execution of a node from its top on resume (langgraph issue 7780) meets.
 - A call that needs a person raises LangGraph's `interrupt()` with the
-  approval and the hash of its exact request (`_protocol`). Every approval of
-  a call's step is shown with `interrupt()` again on every re-execution, in
-  order, so the resume values LangGraph matches by position keep answering
-  the same approvals; each must name its approval's hash.
+  approval and the hash of its exact request (`_protocol`); the answer must
+  name that approval and hash, checked before LangGraph saves it. LangGraph
+  hands saved answers back by position on every re-execution: an answer to an
+  approval already decided is passed over, so which call asks first never
+  matters.
 - A call cut off by a crash (its step `executing` in the record) is taken over
   by `Gate.attach` and pauses on `interrupted_side_effect`, shown with
   `interrupt()`; it runs again only after a person approves.
-- The calls of one node run one at a time in the order the model made them
-  (the async path by LangGraph's own order of scheduling, the sync path by
-  position), so the interrupt positions are the same on every re-execution.
+- The calls of one run go through the Gate one at a time (`_OneAtATime`).
 - A run that ended (a limit, a cancel, a rejection) raises `RunEndedError` out
   of the graph; no tool runs in it again.
 """
@@ -33,14 +32,15 @@ Invariants (tests in tests/test_adapter_langgraph*.py):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import inspect
 import threading
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from datetime import timedelta
 from typing import Annotated, Any, cast
 
-from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.messages import ToolMessage
 from langchain_core.tools import BaseTool
 from langgraph.prebuilt import ToolNode
 from langgraph.prebuilt.tool_node import ToolCallRequest
@@ -191,30 +191,49 @@ def _call_id(step: Step) -> str | None:
     return decision.reason[len(CALL_PREFIX) :]
 
 
-class _Turns:
-    """The sync path: the calls of one AI message take turns in the order the model made them."""
+class _OneAtATime:
+    """The calls of one run go through the Gate one at a time (a run has one open step).
+
+    The blocking path's calls come from LangGraph's thread pool, the async
+    path's from one event loop; an entry lives only while a call of its run
+    holds or waits for it.
+    """
 
     def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._next: dict[tuple[str, tuple[str, ...]], int] = {}
-        self._busy: set[str] = set()
+        self._guard = threading.Lock()
+        self._threads: dict[str, list[Any]] = {}  # run id -> [threading.Lock, users]
+        self._tasks: dict[
+            tuple[int, str], list[Any]
+        ] = {}  # (loop, run id) -> [asyncio.Lock, users]
 
-    def wait(self, run_id: str, batch: tuple[str, ...], position: int) -> None:
-        key = (run_id, batch)
-        with self._cond:
-            self._cond.wait_for(
-                lambda: self._next.get(key, 0) == position and run_id not in self._busy
-            )
-            self._busy.add(run_id)
+    @contextlib.contextmanager
+    def blocking(self, run_id: str) -> Iterator[None]:
+        with self._guard:
+            entry = self._threads.setdefault(run_id, [threading.Lock(), 0])
+            entry[1] += 1
+        try:
+            with entry[0]:
+                yield
+        finally:
+            with self._guard:
+                entry[1] -= 1
+                if entry[1] == 0:
+                    del self._threads[run_id]
 
-    def done(self, run_id: str, batch: tuple[str, ...]) -> None:
-        key = (run_id, batch)
-        with self._cond:
-            self._busy.discard(run_id)
-            self._next[key] = self._next.get(key, 0) + 1
-            if self._next[key] >= len(batch):
-                del self._next[key]
-            self._cond.notify_all()
+    @contextlib.asynccontextmanager
+    async def waiting(self, run_id: str) -> AsyncIterator[None]:
+        key = (id(asyncio.get_running_loop()), run_id)
+        with self._guard:
+            entry = self._tasks.setdefault(key, [asyncio.Lock(), 0])
+            entry[1] += 1
+        try:
+            async with entry[0]:
+                yield
+        finally:
+            with self._guard:
+                entry[1] -= 1
+                if entry[1] == 0:
+                    del self._tasks[key]
 
 
 class GatedTools:
@@ -265,31 +284,25 @@ class GatedTools:
         self.goal = goal
         self._messages_key = messages_key
         self._operator = Operator(store, observer, now)
-        self._turns = _Turns()
-        self._locks: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Lock]] = {}
-        self._locks_guard = threading.Lock()
+        self._one_at_a_time = _OneAtATime()
 
     # -- the ToolNode's hooks -----------------------------------------------
 
     async def awrap_tool_call(
         self, request: ToolCallRequest, execute: Callable[[ToolCallRequest], Awaitable[Any]]
     ) -> ToolMessage:
-        """The async hook: one call through the Gate (the calls of a node one at a time)."""
+        """The async hook: one call through the Gate (the calls of a run one at a time)."""
         run_id = run_id_for(_thread_id(request))
-        async with self._lock(run_id):
+        async with self._one_at_a_time.waiting(run_id):
             return await self._handle(request, execute, run_id)
 
     def wrap_tool_call(
         self, request: ToolCallRequest, execute: Callable[[ToolCallRequest], Any]
     ) -> ToolMessage:
-        """The sync hook: the same, on an event loop of its own, in the model's order."""
+        """The blocking hook: the same, on an event loop of its own."""
         run_id = run_id_for(_thread_id(request))
-        batch, position = self._position(request)
-        self._turns.wait(run_id, batch, position)
-        try:
+        with self._one_at_a_time.blocking(run_id):
             return run_sync(self._handle(request, execute, run_id))
-        finally:
-            self._turns.done(run_id, batch)
 
     # -- one call ---------------------------------------------------------------
 
@@ -300,20 +313,23 @@ class GatedTools:
         call_id = str(call.get("id") or "")
         if not call_id:
             raise ConfigError("a tool call without an id cannot be gated (LangGraph gives one)")
-        shown = 0  # approvals of this call's step shown with interrupt() on this execution
+        answered: set[str] = set()  # approvals answered on this execution of the node
         while True:
             run, step, approvals = await asyncio.to_thread(self._read, run_id, call_id)
             if step is not None:
                 _same_call(step, call)
-            if shown < len(approvals):
-                for approval in approvals[shown:]:
-                    answer = interrupt(
-                        self._interrupt_value(approval, call),
-                        response_schema=self._expected(approval),
-                    )
-                    shown += 1
-                    await asyncio.to_thread(self._answer, approval, answer)
-                continue  # read again: the answers may have decided the approvals
+            latest = approvals[-1] if approvals else None
+            if (
+                run is not None
+                and run.status == RunStatus.WAITING_FOR_APPROVAL
+                and latest is not None
+                and latest.status == ApprovalStatus.PENDING
+                and latest.id not in answered
+            ):
+                answer = self._ask(latest, call)  # raises GraphInterrupt until answered
+                answered.add(latest.id)
+                await asyncio.to_thread(self._answer, latest, answer)
+                continue  # read again: the answer decided the approval
             if step is not None and step.status in (StepStatus.DONE, StepStatus.FAILED):
                 return _message(step, call)  # recorded: never run a second time
             if run is not None and run.status in (
@@ -323,13 +339,13 @@ class GatedTools:
             ):
                 raise RunEndedError(run)
             if run is not None and run.status == RunStatus.WAITING_FOR_APPROVAL:
-                if step is None or not approvals:
+                if latest is None:
                     return _not_run(call, run)  # another call of this node waits for a person
                 # This call's approval was decided (or ran out of time): attach judges it.
                 message = await self._attach_and_run(run_id, request, execute)
             elif step is not None and step.status != StepStatus.INTERRUPTED:
                 # Executing or deciding in the record: its process died. Attach takes
-                # the run over; a side effect then waits for a person (shown above).
+                # the run over; a side effect then waits for a person (asked above).
                 await self._take_over(run_id)
                 message = None
             else:
@@ -349,8 +365,23 @@ class GatedTools:
         approvals = [a for a in self.store.list_approvals(run_id, cap=None) if a.step_id == step.id]
         return run, step, approvals
 
+    def _ask(self, approval: Approval, call: Mapping[str, Any]) -> dict[str, Any]:
+        """The person's answer to `approval`, through LangGraph's `interrupt()`.
+
+        LangGraph answers the interrupts of a node by position and gives the
+        saved answers back on every re-execution; an answer to an approval of
+        the run that is already decided is one of those (applied when it came),
+        so it is passed over and the next position asked.
+        """
+        value = self._interrupt_value(approval, call)
+        schema = self._expected(approval)
+        while True:
+            answer: dict[str, Any] = interrupt(value, response_schema=schema)
+            if answer["approval_id"] == approval.id:
+                return answer
+
     def _expected(self, approval: Approval) -> Any:
-        """The resume LangGraph accepts for `approval`: one naming its approval and hash.
+        """What LangGraph may hand back for `approval`: its answer, or an earlier one.
 
         Given to `interrupt()` as its `response_schema`, so a refused resume (a
         decision for another request, or `decided` while the approval is still
@@ -359,8 +390,12 @@ class GatedTools:
         """
 
         def check(value: Any) -> dict[str, Any]:
+            named = value.get("approval_id") if isinstance(value, Mapping) else None
+            earlier = self._decided(approval.run_id, named) if named != approval.id else None
+            if earlier is not None:
+                return check_resume(value, earlier.run_id, earlier.id, earlier.hash)
             checked = check_resume(value, approval.run_id, approval.id, approval.hash)
-            if checked["decision"] == "decided" and approval.status == ApprovalStatus.PENDING:
+            if checked["decision"] == "decided":
                 current = self.store.get_approval(approval.run_id, approval.id)
                 if current.status == ApprovalStatus.PENDING:
                     raise RunStateError(
@@ -371,15 +406,22 @@ class GatedTools:
 
         return Annotated[dict[str, Any], BeforeValidator(check)]
 
+    def _decided(self, run_id: str, approval_id: object) -> Approval | None:
+        """The run's approval `approval_id` if it was decided (an earlier answer names it)."""
+        for approval in self.store.list_approvals(run_id, cap=None):
+            if approval.id == approval_id and approval.status != ApprovalStatus.PENDING:
+                return approval
+        return None
+
     def _answer(self, approval: Approval, value: dict[str, Any]) -> None:
-        """Apply a checked resume to `approval`, unless it was decided already."""
-        if approval.status != ApprovalStatus.PENDING or value["decision"] == "decided":
-            return  # shown again on a re-execution, or decided through agentrt approve
-        by = str(value.get("by") or "")
-        note = str(value.get("note") or "")
+        """Apply a checked answer to `approval`, unless it was decided already."""
+        if value["decision"] == "decided":
+            return  # decided through agentrt approve, the console or the webhook
         current = self.store.get_approval(approval.run_id, approval.id)
         if current.status != ApprovalStatus.PENDING:
             return  # decided elsewhere meanwhile: what was decided there stands
+        by = str(value.get("by") or "")
+        note = str(value.get("note") or "")
         decide = self._operator.approve if value["decision"] == "approve" else self._operator.reject
         try:
             decide(approval.run_id, approval.id, by, note, shown_hash=approval.hash)
@@ -464,33 +506,6 @@ class GatedTools:
         steps = self.store.list_steps(session.run_id, cap=None)
         (recorded,) = [s for s in steps if s.id == step.id]
         return _message(recorded, request.tool_call)
-
-    # -- ordering ------------------------------------------------------------
-
-    def _lock(self, run_id: str) -> asyncio.Lock:
-        loop = asyncio.get_running_loop()
-        with self._locks_guard:
-            held = self._locks.get(run_id)
-            if held is None or held[0] is not loop:
-                held = (loop, asyncio.Lock())
-                self._locks[run_id] = held
-            return held[1]
-
-    def _position(self, request: ToolCallRequest) -> tuple[tuple[str, ...], int]:
-        call_id = str(request.tool_call.get("id") or "")
-        state = request.state
-        if isinstance(state, Mapping):
-            messages = state.get(self._messages_key)
-        elif isinstance(state, list):
-            messages = state
-        else:
-            messages = getattr(state, self._messages_key, None)
-        for message in reversed(messages or []):
-            if isinstance(message, AIMessage):
-                ids = tuple(str(c.get("id") or "") for c in message.tool_calls)
-                if call_id in ids:
-                    return ids, ids.index(call_id)
-        return (call_id,), 0
 
 
 def _same_call(step: Step, call: Mapping[str, Any]) -> None:
