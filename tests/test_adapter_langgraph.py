@@ -271,6 +271,21 @@ def test_an_unclassified_tool_is_refused_when_the_node_is_built(tmp_path: Path) 
     assert store.list_runs() == []
 
 
+def test_without_langgraph_the_adapter_says_which_extra_to_install() -> None:
+    code = (
+        "import sys\n"
+        "sys.modules['langgraph'] = None\n"
+        "try:\n"
+        "    import agentrt.adapters.langgraph\n"
+        "except ImportError as exc:\n"
+        "    print(exc)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == (
+        "agentrt.adapters.langgraph needs LangGraph: pip install 'agentrt[langgraph]'"
+    )
+
+
 def test_a_graph_without_a_thread_id_is_refused_before_anything_runs(tmp_path: Path) -> None:
     graph, store, effects = build(
         tmp_path,

@@ -22,13 +22,20 @@ or `decided` after `agentrt approve`. See docs/adapters.md.
 
 from __future__ import annotations
 
+try:
+    import langchain_core  # noqa: F401
+    import langgraph.prebuilt  # noqa: F401
+except ImportError as exc:
+    raise ImportError(
+        "agentrt.adapters.langgraph needs LangGraph: pip install 'agentrt[langgraph]'"
+    ) from exc
+
 from .._classify import Classification, UnclassifiedToolError
-from ._node import GatedTools, RunEndedError, gated_tool_node, run_id_for
+from ._node import RunEndedError, gated_tool_node, run_id_for
 from ._protocol import approve, decided, reject
 
 __all__ = [
     "Classification",
-    "GatedTools",
     "RunEndedError",
     "UnclassifiedToolError",
     "approve",
@@ -39,7 +46,6 @@ __all__ = [
 ]
 
 for _name in (
-    "GatedTools",
     "RunEndedError",
     "approve",
     "decided",
