@@ -686,3 +686,16 @@ def test_an_approved_push_killed_mid_call_asks_the_person_again_and_not_the_old_
     done = child(tmp_path, "approve", "push_branch")
     assert done["messages"][-2:] == ["pushed feature/login", "all done"]
     assert lines(effects) == ["push feature/login", "push feature/login"]
+
+
+@pytest.mark.slow
+def test_a_read_only_call_killed_mid_call_simply_runs_again_when_langgraph_resumes(
+    tmp_path: Path,
+) -> None:
+    kill_inside_the_tool(tmp_path, "start", "read_notes")
+    again = child(tmp_path, "continue", "read_notes")
+    assert again["interrupts"] == []
+    assert again["messages"][-2:] == ["read hello", "all done"]
+    assert lines(tmp_path / "effects.log") == ["read hello", "read hello"]
+    store = agentrt.open_existing(tmp_path / "runs.db", read_only=True)
+    assert [s.status for s in store.list_steps(again["run"][0])] == ["interrupted", "done"]

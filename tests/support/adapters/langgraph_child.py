@@ -5,8 +5,8 @@
 WORKDIR holds the agentrt store (runs.db), LangGraph's SQLite checkpoints
 (checkpoints.db) and the tool's effects (effects.log, one line per real
 execution). TOOL is the tool the scripted model calls: `push_branch` (a remote
-change: the default policy asks a person) or `write_note` (a local change:
-allowed). MODE:
+change: the default policy asks a person), `write_note` (a local change:
+allowed) or `read_notes` (read only). MODE:
 
 - `start`: invoke the graph on thread "t" with a first message;
 - `continue`: `graph.invoke(None, config)`, LangGraph's own way to go on from
@@ -70,6 +70,12 @@ def main(workdir: Path, mode: str, tool_name: str) -> None:
         effect(f"note {text}")
         return f"noted {text}"
 
+    @tool
+    def read_notes(text: str) -> str:
+        """Read the notes that contain a text."""
+        effect(f"read {text}")
+        return f"read {text}"
+
     args = {"branch": "feature/login"} if tool_name == "push_branch" else {"text": "hello"}
     script = [
         AIMessage(content="", tool_calls=[{"name": tool_name, "args": args, "id": "call-1"}]),
@@ -83,12 +89,13 @@ def main(workdir: Path, mode: str, tool_name: str) -> None:
 
     store = agentrt.open_store(workdir / "runs.db")
     node = gated_tool_node(
-        [push_branch, write_note],
+        [push_branch, write_note, read_notes],
         store=store,
         policy=agentrt.default_policy(),
         classifications={
             "push_branch": Classification("remote_mutation", timeout=150),
             "write_note": Classification("local_mutation", timeout=150),
+            "read_notes": Classification("read_only", timeout=150),
         },
     )
     builder = StateGraph(MessagesState)
