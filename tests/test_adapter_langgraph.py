@@ -365,6 +365,22 @@ def test_a_resume_naming_another_hash_is_refused_and_the_interrupt_stays_open(
     assert tool_messages(out) == [("c1", "success", "pushed feature/login")]
 
 
+def test_a_resume_value_is_built_only_from_an_agentrt_interrupt() -> None:
+    with pytest.raises(agentrt.ConfigError, match="not an agentrt approval"):
+        approve({"action": "push"}, by="alice")
+    value = {"type": "agentrt.approval", "run_id": RUN, "approval_id": "a" * 32, "hash": "h"}
+    assert reject(value, by="alice", note="no") == {
+        "type": "agentrt.approval",
+        "run_id": RUN,
+        "approval_id": "a" * 32,
+        "hash": "h",
+        "decision": "reject",
+        "by": "alice",
+        "note": "no",
+    }
+    assert decided(value)["decision"] == "decided" and "by" not in decided(value)
+
+
 def test_approving_through_agentrt_then_resuming_with_decided_runs_it_once(tmp_path: Path) -> None:
     graph, store, effects = build(tmp_path, push_script())
     (pending,) = ask(graph)["__interrupt__"]
