@@ -27,6 +27,7 @@ PUBLIC_MODULES = {
     "agentrt.__main__",
     "agentrt.adapters",
     "agentrt.adapters.pydantic_ai",
+    "agentrt.adapters.langgraph",
     "agentrt.approver",
     "agentrt.cli",
     "agentrt.console",

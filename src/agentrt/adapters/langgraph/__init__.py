@@ -1,0 +1,56 @@
+"""agentrt for LangGraph: every tool call of your graph through the Gate (`agentrt[langgraph]`).
+
+    from agentrt.adapters.langgraph import Classification, gated_tool_node
+
+    tools_node = gated_tool_node(
+        [search, push_branch],
+        store=agentrt.open_store("runs.db"),
+        policy=agentrt.default_policy(),
+        classifications={
+            "search": Classification("read_only", timeout=10),
+            "push_branch": Classification("remote_mutation", timeout=30),
+        },
+    )
+    builder.add_node("tools", tools_node)      # LangGraph's own ToolNode, gated
+
+You keep your graph, your model, your tools and your checkpointer. Each thread
+is one agentrt run (`run_id_for(thread_id)`). A call the policy sends to a
+person pauses the graph with `interrupt()`, whose value shows the request and
+its hash; answer with `Command(resume=approve(interrupt, by=...))`, `reject`,
+or `decided` after `agentrt approve`. See docs/adapters.md.
+"""
+
+from __future__ import annotations
+
+try:
+    import langchain_core  # noqa: F401
+    import langgraph.prebuilt  # noqa: F401
+except ImportError as exc:
+    raise ImportError(
+        "agentrt.adapters.langgraph needs LangGraph: pip install 'agentrt[langgraph]'"
+    ) from exc
+
+from .._classify import Classification, UnclassifiedToolError
+from ._node import RunEndedError, gated_tool_node, run_id_for
+from ._protocol import approve, decided, reject
+
+__all__ = [
+    "Classification",
+    "RunEndedError",
+    "UnclassifiedToolError",
+    "approve",
+    "decided",
+    "gated_tool_node",
+    "reject",
+    "run_id_for",
+]
+
+for _name in (
+    "RunEndedError",
+    "approve",
+    "decided",
+    "gated_tool_node",
+    "reject",
+    "run_id_for",
+):
+    globals()[_name].__module__ = __name__

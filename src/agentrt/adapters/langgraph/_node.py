@@ -1,0 +1,606 @@
+"""The gated ToolNode: every tool call of a LangGraph graph through an agentrt Gate.
+
+`gated_tool_node` returns LangGraph's own `ToolNode` over the consumer's tools,
+with its `wrap_tool_call`/`awrap_tool_call` hooks doing the Gate's work. Each
+LangGraph thread is one agentrt run (its id derived from the thread id); each
+tool call is one step of it, its decision recorded verbatim with the tool call
+id as the decision's reason (`langgraph tool call <id>`), so a call LangGraph
+issues again is found by that id.
+
+Invariants (tests in tests/test_adapter_langgraph*.py):
+
+- No tool runs except by `GateStep.execute`: the ToolNode's own executor is
+  handed to the agentrt tool for that one step (`_Calls`), with the arguments
+  the policy judged.
+- A call whose step is recorded `done` or `failed` gets its recorded outcome
+  back as the ToolMessage; it never runs again. This is what LangGraph's
+  re-execution of a node from its top on resume (langgraph issue 7780) meets.
+- A call that needs a person raises LangGraph's `interrupt()` with the
+  approval and the hash of its exact request (`_protocol`); the answer must
+  name that approval and hash, checked before LangGraph saves it. LangGraph
+  hands saved answers back by position on every re-execution: an answer to an
+  approval already decided is passed over, so which call asks first never
+  matters.
+- A call cut off by a crash (its step `executing` in the record) is taken over
+  by `Gate.attach` and pauses on `interrupted_side_effect`, shown with
+  `interrupt()`; it runs again only after a person approves.
+- The calls of one run go through the Gate one at a time (`_OneAtATime`).
+- A run that ended (a limit, a cancel, a rejection) raises `RunEndedError` out
+  of the graph; no tool runs in it again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import inspect
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from datetime import timedelta
+from typing import Annotated, Any, cast
+
+from langchain_core.messages import ToolMessage
+from langchain_core.tools import BaseTool
+from langgraph.prebuilt import ToolNode
+from langgraph.prebuilt.tool_node import ToolCallRequest
+from langgraph.types import Command, interrupt
+from pydantic import BaseModel, BeforeValidator
+
+from ..._canonical import to_text
+from ..._clock import Clock, IdFactory
+from ..._db import Store
+from ..._errors import (
+    AgentrtError,
+    ApprovalChangedError,
+    ApprovalExpiredError,
+    ConfigError,
+    NotFoundError,
+    RunStateError,
+)
+from ..._events import Observer
+from ..._gate import Gate, GateSession
+from ..._operator import Operator
+from ..._policy import Policy
+from ..._records import (
+    Approval,
+    ApprovalStatus,
+    Decision,
+    Limits,
+    Observation,
+    ObservationKind,
+    Run,
+    RunStatus,
+    Step,
+    StepStatus,
+    ToolCall,
+    ToolResult,
+    ToolSpec,
+)
+from ..._session import run_sync
+from ...approver import Local
+from .._classify import Classification, classify, tool_spec
+from ._protocol import MARK, check_resume
+
+CALL_PREFIX = "langgraph tool call "
+"""The recorded decision's reason: this prefix and LangGraph's tool call id."""
+
+
+def run_id_for(thread_id: str) -> str:
+    """The agentrt run id of a LangGraph thread: 32 hex characters derived from its id."""
+    digest = hashlib.sha256(f"agentrt.adapters.langgraph\x00{thread_id}".encode())
+    return digest.hexdigest()[:32]
+
+
+class RunEndedError(AgentrtError):
+    """The thread's agentrt run ended (a limit, a cancel, a rejection): no tool runs in it."""
+
+    def __init__(self, run: Run) -> None:
+        self.run = run
+        detail = f": {run.reason_detail}" if run.reason_detail else ""
+        super().__init__(
+            f"the agentrt run {run.id} of this thread is {run.status} ({run.reason}{detail}); "
+            "no tool call runs in it again"
+        )
+
+
+Executor = Callable[[ToolCallRequest], Any]
+
+
+_Waiting = tuple[ToolCallRequest, Executor]
+
+
+class _Calls:
+    """The LangGraph executor waiting for each step's one execution, by (run, step).
+
+    The executor is the ToolNode's own (injection of state and runtime, the
+    run's config passed to the tool), so a tool sees what it sees under a plain
+    ToolNode, though agentrt runs it.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._waiting: dict[tuple[str, str], _Waiting] = {}
+
+    def put(self, run_id: str, step_id: str, request: ToolCallRequest, run: Executor) -> None:
+        with self._lock:
+            self._waiting[(run_id, step_id)] = (request, run)
+
+    def take(self, run_id: str, step_id: str) -> _Waiting | None:
+        with self._lock:
+            return self._waiting.pop((run_id, step_id), None)
+
+
+class _FrameworkTool:
+    """The agentrt Tool for one LangChain tool: runs the ToolNode's executor, once."""
+
+    def __init__(self, spec: ToolSpec, calls: _Calls) -> None:
+        self.spec = spec
+        self._calls = calls
+
+    def call(self, call: ToolCall) -> Any:
+        waiting = self._calls.take(call.run_id, call.step_id)
+        if waiting is None:
+            raise RuntimeError(
+                f"no LangGraph tool call waits for step {call.step_id}; nothing was run"
+            )
+        request, execute = waiting
+        args = call.args if isinstance(call.args, dict) else {}
+        judged = request.override(tool_call={**request.tool_call, "args": args})
+        outcome = execute(judged)
+        if inspect.isawaitable(outcome):
+            return _finish(outcome)
+        return _result(outcome)
+
+
+async def _finish(outcome: Awaitable[Any]) -> ToolResult:
+    return _result(await outcome)
+
+
+def _result(outcome: Any) -> ToolResult:
+    """What the tool answered, as agentrt records it (the ToolMessage's content, verbatim)."""
+    if isinstance(outcome, Command):
+        raise TypeError("the tool returned a Command; a gated tool must answer with content")
+    if not isinstance(outcome, ToolMessage):
+        raise TypeError(f"the tool node returned {type(outcome).__name__}, not a ToolMessage")
+    if outcome.status == "error":
+        raise RuntimeError(_text(outcome.content))
+    return ToolResult(content=cast(Any, outcome.content))
+
+
+def _text(content: Any) -> str:
+    return content if isinstance(content, str) else to_text(content)
+
+
+def _schema(tool: BaseTool) -> dict[str, Any]:
+    """The arguments the model gives (injected arguments left out), as JSON Schema."""
+    schema = tool.tool_call_schema
+    if isinstance(schema, dict):
+        return dict(schema)
+    if isinstance(schema, type) and issubclass(schema, BaseModel):
+        return dict(schema.model_json_schema())
+    raise ConfigError(
+        f"tool {tool.name!r} has a pydantic v1 argument schema; agentrt reads pydantic v2 ones"
+    )
+
+
+def _call_id(step: Step) -> str | None:
+    decision = step.decision
+    if decision is None or not decision.reason.startswith(CALL_PREFIX):
+        return None
+    return decision.reason[len(CALL_PREFIX) :]
+
+
+class _OneAtATime:
+    """The calls of one run go through the Gate one at a time (a run has one open step).
+
+    The blocking path's calls come from LangGraph's thread pool, the async
+    path's from one event loop; an entry lives only while a call of its run
+    holds or waits for it.
+    """
+
+    def __init__(self) -> None:
+        self._guard = threading.Lock()
+        self._threads: dict[str, list[Any]] = {}  # run id -> [threading.Lock, users]
+        self._tasks: dict[
+            tuple[int, str], list[Any]
+        ] = {}  # (loop, run id) -> [asyncio.Lock, users]
+
+    @contextlib.contextmanager
+    def blocking(self, run_id: str) -> Iterator[None]:
+        with self._guard:
+            entry = self._threads.setdefault(run_id, [threading.Lock(), 0])
+            entry[1] += 1
+        try:
+            with entry[0]:
+                yield
+        finally:
+            with self._guard:
+                entry[1] -= 1
+                if entry[1] == 0:
+                    del self._threads[run_id]
+
+    @contextlib.asynccontextmanager
+    async def waiting(self, run_id: str) -> AsyncIterator[None]:
+        key = (id(asyncio.get_running_loop()), run_id)
+        with self._guard:
+            entry = self._tasks.setdefault(key, [asyncio.Lock(), 0])
+            entry[1] += 1
+        try:
+            async with entry[0]:
+                yield
+        finally:
+            with self._guard:
+                entry[1] -= 1
+                if entry[1] == 0:
+                    del self._tasks[key]
+
+
+class GatedTools:
+    """The consumer's LangChain tools behind one agentrt Gate (what `gated_tool_node` builds)."""
+
+    def __init__(
+        self,
+        tools: Sequence[BaseTool | Callable[..., Any]],
+        *,
+        store: Store,
+        policy: Policy,
+        classifications: Mapping[str, Classification],
+        limits: Limits | None = None,
+        goal: str = "",
+        observer: Observer | None = None,
+        now: Clock | None = None,
+        new_id: IdFactory | None = None,
+        lease_ttl: timedelta = timedelta(seconds=30),
+        lease_owner: str = "",
+        messages_key: str = "messages",
+    ) -> None:
+        self.node = ToolNode(
+            list(tools),
+            handle_tool_errors=False,
+            messages_key=messages_key,
+            wrap_tool_call=self.wrap_tool_call,
+            awrap_tool_call=self.awrap_tool_call,
+        )
+        offered = self.node.tools_by_name
+        classes = classify(offered, classifications)
+        self._calls = _Calls()
+        specs = [
+            tool_spec(name, tool.description, _schema(tool), classes[name])
+            for name, tool in offered.items()
+        ]
+        self.gate = Gate(
+            store=store,
+            policy=policy,
+            tools=[_FrameworkTool(spec, self._calls) for spec in specs],
+            observer=observer,
+            now=now,
+            new_id=new_id,
+            lease_ttl=lease_ttl,
+            lease_owner=lease_owner,
+        )
+        self.store = store
+        self.limits = limits
+        self.goal = goal
+        self._messages_key = messages_key
+        self._operator = Operator(store, observer, now)
+        self._one_at_a_time = _OneAtATime()
+
+    # -- the ToolNode's hooks -----------------------------------------------
+
+    async def awrap_tool_call(
+        self, request: ToolCallRequest, execute: Callable[[ToolCallRequest], Awaitable[Any]]
+    ) -> ToolMessage:
+        """The async hook: one call through the Gate (the calls of a run one at a time)."""
+        run_id = run_id_for(_thread_id(request))
+        async with self._one_at_a_time.waiting(run_id):
+            return await self._handle(request, execute, run_id)
+
+    def wrap_tool_call(
+        self, request: ToolCallRequest, execute: Callable[[ToolCallRequest], Any]
+    ) -> ToolMessage:
+        """The blocking hook: the same, on an event loop of its own."""
+        run_id = run_id_for(_thread_id(request))
+        with self._one_at_a_time.blocking(run_id):
+            return run_sync(self._handle(request, execute, run_id))
+
+    # -- one call ---------------------------------------------------------------
+
+    async def _handle(
+        self, request: ToolCallRequest, execute: Executor, run_id: str
+    ) -> ToolMessage:
+        call = request.tool_call
+        call_id = str(call.get("id") or "")
+        if not call_id:
+            raise ConfigError("a tool call without an id cannot be gated (LangGraph gives one)")
+        answered: set[str] = set()  # approvals answered on this execution of the node
+        while True:
+            run, step, approvals = await asyncio.to_thread(self._read, run_id, call_id)
+            if step is not None:
+                _same_call(step, call)
+            latest = approvals[-1] if approvals else None
+            if (
+                run is not None
+                and run.status == RunStatus.WAITING_FOR_APPROVAL
+                and latest is not None
+                and latest.status == ApprovalStatus.PENDING
+                and latest.id not in answered
+            ):
+                answer = self._ask(latest, call)  # raises GraphInterrupt until answered
+                answered.add(latest.id)
+                await asyncio.to_thread(self._answer, latest, answer)
+                continue  # read again: the answer decided the approval
+            if step is not None and step.status in (StepStatus.DONE, StepStatus.FAILED):
+                return _message(step, call)  # recorded: never run a second time
+            if run is not None and run.status in (
+                RunStatus.COMPLETED,
+                RunStatus.FAILED,
+                RunStatus.CANCELLED,
+            ):
+                raise RunEndedError(run)
+            if run is not None and run.status == RunStatus.WAITING_FOR_APPROVAL:
+                if latest is None:
+                    return _not_run(call, run)  # another call of this node waits for a person
+                # This call's approval was decided (or ran out of time): attach judges it.
+                message = await self._attach_and_run(run_id, request, execute)
+            elif step is not None and step.status != StepStatus.INTERRUPTED:
+                # Executing or deciding in the record: its process died. Attach takes
+                # the run over; a side effect then waits for a person (asked above).
+                await self._take_over(run_id)
+                message = None
+            else:
+                message = await self._new_step(run, run_id, request, execute)
+            if message is not None:
+                return message
+
+    def _read(self, run_id: str, call_id: str) -> tuple[Run | None, Step | None, list[Approval]]:
+        try:
+            run = self.store.get_run(run_id)
+        except NotFoundError:
+            return None, None, []
+        steps = [s for s in self.store.list_steps(run_id, cap=None) if _call_id(s) == call_id]
+        if not steps:
+            return run, None, []
+        step = steps[-1]
+        approvals = [a for a in self.store.list_approvals(run_id, cap=None) if a.step_id == step.id]
+        return run, step, approvals
+
+    def _ask(self, approval: Approval, call: Mapping[str, Any]) -> dict[str, Any]:
+        """The person's answer to `approval`, through LangGraph's `interrupt()`.
+
+        LangGraph answers the interrupts of a node by position and gives the
+        saved answers back on every re-execution; an answer to an approval of
+        the run that is already decided is one of those (applied when it came),
+        so it is passed over and the next position asked.
+        """
+        value = self._interrupt_value(approval, call)
+        schema = self._expected(approval)
+        while True:
+            answer: dict[str, Any] = interrupt(value, response_schema=schema)
+            if answer["approval_id"] == approval.id:
+                return answer
+
+    def _expected(self, approval: Approval) -> Any:
+        """What LangGraph may hand back for `approval`: its answer, or an earlier one.
+
+        Given to `interrupt()` as its `response_schema`, so a refused resume (a
+        decision for another request, or `decided` while the approval is still
+        pending) raises out of the graph before LangGraph saves it: the
+        interrupt stays open and can be answered again.
+        """
+
+        def check(value: Any) -> dict[str, Any]:
+            named = value.get("approval_id") if isinstance(value, Mapping) else None
+            earlier = self._decided(approval.run_id, named) if named != approval.id else None
+            if earlier is not None:
+                return check_resume(value, earlier.run_id, earlier.id, earlier.hash)
+            checked = check_resume(value, approval.run_id, approval.id, approval.hash)
+            if checked["decision"] == "decided":
+                current = self.store.get_approval(approval.run_id, approval.id)
+                if current.status == ApprovalStatus.PENDING:
+                    raise RunStateError(
+                        f"approval {approval.id} is still pending: decide it "
+                        f"(agentrt approve {approval.run_id}) before resuming with decided()"
+                    )
+            return checked
+
+        return Annotated[dict[str, Any], BeforeValidator(check)]
+
+    def _decided(self, run_id: str, approval_id: object) -> Approval | None:
+        """The run's approval `approval_id` if it was decided (an earlier answer names it)."""
+        for approval in self.store.list_approvals(run_id, cap=None):
+            if approval.id == approval_id and approval.status != ApprovalStatus.PENDING:
+                return approval
+        return None
+
+    def _answer(self, approval: Approval, value: dict[str, Any]) -> None:
+        """Apply a checked answer to `approval`, unless it was decided already."""
+        if value["decision"] == "decided":
+            return  # decided through agentrt approve, the console or the webhook
+        current = self.store.get_approval(approval.run_id, approval.id)
+        if current.status != ApprovalStatus.PENDING:
+            return  # decided elsewhere meanwhile: what was decided there stands
+        by = str(value.get("by") or "")
+        note = str(value.get("note") or "")
+        decide = self._operator.approve if value["decision"] == "approve" else self._operator.reject
+        try:
+            decide(approval.run_id, approval.id, by, note, shown_hash=approval.hash)
+        except ApprovalExpiredError:
+            return  # too late: attaching the run settles the expiry (the run is cancelled)
+
+    def _interrupt_value(self, approval: Approval, call: Mapping[str, Any]) -> dict[str, Any]:
+        text = ""
+        if approval.status == ApprovalStatus.PENDING:
+            text = Local(self.store).show(approval.run_id, approval.id).text
+        return {
+            "type": MARK,
+            "run_id": approval.run_id,
+            "approval_id": approval.id,
+            "hash": approval.hash,
+            "kind": str(approval.kind),
+            "status": str(approval.status),
+            "tool": str(call.get("name")),
+            "tool_call_id": str(call.get("id")),
+            "capability": approval.capability,
+            "presentation": approval.presentation,
+            "request": approval.request,
+            "text": text,
+        }
+
+    async def _new_step(
+        self, run: Run | None, run_id: str, request: ToolCallRequest, execute: Executor
+    ) -> ToolMessage | None:
+        """A call not yet recorded (or whose step never ran): a new step of the run."""
+        if run is None:
+            session = await self.gate.begin(
+                self.goal or f"LangGraph thread {_thread_id(request)}", self.limits, run_id
+            )
+        else:
+            session, verdict = await self.gate.attach(run_id)
+            if verdict is not None:  # the takeover paused or ended the run: look again
+                await session.close()
+                return None
+        async with session:
+            step = await session.step()
+            if step is None:
+                raise RunEndedError(session.run)
+            call = request.tool_call
+            decision = Decision.tool_call(
+                str(call["name"]), call.get("args"), reason=CALL_PREFIX + str(call["id"])
+            )
+            verdict = await step.propose(decision)
+            if verdict.outcome == "allowed":
+                return await self._execute(session, request, execute)
+            if verdict.outcome == "ended":
+                raise RunEndedError(verdict.run)
+            return None  # denied (recorded) or pending (shown next): look again
+
+    async def _attach_and_run(
+        self, run_id: str, request: ToolCallRequest, execute: Executor
+    ) -> ToolMessage | None:
+        """The run waits on this call's approved request: attach, and run it if allowed."""
+        session, verdict = await self.gate.attach(run_id)
+        async with session:
+            if verdict is not None and verdict.outcome == "allowed":
+                return await self._execute(session, request, execute)
+            if verdict is not None and verdict.outcome == "ended":
+                raise RunEndedError(verdict.run)
+            return None
+
+    async def _take_over(self, run_id: str) -> None:
+        session, verdict = await self.gate.attach(run_id)
+        await session.close()
+        if verdict is not None and verdict.outcome == "ended":
+            raise RunEndedError(verdict.run)
+
+    async def _execute(
+        self, session: GateSession, request: ToolCallRequest, execute: Executor
+    ) -> ToolMessage:
+        step = session.current()
+        assert step is not None  # an allowed verdict leaves its step open
+        self._calls.put(session.run_id, step.id, request, execute)
+        try:
+            await step.execute()
+        finally:
+            self._calls.take(session.run_id, step.id)
+        steps = self.store.list_steps(session.run_id, cap=None)
+        (recorded,) = [s for s in steps if s.id == step.id]
+        return _message(recorded, request.tool_call)
+
+
+def _same_call(step: Step, call: Mapping[str, Any]) -> None:
+    """A call LangGraph issues again must be the call recorded under its id."""
+    decision = step.decision
+    assert decision is not None  # found by its decision's reason
+    if decision.tool != call.get("name") or decision.args != call.get("args"):
+        raise ApprovalChangedError(
+            f"tool call {call.get('id')} was recorded as {decision.tool} with other arguments "
+            f"(step {step.index} of run {step.run_id}); a changed call is refused, "
+            "not run as the recorded one"
+        )
+
+
+def _thread_id(request: ToolCallRequest) -> str:
+    runtime = request.runtime
+    config = getattr(runtime, "config", None) or {}
+    thread = (config.get("configurable") or {}).get("thread_id")
+    if thread is None or thread == "":
+        raise ConfigError(
+            "a gated tool node runs in a thread: invoke the graph with a checkpointer and "
+            "config={'configurable': {'thread_id': ...}}"
+        )
+    return str(thread)
+
+
+def _message(step: Step, call: Mapping[str, Any]) -> ToolMessage:
+    """The ToolMessage a recorded step gives the model, the same on every re-execution."""
+    observation = step.observation or Observation(kind=ObservationKind.INTERRUPTED)
+    content: Any = observation.content
+    kind = observation.kind
+    status = "success"
+    if kind == ObservationKind.TOOL_RESULT:
+        text = content if isinstance(content, str | list) else to_text(content)
+    else:
+        status = "error"
+        detail = content if isinstance(content, dict) else {}
+        if kind == ObservationKind.POLICY_DENIED:
+            text = f"Denied by the policy: {detail.get('reason') or observation.summary}"
+        elif kind == ObservationKind.INVALID_DECISION:
+            text = f"Invalid call: {detail.get('error') or observation.summary}"
+        elif kind == ObservationKind.TOOL_ERROR:
+            text = f"Error: {detail.get('error') or observation.summary}"
+        else:
+            text = f"Not run: {observation.summary or kind}"
+    return ToolMessage(
+        content=text,
+        name=call.get("name"),
+        tool_call_id=call.get("id"),
+        status=status,
+        artifact={"run_id": step.run_id, "step_id": step.id, "observation": str(kind)},
+    )
+
+
+def _not_run(call: Mapping[str, Any], run: Run) -> ToolMessage:
+    return ToolMessage(
+        content=f"Not run: run {run.id} waits for a person on another call",
+        name=call.get("name"),
+        tool_call_id=call.get("id"),
+        status="error",
+    )
+
+
+def gated_tool_node(
+    tools: Sequence[BaseTool | Callable[..., Any]],
+    *,
+    store: Store,
+    policy: Policy,
+    classifications: Mapping[str, Classification],
+    limits: Limits | None = None,
+    goal: str = "",
+    observer: Observer | None = None,
+    now: Clock | None = None,
+    new_id: IdFactory | None = None,
+    lease_ttl: timedelta = timedelta(seconds=30),
+    lease_owner: str = "",
+    messages_key: str = "messages",
+) -> ToolNode:
+    """LangGraph's `ToolNode` over `tools`, every call through an agentrt Gate.
+
+    `classifications` names each tool's side effect and timeout; a tool without
+    one is refused here (`UnclassifiedToolError`). Each thread is one agentrt
+    run (`run_id_for(thread_id)`), ended by `limits` like any run.
+    """
+    return GatedTools(
+        tools,
+        store=store,
+        policy=policy,
+        classifications=classifications,
+        limits=limits,
+        goal=goal,
+        observer=observer,
+        now=now,
+        new_id=new_id,
+        lease_ttl=lease_ttl,
+        lease_owner=lease_owner,
+        messages_key=messages_key,
+    ).node

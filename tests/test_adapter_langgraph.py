@@ -1,0 +1,717 @@
+"""LangGraph's tool calls behind the Gate: the gated ToolNode (agentrt.adapters.langgraph).
+
+Real LangGraph graphs (StateGraph, ToolNode, checkpointers) driven by
+LangChain's own fake chat model, real LangChain tools writing real effects, a
+real store. Each tool appends a line to a file when it really runs, so a test
+counts executions, not calls of ours.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+if not os.environ.get("CI"):
+    pytest.importorskip("langgraph.prebuilt", reason="needs agentrt[langgraph]")
+
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langchain_core.tools import BaseTool, tool
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import START, MessagesState, StateGraph
+from langgraph.prebuilt import ToolNode, tools_condition
+from langgraph.types import Command
+
+import agentrt
+from agentrt.adapters.langgraph import (
+    Classification,
+    RunEndedError,
+    UnclassifiedToolError,
+    approve,
+    decided,
+    gated_tool_node,
+    reject,
+    run_id_for,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+CHILD = ROOT / "tests" / "support" / "adapters" / "langgraph_child.py"
+CONFIG: Any = {"configurable": {"thread_id": "thread-1"}}
+RUN = run_id_for("thread-1")
+
+CLASSES = {
+    "lookup": Classification("read_only", timeout=5),
+    "write_note": Classification("local_mutation", timeout=5),
+    "push_branch": Classification("remote_mutation", timeout=5),
+    "delete_branch": Classification("destructive", timeout=5),
+    "flaky": Classification("local_mutation", timeout=5),
+}
+
+
+def make_tools(effects: Path) -> list[BaseTool]:
+    def effect(line: str) -> None:
+        with effects.open("a") as f:
+            f.write(line + "\n")
+
+    @tool
+    def lookup(q: str) -> str:
+        """Look something up."""
+        effect(f"lookup {q}")
+        return f"found {q}"
+
+    @tool
+    def write_note(text: str) -> str:
+        """Write a local note."""
+        effect(f"note {text}")
+        return f"noted {text}"
+
+    @tool
+    def push_branch(branch: str) -> str:
+        """Push a branch to the remote."""
+        effect(f"push {branch}")
+        return f"pushed {branch}"
+
+    @tool
+    def delete_branch(branch: str) -> str:
+        """Delete a branch."""
+        effect(f"delete {branch}")
+        return f"deleted {branch}"
+
+    @tool
+    def flaky(q: str) -> str:
+        """Fail, after an effect."""
+        effect(f"flaky {q}")
+        raise ConnectionError(f"remote closed the connection for {q}")
+
+    return [lookup, write_note, push_branch, delete_branch, flaky]
+
+
+def call(name: str, call_id: str, **args: Any) -> dict[str, Any]:
+    return {"name": name, "args": args, "id": call_id}
+
+
+def build(
+    tmp_path: Path,
+    script: Sequence[AIMessage],
+    node: Callable[[list[BaseTool]], Any] | None = None,
+    saver: Any = "memory",
+    **options: Any,
+) -> tuple[Any, agentrt.Store, Path]:
+    """A ReAct graph: the fake model answers from `script`, by how many tool answers it has."""
+    effects = tmp_path / "effects.log"
+    effects.touch()
+    store = agentrt.open_store(tmp_path / "runs.db")
+    tools = make_tools(effects)
+    if node is None:
+        tools_node = gated_tool_node(
+            tools,
+            store=store,
+            policy=options.pop("policy", agentrt.default_policy()),
+            classifications=CLASSES,
+            **options,
+        )
+    else:
+        tools_node = node(tools)
+
+    def agent(state: MessagesState) -> dict[str, Any]:
+        turn = sum(isinstance(m, AIMessage) for m in state["messages"])
+        model = GenericFakeChatModel(messages=iter([script[turn]]))
+        return {"messages": [model.invoke(state["messages"])]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("agent", agent)
+    builder.add_node("tools", tools_node)
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges("agent", tools_condition)
+    builder.add_edge("tools", "agent")
+    checkpointer = InMemorySaver() if saver == "memory" else saver
+    return builder.compile(checkpointer=checkpointer), store, effects
+
+
+def ask(graph: Any, what: Any = None) -> dict[str, Any]:
+    inp = {"messages": [HumanMessage("go")]} if what is None else what
+    return dict(asyncio.run(graph.ainvoke(inp, CONFIG)))
+
+
+def tool_messages(out: dict[str, Any]) -> list[tuple[str, str, Any]]:
+    return [
+        (m.tool_call_id, m.status, m.content) for m in out["messages"] if isinstance(m, ToolMessage)
+    ]
+
+
+def lines(effects: Path) -> list[str]:
+    return effects.read_text().splitlines()
+
+
+def events(store: agentrt.Store) -> list[str]:
+    return [e.type for e in store.list_events(RUN)]
+
+
+# -- allow, deny, schema --------------------------------------------------------
+
+
+def test_an_allowed_call_runs_once_and_its_decision_is_recorded_verbatim(tmp_path: Path) -> None:
+    graph, store, effects = build(
+        tmp_path, [AIMessage("", tool_calls=[call("lookup", "c1", q="x")]), AIMessage("done")]
+    )
+    out = ask(graph)
+    assert tool_messages(out) == [("c1", "success", "found x")]
+    assert lines(effects) == ["lookup x"]
+    (step,) = store.list_steps(RUN)
+    assert step.status == "done"
+    assert step.decision is not None
+    assert step.decision.to_json() == {
+        "kind": "tool_call",
+        "tool": "lookup",
+        "args": {"q": "x"},
+        "reason": "langgraph tool call c1",
+    }
+    assert step.observation is not None and step.observation.content == "found x"
+    assert store.get_run(RUN).status == "RUNNING"  # the thread goes on; its run with it
+    assert store.lease(RUN).owner == ""  # released between node executions
+    assert store.verify_events().intact
+
+
+def test_a_denied_call_comes_back_to_the_model_as_an_error_tool_message(tmp_path: Path) -> None:
+    graph, store, effects = build(
+        tmp_path,
+        [AIMessage("", tool_calls=[call("delete_branch", "c1", branch="main")]), AIMessage("ok")],
+    )
+    out = ask(graph)
+    assert tool_messages(out) == [
+        ("c1", "error", "Denied by the policy: destructive tools are denied by the default policy")
+    ]
+    assert lines(effects) == []
+    (step,) = store.list_steps(RUN)
+    assert (step.status, step.observation and step.observation.kind) == ("failed", "policy_denied")
+    assert out["messages"][-1].content == "ok"  # the model heard it and went on
+
+
+def test_a_call_outside_the_tool_schema_never_runs_and_the_model_hears_why(tmp_path: Path) -> None:
+    graph, store, effects = build(
+        tmp_path,
+        [AIMessage("", tool_calls=[call("lookup", "c1", q=7)]), AIMessage("ok")],
+    )
+    out = ask(graph)
+    ((call_id, status, content),) = tool_messages(out)
+    assert (call_id, status) == ("c1", "error")
+    assert content.startswith("Invalid call: ") and "q" in content
+    assert lines(effects) == []
+    (step,) = store.list_steps(RUN)
+    assert step.observation is not None and step.observation.kind == "invalid_decision"
+    assert step.decision is not None and step.decision.args == {"q": 7}  # recorded as sent
+
+
+def test_a_tool_that_raises_is_recorded_as_a_tool_error_and_the_model_hears_it(
+    tmp_path: Path,
+) -> None:
+    graph, store, effects = build(
+        tmp_path, [AIMessage("", tool_calls=[call("flaky", "c1", q="x")]), AIMessage("ok")]
+    )
+    out = ask(graph)
+    assert tool_messages(out) == [
+        ("c1", "error", "Error: ConnectionError: remote closed the connection for x")
+    ]
+    assert lines(effects) == ["flaky x"]
+    (step,) = store.list_steps(RUN)
+    assert step.observation is not None
+    assert (step.observation.kind, step.observation.content["failure"]) == ("tool_error", "error")
+
+
+def test_each_thread_is_a_run_of_its_own_and_the_tool_sees_its_threads_config(
+    tmp_path: Path,
+) -> None:
+    from langgraph.config import get_config
+
+    seen: list[Any] = []
+
+    @tool
+    def lookup(q: str) -> str:
+        """Look something up."""
+        seen.append((q, get_config()["configurable"]["thread_id"]))
+        return "ok"
+
+    graph, _, _ = build(
+        tmp_path,
+        [AIMessage("", tool_calls=[call("lookup", "c1", q="x")]), AIMessage("done")],
+        node=lambda tools: gated_tool_node(
+            [lookup, *tools[1:]],
+            store=agentrt.open_store(tmp_path / "runs.db"),
+            policy=agentrt.default_policy(),
+            classifications=CLASSES,
+        ),
+    )
+    ask(graph)
+    graph.invoke({"messages": [HumanMessage("again")]}, {"configurable": {"thread_id": "t2"}})
+    assert seen == [("x", "thread-1"), ("x", "t2")]
+    store = agentrt.open_store(tmp_path / "runs.db")
+    assert sorted(r.id for r in store.list_runs()) == sorted([RUN, run_id_for("t2")])
+
+
+def test_an_unclassified_tool_is_refused_when_the_node_is_built(tmp_path: Path) -> None:
+    store = agentrt.open_store(tmp_path / "runs.db")
+    tools = make_tools(tmp_path / "effects.log")
+    with pytest.raises(UnclassifiedToolError, match=r"no classification for tool 'delete_branch'"):
+        gated_tool_node(
+            tools,
+            store=store,
+            policy=agentrt.default_policy(),
+            classifications={k: v for k, v in CLASSES.items() if k != "delete_branch"},
+        )
+    assert store.list_runs() == []
+
+
+def test_without_langgraph_the_adapter_says_which_extra_to_install() -> None:
+    code = (
+        "import sys\n"
+        "sys.modules['langgraph'] = None\n"
+        "try:\n"
+        "    import agentrt.adapters.langgraph\n"
+        "except ImportError as exc:\n"
+        "    print(exc)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == (
+        "agentrt.adapters.langgraph needs LangGraph: pip install 'agentrt[langgraph]'"
+    )
+
+
+def test_a_graph_without_a_thread_id_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    graph, store, effects = build(
+        tmp_path,
+        [AIMessage("", tool_calls=[call("lookup", "c1", q="x")]), AIMessage("done")],
+        saver=None,
+    )
+    with pytest.raises(agentrt.ConfigError, match="thread_id"):
+        asyncio.run(graph.ainvoke({"messages": [HumanMessage("go")]}))
+    assert lines(effects) == [] and store.list_runs() == []
+
+
+# -- approvals ----------------------------------------------------------------
+
+
+def push_script() -> list[AIMessage]:
+    return [
+        AIMessage("", tool_calls=[call("push_branch", "c1", branch="feature/login")]),
+        AIMessage("pushed"),
+    ]
+
+
+def test_require_approval_surfaces_as_an_interrupt_showing_the_request_and_its_hash(
+    tmp_path: Path,
+) -> None:
+    graph, store, effects = build(tmp_path, push_script())
+    out = ask(graph)
+    (pending,) = out["__interrupt__"]
+    (approval,) = store.pending_approvals(RUN)
+    value = pending.value
+    assert value["type"] == "agentrt.approval"
+    assert (value["run_id"], value["approval_id"], value["hash"]) == (
+        RUN,
+        approval.id,
+        approval.hash,
+    )
+    assert value["hash"] == agentrt.approval_hash(
+        value["kind"], value["capability"], value["presentation"], value["request"]
+    )
+    assert value["request"]["args"] == {"branch": "feature/login"}
+    assert (value["tool"], value["tool_call_id"], value["status"]) == (
+        "push_branch",
+        "c1",
+        "pending",
+    )
+    assert approval.hash in value["text"] and "feature/login" in value["text"]
+    assert lines(effects) == []
+    assert store.get_run(RUN).status == "WAITING_FOR_APPROVAL"
+
+
+def test_approving_through_the_resume_runs_the_request_once(tmp_path: Path) -> None:
+    graph, store, effects = build(tmp_path, push_script())
+    (pending,) = ask(graph)["__interrupt__"]
+    out = ask(graph, Command(resume=approve(pending, by="alice", note="fine")))
+    assert tool_messages(out) == [("c1", "success", "pushed feature/login")]
+    assert lines(effects) == ["push feature/login"]
+    (approval,) = store.list_approvals(RUN)
+    assert (approval.status, approval.decided_by, approval.note) == ("approved", "alice", "fine")
+    assert out["messages"][-1].content == "pushed"
+
+
+def test_a_resume_naming_another_hash_is_refused_and_the_interrupt_stays_open(
+    tmp_path: Path,
+) -> None:
+    graph, store, effects = build(tmp_path, push_script())
+    (pending,) = ask(graph)["__interrupt__"]
+    forged = {**approve(pending, by="mallory"), "hash": "0" * 64}
+    with pytest.raises(agentrt.ApprovalChangedError, match="a decision for another request"):
+        ask(graph, Command(resume=forged))
+    with pytest.raises(agentrt.ApprovalChangedError, match="does not answer approval"):
+        ask(graph, Command(resume="yes"))
+    assert lines(effects) == []
+    (approval,) = store.list_approvals(RUN)
+    assert approval.status == "pending"
+    assert len(graph.get_state(CONFIG).interrupts) == 1  # LangGraph saved neither answer
+    out = ask(graph, Command(resume=approve(pending, by="alice")))
+    assert lines(effects) == ["push feature/login"]
+    assert tool_messages(out) == [("c1", "success", "pushed feature/login")]
+
+
+def test_a_resume_value_is_built_only_from_an_agentrt_interrupt() -> None:
+    with pytest.raises(agentrt.ConfigError, match="not an agentrt approval"):
+        approve({"action": "push"}, by="alice")
+    value = {"type": "agentrt.approval", "run_id": RUN, "approval_id": "a" * 32, "hash": "h"}
+    assert reject(value, by="alice", note="no") == {
+        "type": "agentrt.approval",
+        "run_id": RUN,
+        "approval_id": "a" * 32,
+        "hash": "h",
+        "decision": "reject",
+        "by": "alice",
+        "note": "no",
+    }
+    assert decided(value)["decision"] == "decided" and "by" not in decided(value)
+
+
+def test_approving_through_agentrt_then_resuming_with_decided_runs_it_once(tmp_path: Path) -> None:
+    graph, store, effects = build(tmp_path, push_script())
+    (pending,) = ask(graph)["__interrupt__"]
+    with pytest.raises(agentrt.RunStateError, match="still pending"):
+        ask(graph, Command(resume=decided(pending)))
+    agentrt.approve(
+        store, RUN, pending.value["approval_id"], by="bob", shown_hash=pending.value["hash"]
+    )
+    out = ask(graph, Command(resume=decided(pending)))
+    assert tool_messages(out) == [("c1", "success", "pushed feature/login")]
+    assert lines(effects) == ["push feature/login"]
+
+
+def test_a_rejection_tells_the_model_ends_the_run_and_the_call_never_runs(tmp_path: Path) -> None:
+    script = [*push_script()[:1], AIMessage("", tool_calls=[call("lookup", "c2", q="x")])]
+    graph, store, effects = build(tmp_path, script)
+    (pending,) = ask(graph)["__interrupt__"]
+    with pytest.raises(RunEndedError, match="CANCELLED \\(approval_rejected") as ended:
+        ask(graph, Command(resume=reject(pending, by="alice", note="not today")))
+    assert lines(effects) == []  # neither the push nor the lookup the model tried next
+    run = store.get_run(RUN)
+    assert (run.status, run.reason) == ("CANCELLED", "approval_rejected")
+    assert ended.value.run.id == RUN
+    messages = graph.get_state(CONFIG).values["messages"]
+    assert [
+        (m.tool_call_id, m.status, m.content) for m in messages if isinstance(m, ToolMessage)
+    ] == [("c1", "error", "Denied by the policy: approval rejected: not today")]
+
+
+def test_an_approval_answered_after_its_time_ran_out_ends_the_run_and_nothing_runs(
+    tmp_path: Path,
+) -> None:
+    clock = [datetime(2026, 12, 1, 9, 0, tzinfo=UTC)]
+
+    def now() -> datetime:
+        return clock[0]
+
+    graph, store, effects = build(
+        tmp_path, push_script(), now=now, limits=agentrt.Limits(approval_ttl=timedelta(minutes=5))
+    )
+    (pending,) = ask(graph)["__interrupt__"]
+    clock[0] += timedelta(minutes=6)
+    with pytest.raises(RunEndedError, match="approval_expired"):
+        ask(graph, Command(resume=approve(pending, by="alice")))
+    assert lines(effects) == []
+    run = store.get_run(RUN)
+    assert (run.status, run.reason) == ("CANCELLED", "approval_expired")
+
+
+def test_a_call_changed_in_the_graph_state_after_approval_is_refused(tmp_path: Path) -> None:
+    graph, _, effects = build(tmp_path, push_script())
+    (pending,) = ask(graph)["__interrupt__"]
+    state = graph.get_state(CONFIG)
+    ai = state.values["messages"][-1]
+    changed = ai.model_copy(update={"tool_calls": [call("push_branch", "c1", branch="main")]})
+    graph.update_state(CONFIG, {"messages": [changed]}, as_node="agent")
+    with pytest.raises(agentrt.ApprovalChangedError, match="a changed call is refused"):
+        ask(graph, Command(resume=approve(pending, by="alice")))
+    assert lines(effects) == []
+
+
+# -- LangGraph's node replay (langgraph issue 7780) ------------------------------
+
+
+def two_calls_script() -> list[AIMessage]:
+    return [
+        AIMessage(
+            "",
+            tool_calls=[
+                call("write_note", "c1", text="before"),
+                call("push_branch", "c2", branch="feature/login"),
+            ],
+        ),
+        AIMessage("both done"),
+    ]
+
+
+def test_on_resume_a_call_that_ran_before_the_interrupt_gets_its_recorded_result(
+    tmp_path: Path,
+) -> None:
+    graph, store, effects = build(tmp_path, two_calls_script())
+    (pending,) = ask(graph)["__interrupt__"]
+    assert lines(effects) == ["note before"]
+    out = ask(graph, Command(resume=approve(pending, by="alice")))
+    # LangGraph ran the tool node again from its top; the first call was not run again.
+    assert lines(effects) == ["note before", "push feature/login"]
+    assert tool_messages(out) == [
+        ("c1", "success", "noted before"),
+        ("c2", "success", "pushed feature/login"),
+    ]
+    assert [(s.decision and s.decision.tool, s.status) for s in store.list_steps(RUN)] == [
+        ("write_note", "done"),
+        ("push_branch", "done"),
+    ]
+    assert events(store).count("step.tool_started") == 2
+
+
+def test_the_same_replay_on_the_blocking_path_does_not_run_the_first_call_again(
+    tmp_path: Path,
+) -> None:
+    graph, _, effects = build(tmp_path, two_calls_script())
+    out = graph.invoke({"messages": [HumanMessage("go")]}, CONFIG)
+    (pending,) = out["__interrupt__"]
+    out = graph.invoke(Command(resume=approve(pending, by="alice")), CONFIG)
+    assert lines(effects) == ["note before", "push feature/login"]
+    assert [m[0] for m in tool_messages(out)] == ["c1", "c2"]
+
+
+def test_without_the_gate_langgraph_runs_the_first_call_again_on_resume(tmp_path: Path) -> None:
+    """What the gate prevents, measured with LangGraph's own interrupt in a tool wrapper."""
+    from langgraph.types import interrupt
+
+    def ask_first(request: Any, execute: Any) -> Any:
+        if request.tool_call["name"] == "push_branch":
+            interrupt({"approve": request.tool_call["args"]})
+        return execute(request)
+
+    graph, _, effects = build(
+        tmp_path, two_calls_script(), node=lambda tools: ToolNode(tools, wrap_tool_call=ask_first)
+    )
+    graph.invoke({"messages": [HumanMessage("go")]}, CONFIG)
+    graph.invoke(Command(resume=True), CONFIG)
+    assert lines(effects) == ["note before", "note before", "push feature/login"]
+
+
+@pytest.mark.parametrize("path", ["async", "blocking"])
+def test_two_approvals_in_one_node_are_answered_one_by_one_across_two_resumes(
+    tmp_path: Path, path: str
+) -> None:
+    script = [
+        AIMessage(
+            "",
+            tool_calls=[
+                call("push_branch", "c1", branch="a"),
+                call("push_branch", "c2", branch="b"),
+            ],
+        ),
+        AIMessage("done"),
+    ]
+    graph, store, effects = build(tmp_path, script)
+
+    def send(what: Any) -> dict[str, Any]:
+        return ask(graph, what) if path == "async" else dict(graph.invoke(what, CONFIG))
+
+    (first,) = send({"messages": [HumanMessage("go")]})["__interrupt__"]
+    (second,) = send(Command(resume=approve(first, by="alice")))["__interrupt__"]
+    assert {first.value["tool_call_id"], second.value["tool_call_id"]} == {"c1", "c2"}
+    assert len(lines(effects)) == 1
+    # The first answer again (a stale client): it decides nothing; the second stays open.
+    (again,) = send(Command(resume=approve(first, by="alice")))["__interrupt__"]
+    assert again.value["approval_id"] == second.value["approval_id"]
+    assert [a.status for a in store.list_approvals(RUN)] == ["approved", "pending"]
+    assert len(lines(effects)) == 1
+    out = send(Command(resume=approve(second, by="alice")))
+    assert sorted(lines(effects)) == ["push a", "push b"]
+    assert sorted(m[2] for m in tool_messages(out)) == ["pushed a", "pushed b"]
+
+
+# -- limits -------------------------------------------------------------------------
+
+
+def test_a_limit_ends_the_run_and_the_graph_with_run_ended_error(tmp_path: Path) -> None:
+    script = [AIMessage("", tool_calls=[call("lookup", f"c{i}", q=str(i))]) for i in range(5)]
+    graph, store, effects = build(tmp_path, script, limits=agentrt.Limits(max_steps=2))
+    with pytest.raises(RunEndedError, match="limit_steps") as ended:
+        ask(graph)
+    assert lines(effects) == ["lookup 0", "lookup 1"]
+    run = store.get_run(RUN)
+    assert (run.status, run.reason) == ("FAILED", "limit_steps")
+    assert ended.value.run.id == RUN
+    with pytest.raises(RunEndedError):  # the thread's run stays ended
+        ask(graph, {"messages": [HumanMessage("again")]})
+    assert lines(effects) == ["lookup 0", "lookup 1"]
+
+
+# -- across processes --------------------------------------------------------------
+
+
+def child(workdir: Path, mode: str, tool_name: str) -> dict[str, Any]:
+    done = subprocess.run(
+        [sys.executable, str(CHILD), str(workdir), mode, tool_name],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+@pytest.mark.slow
+def test_an_approval_from_the_agentrt_command_is_resumed_by_another_process(
+    tmp_path: Path,
+) -> None:
+    first = child(tmp_path, "start", "push_branch")
+    (value,) = first["interrupts"]
+    assert first["run"][1] == "WAITING_FOR_APPROVAL"
+    cmd = [sys.executable, "-m", "agentrt", "approve", value["run_id"], "--db"]
+    cmd += [str(tmp_path / "runs.db"), "--yes", "--by", "operator"]
+    approved = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert approved.returncode == 0, approved.stderr
+    second = child(tmp_path, "decided", "push_branch")
+    assert second["interrupts"] == []
+    assert second["messages"][-2:] == ["pushed feature/login", "all done"]
+    assert lines(tmp_path / "effects.log") == ["push feature/login"]
+
+
+def kill_inside_the_tool(workdir: Path, mode: str, tool_name: str) -> None:
+    """Run the child until its tool has written its effect, then SIGKILL it."""
+    proc = subprocess.Popen(
+        [sys.executable, str(CHILD), str(workdir), mode, tool_name],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "HANG_IN_TOOL": "1"},
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "IN_TOOL"
+    os.kill(proc.pid, signal.SIGKILL)
+    assert proc.wait(timeout=30) == -signal.SIGKILL
+
+
+@pytest.mark.slow
+def test_a_child_killed_during_a_mutating_call_waits_for_a_person_when_langgraph_resumes(
+    tmp_path: Path,
+) -> None:
+    kill_inside_the_tool(tmp_path, "start", "write_note")
+    effects = tmp_path / "effects.log"
+    assert lines(effects) == ["note hello"]
+
+    # LangGraph's own way on after a crash: invoke(None) from the last checkpoint.
+    again = child(tmp_path, "continue", "write_note")
+    (value,) = again["interrupts"]
+    assert value["kind"] == "interrupted_side_effect"
+    assert value["tool_call_id"] == "call-1"
+    assert "whether it took effect is unknown" in value["text"]
+    assert again["run"][1] == "WAITING_FOR_APPROVAL"
+    assert lines(effects) == ["note hello"]  # not run again on its own
+
+    still = child(tmp_path, "continue", "write_note")  # asking again changes nothing
+    assert [v["approval_id"] for v in still["interrupts"]] == [value["approval_id"]]
+    assert lines(effects) == ["note hello"]
+
+    done = child(tmp_path, "approve", "write_note")  # a person approves: once more
+    assert done["interrupts"] == []
+    assert done["messages"][-2:] == ["noted hello", "all done"]
+    assert lines(effects) == ["note hello", "note hello"]
+    store = agentrt.open_existing(tmp_path / "runs.db", read_only=True)
+    kinds = [e.type for e in store.list_events(done["run"][0])]
+    assert kinds.count("step.tool_started") == 2
+    assert kinds.count("step.interrupted") == 1
+    assert store.verify_events().intact
+
+
+# -- the example and the scenario table -------------------------------------------------
+
+
+@pytest.mark.slow
+def test_the_langgraph_example_runs_offline_and_pushes_once_after_a_second_process_approves(
+    tmp_path: Path,
+) -> None:
+    example = ROOT / "examples" / "adapters" / "langgraph_example.py"
+    done = subprocess.run(
+        [sys.executable, str(example), "--dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "tool delete_branch [error]: Denied by the policy" in out
+    assert "[process 2] agentrt approve ... --yes: approved" in out
+    assert "notes written: 1 (once, though LangGraph ran the tool node twice)" in out
+    assert "remote received: ['feature/login']" in out
+    assert out.rstrip().endswith("intact")
+    assert (tmp_path / "notes.txt").read_text().splitlines() == ["pushing feature/login"]
+
+
+@pytest.mark.slow
+def test_the_scenario_script_measures_no_unapproved_execution_with_the_gate() -> None:
+    script = ROOT / "benchmarks" / "adapters" / "langgraph_scenarios.py"
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    rows = {}
+    for line in done.stdout.splitlines()[2:]:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        rows[(cells[0], cells[1])] = cells[2:]
+    assert len(rows) == 6
+    gate, alone = "LangGraph + agentrt gate", "LangGraph alone"
+    for scenario in ("approval (remote change)", "crash mid-call (SIGKILL)", "tampered approval"):
+        assert rows[(scenario, gate)][1] == "0"
+    assert rows[("approval (remote change)", gate)][0] == "note 1x, push 1x"
+    assert rows[("approval (remote change)", alone)][0] == "note 2x, push 1x"
+    assert rows[("crash mid-call (SIGKILL)", alone)][1] == "1"
+    assert rows[("crash mid-call (SIGKILL)", gate)][2].startswith(
+        "paused on interrupted_side_effect; ran once more only when a person approved"
+    )
+    assert rows[("tampered approval", alone)][1] == "1"
+    assert rows[("tampered approval", gate)][0] == "push main 0x, push feature/login 0x"
+    assert rows[("tampered approval", gate)][2].startswith("refused (ApprovalChangedError)")
+
+
+@pytest.mark.slow
+def test_an_approved_push_killed_mid_call_asks_the_person_again_and_not_the_old_approval(
+    tmp_path: Path,
+) -> None:
+    (first,) = child(tmp_path, "start", "push_branch")["interrupts"]
+    kill_inside_the_tool(tmp_path, "approve", "push_branch")  # approved, then killed in the push
+    effects = tmp_path / "effects.log"
+    assert lines(effects) == ["push feature/login"]
+    again = child(tmp_path, "continue", "push_branch")
+    # The first approval's answer was saved by LangGraph and is replayed; only the new
+    # question is open: did the push take effect?
+    (value,) = again["interrupts"]
+    assert value["kind"] == "interrupted_side_effect"
+    assert value["approval_id"] != first["approval_id"]
+    assert lines(effects) == ["push feature/login"]
+    done = child(tmp_path, "approve", "push_branch")
+    assert done["messages"][-2:] == ["pushed feature/login", "all done"]
+    assert lines(effects) == ["push feature/login", "push feature/login"]
+
+
+@pytest.mark.slow
+def test_a_read_only_call_killed_mid_call_simply_runs_again_when_langgraph_resumes(
+    tmp_path: Path,
+) -> None:
+    kill_inside_the_tool(tmp_path, "start", "read_notes")
+    again = child(tmp_path, "continue", "read_notes")
+    assert again["interrupts"] == []
+    assert again["messages"][-2:] == ["read hello", "all done"]
+    assert lines(tmp_path / "effects.log") == ["read hello", "read hello"]
+    store = agentrt.open_existing(tmp_path / "runs.db", read_only=True)
+    assert [s.status for s in store.list_steps(again["run"][0])] == ["interrupted", "done"]
