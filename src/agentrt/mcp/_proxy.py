@@ -482,8 +482,8 @@ class Proxy:
                 )
             return Answer.of(FAILED, error or observation.summary or "the tool failed.")
         if kind == ObservationKind.INVALID_DECISION:
-            error = content.get("error") if isinstance(content, dict) else None
-            return Answer.of(INVALID, f"{error or observation.summary}. The call did not run.")
+            problem = content.get("error") if isinstance(content, dict) else None
+            return Answer.of(INVALID, f"{problem or observation.summary}. The call did not run.")
         if kind == ObservationKind.POLICY_DENIED:
             reason = content.get("reason") if isinstance(content, dict) else None
             text = str(reason or observation.summary)
