@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import shutil
+import subprocess
 import sys
 import time
 from datetime import timedelta
@@ -477,6 +478,45 @@ def test_the_proxy_in_front_of_mcp_server_time_answers_a_call(tmp_path: Path) ->
     assert result.structured_content["target"]["datetime"].endswith("T21:00:00+09:00")
 
 
+def test_the_example_config_fronts_mcp_server_time_and_the_example_host_calls_through_it(
+    tmp_path: Path,
+) -> None:
+    examples = Path(__file__).resolve().parent.parent / "examples" / "mcp"
+    for name in ("proxy.json", "time.rules.json"):
+        shutil.copy(examples / name, tmp_path / name)
+        (tmp_path / name).chmod(0o600)
+    bin_dir = str(Path(sys.executable).parent)
+    env = {**os.environ, "PATH": bin_dir + os.pathsep + os.environ.get("PATH", "")}
+    pinned = subprocess.run(
+        [
+            *(sys.executable, "-m", "agentrt", "mcp", "pin", "time"),
+            *("--out", "time.manifest.json", "--", "mcp-server-time", "--local-timezone", "UTC"),
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert pinned.returncode == 0, pinned.stderr
+    host = subprocess.run(
+        [
+            *(sys.executable, str(examples / "call_through_proxy.py")),
+            *(str(tmp_path / "proxy.json"), "time_convert_time"),
+            '{"source_timezone": "UTC", "time": "12:00", "target_timezone": "Asia/Tokyo"}',
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert host.returncode == 0, host.stderr
+    tools, answer = host.stdout.splitlines()
+    assert tools == "tools: time_convert_time, time_get_current_time, gate_status"
+    assert json.loads(answer)["target"]["datetime"].endswith("T21:00:00+09:00")
+    assert (tmp_path / "proxy.db").exists()  # the database named relative to the config
+
+
 # ---------------------------------------------------------------------------
 # In process: the key, the config file, the proxy's tables
 
@@ -562,8 +602,6 @@ def test_the_proxy_command_exits_1_saying_why_on_a_bad_config(tmp_path: Path) ->
 
 
 def agentrt_proxy(*args: str) -> Any:
-    import subprocess
-
     command = shutil.which("agentrt-proxy", path=str(Path(sys.executable).parent))
     assert command is not None, "the console script is installed with the package"
     return subprocess.run([command, *args], capture_output=True, text=True, timeout=60)
