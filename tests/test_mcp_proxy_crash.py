@@ -15,6 +15,9 @@ import contextlib
 import json
 import os
 import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +29,7 @@ from agentrt import open_existing
 pytestmark = pytest.mark.slow
 
 SEND = {"to": "bob", "text": "the parcel left"}
+CRASH_CHILD = Path(__file__).resolve().parent / "proxy_crash_child.py"
 
 
 def kill_the_proxy_mid_call(shop: Shop) -> dict[str, Any]:
@@ -113,3 +117,50 @@ def test_rule_3_a_proxy_killed_mid_call_rejected_by_the_operator_never_runs_it_a
     assert (rejected.word, again.word, status.word) == ("REJECTED", "REJECTED", "REJECTED")
     assert shop.effects() == [{"tool": "send", **SEND}]
     assert run_record(shop)[0] == "CANCELLED"
+
+
+def leave_a_run_behind(shop: Shop, mode: str) -> None:
+    """A process doing the proxy's work for `shop_send`, SIGKILLed at `mode`."""
+    ready = shop.root / "ready"
+    child = subprocess.Popen(
+        [sys.executable, str(CRASH_CHILD), str(shop.config), mode, str(ready)],
+        cwd=str(CRASH_CHILD.parent.parent),
+    )
+    try:
+        for _ in range(1200):
+            if ready.exists() or child.poll() is not None:
+                break
+            time.sleep(0.05)
+        assert ready.exists(), "the child did not reach its point"
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=30)
+
+
+def test_rule_3_a_dead_run_whose_call_never_started_is_carried_out_by_the_re_call(
+    tmp_path: Path,
+) -> None:
+    shop = Shop(tmp_path)
+    leave_a_run_behind(shop, "allowed")
+    assert run_record(shop) == ("RUNNING", ["deciding"])
+    assert shop.effects() == []
+    sent, duplicate, status = calls(shop, 2)
+    assert (sent.is_error, sent.structured) == (False, {"result": "sent to bob"})
+    assert (duplicate.word, status.word) == ("DUPLICATE", "DONE")
+    assert shop.effects() == [{"tool": "send", **SEND}]
+    assert run_record(shop) == ("COMPLETED", ["interrupted", "done", "done"])
+
+
+def test_rule_3_a_dead_run_whose_call_finished_is_settled_from_its_record_not_run_again(
+    tmp_path: Path,
+) -> None:
+    shop = Shop(tmp_path)
+    leave_a_run_behind(shop, "finished")
+    assert run_record(shop) == ("RUNNING", ["done"])
+    assert len(shop.effects()) == 1
+    settled, again, status = calls(shop, 2)
+    assert (settled.is_error, settled.word) == (True, "DUPLICATE")
+    assert "sent to bob" in settled.text  # the result the host never received
+    assert (again.word, status.word) == ("DUPLICATE", "DONE")
+    assert len(shop.effects()) == 1
+    assert run_record(shop) == ("COMPLETED", ["done", "done"])
