@@ -31,7 +31,7 @@ __all__ = [
     "serve",
 ]
 
-for _name in ("Answer", "ProxiedServer", "Proxy", "ProxyConfig"):
+for _name in __all__:
     globals()[_name].__module__ = __name__
 
 if __name__ == "__main__":
