@@ -323,6 +323,34 @@ def test_the_cap_on_pending_approvals_blocks_a_new_call_that_needs_a_person(
     assert run(again()) == "PENDING_APPROVAL"
 
 
+def test_a_server_that_cannot_be_started_leaves_its_tools_unavailable_and_the_others_served(
+    tmp_path: Path,
+) -> None:
+    shop = Shop(tmp_path)
+    config = json.loads(shop.config.read_text())
+    config["servers"]["gone"] = {
+        "command": [str(tmp_path / "no-such-server")],
+        "manifest": "shop.manifest.json",
+        "rules": "shop.rules.json",
+    }
+    write_owner_only(shop.config, config)
+
+    async def calls() -> tuple[list[str], Any, Any]:
+        async with shop.host() as host:
+            names = [tool.name for tool in await host.tools()]
+            return (
+                names,
+                await host.call("gone_price", {"item": "tea"}),
+                await host.call("shop_price", {"item": "tea"}),
+            )
+
+    names, gone, price = run(calls())
+    assert "gone_price" not in names and "shop_price" in names
+    assert (gone.is_error, gone.word) == (True, "UNAVAILABLE")
+    assert price.structured == {"item": "tea", "cents": 250}
+    assert "server gone is unavailable" in (tmp_path / "proxy.stderr").read_text()
+
+
 def test_gate_status_answers_where_an_earlier_call_stands_without_acting(tmp_path: Path) -> None:
     shop = Shop(tmp_path)
 
