@@ -398,8 +398,13 @@ class Proxy:
                 observation = await step.execute()
             except LeaseLostError:
                 return Answer.of(INTERRUPTED)
-            except RunStateError:  # an operator cancelled the run before the tool started
-                return self._ended(session.run)
+            except RunStateError:
+                # The run moved before the tool started: an operator cancelled it, or
+                # another proxy collecting the same approval started the call first.
+                moved = await _io(self.store.get_run, session.run_id)
+                if RunStatus(moved.status).terminal:
+                    return self._ended(moved)
+                return Answer.of(IN_PROGRESS)
             if session.run.status in (RunStatus.CANCELLED, RunStatus.FAILED) and (
                 observation.kind != ObservationKind.TOOL_RESULT
             ):
