@@ -34,6 +34,7 @@ PUBLIC_MODULES = {
     "agentrt.export",
     "agentrt.lowlevel",
     "agentrt.mcp",
+    "agentrt.mcp.proxy",
     "agentrt.model_agent",
     "agentrt.providers",
     "agentrt.providers.anthropic",

@@ -147,6 +147,32 @@ MIGRATIONS: tuple[Migration, ...] = (Migration(1, _V1),)
 
 SCHEMA_VERSION = MIGRATIONS[-1].version
 
+# The MCP proxy's own tables (`agentrt-proxy`, docs/mcp.md): applied by the proxy
+# when it opens the database, never by `open_store`, so a file no proxy touched
+# has none of them. Recorded in `proxy_migrations` as the store's are in
+# `schema_migrations`; append only, never edit (tests pin each text by SHA-256).
+# `proxy_requests` maps a request key (sha256 of tool, NUL, canonical arguments)
+# to each run made for it; the latest row of a key is the one a re-call meets.
+_PROXY_V1 = """\
+CREATE TABLE proxy_migrations (
+    version INTEGER PRIMARY KEY NOT NULL,
+    applied_at TEXT NOT NULL DEFAULT ''
+) STRICT;
+
+CREATE TABLE proxy_requests (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    request_key TEXT NOT NULL,
+    run_id TEXT NOT NULL UNIQUE,
+    tool TEXT NOT NULL DEFAULT '',
+    side_effect TEXT NOT NULL DEFAULT '',
+    created_at TEXT NOT NULL DEFAULT ''
+) STRICT;
+
+CREATE INDEX proxy_requests_key ON proxy_requests (request_key, seq);
+"""
+
+PROXY_MIGRATIONS: tuple[Migration, ...] = (Migration(1, _PROXY_V1),)
+
 _VERSION_RE = re.compile(r"^\d+(\.\d+)*$")
 
 

@@ -1,0 +1,768 @@
+"""`agentrt-proxy`: an MCP server a host starts in place of its servers; every call via the Gate.
+
+The host (a desktop assistant, an IDE agent) keeps its loop and its model; the
+proxy offers it the tools of the operator's servers as pinned and classified
+(`load`), and makes every call its own run through a `Gate`: recorded, checked
+against the schema, put to the operator's policy, paused for a person when the
+policy says so, executed once, and never run again after a crash on the
+proxy's own say.
+
+An identical re-call (same tool, same arguments) meets its predecessor's run
+through the request key `sha256(tool || 0x00 || canonical_json(args))`
+(`proxy_requests`, written before the run exists). The key's latest run is
+judged in this order (docs/mcp.md, decision 0038):
+
+1. its approval was decided (or lapsed): collect it; an approved request is
+   executed, exactly what was approved;
+2. it runs under a live lease: `IN_PROGRESS`;
+3. its owner died: take it over; a side effect cut off mid-call waits for a
+   person (`UNKNOWN_OUTCOME`), a call that never started or a read is carried
+   out, a call that finished is settled from its record;
+4. it was rejected, expired or cancelled within the repeat window: the same
+   answer again;
+5. it is a mutating call carried out within the window: `DUPLICATE`;
+6. it waits for a person: `UNKNOWN_OUTCOME` (an interrupted side effect) or
+   `PENDING_APPROVAL`;
+7. otherwise a new run. A new call the policy would send to a person is
+   `BLOCKED` while `max_pending_approvals` of the proxy's calls wait already.
+
+Invariants:
+- Nothing the model sees names the runtime, the database, the config or a run
+  id: every answer is written here, in plain words, starting with one word the
+  model can act on; errors are MCP `isError` results.
+- In one process, one identical call at a time (`IN_PROGRESS` for the other);
+  across processes the key's compare-and-set claim and the run's lease.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import hashlib
+import json
+import logging
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
+
+from .._canonical import canonical_json
+from .._clock import Clock, new_id, wall_clock
+from .._db import Store, open_store
+from .._errors import (
+    AgentrtError,
+    JSONValueError,
+    LeaseLostError,
+    MCPToolError,
+    NotFoundError,
+    RunStateError,
+    StoreBusyError,
+)
+from .._gate import Gate, GateSession, Verdict, VerdictOutcome
+from .._policy import INTERRUPTED_SIDE_EFFECT, SideEffectPolicy, need_approval
+from .._records import (
+    Approval,
+    ApprovalStatus,
+    Decision,
+    Limits,
+    Observation,
+    ObservationKind,
+    PolicyDecision,
+    Run,
+    RunStatus,
+    SideEffect,
+    TerminalReason,
+    ToolRequest,
+    ToolSpec,
+)
+from .._store.proxy_rows import (
+    RequestRow,
+    claim_request,
+    latest_request,
+    migrate_proxy,
+    pending_proxy_approvals,
+)
+from ._config import read_manifest, read_rules
+from ._proxy_config import STATUS_TOOL, ProxyConfig
+
+_log = logging.getLogger("agentrt.mcp.proxy")
+_T = TypeVar("_T")
+
+PENDING_APPROVAL = "PENDING_APPROVAL"
+IN_PROGRESS = "IN_PROGRESS"
+INTERRUPTED = "INTERRUPTED"
+UNKNOWN_OUTCOME = "UNKNOWN_OUTCOME"
+DENIED = "DENIED"
+INVALID = "INVALID"
+REJECTED = "REJECTED"
+EXPIRED = "EXPIRED"
+DUPLICATE = "DUPLICATE"
+BLOCKED = "BLOCKED"
+UNAVAILABLE = "UNAVAILABLE"
+FAILED = "FAILED"
+# gate_status only
+APPROVED = "APPROVED"
+DONE = "DONE"
+NOT_FOUND = "NOT_FOUND"
+
+PROXY_LIMITS_STEPS = 4
+
+_SENTENCES = {
+    PENDING_APPROVAL: (
+        "this call needs a person's approval and has not run. Call the tool again later "
+        "with exactly the same arguments to collect the decision (an approved call runs "
+        f"then), or ask {STATUS_TOOL}."
+    ),
+    IN_PROGRESS: (
+        "this exact call is being handled right now. Do not repeat it; ask "
+        f"{STATUS_TOOL} or call again later."
+    ),
+    UNKNOWN_OUTCOME: (
+        "this call started earlier and was cut off before its outcome was recorded, so "
+        "whether it took effect is unknown. It will not run again until a person decides. "
+        "Tell the user; do not work around it with other arguments."
+    ),
+    REJECTED: "a person rejected this call; it was not carried out. Do not repeat it.",
+    EXPIRED: "nobody decided on this call in time; it was not carried out.",
+    INTERRUPTED: (
+        "this call was stopped while it was being handled, and whether it took effect is "
+        "unknown. Tell the user before trying again."
+    ),
+    UNAVAILABLE: "the server that provides this tool is not available now. Try again later.",
+}
+
+
+def request_key(tool: str, args: Any) -> str:
+    """Hex SHA-256 of the tool name, a NUL byte and the arguments' canonical JSON."""
+    return hashlib.sha256(tool.encode("utf-8") + b"\x00" + canonical_json(args)).hexdigest()
+
+
+@dataclasses.dataclass(frozen=True)
+class Answer:
+    """What the model is shown for one call: a word, plain text, and whether it is an error."""
+
+    word: str
+    text: str
+    is_error: bool
+    structured: dict[str, Any] | None = None
+
+    @classmethod
+    def of(cls, word: str, detail: str = "", *, is_error: bool = True) -> Answer:
+        sentence = detail or _SENTENCES.get(word, "")
+        return cls(word, f"{word}: {sentence}" if sentence else word, is_error)
+
+    @classmethod
+    def result(cls, content: Any) -> Answer:
+        """A tool's own result, as the server answered it (through the content cap)."""
+        if isinstance(content, str):
+            return cls("", content, False)
+        text = json.dumps(content, ensure_ascii=False)
+        return cls("", text, False, content if isinstance(content, dict) else None)
+
+
+def build_policy(table: Mapping[str, str]) -> SideEffectPolicy:
+    """The operator's side effect -> allow | approve | deny table as a policy."""
+
+    def approve(side_effect: str) -> Callable[[ToolRequest], PolicyDecision]:
+        def entry(request: ToolRequest) -> PolicyDecision:
+            shown = {"tool": request.spec.name, "args": request.args}
+            return need_approval(
+                side_effect,
+                f"the operator has {side_effect} tools approved by a person",
+                capability=shown,
+                presentation=shown,
+            )
+
+        return entry
+
+    entries: dict[str, Any] = {}
+    for side_effect, mode in table.items():
+        if mode == "allow":
+            entries[side_effect] = PolicyDecision.allow()
+        elif mode == "approve":
+            entries[side_effect] = approve(side_effect)
+        else:
+            entries[side_effect] = PolicyDecision.deny(
+                f"the operator does not allow {side_effect} tools"
+            )
+    policy_id = "agentrt.mcp.proxy/1:" + ",".join(f"{k}={v}" for k, v in sorted(table.items()))
+    return SideEffectPolicy(entries, policy_id=policy_id)
+
+
+async def _io(work: Callable[..., _T], *args: Any) -> _T:
+    return await asyncio.to_thread(work, *args)
+
+
+class Proxy:
+    """The request-key rules over a Gate: what one call (or `gate_status`) answers."""
+
+    def __init__(
+        self,
+        config: ProxyConfig,
+        store: Store,
+        gate: Gate,
+        specs: Mapping[str, ToolSpec],
+        unavailable: Mapping[str, str],
+        now: Clock | None = None,
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.gate = gate
+        self.specs = dict(specs)
+        self.unavailable = dict(unavailable)
+        self.now = now or wall_clock
+        self.limits = Limits(
+            max_steps=PROXY_LIMITS_STEPS,
+            approval_ttl=config.approval_ttl,
+            grant_ttl=config.grant_ttl,
+        )
+        self._inflight: set[str] = set()
+        self._approval_lock = asyncio.Lock()
+
+    # -- the two entry points ------------------------------------------------
+
+    async def call(self, name: str, args: Any) -> Answer:
+        if name == STATUS_TOOL:
+            return await self.status(args)
+        spec = self.specs.get(name)
+        if spec is None:
+            if name in self.unavailable:
+                return Answer.of(UNAVAILABLE)
+            return Answer.of(INVALID, f"there is no tool named {name!r}.")
+        args = {} if args is None else args
+        try:
+            key = request_key(name, args)
+        except (JSONValueError, TypeError, ValueError):
+            return Answer.of(INVALID, "the arguments are not usable JSON.")
+        if key in self._inflight:
+            return Answer.of(IN_PROGRESS)
+        self._inflight.add(key)
+        try:
+            return await self._handle(spec, key, args)
+        except StoreBusyError:
+            _log.warning("the database stayed busy; call %s answered UNAVAILABLE", name)
+            return Answer.of(UNAVAILABLE, "the call could not be recorded now. Try again later.")
+        finally:
+            self._inflight.discard(key)
+
+    async def status(self, args: Any) -> Answer:
+        """Where an earlier call stands (`gate_status`), without acting on it."""
+        if not isinstance(args, dict) or not isinstance(args.get("tool"), str):
+            return Answer.of(INVALID, "give the tool's name as `tool` and its arguments.")
+        tool, arguments = args["tool"], args.get("arguments", {})
+        if tool not in self.specs and tool not in self.unavailable:
+            return Answer.of(INVALID, f"there is no tool named {tool!r}.")
+        try:
+            key = request_key(tool, {} if arguments is None else arguments)
+        except (JSONValueError, TypeError, ValueError):
+            return Answer.of(INVALID, "the arguments are not usable JSON.")
+        row = await _io(latest_request, self.store, key)
+        run = await self._run(row)
+        if run is None:
+            if key in self._inflight:
+                return Answer.of(IN_PROGRESS, is_error=False)
+            return Answer.of(
+                NOT_FOUND,
+                "no earlier call of this tool with these arguments is on record.",
+                is_error=False,
+            )
+        return await self._describe(run, tool)
+
+    # -- the rules, in order -----------------------------------------------
+
+    async def _handle(self, spec: ToolSpec, key: str, args: Any) -> Answer:
+        row = await _io(latest_request, self.store, key)
+        run = await self._run(row)
+        if row is not None and run is None and self._claimed_recently(row):
+            return Answer.of(IN_PROGRESS)  # another process claimed it and is creating the run
+        if row is None or run is None:
+            return await self._new_run(spec, key, args, row)
+        approval = await self._latest_approval(run)
+        # 1. a decided approval is collected; an approved request runs now
+        if (
+            run.status == RunStatus.WAITING_FOR_APPROVAL
+            and approval is not None
+            and (approval.status != ApprovalStatus.PENDING or self._lapsed(approval))
+        ):
+            return await self._attach(spec, run)
+        # 2. and 3. running: a live owner, or a dead one taken over
+        if run.status == RunStatus.RUNNING:
+            return await self._attach(spec, run)
+        within = self._within_window(run)
+        # 4. rejected, expired or cancelled within the repeat window
+        if within and run.status != RunStatus.COMPLETED:
+            repeated = self._ended_word(run)
+            if repeated is not None:
+                return repeated
+        # 5. a mutating call carried out within the window
+        mutating = spec.side_effect != SideEffect.READ_ONLY
+        if within and run.status == RunStatus.COMPLETED and mutating:
+            return self._duplicate(run)
+        # 6. waiting for a person
+        if run.status == RunStatus.WAITING_FOR_APPROVAL:
+            return self._waiting(approval)
+        # 7. a new run
+        return await self._new_run(spec, key, args, row)
+
+    async def _new_run(
+        self, spec: ToolSpec, key: str, args: Any, judged: RequestRow | None
+    ) -> Answer:
+        mode = self.config.policy.get(str(spec.side_effect), "deny")
+        if mode == "approve":
+            async with self._approval_lock:  # the count and the pause, one at a time
+                waiting = await _io(pending_proxy_approvals, self.store)
+                if waiting >= self.config.max_pending_approvals:
+                    return Answer.of(
+                        BLOCKED,
+                        f"{waiting} calls already wait for a person's decision, the most this "
+                        "tool server accepts; this call was not recorded and has not run. "
+                        "Tell the user; call again after some are decided.",
+                    )
+                return await self._begin(spec, key, args, judged)
+        return await self._begin(spec, key, args, judged)
+
+    async def _begin(
+        self, spec: ToolSpec, key: str, args: Any, judged: RequestRow | None
+    ) -> Answer:
+        run_id = new_id()
+        claimed = await _io(
+            claim_request,
+            self.store,
+            key,
+            None if judged is None else judged.seq,
+            run_id,
+            spec.name,
+            str(spec.side_effect),
+            self.now(),
+        )
+        if not claimed:
+            return Answer.of(IN_PROGRESS)
+        session = await self.gate.begin(
+            goal=f"{spec.name}, called by an MCP host through the proxy",
+            limits=self.limits,
+            run_id=run_id,
+        )
+        async with session:
+            step = await session.step()
+            if step is None:
+                return self._ended(session.run)
+            verdict = await step.propose(Decision.tool_call(spec.name, args))
+            return await self._after(session, verdict, spec)
+
+    async def _attach(self, spec: ToolSpec, run: Run) -> Answer:
+        try:
+            session, verdict = await self.gate.attach(run.id)
+        except RunStateError:  # a live lease (RunLeasedError), or our own session of it
+            return Answer.of(IN_PROGRESS)
+        async with session:
+            if verdict is None:
+                return await self._go_on(session, spec, run)
+            return await self._after(session, verdict, spec)
+
+    async def _go_on(self, session: GateSession, spec: ToolSpec, run: Run) -> Answer:
+        """A taken-over run goes on: settle a call that finished, or carry it out."""
+        for recorded in reversed(session.input().steps):
+            observation = recorded.observation
+            if observation is None or observation.kind not in (
+                ObservationKind.TOOL_RESULT,
+                ObservationKind.TOOL_ERROR,
+            ):
+                continue
+            answer = self._observed(observation)
+            await self._end(session, observation)
+            if observation.kind == ObservationKind.TOOL_RESULT and (
+                spec.side_effect != SideEffect.READ_ONLY
+            ):
+                return Answer.of(
+                    DUPLICATE,
+                    "this exact call was already carried out, and is not repeated. "
+                    f"Its result: {answer.text}",
+                )
+            return answer
+        decision = next((s.decision for s in session.input().steps if s.decision is not None), None)
+        args = decision.args if decision is not None else {}
+        step = await session.step()
+        if step is None:
+            return self._ended(session.run)
+        verdict = await step.propose(Decision.tool_call(spec.name, args))
+        return await self._after(session, verdict, spec)
+
+    async def _after(self, session: GateSession, verdict: Verdict, spec: ToolSpec) -> Answer:
+        """Act on a verdict: execute an allowed call, end a denied run, report the rest."""
+        if verdict.outcome == VerdictOutcome.ALLOWED:
+            step = session.current()
+            if step is None:  # pragma: no cover - an allowed verdict always leaves a step open
+                return self._ended(session.run)
+            try:
+                observation = await step.execute()
+            except LeaseLostError:
+                return Answer.of(INTERRUPTED)
+            except RunStateError:
+                # The run moved before the tool started: an operator cancelled it, or
+                # another proxy collecting the same approval started the call first.
+                moved = await _io(self.store.get_run, session.run_id)
+                if RunStatus(moved.status).terminal:
+                    return self._ended(moved)
+                return Answer.of(IN_PROGRESS)
+            if session.run.status in (RunStatus.CANCELLED, RunStatus.FAILED) and (
+                observation.kind != ObservationKind.TOOL_RESULT
+            ):
+                return self._ended(session.run)
+            answer = self._observed(observation)
+            await self._end(session, observation)
+            return answer
+        if verdict.outcome == VerdictOutcome.PENDING:
+            return self._waiting(verdict.approval)
+        if verdict.outcome == VerdictOutcome.ENDED:
+            return self._ended(verdict.run)
+        denial = verdict.observation
+        answer = (
+            self._observed(denial)
+            if denial is not None
+            else Answer.of(DENIED, "the call was refused.")
+        )
+        await self._end(session, denial)
+        return answer
+
+    async def _end(self, session: GateSession, observation: Observation | None) -> None:
+        """End the call's run from what the call observed: one more step, complete or fail."""
+        if session.done:
+            return
+        step = await session.step()
+        if step is None:
+            return
+        if observation is not None and observation.kind == ObservationKind.TOOL_RESULT:
+            await step.propose(Decision.complete(observation.content))
+        else:
+            summary = observation.summary if observation is not None else "refused"
+            await step.propose(Decision.fail(summary or "the call did not succeed"))
+
+    # -- reading the record -------------------------------------------------
+
+    async def _run(self, row: RequestRow | None) -> Run | None:
+        if row is None:
+            return None
+        try:
+            return await _io(self.store.get_run, row.run_id)
+        except NotFoundError:
+            return None
+
+    async def _latest_approval(self, run: Run) -> Approval | None:
+        approvals = await _io(self.store.list_approvals, run.id)
+        return approvals[-1] if approvals else None
+
+    def _claimed_recently(self, row: RequestRow) -> bool:
+        created = row.created_at
+        return created is not None and self.now() - created < self.config.lease_ttl
+
+    def _lapsed(self, approval: Approval) -> bool:
+        return approval.expires_at is not None and approval.expires_at <= self.now()
+
+    def _within_window(self, run: Run) -> bool:
+        finished = run.finished_at
+        return finished is not None and self.now() - finished <= self.config.repeat_window
+
+    def _ago(self, when: datetime | None) -> str:
+        if when is None:
+            return "earlier"
+        seconds = max(0, int((self.now() - when) / timedelta(seconds=1)))
+        return f"{seconds} seconds ago"
+
+    # -- answers -------------------------------------------------------------
+
+    def _observed(self, observation: Observation) -> Answer:
+        content = observation.content
+        kind = observation.kind
+        if kind == ObservationKind.TOOL_RESULT:
+            return Answer.result(content)
+        if kind == ObservationKind.TOOL_ERROR:
+            error = str(content.get("error") if isinstance(content, dict) else "")
+            error = error.removeprefix(f"{MCPToolError.__name__}: ")
+            if isinstance(content, dict) and content.get("failure") == "timeout":
+                return Answer.of(
+                    INTERRUPTED,
+                    f"the tool did not answer in time ({error}); whether it took effect is "
+                    "unknown. Tell the user before trying again.",
+                )
+            return Answer.of(FAILED, error or observation.summary or "the tool failed.")
+        if kind == ObservationKind.INVALID_DECISION:
+            problem = content.get("error") if isinstance(content, dict) else None
+            return Answer.of(INVALID, f"{problem or observation.summary}. The call did not run.")
+        if kind == ObservationKind.POLICY_DENIED:
+            reason = content.get("reason") if isinstance(content, dict) else None
+            text = str(reason or observation.summary)
+            if text.startswith("approval rejected"):
+                return Answer.of(REJECTED)
+            return Answer.of(DENIED, f"{text}. The call did not run; do not retry it.")
+        return Answer.of(INTERRUPTED)
+
+    def _waiting(self, approval: Approval | None) -> Answer:
+        if approval is not None and approval.kind == INTERRUPTED_SIDE_EFFECT:
+            return Answer.of(UNKNOWN_OUTCOME)
+        return Answer.of(PENDING_APPROVAL)
+
+    def _ended_word(self, run: Run) -> Answer | None:
+        reason = run.reason
+        if reason == TerminalReason.APPROVAL_REJECTED:
+            return Answer.of(REJECTED)
+        if reason == TerminalReason.APPROVAL_EXPIRED:
+            return Answer.of(EXPIRED)
+        if reason == TerminalReason.OPERATOR_CANCELLED:
+            return Answer.of(
+                INTERRUPTED,
+                "an operator stopped this call; if it had started, whether it took effect is "
+                "unknown. Tell the user before trying again.",
+            )
+        return None
+
+    def _ended(self, run: Run) -> Answer:
+        """A run that ended without a result of its own call to show."""
+        word = self._ended_word(run)
+        if word is not None:
+            return word
+        if run.status == RunStatus.COMPLETED:
+            return Answer.result(run.result)
+        if run.reason == TerminalReason.POLICY_ABORT:
+            return Answer.of(DENIED, "the operator's policy stopped this call. Do not retry it.")
+        if run.reason == TerminalReason.RECONCILE_CONFLICT:
+            return Answer.of(
+                UNKNOWN_OUTCOME,
+                "this call was cut off before its outcome was recorded, and it can no longer "
+                "be checked or repeated. Tell the user.",
+            )
+        return Answer.of(UNAVAILABLE, "the call could not be carried out. Try again later.")
+
+    def _duplicate(self, run: Run) -> Answer:
+        result = Answer.result(run.result).text
+        return Answer.of(
+            DUPLICATE,
+            f"this exact call was already carried out {self._ago(run.finished_at)}, and is "
+            f"not repeated within {int(self.config.repeat_window.total_seconds())} seconds. "
+            f"Its result: {result}",
+        )
+
+    async def _describe(self, run: Run, tool: str) -> Answer:
+        status = run.status
+        if status == RunStatus.WAITING_FOR_APPROVAL:
+            approval = await self._latest_approval(run)
+            if approval is not None and approval.status == ApprovalStatus.APPROVED:
+                return Answer.of(
+                    APPROVED,
+                    "a person approved this call; call the tool again with exactly the same "
+                    "arguments to carry it out.",
+                    is_error=False,
+                )
+            if approval is not None and approval.status == ApprovalStatus.REJECTED:
+                return Answer.of(REJECTED, is_error=False)
+            waiting = self._waiting(approval)
+            return dataclasses.replace(waiting, is_error=False)
+        if status == RunStatus.RUNNING:
+            lease = await _io(self.store.lease, run.id)
+            live = getattr(lease, "expires_at", None)
+            if live is not None and live > wall_clock():
+                return Answer.of(IN_PROGRESS, is_error=False)
+            return Answer.of(
+                INTERRUPTED,
+                "this call was cut off. Call the tool again with exactly the same arguments "
+                "to find out what happens to it.",
+                is_error=False,
+            )
+        if status == RunStatus.COMPLETED:
+            result = Answer.result(run.result).text
+            return Answer.of(
+                DONE,
+                f"this call was carried out {self._ago(run.finished_at)}. Its result: {result}",
+                is_error=False,
+            )
+        word = self._ended_word(run)
+        if word is not None:
+            return dataclasses.replace(word, is_error=False)
+        return Answer.of(
+            FAILED,
+            "this call was made and did not succeed (refused, invalid, or the tool failed). "
+            "Calling again makes a new attempt.",
+            is_error=False,
+        )
+
+
+# ---------------------------------------------------------------------------
+# Serving
+
+
+STATUS_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "tool": {"type": "string", "description": "the tool's name, as called"},
+        "arguments": {
+            "type": "object",
+            "description": "exactly the arguments of the earlier call",
+        },
+    },
+    "required": ["tool"],
+    "additionalProperties": False,
+}
+STATUS_DESCRIPTION = (
+    "Where an earlier call stands: give the tool's name and exactly the arguments of that "
+    "call. Answers one word and a sentence: NOT_FOUND, PENDING_APPROVAL, APPROVED, "
+    "IN_PROGRESS, UNKNOWN_OUTCOME, INTERRUPTED, DONE, REJECTED, EXPIRED or FAILED. "
+    "Nothing is carried out."
+)
+
+
+async def _load(
+    config: ProxyConfig, stack: contextlib.AsyncExitStack
+) -> tuple[list[Any], dict[str, str]]:
+    """Connect every server and load its tools; the tools of a server that fails are
+    unavailable (their offered names kept, so a call says so)."""
+    from ._client import connect
+
+    tools: list[Any] = []
+    unavailable: dict[str, str] = {}
+    for proxied in config.servers:
+        manifest = read_manifest(proxied.manifest)
+        rules = read_rules(proxied.rules)
+        server = proxied.server
+        try:
+            connection = await stack.enter_async_context(connect(server))
+            loaded, report = await connection.load(manifest, rules)
+        except AgentrtError as exc:
+            _log.error("server %s is unavailable: %s", server.name, exc)
+            for name, rule in rules.items():
+                unavailable[rule.rename or f"{server.name}_{name}"] = str(exc)
+            continue
+        for line in report.lines():
+            level = logging.INFO if line.startswith("registered") else logging.WARNING
+            _log.log(level, "server %s: %s", server.name, line)
+        tools.extend(loaded)
+    names = [tool.spec.name for tool in tools]
+    if STATUS_TOOL in names:
+        raise AgentrtError(f"a server tool is offered as {STATUS_TOOL!r}, the proxy's own tool")
+    return tools, unavailable
+
+
+def _open(config: ProxyConfig, now: Clock) -> Store:
+    store = open_store(config.database)
+    try:
+        migrate_proxy(store, now())
+    except BaseException:
+        store.close()
+        raise
+    return store
+
+
+async def serve(
+    config: ProxyConfig,
+    *,
+    now: Clock | None = None,
+    streams: tuple[Any, Any] | None = None,
+) -> None:
+    """Run the proxy until the host closes its side: stdio by default, or given streams."""
+    import mcp_types
+    from mcp.server.lowlevel import Server as MCPServer
+    from mcp.server.stdio import stdio_server
+
+    clock = now or wall_clock
+    store = _open(config, clock)
+    try:
+        async with contextlib.AsyncExitStack() as stack:
+            tools, unavailable = await _load(config, stack)
+            gate = Gate(
+                store=store,
+                policy=build_policy(config.policy),
+                tools=tools,
+                now=now,
+                lease_ttl=config.lease_ttl,
+                lease_owner="agentrt-proxy",
+            )
+            proxy = Proxy(
+                config, store, gate, {t.spec.name: t.spec for t in tools}, unavailable, now
+            )
+            listed = [
+                mcp_types.Tool(
+                    name=tool.spec.name,
+                    description=tool.spec.description,
+                    input_schema=dict(tool.spec.input_schema),
+                )
+                for tool in tools
+            ]
+            listed.append(
+                mcp_types.Tool(
+                    name=STATUS_TOOL, description=STATUS_DESCRIPTION, input_schema=STATUS_SCHEMA
+                )
+            )
+
+            async def list_tools(ctx: Any, params: Any) -> mcp_types.ListToolsResult:
+                return mcp_types.ListToolsResult(tools=listed)
+
+            async def call_tool(ctx: Any, params: Any) -> mcp_types.CallToolResult:
+                answer = await proxy.call(params.name, params.arguments)
+                _log.info("%s -> %s", params.name, answer.word or "result")
+                return mcp_types.CallToolResult(
+                    content=[mcp_types.TextContent(type="text", text=answer.text)],
+                    structured_content=answer.structured,
+                    is_error=answer.is_error,
+                )
+
+            server: Any = MCPServer(config.name, on_list_tools=list_tools, on_call_tool=call_tool)
+            if streams is not None:
+                await server.run(streams[0], streams[1], server.create_initialization_options())
+            else:
+                async with stdio_server() as (read_stream, write_stream):
+                    await server.run(
+                        read_stream, write_stream, server.create_initialization_options()
+                    )
+    finally:
+        store.close()
+
+
+def _parser() -> Any:
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="agentrt-proxy",
+        description=(
+            "An MCP server a host starts in place of its servers: every tool call goes "
+            "through the policy as its own recorded run (docs/mcp.md)."
+        ),
+    )
+    parser.add_argument("--config", required=True, metavar="FILE", help="the proxy's config")
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="read the config, open the database and load every server, then exit",
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, *, now: Clock | None = None) -> int:
+    """`agentrt-proxy --config FILE`: 0 after the host closed the session, 1 on an error."""
+    from ._proxy_config import read_proxy_config
+
+    args = _parser().parse_args(argv)
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="agentrt-proxy: %(message)s")
+    try:
+        config = read_proxy_config(args.config)
+        if args.check:
+            return asyncio.run(_check(config, now or wall_clock))
+        asyncio.run(serve(config, now=now))
+    except (AgentrtError, OSError) as exc:
+        sys.stderr.write(f"agentrt-proxy: {exc}\n")
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+async def _check(config: ProxyConfig, now: Clock) -> int:
+    store = _open(config, now)
+    try:
+        async with contextlib.AsyncExitStack() as stack:
+            tools, unavailable = await _load(config, stack)
+    finally:
+        store.close()
+    for tool in tools:
+        sys.stderr.write(f"agentrt-proxy: offers {tool.spec.name} ({tool.spec.side_effect})\n")
+    for name in unavailable:
+        sys.stderr.write(f"agentrt-proxy: {name} is unavailable\n")
+    return 0 if tools and not unavailable else 1

@@ -1,0 +1,209 @@
+"""The proxy's configuration file: servers, their manifests and rules, the database, the policy.
+
+`read_proxy_config(path)` reads one JSON file an operator writes by hand
+(format `agentrt.mcp.proxy/1`). It is read like a rules file: owned by this
+user and writable by no one else, every unknown field refused at every level,
+relative paths resolved against the file's own folder (so a host may start the
+proxy from any working directory). The manifests and rules it names are read
+with `read_manifest` and `read_rules` when the proxy starts.
+
+The policy is a side-effect class -> `allow` | `approve` | `deny` table; a class
+the table leaves out is denied. Without a `policy` field the table is
+`default_policy()`'s: read_only and local_mutation allowed, remote_mutation
+approved by a person, destructive denied.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from collections.abc import Mapping
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from .._errors import ConfigError
+from .._records import SideEffect
+from ._config import (
+    DEFAULT_MAX_CONTENT_BYTES,
+    DEFAULT_TIMEOUT,
+    Server,
+    _fields,
+    _read_owner_only,
+    parse_duration,
+)
+
+PROXY_FORMAT = "agentrt.mcp.proxy/1"
+POLICY_MODES = ("allow", "approve", "deny")
+DEFAULT_POLICY_TABLE: Mapping[str, str] = {
+    SideEffect.READ_ONLY.value: "allow",
+    SideEffect.LOCAL_MUTATION.value: "allow",
+    SideEffect.REMOTE_MUTATION.value: "approve",
+    SideEffect.DESTRUCTIVE.value: "deny",
+}
+DEFAULT_REPEAT_WINDOW = timedelta(minutes=10)
+DEFAULT_MAX_PENDING = 20
+DEFAULT_LEASE_TTL = timedelta(seconds=30)
+STATUS_TOOL = "gate_status"
+_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+
+_TOP_FIELDS = {
+    "format",
+    "name",
+    "database",
+    "servers",
+    "policy",
+    "repeat_window",
+    "max_pending_approvals",
+    "approval_ttl",
+    "grant_ttl",
+    "lease_ttl",
+}
+_SERVER_FIELDS = {
+    "command",
+    "url",
+    "env",
+    "inherit_env",
+    "timeout",
+    "max_content_bytes",
+    "manifest",
+    "rules",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class ProxiedServer:
+    """One upstream server and the two files the operator keeps for it."""
+
+    server: Server
+    manifest: Path
+    rules: Path
+
+
+@dataclasses.dataclass(frozen=True)
+class ProxyConfig:
+    """What `agentrt-proxy --config FILE` runs with.
+
+    `name` is the name the proxy gives itself in the MCP handshake (the host may
+    show it to the model, so it is the operator's word, `tools` by default).
+    `repeat_window`: how long an executed mutating call, a rejection or an
+    expiry is remembered for an identical re-call. `max_pending_approvals`: how
+    many of the proxy's calls may wait for a person at once.
+    """
+
+    path: Path
+    database: Path
+    servers: tuple[ProxiedServer, ...]
+    policy: Mapping[str, str]
+    name: str = "tools"
+    repeat_window: timedelta = DEFAULT_REPEAT_WINDOW
+    max_pending_approvals: int = DEFAULT_MAX_PENDING
+    approval_ttl: timedelta | None = None
+    grant_ttl: timedelta | None = None
+    lease_ttl: timedelta = DEFAULT_LEASE_TTL
+
+
+def _path(base: Path, value: Any, where: str) -> Path:
+    if not isinstance(value, str) or not value or "\0" in value:
+        raise ConfigError(f"{where} must be a non-empty path")
+    path = Path(os.path.expanduser(value))
+    return path if path.is_absolute() else base / path
+
+
+def _strings(value: Any, where: str) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise ConfigError(f"{where} must be a list of strings")
+    return list(value)
+
+
+def _server(name: str, raw: Any, base: Path) -> ProxiedServer:
+    where = f"proxy config, server {name!r}"
+    data = _fields(raw, _SERVER_FIELDS, where)
+    for required in ("manifest", "rules"):
+        if required not in data:
+            raise ConfigError(f"{where}: {required} is required")
+    command = _strings(data["command"], f"{where}: command") if "command" in data else None
+    env = data.get("env", {})
+    if not isinstance(env, dict):
+        raise ConfigError(f"{where}: env must be an object of NAME: value")
+    timeout = parse_duration(data["timeout"], where) if "timeout" in data else DEFAULT_TIMEOUT
+    try:
+        server = Server(
+            name,
+            command=command,
+            url=data.get("url"),
+            env=env,
+            inherit_env=_strings(data.get("inherit_env", []), f"{where}: inherit_env"),
+            default_timeout=timeout,
+            max_content_bytes=data.get("max_content_bytes", DEFAULT_MAX_CONTENT_BYTES),
+        )
+    except ConfigError as exc:
+        raise ConfigError(f"proxy config: {exc}") from exc
+    return ProxiedServer(
+        server=server,
+        manifest=_path(base, data["manifest"], f"{where}: manifest"),
+        rules=_path(base, data["rules"], f"{where}: rules"),
+    )
+
+
+def _policy(raw: Any) -> dict[str, str]:
+    if not isinstance(raw, dict):
+        raise ConfigError("proxy config: policy must be an object of side effect -> mode")
+    out: dict[str, str] = {}
+    for key, mode in raw.items():
+        if key not in DEFAULT_POLICY_TABLE:
+            raise ConfigError(
+                f"proxy config: policy names {key!r}, which is not one of "
+                f"{', '.join(DEFAULT_POLICY_TABLE)}"
+            )
+        if mode not in POLICY_MODES:
+            raise ConfigError(
+                f"proxy config: policy for {key} must be one of {', '.join(POLICY_MODES)}, "
+                f"got {mode!r}"
+            )
+        out[key] = mode
+    return out
+
+
+def _count(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"proxy config: {where} must be a positive integer")
+    return value
+
+
+def read_proxy_config(path: str | os.PathLike[str]) -> ProxyConfig:
+    """Read and check the proxy's configuration file (ConfigError, InsecureModeError)."""
+    where = Path(os.path.abspath(os.fspath(path)))
+    data = _fields(_read_owner_only(where, "proxy config"), _TOP_FIELDS, "proxy config")
+    if data.get("format") != PROXY_FORMAT:
+        raise ConfigError(f"proxy config: format must be {PROXY_FORMAT!r}")
+    base = where.parent
+    if "database" not in data:
+        raise ConfigError("proxy config: database is required (the agentrt database file)")
+    servers_raw = data.get("servers")
+    if not isinstance(servers_raw, dict) or not servers_raw:
+        raise ConfigError("proxy config: servers must be an object naming at least one server")
+    servers = tuple(_server(name, raw, base) for name, raw in servers_raw.items())
+    name = data.get("name", "tools")
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise ConfigError(f"proxy config: name {name!r} must match {_NAME.pattern}")
+    durations: dict[str, timedelta | None] = {}
+    for field in ("repeat_window", "approval_ttl", "grant_ttl", "lease_ttl"):
+        durations[field] = (
+            parse_duration(data[field], f"proxy config: {field}") if field in data else None
+        )
+    return ProxyConfig(
+        path=where,
+        database=_path(base, data["database"], "proxy config: database"),
+        servers=servers,
+        policy=_policy(data["policy"]) if "policy" in data else dict(DEFAULT_POLICY_TABLE),
+        name=name,
+        repeat_window=durations["repeat_window"] or DEFAULT_REPEAT_WINDOW,
+        max_pending_approvals=_count(
+            data.get("max_pending_approvals", DEFAULT_MAX_PENDING), "max_pending_approvals"
+        ),
+        approval_ttl=durations["approval_ttl"],
+        grant_ttl=durations["grant_ttl"],
+        lease_ttl=durations["lease_ttl"] or DEFAULT_LEASE_TTL,
+    )
