@@ -26,6 +26,7 @@ PUBLIC_MODULES = {
     "agentrt",
     "agentrt.__main__",
     "agentrt.adapters",
+    "agentrt.adapters.openai_agents",
     "agentrt.approver",
     "agentrt.cli",
     "agentrt.console",
