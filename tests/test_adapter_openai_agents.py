@@ -378,6 +378,79 @@ async def test_gated_reject_cancels_the_run_and_the_model_is_told(
     assert (run.status, run.reason) == ("CANCELLED", "approval_rejected")
 
 
+@sync
+async def test_state_reject_is_carried_into_agentrt_and_ends_the_run_while_the_model_is_told(
+    store: agentrt.Store, clock: FakeClock, ids: Ids
+) -> None:
+    remote = Remote()
+    script = [
+        [function_call("push_branch", {"branch": "feature/login"}, call_id="call-1")],
+        [assistant_message("not published")],
+    ]
+    gated, _ = gated_agent(store, remote, script, clock, ids)
+    first = await Runner.run(gated.agent, "publish")
+    state = first.to_state()
+    state.reject(state.get_interruptions()[0])
+
+    result = await Runner.run(gated.agent, state)
+
+    assert remote.done == []
+    assert result.final_output == "not published"
+    (approval,) = store.list_approvals(gated.run_id, cap=None)
+    assert (approval.status, approval.decided_by) == ("rejected", "openai-agents state.reject")
+    assert (gated.run.status, gated.run.reason) == ("CANCELLED", "approval_rejected")
+
+
+@sync
+async def test_calls_of_one_model_response_are_judged_and_run_one_at_a_time_in_order(
+    store: agentrt.Store, clock: FakeClock, ids: Ids
+) -> None:
+    remote = Remote()
+    script = [
+        [
+            function_call("list_branches", {}, call_id="call-1"),
+            function_call("delete_branch", {"branch": "main"}, call_id="call-2"),
+            function_call("list_branches", {}, call_id="call-3"),
+        ],
+        [assistant_message("looked")],
+    ]
+    gated, _ = gated_agent(store, remote, script, clock, ids)
+
+    result = await Runner.run(gated.agent, "look")
+
+    assert result.final_output == "looked"
+    assert remote.done == [("list_branches", ""), ("list_branches", "")]
+    steps = store.list_steps(gated.run_id, cap=None)
+    assert [(s.status, s.decision.reason if s.decision else "") for s in steps] == [
+        ("done", "openai-agents call_id call-1"),
+        ("failed", "openai-agents call_id call-2"),
+        ("done", "openai-agents call_id call-3"),
+        ("done", ""),
+    ]
+
+
+def test_a_tool_input_guardrail_is_refused_at_start_up(store: agentrt.Store) -> None:
+    from agents import ToolGuardrailFunctionOutput, tool_input_guardrail
+
+    @tool_input_guardrail
+    def allow_all(data: Any) -> ToolGuardrailFunctionOutput:
+        return ToolGuardrailFunctionOutput.allow()
+
+    @function_tool(tool_input_guardrails=[allow_all])
+    def guarded(q: str) -> str:
+        """Guarded."""
+        return q
+
+    agent = Agent(name="g", model=ScriptedModel([]), tools=[guarded])
+    with pytest.raises(agentrt.ConfigError, match="tool input guardrails on 'guarded'"):
+        gate_agent(
+            agent,
+            store=store,
+            policy=agentrt.default_policy(),
+            classify={"guarded": Classification("read_only", 5)},
+        )
+
+
 # -- across processes ------------------------------------------------------------
 
 

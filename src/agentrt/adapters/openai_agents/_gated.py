@@ -34,6 +34,7 @@ Invariants:
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import json
 from collections.abc import Mapping, Sequence
@@ -149,7 +150,7 @@ class _Hooks(AgentHooks[Any]):
     async def on_end(self, context: Any, agent: Any, output: Any) -> None:
         if self._inner is not None:
             await self._inner.on_end(context, agent, output)
-        await self._owner._complete(output)
+        await self._owner._complete(context, output)
 
     async def on_handoff(self, context: Any, agent: Any, source: Any) -> None:
         if self._inner is not None:
@@ -227,6 +228,7 @@ class GatedAgent:
         self._arguments: dict[str, str] = {}
         self._outputs: dict[str, Any] = {}
         self._raised: dict[str, BaseException] = {}
+        self._locks: dict[int, asyncio.Lock] = {}  # per event loop: one call judged at a time
         self.agent: Agent[Any] = agent.clone(
             tools=[self._wrap(t) for t in agent.tools],
             hooks=_Hooks(self, agent.hooks),
@@ -321,7 +323,7 @@ class GatedAgent:
         async def needs_approval(
             context: RunContextWrapper[Any], params: dict[str, Any], call_id: str
         ) -> bool:
-            return await self._needs_approval(name, params, call_id)
+            return await self._needs_approval(name, context, params, call_id)
 
         async def on_invoke_tool(context: ToolContext[Any], arguments: str) -> Any:
             return await self._invoke(name, context, arguments)
@@ -333,20 +335,43 @@ class GatedAgent:
             on_invoke_tool=on_invoke_tool,
             strict_json_schema=tool.strict_json_schema,
             is_enabled=tool.is_enabled,
-            tool_input_guardrails=tool.tool_input_guardrails,
             tool_output_guardrails=tool.tool_output_guardrails,
             needs_approval=needs_approval,
         )
 
-    async def _needs_approval(self, name: str, params: dict[str, Any], call_id: str) -> bool:
+    def _lock(self) -> asyncio.Lock:
+        loop = id(asyncio.get_running_loop())
+        lock = self._locks.get(loop)
+        if lock is None:
+            self._locks = {loop: (lock := asyncio.Lock())}
+        return lock
+
+    async def _needs_approval(
+        self, name: str, context: RunContextWrapper[Any], params: dict[str, Any], call_id: str
+    ) -> bool:
         judged = self._judged.get(call_id)
-        if judged is None:
-            judged = await self._judge(name, params, call_id)
-            self._judged[call_id] = judged
+        if judged is not None:
+            return judged.outcome == "pending"
+        # One call at a time, from its judging to the end of its execution: the
+        # run has one open step. An allowed call keeps the lock until `_invoke`.
+        lock = self._lock()
+        await lock.acquire()
+        try:
+            judged = await self._judge(name, context, params, call_id)
+        except BaseException:
+            lock.release()
+            raise
+        self._judged[call_id] = judged
+        if judged.outcome != "allowed":
+            lock.release()
         return judged.outcome == "pending"
 
-    async def _judge(self, name: str, params: dict[str, Any], call_id: str) -> _Judged:
-        session, verdict = await self._open()
+    async def _judge(
+        self, name: str, context: RunContextWrapper[Any], params: dict[str, Any], call_id: str
+    ) -> _Judged:
+        session, verdict = await self._open(context)
+        if session is None and verdict is None and self._waiting():
+            return _Judged("pending")  # the run waits on another call: hold this one too
         if verdict is not None:
             return self._judged_from(verdict, session, call_id)
         if session is None:
@@ -382,10 +407,21 @@ class GatedAgent:
     async def _invoke(self, name: str, context: ToolContext[Any], arguments: str) -> Any:
         call_id = context.tool_call_id
         judged = self._judged.pop(call_id, None)
-        if judged is None or judged.outcome == "pending":
-            # The SDK runs this call on an approval of its own (`state.approve`):
-            # it counts only as agentrt's hash-bound decision.
-            judged = await self._judge_sdk_approved(name, call_id, arguments)
+        lock = self._lock()
+        if judged is None or judged.outcome != "allowed":
+            await lock.acquire()  # an allowed call holds it since `needs_approval`
+        try:
+            if judged is None or judged.outcome == "pending":
+                # The SDK runs this call on an approval of its own (`state.approve`):
+                # it counts only as agentrt's hash-bound decision.
+                judged = await self._judge_sdk_approved(name, context, call_id, arguments)
+            return await self._settle(name, context, call_id, arguments, judged)
+        finally:
+            lock.release()
+
+    async def _settle(
+        self, name: str, context: ToolContext[Any], call_id: str, arguments: str, judged: _Judged
+    ) -> Any:
         if judged.outcome == "allowed":
             assert judged.step is not None
             try:
@@ -421,7 +457,9 @@ class GatedAgent:
             return self._outputs.pop(step.id)
         return f"{observation.kind}: {observation.summary}"
 
-    async def _judge_sdk_approved(self, name: str, call_id: str, arguments: str) -> _Judged:
+    async def _judge_sdk_approved(
+        self, name: str, context: ToolContext[Any], call_id: str, arguments: str
+    ) -> _Judged:
         run = self._run_or_none()
         if run is not None and run.status == RunStatus.WAITING_FOR_APPROVAL:
             for approval in self.pending():
@@ -439,12 +477,12 @@ class GatedAgent:
                     by=self.approved_by,
                     note="approved through the Agents SDK (RunState.approve)",
                 )
-        session, verdict = await self._open()
+        session, verdict = await self._open(context)
         if verdict is None:
             if session is None:
-                return _Judged("ended")
+                return _Judged("pending" if self._waiting() else "ended")
             # Nothing waited: the run goes on, and this call is judged like any other.
-            return await self._judge(name, _loads(arguments), call_id)
+            return await self._judge(name, context, _loads(arguments), call_id)
         waiting = verdict.approval
         if (
             str(verdict.outcome) == "pending"
@@ -471,11 +509,14 @@ class GatedAgent:
 
     # -- the run's session -----------------------------------------------------
 
-    async def _open(self) -> tuple[GateSession | None, Verdict | None]:
+    async def _open(
+        self, context: RunContextWrapper[Any] | None = None
+    ) -> tuple[GateSession | None, Verdict | None]:
         """This process's session on the run: (session, None), or what `attach` judged.
 
-        (None, None) when the run has ended; a verdict when attaching judged
-        something (a waiting run's decided approval, a takeover's pause).
+        (None, None) when the run has ended, or waits on an approval nobody
+        decided yet (`_waiting()`); a verdict when attaching judged something
+        (a waiting run's decided approval, a takeover's pause).
         """
         if self._session is not None and not self._session.done:
             return self._session, None
@@ -483,6 +524,10 @@ class GatedAgent:
         if run is None:
             self._session = await self.gate.begin(self.goal, self.limits, run_id=self.run_id)
             return self._session, None
+        if run.status == RunStatus.WAITING_FOR_APPROVAL and self.pending():
+            if context is not None:
+                self._carry_sdk_rejections(context)
+            return None, None
         if run.status not in (RunStatus.RUNNING, RunStatus.WAITING_FOR_APPROVAL):
             return None, None
         session, verdict = await self.gate.attach(self.run_id)
@@ -490,6 +535,30 @@ class GatedAgent:
         if session.done and (verdict is None or str(verdict.outcome) != "allowed"):
             await self._let_go()
         return self._session, verdict
+
+    def _waiting(self) -> bool:
+        """The run waits on an approval nobody has decided."""
+        run = self._run_or_none()
+        return (
+            run is not None
+            and run.status == RunStatus.WAITING_FOR_APPROVAL
+            and bool(self.pending())
+        )
+
+    def _carry_sdk_rejections(self, context: RunContextWrapper[Any]) -> None:
+        """A call the SDK rejected (`state.reject`) is rejected in agentrt: the run is cancelled."""
+        for approval in self.pending():
+            call_id = _call_id_of(self._decision_of(approval.step_id))
+            if call_id is None or approval.kind == INTERRUPTED_SIDE_EFFECT:
+                continue
+            if context.is_tool_approved(approval_tool(approval), call_id) is False:
+                self._operator.reject(
+                    self.run_id,
+                    approval.id,
+                    "openai-agents state.reject",
+                    "rejected through the Agents SDK (RunState.reject)",
+                    shown_hash=approval.hash,
+                )
 
     async def _take_over_if_orphaned(self) -> bool:
         """Attach a RUNNING run whose owner died; True when that paused it for a person."""
@@ -506,9 +575,9 @@ class GatedAgent:
         if session is not None:
             await session.close()
 
-    async def _complete(self, output: Any) -> None:
+    async def _complete(self, context: RunContextWrapper[Any], output: Any) -> None:
         """The framework run produced its final output: the agentrt run completes with it."""
-        session, verdict = await self._open()
+        session, verdict = await self._open(context)
         if session is None or verdict is not None or session.done:
             await self._let_go()
             return
@@ -631,6 +700,14 @@ def _function_tools(agent: Agent[Any]) -> list[FunctionTool]:
         raise ConfigError(
             f"agent {agent.name!r} offers tools the Gate cannot stand behind: {listed}; "
             "only function tools can be gated"
+        )
+    guarded = [
+        t.name for t in agent.tools if isinstance(t, FunctionTool) and t.tool_input_guardrails
+    ]
+    if guarded:
+        raise ConfigError(
+            f"tool input guardrails on {', '.join(repr(n) for n in guarded)} would run after the "
+            "Gate allowed the call and could leave it unrun; put that check in the policy"
         )
     if agent.mcp_servers:
         raise ConfigError(
