@@ -572,3 +572,67 @@ def test_a_call_sigkilled_mid_execution_is_not_run_again_by_the_sdks_resume_unti
     store = agentrt.open_existing(tmp_path / "runs.db", read_only=True)
     assert store.get_run(RUN_ID).status == "COMPLETED"
     assert store.verify_events().intact
+
+
+# -- the example and the scenario table -------------------------------------------
+
+
+def test_the_example_denies_the_delete_and_pushes_once_after_a_second_process_approves(
+    tmp_path: Path,
+) -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "examples" / "adapters" / "openai_agents_example.py"),
+            "--db",
+            str(tmp_path / "example.db"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert (
+        "tool output the model saw: policy_denied: destructive tools are denied by the "
+        "default policy" in lines
+    )
+    assert 'interruption: push_branch {"branch":"feature/login"} (call call-3)' in lines
+    assert "final output: feature/login is published" in lines
+    assert "remote: branches=['main', 'feature/login'] pushed=['feature/login']" in lines
+    assert "agentrt run: COMPLETED goal_completed, 4 steps" in lines
+    assert lines[-1].endswith("events, intact")
+
+
+def test_the_scenario_script_shows_no_unapproved_re_execution_and_the_tamper_refused() -> None:
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "adapters" / "openai_agents_scenarios.py")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    rows = {
+        tuple(cell.strip() for cell in line.strip("|").split("|"))[1:]
+        for line in done.stdout.splitlines()[2:]
+    }
+    assert ("pushes before the person approved", "0", "0") in rows
+    assert ("pushes after the approval and the resume", "1", "1") in rows
+    assert ("pushes when the process died", "1", "1") in rows
+    assert (
+        "unapproved re-executions when the program resumes its saved state",
+        "1",
+        "0",
+    ) in rows
+    assert (
+        "what that resume did",
+        "completed",
+        "refused: `InterruptedSideEffectError`; waits on `interrupted_side_effect`",
+    ) in rows
+    assert (
+        "pushes after a person approves the interrupted call",
+        "n/a (already ran again)",
+        "1",
+    ) in rows
+    assert ("branches pushed on resume", "main", "none") in rows
+    assert ("what the resume did", "completed", "refused: `RequestChangedError`") in rows
