@@ -357,6 +357,30 @@ async def test_an_approval_through_agentrt_does_not_carry_over_to_an_edited_run_
 
 
 @sync
+async def test_gated_approve_decides_the_agentrt_approval_by_the_hash_of_what_the_person_saw(
+    store: agentrt.Store, clock: FakeClock, ids: Ids
+) -> None:
+    remote = Remote()
+    script = [
+        [function_call("push_branch", {"branch": "feature/login"}, call_id="call-1")],
+        [assistant_message("published")],
+    ]
+    gated, _ = gated_agent(store, remote, script, clock, ids)
+    first = await Runner.run(gated.agent, "publish")
+    state = first.to_state()
+    (pending,) = gated.pending()
+
+    decided = await gated.approve(state, state.get_interruptions()[0], by="alice", note="ok")
+
+    assert (decided.id, decided.status, decided.decided_by) == (pending.id, "approved", "alice")
+    assert decided.hash == pending.hash
+    assert remote.done == []
+    result = await Runner.run(gated.agent, state)
+    assert remote.done == [("push_branch", "feature/login")]
+    assert result.final_output == "published"
+
+
+@sync
 async def test_gated_reject_cancels_the_run_and_the_model_is_told(
     store: agentrt.Store, clock: FakeClock, ids: Ids
 ) -> None:
