@@ -660,3 +660,41 @@ def test_the_scenario_script_shows_no_unapproved_re_execution_and_the_tamper_ref
     ) in rows
     assert ("branches pushed on resume", "main", "none") in rows
     assert ("what the resume did", "completed", "refused: `RequestChangedError`") in rows
+
+
+def test_a_call_the_sdk_issues_again_after_a_crash_past_its_outcome_gets_the_recorded_result(
+    tmp_path: Path,
+) -> None:
+    db, work = start_in_a_child(tmp_path)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            str(CHILD),
+            "resume",
+            db,
+            work,
+            RUN_ID,
+            "from_json",
+            "--approve",
+            "--hang-model",
+        ],
+        cwd=ROOT / "tests",
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "model-started").exists():
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    assert proc.wait(timeout=30) == -signal.SIGKILL
+    assert pushes(tmp_path) == ["feature/login"]
+
+    # The saved state predates the push: the SDK issues the same call again.
+    out = child("resume", db, work, RUN_ID, "from_json", "--approve")
+
+    assert out == {"final_output": "feature/login is published", "interruptions": []}
+    assert pushes(tmp_path) == ["feature/login"]
+    store = agentrt.open_existing(tmp_path / "runs.db", read_only=True)
+    assert event_types(store, RUN_ID).count("step.tool_started") == 1
+    assert store.get_run(RUN_ID).status == "COMPLETED"

@@ -10,7 +10,9 @@ saves `result.to_state().to_json()` to WORK/state.json: the SDK's persistence.
 directly or through `GatedAgent.load_state`), optionally approves every
 interruption with `state.approve`, and runs it with `Runner.run(agent, state)`.
 The push appends one line to WORK/remote.log per real execution; when WORK/hang
-exists it then writes WORK/started and sleeps, for the parent to SIGKILL.
+exists it then writes WORK/started and sleeps, for the parent to SIGKILL;
+with `--hang-model` the model's reply after the push writes WORK/model-started
+and sleeps instead (a process that dies after the push was recorded).
 Each process prints one JSON line: what `Runner.run` returned or raised.
 """
 
@@ -24,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from agents import Agent, Runner, RunState, function_tool, set_tracing_disabled
-from agents.testing import ScriptedModel, assistant_message, function_call
+from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 
 import agentrt
 from agentrt.adapters.openai_agents import Classification, GatedAgent, gate_agent
@@ -94,8 +96,18 @@ async def start(db: Path, work: Path, run_id: str) -> dict[str, Any]:
     return summary(result)
 
 
-async def resume(db: Path, work: Path, run_id: str, how: str, approve: bool) -> dict[str, Any]:
-    g = gated(db, work, run_id, [[assistant_message("feature/login is published")]])
+async def resume(
+    db: Path, work: Path, run_id: str, how: str, approve: bool, hang_model: bool = False
+) -> dict[str, Any]:
+    async def hang(call: Any) -> Any:
+        (work / "model-started").write_text("started")
+        await asyncio.sleep(3600)  # the parent SIGKILLs us here, after the push
+        return [assistant_message("never")]
+
+    reply = (
+        ModelStep.respond(hang) if hang_model else [assistant_message("feature/login is published")]
+    )
+    g = gated(db, work, run_id, [reply])
     text = (work / "state.json").read_text()
     if how == "load_state":
         state = await g.load_state(text)
@@ -118,7 +130,10 @@ def main() -> None:
     if mode == "start":
         out = asyncio.run(start(db, work, run_id))
     else:
-        out = asyncio.run(resume(db, work, run_id, sys.argv[5], "--approve" in sys.argv[6:]))
+        flags = sys.argv[6:]
+        out = asyncio.run(
+            resume(db, work, run_id, sys.argv[5], "--approve" in flags, "--hang-model" in flags)
+        )
     print(json.dumps(out))
 
 

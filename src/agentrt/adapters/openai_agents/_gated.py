@@ -29,7 +29,9 @@ Invariants:
   `interrupted_side_effect` approval is never decided by an SDK approval
   (`InterruptedSideEffectError`): a person decides it through agentrt.
 - A call the Gate did not allow never reaches the original tool; a call cut off
-  by a crash is not run again on anyone's say but a person's.
+  by a crash is not run again on anyone's say but a person's; a call agentrt
+  already settled, issued again by a run state saved before its outcome, gets
+  the recorded outcome back and never runs a second time.
 """
 
 from __future__ import annotations
@@ -64,8 +66,10 @@ from ..._records import (
     Decision,
     Limits,
     Observation,
+    ObservationKind,
     Run,
     RunStatus,
+    StepStatus,
     ToolCall,
     ToolResult,
     ToolSpec,
@@ -376,6 +380,11 @@ class GatedAgent:
             return self._judged_from(verdict, session, call_id)
         if session is None:
             return _Judged("ended")
+        recorded = self._recorded(call_id)
+        if recorded is not None:
+            # A call agentrt already settled, issued again by a resumed run state
+            # that predates its outcome: the model gets the recorded outcome.
+            return _Judged("recorded", None, recorded)
         step = await session.step()
         if step is None:
             await self._let_go()
@@ -430,6 +439,12 @@ class GatedAgent:
                 await self._let_go()  # the open step stays never run, as after a crash
                 raise
             return await self._execute(judged.step, context)
+        if judged.outcome == "recorded":
+            observation = judged.observation
+            assert observation is not None
+            if observation.kind == ObservationKind.TOOL_RESULT:
+                return observation.content
+            return f"{observation.kind}: {observation.summary}"
         if judged.outcome == "denied":
             observation = judged.observation
             kind = observation.kind if observation is not None else "denied"
@@ -460,6 +475,9 @@ class GatedAgent:
     async def _judge_sdk_approved(
         self, name: str, context: ToolContext[Any], call_id: str, arguments: str
     ) -> _Judged:
+        recorded = self._recorded(call_id)
+        if recorded is not None:
+            return _Judged("recorded", None, recorded)
         run = self._run_or_none()
         if run is not None and run.status == RunStatus.WAITING_FOR_APPROVAL:
             for approval in self.pending():
@@ -631,6 +649,17 @@ class GatedAgent:
         for approval in reversed(approvals):
             if _call_id_of(self._decision_of(approval.step_id)) == call_id:
                 return approval
+        return None
+
+    def _recorded(self, call_id: str) -> Observation | None:
+        """The outcome agentrt recorded for `call_id`, if a step settled it (done or failed)."""
+        reason = _reason(call_id)
+        for step in self.store.list_steps(self.run_id, cap=None):
+            decision = step.decision
+            if decision is None or decision.reason != reason:
+                continue
+            if step.status in (StepStatus.DONE, StepStatus.FAILED):
+                return step.observation
         return None
 
     def _decision_of(self, step_id: str) -> Decision | None:
