@@ -28,6 +28,7 @@ PUBLIC_MODULES = {
     "agentrt.adapters",
     "agentrt.adapters.pydantic_ai",
     "agentrt.adapters.langgraph",
+    "agentrt.adapters.openai_agents",
     "agentrt.approver",
     "agentrt.cli",
     "agentrt.console",

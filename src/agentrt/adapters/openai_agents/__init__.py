@@ -1,0 +1,43 @@
+"""The OpenAI Agents SDK behind the Gate: `agentrt.adapters.openai_agents`.
+
+    gated = gate_agent(agent, store=store, policy=policy, classify={...})
+    result = await Runner.run(gated.agent, "publish the login branch")
+
+Every function-tool call of the agent is recorded verbatim, checked against
+its schema and put to the policy; `require_approval` surfaces as the SDK's own
+interruption (`result.interruptions`, `RunState.approve`), bound by hash to the
+request; a call cut off by a crash waits for a person. Installed by
+`agentrt[openai-agents]`; see docs/adapters.md and decision 0042.
+"""
+
+from __future__ import annotations
+
+from .._classify import Classification, UnclassifiedToolError
+from ._errors import (
+    ApprovalPendingError,
+    GateRunEnded,
+    InterruptedSideEffectError,
+    RequestChangedError,
+)
+from ._gated import GatedAgent, gate_agent
+
+__all__ = [
+    "ApprovalPendingError",
+    "Classification",
+    "GateRunEnded",
+    "GatedAgent",
+    "InterruptedSideEffectError",
+    "RequestChangedError",
+    "UnclassifiedToolError",
+    "gate_agent",
+]
+
+for _name in (
+    "ApprovalPendingError",
+    "GateRunEnded",
+    "GatedAgent",
+    "InterruptedSideEffectError",
+    "RequestChangedError",
+    "gate_agent",
+):
+    globals()[_name].__module__ = __name__

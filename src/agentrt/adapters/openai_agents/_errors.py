@@ -1,0 +1,60 @@
+"""The refusals the Agents SDK adapter raises out of `Runner.run`.
+
+Each is an `agents.exceptions.AgentsException`, so the SDK lets it out of a
+tool call as it is (anything else it wraps in a `UserError`), and each is also
+the agentrt error a caller would catch for the same refusal outside the SDK.
+Nothing ran when one of these is raised: the call that raised it is recorded
+as agentrt left it (waiting, refused, or the run ended).
+"""
+
+from __future__ import annotations
+
+from agents.exceptions import AgentsException
+
+from ..._errors import ApprovalChangedError, RunStateError
+from ..._records import Run
+
+
+class GateRunEnded(AgentsException, RunStateError):
+    """The agentrt run ended (a limit, an operator's cancel, a rejection): the framework run stops.
+
+    `run` is the run as recorded; `run.reason` says why. Like the SDK's own
+    `MaxTurnsExceeded`, it ends `Runner.run`; no tool ran for the call that met it.
+    """
+
+    def __init__(self, run: Run) -> None:
+        detail = f": {run.reason_detail}" if run.reason_detail else ""
+        super().__init__(f"agentrt run {run.id} ended {run.status} ({run.reason}){detail}")
+        self.run = run
+
+
+class InterruptedSideEffectError(AgentsException, RunStateError):
+    """The call was cut off by a crash and waits for a person who knows it may have taken effect.
+
+    An approval the SDK recorded (`state.approve`) before the crash cannot
+    decide it: the person approved the request, not a second attempt at it.
+    Decide with `agentrt approve RUN` (or `GatedAgent.approve` after showing
+    `GatedAgent.pending()`), then resume the same state.
+    """
+
+    def __init__(self, run_id: str, approval_id: str, tool: str) -> None:
+        super().__init__(
+            f"the call of {tool!r} in agentrt run {run_id} was interrupted and may have "
+            f"taken effect; it waits on approval {approval_id} (interrupted_side_effect), which "
+            f"only a person shown that can decide: agentrt approve {run_id}"
+        )
+        self.run_id = run_id
+        self.approval_id = approval_id
+
+
+class RequestChangedError(AgentsException, ApprovalChangedError):
+    """The call the SDK is about to run is not the request agentrt recorded and a person approved.
+
+    Raised when the run state's arguments (or call) differ from the recorded
+    request, for example a run state edited between the approval and the
+    resume. Nothing ran; the run still waits on the request as recorded.
+    """
+
+
+class ApprovalPendingError(AgentsException, RunStateError):
+    """The SDK asked to run a call that agentrt still holds for a person's decision."""

@@ -1,0 +1,780 @@
+"""`gate_agent`: an Agents SDK agent whose every function-tool call goes through the Gate.
+
+The consumer keeps its `Agent`, its model and its `@function_tool`s. `gate_agent`
+returns a `GatedAgent` whose `agent` is a clone with each function tool wrapped
+in a `FunctionTool` of the same name, description and schema, and whose two
+SDK extension points are the Gate's:
+
+- `needs_approval` (a callable, evaluated by the SDK right before it would
+  invoke the tool): claims a step, records the model's call verbatim (its
+  argument text as the model wrote it, captured by the agent's `on_llm_end`
+  hook, and its call id), checks it against the schema and asks the policy.
+  It answers True only when the policy asks for a person, so `require_approval`
+  surfaces as the SDK's own interruption (`RunResult.interruptions`,
+  `RunState.approve/reject`).
+- `on_invoke_tool`: runs what the Gate allowed, once, through `step.execute()`
+  (the original tool runs inside the agentrt tool, with the recorded
+  arguments); a denial or an invalid call comes back to the model as a tool
+  error string (the SDK's convention for a tool error the model should see);
+  an ended run raises `GateRunEnded` out of `Runner.run`.
+
+Invariants:
+
+- One agentrt run per framework run: `GatedAgent.run_id`, kept by the consumer
+  beside the serialized `RunState`, names it in every process.
+- The SDK's approval is by call id; agentrt's is by hash. An SDK approval
+  (`state.approve`) reaches the tool only through agentrt's decision, bound to
+  the hash of the request rebuilt from the arguments the SDK is about to run:
+  changed arguments are refused (`RequestChangedError`), never run. An
+  `interrupted_side_effect` approval is never decided by an SDK approval
+  (`InterruptedSideEffectError`): a person decides it through agentrt.
+- A call the Gate did not allow never reaches the original tool; a call cut off
+  by a crash is not run again on anyone's say but a person's; a call agentrt
+  already settled, issued again by a run state saved before its outcome, gets
+  the recorded outcome back and never runs a second time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from agents import Agent, FunctionTool, RunState
+from agents.items import ModelResponse, ToolApprovalItem
+from agents.lifecycle import AgentHooks
+from agents.run_context import RunContextWrapper
+from agents.tool_context import ToolContext
+from openai.types.responses import ResponseFunctionToolCall
+from pydantic import BaseModel
+
+from ..._approval import approval_hash
+from ..._canonical import canonical_json, check_json, parse_json
+from ..._clock import Clock, IdFactory, new_id
+from ..._db import Store
+from ..._errors import ApprovalChangedError, ConfigError, JSONValueError, NotFoundError
+from ..._gate import Gate, GateSession, GateStep, Verdict
+from ..._operator import Operator
+from ..._policy import INTERRUPTED_SIDE_EFFECT, Policy
+from ..._records import (
+    Approval,
+    ApprovalStatus,
+    Decision,
+    Limits,
+    Observation,
+    ObservationKind,
+    Run,
+    RunStatus,
+    StepStatus,
+    ToolCall,
+    ToolResult,
+    ToolSpec,
+)
+from .._classify import Classification, classify, tool_spec
+from ._errors import (
+    ApprovalPendingError,
+    GateRunEnded,
+    InterruptedSideEffectError,
+    RequestChangedError,
+)
+
+__all__ = ["GatedAgent", "gate_agent"]
+
+CALL_REASON_PREFIX = "openai-agents call_id "
+"""A recorded decision's `reason` names the SDK call id it came from (how a resume finds it)."""
+
+_TOOL_CONTEXT: contextvars.ContextVar[ToolContext[Any] | None] = contextvars.ContextVar(
+    "agentrt_openai_agents_tool_context", default=None
+)
+
+
+def _reason(call_id: str) -> str:
+    return CALL_REASON_PREFIX + call_id
+
+
+@dataclass
+class _Judged:
+    """What the Gate made of one SDK call in this process: its verdict and, if allowed, its step."""
+
+    outcome: str
+    step: GateStep | None = None
+    observation: Observation | None = None
+    call_id: str | None = None  # allowed: the SDK call id the step recorded
+    args: Any = None  # allowed: the arguments the step recorded (and the policy judged)
+
+
+class _GatedTool:
+    """The agentrt side of one SDK function tool: runs the original tool with the recorded args."""
+
+    def __init__(self, spec: ToolSpec, original: FunctionTool, owner: GatedAgent) -> None:
+        self.spec = spec
+        self._original = original
+        self._owner = owner
+
+    async def call(self, call: ToolCall) -> ToolResult:
+        context = _TOOL_CONTEXT.get()
+        if context is None:  # only `execute()` inside `on_invoke_tool` calls a gated tool
+            raise RuntimeError(f"tool {self.spec.name!r} was called outside the Agents SDK")
+        arguments = canonical_json(call.args if call.args is not None else {}).decode("utf-8")
+        try:
+            output = await self._original.on_invoke_tool(context, arguments)
+        except Exception as exc:
+            self._owner._raised[call.step_id] = exc
+            raise
+        self._owner._outputs[call.step_id] = output
+        return ToolResult(content=_as_json(output))
+
+
+def _as_json(value: Any) -> Any:
+    """What agentrt records of a tool's output: the value when it is JSON, else its text."""
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    try:
+        check_json(value)
+    except JSONValueError:
+        return str(value)
+    return value
+
+
+class _Hooks(AgentHooks[Any]):
+    """The agent's hooks, and the adapter's: the model's argument text, and the run's end."""
+
+    def __init__(self, owner: GatedAgent, inner: Any) -> None:
+        self._owner = owner
+        self._inner = inner
+
+    async def on_start(self, context: Any, agent: Any) -> None:
+        if self._inner is not None:
+            await self._inner.on_start(context, agent)
+
+    async def on_end(self, context: Any, agent: Any, output: Any) -> None:
+        if self._inner is not None:
+            await self._inner.on_end(context, agent, output)
+        await self._owner._complete(context, output)
+
+    async def on_handoff(self, context: Any, agent: Any, source: Any) -> None:
+        if self._inner is not None:
+            await self._inner.on_handoff(context, agent, source)
+
+    async def on_tool_start(self, context: Any, agent: Any, tool: Any) -> None:
+        if self._inner is not None:
+            await self._inner.on_tool_start(context, agent, tool)
+
+    async def on_tool_end(self, context: Any, agent: Any, tool: Any, result: Any) -> None:
+        if self._inner is not None:
+            await self._inner.on_tool_end(context, agent, tool, result)
+
+    async def on_llm_start(self, context: Any, agent: Any, *args: Any) -> None:
+        if self._inner is not None:
+            await self._inner.on_llm_start(context, agent, *args)
+
+    async def on_llm_end(self, context: Any, agent: Any, response: ModelResponse) -> None:
+        for item in response.output:
+            if isinstance(item, ResponseFunctionToolCall):
+                self._owner._arguments[item.call_id] = item.arguments
+        if self._inner is not None:
+            await self._inner.on_llm_end(context, agent, response)
+
+
+class GatedAgent:
+    """An Agents SDK agent whose function-tool calls go through the Gate, and its agentrt run.
+
+    `agent` is what you give `Runner.run`; `run_id` names the agentrt run of
+    this framework run: keep it beside the serialized `RunState`.
+    """
+
+    def __init__(
+        self,
+        agent: Agent[Any],
+        *,
+        store: Store,
+        policy: Policy,
+        classify: Mapping[str, Classification],
+        limits: Limits | None = None,
+        goal: str | None = None,
+        run_id: str | None = None,
+        approved_by: str = "openai-agents state.approve",
+        now: Clock | None = None,
+        new_id: IdFactory | None = None,
+        lease_ttl: timedelta = timedelta(seconds=30),
+    ) -> None:
+        if not isinstance(agent, Agent):
+            raise ConfigError(f"gate_agent needs an agents.Agent, got {type(agent).__name__}")
+        tools = _function_tools(agent)
+        classes = _classify_tools(tools, classify)
+        self._originals = {tool.name: tool for tool in tools}
+        gated = [
+            _GatedTool(
+                tool_spec(t.name, t.description, t.params_json_schema, classes[t.name]), t, self
+            )
+            for t in tools
+        ]
+        self.gate = Gate(
+            store=store,
+            policy=policy,
+            tools=gated,
+            now=now,
+            new_id=new_id,
+            lease_ttl=lease_ttl,
+        )
+        self.store = store
+        self.limits = limits or Limits()
+        self.goal = goal if goal is not None else f"OpenAI Agents SDK run of agent {agent.name!r}"
+        self.run_id = run_id if run_id is not None else (new_id or _new_run_id)()
+        self.approved_by = approved_by
+        self._operator = Operator(store, now=now)
+        self._session: GateSession | None = None
+        self._judged: dict[str, _Judged] = {}
+        self._arguments: dict[str, str] = {}
+        self._outputs: dict[str, Any] = {}
+        self._raised: dict[str, BaseException] = {}
+        self._locks: dict[int, asyncio.Lock] = {}  # per event loop: one call judged at a time
+        self.agent: Agent[Any] = agent.clone(
+            tools=[self._wrap(t) for t in agent.tools],
+            hooks=_Hooks(self, agent.hooks),
+        )
+
+    # -- what the consumer calls ---------------------------------------------
+
+    @property
+    def run(self) -> Run:
+        """The agentrt run as recorded now."""
+        return self.store.get_run(self.run_id)
+
+    def pending(self) -> list[Approval]:
+        """The agentrt approvals this run waits on (show them, with `agentrt approve`'s text)."""
+        try:
+            return self.store.pending_approvals(self.run_id, cap=None)
+        except NotFoundError:
+            return []
+
+    async def load_state(self, state_json: str | Mapping[str, Any]) -> RunState[Any, Agent[Any]]:
+        """`RunState.from_json` for this agent, with agentrt's decisions carried into it."""
+        if isinstance(state_json, str):
+            state = await RunState.from_string(self.agent, state_json)
+        else:
+            state = await RunState.from_json(self.agent, dict(state_json))
+        await self.apply_decisions(state)
+        return state
+
+    async def apply_decisions(self, state: RunState[Any, Agent[Any]]) -> None:
+        """Carry agentrt's decisions (`agentrt approve`/`reject`) into the SDK's run state.
+
+        A run whose owner died is taken over first, so a call cut off by the
+        crash waits on an `interrupted_side_effect` approval before anyone is
+        asked. An approved request becomes `state.approve(item)`, a rejected
+        one `state.reject(item)`; a pending one stays an interruption.
+        """
+        await self._take_over_if_orphaned()
+        for item in state.get_interruptions():
+            approval = self._approval_for(item)
+            if approval is None:
+                continue
+            if approval.status == ApprovalStatus.APPROVED:
+                state.approve(item)
+            elif approval.status == ApprovalStatus.REJECTED:
+                state.reject(item, rejection_message=_rejection_text(approval))
+
+    async def approve(
+        self, state: RunState[Any, Agent[Any]], item: ToolApprovalItem, *, by: str, note: str = ""
+    ) -> Approval:
+        """Approve `item` in agentrt (bound to the hash of its arguments) and in the SDK state.
+
+        For an `interrupted_side_effect` approval, show `pending()` first: the
+        person must know the call may already have taken effect.
+        """
+        if await self._take_over_if_orphaned():
+            approval = self._approval_for(item)
+            if approval is not None and approval.kind == INTERRUPTED_SIDE_EFFECT:
+                raise InterruptedSideEffectError(self.run_id, approval.id, approval_tool(approval))
+        approval = self._pending_for(item)
+        decided = self._decide(approval, item.arguments or "", approved=True, by=by, note=note)
+        state.approve(item)
+        return decided
+
+    async def reject(
+        self, state: RunState[Any, Agent[Any]], item: ToolApprovalItem, *, by: str, note: str = ""
+    ) -> Approval:
+        """Reject `item` in agentrt (the run is cancelled) and in the SDK state."""
+        approval = self._pending_for(item)
+        decided = self._decide(approval, item.arguments or "", approved=False, by=by, note=note)
+        state.reject(item, rejection_message=_rejection_text(decided))
+        return decided
+
+    async def close(self) -> None:
+        """Release this process's lease on the run (an open step is left as a crash leaves it)."""
+        session, self._session = self._session, None
+        if session is not None:
+            await session.close()
+
+    async def __aenter__(self) -> GatedAgent:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- the wrapped tools ---------------------------------------------------
+
+    def _wrap(self, tool: Any) -> Any:
+        if not isinstance(tool, FunctionTool):
+            return tool  # refused before: only function tools reach here
+        name = tool.name
+
+        async def needs_approval(
+            context: RunContextWrapper[Any], params: dict[str, Any], call_id: str
+        ) -> bool:
+            return await self._needs_approval(name, context, params, call_id)
+
+        async def on_invoke_tool(context: ToolContext[Any], arguments: str) -> Any:
+            return await self._invoke(name, context, arguments)
+
+        return FunctionTool(
+            name=tool.name,
+            description=tool.description,
+            params_json_schema=tool.params_json_schema,
+            on_invoke_tool=on_invoke_tool,
+            strict_json_schema=tool.strict_json_schema,
+            is_enabled=tool.is_enabled,
+            tool_output_guardrails=tool.tool_output_guardrails,
+            needs_approval=needs_approval,
+        )
+
+    def _lock(self) -> asyncio.Lock:
+        loop = id(asyncio.get_running_loop())
+        lock = self._locks.get(loop)
+        if lock is None:
+            self._locks = {loop: (lock := asyncio.Lock())}
+        return lock
+
+    async def _needs_approval(
+        self, name: str, context: RunContextWrapper[Any], params: dict[str, Any], call_id: str
+    ) -> bool:
+        judged = self._judged.get(call_id)
+        if judged is not None:
+            return judged.outcome == "pending"
+        # One call at a time, from its judging to the end of its execution: the
+        # run has one open step. An allowed call keeps the lock until `_invoke`.
+        lock = self._lock()
+        await lock.acquire()
+        try:
+            judged = await self._judge(name, context, params, call_id)
+        except BaseException:
+            lock.release()
+            raise
+        self._judged[call_id] = judged
+        if judged.outcome != "allowed":
+            lock.release()
+        return judged.outcome == "pending"
+
+    async def _judge(
+        self, name: str, context: RunContextWrapper[Any], params: dict[str, Any], call_id: str
+    ) -> _Judged:
+        session, verdict = await self._open(context)
+        if session is None and verdict is None and self._waiting():
+            return _Judged("pending")  # the run waits on another call: hold this one too
+        if verdict is not None:
+            return self._judged_from(verdict, session, call_id)
+        if session is None:
+            return _Judged("ended")
+        recorded = self._recorded(call_id)
+        if recorded is not None:
+            # A call agentrt already settled, issued again by a resumed run state
+            # that predates its outcome: the model gets the recorded outcome.
+            return _Judged("recorded", None, recorded)
+        step = await session.step()
+        if step is None:
+            await self._let_go()
+            return _Judged("ended")
+        text = self._arguments.get(call_id)
+        args: Any = text.encode("utf-8") if text is not None else params
+        verdict = await step.propose(Decision.tool_call(name, args, reason=_reason(call_id)))
+        if verdict.outcome == "allowed":
+            assert verdict.request is not None
+            return _Judged("allowed", step, None, call_id, verdict.request.args)
+        if session.done:
+            await self._let_go()
+        return _Judged(str(verdict.outcome), None, verdict.observation)
+
+    def _judged_from(self, verdict: Verdict, session: GateSession | None, call_id: str) -> _Judged:
+        """The verdict `attach` gave, for the call being judged now."""
+        outcome = str(verdict.outcome)
+        if outcome == "allowed":
+            assert session is not None and verdict.request is not None
+            step = session.current()
+            recorded = _call_id_of(self._decision_of(verdict.request.step_id))
+            if step is None or recorded != call_id:
+                raise RequestChangedError(
+                    f"agentrt run {self.run_id} waits on another call than {call_id!r}; nothing ran"
+                )
+            return _Judged("allowed", step, None, recorded, verdict.request.args)
+        return _Judged(outcome, None, verdict.observation)
+
+    async def _invoke(self, name: str, context: ToolContext[Any], arguments: str) -> Any:
+        call_id = context.tool_call_id
+        judged = self._judged.pop(call_id, None)
+        lock = self._lock()
+        if judged is None or judged.outcome != "allowed":
+            await lock.acquire()  # an allowed call holds it since `needs_approval`
+        try:
+            if judged is None or judged.outcome == "pending":
+                # The SDK runs this call on an approval of its own (`state.approve`):
+                # it counts only as agentrt's hash-bound decision.
+                judged = await self._judge_sdk_approved(name, context, call_id, arguments)
+            return await self._settle(name, context, call_id, arguments, judged)
+        finally:
+            lock.release()
+
+    async def _settle(
+        self, name: str, context: ToolContext[Any], call_id: str, arguments: str, judged: _Judged
+    ) -> Any:
+        if judged.outcome == "allowed":
+            assert judged.step is not None
+            try:
+                self._check_same_call(judged, call_id, arguments)
+            except RequestChangedError:
+                await self._let_go()  # the open step stays never run, as after a crash
+                raise
+            return await self._execute(judged.step, context)
+        if judged.outcome == "recorded":
+            observation = judged.observation
+            assert observation is not None
+            if observation.kind == ObservationKind.TOOL_RESULT:
+                return observation.content
+            return f"{observation.kind}: {observation.summary}"
+        if judged.outcome == "denied":
+            observation = judged.observation
+            kind = observation.kind if observation is not None else "denied"
+            summary = observation.summary if observation is not None else ""
+            return f"{kind}: {summary}"
+        if judged.outcome == "pending":
+            raise ApprovalPendingError(
+                f"the call {call_id!r} of {name!r} waits for a person in agentrt run "
+                f"{self.run_id}; nothing ran"
+            )
+        raise GateRunEnded(self.store.get_run(self.run_id))
+
+    async def _execute(self, step: GateStep, context: ToolContext[Any]) -> Any:
+        token = _TOOL_CONTEXT.set(context)
+        try:
+            observation = await step.execute()
+        finally:
+            _TOOL_CONTEXT.reset(token)
+        if self._session is not None and self._session.done:
+            await self._let_go()
+        raised = self._raised.pop(step.id, None)
+        if raised is not None:
+            raise raised
+        if step.id in self._outputs:
+            return self._outputs.pop(step.id)
+        return f"{observation.kind}: {observation.summary}"
+
+    async def _judge_sdk_approved(
+        self, name: str, context: ToolContext[Any], call_id: str, arguments: str
+    ) -> _Judged:
+        recorded = self._recorded(call_id)
+        if recorded is not None:
+            return _Judged("recorded", None, recorded)
+        run = self._run_or_none()
+        if run is not None and run.status == RunStatus.WAITING_FOR_APPROVAL:
+            for approval in self.pending():
+                if _call_id_of(self._decision_of(approval.step_id)) != call_id:
+                    raise RequestChangedError(
+                        f"agentrt run {self.run_id} waits on approval {approval.id} for another "
+                        f"call than {call_id!r}; nothing ran"
+                    )
+                if approval.kind == INTERRUPTED_SIDE_EFFECT:
+                    raise InterruptedSideEffectError(self.run_id, approval.id, name)
+                self._decide(
+                    approval,
+                    arguments,
+                    approved=True,
+                    by=self.approved_by,
+                    note="approved through the Agents SDK (RunState.approve)",
+                )
+        session, verdict = await self._open(context)
+        if verdict is None:
+            if session is None:
+                return _Judged("pending" if self._waiting() else "ended")
+            # Nothing waited: the run goes on, and this call is judged like any other.
+            return await self._judge(name, context, _loads(arguments), call_id)
+        waiting = verdict.approval
+        if (
+            str(verdict.outcome) == "pending"
+            and waiting
+            and waiting.kind == INTERRUPTED_SIDE_EFFECT
+        ):
+            raise InterruptedSideEffectError(self.run_id, waiting.id, name)
+        return self._judged_from(verdict, session, call_id)
+
+    def _check_same_call(self, judged: _Judged, call_id: str, arguments: str) -> None:
+        """The SDK is about to run exactly the call agentrt recorded (a resumed state may not)."""
+        if judged.call_id != call_id:
+            raise RequestChangedError(f"the call {call_id!r} is not the one agentrt recorded")
+        recorded = {} if judged.args is None else judged.args
+        try:
+            same = canonical_json(parse_json(arguments)) == canonical_json(recorded)
+        except JSONValueError:
+            same = False
+        if not same:
+            raise RequestChangedError(
+                f"the arguments of call {call_id!r} are not the ones agentrt recorded and "
+                "judged; nothing ran"
+            )
+
+    # -- the run's session -----------------------------------------------------
+
+    async def _open(
+        self, context: RunContextWrapper[Any] | None = None
+    ) -> tuple[GateSession | None, Verdict | None]:
+        """This process's session on the run: (session, None), or what `attach` judged.
+
+        (None, None) when the run has ended, or waits on an approval nobody
+        decided yet (`_waiting()`); a verdict when attaching judged something
+        (a waiting run's decided approval, a takeover's pause).
+        """
+        if self._session is not None and not self._session.done:
+            return self._session, None
+        run = self._run_or_none()
+        if run is None:
+            self._session = await self.gate.begin(self.goal, self.limits, run_id=self.run_id)
+            return self._session, None
+        if run.status == RunStatus.WAITING_FOR_APPROVAL and self.pending():
+            if context is not None:
+                self._carry_sdk_rejections(context)
+            return None, None
+        if run.status not in (RunStatus.RUNNING, RunStatus.WAITING_FOR_APPROVAL):
+            return None, None
+        session, verdict = await self.gate.attach(self.run_id)
+        self._session = session
+        if session.done and (verdict is None or str(verdict.outcome) != "allowed"):
+            await self._let_go()
+        return self._session, verdict
+
+    def _waiting(self) -> bool:
+        """The run waits on an approval nobody has decided."""
+        run = self._run_or_none()
+        return (
+            run is not None
+            and run.status == RunStatus.WAITING_FOR_APPROVAL
+            and bool(self.pending())
+        )
+
+    def _carry_sdk_rejections(self, context: RunContextWrapper[Any]) -> None:
+        """A call the SDK rejected (`state.reject`) is rejected in agentrt: the run is cancelled."""
+        for approval in self.pending():
+            call_id = _call_id_of(self._decision_of(approval.step_id))
+            if call_id is None or approval.kind == INTERRUPTED_SIDE_EFFECT:
+                continue
+            if context.is_tool_approved(approval_tool(approval), call_id) is False:
+                self._operator.reject(
+                    self.run_id,
+                    approval.id,
+                    "openai-agents state.reject",
+                    "rejected through the Agents SDK (RunState.reject)",
+                    shown_hash=approval.hash,
+                )
+
+    async def _take_over_if_orphaned(self) -> bool:
+        """Attach a RUNNING run whose owner died; True when that paused it for a person."""
+        if self._session is not None:
+            return False
+        run = self._run_or_none()
+        if run is None or run.status != RunStatus.RUNNING:
+            return False
+        _, verdict = await self._open()
+        return verdict is not None and str(verdict.outcome) == "pending"
+
+    async def _let_go(self) -> None:
+        session, self._session = self._session, None
+        if session is not None:
+            await session.close()
+
+    async def _complete(self, context: RunContextWrapper[Any], output: Any) -> None:
+        """The framework run produced its final output: the agentrt run completes with it."""
+        session, verdict = await self._open(context)
+        if session is None or verdict is not None or session.done:
+            await self._let_go()
+            return
+        step = await session.step()
+        if step is not None:
+            await step.propose(Decision.complete(_as_json(output)))
+        await self._let_go()
+
+    # -- approvals -----------------------------------------------------------
+
+    def _decide(
+        self, approval: Approval, arguments: str, *, approved: bool, by: str, note: str
+    ) -> Approval:
+        """Decide `approval`, bound to the hash of the request rebuilt from the SDK's arguments."""
+        try:
+            args = parse_json(arguments)
+        except JSONValueError as exc:
+            raise RequestChangedError(
+                f"the arguments the SDK holds for approval {approval.id} are not usable JSON; "
+                "nothing was decided"
+            ) from exc
+        request = dict(approval.request) if isinstance(approval.request, Mapping) else {}
+        request["args"] = {} if args is None else args
+        shown = approval_hash(approval.kind, approval.capability, approval.presentation, request)
+        decide = self._operator.approve if approved else self._operator.reject
+        try:
+            return decide(self.run_id, approval.id, by, note, shown_hash=shown)
+        except ApprovalChangedError as exc:
+            raise RequestChangedError(
+                f"the request the SDK holds for approval {approval.id} is not the one agentrt "
+                f"recorded (its hash differs); nothing was decided and nothing ran"
+            ) from exc
+
+    def _pending_for(self, item: ToolApprovalItem) -> Approval:
+        approval = self._approval_for(item)
+        if approval is None or approval.status != ApprovalStatus.PENDING:
+            raise ApprovalPendingError(
+                f"agentrt run {self.run_id} has no pending approval for call {item.call_id!r}"
+            )
+        return approval
+
+    def _approval_for(self, item: ToolApprovalItem) -> Approval | None:
+        """The latest agentrt approval of the step that recorded `item`'s call."""
+        call_id = item.call_id
+        if call_id is None:
+            return None
+        try:
+            approvals = self.store.list_approvals(self.run_id, cap=None)
+        except NotFoundError:
+            return None
+        for approval in reversed(approvals):
+            if _call_id_of(self._decision_of(approval.step_id)) == call_id:
+                return approval
+        return None
+
+    def _recorded(self, call_id: str) -> Observation | None:
+        """The outcome agentrt recorded for `call_id`, if a step settled it (done or failed)."""
+        reason = _reason(call_id)
+        for step in self.store.list_steps(self.run_id, cap=None):
+            decision = step.decision
+            if decision is None or decision.reason != reason:
+                continue
+            if step.status in (StepStatus.DONE, StepStatus.FAILED):
+                return step.observation
+        return None
+
+    def _decision_of(self, step_id: str) -> Decision | None:
+        for step in self.store.list_steps(self.run_id, cap=None):
+            if step.id == step_id:
+                return step.decision
+        return None
+
+    def _run_or_none(self) -> Run | None:
+        try:
+            return self.store.get_run(self.run_id)
+        except NotFoundError:
+            return None
+
+
+def gate_agent(
+    agent: Agent[Any],
+    *,
+    store: Store,
+    policy: Policy,
+    classify: Mapping[str, Classification],
+    limits: Limits | None = None,
+    goal: str | None = None,
+    run_id: str | None = None,
+    approved_by: str = "openai-agents state.approve",
+    now: Clock | None = None,
+    new_id: IdFactory | None = None,
+    lease_ttl: timedelta = timedelta(seconds=30),
+) -> GatedAgent:
+    """Put every function-tool call of `agent` through the Gate; one agentrt run per framework run.
+
+    `classify` maps each function tool's name to its `Classification` (side
+    effect, timeout); a tool without one is refused here
+    (`UnclassifiedToolError`), as is a tool the Gate cannot stand behind
+    (hosted tools, MCP servers, handoffs). `run_id` continues the agentrt run
+    of a framework run begun earlier (another process, say); without it a new
+    id is made (`GatedAgent.run_id`).
+    """
+    return GatedAgent(
+        agent,
+        store=store,
+        policy=policy,
+        classify=classify,
+        limits=limits,
+        goal=goal,
+        run_id=run_id,
+        approved_by=approved_by,
+        now=now,
+        new_id=new_id,
+        lease_ttl=lease_ttl,
+    )
+
+
+def approval_tool(approval: Approval) -> str:
+    request = approval.request
+    if isinstance(request, Mapping):
+        spec = request.get("spec")
+        if isinstance(spec, Mapping) and isinstance(spec.get("name"), str):
+            return str(spec["name"])
+    return "?"
+
+
+def _function_tools(agent: Agent[Any]) -> list[FunctionTool]:
+    others = [t for t in agent.tools if not isinstance(t, FunctionTool)]
+    if others:
+        listed = ", ".join(f"{getattr(t, 'name', '?')!r} ({type(t).__name__})" for t in others)
+        raise ConfigError(
+            f"agent {agent.name!r} offers tools the Gate cannot stand behind: {listed}; "
+            "only function tools can be gated"
+        )
+    guarded = [
+        t.name for t in agent.tools if isinstance(t, FunctionTool) and t.tool_input_guardrails
+    ]
+    if guarded:
+        raise ConfigError(
+            f"tool input guardrails on {', '.join(repr(n) for n in guarded)} would run after the "
+            "Gate allowed the call and could leave it unrun; put that check in the policy"
+        )
+    if agent.mcp_servers:
+        raise ConfigError(
+            f"agent {agent.name!r} has MCP servers, whose tools would bypass the Gate; "
+            "put them behind agentrt.mcp instead"
+        )
+    if agent.handoffs:
+        raise ConfigError(
+            f"agent {agent.name!r} has handoffs, whose agents' tools would bypass the Gate; "
+            "gate each agent's tools as a tool of this agent instead"
+        )
+    return list(agent.tools)  # type: ignore[arg-type]
+
+
+def _classify_tools(
+    tools: Sequence[FunctionTool], classes: Mapping[str, Classification]
+) -> dict[str, Classification]:
+    return classify([t.name for t in tools], classes)
+
+
+def _call_id_of(decision: Decision | None) -> str | None:
+    if decision is None or not decision.reason.startswith(CALL_REASON_PREFIX):
+        return None
+    return decision.reason[len(CALL_REASON_PREFIX) :]
+
+
+def _loads(arguments: str) -> dict[str, Any]:
+    try:
+        value = json.loads(arguments)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _rejection_text(approval: Approval) -> str:
+    note = f": {approval.note}" if approval.note else ""
+    return f"policy_denied: rejected by {approval.decided_by or 'a person'}{note}"
+
+
+def _new_run_id() -> str:
+    return new_id()

@@ -1,0 +1,700 @@
+"""The OpenAI Agents SDK adapter: every function-tool call of an SDK agent goes through the Gate.
+
+Driven by the real `openai-agents` package and its own `agents.testing.ScriptedModel`
+(no network); real tools, a real store, real child processes killed with SIGKILL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+if not os.environ.get("CI"):
+    pytest.importorskip("agents", reason="needs agentrt[openai-agents]")
+
+from agents import Agent, Runner, RunState, WebSearchTool, function_tool, set_tracing_disabled
+from agents.testing import ScriptedModel, assistant_message, function_call
+
+import agentrt
+from agentrt.adapters.openai_agents import (
+    Classification,
+    GatedAgent,
+    GateRunEnded,
+    RequestChangedError,
+    UnclassifiedToolError,
+    gate_agent,
+)
+from conftest import FakeClock, Ids, event_types
+
+set_tracing_disabled(True)  # nothing leaves the machine
+
+ROOT = Path(__file__).resolve().parent.parent
+CHILD = ROOT / "tests" / "support" / "adapters" / "openai_agents_child.py"
+
+CLASSES = {
+    "list_branches": Classification("read_only", 5),
+    "delete_branch": Classification("destructive", 5),
+    "push_branch": Classification("remote_mutation", 5),
+}
+
+
+class Remote:
+    """Three real tools over a list of what they did; `done` counts real executions."""
+
+    def __init__(self) -> None:
+        self.done: list[tuple[str, str]] = []
+
+        @function_tool
+        def list_branches() -> list[str]:
+            """List the branches."""
+            self.done.append(("list_branches", ""))
+            return ["main", "feature/login"]
+
+        @function_tool
+        def delete_branch(branch: str) -> str:
+            """Delete a branch."""
+            self.done.append(("delete_branch", branch))
+            return f"deleted {branch}"
+
+        @function_tool
+        def push_branch(branch: str) -> str:
+            """Push a branch."""
+            self.done.append(("push_branch", branch))
+            return f"pushed {branch}"
+
+        self.tools = [list_branches, delete_branch, push_branch]
+
+
+def gated_agent(
+    store: agentrt.Store,
+    remote: Remote,
+    script: list[Any],
+    clock: FakeClock,
+    ids: Ids,
+    **kwargs: Any,
+) -> tuple[GatedAgent, ScriptedModel]:
+    model = ScriptedModel(script)
+    agent = Agent(name="publisher", model=model, tools=remote.tools)
+    gated = gate_agent(
+        agent,
+        store=store,
+        policy=agentrt.default_policy(),
+        classify=CLASSES,
+        now=clock,
+        new_id=ids,
+        **kwargs,
+    )
+    return gated, model
+
+
+def sync(test: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., None]:
+    """Run an async test body on its own event loop (the suite has no async plugin)."""
+
+    @functools.wraps(test)
+    def run(*args: Any, **kwargs: Any) -> None:
+        asyncio.run(test(*args, **kwargs))
+
+    return run
+
+
+def forge(saved: str, item: Any, old: str, new: str) -> str:
+    """The run state with the call's arguments changed, its SDK fingerprint recomputed to match.
+
+    The SDK's fingerprint of a call is an unkeyed SHA-256 of its fields, so whoever
+    can edit the saved state can recompute it (here with the SDK's own function).
+    """
+    from agents._tool_invocation import tool_invocation_identity_and_scope
+
+    raw = item.raw_item.model_dump(exclude_none=True)
+    changed = dict(raw, arguments=raw["arguments"].replace(old, new))
+    before = tool_invocation_identity_and_scope(raw)
+    after = tool_invocation_identity_and_scope(changed)
+    assert before is not None and after is not None
+    return saved.replace(old, new).replace(before[3], after[3])
+
+
+def outputs(result: Any) -> list[Any]:
+    return [item.output for item in result.new_items if type(item).__name__ == "ToolCallOutputItem"]
+
+
+# -- in one process --------------------------------------------------------------
+
+
+@sync
+async def test_an_allowed_call_is_recorded_verbatim_runs_once_and_the_run_completes_with_the_output(
+    store: agentrt.Store, clock: FakeClock, ids: Ids
+) -> None:
+    remote = Remote()
+    script = [
+        [function_call("list_branches", "{ }", call_id="call-1")],
+        [assistant_message("two branches")],
+    ]
+    gated, _ = gated_agent(store, remote, script, clock, ids)
+
+    result = await Runner.run(gated.agent, "which branches are there?")
+
+    assert result.final_output == "two branches"
+    assert outputs(result) == [["main", "feature/login"]]
+    assert remote.done == [("list_branches", "")]
+    run = gated.run
+    assert (run.status, run.reason, run.result) == ("COMPLETED", "goal_completed", "two branches")
+    steps = store.list_steps(gated.run_id, cap=None)
+    assert [(s.status, s.decision.kind if s.decision else None) for s in steps] == [
+        ("done", "tool_call"),
+        ("done", "complete"),
+    ]
+    first = steps[0]
+    assert first.decision is not None
+    assert (first.decision.tool, first.decision.args) == ("list_branches", {})
+    assert first.decision.reason == "openai-agents call_id call-1"
+    assert first.observation is not None and first.observation.content == ["main", "feature/login"]
+    assert event_types(store, gated.run_id).count("step.tool_started") == 1
+    assert store.verify_events().intact
+
+
+@sync
+async def test_a_denied_call_comes_back_to_the_model_as_the_tools_error_and_never_runs(
+    store: agentrt.Store, clock: FakeClock, ids: Ids
+) -> None:
+    remote = Remote()
+    script = [
+        [function_call("delete_branch", {"branch": "main"}, call_id="call-1")],
+        [assistant_message("I may not delete main")],
+    ]
+    gated, model = gated_agent(store, remote, script, clock, ids)
+
+    result = await Runner.run(gated.agent, "delete main")
+
+    assert remote.done == []
+    denial = "policy_denied: destructive tools are denied by the default policy"
+    assert outputs(result) == [denial]
+    shown = model.last_call
+    assert shown is not None
+    fed_back = [
+        i for i in shown.input if isinstance(i, dict) and i.get("type") == "function_call_output"
+    ]
+    assert [(i["call_id"], i["output"]) for i in fed_back] == [("call-1", denial)]
+    (step, _) = store.list_steps(gated.run_id, cap=None)
+    assert step.status == "failed"
+    assert step.observation is not None and step.observation.kind == "policy_denied"
+    assert "step.tool_started" not in event_types(store, gated.run_id)
+    assert gated.run.status == "COMPLETED"
+
+
+@pytest.mark.parametrize(
+    ("arguments", "seen", "recorded_args", "invalid_args"),
+    [
+        (
+            '{"branch": 3}',
+            "invalid_decision: args do not match the input schema of 'push_branch': "
+            "$.branch: 3 is not of type 'string'",
+            {"branch": 3},
+            None,
+        ),
+        (
+            '{"branch": "a", "force": true}',
+            "invalid_decision: args do not match the input schema of 'push_branch': "
+            "$: Additional properties are not allowed ('force' was unexpected)",
+            {"branch": "a", "force": True},
+            None,
+        ),
+    ],
+)
+@sync
+async def test_arguments_that_fail_the_schema_are_recorded_and_come_back_as_invalid_decision(
+    store: agentrt.Store,
+    clock: FakeClock,
+    ids: Ids,
+    arguments: str,
+    seen: str,
+    recorded_args: Any,
+    invalid_args: str | None,
+) -> None:
+    remote = Remote()
+    script = [
+        [function_call("push_branch", arguments, call_id="call-1")],
+        [assistant_message("sorry")],
+    ]
+    gated, _ = gated_agent(store, remote, script, clock, ids)
+
+    result = await Runner.run(gated.agent, "push")
+
+    assert remote.done == []
+    assert outputs(result) == [seen]
+    (step, _) = store.list_steps(gated.run_id, cap=None)
+    assert step.decision is not None
+    assert (step.decision.args, step.decision.invalid_args) == (recorded_args, invalid_args)
+    assert step.observation is not None and step.observation.kind == "invalid_decision"
+
+
+@sync
+async def test_arguments_that_are_not_json_are_recorded_as_text_and_never_run(
+    store: agentrt.Store, clock: FakeClock, ids: Ids
+) -> None:
+    # The SDK itself holds a call whose arguments are not a JSON object for a
+    # person before any policy is asked; approved, agentrt refuses it.
+    remote = Remote()
+    script = [
+        [function_call("push_branch", "{not json", call_id="call-1")],
+        [assistant_message("sorry")],
+    ]
+    gated, _ = gated_agent(store, remote, script, clock, ids)
+    first = await Runner.run(gated.agent, "push")
+    assert [i.call_id for i in first.interruptions] == ["call-1"]
+    state = first.to_state()
+    state.approve(state.get_interruptions()[0])
+
+    result = await Runner.run(gated.agent, state)
+
+    assert remote.done == []
+    (seen,) = outputs(result)
+    assert seen.startswith("invalid_decision: args are not usable JSON")
+    (step, _) = store.list_steps(gated.run_id, cap=None)
+    assert step.decision is not None
+    assert (step.decision.args, step.decision.invalid_args) == (None, "{not json")
+
+
+def test_an_unclassified_tool_is_refused_at_start_up_and_nothing_is_written(
+    store: agentrt.Store,
+) -> None:
+    remote = Remote()
+    agent = Agent(name="publisher", model=ScriptedModel([]), tools=remote.tools)
+    partial = {"list_branches": CLASSES["list_branches"]}
+    with pytest.raises(UnclassifiedToolError, match="'delete_branch', 'push_branch'"):
+        gate_agent(agent, store=store, policy=agentrt.default_policy(), classify=partial)
+    assert store.list_runs() == []
+
+
+def test_a_tool_the_gate_cannot_stand_behind_is_refused_at_start_up(store: agentrt.Store) -> None:
+    agent = Agent(name="searcher", model=ScriptedModel([]), tools=[WebSearchTool()])
+    with pytest.raises(agentrt.ConfigError, match="only function tools can be gated"):
+        gate_agent(agent, store=store, policy=agentrt.default_policy(), classify={})
+    helper = Agent(name="helper", model=ScriptedModel([]))
+    agent = Agent(name="lead", model=ScriptedModel([]), handoffs=[helper])
+    with pytest.raises(agentrt.ConfigError, match="handoffs, whose agents' tools would bypass"):
+        gate_agent(agent, store=store, policy=agentrt.default_policy(), classify={})
+
+
+@sync
+async def test_a_limit_ends_the_framework_run_with_gate_run_ended_and_the_call_never_runs(
+    store: agentrt.Store, clock: FakeClock, ids: Ids
+) -> None:
+    remote = Remote()
+    script = [
+        [function_call("list_branches", {}, call_id="call-1")],
+        [function_call("list_branches", {}, call_id="call-2")],
+        [function_call("push_branch", {"branch": "x"}, call_id="call-3")],
+    ]
+    gated, _ = gated_agent(store, remote, script, clock, ids, limits=agentrt.Limits(max_steps=2))
+
+    with pytest.raises(GateRunEnded) as raised:
+        await Runner.run(gated.agent, "look twice then push")
+
+    assert remote.done == [("list_branches", ""), ("list_branches", "")]
+    run = raised.value.run
+    assert (run.status, run.reason) == ("FAILED", "limit_steps")
+    assert gated.run.status == "FAILED"
+    assert store.lease(gated.run_id).owner == ""
+
+
+@sync
+async def test_state_approve_is_decided_by_hash_and_an_edited_run_state_is_refused(
+    store: agentrt.Store, clock: FakeClock, ids: Ids
+) -> None:
+    remote = Remote()
+    script = [[function_call("push_branch", {"branch": "feature/login"}, call_id="call-1")]]
+    gated, _ = gated_agent(store, remote, script, clock, ids)
+    first = await Runner.run(gated.agent, "publish")
+    saved = first.to_state().to_string()
+    edited = forge(saved, first.interruptions[0], "feature/login", "main")
+
+    state = await RunState.from_string(gated.agent, edited)
+    state.approve(state.get_interruptions()[0])
+    with pytest.raises(RequestChangedError, match="is not the one agentrt recorded"):
+        await Runner.run(gated.agent, state)
+
+    assert remote.done == []
+    (approval,) = store.list_approvals(gated.run_id, cap=None)
+    assert approval.status == "pending"
+    assert gated.run.status == "WAITING_FOR_APPROVAL"
+
+
+@sync
+async def test_an_approval_through_agentrt_does_not_carry_over_to_an_edited_run_state(
+    store: agentrt.Store, clock: FakeClock, ids: Ids
+) -> None:
+    remote = Remote()
+    script = [
+        [function_call("push_branch", {"branch": "feature/login"}, call_id="call-1")],
+        [assistant_message("done")],
+    ]
+    gated, _ = gated_agent(store, remote, script, clock, ids)
+    first = await Runner.run(gated.agent, "publish")
+    saved = first.to_state().to_string()
+    (pending,) = gated.pending()
+    agentrt.approve(store, gated.run_id, pending.id, by="alice", shown_hash=pending.hash)
+
+    state = await gated.load_state(forge(saved, first.interruptions[0], "feature/login", "main"))
+    with pytest.raises(RequestChangedError, match="not the ones agentrt recorded"):
+        await Runner.run(gated.agent, state)
+    assert remote.done == []
+
+    state = await gated.load_state(saved)
+    result = await Runner.run(gated.agent, state)
+    assert remote.done == [("push_branch", "feature/login")]
+    assert result.final_output == "done"
+
+
+@sync
+async def test_gated_approve_decides_the_agentrt_approval_by_the_hash_of_what_the_person_saw(
+    store: agentrt.Store, clock: FakeClock, ids: Ids
+) -> None:
+    remote = Remote()
+    script = [
+        [function_call("push_branch", {"branch": "feature/login"}, call_id="call-1")],
+        [assistant_message("published")],
+    ]
+    gated, _ = gated_agent(store, remote, script, clock, ids)
+    first = await Runner.run(gated.agent, "publish")
+    state = first.to_state()
+    (pending,) = gated.pending()
+
+    decided = await gated.approve(state, state.get_interruptions()[0], by="alice", note="ok")
+
+    assert (decided.id, decided.status, decided.decided_by) == (pending.id, "approved", "alice")
+    assert decided.hash == pending.hash
+    assert remote.done == []
+    result = await Runner.run(gated.agent, state)
+    assert remote.done == [("push_branch", "feature/login")]
+    assert result.final_output == "published"
+
+
+@sync
+async def test_gated_reject_cancels_the_run_and_the_model_is_told(
+    store: agentrt.Store, clock: FakeClock, ids: Ids
+) -> None:
+    remote = Remote()
+    script = [
+        [function_call("push_branch", {"branch": "feature/login"}, call_id="call-1")],
+        [assistant_message("not published")],
+    ]
+    gated, _ = gated_agent(store, remote, script, clock, ids)
+    first = await Runner.run(gated.agent, "publish")
+    state = first.to_state()
+
+    await gated.reject(state, state.get_interruptions()[0], by="bob", note="not today")
+    result = await Runner.run(gated.agent, state)
+
+    assert remote.done == []
+    assert outputs(result) == ["policy_denied: rejected by bob: not today"]
+    run = gated.run
+    assert (run.status, run.reason) == ("CANCELLED", "approval_rejected")
+
+
+@sync
+async def test_state_reject_is_carried_into_agentrt_and_ends_the_run_while_the_model_is_told(
+    store: agentrt.Store, clock: FakeClock, ids: Ids
+) -> None:
+    remote = Remote()
+    script = [
+        [function_call("push_branch", {"branch": "feature/login"}, call_id="call-1")],
+        [assistant_message("not published")],
+    ]
+    gated, _ = gated_agent(store, remote, script, clock, ids)
+    first = await Runner.run(gated.agent, "publish")
+    state = first.to_state()
+    state.reject(state.get_interruptions()[0])
+
+    result = await Runner.run(gated.agent, state)
+
+    assert remote.done == []
+    assert result.final_output == "not published"
+    (approval,) = store.list_approvals(gated.run_id, cap=None)
+    assert (approval.status, approval.decided_by) == ("rejected", "openai-agents state.reject")
+    assert (gated.run.status, gated.run.reason) == ("CANCELLED", "approval_rejected")
+
+
+@sync
+async def test_calls_of_one_model_response_are_judged_and_run_one_at_a_time_in_order(
+    store: agentrt.Store, clock: FakeClock, ids: Ids
+) -> None:
+    remote = Remote()
+    script = [
+        [
+            function_call("list_branches", {}, call_id="call-1"),
+            function_call("delete_branch", {"branch": "main"}, call_id="call-2"),
+            function_call("list_branches", {}, call_id="call-3"),
+        ],
+        [assistant_message("looked")],
+    ]
+    gated, _ = gated_agent(store, remote, script, clock, ids)
+
+    result = await Runner.run(gated.agent, "look")
+
+    assert result.final_output == "looked"
+    assert remote.done == [("list_branches", ""), ("list_branches", "")]
+    steps = store.list_steps(gated.run_id, cap=None)
+    assert [(s.status, s.decision.reason if s.decision else "") for s in steps] == [
+        ("done", "openai-agents call_id call-1"),
+        ("failed", "openai-agents call_id call-2"),
+        ("done", "openai-agents call_id call-3"),
+        ("done", ""),
+    ]
+
+
+def test_a_tool_input_guardrail_is_refused_at_start_up(store: agentrt.Store) -> None:
+    from agents import ToolGuardrailFunctionOutput, tool_input_guardrail
+
+    @tool_input_guardrail
+    def allow_all(data: Any) -> ToolGuardrailFunctionOutput:
+        return ToolGuardrailFunctionOutput.allow()
+
+    @function_tool(tool_input_guardrails=[allow_all])
+    def guarded(q: str) -> str:
+        """Guarded."""
+        return q
+
+    agent = Agent(name="g", model=ScriptedModel([]), tools=[guarded])
+    with pytest.raises(agentrt.ConfigError, match="tool input guardrails on 'guarded'"):
+        gate_agent(
+            agent,
+            store=store,
+            policy=agentrt.default_policy(),
+            classify={"guarded": Classification("read_only", 5)},
+        )
+
+
+# -- across processes ------------------------------------------------------------
+
+
+def child(*args: str, timeout: float = 120) -> dict[str, Any]:
+    done = subprocess.run(
+        [sys.executable, str(CHILD), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT / "tests",
+    )
+    assert done.returncode == 0, done.stderr
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+RUN_ID = "0a" * 16
+
+
+def start_in_a_child(tmp_path: Path) -> tuple[str, str]:
+    db, work = str(tmp_path / "runs.db"), str(tmp_path)
+    out = child("start", db, work, RUN_ID)
+    assert out["interruptions"] == [
+        {"tool": "push_branch", "call_id": "call-push", "arguments": '{"branch":"feature/login"}'}
+    ]
+    return db, work
+
+
+def pushes(tmp_path: Path) -> list[str]:
+    remote = tmp_path / "remote.log"
+    return remote.read_text().splitlines() if remote.exists() else []
+
+
+def test_a_remote_change_approved_with_state_approve_in_a_second_process_runs_once(
+    tmp_path: Path,
+) -> None:
+    db, work = start_in_a_child(tmp_path)
+    assert pushes(tmp_path) == []
+
+    out = child("resume", db, work, RUN_ID, "from_json", "--approve")
+
+    assert out == {"final_output": "feature/login is published", "interruptions": []}
+    assert pushes(tmp_path) == ["feature/login"]
+    store = agentrt.open_existing(tmp_path / "runs.db", read_only=True)
+    (approval,) = store.list_approvals(RUN_ID, cap=None)
+    assert (approval.status, approval.decided_by) == ("approved", "openai-agents state.approve")
+    assert store.get_run(RUN_ID).status == "COMPLETED"
+    assert store.verify_events().intact
+
+
+def test_a_remote_change_approved_with_the_agentrt_command_resumes_through_load_state(
+    tmp_path: Path,
+) -> None:
+    db, work = start_in_a_child(tmp_path)
+    approve = subprocess.run(
+        [sys.executable, "-m", "agentrt", "approve", RUN_ID, "--db", db, "--yes", "--by", "alice"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert approve.returncode == 0, approve.stderr
+    assert pushes(tmp_path) == []
+
+    out = child("resume", db, work, RUN_ID, "load_state")
+
+    assert out == {"final_output": "feature/login is published", "interruptions": []}
+    assert pushes(tmp_path) == ["feature/login"]
+    store = agentrt.open_existing(tmp_path / "runs.db", read_only=True)
+    (approval,) = store.list_approvals(RUN_ID, cap=None)
+    assert (approval.status, approval.decided_by) == ("approved", "alice")
+
+
+def test_a_call_sigkilled_mid_execution_is_not_run_again_by_the_sdks_resume_until_a_person_approves(
+    tmp_path: Path,
+) -> None:
+    db, work = start_in_a_child(tmp_path)
+    (tmp_path / "hang").write_text("")
+    proc = subprocess.Popen(
+        [sys.executable, str(CHILD), "resume", db, work, RUN_ID, "from_json", "--approve"],
+        cwd=ROOT / "tests",
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "started").exists():
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    assert proc.wait(timeout=30) == -signal.SIGKILL
+    (tmp_path / "hang").unlink()
+    assert pushes(tmp_path) == ["feature/login"]
+
+    # The SDK's own resume path, as the program would do it again: the run state
+    # from JSON, the same state.approve. The call is not run again.
+    out = child("resume", db, work, RUN_ID, "from_json", "--approve")
+    assert out["error"] == "InterruptedSideEffectError"
+    assert pushes(tmp_path) == ["feature/login"]
+
+    # Through the adapter's load_state: the pause surfaces as the SDK's interruption.
+    out = child("resume", db, work, RUN_ID, "load_state")
+    assert out["interruptions"] == [
+        {"tool": "push_branch", "call_id": "call-push", "arguments": '{"branch":"feature/login"}'}
+    ]
+    assert pushes(tmp_path) == ["feature/login"]
+    store = agentrt.open_existing(tmp_path / "runs.db", read_only=True)
+    (pending,) = store.pending_approvals(RUN_ID, cap=None)
+    assert pending.kind == "interrupted_side_effect"
+    assert "step.interrupted" in event_types(store, RUN_ID)
+
+    approve = subprocess.run(
+        [sys.executable, "-m", "agentrt", "approve", RUN_ID, "--db", db, "--yes", "--by", "alice"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert approve.returncode == 0, approve.stderr
+    out = child("resume", db, work, RUN_ID, "load_state")
+    assert out == {"final_output": "feature/login is published", "interruptions": []}
+    assert pushes(tmp_path) == ["feature/login", "feature/login"]
+    store = agentrt.open_existing(tmp_path / "runs.db", read_only=True)
+    assert store.get_run(RUN_ID).status == "COMPLETED"
+    assert store.verify_events().intact
+
+
+# -- the example and the scenario table -------------------------------------------
+
+
+def test_the_example_denies_the_delete_and_pushes_once_after_a_second_process_approves(
+    tmp_path: Path,
+) -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "examples" / "adapters" / "openai_agents_example.py"),
+            "--db",
+            str(tmp_path / "example.db"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert (
+        "tool output the model saw: policy_denied: destructive tools are denied by the "
+        "default policy" in lines
+    )
+    assert 'interruption: push_branch {"branch":"feature/login"} (call call-3)' in lines
+    assert "final output: feature/login is published" in lines
+    assert "remote: branches=['main', 'feature/login'] pushed=['feature/login']" in lines
+    assert "agentrt run: COMPLETED goal_completed, 4 steps" in lines
+    assert lines[-1].endswith("events, intact")
+
+
+def test_the_scenario_script_shows_no_unapproved_re_execution_and_the_tamper_refused() -> None:
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "adapters" / "openai_agents_scenarios.py")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    rows = {
+        tuple(cell.strip() for cell in line.strip("|").split("|"))[1:]
+        for line in done.stdout.splitlines()[2:]
+    }
+    assert ("pushes before the person approved", "0", "0") in rows
+    assert ("pushes after the approval and the resume", "1", "1") in rows
+    assert ("pushes when the process died", "1", "1") in rows
+    assert (
+        "unapproved re-executions when the program resumes its saved state",
+        "1",
+        "0",
+    ) in rows
+    assert (
+        "what that resume did",
+        "completed",
+        "refused: `InterruptedSideEffectError`; waits on `interrupted_side_effect`",
+    ) in rows
+    assert (
+        "pushes after a person approves the interrupted call",
+        "n/a (already ran again)",
+        "1",
+    ) in rows
+    assert ("branches pushed on resume", "main", "none") in rows
+    assert ("what the resume did", "completed", "refused: `RequestChangedError`") in rows
+
+
+def test_a_call_the_sdk_issues_again_after_a_crash_past_its_outcome_gets_the_recorded_result(
+    tmp_path: Path,
+) -> None:
+    db, work = start_in_a_child(tmp_path)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            str(CHILD),
+            "resume",
+            db,
+            work,
+            RUN_ID,
+            "from_json",
+            "--approve",
+            "--hang-model",
+        ],
+        cwd=ROOT / "tests",
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "model-started").exists():
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    assert proc.wait(timeout=30) == -signal.SIGKILL
+    assert pushes(tmp_path) == ["feature/login"]
+
+    # The saved state predates the push: the SDK issues the same call again.
+    out = child("resume", db, work, RUN_ID, "from_json", "--approve")
+
+    assert out == {"final_output": "feature/login is published", "interruptions": []}
+    assert pushes(tmp_path) == ["feature/login"]
+    store = agentrt.open_existing(tmp_path / "runs.db", read_only=True)
+    assert event_types(store, RUN_ID).count("step.tool_started") == 1
+    assert store.get_run(RUN_ID).status == "COMPLETED"
