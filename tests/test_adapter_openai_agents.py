@@ -30,8 +30,8 @@ import agentrt
 from agentrt.adapters.openai_agents import (
     Classification,
     GatedAgent,
-    GateRunEnded,
     RequestChangedError,
+    RunEndedError,
     UnclassifiedToolError,
     gate_agent,
 )
@@ -90,7 +90,7 @@ def gated_agent(
         agent,
         store=store,
         policy=agentrt.default_policy(),
-        classify=CLASSES,
+        classifications=CLASSES,
         now=clock,
         new_id=ids,
         **kwargs,
@@ -272,18 +272,18 @@ def test_an_unclassified_tool_is_refused_at_start_up_and_nothing_is_written(
     agent = Agent(name="publisher", model=ScriptedModel([]), tools=remote.tools)
     partial = {"list_branches": CLASSES["list_branches"]}
     with pytest.raises(UnclassifiedToolError, match="'delete_branch', 'push_branch'"):
-        gate_agent(agent, store=store, policy=agentrt.default_policy(), classify=partial)
+        gate_agent(agent, store=store, policy=agentrt.default_policy(), classifications=partial)
     assert store.list_runs() == []
 
 
 def test_a_tool_the_gate_cannot_stand_behind_is_refused_at_start_up(store: agentrt.Store) -> None:
     agent = Agent(name="searcher", model=ScriptedModel([]), tools=[WebSearchTool()])
     with pytest.raises(agentrt.ConfigError, match="only function tools can be gated"):
-        gate_agent(agent, store=store, policy=agentrt.default_policy(), classify={})
+        gate_agent(agent, store=store, policy=agentrt.default_policy(), classifications={})
     helper = Agent(name="helper", model=ScriptedModel([]))
     agent = Agent(name="lead", model=ScriptedModel([]), handoffs=[helper])
     with pytest.raises(agentrt.ConfigError, match="handoffs, whose agents' tools would bypass"):
-        gate_agent(agent, store=store, policy=agentrt.default_policy(), classify={})
+        gate_agent(agent, store=store, policy=agentrt.default_policy(), classifications={})
 
 
 @sync
@@ -298,7 +298,7 @@ async def test_a_limit_ends_the_framework_run_with_gate_run_ended_and_the_call_n
     ]
     gated, _ = gated_agent(store, remote, script, clock, ids, limits=agentrt.Limits(max_steps=2))
 
-    with pytest.raises(GateRunEnded) as raised:
+    with pytest.raises(RunEndedError) as raised:
         await Runner.run(gated.agent, "look twice then push")
 
     assert remote.done == [("list_branches", ""), ("list_branches", "")]
@@ -471,7 +471,7 @@ def test_a_tool_input_guardrail_is_refused_at_start_up(store: agentrt.Store) -> 
             agent,
             store=store,
             policy=agentrt.default_policy(),
-            classify={"guarded": Classification("read_only", 5)},
+            classifications={"guarded": Classification("read_only", 5)},
         )
 
 

@@ -204,7 +204,10 @@ def test_an_agentrt_limit_ends_the_framework_run_as_its_own_usage_limit_does(
     with pytest.raises(GateLimitExceeded) as raised:
         agent.run_sync("write notes", metadata=gate.run_metadata(RUN))
     assert raised.value.run.reason == "limit_steps"
-    assert str(raised.value) == f"agentrt run {RUN} ended: FAILED limit_steps"
+    assert str(raised.value) == (
+        f"agentrt run {RUN} is FAILED (limit_steps: 3 steps reached max_steps 3); "
+        "no tool call runs in it"
+    )
     assert effects(tmp_path) == ["write_note n0", "write_note n1", "write_note n2"]
     run = store.get_run(RUN)
     assert (run.status, run.reason) == ("FAILED", "limit_steps")

@@ -104,3 +104,30 @@ def test_importing_the_adapters_imports_no_framework() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_every_adapters_ended_run_error_is_the_shared_one_and_its_frameworks_own() -> None:
+    """One `except agentrt.adapters.RunEndedError` catches an ended run under any adapter."""
+    from agentrt.adapters import RunEndedError
+
+    found = []
+    for module, framework_base in (
+        ("agentrt.adapters.pydantic_ai", "pydantic_ai.exceptions:AgentRunError"),
+        ("agentrt.adapters.openai_agents", "agents.exceptions:AgentsException"),
+        ("agentrt.adapters.langgraph", None),
+    ):
+        adapter = pytest.importorskip(module)
+        error = adapter.RunEndedError
+        assert issubclass(error, RunEndedError) and issubclass(error, agentrt.RunFinishedError)
+        assert adapter.Classification is Classification
+        assert adapter.UnclassifiedToolError is UnclassifiedToolError
+        if framework_base is not None:
+            name, _, attr = framework_base.partition(":")
+            assert issubclass(error, getattr(__import__(name, fromlist=[attr]), attr))
+        found.append(error.__module__)
+    assert found == [
+        "agentrt.adapters.pydantic_ai",
+        "agentrt.adapters.openai_agents",
+        "agentrt.adapters.langgraph",
+    ]
+    assert Classification.__module__ == "agentrt.adapters"

@@ -77,7 +77,7 @@ def program(alone: bool, db: Path, work: Path, script: list[Any]) -> Any:
         agent,
         store=agentrt.open_store(db),
         policy=agentrt.default_policy(),
-        classify={"push_branch": Classification("remote_mutation", timeout=30)},
+        classifications={"push_branch": Classification("remote_mutation", timeout=30)},
         run_id=RUN_ID,
         goal=f"publish {BRANCH}",
     )

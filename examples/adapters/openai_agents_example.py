@@ -111,7 +111,7 @@ async def main(db: Path) -> None:
         make_agent(workdir, model),
         store=store,
         policy=agentrt.default_policy(),
-        classify=CLASSIFY,
+        classifications=CLASSIFY,
         goal="publish feature/login",
     )
     result = await Runner.run(gated.agent, "Publish feature/login.")
@@ -135,7 +135,7 @@ async def main(db: Path) -> None:
         make_agent(workdir, model),
         store=store,
         policy=agentrt.default_policy(),
-        classify=CLASSIFY,
+        classifications=CLASSIFY,
         run_id=saved["agentrt_run_id"],
     )
     state = await gated.load_state(saved["state"])

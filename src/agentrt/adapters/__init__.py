@@ -11,14 +11,31 @@ framework tool (`Classification`: its side effect and timeout, as `agentrt.tool`
 asks of our own tools) and `classify`, which refuses a tool nobody classified
 (`UnclassifiedToolError`) and a classification that names no tool. A
 framework's tool is never run behind the Gate on a guessed side effect.
+When the agentrt run behind a framework run has ended (a limit, a cancel, a
+rejection), every adapter raises a subclass of `RunEndedError`, which is also
+that framework's own exception for a run that must stop.
 See docs/adapters.md.
 """
 
 from __future__ import annotations
 
-from ._classify import Classification, UnclassifiedToolError, classify, tool_spec
+from ._classify import (
+    Classification,
+    RunEndedError,
+    UnclassifiedToolError,
+    classify,
+    ended_message,
+    tool_spec,
+)
 
-__all__ = ["Classification", "UnclassifiedToolError", "classify", "tool_spec"]
+__all__ = [
+    "Classification",
+    "RunEndedError",
+    "UnclassifiedToolError",
+    "classify",
+    "ended_message",
+    "tool_spec",
+]
 
 for _name in __all__:
     _value = globals()[_name]

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from .._errors import ConfigError
-from .._records import SideEffect, ToolSpec
+from .._errors import ConfigError, RunFinishedError
+from .._records import Run, SideEffect, ToolSpec
 from .._tools import compile_tool
 
 _SIDE_EFFECTS = tuple(member.value for member in SideEffect)
@@ -31,6 +31,25 @@ _SIDE_EFFECTS = tuple(member.value for member in SideEffect)
 
 class UnclassifiedToolError(ConfigError):
     """A framework tool has no classification (side effect, timeout), so it is not run at all."""
+
+
+class RunEndedError(RunFinishedError):
+    """The agentrt run behind a framework run has ended: no tool call runs in it again.
+
+    Each adapter raises its own subclass, which is also the framework's own
+    exception for a run that must stop (Pydantic AI's `AgentRunError`, the
+    Agents SDK's `AgentsException`), so both `except` clauses catch it. `run`
+    is the run as recorded; `run.status` and `run.reason` say why it ended
+    (a limit, an operator's cancel, a rejection, a policy abort).
+    """
+
+    run: Run
+
+
+def ended_message(run: Run) -> str:
+    """One sentence naming the run, how it ended and why."""
+    detail = f": {run.reason_detail}" if run.reason_detail else ""
+    return f"agentrt run {run.id} is {run.status} ({run.reason}{detail}); no tool call runs in it"
 
 
 @dataclass(frozen=True, slots=True)

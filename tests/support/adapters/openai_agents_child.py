@@ -71,7 +71,7 @@ def gated(db: Path, work: Path, run_id: str, script: list[Any]) -> GatedAgent:
         make_agent(work, script),
         store=agentrt.open_store(db),
         policy=agentrt.default_policy(),
-        classify=CLASSES,
+        classifications=CLASSES,
         run_id=run_id,
         goal="publish feature/login",
     )

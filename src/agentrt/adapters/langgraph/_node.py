@@ -51,7 +51,6 @@ from ..._canonical import to_text
 from ..._clock import Clock, IdFactory
 from ..._db import Store
 from ..._errors import (
-    AgentrtError,
     ApprovalChangedError,
     ApprovalExpiredError,
     ConfigError,
@@ -80,6 +79,7 @@ from ..._records import (
 from ..._session import run_sync
 from ...approver import Local
 from .._classify import Classification, classify, tool_spec
+from .._classify import RunEndedError as _RunEnded
 from ._protocol import MARK, check_resume
 
 CALL_PREFIX = "langgraph tool call "
@@ -92,8 +92,11 @@ def run_id_for(thread_id: str) -> str:
     return digest.hexdigest()[:32]
 
 
-class RunEndedError(AgentrtError):
-    """The thread's agentrt run ended (a limit, a cancel, a rejection): no tool runs in it."""
+class RunEndedError(_RunEnded):
+    """The thread's agentrt run ended (a limit, a cancel, a rejection): no tool runs in it.
+
+    An `agentrt.adapters.RunEndedError`, as every adapter raises for an ended run.
+    """
 
     def __init__(self, run: Run) -> None:
         self.run = run

@@ -1,6 +1,6 @@
 """The OpenAI Agents SDK behind the Gate: `agentrt.adapters.openai_agents`.
 
-    gated = gate_agent(agent, store=store, policy=policy, classify={...})
+    gated = gate_agent(agent, store=store, policy=policy, classifications={...})
     result = await Runner.run(gated.agent, "publish the login branch")
 
 Every function-tool call of the agent is recorded verbatim, checked against
@@ -15,26 +15,26 @@ from __future__ import annotations
 from .._classify import Classification, UnclassifiedToolError
 from ._errors import (
     ApprovalPendingError,
-    GateRunEnded,
     InterruptedSideEffectError,
     RequestChangedError,
+    RunEndedError,
 )
 from ._gated import GatedAgent, gate_agent
 
 __all__ = [
     "ApprovalPendingError",
     "Classification",
-    "GateRunEnded",
     "GatedAgent",
     "InterruptedSideEffectError",
     "RequestChangedError",
+    "RunEndedError",
     "UnclassifiedToolError",
     "gate_agent",
 ]
 
 for _name in (
     "ApprovalPendingError",
-    "GateRunEnded",
+    "RunEndedError",
     "GatedAgent",
     "InterruptedSideEffectError",
     "RequestChangedError",

@@ -13,9 +13,11 @@ from agents.exceptions import AgentsException
 
 from ..._errors import ApprovalChangedError, RunStateError
 from ..._records import Run
+from .._classify import RunEndedError as _RunEnded
+from .._classify import ended_message
 
 
-class GateRunEnded(AgentsException, RunStateError):
+class RunEndedError(AgentsException, _RunEnded):
     """The agentrt run ended (a limit, an operator's cancel, a rejection): the framework run stops.
 
     `run` is the run as recorded; `run.reason` says why. Like the SDK's own
@@ -23,8 +25,7 @@ class GateRunEnded(AgentsException, RunStateError):
     """
 
     def __init__(self, run: Run) -> None:
-        detail = f": {run.reason_detail}" if run.reason_detail else ""
-        super().__init__(f"agentrt run {run.id} ended {run.status} ({run.reason}){detail}")
+        super().__init__(ended_message(run))
         self.run = run
 
 

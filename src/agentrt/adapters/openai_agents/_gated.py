@@ -16,7 +16,7 @@ SDK extension points are the Gate's:
   (the original tool runs inside the agentrt tool, with the recorded
   arguments); a denial or an invalid call comes back to the model as a tool
   error string (the SDK's convention for a tool error the model should see);
-  an ended run raises `GateRunEnded` out of `Runner.run`.
+  an ended run raises `RunEndedError` out of `Runner.run`.
 
 Invariants:
 
@@ -77,9 +77,9 @@ from ..._records import (
 from .._classify import Classification, classify, tool_spec
 from ._errors import (
     ApprovalPendingError,
-    GateRunEnded,
     InterruptedSideEffectError,
     RequestChangedError,
+    RunEndedError,
 )
 
 __all__ = ["GatedAgent", "gate_agent"]
@@ -193,7 +193,7 @@ class GatedAgent:
         *,
         store: Store,
         policy: Policy,
-        classify: Mapping[str, Classification],
+        classifications: Mapping[str, Classification],
         limits: Limits | None = None,
         goal: str | None = None,
         run_id: str | None = None,
@@ -205,7 +205,7 @@ class GatedAgent:
         if not isinstance(agent, Agent):
             raise ConfigError(f"gate_agent needs an agents.Agent, got {type(agent).__name__}")
         tools = _function_tools(agent)
-        classes = _classify_tools(tools, classify)
+        classes = _classify_tools(tools, classifications)
         self._originals = {tool.name: tool for tool in tools}
         gated = [
             _GatedTool(
@@ -455,7 +455,7 @@ class GatedAgent:
                 f"the call {call_id!r} of {name!r} waits for a person in agentrt run "
                 f"{self.run_id}; nothing ran"
             )
-        raise GateRunEnded(self.store.get_run(self.run_id))
+        raise RunEndedError(self.store.get_run(self.run_id))
 
     async def _execute(self, step: GateStep, context: ToolContext[Any]) -> Any:
         token = _TOOL_CONTEXT.set(context)
@@ -680,7 +680,7 @@ def gate_agent(
     *,
     store: Store,
     policy: Policy,
-    classify: Mapping[str, Classification],
+    classifications: Mapping[str, Classification],
     limits: Limits | None = None,
     goal: str | None = None,
     run_id: str | None = None,
@@ -691,7 +691,7 @@ def gate_agent(
 ) -> GatedAgent:
     """Put every function-tool call of `agent` through the Gate; one agentrt run per framework run.
 
-    `classify` maps each function tool's name to its `Classification` (side
+    `classifications` maps each function tool's name to its `Classification` (side
     effect, timeout); a tool without one is refused here
     (`UnclassifiedToolError`), as is a tool the Gate cannot stand behind
     (hosted tools, MCP servers, handoffs). `run_id` continues the agentrt run
@@ -702,7 +702,7 @@ def gate_agent(
         agent,
         store=store,
         policy=policy,
-        classify=classify,
+        classifications=classifications,
         limits=limits,
         goal=goal,
         run_id=run_id,

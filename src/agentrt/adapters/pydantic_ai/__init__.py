@@ -19,19 +19,22 @@ See docs/adapters.md ("Pydantic AI") and docs/decisions/0040.
 
 from __future__ import annotations
 
+from .._classify import Classification, UnclassifiedToolError
 from ._approvals import approved
 from ._capability import AgentrtGate
-from ._run import RUN_ID_KEY, GateLimitExceeded, GateRunEnded
+from ._run import RUN_ID_KEY, GateLimitExceeded, RunEndedError
 
 __all__ = [
     "RUN_ID_KEY",
     "AgentrtGate",
+    "Classification",
     "GateLimitExceeded",
-    "GateRunEnded",
+    "RunEndedError",
+    "UnclassifiedToolError",
     "approved",
 ]
 
 for _name in __all__:
     _value = globals()[_name]
-    if isinstance(_value, type) or callable(_value):
+    if getattr(_value, "__module__", "").startswith(f"{__name__}._"):
         _value.__module__ = __name__

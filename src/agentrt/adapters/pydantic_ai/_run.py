@@ -46,7 +46,8 @@ from pydantic_ai.exceptions import (
 from pydantic_ai.toolsets import AbstractToolset, ToolsetTool
 
 import agentrt
-from agentrt.adapters import Classification, classify, tool_spec
+from agentrt.adapters import Classification, classify, ended_message, tool_spec
+from agentrt.adapters import RunEndedError as _RunEnded
 
 from ._approvals import decision_of, presentation
 
@@ -57,20 +58,26 @@ _UNPARSED = "\x00agentrt-unparsed"
 _CALL = "pydantic-ai tool call "
 
 
-class GateLimitExceeded(UsageLimitExceeded):
-    """An agentrt limit ended the run: no tool runs; the framework run stops as for its own."""
+class RunEndedError(AgentRunError, _RunEnded):
+    """The agentrt run ended (a policy abort, an operator's cancel): the framework run stops.
+
+    Both a Pydantic AI `AgentRunError` and an `agentrt.adapters.RunEndedError`.
+    """
 
     def __init__(self, message: str, run: agentrt.Run) -> None:
-        # Not UsageLimitExceeded's own __init__: its hint points at Pydantic AI's limits.
         AgentRunError.__init__(self, message)
         self.run = run
 
 
-class GateRunEnded(AgentRunError):
-    """The agentrt run ended (a policy abort, an operator's cancel): the framework run stops."""
+class GateLimitExceeded(UsageLimitExceeded, RunEndedError):
+    """An agentrt limit ended the run: no tool runs; the framework run stops as for its own.
+
+    A Pydantic AI `UsageLimitExceeded` and a `RunEndedError`.
+    """
 
     def __init__(self, message: str, run: agentrt.Run) -> None:
-        super().__init__(message)
+        # Not UsageLimitExceeded's own __init__: its hint points at Pydantic AI's limits.
+        AgentRunError.__init__(self, message)
         self.run = run
 
 
@@ -175,7 +182,7 @@ class FrameworkRun:
             if session.done:
                 await self._let_go()  # paused on an interrupted side effect, or ended
             if verdict is not None and verdict.outcome == "ended":
-                raise GateRunEnded(_ended(verdict.run), verdict.run)
+                raise RunEndedError(ended_message(verdict.run), verdict.run)
             return
         if run.status != agentrt.RunStatus.WAITING_FOR_APPROVAL:
             raise agentrt.RunStateError(
@@ -364,7 +371,7 @@ class FrameworkRun:
     async def failed(self, error: BaseException) -> None:
         """The framework run raised: the agentrt run ends as the Driver ends it on an error."""
         session = self.session
-        if isinstance(error, GateLimitExceeded | GateRunEnded) or session is None or session.done:
+        if isinstance(error, RunEndedError) or session is None or session.done:
             return
         if session.current() is not None:
             return  # a call was cut off mid-way: left as a crash would leave it
@@ -402,12 +409,8 @@ def _canonical(value: Any) -> bytes:
         return repr(value).encode()
 
 
-def _ended(run: agentrt.Run) -> str:
-    return f"agentrt run {run.id} ended: {run.status} {run.reason}"
-
-
 def _end_of(run: agentrt.Run) -> AgentRunError:
-    message = _ended(run)
+    message = ended_message(run)
     if run.reason.startswith("limit_") or run.reason in ("loop_detected", "repeated_tool_failures"):
         return GateLimitExceeded(message, run)
-    return GateRunEnded(message, run)
+    return RunEndedError(message, run)
