@@ -22,9 +22,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from .._errors import ConfigError, RunFinishedError
-from .._records import Run, SideEffect, ToolSpec
-from .._tools import compile_tool
+from agentrt import ConfigError, Run, RunFinishedError, SideEffect, ToolSpec, compile_tool
 
 _SIDE_EFFECTS = tuple(member.value for member in SideEffect)
 
