@@ -22,7 +22,7 @@ import pytest
 import agentrt
 from agentrt import Decision, SideEffect, ToolCall, ToolResult
 from agentrt.scripted import ScriptedAgent
-from conftest import RecordingTool
+from conftest import FakeClock, RecordingTool
 
 Tamper = Callable[[sqlite3.Connection, str], None]
 
@@ -120,3 +120,79 @@ def test_an_interrupted_read_only_call_whose_recorded_spec_will_not_decode_waits
     result = interrupt(db_path, SideEffect.READ_ONLY, garble_spec)
     assert result.run.status == "WAITING_FOR_APPROVAL"
     assert approval_kinds(result.store, result.run.id) == ["interrupted_side_effect"]
+
+
+# -- what a takeover records ----------------------------------------------------------------------
+
+
+def test_an_interrupted_side_effect_pauses_with_a_step_policy_event_naming_its_decision(
+    db_path: Path,
+) -> None:
+    result = interrupt(db_path, SideEffect.LOCAL_MUTATION)
+    assert result.run.status == "WAITING_FOR_APPROVAL"
+    store, run_id = result.store, result.run.id
+    step = store.list_steps(run_id)[0]
+    (approval,) = store.list_approvals(run_id)
+    (policy,) = [e for e in store.list_events(run_id=run_id) if e.type == "step.policy"][-1:]
+    assert step.policy is not None and policy.step_id == step.id
+    assert policy.payload == {
+        "decision": step.policy.to_json(),
+        "policy_id": "agentrt:interrupted_side_effect",
+        "spec_hash": step.spec_hash,
+        "view": {},  # no policy was asked: the runtime's own pause sees no counters
+    }
+    assert policy.payload["decision"]["kind"] == approval.kind == "interrupted_side_effect"
+    assert policy.payload["decision"]["capability"] == {"tool": "lookup", "args": {"x": 1}}
+
+
+def test_a_takeover_that_continues_records_run_resumed_at_its_own_time_on_no_step(
+    db_path: Path,
+) -> None:
+    clock = FakeClock()
+    result = interrupt(db_path, SideEffect.READ_ONLY, now=clock)
+    assert result.run.status == "COMPLETED"
+    events = result.store.list_events(run_id=result.run.id)
+    types = [e.type for e in events]
+    taken = types.index("lease.taken_over")
+    resumed = events[types.index("run.resumed", taken)]
+    assert (resumed.step_id, resumed.payload) == ("", {"after": "interruption"})
+    # Read from the taking driver's clock, after the takeover and before the next step.
+    assert resumed.at is not None and events[taken].at is not None
+    assert events[taken].at < resumed.at <= clock.t
+    later = [e.at for e in events[types.index("run.resumed", taken) + 1 :] if e.at is not None]
+    assert later and all(resumed.at < at for at in later)
+
+
+def test_reconcile_sees_the_run_its_steps_and_its_approvals(db_path: Path) -> None:
+    seen: list[agentrt.RunView] = []
+
+    def reconcile(view: agentrt.RunView) -> agentrt.Reconciliation:
+        seen.append(view)
+        return agentrt.Reconciliation.continue_run(f"{len(view.approvals)} approvals seen")
+
+    result = interrupt(db_path, SideEffect.LOCAL_MUTATION, reconcile=reconcile)
+    assert result.run.status == "COMPLETED"
+    (view,) = seen
+    assert view.run.id == result.run.id
+    assert [s.status for s in view.steps] == ["interrupted"]
+    assert view.approvals == ()  # a tuple, like the steps: the run has asked for none
+    (resumed,) = [
+        e for e in result.store.list_events(run_id=result.run.id) if e.type == "run.resumed"
+    ]
+    assert resumed.payload == {
+        "after": "interruption",
+        "reconcile": "continue",
+        "detail": "0 approvals seen",
+    }
+
+
+def test_a_crash_right_after_a_takeover_continues_is_a_crash_point_and_is_recovered(
+    tmp_path: Path,
+) -> None:
+    from agentrt.testkit import Crash, Point, run_sync
+
+    crashes = (Crash(0, Point.AFTER_STEP_STARTED), Crash(0, Point.AFTER_RESUMED))
+    result = run_sync("testkit_scenarios:small", *crashes, db_path=tmp_path / "resumed.db")
+    assert [c.crash for c in result.crashes_reached] == list(crashes)
+    assert result.run.status == "COMPLETED"
+    assert len(result.calls("charge")) == 1
