@@ -157,10 +157,11 @@ def test_a_takeover_that_continues_records_run_resumed_at_its_own_time_on_no_ste
     resumed = events[types.index("run.resumed", taken)]
     assert (resumed.step_id, resumed.payload) == ("", {"after": "interruption"})
     # Read from the taking driver's clock, after the takeover and before the next step.
-    assert resumed.at is not None and events[taken].at is not None
-    assert events[taken].at < resumed.at <= clock.t
+    at, taken_at = resumed.at, events[taken].at
+    assert at is not None and taken_at is not None
+    assert taken_at < at <= clock.t
     later = [e.at for e in events[types.index("run.resumed", taken) + 1 :] if e.at is not None]
-    assert later and all(resumed.at < at for at in later)
+    assert later and all(at < then for then in later)
 
 
 def test_reconcile_sees_the_run_its_steps_and_its_approvals(db_path: Path) -> None:
@@ -196,3 +197,24 @@ def test_a_crash_right_after_a_takeover_continues_is_a_crash_point_and_is_recove
     assert [c.crash for c in result.crashes_reached] == list(crashes)
     assert result.run.status == "COMPLETED"
     assert len(result.calls("charge")) == 1
+
+
+def test_a_reconcile_verdict_that_is_not_a_reconciliation_fails_the_run_naming_its_type(
+    db_path: Path,
+) -> None:
+    result = interrupt(db_path, SideEffect.LOCAL_MUTATION, reconcile=lambda view: "continue")
+    run = result.run
+    assert (run.status, run.reason) == ("FAILED", "internal_error")
+    assert run.reason_detail == "reconcile returned str, not a Reconciliation"
+    assert result.first_calls == 1
+
+
+def test_a_reconcile_detail_that_is_not_text_is_recorded_as_its_repr(db_path: Path) -> None:
+    def reconcile(view: agentrt.RunView) -> agentrt.Reconciliation:
+        return agentrt.Reconciliation(outcome="continue", detail={"ledger": 1})  # type: ignore[arg-type]
+
+    result = interrupt(db_path, SideEffect.LOCAL_MUTATION, reconcile=reconcile)
+    assert result.run.status == "COMPLETED"
+    events = result.store.list_events(run_id=result.run.id)
+    (resumed,) = [e for e in events if e.type == "run.resumed"]
+    assert resumed.payload["detail"] == "{'ledger': 1}"
