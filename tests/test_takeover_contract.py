@@ -218,3 +218,61 @@ def test_a_reconcile_detail_that_is_not_text_is_recorded_as_its_repr(db_path: Pa
     events = result.store.list_events(run_id=result.run.id)
     (resumed,) = [e for e in events if e.type == "run.resumed"]
     assert resumed.payload["detail"] == "{'ledger': 1}"
+
+
+def _nested(depth: int) -> Any:
+    value: Any = 0
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def test_a_reconcile_result_nested_deeper_than_json_allows_fails_the_run(db_path: Path) -> None:
+    """A result may nest 256 deep, like any value a consumer hands in (not the store's deeper
+    limit, which leaves room for agentrt's own envelopes)."""
+    deep = _nested(257)
+    result = interrupt(
+        db_path,
+        SideEffect.LOCAL_MUTATION,
+        reconcile=lambda view: agentrt.Reconciliation.completed(deep),
+    )
+    run = result.run
+    assert (run.status, run.reason) == ("FAILED", "internal_error")
+    assert run.reason_detail.startswith("reconcile completed with a result that is not usable JSON")
+    assert "nesting deeper than 256" in run.reason_detail
+    assert run.result is None
+    ok = interrupt(
+        db_path.with_name("ok.db"),
+        SideEffect.LOCAL_MUTATION,
+        reconcile=lambda view: agentrt.Reconciliation.completed(_nested(256)),
+    )
+    assert (ok.run.status, ok.run.result) == ("COMPLETED", _nested(256))
+
+
+class _ReadOnce(dict[str, Any]):
+    """A mapping that can be read once (a view over something since closed)."""
+
+    reads = 0
+
+    def items(self) -> Any:
+        type(self).reads += 1
+        if type(self).reads > 1:
+            raise ValueError("the ledger cursor is closed")
+        return super().items()
+
+
+def test_a_reconcile_result_that_cannot_be_encoded_fails_the_run_before_the_final_write(
+    db_path: Path,
+) -> None:
+    _ReadOnce.reads = 0
+    result = interrupt(
+        db_path,
+        SideEffect.LOCAL_MUTATION,
+        reconcile=lambda view: agentrt.Reconciliation.completed(_ReadOnce(charged=True)),
+    )
+    run = result.run
+    assert (run.status, run.reason) == ("FAILED", "internal_error")
+    assert run.reason_detail == (
+        "reconcile completed with a result that is not usable JSON: the ledger cursor is closed"
+    )
+    assert run.result is None
