@@ -11,6 +11,7 @@ one.
 from __future__ import annotations
 
 import sqlite3
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -44,9 +45,13 @@ def interrupt(
     db_path: Path,
     side_effect: SideEffect,
     tamper: Tamper | None = None,
+    other_tools: list[Any] | None = None,
     **other_kw: Any,
 ) -> Interrupted:
-    """Run one `lookup` call; while it executes, tamper, then let another driver take over."""
+    """Run one `lookup` call; while it executes, tamper, then let another driver take over.
+
+    The other driver registers `other_tools` (by default `lookup` as it was).
+    """
     taken: list[agentrt.Run] = []
 
     def other_driver() -> agentrt.Driver:
@@ -56,7 +61,7 @@ def interrupt(
             # the step after the interrupted one completes.
             agent=ScriptedAgent([Decision.complete({"after": "takeover"})] * 2),
             policy=agentrt.default_policy(),
-            tools=[RecordingTool("lookup", side_effect)],
+            tools=[RecordingTool("lookup", side_effect)] if other_tools is None else other_tools,
             lease_owner="taker",
             wall=later_wall,
             **other_kw,
@@ -276,3 +281,90 @@ def test_a_reconcile_result_that_cannot_be_encoded_fails_the_run_before_the_fina
         "reconcile completed with a result that is not usable JSON: the ledger cursor is closed"
     )
     assert run.result is None
+
+
+def interrupt_deciding(db_path: Path, **other_kw: Any) -> agentrt.Run:
+    """While the first driver's agent decides step 0, another driver takes the run over."""
+    taken: list[agentrt.Run] = []
+
+    def take_over_while_deciding(input: agentrt.StepInput) -> Decision:
+        other = agentrt.Driver(
+            store=agentrt.open_store(db_path),
+            agent=ScriptedAgent([Decision.complete({"after": "takeover"})] * 2),
+            policy=agentrt.default_policy(),
+            tools=[RecordingTool("lookup", SideEffect.LOCAL_MUTATION)],
+            lease_owner="taker",
+            wall=later_wall,
+            **other_kw,
+        )
+        # The first driver's loop is blocked here, as a dead process's would be.
+        thread = threading.Thread(target=lambda: taken.append(other.resume_sync(input.run.id)))
+        thread.start()
+        thread.join(30)
+        return Decision.complete({"first": True})
+
+    first = agentrt.Driver(
+        store=agentrt.open_store(db_path),
+        agent=take_over_while_deciding,
+        policy=agentrt.default_policy(),
+        tools=[RecordingTool("lookup", SideEffect.LOCAL_MUTATION)],
+        lease_owner="first",
+    )
+    try:
+        first.start_sync("decide")  # finds the run taken (or already ended) by the other
+    except agentrt.LeaseLostError:
+        pass
+    (run,) = taken
+    return run
+
+
+PAUSE = agentrt.PolicyDecision.require_approval(
+    "ledger_unclear", "the ledger shows a pending entry", capability={"entry": 5}
+)
+
+
+def test_reconcile_asking_to_wait_when_no_call_was_executing_fails_as_a_conflict(
+    db_path: Path,
+) -> None:
+    run = interrupt_deciding(db_path, reconcile=lambda view: agentrt.Reconciliation.waiting(PAUSE))
+    assert (run.status, run.reason) == ("FAILED", "reconcile_conflict")
+    assert run.reason_detail == (
+        "reconcile asked to wait, but no call was executing when the run was interrupted"
+    )
+
+
+def test_reconcile_asking_to_wait_on_a_call_whose_args_no_longer_fit_fails_as_a_conflict(
+    db_path: Path,
+) -> None:
+    retyped = RecordingTool(
+        "lookup",
+        SideEffect.LOCAL_MUTATION,
+        schema={"type": "object", "properties": {"x": {"type": "string"}}},
+    )
+    result = interrupt(
+        db_path,
+        SideEffect.LOCAL_MUTATION,
+        other_tools=[retyped],
+        reconcile=lambda view: agentrt.Reconciliation.waiting(PAUSE),
+    )
+    run = result.run
+    assert (run.status, run.reason) == ("FAILED", "reconcile_conflict")
+    assert run.reason_detail == "the interrupted step's args no longer match the schema of 'lookup'"
+    assert result.store.list_approvals(run.id) == []
+
+
+def test_reconcile_asking_to_wait_on_an_unusable_pause_fails_the_run_saying_why(
+    db_path: Path,
+) -> None:
+    kindless = agentrt.PolicyDecision.require_approval("", "no kind given")
+    result = interrupt(
+        db_path,
+        SideEffect.LOCAL_MUTATION,
+        reconcile=lambda view: agentrt.Reconciliation.waiting(kindless),
+    )
+    run = result.run
+    assert (run.status, run.reason) == ("FAILED", "internal_error")
+    assert run.reason_detail == (
+        "reconcile's pause is unusable: policy required an approval without naming its kind"
+    )
+    assert result.store.list_approvals(run.id) == []
