@@ -10,6 +10,7 @@ one.
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import threading
 from collections.abc import Callable
@@ -310,10 +311,8 @@ def interrupt_deciding(db_path: Path, **other_kw: Any) -> agentrt.Run:
         tools=[RecordingTool("lookup", SideEffect.LOCAL_MUTATION)],
         lease_owner="first",
     )
-    try:
+    with contextlib.suppress(agentrt.LeaseLostError):
         first.start_sync("decide")  # finds the run taken (or already ended) by the other
-    except agentrt.LeaseLostError:
-        pass
     (run,) = taken
     return run
 
@@ -368,3 +367,37 @@ def test_reconcile_asking_to_wait_on_an_unusable_pause_fails_the_run_saying_why(
         "reconcile's pause is unusable: policy required an approval without naming its kind"
     )
     assert result.store.list_approvals(run.id) == []
+
+
+def _a_tool_whose_result_looks_like_an_interruption() -> Any:
+    from agentrt.testkit import Scenario, Verdict, always
+
+    allow = agentrt.PolicyDecision.allow()
+    return Scenario(
+        tools=[
+            RecordingTool(
+                "note", SideEffect.REMOTE_MUTATION, result={"previous_status": "executing"}
+            )
+        ],
+        policy=agentrt.SideEffectPolicy({SideEffect.REMOTE_MUTATION: allow}, policy_id="allow"),
+        agent=ScriptedAgent([Decision.tool_call("note", {"x": 1}), Decision.complete()]),
+        operator=always(Verdict.APPROVE),
+        lease_ttl=timedelta(milliseconds=600),
+        name="echo",
+    )
+
+
+def test_a_finished_call_whose_result_reads_like_an_interruption_is_not_asked_about_again(
+    tmp_path: Path,
+) -> None:
+    """Only a step marked interrupted is an interrupted call, whatever a done step's result says."""
+    from agentrt.testkit import Crash, Point, run_sync
+
+    crash = Crash(0, Point.AFTER_TOOL_FINISHED)
+    result = run_sync(
+        _a_tool_whose_result_looks_like_an_interruption, crash, db_path=tmp_path / "echo.db"
+    )
+    assert [c.crash for c in result.crashes_reached] == [crash]
+    assert result.run.status == "COMPLETED"
+    assert len(result.calls("note")) == 1
+    assert list(result.approvals) == []
