@@ -401,3 +401,52 @@ def test_a_finished_call_whose_result_reads_like_an_interruption_is_not_asked_ab
     assert result.run.status == "COMPLETED"
     assert len(result.calls("note")) == 1
     assert list(result.approvals) == []
+
+
+# -- records a takeover cannot read back ----------------------------------------------------------
+
+
+def _damage(sql: str) -> Tamper:
+    """Write bytes that are not UTF-8 into a column while the call executes."""
+
+    def tamper(conn: sqlite3.Connection, run_id: str) -> None:
+        conn.execute(sql, (run_id,))
+
+    return tamper
+
+
+def test_a_run_whose_record_cannot_be_read_back_is_failed_by_the_takeover_not_continued(
+    db_path: Path,
+) -> None:
+    damage = _damage("UPDATE runs SET goal = CAST(X'ff' AS TEXT) WHERE id = ?")
+    result = interrupt(db_path, SideEffect.READ_ONLY, damage)
+    run = result.run
+    assert (run.status, run.reason) == ("FAILED", "internal_error")
+    assert run.reason_detail == (
+        "the run's record cannot be read back (goal: not valid UTF-8 text (invalid start "
+        "byte: byte 0xff at offset 0 of 1)); it is not continued"
+    )
+    assert result.first_calls == 1
+
+
+@pytest.mark.parametrize(
+    ("column", "detail"),
+    [
+        ("decision_json", "decision_json: not valid UTF-8 text (invalid start byte: byte 0xff"),
+        ("policy_id", "policy_id: not valid UTF-8 text (invalid start byte: byte 0xff"),
+    ],
+)
+def test_an_interrupted_call_whose_step_cannot_be_read_back_ends_as_a_conflict(
+    db_path: Path, column: str, detail: str
+) -> None:
+    """Whatever column is unreadable (the decision itself, or only its policy's id), what was
+    executing is not known for sure: no approval is asked for, the run ends."""
+    damage = _damage(f"UPDATE steps SET {column} = CAST(X'ff' AS TEXT) WHERE run_id = ?")
+    result = interrupt(db_path, SideEffect.LOCAL_MUTATION, damage)
+    run = result.run
+    assert (run.status, run.reason) == ("FAILED", "reconcile_conflict")
+    assert run.reason_detail.startswith(
+        f"the interrupted step's record cannot be read back ({detail}"
+    )
+    assert run.reason_detail.endswith("); what it was executing is unknown")
+    assert result.store.list_approvals(run.id) == []
