@@ -450,3 +450,70 @@ def test_an_interrupted_call_whose_step_cannot_be_read_back_ends_as_a_conflict(
     )
     assert run.reason_detail.endswith("); what it was executing is unknown")
     assert result.store.list_approvals(run.id) == []
+
+
+# -- how the previous owner is known to be gone ---------------------------------------------------
+
+
+def recover_mid_call(
+    db_path: Path, tamper: Tamper | None = None, its_own: bool = False
+) -> list[agentrt.Recovered]:
+    """While the first driver's `lookup` executes, another driver runs `recover()`.
+
+    `its_own`: the lease is first made that other driver's, as if its own loop had
+    held the run and stopped (an error) without giving it back.
+    """
+    found: list[agentrt.Recovered] = []
+
+    def recover_during(call: ToolCall) -> ToolResult:
+        other = agentrt.Driver(
+            store=agentrt.open_store(db_path),
+            agent=ScriptedAgent([Decision.complete({"after": "recover"})] * 2),
+            policy=agentrt.default_policy(),
+            tools=[RecordingTool("lookup", SideEffect.READ_ONLY)],
+            lease_owner="taker",
+            wall=later_wall,
+        )
+        conn = sqlite3.connect(db_path, isolation_level=None)
+        try:
+            if tamper is not None:
+                tamper(conn, call.run_id)
+            if its_own:
+                conn.execute(
+                    "UPDATE runs SET lease_owner = ? WHERE id = ?", (other.lease_owner, call.run_id)
+                )
+        finally:
+            conn.close()
+        found.extend(other.recover_sync())
+        return ToolResult({"late": True})
+
+    first = agentrt.Driver(
+        store=agentrt.open_store(db_path),
+        agent=ScriptedAgent([Decision.tool_call("lookup", {"x": 1}), Decision.complete()]),
+        policy=agentrt.default_policy(),
+        tools=[RecordingTool("lookup", SideEffect.READ_ONLY, result=recover_during)],
+        lease_owner="first",
+    )
+    with contextlib.suppress(agentrt.LeaseLostError):
+        first.start_sync("look it up")
+    return found
+
+
+def test_recover_takes_a_running_run_with_no_lease_saying_so(db_path: Path) -> None:
+    no_lease = _damage("UPDATE runs SET lease_owner = '', lease_expires_at = '' WHERE id = ?")
+    (found,) = recover_mid_call(db_path, no_lease)
+    assert (found.action, found.why) == ("resumed", "RUNNING with no lease")
+    assert found.run is not None and found.run.status == "COMPLETED"
+
+
+def test_a_driver_takes_back_a_run_under_its_own_lease_and_records_why(db_path: Path) -> None:
+    (found,) = recover_mid_call(db_path, its_own=True)
+    assert (found.action, found.why) == (
+        "resumed",
+        "RUNNING under this driver's own lease; its loop had stopped",
+    )
+    assert found.run is not None
+    store = agentrt.open_existing(db_path)
+    (taken,) = [e for e in store.list_events(run_id=found.run_id) if e.type == "lease.taken_over"]
+    assert taken.payload["proof"] == {"by": "this driver's own lease"}
+    assert taken.payload["previous_owner"] == taken.payload["owner"]
