@@ -517,3 +517,38 @@ def test_a_driver_takes_back_a_run_under_its_own_lease_and_records_why(db_path: 
     (taken,) = [e for e in store.list_events(run_id=found.run_id) if e.type == "lease.taken_over"]
     assert taken.payload["proof"] == {"by": "this driver's own lease"}
     assert taken.payload["previous_owner"] == taken.payload["owner"]
+
+
+def test_a_lease_is_expired_at_the_very_instant_it_names(db_path: Path) -> None:
+    taken: list[agentrt.Run] = []
+
+    def take_at_the_expiry(call: ToolCall) -> ToolResult:
+        lease = agentrt.open_existing(db_path).lease(call.run_id)
+        assert lease is not None and lease.expires_at is not None
+        expiry = lease.expires_at
+        other = agentrt.Driver(
+            store=agentrt.open_store(db_path),
+            agent=ScriptedAgent([Decision.complete({"after": "takeover"})] * 2),
+            policy=agentrt.default_policy(),
+            tools=[RecordingTool("lookup", SideEffect.READ_ONLY)],
+            lease_owner="taker",
+            wall=lambda: expiry,
+        )
+        taken.append(other.resume_sync(call.run_id))
+        return ToolResult({"late": True})
+
+    first = agentrt.Driver(
+        store=agentrt.open_store(db_path),
+        agent=ScriptedAgent([Decision.tool_call("lookup", {"x": 1}), Decision.complete()]),
+        policy=agentrt.default_policy(),
+        tools=[RecordingTool("lookup", SideEffect.READ_ONLY, result=take_at_the_expiry)],
+        lease_owner="first",
+        lease_ttl=timedelta(hours=1),  # no renewal moves the expiry during the test
+    )
+    with pytest.raises(agentrt.LeaseLostError):
+        first.start_sync("look it up")
+    (run,) = taken
+    assert run.status == "COMPLETED"
+    store = agentrt.open_existing(db_path)
+    (event,) = [e for e in store.list_events(run_id=run.id) if e.type == "lease.taken_over"]
+    assert event.payload["proof"] == {"by": "lease expired"}
