@@ -552,3 +552,61 @@ def test_a_lease_is_expired_at_the_very_instant_it_names(db_path: Path) -> None:
     store = agentrt.open_existing(db_path)
     (event,) = [e for e in store.list_events(run_id=run.id) if e.type == "lease.taken_over"]
     assert event.payload["proof"] == {"by": "lease expired"}
+
+
+def test_a_resume_under_a_live_lease_is_refused_naming_the_run_its_owner_and_expiry(
+    db_path: Path,
+) -> None:
+    refused: list[agentrt.RunLeasedError] = []
+
+    def resume_while_held(call: ToolCall) -> ToolResult:
+        other = agentrt.Driver(
+            store=agentrt.open_store(db_path),
+            agent=ScriptedAgent([Decision.complete({})]),
+            policy=agentrt.default_policy(),
+            tools=[RecordingTool("lookup", SideEffect.READ_ONLY)],
+            lease_owner="taker",
+        )
+        try:
+            other.resume_sync(call.run_id)
+        except agentrt.RunLeasedError as exc:
+            refused.append(exc)
+        return ToolResult({"done": True})
+
+    first = agentrt.Driver(
+        store=agentrt.open_store(db_path),
+        agent=ScriptedAgent([Decision.tool_call("lookup", {"x": 1}), Decision.complete()]),
+        policy=agentrt.default_policy(),
+        tools=[RecordingTool("lookup", SideEffect.READ_ONLY, result=resume_while_held)],
+        lease_owner="first",
+        lease_ttl=timedelta(hours=1),
+    )
+    run = first.start_sync("look it up")
+    assert run.status == "COMPLETED"  # the refused resume changed nothing
+    (exc,) = refused
+    assert (exc.run_id, exc.owner) == (run.id, first.lease_owner)
+    assert exc.expires_at is not None
+    assert str(exc) == f"run {run.id} is leased by {first.lease_owner!r} until " + (
+        exc.expires_at.isoformat()
+    )
+
+
+def test_taking_over_a_run_that_is_no_longer_running_is_refused_naming_its_status(
+    db_path: Path,
+) -> None:
+    """`gate.attach` reads the run RUNNING, then takes it over; if the run ended in
+    between, the takeover refuses, saying what the run is now."""
+    import asyncio
+
+    from agentrt._takeover import take_over
+
+    driver = agentrt.Driver(
+        store=agentrt.open_store(db_path),
+        agent=ScriptedAgent([Decision.complete({})]),
+        policy=agentrt.default_policy(),
+    )
+    run = driver.start_sync("done at once")
+    assert run.status == "COMPLETED"
+    with pytest.raises(agentrt.RunStateError) as info:
+        asyncio.run(take_over(driver._config, run.id))
+    assert str(info.value) == f"run {run.id} is COMPLETED; only a RUNNING run can be taken over"
