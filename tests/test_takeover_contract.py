@@ -610,3 +610,48 @@ def test_taking_over_a_run_that_is_no_longer_running_is_refused_naming_its_statu
     with pytest.raises(agentrt.RunStateError) as info:
         asyncio.run(take_over(driver._config, run.id))
     assert str(info.value) == f"run {run.id} is COMPLETED; only a RUNNING run can be taken over"
+
+
+def test_a_run_cancelled_between_the_takeovers_first_look_and_its_transaction_is_not_taken(
+    db_path: Path,
+) -> None:
+    """The takeover judges the lease once outside its transaction and again inside it;
+    a run cancelled in between is refused there, saying so, and nothing is written."""
+    refused: list[agentrt.RunStateError] = []
+
+    def resume_racing_a_cancel(call: ToolCall) -> ToolResult:
+        looks: list[int] = []
+
+        def wall() -> datetime:
+            looks.append(1)
+            if len(looks) == 1:  # the first look, outside the transaction: cancel now
+                agentrt.cancel(agentrt.open_store(db_path), call.run_id, by="ops")
+            return later_wall()
+
+        other = agentrt.Driver(
+            store=agentrt.open_store(db_path),
+            agent=ScriptedAgent([Decision.complete({})]),
+            policy=agentrt.default_policy(),
+            tools=[RecordingTool("lookup", SideEffect.READ_ONLY)],
+            lease_owner="taker",
+            wall=wall,
+        )
+        try:
+            other.resume_sync(call.run_id)
+        except agentrt.RunStateError as exc:
+            refused.append(exc)
+        return ToolResult({"done": True})
+
+    first = agentrt.Driver(
+        store=agentrt.open_store(db_path),
+        agent=ScriptedAgent([Decision.tool_call("lookup", {"x": 1}), Decision.complete()]),
+        policy=agentrt.default_policy(),
+        tools=[RecordingTool("lookup", SideEffect.READ_ONLY, result=resume_racing_a_cancel)],
+        lease_owner="first",
+    )
+    run = first.start_sync("look it up")
+    (exc,) = refused
+    assert type(exc) is agentrt.RunStateError
+    assert str(exc) == f"run {run.id} is CANCELLED; it was resumed elsewhere"
+    store = agentrt.open_existing(db_path)
+    assert [e for e in store.list_events(run_id=run.id) if e.type == "lease.taken_over"] == []
