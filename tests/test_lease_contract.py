@@ -577,7 +577,7 @@ def test_stop_without_waiting_returns_while_a_renewal_is_still_in_flight() -> No
     beat.start()
     assert renewer.entered.wait(10)
     # Should stop() wait after all, this lets it return (late) rather than hang the test.
-    watchdog = threading.Timer(2, renewer.release.set)
+    watchdog = threading.Timer(10, renewer.release.set)
     watchdog.start()
     try:
         beat.stop(wait=False)  # what a session does on the event loop: must not block
