@@ -576,8 +576,9 @@ def test_stop_without_waiting_returns_while_a_renewal_is_still_in_flight() -> No
     beat = Heartbeat(renewer, "r1", "me", timedelta(milliseconds=30))
     beat.start()
     assert renewer.entered.wait(10)
-    # Should stop() wait after all, this lets it return (late) rather than hang the test.
-    watchdog = threading.Timer(10, renewer.release.set)
+    # Should stop() wait after all, this ends the renewal before stop()'s own five-second
+    # bound, so a waiting stop() returns with the renewal over and the test sees it.
+    watchdog = threading.Timer(4, renewer.release.set)
     watchdog.start()
     try:
         beat.stop(wait=False)  # what a session does on the event loop: must not block
