@@ -1,11 +1,11 @@
 """The takeover and the interruption contract, pinned by the mutation campaign (docs/mutation.md).
 
-Each test here kills mutants of `agentrt.resume` that the recovery tests let
-live. The interruption is made in this one process: while the first driver's
-tool is executing, a second driver, whose wall clock is past the first one's
-lease, takes the run over. That leaves exactly what a takeover of a dead
-process's run sees (a step `executing`, a lease it may take), without spawning
-one.
+Each test here kills mutants of `agentrt._takeover` (`resume.py` before issue 10)
+that the recovery tests let live. The interruption is made in this one process:
+while the first driver's tool is executing (or its agent deciding), a second
+driver, whose wall clock is past the first one's lease, takes the run over, or
+runs `recover()`. That leaves exactly what a takeover of a dead process's run
+sees (a step `executing`, a lease it may take), without spawning one.
 """
 
 from __future__ import annotations
