@@ -13,6 +13,7 @@ it under a token limit. See docs/mutation.md.
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -406,3 +407,64 @@ def test_a_late_reply_after_a_cancel_is_charged_through_the_settle_at_the_time_i
     assert last.at is not None and dispatched.at is not None and last.at > dispatched.at
     final = store.get_run(run.id)
     assert (final.input_tokens, final.output_tokens, final.estimated_cost_micros) == (1000, 500, 0)
+
+
+class _CancelInSettle(FakeClock):
+    """Once armed, cancels a task from inside the next transaction that reads the clock.
+
+    The reading comes from the store's I/O thread, in the middle of the attempt's
+    settlement: the cancel lands on the event loop while that transaction commits.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.target: tuple[asyncio.AbstractEventLoop, asyncio.Task[Any]] | None = None
+        self.fired = False
+
+    def __call__(self) -> datetime:
+        target = self.target
+        if target is not None and threading.current_thread().name.startswith("agentrt-io"):
+            self.target = None
+            self.fired = True
+            loop, task = target
+            loop.call_soon_threadsafe(task.cancel)
+        return super().__call__()
+
+
+def test_a_caller_cancelled_while_its_attempt_settles_gets_the_cancel_and_is_charged_once(
+    store: agentrt.Store,
+) -> None:
+    clock = _CancelInSettle()
+    box: dict[str, asyncio.Task[Any]] = {}
+
+    def arm() -> ModelResponse:
+        clock.target = (asyncio.get_running_loop(), box["task"])
+        return reply(usage=Usage(10, 5, 0))
+
+    async def decide(input: StepInput) -> Decision:
+        box["task"] = asyncio.create_task(input.model.generate(REQUEST))
+        try:
+            await box["task"]
+        except asyncio.CancelledError:
+            return Decision.complete({"cancelled": True})
+        return Decision.complete({"cancelled": False})
+
+    driver = agentrt.Driver(
+        store=store,
+        agent=decide,
+        policy=agentrt.default_policy(),
+        model=ModelConfig(model=FakeModel(arm), prices=PRICE),
+        now=clock,
+        new_id=Ids(),
+    )
+    # Not start_sync: its store calls run inline, leaving no moment for a cancel to land.
+    run = asyncio.run(driver.start("g"))
+    assert clock.fired
+    assert (run.status, run.result) == ("COMPLETED", {"cancelled": True})
+    # The settlement that was committing when the cancel came stands; the cancel's own
+    # settlement finds the attempt settled and charges nothing more.
+    assert calls(store, run.id) == [(1, "ok", 10, 5, 105)]
+    assert (run.input_tokens, run.output_tokens, run.estimated_cost_micros) == (10, 5, 105)
+    events = model_events(store, run.id)
+    assert [e.type for e in events] == ["model.dispatched", "model.completed"]
+    assert events[1].payload["status"] == "ok"  # no late charge after it

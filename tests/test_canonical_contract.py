@@ -37,3 +37,45 @@ def test_an_exact_power_of_ten_to_the_640_encodes_whole_under_the_smallest_int_l
     assert canonical_json(value) == expected
     assert canonical_json(-value) == b"-" + expected
     assert to_text({"n": value}) == '{"n":' + expected.decode() + "}"
+
+
+@pytest.mark.parametrize("limit", [0, 9_999, 10_000, 10_001])
+def test_an_int_longer_than_the_literal_limit_is_refused_whatever_the_int_limit(
+    limit: int,
+) -> None:
+    """`-10**9999` is 10,000 digits and 10,001 characters: one over the literal limit,
+    however many digits the interpreter would convert (0 means no limit)."""
+    from agentrt._errors import JSONValueError
+
+    saved = sys.get_int_max_str_digits()
+    sys.set_int_max_str_digits(limit)
+    try:
+        with pytest.raises(JSONValueError, match="integer of more than 10000 characters"):
+            canonical_json(-(10**9_999))
+        with pytest.raises(JSONValueError, match="integer of more than 10000 characters"):
+            to_text([10**10_000])
+        assert canonical_json(10**9_999) == b"1" + b"0" * 9_999  # 10,000 characters: usable
+    finally:
+        sys.set_int_max_str_digits(saved)
+
+
+class _Text(str):
+    """A str subclass: the C encoder's fast path does not take it, the slow path does."""
+
+
+def _nested(depth: int, leaf: object) -> object:
+    value = leaf
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize("leaf", ["a", _Text("a")], ids=["fast path", "slow path"])
+def test_the_stored_nesting_limit_is_the_same_on_the_fast_and_the_slow_path(leaf: str) -> None:
+    from agentrt._canonical import MAX_STORED_DEPTH
+    from agentrt._errors import JSONValueError
+
+    deepest = _nested(MAX_STORED_DEPTH, leaf)
+    assert to_text(deepest) == "[" * MAX_STORED_DEPTH + '"a"' + "]" * MAX_STORED_DEPTH
+    with pytest.raises(JSONValueError, match=f"nesting deeper than {MAX_STORED_DEPTH}"):
+        to_text(_nested(MAX_STORED_DEPTH + 1, leaf))

@@ -502,3 +502,106 @@ def test_a_renewal_that_raises_is_retried_at_the_next_tick_and_the_lease_is_not_
     assert renewer.attempts >= 3 and beat.renewals >= 1
     assert not beat.lost.is_set()
     assert renewer.closed
+
+
+class _HeldRenewer:
+    """Renews `held` times, then reports the lease lost; records when each renewal came."""
+
+    def __init__(self, held: int) -> None:
+        self.held = held
+        self.calls: list[float] = []
+        self.closed = False
+
+    def renew(self, run_id: str, owner: str, expires_at: str) -> bool:
+        self.calls.append(time.monotonic())
+        return len(self.calls) <= self.held
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class _HangingRenewer:
+    """A renewal that blocks (a write stuck on the disk) until released."""
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def renew(self, run_id: str, owner: str, expires_at: str) -> bool:
+        self.entered.set()
+        self.release.wait()
+        return True
+
+    def close(self) -> None:
+        pass
+
+
+def test_the_heartbeat_counts_each_renewal_that_held_and_stops_when_the_lease_is_lost() -> None:
+    renewer = _HeldRenewer(held=3)
+    beat = Heartbeat(renewer, "r1", "me", timedelta(milliseconds=30))
+    beat.start()
+    try:
+        assert beat.lost.wait(10)
+        beat._thread.join(10)
+    finally:
+        beat.stop()
+    assert len(renewer.calls) == 4  # three held, the fourth found the lease gone
+    assert beat.renewals == 3
+    assert renewer.closed
+
+
+def test_the_heartbeat_first_renews_a_third_of_the_lease_after_it_starts() -> None:
+    renewer = _HeldRenewer(held=1)
+    beat = Heartbeat(renewer, "r1", "me", timedelta(milliseconds=2400))
+    started = time.monotonic()
+    beat.start()
+    try:
+        assert beat.lost.wait(20)
+    finally:
+        beat.stop()
+    first, second = renewer.calls
+    assert first - started >= 0.8  # a third of 2.4 s: not sooner, however loaded the machine
+    assert second - first >= 0.8
+
+
+def test_stopping_a_heartbeat_that_never_started_returns_without_joining() -> None:
+    beat = Heartbeat(_HeldRenewer(held=1), "r1", "me", timedelta(seconds=30))
+    beat.stop()  # nothing to wait for: joining a thread never started would raise
+    beat.stop(wait=False)
+    assert not beat._thread.is_alive()
+
+
+def test_stop_without_waiting_returns_while_a_renewal_is_still_in_flight() -> None:
+    renewer = _HangingRenewer()
+    beat = Heartbeat(renewer, "r1", "me", timedelta(milliseconds=30))
+    beat.start()
+    assert renewer.entered.wait(10)
+    # Should stop() wait after all, this ends the renewal before stop()'s own five-second
+    # bound, so a waiting stop() returns with the renewal over and the test sees it.
+    watchdog = threading.Timer(4, renewer.release.set)
+    watchdog.start()
+    try:
+        beat.stop(wait=False)  # what a session does on the event loop: must not block
+        assert not renewer.release.is_set() and beat._thread.is_alive()
+    finally:
+        renewer.release.set()
+        watchdog.cancel()
+        beat._thread.join(10)
+
+
+def test_stop_gives_up_waiting_for_a_renewal_that_hangs() -> None:
+    renewer = _HangingRenewer()
+    beat = Heartbeat(renewer, "r1", "me", timedelta(milliseconds=30))
+    beat.start()
+    assert renewer.entered.wait(10)
+    watchdog = threading.Timer(15, renewer.release.set)
+    watchdog.start()
+    try:
+        started = time.monotonic()
+        beat.stop()  # waits a bounded time (five seconds), not for ever
+        assert time.monotonic() - started >= 4.9
+        assert not renewer.release.is_set() and beat._thread.is_alive()
+    finally:
+        renewer.release.set()
+        watchdog.cancel()
+        beat._thread.join(10)

@@ -17,6 +17,7 @@ set -f  # the mutant name patterns below are for mutmut, not for the shell
 cd "$(dirname "$0")/.."
 
 MUTMUT=${MUTMUT:-.venv/bin/mutmut}
+PYTHON=${PYTHON:-.venv/bin/python}
 CHILDREN=${MUTATION_CHILDREN:-2}
 
 declare -A SCOPE=(
@@ -58,6 +59,27 @@ for m in "${modules[@]}"; do
     exit 2
   fi
 done
+
+# pytest escapes a test id that is not printable ASCII or that holds a backslash,
+# and escapes it once more when one process collects the test a second time, as
+# mutmut's fork server does (it collects, then forks a worker that collects again):
+# the worker then asks for an id that does not exist, pytest exits 4, and mutmut
+# reports every mutant those tests cover as a "timeout", untested. Refuse up front.
+"$PYTHON" - <<'PY'
+import subprocess, sys, tomllib
+with open("pyproject.toml", "rb") as f:
+    selection = tomllib.load(f)["tool"]["mutmut"]["pytest_add_cli_args_test_selection"]
+out = subprocess.run(
+    [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *selection],
+    capture_output=True, text=True, check=True,
+).stdout
+bad = [line for line in out.splitlines()
+       if "::" in line and ("\\" in line or not (line.isascii() and line.isprintable()))]
+if bad:
+    print("test ids mutmut's fork server cannot select (give them plain ASCII ids):", file=sys.stderr)
+    print("\n".join(bad), file=sys.stderr)
+    sys.exit(1)
+PY
 
 rm -rf mutants
 mkdir -p mutants mutation-report
