@@ -199,7 +199,7 @@ def test_a_crash_right_after_a_takeover_continues_is_a_crash_point_and_is_recove
     from agentrt.testkit import Crash, Point, run_sync
 
     crashes = (Crash(0, Point.AFTER_STEP_STARTED), Crash(0, Point.AFTER_RESUMED))
-    result = run_sync("testkit_scenarios:small", *crashes, db_path=tmp_path / "resumed.db")
+    result = run_sync("support.scenarios:small", *crashes, db_path=tmp_path / "resumed.db")
     assert [c.crash for c in result.crashes_reached] == list(crashes)
     assert result.run.status == "COMPLETED"
     assert len(result.calls("charge")) == 1
