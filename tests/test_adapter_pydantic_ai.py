@@ -287,6 +287,22 @@ def test_an_ended_agentrt_run_is_not_continued_by_a_later_framework_run(
     assert effects(tmp_path) == ["write_note hello"]
 
 
+def test_without_pydantic_ai_the_adapter_says_which_extra_to_install() -> None:
+    code = (
+        "import sys\n"
+        "sys.modules['pydantic_ai'] = None\n"
+        "try:\n"
+        "    import agentrt.adapters.pydantic_ai\n"
+        "except ImportError as exc:\n"
+        "    print(type(exc).__name__, exc)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == (
+        "ImportError agentrt.adapters.pydantic_ai needs Pydantic AI: "
+        "pip install 'agentrt[pydantic-ai]'"
+    )
+
+
 # -- across processes -------------------------------------------------------------
 
 
