@@ -197,11 +197,12 @@ class FrameworkRun:
     ) -> Any:
         async with self.lock:
             args = tool_args.get(_UNPARSED, tool_args)
-            recorded = self._recorded(ctx.tool_call_id)
-            if recorded is not None:
+            call_id = ctx.tool_call_id
+            recorded = self._recorded(call_id) if call_id is not None else None
+            if recorded is not None and call_id is not None:
                 # A call agentrt already settled, issued again by a framework run
                 # resumed from a history saved before its return: never run twice.
-                return _replay(recorded, name, args, ctx.tool_call_id)
+                return _replay(recorded, name, args, call_id)
             session = self.session
             if session is not None and not session.done:
                 return await self._propose(session, name, args, ctx, tool)
