@@ -8,6 +8,7 @@ same program, started, resumed, approved from another process and SIGKILLed.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -284,6 +285,22 @@ def test_an_ended_agentrt_run_is_not_continued_by_a_later_framework_run(
     with pytest.raises(agentrt.RunStateError, match=r"is COMPLETED \(goal_completed\)"):
         agent.run_sync("again", metadata=gate.run_metadata(RUN))
     assert effects(tmp_path) == ["write_note hello"]
+
+
+def test_without_pydantic_ai_the_adapter_says_which_extra_to_install() -> None:
+    code = (
+        "import sys\n"
+        "sys.modules['pydantic_ai'] = None\n"
+        "try:\n"
+        "    import agentrt.adapters.pydantic_ai\n"
+        "except ImportError as exc:\n"
+        "    print(type(exc).__name__, exc)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == (
+        "ImportError agentrt.adapters.pydantic_ai needs Pydantic AI: "
+        "pip install 'agentrt[pydantic-ai]'"
+    )
 
 
 # -- across processes -------------------------------------------------------------
@@ -644,3 +661,160 @@ def test_an_approved_call_with_arguments_longer_than_a_read_cap_still_runs_once(
     )
     assert again.output == "pushed"
     assert effects(tmp_path) == [f"push_branch {long_branch}"]
+
+
+# -- a call issued again after its outcome was recorded -----------------------------
+
+
+async def stop_after_the_tools(tmp_path: Path, script: str) -> tuple[agentrt.Store, list[Any]]:
+    """Run until the tools' outcomes are recorded; keep the history as it was before them.
+
+    Leaving `agent.iter` there ends the framework run as a program that stops
+    (or dies) would: the agentrt run stays RUNNING, its lease let go, and the
+    history the program saved last ends with the model's calls, without returns.
+    """
+    from pydantic_ai._agent_graph import CallToolsNode
+
+    store = agentrt.open_store(tmp_path / "runs.db")
+    gate = make_gate(store)
+    agent = child.agent(tmp_path, script, gate=gate)
+    saved: list[Any] = []
+    tools_ran = False
+    async with agent.iter("tidy the repo", metadata=gate.run_metadata(RUN)) as run:
+        async for node in run:
+            if tools_ran:
+                break
+            saved = run.all_messages()
+            tools_ran = isinstance(node, CallToolsNode)
+    assert store.get_run(RUN).status == "RUNNING"
+    return store, saved
+
+
+async def resume_from(
+    tmp_path: Path, store: agentrt.Store, script: str, history: list[Any]
+) -> tuple[Any, list[str]]:
+    gate = make_gate(store)
+    heard: list[str] = []
+    agent = child.agent(tmp_path, script, gate=gate, heard=heard)
+    result = await agent.run(message_history=history, metadata=gate.run_metadata(RUN))
+    return result.output, heard
+
+
+def test_a_recorded_call_issued_again_from_an_older_history_gets_its_recorded_return(
+    tmp_path: Path,
+) -> None:
+    store, saved = asyncio.run(stop_after_the_tools(tmp_path, "note"))
+    assert effects(tmp_path) == ["write_note hello"]
+    output, heard = asyncio.run(resume_from(tmp_path, store, "note", saved))
+    assert output == "noted"
+    assert effects(tmp_path) == ["write_note hello"]
+    assert heard == ["ToolReturnPart:success:noted hello"]
+    assert steps(store) == [("write_note", "done", "tool_result"), ("complete", "done", "")]
+    assert [e.type for e in store.list_events(RUN)].count("step.tool_started") == 1
+
+
+def test_a_recorded_denial_issued_again_is_the_same_failure_and_asks_nobody(
+    tmp_path: Path,
+) -> None:
+    store, saved = asyncio.run(stop_after_the_tools(tmp_path, "deny"))
+    output, heard = asyncio.run(resume_from(tmp_path, store, "deny", saved))
+    assert output == "gave up"
+    assert effects(tmp_path) == []
+    assert heard == ["ToolReturnPart:failed:destructive tools are denied by the default policy"]
+    assert steps(store) == [("delete_branch", "failed", "policy_denied"), ("complete", "done", "")]
+    assert store.list_approvals(RUN) == []
+
+
+def test_a_recorded_call_issued_again_with_other_arguments_is_refused_and_never_runs(
+    tmp_path: Path,
+) -> None:
+    store, saved = asyncio.run(stop_after_the_tools(tmp_path, "note"))
+    changed = ModelMessagesTypeAdapter.validate_json(
+        ModelMessagesTypeAdapter.dump_json(saved).replace(b'"hello"', b'"goodbye"')
+    )
+    output, heard = asyncio.run(resume_from(tmp_path, store, "note", changed))
+    assert output == "noted"
+    assert effects(tmp_path) == ["write_note hello"]
+    assert heard == [
+        f"ToolReturnPart:failed:refused: the call call-note was recorded (step 0 of run {RUN}) "
+        "as write_note with other arguments; a changed call is not run as the recorded one; "
+        "nothing ran"
+    ]
+    assert steps(store) == [("write_note", "done", "tool_result"), ("complete", "done", "")]
+
+
+def kill_at_the_model(workdir: Path, mode: str) -> int:
+    """Run the child until its model is asked after a tool returned; SIGKILL it there.
+
+    The tool's outcome is recorded; the history the child saved last holds the
+    call but not its return.
+    """
+    proc = subprocess.Popen(
+        [sys.executable, str(CHILD), str(workdir), mode, "--hang-model"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=ROOT,
+    )
+    deadline = time.monotonic() + 60
+    while not (workdir / "model-started").exists():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    (workdir / "model-started").unlink()
+    return proc.returncode
+
+
+def returns_saved(workdir: Path, call_id: str) -> list[str]:
+    saved = ModelMessagesTypeAdapter.validate_json((workdir / "history.json").read_bytes())
+    return [
+        f"{p.outcome}:{p.content}"
+        for m in saved
+        for p in getattr(m, "parts", [])
+        if type(p).__name__ == "ToolReturnPart" and p.tool_call_id == call_id
+    ]
+
+
+@pytest.mark.slow
+def test_a_local_change_recorded_before_a_sigkill_is_not_run_again_by_the_frameworks_resume(
+    tmp_path: Path,
+) -> None:
+    setup_child(tmp_path, "note")
+    assert kill_at_the_model(tmp_path, "start") == -signal.SIGKILL
+    assert effects(tmp_path) == ["write_note hello"]
+    assert returns_saved(tmp_path, "call-note") == []  # the saved history predates the return
+    # Pydantic AI's own resume: the saved history, the same metadata; the call is issued again.
+    assert spawn(tmp_path, "resume") == (0, {"output": "noted"})
+    assert effects(tmp_path) == ["write_note hello"]
+    assert returns_saved(tmp_path, "call-note") == ["success:noted hello"]
+    with agentrt.open_store(tmp_path / "runs.db") as store:
+        assert steps(store) == [("write_note", "done", "tool_result"), ("complete", "done", "")]
+        assert store.get_run(RUN).status == "COMPLETED"
+        assert store.list_approvals(RUN) == []
+        types = [e.type for e in store.list_events(RUN)]
+        assert (types.count("step.tool_started"), types.count("lease.taken_over")) == (1, 1)
+        assert store.verify_events().intact
+
+
+@pytest.mark.slow
+def test_an_approved_push_recorded_before_a_sigkill_is_not_asked_for_or_run_again(
+    tmp_path: Path,
+) -> None:
+    setup_child(tmp_path, "push")
+    assert spawn(tmp_path, "start")[0] == 2
+    approve_the_framework_way(tmp_path, "call-push")
+    assert kill_at_the_model(tmp_path, "resume") == -signal.SIGKILL
+    assert effects(tmp_path) == ["push_branch feature/login"]
+    assert returns_saved(tmp_path, "call-push") == []
+    # The framework's resume: the saved history and the same DeferredToolResults.
+    assert spawn(tmp_path, "resume") == (0, {"output": "pushed"})
+    assert effects(tmp_path) == ["push_branch feature/login"]
+    assert returns_saved(tmp_path, "call-push") == ["success:pushed feature/login"]
+    with agentrt.open_store(tmp_path / "runs.db") as store:
+        assert store.get_run(RUN).status == "COMPLETED"
+        assert [(a.kind, a.status) for a in store.list_approvals(RUN)] == [
+            ("remote_mutation", "approved")
+        ]
+        assert steps(store) == [("push_branch", "done", "tool_result"), ("complete", "done", "")]
+        assert [e.type for e in store.list_events(RUN)].count("step.tool_started") == 1

@@ -1,7 +1,7 @@
 """A Pydantic AI agent over a local stand-in for a git remote, gated by agentrt or not.
 
 Used in process by tests/test_adapter_pydantic_ai.py and as a child process
-(`python pydantic_ai_child.py WORKDIR start|resume [--bare]`) by the
+(`python pydantic_ai_child.py WORKDIR start|resume [--bare] [--hang-model]`) by the
 two-process, SIGKILL and scenario tests. The model is Pydantic AI's own
 `FunctionModel` playing a script: its n-th answer is `SCRIPTS[name][n]`, where
 n counts the answers already in the message history, so a run resumed from a
@@ -132,10 +132,24 @@ def tools(workdir: Path, *, bare: bool = False) -> FunctionToolset[Any]:
     return toolset
 
 
-def model(script: list[Turn], heard: list[str] | None = None) -> FunctionModel:
-    """The scripted model: the n-th answer after n answers in the history."""
+def model(
+    script: list[Turn], heard: list[str] | None = None, hang: Path | None = None
+) -> FunctionModel:
+    """The scripted model: the n-th answer after n answers in the history.
+
+    With `hang` (a work directory), the model never answers once it is told a
+    tool's return: it writes `hang/model-started` and waits to be killed there,
+    after the tool's outcome was recorded and before any history holding the
+    return was saved.
+    """
 
     def answer(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if hang is not None and any(
+            type(p).__name__ == "ToolReturnPart" for p in getattr(messages[-1], "parts", [])
+        ):
+            (hang / "model-started").write_text("1")
+            while True:
+                time.sleep(1)
         if heard is not None:
             last = messages[-1]
             heard.extend(
@@ -160,10 +174,11 @@ def agent(
     *,
     gate: AgentrtGate | None,
     heard: list[str] | None = None,
+    hang: bool = False,
 ) -> Agent[None, str | DeferredToolRequests]:
     capabilities = [gate] if gate is not None else []
     return Agent(
-        model(SCRIPTS[script], heard),
+        model(SCRIPTS[script], heard, workdir if hang else None),
         output_type=[str, DeferredToolRequests],
         toolsets=[tools(workdir, bare=gate is None)],
         capabilities=capabilities,
@@ -217,7 +232,7 @@ def main(argv: list[str]) -> int:
         store = agentrt.open_store(workdir / "runs.db")
         gate = AgentrtGate(store=store, policy=agentrt.default_policy(), classifications=CLASSES)
         metadata = gate.run_metadata(json.loads((workdir / "config.json").read_text())["run_id"])
-    the_agent = agent(workdir, script, gate=gate)
+    the_agent = agent(workdir, script, gate=gate, hang="--hang-model" in argv)
     prompt = "publish the login branch" if mode == "start" else None
     try:
         output = asyncio.run(

@@ -19,7 +19,15 @@ See docs/adapters.md ("Pydantic AI") and docs/decisions/0040.
 
 from __future__ import annotations
 
-from .._classify import Classification, UnclassifiedToolError
+try:
+    import pydantic_ai  # noqa: F401
+except ImportError as exc:
+    raise ImportError(
+        "agentrt.adapters.pydantic_ai needs Pydantic AI: pip install 'agentrt[pydantic-ai]'"
+    ) from exc
+
+from agentrt.adapters import Classification, UnclassifiedToolError
+
 from ._approvals import approved
 from ._capability import AgentrtGate
 from ._run import RUN_ID_KEY, GateLimitExceeded, RunEndedError

@@ -197,6 +197,12 @@ class FrameworkRun:
     ) -> Any:
         async with self.lock:
             args = tool_args.get(_UNPARSED, tool_args)
+            call_id = ctx.tool_call_id
+            recorded = self._recorded(call_id) if call_id is not None else None
+            if recorded is not None and call_id is not None:
+                # A call agentrt already settled, issued again by a framework run
+                # resumed from a history saved before its return: never run twice.
+                return _replay(recorded, name, args, call_id)
             session = self.session
             if session is not None and not session.done:
                 return await self._propose(session, name, args, ctx, tool)
@@ -204,6 +210,24 @@ class FrameworkRun:
             if run.status == agentrt.RunStatus.WAITING_FOR_APPROVAL:
                 return await self._waiting(name, args, ctx, tool)
             raise _end_of(run)
+
+    def _recorded(self, call_id: str) -> agentrt.Step | None:
+        """The step that settled tool call `call_id` in this run (done or failed), if any.
+
+        Read before a step is claimed, under the run's lease when a session
+        holds it; a settled step never changes, so the read is also safe while
+        the run waits for a person.
+        """
+        reason = f"{_CALL}{call_id}"
+        settled = (agentrt.StepStatus.DONE, agentrt.StepStatus.FAILED)
+        for step in self.settings.store.list_steps(self.run_id, cap=None):
+            if (
+                step.decision is not None
+                and step.decision.reason == reason
+                and step.status in settled
+            ):
+                return step
+        return None
 
     async def _propose(
         self,
@@ -407,6 +431,42 @@ def _canonical(value: Any) -> bytes:
         return agentrt.canonical_json(value)
     except Exception:
         return repr(value).encode()
+
+
+def _replay(step: agentrt.Step, name: str, args: Any, call_id: str) -> Any:
+    """What the framework gets for a call agentrt settled before: its recorded outcome.
+
+    The same return the model saw (the tool's result as recorded), or the
+    same failure: a denial or a timeout as `ToolFailed`, invalid arguments or
+    the tool's own `ModelRetry` as `ModelRetry`. A call issued again under the
+    same id with another tool or other arguments is refused; nothing runs.
+    """
+    decision = step.decision
+    assert decision is not None  # found by its decision's reason
+    if decision.tool != name or _canonical(decision.args) != _canonical(args):
+        raise ToolFailed(
+            f"refused: the call {call_id} was recorded (step {step.index} of run {step.run_id}) "
+            f"as {decision.tool} with other arguments; a changed call is not run as the "
+            "recorded one; nothing ran"
+        )
+    observation = step.observation
+    if observation is None:
+        raise ToolFailed(
+            f"not run again: the call {call_id} ended with no recorded outcome "
+            f"(step {step.index} of run {step.run_id})"
+        )
+    if observation.kind == agentrt.ObservationKind.TOOL_RESULT:
+        return observation.content
+    if observation.kind == agentrt.ObservationKind.INVALID_DECISION:
+        raise ModelRetry(observation.summary)
+    if observation.kind == agentrt.ObservationKind.TOOL_ERROR:
+        content = observation.content if isinstance(observation.content, dict) else {}
+        error = str(content.get("error") or observation.summary)
+        for kind in (ModelRetry, ToolFailed):
+            prefix = f"{kind.__name__}: "
+            if error.startswith(prefix):
+                raise kind(error.removeprefix(prefix))
+    raise ToolFailed(observation.summary)
 
 
 def _end_of(run: agentrt.Run) -> AgentRunError:
