@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -554,6 +555,44 @@ def test_a_limit_ends_the_run_and_the_graph_with_run_ended_error(tmp_path: Path)
     with pytest.raises(RunEndedError):  # the thread's run stays ended
         ask(graph, {"messages": [HumanMessage("again")]})
     assert lines(effects) == ["lookup 0", "lookup 1"]
+
+
+def test_two_workers_resuming_one_thread_run_its_call_once(tmp_path: Path) -> None:
+    """Worker B reads "c1 is not recorded", then waits; worker A runs c1 to the end.
+
+    B takes the lease after A let it go: it reads the call's steps again under
+    the lease, finds A's record and answers with it instead of running c1 again.
+    """
+    effects = tmp_path / "effects.log"
+    first = AIMessage("", tool_calls=[call("write_note", "c0", text="first")])
+    second = AIMessage("", tool_calls=[call("write_note", "c1", text="hi")])
+    graph_a, _, _ = build(tmp_path, [first, AIMessage("done0"), second, AIMessage("done")])
+    graph_b, _, _ = build(tmp_path, [second, AIMessage("done")])
+    ask(graph_a, {"messages": [HumanMessage("first", id="h1")]})
+    gated_b = graph_b.nodes["tools"].bound._awrap_tool_call.__self__
+    read_b = gated_b._read
+    b_has_read, a_is_done = threading.Event(), threading.Event()
+
+    def read_then_wait(run_id: str, call_id: str) -> Any:
+        seen = read_b(run_id, call_id)
+        if call_id == "c1" and not b_has_read.is_set():
+            b_has_read.set()
+            assert a_is_done.wait(30)
+        return seen
+
+    gated_b._read = read_then_wait
+    outcome: dict[str, Any] = {}
+    worker = threading.Thread(
+        target=lambda: outcome.update(ask(graph_b, {"messages": [HumanMessage("hi", id="h2")]}))
+    )
+    worker.start()
+    assert b_has_read.wait(30)
+    out_a = ask(graph_a, {"messages": [HumanMessage("hi", id="h2")]})
+    a_is_done.set()
+    worker.join(60)
+    assert lines(effects) == ["note first", "note hi"]
+    assert tool_messages(out_a)[-1] == ("c1", "success", "noted hi")
+    assert tool_messages(outcome) == [("c1", "success", "noted hi")]
 
 
 # -- across processes --------------------------------------------------------------

@@ -30,7 +30,8 @@ except ImportError as exc:
         "agentrt.adapters.langgraph needs LangGraph: pip install 'agentrt[langgraph]'"
     ) from exc
 
-from .._classify import Classification, UnclassifiedToolError
+from agentrt.adapters import Classification, UnclassifiedToolError
+
 from ._node import RunEndedError, gated_tool_node, run_id_for
 from ._protocol import approve, decided, reject
 

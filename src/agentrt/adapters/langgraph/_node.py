@@ -47,39 +47,38 @@ from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command, interrupt
 from pydantic import BaseModel, BeforeValidator
 
-from ..._canonical import to_text
-from ..._clock import Clock, IdFactory
-from ..._db import Store
-from ..._errors import (
+from agentrt import (
+    Approval,
     ApprovalChangedError,
     ApprovalExpiredError,
-    ConfigError,
-    NotFoundError,
-    RunStateError,
-)
-from ..._events import Observer
-from ..._gate import Gate, GateSession
-from ..._operator import Operator
-from ..._policy import Policy
-from ..._records import (
-    Approval,
     ApprovalStatus,
+    ConfigError,
     Decision,
+    Event,
+    Gate,
+    GateSession,
     Limits,
+    NotFoundError,
     Observation,
     ObservationKind,
+    Operator,
+    Policy,
     Run,
+    RunStateError,
     RunStatus,
     Step,
     StepStatus,
+    Store,
     ToolCall,
     ToolResult,
     ToolSpec,
+    policy_json,
 )
-from ..._session import run_sync
-from ...approver import Local
-from .._classify import Classification, classify, tool_spec
-from .._classify import RunEndedError as _RunEnded
+from agentrt.adapters import Classification, classify, tool_spec
+from agentrt.adapters import RunEndedError as _RunEnded
+from agentrt.approver import Local
+from agentrt.lowlevel import Clock, IdFactory, run_sync
+
 from ._protocol import MARK, check_resume
 
 CALL_PREFIX = "langgraph tool call "
@@ -108,6 +107,9 @@ class RunEndedError(_RunEnded):
 
 
 Executor = Callable[[ToolCallRequest], Any]
+
+Observer = Callable[[Event], Any]
+"""What `gated_tool_node(observer=...)` is given: called with each audit event."""
 
 
 _Waiting = tuple[ToolCallRequest, Executor]
@@ -172,7 +174,12 @@ def _result(outcome: Any) -> ToolResult:
 
 
 def _text(content: Any) -> str:
-    return content if isinstance(content, str) else to_text(content)
+    return content if isinstance(content, str) else _json_text(content)
+
+
+def _json_text(value: Any) -> str:
+    """A JSON value as the text agentrt stores (its policy JSON)."""
+    return policy_json(value).decode("utf-8")
 
 
 def _schema(tool: BaseTool) -> dict[str, Any]:
@@ -352,7 +359,8 @@ class GatedTools:
                 await self._take_over(run_id)
                 message = None
             else:
-                message = await self._new_step(run, run_id, request, execute)
+                seen = None if step is None else step.id
+                message = await self._new_step(run, seen, run_id, request, execute)
             if message is not None:
                 return message
 
@@ -367,6 +375,18 @@ class GatedTools:
         step = steps[-1]
         approvals = [a for a in self.store.list_approvals(run_id, cap=None) if a.step_id == step.id]
         return run, step, approvals
+
+    def _latest(self, run_id: str, call_id: str) -> str | None:
+        """The id of the run's latest step recording the call `call_id`, if any."""
+        steps = [s.id for s in self.store.list_steps(run_id, cap=None) if _call_id(s) == call_id]
+        return steps[-1] if steps else None
+
+    def _exists(self, run_id: str) -> bool:
+        try:
+            self.store.get_run(run_id)
+        except NotFoundError:
+            return False
+        return True
 
     def _ask(self, approval: Approval, call: Mapping[str, Any]) -> dict[str, Any]:
         """The person's answer to `approval`, through LangGraph's `interrupt()`.
@@ -451,23 +471,39 @@ class GatedTools:
         }
 
     async def _new_step(
-        self, run: Run | None, run_id: str, request: ToolCallRequest, execute: Executor
+        self,
+        run: Run | None,
+        seen: str | None,
+        run_id: str,
+        request: ToolCallRequest,
+        execute: Executor,
     ) -> ToolMessage | None:
         """A call not yet recorded (or whose step never ran): a new step of the run."""
+        call = request.tool_call
         if run is None:
-            session = await self.gate.begin(
-                self.goal or f"LangGraph thread {_thread_id(request)}", self.limits, run_id
-            )
+            try:
+                session = await self.gate.begin(
+                    self.goal or f"LangGraph thread {_thread_id(request)}", self.limits, run_id
+                )
+            except RunStateError:
+                if await asyncio.to_thread(self._exists, run_id):
+                    return None  # another worker began the run meanwhile: look again
+                raise
         else:
             session, verdict = await self.gate.attach(run_id)
             if verdict is not None:  # the takeover paused or ended the run: look again
+                await session.close()
+                return None
+            # Read again under the lease: another worker may have recorded this
+            # call between our read and our attach; it is never run a second time.
+            latest = await asyncio.to_thread(self._latest, run_id, str(call["id"]))
+            if latest != seen:
                 await session.close()
                 return None
         async with session:
             step = await session.step()
             if step is None:
                 raise RunEndedError(session.run)
-            call = request.tool_call
             decision = Decision.tool_call(
                 str(call["name"]), call.get("args"), reason=CALL_PREFIX + str(call["id"])
             )
@@ -542,7 +578,7 @@ def _message(step: Step, call: Mapping[str, Any]) -> ToolMessage:
     kind = observation.kind
     status = "success"
     if kind == ObservationKind.TOOL_RESULT:
-        text = content if isinstance(content, str | list) else to_text(content)
+        text = content if isinstance(content, str | list) else _json_text(content)
     else:
         status = "error"
         detail = content if isinstance(content, dict) else {}
