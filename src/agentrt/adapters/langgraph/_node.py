@@ -2,10 +2,14 @@
 
 `gated_tool_node` returns LangGraph's own `ToolNode` over the consumer's tools,
 with its `wrap_tool_call`/`awrap_tool_call` hooks doing the Gate's work. Each
-LangGraph thread is one agentrt run (its id derived from the thread id); each
-tool call is one step of it, its decision recorded verbatim with the tool call
-id as the decision's reason (`langgraph tool call <id>`), so a call LangGraph
-issues again is found by that id.
+turn of a LangGraph thread is one agentrt run, its id derived from the thread
+id and the id of the message that opened the turn (`run_id_for`, `turn_of`), so
+limits and loop detection count one turn, and a thread goes on for as many
+turns as it likes. Each tool call is one step of its turn's run, its decision
+recorded verbatim with the tool call id as the decision's reason
+(`langgraph tool call <id>`), so a call LangGraph issues again is found by that
+id. A turn's run stays RUNNING (no lease held) between its calls; the next turn
+that calls a tool completes it.
 
 Invariants (tests in tests/test_adapter_langgraph*.py):
 
@@ -26,7 +30,9 @@ Invariants (tests in tests/test_adapter_langgraph*.py):
   `interrupt()`; it runs again only after a person approves.
 - The calls of one run go through the Gate one at a time (`_OneAtATime`).
 - A run that ended (a limit, a cancel, a rejection) raises `RunEndedError` out
-  of the graph; no tool runs in it again.
+  of the graph; no tool runs in that turn again. The next turn is a new run.
+- Whether a call is recorded is read again under the lease before a step is
+  claimed for it: two workers going on with one turn never both run a call.
 """
 
 from __future__ import annotations
@@ -40,7 +46,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mappin
 from datetime import timedelta
 from typing import Annotated, Any, cast
 
-from langchain_core.messages import ToolMessage
+from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.tools import BaseTool
 from langgraph.prebuilt import ToolNode
 from langgraph.prebuilt.tool_node import ToolCallRequest
@@ -85,14 +91,60 @@ CALL_PREFIX = "langgraph tool call "
 """The recorded decision's reason: this prefix and LangGraph's tool call id."""
 
 
-def run_id_for(thread_id: str) -> str:
-    """The agentrt run id of a LangGraph thread: 32 hex characters derived from its id."""
-    digest = hashlib.sha256(f"agentrt.adapters.langgraph\x00{thread_id}".encode())
-    return digest.hexdigest()[:32]
+def run_id_for(thread_id: str, turn: str = "") -> str:
+    """The agentrt run id of one turn of a LangGraph thread: 32 hex characters.
+
+    `turn` is the id of the message that opened the turn (the input the graph
+    was invoked with, usually a `HumanMessage`; LangGraph's `add_messages`
+    gives every message an id). The run of the turn is named in every
+    ToolMessage's artifact and every approval interrupt.
+    """
+    key = f"agentrt.adapters.langgraph\x00{thread_id}"
+    if turn:
+        key += f"\x00{turn}"
+    return hashlib.sha256(key.encode()).hexdigest()[:32]
+
+
+def turn_of(state: Any, call_id: str, messages_key: str = "messages") -> str:
+    """The turn a tool call belongs to: the id of the message that opened it.
+
+    Walks back from the AI message that made the call over the AI and tool
+    messages of the turn to the message before them (the turn's input). That
+    message's id, or `#<position>` when it has none; "" when the state holds
+    no such message (then the thread is one turn).
+    """
+    messages = _messages(state, messages_key)
+    at = len(messages)
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        if isinstance(message, AIMessage) and any(
+            c.get("id") == call_id for c in message.tool_calls
+        ):
+            at = index
+            break
+    at -= 1
+    while at >= 0 and isinstance(messages[at], AIMessage | ToolMessage):
+        at -= 1
+    if at < 0:
+        return ""
+    opener = messages[at]
+    opener_id = getattr(opener, "id", None)
+    return str(opener_id) if opener_id else f"#{at}"
+
+
+def _messages(state: Any, messages_key: str) -> list[Any]:
+    """The messages of a ToolNode's input (a list, a dict or an object holding them)."""
+    if isinstance(state, list):
+        messages: Any = state
+    elif isinstance(state, Mapping):
+        messages = state.get(messages_key)
+    else:
+        messages = getattr(state, messages_key, None)
+    return messages if isinstance(messages, list) else []
 
 
 class RunEndedError(_RunEnded):
-    """The thread's agentrt run ended (a limit, a cancel, a rejection): no tool runs in it.
+    """The turn's agentrt run ended (a limit, a cancel, a rejection): no tool runs in it.
 
     An `agentrt.adapters.RunEndedError`, as every adapter raises for an ended run.
     """
@@ -101,8 +153,8 @@ class RunEndedError(_RunEnded):
         self.run = run
         detail = f": {run.reason_detail}" if run.reason_detail else ""
         super().__init__(
-            f"the agentrt run {run.id} of this thread is {run.status} ({run.reason}{detail}); "
-            "no tool call runs in it again"
+            f"the agentrt run {run.id} of this turn is {run.status} ({run.reason}{detail}); "
+            "no tool call runs in it again (the thread's next turn is a new run)"
         )
 
 
@@ -302,7 +354,7 @@ class GatedTools:
         self, request: ToolCallRequest, execute: Callable[[ToolCallRequest], Awaitable[Any]]
     ) -> ToolMessage:
         """The async hook: one call through the Gate (the calls of a run one at a time)."""
-        run_id = run_id_for(_thread_id(request))
+        run_id = self._run_of(request)
         async with self._one_at_a_time.waiting(run_id):
             return await self._handle(request, execute, run_id)
 
@@ -310,9 +362,14 @@ class GatedTools:
         self, request: ToolCallRequest, execute: Callable[[ToolCallRequest], Any]
     ) -> ToolMessage:
         """The blocking hook: the same, on an event loop of its own."""
-        run_id = run_id_for(_thread_id(request))
+        run_id = self._run_of(request)
         with self._one_at_a_time.blocking(run_id):
             return run_sync(self._handle(request, execute, run_id))
+
+    def _run_of(self, request: ToolCallRequest) -> str:
+        """The agentrt run of the call's turn of its thread."""
+        call_id = str(request.tool_call.get("id") or "")
+        return run_id_for(_thread_id(request), turn_of(request.state, call_id, self._messages_key))
 
     # -- one call ---------------------------------------------------------------
 
@@ -481,9 +538,10 @@ class GatedTools:
         """A call not yet recorded (or whose step never ran): a new step of the run."""
         call = request.tool_call
         if run is None:
+            await self._end_earlier_turn(request, run_id)
             try:
                 session = await self.gate.begin(
-                    self.goal or f"LangGraph thread {_thread_id(request)}", self.limits, run_id
+                    self.goal or _goal_of(request, self._messages_key), self.limits, run_id
                 )
             except RunStateError:
                 if await asyncio.to_thread(self._exists, run_id):
@@ -513,6 +571,35 @@ class GatedTools:
             if verdict.outcome == "ended":
                 raise RunEndedError(verdict.run)
             return None  # denied (recorded) or pending (shown next): look again
+
+    async def _end_earlier_turn(self, request: ToolCallRequest, run_id: str) -> None:
+        """Complete the thread's latest earlier turn's run, if it simply goes on.
+
+        A turn's run is left RUNNING between its tool calls (LangGraph tells a
+        node nothing when the graph stops); the next turn that calls a tool
+        ends it, with the step `complete`. A run that waits for a person, was
+        cut off in a side effect (attach pauses it for a person), is leased by
+        another process, or has ended is left as it is.
+        """
+        for earlier in _earlier_runs(request, self._messages_key):
+            if earlier == run_id:
+                continue
+            try:
+                run = await asyncio.to_thread(self.store.get_run, earlier)
+            except NotFoundError:
+                continue  # that turn called no tool: look further back
+            if run.status != RunStatus.RUNNING:
+                return
+            try:
+                session, verdict = await self.gate.attach(earlier)
+            except RunStateError:
+                return  # leased by a live process, or moved on meanwhile
+            async with session:
+                if verdict is None:
+                    step = await session.step()
+                    if step is not None:
+                        await step.propose(Decision.complete("the thread's next turn began"))
+            return
 
     async def _attach_and_run(
         self, run_id: str, request: ToolCallRequest, execute: Executor
@@ -557,6 +644,28 @@ def _same_call(step: Step, call: Mapping[str, Any]) -> None:
             f"(step {step.index} of run {step.run_id}); a changed call is refused, "
             "not run as the recorded one"
         )
+
+
+def _earlier_runs(request: ToolCallRequest, messages_key: str) -> Iterator[str]:
+    """The runs of the thread's earlier turns, latest first (one per opening message)."""
+    state = request.state
+    messages = _messages(state, messages_key)
+    thread = _thread_id(request)
+    current = turn_of(state, str(request.tool_call.get("id") or ""), messages_key)
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        if isinstance(message, AIMessage | ToolMessage):
+            continue
+        opener_id = getattr(message, "id", None)
+        turn = str(opener_id) if opener_id else f"#{index}"
+        if turn != current:
+            yield run_id_for(thread, turn)
+
+
+def _goal_of(request: ToolCallRequest, messages_key: str) -> str:
+    call_id = str(request.tool_call.get("id") or "")
+    turn = turn_of(request.state, call_id, messages_key)
+    return f"LangGraph thread {_thread_id(request)}" + (f", turn {turn}" if turn else "")
 
 
 def _thread_id(request: ToolCallRequest) -> str:
@@ -626,8 +735,9 @@ def gated_tool_node(
     """LangGraph's `ToolNode` over `tools`, every call through an agentrt Gate.
 
     `classifications` names each tool's side effect and timeout; a tool without
-    one is refused here (`UnclassifiedToolError`). Each thread is one agentrt
-    run (`run_id_for(thread_id)`), ended by `limits` like any run.
+    one is refused here (`UnclassifiedToolError`). Each turn of a thread is one
+    agentrt run (`run_id_for(thread_id, turn)`), ended by `limits` like any
+    run: the limits count one turn, never the thread's whole life.
     """
     return GatedTools(
         tools,
