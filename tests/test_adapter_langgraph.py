@@ -591,6 +591,25 @@ def test_three_turns_asking_the_same_read_only_call_are_not_a_loop(tmp_path: Pat
     ]
 
 
+def test_a_next_turn_leaves_an_earlier_turn_that_waits_for_a_person_waiting(
+    tmp_path: Path,
+) -> None:
+    script = [
+        AIMessage("", tool_calls=[call("push_branch", "c1", branch="feature/login")]),
+        AIMessage("", tool_calls=[call("lookup", "c2", q="status")]),
+        AIMessage("looked"),
+    ]
+    graph, store, effects = build(tmp_path, script)
+    (pending,) = ask(graph)["__interrupt__"]
+    out = ask(graph, {"messages": [HumanMessage("never mind, look up the status", id="turn-2")]})
+    assert tool_messages(out)[-1] == ("c2", "success", "found status")
+    assert lines(effects) == ["lookup status"]
+    waiting = store.get_run(RUN)
+    assert waiting.status == "WAITING_FOR_APPROVAL"  # not completed: a person still decides
+    assert [a.status for a in store.list_approvals(RUN)] == ["pending"]
+    assert pending.value["run_id"] == RUN
+
+
 def test_a_thread_goes_on_past_fifty_tool_calls_over_its_turns(tmp_path: Path) -> None:
     calls = [call("lookup", f"q{i}", q=str(i)) for i in range(3)]
     graph, store, effects = build(tmp_path, days(18, *calls))  # default Limits: max_steps=50
