@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -47,7 +48,9 @@ from agentrt.adapters.langgraph import (
 ROOT = Path(__file__).resolve().parent.parent
 CHILD = ROOT / "tests" / "support" / "adapters" / "langgraph_child.py"
 CONFIG: Any = {"configurable": {"thread_id": "thread-1"}}
-RUN = run_id_for("thread-1")
+TURN = "turn-1"
+"""The id of the message that opens the first turn (`ask`): its run is `RUN`."""
+RUN = run_id_for("thread-1", TURN)
 
 CLASSES = {
     "lookup": Classification("read_only", timeout=5),
@@ -139,7 +142,7 @@ def build(
 
 
 def ask(graph: Any, what: Any = None) -> dict[str, Any]:
-    inp = {"messages": [HumanMessage("go")]} if what is None else what
+    inp = {"messages": [HumanMessage("go", id=TURN)]} if what is None else what
     return dict(asyncio.run(graph.ainvoke(inp, CONFIG)))
 
 
@@ -252,10 +255,12 @@ def test_each_thread_is_a_run_of_its_own_and_the_tool_sees_its_threads_config(
         ),
     )
     ask(graph)
-    graph.invoke({"messages": [HumanMessage("again")]}, {"configurable": {"thread_id": "t2"}})
+    graph.invoke(
+        {"messages": [HumanMessage("again", id="again")]}, {"configurable": {"thread_id": "t2"}}
+    )
     assert seen == [("x", "thread-1"), ("x", "t2")]
     store = agentrt.open_store(tmp_path / "runs.db")
-    assert sorted(r.id for r in store.list_runs()) == sorted([RUN, run_id_for("t2")])
+    assert sorted(r.id for r in store.list_runs()) == sorted([RUN, run_id_for("t2", "again")])
 
 
 def test_an_unclassified_tool_is_refused_when_the_node_is_built(tmp_path: Path) -> None:
@@ -293,7 +298,7 @@ def test_a_graph_without_a_thread_id_is_refused_before_anything_runs(tmp_path: P
         saver=None,
     )
     with pytest.raises(agentrt.ConfigError, match="thread_id"):
-        asyncio.run(graph.ainvoke({"messages": [HumanMessage("go")]}))
+        asyncio.run(graph.ainvoke({"messages": [HumanMessage("go", id=TURN)]}))
     assert lines(effects) == [] and store.list_runs() == []
 
 
@@ -482,7 +487,7 @@ def test_the_same_replay_on_the_blocking_path_does_not_run_the_first_call_again(
     tmp_path: Path,
 ) -> None:
     graph, _, effects = build(tmp_path, two_calls_script())
-    out = graph.invoke({"messages": [HumanMessage("go")]}, CONFIG)
+    out = graph.invoke({"messages": [HumanMessage("go", id=TURN)]}, CONFIG)
     (pending,) = out["__interrupt__"]
     out = graph.invoke(Command(resume=approve(pending, by="alice")), CONFIG)
     assert lines(effects) == ["note before", "push feature/login"]
@@ -501,7 +506,7 @@ def test_without_the_gate_langgraph_runs_the_first_call_again_on_resume(tmp_path
     graph, _, effects = build(
         tmp_path, two_calls_script(), node=lambda tools: ToolNode(tools, wrap_tool_call=ask_first)
     )
-    graph.invoke({"messages": [HumanMessage("go")]}, CONFIG)
+    graph.invoke({"messages": [HumanMessage("go", id=TURN)]}, CONFIG)
     graph.invoke(Command(resume=True), CONFIG)
     assert lines(effects) == ["note before", "note before", "push feature/login"]
 
@@ -525,7 +530,7 @@ def test_two_approvals_in_one_node_are_answered_one_by_one_across_two_resumes(
     def send(what: Any) -> dict[str, Any]:
         return ask(graph, what) if path == "async" else dict(graph.invoke(what, CONFIG))
 
-    (first,) = send({"messages": [HumanMessage("go")]})["__interrupt__"]
+    (first,) = send({"messages": [HumanMessage("go", id=TURN)]})["__interrupt__"]
     (second,) = send(Command(resume=approve(first, by="alice")))["__interrupt__"]
     assert {first.value["tool_call_id"], second.value["tool_call_id"]} == {"c1", "c2"}
     assert len(lines(effects)) == 1
@@ -542,7 +547,7 @@ def test_two_approvals_in_one_node_are_answered_one_by_one_across_two_resumes(
 # -- limits -------------------------------------------------------------------------
 
 
-def test_a_limit_ends_the_run_and_the_graph_with_run_ended_error(tmp_path: Path) -> None:
+def test_a_limit_ends_the_turns_run_and_the_graph_with_run_ended_error(tmp_path: Path) -> None:
     script = [AIMessage("", tool_calls=[call("lookup", f"c{i}", q=str(i))]) for i in range(5)]
     graph, store, effects = build(tmp_path, script, limits=agentrt.Limits(max_steps=2))
     with pytest.raises(RunEndedError, match="limit_steps") as ended:
@@ -551,9 +556,107 @@ def test_a_limit_ends_the_run_and_the_graph_with_run_ended_error(tmp_path: Path)
     run = store.get_run(RUN)
     assert (run.status, run.reason) == ("FAILED", "limit_steps")
     assert ended.value.run.id == RUN
-    with pytest.raises(RunEndedError):  # the thread's run stays ended
-        ask(graph, {"messages": [HumanMessage("again")]})
+    with pytest.raises(RunEndedError):  # going on with the turn: its run stays ended
+        asyncio.run(graph.ainvoke(None, CONFIG))
     assert lines(effects) == ["lookup 0", "lookup 1"]
+
+
+def days(n: int, *calls: dict[str, Any]) -> list[AIMessage]:
+    """A script of `n` turns, each one model message making `calls` (ids made unique) then one
+    answer."""
+    script: list[AIMessage] = []
+    for day in range(1, n + 1):
+        made = [{**c, "id": f"{c['id']}-day{day}"} for c in calls]
+        script += [AIMessage("", tool_calls=made), AIMessage(f"answered day {day}")]
+    return script
+
+
+def test_three_turns_asking_the_same_read_only_call_are_not_a_loop(tmp_path: Path) -> None:
+    graph, store, effects = build(tmp_path, days(3, call("lookup", "w", q="Paris")))
+    for day in (1, 2, 3):
+        out = ask(graph, {"messages": [HumanMessage("weather in Paris?", id=f"day-{day}")]})
+        assert tool_messages(out)[-1] == (f"w-day{day}", "success", "found Paris")
+        assert out["messages"][-1].content == f"answered day {day}"
+    assert lines(effects) == ["lookup Paris"] * 3
+    runs = [store.get_run(run_id_for("thread-1", f"day-{day}")) for day in (1, 2, 3)]
+    assert [r.goal for r in runs] == [f"LangGraph thread thread-1, turn day-{d}" for d in (1, 2, 3)]
+    # a turn's run ends when the next turn begins its own: one tool call, then `complete`
+    assert [[s.decision and s.decision.kind for s in store.list_steps(r.id)] for r in runs] == [
+        ["tool_call", "complete"],
+        ["tool_call", "complete"],
+        ["tool_call"],
+    ]
+    assert [(r.status, r.reason) for r in runs] == [("COMPLETED", "goal_completed")] * 2 + [
+        ("RUNNING", "")
+    ]
+
+
+def test_a_next_turn_leaves_an_earlier_turn_that_waits_for_a_person_waiting(
+    tmp_path: Path,
+) -> None:
+    script = [
+        AIMessage("", tool_calls=[call("push_branch", "c1", branch="feature/login")]),
+        AIMessage("", tool_calls=[call("lookup", "c2", q="status")]),
+        AIMessage("looked"),
+    ]
+    graph, store, effects = build(tmp_path, script)
+    (pending,) = ask(graph)["__interrupt__"]
+    out = ask(graph, {"messages": [HumanMessage("never mind, look up the status", id="turn-2")]})
+    assert tool_messages(out)[-1] == ("c2", "success", "found status")
+    assert lines(effects) == ["lookup status"]
+    waiting = store.get_run(RUN)
+    assert waiting.status == "WAITING_FOR_APPROVAL"  # not completed: a person still decides
+    assert [a.status for a in store.list_approvals(RUN)] == ["pending"]
+    assert pending.value["run_id"] == RUN
+
+
+def test_a_thread_goes_on_past_fifty_tool_calls_over_its_turns(tmp_path: Path) -> None:
+    calls = [call("lookup", f"q{i}", q=str(i)) for i in range(3)]
+    graph, store, effects = build(tmp_path, days(18, *calls))  # default Limits: max_steps=50
+    for day in range(1, 19):
+        out = ask(graph, {"messages": [HumanMessage("look up three things", id=f"day-{day}")]})
+        assert [m[1] for m in tool_messages(out)[-3:]] == ["success"] * 3
+    assert len(lines(effects)) == 54
+    assert sorted(set(lines(effects))) == ["lookup 0", "lookup 1", "lookup 2"]
+    assert len(store.list_runs()) == 18
+
+
+def test_two_workers_resuming_one_thread_run_its_call_once(tmp_path: Path) -> None:
+    """Worker B reads "c1 is not recorded", then waits; worker A runs c1 to the end.
+
+    B takes the lease after A let it go: it reads the call's steps again under
+    the lease, finds A's record and answers with it instead of running c1 again.
+    """
+    effects = tmp_path / "effects.log"
+    first = AIMessage("", tool_calls=[call("write_note", "c0", text="first")])
+    second = AIMessage("", tool_calls=[call("write_note", "c1", text="hi")])
+    graph_a, _, _ = build(tmp_path, [first, AIMessage("done0"), second, AIMessage("done")])
+    graph_b, _, _ = build(tmp_path, [second, AIMessage("done")])
+    ask(graph_a, {"messages": [HumanMessage("first", id="h1")]})
+    gated_b = graph_b.nodes["tools"].bound._awrap_tool_call.__self__
+    read_b = gated_b._read
+    b_has_read, a_is_done = threading.Event(), threading.Event()
+
+    def read_then_wait(run_id: str, call_id: str) -> Any:
+        seen = read_b(run_id, call_id)
+        if call_id == "c1" and not b_has_read.is_set():
+            b_has_read.set()
+            assert a_is_done.wait(30)
+        return seen
+
+    gated_b._read = read_then_wait
+    outcome: dict[str, Any] = {}
+    worker = threading.Thread(
+        target=lambda: outcome.update(ask(graph_b, {"messages": [HumanMessage("hi", id="h2")]}))
+    )
+    worker.start()
+    assert b_has_read.wait(30)
+    out_a = ask(graph_a, {"messages": [HumanMessage("hi", id="h2")]})
+    a_is_done.set()
+    worker.join(60)
+    assert lines(effects) == ["note first", "note hi"]
+    assert tool_messages(out_a)[-1] == ("c1", "success", "noted hi")
+    assert tool_messages(outcome) == [("c1", "success", "noted hi")]
 
 
 # -- across processes --------------------------------------------------------------
@@ -632,6 +735,24 @@ def test_a_child_killed_during_a_mutating_call_waits_for_a_person_when_langgraph
     assert kinds.count("step.tool_started") == 2
     assert kinds.count("step.interrupted") == 1
     assert store.verify_events().intact
+
+
+@pytest.mark.slow
+def test_a_turn_cut_off_in_a_side_effect_is_not_completed_or_rerun_by_the_next_turn(
+    tmp_path: Path,
+) -> None:
+    kill_inside_the_tool(tmp_path, "start", "write_note")
+    following = child(tmp_path, "next", "write_note")  # the user moves on: a new turn
+    assert following["interrupts"] == []
+    assert following["messages"][-2:] == ["read hello", "next done"]
+    effects = tmp_path / "effects.log"
+    assert lines(effects) == ["note hello", "read hello"]  # the cut-off note never ran again
+    store = agentrt.open_existing(tmp_path / "runs.db", read_only=True)
+    cut_off = store.get_run(run_id_for("t", "publish"))
+    assert cut_off.status == "WAITING_FOR_APPROVAL"  # a person decides about the note
+    (approval,) = store.list_approvals(cut_off.id)
+    assert (approval.kind, approval.status) == ("interrupted_side_effect", "pending")
+    assert store.get_run(run_id_for("t", "next")).status == "RUNNING"
 
 
 # -- the example and the scenario table -------------------------------------------------

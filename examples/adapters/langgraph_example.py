@@ -38,7 +38,7 @@ from langgraph.prebuilt import tools_condition
 from langgraph.types import Command
 
 import agentrt
-from agentrt.adapters.langgraph import Classification, decided, gated_tool_node, run_id_for
+from agentrt.adapters.langgraph import Classification, decided, gated_tool_node
 
 
 def make_tools(workdir: Path) -> list[BaseTool]:
@@ -150,7 +150,7 @@ def main(workdir: Path) -> None:
     print(f"  approval {value['approval_id'][:8]}, hash {value['hash'][:16]}...")
     print(f"  notes so far: {(workdir / 'notes.txt').read_text().splitlines()}")
 
-    run_id = run_id_for("publish-login")
+    run_id = value["run_id"]  # the run of this turn of the thread
     cmd = [sys.executable, "-m", "agentrt", "approve", run_id, "--db", str(workdir / "runs.db")]
     cmd += ["--yes", "--by", "example-operator", "--note", "push is fine"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)

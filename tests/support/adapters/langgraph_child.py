@@ -11,7 +11,9 @@ allowed) or `read_notes` (read only). MODE:
 - `start`: invoke the graph on thread "t" with a first message;
 - `continue`: `graph.invoke(None, config)`, LangGraph's own way to go on from
   the last checkpoint (after a crash);
-- `approve`/`decided`: resume the open interrupt with `Command(resume=...)`.
+- `approve`/`decided`: resume the open interrupt with `Command(resume=...)`;
+- `next`: a second turn on thread "t" (message id "next"), whose model reads
+  the notes (`read_notes`, call id `call-2`) and answers.
 
 With `HANG_IN_TOOL=1` the tool, after writing its effect, prints `IN_TOOL` and
 sleeps, so the parent can SIGKILL it mid-call. The last stdout line is JSON:
@@ -81,6 +83,9 @@ def main(workdir: Path, mode: str, tool_name: str) -> None:
         AIMessage(content="", tool_calls=[{"name": tool_name, "args": args, "id": "call-1"}]),
         AIMessage(content="all done"),
     ]
+    if mode == "next":
+        read = {"name": "read_notes", "args": {"text": "hello"}, "id": "call-2"}
+        script = [AIMessage(content="", tool_calls=[read]), AIMessage(content="next done")]
 
     def agent(state: MessagesState) -> dict[str, Any]:
         answered = sum(isinstance(m, ToolMessage) for m in state["messages"])
@@ -109,14 +114,18 @@ def main(workdir: Path, mode: str, tool_name: str) -> None:
     config: Any = {"configurable": {"thread_id": "t"}}
 
     if mode == "start":
-        out = graph.invoke({"messages": [HumanMessage("publish the login branch")]}, config)
+        out = graph.invoke(
+            {"messages": [HumanMessage("publish the login branch", id="publish")]}, config
+        )
+    elif mode == "next":
+        out = graph.invoke({"messages": [HumanMessage("read my notes", id="next")]}, config)
     elif mode == "continue":
         out = graph.invoke(None, config)
     else:
         (pending,) = graph.get_state(config).interrupts
         answer = approve(pending, by="child") if mode == "approve" else decided(pending)
         out = graph.invoke(Command(resume=answer), config)
-    run = store.get_run(run_id_for("t"))
+    run = store.get_run(run_id_for("t", "publish"))
     print(
         json.dumps(
             {

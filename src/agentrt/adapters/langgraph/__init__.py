@@ -13,8 +13,10 @@
     )
     builder.add_node("tools", tools_node)      # LangGraph's own ToolNode, gated
 
-You keep your graph, your model, your tools and your checkpointer. Each thread
-is one agentrt run (`run_id_for(thread_id)`). A call the policy sends to a
+You keep your graph, your model, your tools and your checkpointer. Each turn of
+a thread (from one input message to the graph stopping) is one agentrt run
+(`run_id_for(thread_id, turn)`, the turn named by the id of the message that
+opened it), so `limits` count a turn. A call the policy sends to a
 person pauses the graph with `interrupt()`, whose value shows the request and
 its hash; answer with `Command(resume=approve(interrupt, by=...))`, `reject`,
 or `decided` after `agentrt approve`. See docs/adapters.md.
@@ -30,7 +32,8 @@ except ImportError as exc:
         "agentrt.adapters.langgraph needs LangGraph: pip install 'agentrt[langgraph]'"
     ) from exc
 
-from .._classify import Classification, UnclassifiedToolError
+from agentrt.adapters import Classification, UnclassifiedToolError
+
 from ._node import RunEndedError, gated_tool_node, run_id_for
 from ._protocol import approve, decided, reject
 

@@ -2,10 +2,14 @@
 
 `gated_tool_node` returns LangGraph's own `ToolNode` over the consumer's tools,
 with its `wrap_tool_call`/`awrap_tool_call` hooks doing the Gate's work. Each
-LangGraph thread is one agentrt run (its id derived from the thread id); each
-tool call is one step of it, its decision recorded verbatim with the tool call
-id as the decision's reason (`langgraph tool call <id>`), so a call LangGraph
-issues again is found by that id.
+turn of a LangGraph thread is one agentrt run, its id derived from the thread
+id and the id of the message that opened the turn (`run_id_for`, `turn_of`), so
+limits and loop detection count one turn, and a thread goes on for as many
+turns as it likes. Each tool call is one step of its turn's run, its decision
+recorded verbatim with the tool call id as the decision's reason
+(`langgraph tool call <id>`), so a call LangGraph issues again is found by that
+id. A turn's run stays RUNNING (no lease held) between its calls; the next turn
+that calls a tool completes it.
 
 Invariants (tests in tests/test_adapter_langgraph*.py):
 
@@ -26,7 +30,9 @@ Invariants (tests in tests/test_adapter_langgraph*.py):
   `interrupt()`; it runs again only after a person approves.
 - The calls of one run go through the Gate one at a time (`_OneAtATime`).
 - A run that ended (a limit, a cancel, a rejection) raises `RunEndedError` out
-  of the graph; no tool runs in it again.
+  of the graph; no tool runs in that turn again. The next turn is a new run.
+- Whether a call is recorded is read again under the lease before a step is
+  claimed for it: two workers going on with one turn never both run a call.
 """
 
 from __future__ import annotations
@@ -40,60 +46,105 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mappin
 from datetime import timedelta
 from typing import Annotated, Any, cast
 
-from langchain_core.messages import ToolMessage
+from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.tools import BaseTool
 from langgraph.prebuilt import ToolNode
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command, interrupt
 from pydantic import BaseModel, BeforeValidator
 
-from ..._canonical import to_text
-from ..._clock import Clock, IdFactory
-from ..._db import Store
-from ..._errors import (
+from agentrt import (
+    Approval,
     ApprovalChangedError,
     ApprovalExpiredError,
-    ConfigError,
-    NotFoundError,
-    RunStateError,
-)
-from ..._events import Observer
-from ..._gate import Gate, GateSession
-from ..._operator import Operator
-from ..._policy import Policy
-from ..._records import (
-    Approval,
     ApprovalStatus,
+    ConfigError,
     Decision,
+    Event,
+    Gate,
+    GateSession,
     Limits,
+    NotFoundError,
     Observation,
     ObservationKind,
+    Operator,
+    Policy,
     Run,
+    RunStateError,
     RunStatus,
     Step,
     StepStatus,
+    Store,
     ToolCall,
     ToolResult,
     ToolSpec,
+    policy_json,
 )
-from ..._session import run_sync
-from ...approver import Local
-from .._classify import Classification, classify, tool_spec
-from .._classify import RunEndedError as _RunEnded
+from agentrt.adapters import Classification, classify, tool_spec
+from agentrt.adapters import RunEndedError as _RunEnded
+from agentrt.approver import Local
+from agentrt.lowlevel import Clock, IdFactory, run_sync
+
 from ._protocol import MARK, check_resume
 
 CALL_PREFIX = "langgraph tool call "
 """The recorded decision's reason: this prefix and LangGraph's tool call id."""
 
 
-def run_id_for(thread_id: str) -> str:
-    """The agentrt run id of a LangGraph thread: 32 hex characters derived from its id."""
-    digest = hashlib.sha256(f"agentrt.adapters.langgraph\x00{thread_id}".encode())
-    return digest.hexdigest()[:32]
+def run_id_for(thread_id: str, turn: str = "") -> str:
+    """The agentrt run id of one turn of a LangGraph thread: 32 hex characters.
+
+    `turn` is the id of the message that opened the turn (the input the graph
+    was invoked with, usually a `HumanMessage`; LangGraph's `add_messages`
+    gives every message an id). The run of the turn is named in every
+    ToolMessage's artifact and every approval interrupt.
+    """
+    key = f"agentrt.adapters.langgraph\x00{thread_id}"
+    if turn:
+        key += f"\x00{turn}"
+    return hashlib.sha256(key.encode()).hexdigest()[:32]
+
+
+def turn_of(state: Any, call_id: str, messages_key: str = "messages") -> str:
+    """The turn a tool call belongs to: the id of the message that opened it.
+
+    Walks back from the AI message that made the call over the AI and tool
+    messages of the turn to the message before them (the turn's input). That
+    message's id, or `#<position>` when it has none; "" when the state holds
+    no such message (then the thread is one turn).
+    """
+    messages = _messages(state, messages_key)
+    at = len(messages)
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        if isinstance(message, AIMessage) and any(
+            c.get("id") == call_id for c in message.tool_calls
+        ):
+            at = index
+            break
+    at -= 1
+    while at >= 0 and isinstance(messages[at], AIMessage | ToolMessage):
+        at -= 1
+    if at < 0:
+        return ""
+    opener = messages[at]
+    opener_id = getattr(opener, "id", None)
+    return str(opener_id) if opener_id else f"#{at}"
+
+
+def _messages(state: Any, messages_key: str) -> list[Any]:
+    """The messages of a ToolNode's input (a list, a dict or an object holding them)."""
+    if isinstance(state, list):
+        messages: Any = state
+    elif isinstance(state, Mapping):
+        messages = state.get(messages_key)
+    else:
+        messages = getattr(state, messages_key, None)
+    return messages if isinstance(messages, list) else []
 
 
 class RunEndedError(_RunEnded):
-    """The thread's agentrt run ended (a limit, a cancel, a rejection): no tool runs in it.
+    """The turn's agentrt run ended (a limit, a cancel, a rejection): no tool runs in it.
 
     An `agentrt.adapters.RunEndedError`, as every adapter raises for an ended run.
     """
@@ -102,12 +153,15 @@ class RunEndedError(_RunEnded):
         self.run = run
         detail = f": {run.reason_detail}" if run.reason_detail else ""
         super().__init__(
-            f"the agentrt run {run.id} of this thread is {run.status} ({run.reason}{detail}); "
-            "no tool call runs in it again"
+            f"the agentrt run {run.id} of this turn is {run.status} ({run.reason}{detail}); "
+            "no tool call runs in it again (the thread's next turn is a new run)"
         )
 
 
 Executor = Callable[[ToolCallRequest], Any]
+
+Observer = Callable[[Event], Any]
+"""What `gated_tool_node(observer=...)` is given: called with each audit event."""
 
 
 _Waiting = tuple[ToolCallRequest, Executor]
@@ -172,7 +226,12 @@ def _result(outcome: Any) -> ToolResult:
 
 
 def _text(content: Any) -> str:
-    return content if isinstance(content, str) else to_text(content)
+    return content if isinstance(content, str) else _json_text(content)
+
+
+def _json_text(value: Any) -> str:
+    """A JSON value as the text agentrt stores (its policy JSON)."""
+    return policy_json(value).decode("utf-8")
 
 
 def _schema(tool: BaseTool) -> dict[str, Any]:
@@ -295,7 +354,7 @@ class GatedTools:
         self, request: ToolCallRequest, execute: Callable[[ToolCallRequest], Awaitable[Any]]
     ) -> ToolMessage:
         """The async hook: one call through the Gate (the calls of a run one at a time)."""
-        run_id = run_id_for(_thread_id(request))
+        run_id = self._run_of(request)
         async with self._one_at_a_time.waiting(run_id):
             return await self._handle(request, execute, run_id)
 
@@ -303,9 +362,14 @@ class GatedTools:
         self, request: ToolCallRequest, execute: Callable[[ToolCallRequest], Any]
     ) -> ToolMessage:
         """The blocking hook: the same, on an event loop of its own."""
-        run_id = run_id_for(_thread_id(request))
+        run_id = self._run_of(request)
         with self._one_at_a_time.blocking(run_id):
             return run_sync(self._handle(request, execute, run_id))
+
+    def _run_of(self, request: ToolCallRequest) -> str:
+        """The agentrt run of the call's turn of its thread."""
+        call_id = str(request.tool_call.get("id") or "")
+        return run_id_for(_thread_id(request), turn_of(request.state, call_id, self._messages_key))
 
     # -- one call ---------------------------------------------------------------
 
@@ -352,7 +416,8 @@ class GatedTools:
                 await self._take_over(run_id)
                 message = None
             else:
-                message = await self._new_step(run, run_id, request, execute)
+                seen = None if step is None else step.id
+                message = await self._new_step(run, seen, run_id, request, execute)
             if message is not None:
                 return message
 
@@ -367,6 +432,18 @@ class GatedTools:
         step = steps[-1]
         approvals = [a for a in self.store.list_approvals(run_id, cap=None) if a.step_id == step.id]
         return run, step, approvals
+
+    def _latest(self, run_id: str, call_id: str) -> str | None:
+        """The id of the run's latest step recording the call `call_id`, if any."""
+        steps = [s.id for s in self.store.list_steps(run_id, cap=None) if _call_id(s) == call_id]
+        return steps[-1] if steps else None
+
+    def _exists(self, run_id: str) -> bool:
+        try:
+            self.store.get_run(run_id)
+        except NotFoundError:
+            return False
+        return True
 
     def _ask(self, approval: Approval, call: Mapping[str, Any]) -> dict[str, Any]:
         """The person's answer to `approval`, through LangGraph's `interrupt()`.
@@ -451,23 +528,40 @@ class GatedTools:
         }
 
     async def _new_step(
-        self, run: Run | None, run_id: str, request: ToolCallRequest, execute: Executor
+        self,
+        run: Run | None,
+        seen: str | None,
+        run_id: str,
+        request: ToolCallRequest,
+        execute: Executor,
     ) -> ToolMessage | None:
         """A call not yet recorded (or whose step never ran): a new step of the run."""
+        call = request.tool_call
         if run is None:
-            session = await self.gate.begin(
-                self.goal or f"LangGraph thread {_thread_id(request)}", self.limits, run_id
-            )
+            await self._end_earlier_turn(request, run_id)
+            try:
+                session = await self.gate.begin(
+                    self.goal or _goal_of(request, self._messages_key), self.limits, run_id
+                )
+            except RunStateError:
+                if await asyncio.to_thread(self._exists, run_id):
+                    return None  # another worker began the run meanwhile: look again
+                raise
         else:
             session, verdict = await self.gate.attach(run_id)
             if verdict is not None:  # the takeover paused or ended the run: look again
+                await session.close()
+                return None
+            # Read again under the lease: another worker may have recorded this
+            # call between our read and our attach; it is never run a second time.
+            latest = await asyncio.to_thread(self._latest, run_id, str(call["id"]))
+            if latest != seen:
                 await session.close()
                 return None
         async with session:
             step = await session.step()
             if step is None:
                 raise RunEndedError(session.run)
-            call = request.tool_call
             decision = Decision.tool_call(
                 str(call["name"]), call.get("args"), reason=CALL_PREFIX + str(call["id"])
             )
@@ -477,6 +571,35 @@ class GatedTools:
             if verdict.outcome == "ended":
                 raise RunEndedError(verdict.run)
             return None  # denied (recorded) or pending (shown next): look again
+
+    async def _end_earlier_turn(self, request: ToolCallRequest, run_id: str) -> None:
+        """Complete the thread's latest earlier turn's run, if it simply goes on.
+
+        A turn's run is left RUNNING between its tool calls (LangGraph tells a
+        node nothing when the graph stops); the next turn that calls a tool
+        ends it, with the step `complete`. A run that waits for a person, was
+        cut off in a side effect (attach pauses it for a person), is leased by
+        another process, or has ended is left as it is.
+        """
+        for earlier in _earlier_runs(request, self._messages_key):
+            if earlier == run_id:
+                continue
+            try:
+                run = await asyncio.to_thread(self.store.get_run, earlier)
+            except NotFoundError:
+                continue  # that turn called no tool: look further back
+            if run.status != RunStatus.RUNNING:
+                return
+            try:
+                session, verdict = await self.gate.attach(earlier)
+            except RunStateError:
+                return  # leased by a live process, or moved on meanwhile
+            async with session:
+                if verdict is None:
+                    step = await session.step()
+                    if step is not None:
+                        await step.propose(Decision.complete("the thread's next turn began"))
+            return
 
     async def _attach_and_run(
         self, run_id: str, request: ToolCallRequest, execute: Executor
@@ -523,6 +646,28 @@ def _same_call(step: Step, call: Mapping[str, Any]) -> None:
         )
 
 
+def _earlier_runs(request: ToolCallRequest, messages_key: str) -> Iterator[str]:
+    """The runs of the thread's earlier turns, latest first (one per opening message)."""
+    state = request.state
+    messages = _messages(state, messages_key)
+    thread = _thread_id(request)
+    current = turn_of(state, str(request.tool_call.get("id") or ""), messages_key)
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        if isinstance(message, AIMessage | ToolMessage):
+            continue
+        opener_id = getattr(message, "id", None)
+        turn = str(opener_id) if opener_id else f"#{index}"
+        if turn != current:
+            yield run_id_for(thread, turn)
+
+
+def _goal_of(request: ToolCallRequest, messages_key: str) -> str:
+    call_id = str(request.tool_call.get("id") or "")
+    turn = turn_of(request.state, call_id, messages_key)
+    return f"LangGraph thread {_thread_id(request)}" + (f", turn {turn}" if turn else "")
+
+
 def _thread_id(request: ToolCallRequest) -> str:
     runtime = request.runtime
     config = getattr(runtime, "config", None) or {}
@@ -542,7 +687,7 @@ def _message(step: Step, call: Mapping[str, Any]) -> ToolMessage:
     kind = observation.kind
     status = "success"
     if kind == ObservationKind.TOOL_RESULT:
-        text = content if isinstance(content, str | list) else to_text(content)
+        text = content if isinstance(content, str | list) else _json_text(content)
     else:
         status = "error"
         detail = content if isinstance(content, dict) else {}
@@ -590,8 +735,9 @@ def gated_tool_node(
     """LangGraph's `ToolNode` over `tools`, every call through an agentrt Gate.
 
     `classifications` names each tool's side effect and timeout; a tool without
-    one is refused here (`UnclassifiedToolError`). Each thread is one agentrt
-    run (`run_id_for(thread_id)`), ended by `limits` like any run.
+    one is refused here (`UnclassifiedToolError`). Each turn of a thread is one
+    agentrt run (`run_id_for(thread_id, turn)`), ended by `limits` like any
+    run: the limits count one turn, never the thread's whole life.
     """
     return GatedTools(
         tools,

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..._errors import ApprovalChangedError, ConfigError
+from agentrt import ApprovalChangedError, ConfigError
 
 MARK = "agentrt.approval"
 """The `type` of every interrupt value this adapter raises."""
