@@ -113,6 +113,7 @@ COLUMNS = [
             "lease_owner",
             "lease_expires_at",
             "lease_holder",
+            "origin",
         ]
     ),
     *(

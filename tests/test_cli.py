@@ -207,11 +207,11 @@ def test_runs_prints_runs_newest_first_with_totals_and_the_waiting_approval(
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
     assert result.stdout.splitlines() == [
-        "RUN                               STATUS                REASON          STEPS  "
+        "RUN                               STATUS                ORIGIN  REASON          STEPS  "
         "MODEL CALLS  TOKENS       COST  WAITING               GOAL",
-        f"{second.id}  COMPLETED             goal_completed      1            0       0  "
+        f"{second.id}  COMPLETED             driver  goal_completed      1            0       0  "
         "$0.000000  -                     second",
-        f"{first.id}  WAITING_FOR_APPROVAL  -                   2            0       0  "
+        f"{first.id}  WAITING_FOR_APPROVAL  driver  -                   2            0       0  "
         "$0.000000  remote_mutation send  first",
         "runs 1-2 of 2, newest first",
     ]
@@ -294,6 +294,7 @@ def test_show_puts_the_waiting_approval_first_then_the_run_and_its_steps(db_path
         f"run       {run.id}",
         "goal      send the report",
         "status    WAITING_FOR_APPROVAL",
+        "origin    driver",
         "reason    -",
         "created   2026-11-30T09:00:00.001000Z",
         "started   2026-11-30T09:00:00.001000Z",

@@ -7,6 +7,7 @@ raise and to change no row and no event.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -442,7 +443,9 @@ def test_input_is_what_the_driver_shows_its_agent_and_reads_no_clock(
     given = session.input()
     assert clock.readings == readings
     assert given.model is None and step.model is None
-    assert given.run == shown[0].run
+    # The same run but for the kind of program that began it (decision 0049).
+    assert (shown[0].run.origin, given.run.origin) == ("driver", "gate")
+    assert dataclasses.replace(given.run, origin="driver") == shown[0].run
     assert given.steps == shown[0].steps
     assert given.tools == shown[0].tools
     session.close_sync()

@@ -4,6 +4,7 @@ hashes) and clock readings."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -126,7 +127,9 @@ def test_the_driver_and_a_hand_written_gate_loop_write_identical_rows_events_and
     driver_clock, gate_clock = Recording(), Recording()
     by_driver = through_the_driver(tmp_path / "driver.db", driver_clock)
     by_gate = through_a_gate_loop(tmp_path / "gate.db", gate_clock)
-    assert by_gate[0] == by_driver[0]  # the run
+    # The run, the same but for the kind of program that began it (decision 0049).
+    assert (by_driver[0].origin, by_gate[0].origin) == ("driver", "gate")
+    assert dataclasses.replace(by_gate[0], origin="driver") == by_driver[0]
     assert by_gate[1] == by_driver[1]  # every step
     assert by_gate[2] == by_driver[2]  # every approval
     assert by_gate[3] == by_driver[3]  # every event, with its hash

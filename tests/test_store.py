@@ -1038,6 +1038,7 @@ EXPECTED_COLUMNS = {
         "lease_expires_at",
         "lease_epoch",
         "lease_holder",
+        "origin",  # migration 2 (docs/decisions/0049)
     ],
     "steps": [
         "id",
@@ -1125,7 +1126,15 @@ def test_defaults_are_explicit(store: Store) -> None:
         tx.execute("INSERT INTO runs (id) VALUES ('r1')")
         row = tx.execute("SELECT * FROM runs").fetchone()
     assert dict(row) == {
-        name: ("r1" if name == "id" else 0 if name in _INTEGER_RUN_COLUMNS else "")
+        name: (
+            "r1"
+            if name == "id"
+            else "driver"  # a row written before origins were recorded was a Driver's
+            if name == "origin"
+            else 0
+            if name in _INTEGER_RUN_COLUMNS
+            else ""
+        )
         for name in EXPECTED_COLUMNS["runs"]
     }
 

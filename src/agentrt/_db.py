@@ -89,7 +89,7 @@ def _columns(names: str, *, integers: str = "") -> tuple[tuple[str, bool], ...]:
 _COUNTERS = "model_calls input_tokens output_tokens cached_input_tokens estimated_cost_micros"
 _RUN_COLUMNS = _columns(
     "id goal status reason reason_detail limits_json step_count created_at started_at "
-    f"finished_at result_json {_COUNTERS} active_ms",
+    f"finished_at result_json {_COUNTERS} active_ms origin",
     integers=f"step_count {_COUNTERS} active_ms",
 )
 _STEP_COLUMNS = _columns(
@@ -336,6 +336,7 @@ def run_from_row(row: sqlite3.Row) -> Run:
         cached_input_tokens=f.integer("cached_input_tokens"),
         estimated_cost_micros=f.integer("estimated_cost_micros"),
         active_time=timedelta(milliseconds=f.integer("active_ms")),
+        origin=f.text("origin"),
         decode_error=f.error,
     )
 

@@ -25,9 +25,19 @@ from typing import Any, Protocol, runtime_checkable
 
 from ._clock import Clock, IdFactory
 from ._db import Store
-from ._errors import ConfigError, LeaseLostError, RunStateError
+from ._errors import ConfigError, ForeignRunError, LeaseLostError, RunStateError
 from ._events import Observer
-from ._gate import Gate, GateSession, GateStep, Verdict, VerdictOutcome, check_goal, configure
+from ._gate import (
+    DRIVER_ORIGIN,
+    RECOVERABLE_ORIGINS,
+    Gate,
+    GateSession,
+    GateStep,
+    Verdict,
+    VerdictOutcome,
+    check_goal,
+    configure,
+)
 from ._lease import WallClock
 from ._model import Model, ModelConfig
 from ._operator import Operator
@@ -95,7 +105,7 @@ class Driver:
             probe,
             probe_in_tx,
         )
-        self._gate = Gate._from_setup(setup)
+        self._gate = Gate._from_setup(setup, DRIVER_ORIGIN)
         self._config = setup.config
         self.store = store
         self.agent = agent
@@ -136,6 +146,9 @@ class Driver:
             run = await run_io(lambda: self.store.get_run(run_id))
             if run.status not in (RunStatus.WAITING_FOR_APPROVAL, RunStatus.RUNNING):
                 raise RunStateError(f"run {run_id} is {run.status}; there is nothing to resume")
+            # An unreadable origin reads as '' and is left to the decode-error path.
+            if run.origin and run.origin not in RECOVERABLE_ORIGINS:
+                raise ForeignRunError(run_id, run.origin)
             session: GateSession | None = None
             try:
                 session, _ = await self._gate.attach(run_id)

@@ -38,6 +38,18 @@ class RunLeasedError(RunStateError):
         super().__init__(f"run {run_id} is leased by {owner!r} until {when}")
 
 
+class ForeignRunError(RunStateError):
+    """The run was begun by an integration (an adapter, the MCP proxy), not a Driver or Gate."""
+
+    def __init__(self, run_id: str, origin: str) -> None:
+        self.run_id = run_id
+        self.origin = origin
+        super().__init__(
+            f"run {run_id} was begun by {origin!r}, not by a Driver or a plain Gate, so a "
+            "Driver does not resume it: the program that began it continues it"
+        )
+
+
 class LeaseLostError(AgentrtError):
     """This loop no longer holds its lease; it stopped before the next side effect."""
 

@@ -120,6 +120,25 @@ class _Setup:
     owner: str
 
 
+DRIVER_ORIGIN = "driver"
+"""The origin of runs a `Driver` begins."""
+GATE_ORIGIN = "gate"
+"""The origin of runs a plain `Gate` begins (an own loop; a Driver may recover them)."""
+RECOVERABLE_ORIGINS = frozenset({DRIVER_ORIGIN, GATE_ORIGIN})
+"""Origins whose runs `Driver.resume` and `Driver.recover` take on (docs/decisions/0049)."""
+
+_ORIGIN = re.compile(r"[a-z0-9][a-z0-9:._-]{0,63}")
+
+
+def check_origin(origin: object) -> None:
+    """Refuse an origin label that is not 1-64 lowercase ASCII letters, digits or `:._-`."""
+    if not isinstance(origin, str) or _ORIGIN.fullmatch(origin) is None:
+        raise ConfigError(
+            "origin must be a short label of lowercase ASCII letters, digits and ':._-' "
+            f"(at most 64 characters, such as 'adapter:langgraph'), got {origin!r:.80}"
+        )
+
+
 def configure(
     who: str,
     store: Store,
@@ -224,7 +243,9 @@ class Gate:
         wall: WallClock | None = None,
         probe: Probe | None = None,
         probe_in_tx: Probe | None = None,
+        origin: str = "gate",
     ) -> None:
+        check_origin(origin)
         setup = configure(
             "Gate",
             store,
@@ -241,16 +262,17 @@ class Gate:
             probe,
             probe_in_tx,
         )
-        self._init(setup)
+        self._init(setup, origin)
 
     @classmethod
-    def _from_setup(cls, setup: _Setup) -> Gate:
+    def _from_setup(cls, setup: _Setup, origin: str) -> Gate:
         gate = cls.__new__(cls)
-        gate._init(setup)
+        gate._init(setup, origin)
         return gate
 
-    def _init(self, setup: _Setup) -> None:
+    def _init(self, setup: _Setup, origin: str) -> None:
         self._setup = setup
+        self.origin = origin
         self._config = setup.config
         self.store = setup.config.store
         self.policy = setup.config.policy
@@ -330,6 +352,7 @@ class Gate:
                 holder=holder_json(),
                 specs=specs,
                 now=now,
+                origin=self.origin,
             )
 
         run = await write_through(config, tx_create)

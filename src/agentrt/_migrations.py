@@ -142,8 +142,15 @@ CREATE TABLE tool_specs (
 ) STRICT;
 """
 
+# Which kind of program began each run (docs/decisions/0049): 'driver', 'gate',
+# or an integration's label ('adapter:langgraph', 'mcp-proxy', ...). A Driver
+# recovers only runs of the first two. Rows written before it were a Driver's.
+_V2 = """\
+ALTER TABLE runs ADD COLUMN origin TEXT NOT NULL DEFAULT 'driver';
+"""
+
 # Released migrations: append only, never edit (tests/test_migrations.py pins each text).
-MIGRATIONS: tuple[Migration, ...] = (Migration(1, _V1),)
+MIGRATIONS: tuple[Migration, ...] = (Migration(1, _V1), Migration(2, _V2))
 
 SCHEMA_VERSION = MIGRATIONS[-1].version
 

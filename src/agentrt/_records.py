@@ -481,6 +481,9 @@ class Run:
     estimated_cost_micros: int = 0
     active_time: timedelta = timedelta(0)
     decode_error: str = ""
+    origin: str = "driver"
+    """Which kind of program began the run: 'driver', 'gate', or an integration's label
+    ('adapter:langgraph', 'mcp-proxy', ...); a Driver resumes only the first two."""
 
     def usage_json(self) -> dict[str, int]:
         """The run's usage totals and active milliseconds, as views and policies show them."""

@@ -16,6 +16,10 @@ from its row alone, writing nothing:
 - WAITING whose latest approval was decided, or is pending past its expiry →
   resumed (an approved call runs once; an expired approval cancels the run).
 - WAITING whose latest approval is still pending → skipped.
+- A run begun by an integration (`runs.origin` other than 'driver' or 'gate':
+  a framework adapter, the MCP proxy; docs/decisions/0049) → skipped, naming
+  the origin: the framework's own thread or the proxy continues it, and a
+  Driver with the same tool names would otherwise run its own agent in it.
 - A run started with a tool this driver does not register (by name) → skipped:
   it belongs to another program sharing the file, whose agent and tools
   resume it.
@@ -41,7 +45,8 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ._clock import parse_time
-from ._errors import ConfigError, RunLeasedError, RunStateError
+from ._errors import ConfigError, ForeignRunError, RunLeasedError, RunStateError
+from ._gate import DRIVER_ORIGIN, RECOVERABLE_ORIGINS
 from ._records import ApprovalStatus, Limits, Run, RunStatus
 from ._session import run_io
 from ._store import reads
@@ -85,6 +90,7 @@ class _Candidate:
     lease_owner: str
     lease_expires_at: str
     lease_holder: str
+    origin: str = DRIVER_ORIGIN
     unreadable: tuple[str, ...] = ()
 
 
@@ -119,7 +125,7 @@ async def recover(
     return done
 
 
-_CANDIDATE_COLUMNS = ("id", "status", "lease_owner", "lease_expires_at", "lease_holder")
+_CANDIDATE_COLUMNS = ("id", "status", "lease_owner", "lease_expires_at", "lease_holder", "origin")
 
 
 def _page(driver: Driver, after_rowid: int, size: int) -> list[_Candidate]:
@@ -139,8 +145,8 @@ def _candidate(rowid: int, values: tuple[Any, ...]) -> _Candidate:
         except UnicodeDecodeError:
             texts.append(raw.decode("utf-8", "replace"))
             unreadable.append(name)
-    run_id, status, owner, expires, holder = texts
-    return _Candidate(rowid, run_id, status, owner, expires, holder, tuple(unreadable))
+    run_id, status, owner, expires, holder, origin = texts
+    return _Candidate(rowid, run_id, status, owner, expires, holder, origin, tuple(unreadable))
 
 
 async def _recover_one(driver: Driver, candidate: _Candidate) -> Recovered:
@@ -152,6 +158,8 @@ async def _recover_one(driver: Driver, candidate: _Candidate) -> Recovered:
             f"its row holds bytes that are not UTF-8 text ({', '.join(candidate.unreadable)}); "
             "it cannot be judged and is not resumed",
         )
+    if candidate.origin not in RECOVERABLE_ORIGINS:
+        return Recovered(run_id, RecoverAction.SKIPPED, _foreign(candidate.origin))
     try:
         if candidate.status == RunStatus.RUNNING:
             why = _judge_running(driver, candidate)
@@ -177,6 +185,8 @@ async def _recover_one(driver: Driver, candidate: _Candidate) -> Recovered:
         run = await driver.resume(run_id)
     except RunLeasedError as exc:  # another process took it between the judgment and now
         return Recovered(run_id, RecoverAction.SKIPPED, _live(exc.owner, exc.expires_at))
+    except ForeignRunError as exc:  # unreachable unless the row changed since the judgment
+        return Recovered(run_id, RecoverAction.SKIPPED, _foreign(exc.origin))
     except Exception as exc:
         if isinstance(exc, RunStateError) and driver._is_executing(run_id):
             # Another call of this driver (a second recover, a resume) began it meanwhile.
@@ -191,6 +201,13 @@ async def _recover_one(driver: Driver, candidate: _Candidate) -> Recovered:
 
 
 _EXECUTING = "this driver is executing it now"
+
+
+def _foreign(origin: str) -> str:
+    return (
+        f"it was begun by {origin!r}, not by a Driver or a plain Gate; "
+        "the program that began it continues it"
+    )
 
 
 class _Skip(Exception):

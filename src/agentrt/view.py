@@ -187,6 +187,7 @@ def run_json(run: Run) -> dict[str, Any]:
         "id": text_json(run.id),
         "goal": text_json(run.goal),
         "status": text_json(run.status),
+        "origin": text_json(run.origin),
         "reason": text_json(run.reason),
         "reason_detail": text_json(run.reason_detail),
         "limits": run.limits.to_json(),

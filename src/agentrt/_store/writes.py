@@ -263,8 +263,11 @@ def create_run(
     holder: str,
     specs: Sequence[tuple[str, ToolSpec]],
     now: datetime,
+    origin: str = "gate",
 ) -> Run:
     """A new RUNNING run leased to `owner` at epoch 1, its tool specs kept by hash.
+
+    `origin` records which kind of program began it (docs/decisions/0049).
 
     Appends `run.created` and `run.started`; `RunStateError` if the id is taken.
     """
@@ -273,9 +276,9 @@ def create_run(
     at = format_time(now)
     tx.execute(
         "INSERT INTO runs (id, goal, status, limits_json, created_at, started_at, "
-        "lease_owner, lease_expires_at, lease_epoch, lease_holder) "
-        "VALUES (?, ?, 'RUNNING', ?, ?, ?, ?, ?, 1, ?)",
-        (run_id, goal, to_text(limits.to_json()), at, at, owner, lease_expires_at, holder),
+        "lease_owner, lease_expires_at, lease_epoch, lease_holder, origin) "
+        "VALUES (?, ?, 'RUNNING', ?, ?, ?, ?, ?, 1, ?, ?)",
+        (run_id, goal, to_text(limits.to_json()), at, at, owner, lease_expires_at, holder, origin),
     )
     for spec_hash, spec in specs:
         tx.execute(

@@ -167,6 +167,7 @@ def cmd_runs(args: argparse.Namespace, out: Output) -> int:
         [
             shown(s.run.id),
             shown(s.run.status),
+            shown(s.run.origin),
             shown(_reason_cell(s.run.reason)),
             number(s.run.step_count),
             number(s.run.model_calls),
@@ -178,10 +179,21 @@ def cmd_runs(args: argparse.Namespace, out: Output) -> int:
         for s in page.runs
     ]
     out.table(
-        ["RUN", "STATUS", "REASON", "STEPS", "MODEL CALLS", "TOKENS", "COST", "WAITING", "GOAL"],
+        [
+            "RUN",
+            "STATUS",
+            "ORIGIN",
+            "REASON",
+            "STEPS",
+            "MODEL CALLS",
+            "TOKENS",
+            "COST",
+            "WAITING",
+            "GOAL",
+        ],
         rows,
-        right=frozenset({3, 4, 5, 6}),
-        flex=8,
+        right=frozenset({4, 5, 6, 7}),
+        flex=9,
     )
     first, last = page.offset + 1, page.offset + len(page.runs)
     footer = f"runs {first}-{last} of {page.total}{which}, newest first"
@@ -267,6 +279,7 @@ def cmd_show(args: argparse.Namespace, out: Output) -> int:
         ("run", shown(run.id)),
         ("goal", long_text(run.goal, 1000, HEAD_TAIL)),
         ("status", shown(run.status)),
+        ("origin", shown(run.origin)),
         ("reason", shown(_reason_cell(run.reason))),
     ]
     if run.reason_detail:

@@ -674,6 +674,7 @@ async def serve(
                 now=now,
                 lease_ttl=config.lease_ttl,
                 lease_owner="agentrt-proxy",
+                origin="mcp-proxy",
             )
             proxy = Proxy(
                 config, store, gate, {t.spec.name: t.spec for t in tools}, unavailable, now

@@ -340,6 +340,7 @@ class GatedTools:
             new_id=new_id,
             lease_ttl=lease_ttl,
             lease_owner=lease_owner,
+            origin="adapter:langgraph",
         )
         self.store = store
         self.limits = limits

@@ -220,6 +220,7 @@ class GatedAgent:
             now=now,
             new_id=new_id,
             lease_ttl=lease_ttl,
+            origin="adapter:openai-agents",
         )
         self.store = store
         self.limits = limits or Limits()

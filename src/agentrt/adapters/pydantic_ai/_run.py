@@ -170,6 +170,7 @@ class FrameworkRun:
             now=s.now,
             new_id=s.new_id,
             lease_ttl=s.lease_ttl,
+            origin="adapter:pydantic-ai",
         )
         try:
             run = s.store.get_run(self.run_id)
