@@ -69,24 +69,25 @@ def make_agent(work: Path, alone: bool, script: list[Any]) -> Agent[Any]:
     return Agent(name="publisher", model=ScriptedModel(script), tools=[tool])
 
 
-def program(alone: bool, db: Path, work: Path, script: list[Any]) -> Any:
+def program(alone: bool, db: Path, work: Path, script: list[Any], fresh: bool = False) -> Any:
+    """The SDK agent alone, or gated and naming its agentrt run (new when `fresh`, else resumed)."""
     agent = make_agent(work, alone, script)
     if alone:
         return agent, None
-    gated = gate_agent(
+    gate = gate_agent(
         agent,
         store=agentrt.open_store(db),
         policy=agentrt.default_policy(),
         classifications={"push_branch": Classification("remote_mutation", timeout=30)},
-        run_id=RUN_ID,
         goal=f"publish {BRANCH}",
     )
+    gated = gate.new_run(RUN_ID) if fresh else gate.resume(RUN_ID)
     return gated.agent, gated
 
 
 async def start(alone: bool, db: Path, work: Path) -> dict[str, Any]:
     script = [[function_call("push_branch", {"branch": BRANCH}, call_id="call-push")]]
-    agent, gated = program(alone, db, work, script)
+    agent, gated = program(alone, db, work, script, fresh=True)
     result = await Runner.run(agent, f"publish {BRANCH}")
     (work / "state.json").write_text(result.to_state().to_string())
     if gated is not None:
