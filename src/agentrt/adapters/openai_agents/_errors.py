@@ -33,8 +33,8 @@ class InterruptedSideEffectError(AgentsException, RunStateError):
 
     An approval the SDK recorded (`state.approve`) before the crash cannot
     decide it: the person approved the request, not a second attempt at it.
-    Decide with `agentrt approve RUN` (or `GatedAgent.approve` after showing
-    `GatedAgent.pending()`), then resume the same state.
+    Decide with `agentrt approve RUN` (or `GatedRun.approve` after showing
+    `GatedRun.pending()`), then resume the same state.
     """
 
     def __init__(self, run_id: str, approval_id: str, tool: str) -> None:

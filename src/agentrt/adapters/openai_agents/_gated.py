@@ -1,9 +1,10 @@
 """`gate_agent`: an Agents SDK agent whose every function-tool call goes through the Gate.
 
 The consumer keeps its `Agent`, its model and its `@function_tool`s. `gate_agent`
-returns a `GatedAgent` whose `agent` is a clone with each function tool wrapped
-in a `FunctionTool` of the same name, description and schema, and whose two
-SDK extension points are the Gate's:
+returns a `GatedAgent`, built once; each framework run names its agentrt run
+through a `GatedRun` (`new_run()`, `resume(run_id)`) whose `agent` is a clone
+with each function tool wrapped in a `FunctionTool` of the same name,
+description and schema, and whose two SDK extension points are the Gate's:
 
 - `needs_approval` (a callable, evaluated by the SDK right before it would
   invoke the tool): claims a step, records the model's call verbatim (its
@@ -20,8 +21,11 @@ SDK extension points are the Gate's:
 
 Invariants:
 
-- One agentrt run per framework run: `GatedAgent.run_id`, kept by the consumer
-  beside the serialized `RunState`, names it in every process.
+- One agentrt run per framework run: `GatedRun.run_id`, kept by the consumer
+  beside the serialized `RunState`, names it in every process. A framework run
+  that names none, a resume naming a run the store never recorded, and a run
+  state holding calls the named run never recorded are refused: nothing starts
+  a new run in the place of one it cannot find.
 - The SDK's approval is by call id; agentrt's is by hash. An SDK approval
   (`state.approve`) reaches the tool only through agentrt's decision, bound to
   the hash of the request rebuilt from the arguments the SDK is about to run:
