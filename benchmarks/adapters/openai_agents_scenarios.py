@@ -32,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -240,12 +241,16 @@ def outcome_text(out: dict[str, Any]) -> str:
 
 
 def main() -> None:
-    results: dict[tuple[str, str], dict[str, Any]] = {}
-    for variant in ("alone", "gated"):
-        for name, scenario in (("remote", remote_change), ("crash", crash), ("tamper", tamper)):
-            with tempfile.TemporaryDirectory() as tmp:
-                results[(name, variant)] = scenario(variant, Path(tmp))
-    r = results
+    scenarios = {"remote": remote_change, "crash": crash, "tamper": tamper}
+
+    def measure(key: tuple[str, str]) -> dict[str, Any]:
+        with tempfile.TemporaryDirectory() as tmp:
+            return scenarios[key[0]](key[1], Path(tmp))
+
+    # Each scenario has its own directory, database and processes: two at a time.
+    keys = [(name, variant) for variant in ("alone", "gated") for name in scenarios]
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        r = dict(zip(keys, pool.map(measure, keys), strict=True))
     rows = [
         (
             "remote change needing approval",
