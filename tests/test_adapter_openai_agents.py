@@ -23,15 +23,25 @@ import pytest
 if not os.environ.get("CI"):
     pytest.importorskip("agents", reason="needs agentrt[openai-agents]")
 
-from agents import Agent, Runner, RunState, WebSearchTool, function_tool, set_tracing_disabled
+from agents import (
+    Agent,
+    MaxTurnsExceeded,
+    Runner,
+    RunState,
+    WebSearchTool,
+    function_tool,
+    set_tracing_disabled,
+)
 from agents.testing import ScriptedModel, assistant_message, function_call
 
 import agentrt
 from agentrt.adapters.openai_agents import (
     Classification,
-    GatedAgent,
+    GatedRun,
     RequestChangedError,
     RunEndedError,
+    RunMismatchError,
+    RunNotNamedError,
     UnclassifiedToolError,
     gate_agent,
 )
@@ -83,7 +93,8 @@ def gated_agent(
     clock: FakeClock,
     ids: Ids,
     **kwargs: Any,
-) -> tuple[GatedAgent, ScriptedModel]:
+) -> tuple[GatedRun, ScriptedModel]:
+    """A framework run (a new agentrt run) of the publisher agent behind the Gate."""
     model = ScriptedModel(script)
     agent = Agent(name="publisher", model=model, tools=remote.tools)
     gated = gate_agent(
@@ -95,7 +106,7 @@ def gated_agent(
         new_id=ids,
         **kwargs,
     )
-    return gated, model
+    return gated.new_run(), model
 
 
 def sync(test: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., None]:
@@ -475,6 +486,181 @@ def test_a_tool_input_guardrail_is_refused_at_start_up(store: agentrt.Store) -> 
         )
 
 
+# -- which agentrt run a framework run names ------------------------------------
+
+
+def publisher(
+    store: agentrt.Store, remote: Remote, script: list[Any], clock: FakeClock, ids: Ids
+) -> Any:
+    agent = Agent(name="publisher", model=ScriptedModel(script), tools=remote.tools)
+    return gate_agent(
+        agent,
+        store=store,
+        policy=agentrt.default_policy(),
+        classifications=CLASSES,
+        now=clock,
+        new_id=ids,
+    )
+
+
+@sync
+async def test_one_gated_agent_built_once_serves_two_framework_runs_each_its_own_agentrt_run(
+    store: agentrt.Store, clock: FakeClock, ids: Ids
+) -> None:
+    remote = Remote()
+    script = [
+        [function_call("list_branches", {}, call_id="call-1")],
+        [assistant_message("first")],
+        [function_call("list_branches", {}, call_id="call-2")],
+        [assistant_message("second")],
+    ]
+    gated = publisher(store, remote, script, clock, ids)
+
+    first, second = gated.new_run(), gated.new_run()
+    one = await first.run_agent("look")
+    two = await second.run_agent("look again")
+
+    assert (one.final_output, two.final_output) == ("first", "second")
+    assert first.run_id != second.run_id
+    assert remote.done == [("list_branches", ""), ("list_branches", "")]
+    for run in (first, second):
+        assert (run.run.status, run.run.reason) == ("COMPLETED", "goal_completed")
+        assert len(store.list_steps(run.run_id, cap=None)) == 2
+        assert store.lease(run.run_id).owner == ""
+
+
+@sync
+async def test_a_framework_run_of_the_agent_that_names_no_run_is_refused_before_the_model_is_asked(
+    store: agentrt.Store, clock: FakeClock, ids: Ids
+) -> None:
+    remote = Remote()
+    model = ScriptedModel([[function_call("list_branches", {}, call_id="call-1")]])
+    agent = Agent(name="publisher", model=model, tools=remote.tools)
+    gated = gate_agent(agent, store=store, policy=agentrt.default_policy(), classifications=CLASSES)
+
+    with pytest.raises(RunNotNamedError, match=r"gated.new_run\(\).agent"):
+        await Runner.run(gated.agent, "look")
+
+    assert remote.done == []
+    assert model.remaining_steps == 1
+    assert store.list_runs(cap=None) == []
+
+
+def test_a_resume_naming_a_run_the_store_never_recorded_is_refused_and_starts_nothing(
+    store: agentrt.Store, clock: FakeClock, ids: Ids
+) -> None:
+    gated = publisher(store, Remote(), [], clock, ids)
+
+    with pytest.raises(RunMismatchError, match="never recorded in this store"):
+        gated.resume("cd" * 16)
+    with pytest.raises(RunNotNamedError):
+        gated.resume("")
+
+    assert store.list_runs(cap=None) == []
+
+
+@sync
+async def test_a_new_run_naming_a_run_that_exists_is_refused(
+    store: agentrt.Store, clock: FakeClock, ids: Ids
+) -> None:
+    script = [[function_call("list_branches", {}, call_id="call-1")], [assistant_message("ok")]]
+    gated = publisher(store, Remote(), script, clock, ids)
+    run = gated.new_run("ab" * 16)
+    await run.run_agent("look")
+
+    with pytest.raises(RunMismatchError, match=r"resume\('abab"):
+        gated.new_run("ab" * 16)
+
+
+@sync
+async def test_load_state_refuses_a_state_whose_calls_the_named_run_never_recorded(
+    store: agentrt.Store, clock: FakeClock, ids: Ids
+) -> None:
+    remote = Remote()
+    script = [
+        [function_call("push_branch", {"branch": "feature/login"}, call_id="call-push")],
+        [function_call("list_branches", {}, call_id="call-look")],
+        [assistant_message("looked")],
+    ]
+    gated = publisher(store, remote, script, clock, ids)
+    pushing = gated.new_run()
+    first = await pushing.run_agent("publish")
+    saved = first.to_state().to_string()
+    other = gated.new_run()
+    await other.run_agent("look")
+
+    with pytest.raises(RunMismatchError, match="'call-push'"):
+        await other.load_state(saved)
+
+    assert store.list_approvals(other.run_id, cap=None) == []
+    assert (other.run.status, other.run.reason) == ("COMPLETED", "goal_completed")
+    assert remote.done == [("list_branches", "")]
+
+
+@sync
+async def test_a_call_approved_in_a_state_the_named_run_never_recorded_is_refused_and_never_runs(
+    store: agentrt.Store, clock: FakeClock, ids: Ids
+) -> None:
+    remote = Remote()
+    script = [
+        [function_call("push_branch", {"branch": "feature/login"}, call_id="call-push")],
+        [function_call("list_branches", {}, call_id="call-look")],
+        [assistant_message("looked")],
+    ]
+    gated = publisher(store, remote, script, clock, ids)
+    first = await gated.new_run().run_agent("publish")
+    other = gated.new_run()
+    await other.run_agent("look")
+    state = await RunState.from_string(other.agent, first.to_state().to_string())
+    state.approve(state.get_interruptions()[0])
+
+    with pytest.raises(RunMismatchError, match="never recorded it; nothing ran"):
+        await other.run_agent(state)
+
+    assert remote.done == [("list_branches", "")]
+    assert store.list_approvals(other.run_id, cap=None) == []
+    assert [s.decision.reason for s in store.list_steps(other.run_id, cap=None) if s.decision] == [
+        "openai-agents call_id call-look",
+        "",
+    ]
+
+
+@sync
+async def test_a_framework_run_stopped_by_max_turns_fails_the_agentrt_run_and_lets_go_of_it(
+    store: agentrt.Store, clock: FakeClock, ids: Ids
+) -> None:
+    remote = Remote()
+    script = [
+        [function_call("list_branches", {}, call_id="call-1")],
+        [function_call("list_branches", {}, call_id="call-2")],
+        [assistant_message("never")],
+    ]
+    run = publisher(store, remote, script, clock, ids).new_run()
+
+    with pytest.raises(MaxTurnsExceeded):
+        await run.run_agent("look", max_turns=1)
+
+    assert remote.done == [("list_branches", "")]
+    assert (run.run.status, run.run.reason) == ("FAILED", "agent_error")
+    assert store.lease(run.run_id).owner == ""
+    steps = store.list_steps(run.run_id, cap=None)
+    assert [s.status for s in steps] == ["done", "failed"]
+
+
+def test_importing_the_adapter_without_the_sdk_names_the_extra_to_install() -> None:
+    code = (
+        "import sys\n"
+        "sys.modules['agents'] = None  # the SDK is not installed\n"
+        "import agentrt.adapters.openai_agents\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    assert done.stderr.splitlines()[-1] == (
+        "ImportError: agentrt.adapters.openai_agents needs the OpenAI Agents SDK: "
+        "pip install 'agentrt[openai-agents]'"
+    )
+
+
 # -- across processes ------------------------------------------------------------
 
 
@@ -598,9 +784,41 @@ def test_a_call_sigkilled_mid_execution_is_not_run_again_by_the_sdks_resume_unti
     assert store.verify_events().intact
 
 
+def test_a_resume_after_a_crash_naming_another_run_is_refused_and_starts_no_run(
+    tmp_path: Path,
+) -> None:
+    db, work = start_in_a_child(tmp_path)
+    (tmp_path / "hang").write_text("")
+    proc = subprocess.Popen(
+        [sys.executable, str(CHILD), "resume", db, work, RUN_ID, "from_json", "--approve"],
+        cwd=ROOT / "tests",
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "started").exists():
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    assert proc.wait(timeout=30) == -signal.SIGKILL
+    (tmp_path / "hang").unlink()
+
+    other = "cd" * 16
+    for how in ("from_json", "load_state"):
+        out = child("resume", db, work, other, how, "--approve")
+        assert out["error"] == "RunMismatchError"
+        assert out["message"].startswith(f"agentrt run {other} was never recorded in this store")
+
+    assert pushes(tmp_path) == ["feature/login"]
+    store = agentrt.open_existing(tmp_path / "runs.db", read_only=True)
+    assert [r.id for r in store.list_runs(cap=None)] == [RUN_ID]
+    assert store.get_run(RUN_ID).status == "RUNNING"  # still the crashed run, for its owner
+
+
 # -- the example and the scenario table -------------------------------------------
 
 
+@pytest.mark.timeout(300)
 def test_the_example_denies_the_delete_and_pushes_once_after_a_second_process_approves(
     tmp_path: Path,
 ) -> None:
@@ -628,6 +846,7 @@ def test_the_example_denies_the_delete_and_pushes_once_after_a_second_process_ap
     assert lines[-1].endswith("events, intact")
 
 
+@pytest.mark.timeout(600)
 def test_the_scenario_script_shows_no_unapproved_re_execution_and_the_tamper_refused() -> None:
     done = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "adapters" / "openai_agents_scenarios.py")],

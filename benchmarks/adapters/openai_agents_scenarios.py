@@ -32,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -69,24 +70,25 @@ def make_agent(work: Path, alone: bool, script: list[Any]) -> Agent[Any]:
     return Agent(name="publisher", model=ScriptedModel(script), tools=[tool])
 
 
-def program(alone: bool, db: Path, work: Path, script: list[Any]) -> Any:
+def program(alone: bool, db: Path, work: Path, script: list[Any], fresh: bool = False) -> Any:
+    """The SDK agent alone, or gated and naming its agentrt run (new when `fresh`, else resumed)."""
     agent = make_agent(work, alone, script)
     if alone:
         return agent, None
-    gated = gate_agent(
+    gate = gate_agent(
         agent,
         store=agentrt.open_store(db),
         policy=agentrt.default_policy(),
         classifications={"push_branch": Classification("remote_mutation", timeout=30)},
-        run_id=RUN_ID,
         goal=f"publish {BRANCH}",
     )
+    gated = gate.new_run(RUN_ID) if fresh else gate.resume(RUN_ID)
     return gated.agent, gated
 
 
 async def start(alone: bool, db: Path, work: Path) -> dict[str, Any]:
     script = [[function_call("push_branch", {"branch": BRANCH}, call_id="call-push")]]
-    agent, gated = program(alone, db, work, script)
+    agent, gated = program(alone, db, work, script, fresh=True)
     result = await Runner.run(agent, f"publish {BRANCH}")
     (work / "state.json").write_text(result.to_state().to_string())
     if gated is not None:
@@ -239,12 +241,16 @@ def outcome_text(out: dict[str, Any]) -> str:
 
 
 def main() -> None:
-    results: dict[tuple[str, str], dict[str, Any]] = {}
-    for variant in ("alone", "gated"):
-        for name, scenario in (("remote", remote_change), ("crash", crash), ("tamper", tamper)):
-            with tempfile.TemporaryDirectory() as tmp:
-                results[(name, variant)] = scenario(variant, Path(tmp))
-    r = results
+    scenarios = {"remote": remote_change, "crash": crash, "tamper": tamper}
+
+    def measure(key: tuple[str, str]) -> dict[str, Any]:
+        with tempfile.TemporaryDirectory() as tmp:
+            return scenarios[key[0]](key[1], Path(tmp))
+
+    # Each scenario has its own directory, database and processes: two at a time.
+    keys = [(name, variant) for variant in ("alone", "gated") for name in scenarios]
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        r = dict(zip(keys, pool.map(measure, keys), strict=True))
     rows = [
         (
             "remote change needing approval",

@@ -2,7 +2,8 @@
 
 The agent, its `@function_tool`s and its model stay the SDK's (the model here is
 the SDK's own `agents.testing.ScriptedModel`, so this runs offline). One call,
-`gate_agent(...)`, puts every tool call through agentrt:
+`gate_agent(...)`, puts every tool call through agentrt; each framework run
+names its agentrt run (`gated.new_run()`, later `gated.resume(run_id)`):
 
 1. `list_branches` (read only): allowed, run once.
 2. `delete_branch("main")` (destructive): denied by the policy; the model gets
@@ -14,8 +15,9 @@ the SDK's own `agents.testing.ScriptedModel`, so this runs offline). One call,
 4. A person approves the exact request in a *second process*
    (`agentrt approve RUN --db DB --yes`).
 5. The program resumes through the SDK's own path (`RunState` from the saved
-   JSON, via `gated.load_state`, which carries the approval into it) and
-   `Runner.run(agent, state)`: the push runs once, the run completes.
+   JSON, via `run.load_state` on `gated.resume(saved_run_id)`, which carries
+   the approval into it) and `Runner.run(run.agent, state)`: the push runs
+   once, the run completes.
 
     python examples/adapters/openai_agents_example.py [--db PATH]
 """
@@ -113,7 +115,7 @@ async def main(db: Path) -> None:
         policy=agentrt.default_policy(),
         classifications=CLASSIFY,
         goal="publish feature/login",
-    )
+    ).new_run()
     result = await Runner.run(gated.agent, "Publish feature/login.")
     for item in result.new_items:
         if type(item).__name__ == "ToolCallOutputItem":
@@ -136,8 +138,7 @@ async def main(db: Path) -> None:
         store=store,
         policy=agentrt.default_policy(),
         classifications=CLASSIFY,
-        run_id=saved["agentrt_run_id"],
-    )
+    ).resume(saved["agentrt_run_id"])
     state = await gated.load_state(saved["state"])
     result = await Runner.run(gated.agent, state)
     print(f"final output: {result.final_output}")

@@ -17,11 +17,13 @@ What it holds:
 - **Running coroutines.** `run_sync` runs one to completion on an event loop of
   its own, as the `_sync` twins do; refused inside a running loop.
 - **Policies.** `evaluate` asks a policy about a request (awaiting a coroutine
-  policy); `validate_policy_decision` names what is wrong with a result (None
+  policy); `INTERRUPTED_SIDE_EFFECT` is the kind of approval a call cut off by
+  a crash waits on; `validate_policy_decision` names what is wrong with a result (None
   when it is a usable `PolicyDecision`); `policy_id_of` is the identity recorded
   with each evaluation.
 - **Values.** `JSON` (a plain JSON value's type), `copy_json` (a deep copy that
-  keeps number literals exactly), `Clock` and `IdFactory` (the injectable clock
+  keeps number literals exactly), `parse_json` (one JSON value parsed, its
+  number literals kept), `Clock` and `IdFactory` (the injectable clock
   and id source's types), `wall_clock`, and `parse_time` (a stored time read
   back, None when it does not parse).
 - **Events.** The names of the audit events the test kit's invariants read
@@ -34,10 +36,10 @@ What it holds:
 
 from __future__ import annotations
 
-from ._canonical import copy_json
+from ._canonical import copy_json, parse_json
 from ._clock import Clock, IdFactory, parse_time, wall_clock
 from ._events import STEP_INTERRUPTED, STEP_TOOL_FINISHED, STEP_TOOL_STARTED
-from ._policy import evaluate, policy_id_of
+from ._policy import INTERRUPTED_SIDE_EFFECT, evaluate, policy_id_of
 from ._records import JSON
 from ._session import (
     POINT_ALLOWED,
@@ -59,6 +61,7 @@ from ._session import (
 from ._store.reads import event_hash_exists, every_record_id, newest_event, plain_reader
 
 __all__ = [
+    "INTERRUPTED_SIDE_EFFECT",
     "JSON",
     "POINT_ALLOWED",
     "POINT_ATTACH_ALLOWED",
@@ -83,6 +86,7 @@ __all__ = [
     "event_hash_exists",
     "every_record_id",
     "newest_event",
+    "parse_json",
     "parse_time",
     "plain_reader",
     "policy_id_of",

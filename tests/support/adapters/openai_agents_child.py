@@ -7,7 +7,8 @@
 `feature/login`, a remote mutation the default policy holds for a person) and
 saves `result.to_state().to_json()` to WORK/state.json: the SDK's persistence.
 `resume` loads that file through the SDK's resume path (`RunState.from_json`,
-directly or through `GatedAgent.load_state`), optionally approves every
+directly or through `GatedRun.load_state`) with `gate_agent(...).resume(RUN_ID)`
+(a refusal of the run named is printed like any error), optionally approves every
 interruption with `state.approve`, and runs it with `Runner.run(agent, state)`.
 The push appends one line to WORK/remote.log per real execution; when WORK/hang
 exists it then writes WORK/started and sleeps, for the parent to SIGKILL;
@@ -66,13 +67,12 @@ def make_agent(work: Path, script: list[Any]) -> Agent[Any]:
     )
 
 
-def gated(db: Path, work: Path, run_id: str, script: list[Any]) -> GatedAgent:
+def gated(db: Path, work: Path, script: list[Any]) -> GatedAgent:
     return gate_agent(
         make_agent(work, script),
         store=agentrt.open_store(db),
         policy=agentrt.default_policy(),
         classifications=CLASSES,
-        run_id=run_id,
         goal="publish feature/login",
     )
 
@@ -89,7 +89,7 @@ def summary(result: Any) -> dict[str, Any]:
 
 async def start(db: Path, work: Path, run_id: str) -> dict[str, Any]:
     script = [[function_call("push_branch", {"branch": "feature/login"}, call_id="call-push")]]
-    g = gated(db, work, run_id, script)
+    g = gated(db, work, script).new_run(run_id)
     result = await Runner.run(g.agent, "publish feature/login")
     (work / "state.json").write_text(result.to_state().to_string())
     await g.close()
@@ -107,12 +107,15 @@ async def resume(
     reply = (
         ModelStep.respond(hang) if hang_model else [assistant_message("feature/login is published")]
     )
-    g = gated(db, work, run_id, [reply])
     text = (work / "state.json").read_text()
-    if how == "load_state":
-        state = await g.load_state(text)
-    else:
-        state = await RunState.from_string(g.agent, text)
+    try:
+        g = gated(db, work, [reply]).resume(run_id)
+        if how == "load_state":
+            state = await g.load_state(text)
+        else:
+            state = await RunState.from_string(g.agent, text)
+    except Exception as exc:
+        return {"error": type(exc).__name__, "message": str(exc)}
     if approve:
         for item in state.get_interruptions():
             state.approve(item)

@@ -1,7 +1,11 @@
 """The OpenAI Agents SDK behind the Gate: `agentrt.adapters.openai_agents`.
 
     gated = gate_agent(agent, store=store, policy=policy, classifications={...})
-    result = await Runner.run(gated.agent, "publish the login branch")
+    run = gated.new_run()                      # keep run.run_id beside the RunState
+    result = await run.run_agent("publish the login branch")   # Runner.run(run.agent, ...)
+    ...
+    run = gated.resume(saved_run_id)           # in any process: the same agentrt run
+    result = await run.run_agent(await run.load_state(saved_state))
 
 Every function-tool call of the agent is recorded verbatim, checked against
 its schema and put to the policy; `require_approval` surfaces as the SDK's own
@@ -12,22 +16,36 @@ request; a call cut off by a crash waits for a person. Installed by
 
 from __future__ import annotations
 
-from .._classify import Classification, UnclassifiedToolError
+try:
+    import agents  # noqa: F401
+except ImportError as exc:
+    raise ImportError(
+        "agentrt.adapters.openai_agents needs the OpenAI Agents SDK: "
+        "pip install 'agentrt[openai-agents]'"
+    ) from exc
+
+from agentrt.adapters import Classification, UnclassifiedToolError
+
 from ._errors import (
     ApprovalPendingError,
     InterruptedSideEffectError,
     RequestChangedError,
     RunEndedError,
+    RunMismatchError,
+    RunNotNamedError,
 )
-from ._gated import GatedAgent, gate_agent
+from ._gated import GatedAgent, GatedRun, gate_agent
 
 __all__ = [
     "ApprovalPendingError",
     "Classification",
     "GatedAgent",
+    "GatedRun",
     "InterruptedSideEffectError",
     "RequestChangedError",
     "RunEndedError",
+    "RunMismatchError",
+    "RunNotNamedError",
     "UnclassifiedToolError",
     "gate_agent",
 ]
@@ -36,8 +54,11 @@ for _name in (
     "ApprovalPendingError",
     "RunEndedError",
     "GatedAgent",
+    "GatedRun",
     "InterruptedSideEffectError",
     "RequestChangedError",
+    "RunMismatchError",
+    "RunNotNamedError",
     "gate_agent",
 ):
     globals()[_name].__module__ = __name__

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 from agents.exceptions import AgentsException
 
-from ..._errors import ApprovalChangedError, RunStateError
-from ..._records import Run
-from .._classify import RunEndedError as _RunEnded
-from .._classify import ended_message
+from agentrt import ApprovalChangedError, ConfigError, Run, RunStateError
+from agentrt.adapters import RunEndedError as _RunEnded
+from agentrt.adapters import ended_message
 
 
 class RunEndedError(AgentsException, _RunEnded):
@@ -34,8 +33,8 @@ class InterruptedSideEffectError(AgentsException, RunStateError):
 
     An approval the SDK recorded (`state.approve`) before the crash cannot
     decide it: the person approved the request, not a second attempt at it.
-    Decide with `agentrt approve RUN` (or `GatedAgent.approve` after showing
-    `GatedAgent.pending()`), then resume the same state.
+    Decide with `agentrt approve RUN` (or `GatedRun.approve` after showing
+    `GatedRun.pending()`), then resume the same state.
     """
 
     def __init__(self, run_id: str, approval_id: str, tool: str) -> None:
@@ -59,3 +58,19 @@ class RequestChangedError(AgentsException, ApprovalChangedError):
 
 class ApprovalPendingError(AgentsException, RunStateError):
     """The SDK asked to run a call that agentrt still holds for a person's decision."""
+
+
+class RunNotNamedError(AgentsException, ConfigError):
+    """A framework run of the agent names no agentrt run (`gated.agent` given to `Runner.run`).
+
+    Give `Runner.run` the agent of `gated.new_run()` or `gated.resume(run_id)`;
+    nothing was asked of the model and nothing ran.
+    """
+
+
+class RunMismatchError(AgentsException, RunStateError):
+    """The agentrt run named does not fit the framework run: nothing was started in its place.
+
+    A resume naming a run this store never recorded, a new run naming one that
+    exists, or a run state holding tool calls the named run never recorded.
+    """

@@ -1,9 +1,10 @@
 """`gate_agent`: an Agents SDK agent whose every function-tool call goes through the Gate.
 
 The consumer keeps its `Agent`, its model and its `@function_tool`s. `gate_agent`
-returns a `GatedAgent` whose `agent` is a clone with each function tool wrapped
-in a `FunctionTool` of the same name, description and schema, and whose two
-SDK extension points are the Gate's:
+returns a `GatedAgent`, built once; each framework run names its agentrt run
+through a `GatedRun` (`new_run()`, `resume(run_id)`) whose `agent` is a clone
+with each function tool wrapped in a `FunctionTool` of the same name,
+description and schema, and whose two SDK extension points are the Gate's:
 
 - `needs_approval` (a callable, evaluated by the SDK right before it would
   invoke the tool): claims a step, records the model's call verbatim (its
@@ -20,8 +21,11 @@ SDK extension points are the Gate's:
 
 Invariants:
 
-- One agentrt run per framework run: `GatedAgent.run_id`, kept by the consumer
-  beside the serialized `RunState`, names it in every process.
+- One agentrt run per framework run: `GatedRun.run_id`, kept by the consumer
+  beside the serialized `RunState`, names it in every process. A framework run
+  that names none, a resume naming a run the store never recorded, and a run
+  state holding calls the named run never recorded are refused: nothing starts
+  a new run in the place of one it cannot find.
 - The SDK's approval is by call id; agentrt's is by hash. An SDK approval
   (`state.approve`) reaches the tool only through agentrt's decision, bound to
   the hash of the request rebuilt from the arguments the SDK is about to run:
@@ -39,12 +43,13 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import json
+import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from agents import Agent, FunctionTool, RunState
+from agents import Agent, FunctionTool, Runner, RunResult, RunState
 from agents.items import ModelResponse, ToolApprovalItem
 from agents.lifecycle import AgentHooks
 from agents.run_context import RunContextWrapper
@@ -52,40 +57,60 @@ from agents.tool_context import ToolContext
 from openai.types.responses import ResponseFunctionToolCall
 from pydantic import BaseModel
 
-from ..._approval import approval_hash
-from ..._canonical import canonical_json, check_json, parse_json
-from ..._clock import Clock, IdFactory, new_id
-from ..._db import Store
-from ..._errors import ApprovalChangedError, ConfigError, JSONValueError, NotFoundError
-from ..._gate import Gate, GateSession, GateStep, Verdict
-from ..._operator import Operator
-from ..._policy import INTERRUPTED_SIDE_EFFECT, Policy
-from ..._records import (
+from agentrt import (
     Approval,
+    ApprovalChangedError,
     ApprovalStatus,
+    ConfigError,
     Decision,
+    Gate,
+    GateSession,
+    GateStep,
+    JSONValueError,
     Limits,
+    NotFoundError,
     Observation,
     ObservationKind,
+    Operator,
+    Policy,
     Run,
     RunStatus,
     StepStatus,
+    Store,
     ToolCall,
     ToolResult,
     ToolSpec,
+    Verdict,
+    approval_hash,
+    canonical_json,
+    check_json,
 )
-from .._classify import Classification, classify, tool_spec
+from agentrt.adapters import Classification, classify, tool_spec
+from agentrt.lowlevel import INTERRUPTED_SIDE_EFFECT, Clock, IdFactory, parse_json
+
 from ._errors import (
     ApprovalPendingError,
     InterruptedSideEffectError,
     RequestChangedError,
     RunEndedError,
+    RunMismatchError,
+    RunNotNamedError,
 )
 
-__all__ = ["GatedAgent", "gate_agent"]
+__all__ = ["GatedAgent", "GatedRun", "gate_agent"]
 
 CALL_REASON_PREFIX = "openai-agents call_id "
 """A recorded decision's `reason` names the SDK call id it came from (how a resume finds it)."""
+
+_REFUSALS = (
+    ApprovalPendingError,
+    InterruptedSideEffectError,
+    RequestChangedError,
+    RunEndedError,
+    RunMismatchError,
+    RunNotNamedError,
+)
+"""The adapter's own refusals: the run is left as the refusal says, never failed for them."""
 
 _TOOL_CONTEXT: contextvars.ContextVar[ToolContext[Any] | None] = contextvars.ContextVar(
     "agentrt_openai_agents_tool_context", default=None
@@ -143,18 +168,24 @@ def _as_json(value: Any) -> Any:
 class _Hooks(AgentHooks[Any]):
     """The agent's hooks, and the adapter's: the model's argument text, and the run's end."""
 
-    def __init__(self, owner: GatedAgent, inner: Any) -> None:
-        self._owner = owner
+    def __init__(self, owner: GatedRun | None, inner: Any) -> None:
+        self._owner = owner  # None: the agent of `GatedAgent.agent`, which names no run
         self._inner = inner
 
+    def _run(self) -> GatedRun:
+        if self._owner is None:
+            raise RunNotNamedError(NOT_NAMED)
+        return self._owner
+
     async def on_start(self, context: Any, agent: Any) -> None:
+        self._run()
         if self._inner is not None:
             await self._inner.on_start(context, agent)
 
     async def on_end(self, context: Any, agent: Any, output: Any) -> None:
         if self._inner is not None:
             await self._inner.on_end(context, agent, output)
-        await self._owner._complete(context, output)
+        await self._run()._complete(context, output)
 
     async def on_handoff(self, context: Any, agent: Any, source: Any) -> None:
         if self._inner is not None:
@@ -175,16 +206,25 @@ class _Hooks(AgentHooks[Any]):
     async def on_llm_end(self, context: Any, agent: Any, response: ModelResponse) -> None:
         for item in response.output:
             if isinstance(item, ResponseFunctionToolCall):
-                self._owner._arguments[item.call_id] = item.arguments
+                self._run()._arguments[item.call_id] = item.arguments
         if self._inner is not None:
             await self._inner.on_llm_end(context, agent, response)
 
 
-class GatedAgent:
-    """An Agents SDK agent whose function-tool calls go through the Gate, and its agentrt run.
+NOT_NAMED = (
+    "this framework run names no agentrt run: run `gated.new_run().agent` for a new one, "
+    "or `gated.resume(run_id).agent` with the run id saved beside the run state"
+)
 
-    `agent` is what you give `Runner.run`; `run_id` names the agentrt run of
-    this framework run: keep it beside the serialized `RunState`.
+
+class GatedAgent:
+    """An Agents SDK agent whose function-tool calls go through the Gate; built once, run often.
+
+    Each framework run names its agentrt run: `new_run()` for a new one,
+    `resume(run_id)` (the id saved beside the serialized `RunState`) to go on
+    with one. Give `Runner.run` that `GatedRun`'s `agent` (or call its `run`).
+    `agent` here names no run: a framework run of it is refused
+    (`RunNotNamedError`) before the model is asked.
     """
 
     def __init__(
@@ -196,7 +236,6 @@ class GatedAgent:
         classifications: Mapping[str, Classification],
         limits: Limits | None = None,
         goal: str | None = None,
-        run_id: str | None = None,
         approved_by: str = "openai-agents state.approve",
         now: Clock | None = None,
         new_id: IdFactory | None = None,
@@ -206,7 +245,6 @@ class GatedAgent:
             raise ConfigError(f"gate_agent needs an agents.Agent, got {type(agent).__name__}")
         tools = _function_tools(agent)
         classes = _classify_tools(tools, classifications)
-        self._originals = {tool.name: tool for tool in tools}
         gated = [
             _GatedTool(
                 tool_spec(t.name, t.description, t.params_json_schema, classes[t.name]), t, self
@@ -225,21 +263,81 @@ class GatedAgent:
         self.store = store
         self.limits = limits or Limits()
         self.goal = goal if goal is not None else f"OpenAI Agents SDK run of agent {agent.name!r}"
-        self.run_id = run_id if run_id is not None else (new_id or _new_run_id)()
         self.approved_by = approved_by
         self._operator = Operator(store, now=now)
+        self._new_id: IdFactory = new_id or _new_run_id
+        self._source = agent
+        # Keyed by agentrt step id (unique across runs): what the original tool gave.
+        self._outputs: dict[str, Any] = {}
+        self._raised: dict[str, BaseException] = {}
+        self.agent: Agent[Any] = self._bound(None)
+
+    def new_run(self, run_id: str | None = None) -> GatedRun:
+        """A new agentrt run for a new framework run (`run_id` made when not given; keep it)."""
+        run_id = run_id if run_id is not None else self._new_id()
+        try:
+            self.store.get_run(run_id)
+        except NotFoundError:
+            return GatedRun(self, run_id)
+        raise RunMismatchError(
+            f"agentrt run {run_id} exists already; go on with it through resume({run_id!r})"
+        )
+
+    def resume(self, run_id: str) -> GatedRun:
+        """The agentrt run `run_id` (saved beside the run state), for a resumed framework run.
+
+        Refused (`RunMismatchError`) when this store never recorded that run:
+        a resume never starts a new run in its place.
+        """
+        if not isinstance(run_id, str) or not run_id:
+            raise RunNotNamedError(NOT_NAMED)
+        try:
+            self.store.get_run(run_id)
+        except NotFoundError:
+            raise RunMismatchError(
+                f"agentrt run {run_id} was never recorded in this store; a resume names the "
+                "run its state was saved with (nothing was started in its place)"
+            ) from None
+        return GatedRun(self, run_id)
+
+    def _bound(self, run: GatedRun | None) -> Agent[Any]:
+        """A clone of the agent whose wrapped tools and hooks belong to `run`."""
+        return self._source.clone(
+            tools=[_wrap(t, run) for t in self._source.tools],
+            hooks=_Hooks(run, self._source.hooks),
+        )
+
+
+class GatedRun:
+    """One framework run of a `GatedAgent` and the agentrt run it names (`run_id`).
+
+    `agent` is what you give `Runner.run`; `run_agent(...)` calls it for you and,
+    like `async with`, ends the agentrt run with `agent_error` when the
+    framework run raises (a model error, `MaxTurnsExceeded`) and lets go of
+    the run's lease at the end.
+    """
+
+    def __init__(self, owner: GatedAgent, run_id: str) -> None:
+        self._owner = owner
+        self.run_id = run_id
+        self.gate = owner.gate
+        self.store = owner.store
+        self.limits = owner.limits
+        self.goal = owner.goal
+        self.approved_by = owner.approved_by
+        self._operator = owner._operator
         self._session: GateSession | None = None
         self._judged: dict[str, _Judged] = {}
         self._arguments: dict[str, str] = {}
-        self._outputs: dict[str, Any] = {}
-        self._raised: dict[str, BaseException] = {}
         self._locks: dict[int, asyncio.Lock] = {}  # per event loop: one call judged at a time
-        self.agent: Agent[Any] = agent.clone(
-            tools=[self._wrap(t) for t in agent.tools],
-            hooks=_Hooks(self, agent.hooks),
-        )
+        self.agent: Agent[Any] = owner._bound(self)
 
     # -- what the consumer calls ---------------------------------------------
+
+    async def run_agent(self, input: Any, **runner_kwargs: Any) -> RunResult:
+        """`Runner.run(self.agent, input, ...)`; an exception out of it ends the agentrt run."""
+        async with self:
+            return await Runner.run(self.agent, input, **runner_kwargs)
 
     @property
     def run(self) -> Run:
@@ -259,6 +357,17 @@ class GatedAgent:
             state = await RunState.from_string(self.agent, state_json)
         else:
             state = await RunState.from_json(self.agent, dict(state_json))
+        unknown = [
+            item.call_id
+            for item in state.get_interruptions()
+            if item.call_id is None or not self._knows(item.call_id, item.arguments)
+        ]
+        if unknown:
+            raise RunMismatchError(
+                f"the run state holds tool calls agentrt run {self.run_id} never recorded "
+                f"({', '.join(repr(c) for c in unknown)}): it was saved with another run; "
+                "resume the run it names"
+            )
         await self.apply_decisions(state)
         return state
 
@@ -312,37 +421,37 @@ class GatedAgent:
         if session is not None:
             await session.close()
 
-    async def __aenter__(self) -> GatedAgent:
+    async def __aenter__(self) -> GatedRun:
         return self
 
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
+    async def __aexit__(self, kind: object, error: BaseException | None, tb: object) -> None:
+        try:
+            if isinstance(error, Exception) and not isinstance(error, _REFUSALS):
+                await self._failed(error)
+        finally:
+            await self.close()
+
+    async def _failed(self, error: BaseException) -> None:
+        """The framework run raised: the agentrt run ends as the Driver ends it on an error.
+
+        A call cut off mid-way is left as a crash would leave it; a run that
+        waits on a person, or has ended, is left as it is.
+        """
+        if self._session is None:
+            run = self._run_or_none()
+            if run is None or run.status != RunStatus.RUNNING:
+                return
+            _, verdict = await self._open()
+            if verdict is not None:
+                return
+        session = self._session
+        if session is None or session.done or session.current() is not None:
+            return
+        step = await session.step()
+        if step is not None:
+            await step.fail(error)
 
     # -- the wrapped tools ---------------------------------------------------
-
-    def _wrap(self, tool: Any) -> Any:
-        if not isinstance(tool, FunctionTool):
-            return tool  # refused before: only function tools reach here
-        name = tool.name
-
-        async def needs_approval(
-            context: RunContextWrapper[Any], params: dict[str, Any], call_id: str
-        ) -> bool:
-            return await self._needs_approval(name, context, params, call_id)
-
-        async def on_invoke_tool(context: ToolContext[Any], arguments: str) -> Any:
-            return await self._invoke(name, context, arguments)
-
-        return FunctionTool(
-            name=tool.name,
-            description=tool.description,
-            params_json_schema=tool.params_json_schema,
-            on_invoke_tool=on_invoke_tool,
-            strict_json_schema=tool.strict_json_schema,
-            is_enabled=tool.is_enabled,
-            tool_output_guardrails=tool.tool_output_guardrails,
-            needs_approval=needs_approval,
-        )
 
     def _lock(self) -> asyncio.Lock:
         loop = id(asyncio.get_running_loop())
@@ -421,6 +530,16 @@ class GatedAgent:
         if judged is None or judged.outcome != "allowed":
             await lock.acquire()  # an allowed call holds it since `needs_approval`
         try:
+            if (
+                judged is None
+                and context.is_tool_approved(name, call_id) is True
+                and not self._knows(call_id, arguments)
+            ):
+                # A call approved in a run state this run never recorded: not this run's.
+                raise RunMismatchError(
+                    f"the call {call_id!r} of {name!r} was approved in a run state, but agentrt "
+                    f"run {self.run_id} never recorded it; nothing ran"
+                )
             if judged is None or judged.outcome == "pending":
                 # The SDK runs this call on an approval of its own (`state.approve`):
                 # it counts only as agentrt's hash-bound decision.
@@ -466,11 +585,11 @@ class GatedAgent:
             _TOOL_CONTEXT.reset(token)
         if self._session is not None and self._session.done:
             await self._let_go()
-        raised = self._raised.pop(step.id, None)
+        raised = self._owner._raised.pop(step.id, None)
         if raised is not None:
             raise raised
-        if step.id in self._outputs:
-            return self._outputs.pop(step.id)
+        if step.id in self._owner._outputs:
+            return self._owner._outputs.pop(step.id)
         return f"{observation.kind}: {observation.summary}"
 
     async def _judge_sdk_approved(
@@ -663,6 +782,21 @@ class GatedAgent:
                 return step.observation
         return None
 
+    def _knows(self, call_id: str, arguments: str | None) -> bool:
+        """This agentrt run recorded a step for the SDK call `call_id`, or had no chance to.
+
+        The SDK holds a call whose arguments are not a JSON object for a person
+        itself, before any tool hook runs: agentrt first sees it when approved.
+        """
+        if not isinstance(_loads_or_none(arguments), dict):
+            return True
+        reason = _reason(call_id)
+        try:
+            steps = self.store.list_steps(self.run_id, cap=None)
+        except NotFoundError:
+            return False
+        return any(step.decision is not None and step.decision.reason == reason for step in steps)
+
     def _decision_of(self, step_id: str) -> Decision | None:
         for step in self.store.list_steps(self.run_id, cap=None):
             if step.id == step_id:
@@ -676,6 +810,37 @@ class GatedAgent:
             return None
 
 
+def _wrap(tool: Any, run: GatedRun | None) -> Any:
+    """`tool` as a function tool of the same name and schema whose calls go through `run`."""
+    if not isinstance(tool, FunctionTool):
+        return tool  # refused before: only function tools reach here
+    name = tool.name
+
+    def bound() -> GatedRun:
+        if run is None:
+            raise RunNotNamedError(NOT_NAMED)
+        return run
+
+    async def needs_approval(
+        context: RunContextWrapper[Any], params: dict[str, Any], call_id: str
+    ) -> bool:
+        return await bound()._needs_approval(name, context, params, call_id)
+
+    async def on_invoke_tool(context: ToolContext[Any], arguments: str) -> Any:
+        return await bound()._invoke(name, context, arguments)
+
+    return FunctionTool(
+        name=tool.name,
+        description=tool.description,
+        params_json_schema=tool.params_json_schema,
+        on_invoke_tool=on_invoke_tool,
+        strict_json_schema=tool.strict_json_schema,
+        is_enabled=tool.is_enabled,
+        tool_output_guardrails=tool.tool_output_guardrails,
+        needs_approval=needs_approval,
+    )
+
+
 def gate_agent(
     agent: Agent[Any],
     *,
@@ -684,7 +849,6 @@ def gate_agent(
     classifications: Mapping[str, Classification],
     limits: Limits | None = None,
     goal: str | None = None,
-    run_id: str | None = None,
     approved_by: str = "openai-agents state.approve",
     now: Clock | None = None,
     new_id: IdFactory | None = None,
@@ -695,9 +859,8 @@ def gate_agent(
     `classifications` maps each function tool's name to its `Classification` (side
     effect, timeout); a tool without one is refused here
     (`UnclassifiedToolError`), as is a tool the Gate cannot stand behind
-    (hosted tools, MCP servers, handoffs). `run_id` continues the agentrt run
-    of a framework run begun earlier (another process, say); without it a new
-    id is made (`GatedAgent.run_id`).
+    (hosted tools, MCP servers, handoffs). Build it once; each framework run
+    names its agentrt run through `new_run()` or `resume(run_id)`.
     """
     return GatedAgent(
         agent,
@@ -706,7 +869,6 @@ def gate_agent(
         classifications=classifications,
         limits=limits,
         goal=goal,
-        run_id=run_id,
         approved_by=approved_by,
         now=now,
         new_id=new_id,
@@ -772,10 +934,17 @@ def _loads(arguments: str) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+def _loads_or_none(arguments: str | None) -> Any:
+    try:
+        return json.loads(arguments) if arguments is not None else None
+    except ValueError:
+        return None
+
+
 def _rejection_text(approval: Approval) -> str:
     note = f": {approval.note}" if approval.note else ""
     return f"policy_denied: rejected by {approval.decided_by or 'a person'}{note}"
 
 
 def _new_run_id() -> str:
-    return new_id()
+    return secrets.token_hex(16)
