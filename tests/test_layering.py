@@ -264,6 +264,24 @@ def test_the_test_kit_imports_no_private_module_outside_its_own_package() -> Non
     assert found == set()
 
 
+def test_the_adapters_import_no_private_module_outside_their_own_package() -> None:
+    """An adapter is built on the public doors (`agentrt`, `agentrt.lowlevel`, ...), as a
+    consumer's own integration would be; only its own package is private to it."""
+    paths = {_module_name(p): p for p in _modules()}
+    found = set()
+    for name, path in paths.items():
+        if not name.startswith("agentrt.adapters"):
+            continue
+        parts = name.split(".")
+        own = ".".join(parts[:3]) if len(parts) > 2 and not parts[2].startswith("_") else name
+        for target in _imports(path, set(paths)):
+            if _is_private(target) and not (
+                target.startswith(own + ".") or target == "agentrt.adapters._classify"
+            ):
+                found.add(f"{name} imports {target}")
+    assert found == set()
+
+
 _IMPORT_LINE = re.compile(
     r"^[ \t]*(?:from\s+(agentrt(?:\.\w+)*)\s+import\s+(\([\w\s,]*\)|[\w \t,]+)"
     r"|import\s+(agentrt(?:\.\w+)*))(.*)$",
