@@ -14,6 +14,8 @@ SDK's client session in front of a real proxy process.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -21,7 +23,10 @@ from typing import Any
 import pytest
 from tests.support.mcp_proxy import RULES, Said, Shop, write_owner_only
 
-from agentrt import open_existing
+from agentrt import Gate, open_existing
+from agentrt._clock import wall_clock
+from agentrt.mcp._proxy import Answer, Proxy, _load, _open, build_policy
+from agentrt.mcp.proxy import read_proxy_config
 
 pytestmark = pytest.mark.slow
 
@@ -139,3 +144,38 @@ def test_a_timed_out_read_only_call_runs_again_on_the_identical_re_call(tmp_path
     assert (answered.is_error, answered.structured) == (False, {"item": "tea", "cents": 250})
     assert reads(shop) == 3
     assert sorted(status for status, _ in run_record(shop)) == ["COMPLETED", "FAILED", "FAILED"]
+
+
+GIVEN_UP = (
+    "UNKNOWN_OUTCOME: this call did not answer in time and could not be held for a person's "
+    "decision any longer, so whether it took effect is unknown. Tell the user; do not work "
+    "around it with other arguments."
+)
+
+
+def test_a_timed_out_mutating_call_with_no_steps_left_to_hold_it_is_not_run_again(
+    tmp_path: Path,
+) -> None:
+    """A run whose step limit leaves no room to hold the call ends; the re-call still
+    answers `UNKNOWN_OUTCOME` within the window (an in-process proxy, two-step runs)."""
+    shop = slow_shop(tmp_path)
+
+    async def go() -> list[Answer]:
+        config = read_proxy_config(shop.config)
+        async with contextlib.AsyncExitStack() as stack:
+            store = _open(config, wall_clock)
+            stack.callback(store.close)
+            tools, unavailable = await _load(config, stack)
+            gate = Gate(store=store, policy=build_policy(config.policy), tools=tools)
+            proxy = Proxy(config, store, gate, {t.spec.name: t.spec for t in tools}, unavailable)
+            proxy.limits = dataclasses.replace(proxy.limits, max_steps=2)
+            first = await proxy.call("shop_send", SEND)
+            (shop.folder / "hang").unlink()
+            return [first, await proxy.call("shop_send", SEND)]
+
+    first, again = asyncio.run(go())
+    assert (first.is_error, first.text) == (True, GIVEN_UP)
+    assert (again.is_error, again.text) == (True, GIVEN_UP)
+    assert shop.effects() == [{"tool": "send", **SEND}]
+    assert run_record(shop) == [("FAILED", ["failed", "done"])]
+    assert shop.pending() == []

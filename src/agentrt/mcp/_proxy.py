@@ -24,7 +24,13 @@ judged in this order (docs/mcp.md, decision 0038):
 6. it waits for a person: `UNKNOWN_OUTCOME` (an interrupted side effect) or
    `PENDING_APPROVAL`;
 7. otherwise a new run. A new call the policy would send to a person is
-   `BLOCKED` while `max_pending_approvals` of the proxy's calls wait already.
+   `BLOCKED` while `max_pending_approvals` of the proxy's calls wait already
+   (counted in the key's claim transaction: one cap for the whole database).
+
+A mutating call whose tool did not answer in time is held like one cut off by
+a crash: the proxy proposes it again and `ProxyPolicy` pauses it on an
+`interrupted_side_effect` approval, so rule 6 answers `UNKNOWN_OUTCOME` until
+a person decides (decision 0047). A read that timed out simply runs again.
 
 Invariants:
 - Nothing the model sees names the runtime, the database, the config or a run
@@ -39,6 +45,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import json
 import logging
@@ -65,6 +72,7 @@ from .._records import (
     Approval,
     ApprovalStatus,
     Decision,
+    DecisionKind,
     Limits,
     Observation,
     ObservationKind,
@@ -83,7 +91,6 @@ from .._store.proxy_rows import (
     claim_request,
     latest_request,
     migrate_proxy,
-    pending_proxy_approvals,
 )
 from ._config import read_manifest, read_rules
 from ._proxy_config import STATUS_TOOL, ProxyConfig
@@ -307,7 +314,6 @@ class Proxy:
             grant_ttl=config.grant_ttl,
         )
         self._inflight: set[str] = set()
-        self._approval_lock = asyncio.Lock()
 
     # -- the two entry points ------------------------------------------------
 
@@ -400,35 +406,37 @@ class Proxy:
     async def _new_run(
         self, spec: ToolSpec, key: str, args: Any, judged: RequestRow | None
     ) -> Answer:
-        mode = self.config.policy.get(str(spec.side_effect), "deny")
-        if mode == "approve":
-            async with self._approval_lock:  # the count and the pause, one at a time
-                waiting = await _io(pending_proxy_approvals, self.store)
-                if waiting >= self.config.max_pending_approvals:
-                    return Answer.of(
-                        BLOCKED,
-                        f"{waiting} calls already wait for a person's decision, the most this "
-                        "tool server accepts; this call was not recorded and has not run. "
-                        "Tell the user; call again after some are decided.",
-                    )
-                return await self._begin(spec, key, args, judged)
-        return await self._begin(spec, key, args, judged)
-
-    async def _begin(
-        self, spec: ToolSpec, key: str, args: Any, judged: RequestRow | None
-    ) -> Answer:
+        """Claim the key and make the call's run. A call the policy sends to a person is
+        claimed only while fewer than `max_pending_approvals` of the proxy's calls wait
+        for one (or are on their way to it), counted in the claim's own transaction, so
+        the cap holds for every proxy on the database."""
+        awaiting = [effect for effect, mode in self.config.policy.items() if mode == "approve"]
+        needs_a_person = str(spec.side_effect) in awaiting
         run_id = new_id()
-        claimed = await _io(
-            claim_request,
-            self.store,
-            key,
-            None if judged is None else judged.seq,
-            run_id,
-            spec.name,
-            str(spec.side_effect),
-            self.now(),
+        now = self.now()
+        claim = await _io(
+            functools.partial(
+                claim_request,
+                self.store,
+                key,
+                None if judged is None else judged.seq,
+                run_id,
+                spec.name,
+                str(spec.side_effect),
+                now,
+                cap=self.config.max_pending_approvals if needs_a_person else None,
+                awaiting=awaiting,
+                fresh_since=now - self.config.lease_ttl,
+            )
         )
-        if not claimed:
+        if claim.full:
+            return Answer.of(
+                BLOCKED,
+                f"{claim.waiting} calls already wait for a person's decision, the most this "
+                "tool server accepts; this call was not recorded and has not run. "
+                "Tell the user; call again after some are decided.",
+            )
+        if not claim.claimed:
             return Answer.of(IN_PROGRESS)
         session = await self.gate.begin(
             goal=f"{spec.name}, called by an MCP host through the proxy",
@@ -524,8 +532,12 @@ class Proxy:
     async def _hold(self, session: GateSession, spec: ToolSpec) -> Answer:
         """A mutating call timed out: propose it again, which `ProxyPolicy` pauses on an
         `interrupted_side_effect` approval, so it runs again only if a person approves."""
-        decision = session.input().steps[-1].decision
-        args = decision.args if decision is not None else {}
+        last = session.input().steps[-1]
+        args = last.decision.args if last.decision is not None else {}
+        if session.run.step_count + 2 > self.limits.max_steps:
+            # no room for the held call and the step that ends it: give up, honestly
+            await self._end(session, last.observation)
+            return Answer.of(UNKNOWN_OUTCOME, _GIVEN_UP)
         step = await session.step()
         if step is not None:
             verdict = await step.propose(Decision.tool_call(spec.name, args))
@@ -543,7 +555,13 @@ class Proxy:
     async def _ended_timed_out(self, run: Run) -> bool:
         """Did the run end with its last call of a tool timed out?"""
         steps = await _io(self.store.list_steps, run.id)
-        called = [s for s in steps if s.observation is not None and s.decision is not None]
+        called = [
+            s
+            for s in steps
+            if s.decision is not None
+            and s.decision.kind == DecisionKind.TOOL_CALL
+            and s.observation is not None
+        ]
         return bool(called) and _timed_out(called[-1].observation)
 
     def _timeout_text(self, session: GateSession) -> str:
