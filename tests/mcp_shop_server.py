@@ -5,6 +5,8 @@ changes something appends one JSON line to FOLDER/effects.log *before* it
 answers, so a test counts what really happened. While FOLDER/hang exists,
 `charge` and `send` write their effect, then FOLDER/hung.json (this server's
 pid and its parent's, the proxy), then sleep: a call cut off mid-way.
+`price` changes nothing; it appends a line to FOLDER/reads.log, and sleeps too
+while FOLDER/hang exists (a read that does not answer in time).
 """
 
 from __future__ import annotations
@@ -36,6 +38,10 @@ def main() -> None:
             time.sleep(600)
 
     def price(item: str) -> dict[str, object]:
+        with open(folder / "reads.log", "a") as log:
+            log.write(json.dumps({"tool": "price", "item": item}) + "\n")
+        if (folder / "hang").exists():
+            time.sleep(600)
         return {"item": item, "cents": 250}
 
     def send(to: str, text: str) -> str:

@@ -34,7 +34,9 @@ async def main(config_path: str, mode: str, ready: pathlib.Path) -> None:
         gate = Gate(store, build_policy(config.policy), tools, lease_owner="agentrt-proxy")
         run_id = new_id()
         key = request_key("shop_send", SEND)
-        assert claim_request(store, key, None, run_id, "shop_send", "local_mutation", wall_clock())
+        assert claim_request(
+            store, key, None, run_id, "shop_send", "local_mutation", wall_clock()
+        ).claimed
         session = await gate.begin("shop_send", Limits(max_steps=4), run_id=run_id)
         step = await session.step()
         assert step is not None

@@ -598,8 +598,10 @@ def test_approve_yes_prints_the_request_and_binds_the_decision(db_path: Path) ->
         lines[-2]
         == f"approved: approval {approval.id} of run {run.id} (hash {approval.hash}), by ann"
     )
-    assert lines[-1].startswith(
-        "The run stays WAITING_FOR_APPROVAL until the program that owns it resumes it"
+    assert lines[-1] == (
+        "The run stays WAITING_FOR_APPROVAL until the program that owns it resumes it: "
+        "Driver.resume (or Driver.recover), Gate.attach, or the identical re-call through "
+        "agentrt-proxy."
     )
     decided = pending(db_path, run.id)
     assert (decided.status, decided.decided_by, decided.note) == ("approved", "ann", "fine")

@@ -244,7 +244,7 @@ def test_rule_7_a_new_call_is_its_own_run_of_a_few_steps(tmp_path: Path) -> None
         runs = store.list_runs()
         assert len(runs) == 3
         assert {r.status for r in runs} == {"COMPLETED"}
-        assert {r.limits.max_steps for r in runs} == {4}
+        assert {r.limits.max_steps for r in runs} == {8}
         assert sorted(r.goal.split(",")[0] for r in runs) == [
             "shop_price",
             "shop_send",

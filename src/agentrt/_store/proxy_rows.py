@@ -13,15 +13,19 @@ Invariants:
   the proxy reads as "never started".
 - `claim_request` is a compare-and-set on the key's latest row: of two
   processes that judged the same latest row, exactly one claims the key.
+- With a cap, `claim_request` counts the calls that wait for a person, or are
+  on their way to it, in the same `BEGIN IMMEDIATE` transaction as its insert:
+  the cap on pending approvals holds across every process on the file.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Collection
 from datetime import datetime
 
 from .._clock import format_time, parse_time
-from .._db import Store
+from .._db import Store, Tx
 from .._errors import SchemaVersionError
 from .._migrations import PROXY_MIGRATIONS, statements
 
@@ -107,6 +111,15 @@ def request_of_run(store: Store, run_id: str) -> RequestRow | None:
     return _row(tuple(rows[0])) if rows else None
 
 
+@dataclasses.dataclass(frozen=True)
+class Claim:
+    """What `claim_request` did: claimed the key, found it taken, or found the cap full."""
+
+    claimed: bool
+    full: bool = False
+    waiting: int = 0
+
+
 def claim_request(
     store: Store,
     key: str,
@@ -115,10 +128,16 @@ def claim_request(
     tool: str,
     side_effect: str,
     now: datetime,
-) -> bool:
+    *,
+    cap: int | None = None,
+    awaiting: Collection[str] = (),
+    fresh_since: datetime | None = None,
+) -> Claim:
     """Record that `run_id` is the key's next run, if the key's latest row is still
-    `judged_seq` (None: the key had none); False, writing nothing, when another
-    call claimed the key since."""
+    `judged_seq` (None: the key had none); writes nothing when another call claimed
+    the key since (`claimed` False), or, given a `cap`, when `cap` calls of the proxy
+    already wait for a person or are on their way to it (`full`; see
+    `_waiting_or_on_the_way` for `awaiting` and `fresh_since`)."""
     with store.transaction() as tx:
         row = tx.execute(
             "SELECT seq FROM proxy_requests WHERE request_key = ? ORDER BY seq DESC LIMIT 1",
@@ -126,19 +145,38 @@ def claim_request(
         ).fetchone()
         current = None if row is None else int(row[0])
         if current != judged_seq:
-            return False
+            return Claim(claimed=False)
+        waiting = 0
+        if cap is not None:
+            waiting = _waiting_or_on_the_way(tx, awaiting, fresh_since or now)
+            if waiting >= cap:
+                return Claim(claimed=False, full=True, waiting=waiting)
         tx.execute(
             "INSERT INTO proxy_requests (request_key, run_id, tool, side_effect, created_at) "
             "VALUES (?, ?, ?, ?, ?)",
             (key, run_id, tool, side_effect, format_time(now)),
         )
-        return True
+        return Claim(claimed=True, waiting=waiting)
 
 
-def pending_proxy_approvals(store: Store) -> int:
-    """How many approvals of the proxy's runs wait for a person now."""
-    rows = store.query(
+def _waiting_or_on_the_way(tx: Tx, awaiting: Collection[str], fresh_since: datetime) -> int:
+    """The proxy's pending approvals, plus its calls of a side effect in `awaiting`
+    (those the policy sends to a person) claimed since `fresh_since` whose run has no
+    approval yet and is missing (being created) or RUNNING (being decided)."""
+    row = tx.execute(
         "SELECT count(*) FROM approvals AS a JOIN proxy_requests AS p ON p.run_id = a.run_id "
         "WHERE a.status = 'pending'"
-    )
-    return int(rows[0][0]) if rows else 0
+    ).fetchone()
+    pending = int(row[0]) if row is not None else 0
+    kinds = sorted(set(awaiting))
+    if not kinds:
+        return pending
+    marks = ", ".join("?" for _ in kinds)
+    row = tx.execute(
+        "SELECT count(*) FROM proxy_requests AS p LEFT JOIN runs AS r ON r.id = p.run_id "
+        f"WHERE p.side_effect IN ({marks}) AND p.created_at >= ? "
+        "AND (r.id IS NULL OR r.status = 'RUNNING') "
+        "AND NOT EXISTS (SELECT 1 FROM approvals AS a WHERE a.run_id = p.run_id)",
+        (*kinds, format_time(fresh_since)),
+    ).fetchone()
+    return pending + (int(row[0]) if row is not None else 0)

@@ -159,9 +159,9 @@ def cmd_decide(args: argparse.Namespace, out: Output, *, approve: bool) -> int:
     )
     if approve:
         out.line(
-            f"The run stays {run.status} until the program that owns it resumes it "
-            "(Driver.resume, or Driver.recover at its next start; agentrt has no resume: "
-            "that needs the program's agent, tools and policy)."
+            f"The run stays {run.status} until the program that owns it resumes it: "
+            "Driver.resume (or Driver.recover), Gate.attach, or the identical re-call "
+            "through agentrt-proxy."
         )
     else:
         out.line(f"The run is now {run.status} ({run.reason}).")

@@ -19,8 +19,8 @@ NO_RESUME = (
     "There is no `resume` command. Resuming a run executes its tools, and that needs the "
     "agent, the tools, the policy and the reconciliation of the program that owns the "
     "run; none of them is in the database. Decide here (approve, reject, cancel); the "
-    "program resumes the run with Driver.resume(run_id), or finds it with "
-    "Driver.recover() when it starts."
+    "program that owns the run resumes it: Driver.resume(run_id) (or Driver.recover() "
+    "when it starts), Gate.attach(run_id), or the identical re-call through agentrt-proxy."
 )
 
 _EPILOG = f"""\

@@ -24,7 +24,13 @@ judged in this order (docs/mcp.md, decision 0038):
 6. it waits for a person: `UNKNOWN_OUTCOME` (an interrupted side effect) or
    `PENDING_APPROVAL`;
 7. otherwise a new run. A new call the policy would send to a person is
-   `BLOCKED` while `max_pending_approvals` of the proxy's calls wait already.
+   `BLOCKED` while `max_pending_approvals` of the proxy's calls wait already
+   (counted in the key's claim transaction: one cap for the whole database).
+
+A mutating call whose tool did not answer in time is held like one cut off by
+a crash: the proxy proposes it again and `ProxyPolicy` pauses it on an
+`interrupted_side_effect` approval, so rule 6 answers `UNKNOWN_OUTCOME` until
+a person decides (decision 0047). A read that timed out simply runs again.
 
 Invariants:
 - Nothing the model sees names the runtime, the database, the config or a run
@@ -39,6 +45,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import json
 import logging
@@ -65,13 +72,16 @@ from .._records import (
     Approval,
     ApprovalStatus,
     Decision,
+    DecisionKind,
     Limits,
     Observation,
     ObservationKind,
     PolicyDecision,
     Run,
     RunStatus,
+    RunView,
     SideEffect,
+    Step,
     TerminalReason,
     ToolRequest,
     ToolSpec,
@@ -81,7 +91,6 @@ from .._store.proxy_rows import (
     claim_request,
     latest_request,
     migrate_proxy,
-    pending_proxy_approvals,
 )
 from ._config import read_manifest, read_rules
 from ._proxy_config import STATUS_TOOL, ProxyConfig
@@ -106,7 +115,8 @@ APPROVED = "APPROVED"
 DONE = "DONE"
 NOT_FOUND = "NOT_FOUND"
 
-PROXY_LIMITS_STEPS = 4
+PROXY_LIMITS_STEPS = 8
+"""The call; a takeover's interrupted step; a pause after each timeout; `complete`/`fail`."""
 
 _SENTENCES = {
     PENDING_APPROVAL: (
@@ -131,6 +141,24 @@ _SENTENCES = {
     ),
     UNAVAILABLE: "the server that provides this tool is not available now. Try again later.",
 }
+_TIMED_OUT_HELD = (
+    "this call started earlier and did not answer in time, so whether it took effect is "
+    "unknown. It will not run again until a person decides. Tell the user; do not work "
+    "around it with other arguments."
+)
+
+_GIVEN_UP = (
+    "this call did not answer in time and could not be held for a person's decision any "
+    "longer, so whether it took effect is unknown. Tell the user; do not work around it "
+    "with other arguments."
+)
+
+TIMED_OUT_REASON = "the call did not answer in time; outcome unknown"
+TIMED_OUT_NOTICE = (
+    "This call started and did not answer within its timeout, so whether it took effect "
+    "is unknown (the server may even have finished it later). "
+    "Approving runs it again with these arguments; rejecting ends the run."
+)
 
 
 def request_key(tool: str, args: Any) -> str:
@@ -161,7 +189,72 @@ class Answer:
         return cls("", text, False, content if isinstance(content, dict) else None)
 
 
-def build_policy(table: Mapping[str, str]) -> SideEffectPolicy:
+def _timed_out(observation: Observation | None) -> bool:
+    content = observation.content if observation is not None else None
+    return (
+        observation is not None
+        and observation.kind == ObservationKind.TOOL_ERROR
+        and isinstance(content, dict)
+        and content.get("failure") == "timeout"
+    )
+
+
+def _timed_out_just_before(request: ToolRequest, steps: Sequence[Step]) -> bool:
+    """Is the step before `request`'s the same call, which did not answer in time?"""
+    index = next((i for i, s in enumerate(steps) if s.id == request.step_id), len(steps))
+    if index == 0:
+        return False
+    before = steps[index - 1].decision
+    if (
+        before is None
+        or before.tool != request.spec.name
+        or not _timed_out(steps[index - 1].observation)
+    ):
+        return False
+    try:
+        return canonical_json(before.args) == canonical_json(request.args)
+    except (JSONValueError, TypeError, ValueError):
+        return False
+
+
+def timed_out_decision(request: ToolRequest) -> PolicyDecision:
+    """The pause for a mutating call that timed out: an `interrupted_side_effect`
+    approval (approving runs it once more; rejecting ends the run)."""
+    args = request.args if isinstance(request.args, dict) else {}
+    return PolicyDecision.require_approval(
+        kind=INTERRUPTED_SIDE_EFFECT,
+        reason=TIMED_OUT_REASON,
+        capability={"tool": request.spec.name, "args": args},
+        presentation={
+            "tool": request.spec.name,
+            "args": args,
+            "side_effect": str(request.spec.side_effect),
+            "notice": TIMED_OUT_NOTICE,
+        },
+    )
+
+
+class ProxyPolicy:
+    """The operator's table, and one rule before it: a mutating call proposed again
+    right after the same call timed out waits for a person (decision 0047).
+
+    Judged from the run's record alone (the step before), so every process, and
+    a resume after the approval, judges it alike.
+    """
+
+    def __init__(self, table: SideEffectPolicy) -> None:
+        self.table = table
+        self.policy_id = table.policy_id
+
+    def evaluate(self, request: ToolRequest, view: RunView) -> PolicyDecision:
+        if request.spec.side_effect != SideEffect.READ_ONLY and _timed_out_just_before(
+            request, view.steps
+        ):
+            return timed_out_decision(request)
+        return self.table.evaluate(request, view)
+
+
+def build_policy(table: Mapping[str, str]) -> ProxyPolicy:
     """The operator's side effect -> allow | approve | deny table as a policy."""
 
     def approve(side_effect: str) -> Callable[[ToolRequest], PolicyDecision]:
@@ -186,8 +279,8 @@ def build_policy(table: Mapping[str, str]) -> SideEffectPolicy:
             entries[side_effect] = PolicyDecision.deny(
                 f"the operator does not allow {side_effect} tools"
             )
-    policy_id = "agentrt.mcp.proxy/1:" + ",".join(f"{k}={v}" for k, v in sorted(table.items()))
-    return SideEffectPolicy(entries, policy_id=policy_id)
+    policy_id = "agentrt.mcp.proxy/2:" + ",".join(f"{k}={v}" for k, v in sorted(table.items()))
+    return ProxyPolicy(SideEffectPolicy(entries, policy_id=policy_id))
 
 
 async def _io(work: Callable[..., _T], *args: Any) -> _T:
@@ -214,11 +307,13 @@ class Proxy:
         self.now = now or wall_clock
         self.limits = Limits(
             max_steps=PROXY_LIMITS_STEPS,
+            # each repeat of a timed-out call was approved by a person: not a loop
+            max_consecutive_tool_failures=PROXY_LIMITS_STEPS,
+            loop_threshold=PROXY_LIMITS_STEPS,
             approval_ttl=config.approval_ttl,
             grant_ttl=config.grant_ttl,
         )
         self._inflight: set[str] = set()
-        self._approval_lock = asyncio.Lock()
 
     # -- the two entry points ------------------------------------------------
 
@@ -290,13 +385,16 @@ class Proxy:
         if run.status == RunStatus.RUNNING:
             return await self._attach(spec, run)
         within = self._within_window(run)
-        # 4. rejected, expired or cancelled within the repeat window
+        mutating = spec.side_effect != SideEffect.READ_ONLY
+        # 4. rejected, expired or cancelled within the repeat window (or ended by a
+        # limit while a mutating call that timed out was held)
         if within and run.status != RunStatus.COMPLETED:
             repeated = self._ended_word(run)
             if repeated is not None:
                 return repeated
+            if mutating and await self._ended_timed_out(run):
+                return Answer.of(UNKNOWN_OUTCOME, _GIVEN_UP)
         # 5. a mutating call carried out within the window
-        mutating = spec.side_effect != SideEffect.READ_ONLY
         if within and run.status == RunStatus.COMPLETED and mutating:
             return self._duplicate(run)
         # 6. waiting for a person
@@ -308,35 +406,37 @@ class Proxy:
     async def _new_run(
         self, spec: ToolSpec, key: str, args: Any, judged: RequestRow | None
     ) -> Answer:
-        mode = self.config.policy.get(str(spec.side_effect), "deny")
-        if mode == "approve":
-            async with self._approval_lock:  # the count and the pause, one at a time
-                waiting = await _io(pending_proxy_approvals, self.store)
-                if waiting >= self.config.max_pending_approvals:
-                    return Answer.of(
-                        BLOCKED,
-                        f"{waiting} calls already wait for a person's decision, the most this "
-                        "tool server accepts; this call was not recorded and has not run. "
-                        "Tell the user; call again after some are decided.",
-                    )
-                return await self._begin(spec, key, args, judged)
-        return await self._begin(spec, key, args, judged)
-
-    async def _begin(
-        self, spec: ToolSpec, key: str, args: Any, judged: RequestRow | None
-    ) -> Answer:
+        """Claim the key and make the call's run. A call the policy sends to a person is
+        claimed only while fewer than `max_pending_approvals` of the proxy's calls wait
+        for one (or are on their way to it), counted in the claim's own transaction, so
+        the cap holds for every proxy on the database."""
+        awaiting = [effect for effect, mode in self.config.policy.items() if mode == "approve"]
+        needs_a_person = str(spec.side_effect) in awaiting
         run_id = new_id()
-        claimed = await _io(
-            claim_request,
-            self.store,
-            key,
-            None if judged is None else judged.seq,
-            run_id,
-            spec.name,
-            str(spec.side_effect),
-            self.now(),
+        now = self.now()
+        claim = await _io(
+            functools.partial(
+                claim_request,
+                self.store,
+                key,
+                None if judged is None else judged.seq,
+                run_id,
+                spec.name,
+                str(spec.side_effect),
+                now,
+                cap=self.config.max_pending_approvals if needs_a_person else None,
+                awaiting=awaiting,
+                fresh_since=now - self.config.lease_ttl,
+            )
         )
-        if not claimed:
+        if claim.full:
+            return Answer.of(
+                BLOCKED,
+                f"{claim.waiting} calls already wait for a person's decision, the most this "
+                "tool server accepts; this call was not recorded and has not run. "
+                "Tell the user; call again after some are decided.",
+            )
+        if not claim.claimed:
             return Answer.of(IN_PROGRESS)
         session = await self.gate.begin(
             goal=f"{spec.name}, called by an MCP host through the proxy",
@@ -369,6 +469,8 @@ class Proxy:
                 ObservationKind.TOOL_ERROR,
             ):
                 continue
+            if _timed_out(observation) and spec.side_effect != SideEffect.READ_ONLY:
+                return await self._hold(session, spec)
             answer = self._observed(observation)
             await self._end(session, observation)
             if observation.kind == ObservationKind.TOOL_RESULT and (
@@ -409,6 +511,8 @@ class Proxy:
                 observation.kind != ObservationKind.TOOL_RESULT
             ):
                 return self._ended(session.run)
+            if _timed_out(observation) and spec.side_effect != SideEffect.READ_ONLY:
+                return await self._hold(session, spec)
             answer = self._observed(observation)
             await self._end(session, observation)
             return answer
@@ -424,6 +528,46 @@ class Proxy:
         )
         await self._end(session, denial)
         return answer
+
+    async def _hold(self, session: GateSession, spec: ToolSpec) -> Answer:
+        """A mutating call timed out: propose it again, which `ProxyPolicy` pauses on an
+        `interrupted_side_effect` approval, so it runs again only if a person approves."""
+        last = session.input().steps[-1]
+        args = last.decision.args if last.decision is not None else {}
+        if session.run.step_count + 2 > self.limits.max_steps:
+            # no room for the held call and the step that ends it: give up, honestly
+            await self._end(session, last.observation)
+            return Answer.of(UNKNOWN_OUTCOME, _GIVEN_UP)
+        step = await session.step()
+        if step is not None:
+            verdict = await step.propose(Decision.tool_call(spec.name, args))
+            if verdict.outcome == VerdictOutcome.PENDING:
+                return Answer.of(
+                    INTERRUPTED,
+                    f"the tool did not answer in time ({self._timeout_text(session)}); "
+                    "whether it took effect is unknown. It will not run again until a person "
+                    "decides. Tell the user.",
+                )
+        if not RunStatus(session.run.status).terminal or session.run.status == RunStatus.COMPLETED:
+            return self._ended(session.run)
+        return Answer.of(UNKNOWN_OUTCOME, _GIVEN_UP)
+
+    async def _ended_timed_out(self, run: Run) -> bool:
+        """Did the run end with its last call of a tool timed out?"""
+        steps = await _io(self.store.list_steps, run.id)
+        called = [
+            s
+            for s in steps
+            if s.decision is not None
+            and s.decision.kind == DecisionKind.TOOL_CALL
+            and s.observation is not None
+        ]
+        return bool(called) and _timed_out(called[-1].observation)
+
+    def _timeout_text(self, session: GateSession) -> str:
+        observation = session.input().steps[-2].observation
+        content = observation.content if observation is not None else None
+        return str(content.get("error") if isinstance(content, dict) else "timed out")
 
     async def _end(self, session: GateSession, observation: Observation | None) -> None:
         """End the call's run from what the call observed: one more step, complete or fail."""
@@ -479,11 +623,11 @@ class Proxy:
         if kind == ObservationKind.TOOL_ERROR:
             error = str(content.get("error") if isinstance(content, dict) else "")
             error = error.removeprefix(f"{MCPToolError.__name__}: ")
-            if isinstance(content, dict) and content.get("failure") == "timeout":
+            if _timed_out(observation):  # a read (a mutating call is held: `_hold`)
                 return Answer.of(
                     INTERRUPTED,
-                    f"the tool did not answer in time ({error}); whether it took effect is "
-                    "unknown. Tell the user before trying again.",
+                    f"the tool did not answer in time ({error}). It changes nothing; calling "
+                    "again makes a new attempt.",
                 )
             return Answer.of(FAILED, error or observation.summary or "the tool failed.")
         if kind == ObservationKind.INVALID_DECISION:
@@ -499,6 +643,9 @@ class Proxy:
 
     def _waiting(self, approval: Approval | None) -> Answer:
         if approval is not None and approval.kind == INTERRUPTED_SIDE_EFFECT:
+            shown = approval.presentation
+            if isinstance(shown, dict) and shown.get("notice") == TIMED_OUT_NOTICE:
+                return Answer.of(UNKNOWN_OUTCOME, _TIMED_OUT_HELD)
             return Answer.of(UNKNOWN_OUTCOME)
         return Answer.of(PENDING_APPROVAL)
 
