@@ -1,8 +1,8 @@
 """A LangGraph thread's run is its own: a Driver sharing the file never takes it over.
 
-Between turns a thread's agentrt run stays RUNNING with no lease. A Driver of
+Between turns the run of a thread's last turn stays RUNNING with no lease. A Driver of
 another program registering tools of the same names must skip it at recovery
-(docs/decisions/0049), and the thread's next turn must go on in it. Real
+(docs/decisions/0049), and the thread's next turn must go on (completing it). Real
 LangGraph graph and checkpointer, LangChain's fake chat model, real tools
 appending to a file, a real store.
 """
@@ -72,8 +72,8 @@ def test_a_drivers_recover_skips_a_langgraph_threads_run_and_the_thread_goes_on(
     builder.add_conditional_edges("agent", tools_condition)
     builder.add_edge("tools", "agent")
     graph = builder.compile(checkpointer=InMemorySaver())
-    graph.invoke({"messages": [HumanMessage("look up x")]}, CONFIG)
-    run_id = run_id_for("t1")
+    graph.invoke({"messages": [HumanMessage("look up x", id="m1")]}, CONFIG)
+    run_id = run_id_for("t1", "m1")
     run = store.get_run(run_id)
     assert (run.status, run.origin, store.lease(run_id).owner) == (
         "RUNNING",
@@ -105,6 +105,8 @@ def test_a_drivers_recover_skips_a_langgraph_threads_run_and_the_thread_goes_on(
         driver.resume_sync(run_id)
     assert snapshot(db_path) == before
 
-    graph.invoke({"messages": [HumanMessage("look up y")]}, CONFIG)
+    graph.invoke({"messages": [HumanMessage("look up y", id="m2")]}, CONFIG)
     assert effects.read_text().splitlines() == ["graph lookup x", "graph lookup y"]
-    assert store.get_run(run_id).status == "RUNNING"
+    assert store.get_run(run_id).status == "COMPLETED"
+    next_turn = store.get_run(run_id_for("t1", "m2"))
+    assert (next_turn.status, next_turn.origin) == ("RUNNING", "adapter:langgraph")

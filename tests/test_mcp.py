@@ -860,6 +860,20 @@ def test_in_a_driver_run_is_error_and_a_timeout_are_tool_errors_and_the_session_
     assert (read.kind, read.content) == ("tool_result", {"result": "hi there"})
 
 
+def test_the_sdks_read_timeout_comes_after_the_tools_own_so_the_runtime_decides(
+    notes: Notes,
+) -> None:
+    """Were the SDK to give up first, a call of unknown outcome would read as an ordinary
+    tool error (and the MCP proxy would not hold it for a person)."""
+
+    async def main() -> Any:
+        async with mcp.connect(notes.server(["slow"])) as conn:
+            return await conn.call("slow", {"seconds": 0.6}, timeout=0.3)
+
+    result = run(main())
+    assert result.content == {"result": "done"}
+
+
 def test_a_server_that_dies_mid_call_is_a_tool_error_and_later_calls_fail_at_once(
     notes: Notes,
 ) -> None:

@@ -41,6 +41,8 @@ from ._transport import RawCapture, open_transport
 MAX_PAGES = 100
 MAX_TOOLS = 1000
 HANDSHAKE_TIMEOUT = 30.0
+# How much later than the tool's own timeout the SDK gives up reading its answer.
+SDK_TIMEOUT_SLACK_SECONDS = 1.0
 TRUNCATED = "\n[truncated]"
 _PLACEHOLDERS = {
     "image": "[image omitted]",
@@ -146,10 +148,19 @@ class Connection:
         return [MCPTool(self, item) for item in admitted], report
 
     async def call(self, tool: str, arguments: dict[str, Any], timeout: float) -> ToolResult:
-        """Call one server tool and turn its answer into a ToolResult (`isError` raises)."""
+        """Call one server tool and turn its answer into a ToolResult (`isError` raises).
+
+        `timeout` is the tool's own, which the runtime enforces and records as a
+        timeout (an unknown outcome). The SDK's read timeout is set later than
+        that, so it never fires first and turns a call of unknown outcome into an
+        ordinary tool error.
+        """
         self._usable()
+        read_timeout = timeout + max(SDK_TIMEOUT_SLACK_SECONDS, timeout / 10)
         try:
-            result = await self._session.call_tool(tool, arguments, read_timeout_seconds=timeout)
+            result = await self._session.call_tool(
+                tool, arguments, read_timeout_seconds=read_timeout
+            )
         except Exception as exc:
             raise MCPToolError(f"the call to {tool!r} failed: {_describe(exc)}") from exc
         return _tool_result(result, self.server.max_content_bytes)
