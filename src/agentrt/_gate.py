@@ -66,7 +66,7 @@ from ._records import (
     StepInput,
     ToolRequest,
 )
-from ._resume_waiting import NO_MARK, Undecodable, resume_waiting
+from ._resume_waiting import resume_waiting
 from ._session import (
     LoopConfig,
     Probe,
@@ -79,7 +79,7 @@ from ._session import (
     run_sync,
     write_through,
 )
-from ._store.writes import create_run, fail_waiting_run
+from ._store.writes import create_run
 from ._takeover import take_over
 from ._tools import Tool, compile_tool, registered_spec, spec_hash, validate_tools
 
@@ -339,13 +339,7 @@ class Gate:
         config = self._config
         run, steps, approvals = await run_io(lambda: load(config, run_id))
         if run.status == RunStatus.WAITING_FOR_APPROVAL:
-            try:
-                rs = await resume_waiting(config, run, steps, approvals)
-            except Undecodable as exc:
-                rs = RunSession(config, run, steps, approvals, epoch=0, mark=NO_MARK)
-                rs.run = await self._fail_undecodable(run, str(exc))
-                session = GateSession(self, rs)
-                return session, session._verdict(None)
+            rs = await resume_waiting(config, run, steps, approvals)
             waiting_step = rs.steps[-1] if rs.steps else None
             session = GateSession(self, rs)
             if rs.has_allowed_call():
@@ -368,16 +362,6 @@ class Gate:
             session._settle_if_done()
             return session, verdict
         raise RunStateError(f"run {run_id} is {run.status}; there is nothing to attach to")
-
-    async def _fail_undecodable(self, run: Run, why: str) -> Run:
-        """store.md: a run whose record will not decode is failed, never continued."""
-        config = self._config
-        detail = f"the run's record cannot be read back ({why}); it is not continued"
-
-        def tx_fail(tx: Tx) -> Run:
-            return fail_waiting_run(tx, run.id, detail, config.clock())
-
-        return await write_through(config, tx_fail)
 
 
 class GateSession:

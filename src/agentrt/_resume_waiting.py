@@ -38,6 +38,7 @@ from ._records import (
     RunStatus,
     Step,
     StepStatus,
+    TerminalReason,
 )
 from ._session import (
     LoopConfig,
@@ -51,10 +52,6 @@ from ._store import reads, writes
 from ._takeover import check_live_lease
 
 NO_MARK = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-class Undecodable(Exception):
-    """The WAITING run's record will not decode: the driver fails it, never continues it."""
 
 
 async def resume_waiting(
@@ -72,7 +69,8 @@ async def resume_waiting(
         raise RunStateError(f"run {run.id} is waiting but has no step awaiting approval")
     step = steps[-1]
     if run.decode_error or step.decode_error:
-        raise Undecodable(run.decode_error or step.decode_error)
+        await _fail_undecodable(session, step, run.decode_error or step.decode_error)
+        return session
     mine = [a for a in approvals if a.step_id == step.id]
     if not mine:
         raise RunStateError(f"run {run.id} is waiting but step {step.id} has no approval")
@@ -101,6 +99,33 @@ async def resume_waiting(
             await asyncio.shield(run_io(lambda: release_lease(config, run.id)))
         raise
     return session
+
+
+async def _fail_undecodable(session: RunSession, step: Step, why: str) -> None:
+    """store.md: a run whose record will not decode is failed, never continued.
+
+    Its awaiting step fails `invalid_decision`, the run ends FAILED
+    `internal_error`, through `end_waiting` like every other ending from waiting.
+    """
+    now = session.config.clock()
+    session.set_mark(now)
+    detail = f"the run's record cannot be read back ({why}); it is not continued"
+
+    def tx_fail(tx: Tx) -> None:
+        settled = writes.end_waiting(
+            tx,
+            session.run_id,
+            step.id,
+            Observation.invalid_decision(detail),
+            status=RunStatus.FAILED,
+            reason=TerminalReason.INTERNAL_ERROR,
+            detail=detail,
+            now=now,
+        )
+        session.run = settled.run
+        session.put_step(settled.step)
+
+    await session.write(tx_fail)
 
 
 async def _hold(config: LoopConfig, run: Run) -> None:

@@ -293,29 +293,6 @@ def create_run(
     return reads.run_record(tx, run_id)
 
 
-def fail_waiting_run(tx: Tx, run_id: str, detail: str, now: datetime) -> Run:
-    """Fail a WAITING run (its awaiting step `invalid_decision`, the run `internal_error`)."""
-    for row in reads.steps_in(tx, run_id, (StepStatus.AWAITING_APPROVAL,)):
-        fail_step(
-            tx,
-            run_id,
-            row["id"],
-            Observation.invalid_decision(detail),
-            now,
-            from_statuses=(StepStatus.AWAITING_APPROVAL,),
-        )
-    finish_run(
-        tx,
-        run_id,
-        RunStatus.FAILED,
-        TerminalReason.INTERNAL_ERROR,
-        detail,
-        now,
-        from_statuses=(RunStatus.WAITING_FOR_APPROVAL,),
-    )
-    return reads.run_record(tx, run_id)
-
-
 _RENEW_SQL = "UPDATE runs SET lease_expires_at = ? WHERE id = ? AND lease_owner = ?"
 
 
