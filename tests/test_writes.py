@@ -697,14 +697,3 @@ def test_the_model_call_writes_return_the_run_as_written(store: agentrt.Store) -
             )
             is None
         )
-
-
-def test_no_event_is_appended_outside_the_store_layer() -> None:
-    package = Path(agentrt.__file__).parent
-    outside = [
-        str(path.relative_to(package))
-        for path in sorted(package.rglob("*.py"))
-        if "append_event(" in path.read_text()
-        and path.relative_to(package).parts[0] not in {"_store", "_db.py"}
-    ]
-    assert outside == []

@@ -664,7 +664,7 @@ class GateStep:
         session._executing += 1
         try:
             try:
-                await _step.execute(rs, self.step)
+                await _step.run_tool(rs, self.step)
             except RunMoved as moved:
                 rs.run = moved.run
         finally:

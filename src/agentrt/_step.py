@@ -6,8 +6,8 @@
 - `propose`: records the decision verbatim (`step.decided`), validates it,
   ends the run for `complete`/`fail`, and otherwise asks the policy and settles
   its answer (`_settle.settle`, shared with a waiting run's resume).
-- `execute`: `step.tool_started` under a lease held and unexpired by the wall
-  clock, the tool under its timeout, then `step.tool_finished` in one
+- `run_tool` (the Gate step's `execute`): `step.tool_started` under a lease
+  held and unexpired by the wall clock, the tool under its timeout, then `step.tool_finished` in one
   transaction, recorded even if the caller is cancelled (and not recorded if
   another owner took the run meanwhile).
 
@@ -157,7 +157,7 @@ async def _start_tool(
     return await session.write(tx_started, POINT_TOOL_STARTED)
 
 
-async def execute(session: RunSession, step: Step) -> None:
+async def run_tool(session: RunSession, step: Step) -> None:
     """Start, run and record the allowed call of `step` exactly once."""
     allowed = session.take_allowed(step)
     spec, args = allowed.spec, allowed.args
