@@ -61,7 +61,7 @@ async def resume_waiting(
 
     The clock is read once, when first needed (`_settle.Now`), which marks the
     start of the resumed run's active segment. An allowed call is held for
-    `execute` (`session.allowed_call()`): nothing is written for it here.
+    `execute` (`session.take_allowed`): nothing is written for it here.
     """
     # The mark is set by the first reading of the clock (`Now`), before any use.
     session = RunSession(config, run, steps, approvals, epoch=0, mark=NO_MARK)

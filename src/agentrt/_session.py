@@ -579,10 +579,6 @@ class RunSession:
         """Hold the call the policy allowed for `execute` (nothing is written yet)."""
         self._allowed = call
 
-    def record_policy(self, tx: Tx, now: datetime, step_id: str, payload: dict[str, Any]) -> None:
-        """`step.policy` and the step row's policy columns, written together."""
-        writes.record_policy(tx, self.run_id, step_id, payload, now)
-
     def pause_in(
         self,
         tx: Tx,
@@ -654,10 +650,6 @@ class RunSession:
     def allowed_step(self) -> Step:
         assert self._allowed is not None
         return self._allowed.step
-
-    def allowed_call(self) -> AllowedCall | None:
-        """The call held for `execute`, if any (not handed out)."""
-        return self._allowed
 
     def take_allowed(self, step: Step) -> AllowedCall:
         """The allowed call of `step`, handed out once (`RunStateError` if there is none)."""
