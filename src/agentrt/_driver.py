@@ -32,7 +32,7 @@ from ._lease import WallClock
 from ._model import Model, ModelConfig
 from ._operator import Operator
 from ._policy import Policy
-from ._records import Approval, Decision, Limits, Run, RunStatus, StepInput
+from ._records import Approval, Decision, Limits, Run, StepInput
 from ._session import (
     SHUTDOWN_GRACE_S,
     Probe,
@@ -133,12 +133,10 @@ class Driver:
     async def resume(self, run_id: str) -> Run:
         """Continue a WAITING run after its approval was decided, or take over a dead one."""
         with self._exclusive(run_id):
-            run = await run_io(lambda: self.store.get_run(run_id))
-            if run.status not in (RunStatus.WAITING_FOR_APPROVAL, RunStatus.RUNNING):
-                raise RunStateError(f"run {run_id} is {run.status}; there is nothing to resume")
             session: GateSession | None = None
             try:
-                session, _ = await self._gate.attach(run_id)
+                # One read of the run: attach refuses a run with nothing to continue.
+                session, _ = await self._gate._attach_held(run_id, "there is nothing to resume")
                 if session.done:
                     return session.run
                 return await self._drive(session)

@@ -285,12 +285,7 @@ class Gate:
         side effect waits for a person, `ended` when the run ended, and None
         when the run simply goes on with no open step (nothing was judged).
         """
-        self._hold(run_id)
-        try:
-            return await self._attach(run_id)
-        except BaseException:
-            self._let_go(run_id)
-            raise
+        return await self._attach_held(run_id, "there is nothing to attach to")
 
     def begin_sync(
         self, goal: str, limits: Limits | None = None, run_id: str | None = None
@@ -309,6 +304,16 @@ class Gate:
                     f"run {run_id} already has a live session; a second one is refused"
                 )
             self._live.add(run_id)
+
+    async def _attach_held(self, run_id: str, nothing: str) -> tuple[GateSession, Verdict | None]:
+        """`attach`, for the package: `nothing` ends the refusal of a run with nothing
+        to continue (the Driver says "there is nothing to resume")."""
+        self._hold(run_id)
+        try:
+            return await self._attach(run_id, nothing)
+        except BaseException:
+            self._let_go(run_id)
+            raise
 
     def _let_go(self, run_id: str) -> None:
         with self._lock:
@@ -335,7 +340,7 @@ class Gate:
         run = await write_through(config, tx_create)
         return RunSession(config, run, [], [], epoch=1, mark=now)
 
-    async def _attach(self, run_id: str) -> tuple[GateSession, Verdict | None]:
+    async def _attach(self, run_id: str, nothing: str) -> tuple[GateSession, Verdict | None]:
         config = self._config
         run, steps, approvals = await run_io(lambda: load(config, run_id))
         if run.status == RunStatus.WAITING_FOR_APPROVAL:
@@ -361,7 +366,7 @@ class Gate:
             verdict = session._verdict(rs.steps[-1] if rs.steps else None)
             session._settle_if_done()
             return session, verdict
-        raise RunStateError(f"run {run_id} is {run.status}; there is nothing to attach to")
+        raise RunStateError(f"run {run_id} is {run.status}; {nothing}")
 
 
 class GateSession:

@@ -29,7 +29,7 @@ from ._approval import verify_stored
 from ._db import Tx
 from ._decisions import call_args
 from ._errors import RunStateError
-from ._lease import expiry, holder_json
+from ._lease import check_live_lease, expiry, holder_json
 from ._records import (
     Approval,
     ApprovalStatus,
@@ -49,7 +49,6 @@ from ._session import (
 )
 from ._settle import GRANT_EXPIRED, FromWaiting, Now, expire_waiting, fail_and_go_on, settle
 from ._store import reads, writes
-from ._takeover import check_live_lease
 
 NO_MARK = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -142,7 +141,12 @@ async def _hold(config: LoopConfig, run: Run) -> None:
         if row["status"] != RunStatus.WAITING_FOR_APPROVAL:
             raise RunStateError(f"run {run.id} is {row['status']}; it was resumed elsewhere")
         check_live_lease(
-            config, run, row["lease_owner"], row["lease_expires_at"], row["lease_holder"]
+            run.id,
+            config.owner,
+            config.wall,
+            row["lease_owner"],
+            row["lease_expires_at"],
+            row["lease_holder"],
         )
         writes.hold_waiting(
             tx,
