@@ -16,7 +16,6 @@ over a gate session: `session.step()`, the agent's decision for
 from __future__ import annotations
 
 import asyncio
-import logging
 import threading
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -38,8 +37,6 @@ from ._session import (
     Probe,
     RunMoved,
     maybe_await,
-    release_lease,
-    run_io,
     run_sync,
 )
 from ._tools import Tool
@@ -144,7 +141,7 @@ class Driver:
                 return moved.run
             finally:
                 if session is not None:
-                    session._detach()
+                    session._for_driver().end()
 
     def approve(
         self, run_id: str, approval_id: str, by: str, note: str = "", shown_hash: str | None = None
@@ -196,20 +193,10 @@ class Driver:
     def _exclusive(self, run_id: str) -> _Exclusive:
         return _Exclusive(self, run_id)
 
-    def _let_go(self, session: GateSession) -> None:
-        """A tool thread outlived its cancelled loop and has now returned: give the run up."""
-        rs = session._rs
-        try:
-            rs.stop_heartbeat()
-            session._gate._let_go(rs.run_id)
-            release_lease(rs.config, rs.run_id)
-        except Exception:  # the store may be closed by now: the lease then simply expires
-            logging.getLogger("agentrt").warning(
-                "could not release the lease on run %s; it will expire", rs.run_id
-            )
-        finally:
-            with self._active_lock:
-                self._lingering.discard(rs.run_id)
+    def _given_back(self, run_id: str) -> None:
+        """A tool thread outlived its cancelled loop; the session gave the run up."""
+        with self._active_lock:
+            self._lingering.discard(run_id)
 
     def _is_executing(self, run_id: str) -> bool:
         with self._active_lock:
@@ -217,11 +204,12 @@ class Driver:
 
     async def _drive(self, session: GateSession) -> Run:
         """The loop over a gate session: step, decide, propose, execute what was allowed."""
-        rs = session._rs
+        path = session._for_driver()
+        run_id = session.run_id
         try:
             allowed = session.current()
             if allowed is not None:  # attach allowed an approved call
-                await allowed._run()
+                await path.run(allowed)
                 if session.done:
                     return session.run
             while True:
@@ -234,24 +222,22 @@ class Driver:
                 # Whatever the agent returned, None included, is recorded and validated.
                 verdict: Verdict = await step.propose(decided.value)
                 if verdict.outcome == VerdictOutcome.ALLOWED:
-                    await step._run()
+                    await path.run(step)
                     if session.done:
                         return session.run
                 elif verdict.outcome in (VerdictOutcome.PENDING, VerdictOutcome.ENDED):
                     return session.run
         except asyncio.CancelledError:
-            lingering = rs.lingering_tool
-            if lingering is None:
-                await asyncio.shield(run_io(lambda: release_lease(rs.config, rs.run_id)))
-            else:
-                # The run stays this driver's until the thread returns: neither a
-                # resume nor recover() of this driver may start a call beside it.
-                with self._active_lock:
-                    self._lingering.add(rs.run_id)
-                lingering.add_done_callback(lambda _: self._let_go(session))
+            # A tool thread still running keeps the run this driver's until it
+            # returns: neither a resume nor recover() of this driver may start a
+            # call beside it. Marked before the session can give the run back.
+            with self._active_lock:
+                self._lingering.add(run_id)
+            if not await path.cancelled(lambda: self._given_back(run_id)):
+                self._given_back(run_id)
             raise
         finally:
-            session._detach()
+            path.end()
 
     async def _decide(self, session: GateSession, step: GateStep) -> _Decided | None:
         """The agent's answer for `step`, wrapped; None when asking it ended the run.

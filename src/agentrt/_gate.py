@@ -39,7 +39,7 @@ import logging
 import re
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -379,6 +379,8 @@ class GateSession:
         self._closed = False
         self._released = False
         self._claiming = False  # a step() is claiming a step right now
+        # Called once the lease is given back after a lingering tool thread returned.
+        self._on_given_back: list[Callable[[], None]] = []
         # A session dropped without close() stops renewing its lease once it is
         # collected, so the run can be taken over when the lease expires instead of
         # being held until the process exits. (The callback holds no reference to
@@ -522,7 +524,11 @@ class GateSession:
             lingering.add_done_callback(lambda _: self._give_back())
 
     def _give_back(self) -> None:
-        """The lingering tool thread returned: stop renewing and release the lease."""
+        """The lingering tool thread returned: stop renewing and release the lease.
+
+        The one place a lease held for a lingering tool is given back (a closed
+        session's or a cancelled Driver loop's); then whoever waited is told.
+        """
         rs = self._rs
         try:
             rs.stop_heartbeat()
@@ -533,6 +539,12 @@ class GateSession:
             )
         finally:
             self._gate._let_go(rs.run_id)
+            for told in self._on_given_back:
+                told()
+
+    def _for_driver(self) -> DriverPath:
+        """The one package-internal path the Driver drives this session by."""
+        return DriverPath(self)
 
     def _settle_if_done(self) -> None:
         if self.done:
@@ -597,6 +609,35 @@ class GateSession:
             return None
         args = copy_json(call_args(step.decision))
         return ToolRequest(run_id=self.run_id, step_id=step.id, spec=spec, args=args)
+
+
+class DriverPath:
+    """What the Driver needs of a gate session beyond the public API (package-internal).
+
+    `run` executes an allowed step without raising when the run moved (the
+    Driver returns the run as it stands); `cancelled` decides the lease when the
+    Driver's loop is cancelled (released now, or, while a tool thread still
+    runs under it, once the thread returns, telling `then`); `end` stops
+    renewing and frees the run for another session.
+    """
+
+    def __init__(self, session: GateSession) -> None:
+        self._session = session
+
+    async def run(self, step: GateStep) -> None:
+        await step._run()
+
+    async def cancelled(self, then: Callable[[], None]) -> bool:
+        """The loop was cancelled: release the lease now, or later. True when later."""
+        rs = self._session._rs
+        if rs.lingering_tool is None:
+            await asyncio.shield(run_io(lambda: release_lease(rs.config, rs.run_id)))
+            return False
+        self._session._on_given_back.append(then)
+        return True
+
+    def end(self) -> None:
+        self._session._detach()
 
 
 class GateStep:
