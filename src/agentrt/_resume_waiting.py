@@ -47,7 +47,14 @@ from ._session import (
     run_io,
     write_through,
 )
-from ._settle import GRANT_EXPIRED, FromWaiting, Now, expire_waiting, fail_and_go_on, settle
+from ._settle import (
+    FromWaiting,
+    Now,
+    expire_if_lapsed,
+    expire_waiting,
+    fail_and_go_on,
+    settle,
+)
 from ._store import reads, writes
 
 NO_MARK = datetime(1970, 1, 1, tzinfo=UTC)
@@ -179,9 +186,7 @@ async def _judge(session: RunSession, step: Step, latest: Approval) -> None:
                 errors
             )
     if unusable is not None or spec is None:
-        if origin.grant_lapsed(session):
-            await expire_waiting(session, step, latest, origin.when(), GRANT_EXPIRED)
-        else:
+        if not await expire_if_lapsed(session, origin, step):
             await fail_and_go_on(
                 session, origin, step, Observation.invalid_decision(unusable or ""), None
             )
