@@ -409,8 +409,6 @@ def test_a_waiting_run_whose_stored_request_will_not_decode_ends_with_the_sessio
 
     config, run_id, push = _waiting_and_approved(tmp_path, "b")
     store = config["store"]
-    sessions: list[RunSession] = []
-    config["probe"] = lambda point, rs: sessions.append(rs)
     driver = agentrt.Driver(agent=ScriptedAgent([]), **config)
     run = driver.resume_sync(run_id)
     assert (run.status, run.reason) == ("FAILED", "internal_error")
