@@ -77,12 +77,12 @@ class TimedConnection:
 
 PHASES = (
     (step_module, "begin_step", "tx  step started (begin_step)"),
-    (session_module.RunSession, "record_decision", "tx  decided (record_decision)"),
+    (step_module, "_record_decision", "tx  decided (record_decision)"),
     (step_module, "_start_tool", "tx  tool started (start_tool)"),
     (step_module, "_finish_tool", "tx  tool finished (finish_tool)"),
     (step_module, "propose", "    propose: decided, validation, policy"),
     (session_module.RunSession, "ask_policy", "    the policy (ask_policy)"),
-    (step_module, "execute", "    execute: tool started, the call, tool finished"),
+    (step_module, "run_tool", "    execute: tool started, the call, tool finished"),
     (driver_module.Driver, "_decide", "    the agent (_decide)"),
 )
 

@@ -22,25 +22,14 @@ from agentrt import (
     VerdictOutcome,
 )
 from conftest import FakeClock, Ids, RecordingTool, event_types
+from support.approvals import approved_run
 from support.gates import make_gate, open_step
 from support.models import TINY_REQUEST, Replies
+from support.policies import FixedPolicy
 from support.rows import snapshot
 from support.tools import push_tool, read_tool, rm_tool
 
-
-class Fixed:
-    """A policy answering every request the same."""
-
-    def __init__(self, decision: agentrt.PolicyDecision) -> None:
-        self.decision = decision
-
-    def evaluate(
-        self, request: agentrt.ToolRequest, view: agentrt.RunView
-    ) -> agentrt.PolicyDecision:
-        return self.decision
-
-
-allow_all = Fixed(agentrt.PolicyDecision.allow())
+allow_all = FixedPolicy(agentrt.PolicyDecision.allow())
 
 
 def test_a_gate_loop_reads_executes_and_completes_a_run(store: agentrt.Store) -> None:
@@ -293,6 +282,40 @@ def test_a_limit_ends_the_run_and_step_returns_none(store: agentrt.Store) -> Non
     assert session.done and session.run.reason == "limit_steps"
 
 
+def test_an_operator_cancel_ends_the_session_step_returns_none(
+    store: agentrt.Store, db_path: Path
+) -> None:
+    read = read_tool()
+    session = make_gate(store, read).begin_sync("read")
+    agentrt.cancel(store, session.run.id, by="ops")
+    before = snapshot(db_path)
+    assert session.step_sync() is None
+    assert (session.run.status, session.run.reason) == ("CANCELLED", "operator_cancelled")
+    assert session.done
+    assert snapshot(db_path) == before  # the session saw the cancel; it wrote nothing
+    assert read.calls == []
+    session.close_sync()
+
+
+def test_execute_after_a_cancel_of_a_held_waiting_run_raises_and_writes_nothing(
+    store: agentrt.Store, db_path: Path
+) -> None:
+    driver, run, push, _ = approved_run(store)
+    gate = agentrt.Gate(store=store, policy=agentrt.default_policy(), tools=driver.tools)
+    session, verdict = gate.attach_sync(run.id)
+    assert verdict is not None and verdict.outcome == VerdictOutcome.ALLOWED
+    agentrt.cancel(store, run.id, by="ops")
+    before = snapshot(db_path)
+    allowed = session.current()
+    assert allowed is not None
+    with pytest.raises(agentrt.RunStateError, match="nothing was executed"):
+        allowed.execute_sync()
+    assert snapshot(db_path) == before
+    assert push.calls == []
+    assert store.get_run(run.id).status == "CANCELLED"
+    session.close_sync()
+
+
 def _pause(store: agentrt.Store, push: RecordingTool, clock: FakeClock, **kw: Any) -> str:
     session = make_gate(store, push, clock=clock).begin_sync("push it", **kw)
     step = session.step_sync()
@@ -364,7 +387,7 @@ def test_attach_when_the_policy_now_denies_the_approved_request_is_denied(
     run_id = _pause(store, push, clock)
     (pending,) = store.pending_approvals(run_id)
     agentrt.approve(store, run_id, pending.id, by="alice")
-    deny_all = Fixed(agentrt.PolicyDecision.deny("no pushes today"))
+    deny_all = FixedPolicy(agentrt.PolicyDecision.deny("no pushes today"))
     session, verdict = make_gate(store, push, clock=clock, policy=deny_all).attach_sync(run_id)
     assert verdict is not None and verdict.outcome == VerdictOutcome.DENIED
     assert verdict.observation is not None and verdict.observation.kind == "policy_denied"

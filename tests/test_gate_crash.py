@@ -52,7 +52,7 @@ def test_a_session_abandoned_during_execute_pauses_on_interrupted_side_effect(
         assert verdict.approval.kind == "interrupted_side_effect"
         assert verdict.approval.capability == {"tool": "charge", "args": {"amount": 5}}
         assert session.done and session.current() is None
-        assert len(child.journal_lines(db_path)) == 1  # not run again on its own say
+        assert len(child.journal_lines(db_path)) == 1  # not run again on the runtime's own say
         session.close_sync()
         with pytest.raises(agentrt.RunStateError, match="still pending"):
             gate.attach_sync(run.id)  # undecided: refused, and nothing runs

@@ -58,11 +58,36 @@ _SQL_START = re.compile(
     r"^\s*(SELECT|INSERT|UPDATE|DELETE|REPLACE|PRAGMA|BEGIN|COMMIT|ROLLBACK|SAVEPOINT|"
     r"RELEASE|CREATE|DROP|ALTER|WITH|VACUUM|ATTACH)\b"
 )
+"""A statement's first keyword, in capitals (how this package writes SQL)."""
+_SQL_SHAPE = re.compile(
+    r"^\s*(PRAGMA\s+\w+|CREATE\s+(TEMP\w*\s+)?(UNIQUE\s+)?(TABLE|INDEX|VIEW|TRIGGER)\b|"
+    r"DROP\s+(TABLE|INDEX|VIEW|TRIGGER)\b|ALTER\s+TABLE\b|"
+    r"BEGIN(\s+(IMMEDIATE|EXCLUSIVE|DEFERRED|TRANSACTION))?\s*;?\s*$|"
+    r"(COMMIT|ROLLBACK|VACUUM)\s*;?\s*$|SAVEPOINT\s+\w+|RELEASE\s+SAVEPOINT\b|"
+    r"ATTACH\s+DATABASE\b|WITH\s+(RECURSIVE\s+)?\w+(\s*\([^)]*\))?\s+AS\s*\(|"
+    r"REPLACE\s+INTO\b)",
+    re.IGNORECASE,
+)
+"""A statement in any case: its first keywords in the shape only SQL has (lowercase
+`pragma ...`, `create table ...`), so that prose starting "with" or "release" passes."""
 _SQL_ANYWHERE = re.compile(
     r"\bSELECT\b.*\bFROM\b|\bINSERT\s+(OR\s+\w+\s+)?INTO\b|\bUPDATE\s+\w+\s+SET\b|"
     r"\bDELETE\s+FROM\b|\bBEGIN\s+IMMEDIATE\b",
     re.DOTALL | re.IGNORECASE,
 )
+_DB_METHODS = {"execute", "executemany", "executescript", "append_event"}
+"""What only the store layer calls: a statement, or an audit event."""
+_SQLITE_TYPES = {
+    "Connection",
+    "Cursor",
+    "Row",
+    "Error",
+    "DatabaseError",
+    "OperationalError",
+    "IntegrityError",
+}
+"""What a module outside the store layer may name from `sqlite3`: types to annotate
+with and errors to catch, never a way to open a connection or run a statement."""
 
 
 def _modules() -> list[Path]:
@@ -90,6 +115,11 @@ def _literal_texts(tree: ast.AST) -> list[tuple[ast.AST, str]]:
             texts.append((node, "".join(parts)))
             inside_fstrings.update(id(v) for v in node.values)
     for node in ast.walk(tree):
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+            folded = _fold(node)  # "UPD" + "ATE" is still UPDATE
+            if folded is not None:
+                texts.append((node, folded))
+    for node in ast.walk(tree):
         if isinstance(node, ast.Constant) and id(node) not in inside_fstrings:
             if isinstance(node.value, str):
                 texts.append((node, node.value))
@@ -108,18 +138,85 @@ def _docstrings(tree: ast.AST) -> set[int]:
     return found
 
 
+def _fold(node: ast.expr) -> str | None:
+    """A sum of string literals as the text it makes; None when any part is not one."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        left, right = _fold(node.left), _fold(node.right)
+        if left is not None and right is not None:
+            return left + right
+    return None
+
+
+def _is_sql(text: str) -> bool:
+    return bool(_SQL_START.match(text) or _SQL_SHAPE.match(text) or _SQL_ANYWHERE.search(text))
+
+
+def _db_access(tree: ast.AST) -> list[tuple[int, str]]:
+    """Statements and events reached other than through the store layer's named writes.
+
+    Any attribute `execute`, `executemany`, `executescript` or `append_event` (called,
+    or taken as a value to call later), on whatever object, and the same names as a
+    string (`getattr`); one exception: `.execute()` called with no argument is the
+    Gate's `GateStep.execute`, which no connection or cursor accepts. And `sqlite3`
+    other than its types and errors: `from sqlite3 import ...`, `import sqlite3 as`,
+    `sqlite3.connect`, the module passed around as a value.
+    """
+    bare_calls = {
+        id(node.func)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "execute"
+        and not node.args
+        and not node.keywords
+    }
+    sqlite_bases = {
+        id(node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "sqlite3"
+    }
+    hits: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in _DB_METHODS:
+            if id(node) not in bare_calls:
+                hits.append((node.lineno, f"a statement or event of its own ({ast.unparse(node)})"))
+        elif (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and node.value in _DB_METHODS
+        ):
+            hits.append((node.lineno, f"a statement or event by name ({node.value!r})"))
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == "sqlite3" and alias.asname is not None:
+                    hits.append((node.lineno, f"sqlite3 under another name ({alias.asname})"))
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "sqlite3":
+            names = ", ".join(a.name for a in node.names)
+            hits.append((node.lineno, f"a connection of its own (from sqlite3 import {names})"))
+        elif (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "sqlite3"
+            and node.attr not in _SQLITE_TYPES
+        ):
+            hits.append((node.lineno, f"a connection of its own ({ast.unparse(node)})"))
+        elif isinstance(node, ast.Name) and node.id == "sqlite3" and id(node) not in sqlite_bases:
+            hits.append((node.lineno, "a connection of its own (sqlite3 beyond its types)"))
+    return hits
+
+
 def _sql_in(path: Path) -> list[str]:
     tree = ast.parse(path.read_text(encoding="utf-8"))
     docs = _docstrings(tree)
     return [
         f"{_relative(path)}:{node.lineno}: {text[:60]!r}"
         for node, text in _literal_texts(tree)
-        if id(node) not in docs and (_SQL_START.match(text) or _SQL_ANYWHERE.search(text))
-    ] + [
-        f"{_relative(path)}:{node.lineno}: a connection of its own ({ast.unparse(node.func)})"
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Call) and ast.unparse(node.func).startswith("sqlite3.")
-    ]
+        if id(node) not in docs and _is_sql(text)
+    ] + [f"{_relative(path)}:{line}: {what}" for line, what in _db_access(tree)]
 
 
 def test_sql_appears_only_in_the_store_layer_and_the_migrations() -> None:
@@ -150,6 +247,48 @@ def test_the_sql_detector_finds_a_statement_in_a_plain_and_an_f_string(tmp_path:
             "'delete from events'",
             "'select id from runs'",
             "a connection of its own (sqlite3.connect)",
+        ]
+    )
+
+
+def test_the_sql_detector_sees_through_a_split_verb_a_method_alias_lowercase_and_from_import(
+    tmp_path: Path,
+) -> None:
+    """The four ways past a literal-only check: each is found, and the Gate's own
+    `step.execute()`, `sqlite3.Error` and prose starting with a keyword are not."""
+    source = (
+        'verb = "UPD" + "ATE"\n'
+        'tx.execute(verb + " runs SET status = ?", (s,))\n'
+        "add = tx.append_event\n"
+        'add(run_id, "", now, "run.finished", {})\n'
+        'conn.executescript("pragma journal_mode = wal")\n'
+        'x = "create table notes (id TEXT)"\n'
+        "from sqlite3 import connect\n"
+        'run = getattr(tx, "executemany")\n'
+        "import sqlite3 as lite\n"
+        "opener = sqlite3\n"
+        # None of these is a way to the database:
+        "obs = await step.execute()\n"
+        "import sqlite3\n"
+        "try:\n    pass\nexcept sqlite3.Error:\n    pass\n"
+        'y = "with the approval it was given"; z = "release the lease"\n'
+        'w = "update the docs"; v = "Begin again"\n'
+    )
+    module = tmp_path / "fooling.py"
+    module.write_text(source, encoding="utf-8")
+    hits = [hit.split(": ", 1)[1] for hit in _sql_in(module)]
+    assert sorted(hits) == sorted(
+        [
+            "'UPDATE'",
+            "a statement or event of its own (tx.execute)",
+            "a statement or event of its own (tx.append_event)",
+            "a statement or event of its own (conn.executescript)",
+            "'pragma journal_mode = wal'",
+            "'create table notes (id TEXT)'",
+            "a connection of its own (from sqlite3 import connect)",
+            "a statement or event by name ('executemany')",
+            "sqlite3 under another name (lite)",
+            "a connection of its own (sqlite3 beyond its types)",
         ]
     )
 

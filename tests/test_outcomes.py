@@ -23,6 +23,7 @@ from agentrt import (
 )
 from agentrt.scripted import ScriptedAgent
 from conftest import FakeClock, Ids, RecordingTool, event_types
+from support.policies import FixedPolicy
 
 
 def drive(
@@ -238,18 +239,6 @@ def test_huge_number_against_a_bounded_schema_does_not_crash(store: agentrt.Stor
 
 
 # -- policies --------------------------------------------------------------
-
-
-class FixedPolicy:
-    policy_id = "fixed/1"
-
-    def __init__(self, answer: Any) -> None:
-        self.answer = answer
-
-    def evaluate(self, request: ToolRequest, view: RunView) -> Any:
-        if isinstance(self.answer, Exception):
-            raise self.answer
-        return self.answer
 
 
 @pytest.mark.parametrize(

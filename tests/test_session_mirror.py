@@ -9,6 +9,7 @@ after every commit the loop makes, on every path a step can take.
 
 from __future__ import annotations
 
+import sqlite3
 import tempfile
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta, timezone
@@ -353,4 +354,67 @@ def test_pauses_a_resume_and_an_expiry_keep_the_sessions_approvals_equal_to_thei
     mirror.compare(session._rs, "after the expiry")
     assert [a.status for a in session._rs.approvals] == ["approved", "expired"]
     session.close_sync()
+    store.close()
+
+
+def _waiting_and_approved(tmp_path: Path, name: str) -> tuple[dict[str, Any], str, RecordingTool]:
+    """A run waiting on an approved push, its step's stored decision made unreadable."""
+    path = tmp_path / f"{name}.db"
+    store = agentrt.open_store(path)
+    push = RecordingTool("push", SideEffect.REMOTE_MUTATION, result={"pushed": True})
+    config: dict[str, Any] = {
+        "store": store,
+        "policy": agentrt.default_policy(),
+        "tools": [push],
+        "now": FakeClock(),
+        "new_id": Ids(name),
+    }
+    driver = agentrt.Driver(agent=ScriptedAgent([Decision.tool_call("push", {"x": 1})]), **config)
+    run = driver.start_sync("push once")
+    (approval,) = store.pending_approvals(run.id)
+    driver.approve(run.id, approval.id, by="ops")
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        changed = conn.execute(
+            "UPDATE steps SET decision_json = '{not json' WHERE run_id = ?", (run.id,)
+        ).rowcount
+        assert changed == 1
+    finally:
+        conn.close()
+    return config, run.id, push
+
+
+def test_a_waiting_run_whose_stored_request_will_not_decode_ends_with_the_session_equal_to_its_rows(
+    tmp_path: Path,
+) -> None:
+    """The failed run is settled on the session that attach built: its copy is the rows,
+    and the ended verdict carries the step's `invalid_decision` observation."""
+    config, run_id, push = _waiting_and_approved(tmp_path, "a")
+    store = config["store"]
+    mirror = ApprovalMirror(store)
+    session, verdict = agentrt.Gate(**config).attach_sync(run_id)
+    assert verdict is not None and verdict.outcome == "ended"
+    assert (verdict.run.status, verdict.run.reason) == ("FAILED", "internal_error")
+    assert verdict.observation is not None and verdict.observation.kind == "invalid_decision"
+    assert verdict.observation.content["error"].startswith(
+        "the run's record cannot be read back (decision_json: "
+    )
+    assert session.done
+    mirror.compare(session._rs, "after the failed attach")
+    assert [s.status for s in session._rs.steps] == ["failed"]
+    assert push.calls == []
+    events = [e.type for e in store.list_events(run_id, cap=None)]
+    assert events[-2:] == ["step.failed", "run.finished"]
+    session.close_sync()
+
+    config, run_id, push = _waiting_and_approved(tmp_path, "b")
+    store = config["store"]
+    driver = agentrt.Driver(agent=ScriptedAgent([]), **config)
+    run = driver.resume_sync(run_id)
+    assert (run.status, run.reason) == ("FAILED", "internal_error")
+    assert repr(run) == repr(store.get_run(run_id))
+    assert push.calls == []
+    (step,) = store.list_steps(run_id, cap=None)
+    assert step.status == "failed" and step.observation is not None
+    assert step.observation.kind == "invalid_decision"
     store.close()

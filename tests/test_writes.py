@@ -699,12 +699,80 @@ def test_the_model_call_writes_return_the_run_as_written(store: agentrt.Store) -
         )
 
 
-def test_no_event_is_appended_outside_the_store_layer() -> None:
-    package = Path(agentrt.__file__).parent
-    outside = [
-        str(path.relative_to(package))
-        for path in sorted(package.rglob("*.py"))
-        if "append_event(" in path.read_text()
-        and path.relative_to(package).parts[0] not in {"_store", "_db.py"}
-    ]
-    assert outside == []
+def test_release_lease_says_whether_the_owner_let_go_and_leaves_anothers_lease_alone(
+    store: agentrt.Store, db_path: Path
+) -> None:
+    new_run(store)
+    before = rows(db_path)
+    with store.transaction() as tx:
+        assert writes.release_lease(tx, "r1", "someone-else/1") is False
+    assert rows(db_path) == before
+    with store.transaction() as tx:
+        assert writes.release_lease(tx, "r1", OWNER) is True
+    assert store.lease("r1").owner == ""
+    with store.transaction() as tx:
+        assert writes.release_lease(tx, "r1", OWNER) is False
+
+
+def test_expire_approval_says_whether_it_expired_a_pending_approval(
+    store: agentrt.Store, db_path: Path
+) -> None:
+    approval = waiting_run(store)
+    with store.transaction() as tx:
+        assert writes.expire_approval(tx, approval.id) is True
+    assert [a.status for a in store.list_approvals("r1")] == ["expired"]
+    before = rows(db_path)
+    with store.transaction() as tx:
+        assert writes.expire_approval(tx, approval.id) is False
+    assert rows(db_path) == before
+
+
+def test_expire_waiting_refuses_an_approval_decided_since_it_was_read_and_writes_nothing(
+    store: agentrt.Store, db_path: Path
+) -> None:
+    pending = waiting_run(store)
+    with store.transaction() as tx:
+        writes.decide_approval(tx, pending, ApprovalStatus.APPROVED, "ops", "", EPOCH)
+    refused_and_nothing_written(
+        db_path,
+        RunStateError,
+        lambda tx: writes.expire_waiting(
+            tx, "r1", pending.step_id, pending, tool="push", why="expired", now=EPOCH
+        ),
+        store,
+    )
+    assert store.get_run("r1").status == "WAITING_FOR_APPROVAL"
+
+
+def test_hold_waiting_returns_the_run_as_written(store: agentrt.Store) -> None:
+    waiting_run(store, approve=True)
+    with store.transaction() as tx:
+        held = hold_by("first/1", previous=("", ""))(tx)
+    assert repr(held) == repr(store.get_run("r1"))
+    assert held.status == "WAITING_FOR_APPROVAL"
+
+
+def test_go_on_after_interruption_returns_the_payload_it_appended(store: agentrt.Store) -> None:
+    new_run(store)
+    with store.transaction() as tx:
+        appended = writes.go_on_after_interruption(tx, "r1", {"detail": "x"}, EPOCH)
+    assert appended == store.list_events("r1")[-1].payload
+    assert appended == {"after": "interruption", "detail": "x"}
+
+
+def test_record_policy_refuses_a_step_no_longer_in_the_status_judged_and_writes_nothing(
+    store: agentrt.Store, db_path: Path
+) -> None:
+    step = deciding_step(store)
+    refused_and_nothing_written(
+        db_path,
+        RunStateError,
+        lambda tx: writes.record_policy(
+            tx, "r1", step.id, PAYLOAD, EPOCH, from_status=StepStatus.EXECUTING
+        ),
+        store,
+    )
+    with store.transaction() as tx:
+        writes.record_policy(tx, "r1", step.id, PAYLOAD, EPOCH, from_status=StepStatus.DECIDING)
+    assert event_types(store)[-1] == "step.policy"
+    assert store.list_steps("r1")[0].policy_id == "p"

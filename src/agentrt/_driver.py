@@ -16,7 +16,6 @@ over a gate session: `session.step()`, the agent's decision for
 from __future__ import annotations
 
 import asyncio
-import logging
 import threading
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -25,11 +24,10 @@ from typing import Any, Protocol, runtime_checkable
 
 from ._clock import Clock, IdFactory
 from ._db import Store
-from ._errors import ConfigError, ForeignRunError, LeaseLostError, RunStateError
+from ._errors import ConfigError, LeaseLostError, RunStateError
 from ._events import Observer
 from ._gate import (
     DRIVER_ORIGIN,
-    RECOVERABLE_ORIGINS,
     Gate,
     GateSession,
     GateStep,
@@ -42,14 +40,12 @@ from ._lease import WallClock
 from ._model import Model, ModelConfig
 from ._operator import Operator
 from ._policy import Policy
-from ._records import Approval, Decision, Limits, Run, RunStatus, StepInput
+from ._records import Approval, Decision, Limits, Run, StepInput
 from ._session import (
     SHUTDOWN_GRACE_S,
     Probe,
     RunMoved,
     maybe_await,
-    release_lease,
-    run_io,
     run_sync,
 )
 from ._tools import Tool
@@ -143,15 +139,10 @@ class Driver:
     async def resume(self, run_id: str) -> Run:
         """Continue a WAITING run after its approval was decided, or take over a dead one."""
         with self._exclusive(run_id):
-            run = await run_io(lambda: self.store.get_run(run_id))
-            if run.status not in (RunStatus.WAITING_FOR_APPROVAL, RunStatus.RUNNING):
-                raise RunStateError(f"run {run_id} is {run.status}; there is nothing to resume")
-            # An unreadable origin reads as '' and is left to the decode-error path.
-            if run.origin and run.origin not in RECOVERABLE_ORIGINS:
-                raise ForeignRunError(run_id, run.origin)
             session: GateSession | None = None
             try:
-                session, _ = await self._gate.attach(run_id)
+                # One read of the run: attach refuses a run with nothing to continue.
+                session, _ = await self._gate._attach_held(run_id, "there is nothing to resume")
                 if session.done:
                     return session.run
                 return await self._drive(session)
@@ -159,7 +150,7 @@ class Driver:
                 return moved.run
             finally:
                 if session is not None:
-                    session._detach()
+                    session._for_driver().end()
 
     def approve(
         self, run_id: str, approval_id: str, by: str, note: str = "", shown_hash: str | None = None
@@ -211,20 +202,10 @@ class Driver:
     def _exclusive(self, run_id: str) -> _Exclusive:
         return _Exclusive(self, run_id)
 
-    def _let_go(self, session: GateSession) -> None:
-        """A tool thread outlived its cancelled loop and has now returned: give the run up."""
-        rs = session._rs
-        try:
-            rs.stop_heartbeat()
-            session._gate._let_go(rs.run_id)
-            release_lease(rs.config, rs.run_id)
-        except Exception:  # the store may be closed by now: the lease then simply expires
-            logging.getLogger("agentrt").warning(
-                "could not release the lease on run %s; it will expire", rs.run_id
-            )
-        finally:
-            with self._active_lock:
-                self._lingering.discard(rs.run_id)
+    def _given_back(self, run_id: str) -> None:
+        """A tool thread outlived its cancelled loop; the session gave the run up."""
+        with self._active_lock:
+            self._lingering.discard(run_id)
 
     def _is_executing(self, run_id: str) -> bool:
         with self._active_lock:
@@ -232,11 +213,12 @@ class Driver:
 
     async def _drive(self, session: GateSession) -> Run:
         """The loop over a gate session: step, decide, propose, execute what was allowed."""
-        rs = session._rs
+        path = session._for_driver()
+        run_id = session.run_id
         try:
             allowed = session.current()
             if allowed is not None:  # attach allowed an approved call
-                await allowed._run()
+                await path.run(allowed)
                 if session.done:
                     return session.run
             while True:
@@ -249,24 +231,22 @@ class Driver:
                 # Whatever the agent returned, None included, is recorded and validated.
                 verdict: Verdict = await step.propose(decided.value)
                 if verdict.outcome == VerdictOutcome.ALLOWED:
-                    await step._run()
+                    await path.run(step)
                     if session.done:
                         return session.run
                 elif verdict.outcome in (VerdictOutcome.PENDING, VerdictOutcome.ENDED):
                     return session.run
         except asyncio.CancelledError:
-            lingering = rs.lingering_tool
-            if lingering is None:
-                await asyncio.shield(run_io(lambda: release_lease(rs.config, rs.run_id)))
-            else:
-                # The run stays this driver's until the thread returns: neither a
-                # resume nor recover() of this driver may start a call beside it.
-                with self._active_lock:
-                    self._lingering.add(rs.run_id)
-                lingering.add_done_callback(lambda _: self._let_go(session))
+            # A tool thread still running keeps the run this driver's until it
+            # returns: neither a resume nor recover() of this driver may start a
+            # call beside it. Marked before the session can give the run back.
+            with self._active_lock:
+                self._lingering.add(run_id)
+            if not await path.cancelled(lambda: self._given_back(run_id)):
+                self._given_back(run_id)
             raise
         finally:
-            session._detach()
+            path.end()
 
     async def _decide(self, session: GateSession, step: GateStep) -> _Decided | None:
         """The agent's answer for `step`, wrapped; None when asking it ended the run.

@@ -39,7 +39,7 @@ import logging
 import re
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -50,7 +50,13 @@ from ._canonical import copy_json
 from ._clock import Clock, IdFactory, new_id, wall_clock
 from ._db import Store, Tx
 from ._decisions import call_args
-from ._errors import ConfigError, LeaseLostError, RunStateError, SessionClosedError
+from ._errors import (
+    ConfigError,
+    ForeignRunError,
+    LeaseLostError,
+    RunStateError,
+    SessionClosedError,
+)
 from ._events import Observer
 from ._lease import WallClock, expiry, holder_json, make_owner
 from ._model import Model, ModelConfig
@@ -66,7 +72,7 @@ from ._records import (
     StepInput,
     ToolRequest,
 )
-from ._resume_waiting import NO_MARK, Undecodable, resume_waiting
+from ._resume_waiting import resume_waiting
 from ._session import (
     LoopConfig,
     Probe,
@@ -79,7 +85,7 @@ from ._session import (
     run_sync,
     write_through,
 )
-from ._store.writes import create_run, fail_waiting_run
+from ._store.writes import create_run
 from ._takeover import take_over
 from ._tools import Tool, compile_tool, registered_spec, spec_hash, validate_tools
 
@@ -307,12 +313,7 @@ class Gate:
         side effect waits for a person, `ended` when the run ended, and None
         when the run simply goes on with no open step (nothing was judged).
         """
-        self._hold(run_id)
-        try:
-            return await self._attach(run_id)
-        except BaseException:
-            self._let_go(run_id)
-            raise
+        return await self._attach_held(run_id, "there is nothing to attach to")
 
     def begin_sync(
         self, goal: str, limits: Limits | None = None, run_id: str | None = None
@@ -331,6 +332,16 @@ class Gate:
                     f"run {run_id} already has a live session; a second one is refused"
                 )
             self._live.add(run_id)
+
+    async def _attach_held(self, run_id: str, nothing: str) -> tuple[GateSession, Verdict | None]:
+        """`attach`, for the package: `nothing` ends the refusal of a run with nothing
+        to continue (the Driver says "there is nothing to resume")."""
+        self._hold(run_id)
+        try:
+            return await self._attach(run_id, nothing)
+        except BaseException:
+            self._let_go(run_id)
+            raise
 
     def _let_go(self, run_id: str) -> None:
         with self._lock:
@@ -358,17 +369,17 @@ class Gate:
         run = await write_through(config, tx_create)
         return RunSession(config, run, [], [], epoch=1, mark=now)
 
-    async def _attach(self, run_id: str) -> tuple[GateSession, Verdict | None]:
+    async def _attach(self, run_id: str, nothing: str) -> tuple[GateSession, Verdict | None]:
         config = self._config
         run, steps, approvals = await run_io(lambda: load(config, run_id))
+        if run.status not in (RunStatus.WAITING_FOR_APPROVAL, RunStatus.RUNNING):
+            raise RunStateError(f"run {run_id} is {run.status}; {nothing}")
+        # A Driver continues only what a Driver or a plain Gate began (decision 0049);
+        # an unreadable origin reads as '' and is left to the decode-error path.
+        if self.origin == DRIVER_ORIGIN and run.origin and run.origin not in RECOVERABLE_ORIGINS:
+            raise ForeignRunError(run_id, run.origin)
         if run.status == RunStatus.WAITING_FOR_APPROVAL:
-            try:
-                rs = await resume_waiting(config, run, steps, approvals)
-            except Undecodable as exc:
-                rs = RunSession(config, run, steps, approvals, epoch=0, mark=NO_MARK)
-                rs.run = await self._fail_undecodable(run, str(exc))
-                session = GateSession(self, rs)
-                return session, session._verdict(None)
+            rs = await resume_waiting(config, run, steps, approvals)
             waiting_step = rs.steps[-1] if rs.steps else None
             session = GateSession(self, rs)
             if rs.has_allowed_call():
@@ -390,17 +401,7 @@ class Gate:
             verdict = session._verdict(rs.steps[-1] if rs.steps else None)
             session._settle_if_done()
             return session, verdict
-        raise RunStateError(f"run {run_id} is {run.status}; there is nothing to attach to")
-
-    async def _fail_undecodable(self, run: Run, why: str) -> Run:
-        """store.md: a run whose record will not decode is failed, never continued."""
-        config = self._config
-        detail = f"the run's record cannot be read back ({why}); it is not continued"
-
-        def tx_fail(tx: Tx) -> Run:
-            return fail_waiting_run(tx, run.id, detail, config.clock())
-
-        return await write_through(config, tx_fail)
+        raise RunStateError(f"run {run_id} is {run.status}; {nothing}")
 
 
 class GateSession:
@@ -413,6 +414,8 @@ class GateSession:
         self._closed = False
         self._released = False
         self._claiming = False  # a step() is claiming a step right now
+        # Called once the lease is given back after a lingering tool thread returned.
+        self._on_given_back: list[Callable[[], None]] = []
         # A session dropped without close() stops renewing its lease once it is
         # collected, so the run can be taken over when the lease expires instead of
         # being held until the process exits. (The callback holds no reference to
@@ -556,7 +559,11 @@ class GateSession:
             lingering.add_done_callback(lambda _: self._give_back())
 
     def _give_back(self) -> None:
-        """The lingering tool thread returned: stop renewing and release the lease."""
+        """The lingering tool thread returned: stop renewing and release the lease.
+
+        The one place a lease held for a lingering tool is given back (a closed
+        session's or a cancelled Driver loop's); then whoever waited is told.
+        """
         rs = self._rs
         try:
             rs.stop_heartbeat()
@@ -567,6 +574,12 @@ class GateSession:
             )
         finally:
             self._gate._let_go(rs.run_id)
+            for told in self._on_given_back:
+                told()
+
+    def _for_driver(self) -> DriverPath:
+        """The one package-internal path the Driver drives this session by."""
+        return DriverPath(self)
 
     def _settle_if_done(self) -> None:
         if self.done:
@@ -631,6 +644,35 @@ class GateSession:
             return None
         args = copy_json(call_args(step.decision))
         return ToolRequest(run_id=self.run_id, step_id=step.id, spec=spec, args=args)
+
+
+class DriverPath:
+    """What the Driver needs of a gate session beyond the public API (package-internal).
+
+    `run` executes an allowed step without raising when the run moved (the
+    Driver returns the run as it stands); `cancelled` decides the lease when the
+    Driver's loop is cancelled (released now, or, while a tool thread still
+    runs under it, once the thread returns, telling `then`); `end` stops
+    renewing and frees the run for another session.
+    """
+
+    def __init__(self, session: GateSession) -> None:
+        self._session = session
+
+    async def run(self, step: GateStep) -> None:
+        await step._run()
+
+    async def cancelled(self, then: Callable[[], None]) -> bool:
+        """The loop was cancelled: release the lease now, or later. True when later."""
+        rs = self._session._rs
+        if rs.lingering_tool is None:
+            await asyncio.shield(run_io(lambda: release_lease(rs.config, rs.run_id)))
+            return False
+        self._session._on_given_back.append(then)
+        return True
+
+    def end(self) -> None:
+        self._session._detach()
 
 
 class GateStep:
@@ -703,7 +745,7 @@ class GateStep:
         session._executing += 1
         try:
             try:
-                await _step.execute(rs, self.step)
+                await _step.run_tool(rs, self.step)
             except RunMoved as moved:
                 rs.run = moved.run
         finally:

@@ -15,7 +15,10 @@ Invariants this module owns:
   An UPDATE that matches no row means another owner took the run: the
   heartbeat stops and reports the loss.
 - The holder record (host id, pid, process start time) lets a resumer on the
-  same host prove a previous owner dead (see `resume.py`).
+  same host prove a previous owner dead (`prove_dead`).
+- `check_live_lease` is the one judgement of whether a lease someone else
+  holds may be taken (none, expired, this owner's, or a provably dead
+  holder's); the takeover, a waiting run's attach and `recover` all ask it.
 """
 
 from __future__ import annotations
@@ -31,7 +34,8 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-from ._clock import format_time, wall_clock
+from ._clock import format_time, parse_time, wall_clock
+from ._errors import RunLeasedError
 from ._store.writes import renew_lease, renew_lease_alone, take_lease
 
 WallClock = Callable[[], datetime]
@@ -314,3 +318,40 @@ def prove_dead(holder_text: str) -> dict[str, Any] | None:
     if current == start and _process_state(pid) == "Z":
         return {**proof, "proof": "the process has exited (zombie)"}
     return None
+
+
+def check_live_lease(
+    run_id: str,
+    me: str,
+    wall: WallClock,
+    lease_owner: str,
+    expires_text: str,
+    holder_text: str = "",
+) -> dict[str, Any]:
+    """How the previous owner is known to be gone; refuse, changing nothing, if it is not.
+
+    A lease that is live by the wall clock and someone else's (not `me`'s)
+    refuses (`RunLeasedError`) unless its holder is provably dead on this host.
+    """
+    if not lease_owner:
+        return {"by": "no lease"}
+    if lease_owner == me:
+        # This very driver held it: its loop stopped (an error), and it is not
+        # running now (a driver refuses a second concurrent call on a run).
+        return {"by": "this driver's own lease"}
+    # An expiry that is not text (unreadable bytes) cannot be dated: never "expired".
+    if isinstance(expires_text, str) and expires_text <= format_time(wall()):
+        return {"by": "lease expired"}
+    proof = prove_dead(holder_text)
+    if proof is None:
+        raise RunLeasedError(run_id, lease_owner, _parse_expiry(expires_text))
+    return {"by": "owner process gone", **proof}
+
+
+def _parse_expiry(text: object) -> datetime | None:
+    if not isinstance(text, str):
+        return None
+    try:
+        return parse_time(text)
+    except ValueError:
+        return None

@@ -29,7 +29,7 @@ from ._approval import verify_stored
 from ._db import Tx
 from ._decisions import call_args
 from ._errors import RunStateError
-from ._lease import expiry, holder_json
+from ._lease import check_live_lease, expiry, holder_json
 from ._records import (
     Approval,
     ApprovalStatus,
@@ -38,6 +38,7 @@ from ._records import (
     RunStatus,
     Step,
     StepStatus,
+    TerminalReason,
 )
 from ._session import (
     LoopConfig,
@@ -46,15 +47,17 @@ from ._session import (
     run_io,
     write_through,
 )
-from ._settle import GRANT_EXPIRED, FromWaiting, Now, expire_waiting, fail_and_go_on, settle
+from ._settle import (
+    FromWaiting,
+    Now,
+    expire_if_lapsed,
+    expire_waiting,
+    fail_and_go_on,
+    settle,
+)
 from ._store import reads, writes
-from ._takeover import check_live_lease
 
 NO_MARK = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-class Undecodable(Exception):
-    """The WAITING run's record will not decode: the driver fails it, never continues it."""
 
 
 async def resume_waiting(
@@ -64,7 +67,7 @@ async def resume_waiting(
 
     The clock is read once, when first needed (`_settle.Now`), which marks the
     start of the resumed run's active segment. An allowed call is held for
-    `execute` (`session.allowed_call()`): nothing is written for it here.
+    `execute` (`session.take_allowed`): nothing is written for it here.
     """
     # The mark is set by the first reading of the clock (`Now`), before any use.
     session = RunSession(config, run, steps, approvals, epoch=0, mark=NO_MARK)
@@ -72,7 +75,8 @@ async def resume_waiting(
         raise RunStateError(f"run {run.id} is waiting but has no step awaiting approval")
     step = steps[-1]
     if run.decode_error or step.decode_error:
-        raise Undecodable(run.decode_error or step.decode_error)
+        await _fail_undecodable(session, step, run.decode_error or step.decode_error)
+        return session
     mine = [a for a in approvals if a.step_id == step.id]
     if not mine:
         raise RunStateError(f"run {run.id} is waiting but step {step.id} has no approval")
@@ -103,6 +107,33 @@ async def resume_waiting(
     return session
 
 
+async def _fail_undecodable(session: RunSession, step: Step, why: str) -> None:
+    """store.md: a run whose record will not decode is failed, never continued.
+
+    Its awaiting step fails `invalid_decision`, the run ends FAILED
+    `internal_error`, through `end_waiting` like every other ending from waiting.
+    """
+    now = session.config.clock()
+    session.set_mark(now)
+    detail = f"the run's record cannot be read back ({why}); it is not continued"
+
+    def tx_fail(tx: Tx) -> None:
+        settled = writes.end_waiting(
+            tx,
+            session.run_id,
+            step.id,
+            Observation.invalid_decision(detail),
+            status=RunStatus.FAILED,
+            reason=TerminalReason.INTERNAL_ERROR,
+            detail=detail,
+            now=now,
+        )
+        session.run = settled.run
+        session.put_step(settled.step)
+
+    await session.write(tx_fail)
+
+
 async def _hold(config: LoopConfig, run: Run) -> None:
     """Hold the waiting run's lease, or refuse as a RUNNING run's lease refuses.
 
@@ -117,7 +148,12 @@ async def _hold(config: LoopConfig, run: Run) -> None:
         if row["status"] != RunStatus.WAITING_FOR_APPROVAL:
             raise RunStateError(f"run {run.id} is {row['status']}; it was resumed elsewhere")
         check_live_lease(
-            config, run, row["lease_owner"], row["lease_expires_at"], row["lease_holder"]
+            run.id,
+            config.owner,
+            config.wall,
+            row["lease_owner"],
+            row["lease_expires_at"],
+            row["lease_holder"],
         )
         writes.hold_waiting(
             tx,
@@ -150,9 +186,7 @@ async def _judge(session: RunSession, step: Step, latest: Approval) -> None:
                 errors
             )
     if unusable is not None or spec is None:
-        if origin.grant_lapsed(session):
-            await expire_waiting(session, step, latest, origin.when(), GRANT_EXPIRED)
-        else:
+        if not await expire_if_lapsed(session, origin, step):
             await fail_and_go_on(
                 session, origin, step, Observation.invalid_decision(unusable or ""), None
             )

@@ -3,12 +3,13 @@
 A `RunSession` is what executes a RUNNING run while this process holds its
 lease: the in-memory copy of the run, its steps and approvals; `write()`
 through the I/O thread; the crash-point probes; the heartbeat; the lease guard
-(`require_lease`); and the session's side of three transactions (record a
-decision, pause, start a tool), each one named write of `_store/writes.py`
-whose returned records become the copy. The step itself is taken by
-`_step.py` (`begin_step`, `propose`, `execute`); a policy's answer is acted on
-by `_settle.py`; a waiting run is resumed by `_resume_waiting.py`, a dead
-owner's run taken over by `_takeover.py`.
+(`require_lease`). It owns no transition: the step itself is taken by
+`_step.py` (`begin_step`, `propose` with its recorded decision, `run_tool`); a
+policy's answer is acted on by `_settle.py` (`settle`, `pause` with the
+approval request and its hash, `start_tool_in`), each transaction one named
+write of `_store/writes.py` whose returned records become the copy; a waiting
+run is resumed by `_resume_waiting.py`, a dead owner's run taken over by
+`_takeover.py`.
 
 Invariants enforced here:
 
@@ -40,11 +41,9 @@ from functools import partial
 from typing import Any, TypeVar, cast
 
 from . import _limits as limits_mod
-from ._approval import approval_hash, approval_request
 from ._canonical import check_json, content_hash, copy_json, to_text
 from ._clock import Clock, IdFactory, duration_to_ms, format_time
 from ._db import Store, Tx, run_from_row
-from ._decisions import RecordedDecision, record
 from ._errors import JSONValueError, LeaseLostError, RunStateError, StoreBusyError
 from ._events import Observer, deliver
 from ._foreign import exception_text
@@ -60,7 +59,6 @@ from ._records import (
     RunStatus,
     RunView,
     Step,
-    StepStatus,
     ToolRequest,
     ToolSpec,
 )
@@ -529,23 +527,6 @@ class RunSession:
 
     # -- 2. propose a decision ---------------------------------------------
 
-    async def record_decision(self, step: Step, decision: Any) -> RecordedDecision:
-        recorded = record(decision)
-
-        def tx_decided(tx: Tx) -> None:
-            self.require_lease(tx)
-            now = self.config.clock()
-            # `record` never raises and its text is known to encode: whatever the
-            # agent returned, this write records it (or what could be kept of it).
-            self.put_step(
-                writes.record_decision(
-                    tx, self.current(step), recorded.text, recorded.decision, now
-                )
-            )
-
-        await self.write(tx_decided, POINT_DECIDED)
-        return recorded
-
     def policy_request(self, step: Step, spec: ToolSpec, args: JSON) -> tuple[ToolRequest, RunView]:
         shown = self.config.shown_specs[spec.name]
         request = ToolRequest(run_id=self.run_id, step_id=step.id, spec=shown, args=copy_json(args))
@@ -579,74 +560,7 @@ class RunSession:
         """Hold the call the policy allowed for `execute` (nothing is written yet)."""
         self._allowed = call
 
-    def record_policy(self, tx: Tx, now: datetime, step_id: str, payload: dict[str, Any]) -> None:
-        """`step.policy` and the step row's policy columns, written together."""
-        writes.record_policy(tx, self.run_id, step_id, payload, now)
-
-    def pause_in(
-        self,
-        tx: Tx,
-        now: datetime,
-        step: Step,
-        spec: ToolSpec,
-        args: JSON,
-        decision: PolicyDecision,
-        payload: dict[str, Any],
-        *,
-        from_step: tuple[str, ...],
-        from_run: str = RunStatus.RUNNING,
-    ) -> None:
-        request = approval_request(self.run_id, step.id, spec, args)
-        ttl = self.run.limits.approval_ttl
-        active = self.active_ms_until(now) if from_run == RunStatus.RUNNING else 0
-        paused = writes.pause_for_approval(
-            tx,
-            self.run_id,
-            step.id,
-            new_id=self.config.new_id,
-            decision=decision,
-            request=request,
-            digest=approval_hash(
-                decision.kind, decision.capability, decision.presentation, request
-            ),
-            expires_at=format_time(now + ttl) if ttl is not None else "",
-            payload=payload,
-            active_ms=active,
-            from_step=from_step,
-            from_run=from_run,
-            now=now,
-        )
-        self.run = paused.run
-        self.put_step(paused.step)
-        self.put_approval(paused.approval)
-
     # -- 3. execute the allowed call ---------------------------------------
-
-    def tool_started_in(
-        self,
-        tx: Tx,
-        now: datetime,
-        step: Step,
-        spec: ToolSpec,
-        args: JSON,
-        payload: dict[str, Any],
-        *,
-        approval_id: str = "",
-        from_step: tuple[str, ...] = (StepStatus.DECIDING,),
-    ) -> Step:
-        """Write the step `executing` with its policy; the session's copy is what was written."""
-        return self.put_step(
-            writes.start_tool(
-                tx,
-                self.current(step),
-                spec.name,
-                args,
-                payload,
-                approval_id=approval_id,
-                from_statuses=from_step,
-                now=now,
-            )
-        )
 
     def has_allowed_call(self) -> bool:
         return self._allowed is not None
@@ -654,10 +568,6 @@ class RunSession:
     def allowed_step(self) -> Step:
         assert self._allowed is not None
         return self._allowed.step
-
-    def allowed_call(self) -> AllowedCall | None:
-        """The call held for `execute`, if any (not handed out)."""
-        return self._allowed
 
     def take_allowed(self, step: Step) -> AllowedCall:
         """The allowed call of `step`, handed out once (`RunStateError` if there is none)."""

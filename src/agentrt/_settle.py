@@ -35,6 +35,7 @@ from typing import Any
 
 from ._approval import approval_hash, approval_request
 from ._canonical import copy_json
+from ._clock import format_time
 from ._db import Tx
 from ._errors import RunStateError
 from ._lease import expiry, holder_json
@@ -242,8 +243,11 @@ async def settle(
             and origin.satisfies(decision, approval_request(session.run_id, step.id, spec, args))
         )
     )
-    if not allowed and isinstance(origin, FromWaiting) and origin.grant_lapsed(session):
-        await expire_waiting(session, step, origin.approval, origin.when(), GRANT_EXPIRED)
+    if (
+        not allowed
+        and isinstance(origin, FromWaiting)
+        and await expire_if_lapsed(session, origin, step)
+    ):
         return VerdictOutcome.ENDED
     if decision is None:
         error = check.error or "policy failed"
@@ -315,14 +319,14 @@ async def start_resumed(session: RunSession, call: AllowedCall) -> datetime | No
     """
     origin: FromWaiting = call.waiting
     step = call.step
-    if origin.grant_lapsed(session):
-        await expire_waiting(session, step, origin.approval, origin.when(), GRANT_EXPIRED)
+    if await expire_if_lapsed(session, origin, step):
         return None
 
     def tx_resume(tx: Tx) -> None:
         now = origin.enter(session, tx, step)
         origin.take(session, tx, now)
-        session.tool_started_in(
+        start_tool_in(
+            session,
             tx,
             now,
             step,
@@ -335,6 +339,43 @@ async def start_resumed(session: RunSession, call: AllowedCall) -> datetime | No
 
     await session.write(tx_resume, POINT_RESUMED)
     return origin.when()
+
+
+def start_tool_in(
+    session: RunSession,
+    tx: Tx,
+    now: datetime,
+    step: Step,
+    spec: ToolSpec,
+    args: JSON,
+    payload: dict[str, Any],
+    *,
+    approval_id: str = "",
+    from_step: tuple[str, ...] = (StepStatus.DECIDING,),
+) -> Step:
+    """The step `executing` with its policy (`start_tool`), in the caller's transaction;
+    the session keeps the step as written."""
+    return session.put_step(
+        writes.start_tool(
+            tx,
+            session.current(step),
+            spec.name,
+            args,
+            payload,
+            approval_id=approval_id,
+            from_statuses=from_step,
+            now=now,
+        )
+    )
+
+
+async def expire_if_lapsed(session: RunSession, origin: FromWaiting, step: Step) -> bool:
+    """The one judgement of a grant's age: a grant older than `grant_ttl` cancels the
+    waiting run `approval_expired` (True); otherwise nothing is written (False)."""
+    if not origin.grant_lapsed(session):
+        return False
+    await expire_waiting(session, step, origin.approval, origin.when(), GRANT_EXPIRED)
+    return True
 
 
 async def expire_waiting(
@@ -441,16 +482,27 @@ async def pause(
 
     def tx_pause(tx: Tx) -> None:
         now = origin.enter(session, tx, step)
-        session.pause_in(
+        request = approval_request(session.run_id, step.id, spec, args)
+        digest = approval_hash(decision.kind, decision.capability, decision.presentation, request)
+        ttl = session.run.limits.approval_ttl
+        from_running = origin.from_run == RunStatus.RUNNING
+        paused = writes.pause_for_approval(
             tx,
-            now,
-            step,
-            spec,
-            args,
-            decision,
-            payload,
+            session.run_id,
+            step.id,
+            new_id=session.config.new_id,
+            decision=decision,
+            request=request,
+            digest=digest,
+            expires_at=format_time(now + ttl) if ttl is not None else "",
+            payload=payload,
+            active_ms=session.active_ms_until(now) if from_running else 0,
             from_step=origin.from_step,
             from_run=origin.from_run,
+            now=now,
         )
+        session.run = paused.run
+        session.put_step(paused.step)
+        session.put_approval(paused.approval)
 
     await session.write(tx_pause, POINT_PAUSED)

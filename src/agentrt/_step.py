@@ -6,8 +6,8 @@
 - `propose`: records the decision verbatim (`step.decided`), validates it,
   ends the run for `complete`/`fail`, and otherwise asks the policy and settles
   its answer (`_settle.settle`, shared with a waiting run's resume).
-- `execute`: `step.tool_started` under a lease held and unexpired by the wall
-  clock, the tool under its timeout, then `step.tool_finished` in one
+- `run_tool` (the Gate step's `execute`): `step.tool_started` under a lease
+  held and unexpired by the wall clock, the tool under its timeout, then `step.tool_finished` in one
   transaction, recorded even if the caller is cancelled (and not recorded if
   another owner took the run meanwhile).
 
@@ -26,7 +26,7 @@ from . import _limits as limits_mod
 from ._canonical import copy_json
 from ._clock import duration_to_ms
 from ._db import Tx, run_from_row
-from ._decisions import call_args, validate
+from ._decisions import RecordedDecision, call_args, record, validate
 from ._errors import LeaseLostError, LimitExceeded, ModelUnavailableError, RunStateError
 from ._execute import invoke
 from ._foreign import exception_text
@@ -43,6 +43,7 @@ from ._records import (
     ToolSpec,
 )
 from ._session import (
+    POINT_DECIDED,
     POINT_STEP_STARTED,
     POINT_TOOL_EFFECT,
     POINT_TOOL_FINISHED,
@@ -51,7 +52,7 @@ from ._session import (
     RunSession,
     VerdictOutcome,
 )
-from ._settle import FromRunning, end, fail_and_go_on, settle, start_resumed
+from ._settle import FromRunning, end, fail_and_go_on, settle, start_resumed, start_tool_in
 from ._store import reads, writes
 
 
@@ -102,7 +103,7 @@ async def begin_step(session: RunSession) -> Step | None:
 async def propose(session: RunSession, step: Step, decision: Any) -> VerdictOutcome:
     """Record, validate and judge one decision for the step `begin_step` returned."""
     try:
-        recorded = await session.record_decision(step, decision)
+        recorded = await _record_decision(session, step, decision)
         error = validate(recorded, session.config.compiled)
         if error is not None:
             await fail_and_go_on(
@@ -145,19 +146,36 @@ async def propose(session: RunSession, step: Step, decision: Any) -> VerdictOutc
         return VerdictOutcome.ENDED
 
 
+async def _record_decision(session: RunSession, step: Step, decision: Any) -> RecordedDecision:
+    """The decision recorded verbatim (`record_decision`, `step.decided`)."""
+    recorded = record(decision)
+
+    def tx_decided(tx: Tx) -> None:
+        session.require_lease(tx)
+        now = session.config.clock()
+        # `record` never raises and its text is known to encode: whatever the
+        # agent returned, this write records it (or what could be kept of it).
+        session.put_step(
+            writes.record_decision(tx, session.current(step), recorded.text, recorded.decision, now)
+        )
+
+    await session.write(tx_decided, POINT_DECIDED)
+    return recorded
+
+
 async def _start_tool(
     session: RunSession, step: Step, spec: ToolSpec, args: JSON, payload: dict[str, Any]
 ) -> datetime:
     def tx_started(tx: Tx) -> datetime:
         session.require_lease(tx, side_effect=True)
         now = session.config.clock()
-        session.tool_started_in(tx, now, step, spec, args, payload)
+        start_tool_in(session, tx, now, step, spec, args, payload)
         return now
 
     return await session.write(tx_started, POINT_TOOL_STARTED)
 
 
-async def execute(session: RunSession, step: Step) -> None:
+async def run_tool(session: RunSession, step: Step) -> None:
     """Start, run and record the allowed call of `step` exactly once."""
     allowed = session.take_allowed(step)
     spec, args = allowed.spec, allowed.args

@@ -15,22 +15,19 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from datetime import datetime
 from typing import Any
 
 from ._canonical import check_json, to_text
-from ._clock import format_time
 from ._db import Tx
 from ._decisions import call_args
-from ._errors import JSONValueError, RunLeasedError, RunStateError
-from ._lease import expiry, holder_json, prove_dead
+from ._errors import JSONValueError, RunStateError
+from ._lease import check_live_lease, expiry, holder_json
 from ._policy import interrupted_side_effect_decision
 from ._records import (
     PolicyDecision,
     PolicyOutcome,
     ReconcileOutcome,
     Reconciliation,
-    Run,
     RunStatus,
     RunView,
     SideEffect,
@@ -58,40 +55,6 @@ INTERRUPTED_POLICY_ID = "agentrt:interrupted_side_effect"
 RECONCILE_POLICY_ID = "agentrt:reconcile"
 
 
-def check_live_lease(
-    config: LoopConfig, run: Run, lease_owner: str, expires_text: str, holder_text: str = ""
-) -> dict[str, Any]:
-    """How the previous owner is known to be gone; refuse, changing nothing, if it is not.
-
-    A lease that is live by the wall clock and someone else's refuses the
-    resume (`RunLeasedError`) unless its holder is provably dead on this host.
-    """
-    if not lease_owner:
-        return {"by": "no lease"}
-    if lease_owner == config.owner:
-        # This very driver held it: its loop stopped (an error), and it is not
-        # running now (a driver refuses a second concurrent call on a run).
-        return {"by": "this driver's own lease"}
-    # An expiry that is not text (unreadable bytes) cannot be dated: never "expired".
-    if isinstance(expires_text, str) and expires_text <= format_time(config.wall()):
-        return {"by": "lease expired"}
-    proof = prove_dead(holder_text)
-    if proof is None:
-        raise RunLeasedError(run.id, lease_owner, _parse(expires_text))
-    return {"by": "owner process gone", **proof}
-
-
-def _parse(text: object) -> datetime | None:
-    from ._clock import parse_time
-
-    if not isinstance(text, str):
-        return None
-    try:
-        return parse_time(text)
-    except ValueError:
-        return None
-
-
 async def take_over(config: LoopConfig, run_id: str) -> RunSession:
     """Take a RUNNING run whose lease lapsed; apply the interruption contract."""
 
@@ -104,7 +67,7 @@ async def take_over(config: LoopConfig, run_id: str) -> RunSession:
     run, steps, approvals = await run_io(lambda: load(config, run_id))
     if status != RunStatus.RUNNING:
         raise RunStateError(f"run {run_id} is {status}; only a RUNNING run can be taken over")
-    check_live_lease(config, run, owner, expires, holder)
+    check_live_lease(run_id, config.owner, config.wall, owner, expires, holder)
     now = config.clock()
     session = RunSession(config, run, steps, approvals, epoch=0, mark=now)
 
@@ -113,7 +76,12 @@ async def take_over(config: LoopConfig, run_id: str) -> RunSession:
         if row["status"] != RunStatus.RUNNING:
             raise RunStateError(f"run {run_id} is {row['status']}; it was resumed elsewhere")
         proof = check_live_lease(
-            config, run, row["lease_owner"], row["lease_expires_at"], row["lease_holder"]
+            run_id,
+            config.owner,
+            config.wall,
+            row["lease_owner"],
+            row["lease_expires_at"],
+            row["lease_holder"],
         )
         taken = writes.take_over(
             tx,

@@ -6,7 +6,7 @@ from its row alone, writing nothing:
 
 - RUNNING with no lease, an expired lease, this driver's own stopped lease, or
   a holder provably dead on this host (`lease.prove_dead`, through
-  `resume.check_live_lease`) → resumed: taken over, and the interruption
+  `_lease.check_live_lease`) → resumed: taken over, and the interruption
   contract decides what its step in flight becomes.
 - RUNNING under a live lease of another owner → skipped. A live lease is never
   stolen: nothing is written (its expiry is compared with the wall clock, as
@@ -47,10 +47,10 @@ from typing import TYPE_CHECKING, Any
 from ._clock import parse_time
 from ._errors import ConfigError, ForeignRunError, RunLeasedError, RunStateError
 from ._gate import DRIVER_ORIGIN, RECOVERABLE_ORIGINS
-from ._records import ApprovalStatus, Limits, Run, RunStatus
+from ._lease import check_live_lease
+from ._records import ApprovalStatus, Run, RunStatus
 from ._session import run_io
 from ._store import reads
-from ._takeover import check_live_lease
 
 if TYPE_CHECKING:
     from ._driver import Driver
@@ -217,10 +217,15 @@ class _Skip(Exception):
 def _judge_running(driver: Driver, c: _Candidate) -> str:
     if driver._is_executing(c.run_id):
         raise _Skip(_EXECUTING)
-    placeholder = Run(c.run_id, "", RunStatus.RUNNING, "", "", Limits(), 0, None, None, None, None)
+    config = driver._config
     try:
         proof: dict[str, Any] = check_live_lease(
-            driver._config, placeholder, c.lease_owner, c.lease_expires_at, c.lease_holder
+            c.run_id,
+            config.owner,
+            config.wall,
+            c.lease_owner,
+            c.lease_expires_at,
+            c.lease_holder,
         )
     except RunLeasedError as exc:
         raise _Skip(_live(exc.owner, exc.expires_at)) from None

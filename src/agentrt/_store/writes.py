@@ -296,29 +296,6 @@ def create_run(
     return reads.run_record(tx, run_id)
 
 
-def fail_waiting_run(tx: Tx, run_id: str, detail: str, now: datetime) -> Run:
-    """Fail a WAITING run (its awaiting step `invalid_decision`, the run `internal_error`)."""
-    for row in reads.steps_in(tx, run_id, (StepStatus.AWAITING_APPROVAL,)):
-        fail_step(
-            tx,
-            run_id,
-            row["id"],
-            Observation.invalid_decision(detail),
-            now,
-            from_statuses=(StepStatus.AWAITING_APPROVAL,),
-        )
-    finish_run(
-        tx,
-        run_id,
-        RunStatus.FAILED,
-        TerminalReason.INTERNAL_ERROR,
-        detail,
-        now,
-        from_statuses=(RunStatus.WAITING_FOR_APPROVAL,),
-    )
-    return reads.run_record(tx, run_id)
-
-
 _RENEW_SQL = "UPDATE runs SET lease_expires_at = ? WHERE id = ? AND lease_owner = ?"
 
 
@@ -631,13 +608,29 @@ def close_step(
 
 
 def record_policy(
-    tx: Tx, run_id: str, step_id: str, payload: dict[str, Any], now: datetime
+    tx: Tx,
+    run_id: str,
+    step_id: str,
+    payload: dict[str, Any],
+    now: datetime,
+    *,
+    from_status: str,
 ) -> None:
-    """The step row's policy columns and `step.policy`, written together."""
-    tx.execute(
-        "UPDATE steps SET policy_json = ?, spec_hash = ?, policy_id = ? WHERE id = ?",
-        (to_text(payload["decision"]), payload["spec_hash"], payload["policy_id"], step_id),
+    """The step row's policy columns and `step.policy`, written together, compare-and-set
+    on the step still being `from_status` (`RunStateError` when it is not)."""
+    cur = tx.execute(
+        "UPDATE steps SET policy_json = ?, spec_hash = ?, policy_id = ? "
+        "WHERE id = ? AND status = ?",
+        (
+            to_text(payload["decision"]),
+            payload["spec_hash"],
+            payload["policy_id"],
+            step_id,
+            str(from_status),
+        ),
     )
+    if cur.rowcount != 1:
+        raise RunStateError(f"step {step_id} moved before its policy could be recorded")
     tx.append_event(run_id, step_id, now, ev.STEP_POLICY, payload)
 
 
@@ -830,21 +823,26 @@ def add_active_time(tx: Tx, run_id: str, owner: str, active_ms: int) -> Run:
     return run_from_row(rows[0])
 
 
-def release_lease(tx: Tx, run_id: str, owner: str) -> None:
-    """Give up `owner`'s lease on a run (nothing changes when someone else holds it)."""
-    tx.execute(
+def release_lease(tx: Tx, run_id: str, owner: str) -> bool:
+    """Give up `owner`'s lease on a run; False (nothing changed) when `owner` no longer
+    holds it: a lease that lapsed and was taken, or a run that ended, is not an error
+    for a holder letting go (decision 0036)."""
+    cur = tx.execute(
         "UPDATE runs SET lease_owner = '', lease_expires_at = '', lease_holder = '' "
         "WHERE id = ? AND lease_owner = ?",
         (run_id, owner),
     )
+    return bool(cur.rowcount == 1)
 
 
-def expire_approval(tx: Tx, approval_id: str) -> None:
-    """A pending approval expired undecided (nothing changes when it is no longer pending)."""
-    tx.execute(
+def expire_approval(tx: Tx, approval_id: str) -> bool:
+    """A pending approval expired undecided; False (nothing changed) when it is no
+    longer pending."""
+    cur = tx.execute(
         "UPDATE approvals SET status = 'expired' WHERE id = ? AND status = 'pending'",
         (approval_id,),
     )
+    return bool(cur.rowcount == 1)
 
 
 def interrupt_step(
@@ -975,7 +973,7 @@ def _end_with_step(
     now: datetime,
 ) -> Settled:
     if policy is not None:
-        record_policy(tx, run_id, step_id, policy, now)
+        record_policy(tx, run_id, step_id, policy, now, from_status=from_step)
     if observation is not None:
         fail_step(
             tx, run_id, step_id, observation, now, from_statuses=(from_step,), status=step_status
@@ -1072,8 +1070,8 @@ def expire_waiting(
     """Cancel a WAITING run `approval_expired`: `approval` (the step's latest) expires
     if still pending, the step fails denied with `why`, the run ends. Returns the run
     and step, and the approval, as written."""
-    if approval.status == ApprovalStatus.PENDING:
-        expire_approval(tx, approval.id)
+    if approval.status == ApprovalStatus.PENDING and not expire_approval(tx, approval.id):
+        raise RunStateError(f"approval {approval.id} was decided before it could expire")
     settled = end_waiting(
         tx,
         run_id,
@@ -1149,13 +1147,13 @@ def hold_waiting(
     holder: str,
     previous_owner: Any,
     previous_expires_at: Any,
-) -> None:
+) -> Run:
     """`owner` holds the lease of a WAITING run it is attaching (decision 0032): a
     compare-and-set on the status and on exactly the lease the caller judged free
     (none, expired, its own, or a dead holder's), so of two attaches one holds it
     and the other is refused. The run stays WAITING, its epoch unchanged, and no
     event is appended: nothing about the run has changed until `leave_waiting`.
-    `RunStateError` when no row matched."""
+    `RunStateError` when no row matched. Returns the run as written."""
     cur = tx.execute(
         "UPDATE runs SET lease_owner = ?, lease_expires_at = ?, lease_holder = ? "
         "WHERE id = ? AND status = 'WAITING_FOR_APPROVAL' "
@@ -1164,6 +1162,7 @@ def hold_waiting(
     )
     if cur.rowcount != 1:
         raise RunStateError(f"run {run_id} was attached elsewhere or changed status")
+    return reads.run_record(tx, run_id)
 
 
 def fail_and_go_on(
@@ -1180,7 +1179,7 @@ def fail_and_go_on(
     then the step `failed` from `from_step` with `observation` and `step.failed`.
     Returns the step as written."""
     if policy is not None:
-        record_policy(tx, run_id, step_id, policy, now)
+        record_policy(tx, run_id, step_id, policy, now, from_status=from_step)
     fail_step(tx, run_id, step_id, observation, now, from_statuses=(from_step,))
     return reads.step_record(tx, step_id)
 
@@ -1231,10 +1230,15 @@ def take_over(
     return TakenOver(reads.run_record(tx, run_id), epoch, tuple(interrupted))
 
 
-def go_on_after_interruption(tx: Tx, run_id: str, payload: dict[str, Any], now: datetime) -> None:
+def go_on_after_interruption(
+    tx: Tx, run_id: str, payload: dict[str, Any], now: datetime
+) -> dict[str, Any]:
     """A taken-over run goes on (nothing was executing, a read-only call, or a
-    consumer's `reconcile` said so): `run.resumed` with `payload`; no row changes."""
-    tx.append_event(run_id, "", now, ev.RUN_RESUMED, {"after": "interruption", **payload})
+    consumer's `reconcile` said so): `run.resumed` with `payload`; no row changes.
+    Returns the event's payload as appended."""
+    resumed = {"after": "interruption", **payload}
+    tx.append_event(run_id, "", now, ev.RUN_RESUMED, resumed)
+    return resumed
 
 
 def record_late_outcome(
