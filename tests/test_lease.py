@@ -38,12 +38,12 @@ from agentrt import (
     ToolResult,
 )
 from agentrt._clock import wall_clock
-from agentrt._lease import take_in
 from agentrt._model import Message, ModelRequest, ModelResponse, TextBlock, Usage
 from agentrt._takeover import take_over
 from agentrt.scripted import ScriptedAgent
 from conftest import FakeClock, Ids, RecordingTool, event_types
 from support.crashes import crash, resumer
+from support.leases import take_in
 from support.rows import snapshot
 
 THIEF = "thief/000000000000"

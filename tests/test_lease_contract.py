@@ -45,8 +45,8 @@ from agentrt._lease import (
     process_start_time,
     prove_dead,
     renewer_for,
-    take_in,
 )
+from support.leases import take_in
 
 EXPIRES = "2026-11-30T09:00:00.000000Z"
 RENEWED = "2026-11-30T09:05:00.000000Z"

@@ -36,7 +36,7 @@ from typing import Any, Protocol
 
 from ._clock import format_time, parse_time, wall_clock
 from ._errors import RunLeasedError
-from ._store.writes import renew_lease, renew_lease_alone, take_lease
+from ._store.writes import renew_lease, renew_lease_alone
 
 WallClock = Callable[[], datetime]
 
@@ -240,35 +240,6 @@ class Heartbeat:
                 self.renewals += 1
         finally:
             self._renewer.close()
-
-
-def take_in(
-    tx: Any,
-    run_id: str,
-    owner: str,
-    ttl: timedelta,
-    wall: WallClock,
-    *,
-    from_status: str,
-    previous_owner: str | None = None,
-    previous_expires_at: str | None = None,
-) -> int:
-    """Move the run to RUNNING under a new lease, compare-and-set; return the new epoch.
-
-    The epoch grows by one with every new owner: it is the fencing token tools
-    receive as `ToolCall.lease_epoch`. When `previous_owner` is given the
-    update also requires the lease to be exactly the one the caller judged
-    expired, so two resumers racing for one run cannot both win.
-    """
-    return take_lease(
-        tx,
-        run_id,
-        owner,
-        expiry(wall, ttl),
-        holder_json(),
-        from_status=from_status,
-        previous=None if previous_owner is None else (previous_owner, previous_expires_at or ""),
-    )
 
 
 def _process_state(pid: int) -> str:
