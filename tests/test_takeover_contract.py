@@ -655,3 +655,65 @@ def test_a_run_cancelled_between_the_takeovers_first_look_and_its_transaction_is
     assert str(exc) == f"run {run.id} is CANCELLED; it was resumed elsewhere"
     store = agentrt.open_existing(db_path)
     assert [e for e in store.list_events(run_id=run.id) if e.type == "lease.taken_over"] == []
+
+
+def test_a_lease_renewed_between_the_first_look_and_the_transaction_is_refused_naming_the_run(
+    db_path: Path,
+) -> None:
+    """The first look finds the lease expired; the owner's heartbeat renews it before the
+    takeover's transaction, which then refuses the live lease with `RunLeasedError`
+    naming the run, the owner and the renewed expiry, and writes nothing."""
+    from agentrt._clock import format_time, parse_time
+    from agentrt._lease import StoreRenewer
+
+    refused: list[agentrt.RunStateError] = []
+    renewed_to: list[str] = []
+
+    def resume_racing_a_renewal(call: ToolCall) -> ToolResult:
+        looks: list[int] = []
+
+        def wall() -> datetime:
+            now = later_wall()
+            looks.append(1)
+            if len(looks) == 1:  # the first look, outside the transaction: renew now
+                renewed_to.append(format_time(now + timedelta(hours=1)))
+                renewer = StoreRenewer(agentrt.open_store(db_path))
+                assert renewer.renew(call.run_id, first.lease_owner, renewed_to[0])
+            return now
+
+        other = agentrt.Driver(
+            store=agentrt.open_store(db_path),
+            agent=ScriptedAgent([Decision.complete({})]),
+            policy=agentrt.default_policy(),
+            tools=[RecordingTool("lookup", SideEffect.READ_ONLY)],
+            lease_owner="taker",
+            wall=wall,
+        )
+        try:
+            other.resume_sync(call.run_id)
+        except agentrt.RunStateError as exc:
+            refused.append(exc)
+        return ToolResult({"done": True})
+
+    first = agentrt.Driver(
+        store=agentrt.open_store(db_path),
+        agent=ScriptedAgent([Decision.tool_call("lookup", {"x": 1}), Decision.complete()]),
+        policy=agentrt.default_policy(),
+        tools=[RecordingTool("lookup", SideEffect.READ_ONLY, result=resume_racing_a_renewal)],
+        lease_owner="first",
+        # Its heartbeat renews a third of this after the start: never during the test.
+        lease_ttl=timedelta(hours=1),
+    )
+    run = first.start_sync("look it up")
+    assert run.status == "COMPLETED"  # the refused takeover took nothing from the owner
+    (exc,) = refused
+    assert type(exc) is agentrt.RunLeasedError
+    expires_at = parse_time(renewed_to[0])
+    assert (exc.run_id, exc.owner, exc.expires_at) == (run.id, first.lease_owner, expires_at)
+    assert expires_at is not None
+    assert str(exc) == f"run {run.id} is leased by {first.lease_owner!r} until " + (
+        expires_at.isoformat()
+    )
+    store = agentrt.open_existing(db_path)
+    assert [e for e in store.list_events(run_id=run.id) if e.type == "lease.taken_over"] == []
+    assert [s.status for s in store.list_steps(run.id)] == ["done", "done"]
