@@ -22,7 +22,8 @@ CHILDREN=${MUTATION_CHILDREN:-2}
 
 declare -A SCOPE=(
   [approval]="agentrt._approval.*"
-  [lease]="agentrt._lease.*"
+  # The lease is taken by the named write take_lease (the compare-and-set; epoch = fencing token).
+  [lease]="agentrt._lease.* agentrt._store.writes.x_take_lease__*"
   [chain]="agentrt._chain.*"
   # Reserve and charge: the projection, the limit check, the dispatch record,
   # the settlement and the late-reply charge.
@@ -35,7 +36,7 @@ declare -A SCOPE=(
                 agentrt._store.writes.x_settle_model_call__*"
   # The takeover and the interruption contract's decision table (resume.py until
   # the reshaping of issue 10 split it; the takeover is _takeover.py now).
-  [resume]="agentrt._takeover.*"
+  [resume]="agentrt._takeover.* agentrt._store.writes.x_take_over__*"
   # The encoder the approval hash depends on; the parser is not mutated.
   [canonical]="agentrt._canonical.x_canonical_json__* agentrt._canonical.x_policy_json__*
                agentrt._canonical.x_content_hash__* agentrt._canonical.x_to_text__*
