@@ -8,6 +8,7 @@ stays. Each returns what it wrote, equal to a fresh read of the rows.
 from __future__ import annotations
 
 import sqlite3
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -776,3 +777,45 @@ def test_record_policy_refuses_a_step_no_longer_in_the_status_judged_and_writes_
         writes.record_policy(tx, "r1", step.id, PAYLOAD, EPOCH, from_status=StepStatus.DECIDING)
     assert event_types(store)[-1] == "step.policy"
     assert store.list_steps("r1")[0].policy_id == "p"
+
+
+def test_take_over_of_a_released_lease_charges_the_attempts_in_flight_at_the_takeovers_time(
+    store: agentrt.Store, db_path: Path
+) -> None:
+    """A lease given back is matched as the empty lease it is; an attempt left dispatched
+    is settled `ambiguous` and charged, and the step interrupted, at the takeover's time."""
+    step = deciding_step(store)
+    with store.transaction() as tx:
+        writes.dispatch_model_call(tx, "r1", step.id, "c1", 1, "m", Usage(100, 10), 7, EPOCH)
+    with store.transaction() as tx:
+        assert writes.release_lease(tx, "r1", OWNER)
+    later = EPOCH + timedelta(minutes=5)
+    before = len(store.list_events("r1"))
+    with store.transaction() as tx:
+        taken = writes.take_over(
+            tx,
+            "r1",
+            owner="second/1",
+            expires_at=LATER,
+            holder="{}",
+            previous_owner="",
+            previous_expires_at="",
+            proof={},
+            now=later,
+        )
+    assert (taken.epoch, store.lease("r1").owner, taken.run.input_tokens) == (2, "second/1", 100)
+    conn = sqlite3.connect(db_path)
+    try:
+        assert conn.execute("SELECT status, completed_at FROM model_calls").fetchall() == [
+            ("ambiguous", "2026-11-30T09:05:00.000000Z")
+        ]
+        assert conn.execute("SELECT status, finished_at FROM steps").fetchall() == [
+            ("interrupted", "2026-11-30T09:05:00.000000Z")
+        ]
+    finally:
+        conn.close()
+    appended = store.list_events("r1")[before:]
+    assert [(e.type, e.at) for e in appended] == [
+        ("model.failed", later),
+        ("step.interrupted", later),
+    ]
