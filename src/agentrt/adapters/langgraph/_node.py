@@ -82,6 +82,7 @@ from agentrt import (
 )
 from agentrt.adapters import Classification, classify, tool_spec
 from agentrt.adapters import RunEndedError as _RunEnded
+from agentrt.adapters._calls import CallMarker
 from agentrt.approver import Local
 from agentrt.lowlevel import Clock, IdFactory, run_sync
 
@@ -89,6 +90,7 @@ from ._protocol import MARK, check_resume
 
 CALL_PREFIX = "langgraph tool call "
 """The recorded decision's reason: this prefix and LangGraph's tool call id."""
+_CALLS = CallMarker(CALL_PREFIX)
 
 
 def run_id_for(thread_id: str, turn: str = "") -> str:
@@ -244,13 +246,6 @@ def _schema(tool: BaseTool) -> dict[str, Any]:
     raise ConfigError(
         f"tool {tool.name!r} has a pydantic v1 argument schema; agentrt reads pydantic v2 ones"
     )
-
-
-def _call_id(step: Step) -> str | None:
-    decision = step.decision
-    if decision is None or not decision.reason.startswith(CALL_PREFIX):
-        return None
-    return decision.reason[len(CALL_PREFIX) :]
 
 
 class _OneAtATime:
@@ -427,7 +422,7 @@ class GatedTools:
             run = self.store.get_run(run_id)
         except NotFoundError:
             return None, None, []
-        steps = [s for s in self.store.list_steps(run_id, cap=None) if _call_id(s) == call_id]
+        steps = _CALLS.steps(self.store, run_id, call_id)
         if not steps:
             return run, None, []
         step = steps[-1]
@@ -436,8 +431,8 @@ class GatedTools:
 
     def _latest(self, run_id: str, call_id: str) -> str | None:
         """The id of the run's latest step recording the call `call_id`, if any."""
-        steps = [s.id for s in self.store.list_steps(run_id, cap=None) if _call_id(s) == call_id]
-        return steps[-1] if steps else None
+        steps = _CALLS.steps(self.store, run_id, call_id)
+        return steps[-1].id if steps else None
 
     def _exists(self, run_id: str) -> bool:
         try:
@@ -564,7 +559,7 @@ class GatedTools:
             if step is None:
                 raise RunEndedError(session.run)
             decision = Decision.tool_call(
-                str(call["name"]), call.get("args"), reason=CALL_PREFIX + str(call["id"])
+                str(call["name"]), call.get("args"), reason=_CALLS.reason(str(call["id"]))
             )
             verdict = await step.propose(decision)
             if verdict.outcome == "allowed":

@@ -75,7 +75,6 @@ from agentrt import (
     Policy,
     Run,
     RunStatus,
-    StepStatus,
     Store,
     ToolCall,
     ToolResult,
@@ -86,6 +85,7 @@ from agentrt import (
     check_json,
 )
 from agentrt.adapters import Classification, classify, tool_spec
+from agentrt.adapters._calls import CallMarker
 from agentrt.lowlevel import INTERRUPTED_SIDE_EFFECT, Clock, IdFactory, parse_json
 
 from ._errors import (
@@ -117,8 +117,7 @@ _TOOL_CONTEXT: contextvars.ContextVar[ToolContext[Any] | None] = contextvars.Con
 )
 
 
-def _reason(call_id: str) -> str:
-    return CALL_REASON_PREFIX + call_id
+_CALLS = CallMarker(CALL_REASON_PREFIX)
 
 
 @dataclass
@@ -501,7 +500,7 @@ class GatedRun:
             return _Judged("ended")
         text = self._arguments.get(call_id)
         args: Any = text.encode("utf-8") if text is not None else params
-        verdict = await step.propose(Decision.tool_call(name, args, reason=_reason(call_id)))
+        verdict = await step.propose(Decision.tool_call(name, args, reason=_CALLS.reason(call_id)))
         if verdict.outcome == "allowed":
             assert verdict.request is not None
             return _Judged("allowed", step, None, call_id, verdict.request.args)
@@ -773,14 +772,8 @@ class GatedRun:
 
     def _recorded(self, call_id: str) -> Observation | None:
         """The outcome agentrt recorded for `call_id`, if a step settled it (done or failed)."""
-        reason = _reason(call_id)
-        for step in self.store.list_steps(self.run_id, cap=None):
-            decision = step.decision
-            if decision is None or decision.reason != reason:
-                continue
-            if step.status in (StepStatus.DONE, StepStatus.FAILED):
-                return step.observation
-        return None
+        step = _CALLS.settled(self.store, self.run_id, call_id)
+        return None if step is None else step.observation
 
     def _knows(self, call_id: str, arguments: str | None) -> bool:
         """This agentrt run recorded a step for the SDK call `call_id`, or had no chance to.
@@ -790,12 +783,10 @@ class GatedRun:
         """
         if not isinstance(_loads_or_none(arguments), dict):
             return True
-        reason = _reason(call_id)
         try:
-            steps = self.store.list_steps(self.run_id, cap=None)
+            return bool(_CALLS.steps(self.store, self.run_id, call_id))
         except NotFoundError:
             return False
-        return any(step.decision is not None and step.decision.reason == reason for step in steps)
 
     def _decision_of(self, step_id: str) -> Decision | None:
         for step in self.store.list_steps(self.run_id, cap=None):
@@ -921,9 +912,7 @@ def _classify_tools(
 
 
 def _call_id_of(decision: Decision | None) -> str | None:
-    if decision is None or not decision.reason.startswith(CALL_REASON_PREFIX):
-        return None
-    return decision.reason[len(CALL_REASON_PREFIX) :]
+    return _CALLS.call_id(decision)
 
 
 def _loads(arguments: str) -> dict[str, Any]:

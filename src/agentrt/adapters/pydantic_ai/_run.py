@@ -48,6 +48,7 @@ from pydantic_ai.toolsets import AbstractToolset, ToolsetTool
 import agentrt
 from agentrt.adapters import Classification, classify, ended_message, tool_spec
 from agentrt.adapters import RunEndedError as _RunEnded
+from agentrt.adapters._calls import CallMarker
 
 from ._approvals import decision_of, presentation
 
@@ -55,7 +56,7 @@ RUN_ID_KEY = "agentrt_run_id"
 """The run metadata key naming the agentrt run a framework run belongs to."""
 
 _UNPARSED = "\x00agentrt-unparsed"
-_CALL = "pydantic-ai tool call "
+_CALLS = CallMarker("pydantic-ai tool call ")
 
 
 class RunEndedError(AgentRunError, _RunEnded):
@@ -219,16 +220,7 @@ class FrameworkRun:
         holds it; a settled step never changes, so the read is also safe while
         the run waits for a person.
         """
-        reason = f"{_CALL}{call_id}"
-        settled = (agentrt.StepStatus.DONE, agentrt.StepStatus.FAILED)
-        for step in self.settings.store.list_steps(self.run_id, cap=None):
-            if (
-                step.decision is not None
-                and step.decision.reason == reason
-                and step.status in settled
-            ):
-                return step
-        return None
+        return _CALLS.settled(self.settings.store, self.run_id, call_id)
 
     async def _propose(
         self,
@@ -241,7 +233,9 @@ class FrameworkRun:
         step = await session.step()
         if step is None:
             raise _end_of(session.run)
-        decision = agentrt.Decision.tool_call(name, args, reason=f"{_CALL}{ctx.tool_call_id}")
+        decision = agentrt.Decision.tool_call(
+            name, args, reason=_CALLS.reason(str(ctx.tool_call_id))
+        )
         verdict = await step.propose(decision)
         if verdict.outcome == "allowed":
             return await self._execute(step, ctx, tool)
@@ -267,7 +261,7 @@ class FrameworkRun:
         approval = store.list_approvals(self.run_id)[-1]
         step = next(s for s in store.list_steps(self.run_id, cap=None) if s.id == approval.step_id)
         assert step.decision is not None
-        waiting_for = step.decision.reason.removeprefix(_CALL)
+        waiting_for = step.decision.reason.removeprefix(_CALLS.prefix)
         if ctx.tool_call_id != waiting_for:
             raise ToolFailed(
                 f"not run: the run waits for a person on call {waiting_for}; nothing was recorded"
@@ -376,7 +370,7 @@ class FrameworkRun:
         approval = pending[-1]
         step = next(s for s in store.list_steps(self.run_id, cap=None) if s.id == approval.step_id)
         assert step.decision is not None
-        waiting_for = step.decision.reason.removeprefix(_CALL)
+        waiting_for = step.decision.reason.removeprefix(_CALLS.prefix)
         for message in messages:
             for part in getattr(message, "parts", ()):
                 if (
