@@ -249,6 +249,22 @@ def tool(
     The result is still callable as the original function, for unit tests;
     the driver uses `result.call(tool_call)`, which validates the arguments.
     """
+    effect, duration, terminal = tool_class(side_effect, timeout, terminal)
+    if description is not None and not isinstance(description, str):
+        raise ConfigError(f"description must be a string, got {type(description).__name__}")
+    return ToolDecorator(effect, duration, name, description, terminal)
+
+
+def tool_class(
+    side_effect: object, timeout: object, terminal: object = False
+) -> tuple[SideEffect, timedelta, bool]:
+    """What a tool's author says it does to the world, checked and normalised.
+
+    `side_effect` one of the four classes; `timeout` a timedelta or a finite
+    number of seconds (made a timedelta); `terminal` a bool. Refusals raise
+    ConfigError in one sentence. `tool()` and the framework adapters'
+    `Classification` both check through here.
+    """
     if not isinstance(side_effect, str) or side_effect not in _SIDE_EFFECTS:
         raise ConfigError(
             f"side_effect must be one of {', '.join(_SIDE_EFFECTS)}, got {side_effect!r}"
@@ -266,9 +282,7 @@ def tool(
             raise ConfigError(f"timeout of {timeout!r} seconds is too long") from exc
     if not isinstance(terminal, bool):
         raise ConfigError(f"terminal must be a bool, got {type(terminal).__name__}")
-    if description is not None and not isinstance(description, str):
-        raise ConfigError(f"description must be a string, got {type(description).__name__}")
-    return ToolDecorator(SideEffect(side_effect), timeout, name, description, terminal)
+    return SideEffect(side_effect), timeout, terminal
 
 
 def _signature_model(

@@ -28,6 +28,9 @@ What it holds:
   back, None when it does not parse).
 - **Events.** The names of the audit events the test kit's invariants read
   (`STEP_TOOL_STARTED`, `STEP_TOOL_FINISHED`, `STEP_INTERRUPTED`).
+- **Tools.** `tool_class` checks and normalises what a tool's author says it
+  does (side effect, timeout, terminal), as `agentrt.tool` does; the framework
+  adapters classify the frameworks' tools through it.
 - **Named reads** over a plain `sqlite3` connection to the database, for checks
   that must not go through a `Store` (a crash test reading a file a killed
   process left): `plain_reader` opens such a connection read-only,
@@ -59,6 +62,7 @@ from ._session import (
     validate_policy_decision,
 )
 from ._store.reads import event_hash_exists, every_record_id, newest_event, plain_reader
+from ._tools import tool_class
 
 __all__ = [
     "INTERRUPTED_SIDE_EFFECT",
@@ -91,6 +95,7 @@ __all__ = [
     "plain_reader",
     "policy_id_of",
     "run_sync",
+    "tool_class",
     "validate_policy_decision",
     "wall_clock",
 ]

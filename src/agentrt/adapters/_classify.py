@@ -16,15 +16,13 @@ the policy; it is checked and compiled like any of our own tools
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 from agentrt import ConfigError, Run, RunFinishedError, SideEffect, ToolSpec, compile_tool
-
-_SIDE_EFFECTS = tuple(member.value for member in SideEffect)
+from agentrt.lowlevel import tool_class
 
 
 class UnclassifiedToolError(ConfigError):
@@ -65,28 +63,11 @@ class Classification:
     terminal: bool = False
 
     def __post_init__(self) -> None:
-        if not isinstance(self.side_effect, str) or self.side_effect not in _SIDE_EFFECTS:
-            raise ConfigError(
-                f"side_effect must be one of {', '.join(_SIDE_EFFECTS)}, got {self.side_effect!r}"
-            )
-        object.__setattr__(self, "side_effect", SideEffect(self.side_effect))
-        timeout = self.timeout
-        if isinstance(timeout, bool) or not isinstance(timeout, timedelta | int | float):
-            raise ConfigError(
-                f"timeout must be a timedelta or a number of seconds, got {type(timeout).__name__}"
-            )
-        if not isinstance(timeout, timedelta):
-            if not math.isfinite(timeout):
-                raise ConfigError(f"timeout must be a finite number of seconds, got {timeout!r}")
-            try:
-                timeout = timedelta(seconds=timeout)
-            except OverflowError as exc:
-                raise ConfigError(f"timeout of {timeout!r} seconds is too long") from exc
+        side_effect, timeout, _ = tool_class(self.side_effect, self.timeout, self.terminal)
         if timeout <= timedelta(0):
             raise ConfigError(f"timeout must be positive, got {timeout}")
+        object.__setattr__(self, "side_effect", side_effect)
         object.__setattr__(self, "timeout", timeout)
-        if not isinstance(self.terminal, bool):
-            raise ConfigError(f"terminal must be a bool, got {type(self.terminal).__name__}")
 
 
 def classify(
