@@ -26,6 +26,7 @@ if not os.environ.get("CI"):
 from agents import (
     Agent,
     MaxTurnsExceeded,
+    RunHooks,
     Runner,
     RunState,
     WebSearchTool,
@@ -36,8 +37,10 @@ from agents.testing import ScriptedModel, assistant_message, function_call
 
 import agentrt
 from agentrt.adapters.openai_agents import (
+    ApprovalPendingError,
     Classification,
     GatedRun,
+    HeldCall,
     RequestChangedError,
     RunEndedError,
     RunMismatchError,
@@ -56,6 +59,7 @@ CLASSES = {
     "list_branches": Classification("read_only", 5),
     "delete_branch": Classification("destructive", 5),
     "push_branch": Classification("remote_mutation", 5),
+    "write_note": Classification("local_mutation", 5),
 }
 
 
@@ -83,7 +87,13 @@ class Remote:
             self.done.append(("push_branch", branch))
             return f"pushed {branch}"
 
-        self.tools = [list_branches, delete_branch, push_branch]
+        @function_tool
+        def write_note(text: str) -> str:
+            """Write a note in the local work tree."""
+            self.done.append(("write_note", text))
+            return f"noted {text}"
+
+        self.tools = [list_branches, delete_branch, push_branch, write_note]
 
 
 def gated_agent(
@@ -462,6 +472,225 @@ async def test_calls_of_one_model_response_are_judged_and_run_one_at_a_time_in_o
         ("done", "openai-agents call_id call-3"),
         ("done", ""),
     ]
+
+
+# -- a call made beside one that waits for a person (decisions 0050, 0052) ---------
+
+
+HELD_SCRIPT: list[Any] = [
+    [
+        function_call("push_branch", {"branch": "feature/login"}, call_id="call-push"),
+        function_call("write_note", '{"text": "pushed"}', call_id="call-note"),
+    ],
+    [assistant_message("published and noted")],
+]
+
+
+class SlowPushStart(RunHooks[Any]):
+    """The consumer's run hook, slow for the push: without an order, the note would overtake it."""
+
+    async def on_tool_start(self, context: Any, agent: Any, tool: Any) -> None:
+        if tool.name == "push_branch":
+            await asyncio.sleep(0.05)
+
+
+def calls(store: agentrt.Store, run_id: str) -> list[tuple[str, str]]:
+    return [
+        (s.status, s.decision.reason)
+        for s in store.list_steps(run_id, cap=None)
+        if s.decision is not None and s.decision.kind == "tool_call"
+    ]
+
+
+@sync
+async def test_a_call_made_beside_one_that_waits_for_a_person_is_held_and_nothing_runs(
+    store: agentrt.Store, clock: FakeClock, ids: Ids
+) -> None:
+    remote = Remote()
+    gated, _ = gated_agent(store, remote, HELD_SCRIPT, clock, ids)
+
+    first = await gated.run_agent("publish and note it")
+
+    assert remote.done == []
+    assert [i.call_id for i in first.interruptions] == ["call-push", "call-note"]
+    assert calls(store, gated.run_id) == [("awaiting_approval", "openai-agents call_id call-push")]
+    (pending,) = gated.pending()
+    assert pending.request["args"] == {"branch": "feature/login"}
+    (held,) = gated.held(first)
+    assert (held.call_id, held.tool, held.behind) == ("call-note", "write_note", "call-push")
+    assert held.item is first.interruptions[1]
+    assert [h.call_id for h in gated.held(first.to_state())] == ["call-note"]
+    assert isinstance(held, HeldCall)
+    assert "step.tool_started" not in event_types(store, gated.run_id)
+    assert gated.run.status == "WAITING_FOR_APPROVAL"
+
+
+@sync
+async def test_after_state_approve_of_both_the_waiting_call_runs_first_then_the_held_one_each_once(
+    store: agentrt.Store, clock: FakeClock, ids: Ids
+) -> None:
+    remote = Remote()
+    gated, _ = gated_agent(store, remote, HELD_SCRIPT, clock, ids)
+    first = await gated.run_agent("publish and note it")
+    state = first.to_state()
+    for item in state.get_interruptions():
+        state.approve(item)
+
+    result = await gated.run_agent(state, hooks=SlowPushStart())
+
+    assert result.final_output == "published and noted"
+    assert remote.done == [("push_branch", "feature/login"), ("write_note", "pushed")]
+    assert outputs(result) == ["pushed feature/login", "noted pushed"]
+    assert calls(store, gated.run_id) == [
+        ("done", "openai-agents call_id call-push"),
+        ("done", "openai-agents held call_id call-note"),
+    ]
+    note = store.list_steps(gated.run_id, cap=None)[1]
+    assert note.decision is not None and note.decision.args == {"text": "pushed"}
+    assert event_types(store, gated.run_id).count("step.tool_started") == 2
+    (approval,) = store.list_approvals(gated.run_id, cap=None)
+    assert (approval.status, approval.decided_by) == ("approved", "openai-agents state.approve")
+    assert (gated.run.status, gated.run.reason) == ("COMPLETED", "goal_completed")
+    assert store.verify_events().intact
+
+
+@sync
+async def test_gated_approve_of_the_waiting_call_lets_the_sdk_go_on_with_the_held_one(
+    store: agentrt.Store, clock: FakeClock, ids: Ids
+) -> None:
+    remote = Remote()
+    gated, _ = gated_agent(store, remote, HELD_SCRIPT, clock, ids)
+    first = await gated.run_agent("publish and note it")
+    state = first.to_state()
+    push, _ = state.get_interruptions()
+
+    await gated.approve(state, push, by="alice")
+
+    assert [h.call_id for h in gated.held(state)] == ["call-note"]
+    assert gated.held(state)[0].behind is None  # nothing waits for a person any more
+    result = await gated.run_agent(state)
+    assert remote.done == [("push_branch", "feature/login"), ("write_note", "pushed")]
+    assert result.final_output == "published and noted"
+    assert [s for s, _ in calls(store, gated.run_id)] == ["done", "done"]
+
+
+@pytest.mark.parametrize("how", ["gated.reject", "agentrt reject", "state.reject"])
+@sync
+async def test_after_the_waiting_call_is_rejected_the_held_call_never_runs(
+    store: agentrt.Store, clock: FakeClock, ids: Ids, how: str
+) -> None:
+    remote = Remote()
+    script = [HELD_SCRIPT[0], [assistant_message("nothing was done")]]
+    gated, _ = gated_agent(store, remote, script, clock, ids)
+    first = await gated.run_agent("publish and note it")
+    state = first.to_state()
+    push, note = state.get_interruptions()
+
+    if how == "gated.reject":
+        await gated.reject(state, push, by="bob", note="not today")
+    elif how == "agentrt reject":
+        (pending,) = gated.pending()
+        agentrt.reject(
+            store, gated.run_id, pending.id, by="bob", note="not today", shown_hash=pending.hash
+        )
+        state = await gated.load_state(first.to_state().to_string())
+    else:  # the SDK's own way: the push rejected, the note let through
+        state.reject(push)
+        state.approve(note)
+
+    if how == "state.reject":
+        # The rejection reaches agentrt first; the held call then meets the ended run.
+        with pytest.raises(RunEndedError, match="CANCELLED"):
+            await gated.run_agent(state)
+    else:
+        result = await gated.run_agent(state)
+        assert result.final_output == "nothing was done"
+        assert outputs(result) == [
+            "policy_denied: rejected by bob: not today",
+            "not run: agentrt run "
+            f"{gated.run_id} is CANCELLED (approval_rejected: not today); no tool call runs in it",
+        ]
+    assert remote.done == []
+    assert calls(store, gated.run_id) == [("failed", "openai-agents call_id call-push")]
+    assert (gated.run.status, gated.run.reason) == ("CANCELLED", "approval_rejected")
+    assert "step.tool_started" not in event_types(store, gated.run_id)
+
+
+@sync
+async def test_a_held_call_the_policy_sends_to_a_person_gets_its_own_approval_and_runs_once(
+    store: agentrt.Store, clock: FakeClock, ids: Ids
+) -> None:
+    remote = Remote()
+    script = [
+        [
+            function_call("push_branch", {"branch": "feature/login"}, call_id="call-1"),
+            function_call("push_branch", {"branch": "feature/logout"}, call_id="call-2"),
+        ],
+        [assistant_message("both published")],
+    ]
+    gated, _ = gated_agent(store, remote, script, clock, ids)
+    first = await gated.run_agent("publish both")
+    saved = first.to_state().to_string()
+    assert [h.call_id for h in gated.held(first)] == ["call-2"]
+    state = first.to_state()
+    for item in state.get_interruptions():
+        state.approve(item)
+
+    # The first push runs; the second, judged in its turn, needs a person. The
+    # SDK cannot pause a call it has begun: the framework run stops, nothing else ran.
+    with pytest.raises(ApprovalPendingError, match=r"held behind another.*approval"):
+        await gated.run_agent(state)
+
+    assert remote.done == [("push_branch", "feature/login")]
+    assert calls(store, gated.run_id) == [
+        ("done", "openai-agents call_id call-1"),
+        ("awaiting_approval", "openai-agents held call_id call-2"),
+    ]
+    first_approval, second = store.list_approvals(gated.run_id, cap=None)
+    assert (second.status, second.request["args"]) == ("pending", {"branch": "feature/logout"})
+    assert second.hash != first_approval.hash
+    assert [p.id for p in gated.pending()] == [second.id]
+
+    # The SDK approval the person gave while it was held decides nothing.
+    state = await RunState.from_string(gated.agent, saved)
+    for item in state.get_interruptions():
+        state.approve(item)
+    with pytest.raises(ApprovalPendingError, match="cannot decide"):
+        await gated.run_agent(state)
+    assert remote.done == [("push_branch", "feature/login")]
+    assert store.get_approval(gated.run_id, second.id).status == "pending"
+
+    # Decided through agentrt, the saved state resumes: the first push is not run
+    # again (its recorded outcome), the second runs once.
+    agentrt.approve(store, gated.run_id, second.id, by="alice", shown_hash=second.hash)
+    result = await gated.run_agent(await gated.load_state(saved))
+    assert result.final_output == "both published"
+    assert remote.done == [("push_branch", "feature/login"), ("push_branch", "feature/logout")]
+    assert outputs(result) == ["pushed feature/login", "pushed feature/logout"]
+    assert event_types(store, gated.run_id).count("step.tool_started") == 2
+    assert (gated.run.status, gated.run.reason) == ("COMPLETED", "goal_completed")
+
+
+@sync
+async def test_a_held_call_the_person_rejects_the_sdk_way_never_runs_and_is_not_recorded(
+    store: agentrt.Store, clock: FakeClock, ids: Ids
+) -> None:
+    remote = Remote()
+    script = [HELD_SCRIPT[0], [assistant_message("published, no note")]]
+    gated, _ = gated_agent(store, remote, script, clock, ids)
+    first = await gated.run_agent("publish and note it")
+    state = first.to_state()
+    push, note = state.get_interruptions()
+    state.approve(push)
+    state.reject(note, rejection_message="no notes today")
+
+    result = await gated.run_agent(state)
+
+    assert result.final_output == "published, no note"
+    assert remote.done == [("push_branch", "feature/login")]
+    assert outputs(result) == ["pushed feature/login", "no notes today"]
+    assert calls(store, gated.run_id) == [("done", "openai-agents call_id call-push")]
+    assert (gated.run.status, gated.run.reason) == ("COMPLETED", "goal_completed")
 
 
 def test_a_tool_input_guardrail_is_refused_at_start_up(store: agentrt.Store) -> None:
