@@ -1146,3 +1146,54 @@ def test_a_call_the_sdk_issues_again_after_a_crash_past_its_outcome_gets_the_rec
     store = agentrt.open_existing(tmp_path / "runs.db", read_only=True)
     assert event_types(store, RUN_ID).count("step.tool_started") == 1
     assert store.get_run(RUN_ID).status == "COMPLETED"
+
+
+def test_a_held_call_runs_once_after_the_waiting_one_when_a_second_process_resumes_it(
+    tmp_path: Path,
+) -> None:
+    db, work = str(tmp_path / "runs.db"), str(tmp_path)
+    out = child("start", db, work, RUN_ID, "--held")
+    assert [(i["tool"], i["call_id"]) for i in out["interruptions"]] == [
+        ("push_branch", "call-push"),
+        ("write_note", "call-note"),
+    ]
+    store = agentrt.open_existing(tmp_path / "runs.db", read_only=True)
+    assert calls(store, RUN_ID) == [("awaiting_approval", "openai-agents call_id call-push")]
+    approve = subprocess.run(
+        [sys.executable, "-m", "agentrt", "approve", RUN_ID, "--db", db, "--yes", "--by", "alice"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert approve.returncode == 0, approve.stderr
+    assert pushes(tmp_path) == [] and not (tmp_path / "notes.log").exists()
+
+    out = child("resume", db, work, RUN_ID, "load_state")
+
+    assert out == {"final_output": "feature/login is published", "interruptions": []}
+    assert pushes(tmp_path) == ["feature/login"]
+    assert (tmp_path / "notes.log").read_text().splitlines() == ["login pushed"]
+    store = agentrt.open_existing(tmp_path / "runs.db", read_only=True)
+    assert calls(store, RUN_ID) == [
+        ("done", "openai-agents call_id call-push"),
+        ("done", "openai-agents held call_id call-note"),
+    ]
+    assert event_types(store, RUN_ID).count("step.tool_started") == 2
+    assert store.get_run(RUN_ID).status == "COMPLETED"
+    assert store.verify_events().intact
+
+
+def test_a_held_call_approved_with_state_approve_in_a_second_process_runs_after_the_push(
+    tmp_path: Path,
+) -> None:
+    db, work = str(tmp_path / "runs.db"), str(tmp_path)
+    child("start", db, work, RUN_ID, "--held")
+
+    out = child("resume", db, work, RUN_ID, "from_json", "--approve")
+
+    assert out == {"final_output": "feature/login is published", "interruptions": []}
+    assert pushes(tmp_path) == ["feature/login"]
+    assert (tmp_path / "notes.log").read_text().splitlines() == ["login pushed"]
+    store = agentrt.open_existing(tmp_path / "runs.db", read_only=True)
+    assert [s for s, _ in calls(store, RUN_ID)] == ["done", "done"]
+    assert store.get_run(RUN_ID).status == "COMPLETED"
