@@ -33,7 +33,7 @@ from agents import (
     function_tool,
     set_tracing_disabled,
 )
-from agents.testing import ScriptedModel, assistant_message, function_call
+from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 
 import agentrt
 from agentrt.adapters.openai_agents import (
@@ -888,6 +888,229 @@ def test_importing_the_adapter_without_the_sdk_names_the_extra_to_install() -> N
         "ImportError: agentrt.adapters.openai_agents needs the OpenAI Agents SDK: "
         "pip install 'agentrt[openai-agents]'"
     )
+
+
+# -- streaming, and the synchronous entry point ----------------------------------
+
+
+async def consume(result: Any) -> list[str]:
+    """Every event of a streamed run, as the SDK's stream gives them (their kinds)."""
+    return [event.type async for event in result.stream_events()]
+
+
+@sync
+async def test_a_streamed_run_records_an_allowed_call_runs_it_once_and_completes_at_the_end(
+    store: agentrt.Store, clock: FakeClock, ids: Ids
+) -> None:
+    remote = Remote()
+    script = [
+        [function_call("list_branches", "{ }", call_id="call-1")],
+        [assistant_message("two branches")],
+    ]
+    gated, _ = gated_agent(store, remote, script, clock, ids)
+
+    result = gated.run_agent_streamed("which branches are there?")
+    assert store.list_runs(cap=None) == []  # nothing runs before the stream is consumed
+    kinds = await consume(result)
+
+    assert "run_item_stream_event" in kinds
+    assert result.is_complete and result.final_output == "two branches"
+    assert remote.done == [("list_branches", "")]
+    (step, end) = store.list_steps(gated.run_id, cap=None)
+    assert step.decision is not None
+    assert (step.status, step.decision.args, step.decision.reason) == (
+        "done",
+        {},
+        "openai-agents call_id call-1",
+    )
+    assert end.decision is not None and end.decision.kind == "complete"
+    run = gated.run
+    assert (run.status, run.reason, run.result) == ("COMPLETED", "goal_completed", "two branches")
+    await gated.close()
+    assert store.lease(gated.run_id).owner == ""
+    assert event_types(store, gated.run_id).count("step.tool_started") == 1
+
+
+@sync
+async def test_a_streamed_run_ends_with_the_interruption_and_resumes_from_its_state(
+    store: agentrt.Store, clock: FakeClock, ids: Ids
+) -> None:
+    remote = Remote()
+    script = [
+        [function_call("push_branch", {"branch": "feature/login"}, call_id="call-1")],
+        [assistant_message("published")],
+    ]
+    gated, _ = gated_agent(store, remote, script, clock, ids)
+
+    first = gated.run_agent_streamed("publish")
+    await consume(first)
+
+    assert [i.call_id for i in first.interruptions] == ["call-1"]
+    assert remote.done == []
+    assert gated.run.status == "WAITING_FOR_APPROVAL"
+    await gated.close()
+    assert store.lease(gated.run_id).owner == ""
+    saved = first.to_state().to_string()
+
+    # Another framework run, streamed too, resumes the saved state once approved.
+    (pending,) = gated.pending()
+    agentrt.approve(store, gated.run_id, pending.id, by="alice", shown_hash=pending.hash)
+    again = publisher(store, remote, script[1:], clock, ids).resume(gated.run_id)
+    second = again.run_agent_streamed(await again.load_state(saved))
+    await consume(second)
+
+    assert second.final_output == "published"
+    assert remote.done == [("push_branch", "feature/login")]
+    assert (again.run.status, again.run.reason) == ("COMPLETED", "goal_completed")
+
+
+@sync
+async def test_a_streamed_run_resumes_from_the_streamed_results_own_state(
+    store: agentrt.Store, clock: FakeClock, ids: Ids
+) -> None:
+    remote = Remote()
+    script = [
+        [function_call("push_branch", {"branch": "feature/login"}, call_id="call-1")],
+        [assistant_message("published")],
+    ]
+    gated, _ = gated_agent(store, remote, script, clock, ids)
+    first = gated.run_agent_streamed("publish")
+    await consume(first)
+    state = first.to_state()
+
+    await gated.approve(state, state.get_interruptions()[0], by="alice")
+    second = gated.run_agent_streamed(state)
+    await consume(second)
+
+    assert second.final_output == "published"
+    assert remote.done == [("push_branch", "feature/login")]
+    assert gated.run.status == "COMPLETED"
+
+
+@sync
+async def test_a_streamed_run_cancelled_mid_call_is_left_as_a_crash_leaves_it(
+    store: agentrt.Store, clock: FakeClock, ids: Ids
+) -> None:
+    started = asyncio.Event()
+    pushed: list[str] = []
+
+    @function_tool
+    async def push_branch(branch: str) -> str:
+        """Push a branch."""
+        pushed.append(branch)
+        started.set()
+        await asyncio.sleep(3600)  # cut off here by the cancel
+        return f"pushed {branch}"
+
+    script = [
+        [function_call("push_branch", {"branch": "feature/login"}, call_id="call-1")],
+        [assistant_message("published")],
+    ]
+    agent = Agent(name="publisher", model=ScriptedModel(script), tools=[push_branch])
+    gated = gate_agent(
+        agent,
+        store=store,
+        policy=agentrt.default_policy(),
+        classifications={"push_branch": Classification("remote_mutation", 30)},
+        now=clock,
+        new_id=ids,
+    )
+    run = gated.new_run()
+    first = run.run_agent_streamed("publish")
+    await consume(first)
+    saved = first.to_state().to_string()
+    state = first.to_state()
+    await run.approve(state, state.get_interruptions()[0], by="alice")
+
+    second = run.run_agent_streamed(state)
+
+    async def cancel_once_started() -> None:
+        await started.wait()
+        second.cancel()
+
+    canceller = asyncio.create_task(cancel_once_started())
+    await consume(second)
+    await canceller
+    await run.close()
+
+    assert pushed == ["feature/login"]
+    assert second.final_output is None
+    (step,) = store.list_steps(run.run_id, cap=None)
+    assert step.status == "interrupted"
+    assert step.observation is not None
+    assert (step.observation.kind, step.observation.content) == (
+        "interrupted",
+        {"failure": "cancelled", "previous_status": "executing"},
+    )
+    assert run.run.status == "RUNNING"
+    assert store.lease(run.run_id).owner == ""
+
+    # The program resumes its saved state: the push waits for a person, not run again.
+    again = gated.resume(run.run_id)
+    resumed = await again.load_state(saved)
+    assert [i.call_id for i in resumed.get_interruptions()] == ["call-1"]
+    (pending,) = again.pending()
+    assert pending.kind == "interrupted_side_effect"
+    assert pushed == ["feature/login"]
+
+
+@sync
+async def test_a_streamed_run_that_raises_fails_the_agentrt_run_and_lets_go_of_it(
+    store: agentrt.Store, clock: FakeClock, ids: Ids
+) -> None:
+    remote = Remote()
+    script = [
+        [function_call("list_branches", {}, call_id="call-1")],
+        [function_call("list_branches", {}, call_id="call-2")],
+        [assistant_message("never")],
+    ]
+    run = publisher(store, remote, script, clock, ids).new_run()
+
+    # The SDK raises MaxTurnsExceeded from `stream_events()`: `async with run:` sees it.
+    with pytest.raises(MaxTurnsExceeded):
+        async with run:
+            await consume(run.run_agent_streamed("look", max_turns=1))
+
+    assert remote.done == [("list_branches", "")]
+    assert (run.run.status, run.run.reason) == ("FAILED", "agent_error")
+    assert store.lease(run.run_id).owner == ""
+
+    # A model error ends the run loop itself: the agentrt run fails without `async with`.
+    async def fail(call: Any) -> Any:
+        raise RuntimeError("the model is unreachable")
+
+    script = [[function_call("list_branches", {}, call_id="call-1")], ModelStep.respond(fail)]
+    other = publisher(store, remote, script, clock, ids).new_run()
+    with pytest.raises(RuntimeError, match="unreachable"):
+        await consume(other.run_agent_streamed("look"))
+    await other.close()
+
+    assert (other.run.status, other.run.reason) == ("FAILED", "agent_error")
+    assert store.lease(other.run_id).owner == ""
+
+
+def test_runner_run_sync_and_run_agent_sync_go_through_the_gate(
+    store: agentrt.Store, clock: FakeClock, ids: Ids
+) -> None:
+    remote = Remote()
+    script = [
+        [function_call("list_branches", {}, call_id="call-1")],
+        [assistant_message("first")],
+        [function_call("delete_branch", {"branch": "main"}, call_id="call-2")],
+        [assistant_message("second")],
+    ]
+    gated = publisher(store, remote, script, clock, ids)
+
+    one, two = gated.new_run(), gated.new_run()
+    first = Runner.run_sync(one.agent, "look")
+    second = two.run_agent_sync("delete main")
+
+    assert (first.final_output, second.final_output) == ("first", "second")
+    assert remote.done == [("list_branches", "")]
+    assert outputs(second) == ["policy_denied: destructive tools are denied by the default policy"]
+    for run in (one, two):
+        assert (run.run.status, run.run.reason) == ("COMPLETED", "goal_completed")
+        assert store.lease(run.run_id).owner == ""
 
 
 # -- across processes ------------------------------------------------------------

@@ -357,6 +357,7 @@ class GatedRun:
         self._locks: dict[int, asyncio.Lock] = {}  # per event loop: one call judged at a time
         self._holder: str | None = None  # the SDK call id holding the lock
         self._watchers: set[asyncio.Task[None]] = set()
+        self._in_flight: asyncio.Task[Any] | None = None  # the task running a tool now
         self.agent: Agent[Any] = owner._bound(self)
 
     # -- what the consumer calls ---------------------------------------------
@@ -375,25 +376,28 @@ class GatedRun:
 
         The same Gate: an allowed call runs once, `require_approval` ends the
         stream with `result.interruptions`, the final output completes the
-        agentrt run. When the streamed run ends by raising, the agentrt run
-        fails with `agent_error`; when it is cancelled (`result.cancel()`), a
-        call cut off mid-way is left as a crash leaves it. Either way this
-        process lets go of the run's lease (`close()` waits for that).
+        agentrt run when the stream is consumed to its end. When the run loop
+        raises (a model error), the agentrt run fails with `agent_error`; an
+        error the SDK raises only from `stream_events()` (`MaxTurnsExceeded`)
+        is seen by `async with run:` around the consuming loop. A cancelled
+        stream (`result.cancel()`) leaves a call cut off mid-way as a crash
+        leaves it. When the run loop stops, this process lets go of the run's
+        lease (`close()` waits for that).
         """
         result = Runner.run_streamed(self.agent, input, **runner_kwargs)
         task = result.run_loop_task
         if task is not None:
-            task.add_done_callback(self._stream_stopped)
+            task.add_done_callback(lambda _: self._stream_stopped(result))
         return result
 
-    def _stream_stopped(self, task: asyncio.Task[Any]) -> None:
-        watcher = asyncio.get_running_loop().create_task(self._after_stream(task))
+    def _stream_stopped(self, result: RunResultStreaming) -> None:
+        watcher = asyncio.get_running_loop().create_task(self._after_stream(result))
         self._watchers.add(watcher)
         watcher.add_done_callback(self._watchers.discard)
 
-    async def _after_stream(self, task: asyncio.Task[Any]) -> None:
+    async def _after_stream(self, result: RunResultStreaming) -> None:
         try:
-            error = None if task.cancelled() else task.exception()
+            error = result.run_loop_exception  # None when it completed or was cancelled
             if isinstance(error, Exception) and not isinstance(error, _REFUSALS):
                 await self._failed(error)
         finally:
@@ -532,6 +536,10 @@ class GatedRun:
         await self._release()
 
     async def _release(self) -> None:
+        in_flight = self._in_flight
+        if in_flight is not None and in_flight is not asyncio.current_task():
+            # A call cut off mid-way (a cancelled stream) is recorded before we let go.
+            await asyncio.wait([in_flight])
         session, self._session = self._session, None
         # A call cut off mid-way (a cancelled run) may still hold its turn.
         self._locks, self._holder = {}, None
@@ -725,9 +733,11 @@ class GatedRun:
 
     async def _execute(self, step: GateStep, context: ToolContext[Any]) -> Any:
         token = _TOOL_CONTEXT.set(context)
+        self._in_flight = asyncio.current_task()
         try:
             observation = await step.execute()
         finally:
+            self._in_flight = None
             _TOOL_CONTEXT.reset(token)
         if self._session is not None and self._session.done:
             await self._let_go()
