@@ -32,6 +32,11 @@ Invariants:
   changed arguments are refused (`RequestChangedError`), never run. An
   `interrupted_side_effect` approval is never decided by an SDK approval
   (`InterruptedSideEffectError`): a person decides it through agentrt.
+- A call made while the run waits on another call of the same response is
+  held (an SDK interruption agentrt does not record, `GatedRun.held`); once
+  the SDK goes on with it, the Gate judges it in its turn, after the waiting
+  call. Calls take their turns in the model's order (`on_tool_start`), one at
+  a time: the run has one open step (decision 0052).
 - A call the Gate did not allow never reaches the original tool; a call cut off
   by a crash is not run again on anyone's say but a person's; a call agentrt
   already settled, issued again by a run state saved before its outcome, gets
@@ -339,7 +344,8 @@ class GatedRun:
     `agent` is what you give `Runner.run`; `run_agent(...)` calls it for you and,
     like `async with`, ends the agentrt run with `agent_error` when the
     framework run raises (a model error, `MaxTurnsExceeded`) and lets go of
-    the run's lease at the end.
+    the run's lease at the end. `run_agent_streamed` and `run_agent_sync` are
+    the same for `Runner.run_streamed` and a program without an event loop.
     """
 
     def __init__(self, owner: GatedAgent, run_id: str) -> None:
