@@ -223,7 +223,12 @@ class _Hooks(AgentHooks[Any]):
             # hook of the consumer can make a later call overtake it.
             await self._run()._take_turn(call_id)
         if self._inner is not None:
-            await self._inner.on_tool_start(context, agent, tool)
+            try:
+                await self._inner.on_tool_start(context, agent, tool)
+            except BaseException:
+                if self._owner is not None and self._owner._holder == call_id:
+                    self._owner._end_turn()  # the SDK will not invoke the call
+                raise
 
     async def on_tool_end(self, context: Any, agent: Any, tool: Any, result: Any) -> None:
         if self._inner is not None:
