@@ -26,18 +26,21 @@ if not os.environ.get("CI"):
 from agents import (
     Agent,
     MaxTurnsExceeded,
+    RunHooks,
     Runner,
     RunState,
     WebSearchTool,
     function_tool,
     set_tracing_disabled,
 )
-from agents.testing import ScriptedModel, assistant_message, function_call
+from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 
 import agentrt
 from agentrt.adapters.openai_agents import (
+    ApprovalPendingError,
     Classification,
     GatedRun,
+    HeldCall,
     RequestChangedError,
     RunEndedError,
     RunMismatchError,
@@ -56,6 +59,7 @@ CLASSES = {
     "list_branches": Classification("read_only", 5),
     "delete_branch": Classification("destructive", 5),
     "push_branch": Classification("remote_mutation", 5),
+    "write_note": Classification("local_mutation", 5),
 }
 
 
@@ -83,7 +87,13 @@ class Remote:
             self.done.append(("push_branch", branch))
             return f"pushed {branch}"
 
-        self.tools = [list_branches, delete_branch, push_branch]
+        @function_tool
+        def write_note(text: str) -> str:
+            """Write a note in the local work tree."""
+            self.done.append(("write_note", text))
+            return f"noted {text}"
+
+        self.tools = [list_branches, delete_branch, push_branch, write_note]
 
 
 def gated_agent(
@@ -464,6 +474,225 @@ async def test_calls_of_one_model_response_are_judged_and_run_one_at_a_time_in_o
     ]
 
 
+# -- a call made beside one that waits for a person (decisions 0050, 0052) ---------
+
+
+HELD_SCRIPT: list[Any] = [
+    [
+        function_call("push_branch", {"branch": "feature/login"}, call_id="call-push"),
+        function_call("write_note", '{"text": "pushed"}', call_id="call-note"),
+    ],
+    [assistant_message("published and noted")],
+]
+
+
+class SlowPushStart(RunHooks[Any]):
+    """The consumer's run hook, slow for the push: without an order, the note would overtake it."""
+
+    async def on_tool_start(self, context: Any, agent: Any, tool: Any) -> None:
+        if tool.name == "push_branch":
+            await asyncio.sleep(0.05)
+
+
+def calls(store: agentrt.Store, run_id: str) -> list[tuple[str, str]]:
+    return [
+        (s.status, s.decision.reason)
+        for s in store.list_steps(run_id, cap=None)
+        if s.decision is not None and s.decision.kind == "tool_call"
+    ]
+
+
+@sync
+async def test_a_call_made_beside_one_that_waits_for_a_person_is_held_and_nothing_runs(
+    store: agentrt.Store, clock: FakeClock, ids: Ids
+) -> None:
+    remote = Remote()
+    gated, _ = gated_agent(store, remote, HELD_SCRIPT, clock, ids)
+
+    first = await gated.run_agent("publish and note it")
+
+    assert remote.done == []
+    assert [i.call_id for i in first.interruptions] == ["call-push", "call-note"]
+    assert calls(store, gated.run_id) == [("awaiting_approval", "openai-agents call_id call-push")]
+    (pending,) = gated.pending()
+    assert pending.request["args"] == {"branch": "feature/login"}
+    (held,) = gated.held(first)
+    assert (held.call_id, held.tool, held.behind) == ("call-note", "write_note", "call-push")
+    assert held.item is first.interruptions[1]
+    assert [h.call_id for h in gated.held(first.to_state())] == ["call-note"]
+    assert isinstance(held, HeldCall)
+    assert "step.tool_started" not in event_types(store, gated.run_id)
+    assert gated.run.status == "WAITING_FOR_APPROVAL"
+
+
+@sync
+async def test_after_state_approve_of_both_the_waiting_call_runs_first_then_the_held_one_each_once(
+    store: agentrt.Store, clock: FakeClock, ids: Ids
+) -> None:
+    remote = Remote()
+    gated, _ = gated_agent(store, remote, HELD_SCRIPT, clock, ids)
+    first = await gated.run_agent("publish and note it")
+    state = first.to_state()
+    for item in state.get_interruptions():
+        state.approve(item)
+
+    result = await gated.run_agent(state, hooks=SlowPushStart())
+
+    assert result.final_output == "published and noted"
+    assert remote.done == [("push_branch", "feature/login"), ("write_note", "pushed")]
+    assert outputs(result) == ["pushed feature/login", "noted pushed"]
+    assert calls(store, gated.run_id) == [
+        ("done", "openai-agents call_id call-push"),
+        ("done", "openai-agents held call_id call-note"),
+    ]
+    note = store.list_steps(gated.run_id, cap=None)[1]
+    assert note.decision is not None and note.decision.args == {"text": "pushed"}
+    assert event_types(store, gated.run_id).count("step.tool_started") == 2
+    (approval,) = store.list_approvals(gated.run_id, cap=None)
+    assert (approval.status, approval.decided_by) == ("approved", "openai-agents state.approve")
+    assert (gated.run.status, gated.run.reason) == ("COMPLETED", "goal_completed")
+    assert store.verify_events().intact
+
+
+@sync
+async def test_gated_approve_of_the_waiting_call_lets_the_sdk_go_on_with_the_held_one(
+    store: agentrt.Store, clock: FakeClock, ids: Ids
+) -> None:
+    remote = Remote()
+    gated, _ = gated_agent(store, remote, HELD_SCRIPT, clock, ids)
+    first = await gated.run_agent("publish and note it")
+    state = first.to_state()
+    push, _ = state.get_interruptions()
+
+    await gated.approve(state, push, by="alice")
+
+    assert [h.call_id for h in gated.held(state)] == ["call-note"]
+    assert gated.held(state)[0].behind is None  # nothing waits for a person any more
+    result = await gated.run_agent(state)
+    assert remote.done == [("push_branch", "feature/login"), ("write_note", "pushed")]
+    assert result.final_output == "published and noted"
+    assert [s for s, _ in calls(store, gated.run_id)] == ["done", "done"]
+
+
+@pytest.mark.parametrize("how", ["gated.reject", "agentrt reject", "state.reject"])
+@sync
+async def test_after_the_waiting_call_is_rejected_the_held_call_never_runs(
+    store: agentrt.Store, clock: FakeClock, ids: Ids, how: str
+) -> None:
+    remote = Remote()
+    script = [HELD_SCRIPT[0], [assistant_message("nothing was done")]]
+    gated, _ = gated_agent(store, remote, script, clock, ids)
+    first = await gated.run_agent("publish and note it")
+    state = first.to_state()
+    push, note = state.get_interruptions()
+
+    if how == "gated.reject":
+        await gated.reject(state, push, by="bob", note="not today")
+    elif how == "agentrt reject":
+        (pending,) = gated.pending()
+        agentrt.reject(
+            store, gated.run_id, pending.id, by="bob", note="not today", shown_hash=pending.hash
+        )
+        state = await gated.load_state(first.to_state().to_string())
+    else:  # the SDK's own way: the push rejected, the note let through
+        state.reject(push)
+        state.approve(note)
+
+    if how == "state.reject":
+        # The rejection reaches agentrt first; the held call then meets the ended run.
+        with pytest.raises(RunEndedError, match="CANCELLED"):
+            await gated.run_agent(state)
+    else:
+        result = await gated.run_agent(state)
+        assert result.final_output == "nothing was done"
+        assert outputs(result) == [
+            "policy_denied: rejected by bob: not today",
+            "not run: agentrt run "
+            f"{gated.run_id} is CANCELLED (approval_rejected: not today); no tool call runs in it",
+        ]
+    assert remote.done == []
+    assert calls(store, gated.run_id) == [("failed", "openai-agents call_id call-push")]
+    assert (gated.run.status, gated.run.reason) == ("CANCELLED", "approval_rejected")
+    assert "step.tool_started" not in event_types(store, gated.run_id)
+
+
+@sync
+async def test_a_held_call_the_policy_sends_to_a_person_gets_its_own_approval_and_runs_once(
+    store: agentrt.Store, clock: FakeClock, ids: Ids
+) -> None:
+    remote = Remote()
+    script = [
+        [
+            function_call("push_branch", {"branch": "feature/login"}, call_id="call-1"),
+            function_call("push_branch", {"branch": "feature/logout"}, call_id="call-2"),
+        ],
+        [assistant_message("both published")],
+    ]
+    gated, _ = gated_agent(store, remote, script, clock, ids)
+    first = await gated.run_agent("publish both")
+    saved = first.to_state().to_string()
+    assert [h.call_id for h in gated.held(first)] == ["call-2"]
+    state = first.to_state()
+    for item in state.get_interruptions():
+        state.approve(item)
+
+    # The first push runs; the second, judged in its turn, needs a person. The
+    # SDK cannot pause a call it has begun: the framework run stops, nothing else ran.
+    with pytest.raises(ApprovalPendingError, match=r"held behind another.*approval"):
+        await gated.run_agent(state)
+
+    assert remote.done == [("push_branch", "feature/login")]
+    assert calls(store, gated.run_id) == [
+        ("done", "openai-agents call_id call-1"),
+        ("awaiting_approval", "openai-agents held call_id call-2"),
+    ]
+    first_approval, second = store.list_approvals(gated.run_id, cap=None)
+    assert (second.status, second.request["args"]) == ("pending", {"branch": "feature/logout"})
+    assert second.hash != first_approval.hash
+    assert [p.id for p in gated.pending()] == [second.id]
+
+    # The SDK approval the person gave while it was held decides nothing.
+    state = await RunState.from_string(gated.agent, saved)
+    for item in state.get_interruptions():
+        state.approve(item)
+    with pytest.raises(ApprovalPendingError, match="cannot decide"):
+        await gated.run_agent(state)
+    assert remote.done == [("push_branch", "feature/login")]
+    assert store.get_approval(gated.run_id, second.id).status == "pending"
+
+    # Decided through agentrt, the saved state resumes: the first push is not run
+    # again (its recorded outcome), the second runs once.
+    agentrt.approve(store, gated.run_id, second.id, by="alice", shown_hash=second.hash)
+    result = await gated.run_agent(await gated.load_state(saved))
+    assert result.final_output == "both published"
+    assert remote.done == [("push_branch", "feature/login"), ("push_branch", "feature/logout")]
+    assert outputs(result) == ["pushed feature/login", "pushed feature/logout"]
+    assert event_types(store, gated.run_id).count("step.tool_started") == 2
+    assert (gated.run.status, gated.run.reason) == ("COMPLETED", "goal_completed")
+
+
+@sync
+async def test_a_held_call_the_person_rejects_the_sdk_way_never_runs_and_is_not_recorded(
+    store: agentrt.Store, clock: FakeClock, ids: Ids
+) -> None:
+    remote = Remote()
+    script = [HELD_SCRIPT[0], [assistant_message("published, no note")]]
+    gated, _ = gated_agent(store, remote, script, clock, ids)
+    first = await gated.run_agent("publish and note it")
+    state = first.to_state()
+    push, note = state.get_interruptions()
+    state.approve(push)
+    state.reject(note, rejection_message="no notes today")
+
+    result = await gated.run_agent(state)
+
+    assert result.final_output == "published, no note"
+    assert remote.done == [("push_branch", "feature/login")]
+    assert outputs(result) == ["pushed feature/login", "no notes today"]
+    assert calls(store, gated.run_id) == [("done", "openai-agents call_id call-push")]
+    assert (gated.run.status, gated.run.reason) == ("COMPLETED", "goal_completed")
+
+
 def test_a_tool_input_guardrail_is_refused_at_start_up(store: agentrt.Store) -> None:
     from agents import ToolGuardrailFunctionOutput, tool_input_guardrail
 
@@ -659,6 +888,229 @@ def test_importing_the_adapter_without_the_sdk_names_the_extra_to_install() -> N
         "ImportError: agentrt.adapters.openai_agents needs the OpenAI Agents SDK: "
         "pip install 'agentrt[openai-agents]'"
     )
+
+
+# -- streaming, and the synchronous entry point ----------------------------------
+
+
+async def consume(result: Any) -> list[str]:
+    """Every event of a streamed run, as the SDK's stream gives them (their kinds)."""
+    return [event.type async for event in result.stream_events()]
+
+
+@sync
+async def test_a_streamed_run_records_an_allowed_call_runs_it_once_and_completes_at_the_end(
+    store: agentrt.Store, clock: FakeClock, ids: Ids
+) -> None:
+    remote = Remote()
+    script = [
+        [function_call("list_branches", "{ }", call_id="call-1")],
+        [assistant_message("two branches")],
+    ]
+    gated, _ = gated_agent(store, remote, script, clock, ids)
+
+    result = gated.run_agent_streamed("which branches are there?")
+    assert store.list_runs(cap=None) == []  # nothing runs before the stream is consumed
+    kinds = await consume(result)
+
+    assert "run_item_stream_event" in kinds
+    assert result.is_complete and result.final_output == "two branches"
+    assert remote.done == [("list_branches", "")]
+    (step, end) = store.list_steps(gated.run_id, cap=None)
+    assert step.decision is not None
+    assert (step.status, step.decision.args, step.decision.reason) == (
+        "done",
+        {},
+        "openai-agents call_id call-1",
+    )
+    assert end.decision is not None and end.decision.kind == "complete"
+    run = gated.run
+    assert (run.status, run.reason, run.result) == ("COMPLETED", "goal_completed", "two branches")
+    await gated.close()
+    assert store.lease(gated.run_id).owner == ""
+    assert event_types(store, gated.run_id).count("step.tool_started") == 1
+
+
+@sync
+async def test_a_streamed_run_ends_with_the_interruption_and_resumes_from_its_state(
+    store: agentrt.Store, clock: FakeClock, ids: Ids
+) -> None:
+    remote = Remote()
+    script = [
+        [function_call("push_branch", {"branch": "feature/login"}, call_id="call-1")],
+        [assistant_message("published")],
+    ]
+    gated, _ = gated_agent(store, remote, script, clock, ids)
+
+    first = gated.run_agent_streamed("publish")
+    await consume(first)
+
+    assert [i.call_id for i in first.interruptions] == ["call-1"]
+    assert remote.done == []
+    assert gated.run.status == "WAITING_FOR_APPROVAL"
+    await gated.close()
+    assert store.lease(gated.run_id).owner == ""
+    saved = first.to_state().to_string()
+
+    # Another framework run, streamed too, resumes the saved state once approved.
+    (pending,) = gated.pending()
+    agentrt.approve(store, gated.run_id, pending.id, by="alice", shown_hash=pending.hash)
+    again = publisher(store, remote, script[1:], clock, ids).resume(gated.run_id)
+    second = again.run_agent_streamed(await again.load_state(saved))
+    await consume(second)
+
+    assert second.final_output == "published"
+    assert remote.done == [("push_branch", "feature/login")]
+    assert (again.run.status, again.run.reason) == ("COMPLETED", "goal_completed")
+
+
+@sync
+async def test_a_streamed_run_resumes_from_the_streamed_results_own_state(
+    store: agentrt.Store, clock: FakeClock, ids: Ids
+) -> None:
+    remote = Remote()
+    script = [
+        [function_call("push_branch", {"branch": "feature/login"}, call_id="call-1")],
+        [assistant_message("published")],
+    ]
+    gated, _ = gated_agent(store, remote, script, clock, ids)
+    first = gated.run_agent_streamed("publish")
+    await consume(first)
+    state = first.to_state()
+
+    await gated.approve(state, state.get_interruptions()[0], by="alice")
+    second = gated.run_agent_streamed(state)
+    await consume(second)
+
+    assert second.final_output == "published"
+    assert remote.done == [("push_branch", "feature/login")]
+    assert gated.run.status == "COMPLETED"
+
+
+@sync
+async def test_a_streamed_run_cancelled_mid_call_is_left_as_a_crash_leaves_it(
+    store: agentrt.Store, clock: FakeClock, ids: Ids
+) -> None:
+    started = asyncio.Event()
+    pushed: list[str] = []
+
+    @function_tool
+    async def push_branch(branch: str) -> str:
+        """Push a branch."""
+        pushed.append(branch)
+        started.set()
+        await asyncio.sleep(3600)  # cut off here by the cancel
+        return f"pushed {branch}"
+
+    script = [
+        [function_call("push_branch", {"branch": "feature/login"}, call_id="call-1")],
+        [assistant_message("published")],
+    ]
+    agent = Agent(name="publisher", model=ScriptedModel(script), tools=[push_branch])
+    gated = gate_agent(
+        agent,
+        store=store,
+        policy=agentrt.default_policy(),
+        classifications={"push_branch": Classification("remote_mutation", 30)},
+        now=clock,
+        new_id=ids,
+    )
+    run = gated.new_run()
+    first = run.run_agent_streamed("publish")
+    await consume(first)
+    saved = first.to_state().to_string()
+    state = first.to_state()
+    await run.approve(state, state.get_interruptions()[0], by="alice")
+
+    second = run.run_agent_streamed(state)
+
+    async def cancel_once_started() -> None:
+        await started.wait()
+        second.cancel()
+
+    canceller = asyncio.create_task(cancel_once_started())
+    await consume(second)
+    await canceller
+    await run.close()
+
+    assert pushed == ["feature/login"]
+    assert second.final_output is None
+    (step,) = store.list_steps(run.run_id, cap=None)
+    assert step.status == "interrupted"
+    assert step.observation is not None
+    assert (step.observation.kind, step.observation.content) == (
+        "interrupted",
+        {"failure": "cancelled", "previous_status": "executing"},
+    )
+    assert run.run.status == "RUNNING"
+    assert store.lease(run.run_id).owner == ""
+
+    # The program resumes its saved state: the push waits for a person, not run again.
+    again = gated.resume(run.run_id)
+    resumed = await again.load_state(saved)
+    assert [i.call_id for i in resumed.get_interruptions()] == ["call-1"]
+    (pending,) = again.pending()
+    assert pending.kind == "interrupted_side_effect"
+    assert pushed == ["feature/login"]
+
+
+@sync
+async def test_a_streamed_run_that_raises_fails_the_agentrt_run_and_lets_go_of_it(
+    store: agentrt.Store, clock: FakeClock, ids: Ids
+) -> None:
+    remote = Remote()
+    script = [
+        [function_call("list_branches", {}, call_id="call-1")],
+        [function_call("list_branches", {}, call_id="call-2")],
+        [assistant_message("never")],
+    ]
+    run = publisher(store, remote, script, clock, ids).new_run()
+
+    # The SDK raises MaxTurnsExceeded from `stream_events()`: `async with run:` sees it.
+    with pytest.raises(MaxTurnsExceeded):
+        async with run:
+            await consume(run.run_agent_streamed("look", max_turns=1))
+
+    assert remote.done == [("list_branches", "")]
+    assert (run.run.status, run.run.reason) == ("FAILED", "agent_error")
+    assert store.lease(run.run_id).owner == ""
+
+    # A model error ends the run loop itself: the agentrt run fails without `async with`.
+    async def fail(call: Any) -> Any:
+        raise RuntimeError("the model is unreachable")
+
+    script = [[function_call("list_branches", {}, call_id="call-1")], ModelStep.respond(fail)]
+    other = publisher(store, remote, script, clock, ids).new_run()
+    with pytest.raises(RuntimeError, match="unreachable"):
+        await consume(other.run_agent_streamed("look"))
+    await other.close()
+
+    assert (other.run.status, other.run.reason) == ("FAILED", "agent_error")
+    assert store.lease(other.run_id).owner == ""
+
+
+def test_runner_run_sync_and_run_agent_sync_go_through_the_gate(
+    store: agentrt.Store, clock: FakeClock, ids: Ids
+) -> None:
+    remote = Remote()
+    script = [
+        [function_call("list_branches", {}, call_id="call-1")],
+        [assistant_message("first")],
+        [function_call("delete_branch", {"branch": "main"}, call_id="call-2")],
+        [assistant_message("second")],
+    ]
+    gated = publisher(store, remote, script, clock, ids)
+
+    one, two = gated.new_run(), gated.new_run()
+    first = Runner.run_sync(one.agent, "look")
+    second = two.run_agent_sync("delete main")
+
+    assert (first.final_output, second.final_output) == ("first", "second")
+    assert remote.done == [("list_branches", "")]
+    assert outputs(second) == ["policy_denied: destructive tools are denied by the default policy"]
+    for run in (one, two):
+        assert (run.run.status, run.run.reason) == ("COMPLETED", "goal_completed")
+        assert store.lease(run.run_id).owner == ""
 
 
 # -- across processes ------------------------------------------------------------
@@ -916,4 +1368,55 @@ def test_a_call_the_sdk_issues_again_after_a_crash_past_its_outcome_gets_the_rec
     assert pushes(tmp_path) == ["feature/login"]
     store = agentrt.open_existing(tmp_path / "runs.db", read_only=True)
     assert event_types(store, RUN_ID).count("step.tool_started") == 1
+    assert store.get_run(RUN_ID).status == "COMPLETED"
+
+
+def test_a_held_call_runs_once_after_the_waiting_one_when_a_second_process_resumes_it(
+    tmp_path: Path,
+) -> None:
+    db, work = str(tmp_path / "runs.db"), str(tmp_path)
+    out = child("start", db, work, RUN_ID, "--held")
+    assert [(i["tool"], i["call_id"]) for i in out["interruptions"]] == [
+        ("push_branch", "call-push"),
+        ("write_note", "call-note"),
+    ]
+    store = agentrt.open_existing(tmp_path / "runs.db", read_only=True)
+    assert calls(store, RUN_ID) == [("awaiting_approval", "openai-agents call_id call-push")]
+    approve = subprocess.run(
+        [sys.executable, "-m", "agentrt", "approve", RUN_ID, "--db", db, "--yes", "--by", "alice"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert approve.returncode == 0, approve.stderr
+    assert pushes(tmp_path) == [] and not (tmp_path / "notes.log").exists()
+
+    out = child("resume", db, work, RUN_ID, "load_state")
+
+    assert out == {"final_output": "feature/login is published", "interruptions": []}
+    assert pushes(tmp_path) == ["feature/login"]
+    assert (tmp_path / "notes.log").read_text().splitlines() == ["login pushed"]
+    store = agentrt.open_existing(tmp_path / "runs.db", read_only=True)
+    assert calls(store, RUN_ID) == [
+        ("done", "openai-agents call_id call-push"),
+        ("done", "openai-agents held call_id call-note"),
+    ]
+    assert event_types(store, RUN_ID).count("step.tool_started") == 2
+    assert store.get_run(RUN_ID).status == "COMPLETED"
+    assert store.verify_events().intact
+
+
+def test_a_held_call_approved_with_state_approve_in_a_second_process_runs_after_the_push(
+    tmp_path: Path,
+) -> None:
+    db, work = str(tmp_path / "runs.db"), str(tmp_path)
+    child("start", db, work, RUN_ID, "--held")
+
+    out = child("resume", db, work, RUN_ID, "from_json", "--approve")
+
+    assert out == {"final_output": "feature/login is published", "interruptions": []}
+    assert pushes(tmp_path) == ["feature/login"]
+    assert (tmp_path / "notes.log").read_text().splitlines() == ["login pushed"]
+    store = agentrt.open_existing(tmp_path / "runs.db", read_only=True)
+    assert [s for s, _ in calls(store, RUN_ID)] == ["done", "done"]
     assert store.get_run(RUN_ID).status == "COMPLETED"

@@ -1,16 +1,18 @@
 """A process of an OpenAI Agents SDK program behind the Gate, for the adapter's process tests.
 
-    python openai_agents_child.py start  DB WORK RUN_ID
+    python openai_agents_child.py start  DB WORK RUN_ID [--held]
     python openai_agents_child.py resume DB WORK RUN_ID (load_state | from_json) [--approve]
 
 `start` runs the agent (the SDK's own `ScriptedModel` asks to push
-`feature/login`, a remote mutation the default policy holds for a person) and
-saves `result.to_state().to_json()` to WORK/state.json: the SDK's persistence.
+`feature/login`, a remote mutation the default policy holds for a person; with
+`--held` it also asks, in the same response, to write a note, held behind the
+push) and saves `result.to_state().to_json()` to WORK/state.json: the SDK's persistence.
 `resume` loads that file through the SDK's resume path (`RunState.from_json`,
 directly or through `GatedRun.load_state`) with `gate_agent(...).resume(RUN_ID)`
 (a refusal of the run named is printed like any error), optionally approves every
 interruption with `state.approve`, and runs it with `Runner.run(agent, state)`.
-The push appends one line to WORK/remote.log per real execution; when WORK/hang
+The push appends one line to WORK/remote.log per real execution (the note, to
+WORK/notes.log); when WORK/hang
 exists it then writes WORK/started and sleeps, for the parent to SIGKILL;
 with `--hang-model` the model's reply after the push writes WORK/model-started
 and sleeps instead (a process that dies after the push was recorded).
@@ -37,6 +39,7 @@ set_tracing_disabled(True)  # nothing leaves the machine
 CLASSES = {
     "list_branches": Classification("read_only", 5),
     "push_branch": Classification("remote_mutation", 30),
+    "write_note": Classification("local_mutation", 30),
 }
 
 
@@ -59,11 +62,18 @@ def make_agent(work: Path, script: list[Any]) -> Agent[Any]:
             time.sleep(3600)  # the parent SIGKILLs us here, mid-call
         return f"pushed {branch}"
 
+    @function_tool
+    def write_note(text: str) -> str:
+        """Write a note in the work tree."""
+        with (work / "notes.log").open("a") as f:
+            f.write(text + "\n")
+        return f"noted {text}"
+
     return Agent(
         name="publisher",
         instructions="Publish the branch you are asked to.",
         model=ScriptedModel(script),
-        tools=[list_branches, push_branch],
+        tools=[list_branches, push_branch, write_note],
     )
 
 
@@ -87,8 +97,10 @@ def summary(result: Any) -> dict[str, Any]:
     }
 
 
-async def start(db: Path, work: Path, run_id: str) -> dict[str, Any]:
-    script = [[function_call("push_branch", {"branch": "feature/login"}, call_id="call-push")]]
+async def start(db: Path, work: Path, run_id: str, held: bool = False) -> dict[str, Any]:
+    push = function_call("push_branch", {"branch": "feature/login"}, call_id="call-push")
+    note = function_call("write_note", {"text": "login pushed"}, call_id="call-note")
+    script = [[push, note] if held else [push]]
     g = gated(db, work, script).new_run(run_id)
     result = await Runner.run(g.agent, "publish feature/login")
     (work / "state.json").write_text(result.to_state().to_string())
@@ -131,7 +143,7 @@ async def resume(
 def main() -> None:
     mode, db, work, run_id = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3]), sys.argv[4]
     if mode == "start":
-        out = asyncio.run(start(db, work, run_id))
+        out = asyncio.run(start(db, work, run_id, "--held" in sys.argv[5:]))
     else:
         flags = sys.argv[6:]
         out = asyncio.run(

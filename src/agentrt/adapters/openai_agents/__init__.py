@@ -6,11 +6,13 @@
     ...
     run = gated.resume(saved_run_id)           # in any process: the same agentrt run
     result = await run.run_agent(await run.load_state(saved_state))
+    async for event in run.run_agent_streamed("...").stream_events(): ...   # streamed
 
 Every function-tool call of the agent is recorded verbatim, checked against
 its schema and put to the policy; `require_approval` surfaces as the SDK's own
 interruption (`result.interruptions`, `RunState.approve`), bound by hash to the
-request; a call cut off by a crash waits for a person. Installed by
+request; a call made beside one that waits is held (`run.held(result)`) and
+judged in its turn; a call cut off by a crash waits for a person. Installed by
 `agentrt[openai-agents]`; see docs/adapters.md and decision 0042.
 """
 
@@ -34,13 +36,14 @@ from ._errors import (
     RunMismatchError,
     RunNotNamedError,
 )
-from ._gated import GatedAgent, GatedRun, gate_agent
+from ._gated import GatedAgent, GatedRun, HeldCall, gate_agent
 
 __all__ = [
     "ApprovalPendingError",
     "Classification",
     "GatedAgent",
     "GatedRun",
+    "HeldCall",
     "InterruptedSideEffectError",
     "RequestChangedError",
     "RunEndedError",
@@ -55,6 +58,7 @@ for _name in (
     "RunEndedError",
     "GatedAgent",
     "GatedRun",
+    "HeldCall",
     "InterruptedSideEffectError",
     "RequestChangedError",
     "RunMismatchError",

@@ -32,6 +32,11 @@ Invariants:
   changed arguments are refused (`RequestChangedError`), never run. An
   `interrupted_side_effect` approval is never decided by an SDK approval
   (`InterruptedSideEffectError`): a person decides it through agentrt.
+- A call made while the run waits on another call of the same response is
+  held (an SDK interruption agentrt does not record, `GatedRun.held`); once
+  the SDK goes on with it, the Gate judges it in its turn, after the waiting
+  call. Calls take their turns in the model's order (`on_tool_start`), one at
+  a time: the run has one open step (decision 0052).
 - A call the Gate did not allow never reaches the original tool; a call cut off
   by a crash is not run again on anyone's say but a person's; a call agentrt
   already settled, issued again by a run state saved before its outcome, gets
@@ -49,7 +54,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from agents import Agent, FunctionTool, Runner, RunResult, RunState
+from agents import Agent, FunctionTool, Runner, RunResult, RunResultStreaming, RunState
 from agents.items import ModelResponse, ToolApprovalItem
 from agents.lifecycle import AgentHooks
 from agents.run_context import RunContextWrapper
@@ -84,7 +89,7 @@ from agentrt import (
     canonical_json,
     check_json,
 )
-from agentrt.adapters import Classification, classify, tool_spec
+from agentrt.adapters import Classification, classify, ended_message, tool_spec
 from agentrt.adapters._calls import CallMarker
 from agentrt.lowlevel import INTERRUPTED_SIDE_EFFECT, Clock, IdFactory, parse_json
 
@@ -97,10 +102,13 @@ from ._errors import (
     RunNotNamedError,
 )
 
-__all__ = ["GatedAgent", "GatedRun", "gate_agent"]
+__all__ = ["GatedAgent", "GatedRun", "HeldCall", "gate_agent"]
 
 CALL_REASON_PREFIX = "openai-agents call_id "
 """A recorded decision's `reason` names the SDK call id it came from (how a resume finds it)."""
+
+HELD_REASON_PREFIX = "openai-agents held call_id "
+"""The reason of a call held behind a waiting one, then judged in its turn (decision 0052)."""
 
 _REFUSALS = (
     ApprovalPendingError,
@@ -118,6 +126,23 @@ _TOOL_CONTEXT: contextvars.ContextVar[ToolContext[Any] | None] = contextvars.Con
 
 
 _CALLS = CallMarker(CALL_REASON_PREFIX)
+_HELD = CallMarker(HELD_REASON_PREFIX)
+
+
+@dataclass(frozen=True)
+class HeldCall:
+    """An SDK interruption held behind a call that waits for a person (decision 0052).
+
+    agentrt has not recorded it and asks nobody about it: there is nothing for a
+    person to decide. `behind` is the call id the run waits on (None once that
+    call is settled). `state.approve(item)` only lets the SDK go on with it;
+    the Gate judges it in its turn when the framework run resumes.
+    """
+
+    item: ToolApprovalItem
+    call_id: str
+    tool: str
+    behind: str | None
 
 
 @dataclass
@@ -191,8 +216,19 @@ class _Hooks(AgentHooks[Any]):
             await self._inner.on_handoff(context, agent, source)
 
     async def on_tool_start(self, context: Any, agent: Any, tool: Any) -> None:
+        call_id = getattr(context, "tool_call_id", None)
+        if isinstance(call_id, str) and isinstance(tool, FunctionTool):
+            # The SDK starts the tasks of one batch in the model's order and reaches
+            # this hook in that order: the call takes its turn here, before any
+            # hook of the consumer can make a later call overtake it.
+            await self._run()._take_turn(call_id)
         if self._inner is not None:
-            await self._inner.on_tool_start(context, agent, tool)
+            try:
+                await self._inner.on_tool_start(context, agent, tool)
+            except BaseException:
+                if self._owner is not None and self._owner._holder == call_id:
+                    self._owner._end_turn()  # the SDK will not invoke the call
+                raise
 
     async def on_tool_end(self, context: Any, agent: Any, tool: Any, result: Any) -> None:
         if self._inner is not None:
@@ -313,7 +349,8 @@ class GatedRun:
     `agent` is what you give `Runner.run`; `run_agent(...)` calls it for you and,
     like `async with`, ends the agentrt run with `agent_error` when the
     framework run raises (a model error, `MaxTurnsExceeded`) and lets go of
-    the run's lease at the end.
+    the run's lease at the end. `run_agent_streamed` and `run_agent_sync` are
+    the same for `Runner.run_streamed` and a program without an event loop.
     """
 
     def __init__(self, owner: GatedAgent, run_id: str) -> None:
@@ -329,6 +366,9 @@ class GatedRun:
         self._judged: dict[str, _Judged] = {}
         self._arguments: dict[str, str] = {}
         self._locks: dict[int, asyncio.Lock] = {}  # per event loop: one call judged at a time
+        self._holder: str | None = None  # the SDK call id holding the lock
+        self._watchers: set[asyncio.Task[None]] = set()
+        self._in_flight: asyncio.Task[Any] | None = None  # the task running a tool now
         self.agent: Agent[Any] = owner._bound(self)
 
     # -- what the consumer calls ---------------------------------------------
@@ -337,6 +377,61 @@ class GatedRun:
         """`Runner.run(self.agent, input, ...)`; an exception out of it ends the agentrt run."""
         async with self:
             return await Runner.run(self.agent, input, **runner_kwargs)
+
+    def run_agent_sync(self, input: Any, **runner_kwargs: Any) -> RunResult:
+        """`run_agent` on an event loop of its own, for a program without one (as `run_sync`)."""
+        return asyncio.run(self.run_agent(input, **runner_kwargs))
+
+    def run_agent_streamed(self, input: Any, **runner_kwargs: Any) -> RunResultStreaming:
+        """`Runner.run_streamed(self.agent, input, ...)`, with `run_agent`'s ending when it stops.
+
+        The same Gate: an allowed call runs once, `require_approval` ends the
+        stream with `result.interruptions`, the final output completes the
+        agentrt run when the stream is consumed to its end. When the run loop
+        raises (a model error), the agentrt run fails with `agent_error`; an
+        error the SDK raises only from `stream_events()` (`MaxTurnsExceeded`)
+        is seen by `async with run:` around the consuming loop. A cancelled
+        stream (`result.cancel()`) leaves a call cut off mid-way as a crash
+        leaves it. When the run loop stops, this process lets go of the run's
+        lease (`close()` waits for that).
+        """
+        result = Runner.run_streamed(self.agent, input, **runner_kwargs)
+        task = result.run_loop_task
+        if task is not None:
+            task.add_done_callback(lambda _: self._stream_stopped(result))
+        return result
+
+    def _stream_stopped(self, result: RunResultStreaming) -> None:
+        watcher = asyncio.get_running_loop().create_task(self._after_stream(result))
+        self._watchers.add(watcher)
+        watcher.add_done_callback(self._watchers.discard)
+
+    async def _after_stream(self, result: RunResultStreaming) -> None:
+        try:
+            error = result.run_loop_exception  # None when it completed or was cancelled
+            if isinstance(error, Exception) and not isinstance(error, _REFUSALS):
+                await self._failed(error)
+        finally:
+            await self._release()
+
+    def held(self, source: Any) -> list[HeldCall]:
+        """The interruptions of `source` (a result or a run state) held behind a waiting call.
+
+        `pending()` lists what a person decides; these are the other
+        interruptions of the same model response, which agentrt has not
+        recorded yet. Each is judged by the Gate in its turn after the waiting
+        call is settled; an SDK approval of one only lets the SDK go on with it.
+        """
+        if isinstance(source, RunState):
+            items = source.get_interruptions()
+        else:
+            items = [i for i in source.interruptions if isinstance(i, ToolApprovalItem)]
+        behind = self._waiting_call()
+        return [
+            HeldCall(item, item.call_id, item.tool_name or "?", behind)
+            for item in items
+            if item.call_id is not None and self._is_held(item.call_id, item.arguments)
+        ]
 
     @property
     def run(self) -> Run:
@@ -356,11 +451,14 @@ class GatedRun:
             state = await RunState.from_string(self.agent, state_json)
         else:
             state = await RunState.from_json(self.agent, dict(state_json))
+        items = state.get_interruptions()
         unknown = [
             item.call_id
-            for item in state.get_interruptions()
+            for item in items
             if item.call_id is None or not self._knows(item.call_id, item.arguments)
         ]
+        if unknown and len(unknown) < len(items) and None not in unknown:
+            unknown = []  # held beside a call this run recorded (decision 0052)
         if unknown:
             raise RunMismatchError(
                 f"the run state holds tool calls agentrt run {self.run_id} never recorded "
@@ -387,6 +485,30 @@ class GatedRun:
                 state.approve(item)
             elif approval.status == ApprovalStatus.REJECTED:
                 state.reject(item, rejection_message=_rejection_text(approval))
+        self._release_held(state)
+
+    def _release_held(self, state: RunState[Any, Agent[Any]]) -> None:
+        """Calls held behind a decided one: let the SDK go on with them, or answer the run's end.
+
+        Once nothing waits for a person, a held call is approved in the SDK
+        state only so that the SDK continues it: the Gate judges it in its turn.
+        When the run has ended (the waiting call rejected), the SDK answers the
+        model that it was not run; agentrt records nothing for it.
+        """
+        held = self.held(state)
+        if not held or self.pending():
+            return
+        run = self._run_or_none()
+        ended = run is not None and run.status not in (
+            RunStatus.RUNNING,
+            RunStatus.WAITING_FOR_APPROVAL,
+        )
+        for call in held:
+            if ended:
+                assert run is not None
+                state.reject(call.item, rejection_message=f"not run: {ended_message(run)}")
+            else:
+                state.approve(call.item)
 
     async def approve(
         self, state: RunState[Any, Agent[Any]], item: ToolApprovalItem, *, by: str, note: str = ""
@@ -403,6 +525,7 @@ class GatedRun:
         approval = self._pending_for(item)
         decided = self._decide(approval, item.arguments or "", approved=True, by=by, note=note)
         state.approve(item)
+        self._release_held(state)
         return decided
 
     async def reject(
@@ -412,11 +535,25 @@ class GatedRun:
         approval = self._pending_for(item)
         decided = self._decide(approval, item.arguments or "", approved=False, by=by, note=note)
         state.reject(item, rejection_message=_rejection_text(decided))
+        self._release_held(state)
         return decided
 
     async def close(self) -> None:
         """Release this process's lease on the run (an open step is left as a crash leaves it)."""
+        current = asyncio.current_task()
+        watchers = [w for w in self._watchers if w is not current]
+        if watchers:
+            await asyncio.gather(*watchers, return_exceptions=True)
+        await self._release()
+
+    async def _release(self) -> None:
+        in_flight = self._in_flight
+        if in_flight is not None and in_flight is not asyncio.current_task():
+            # A call cut off mid-way (a cancelled stream) is recorded before we let go.
+            await asyncio.wait([in_flight])
         session, self._session = self._session, None
+        # A call cut off mid-way (a cancelled run) may still hold its turn.
+        self._locks, self._holder = {}, None
         if session is not None:
             await session.close()
 
@@ -459,6 +596,19 @@ class GatedRun:
             self._locks = {loop: (lock := asyncio.Lock())}
         return lock
 
+    async def _take_turn(self, call_id: str) -> None:
+        """The call `call_id` is about to be invoked: it waits for the calls before it."""
+        if self._holder == call_id:
+            return  # an allowed call holds its turn since `needs_approval`
+        await self._lock().acquire()
+        self._holder = call_id
+
+    def _end_turn(self) -> None:
+        lock = self._lock()
+        self._holder = None
+        if lock.locked():
+            lock.release()
+
     async def _needs_approval(
         self, name: str, context: RunContextWrapper[Any], params: dict[str, Any], call_id: str
     ) -> bool:
@@ -467,24 +617,31 @@ class GatedRun:
             return judged.outcome == "pending"
         # One call at a time, from its judging to the end of its execution: the
         # run has one open step. An allowed call keeps the lock until `_invoke`.
-        lock = self._lock()
-        await lock.acquire()
+        await self._take_turn(call_id)
         try:
             judged = await self._judge(name, context, params, call_id)
         except BaseException:
-            lock.release()
+            self._end_turn()
             raise
         self._judged[call_id] = judged
         if judged.outcome != "allowed":
-            lock.release()
+            self._end_turn()
         return judged.outcome == "pending"
 
     async def _judge(
-        self, name: str, context: RunContextWrapper[Any], params: dict[str, Any], call_id: str
+        self,
+        name: str,
+        context: RunContextWrapper[Any],
+        params: dict[str, Any],
+        call_id: str,
+        *,
+        held: bool = False,
     ) -> _Judged:
         session, verdict = await self._open(context)
         if session is None and verdict is None and self._waiting():
-            return _Judged("pending")  # the run waits on another call: hold this one too
+            # The run waits on another call of this response: this one is held
+            # (an SDK interruption agentrt does not record), judged in its turn.
+            return _Judged("pending")
         if verdict is not None:
             return self._judged_from(verdict, session, call_id)
         if session is None:
@@ -500,7 +657,8 @@ class GatedRun:
             return _Judged("ended")
         text = self._arguments.get(call_id)
         args: Any = text.encode("utf-8") if text is not None else params
-        verdict = await step.propose(Decision.tool_call(name, args, reason=_CALLS.reason(call_id)))
+        marker = _HELD if held else _CALLS
+        verdict = await step.propose(Decision.tool_call(name, args, reason=marker.reason(call_id)))
         if verdict.outcome == "allowed":
             assert verdict.request is not None
             return _Judged("allowed", step, None, call_id, verdict.request.args)
@@ -525,14 +683,13 @@ class GatedRun:
     async def _invoke(self, name: str, context: ToolContext[Any], arguments: str) -> Any:
         call_id = context.tool_call_id
         judged = self._judged.pop(call_id, None)
-        lock = self._lock()
-        if judged is None or judged.outcome != "allowed":
-            await lock.acquire()  # an allowed call holds it since `needs_approval`
+        await self._take_turn(call_id)  # taken in `on_tool_start` (or `needs_approval`)
         try:
             if (
                 judged is None
                 and context.is_tool_approved(name, call_id) is True
                 and not self._knows(call_id, arguments)
+                and not self._beside_a_recorded_call(context)
             ):
                 # A call approved in a run state this run never recorded: not this run's.
                 raise RunMismatchError(
@@ -545,7 +702,7 @@ class GatedRun:
                 judged = await self._judge_sdk_approved(name, context, call_id, arguments)
             return await self._settle(name, context, call_id, arguments, judged)
         finally:
-            lock.release()
+            self._end_turn()
 
     async def _settle(
         self, name: str, context: ToolContext[Any], call_id: str, arguments: str, judged: _Judged
@@ -570,6 +727,15 @@ class GatedRun:
             summary = observation.summary if observation is not None else ""
             return f"{kind}: {summary}"
         if judged.outcome == "pending":
+            waiting = self._approval_of_call(call_id)
+            if waiting is not None and _HELD.call_id(self._decision_of(waiting.step_id)):
+                raise ApprovalPendingError(
+                    f"the call {call_id!r} of {name!r} was held behind another and, judged in "
+                    f"its turn, waits for a person on approval {waiting.id} in agentrt run "
+                    f"{self.run_id}; the SDK cannot pause a call it has begun, so nothing ran: "
+                    f"decide it with `agentrt approve {self.run_id}` (or GatedRun.approve) "
+                    "and resume the same run state"
+                )
             raise ApprovalPendingError(
                 f"the call {call_id!r} of {name!r} waits for a person in agentrt run "
                 f"{self.run_id}; nothing ran"
@@ -578,9 +744,11 @@ class GatedRun:
 
     async def _execute(self, step: GateStep, context: ToolContext[Any]) -> Any:
         token = _TOOL_CONTEXT.set(context)
+        self._in_flight = asyncio.current_task()
         try:
             observation = await step.execute()
         finally:
+            self._in_flight = None
             _TOOL_CONTEXT.reset(token)
         if self._session is not None and self._session.done:
             await self._let_go()
@@ -599,14 +767,28 @@ class GatedRun:
             return _Judged("recorded", None, recorded)
         run = self._run_or_none()
         if run is not None and run.status == RunStatus.WAITING_FOR_APPROVAL:
+            # A waiting call the SDK rejected ends the run before a call held behind it.
+            self._carry_sdk_rejections(context)
             for approval in self.pending():
-                if _call_id_of(self._decision_of(approval.step_id)) != call_id:
-                    raise RequestChangedError(
-                        f"agentrt run {self.run_id} waits on approval {approval.id} for another "
-                        f"call than {call_id!r}; nothing ran"
+                decision = self._decision_of(approval.step_id)
+                waits_on = _call_id_of(decision)
+                if waits_on != call_id:
+                    raise ApprovalPendingError(
+                        f"the call {call_id!r} of {name!r} is held behind call {waits_on!r}, "
+                        f"which waits for a person on approval {approval.id} in agentrt run "
+                        f"{self.run_id}; nothing ran"
                     )
                 if approval.kind == INTERRUPTED_SIDE_EFFECT:
                     raise InterruptedSideEffectError(self.run_id, approval.id, name)
+                if _HELD.call_id(decision) is not None:
+                    # The SDK approved this call while it was held, before agentrt
+                    # asked anyone about it: that approval decides nothing.
+                    raise ApprovalPendingError(
+                        f"the call {call_id!r} of {name!r} was held, then judged in its turn; "
+                        f"it waits on approval {approval.id}, which an approval the SDK gave "
+                        f"while it was held cannot decide: agentrt approve {self.run_id} (or "
+                        "GatedRun.approve), then resume; nothing ran"
+                    )
                 self._decide(
                     approval,
                     arguments,
@@ -618,8 +800,11 @@ class GatedRun:
         if verdict is None:
             if session is None:
                 return _Judged("pending" if self._waiting() else "ended")
-            # Nothing waited: the run goes on, and this call is judged like any other.
-            return await self._judge(name, context, _loads(arguments), call_id)
+            # Nothing waits any more: a call held behind the settled one is judged
+            # now, in its turn, recorded verbatim (the model's argument text).
+            self._arguments[call_id] = arguments
+            held = isinstance(_loads_or_none(arguments), dict)
+            return await self._judge(name, context, _loads(arguments), call_id, held=held)
         waiting = verdict.approval
         if (
             str(verdict.outcome) == "pending"
@@ -772,8 +957,51 @@ class GatedRun:
 
     def _recorded(self, call_id: str) -> Observation | None:
         """The outcome agentrt recorded for `call_id`, if a step settled it (done or failed)."""
-        step = _CALLS.settled(self.store, self.run_id, call_id)
+        step = _CALLS.settled(self.store, self.run_id, call_id) or _HELD.settled(
+            self.store, self.run_id, call_id
+        )
         return None if step is None else step.observation
+
+    def _is_held(self, call_id: str, arguments: str | None) -> bool:
+        """An interruption agentrt never recorded, made while the run waited on another call."""
+        if not isinstance(_loads_or_none(arguments), dict):
+            return False  # held by the SDK itself, not behind a waiting call
+        try:
+            return not _CALLS.steps(self.store, self.run_id, call_id) and not _HELD.steps(
+                self.store, self.run_id, call_id
+            )
+        except NotFoundError:
+            return False
+
+    def _beside_a_recorded_call(self, context: RunContextWrapper[Any]) -> bool:
+        """The SDK run state also decides the call this run last asked a person about.
+
+        A call agentrt never recorded, in a run state that holds a decision on
+        the call the run waited on, was held beside it in the same response.
+        """
+        try:
+            approvals = self.store.list_approvals(self.run_id, cap=None)
+        except NotFoundError:
+            return False
+        if not approvals:
+            return False
+        last = approvals[-1]
+        waited_on = _call_id_of(self._decision_of(last.step_id))
+        return waited_on is not None and (
+            context.is_tool_approved(approval_tool(last), waited_on) is not None
+        )
+
+    def _waiting_call(self) -> str | None:
+        """The SDK call id the run waits on for a person, if any."""
+        for approval in self.pending():
+            return _call_id_of(self._decision_of(approval.step_id))
+        return None
+
+    def _approval_of_call(self, call_id: str) -> Approval | None:
+        for approval in reversed(self.store.list_approvals(self.run_id, cap=None)):
+            if _call_id_of(self._decision_of(approval.step_id)) == call_id:
+                return approval
+        return None
 
     def _knows(self, call_id: str, arguments: str | None) -> bool:
         """This agentrt run recorded a step for the SDK call `call_id`, or had no chance to.
@@ -784,7 +1012,10 @@ class GatedRun:
         if not isinstance(_loads_or_none(arguments), dict):
             return True
         try:
-            return bool(_CALLS.steps(self.store, self.run_id, call_id))
+            return bool(
+                _CALLS.steps(self.store, self.run_id, call_id)
+                or _HELD.steps(self.store, self.run_id, call_id)
+            )
         except NotFoundError:
             return False
 
@@ -912,7 +1143,7 @@ def _classify_tools(
 
 
 def _call_id_of(decision: Decision | None) -> str | None:
-    return _CALLS.call_id(decision)
+    return _CALLS.call_id(decision) or _HELD.call_id(decision)
 
 
 def _loads(arguments: str) -> dict[str, Any]:
