@@ -34,7 +34,7 @@ except ImportError as exc:
 
 from agentrt.adapters import Classification, UnclassifiedToolError
 
-from ._node import RunEndedError, gated_tool_node, run_id_for
+from ._node import RunEndedError, gated_tool_node, run_id_for, turn_end_node
 from ._protocol import approve, decided, reject
 
 __all__ = [
@@ -46,6 +46,7 @@ __all__ = [
     "gated_tool_node",
     "reject",
     "run_id_for",
+    "turn_end_node",
 ]
 
 for _name in (
@@ -55,5 +56,6 @@ for _name in (
     "gated_tool_node",
     "reject",
     "run_id_for",
+    "turn_end_node",
 ):
     globals()[_name].__module__ = __name__

@@ -53,7 +53,7 @@ from datetime import timedelta
 from typing import Annotated, Any, cast
 
 from langchain_core.messages import AIMessage, ToolMessage
-from langchain_core.runnables import RunnableConfig
+from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 from langchain_core.tools import BaseTool
 from langgraph.prebuilt import ToolNode
 from langgraph.prebuilt.tool_node import ToolCallRequest
@@ -131,6 +131,11 @@ def turn_of(state: Any, call_id: str, messages_key: str = "messages") -> str:
         ):
             at = index
             break
+    return _opener(messages, at)
+
+
+def _opener(messages: Sequence[Any], at: int) -> str:
+    """The turn of the AI message at `at`: the id (or `#<position>`) of the message opening it."""
     at -= 1
     while at >= 0 and isinstance(messages[at], AIMessage | ToolMessage):
         at -= 1
@@ -438,6 +443,7 @@ class GatedTools:
             wrap_tool_call=self.wrap_tool_call,
             awrap_tool_call=self.awrap_tool_call,
         )
+        self.node.agentrt_gate = self  # type: ignore[attr-defined]
         offered = self.node.tools_by_name
         classes = classify(offered, classifications)
         self._calls = _Calls()
@@ -738,18 +744,53 @@ class GatedTools:
                 run = await asyncio.to_thread(self.store.get_run, earlier)
             except NotFoundError:
                 continue  # that turn called no tool: look further back
-            if run.status != RunStatus.RUNNING:
-                return
-            try:
-                session, verdict = await self.gate.attach(earlier)
-            except RunStateError:
-                return  # leased by a live process, or moved on meanwhile
-            async with session:
-                if verdict is None:
-                    step = await session.step()
-                    if step is not None:
-                        await step.propose(Decision.complete("the thread's next turn began"))
+            if run.status == RunStatus.RUNNING:
+                await self._complete(earlier, "the thread's next turn began")
             return
+
+    async def end_turn(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
+        """The turn end node's work: complete the turn's run when the model answered.
+
+        The state's last message is the model's answer with no tool call: the
+        run of its turn (if the turn called a tool) is completed, its `complete`
+        step's result the answer's content. Anything else (a message with tool
+        calls, a turn with no run, a run already ended) leaves the record as it is.
+        """
+        messages = _messages(state, self._messages_key)
+        if not messages:
+            return {}
+        last = messages[-1]
+        if not isinstance(last, AIMessage) or last.tool_calls:
+            return {}
+        run_id = run_id_for(_thread_of(config), _opener(messages, len(messages) - 1))
+        try:
+            run = await asyncio.to_thread(self.store.get_run, run_id)
+        except NotFoundError:
+            return {}  # the turn called no tool: it has no run, nothing is written
+        if run.status == RunStatus.RUNNING:
+            await self._complete(run_id, cast(Any, last.content))
+        return {}
+
+    def end_turn_sync(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
+        return run_sync(self.end_turn(state, config))
+
+    async def _complete(self, run_id: str, result: Any) -> None:
+        """Complete a RUNNING run whose calls are all settled; any other run is left as it is.
+
+        `attach` refuses a run leased by a live process (or with a live session
+        here), or one that moved on meanwhile (completed by another process, a
+        replayed node); it pauses a run cut off in a side effect for a person
+        (the interruption contract): none of those is completed.
+        """
+        try:
+            session, verdict = await self.gate.attach(run_id)
+        except RunStateError:
+            return  # leased by a live process, or moved on meanwhile
+        async with session:
+            if verdict is None:
+                step = await session.step()
+                if step is not None:
+                    await step.propose(Decision.complete(result))
 
     async def _attach_and_run(
         self, run_id: str, request: ToolCallRequest, execute: Executor
@@ -819,9 +860,11 @@ def _goal_of(request: ToolCallRequest, messages_key: str) -> str:
 
 
 def _thread_id(request: ToolCallRequest) -> str:
-    runtime = request.runtime
-    config = getattr(runtime, "config", None) or {}
-    thread = (config.get("configurable") or {}).get("thread_id")
+    return _thread_of(getattr(request.runtime, "config", None))
+
+
+def _thread_of(config: Any) -> str:
+    thread = ((config or {}).get("configurable") or {}).get("thread_id")
     if thread is None or thread == "":
         raise ConfigError(
             "a gated tool node runs in a thread: invoke the graph with a checkpointer and "
@@ -880,6 +923,30 @@ def _ended_beside(call: Mapping[str, Any], run: Run) -> ToolMessage:
         status="error",
         artifact={"run_id": run.id, "ended": str(run.status), "reason": str(run.reason)},
     )
+
+
+def turn_end_node(tools_node: ToolNode) -> Runnable[Any, dict[str, Any]]:
+    """The node that completes a turn's run when the graph stops with the model's answer.
+
+    Route the end of your graph through it, or give it to the prebuilt agent
+    as its `post_model_hook`:
+
+        builder.add_node("agentrt_end", turn_end_node(tools_node))
+        builder.add_conditional_edges(
+            "agent", tools_condition, {"tools": "tools", END: "agentrt_end"}
+        )
+
+    It writes no state. When the last message is the model's answer with no
+    tool call, the turn's agentrt run is completed (a last step `complete`,
+    its result the answer's content); a run that waits for a person, is leased
+    by a live process, was cut off in a side effect or already ended is left as
+    it is, and a turn that called no tool has no run. Without it, the thread's
+    next turn that calls a tool completes the run instead.
+    """
+    gated = getattr(tools_node, "agentrt_gate", None)
+    if not isinstance(gated, GatedTools):
+        raise ConfigError("turn_end_node takes the tool node that gated_tool_node returned")
+    return RunnableLambda(gated.end_turn_sync, afunc=gated.end_turn, name="agentrt_end")
 
 
 def gated_tool_node(
