@@ -335,3 +335,17 @@ def test_the_prebuilt_react_agent_completes_the_turn_through_its_post_model_hook
     assert lines(effects) == ["push feature/login"]
     assert store.get_run(RUN).status == "COMPLETED"
     assert kinds(store, RUN) == ["tool_call", "complete"]
+
+
+def test_a_turn_that_made_max_steps_calls_ends_failed_at_its_end_as_a_drivers_run_does(
+    tmp_path: Path,
+) -> None:
+    """`complete` is a step: it counts against `Limits.max_steps` (decision 0053)."""
+    script = [AIMessage("", tool_calls=[call("lookup", "c1", q="x")]), AIMessage("x is found")]
+    graph, store, effects, _ = build_ending(tmp_path, script, limits=agentrt.Limits(max_steps=1))
+    out = send(graph, go(), "async")
+    assert out["messages"][-1].content == "x is found"
+    assert lines(effects) == ["lookup x"]
+    run = store.get_run(RUN)
+    assert (run.status, run.reason) == ("FAILED", "limit_steps")
+    assert kinds(store, RUN) == ["tool_call"]

@@ -1,15 +1,17 @@
 """The gated ToolNode: every tool call of a LangGraph graph through an agentrt Gate.
 
-`gated_tool_node` returns LangGraph's own `ToolNode` over the consumer's tools,
-with its `wrap_tool_call`/`awrap_tool_call` hooks doing the Gate's work. Each
-turn of a LangGraph thread is one agentrt run, its id derived from the thread
-id and the id of the message that opened the turn (`run_id_for`, `turn_of`), so
-limits and loop detection count one turn, and a thread goes on for as many
-turns as it likes. Each tool call is one step of its turn's run, its decision
-recorded verbatim with the tool call id as the decision's reason
-(`langgraph tool call <id>`), so a call LangGraph issues again is found by that
-id. A turn's run stays RUNNING (no lease held) between its calls; the next turn
-that calls a tool completes it.
+`gated_tool_node` returns LangGraph's own `ToolNode` over the consumer's tools
+(a subclass that only marks each execution with its calls' order), with its
+`wrap_tool_call`/`awrap_tool_call` hooks doing the Gate's work. Each turn of a
+LangGraph thread is one agentrt run, its id derived from the thread id and the
+id of the message that opened the turn (`run_id_for`, `turn_of`), so limits and
+loop detection count one turn, and a thread goes on for as many turns as it
+likes. Each tool call is one step of its turn's run, its decision recorded
+verbatim with the tool call id as the decision's reason (`langgraph tool call
+<id>`), so a call LangGraph issues again is found by that id. A turn's run
+stays RUNNING (no lease held) between its calls; `turn_end_node`, where the
+user routes the graph's end, completes it with the model's answer, and the next
+turn that calls a tool completes it otherwise.
 
 Invariants (tests in tests/test_adapter_langgraph*.py):
 
@@ -38,6 +40,9 @@ Invariants (tests in tests/test_adapter_langgraph*.py):
   of the graph; no tool runs in that turn again. The next turn is a new run.
 - Whether a call is recorded is read again under the lease before a step is
   claimed for it: two workers going on with one turn never both run a call.
+- A turn's run is completed only when it is RUNNING and `Gate.attach` takes it
+  with nothing open: never one that waits for a person, is leased by a live
+  process or was cut off in a side effect; completing it twice writes nothing.
 """
 
 from __future__ import annotations
