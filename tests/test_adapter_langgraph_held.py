@@ -25,8 +25,19 @@ if not os.environ.get("CI"):
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.types import Command
 
+import agentrt
 from agentrt.adapters.langgraph import approve, reject
-from test_adapter_langgraph import CONFIG, RUN, TURN, build, call, lines, tool_messages
+from test_adapter_langgraph import (
+    CONFIG,
+    RUN,
+    TURN,
+    build,
+    call,
+    child,
+    kill_inside_the_tool,
+    lines,
+    tool_messages,
+)
 
 PATHS = ["async", "blocking"]
 
@@ -159,4 +170,37 @@ def test_a_held_call_that_needs_a_person_asks_with_its_own_approval_after_the_fi
         (0, "langgraph tool call c1", "done"),
         (1, "langgraph tool call c2", "done"),
         (2, "langgraph tool call c3", "done"),
+    ]
+
+
+@pytest.mark.slow
+def test_a_call_held_behind_a_note_cut_off_by_a_crash_runs_once_after_a_person_approves(
+    tmp_path: Path,
+) -> None:
+    """[write_note, read_notes] in one message; the child is SIGKILLed inside the note.
+
+    The read never started (it was held behind the note). A new process going on
+    with `invoke(None)` pauses on the note's `interrupted_side_effect` with the
+    read held; after a person approves, the note runs once more and the read once.
+    """
+    kill_inside_the_tool(tmp_path, "start", "note_then_read")
+    effects = tmp_path / "effects.log"
+    assert lines(effects) == ["note hello"]  # the read was held behind the note
+    again = child(tmp_path, "continue", "note_then_read")
+    (value,) = again["interrupts"]
+    assert (value["kind"], value["tool_call_id"], value["held"]) == (
+        "interrupted_side_effect",
+        "call-1",
+        ["call-2"],
+    )
+    assert lines(effects) == ["note hello"]
+    done = child(tmp_path, "approve", "note_then_read")
+    assert done["interrupts"] == []
+    assert done["messages"][-3:] == ["noted hello", "read hello", "all done"]
+    assert lines(effects) == ["note hello", "note hello", "read hello"]
+    store = agentrt.open_existing(tmp_path / "runs.db", read_only=True)
+    steps = store.list_steps(done["run"][0])
+    assert [(s.decision and s.decision.reason, str(s.status)) for s in steps] == [
+        ("langgraph tool call call-1", "done"),
+        ("langgraph tool call call-2", "done"),
     ]
