@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -204,3 +205,29 @@ def test_a_call_held_behind_a_note_cut_off_by_a_crash_runs_once_after_a_person_a
         ("langgraph tool call call-1", "done"),
         ("langgraph tool call call-2", "done"),
     ]
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_a_call_that_fails_before_the_gate_stops_the_calls_behind_it_instead_of_hanging(
+    tmp_path: Path, path: str
+) -> None:
+    """No thread id: the first call is refused; the second, waiting its turn, stops too."""
+    graph, store, effects = build(tmp_path, [push_then_note(), AIMessage("done")], saver=None)
+    outcome: list[BaseException] = []
+
+    def invoke() -> None:
+        try:
+            if path == "async":
+                asyncio.run(graph.ainvoke(GO))
+            else:
+                graph.invoke(GO)
+        except BaseException as exc:  # the outcome is asserted below
+            outcome.append(exc)
+
+    worker = threading.Thread(target=invoke, daemon=True)
+    worker.start()
+    worker.join(60)  # a guard only: the graph answers at once, or hangs for good
+    assert not worker.is_alive(), "the held call waited forever"
+    (error,) = outcome
+    assert isinstance(error, agentrt.ConfigError) and "thread_id" in str(error)
+    assert lines(effects) == [] and store.list_runs() == []

@@ -331,9 +331,7 @@ class _Execution:
 
     def index(self, call_id: str) -> int | None:
         """The call's place, or None when it is not one of this execution's calls."""
-        if self.ids.count(call_id) != 1:
-            return None
-        return self.ids.index(call_id)
+        return self.ids.index(call_id) if call_id in self.ids else None
 
     def _passed(self, index: int, error: BaseException | None) -> None:
         if error is not None and self.stopped is None:
@@ -393,7 +391,10 @@ class _GatedToolNode(ToolNode):
             calls, _ = self._parse_input(input)
         except Exception:  # the ToolNode itself raises it again, its own way
             return None
-        return _Execution([str(c.get("id") or "") for c in calls])
+        ids = [str(c.get("id") or "") for c in calls]
+        if "" in ids or len(set(ids)) != len(ids):
+            return None  # calls it cannot tell apart: one at a time, in no set order
+        return _Execution(ids)
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         token = _EXECUTION.set(self._execution(input))
@@ -480,11 +481,11 @@ class GatedTools:
         self, request: ToolCallRequest, execute: Callable[[ToolCallRequest], Awaitable[Any]]
     ) -> ToolMessage:
         """The async hook: one call through the Gate, in the model's order (one at a time)."""
-        run_id = self._run_of(request)
         place = _place_of(request)
         async with contextlib.AsyncExitStack() as turn:
-            if place is not None:
+            if place is not None:  # first: whatever this call raises stops the calls behind
                 await turn.enter_async_context(place[0].waiting(place[1]))
+            run_id = self._run_of(request)
             async with self._one_at_a_time.waiting(run_id):
                 return await self._handle(request, execute, run_id, place)
 
@@ -492,11 +493,11 @@ class GatedTools:
         self, request: ToolCallRequest, execute: Callable[[ToolCallRequest], Any]
     ) -> ToolMessage:
         """The blocking hook: the same, on an event loop of its own."""
-        run_id = self._run_of(request)
         place = _place_of(request)
         with contextlib.ExitStack() as turn:
-            if place is not None:
+            if place is not None:  # first: whatever this call raises stops the calls behind
                 turn.enter_context(place[0].blocking(place[1]))
+            run_id = self._run_of(request)
             with self._one_at_a_time.blocking(run_id):
                 return run_sync(self._handle(request, execute, run_id, place))
 
