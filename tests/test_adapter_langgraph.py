@@ -777,6 +777,8 @@ def test_the_langgraph_example_runs_offline_and_pushes_once_after_a_second_proce
     assert "[process 2] agentrt approve ... --yes: approved" in out
     assert "notes written: 1 (once, though LangGraph ran the tool node twice)" in out
     assert "remote received: ['feature/login']" in out
+    assert 'step 4: complete "feature/login is on the remote." -> done' in out
+    assert "run: COMPLETED (goal_completed)" in out  # the end node completed the turn's run
     assert out.rstrip().endswith("intact")
     assert (tmp_path / "notes.txt").read_text().splitlines() == ["pushing feature/login"]
 

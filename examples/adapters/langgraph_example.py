@@ -3,7 +3,9 @@
 A ReAct graph (LangGraph's StateGraph, a `ToolNode`, `tools_condition`, the
 SQLite checkpointer) whose model is LangChain's `GenericFakeChatModel` on a
 script, so it runs offline. The one change from a plain graph is the tool
-node: `gated_tool_node(...)` instead of `ToolNode(...)`.
+node: `gated_tool_node(...)` instead of `ToolNode(...)`, and the end of the
+graph routed through `turn_end_node(...)` (`{END: "agentrt_end"}`), so the
+model's final answer completes the turn's agentrt run.
 
 1. The model lists the branches (read only): allowed, run.
 2. It deletes `main` (destructive): denied; the model hears why.
@@ -14,6 +16,7 @@ node: `gated_tool_node(...)` instead of `ToolNode(...)`.
    DB --yes`); the graph resumes with `Command(resume=decided(interrupt))`.
    LangGraph runs the tool node again from its top: the note is not written a
    second time (its recorded result is given back), and the push runs once.
+5. The model answers; the end node completes the turn's run with that answer.
 
     python examples/adapters/langgraph_example.py [--dir PATH]
 """
@@ -33,12 +36,12 @@ from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.tools import BaseTool, tool
 from langgraph.checkpoint.sqlite import SqliteSaver
-from langgraph.graph import START, MessagesState, StateGraph
+from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import tools_condition
 from langgraph.types import Command
 
 import agentrt
-from agentrt.adapters.langgraph import Classification, decided, gated_tool_node
+from agentrt.adapters.langgraph import Classification, decided, gated_tool_node, turn_end_node
 
 
 def make_tools(workdir: Path) -> list[BaseTool]:
@@ -122,8 +125,9 @@ def build_graph(workdir: Path) -> tuple[Any, agentrt.Store, sqlite3.Connection]:
     builder = StateGraph(MessagesState)
     builder.add_node("agent", agent)
     builder.add_node("tools", tools_node)
+    builder.add_node("agentrt_end", turn_end_node(tools_node))  # completes the turn's run
     builder.add_edge(START, "agent")
-    builder.add_conditional_edges("agent", tools_condition)
+    builder.add_conditional_edges("agent", tools_condition, {"tools": "tools", END: "agentrt_end"})
     builder.add_edge("tools", "agent")
     conn = sqlite3.connect(workdir / "checkpoints.db", check_same_thread=False)
     return builder.compile(checkpointer=SqliteSaver(conn)), store, conn
@@ -165,10 +169,12 @@ def main(workdir: Path) -> None:
     print(f"notes written: {len(notes)} (once, though LangGraph ran the tool node twice)")
     print(f"remote received: {remote['pushed']}")
     for step in store.list_steps(run_id):
-        assert step.decision is not None and step.observation is not None
-        print(
-            f"  step {step.index}: {step.decision.tool} -> {step.status} ({step.observation.kind})"
-        )
+        assert step.decision is not None
+        what = step.decision.tool or f"{step.decision.kind} {json.dumps(step.decision.result)}"
+        kind = f" ({step.observation.kind})" if step.observation is not None else ""
+        print(f"  step {step.index}: {what} -> {step.status}{kind}")
+    run = store.get_run(run_id)
+    print(f"run: {run.status} ({run.reason})")
     report = store.verify_events()
     print(f"event chain: {report.checked} events, {'intact' if report.intact else 'BROKEN'}")
     conn.close()

@@ -6,7 +6,8 @@ WORKDIR holds the agentrt store (runs.db), LangGraph's SQLite checkpoints
 (checkpoints.db) and the tool's effects (effects.log, one line per real
 execution). TOOL is the tool the scripted model calls: `push_branch` (a remote
 change: the default policy asks a person), `write_note` (a local change:
-allowed) or `read_notes` (read only). MODE:
+allowed) or `read_notes` (read only); `note_then_read` makes two calls in one
+message, `write_note` (`call-1`) then `read_notes` (`call-2`). MODE:
 
 - `start`: invoke the graph on thread "t" with a first message;
 - `continue`: `graph.invoke(None, config)`, LangGraph's own way to go on from
@@ -79,16 +80,19 @@ def main(workdir: Path, mode: str, tool_name: str) -> None:
         return f"read {text}"
 
     args = {"branch": "feature/login"} if tool_name == "push_branch" else {"text": "hello"}
-    script = [
-        AIMessage(content="", tool_calls=[{"name": tool_name, "args": args, "id": "call-1"}]),
-        AIMessage(content="all done"),
-    ]
+    calls = [{"name": tool_name, "args": args, "id": "call-1"}]
+    if tool_name == "note_then_read":
+        calls = [
+            {"name": "write_note", "args": args, "id": "call-1"},
+            {"name": "read_notes", "args": args, "id": "call-2"},
+        ]
+    script = [AIMessage(content="", tool_calls=calls), AIMessage(content="all done")]
     if mode == "next":
         read = {"name": "read_notes", "args": {"text": "hello"}, "id": "call-2"}
         script = [AIMessage(content="", tool_calls=[read]), AIMessage(content="next done")]
 
     def agent(state: MessagesState) -> dict[str, Any]:
-        answered = sum(isinstance(m, ToolMessage) for m in state["messages"])
+        answered = 1 if isinstance(state["messages"][-1], ToolMessage) else 0
         model = GenericFakeChatModel(messages=iter([script[answered]]))
         return {"messages": [model.invoke(state["messages"])]}
 

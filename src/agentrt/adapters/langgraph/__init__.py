@@ -1,6 +1,6 @@
 """agentrt for LangGraph: every tool call of your graph through the Gate (`agentrt[langgraph]`).
 
-    from agentrt.adapters.langgraph import Classification, gated_tool_node
+    from agentrt.adapters.langgraph import Classification, gated_tool_node, turn_end_node
 
     tools_node = gated_tool_node(
         [search, push_branch],
@@ -12,11 +12,16 @@
         },
     )
     builder.add_node("tools", tools_node)      # LangGraph's own ToolNode, gated
+    builder.add_node("agentrt_end", turn_end_node(tools_node))
+    builder.add_conditional_edges("agent", tools_condition, {"tools": "tools", END: "agentrt_end"})
 
 You keep your graph, your model, your tools and your checkpointer. Each turn of
 a thread (from one input message to the graph stopping) is one agentrt run
 (`run_id_for(thread_id, turn)`, the turn named by the id of the message that
-opened it), so `limits` count a turn. A call the policy sends to a
+opened it), so `limits` count a turn, and the model's answer completes it
+(`turn_end_node`). The calls of one message go through the Gate in the model's
+order; one behind a call that waits for a person is held until that call is
+decided. A call the policy sends to a
 person pauses the graph with `interrupt()`, whose value shows the request and
 its hash; answer with `Command(resume=approve(interrupt, by=...))`, `reject`,
 or `decided` after `agentrt approve`. See docs/adapters.md.
@@ -34,7 +39,7 @@ except ImportError as exc:
 
 from agentrt.adapters import Classification, UnclassifiedToolError
 
-from ._node import RunEndedError, gated_tool_node, run_id_for
+from ._node import RunEndedError, gated_tool_node, run_id_for, turn_end_node
 from ._protocol import approve, decided, reject
 
 __all__ = [
@@ -46,6 +51,7 @@ __all__ = [
     "gated_tool_node",
     "reject",
     "run_id_for",
+    "turn_end_node",
 ]
 
 for _name in (
@@ -55,5 +61,6 @@ for _name in (
     "gated_tool_node",
     "reject",
     "run_id_for",
+    "turn_end_node",
 ):
     globals()[_name].__module__ = __name__

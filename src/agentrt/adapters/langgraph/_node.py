@@ -1,15 +1,17 @@
 """The gated ToolNode: every tool call of a LangGraph graph through an agentrt Gate.
 
-`gated_tool_node` returns LangGraph's own `ToolNode` over the consumer's tools,
-with its `wrap_tool_call`/`awrap_tool_call` hooks doing the Gate's work. Each
-turn of a LangGraph thread is one agentrt run, its id derived from the thread
-id and the id of the message that opened the turn (`run_id_for`, `turn_of`), so
-limits and loop detection count one turn, and a thread goes on for as many
-turns as it likes. Each tool call is one step of its turn's run, its decision
-recorded verbatim with the tool call id as the decision's reason
-(`langgraph tool call <id>`), so a call LangGraph issues again is found by that
-id. A turn's run stays RUNNING (no lease held) between its calls; the next turn
-that calls a tool completes it.
+`gated_tool_node` returns LangGraph's own `ToolNode` over the consumer's tools
+(a subclass that only marks each execution with its calls' order), with its
+`wrap_tool_call`/`awrap_tool_call` hooks doing the Gate's work. Each turn of a
+LangGraph thread is one agentrt run, its id derived from the thread id and the
+id of the message that opened the turn (`run_id_for`, `turn_of`), so limits and
+loop detection count one turn, and a thread goes on for as many turns as it
+likes. Each tool call is one step of its turn's run, its decision recorded
+verbatim with the tool call id as the decision's reason (`langgraph tool call
+<id>`), so a call LangGraph issues again is found by that id. A turn's run
+stays RUNNING (no lease held) between its calls; `turn_end_node`, where the
+user routes the graph's end, completes it with the model's answer, and the next
+turn that calls a tool completes it otherwise.
 
 Invariants (tests in tests/test_adapter_langgraph*.py):
 
@@ -28,17 +30,26 @@ Invariants (tests in tests/test_adapter_langgraph*.py):
 - A call cut off by a crash (its step `executing` in the record) is taken over
   by `Gate.attach` and pauses on `interrupted_side_effect`, shown with
   `interrupt()`; it runs again only after a person approves.
-- The calls of one run go through the Gate one at a time (`_OneAtATime`).
+- The calls of one run go through the Gate one at a time (`_OneAtATime`), and
+  the calls of one ToolNode execution in the order of the model's message
+  (`_Execution`). A call behind one that interrupts is held: it is neither
+  answered, recorded nor run until LangGraph runs the node again on resume
+  (decision 0050); if the run ended on the call ahead of it, it is told so,
+  unrecorded.
 - A run that ended (a limit, a cancel, a rejection) raises `RunEndedError` out
   of the graph; no tool runs in that turn again. The next turn is a new run.
 - Whether a call is recorded is read again under the lease before a step is
   claimed for it: two workers going on with one turn never both run a call.
+- A turn's run is completed only when it is RUNNING and `Gate.attach` takes it
+  with nothing open: never one that waits for a person, is leased by a live
+  process or was cut off in a side effect; completing it twice writes nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import hashlib
 import inspect
 import threading
@@ -47,6 +58,7 @@ from datetime import timedelta
 from typing import Annotated, Any, cast
 
 from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 from langchain_core.tools import BaseTool
 from langgraph.prebuilt import ToolNode
 from langgraph.prebuilt.tool_node import ToolCallRequest
@@ -124,6 +136,11 @@ def turn_of(state: Any, call_id: str, messages_key: str = "messages") -> str:
         ):
             at = index
             break
+    return _opener(messages, at)
+
+
+def _opener(messages: Sequence[Any], at: int) -> str:
+    """The turn of the AI message at `at`: the id (or `#<position>`) of the message opening it."""
     at -= 1
     while at >= 0 and isinstance(messages[at], AIMessage | ToolMessage):
         at -= 1
@@ -293,6 +310,119 @@ class _OneAtATime:
                     del self._tasks[key]
 
 
+class _Execution:
+    """One execution of the gated ToolNode: its calls, in the order the model made them.
+
+    The ToolNode runs the calls of one AI message together (a thread pool on
+    the blocking path, tasks on the async path); they go through the Gate one at
+    a time in this order (decision 0050). A call that interrupts (or raises)
+    stops the execution: the calls behind it are held, they do nothing and
+    raise what it raised (LangGraph discards the node's outcome and runs the
+    node again on resume), so none of them is answered, recorded or run before
+    the waiting call is decided.
+    """
+
+    def __init__(self, ids: Sequence[str]) -> None:
+        self.ids = tuple(ids)
+        self.next = 0
+        self.stopped: BaseException | None = None
+        self._cond = threading.Condition()
+        self._aconds: dict[int, asyncio.Condition] = {}
+
+    def index(self, call_id: str) -> int | None:
+        """The call's place, or None when it is not one of this execution's calls."""
+        return self.ids.index(call_id) if call_id in self.ids else None
+
+    def _passed(self, index: int, error: BaseException | None) -> None:
+        if error is not None and self.stopped is None:
+            self.stopped = error
+        if index == self.next:
+            self.next += 1
+
+    @contextlib.contextmanager
+    def blocking(self, index: int) -> Iterator[None]:
+        with self._cond:
+            self._cond.wait_for(lambda: self.next == index or self.stopped is not None)
+            if self.stopped is not None:
+                raise self.stopped  # held behind a call that interrupted: nothing done
+        error: BaseException | None = None
+        try:
+            yield
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            with self._cond:
+                self._passed(index, error)
+                self._cond.notify_all()
+
+    @contextlib.asynccontextmanager
+    async def waiting(self, index: int) -> AsyncIterator[None]:
+        loop = id(asyncio.get_running_loop())
+        cond = self._aconds.setdefault(loop, asyncio.Condition())
+        async with cond:
+            await cond.wait_for(lambda: self.next == index or self.stopped is not None)
+            if self.stopped is not None:
+                raise self.stopped  # held behind a call that interrupted: nothing done
+        error: BaseException | None = None
+        try:
+            yield
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            self._passed(index, error)
+            async with cond:
+                cond.notify_all()
+
+
+_EXECUTION: contextvars.ContextVar[_Execution | None] = contextvars.ContextVar(
+    "agentrt_langgraph_execution", default=None
+)
+"""The gated ToolNode's execution in progress (LangGraph copies the context into
+the thread pool and the tasks that run its calls)."""
+
+
+class _GatedToolNode(ToolNode):
+    """LangGraph's ToolNode, marking each execution with its calls in the model's order."""
+
+    def _execution(self, input: Any) -> _Execution | None:
+        try:
+            calls, _ = self._parse_input(input)
+        except Exception:  # the ToolNode itself raises it again, its own way
+            return None
+        ids = [str(c.get("id") or "") for c in calls]
+        if "" in ids or len(set(ids)) != len(ids):
+            return None  # calls it cannot tell apart: one at a time, in no set order
+        return _Execution(ids)
+
+    def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        token = _EXECUTION.set(self._execution(input))
+        try:
+            return super().invoke(input, config, **kwargs)
+        finally:
+            _EXECUTION.reset(token)
+
+    async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        token = _EXECUTION.set(self._execution(input))
+        try:
+            return await super().ainvoke(input, config, **kwargs)
+        finally:
+            _EXECUTION.reset(token)
+
+
+_Place = tuple[_Execution, int]
+"""A call's execution and its index in it."""
+
+
+def _place_of(request: ToolCallRequest) -> _Place | None:
+    execution = _EXECUTION.get()
+    if execution is None:
+        return None
+    index = execution.index(str(request.tool_call.get("id") or ""))
+    return None if index is None else (execution, index)
+
+
 class GatedTools:
     """The consumer's LangChain tools behind one agentrt Gate (what `gated_tool_node` builds)."""
 
@@ -312,13 +442,14 @@ class GatedTools:
         lease_owner: str = "",
         messages_key: str = "messages",
     ) -> None:
-        self.node = ToolNode(
+        self.node: ToolNode = _GatedToolNode(
             list(tools),
             handle_tool_errors=False,
             messages_key=messages_key,
             wrap_tool_call=self.wrap_tool_call,
             awrap_tool_call=self.awrap_tool_call,
         )
+        self.node.agentrt_gate = self  # type: ignore[attr-defined]
         offered = self.node.tools_by_name
         classes = classify(offered, classifications)
         self._calls = _Calls()
@@ -349,18 +480,26 @@ class GatedTools:
     async def awrap_tool_call(
         self, request: ToolCallRequest, execute: Callable[[ToolCallRequest], Awaitable[Any]]
     ) -> ToolMessage:
-        """The async hook: one call through the Gate (the calls of a run one at a time)."""
-        run_id = self._run_of(request)
-        async with self._one_at_a_time.waiting(run_id):
-            return await self._handle(request, execute, run_id)
+        """The async hook: one call through the Gate, in the model's order (one at a time)."""
+        place = _place_of(request)
+        async with contextlib.AsyncExitStack() as turn:
+            if place is not None:  # first: whatever this call raises stops the calls behind
+                await turn.enter_async_context(place[0].waiting(place[1]))
+            run_id = self._run_of(request)
+            async with self._one_at_a_time.waiting(run_id):
+                return await self._handle(request, execute, run_id, place)
 
     def wrap_tool_call(
         self, request: ToolCallRequest, execute: Callable[[ToolCallRequest], Any]
     ) -> ToolMessage:
         """The blocking hook: the same, on an event loop of its own."""
-        run_id = self._run_of(request)
-        with self._one_at_a_time.blocking(run_id):
-            return run_sync(self._handle(request, execute, run_id))
+        place = _place_of(request)
+        with contextlib.ExitStack() as turn:
+            if place is not None:  # first: whatever this call raises stops the calls behind
+                turn.enter_context(place[0].blocking(place[1]))
+            run_id = self._run_of(request)
+            with self._one_at_a_time.blocking(run_id):
+                return run_sync(self._handle(request, execute, run_id, place))
 
     def _run_of(self, request: ToolCallRequest) -> str:
         """The agentrt run of the call's turn of its thread."""
@@ -370,7 +509,11 @@ class GatedTools:
     # -- one call ---------------------------------------------------------------
 
     async def _handle(
-        self, request: ToolCallRequest, execute: Executor, run_id: str
+        self,
+        request: ToolCallRequest,
+        execute: Executor,
+        run_id: str,
+        place: _Place | None = None,
     ) -> ToolMessage:
         call = request.tool_call
         call_id = str(call.get("id") or "")
@@ -389,7 +532,7 @@ class GatedTools:
                 and latest.status == ApprovalStatus.PENDING
                 and latest.id not in answered
             ):
-                answer = self._ask(latest, call)  # raises GraphInterrupt until answered
+                answer = self._ask(latest, call, place)  # raises GraphInterrupt until answered
                 answered.add(latest.id)
                 await asyncio.to_thread(self._answer, latest, answer)
                 continue  # read again: the answer decided the approval
@@ -400,6 +543,10 @@ class GatedTools:
                 RunStatus.FAILED,
                 RunStatus.CANCELLED,
             ):
+                if step is None and place is not None:
+                    before = place[0].ids[: place[1]]
+                    if await asyncio.to_thread(self._ended_on, run_id, before):
+                        return _ended_beside(call, run)  # held: the run ended meanwhile
                 raise RunEndedError(run)
             if run is not None and run.status == RunStatus.WAITING_FOR_APPROVAL:
                 if latest is None:
@@ -441,7 +588,25 @@ class GatedTools:
             return False
         return True
 
-    def _ask(self, approval: Approval, call: Mapping[str, Any]) -> dict[str, Any]:
+    def _ended_on(self, run_id: str, before: Sequence[str]) -> bool:
+        """Whether the run ended on a call made before this one in its message.
+
+        True when the run's last step records one of `before` (the calls ahead
+        in the same AI message), failed, after waiting for a person: a rejected
+        approval (or an interrupted side effect turned down). The calls held
+        behind it are then told the run ended; they are never recorded.
+        """
+        steps = self.store.list_steps(run_id, cap=None)
+        if not steps:
+            return False
+        last = steps[-1]
+        if last.status != StepStatus.FAILED or _CALLS.call_id(last.decision) not in before:
+            return False
+        return any(a.step_id == last.id for a in self.store.list_approvals(run_id, cap=None))
+
+    def _ask(
+        self, approval: Approval, call: Mapping[str, Any], place: _Place | None = None
+    ) -> dict[str, Any]:
         """The person's answer to `approval`, through LangGraph's `interrupt()`.
 
         LangGraph answers the interrupts of a node by position and gives the
@@ -450,6 +615,7 @@ class GatedTools:
         so it is passed over and the next position asked.
         """
         value = self._interrupt_value(approval, call)
+        value["held"] = list(place[0].ids[place[1] + 1 :]) if place is not None else []
         schema = self._expected(approval)
         while True:
             answer: dict[str, Any] = interrupt(value, response_schema=schema)
@@ -584,18 +750,53 @@ class GatedTools:
                 run = await asyncio.to_thread(self.store.get_run, earlier)
             except NotFoundError:
                 continue  # that turn called no tool: look further back
-            if run.status != RunStatus.RUNNING:
-                return
-            try:
-                session, verdict = await self.gate.attach(earlier)
-            except RunStateError:
-                return  # leased by a live process, or moved on meanwhile
-            async with session:
-                if verdict is None:
-                    step = await session.step()
-                    if step is not None:
-                        await step.propose(Decision.complete("the thread's next turn began"))
+            if run.status == RunStatus.RUNNING:
+                await self._complete(earlier, "the thread's next turn began")
             return
+
+    async def end_turn(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
+        """The turn end node's work: complete the turn's run when the model answered.
+
+        The state's last message is the model's answer with no tool call: the
+        run of its turn (if the turn called a tool) is completed, its `complete`
+        step's result the answer's content. Anything else (a message with tool
+        calls, a turn with no run, a run already ended) leaves the record as it is.
+        """
+        messages = _messages(state, self._messages_key)
+        if not messages:
+            return {}
+        last = messages[-1]
+        if not isinstance(last, AIMessage) or last.tool_calls:
+            return {}
+        run_id = run_id_for(_thread_of(config), _opener(messages, len(messages) - 1))
+        try:
+            run = await asyncio.to_thread(self.store.get_run, run_id)
+        except NotFoundError:
+            return {}  # the turn called no tool: it has no run, nothing is written
+        if run.status == RunStatus.RUNNING:
+            await self._complete(run_id, cast(Any, last.content))
+        return {}
+
+    def end_turn_sync(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
+        return run_sync(self.end_turn(state, config))
+
+    async def _complete(self, run_id: str, result: Any) -> None:
+        """Complete a RUNNING run whose calls are all settled; any other run is left as it is.
+
+        `attach` refuses a run leased by a live process (or with a live session
+        here), or one that moved on meanwhile (completed by another process, a
+        replayed node); it pauses a run cut off in a side effect for a person
+        (the interruption contract): none of those is completed.
+        """
+        try:
+            session, verdict = await self.gate.attach(run_id)
+        except RunStateError:
+            return  # leased by a live process, or moved on meanwhile
+        async with session:
+            if verdict is None:
+                step = await session.step()
+                if step is not None:
+                    await step.propose(Decision.complete(result))
 
     async def _attach_and_run(
         self, run_id: str, request: ToolCallRequest, execute: Executor
@@ -665,9 +866,11 @@ def _goal_of(request: ToolCallRequest, messages_key: str) -> str:
 
 
 def _thread_id(request: ToolCallRequest) -> str:
-    runtime = request.runtime
-    config = getattr(runtime, "config", None) or {}
-    thread = (config.get("configurable") or {}).get("thread_id")
+    return _thread_of(getattr(request.runtime, "config", None))
+
+
+def _thread_of(config: Any) -> str:
+    thread = ((config or {}).get("configurable") or {}).get("thread_id")
     if thread is None or thread == "":
         raise ConfigError(
             "a gated tool node runs in a thread: invoke the graph with a checkpointer and "
@@ -711,6 +914,45 @@ def _not_run(call: Mapping[str, Any], run: Run) -> ToolMessage:
         tool_call_id=call.get("id"),
         status="error",
     )
+
+
+def _ended_beside(call: Mapping[str, Any], run: Run) -> ToolMessage:
+    """A held call's answer when the run ended before its turn: not run, not recorded."""
+    detail = f": {run.reason_detail}" if run.reason_detail else ""
+    return ToolMessage(
+        content=(
+            f"Not run: the agentrt run {run.id} ended ({run.status}, {run.reason}{detail}) "
+            "on an earlier call of this message; no tool runs in this turn again"
+        ),
+        name=call.get("name"),
+        tool_call_id=call.get("id"),
+        status="error",
+        artifact={"run_id": run.id, "ended": str(run.status), "reason": str(run.reason)},
+    )
+
+
+def turn_end_node(tools_node: ToolNode) -> Runnable[Any, dict[str, Any]]:
+    """The node that completes a turn's run when the graph stops with the model's answer.
+
+    Route the end of your graph through it, or give it to the prebuilt agent
+    as its `post_model_hook`:
+
+        builder.add_node("agentrt_end", turn_end_node(tools_node))
+        builder.add_conditional_edges(
+            "agent", tools_condition, {"tools": "tools", END: "agentrt_end"}
+        )
+
+    It writes no state. When the last message is the model's answer with no
+    tool call, the turn's agentrt run is completed (a last step `complete`,
+    its result the answer's content); a run that waits for a person, is leased
+    by a live process, was cut off in a side effect or already ended is left as
+    it is, and a turn that called no tool has no run. Without it, the thread's
+    next turn that calls a tool completes the run instead.
+    """
+    gated = getattr(tools_node, "agentrt_gate", None)
+    if not isinstance(gated, GatedTools):
+        raise ConfigError("turn_end_node takes the tool node that gated_tool_node returned")
+    return RunnableLambda(gated.end_turn_sync, afunc=gated.end_turn, name="agentrt_end")
 
 
 def gated_tool_node(

@@ -1,0 +1,233 @@
+"""A call made beside one that waits for a person is held, then judged in its turn (decision 0050).
+
+The model answers with [push_branch (the default policy asks a person),
+write_note (allowed)] in one AI message. LangGraph's ToolNode runs the calls of
+one message together (a thread pool for `invoke`, tasks for `ainvoke`); the
+gated node puts them through the Gate one at a time in the message's order, so
+the note waits behind the push: nothing runs before the person decides, and
+LangGraph runs the node again on resume, where the push is settled first and
+the note then goes through the Gate. Real graphs, LangChain's fake chat model,
+tools appending a line to a file when they really run, a real store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+if not os.environ.get("CI"):
+    pytest.importorskip("langgraph.prebuilt", reason="needs agentrt[langgraph]")
+
+from langchain_core.messages import AIMessage, HumanMessage
+from langgraph.types import Command
+
+import agentrt
+from agentrt.adapters.langgraph import approve, reject
+from test_adapter_langgraph import (
+    CONFIG,
+    RUN,
+    TURN,
+    build,
+    call,
+    child,
+    kill_inside_the_tool,
+    lines,
+    tool_messages,
+)
+
+PATHS = ["async", "blocking"]
+
+
+def push_then_note() -> AIMessage:
+    return AIMessage(
+        "",
+        tool_calls=[
+            call("push_branch", "c1", branch="feature/login"),
+            call("write_note", "c2", text="pushed it"),
+        ],
+    )
+
+
+def sender(graph: Any, path: str) -> Any:
+    def send(what: Any) -> dict[str, Any]:
+        if path == "async":
+            return dict(asyncio.run(graph.ainvoke(what, CONFIG)))
+        return dict(graph.invoke(what, CONFIG))
+
+    return send
+
+
+GO = {"messages": [HumanMessage("publish and note it", id=TURN)]}
+
+
+def recorded(store: Any) -> list[tuple[int, str | None, str]]:
+    return [
+        (s.index, s.decision and s.decision.reason, str(s.status)) for s in store.list_steps(RUN)
+    ]
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_a_call_beside_one_that_waits_for_a_person_is_held_and_nothing_runs(
+    tmp_path: Path, path: str
+) -> None:
+    graph, store, effects = build(tmp_path, [push_then_note(), AIMessage("done")])
+    out = sender(graph, path)(GO)
+    (pending,) = out["__interrupt__"]
+    assert (pending.value["tool_call_id"], pending.value["held"]) == ("c1", ["c2"])
+    assert lines(effects) == []
+    assert recorded(store) == [(0, "langgraph tool call c1", "awaiting_approval")]
+    assert [e.type for e in store.list_events(RUN)].count("step.started") == 1
+    # No ToolMessage reached the state: the note was not answered "Not run" to the model.
+    assert tool_messages(dict(graph.get_state(CONFIG).values)) == []
+    (approval,) = store.pending_approvals(RUN)
+    assert approval.id == pending.value["approval_id"]
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_after_approval_the_held_call_is_recorded_judged_and_run_once_after_the_push(
+    tmp_path: Path, path: str
+) -> None:
+    graph, store, effects = build(tmp_path, [push_then_note(), AIMessage("done")])
+    send = sender(graph, path)
+    (pending,) = send(GO)["__interrupt__"]
+    out = send(Command(resume=approve(pending, by="alice")))
+    assert "__interrupt__" not in out
+    assert lines(effects) == ["push feature/login", "note pushed it"]
+    assert tool_messages(out) == [
+        ("c1", "success", "pushed feature/login"),
+        ("c2", "success", "noted pushed it"),
+    ]
+    assert recorded(store) == [
+        (0, "langgraph tool call c1", "done"),
+        (1, "langgraph tool call c2", "done"),
+    ]
+    (note,) = [s for s in store.list_steps(RUN) if s.index == 1]
+    assert note.decision is not None
+    assert (note.decision.tool, note.decision.args) == ("write_note", {"text": "pushed it"})
+    kinds = [e.type for e in store.list_events(RUN)]
+    assert kinds.count("step.tool_started") == 2
+    assert out["messages"][-1].content == "done"
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_after_a_rejection_the_held_call_never_runs_and_the_model_hears_the_run_ended(
+    tmp_path: Path, path: str
+) -> None:
+    graph, store, effects = build(tmp_path, [push_then_note(), AIMessage("ok, not pushing")])
+    send = sender(graph, path)
+    (pending,) = send(GO)["__interrupt__"]
+    out = send(Command(resume=reject(pending, by="alice", note="not today")))
+    assert lines(effects) == []
+    assert tool_messages(out) == [
+        ("c1", "error", "Denied by the policy: approval rejected: not today"),
+        (
+            "c2",
+            "error",
+            f"Not run: the agentrt run {RUN} ended (CANCELLED, approval_rejected: not today) on an "
+            "earlier call of this message; no tool runs in this turn again",
+        ),
+    ]
+    assert recorded(store) == [(0, "langgraph tool call c1", "failed")]  # the note: nothing
+    run = store.get_run(RUN)
+    assert (run.status, run.reason) == ("CANCELLED", "approval_rejected")
+    assert out["messages"][-1].content == "ok, not pushing"
+    assert store.verify_events().intact
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_a_held_call_that_needs_a_person_asks_with_its_own_approval_after_the_first_is_decided(
+    tmp_path: Path, path: str
+) -> None:
+    script = [
+        AIMessage(
+            "",
+            tool_calls=[
+                call("push_branch", "c1", branch="a"),
+                call("write_note", "c2", text="between"),
+                call("push_branch", "c3", branch="b"),
+            ],
+        ),
+        AIMessage("done"),
+    ]
+    graph, store, effects = build(tmp_path, script)
+    send = sender(graph, path)
+    (first,) = send(GO)["__interrupt__"]
+    assert (first.value["tool_call_id"], first.value["held"]) == ("c1", ["c2", "c3"])
+    (second,) = send(Command(resume=approve(first, by="alice")))["__interrupt__"]
+    assert (second.value["tool_call_id"], second.value["held"]) == ("c3", [])
+    assert second.value["approval_id"] != first.value["approval_id"]
+    assert second.value["request"]["args"] == {"branch": "b"}
+    assert lines(effects) == ["push a", "note between"]
+    assert [a.status for a in store.list_approvals(RUN)] == ["approved", "pending"]
+    out = send(Command(resume=approve(second, by="alice")))
+    assert lines(effects) == ["push a", "note between", "push b"]
+    assert [m[0] for m in tool_messages(out)] == ["c1", "c2", "c3"]
+    assert recorded(store) == [
+        (0, "langgraph tool call c1", "done"),
+        (1, "langgraph tool call c2", "done"),
+        (2, "langgraph tool call c3", "done"),
+    ]
+
+
+@pytest.mark.slow
+def test_a_call_held_behind_a_note_cut_off_by_a_crash_runs_once_after_a_person_approves(
+    tmp_path: Path,
+) -> None:
+    """[write_note, read_notes] in one message; the child is SIGKILLed inside the note.
+
+    The read never started (it was held behind the note). A new process going on
+    with `invoke(None)` pauses on the note's `interrupted_side_effect` with the
+    read held; after a person approves, the note runs once more and the read once.
+    """
+    kill_inside_the_tool(tmp_path, "start", "note_then_read")
+    effects = tmp_path / "effects.log"
+    assert lines(effects) == ["note hello"]  # the read was held behind the note
+    again = child(tmp_path, "continue", "note_then_read")
+    (value,) = again["interrupts"]
+    assert (value["kind"], value["tool_call_id"], value["held"]) == (
+        "interrupted_side_effect",
+        "call-1",
+        ["call-2"],
+    )
+    assert lines(effects) == ["note hello"]
+    done = child(tmp_path, "approve", "note_then_read")
+    assert done["interrupts"] == []
+    assert done["messages"][-3:] == ["noted hello", "read hello", "all done"]
+    assert lines(effects) == ["note hello", "note hello", "read hello"]
+    store = agentrt.open_existing(tmp_path / "runs.db", read_only=True)
+    steps = store.list_steps(done["run"][0])
+    assert [(s.decision and s.decision.reason, str(s.status)) for s in steps] == [
+        ("langgraph tool call call-1", "done"),
+        ("langgraph tool call call-2", "done"),
+    ]
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_a_call_that_fails_before_the_gate_stops_the_calls_behind_it_instead_of_hanging(
+    tmp_path: Path, path: str
+) -> None:
+    """No thread id: the first call is refused; the second, waiting its turn, stops too."""
+    graph, store, effects = build(tmp_path, [push_then_note(), AIMessage("done")], saver=None)
+    outcome: list[BaseException] = []
+
+    def invoke() -> None:
+        try:
+            if path == "async":
+                asyncio.run(graph.ainvoke(GO))
+            else:
+                graph.invoke(GO)
+        except BaseException as exc:  # the outcome is asserted below
+            outcome.append(exc)
+
+    worker = threading.Thread(target=invoke, daemon=True)
+    worker.start()
+    worker.join(60)  # a guard only: the graph answers at once, or hangs for good
+    assert not worker.is_alive(), "the held call waited forever"
+    (error,) = outcome
+    assert isinstance(error, agentrt.ConfigError) and "thread_id" in str(error)
+    assert lines(effects) == [] and store.list_runs() == []
