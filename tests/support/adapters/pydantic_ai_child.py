@@ -21,6 +21,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,7 @@ from pydantic_ai.messages import (
     TextPart,
     ToolCallPart,
 )
-from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 from pydantic_ai.toolsets import FunctionToolset
 
 import agentrt
@@ -83,6 +84,22 @@ SCRIPTS: dict[str, list[Turn]] = {
         "done",
     ],
     "loop": [[("write_note", {"text": f"n{i}"}, f"call-{i}")] for i in range(10)],
+    # A call the policy allows, made after one that waits for a person: held.
+    "held": [
+        [
+            ("push_branch", {"branch": "feature/login"}, "call-push"),
+            ("write_note", {"text": "pushed login"}, "call-note"),
+        ],
+        "done",
+    ],
+    # A held call that waits for a person itself when its turn comes.
+    "held-push": [
+        [
+            ("push_branch", {"branch": "feature/login"}, "call-push"),
+            ("push_branch", {"branch": "feature/signup"}, "call-push2"),
+        ],
+        "pushed",
+    ],
 }
 
 
@@ -137,6 +154,9 @@ def model(
 ) -> FunctionModel:
     """The scripted model: the n-th answer after n answers in the history.
 
+    It answers streamed requests too (`run_stream`, `run_stream_events`): the
+    same answer, a text in two chunks or each tool call in one.
+
     With `hang` (a work directory), the model never answers once it is told a
     tool's return: it writes `hang/model-started` and waits to be killed there,
     after the tool's outcome was recorded and before any history holding the
@@ -165,7 +185,20 @@ def model(
             parts=[ToolCallPart(name, args, tool_call_id=call_id) for name, args, call_id in turn]
         )
 
-    return FunctionModel(answer)
+    async def stream(
+        messages: list[ModelMessage], info: AgentInfo
+    ) -> AsyncIterator[str | DeltaToolCalls]:
+        response = answer(messages, info)
+        for index, part in enumerate(response.parts):
+            if isinstance(part, TextPart):
+                half = len(part.content) // 2
+                yield part.content[:half]
+                yield part.content[half:]
+            elif isinstance(part, ToolCallPart):
+                args = part.args if isinstance(part.args, str) else json.dumps(part.args)
+                yield {index: DeltaToolCall(part.tool_name, args, tool_call_id=part.tool_call_id)}
+
+    return FunctionModel(answer, stream_function=stream)
 
 
 def agent(

@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from pydantic_ai import DeferredToolRequests, RunContext
+from pydantic_ai import DeferredToolRequests, RunContext, ToolDenied
 from pydantic_ai.capabilities import AbstractCapability
-from pydantic_ai.capabilities.abstract import WrapRunHandler
+from pydantic_ai.capabilities.abstract import AgentNode, WrapRunHandler
 from pydantic_ai.run import AgentRunResult
 from pydantic_ai.toolsets import AbstractToolset, ToolsetTool, WrapperToolset
 
@@ -130,6 +130,22 @@ class AgentrtGate(AbstractCapability[Any]):
 
     def get_wrapper_toolset(self, toolset: AbstractToolset[Any]) -> AbstractToolset[Any] | None:
         return GatedToolset(wrapped=toolset, run=self._run)
+
+    async def before_node_run(
+        self, ctx: RunContext[Any], *, node: AgentNode[Any]
+    ) -> AgentNode[Any]:
+        # A resumed run's tool calls, with the `DeferredToolResults` given for
+        # them: a call denied the framework's way is answered by Pydantic AI
+        # itself, so the calls held behind it learn of the denial here.
+        run = self._run
+        results = getattr(node, "tool_call_results", None)
+        if run is not None and isinstance(results, Mapping):
+            run.turned_down = {
+                call_id: answer
+                for call_id, answer in results.items()
+                if isinstance(call_id, str) and isinstance(answer, ToolDenied)
+            }
+        return node
 
     async def wrap_run(
         self, ctx: RunContext[Any], *, handler: WrapRunHandler
