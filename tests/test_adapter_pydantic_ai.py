@@ -25,6 +25,7 @@ if not os.environ.get("CI"):
     pytest.importorskip("pydantic_ai", reason="needs agentrt[pydantic-ai]")
 
 from pydantic_ai import (
+    AgentRunResultEvent,
     DeferredToolRequests,
     DeferredToolResults,
     RunContext,
@@ -1075,3 +1076,180 @@ def test_an_approved_push_recorded_before_a_sigkill_is_not_asked_for_or_run_agai
         ]
         assert steps(store) == [("push_branch", "done", "tool_result"), ("complete", "done", "")]
         assert [e.type for e in store.list_events(RUN)].count("step.tool_started") == 1
+
+
+# -- the streaming entry points: the same Gate as `run` ------------------------------
+
+ENTRY_POINTS = ["run_stream", "run_stream_sync", "iter", "run_stream_events"]
+
+
+def through(agent: Any, how: str, prompt: str | None, **kw: Any) -> tuple[Any, list[Any]]:
+    """Run the agent through one of Pydantic AI's entry points: its output and message history.
+
+    Each is used as its documentation shows, to the end: the stream read
+    whole, the nodes iterated, the events consumed.
+    """
+    if how == "run_stream_sync":
+        with agent.run_stream_sync(prompt, **kw) as res:
+            return res.get_output(), res.all_messages()
+    if how == "run":
+        result = agent.run_sync(prompt, **kw)
+        return result.output, result.all_messages()
+
+    async def drive() -> tuple[Any, list[Any]]:
+        if how == "run_stream":
+            async with agent.run_stream(prompt, **kw) as res:
+                return await res.get_output(), res.all_messages()
+        if how == "iter":
+            async with agent.iter(prompt, **kw) as run:
+                async for _node in run:
+                    pass
+            assert run.result is not None
+            return run.result.output, run.result.all_messages()
+        assert how == "run_stream_events"
+        async with agent.run_stream_events(prompt, **kw) as events:
+            seen = [event async for event in events]
+        assert isinstance(seen[-1], AgentRunResultEvent)
+        return seen[-1].result.output, seen[-1].result.all_messages()
+
+    return asyncio.run(drive())
+
+
+@pytest.mark.parametrize("how", ENTRY_POINTS)
+def test_each_streaming_entry_point_runs_allowed_calls_once_and_its_output_completes_the_run(
+    tmp_path: Path, how: str
+) -> None:
+    store = agentrt.open_store(tmp_path / "runs.db")
+    gate = make_gate(store)
+    agent = child.agent(tmp_path, "allow", gate=gate)
+    output, _ = through(agent, how, "tidy the repo", metadata=gate.run_metadata(RUN))
+    assert output == "done"
+    assert effects(tmp_path) == ["write_note hello"]
+    assert steps(store) == [
+        ("list_branches", "done", "tool_result"),
+        ("write_note", "done", "tool_result"),
+        ("complete", "done", ""),
+    ]
+    note = store.list_steps(RUN)[1]
+    assert note.decision is not None and note.decision.args == {"text": "hello"}
+    run = store.get_run(RUN)
+    assert (run.status, run.reason, run.result) == ("COMPLETED", "goal_completed", "done")
+    assert store.lease(RUN).owner == ""
+    assert store.verify_events().intact
+
+
+@pytest.mark.parametrize("how", ENTRY_POINTS)
+def test_each_streaming_entry_point_ends_deferred_on_an_approval_and_continues_after_it(
+    tmp_path: Path, how: str
+) -> None:
+    store = agentrt.open_store(tmp_path / "runs.db")
+    gate = make_gate(store)
+    agent = child.agent(tmp_path, "held", gate=gate)
+    meta = gate.run_metadata(RUN)
+    requests, history = through(agent, how, "publish", metadata=meta)
+    assert isinstance(requests, DeferredToolRequests)
+    assert [c.tool_call_id for c in requests.approvals] == ["call-push", "call-note"]
+    (pending,) = store.pending_approvals(RUN)
+    assert requests.metadata["call-push"]["agentrt"]["hash"] == pending.hash
+    assert requests.metadata["call-note"]["agentrt"]["held_behind"] == "call-push"
+    assert effects(tmp_path) == []
+    assert store.get_run(RUN).status == "WAITING_FOR_APPROVAL"
+    assert store.lease(RUN).owner == ""
+    output, _ = through(
+        agent,
+        how,
+        None,
+        message_history=history,
+        deferred_tool_results=approved(requests, "call-push", by="alice"),
+        metadata=meta,
+    )
+    assert output == "done"
+    assert effects(tmp_path) == ["push_branch feature/login", "write_note pushed login"]
+    assert steps(store) == [
+        ("push_branch", "done", "tool_result"),
+        ("write_note", "done", "tool_result"),
+        ("complete", "done", ""),
+    ]
+    assert store.get_run(RUN).status == "COMPLETED"
+
+
+def test_run_stream_taking_a_text_beside_a_waiting_call_as_output_leaves_the_run_waiting(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = agentrt.open_store(tmp_path / "runs.db")
+    gate = make_gate(store)
+    agent = child.agent(tmp_path, "announce", gate=gate)
+    meta = gate.run_metadata(RUN)
+    with caplog.at_level("WARNING", logger="agentrt.adapters.pydantic_ai"):
+        output, history = through(agent, "run_stream", "publish", metadata=meta)
+    # Pydantic AI's run_stream: the text streamed first is the output, and the
+    # deferral of the call beside it is dropped. Nothing ran; the run waits.
+    assert output == "pushing now"
+    assert effects(tmp_path) == []
+    (pending,) = store.pending_approvals(RUN)
+    run = store.get_run(RUN)
+    assert (run.status, run.result) == ("WAITING_FOR_APPROVAL", None)
+    assert steps(store) == [("push_branch", "awaiting_approval", "")]
+    assert [r.getMessage() for r in caplog.records] == [
+        "the framework run returned an output while agentrt run "
+        f"{RUN} waits for a person (approval {pending.id}): the output is not recorded as the "
+        "run's result; continue the framework run with the same metadata and its message "
+        "history to get the DeferredToolRequests"
+    ]
+    # Continued as the warning says: the waiting call comes back deferred.
+    requests, history = through(agent, "run", None, message_history=history, metadata=meta)
+    assert isinstance(requests, DeferredToolRequests)
+    assert requests.metadata["call-push"]["agentrt"]["approval_id"] == pending.id
+    output, _ = through(
+        agent,
+        "run",
+        None,
+        message_history=history,
+        deferred_tool_results=approved(requests, "call-push", by="alice"),
+        metadata=meta,
+    )
+    assert output == "ok"
+    assert effects(tmp_path) == ["push_branch feature/login"]
+    assert store.get_run(RUN).status == "COMPLETED"
+
+
+def test_a_stream_left_before_its_output_is_read_leaves_the_run_as_a_crash_would(
+    tmp_path: Path,
+) -> None:
+    store = agentrt.open_store(tmp_path / "runs.db")
+    gate = make_gate(store)
+    agent = child.agent(tmp_path, "note", gate=gate)
+
+    async def leave_early() -> list[Any]:
+        async with agent.run_stream("note it", metadata=gate.run_metadata(RUN)) as res:
+            return res.all_messages()  # the final answer is never read
+
+    history = asyncio.run(leave_early())
+    assert effects(tmp_path) == ["write_note hello"]
+    assert steps(store) == [("write_note", "done", "tool_result")]
+    run = store.get_run(RUN)
+    assert (run.status, run.result) == ("RUNNING", None)
+    assert store.lease(RUN).owner == ""  # let go: the next framework run continues it
+    output, _ = through(
+        agent, "run", None, message_history=history, metadata=gate.run_metadata(RUN)
+    )
+    assert output == "noted"
+    assert effects(tmp_path) == ["write_note hello"]
+    assert steps(store) == [("write_note", "done", "tool_result"), ("complete", "done", "")]
+    assert store.get_run(RUN).status == "COMPLETED"
+
+
+def test_the_gates_toolset_used_outside_a_run_of_its_agent_refuses_to_list_or_call_tools(
+    tmp_path: Path,
+) -> None:
+    from pydantic_ai import Agent
+
+    store = agentrt.open_store(tmp_path / "runs.db")
+    gate = make_gate(store)
+    wrapped = gate.get_wrapper_toolset(child.tools(tmp_path))
+    assert wrapped is not None
+    agent: Any = Agent(child.model(child.SCRIPTS["note"]), toolsets=[wrapped])
+    with pytest.raises(agentrt.ConfigError, match="no call runs ungated"):
+        agent.run_sync("note it")
+    assert effects(tmp_path) == []
+    assert store.list_runs() == []

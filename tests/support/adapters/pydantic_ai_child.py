@@ -51,7 +51,8 @@ CLASSES = {
     "delete_branch": Classification("destructive", timeout=5),
 }
 
-Turn = list[tuple[str, dict[str, Any], str]] | str
+Turn = list[tuple[str, dict[str, Any], str] | str] | str
+"""A text answer, or the parts of a response: tool calls (name, args, id) and texts."""
 
 LONG_BRANCH = "feature/" + "x" * 100_000
 
@@ -92,6 +93,8 @@ SCRIPTS: dict[str, list[Turn]] = {
         ],
         "done",
     ],
+    # A text beside a call that waits (`run_stream` takes the text as the output).
+    "announce": [["pushing now", ("push_branch", {"branch": "feature/login"}, "call-push")], "ok"],
     # A held call that waits for a person itself when its turn comes.
     "held-push": [
         [
@@ -182,7 +185,12 @@ def model(
         if isinstance(turn, str):
             return ModelResponse(parts=[TextPart(turn)])
         return ModelResponse(
-            parts=[ToolCallPart(name, args, tool_call_id=call_id) for name, args, call_id in turn]
+            parts=[
+                TextPart(part)
+                if isinstance(part, str)
+                else ToolCallPart(*part[:2], tool_call_id=part[2])
+                for part in turn
+            ]
         )
 
     async def stream(

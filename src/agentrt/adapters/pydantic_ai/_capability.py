@@ -46,9 +46,8 @@ class GatedToolset(WrapperToolset[Any]):
     run: FrameworkRun | None = None
 
     async def get_tools(self, ctx: RunContext[Any]) -> dict[str, ToolsetTool[Any]]:
+        run = _framework_run(self.run)
         tools = await self.wrapped.get_tools(ctx)
-        run = self.run
-        assert run is not None
         run.wrapped = self.wrapped
         run.originals = tools
         if run.gate is None:
@@ -58,9 +57,18 @@ class GatedToolset(WrapperToolset[Any]):
     async def call_tool(
         self, name: str, tool_args: dict[str, Any], ctx: RunContext[Any], tool: ToolsetTool[Any]
     ) -> Any:
-        run = self.run
-        assert run is not None
+        run = _framework_run(self.run)
         return await run.call(name, tool_args, ctx, run.originals.get(name, tool))
+
+
+def _framework_run(run: FrameworkRun | None) -> FrameworkRun:
+    """The framework run this toolset belongs to; none: it was used outside a run of the agent."""
+    if run is None:
+        raise agentrt.ConfigError(
+            "AgentrtGate's toolset was used outside a run of the agent it was given to as a "
+            "capability (Agent(..., capabilities=[gate])); no call runs ungated"
+        )
+    return run
 
 
 @dataclass

@@ -39,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
@@ -66,6 +67,7 @@ RUN_ID_KEY = "agentrt_run_id"
 """The run metadata key naming the agentrt run a framework run belongs to."""
 
 _UNPARSED = "\x00agentrt-unparsed"
+_log = logging.getLogger("agentrt.adapters.pydantic_ai")
 _CALLS = CallMarker("pydantic-ai tool call ")
 
 
@@ -399,6 +401,7 @@ class FrameworkRun:
             return
         if session is None or session.done:
             self._settle_denied(messages)
+            self._warn_if_waiting()
             return
         step = await session.step()
         if step is not None:
@@ -431,6 +434,29 @@ class FrameworkRun:
                         shown_hash=approval.hash,
                     )
                     return
+
+    def _warn_if_waiting(self) -> None:
+        """The framework run returned an output while the agentrt run waits for a person.
+
+        Pydantic AI's `run_stream` takes a text streamed beside tool calls as
+        the run's output and drops the deferral of a call that waits: the
+        output is then not the run's result, and the run keeps waiting on the
+        call (still without a return in the history).
+        """
+        store = self.settings.store
+        if store.get_run(self.run_id).status != agentrt.RunStatus.WAITING_FOR_APPROVAL:
+            return
+        pending = store.pending_approvals(self.run_id)
+        if not pending:
+            return
+        _log.warning(
+            "the framework run returned an output while agentrt run %s waits for a person "
+            "(approval %s): the output is not recorded as the run's result; continue the "
+            "framework run with the same metadata and its message history to get the "
+            "DeferredToolRequests",
+            self.run_id,
+            pending[-1].id,
+        )
 
     async def failed(self, error: BaseException) -> None:
         """The framework run raised: the agentrt run ends as the Driver ends it on an error."""
