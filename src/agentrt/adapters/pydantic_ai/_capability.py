@@ -5,7 +5,11 @@ for each framework run it wraps the agent's assembled toolset (its
 `@agent.tool` functions and every toolset passed to it; output tools are the
 framework's own) in `GatedToolset`, a `WrapperToolset` whose `call_tool` goes
 through one agentrt `GateSession`, and it ties that session's life to the
-framework run (`wrap_run`). The user keeps their Agent, model and tools.
+framework run (`wrap_run`, which Pydantic AI runs around every entry point:
+`run`, `run_stream`, `iter`, `run_stream_events`, all built on `iter`). Its
+`before_node_run` notes the calls a resumed run's `DeferredToolResults` deny,
+which Pydantic AI answers without calling the toolset. The user keeps their
+Agent, model and tools.
 
 Invariants:
 
@@ -14,6 +18,8 @@ Invariants:
   `UnclassifiedToolError`, and no agentrt run is created.
 - A framework run without `metadata={"agentrt_run_id": ...}` is refused before
   anything is recorded: the id is what a resume from another process names.
+- The gated toolset runs nothing outside a framework run it belongs to
+  (`for_run` made it): used as a plain toolset it refuses (`ConfigError`).
 """
 
 from __future__ import annotations
