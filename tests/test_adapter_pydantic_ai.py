@@ -881,6 +881,34 @@ def test_a_held_call_runs_once_in_its_turn_after_approval_from_another_process(
 
 
 @pytest.mark.slow
+def test_a_call_held_behind_one_cut_off_by_sigkill_stays_held_until_a_person_approves_again(
+    tmp_path: Path,
+) -> None:
+    setup_child(tmp_path, "held")
+    assert spawn(tmp_path, "start")[0] == 2
+    approve_the_framework_way(tmp_path, "call-push")
+    assert kill_mid_call(tmp_path) == -signal.SIGKILL
+    assert effects(tmp_path) == ["push_branch feature/login"]
+    # Pydantic AI's own resume, with the same DeferredToolResults: nothing runs.
+    assert spawn(tmp_path, "resume") == (2, {"deferred": ["call-push", "call-note"]})
+    assert effects(tmp_path) == ["push_branch feature/login"]
+    requests = REQUESTS.validate_json((tmp_path / "requests.json").read_bytes())
+    assert requests.metadata["call-push"]["agentrt"]["kind"] == "interrupted_side_effect"
+    assert requests.metadata["call-note"]["agentrt"]["held_behind"] == "call-push"
+    approve_the_framework_way(tmp_path, "call-push")
+    assert spawn(tmp_path, "resume") == (0, {"output": "done"})
+    assert effects(tmp_path) == [
+        "push_branch feature/login",
+        "push_branch feature/login",
+        "write_note pushed login",
+    ]
+    with agentrt.open_store(tmp_path / "runs.db") as store:
+        assert [s[0] for s in steps(store)] == ["push_branch", "write_note", "complete"]
+        assert store.get_run(RUN).status == "COMPLETED"
+        assert store.verify_events().intact
+
+
+@pytest.mark.slow
 def test_after_a_rejection_with_the_agentrt_command_the_held_call_never_runs(
     tmp_path: Path,
 ) -> None:
