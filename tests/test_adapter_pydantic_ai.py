@@ -761,6 +761,22 @@ def test_after_approval_the_waiting_call_runs_then_the_held_call_is_judged_recor
     assert store.verify_events().intact
 
 
+def test_after_agentrt_approve_plain_framework_approvals_continue_the_waiting_and_held_calls(
+    tmp_path: Path,
+) -> None:
+    store, result, heard = held_run(tmp_path)
+    (pending,) = store.pending_approvals(RUN)
+    agentrt.approve(store, RUN, pending.id, by="alice", shown_hash=pending.hash)
+    results = DeferredToolResults(
+        approvals={"call-push": ToolApproved(), "call-note": ToolApproved()}
+    )
+    again = resume_with(tmp_path, store, "held", result, results, heard)
+    assert again.output == "done"
+    assert effects(tmp_path) == ["push_branch feature/login", "write_note pushed login"]
+    assert [s[0] for s in steps(store)] == ["push_branch", "write_note", "complete"]
+    assert store.get_run(RUN).status == "COMPLETED"
+
+
 def test_a_plain_framework_approval_of_the_held_call_alone_decides_nothing_and_it_stays_held(
     tmp_path: Path,
 ) -> None:
