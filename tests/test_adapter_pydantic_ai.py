@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,15 @@ import pytest
 if not os.environ.get("CI"):
     pytest.importorskip("pydantic_ai", reason="needs agentrt[pydantic-ai]")
 
-from pydantic_ai import DeferredToolRequests, DeferredToolResults, ToolApproved, ToolDenied
+from pydantic_ai import (
+    AgentRunResultEvent,
+    DeferredToolRequests,
+    DeferredToolResults,
+    RunContext,
+    ToolApproved,
+    ToolDenied,
+)
+from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import ModelMessagesTypeAdapter
 
 import agentrt
@@ -629,21 +638,314 @@ def test_a_tool_that_raises_ends_the_framework_run_and_fails_the_agentrt_run(
     assert store.lease(RUN).owner == ""
 
 
-def test_calls_the_model_makes_together_go_through_the_gate_one_at_a_time(
+@dataclass
+class _SlowFirstCall(AbstractCapability[Any]):
+    """Another capability of the agent that does I/O before each call, longest for the first."""
+
+    async def before_tool_execute(
+        self, ctx: RunContext[Any], *, call: Any, tool_def: Any, args: Any
+    ) -> Any:
+        await asyncio.sleep(0.2 if call.tool_call_id == "c1" else 0)
+        return args
+
+
+def test_calls_the_model_makes_together_go_through_the_gate_one_at_a_time_in_its_order(
     tmp_path: Path,
 ) -> None:
     store = agentrt.open_store(tmp_path / "runs.db")
     gate = make_gate(store)
     agent = child.agent(tmp_path, "together", gate=gate)
-    assert agent.run_sync("go", metadata=gate.run_metadata(RUN)).output == "done"
-    assert sorted(effects(tmp_path)) == ["write_note one", "write_note two"]
+    meta = gate.run_metadata(RUN)
+    assert agent.run_sync("go", metadata=meta, capabilities=[_SlowFirstCall()]).output == "done"
+    # Pydantic AI runs each gated call alone (sequential): the first call's
+    # slow hook does not let the second overtake it.
+    assert effects(tmp_path) == ["write_note one", "write_note two"]
     recorded = store.list_steps(RUN)
     assert [s.index for s in recorded] == [0, 1, 2, 3]
-    assert sorted(s.decision.reason for s in recorded[:3] if s.decision) == [
+    assert [s.decision.reason for s in recorded[:3] if s.decision] == [
         "pydantic-ai tool call c1",
         "pydantic-ai tool call c2",
         "pydantic-ai tool call c3",
     ]
+
+
+# -- a call made beside one that waits for a person: held (decisions 0050, 0051) ------
+
+
+def held_run(tmp_path: Path, script: str = "held") -> tuple[agentrt.Store, Any, list[str]]:
+    """Start the script: its first response is a call that waits and a call held behind it."""
+    store = agentrt.open_store(tmp_path / "runs.db")
+    heard: list[str] = []
+    agent = child.agent(tmp_path, script, gate=make_gate(store), heard=heard)
+    result = agent.run_sync("publish", metadata=make_gate(store).run_metadata(RUN))
+    return store, result, heard
+
+
+def resume_with(
+    tmp_path: Path, store: agentrt.Store, script: str, result: Any, results: Any, heard: list[str]
+) -> Any:
+    gate = make_gate(store)
+    agent = child.agent(tmp_path, script, gate=gate, heard=heard)
+    return agent.run_sync(
+        message_history=result.all_messages(),
+        deferred_tool_results=results,
+        metadata=gate.run_metadata(RUN),
+    )
+
+
+HELD_TEXT = (
+    "Call call-note (write_note) is held behind call call-push (push_branch), which waits for "
+    f"a person in agentrt run {RUN}. There is nothing to decide about it here: when the run "
+    "continues after that call's decision, it goes through the Gate in its turn (recorded, "
+    "checked against its schema, put to the policy). Nothing has been recorded or run for it "
+    "yet.\n"
+)
+
+
+def test_a_call_made_beside_a_waiting_one_is_held_in_the_deferred_requests_and_not_recorded(
+    tmp_path: Path,
+) -> None:
+    store, result, heard = held_run(tmp_path)
+    requests = result.output
+    assert isinstance(requests, DeferredToolRequests)
+    assert [(c.tool_call_id, c.tool_name) for c in requests.approvals] == [
+        ("call-push", "push_branch"),
+        ("call-note", "write_note"),
+    ]
+    (pending,) = store.pending_approvals(RUN)
+    push = requests.metadata["call-push"]["agentrt"]
+    assert (push["approval_id"], push["hash"]) == (pending.id, pending.hash)
+    assert requests.metadata["call-note"] == {
+        "agentrt": {
+            "run_id": RUN,
+            "tool": "write_note",
+            "held_behind": "call-push",
+            "text": HELD_TEXT,
+        }
+    }
+    assert effects(tmp_path) == []
+    assert heard == []
+    assert steps(store) == [("push_branch", "awaiting_approval", "")]
+    assert store.get_run(RUN).status == "WAITING_FOR_APPROVAL"
+
+
+def test_after_approval_the_waiting_call_runs_then_the_held_call_is_judged_recorded_and_run(
+    tmp_path: Path,
+) -> None:
+    store, result, heard = held_run(tmp_path)
+    results = approved(result.output, "call-push", by="alice")
+    assert set(results.approvals) == {"call-push", "call-note"}
+    again = resume_with(tmp_path, store, "held", result, results, heard)
+    assert again.output == "done"
+    assert effects(tmp_path) == ["push_branch feature/login", "write_note pushed login"]
+    assert heard == [
+        "ToolReturnPart:success:pushed feature/login",
+        "ToolReturnPart:success:noted pushed login",
+    ]
+    assert steps(store) == [
+        ("push_branch", "done", "tool_result"),
+        ("write_note", "done", "tool_result"),
+        ("complete", "done", ""),
+    ]
+    note = store.list_steps(RUN)[1]
+    assert note.decision is not None
+    assert (note.decision.args, note.decision.reason) == (
+        {"text": "pushed login"},
+        "pydantic-ai tool call call-note",
+    )
+    types = [e.type for e in store.list_events(RUN)]
+    assert types.count("step.tool_started") == 2
+    assert [(a.status, a.decided_by) for a in store.list_approvals(RUN)] == [("approved", "alice")]
+    run = store.get_run(RUN)
+    assert (run.status, run.reason) == ("COMPLETED", "goal_completed")
+    assert store.verify_events().intact
+
+
+def test_after_agentrt_approve_plain_framework_approvals_continue_the_waiting_and_held_calls(
+    tmp_path: Path,
+) -> None:
+    store, result, heard = held_run(tmp_path)
+    (pending,) = store.pending_approvals(RUN)
+    agentrt.approve(store, RUN, pending.id, by="alice", shown_hash=pending.hash)
+    results = DeferredToolResults(
+        approvals={"call-push": ToolApproved(), "call-note": ToolApproved()}
+    )
+    again = resume_with(tmp_path, store, "held", result, results, heard)
+    assert again.output == "done"
+    assert effects(tmp_path) == ["push_branch feature/login", "write_note pushed login"]
+    assert [s[0] for s in steps(store)] == ["push_branch", "write_note", "complete"]
+    assert store.get_run(RUN).status == "COMPLETED"
+
+
+def test_a_plain_framework_approval_of_the_held_call_alone_decides_nothing_and_it_stays_held(
+    tmp_path: Path,
+) -> None:
+    store, result, heard = held_run(tmp_path)
+    results = DeferredToolResults(
+        approvals={"call-push": ToolApproved(), "call-note": ToolApproved()}
+    )
+    again = resume_with(tmp_path, store, "held", result, results, heard)
+    assert isinstance(again.output, DeferredToolRequests)
+    assert [c.tool_call_id for c in again.output.approvals] == ["call-push", "call-note"]
+    assert again.output.metadata["call-note"]["agentrt"]["held_behind"] == "call-push"
+    assert effects(tmp_path) == []
+    assert steps(store) == [("push_branch", "awaiting_approval", "")]
+
+
+def test_after_the_waiting_call_is_denied_the_frameworks_way_the_held_call_never_runs(
+    tmp_path: Path,
+) -> None:
+    store, result, heard = held_run(tmp_path)
+    results = DeferredToolResults(
+        approvals={"call-push": ToolDenied("not today"), "call-note": ToolApproved()}
+    )
+    again = resume_with(tmp_path, store, "held", result, results, heard)
+    assert again.output == "done"  # the framework run ends cleanly; nothing ran
+    assert effects(tmp_path) == []
+    assert heard == [
+        "ToolReturnPart:denied:not today",
+        "ToolReturnPart:failed:not run and not recorded: the call call-note was held behind "
+        f"call call-push, and agentrt run {RUN} is CANCELLED (approval_rejected: not today); "
+        "no tool call runs in it",
+    ]
+    assert steps(store) == [("push_branch", "failed", "policy_denied")]
+    run = store.get_run(RUN)
+    assert (run.status, run.reason) == ("CANCELLED", "approval_rejected")
+    (approval,) = store.list_approvals(RUN)
+    assert (approval.status, approval.decided_by, approval.note) == (
+        "rejected",
+        "pydantic-ai ToolDenied",
+        "not today",
+    )
+    assert store.verify_events().intact
+
+
+def test_a_held_call_the_policy_sends_to_a_person_gets_its_own_agentrt_approval(
+    tmp_path: Path,
+) -> None:
+    store, result, heard = held_run(tmp_path, "held-push")
+    requests = result.output
+    assert [c.tool_call_id for c in requests.approvals] == ["call-push", "call-push2"]
+    assert requests.metadata["call-push2"]["agentrt"]["held_behind"] == "call-push"
+    first = requests.metadata["call-push"]["agentrt"]
+    again = resume_with(
+        tmp_path, store, "held-push", result, approved(requests, "call-push", by="alice"), heard
+    )
+    assert effects(tmp_path) == ["push_branch feature/login"]
+    later = again.output
+    assert isinstance(later, DeferredToolRequests)
+    assert [c.tool_call_id for c in later.approvals] == ["call-push2"]
+    (pending,) = store.pending_approvals(RUN)
+    own = later.metadata["call-push2"]["agentrt"]
+    assert (own["approval_id"], own["hash"], own["tool"]) == (
+        pending.id,
+        pending.hash,
+        "push_branch",
+    )
+    assert own["hash"] != first["hash"]
+    assert '"feature/signup"' in own["text"]
+    assert steps(store) == [
+        ("push_branch", "done", "tool_result"),
+        ("push_branch", "awaiting_approval", ""),
+    ]
+    final = resume_with(
+        tmp_path, store, "held-push", again, approved(later, "call-push2", by="bob"), heard
+    )
+    assert final.output == "pushed"
+    assert effects(tmp_path) == ["push_branch feature/login", "push_branch feature/signup"]
+    assert [(a.status, a.decided_by) for a in store.list_approvals(RUN)] == [
+        ("approved", "alice"),
+        ("approved", "bob"),
+    ]
+    assert store.get_run(RUN).status == "COMPLETED"
+
+
+def test_approved_refuses_a_held_call_and_names_the_call_it_is_held_behind(
+    tmp_path: Path,
+) -> None:
+    _, result, _ = held_run(tmp_path)
+    with pytest.raises(KeyError, match="'call-note' is held behind call 'call-push'"):
+        approved(result.output, "call-note", by="alice")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["agentrt command", "deferred tool results"])
+def test_a_held_call_runs_once_in_its_turn_after_approval_from_another_process(
+    tmp_path: Path, how: str
+) -> None:
+    setup_child(tmp_path, "held")
+    assert spawn(tmp_path, "start") == (2, {"deferred": ["call-push", "call-note"]})
+    assert effects(tmp_path) == []
+    if how == "agentrt command":
+        assert cli_approve(tmp_path).returncode == 0
+    else:
+        approve_the_framework_way(tmp_path, "call-push")
+    assert spawn(tmp_path, "resume") == (0, {"output": "done"})
+    assert effects(tmp_path) == ["push_branch feature/login", "write_note pushed login"]
+    assert returns_saved(tmp_path, "call-note") == ["success:noted pushed login"]
+    with agentrt.open_store(tmp_path / "runs.db") as store:
+        assert steps(store) == [
+            ("push_branch", "done", "tool_result"),
+            ("write_note", "done", "tool_result"),
+            ("complete", "done", ""),
+        ]
+        note = store.list_steps(RUN)[1]
+        assert note.decision is not None
+        assert note.decision.reason == "pydantic-ai tool call call-note"
+        assert store.get_run(RUN).status == "COMPLETED"
+        assert store.verify_events().intact
+
+
+@pytest.mark.slow
+def test_a_call_held_behind_one_cut_off_by_sigkill_stays_held_until_a_person_approves_again(
+    tmp_path: Path,
+) -> None:
+    setup_child(tmp_path, "held")
+    assert spawn(tmp_path, "start")[0] == 2
+    approve_the_framework_way(tmp_path, "call-push")
+    assert kill_mid_call(tmp_path) == -signal.SIGKILL
+    assert effects(tmp_path) == ["push_branch feature/login"]
+    # Pydantic AI's own resume, with the same DeferredToolResults: nothing runs.
+    assert spawn(tmp_path, "resume") == (2, {"deferred": ["call-push", "call-note"]})
+    assert effects(tmp_path) == ["push_branch feature/login"]
+    requests = REQUESTS.validate_json((tmp_path / "requests.json").read_bytes())
+    assert requests.metadata["call-push"]["agentrt"]["kind"] == "interrupted_side_effect"
+    assert requests.metadata["call-note"]["agentrt"]["held_behind"] == "call-push"
+    approve_the_framework_way(tmp_path, "call-push")
+    assert spawn(tmp_path, "resume") == (0, {"output": "done"})
+    assert effects(tmp_path) == [
+        "push_branch feature/login",
+        "push_branch feature/login",
+        "write_note pushed login",
+    ]
+    with agentrt.open_store(tmp_path / "runs.db") as store:
+        assert [s[0] for s in steps(store)] == ["push_branch", "write_note", "complete"]
+        assert store.get_run(RUN).status == "COMPLETED"
+        assert store.verify_events().intact
+
+
+@pytest.mark.slow
+def test_after_a_rejection_with_the_agentrt_command_the_held_call_never_runs(
+    tmp_path: Path,
+) -> None:
+    setup_child(tmp_path, "held")
+    assert spawn(tmp_path, "start")[0] == 2
+    rejected = subprocess.run(
+        [sys.executable, "-m", "agentrt", "reject", RUN, "--db", str(tmp_path / "runs.db"), *BY],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert rejected.returncode == 0, rejected.stderr
+    # The framework run is refused at its start: the run it names has ended.
+    code, said = spawn(tmp_path, "resume")
+    assert (code, said["error"]) == (3, "RunStateError")
+    assert f"agentrt run {RUN} is CANCELLED (approval_rejected" in said["message"]
+    assert effects(tmp_path) == []
+    with agentrt.open_store(tmp_path / "runs.db") as store:
+        assert steps(store) == [("push_branch", "failed", "policy_denied")]
+        run = store.get_run(RUN)
+        assert (run.status, run.reason) == ("CANCELLED", "approval_rejected")
 
 
 def test_an_approved_call_with_arguments_longer_than_a_read_cap_still_runs_once(
@@ -818,3 +1120,180 @@ def test_an_approved_push_recorded_before_a_sigkill_is_not_asked_for_or_run_agai
         ]
         assert steps(store) == [("push_branch", "done", "tool_result"), ("complete", "done", "")]
         assert [e.type for e in store.list_events(RUN)].count("step.tool_started") == 1
+
+
+# -- the streaming entry points: the same Gate as `run` ------------------------------
+
+ENTRY_POINTS = ["run_stream", "run_stream_sync", "iter", "run_stream_events"]
+
+
+def through(agent: Any, how: str, prompt: str | None, **kw: Any) -> tuple[Any, list[Any]]:
+    """Run the agent through one of Pydantic AI's entry points: its output and message history.
+
+    Each is used as its documentation shows, to the end: the stream read
+    whole, the nodes iterated, the events consumed.
+    """
+    if how == "run_stream_sync":
+        with agent.run_stream_sync(prompt, **kw) as res:
+            return res.get_output(), res.all_messages()
+    if how == "run":
+        result = agent.run_sync(prompt, **kw)
+        return result.output, result.all_messages()
+
+    async def drive() -> tuple[Any, list[Any]]:
+        if how == "run_stream":
+            async with agent.run_stream(prompt, **kw) as res:
+                return await res.get_output(), res.all_messages()
+        if how == "iter":
+            async with agent.iter(prompt, **kw) as run:
+                async for _node in run:
+                    pass
+            assert run.result is not None
+            return run.result.output, run.result.all_messages()
+        assert how == "run_stream_events"
+        async with agent.run_stream_events(prompt, **kw) as events:
+            seen = [event async for event in events]
+        assert isinstance(seen[-1], AgentRunResultEvent)
+        return seen[-1].result.output, seen[-1].result.all_messages()
+
+    return asyncio.run(drive())
+
+
+@pytest.mark.parametrize("how", ENTRY_POINTS)
+def test_each_streaming_entry_point_runs_allowed_calls_once_and_its_output_completes_the_run(
+    tmp_path: Path, how: str
+) -> None:
+    store = agentrt.open_store(tmp_path / "runs.db")
+    gate = make_gate(store)
+    agent = child.agent(tmp_path, "allow", gate=gate)
+    output, _ = through(agent, how, "tidy the repo", metadata=gate.run_metadata(RUN))
+    assert output == "done"
+    assert effects(tmp_path) == ["write_note hello"]
+    assert steps(store) == [
+        ("list_branches", "done", "tool_result"),
+        ("write_note", "done", "tool_result"),
+        ("complete", "done", ""),
+    ]
+    note = store.list_steps(RUN)[1]
+    assert note.decision is not None and note.decision.args == {"text": "hello"}
+    run = store.get_run(RUN)
+    assert (run.status, run.reason, run.result) == ("COMPLETED", "goal_completed", "done")
+    assert store.lease(RUN).owner == ""
+    assert store.verify_events().intact
+
+
+@pytest.mark.parametrize("how", ENTRY_POINTS)
+def test_each_streaming_entry_point_ends_deferred_on_an_approval_and_continues_after_it(
+    tmp_path: Path, how: str
+) -> None:
+    store = agentrt.open_store(tmp_path / "runs.db")
+    gate = make_gate(store)
+    agent = child.agent(tmp_path, "held", gate=gate)
+    meta = gate.run_metadata(RUN)
+    requests, history = through(agent, how, "publish", metadata=meta)
+    assert isinstance(requests, DeferredToolRequests)
+    assert [c.tool_call_id for c in requests.approvals] == ["call-push", "call-note"]
+    (pending,) = store.pending_approvals(RUN)
+    assert requests.metadata["call-push"]["agentrt"]["hash"] == pending.hash
+    assert requests.metadata["call-note"]["agentrt"]["held_behind"] == "call-push"
+    assert effects(tmp_path) == []
+    assert store.get_run(RUN).status == "WAITING_FOR_APPROVAL"
+    assert store.lease(RUN).owner == ""
+    output, _ = through(
+        agent,
+        how,
+        None,
+        message_history=history,
+        deferred_tool_results=approved(requests, "call-push", by="alice"),
+        metadata=meta,
+    )
+    assert output == "done"
+    assert effects(tmp_path) == ["push_branch feature/login", "write_note pushed login"]
+    assert steps(store) == [
+        ("push_branch", "done", "tool_result"),
+        ("write_note", "done", "tool_result"),
+        ("complete", "done", ""),
+    ]
+    assert store.get_run(RUN).status == "COMPLETED"
+
+
+def test_run_stream_taking_a_text_beside_a_waiting_call_as_output_leaves_the_run_waiting(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = agentrt.open_store(tmp_path / "runs.db")
+    gate = make_gate(store)
+    agent = child.agent(tmp_path, "announce", gate=gate)
+    meta = gate.run_metadata(RUN)
+    with caplog.at_level("WARNING", logger="agentrt.adapters.pydantic_ai"):
+        output, history = through(agent, "run_stream", "publish", metadata=meta)
+    # Pydantic AI's run_stream: the text streamed first is the output, and the
+    # deferral of the call beside it is dropped. Nothing ran; the run waits.
+    assert output == "pushing now"
+    assert effects(tmp_path) == []
+    (pending,) = store.pending_approvals(RUN)
+    run = store.get_run(RUN)
+    assert (run.status, run.result) == ("WAITING_FOR_APPROVAL", None)
+    assert steps(store) == [("push_branch", "awaiting_approval", "")]
+    assert [r.getMessage() for r in caplog.records] == [
+        "the framework run returned an output while agentrt run "
+        f"{RUN} waits for a person (approval {pending.id}): the output is not recorded as the "
+        "run's result; continue the framework run with the same metadata and its message "
+        "history to get the DeferredToolRequests"
+    ]
+    # Continued as the warning says: the waiting call comes back deferred.
+    requests, history = through(agent, "run", None, message_history=history, metadata=meta)
+    assert isinstance(requests, DeferredToolRequests)
+    assert requests.metadata["call-push"]["agentrt"]["approval_id"] == pending.id
+    output, _ = through(
+        agent,
+        "run",
+        None,
+        message_history=history,
+        deferred_tool_results=approved(requests, "call-push", by="alice"),
+        metadata=meta,
+    )
+    assert output == "ok"
+    assert effects(tmp_path) == ["push_branch feature/login"]
+    assert store.get_run(RUN).status == "COMPLETED"
+
+
+def test_a_stream_left_before_its_output_is_read_leaves_the_run_as_a_crash_would(
+    tmp_path: Path,
+) -> None:
+    store = agentrt.open_store(tmp_path / "runs.db")
+    gate = make_gate(store)
+    agent = child.agent(tmp_path, "note", gate=gate)
+
+    async def leave_early() -> list[Any]:
+        async with agent.run_stream("note it", metadata=gate.run_metadata(RUN)) as res:
+            return res.all_messages()  # the final answer is never read
+
+    history = asyncio.run(leave_early())
+    assert effects(tmp_path) == ["write_note hello"]
+    assert steps(store) == [("write_note", "done", "tool_result")]
+    run = store.get_run(RUN)
+    assert (run.status, run.result) == ("RUNNING", None)
+    assert store.lease(RUN).owner == ""  # let go: the next framework run continues it
+    output, _ = through(
+        agent, "run", None, message_history=history, metadata=gate.run_metadata(RUN)
+    )
+    assert output == "noted"
+    assert effects(tmp_path) == ["write_note hello"]
+    assert steps(store) == [("write_note", "done", "tool_result"), ("complete", "done", "")]
+    assert store.get_run(RUN).status == "COMPLETED"
+
+
+def test_the_gates_toolset_used_outside_a_run_of_its_agent_refuses_to_list_or_call_tools(
+    tmp_path: Path,
+) -> None:
+    from pydantic_ai import Agent
+
+    store = agentrt.open_store(tmp_path / "runs.db")
+    gate = make_gate(store)
+    wrapped = gate.get_wrapper_toolset(child.tools(tmp_path))
+    assert wrapped is not None
+    agent: Any = Agent(child.model(child.SCRIPTS["note"]), toolsets=[wrapped])
+    with pytest.raises(agentrt.ConfigError, match="no call runs ungated"):
+        agent.run_sync("note it")
+    assert effects(tmp_path) == []
+    assert store.list_runs() == []

@@ -21,6 +21,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,7 @@ from pydantic_ai.messages import (
     TextPart,
     ToolCallPart,
 )
-from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 from pydantic_ai.toolsets import FunctionToolset
 
 import agentrt
@@ -50,7 +51,8 @@ CLASSES = {
     "delete_branch": Classification("destructive", timeout=5),
 }
 
-Turn = list[tuple[str, dict[str, Any], str]] | str
+Turn = list[tuple[str, dict[str, Any], str] | str] | str
+"""A text answer, or the parts of a response: tool calls (name, args, id) and texts."""
 
 LONG_BRANCH = "feature/" + "x" * 100_000
 
@@ -83,6 +85,24 @@ SCRIPTS: dict[str, list[Turn]] = {
         "done",
     ],
     "loop": [[("write_note", {"text": f"n{i}"}, f"call-{i}")] for i in range(10)],
+    # A call the policy allows, made after one that waits for a person: held.
+    "held": [
+        [
+            ("push_branch", {"branch": "feature/login"}, "call-push"),
+            ("write_note", {"text": "pushed login"}, "call-note"),
+        ],
+        "done",
+    ],
+    # A text beside a call that waits (`run_stream` takes the text as the output).
+    "announce": [["pushing now", ("push_branch", {"branch": "feature/login"}, "call-push")], "ok"],
+    # A held call that waits for a person itself when its turn comes.
+    "held-push": [
+        [
+            ("push_branch", {"branch": "feature/login"}, "call-push"),
+            ("push_branch", {"branch": "feature/signup"}, "call-push2"),
+        ],
+        "pushed",
+    ],
 }
 
 
@@ -137,6 +157,9 @@ def model(
 ) -> FunctionModel:
     """The scripted model: the n-th answer after n answers in the history.
 
+    It answers streamed requests too (`run_stream`, `run_stream_events`): the
+    same answer, a text in two chunks or each tool call in one.
+
     With `hang` (a work directory), the model never answers once it is told a
     tool's return: it writes `hang/model-started` and waits to be killed there,
     after the tool's outcome was recorded and before any history holding the
@@ -162,10 +185,28 @@ def model(
         if isinstance(turn, str):
             return ModelResponse(parts=[TextPart(turn)])
         return ModelResponse(
-            parts=[ToolCallPart(name, args, tool_call_id=call_id) for name, args, call_id in turn]
+            parts=[
+                TextPart(part)
+                if isinstance(part, str)
+                else ToolCallPart(*part[:2], tool_call_id=part[2])
+                for part in turn
+            ]
         )
 
-    return FunctionModel(answer)
+    async def stream(
+        messages: list[ModelMessage], info: AgentInfo
+    ) -> AsyncIterator[str | DeltaToolCalls]:
+        response = answer(messages, info)
+        for index, part in enumerate(response.parts):
+            if isinstance(part, TextPart):
+                half = len(part.content) // 2
+                yield part.content[:half]
+                yield part.content[half:]
+            elif isinstance(part, ToolCallPart):
+                args = part.args if isinstance(part.args, str) else json.dumps(part.args)
+                yield {index: DeltaToolCall(part.tool_name, args, tool_call_id=part.tool_call_id)}
+
+    return FunctionModel(answer, stream_function=stream)
 
 
 def agent(

@@ -14,7 +14,12 @@ result = await agent.run(message_history=result.all_messages(),
                          deferred_tool_results=results, metadata=meta)
 ```
 
-See docs/adapters.md ("Pydantic AI") and docs/decisions/0040.
+`agent.run_stream`, `run_stream_sync`, `iter` and `run_stream_events` go
+through the same Gate. A call the model makes after one that waits for a
+person, in the same response, is held: deferred beside it (metadata
+`held_behind`), judged in its turn when the run continues.
+
+See docs/adapters.md ("Pydantic AI") and docs/decisions/0040, 0051.
 """
 
 from __future__ import annotations

@@ -9,6 +9,13 @@ builds the `DeferredToolResults` that approve it the framework's way, carrying
 that hash in `metadata`; the adapter then decides the approval through
 `agentrt.approve(..., shown_hash=hash)`. An approval that carries no hash (a
 bare `ToolApproved()` or `True`, by call id alone) decides nothing.
+
+A call made in the same response after the one that waits is held
+(decision 0051): its metadata is `{"agentrt": {"run_id", "tool",
+"held_behind": <the waiting call's id>, "text"}}`, with no approval id and no
+hash, since there is nothing to decide about it in agentrt. `approved` answers
+the calls held behind the approved one with a plain `ToolApproved`, which lets
+the framework continue them; the Gate then judges each in its turn.
 """
 
 from __future__ import annotations
@@ -44,21 +51,55 @@ def presentation(
     return {KEY: entry}
 
 
+def held_presentation(
+    run_id: str, tool: str, call_id: str, waiting_tool: str, waiting_for: str
+) -> dict[str, Any]:
+    """The metadata a held call carries: what it waits behind; nothing to decide."""
+    text = (
+        f"Call {call_id} ({tool}) is held behind call {waiting_for} ({waiting_tool}), which "
+        f"waits for a person in agentrt run {run_id}. There is nothing to decide about it "
+        "here: when the run continues after that call's decision, it goes through the Gate "
+        "in its turn (recorded, checked against its schema, put to the policy). Nothing has "
+        "been recorded or run for it yet.\n"
+    )
+    entry = {"run_id": run_id, "tool": tool, "held_behind": waiting_for, "text": text}
+    return {KEY: entry}
+
+
 def approved(
     requests: DeferredToolRequests, tool_call_id: str, *, by: str, note: str = ""
 ) -> DeferredToolResults:
     """Approve one call the Gate deferred, bound to the hash of the request it was shown with.
 
-    Raises KeyError when `tool_call_id` is not an agentrt approval in `requests`.
-    Merge several with `DeferredToolResults.update`.
+    The calls held behind it are answered too (a plain `ToolApproved`: the
+    Gate judges each when the run continues). Raises KeyError when
+    `tool_call_id` is not an agentrt approval in `requests` (a held call
+    included: approve the call it is held behind). Merge several with
+    `DeferredToolResults.update`.
     """
-    entry = (requests.metadata.get(tool_call_id) or {}).get(KEY)
-    if not isinstance(entry, dict) or not entry.get("hash"):
+    entry = _entry(requests, tool_call_id)
+    if entry is not None and entry.get("held_behind"):
+        raise KeyError(
+            f"tool call {tool_call_id!r} is held behind call {entry['held_behind']!r}: approve "
+            "that call; the calls held behind it are answered with it"
+        )
+    if entry is None or not entry.get("hash"):
         raise KeyError(f"tool call {tool_call_id!r} is not waiting on an agentrt approval")
     decision = {"hash": entry["hash"], "approval_id": entry["approval_id"], "by": by, "note": note}
-    return DeferredToolResults(
+    results = DeferredToolResults(
         approvals={tool_call_id: ToolApproved()}, metadata={tool_call_id: {KEY: decision}}
     )
+    for call in requests.approvals:
+        held = _entry(requests, call.tool_call_id)
+        if held is not None and held.get("held_behind") == tool_call_id:
+            results.approvals[call.tool_call_id] = ToolApproved()
+            results.metadata[call.tool_call_id] = {KEY: {"held_behind": tool_call_id}}
+    return results
+
+
+def _entry(requests: DeferredToolRequests, tool_call_id: str) -> dict[str, Any] | None:
+    entry = (requests.metadata.get(tool_call_id) or {}).get(KEY)
+    return entry if isinstance(entry, dict) else None
 
 
 def decision_of(metadata: Any) -> dict[str, str] | None:

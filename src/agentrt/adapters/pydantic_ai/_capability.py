@@ -5,7 +5,11 @@ for each framework run it wraps the agent's assembled toolset (its
 `@agent.tool` functions and every toolset passed to it; output tools are the
 framework's own) in `GatedToolset`, a `WrapperToolset` whose `call_tool` goes
 through one agentrt `GateSession`, and it ties that session's life to the
-framework run (`wrap_run`). The user keeps their Agent, model and tools.
+framework run (`wrap_run`, which Pydantic AI runs around every entry point:
+`run`, `run_stream`, `iter`, `run_stream_events`, all built on `iter`). Its
+`before_node_run` notes the calls a resumed run's `DeferredToolResults` deny,
+which Pydantic AI answers without calling the toolset. The user keeps their
+Agent, model and tools.
 
 Invariants:
 
@@ -14,6 +18,8 @@ Invariants:
   `UnclassifiedToolError`, and no agentrt run is created.
 - A framework run without `metadata={"agentrt_run_id": ...}` is refused before
   anything is recorded: the id is what a resume from another process names.
+- The gated toolset runs nothing outside a framework run it belongs to
+  (`for_run` made it): used as a plain toolset it refuses (`ConfigError`).
 """
 
 from __future__ import annotations
@@ -25,9 +31,9 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from pydantic_ai import DeferredToolRequests, RunContext
+from pydantic_ai import DeferredToolRequests, RunContext, ToolDenied
 from pydantic_ai.capabilities import AbstractCapability
-from pydantic_ai.capabilities.abstract import WrapRunHandler
+from pydantic_ai.capabilities.abstract import AgentNode, WrapRunHandler
 from pydantic_ai.run import AgentRunResult
 from pydantic_ai.toolsets import AbstractToolset, ToolsetTool, WrapperToolset
 
@@ -46,9 +52,8 @@ class GatedToolset(WrapperToolset[Any]):
     run: FrameworkRun | None = None
 
     async def get_tools(self, ctx: RunContext[Any]) -> dict[str, ToolsetTool[Any]]:
+        run = _framework_run(self.run)
         tools = await self.wrapped.get_tools(ctx)
-        run = self.run
-        assert run is not None
         run.wrapped = self.wrapped
         run.originals = tools
         if run.gate is None:
@@ -58,9 +63,18 @@ class GatedToolset(WrapperToolset[Any]):
     async def call_tool(
         self, name: str, tool_args: dict[str, Any], ctx: RunContext[Any], tool: ToolsetTool[Any]
     ) -> Any:
-        run = self.run
-        assert run is not None
+        run = _framework_run(self.run)
         return await run.call(name, tool_args, ctx, run.originals.get(name, tool))
+
+
+def _framework_run(run: FrameworkRun | None) -> FrameworkRun:
+    """The framework run this toolset belongs to; none: it was used outside a run of the agent."""
+    if run is None:
+        raise agentrt.ConfigError(
+            "AgentrtGate's toolset was used outside a run of the agent it was given to as a "
+            "capability (Agent(..., capabilities=[gate])); no call runs ungated"
+        )
+    return run
 
 
 @dataclass
@@ -130,6 +144,22 @@ class AgentrtGate(AbstractCapability[Any]):
 
     def get_wrapper_toolset(self, toolset: AbstractToolset[Any]) -> AbstractToolset[Any] | None:
         return GatedToolset(wrapped=toolset, run=self._run)
+
+    async def before_node_run(
+        self, ctx: RunContext[Any], *, node: AgentNode[Any]
+    ) -> AgentNode[Any]:
+        # A resumed run's tool calls, with the `DeferredToolResults` given for
+        # them: a call denied the framework's way is answered by Pydantic AI
+        # itself, so the calls held behind it learn of the denial here.
+        run = self._run
+        results = getattr(node, "tool_call_results", None)
+        if run is not None and isinstance(results, Mapping):
+            run.turned_down = {
+                call_id: answer
+                for call_id, answer in results.items()
+                if isinstance(call_id, str) and isinstance(answer, ToolDenied)
+            }
+        return node
 
     async def wrap_run(
         self, ctx: RunContext[Any], *, handler: WrapRunHandler

@@ -12,9 +12,19 @@ run is refused.
 Invariants:
 
 - Every call the framework makes goes through the session, one at a time
-  (the Gate has one open step): recorded verbatim (the model's arguments as
-  sent, unparsed JSON included), checked against the tool's schema, put to the
-  policy; only an allowed call runs, once, with the arguments judged.
+  and in the order the model made them (the Gate has one open step; every
+  gated tool is offered to Pydantic AI as `sequential`, a barrier, so the
+  framework itself runs a response's calls one after another): recorded
+  verbatim (the model's arguments as sent, unparsed JSON included), checked
+  against the tool's schema, put to the policy; only an allowed call runs,
+  once, with the arguments judged.
+- A call made after one that waits for a person, in the same response, is
+  held (decision 0051): deferred beside it as `ApprovalRequired` marked
+  `held_behind` that call, recorded nothing; when the framework continues the
+  run, it goes through the session in its turn like any call. When the
+  person denied the waiting call the framework's way (`ToolDenied`), agentrt
+  records the rejection and the held call never runs: it comes back as a
+  failed tool return naming the run's end.
 - A call waiting for a person runs only after agentrt's approval of the hash
   the person was shown (`agentrt approve`, or `DeferredToolResults` built by
   `approved`), and only with exactly the arguments recorded; a framework
@@ -29,13 +39,14 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any
 
 import pydantic_core
-from pydantic_ai import RunContext
+from pydantic_ai import RunContext, ToolDenied
 from pydantic_ai.exceptions import (
     AgentRunError,
     ApprovalRequired,
@@ -50,12 +61,13 @@ from agentrt.adapters import Classification, classify, ended_message, tool_spec
 from agentrt.adapters import RunEndedError as _RunEnded
 from agentrt.adapters._calls import CallMarker
 
-from ._approvals import decision_of, presentation
+from ._approvals import decision_of, held_presentation, presentation
 
 RUN_ID_KEY = "agentrt_run_id"
 """The run metadata key naming the agentrt run a framework run belongs to."""
 
 _UNPARSED = "\x00agentrt-unparsed"
+_log = logging.getLogger("agentrt.adapters.pydantic_ai")
 _CALLS = CallMarker("pydantic-ai tool call ")
 
 
@@ -148,6 +160,8 @@ class FrameworkRun:
     session: agentrt.GateSession | None = None
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     current: _Current | None = None
+    turned_down: dict[str, ToolDenied] = field(default_factory=dict)
+    """Calls the person denied the framework's way (`ToolDenied`) in this framework run."""
 
     # -- start-up -----------------------------------------------------------
 
@@ -256,16 +270,14 @@ class FrameworkRun:
     async def _waiting(
         self, name: str, args: Any, ctx: RunContext[Any], tool: ToolsetTool[Any]
     ) -> Any:
-        """A call while the run waits for a person: the waiting call itself, or another."""
+        """A call while the run waits for a person: the waiting call, or one held behind it."""
         store = self.settings.store
         approval = store.list_approvals(self.run_id)[-1]
         step = next(s for s in store.list_steps(self.run_id, cap=None) if s.id == approval.step_id)
         assert step.decision is not None
         waiting_for = step.decision.reason.removeprefix(_CALLS.prefix)
         if ctx.tool_call_id != waiting_for:
-            raise ToolFailed(
-                f"not run: the run waits for a person on call {waiting_for}; nothing was recorded"
-            )
+            self._hold(name, str(ctx.tool_call_id), approval, step.decision.tool or "", waiting_for)
         if step.decision.tool != name or _canonical(step.decision.args) != _canonical(args):
             raise ToolFailed(
                 f"refused: the call {waiting_for} to run now is not the request recorded "
@@ -304,6 +316,41 @@ class FrameworkRun:
             assert verdict.observation is not None
             raise ToolFailed(verdict.observation.summary)
         raise _end_of(verdict.run)
+
+    def _hold(
+        self,
+        name: str,
+        call_id: str,
+        approval: agentrt.Approval,
+        waiting_tool: str,
+        waiting_for: str,
+    ) -> None:
+        """A call made beside the waiting one: held behind it, or, if that was denied, not run.
+
+        Nothing is recorded for a held call: it is deferred again, marked
+        `held_behind` the waiting call, until the framework continues the run
+        after that call's decision. When the person denied the waiting call the
+        framework's way in this framework run (`ToolDenied`, answered by Pydantic
+        AI without calling the tool, before this call: the tools are barriers),
+        agentrt records that rejection now, and the held call, which never
+        runs, comes back as the run's end.
+        """
+        store = self.settings.store
+        denied = self.turned_down.get(waiting_for)
+        if denied is None:
+            raise ApprovalRequired(
+                held_presentation(self.run_id, name, call_id, waiting_tool, waiting_for)
+            )
+        if approval.status == agentrt.ApprovalStatus.PENDING:
+            agentrt.reject(
+                store,
+                self.run_id,
+                approval.id,
+                by="pydantic-ai ToolDenied",
+                note=denied.message,
+                shown_hash=approval.hash,
+            )
+        raise ToolFailed(_held_ended(store.get_run(self.run_id), call_id, waiting_for))
 
     async def _execute(
         self, step: agentrt.GateStep, ctx: RunContext[Any], tool: ToolsetTool[Any]
@@ -354,6 +401,7 @@ class FrameworkRun:
             return
         if session is None or session.done:
             self._settle_denied(messages)
+            self._warn_if_waiting()
             return
         step = await session.step()
         if step is not None:
@@ -387,6 +435,29 @@ class FrameworkRun:
                     )
                     return
 
+    def _warn_if_waiting(self) -> None:
+        """The framework run returned an output while the agentrt run waits for a person.
+
+        Pydantic AI's `run_stream` takes a text streamed beside tool calls as
+        the run's output and drops the deferral of a call that waits: the
+        output is then not the run's result, and the run keeps waiting on the
+        call (still without a return in the history).
+        """
+        store = self.settings.store
+        if store.get_run(self.run_id).status != agentrt.RunStatus.WAITING_FOR_APPROVAL:
+            return
+        pending = store.pending_approvals(self.run_id)
+        if not pending:
+            return
+        _log.warning(
+            "the framework run returned an output while agentrt run %s waits for a person "
+            "(approval %s): the output is not recorded as the run's result; continue the "
+            "framework run with the same metadata and its message history to get the "
+            "DeferredToolRequests",
+            self.run_id,
+            pending[-1].id,
+        )
+
     async def failed(self, error: BaseException) -> None:
         """The framework run raised: the agentrt run ends as the Driver ends it on an error."""
         session = self.session
@@ -408,9 +479,19 @@ class FrameworkRun:
 
 
 def tools_seen(tools: Mapping[str, ToolsetTool[Any]]) -> dict[str, ToolsetTool[Any]]:
-    """The tools as the framework validates them: arguments kept verbatim for the Gate."""
+    """The tools as the framework sees them: arguments kept verbatim for the Gate; sequential.
+
+    `sequential=True` makes each call a barrier in Pydantic AI: the calls of
+    one response run one at a time, in the order the model made them, so the
+    call that waits for a person is settled before any call held behind it.
+    """
     return {
-        name: replace(tool, args_validator=Verbatim(), args_validator_func=None)
+        name: replace(
+            tool,
+            tool_def=replace(tool.tool_def, sequential=True),
+            args_validator=Verbatim(),
+            args_validator_func=None,
+        )
         for name, tool in tools.items()
     }
 
@@ -462,6 +543,13 @@ def _replay(step: agentrt.Step, name: str, args: Any, call_id: str) -> Any:
             if error.startswith(prefix):
                 raise kind(error.removeprefix(prefix))
     raise ToolFailed(observation.summary)
+
+
+def _held_ended(run: agentrt.Run, call_id: str, waiting_for: str) -> str:
+    return (
+        f"not run and not recorded: the call {call_id} was held behind call {waiting_for}, "
+        f"and {ended_message(run)}"
+    )
 
 
 def _end_of(run: agentrt.Run) -> AgentRunError:
