@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import inspect
 import json
 import secrets
 from collections.abc import Mapping, Sequence
@@ -78,20 +79,33 @@ from agentrt import (
     ObservationKind,
     Operator,
     Policy,
+    PolicyDecision,
+    PolicyOutcome,
     Run,
     RunStatus,
+    RunView,
+    StepStatus,
     Store,
     ToolCall,
+    ToolRequest,
     ToolResult,
     ToolSpec,
     Verdict,
     approval_hash,
     canonical_json,
     check_json,
+    need_approval,
 )
 from agentrt.adapters import Classification, classify, ended_message, tool_spec
 from agentrt.adapters._calls import CallMarker
-from agentrt.lowlevel import INTERRUPTED_SIDE_EFFECT, Clock, IdFactory, parse_json
+from agentrt.lowlevel import (
+    INTERRUPTED_SIDE_EFFECT,
+    Clock,
+    IdFactory,
+    evaluate,
+    parse_json,
+    policy_id_of,
+)
 
 from ._errors import (
     ApprovalPendingError,
@@ -124,6 +138,14 @@ _TOOL_CONTEXT: contextvars.ContextVar[ToolContext[Any] | None] = contextvars.Con
     "agentrt_openai_agents_tool_context", default=None
 )
 
+
+TOOL_APPROVAL_KIND = "tool_needs_approval"
+"""The kind of approval asked because the tool's own `needs_approval` asks for a person."""
+
+_TOOL_ASKS: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "agentrt_openai_agents_tool_asks", default=False
+)
+"""What a tool's own callable `needs_approval` answered for the call being proposed now."""
 
 _CALLS = CallMarker(CALL_REASON_PREFIX)
 _HELD = CallMarker(HELD_REASON_PREFIX)
@@ -178,6 +200,53 @@ class _GatedTool:
         return ToolResult(content=_as_json(output))
 
 
+class _ToolAsksToo:
+    """The consumer's policy and each tool's own `needs_approval`: either may ask for a person.
+
+    A call the policy allows is sent to a person (`tool_needs_approval`,
+    bound by hash like any approval) when its tool was made with
+    `needs_approval=True`, or with a callable that answered True for the call
+    (`_TOOL_ASKS`, set around the proposal). The policy's deny, abort or own
+    approval stands as it is. Asked again when a waiting run resumes, a
+    callable tool's answer is not known there: the policy's allow stands, and
+    the person already approved.
+    """
+
+    def __init__(self, policy: Policy, always: frozenset[str], by_call: frozenset[str]) -> None:
+        self._policy = policy
+        self._always = always
+        self._by_call = by_call
+        inner = policy_id_of(policy)
+        self.policy_id = f"{inner} + openai-agents needs_approval" if inner else ""
+
+    async def evaluate(self, request: ToolRequest, view: RunView) -> PolicyDecision:
+        decision = await evaluate(self._policy, request, view)
+        name = request.spec.name
+        asks = name in self._always or (name in self._by_call and _TOOL_ASKS.get())
+        if decision.outcome != PolicyOutcome.ALLOW or not asks:
+            return decision
+        shown = {"tool": name, "args": request.args}
+        return need_approval(
+            TOOL_APPROVAL_KIND,
+            f"tool {name!r} asks for a person before each call it makes (its needs_approval)",
+            capability=shown,
+            presentation=shown,
+        )
+
+
+async def _tool_asks(
+    tool: FunctionTool, context: RunContextWrapper[Any], params: dict[str, Any], call_id: str
+) -> bool:
+    """What the tool's own `needs_approval` answers for this call (as the SDK would ask it)."""
+    setting = tool.needs_approval
+    if isinstance(setting, bool):
+        return setting
+    answer: Any = setting(context, params, call_id)
+    if inspect.isawaitable(answer):
+        answer = await answer
+    return bool(answer)
+
+
 def _as_json(value: Any) -> Any:
     """What agentrt records of a tool's output: the value when it is JSON, else its text."""
     if isinstance(value, BaseModel):
@@ -202,7 +271,8 @@ class _Hooks(AgentHooks[Any]):
         return self._owner
 
     async def on_start(self, context: Any, agent: Any) -> None:
-        self._run()
+        # A new framework run: nothing of an earlier one of this run is in flight.
+        await self._run()._drop_unstarted()
         if self._inner is not None:
             await self._inner.on_start(context, agent)
 
@@ -286,6 +356,11 @@ class GatedAgent:
             )
             for t in tools
         ]
+        own = {t.name: t.needs_approval for t in tools if t.needs_approval is not False}
+        if own:
+            always = frozenset(n for n, v in own.items() if v is True)
+            policy = _ToolAsksToo(policy, always, frozenset(own) - always)
+        self._tools = {t.name: t for t in tools}
         self.gate = Gate(
             store=store,
             policy=policy,
@@ -573,6 +648,7 @@ class GatedRun:
         A call cut off mid-way is left as a crash would leave it; a run that
         waits on a person, or has ended, is left as it is.
         """
+        await self._drop_unstarted()  # an allowed call never invoked is no cut-off call
         if self._session is None:
             run = self._run_or_none()
             if run is None or run.status != RunStatus.RUNNING:
@@ -602,6 +678,30 @@ class GatedRun:
             return  # an allowed call holds its turn since `needs_approval`
         await self._lock().acquire()
         self._holder = call_id
+
+    async def _drop_unstarted(self) -> None:
+        """Forget a call the Gate allowed that the SDK never invoked, and any turn still held.
+
+        A consumer's `on_tool_start` hook (the agent's or the run's) that raises
+        stops the SDK before it invokes the call: the call's turn stays taken and
+        its allowed step open, its tool never started. When the framework run
+        has ended (a new one starts, or `run_agent` ends on the error), this
+        process lets go of the session; the step stays deciding, which the next
+        attach continues past (nothing ran).
+        """
+        if self._in_flight is not None:
+            return  # a tool runs: its step is cut off mid-way, not unstarted
+        self._locks, self._holder = {}, None
+        session = self._session
+        step = session.current() if session is not None else None
+        if step is None:
+            return
+        recorded = next(
+            (s for s in self.store.list_steps(self.run_id, cap=None) if s.id == step.id), None
+        )
+        if recorded is not None and recorded.status == StepStatus.DECIDING:
+            self._judged = {k: v for k, v in self._judged.items() if v.step is not step}
+            await self._let_go()
 
     def _end_turn(self) -> None:
         lock = self._lock()
@@ -651,6 +751,14 @@ class GatedRun:
             # A call agentrt already settled, issued again by a resumed run state
             # that predates its outcome: the model gets the recorded outcome.
             return _Judged("recorded", None, recorded)
+        # The tool's own callable `needs_approval`, asked before a step is claimed:
+        # if it raises, nothing is recorded for the call.
+        tool = self._owner._tools.get(name)
+        asks = (
+            tool is not None
+            and callable(tool.needs_approval)
+            and await _tool_asks(tool, context, params, call_id)
+        )
         step = await session.step()
         if step is None:
             await self._let_go()
@@ -658,7 +766,12 @@ class GatedRun:
         text = self._arguments.get(call_id)
         args: Any = text.encode("utf-8") if text is not None else params
         marker = _HELD if held else _CALLS
-        verdict = await step.propose(Decision.tool_call(name, args, reason=marker.reason(call_id)))
+        token = _TOOL_ASKS.set(asks)
+        try:
+            decision = Decision.tool_call(name, args, reason=marker.reason(call_id))
+            verdict = await step.propose(decision)
+        finally:
+            _TOOL_ASKS.reset(token)
         if verdict.outcome == "allowed":
             assert verdict.request is not None
             return _Judged("allowed", step, None, call_id, verdict.request.args)
@@ -1114,6 +1227,18 @@ def _function_tools(agent: Agent[Any]) -> list[FunctionTool]:
         raise ConfigError(
             f"agent {agent.name!r} offers tools the Gate cannot stand behind: {listed}; "
             "only function tools can be gated"
+        )
+    agents = [
+        t.name
+        for t in agent.tools
+        if isinstance(t, FunctionTool)
+        and (getattr(t, "_is_agent_tool", False) or getattr(t, "_is_codex_tool", False))
+    ]
+    if agents:
+        raise ConfigError(
+            f"agent {agent.name!r} offers agents as tools ({', '.join(repr(n) for n in agents)}; "
+            "Agent.as_tool), whose own tool calls would bypass the Gate and the record; gate "
+            "each with a gate_agent of its own and call its run_agent from a function tool"
         )
     guarded = [
         t.name for t in agent.tools if isinstance(t, FunctionTool) and t.tool_input_guardrails
