@@ -1666,3 +1666,82 @@ async def test_a_direct_runner_run_whose_hook_raised_goes_on_when_run_again_on_t
     ]
     assert event_types(store, gated.run_id).count("step.tool_started") == 1
     assert (gated.run.status, gated.run.reason) == ("COMPLETED", "goal_completed")
+
+
+@sync
+async def test_a_run_whose_only_call_the_sdk_held_for_unusable_arguments_can_be_resumed_by_its_id(
+    store: agentrt.Store, clock: FakeClock, ids: Ids
+) -> None:
+    # The SDK holds `[1, 2]` for a person before any tool hook runs; the run it
+    # names must still exist, or `resume(run_id)` would refuse the saved state.
+    remote = Remote()
+    script = [
+        [function_call("write_note", "[1, 2]", call_id="call-1")],
+        [assistant_message("sorry")],
+    ]
+    gated, model = gated_agent(store, remote, script, clock, ids)
+    first = await gated.run_agent("note it")
+    assert [i.call_id for i in first.interruptions] == ["call-1"]
+    assert (gated.run.status, store.list_steps(gated.run_id, cap=None)) == ("RUNNING", [])
+    saved = first.to_state().to_string()
+
+    agent = Agent(name="publisher", model=model, tools=remote.tools)
+    later = gate_agent(
+        agent, store=store, policy=agentrt.default_policy(), classifications=CLASSES, now=clock
+    ).resume(gated.run_id)
+    state = await later.load_state(saved)
+    state.approve(state.get_interruptions()[0])
+    result = await asyncio.wait_for(later.run_agent(state), 10)
+
+    assert remote.done == []
+    (seen,) = outputs(result)
+    assert seen.startswith("invalid_decision: ")
+    (step, _) = store.list_steps(gated.run_id, cap=None)
+    assert step.decision is not None and step.decision.args == [1, 2]
+    assert step.observation is not None and step.observation.kind == "invalid_decision"
+    assert (later.run.status, later.run.result) == ("COMPLETED", "sorry")
+
+
+class FailingSecondStart(RunHooks[Any]):
+    """A consumer's hook that fails at the second tool call it sees."""
+
+    def __init__(self) -> None:
+        self.seen = 0
+
+    async def on_tool_start(self, context: Any, agent: Any, tool: Any) -> None:
+        self.seen += 1
+        if self.seen == 2:
+            raise RuntimeError("hook failed")
+
+
+@sync
+async def test_a_call_id_reused_for_other_arguments_in_a_later_framework_run_is_refused(
+    store: agentrt.Store, clock: FakeClock, ids: Ids
+) -> None:
+    # The SDK refuses a reused id within its own history; a later framework run
+    # of the same agentrt run starts a new history, and a model that numbers
+    # its calls from zero again reuses `call_0` for another call.
+    remote = Remote()
+    script = [
+        [function_call("write_note", {"text": "a"}, call_id="call_0")],
+        [function_call("write_note", {"text": "x"}, call_id="call_1")],
+        [function_call("write_note", {"text": "b"}, call_id="call_0")],
+        [assistant_message("done")],
+    ]
+    gated, _ = gated_agent(store, remote, script, clock, ids)
+    with pytest.raises(UserError, match="hook failed"):
+        await Runner.run(gated.agent, "note a", hooks=FailingSecondStart())
+
+    result = await Runner.run(gated.agent, "note b")
+
+    assert remote.done == [("write_note", "a")]
+    assert outputs(result) == [
+        "invalid_decision: call id 'call_0' names an earlier call agentrt recorded (step 0) "
+        "with another tool or other arguments; a changed call is not run as the recorded one, "
+        "and nothing ran"
+    ]
+    assert calls(store, gated.run_id) == [
+        ("done", "openai-agents call_id call_0"),
+        ("interrupted", "openai-agents call_id call_1"),
+    ]
+    assert (gated.run.status, gated.run.result) == ("COMPLETED", "done")

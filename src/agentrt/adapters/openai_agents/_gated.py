@@ -309,9 +309,16 @@ class _Hooks(AgentHooks[Any]):
             await self._inner.on_llm_start(context, agent, *args)
 
     async def on_llm_end(self, context: Any, agent: Any, response: ModelResponse) -> None:
+        run = self._run()
+        unusable = False
         for item in response.output:
             if isinstance(item, ResponseFunctionToolCall):
-                self._run()._arguments[item.call_id] = item.arguments
+                run._arguments[item.call_id] = item.arguments
+                unusable = unusable or not isinstance(_loads_or_none(item.arguments), dict)
+        if unusable:
+            # The SDK holds such a call for a person before any tool hook runs:
+            # the agentrt run must exist for `resume(run_id)` to find it later.
+            await run._recorded_run()
         if self._inner is not None:
             await self._inner.on_llm_end(context, agent, response)
 
@@ -746,11 +753,14 @@ class GatedRun:
             return self._judged_from(verdict, session, call_id)
         if session is None:
             return _Judged("ended")
-        recorded = self._recorded(call_id)
-        if recorded is not None:
+        text = self._arguments.get(call_id)
+        if text is None:
+            text = canonical_json(params).decode("utf-8")
+        settled = self._settled_call(call_id, name, text)
+        if settled is not None:
             # A call agentrt already settled, issued again by a resumed run state
             # that predates its outcome: the model gets the recorded outcome.
-            return _Judged("recorded", None, recorded)
+            return settled
         # The tool's own callable `needs_approval`, asked before a step is claimed:
         # if it raises, nothing is recorded for the call.
         tool = self._owner._tools.get(name)
@@ -834,7 +844,7 @@ class GatedRun:
             if observation.kind == ObservationKind.TOOL_RESULT:
                 return observation.content
             return f"{observation.kind}: {observation.summary}"
-        if judged.outcome == "denied":
+        if judged.outcome in ("denied", "reused"):
             observation = judged.observation
             kind = observation.kind if observation is not None else "denied"
             summary = observation.summary if observation is not None else ""
@@ -875,9 +885,9 @@ class GatedRun:
     async def _judge_sdk_approved(
         self, name: str, context: ToolContext[Any], call_id: str, arguments: str
     ) -> _Judged:
-        recorded = self._recorded(call_id)
-        if recorded is not None:
-            return _Judged("recorded", None, recorded)
+        settled = self._settled_call(call_id, name, arguments)
+        if settled is not None:
+            return settled
         run = self._run_or_none()
         if run is not None and run.status == RunStatus.WAITING_FOR_APPROVAL:
             # A waiting call the SDK rejected ends the run before a call held behind it.
@@ -970,6 +980,12 @@ class GatedRun:
         if session.done and (verdict is None or str(verdict.outcome) != "allowed"):
             await self._let_go()
         return self._session, verdict
+
+    async def _recorded_run(self) -> None:
+        """The agentrt run is recorded (begun now if it was not); this process holds no lease."""
+        if self._run_or_none() is None:
+            await self._open()
+            await self._let_go()
 
     def _waiting(self) -> bool:
         """The run waits on an approval nobody has decided."""
@@ -1068,12 +1084,30 @@ class GatedRun:
                 return approval
         return None
 
-    def _recorded(self, call_id: str) -> Observation | None:
-        """The outcome agentrt recorded for `call_id`, if a step settled it (done or failed)."""
+    def _settled_call(self, call_id: str, name: str, arguments: str) -> _Judged | None:
+        """What agentrt recorded for `call_id` if a step settled it (done or failed), else None.
+
+        The same call issued again gets its recorded outcome. Another call under
+        a reused id (another tool, other arguments: a model that repeats ids
+        across framework runs) is refused and not recorded: the recorded
+        outcome is not its outcome, and its id cannot name a second step.
+        """
         step = _CALLS.settled(self.store, self.run_id, call_id) or _HELD.settled(
             self.store, self.run_id, call_id
         )
-        return None if step is None else step.observation
+        if step is None or step.observation is None:
+            return None
+        if _same_call(step.decision, name, arguments):
+            return _Judged("recorded", None, step.observation)
+        return _Judged(
+            "reused",
+            None,
+            Observation.invalid_decision(
+                f"call id {call_id!r} names an earlier call agentrt recorded (step {step.index}) "
+                "with another tool or other arguments; a changed call is not run as the recorded "
+                "one, and nothing ran"
+            ),
+        )
 
     def _is_held(self, call_id: str, arguments: str | None) -> bool:
         """An interruption agentrt never recorded, made while the run waited on another call."""
@@ -1269,6 +1303,20 @@ def _classify_tools(
 
 def _call_id_of(decision: Decision | None) -> str | None:
     return _CALLS.call_id(decision) or _HELD.call_id(decision)
+
+
+def _same_call(decision: Decision | None, name: str, arguments: str) -> bool:
+    """The recorded decision is the call of `name` with `arguments` (the SDK's text)."""
+    if decision is None or decision.tool != name:
+        return False
+    if decision.invalid_args is not None:
+        return decision.invalid_args == arguments
+    try:
+        args = parse_json(arguments)
+    except JSONValueError:
+        return False
+    recorded = {} if decision.args is None else decision.args
+    return canonical_json({} if args is None else args) == canonical_json(recorded)
 
 
 def _loads(arguments: str) -> dict[str, Any]:
