@@ -1745,3 +1745,45 @@ async def test_a_call_id_reused_for_other_arguments_in_a_later_framework_run_is_
         ("interrupted", "openai-agents call_id call_1"),
     ]
     assert (gated.run.status, gated.run.result) == ("COMPLETED", "done")
+
+
+class Stop(BaseException):
+    """Not an `Exception`: what a tool raises to stop more than itself."""
+
+
+@sync
+async def test_a_tool_that_raises_a_base_exception_records_it_as_its_outcome_once(
+    store: agentrt.Store, clock: FakeClock, ids: Ids
+) -> None:
+    # As for any agentrt tool (decision 0017): the call's outcome, not the program's end.
+    raised: list[str] = []
+
+    @function_tool
+    def stop(text: str) -> str:
+        """Stop."""
+        raised.append(text)
+        raise Stop("stop here")
+
+    agent = Agent(
+        name="stopper",
+        model=ScriptedModel(
+            [[function_call("stop", {"text": "a"}, call_id="call-1")], [assistant_message("ok")]]
+        ),
+        tools=[stop],
+    )
+    gated = gate_agent(
+        agent,
+        store=store,
+        policy=agentrt.default_policy(),
+        classifications={"stop": Classification("local_mutation", 5)},
+        now=clock,
+        new_id=ids,
+    ).new_run()
+
+    result = await gated.run_agent("go")
+
+    assert raised == ["a"]
+    assert outputs(result) == ["tool_error: Stop: stop here"]
+    (step, _) = store.list_steps(gated.run_id, cap=None)
+    assert (step.status, step.observation and step.observation.kind) == ("failed", "tool_error")
+    assert (gated.run.status, gated.run.result) == ("COMPLETED", "ok")

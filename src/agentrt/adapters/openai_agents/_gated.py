@@ -10,9 +10,9 @@ description and schema, and whose two SDK extension points are the Gate's:
   invoke the tool): claims a step, records the model's call verbatim (its
   argument text as the model wrote it, captured by the agent's `on_llm_end`
   hook, and its call id), checks it against the schema and asks the policy.
-  It answers True only when the policy asks for a person, so `require_approval`
-  surfaces as the SDK's own interruption (`RunResult.interruptions`,
-  `RunState.approve/reject`).
+  It answers True only when the policy (or the tool's own `needs_approval`,
+  decision 0052) asks for a person, so `require_approval` surfaces as the
+  SDK's own interruption (`RunResult.interruptions`, `RunState.approve/reject`).
 - `on_invoke_tool`: runs what the Gate allowed, once, through `step.execute()`
   (the original tool runs inside the agentrt tool, with the recorded
   arguments); a denial or an invalid call comes back to the model as a tool
@@ -1228,7 +1228,9 @@ def gate_agent(
     `classifications` maps each function tool's name to its `Classification` (side
     effect, timeout); a tool without one is refused here
     (`UnclassifiedToolError`), as is a tool the Gate cannot stand behind
-    (hosted tools, MCP servers, handoffs). Build it once; each framework run
+    (hosted tools, MCP servers, handoffs, agents offered as tools). A tool's
+    own `needs_approval` is honoured: a person is asked, through agentrt, when
+    it or the policy asks. Build it once; each framework run
     names its agentrt run through `new_run()` or `resume(run_id)`.
     """
     return GatedAgent(
