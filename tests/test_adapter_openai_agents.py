@@ -1787,3 +1787,50 @@ async def test_a_tool_that_raises_a_base_exception_records_it_as_its_outcome_onc
     (step, _) = store.list_steps(gated.run_id, cap=None)
     assert (step.status, step.observation and step.observation.kind) == ("failed", "tool_error")
     assert (gated.run.status, gated.run.result) == ("COMPLETED", "ok")
+
+
+@sync
+async def test_a_held_call_sent_to_a_person_names_its_approval_and_hash_and_resumes_via_approve(
+    store: agentrt.Store, clock: FakeClock, ids: Ids
+) -> None:
+    remote = Remote()
+    script = [
+        [
+            function_call("push_branch", {"branch": "feature/login"}, call_id="call-1"),
+            function_call("push_branch", {"branch": "feature/logout"}, call_id="call-2"),
+        ],
+        [assistant_message("both published")],
+    ]
+    gated, _ = gated_agent(store, remote, script, clock, ids)
+    first = await gated.run_agent("publish both")
+    saved = first.to_state().to_string()
+    state = first.to_state()
+    push, _ = state.get_interruptions()
+    await gated.approve(state, push, by="alice")  # lets the SDK go on with the held call
+
+    with pytest.raises(ApprovalPendingError) as pending:
+        await gated.run_agent(state)
+
+    (second,) = gated.pending()
+    error = pending.value
+    assert (error.run_id, error.approval_id, error.approval_hash) == (
+        gated.run_id,
+        second.id,
+        second.hash,
+    )
+    assert f"approval {second.id} (hash {second.hash})" in str(error)
+    assert f"agentrt approve {gated.run_id}" in str(error)
+    assert remote.done == [("push_branch", "feature/login")]
+
+    # The documented path: the state saved before, loaded, and the held call
+    # approved through GatedRun.approve (bound to the hash of its arguments).
+    state = await gated.load_state(saved)
+    item = next(i for i in state.get_interruptions() if i.call_id == "call-2")
+    decided = await gated.approve(state, item, by="bob")
+    result = await gated.run_agent(state)
+
+    assert decided.hash == second.hash
+    assert result.final_output == "both published"
+    assert remote.done == [("push_branch", "feature/login"), ("push_branch", "feature/logout")]
+    assert event_types(store, gated.run_id).count("step.tool_started") == 2
+    assert (gated.run.status, gated.run.reason) == ("COMPLETED", "goal_completed")

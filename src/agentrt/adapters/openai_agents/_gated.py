@@ -854,10 +854,14 @@ class GatedRun:
             if waiting is not None and _HELD.call_id(self._decision_of(waiting.step_id)):
                 raise ApprovalPendingError(
                     f"the call {call_id!r} of {name!r} was held behind another and, judged in "
-                    f"its turn, waits for a person on approval {waiting.id} in agentrt run "
-                    f"{self.run_id}; the SDK cannot pause a call it has begun, so nothing ran: "
-                    f"decide it with `agentrt approve {self.run_id}` (or GatedRun.approve) "
-                    "and resume the same run state"
+                    f"its turn, waits for a person on approval {waiting.id} (hash "
+                    f"{waiting.hash}) in agentrt run {self.run_id}; the SDK cannot pause a call "
+                    f"it has begun, so nothing ran: decide it with `agentrt approve "
+                    f"{self.run_id}` (or GatedRun.approve) and resume the run state saved "
+                    "before this framework run",
+                    run_id=self.run_id,
+                    approval_id=waiting.id,
+                    approval_hash=waiting.hash,
                 )
             raise ApprovalPendingError(
                 f"the call {call_id!r} of {name!r} waits for a person in agentrt run "
@@ -899,7 +903,10 @@ class GatedRun:
                     raise ApprovalPendingError(
                         f"the call {call_id!r} of {name!r} is held behind call {waits_on!r}, "
                         f"which waits for a person on approval {approval.id} in agentrt run "
-                        f"{self.run_id}; nothing ran"
+                        f"{self.run_id}; nothing ran",
+                        run_id=self.run_id,
+                        approval_id=approval.id,
+                        approval_hash=approval.hash,
                     )
                 if approval.kind == INTERRUPTED_SIDE_EFFECT:
                     raise InterruptedSideEffectError(self.run_id, approval.id, name)
@@ -908,9 +915,12 @@ class GatedRun:
                     # asked anyone about it: that approval decides nothing.
                     raise ApprovalPendingError(
                         f"the call {call_id!r} of {name!r} was held, then judged in its turn; "
-                        f"it waits on approval {approval.id}, which an approval the SDK gave "
-                        f"while it was held cannot decide: agentrt approve {self.run_id} (or "
-                        "GatedRun.approve), then resume; nothing ran"
+                        f"it waits on approval {approval.id} (hash {approval.hash}), which an "
+                        f"approval the SDK gave while it was held cannot decide: agentrt "
+                        f"approve {self.run_id} (or GatedRun.approve), then resume; nothing ran",
+                        run_id=self.run_id,
+                        approval_id=approval.id,
+                        approval_hash=approval.hash,
                     )
                 self._decide(
                     approval,
