@@ -29,10 +29,12 @@ from agents import (
     RunHooks,
     Runner,
     RunState,
+    UserError,
     WebSearchTool,
     function_tool,
     set_tracing_disabled,
 )
+from agents.lifecycle import AgentHooks
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 
 import agentrt
@@ -1420,3 +1422,415 @@ def test_a_held_call_approved_with_state_approve_in_a_second_process_runs_after_
     store = agentrt.open_existing(tmp_path / "runs.db", read_only=True)
     assert [s for s, _ in calls(store, RUN_ID)] == ["done", "done"]
     assert store.get_run(RUN_ID).status == "COMPLETED"
+
+
+# -- a tool's own approval, agents as tools, a consumer's hook that raises (review) --------
+
+
+def wipe_agent(
+    store: agentrt.Store,
+    clock: FakeClock,
+    ids: Ids,
+    script: list[Any],
+    needs_approval: Any,
+    side_effect: str = "local_mutation",
+) -> tuple[GatedRun, list[str]]:
+    """An agent whose one tool carries its own `needs_approval`, behind the Gate."""
+    wiped: list[str] = []
+
+    @function_tool(needs_approval=needs_approval)
+    def wipe_cache(path: str) -> str:
+        """Delete a local cache directory."""
+        wiped.append(path)
+        return f"wiped {path}"
+
+    agent = Agent(name="janitor", model=ScriptedModel(script), tools=[wipe_cache])
+    gated = gate_agent(
+        agent,
+        store=store,
+        policy=agentrt.default_policy(),
+        classifications={"wipe_cache": Classification(side_effect, 5)},  # type: ignore[arg-type]
+        now=clock,
+        new_id=ids,
+    )
+    return gated.new_run(), wiped
+
+
+@sync
+async def test_a_tools_own_needs_approval_asks_a_person_through_agentrt_though_the_policy_allows(
+    store: agentrt.Store, clock: FakeClock, ids: Ids
+) -> None:
+    script = [
+        [function_call("wipe_cache", {"path": "/var/cache"}, call_id="call-wipe")],
+        [assistant_message("wiped")],
+    ]
+    gated, wiped = wipe_agent(store, clock, ids, script, needs_approval=True)
+
+    result = await gated.run_agent("clean up")
+
+    assert wiped == []
+    assert [i.call_id for i in result.interruptions] == ["call-wipe"]
+    (approval,) = gated.pending()
+    shown = {"tool": "wipe_cache", "args": {"path": "/var/cache"}}
+    assert (approval.kind, approval.presentation, approval.capability) == (
+        "tool_needs_approval",
+        shown,
+        shown,
+    )
+    assert (gated.run.status, calls(store, gated.run_id)) == (
+        "WAITING_FOR_APPROVAL",
+        [("awaiting_approval", "openai-agents call_id call-wipe")],
+    )
+
+    state = result.to_state()
+    (item,) = state.get_interruptions()
+    decided = await gated.approve(state, item, by="alice")
+    result = await gated.run_agent(state)
+
+    assert decided.hash == approval.hash
+    assert wiped == ["/var/cache"]
+    assert result.final_output == "wiped"
+    assert (gated.run.status, calls(store, gated.run_id)) == (
+        "COMPLETED",
+        [("done", "openai-agents call_id call-wipe")],
+    )
+
+
+@sync
+async def test_a_tools_callable_needs_approval_asks_a_person_only_for_the_calls_it_names(
+    store: agentrt.Store, clock: FakeClock, ids: Ids
+) -> None:
+    asked: list[tuple[dict[str, Any], str]] = []
+
+    async def only_the_root(context: Any, params: dict[str, Any], call_id: str) -> bool:
+        asked.append((params, call_id))
+        return bool(params["path"] == "/")
+
+    script = [
+        [function_call("wipe_cache", {"path": "/tmp/cache"}, call_id="call-tmp")],
+        [function_call("wipe_cache", {"path": "/"}, call_id="call-root")],
+        [assistant_message("done")],
+    ]
+    gated, wiped = wipe_agent(store, clock, ids, script, needs_approval=only_the_root)
+
+    result = await gated.run_agent("clean up")
+
+    assert asked == [({"path": "/tmp/cache"}, "call-tmp"), ({"path": "/"}, "call-root")]
+    assert wiped == ["/tmp/cache"]
+    assert [i.call_id for i in result.interruptions] == ["call-root"]
+    (approval,) = gated.pending()
+    assert (approval.kind, approval.presentation) == (
+        "tool_needs_approval",
+        {"tool": "wipe_cache", "args": {"path": "/"}},
+    )
+    state = result.to_state()
+    (item,) = state.get_interruptions()
+    await gated.reject(state, item, by="alice", note="not the root")
+    await gated.run_agent(state)
+    assert wiped == ["/tmp/cache"]
+    assert (gated.run.status, gated.run.reason) == ("CANCELLED", "approval_rejected")
+
+
+@sync
+async def test_a_tools_own_needs_approval_never_overrides_a_policy_denial(
+    store: agentrt.Store, clock: FakeClock, ids: Ids
+) -> None:
+    script = [
+        [function_call("wipe_cache", {"path": "/"}, call_id="call-wipe")],
+        [assistant_message("denied")],
+    ]
+    gated, wiped = wipe_agent(store, clock, ids, script, True, side_effect="destructive")
+
+    result = await gated.run_agent("clean up")
+
+    assert (wiped, result.interruptions, gated.pending()) == ([], [], [])
+    assert outputs(result) == ["policy_denied: destructive tools are denied by the default policy"]
+
+
+def test_an_agent_offered_as_a_tool_is_refused_at_start_up_and_nothing_is_written(
+    store: agentrt.Store,
+) -> None:
+    remote = Remote()
+    inner = Agent(name="janitor", model=ScriptedModel([]), tools=remote.tools)
+    outer = Agent(
+        name="boss",
+        model=ScriptedModel([]),
+        tools=[inner.as_tool(tool_name="janitor", tool_description="Cleans the repo.")],
+    )
+    with pytest.raises(agentrt.ConfigError) as refused:
+        gate_agent(
+            outer,
+            store=store,
+            policy=agentrt.default_policy(),
+            classifications={"janitor": Classification("local_mutation", 30)},
+        )
+    assert str(refused.value) == (
+        "agent 'boss' offers agents as tools ('janitor'; Agent.as_tool), whose own tool calls "
+        "would bypass the Gate and the record; gate each with a gate_agent of its own and call "
+        "its run_agent from a function tool"
+    )
+    assert store.list_runs() == [] and remote.done == []
+
+
+class FailingStart(RunHooks[Any]):
+    """A consumer's hook that fails before the first tool call it sees (a metrics exporter down)."""
+
+    def __init__(self) -> None:
+        self.seen = 0
+
+    async def on_tool_start(self, context: Any, agent: Any, tool: Any) -> None:
+        self.seen += 1
+        if self.seen == 1:
+            raise RuntimeError("hook failed")
+
+
+class FailingAgentStart(AgentHooks[Any]):
+    """The same, as the agent's own hooks."""
+
+    def __init__(self) -> None:
+        self.seen = 0
+
+    async def on_tool_start(self, context: Any, agent: Any, tool: Any) -> None:
+        self.seen += 1
+        if self.seen == 1:
+            raise RuntimeError("hook failed")
+
+
+@pytest.mark.parametrize("whose", ["the run's", "the agent's"])
+@sync
+async def test_a_hook_that_raises_before_an_allowed_call_fails_the_run_and_nothing_ran(
+    store: agentrt.Store, clock: FakeClock, ids: Ids, whose: str
+) -> None:
+    remote = Remote()
+    script = [
+        [function_call("write_note", {"text": "a"}, call_id="call-a")],
+        [function_call("write_note", {"text": "b"}, call_id="call-b")],
+        [assistant_message("done")],
+    ]
+    model = ScriptedModel(script)
+    agent = Agent(name="publisher", model=model, tools=remote.tools)
+    kwargs: dict[str, Any] = {"hooks": FailingStart()}
+    if whose == "the agent's":
+        agent, kwargs = agent.clone(hooks=FailingAgentStart()), {}
+    gated = gate_agent(
+        agent,
+        store=store,
+        policy=agentrt.default_policy(),
+        classifications=CLASSES,
+        now=clock,
+        new_id=ids,
+    ).new_run()
+
+    with pytest.raises(UserError, match="hook failed"):
+        await gated.run_agent("note a and b", **kwargs)
+
+    assert remote.done == []
+    run = gated.run
+    assert (run.status, run.reason) == ("FAILED", "agent_error")
+    assert run.reason_detail == "UserError: Error running tool write_note: hook failed"
+    steps = store.list_steps(gated.run_id, cap=None)
+    assert [(s.status, s.decision.reason if s.decision else None) for s in steps] == [
+        ("interrupted", "openai-agents call_id call-a"),  # allowed, never started
+        ("failed", None),
+    ]
+    assert "step.tool_started" not in event_types(store, gated.run_id)
+    # The same GatedRun again: refused at once (the run has ended), never a hang.
+    with pytest.raises(RunEndedError, match="FAILED"):
+        await asyncio.wait_for(gated.run_agent("try again"), 10)
+    assert remote.done == []
+
+
+@sync
+async def test_a_direct_runner_run_whose_hook_raised_goes_on_when_run_again_on_the_same_run(
+    store: agentrt.Store, clock: FakeClock, ids: Ids
+) -> None:
+    remote = Remote()
+    script = [
+        [function_call("write_note", {"text": "a"}, call_id="call-a")],
+        [function_call("write_note", {"text": "b"}, call_id="call-b")],
+        [assistant_message("done")],
+    ]
+    gated, _ = gated_agent(store, remote, script, clock, ids)
+
+    with pytest.raises(UserError, match="hook failed"):
+        await Runner.run(gated.agent, "note a", hooks=FailingStart())
+    assert (remote.done, gated.run.status) == ([], "RUNNING")
+
+    result = await asyncio.wait_for(Runner.run(gated.agent, "note b"), 10)
+
+    assert result.final_output == "done"
+    assert remote.done == [("write_note", "b")]
+    assert calls(store, gated.run_id) == [
+        ("interrupted", "openai-agents call_id call-a"),
+        ("done", "openai-agents call_id call-b"),
+    ]
+    assert event_types(store, gated.run_id).count("step.tool_started") == 1
+    assert (gated.run.status, gated.run.reason) == ("COMPLETED", "goal_completed")
+
+
+@sync
+async def test_a_run_whose_only_call_the_sdk_held_for_unusable_arguments_can_be_resumed_by_its_id(
+    store: agentrt.Store, clock: FakeClock, ids: Ids
+) -> None:
+    # The SDK holds `[1, 2]` for a person before any tool hook runs; the run it
+    # names must still exist, or `resume(run_id)` would refuse the saved state.
+    remote = Remote()
+    script = [
+        [function_call("write_note", "[1, 2]", call_id="call-1")],
+        [assistant_message("sorry")],
+    ]
+    gated, model = gated_agent(store, remote, script, clock, ids)
+    first = await gated.run_agent("note it")
+    assert [i.call_id for i in first.interruptions] == ["call-1"]
+    assert (gated.run.status, store.list_steps(gated.run_id, cap=None)) == ("RUNNING", [])
+    saved = first.to_state().to_string()
+
+    agent = Agent(name="publisher", model=model, tools=remote.tools)
+    later = gate_agent(
+        agent, store=store, policy=agentrt.default_policy(), classifications=CLASSES, now=clock
+    ).resume(gated.run_id)
+    state = await later.load_state(saved)
+    state.approve(state.get_interruptions()[0])
+    result = await asyncio.wait_for(later.run_agent(state), 10)
+
+    assert remote.done == []
+    (seen,) = outputs(result)
+    assert seen.startswith("invalid_decision: ")
+    (step, _) = store.list_steps(gated.run_id, cap=None)
+    assert step.decision is not None and step.decision.args == [1, 2]
+    assert step.observation is not None and step.observation.kind == "invalid_decision"
+    assert (later.run.status, later.run.result) == ("COMPLETED", "sorry")
+
+
+class FailingSecondStart(RunHooks[Any]):
+    """A consumer's hook that fails at the second tool call it sees."""
+
+    def __init__(self) -> None:
+        self.seen = 0
+
+    async def on_tool_start(self, context: Any, agent: Any, tool: Any) -> None:
+        self.seen += 1
+        if self.seen == 2:
+            raise RuntimeError("hook failed")
+
+
+@sync
+async def test_a_call_id_reused_for_other_arguments_in_a_later_framework_run_is_refused(
+    store: agentrt.Store, clock: FakeClock, ids: Ids
+) -> None:
+    # The SDK refuses a reused id within its own history; a later framework run
+    # of the same agentrt run starts a new history, and a model that numbers
+    # its calls from zero again reuses `call_0` for another call.
+    remote = Remote()
+    script = [
+        [function_call("write_note", {"text": "a"}, call_id="call_0")],
+        [function_call("write_note", {"text": "x"}, call_id="call_1")],
+        [function_call("write_note", {"text": "b"}, call_id="call_0")],
+        [assistant_message("done")],
+    ]
+    gated, _ = gated_agent(store, remote, script, clock, ids)
+    with pytest.raises(UserError, match="hook failed"):
+        await Runner.run(gated.agent, "note a", hooks=FailingSecondStart())
+
+    result = await Runner.run(gated.agent, "note b")
+
+    assert remote.done == [("write_note", "a")]
+    assert outputs(result) == [
+        "invalid_decision: call id 'call_0' names an earlier call agentrt recorded (step 0) "
+        "with another tool or other arguments; a changed call is not run as the recorded one, "
+        "and nothing ran"
+    ]
+    assert calls(store, gated.run_id) == [
+        ("done", "openai-agents call_id call_0"),
+        ("interrupted", "openai-agents call_id call_1"),
+    ]
+    assert (gated.run.status, gated.run.result) == ("COMPLETED", "done")
+
+
+class Stop(BaseException):
+    """Not an `Exception`: what a tool raises to stop more than itself."""
+
+
+@sync
+async def test_a_tool_that_raises_a_base_exception_records_it_as_its_outcome_once(
+    store: agentrt.Store, clock: FakeClock, ids: Ids
+) -> None:
+    # As for any agentrt tool (decision 0017): the call's outcome, not the program's end.
+    raised: list[str] = []
+
+    @function_tool
+    def stop(text: str) -> str:
+        """Stop."""
+        raised.append(text)
+        raise Stop("stop here")
+
+    agent = Agent(
+        name="stopper",
+        model=ScriptedModel(
+            [[function_call("stop", {"text": "a"}, call_id="call-1")], [assistant_message("ok")]]
+        ),
+        tools=[stop],
+    )
+    gated = gate_agent(
+        agent,
+        store=store,
+        policy=agentrt.default_policy(),
+        classifications={"stop": Classification("local_mutation", 5)},
+        now=clock,
+        new_id=ids,
+    ).new_run()
+
+    result = await gated.run_agent("go")
+
+    assert raised == ["a"]
+    assert outputs(result) == ["tool_error: Stop: stop here"]
+    (step, _) = store.list_steps(gated.run_id, cap=None)
+    assert (step.status, step.observation and step.observation.kind) == ("failed", "tool_error")
+    assert (gated.run.status, gated.run.result) == ("COMPLETED", "ok")
+
+
+@sync
+async def test_a_held_call_sent_to_a_person_names_its_approval_and_hash_and_resumes_via_approve(
+    store: agentrt.Store, clock: FakeClock, ids: Ids
+) -> None:
+    remote = Remote()
+    script = [
+        [
+            function_call("push_branch", {"branch": "feature/login"}, call_id="call-1"),
+            function_call("push_branch", {"branch": "feature/logout"}, call_id="call-2"),
+        ],
+        [assistant_message("both published")],
+    ]
+    gated, _ = gated_agent(store, remote, script, clock, ids)
+    first = await gated.run_agent("publish both")
+    saved = first.to_state().to_string()
+    state = first.to_state()
+    push, _ = state.get_interruptions()
+    await gated.approve(state, push, by="alice")  # lets the SDK go on with the held call
+
+    with pytest.raises(ApprovalPendingError) as pending:
+        await gated.run_agent(state)
+
+    (second,) = gated.pending()
+    error = pending.value
+    assert (error.run_id, error.approval_id, error.approval_hash) == (
+        gated.run_id,
+        second.id,
+        second.hash,
+    )
+    assert f"approval {second.id} (hash {second.hash})" in str(error)
+    assert f"agentrt approve {gated.run_id}" in str(error)
+    assert remote.done == [("push_branch", "feature/login")]
+
+    # The documented path: the state saved before, loaded, and the held call
+    # approved through GatedRun.approve (bound to the hash of its arguments).
+    state = await gated.load_state(saved)
+    item = next(i for i in state.get_interruptions() if i.call_id == "call-2")
+    decided = await gated.approve(state, item, by="bob")
+    result = await gated.run_agent(state)
+
+    assert decided.hash == second.hash
+    assert result.final_output == "both published"
+    assert remote.done == [("push_branch", "feature/login"), ("push_branch", "feature/logout")]
+    assert event_types(store, gated.run_id).count("step.tool_started") == 2
+    assert (gated.run.status, gated.run.reason) == ("COMPLETED", "goal_completed")

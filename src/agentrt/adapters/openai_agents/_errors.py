@@ -57,7 +57,26 @@ class RequestChangedError(AgentsException, ApprovalChangedError):
 
 
 class ApprovalPendingError(AgentsException, RunStateError):
-    """The SDK asked to run a call that agentrt still holds for a person's decision."""
+    """The SDK asked to run a call that agentrt still holds for a person's decision.
+
+    `approval_id` and `approval_hash` name the approval it waits on when there
+    is one (a held call the policy sent to a person, decision 0052): decide it
+    through agentrt (`agentrt approve RUN`, showing that hash, or
+    `GatedRun.approve`), then resume the run state saved before.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        run_id: str | None = None,
+        approval_id: str | None = None,
+        approval_hash: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.run_id = run_id
+        self.approval_id = approval_id
+        self.approval_hash = approval_hash
 
 
 class RunNotNamedError(AgentsException, ConfigError):

@@ -10,9 +10,9 @@ description and schema, and whose two SDK extension points are the Gate's:
   invoke the tool): claims a step, records the model's call verbatim (its
   argument text as the model wrote it, captured by the agent's `on_llm_end`
   hook, and its call id), checks it against the schema and asks the policy.
-  It answers True only when the policy asks for a person, so `require_approval`
-  surfaces as the SDK's own interruption (`RunResult.interruptions`,
-  `RunState.approve/reject`).
+  It answers True only when the policy (or the tool's own `needs_approval`,
+  decision 0052) asks for a person, so `require_approval` surfaces as the
+  SDK's own interruption (`RunResult.interruptions`, `RunState.approve/reject`).
 - `on_invoke_tool`: runs what the Gate allowed, once, through `step.execute()`
   (the original tool runs inside the agentrt tool, with the recorded
   arguments); a denial or an invalid call comes back to the model as a tool
@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import inspect
 import json
 import secrets
 from collections.abc import Mapping, Sequence
@@ -78,20 +79,33 @@ from agentrt import (
     ObservationKind,
     Operator,
     Policy,
+    PolicyDecision,
+    PolicyOutcome,
     Run,
     RunStatus,
+    RunView,
+    StepStatus,
     Store,
     ToolCall,
+    ToolRequest,
     ToolResult,
     ToolSpec,
     Verdict,
     approval_hash,
     canonical_json,
     check_json,
+    need_approval,
 )
 from agentrt.adapters import Classification, classify, ended_message, tool_spec
 from agentrt.adapters._calls import CallMarker
-from agentrt.lowlevel import INTERRUPTED_SIDE_EFFECT, Clock, IdFactory, parse_json
+from agentrt.lowlevel import (
+    INTERRUPTED_SIDE_EFFECT,
+    Clock,
+    IdFactory,
+    evaluate,
+    parse_json,
+    policy_id_of,
+)
 
 from ._errors import (
     ApprovalPendingError,
@@ -124,6 +138,14 @@ _TOOL_CONTEXT: contextvars.ContextVar[ToolContext[Any] | None] = contextvars.Con
     "agentrt_openai_agents_tool_context", default=None
 )
 
+
+TOOL_APPROVAL_KIND = "tool_needs_approval"
+"""The kind of approval asked because the tool's own `needs_approval` asks for a person."""
+
+_TOOL_ASKS: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "agentrt_openai_agents_tool_asks", default=False
+)
+"""What a tool's own callable `needs_approval` answered for the call being proposed now."""
 
 _CALLS = CallMarker(CALL_REASON_PREFIX)
 _HELD = CallMarker(HELD_REASON_PREFIX)
@@ -178,6 +200,53 @@ class _GatedTool:
         return ToolResult(content=_as_json(output))
 
 
+class _ToolAsksToo:
+    """The consumer's policy and each tool's own `needs_approval`: either may ask for a person.
+
+    A call the policy allows is sent to a person (`tool_needs_approval`,
+    bound by hash like any approval) when its tool was made with
+    `needs_approval=True`, or with a callable that answered True for the call
+    (`_TOOL_ASKS`, set around the proposal). The policy's deny, abort or own
+    approval stands as it is. Asked again when a waiting run resumes, a
+    callable tool's answer is not known there: the policy's allow stands, and
+    the person already approved.
+    """
+
+    def __init__(self, policy: Policy, always: frozenset[str], by_call: frozenset[str]) -> None:
+        self._policy = policy
+        self._always = always
+        self._by_call = by_call
+        inner = policy_id_of(policy)
+        self.policy_id = f"{inner} + openai-agents needs_approval" if inner else ""
+
+    async def evaluate(self, request: ToolRequest, view: RunView) -> PolicyDecision:
+        decision = await evaluate(self._policy, request, view)
+        name = request.spec.name
+        asks = name in self._always or (name in self._by_call and _TOOL_ASKS.get())
+        if decision.outcome != PolicyOutcome.ALLOW or not asks:
+            return decision
+        shown = {"tool": name, "args": request.args}
+        return need_approval(
+            TOOL_APPROVAL_KIND,
+            f"tool {name!r} asks for a person before each call it makes (its needs_approval)",
+            capability=shown,
+            presentation=shown,
+        )
+
+
+async def _tool_asks(
+    tool: FunctionTool, context: RunContextWrapper[Any], params: dict[str, Any], call_id: str
+) -> bool:
+    """What the tool's own `needs_approval` answers for this call (as the SDK would ask it)."""
+    setting = tool.needs_approval
+    if isinstance(setting, bool):
+        return setting
+    answer: Any = setting(context, params, call_id)
+    if inspect.isawaitable(answer):
+        answer = await answer
+    return bool(answer)
+
+
 def _as_json(value: Any) -> Any:
     """What agentrt records of a tool's output: the value when it is JSON, else its text."""
     if isinstance(value, BaseModel):
@@ -202,7 +271,8 @@ class _Hooks(AgentHooks[Any]):
         return self._owner
 
     async def on_start(self, context: Any, agent: Any) -> None:
-        self._run()
+        # A new framework run: nothing of an earlier one of this run is in flight.
+        await self._run()._drop_unstarted()
         if self._inner is not None:
             await self._inner.on_start(context, agent)
 
@@ -239,9 +309,16 @@ class _Hooks(AgentHooks[Any]):
             await self._inner.on_llm_start(context, agent, *args)
 
     async def on_llm_end(self, context: Any, agent: Any, response: ModelResponse) -> None:
+        run = self._run()
+        unusable = False
         for item in response.output:
             if isinstance(item, ResponseFunctionToolCall):
-                self._run()._arguments[item.call_id] = item.arguments
+                run._arguments[item.call_id] = item.arguments
+                unusable = unusable or not isinstance(_loads_or_none(item.arguments), dict)
+        if unusable:
+            # The SDK holds such a call for a person before any tool hook runs:
+            # the agentrt run must exist for `resume(run_id)` to find it later.
+            await run._recorded_run()
         if self._inner is not None:
             await self._inner.on_llm_end(context, agent, response)
 
@@ -286,6 +363,11 @@ class GatedAgent:
             )
             for t in tools
         ]
+        own = {t.name: t.needs_approval for t in tools if t.needs_approval is not False}
+        if own:
+            always = frozenset(n for n, v in own.items() if v is True)
+            policy = _ToolAsksToo(policy, always, frozenset(own) - always)
+        self._tools = {t.name: t for t in tools}
         self.gate = Gate(
             store=store,
             policy=policy,
@@ -573,6 +655,7 @@ class GatedRun:
         A call cut off mid-way is left as a crash would leave it; a run that
         waits on a person, or has ended, is left as it is.
         """
+        await self._drop_unstarted()  # an allowed call never invoked is no cut-off call
         if self._session is None:
             run = self._run_or_none()
             if run is None or run.status != RunStatus.RUNNING:
@@ -602,6 +685,30 @@ class GatedRun:
             return  # an allowed call holds its turn since `needs_approval`
         await self._lock().acquire()
         self._holder = call_id
+
+    async def _drop_unstarted(self) -> None:
+        """Forget a call the Gate allowed that the SDK never invoked, and any turn still held.
+
+        A consumer's `on_tool_start` hook (the agent's or the run's) that raises
+        stops the SDK before it invokes the call: the call's turn stays taken and
+        its allowed step open, its tool never started. When the framework run
+        has ended (a new one starts, or `run_agent` ends on the error), this
+        process lets go of the session; the step stays deciding, which the next
+        attach continues past (nothing ran).
+        """
+        if self._in_flight is not None:
+            return  # a tool runs: its step is cut off mid-way, not unstarted
+        self._locks, self._holder = {}, None
+        session = self._session
+        step = session.current() if session is not None else None
+        if step is None:
+            return
+        recorded = next(
+            (s for s in self.store.list_steps(self.run_id, cap=None) if s.id == step.id), None
+        )
+        if recorded is not None and recorded.status == StepStatus.DECIDING:
+            self._judged = {k: v for k, v in self._judged.items() if v.step is not step}
+            await self._let_go()
 
     def _end_turn(self) -> None:
         lock = self._lock()
@@ -646,11 +753,22 @@ class GatedRun:
             return self._judged_from(verdict, session, call_id)
         if session is None:
             return _Judged("ended")
-        recorded = self._recorded(call_id)
-        if recorded is not None:
+        text = self._arguments.get(call_id)
+        if text is None:
+            text = canonical_json(params).decode("utf-8")
+        settled = self._settled_call(call_id, name, text)
+        if settled is not None:
             # A call agentrt already settled, issued again by a resumed run state
             # that predates its outcome: the model gets the recorded outcome.
-            return _Judged("recorded", None, recorded)
+            return settled
+        # The tool's own callable `needs_approval`, asked before a step is claimed:
+        # if it raises, nothing is recorded for the call.
+        tool = self._owner._tools.get(name)
+        asks = (
+            tool is not None
+            and callable(tool.needs_approval)
+            and await _tool_asks(tool, context, params, call_id)
+        )
         step = await session.step()
         if step is None:
             await self._let_go()
@@ -658,7 +776,12 @@ class GatedRun:
         text = self._arguments.get(call_id)
         args: Any = text.encode("utf-8") if text is not None else params
         marker = _HELD if held else _CALLS
-        verdict = await step.propose(Decision.tool_call(name, args, reason=marker.reason(call_id)))
+        token = _TOOL_ASKS.set(asks)
+        try:
+            decision = Decision.tool_call(name, args, reason=marker.reason(call_id))
+            verdict = await step.propose(decision)
+        finally:
+            _TOOL_ASKS.reset(token)
         if verdict.outcome == "allowed":
             assert verdict.request is not None
             return _Judged("allowed", step, None, call_id, verdict.request.args)
@@ -721,7 +844,7 @@ class GatedRun:
             if observation.kind == ObservationKind.TOOL_RESULT:
                 return observation.content
             return f"{observation.kind}: {observation.summary}"
-        if judged.outcome == "denied":
+        if judged.outcome in ("denied", "reused"):
             observation = judged.observation
             kind = observation.kind if observation is not None else "denied"
             summary = observation.summary if observation is not None else ""
@@ -731,10 +854,14 @@ class GatedRun:
             if waiting is not None and _HELD.call_id(self._decision_of(waiting.step_id)):
                 raise ApprovalPendingError(
                     f"the call {call_id!r} of {name!r} was held behind another and, judged in "
-                    f"its turn, waits for a person on approval {waiting.id} in agentrt run "
-                    f"{self.run_id}; the SDK cannot pause a call it has begun, so nothing ran: "
-                    f"decide it with `agentrt approve {self.run_id}` (or GatedRun.approve) "
-                    "and resume the same run state"
+                    f"its turn, waits for a person on approval {waiting.id} (hash "
+                    f"{waiting.hash}) in agentrt run {self.run_id}; the SDK cannot pause a call "
+                    f"it has begun, so nothing ran: decide it with `agentrt approve "
+                    f"{self.run_id}` (or GatedRun.approve) and resume the run state saved "
+                    "before this framework run",
+                    run_id=self.run_id,
+                    approval_id=waiting.id,
+                    approval_hash=waiting.hash,
                 )
             raise ApprovalPendingError(
                 f"the call {call_id!r} of {name!r} waits for a person in agentrt run "
@@ -762,9 +889,9 @@ class GatedRun:
     async def _judge_sdk_approved(
         self, name: str, context: ToolContext[Any], call_id: str, arguments: str
     ) -> _Judged:
-        recorded = self._recorded(call_id)
-        if recorded is not None:
-            return _Judged("recorded", None, recorded)
+        settled = self._settled_call(call_id, name, arguments)
+        if settled is not None:
+            return settled
         run = self._run_or_none()
         if run is not None and run.status == RunStatus.WAITING_FOR_APPROVAL:
             # A waiting call the SDK rejected ends the run before a call held behind it.
@@ -776,7 +903,10 @@ class GatedRun:
                     raise ApprovalPendingError(
                         f"the call {call_id!r} of {name!r} is held behind call {waits_on!r}, "
                         f"which waits for a person on approval {approval.id} in agentrt run "
-                        f"{self.run_id}; nothing ran"
+                        f"{self.run_id}; nothing ran",
+                        run_id=self.run_id,
+                        approval_id=approval.id,
+                        approval_hash=approval.hash,
                     )
                 if approval.kind == INTERRUPTED_SIDE_EFFECT:
                     raise InterruptedSideEffectError(self.run_id, approval.id, name)
@@ -785,9 +915,12 @@ class GatedRun:
                     # asked anyone about it: that approval decides nothing.
                     raise ApprovalPendingError(
                         f"the call {call_id!r} of {name!r} was held, then judged in its turn; "
-                        f"it waits on approval {approval.id}, which an approval the SDK gave "
-                        f"while it was held cannot decide: agentrt approve {self.run_id} (or "
-                        "GatedRun.approve), then resume; nothing ran"
+                        f"it waits on approval {approval.id} (hash {approval.hash}), which an "
+                        f"approval the SDK gave while it was held cannot decide: agentrt "
+                        f"approve {self.run_id} (or GatedRun.approve), then resume; nothing ran",
+                        run_id=self.run_id,
+                        approval_id=approval.id,
+                        approval_hash=approval.hash,
                     )
                 self._decide(
                     approval,
@@ -857,6 +990,12 @@ class GatedRun:
         if session.done and (verdict is None or str(verdict.outcome) != "allowed"):
             await self._let_go()
         return self._session, verdict
+
+    async def _recorded_run(self) -> None:
+        """The agentrt run is recorded (begun now if it was not); this process holds no lease."""
+        if self._run_or_none() is None:
+            await self._open()
+            await self._let_go()
 
     def _waiting(self) -> bool:
         """The run waits on an approval nobody has decided."""
@@ -955,12 +1094,30 @@ class GatedRun:
                 return approval
         return None
 
-    def _recorded(self, call_id: str) -> Observation | None:
-        """The outcome agentrt recorded for `call_id`, if a step settled it (done or failed)."""
+    def _settled_call(self, call_id: str, name: str, arguments: str) -> _Judged | None:
+        """What agentrt recorded for `call_id` if a step settled it (done or failed), else None.
+
+        The same call issued again gets its recorded outcome. Another call under
+        a reused id (another tool, other arguments: a model that repeats ids
+        across framework runs) is refused and not recorded: the recorded
+        outcome is not its outcome, and its id cannot name a second step.
+        """
         step = _CALLS.settled(self.store, self.run_id, call_id) or _HELD.settled(
             self.store, self.run_id, call_id
         )
-        return None if step is None else step.observation
+        if step is None or step.observation is None:
+            return None
+        if _same_call(step.decision, name, arguments):
+            return _Judged("recorded", None, step.observation)
+        return _Judged(
+            "reused",
+            None,
+            Observation.invalid_decision(
+                f"call id {call_id!r} names an earlier call agentrt recorded (step {step.index}) "
+                "with another tool or other arguments; a changed call is not run as the recorded "
+                "one, and nothing ran"
+            ),
+        )
 
     def _is_held(self, call_id: str, arguments: str | None) -> bool:
         """An interruption agentrt never recorded, made while the run waited on another call."""
@@ -1081,7 +1238,9 @@ def gate_agent(
     `classifications` maps each function tool's name to its `Classification` (side
     effect, timeout); a tool without one is refused here
     (`UnclassifiedToolError`), as is a tool the Gate cannot stand behind
-    (hosted tools, MCP servers, handoffs). Build it once; each framework run
+    (hosted tools, MCP servers, handoffs, agents offered as tools). A tool's
+    own `needs_approval` is honoured: a person is asked, through agentrt, when
+    it or the policy asks. Build it once; each framework run
     names its agentrt run through `new_run()` or `resume(run_id)`.
     """
     return GatedAgent(
@@ -1115,6 +1274,18 @@ def _function_tools(agent: Agent[Any]) -> list[FunctionTool]:
             f"agent {agent.name!r} offers tools the Gate cannot stand behind: {listed}; "
             "only function tools can be gated"
         )
+    agents = [
+        t.name
+        for t in agent.tools
+        if isinstance(t, FunctionTool)
+        and (getattr(t, "_is_agent_tool", False) or getattr(t, "_is_codex_tool", False))
+    ]
+    if agents:
+        raise ConfigError(
+            f"agent {agent.name!r} offers agents as tools ({', '.join(repr(n) for n in agents)}; "
+            "Agent.as_tool), whose own tool calls would bypass the Gate and the record; gate "
+            "each with a gate_agent of its own and call its run_agent from a function tool"
+        )
     guarded = [
         t.name for t in agent.tools if isinstance(t, FunctionTool) and t.tool_input_guardrails
     ]
@@ -1144,6 +1315,20 @@ def _classify_tools(
 
 def _call_id_of(decision: Decision | None) -> str | None:
     return _CALLS.call_id(decision) or _HELD.call_id(decision)
+
+
+def _same_call(decision: Decision | None, name: str, arguments: str) -> bool:
+    """The recorded decision is the call of `name` with `arguments` (the SDK's text)."""
+    if decision is None or decision.tool != name:
+        return False
+    if decision.invalid_args is not None:
+        return decision.invalid_args == arguments
+    try:
+        args = parse_json(arguments)
+    except JSONValueError:
+        return False
+    recorded = {} if decision.args is None else decision.args
+    return canonical_json({} if args is None else args) == canonical_json(recorded)
 
 
 def _loads(arguments: str) -> dict[str, Any]:
