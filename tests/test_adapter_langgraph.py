@@ -9,13 +9,10 @@ counts executions, not calls of ours.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
-import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -25,17 +22,13 @@ import pytest
 if not os.environ.get("CI"):
     pytest.importorskip("langgraph.prebuilt", reason="needs agentrt[langgraph]")
 
-from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
-from langchain_core.tools import BaseTool, tool
-from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.graph import START, MessagesState, StateGraph
-from langgraph.prebuilt import ToolNode, tools_condition
+from langchain_core.tools import tool
+from langgraph.prebuilt import ToolNode
 from langgraph.types import Command
 
 import agentrt
 from agentrt.adapters.langgraph import (
-    Classification,
     RunEndedError,
     UnclassifiedToolError,
     approve,
@@ -44,116 +37,22 @@ from agentrt.adapters.langgraph import (
     reject,
     run_id_for,
 )
-
-ROOT = Path(__file__).resolve().parent.parent
-CHILD = ROOT / "tests" / "support" / "adapters" / "langgraph_child.py"
-CONFIG: Any = {"configurable": {"thread_id": "thread-1"}}
-TURN = "turn-1"
-"""The id of the message that opens the first turn (`ask`): its run is `RUN`."""
-RUN = run_id_for("thread-1", TURN)
-
-CLASSES = {
-    "lookup": Classification("read_only", timeout=5),
-    "write_note": Classification("local_mutation", timeout=5),
-    "push_branch": Classification("remote_mutation", timeout=5),
-    "delete_branch": Classification("destructive", timeout=5),
-    "flaky": Classification("local_mutation", timeout=5),
-}
-
-
-def make_tools(effects: Path) -> list[BaseTool]:
-    def effect(line: str) -> None:
-        with effects.open("a") as f:
-            f.write(line + "\n")
-
-    @tool
-    def lookup(q: str) -> str:
-        """Look something up."""
-        effect(f"lookup {q}")
-        return f"found {q}"
-
-    @tool
-    def write_note(text: str) -> str:
-        """Write a local note."""
-        effect(f"note {text}")
-        return f"noted {text}"
-
-    @tool
-    def push_branch(branch: str) -> str:
-        """Push a branch to the remote."""
-        effect(f"push {branch}")
-        return f"pushed {branch}"
-
-    @tool
-    def delete_branch(branch: str) -> str:
-        """Delete a branch."""
-        effect(f"delete {branch}")
-        return f"deleted {branch}"
-
-    @tool
-    def flaky(q: str) -> str:
-        """Fail, after an effect."""
-        effect(f"flaky {q}")
-        raise ConnectionError(f"remote closed the connection for {q}")
-
-    return [lookup, write_note, push_branch, delete_branch, flaky]
-
-
-def call(name: str, call_id: str, **args: Any) -> dict[str, Any]:
-    return {"name": name, "args": args, "id": call_id}
-
-
-def build(
-    tmp_path: Path,
-    script: Sequence[AIMessage],
-    node: Callable[[list[BaseTool]], Any] | None = None,
-    saver: Any = "memory",
-    **options: Any,
-) -> tuple[Any, agentrt.Store, Path]:
-    """A ReAct graph: the fake model answers from `script`, by how many tool answers it has."""
-    effects = tmp_path / "effects.log"
-    effects.touch()
-    store = agentrt.open_store(tmp_path / "runs.db")
-    tools = make_tools(effects)
-    if node is None:
-        tools_node = gated_tool_node(
-            tools,
-            store=store,
-            policy=options.pop("policy", agentrt.default_policy()),
-            classifications=CLASSES,
-            **options,
-        )
-    else:
-        tools_node = node(tools)
-
-    def agent(state: MessagesState) -> dict[str, Any]:
-        turn = sum(isinstance(m, AIMessage) for m in state["messages"])
-        model = GenericFakeChatModel(messages=iter([script[turn]]))
-        return {"messages": [model.invoke(state["messages"])]}
-
-    builder = StateGraph(MessagesState)
-    builder.add_node("agent", agent)
-    builder.add_node("tools", tools_node)
-    builder.add_edge(START, "agent")
-    builder.add_conditional_edges("agent", tools_condition)
-    builder.add_edge("tools", "agent")
-    checkpointer = InMemorySaver() if saver == "memory" else saver
-    return builder.compile(checkpointer=checkpointer), store, effects
-
-
-def ask(graph: Any, what: Any = None) -> dict[str, Any]:
-    inp = {"messages": [HumanMessage("go", id=TURN)]} if what is None else what
-    return dict(asyncio.run(graph.ainvoke(inp, CONFIG)))
-
-
-def tool_messages(out: dict[str, Any]) -> list[tuple[str, str, Any]]:
-    return [
-        (m.tool_call_id, m.status, m.content) for m in out["messages"] if isinstance(m, ToolMessage)
-    ]
-
-
-def lines(effects: Path) -> list[str]:
-    return effects.read_text().splitlines()
+from support.adapters.langgraph_graphs import (
+    CLASSES,
+    CONFIG,
+    ROOT,
+    RUN,
+    TURN,
+    ask,
+    build,
+    call,
+    child,
+    kill_inside_the_tool,
+    lines,
+    make_tools,
+    push_script,
+    tool_messages,
+)
 
 
 def events(store: agentrt.Store) -> list[str]:
@@ -303,13 +202,6 @@ def test_a_graph_without_a_thread_id_is_refused_before_anything_runs(tmp_path: P
 
 
 # -- approvals ----------------------------------------------------------------
-
-
-def push_script() -> list[AIMessage]:
-    return [
-        AIMessage("", tool_calls=[call("push_branch", "c1", branch="feature/login")]),
-        AIMessage("pushed"),
-    ]
 
 
 def test_require_approval_surfaces_as_an_interrupt_showing_the_request_and_its_hash(
@@ -664,17 +556,6 @@ def test_two_workers_resuming_one_thread_run_its_call_once(tmp_path: Path) -> No
 # -- across processes --------------------------------------------------------------
 
 
-def child(workdir: Path, mode: str, tool_name: str) -> dict[str, Any]:
-    done = subprocess.run(
-        [sys.executable, str(CHILD), str(workdir), mode, tool_name],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
-    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
-
-
 @pytest.mark.slow
 def test_an_approval_from_the_agentrt_command_is_resumed_by_another_process(
     tmp_path: Path,
@@ -690,21 +571,6 @@ def test_an_approval_from_the_agentrt_command_is_resumed_by_another_process(
     assert second["interrupts"] == []
     assert second["messages"][-2:] == ["pushed feature/login", "all done"]
     assert lines(tmp_path / "effects.log") == ["push feature/login"]
-
-
-def kill_inside_the_tool(workdir: Path, mode: str, tool_name: str) -> None:
-    """Run the child until its tool has written its effect, then SIGKILL it."""
-    proc = subprocess.Popen(
-        [sys.executable, str(CHILD), str(workdir), mode, tool_name],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "HANG_IN_TOOL": "1"},
-    )
-    assert proc.stdout is not None
-    assert proc.stdout.readline().strip() == "IN_TOOL"
-    os.kill(proc.pid, signal.SIGKILL)
-    assert proc.wait(timeout=30) == -signal.SIGKILL
 
 
 @pytest.mark.slow

@@ -28,15 +28,17 @@ from langgraph.types import Command
 
 import agentrt
 from agentrt.adapters.langgraph import approve, reject
-from test_adapter_langgraph import (
+from support.adapters.langgraph_graphs import (
     CONFIG,
     RUN,
     TURN,
     build,
+    build_prebuilt,
     call,
     child,
     kill_inside_the_tool,
     lines,
+    send,
     tool_messages,
 )
 
@@ -53,15 +55,6 @@ def push_then_note() -> AIMessage:
     )
 
 
-def sender(graph: Any, path: str) -> Any:
-    def send(what: Any) -> dict[str, Any]:
-        if path == "async":
-            return dict(asyncio.run(graph.ainvoke(what, CONFIG)))
-        return dict(graph.invoke(what, CONFIG))
-
-    return send
-
-
 GO = {"messages": [HumanMessage("publish and note it", id=TURN)]}
 
 
@@ -76,7 +69,7 @@ def test_a_call_beside_one_that_waits_for_a_person_is_held_and_nothing_runs(
     tmp_path: Path, path: str
 ) -> None:
     graph, store, effects = build(tmp_path, [push_then_note(), AIMessage("done")])
-    out = sender(graph, path)(GO)
+    out = send(graph, GO, path)
     (pending,) = out["__interrupt__"]
     assert (pending.value["tool_call_id"], pending.value["held"]) == ("c1", ["c2"])
     assert lines(effects) == []
@@ -93,9 +86,8 @@ def test_after_approval_the_held_call_is_recorded_judged_and_run_once_after_the_
     tmp_path: Path, path: str
 ) -> None:
     graph, store, effects = build(tmp_path, [push_then_note(), AIMessage("done")])
-    send = sender(graph, path)
-    (pending,) = send(GO)["__interrupt__"]
-    out = send(Command(resume=approve(pending, by="alice")))
+    (pending,) = send(graph, GO, path)["__interrupt__"]
+    out = send(graph, Command(resume=approve(pending, by="alice")), path)
     assert "__interrupt__" not in out
     assert lines(effects) == ["push feature/login", "note pushed it"]
     assert tool_messages(out) == [
@@ -119,9 +111,8 @@ def test_after_a_rejection_the_held_call_never_runs_and_the_model_hears_the_run_
     tmp_path: Path, path: str
 ) -> None:
     graph, store, effects = build(tmp_path, [push_then_note(), AIMessage("ok, not pushing")])
-    send = sender(graph, path)
-    (pending,) = send(GO)["__interrupt__"]
-    out = send(Command(resume=reject(pending, by="alice", note="not today")))
+    (pending,) = send(graph, GO, path)["__interrupt__"]
+    out = send(graph, Command(resume=reject(pending, by="alice", note="not today")), path)
     assert lines(effects) == []
     assert tool_messages(out) == [
         ("c1", "error", "Denied by the policy: approval rejected: not today"),
@@ -155,16 +146,15 @@ def test_a_held_call_that_needs_a_person_asks_with_its_own_approval_after_the_fi
         AIMessage("done"),
     ]
     graph, store, effects = build(tmp_path, script)
-    send = sender(graph, path)
-    (first,) = send(GO)["__interrupt__"]
+    (first,) = send(graph, GO, path)["__interrupt__"]
     assert (first.value["tool_call_id"], first.value["held"]) == ("c1", ["c2", "c3"])
-    (second,) = send(Command(resume=approve(first, by="alice")))["__interrupt__"]
+    (second,) = send(graph, Command(resume=approve(first, by="alice")), path)["__interrupt__"]
     assert (second.value["tool_call_id"], second.value["held"]) == ("c3", [])
     assert second.value["approval_id"] != first.value["approval_id"]
     assert second.value["request"]["args"] == {"branch": "b"}
     assert lines(effects) == ["push a", "note between"]
     assert [a.status for a in store.list_approvals(RUN)] == ["approved", "pending"]
-    out = send(Command(resume=approve(second, by="alice")))
+    out = send(graph, Command(resume=approve(second, by="alice")), path)
     assert lines(effects) == ["push a", "note between", "push b"]
     assert [m[0] for m in tool_messages(out)] == ["c1", "c2", "c3"]
     assert recorded(store) == [
@@ -231,3 +221,95 @@ def test_a_call_that_fails_before_the_gate_stops_the_calls_behind_it_instead_of_
     (error,) = outcome
     assert isinstance(error, agentrt.ConfigError) and "thread_id" in str(error)
     assert lines(effects) == [] and store.list_runs() == []
+
+
+# -- calls dispatched with Send (the prebuilt agent: one task per call) ----------
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_under_send_the_call_beside_one_that_waits_is_held_and_nothing_runs(
+    tmp_path: Path, path: str
+) -> None:
+    graph, store, effects = build_prebuilt(tmp_path, [push_then_note(), AIMessage("done")])
+    out = send(graph, GO, path)
+    (pending,) = out["__interrupt__"]  # one interrupt: the held task adds none
+    assert (pending.value["tool_call_id"], pending.value["held"]) == ("c1", ["c2"])
+    assert lines(effects) == []
+    assert recorded(store) == [(0, "langgraph tool call c1", "awaiting_approval")]
+    assert tool_messages(dict(graph.get_state(CONFIG).values)) == []
+    # LangGraph runs both tasks again on resume; only the push waits for an answer.
+    assert [i.id for i in graph.get_state(CONFIG).interrupts] == [pending.id]
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_under_send_after_approval_both_calls_run_once_in_order_each_its_own_step(
+    tmp_path: Path, path: str
+) -> None:
+    graph, store, effects = build_prebuilt(tmp_path, [push_then_note(), AIMessage("done")])
+    (pending,) = send(graph, GO, path)["__interrupt__"]
+    out = send(graph, Command(resume=approve(pending, by="alice")), path)
+    assert "__interrupt__" not in out
+    assert lines(effects) == ["push feature/login", "note pushed it"]
+    assert sorted(tool_messages(out)) == [
+        ("c1", "success", "pushed feature/login"),
+        ("c2", "success", "noted pushed it"),
+    ]
+    assert recorded(store) == [
+        (0, "langgraph tool call c1", "done"),
+        (1, "langgraph tool call c2", "done"),
+    ]
+    assert [e.type for e in store.list_events(RUN)].count("step.tool_started") == 2
+    assert out["messages"][-1].content == "done"
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_under_send_after_a_rejection_the_held_note_never_runs(tmp_path: Path, path: str) -> None:
+    graph, store, effects = build_prebuilt(
+        tmp_path, [push_then_note(), AIMessage("ok, not pushing")]
+    )
+    (pending,) = send(graph, GO, path)["__interrupt__"]
+    out = send(graph, Command(resume=reject(pending, by="alice", note="not today")), path)
+    assert lines(effects) == []
+    assert sorted(tool_messages(out)) == [
+        ("c1", "error", "Denied by the policy: approval rejected: not today"),
+        (
+            "c2",
+            "error",
+            f"Not run: the agentrt run {RUN} ended (CANCELLED, approval_rejected: not today) on an "
+            "earlier call of this message; no tool runs in this turn again",
+        ),
+    ]
+    assert recorded(store) == [(0, "langgraph tool call c1", "failed")]
+    assert out["messages"][-1].content == "ok, not pushing"
+    assert store.verify_events().intact
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_under_send_a_call_that_ran_before_the_waiting_one_is_not_waited_for_on_resume(
+    tmp_path: Path, path: str
+) -> None:
+    """[note, push, note]: the first note's task finishes (LangGraph keeps its answer and does
+    not run it again); on resume the second note waits only for the push."""
+    script = [
+        AIMessage(
+            "",
+            tool_calls=[
+                call("write_note", "c1", text="before"),
+                call("push_branch", "c2", branch="b"),
+                call("write_note", "c3", text="after"),
+            ],
+        ),
+        AIMessage("done"),
+    ]
+    graph, store, effects = build_prebuilt(tmp_path, script)
+    (pending,) = send(graph, GO, path)["__interrupt__"]
+    assert (pending.value["tool_call_id"], pending.value["held"]) == ("c2", ["c3"])
+    assert lines(effects) == ["note before"]
+    out = send(graph, Command(resume=approve(pending, by="alice")), path)
+    assert lines(effects) == ["note before", "push b", "note after"]
+    assert recorded(store) == [
+        (0, "langgraph tool call c1", "done"),
+        (1, "langgraph tool call c2", "done"),
+        (2, "langgraph tool call c3", "done"),
+    ]
+    assert out["messages"][-1].content == "done"

@@ -24,8 +24,16 @@ from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langgraph.types import Command
 
 from agentrt.adapters.langgraph import approve
-from test_adapter_langgraph import CONFIG, RUN, TURN, build, call, lines, push_script
-from test_adapter_langgraph_turn_end import build_ending
+from support.adapters.langgraph_graphs import (
+    CONFIG,
+    RUN,
+    TURN,
+    build,
+    build_ending,
+    call,
+    lines,
+    push_script,
+)
 
 CASES = [(mode, path) for mode in ("updates", "values") for path in ("async", "blocking")]
 GO = {"messages": [HumanMessage("go", id=TURN)]}

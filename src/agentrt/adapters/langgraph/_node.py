@@ -53,13 +53,23 @@ import contextvars
 import hashlib
 import inspect
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+import weakref
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Collection,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from datetime import timedelta
 from typing import Annotated, Any, cast
 
 from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 from langchain_core.tools import BaseTool
+from langgraph.errors import GraphBubbleUp, GraphInterrupt
 from langgraph.prebuilt import ToolNode
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command, interrupt
@@ -311,40 +321,67 @@ class _OneAtATime:
 
 
 class _Execution:
-    """One execution of the gated ToolNode: its calls, in the order the model made them.
+    """The calls of one AI message going through the Gate together, in the model's order.
 
     The ToolNode runs the calls of one AI message together (a thread pool on
-    the blocking path, tasks on the async path); they go through the Gate one at
-    a time in this order (decision 0050). A call that interrupts (or raises)
-    stops the execution: the calls behind it are held, they do nothing and
-    raise what it raised (LangGraph discards the node's outcome and runs the
-    node again on resume), so none of them is answered, recorded or run before
-    the waiting call is decided.
+    the blocking path, tasks on the async path), or LangGraph runs one task per
+    call when the graph dispatches them with `Send` (the prebuilt agents); they
+    go through the Gate one at a time in this order (decision 0050). `skip`
+    names the calls of the message that will not come (settled on an earlier
+    execution, answered already, or not this node's). A call that interrupts (or
+    raises) stops the execution: the calls behind it are held, they do nothing
+    and raise (LangGraph discards the node's outcome and runs it again on
+    resume), so none of them is answered, recorded or run before the waiting
+    call is decided.
     """
 
-    def __init__(self, ids: Sequence[str]) -> None:
+    def __init__(self, ids: Sequence[str], skip: Collection[str] = (), sent: bool = False) -> None:
         self.ids = tuple(ids)
+        self.skip = frozenset(skip)
+        self.sent = sent
         self.next = 0
+        self._advance()
         self.stopped: BaseException | None = None
         self._cond = threading.Condition()
         self._aconds: dict[int, asyncio.Condition] = {}
 
+    def _advance(self) -> None:
+        while self.next < len(self.ids) and self.ids[self.next] in self.skip:
+            self.next += 1
+
     def index(self, call_id: str) -> int | None:
         """The call's place, or None when it is not one of this execution's calls."""
-        return self.ids.index(call_id) if call_id in self.ids else None
+        if call_id not in self.ids or call_id in self.skip:
+            return None
+        return self.ids.index(call_id)
+
+    def behind(self, index: int) -> list[str]:
+        """The calls after `index` that wait their turn behind it."""
+        return [i for i in self.ids[index + 1 :] if i not in self.skip]
 
     def _passed(self, index: int, error: BaseException | None) -> None:
         if error is not None and self.stopped is None:
             self.stopped = error
         if index == self.next:
             self.next += 1
+            self._advance()
+
+    def _held(self) -> BaseException:
+        """What a call held behind a stopped execution raises."""
+        assert self.stopped is not None
+        if self.sent and isinstance(self.stopped, GraphBubbleUp):
+            # A task of its own: an interrupt with no value records nothing for
+            # it (no pending interrupt, no writes), so LangGraph runs it again on
+            # resume and one Command(resume=...) still answers the graph.
+            return GraphInterrupt(())
+        return self.stopped
 
     @contextlib.contextmanager
     def blocking(self, index: int) -> Iterator[None]:
         with self._cond:
             self._cond.wait_for(lambda: self.next == index or self.stopped is not None)
             if self.stopped is not None:
-                raise self.stopped  # held behind a call that interrupted: nothing done
+                raise self._held()  # held behind a call that interrupted: nothing done
         error: BaseException | None = None
         try:
             yield
@@ -363,7 +400,7 @@ class _Execution:
         async with cond:
             await cond.wait_for(lambda: self.next == index or self.stopped is not None)
             if self.stopped is not None:
-                raise self.stopped  # held behind a call that interrupted: nothing done
+                raise self._held()  # held behind a call that interrupted: nothing done
         error: BaseException | None = None
         try:
             yield
@@ -374,6 +411,45 @@ class _Execution:
             self._passed(index, error)
             async with cond:
                 cond.notify_all()
+
+
+class _Supersteps:
+    """The `Send` tasks of one LangGraph superstep that carry calls of one AI message.
+
+    The prebuilt agents dispatch each call of a message as a task of its own;
+    the tasks of one superstep run together in this process. They share one
+    `_Execution`, found by the superstep (the runner's set of futures, which
+    LangGraph hands every task of a superstep; gone, and the entry with it,
+    when the superstep ends), the run and the message's calls.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._open: dict[tuple[int, str, tuple[str, ...]], _Execution] = {}
+
+    def join(
+        self, superstep: object, run_id: str, ids: Sequence[str], skip: Collection[str]
+    ) -> _Execution:
+        key = (id(superstep), run_id, tuple(ids))
+        with self._lock:
+            found = self._open.get(key)
+            if found is None:
+                found = self._open[key] = _Execution(ids, skip, sent=True)
+                weakref.finalize(superstep, self._drop, key)
+            return found
+
+    def _drop(self, key: tuple[int, str, tuple[str, ...]]) -> None:
+        with self._lock:
+            self._open.pop(key, None)
+
+
+def _superstep(request: ToolCallRequest) -> object | None:
+    """What the tasks of the call's LangGraph superstep share, if LangGraph says (1.x)."""
+    config = getattr(request.runtime, "config", None) or {}
+    caller = (config.get("configurable") or {}).get("__pregel_call")
+    futures = getattr(caller, "keywords", {}).get("futures")
+    found = futures() if callable(futures) else None
+    return found
 
 
 _EXECUTION: contextvars.ContextVar[_Execution | None] = contextvars.ContextVar(
@@ -387,6 +463,8 @@ class _GatedToolNode(ToolNode):
     """LangGraph's ToolNode, marking each execution with its calls in the model's order."""
 
     def _execution(self, input: Any) -> _Execution | None:
+        if isinstance(input, Mapping) and input.get("__type") == "tool_call_with_context":
+            return None  # one call sent on its own: placed by its message (`_Supersteps`)
         try:
             calls, _ = self._parse_input(input)
         except Exception:  # the ToolNode itself raises it again, its own way
@@ -413,6 +491,9 @@ class _GatedToolNode(ToolNode):
 
 _Place = tuple[_Execution, int]
 """A call's execution and its index in it."""
+
+_Sent = tuple[object, str, list[str], set[str]]
+"""A sent call's superstep, its id, its message's call ids, and the calls not to wait for."""
 
 
 def _place_of(request: ToolCallRequest) -> _Place | None:
@@ -474,6 +555,7 @@ class GatedTools:
         self._messages_key = messages_key
         self._operator = Operator(store, observer, now)
         self._one_at_a_time = _OneAtATime()
+        self._supersteps = _Supersteps()
 
     # -- the ToolNode's hooks -----------------------------------------------
 
@@ -486,6 +568,11 @@ class GatedTools:
             if place is not None:  # first: whatever this call raises stops the calls behind
                 await turn.enter_async_context(place[0].waiting(place[1]))
             run_id = self._run_of(request)
+            if place is None and (sent := self._sent(request)) is not None:
+                settled = await asyncio.to_thread(self._settled, run_id)
+                place = self._join(sent, run_id, settled)
+                if place is not None:
+                    await turn.enter_async_context(place[0].waiting(place[1]))
             async with self._one_at_a_time.waiting(run_id):
                 return await self._handle(request, execute, run_id, place)
 
@@ -498,8 +585,65 @@ class GatedTools:
             if place is not None:  # first: whatever this call raises stops the calls behind
                 turn.enter_context(place[0].blocking(place[1]))
             run_id = self._run_of(request)
+            if place is None and (sent := self._sent(request)) is not None:
+                place = self._join(sent, run_id, self._settled(run_id))
+                if place is not None:
+                    turn.enter_context(place[0].blocking(place[1]))
             with self._one_at_a_time.blocking(run_id):
                 return run_sync(self._handle(request, execute, run_id, place))
+
+    def _sent(self, request: ToolCallRequest) -> _Sent | None:
+        """A call LangGraph runs as a task of its own (`Send`): its superstep and message.
+
+        The message's calls this node will not be sent in the superstep are
+        skipped: those the state answers already, and those naming no tool of
+        this node (a structured-output call of `create_agent`).
+        """
+        if _EXECUTION.get() is not None:
+            return None
+        superstep = _superstep(request)
+        call_id = str(request.tool_call.get("id") or "")
+        if superstep is None or not call_id:
+            return None
+        messages = _messages(request.state, self._messages_key)
+        for message in reversed(messages):
+            if isinstance(message, AIMessage) and any(
+                c.get("id") == call_id for c in message.tool_calls
+            ):
+                break
+        else:
+            return None
+        ids = [str(c.get("id") or "") for c in message.tool_calls]
+        if "" in ids or len(set(ids)) != len(ids):
+            return None  # calls it cannot tell apart: one at a time, in no set order
+        answered = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
+        mine = self.node.tools_by_name
+        skip = {
+            i
+            for i, c in zip(ids, message.tool_calls, strict=True)
+            if i != call_id and (i in answered or c.get("name") not in mine)
+        }
+        return superstep, call_id, ids, skip
+
+    def _join(self, sent: _Sent, run_id: str, settled: set[str]) -> _Place | None:
+        """The sent call's place among its message's calls in its superstep."""
+        superstep, call_id, ids, skip = sent
+        execution = self._supersteps.join(superstep, run_id, ids, skip | (settled - {call_id}))
+        index = execution.index(call_id)
+        return None if index is None else (execution, index)
+
+    def _settled(self, run_id: str) -> set[str]:
+        """The tool call ids whose latest step in the run is recorded done or failed."""
+        try:
+            steps = self.store.list_steps(run_id, cap=None)
+        except NotFoundError:
+            return set()
+        latest: dict[str, Step] = {}
+        for step in steps:
+            call_id = _CALLS.call_id(step.decision)
+            if call_id:
+                latest[call_id] = step
+        return {i for i, s in latest.items() if s.status in (StepStatus.DONE, StepStatus.FAILED)}
 
     def _run_of(self, request: ToolCallRequest) -> str:
         """The agentrt run of the call's turn of its thread."""
@@ -615,7 +759,7 @@ class GatedTools:
         so it is passed over and the next position asked.
         """
         value = self._interrupt_value(approval, call)
-        value["held"] = list(place[0].ids[place[1] + 1 :]) if place is not None else []
+        value["held"] = place[0].behind(place[1]) if place is not None else []
         schema = self._expected(approval)
         while True:
             answer: dict[str, Any] = interrupt(value, response_schema=schema)
