@@ -233,14 +233,43 @@ class _FrameworkTool:
         request, execute = waiting
         args = call.args if isinstance(call.args, dict) else {}
         judged = request.override(tool_call={**request.tool_call, "args": args})
-        outcome = execute(judged)
+        try:
+            outcome = execute(judged)
+        except GraphBubbleUp as exc:
+            raise InterruptRefusedError(self.spec.name, exc) from None
         if inspect.isawaitable(outcome):
-            return _finish(outcome)
+            return _finish(self.spec.name, outcome)
         return _result(outcome)
 
 
-async def _finish(outcome: Awaitable[Any]) -> ToolResult:
-    return _result(await outcome)
+async def _finish(tool: str, outcome: Awaitable[Any]) -> ToolResult:
+    try:
+        done = await outcome
+    except GraphBubbleUp as exc:
+        raise InterruptRefusedError(tool, exc) from None
+    return _result(done)
+
+
+class InterruptRefusedError(RuntimeError):
+    """A gated tool called LangGraph's `interrupt()` (or raised another `GraphBubbleUp`).
+
+    Refused, not passed on: LangGraph would run the tool again from its top on
+    resume, repeating whatever it did before asking. The step is recorded
+    failed (`tool_error`) with this message, which the model hears; asking a
+    person is the agentrt policy's job (`require_approval`).
+    """
+
+    def __init__(self, tool: str, raised: GraphBubbleUp) -> None:
+        what = (
+            "called LangGraph's interrupt()"
+            if isinstance(raised, GraphInterrupt)
+            else (f"raised LangGraph's {type(raised).__name__}")
+        )
+        super().__init__(
+            f"tool {tool} {what}, which a gated tool may not do (LangGraph would run it again "
+            "from its top on resume): it ran once and was stopped there, and asking a person "
+            "is the agentrt policy's job (require_approval)"
+        )
 
 
 def _result(outcome: Any) -> ToolResult:
@@ -666,8 +695,8 @@ class GatedTools:
         answered: set[str] = set()  # approvals answered on this execution of the node
         while True:
             run, step, approvals = await asyncio.to_thread(self._read, run_id, call_id)
-            if step is not None:
-                _same_call(step, call)
+            if step is not None and not _same_call(step, call, approvals):
+                return _reused(step, call)  # an id used again in the turn: not this call
             latest = approvals[-1] if approvals else None
             if (
                 run is not None
@@ -975,16 +1004,49 @@ class GatedTools:
         return _message(recorded, request.tool_call)
 
 
-def _same_call(step: Step, call: Mapping[str, Any]) -> None:
-    """A call LangGraph issues again must be the call recorded under its id."""
+def _same_call(step: Step, call: Mapping[str, Any], approvals: Sequence[Approval]) -> bool:
+    """Whether the call LangGraph issues is the call recorded under its id.
+
+    A changed call whose step waits on (or was granted) an approval is refused:
+    the approval was given for the recorded request. A call whose id is
+    already settled in the record under another request is an id the model
+    used twice in one turn (tool call ids are taken to be unique within a
+    turn): False, it is answered with an error and nothing else happens.
+    """
     decision = step.decision
     assert decision is not None  # found by its decision's reason
-    if decision.tool != call.get("name") or decision.args != call.get("args"):
+    if decision.tool == call.get("name") and decision.args == call.get("args"):
+        return True
+    if step.status in (StepStatus.DONE, StepStatus.FAILED):
+        return False
+    recorded = f"step {step.index} of run {step.run_id}"
+    if approvals:
         raise ApprovalChangedError(
             f"tool call {call.get('id')} was recorded as {decision.tool} with other arguments "
-            f"(step {step.index} of run {step.run_id}); a changed call is refused, "
-            "not run as the recorded one"
+            f"({recorded}, approval {approvals[-1].id}); a changed call is refused, "
+            "not run as the approved one"
         )
+    raise ApprovalChangedError(
+        f"tool call {call.get('id')} was recorded as {decision.tool} with other arguments "
+        f"({recorded}, {step.status}); a changed call is refused, not run as the recorded one"
+    )
+
+
+def _reused(step: Step, call: Mapping[str, Any]) -> ToolMessage:
+    """The answer to a tool call id used again in one turn for another request: not run."""
+    decision = step.decision
+    assert decision is not None
+    return ToolMessage(
+        content=(
+            f"Not run: tool call id {call.get('id')} was already used in this turn by "
+            f"{decision.tool} {_json_text(decision.args)} (step {step.index} of agentrt run "
+            f"{step.run_id}); give each tool call of a turn an id of its own"
+        ),
+        name=call.get("name"),
+        tool_call_id=call.get("id"),
+        status="error",
+        artifact={"run_id": step.run_id, "reused_by_step": step.id},
+    )
 
 
 def _earlier_runs(request: ToolCallRequest, messages_key: str) -> Iterator[str]:
