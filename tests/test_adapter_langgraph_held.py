@@ -237,8 +237,14 @@ def test_under_send_the_call_beside_one_that_waits_is_held_and_nothing_runs(
     assert lines(effects) == []
     assert recorded(store) == [(0, "langgraph tool call c1", "awaiting_approval")]
     assert tool_messages(dict(graph.get_state(CONFIG).values)) == []
-    # LangGraph runs both tasks again on resume; only the push waits for an answer.
-    assert [i.id for i in graph.get_state(CONFIG).interrupts] == [pending.id]
+    # The held task raised an interrupt with no value: LangGraph saved nothing for it (no
+    # pending interrupt, no answer), so it runs again on resume; only the push waits.
+    state = graph.get_state(CONFIG)
+    assert [i.id for i in state.interrupts] == [pending.id]
+    assert sorted((t.name, len(t.interrupts), t.result) for t in state.tasks) == [
+        ("tools", 0, None),
+        ("tools", 1, None),
+    ]
 
 
 @pytest.mark.parametrize("path", PATHS)

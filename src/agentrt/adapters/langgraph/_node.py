@@ -31,11 +31,18 @@ Invariants (tests in tests/test_adapter_langgraph*.py):
   by `Gate.attach` and pauses on `interrupted_side_effect`, shown with
   `interrupt()`; it runs again only after a person approves.
 - The calls of one run go through the Gate one at a time (`_OneAtATime`), and
-  the calls of one ToolNode execution in the order of the model's message
-  (`_Execution`). A call behind one that interrupts is held: it is neither
-  answered, recorded nor run until LangGraph runs the node again on resume
-  (decision 0050); if the run ended on the call ahead of it, it is told so,
-  unrecorded.
+  the calls of one AI message in the message's order (`_Execution`), whether
+  one ToolNode execution runs them or LangGraph runs each as a task of its own
+  (`Send`; the tasks of one superstep share an `_Execution`, `_Supersteps`). A
+  call behind one that interrupts is held: it is neither answered, recorded
+  nor run until LangGraph runs it again on resume (decision 0050; a held task
+  raises an interrupt with no value, so LangGraph saves nothing for it); if the
+  run ended on the call ahead of it, it is told so, unrecorded.
+- A tool calling LangGraph's `interrupt()` is refused (`InterruptRefusedError`,
+  recorded as the step's `tool_error`): LangGraph would run it again from its
+  top on resume.
+- Tool call ids are taken to be unique within a turn: a call reusing a settled
+  call's id for another request is answered with an error, never run.
 - A run that ended (a limit, a cancel, a rejection) raises `RunEndedError` out
   of the graph; no tool runs in that turn again. The next turn is a new run.
 - Whether a call is recorded is read again under the lease before a step is
@@ -489,7 +496,10 @@ the thread pool and the tasks that run its calls)."""
 
 
 class _GatedToolNode(ToolNode):
-    """LangGraph's ToolNode, marking each execution with its calls in the model's order."""
+    """LangGraph's ToolNode, marking each execution with its calls in the model's order.
+
+    A call sent on its own (`Send`) is placed by its hook instead (`GatedTools._sent`).
+    """
 
     def _execution(self, input: Any) -> _Execution | None:
         if isinstance(input, Mapping) and input.get("__type") == "tool_call_with_context":
