@@ -23,12 +23,15 @@ import pytest
 if not os.environ.get("CI"):
     pytest.importorskip("langgraph.prebuilt", reason="needs agentrt[langgraph]")
 
-from langchain_core.messages import AIMessage, HumanMessage
-from langgraph.types import Command
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.types import Command, Send
 
 import agentrt
-from agentrt.adapters.langgraph import approve, reject
+from agentrt.adapters.langgraph import approve, gated_tool_node, reject
 from support.adapters.langgraph_graphs import (
+    CLASSES,
     CONFIG,
     RUN,
     TURN,
@@ -38,6 +41,7 @@ from support.adapters.langgraph_graphs import (
     child,
     kill_inside_the_tool,
     lines,
+    make_tools,
     send,
     tool_messages,
 )
@@ -319,3 +323,60 @@ def test_under_send_a_call_that_ran_before_the_waiting_one_is_not_waited_for_on_
         (2, "langgraph tool call c3", "done"),
     ]
     assert out["messages"][-1].content == "done"
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_under_send_a_call_sent_in_a_later_superstep_is_not_waited_for(
+    tmp_path: Path, path: str
+) -> None:
+    """A graph of its own sends [note c1, note c2] last call first, one superstep each: c2
+    does not wait for c1 (not sent in its superstep); each runs once, in the graph's order."""
+    store = agentrt.open_store(tmp_path / "runs.db")
+    effects = tmp_path / "effects.log"
+    effects.touch()
+    node = gated_tool_node(
+        make_tools(effects), store=store, policy=agentrt.default_policy(), classifications=CLASSES
+    )
+    script = [
+        AIMessage(
+            "",
+            tool_calls=[call("write_note", "c1", text="one"), call("write_note", "c2", text="two")],
+        ),
+        AIMessage("done"),
+    ]
+
+    def agent(state: MessagesState) -> dict[str, Any]:
+        turn = sum(isinstance(m, AIMessage) for m in state["messages"])
+        return {"messages": [script[turn]]}
+
+    def last_unanswered(state: MessagesState) -> Any:
+        messages = state["messages"]
+        (ai,) = [m for m in messages if isinstance(m, AIMessage) and m.tool_calls][-1:]
+        answered = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
+        pending = [c for c in ai.tool_calls if c["id"] not in answered]
+        if not pending:
+            return "agent"
+        packet = {"__type": "tool_call_with_context", "tool_call": pending[-1], "state": state}
+        return [Send("tools", packet)]
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("agent", agent)
+    builder.add_node("tools", node)
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges(
+        "agent", lambda s: last_unanswered(s) if s["messages"][-1].tool_calls else END
+    )
+    builder.add_conditional_edges("tools", last_unanswered)
+    graph = builder.compile(checkpointer=InMemorySaver())
+    outcome: list[Any] = []
+    worker = threading.Thread(target=lambda: outcome.append(send(graph, GO, path)), daemon=True)
+    worker.start()
+    worker.join(60)  # a guard only: the graph answers at once, or hangs for good
+    assert not worker.is_alive(), "the call sent first waited for one sent later"
+    (out,) = outcome
+    assert out["messages"][-1].content == "done"
+    assert lines(effects) == ["note two", "note one"]
+    assert recorded(store) == [
+        (0, "langgraph tool call c2", "done"),
+        (1, "langgraph tool call c1", "done"),
+    ]

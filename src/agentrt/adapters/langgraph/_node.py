@@ -479,6 +479,33 @@ class _Supersteps:
             self._open.pop(key, None)
 
 
+def _sent_ids(request: ToolCallRequest) -> set[str] | None:
+    """The tool call ids the call's superstep sends to tool nodes, if LangGraph says (1.x).
+
+    Read from the superstep's `Send` packets (the task's own read of LangGraph's
+    tasks channel), so a call sent in another superstep, or never, is not waited
+    for. None when LangGraph does not say.
+    """
+    config = getattr(request.runtime, "config", None) or {}
+    read = (config.get("configurable") or {}).get("__pregel_read")
+    if not callable(read):
+        return None
+    try:
+        packets = read("__pregel_tasks", False)
+    except Exception:  # an empty channel, or another LangGraph: it does not say
+        return None
+    if not isinstance(packets, Sequence):
+        return None
+    ids: set[str] = set()
+    for packet in packets:
+        arg = getattr(packet, "arg", None)
+        if isinstance(arg, Mapping) and arg.get("__type") == "tool_call_with_context":
+            tool_call = arg.get("tool_call")
+            if isinstance(tool_call, Mapping):
+                ids.add(str(tool_call.get("id") or ""))
+    return ids
+
+
 def _superstep(request: ToolCallRequest) -> object | None:
     """What the tasks of the call's LangGraph superstep share, if LangGraph says (1.x)."""
     config = getattr(request.runtime, "config", None) or {}
@@ -657,10 +684,14 @@ class GatedTools:
             return None  # calls it cannot tell apart: one at a time, in no set order
         answered = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
         mine = self.node.tools_by_name
+        sent = _sent_ids(request)
+        if sent is not None and call_id not in sent:
+            sent = None  # not what it seems: rely on the message alone
         skip = {
             i
             for i, c in zip(ids, message.tool_calls, strict=True)
-            if i != call_id and (i in answered or c.get("name") not in mine)
+            if i != call_id
+            and (i in answered or c.get("name") not in mine or (sent is not None and i not in sent))
         }
         return superstep, call_id, ids, skip
 
