@@ -9,13 +9,10 @@ counts executions, not calls of ours.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
-import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -25,13 +22,10 @@ import pytest
 if not os.environ.get("CI"):
     pytest.importorskip("langgraph.prebuilt", reason="needs agentrt[langgraph]")
 
-from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.tools import BaseTool, tool
-from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.graph import START, MessagesState, StateGraph
-from langgraph.prebuilt import ToolNode, tools_condition
-from langgraph.types import Command
+from langgraph.prebuilt import ToolNode
+from langgraph.types import Command, interrupt
 
 import agentrt
 from agentrt.adapters.langgraph import (
@@ -44,116 +38,22 @@ from agentrt.adapters.langgraph import (
     reject,
     run_id_for,
 )
-
-ROOT = Path(__file__).resolve().parent.parent
-CHILD = ROOT / "tests" / "support" / "adapters" / "langgraph_child.py"
-CONFIG: Any = {"configurable": {"thread_id": "thread-1"}}
-TURN = "turn-1"
-"""The id of the message that opens the first turn (`ask`): its run is `RUN`."""
-RUN = run_id_for("thread-1", TURN)
-
-CLASSES = {
-    "lookup": Classification("read_only", timeout=5),
-    "write_note": Classification("local_mutation", timeout=5),
-    "push_branch": Classification("remote_mutation", timeout=5),
-    "delete_branch": Classification("destructive", timeout=5),
-    "flaky": Classification("local_mutation", timeout=5),
-}
-
-
-def make_tools(effects: Path) -> list[BaseTool]:
-    def effect(line: str) -> None:
-        with effects.open("a") as f:
-            f.write(line + "\n")
-
-    @tool
-    def lookup(q: str) -> str:
-        """Look something up."""
-        effect(f"lookup {q}")
-        return f"found {q}"
-
-    @tool
-    def write_note(text: str) -> str:
-        """Write a local note."""
-        effect(f"note {text}")
-        return f"noted {text}"
-
-    @tool
-    def push_branch(branch: str) -> str:
-        """Push a branch to the remote."""
-        effect(f"push {branch}")
-        return f"pushed {branch}"
-
-    @tool
-    def delete_branch(branch: str) -> str:
-        """Delete a branch."""
-        effect(f"delete {branch}")
-        return f"deleted {branch}"
-
-    @tool
-    def flaky(q: str) -> str:
-        """Fail, after an effect."""
-        effect(f"flaky {q}")
-        raise ConnectionError(f"remote closed the connection for {q}")
-
-    return [lookup, write_note, push_branch, delete_branch, flaky]
-
-
-def call(name: str, call_id: str, **args: Any) -> dict[str, Any]:
-    return {"name": name, "args": args, "id": call_id}
-
-
-def build(
-    tmp_path: Path,
-    script: Sequence[AIMessage],
-    node: Callable[[list[BaseTool]], Any] | None = None,
-    saver: Any = "memory",
-    **options: Any,
-) -> tuple[Any, agentrt.Store, Path]:
-    """A ReAct graph: the fake model answers from `script`, by how many tool answers it has."""
-    effects = tmp_path / "effects.log"
-    effects.touch()
-    store = agentrt.open_store(tmp_path / "runs.db")
-    tools = make_tools(effects)
-    if node is None:
-        tools_node = gated_tool_node(
-            tools,
-            store=store,
-            policy=options.pop("policy", agentrt.default_policy()),
-            classifications=CLASSES,
-            **options,
-        )
-    else:
-        tools_node = node(tools)
-
-    def agent(state: MessagesState) -> dict[str, Any]:
-        turn = sum(isinstance(m, AIMessage) for m in state["messages"])
-        model = GenericFakeChatModel(messages=iter([script[turn]]))
-        return {"messages": [model.invoke(state["messages"])]}
-
-    builder = StateGraph(MessagesState)
-    builder.add_node("agent", agent)
-    builder.add_node("tools", tools_node)
-    builder.add_edge(START, "agent")
-    builder.add_conditional_edges("agent", tools_condition)
-    builder.add_edge("tools", "agent")
-    checkpointer = InMemorySaver() if saver == "memory" else saver
-    return builder.compile(checkpointer=checkpointer), store, effects
-
-
-def ask(graph: Any, what: Any = None) -> dict[str, Any]:
-    inp = {"messages": [HumanMessage("go", id=TURN)]} if what is None else what
-    return dict(asyncio.run(graph.ainvoke(inp, CONFIG)))
-
-
-def tool_messages(out: dict[str, Any]) -> list[tuple[str, str, Any]]:
-    return [
-        (m.tool_call_id, m.status, m.content) for m in out["messages"] if isinstance(m, ToolMessage)
-    ]
-
-
-def lines(effects: Path) -> list[str]:
-    return effects.read_text().splitlines()
+from support.adapters.langgraph_graphs import (
+    CLASSES,
+    CONFIG,
+    ROOT,
+    RUN,
+    TURN,
+    ask,
+    build,
+    call,
+    child,
+    kill_inside_the_tool,
+    lines,
+    make_tools,
+    push_script,
+    tool_messages,
+)
 
 
 def events(store: agentrt.Store) -> list[str]:
@@ -305,13 +205,6 @@ def test_a_graph_without_a_thread_id_is_refused_before_anything_runs(tmp_path: P
 # -- approvals ----------------------------------------------------------------
 
 
-def push_script() -> list[AIMessage]:
-    return [
-        AIMessage("", tool_calls=[call("push_branch", "c1", branch="feature/login")]),
-        AIMessage("pushed"),
-    ]
-
-
 def test_require_approval_surfaces_as_an_interrupt_showing_the_request_and_its_hash(
     tmp_path: Path,
 ) -> None:
@@ -445,6 +338,96 @@ def test_a_call_changed_in_the_graph_state_after_approval_is_refused(tmp_path: P
     with pytest.raises(agentrt.ApprovalChangedError, match="a changed call is refused"):
         ask(graph, Command(resume=approve(pending, by="alice")))
     assert lines(effects) == []
+
+
+def test_a_changed_call_names_the_approval_it_was_not_given_for(tmp_path: Path) -> None:
+    graph, _, _ = build(tmp_path, push_script())
+    (pending,) = ask(graph)["__interrupt__"]
+    ai = graph.get_state(CONFIG).values["messages"][-1]
+    changed = ai.model_copy(update={"tool_calls": [call("push_branch", "c1", branch="main")]})
+    graph.update_state(CONFIG, {"messages": [changed]}, as_node="agent")
+    with pytest.raises(agentrt.ApprovalChangedError) as refused:
+        ask(graph, Command(resume=approve(pending, by="alice")))
+    assert str(refused.value) == (
+        f"tool call c1 was recorded as push_branch with other arguments (step 0 of run {RUN}, "
+        f"approval {pending.value['approval_id']}); a changed call is refused, not run as the "
+        "approved one"
+    )
+
+
+def test_a_tool_call_id_used_again_in_a_turn_for_another_request_is_answered_not_run(
+    tmp_path: Path,
+) -> None:
+    """The model reuses call_0 for another note: it is not run, the model hears why, the turn
+    goes on (nothing wedged, no approval blamed), and resuming the thread changes nothing."""
+    script = [
+        AIMessage("", tool_calls=[call("write_note", "call_0", text="a")]),
+        AIMessage("", tool_calls=[call("write_note", "call_0", text="b")]),
+        AIMessage("done"),
+    ]
+    graph, store, effects = build(tmp_path, script)
+    out = ask(graph)
+    reused = (
+        f'Not run: tool call id call_0 was already used in this turn by write_note {{"text":"a"}} '
+        f"(step 0 of agentrt run {RUN}); give each tool call of a turn an id of its own"
+    )
+    assert tool_messages(out) == [("call_0", "success", "noted a"), ("call_0", "error", reused)]
+    assert out["messages"][-1].content == "done"
+    assert lines(effects) == ["note a"]
+    (step,) = store.list_steps(RUN)
+    assert step.decision is not None and step.decision.args == {"text": "a"}
+    assert "approval" not in reused
+    again = dict(graph.invoke(None, CONFIG))  # the turn is over: no error, nothing runs
+    assert again["messages"][-1].content == "done" and lines(effects) == ["note a"]
+    assert len(store.list_steps(RUN)) == 1
+
+
+def test_a_tool_calling_langgraphs_own_interrupt_is_refused_and_runs_once(
+    tmp_path: Path,
+) -> None:
+    """A person is asked through agentrt's policy, not from inside a gated tool: LangGraph
+    would run the tool again from its top on resume. The step fails with a clear error the
+    model hears; the graph does not pause; the tool's work before interrupt() happened once."""
+    asked: list[str] = []
+
+    @tool
+    def confirm(question: str) -> str:
+        """Ask a person, LangGraph's own way."""
+        asked.append(question)
+        return str(interrupt({"question": question}))
+
+    def node(tools: list[BaseTool]) -> Any:
+        return gated_tool_node(
+            [*tools, confirm],
+            store=store,
+            policy=agentrt.default_policy(),
+            classifications={**CLASSES, "confirm": Classification("read_only", timeout=5)},
+        )
+
+    store = agentrt.open_store(tmp_path / "runs.db")
+    script = [AIMessage("", tool_calls=[call("confirm", "c1", question="ok?")]), AIMessage("ok")]
+    graph, _, _ = build(tmp_path, script, node=node)
+    for path in ("async", "blocking"):
+        config = {"configurable": {"thread_id": path}}
+        opener = {"messages": [HumanMessage("go", id=TURN)]}
+        out = dict(
+            asyncio.run(graph.ainvoke(opener, config))
+            if path == "async"
+            else graph.invoke(opener, config)
+        )
+        assert "__interrupt__" not in out
+        message = (
+            "Error: InterruptRefusedError: tool confirm called LangGraph's interrupt(), which a "
+            "gated tool may not do (LangGraph would run it again from its top on resume): it "
+            "ran once and was stopped there, and asking a person is the agentrt policy's job "
+            "(require_approval)"
+        )
+        assert tool_messages(out) == [("c1", "error", message)]
+        assert out["messages"][-1].content == "ok"
+        (step,) = store.list_steps(run_id_for(path, TURN))
+        assert step.observation is not None
+        assert (step.status, step.observation.kind) == ("failed", "tool_error")
+    assert asked == ["ok?", "ok?"]  # once per thread
 
 
 # -- LangGraph's node replay (langgraph issue 7780) ------------------------------
@@ -661,18 +644,50 @@ def test_two_workers_resuming_one_thread_run_its_call_once(tmp_path: Path) -> No
     assert tool_messages(outcome) == [("c1", "success", "noted hi")]
 
 
+def test_a_worker_that_read_before_another_recorded_the_call_reads_again_under_the_lease(
+    tmp_path: Path,
+) -> None:
+    """The turn's run exists: worker B reads "c1 is not recorded" in it, then waits; worker A
+    records and runs c1 and lets the lease go. B attaches, reads again under the lease, finds
+    A's record and answers with it: c1 ran once (the read before attaching is not enough)."""
+    effects = tmp_path / "effects.log"
+    script = [
+        AIMessage("", tool_calls=[call("write_note", "c0", text="first")]),
+        AIMessage("", tool_calls=[call("write_note", "c1", text="hi")]),
+        AIMessage("done"),
+    ]
+    graph_a, store, _ = build(tmp_path, script)
+    graph_b, _, _ = build(tmp_path, script)
+    gated_b = graph_b.nodes["tools"].bound._awrap_tool_call.__self__
+    read_b = gated_b._read
+    b_has_read, a_is_done = threading.Event(), threading.Event()
+
+    def read_then_wait(run_id: str, call_id: str) -> Any:
+        seen = read_b(run_id, call_id)
+        if call_id == "c1" and not b_has_read.is_set():
+            assert seen[0] is not None and seen[1] is None  # the run exists; c1 is not in it
+            b_has_read.set()
+            assert a_is_done.wait(30)
+        return seen
+
+    gated_b._read = read_then_wait
+    outcome: dict[str, Any] = {}
+    worker = threading.Thread(target=lambda: outcome.update(ask(graph_b)))
+    worker.start()
+    assert b_has_read.wait(30)
+    out_a = ask(graph_a)  # c0 is B's record (answered, not run); c1 is A's to run
+    a_is_done.set()
+    worker.join(60)
+    assert lines(effects) == ["note first", "note hi"]
+    assert tool_messages(out_a) == [("c0", "success", "noted first"), ("c1", "success", "noted hi")]
+    assert tool_messages(outcome) == tool_messages(out_a)
+    assert [s.decision and s.decision.reason for s in store.list_steps(RUN)] == [
+        "langgraph tool call c0",
+        "langgraph tool call c1",
+    ]
+
+
 # -- across processes --------------------------------------------------------------
-
-
-def child(workdir: Path, mode: str, tool_name: str) -> dict[str, Any]:
-    done = subprocess.run(
-        [sys.executable, str(CHILD), str(workdir), mode, tool_name],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
-    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
 @pytest.mark.slow
@@ -690,21 +705,6 @@ def test_an_approval_from_the_agentrt_command_is_resumed_by_another_process(
     assert second["interrupts"] == []
     assert second["messages"][-2:] == ["pushed feature/login", "all done"]
     assert lines(tmp_path / "effects.log") == ["push feature/login"]
-
-
-def kill_inside_the_tool(workdir: Path, mode: str, tool_name: str) -> None:
-    """Run the child until its tool has written its effect, then SIGKILL it."""
-    proc = subprocess.Popen(
-        [sys.executable, str(CHILD), str(workdir), mode, tool_name],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "HANG_IN_TOOL": "1"},
-    )
-    assert proc.stdout is not None
-    assert proc.stdout.readline().strip() == "IN_TOOL"
-    os.kill(proc.pid, signal.SIGKILL)
-    assert proc.wait(timeout=30) == -signal.SIGKILL
 
 
 @pytest.mark.slow

@@ -24,8 +24,17 @@ from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langgraph.types import Command
 
 from agentrt.adapters.langgraph import approve
-from test_adapter_langgraph import CONFIG, RUN, TURN, build, call, lines, push_script
-from test_adapter_langgraph_turn_end import build_ending
+from support.adapters.langgraph_graphs import (
+    CONFIG,
+    RUN,
+    TURN,
+    build,
+    build_ending,
+    build_prebuilt,
+    call,
+    lines,
+    push_script,
+)
 
 CASES = [(mode, path) for mode in ("updates", "values") for path in ("async", "blocking")]
 GO = {"messages": [HumanMessage("go", id=TURN)]}
@@ -120,4 +129,33 @@ def test_a_streamed_turn_holds_the_call_beside_the_push_and_its_end_completes_th
         "tool_call",
         "tool_call",
         "complete",
+    ]
+
+
+@pytest.mark.parametrize(("mode", "path"), CASES)
+def test_the_prebuilt_agent_streamed_holds_the_sent_note_behind_the_push_with_one_interrupt(
+    tmp_path: Path, mode: str, path: str
+) -> None:
+    """`create_react_agent` sends each call as a task of its own: the held task adds no
+    interrupt of its own to the stream, and one streamed resume runs both calls once."""
+    script = [
+        AIMessage(
+            "",
+            tool_calls=[
+                call("push_branch", "c1", branch="feature/login"),
+                call("write_note", "c2", text="pushed"),
+            ],
+        ),
+        AIMessage("pushed and noted"),
+    ]
+    graph, store, effects = build_prebuilt(tmp_path, script)
+    (pending,) = interrupts(stream(graph, GO, mode, path))
+    assert (pending.value["tool_call_id"], pending.value["held"]) == ("c1", ["c2"])
+    assert lines(effects) == [] and len(store.list_steps(RUN)) == 1
+    chunks = stream(graph, Command(resume=approve(pending, by="alice")), mode, path)
+    assert interrupts(chunks) == []
+    assert lines(effects) == ["push feature/login", "note pushed"]
+    assert [s.decision and s.decision.reason for s in store.list_steps(RUN)] == [
+        "langgraph tool call c1",
+        "langgraph tool call c2",
     ]

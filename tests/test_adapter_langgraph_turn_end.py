@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import os
 import warnings
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +26,7 @@ if not os.environ.get("CI"):
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.graph import END, START, MessagesState, StateGraph
-from langgraph.prebuilt import ToolNode, tools_condition
+from langgraph.prebuilt import ToolNode
 from langgraph.types import Command
 
 import agentrt
@@ -38,63 +36,25 @@ from agentrt.adapters.langgraph import (
     run_id_for,
     turn_end_node,
 )
-from support.rows import snapshot
-from test_adapter_langgraph import (
+from support.adapters.langgraph_graphs import (
     CLASSES,
     CONFIG,
     RUN,
     TURN,
     ask,
     build,
+    build_ending,
     call,
+    go,
     kill_inside_the_tool,
     lines,
     make_tools,
+    send,
     tool_messages,
 )
+from support.rows import snapshot
 
 PATHS = ["async", "blocking"]
-
-
-def build_ending(
-    tmp_path: Path, script: Sequence[AIMessage], **options: Any
-) -> tuple[Any, agentrt.Store, Path, Any]:
-    """The ReAct graph of test_adapter_langgraph, its end routed through `agentrt_end`."""
-    effects = tmp_path / "effects.log"
-    effects.touch()
-    store = agentrt.open_store(tmp_path / "runs.db")
-    tools_node = gated_tool_node(
-        make_tools(effects),
-        store=store,
-        policy=agentrt.default_policy(),
-        classifications=CLASSES,
-        **options,
-    )
-
-    def agent(state: MessagesState) -> dict[str, Any]:
-        turn = sum(isinstance(m, AIMessage) for m in state["messages"])
-        model = GenericFakeChatModel(messages=iter([script[turn]]))
-        return {"messages": [model.invoke(state["messages"])]}
-
-    builder = StateGraph(MessagesState)
-    builder.add_node("agent", agent)
-    builder.add_node("tools", tools_node)
-    builder.add_node("agentrt_end", turn_end_node(tools_node))
-    builder.add_edge(START, "agent")
-    builder.add_conditional_edges("agent", tools_condition, {"tools": "tools", END: "agentrt_end"})
-    builder.add_edge("tools", "agent")
-    graph = builder.compile(checkpointer=InMemorySaver())
-    return graph, store, effects, tools_node
-
-
-def send(graph: Any, what: Any, path: str, config: Any = CONFIG) -> dict[str, Any]:
-    if path == "async":
-        return dict(asyncio.run(graph.ainvoke(what, config)))
-    return dict(graph.invoke(what, config))
-
-
-def go(turn: str = TURN, text: str = "look it up") -> dict[str, Any]:
-    return {"messages": [HumanMessage(text, id=turn)]}
 
 
 def kinds(store: agentrt.Store, run_id: str) -> list[str | None]:

@@ -20,11 +20,13 @@ a thread (from one input message to the graph stopping) is one agentrt run
 (`run_id_for(thread_id, turn)`, the turn named by the id of the message that
 opened it), so `limits` count a turn, and the model's answer completes it
 (`turn_end_node`). The calls of one message go through the Gate in the model's
-order; one behind a call that waits for a person is held until that call is
-decided. A call the policy sends to a
-person pauses the graph with `interrupt()`, whose value shows the request and
-its hash; answer with `Command(resume=approve(interrupt, by=...))`, `reject`,
-or `decided` after `agentrt approve`. See docs/adapters.md.
+order, also when the graph sends each as a task of its own (the prebuilt
+agents); one behind a call that waits for a person is held until that call is
+decided. A call the policy sends to a person pauses the graph with
+`interrupt()`, whose value shows the request and its hash; answer with
+`Command(resume=approve(interrupt, by=...))`, `reject`, or `decided` after
+`agentrt approve`. A gated tool may not call `interrupt()` itself
+(`InterruptRefusedError`). See docs/adapters.md.
 """
 
 from __future__ import annotations
@@ -39,11 +41,18 @@ except ImportError as exc:
 
 from agentrt.adapters import Classification, UnclassifiedToolError
 
-from ._node import RunEndedError, gated_tool_node, run_id_for, turn_end_node
+from ._node import (
+    InterruptRefusedError,
+    RunEndedError,
+    gated_tool_node,
+    run_id_for,
+    turn_end_node,
+)
 from ._protocol import approve, decided, reject
 
 __all__ = [
     "Classification",
+    "InterruptRefusedError",
     "RunEndedError",
     "UnclassifiedToolError",
     "approve",
@@ -55,6 +64,7 @@ __all__ = [
 ]
 
 for _name in (
+    "InterruptRefusedError",
     "RunEndedError",
     "approve",
     "decided",

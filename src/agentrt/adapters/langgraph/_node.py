@@ -31,11 +31,18 @@ Invariants (tests in tests/test_adapter_langgraph*.py):
   by `Gate.attach` and pauses on `interrupted_side_effect`, shown with
   `interrupt()`; it runs again only after a person approves.
 - The calls of one run go through the Gate one at a time (`_OneAtATime`), and
-  the calls of one ToolNode execution in the order of the model's message
-  (`_Execution`). A call behind one that interrupts is held: it is neither
-  answered, recorded nor run until LangGraph runs the node again on resume
-  (decision 0050); if the run ended on the call ahead of it, it is told so,
-  unrecorded.
+  the calls of one AI message in the message's order (`_Execution`), whether
+  one ToolNode execution runs them or LangGraph runs each as a task of its own
+  (`Send`; the tasks of one superstep share an `_Execution`, `_Supersteps`). A
+  call behind one that interrupts is held: it is neither answered, recorded
+  nor run until LangGraph runs it again on resume (decision 0050; a held task
+  raises an interrupt with no value, so LangGraph saves nothing for it); if the
+  run ended on the call ahead of it, it is told so, unrecorded.
+- A tool calling LangGraph's `interrupt()` is refused (`InterruptRefusedError`,
+  recorded as the step's `tool_error`): LangGraph would run it again from its
+  top on resume.
+- Tool call ids are taken to be unique within a turn: a call reusing a settled
+  call's id for another request is answered with an error, never run.
 - A run that ended (a limit, a cancel, a rejection) raises `RunEndedError` out
   of the graph; no tool runs in that turn again. The next turn is a new run.
 - Whether a call is recorded is read again under the lease before a step is
@@ -53,13 +60,23 @@ import contextvars
 import hashlib
 import inspect
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+import weakref
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Collection,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from datetime import timedelta
 from typing import Annotated, Any, cast
 
 from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 from langchain_core.tools import BaseTool
+from langgraph.errors import GraphBubbleUp, GraphInterrupt
 from langgraph.prebuilt import ToolNode
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command, interrupt
@@ -223,14 +240,43 @@ class _FrameworkTool:
         request, execute = waiting
         args = call.args if isinstance(call.args, dict) else {}
         judged = request.override(tool_call={**request.tool_call, "args": args})
-        outcome = execute(judged)
+        try:
+            outcome = execute(judged)
+        except GraphBubbleUp as exc:
+            raise InterruptRefusedError(self.spec.name, exc) from None
         if inspect.isawaitable(outcome):
-            return _finish(outcome)
+            return _finish(self.spec.name, outcome)
         return _result(outcome)
 
 
-async def _finish(outcome: Awaitable[Any]) -> ToolResult:
-    return _result(await outcome)
+async def _finish(tool: str, outcome: Awaitable[Any]) -> ToolResult:
+    try:
+        done = await outcome
+    except GraphBubbleUp as exc:
+        raise InterruptRefusedError(tool, exc) from None
+    return _result(done)
+
+
+class InterruptRefusedError(RuntimeError):
+    """A gated tool called LangGraph's `interrupt()` (or raised another `GraphBubbleUp`).
+
+    Refused, not passed on: LangGraph would run the tool again from its top on
+    resume, repeating whatever it did before asking. The step is recorded
+    failed (`tool_error`) with this message, which the model hears; asking a
+    person is the agentrt policy's job (`require_approval`).
+    """
+
+    def __init__(self, tool: str, raised: GraphBubbleUp) -> None:
+        what = (
+            "called LangGraph's interrupt()"
+            if isinstance(raised, GraphInterrupt)
+            else (f"raised LangGraph's {type(raised).__name__}")
+        )
+        super().__init__(
+            f"tool {tool} {what}, which a gated tool may not do (LangGraph would run it again "
+            "from its top on resume): it ran once and was stopped there, and asking a person "
+            "is the agentrt policy's job (require_approval)"
+        )
 
 
 def _result(outcome: Any) -> ToolResult:
@@ -311,40 +357,67 @@ class _OneAtATime:
 
 
 class _Execution:
-    """One execution of the gated ToolNode: its calls, in the order the model made them.
+    """The calls of one AI message going through the Gate together, in the model's order.
 
     The ToolNode runs the calls of one AI message together (a thread pool on
-    the blocking path, tasks on the async path); they go through the Gate one at
-    a time in this order (decision 0050). A call that interrupts (or raises)
-    stops the execution: the calls behind it are held, they do nothing and
-    raise what it raised (LangGraph discards the node's outcome and runs the
-    node again on resume), so none of them is answered, recorded or run before
-    the waiting call is decided.
+    the blocking path, tasks on the async path), or LangGraph runs one task per
+    call when the graph dispatches them with `Send` (the prebuilt agents); they
+    go through the Gate one at a time in this order (decision 0050). `skip`
+    names the calls of the message that will not come (settled on an earlier
+    execution, answered already, or not this node's). A call that interrupts (or
+    raises) stops the execution: the calls behind it are held, they do nothing
+    and raise (LangGraph discards the node's outcome and runs it again on
+    resume), so none of them is answered, recorded or run before the waiting
+    call is decided.
     """
 
-    def __init__(self, ids: Sequence[str]) -> None:
+    def __init__(self, ids: Sequence[str], skip: Collection[str] = (), sent: bool = False) -> None:
         self.ids = tuple(ids)
+        self.skip = frozenset(skip)
+        self.sent = sent
         self.next = 0
+        self._advance()
         self.stopped: BaseException | None = None
         self._cond = threading.Condition()
         self._aconds: dict[int, asyncio.Condition] = {}
 
+    def _advance(self) -> None:
+        while self.next < len(self.ids) and self.ids[self.next] in self.skip:
+            self.next += 1
+
     def index(self, call_id: str) -> int | None:
         """The call's place, or None when it is not one of this execution's calls."""
-        return self.ids.index(call_id) if call_id in self.ids else None
+        if call_id not in self.ids or call_id in self.skip:
+            return None
+        return self.ids.index(call_id)
+
+    def behind(self, index: int) -> list[str]:
+        """The calls after `index` that wait their turn behind it."""
+        return [i for i in self.ids[index + 1 :] if i not in self.skip]
 
     def _passed(self, index: int, error: BaseException | None) -> None:
         if error is not None and self.stopped is None:
             self.stopped = error
         if index == self.next:
             self.next += 1
+            self._advance()
+
+    def _held(self) -> BaseException:
+        """What a call held behind a stopped execution raises."""
+        assert self.stopped is not None
+        if self.sent and isinstance(self.stopped, GraphBubbleUp):
+            # A task of its own: an interrupt with no value records nothing for
+            # it (no pending interrupt, no writes), so LangGraph runs it again on
+            # resume and one Command(resume=...) still answers the graph.
+            return GraphInterrupt(())
+        return self.stopped
 
     @contextlib.contextmanager
     def blocking(self, index: int) -> Iterator[None]:
         with self._cond:
             self._cond.wait_for(lambda: self.next == index or self.stopped is not None)
             if self.stopped is not None:
-                raise self.stopped  # held behind a call that interrupted: nothing done
+                raise self._held()  # held behind a call that interrupted: nothing done
         error: BaseException | None = None
         try:
             yield
@@ -363,7 +436,7 @@ class _Execution:
         async with cond:
             await cond.wait_for(lambda: self.next == index or self.stopped is not None)
             if self.stopped is not None:
-                raise self.stopped  # held behind a call that interrupted: nothing done
+                raise self._held()  # held behind a call that interrupted: nothing done
         error: BaseException | None = None
         try:
             yield
@@ -376,6 +449,72 @@ class _Execution:
                 cond.notify_all()
 
 
+class _Supersteps:
+    """The `Send` tasks of one LangGraph superstep that carry calls of one AI message.
+
+    The prebuilt agents dispatch each call of a message as a task of its own;
+    the tasks of one superstep run together in this process. They share one
+    `_Execution`, found by the superstep (the runner's set of futures, which
+    LangGraph hands every task of a superstep; gone, and the entry with it,
+    when the superstep ends), the run and the message's calls.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._open: dict[tuple[int, str, tuple[str, ...]], _Execution] = {}
+
+    def join(
+        self, superstep: object, run_id: str, ids: Sequence[str], skip: Collection[str]
+    ) -> _Execution:
+        key = (id(superstep), run_id, tuple(ids))
+        with self._lock:
+            found = self._open.get(key)
+            if found is None:
+                found = self._open[key] = _Execution(ids, skip, sent=True)
+                weakref.finalize(superstep, self._drop, key)
+            return found
+
+    def _drop(self, key: tuple[int, str, tuple[str, ...]]) -> None:
+        with self._lock:
+            self._open.pop(key, None)
+
+
+def _sent_ids(request: ToolCallRequest) -> set[str] | None:
+    """The tool call ids the call's superstep sends to tool nodes, if LangGraph says (1.x).
+
+    Read from the superstep's `Send` packets (the task's own read of LangGraph's
+    tasks channel), so a call sent in another superstep, or never, is not waited
+    for. None when LangGraph does not say.
+    """
+    config = getattr(request.runtime, "config", None) or {}
+    read = (config.get("configurable") or {}).get("__pregel_read")
+    if not callable(read):
+        return None
+    try:
+        packets = read("__pregel_tasks", False)
+    except Exception:  # an empty channel, or another LangGraph: it does not say
+        return None
+    if not isinstance(packets, Sequence):
+        return None
+    ids: set[str] = set()
+    for packet in packets:
+        arg = getattr(packet, "arg", None)
+        if isinstance(arg, Mapping) and arg.get("__type") == "tool_call_with_context":
+            tool_call = arg.get("tool_call")
+            if isinstance(tool_call, Mapping):
+                ids.add(str(tool_call.get("id") or ""))
+    return ids
+
+
+def _superstep(request: ToolCallRequest) -> object | None:
+    """What the tasks of the call's LangGraph superstep share, if LangGraph says (1.x)."""
+    config = getattr(request.runtime, "config", None) or {}
+    caller = (config.get("configurable") or {}).get("__pregel_call")
+    futures = getattr(caller, "keywords", {}).get("futures")
+    found = futures() if callable(futures) else None
+    return found
+
+
 _EXECUTION: contextvars.ContextVar[_Execution | None] = contextvars.ContextVar(
     "agentrt_langgraph_execution", default=None
 )
@@ -384,9 +523,14 @@ the thread pool and the tasks that run its calls)."""
 
 
 class _GatedToolNode(ToolNode):
-    """LangGraph's ToolNode, marking each execution with its calls in the model's order."""
+    """LangGraph's ToolNode, marking each execution with its calls in the model's order.
+
+    A call sent on its own (`Send`) is placed by its hook instead (`GatedTools._sent`).
+    """
 
     def _execution(self, input: Any) -> _Execution | None:
+        if isinstance(input, Mapping) and input.get("__type") == "tool_call_with_context":
+            return None  # one call sent on its own: placed by its message (`_Supersteps`)
         try:
             calls, _ = self._parse_input(input)
         except Exception:  # the ToolNode itself raises it again, its own way
@@ -413,6 +557,9 @@ class _GatedToolNode(ToolNode):
 
 _Place = tuple[_Execution, int]
 """A call's execution and its index in it."""
+
+_Sent = tuple[object, str, list[str], set[str]]
+"""A sent call's superstep, its id, its message's call ids, and the calls not to wait for."""
 
 
 def _place_of(request: ToolCallRequest) -> _Place | None:
@@ -474,6 +621,7 @@ class GatedTools:
         self._messages_key = messages_key
         self._operator = Operator(store, observer, now)
         self._one_at_a_time = _OneAtATime()
+        self._supersteps = _Supersteps()
 
     # -- the ToolNode's hooks -----------------------------------------------
 
@@ -486,6 +634,11 @@ class GatedTools:
             if place is not None:  # first: whatever this call raises stops the calls behind
                 await turn.enter_async_context(place[0].waiting(place[1]))
             run_id = self._run_of(request)
+            if place is None and (sent := self._sent(request)) is not None:
+                settled = await asyncio.to_thread(self._settled, run_id)
+                place = self._join(sent, run_id, settled)
+                if place is not None:
+                    await turn.enter_async_context(place[0].waiting(place[1]))
             async with self._one_at_a_time.waiting(run_id):
                 return await self._handle(request, execute, run_id, place)
 
@@ -498,8 +651,69 @@ class GatedTools:
             if place is not None:  # first: whatever this call raises stops the calls behind
                 turn.enter_context(place[0].blocking(place[1]))
             run_id = self._run_of(request)
+            if place is None and (sent := self._sent(request)) is not None:
+                place = self._join(sent, run_id, self._settled(run_id))
+                if place is not None:
+                    turn.enter_context(place[0].blocking(place[1]))
             with self._one_at_a_time.blocking(run_id):
                 return run_sync(self._handle(request, execute, run_id, place))
+
+    def _sent(self, request: ToolCallRequest) -> _Sent | None:
+        """A call LangGraph runs as a task of its own (`Send`): its superstep and message.
+
+        The message's calls this node will not be sent in the superstep are
+        skipped: those the state answers already, and those naming no tool of
+        this node (a structured-output call of `create_agent`).
+        """
+        if _EXECUTION.get() is not None:
+            return None
+        superstep = _superstep(request)
+        call_id = str(request.tool_call.get("id") or "")
+        if superstep is None or not call_id:
+            return None
+        messages = _messages(request.state, self._messages_key)
+        for message in reversed(messages):
+            if isinstance(message, AIMessage) and any(
+                c.get("id") == call_id for c in message.tool_calls
+            ):
+                break
+        else:
+            return None
+        ids = [str(c.get("id") or "") for c in message.tool_calls]
+        if "" in ids or len(set(ids)) != len(ids):
+            return None  # calls it cannot tell apart: one at a time, in no set order
+        answered = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
+        mine = self.node.tools_by_name
+        sent = _sent_ids(request)
+        if sent is not None and call_id not in sent:
+            sent = None  # not what it seems: rely on the message alone
+        skip = {
+            i
+            for i, c in zip(ids, message.tool_calls, strict=True)
+            if i != call_id
+            and (i in answered or c.get("name") not in mine or (sent is not None and i not in sent))
+        }
+        return superstep, call_id, ids, skip
+
+    def _join(self, sent: _Sent, run_id: str, settled: set[str]) -> _Place | None:
+        """The sent call's place among its message's calls in its superstep."""
+        superstep, call_id, ids, skip = sent
+        execution = self._supersteps.join(superstep, run_id, ids, skip | (settled - {call_id}))
+        index = execution.index(call_id)
+        return None if index is None else (execution, index)
+
+    def _settled(self, run_id: str) -> set[str]:
+        """The tool call ids whose latest step in the run is recorded done or failed."""
+        try:
+            steps = self.store.list_steps(run_id, cap=None)
+        except NotFoundError:
+            return set()
+        latest: dict[str, Step] = {}
+        for step in steps:
+            call_id = _CALLS.call_id(step.decision)
+            if call_id:
+                latest[call_id] = step
+        return {i for i, s in latest.items() if s.status in (StepStatus.DONE, StepStatus.FAILED)}
 
     def _run_of(self, request: ToolCallRequest) -> str:
         """The agentrt run of the call's turn of its thread."""
@@ -522,8 +736,8 @@ class GatedTools:
         answered: set[str] = set()  # approvals answered on this execution of the node
         while True:
             run, step, approvals = await asyncio.to_thread(self._read, run_id, call_id)
-            if step is not None:
-                _same_call(step, call)
+            if step is not None and not _same_call(step, call, approvals):
+                return _reused(step, call)  # an id used again in the turn: not this call
             latest = approvals[-1] if approvals else None
             if (
                 run is not None
@@ -615,7 +829,7 @@ class GatedTools:
         so it is passed over and the next position asked.
         """
         value = self._interrupt_value(approval, call)
-        value["held"] = list(place[0].ids[place[1] + 1 :]) if place is not None else []
+        value["held"] = place[0].behind(place[1]) if place is not None else []
         schema = self._expected(approval)
         while True:
             answer: dict[str, Any] = interrupt(value, response_schema=schema)
@@ -831,16 +1045,49 @@ class GatedTools:
         return _message(recorded, request.tool_call)
 
 
-def _same_call(step: Step, call: Mapping[str, Any]) -> None:
-    """A call LangGraph issues again must be the call recorded under its id."""
+def _same_call(step: Step, call: Mapping[str, Any], approvals: Sequence[Approval]) -> bool:
+    """Whether the call LangGraph issues is the call recorded under its id.
+
+    A changed call whose step waits on (or was granted) an approval is refused:
+    the approval was given for the recorded request. A call whose id is
+    already settled in the record under another request is an id the model
+    used twice in one turn (tool call ids are taken to be unique within a
+    turn): False, it is answered with an error and nothing else happens.
+    """
     decision = step.decision
     assert decision is not None  # found by its decision's reason
-    if decision.tool != call.get("name") or decision.args != call.get("args"):
+    if decision.tool == call.get("name") and decision.args == call.get("args"):
+        return True
+    if step.status in (StepStatus.DONE, StepStatus.FAILED):
+        return False
+    recorded = f"step {step.index} of run {step.run_id}"
+    if approvals:
         raise ApprovalChangedError(
             f"tool call {call.get('id')} was recorded as {decision.tool} with other arguments "
-            f"(step {step.index} of run {step.run_id}); a changed call is refused, "
-            "not run as the recorded one"
+            f"({recorded}, approval {approvals[-1].id}); a changed call is refused, "
+            "not run as the approved one"
         )
+    raise ApprovalChangedError(
+        f"tool call {call.get('id')} was recorded as {decision.tool} with other arguments "
+        f"({recorded}, {step.status}); a changed call is refused, not run as the recorded one"
+    )
+
+
+def _reused(step: Step, call: Mapping[str, Any]) -> ToolMessage:
+    """The answer to a tool call id used again in one turn for another request: not run."""
+    decision = step.decision
+    assert decision is not None
+    return ToolMessage(
+        content=(
+            f"Not run: tool call id {call.get('id')} was already used in this turn by "
+            f"{decision.tool} {_json_text(decision.args)} (step {step.index} of agentrt run "
+            f"{step.run_id}); give each tool call of a turn an id of its own"
+        ),
+        name=call.get("name"),
+        tool_call_id=call.get("id"),
+        status="error",
+        artifact={"run_id": step.run_id, "reused_by_step": step.id},
+    )
 
 
 def _earlier_runs(request: ToolCallRequest, messages_key: str) -> Iterator[str]:
