@@ -785,6 +785,51 @@ def test_a_tool_raising_a_base_exception_ends_the_framework_run_and_fails_the_ag
     assert ran == ["a"]
 
 
+def test_a_framework_run_cancelled_mid_call_pauses_its_retry_on_the_interrupted_side_effect(
+    tmp_path: Path,
+) -> None:
+    from pydantic_ai import Agent
+
+    store = agentrt.open_store(tmp_path / "runs.db")
+    gate = AgentrtGate(
+        store=store,
+        policy=agentrt.default_policy(),
+        classifications={"note": Classification("local_mutation", timeout=30)},
+    )
+    ran: list[str] = []
+    script: list[Any] = [[("note", {"text": "a"}, "c1")], "done"]
+    agent: Any = Agent(
+        child.model(script), output_type=[str, DeferredToolRequests], capabilities=[gate]
+    )
+
+    @agent.tool_plain
+    async def note(text: str) -> str:
+        """Acts, then takes its time (a Ctrl-C under `asyncio.run` cancels it here)."""
+        ran.append(text)
+        await asyncio.sleep(30)
+        return "late"
+
+    meta = gate.run_metadata(RUN)
+
+    async def main() -> Any:
+        task = asyncio.create_task(agent.run("go", metadata=meta))
+        while not ran:
+            await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert steps(store) == [("note", "interrupted", "interrupted")]
+        assert store.get_run(RUN).status == "RUNNING"
+        # Retried from the prompt (the history was never saved): not run again.
+        return await agent.run("go", metadata=meta)
+
+    retried = asyncio.run(main())
+    assert isinstance(retried.output, DeferredToolRequests)
+    assert retried.output.metadata["c1"]["agentrt"]["kind"] == "interrupted_side_effect"
+    assert ran == ["a"]
+    assert steps(store) == [("note", "awaiting_approval", "interrupted")]
+
+
 @dataclass
 class _SlowFirstCall(AbstractCapability[Any]):
     """Another capability of the agent that does I/O before each call, longest for the first."""

@@ -451,19 +451,29 @@ class FrameworkRun:
             shown_hash=approval.hash,
         )
 
-    def refuse_model_while_waiting(self) -> None:
-        """The model is about to be asked while the run waits for a person: refused.
+    def refuse_model_while_waiting(self, messages: Sequence[Any]) -> None:
+        """The model is about to be asked while a call of the history waits for a person: refused.
 
-        A framework run that reaches the model while a call waits would send
-        the model a return for a call that never ran (Pydantic AI fills one in
-        when the history ends with other calls' returns and no
+        A framework run that reaches the model while a call it made waits
+        would send the model a return for a call that never ran (Pydantic AI
+        fills one in when the history ends with other calls' returns and no
         `DeferredToolResults` names the waiting call): an approved call would
-        be dropped without a trace.
+        be dropped without a trace. (A waiting call the history does not hold,
+        one cut off before the history was saved, is met when the model makes
+        it again; a call it makes meanwhile is held behind it.)
         """
         waiting = self.waiting_on()
         if waiting is None:
             return
         approval, step, call_id = waiting
+        made = (
+            part
+            for message in messages
+            if getattr(message, "kind", "") == "response"
+            for part in getattr(message, "parts", ())
+        )
+        if not any(getattr(part, "tool_call_id", None) == call_id for part in made):
+            return
         assert step.decision is not None
         raise agentrt.RunStateError(
             f"agentrt run {self.run_id} waits on call {call_id} ({step.decision.tool}, approval "
