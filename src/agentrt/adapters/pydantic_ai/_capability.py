@@ -7,9 +7,10 @@ framework's own) in `GatedToolset`, a `WrapperToolset` whose `call_tool` goes
 through one agentrt `GateSession`, and it ties that session's life to the
 framework run (`wrap_run`, which Pydantic AI runs around every entry point:
 `run`, `run_stream`, `iter`, `run_stream_events`, all built on `iter`). Its
-`before_node_run` notes the calls a resumed run's `DeferredToolResults` deny,
-which Pydantic AI answers without calling the toolset. The user keeps their
-Agent, model and tools.
+`before_node_run` records a `ToolDenied` of the waiting call (which Pydantic
+AI answers without calling the toolset) as agentrt's rejection;
+`before_model_request` keeps the model from being asked while a call of the
+history waits for a person. The user keeps their Agent, model and tools.
 
 Invariants:
 
@@ -20,6 +21,9 @@ Invariants:
   anything is recorded: the id is what a resume from another process names.
 - The gated toolset runs nothing outside a framework run it belongs to
   (`for_run` made it): used as a plain toolset it refuses (`ConfigError`).
+- No output function runs: Pydantic AI would call it outside the toolset,
+  ungated. An agent built with one is refused at `for_run`, before the model
+  is asked or a run recorded; one given to a single run, before it runs.
 """
 
 from __future__ import annotations

@@ -23,15 +23,23 @@ Invariants:
   `held_behind` that call, recorded nothing; when the framework continues the
   run, it goes through the session in its turn like any call. When the
   person denied the waiting call the framework's way (`ToolDenied`), agentrt
-  records the rejection and the held call never runs: it comes back as a
-  failed tool return naming the run's end.
+  records the rejection before any call of the resumed framework run, and
+  the held call never runs: it comes back as a failed tool return naming the
+  run's end. A framework run continuing a run that ended while a call waited
+  (`agentrt reject`) tells the model so the same way, and records nothing.
+- The model is not asked while a call the history holds waits for a person
+  (`refuse_model_while_waiting`): an approved call is never dropped.
 - A call waiting for a person runs only after agentrt's approval of the hash
   the person was shown (`agentrt approve`, or `DeferredToolResults` built by
   `approved`), and only with exactly the arguments recorded; a framework
   approval by call id alone decides nothing.
 - The run's end follows the framework run's: its output completes the agentrt
-  run; an error fails it; deferred requests leave it waiting; a crash or a
+  run; an error fails it (a tool's `BaseException` too, recorded before it
+  leaves the event loop); deferred requests leave it waiting; a crash or a
   cancellation leaves it as a crash would.
+- Nothing runs beside the Gate: a tool's own `ApprovalRequired` or
+  `CallDeferred` is refused as its outcome (approvals are agentrt's policy's),
+  and output functions are refused (`_capability`).
 """
 
 from __future__ import annotations
@@ -288,7 +296,7 @@ class FrameworkRun:
         assert step.decision is not None
         waiting_for = step.decision.reason.removeprefix(_CALLS.prefix)
         if ctx.tool_call_id != waiting_for:
-            self._hold(name, str(ctx.tool_call_id), approval, step.decision.tool or "", waiting_for)
+            self._hold(name, str(ctx.tool_call_id), step.decision.tool or "", waiting_for)
         if step.decision.tool != name or _canonical(step.decision.args) != _canonical(args):
             raise ToolFailed(
                 f"refused: the call {waiting_for} to run now is not the request recorded "
@@ -328,14 +336,7 @@ class FrameworkRun:
             raise ToolFailed(verdict.observation.summary)
         raise _end_of(verdict.run)
 
-    def _hold(
-        self,
-        name: str,
-        call_id: str,
-        approval: agentrt.Approval,
-        waiting_tool: str,
-        waiting_for: str,
-    ) -> None:
+    def _hold(self, name: str, call_id: str, waiting_tool: str, waiting_for: str) -> None:
         """A call made beside the waiting one: held behind it, nothing recorded.
 
         It is deferred again, marked `held_behind` the waiting call, until the
