@@ -1105,6 +1105,56 @@ def test_the_model_is_not_asked_while_an_approved_call_has_not_run_and_the_resul
     ]
 
 
+@pytest.mark.parametrize("answer", ["approved", "denied", "by call id alone"])
+def test_an_inline_deferred_call_handler_decides_through_agentrt_as_resumed_results_do(
+    tmp_path: Path, answer: str
+) -> None:
+    from pydantic_ai.capabilities import HandleDeferredToolCalls
+
+    store = agentrt.open_store(tmp_path / "runs.db")
+    handled: list[str] = []
+
+    async def handle(ctx: RunContext[None], requests: DeferredToolRequests) -> Any:
+        handled.append(requests.approvals[0].tool_call_id)
+        if answer == "approved":
+            return approved(requests, "call-push", by="inline")
+        if answer == "denied":
+            return DeferredToolResults(approvals={"call-push": ToolDenied("not from here")})
+        return DeferredToolResults(approvals={"call-push": ToolApproved()})
+
+    gate = make_gate(store)
+    heard: list[str] = []
+    agent = child.agent(tmp_path, "push", gate=gate, heard=heard)
+    result = agent.run_sync(
+        "publish",
+        metadata=gate.run_metadata(RUN),
+        capabilities=[HandleDeferredToolCalls(handle)],
+    )
+    assert handled == ["call-push"]
+    (approval,) = store.list_approvals(RUN)
+    if answer == "approved":
+        assert result.output == "pushed"
+        assert effects(tmp_path) == ["push_branch feature/login"]
+        assert (approval.status, approval.decided_by) == ("approved", "inline")
+        assert store.get_run(RUN).status == "COMPLETED"
+    elif answer == "denied":
+        # Recorded as agentrt's rejection before the model hears of it.
+        assert result.output == "pushed"
+        assert heard == ["ToolReturnPart:denied:not from here"]
+        assert effects(tmp_path) == []
+        assert (approval.status, approval.decided_by, approval.note) == (
+            "rejected",
+            "pydantic-ai ToolDenied",
+            "not from here",
+        )
+        assert store.get_run(RUN).status == "CANCELLED"
+    else:
+        assert isinstance(result.output, DeferredToolRequests)
+        assert effects(tmp_path) == []
+        assert approval.status == "pending"
+        assert store.get_run(RUN).status == "WAITING_FOR_APPROVAL"
+
+
 def test_a_held_call_the_policy_sends_to_a_person_gets_its_own_agentrt_approval(
     tmp_path: Path,
 ) -> None:

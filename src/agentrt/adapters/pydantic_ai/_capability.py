@@ -198,7 +198,7 @@ class AgentrtGate(AbstractCapability[Any]):
     ) -> ModelRequestContext:
         # The model is never asked while a call of the run waits for a person.
         if self._run is not None:
-            self._run.refuse_model_while_waiting(ctx.messages)
+            self._run.refuse_model_while_waiting([*ctx.messages, *request_context.messages])
         return request_context
 
     async def before_output_process(

@@ -443,12 +443,15 @@ class FrameworkRun:
         denied = results.get(call_id)
         if not isinstance(denied, ToolDenied) or approval.status != agentrt.ApprovalStatus.PENDING:
             return
+        self._reject(approval, denied.message)
+
+    def _reject(self, approval: agentrt.Approval, note: str) -> None:
         agentrt.reject(
             self.settings.store,
             self.run_id,
             approval.id,
             by="pydantic-ai ToolDenied",
-            note=denied.message,
+            note=note,
             shown_hash=approval.hash,
         )
 
@@ -467,13 +470,23 @@ class FrameworkRun:
         if waiting is None:
             return
         approval, step, call_id = waiting
-        made = (
-            part
+        parts = [
+            (getattr(message, "kind", ""), part)
             for message in messages
-            if getattr(message, "kind", "") == "response"
             for part in getattr(message, "parts", ())
-        )
-        if not any(getattr(part, "tool_call_id", None) == call_id for part in made):
+            if getattr(part, "tool_call_id", None) == call_id
+        ]
+        denied = [
+            part
+            for kind, part in parts
+            if kind == "request" and getattr(part, "outcome", None) == "denied"
+        ]
+        if denied and approval.status == agentrt.ApprovalStatus.PENDING:
+            # Denied inline (a `HandleDeferredToolCalls` handler's `ToolDenied`),
+            # within the framework run, where no resumed node carried it.
+            self._reject(approval, str(getattr(denied[-1], "content", "")))
+            return
+        if not any(kind == "response" for kind, _ in parts):
             return
         assert step.decision is not None
         raise agentrt.RunStateError(
