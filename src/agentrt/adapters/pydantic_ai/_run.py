@@ -7,7 +7,9 @@ another) continues the same agentrt run. The run starts, or is found, before
 the model is first asked: a new id begins a run; a RUNNING run whose owner
 died is taken over (an interrupted side effect pauses on
 `interrupted_side_effect`); a waiting run is continued call by call; an ended
-run is refused.
+run is refused, unless it ended while a call waited for a person and the
+framework run brings no new prompt: its calls are then answered with the
+run's end, so the model is told, and nothing runs or is recorded.
 
 Invariants:
 
