@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -41,6 +42,7 @@ from agentrt.adapters.pydantic_ai import (
     RUN_ID_KEY,
     AgentrtGate,
     GateLimitExceeded,
+    RunEndedError,
     approved,
 )
 from support.adapters import pydantic_ai_child as child
@@ -392,19 +394,15 @@ def test_an_approved_call_whose_arguments_changed_in_the_history_is_refused(
     approve_the_framework_way(tmp_path, "call-push")
     history = (tmp_path / "history.json").read_text()
     (tmp_path / "history.json").write_text(history.replace("feature/login", "main"))
-    code, _ = spawn(tmp_path, "resume")
+    code, said = spawn(tmp_path, "resume")
     assert effects(tmp_path) == []
-    assert code == 0
+    # The call was refused; the run still waits on the recorded one, so the
+    # model is not asked (decision 0051).
+    assert (code, said["error"]) == (3, "RunStateError")
+    assert said["message"].startswith(f"agentrt run {RUN} waits on call call-push (push_branch")
     with agentrt.open_store(tmp_path / "runs.db") as store:
         assert store.get_run(RUN).status == "WAITING_FOR_APPROVAL"
-    saved = ModelMessagesTypeAdapter.validate_json((tmp_path / "history.json").read_bytes())
-    told = [
-        p.content
-        for m in saved
-        for p in getattr(m, "parts", [])
-        if getattr(p, "tool_call_id", "") == "call-push" and getattr(p, "outcome", "") == "failed"
-    ]
-    assert len(told) == 1 and str(told[0]).startswith("refused: the call call-push to run now")
+        assert store.pending_approvals(RUN)
 
 
 def kill_mid_call(workdir: Path, *flags: str) -> int:
@@ -638,6 +636,200 @@ def test_a_tool_that_raises_ends_the_framework_run_and_fails_the_agentrt_run(
     assert store.lease(RUN).owner == ""
 
 
+@pytest.mark.parametrize("kind", ["ApprovalRequired", "CallDeferred"])
+def test_a_tool_that_defers_itself_the_frameworks_way_is_refused_and_the_model_told_so(
+    tmp_path: Path, kind: str
+) -> None:
+    from pydantic_ai import Agent
+    from pydantic_ai.exceptions import ApprovalRequired, CallDeferred
+
+    store = agentrt.open_store(tmp_path / "runs.db")
+    gate = AgentrtGate(
+        store=store,
+        policy=agentrt.default_policy(),
+        classifications={"note": Classification("local_mutation", timeout=5)},
+    )
+    heard: list[str] = []
+    script: list[Any] = [[("note", {"text": "big"}, "c1")], "done"]
+    agent: Any = Agent(
+        child.model(script, heard), output_type=[str, DeferredToolRequests], capabilities=[gate]
+    )
+
+    @agent.tool
+    def note(ctx: RunContext[None], text: str) -> str:
+        """Pydantic AI's conditional approval (or deferral), asked by the tool itself."""
+        if not ctx.tool_call_approved:
+            raise ApprovalRequired() if kind == "ApprovalRequired" else CallDeferred()
+        return f"noted {text}"
+
+    result = agent.run_sync("go", metadata=gate.run_metadata(RUN))
+    refused = (
+        f"refused: the tool note raised Pydantic AI's {kind} itself, and behind AgentrtGate a "
+        "call waits for a person only where agentrt's policy asks (the tool's Classification), "
+        "so the call ends here as failed"
+    )
+    # No DeferredToolRequests that could never be honoured: the model is told.
+    assert result.output == "done"
+    assert heard == [f"ToolReturnPart:failed:{refused}"]
+    assert steps(store) == [("note", "failed", "tool_error"), ("complete", "done", "")]
+    step = store.list_steps(RUN)[0]
+    assert step.observation is not None
+    assert step.observation.summary == f"ToolFailed: {refused}"
+
+
+def _push_release(branch: str) -> str:
+    """Push the branch as the run's final answer."""
+    raise AssertionError("an output function ran")
+
+
+@pytest.mark.parametrize(
+    "output_type",
+    ["function", "tool output", "text output", "native output"],
+)
+def test_an_output_function_is_refused_before_the_model_is_asked_or_a_run_recorded(
+    tmp_path: Path, output_type: str
+) -> None:
+    from pydantic_ai import Agent, NativeOutput, TextOutput, ToolOutput
+    from pydantic_ai.models.function import FunctionModel
+
+    spec: Any = {
+        "function": [_push_release, DeferredToolRequests],
+        "tool output": [ToolOutput(_push_release, name="release"), str],
+        "text output": TextOutput(_push_release),
+        "native output": NativeOutput([_push_release]),
+    }[output_type]
+    store = agentrt.open_store(tmp_path / "runs.db")
+    gate = AgentrtGate(store=store, policy=agentrt.default_policy(), classifications={})
+    asked: list[int] = []
+
+    def answer(messages: list[Any], info: Any) -> Any:
+        asked.append(1)
+        raise AssertionError("the model was asked")
+
+    agent: Any = Agent(FunctionModel(answer), output_type=spec, capabilities=[gate])
+    with pytest.raises(agentrt.ConfigError) as refused:
+        agent.run_sync("go", metadata=gate.run_metadata(RUN))
+    assert str(refused.value) == (
+        "output functions (_push_release) run outside agentrt's Gate, ungated and unrecorded, "
+        "so AgentrtGate refuses them: give output_type plain types and make the function a "
+        "tool of the agent"
+    )
+    assert asked == []
+    assert store.list_runs() == []
+
+
+def test_an_output_function_given_to_one_run_alone_is_refused_before_it_runs(
+    tmp_path: Path,
+) -> None:
+    from pydantic_ai import Agent
+    from pydantic_ai.messages import ModelResponse, ToolCallPart
+    from pydantic_ai.models.function import FunctionModel
+
+    def answer(messages: list[Any], info: Any) -> Any:
+        name = info.output_tools[0].name
+        return ModelResponse(parts=[ToolCallPart(name, {"branch": "main"}, "o1")])
+
+    store = agentrt.open_store(tmp_path / "runs.db")
+    gate = AgentrtGate(store=store, policy=agentrt.default_policy(), classifications={})
+    agent: Any = Agent(FunctionModel(answer), capabilities=[gate])
+    with pytest.raises(agentrt.ConfigError, match=r"output functions \(_push_release\) run"):
+        agent.run_sync("go", metadata=gate.run_metadata(RUN), output_type=[_push_release])
+    run = store.get_run(RUN)
+    assert (run.status, run.reason) == ("FAILED", "agent_error")
+
+
+class _Going(BaseException):
+    """A BaseException of the tool's own."""
+
+
+@pytest.mark.parametrize(
+    "raised", [SystemExit(3), KeyboardInterrupt(), _Going("down")], ids=lambda e: type(e).__name__
+)
+def test_a_tool_raising_a_base_exception_ends_the_framework_run_and_fails_the_agentrt_run(
+    tmp_path: Path, raised: BaseException
+) -> None:
+    from pydantic_ai import Agent
+
+    store = agentrt.open_store(tmp_path / "runs.db")
+    gate = AgentrtGate(
+        store=store,
+        policy=agentrt.default_policy(),
+        classifications={"note": Classification("local_mutation", timeout=5)},
+    )
+    ran: list[str] = []
+    script: list[Any] = [[("note", {"text": "a"}, "c1")], "done"]
+    agent: Any = Agent(
+        child.model(script), output_type=[str, DeferredToolRequests], capabilities=[gate]
+    )
+
+    @agent.tool_plain
+    def note(text: str) -> str:
+        """Raises a BaseException."""
+        ran.append(text)
+        raise raised
+
+    meta = gate.run_metadata(RUN)
+    with pytest.raises(type(raised)):
+        agent.run_sync("go", metadata=meta)
+    assert ran == ["a"]
+    tool_step, failed_step = store.list_steps(RUN)
+    assert tool_step.observation is not None
+    assert (tool_step.status, tool_step.observation.kind) == ("failed", "tool_error")
+    assert (failed_step.status, failed_step.decision) == ("failed", None)
+    run = store.get_run(RUN)
+    assert (run.status, run.reason) == ("FAILED", "agent_error")
+    assert store.lease(RUN).owner == ""
+    # A later framework run naming the same run does not carry on.
+    with pytest.raises(agentrt.RunStateError, match="is FAILED"):
+        agent.run_sync("go again", metadata=meta)
+    assert ran == ["a"]
+
+
+def test_a_framework_run_cancelled_mid_call_pauses_its_retry_on_the_interrupted_side_effect(
+    tmp_path: Path,
+) -> None:
+    from pydantic_ai import Agent
+
+    store = agentrt.open_store(tmp_path / "runs.db")
+    gate = AgentrtGate(
+        store=store,
+        policy=agentrt.default_policy(),
+        classifications={"note": Classification("local_mutation", timeout=30)},
+    )
+    ran: list[str] = []
+    script: list[Any] = [[("note", {"text": "a"}, "c1")], "done"]
+    agent: Any = Agent(
+        child.model(script), output_type=[str, DeferredToolRequests], capabilities=[gate]
+    )
+
+    @agent.tool_plain
+    async def note(text: str) -> str:
+        """Acts, then takes its time (a Ctrl-C under `asyncio.run` cancels it here)."""
+        ran.append(text)
+        await asyncio.sleep(30)
+        return "late"
+
+    meta = gate.run_metadata(RUN)
+
+    async def main() -> Any:
+        task = asyncio.create_task(agent.run("go", metadata=meta))
+        while not ran:
+            await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert steps(store) == [("note", "interrupted", "interrupted")]
+        assert store.get_run(RUN).status == "RUNNING"
+        # Retried from the prompt (the history was never saved): not run again.
+        return await agent.run("go", metadata=meta)
+
+    retried = asyncio.run(main())
+    assert isinstance(retried.output, DeferredToolRequests)
+    assert retried.output.metadata["c1"]["agentrt"]["kind"] == "interrupted_side_effect"
+    assert ran == ["a"]
+    assert steps(store) == [("note", "awaiting_approval", "interrupted")]
+
+
 @dataclass
 class _SlowFirstCall(AbstractCapability[Any]):
     """Another capability of the agent that does I/O before each call, longest for the first."""
@@ -820,6 +1012,149 @@ def test_after_the_waiting_call_is_denied_the_frameworks_way_the_held_call_never
     assert store.verify_events().intact
 
 
+def test_a_tool_denial_is_recorded_at_once_and_a_call_in_a_later_response_meets_the_runs_end(
+    tmp_path: Path,
+) -> None:
+    store, result, heard = held_run(tmp_path, "push-then-note")
+    results = DeferredToolResults(approvals={"call-push": ToolDenied("not today")})
+    ended = (
+        f"agentrt run {RUN} is CANCELLED (approval_rejected: not today); no tool call runs in it"
+    )
+    with pytest.raises(RunEndedError, match=re.escape(ended)):
+        resume_with(tmp_path, store, "push-then-note", result, results, heard)
+    # The model heard the denial; its next call was judged on the ended run: nothing ran.
+    assert heard == ["ToolReturnPart:denied:not today"]
+    assert effects(tmp_path) == []
+    assert steps(store) == [("push_branch", "failed", "policy_denied")]
+    (approval,) = store.list_approvals(RUN)
+    assert (approval.status, approval.decided_by, approval.note) == (
+        "rejected",
+        "pydantic-ai ToolDenied",
+        "not today",
+    )
+    assert store.verify_events().intact
+
+
+def test_a_tool_denial_is_recorded_even_when_the_framework_run_then_raises(
+    tmp_path: Path,
+) -> None:
+    from pydantic_ai import Agent
+    from pydantic_ai.messages import ModelResponse, ToolCallPart
+    from pydantic_ai.models.function import FunctionModel
+
+    def answer(messages: list[Any], info: Any) -> Any:
+        if len(messages) > 1:
+            raise ConnectionError("the provider went away")
+        return ModelResponse(parts=[ToolCallPart("push_branch", {"branch": "x"}, "call-push")])
+
+    store = agentrt.open_store(tmp_path / "runs.db")
+    gate = make_gate(store)
+    agent: Any = Agent(
+        FunctionModel(answer),
+        output_type=[str, DeferredToolRequests],
+        toolsets=[child.tools(tmp_path)],
+        capabilities=[gate],
+    )
+    meta = gate.run_metadata(RUN)
+    first = agent.run_sync("publish", metadata=meta)
+    assert isinstance(first.output, DeferredToolRequests)
+    with pytest.raises(ConnectionError):
+        agent.run_sync(
+            message_history=first.all_messages(),
+            deferred_tool_results=DeferredToolResults(approvals={"call-push": ToolDenied("no")}),
+            metadata=meta,
+        )
+    run = store.get_run(RUN)
+    assert (run.status, run.reason) == ("CANCELLED", "approval_rejected")
+    assert [(a.status, a.decided_by) for a in store.list_approvals(RUN)] == [
+        ("rejected", "pydantic-ai ToolDenied")
+    ]
+    assert effects(tmp_path) == []
+
+
+def test_the_model_is_not_asked_while_an_approved_call_has_not_run_and_the_results_run_it_once(
+    tmp_path: Path,
+) -> None:
+    store, result, heard = held_run(tmp_path, "note-then-push")
+    assert isinstance(result.output, DeferredToolRequests)
+    assert effects(tmp_path) == ["write_note pushing login"]
+    # The history ends with the note's return: continuing it without results
+    # would send the model a return for the push that never ran.
+    assert type(result.all_messages()[-1]).__name__ == "ModelRequest"
+    (pending,) = store.pending_approvals(RUN)
+    agentrt.approve(store, RUN, pending.id, by="alice", shown_hash=pending.hash)
+    with pytest.raises(agentrt.RunStateError) as refused:
+        resume_with(tmp_path, store, "note-then-push", result, None, heard)
+    assert str(refused.value) == (
+        f"agentrt run {RUN} waits on call call-push (push_branch, approval {pending.id}, "
+        "approved), which has not run, so the model is not asked: continue with "
+        "deferred_tool_results naming that call (approved(requests, 'call-push', by=...), or "
+        "DeferredToolResults(approvals={'call-push': ToolApproved()}) after `agentrt approve`)"
+    )
+    assert heard == []
+    assert effects(tmp_path) == ["write_note pushing login"]
+    assert store.get_run(RUN).status == "WAITING_FOR_APPROVAL"
+    results = DeferredToolResults(approvals={"call-push": ToolApproved()})
+    again = resume_with(tmp_path, store, "note-then-push", result, results, heard)
+    assert again.output == "done"
+    assert effects(tmp_path) == ["write_note pushing login", "push_branch feature/login"]
+    assert steps(store) == [
+        ("write_note", "done", "tool_result"),
+        ("push_branch", "done", "tool_result"),
+        ("complete", "done", ""),
+    ]
+
+
+@pytest.mark.parametrize("answer", ["approved", "denied", "by call id alone"])
+def test_an_inline_deferred_call_handler_decides_through_agentrt_as_resumed_results_do(
+    tmp_path: Path, answer: str
+) -> None:
+    from pydantic_ai.capabilities import HandleDeferredToolCalls
+
+    store = agentrt.open_store(tmp_path / "runs.db")
+    handled: list[str] = []
+
+    async def handle(ctx: RunContext[None], requests: DeferredToolRequests) -> Any:
+        handled.append(requests.approvals[0].tool_call_id)
+        if answer == "approved":
+            return approved(requests, "call-push", by="inline")
+        if answer == "denied":
+            return DeferredToolResults(approvals={"call-push": ToolDenied("not from here")})
+        return DeferredToolResults(approvals={"call-push": ToolApproved()})
+
+    gate = make_gate(store)
+    heard: list[str] = []
+    agent = child.agent(tmp_path, "push", gate=gate, heard=heard)
+    result = agent.run_sync(
+        "publish",
+        metadata=gate.run_metadata(RUN),
+        capabilities=[HandleDeferredToolCalls(handle)],
+    )
+    assert handled == ["call-push"]
+    (approval,) = store.list_approvals(RUN)
+    if answer == "approved":
+        assert result.output == "pushed"
+        assert effects(tmp_path) == ["push_branch feature/login"]
+        assert (approval.status, approval.decided_by) == ("approved", "inline")
+        assert store.get_run(RUN).status == "COMPLETED"
+    elif answer == "denied":
+        # Recorded as agentrt's rejection before the model hears of it.
+        assert result.output == "pushed"
+        assert heard == ["ToolReturnPart:denied:not from here"]
+        assert effects(tmp_path) == []
+        assert (approval.status, approval.decided_by, approval.note) == (
+            "rejected",
+            "pydantic-ai ToolDenied",
+            "not from here",
+        )
+        assert store.get_run(RUN).status == "CANCELLED"
+    else:
+        assert isinstance(result.output, DeferredToolRequests)
+        assert effects(tmp_path) == []
+        assert approval.status == "pending"
+        assert store.get_run(RUN).status == "WAITING_FOR_APPROVAL"
+
+
 def test_a_held_call_the_policy_sends_to_a_person_gets_its_own_agentrt_approval(
     tmp_path: Path,
 ) -> None:
@@ -925,27 +1260,48 @@ def test_a_call_held_behind_one_cut_off_by_sigkill_stays_held_until_a_person_app
 
 
 @pytest.mark.slow
-def test_after_a_rejection_with_the_agentrt_command_the_held_call_never_runs(
-    tmp_path: Path,
+@pytest.mark.parametrize("results", ["plain approvals", "none"])
+def test_after_a_rejection_with_the_agentrt_command_the_model_is_told_and_nothing_runs(
+    tmp_path: Path, results: str
 ) -> None:
     setup_child(tmp_path, "held")
     assert spawn(tmp_path, "start")[0] == 2
     rejected = subprocess.run(
-        [sys.executable, "-m", "agentrt", "reject", RUN, "--db", str(tmp_path / "runs.db"), *BY],
+        [
+            *(sys.executable, "-m", "agentrt", "reject", RUN, "--db", str(tmp_path / "runs.db")),
+            *(*BY, "--note", "not this week"),
+        ],
         capture_output=True,
         text=True,
         timeout=60,
     )
     assert rejected.returncode == 0, rejected.stderr
-    # The framework run is refused at its start: the run it names has ended.
-    code, said = spawn(tmp_path, "resume")
-    assert (code, said["error"]) == (3, "RunStateError")
-    assert f"agentrt run {RUN} is CANCELLED (approval_rejected" in said["message"]
+    if results == "plain approvals":
+        plain = DeferredToolResults(
+            approvals={"call-push": ToolApproved(), "call-note": ToolApproved()}
+        )
+        (tmp_path / "results.json").write_bytes(RESULTS.dump_json(plain))
+    # The framework run continuing it answers the waiting call with the
+    # rejection and the held call with the run's end, and ends cleanly.
+    assert spawn(tmp_path, "resume") == (0, {"output": "done"})
     assert effects(tmp_path) == []
+    ended = (
+        f"agentrt run {RUN} is CANCELLED (approval_rejected: not this week); "
+        "no tool call runs in it"
+    )
+    assert returns_saved(tmp_path, "call-push") == ["failed:approval rejected: not this week"]
+    assert returns_saved(tmp_path, "call-note") == [
+        f"failed:not run and not recorded: the call call-note was held behind call call-push, "
+        f"and {ended}"
+    ]
     with agentrt.open_store(tmp_path / "runs.db") as store:
         assert steps(store) == [("push_branch", "failed", "policy_denied")]
         run = store.get_run(RUN)
         assert (run.status, run.reason) == ("CANCELLED", "approval_rejected")
+        assert store.verify_events().intact
+    # A new turn on the ended run is still refused at its start.
+    code, said = spawn(tmp_path, "start")
+    assert (code, said["error"]) == (3, "RunStateError")
 
 
 def test_an_approved_call_with_arguments_longer_than_a_read_cap_still_runs_once(

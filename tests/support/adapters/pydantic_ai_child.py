@@ -95,6 +95,20 @@ SCRIPTS: dict[str, list[Turn]] = {
     ],
     # A text beside a call that waits (`run_stream` takes the text as the output).
     "announce": [["pushing now", ("push_branch", {"branch": "feature/login"}, "call-push")], "ok"],
+    # A call that waits, then (whatever the person said) a call in a later response.
+    "push-then-note": [
+        [("push_branch", {"branch": "feature/login"}, "call-push")],
+        [("write_note", {"text": "after the push"}, "call-note")],
+        "done",
+    ],
+    # A call that runs, then one that waits, in the same response.
+    "note-then-push": [
+        [
+            ("write_note", {"text": "pushing login"}, "call-note"),
+            ("push_branch", {"branch": "feature/login"}, "call-push"),
+        ],
+        "done",
+    ],
     # A held call that waits for a person itself when its turn comes.
     "held-push": [
         [

@@ -17,7 +17,8 @@ result = await agent.run(message_history=result.all_messages(),
 `agent.run_stream`, `run_stream_sync`, `iter` and `run_stream_events` go
 through the same Gate. A call the model makes after one that waits for a
 person, in the same response, is held: deferred beside it (metadata
-`held_behind`), judged in its turn when the run continues.
+`held_behind`), judged in its turn when the run continues. Output functions
+are refused (`ConfigError`): make them tools.
 
 See docs/adapters.md ("Pydantic AI") and docs/decisions/0040, 0051.
 """

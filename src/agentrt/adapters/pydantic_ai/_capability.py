@@ -7,9 +7,10 @@ framework's own) in `GatedToolset`, a `WrapperToolset` whose `call_tool` goes
 through one agentrt `GateSession`, and it ties that session's life to the
 framework run (`wrap_run`, which Pydantic AI runs around every entry point:
 `run`, `run_stream`, `iter`, `run_stream_events`, all built on `iter`). Its
-`before_node_run` notes the calls a resumed run's `DeferredToolResults` deny,
-which Pydantic AI answers without calling the toolset. The user keeps their
-Agent, model and tools.
+`before_node_run` records a `ToolDenied` of the waiting call (which Pydantic
+AI answers without calling the toolset) as agentrt's rejection;
+`before_model_request` keeps the model from being asked while a call of the
+history waits for a person. The user keeps their Agent, model and tools.
 
 Invariants:
 
@@ -20,20 +21,26 @@ Invariants:
   anything is recorded: the id is what a resume from another process names.
 - The gated toolset runs nothing outside a framework run it belongs to
   (`for_run` made it): used as a plain toolset it refuses (`ConfigError`).
+- No output function runs: Pydantic AI would call it outside the toolset,
+  ungated. An agent built with one is refused at `for_run`, before the model
+  is asked or a run recorded; one given to a single run, before it runs.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 import re
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from pydantic_ai import DeferredToolRequests, RunContext, ToolDenied
+from pydantic_ai import DeferredToolRequests, ModelRequestContext, RunContext
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.capabilities.abstract import AgentNode, WrapRunHandler
+from pydantic_ai.output import OutputContext
 from pydantic_ai.run import AgentRunResult
 from pydantic_ai.toolsets import AbstractToolset, ToolsetTool, WrapperToolset
 
@@ -65,6 +72,26 @@ class GatedToolset(WrapperToolset[Any]):
     ) -> Any:
         run = _framework_run(self.run)
         return await run.call(name, tool_args, ctx, run.originals.get(name, tool))
+
+
+_OUTPUT_FUNCTIONS = (
+    "output functions ({}) run outside agentrt's Gate, ungated and unrecorded, so AgentrtGate "
+    "refuses them: give output_type plain types and make the function a tool of the agent"
+)
+
+
+def _output_functions(spec: Any) -> list[str]:
+    """The names of the functions in an `output_type` spec (Pydantic AI's output functions)."""
+    if spec is None or isinstance(spec, type | str):
+        return []
+    if inspect.isroutine(spec) or isinstance(spec, functools.partial):
+        return [getattr(spec, "__name__", repr(spec))]
+    if isinstance(spec, Sequence):
+        return [name for item in spec for name in _output_functions(item)]
+    for inner in ("output", "outputs", "output_function"):
+        if hasattr(spec, inner) and type(spec).__module__.startswith("pydantic_ai"):
+            return _output_functions(getattr(spec, inner))
+    return []
 
 
 def _framework_run(run: FrameworkRun | None) -> FrameworkRun:
@@ -121,6 +148,10 @@ class AgentrtGate(AbstractCapability[Any]):
                 "a run behind AgentrtGate names its agentrt run: pass "
                 "metadata=gate.run_metadata() to a new run, and the same metadata to continue it"
             )
+        agent = ctx.agent
+        functions = _output_functions(agent.output_type if agent is not None else None)
+        if functions:
+            raise agentrt.ConfigError(_OUTPUT_FUNCTIONS.format(", ".join(functions)))
         settings = Settings(
             store=self.store,
             policy=self.policy,
@@ -130,7 +161,12 @@ class AgentrtGate(AbstractCapability[Any]):
             new_id=self.new_id,
             lease_ttl=self.lease_ttl,
         )
-        run = FrameworkRun(settings=settings, run_id=run_id, goal=goal_of(ctx.prompt))
+        run = FrameworkRun(
+            settings=settings,
+            run_id=run_id,
+            goal=goal_of(ctx.prompt),
+            continuing=ctx.prompt is None,
+        )
         return AgentrtGate(
             store=self.store,
             policy=self.policy,
@@ -154,12 +190,27 @@ class AgentrtGate(AbstractCapability[Any]):
         run = self._run
         results = getattr(node, "tool_call_results", None)
         if run is not None and isinstance(results, Mapping):
-            run.turned_down = {
-                call_id: answer
-                for call_id, answer in results.items()
-                if isinstance(call_id, str) and isinstance(answer, ToolDenied)
-            }
+            run.settle_denied(results)
         return node
+
+    async def before_model_request(
+        self, ctx: RunContext[Any], request_context: ModelRequestContext
+    ) -> ModelRequestContext:
+        # The model is never asked while a call of the run waits for a person.
+        if self._run is not None:
+            self._run.refuse_model_while_waiting([*ctx.messages, *request_context.messages])
+        return request_context
+
+    async def before_output_process(
+        self, ctx: RunContext[Any], *, output_context: OutputContext, output: Any
+    ) -> Any:
+        # An output function (one given to this run's `output_type=` alone
+        # escapes the check at start-up) would run outside the Gate: refused
+        # before it runs.
+        if output_context.has_function:
+            name = output_context.function_name or "an output function"
+            raise agentrt.ConfigError(_OUTPUT_FUNCTIONS.format(name))
+        return output
 
     async def wrap_run(
         self, ctx: RunContext[Any], *, handler: WrapRunHandler
@@ -175,7 +226,7 @@ class AgentrtGate(AbstractCapability[Any]):
                 raise
             output = result.output
             deferred = isinstance(output, DeferredToolRequests)
-            await run.finish(output, deferred, result.all_messages())
+            await run.finish(output, deferred)
             return result
         finally:
             await run.close()

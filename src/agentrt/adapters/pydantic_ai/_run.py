@@ -7,7 +7,9 @@ another) continues the same agentrt run. The run starts, or is found, before
 the model is first asked: a new id begins a run; a RUNNING run whose owner
 died is taken over (an interrupted side effect pauses on
 `interrupted_side_effect`); a waiting run is continued call by call; an ended
-run is refused.
+run is refused, unless it ended while a call waited for a person and the
+framework run brings no new prompt: its calls are then answered with the
+run's end, so the model is told, and nothing runs or is recorded.
 
 Invariants:
 
@@ -23,15 +25,23 @@ Invariants:
   `held_behind` that call, recorded nothing; when the framework continues the
   run, it goes through the session in its turn like any call. When the
   person denied the waiting call the framework's way (`ToolDenied`), agentrt
-  records the rejection and the held call never runs: it comes back as a
-  failed tool return naming the run's end.
+  records the rejection before any call of the resumed framework run, and
+  the held call never runs: it comes back as a failed tool return naming the
+  run's end. A framework run continuing a run that ended while a call waited
+  (`agentrt reject`) tells the model so the same way, and records nothing.
+- The model is not asked while a call the history holds waits for a person
+  (`refuse_model_while_waiting`): an approved call is never dropped.
 - A call waiting for a person runs only after agentrt's approval of the hash
   the person was shown (`agentrt approve`, or `DeferredToolResults` built by
   `approved`), and only with exactly the arguments recorded; a framework
   approval by call id alone decides nothing.
 - The run's end follows the framework run's: its output completes the agentrt
-  run; an error fails it; deferred requests leave it waiting; a crash or a
+  run; an error fails it (a tool's `BaseException` too, recorded before it
+  leaves the event loop); deferred requests leave it waiting; a crash or a
   cancellation leaves it as a crash would.
+- Nothing runs beside the Gate: a tool's own `ApprovalRequired` or
+  `CallDeferred` is refused as its outcome (approvals are agentrt's policy's),
+  and output functions are refused (`_capability`).
 """
 
 from __future__ import annotations
@@ -50,6 +60,7 @@ from pydantic_ai import RunContext, ToolDenied
 from pydantic_ai.exceptions import (
     AgentRunError,
     ApprovalRequired,
+    CallDeferred,
     ModelRetry,
     ToolFailed,
     UsageLimitExceeded,
@@ -160,8 +171,8 @@ class FrameworkRun:
     session: agentrt.GateSession | None = None
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     current: _Current | None = None
-    turned_down: dict[str, ToolDenied] = field(default_factory=dict)
-    """Calls the person denied the framework's way (`ToolDenied`) in this framework run."""
+    continuing: bool = False
+    """The framework run brings no new prompt: it continues the history it was given."""
 
     # -- start-up -----------------------------------------------------------
 
@@ -200,6 +211,10 @@ class FrameworkRun:
             if verdict is not None and verdict.outcome == "ended":
                 raise RunEndedError(ended_message(verdict.run), verdict.run)
             return
+        if run.status == agentrt.RunStatus.WAITING_FOR_APPROVAL:
+            return
+        if self.continuing and self._ended_on() is not None:
+            return  # answered call by call: the run's end, nothing runs or is recorded
         if run.status != agentrt.RunStatus.WAITING_FOR_APPROVAL:
             raise agentrt.RunStateError(
                 f"agentrt run {self.run_id} is {run.status} ({run.reason}); a framework run cannot "
@@ -225,6 +240,12 @@ class FrameworkRun:
             run = self.settings.store.get_run(self.run_id)
             if run.status == agentrt.RunStatus.WAITING_FOR_APPROVAL:
                 return await self._waiting(name, args, ctx, tool)
+            ended_on = self._ended_on()
+            if ended_on is not None and call_id is not None:
+                if call_id == ended_on:
+                    raise ToolFailed(f"not run: {ended_message(run)}")
+                if _made_after(ctx.messages, ended_on, call_id):
+                    raise ToolFailed(_held_ended(run, call_id, ended_on))
             raise _end_of(run)
 
     def _recorded(self, call_id: str) -> agentrt.Step | None:
@@ -277,7 +298,7 @@ class FrameworkRun:
         assert step.decision is not None
         waiting_for = step.decision.reason.removeprefix(_CALLS.prefix)
         if ctx.tool_call_id != waiting_for:
-            self._hold(name, str(ctx.tool_call_id), approval, step.decision.tool or "", waiting_for)
+            self._hold(name, str(ctx.tool_call_id), step.decision.tool or "", waiting_for)
         if step.decision.tool != name or _canonical(step.decision.args) != _canonical(args):
             raise ToolFailed(
                 f"refused: the call {waiting_for} to run now is not the request recorded "
@@ -317,40 +338,17 @@ class FrameworkRun:
             raise ToolFailed(verdict.observation.summary)
         raise _end_of(verdict.run)
 
-    def _hold(
-        self,
-        name: str,
-        call_id: str,
-        approval: agentrt.Approval,
-        waiting_tool: str,
-        waiting_for: str,
-    ) -> None:
-        """A call made beside the waiting one: held behind it, or, if that was denied, not run.
+    def _hold(self, name: str, call_id: str, waiting_tool: str, waiting_for: str) -> None:
+        """A call made beside the waiting one: held behind it, nothing recorded.
 
-        Nothing is recorded for a held call: it is deferred again, marked
-        `held_behind` the waiting call, until the framework continues the run
-        after that call's decision. When the person denied the waiting call the
-        framework's way in this framework run (`ToolDenied`, answered by Pydantic
-        AI without calling the tool, before this call: the tools are barriers),
-        agentrt records that rejection now, and the held call, which never
-        runs, comes back as the run's end.
+        It is deferred again, marked `held_behind` the waiting call, until the
+        framework continues the run after that call's decision. (A `ToolDenied`
+        of the waiting call was recorded as its rejection before any call of
+        the resumed framework run: the held call then meets the run's end.)
         """
-        store = self.settings.store
-        denied = self.turned_down.get(waiting_for)
-        if denied is None:
-            raise ApprovalRequired(
-                held_presentation(self.run_id, name, call_id, waiting_tool, waiting_for)
-            )
-        if approval.status == agentrt.ApprovalStatus.PENDING:
-            agentrt.reject(
-                store,
-                self.run_id,
-                approval.id,
-                by="pydantic-ai ToolDenied",
-                note=denied.message,
-                shown_hash=approval.hash,
-            )
-        raise ToolFailed(_held_ended(store.get_run(self.run_id), call_id, waiting_for))
+        raise ApprovalRequired(
+            held_presentation(self.run_id, name, call_id, waiting_tool, waiting_for)
+        )
 
     async def _execute(
         self, step: agentrt.GateStep, ctx: RunContext[Any], tool: ToolsetTool[Any]
@@ -360,8 +358,16 @@ class FrameworkRun:
             observation = await step.execute()
         finally:
             self.current = None
-        if current.error is not None:
-            raise current.error
+        error = current.error
+        if error is not None:
+            if not isinstance(error, Exception):
+                # SystemExit, KeyboardInterrupt, a BaseException of the tool's own:
+                # recorded as the tool's outcome (decision 0017); the framework run
+                # stops with it, so the agentrt run ends as on any error, now,
+                # before it leaves the event loop (asyncio re-raises the first two
+                # out of the loop, past `wrap_run`).
+                await self.failed(error)
+            raise error
         if observation.kind != agentrt.ObservationKind.TOOL_RESULT:
             raise ToolFailed(observation.summary)
         return current.result
@@ -381,6 +387,10 @@ class FrameworkRun:
                 if inspect.isawaitable(checked):
                     await checked
             result = await self.wrapped.call_tool(name, args, current.ctx, current.tool)
+        except (ApprovalRequired, CallDeferred) as exc:
+            refused = ToolFailed(_deferral_refused(name, exc))
+            current.error = refused
+            raise refused from exc
         except BaseException as exc:
             current.error = exc
             raise
@@ -390,17 +400,16 @@ class FrameworkRun:
 
     # -- the end ----------------------------------------------------------------
 
-    async def finish(self, output: Any, deferred: bool, messages: Sequence[Any]) -> None:
+    async def finish(self, output: Any, deferred: bool) -> None:
         """The framework run returned: its output completes the agentrt run (deferred: it waits).
 
-        A run still waiting on a call the person denied the framework's way
-        (`ToolDenied`) is rejected in agentrt too, so the record says what happened.
+        An ended run records nothing more (a framework run that continued it
+        after a rejection answered its calls with the run's end).
         """
         session = self.session
         if deferred:
             return
         if session is None or session.done:
-            self._settle_denied(messages)
             self._warn_if_waiting()
             return
         step = await session.step()
@@ -408,32 +417,109 @@ class FrameworkRun:
             content = pydantic_core.to_jsonable_python(output, fallback=repr)
             await step.propose(agentrt.Decision.complete(content))
 
-    def _settle_denied(self, messages: Sequence[Any]) -> None:
+    def waiting_on(self) -> tuple[agentrt.Approval, agentrt.Step, str] | None:
+        """The approval the run waits on (pending, or approved and not run), its step, its call."""
         store = self.settings.store
         if store.get_run(self.run_id).status != agentrt.RunStatus.WAITING_FOR_APPROVAL:
-            return
-        pending = store.pending_approvals(self.run_id)
-        if not pending:
-            return
-        approval = pending[-1]
+            return None
+        approvals = store.list_approvals(self.run_id)
+        if not approvals:
+            return None
+        approval = approvals[-1]
         step = next(s for s in store.list_steps(self.run_id, cap=None) if s.id == approval.step_id)
         assert step.decision is not None
-        waiting_for = step.decision.reason.removeprefix(_CALLS.prefix)
-        for message in messages:
-            for part in getattr(message, "parts", ()):
-                if (
-                    getattr(part, "tool_call_id", None) == waiting_for
-                    and getattr(part, "outcome", None) == "denied"
-                ):
-                    agentrt.reject(
-                        store,
-                        self.run_id,
-                        approval.id,
-                        by="pydantic-ai ToolDenied",
-                        note=str(getattr(part, "content", "")),
-                        shown_hash=approval.hash,
-                    )
-                    return
+        return approval, step, step.decision.reason.removeprefix(_CALLS.prefix)
+
+    def settle_denied(self, results: Mapping[Any, Any]) -> None:
+        """A resumed framework run's `ToolDenied` of the waiting call: agentrt's rejection, now.
+
+        Pydantic AI answers a denied call itself, without calling the toolset,
+        so the denial is recorded here, before any call of the framework run
+        and before the model hears of it: a call made later meets the run's
+        end, and a framework run that raises leaves the record settled.
+        """
+        waiting = self.waiting_on()
+        if waiting is None:
+            return
+        approval, _, call_id = waiting
+        denied = results.get(call_id)
+        if not isinstance(denied, ToolDenied) or approval.status != agentrt.ApprovalStatus.PENDING:
+            return
+        self._reject(approval, denied.message)
+
+    def _reject(self, approval: agentrt.Approval, note: str) -> None:
+        agentrt.reject(
+            self.settings.store,
+            self.run_id,
+            approval.id,
+            by="pydantic-ai ToolDenied",
+            note=note,
+            shown_hash=approval.hash,
+        )
+
+    def refuse_model_while_waiting(self, messages: Sequence[Any]) -> None:
+        """The model is about to be asked while a call of the history waits for a person: refused.
+
+        A framework run that reaches the model while a call it made waits
+        would send the model a return for a call that never ran (Pydantic AI
+        fills one in when the history ends with other calls' returns and no
+        `DeferredToolResults` names the waiting call): an approved call would
+        be dropped without a trace. (A waiting call the history does not hold,
+        one cut off before the history was saved, is met when the model makes
+        it again; a call it makes meanwhile is held behind it.)
+        """
+        waiting = self.waiting_on()
+        if waiting is None:
+            return
+        approval, step, call_id = waiting
+        parts = [
+            (getattr(message, "kind", ""), part)
+            for message in messages
+            for part in getattr(message, "parts", ())
+            if getattr(part, "tool_call_id", None) == call_id
+        ]
+        denied = [
+            part
+            for kind, part in parts
+            if kind == "request" and getattr(part, "outcome", None) == "denied"
+        ]
+        if denied and approval.status == agentrt.ApprovalStatus.PENDING:
+            # Denied inline (a `HandleDeferredToolCalls` handler's `ToolDenied`),
+            # within the framework run, where no resumed node carried it.
+            self._reject(approval, str(getattr(denied[-1], "content", "")))
+            return
+        if not any(kind == "response" for kind, _ in parts):
+            return
+        assert step.decision is not None
+        raise agentrt.RunStateError(
+            f"agentrt run {self.run_id} waits on call {call_id} ({step.decision.tool}, approval "
+            f"{approval.id}, {approval.status}), which has not run, so the model is not asked: "
+            f"continue with deferred_tool_results naming that call (approved(requests, "
+            f"{call_id!r}, by=...), or DeferredToolResults(approvals={{{call_id!r}: "
+            "ToolApproved()}) after `agentrt approve`)"
+        )
+
+    def _ended_on(self) -> str | None:
+        """The framework call id of the call the run waited on when it ended, if it ended so.
+
+        A run rejected (`agentrt reject`, `ToolDenied`), expired or cancelled
+        while it waited for a person: its last step is the waiting call, which
+        never ran.
+        """
+        store = self.settings.store
+        run = store.get_run(self.run_id)
+        if run.status in (agentrt.RunStatus.RUNNING, agentrt.RunStatus.WAITING_FOR_APPROVAL):
+            return None
+        approvals = store.list_approvals(self.run_id)
+        recorded = store.list_steps(self.run_id, cap=None)
+        if not approvals or not recorded:
+            return None
+        last = recorded[-1]
+        if approvals[-1].step_id != last.id or last.status == agentrt.StepStatus.DONE:
+            return None
+        if last.decision is None or not last.decision.reason.startswith(_CALLS.prefix):
+            return None
+        return last.decision.reason.removeprefix(_CALLS.prefix)
 
     def _warn_if_waiting(self) -> None:
         """The framework run returned an output while the agentrt run waits for a person.
@@ -543,6 +629,24 @@ def _replay(step: agentrt.Step, name: str, args: Any, call_id: str) -> Any:
             if error.startswith(prefix):
                 raise kind(error.removeprefix(prefix))
     raise ToolFailed(observation.summary)
+
+
+def _made_after(messages: Sequence[Any], first: str, call_id: str) -> bool:
+    """Whether call `call_id` was made after call `first`, in the same model response."""
+    for message in reversed(messages):
+        ids = [getattr(part, "tool_call_id", None) for part in getattr(message, "parts", ())]
+        if getattr(message, "kind", "") == "response" and first in ids:
+            return call_id in ids[ids.index(first) + 1 :]
+    return False
+
+
+def _deferral_refused(name: str, exc: BaseException) -> str:
+    kind = type(exc).__name__
+    return (
+        f"refused: the tool {name} raised Pydantic AI's {kind} itself, and behind AgentrtGate "
+        "a call waits for a person only where agentrt's policy asks (the tool's "
+        "Classification), so the call ends here as failed"
+    )
 
 
 def _held_ended(run: agentrt.Run, call_id: str, waiting_for: str) -> str:
