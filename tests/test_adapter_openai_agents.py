@@ -43,6 +43,7 @@ from agentrt.adapters.openai_agents import (
     Classification,
     GatedRun,
     HeldCall,
+    InterruptedSideEffectError,
     RequestChangedError,
     RunEndedError,
     RunMismatchError,
@@ -1269,6 +1270,62 @@ def test_a_resume_after_a_crash_naming_another_run_is_refused_and_starts_no_run(
     assert store.get_run(RUN_ID).status == "RUNNING"  # still the crashed run, for its owner
 
 
+def test_after_a_crash_a_fresh_framework_run_in_a_new_process_is_refused_and_the_saved_state_runs(
+    tmp_path: Path,
+) -> None:
+    db, work = start_in_a_child(tmp_path)
+    (tmp_path / "hang").write_text("")
+    proc = subprocess.Popen(
+        [sys.executable, str(CHILD), "resume", db, work, RUN_ID, "from_json", "--approve"],
+        cwd=ROOT / "tests",
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "started").exists():
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    assert proc.wait(timeout=30) == -signal.SIGKILL
+    (tmp_path / "hang").unlink()
+    assert pushes(tmp_path) == ["feature/login"]
+
+    # A new process starts a framework run of the same agentrt run with a new
+    # input: the takeover pauses the cut-off push, and the framework run is refused.
+    out = child("fresh", db, work, RUN_ID)
+    store = agentrt.open_existing(tmp_path / "runs.db", read_only=True)
+    (waiting,) = store.pending_approvals(RUN_ID, cap=None)
+    assert waiting.kind == "interrupted_side_effect"
+    call = "call 'call-push' of 'push_branch'"
+    assert out == {
+        "error": "RunMismatchError",
+        "message": refusal(RUN_ID, waiting, call),
+        "approval_id": waiting.id,
+    }
+    assert pushes(tmp_path) == ["feature/login"]
+
+    approve = subprocess.run(
+        [sys.executable, "-m", "agentrt", "approve", RUN_ID, "--db", db, "--yes", "--by", "alice"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert approve.returncode == 0, approve.stderr
+    out = child("fresh", db, work, RUN_ID)
+    approved = store.list_approvals(RUN_ID, cap=None)[-1]
+    assert (approved.id, approved.status) == (waiting.id, "approved")
+    assert out["message"] == refusal(RUN_ID, approved, call)
+    assert pushes(tmp_path) == ["feature/login"]
+
+    # The saved state holds the push: it runs once more, on the person's say.
+    out = child("resume", db, work, RUN_ID, "load_state")
+    assert out == {"final_output": "feature/login is published", "interruptions": []}
+    assert pushes(tmp_path) == ["feature/login", "feature/login"]
+    assert calls(store, RUN_ID) == [("done", "openai-agents call_id call-push")]  # no main
+    assert store.get_run(RUN_ID).status == "COMPLETED"
+    assert store.verify_events().intact
+
+
 # -- the example and the scenario table -------------------------------------------
 
 
@@ -1834,3 +1891,212 @@ async def test_a_held_call_sent_to_a_person_names_its_approval_and_hash_and_resu
     assert remote.done == [("push_branch", "feature/login"), ("push_branch", "feature/logout")]
     assert event_types(store, gated.run_id).count("step.tool_started") == 2
     assert (gated.run.status, gated.run.reason) == ("COMPLETED", "goal_completed")
+
+
+# -- a framework run that does not carry the call the run waits on ------------------
+
+
+def refusal(run_id: str, approval: agentrt.Approval, call: str) -> str:
+    """The one sentence a framework run gets when it does not hold the call the run waits on."""
+    if approval.status == "approved":
+        return (
+            f"agentrt run {run_id} waits to carry out {call}, approved by {approval.decided_by} "
+            f"on approval {approval.id} ({approval.kind}), which this framework run does not "
+            "hold and so cannot carry out; it was refused before the model was asked and "
+            "nothing of it was recorded: resume the saved RunState that holds that call "
+            f"(GatedRun.load_state), or, if none does, end the run with `agentrt cancel {run_id}` "
+            "and start a new one (gated.new_run())"
+        )
+    return (
+        f"agentrt run {run_id} waits on {call}, pending on approval {approval.id} "
+        f"({approval.kind}), which this framework run does not carry; it was refused before the "
+        "model was asked and nothing of it was recorded: resume the saved RunState that holds "
+        f"that call (GatedRun.load_state) and decide it, or end the run with `agentrt reject "
+        f"{run_id}` (or `agentrt cancel {run_id}`) and start a new one (gated.new_run())"
+    )
+
+
+def cut_off_once(done: list[str], started: asyncio.Event) -> tuple[Any, Any]:
+    """Two real tools that do their work, then hang the first time (cut off by a cancel there)."""
+
+    async def work(name: str, value: str) -> str:
+        done.append(value)
+        if len(done) == 1:
+            started.set()
+            await asyncio.sleep(3600)
+        return f"{name} {value}"
+
+    @function_tool
+    async def write_note(text: str) -> str:
+        """Write a note in the local work tree."""
+        return await work("noted", text)
+
+    @function_tool
+    async def push_branch(branch: str) -> str:
+        """Push a branch."""
+        return await work("pushed", branch)
+
+    return write_note, push_branch
+
+
+async def cancel_mid_call(run: GatedRun, input: Any, started: asyncio.Event) -> None:
+    """`run.run_agent(input)` cancelled while its tool runs: no RunState comes out of it."""
+    task = asyncio.create_task(run.run_agent(input))
+    await asyncio.wait_for(started.wait(), 10)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+@sync
+async def test_a_fresh_framework_run_while_a_call_cut_off_mid_way_waits_is_refused_before_the_model(
+    store: agentrt.Store, clock: FakeClock, ids: Ids
+) -> None:
+    # A note the policy allows is cut off mid-call by a cancel: no run state was
+    # ever saved, so only agentrt's record holds the call.
+    done: list[str] = []
+    started = asyncio.Event()
+    model = ScriptedModel(
+        [
+            [function_call("write_note", {"text": "one"}, call_id="call-1")],
+            [function_call("write_note", {"text": "two"}, call_id="call-2")],
+            [assistant_message("noted two")],
+        ]
+    )
+    agent = Agent(name="notes", model=model, tools=[cut_off_once(done, started)[0]])
+    gated = gate_agent(
+        agent,
+        store=store,
+        policy=agentrt.default_policy(),
+        classifications={"write_note": Classification("local_mutation", 30)},
+        now=clock,
+        new_id=ids,
+    )
+    run = gated.new_run()
+    await cancel_mid_call(run, "note one", started)
+    assert (done, run.run.status) == (["one"], "RUNNING")
+
+    # A fresh framework run of the same agentrt run: the takeover pauses the cut-off
+    # call for a person, and the framework run, which cannot carry it, is refused.
+    again = gated.resume(run.run_id)
+    with pytest.raises(RunMismatchError) as refused:
+        await again.run_agent("note two")
+    (waiting,) = again.pending()
+    assert (waiting.kind, waiting.status) == ("interrupted_side_effect", "pending")
+    assert str(refused.value) == refusal(run.run_id, waiting, "call 'call-1' of 'write_note'")
+    assert (refused.value.run_id, refused.value.approval_id, refused.value.approval_hash) == (
+        run.run_id,
+        waiting.id,
+        waiting.hash,
+    )
+    assert len(model.calls) == 1  # the model was not asked again
+    assert done == ["one"]
+    assert calls(store, run.run_id) == [("awaiting_approval", "openai-agents call_id call-1")]
+    assert again.run.status == "WAITING_FOR_APPROVAL"
+    assert store.lease(run.run_id).owner == ""
+    recorded = event_types(store, run.run_id)
+
+    # Refused again, streamed too: nothing of it is recorded, nothing held.
+    with pytest.raises(RunMismatchError):
+        await gated.resume(run.run_id).run_agent("note two")
+    streamed = gated.resume(run.run_id)
+    with pytest.raises(RunMismatchError, match="waits on call 'call-1' of 'write_note'"):
+        await consume(streamed.run_agent_streamed("note two"))
+    await streamed.close()
+    assert event_types(store, run.run_id) == recorded
+    assert (len(model.calls), store.lease(run.run_id).owner) == (1, "")
+
+    # A person approves the cut-off call; no run state holds it, so nothing can
+    # carry it out: a fresh framework run is refused, and says so.
+    agentrt.approve(store, run.run_id, waiting.id, "alice", shown_hash=waiting.hash)
+    with pytest.raises(RunMismatchError) as refused:
+        await gated.resume(run.run_id).run_agent("note two")
+    (approved,) = store.list_approvals(run.run_id, cap=None)
+    assert approved.status == "approved"
+    assert str(refused.value) == refusal(run.run_id, approved, "call 'call-1' of 'write_note'")
+    assert refused.value.approval_id == approved.id
+    assert (len(model.calls), done) == (1, ["one"])
+    assert event_types(store, run.run_id) == [*recorded, "approval.decided"]
+    assert store.get_run(run.run_id).status == "WAITING_FOR_APPROVAL"
+
+    # The way on the sentence names: cancel, and start a new run.
+    agentrt.cancel(store, run.run_id, "alice")
+    fresh = gated.new_run()
+    result = await fresh.run_agent("note two")
+    assert result.final_output == "noted two"
+    assert done == ["one", "two"]
+    assert (store.get_run(run.run_id).status, fresh.run.status) == ("CANCELLED", "COMPLETED")
+
+
+@sync
+async def test_the_saved_state_that_holds_the_waiting_call_still_resumes_after_a_fresh_run_refused(
+    store: agentrt.Store, clock: FakeClock, ids: Ids
+) -> None:
+    # The push waits for a person; the program saves the state, the push is
+    # approved, and the framework run that runs it is cut off mid-call.
+    pushed: list[str] = []
+    started = asyncio.Event()
+    model = ScriptedModel(
+        [
+            [function_call("push_branch", {"branch": "feature/login"}, call_id="call-1")],
+            [assistant_message("published")],  # only once the push's outcome is in
+        ]
+    )
+    agent = Agent(name="publisher", model=model, tools=[cut_off_once(pushed, started)[1]])
+    gated = gate_agent(
+        agent,
+        store=store,
+        policy=agentrt.default_policy(),
+        classifications={"push_branch": Classification("remote_mutation", 30)},
+        now=clock,
+        new_id=ids,
+    )
+    run = gated.new_run()
+    first = await run.run_agent("publish feature/login")
+    saved = first.to_state().to_string()
+    state = first.to_state()
+    await run.approve(state, state.get_interruptions()[0], by="alice")
+    await cancel_mid_call(run, state, started)
+    assert pushed == ["feature/login"]
+
+    # Another input: refused, before the model is asked.
+    with pytest.raises(RunMismatchError) as refused:
+        await gated.resume(run.run_id).run_agent("publish main")
+    waiting = store.pending_approvals(run.run_id, cap=None)[-1]
+    assert waiting.kind == "interrupted_side_effect"
+    assert str(refused.value) == refusal(run.run_id, waiting, "call 'call-1' of 'push_branch'")
+    assert (len(model.calls), pushed) == (1, ["feature/login"])
+
+    # The saved state, its cut-off call rejected the SDK's way: that decides no
+    # interrupted side effect (a person does, through agentrt), so nothing goes on.
+    rejecting = gated.resume(run.run_id)
+    state = await rejecting.load_state(saved)
+    state.reject(state.get_interruptions()[0])
+    with pytest.raises(InterruptedSideEffectError, match=f"approval {waiting.id}"):
+        await rejecting.run_agent(state)
+    assert (len(model.calls), pushed, rejecting.run.status) == (
+        1,
+        ["feature/login"],
+        "WAITING_FOR_APPROVAL",
+    )
+
+    # Approved through agentrt before the next framework run: another input is
+    # still refused (and says the call is approved); the saved state carries it.
+    agentrt.approve(store, run.run_id, waiting.id, "bob", shown_hash=waiting.hash)
+    with pytest.raises(RunMismatchError) as refused:
+        await gated.resume(run.run_id).run_agent("publish main")
+    approved = store.list_approvals(run.run_id, cap=None)[-1]
+    assert str(refused.value) == refusal(run.run_id, approved, "call 'call-1' of 'push_branch'")
+    assert (len(model.calls), pushed) == (1, ["feature/login"])
+
+    later = gated.resume(run.run_id)
+    resumed = await later.load_state(saved)
+    result = await later.run_agent(resumed)
+
+    assert result.final_output == "published"
+    assert pushed == ["feature/login", "feature/login"]  # once more, on the person's say
+    assert outputs(result) == ["pushed feature/login"]  # its output reached the model
+    assert len(model.calls) == 2
+    assert calls(store, run.run_id) == [("done", "openai-agents call_id call-1")]
+    assert (later.run.status, later.run.result) == ("COMPLETED", "published")
+    assert store.verify_events().intact

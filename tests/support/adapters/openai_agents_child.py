@@ -2,6 +2,7 @@
 
     python openai_agents_child.py start  DB WORK RUN_ID [--held]
     python openai_agents_child.py resume DB WORK RUN_ID (load_state | from_json) [--approve]
+    python openai_agents_child.py fresh  DB WORK RUN_ID
 
 `start` runs the agent (the SDK's own `ScriptedModel` asks to push
 `feature/login`, a remote mutation the default policy holds for a person; with
@@ -16,6 +17,8 @@ WORK/notes.log); when WORK/hang
 exists it then writes WORK/started and sleeps, for the parent to SIGKILL;
 with `--hang-model` the model's reply after the push writes WORK/model-started
 and sleeps instead (a process that dies after the push was recorded).
+`fresh` starts a new framework run of RUN_ID with a new input (`run_agent`; its
+model would push `main`), not the saved state.
 Each process prints one JSON line: what `Runner.run` returned or raised.
 """
 
@@ -140,10 +143,23 @@ async def resume(
     return summary(result)
 
 
+async def fresh(db: Path, work: Path, run_id: str) -> dict[str, Any]:
+    push = function_call("push_branch", {"branch": "main"}, call_id="call-main")
+    g = gated(db, work, [[push], [assistant_message("main is published")]]).resume(run_id)
+    try:
+        result = await g.run_agent("publish main")
+    except Exception as exc:
+        out = {"error": type(exc).__name__, "message": str(exc)}
+        return dict(out, approval_id=getattr(exc, "approval_id", None))
+    return summary(result)
+
+
 def main() -> None:
     mode, db, work, run_id = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3]), sys.argv[4]
     if mode == "start":
         out = asyncio.run(start(db, work, run_id, "--held" in sys.argv[5:]))
+    elif mode == "fresh":
+        out = asyncio.run(fresh(db, work, run_id))
     else:
         flags = sys.argv[6:]
         out = asyncio.run(

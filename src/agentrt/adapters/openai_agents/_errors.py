@@ -91,5 +91,22 @@ class RunMismatchError(AgentsException, RunStateError):
     """The agentrt run named does not fit the framework run: nothing was started in its place.
 
     A resume naming a run this store never recorded, a new run naming one that
-    exists, or a run state holding tool calls the named run never recorded.
+    exists, a run state holding tool calls the named run never recorded, or a
+    framework run started (a fresh input, another state) while the named run
+    waits on a call it does not hold: then `approval_id` and `approval_hash`
+    name the approval that call waits on (pending, or approved and never
+    carried out), and nothing was asked of the model.
     """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        run_id: str | None = None,
+        approval_id: str | None = None,
+        approval_hash: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.run_id = run_id
+        self.approval_id = approval_id
+        self.approval_hash = approval_hash

@@ -25,7 +25,10 @@ Invariants:
   beside the serialized `RunState`, names it in every process. A framework run
   that names none, a resume naming a run the store never recorded, and a run
   state holding calls the named run never recorded are refused: nothing starts
-  a new run in the place of one it cannot find.
+  a new run in the place of one it cannot find. A framework run that does not
+  hold the call the run waits on (a new input after a call was cut off) is
+  refused in `on_start`, before the model is asked: nothing would carry that
+  call out, and its calls would be held behind it for ever.
 - The SDK's approval is by call id; agentrt's is by hash. An SDK approval
   (`state.approve`) reaches the tool only through agentrt's decision, bound to
   the hash of the request rebuilt from the arguments the SDK is about to run:
@@ -272,7 +275,12 @@ class _Hooks(AgentHooks[Any]):
 
     async def on_start(self, context: Any, agent: Any) -> None:
         # A new framework run: nothing of an earlier one of this run is in flight.
-        await self._run()._drop_unstarted()
+        run = self._run()
+        await run._drop_unstarted()
+        # The SDK reaches this hook after it settled the interruptions of a resumed
+        # state and before it asks the model: a call the run still waits on is
+        # one this framework run does not carry (decision 0052).
+        await run._refuse_if_waiting_elsewhere(context)
         if self._inner is not None:
             await self._inner.on_start(context, agent)
 
@@ -997,6 +1005,46 @@ class GatedRun:
             await self._open()
             await self._let_go()
 
+    async def _refuse_if_waiting_elsewhere(self, context: RunContextWrapper[Any]) -> None:
+        """Refuse a framework run that starts while the run waits on a call it does not carry.
+
+        At `on_start` the SDK has settled the interruptions of a resumed state
+        (an approved call ran, a rejected one was answered) and has not asked
+        the model yet. A run that still waits on a call then (pending for a
+        person, or approved and never carried out) waits on a call this
+        framework run does not hold: a fresh input, or another state. Its
+        calls would be held behind one that nothing can bring back, so it is
+        refused here, before the model is asked: nothing is recorded, nothing
+        is held. A run whose owner died is taken over first, so a call cut off
+        by the crash is the call waited on.
+        """
+        await self._take_over_if_orphaned()
+        run = self._run_or_none()
+        if run is None or run.status != RunStatus.WAITING_FOR_APPROVAL:
+            return
+        self._carry_sdk_rejections(context)  # the state's own rejection ends the run
+        run = self._run_or_none()
+        if run is None or run.status != RunStatus.WAITING_FOR_APPROVAL:
+            return
+        steps = self.store.list_steps(self.run_id, cap=None)
+        if not steps or steps[-1].status != StepStatus.AWAITING_APPROVAL:
+            return
+        step = steps[-1]
+        mine = [a for a in self.store.list_approvals(self.run_id, cap=None) if a.step_id == step.id]
+        if not mine or mine[-1].status not in (ApprovalStatus.PENDING, ApprovalStatus.APPROVED):
+            return
+        approval, call_id = mine[-1], _call_id_of(step.decision)
+        if (
+            approval.kind == INTERRUPTED_SIDE_EFFECT
+            and approval.status == ApprovalStatus.PENDING
+            and call_id is not None
+            and context.is_tool_approved(approval_tool(approval), call_id) is not None
+        ):
+            # The state holds the call, decided the SDK's way: that decides no
+            # interrupted side effect (decision 0043), a person does, through agentrt.
+            raise InterruptedSideEffectError(self.run_id, approval.id, approval_tool(approval))
+        raise _waiting_elsewhere(self.run_id, approval, call_id)
+
     def _waiting(self) -> bool:
         """The run waits on an approval nobody has decided."""
         run = self._run_or_none()
@@ -1344,6 +1392,33 @@ def _loads_or_none(arguments: str | None) -> Any:
         return json.loads(arguments) if arguments is not None else None
     except ValueError:
         return None
+
+
+def _waiting_elsewhere(run_id: str, approval: Approval, call_id: str | None) -> RunMismatchError:
+    """The refusal of a framework run that does not carry the call the run waits on."""
+    tool = approval_tool(approval)
+    call = f"call {call_id!r} of {tool!r}" if call_id is not None else f"a call of {tool!r}"
+    if approval.status == ApprovalStatus.APPROVED:
+        message = (
+            f"agentrt run {run_id} waits to carry out {call}, approved by "
+            f"{approval.decided_by or 'a person'} on approval {approval.id} ({approval.kind}), "
+            "which this framework run does not hold and so cannot carry out; it was refused "
+            "before the model was asked and nothing of it was recorded: resume the saved RunState "
+            f"that holds that call (GatedRun.load_state), or, if none does, end the run with "
+            f"`agentrt cancel {run_id}` and start a new one (gated.new_run())"
+        )
+    else:
+        message = (
+            f"agentrt run {run_id} waits on {call}, pending on approval {approval.id} "
+            f"({approval.kind}), which this framework run does not carry; it was refused "
+            "before the model was asked and nothing of it was recorded: resume the saved RunState "
+            "that holds that call (GatedRun.load_state) and decide it, or end the run with "
+            f"`agentrt reject {run_id}` (or `agentrt cancel {run_id}`) and start a new one "
+            "(gated.new_run())"
+        )
+    return RunMismatchError(
+        message, run_id=run_id, approval_id=approval.id, approval_hash=approval.hash
+    )
 
 
 def _rejection_text(approval: Approval) -> str:
