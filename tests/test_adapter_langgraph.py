@@ -38,6 +38,7 @@ from agentrt.adapters.langgraph import (
     reject,
     run_id_for,
 )
+from support.adapters import assert_table_printed_in_docs
 from support.adapters.langgraph_graphs import (
     CLASSES,
     CONFIG,
@@ -790,6 +791,7 @@ def test_the_scenario_script_measures_no_unapproved_execution_with_the_gate() ->
         [sys.executable, str(script)], capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0, done.stderr
+    assert_table_printed_in_docs(done.stdout)
     rows = {}
     for line in done.stdout.splitlines()[2:]:
         cells = [c.strip() for c in line.strip("|").split("|")]

@@ -52,6 +52,7 @@ from agentrt.adapters.openai_agents import (
     gate_agent,
 )
 from conftest import FakeClock, Ids, event_types
+from support.adapters import assert_table_printed_in_docs
 
 set_tracing_disabled(True)  # nothing leaves the machine
 
@@ -1366,6 +1367,7 @@ def test_the_scenario_script_shows_no_unapproved_re_execution_and_the_tamper_ref
         timeout=600,
     )
     assert done.returncode == 0, done.stderr
+    assert_table_printed_in_docs(done.stdout)
     rows = {
         tuple(cell.strip() for cell in line.strip("|").split("|"))[1:]
         for line in done.stdout.splitlines()[2:]

@@ -45,6 +45,7 @@ from agentrt.adapters.pydantic_ai import (
     RunEndedError,
     approved,
 )
+from support.adapters import assert_table_printed_in_docs
 from support.adapters import pydantic_ai_child as child
 from support.adapters.pydantic_ai_child import CLASSES, REQUESTS, RESULTS
 
@@ -516,6 +517,7 @@ def test_the_scenario_table_shows_no_unapproved_re_execution_and_the_tamper_refu
         cwd=ROOT,
     )
     assert done.returncode == 0, done.stderr
+    assert_table_printed_in_docs(done.stdout)
     lines = done.stdout.strip().splitlines()
     assert lines[:2] == [
         "| scenario | measured | Pydantic AI alone | with agentrt |",
