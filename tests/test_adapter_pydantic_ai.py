@@ -840,17 +840,27 @@ def test_a_native_tool_seen_only_at_the_request_is_refused_before_the_model_is_a
     assert (run.status, run.reason) == ("FAILED", "agent_error")
 
 
-def test_tool_search_over_the_agents_own_tools_is_let_through(tmp_path: Path) -> None:
+def test_tool_search_over_the_agents_own_tools_is_let_through_and_found_tools_are_gated(
+    tmp_path: Path,
+) -> None:
+    # Pydantic AI adds its `ToolSearch` capability to every agent: with a
+    # `defer_loading` tool, the model is offered the `tool_search` native tool
+    # (here answered by its local `search_tools`), and the tool it finds is
+    # called through the Gate like any other.
     from pydantic_ai import Agent
-    from pydantic_ai.capabilities import ToolSearch
-    from pydantic_ai.messages import ModelResponse, TextPart
+    from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
     from pydantic_ai.models.function import FunctionModel
 
     offered: list[list[str]] = []
 
     def answer(messages: list[Any], info: Any) -> Any:
         offered.append([t.kind for t in info.model_request_parameters.native_tools])
-        return ModelResponse(parts=[TextPart("nothing to note")])
+        turn = len(offered)
+        if turn == 1:
+            return ModelResponse(parts=[ToolCallPart("search_tools", {"queries": ["note"]}, "s1")])
+        if turn == 2:
+            return ModelResponse(parts=[ToolCallPart("note", {"text": "a"}, "c1")])
+        return ModelResponse(parts=[TextPart("noted")])
 
     store = agentrt.open_store(tmp_path / "runs.db")
     gate = AgentrtGate(
@@ -858,17 +868,24 @@ def test_tool_search_over_the_agents_own_tools_is_let_through(tmp_path: Path) ->
         policy=agentrt.default_policy(),
         classifications={"note": Classification("local_mutation", timeout=5)},
     )
-    agent: Any = Agent(FunctionModel(answer), capabilities=[gate, ToolSearch(strategy="bm25")])
+    agent: Any = Agent(FunctionModel(answer), capabilities=[gate])
+    ran: list[str] = []
 
     @agent.tool_plain(defer_loading=True)
     def note(text: str) -> str:
         """Write a note."""
+        ran.append(text)
         return "ok"
 
     result = agent.run_sync("note it", metadata=gate.run_metadata(RUN))
 
-    assert result.output == "nothing to note"
-    assert offered == [["tool_search"]]
+    assert result.output == "noted"
+    assert offered == [["tool_search"]] * 3
+    assert ran == ["a"]
+    assert [(tool, status) for tool, status, _ in steps(store)] == [
+        ("note", "done"),
+        ("complete", "done"),
+    ]
     assert store.get_run(RUN).status == "COMPLETED"
 
 
