@@ -740,6 +740,157 @@ def test_an_output_function_given_to_one_run_alone_is_refused_before_it_runs(
     assert (run.status, run.reason) == ("FAILED", "agent_error")
 
 
+def _never_asked(asked: list[int]) -> Any:
+    from pydantic_ai.models.function import FunctionModel
+
+    def answer(messages: list[Any], info: Any) -> Any:
+        asked.append(1)
+        raise AssertionError("the model was asked")
+
+    return FunctionModel(answer)
+
+
+def _web_search_function(ctx: RunContext[Any]) -> Any:
+    from pydantic_ai.native_tools import WebSearchTool
+
+    return WebSearchTool()
+
+
+_OPENAI_WEB_SEARCH: Any = {"openai_native_tools": [{"type": "web_search"}]}
+
+
+@dataclass
+class _AddsWebSearch(AbstractCapability[Any]):
+    """A capability that adds a native tool to each model request, in its own hook."""
+
+    async def before_model_request(self, ctx: RunContext[Any], request_context: Any) -> Any:
+        from dataclasses import replace
+
+        from pydantic_ai.native_tools import WebSearchTool
+
+        parameters = request_context.model_request_parameters
+        tools = [*parameters.native_tools, WebSearchTool()]
+        request_context.model_request_parameters = replace(parameters, native_tools=tools)
+        return request_context
+
+
+@pytest.mark.parametrize("where", ["agent", "run", "override", "function", "agent settings"])
+def test_a_native_tool_is_refused_at_start_up_before_the_model_is_asked_or_a_run_recorded(
+    tmp_path: Path, where: str
+) -> None:
+    from pydantic_ai import Agent
+    from pydantic_ai.capabilities import NativeTool
+    from pydantic_ai.native_tools import CodeExecutionTool, MCPServerTool, WebSearchTool
+
+    store = agentrt.open_store(tmp_path / "runs.db")
+    gate = AgentrtGate(store=store, policy=agentrt.default_policy(), classifications={})
+    asked: list[int] = []
+    at_agent = [NativeTool(WebSearchTool()), NativeTool(CodeExecutionTool())]
+    agent: Any = Agent(
+        _never_asked(asked),
+        capabilities=[gate, *(at_agent if where == "agent" else [])],
+        model_settings=_OPENAI_WEB_SEARCH if where == "agent settings" else None,
+    )
+    meta = gate.run_metadata(RUN)
+    with pytest.raises(agentrt.ConfigError) as refused:
+        if where in ("agent", "agent settings"):
+            agent.run_sync("go", metadata=meta)
+        elif where == "run":
+            agent.run_sync("go", metadata=meta, capabilities=[NativeTool(CodeExecutionTool())])
+        elif where == "override":
+            server = MCPServerTool(id="deploys", url="https://mcp.example.invalid")
+            with agent.override(native_tools=[server]):
+                agent.run_sync("go", metadata=meta)
+        else:
+            agent.run_sync("go", metadata=meta, capabilities=[NativeTool(_web_search_function)])
+    named = {
+        "agent": "web_search, code_execution",
+        "run": "code_execution",
+        "override": "mcp_server:deploys",
+        "function": "a native tool function _web_search_function",
+        "agent settings": "web_search in openai_native_tools",
+    }[where]
+    assert str(refused.value) == (
+        f"native tools ({named}) run at the model's provider, outside agentrt's Gate, with no "
+        "record, policy or approval behind their calls, so AgentrtGate refuses them: give the "
+        "agent a function tool that does the same job"
+    )
+    assert asked == []
+    assert store.list_runs() == []
+
+
+@pytest.mark.parametrize("where", ["run settings", "another capability's hook"])
+def test_a_native_tool_seen_only_at_the_request_is_refused_before_the_model_is_asked(
+    tmp_path: Path, where: str
+) -> None:
+    from pydantic_ai import Agent
+
+    store = agentrt.open_store(tmp_path / "runs.db")
+    gate = AgentrtGate(store=store, policy=agentrt.default_policy(), classifications={})
+    asked: list[int] = []
+    adds = [_AddsWebSearch()] if where == "another capability's hook" else []
+    agent: Any = Agent(_never_asked(asked), capabilities=[*adds, gate])
+    settings = _OPENAI_WEB_SEARCH if where == "run settings" else None
+    with pytest.raises(agentrt.ConfigError) as refused:
+        agent.run_sync("go", metadata=gate.run_metadata(RUN), model_settings=settings)
+    named = "web_search in openai_native_tools" if where == "run settings" else "web_search"
+    assert str(refused.value).startswith(
+        f"native tools ({named}) run at the model's provider, outside agentrt's Gate"
+    )
+    assert asked == []
+    run = store.get_run(RUN)
+    assert (run.status, run.reason) == ("FAILED", "agent_error")
+
+
+def test_tool_search_over_the_agents_own_tools_is_let_through_and_found_tools_are_gated(
+    tmp_path: Path,
+) -> None:
+    # Pydantic AI adds its `ToolSearch` capability to every agent: with a
+    # `defer_loading` tool, the model is offered the `tool_search` native tool
+    # (here answered by its local `search_tools`), and the tool it finds is
+    # called through the Gate like any other.
+    from pydantic_ai import Agent
+    from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
+    from pydantic_ai.models.function import FunctionModel
+
+    offered: list[list[str]] = []
+
+    def answer(messages: list[Any], info: Any) -> Any:
+        offered.append([t.kind for t in info.model_request_parameters.native_tools])
+        turn = len(offered)
+        if turn == 1:
+            return ModelResponse(parts=[ToolCallPart("search_tools", {"queries": ["note"]}, "s1")])
+        if turn == 2:
+            return ModelResponse(parts=[ToolCallPart("note", {"text": "a"}, "c1")])
+        return ModelResponse(parts=[TextPart("noted")])
+
+    store = agentrt.open_store(tmp_path / "runs.db")
+    gate = AgentrtGate(
+        store=store,
+        policy=agentrt.default_policy(),
+        classifications={"note": Classification("local_mutation", timeout=5)},
+    )
+    agent: Any = Agent(FunctionModel(answer), capabilities=[gate])
+    ran: list[str] = []
+
+    @agent.tool_plain(defer_loading=True)
+    def note(text: str) -> str:
+        """Write a note."""
+        ran.append(text)
+        return "ok"
+
+    result = agent.run_sync("note it", metadata=gate.run_metadata(RUN))
+
+    assert result.output == "noted"
+    assert offered == [["tool_search"]] * 3
+    assert ran == ["a"]
+    assert [(tool, status) for tool, status, _ in steps(store)] == [
+        ("note", "done"),
+        ("complete", "done"),
+    ]
+    assert store.get_run(RUN).status == "COMPLETED"
+
+
 class _Going(BaseException):
     """A BaseException of the tool's own."""
 

@@ -24,6 +24,13 @@ Invariants:
 - No output function runs: Pydantic AI would call it outside the toolset,
   ungated. An agent built with one is refused at `for_run`, before the model
   is asked or a run recorded; one given to a single run, before it runs.
+- No native tool reaches the model: Pydantic AI's native tools (web search,
+  code execution, a provider-side MCP server, ...) run at the model's
+  provider, never through the toolset. A run offering one, from the agent's
+  capabilities, the run's or `agent.override(native_tools=...)`, is refused
+  in `wrap_run` before its handler runs: before the model is asked or a run
+  recorded. Tool search is let through: it only finds the agent's own
+  deferred tools, whose calls then go through the Gate.
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ from typing import Any
 from pydantic_ai import DeferredToolRequests, ModelRequestContext, RunContext
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.capabilities.abstract import AgentNode, WrapRunHandler
+from pydantic_ai.native_tools import AbstractNativeTool
 from pydantic_ai.output import OutputContext
 from pydantic_ai.run import AgentRunResult
 from pydantic_ai.toolsets import AbstractToolset, ToolsetTool, WrapperToolset
@@ -92,6 +100,69 @@ def _output_functions(spec: Any) -> list[str]:
         if hasattr(spec, inner) and type(spec).__module__.startswith("pydantic_ai"):
             return _output_functions(getattr(spec, inner))
     return []
+
+
+_NATIVE_TOOLS = (
+    "native tools ({}) run at the model's provider, outside agentrt's Gate, with no record, "
+    "policy or approval behind their calls, so AgentrtGate refuses them: give the agent a "
+    "function tool that does the same job"
+)
+
+# Pydantic AI's own tool search (its `ToolSearch` capability, on every agent)
+# only finds the agent's deferred tools for the model; their calls come back
+# as function calls and go through the Gate.
+_TOOL_SEARCH = "tool_search"
+_OPENAI_SETTING = "openai_native_tools"
+
+
+def _native_tools(ctx: RunContext[Any]) -> list[str]:
+    """The native tools a framework run would offer its model, named; tool search left out.
+
+    The run's composed capabilities (the agent's and the run's) give their
+    native tools; `agent.override(native_tools=...)` lives in the agent's
+    context variable (a Pydantic AI internal, read if present). A native tool
+    function decides per request, so it is named and refused too. The OpenAI
+    models also send the raw tools of the `openai_native_tools` setting, here
+    from the agent's and the model's settings (a run's own settings are seen
+    only at its first request: `_requested_native_tools`).
+    """
+    found: list[Any] = []
+    root = ctx.root_capability
+    if root is not None:
+        found.extend(root.get_native_tools())
+    override = getattr(getattr(ctx.agent, "_override_native_tools", None), "get", None)
+    chosen = override() if callable(override) else None
+    if chosen is not None:
+        found.extend(getattr(chosen, "value", None) or ())
+    settings = [getattr(ctx.agent, "model_settings", None), getattr(ctx.model, "settings", None)]
+    return _named(found, settings)
+
+
+def _requested_native_tools(request: ModelRequestContext) -> list[str]:
+    """The native tools of one model request, as the hooks before ours left it; no tool search."""
+    settings = [request.model_settings, getattr(request.model, "settings", None)]
+    return _named(list(request.model_request_parameters.native_tools), settings)
+
+
+def _named(found: list[Any], settings: list[Any]) -> list[str]:
+    for each in settings:
+        raw = each.get(_OPENAI_SETTING) if isinstance(each, Mapping) else None
+        for tool in raw or ():
+            kind = tool.get("type", "?") if isinstance(tool, Mapping) else type(tool).__name__
+            found.append(f"{kind} in {_OPENAI_SETTING}")
+    names: list[str] = []
+    for tool in found:
+        if isinstance(tool, str):
+            name = tool
+        elif isinstance(tool, AbstractNativeTool):
+            if tool.kind == _TOOL_SEARCH:
+                continue
+            name = tool.unique_id
+        else:
+            name = f"a native tool function {getattr(tool, '__name__', repr(tool))}"
+        if name not in names:
+            names.append(name)
+    return names
 
 
 def _framework_run(run: FrameworkRun | None) -> FrameworkRun:
@@ -199,6 +270,12 @@ class AgentrtGate(AbstractCapability[Any]):
         # The model is never asked while a call of the run waits for a person.
         if self._run is not None:
             self._run.refuse_model_while_waiting([*ctx.messages, *request_context.messages])
+            # A native tool seen only now (a run's own `model_settings=`, or
+            # one another capability's hook added before this one) is
+            # refused before the model is asked; the agentrt run fails.
+            native = _requested_native_tools(request_context)
+            if native:
+                raise agentrt.ConfigError(_NATIVE_TOOLS.format(", ".join(native)))
         return request_context
 
     async def before_output_process(
@@ -218,6 +295,9 @@ class AgentrtGate(AbstractCapability[Any]):
         run = self._run
         if run is None:
             return await handler()
+        native = _native_tools(ctx)
+        if native:
+            raise agentrt.ConfigError(_NATIVE_TOOLS.format(", ".join(native)))
         try:
             try:
                 result = await handler()
