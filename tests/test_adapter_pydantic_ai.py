@@ -34,7 +34,7 @@ from pydantic_ai import (
     ToolDenied,
 )
 from pydantic_ai.capabilities import AbstractCapability
-from pydantic_ai.messages import ModelMessagesTypeAdapter
+from pydantic_ai.messages import ModelMessagesTypeAdapter, ModelRequest, ToolReturnPart
 
 import agentrt
 from agentrt.adapters import Classification, UnclassifiedToolError
@@ -1354,6 +1354,101 @@ def test_approved_refuses_a_held_call_and_names_the_call_it_is_held_behind(
     _, result, _ = held_run(tmp_path)
     with pytest.raises(KeyError, match="'call-note' is held behind call 'call-push'"):
         approved(result.output, "call-note", by="alice")
+
+
+def _override_refused(call_id: str) -> str:
+    return (
+        f"ToolApproved(override_args=...) for call {call_id} is refused and nothing ran: agentrt "
+        "approves the exact request the person saw (its hash), so to run other arguments, "
+        "reject the call and let the model ask again"
+    )
+
+
+def _recorded(store: agentrt.Store) -> Any:
+    return (
+        steps(store),
+        [(a.status, a.hash) for a in store.list_approvals(RUN)],
+        [e.type for e in store.list_events(RUN)],
+        store.get_run(RUN).status,
+    )
+
+
+@pytest.mark.parametrize("which", ["call-push2", "call-push"])
+def test_a_framework_approval_with_override_args_is_refused_before_anything_runs(
+    tmp_path: Path, which: str
+) -> None:
+    # The held call (call-push2) or the waiting one (call-push) approved the
+    # framework's way with other arguments: refused before any call runs or
+    # any return is written, so the saved history stays the one to continue.
+    store, result, heard = held_run(tmp_path, "held-push")
+    requests = result.output
+    before = _recorded(store)
+    results = approved(requests, "call-push", by="alice")
+    results.approvals[which] = ToolApproved(override_args={"branch": "main"})
+    with pytest.raises(agentrt.ConfigError) as refused:
+        resume_with(tmp_path, store, "held-push", result, results, heard)
+    assert str(refused.value) == _override_refused(which)
+    assert effects(tmp_path) == []
+    assert heard == []
+    assert _recorded(store) == before
+    # The same saved history, continued with the documented approvals, runs
+    # the calls once each, in the model's order, with the model's arguments.
+    again = resume_with(
+        tmp_path, store, "held-push", result, approved(requests, "call-push", by="alice"), heard
+    )
+    assert effects(tmp_path) == ["push_branch feature/login"]
+    later = again.output
+    assert [c.tool_call_id for c in later.approvals] == ["call-push2"]
+    assert '"feature/signup"' in later.metadata["call-push2"]["agentrt"]["text"]
+    final = resume_with(
+        tmp_path, store, "held-push", again, approved(later, "call-push2", by="bob"), heard
+    )
+    assert final.output == "pushed"
+    assert effects(tmp_path) == ["push_branch feature/login", "push_branch feature/signup"]
+    assert [s.decision.args for s in store.list_steps(RUN)][:2] == [
+        {"branch": "feature/login"},
+        {"branch": "feature/signup"},
+    ]
+    assert store.get_run(RUN).status == "COMPLETED"
+
+
+def test_a_waiting_call_the_history_already_answers_names_the_ways_on_that_work(
+    tmp_path: Path,
+) -> None:
+    # A history in which the waiting call got a return without running (as an
+    # earlier version wrote for a refused framework approval) can no longer
+    # run it: naming it in DeferredToolResults is Pydantic AI's UserError.
+    store, result, heard = held_run(tmp_path, "held-push")
+    requests = result.output
+    (pending,) = store.pending_approvals(RUN)
+    answered = [
+        *result.all_messages(),
+        ModelRequest(
+            parts=[
+                ToolReturnPart("push_branch", "refused: not run", tool_call_id="call-push"),
+                ToolReturnPart("push_branch", "held", tool_call_id="call-push2"),
+            ]
+        ),
+    ]
+    gate = make_gate(store)
+    agent = child.agent(tmp_path, "held-push", gate=gate, heard=heard)
+    with pytest.raises(agentrt.RunStateError) as refused:
+        agent.run_sync(message_history=answered, metadata=gate.run_metadata(RUN))
+    assert str(refused.value) == (
+        f"agentrt run {RUN} waits on call call-push (push_branch, approval {pending.id}, "
+        "pending), which has not run, and this message history already answers it, so it can "
+        "no longer run from this history and the model is not asked: continue from the "
+        "history saved before that answer with deferred_tool_results naming the call "
+        "(approved(requests, 'call-push', by=...)), or end the wait with `agentrt reject` or "
+        "`agentrt cancel`"
+    )
+    assert heard == []
+    assert effects(tmp_path) == []
+    again = resume_with(
+        tmp_path, store, "held-push", result, approved(requests, "call-push", by="alice"), heard
+    )
+    assert effects(tmp_path) == ["push_branch feature/login"]
+    assert [c.tool_call_id for c in again.output.approvals] == ["call-push2"]
 
 
 @pytest.mark.slow

@@ -7,8 +7,9 @@ framework's own) in `GatedToolset`, a `WrapperToolset` whose `call_tool` goes
 through one agentrt `GateSession`, and it ties that session's life to the
 framework run (`wrap_run`, which Pydantic AI runs around every entry point:
 `run`, `run_stream`, `iter`, `run_stream_events`, all built on `iter`). Its
-`before_node_run` records a `ToolDenied` of the waiting call (which Pydantic
-AI answers without calling the toolset) as agentrt's rejection;
+`before_node_run` refuses a `ToolApproved(override_args=...)` before any call
+runs and records a `ToolDenied` of the waiting call (which Pydantic AI
+answers without calling the toolset) as agentrt's rejection;
 `before_model_request` keeps the model from being asked while a call of the
 history waits for a person. The user keeps their Agent, model and tools.
 
@@ -55,7 +56,14 @@ from pydantic_ai.toolsets import AbstractToolset, ToolsetTool, WrapperToolset
 import agentrt
 from agentrt.adapters import Classification
 
-from ._run import RUN_ID_KEY, FrameworkRun, Settings, goal_of, tools_seen
+from ._run import (
+    RUN_ID_KEY,
+    FrameworkRun,
+    Settings,
+    goal_of,
+    refuse_override_args,
+    tools_seen,
+)
 
 _ID = re.compile(r"[0-9a-f]{32}")
 
@@ -256,11 +264,14 @@ class AgentrtGate(AbstractCapability[Any]):
         self, ctx: RunContext[Any], *, node: AgentNode[Any]
     ) -> AgentNode[Any]:
         # A resumed run's tool calls, with the `DeferredToolResults` given for
-        # them: a call denied the framework's way is answered by Pydantic AI
-        # itself, so the calls held behind it learn of the denial here.
+        # them: an approval with other arguments is refused before any call
+        # runs or any return is written; a call denied the framework's way is
+        # answered by Pydantic AI itself, so the calls held behind it learn of
+        # the denial here.
         run = self._run
         results = getattr(node, "tool_call_results", None)
         if run is not None and isinstance(results, Mapping):
+            refuse_override_args(results)
             run.settle_denied(results)
         return node
 

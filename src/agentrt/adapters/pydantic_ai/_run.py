@@ -34,7 +34,9 @@ Invariants:
 - A call waiting for a person runs only after agentrt's approval of the hash
   the person was shown (`agentrt approve`, or `DeferredToolResults` built by
   `approved`), and only with exactly the arguments recorded; a framework
-  approval by call id alone decides nothing.
+  approval by call id alone decides nothing, and one with `override_args`
+  is refused before any call of the framework run runs
+  (`refuse_override_args`).
 - The run's end follows the framework run's: its output completes the agentrt
   run; an error fails it (a tool's `BaseException` too, recorded before it
   leaves the event loop); deferred requests leave it waiting; a crash or a
@@ -56,7 +58,7 @@ from datetime import timedelta
 from typing import Any
 
 import pydantic_core
-from pydantic_ai import RunContext, ToolDenied
+from pydantic_ai import RunContext, ToolApproved, ToolDenied
 from pydantic_ai.exceptions import (
     AgentRunError,
     ApprovalRequired,
@@ -491,6 +493,17 @@ class FrameworkRun:
         if not any(kind == "response" for kind, _ in parts):
             return
         assert step.decision is not None
+        if any(kind == "request" for kind, _ in parts):
+            # The history answers the call (a return written without its run):
+            # Pydantic AI refuses results naming it, so this history cannot run it.
+            raise agentrt.RunStateError(
+                f"agentrt run {self.run_id} waits on call {call_id} ({step.decision.tool}, "
+                f"approval {approval.id}, {approval.status}), which has not run, and this "
+                "message history already answers it, so it can no longer run from this history "
+                "and the model is not asked: continue from the history saved before that answer "
+                f"with deferred_tool_results naming the call (approved(requests, {call_id!r}, "
+                "by=...)), or end the wait with `agentrt reject` or `agentrt cancel`"
+            )
         raise agentrt.RunStateError(
             f"agentrt run {self.run_id} waits on call {call_id} ({step.decision.tool}, approval "
             f"{approval.id}, {approval.status}), which has not run, so the model is not asked: "
@@ -547,7 +560,9 @@ class FrameworkRun:
     async def failed(self, error: BaseException) -> None:
         """The framework run raised: the agentrt run ends as the Driver ends it on an error."""
         session = self.session
-        if isinstance(error, RunEndedError) or session is None or session.done:
+        if isinstance(error, RunEndedError | OverrideArgsRefused):
+            return  # the run is left as it was
+        if session is None or session.done:
             return
         if session.current() is not None:
             return  # a call was cut off mid-way: left as a crash would leave it
@@ -629,6 +644,29 @@ def _replay(step: agentrt.Step, name: str, args: Any, call_id: str) -> Any:
             if error.startswith(prefix):
                 raise kind(error.removeprefix(prefix))
     raise ToolFailed(observation.summary)
+
+
+class OverrideArgsRefused(agentrt.ConfigError):
+    """A framework approval with `override_args`: refused before any call of the run runs."""
+
+
+def refuse_override_args(results: Mapping[Any, Any]) -> None:
+    """A resumed run's `ToolApproved(override_args=...)`: refused, before anything runs.
+
+    Every approval a framework run behind the Gate is given answers a gated
+    call (one that waits, or one held behind it), and agentrt approves the
+    exact request the person was shown, by its hash. Raised from the
+    capability's `before_node_run`, before Pydantic AI calls a tool or writes
+    a return into the history, so the saved history stays the one to
+    continue from; the agentrt run is left as it was.
+    """
+    for call_id, result in results.items():
+        if isinstance(result, ToolApproved) and result.override_args is not None:
+            raise OverrideArgsRefused(
+                f"ToolApproved(override_args=...) for call {call_id} is refused and nothing "
+                "ran: agentrt approves the exact request the person saw (its hash), so to run "
+                "other arguments, reject the call and let the model ask again"
+            )
 
 
 def _made_after(messages: Sequence[Any], first: str, call_id: str) -> bool:
