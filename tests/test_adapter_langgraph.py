@@ -30,6 +30,7 @@ from langgraph.types import Command, interrupt
 import agentrt
 from agentrt.adapters.langgraph import (
     Classification,
+    EarlierTurnWaitsError,
     RunEndedError,
     UnclassifiedToolError,
     approve,
@@ -587,9 +588,9 @@ def test_a_next_turn_leaves_an_earlier_turn_that_waits_for_a_person_waiting(
     ]
     graph, store, effects = build(tmp_path, script)
     (pending,) = ask(graph)["__interrupt__"]
-    out = ask(graph, {"messages": [HumanMessage("never mind, look up the status", id="turn-2")]})
-    assert tool_messages(out)[-1] == ("c2", "success", "found status")
-    assert lines(effects) == ["lookup status"]
+    with pytest.raises(EarlierTurnWaitsError):  # refused, not run beside it (decision 0053)
+        ask(graph, {"messages": [HumanMessage("never mind, look up the status", id="turn-2")]})
+    assert lines(effects) == []
     waiting = store.get_run(RUN)
     assert waiting.status == "WAITING_FOR_APPROVAL"  # not completed: a person still decides
     assert [a.status for a in store.list_approvals(RUN)] == ["pending"]
@@ -746,15 +747,34 @@ def test_a_turn_cut_off_in_a_side_effect_is_not_completed_or_rerun_by_the_next_t
 ) -> None:
     kill_inside_the_tool(tmp_path, "start", "write_note")
     following = child(tmp_path, "next", "write_note")  # the user moves on: a new turn
-    assert following["interrupts"] == []
-    assert following["messages"][-2:] == ["read hello", "next done"]
     effects = tmp_path / "effects.log"
-    assert lines(effects) == ["note hello", "read hello"]  # the cut-off note never ran again
+    assert lines(effects) == ["note hello"]  # the cut-off note never ran again
     store = agentrt.open_existing(tmp_path / "runs.db", read_only=True)
     cut_off = store.get_run(run_id_for("t", "publish"))
-    assert cut_off.status == "WAITING_FOR_APPROVAL"  # a person decides about the note
+    assert cut_off.status == "WAITING_FOR_APPROVAL"  # the takeover paused it for a person
     (approval,) = store.list_approvals(cut_off.id)
     assert (approval.kind, approval.status) == ("interrupted_side_effect", "pending")
+    # The new turn's call is refused before anything of it is recorded or run.
+    assert following["refused"] == {
+        "type": "EarlierTurnWaitsError",
+        "run_id": cut_off.id,
+        "approval_id": approval.id,
+        "approval_hash": approval.hash,
+    }
+    assert "waits on call 'call-1' of 'write_note', pending on approval" in following["message"]
+    assert "(interrupted_side_effect, hash" in following["message"]
+    assert "it will not be run again" in following["message"]
+    assert [r.id for r in store.list_runs()] == [cut_off.id]
+
+    cmd = [sys.executable, "-m", "agentrt", "reject", cut_off.id, "--db"]
+    cmd += [str(tmp_path / "runs.db"), "--yes", "--by", "operator"]
+    rejected = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert rejected.returncode == 0, rejected.stderr
+    on = child(tmp_path, "continue", "write_note")  # invoke(None): the refused node again
+    assert on["interrupts"] == []
+    assert on["messages"][-2:] == ["read hello", "all done"]  # (the continue child's script)
+    assert lines(effects) == ["note hello", "read hello"]  # the new turn's call, once
+    assert store.get_run(cut_off.id).status == "CANCELLED"
     assert store.get_run(run_id_for("t", "next")).status == "RUNNING"
 
 

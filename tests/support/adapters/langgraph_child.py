@@ -14,7 +14,8 @@ message, `write_note` (`call-1`) then `read_notes` (`call-2`). MODE:
   the last checkpoint (after a crash);
 - `approve`/`decided`: resume the open interrupt with `Command(resume=...)`;
 - `next`: a second turn on thread "t" (message id "next"), whose model reads
-  the notes (`read_notes`, call id `call-2`) and answers.
+  the notes (`read_notes`, call id `call-2`) and answers; if its call is
+  refused (`EarlierTurnWaitsError`), the last line is the refusal instead.
 
 With `HANG_IN_TOOL=1` the tool, after writing its effect, prints `IN_TOOL` and
 sleeps, so the parent can SIGKILL it mid-call. The last stdout line is JSON:
@@ -42,6 +43,7 @@ from langgraph.types import Command
 import agentrt
 from agentrt.adapters.langgraph import (
     Classification,
+    EarlierTurnWaitsError,
     approve,
     decided,
     gated_tool_node,
@@ -122,7 +124,13 @@ def main(workdir: Path, mode: str, tool_name: str) -> None:
             {"messages": [HumanMessage("publish the login branch", id="publish")]}, config
         )
     elif mode == "next":
-        out = graph.invoke({"messages": [HumanMessage("read my notes", id="next")]}, config)
+        try:
+            out = graph.invoke({"messages": [HumanMessage("read my notes", id="next")]}, config)
+        except EarlierTurnWaitsError as exc:
+            refused = {"type": type(exc).__name__, "run_id": exc.run_id}
+            refused |= {"approval_id": exc.approval_id, "approval_hash": exc.approval_hash}
+            print(json.dumps({"refused": refused, "message": str(exc)}))
+            return
     elif mode == "continue":
         out = graph.invoke(None, config)
     else:

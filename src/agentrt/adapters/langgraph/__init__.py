@@ -42,6 +42,7 @@ except ImportError as exc:
 from agentrt.adapters import Classification, UnclassifiedToolError
 
 from ._node import (
+    EarlierTurnWaitsError,
     InterruptRefusedError,
     RunEndedError,
     gated_tool_node,
@@ -52,6 +53,7 @@ from ._protocol import approve, decided, reject
 
 __all__ = [
     "Classification",
+    "EarlierTurnWaitsError",
     "InterruptRefusedError",
     "RunEndedError",
     "UnclassifiedToolError",
@@ -64,6 +66,7 @@ __all__ = [
 ]
 
 for _name in (
+    "EarlierTurnWaitsError",
     "InterruptRefusedError",
     "RunEndedError",
     "approve",

@@ -194,6 +194,65 @@ class RunEndedError(_RunEnded):
         )
 
 
+class EarlierTurnWaitsError(RunStateError):
+    """A new turn's tool call found the thread's earlier turn waiting for a person: refused.
+
+    LangGraph drops a pending interrupt when the thread is sent a new message,
+    so nothing would carry out the earlier turn's call once a person approved
+    it. The new turn's call is refused before anything of it is recorded or
+    run, and nothing is written. `run_id`, `approval_id` and `approval_hash`
+    name the earlier turn's run and the approval its call waits on (pending,
+    or approved and not carried out). Answer that turn's interrupt with
+    `Command(resume=...)` from a checkpoint that still holds it, or end that
+    turn (`agentrt reject` / `agentrt cancel`) and invoke the graph again:
+    `invoke(None)` runs the refused tool node again and the new turn goes on.
+    """
+
+    def __init__(self, message: str, *, run_id: str, approval_id: str, approval_hash: str) -> None:
+        super().__init__(message)
+        self.run_id = run_id
+        self.approval_id = approval_id
+        self.approval_hash = approval_hash
+
+
+def _earlier_turn_waits(
+    run_id: str, approval: Approval, step: Step, refused: Mapping[str, Any]
+) -> EarlierTurnWaitsError:
+    """The refusal of a new turn's call while the thread's earlier turn waits on `approval`."""
+    tool = step.decision.tool if step.decision is not None else "?"
+    waiting = f"call {_CALLS.call_id(step.decision)!r} of {tool!r}"
+    named = f"approval {approval.id} ({approval.kind}, hash {approval.hash})"
+    this = f"this turn's call {refused.get('id')!r} of {refused.get('name')!r}"
+    again = (
+        "it will not be run again"
+        if approval.kind == "interrupted_side_effect"
+        else "nothing of it runs"
+    )
+    if approval.status == ApprovalStatus.APPROVED:
+        state = f"approved by {approval.decided_by or 'a person'} on {named} and not carried out"
+        ways = (
+            "resume that turn's interrupt with Command(resume=decided(...)) from a checkpoint "
+            f"that still holds it, or end that turn with `agentrt cancel {run_id}` ({again}) "
+            "and invoke the graph again (invoke(None) runs this tool node again)"
+        )
+    else:
+        state = f"pending on {named}"
+        ways = (
+            "answer that turn's interrupt with Command(resume=...) from a checkpoint that still "
+            f"holds it, or end that turn with `agentrt reject {run_id}` (or `agentrt cancel "
+            f"{run_id}`; {again}) and invoke the graph again (invoke(None) runs this tool node "
+            "again)"
+        )
+    return EarlierTurnWaitsError(
+        f"the thread's earlier turn (agentrt run {run_id}) waits on {waiting}, {state}; "
+        f"{this} was refused before anything of it was recorded or run (LangGraph dropped that "
+        f"turn's interrupt, so nothing would carry its call out): {ways}",
+        run_id=run_id,
+        approval_id=approval.id,
+        approval_hash=approval.hash,
+    )
+
+
 Executor = Callable[[ToolCallRequest], Any]
 
 Observer = Callable[[Event], Any]
@@ -953,9 +1012,11 @@ class GatedTools:
 
         A turn's run is left RUNNING between its tool calls (LangGraph tells a
         node nothing when the graph stops); the next turn that calls a tool
-        ends it, with the step `complete`. A run that waits for a person, was
-        cut off in a side effect (attach pauses it for a person), is leased by
-        another process, or has ended is left as it is.
+        ends it, with the step `complete`. A run leased by another process, or
+        ended, is left as it is. A run that waits for a person (its approval
+        pending, or approved and not carried out), or that was cut off in a
+        side effect (attach pauses it for a person), refuses this call with
+        `EarlierTurnWaitsError`: nothing of this turn is recorded or run.
         """
         for earlier in _earlier_runs(request, self._messages_key):
             if earlier == run_id:
@@ -966,7 +1027,23 @@ class GatedTools:
                 continue  # that turn called no tool: look further back
             if run.status == RunStatus.RUNNING:
                 await self._complete(earlier, "the thread's next turn began")
+                run = await asyncio.to_thread(self.store.get_run, earlier)
+            if run.status == RunStatus.WAITING_FOR_APPROVAL:
+                refusal = await asyncio.to_thread(self._waits, earlier, request.tool_call)
+                if refusal is not None:
+                    raise refusal
             return
+
+    def _waits(self, run_id: str, refused: Mapping[str, Any]) -> EarlierTurnWaitsError | None:
+        """The refusal of `refused` if run `run_id` waits on a call for a person, else None."""
+        steps = self.store.list_steps(run_id, cap=None)
+        for step in reversed(steps):
+            if step.status != StepStatus.AWAITING_APPROVAL:
+                continue
+            mine = [a for a in self.store.list_approvals(run_id, cap=None) if a.step_id == step.id]
+            if mine and mine[-1].status in (ApprovalStatus.PENDING, ApprovalStatus.APPROVED):
+                return _earlier_turn_waits(run_id, mine[-1], step, refused)
+        return None
 
     async def end_turn(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
         """The turn end node's work: complete the turn's run when the model answered.
