@@ -578,7 +578,7 @@ def test_three_turns_asking_the_same_read_only_call_are_not_a_loop(tmp_path: Pat
     ]
 
 
-def test_a_next_turn_leaves_an_earlier_turn_that_waits_for_a_person_waiting(
+def test_a_next_turns_call_is_refused_while_an_earlier_turn_waits_for_a_person(
     tmp_path: Path,
 ) -> None:
     script = [
@@ -742,7 +742,7 @@ def test_a_child_killed_during_a_mutating_call_waits_for_a_person_when_langgraph
 
 
 @pytest.mark.slow
-def test_a_turn_cut_off_in_a_side_effect_is_not_completed_or_rerun_by_the_next_turn(
+def test_a_turn_cut_off_in_a_side_effect_is_not_rerun_and_the_next_turn_waits_for_its_end(
     tmp_path: Path,
 ) -> None:
     kill_inside_the_tool(tmp_path, "start", "write_note")

@@ -7,7 +7,7 @@ anything of it is recorded or run; once that turn is ended (`agentrt reject` /
 `agentrt cancel`), `invoke(None)` runs the refused tool node again and the new
 turn goes on. Real LangGraph graphs driven by LangChain's fake chat model, a
 real store. The crash case (a turn cut off in a side effect) is
-`test_adapter_langgraph.py::test_a_turn_cut_off_in_a_side_effect_is_not_completed_or_rerun_by_the_next_turn`.
+`test_adapter_langgraph.py::test_a_turn_cut_off_in_a_side_effect_is_not_rerun_and_the_next_turn_waits_for_its_end`.
 """
 
 from __future__ import annotations
