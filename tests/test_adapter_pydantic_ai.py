@@ -1412,6 +1412,38 @@ def test_a_framework_approval_with_override_args_is_refused_before_anything_runs
     assert store.get_run(RUN).status == "COMPLETED"
 
 
+def test_an_inline_handlers_override_args_for_a_held_call_is_refused_before_it_is_recorded(
+    tmp_path: Path,
+) -> None:
+    # A HandleDeferredToolCalls capability answers during the run, so Pydantic
+    # AI applies its override_args before any hook of the gate's sees them:
+    # the held note reaches the toolset with other arguments than the model's.
+    from pydantic_ai.capabilities import HandleDeferredToolCalls
+
+    store = agentrt.open_store(tmp_path / "runs.db")
+
+    async def handle(ctx: RunContext[None], requests: DeferredToolRequests) -> Any:
+        results = approved(requests, "call-push", by="inline")
+        results.approvals["call-note"] = ToolApproved(override_args={"text": "not the model's"})
+        return results
+
+    gate = make_gate(store)
+    agent = child.agent(tmp_path, "held", gate=gate, heard=[])
+    with pytest.raises(agentrt.ConfigError) as refused:
+        agent.run_sync(
+            "publish",
+            metadata=gate.run_metadata(RUN),
+            capabilities=[HandleDeferredToolCalls(handle)],
+        )
+    assert str(refused.value) == _override_refused("call-note")
+    # The push the person approved ran once; the note was neither recorded nor run.
+    assert effects(tmp_path) == ["push_branch feature/login"]
+    assert [(s.decision.tool, s.decision.args) for s in store.list_steps(RUN)] == [
+        ("push_branch", {"branch": "feature/login"})
+    ]
+    assert store.get_run(RUN).status == "RUNNING"
+
+
 def test_a_waiting_call_the_history_already_answers_names_the_ways_on_that_work(
     tmp_path: Path,
 ) -> None:

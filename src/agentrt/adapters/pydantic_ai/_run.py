@@ -231,6 +231,8 @@ class FrameworkRun:
         async with self.lock:
             args = tool_args.get(_UNPARSED, tool_args)
             call_id = ctx.tool_call_id
+            if ctx.tool_call_approved and call_id is not None:
+                _refuse_changed_approval(ctx.messages, call_id, args)
             recorded = self._recorded(call_id) if call_id is not None else None
             if recorded is not None and call_id is not None:
                 # A call agentrt already settled, issued again by a framework run
@@ -662,11 +664,41 @@ def refuse_override_args(results: Mapping[Any, Any]) -> None:
     """
     for call_id, result in results.items():
         if isinstance(result, ToolApproved) and result.override_args is not None:
-            raise OverrideArgsRefused(
-                f"ToolApproved(override_args=...) for call {call_id} is refused and nothing "
-                "ran: agentrt approves the exact request the person saw (its hash), so to run "
-                "other arguments, reject the call and let the model ask again"
+            raise OverrideArgsRefused(_override_refused(call_id))
+
+
+def _refuse_changed_approval(messages: Sequence[Any], call_id: str, args: Any) -> None:
+    """A framework-approved call must carry the arguments the model made it with.
+
+    `refuse_override_args` refuses `override_args` in the results a framework
+    run is resumed with; an answer given inline, during the run (a
+    `HandleDeferredToolCalls` capability), reaches the toolset already
+    applied, so the approved call's arguments are compared here with the
+    model's call in the history, before anything is recorded or run.
+    """
+    for message in reversed(messages):
+        if getattr(message, "kind", "") != "response":
+            continue
+        for part in getattr(message, "parts", ()):
+            if getattr(part, "tool_call_id", None) != call_id or not hasattr(part, "args"):
+                continue
+            sent = part.args
+            made = (
+                Verbatim().validate_json(sent)
+                if isinstance(sent, str | bytes | bytearray)
+                else Verbatim().validate_python(sent if sent is not None else {})
             )
+            if _canonical(made.get(_UNPARSED, made)) != _canonical(args):
+                raise OverrideArgsRefused(_override_refused(call_id))
+            return
+
+
+def _override_refused(call_id: object) -> str:
+    return (
+        f"ToolApproved(override_args=...) for call {call_id} is refused and nothing "
+        "ran: agentrt approves the exact request the person saw (its hash), so to run "
+        "other arguments, reject the call and let the model ask again"
+    )
 
 
 def _made_after(messages: Sequence[Any], first: str, call_id: str) -> bool:
