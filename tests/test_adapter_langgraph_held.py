@@ -13,8 +13,10 @@ tools appending a line to a file when they really run, a real store.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import os
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +26,7 @@ if not os.environ.get("CI"):
     pytest.importorskip("langgraph.prebuilt", reason="needs agentrt[langgraph]")
 
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.types import Command, Send
@@ -379,4 +382,83 @@ def test_under_send_a_call_sent_in_a_later_superstep_is_not_waited_for(
     assert recorded(store) == [
         (0, "langgraph tool call c2", "done"),
         (1, "langgraph tool call c1", "done"),
+    ]
+
+
+@pytest.mark.timeout(30)  # without the fix the graph call waits for the note for good
+def test_under_send_a_call_waiting_for_a_task_langgraph_cancelled_is_held_not_left_blocked(
+    tmp_path: Path,
+) -> None:
+    """A graph of its own sends [note c2, a failing node, a busy node, note c1] on two threads
+    (`max_concurrency`): c2 starts and waits for c1; the failing node fails, the busy node
+    takes its thread until c1's task ends, and LangGraph cancels c1's task before it starts.
+    c2 is held (nothing recorded or run) instead of waiting for good; the graph raises the
+    node's error, and going on from the checkpoint runs both notes once, in order."""
+    store = agentrt.open_store(tmp_path / "runs.db")
+    effects = tmp_path / "effects.log"
+    effects.touch()
+    node = gated_tool_node(
+        make_tools(effects), store=store, policy=agentrt.default_policy(), classifications=CLASSES
+    )
+    message = AIMessage(
+        "", tool_calls=[call("write_note", "c1", text="one"), call("write_note", "c2", text="two")]
+    )
+    script = [message, AIMessage("done")]
+    failing = [True]
+
+    def agent(state: MessagesState) -> dict[str, Any]:
+        turn = sum(isinstance(m, AIMessage) for m in state["messages"])
+        return {"messages": [script[turn]]}
+
+    def fail(_: Any) -> dict[str, Any]:
+        if failing[0]:
+            raise RuntimeError("the other node failed")
+        return {}
+
+    def busy(_: Any, config: RunnableConfig) -> dict[str, Any]:
+        """Holds the second thread until c1's task ended (LangGraph's futures of the superstep)."""
+        futures = config["configurable"]["__pregel_call"].keywords["futures"]()
+        while True:
+            found = [f for f, t in list(futures.items()) if t and t.input.get("tool_call")]
+            c1 = [f for f in found if futures[f].input["tool_call"]["id"] == "c1"]
+            if c1:
+                concurrent.futures.wait(c1)
+                return {}
+            time.sleep(0.01)  # c1's task is not submitted yet
+
+    def dispatch(state: MessagesState) -> Any:
+        if not state["messages"][-1].tool_calls:
+            return END
+        packets = [
+            {"__type": "tool_call_with_context", "tool_call": c, "state": state}
+            for c in message.tool_calls
+        ]
+        return [
+            Send("tools", packets[1]),
+            Send("fail", {}),
+            Send("busy", {}),
+            Send("tools", packets[0]),
+        ]
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("agent", agent)
+    builder.add_node("tools", node)
+    builder.add_node("fail", fail)
+    builder.add_node("busy", busy)
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges("agent", dispatch)
+    builder.add_edge("tools", "agent")
+    graph = builder.compile(checkpointer=InMemorySaver())
+    config: Any = {**CONFIG, "max_concurrency": 2}
+    with pytest.raises(RuntimeError, match="the other node failed"):
+        graph.invoke(GO, config)
+    assert lines(effects) == []
+    assert recorded(store) == []
+    failing[0] = False
+    out = graph.invoke(None, config)
+    assert out["messages"][-1].content == "done"
+    assert lines(effects) == ["note one", "note two"]
+    assert recorded(store) == [
+        (0, "langgraph tool call c1", "done"),
+        (1, "langgraph tool call c2", "done"),
     ]

@@ -327,33 +327,32 @@ class _OneAtATime:
         ] = {}  # (loop, run id) -> [asyncio.Lock, users]
 
     @contextlib.contextmanager
-    def blocking(self, run_id: str) -> Iterator[None]:
+    def _entry(
+        self, table: dict[Any, list[Any]], key: Any, make: Callable[[], Any]
+    ) -> Iterator[Any]:
+        """The lock of `key` in `table`, made for its first user and dropped after its last."""
         with self._guard:
-            entry = self._threads.setdefault(run_id, [threading.Lock(), 0])
+            entry = table.setdefault(key, [make(), 0])
             entry[1] += 1
         try:
-            with entry[0]:
-                yield
+            yield entry[0]
         finally:
             with self._guard:
                 entry[1] -= 1
                 if entry[1] == 0:
-                    del self._threads[run_id]
+                    del table[key]
+
+    @contextlib.contextmanager
+    def blocking(self, run_id: str) -> Iterator[None]:
+        with self._entry(self._threads, run_id, threading.Lock) as lock, lock:
+            yield
 
     @contextlib.asynccontextmanager
     async def waiting(self, run_id: str) -> AsyncIterator[None]:
         key = (id(asyncio.get_running_loop()), run_id)
-        with self._guard:
-            entry = self._tasks.setdefault(key, [asyncio.Lock(), 0])
-            entry[1] += 1
-        try:
-            async with entry[0]:
+        with self._entry(self._tasks, key, asyncio.Lock) as lock:
+            async with lock:
                 yield
-        finally:
-            with self._guard:
-                entry[1] -= 1
-                if entry[1] == 0:
-                    del self._tasks[key]
 
 
 class _Execution:
@@ -371,13 +370,17 @@ class _Execution:
     call is decided.
     """
 
-    def __init__(self, ids: Sequence[str], skip: Collection[str] = (), sent: bool = False) -> None:
+    def __init__(
+        self, ids: Sequence[str], skip: Collection[str] = (), superstep: object | None = None
+    ) -> None:
         self.ids = tuple(ids)
         self.skip = frozenset(skip)
-        self.sent = sent
+        self.sent = superstep is not None
+        self._superstep = None if superstep is None else weakref.ref(superstep)
         self.next = 0
         self._advance()
         self.stopped: BaseException | None = None
+        self._futures: dict[str, Any] = {}  # a sent call's id -> its task's future, once seen
         self._cond = threading.Condition()
         self._aconds: dict[int, asyncio.Condition] = {}
 
@@ -412,12 +415,53 @@ class _Execution:
             return GraphInterrupt(())
         return self.stopped
 
+    def _turn_of(self, index: int) -> bool:
+        """Whether the call at `index` may go on: its turn came, or the execution stopped.
+
+        A sent call's execution also stops when the task of the call whose turn
+        it is ended without going through: LangGraph cancelled it before it
+        started (another task of the superstep failed), so it never comes.
+        """
+        if self.next == index or self.stopped is not None:
+            return True
+        if self._ended(self.ids[self.next]):
+            self.stopped = GraphInterrupt(())  # held: LangGraph runs it again later
+            return True
+        return False
+
+    def _ended(self, call_id: str) -> bool:
+        """Whether the task of the sent call `call_id` ended (done or cancelled).
+
+        The superstep is LangGraph's map of its futures to their tasks (1.x). A
+        call passes its turn before its task's future is done, so a done future
+        whose call has not passed never started it: LangGraph cancelled it. False
+        while the task is not found (not submitted yet, or LangGraph does not say).
+        """
+        future = self._futures.get(call_id)
+        superstep = None if self._superstep is None else self._superstep()
+        if future is None and isinstance(superstep, Mapping):
+            for candidate, task in list(superstep.items()):
+                arg = getattr(task, "input", None)
+                if isinstance(arg, Mapping) and arg.get("__type") == "tool_call_with_context":
+                    tool_call = arg.get("tool_call")
+                    if isinstance(tool_call, Mapping) and tool_call.get("id") is not None:
+                        self._futures.setdefault(str(tool_call["id"]), candidate)
+            future = self._futures.get(call_id)
+        done = getattr(future, "done", None)
+        return bool(done()) if callable(done) else False
+
+    @property
+    def _look_again(self) -> float | None:
+        """How often a sent call looks whether the task ahead still comes (seconds)."""
+        return 0.05 if self.sent else None
+
+    def _enter(self) -> None:
+        if self.stopped is not None:
+            raise self._held()  # held behind a call that interrupted: nothing done
+
     @contextlib.contextmanager
-    def blocking(self, index: int) -> Iterator[None]:
-        with self._cond:
-            self._cond.wait_for(lambda: self.next == index or self.stopped is not None)
-            if self.stopped is not None:
-                raise self._held()  # held behind a call that interrupted: nothing done
+    def _going(self, index: int, guard: contextlib.AbstractContextManager[Any]) -> Iterator[None]:
+        """The call at `index` goes through; whatever it raises stops the calls behind it."""
         error: BaseException | None = None
         try:
             yield
@@ -425,8 +469,20 @@ class _Execution:
             error = exc
             raise
         finally:
-            with self._cond:
+            with guard:
                 self._passed(index, error)
+
+    @contextlib.contextmanager
+    def blocking(self, index: int) -> Iterator[None]:
+        with self._cond:
+            while not self._turn_of(index):
+                self._cond.wait(self._look_again)
+            self._enter()
+        try:
+            with self._going(index, self._cond):
+                yield
+        finally:
+            with self._cond:
                 self._cond.notify_all()
 
     @contextlib.asynccontextmanager
@@ -434,17 +490,14 @@ class _Execution:
         loop = id(asyncio.get_running_loop())
         cond = self._aconds.setdefault(loop, asyncio.Condition())
         async with cond:
-            await cond.wait_for(lambda: self.next == index or self.stopped is not None)
-            if self.stopped is not None:
-                raise self._held()  # held behind a call that interrupted: nothing done
-        error: BaseException | None = None
+            while not self._turn_of(index):
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(cond.wait(), self._look_again)
+            self._enter()
         try:
-            yield
-        except BaseException as exc:
-            error = exc
-            raise
+            with self._going(index, contextlib.nullcontext()):
+                yield
         finally:
-            self._passed(index, error)
             async with cond:
                 cond.notify_all()
 
@@ -470,7 +523,7 @@ class _Supersteps:
         with self._lock:
             found = self._open.get(key)
             if found is None:
-                found = self._open[key] = _Execution(ids, skip, sent=True)
+                found = self._open[key] = _Execution(ids, skip, superstep)
                 weakref.finalize(superstep, self._drop, key)
             return found
 
