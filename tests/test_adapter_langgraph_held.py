@@ -204,6 +204,54 @@ def test_a_call_held_behind_a_note_cut_off_by_a_crash_runs_once_after_a_person_a
     ]
 
 
+@pytest.mark.slow
+def test_under_send_a_note_held_behind_a_push_cut_off_by_a_crash_runs_once_after_it(
+    tmp_path: Path,
+) -> None:
+    """The prebuilt agent (each call a `Send` task) in a child process: [push_branch,
+    write_note]; the push is approved and the child SIGKILLed inside it.
+
+    A new process going on through LangGraph's checkpointer (`invoke(None)`) does not run
+    the push again: it pauses on `interrupted_side_effect` (an interrupt) with the note held
+    behind it, neither run nor recorded. After a person approves, the push runs once more,
+    then the note once, in order.
+    """
+    (first,) = child(tmp_path, "start", "push_then_note")["interrupts"]
+    assert (first["kind"], first["tool_call_id"], first["held"]) == (
+        "remote_mutation",
+        "call-1",
+        ["call-2"],
+    )
+    kill_inside_the_tool(tmp_path, "approve", "push_then_note")
+    effects = tmp_path / "effects.log"
+    assert lines(effects) == ["push feature/login"]  # the note was held behind the push
+    again = child(tmp_path, "continue", "push_then_note")
+    (value,) = again["interrupts"]  # one interrupt: the held task adds none
+    assert (value["kind"], value["tool_call_id"], value["held"]) == (
+        "interrupted_side_effect",
+        "call-1",
+        ["call-2"],
+    )
+    assert value["approval_id"] != first["approval_id"]
+    assert lines(effects) == ["push feature/login"]
+    store = agentrt.open_existing(tmp_path / "runs.db", read_only=True)
+    run_id = again["run"][0]
+    assert [(s.decision and s.decision.reason) for s in store.list_steps(run_id)] == [
+        "langgraph tool call call-1"
+    ]
+    done = child(tmp_path, "approve", "push_then_note")
+    assert done["interrupts"] == []
+    assert done["messages"][-3:] == ["pushed feature/login", "noted hello", "all done"]
+    assert lines(effects) == ["push feature/login", "push feature/login", "note hello"]
+    steps = store.list_steps(run_id)
+    assert [(s.decision and s.decision.reason, str(s.status)) for s in steps] == [
+        ("langgraph tool call call-1", "done"),
+        ("langgraph tool call call-2", "done"),
+    ]
+    started = [e.step_id for e in store.list_events(run_id) if e.type == "step.tool_started"]
+    assert started == [steps[0].id, steps[0].id, steps[1].id]
+
+
 @pytest.mark.parametrize("path", PATHS)
 def test_a_call_that_fails_before_the_gate_stops_the_calls_behind_it_instead_of_hanging(
     tmp_path: Path, path: str
