@@ -433,7 +433,7 @@ def test_under_send_a_call_sent_in_a_later_superstep_is_not_waited_for(
     ]
 
 
-@pytest.mark.timeout(30)  # without the fix the graph call waits for the note for good
+@pytest.mark.timeout(30, method="thread")  # without the fix the graph call waits for good
 def test_under_send_a_call_waiting_for_a_task_langgraph_cancelled_is_held_not_left_blocked(
     tmp_path: Path,
 ) -> None:
@@ -504,6 +504,58 @@ def test_under_send_a_call_waiting_for_a_task_langgraph_cancelled_is_held_not_le
     assert recorded(store) == []
     failing[0] = False
     out = graph.invoke(None, config)
+    assert out["messages"][-1].content == "done"
+    assert lines(effects) == ["note one", "note two"]
+    assert recorded(store) == [
+        (0, "langgraph tool call c1", "done"),
+        (1, "langgraph tool call c2", "done"),
+    ]
+
+
+@pytest.mark.timeout(30, method="thread")  # without the bound it waits for good
+@pytest.mark.parametrize("path", PATHS)
+def test_under_send_calls_sent_later_call_first_on_too_few_threads_are_refused_not_hung(
+    tmp_path: Path, path: str
+) -> None:
+    """A graph of its own sends [note c2, note c1] one task at a time (`max_concurrency=1`):
+    c2 takes the only place and waits for c1, whose task cannot start. Refused with
+    `ConfigError` naming both calls, nothing recorded or run; going on with two at a time
+    runs both notes once, in the message's order."""
+    store = agentrt.open_store(tmp_path / "runs.db")
+    effects = tmp_path / "effects.log"
+    effects.touch()
+    node = gated_tool_node(
+        make_tools(effects), store=store, policy=agentrt.default_policy(), classifications=CLASSES
+    )
+    message = AIMessage(
+        "", tool_calls=[call("write_note", "c1", text="one"), call("write_note", "c2", text="two")]
+    )
+    script = [message, AIMessage("done")]
+
+    def agent(state: MessagesState) -> dict[str, Any]:
+        turn = sum(isinstance(m, AIMessage) for m in state["messages"])
+        return {"messages": [script[turn]]}
+
+    def dispatch(state: MessagesState) -> Any:
+        if not state["messages"][-1].tool_calls:
+            return END
+        return [
+            Send("tools", {"__type": "tool_call_with_context", "tool_call": c, "state": state})
+            for c in reversed(message.tool_calls)
+        ]
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("agent", agent)
+    builder.add_node("tools", node)
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges("agent", dispatch)
+    builder.add_edge("tools", "agent")
+    graph = builder.compile(checkpointer=InMemorySaver())
+    with pytest.raises(agentrt.ConfigError, match="tool call c2 waits for tool call c1"):
+        send(graph, GO, path, {**CONFIG, "max_concurrency": 1})
+    assert lines(effects) == []
+    assert recorded(store) == []
+    out = send(graph, None, path, {**CONFIG, "max_concurrency": 2})
     assert out["messages"][-1].content == "done"
     assert lines(effects) == ["note one", "note two"]
     assert recorded(store) == [

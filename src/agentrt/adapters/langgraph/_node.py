@@ -371,12 +371,18 @@ class _Execution:
     """
 
     def __init__(
-        self, ids: Sequence[str], skip: Collection[str] = (), superstep: object | None = None
+        self,
+        ids: Sequence[str],
+        skip: Collection[str] = (),
+        superstep: object | None = None,
+        threads: int | None = None,
     ) -> None:
         self.ids = tuple(ids)
         self.skip = frozenset(skip)
         self.sent = superstep is not None
         self._superstep = None if superstep is None else weakref.ref(superstep)
+        self._threads = threads  # the threads of LangGraph's pool running the superstep
+        self._waiting: set[str] = set()  # the sent calls waiting their turn in a thread
         self.next = 0
         self._advance()
         self.stopped: BaseException | None = None
@@ -427,28 +433,68 @@ class _Execution:
         if self._ended(self.ids[self.next]):
             self.stopped = GraphInterrupt(())  # held: LangGraph runs it again later
             return True
+        if self._stuck():
+            self.stopped = ConfigError(
+                f"tool call {self.ids[index]} waits for tool call {self.ids[self.next]} of "
+                "the same AI message, whose task cannot start: every task LangGraph runs at "
+                "once (max_concurrency, or the threads of its pool) is a call of that message "
+                "waiting its turn, as the graph sent the calls later call first; nothing was "
+                "run or recorded; send a message's calls in its order"
+            )
+            return True
         return False
+
+    def _stuck(self) -> bool:
+        """Whether the task of the call whose turn it is can never start.
+
+        It has not started, and every place LangGraph runs the superstep's tasks
+        in (the threads of its pool; on the async path the slots of
+        `max_concurrency`) holds a sent call of this execution waiting its turn:
+        none of them lets go before that call passes, so its task never starts.
+        """
+        superstep = None if self._superstep is None else self._superstep()
+        if self._threads is None or not isinstance(superstep, Mapping):
+            return False
+        ahead = self._future(self.ids[self.next])
+        if ahead is None or ahead.done():
+            return False
+        if not callable(getattr(ahead, "running", None)):  # asyncio: each waiter holds a slot
+            return len(self._waiting) >= self._threads
+        if ahead.running():
+            return False
+        running = [f for f in list(superstep) if f.running()]
+        waiting = {self._future(i) for i in self._waiting}
+        return len(running) >= self._threads and all(f in waiting for f in running)
 
     def _ended(self, call_id: str) -> bool:
         """Whether the task of the sent call `call_id` ended (done or cancelled).
 
-        The superstep is LangGraph's map of its futures to their tasks (1.x). A
-        call passes its turn before its task's future is done, so a done future
-        whose call has not passed never started it: LangGraph cancelled it. False
-        while the task is not found (not submitted yet, or LangGraph does not say).
+        A call passes its turn before its task's future is done, so a done
+        future whose call has not passed never started it: LangGraph cancelled
+        it. False while the task is not found.
         """
-        future = self._futures.get(call_id)
+        future = self._future(call_id)
+        return future is not None and bool(future.done())
+
+    def _future(self, call_id: str) -> Any:
+        """The future of the task sending `call_id`, once found; None before.
+
+        The superstep is LangGraph's map of its futures to their tasks (1.x); a
+        task is not found before it is submitted, nor when LangGraph does not say.
+        """
         superstep = None if self._superstep is None else self._superstep()
-        if future is None and isinstance(superstep, Mapping):
+        if call_id not in self._futures and isinstance(superstep, Mapping):
             for candidate, task in list(superstep.items()):
                 arg = getattr(task, "input", None)
                 if isinstance(arg, Mapping) and arg.get("__type") == "tool_call_with_context":
                     tool_call = arg.get("tool_call")
-                    if isinstance(tool_call, Mapping) and tool_call.get("id") is not None:
+                    if (
+                        isinstance(tool_call, Mapping)
+                        and tool_call.get("id") is not None
+                        and callable(getattr(candidate, "done", None))
+                    ):
                         self._futures.setdefault(str(tool_call["id"]), candidate)
-            future = self._futures.get(call_id)
-        done = getattr(future, "done", None)
-        return bool(done()) if callable(done) else False
+        return self._futures.get(call_id)
 
     @property
     def _look_again(self) -> float | None:
@@ -475,8 +521,12 @@ class _Execution:
     @contextlib.contextmanager
     def blocking(self, index: int) -> Iterator[None]:
         with self._cond:
-            while not self._turn_of(index):
-                self._cond.wait(self._look_again)
+            self._waiting.add(self.ids[index])
+            try:
+                while not self._turn_of(index):
+                    self._cond.wait(self._look_again)
+            finally:
+                self._waiting.discard(self.ids[index])
             self._enter()
         try:
             with self._going(index, self._cond):
@@ -490,9 +540,13 @@ class _Execution:
         loop = id(asyncio.get_running_loop())
         cond = self._aconds.setdefault(loop, asyncio.Condition())
         async with cond:
-            while not self._turn_of(index):
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(cond.wait(), self._look_again)
+            self._waiting.add(self.ids[index])
+            try:
+                while not self._turn_of(index):
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(cond.wait(), self._look_again)
+            finally:
+                self._waiting.discard(self.ids[index])
             self._enter()
         try:
             with self._going(index, contextlib.nullcontext()):
@@ -517,13 +571,18 @@ class _Supersteps:
         self._open: dict[tuple[int, str, tuple[str, ...]], _Execution] = {}
 
     def join(
-        self, superstep: object, run_id: str, ids: Sequence[str], skip: Collection[str]
+        self,
+        superstep: object,
+        run_id: str,
+        ids: Sequence[str],
+        skip: Collection[str],
+        threads: int | None,
     ) -> _Execution:
         key = (id(superstep), run_id, tuple(ids))
         with self._lock:
             found = self._open.get(key)
             if found is None:
-                found = self._open[key] = _Execution(ids, skip, superstep)
+                found = self._open[key] = _Execution(ids, skip, superstep, threads)
                 weakref.finalize(superstep, self._drop, key)
             return found
 
@@ -566,6 +625,23 @@ def _superstep(request: ToolCallRequest) -> object | None:
     futures = getattr(caller, "keywords", {}).get("futures")
     found = futures() if callable(futures) else None
     return found
+
+
+def _threads(request: ToolCallRequest) -> int | None:
+    """How many tasks of the call's superstep LangGraph runs at once, if it says (1.x).
+
+    The threads of its pool on the blocking path; `max_concurrency` on the async
+    path (a semaphore around the tasks); None when unbounded or not said.
+    """
+    config = getattr(request.runtime, "config", None) or {}
+    caller = (config.get("configurable") or {}).get("__pregel_call")
+    submit = getattr(caller, "keywords", {}).get("submit")
+    method = submit() if callable(submit) else None
+    runner = getattr(method, "__self__", None)
+    threads = getattr(getattr(runner, "executor", None), "_max_workers", None)
+    if getattr(runner, "semaphore", None) is not None:
+        threads = config.get("max_concurrency")
+    return threads if isinstance(threads, int) and threads > 0 else None
 
 
 _EXECUTION: contextvars.ContextVar[_Execution | None] = contextvars.ContextVar(
@@ -611,8 +687,9 @@ class _GatedToolNode(ToolNode):
 _Place = tuple[_Execution, int]
 """A call's execution and its index in it."""
 
-_Sent = tuple[object, str, list[str], set[str]]
-"""A sent call's superstep, its id, its message's call ids, and the calls not to wait for."""
+_Sent = tuple[object, str, list[str], set[str], int | None]
+"""A sent call's superstep, its id, its message's call ids, the calls not to wait for, and
+the threads of the pool running the superstep (None when unknown)."""
 
 
 def _place_of(request: ToolCallRequest) -> _Place | None:
@@ -746,12 +823,14 @@ class GatedTools:
             if i != call_id
             and (i in answered or c.get("name") not in mine or (sent is not None and i not in sent))
         }
-        return superstep, call_id, ids, skip
+        return superstep, call_id, ids, skip, _threads(request)
 
     def _join(self, sent: _Sent, run_id: str, settled: set[str]) -> _Place | None:
         """The sent call's place among its message's calls in its superstep."""
-        superstep, call_id, ids, skip = sent
-        execution = self._supersteps.join(superstep, run_id, ids, skip | (settled - {call_id}))
+        superstep, call_id, ids, skip, threads = sent
+        execution = self._supersteps.join(
+            superstep, run_id, ids, skip | (settled - {call_id}), threads
+        )
         index = execution.index(call_id)
         return None if index is None else (execution, index)
 
