@@ -17,6 +17,7 @@ import concurrent.futures
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -433,6 +434,39 @@ def test_under_send_a_call_sent_in_a_later_superstep_is_not_waited_for(
     ]
 
 
+NOTES = AIMessage(
+    "", tool_calls=[call("write_note", "c1", text="one"), call("write_note", "c2", text="two")]
+)
+
+
+def sending(
+    tmp_path: Path, dispatch: Callable[[MessagesState], Any], **nodes: Any
+) -> tuple[Any, agentrt.Store, Path]:
+    """A graph of its own: the model answers NOTES then "done"; `dispatch` sends its calls
+    to the gated node "tools" (and to `nodes`); the calls' answers go back to the model."""
+    store = agentrt.open_store(tmp_path / "runs.db")
+    effects = tmp_path / "effects.log"
+    effects.touch()
+    node = gated_tool_node(
+        make_tools(effects), store=store, policy=agentrt.default_policy(), classifications=CLASSES
+    )
+    script = [NOTES, AIMessage("done")]
+
+    def agent(state: MessagesState) -> dict[str, Any]:
+        turn = sum(isinstance(m, AIMessage) for m in state["messages"])
+        return {"messages": [script[turn]]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("agent", agent)
+    builder.add_node("tools", node)
+    for name, action in nodes.items():
+        builder.add_node(name, action)
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges("agent", dispatch)
+    builder.add_edge("tools", "agent")
+    return builder.compile(checkpointer=InMemorySaver()), store, effects
+
+
 @pytest.mark.timeout(30, method="thread")  # without the fix the graph call waits for good
 def test_under_send_a_call_waiting_for_a_task_langgraph_cancelled_is_held_not_left_blocked(
     tmp_path: Path,
@@ -442,21 +476,7 @@ def test_under_send_a_call_waiting_for_a_task_langgraph_cancelled_is_held_not_le
     takes its thread until c1's task ends, and LangGraph cancels c1's task before it starts.
     c2 is held (nothing recorded or run) instead of waiting for good; the graph raises the
     node's error, and going on from the checkpoint runs both notes once, in order."""
-    store = agentrt.open_store(tmp_path / "runs.db")
-    effects = tmp_path / "effects.log"
-    effects.touch()
-    node = gated_tool_node(
-        make_tools(effects), store=store, policy=agentrt.default_policy(), classifications=CLASSES
-    )
-    message = AIMessage(
-        "", tool_calls=[call("write_note", "c1", text="one"), call("write_note", "c2", text="two")]
-    )
-    script = [message, AIMessage("done")]
     failing = [True]
-
-    def agent(state: MessagesState) -> dict[str, Any]:
-        turn = sum(isinstance(m, AIMessage) for m in state["messages"])
-        return {"messages": [script[turn]]}
 
     def fail(_: Any) -> dict[str, Any]:
         if failing[0]:
@@ -479,7 +499,7 @@ def test_under_send_a_call_waiting_for_a_task_langgraph_cancelled_is_held_not_le
             return END
         packets = [
             {"__type": "tool_call_with_context", "tool_call": c, "state": state}
-            for c in message.tool_calls
+            for c in NOTES.tool_calls
         ]
         return [
             Send("tools", packets[1]),
@@ -488,15 +508,7 @@ def test_under_send_a_call_waiting_for_a_task_langgraph_cancelled_is_held_not_le
             Send("tools", packets[0]),
         ]
 
-    builder = StateGraph(MessagesState)
-    builder.add_node("agent", agent)
-    builder.add_node("tools", node)
-    builder.add_node("fail", fail)
-    builder.add_node("busy", busy)
-    builder.add_edge(START, "agent")
-    builder.add_conditional_edges("agent", dispatch)
-    builder.add_edge("tools", "agent")
-    graph = builder.compile(checkpointer=InMemorySaver())
+    graph, store, effects = sending(tmp_path, dispatch, fail=fail, busy=busy)
     config: Any = {**CONFIG, "max_concurrency": 2}
     with pytest.raises(RuntimeError, match="the other node failed"):
         graph.invoke(GO, config)
@@ -521,36 +533,16 @@ def test_under_send_calls_sent_later_call_first_on_too_few_threads_are_refused_n
     c2 takes the only place and waits for c1, whose task cannot start. Refused with
     `ConfigError` naming both calls, nothing recorded or run; going on with two at a time
     runs both notes once, in the message's order."""
-    store = agentrt.open_store(tmp_path / "runs.db")
-    effects = tmp_path / "effects.log"
-    effects.touch()
-    node = gated_tool_node(
-        make_tools(effects), store=store, policy=agentrt.default_policy(), classifications=CLASSES
-    )
-    message = AIMessage(
-        "", tool_calls=[call("write_note", "c1", text="one"), call("write_note", "c2", text="two")]
-    )
-    script = [message, AIMessage("done")]
-
-    def agent(state: MessagesState) -> dict[str, Any]:
-        turn = sum(isinstance(m, AIMessage) for m in state["messages"])
-        return {"messages": [script[turn]]}
 
     def dispatch(state: MessagesState) -> Any:
         if not state["messages"][-1].tool_calls:
             return END
         return [
             Send("tools", {"__type": "tool_call_with_context", "tool_call": c, "state": state})
-            for c in reversed(message.tool_calls)
+            for c in reversed(NOTES.tool_calls)
         ]
 
-    builder = StateGraph(MessagesState)
-    builder.add_node("agent", agent)
-    builder.add_node("tools", node)
-    builder.add_edge(START, "agent")
-    builder.add_conditional_edges("agent", dispatch)
-    builder.add_edge("tools", "agent")
-    graph = builder.compile(checkpointer=InMemorySaver())
+    graph, store, effects = sending(tmp_path, dispatch)
     with pytest.raises(agentrt.ConfigError, match="tool call c2 waits for tool call c1"):
         send(graph, GO, path, {**CONFIG, "max_concurrency": 1})
     assert lines(effects) == []

@@ -38,6 +38,9 @@ Invariants (tests in tests/test_adapter_langgraph*.py):
   nor run until LangGraph runs it again on resume (decision 0050; a held task
   raises an interrupt with no value, so LangGraph saves nothing for it); if the
   run ended on the call ahead of it, it is told so, unrecorded.
+- A sent call never waits for good: behind a task LangGraph cancelled it is
+  held; when every thread (or `max_concurrency` slot) holds a call waiting for
+  a task that has not started, they raise `ConfigError`, nothing recorded.
 - A tool calling LangGraph's `interrupt()` is refused (`InterruptRefusedError`,
   recorded as the step's `tool_error`): LangGraph would run it again from its
   top on resume.
