@@ -13,8 +13,11 @@ tools appending a line to a file when they really run, a real store.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import os
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +27,7 @@ if not os.environ.get("CI"):
     pytest.importorskip("langgraph.prebuilt", reason="needs agentrt[langgraph]")
 
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.types import Command, Send
@@ -199,6 +203,54 @@ def test_a_call_held_behind_a_note_cut_off_by_a_crash_runs_once_after_a_person_a
         ("langgraph tool call call-1", "done"),
         ("langgraph tool call call-2", "done"),
     ]
+
+
+@pytest.mark.slow
+def test_under_send_a_note_held_behind_a_push_cut_off_by_a_crash_runs_once_after_it(
+    tmp_path: Path,
+) -> None:
+    """The prebuilt agent (each call a `Send` task) in a child process: [push_branch,
+    write_note]; the push is approved and the child SIGKILLed inside it.
+
+    A new process going on through LangGraph's checkpointer (`invoke(None)`) does not run
+    the push again: it pauses on `interrupted_side_effect` (an interrupt) with the note held
+    behind it, neither run nor recorded. After a person approves, the push runs once more,
+    then the note once, in order.
+    """
+    (first,) = child(tmp_path, "start", "push_then_note")["interrupts"]
+    assert (first["kind"], first["tool_call_id"], first["held"]) == (
+        "remote_mutation",
+        "call-1",
+        ["call-2"],
+    )
+    kill_inside_the_tool(tmp_path, "approve", "push_then_note")
+    effects = tmp_path / "effects.log"
+    assert lines(effects) == ["push feature/login"]  # the note was held behind the push
+    again = child(tmp_path, "continue", "push_then_note")
+    (value,) = again["interrupts"]  # one interrupt: the held task adds none
+    assert (value["kind"], value["tool_call_id"], value["held"]) == (
+        "interrupted_side_effect",
+        "call-1",
+        ["call-2"],
+    )
+    assert value["approval_id"] != first["approval_id"]
+    assert lines(effects) == ["push feature/login"]
+    store = agentrt.open_existing(tmp_path / "runs.db", read_only=True)
+    run_id = again["run"][0]
+    assert [(s.decision and s.decision.reason) for s in store.list_steps(run_id)] == [
+        "langgraph tool call call-1"
+    ]
+    done = child(tmp_path, "approve", "push_then_note")
+    assert done["interrupts"] == []
+    assert done["messages"][-3:] == ["pushed feature/login", "noted hello", "all done"]
+    assert lines(effects) == ["push feature/login", "push feature/login", "note hello"]
+    steps = store.list_steps(run_id)
+    assert [(s.decision and s.decision.reason, str(s.status)) for s in steps] == [
+        ("langgraph tool call call-1", "done"),
+        ("langgraph tool call call-2", "done"),
+    ]
+    started = [e.step_id for e in store.list_events(run_id) if e.type == "step.tool_started"]
+    assert started == [steps[0].id, steps[0].id, steps[1].id]
 
 
 @pytest.mark.parametrize("path", PATHS)
@@ -379,4 +431,126 @@ def test_under_send_a_call_sent_in_a_later_superstep_is_not_waited_for(
     assert recorded(store) == [
         (0, "langgraph tool call c2", "done"),
         (1, "langgraph tool call c1", "done"),
+    ]
+
+
+NOTES = AIMessage(
+    "", tool_calls=[call("write_note", "c1", text="one"), call("write_note", "c2", text="two")]
+)
+
+
+def sending(
+    tmp_path: Path, dispatch: Callable[[MessagesState], Any], **nodes: Any
+) -> tuple[Any, agentrt.Store, Path]:
+    """A graph of its own: the model answers NOTES then "done"; `dispatch` sends its calls
+    to the gated node "tools" (and to `nodes`); the calls' answers go back to the model."""
+    store = agentrt.open_store(tmp_path / "runs.db")
+    effects = tmp_path / "effects.log"
+    effects.touch()
+    node = gated_tool_node(
+        make_tools(effects), store=store, policy=agentrt.default_policy(), classifications=CLASSES
+    )
+    script = [NOTES, AIMessage("done")]
+
+    def agent(state: MessagesState) -> dict[str, Any]:
+        turn = sum(isinstance(m, AIMessage) for m in state["messages"])
+        return {"messages": [script[turn]]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("agent", agent)
+    builder.add_node("tools", node)
+    for name, action in nodes.items():
+        builder.add_node(name, action)
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges("agent", dispatch)
+    builder.add_edge("tools", "agent")
+    return builder.compile(checkpointer=InMemorySaver()), store, effects
+
+
+@pytest.mark.timeout(30, method="thread")  # without the fix the graph call waits for good
+def test_under_send_a_call_waiting_for_a_task_langgraph_cancelled_is_held_not_left_blocked(
+    tmp_path: Path,
+) -> None:
+    """A graph of its own sends [note c2, a failing node, a busy node, note c1] on two threads
+    (`max_concurrency`): c2 starts and waits for c1; the failing node fails, the busy node
+    takes its thread until c1's task ends, and LangGraph cancels c1's task before it starts.
+    c2 is held (nothing recorded or run) instead of waiting for good; the graph raises the
+    node's error, and going on from the checkpoint runs both notes once, in order."""
+    failing = [True]
+
+    def fail(_: Any) -> dict[str, Any]:
+        if failing[0]:
+            raise RuntimeError("the other node failed")
+        return {}
+
+    def busy(_: Any, config: RunnableConfig) -> dict[str, Any]:
+        """Holds the second thread until c1's task ended (LangGraph's futures of the superstep)."""
+        futures = config["configurable"]["__pregel_call"].keywords["futures"]()
+        while True:
+            found = [f for f, t in list(futures.items()) if t and t.input.get("tool_call")]
+            c1 = [f for f in found if futures[f].input["tool_call"]["id"] == "c1"]
+            if c1:
+                concurrent.futures.wait(c1)
+                return {}
+            time.sleep(0.01)  # c1's task is not submitted yet
+
+    def dispatch(state: MessagesState) -> Any:
+        if not state["messages"][-1].tool_calls:
+            return END
+        packets = [
+            {"__type": "tool_call_with_context", "tool_call": c, "state": state}
+            for c in NOTES.tool_calls
+        ]
+        return [
+            Send("tools", packets[1]),
+            Send("fail", {}),
+            Send("busy", {}),
+            Send("tools", packets[0]),
+        ]
+
+    graph, store, effects = sending(tmp_path, dispatch, fail=fail, busy=busy)
+    config: Any = {**CONFIG, "max_concurrency": 2}
+    with pytest.raises(RuntimeError, match="the other node failed"):
+        graph.invoke(GO, config)
+    assert lines(effects) == []
+    assert recorded(store) == []
+    failing[0] = False
+    out = graph.invoke(None, config)
+    assert out["messages"][-1].content == "done"
+    assert lines(effects) == ["note one", "note two"]
+    assert recorded(store) == [
+        (0, "langgraph tool call c1", "done"),
+        (1, "langgraph tool call c2", "done"),
+    ]
+
+
+@pytest.mark.timeout(30, method="thread")  # without the bound it waits for good
+@pytest.mark.parametrize("path", PATHS)
+def test_under_send_calls_sent_later_call_first_on_too_few_threads_are_refused_not_hung(
+    tmp_path: Path, path: str
+) -> None:
+    """A graph of its own sends [note c2, note c1] one task at a time (`max_concurrency=1`):
+    c2 takes the only place and waits for c1, whose task cannot start. Refused with
+    `ConfigError` naming both calls, nothing recorded or run; going on with two at a time
+    runs both notes once, in the message's order."""
+
+    def dispatch(state: MessagesState) -> Any:
+        if not state["messages"][-1].tool_calls:
+            return END
+        return [
+            Send("tools", {"__type": "tool_call_with_context", "tool_call": c, "state": state})
+            for c in reversed(NOTES.tool_calls)
+        ]
+
+    graph, store, effects = sending(tmp_path, dispatch)
+    with pytest.raises(agentrt.ConfigError, match="tool call c2 waits for tool call c1"):
+        send(graph, GO, path, {**CONFIG, "max_concurrency": 1})
+    assert lines(effects) == []
+    assert recorded(store) == []
+    out = send(graph, None, path, {**CONFIG, "max_concurrency": 2})
+    assert out["messages"][-1].content == "done"
+    assert lines(effects) == ["note one", "note two"]
+    assert recorded(store) == [
+        (0, "langgraph tool call c1", "done"),
+        (1, "langgraph tool call c2", "done"),
     ]

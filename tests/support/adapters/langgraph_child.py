@@ -7,7 +7,10 @@ WORKDIR holds the agentrt store (runs.db), LangGraph's SQLite checkpoints
 execution). TOOL is the tool the scripted model calls: `push_branch` (a remote
 change: the default policy asks a person), `write_note` (a local change:
 allowed) or `read_notes` (read only); `note_then_read` makes two calls in one
-message, `write_note` (`call-1`) then `read_notes` (`call-2`). MODE:
+message, `write_note` (`call-1`) then `read_notes` (`call-2`); `push_then_note`
+makes `push_branch` (`call-1`) then `write_note` (`call-2`) and runs LangGraph's
+prebuilt `create_react_agent`, which sends each call as a task of its own
+(`Send`). MODE:
 
 - `start`: invoke the graph on thread "t" with a first message;
 - `continue`: `graph.invoke(None, config)`, LangGraph's own way to go on from
@@ -29,6 +32,7 @@ import os
 import sqlite3
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +41,7 @@ from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.tools import tool
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import START, MessagesState, StateGraph
-from langgraph.prebuilt import tools_condition
+from langgraph.prebuilt import create_react_agent, tools_condition
 from langgraph.types import Command
 
 import agentrt
@@ -88,6 +92,11 @@ def main(workdir: Path, mode: str, tool_name: str) -> None:
             {"name": "write_note", "args": args, "id": "call-1"},
             {"name": "read_notes", "args": args, "id": "call-2"},
         ]
+    if tool_name == "push_then_note":
+        calls = [
+            {"name": "push_branch", "args": {"branch": "feature/login"}, "id": "call-1"},
+            {"name": "write_note", "args": args, "id": "call-2"},
+        ]
     script = [AIMessage(content="", tool_calls=calls), AIMessage(content="all done")]
     if mode == "next":
         read = {"name": "read_notes", "args": {"text": "hello"}, "id": "call-2"}
@@ -109,14 +118,31 @@ def main(workdir: Path, mode: str, tool_name: str) -> None:
             "read_notes": Classification("read_only", timeout=150),
         },
     )
-    builder = StateGraph(MessagesState)
-    builder.add_node("agent", agent)
-    builder.add_node("tools", node)
-    builder.add_edge(START, "agent")
-    builder.add_conditional_edges("agent", tools_condition)
-    builder.add_edge("tools", "agent")
     conn = sqlite3.connect(workdir / "checkpoints.db", check_same_thread=False)
-    graph = builder.compile(checkpointer=SqliteSaver(conn))
+    if tool_name == "push_then_note":
+
+        class Scripted(GenericFakeChatModel):
+            def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
+                return self
+
+            def _generate(self, messages: Any, *args: Any, **kwargs: Any) -> Any:
+                answered = 1 if isinstance(messages[-1], ToolMessage) else 0
+                self.messages = iter([script[answered]])
+                return super()._generate(messages, *args, **kwargs)
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # create_react_agent is deprecated in LangGraph 1.x
+            graph: Any = create_react_agent(
+                Scripted(messages=iter([])), tools=node, checkpointer=SqliteSaver(conn)
+            )
+    else:
+        builder = StateGraph(MessagesState)
+        builder.add_node("agent", agent)
+        builder.add_node("tools", node)
+        builder.add_edge(START, "agent")
+        builder.add_conditional_edges("agent", tools_condition)
+        builder.add_edge("tools", "agent")
+        graph = builder.compile(checkpointer=SqliteSaver(conn))
     config: Any = {"configurable": {"thread_id": "t"}}
 
     if mode == "start":

@@ -38,6 +38,9 @@ Invariants (tests in tests/test_adapter_langgraph*.py):
   nor run until LangGraph runs it again on resume (decision 0050; a held task
   raises an interrupt with no value, so LangGraph saves nothing for it); if the
   run ended on the call ahead of it, it is told so, unrecorded.
+- A sent call never waits for good: behind a task LangGraph cancelled it is
+  held; when every thread (or `max_concurrency` slot) holds a call waiting for
+  a task that has not started, they raise `ConfigError`, nothing recorded.
 - A tool calling LangGraph's `interrupt()` is refused (`InterruptRefusedError`,
   recorded as the step's `tool_error`): LangGraph would run it again from its
   top on resume.
@@ -386,33 +389,32 @@ class _OneAtATime:
         ] = {}  # (loop, run id) -> [asyncio.Lock, users]
 
     @contextlib.contextmanager
-    def blocking(self, run_id: str) -> Iterator[None]:
+    def _entry(
+        self, table: dict[Any, list[Any]], key: Any, make: Callable[[], Any]
+    ) -> Iterator[Any]:
+        """The lock of `key` in `table`, made for its first user and dropped after its last."""
         with self._guard:
-            entry = self._threads.setdefault(run_id, [threading.Lock(), 0])
+            entry = table.setdefault(key, [make(), 0])
             entry[1] += 1
         try:
-            with entry[0]:
-                yield
+            yield entry[0]
         finally:
             with self._guard:
                 entry[1] -= 1
                 if entry[1] == 0:
-                    del self._threads[run_id]
+                    del table[key]
+
+    @contextlib.contextmanager
+    def blocking(self, run_id: str) -> Iterator[None]:
+        with self._entry(self._threads, run_id, threading.Lock) as lock, lock:
+            yield
 
     @contextlib.asynccontextmanager
     async def waiting(self, run_id: str) -> AsyncIterator[None]:
         key = (id(asyncio.get_running_loop()), run_id)
-        with self._guard:
-            entry = self._tasks.setdefault(key, [asyncio.Lock(), 0])
-            entry[1] += 1
-        try:
-            async with entry[0]:
+        with self._entry(self._tasks, key, asyncio.Lock) as lock:
+            async with lock:
                 yield
-        finally:
-            with self._guard:
-                entry[1] -= 1
-                if entry[1] == 0:
-                    del self._tasks[key]
 
 
 class _Execution:
@@ -430,13 +432,23 @@ class _Execution:
     call is decided.
     """
 
-    def __init__(self, ids: Sequence[str], skip: Collection[str] = (), sent: bool = False) -> None:
+    def __init__(
+        self,
+        ids: Sequence[str],
+        skip: Collection[str] = (),
+        superstep: object | None = None,
+        threads: int | None = None,
+    ) -> None:
         self.ids = tuple(ids)
         self.skip = frozenset(skip)
-        self.sent = sent
+        self.sent = superstep is not None
+        self._superstep = None if superstep is None else weakref.ref(superstep)
+        self._threads = threads  # the threads of LangGraph's pool running the superstep
+        self._waiting: set[str] = set()  # the sent calls waiting their turn in a thread
         self.next = 0
         self._advance()
         self.stopped: BaseException | None = None
+        self._futures: dict[str, Any] = {}  # a sent call's id -> its task's future, once seen
         self._cond = threading.Condition()
         self._aconds: dict[int, asyncio.Condition] = {}
 
@@ -471,12 +483,93 @@ class _Execution:
             return GraphInterrupt(())
         return self.stopped
 
+    def _turn_of(self, index: int) -> bool:
+        """Whether the call at `index` may go on: its turn came, or the execution stopped.
+
+        A sent call's execution also stops when the task of the call whose turn
+        it is ended without going through: LangGraph cancelled it before it
+        started (another task of the superstep failed), so it never comes.
+        """
+        if self.next == index or self.stopped is not None:
+            return True
+        if self._ended(self.ids[self.next]):
+            self.stopped = GraphInterrupt(())  # held: LangGraph runs it again later
+            return True
+        if self._stuck():
+            self.stopped = ConfigError(
+                f"tool call {self.ids[index]} waits for tool call {self.ids[self.next]} of "
+                "the same AI message, whose task cannot start: every task LangGraph runs at "
+                "once (max_concurrency, or the threads of its pool) is a call of that message "
+                "waiting its turn, as the graph sent the calls later call first; nothing was "
+                "run or recorded; send a message's calls in its order"
+            )
+            return True
+        return False
+
+    def _stuck(self) -> bool:
+        """Whether the task of the call whose turn it is can never start.
+
+        It has not started, and every place LangGraph runs the superstep's tasks
+        in (the threads of its pool; on the async path the slots of
+        `max_concurrency`) holds a sent call of this execution waiting its turn:
+        none of them lets go before that call passes, so its task never starts.
+        """
+        superstep = None if self._superstep is None else self._superstep()
+        if self._threads is None or not isinstance(superstep, Mapping):
+            return False
+        ahead = self._future(self.ids[self.next])
+        if ahead is None or ahead.done():
+            return False
+        if not callable(getattr(ahead, "running", None)):  # asyncio: each waiter holds a slot
+            return len(self._waiting) >= self._threads
+        if ahead.running():
+            return False
+        running = [f for f in list(superstep) if f.running()]
+        waiting = {self._future(i) for i in self._waiting}
+        return len(running) >= self._threads and all(f in waiting for f in running)
+
+    def _ended(self, call_id: str) -> bool:
+        """Whether the task of the sent call `call_id` ended (done or cancelled).
+
+        A call passes its turn before its task's future is done, so a done
+        future whose call has not passed never started it: LangGraph cancelled
+        it. False while the task is not found.
+        """
+        future = self._future(call_id)
+        return future is not None and bool(future.done())
+
+    def _future(self, call_id: str) -> Any:
+        """The future of the task sending `call_id`, once found; None before.
+
+        The superstep is LangGraph's map of its futures to their tasks (1.x); a
+        task is not found before it is submitted, nor when LangGraph does not say.
+        """
+        superstep = None if self._superstep is None else self._superstep()
+        if call_id not in self._futures and isinstance(superstep, Mapping):
+            for candidate, task in list(superstep.items()):
+                arg = getattr(task, "input", None)
+                if isinstance(arg, Mapping) and arg.get("__type") == "tool_call_with_context":
+                    tool_call = arg.get("tool_call")
+                    if (
+                        isinstance(tool_call, Mapping)
+                        and tool_call.get("id") is not None
+                        and callable(getattr(candidate, "done", None))
+                    ):
+                        self._futures.setdefault(str(tool_call["id"]), candidate)
+        return self._futures.get(call_id)
+
+    @property
+    def _look_again(self) -> float | None:
+        """How often a sent call looks whether the task ahead still comes (seconds)."""
+        return 0.05 if self.sent else None
+
+    def _enter(self) -> None:
+        if self.stopped is not None:
+            raise self._held()  # held behind a call that interrupted: nothing done
+
     @contextlib.contextmanager
-    def blocking(self, index: int) -> Iterator[None]:
-        with self._cond:
-            self._cond.wait_for(lambda: self.next == index or self.stopped is not None)
-            if self.stopped is not None:
-                raise self._held()  # held behind a call that interrupted: nothing done
+    def _going(self, index: int, guard: contextlib.AbstractContextManager[Any]) -> Iterator[None]:
+        """The call at `index` goes through; whatever it raises stops the calls behind it."""
         error: BaseException | None = None
         try:
             yield
@@ -484,8 +577,24 @@ class _Execution:
             error = exc
             raise
         finally:
-            with self._cond:
+            with guard:
                 self._passed(index, error)
+
+    @contextlib.contextmanager
+    def blocking(self, index: int) -> Iterator[None]:
+        with self._cond:
+            self._waiting.add(self.ids[index])
+            try:
+                while not self._turn_of(index):
+                    self._cond.wait(self._look_again)
+            finally:
+                self._waiting.discard(self.ids[index])
+            self._enter()
+        try:
+            with self._going(index, self._cond):
+                yield
+        finally:
+            with self._cond:
                 self._cond.notify_all()
 
     @contextlib.asynccontextmanager
@@ -493,17 +602,18 @@ class _Execution:
         loop = id(asyncio.get_running_loop())
         cond = self._aconds.setdefault(loop, asyncio.Condition())
         async with cond:
-            await cond.wait_for(lambda: self.next == index or self.stopped is not None)
-            if self.stopped is not None:
-                raise self._held()  # held behind a call that interrupted: nothing done
-        error: BaseException | None = None
+            self._waiting.add(self.ids[index])
+            try:
+                while not self._turn_of(index):
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(cond.wait(), self._look_again)
+            finally:
+                self._waiting.discard(self.ids[index])
+            self._enter()
         try:
-            yield
-        except BaseException as exc:
-            error = exc
-            raise
+            with self._going(index, contextlib.nullcontext()):
+                yield
         finally:
-            self._passed(index, error)
             async with cond:
                 cond.notify_all()
 
@@ -523,13 +633,18 @@ class _Supersteps:
         self._open: dict[tuple[int, str, tuple[str, ...]], _Execution] = {}
 
     def join(
-        self, superstep: object, run_id: str, ids: Sequence[str], skip: Collection[str]
+        self,
+        superstep: object,
+        run_id: str,
+        ids: Sequence[str],
+        skip: Collection[str],
+        threads: int | None,
     ) -> _Execution:
         key = (id(superstep), run_id, tuple(ids))
         with self._lock:
             found = self._open.get(key)
             if found is None:
-                found = self._open[key] = _Execution(ids, skip, sent=True)
+                found = self._open[key] = _Execution(ids, skip, superstep, threads)
                 weakref.finalize(superstep, self._drop, key)
             return found
 
@@ -572,6 +687,23 @@ def _superstep(request: ToolCallRequest) -> object | None:
     futures = getattr(caller, "keywords", {}).get("futures")
     found = futures() if callable(futures) else None
     return found
+
+
+def _threads(request: ToolCallRequest) -> int | None:
+    """How many tasks of the call's superstep LangGraph runs at once, if it says (1.x).
+
+    The threads of its pool on the blocking path; `max_concurrency` on the async
+    path (a semaphore around the tasks); None when unbounded or not said.
+    """
+    config = getattr(request.runtime, "config", None) or {}
+    caller = (config.get("configurable") or {}).get("__pregel_call")
+    submit = getattr(caller, "keywords", {}).get("submit")
+    method = submit() if callable(submit) else None
+    runner = getattr(method, "__self__", None)
+    threads = getattr(getattr(runner, "executor", None), "_max_workers", None)
+    if getattr(runner, "semaphore", None) is not None:
+        threads = config.get("max_concurrency")
+    return threads if isinstance(threads, int) and threads > 0 else None
 
 
 _EXECUTION: contextvars.ContextVar[_Execution | None] = contextvars.ContextVar(
@@ -617,8 +749,9 @@ class _GatedToolNode(ToolNode):
 _Place = tuple[_Execution, int]
 """A call's execution and its index in it."""
 
-_Sent = tuple[object, str, list[str], set[str]]
-"""A sent call's superstep, its id, its message's call ids, and the calls not to wait for."""
+_Sent = tuple[object, str, list[str], set[str], int | None]
+"""A sent call's superstep, its id, its message's call ids, the calls not to wait for, and
+the threads of the pool running the superstep (None when unknown)."""
 
 
 def _place_of(request: ToolCallRequest) -> _Place | None:
@@ -752,12 +885,14 @@ class GatedTools:
             if i != call_id
             and (i in answered or c.get("name") not in mine or (sent is not None and i not in sent))
         }
-        return superstep, call_id, ids, skip
+        return superstep, call_id, ids, skip, _threads(request)
 
     def _join(self, sent: _Sent, run_id: str, settled: set[str]) -> _Place | None:
         """The sent call's place among its message's calls in its superstep."""
-        superstep, call_id, ids, skip = sent
-        execution = self._supersteps.join(superstep, run_id, ids, skip | (settled - {call_id}))
+        superstep, call_id, ids, skip, threads = sent
+        execution = self._supersteps.join(
+            superstep, run_id, ids, skip | (settled - {call_id}), threads
+        )
         index = execution.index(call_id)
         return None if index is None else (execution, index)
 
