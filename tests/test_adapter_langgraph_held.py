@@ -279,6 +279,83 @@ def test_a_call_that_fails_before_the_gate_stops_the_calls_behind_it_instead_of_
     assert lines(effects) == [] and store.list_runs() == []
 
 
+def first_call_late(node: Any) -> dict[str, threading.Event]:
+    """Wrap the node's hooks so call c1 reaches the gated hook only after c2 did.
+
+    c2 enters the hook first (an event c1 waits for); c1 then gives c2 up to a
+    second to go through the Gate and run before it enters itself. In the
+    model's order c2 waits its turn behind c1, so it cannot finish first: c1
+    goes on when the second is up, and c2 follows it.
+    """
+    seen = {"c2 arrived": threading.Event(), "c2 done": threading.Event()}
+    hook, ahook = node._wrap_tool_call, node._awrap_tool_call
+
+    def wrap(request: Any, execute: Any) -> Any:
+        if request.tool_call["id"] == "c1":
+            assert seen["c2 arrived"].wait(30), "c2 never reached the hook"
+            seen["c2 done"].wait(1)
+            return hook(request, execute)
+        seen["c2 arrived"].set()
+        try:
+            return hook(request, execute)
+        finally:
+            seen["c2 done"].set()
+
+    async def awrap(request: Any, execute: Any) -> Any:
+        if request.tool_call["id"] == "c1":
+            arrived = await asyncio.to_thread(seen["c2 arrived"].wait, 30)
+            assert arrived, "c2 never reached the hook"
+            await asyncio.to_thread(seen["c2 done"].wait, 1)
+            return await ahook(request, execute)
+        seen["c2 arrived"].set()
+        try:
+            return await ahook(request, execute)
+        finally:
+            seen["c2 done"].set()
+
+    node._wrap_tool_call, node._awrap_tool_call = wrap, awrap
+    return seen
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_calls_of_one_message_go_through_in_its_order_when_the_first_reaches_the_hook_late(
+    tmp_path: Path, path: str
+) -> None:
+    """No Send: the ToolNode's pool (invoke) or tasks (ainvoke) run both calls at once."""
+    two_notes = AIMessage(
+        "",
+        tool_calls=[
+            call("write_note", "c1", text="first"),
+            call("write_note", "c2", text="second"),
+        ],
+    )
+    nodes: list[Any] = []
+
+    def node(tools: list[Any]) -> Any:
+        nodes.append(
+            gated_tool_node(
+                tools, store=store, policy=agentrt.default_policy(), classifications=CLASSES
+            )
+        )
+        return nodes[-1]
+
+    store = agentrt.open_store(tmp_path / "runs.db")
+    graph, _, effects = build(tmp_path, [two_notes, AIMessage("done")], node=node)
+    seen = first_call_late(nodes[0])
+    out = send(graph, GO, path)
+    assert seen["c2 arrived"].is_set() and seen["c2 done"].is_set()
+    assert lines(effects) == ["note first", "note second"]
+    assert recorded(store) == [
+        (0, "langgraph tool call c1", "done"),
+        (1, "langgraph tool call c2", "done"),
+    ]
+    assert tool_messages(out) == [
+        ("c1", "success", "noted first"),
+        ("c2", "success", "noted second"),
+    ]
+    assert out["messages"][-1].content == "done"
+
+
 # -- calls dispatched with Send (the prebuilt agent: one task per call) ----------
 
 

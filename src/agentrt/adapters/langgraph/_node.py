@@ -198,17 +198,18 @@ class RunEndedError(_RunEnded):
 
 
 class EarlierTurnWaitsError(RunStateError):
-    """A new turn's tool call found the thread's earlier turn waiting for a person: refused.
+    """A new turn found the thread's earlier turn waiting for a person: refused.
 
     LangGraph drops a pending interrupt when the thread is sent a new message,
     so nothing would carry out the earlier turn's call once a person approved
-    it. The new turn's call is refused before anything of it is recorded or
-    run, and nothing is written. `run_id`, `approval_id` and `approval_hash`
-    name the earlier turn's run and the approval its call waits on (pending,
-    or approved and not carried out). Answer that turn's interrupt with
+    it. The new turn's tool call is refused before anything of it is recorded
+    or run, and so is its end (`turn_end_node`, when the turn called no tool):
+    nothing is written. `run_id`, `approval_id` and `approval_hash` name the
+    earlier turn's run and the approval its call waits on (pending, or
+    approved and not carried out). Answer that turn's interrupt with
     `Command(resume=...)` from a checkpoint that still holds it, or end that
     turn (`agentrt reject` / `agentrt cancel`) and invoke the graph again:
-    `invoke(None)` runs the refused tool node again and the new turn goes on.
+    `invoke(None)` runs the refused node again and the new turn goes on.
     """
 
     def __init__(self, message: str, *, run_id: str, approval_id: str, approval_hash: str) -> None:
@@ -219,13 +220,18 @@ class EarlierTurnWaitsError(RunStateError):
 
 
 def _earlier_turn_waits(
-    run_id: str, approval: Approval, step: Step, refused: Mapping[str, Any]
+    run_id: str, approval: Approval, step: Step, refused: Mapping[str, Any] | None
 ) -> EarlierTurnWaitsError:
-    """The refusal of a new turn's call while the thread's earlier turn waits on `approval`."""
+    """The refusal of a new turn's call (or, `refused` None, of its end) while the thread's
+    earlier turn waits on `approval`."""
     tool = step.decision.tool if step.decision is not None else "?"
     waiting = f"call {_CALLS.call_id(step.decision)!r} of {tool!r}"
     named = f"approval {approval.id} ({approval.kind}, hash {approval.hash})"
-    this = f"this turn's call {refused.get('id')!r} of {refused.get('name')!r}"
+    if refused is None:
+        this, node = "this turn's end (the model's answer, no tool call)", "this end node"
+    else:
+        this = f"this turn's call {refused.get('id')!r} of {refused.get('name')!r}"
+        node = "this tool node"
     again = (
         "it will not be run again"
         if approval.kind == "interrupted_side_effect"
@@ -236,15 +242,14 @@ def _earlier_turn_waits(
         ways = (
             "resume that turn's interrupt with Command(resume=decided(...)) from a checkpoint "
             f"that still holds it, or end that turn with `agentrt cancel {run_id}` ({again}) "
-            "and invoke the graph again (invoke(None) runs this tool node again)"
+            f"and invoke the graph again (invoke(None) runs {node} again)"
         )
     else:
         state = f"pending on {named}"
         ways = (
             "answer that turn's interrupt with Command(resume=...) from a checkpoint that still "
             f"holds it, or end that turn with `agentrt reject {run_id}` (or `agentrt cancel "
-            f"{run_id}`; {again}) and invoke the graph again (invoke(None) runs this tool node "
-            "again)"
+            f"{run_id}`; {again}) and invoke the graph again (invoke(None) runs {node} again)"
         )
     return EarlierTurnWaitsError(
         f"the thread's earlier turn (agentrt run {run_id}) waits on {waiting}, {state}; "
@@ -1153,7 +1158,10 @@ class GatedTools:
         side effect (attach pauses it for a person), refuses this call with
         `EarlierTurnWaitsError`: nothing of this turn is recorded or run.
         """
-        for earlier in _earlier_runs(request, self._messages_key):
+        call_id = str(request.tool_call.get("id") or "")
+        current = turn_of(request.state, call_id, self._messages_key)
+        messages = _messages(request.state, self._messages_key)
+        for earlier in _earlier_runs(messages, _thread_id(request), current):
             if earlier == run_id:
                 continue
             try:
@@ -1169,8 +1177,11 @@ class GatedTools:
                     raise refusal
             return
 
-    def _waits(self, run_id: str, refused: Mapping[str, Any]) -> EarlierTurnWaitsError | None:
-        """The refusal of `refused` if run `run_id` waits on a call for a person, else None."""
+    def _waits(
+        self, run_id: str, refused: Mapping[str, Any] | None
+    ) -> EarlierTurnWaitsError | None:
+        """The refusal of `refused` (None: a turn's end) if run `run_id` waits on a call for a
+        person, else None."""
         steps = self.store.list_steps(run_id, cap=None)
         for step in reversed(steps):
             if step.status != StepStatus.AWAITING_APPROVAL:
@@ -1187,6 +1198,8 @@ class GatedTools:
         run of its turn (if the turn called a tool) is completed, its `complete`
         step's result the answer's content. Anything else (a message with tool
         calls, a turn with no run, a run already ended) leaves the record as it is.
+        While the thread's latest earlier turn with a run waits for a person,
+        the end is refused with `EarlierTurnWaitsError` and nothing is written.
         """
         messages = _messages(state, self._messages_key)
         if not messages:
@@ -1194,7 +1207,9 @@ class GatedTools:
         last = messages[-1]
         if not isinstance(last, AIMessage) or last.tool_calls:
             return {}
-        run_id = run_id_for(_thread_of(config), _opener(messages, len(messages) - 1))
+        thread, current = _thread_of(config), _opener(messages, len(messages) - 1)
+        await asyncio.to_thread(self._refuse_while_earlier_waits, messages, thread, current)
+        run_id = run_id_for(thread, current)
         try:
             run = await asyncio.to_thread(self.store.get_run, run_id)
         except NotFoundError:
@@ -1202,6 +1217,26 @@ class GatedTools:
         if run.status == RunStatus.RUNNING:
             await self._complete(run_id, cast(Any, last.content))
         return {}
+
+    def _refuse_while_earlier_waits(
+        self, messages: Sequence[Any], thread: str, current: str
+    ) -> None:
+        """Raise `EarlierTurnWaitsError` if the latest earlier turn with a run waits for a person.
+
+        LangGraph dropped that turn's interrupt when the new message came, so
+        ending this turn would leave the earlier call's approval with nothing
+        to carry it out. Reads only.
+        """
+        for earlier in _earlier_runs(messages, thread, current):
+            try:
+                run = self.store.get_run(earlier)
+            except NotFoundError:
+                continue  # that turn called no tool: look further back
+            if run.status == RunStatus.WAITING_FOR_APPROVAL:
+                refusal = self._waits(earlier, None)
+                if refusal is not None:
+                    raise refusal
+            return
 
     def end_turn_sync(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
         return run_sync(self.end_turn(state, config))
@@ -1302,12 +1337,8 @@ def _reused(step: Step, call: Mapping[str, Any]) -> ToolMessage:
     )
 
 
-def _earlier_runs(request: ToolCallRequest, messages_key: str) -> Iterator[str]:
-    """The runs of the thread's earlier turns, latest first (one per opening message)."""
-    state = request.state
-    messages = _messages(state, messages_key)
-    thread = _thread_id(request)
-    current = turn_of(state, str(request.tool_call.get("id") or ""), messages_key)
+def _earlier_runs(messages: Sequence[Any], thread: str, current: str) -> Iterator[str]:
+    """The runs of the thread's turns other than `current`, latest first (one per opener)."""
     for index in range(len(messages) - 1, -1, -1):
         message = messages[index]
         if isinstance(message, AIMessage | ToolMessage):
@@ -1405,8 +1436,10 @@ def turn_end_node(tools_node: ToolNode) -> Runnable[Any, dict[str, Any]]:
     tool call, the turn's agentrt run is completed (a last step `complete`,
     its result the answer's content); a run that waits for a person, is leased
     by a live process, was cut off in a side effect or already ended is left as
-    it is, and a turn that called no tool has no run. Without it, the thread's
-    next turn that calls a tool completes the run instead.
+    it is, and a turn that called no tool has no run. While the thread's
+    earlier turn waits for a person, a new turn's end is refused with
+    `EarlierTurnWaitsError` (nothing written). Without it, the thread's next
+    turn that calls a tool completes the run instead.
     """
     gated = getattr(tools_node, "agentrt_gate", None)
     if not isinstance(gated, GatedTools):
