@@ -56,14 +56,8 @@ class RequestChangedError(AgentsException, ApprovalChangedError):
     """
 
 
-class ApprovalPendingError(AgentsException, RunStateError):
-    """The SDK asked to run a call that agentrt still holds for a person's decision.
-
-    `approval_id` and `approval_hash` name the approval it waits on when there
-    is one (a held call the policy sent to a person, decision 0052): decide it
-    through agentrt (`agentrt approve RUN`, showing that hash, or
-    `GatedRun.approve`), then resume the run state saved before.
-    """
+class _NamesApproval(Exception):
+    """An error that names, when there is one, the approval a call waits on (and its run)."""
 
     def __init__(
         self,
@@ -77,6 +71,16 @@ class ApprovalPendingError(AgentsException, RunStateError):
         self.run_id = run_id
         self.approval_id = approval_id
         self.approval_hash = approval_hash
+
+
+class ApprovalPendingError(_NamesApproval, AgentsException, RunStateError):
+    """The SDK asked to run a call that agentrt still holds for a person's decision.
+
+    `approval_id` and `approval_hash` name the approval it waits on when there
+    is one (a held call the policy sent to a person, decision 0052): decide it
+    through agentrt (`agentrt approve RUN`, showing that hash, or
+    `GatedRun.approve`), then resume the run state saved before.
+    """
 
 
 class RunNotNamedError(AgentsException, ConfigError):
@@ -87,7 +91,7 @@ class RunNotNamedError(AgentsException, ConfigError):
     """
 
 
-class RunMismatchError(AgentsException, RunStateError):
+class RunMismatchError(_NamesApproval, AgentsException, RunStateError):
     """The agentrt run named does not fit the framework run: nothing was started in its place.
 
     A resume naming a run this store never recorded, a new run naming one that
@@ -97,16 +101,3 @@ class RunMismatchError(AgentsException, RunStateError):
     name the approval that call waits on (pending, or approved and never
     carried out), and nothing was asked of the model.
     """
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        run_id: str | None = None,
-        approval_id: str | None = None,
-        approval_hash: str | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.run_id = run_id
-        self.approval_id = approval_id
-        self.approval_hash = approval_hash
