@@ -44,7 +44,7 @@ set_tracing_disabled(True)  # nothing leaves the machine
 
 def make_agent(workdir: Path, model: ScriptedModel) -> Agent[Any]:
     """Your agent, as you wrote it: three tools over a stand-in for a git remote."""
-    remote = workdir / "remote.json"
+    remote = workdir / "openai-agents-remote.json"
 
     def load() -> dict[str, Any]:
         if remote.exists():
@@ -123,7 +123,7 @@ async def main(db: Path) -> None:
     for item in result.interruptions:
         print(f"interruption: {item.tool_name} {item.arguments} (call {item.call_id})")
     saved = {"agentrt_run_id": gated.run_id, "state": result.to_state().to_string()}
-    (workdir / "run_state.json").write_text(json.dumps(saved))
+    (workdir / "openai-agents-run-state.json").write_text(json.dumps(saved))
     (pending,) = gated.pending()
     print(f"agentrt run {gated.run_id[:8]}... waits on {pending.kind} approval {pending.id[:8]}...")
     await gated.close()
@@ -131,7 +131,7 @@ async def main(db: Path) -> None:
     approve_from_another_process(db, gated.run_id)
 
     # The program again (a new process would do exactly this): the SDK's resume path.
-    saved = json.loads((workdir / "run_state.json").read_text())
+    saved = json.loads((workdir / "openai-agents-run-state.json").read_text())
     model = ScriptedModel([[assistant_message("feature/login is published")]])
     gated = gate_agent(
         make_agent(workdir, model),
@@ -144,7 +144,7 @@ async def main(db: Path) -> None:
     print(f"final output: {result.final_output}")
     await gated.close()
 
-    remote = json.loads((workdir / "remote.json").read_text())
+    remote = json.loads((workdir / "openai-agents-remote.json").read_text())
     print(f"remote: branches={remote['branches']} pushed={remote['pushed']}")
     run = gated.run
     print(f"agentrt run: {run.status} {run.reason}, {run.step_count} steps")

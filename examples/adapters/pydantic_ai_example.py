@@ -68,7 +68,7 @@ def scripted_model(script: list[tuple[str, dict[str, Any]] | str]) -> FunctionMo
 
 def make_agent(workdir: Path, gate: AgentrtGate) -> Agent[None, str | DeferredToolRequests]:
     """Your agent, as you would write it, plus `capabilities=[gate]`."""
-    remote = workdir / "remote.json"
+    remote = workdir / "pydantic-ai-remote.json"
     agent: Agent[None, str | DeferredToolRequests] = Agent(
         scripted_model(SCRIPT),
         output_type=[str, DeferredToolRequests],
@@ -132,7 +132,7 @@ def main(db: Path) -> None:
         message_history=result.all_messages(), deferred_tool_results=results, metadata=meta
     )
     print(f"output: {result.output}")
-    remote = json.loads((db.parent / "remote.json").read_text())
+    remote = json.loads((db.parent / "pydantic-ai-remote.json").read_text())
     print(f"remote: branches={remote['branches']} pushed={remote['pushed']}")
     run = store.get_run(meta["agentrt_run_id"])
     print(f"agentrt run: {run.status} {run.reason}, {run.step_count} steps")
