@@ -1188,9 +1188,8 @@ def test_a_remote_change_approved_with_the_agentrt_command_resumes_through_load_
     assert (approval.status, approval.decided_by) == ("approved", "alice")
 
 
-def test_a_call_sigkilled_mid_execution_is_not_run_again_by_the_sdks_resume_until_a_person_approves(
-    tmp_path: Path,
-) -> None:
+def kill_a_child_inside_the_push(tmp_path: Path) -> tuple[str, str]:
+    """A child approves the push from the saved state and is SIGKILLed inside it."""
     db, work = start_in_a_child(tmp_path)
     (tmp_path / "hang").write_text("")
     proc = subprocess.Popen(
@@ -1206,6 +1205,13 @@ def test_a_call_sigkilled_mid_execution_is_not_run_again_by_the_sdks_resume_unti
     proc.send_signal(signal.SIGKILL)
     assert proc.wait(timeout=30) == -signal.SIGKILL
     (tmp_path / "hang").unlink()
+    return db, work
+
+
+def test_a_call_sigkilled_mid_execution_is_not_run_again_by_the_sdks_resume_until_a_person_approves(
+    tmp_path: Path,
+) -> None:
+    db, work = kill_a_child_inside_the_push(tmp_path)
     assert pushes(tmp_path) == ["feature/login"]
 
     # The SDK's own resume path, as the program would do it again: the run state
@@ -1243,21 +1249,7 @@ def test_a_call_sigkilled_mid_execution_is_not_run_again_by_the_sdks_resume_unti
 def test_a_resume_after_a_crash_naming_another_run_is_refused_and_starts_no_run(
     tmp_path: Path,
 ) -> None:
-    db, work = start_in_a_child(tmp_path)
-    (tmp_path / "hang").write_text("")
-    proc = subprocess.Popen(
-        [sys.executable, str(CHILD), "resume", db, work, RUN_ID, "from_json", "--approve"],
-        cwd=ROOT / "tests",
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 60
-    while not (tmp_path / "started").exists():
-        assert proc.poll() is None and time.monotonic() < deadline
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGKILL)
-    assert proc.wait(timeout=30) == -signal.SIGKILL
-    (tmp_path / "hang").unlink()
+    db, work = kill_a_child_inside_the_push(tmp_path)
 
     other = "cd" * 16
     for how in ("from_json", "load_state"):
@@ -1274,21 +1266,7 @@ def test_a_resume_after_a_crash_naming_another_run_is_refused_and_starts_no_run(
 def test_after_a_crash_a_fresh_framework_run_in_a_new_process_is_refused_and_the_saved_state_runs(
     tmp_path: Path,
 ) -> None:
-    db, work = start_in_a_child(tmp_path)
-    (tmp_path / "hang").write_text("")
-    proc = subprocess.Popen(
-        [sys.executable, str(CHILD), "resume", db, work, RUN_ID, "from_json", "--approve"],
-        cwd=ROOT / "tests",
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 60
-    while not (tmp_path / "started").exists():
-        assert proc.poll() is None and time.monotonic() < deadline
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGKILL)
-    assert proc.wait(timeout=30) == -signal.SIGKILL
-    (tmp_path / "hang").unlink()
+    db, work = kill_a_child_inside_the_push(tmp_path)
     assert pushes(tmp_path) == ["feature/login"]
 
     # A new process starts a framework run of the same agentrt run with a new

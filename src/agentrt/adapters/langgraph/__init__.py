@@ -65,15 +65,5 @@ __all__ = [
     "turn_end_node",
 ]
 
-for _name in (
-    "EarlierTurnWaitsError",
-    "InterruptRefusedError",
-    "RunEndedError",
-    "approve",
-    "decided",
-    "gated_tool_node",
-    "reject",
-    "run_id_for",
-    "turn_end_node",
-):
+for _name in sorted(set(__all__) - {"Classification", "UnclassifiedToolError"}):
     globals()[_name].__module__ = __name__

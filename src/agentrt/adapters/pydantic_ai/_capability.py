@@ -41,7 +41,7 @@ import inspect
 import re
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any
 
@@ -246,16 +246,7 @@ class AgentrtGate(AbstractCapability[Any]):
             goal=goal_of(ctx.prompt),
             continuing=ctx.prompt is None,
         )
-        return AgentrtGate(
-            store=self.store,
-            policy=self.policy,
-            classifications=self.classifications,
-            limits=self.limits,
-            now=self.now,
-            new_id=self.new_id,
-            lease_ttl=self.lease_ttl,
-            _run=run,
-        )
+        return replace(self, _run=run)
 
     def get_wrapper_toolset(self, toolset: AbstractToolset[Any]) -> AbstractToolset[Any] | None:
         return GatedToolset(wrapped=toolset, run=self._run)
