@@ -77,7 +77,9 @@ class Served:
     """An ASGI app served by uvicorn on 127.0.0.1 in a thread of this process."""
 
     def __init__(self, app: Any) -> None:
-        config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="off")
+        config = uvicorn.Config(
+            app, host="127.0.0.1", port=0, proxy_headers=False, log_level="warning", lifespan="off"
+        )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
         self.thread.start()

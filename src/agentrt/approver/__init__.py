@@ -14,7 +14,7 @@ Nothing here imports Starlette at import time.
 
 from __future__ import annotations
 
-from collections.abc import Callable, MutableMapping
+from collections.abc import Callable, Iterable, MutableMapping
 from typing import TYPE_CHECKING, Any
 
 from ._client import WebhookClient, WebhookError
@@ -44,14 +44,17 @@ def webhook_app(
     rate_limit: RateLimiter | None = None,
     nonces: NonceCache | None = None,
     client_key: Callable[[MutableMapping[str, Any]], str] | None = None,
+    trusted_proxies: Iterable[str] | None = None,
 ) -> WebhookApp:
     """The signed webhook over `approver`, an ASGI app (needs the `webhook` extra).
 
     `secret`: at least 32 bytes (`ConfigError` otherwise). `now`: Unix seconds,
     the wall clock by default. `rate_limit`: a token bucket per client, 30 at
-    once refilled at 1 a second by default. `client_key(scope)` names a client
-    for the rate limit (the peer address by default). Starlette is imported
-    here, not when `agentrt.approver` is.
+    once refilled at 1 a second by default, one bucket per transport peer (a
+    request naming a forwarded address from any other peer shares one bucket).
+    `trusted_proxies`: the addresses or networks of proxies in front, whose
+    `X-Forwarded-For` names the client. `client_key(scope)` replaces that rule.
+    Starlette is imported here, not when `agentrt.approver` is.
     """
     try:
         from ._webhook import WebhookApp
@@ -70,6 +73,7 @@ def webhook_app(
         rate_limit=rate_limit,
         nonces=nonces,
         client_key=client_key,
+        trusted_proxies=trusted_proxies,
     )
 
 

@@ -24,8 +24,9 @@ import json
 import logging
 import math
 import re
+import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from starlette.applications import Starlette
@@ -36,19 +37,23 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
+from .._db import is_busy
 from .._errors import (
     ApprovalChangedError,
     ApprovalExpiredError,
     ApprovalHashError,
+    ConfigError,
     NotFoundError,
     NotPendingError,
     RunFinishedError,
     RunStateError,
+    StoreBusyError,
 )
 from ..trace import sanitize
 from ._local import PENDING_LIMIT_DEFAULT, PENDING_LIMIT_MAX, Approver, Decision
 from ._local import decided_json as _decided_json
 from ._local import run_outcome as _run_outcome
+from ._peers import ClientKey
 from ._signing import (
     MAX_BODY,
     NONCE_HEADER,
@@ -69,6 +74,8 @@ log = logging.getLogger("agentrt.approver.webhook")
 
 _DIGITS = re.compile(r"[0-9]{1,18}")
 _HEADERS = {"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"}
+BUSY_RETRY_AFTER = 1
+"""Seconds a client is told to wait after the database stayed busy past its timeout (503)."""
 
 
 class _Json(JSONResponse):
@@ -106,6 +113,17 @@ def _refusal(exc: Exception) -> Response:
         return _error(404, "not_found", message)
     if isinstance(exc, ValueError):  # a bad request: the body, a label, a limit
         return _error(400, "bad_request", message)
+    if isinstance(exc, StoreBusyError) or (
+        isinstance(exc, sqlite3.OperationalError) and is_busy(exc)
+    ):
+        # Nothing was written: the same signed decision, with a fresh nonce, can be sent again.
+        log.warning("the database stayed busy past its timeout: %s", exc)
+        return _error(
+            503,
+            "busy",
+            "the database is busy; nothing was changed, try again",
+            {"Retry-After": str(BUSY_RETRY_AFTER)},
+        )
     log.exception("the approver failed", exc_info=exc)
     return _error(500, "internal_error", "the approver failed; see the server's log")
 
@@ -155,9 +173,10 @@ class WebhookApp:
     """The webhook as an ASGI app. See the module docstring for what every request passes.
 
     `now` returns Unix seconds (the wall clock by default): it judges the
-    timestamp window and refills the rate limit. `client_key(scope)` names the
-    client a rate-limit bucket belongs to (the peer address by default; behind
-    a proxy, pass one that reads the header your proxy sets).
+    timestamp window and refills the rate limit. The rate-limit bucket is the
+    transport peer's; behind a proxy, name it in `trusted_proxies` (addresses or
+    networks) and the client is read from its `X-Forwarded-For` (`_peers`).
+    `client_key(scope)` replaces that rule altogether.
     """
 
     def __init__(
@@ -171,7 +190,10 @@ class WebhookApp:
         rate_limit: RateLimiter | None = None,
         nonces: NonceCache | None = None,
         client_key: Callable[[Scope], str] | None = None,
+        trusted_proxies: Iterable[str] | None = None,
     ) -> None:
+        if client_key is not None and trusted_proxies is not None:
+            raise ConfigError("give client_key or trusted_proxies, not both")
         self.approver = approver
         self._secret = secret_bytes(secret)
         self.now = now or time.time
@@ -182,7 +204,7 @@ class WebhookApp:
         self.rate_limit = rate_limit if rate_limit is not None else RateLimiter()
         # (not `or`: an empty cache has no length, so it is falsy)
         self.nonces = nonces if nonces is not None else NonceCache(skew=skew)
-        self.client_key = client_key or _peer
+        self.client_key = client_key or ClientKey(trusted_proxies)
         self._router = Starlette(
             routes=[
                 Route("/runs/{run}/approvals", self._list, methods=["GET"]),
@@ -354,11 +376,6 @@ class WebhookApp:
         except Exception as exc:
             return _refusal(exc)
         return _Json({"run": _run_outcome(run)}, headers=_HEADERS)
-
-
-def _peer(scope: Scope) -> str:
-    client = scope.get("client")
-    return str(client[0]) if client else "-"
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:

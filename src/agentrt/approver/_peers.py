@@ -1,0 +1,118 @@
+"""Which client a webhook request's rate-limit bucket belongs to.
+
+The bucket is the transport peer's: the address the connection came from
+(`scope["client"]`). A header naming some other address is the caller's word,
+and a caller must never choose whose bucket it spends. Two things make that
+harder than reading `scope["client"]`:
+
+- A server may already have replaced the peer with an address from a header:
+  uvicorn does so by default for loopback peers (`proxy_headers=True`,
+  `forwarded_allow_ips="127.0.0.1"`), so any local process could name the
+  address it is counted as. The app cannot see the original peer then. So a
+  request that carries a forwarding header (`X-Forwarded-For`, `Forwarded`,
+  `X-Real-IP`) from a peer the operator did not name as a proxy is charged to
+  one bucket that all such requests share: whatever it names, it never reaches
+  that address's bucket, and it never gets a fresh bucket of its own.
+- Behind a proxy, every request's peer is the proxy. The operator names it
+  (`trusted_proxies=["10.0.0.5", "10.1.0.0/16"]`); for a request whose peer is
+  one of them, the client is the right-most `X-Forwarded-For` entry that is not
+  itself a trusted proxy (what the nearest trusted proxy saw connect to it).
+  Entries further left were written by the client and are never read.
+
+Nothing here reads anything but the ASGI scope; the webhook calls `key(scope)`
+before it reads the body.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+from collections.abc import Iterable, MutableMapping
+from typing import Any
+
+from .._errors import ConfigError
+
+log = logging.getLogger("agentrt.approver.webhook")
+
+SHARED_FORWARDED = "forwarded-by-an-untrusted-peer"
+"""The one bucket of every request that names a forwarded address from a peer not trusted."""
+
+_FORWARDING_HEADERS = (b"x-forwarded-for", b"forwarded", b"x-real-ip")
+
+_Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+_Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+def _address(text: str) -> _Address | None:
+    """An address from a peer or an `X-Forwarded-For` entry (a port, brackets allowed)."""
+    text = text.strip()
+    if text.startswith("["):  # [v6]:port
+        end = text.find("]")
+        text = text[1:end] if end > 0 else text
+    elif text.count(":") == 1:  # v4:port
+        text = text.split(":", 1)[0]
+    try:
+        return ipaddress.ip_address(text)
+    except ValueError:
+        return None
+
+
+class ClientKey:
+    """`key(scope)`: the rate-limit bucket of one request (see the module docstring)."""
+
+    def __init__(self, trusted_proxies: Iterable[str] | None = None) -> None:
+        if isinstance(trusted_proxies, str | bytes):
+            raise ConfigError("trusted_proxies is a list of addresses or networks, not one string")
+        networks: list[_Network] = []
+        for entry in trusted_proxies or ():
+            try:
+                networks.append(ipaddress.ip_network(str(entry).strip(), strict=False))
+            except ValueError:
+                raise ConfigError(
+                    f"trusted_proxies: {entry!r} is not an IP address or network"
+                ) from None
+        self.trusted: tuple[_Network, ...] = tuple(networks)
+        self._warned = False
+
+    def __repr__(self) -> str:
+        return f"ClientKey(trusted_proxies={[str(n) for n in self.trusted]!r})"
+
+    def _is_trusted(self, address: _Address | None) -> bool:
+        return address is not None and any(address in network for network in self.trusted)
+
+    def __call__(self, scope: MutableMapping[str, Any]) -> str:
+        client = scope.get("client")
+        peer_text = str(client[0]) if client else "-"
+        peer = _address(peer_text)
+        headers: list[tuple[bytes, bytes]] = list(scope.get("headers") or ())
+        forwarded = [v for k, v in headers if k.lower() in _FORWARDING_HEADERS]
+        if not forwarded:
+            return peer_text if peer is None else str(peer)
+        if not self._is_trusted(peer):
+            if not self._warned:
+                self._warned = True
+                log.warning(
+                    "a request from %s carried a forwarding header; it is counted in the one "
+                    "rate-limit bucket shared by such requests. Behind a proxy, name it with "
+                    "trusted_proxies= and serve with uvicorn's proxy_headers=False",
+                    peer_text,
+                )
+            return SHARED_FORWARDED
+        entries = [
+            entry
+            for k, v in headers
+            if k.lower() == b"x-forwarded-for"
+            for entry in v.decode("latin-1").split(",")
+        ]
+        for entry in reversed(entries):
+            address = _address(entry)
+            if address is None:
+                break  # a trusted proxy wrote no usable address: count the proxy itself
+            if not self._is_trusted(address):
+                return str(address)
+        else:
+            if entries:  # every hop is a trusted proxy: the left-most is the client
+                first = _address(entries[0])
+                if first is not None:
+                    return str(first)
+        return str(peer)
