@@ -177,8 +177,8 @@ def test_a_prefix_matching_many_runs_names_the_first_five(
 @pytest.mark.parametrize(
     ("given", "message"),
     [
-        ("abcdef0", "no run 'abcdef0' (a run id may be shortened to a unique prefix of at least "
-         "8 of its hex characters)"),
+        ("abcdef0", "run id prefix abcdef0 is too short (7 characters): give at least 8 "
+         "characters of the run id"),
         ("abcdef0*", "no run 'abcdef0*' (a run id may be shortened to a unique prefix of at "
          "least 8 of its hex characters)"),
         ("12345678", "no run id starts with 12345678"),
@@ -190,6 +190,24 @@ def test_a_prefix_too_short_not_hex_or_matching_nothing_is_not_found(
     with agentrt.open_store(db_path) as store:
         start(store, "abcdef01" + "0" * 24)
     assert cli(capsys, "--db", str(db_path), "show", given) == (1, "", f"agentrt: {message}\n")
+
+
+@pytest.mark.parametrize("command", ["show", "events", "approve", "reject", "cancel"])
+def test_a_run_id_prefix_shorter_than_8_characters_is_refused_as_too_short(
+    db_path: Path, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    with agentrt.open_store(db_path) as store:
+        run = start(store, "abcdef01" + "0" * 24)
+    extra = ["--yes"] if command in ("approve", "reject") else []
+    # It would match the one run: it is refused for its length, not as matching nothing.
+    code, out, err = cli(capsys, "--db", str(db_path), command, "abc", *extra)
+    assert (code, out) == (1, "")
+    assert err == (
+        "agentrt: run id prefix abc is too short (3 characters): give at least 8 characters "
+        "of the run id\n"
+    )
+    with agentrt.open_existing(db_path, read_only=True) as store:
+        assert store.get_run(run.id).status == "WAITING_FOR_APPROVAL"
 
 
 def test_a_whole_run_id_is_never_read_as_a_prefix(

@@ -545,7 +545,8 @@ def resolve_run_id(store: Store, text: str) -> str:
     """The run an operator means by `text`: its whole id, or a unique prefix of it.
 
     A prefix must be at least `RUN_PREFIX_MIN` lowercase hex characters (what
-    run ids are made of); one that matches several runs is refused
+    run ids are made of; a shorter one that is no whole id is refused as too
+    short, whether or not it would match); one that matches several runs is refused
     (`AmbiguousRunIdError`, naming up to `RUN_PREFIX_CANDIDATES` of them), one
     that matches none is a `NotFoundError`. Read through the primary key's index.
     """
@@ -553,7 +554,12 @@ def resolve_run_id(store: Store, text: str) -> str:
         return text
     if len(text) >= RUN_ID_LENGTH:
         raise NotFoundError(f"no run {text!r}")
-    if len(text) < RUN_PREFIX_MIN or not _HEX.fullmatch(text):
+    if _HEX.fullmatch(text) and len(text) < RUN_PREFIX_MIN:
+        raise NotFoundError(
+            f"run id prefix {text} is too short ({len(text)} characters): give at least "
+            f"{RUN_PREFIX_MIN} characters of the run id"
+        )
+    if not _HEX.fullmatch(text):
         raise NotFoundError(
             f"no run {text!r} (a run id may be shortened to a unique prefix of at least "
             f"{RUN_PREFIX_MIN} of its hex characters)"
