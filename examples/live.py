@@ -275,6 +275,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--resume", metavar="RUN_ID", help="continue a run approved elsewhere")
     args = parser.parse_args(argv)
+    if args.db is not None and not Path(args.db).parent.is_dir():  # one sentence, no traceback
+        parser.exit(
+            2,
+            f"{parser.prog}: --db {args.db}: {Path(args.db).parent} is not an existing directory\n",
+        )
 
     server, tried = find_server()
     if server is None:

@@ -149,6 +149,11 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--db", type=Path, default=None)
     args = parser.parse_args()
+    if args.db is not None and not Path(args.db).parent.is_dir():  # one sentence, no traceback
+        parser.exit(
+            2,
+            f"{parser.prog}: --db {args.db}: {Path(args.db).parent} is not an existing directory\n",
+        )
     if args.db is None:
         with tempfile.TemporaryDirectory() as tmp:
             asyncio.run(main(Path(tmp) / "own_loop.db"))

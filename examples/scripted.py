@@ -116,6 +116,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--db", type=Path, help="database file (default: a new temp dir)")
     parser.add_argument("--approve-and-resume", metavar="RUN_ID", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.db is not None and not Path(args.db).parent.is_dir():  # one sentence, no traceback
+        parser.exit(
+            2,
+            f"{parser.prog}: --db {args.db}: {Path(args.db).parent} is not an existing directory\n",
+        )
     if args.approve_and_resume:
         return approve_and_resume(args.db, args.approve_and_resume)
 

@@ -121,6 +121,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--db", help="the database file (default: a new temporary one)")
     args = parser.parse_args()
+    if args.db is not None and not Path(args.db).parent.is_dir():  # one sentence, no traceback
+        parser.exit(
+            2,
+            f"{parser.prog}: --db {args.db}: {Path(args.db).parent} is not an existing directory\n",
+        )
     db = Path(args.db) if args.db else Path(tempfile.mkdtemp()) / "runs.db"
 
     store = agentrt.open_store(db)

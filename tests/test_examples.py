@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 import agentrt
 
@@ -71,3 +74,40 @@ def test_own_loop_example_reads_is_denied_waits_then_attaches_after_a_second_pro
     assert (approval.status, approval.decided_by) == ("approved", "example-operator")
     assert store.verify_events().intact
     store.close()
+
+
+def _examples_taking_db() -> list[Path]:
+    """Every example whose command line has a --db option (found, so a new one is covered)."""
+    return sorted(
+        p
+        for p in (ROOT / "examples").rglob("*.py")
+        if re.search(r"add_argument\(\s*\"--db\"", p.read_text(encoding="utf-8"))
+    )
+
+
+def test_every_example_that_takes_db_is_found() -> None:
+    names = {p.relative_to(ROOT / "examples").as_posix() for p in _examples_taking_db()}
+    assert {"scripted.py", "own_loop.py", "webhook_chat.py", "live.py"} <= names
+    assert {"adapters/pydantic_ai_example.py", "mcp/run_agent.py"} <= names
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "example", _examples_taking_db(), ids=lambda p: p.relative_to(ROOT / "examples").as_posix()
+)
+def test_an_example_given_db_in_a_missing_directory_says_so_in_one_sentence_and_exits_2(
+    tmp_path: Path, example: Path
+) -> None:
+    db = tmp_path / "no such folder" / "runs.db"
+    result = subprocess.run(
+        [sys.executable, str(example), "--db", str(db)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == (
+        f"{example.name}: --db {db}: {db.parent} is not an existing directory\n"
+    )
+    assert not db.parent.exists()  # nothing was created on the way

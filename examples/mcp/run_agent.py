@@ -78,5 +78,10 @@ if __name__ == "__main__":
     parser.add_argument("--db", type=Path)
     parser.add_argument("--notes", type=Path)
     args = parser.parse_args()
+    if args.db is not None and not Path(args.db).parent.is_dir():  # one sentence, no traceback
+        parser.exit(
+            2,
+            f"{parser.prog}: --db {args.db}: {Path(args.db).parent} is not an existing directory\n",
+        )
     work = Path(tempfile.mkdtemp(prefix="agentrt-mcp-"))
     sys.exit(asyncio.run(main(args.db or work / "runs.db", args.notes or work / "notes")))
