@@ -13,7 +13,7 @@ Everything runs on loopback, in this one script:
    it posted (a stale hash would be refused with 409 approval_changed);
 5. the program resumes the run: the push executes exactly once, as approved.
 
-    pip install 'agentrt[webhook]' uvicorn
+    pip install -e '.[webhook]' uvicorn      # in a clone of agentrt
     python examples/webhook_chat.py [--db PATH]
 """
 
