@@ -105,3 +105,16 @@ def store(db_path: Path) -> Iterator[agentrt.Store]:
 
 def event_types(store: agentrt.Store, run_id: str) -> list[str]:
     return [e.type for e in store.list_events(run_id=run_id, limit=100_000)]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """This suite asks for the test kit's pytest plugin, as any project must (decision 0056).
+
+    Registered here rather than by `pytest_plugins`, so that an environment still
+    holding an older install's `pytest11` entry point (which loaded it already)
+    does not register it twice.
+    """
+    import agentrt.testkit.plugin as plugin
+
+    if not config.pluginmanager.is_registered(plugin):
+        config.pluginmanager.register(plugin, "agentrt.testkit.plugin")

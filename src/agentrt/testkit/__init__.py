@@ -10,8 +10,9 @@ on what was left behind (`Result.violations`, raised as an AssertionError).
 child processes killed with SIGKILL, also inside a transaction before its
 COMMIT. `crash_matrix` crashes at every point of every step a scenario
 reaches, the recovery points a crash leads to included, and prints the
-outcomes as a table; the pytest plugin (`agentrt.testkit.plugin`) parametrizes
-one test over that matrix.
+outcomes as a table; the pytest plugin (`agentrt.testkit.plugin`, loaded only
+when asked for: `-p agentrt.testkit.plugin`) parametrizes one test over that
+matrix.
 `check_policy` and `fuzz_args` test a policy and a tool's schema on their own.
 
 This package owns the test kit's public names; each submodule owns one part

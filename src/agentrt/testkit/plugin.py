@@ -1,7 +1,12 @@
 """The pytest plugin: one test, parametrized over a scenario's whole crash matrix.
 
-Registered through the `pytest11` entry point (`agentrt_testkit`), or with
-`-p agentrt.testkit.plugin`. A consumer writes::
+Loaded only when a project asks for it (decision 0056): installing agentrt
+registers no `pytest11` entry point, so no other project's pytest session
+imports agentrt or sees its fixture and marker. Ask with
+`-p agentrt.testkit.plugin` on the command line, `addopts = ["-p",
+"agentrt.testkit.plugin"]` in the pytest configuration, or
+`pytest_plugins = ["agentrt.testkit.plugin"]` in the root `conftest.py`.
+A consumer then writes::
 
     @pytest.mark.crash_matrix("myapp.tests.scenarios:payment", mode="process")
     def test_payment_survives_every_crash(crash_case):
