@@ -107,8 +107,11 @@ def test_a_run_page_shows_the_waiting_request_field_by_field_as_the_cli_renders_
     c, config = client(db_path)
     page = c.get(f"/runs/{run_id}").text
     expected = [(p.lstrip("."), v) for p, v in approval_fields(hashed_content(approval))][1:]
+    # The one nanosecond field shows its unit beside the hashed integer.
+    expected = [(p, f"{v} (5 s)" if p == "request.spec.timeout" else v) for p, v in expected]
     cells = re.findall(r'<th class="path" scope="row">(.*?)</th><td class="value">(.*?)</td>', page)
     assert [(_cell_text(p), _cell_text(v)) for p, v in cells] == expected
+    assert ("request.spec.timeout", "5000000000 (5 s)") in expected
     assert f'<input type="hidden" name="hash" value="{approval.hash}">' in page
     assert f'<input type="hidden" name="csrf" value="{config.csrf}">' in page
     assert f"hash <code>{approval.hash}</code>" in page
@@ -260,7 +263,13 @@ def test_approving_decides_bound_to_the_shown_hash_and_records_who_and_the_note(
         "looks right",
     )
     page = c.get(f"/runs/{run_id}").text
-    assert "Approved by alice. The run goes on when its program resumes it" in page
+    at = decided.decided_at
+    assert at is not None
+    when = at.strftime("%Y-%m-%d %H:%M:%S UTC")  # the console decides on the wall clock
+    assert (
+        f'<p class="notice info resuming">Approved by alice at {when}, waiting '
+        "for the program to resume. The console never runs tools" in page
+    )
     assert program.resume(run_id).status == "WAITING_FOR_APPROVAL"  # executed, asks for bob
     assert [call.args for call in program.send.calls] == [{"to": "alice", "body": "hello"}]
 
@@ -294,8 +303,8 @@ def test_a_stale_page_is_refused_with_a_conflict_and_the_new_request_stays_pendi
     assert new.hash != shown.hash
     response = decide(c, config, run_id, shown.id, "approve", hash=shown.hash)
     assert response.status_code == 409
-    assert "Conflict: the request changed" in response.text
-    assert "Nothing was decided." in response.text
+    assert "<h1>Already decided</h1>" in response.text
+    assert "Nothing was decided: approval" in response.text
     assert program.store.get_approval(run_id, new.id).status == "pending"
     # The new request's id with the old page's hash is refused too: bound to what was shown.
     response = decide(c, config, run_id, new.id, "approve", hash=shown.hash)
