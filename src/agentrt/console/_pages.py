@@ -1,10 +1,17 @@
 """The console's pages, built from the read models with `_html` (everything escaped).
 
 A run's waiting request is shown with the command line's own rendering
-(`agentrt._render_approval`: `approval_fields` over `hashed_content`): every field,
-in the order it is hashed, with sizes, long strings as head and tail, and every
-invisible or control character visible as an escape. The form under it carries
+(`agentrt._render_approval`, decision 0057): first what a person decides on
+(`summary`: the tool, each argument once as its exact JSON literal, why a
+person is asked, what approving and rejecting do, the hash), then the buttons,
+then every field in the order it is hashed (`hashed_rows`), folded in a
+`<details>`, with sizes, long strings as head and tail, durations in units, and
+every invisible or control character visible as an escape. The form carries
 the hash shown, so a decision can only be bound to what the person saw.
+
+A run still waiting whose request was decided (approved, its program has not
+resumed it yet) is its own state: "approved by X at T, waiting for the program
+to resume", on the run page and the index, never counted as waiting for a person.
 
 Parts of a page that change while a run moves carry `data-live` and an `id`;
 `console.js` fetches the page again and swaps exactly those elements. The
