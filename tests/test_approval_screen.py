@@ -147,6 +147,17 @@ def test_a_presentation_or_capability_naming_other_arguments_or_tool_is_flagged(
     ]
 
 
+def test_arguments_equal_in_python_but_not_as_hashed_json_are_flagged() -> None:
+    # 1 == 1.0 == True in Python; the hash tells them apart, and so must the warning.
+    for shown in ({"n": True}, {"n": 1.0}):
+        a = approval({"n": 1}, presentation={"tool": "send", "args": shown})
+        assert summary(a, "").mismatches == (
+            "presentation.args differs from the arguments the tool is called with "
+            "(request.args): read both in the full view before deciding",
+        )
+    assert summary(approval({"n": 1}), "").mismatches == ()
+
+
 def test_what_approving_and_rejecting_do_depends_on_the_kind() -> None:
     plain = summary(approval({"to": "bob"}), "")
     assert plain.approving == (

@@ -269,13 +269,14 @@ def _mismatches(approval: Approval, tool: str) -> tuple[str, ...]:
     for name, part in parts:
         if not isinstance(part, dict):
             continue
-        if "args" in part and part["args"] != args:
+        # Compared as the JSON that is hashed: in Python 1 == 1.0 == True.
+        if "args" in part and json_literal(part["args"]) != json_literal(args):
             found.append(
                 f"{name}.args differs from the arguments the tool is called with "
                 "(request.args): read both in the full view before deciding"
             )
         named = part.get("tool")
-        if "tool" in part and named != tool:
+        if "tool" in part and json_literal(named) != json_literal(tool):
             found.append(
                 f"{name}.tool names {compact_value(named)}, but the request calls "
                 f"{compact_value(tool)}: read the full view before deciding"

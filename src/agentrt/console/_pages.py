@@ -64,16 +64,16 @@ def _pill(status: str) -> Html:
 
 def _resuming_pill(last: Approval | None) -> Html:
     """The state of a run whose request was decided and whose program has not resumed it."""
-    said = "approved" if last is not None and last.status == "approved" else "decided"
-    if last is not None and last.status == "rejected":
-        said = "rejected"
+    if last is None:  # waiting with nothing pending and nothing decided: a file made by hand
+        return Html('<span class="pill s-resuming">waiting for its program</span>')
+    said = "rejected" if last.status == "rejected" else "approved"
     return h('<span class="pill s-resuming">{} · waiting for its program</span>', said)
 
 
 def decided_sentence(last: Approval | None) -> str:
     """`approved by alice at 2026-12-01 09:00:00 UTC, waiting for the program to resume`."""
     if last is None:
-        return "decided, waiting for the program to resume"
+        return "no request pending, waiting for the program to resume"
     return (
         f"{last.status} by {last.decided_by or 'someone unrecorded'} at "
         f"{_when(last.decided_at)}, waiting for the program to resume"
