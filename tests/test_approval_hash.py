@@ -99,7 +99,8 @@ def test_each_refusal_to_decide_says_what_and_why(store: agentrt.Store) -> None:
     with pytest.raises(NotFoundError, match=f"^no approval nope on run {run.id}$"):
         decide(store, run.id, "nope", approve=True, by="o", note="", shown_hash=None, now=now)
     decide(store, run.id, approval.id, approve=True, by="o", note="", shown_hash=None, now=now)
-    with pytest.raises(NotPendingError, match=f"^approval {approval.id} was already approved$"):
+    already = f"^approval {approval.id} was already approved by o at 2026-11-30T09:01:00.000000Z$"
+    with pytest.raises(NotPendingError, match=already):
         decide(store, run.id, approval.id, approve=True, by="o", note="", shown_hash=None, now=now)
 
 

@@ -37,7 +37,7 @@ from agentrt._approval import approval_hash
 from agentrt._clock import format_time
 from agentrt._db import Store
 from agentrt._policy import SideEffectPolicy, need_approval
-from agentrt._render_approval import approval_fields
+from agentrt._render_approval import approval_fields, hashed_content
 from agentrt.cli import main
 from agentrt.scripted import ScriptedAgent
 from agentrt.trace import display_width, event_json
@@ -571,38 +571,37 @@ def test_follow_shows_events_of_a_run_in_another_process_as_they_commit(db_path:
 # --- approve and reject -------------------------------------------------------------------------
 
 
-def test_approve_yes_prints_the_request_and_binds_the_decision(db_path: Path) -> None:
+def test_approve_yes_prints_what_a_person_decides_on_first_and_binds_the_decision(
+    db_path: Path,
+) -> None:
     run = waiting_run(db_path)
     approval = pending(db_path, run.id)
     result = agentrt_cmd(
         "--db", str(db_path), "approve", run.id, "--yes", "--by", "ann", "--note", "fine"
     )
     assert result.returncode == 0, result.stderr
-    lines = result.stdout.splitlines()
-    assert lines[:6] == [
+    # The tool, each argument once (its exact JSON literal), why, what approving and
+    # rejecting do, the hash; the full hashed view only with --full.
+    assert result.stdout.splitlines() == [
         f"Run {run.id} waits for approval {approval.id}.",
-        "  kind     remote_mutation",
-        "  tool     send",
-        "  reason   \"tool 'send' changes a remote system; a person must approve it\"",
-        "  created  2026-11-30T09:00:00.008000Z",
-        "  expires  never",
-    ]
-    fields = lines[
-        lines.index("What you approve, one field a line, exactly as the hash covers it:") + 1 :
-    ]
-    assert '  request.args.body                               "hello" (string, 5 chars)' in fields
-    assert "  request.args                                    {…} (object, 2 keys)" in fields
-    assert "  request.spec.timeout                            5000000000" in fields
-    assert lines[-3] == f"hash  {approval.hash}"
-    assert (
-        lines[-2]
-        == f"approved: approval {approval.id} of run {run.id} (hash {approval.hash}), by ann"
-    )
-    assert lines[-1] == (
+        "  tool       send (remote_mutation)",
+        "  arguments",
+        '    body  "hello"',
+        '    to    "bob@example.com"',
+        "  why asked  \"tool 'send' changes a remote system; a person must approve it\"",
+        "  approving  lets the run call send once with exactly these arguments, when the "
+        "program that owns the run resumes it",
+        "  rejecting  cancels the run; send is not called",
+        "  asked      2026-11-30T09:00:00.008000Z",
+        "  expires    never",
+        f"  hash       {approval.hash}",
+        "",
+        "Every field exactly as it is hashed, one a line: add --full.",
+        f"approved: approval {approval.id} of run {run.id} (hash {approval.hash}), by ann",
         "The run stays WAITING_FOR_APPROVAL until the program that owns it resumes it: "
         "Driver.resume (or Driver.recover), Gate.attach, or the identical re-call through "
-        "agentrt-proxy."
-    )
+        "agentrt-proxy.",
+    ]
     decided = pending(db_path, run.id)
     assert (decided.status, decided.decided_by, decided.note) == ("approved", "ann", "fine")
     # The approval is the one a resume honours: the tool runs once.
@@ -613,6 +612,27 @@ def test_approve_yes_prints_the_request_and_binds_the_decision(db_path: Path) ->
     finally:
         resumer.store.close()
     assert [c.args for c in send.calls] == [{"to": "bob@example.com", "body": "hello"}]
+
+
+def test_approve_full_prints_every_hashed_field_after_the_summary_with_durations_in_units(
+    db_path: Path,
+) -> None:
+    run = waiting_run(db_path)
+    approval = pending(db_path, run.id)
+    result = agentrt_cmd("--db", str(db_path), "approve", run.id, "--yes", "--full")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    heading = lines.index("What you approve, one field a line, exactly as the hash covers it:")
+    assert lines.index(f"  hash       {approval.hash}") < heading  # the summary comes first
+    assert "Every field exactly as it is hashed, one a line: add --full." not in lines
+    fields = lines[heading + 1 : lines.index(f"hash  {approval.hash}")]
+    assert fields[0] == "  capability                                      {…} (object, 2 keys)"
+    assert '  request.args.body                               "hello" (string, 5 chars)' in fields
+    assert "  request.args                                    {…} (object, 2 keys)" in fields
+    # A duration the runtime hashes in nanoseconds shows its unit beside the integer.
+    assert "  request.spec.timeout                            5000000000 (5 s)" in fields
+    assert len(fields) == len(list(approval_fields(hashed_content(approval)))) - 1
+    assert lines[-2].startswith(f"approved: approval {approval.id} of run {run.id}")
 
 
 def test_reject_named_approval_cancels_the_run(db_path: Path) -> None:
@@ -652,7 +672,7 @@ def test_approve_y_at_a_terminal_approves(db_path: Path) -> None:
     approval = pending(db_path, run.id)
     code, screen = at_terminal(["--db", str(db_path), "approve", run.id, "--by", "ann"], b"y\n")
     assert code == 0, screen
-    assert f"hash  {approval.hash}\n" in screen
+    assert f"  hash       {approval.hash}\n" in screen
     assert (
         f"Approve this request (hash {approval.hash[:16]}…)? "
         "Type y to approve, anything else refuses: y\n"
@@ -794,6 +814,40 @@ def test_an_ambiguous_run_names_its_candidates(
     assert code == 0 and f"approved: approval {'c' * 32}" in out
 
 
+def test_deciding_again_says_who_decided_how_and_when(
+    db_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    waiting = waiting_run(db_path, prefix="a")
+    db = str(db_path)
+    assert run_main(capsys, "--db", db, "approve", waiting.id, "--yes", "--by", "ann",
+                    "--note", "ok\nby me")[0] == 0  # fmt: skip
+    decided = pending(db_path, waiting.id)
+    at = format_time(decided.decided_at)
+    for verb in ("approve", "reject"):
+        code, out, err = run_main(capsys, "--db", db, verb, waiting.id, "--yes")
+        assert (code, out) == (1, "")
+        assert err == (
+            f"agentrt: run {waiting.id} is waiting, but no approval of it is pending: approval "
+            f'{decided.id} was already approved by ann at {at} (note: "ok\\nby me"), and the '
+            "run waits for its program to resume it; nothing was decided\n"
+        )
+    rejected = waiting_run(db_path, prefix="b")
+    assert run_main(capsys, "--db", db, "reject", rejected.id, "--yes", "--by", "bo")[0] == 0
+    gone = pending(db_path, rejected.id)
+    code, _, err = run_main(capsys, "--db", db, "approve", rejected.id, "--yes")
+    assert (code, err) == (
+        1,
+        f"agentrt: run {rejected.id} is CANCELLED; it waits on no approval (approval {gone.id} "
+        f"was rejected by bo at {format_time(gone.decided_at)})\n",
+    )
+    code, _, err = run_main(capsys, "--db", db, "approve", rejected.id, "--approval", gone.id)
+    assert (code, err) == (
+        1,
+        f"agentrt: approval {gone.id} of run {rejected.id} was already rejected by bo at "
+        f"{format_time(gone.decided_at)}; nothing was decided\n",
+    )
+
+
 def test_deciding_a_run_that_waits_on_nothing_is_refused(
     db_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -807,9 +861,10 @@ def test_deciding_a_run_that_waits_on_nothing_is_refused(
         capsys, "--db", str(db_path), "reject", waiting.id, "--approval", approval.id
     )
     assert code == 1
-    assert (
-        err
-        == f"agentrt: approval {approval.id} of run {waiting.id} is already approved, not pending\n"
+    assert err == (
+        f"agentrt: approval {approval.id} of run {waiting.id} was already approved by "
+        f"{pwd.getpwuid(os.geteuid()).pw_name} at "
+        f"{format_time(pending(db_path, waiting.id).decided_at)}; nothing was decided\n"
     )
 
 
@@ -818,12 +873,13 @@ def test_long_strings_show_as_head_and_tail_with_sizes(
 ) -> None:
     body = "A" * 100 + "m" * 4800 + "Z" * 100
     run = waiting_run(db_path, body=body)
-    code, out, _ = run_main(capsys, "--db", str(db_path), "approve", run.id, "--yes")
+    code, out, _ = run_main(capsys, "--db", str(db_path), "approve", run.id, "--yes", "--full")
     assert code == 0
+    long_body = f'"{"A" * 80}" … 4,840 chars not shown … "{"Z" * 80}"'
+    line = next(x for x in out.splitlines() if x.startswith("    body "))  # the summary
+    assert line.split(None, 1)[1] == long_body
     line = next(x for x in out.splitlines() if x.startswith("  request.args.body "))
-    assert line.split(None, 1)[1] == (
-        f'"{"A" * 80}" … 4,840 chars not shown … "{"Z" * 80}" (string, 5,000 chars)'
-    )
+    assert line.split(None, 1)[1] == f"{long_body} (string, 5,000 chars)"
 
 
 def test_long_keys_differing_only_in_the_middle_show_different_paths() -> None:
@@ -1038,11 +1094,18 @@ def test_hostile_strings_are_shown_escaped_everywhere(db_path: Path) -> None:
     shown = text["show"].stdout.splitlines()
     assert f"  tool     send{HOSTILE_SHOWN}" in shown and f"goal      {HOSTILE_SHOWN}" in shown
     approve = text["approve"].stdout.splitlines()
-    assert f"  tool     send{HOSTILE_SHOWN}" in approve
-    assert f'  reason   "reason {HOSTILE_QUOTED}"' in approve
-    (arg,) = [line for line in approve if line.startswith("  request.args[")]
+    assert f"  tool       send{HOSTILE_SHOWN} (remote_mutation)" in approve
+    assert any(x.endswith(f'"reason {HOSTILE_QUOTED}"') and "why asked" in x for x in approve)
+    (arg,) = [line for line in approve if line.startswith('    "key')]
+    assert arg.startswith('    "key\\u001b[31mALERT\\u001b[0m pay \\u202egnp.exe')
+    assert arg.endswith(f'"value{HOSTILE_QUOTED}"')
+    full_run = hostile_waiting_run(db_path, "c")
+    full = agentrt_cmd("--db", db, "approve", full_run.id, "--full").stdout.splitlines()
+    (arg,) = [line for line in full if line.startswith("  request.args[")]
     assert arg.startswith('  request.args["key\\u001b[31mALERT\\u001b[0m pay \\u202egnp.exe')
     assert arg.endswith(f'"value{HOSTILE_QUOTED}" (string, {len("value" + HOSTILE_ALL)} chars)')
+    for raw in NEVER_RAW:
+        assert all(raw not in line for line in full)
     assert f'"note":"note {HOSTILE_QUOTED}"' in text["events"].stdout
     assert f'"tool":"send{HOSTILE_QUOTED}"' in text["events"].stdout
     assert text["unknown"].stderr == f"agentrt: no run '{HOSTILE_SHOWN}'\n"

@@ -167,7 +167,12 @@ def test_a_person_approves_in_the_browser_and_the_page_follows_the_run_as_its_pr
         page.get_by_label("Note for the record").fill("alice expects it")
         page.get_by_role("button", name="Approve as alice").click()
         expect(page.locator("#live-summary .notice")).to_contain_text(
-            "Approved by alice. The run goes on when its program resumes it"
+            re.compile(
+                r"^Approved by alice at [0-9-]+ [0-9:]+ UTC, waiting for the program to resume"
+            )
+        )
+        expect(page.locator("#live-summary .pill")).to_have_text(
+            "approved · waiting for its program"
         )
         decided = program.store.get_approval(run.id, approval.id)
         assert (decided.status, decided.decided_by, decided.note) == (
@@ -242,8 +247,10 @@ def test_a_stale_page_is_refused_in_the_browser_and_the_new_request_stays_pendin
         expect(page.locator(".request .stale")).to_be_visible()
         expect(page.locator(".newrequest")).to_be_visible()
         page.get_by_role("button", name="Approve as alice").click()
-        expect(page.locator("h1")).to_have_text("Conflict: the request changed")
-        expect(page.locator(".message")).to_contain_text("Nothing was decided.")
+        expect(page.locator("h1")).to_have_text("Already decided")
+        expect(page.locator(".message")).to_contain_text(
+            f"Nothing was decided: approval {shown.id} was already approved by bob at "
+        )
         assert program.store.get_approval(run.id, new.id).status == "pending"
         assert program.store.get_approval(run.id, shown.id).decided_by == "bob"
     program.close()
@@ -335,6 +342,87 @@ def test_the_pages_fit_a_phone_screen_without_sideways_scrolling(db_path: Path, 
         box = page.get_by_role("button", name=re.compile("^Approve as")).bounding_box()
         assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= 390
     program.close()
+
+
+def _demo_stopped(tmp_path: Path) -> Path:
+    workdir = tmp_path / "demo"
+    stopped = subprocess.run(
+        [sys.executable, "-m", "agentrt", "demo", "--dir", str(workdir), "--stop-at-approval"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert stopped.returncode == 0, stopped.stderr
+    return workdir / "demo.db"
+
+
+def test_the_approval_page_shows_the_decision_and_its_buttons_first_and_folds_the_hashed_view(
+    tmp_path: Path, page: Any
+) -> None:
+    db = _demo_stopped(tmp_path)
+    with agentrt.open_existing(db, read_only=True) as store:
+        (approval,) = store.pending_approvals(cap=None)
+    with console(db, "--by", "operator") as c:
+        page.goto(f"{c.url}runs/{approval.run_id}")
+        request = page.locator(".request")
+        facts = request.locator(".facts")
+        expect(facts.locator("dd").first).to_have_text("charge_card (remote_mutation)")
+        args = facts.locator("table.args tr")
+        expect(args).to_have_count(2)
+        expect(args.nth(0)).to_have_text("amount_cents4200")
+        expect(args.nth(1)).to_have_text('order"A-1001"')
+        expect(facts).to_contain_text("if you approveRuns charge_card once more")
+        # Approve and Reject are on the first screen (1200 x 900), not below the fields.
+        approve = page.get_by_role("button", name="Approve as operator")
+        reject = page.get_by_role("button", name="Reject as operator")
+        for button in (approve, reject):
+            box = button.bounding_box()
+            assert box is not None and box["y"] + box["height"] <= 900, box
+        # The full hashed view is folded under them, and opens on a click.
+        fields = request.locator("table.fields")
+        expect(fields).to_be_hidden()
+        summary_box = request.locator("details.full > summary").bounding_box()
+        assert summary_box is not None and summary_box["y"] > approve.bounding_box()["y"]
+        if os.environ.get("AGENTRT_WRITE_SCREENSHOT") == "1":
+            page.screenshot(path=str(ROOT / "docs" / "console-approval.png"))
+        request.locator("details.full > summary").click()
+        expect(fields).to_be_visible()
+        timeout_row = fields.locator("tr", has_text="request.spec.timeout")
+        expect(timeout_row.locator("td")).to_have_text("60000000000 (60 s)")
+        expect(fields.locator("tr")).to_have_count(38)
+        approve.click()
+        # After the decision, until the program resumes: its own state, on the run and the index.
+        expect(page.locator("#live-summary .pill")).to_have_text(
+            "approved · waiting for its program"
+        )
+        page.goto(c.url)
+        expect(page.locator("#live-waiting h1 .badge")).to_have_text("0")
+        expect(page.locator("#live-waiting .empty")).to_have_text("Nobody is needed right now.")
+        card = page.locator(f'#live-waiting .card.resuming a[href="/runs/{approval.run_id}"]')
+        expect(card.locator(".state")).to_have_text(
+            re.compile(
+                r"^approved by operator at \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC, "
+                r"waiting for the program to resume$"
+            )
+        )
+        expect(page.locator("#live-runs .pill").first).to_have_text(
+            "approved · waiting for its program"
+        )
+        if os.environ.get("AGENTRT_WRITE_SCREENSHOT") == "1":
+            page.screenshot(path=str(ROOT / "docs" / "console-after-decision.png"))
+        # The program resumes: the card leaves without a reload and the run completes.
+        page.evaluate("window.__same_document = true")
+        finished = subprocess.run(
+            [sys.executable, "-m", "agentrt", "demo", "--resume", str(db.parent)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert finished.returncode == 0, finished.stdout + finished.stderr
+        expect(page.locator("#live-waiting .card")).to_have_count(0)
+        expect(page.locator("#live-runs .pill").first).to_have_text("completed")
+        assert page.evaluate("window.__same_document") is True
+        assert page.errors == []
 
 
 def test_the_demo_stopped_at_its_approval_is_approved_in_the_browser_and_finished(

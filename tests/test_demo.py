@@ -25,7 +25,12 @@ def test_demo_kills_the_charge_midway_and_a_person_decides(tmp_path: Path) -> No
     assert "driver.recover_sync() resumes every run this program can resume." in out
     assert "resumed: RUNNING and its owner's process is gone (pid " in out
     assert "no such process" in out
-    assert "kind     interrupted_side_effect" in out
+    assert "  tool       charge_card (remote_mutation)\n" in out
+    assert "    amount_cents  4200\n" in out
+    assert (
+        '  why asked  "interrupted while executing; outcome unknown" (interrupted_side_effect)\n'
+        in out
+    )
     assert "whether it took effect is unknown" in out
     assert f"agentrt --db {tmp_path / 'demo.db'} approve " in out
     assert "the card processor received 2 charge requests" in out

@@ -24,6 +24,7 @@ from starlette.testclient import TestClient
 
 import agentrt
 from agentrt import ConfigError, Limits, SideEffect
+from agentrt._clock import format_time
 from agentrt.approver import (
     MAX_BODY,
     Decision,
@@ -337,6 +338,11 @@ def test_deciding_an_approval_twice_is_409_not_pending(store: agentrt.Store) -> 
     assert error(hook.send("POST", f"{path}/approve", body)) == (409, "not_pending")
     assert error(hook.send("POST", f"{path}/reject", body)) == (409, "not_pending")
     assert error(hook.send("GET", path)) == (409, "not_pending")
+    # The answer says who decided, how and when.
+    decided = store.get_approval(run.id, approval.id)
+    assert hook.send("POST", f"{path}/reject", body).json()["error"] == (
+        f"approval {approval.id} was already approved by alice at {format_time(decided.decided_at)}"
+    )
 
 
 def test_a_pending_approval_of_a_run_that_is_not_waiting_is_409_run_not_waiting(

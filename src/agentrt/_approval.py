@@ -16,6 +16,7 @@ Invariants this module owns:
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from typing import Any
 
@@ -84,6 +85,26 @@ def verify_stored(approval: Approval) -> None:
         )
 
 
+DECIDED_NOTE_SHOWN = 200
+"""Characters of a decision's note that a refusal quotes."""
+
+
+def decided_words(approval: Approval) -> str:
+    """Who decided an approval, how and when: `approved by ann at 2026-...Z (note: "fine")`.
+
+    The note is a JSON literal (its line breaks escaped), its first 200 characters;
+    the caller sanitizes the whole text before it is shown.
+    """
+    by = approval.decided_by or "someone unrecorded"
+    when = format_time(approval.decided_at) if approval.decided_at else "an unrecorded time"
+    note = ""
+    if approval.note:
+        cut = approval.note[:DECIDED_NOTE_SHOWN]
+        more = "…" if len(approval.note) > DECIDED_NOTE_SHOWN else ""
+        note = f" (note: {json.dumps(cut, ensure_ascii=False)}{more})"
+    return f"{approval.status} by {by} at {when}{note}"
+
+
 def _load(tx: Tx, run_id: str, approval_id: str) -> tuple[Any, Approval]:
     run = reads.run_row(tx, run_id)
     if run is None:
@@ -112,7 +133,7 @@ def decide(
         if approval.status == ApprovalStatus.EXPIRED:
             raise ApprovalExpiredError(f"approval {approval_id} has expired")
         if approval.status != ApprovalStatus.PENDING:
-            raise NotPendingError(f"approval {approval_id} was already {approval.status}")
+            raise NotPendingError(f"approval {approval_id} was already {decided_words(approval)}")
         if isinstance(run.status, RunStatus) and run.status.terminal:
             raise RunFinishedError(f"run {run_id} already ended {run.status}; nothing is decided")
         if run.status != RunStatus.WAITING_FOR_APPROVAL:

@@ -170,12 +170,13 @@ def _print_trail(store: Store, run_id: str) -> None:
 def _show_approval(store: Store, run_id: str, db: Path) -> Any:
     (approval,) = store.pending_approvals(run_id)
     for line in approval_lines(
-        approval, "interrupted while executing; outcome unknown", verb="approve"
+        approval, "interrupted while executing; outcome unknown", verb="approve", full=False
     ):
         say(line)
     say()
     say("  An operator approves it, bound to the hash shown above, with:")
     say(f"    agentrt --db {_q(db)} approve {run_id} --approval {approval.id}")
+    say("  (add --full to see every field exactly as it is hashed first)")
     return approval
 
 

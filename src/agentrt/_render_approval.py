@@ -4,13 +4,22 @@ The command line (`agentrt approve`), the local approver (`approver.Local`),
 the web console and the demo all show a waiting request through this module,
 so what a person reads before deciding is the same text in every channel.
 
+First what a person decides on (`summary`, decision 0057): the tool, the
+arguments it will be called with (each value its exact JSON literal, as it is
+hashed), why a person is asked, what approving and rejecting do, and a warning
+when the capability or the presentation names other arguments or another tool
+than the request runs. Then the full hashed view (`hashed_rows`): the console
+folds it under the buttons, the command line prints it with `--full`.
+
 Invariants it keeps: every field of the object the approval hash covers is
-shown (`approval_fields` over `hashed_content`), in the order it is hashed,
-never one left out; strings are JSON literals with their length, long ones as
-head and tail (text a read cut at its cap says how much was read); long keys
-keep a hash of the whole key, so two keys differing only in the middle never
-print the same path; every text from the database passes `trace.sanitize`
-before it is returned. It only renders: it reads nothing and writes nothing.
+shown in the full view (`approval_fields` over `hashed_content`), in the order
+it is hashed, never one left out; a duration the runtime hashes as integer
+nanoseconds (`request.spec.timeout`) shows its unit beside the integer;
+strings are JSON literals with their length, long ones as head and tail (text
+a read cut at its cap says how much was read); long keys keep a hash of the
+whole key, so two keys differing only in the middle never print the same path;
+every text from the database passes `trace.sanitize` before it is returned. It
+only renders: it reads nothing and writes nothing.
 """
 
 from __future__ import annotations
@@ -19,6 +28,7 @@ import hashlib
 import json
 import re
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ._canonical import to_text
@@ -146,44 +156,262 @@ def field_lines(fields: Sequence[tuple[str, str]], indent: str = "") -> list[str
     return [f"{indent}{key.ljust(width)}  {value}".rstrip() for key, value in fields]
 
 
-def approval_lines(approval: Approval, reason: str, *, verb: str) -> list[str]:
-    """The whole request, one field a line, then the hash the decision will be bound to."""
-    lines = [f"Run {sanitize(approval.run_id)} waits for approval {sanitize(approval.id)}."]
-    lines += field_lines(
-        [
-            ("kind", sanitize(approval.kind)),
-            ("tool", sanitize(approval_tool(approval)) or "-"),
-            ("reason", head_tail(reason, 400, 180) if reason else "-"),
-            ("created", time_cell(approval.created_at)),
-            ("expires", time_cell(approval.expires_at) if approval.expires_at else "never"),
-        ],
-        indent="  ",
+# --- durations ------------------------------------------------------------------------------
+
+NANOSECOND_FIELDS = frozenset({"request.spec.timeout"})
+"""Paths of the hashed object the runtime writes as integer nanoseconds (`ToolSpec.to_json`)."""
+
+
+def human_ns(ns: int) -> str:
+    """Integer nanoseconds as a person reads them: `60 s`, `250 ms`, `1 min 30 s`, `2 h`."""
+    if ns < 0:
+        return f"-{human_ns(-ns)}"
+    if ns < 1_000:
+        return f"{ns} ns"
+    if ns < 1_000_000:
+        return f"{ns / 1_000:g} µs"
+    if ns < 1_000_000_000:
+        return f"{ns / 1_000_000:g} ms"
+    whole, rest = divmod(ns, 1_000_000_000)
+    if whole < 120:
+        return f"{ns / 1_000_000_000:g} s"
+    days, left = divmod(whole, 86_400)
+    hours, left = divmod(left, 3_600)
+    minutes, secs = divmod(left, 60)
+    parts = [f"{n} {unit}" for n, unit in ((days, "d"), (hours, "h"), (minutes, "min")) if n]
+    if secs or rest:
+        parts.append(f"{secs + rest / 1_000_000_000:g} s")
+    return " ".join(parts)
+
+
+def hashed_rows(approval: Approval) -> list[tuple[str, str]]:
+    """Every field of the hashed object as `(path, shown value)`, in hash order, paths
+    without the leading dot; a nanosecond field shows its human duration beside the integer
+    (`60000000000 (60 s)`). The object itself (the first node) is left out: its members are
+    the fields."""
+    rows = []
+    for path, value in list(approval_fields(hashed_content(approval)))[1:]:
+        path = path.lstrip(".")
+        ns = _nanoseconds(approval, path)
+        if ns is not None:
+            value = f"{value} ({human_ns(ns)})"
+        rows.append((path, value))
+    return rows
+
+
+def _nanoseconds(approval: Approval, path: str) -> int | None:
+    if path not in NANOSECOND_FIELDS:
+        return None
+    node: Any = hashed_content(approval)
+    for key in path.split("."):
+        node = node.get(key) if isinstance(node, dict) else None
+    return node if isinstance(node, int) and not isinstance(node, bool) else None
+
+
+# --- what a person decides on ---------------------------------------------------------------
+
+ARGS_SHOWN = 12
+"""Arguments the summary lists; more are counted and shown in the full view."""
+
+
+@dataclass(frozen=True)
+class Summary:
+    """What a person decides on, every text already sanitized (escape it for HTML)."""
+
+    run_id: str
+    approval_id: str
+    kind: str
+    tool: str  # "-" when the request names none
+    side_effect: str  # "" when the request's spec has none
+    args: tuple[tuple[str, str], ...]  # (name, exact JSON literal), in hash order
+    args_more: int  # arguments not listed (ARGS_SHOWN reached)
+    args_note: str  # "" or what the arguments are when they are not an object
+    why: str  # the policy's reason, a JSON literal (head and tail when long), or "-"
+    approving: str  # what approving does, after "approving " (no capital, no full stop)
+    rejecting: str  # the same for rejecting
+    interrupted: bool
+    mismatches: tuple[str, ...]  # a warning per capability/presentation that names other things
+    asked: str
+    expires: str
+    hash: str
+    fields: int  # how many rows the full view has
+
+
+def compact_value(value: JSON) -> str:
+    """A value as its exact JSON literal (sanitized), a long one as head and tail."""
+    if isinstance(value, str):
+        return head_tail(value)
+    literal = sanitize(json_literal(value))
+    if len(literal) <= LONG_STRING:
+        return literal
+    hidden = len(literal) - 2 * HEAD_TAIL
+    size = ""
+    if isinstance(value, dict):
+        size = f"; object, {number(len(value))} keys"
+    elif isinstance(value, list):
+        size = f"; list, {number(len(value))} items"
+    return (
+        f"{literal[:HEAD_TAIL]} … {number(hidden)} chars not shown{size} … {literal[-HEAD_TAIL:]}"
     )
-    if approval.kind == INTERRUPTED_KIND:
-        lines += ["", INTERRUPTED_NOTICE]
-    lines += ["", f"What you {verb}, one field a line, exactly as the hash covers it:"]
-    # The first node is the hashed object itself; its members are the fields.
-    rows = [(path.lstrip("."), value) for path, value in approval_fields(hashed_content(approval))]
-    rows = rows[1:]
+
+
+def _arg_name(key: str) -> str:
+    """An argument's name: plain when it is an identifier, else quoted as in a path."""
+    shown = _path_key(key)
+    return shown[1:] if shown.startswith(".") else shown[1:-1]
+
+
+def _mismatches(approval: Approval, tool: str) -> tuple[str, ...]:
+    request = approval.request if isinstance(approval.request, dict) else {}
+    args = request.get("args")
+    found = []
+    parts = (("capability", approval.capability), ("presentation", approval.presentation))
+    for name, part in parts:
+        if not isinstance(part, dict):
+            continue
+        # Compared as the JSON that is hashed: in Python 1 == 1.0 == True.
+        if "args" in part and json_literal(part["args"]) != json_literal(args):
+            found.append(
+                f"{name}.args differs from the arguments the tool is called with "
+                "(request.args): read both in the full view before deciding"
+            )
+        named = part.get("tool")
+        if "tool" in part and json_literal(named) != json_literal(tool):
+            found.append(
+                f"{name}.tool names {compact_value(named)}, but the request calls "
+                f"{compact_value(tool)}: read the full view before deciding"
+            )
+    return tuple(found)
+
+
+def summary(approval: Approval, reason: str) -> Summary:
+    """What a person decides on, from the hashed request (never from other rows)."""
+    request = approval.request if isinstance(approval.request, dict) else {}
+    spec = request.get("spec") if isinstance(request.get("spec"), dict) else {}
+    assert isinstance(spec, dict)
+    tool = approval_tool(approval)
+    side_effect = spec.get("side_effect")
+    args = request.get("args")
+    listed: list[tuple[str, str]] = []
+    more = 0
+    note = ""
+    if isinstance(args, dict):
+        keys = sorted(args)
+        listed = [(_arg_name(k), compact_value(args[k])) for k in keys[:ARGS_SHOWN]]
+        more = max(len(keys) - ARGS_SHOWN, 0)
+        if not keys:
+            note = "(none)"
+    else:
+        note = compact_value(args)
+    name = sanitize(tool) if tool else "the tool"
+    interrupted = approval.kind == INTERRUPTED_KIND
+    if interrupted:
+        approving = (
+            f"runs {name} once more with these arguments when the run's program resumes it, "
+            "although the first call may already have taken effect"
+        )
+        rejecting = "ends the run (cancelled) without calling it again"
+    else:
+        approving = (
+            f"lets the run call {name} once with exactly these arguments, when the program "
+            "that owns the run resumes it"
+        )
+        rejecting = f"cancels the run; {name} is not called"
+    return Summary(
+        run_id=sanitize(approval.run_id),
+        approval_id=sanitize(approval.id),
+        kind=sanitize(approval.kind),
+        tool=sanitize(tool) or "-",
+        side_effect=sanitize(side_effect) if isinstance(side_effect, str) else "",
+        args=tuple(listed),
+        args_more=more,
+        args_note=note,
+        why=head_tail(reason, 400, 180) if reason else "-",
+        approving=approving,
+        rejecting=rejecting,
+        interrupted=interrupted,
+        mismatches=_mismatches(approval, tool),
+        asked=time_cell(approval.created_at),
+        expires=time_cell(approval.expires_at) if approval.expires_at else "never",
+        hash=sanitize(approval.hash),
+        fields=len(hashed_rows(approval)),
+    )
+
+
+def summary_lines(s: Summary) -> list[str]:
+    """The summary as lines of text: what a person decides on, then the hash it is bound to."""
+    lines = [f"Run {s.run_id} waits for approval {s.approval_id}."]
+    if s.interrupted:
+        lines += ["", INTERRUPTED_NOTICE, ""]
+    tool = f"{s.tool} ({s.side_effect})" if s.side_effect else s.tool
+    facts = [
+        ("tool", tool),
+        ("arguments", "" if s.args else s.args_note or "(none)"),
+        ("why asked", s.why if s.kind == s.side_effect else f"{s.why} ({s.kind})"),
+        ("approving", s.approving),
+        ("rejecting", s.rejecting),
+        ("asked", s.asked),
+        ("expires", s.expires),
+        ("hash", s.hash),
+    ]
+    shown = field_lines(facts, indent="  ")
+    # The arguments under their heading, aligned among themselves (a long key
+    # widens only their column).
+    args = list(s.args)
+    if s.args_more:
+        args.append(("…", f"and {number(s.args_more)} more (every one: the full view)"))
+    lines += [*shown[:2], *(field_lines(args, indent="    ") if args else []), *shown[2:]]
+    lines += [f"WARNING: {m}" for m in s.mismatches]
+    return lines
+
+
+def full_lines(approval: Approval, *, verb: str) -> list[str]:
+    """The full hashed view: every field, one a line, exactly as the hash covers it."""
+    rows = hashed_rows(approval)
+    lines = [f"What you {verb}, one field a line, exactly as the hash covers it:"]
     width = min(max((display_width(p) for p, _ in rows), default=0), 48)
     lines += [f"  {path.ljust(width)}  {value}" for path, value in rows]
     lines.append(f"hash  {sanitize(approval.hash)}")
     return lines
 
 
+def approval_lines(
+    approval: Approval, reason: str, *, verb: str, full: bool = True, more: str = ""
+) -> list[str]:
+    """What a person decides on first; then, with `full`, every hashed field, one a line.
+
+    Without `full`, `more` (when given) is a last line saying how to see every field.
+    """
+    lines = summary_lines(summary(approval, reason))
+    if full:
+        lines += ["", *full_lines(approval, verb=verb)]
+    elif more:
+        lines += ["", more]
+    return lines
+
+
 __all__ = [
+    "ARGS_SHOWN",
     "HEAD_TAIL",
     "INTERRUPTED_KIND",
     "INTERRUPTED_NOTICE",
     "LONG_STRING",
+    "NANOSECOND_FIELDS",
+    "Summary",
     "approval_fields",
     "approval_lines",
+    "compact_value",
     "field_lines",
+    "full_lines",
     "hashed_content",
+    "hashed_rows",
     "head_tail",
+    "human_ns",
     "json_literal",
     "long_text",
     "number",
     "quoted",
+    "summary",
+    "summary_lines",
     "time_cell",
 ]

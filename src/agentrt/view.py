@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from ._approval import decided_words
 from ._canonical import to_text
 from ._clock import duration_to_ms, format_time, parse_time
 from ._db import TEXT_CAP, CappedText, Store
@@ -528,17 +529,33 @@ def choose_approval(store: Store, run_id: str, approval_id: str | None = None) -
             raise ApprovalExpiredError(f"approval {approval_id} of run {run_id} has expired")
         if approval.status != ApprovalStatus.PENDING:
             raise NotPendingError(
-                f"approval {approval_id} of run {run_id} is already {approval.status}, not pending"
+                f"approval {approval_id} of run {run_id} was already "
+                f"{decided_words(approval)}; nothing was decided"
             )
         return approval
     pending = store.pending_approvals(run_id, cap=None)
     if not pending:
+        last = last_decided(store, run_id)
         if run.status == RunStatus.WAITING_FOR_APPROVAL:
+            if last is not None:
+                raise RunStateError(
+                    f"run {run_id} is waiting, but no approval of it is pending: approval "
+                    f"{last.id} was already {decided_words(last)}, and the run waits for its "
+                    "program to resume it; nothing was decided"
+                )
             raise RunStateError(f"run {run_id} is waiting, but no approval of it is pending")
-        raise RunStateError(f"run {run_id} is {run.status}; it waits on no approval")
+        said = f" (approval {last.id} was {decided_words(last)})" if last is not None else ""
+        raise RunStateError(f"run {run_id} is {run.status}; it waits on no approval{said}")
     if len(pending) > 1:
         raise AmbiguousApprovalError(run_id, pending)
     return pending[0]
+
+
+def last_decided(store: Store, run_id: str) -> Approval | None:
+    """The run's most recently requested approval that a person decided, None if none was."""
+    decided = (ApprovalStatus.APPROVED, ApprovalStatus.REJECTED)
+    found = [a for a in store.list_approvals(run_id, cap=LIST_TEXT_CAP) if a.status in decided]
+    return found[-1] if found else None
 
 
 def resolve_run_id(store: Store, text: str) -> str:
@@ -612,6 +629,7 @@ __all__ = [
     "decision_summary",
     "format_cost",
     "format_duration",
+    "last_decided",
     "observation_summary",
     "pending_page",
     "policy_summary",

@@ -222,6 +222,16 @@ def pending_approvals_of(store: Store, run_ids: Sequence[str], cap: int) -> list
     )
 
 
+def count_runs_asking_a_person(store: Store) -> int:
+    """Waiting runs with at least one pending approval (not those decided and not yet resumed)."""
+    rows = store.query(
+        "SELECT count(*) FROM runs AS r WHERE r.status = ? AND EXISTS ("
+        "SELECT 1 FROM approvals AS a WHERE a.run_id = r.id AND a.status = ?)",
+        [str(RunStatus.WAITING_FOR_APPROVAL), str(ApprovalStatus.PENDING)],
+    )
+    return int(rows[0][0])
+
+
 def newest_pending_approvals(
     store: Store, limit: int, cap: int, goal_cap: int
 ) -> list[sqlite3.Row]:

@@ -33,9 +33,8 @@ from .._records import Approval, Run
 from .._render_approval import (
     INTERRUPTED_KIND,
     INTERRUPTED_NOTICE,
-    approval_fields,
     approval_lines,
-    hashed_content,
+    hashed_rows,
     long_text,
 )
 from ..trace import sanitize
@@ -211,9 +210,7 @@ class Local:
         verify_stored(approval)
         reason = approval_reason(self.store, approval)
         tool = approval_tool(approval)
-        rows = [
-            (path.lstrip("."), value) for path, value in approval_fields(hashed_content(approval))
-        ]
+        rows = hashed_rows(approval)
         lines = [*approval_lines(approval, reason, verb="decide"), end_line(approval.id, tool)]
         return Pending(
             run_id=approval.run_id,
@@ -225,7 +222,7 @@ class Local:
             created_at=approval.created_at,
             expires_at=approval.expires_at,
             expired=approval.expires_at is not None and now >= approval.expires_at,
-            fields=tuple(rows[1:]),  # the first node is the hashed object itself
+            fields=tuple(rows),
             notice=INTERRUPTED_NOTICE if approval.kind == INTERRUPTED_KIND else "",
             text="".join(line + "\n" for line in lines),
         )

@@ -1,6 +1,8 @@
 """The deciding commands: `approve`, `reject` and `cancel`.
 
-`approve`/`reject` show the request a run waits on field by field
+`approve`/`reject` show what a person decides on (the tool, its arguments
+exactly as hashed, why a person is asked, what approving and rejecting do, the
+hash), with `--full` every hashed field after it, one a line
 (`agentrt._render_approval`, the same text every channel shows), then decide
 bound to the hash they printed, and need `--approval`, `--yes` or a `y` typed
 at a terminal (keys typed before the request was shown are dropped). A stored
@@ -39,6 +41,11 @@ def decide_arguments(p: argparse.ArgumentParser, *, verb: str) -> None:
     p.add_argument("--note", metavar="TEXT", default="", help="recorded with the decision")
     p.add_argument("--yes", action="store_true", help=f"{verb} without asking")
     p.add_argument("--hash", metavar="HASH", help="refuse unless the approval still has this hash")
+    p.add_argument(
+        "--full",
+        action="store_true",
+        help="also print every field of the request exactly as it is hashed, one a line",
+    )
 
 
 def cancel_arguments(cancel: argparse.ArgumentParser) -> None:
@@ -47,9 +54,14 @@ def cancel_arguments(cancel: argparse.ArgumentParser) -> None:
     cancel.add_argument("--note", metavar="TEXT", default="", help="recorded with the cancel")
 
 
-def show_approval(out: Output, approval: Approval, reason: str, *, verb: str) -> None:
-    """The whole request, one field a line, then the hash the decision will be bound to."""
-    out.lines(approval_lines(approval, reason, verb=verb))
+FULL_HINT = "Every field exactly as it is hashed, one a line: add --full."
+
+
+def show_approval(
+    out: Output, approval: Approval, reason: str, *, verb: str, full: bool = False
+) -> None:
+    """What a person decides on; with `full`, every hashed field and the hash after it."""
+    out.lines(approval_lines(approval, reason, verb=verb, full=full, more=FULL_HINT))
 
 
 def default_user() -> str:
@@ -140,7 +152,9 @@ def cmd_decide(args: argparse.Namespace, out: Output, *, approve: bool) -> int:
                 "given with --hash"
             )
         if not out.json:
-            show_approval(out, approval, view.approval_reason(store, approval), verb=verb)
+            show_approval(
+                out, approval, view.approval_reason(store, approval), verb=verb, full=args.full
+            )
         if not (args.yes or args.approval):
             _confirm(out, approval, verb)
         operator = Operator(store)

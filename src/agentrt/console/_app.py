@@ -170,7 +170,13 @@ def _decision_refusal(error: AgentrtError) -> _Refused:
     said = sanitize(str(error))
     if isinstance(error, ApprovalExpiredError):
         return _Refused(410, "Expired", f"Nothing was decided: the request expired. ({said})")
-    if isinstance(error, ApprovalChangedError | NotPendingError | RunStateError):
+    if isinstance(error, NotPendingError):
+        return _Refused(
+            409,
+            "Already decided",
+            f"Nothing was decided: {said}. The run's page shows what it waits on now.",
+        )
+    if isinstance(error, ApprovalChangedError | RunStateError):
         return _Refused(
             409,
             "Conflict: the request changed",

@@ -27,7 +27,7 @@ from .. import view
 from .._approval import verify_stored
 from .._db import Store
 from .._errors import ApprovalHashError
-from .._records import JSON, Approval, ApprovalStatus, Event, VerifyReport
+from .._records import JSON, Approval, ApprovalStatus, Event, RunStatus, VerifyReport
 from .._store import reads
 from ..trace import compact
 
@@ -81,12 +81,47 @@ class IndexData:
     waiting: view.RunPage
     runs: view.RunPage
     version: int
+    asking_total: int = 0
+    """Waiting runs with a pending approval: those a person is needed for."""
+    decided: dict[str, Approval | None] = field(default_factory=dict)
+    """For each shown run that waits with nothing pending, its last decided approval."""
+
+    @property
+    def asking(self) -> tuple[view.RunSummary, ...]:
+        """The waiting runs shown that ask a person now."""
+        return tuple(s for s in self.waiting.runs if s.waiting)
+
+    @property
+    def resuming(self) -> tuple[view.RunSummary, ...]:
+        """The waiting runs shown whose request was decided: they wait for their program."""
+        return tuple(s for s in self.waiting.runs if not s.waiting)
+
+
+def _decided_of(store: Store, pages: tuple[view.RunPage, ...]) -> dict[str, Approval | None]:
+    found: dict[str, Approval | None] = {}
+    for page in pages:
+        for s in page.runs:
+            if waits_for_its_program(s) and s.run.id not in found:
+                found[s.run.id] = view.last_decided(store, s.run.id)
+    return found
+
+
+def waits_for_its_program(s: view.RunSummary) -> bool:
+    """A run still WAITING_FOR_APPROVAL whose approvals are all decided: a person has
+    answered and the program that owns it has not resumed it yet."""
+    return s.run.status == RunStatus.WAITING_FOR_APPROVAL and not s.waiting
 
 
 def index_data(store: Store, *, status: str | None, offset: int, limit: int) -> IndexData:
     waiting = view.run_page(store, limit=view.RUN_PAGE_DEFAULT, status="WAITING_FOR_APPROVAL")
     runs = view.run_page(store, limit=limit, offset=offset, status=status)
-    return IndexData(waiting=waiting, runs=runs, version=store.chain_head()[0])
+    return IndexData(
+        waiting=waiting,
+        runs=runs,
+        version=store.chain_head()[0],
+        asking_total=reads.count_runs_asking_a_person(store),
+        decided=_decided_of(store, (waiting, runs)),
+    )
 
 
 def index_version(store: Store) -> int:
@@ -403,4 +438,5 @@ __all__ = [
     "run_version",
     "seconds",
     "timeline",
+    "waits_for_its_program",
 ]

@@ -1,10 +1,17 @@
 """The console's pages, built from the read models with `_html` (everything escaped).
 
 A run's waiting request is shown with the command line's own rendering
-(`agentrt._render_approval`: `approval_fields` over `hashed_content`): every field,
-in the order it is hashed, with sizes, long strings as head and tail, and every
-invisible or control character visible as an escape. The form under it carries
+(`agentrt._render_approval`, decision 0057): first what a person decides on
+(`summary`: the tool, each argument once as its exact JSON literal, why a
+person is asked, what approving and rejecting do, the hash), then the buttons,
+then every field in the order it is hashed (`hashed_rows`), folded in a
+`<details>`, with sizes, long strings as head and tail, durations in units, and
+every invisible or control character visible as an escape. The form carries
 the hash shown, so a decision can only be bound to what the person saw.
+
+A run still waiting whose request was decided (approved, its program has not
+resumed it yet) is its own state: "approved by X at T, waiting for the program
+to resume", on the run page and the index, never counted as waiting for a person.
 
 Parts of a page that change while a run moves carry `data-live` and an `id`;
 `console.js` fetches the page again and swaps exactly those elements. The
@@ -22,8 +29,8 @@ from .. import view
 from .._clock import format_time
 from .._db import capped_length
 from .._records import Approval, RunStatus, VerifyReport
-from .._render_approval import INTERRUPTED_KIND, approval_fields, hashed_content
-from ._data import Entry, IndexData, Pending, RunData, seconds
+from .._render_approval import INTERRUPTED_KIND, Summary, approval_fields, hashed_rows, summary
+from ._data import Entry, IndexData, Pending, RunData, seconds, waits_for_its_program
 from ._html import Html, h, join, page, shown_text, text
 from ._security import ConsoleConfig
 
@@ -53,6 +60,24 @@ def _pill(status: str) -> Html:
     # The class comes from the known statuses only: a stored value never names a class.
     known = status.lower() if status in _STATUSES else "unknown"
     return h('<span class="pill s-{}">{}</span>', known, _status_label(status) or "unknown")
+
+
+def _resuming_pill(last: Approval | None) -> Html:
+    """The state of a run whose request was decided and whose program has not resumed it."""
+    if last is None:  # waiting with nothing pending and nothing decided: a file made by hand
+        return Html('<span class="pill s-resuming">waiting for its program</span>')
+    said = "rejected" if last.status == "rejected" else "approved"
+    return h('<span class="pill s-resuming">{} · waiting for its program</span>', said)
+
+
+def decided_sentence(last: Approval | None) -> str:
+    """`approved by alice at 2026-12-01 09:00:00 UTC, waiting for the program to resume`."""
+    if last is None:
+        return "no request pending, waiting for the program to resume"
+    return (
+        f"{last.status} by {last.decided_by or 'someone unrecorded'} at "
+        f"{_when(last.decided_at)}, waiting for the program to resume"
+    )
 
 
 def _goal(goal: str) -> Html:
@@ -94,18 +119,35 @@ def _waiting_card(s: view.RunSummary) -> Html:
     )
 
 
+def _resuming_card(s: view.RunSummary, last: Approval | None) -> Html:
+    what = h("{} · {}", last.status, view.approval_tool(last) or "-") if last else text("decided")
+    return h(
+        '<li class="card resuming"><a class="cardlink" href="/runs/{}">'
+        '<span class="what">{}</span><span class="goal">{}</span>'
+        '<span class="state">{}</span>'
+        '<span class="meta">run {}</span>'
+        '<span class="go">Open →</span></a></li>',
+        _u(s.run.id),
+        what,
+        _clip(s.run.goal, 160),
+        decided_sentence(last),
+        s.run.id[:12],
+    )
+
+
 def _clip(value: str, limit: int) -> str:
     return value if len(value) <= limit else value[:limit] + "…"
 
 
-def _run_row(s: view.RunSummary) -> Html:
+def _run_row(s: view.RunSummary, decided: dict[str, Approval | None]) -> Html:
     r = s.run
+    pill = _resuming_pill(decided.get(r.id)) if waits_for_its_program(s) else _pill(r.status)
     return h(
         '<tr><td>{}</td><td class="goalcell"><a href="/runs/{}">{}</a>'
         '<span class="rid">{}</span></td>'
         '<td class="num">{}</td><td class="num">{}</td><td class="num">{}</td>'
         '<td class="num">{}</td><td>{}</td></tr>',
-        _pill(r.status),
+        pill,
         _u(r.id),
         _clip(r.goal, 120) or "(no goal)",
         r.id[:12],
@@ -126,12 +168,21 @@ def _page_link(label: str, status: str | None, offset: int) -> Html:
 
 def index_page(data: IndexData, config: ConsoleConfig) -> Html:
     runs = data.runs
-    waiting = data.waiting
-    if waiting.runs:
-        cards = join(_waiting_card(s) for s in waiting.runs)
+    asking = data.asking
+    if asking:
+        cards = join(_waiting_card(s) for s in asking)
         waiting_html = h('<ul class="cards">{}</ul>', cards)
     else:
         waiting_html = Html('<p class="empty">Nobody is needed right now.</p>')
+    resuming = data.resuming
+    if resuming:
+        waiting_html = h(
+            '{}<h2 class="resuming">Decided, waiting for the program to resume '
+            '<span class="badge calm">{}</span></h2><ul class="cards">{}</ul>',
+            waiting_html,
+            _number(len(resuming)),
+            join(_resuming_card(s, data.decided.get(s.run.id)) for s in resuming),
+        )
     options = join(
         h(
             '<option value="{}"{}>{}</option>',
@@ -149,7 +200,7 @@ def index_page(data: IndexData, config: ConsoleConfig) -> Html:
         options,
     )
     if runs.runs:
-        rows = join(_run_row(s) for s in runs.runs)
+        rows = join(_run_row(s, data.decided) for s in runs.runs)
         table = h(
             '<table class="runs"><thead><tr><th>status</th><th>goal</th>'
             '<th class="num">steps</th><th class="num">model calls</th>'
@@ -177,7 +228,7 @@ def index_page(data: IndexData, config: ConsoleConfig) -> Html:
         '<span class="badge">{}</span></h1>{}</section>'
         '<section><div class="bar"><h2>All runs</h2>{}</div>'
         '<div data-live id="live-runs">{}{}<nav class="pager">{}</nav></div></section>',
-        _number(waiting.total),
+        _number(data.asking_total),
         waiting_html,
         filter_form,
         table,
@@ -214,10 +265,8 @@ def _value_cell(value: str) -> Html:
 
 
 def _field_rows(approval: Approval) -> Html:
-    rows = list(approval_fields(hashed_content(approval)))[1:]  # the first is the object itself
     out = []
-    for path, value in rows:
-        path = path.lstrip(".")
+    for path, value in hashed_rows(approval):
         depth = min(path.count(".") + path.count("["), 8)
         out.append(
             h(
@@ -231,8 +280,51 @@ def _field_rows(approval: Approval) -> Html:
     return join(out)
 
 
+def _arguments(s: Summary) -> Html:
+    """The arguments the tool is called with, one a row, each its exact JSON literal."""
+    if not s.args:
+        return h('<span class="none">{}</span>', shown_text(s.args_note or "(none)"))
+    rows = join(
+        h('<tr><th scope="row">{}</th><td>{}</td></tr>', shown_text(k), shown_text(v))
+        for k, v in s.args
+    )
+    more = Html("")
+    if s.args_more:
+        more = h(
+            '<tr><th scope="row">…</th><td>and {} more (every one: in the full view below)'
+            "</td></tr>",
+            _number(s.args_more),
+        )
+    return h('<table class="args">{}{}</table>', rows, more)
+
+
+def _facts(s: Summary, a: Approval) -> Html:
+    side = h(' <span class="size">({})</span>', shown_text(s.side_effect)) if s.side_effect else ""
+    return h(
+        '<dl class="facts">'
+        "<dt>tool</dt><dd><code>{}</code>{}</dd>"
+        "<dt>arguments</dt><dd>{}</dd>"
+        "<dt>why asked</dt><dd>{}{}</dd>"
+        '<dt>if you approve</dt><dd class="does">{}</dd>'
+        '<dt>if you reject</dt><dd class="does">{}</dd>'
+        "<dt>asked</dt><dd>{}</dd><dt>expires</dt><dd>{}</dd></dl>",
+        shown_text(s.tool),
+        Html(side),
+        _arguments(s),
+        shown_text(s.why),
+        Html("")
+        if s.kind == s.side_effect
+        else h(' <span class="size">({})</span>', shown_text(s.kind)),
+        shown_text(s.approving[:1].upper() + s.approving[1:] + "."),
+        shown_text(s.rejecting[:1].upper() + s.rejecting[1:] + "."),
+        _when(a.created_at),
+        _when(a.expires_at) if a.expires_at else "never",
+    )
+
+
 def _decision_form(p: Pending, run_id: str, config: ConsoleConfig) -> Html:
     a = p.approval
+    s = summary(a, p.reason)
     interrupted = (
         h(
             '<div class="notice warn" role="note"><strong>Outcome unknown.</strong> {}</div>',
@@ -244,14 +336,13 @@ def _decision_form(p: Pending, run_id: str, config: ConsoleConfig) -> Html:
     expired = ""
     if a.expires_at is not None and a.expires_at <= datetime.now(a.expires_at.tzinfo):
         expired = f"This request expired at {_when(a.expires_at)}: deciding it will be refused."
-    meta = h(
-        '<dl class="facts"><dt>kind</dt><dd>{}</dd><dt>tool</dt><dd>{}</dd>'
-        "<dt>why asked</dt><dd>{}</dd><dt>asked</dt><dd>{}</dd><dt>expires</dt><dd>{}</dd></dl>",
-        a.kind,
-        view.approval_tool(a) or "-",
-        p.reason or "-",
-        _when(a.created_at),
-        _when(a.expires_at) if a.expires_at else "never",
+    mismatches = join(
+        h(
+            '<div class="notice bad mismatch" role="alert"><strong>Check before deciding:</strong>'
+            " {}</div>",
+            shown_text(m),
+        )
+        for m in s.mismatches
     )
     if p.hash_error:
         form = h(
@@ -288,21 +379,24 @@ def _decision_form(p: Pending, run_id: str, config: ConsoleConfig) -> Html:
         '<div class="stale notice bad" role="alert" hidden><strong>This request is no longer '
         "the one waiting.</strong> It was decided, or the run moved on and asks again. A decision "
         'made here will be refused. <a href="/runs/{}">Show what waits now</a></div>'
-        '<h2 id="rq-{}">The run waits for your decision</h2>{}{}{}'
-        "<h3>What you decide, field by field, exactly as it is hashed</h3>"
-        '<table class="fields">{}</table>'
-        '<p class="hash">hash <code>{}</code></p>{}</section>',
+        '<h2 id="rq-{}">The run waits for your decision</h2>{}{}{}{}'
+        '<p class="hash">hash <code>{}</code></p>{}'
+        '<details class="full"><summary>Every field exactly as it is hashed '
+        '<span class="opt">({} fields: what the hash above covers)</span></summary>'
+        '<table class="fields">{}</table></details></section>',
         a.id,
         a.hash,
         a.id,
         _u(run_id),
         a.id,
-        meta,
-        h('<p class="notice warn">{}</p>', expired) if expired else Html(""),
         interrupted,
-        _field_rows(a),
+        h('<p class="notice warn">{}</p>', expired) if expired else Html(""),
+        _facts(s, a),
+        mismatches,
         a.hash,
         form,
+        _number(s.fields),
+        _field_rows(a),
     )
 
 
@@ -378,13 +472,16 @@ def _summary(data: RunData) -> Html:
     run = data.detail.summary.run
     tokens = data.detail.summary.tokens
     note = Html("")
-    if run.status == RunStatus.WAITING_FOR_APPROVAL and not data.pending and data.decided:
-        last = data.decided[-1]
+    pill = _pill(run.status)
+    if run.status == RunStatus.WAITING_FOR_APPROVAL and not data.pending:
+        last = data.decided[-1] if data.decided else None
+        pill = _resuming_pill(last)
+        sentence = decided_sentence(last)
         note = h(
-            '<p class="notice info">{} by {}. The run goes on when its program resumes it '
-            "(the console never runs tools).</p>",
-            last.status.capitalize(),
-            last.decided_by,
+            '<p class="notice info resuming">{}. The console never runs tools: the run goes on '
+            "when the program that owns it resumes it (Driver.resume or Driver.recover, "
+            "Gate.attach, or the identical re-call through agentrt-proxy).</p>",
+            sentence[:1].upper() + sentence[1:],
         )
     reason = h(' <span class="reason">{}</span>', run.reason) if run.reason else Html("")
     return h(
@@ -396,7 +493,7 @@ def _summary(data: RunData) -> Html:
         "<div><dt>cost</dt><dd>{}</dd></div><div><dt>active</dt><dd>{}</dd></div>"
         "<div><dt>created</dt><dd>{}</dd></div><div><dt>finished</dt><dd>{}</dd></div></dl>"
         "{}</section>",
-        _pill(run.status),
+        pill,
         reason,
         run.id,
         _goal(run.goal),
@@ -502,4 +599,11 @@ def login_page(config: ConsoleConfig, message: str) -> Html:
     )
 
 
-__all__ = ["INTERRUPTED_NOTICE", "index_page", "login_page", "message_page", "run_page"]
+__all__ = [
+    "INTERRUPTED_NOTICE",
+    "decided_sentence",
+    "index_page",
+    "login_page",
+    "message_page",
+    "run_page",
+]
