@@ -32,7 +32,5 @@ def on_files(files: Files, config: Any) -> Files:
         title = found.group(1) if found else record.src_uri
         name = record.src_uri.removeprefix("decisions/")
         lines.append(f"- [{title}]({name})")
-    files.append(
-        File.generated(config, "decisions/index.md", content="\n".join(lines) + "\n")
-    )
+    files.append(File.generated(config, "decisions/index.md", content="\n".join(lines) + "\n"))
     return files
