@@ -159,6 +159,23 @@ def test_every_public_name_of_every_public_module_is_in_the_api_reference(site: 
     assert missing == []
 
 
+def test_every_public_module_and_each_class_or_function_it_exports_has_a_docstring() -> None:
+    import griffe
+
+    package = griffe.load("agentrt", search_paths=[str(ROOT / "src")], resolve_aliases=True)
+    missing = []
+    for name in _public_modules():
+        module = package[name.removeprefix("agentrt").lstrip(".")] if name != "agentrt" else package
+        if not module.docstring:
+            missing.append(name)
+        for attr in _dunder_all(name, _public_modules()[name]):
+            member = module[attr]
+            target = member.final_target if member.is_alias else member
+            if target.kind.value in ("class", "function") and not target.docstring:
+                missing.append(f"{name}.{attr}")
+    assert missing == []
+
+
 def test_the_built_site_loads_nothing_from_another_host(site: Path) -> None:
     found = []
     for path in site.rglob("*"):
