@@ -30,6 +30,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import tomllib
 import venv
 import zipfile
@@ -245,6 +246,22 @@ def test_python_m_build_makes_a_wheel_and_an_sdist_that_pass_twine_check(built: 
     result = run(sys.executable, "-m", "twine", "check", "--strict", built.wheel, built.sdist)
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.count("PASSED") == 2, result.stdout
+    with tarfile.open(built.sdist) as sdist:
+        names = {name.partition("/")[2] for name in sdist.getnames()}
+    # The whole project a packager or a reviewer needs, the wheel built from it.
+    assert {
+        "LICENSE",
+        "CHANGELOG.md",
+        "SECURITY.md",
+        "CONTRIBUTING.md",
+        "mkdocs.yml",
+        "docs/index.md",
+        "tests/conftest.py",
+        "tests/support/__init__.py",
+        "examples/mcp/proxy.json",
+        "src/agentrt/py.typed",
+    } <= names
+    assert not [n for n in names if "__pycache__" in n or n.endswith((".pyc", ".db"))]
 
 
 def test_the_wheel_is_typed_licensed_and_carries_classifiers_urls_and_every_extra(
