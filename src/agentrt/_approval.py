@@ -55,6 +55,10 @@ def approval_request(run_id: str, step_id: str, spec: ToolSpec, args: JSON) -> d
 
 
 def approval_hash(kind: str, capability: JSON, presentation: JSON, request: JSON) -> str:
+    """The SHA-256 (hex) of an approval's canonical JSON.
+
+    It covers the approval's kind, capability, presentation and request.
+    """
     return content_hash(
         {
             "kind": kind,

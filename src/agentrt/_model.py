@@ -31,6 +31,8 @@ STOP_REASONS = ("tool_use", "end_turn", "max_tokens", "refusal", "model_context_
 
 @dataclass(frozen=True)
 class TextBlock:
+    """Text in a message."""
+
     text: str
     type: Literal["text"] = "text"
 
@@ -40,6 +42,8 @@ class TextBlock:
 
 @dataclass(frozen=True)
 class ToolUseBlock:
+    """A model's request to call a tool: the call's `id`, the tool's `name` and its `input`."""
+
     id: str
     name: str
     input: JSON
@@ -51,6 +55,8 @@ class ToolUseBlock:
 
 @dataclass(frozen=True)
 class ToolResultBlock:
+    """A tool's answer sent back to the model, naming the call it answers."""
+
     tool_use_id: str
     content: str
     is_error: bool = False
@@ -83,6 +89,8 @@ def block_from_json(data: Mapping[str, Any]) -> ContentBlock:
 
 @dataclass(frozen=True)
 class Message:
+    """One message of a conversation: a `user` or `assistant` role and its content blocks."""
+
     role: Literal["user", "assistant"]
     content: Sequence[ContentBlock]
 
@@ -125,6 +133,8 @@ class ModelRequest:
 
 @dataclass(frozen=True)
 class Usage:
+    """The tokens one model response used, as the provider reported them."""
+
     input_tokens: int = 0
     output_tokens: int = 0
     cached_input_tokens: int = 0
@@ -147,6 +157,12 @@ class Usage:
 
 @dataclass(frozen=True)
 class ModelResponse:
+    """What a model answered.
+
+    Its text, the tools it asked to call, why it stopped, the tokens used, and the raw bytes when
+    kept.
+    """
+
     text: str
     tool_uses: Sequence[ToolUseBlock]
     stop_reason: str

@@ -92,6 +92,10 @@ def approve(
     note: str = "",
     shown_hash: str | None = None,
 ) -> Approval:
+    """Approve a pending approval as `by`; executes nothing (a resume does).
+
+    With `shown_hash`, refused unless it is still the approval's hash (`Operator.approve`).
+    """
     return Operator(store).approve(run_id, approval_id, by, note, shown_hash)
 
 
@@ -103,10 +107,15 @@ def reject(
     note: str = "",
     shown_hash: str | None = None,
 ) -> Approval:
+    """Reject a pending approval as `by`: the step fails and the run is cancelled.
+
+    With `shown_hash`, refused unless it is still the approval's hash (`Operator.reject`).
+    """
     return Operator(store).reject(run_id, approval_id, by, note, shown_hash)
 
 
 def cancel(store: Store, run_id: str, by: str, note: str = "") -> Run:
+    """Cancel any run that has not finished, as `by`, without its lease."""
     return Operator(store).cancel(run_id, by, note)
 
 

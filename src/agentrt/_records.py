@@ -21,6 +21,8 @@ JSON = Any  # a plain JSON value: dict, list, str, int, float, bool or None
 
 
 class RunStatus(StrEnum):
+    """Where a run stands; the strings are stored in `runs.status`."""
+
     RUNNING = "RUNNING"
     WAITING_FOR_APPROVAL = "WAITING_FOR_APPROVAL"
     COMPLETED = "COMPLETED"
@@ -33,6 +35,8 @@ class RunStatus(StrEnum):
 
 
 class TerminalReason(StrEnum):
+    """Why a run ended; the strings are stored in `runs.reason`."""
+
     GOAL_COMPLETED = "goal_completed"
     GOAL_FAILED = "goal_failed"
     LIMIT_STEPS = "limit_steps"
@@ -55,6 +59,8 @@ class TerminalReason(StrEnum):
 
 
 class StepStatus(StrEnum):
+    """Where a step stands; the strings are stored in `steps.status`."""
+
     DECIDING = "deciding"
     AWAITING_APPROVAL = "awaiting_approval"
     EXECUTING = "executing"
@@ -64,6 +70,8 @@ class StepStatus(StrEnum):
 
 
 class DecisionKind(StrEnum):
+    """What an agent decided: call a tool, complete or fail (or a kind the runtime refuses)."""
+
     TOOL_CALL = "tool_call"
     COMPLETE = "complete"
     FAIL = "fail"
@@ -74,6 +82,8 @@ class DecisionKind(StrEnum):
 
 
 class DecisionOrigin(StrEnum):
+    """Who made a decision: the model, a plan or an operator (unset when not said)."""
+
     UNSET = ""
     MODEL = "model"
     PLAN = "plan"
@@ -85,6 +95,8 @@ MAX_SUMMARY = 1024
 
 
 class ObservationKind(StrEnum):
+    """What a step observed: a tool's result or error, a denial, an interruption, ..."""
+
     TOOL_RESULT = "tool_result"
     TOOL_ERROR = "tool_error"
     POLICY_DENIED = "policy_denied"
@@ -93,6 +105,8 @@ class ObservationKind(StrEnum):
 
 
 class SideEffect(StrEnum):
+    """What a tool does to the world, declared by its author; the default policy reads it."""
+
     READ_ONLY = "read_only"
     LOCAL_MUTATION = "local_mutation"
     REMOTE_MUTATION = "remote_mutation"
@@ -100,6 +114,8 @@ class SideEffect(StrEnum):
 
 
 class PolicyOutcome(StrEnum):
+    """A policy's verdict on one request."""
+
     ALLOW = "allow"
     REQUIRE_APPROVAL = "require_approval"
     DENY = "deny"
@@ -107,6 +123,8 @@ class PolicyOutcome(StrEnum):
 
 
 class ApprovalStatus(StrEnum):
+    """Where an approval stands; the strings are stored in `approvals.status`."""
+
     PENDING = "pending"
     APPROVED = "approved"
     REJECTED = "rejected"
@@ -114,6 +132,8 @@ class ApprovalStatus(StrEnum):
 
 
 class ReconcileOutcome(StrEnum):
+    """What a consumer's reconciliation decided about a call a crash cut off."""
+
     CONTINUE = "continue"
     COMPLETED = "completed"
     WAITING = "waiting"
@@ -121,6 +141,8 @@ class ReconcileOutcome(StrEnum):
 
 
 class ModelCallStatus(StrEnum):
+    """Where one model attempt stands; the strings are stored in `model_calls.status`."""
+
     DISPATCHED = "dispatched"
     OK = "ok"
     ERROR = "error"
@@ -447,6 +469,11 @@ class ToolCall:
 
 @dataclass(frozen=True)
 class ToolResult:
+    """What a tool returns.
+
+    `content` is JSON, stored as the step's observation; `summary` is optional and short.
+    """
+
     content: JSON
     summary: str = ""
 
@@ -499,6 +526,11 @@ class Run:
 
 @dataclass(frozen=True)
 class Step:
+    """One step of a run as recorded: the decision, the policy's verdict, the observation.
+
+    `decode_error` names a field that could not be read back.
+    """
+
     id: str
     run_id: str
     index: int
@@ -515,6 +547,12 @@ class Step:
 
 @dataclass(frozen=True)
 class Approval:
+    """One approval as recorded, with the hash a decision must name.
+
+    What is asked is `capability`, `presentation` and `request`; `hash` is the SHA-256 over them
+    (`approval_hash`); `status`, `decided_by` and `note` say who decided and how.
+    """
+
     id: str
     run_id: str
     step_id: str
@@ -590,6 +628,11 @@ class Reconciliation:
 
 @dataclass(frozen=True)
 class Event:
+    """One audit event, in commit order (`seq`).
+
+    `hash` chains it to the event before; `verify_events()` checks the chain.
+    """
+
     seq: int
     run_id: str
     step_id: str
@@ -602,6 +645,11 @@ class Event:
 
 @dataclass(frozen=True)
 class Lease:
+    """Who holds a run, until when, and its fencing `epoch`.
+
+    `holder` (host, pid, process start time) is what proves a local owner dead.
+    """
+
     owner: str
     expires_at: datetime | None
     epoch: int
@@ -610,6 +658,8 @@ class Lease:
 
 @dataclass(frozen=True)
 class ChainBreak:
+    """Where the event chain first fails to verify: the `seq` and the problem."""
+
     seq: int
     problem: str
     detail: str = ""  # what is wrong, when more than the problem's name says (`unreadable`)
@@ -617,6 +667,12 @@ class ChainBreak:
 
 @dataclass(frozen=True)
 class VerifyReport:
+    """What `Store.verify_events()` found.
+
+    Whether the chain is intact, how many events it checked, the head it reached, and the first
+    break.
+    """
+
     intact: bool
     checked: int
     head_seq: int
@@ -639,6 +695,11 @@ class FileCheck:
 
 @dataclass(frozen=True)
 class ModelCallRecord:
+    """One attempt to call a model, recorded before it was sent and settled after.
+
+    Its status, tokens, cost in micro-dollars, latency and error.
+    """
+
     id: str
     run_id: str
     step_id: str

@@ -243,6 +243,10 @@ def policy_view_counters(run: Run, prior: Sequence[Step]) -> dict[str, Any]:
 
 
 def validate_policy_decision(result: Any) -> str | None:
+    """Why a policy's answer cannot be used, or None when it can.
+
+    For example: not a `PolicyDecision`, an unknown outcome, a capability that is not usable JSON.
+    """
     if not isinstance(result, PolicyDecision):
         return f"policy returned {type(result).__name__}, not a PolicyDecision"
     if not isinstance(result.outcome, str) or result.outcome not in _POLICY_OUTCOMES:

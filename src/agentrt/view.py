@@ -205,6 +205,10 @@ def run_json(run: Run) -> dict[str, Any]:
 
 
 def step_json(step: Step) -> dict[str, Any]:
+    """A step as the JSON the command and the console print.
+
+    Times as text; `decode_error` only when set.
+    """
     out: dict[str, Any] = {
         "id": text_json(step.id),
         "index": step.index,
@@ -223,6 +227,10 @@ def step_json(step: Step) -> dict[str, Any]:
 
 
 def approval_json(approval: Approval) -> dict[str, Any]:
+    """An approval as the JSON the command and the console print.
+
+    Times as text; `decode_error` only when set.
+    """
     out: dict[str, Any] = {
         "id": text_json(approval.id),
         "run_id": text_json(approval.run_id),
@@ -266,6 +274,7 @@ def _content_text(content: JSON, key: str) -> str:
 
 
 def decision_summary(step: Step) -> str:
+    """A step's decision in one bounded line (`tool {args}`, `complete ...`, `fail: ...`)."""
     d = step.decision
     if d is None:
         return "-"
@@ -285,6 +294,7 @@ def decision_summary(step: Step) -> str:
 
 
 def policy_summary(policy: PolicyDecision | None) -> str:
+    """A policy's verdict in one bounded line (`allow`, `approval: KIND`, `deny: REASON`)."""
     if policy is None:
         return "-"
     if policy.outcome == PolicyOutcome.ALLOW:
@@ -304,6 +314,7 @@ _OBSERVATION_KEYS = {
 
 
 def observation_summary(observation: Observation | None) -> str:
+    """An observation in one bounded line (`KIND: text`), or `-`."""
     if observation is None:
         return "-"
     key = _OBSERVATION_KEYS.get(str(observation.kind))
@@ -317,6 +328,7 @@ def observation_summary(observation: Observation | None) -> str:
 
 
 def step_summary(step: Step) -> StepSummary:
+    """A step's decision, verdict and observation as one row of bounded lines."""
     decision = decision_summary(step)
     if step.decode_error:
         decision = f"{decision} [unreadable: {_clip(step.decode_error, 80)}]"

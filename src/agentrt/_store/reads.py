@@ -272,6 +272,7 @@ def run_ids_starting(store: Store, prefix: str, limit: int) -> list[str]:
 
 
 def event_hash_exists(conn: sqlite3.Connection, event_hash: str) -> bool:
+    """Whether an event with this hash was committed."""
     return conn.execute("SELECT 1 FROM events WHERE hash = ?", (event_hash,)).fetchone() is not None
 
 

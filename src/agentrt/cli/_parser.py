@@ -41,6 +41,7 @@ _GLOBAL_VALUE_OPTIONS = ("--db",)
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The `agentrt` command's argument parser, every command and option."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--db",

@@ -19,6 +19,16 @@ escaped (`_html`); who may use it and what the browser is told is `_security`
 
 from __future__ import annotations
 
+try:
+    import starlette  # noqa: F401
+    import uvicorn  # noqa: F401
+except ImportError as exc:
+    # ModuleNotFoundError naming the missing module: `agentrt console` answers it in one line.
+    raise ModuleNotFoundError(
+        "agentrt.console needs Starlette and uvicorn: pip install 'agentrt[console]'",
+        name=exc.name,
+    ) from exc
+
 from ._app import create_app
 from ._security import ConsoleConfig, is_loopback
 from ._serve import serve

@@ -76,6 +76,11 @@ class CaseOutcome:
 
 @dataclass(frozen=True)
 class ConformanceReport:
+    """The outcome of `check_policy`: each case, what was expected and what the policy gave.
+
+    `assert_ok()` raises `AssertionError` with the table when any case does not match.
+    """
+
     policy_id: str
     outcomes: tuple[CaseOutcome, ...]
 

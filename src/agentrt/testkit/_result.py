@@ -90,6 +90,11 @@ class CrashReached:
 
 @dataclass(frozen=True)
 class OperatorAnswer:
+    """How the scripted operator answered an approval during a scenario.
+
+    In which process, which approval, its kind, and the verdict given.
+    """
+
     process: int
     approval_id: str
     kind: str
