@@ -280,7 +280,8 @@ def test_the_wheel_is_typed_licensed_and_carries_classifiers_urls_and_every_extr
     assert "Apache License" in license_text and "Version 2.0, January 2004" in license_text
     assert "agentrt = agentrt.__main__:main" in entry_points
     assert "agentrt-proxy = agentrt.mcp.proxy:main" in entry_points
-    assert "agentrt_testkit = agentrt.testkit.plugin" in entry_points
+    # The test kit's pytest plugin loads only when a project asks for it (decision 0056).
+    assert "pytest11" not in entry_points and "agentrt.testkit.plugin" not in entry_points
 
     assert built.field("Version") == [RUNTIME_VERSION]
     assert built.field("License-Expression") == ["Apache-2.0"]
