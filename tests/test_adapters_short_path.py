@@ -1,0 +1,298 @@
+"""The short path of each adapter, as docs/adapters.md prints it (issue 18, item 7).
+
+Each adapter's section opens with a short program marked
+`<!-- short-path: NAME -->`. The tests here read that block from the docs, check
+the line counts the docs state (the block's lines, and how many of them a
+program without agentrt would not have), and run it as printed, in a fresh
+directory, with a real framework on its own test model and a person deciding
+from another thread through `agentrt.approve` / `agentrt.reject`. The
+omissions the short path cannot make are refused before anything is
+recorded, or end the run honestly; never an orphaned waiting run.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import agentrt
+
+ROOT = Path(__file__).resolve().parent.parent
+DOC = ROOT / "docs" / "adapters.md"
+
+
+def short_path(name: str) -> tuple[str, int, int]:
+    """The marked block of `name`: its code, and the (lines, added or changed) the docs state."""
+    text = DOC.read_text()
+    marker = f"<!-- short-path: {name} -->"
+    assert text.count(marker) == 1, f"docs/adapters.md marks the {name} short path once"
+    before, after = text.split(marker)
+    code = re.match(r"\s*```python\n(.*?)\n```", after, re.S)
+    assert code is not None, "the marker is followed by a python block"
+    claim = re.findall(
+        r"\*\*The short path: (\d+) lines\*\*.*?(\d+) lines are added or changed",
+        before[-1200:],
+        re.S,
+    )
+    assert claim, f"the {name} section states its line counts just above the block"
+    lines, changed = claim[-1]
+    return code.group(1), int(lines), int(changed)
+
+
+def counted(code: str) -> list[str]:
+    return [line for line in code.splitlines() if line.strip()]
+
+
+def added_or_changed(plain: str, code: str) -> int:
+    """Lines of `code` that are not lines of the program `plain` (added or changed)."""
+    matcher = difflib.SequenceMatcher(a=counted(plain), b=counted(code), autojunk=False)
+    kept = sum(block.size for block in matcher.get_matching_blocks())
+    return len(counted(code)) - kept
+
+
+@contextmanager
+def a_person(
+    db: Path, decide: Callable[[agentrt.Store, agentrt.Approval], Any]
+) -> Iterator[list[Any]]:
+    """A person at another terminal: waits for a pending approval in `db`, then decides it once.
+
+    Looks every 20 ms (a look, not a timing assumption: the program under test
+    waits as long as needed); gives up only after 120 s so a broken program
+    fails the test instead of hanging it.
+    """
+    decided: list[Any] = []
+    stop = threading.Event()
+
+    def watch() -> None:
+        deadline = time.monotonic() + 120
+        while not stop.is_set() and time.monotonic() < deadline:
+            if db.exists():
+                store = agentrt.open_store(db)
+                try:
+                    pending = [
+                        a for run in store.list_runs() for a in store.pending_approvals(run.id)
+                    ]
+                    if pending:
+                        decided.append(decide(store, pending[0]))
+                        return
+                finally:
+                    store.close()
+            time.sleep(0.02)
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    try:
+        yield decided
+    finally:
+        stop.set()
+        thread.join(timeout=130)
+
+
+def approve(store: agentrt.Store, approval: agentrt.Approval) -> agentrt.Approval:
+    return agentrt.approve(
+        store, approval.run_id, approval.id, by="alice", note="checked", shown_hash=approval.hash
+    )
+
+
+def reject(store: agentrt.Store, approval: agentrt.Approval) -> agentrt.Approval:
+    return agentrt.reject(
+        store, approval.run_id, approval.id, by="alice", note="not today", shown_hash=approval.hash
+    )
+
+
+def only_run(db: Path) -> tuple[agentrt.Store, agentrt.Run]:
+    store = agentrt.open_store(db)
+    (run,) = store.list_runs()
+    return store, run
+
+
+# -- Pydantic AI ------------------------------------------------------------------
+
+PYDANTIC_PLAIN = """
+from pydantic_ai import Agent
+
+agent = Agent(model, tools=[list_branches, push_branch])
+result = agent.run_sync("publish the login branch")
+"""
+
+
+def pydantic_world(workdir: Path, heard: list[str]) -> dict[str, Any]:
+    """What the snippet takes as the user's own: a scripted model and two tools acting on a file."""
+    pytest.importorskip("pydantic_ai", reason="needs agentrt[pydantic-ai]")
+    from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
+    from pydantic_ai.models.function import (
+        AgentInfo,
+        DeltaToolCall,
+        DeltaToolCalls,
+        FunctionModel,
+    )
+
+    effects = workdir / "effects.log"
+
+    def list_branches() -> list[str]:
+        """List the branches."""
+        return ["main", "feature/login"]
+
+    def push_branch(branch: str) -> str:
+        """Push a branch to the remote."""
+        with effects.open("a") as f:
+            f.write(f"push_branch {branch}\n")
+        return f"pushed {branch}"
+
+    def answer(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        heard.extend(
+            f"{type(p).__name__}:{getattr(p, 'content', '')}"
+            for p in getattr(messages[-1], "parts", [])
+            if type(p).__name__ in ("ToolReturnPart", "RetryPromptPart")
+        )
+        n = sum(isinstance(m, ModelResponse) for m in messages)
+        if n == 0:
+            return ModelResponse(parts=[ToolCallPart("list_branches", {}, tool_call_id="c1")])
+        if n == 1:
+            call = ToolCallPart("push_branch", {"branch": "feature/login"}, tool_call_id="c2")
+            return ModelResponse(parts=[call])
+        return ModelResponse(parts=[TextPart("published")])
+
+    async def stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[Any]:
+        for index, part in enumerate(answer(messages, info).parts):
+            if isinstance(part, TextPart):
+                yield part.content
+            elif isinstance(part, ToolCallPart):
+                args = part.args_as_json_str()
+                yield {index: DeltaToolCall(part.tool_name, args, tool_call_id=part.tool_call_id)}
+
+    stream_calls: type[DeltaToolCalls] | None = None  # the stream's chunks: text or DeltaToolCalls
+    del stream_calls
+    return {
+        "model": FunctionModel(answer, stream_function=stream),
+        "list_branches": list_branches,
+        "push_branch": push_branch,
+    }
+
+
+def test_the_pydantic_ai_short_path_is_as_long_as_the_docs_say() -> None:
+    code, lines, changed = short_path("pydantic-ai")
+    assert len(counted(code)) == lines
+    assert added_or_changed(PYDANTIC_PLAIN, code) == changed
+
+
+def test_the_pydantic_ai_short_path_runs_as_printed_and_waits_for_the_person_inside_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    code, _, _ = short_path("pydantic-ai")
+    monkeypatch.chdir(tmp_path)
+    heard: list[str] = []
+    world = pydantic_world(tmp_path, heard)
+    with a_person(tmp_path / "runs.db", approve) as decided:
+        exec(compile(code, "docs/adapters.md (pydantic-ai short path)", "exec"), world)
+    assert world["result"].output == "published"
+    assert (tmp_path / "effects.log").read_text() == "push_branch feature/login\n"
+    (approval,) = decided
+    assert (approval.status, approval.decided_by) == ("approved", "alice")
+    store, run = only_run(tmp_path / "runs.db")
+    assert (run.status, run.reason, run.result) == ("COMPLETED", "goal_completed", "published")
+    assert [(s.decision.tool or s.decision.kind, s.status) for s in store.list_steps(run.id)] == [
+        ("list_branches", "done"),
+        ("push_branch", "done"),
+        ("complete", "done"),
+    ]
+    assert heard[-1] == "ToolReturnPart:pushed feature/login"
+    assert store.lease(run.id).owner == ""
+    assert store.verify_events().intact
+
+
+def test_a_rejection_while_the_pydantic_ai_short_path_waits_tells_the_model_and_runs_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    code, _, _ = short_path("pydantic-ai")
+    monkeypatch.chdir(tmp_path)
+    heard: list[str] = []
+    world = pydantic_world(tmp_path, heard)
+    with a_person(tmp_path / "runs.db", reject) as decided:
+        exec(compile(code, "docs/adapters.md (pydantic-ai short path)", "exec"), world)
+    assert world["result"].output == "published"  # the model's answer, after it was told
+    assert not (tmp_path / "effects.log").exists()
+    (approval,) = decided
+    store, run = only_run(tmp_path / "runs.db")
+    assert (run.status, run.reason, run.result) == ("CANCELLED", "approval_rejected", None)
+    assert heard[-1] == f"ToolReturnPart:not run: {agentrt.adapters.ended_message(run)}"
+    assert approval.status == "rejected"
+    assert [(s.decision.tool or s.decision.kind, s.status) for s in store.list_steps(run.id)] == [
+        ("list_branches", "done"),
+        ("push_branch", "failed"),
+    ]
+
+
+def test_a_pydantic_ai_agent_without_deferred_tool_requests_cancels_its_waiting_run_at_once(
+    tmp_path: Path,
+) -> None:
+    """Leaving out `DeferredToolRequests` (and not waiting): Pydantic AI's `UserError`, and the
+    agentrt run ends CANCELLED with a note, right as the error is raised (no orphaned WAITING)."""
+    pytest.importorskip("pydantic_ai", reason="needs agentrt[pydantic-ai]")
+    from pydantic_ai import Agent
+    from pydantic_ai.exceptions import UserError
+
+    from agentrt.adapters import Classification
+    from agentrt.adapters.pydantic_ai import AgentrtGate
+
+    world = pydantic_world(tmp_path, [])
+    store = agentrt.open_store(tmp_path / "runs.db")
+    gate = AgentrtGate(
+        store=store,
+        policy=agentrt.default_policy(),
+        classifications={
+            "list_branches": Classification("read_only", timeout=5),
+            "push_branch": Classification("remote_mutation", timeout=30),
+        },
+    )
+    agent = Agent(
+        world["model"], tools=[world["list_branches"], world["push_branch"]], capabilities=[gate]
+    )
+    meta = gate.run_metadata()
+    run_id = meta["agentrt_run_id"]
+    with pytest.raises(UserError) as raised:
+        agent.run_sync("publish the login branch", metadata=meta)
+    run = store.get_run(run_id)
+    assert (run.status, run.reason) == ("CANCELLED", "operator_cancelled")
+    assert not (tmp_path / "effects.log").exists()
+    assert raised.value.__notes__ == [
+        f"agentrt cancelled run {run_id}: a call waited for a person, but this framework run "
+        "cannot stop for one (its output types do not include DeferredToolRequests), so nothing "
+        "could carry out the decision; the call did not run. Build the agent with "
+        "output_type=[str, DeferredToolRequests] and continue with approved(...), or give "
+        "AgentrtGate wait_for_person=True to wait for the person inside the run"
+    ]
+    assert store.pending_approvals(run_id) == []
+    assert store.lease(run_id).owner == ""
+    # The same through run_stream_sync used without `with`: ended as the error is raised.
+    meta = gate.run_metadata()
+    with pytest.raises(UserError):
+        agent.run_stream_sync("publish the login branch", metadata=meta).get_output()
+    run = store.get_run(meta["agentrt_run_id"])
+    assert (run.status, run.reason) == ("CANCELLED", "operator_cancelled")
+    assert not (tmp_path / "effects.log").exists()
+
+
+@pytest.mark.parametrize("value", [0, -1, 3601, True, "1", float("nan")])
+def test_the_pydantic_ai_gate_refuses_a_poll_interval_that_is_not_a_sane_number_of_seconds(
+    tmp_path: Path, value: Any
+) -> None:
+    pytest.importorskip("pydantic_ai", reason="needs agentrt[pydantic-ai]")
+    from agentrt.adapters.pydantic_ai import AgentrtGate
+
+    with pytest.raises(agentrt.ConfigError, match="poll_interval must be a number of seconds"):
+        AgentrtGate(
+            store=agentrt.open_store(tmp_path / "runs.db"),
+            policy=agentrt.default_policy(),
+            classifications={},
+            wait_for_person=True,
+            poll_interval=value,
+        )
