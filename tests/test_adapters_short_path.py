@@ -296,3 +296,170 @@ def test_the_pydantic_ai_gate_refuses_a_poll_interval_that_is_not_a_sane_number_
             wait_for_person=True,
             poll_interval=value,
         )
+
+
+# -- OpenAI Agents SDK --------------------------------------------------------------
+
+AGENTS_PLAIN = """
+from agents import Agent, Runner
+
+agent = Agent(name="publisher", model=model, tools=[list_branches, push_branch])
+result = Runner.run_sync(agent, "publish the login branch")
+"""
+
+
+def agents_world(workdir: Path) -> dict[str, Any]:
+    """The user's own: the SDK's scripted model and two function tools acting on a file."""
+    pytest.importorskip("agents", reason="needs agentrt[openai-agents]")
+    from agents import function_tool, set_tracing_disabled
+    from agents.testing import ScriptedModel, assistant_message, function_call
+
+    set_tracing_disabled(True)
+    effects = workdir / "effects.log"
+
+    @function_tool
+    def list_branches() -> list[str]:
+        """List the branches."""
+        return ["main", "feature/login"]
+
+    @function_tool
+    def push_branch(branch: str) -> str:
+        """Push a branch to the remote."""
+        with effects.open("a") as f:
+            f.write(f"push_branch {branch}\n")
+        return f"pushed {branch}"
+
+    model = ScriptedModel(
+        [
+            [function_call("list_branches", {}, call_id="c1")],
+            [function_call("push_branch", {"branch": "feature/login"}, call_id="c2")],
+            [assistant_message("published")],
+        ]
+    )
+    return {"model": model, "list_branches": list_branches, "push_branch": push_branch}
+
+
+def test_the_openai_agents_short_path_is_as_long_as_the_docs_say() -> None:
+    code, lines, changed = short_path("openai-agents")
+    assert len(counted(code)) == lines
+    assert added_or_changed(AGENTS_PLAIN, code) == changed
+
+
+def test_the_openai_agents_short_path_runs_as_printed_and_waits_for_the_person(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    code, _, _ = short_path("openai-agents")
+    monkeypatch.chdir(tmp_path)
+    world = agents_world(tmp_path)
+    with a_person(tmp_path / "runs.db", approve) as decided:
+        exec(compile(code, "docs/adapters.md (openai-agents short path)", "exec"), world)
+    result = world["result"]
+    assert (result.final_output, result.interruptions) == ("published", [])
+    assert (tmp_path / "effects.log").read_text() == "push_branch feature/login\n"
+    (approval,) = decided
+    assert (approval.status, approval.decided_by) == ("approved", "alice")
+    store, run = only_run(tmp_path / "runs.db")
+    assert (run.status, run.reason, run.result) == ("COMPLETED", "goal_completed", "published")
+    assert [(s.decision.tool or s.decision.kind, s.status) for s in store.list_steps(run.id)] == [
+        ("list_branches", "done"),
+        ("push_branch", "done"),
+        ("complete", "done"),
+    ]
+    assert store.lease(run.id).owner == ""
+    assert store.verify_events().intact
+
+
+def test_a_rejection_while_the_openai_agents_short_path_waits_tells_the_model_and_runs_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    code, _, _ = short_path("openai-agents")
+    monkeypatch.chdir(tmp_path)
+    world = agents_world(tmp_path)
+    with a_person(tmp_path / "runs.db", reject) as decided:
+        exec(compile(code, "docs/adapters.md (openai-agents short path)", "exec"), world)
+    result = world["result"]
+    assert (result.final_output, result.interruptions) == ("published", [])
+    assert not (tmp_path / "effects.log").exists()
+    (approval,) = decided
+    assert approval.status == "rejected"
+    store, run = only_run(tmp_path / "runs.db")
+    assert (run.status, run.reason) == ("CANCELLED", "approval_rejected")
+    assert [(s.decision.tool or s.decision.kind, s.status) for s in store.list_steps(run.id)] == [
+        ("list_branches", "done"),
+        ("push_branch", "failed"),
+    ]
+    told = [
+        str(item.output) for item in result.new_items if type(item).__name__ == "ToolCallOutputItem"
+    ]
+    assert told == ["['main', 'feature/login']", "policy_denied: rejected by alice: not today"]
+
+
+def test_an_openai_agents_approval_that_expires_while_waiting_ends_the_run_and_runs_nothing(
+    tmp_path: Path,
+) -> None:
+    """Nobody decides before the approval's `expires_at`: the wait ends, the expiry is
+    recorded (CANCELLED, approval_expired), the model is told, and the push never runs."""
+    pytest.importorskip("agents", reason="needs agentrt[openai-agents]")
+    from datetime import UTC, datetime, timedelta
+
+    from agentrt.adapters.openai_agents import Classification, gate_agent
+
+    world = agents_world(tmp_path)
+    start = datetime(2026, 12, 1, tzinfo=UTC)
+    ticks = iter(range(1_000_000))
+
+    def clock() -> datetime:  # one minute per reading: the hour of the approval passes
+        return start + timedelta(minutes=next(ticks))
+
+    store = agentrt.open_store(tmp_path / "runs.db")
+    from agents import Agent
+
+    agent = Agent(
+        name="publisher", model=world["model"], tools=[world["list_branches"], world["push_branch"]]
+    )
+    gated = gate_agent(
+        agent,
+        store=store,
+        policy=agentrt.default_policy(),
+        classifications={
+            "list_branches": Classification("read_only", timeout=5),
+            "push_branch": Classification("remote_mutation", timeout=30),
+        },
+        limits=agentrt.Limits(approval_ttl=timedelta(hours=1)),
+        now=clock,
+    )
+    run = gated.new_run()
+    result = run.run_agent_sync("publish", wait_for_person=True, poll_interval=0.01)
+    assert result.final_output == "published"
+    assert not (tmp_path / "effects.log").exists()
+    ended = store.get_run(run.run_id)
+    assert (ended.status, ended.reason) == ("CANCELLED", "approval_expired")
+    assert [a.status for a in store.list_approvals(run.run_id)] == ["expired"]
+
+
+@pytest.mark.parametrize("value", [0, -1, 3601, True, "1", float("nan")])
+def test_run_agent_refuses_a_poll_interval_that_is_not_a_sane_number_of_seconds(
+    tmp_path: Path, value: Any
+) -> None:
+    pytest.importorskip("agents", reason="needs agentrt[openai-agents]")
+    from agents import Agent
+
+    from agentrt.adapters.openai_agents import Classification, gate_agent
+
+    world = agents_world(tmp_path)
+    store = agentrt.open_store(tmp_path / "runs.db")
+    agent = Agent(
+        name="publisher", model=world["model"], tools=[world["list_branches"], world["push_branch"]]
+    )
+    gated = gate_agent(
+        agent,
+        store=store,
+        policy=agentrt.default_policy(),
+        classifications={
+            "list_branches": Classification("read_only", timeout=5),
+            "push_branch": Classification("remote_mutation", timeout=30),
+        },
+    )
+    with pytest.raises(agentrt.ConfigError, match="poll_interval must be a number of seconds"):
+        gated.new_run().run_agent_sync("publish", wait_for_person=True, poll_interval=value)
+    assert store.list_runs() == []

@@ -50,6 +50,7 @@ from ._node import (
     turn_end_node,
 )
 from ._protocol import approve, decided, reject
+from ._wait import ainvoke_and_wait, invoke_and_wait
 
 __all__ = [
     "Classification",
@@ -57,9 +58,11 @@ __all__ = [
     "InterruptRefusedError",
     "RunEndedError",
     "UnclassifiedToolError",
+    "ainvoke_and_wait",
     "approve",
     "decided",
     "gated_tool_node",
+    "invoke_and_wait",
     "reject",
     "run_id_for",
     "turn_end_node",

@@ -57,6 +57,7 @@ from pydantic_graph import End
 
 import agentrt
 from agentrt.adapters import Classification
+from agentrt.adapters._wait import POLL_INTERVAL, poll_interval
 
 from ._run import (
     RUN_ID_KEY,
@@ -230,7 +231,7 @@ class AgentrtGate(AbstractCapability[Any]):
     new_id: Any = None
     lease_ttl: timedelta = timedelta(seconds=30)
     wait_for_person: bool = False
-    poll_interval: float = 0.5
+    poll_interval: float = POLL_INTERVAL
     _run: FrameworkRun | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
@@ -238,19 +239,7 @@ class AgentrtGate(AbstractCapability[Any]):
             raise agentrt.ConfigError("AgentrtGate needs a store (agentrt.open_store(path))")
         if not isinstance(self.wait_for_person, bool):
             raise agentrt.ConfigError("wait_for_person must be True or False")
-        if (
-            isinstance(self.poll_interval, bool)
-            or not isinstance(self.poll_interval, int | float)
-            or not 0 < self.poll_interval <= 3600
-        ):
-            raise agentrt.ConfigError(
-                f"poll_interval must be a number of seconds above 0 and at most 3600, "
-                f"not {self.poll_interval!r}"
-            )
-        if not isinstance(self.classifications, Mapping):
-            raise agentrt.ConfigError(
-                "classifications must be a mapping of tool name to Classification"
-            )
+        self.poll_interval = poll_interval(self.poll_interval)
 
     def run_metadata(self, run_id: str | None = None) -> dict[str, str]:
         """The run metadata naming an agentrt run: a new id, or `run_id` to continue one."""
@@ -280,7 +269,7 @@ class AgentrtGate(AbstractCapability[Any]):
             new_id=self.new_id,
             lease_ttl=self.lease_ttl,
             wait_for_person=self.wait_for_person,
-            poll_interval=float(self.poll_interval),
+            poll_interval=self.poll_interval,
         )
         run = FrameworkRun(
             settings=settings,

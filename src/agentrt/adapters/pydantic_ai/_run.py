@@ -70,10 +70,10 @@ from pydantic_ai.exceptions import (
 from pydantic_ai.toolsets import AbstractToolset, ToolsetTool
 
 import agentrt
-from agentrt._clock import wall_clock
 from agentrt.adapters import Classification, classify, ended_message, tool_spec
 from agentrt.adapters import RunEndedError as _RunEnded
 from agentrt.adapters._calls import CallMarker
+from agentrt.adapters._wait import until_decided
 
 from ._approvals import decision_of, held_presentation, presentation
 
@@ -305,21 +305,16 @@ class FrameworkRun:
         """Look at the store until a person decides `approval`, the run ends, or it lapses.
 
         The lease is let go while waiting: a person decides from any process
-        (`agentrt approve`, the console, the webhook). A pending approval past
-        its `expires_at` (by the gate's clock) is returned as it is, for
-        `attach` to record the expiry.
+        (`agentrt approve`, the console, the webhook). A lapsed approval is
+        returned still pending, for `attach` to record the expiry.
         """
-        store = self.settings.store
-        clock = self.settings.now or wall_clock
-        while True:
-            latest = next(a for a in store.list_approvals(self.run_id) if a.id == approval.id)
-            if latest.status != agentrt.ApprovalStatus.PENDING:
-                return latest
-            if store.get_run(self.run_id).status != agentrt.RunStatus.WAITING_FOR_APPROVAL:
-                return latest
-            if latest.expires_at is not None and clock() >= latest.expires_at:
-                return latest
-            await asyncio.sleep(self.settings.poll_interval)
+        return await until_decided(
+            self.settings.store,
+            self.run_id,
+            approval.id,
+            every=self.settings.poll_interval,
+            clock=self.settings.now,
+        )
 
     async def _waited(self, approval: agentrt.Approval) -> None:
         """After a wait: a decided approval goes on; an ended run or a lapsed one refuses the call.
