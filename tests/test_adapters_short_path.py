@@ -463,3 +463,252 @@ def test_run_agent_refuses_a_poll_interval_that_is_not_a_sane_number_of_seconds(
     with pytest.raises(agentrt.ConfigError, match="poll_interval must be a number of seconds"):
         gated.new_run().run_agent_sync("publish", wait_for_person=True, poll_interval=value)
     assert store.list_runs() == []
+
+
+# -- LangGraph ----------------------------------------------------------------------
+
+LANGGRAPH_PLAIN = """
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import START, MessagesState, StateGraph
+from langgraph.prebuilt import ToolNode, tools_condition
+
+builder = StateGraph(MessagesState)
+builder.add_node("agent", call_model)
+builder.add_node("tools", ToolNode([list_branches, push_branch]))
+builder.add_edge(START, "agent")
+builder.add_conditional_edges("agent", tools_condition)
+builder.add_edge("tools", "agent")
+graph = builder.compile(checkpointer=InMemorySaver())
+config = {"configurable": {"thread_id": "publish-login"}}
+state = graph.invoke({"messages": [("user", "publish the login branch")]}, config)
+"""
+
+
+def langgraph_world(workdir: Path) -> dict[str, Any]:
+    """The user's own: a model node on LangChain's fake chat model, and two tools."""
+    pytest.importorskip("langgraph", reason="needs agentrt[langgraph]")
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+    from langchain_core.messages import AIMessage
+    from langchain_core.tools import tool
+
+    effects = workdir / "effects.log"
+
+    @tool
+    def list_branches() -> list[str]:
+        """List the branches."""
+        return ["main", "feature/login"]
+
+    @tool
+    def push_branch(branch: str) -> str:
+        """Push a branch to the remote."""
+        with effects.open("a") as f:
+            f.write(f"push_branch {branch}\n")
+        return f"pushed {branch}"
+
+    script = [
+        AIMessage("", tool_calls=[{"name": "list_branches", "args": {}, "id": "c1"}]),
+        AIMessage(
+            "",
+            tool_calls=[{"name": "push_branch", "args": {"branch": "feature/login"}, "id": "c2"}],
+        ),
+        AIMessage("published"),
+    ]
+
+    def call_model(state: dict[str, Any]) -> dict[str, Any]:
+        turn = sum(isinstance(m, AIMessage) for m in state["messages"])
+        model = GenericFakeChatModel(messages=iter([script[turn]]))
+        return {"messages": [model.invoke(state["messages"])]}
+
+    return {"call_model": call_model, "list_branches": list_branches, "push_branch": push_branch}
+
+
+def test_the_langgraph_short_path_is_as_long_as_the_docs_say() -> None:
+    code, lines, changed = short_path("langgraph")
+    assert len(counted(code)) == lines
+    assert added_or_changed(LANGGRAPH_PLAIN, code) == changed
+
+
+def test_the_langgraph_short_path_runs_as_printed_waits_for_the_person_and_ends_the_turn(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    code, _, _ = short_path("langgraph")
+    monkeypatch.chdir(tmp_path)
+    world = langgraph_world(tmp_path)
+    with a_person(tmp_path / "runs.db", approve) as decided:
+        exec(compile(code, "docs/adapters.md (langgraph short path)", "exec"), world)
+    messages = world["state"]["messages"]
+    assert messages[-1].content == "published"
+    assert [m.content for m in messages if type(m).__name__ == "ToolMessage"][-1] == (
+        "pushed feature/login"
+    )
+    assert (tmp_path / "effects.log").read_text() == "push_branch feature/login\n"
+    (approval,) = decided
+    assert (approval.status, approval.decided_by) == ("approved", "alice")
+    store, run = only_run(tmp_path / "runs.db")
+    # No turn_end_node in the graph: invoke_and_wait ended the turn's run.
+    assert (run.status, run.reason, run.result) == ("COMPLETED", "goal_completed", "published")
+    assert [(s.decision.tool or s.decision.kind, s.status) for s in store.list_steps(run.id)] == [
+        ("list_branches", "done"),
+        ("push_branch", "done"),
+        ("complete", "done"),
+    ]
+    assert store.lease(run.id).owner == ""
+    assert store.verify_events().intact
+
+
+def test_a_rejection_while_the_langgraph_short_path_waits_tells_the_model_and_runs_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    code, _, _ = short_path("langgraph")
+    monkeypatch.chdir(tmp_path)
+    world = langgraph_world(tmp_path)
+    with a_person(tmp_path / "runs.db", reject) as decided:
+        exec(compile(code, "docs/adapters.md (langgraph short path)", "exec"), world)
+    messages = world["state"]["messages"]
+    assert messages[-1].content == "published"
+    told = [m for m in messages if type(m).__name__ == "ToolMessage"][-1]
+    assert told.status == "error"
+    assert "not today" in str(told.content)
+    assert not (tmp_path / "effects.log").exists()
+    (approval,) = decided
+    assert approval.status == "rejected"
+    store, run = only_run(tmp_path / "runs.db")
+    assert (run.status, run.reason) == ("CANCELLED", "approval_rejected")
+    assert [(s.decision.tool or s.decision.kind, s.status) for s in store.list_steps(run.id)] == [
+        ("list_branches", "done"),
+        ("push_branch", "failed"),
+    ]
+
+
+def test_ainvoke_and_wait_waits_for_the_person_on_the_async_path_and_ends_the_turn(
+    tmp_path: Path,
+) -> None:
+    pytest.importorskip("langgraph", reason="needs agentrt[langgraph]")
+    import asyncio
+
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.graph import START, MessagesState, StateGraph
+    from langgraph.prebuilt import tools_condition
+
+    from agentrt.adapters.langgraph import Classification, ainvoke_and_wait, gated_tool_node
+
+    world = langgraph_world(tmp_path)
+    store = agentrt.open_store(tmp_path / "runs.db")
+    tools_node = gated_tool_node(
+        [world["list_branches"], world["push_branch"]],
+        store=store,
+        policy=agentrt.default_policy(),
+        classifications={
+            "list_branches": Classification("read_only", timeout=5),
+            "push_branch": Classification("remote_mutation", timeout=30),
+        },
+    )
+    builder = StateGraph(MessagesState)
+    builder.add_node("agent", world["call_model"])
+    builder.add_node("tools", tools_node)
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges("agent", tools_condition)
+    builder.add_edge("tools", "agent")
+    graph = builder.compile(checkpointer=InMemorySaver())
+    config: Any = {"configurable": {"thread_id": "t1"}}
+    with a_person(tmp_path / "runs.db", approve):
+        state = asyncio.run(
+            ainvoke_and_wait(
+                graph,
+                {"messages": [("user", "publish")]},
+                config,
+                tools_node,
+                poll_interval=0.01,
+            )
+        )
+    assert state["messages"][-1].content == "published"
+    assert (tmp_path / "effects.log").read_text() == "push_branch feature/login\n"
+    (run,) = store.list_runs()
+    assert (run.status, run.result) == ("COMPLETED", "published")
+
+
+def test_invoke_and_wait_refuses_a_node_that_gated_tool_node_did_not_build(tmp_path: Path) -> None:
+    pytest.importorskip("langgraph", reason="needs agentrt[langgraph]")
+    from langgraph.prebuilt import ToolNode
+
+    from agentrt.adapters.langgraph import invoke_and_wait
+
+    world = langgraph_world(tmp_path)
+    plain = ToolNode([world["list_branches"]])
+    with pytest.raises(agentrt.ConfigError, match="takes the tool node that gated_tool_node"):
+        invoke_and_wait(object(), {}, {"configurable": {"thread_id": "t"}}, plain)
+
+
+def test_pydantic_ai_waiting_inside_the_run_runs_a_call_made_beside_the_waiting_one_after_it(
+    tmp_path: Path,
+) -> None:
+    """With `wait_for_person=True` nothing is held or deferred: the model's push and note, made
+    together, go through the Gate in order, the push after the person's approval, each once."""
+    pytest.importorskip("pydantic_ai", reason="needs agentrt[pydantic-ai]")
+    from agentrt.adapters.pydantic_ai import AgentrtGate
+    from support.adapters import pydantic_ai_child as child
+
+    store = agentrt.open_store(tmp_path / "runs.db")
+    gate = AgentrtGate(
+        store=store,
+        policy=agentrt.default_policy(),
+        classifications=child.CLASSES,
+        wait_for_person=True,
+        poll_interval=0.01,
+    )
+    agent = child.agent(tmp_path, "held", gate=gate)
+    with a_person(tmp_path / "runs.db", approve):
+        result = agent.run_sync("publish", metadata=gate.run_metadata())
+    assert result.output == "done"
+    assert (tmp_path / "effects.log").read_text().splitlines() == [
+        "push_branch feature/login",
+        "write_note pushed login",
+    ]
+    (run,) = store.list_runs()
+    assert (run.status, run.result) == ("COMPLETED", "done")
+    assert [(s.decision.tool or s.decision.kind, s.status) for s in store.list_steps(run.id)] == [
+        ("push_branch", "done"),
+        ("write_note", "done"),
+        ("complete", "done"),
+    ]
+
+
+def test_a_pydantic_ai_approval_that_expires_while_waiting_ends_the_run_and_runs_nothing(
+    tmp_path: Path,
+) -> None:
+    """Nobody decides before the approval's `expires_at` (by the gate's clock): the wait ends,
+    the expiry is recorded (CANCELLED, approval_expired), the model is told, nothing runs."""
+    pytest.importorskip("pydantic_ai", reason="needs agentrt[pydantic-ai]")
+    from datetime import UTC, datetime, timedelta
+
+    from agentrt.adapters.pydantic_ai import AgentrtGate
+    from support.adapters import pydantic_ai_child as child
+
+    start = datetime(2026, 12, 1, tzinfo=UTC)
+    ticks = iter(range(1_000_000))
+
+    def clock() -> datetime:  # one minute per reading: the approval's hour passes
+        return start + timedelta(minutes=next(ticks))
+
+    store = agentrt.open_store(tmp_path / "runs.db")
+    gate = AgentrtGate(
+        store=store,
+        policy=agentrt.default_policy(),
+        classifications=child.CLASSES,
+        limits=agentrt.Limits(approval_ttl=timedelta(hours=1)),
+        now=clock,
+        wait_for_person=True,
+        poll_interval=0.01,
+    )
+    heard: list[str] = []
+    agent = child.agent(tmp_path, "push", gate=gate, heard=heard)
+    meta = gate.run_metadata()
+    result = agent.run_sync("publish", metadata=meta)
+    assert result.output == "pushed"  # the model's answer after it was told
+    assert not (tmp_path / "effects.log").exists()
+    run = store.get_run(meta["agentrt_run_id"])
+    assert (run.status, run.reason) == ("CANCELLED", "approval_expired")
+    assert [a.status for a in store.list_approvals(run.id)] == ["expired"]
+    assert heard == [
+        f"ToolReturnPart:failed:not run: {agentrt.adapters.ended_message(run)}",
+    ]
