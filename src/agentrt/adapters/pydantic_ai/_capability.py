@@ -11,7 +11,9 @@ framework run (`wrap_run`, which Pydantic AI runs around every entry point:
 runs and records a `ToolDenied` of the waiting call (which Pydantic AI
 answers without calling the toolset) as agentrt's rejection;
 `before_model_request` keeps the model from being asked while a call of the
-history waits for a person. The user keeps their Agent, model and tools.
+history waits for a person; `after_node_run` ends the agentrt run at the node
+that ends the framework run (decision 0059). The user keeps their Agent,
+model and tools.
 
 Invariants:
 
@@ -25,6 +27,13 @@ Invariants:
 - No output function runs: Pydantic AI would call it outside the toolset,
   ungated. An agent built with one is refused at `for_run`, before the model
   is asked or a run recorded; one given to a single run, before it runs.
+- The output ends the agentrt run when it is produced, on every entry point,
+  with or without a context manager: not when Pydantic AI closes the run,
+  which without `with` is garbage collection.
+- No call waits for a person where nothing can carry the decision out: with
+  `wait_for_person` the call waits inside the run; otherwise a framework run
+  that cannot end with `DeferredToolRequests` (Pydantic AI's `UserError`)
+  cancels the waiting agentrt run at once, with a note (decision 0058).
 - No native tool reaches the model: Pydantic AI's native tools (web search,
   code execution, a provider-side MCP server, ...) run at the model's
   provider, never through the toolset. A run offering one, from the agent's
@@ -220,7 +229,10 @@ class AgentrtGate(AbstractCapability[Any]):
     agentrt run: `agent.run(..., metadata=gate.run_metadata(run_id))`; pass
     the same metadata, with the message history and any `DeferredToolResults`,
     to continue it (from any process). `limits`, `now`, `new_id`, `lease_ttl`
-    are as for `agentrt.Gate`.
+    are as for `agentrt.Gate`. With `wait_for_person=True` a call the policy
+    sends to a person waits inside the framework run, the store read every
+    `poll_interval` seconds, until the person decides from any process
+    (decision 0058); the agent then needs no `DeferredToolRequests`.
     """
 
     store: agentrt.Store
