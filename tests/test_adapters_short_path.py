@@ -712,3 +712,12 @@ def test_a_pydantic_ai_approval_that_expires_while_waiting_ends_the_run_and_runs
     assert heard == [
         f"ToolReturnPart:failed:not run: {agentrt.adapters.ended_message(run)}",
     ]
+
+
+def test_the_readme_states_the_same_counts_as_the_docs_short_paths() -> None:
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    counts = {name: short_path(name)[2] for name in ("pydantic-ai", "openai-agents", "langgraph")}
+    assert (
+        f"{counts['pydantic-ai']} lines added or changed for Pydantic AI, "
+        f"{counts['openai-agents']} for the Agents SDK, {counts['langgraph']} for LangGraph"
+    ) in readme
