@@ -60,9 +60,10 @@ def added_or_changed(plain: str, code: str) -> int:
 
 @contextmanager
 def a_person(
-    db: Path, decide: Callable[[agentrt.Store, agentrt.Approval], Any]
+    db: Path, decide: Callable[[agentrt.Store, agentrt.Approval], Any], times: int = 1
 ) -> Iterator[list[Any]]:
-    """A person at another terminal: waits for a pending approval in `db`, then decides it once.
+    """A person at another terminal: waits for a pending approval in `db` and decides it,
+    `times` times (each a new approval).
 
     Looks every 20 ms (a look, not a timing assumption: the program under test
     waits as long as needed); gives up only after 120 s so a broken program
@@ -82,7 +83,8 @@ def a_person(
                     ]
                     if pending:
                         decided.append(decide(store, pending[0]))
-                        return
+                        if len(decided) == times:
+                            return
                 finally:
                     store.close()
             time.sleep(0.02)
@@ -721,3 +723,53 @@ def test_the_readme_states_the_same_counts_as_the_docs_short_paths() -> None:
         f"{counts['pydantic-ai']} lines added or changed for Pydantic AI, "
         f"{counts['openai-agents']} for the Agents SDK, {counts['langgraph']} for LangGraph"
     ) in readme
+
+
+def test_the_openai_agents_wait_goes_on_after_a_held_call_the_policy_sends_to_a_person(
+    tmp_path: Path,
+) -> None:
+    """Two pushes in one model response: the first waits, the second is held behind it; once
+    the first is approved and has run, the second asks for its own approval (the SDK raises
+    `ApprovalPendingError` inside); `run_agent(wait_for_person=True)` waits again and goes on
+    from the state saved before: each push runs once, in order."""
+    pytest.importorskip("agents", reason="needs agentrt[openai-agents]")
+    from agents import Agent
+    from agents.testing import ScriptedModel, assistant_message, function_call
+
+    from agentrt.adapters.openai_agents import Classification, gate_agent
+
+    world = agents_world(tmp_path)
+    model = ScriptedModel(
+        [
+            [
+                function_call("push_branch", {"branch": "feature/login"}, call_id="c1"),
+                function_call("push_branch", {"branch": "feature/signup"}, call_id="c2"),
+            ],
+            [assistant_message("pushed both")],
+        ]
+    )
+    store = agentrt.open_store(tmp_path / "runs.db")
+    agent = Agent(
+        name="publisher", model=model, tools=[world["list_branches"], world["push_branch"]]
+    )
+    gated = gate_agent(
+        agent,
+        store=store,
+        policy=agentrt.default_policy(),
+        classifications={
+            "list_branches": Classification("read_only", timeout=5),
+            "push_branch": Classification("remote_mutation", timeout=30),
+        },
+    )
+    run = gated.new_run()
+    with a_person(tmp_path / "runs.db", approve, times=2) as decided:
+        result = run.run_agent_sync("publish both", wait_for_person=True, poll_interval=0.01)
+    assert (result.final_output, result.interruptions) == ("pushed both", [])
+    assert (tmp_path / "effects.log").read_text().splitlines() == [
+        "push_branch feature/login",
+        "push_branch feature/signup",
+    ]
+    assert [a.status for a in decided] == ["approved", "approved"]
+    ended = store.get_run(run.run_id)
+    assert (ended.status, ended.result) == ("COMPLETED", "pushed both")
+    assert [s.status for s in store.list_steps(run.run_id)] == ["done", "done", "done"]

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from datetime import datetime
 
 from agentrt import Approval, ApprovalStatus, ConfigError, RunStatus, Store
-from agentrt._clock import wall_clock
+from agentrt.lowlevel import wall_clock
 
 POLL_INTERVAL = 0.5
 """Seconds between two looks at the store while a call waits for a person (the default)."""

@@ -491,16 +491,34 @@ class GatedRun:
         if not isinstance(wait_for_person, bool):
             raise ConfigError("wait_for_person must be True or False")
         every = check_poll_interval(poll_interval)
-        async with self:
-            result = await Runner.run(self.agent, input, **runner_kwargs)
-        answered: set[str] = set()
-        while wait_for_person and result.interruptions:
-            state = result.to_state()
-            if not await self._wait_for_person(state, every, answered):
-                break
+        if not wait_for_person:
             async with self:
-                result = await Runner.run(self.agent, state, **runner_kwargs)
-        return result
+                return await Runner.run(self.agent, input, **runner_kwargs)
+        answered: set[str] = set()
+        saved: str | None = None  # the run state the last interruptions were saved in
+        given: Any = input
+        while True:
+            try:
+                async with self:
+                    result = await Runner.run(self.agent, given, **runner_kwargs)
+            except ApprovalPendingError:
+                # A held call the policy sent to a person (decision 0052): wait on
+                # its approval, then go on from the state saved before, where the
+                # call ahead of it gets its recorded outcome and this one runs once.
+                if saved is None:
+                    raise
+                state = await self.load_state(saved)
+                if not await self._wait_for_person(state, every, set()):
+                    raise
+                given = await self.load_state(saved)
+                continue
+            if not result.interruptions:
+                return result
+            state = result.to_state()
+            saved = state.to_string()
+            if not await self._wait_for_person(state, every, answered):
+                return result
+            given = state
 
     def run_agent_sync(
         self,
