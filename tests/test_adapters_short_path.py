@@ -773,3 +773,64 @@ def test_the_openai_agents_wait_goes_on_after_a_held_call_the_policy_sends_to_a_
     ended = store.get_run(run.run_id)
     assert (ended.status, ended.result) == ("COMPLETED", "pushed both")
     assert [s.status for s in store.list_steps(run.run_id)] == ["done", "done", "done"]
+
+
+def test_a_langgraph_approval_that_expires_while_invoke_and_wait_waits_ends_the_run(
+    tmp_path: Path,
+) -> None:
+    """Nobody decides before the approval's `expires_at` (by the node's clock): the wait ends,
+    the expiry is recorded (CANCELLED, approval_expired), the model gets the node's error
+    `ToolMessage` saying so and answers, and the push never runs."""
+    pytest.importorskip("langgraph", reason="needs agentrt[langgraph]")
+    from datetime import UTC, datetime, timedelta
+
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.graph import START, MessagesState, StateGraph
+    from langgraph.prebuilt import tools_condition
+
+    from agentrt.adapters.langgraph import (
+        Classification,
+        gated_tool_node,
+        invoke_and_wait,
+    )
+
+    start = datetime(2026, 12, 1, tzinfo=UTC)
+    ticks = iter(range(1_000_000))
+
+    def clock() -> datetime:  # one minute per reading: the approval's hour passes
+        return start + timedelta(minutes=next(ticks))
+
+    world = langgraph_world(tmp_path)
+    store = agentrt.open_store(tmp_path / "runs.db")
+    tools_node = gated_tool_node(
+        [world["list_branches"], world["push_branch"]],
+        store=store,
+        policy=agentrt.default_policy(),
+        classifications={
+            "list_branches": Classification("read_only", timeout=5),
+            "push_branch": Classification("remote_mutation", timeout=30),
+        },
+        limits=agentrt.Limits(approval_ttl=timedelta(hours=1)),
+        now=clock,
+    )
+    builder = StateGraph(MessagesState)
+    builder.add_node("agent", world["call_model"])
+    builder.add_node("tools", tools_node)
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges("agent", tools_condition)
+    builder.add_edge("tools", "agent")
+    graph = builder.compile(checkpointer=InMemorySaver())
+    config: Any = {"configurable": {"thread_id": "t1"}}
+    out = invoke_and_wait(
+        graph, {"messages": [("user", "publish")]}, config, tools_node, poll_interval=0.01
+    )
+    told = [m for m in out["messages"] if type(m).__name__ == "ToolMessage"][-1]
+    assert (told.status, told.content) == (
+        "error",
+        "Denied by the policy: approval expired before it was decided",
+    )
+    assert out["messages"][-1].content == "published"
+    assert not (tmp_path / "effects.log").exists()
+    (run,) = store.list_runs()
+    assert (run.status, run.reason) == ("CANCELLED", "approval_expired")
+    assert [a.status for a in store.list_approvals(run.id)] == ["expired"]

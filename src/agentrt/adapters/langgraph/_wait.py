@@ -79,9 +79,9 @@ def invoke_and_wait(
 ) -> Any:
     """`graph.invoke(input, config)`, waiting for a person on each agentrt approval; the end.
 
-    Returns what the last `graph.invoke` returned. A rejection reaches the
-    model as the gated node's error `ToolMessage`; an expiry or a cancel ends
-    the run, and the graph raises `RunEndedError` as it does for any ended run.
+    Returns what the last `graph.invoke` returned. A rejection, or an
+    approval that lapsed unanswered (recorded expired), reaches the model as
+    the gated node's error `ToolMessage`; the call never runs.
     """
     gated, every = _gated(tools_node), _interval(poll_interval)
     out = graph.invoke(input, config)
