@@ -834,3 +834,21 @@ def test_a_langgraph_approval_that_expires_while_invoke_and_wait_waits_ends_the_
     (run,) = store.list_runs()
     assert (run.status, run.reason) == ("CANCELLED", "approval_expired")
     assert [a.status for a in store.list_approvals(run.id)] == ["expired"]
+
+
+def test_the_pydantic_ai_gate_refuses_classifications_that_are_not_a_mapping(
+    tmp_path: Path,
+) -> None:
+    pytest.importorskip("pydantic_ai", reason="needs agentrt[pydantic-ai]")
+    from agentrt.adapters import Classification
+    from agentrt.adapters.pydantic_ai import AgentrtGate
+
+    store = agentrt.open_store(tmp_path / "runs.db")
+    with pytest.raises(agentrt.ConfigError, match="classifications must be a mapping"):
+        AgentrtGate(
+            store=store,
+            policy=agentrt.default_policy(),
+            classifications=[("push_branch", Classification("remote_mutation", 30))],  # type: ignore[arg-type]
+            wait_for_person=True,
+        )
+    assert store.list_runs() == []

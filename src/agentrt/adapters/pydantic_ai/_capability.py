@@ -249,6 +249,10 @@ class AgentrtGate(AbstractCapability[Any]):
     def __post_init__(self) -> None:
         if not isinstance(self.store, agentrt.Store):
             raise agentrt.ConfigError("AgentrtGate needs a store (agentrt.open_store(path))")
+        if not isinstance(self.classifications, Mapping):
+            raise agentrt.ConfigError(
+                "classifications must be a mapping of tool name to Classification"
+            )
         if not isinstance(self.wait_for_person, bool):
             raise agentrt.ConfigError("wait_for_person must be True or False")
         self.poll_interval = poll_interval(self.poll_interval)

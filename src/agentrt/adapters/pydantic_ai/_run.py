@@ -49,6 +49,7 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import json
 import logging
@@ -73,7 +74,7 @@ import agentrt
 from agentrt.adapters import Classification, classify, ended_message, tool_spec
 from agentrt.adapters import RunEndedError as _RunEnded
 from agentrt.adapters._calls import CallMarker
-from agentrt.adapters._wait import until_decided
+from agentrt.adapters._wait import POLL_INTERVAL, until_decided
 
 from ._approvals import decision_of, held_presentation, presentation
 
@@ -121,7 +122,7 @@ class Settings:
     lease_ttl: timedelta
     wait_for_person: bool = False
     """A call that waits for a person waits inside the framework run (no deferral)."""
-    poll_interval: float = 0.5
+    poll_interval: float = POLL_INTERVAL
     """Seconds between two looks at the store while a call waits for a person."""
 
 
@@ -328,8 +329,9 @@ class FrameworkRun:
             run = store.get_run(self.run_id)
             if run.status == agentrt.RunStatus.WAITING_FOR_APPROVAL:
                 assert self.gate is not None
-                session, _ = await self.gate.attach(self.run_id)  # records the expiry
-                await session.close()
+                with contextlib.suppress(agentrt.RunStateError):  # leased elsewhere: theirs
+                    session, _ = await self.gate.attach(self.run_id)  # records the expiry
+                    await session.close()
         run = store.get_run(self.run_id)
         if run.status != agentrt.RunStatus.WAITING_FOR_APPROVAL:
             raise ToolFailed(f"not run: {ended_message(run)}")
@@ -626,7 +628,7 @@ class FrameworkRun:
         """The framework run cannot stop for a person: the waiting run is cancelled (True).
 
         Pydantic AI refuses to end a run with `DeferredToolRequests` that its
-        output type does not allow (a run's own `output_type=`), so the call
+        output types do not allow (the agent's or the run's own), so the call
         waiting for a person could never be carried out or its decision
         delivered. The call did not run; the run is cancelled with a note
         saying why, instead of waiting for ever.
