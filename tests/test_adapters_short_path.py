@@ -13,6 +13,7 @@ recorded, or end the run honestly; never an orphaned waiting run.
 from __future__ import annotations
 
 import difflib
+import os
 import re
 import threading
 import time
@@ -852,3 +853,87 @@ def test_the_pydantic_ai_gate_refuses_classifications_that_are_not_a_mapping(
             wait_for_person=True,
         )
     assert store.list_runs() == []
+
+
+WAITING_CHILD = """
+import asyncio, json, sys
+sys.path.insert(0, "tests")
+from pathlib import Path
+import agentrt
+from agentrt.adapters.pydantic_ai import AgentrtGate
+from support.adapters import pydantic_ai_child as child
+work, run_id = Path(sys.argv[1]), sys.argv[2]
+store = agentrt.open_store(work / "runs.db")
+gate = AgentrtGate(store=store, policy=agentrt.default_policy(), classifications=child.CLASSES,
+                   wait_for_person=True, poll_interval=0.02)
+agent = child.agent(work, "push", gate=gate)
+output = asyncio.run(child.drive(agent, work, prompt="publish the login branch",
+                                 metadata=gate.run_metadata(run_id), resume=False))
+print(json.dumps({"output": output}))
+"""
+
+
+def test_a_call_cut_off_by_sigkill_while_waiting_inside_the_run_runs_again_only_after_a_person(
+    tmp_path: Path,
+) -> None:
+    """The interruption contract on the short path: a child waiting inside the run, approved,
+    SIGKILLed mid-push (after its effect); the program started again from its saved history
+    with `wait_for_person=True` takes the run over, waits on `interrupted_side_effect`, and
+    pushes a second time only once a person approves that."""
+    pytest.importorskip("pydantic_ai", reason="needs agentrt[pydantic-ai]")
+    import signal
+    import subprocess
+    import sys
+
+    from pydantic_ai.messages import ModelMessagesTypeAdapter
+
+    from agentrt.adapters.pydantic_ai import AgentrtGate
+    from support.adapters import pydantic_ai_child as child
+
+    run_id = "0" * 31 + "7"
+    effects = tmp_path / "effects.log"
+    (tmp_path / "hold").write_text("1")  # the push waits here after acting
+    proc = subprocess.Popen(
+        [sys.executable, "-c", WAITING_CHILD, str(tmp_path), run_id],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=ROOT,
+    )
+    try:
+        with a_person(tmp_path / "runs.db", approve) as first:
+            deadline = time.monotonic() + 120
+            while not (tmp_path / "acted").exists():
+                assert proc.poll() is None, proc.communicate()
+                assert time.monotonic() < deadline
+                time.sleep(0.02)
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait(timeout=60)
+    assert proc.returncode == -signal.SIGKILL
+    (tmp_path / "hold").unlink()
+    assert [a.kind for a in first] == ["remote_mutation"]
+    assert effects.read_text().splitlines() == ["push_branch feature/login"]
+
+    history = ModelMessagesTypeAdapter.validate_json((tmp_path / "history.json").read_bytes())
+    store = agentrt.open_store(tmp_path / "runs.db")
+    gate = AgentrtGate(
+        store=store,
+        policy=agentrt.default_policy(),
+        classifications=child.CLASSES,
+        wait_for_person=True,
+        poll_interval=0.02,
+    )
+    agent = child.agent(tmp_path, "push", gate=gate)
+    with a_person(tmp_path / "runs.db", approve) as second:
+        result = agent.run_sync(message_history=history, metadata=gate.run_metadata(run_id))
+    assert result.output == "pushed"
+    assert [a.kind for a in second] == ["interrupted_side_effect"]
+    assert effects.read_text().splitlines() == ["push_branch feature/login"] * 2
+    run = store.get_run(run_id)
+    assert (run.status, run.result) == ("COMPLETED", "pushed")
+    assert [(a.kind, a.status) for a in store.list_approvals(run_id)] == [
+        ("remote_mutation", "approved"),
+        ("interrupted_side_effect", "approved"),
+    ]
+    assert [e.type for e in store.list_events(run_id)].count("lease.taken_over") == 1
+    assert store.verify_events().intact
