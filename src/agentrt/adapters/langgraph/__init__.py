@@ -25,7 +25,9 @@ agents); one behind a call that waits for a person is held until that call is
 decided. A call the policy sends to a person pauses the graph with
 `interrupt()`, whose value shows the request and its hash; answer with
 `Command(resume=approve(interrupt, by=...))`, `reject`, or `decided` after
-`agentrt approve`. A gated tool may not call `interrupt()` itself
+`agentrt approve`; or run the turn with `invoke_and_wait(graph, input, config,
+tools_node)`, which waits for the person, resumes, and ends the turn's run
+(decision 0058). A gated tool may not call `interrupt()` itself
 (`InterruptRefusedError`). See docs/adapters.md.
 """
 
@@ -50,6 +52,7 @@ from ._node import (
     turn_end_node,
 )
 from ._protocol import approve, decided, reject
+from ._wait import ainvoke_and_wait, invoke_and_wait
 
 __all__ = [
     "Classification",
@@ -57,9 +60,11 @@ __all__ = [
     "InterruptRefusedError",
     "RunEndedError",
     "UnclassifiedToolError",
+    "ainvoke_and_wait",
     "approve",
     "decided",
     "gated_tool_node",
+    "invoke_and_wait",
     "reject",
     "run_id_for",
     "turn_end_node",

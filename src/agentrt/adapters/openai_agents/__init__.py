@@ -7,6 +7,7 @@
     run = gated.resume(saved_run_id)           # in any process: the same agentrt run
     result = await run.run_agent(await run.load_state(saved_state))
     async for event in run.run_agent_streamed("...").stream_events(): ...   # streamed
+    result = gated.new_run().run_agent_sync("...", wait_for_person=True)    # waits, then goes on
 
 Every function-tool call of the agent is recorded verbatim, checked against
 its schema and put to the policy; `require_approval` surfaces as the SDK's own

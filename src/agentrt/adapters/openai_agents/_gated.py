@@ -49,6 +49,7 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import inspect
 import json
@@ -85,6 +86,7 @@ from agentrt import (
     PolicyDecision,
     PolicyOutcome,
     Run,
+    RunStateError,
     RunStatus,
     RunView,
     StepStatus,
@@ -101,6 +103,8 @@ from agentrt import (
 )
 from agentrt.adapters import Classification, classify, ended_message, tool_spec
 from agentrt.adapters._calls import CallMarker
+from agentrt.adapters._wait import POLL_INTERVAL, until_decided
+from agentrt.adapters._wait import poll_interval as check_poll_interval
 from agentrt.lowlevel import (
     INTERRUPTED_SIDE_EFFECT,
     Clock,
@@ -390,6 +394,7 @@ class GatedAgent:
         self.goal = goal if goal is not None else f"OpenAI Agents SDK run of agent {agent.name!r}"
         self.approved_by = approved_by
         self._operator = Operator(store, now=now)
+        self._now = now
         self._new_id: IdFactory = new_id or _new_run_id
         self._source = agent
         # Keyed by agentrt step id (unique across runs): what the original tool gave.
@@ -463,14 +468,110 @@ class GatedRun:
 
     # -- what the consumer calls ---------------------------------------------
 
-    async def run_agent(self, input: Any, **runner_kwargs: Any) -> RunResult:
-        """`Runner.run(self.agent, input, ...)`; an exception out of it ends the agentrt run."""
-        async with self:
-            return await Runner.run(self.agent, input, **runner_kwargs)
+    async def run_agent(
+        self,
+        input: Any,
+        *,
+        wait_for_person: bool = False,
+        poll_interval: float = POLL_INTERVAL,
+        **runner_kwargs: Any,
+    ) -> RunResult:
+        """`Runner.run(self.agent, input, ...)`; an exception out of it ends the agentrt run.
 
-    def run_agent_sync(self, input: Any, **runner_kwargs: Any) -> RunResult:
+        With `wait_for_person=True`, a run that stops on interruptions because
+        agentrt waits for a person is not handed back: the store is read every
+        `poll_interval` seconds (lease let go) until the person decides from
+        any process (`agentrt approve`, the console, the webhook), the
+        decision is carried into the run state (`apply_decisions`) and the run
+        goes on, as often as a person is asked. A rejection, an expiry or a
+        cancel is told to the model as the SDK's rejection of the call; the
+        call never runs. Interruptions agentrt has no approval for are handed
+        back in the result, as without it.
+        """
+        if not isinstance(wait_for_person, bool):
+            raise ConfigError("wait_for_person must be True or False")
+        every = check_poll_interval(poll_interval)
+        if not wait_for_person:
+            async with self:
+                return await Runner.run(self.agent, input, **runner_kwargs)
+        answered: set[str] = set()
+        saved: str | None = None  # the run state the last interruptions were saved in
+        given: Any = input
+        while True:
+            try:
+                async with self:
+                    result = await Runner.run(self.agent, given, **runner_kwargs)
+            except ApprovalPendingError:
+                # A held call the policy sent to a person (decision 0052): wait on
+                # its approval, then go on from the state saved before, where the
+                # call ahead of it gets its recorded outcome and this one runs once.
+                if saved is None:
+                    raise
+                state = await self.load_state(saved)
+                if not await self._wait_for_person(state, every, set()):
+                    raise
+                given = await self.load_state(saved)
+                continue
+            if not result.interruptions:
+                return result
+            state = result.to_state()
+            saved = state.to_string()
+            if not await self._wait_for_person(state, every, answered):
+                return result
+            given = state
+
+    def run_agent_sync(
+        self,
+        input: Any,
+        *,
+        wait_for_person: bool = False,
+        poll_interval: float = POLL_INTERVAL,
+        **runner_kwargs: Any,
+    ) -> RunResult:
         """`run_agent` on an event loop of its own, for a program without one (as `run_sync`)."""
-        return asyncio.run(self.run_agent(input, **runner_kwargs))
+        return asyncio.run(
+            self.run_agent(
+                input, wait_for_person=wait_for_person, poll_interval=poll_interval, **runner_kwargs
+            )
+        )
+
+    async def _wait_for_person(
+        self, state: RunState[Any, Agent[Any]], every: float, answered: set[str]
+    ) -> bool:
+        """Wait until the interruptions of `state` are decided in agentrt; carry the decisions in.
+
+        False when there is nothing of agentrt's to wait for (an interruption
+        it has no approval for, or one already answered): the result is then
+        handed back as it is.
+        """
+        items = [i for i in state.get_interruptions() if i.call_id not in answered]
+        if not items:
+            return False
+        pending = self.pending()
+        if not pending and not any(self._approval_for(i) for i in items):
+            return False  # interruptions the SDK raised itself: no approval of agentrt's
+        if pending:
+            approval = await until_decided(
+                self.store, self.run_id, pending[-1].id, every=every, clock=self._owner._now
+            )
+            lapsed = approval.status == ApprovalStatus.PENDING
+            if lapsed and self.run.status == RunStatus.WAITING_FOR_APPROVAL:
+                with contextlib.suppress(RunStateError):  # attach records the expiry
+                    session, _ = await self.gate.attach(self.run_id)
+                    await session.close()
+        await self.apply_decisions(state)
+        run = self.run
+        if run.status not in (RunStatus.RUNNING, RunStatus.WAITING_FOR_APPROVAL):
+            # Expired or cancelled while waiting: the SDK tells the model the call was not run.
+            for item in state.get_interruptions():
+                latest = self._approval_for(item)
+                if latest is None or latest.status not in (
+                    ApprovalStatus.APPROVED,
+                    ApprovalStatus.REJECTED,
+                ):
+                    state.reject(item, rejection_message=f"not run: {ended_message(run)}")
+        answered.update(i.call_id for i in items if i.call_id is not None)
+        return True
 
     def run_agent_streamed(self, input: Any, **runner_kwargs: Any) -> RunResultStreaming:
         """`Runner.run_streamed(self.agent, input, ...)`, with `run_agent`'s ending when it stops.

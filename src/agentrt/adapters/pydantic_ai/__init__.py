@@ -14,15 +14,21 @@ result = await agent.run(message_history=result.all_messages(),
                          deferred_tool_results=results, metadata=meta)
 ```
 
-`agent.run_stream`, `run_stream_sync`, `iter` and `run_stream_events` go
-through the same Gate. A call the model makes after one that waits for a
-person, in the same response, is held: deferred beside it (metadata
-`held_behind`), judged in its turn when the run continues. Output functions
-are refused (`ConfigError`): make them tools. So are native tools (web
-search, code execution, ...), which run at the model's provider, outside the
-Gate; Pydantic AI's tool search over the agent's own tools is let through.
+Or, for a program happy to wait: `AgentrtGate(..., wait_for_person=True)`
+waits inside the run until a person decides (`agentrt approve` from any
+process), with no `DeferredToolRequests` and no resume loop (decision 0058).
 
-See docs/adapters.md ("Pydantic AI") and docs/decisions/0040, 0051.
+`agent.run_stream`, `run_stream_sync`, `iter` and `run_stream_events` go
+through the same Gate; the output completes the agentrt run as soon as it is
+read, with or without a context manager (decision 0059). A call the model
+makes after one that waits for a person, in the same response, is held:
+deferred beside it (metadata `held_behind`), judged in its turn when the run
+continues. Output functions are refused (`ConfigError`): make them tools. So
+are native tools (web search, code execution, ...), which run at the model's
+provider, outside the Gate; Pydantic AI's tool search over the agent's own
+tools is let through.
+
+See docs/adapters.md ("Pydantic AI") and docs/decisions/0040, 0051, 0058, 0059.
 """
 
 from __future__ import annotations

@@ -11,7 +11,9 @@ framework run (`wrap_run`, which Pydantic AI runs around every entry point:
 runs and records a `ToolDenied` of the waiting call (which Pydantic AI
 answers without calling the toolset) as agentrt's rejection;
 `before_model_request` keeps the model from being asked while a call of the
-history waits for a person. The user keeps their Agent, model and tools.
+history waits for a person; `after_node_run` ends the agentrt run at the node
+that ends the framework run (decision 0059). The user keeps their Agent,
+model and tools.
 
 Invariants:
 
@@ -25,6 +27,13 @@ Invariants:
 - No output function runs: Pydantic AI would call it outside the toolset,
   ungated. An agent built with one is refused at `for_run`, before the model
   is asked or a run recorded; one given to a single run, before it runs.
+- The output ends the agentrt run when it is produced, on every entry point,
+  with or without a context manager: not when Pydantic AI closes the run,
+  which without `with` is garbage collection.
+- No call waits for a person where nothing can carry the decision out: with
+  `wait_for_person` the call waits inside the run; otherwise a framework run
+  that cannot end with `DeferredToolRequests` (Pydantic AI's `UserError`)
+  cancels the waiting agentrt run at once, with a note (decision 0058).
 - No native tool reaches the model: Pydantic AI's native tools (web search,
   code execution, a provider-side MCP server, ...) run at the model's
   provider, never through the toolset. A run offering one, from the agent's
@@ -48,13 +57,16 @@ from typing import Any
 from pydantic_ai import DeferredToolRequests, ModelRequestContext, RunContext
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.capabilities.abstract import AgentNode, WrapRunHandler
+from pydantic_ai.exceptions import UserError
 from pydantic_ai.native_tools import AbstractNativeTool
 from pydantic_ai.output import OutputContext
 from pydantic_ai.run import AgentRunResult
 from pydantic_ai.toolsets import AbstractToolset, ToolsetTool, WrapperToolset
+from pydantic_graph import End
 
 import agentrt
 from agentrt.adapters import Classification
+from agentrt.adapters._wait import POLL_INTERVAL, poll_interval
 
 from ._run import (
     RUN_ID_KEY,
@@ -66,6 +78,7 @@ from ._run import (
 )
 
 _ID = re.compile(r"[0-9a-f]{32}")
+_DEFERRAL_REFUSED = "`DeferredToolRequests` is not among output types"
 
 
 @dataclass
@@ -108,6 +121,15 @@ def _output_functions(spec: Any) -> list[str]:
         if hasattr(spec, inner) and type(spec).__module__.startswith("pydantic_ai"):
             return _output_functions(getattr(spec, inner))
     return []
+
+
+_NO_DEFERRAL = (
+    "agentrt cancelled run {run_id}: a call waited for a person, but this framework run "
+    "cannot stop for one (its output types do not include DeferredToolRequests), so nothing "
+    "could carry out the decision; the call did not run. Build the agent with "
+    "output_type=[str, DeferredToolRequests] and continue with approved(...), or give "
+    "AgentrtGate wait_for_person=True to wait for the person inside the run"
+)
 
 
 _NATIVE_TOOLS = (
@@ -173,6 +195,21 @@ def _named(found: list[Any], settings: list[Any]) -> list[str]:
     return names
 
 
+async def _cancel_if_undeliverable(run: FrameworkRun, error: BaseException) -> None:
+    """Pydantic AI's refusal to end a run with `DeferredToolRequests`: the waiting run ends.
+
+    Seen by the node hook when the node that ran the calls raised it, else
+    (a streamed node, whose errors skip the node hooks) when the framework
+    run ends; the run is cancelled once, and the error says so once.
+    """
+    if (
+        isinstance(error, UserError)
+        and _DEFERRAL_REFUSED in str(error)
+        and await run.cancel_undeliverable()
+    ):
+        error.add_note(_NO_DEFERRAL.format(run_id=run.run_id))
+
+
 def _framework_run(run: FrameworkRun | None) -> FrameworkRun:
     """The framework run this toolset belongs to; none: it was used outside a run of the agent."""
     if run is None:
@@ -192,7 +229,10 @@ class AgentrtGate(AbstractCapability[Any]):
     agentrt run: `agent.run(..., metadata=gate.run_metadata(run_id))`; pass
     the same metadata, with the message history and any `DeferredToolResults`,
     to continue it (from any process). `limits`, `now`, `new_id`, `lease_ttl`
-    are as for `agentrt.Gate`.
+    are as for `agentrt.Gate`. With `wait_for_person=True` a call the policy
+    sends to a person waits inside the framework run, the store read every
+    `poll_interval` seconds, until the person decides from any process
+    (decision 0058); the agent then needs no `DeferredToolRequests`.
     """
 
     store: agentrt.Store
@@ -202,6 +242,8 @@ class AgentrtGate(AbstractCapability[Any]):
     now: Any = None
     new_id: Any = None
     lease_ttl: timedelta = timedelta(seconds=30)
+    wait_for_person: bool = False
+    poll_interval: float = POLL_INTERVAL
     _run: FrameworkRun | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
@@ -211,6 +253,9 @@ class AgentrtGate(AbstractCapability[Any]):
             raise agentrt.ConfigError(
                 "classifications must be a mapping of tool name to Classification"
             )
+        if not isinstance(self.wait_for_person, bool):
+            raise agentrt.ConfigError("wait_for_person must be True or False")
+        self.poll_interval = poll_interval(self.poll_interval)
 
     def run_metadata(self, run_id: str | None = None) -> dict[str, str]:
         """The run metadata naming an agentrt run: a new id, or `run_id` to continue one."""
@@ -239,6 +284,8 @@ class AgentrtGate(AbstractCapability[Any]):
             now=self.now,
             new_id=self.new_id,
             lease_ttl=self.lease_ttl,
+            wait_for_person=self.wait_for_person,
+            poll_interval=self.poll_interval,
         )
         run = FrameworkRun(
             settings=settings,
@@ -265,6 +312,33 @@ class AgentrtGate(AbstractCapability[Any]):
             refuse_override_args(results)
             run.settle_denied(results)
         return node
+
+    async def after_node_run(
+        self, ctx: RunContext[Any], *, node: AgentNode[Any], result: Any
+    ) -> Any:
+        # The node that ends the framework run carries its output: the agentrt
+        # run ends here, when the output is produced (the stream read to its
+        # end, the last node iterated), not when the framework closes the run
+        # (a `run_stream_sync` result used without `with` closes only when it
+        # is garbage-collected).
+        run = self._run
+        if run is not None and isinstance(result, End):
+            output = getattr(result.data, "output", None)
+            await run.finish(output, isinstance(output, DeferredToolRequests))
+            await run.close()
+        return result
+
+    async def on_node_run_error(
+        self, ctx: RunContext[Any], *, node: AgentNode[Any], error: Exception
+    ) -> Any:
+        # Pydantic AI refuses to end a run with DeferredToolRequests its output
+        # types do not allow (raised by the node that ran the calls, whatever
+        # the entry point): the call waiting for a person could then never be
+        # carried out, so the agentrt run is cancelled now, saying why, instead
+        # of being left waiting for ever.
+        if self._run is not None:
+            await _cancel_if_undeliverable(self._run, error)
+        raise error
 
     async def before_model_request(
         self, ctx: RunContext[Any], request_context: ModelRequestContext
@@ -305,10 +379,11 @@ class AgentrtGate(AbstractCapability[Any]):
                 result = await handler()
             except Exception as exc:
                 await run.failed(exc)
+                await _cancel_if_undeliverable(run, exc)
                 raise
             output = result.output
             deferred = isinstance(output, DeferredToolRequests)
-            await run.finish(output, deferred)
+            await run.finish(output, deferred)  # once: after_node_run may have ended it
             return result
         finally:
             await run.close()

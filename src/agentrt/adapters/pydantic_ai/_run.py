@@ -49,6 +49,7 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import json
 import logging
@@ -73,6 +74,7 @@ import agentrt
 from agentrt.adapters import Classification, classify, ended_message, tool_spec
 from agentrt.adapters import RunEndedError as _RunEnded
 from agentrt.adapters._calls import CallMarker
+from agentrt.adapters._wait import POLL_INTERVAL, until_decided
 
 from ._approvals import decision_of, held_presentation, presentation
 
@@ -118,6 +120,10 @@ class Settings:
     now: Any
     new_id: Any
     lease_ttl: timedelta
+    wait_for_person: bool = False
+    """A call that waits for a person waits inside the framework run (no deferral)."""
+    poll_interval: float = POLL_INTERVAL
+    """Seconds between two looks at the store while a call waits for a person."""
 
 
 class Verbatim:
@@ -175,6 +181,8 @@ class FrameworkRun:
     current: _Current | None = None
     continuing: bool = False
     """The framework run brings no new prompt: it continues the history it was given."""
+    finished: bool = False
+    """The framework run's output was seen (`finish`): the agentrt run ended or waits."""
 
     # -- start-up -----------------------------------------------------------
 
@@ -287,10 +295,46 @@ class FrameworkRun:
         if verdict.outcome == "pending":
             assert verdict.approval is not None
             await self._let_go()
+            if self.settings.wait_for_person:
+                return await self._waiting(name, args, ctx, tool)
             raise ApprovalRequired(
                 presentation(self.settings.store, self.run_id, verdict.approval.id)
             )
         raise _end_of(verdict.run)
+
+    async def _wait_for_person(self, approval: agentrt.Approval) -> agentrt.Approval:
+        """Look at the store until a person decides `approval`, the run ends, or it lapses.
+
+        The lease is let go while waiting: a person decides from any process
+        (`agentrt approve`, the console, the webhook). A lapsed approval is
+        returned still pending, for `attach` to record the expiry.
+        """
+        return await until_decided(
+            self.settings.store,
+            self.run_id,
+            approval.id,
+            every=self.settings.poll_interval,
+            clock=self.settings.now,
+        )
+
+    async def _waited(self, approval: agentrt.Approval) -> None:
+        """After a wait: a decided approval goes on; an ended run or a lapsed one refuses the call.
+
+        A lapsed approval is recorded expired by `attach` (the run is cancelled
+        `approval_expired`). The call did not run; the model gets a failed tool
+        return saying how the run ended, and later calls meet the run's end.
+        """
+        store = self.settings.store
+        if approval.status == agentrt.ApprovalStatus.PENDING:
+            run = store.get_run(self.run_id)
+            if run.status == agentrt.RunStatus.WAITING_FOR_APPROVAL:
+                assert self.gate is not None
+                with contextlib.suppress(agentrt.RunStateError):  # leased elsewhere: theirs
+                    session, _ = await self.gate.attach(self.run_id)  # records the expiry
+                    await session.close()
+        run = store.get_run(self.run_id)
+        if run.status != agentrt.RunStatus.WAITING_FOR_APPROVAL:
+            raise ToolFailed(f"not run: {ended_message(run)}")
 
     async def _waiting(
         self, name: str, args: Any, ctx: RunContext[Any], tool: ToolsetTool[Any]
@@ -308,6 +352,9 @@ class FrameworkRun:
                 f"refused: the call {waiting_for} to run now is not the request recorded "
                 f"(and shown for approval with hash {approval.hash}); nothing ran"
             )
+        if approval.status == agentrt.ApprovalStatus.PENDING and self.settings.wait_for_person:
+            approval = await self._wait_for_person(approval)
+            await self._waited(approval)
         if approval.status == agentrt.ApprovalStatus.PENDING:
             decided = decision_of(ctx.tool_call_metadata) if ctx.tool_call_approved else None
             if decided is None or decided["approval_id"] != approval.id:
@@ -336,6 +383,8 @@ class FrameworkRun:
         if verdict.outcome == "pending":
             assert verdict.approval is not None
             await self._let_go()
+            if self.settings.wait_for_person:
+                return await self._waiting(name, args, ctx, tool)
             raise ApprovalRequired(presentation(store, self.run_id, verdict.approval.id))
         if verdict.outcome == "denied":
             assert verdict.observation is not None
@@ -410,6 +459,9 @@ class FrameworkRun:
         An ended run records nothing more (a framework run that continued it
         after a rejection answered its calls with the run's end).
         """
+        if self.finished:
+            return
+        self.finished = True
         session = self.session
         if deferred:
             return
@@ -571,6 +623,29 @@ class FrameworkRun:
         step = await session.step()
         if step is not None:
             await step.fail(error)
+
+    async def cancel_undeliverable(self) -> bool:
+        """The framework run cannot stop for a person: the waiting run is cancelled (True).
+
+        Pydantic AI refuses to end a run with `DeferredToolRequests` that its
+        output types do not allow (the agent's or the run's own), so the call
+        waiting for a person could never be carried out or its decision
+        delivered. The call did not run; the run is cancelled with a note
+        saying why, instead of waiting for ever.
+        """
+        await self._let_go()
+        store = self.settings.store
+        if store.get_run(self.run_id).status != agentrt.RunStatus.WAITING_FOR_APPROVAL:
+            return False
+        agentrt.Operator(store, now=self.settings.now).cancel(
+            self.run_id,
+            by="adapter:pydantic-ai",
+            note=(
+                "the framework run could not stop for a person (DeferredToolRequests is not "
+                "among its output types, Pydantic AI's UserError); the waiting call did not run"
+            ),
+        )
+        return True
 
     async def close(self) -> None:
         await self._let_go()
