@@ -273,11 +273,16 @@ def interrupted_side_effect_decision(spec: ToolSpec, args: JSON) -> PolicyDecisi
     )
 
 
+OUTCOME_UNKNOWN_NOTICE_START = (
+    "This call started, and its tool could not tell whether it took effect"
+)
+
+
 def outcome_unknown_notice(what_happened: str) -> str:
     """The notice of a pause on a tool's `OutcomeUnknown`, saying what happened."""
     said = f": {what_happened.rstrip('.')}" if what_happened.strip() else ""
     return (
-        f"This call started, and its tool could not tell whether it took effect{said}. "
+        f"{OUTCOME_UNKNOWN_NOTICE_START}{said}. "
         "Approving runs it again with these arguments; rejecting ends the run."
     )
 
