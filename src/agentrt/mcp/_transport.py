@@ -22,8 +22,8 @@ This module owns the process of a stdio server and the raw bytes of every
   left for the server and have no answer yet (`sent`, `unanswered`): a call
   whose connection is lost after its request left has an unknown outcome,
   one lost before is an ordinary error (decision 0054). Over stdio a request
-  has left once its line was written to the server's stdin; over HTTP once its
-  POST got past connecting.
+  has left once its line is being written to the server's stdin (a write that
+  fails reached no reader); over HTTP once its POST got past connecting.
 """
 
 from __future__ import annotations
@@ -233,8 +233,14 @@ async def _stdio(server: Server, capture: RawCapture) -> AsyncIterator[Streams]:
                 async for message in from_session:
                     capture.outgoing(message.message)
                     data = message.message.model_dump_json(by_alias=True, exclude_unset=True)
-                    await process.stdin.send(data.encode("utf-8") + b"\n")
+                    # Noted before the write, so an answer read while it drains is seen
+                    # as one; a write that fails reached no reader (the server is gone).
                     capture.sent(message.message)
+                    try:
+                        await process.stdin.send(data.encode("utf-8") + b"\n")
+                    except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+                        capture.not_sent(message.message)
+                        raise
             except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
                 await to_session.aclose()
 
