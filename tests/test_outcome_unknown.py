@@ -11,6 +11,7 @@ rejecting ends the run. A read-only tool's unknown outcome is an ordinary
 
 from __future__ import annotations
 
+import threading
 from datetime import timedelta
 from typing import Any
 
@@ -290,3 +291,33 @@ def test_an_async_tool_raising_outcome_unknown_waits_for_a_person_too(
     assert approval.presentation["side_effect"] == "remote_mutation"
     assert approval.presentation["notice"] == NOTICE
     assert calls == ["bob"]
+
+
+def test_a_mutating_plain_tools_timeout_is_an_ordinary_failure_not_a_pause(
+    store: agentrt.Store,
+) -> None:
+    """Decision 0054: the runtime's timer cannot tell whether the request left; a tool
+    that can raises `OutcomeUnknown` itself."""
+    release = threading.Event()
+
+    def stuck(call: ToolCall) -> ToolResult:
+        release.wait(10)
+        return ToolResult({"late": True})
+
+    tool = RecordingTool(
+        "append", SideEffect.LOCAL_MUTATION, result=stuck, timeout=timedelta(milliseconds=50)
+    )
+    try:
+        run = driver_for(
+            store, tool, [Decision.tool_call("append", {"x": 1}), Decision.complete()]
+        ).start_sync("append a line")
+    finally:
+        release.set()
+    assert run.status == "COMPLETED"
+    assert store.list_approvals(run.id) == []
+    step = store.list_steps(run.id)[0]
+    assert step.status == "failed" and step.observation is not None
+    assert (step.observation.kind, step.observation.content) == (
+        "tool_error",
+        {"tool": "append", "error": "timed out after 0.05s", "failure": "timeout"},
+    )
