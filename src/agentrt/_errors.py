@@ -177,6 +177,21 @@ class AbortRun(Exception):
         super().__init__(detail)
 
 
+class OutcomeUnknown(Exception):
+    """Raised by a tool whose call may have taken effect, and it cannot tell whether it did.
+
+    For example, the connection to the service was lost after the request was
+    sent. A tool that is not read-only pauses the run on an
+    `interrupted_side_effect` approval, as after a crash: a person decides
+    whether it runs again. A read-only tool's is an ordinary tool error.
+    `detail` says what happened, in words a person reads.
+    """
+
+    def __init__(self, detail: str = "") -> None:
+        self.detail = detail
+        super().__init__(detail)
+
+
 class MCPServerError(AgentrtError):
     """An MCP server could not be reached, broke the protocol, or went past a bound."""
 

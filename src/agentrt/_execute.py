@@ -4,7 +4,10 @@ A tool's outcome is never a crash of the runtime: a result becomes
 `tool_result`; an exception, a timeout or content that is not usable JSON
 becomes `tool_error` with a `failure` of `error`, `timeout` or
 `invalid_content` (the unusable content kept for the record); `AbortRun` asks
-for the run to end as `tool_abort`.
+for the run to end as `tool_abort`; `OutcomeUnknown` from a tool that is not
+read-only is `interrupted` (`failure: "outcome_unknown"`), which the step
+machine pauses for a person as after a crash (from a read-only tool it is an
+ordinary `tool_error`: reading again changes nothing; decision 0054).
 
 Invariants kept here:
 
@@ -39,9 +42,9 @@ from typing import Any, cast
 
 from ._canonical import check_json
 from ._decisions import _MAX_KEPT, _kept_text
-from ._errors import AbortRun, JSONValueError
+from ._errors import AbortRun, JSONValueError, OutcomeUnknown
 from ._foreign import exception_text, plain_text, type_name
-from ._records import Observation, ObservationKind, ToolCall, ToolResult, ToolSpec
+from ._records import Observation, ObservationKind, SideEffect, ToolCall, ToolResult, ToolSpec
 from ._tools import Tool
 
 _MAX_SUMMARY = 1024
@@ -51,6 +54,8 @@ _MAX_SUMMARY = 1024
 class ToolOutcome:
     observation: Observation
     abort: str | None = None  # set when the tool raised AbortRun
+    # set (what happened, maybe "") when a tool that is not read-only raised OutcomeUnknown
+    unknown: str | None = None
 
     @property
     def error(self) -> str:
@@ -226,17 +231,26 @@ async def _cancel(task: asyncio.Future[Any], threads: ToolThreads | None) -> Non
 def _raised(spec: ToolSpec, exc: BaseException) -> ToolOutcome:
     """The outcome of a tool that raised `exc`; never raises."""
     if isinstance(exc, AbortRun):
-        try:
-            detail: object = exc.detail  # typed str, but a subclass may store anything
-            if isinstance(detail, str):
-                abort = plain_text(detail, _MAX_KEPT)
-            else:
-                abort = "" if detail is None else _kept_text(detail)
-        except BaseException:  # a hostile subclass: the abort itself still stands
-            abort = ""
-        abort = abort or "the tool aborted the run"
+        abort = _detail(exc) or "the tool aborted the run"
         return ToolOutcome(observation=_error(spec, "abort", abort), abort=abort)
+    if isinstance(exc, OutcomeUnknown) and spec.side_effect != SideEffect.READ_ONLY:
+        what = _detail(exc)
+        observation = Observation.outcome_unknown(
+            what or "the tool could not tell whether the call took effect"
+        )
+        return ToolOutcome(observation=observation, unknown=what)
     if isinstance(exc, asyncio.CancelledError):
         error = f"{exception_text(exc)} (raised by the tool itself; the run was not cancelled)"
         return ToolOutcome(observation=_error(spec, "error", error))
     return ToolOutcome(observation=_error(spec, "error", exception_text(exc)))
+
+
+def _detail(exc: AbortRun | OutcomeUnknown) -> str:
+    """The `detail` an `AbortRun` or `OutcomeUnknown` carries, as plain text; never raises."""
+    try:
+        detail: object = exc.detail  # typed str, but a subclass may store anything
+        if isinstance(detail, str):
+            return plain_text(detail, _MAX_KEPT)
+        return "" if detail is None else _kept_text(detail)
+    except BaseException:  # a hostile subclass: the abort (or the pause) itself still stands
+        return ""

@@ -40,6 +40,7 @@ __all__ = [
     "evaluate",
     "interrupted_side_effect_decision",
     "need_approval",
+    "outcome_unknown_decision",
     "policy_id_of",
 ]
 
@@ -56,6 +57,10 @@ INTERRUPTED_NOTICE = (
     "so whether it took effect is unknown. "
     "Approving runs it again with these arguments; rejecting ends the run."
 )
+
+OUTCOME_UNKNOWN_REASON = "the tool could not tell whether the call took effect; outcome unknown"
+INTERRUPTED_POLICY_ID = "agentrt:interrupted_side_effect"
+"""The policy id recorded with a pause the runtime imposes on an unknown outcome."""
 
 
 @runtime_checkable
@@ -264,5 +269,36 @@ def interrupted_side_effect_decision(spec: ToolSpec, args: JSON) -> PolicyDecisi
             "args": _args_or_empty(args),
             "side_effect": str(spec.side_effect),
             "notice": INTERRUPTED_NOTICE,
+        },
+    )
+
+
+OUTCOME_UNKNOWN_NOTICE_START = (
+    "This call started, and its tool could not tell whether it took effect"
+)
+
+
+def outcome_unknown_notice(what_happened: str) -> str:
+    """The notice of a pause on a tool's `OutcomeUnknown`, saying what happened."""
+    said = f": {what_happened.rstrip('.')}" if what_happened.strip() else ""
+    return (
+        f"{OUTCOME_UNKNOWN_NOTICE_START}{said}. "
+        "Approving runs it again with these arguments; rejecting ends the run."
+    )
+
+
+def outcome_unknown_decision(spec: ToolSpec, args: JSON, what_happened: str) -> PolicyDecision:
+    """The pause for a side effect whose tool raised `OutcomeUnknown` (decision 0054):
+    an `interrupted_side_effect` approval, as after a crash, whose notice says what
+    happened. Approving runs the same request once more; rejecting ends the run."""
+    return PolicyDecision.require_approval(
+        kind=INTERRUPTED_SIDE_EFFECT,
+        reason=OUTCOME_UNKNOWN_REASON,
+        capability={"tool": spec.name, "args": _args_or_empty(args)},
+        presentation={
+            "tool": spec.name,
+            "args": _args_or_empty(args),
+            "side_effect": str(spec.side_effect),
+            "notice": outcome_unknown_notice(what_happened),
         },
     )

@@ -358,6 +358,15 @@ class Observation:
         )
 
     @classmethod
+    def outcome_unknown(cls, error: str) -> Observation:
+        """A side-effect call whose tool said it cannot tell whether it took effect
+        (`OutcomeUnknown`): interrupted while executing, as a crash leaves it."""
+        content = {"previous_status": "executing", "failure": "outcome_unknown", "error": error}
+        return cls._hashed(
+            ObservationKind.INTERRUPTED, content, f"outcome unknown: {error}"[:MAX_SUMMARY]
+        )
+
+    @classmethod
     def cancelled(cls, by: str, note: str) -> Observation:
         """A step of a run a person cancelled."""
         content = {"by": by, "note": note}

@@ -482,27 +482,45 @@ async def pause(
 
     def tx_pause(tx: Tx) -> None:
         now = origin.enter(session, tx, step)
-        request = approval_request(session.run_id, step.id, spec, args)
-        digest = approval_hash(decision.kind, decision.capability, decision.presentation, request)
-        ttl = session.run.limits.approval_ttl
-        from_running = origin.from_run == RunStatus.RUNNING
-        paused = writes.pause_for_approval(
-            tx,
-            session.run_id,
-            step.id,
-            new_id=session.config.new_id,
-            decision=decision,
-            request=request,
-            digest=digest,
-            expires_at=format_time(now + ttl) if ttl is not None else "",
-            payload=payload,
-            active_ms=session.active_ms_until(now) if from_running else 0,
-            from_step=origin.from_step,
-            from_run=origin.from_run,
-            now=now,
+        pause_in(
+            session, tx, now, step, spec, args, decision, payload, origin.from_step, origin.from_run
         )
-        session.run = paused.run
-        session.put_step(paused.step)
-        session.put_approval(paused.approval)
 
     await session.write(tx_pause, POINT_PAUSED)
+
+
+def pause_in(
+    session: RunSession,
+    tx: Tx,
+    now: datetime,
+    step: Step,
+    spec: ToolSpec,
+    args: JSON,
+    decision: PolicyDecision,
+    payload: dict[str, Any],
+    from_step: tuple[str, ...],
+    from_run: str,
+) -> None:
+    """The pause's named write (`pause_for_approval`) in the caller's transaction; the
+    session keeps the run, step and approval as written."""
+    request = approval_request(session.run_id, step.id, spec, args)
+    digest = approval_hash(decision.kind, decision.capability, decision.presentation, request)
+    ttl = session.run.limits.approval_ttl
+    paused = writes.pause_for_approval(
+        tx,
+        session.run_id,
+        step.id,
+        new_id=session.config.new_id,
+        decision=decision,
+        request=request,
+        digest=digest,
+        expires_at=format_time(now + ttl) if ttl is not None else "",
+        payload=payload,
+        active_ms=session.active_ms_until(now) if from_run == RunStatus.RUNNING else 0,
+        from_step=from_step,
+        from_run=from_run,
+        now=now,
+    )
+    session.run = paused.run
+    session.put_step(paused.step)
+    session.put_approval(paused.approval)

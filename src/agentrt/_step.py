@@ -30,6 +30,7 @@ from ._decisions import RecordedDecision, call_args, record, validate
 from ._errors import LeaseLostError, LimitExceeded, ModelUnavailableError, RunStateError
 from ._execute import invoke
 from ._foreign import exception_text
+from ._policy import INTERRUPTED_POLICY_ID, outcome_unknown_decision
 from ._records import (
     JSON,
     DecisionKind,
@@ -52,7 +53,15 @@ from ._session import (
     RunSession,
     VerdictOutcome,
 )
-from ._settle import FromRunning, end, fail_and_go_on, settle, start_resumed, start_tool_in
+from ._settle import (
+    FromRunning,
+    end,
+    fail_and_go_on,
+    pause_in,
+    settle,
+    start_resumed,
+    start_tool_in,
+)
 from ._store import reads, writes
 
 
@@ -226,7 +235,15 @@ async def run_tool(session: RunSession, step: Step) -> None:
         session.lingering_tool = running
         raise
     await session.probe(POINT_TOOL_EFFECT)
-    await _finish_tool(session, step, spec, started_at, outcome.observation, outcome.abort)
+    await _finish_tool(
+        session,
+        step,
+        spec,
+        started_at,
+        outcome.observation,
+        outcome.abort,
+        unknown=None if outcome.unknown is None else (args, outcome.unknown),
+    )
 
 
 async def _finish_tool(
@@ -239,7 +256,12 @@ async def _finish_tool(
     *,
     cancelled: bool = False,
     keep_lease: bool = False,
+    unknown: tuple[JSON, str] | None = None,
 ) -> None:
+    """Record the call's outcome. `unknown` (the call's args, what happened) is a side
+    effect whose tool raised `OutcomeUnknown`: the step is `interrupted` and the run
+    pauses on an `interrupted_side_effect` approval in the same transaction, as after a
+    crash (decision 0054)."""
     config = session.config
 
     def tx_finished(tx: Tx) -> None:
@@ -271,6 +293,29 @@ async def _finish_tool(
                 f"run {session.run_id} changed owner while its tool ran; "
                 "the outcome is left for the current owner"
             )
+        if unknown is not None:
+            session.put_step(
+                writes.finish_tool(
+                    tx,
+                    session.current(step),
+                    StepStatus.INTERRUPTED,
+                    observation,
+                    finished,
+                    failed_event=False,
+                    now=now,
+                )
+            )
+            args, what_happened = unknown
+            decision = outcome_unknown_decision(spec, args, what_happened)
+            payload = {
+                "decision": decision.to_json(),
+                "policy_id": INTERRUPTED_POLICY_ID,
+                "spec_hash": config.spec_hashes[spec.name],
+                "view": {},
+            }
+            from_step, from_run = (StepStatus.INTERRUPTED,), RunStatus.RUNNING
+            pause_in(session, tx, now, step, spec, args, decision, payload, from_step, from_run)
+            return
         if cancelled:
             status = StepStatus.INTERRUPTED
         elif failed:

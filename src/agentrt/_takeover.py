@@ -22,7 +22,7 @@ from ._db import Tx
 from ._decisions import call_args
 from ._errors import JSONValueError, RunStateError
 from ._lease import check_live_lease, expiry, holder_json
-from ._policy import interrupted_side_effect_decision
+from ._policy import INTERRUPTED_POLICY_ID, interrupted_side_effect_decision
 from ._records import (
     PolicyDecision,
     PolicyOutcome,
@@ -48,9 +48,6 @@ from ._session import (
 )
 from ._settle import FromRunning, pause
 from ._store import reads, writes
-
-INTERRUPTED_POLICY_ID = "agentrt:interrupted_side_effect"
-
 
 RECONCILE_POLICY_ID = "agentrt:reconcile"
 

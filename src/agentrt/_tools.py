@@ -73,7 +73,14 @@ _TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}", re.ASCII)
 
 @runtime_checkable
 class Tool(Protocol):
-    """Anything the driver can call: a spec, and `call` (a plain function or a coroutine)."""
+    """Anything the driver can call: a spec, and `call` (a plain function or a coroutine).
+
+    What `call` returns is the result; what it raises is a `tool_error`, except
+    `AbortRun` (the run ends) and `OutcomeUnknown`, raised once the request has
+    left and the tool cannot tell whether it took effect: a tool that is not
+    read-only then waits for a person, as after a crash (decision 0054). A
+    timeout is an ordinary `timeout` failure.
+    """
 
     spec: ToolSpec
 

@@ -16,23 +16,33 @@ This module owns the connection's lifetime and the shape of what crosses it:
   `max_content_bytes`, else the text blocks joined (other blocks as
   placeholders such as `[image omitted]`), cut at the cap with `[truncated]`.
   `isError` raises `MCPToolError`, which the Driver records as a tool error.
+- A call whose request left for the server and got no answer before the
+  session ended, the process exited or the stream closed raises
+  `OutcomeUnknown` (the server may have done the work): a side effect then
+  waits for a person, as after a crash. A call that failed before its request
+  left (the connection already closed, no connection made) is an ordinary
+  `MCPToolError` (decision 0054). The request is known by the id the SDK gave
+  it, seen as the session writes it (`_NotingWrites`, in the caller's task).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import dataclasses
 from collections.abc import AsyncIterator, Mapping
+from types import TracebackType
 from typing import Any
 
 import anyio
 import httpx2
 import mcp_types
 from mcp.client.session import ClientSession
+from mcp.shared.message import SessionMessage
 
 from .._canonical import canonical_json, copy_json
-from .._errors import MCPServerError, MCPToolError
+from .._errors import MCPServerError, MCPToolError, OutcomeUnknown
 from .._records import ToolCall, ToolResult, ToolSpec
 from .._tools import CompiledTool, compile_tool
 from ._config import Admitted, Manifest, Offer, PinnedTool, Report, Rule, Server, decide
@@ -50,6 +60,49 @@ _PLACEHOLDERS = {
     "resource": "[resource omitted]",
     "resource_link": "[resource link omitted]",
 }
+
+
+@dataclasses.dataclass
+class _Attempt:
+    """One `Connection.call`: the id the SDK gave its `tools/call` request, once written."""
+
+    request_id: Any = None
+
+
+_ATTEMPT: contextvars.ContextVar[_Attempt | None] = contextvars.ContextVar(
+    "agentrt_mcp_attempt", default=None
+)
+
+
+class _NotingWrites:
+    """The session's write stream, noting the id of the `tools/call` request that the
+    `Connection.call` running in this task hands to the transport."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    async def send(self, item: SessionMessage, /) -> None:
+        attempt = _ATTEMPT.get()
+        message = item.message
+        if attempt is not None and getattr(message, "method", None) == "tools/call":
+            attempt.request_id = getattr(message, "id", None)
+        await self._inner.send(item)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def __aenter__(self) -> _NotingWrites:
+        await self._inner.__aenter__()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_val: BaseException | None,
+        exc_tb: TracebackType | None,
+    ) -> bool | None:
+        result: bool | None = await self._inner.__aexit__(exc_type, exc_val, exc_tb)
+        return result
 
 
 class Connection:
@@ -154,15 +207,28 @@ class Connection:
         timeout (an unknown outcome). The SDK's read timeout is set later than
         that, so it never fires first and turns a call of unknown outcome into an
         ordinary tool error.
+
+        A failure after the request left, with no answer seen, raises
+        `OutcomeUnknown`; one before it left, `MCPToolError`.
         """
         self._usable()
         read_timeout = timeout + max(SDK_TIMEOUT_SLACK_SECONDS, timeout / 10)
+        attempt = _Attempt()
+        token = _ATTEMPT.set(attempt)
         try:
             result = await self._session.call_tool(
                 tool, arguments, read_timeout_seconds=read_timeout
             )
         except Exception as exc:
+            if self._capture.unanswered(attempt.request_id):
+                raise OutcomeUnknown(
+                    f"the connection to MCP server {self.server.name!r} was lost after the "
+                    f"call to {tool!r} was sent ({_describe(exc)})"
+                ) from exc
             raise MCPToolError(f"the call to {tool!r} failed: {_describe(exc)}") from exc
+        finally:
+            _ATTEMPT.reset(token)
+            self._capture.forget(attempt.request_id)
         return _tool_result(result, self.server.max_content_bytes)
 
     def _usable(self) -> None:
@@ -222,7 +288,7 @@ async def connect(server: Server) -> AsyncIterator[Connection]:
     try:
         async with (
             open_transport(server, capture) as (read_stream, write_stream),
-            ClientSession(read_stream, write_stream) as session,
+            ClientSession(read_stream, _NotingWrites(write_stream)) as session,
         ):
             try:
                 with anyio.fail_after(HANDSHAKE_TIMEOUT):

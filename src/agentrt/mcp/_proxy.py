@@ -31,6 +31,10 @@ A mutating call whose tool did not answer in time is held like one cut off by
 a crash: the proxy proposes it again and `ProxyPolicy` pauses it on an
 `interrupted_side_effect` approval, so rule 6 answers `UNKNOWN_OUTCOME` until
 a person decides (decision 0047). A read that timed out simply runs again.
+A mutating call whose server was lost after the call was sent (the tool raises
+`OutcomeUnknown`) is paused by the Gate itself on the same kind of approval:
+it, and every identical re-call, is answered `UNKNOWN_OUTCOME` until a person
+decides (decision 0054); a read lost that way is `FAILED` and may be retried.
 
 Invariants:
 - Nothing the model sees names the runtime, the database, the config or a run
@@ -63,11 +67,17 @@ from .._errors import (
     LeaseLostError,
     MCPToolError,
     NotFoundError,
+    OutcomeUnknown,
     RunStateError,
     StoreBusyError,
 )
 from .._gate import Gate, GateSession, Verdict, VerdictOutcome
-from .._policy import INTERRUPTED_SIDE_EFFECT, SideEffectPolicy, need_approval
+from .._policy import (
+    INTERRUPTED_SIDE_EFFECT,
+    OUTCOME_UNKNOWN_NOTICE_START,
+    SideEffectPolicy,
+    need_approval,
+)
 from .._records import (
     Approval,
     ApprovalStatus,
@@ -145,6 +155,15 @@ _TIMED_OUT_HELD = (
     "this call started earlier and did not answer in time, so whether it took effect is "
     "unknown. It will not run again until a person decides. Tell the user; do not work "
     "around it with other arguments."
+)
+_LOST_HELD = (
+    "the connection to the server was lost after this call was sent, so whether it took "
+    "effect is unknown. It will not run again until a person decides. Tell the user; do "
+    "not work around it with other arguments."
+)
+_READ_LOST = (
+    "the connection to the server was lost before this call answered. It changes nothing; "
+    "calling again makes a new attempt."
 )
 
 _GIVEN_UP = (
@@ -511,6 +530,9 @@ class Proxy:
                 observation.kind != ObservationKind.TOOL_RESULT
             ):
                 return self._ended(session.run)
+            if session.run.status == RunStatus.WAITING_FOR_APPROVAL:
+                # the tool could not tell whether it took effect: the Gate holds it
+                return self._waiting(await self._latest_approval(session.run))
             if _timed_out(observation) and spec.side_effect != SideEffect.READ_ONLY:
                 return await self._hold(session, spec)
             answer = self._observed(observation)
@@ -623,6 +645,8 @@ class Proxy:
         if kind == ObservationKind.TOOL_ERROR:
             error = str(content.get("error") if isinstance(content, dict) else "")
             error = error.removeprefix(f"{MCPToolError.__name__}: ")
+            if error.startswith(f"{OutcomeUnknown.__name__}: "):  # a read (a mutation waits)
+                return Answer.of(FAILED, _READ_LOST)
             if _timed_out(observation):  # a read (a mutating call is held: `_hold`)
                 return Answer.of(
                     INTERRUPTED,
@@ -646,6 +670,10 @@ class Proxy:
             shown = approval.presentation
             if isinstance(shown, dict) and shown.get("notice") == TIMED_OUT_NOTICE:
                 return Answer.of(UNKNOWN_OUTCOME, _TIMED_OUT_HELD)
+            if isinstance(shown, dict) and str(shown.get("notice")).startswith(
+                OUTCOME_UNKNOWN_NOTICE_START
+            ):
+                return Answer.of(UNKNOWN_OUTCOME, _LOST_HELD)
             return Answer.of(UNKNOWN_OUTCOME)
         return Answer.of(PENDING_APPROVAL)
 

@@ -18,7 +18,12 @@ This module owns the process of a stdio server and the raw bytes of every
   the environment are not used (`trust_env=False`).
 - `RawCapture` keeps the bytes of each answer to a `tools/list` request, seen
   before the SDK parses them, so a pin hashes what the server sent and numbers
-  beyond float64 keep their literal.
+  beyond float64 keep their literal. It also knows which `tools/call` requests
+  left for the server and have no answer yet (`sent`, `unanswered`): a call
+  whose connection is lost after its request left has an unknown outcome,
+  one lost before is an ordinary error (decision 0054). Over stdio a request
+  has left once its line is being written to the server's stdin (a write that
+  fails reached no reader); over HTTP once its POST got past connecting.
 """
 
 from __future__ import annotations
@@ -59,8 +64,32 @@ class RawCapture:
     def __init__(self) -> None:
         self._waiting: set[Any] = set()
         self._answers: dict[Any, Any] = {}
+        self._unanswered: set[str] = set()
         self.stderr = _StderrRing()
         self.unusable = anyio.Event()
+
+    def sent(self, message: Any) -> None:
+        """Note a message that left for the server: a `tools/call` now awaits its answer."""
+        method = (
+            message.get("method") if isinstance(message, dict) else getattr(message, "method", None)
+        )
+        ident = message.get("id") if isinstance(message, dict) else getattr(message, "id", None)
+        if method == "tools/call" and ident is not None:
+            self._unanswered.add(str(ident))
+
+    def not_sent(self, message: Any) -> None:
+        """A message noted as sent that provably never reached the server (no connection)."""
+        ident = message.get("id") if isinstance(message, dict) else getattr(message, "id", None)
+        if ident is not None:
+            self._unanswered.discard(str(ident))
+
+    def unanswered(self, ident: Any) -> bool:
+        """Did the `tools/call` request `ident` leave for the server with no answer seen?"""
+        return ident is not None and str(ident) in self._unanswered
+
+    def forget(self, ident: Any) -> None:
+        if ident is not None:
+            self._unanswered.discard(str(ident))
 
     def outgoing(self, message: Any) -> None:
         """Note a message the client sends (a parsed JSON-RPC message or a dict)."""
@@ -72,12 +101,18 @@ class RawCapture:
             self._waiting.add(ident)
 
     def incoming(self, raw: bytes) -> None:
-        """Offer one raw message from the server; kept when it answers a `tools/list`."""
-        if not self._waiting:
+        """Offer one raw message from the server; kept when it answers a `tools/list`;
+        an answer to a `tools/call` sent is noted as an answer."""
+        if not self._waiting and not self._unanswered:
             return
         try:
             parsed = parse_json(raw)
         except JSONValueError as exc:
+            if self._unanswered:
+                with contextlib.suppress(ValueError, RecursionError, AttributeError):
+                    self._unanswered.discard(str(json.loads(raw).get("id")))
+            if not self._waiting:
+                return
             # Unusable to agentrt (too deep, a lone surrogate, a 20,000-digit number),
             # maybe not to the SDK: if it answers the listing, say so at take().
             with contextlib.suppress(ValueError, RecursionError):
@@ -89,6 +124,8 @@ class RawCapture:
                     )
                     self.unusable.set()
             return
+        if isinstance(parsed, dict) and ("result" in parsed or "error" in parsed):
+            self._unanswered.discard(str(parsed.get("id")))
         if isinstance(parsed, dict) and parsed.get("id") in self._waiting:
             self._waiting.discard(parsed["id"])
             self._answers[parsed["id"]] = parsed
@@ -196,7 +233,14 @@ async def _stdio(server: Server, capture: RawCapture) -> AsyncIterator[Streams]:
                 async for message in from_session:
                     capture.outgoing(message.message)
                     data = message.message.model_dump_json(by_alias=True, exclude_unset=True)
-                    await process.stdin.send(data.encode("utf-8") + b"\n")
+                    # Noted before the write, so an answer read while it drains is seen
+                    # as one; a write that fails reached no reader (the server is gone).
+                    capture.sent(message.message)
+                    try:
+                        await process.stdin.send(data.encode("utf-8") + b"\n")
+                    except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+                        capture.not_sent(message.message)
+                        raise
             except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
                 await to_session.aclose()
 
@@ -326,13 +370,36 @@ class _NoRedirects(httpx2.AsyncBaseTransport):
         self._capture = capture
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        messages: list[Any] = []
         if request.method == "POST":
             body = await request.aread()
             with contextlib.suppress(JSONValueError):
                 sent = parse_json(body)
-                for message in sent if isinstance(sent, list) else [sent]:
+                messages = sent if isinstance(sent, list) else [sent]
+                for message in messages:
                     self._capture.outgoing(message)
-        response = await self._inner.handle_async_request(request)
+                    self._capture.sent(message)
+        try:
+            response = await self._inner.handle_async_request(request)
+        except (httpx2.ConnectError, httpx2.ConnectTimeout, httpx2.PoolTimeout) as exc:
+            for message in messages:  # no connection was made: nothing left
+                self._capture.not_sent(message)
+            calls = [m for m in messages if isinstance(m, dict) and m.get("method") == "tools/call"]
+            if len(calls) != 1 or calls[0].get("id") is None:
+                raise
+            # The SDK would let this error end the whole session from its writer task,
+            # cancelling the caller; a call that never left is an ordinary error of its own.
+            error = {
+                "code": -32000,
+                "message": (
+                    f"could not be reached: {type(exc).__name__}: {exc}; the call was not sent"
+                ),
+            }
+            return httpx2.Response(
+                503,
+                json={"jsonrpc": "2.0", "id": calls[0]["id"], "error": error},
+                request=request,
+            )
         if 300 <= response.status_code < 400:
             await response.aclose()
             raise MCPServerError(

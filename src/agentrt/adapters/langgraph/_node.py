@@ -1279,7 +1279,7 @@ class GatedTools:
 
     async def _execute(
         self, session: GateSession, request: ToolCallRequest, execute: Executor
-    ) -> ToolMessage:
+    ) -> ToolMessage | None:
         step = session.current()
         assert step is not None  # an allowed verdict leaves its step open
         self._calls.put(session.run_id, step.id, request, execute)
@@ -1287,6 +1287,10 @@ class GatedTools:
             await step.execute()
         finally:
             self._calls.take(session.run_id, step.id)
+        if session.run.status == RunStatus.WAITING_FOR_APPROVAL:
+            # The tool said its outcome is unknown (decision 0054): it waits for a
+            # person, asked next with `interrupt()`, as after a crash. Look again.
+            return None
         steps = self.store.list_steps(session.run_id, cap=None)
         (recorded,) = [s for s in steps if s.id == step.id]
         return _message(recorded, request.tool_call)
