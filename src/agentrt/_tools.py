@@ -385,7 +385,7 @@ def _json_ready(value: Any, depth: int) -> Any:
     """
     if depth > MAX_JSON_DEPTH:
         return value
-    import pydantic  # loaded already: only a tool `@tool` made returns through here
+    import pydantic  # loaded already: only a tool made by `@tool` returns through here
 
     if isinstance(value, pydantic.BaseModel):
         return value.model_dump(mode="json")
