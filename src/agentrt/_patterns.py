@@ -29,15 +29,20 @@ become RE2 code point escapes; `(?<name>...)` becomes a named group.
 
 from __future__ import annotations
 
+import functools
 import re
 import threading
 from collections.abc import Iterator, Mapping
-from typing import Any
-
-import jsonschema.exceptions
-import re2
+from typing import TYPE_CHECKING, Any
 
 from ._errors import UnsafePatternError
+
+if TYPE_CHECKING:
+    import jsonschema.exceptions
+
+# `re2` and `jsonschema` are imported where first used, never when `import agentrt`
+# runs (decision 0061): a pattern is compiled only when a tool is registered, and
+# the keyword functions below are called only by a jsonschema validator.
 
 __all__ = [
     "additional_properties",
@@ -257,14 +262,14 @@ _cache: dict[str, Any] = {}
 _cache_lock = threading.Lock()
 
 
+@functools.cache
 def _options() -> Any:
+    import re2
+
     options = re2.Options()
     options.log_errors = False
     options.max_mem = _MAX_MEM
     return options
-
-
-_OPTIONS = _options()
 
 
 def compile_pattern(pattern: str) -> Any:
@@ -274,8 +279,10 @@ def compile_pattern(pattern: str) -> Any:
     if compiled is not None:
         return compiled
     translated = translate(pattern)
+    import re2
+
     try:
-        compiled = re2.compile(translated, _OPTIONS)
+        compiled = re2.compile(translated, _options())
     except re2.error as exc:
         reason = exc.args[0] if exc.args else exc
         if isinstance(reason, bytes):
@@ -358,6 +365,13 @@ def check_patterns(schema: Mapping[str, Any], name: str) -> None:
 # The keywords, as jsonschema calls them
 
 
+def _invalid(message: str) -> jsonschema.exceptions.ValidationError:
+    # Reached only from inside a jsonschema validator, so jsonschema is loaded.
+    import jsonschema.exceptions
+
+    return jsonschema.exceptions.ValidationError(message)
+
+
 def _matches(pattern: str, text: str) -> bool | str:
     """True/False, or why the pattern could not be applied (then the value is refused)."""
     try:
@@ -371,11 +385,9 @@ def pattern(validator: Any, patrn: Any, instance: Any, schema: Any) -> Iterator[
         return
     matched = _matches(patrn, instance)
     if isinstance(matched, str):
-        yield jsonschema.exceptions.ValidationError(
-            f"the pattern {_shown(patrn)} cannot be applied: {matched}"
-        )
+        yield _invalid(f"the pattern {_shown(patrn)} cannot be applied: {matched}")
     elif not matched:
-        yield jsonschema.exceptions.ValidationError(f"{instance!r} does not match {patrn!r}")
+        yield _invalid(f"{instance!r} does not match {patrn!r}")
 
 
 def pattern_properties(validator: Any, patterns: Any, instance: Any, schema: Any) -> Iterator[Any]:
@@ -385,9 +397,7 @@ def pattern_properties(validator: Any, patterns: Any, instance: Any, schema: Any
         for key, value in instance.items():
             matched = _matches(patrn, key)
             if isinstance(matched, str):
-                yield jsonschema.exceptions.ValidationError(
-                    f"the pattern {_shown(patrn)} cannot be applied: {matched}"
-                )
+                yield _invalid(f"the pattern {_shown(patrn)} cannot be applied: {matched}")
                 return
             if matched:
                 yield from validator.descend(value, subschema, path=key, schema_path=patrn)
@@ -418,12 +428,8 @@ def additional_properties(
             verb = "does" if len(extras) == 1 else "do"
             joined = ", ".join(repr(each) for each in sorted(extras))
             patterns = ", ".join(repr(each) for each in sorted(schema["patternProperties"]))
-            yield jsonschema.exceptions.ValidationError(
-                f"{joined} {verb} not match any of the regexes: {patterns}"
-            )
+            yield _invalid(f"{joined} {verb} not match any of the regexes: {patterns}")
         else:
             shown = ", ".join(repr(each) for each in sorted(extras, key=str))
             verb = "was" if len(extras) == 1 else "were"
-            yield jsonschema.exceptions.ValidationError(
-                f"Additional properties are not allowed ({shown} {verb} unexpected)"
-            )
+            yield _invalid(f"Additional properties are not allowed ({shown} {verb} unexpected)")

@@ -15,8 +15,6 @@ import unicodedata
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Protocol, TypeVar, runtime_checkable
 
-import pydantic
-
 from ._errors import ConfigError
 from ._records import (
     JSON,
@@ -252,6 +250,8 @@ def decode_presentation(approval: Approval, type_: type[T]) -> T:
             f"approval {approval.id} could not be decoded, so it has no presentation: "
             f"{approval.decode_error}"
         )
+    import pydantic  # imported at first use, not by `import agentrt` (decision 0061)
+
     return pydantic.TypeAdapter(type_).validate_python(approval.presentation)
 
 

@@ -23,22 +23,31 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping, S
 from datetime import timedelta
 from decimal import Decimal
 from fractions import Fraction
-from typing import Any, Generic, ParamSpec, Protocol, TypeVar, overload, runtime_checkable
-
-import jsonschema
-import jsonschema.exceptions
-import jsonschema.validators
-import pydantic
-import referencing
-import referencing.exceptions
-import referencing.jsonschema
-from pydantic.fields import FieldInfo
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Generic,
+    ParamSpec,
+    Protocol,
+    TypeVar,
+    overload,
+    runtime_checkable,
+)
 
 from . import _patterns as patterns
 from ._canonical import JSONFloat, content_hash, copy_json, json_problem
 from ._clock import duration_to_ns
 from ._errors import AgentrtError, ConfigError, ToolNameError
 from ._records import SideEffect, ToolCall, ToolResult, ToolSpec
+
+if TYPE_CHECKING:
+    import jsonschema.exceptions
+    import pydantic
+    import referencing
+
+# pydantic, jsonschema and referencing are imported where first used: `@tool` and
+# `compile_tool` load them, `import agentrt` does not (decision 0061). A function
+# that needs one imports it itself; nothing at module level touches them.
 
 __all__ = [
     "AsyncFunctionTool",
@@ -133,6 +142,8 @@ class _FunctionToolBase:
                 f"tool {self.spec.name!r}: arguments must be a JSON object, "
                 f"got {type(args).__name__}"
             )
+        import pydantic
+
         try:
             validated = self._model.model_validate(dict(args))
         except pydantic.ValidationError as exc:
@@ -217,6 +228,8 @@ class ToolDecorator:
                     f"tool {name!r} has no description: write a docstring or pass description=..."
                 )
         model, params, call_param = _signature_model(fn, name)
+        import pydantic
+
         try:
             schema = model.model_json_schema()
         except pydantic.PydanticUserError as exc:
@@ -296,6 +309,9 @@ def _signature_model(
     fn: Callable[..., Any], name: str
 ) -> tuple[type[pydantic.BaseModel], dict[str, str], str | None]:
     """A pydantic model of `fn`'s parameters, its field-to-parameter map, and the ToolCall slot."""
+    import pydantic
+    from pydantic.fields import FieldInfo
+
     try:
         signature = inspect.signature(fn)
         hints = typing.get_type_hints(fn, include_extras=True)
@@ -376,6 +392,8 @@ def _json_ready(value: Any, depth: int) -> Any:
     """
     if depth > MAX_JSON_DEPTH:
         return value
+    import pydantic  # loaded already: only a tool made by `@tool` returns through here
+
     if isinstance(value, pydantic.BaseModel):
         return value.model_dump(mode="json")
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
@@ -478,10 +496,13 @@ def _refuse_retrieval(uri: str) -> referencing.Resource[Any]:
     raise LookupError(f"refusing to retrieve {uri!r}: a tool schema may only refer to itself")
 
 
-# mypy does not see the attrs alias `retrieve` of the private field `_retrieve`.
-_NO_IO_REGISTRY: referencing.Registry[Any] = referencing.Registry(  # type: ignore[call-arg]
-    retrieve=_refuse_retrieval
-)
+@functools.cache
+def _no_io_registry() -> referencing.Registry[Any]:
+    """The registry every compiled schema resolves through: it never retrieves anything."""
+    import referencing
+
+    # mypy does not see the attrs alias `retrieve` of the private field `_retrieve`.
+    return referencing.Registry(retrieve=_refuse_retrieval)  # type: ignore[call-arg]
 
 
 def _exact(number: int | float) -> Fraction:
@@ -497,13 +518,20 @@ def _multiple_of(
     if not validator.is_type(instance, "number") or not validator.is_type(divisor, "number"):
         return
     if divisor == 0 or _exact(instance) % _exact(divisor) != 0:
+        import jsonschema.exceptions
+
         yield jsonschema.exceptions.ValidationError(
             f"{instance!r} is not a multiple of {divisor!r}"
         )
 
 
+@functools.cache
 def _dialects() -> dict[str, tuple[Any, referencing.Specification[Any]]]:
     """`$schema` URI (without its empty fragment) -> (validator class, specification)."""
+    import jsonschema
+    import jsonschema.validators
+    import referencing.jsonschema
+
     out: dict[str, tuple[Any, referencing.Specification[Any]]] = {}
     for base in (
         jsonschema.Draft3Validator,
@@ -538,6 +566,8 @@ def _metaschema_formats(cls: Any) -> Any:
     jsonschema checks `format: regex` with Python's `re`, a different dialect
     from ECMA-262; `patterns.check_patterns` is the one judge of a pattern.
     """
+    import jsonschema
+
     checker = jsonschema.FormatChecker(formats=())
     checker.checkers = {
         **cls.FORMAT_CHECKER.checkers,
@@ -550,7 +580,6 @@ def _strip_empty_fragment(uri: str) -> str:
     return uri[:-1] if uri.endswith("#") else uri
 
 
-_DIALECTS = _dialects()
 _DEFAULT_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 _OLD_ID_DIALECTS = frozenset(
     {"http://json-schema.org/draft-03/schema", "http://json-schema.org/draft-04/schema"}
@@ -594,7 +623,7 @@ def _local_refs(schema: dict[str, Any], name: str, dialect: str) -> list[str]:
         if (
             path != "$"
             and isinstance(nested_dialect, str)
-            and _strip_empty_fragment(nested_dialect) not in _DIALECTS
+            and _strip_empty_fragment(nested_dialect) not in _dialects()
         ):
             raise ConfigError(
                 f"tool {name!r}: input schema names an unknown dialect at {path}: "
@@ -750,14 +779,17 @@ def _compile(spec: ToolSpec, name: str, key: str, schema: dict[str, Any]) -> Com
             "(tool arguments are always an object)"
         )
     declared = schema.get("$schema", _DEFAULT_DIALECT)
-    if not isinstance(declared, str) or _strip_empty_fragment(declared) not in _DIALECTS:
+    if not isinstance(declared, str) or _strip_empty_fragment(declared) not in _dialects():
         raise ConfigError(
             f"tool {name!r}: input schema names a $schema this library does not bundle: "
             f"{_clip(repr(declared))}"
         )
     dialect = _strip_empty_fragment(declared)
-    cls, specification = _DIALECTS[dialect]
+    cls, specification = _dialects()[dialect]
     refs = _local_refs(schema, name, dialect)
+    import jsonschema.exceptions
+    import referencing.exceptions
+
     try:
         cls.check_schema(schema, format_checker=_metaschema_formats(cls))
     except jsonschema.exceptions.SchemaError as exc:
@@ -770,7 +802,7 @@ def _compile(spec: ToolSpec, name: str, key: str, schema: dict[str, Any]) -> Com
     # it whenever a reference re-enters the root and would swap in its stock
     # validator class, which lacks the overflow-safe `multipleOf`.
     root = {keyword: value for keyword, value in schema.items() if keyword != "$schema"}
-    resolver = _NO_IO_REGISTRY.resolver_with_root(specification.create_resource(root))
+    resolver = _no_io_registry().resolver_with_root(specification.create_resource(root))
     for ref in refs:
         try:
             resolver.lookup(ref)
@@ -779,7 +811,7 @@ def _compile(spec: ToolSpec, name: str, key: str, schema: dict[str, Any]) -> Com
                 f"tool {name!r}: input schema reference {_clip(repr(ref))} does not resolve "
                 "inside the schema"
             ) from exc
-    validator = cls(root, registry=_NO_IO_REGISTRY)
+    validator = cls(root, registry=_no_io_registry())
     return CompiledTool(spec=spec, hash=key, dialect=dialect, validator=validator)
 
 

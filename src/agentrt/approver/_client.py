@@ -13,13 +13,14 @@ import json
 import secrets
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
-
-import httpx
 
 from .._errors import AgentrtError
 from ._signing import signed_headers
+
+if TYPE_CHECKING:
+    import httpx
 
 
 class WebhookError(AgentrtError):
@@ -29,6 +30,14 @@ class WebhookError(AgentrtError):
         self.status = status
         self.code = code
         super().__init__(f"{status} {code}: {message}")
+
+
+def _own_client(timeout: float) -> httpx.Client:
+    # httpx is imported here, when a client is made, not by `import agentrt.approver`
+    # (decision 0061).
+    import httpx
+
+    return httpx.Client(timeout=timeout, follow_redirects=False)
 
 
 def _segment(text: str) -> str:
@@ -57,7 +66,7 @@ class WebhookClient:
         self._secret = secret
         signed_headers(secret, "GET", "/", b"", timestamp=0, nonce="x")  # refuse a short secret now
         self._owned = http is None
-        self.http = http or httpx.Client(timeout=timeout, follow_redirects=False)
+        self.http = http or _own_client(timeout)
         self.now = now or time.time
         self.new_nonce = new_nonce or (lambda: secrets.token_hex(16))
 

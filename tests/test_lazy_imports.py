@@ -1,0 +1,222 @@
+"""What a fresh process loads: `import agentrt` and `agentrt --help` load the standard library
+and agentrt, nothing else; a dependency is imported where it is first used (decision 0061).
+
+Every check runs in a fresh interpreter and compares `sys.modules` before and after, so
+what this test process already imported cannot hide a module loaded too early. The
+positive controls (a `@tool`, a webhook client) show the probe sees the heavy modules
+when they are used. No time is asserted: `benchmarks/startup.py` prints the figures.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+# The dependencies that cost start-up time, and the extras: none loads before it is used.
+HEAVY = frozenset(
+    {
+        "pydantic",
+        "pydantic_core",
+        "annotated_types",
+        "jsonschema",
+        "jsonschema_specifications",
+        "referencing",
+        "rpds",
+        "attr",
+        "attrs",
+        "re2",
+        "httpx",
+        "httpcore",
+        "anyio",
+        "anthropic",
+        "mcp",
+        "opentelemetry",
+        "psycopg",
+        "starlette",
+        "uvicorn",
+        "langgraph",
+        "langchain_core",
+        "agents",
+        "pydantic_ai",
+        "openai",
+        "playwright",
+        "pytest",
+        "hypothesis",
+    }
+)
+
+# The public modules `agentrt/__init__.py` re-exports names from; every other module
+# `import agentrt` loads is private (`agentrt._...`).
+REEXPORTED_FROM = frozenset({"agentrt.model_agent", "agentrt.recover", "agentrt.render"})
+
+PROBE = """
+import json, sys
+_before = set(sys.modules)
+{body}
+_new = sorted(set(sys.modules) - _before)
+# `_sysconfigdata_*` is the standard library's `sysconfig` data, named per platform.
+_tops = {{name.split(".")[0] for name in _new if not name.startswith("_sysconfigdata")}}
+print(json.dumps({{
+    "outside": sorted(_tops - set(sys.stdlib_module_names) - {{"agentrt"}}),
+    "agentrt": [name for name in _new if name.split(".")[0] == "agentrt"],
+    "out": globals().get("out"),
+}}))
+"""
+
+
+def probe(body: str, cwd: Path | None = None) -> dict[str, Any]:
+    """Run `body` in a fresh interpreter; what it loaded beyond the interpreter's start-up."""
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE.format(body=body)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=cwd,
+    )
+    assert done.returncode == 0, done.stderr
+    found: dict[str, Any] = json.loads(done.stdout.splitlines()[-1])
+    return found
+
+
+def test_import_agentrt_loads_only_the_standard_library_and_agentrts_core() -> None:
+    found = probe("import agentrt")
+    assert found["outside"] == []
+    assert "agentrt" in found["agentrt"]
+    public = [
+        name
+        for name in found["agentrt"]
+        if name != "agentrt" and not name.split(".")[1].startswith("_")
+    ]
+    assert sorted(public) == sorted(REEXPORTED_FROM)
+
+
+def test_every_public_name_of_agentrt_is_reached_without_loading_a_heavy_dependency() -> None:
+    found = probe(
+        "import agentrt\n"
+        "values = [getattr(agentrt, name) for name in [*agentrt.__all__, '__version__']]\n"
+        "out = len(values) - 1 == len(agentrt.__all__)"
+    )
+    assert found["out"] is True
+    assert found["outside"] == []
+
+
+def test_agentrt_help_loads_only_the_standard_library_and_agentrt() -> None:
+    found = probe(
+        "import contextlib, io\n"
+        "from agentrt.__main__ import main\n"
+        "sys.argv = ['agentrt', '--help']\n"
+        "text = io.StringIO()\n"
+        "with contextlib.redirect_stdout(text):\n"
+        "    try:\n"
+        "        code = main()\n"
+        "    except SystemExit as exc:\n"
+        "        code = exc.code\n"
+        "out = [code, text.getvalue().startswith('usage: agentrt')]"
+    )
+    assert found["out"] == [0, True]
+    assert found["outside"] == []
+    assert not any(name.startswith("agentrt.console") for name in found["agentrt"])
+
+
+def test_the_test_kits_child_entry_and_the_other_doors_load_no_heavy_dependency() -> None:
+    found = probe(
+        "import agentrt.testkit._process, agentrt.scripted, agentrt.lowlevel, agentrt.replay\n"
+        "import agentrt.export, agentrt.trace, agentrt.view, agentrt.approver, agentrt.adapters\n"
+        "import agentrt.mcp, agentrt.providers"
+    )
+    assert found["outside"] == []
+
+
+def test_a_one_step_run_without_tools_loads_no_heavy_dependency(tmp_path: Path) -> None:
+    found = probe(
+        "import agentrt\n"
+        "from agentrt.scripted import ScriptedAgent\n"
+        "store = agentrt.open_store('runs.db')\n"
+        "driver = agentrt.Driver(store=store, policy=agentrt.default_policy(), tools=[],\n"
+        "    agent=ScriptedAgent([agentrt.Decision.complete({'ok': True})]))\n"
+        "run = driver.start_sync('one step', limits=agentrt.Limits(max_steps=2))\n"
+        "store.close()\n"
+        "out = str(run.status)",
+        cwd=tmp_path,
+    )
+    assert found["out"] == "COMPLETED"
+    assert found["outside"] == []
+
+
+def test_a_tool_loads_pydantic_and_jsonschema_when_it_is_made_and_its_call_runs(
+    tmp_path: Path,
+) -> None:
+    # The positive control: the probe sees the heavy modules once they are used.
+    found = probe(
+        "from datetime import timedelta\n"
+        "import agentrt\n"
+        "from agentrt.scripted import ScriptedAgent\n"
+        "early = sorted({m.split('.')[0] for m in sys.modules} & {'pydantic', 'jsonschema'})\n"
+        "@agentrt.tool(side_effect='read_only', timeout=timedelta(seconds=30))\n"
+        "def read_page(n: int) -> dict:\n"
+        "    '''Read a page.'''\n"
+        "    return {'page': n}\n"
+        "store = agentrt.open_store('runs.db')\n"
+        "agent = ScriptedAgent([agentrt.Decision.tool_call('read_page', {'n': 3}),\n"
+        "                       agentrt.Decision.complete({'ok': True})])\n"
+        "driver = agentrt.Driver(store=store, policy=agentrt.default_policy(),\n"
+        "                        tools=[read_page], agent=agent)\n"
+        "run = driver.start_sync('one tool', limits=agentrt.Limits(max_steps=3))\n"
+        "events = [e.type for e in store.list_events(run_id=run.id, limit=1000)]\n"
+        "store.close()\n"
+        "out = [early, str(run.status), 'step.tool_finished' in events]",
+        cwd=tmp_path,
+    )
+    assert found["out"] == [[], "COMPLETED", True]
+    # re2 is not among them: this tool's schema has no pattern to compile.
+    assert HEAVY & set(found["outside"]) == {
+        "pydantic",
+        "pydantic_core",
+        "annotated_types",
+        "jsonschema",
+        "jsonschema_specifications",
+        "referencing",
+        "rpds",
+        "attr",
+        "attrs",
+    }
+
+
+def test_each_lazily_imported_dependency_works_at_its_first_use_in_a_fresh_process() -> None:
+    # Each line is the first use of its dependency in the process: a pattern compiled by
+    # re2, a jsonschema refusal raised from agentrt's own keyword functions (pattern,
+    # additionalProperties, exact multipleOf), pydantic decoding an approval's
+    # presentation, and httpx building the webhook client's own connection pool.
+    found = probe(
+        "from datetime import timedelta\n"
+        "import agentrt, agentrt.approver\n"
+        "spec = agentrt.ToolSpec(name='t', description='d', side_effect='read_only',\n"
+        "    timeout=timedelta(seconds=1), input_schema={'type': 'object',\n"
+        "    'properties': {'code': {'type': 'string', 'pattern': '^[a-z]+$'},\n"
+        "                   'n': {'type': 'number', 'multipleOf': 0.1}},\n"
+        "    'additionalProperties': False})\n"
+        "problems = agentrt.check_args(spec, {'code': 'A1', 'n': 0.35, 'x': 1})\n"
+        "accepted = agentrt.check_args(spec, {'code': 'ab', 'n': 0.3})\n"
+        "approval = agentrt.Approval(id='a', run_id='r', step_id='s', kind='k', capability=None,\n"
+        "    presentation={'amount': 3}, request={}, hash='h', status='pending',\n"
+        "    created_at=None, expires_at=None, decided_at=None)\n"
+        "presented = agentrt.decode_presentation(approval, dict[str, int])\n"
+        "client = agentrt.approver.WebhookClient('http://127.0.0.1:9', 's' * 32)\n"
+        "kind = type(client.http).__module__ + '.' + type(client.http).__name__\n"
+        "client.close()\n"
+        "out = [problems, accepted, presented, kind]"
+    )
+    assert found["out"] == [
+        [
+            "$: Additional properties are not allowed ('x' was unexpected)",
+            "$.code: 'A1' does not match '^[a-z]+$'",
+            "$.n: 0.35 is not a multiple of 0.1",
+        ],
+        [],
+        {"amount": 3},
+        "httpx.Client",
+    ]
+    assert {"pydantic", "jsonschema", "re2", "httpx"} <= set(found["outside"])
