@@ -271,3 +271,142 @@ def test_migration_3_keys_the_steps_already_recorded_and_keeps_rows_that_do_not_
         assert [s.id for s in steps_with_reasons(store, "r1", ["y" * 300])] == ["s-long"]
     finally:
         store.close()
+
+
+# -- the adapters look calls up through the index ---------------------------------
+
+
+class NoWholeRunReads:
+    """Counts the reads of a whole run's steps or approvals through the store's page reads."""
+
+    def __init__(self, store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.reads: list[str] = []
+        for name in ("list_steps", "list_approvals"):
+            real = getattr(store, name)
+            monkeypatch.setattr(store, name, self._counting(name, real))
+
+    def _counting(self, name: str, real: Any) -> Any:
+        def read(*args: Any, **kwargs: Any) -> Any:
+            self.reads.append(name)
+            return real(*args, **kwargs)
+
+        return read
+
+
+def test_a_langgraph_call_is_looked_up_without_reading_every_step(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("langgraph.prebuilt", reason="needs agentrt[langgraph]")
+    from langchain_core.messages import AIMessage, HumanMessage
+    from langchain_core.tools import tool
+    from langgraph.graph import START, MessagesState, StateGraph
+    from langgraph.prebuilt import tools_condition
+
+    from agentrt.adapters.langgraph import Classification, gated_tool_node
+
+    ran: list[str] = []
+
+    @tool
+    def look(q: str) -> str:
+        """Look something up."""
+        ran.append(q)
+        return q
+
+    script = iter(
+        [
+            AIMessage("", tool_calls=[{"name": "look", "args": {"q": f"q{n}"}, "id": f"c{n}"}])
+            for n in range(6)
+        ]
+        + [AIMessage("done")]
+    )
+    builder = StateGraph(MessagesState)
+    builder.add_node("agent", lambda state: {"messages": [next(script)]})
+    node = gated_tool_node(
+        [look],
+        store=store,
+        policy=agentrt.default_policy(),
+        classifications={"look": Classification("read_only", timeout=5)},
+    )
+    builder.add_node("tools", node)
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges("agent", tools_condition)
+    builder.add_edge("tools", "agent")
+    spy = NoWholeRunReads(store, monkeypatch)
+    builder.compile().invoke(
+        {"messages": [HumanMessage("look")]}, {"configurable": {"thread_id": "t"}}
+    )
+    assert ran == [f"q{n}" for n in range(6)]
+    assert spy.reads.count("list_steps") == 0  # each call: one indexed read, not the run
+    (run,) = store.list_runs()
+    assert [s.decision.reason for s in store.list_steps(run.id) if s.decision] == [
+        f"langgraph tool call c{n}" for n in range(6)
+    ]
+
+
+def test_pydantic_ai_and_agents_sdk_calls_are_looked_up_without_reading_every_step(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("pydantic_ai", reason="needs agentrt[pydantic-ai]")
+    pytest.importorskip("agents", reason="needs agentrt[openai-agents]")
+    import asyncio
+
+    from agents import Agent as SdkAgent
+    from agents import Runner, function_tool, set_tracing_disabled
+    from agents.testing import ScriptedModel, assistant_message, function_call
+    from pydantic_ai import Agent, DeferredToolRequests
+    from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+    from pydantic_ai.toolsets import FunctionToolset
+
+    from agentrt.adapters.openai_agents import Classification, gate_agent
+    from agentrt.adapters.pydantic_ai import AgentrtGate
+
+    classes = {"look": Classification("read_only", timeout=5)}
+    ran: list[str] = []
+    spy = NoWholeRunReads(store, monkeypatch)
+
+    toolset: FunctionToolset[Any] = FunctionToolset()
+
+    @toolset.tool_plain
+    def look(q: str) -> str:
+        """Look something up."""
+        ran.append(q)
+        return q
+
+    def answer(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        n = sum(isinstance(m, ModelResponse) for m in messages)
+        if n == 6:
+            return ModelResponse(parts=[TextPart("done")])
+        return ModelResponse(parts=[ToolCallPart("look", {"q": f"p{n}"}, tool_call_id=f"c{n}")])
+
+    gate = AgentrtGate(store=store, policy=agentrt.default_policy(), classifications=classes)
+    agent = Agent(
+        FunctionModel(answer),
+        output_type=[str, DeferredToolRequests],
+        toolsets=[toolset],
+        capabilities=[gate],
+    )
+    assert agent.run_sync("look", metadata=gate.run_metadata()).output == "done"
+
+    set_tracing_disabled(True)
+
+    @function_tool
+    def sdk_look(q: str) -> str:
+        """Look something up."""
+        ran.append(q)
+        return q
+
+    script: list[Any] = [
+        [function_call("sdk_look", {"q": f"o{n}"}, call_id=f"c{n}")] for n in range(6)
+    ] + [[assistant_message("done")]]
+    gated = gate_agent(
+        SdkAgent(name="looker", model=ScriptedModel(script), tools=[sdk_look]),
+        store=store,
+        policy=agentrt.default_policy(),
+        classifications={"sdk_look": Classification("read_only", timeout=5)},
+    ).new_run()
+    assert asyncio.run(Runner.run(gated.agent, "look")).final_output == "done"
+
+    assert ran == [f"p{n}" for n in range(6)] + [f"o{n}" for n in range(6)]
+    assert spy.reads.count("list_steps") == 0
+    assert all(r.status == "COMPLETED" for r in store.list_runs())
