@@ -9,8 +9,7 @@ keeps its own prefix: the reasons are stored, so they never change.
 
 The look-up is one indexed read of the steps recording those reasons
 (`agentrt.lowlevel.steps_with_reasons`, docs/decisions/0060), never a read
-of the whole run: a call costs the same at the run's 2,000th step as at its
-first.
+of the whole run: it costs the same at the run's 2,000th step as at its first.
 """
 
 from __future__ import annotations
