@@ -23,6 +23,7 @@ from agentrt._errors import StoreError, UnreadableSchemaError, UnsafeSchemaError
 from agentrt._records import Event
 from agentrt.cli import main
 from agentrt.export import Follower
+from agentrt.lowlevel import steps_with_reasons
 from agentrt.scripted import ScriptedAgent
 from conftest import FakeClock, Ids, RecordingTool
 
@@ -130,6 +131,7 @@ COLUMNS = [
             "finished_at",
             "spec_hash",
             "policy_id",
+            "reason_key",
         ]
     ),
     *(("events", c) for c in ["run_id", "step_id", "at", "type", "payload_json", "hash"]),
@@ -220,6 +222,7 @@ def _every_read(store: Store, done: str, waiting: str) -> dict[str, Any]:
         except agentrt.NotFoundError:  # its id is the damaged column
             out[f"run {run_id}"] = None
         out[f"steps {run_id}"] = store.list_steps(run_id, cap=None)
+        out[f"calls {run_id}"] = steps_with_reasons(store, run_id, ["a framework's call"])
         out[f"approvals {run_id}"] = store.list_approvals(run_id)
         out[f"pending {run_id}"] = store.pending_approvals(run_id, cap=None)
         out[f"model calls {run_id}"] = store.list_model_calls(run_id)

@@ -213,3 +213,26 @@ def test_the_startup_benchmark_prints_every_command_and_where_import_agentrt_goe
     where = next(i for i, line in enumerate(lines) if line.startswith("where `import agentrt`"))
     assert len([line for line in lines[where + 1 : where + 4] if " ms  " in line]) == 3
     assert list(tmp_path.iterdir()) == []  # the runs' stores are gone
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_the_call_lookup_benchmark_prints_each_frameworks_ends_alone_gated_and_the_adapters_share(
+    tmp_path: Path,
+) -> None:
+    for framework in ("langgraph", "pydantic_ai", "agents"):
+        pytest.importorskip(framework, reason="needs the adapters' extras")
+    done = run_script("benchmarks/adapter_lookup.py", "--calls", "12", "--dir", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == (
+        "12 calls per run; cost per call in µs, median of the first and the last 5 calls"
+    )
+    rows = [line.split() for line in lines[4:13]]
+    assert [row[:2] for row in rows] == [
+        [name, side]
+        for name in ("langgraph", "pydantic-ai", "openai-agents")
+        for side in ("alone", "gated", "adapter")
+    ]
+    assert all(float(row[2]) > 0 and float(row[3]) > 0 for row in rows if row[1] != "adapter")
+    assert list(tmp_path.iterdir()) == []  # its stores are gone

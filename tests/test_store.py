@@ -1053,6 +1053,7 @@ EXPECTED_COLUMNS = {
         "finished_at",
         "spec_hash",
         "policy_id",
+        "reason_key",  # migration 3 (docs/decisions/0060)
     ],
     "events": ["seq", "run_id", "step_id", "at", "type", "payload_json", "hash"],
     "approvals": [
@@ -1114,6 +1115,11 @@ def test_tables_and_columns_are_exactly_the_documented_ones(store: Store) -> Non
         assert indexes["events_run_seq"] == ["run_id", "seq"]
         assert indexes["approvals_run_created"] == ["run_id", "created_at"]
         assert indexes["model_calls_run"] == ["run_id"]
+        assert indexes["steps_run_reason"] == ["run_id", "reason_key", "idx"]
+        partial = tx.execute(
+            "SELECT sql FROM sqlite_master WHERE name = 'steps_run_reason'"
+        ).fetchone()[0]
+        assert partial.endswith("WHERE reason_key != ''")
         assert ["run_id", "idx"] in indexes.values()  # UNIQUE(run_id, idx)
         autoincrement = tx.execute(
             "SELECT sql FROM sqlite_master WHERE name = 'events'"

@@ -149,8 +149,27 @@ _V2 = """\
 ALTER TABLE runs ADD COLUMN origin TEXT NOT NULL DEFAULT 'driver';
 """
 
+# How a step is found by its decision's reason (docs/decisions/0060): an
+# integration records a framework's tool call id in the reason and looks the
+# call up by it before each call. `reason_key` is the reason's first 256
+# characters, written with the decision (`record_decision`); the decision_json
+# stays the record, and a lookup checks the decoded decision's whole reason. An
+# index on a JSON expression cannot be used here: with `trusted_schema = OFF`
+# SQLite refuses the JSON functions in the schema. Rows written before this
+# migration get their key from their decision (nothing for a decision that is
+# not valid JSON or names no text reason); '' is left out of the index.
+_V3 = """\
+ALTER TABLE steps ADD COLUMN reason_key TEXT NOT NULL DEFAULT '';
+
+UPDATE steps SET reason_key = coalesce(CASE WHEN json_valid(decision_json) THEN
+    CASE json_type(decision_json, '$.reason')
+        WHEN 'text' THEN substr(json_extract(decision_json, '$.reason'), 1, 256) END END, '');
+
+CREATE INDEX steps_run_reason ON steps (run_id, reason_key, idx) WHERE reason_key != '';
+"""
+
 # Released migrations: append only, never edit (tests/test_migrations.py pins each text).
-MIGRATIONS: tuple[Migration, ...] = (Migration(1, _V1), Migration(2, _V2))
+MIGRATIONS: tuple[Migration, ...] = (Migration(1, _V1), Migration(2, _V2), Migration(3, _V3))
 
 SCHEMA_VERSION = MIGRATIONS[-1].version
 

@@ -31,6 +31,11 @@ What it holds:
 - **Tools.** `tool_class` checks and normalises what a tool's author says it
   does (side effect, timeout, terminal), as `agentrt.tool` does; the framework
   adapters classify the frameworks' tools through it.
+- **Finding a framework's call.** An integration records a framework's tool
+  call id in its decision's reason; `steps_with_reasons(store, run_id,
+  reasons)` returns the run's steps whose decoded decision gives one of those
+  reasons, in step order, in one indexed read whatever the run's length, and
+  `step_of_run(store, run_id, step_id)` one step by its id (docs/decisions/0060).
 - **Named reads** over a plain `sqlite3` connection to the database, for checks
   that must not go through a `Store` (a crash test reading a file a killed
   process left): `plain_reader` opens such a connection read-only,
@@ -61,7 +66,14 @@ from ._session import (
     run_sync,
     validate_policy_decision,
 )
-from ._store.reads import event_hash_exists, every_record_id, newest_event, plain_reader
+from ._store.reads import (
+    event_hash_exists,
+    every_record_id,
+    newest_event,
+    plain_reader,
+    step_of_run,
+    steps_with_reasons,
+)
 from ._tools import tool_class
 
 __all__ = [
@@ -95,6 +107,8 @@ __all__ = [
     "plain_reader",
     "policy_id_of",
     "run_sync",
+    "step_of_run",
+    "steps_with_reasons",
     "tool_class",
     "validate_policy_decision",
     "wall_clock",

@@ -8,7 +8,7 @@ transaction wrote.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -266,6 +266,63 @@ def run_ids_starting(store: Store, prefix: str, limit: int) -> list[str]:
         "SELECT id FROM runs WHERE id GLOB ? ORDER BY id LIMIT ?", (prefix + "*", limit)
     )
     return [str(r[0]) for r in rows]
+
+
+# --- integrations: a framework's call found by its id (agentrt.lowlevel) -----------
+
+REASON_KEY_LENGTH = 256
+"""How many characters of a decision's reason `steps.reason_key` keeps (migration 3)."""
+
+_REASONS_PER_QUERY = 500
+"""Reasons looked up in one statement (SQLite's bound-parameter limit is far above it)."""
+
+
+def steps_with_reasons(store: Store, run_id: str, reasons: Collection[str]) -> list[Step]:
+    """The run's steps whose recorded decision gives one of `reasons`, in step order, whole.
+
+    An integration finds the step of a framework's tool call this way: it puts
+    the call id in the decision's reason (docs/decisions/0060). One indexed read
+    (`steps_run_reason`, on `reason_key`, the reason's head) per few hundred
+    reasons, whatever the run's length; each row found is then checked against
+    its decoded decision, so a step is returned exactly when
+    `step.decision.reason` is one of `reasons`: a decision that does not decode,
+    or a longer reason with the same head, is not. Values are read complete (no
+    cap). A run with no such step (or no such run) gives `[]`.
+    """
+    if isinstance(reasons, str):
+        raise TypeError("reasons is a collection of reasons, not one text")
+    wanted = set(reasons)
+    if any(not isinstance(r, str) or r == "" for r in wanted):
+        raise ValueError("each reason looked up must be a non-empty text")
+    keys = sorted({r[:REASON_KEY_LENGTH] for r in wanted})
+    found: list[Step] = []
+    for start in range(0, len(keys), _REASONS_PER_QUERY):
+        chunk = keys[start : start + _REASONS_PER_QUERY]
+        marks = ", ".join("?" for _ in chunk)
+        # `reason_key != ''` is the partial index's own condition: SQLite uses the
+        # index only for a query that states it. No ORDER BY: with one, SQLite may
+        # prefer walking the run's steps in order (UNIQUE (run_id, idx)) to sorting
+        # the few rows found.
+        rows = store.query(
+            f"SELECT * FROM steps WHERE run_id = ? AND reason_key IN ({marks}) "
+            "AND reason_key != ''",
+            (run_id, *chunk),
+        )
+        found.extend(step_from_row(r) for r in rows)
+    found.sort(key=lambda s: s.index)
+    return [
+        s
+        for s in found
+        if s.decision is not None
+        and isinstance(s.decision.reason, str)  # a stored decision may hold anything there
+        and s.decision.reason in wanted
+    ]
+
+
+def step_of_run(store: Store, run_id: str, step_id: str) -> Step | None:
+    """The run's step `step_id`, whole (no cap), or None when the run has no such step."""
+    rows = store.query("SELECT * FROM steps WHERE id = ? AND run_id = ?", (step_id, run_id))
+    return step_from_row(rows[0]) if rows else None
 
 
 # --- the crash test kit's bookkeeping (a plain read-only connection) ----------------

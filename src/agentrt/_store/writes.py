@@ -582,11 +582,14 @@ def claim_next_step(
 def record_decision(tx: Tx, step: Step, text: str, decision: Decision, now: datetime) -> Step:
     """Record a deciding step's decision verbatim (`text`), then `step.decided`; returns
     `step` (the caller's copy) as written. `decision` is what `text` reads back as
-    (`_decisions.record` makes the two together), so it is not decoded again here."""
+    (`_decisions.record` makes the two together), so it is not decoded again here.
+
+    The reason's first `reads.REASON_KEY_LENGTH` characters go in `reason_key` in the same
+    statement: what `steps_with_reasons` finds the step by (docs/decisions/0060)."""
     cur = tx.execute(
-        "UPDATE steps SET decision_json = ? "
+        f"UPDATE steps SET decision_json = ?, reason_key = substr(?, 1, {reads.REASON_KEY_LENGTH}) "
         "WHERE id = ? AND status = 'deciding' AND decision_json = ''",
-        (text, step.id),
+        (text, decision.reason if isinstance(decision.reason, str) else "", step.id),
     )
     if cur.rowcount != 1:
         raise RunStateError(f"step {step.id} is no longer deciding, or has its decision already")

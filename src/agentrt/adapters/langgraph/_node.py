@@ -116,7 +116,7 @@ from agentrt.adapters import Classification, classify, tool_spec
 from agentrt.adapters import RunEndedError as _RunEnded
 from agentrt.adapters._calls import CallMarker
 from agentrt.approver import Local
-from agentrt.lowlevel import Clock, IdFactory, run_sync
+from agentrt.lowlevel import Clock, IdFactory, run_sync, step_of_run
 
 from ._protocol import MARK, check_resume
 
@@ -832,7 +832,7 @@ class GatedTools:
                 await turn.enter_async_context(place[0].waiting(place[1]))
             run_id = self._run_of(request)
             if place is None and (sent := self._sent(request)) is not None:
-                settled = await asyncio.to_thread(self._settled, run_id)
+                settled = await asyncio.to_thread(self._settled, run_id, sent[2])
                 place = self._join(sent, run_id, settled)
                 if place is not None:
                     await turn.enter_async_context(place[0].waiting(place[1]))
@@ -849,7 +849,7 @@ class GatedTools:
                 turn.enter_context(place[0].blocking(place[1]))
             run_id = self._run_of(request)
             if place is None and (sent := self._sent(request)) is not None:
-                place = self._join(sent, run_id, self._settled(run_id))
+                place = self._join(sent, run_id, self._settled(run_id, sent[2]))
                 if place is not None:
                     turn.enter_context(place[0].blocking(place[1]))
             with self._one_at_a_time.blocking(run_id):
@@ -901,17 +901,9 @@ class GatedTools:
         index = execution.index(call_id)
         return None if index is None else (execution, index)
 
-    def _settled(self, run_id: str) -> set[str]:
-        """The tool call ids whose latest step in the run is recorded done or failed."""
-        try:
-            steps = self.store.list_steps(run_id, cap=None)
-        except NotFoundError:
-            return set()
-        latest: dict[str, Step] = {}
-        for step in steps:
-            call_id = _CALLS.call_id(step.decision)
-            if call_id:
-                latest[call_id] = step
+    def _settled(self, run_id: str, ids: Sequence[str]) -> set[str]:
+        """Those of the tool call ids `ids` whose latest step in the run is done or failed."""
+        latest = _CALLS.latest(self.store, run_id, ids)
         return {i for i, s in latest.items() if s.status in (StepStatus.DONE, StepStatus.FAILED)}
 
     def _run_of(self, request: ToolCallRequest) -> str:
@@ -1291,8 +1283,8 @@ class GatedTools:
             # The tool said its outcome is unknown (decision 0054): it waits for a
             # person, asked next with `interrupt()`, as after a crash. Look again.
             return None
-        steps = self.store.list_steps(session.run_id, cap=None)
-        (recorded,) = [s for s in steps if s.id == step.id]
+        recorded = step_of_run(self.store, session.run_id, step.id)
+        assert recorded is not None  # the step this session just executed
         return _message(recorded, request.tool_call)
 
 

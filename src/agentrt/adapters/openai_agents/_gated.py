@@ -112,6 +112,7 @@ from agentrt.lowlevel import (
     evaluate,
     parse_json,
     policy_id_of,
+    step_of_run,
 )
 
 from ._errors import (
@@ -812,9 +813,7 @@ class GatedRun:
         step = session.current() if session is not None else None
         if step is None:
             return
-        recorded = next(
-            (s for s in self.store.list_steps(self.run_id, cap=None) if s.id == step.id), None
-        )
+        recorded = step_of_run(self.store, self.run_id, step.id)
         if recorded is not None and recorded.status == StepStatus.DECIDING:
             self._judged = {k: v for k, v in self._judged.items() if v.step is not step}
             await self._let_go()
@@ -1326,10 +1325,8 @@ class GatedRun:
             return False
 
     def _decision_of(self, step_id: str) -> Decision | None:
-        for step in self.store.list_steps(self.run_id, cap=None):
-            if step.id == step_id:
-                return step.decision
-        return None
+        step = step_of_run(self.store, self.run_id, step_id)
+        return step.decision if step is not None else None
 
     def _run_or_none(self) -> Run | None:
         try:

@@ -75,6 +75,7 @@ from agentrt.adapters import Classification, classify, ended_message, tool_spec
 from agentrt.adapters import RunEndedError as _RunEnded
 from agentrt.adapters._calls import CallMarker
 from agentrt.adapters._wait import POLL_INTERVAL, until_decided
+from agentrt.lowlevel import step_of_run
 
 from ._approvals import decision_of, held_presentation, presentation
 
@@ -342,8 +343,8 @@ class FrameworkRun:
         """A call while the run waits for a person: the waiting call, or one held behind it."""
         store = self.settings.store
         approval = store.list_approvals(self.run_id)[-1]
-        step = next(s for s in store.list_steps(self.run_id, cap=None) if s.id == approval.step_id)
-        assert step.decision is not None
+        step = step_of_run(store, self.run_id, approval.step_id)
+        assert step is not None and step.decision is not None
         waiting_for = step.decision.reason.removeprefix(_CALLS.prefix)
         if ctx.tool_call_id != waiting_for:
             self._hold(name, str(ctx.tool_call_id), step.decision.tool or "", waiting_for)
@@ -482,8 +483,8 @@ class FrameworkRun:
         if not approvals:
             return None
         approval = approvals[-1]
-        step = next(s for s in store.list_steps(self.run_id, cap=None) if s.id == approval.step_id)
-        assert step.decision is not None
+        step = step_of_run(store, self.run_id, approval.step_id)
+        assert step is not None and step.decision is not None
         return approval, step, step.decision.reason.removeprefix(_CALLS.prefix)
 
     def settle_denied(self, results: Mapping[Any, Any]) -> None:
