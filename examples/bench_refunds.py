@@ -209,7 +209,7 @@ def run_trials(recordings: Path, db: Path, mode: str, repeats: int, commit: str)
                 )
     finally:
         store.close()
-    return Result(TAXONOMY, commit, tuple(trials), label=f"{commit} {mode}")
+    return Result(TAXONOMY, commit, tuple(trials))
 
 
 def current_commit() -> str:

@@ -738,3 +738,96 @@ def test_agentrt_export_otel_sink_is_a_follower_sink_that_exports_spans(db_path:
         sink.close()
     assert [s.name for s in exporter.get_finished_spans()] == [SPAN_STEP]
     assert sink.exported == 1
+
+
+def assert_one_tree(spans: list[Any]) -> None:
+    ids = [s.context.span_id for s in spans]
+    assert len(ids) == len(set(ids)), "a span id twice"
+    assert all(s.parent is None or s.parent.span_id in set(ids) for s in spans), "an orphan"
+    assert len({s.context.trace_id for s in spans}) == 1
+
+
+@pytest.mark.slow
+def test_a_takeover_after_a_sigkill_shows_on_the_run_span_and_interrupts_the_step_span(
+    db_path: Path,
+) -> None:
+    from support.crashes import crash, resumer
+
+    run_id = crash(db_path, "charge")  # a child SIGKILLed inside a remote side effect
+    store = agentrt.open_store(db_path)
+    try:
+        resumer(store, db_path).resume_sync(run_id)
+        (approval,) = store.pending_approvals(run_id)
+        agentrt.reject(store, run_id, approval.id, by="ops", note="it went through upstream")
+        (step,) = store.list_steps(run_id)
+    finally:
+        store.close()
+    spans = export_all(db_path)
+    assert_one_tree(spans)
+    assert [s.name for s in spans] == [SPAN_APPROVAL, SPAN_STEP, SPAN_RUN]
+    approval_span, step_span, run_span = spans
+    assert [e.name for e in run_span.events] == ["run.started", "lease.taken_over", "run.cancelled"]
+    assert run_span.attributes["agentrt.run.reason"] == "approval_rejected"
+    assert step_span.status.status_code == StatusCode.ERROR
+    # Interrupted by the takeover, then failed by the rejection: the last settling wins.
+    assert step_span.attributes["agentrt.step.outcome"] == "failed"
+    names = [e.name for e in step_span.events]
+    assert names.index("step.interrupted") < names.index("approval.requested")
+    assert names[-1] == "step.failed"
+    assert hexid(approval_span.parent.span_id, 16) == span_id("step", step.id).hex()
+    assert approval_span.attributes["agentrt.approval.status"] == "rejected"
+    assert approval_span.attributes["agentrt.approval.note"] == "it went through upstream"
+
+
+class Blocking:
+    """A tool that blocks until released, telling the test when it has started."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.started = threading.Event()
+        self.release = threading.Event()
+        self.spec = RecordingTool("slow", SideEffect.LOCAL_MUTATION).spec
+
+    def call(self, call: agentrt.ToolCall) -> agentrt.ToolResult:
+        self.started.set()
+        assert self.release.wait(30)
+        return agentrt.ToolResult({"done": True}, "finished late")
+
+
+def test_a_tool_that_finishes_after_its_run_was_cancelled_is_a_late_tool_span(
+    db_path: Path,
+) -> None:
+    import threading
+
+    slow = Blocking()
+    store = agentrt.open_store(db_path)
+    try:
+        driver = agentrt.Driver(
+            store=store,
+            agent=ScriptedAgent([Decision.tool_call("slow", {})]),
+            policy=agentrt.default_policy(),
+            tools=[slow],
+            new_id=Ids(),
+        )
+        thread = threading.Thread(target=driver.start_sync, args=("g",))
+        thread.start()
+        try:
+            assert slow.started.wait(30)
+            run_id = store.list_runs()[0].id
+            agentrt.cancel(store, run_id, by="ops", note="stop it")
+        finally:
+            slow.release.set()
+            thread.join(30)
+        (step,) = store.list_steps(run_id)
+    finally:
+        store.close()
+    spans = export_all(db_path)
+    assert_one_tree(spans)
+    assert [s.name for s in spans] == [SPAN_STEP, SPAN_RUN, SPAN_TOOL_LATE]
+    late = spans[2]
+    assert hexid(late.context.span_id, 16) == span_id("tool.late", step.id).hex()
+    assert hexid(late.parent.span_id, 16) == span_id("step", step.id).hex()
+    assert late.attributes["agentrt.tool.summary"] == "finished late"
+    assert late.attributes["agentrt.tool.late"] is True
+    assert "run.cancelled" in [e.name for e in spans[1].events]
