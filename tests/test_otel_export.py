@@ -831,3 +831,35 @@ def test_a_tool_that_finishes_after_its_run_was_cancelled_is_a_late_tool_span(
     assert late.attributes["agentrt.tool.summary"] == "finished late"
     assert late.attributes["agentrt.tool.late"] is True
     assert "run.cancelled" in [e.name for e in spans[1].events]
+
+
+def test_a_page_sent_but_not_acknowledged_is_sent_again_with_identical_spans(
+    db_path: Path, tmp_path: Path
+) -> None:
+    # The one window left (decision 0065): a kill after the collector took a page and
+    # before the cursor's rename. The restarted exporter sends that page's spans again,
+    # with the same ids and the same content, rebuilt from the record.
+    store = agentrt.open_store(db_path)
+    try:
+        driver = lookup_then_push(store)
+        run = driver.start_sync("look, then push")
+        (approval,) = store.pending_approvals(run.id)
+        driver.approve(run.id, approval.id, by="alice")
+        driver.resume_sync(run.id)
+    finally:
+        store.close()
+    cursor = tmp_path / "cursor.json"
+    with Follower(db_path, cursor=cursor) as follower:
+        follower.run(lambda e: None, follow=False, max_events=8)  # acknowledged: seq 1-8
+        first = InMemorySpanExporter()
+        with OtelSink(db_path, first) as killed:
+            for event in follower.poll():  # sent, then "killed" before the ack
+                killed(event)
+            killed.flush()
+    again = InMemorySpanExporter()
+    with OtelSink(db_path, again) as restarted, Follower(db_path, cursor=cursor) as follower:
+        assert follower.position == 8
+        follower.run(restarted, follow=False)
+    sent_first = [s.to_json() for s in first.get_finished_spans()]
+    sent_again = [s.to_json() for s in again.get_finished_spans()]
+    assert sent_first and sent_first == sent_again
