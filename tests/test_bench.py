@@ -231,13 +231,18 @@ def test_a_malformed_result_file_is_refused_with_the_reason(
     assert str(caught.value).startswith(str(path))
 
 
-def test_a_result_file_that_is_not_json_or_not_utf8_is_refused(tmp_path: Path) -> None:
+def test_a_result_file_that_is_not_json_not_utf8_or_nested_too_deeply_is_refused(
+    tmp_path: Path,
+) -> None:
     path = tmp_path / "bad.json"
     path.write_bytes(b"\xff\xfe{")
     with pytest.raises(BenchFormatError, match="not JSON"):
         load_result(path)
     with pytest.raises(BenchFormatError, match="cannot read it"):
         load_result(tmp_path / "missing.json")
+    path.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(BenchFormatError, match="nested too deeply"):
+        load_result(path)
 
 
 # -- the summary ---------------------------------------------------------------------

@@ -373,6 +373,8 @@ def load_result(path: str | os.PathLike[str]) -> Result:
         data = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as e:
         raise BenchFormatError(f"{name}: not JSON: {e}") from e
+    except RecursionError as e:
+        raise BenchFormatError(f"{name}: not JSON this reader takes: nested too deeply") from e
     try:
         return Result.from_json(data)
     except BenchError as e:
