@@ -7,6 +7,7 @@ including an `agentrt export --otel` process SIGKILLed mid-run and restarted.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -863,3 +864,31 @@ def test_a_page_sent_but_not_acknowledged_is_sent_again_with_identical_spans(
     sent_first = [s.to_json() for s in first.get_finished_spans()]
     sent_again = [s.to_json() for s in again.get_finished_spans()]
     assert sent_first and sent_first == sent_again
+
+
+def test_events_that_do_not_decode_still_give_every_span_with_the_decode_error_shown(
+    db_path: Path,
+) -> None:
+    import sqlite3
+
+    store = agentrt.open_store(db_path)
+    try:
+        run = lookup_then_push(store).start_sync("look, then push")
+    finally:
+        store.close()
+    healthy = [(s.name, s.context.span_id) for s in export_all(db_path)]
+    # Tampered behind the runtime's back: the first step's decision and every time unreadable.
+    with contextlib.closing(sqlite3.connect(db_path)) as conn:
+        conn.execute(
+            "UPDATE events SET payload_json = 'NaN' WHERE type = 'step.decided' AND seq = "
+            "(SELECT MIN(seq) FROM events WHERE type = 'step.decided')"
+        )
+        conn.execute("UPDATE events SET at = '2026-13-01T00:00:00.000000Z'")
+        conn.commit()
+    spans = export_all(db_path)
+    assert [(s.name, s.context.span_id) for s in spans] == healthy
+    step = spans[0]
+    decided = next(e for e in step.events if e.name == "step.decided")
+    assert "payload_json: invalid JSON" in decided.attributes["agentrt.decode_error"]
+    assert all(s.start_time == 0 == s.end_time for s in spans)  # no time to show: the epoch
+    assert trace_id(run.id) == spans[0].context.trace_id.to_bytes(16, "big")
