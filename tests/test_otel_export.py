@@ -892,3 +892,43 @@ def test_events_that_do_not_decode_still_give_every_span_with_the_decode_error_s
     assert "payload_json: invalid JSON" in decided.attributes["agentrt.decode_error"]
     assert all(s.start_time == 0 == s.end_time for s in spans)  # no time to show: the epoch
     assert trace_id(run.id) == spans[0].context.trace_id.to_bytes(16, "big")
+
+
+def test_a_live_observer_in_the_program_emits_the_same_spans_as_the_follower(
+    db_path: Path,
+) -> None:
+    from agentrt.otel import OtelObserver
+
+    live = InMemorySpanExporter()
+    store = agentrt.open_store(db_path)
+    observer = OtelObserver(db_path, live)
+    try:
+        program = agentrt.Driver(
+            store=store,
+            agent=ScriptedAgent(
+                [
+                    Decision.tool_call("lookup", {"x": 1}),
+                    Decision.tool_call("push", {"x": 2}),
+                    Decision.complete("pushed"),
+                ]
+            ),
+            policy=agentrt.default_policy(),
+            tools=[
+                RecordingTool("lookup", SideEffect.READ_ONLY),
+                RecordingTool("push", SideEffect.REMOTE_MUTATION),
+            ],
+            now=FakeClock(),
+            new_id=Ids("a"),
+            observer=observer,
+        )
+        run = program.start_sync("look, then push")
+        # Approved elsewhere (as `agentrt approve` would): the observer is not told.
+        (approval,) = store.pending_approvals(run.id)
+        agentrt.approve(store, run.id, approval.id, by="alice")
+        assert program.resume_sync(run.id).status == "COMPLETED"
+    finally:
+        observer.close()
+        store.close()
+    followed = export_all(db_path)
+    assert [s.to_json() for s in live.get_finished_spans()] == [s.to_json() for s in followed]
+    assert [s.name for s in followed] == [SPAN_STEP, SPAN_APPROVAL, SPAN_STEP, SPAN_STEP, SPAN_RUN]

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import threading
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -316,6 +317,48 @@ class OtelSink:
         self.close()
 
 
+class OtelObserver(OtelSink):
+    """The same spans from inside the program: `Driver(observer=OtelObserver(path))`.
+
+    A driver's observer sees the events its own process commits, after commit
+    and in commit order; it is not told of those written elsewhere (a person
+    approving from `agentrt approve`, another process taking a run over). So at
+    each event it first reads back from the database whatever of that run it
+    has not seen, then exports the spans completed at once (no `flush()` comes
+    to an observer). It builds exactly the spans the follower builds, with the
+    same ids and content; what it sees last is what the follower sees first.
+    An export that fails is logged by the runtime and those spans are dropped:
+    the follower (`agentrt export --otel`) is the path with a cursor.
+    """
+
+    def __init__(
+        self,
+        store: Store | str | os.PathLike[str],
+        exporter: SpanExporter | str | None = "env",
+        *,
+        resource: Resource | None = None,
+    ) -> None:
+        super().__init__(store, exporter, resource=resource)
+        self._lock = threading.Lock()
+
+    def __call__(self, event: Event) -> None:
+        with self._lock:
+            builder = self._runs.get(event.run_id)
+            if builder is not None:
+                # Catch up on what was committed elsewhere since (read from the record).
+                after = builder.last_seq
+                while True:
+                    page = self._store.list_events(event.run_id, after, HISTORY_PAGE)
+                    missed = [e for e in page if e.seq < event.seq]
+                    for e in missed:
+                        super().__call__(e)
+                    if len(missed) < HISTORY_PAGE:
+                        break
+                    after = missed[-1].seq
+            super().__call__(event)
+            self.flush()
+
+
 def export_spans(
     spans: Sequence[SpanRecord], exporter: SpanExporter, resource: Resource | None = None
 ) -> Any:
@@ -337,6 +380,7 @@ __all__ = [
     "OtelConfigError",
     "OtelExportError",
     "OtelMissingError",
+    "OtelObserver",
     "OtelSink",
     "RunSpans",
     "SpanEventRecord",
