@@ -153,8 +153,8 @@ def event_attributes(event: Event) -> dict[str, AttributeValue]:
     return out
 
 
-def _span_event(event: Event, fallback_ns: int, name: str | None = None) -> SpanEventRecord:
-    return SpanEventRecord(name or event.type, _ns(event.at, fallback_ns), event_attributes(event))
+def _span_event(event: Event, time_ns: int, name: str | None = None) -> SpanEventRecord:
+    return SpanEventRecord(name or event.type, time_ns, event_attributes(event))
 
 
 def _int(value: Any) -> int:
@@ -167,70 +167,121 @@ class RunSpans:
     `history` holds the run's events before the one being added (rebuilt from
     the database after a restart). `add(event)` returns the spans `event`
     completes; an event at or before the last one seen adds nothing.
+
+    The work per event is bounded: the events are indexed as they pass (by
+    step, call and approval), and a step's events are let go once its span is
+    built, so a run of many steps costs each span only its own events.
     """
 
     def __init__(self, run_id: str, origin: str = "", history: Iterable[Event] = ()) -> None:
         self.run_id = run_id
         self.origin = origin
         self.trace = trace_id(run_id)
-        self.events: list[Event] = list(history)
-        self.finished = any(e.type == ev.RUN_FINISHED for e in self.events)
-
-    @property
-    def last_seq(self) -> int:
-        return self.events[-1].seq if self.events else 0
+        self.finished = False
+        self.last_seq = 0
+        self._last_ns = 0
+        self._times: dict[int, int] = {}
+        self._created: Event | None = None
+        self._last_step: Event | None = None
+        self._by_step: dict[str, list[Event]] = {}
+        self._dispatched: dict[str, Event] = {}
+        self._requested: dict[str, Event] = {}
+        self._tool_started: dict[str, Event] = {}
+        self._run_events: list[Event] = []
+        self._calls = self._inputs = self._outputs = self._cost = 0
+        for event in history:
+            if event.seq > self.last_seq:
+                self._index(event)
 
     def _time(self, event: Event) -> int:
-        # An event whose time did not decode takes the time of the last one that did.
-        for e in reversed(self.events):
-            if e.at is not None and e.seq <= event.seq:
-                return _ns(e.at, 0)
-        return _ns(event.at, 0)
+        # An event whose time did not decode takes the time of the last one before it that did.
+        found = self._times.get(event.seq)
+        if found is not None:
+            return found
+        return _ns(event.at, self._last_ns)
+
+    def _index(self, event: Event) -> None:
+        """Take `event` into the run's state (after the spans it completes were built)."""
+        self._times[event.seq] = self._last_ns = _ns(event.at, self._last_ns)
+        self.last_seq = event.seq
+        payload = _payload(event)
+        t = event.type
+        kept = True  # whether a later span may need this event (and so its time)
+        if t == ev.RUN_CREATED:
+            self._created = event
+        elif t == ev.RUN_FINISHED:
+            self.finished = True
+        elif t == ev.STEP_STARTED:
+            if self._last_step is not None:
+                self._forget_step(self._last_step.step_id)
+            self._last_step = event
+        elif t == ev.MODEL_DISPATCHED:
+            self._calls += 1
+            self._dispatched[str(payload.get("call_id", ""))] = event
+        elif t in (ev.MODEL_COMPLETED, ev.MODEL_FAILED):
+            usage = payload.get("usage") if isinstance(payload.get("usage"), dict) else {}
+            assert isinstance(usage, dict)
+            self._inputs += _int(usage.get("input_tokens"))
+            self._outputs += _int(usage.get("output_tokens"))
+            self._cost += _int(payload.get("cost_micros"))
+            dispatched = self._dispatched.pop(str(payload.get("call_id", "")), None)
+            if dispatched is not None:
+                self._times.pop(dispatched.seq, None)
+            kept = False
+        elif t == ev.APPROVAL_REQUESTED:
+            self._requested[str(payload.get("approval_id", ""))] = event
+        elif t == ev.APPROVAL_DECIDED:
+            self._requested.pop(str(payload.get("approval_id", "")), None)
+            kept = False
+        elif t == ev.STEP_TOOL_STARTED:
+            self._tool_started[event.step_id] = event
+        if t == ev.STEP_TOOL_FINISHED and payload.get("late") is True:
+            kept = False
+        elif not event.step_id:
+            if t not in (ev.RUN_CREATED, ev.RUN_FINISHED) and t not in _OWN_SPANS:
+                self._run_events.append(event)
+        elif t not in _OWN_SPANS:
+            self._by_step.setdefault(event.step_id, []).append(event)
+        if not kept:
+            self._times.pop(event.seq, None)
+
+    def _forget_step(self, step_id: str) -> None:
+        # Its span is built. A late tool result can only follow the run's last step
+        # (a cancel ends the run), so nothing of an earlier step is kept.
+        for e in self._by_step.pop(step_id, []):
+            self._times.pop(e.seq, None)
+        self._tool_started.pop(step_id, None)
 
     def add(self, event: Event) -> list[SpanRecord]:
         if event.seq <= self.last_seq:
             return []
-        before = self.events
-        self.events = [*before, event]
         payload = _payload(event)
         t = event.type
+        # The event's own time, as `_index` will record it, for the spans it ends.
+        self._times[event.seq] = _ns(event.at, self._last_ns)
+        spans: list[SpanRecord] = []
         if t in (ev.MODEL_COMPLETED, ev.MODEL_FAILED):
-            return [self._model(event, payload)]
-        if t == ev.APPROVAL_DECIDED:
-            return self._approval(str(payload.get("approval_id", "")), event, payload)
-        if t == ev.STEP_TOOL_FINISHED and payload.get("late") is True:
-            return [self._tool_late(event)]
-        if t == ev.STEP_STARTED:
-            previous = self._last_step(before)
-            return [] if previous is None else [self._step(previous, event)]
-        if t == ev.RUN_FINISHED:
-            self.finished = True
-            spans: list[SpanRecord] = []
-            last = self._last_step(before)
-            if last is not None:
-                spans.append(self._step(last, event))
+            spans.append(self._model(event, payload))
+        elif t == ev.APPROVAL_DECIDED:
+            approval_id = str(payload.get("approval_id", ""))
+            spans.append(self._approval(approval_id, event, payload))
+        elif t == ev.STEP_TOOL_FINISHED and payload.get("late") is True:
+            spans.append(self._tool_late(event))
+        elif t == ev.STEP_STARTED:
+            if self._last_step is not None:
+                spans.append(self._step(self._last_step, event))
+        elif t == ev.RUN_FINISHED:
+            if self._last_step is not None:
+                spans.append(self._step(self._last_step, event))
             spans += self._open_approvals(event)
             spans.append(self._run(event, payload))
-            return spans
-        return []
+        self._index(event)
+        return spans
 
     # -- helpers ------------------------------------------------------------
 
     def _parent(self, step_id: str) -> bytes:
         return span_id("step", step_id) if step_id else span_id("run", self.run_id)
-
-    @staticmethod
-    def _last_step(events: Sequence[Event]) -> Event | None:
-        for e in reversed(events):
-            if e.type == ev.STEP_STARTED:
-                return e
-        return None
-
-    def _find(self, type_: str, key: str, value: str) -> Event | None:
-        for e in self.events:
-            if e.type == type_ and _payload(e).get(key) == value:
-                return e
-        return None
 
     def _model(self, event: Event, payload: dict[str, Any]) -> SpanRecord:
         call_id = str(payload.get("call_id", ""))
@@ -273,7 +324,7 @@ class RunSpans:
                 attributes=attrs,
                 seq=event.seq,
             )
-        dispatched = self._find(ev.MODEL_DISPATCHED, "call_id", call_id)
+        dispatched = self._dispatched.get(call_id)
         start = end if dispatched is None else self._time(dispatched)
         step_id = event.step_id or (dispatched.step_id if dispatched is not None else "")
         failed = event.type == ev.MODEL_FAILED
@@ -322,37 +373,24 @@ class RunSpans:
             seq=end_event.seq,
         )
 
-    def _approval(
-        self, approval_id: str, event: Event, payload: dict[str, Any]
-    ) -> list[SpanRecord]:
-        requested = self._find(ev.APPROVAL_REQUESTED, "approval_id", approval_id)
+    def _approval(self, approval_id: str, event: Event, payload: dict[str, Any]) -> SpanRecord:
         extra = {
             "agentrt.approval.by": attribute(payload.get("by", "")),
             "agentrt.approval.note": attribute(payload.get("note", "")),
         }
         status = str(attribute(payload.get("status", "")))
-        return [self._approval_span(requested, approval_id, event, status, extra)]
+        requested = self._requested.get(approval_id)
+        return self._approval_span(requested, approval_id, event, status, extra)
 
     def _open_approvals(self, finished: Event) -> list[SpanRecord]:
-        decided = {
-            _payload(e).get("approval_id") for e in self.events if e.type == ev.APPROVAL_DECIDED
-        }
-        spans = []
-        for e in self.events:
-            if e.type != ev.APPROVAL_REQUESTED:
-                continue
-            approval_id = str(_payload(e).get("approval_id", ""))
-            if approval_id in decided:
-                continue
-            # Closed undecided: the run ended (a cancel, an expiry) while it waited.
-            spans.append(self._approval_span(e, approval_id, finished, "closed", {}))
-        return spans
+        # Closed undecided: the run ended (a cancel, an expiry) while they waited.
+        return [
+            self._approval_span(e, approval_id, finished, "closed", {})
+            for approval_id, e in self._requested.items()
+        ]
 
     def _tool_late(self, event: Event) -> SpanRecord:
-        started = None
-        for e in self.events:
-            if e.type == ev.STEP_TOOL_STARTED and e.step_id == event.step_id:
-                started = e
+        started = self._tool_started.get(event.step_id)
         end = self._time(event)
         start = end if started is None else self._time(started)
         payload = _payload(event)
@@ -382,14 +420,7 @@ class RunSpans:
 
     def _step(self, started: Event, closer: Event) -> SpanRecord:
         step_id = started.step_id
-        own = [
-            e
-            for e in self.events
-            if e.step_id == step_id
-            and e.seq < closer.seq
-            and e.type not in _OWN_SPANS
-            and not (e.type == ev.STEP_TOOL_FINISHED and _payload(e).get("late") is True)
-        ]
+        own = self._by_step.get(step_id, [])
         start = self._time(started)
         attrs: dict[str, AttributeValue] = {
             "agentrt.run.id": self.run_id,
@@ -404,7 +435,7 @@ class RunSpans:
         for e in own:
             p = _payload(e)
             if e.type != ev.STEP_STARTED:
-                span_events.append(_span_event(e, start))
+                span_events.append(_span_event(e, self._time(e)))
             end = max(end, self._time(e))
             if e.type == ev.STEP_DECIDED:
                 attrs["agentrt.decision.kind"] = attribute(p.get("kind", ""))
@@ -448,26 +479,13 @@ class RunSpans:
         )
 
     def _run(self, finished: Event, payload: dict[str, Any]) -> SpanRecord:
-        created = self.events[0] if self.events[0].type == ev.RUN_CREATED else None
+        created = self._created
         start = self._time(created) if created is not None else self._time(finished)
         goal = _payload(created).get("goal", "") if created is not None else ""
-        inputs = outputs = cost = calls = 0
-        span_events: list[SpanEventRecord] = []
-        for e in self.events:
-            p = _payload(e)
-            if e.type == ev.MODEL_DISPATCHED:
-                calls += 1
-            elif e.type in (ev.MODEL_COMPLETED, ev.MODEL_FAILED):
-                usage = p.get("usage") if isinstance(p.get("usage"), dict) else {}
-                assert isinstance(usage, dict)
-                inputs += _int(usage.get("input_tokens"))
-                outputs += _int(usage.get("output_tokens"))
-                cost += _int(p.get("cost_micros"))
-            elif not e.step_id and e.type not in (ev.RUN_CREATED, ev.RUN_FINISHED):
-                span_events.append(_span_event(e, start))
+        span_events = [_span_event(e, self._time(e)) for e in self._run_events]
         status = str(payload.get("status", ""))
         if status == "CANCELLED":
-            span_events.append(_span_event(finished, start, RUN_CANCELLED))
+            span_events.append(_span_event(finished, self._time(finished), RUN_CANCELLED))
         attrs: dict[str, AttributeValue] = {
             "agentrt.run.id": self.run_id,
             "agentrt.run.origin": self.origin,
@@ -476,10 +494,10 @@ class RunSpans:
             "agentrt.run.reason": attribute(payload.get("reason", "")),
             "agentrt.run.detail": attribute(payload.get("detail", "")),
             "agentrt.run.steps": _int(payload.get("steps")),
-            "agentrt.run.model_calls": calls,
-            "agentrt.usage.input_tokens": inputs,
-            "agentrt.usage.output_tokens": outputs,
-            "agentrt.cost_micros": cost,
+            "agentrt.run.model_calls": self._calls,
+            "agentrt.usage.input_tokens": self._inputs,
+            "agentrt.usage.output_tokens": self._outputs,
+            "agentrt.cost_micros": self._cost,
         }
         end = self._time(finished)
         return SpanRecord(
