@@ -932,3 +932,44 @@ def test_a_live_observer_in_the_program_emits_the_same_spans_as_the_follower(
     followed = export_all(db_path)
     assert [s.to_json() for s in live.get_finished_spans()] == [s.to_json() for s in followed]
     assert [s.name for s in followed] == [SPAN_STEP, SPAN_APPROVAL, SPAN_STEP, SPAN_STEP, SPAN_RUN]
+
+
+def test_export_once_with_the_console_exporter_prints_each_span_and_moves_the_cursor(
+    db_path: Path, tmp_path: Path
+) -> None:
+    store = agentrt.open_store(db_path)
+    try:
+        run = lookup_then_push(store).start_sync("look, then push")
+    finally:
+        store.close()
+    cursor = tmp_path / "c.json"
+    env = {**os.environ, "OTEL_TRACES_EXPORTER": "console", "OTEL_SERVICE_NAME": "shop"}
+    command = [
+        sys.executable,
+        "-m",
+        "agentrt",
+        "--db",
+        str(db_path),
+        "export",
+        "--otel",
+        "--cursor",
+        str(cursor),
+        "--once",
+    ]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    decoder = json.JSONDecoder()
+    printed, at = [], 0
+    text = done.stdout
+    while at < len(text):
+        if text[at].isspace():
+            at += 1
+            continue
+        value, at = decoder.raw_decode(text, at)
+        printed.append(value)
+    assert [p["name"] for p in printed] == [SPAN_STEP]  # the lookup; the push waits
+    assert printed[0]["context"]["trace_id"] == "0x" + trace_id(run.id).hex()
+    assert printed[0]["resource"]["attributes"]["service.name"] == "shop"
+    assert json.loads(cursor.read_text())["seq"] == head_seq(db_path)
+    again = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+    assert (again.returncode, again.stdout) == (0, "")  # nothing new: nothing sent twice
