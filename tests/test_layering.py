@@ -36,6 +36,8 @@ PUBLIC_MODULES = {
     "agentrt.lowlevel",
     "agentrt.mcp",
     "agentrt.mcp.proxy",
+    "agentrt.bench",
+    "agentrt.otel",
     "agentrt.model_agent",
     "agentrt.providers",
     "agentrt.providers.anthropic",

@@ -32,12 +32,15 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from ._db import Store, open_existing
 from ._errors import AgentrtError
 from ._records import Event
 from .trace import event_json, json_line
+
+if TYPE_CHECKING:
+    from .otel import OtelSink
 
 CURSOR_VERSION = 1
 DEFAULT_INTERVAL = 0.5
@@ -55,7 +58,8 @@ there. An exception from the sink (or its `flush`) stops `run` and leaves the
 page unacknowledged, so it is delivered again next time. Sinks that ship
 with agentrt: `JsonLinesSink` (a durable file or a stream) and the observers
 of `agentrt.trace` (`TextObserver`, `JsonLinesObserver`), which are also
-`Driver(observer=...)` callables; `list.append` is a sink too.
+`Driver(observer=...)` callables; `list.append` is a sink too. With the
+`otel` extra, `otel_sink(path)` (`agentrt.otel.OtelSink`) exports spans.
 """
 
 
@@ -360,6 +364,17 @@ class JsonLinesSink:
         self.close()
 
 
+def otel_sink(store_path: str | os.PathLike[str], exporter: Any = "env") -> OtelSink:
+    """A sink exporting the events as OpenTelemetry spans (`agentrt.otel.OtelSink`).
+
+    `exporter` is an SDK span exporter, None, or "env" (the `OTEL_*` variables).
+    Needs the `otel` extra; without it, `agentrt.otel.OtelMissingError`.
+    """
+    from .otel import OtelSink
+
+    return OtelSink(store_path, exporter)
+
+
 def _cut_torn_tail(fd: int, chunk: int = 65_536) -> None:
     """Truncate the file open at `fd` back to just after its last newline (or to empty).
 
@@ -391,5 +406,6 @@ __all__ = [
     "JsonLinesSink",
     "Sink",
     "load_cursor",
+    "otel_sink",
     "save_cursor",
 ]

@@ -13,7 +13,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 
+from ._bench import bench_arguments, cmd_bench
 from ._decide import cancel_arguments, cmd_cancel, cmd_decide, decide_arguments
+from ._export import cmd_export, export_arguments
 from ._launch import cmd_console, console_arguments, run_demo, run_mcp
 from ._output import Output
 from ._read import (
@@ -92,6 +94,18 @@ COMMANDS: tuple[Command, ...] = (
         "then what SQLite's integrity check found",
         verify_arguments,
         cmd_verify,
+    ),
+    Command(
+        "export",
+        "export the audit log as OpenTelemetry spans, beside the program (the otel extra)",
+        export_arguments,
+        cmd_export,
+    ),
+    Command(
+        "bench",
+        "compare outcome benchmark result files (agentrt bench compare A.json B.json)",
+        bench_arguments,
+        cmd_bench,
     ),
     Command(
         "console",
