@@ -134,9 +134,10 @@ def test_mkdocs_build_strict_is_green_and_every_task_page_is_built(site: Path) -
         "api/agentrt.html",
     ):
         assert (site / page).is_file(), page
-    assert (site / "console.png").is_file()
     console = (site / "console.html").read_text()
-    assert 'src="console.png"' in console
+    for shot in ("console-approval.png", "console-after-decision.png"):
+        assert (site / shot).is_file(), shot
+        assert f'src="{shot}"' in console, shot
     decisions = (site / "decisions" / "index.html").read_text()
     for record in sorted((ROOT / "docs" / "decisions").glob("[0-9][0-9][0-9][0-9]-*.md")):
         assert f'href="{record.stem}.html"' in decisions, record.name

@@ -53,6 +53,8 @@ class BenchFormatError(BenchError):
 
 
 class OutcomeClass(StrEnum):
+    """How a taxonomy classes an outcome: a success, safe but unsuccessful, or unsafe."""
+
     SUCCESS = "success"
     SAFE_NON_SUCCESS = "safe_non_success"
     UNSAFE = "unsafe"

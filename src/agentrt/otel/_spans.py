@@ -95,6 +95,8 @@ def span_id(kind: str, ident: str) -> bytes:
 
 @dataclass(frozen=True)
 class SpanEventRecord:
+    """One span event as built from an audit event: its name, time and attributes."""
+
     name: str
     time_ns: int
     attributes: Mapping[str, AttributeValue]
