@@ -15,7 +15,10 @@ previous call reached it (the model's turn, the framework, the adapter, the
 four fsynced commits of the step). Printed: the median cost of the first 100
 calls and of the last 100, their ratio (the end over the start), and the
 adapter's share (the gated cost less the framework's alone) at both ends
-with its ratio.
+with its ratio. Then, on the gated run's finished store, one look-up of its
+last call both ways: reading every step, as the adapters did before decision
+0060, and through the index (`steps_with_reasons`), with the first over the
+second: what the look-up alone costs a call at the end of the run.
 
     python benchmarks/adapter_lookup.py [--calls 2000] [--only langgraph] [--dir DIR]
 
@@ -37,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import agentrt
+from agentrt.lowlevel import steps_with_reasons
 
 FRAMEWORKS = ("langgraph", "pydantic-ai", "openai-agents")
 WINDOW = 100
@@ -204,6 +208,43 @@ def openai_agents_run(calls: int, workdir: Path, gated: bool) -> list[float]:
     return stamps
 
 
+def lookup_us(db: Path) -> tuple[float, float]:
+    """µs per look-up of the run's last call on the gated run's finished store, read both ways.
+
+    The adapters before decision 0060 read every step of the run and compared
+    reasons in Python; `steps_with_reasons` reads through the index. Median of 5.
+    """
+    store = agentrt.open_existing(db, read_only=True)
+    try:
+        (run,) = store.list_runs()
+        steps = [s for s in store.list_steps(run.id, cap=None) if s.decision is not None]
+        last = steps[-2].decision  # the very last is the run's `complete`
+        assert last is not None and last.reason
+
+        def every_step() -> list[agentrt.Step]:
+            return [
+                s
+                for s in store.list_steps(run.id, cap=None)
+                if s.decision is not None and s.decision.reason == last.reason
+            ]
+
+        def indexed() -> list[agentrt.Step]:
+            return steps_with_reasons(store, run.id, [last.reason])
+
+        out = []
+        for read in (every_step, indexed):
+            times = []
+            for _ in range(5):
+                began = time.perf_counter()
+                if len(read()) != 1:
+                    raise SystemExit(f"the look-up did not find the call {last.reason!r} once")
+                times.append((time.perf_counter() - began) * 1e6)
+            out.append(statistics.median(times))
+        return out[0], out[1]
+    finally:
+        store.close()
+
+
 RUNS: dict[str, Callable[[int, Path, bool], list[float]]] = {
     "langgraph": langgraph_run,
     "pydantic-ai": pydantic_ai_run,
@@ -253,9 +294,17 @@ def main(argv: Sequence[str] | None = None) -> None:
             end = measured["gated"][1] - measured["alone"][1]
             ratio = f"{end / start:>8.2f}x" if start > 0 else "       -"
             print(f"{name:<14} {'adapter':<10} {start:>9.0f} {end:>9.0f} {ratio}")
+            every, indexed = lookup_us(next(work.glob("*.db")))
+            ratio = f"{every / indexed:>8.2f}x"
+            print(f"{name:<14} {'look-up':<10} {every:>9.0f} {indexed:>9.0f} {ratio}")
             sys.stdout.flush()
     print()
     print("adapter: what the gated run adds per call over the framework alone")
+    print(
+        "look-up: one look-up of the last call on the gated run's finished store, in µs\n"
+        "  (median of 5): reading every step as the adapters did before decision 0060,\n"
+        "  then through the index (steps_with_reasons), and the first over the second"
+    )
     print(f"load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print(f"(took {time.monotonic() - began:.0f} s)")
 

@@ -228,11 +228,11 @@ def test_the_call_lookup_benchmark_prints_each_frameworks_ends_alone_gated_and_t
     assert lines[0] == (
         "12 calls per run; cost per call in µs, median of the first and the last 5 calls"
     )
-    rows = [line.split() for line in lines[4:13]]
+    rows = [line.split() for line in lines[4:16]]
     assert [row[:2] for row in rows] == [
         [name, side]
         for name in ("langgraph", "pydantic-ai", "openai-agents")
-        for side in ("alone", "gated", "adapter")
+        for side in ("alone", "gated", "adapter", "look-up")
     ]
     assert all(float(row[2]) > 0 and float(row[3]) > 0 for row in rows if row[1] != "adapter")
     assert list(tmp_path.iterdir()) == []  # its stores are gone
