@@ -804,6 +804,9 @@ def test_the_langgraph_example_runs_offline_and_pushes_once_after_a_second_proce
 
 
 @pytest.mark.slow
+# A hang guard, not a speed test: the scenario script starts a dozen fresh interpreters,
+# which on shared cores can outlast the suite's two minutes.
+@pytest.mark.timeout(600)
 def test_the_scenario_script_measures_no_unapproved_execution_with_the_gate() -> None:
     script = ROOT / "benchmarks" / "adapters" / "langgraph_scenarios.py"
     done = forkserver.run([sys.executable, str(script)], preload=PRELOAD, timeout=300)

@@ -507,6 +507,9 @@ def test_a_call_denied_the_frameworks_way_is_rejected_in_agentrt_and_never_runs(
 
 
 @pytest.mark.slow
+# A hang guard, not a speed test: the scenario script starts a dozen fresh interpreters,
+# which on shared cores can outlast the suite's two minutes.
+@pytest.mark.timeout(600)
 def test_the_scenario_table_shows_no_unapproved_re_execution_and_the_tamper_refused(
     tmp_path: Path,
 ) -> None:
