@@ -43,4 +43,4 @@ for run in $(seq 1 "$runs"); do
     fi
     echo "== run $run of $runs: green in $(($(date +%s) - start)) s, load average: $(cut -d' ' -f1-3 /proc/loadavg)"
 done
-echo "== $runs runs green in a row under load"
+echo "== green $runs time(s) in a row under load"
