@@ -39,10 +39,12 @@ from agentrt.adapters.langgraph import (
     reject,
     run_id_for,
 )
+from support import forkserver
 from support.adapters import assert_table_printed_in_docs
 from support.adapters.langgraph_graphs import (
     CLASSES,
     CONFIG,
+    PRELOAD,
     ROOT,
     RUN,
     TURN,
@@ -701,7 +703,7 @@ def test_an_approval_from_the_agentrt_command_is_resumed_by_another_process(
     assert first["run"][1] == "WAITING_FOR_APPROVAL"
     cmd = [sys.executable, "-m", "agentrt", "approve", value["run_id"], "--db"]
     cmd += [str(tmp_path / "runs.db"), "--yes", "--by", "operator"]
-    approved = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    approved = forkserver.run(cmd, preload=PRELOAD, timeout=60)
     assert approved.returncode == 0, approved.stderr
     second = child(tmp_path, "decided", "push_branch")
     assert second["interrupts"] == []
@@ -768,7 +770,7 @@ def test_a_turn_cut_off_in_a_side_effect_is_not_rerun_and_the_next_turn_waits_fo
 
     cmd = [sys.executable, "-m", "agentrt", "reject", cut_off.id, "--db"]
     cmd += [str(tmp_path / "runs.db"), "--yes", "--by", "operator"]
-    rejected = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    rejected = forkserver.run(cmd, preload=PRELOAD, timeout=60)
     assert rejected.returncode == 0, rejected.stderr
     on = child(tmp_path, "continue", "write_note")  # invoke(None): the refused node again
     assert on["interrupts"] == []
@@ -786,11 +788,8 @@ def test_the_langgraph_example_runs_offline_and_pushes_once_after_a_second_proce
     tmp_path: Path,
 ) -> None:
     example = ROOT / "examples" / "adapters" / "langgraph_example.py"
-    done = subprocess.run(
-        [sys.executable, str(example), "--dir", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=180,
+    done = forkserver.run(
+        [sys.executable, str(example), "--dir", str(tmp_path)], preload=PRELOAD, timeout=180
     )
     assert done.returncode == 0, done.stderr
     out = done.stdout
@@ -805,11 +804,12 @@ def test_the_langgraph_example_runs_offline_and_pushes_once_after_a_second_proce
 
 
 @pytest.mark.slow
+# A hang guard, not a speed test: the scenario script starts a dozen fresh interpreters,
+# which on shared cores can outlast the suite's two minutes.
+@pytest.mark.timeout(600)
 def test_the_scenario_script_measures_no_unapproved_execution_with_the_gate() -> None:
     script = ROOT / "benchmarks" / "adapters" / "langgraph_scenarios.py"
-    done = subprocess.run(
-        [sys.executable, str(script)], capture_output=True, text=True, timeout=300
-    )
+    done = forkserver.run([sys.executable, str(script)], preload=PRELOAD, timeout=300)
     assert done.returncode == 0, done.stderr
     assert_table_printed_in_docs(done.stdout)
     rows = {}

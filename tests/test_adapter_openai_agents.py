@@ -52,6 +52,7 @@ from agentrt.adapters.openai_agents import (
     gate_agent,
 )
 from conftest import FakeClock, Ids, event_types
+from support import forkserver
 from support.adapters import assert_table_printed_in_docs
 
 set_tracing_disabled(True)  # nothing leaves the machine
@@ -1120,16 +1121,34 @@ def test_runner_run_sync_and_run_agent_sync_go_through_the_gate(
 # -- across processes ------------------------------------------------------------
 
 
+# Every program below is a real process of its own, forked from one that has
+# imported the SDK and the adapter once (tests/support/forkserver.py).
+PRELOAD = ("agents", "agentrt.adapters.openai_agents", "agentrt.cli")
+
+
 def child(*args: str, timeout: float = 120) -> dict[str, Any]:
-    done = subprocess.run(
-        [sys.executable, str(CHILD), *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=ROOT / "tests",
+    done = forkserver.run(
+        [sys.executable, str(CHILD), *args], preload=PRELOAD, cwd=ROOT / "tests", timeout=timeout
     )
     assert done.returncode == 0, done.stderr
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def agentrt_approve(db: str) -> None:
+    """A person approves what the run waits on, with the `agentrt` command."""
+    approve = forkserver.run(
+        [sys.executable, "-m", "agentrt", "approve", RUN_ID, "--db", db, "--yes", "--by", "alice"],
+        preload=PRELOAD,
+        timeout=60,
+    )
+    assert approve.returncode == 0, approve.stderr
+
+
+def spawn_child(*args: str) -> forkserver.Child:
+    """A child the test will SIGKILL, its output discarded."""
+    return forkserver.server(*PRELOAD).spawn(
+        [sys.executable, str(CHILD), *args], cwd=ROOT / "tests"
+    )
 
 
 RUN_ID = "0a" * 16
@@ -1170,13 +1189,7 @@ def test_a_remote_change_approved_with_the_agentrt_command_resumes_through_load_
     tmp_path: Path,
 ) -> None:
     db, work = start_in_a_child(tmp_path)
-    approve = subprocess.run(
-        [sys.executable, "-m", "agentrt", "approve", RUN_ID, "--db", db, "--yes", "--by", "alice"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert approve.returncode == 0, approve.stderr
+    agentrt_approve(db)
     assert pushes(tmp_path) == []
 
     out = child("resume", db, work, RUN_ID, "load_state")
@@ -1192,12 +1205,7 @@ def kill_a_child_inside_the_push(tmp_path: Path) -> tuple[str, str]:
     """A child approves the push from the saved state and is SIGKILLed inside it."""
     db, work = start_in_a_child(tmp_path)
     (tmp_path / "hang").write_text("")
-    proc = subprocess.Popen(
-        [sys.executable, str(CHILD), "resume", db, work, RUN_ID, "from_json", "--approve"],
-        cwd=ROOT / "tests",
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    proc = spawn_child("resume", db, work, RUN_ID, "from_json", "--approve")
     deadline = time.monotonic() + 60
     while not (tmp_path / "started").exists():
         assert proc.poll() is None and time.monotonic() < deadline
@@ -1231,13 +1239,7 @@ def test_a_call_sigkilled_mid_execution_is_not_run_again_by_the_sdks_resume_unti
     assert pending.kind == "interrupted_side_effect"
     assert "step.interrupted" in event_types(store, RUN_ID)
 
-    approve = subprocess.run(
-        [sys.executable, "-m", "agentrt", "approve", RUN_ID, "--db", db, "--yes", "--by", "alice"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert approve.returncode == 0, approve.stderr
+    agentrt_approve(db)
     out = child("resume", db, work, RUN_ID, "load_state")
     assert out == {"final_output": "feature/login is published", "interruptions": []}
     assert pushes(tmp_path) == ["feature/login", "feature/login"]
@@ -1283,13 +1285,7 @@ def test_after_a_crash_a_fresh_framework_run_in_a_new_process_is_refused_and_the
     }
     assert pushes(tmp_path) == ["feature/login"]
 
-    approve = subprocess.run(
-        [sys.executable, "-m", "agentrt", "approve", RUN_ID, "--db", db, "--yes", "--by", "alice"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert approve.returncode == 0, approve.stderr
+    agentrt_approve(db)
     out = child("fresh", db, work, RUN_ID)
     approved = store.list_approvals(RUN_ID, cap=None)[-1]
     assert (approved.id, approved.status) == (waiting.id, "approved")
@@ -1312,15 +1308,10 @@ def test_after_a_crash_a_fresh_framework_run_in_a_new_process_is_refused_and_the
 def test_the_example_denies_the_delete_and_pushes_once_after_a_second_process_approves(
     tmp_path: Path,
 ) -> None:
-    done = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "examples" / "adapters" / "openai_agents_example.py"),
-            "--db",
-            str(tmp_path / "example.db"),
-        ],
-        capture_output=True,
-        text=True,
+    example = ROOT / "examples" / "adapters" / "openai_agents_example.py"
+    done = forkserver.run(
+        [sys.executable, str(example), "--db", str(tmp_path / "example.db")],
+        preload=PRELOAD,
         timeout=300,
     )
     assert done.returncode == 0, done.stderr
@@ -1338,12 +1329,8 @@ def test_the_example_denies_the_delete_and_pushes_once_after_a_second_process_ap
 
 @pytest.mark.timeout(600)
 def test_the_scenario_script_shows_no_unapproved_re_execution_and_the_tamper_refused() -> None:
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "adapters" / "openai_agents_scenarios.py")],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    script = ROOT / "benchmarks" / "adapters" / "openai_agents_scenarios.py"
+    done = forkserver.run([sys.executable, str(script)], preload=PRELOAD, timeout=600)
     assert done.returncode == 0, done.stderr
     assert_table_printed_in_docs(done.stdout)
     rows = {
@@ -1376,22 +1363,7 @@ def test_a_call_the_sdk_issues_again_after_a_crash_past_its_outcome_gets_the_rec
     tmp_path: Path,
 ) -> None:
     db, work = start_in_a_child(tmp_path)
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            str(CHILD),
-            "resume",
-            db,
-            work,
-            RUN_ID,
-            "from_json",
-            "--approve",
-            "--hang-model",
-        ],
-        cwd=ROOT / "tests",
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    proc = spawn_child("resume", db, work, RUN_ID, "from_json", "--approve", "--hang-model")
     deadline = time.monotonic() + 60
     while not (tmp_path / "model-started").exists():
         assert proc.poll() is None and time.monotonic() < deadline
@@ -1421,13 +1393,7 @@ def test_a_held_call_runs_once_after_the_waiting_one_when_a_second_process_resum
     ]
     store = agentrt.open_existing(tmp_path / "runs.db", read_only=True)
     assert calls(store, RUN_ID) == [("awaiting_approval", "openai-agents call_id call-push")]
-    approve = subprocess.run(
-        [sys.executable, "-m", "agentrt", "approve", RUN_ID, "--db", db, "--yes", "--by", "alice"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert approve.returncode == 0, approve.stderr
+    agentrt_approve(db)
     assert pushes(tmp_path) == [] and not (tmp_path / "notes.log").exists()
 
     out = child("resume", db, work, RUN_ID, "load_state")

@@ -45,6 +45,7 @@ from agentrt.adapters.pydantic_ai import (
     RunEndedError,
     approved,
 )
+from support import forkserver
 from support.adapters import assert_table_printed_in_docs
 from support.adapters import pydantic_ai_child as child
 from support.adapters.pydantic_ai_child import CLASSES, REQUESTS, RESULTS
@@ -323,11 +324,15 @@ def setup_child(workdir: Path, script: str) -> None:
     (workdir / "config.json").write_text(json.dumps({"script": script, "run_id": RUN}))
 
 
+# Every program below is a real process of its own, forked from one that has
+# imported Pydantic AI and the adapter once (tests/support/forkserver.py).
+PRELOAD_CLI = ("pydantic_ai", "agentrt.adapters.pydantic_ai", "agentrt.cli")
+
+
 def spawn(workdir: Path, mode: str, *flags: str) -> tuple[int, dict[str, Any]]:
-    done = subprocess.run(
+    done = forkserver.run(
         [sys.executable, str(CHILD), str(workdir), mode, *flags],
-        capture_output=True,
-        text=True,
+        preload=PRELOAD_CLI,
         timeout=120,
         cwd=ROOT,
     )
@@ -336,11 +341,10 @@ def spawn(workdir: Path, mode: str, *flags: str) -> tuple[int, dict[str, Any]]:
     return done.returncode, json.loads(lines[-1])
 
 
-def cli_approve(workdir: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+def cli_approve(workdir: Path) -> forkserver.Done:
+    return forkserver.run(
         [sys.executable, "-m", "agentrt", "approve", RUN, "--db", str(workdir / "runs.db"), *BY],
-        capture_output=True,
-        text=True,
+        preload=PRELOAD_CLI,
         timeout=60,
     )
 
@@ -409,11 +413,8 @@ def test_an_approved_call_whose_arguments_changed_in_the_history_is_refused(
 def kill_mid_call(workdir: Path, *flags: str) -> int:
     """Resume with the push held after it acted; SIGKILL the child there."""
     (workdir / "hold").write_text("1")
-    proc = subprocess.Popen(
-        [sys.executable, str(CHILD), str(workdir), "resume", *flags],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        cwd=ROOT,
+    proc = forkserver.server(*PRELOAD_CLI).spawn(
+        [sys.executable, str(CHILD), str(workdir), "resume", *flags], cwd=ROOT, capture=True
     )
     deadline = time.monotonic() + 60
     while not (workdir / "acted").exists():
@@ -506,13 +507,15 @@ def test_a_call_denied_the_frameworks_way_is_rejected_in_agentrt_and_never_runs(
 
 
 @pytest.mark.slow
+# A hang guard, not a speed test: the scenario script starts a dozen fresh interpreters,
+# which on shared cores can outlast the suite's two minutes.
+@pytest.mark.timeout(600)
 def test_the_scenario_table_shows_no_unapproved_re_execution_and_the_tamper_refused(
     tmp_path: Path,
 ) -> None:
-    done = subprocess.run(
+    done = forkserver.run(
         [sys.executable, "benchmarks/adapters/pydantic_ai_scenarios.py", "--dir", str(tmp_path)],
-        capture_output=True,
-        text=True,
+        preload=PRELOAD_CLI,
         timeout=300,
         cwd=ROOT,
     )
@@ -553,10 +556,9 @@ def test_the_example_gates_the_agents_own_tools_and_pushes_once_after_approval(
     tmp_path: Path,
 ) -> None:
     db = tmp_path / "example.db"
-    done = subprocess.run(
+    done = forkserver.run(
         [sys.executable, "examples/adapters/pydantic_ai_example.py", "--db", str(db)],
-        capture_output=True,
-        text=True,
+        preload=PRELOAD_CLI,
         timeout=120,
         cwd=ROOT,
     )
@@ -1546,13 +1548,12 @@ def test_after_a_rejection_with_the_agentrt_command_the_model_is_told_and_nothin
 ) -> None:
     setup_child(tmp_path, "held")
     assert spawn(tmp_path, "start")[0] == 2
-    rejected = subprocess.run(
+    rejected = forkserver.run(
         [
             *(sys.executable, "-m", "agentrt", "reject", RUN, "--db", str(tmp_path / "runs.db")),
             *(*BY, "--note", "not this week"),
         ],
-        capture_output=True,
-        text=True,
+        preload=PRELOAD_CLI,
         timeout=60,
     )
     assert rejected.returncode == 0, rejected.stderr
@@ -1687,11 +1688,8 @@ def kill_at_the_model(workdir: Path, mode: str) -> int:
     The tool's outcome is recorded; the history the child saved last holds the
     call but not its return.
     """
-    proc = subprocess.Popen(
-        [sys.executable, str(CHILD), str(workdir), mode, "--hang-model"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        cwd=ROOT,
+    proc = forkserver.server(*PRELOAD_CLI).spawn(
+        [sys.executable, str(CHILD), str(workdir), mode, "--hang-model"], cwd=ROOT, capture=True
     )
     deadline = time.monotonic() + 60
     while not (workdir / "model-started").exists():

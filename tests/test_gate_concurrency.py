@@ -181,7 +181,13 @@ def test_a_session_dropped_without_close_stops_renewing_its_lease_once_collected
     run_id = session.run_id
     del session, step  # the loop's bug: no close()
     gc.collect()
-    time.sleep(0.25)  # a renewal already under way when the session was collected lands
+    # A renewal already under way when the session was collected lands: wait for the
+    # heartbeat's thread to end (on the event, not for a time that load can outlast).
+    beat = f"agentrt-heartbeat-{run_id[:8]}"
+    deadline = time.monotonic() + 60
+    while any(t.name == beat for t in threading.enumerate()):
+        assert time.monotonic() < deadline, "the heartbeat of a collected session still runs"
+        time.sleep(0.01)
     renewed = store.lease(run_id).expires_at
     time.sleep(0.7)  # past two lease lengths: a live heartbeat would have renewed
     assert store.lease(run_id).expires_at == renewed

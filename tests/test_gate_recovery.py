@@ -16,9 +16,11 @@ import pytest
 import agentrt
 import crashing_child as child
 from agentrt import Decision, SideEffect, VerdictOutcome
+from agentrt._clock import format_time
 from agentrt.scripted import ScriptedAgent
 from conftest import FakeClock, Ids, RecordingTool
 from support.gates import make_gate, open_step
+from support.leases import MovableWall, stored_expiry, wait_for_renewal
 from support.rows import snapshot
 from support.tools import push_tool, read_tool
 
@@ -194,8 +196,12 @@ def test_the_lease_taken_as_an_attached_call_starts_is_renewed_while_its_tool_ru
     holder: list[agentrt.GateSession] = []
 
     def slow(call: agentrt.ToolCall) -> agentrt.ToolResult:
-        time.sleep(0.5)  # longer than the lease: only the heartbeat keeps it ours
+        # The tool runs until the heartbeat has renewed the lease taken at the start
+        # (waiting on the renewal, not on how long one usually takes).
         heartbeat = holder[0]._rs.heartbeat
+        deadline = time.monotonic() + 60
+        while heartbeat is not None and heartbeat.renewals < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
         renewals.append(0 if heartbeat is None else heartbeat.renewals)
         return agentrt.ToolResult({"pushed": True}, "pushed")
 
@@ -281,11 +287,13 @@ def test_a_cancelled_execute_keeps_the_lease_while_its_tool_thread_runs_then_giv
         return agentrt.ToolResult({"charged": True})
 
     tool = RecordingTool("charge", SideEffect.REMOTE_MUTATION, result=charge)
+    wall = MovableWall()  # leases judged on the test's clock: no load lapses one
     the_gate = agentrt.Gate(
         store=store,
         policy=child.policy(),
         tools=[tool],
         lease_ttl=timedelta(milliseconds=300),
+        wall=wall,
     )
 
     async def cancel_mid_call() -> str:
@@ -303,8 +311,9 @@ def test_a_cancelled_execute_keeps_the_lease_while_its_tool_thread_runs_then_giv
         return session.run.id
 
     run_id = asyncio.run(cancel_mid_call())
-    time.sleep(1.0)  # more than three lease lengths: still renewed
-    other = agentrt.Gate(store=store, policy=child.policy(), tools=[tool])
+    wall.advance(timedelta(seconds=1))  # more than three lease lengths: still renewed
+    wait_for_renewal(lambda: stored_expiry(db_path, run_id), format_time(wall()))
+    other = agentrt.Gate(store=store, policy=child.policy(), tools=[tool], wall=wall)
     with pytest.raises(agentrt.RunLeasedError):
         other.attach_sync(run_id)
     release.set()

@@ -37,13 +37,13 @@ from agentrt import (
     ToolRequest,
     ToolResult,
 )
-from agentrt._clock import wall_clock
+from agentrt._clock import format_time, wall_clock
 from agentrt._model import Message, ModelRequest, ModelResponse, TextBlock, Usage
 from agentrt._takeover import take_over
 from agentrt.scripted import ScriptedAgent
 from conftest import FakeClock, Ids, RecordingTool, event_types
 from support.crashes import crash, resumer
-from support.leases import take_in
+from support.leases import MovableWall, stored_expiry, take_in, wait_for_renewal
 from support.rows import snapshot
 
 THIEF = "thief/000000000000"
@@ -405,16 +405,21 @@ def test_lease_long_tool_call_keeps_the_lease(db_path: Path) -> None:
     """A tool call several lease lengths long keeps its lease: nobody can take the run."""
     store = agentrt.open_store(db_path)
     refusals: list[RunLeasedError] = []
+    # Leases are judged on a clock the test moves, so a slow machine cannot lapse one;
+    # the heartbeat renews on real time, and the test waits for each renewal.
+    wall = MovableWall()
     other = agentrt.Driver(
         store=agentrt.open_store(db_path),
         agent=ScriptedAgent([]),
         policy=agentrt.default_policy(),
         lease_owner="other",
+        wall=wall,
     )
 
     def long_call(call: ToolCall) -> ToolResult:
-        for _ in range(4):
-            time.sleep(0.3)  # 1.2 s in all: four lease lengths
+        for _ in range(4):  # four lease lengths in all
+            wall.advance(timedelta(milliseconds=300))
+            wait_for_renewal(lambda: stored_expiry(db_path, call.run_id), format_time(wall()))
             try:
                 other.resume_sync(call.run_id)
             except RunLeasedError as exc:
@@ -428,6 +433,7 @@ def test_lease_long_tool_call_keeps_the_lease(db_path: Path) -> None:
         policy=agentrt.default_policy(),
         tools=[slow],
         lease_ttl=timedelta(milliseconds=300),
+        wall=wall,
     )
     run = driver.start_sync("long")
     assert run.status == "COMPLETED"
@@ -452,9 +458,9 @@ def test_lease_held_connection_does_not_starve_the_heartbeat(db_path: Path) -> N
                 conn.close()
 
         with store._lock:  # what a consumer holding the connection does to other users
-            for _ in range(4):
-                seen.append(read_expiry())
-                time.sleep(0.3)
+            seen.append(read_expiry())
+            for _ in range(2):  # two renewals while it is held, however long they take
+                seen.append(wait_for_renewal(read_expiry, seen[-1]))
         return ToolResult({"held": True})
 
     tool = RecordingTool("hold", SideEffect.LOCAL_MUTATION, result=hold_the_connection)
@@ -533,12 +539,14 @@ def test_lease_a_cancelled_loop_keeps_its_lease_while_its_tool_thread_still_runs
 
     tool = RecordingTool("charge", SideEffect.REMOTE_MUTATION, result=charge)
     allow_all = child.policy()
+    wall = MovableWall()  # leases judged on the test's clock: no load lapses one
     driver = agentrt.Driver(
         store=store,
         agent=ScriptedAgent([Decision.tool_call("charge", {})]),
         policy=allow_all,
         tools=[tool],
         lease_ttl=timedelta(milliseconds=300),
+        wall=wall,
     )
 
     async def cancel_mid_call() -> None:
@@ -552,9 +560,14 @@ def test_lease_a_cancelled_loop_keeps_its_lease_while_its_tool_thread_still_runs
     asyncio.run(cancel_mid_call())
     (run,) = store.list_runs()
     other = agentrt.Driver(
-        store=agentrt.open_store(db_path), agent=ScriptedAgent([]), policy=allow_all, tools=[tool]
+        store=agentrt.open_store(db_path),
+        agent=ScriptedAgent([]),
+        policy=allow_all,
+        tools=[tool],
+        wall=wall,
     )
-    time.sleep(1.0)  # more than three lease lengths: still renewed
+    wall.advance(timedelta(seconds=1))  # more than three lease lengths: still renewed
+    wait_for_renewal(lambda: stored_expiry(db_path, run.id), format_time(wall()))
     with pytest.raises(RunLeasedError):
         other.resume_sync(run.id)
     release.set()

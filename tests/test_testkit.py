@@ -490,7 +490,6 @@ class TestMatrix:
     def test_full_crash_matrix_of_a_read_a_side_effect_and_an_approval_holds_in_the_harness(
         self,
     ) -> None:
-        # A harness case mostly sleeps out a dead owner's lease: many at a time is cheap.
         matrix = crash_matrix_sync("support.scenarios:checkout", "harness", workers=16)
         matrix.assert_ok()
         passed = {p.key for p in matrix.clean.probes}

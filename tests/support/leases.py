@@ -1,9 +1,14 @@
 """Taking a run's lease by hand, as another process's takeover would (the named write
-`take_lease` with an expiry from a clock and this process as the holder)."""
+`take_lease` with an expiry from a clock and this process as the holder); a wall
+clock the test moves, and waiting for the heartbeat's renewal instead of sleeping."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+import sqlite3
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from agentrt._lease import WallClock, expiry, holder_json
@@ -34,3 +39,45 @@ def take_in(
         from_status=from_status,
         previous=None if previous_owner is None else (previous_owner, previous_expires_at or ""),
     )
+
+
+class MovableWall:
+    """A wall clock the test moves: leases are judged on it, so no load can lapse one.
+
+    The heartbeat still renews on real time (a third of the lease); only what
+    "expired" means is the test's to say.
+    """
+
+    def __init__(self) -> None:
+        self.now = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, delta: timedelta) -> None:
+        self.now += delta
+
+
+def stored_expiry(db_path: Path | str, run_id: str) -> str:
+    """The run's lease expiry as stored, read on a connection of its own."""
+    conn = sqlite3.connect(db_path)
+    try:
+        row = conn.execute("SELECT lease_expires_at FROM runs WHERE id = ?", (run_id,)).fetchone()
+        return str(row[0])
+    finally:
+        conn.close()
+
+
+def wait_for_renewal(read: Callable[[], Any], past: Any, within: float = 60.0) -> Any:
+    """Wait until the expiry `read` returns (text or a time) is later than `past`; return it.
+
+    Synchronises on the heartbeat's write, not on how long it usually takes: a
+    renewal that never comes fails after `within` seconds.
+    """
+    deadline = time.monotonic() + within
+    while True:
+        now = read()
+        if now is not None and now > past:
+            return now
+        assert time.monotonic() < deadline, f"the lease was not renewed past {past} in {within}s"
+        time.sleep(0.01)

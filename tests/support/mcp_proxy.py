@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import subprocess
 import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ from typing import Any
 
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
+from tests.support import forkserver
 
 TESTS = Path(__file__).resolve().parent.parent
 SHOP_SERVER = TESTS / "mcp_shop_server.py"
@@ -59,14 +59,34 @@ def write_owner_only(path: Path, data: Any) -> None:
     path.chmod(0o600)
 
 
-def agentrt(*args: str) -> subprocess.CompletedProcess[str]:
+# The operator's commands are real processes forked from one that has imported
+# the command and the MCP SDK once (tests/support/forkserver.py).
+PRELOAD = ("agentrt.cli", "agentrt.mcp.proxy", "mcp.client.stdio")
+
+
+def agentrt(*args: str) -> forkserver.Done:
     """The operator's command, in a process of its own."""
-    return subprocess.run(
-        [sys.executable, "-m", "agentrt", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return forkserver.run([sys.executable, "-m", "agentrt", *args], preload=PRELOAD, timeout=60)
+
+
+_pinned: list[tuple[str, int]] = []
+
+
+def pin_shop(out: Path, command: list[str]) -> None:
+    """`agentrt mcp pin shop`: run for real once per test process, its manifest reused.
+
+    The shop server's tools do not depend on its folder, so every shop's manifest
+    is the same text; pinning it again for each test only started two more
+    processes.
+    """
+    if not _pinned:
+        pinned = agentrt("mcp", "pin", "shop", "--out", str(out), "--", *command)
+        assert pinned.returncode == 0, pinned.stderr
+        _pinned.append((out.read_text(), out.stat().st_mode & 0o777))
+        return
+    text, mode = _pinned[0]
+    out.write_text(text)
+    out.chmod(mode)
 
 
 class Shop:
@@ -80,10 +100,7 @@ class Shop:
         # starts there, and the test moves it forward by minutes.
         self.set_time(datetime.now(UTC))
         command = [sys.executable, str(SHOP_SERVER), str(self.folder)]
-        pinned = agentrt(
-            "mcp", "pin", "shop", "--out", str(root / "shop.manifest.json"), "--", *command
-        )
-        assert pinned.returncode == 0, pinned.stderr
+        pin_shop(root / "shop.manifest.json", command)
         write_owner_only(root / "shop.rules.json", RULES)
         self.config = root / "proxy.json"
         write_owner_only(

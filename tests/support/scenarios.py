@@ -22,7 +22,9 @@ from agentrt._model import Message, ModelRequest, ModelResponse, TextBlock, Usag
 from agentrt.scripted import ScriptedAgent
 from agentrt.testkit import LoopContext, Scenario, Verdict, always, by_kind
 
-LEASE = timedelta(milliseconds=600)
+# Long enough that no load lapses a live lease: the harness waits a dead owner's lease
+# out on its own clock, and a real process that died is proved dead at once.
+LEASE = timedelta(seconds=30)
 ORDER = {"order": 17}
 CHARGE = {"order": 17, "amount_micros": 12_500_000}
 

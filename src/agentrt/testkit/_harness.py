@@ -3,8 +3,10 @@
 `Life` is what every process of a scenario does, real (process mode) or
 simulated (here): open the file, build a fresh Driver with the kit's probes,
 start the run or recover it, and keep going as a restarted program would:
-resume a RUNNING run (refused with `RunLeasedError` until a dead owner's short
-lease expires, so it retries in small, bounded sleeps), ask the operator about
+resume a RUNNING run (refused with `RunLeasedError` until a dead owner's lease
+expires, so it retries in small, bounded sleeps; in the harness, whose
+simulated processes share one `VirtualWall`, it moves that clock past the
+expiry instead, so no real time passes and load cannot lapse a live lease), ask the operator about
 a pending approval and approve, reject or leave it, until the run ends, is
 left waiting, or the process is crashed at its armed crash point.
 
@@ -29,11 +31,12 @@ from __future__ import annotations
 import asyncio
 import os
 import sqlite3
+import threading
 import time
 import traceback
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -148,10 +151,21 @@ class Crasher:
 class Life:
     """One process of a scenario: see the module docstring."""
 
-    def __init__(self, scenario: Scenario, plan: ProcessPlan, crasher: Crasher) -> None:
+    def __init__(
+        self,
+        scenario: Scenario,
+        plan: ProcessPlan,
+        crasher: Crasher,
+        wall: VirtualWall | None = None,
+    ) -> None:
         self.scenario = scenario
         self.plan = plan
         self.crasher = crasher
+        # The clock leases are read from: the real one in a real process; in the
+        # harness, one shared by the simulated processes, moved past a dead
+        # owner's lease instead of sleeping it out.
+        self.virtual_wall = wall
+        self.wall: Clock = wall if wall is not None else wall_clock
         self.crashed = False
         self.journal = Journal(plan.journal_path, plan.process)
         self.store: Store = open_store(plan.db_path)
@@ -225,6 +239,7 @@ class Life:
             new_id=self.new_id,
             lease_ttl=s.lease_ttl,
             lease_owner=f"testkit-p{self.plan.process}",
+            wall=self.wall,
             probe=self.probe,
             probe_in_tx=self.probe_in_tx,
         )
@@ -242,6 +257,7 @@ class Life:
             new_id=self.new_id,
             lease_ttl=s.lease_ttl,
             lease_owner=f"testkit-p{self.plan.process}",
+            wall=self.wall,
             probe=self.probe,
             probe_in_tx=self.probe_in_tx,
         )
@@ -329,7 +345,8 @@ class Life:
         return await s.loop(ctx)
 
     async def _resume(self, driver: Driver) -> Run:
-        """Resume, waiting out a dead owner's lease in small, bounded sleeps."""
+        """Resume, waiting out a dead owner's lease: in the harness by moving its clock past
+        the expiry, in a real process in small, bounded sleeps."""
         ttl = self.scenario.lease_ttl.total_seconds()
         deadline = time.monotonic() + 10 * ttl + 10.0
         while True:
@@ -338,16 +355,46 @@ class Life:
                 return await self._loop(driver, resuming=True)
             except RunLeasedError as exc:
                 self.journal.append("resume.refused", owner=exc.owner)
+                if self.virtual_wall is not None and exc.expires_at is not None:
+                    # Waiting is the clock's to do here: one refusal, then the lease
+                    # has run out, however slowly the machine got there.
+                    self.virtual_wall.pass_beyond(exc.expires_at)
+                    continue
                 if time.monotonic() >= deadline:
                     raise
-                await asyncio.sleep(_until(exc.expires_at, ttl))
+                await asyncio.sleep(_until(exc.expires_at, ttl, self.wall))
 
 
-def _until(expires_at: datetime | None, ttl: float) -> float:
+class VirtualWall:
+    """The harness's wall clock: the real one plus however long it has waited out leases.
+
+    Every simulated process of one case reads its leases from the same instance,
+    so the leases they write and judge agree, as they agree between real
+    processes on the real clock. A dead owner's lease is waited out by moving
+    this clock just past its expiry: no real time passes, and a live owner's
+    lease (renewed on this clock) never lapses because the machine is slow.
+    """
+
+    def __init__(self) -> None:
+        self._offset = timedelta(0)
+        self._lock = threading.Lock()
+
+    def __call__(self) -> datetime:
+        with self._lock:
+            return datetime.now(UTC) + self._offset
+
+    def pass_beyond(self, moment: datetime) -> None:
+        with self._lock:
+            behind = moment - (datetime.now(UTC) + self._offset)
+            if behind >= timedelta(0):
+                self._offset += behind + timedelta(milliseconds=1)
+
+
+def _until(expires_at: datetime | None, ttl: float, wall: Clock = wall_clock) -> float:
     """How long to sleep before trying again: to just past the expiry, in steps of at most 0.1 s."""
     if expires_at is None:
         return min(0.05, ttl)
-    left = (expires_at - datetime.now(UTC)).total_seconds()
+    left = (expires_at - wall()).total_seconds()
     return max(0.005, min(left + 0.005, 0.1))
 
 
@@ -480,6 +527,7 @@ async def run_in_process(
     parked: list[tuple[asyncio.Task[None], Life]] = []
     next_crash = 0
     process = 1
+    wall = VirtualWall()
     while True:
         crashed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         plan = ProcessPlan.nth(
@@ -493,7 +541,7 @@ async def run_in_process(
         )
         try:
             this = shared if shared is not None else build(scenario)
-            life = Life(this, plan, _Parked(crashed))
+            life = Life(this, plan, _Parked(crashed), wall)
         except Exception as exc:
             errors.append(f"process {process} could not start: {type(exc).__name__}: {exc}")
             break

@@ -311,7 +311,7 @@ class _Player:
         self.timeout = timeout
         self.counter = iter(range(10 * _MAX_CASES))
         # A pool of its own: the default executor's few threads would cap `workers`,
-        # and a harness case mostly sleeps out a dead owner's lease.
+        # and a process-mode case mostly waits on its children.
         self.pool = ThreadPoolExecutor(max(1, workers), thread_name_prefix="agentrt-matrix")
 
     async def _play(self, crashes: tuple[Crash, ...], path: Path) -> Result:

@@ -198,9 +198,12 @@ class Scenario:
     """One run of an agent over some tools under a policy, as the test kit drives it.
 
     Everything is passed to a fresh `Driver` in every (real or simulated)
-    process. `db_path` None: the kit picks a fresh file. `lease_ttl` is short so
-    that a resume after a crash waits only that long. `operator` None answers
-    every approval with `Verdict.LEAVE` (a person who has not looked yet).
+    process. `db_path` None: the kit picks a fresh file. `lease_ttl` is the
+    run's lease: the harness waits a dead owner's lease out on its own clock
+    (no real time passes), and process mode takes over at once from a child it
+    can prove dead, else waits the lease out in real time (so short helps
+    there). `operator` None answers every approval with `Verdict.LEAVE` (a
+    person who has not looked yet).
 
     Hand the kit a factory that returns a Scenario (`"pkg.mod:make_scenario"`
     or a function) rather than an instance: the kit builds a fresh one for

@@ -13,7 +13,6 @@ import asyncio
 import json
 import os
 import signal
-import subprocess
 import sys
 import warnings
 from collections.abc import Callable, Sequence
@@ -34,6 +33,7 @@ from agentrt.adapters.langgraph import (
     run_id_for,
     turn_end_node,
 )
+from support import forkserver
 
 ROOT = Path(__file__).resolve().parents[3]
 CHILD = ROOT / "tests" / "support" / "adapters" / "langgraph_child.py"
@@ -153,12 +153,19 @@ def push_script() -> list[AIMessage]:
     ]
 
 
+# The children are real processes forked from one that has imported LangGraph,
+# LangChain and the adapter once (tests/support/forkserver.py).
+PRELOAD = (
+    "langgraph.graph",
+    "langchain_core.messages",
+    "agentrt.adapters.langgraph",
+    "agentrt.cli",
+)
+
+
 def child(workdir: Path, mode: str, tool_name: str) -> dict[str, Any]:
-    done = subprocess.run(
-        [sys.executable, str(CHILD), str(workdir), mode, tool_name],
-        capture_output=True,
-        text=True,
-        timeout=120,
+    done = forkserver.run(
+        [sys.executable, str(CHILD), str(workdir), mode, tool_name], preload=PRELOAD, timeout=120
     )
     assert done.returncode == 0, done.stderr
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
@@ -166,15 +173,17 @@ def child(workdir: Path, mode: str, tool_name: str) -> dict[str, Any]:
 
 def kill_inside_the_tool(workdir: Path, mode: str, tool_name: str) -> None:
     """Run the child until its tool has written its effect, then SIGKILL it."""
-    proc = subprocess.Popen(
-        [sys.executable, str(CHILD), str(workdir), mode, tool_name],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "HANG_IN_TOOL": "1"},
-    )
-    assert proc.stdout is not None
-    assert proc.stdout.readline().strip() == "IN_TOOL"
+    read, write = os.pipe()
+    try:
+        proc = forkserver.server(*PRELOAD).spawn(
+            [sys.executable, str(CHILD), str(workdir), mode, tool_name],
+            env={**os.environ, "HANG_IN_TOOL": "1"},
+            stdout=write,
+        )
+    finally:
+        os.close(write)
+    with open(read) as out:
+        assert out.readline().strip() == "IN_TOOL"
     os.kill(proc.pid, signal.SIGKILL)
     assert proc.wait(timeout=30) == -signal.SIGKILL
 
