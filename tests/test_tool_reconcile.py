@@ -448,3 +448,30 @@ def test_the_approval_screens_still_show_the_crash_notice_after_a_crash(db_path:
     (approval,) = store.pending_approvals(run_id)
     lines = summary_lines(summary(approval, "why"))
     assert INTERRUPTED_NOTICE in lines
+
+
+def test_the_approval_screens_show_the_proxys_timeout_hold_notice(store: agentrt.Store) -> None:
+    from agentrt.mcp._proxy import TIMED_OUT_NOTICE, timed_out_decision
+
+    class HoldsAsTheProxyDoes:
+        id = "proxy-hold/1"
+
+        def evaluate(self, request: agentrt.ToolRequest, view: RunView) -> PolicyDecision:
+            return timed_out_decision(request)
+
+    @agentrt.tool(side_effect="remote_mutation", timeout=5)
+    def append(entry: str) -> str:
+        """Append."""
+        raise AssertionError("held, not run")
+
+    driver = agentrt.Driver(
+        store=store,
+        agent=ScriptedAgent([Decision.tool_call("append", {"entry": "rent"})]),
+        policy=HoldsAsTheProxyDoes(),
+        tools=[append],
+    )
+    run = driver.start_sync("append")
+    (approval,) = store.pending_approvals(run.id)
+    lines = summary_lines(summary(approval, "why"))
+    assert f"NOTICE: {TIMED_OUT_NOTICE}" in lines
+    assert INTERRUPTED_NOTICE not in lines
