@@ -475,3 +475,25 @@ def test_the_approval_screens_show_the_proxys_timeout_hold_notice(store: agentrt
     lines = summary_lines(summary(approval, "why"))
     assert f"NOTICE: {TIMED_OUT_NOTICE}" in lines
     assert INTERRUPTED_NOTICE not in lines
+
+
+def test_a_gates_attach_holds_the_reconciled_rerun_as_allowed_and_execute_runs_it_once(
+    db_path: Path,
+) -> None:
+    run_id = crash(db_path, "charge")
+    tool = ReconciledCharge(db_path, Reconciled.not_found("none yet", safe_to_repeat=True))
+    store = agentrt.open_store(db_path)
+    gate = agentrt.Gate(store=store, policy=child.policy(), tools=[tool], lease_owner="own-loop")
+    session, verdict = gate.attach_sync(run_id)
+    assert verdict is not None and verdict.outcome == "allowed"
+    assert verdict.request is not None
+    assert verdict.request.operation_id == tool.asked[0].operation_id
+    assert tool.calls == []  # nothing runs before execute
+    open_step = session.current()
+    assert open_step is not None
+    observation = open_step.execute_sync()
+    assert observation.kind == "tool_result"
+    (again,) = tool.calls
+    assert again.operation_id == tool.asked[0].operation_id
+    assert len(child.journal_lines(db_path)) == 2
+    session.close_sync()
