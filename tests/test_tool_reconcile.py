@@ -497,3 +497,29 @@ def test_a_gates_attach_holds_the_reconciled_rerun_as_allowed_and_execute_runs_i
     assert again.operation_id == tool.asked[0].operation_id
     assert len(child.journal_lines(db_path)) == 2
     session.close_sync()
+
+
+def test_tool_reconcile_found_for_a_terminal_tool_completes_the_run_with_the_result(
+    db_path: Path,
+) -> None:
+    run_id = crash(db_path, "charge")
+    tool = ReconciledCharge(db_path, Reconciled.found({"receipt": "r-17"}))
+    tool.spec = agentrt.ToolSpec(
+        name="charge",
+        description=tool.spec.description,
+        input_schema=tool.spec.input_schema,
+        side_effect=SideEffect.REMOTE_MUTATION,
+        timeout=timedelta(seconds=10),
+        terminal=True,
+    )
+    store, driver = resume_with(db_path, tool)
+    run = driver.resume_sync(run_id)
+    assert (run.status, run.reason, run.result) == (
+        "COMPLETED",
+        "goal_completed",
+        {"receipt": "r-17"},
+    )
+    assert [s.status for s in store.list_steps(run_id)] == ["done"]
+    types = [e.type for e in store.list_events(run_id=run_id)]
+    assert types[-2:] == ["step.reconciled", "run.finished"]
+    assert tool.calls == [] and len(child.journal_lines(db_path)) == 1

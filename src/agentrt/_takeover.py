@@ -186,7 +186,7 @@ async def _settle_by_tool(session: RunSession, step: Step, spec: ToolSpec, args:
     answer = await ask(fn, spec, call)
     payload = answer.payload(spec, call)
     if answer.answer == ReconcileAnswer.FOUND:
-        await _complete_found(session, step, answer, payload)
+        await _complete_found(session, step, spec, answer, payload)
         return
     resumed = {"reconcile": DECIDER, "answer": answer.answer}
     if answer.answer == ReconcileAnswer.SAFE_TO_REPEAT:
@@ -214,11 +214,13 @@ async def _settle_by_tool(session: RunSession, step: Step, spec: ToolSpec, args:
 
 
 async def _complete_found(
-    session: RunSession, step: Step, answer: Answer, payload: dict[str, Any]
+    session: RunSession, step: Step, spec: ToolSpec, answer: Answer, payload: dict[str, Any]
 ) -> None:
     """The effect happened: the step is done with the recovered result; the run goes on."""
     assert answer.observation is not None
     observation = answer.observation
+
+    terminal = spec.terminal
 
     def tx_found(tx: Tx) -> None:
         session.require_lease(tx)
@@ -226,6 +228,16 @@ async def _complete_found(
         session.put_step(
             writes.complete_reconciled(tx, session.current(step), observation, payload, now)
         )
+        if terminal:  # a terminal tool's success ends the run, as when it returns
+            session.end_in(
+                tx,
+                now,
+                RunStatus.COMPLETED,
+                TerminalReason.GOAL_COMPLETED,
+                "",
+                result=observation.content,
+            )
+            return
         writes.go_on_after_interruption(
             tx, session.run_id, {"reconcile": DECIDER, "answer": answer.answer}, now
         )
