@@ -93,3 +93,20 @@ def test_a_provider_that_does_not_deduplicate_asks_a_person_at_every_real_sigkil
             answers = [p["answer"] for p in reconciled(case)]
             assert set(answers) <= {"not_found"}, case.label
             assert provider.charged[case.result.run.id] >= 1, case.label
+
+
+def test_the_kit_counts_a_reconciled_rerun_only_against_a_safe_to_repeat_answer() -> None:
+    import dataclasses
+
+    from agentrt.testkit import Crash, Point, check, run_sync
+
+    with Provider(deduplicates=True) as provider:
+        good = run_sync(REF_DEDUP, Crash(0, Point.AFTER_TOOL_STARTED))
+        assert provider.charged[good.run.id] == 1
+    assert check(good) == []
+    said = [e.payload for e in good.events if e.type == "step.reconciled"]
+    assert [p["answer"] for p in said] == ["safe_to_repeat"]
+    # Without the answer that vouched for it, the re-run is a violation.
+    events = tuple(e for e in good.events if e.type != "step.reconciled")
+    found = {v.rule for v in check(dataclasses.replace(good, events=events))}
+    assert found == {"unvouched_rerun", "too_many_tool_starts"}
