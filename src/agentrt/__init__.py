@@ -97,6 +97,8 @@ from ._records import (
     ObservationKind,
     PolicyDecision,
     PolicyOutcome,
+    ReconcileAnswer,
+    Reconciled,
     ReconcileOutcome,
     Reconciliation,
     Run,
@@ -112,6 +114,7 @@ from ._records import (
     ToolResult,
     ToolSpec,
     VerifyReport,
+    operation_id,
 )
 from ._tools import Tool, check_args, compile_tool, tool
 from .model_agent import ModelAgent
@@ -172,7 +175,9 @@ __all__ = [
     "PolicyOutcome",
     "Price",
     "PriceTable",
+    "ReconcileAnswer",
     "ReconcileOutcome",
+    "Reconciled",
     "Reconciliation",
     "RecoverAction",
     "Recovered",
@@ -227,6 +232,7 @@ __all__ = [
     "need_approval",
     "open_existing",
     "open_store",
+    "operation_id",
     "parse_dollars",
     "policy_json",
     "reject",

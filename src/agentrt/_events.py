@@ -24,6 +24,7 @@ STEP_TOOL_STARTED = "step.tool_started"
 STEP_TOOL_FINISHED = "step.tool_finished"
 STEP_FAILED = "step.failed"
 STEP_INTERRUPTED = "step.interrupted"
+STEP_RECONCILED = "step.reconciled"
 APPROVAL_REQUESTED = "approval.requested"
 APPROVAL_DECIDED = "approval.decided"
 LIMIT_EXCEEDED = "limit.exceeded"
@@ -45,6 +46,7 @@ ALL = (
     STEP_TOOL_FINISHED,
     STEP_FAILED,
     STEP_INTERRUPTED,
+    STEP_RECONCILED,
     APPROVAL_REQUESTED,
     APPROVAL_DECIDED,
     LIMIT_EXCEEDED,

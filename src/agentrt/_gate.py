@@ -396,6 +396,11 @@ class Gate:
         if run.status == RunStatus.RUNNING:
             rs = await take_over(config, run_id)
             session = GateSession(self, rs)
+            if rs.has_allowed_call():
+                # A tool's reconciliation vouched that its interrupted request may run
+                # again and the policy allowed it (decision 0067): held for execute.
+                open_step = session._open_allowed(rs.allowed_step())
+                return session, session._verdict(open_step.step)
             if rs.run.status == RunStatus.RUNNING:
                 return session, None
             verdict = session._verdict(rs.steps[-1] if rs.steps else None)

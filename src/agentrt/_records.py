@@ -8,6 +8,7 @@ nanoseconds), times are timezone-aware UTC `datetime`.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -466,14 +467,82 @@ class ToolSpec:
         )
 
 
+OPERATION_ID_PREFIX = "op_"
+
+
+def operation_id(run_id: str, step_id: str) -> str:
+    """The stable id of the one request a step makes (decision 0067).
+
+    `"op_"` and the first 32 hex digits of SHA-256 over
+    `"agentrt.operation/1\n" + run_id + "\n" + step_id`: derived from the record
+    alone, so an approved or reconciled re-run of that request on the same step
+    carries the same id, and a call on any other step (even with identical
+    arguments) another. Send it as an `Idempotency-Key` header, or stamp it on
+    what the tool creates, so a reconciliation can look the effect up by it.
+    """
+    text = f"agentrt.operation/1\n{run_id}\n{step_id}"
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+    return OPERATION_ID_PREFIX + digest[:32]
+
+
 @dataclass(frozen=True)
 class ToolCall:
-    """What a tool receives: where it runs, its validated args, and the lease's fencing epoch."""
+    """What a tool receives: where it runs, its validated args, and the lease's fencing epoch.
+
+    `operation_id` is the request's stable id (`operation_id(run_id, step_id)`):
+    the same for every execution of this step's request, different on every other step.
+    """
 
     run_id: str
     step_id: str
     args: JSON
     lease_epoch: int
+
+    @property
+    def operation_id(self) -> str:
+        return operation_id(self.run_id, self.step_id)
+
+
+class ReconcileAnswer(StrEnum):
+    """What a tool's own reconciliation found about its interrupted call (decision 0067)."""
+
+    FOUND = "found"  # the effect happened: the step completes with the recovered result
+    SAFE_TO_REPEAT = "safe_to_repeat"  # not found; repeating this operation id cannot duplicate it
+    NOT_FOUND = "not_found"  # not found: a person decides, shown the answer
+    UNKNOWN = "unknown"  # it cannot tell: a person decides
+
+
+@dataclass(frozen=True)
+class Reconciled:
+    """A tool's reconciliation's answer about its interrupted call (decision 0067).
+
+    Build it with `found(result)`, `not_found(detail, safe_to_repeat=...)` or
+    `unknown(detail)`. `detail` says what was looked up; it is recorded in the
+    `step.reconciled` event and, when a person decides, shown in the approval.
+    """
+
+    answer: str
+    detail: str = ""
+    result: JSON = None
+    summary: str = ""
+
+    @staticmethod
+    def found(result: JSON, detail: str = "", summary: str = "") -> Reconciled:
+        """The effect happened; `result` is the call's result, as the tool would return it."""
+        return Reconciled(ReconcileAnswer.FOUND, detail=detail, result=result, summary=summary)
+
+    @staticmethod
+    def not_found(detail: str = "", *, safe_to_repeat: bool = False) -> Reconciled:
+        """No effect found. `safe_to_repeat=True` vouches that repeating this operation id
+        cannot duplicate the effect (the provider deduplicates by it): the runtime runs
+        the same request again on the same step. Otherwise a person decides."""
+        answer = ReconcileAnswer.SAFE_TO_REPEAT if safe_to_repeat else ReconcileAnswer.NOT_FOUND
+        return Reconciled(answer, detail=detail)
+
+    @staticmethod
+    def unknown(detail: str = "") -> Reconciled:
+        """The reconciliation cannot tell whether the effect happened: a person decides."""
+        return Reconciled(ReconcileAnswer.UNKNOWN, detail=detail)
 
 
 @dataclass(frozen=True)
@@ -587,6 +656,11 @@ class ToolRequest:
     step_id: str
     spec: ToolSpec
     args: JSON
+
+    @property
+    def operation_id(self) -> str:
+        """The request's stable id, as its tool will receive it (`ToolCall.operation_id`)."""
+        return operation_id(self.run_id, self.step_id)
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ from typing import Any
 from ._canonical import to_text
 from ._clock import format_time
 from ._db import capped_length
+from ._policy import INTERRUPTED_NOTICE as CRASH_NOTICE
 from ._records import JSON, Approval
 from .trace import capped_note, display_width, sanitize
 from .view import approval_tool
@@ -53,6 +54,27 @@ INTERRUPTED_NOTICE = (
     "outcome was recorded, so whether it took effect is unknown. Approving runs it once "
     "more; rejecting ends the run without calling it again."
 )
+NOTICE_LIMIT = 600
+"""A notice longer than this is shown as head and tail."""
+
+
+def interrupted_notice(approval: Approval) -> str:
+    """What happened to an `interrupted_side_effect` call, as the hashed presentation says.
+
+    A crash, a tool's `OutcomeUnknown` (decision 0054), the proxy's timeout hold
+    (decision 0047) and a tool's reconciliation (decision 0067) each write their own
+    notice into the presentation; the screens show that one, never a fixed text that
+    may not be what happened. A presentation without a usable notice (a consumer's
+    own pause) and the crash's own notice show the crash notice below; "" for any
+    other kind. Sanitized.
+    """
+    if approval.kind != INTERRUPTED_KIND:
+        return ""
+    shown = approval.presentation if isinstance(approval.presentation, dict) else {}
+    notice = shown.get("notice")
+    if isinstance(notice, str) and notice.strip() and notice != CRASH_NOTICE:
+        return "NOTICE: " + long_text(notice.strip(), NOTICE_LIMIT, 280)
+    return INTERRUPTED_NOTICE
 
 
 def json_literal(value: JSON) -> str:
@@ -235,6 +257,7 @@ class Summary:
     expires: str
     hash: str
     fields: int  # how many rows the full view has
+    notice: str = ""  # an interrupted call's notice (`interrupted_notice`), else ""
 
 
 def compact_value(value: JSON) -> str:
@@ -335,6 +358,7 @@ def summary(approval: Approval, reason: str) -> Summary:
         expires=time_cell(approval.expires_at) if approval.expires_at else "never",
         hash=sanitize(approval.hash),
         fields=len(hashed_rows(approval)),
+        notice=interrupted_notice(approval),
     )
 
 
@@ -342,7 +366,7 @@ def summary_lines(s: Summary) -> list[str]:
     """The summary as lines of text: what a person decides on, then the hash it is bound to."""
     lines = [f"Run {s.run_id} waits for approval {s.approval_id}."]
     if s.interrupted:
-        lines += ["", INTERRUPTED_NOTICE, ""]
+        lines += ["", s.notice or INTERRUPTED_NOTICE, ""]
     tool = f"{s.tool} ({s.side_effect})" if s.side_effect else s.tool
     facts = [
         ("tool", tool),
@@ -397,6 +421,7 @@ __all__ = [
     "INTERRUPTED_NOTICE",
     "LONG_STRING",
     "NANOSECOND_FIELDS",
+    "NOTICE_LIMIT",
     "Summary",
     "approval_fields",
     "approval_lines",
@@ -407,6 +432,7 @@ __all__ = [
     "hashed_rows",
     "head_tail",
     "human_ns",
+    "interrupted_notice",
     "json_literal",
     "long_text",
     "number",

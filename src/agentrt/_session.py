@@ -59,6 +59,7 @@ from ._records import (
     RunStatus,
     RunView,
     Step,
+    StepStatus,
     ToolRequest,
     ToolSpec,
 )
@@ -219,6 +220,9 @@ class AllowedCall:
     payload: dict[str, Any]
     approval_id: str = ""
     started_at: datetime | None = None
+    # The step statuses the tool may start from: `deciding`, or `interrupted` for
+    # a re-run a tool's own reconciliation vouched for (decision 0067).
+    from_step: tuple[str, ...] = (StepStatus.DECIDING,)
     # Set when a waiting run's granted approval allowed the call (`gate.attach`):
     # nothing is written until `execute`, which judges the grant and resumes the
     # run in the transaction that starts the tool (`_settle.start_resumed`).

@@ -298,7 +298,7 @@ async def allow(
     run, `execute` judges the grant and takes the run back in the transaction
     that starts the tool (`start_resumed`)."""
     if isinstance(origin, FromRunning):
-        session.allow(AllowedCall(step, spec, copy_json(args), payload))
+        session.allow(AllowedCall(step, spec, copy_json(args), payload, from_step=origin.from_step))
         await session.probe(POINT_ALLOWED)
         return
     session.allow(
@@ -354,7 +354,8 @@ def start_tool_in(
     from_step: tuple[str, ...] = (StepStatus.DECIDING,),
 ) -> Step:
     """The step `executing` with its policy (`start_tool`), in the caller's transaction;
-    the session keeps the step as written."""
+    the session keeps the step as written. A start from `interrupted` without an
+    approval is the re-run a tool's reconciliation vouched for (decision 0067)."""
     return session.put_step(
         writes.start_tool(
             tx,
@@ -365,6 +366,7 @@ def start_tool_in(
             approval_id=approval_id,
             from_statuses=from_step,
             now=now,
+            reconciled=not approval_id and StepStatus.INTERRUPTED in from_step,
         )
     )
 

@@ -173,12 +173,17 @@ async def _record_decision(session: RunSession, step: Step, decision: Any) -> Re
 
 
 async def _start_tool(
-    session: RunSession, step: Step, spec: ToolSpec, args: JSON, payload: dict[str, Any]
+    session: RunSession,
+    step: Step,
+    spec: ToolSpec,
+    args: JSON,
+    payload: dict[str, Any],
+    from_step: tuple[str, ...],
 ) -> datetime:
     def tx_started(tx: Tx) -> datetime:
         session.require_lease(tx, side_effect=True)
         now = session.config.clock()
-        start_tool_in(session, tx, now, step, spec, args, payload)
+        start_tool_in(session, tx, now, step, spec, args, payload, from_step=from_step)
         return now
 
     return await session.write(tx_started, POINT_TOOL_STARTED)
@@ -201,7 +206,9 @@ async def run_tool(session: RunSession, step: Step) -> None:
         started_at = resumed_at
     else:
         try:
-            started_at = await _start_tool(session, step, spec, args, allowed.payload)
+            started_at = await _start_tool(
+                session, step, spec, args, allowed.payload, allowed.from_step
+            )
         except RunMoved as moved:
             session.run = moved.run
             return

@@ -8,16 +8,18 @@ decides: the runtime never runs an interrupted side effect again by itself: a
 non-read-only call that was executing pauses on an `interrupted_side_effect`
 approval; a read-only one (as recorded and as registered now) or a deciding step
 continues; a tool gone or args no longer valid end the run `reconcile_conflict`;
-a consumer's `reconcile` may say what happened instead.
+a consumer's `reconcile` may say what happened instead, and, without one, a
+tool's own reconciliation may settle its interrupted call (`_tool_reconcile`).
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
-from ._canonical import check_json, to_text
+from ._canonical import check_json, copy_json, to_text
 from ._db import Tx
 from ._decisions import call_args
 from ._errors import JSONValueError, RunStateError
@@ -26,6 +28,7 @@ from ._policy import INTERRUPTED_POLICY_ID, interrupted_side_effect_decision
 from ._records import (
     PolicyDecision,
     PolicyOutcome,
+    ReconcileAnswer,
     ReconcileOutcome,
     Reconciliation,
     RunStatus,
@@ -34,6 +37,8 @@ from ._records import (
     Step,
     StepStatus,
     TerminalReason,
+    ToolCall,
+    ToolSpec,
 )
 from ._session import (
     POINT_INTERRUPTED,
@@ -46,8 +51,9 @@ from ._session import (
     run_io,
     validate_policy_decision,
 )
-from ._settle import FromRunning, pause
+from ._settle import FromRunning, pause, settle
 from ._store import reads, writes
+from ._tool_reconcile import DECIDER, Answer, ask, notice, tool_reconcile_of
 
 RECONCILE_POLICY_ID = "agentrt:reconcile"
 
@@ -162,8 +168,94 @@ async def _after_interruption(session: RunSession) -> None:
     if spec.side_effect == SideEffect.READ_ONLY and _recorded_read_only(session, step):
         await _continue(session)
         return
+    if tool_reconcile_of(config.tools.get(spec.name)) is not None:
+        await _settle_by_tool(session, step, spec, args)
+        return
     decision = interrupted_side_effect_decision(spec, args)
     await _pause_interrupted(session, step, decision, INTERRUPTED_POLICY_ID)
+
+
+async def _settle_by_tool(session: RunSession, step: Step, spec: ToolSpec, args: Any) -> None:
+    """The tool's own reconciliation decides what its interrupted call did (decision 0067)."""
+    config = session.config
+    fn = tool_reconcile_of(config.tools.get(spec.name))
+    assert fn is not None and step.decision is not None
+    call = ToolCall(
+        run_id=session.run_id, step_id=step.id, args=copy_json(args), lease_epoch=session.epoch
+    )
+    answer = await ask(fn, spec, call)
+    payload = answer.payload(spec, call)
+    if answer.answer == ReconcileAnswer.FOUND:
+        await _complete_found(session, step, spec, answer, payload)
+        return
+    resumed = {"reconcile": DECIDER, "answer": answer.answer}
+    if answer.answer == ReconcileAnswer.SAFE_TO_REPEAT:
+
+        def tx_vouched(tx: Tx) -> None:
+            session.require_lease(tx)
+            now = config.clock()
+            writes.record_reconciled(tx, session.run_id, step.id, payload, now)
+            writes.go_on_after_interruption(tx, session.run_id, resumed, now)
+
+        await session.write(tx_vouched, POINT_RESUMED)
+        # The same request, on the same step, judged as any call is: the policy
+        # allows it (held for execute), asks a person, or denies it.
+        check = await session.ask_policy(step, spec, args)
+        await settle(session, FromRunning((StepStatus.INTERRUPTED,)), step, spec, args, check)
+        return
+
+    def tx_answered(tx: Tx) -> None:
+        session.require_lease(tx)
+        writes.record_reconciled(tx, session.run_id, step.id, payload, config.clock())
+
+    await session.write(tx_answered)
+    decision = _reconciled_pause(spec, args, answer)
+    await _pause_interrupted(session, step, decision, INTERRUPTED_POLICY_ID)
+
+
+async def _complete_found(
+    session: RunSession, step: Step, spec: ToolSpec, answer: Answer, payload: dict[str, Any]
+) -> None:
+    """The effect happened: the step is done with the recovered result; the run goes on."""
+    assert answer.observation is not None
+    observation = answer.observation
+
+    terminal = spec.terminal
+
+    def tx_found(tx: Tx) -> None:
+        session.require_lease(tx)
+        now = session.config.clock()
+        session.put_step(
+            writes.complete_reconciled(tx, session.current(step), observation, payload, now)
+        )
+        if terminal:  # a terminal tool's success ends the run, as when it returns
+            session.end_in(
+                tx,
+                now,
+                RunStatus.COMPLETED,
+                TerminalReason.GOAL_COMPLETED,
+                "",
+                result=observation.content,
+            )
+            return
+        writes.go_on_after_interruption(
+            tx, session.run_id, {"reconcile": DECIDER, "answer": answer.answer}, now
+        )
+
+    await session.write(tx_found, POINT_RESUMED)
+
+
+def _reconciled_pause(spec: ToolSpec, args: Any, answer: Answer) -> PolicyDecision:
+    """The contract's pause, its notice saying what the tool's reconciliation answered."""
+    base = interrupted_side_effect_decision(spec, args)
+    presentation = dict(base.presentation) if isinstance(base.presentation, dict) else {}
+    presentation["notice"] = notice(answer)
+    presentation["reconciliation"] = {
+        "answer": answer.answer,
+        "detail": answer.detail,
+        **({"error": answer.error} if answer.error else {}),
+    }
+    return replace(base, presentation=presentation)
 
 
 def _recorded_read_only(session: RunSession, step: Step) -> bool:

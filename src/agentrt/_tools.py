@@ -119,6 +119,7 @@ class _FunctionToolBase:
         model: type[pydantic.BaseModel],
         params: Mapping[str, str],
         call_param: str | None,
+        reconcile: Callable[[ToolCall], Any] | None = None,
     ) -> None:
         # Keep the function's name, docstring and `__wrapped__` for introspection and
         # docs. First, so that attributes copied from `fn` cannot replace ours.
@@ -130,6 +131,8 @@ class _FunctionToolBase:
         # that any parameter name works (pydantic reserves `model_*` and `_*`).
         self._params = dict(params)
         self._call_param = call_param
+        # The tool's own reconciliation of an interrupted call (decision 0067).
+        self.reconcile = reconcile
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.spec.name!r}>"
@@ -199,7 +202,9 @@ class ToolDecorator:
         name: str | None,
         description: str | None,
         terminal: bool,
+        reconcile: Callable[[ToolCall], Any] | None = None,
     ) -> None:
+        self._reconcile = reconcile
         self._side_effect = side_effect
         self._timeout = timeout
         self._name = name
@@ -244,8 +249,8 @@ class ToolDecorator:
         )
         compile_tool(spec)
         if inspect.iscoroutinefunction(fn):
-            return AsyncFunctionTool(fn, spec, model, params, call_param)
-        return FunctionTool(fn, spec, model, params, call_param)
+            return AsyncFunctionTool(fn, spec, model, params, call_param, self._reconcile)
+        return FunctionTool(fn, spec, model, params, call_param, self._reconcile)
 
 
 def tool(
@@ -255,6 +260,7 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     terminal: bool = False,
+    reconcile: Callable[[ToolCall], Any] | None = None,
 ) -> ToolDecorator:
     """Turn a typed function (plain or `async def`) into a Tool.
 
@@ -266,13 +272,27 @@ def tool(
     `timeout` (a timedelta or a number of seconds) are required: the author must
     say what the tool does to the world. Refusals raise ConfigError at decoration.
 
+    `reconcile` is the tool's own reconciliation (decision 0067): after a crash
+    interrupted one of its calls, it receives that `ToolCall` as recorded and
+    returns a `Reconciled` (`found(result)`, `not_found(safe_to_repeat=...)`,
+    `unknown()`), bounded by `timeout`; a run-level `reconcile=` takes precedence.
+
     The result is still callable as the original function, for unit tests;
     the driver uses `result.call(tool_call)`, which validates the arguments.
     """
     effect, duration, terminal = tool_class(side_effect, timeout, terminal)
+    check_reconcile(reconcile)
     if description is not None and not isinstance(description, str):
         raise ConfigError(f"description must be a string, got {type(description).__name__}")
-    return ToolDecorator(effect, duration, name, description, terminal)
+    return ToolDecorator(effect, duration, name, description, terminal, reconcile)
+
+
+def check_reconcile(reconcile: object) -> None:
+    """A tool's reconciliation is None or callable; ConfigError otherwise."""
+    if reconcile is not None and not callable(reconcile):
+        raise ConfigError(
+            f"reconcile must be a function taking the ToolCall, got {type(reconcile).__name__}"
+        )
 
 
 def tool_class(

@@ -27,7 +27,7 @@ What it holds:
   and id source's types), `wall_clock`, and `parse_time` (a stored time read
   back, None when it does not parse).
 - **Events.** The names of the audit events the test kit's invariants read
-  (`STEP_TOOL_STARTED`, `STEP_TOOL_FINISHED`, `STEP_INTERRUPTED`).
+  (`STEP_TOOL_STARTED`, `STEP_TOOL_FINISHED`, `STEP_INTERRUPTED`, `STEP_RECONCILED`).
 - **Tools.** `tool_class` checks and normalises what a tool's author says it
   does (side effect, timeout, terminal), as `agentrt.tool` does; the framework
   adapters classify the frameworks' tools through it.
@@ -46,7 +46,7 @@ from __future__ import annotations
 
 from ._canonical import copy_json, parse_json
 from ._clock import Clock, IdFactory, parse_time, wall_clock
-from ._events import STEP_INTERRUPTED, STEP_TOOL_FINISHED, STEP_TOOL_STARTED
+from ._events import STEP_INTERRUPTED, STEP_RECONCILED, STEP_TOOL_FINISHED, STEP_TOOL_STARTED
 from ._policy import INTERRUPTED_SIDE_EFFECT, evaluate, policy_id_of
 from ._records import JSON
 from ._session import (
@@ -91,6 +91,7 @@ __all__ = [
     "POINT_TOOL_FINISHED",
     "POINT_TOOL_STARTED",
     "STEP_INTERRUPTED",
+    "STEP_RECONCILED",
     "STEP_TOOL_FINISHED",
     "STEP_TOOL_STARTED",
     "Clock",

@@ -728,8 +728,13 @@ def start_tool(
     approval_id: str,
     from_statuses: tuple[str, ...],
     now: datetime,
+    reconciled: bool = False,
 ) -> Step:
     """Step `executing` with its policy; `step.policy`, `step.tool_started`.
+
+    `reconciled`: a re-run the tool's own reconciliation vouched for
+    (`step.reconciled` answered `safe_to_repeat`, decision 0067), marked so in
+    `step.tool_started`.
 
     Nothing claims the tool started until this commits. Returns `step` (the
     caller's copy) as written, the policy decoded from the text written as a
@@ -755,6 +760,8 @@ def start_tool(
     started: dict[str, Any] = {"tool": tool, "args": args}
     if approval_id:
         started["approval_id"] = approval_id
+    if reconciled:
+        started["reconciled"] = True
     tx.append_event(run_id, step_id, now, ev.STEP_TOOL_STARTED, started)
     return replace(
         step,
@@ -1242,6 +1249,37 @@ def go_on_after_interruption(
     resumed = {"after": "interruption", **payload}
     tx.append_event(run_id, "", now, ev.RUN_RESUMED, resumed)
     return resumed
+
+
+def record_reconciled(
+    tx: Tx, run_id: str, step_id: str, payload: dict[str, Any], now: datetime
+) -> None:
+    """A tool's reconciliation answered about its interrupted step: `step.reconciled`
+    (`payload` names the decider and the answer); no row changes (decision 0067)."""
+    tx.append_event(run_id, step_id, now, ev.STEP_RECONCILED, payload)
+
+
+def complete_reconciled(
+    tx: Tx, step: Step, observation: Observation, payload: dict[str, Any], now: datetime
+) -> Step:
+    """An interrupted step whose tool's reconciliation found the effect: `done` with the
+    recovered result as its observation; `step.reconciled` (`payload`). Returns `step`
+    (the caller's copy) as written (decision 0067)."""
+    observation_text = to_text(observation.to_json())
+    cur = tx.execute(
+        "UPDATE steps SET status = 'done', observation_json = ?, observation_hash = ?, "
+        "finished_at = ? WHERE id = ? AND status = 'interrupted'",
+        (observation_text, observation.content_hash, format_time(now), step.id),
+    )
+    if cur.rowcount != 1:
+        raise RunStateError(f"step {step.id} is no longer interrupted")
+    tx.append_event(step.run_id, step.id, now, ev.STEP_RECONCILED, payload)
+    return replace(
+        step,
+        status=StepStatus.DONE,
+        observation=Observation.from_json(from_text(observation_text)),
+        finished_at=as_stored(now),
+    )
 
 
 def record_late_outcome(

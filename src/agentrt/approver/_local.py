@@ -31,10 +31,9 @@ from .._errors import ApprovalChangedError
 from .._operator import Operator
 from .._records import Approval, Run
 from .._render_approval import (
-    INTERRUPTED_KIND,
-    INTERRUPTED_NOTICE,
     approval_lines,
     hashed_rows,
+    interrupted_notice,
     long_text,
 )
 from ..trace import sanitize
@@ -223,7 +222,7 @@ class Local:
             expires_at=approval.expires_at,
             expired=approval.expires_at is not None and now >= approval.expires_at,
             fields=tuple(rows),
-            notice=INTERRUPTED_NOTICE if approval.kind == INTERRUPTED_KIND else "",
+            notice=interrupted_notice(approval),
             text="".join(line + "\n" for line in lines),
         )
 

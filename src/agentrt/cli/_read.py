@@ -22,8 +22,8 @@ from .._records import Approval
 from .._render_approval import (
     HEAD_TAIL,
     INTERRUPTED_KIND,
-    INTERRUPTED_NOTICE,
     head_tail,
+    interrupted_notice,
     json_literal,
     long_text,
     number,
@@ -347,7 +347,7 @@ def _waiting_block(
         indent="  ",
     )
     if approval.kind == INTERRUPTED_KIND:
-        out.line(f"  {INTERRUPTED_NOTICE}")
+        out.line(f"  {interrupted_notice(approval)}")
 
 
 def cmd_events(args: argparse.Namespace, out: Output) -> int:

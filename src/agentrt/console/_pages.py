@@ -30,6 +30,7 @@ from .._clock import format_time
 from .._db import capped_length
 from .._records import Approval, RunStatus, VerifyReport
 from .._render_approval import INTERRUPTED_KIND, Summary, approval_fields, hashed_rows, summary
+from .._render_approval import INTERRUPTED_NOTICE as RENDER_CRASH_NOTICE
 from ._data import Entry, IndexData, Pending, RunData, seconds, waits_for_its_program
 from ._html import Html, h, join, page, shown_text, text
 from ._security import ConsoleConfig
@@ -322,13 +323,20 @@ def _facts(s: Summary, a: Approval) -> Html:
     )
 
 
+def _notice(s: Summary) -> str:
+    """The interrupted call's notice: what the presentation says happened, or the crash's."""
+    if not s.notice or s.notice == RENDER_CRASH_NOTICE:
+        return INTERRUPTED_NOTICE
+    return s.notice.removeprefix("NOTICE: ")
+
+
 def _decision_form(p: Pending, run_id: str, config: ConsoleConfig) -> Html:
     a = p.approval
     s = summary(a, p.reason)
     interrupted = (
         h(
             '<div class="notice warn" role="note"><strong>Outcome unknown.</strong> {}</div>',
-            INTERRUPTED_NOTICE,
+            _notice(s),
         )
         if a.kind == INTERRUPTED_KIND
         else Html("")

@@ -33,7 +33,7 @@ import contextvars
 import dataclasses
 from collections.abc import AsyncIterator, Mapping
 from types import TracebackType
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import httpx2
@@ -51,6 +51,8 @@ from ._transport import RawCapture, open_transport
 MAX_PAGES = 100
 MAX_TOOLS = 1000
 HANDSHAKE_TIMEOUT = 30.0
+OPERATION_ID_META = "agentrt/operation_id"
+"""The `_meta` key a call to an MCP server carries its `ToolCall.operation_id` under."""
 # How much later than the tool's own timeout the SDK gives up reading its answer.
 SDK_TIMEOUT_SLACK_SECONDS = 1.0
 TRUNCATED = "\n[truncated]"
@@ -200,7 +202,9 @@ class Connection:
         admitted, report = decide(self.server, manifest, rules, await self.offers())
         return [MCPTool(self, item) for item in admitted], report
 
-    async def call(self, tool: str, arguments: dict[str, Any], timeout: float) -> ToolResult:
+    async def call(
+        self, tool: str, arguments: dict[str, Any], timeout: float, operation_id: str = ""
+    ) -> ToolResult:
         """Call one server tool and turn its answer into a ToolResult (`isError` raises).
 
         `timeout` is the tool's own, which the runtime enforces and records as a
@@ -210,14 +214,19 @@ class Connection:
 
         A failure after the request left, with no answer seen, raises
         `OutcomeUnknown`; one before it left, `MCPToolError`.
+
+        `operation_id` (the step's `ToolCall.operation_id`) travels in the request's
+        `_meta` as `agentrt/operation_id`, so a server can deduplicate by it or stamp
+        it on what it creates (decision 0067).
         """
         self._usable()
         read_timeout = timeout + max(SDK_TIMEOUT_SLACK_SECONDS, timeout / 10)
         attempt = _Attempt()
         token = _ATTEMPT.set(attempt)
         try:
+            meta = cast(Any, {OPERATION_ID_META: operation_id}) if operation_id else None
             result = await self._session.call_tool(
-                tool, arguments, read_timeout_seconds=read_timeout
+                tool, arguments, read_timeout_seconds=read_timeout, meta=meta
             )
         except Exception as exc:
             if self._capture.unanswered(attempt.request_id):
@@ -276,7 +285,7 @@ class MCPTool:
         if errors:
             raise MCPToolError(f"the arguments do not pass the server's schema: {errors[0]}")
         return await self._connection.call(
-            self.server_tool, args, self.spec.timeout.total_seconds()
+            self.server_tool, args, self.spec.timeout.total_seconds(), call.operation_id
         )
 
 

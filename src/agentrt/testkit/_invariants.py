@@ -105,9 +105,18 @@ def _tool_starts(result: Result) -> list[Violation]:
     open_start: dict[str, int] = {}
     starts: dict[str, list[str]] = defaultdict(list)
     used: Counter[str] = Counter()
+    # Re-runs a tool's own reconciliation vouched for (decision 0067): each
+    # `step.reconciled` answering `safe_to_repeat` allows one start marked `reconciled`.
+    vouched: Counter[str] = Counter()
+    vouched_total: Counter[str] = Counter()
     for event in result.events:
         step_id = event.step_id
-        if event.type == lowlevel.STEP_TOOL_STARTED:
+        if event.type == lowlevel.STEP_RECONCILED:
+            payload = event.payload if isinstance(event.payload, dict) else {}
+            if payload.get("answer") == "safe_to_repeat":
+                vouched[step_id] += 1
+                vouched_total[step_id] += 1
+        elif event.type == lowlevel.STEP_TOOL_STARTED:
             label = f"step {index.get(step_id, '?')}"
             if step_id in open_start:
                 out.append(
@@ -122,7 +131,18 @@ def _tool_starts(result: Result) -> list[Violation]:
             approval_id = str(payload.get("approval_id", ""))
             if approval_id:
                 used[approval_id] += 1
-            if starts[step_id] and approval_id not in granted[step_id]:
+            by_reconcile = payload.get("reconciled") is True and not approval_id
+            if by_reconcile and vouched[step_id] > 0:
+                vouched[step_id] -= 1
+            elif by_reconcile:
+                out.append(
+                    Violation(
+                        "unvouched_rerun",
+                        f"{label} started its tool again (event {event.seq}) as a reconciled "
+                        "re-run without a step.reconciled answer saying safe_to_repeat",
+                    )
+                )
+            elif starts[step_id] and approval_id not in granted[step_id]:
                 out.append(
                     Violation(
                         "unapproved_rerun",
@@ -142,7 +162,7 @@ def _tool_starts(result: Result) -> list[Violation]:
             )
         )
     for step_id, list_of_starts in starts.items():
-        allowed = 1 + len(granted[step_id])
+        allowed = 1 + len(granted[step_id]) + vouched_total[step_id]
         if len(list_of_starts) > allowed:
             out.append(
                 Violation(

@@ -98,6 +98,10 @@ class _SeenTool:
         self.inner = inner
         self.spec: ToolSpec = inner.spec
         self._journal = journal
+        # The tool's own reconciliation (decision 0067) stays the runtime's to find.
+        reconcile = getattr(inner, "reconcile", None)
+        if callable(reconcile):
+            self.reconcile = reconcile
 
     def _started(self, call: ToolCall) -> int:
         number = self._journal.next_call()
