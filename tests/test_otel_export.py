@@ -290,6 +290,17 @@ def catalogue_run() -> list[Event]:
             },
         ),
         ("s1", "step.interrupted", {"previous_status": "executing"}),
+        (
+            "s1",
+            "step.reconciled",
+            {
+                "decider": "tool_reconcile",
+                "tool": "push",
+                "operation_id": "op_0",
+                "answer": "not_found",
+                "detail": "",
+            },
+        ),
         ("", "run.resumed", {"after": "interruption"}),
         (
             "",
@@ -405,10 +416,12 @@ def test_every_event_type_in_the_catalogue_is_mapped_and_appears_in_a_span() -> 
     ]
     step1 = next(s for s in spans if s.span_id == span_id("step", "s1"))
     assert "step.interrupted" in [e.name for e in step1.events]
+    assert "step.reconciled" in [e.name for e in step1.events]
     assert step1.error is not None and step1.attributes["agentrt.step.outcome"] == "interrupted"
     late = next(s for s in spans if s.name == SPAN_TOOL_LATE)
     assert late.parent_id == span_id("step", "s3")
-    assert late.start_ns == int(events[31].at.timestamp()) * 10**9  # step.tool_started of s3
+    started = next(e for e in events if e.step_id == "s3" and e.type == "step.tool_started")
+    assert late.start_ns == int(started.at.timestamp()) * 10**9
     model1 = next(s for s in spans if s.span_id == span_id("model", "m1"))
     assert model1.error == "503" and model1.attributes["gen_ai.usage.input_tokens"] == 3
 
