@@ -186,6 +186,30 @@ def test_behind_a_trusted_proxy_the_client_is_the_address_the_proxy_appended(
         assert other.key("10.0.0.9", {}) == "10.0.0.9"
 
 
+@pytest.mark.slow
+def test_a_client_inside_a_trusted_network_never_chooses_its_bucket_on_a_real_server(
+    store: agentrt.Store, waiting_path: str
+) -> None:
+    # The proxy and its clients share the trusted network (review finding 3).
+    app = hook(store, trusted_proxies=["127.0.0.0/8"])
+    with served(app, **SERVINGS["as-documented"]) as base, httpx.Client(base_url=base) as http:
+        caller = Caller(http)
+
+        def through_proxy(client: str, claimed: str) -> int:
+            # `claimed` is the client's own writing; the proxy appends the address it saw.
+            forwarded = {"X-Forwarded-For": f"{claimed}, {client}"}
+            return caller.get(waiting_path, **forwarded).status_code
+
+        # 127.0.0.50 writes 40 left-most entries inside the trusted network: half of them a
+        # fresh address each, half the address of another client (127.0.0.51).
+        claims = [f"127.0.{i}.9" if i % 2 else "127.0.0.51" for i in range(40)]
+        statuses = [through_proxy("127.0.0.50", claimed) for claimed in claims]
+        assert statuses == [200] * BURST + [429] * (40 - BURST)
+        # 127.0.0.51's bucket was not spent by what 127.0.0.50 wrote: a whole burst is served.
+        victim = [through_proxy("127.0.0.51", "127.0.0.50") for _ in range(BURST + 1)]
+        assert victim == [200] * BURST + [429]
+
+
 class ClientKeyProbe:
     """The bucket key the app gives a request from `peer` with `headers` (no request sent)."""
 
@@ -214,8 +238,10 @@ def test_trusted_proxies_take_the_right_most_untrusted_entry_across_hops(
     assert probe.key("10.1.0.5", {"X-Forwarded-For": "203.0.113.9:5555"}) == "203.0.113.9"
     # The proxy wrote no usable address: the proxy itself is counted.
     assert probe.key("10.1.0.5", {"X-Forwarded-For": "6.6.6.6, garbage"}) == "10.1.0.5"
-    # Every hop is a trusted proxy: the left-most is the client.
-    assert probe.key("10.1.0.5", {"X-Forwarded-For": "10.1.9.9, 10.1.2.3"}) == "10.1.9.9"
+    # Every entry is in a trusted network: what the peer saw (the right-most) is the client;
+    # entries further left may be a client's own writing and are never counted.
+    assert probe.key("10.1.0.5", {"X-Forwarded-For": "10.1.9.9, 10.1.2.3"}) == "10.1.2.3"
+    assert probe.key("10.1.0.5", {"X-Forwarded-For": "10.1.9.9, 10.1.8.8, ::1"}) == "::1"
     assert probe.key("10.1.0.5", {}) == "10.1.0.5"
 
 

@@ -17,7 +17,13 @@ harder than reading `scope["client"]`:
   (`trusted_proxies=["10.0.0.5", "10.1.0.0/16"]`); for a request whose peer is
   one of them, the client is the right-most `X-Forwarded-For` entry that is not
   itself a trusted proxy (what the nearest trusted proxy saw connect to it).
-  Entries further left were written by the client and are never read.
+  Entries further left were written by the client and are never read. When
+  every entry is in a trusted network, the request came from inside it, and a
+  client there writes what it likes to the left of its own address (which the
+  proxy appends): the right-most entry, what the peer saw, is the client, never
+  an entry further left. A trusted network is believed about the hop before it,
+  so a client inside one can still name an address outside every trusted
+  network; name the proxies, not a network that clients share with them.
 
 Nothing here reads anything but the ASGI scope; the webhook calls `key(scope)`
 before it reads the body.
@@ -111,8 +117,9 @@ class ClientKey:
             if not self._is_trusted(address):
                 return str(address)
         else:
-            if entries:  # every hop is a trusted proxy: the left-most is the client
-                first = _address(entries[0])
-                if first is not None:
-                    return str(first)
+            if entries:
+                # Every entry is in a trusted network: the request came from inside it, and
+                # a client there may have written any entry left of the one the peer appended.
+                # Count what the peer saw connect to it, never an entry further left.
+                return str(_address(entries[-1]))
         return str(peer)
