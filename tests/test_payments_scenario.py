@@ -60,10 +60,9 @@ def test_a_provider_that_does_not_deduplicate_leaves_every_cut_off_charge_to_a_p
             answers = [p["answer"] for p in reconciled(case)]
             assert set(answers) <= {"not_found"}, case.label
             kinds = [a.kind for a in result.approvals]
-            # A not-found answer puts the call before a person (a crash before that
-            # pause committed has the next owner ask the reconciliation again).
-            assert (kinds.count("interrupted_side_effect") > 0) == bool(answers), case.label
-            assert kinds.count("interrupted_side_effect") <= len(answers), case.label
+            # Each not-found answer is committed with the pause it leads to: one
+            # approval per answer (a crash before that commit leaves neither).
+            assert kinds.count("interrupted_side_effect") == len(answers), case.label
             for approval in result.approvals:
                 assert approval.presentation["reconciliation"]["answer"] == "not_found"
             asked += len(answers)
@@ -110,3 +109,26 @@ def test_the_kit_counts_a_reconciled_rerun_only_against_a_safe_to_repeat_answer(
     events = tuple(e for e in good.events if e.type != "step.reconciled")
     found = {v.rule for v in check(dataclasses.replace(good, events=events))}
     assert found == {"unvouched_rerun", "too_many_tool_starts"}
+
+
+def test_a_not_found_answer_commits_with_its_pause_so_a_crash_leaves_neither() -> None:
+    from agentrt.testkit import Crash, Point, run_sync
+
+    with Provider(deduplicates=False):
+        # Killed mid-charge; the next owner's reconciliation answers not found and
+        # is killed inside the transaction that pauses: none of it survives.
+        result = run_sync(
+            REF_PLAIN,
+            Crash(0, Point.AFTER_TOOL_STARTED),
+            Crash(0, Point.AFTER_PAUSED, inside_tx=True),
+        )
+    assert result.violations == ()
+    assert [c.crash.at for c in result.crashes_reached] == ["step.tool_started", "run.paused"]
+    # So the owner after it asked once more, and the record holds that one answer,
+    # written with its pause: the event after it is the approval it led to.
+    said = [e for e in result.events if e.type == "step.reconciled"]
+    assert [e.payload["answer"] for e in said] == ["not_found"]
+    kinds = [a.kind for a in result.approvals]
+    assert kinds.count("interrupted_side_effect") == 1, kinds
+    after = [e.type for e in result.events if e.seq > said[0].seq]
+    assert after[:2] == ["step.policy", "approval.requested"], after

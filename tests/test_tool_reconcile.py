@@ -523,3 +523,117 @@ def test_tool_reconcile_found_for_a_terminal_tool_completes_the_run_with_the_res
     types = [e.type for e in store.list_events(run_id=run_id)]
     assert types[-2:] == ["step.reconciled", "run.finished"]
     assert tool.calls == [] and len(child.journal_lines(db_path)) == 1
+
+
+# -- a reconciliation's own cancel or exit; one bound in total; the caller's cancel ----
+
+
+def _raising_direct(exc: BaseException) -> Any:
+    async def look_up(call: ToolCall) -> Reconciled:
+        raise exc
+
+    return look_up
+
+
+def _raising_nested(exc: BaseException) -> Any:
+    async def inner() -> Reconciled:
+        raise exc
+
+    async def look_up(call: ToolCall) -> Any:
+        return inner()  # an async reconciliation that returns an awaitable
+
+    return look_up
+
+
+def _async_charge(look_up: Any, timeout: float = 5) -> Any:
+    @agentrt.tool(side_effect="remote_mutation", timeout=timeout, reconcile=look_up)
+    def charge(amount: int) -> dict[str, Any]:
+        """Charge."""
+        raise AssertionError("not run again")
+
+    return charge
+
+
+@pytest.mark.parametrize("shape", [_raising_direct, _raising_nested], ids=["direct", "nested"])
+@pytest.mark.parametrize(
+    ("exc", "name"),
+    [
+        (asyncio.CancelledError(), "CancelledError"),
+        (KeyboardInterrupt(), "KeyboardInterrupt"),
+        (SystemExit(3), "SystemExit"),
+    ],
+    ids=["cancelled", "keyboard-interrupt", "system-exit"],
+)
+def test_a_tool_reconcile_that_raises_a_cancel_or_exit_is_unknown_and_a_person_decides(
+    db_path: Path, shape: Any, exc: BaseException, name: str
+) -> None:
+    run_id = crash(db_path, "charge")
+    store, driver = resume_with(db_path, _async_charge(shape(exc)))
+    run = driver.resume_sync(run_id)  # does not raise: the takeover is not cancelled
+    assert run.status == "WAITING_FOR_APPROVAL"
+    (payload,) = reconciled_events(store, run_id)
+    assert payload["answer"] == "unknown"
+    assert payload["error"].startswith(f"the reconciliation raised {name}")
+    (approval,) = store.pending_approvals(run_id)
+    assert approval.presentation["reconciliation"]["answer"] == "unknown"
+
+
+def test_a_tool_reconcile_and_the_awaitable_it_returns_share_one_timeout(db_path: Path) -> None:
+    # 0.3 s before returning the awaitable, 0.4 s more in it: 0.7 s in all, past the
+    # 0.5 s timeout (a loaded machine only makes it later), so the answer is unknown.
+    async def inner() -> Reconciled:
+        await asyncio.sleep(0.4)
+        return Reconciled.found({"late": True})
+
+    async def look_up(call: ToolCall) -> Any:
+        await asyncio.sleep(0.3)
+        return inner()
+
+    run_id = crash(db_path, "charge")
+    store, driver = resume_with(db_path, _async_charge(look_up, timeout=0.5))
+    run = driver.resume_sync(run_id)
+    assert run.status == "WAITING_FOR_APPROVAL"
+    (payload,) = reconciled_events(store, run_id)
+    assert payload["answer"] == "unknown"
+    assert payload["error"] == "the reconciliation did not answer within 0.5s"
+    assert store.list_steps(run_id)[0].status == "awaiting_approval"
+
+
+def test_a_cancelled_takeover_still_propagates_its_cancel_through_a_tool_reconcile(
+    db_path: Path,
+) -> None:
+    run_id = crash(db_path, "charge")
+    cancelled: list[str] = []
+
+    async def attempt() -> None:
+        started = asyncio.Event()
+
+        async def inner() -> Reconciled:
+            started.set()
+            try:
+                await asyncio.sleep(30)
+            except asyncio.CancelledError:
+                cancelled.append("inner")
+                raise
+            return Reconciled.found({"late": True})
+
+        async def look_up(call: ToolCall) -> Any:
+            return inner()
+
+        _, driver = resume_with(db_path, _async_charge(look_up, timeout=60))
+        task = asyncio.ensure_future(driver.resume(run_id))
+        await started.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(attempt())
+    assert cancelled == ["inner"]  # the reconciliation was cancelled with its caller
+    store = agentrt.open_store(db_path)
+    assert store.get_run(run_id).status == "RUNNING"  # nothing was decided
+    assert reconciled_events(store, run_id) == []
+    # The lease was given back: the next takeover asks again, at once.
+    tool = ReconciledCharge(db_path, Reconciled.not_found("no charge under this key"))
+    store, driver = resume_with(db_path, tool)
+    assert driver.resume_sync(run_id).status == "WAITING_FOR_APPROVAL"
+    assert [p["answer"] for p in reconciled_events(store, run_id)] == ["not_found"]

@@ -42,6 +42,7 @@ from ._records import (
 )
 from ._session import (
     POINT_INTERRUPTED,
+    POINT_PAUSED,
     POINT_RESUMED,
     LoopConfig,
     RunSession,
@@ -51,7 +52,7 @@ from ._session import (
     run_io,
     validate_policy_decision,
 )
-from ._settle import FromRunning, pause, settle
+from ._settle import FromRunning, pause, pause_in, settle
 from ._store import reads, writes
 from ._tool_reconcile import DECIDER, Answer, ask, notice, tool_reconcile_of
 
@@ -204,13 +205,20 @@ async def _settle_by_tool(session: RunSession, step: Step, spec: ToolSpec, args:
         await settle(session, FromRunning((StepStatus.INTERRUPTED,)), step, spec, args, check)
         return
 
-    def tx_answered(tx: Tx) -> None:
-        session.require_lease(tx)
-        writes.record_reconciled(tx, session.run_id, step.id, payload, config.clock())
-
-    await session.write(tx_answered)
+    # A person decides: the answer and the pause it leads to in one transaction,
+    # so the record never holds an answer that nothing acted on.
+    origin = FromRunning((StepStatus.INTERRUPTED,))
     decision = _reconciled_pause(spec, args, answer)
-    await _pause_interrupted(session, step, decision, INTERRUPTED_POLICY_ID)
+    policy = _interrupted_payload(config, spec, decision, INTERRUPTED_POLICY_ID)
+
+    def tx_answered(tx: Tx) -> None:
+        now = origin.enter(session, tx, step)
+        writes.record_reconciled(tx, session.run_id, step.id, payload, now)
+        pause_in(
+            session, tx, now, step, spec, args, decision, policy, origin.from_step, origin.from_run
+        )
+
+    await session.write(tx_answered, POINT_PAUSED)
 
 
 async def _complete_found(
@@ -307,16 +315,22 @@ async def _pause_interrupted(
     assert step.decision is not None
     spec = config.specs[step.decision.tool]
     args = call_args(step.decision)
-    payload = {
+    payload = _interrupted_payload(config, spec, decision, policy_id)
+    await pause(
+        session, FromRunning((StepStatus.INTERRUPTED,)), step, spec, args, decision, payload
+    )
+
+
+def _interrupted_payload(
+    config: LoopConfig, spec: ToolSpec, decision: PolicyDecision, policy_id: str
+) -> dict[str, Any]:
+    """The policy record of the contract's pause on an interrupted call."""
+    return {
         "decision": decision.to_json(),
         "policy_id": policy_id,
         "spec_hash": config.spec_hashes[spec.name],
         "view": {},
     }
-
-    await pause(
-        session, FromRunning((StepStatus.INTERRUPTED,)), step, spec, args, decision, payload
-    )
 
 
 async def _reconcile(session: RunSession, step: Step | None) -> None:

@@ -2,9 +2,9 @@
 
 After a takeover, a step that was executing a tool that is not read-only waits
 for a person, unless a run-level `reconcile` decides, or the tool has its own
-reconciliation (`@tool(..., reconcile=fn)`, a `reconcile` method on a
-ToolSpec-based tool, an adapter's `Classification(reconcile=...)`). That is
-consumer code: it receives the `ToolCall` as recorded (same run, step, args and
+reconciliation (`@tool(..., reconcile=fn)`, or a `reconcile` method on a
+ToolSpec-based tool; not yet an adapter's `Classification`). That is consumer
+code: it receives the `ToolCall` as recorded (same run, step, args and
 `operation_id`; the new owner's `lease_epoch`) and answers with a `Reconciled`:
 
 - `found(result)`: the step completes with the recovered result; the run goes on;
@@ -105,13 +105,16 @@ class _AsTool:
 async def ask(fn: ToolReconcile, spec: ToolSpec, call: ToolCall) -> Answer:
     """Ask the tool's reconciliation about `call`, bounded by the tool's own timeout.
 
-    Never raises but for the caller's cancellation: whatever goes wrong is `unknown`.
-    A plain function runs on a daemon thread of its own, an `async def` one is
-    awaited; past the timeout either is left behind (its late answer discarded).
+    Never raises but for the caller's cancellation: whatever goes wrong is `unknown`,
+    a `CancelledError`, `KeyboardInterrupt` or `SystemExit` the reconciliation (or
+    an awaitable it returned) raised too. A plain function runs on a daemon thread
+    of its own, an `async def` one is awaited, and an awaitable it returns is
+    awaited within the same bound; past the timeout either is left behind (its
+    late answer discarded). As for a tool (`_execute.invoke`), it runs in a task
+    of its own, so its own `CancelledError` (that task ends, ours was not
+    cancelled) is told apart from the caller's (our `await` raises).
     """
-    shim = cast(Tool, _AsTool(fn))
-    # A callable object whose __call__ is a coroutine function is awaited too.
-    task = asyncio.ensure_future(_guarded(shim, call, None))
+    task = asyncio.ensure_future(_answer(fn, call))
     timeout = spec.timeout.total_seconds()
     try:
         done, _ = await asyncio.wait({task}, timeout=timeout)
@@ -124,14 +127,20 @@ async def ask(fn: ToolReconcile, spec: ToolSpec, call: ToolCall) -> Answer:
     ok, value = task.result()
     if not ok:
         return _unknown(f"the reconciliation raised {_raised_text(value)}")
-    if inspect.isawaitable(value):  # a plain function that returned a coroutine
-        try:
-            value = await asyncio.wait_for(value, timeout)
-        except TimeoutError:
-            return _unknown(f"the reconciliation did not answer within {timeout:g}s")
-        except Exception as exc:
-            return _unknown(f"the reconciliation raised {_raised_text(exc)}")
     return check(spec, value)
+
+
+async def _answer(fn: ToolReconcile, call: ToolCall) -> tuple[bool, Any]:
+    """(True, answer) or (False, what was raised); never ends raising (`_guarded`)."""
+    shim = cast(Tool, _AsTool(fn))
+    # A callable object whose __call__ is a coroutine function is awaited too.
+    ok, value = await _guarded(shim, call, None)
+    if ok and inspect.isawaitable(value):  # an `async def` that returned an awaitable
+        try:
+            value = await value
+        except BaseException as exc:  # its own cancel or exit is its answer: unknown
+            return False, exc
+    return ok, value
 
 
 def check(spec: ToolSpec, value: object) -> Answer:
