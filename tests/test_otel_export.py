@@ -1187,3 +1187,17 @@ def test_closing_the_observer_is_bounded_when_the_exporter_never_returns(db_path
         exporter.release.set()
         observer._worker.join(60)
         store.close()
+
+
+@pytest.mark.parametrize(
+    "option",
+    [{"max_queue": 0}, {"max_queue": True}, {"close_timeout": -1}, {"close_timeout": float("nan")}],
+)
+def test_an_observer_queue_bound_or_close_timeout_out_of_range_is_one_sentence(
+    db_path: Path, option: dict[str, Any]
+) -> None:
+    from agentrt.otel import OtelObserver
+
+    agentrt.open_store(db_path).close()
+    with pytest.raises(agentrt.ConfigError, match=r"must be"):
+        OtelObserver(db_path, InMemorySpanExporter(), **option)
