@@ -986,3 +986,218 @@ def test_export_once_with_the_console_exporter_prints_each_span_and_moves_the_cu
     assert json.loads(cursor.read_text())["seq"] == head_seq(db_path)
     again = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
     assert (again.returncode, again.stdout) == (0, "")  # nothing new: nothing sent twice
+
+
+class HangingCollector:
+    """A loopback OTLP/HTTP server that takes each request and answers none of them
+    until `release` is set (then 200 to each); `received` is set at the first."""
+
+    def __init__(self) -> None:
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.received = threading.Event()
+        self.release = threading.Event()
+        self.requests = 0
+        collector = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                collector.requests += 1
+                collector.received.set()
+                collector.release.wait()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}/v1/traces"
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self.release.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class ThreadNoting:
+    """Delegates to an exporter, noting on which thread each export began and ended."""
+
+    def __init__(self, inner: Any) -> None:
+        import threading
+
+        self.inner = inner
+        self.began: list[int] = []
+        self.ended: list[int] = []
+        self.entered = threading.Event()
+
+    def export(self, spans: Any) -> Any:
+        import threading
+
+        self.began.append(threading.get_ident())
+        self.entered.set()
+        try:
+            return self.inner.export(spans)
+        finally:
+            self.ended.append(threading.get_ident())
+
+    def shutdown(self) -> None:
+        self.inner.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return True
+
+
+def test_a_collector_that_never_answers_does_not_block_the_run_the_observer_exports_off_the_loop(
+    db_path: Path,
+) -> None:
+    import threading
+
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    from agentrt.otel import OtelObserver
+
+    collector = HangingCollector()
+    # The exporter's own timeout is far beyond any run here: before the fix the run
+    # waited on it at every export, so the export had returned before the run ended.
+    exporter = ThreadNoting(OTLPSpanExporter(endpoint=collector.endpoint, timeout=120))
+    store = agentrt.open_store(db_path)
+    observer = OtelObserver(db_path, exporter, close_timeout=60)  # type: ignore[arg-type]
+    try:
+        program = agentrt.Driver(
+            store=store,
+            agent=ScriptedAgent(
+                [
+                    Decision.tool_call("lookup", {"x": 1}),
+                    Decision.tool_call("lookup", {"x": 2}),
+                    Decision.complete("looked twice"),
+                ]
+            ),
+            policy=agentrt.default_policy(),
+            tools=[RecordingTool("lookup", SideEffect.READ_ONLY)],
+            now=FakeClock(),
+            new_id=Ids("a"),
+            observer=observer,
+        )
+        run = program.start_sync("look twice")
+        # The run is over; the collector has not answered and still holds the request.
+        assert run.status == "COMPLETED"
+        assert [s.status for s in store.list_steps(run.id)] == ["done", "done", "done"]
+        assert exporter.entered.wait(60) and collector.received.wait(60)
+        assert exporter.ended == []  # the first export still waits on the collector
+        assert threading.get_ident() not in exporter.began
+        assert observer.exported == 0
+        # Once the collector answers, the observer's thread sends the rest on close.
+        collector.release.set()
+        observer.close()
+        assert threading.get_ident() not in exporter.began + exporter.ended
+        assert observer.exported == 4 and observer.dropped == observer.failed == 0
+    finally:
+        collector.stop()
+        observer.close()
+        store.close()
+
+
+class HeldExporter:
+    """An exporter that holds its first export until released, taking every span."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.release = threading.Event()
+        self.batches: list[int] = []
+
+    def export(self, spans: Any) -> Any:
+        from opentelemetry.sdk.trace.export import SpanExportResult
+
+        self.release.wait()
+        self.batches.append(len(spans))
+        return SpanExportResult.SUCCESS
+
+    def shutdown(self) -> None:
+        pass
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return True
+
+
+def test_the_observers_queue_is_bounded_spans_beyond_it_are_dropped_and_counted(
+    db_path: Path,
+) -> None:
+    from agentrt.otel import OtelObserver
+
+    exporter = HeldExporter()
+    store = agentrt.open_store(db_path)
+    observer = OtelObserver(db_path, exporter, max_queue=1)  # type: ignore[arg-type]
+    try:
+        program = agentrt.Driver(
+            store=store,
+            agent=ScriptedAgent(
+                [
+                    Decision.tool_call("lookup", {"x": 1}),
+                    Decision.tool_call("lookup", {"x": 2}),
+                    Decision.complete("looked twice"),
+                ]
+            ),
+            policy=agentrt.default_policy(),
+            tools=[RecordingTool("lookup", SideEffect.READ_ONLY)],
+            now=FakeClock(),
+            new_id=Ids("a"),
+            observer=observer,
+        )
+        assert program.start_sync("look twice").status == "COMPLETED"
+        assert len(observer._queue) <= 1
+    finally:
+        exporter.release.set()
+        observer.close()
+        store.close()
+    total = len(export_all(db_path))
+    assert total == 4  # three steps and the run
+    # At most one span waits in the queue and one is in the export thread's hands.
+    assert observer.dropped >= total - 2
+    assert observer.exported == sum(exporter.batches) <= 2
+    assert observer.exported + observer.dropped == total
+    assert observer.failed == 0
+
+
+def test_closing_the_observer_is_bounded_when_the_exporter_never_returns(db_path: Path) -> None:
+    from agentrt.otel import OtelObserver
+
+    exporter = HeldExporter()
+    store = agentrt.open_store(db_path)
+    observer = OtelObserver(db_path, exporter, close_timeout=0)  # type: ignore[arg-type]
+    try:
+        run = lookup_then_push(store).start_sync("look, then push")
+        assert run.status == "WAITING_FOR_APPROVAL"
+        for event in store.list_events(run.id, 0, 1000):
+            observer(event)  # as the Driver's observer is called: it returns at once
+        observer.close()  # returns although the exporter is still held
+        assert observer._worker.is_alive()
+        assert observer.exported == 0
+    finally:
+        exporter.release.set()
+        observer._worker.join(60)
+        store.close()
+
+
+@pytest.mark.parametrize(
+    "option",
+    [{"max_queue": 0}, {"max_queue": True}, {"close_timeout": -1}, {"close_timeout": float("nan")}],
+)
+def test_an_observer_queue_bound_or_close_timeout_out_of_range_is_one_sentence(
+    db_path: Path, option: dict[str, Any]
+) -> None:
+    from agentrt.otel import OtelObserver
+
+    agentrt.open_store(db_path).close()
+    with pytest.raises(agentrt.ConfigError, match=r"must be"):
+        OtelObserver(db_path, InMemorySpanExporter(), **option)

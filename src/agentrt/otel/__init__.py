@@ -36,8 +36,10 @@ SDK; anything that exports does, and without the extra it raises
 from __future__ import annotations
 
 import importlib
+import logging
 import os
 import threading
+from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -73,6 +75,7 @@ MISSING = (
     "clone of agentrt), which is not installed"
 )
 SCOPE = "agentrt"
+_log = logging.getLogger("agentrt.otel")
 HISTORY_PAGE = 1000
 
 
@@ -324,11 +327,19 @@ class OtelObserver(OtelSink):
     and in commit order; it is not told of those written elsewhere (a person
     approving from `agentrt approve`, another process taking a run over). So at
     each event it first reads back from the database whatever of that run it
-    has not seen, then exports the spans completed at once (no `flush()` comes
-    to an observer). It builds exactly the spans the follower builds, with the
-    same ids and content; what it sees last is what the follower sees first.
-    An export that fails is logged by the runtime and those spans are dropped:
-    the follower (`agentrt export --otel`) is the path with a cursor.
+    has not seen, then hands the spans completed to its export thread (no
+    `flush()` comes to an observer). It builds exactly the spans the follower
+    builds, with the same ids and content; what it sees last is what the
+    follower sees first.
+
+    The exporter is called only on the observer's own daemon thread, never on
+    the caller's (the Driver's or Gate's event loop), so a collector that hangs
+    cannot stall a run, its heartbeat or its timeouts. The spans waiting for
+    that thread are bounded by `max_queue`: beyond it new spans are dropped and
+    counted in `dropped`. An export that fails is logged and its spans counted
+    in `failed`, not sent again: the follower (`agentrt export --otel`) is the
+    path with a cursor. `close()` waits at most `close_timeout` seconds for the
+    queue to drain; what is still queued then is counted in `dropped`.
     """
 
     def __init__(
@@ -337,9 +348,28 @@ class OtelObserver(OtelSink):
         exporter: SpanExporter | str | None = "env",
         *,
         resource: Resource | None = None,
+        max_queue: int = 2048,
+        close_timeout: float = 5.0,
     ) -> None:
+        if isinstance(max_queue, bool) or not isinstance(max_queue, int) or max_queue < 1:
+            raise ConfigError(f"max_queue must be a positive int, not {max_queue!r}")
+        if not close_timeout >= 0:
+            raise ConfigError(f"close_timeout must be a number >= 0, not {close_timeout!r}")
         super().__init__(store, exporter, resource=resource)
         self._lock = threading.Lock()
+        self.max_queue = max_queue
+        self.close_timeout = float(close_timeout)
+        self.dropped = 0
+        self.failed = 0
+        self._queue: deque[SpanRecord] = deque()
+        self._busy = 0  # spans taken by the export thread and not yet settled
+        self._closing = False
+        self._dropping = False
+        self._ready = threading.Condition(threading.Lock())
+        self._worker = threading.Thread(
+            target=self._export_loop, name="agentrt-otel-export", daemon=True
+        )
+        self._worker.start()
 
     def __call__(self, event: Event) -> None:
         with self._lock:
@@ -356,7 +386,87 @@ class OtelObserver(OtelSink):
                         break
                     after = missed[-1].seq
             super().__call__(event)
-            self.flush()
+            self._enqueue(self.take())
+
+    def _enqueue(self, spans: list[SpanRecord]) -> None:
+        if not spans:
+            return
+        with self._ready:
+            if self.exporter is None or self._closing:
+                if self.exporter is None:
+                    self.exported += len(spans)
+                else:
+                    self.dropped += len(spans)
+                return
+            room = self.max_queue - len(self._queue)
+            kept, lost = spans[: max(room, 0)], len(spans) - max(room, 0)
+            self._queue.extend(kept)
+            if lost > 0:
+                self.dropped += lost
+                if not self._dropping:
+                    self._dropping = True
+                    _log.warning(
+                        "the OpenTelemetry export queue is full (%d spans): spans are "
+                        "dropped until the exporter catches up (counted in .dropped)",
+                        self.max_queue,
+                    )
+            self._ready.notify_all()
+
+    def _export_loop(self) -> None:
+        from opentelemetry.sdk.trace.export import SpanExportResult
+
+        while True:
+            with self._ready:
+                while not self._queue and not self._closing:
+                    self._ready.wait()
+                if not self._queue:
+                    return
+                batch = list(self._queue)
+                self._queue.clear()
+                self._busy = len(batch)
+            ok = False
+            try:
+                exporter = self.exporter
+                assert exporter is not None
+                result = exporter.export([to_readable(s, self.resource) for s in batch])
+                ok = result == SpanExportResult.SUCCESS
+                if not ok:
+                    _log.warning("the span exporter did not take %d spans", len(batch))
+            except Exception:
+                _log.exception("the span exporter raised on %d spans", len(batch))
+            with self._ready:
+                self._busy = 0
+                if ok:
+                    self.exported += len(batch)
+                    self._dropping = False
+                else:
+                    self.failed += len(batch)
+                self._ready.notify_all()
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Wait, at most `timeout` seconds (default `close_timeout`), until every span
+        handed over so far has been exported, refused or dropped."""
+        limit = self.close_timeout if timeout is None else timeout
+        with self._ready:
+            self._ready.wait_for(lambda: not self._queue and not self._busy, timeout=limit)
+
+    def close(self) -> None:
+        ready = getattr(self, "_ready", None)
+        if ready is not None:
+            with ready:
+                self._closing = True
+                ready.notify_all()
+            self._worker.join(self.close_timeout)
+            with ready:
+                if self._queue:
+                    self.dropped += len(self._queue)
+                    _log.warning(
+                        "closed with %d spans not exported within %.1f s; they are dropped",
+                        len(self._queue),
+                        self.close_timeout,
+                    )
+                    self._queue.clear()
+        super().close()
 
 
 def export_spans(
