@@ -937,3 +937,24 @@ def test_a_call_cut_off_by_sigkill_while_waiting_inside_the_run_runs_again_only_
     ]
     assert [e.type for e in store.list_events(run_id)].count("lease.taken_over") == 1
     assert store.verify_events().intact
+
+
+def test_waiting_on_an_approval_the_store_does_not_hold_is_a_clear_not_found_error(
+    store: agentrt.Store,
+) -> None:
+    """An approval id from elsewhere (another database's checkpoint, a hand edit) is named."""
+    import asyncio
+
+    from agentrt.adapters._wait import until_decided, until_decided_sync
+    from support.gates import make_gate
+    from support.tools import read_tool
+
+    session = make_gate(store, read_tool()).begin_sync(
+        "wait on something", agentrt.Limits(max_steps=3)
+    )
+    run_id = session.run.id
+    session.close_sync()
+    with pytest.raises(agentrt.NotFoundError, match="has no approval 'appr-elsewhere'"):
+        until_decided_sync(store, run_id, "appr-elsewhere", every=0.01)
+    with pytest.raises(agentrt.NotFoundError, match="has no approval 'appr-elsewhere'"):
+        asyncio.run(until_decided(store, run_id, "appr-elsewhere", every=0.01))

@@ -410,3 +410,170 @@ def test_pydantic_ai_and_agents_sdk_calls_are_looked_up_without_reading_every_st
     assert ran == [f"p{n}" for n in range(6)] + [f"o{n}" for n in range(6)]
     assert spy.reads.count("list_steps") == 0
     assert all(r.status == "COMPLETED" for r in store.list_runs())
+
+
+# --- a reason that is not valid UTF-8 (review of issue 18 item 9, finding 2) -------------
+
+LONE = "call-\ud800-x"  # a lone surrogate: what a JSON answer's "id": "call-\ud800-x" decodes to
+
+
+def test_a_reason_that_is_not_valid_utf8_matches_no_step_and_never_raises(store: Store) -> None:
+    gate = make_gate(store, read_tool(), clock=FakeClock(), ids=Ids("a"))
+    session = gate.begin_sync("look things up", agentrt.Limits(max_steps=5))
+    for n, reason in enumerate(["call c1", LONE, "x" * 300 + "\ud800"]):
+        step = session.step_sync()
+        assert step is not None
+        verdict = step.propose_sync(Decision.tool_call("read", {"x": n}, reason=reason))
+        if verdict.outcome == "allowed":
+            step.execute_sync()
+    run = session.run.id
+    session.close_sync()
+    # the record refused the two decisions and keeps their reasons escaped, as text
+    assert reasons_of(store.list_steps(run, cap=None)) == [
+        (0, "call c1"),
+        (1, "call-\\ud800-x"),
+        (2, "x" * 300 + "\\ud800"),
+    ]
+
+    assert steps_with_reasons(store, run, [LONE]) == []  # no recorded reason can equal it
+    assert steps_with_reasons(store, run, ["x" * 300 + "\ud800"]) == []  # past the key's head
+    assert reasons_of(steps_with_reasons(store, run, [LONE, "call c1"])) == [(0, "call c1")]
+    # the escaped text is a reason of its own, found whole as the record holds it
+    assert reasons_of(steps_with_reasons(store, run, ["call-\\ud800-x"])) == [(1, "call-\\ud800-x")]
+
+
+def recorded(store: Store) -> tuple[agentrt.Run, list[tuple[int, str, str]]]:
+    """The store's one run, and each step's (index, status, reason)."""
+    (run,) = store.list_runs()
+    return run, [
+        (s.index, s.status, s.decision.reason if s.decision else "")
+        for s in store.list_steps(run.id, cap=None)
+    ]
+
+
+def test_a_pydantic_ai_call_id_with_a_lone_surrogate_is_refused_and_the_run_completes(
+    store: Store,
+) -> None:
+    pytest.importorskip("pydantic_ai", reason="needs agentrt[pydantic-ai]")
+    from pydantic_ai import Agent, DeferredToolRequests
+    from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+    from agentrt.adapters.pydantic_ai import AgentrtGate, Classification
+
+    ran: list[str] = []
+
+    def answer(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if sum(isinstance(m, ModelResponse) for m in messages) == 0:
+            call = ToolCallPart("write_note", {"text": "hi"}, tool_call_id=LONE)
+            return ModelResponse(parts=[call])
+        return ModelResponse(parts=[TextPart("done")])
+
+    gate = AgentrtGate(
+        store=store,
+        policy=agentrt.default_policy(),
+        classifications={"write_note": Classification("local_mutation", timeout=5)},
+    )
+    agent = Agent(
+        FunctionModel(answer), output_type=[str, DeferredToolRequests], capabilities=[gate]
+    )
+
+    @agent.tool_plain
+    def write_note(text: str) -> str:
+        """Write a note."""
+        ran.append(text)
+        return "ok"
+
+    assert agent.run_sync("go", metadata=gate.run_metadata()).output == "done"
+    run, steps = recorded(store)
+    assert (run.status, run.reason) == ("COMPLETED", "goal_completed")
+    assert steps[0] == (0, "failed", "pydantic-ai tool call call-\\ud800-x")  # refused, escaped
+    assert ran == []  # a refused decision runs nothing
+
+
+def test_an_agents_sdk_call_id_with_a_lone_surrogate_is_refused_and_the_run_completes(
+    store: Store,
+) -> None:
+    pytest.importorskip("agents", reason="needs agentrt[openai-agents]")
+    import asyncio
+
+    from agents import Agent, Runner, function_tool, set_tracing_disabled
+    from agents.testing import ScriptedModel, assistant_message, function_call
+
+    from agentrt.adapters.openai_agents import Classification, gate_agent
+
+    set_tracing_disabled(True)
+    ran: list[str] = []
+
+    @function_tool
+    def write_note(text: str) -> str:
+        """Write a note."""
+        ran.append(text)
+        return "ok"
+
+    script: list[Any] = [
+        [function_call("write_note", {"text": "hi"}, call_id=LONE)],
+        [assistant_message("done")],
+    ]
+    gated = gate_agent(
+        Agent(name="writer", model=ScriptedModel(script), tools=[write_note]),
+        store=store,
+        policy=agentrt.default_policy(),
+        classifications={"write_note": Classification("local_mutation", timeout=5)},
+    ).new_run()
+    assert asyncio.run(Runner.run(gated.agent, "go")).final_output == "done"
+    run, steps = recorded(store)
+    assert (run.status, run.reason) == ("COMPLETED", "goal_completed")
+    assert steps[0] == (0, "failed", "openai-agents call_id call-\\ud800-x")  # refused, escaped
+    assert ran == []
+
+
+def test_a_langgraph_call_id_with_a_lone_surrogate_is_refused_and_the_run_completes(
+    store: Store,
+) -> None:
+    pytest.importorskip("langgraph.prebuilt", reason="needs agentrt[langgraph]")
+    from langchain_core.messages import AIMessage, HumanMessage
+    from langchain_core.tools import tool
+    from langgraph.graph import START, MessagesState, StateGraph
+    from langgraph.prebuilt import tools_condition
+
+    from agentrt.adapters.langgraph import Classification, gated_tool_node
+
+    ran: list[str] = []
+
+    @tool
+    def write_note(text: str) -> str:
+        """Write a note."""
+        ran.append(text)
+        return "ok"
+
+    script = iter(
+        [
+            AIMessage("", tool_calls=[{"name": "write_note", "args": {"text": "hi"}, "id": LONE}]),
+            AIMessage("done"),
+        ]
+    )
+    builder = StateGraph(MessagesState)
+    builder.add_node("agent", lambda state: {"messages": [next(script)]})
+    node = gated_tool_node(
+        [write_note],
+        store=store,
+        policy=agentrt.default_policy(),
+        classifications={"write_note": Classification("local_mutation", timeout=5)},
+    )
+    builder.add_node("tools", node)
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges("agent", tools_condition)
+    builder.add_edge("tools", "agent")
+    out = builder.compile().invoke(
+        {"messages": [HumanMessage("go")]}, {"configurable": {"thread_id": "t"}}
+    )
+    # the model is told of the refusal once and goes on; the turn's run stays open
+    assert [m.content for m in out["messages"]][2:] == [
+        "Invalid call: decision.reason is not valid UTF-8 text",
+        "done",
+    ]
+    run, steps = recorded(store)
+    assert run.status == "RUNNING"  # a LangGraph turn's run is left open between its calls
+    assert steps == [(0, "failed", "langgraph tool call call-\\ud800-x")]  # once, not 3 times
+    assert ran == []

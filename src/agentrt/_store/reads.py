@@ -288,12 +288,18 @@ def steps_with_reasons(store: Store, run_id: str, reasons: Collection[str]) -> l
     `step.decision.reason` is one of `reasons`: a decision that does not decode,
     or a longer reason with the same head, is not. Values are read complete (no
     cap). A run with no such step (or no such run) gives `[]`.
+
+    A reason that is not valid UTF-8 text (a lone surrogate, as a framework's
+    call id may hold) matches no step and is never bound: the store holds only
+    UTF-8 text and a recorded decision's reason reads back as such, so no
+    recorded `decision.reason` can equal it.
     """
     if isinstance(reasons, str):
         raise TypeError("reasons is a collection of reasons, not one text")
     wanted = set(reasons)
     if any(not isinstance(r, str) or r == "" for r in wanted):
         raise ValueError("each reason looked up must be a non-empty text")
+    wanted = {r for r in wanted if _utf8(r)}
     keys = sorted({r[:REASON_KEY_LENGTH] for r in wanted})
     found: list[Step] = []
     for start in range(0, len(keys), _REASONS_PER_QUERY):
@@ -317,6 +323,15 @@ def steps_with_reasons(store: Store, run_id: str, reasons: Collection[str]) -> l
         and isinstance(s.decision.reason, str)  # a stored decision may hold anything there
         and s.decision.reason in wanted
     ]
+
+
+def _utf8(text: str) -> bool:
+    """Whether `text` is valid UTF-8 text (holds no lone surrogate)."""
+    try:
+        str.encode(text, "utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def step_of_run(store: Store, run_id: str, step_id: str) -> Step | None:

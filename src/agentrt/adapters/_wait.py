@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from datetime import datetime
 
-from agentrt import Approval, ApprovalStatus, ConfigError, RunStatus, Store
+from agentrt import Approval, ApprovalStatus, ConfigError, NotFoundError, RunStatus, Store
 from agentrt.lowlevel import wall_clock
 
 POLL_INTERVAL = 0.5
@@ -41,7 +41,14 @@ def _settled(
     store: Store, run_id: str, approval_id: str, clock: Callable[[], datetime]
 ) -> Approval | None:
     """The approval, once waiting on it is over; None while a person may still decide it."""
-    approval = next(a for a in store.list_approvals(run_id, cap=None) if a.id == approval_id)
+    approval = next(
+        (a for a in store.list_approvals(run_id, cap=None) if a.id == approval_id), None
+    )
+    if approval is None:
+        raise NotFoundError(
+            f"run {run_id} has no approval {approval_id!r} in this store: the run waits on an "
+            "approval of another database, or its record was changed by hand"
+        )
     if approval.status != ApprovalStatus.PENDING:
         return approval
     if store.get_run(run_id).status != RunStatus.WAITING_FOR_APPROVAL:

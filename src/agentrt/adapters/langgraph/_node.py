@@ -1137,6 +1137,13 @@ class GatedTools:
                 return await self._execute(session, request, execute)
             if verdict.outcome == "ended":
                 raise RunEndedError(verdict.run)
+            if verdict.outcome == "denied" and not _utf8(str(call["id"])):
+                # A call id that is not UTF-8 text (a lone surrogate): the decision
+                # was refused and its reason is stored escaped, so no look-up by
+                # this id finds the step again. Its refusal is this call's answer.
+                refused = await asyncio.to_thread(step_of_run, self.store, run_id, step.id)
+                if refused is not None:
+                    return _message(refused, call)
             return None  # denied (recorded) or pending (shown next): look again
 
     async def _end_earlier_turn(self, request: ToolCallRequest, run_id: str) -> None:
@@ -1363,6 +1370,15 @@ def _thread_of(config: Any) -> str:
             "config={'configurable': {'thread_id': ...}}"
         )
     return str(thread)
+
+
+def _utf8(text: str) -> bool:
+    """Whether `text` is valid UTF-8 text (holds no lone surrogate)."""
+    try:
+        str.encode(text, "utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _message(step: Step, call: Mapping[str, Any]) -> ToolMessage:
