@@ -225,3 +225,7 @@ def test_an_agents_sdk_tool_whose_error_the_sdk_turns_into_its_result_never_reac
     assert result.final_output == "done" and lines == ["rent"]
     assert store.get_run("f" * 32).status == "COMPLETED"
     assert store.list_approvals("f" * 32) == []
+    # Recorded as a call that finished, its text the SDK's (docs/adapters.md says so).
+    call, _final = store.list_steps("f" * 32)
+    assert call.status == "done" and call.observation is not None
+    assert call.observation.kind == "tool_result"

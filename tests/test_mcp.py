@@ -874,7 +874,7 @@ def test_the_sdks_read_timeout_comes_after_the_tools_own_so_the_runtime_decides(
     assert result.content == {"result": "done"}
 
 
-def test_a_server_that_dies_mid_call_is_a_tool_error_and_later_calls_fail_at_once(
+def test_a_server_that_dies_mid_call_is_an_unknown_outcome_and_later_calls_fail_at_once(
     notes: Notes,
 ) -> None:
     rules = {"die": mcp.Rule("read_only"), "read_note": mcp.Rule("read_only")}

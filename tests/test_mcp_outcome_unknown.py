@@ -6,7 +6,9 @@ call. A mutating tool's run then waits on an `interrupted_side_effect`
 approval saying the connection was lost after the call was sent; a read-only
 tool's is an ordinary error; a call that fails before its request leaves (the
 connection already gone, a refused connection, a server that never started)
-is an ordinary error too.
+is an ordinary error too. Only the server's answer to the call (`result` or
+`error`) ends its unknown outcome: a message of the server's own that carries
+the call's id (a request, junk) does not.
 """
 
 from __future__ import annotations
@@ -22,11 +24,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import mcp_types
 import pytest
 
 import agentrt
 from agentrt import Decision, OutcomeUnknown, ToolCall, mcp
 from agentrt._errors import MCPServerError, MCPToolError
+from agentrt.mcp._transport import RawCapture
 from agentrt.scripted import ScriptedAgent
 from conftest import FakeClock, Ids
 
@@ -251,6 +255,76 @@ def test_an_http_server_that_exits_mid_call_is_an_unknown_outcome(ledger: Ledger
 
         asyncio.run(main())
     assert ledger.lines() == [{"entry": "a"}]
+
+
+def call_append_as_the_server_says(ledger: Ledger, say: str) -> BaseException:
+    """Call `append` over stdio; the server writes `say` (with the call's id) and exits."""
+    server = ledger.server()
+    raised: list[BaseException] = []
+
+    async def main() -> None:
+        async with mcp.load(server, await mcp.pin(server), RULES) as (tools, _):
+            append = next(t for t in tools if t.spec.name == "ledger_append")
+            call = ToolCall(run_id="r", step_id="s", args={"entry": "a"}, lease_epoch=1)
+            ledger.die_mid_call()
+            (ledger.folder / "say").write_text(say)
+            try:
+                await asyncio.wait_for(append.call(call), 30)
+            except Exception as exc:
+                raised.append(exc)
+
+    asyncio.run(main())
+    assert ledger.lines() == [{"entry": "a"}]
+    (exc,) = raised
+    return exc
+
+
+@pytest.mark.parametrize(
+    "say",
+    [
+        # A request of the server's own that agentrt cannot read (a repeated key) but the
+        # SDK can: the SDK answers it, with the same id, to a server on its way out.
+        '{"jsonrpc": "2.0", "id": {id}, "method": "ping", "params": {"_meta": {"k": 1, "k": 2}}}',
+        # A request of the server's own that neither can read (a lone surrogate).
+        '{"jsonrpc": "2.0", "id": {id}, "method": "ping", "params": {"_meta": {"k": "\\ud800"}}}',
+        # Junk carrying the id: neither a request nor an answer.
+        '{"jsonrpc": "2.0", "id": {id}, "junk": "\\ud800"}',
+    ],
+    ids=["request-sdk-answers", "request-unreadable", "junk"],
+)
+def test_only_an_answer_to_the_call_ends_its_unknown_outcome_not_a_server_message_with_its_id(
+    ledger: Ledger, say: str
+) -> None:
+    exc = call_append_as_the_server_says(ledger, say)
+    assert isinstance(exc, OutcomeUnknown), repr(exc)
+    assert exc.detail == LOST_APPEND
+
+
+def test_an_answer_to_the_call_agentrt_cannot_read_is_still_its_answer_not_an_unknown_outcome(
+    ledger: Ledger,
+) -> None:
+    # A repeated key: agentrt refuses the line, the SDK reads it and raises the error.
+    error = '{"code": -32000, "message": "no", "message": "full"}'
+    say = '{"jsonrpc": "2.0", "id": {id}, "error": ' + error + "}"
+    exc = call_append_as_the_server_says(ledger, say)
+    assert type(exc) is MCPToolError and not isinstance(exc, OutcomeUnknown)
+    assert str(exc) == "the call to 'append' failed: full"
+
+
+def test_the_clients_answer_to_a_server_request_that_fails_to_leave_keeps_the_calls_mark() -> None:
+    """The client's answer to a server's request may carry the id of a call in flight
+    (another id space); its failed write says nothing of that call (decision 0054)."""
+    capture = RawCapture()
+    call = mcp_types.JSONRPCRequest(
+        jsonrpc="2.0", id=3, method="tools/call", params={"name": "append", "arguments": {}}
+    )
+    capture.sent(call)
+    answer = mcp_types.JSONRPCResponse(jsonrpc="2.0", id=3, result={})
+    capture.sent(answer)
+    capture.not_sent(answer)  # the server is gone: the write of the ping's answer failed
+    assert capture.unanswered(3)
+    capture.not_sent(call)  # the call's own failed write: it never left
+    assert not capture.unanswered(3)
 
 
 def test_a_server_that_cannot_start_is_an_ordinary_error_before_any_call(tmp_path: Path) -> None:

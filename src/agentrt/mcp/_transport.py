@@ -70,16 +70,18 @@ class RawCapture:
 
     def sent(self, message: Any) -> None:
         """Note a message that left for the server: a `tools/call` now awaits its answer."""
-        method = (
-            message.get("method") if isinstance(message, dict) else getattr(message, "method", None)
-        )
-        ident = message.get("id") if isinstance(message, dict) else getattr(message, "id", None)
-        if method == "tools/call" and ident is not None:
+        ident = _call_id(message)
+        if ident is not None:
             self._unanswered.add(str(ident))
 
     def not_sent(self, message: Any) -> None:
-        """A message noted as sent that provably never reached the server (no connection)."""
-        ident = message.get("id") if isinstance(message, dict) else getattr(message, "id", None)
+        """A message noted as sent that provably never reached the server (no connection).
+
+        Only a `tools/call` request's own failure clears its mark: the client's answer
+        to a server's request may carry the same id (another id space) and says
+        nothing of the call.
+        """
+        ident = _call_id(message)
         if ident is not None:
             self._unanswered.discard(str(ident))
 
@@ -109,8 +111,12 @@ class RawCapture:
             parsed = parse_json(raw)
         except JSONValueError as exc:
             if self._unanswered:
-                with contextlib.suppress(ValueError, RecursionError, AttributeError):
-                    self._unanswered.discard(str(json.loads(raw).get("id")))
+                # Only an answer (`result` or `error`) is one: a server's own request
+                # (its ids may equal the client's) or other junk leaves the mark.
+                with contextlib.suppress(ValueError, RecursionError):
+                    loose = json.loads(raw)
+                    if _is_answer(loose):
+                        self._unanswered.discard(str(loose.get("id")))
             if not self._waiting:
                 return
             # Unusable to agentrt (too deep, a lone surrogate, a 20,000-digit number),
@@ -124,7 +130,7 @@ class RawCapture:
                     )
                     self.unusable.set()
             return
-        if isinstance(parsed, dict) and ("result" in parsed or "error" in parsed):
+        if _is_answer(parsed):
             self._unanswered.discard(str(parsed.get("id")))
         if isinstance(parsed, dict) and parsed.get("id") in self._waiting:
             self._waiting.discard(parsed["id"])
@@ -146,6 +152,24 @@ class RawCapture:
         if isinstance(answer, MCPServerError):
             raise answer
         return answer
+
+
+def _call_id(message: Any) -> Any:
+    """The id of a `tools/call` request (a parsed JSON-RPC message or a dict), else None."""
+    if isinstance(message, dict):
+        method, ident = message.get("method"), message.get("id")
+    else:
+        method, ident = getattr(message, "method", None), getattr(message, "id", None)
+    return ident if method == "tools/call" else None
+
+
+def _is_answer(message: Any) -> bool:
+    """Is this JSON value a JSON-RPC answer (`result` or `error`, not a request)?"""
+    return (
+        isinstance(message, dict)
+        and "method" not in message
+        and ("result" in message or "error" in message)
+    )
 
 
 @contextlib.asynccontextmanager
