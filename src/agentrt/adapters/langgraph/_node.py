@@ -97,6 +97,7 @@ from agentrt import (
     GateSession,
     Limits,
     NotFoundError,
+    NotPendingError,
     Observation,
     ObservationKind,
     Operator,
@@ -1078,7 +1079,10 @@ class GatedTools:
     def _interrupt_value(self, approval: Approval, call: Mapping[str, Any]) -> dict[str, Any]:
         text = ""
         if approval.status == ApprovalStatus.PENDING:
-            text = Local(self.store).show(approval.run_id, approval.id).text
+            # A person may decide (or it may expire) between the pause and this look:
+            # then there is no pending request to show, and the resume settles it.
+            with contextlib.suppress(NotPendingError, ApprovalExpiredError):
+                text = Local(self.store).show(approval.run_id, approval.id).text
         return {
             "type": MARK,
             "run_id": approval.run_id,
