@@ -44,7 +44,8 @@ from typing import Any
 
 import agentrt
 from agentrt import Decision, SideEffect, ToolCall, ToolResult, ToolSpec
-from agentrt._db import Store, check_schema, open_existing, open_store
+from agentrt._store import Store, open_existing, open_store
+from agentrt._store.sqlite._connection import check_schema
 from agentrt._stored_text import decode_text
 from agentrt.scripted import ScriptedAgent
 
@@ -160,7 +161,7 @@ def _values_per_driver_step(directory: str) -> float:
     """How many TEXT values the Driver reads per step (the `driver.py` benchmark's run)."""
     import driver as driver_bench  # the benchmark next to this file
 
-    from agentrt import _db as store_module
+    from agentrt._store.sqlite import _connection as store_module
 
     counted = 0
 

@@ -16,7 +16,7 @@ import sys
 
 from agentrt import Decision, Gate, Limits, open_store
 from agentrt._clock import new_id, wall_clock
-from agentrt._store.proxy_rows import claim_request, migrate_proxy
+from agentrt._store.sqlite._proxy_rows import claim_request, migrate_proxy
 from agentrt.mcp import connect, read_manifest, read_rules
 from agentrt.mcp._proxy import build_policy
 from agentrt.mcp.proxy import read_proxy_config, request_key

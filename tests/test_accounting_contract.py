@@ -27,7 +27,6 @@ from agentrt import Decision, Limits, StepInput
 from agentrt._accounting import project
 from agentrt._errors import TransientModelError
 from agentrt._model import ModelConfig, ModelResponse, Price, Usage
-from agentrt._store.writes import charge_beyond_estimate
 from conftest import FakeClock, Ids
 from support.models import PRICE, REQUEST, FakeModel, calls, model_agent, reply
 
@@ -57,7 +56,7 @@ def charged(tmp_path: Path) -> Iterator[agentrt.Store]:
 
 def late(store: agentrt.Store, usage: Usage, cost: int, call_id: str = "c1") -> None:
     with store.transaction() as tx:
-        charge_beyond_estimate(tx, "r", call_id, 2, "fake:model", usage, cost, NOW)
+        tx.charge_beyond_estimate("r", call_id, 2, "fake:model", usage, cost, NOW)
 
 
 def row(store: agentrt.Store) -> tuple[object, ...]:

@@ -25,9 +25,8 @@ from agentrt import (
 )
 from agentrt._approval import approval_hash, approval_request, decide, verify_stored
 from agentrt._canonical import content_hash
-from agentrt._db import Tx
 from agentrt._records import Approval, ApprovalStatus
-from agentrt._store.writes import decide_approval
+from agentrt._store import Tx
 from conftest import EPOCH, FakeClock, RecordingTool
 from support.approvals import paused_run
 
@@ -178,7 +177,7 @@ def test_losing_the_compare_and_set_to_another_decision_is_refused_as_changed(
     ) -> Approval:
         # Another decision lands between this decide's read and its compare-and-set.
         tx.execute("UPDATE approvals SET status = 'rejected' WHERE id = ?", (approval.id,))
-        return decide_approval(tx, approval, status, by, note, now)
+        return tx.decide_approval(approval, status, by, note, now)
 
     monkeypatch.setattr(agentrt._approval, "decide_approval", another_writer_first)
     with pytest.raises(

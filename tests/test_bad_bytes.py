@@ -18,9 +18,9 @@ import pytest
 
 import agentrt
 from agentrt import Decision, SideEffect
-from agentrt._db import Store, open_existing, open_store
 from agentrt._errors import StoreError, UnreadableSchemaError, UnsafeSchemaError
 from agentrt._records import Event
+from agentrt._store import Store, open_existing, open_store
 from agentrt.cli import main
 from agentrt.export import Follower
 from agentrt.lowlevel import steps_with_reasons

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 import agentrt
-import agentrt._db
+import agentrt._store.sqlite._connection
 from agentrt import Decision, Event, LeaseLostError, SideEffect, StepInput, ToolCall, ToolResult
 from agentrt._errors import StoreBusyError
 from agentrt._model import Message, ModelConfig, ModelRequest, ModelResponse, TextBlock, Usage
@@ -38,7 +38,7 @@ HOLD_SECONDS = 1.0
 @pytest.fixture(autouse=True)
 def short_busy_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
     """A short busy timeout, so that holding the lock "past" it costs a second, not minutes."""
-    monkeypatch.setattr(agentrt._db, "BUSY_TIMEOUT_MS", BUSY_TIMEOUT_MS)
+    monkeypatch.setattr(agentrt._store.sqlite._connection, "BUSY_TIMEOUT_MS", BUSY_TIMEOUT_MS)
 
 
 class LockHolder:

@@ -19,8 +19,8 @@ import pytest
 
 import agentrt
 from agentrt import Decision, Store
-from agentrt import _migrations as migrations
-from agentrt._migrations import MIGRATIONS
+from agentrt._store.sqlite import _migrations as migrations
+from agentrt._store.sqlite._migrations import MIGRATIONS
 from agentrt.lowlevel import step_of_run, steps_with_reasons
 from conftest import FakeClock, Ids
 from support.gates import make_gate

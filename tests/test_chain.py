@@ -13,8 +13,8 @@ import pytest
 from agentrt._canonical import to_text
 from agentrt._chain import event_hash, netstring, verify_chain
 from agentrt._clock import format_time
-from agentrt._db import Store, open_existing, open_store
 from agentrt._records import ChainBreak, VerifyReport
+from agentrt._store import Store, open_existing, open_store
 
 T0 = datetime(2026, 11, 30, 2, 42, 14, 123456, tzinfo=UTC)
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from agentrt._chain import event_hash, verify_chain
-from agentrt._db import Store, open_store
 from agentrt._records import ChainBreak
+from agentrt._store import Store, open_store
 
 T0 = datetime(2026, 11, 30, 2, 42, 14, tzinfo=UTC)
 

@@ -26,9 +26,9 @@ pytest.importorskip("starlette")
 from starlette.testclient import TestClient
 
 from agentrt import Decision, Limits
-from agentrt._db import open_existing
 from agentrt._errors import ConfigError
 from agentrt._render_approval import approval_fields, hashed_content
+from agentrt._store import open_existing
 from agentrt.cli._decide import default_user
 from agentrt.console import ConsoleConfig, create_app, is_loopback
 from agentrt.console._data import ChainStatus

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from agentrt._db import Store, open_existing, open_store
 from agentrt._errors import HardLinkError, InsecureDirectoryError, InsecureModeError
+from agentrt._store import Store, open_existing, open_store
 from agentrt.cli import main
 
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0

@@ -6,8 +6,8 @@ leading underscore somewhere in its dotted name; the test kit reaches the
 machinery only through `agentrt` and `agentrt.lowlevel`; and no example or
 document imports an underscore module.
 
-The store layer is `agentrt/_store/` (the named writes and reads), `agentrt/_db.py`
-(opening, pragmas, transactions, the public `Store` reads) and `agentrt/_migrations.py`.
+The store layer is `agentrt/_store/`: the interface and one package per backend
+(`_store/sqlite/`: opening, pragmas, transactions, migrations, the named writes and reads).
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ PUBLIC_MODULES = {
 }
 """The documented doors; any other module must be private (an underscore in its name)."""
 
-STORE_LAYER = {"_store", "_db.py", "_migrations.py"}
+STORE_LAYER = {"_store"}
 
 _SQL_START = re.compile(
     r"^\s*(SELECT|INSERT|UPDATE|DELETE|REPLACE|PRAGMA|BEGIN|COMMIT|ROLLBACK|SAVEPOINT|"

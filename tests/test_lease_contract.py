@@ -29,7 +29,6 @@ from typing import Any
 import pytest
 
 import agentrt._lease
-from agentrt._db import Store, open_store
 from agentrt._errors import RunStateError
 from agentrt._lease import (
     ConnectionRenewer,
@@ -46,6 +45,7 @@ from agentrt._lease import (
     prove_dead,
     renewer_for,
 )
+from agentrt._store import Store, open_store
 from support.leases import take_in
 
 EXPIRES = "2026-11-30T09:00:00.000000Z"

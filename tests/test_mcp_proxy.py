@@ -28,8 +28,8 @@ from tests.support.mcp_proxy import START, Host, Shop, agentrt, kill_quietly, wr
 
 from agentrt import ConfigError, InsecureModeError, open_store
 from agentrt._canonical import canonical_json
-from agentrt._migrations import PROXY_MIGRATIONS
-from agentrt._store.proxy_rows import migrate_proxy, proxy_versions
+from agentrt._store.sqlite._migrations import PROXY_MIGRATIONS
+from agentrt._store.sqlite._proxy_rows import migrate_proxy, proxy_versions
 from agentrt.mcp.proxy import read_proxy_config, request_key
 
 pytestmark = pytest.mark.slow

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from agentrt import _migrations as migrations
 from agentrt._clock import parse_time
-from agentrt._db import open_existing, open_store
 from agentrt._errors import SchemaVersionError, StoreError
-from agentrt._migrations import (
+from agentrt._store import open_existing, open_store
+from agentrt._store.sqlite import _migrations as migrations
+from agentrt._store.sqlite._migrations import (
     MIGRATIONS,
     RUNTIME_VERSION,
     SCHEMA_VERSION,

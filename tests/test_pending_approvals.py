@@ -10,7 +10,7 @@ import pytest
 
 import agentrt
 from agentrt import Decision, SideEffect
-from agentrt import _db as store_mod
+from agentrt._store.sqlite import _store as store_mod
 from agentrt.cli import main
 from agentrt.scripted import ScriptedAgent
 from conftest import FakeClock, Ids, RecordingTool

@@ -39,7 +39,7 @@ def test_the_package_version_is_the_runtime_version_the_file_records() -> None:
     import tomllib
 
     import agentrt
-    from agentrt._migrations import RUNTIME_VERSION
+    from agentrt._store.sqlite._migrations import RUNTIME_VERSION
 
     with open(ROOT / "pyproject.toml", "rb") as f:
         declared = tomllib.load(f)["project"]["version"]

@@ -267,7 +267,7 @@ def test_python_m_build_makes_a_wheel_and_an_sdist_that_pass_twine_check(built: 
 def test_the_wheel_is_typed_licensed_and_carries_classifiers_urls_and_every_extra(
     built: Built,
 ) -> None:
-    from agentrt._migrations import RUNTIME_VERSION
+    from agentrt._store.sqlite._migrations import RUNTIME_VERSION
 
     with zipfile.ZipFile(built.wheel) as z:
         names = set(z.namelist())
@@ -301,7 +301,7 @@ def test_the_wheel_is_typed_licensed_and_carries_classifiers_urls_and_every_extr
 def test_agentrt_version_the_module_and_the_installed_metadata_agree(
     built: Built, installed: Path, tmp_path: Path
 ) -> None:
-    from agentrt._migrations import RUNTIME_VERSION
+    from agentrt._store.sqlite._migrations import RUNTIME_VERSION
 
     view = _view(tmp_path, frozenset(), tuple(str(r) for r in built.requirements()))
     result = run(installed / "bin" / "agentrt", "--version", env=environment(view), cwd=tmp_path)

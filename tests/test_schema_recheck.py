@@ -16,10 +16,10 @@ import pytest
 import agentrt
 from agentrt import Decision, SideEffect
 from agentrt._clock import format_time
-from agentrt._db import Store, open_store
 from agentrt._errors import UnreadableSchemaError, UnsafeSchemaError
 from agentrt._lease import ConnectionRenewer
 from agentrt._records import StepInput
+from agentrt._store import Store, open_store
 from conftest import FakeClock, Ids, RecordingTool
 
 TRIGGER = (
@@ -170,7 +170,7 @@ def test_the_heartbeat_renewal_refuses_a_trigger_added_since_its_last_renewal(db
 def test_a_trigger_planted_between_the_open_check_and_the_migration_is_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import agentrt._db as store_module
+    from agentrt._store.sqlite import _store as store_module
 
     path = tmp_path / "new.db"
     real_enable_wal = store_module._enable_wal

@@ -18,16 +18,7 @@ from typing import Any
 import pytest
 
 from agentrt._canonical import to_text
-from agentrt._db import (
-    MAX_INT64,
-    TEXT_CAP,
-    Store,
-    check_sqlite_version,
-    clamp_charge,
-    open_existing,
-    open_store,
-    saturating_add_sql,
-)
+from agentrt._capped import TEXT_CAP
 from agentrt._errors import (
     InsecureModeError,
     NotFoundError,
@@ -46,6 +37,9 @@ from agentrt._records import (
     StepStatus,
     ToolSpec,
 )
+from agentrt._store import Store, open_existing, open_store
+from agentrt._store.sqlite._codecs import MAX_INT64, clamp_charge, saturating_add_sql
+from agentrt._store.sqlite._connection import check_sqlite_version
 
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
 NOBODY = 65534

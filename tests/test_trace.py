@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agentrt._canonical import JSONFloat, from_text, to_text
-from agentrt._db import CappedText
+from agentrt._capped import CappedText
 from agentrt._records import Event
 from agentrt.trace import (
     JsonLinesObserver,

@@ -16,8 +16,8 @@ import pytest
 
 import agentrt
 from agentrt import Decision, SideEffect
-from agentrt._db import open_existing, open_store
 from agentrt._records import FileCheck
+from agentrt._store import open_existing, open_store
 from agentrt.cli import main
 from agentrt.scripted import ScriptedAgent
 from conftest import FakeClock, Ids, RecordingTool

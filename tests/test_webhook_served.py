@@ -31,7 +31,7 @@ import uvicorn
 from starlette.testclient import TestClient
 
 import agentrt
-import agentrt._db
+import agentrt._store.sqlite._connection
 from agentrt import ConfigError
 from agentrt.approver import Local, RateLimiter, signed_headers, webhook_app
 from conftest import FakeClock
@@ -260,7 +260,9 @@ def test_trusted_proxies_must_be_addresses_and_exclude_a_client_key(store: agent
 def test_a_database_busy_past_its_timeout_is_503_with_retry_after_and_changes_nothing(
     db_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(agentrt._db, "BUSY_TIMEOUT_MS", 100)  # before the store is opened
+    monkeypatch.setattr(
+        agentrt._store.sqlite._connection, "BUSY_TIMEOUT_MS", 100
+    )  # before the store is opened
     with agentrt.open_store(db_path) as store:
         _driver, run, _push = paused_run(store, FakeClock())
         (approval,) = store.pending_approvals(run.id)

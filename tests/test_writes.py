@@ -16,12 +16,11 @@ import pytest
 
 import agentrt
 from agentrt._canonical import JSONFloat, JSONInt
-from agentrt._db import Tx
 from agentrt._decisions import record
 from agentrt._errors import RunStateError
 from agentrt._model import Usage
 from agentrt._records import ApprovalStatus, Limits, Observation, PolicyDecision, StepStatus
-from agentrt._store import reads, writes
+from agentrt._store import Tx
 from conftest import EPOCH, Ids
 
 OWNER = "writer/000000000000"
@@ -40,8 +39,7 @@ def rows(db_path: Path) -> list[tuple[Any, ...]]:
 
 def new_run(store: agentrt.Store, run_id: str = "r1") -> agentrt.Run:
     with store.transaction() as tx:
-        return writes.create_run(
-            tx,
+        return tx.create_run(
             run_id,
             "goal",
             Limits(),
@@ -72,7 +70,7 @@ def test_create_run_refuses_an_id_in_use_and_writes_nothing(
 def test_claim_step_returns_the_step_as_a_fresh_read_gives_it(store: agentrt.Store) -> None:
     new_run(store)
     with store.transaction() as tx:
-        step = writes.claim_step(tx, "r1", 0, OWNER, Ids("s"), EPOCH)
+        step = tx.claim_step("r1", 0, OWNER, Ids("s"), EPOCH)
     assert repr(step) == repr(store.list_steps("r1")[0])
     assert store.get_run("r1").step_count == 1
 
@@ -82,7 +80,7 @@ def test_claim_next_step_returns_the_run_and_the_step_as_a_fresh_read_gives_them
 ) -> None:
     run = new_run(store)
     with store.transaction() as tx:
-        claimed = writes.claim_next_step(tx, run, OWNER, Ids("s"), EPOCH)
+        claimed = tx.claim_next_step(run, OWNER, Ids("s"), EPOCH)
     assert repr(claimed.run) == repr(store.get_run("r1"))
     assert repr(claimed.step) == repr(store.list_steps("r1")[0])
     assert (claimed.run.step_count, claimed.step.index) == (1, 0)
@@ -91,7 +89,7 @@ def test_claim_next_step_returns_the_run_and_the_step_as_a_fresh_read_gives_them
     refused_and_nothing_written(
         db_path,
         RunStateError,
-        lambda tx: writes.claim_next_step(tx, run, OWNER, Ids("t"), EPOCH),
+        lambda tx: tx.claim_next_step(run, OWNER, Ids("t"), EPOCH),
         store,
     )
 
@@ -104,7 +102,7 @@ def test_claim_step_on_a_run_that_moved_raises_and_writes_nothing(
     index, owner = (1, OWNER) if moved == "step_count" else (0, "someone/else")
     before = rows(db_path)
     with pytest.raises(RunStateError), store.transaction() as tx:
-        writes.claim_step(tx, "r1", index, owner, Ids("s"), EPOCH)
+        tx.claim_step("r1", index, owner, Ids("s"), EPOCH)
     assert rows(db_path) == before
 
 
@@ -113,13 +111,11 @@ def test_finish_tool_of_a_step_that_is_not_executing_raises_and_writes_nothing(
 ) -> None:
     new_run(store)
     with store.transaction() as tx:
-        step = writes.claim_step(tx, "r1", 0, OWNER, Ids("s"), EPOCH)
+        step = tx.claim_step("r1", 0, OWNER, Ids("s"), EPOCH)
     before = rows(db_path)
     observation = Observation.tool_result({"ok": True}, "ok")
     with pytest.raises(RunStateError), store.transaction() as tx:
-        writes.finish_tool(
-            tx, step, StepStatus.DONE, observation, {}, failed_event=False, now=EPOCH
-        )
+        tx.finish_tool(step, StepStatus.DONE, observation, {}, failed_event=False, now=EPOCH)
     assert rows(db_path) == before
 
 
@@ -128,10 +124,9 @@ def test_an_approval_decided_once_cannot_be_decided_again(
 ) -> None:
     new_run(store)
     with store.transaction() as tx:
-        step = writes.claim_step(tx, "r1", 0, OWNER, Ids("s"), EPOCH)
+        step = tx.claim_step("r1", 0, OWNER, Ids("s"), EPOCH)
         payload = {"decision": {}, "spec_hash": "h", "policy_id": "p", "view": {}}
-        writes.pause_for_approval(
-            tx,
+        tx.pause_for_approval(
             "r1",
             step.id,
             new_id=Ids("ap"),
@@ -145,14 +140,14 @@ def test_an_approval_decided_once_cannot_be_decided_again(
             from_run="RUNNING",
             now=EPOCH,
         )
-        (approval,) = reads.approvals_of_run(tx, "r1")
+        (approval,) = tx.approvals_of_run("r1")
     with store.transaction() as tx:
-        decided = writes.decide_approval(tx, approval, ApprovalStatus.APPROVED, "alice", "", EPOCH)
+        decided = tx.decide_approval(approval, ApprovalStatus.APPROVED, "alice", "", EPOCH)
     assert repr(decided) == repr(store.list_approvals("r1")[0])
     assert decided.status == "approved"
     before = rows(db_path)
     with pytest.raises(RunStateError), store.transaction() as tx:
-        writes.decide_approval(tx, approval, ApprovalStatus.REJECTED, "bob", "", EPOCH)
+        tx.decide_approval(approval, ApprovalStatus.REJECTED, "bob", "", EPOCH)
     assert rows(db_path) == before
 
 
@@ -161,9 +156,9 @@ def test_cancel_run_fails_the_open_step_and_returns_the_run_as_stored(
 ) -> None:
     new_run(store)
     with store.transaction() as tx:
-        step = writes.claim_step(tx, "r1", 0, OWNER, Ids("s"), EPOCH)
+        step = tx.claim_step("r1", 0, OWNER, Ids("s"), EPOCH)
     with store.transaction() as tx:
-        run = writes.cancel_run(tx, "r1", "alice", "stop", EPOCH)
+        run = tx.cancel_run("r1", "alice", "stop", EPOCH)
     assert repr(run) == repr(store.get_run("r1"))
     assert (run.status, run.reason, run.reason_detail) == (
         "CANCELLED",
@@ -183,15 +178,15 @@ def test_the_run_writes_after_a_tool_refuse_a_lease_held_by_someone_else_and_wri
     before = rows(db_path)
     with pytest.raises(agentrt.LeaseLostError), store.transaction() as tx:
         if write == "leave_running":
-            writes.leave_running(tx, "r1", "someone/else", active_ms_add=5)
+            tx.leave_running("r1", "someone/else", active_ms_add=5)
         else:
-            writes.add_active_time(tx, "r1", "someone/else", 5)
+            tx.add_active_time("r1", "someone/else", 5)
     assert rows(db_path) == before
     with store.transaction() as tx:  # the owner's own write goes through
         if write == "leave_running":
-            writes.leave_running(tx, "r1", OWNER, active_ms_add=5)
+            tx.leave_running("r1", OWNER, active_ms_add=5)
         else:
-            writes.add_active_time(tx, "r1", OWNER, 5)
+            tx.add_active_time("r1", OWNER, 5)
     run = store.get_run("r1")
     assert run.active_time.total_seconds() == 0.005
     assert (store.lease("r1").owner == "") == (write == "leave_running")
@@ -215,7 +210,7 @@ def event_types(store: agentrt.Store, run_id: str = "r1") -> list[str]:
 def deciding_step(store: agentrt.Store) -> agentrt.Step:
     new_run(store)
     with store.transaction() as tx:
-        return writes.claim_step(tx, "r1", 0, OWNER, Ids("s"), EPOCH)
+        return tx.claim_step("r1", 0, OWNER, Ids("s"), EPOCH)
 
 
 def waiting_run(store: agentrt.Store, *, approve: bool = False) -> agentrt.Approval:
@@ -223,9 +218,8 @@ def waiting_run(store: agentrt.Store, *, approve: bool = False) -> agentrt.Appro
     step = deciding_step(store)
     recorded = record(agentrt.Decision.tool_call("push", {"x": 1}))
     with store.transaction() as tx:
-        writes.record_decision(tx, step, recorded.text, recorded.decision, EPOCH)
-        paused = writes.pause_for_approval(
-            tx,
+        tx.record_decision(step, recorded.text, recorded.decision, EPOCH)
+        paused = tx.pause_for_approval(
             "r1",
             step.id,
             new_id=Ids("ap"),
@@ -242,9 +236,7 @@ def waiting_run(store: agentrt.Store, *, approve: bool = False) -> agentrt.Appro
     if not approve:
         return paused.approval
     with store.transaction() as tx:
-        return writes.decide_approval(
-            tx, paused.approval, ApprovalStatus.APPROVED, "alice", "", EPOCH
-        )
+        return tx.decide_approval(paused.approval, ApprovalStatus.APPROVED, "alice", "", EPOCH)
 
 
 def refused_and_nothing_written(
@@ -262,7 +254,7 @@ def test_the_hot_writes_of_a_step_return_the_step_as_a_fresh_read_gives_it(
     step = deciding_step(store)
     recorded = record(agentrt.Decision.tool_call("read", {"n": JSONFloat("1e1"), "a": 2.50}))
     with store.transaction() as tx:
-        decided = writes.record_decision(tx, step, recorded.text, recorded.decision, EPOCH)
+        decided = tx.record_decision(step, recorded.text, recorded.decision, EPOCH)
     assert repr(decided) == repr(store.list_steps("r1")[0])
     policy = {
         "decision": {"outcome": "allow", "reason": "", "capability": {"z": 1, "a": 2}},
@@ -271,8 +263,7 @@ def test_the_hot_writes_of_a_step_return_the_step_as_a_fresh_read_gives_it(
         "view": {},
     }
     with store.transaction() as tx:
-        started = writes.start_tool(
-            tx,
+        started = tx.start_tool(
             decided,
             "read",
             {"n": 1},
@@ -284,10 +275,10 @@ def test_the_hot_writes_of_a_step_return_the_step_as_a_fresh_read_gives_it(
     assert repr(started) == repr(store.list_steps("r1")[0])
     observation = Observation.tool_result({"lines": [JSONFloat("2.50"), 10**30]}, "ok")
     with store.transaction() as tx:
-        finished = writes.finish_tool(
-            tx, started, StepStatus.DONE, observation, {}, failed_event=False, now=EPOCH
+        finished = tx.finish_tool(
+            started, StepStatus.DONE, observation, {}, failed_event=False, now=EPOCH
         )
-        run = writes.add_active_time(tx, "r1", OWNER, 7)
+        run = tx.add_active_time("r1", OWNER, 7)
     assert repr(finished) == repr(store.list_steps("r1")[0])
     assert repr(run) == repr(store.get_run("r1"))
     assert event_types(store)[-3:] == ["step.policy", "step.tool_started", "step.tool_finished"]
@@ -306,15 +297,13 @@ def test_end_run_returns_the_run_and_refuses_a_run_that_is_no_longer_running(
 ) -> None:
     new_run(store)
     with store.transaction() as tx:
-        run = writes.end_run(
-            tx, "r1", "COMPLETED", "goal_completed", "", result={"ok": 1}, now=EPOCH
-        )
+        run = tx.end_run("r1", "COMPLETED", "goal_completed", "", result={"ok": 1}, now=EPOCH)
     assert repr(run) == repr(store.get_run("r1"))
     assert event_types(store)[-1] == "run.finished"
     refused_and_nothing_written(
         db_path,
         RunStateError,
-        lambda tx: writes.end_run(tx, "r1", "FAILED", "agent_error", "x", now=EPOCH),
+        lambda tx: tx.end_run("r1", "FAILED", "agent_error", "x", now=EPOCH),
         store,
     )
 
@@ -325,8 +314,8 @@ def test_fail_at_limit_appends_its_limit_event_and_ends_the_run_in_one_transacti
 ) -> None:
     new_run(store)
     with store.transaction() as tx:
-        run = writes.fail_at_limit(
-            tx, "r1", reason="limit_steps", detail="3 steps", loop=loop, active_ms_add=5, now=EPOCH
+        run = tx.fail_at_limit(
+            "r1", reason="limit_steps", detail="3 steps", loop=loop, active_ms_add=5, now=EPOCH
         )
     assert repr(run) == repr(store.get_run("r1"))
     assert (run.status, run.reason, run.reason_detail) == ("FAILED", "limit_steps", "3 steps")
@@ -338,8 +327,8 @@ def test_fail_at_limit_appends_its_limit_event_and_ends_the_run_in_one_transacti
     refused_and_nothing_written(
         db_path,
         RunStateError,
-        lambda tx: writes.fail_at_limit(
-            tx, "r1", reason="limit_steps", detail="again", active_ms_add=0, now=EPOCH
+        lambda tx: tx.fail_at_limit(
+            "r1", reason="limit_steps", detail="again", active_ms_add=0, now=EPOCH
         ),
         store,
     )
@@ -350,8 +339,7 @@ def test_end_with_step_settles_the_deciding_step_and_the_run_together(
 ) -> None:
     step = deciding_step(store)
     with store.transaction() as tx:
-        settled = writes.end_with_step(
-            tx,
+        settled = tx.end_with_step(
             "r1",
             step.id,
             status="COMPLETED",
@@ -369,8 +357,7 @@ def test_end_with_step_settles_the_deciding_step_and_the_run_together(
     refused_and_nothing_written(
         db_path,
         RunStateError,
-        lambda tx: writes.end_with_step(
-            tx,
+        lambda tx: tx.end_with_step(
             "r1",
             step.id,
             status="FAILED",
@@ -390,8 +377,7 @@ def test_end_waiting_fails_the_awaiting_step_and_ends_the_run_from_waiting(
     approval = waiting_run(store)
     observation = Observation.denied("push", "aborted")
     with store.transaction() as tx:
-        settled = writes.end_waiting(
-            tx,
+        settled = tx.end_waiting(
             "r1",
             approval.step_id,
             observation,
@@ -409,8 +395,7 @@ def test_end_waiting_fails_the_awaiting_step_and_ends_the_run_from_waiting(
     refused_and_nothing_written(
         db_path,
         RunStateError,
-        lambda tx: writes.end_waiting(
-            tx,
+        lambda tx: tx.end_waiting(
             "r1",
             approval.step_id,
             observation,
@@ -428,8 +413,7 @@ def test_end_waiting_refuses_a_run_that_is_running(store: agentrt.Store, db_path
     refused_and_nothing_written(
         db_path,
         RunStateError,
-        lambda tx: writes.end_waiting(
-            tx,
+        lambda tx: tx.end_waiting(
             "r1",
             step.id,
             Observation.denied("push", "x"),
@@ -448,8 +432,8 @@ def test_expire_waiting_expires_the_approval_and_cancels_the_run_approval_expire
 ) -> None:
     approval = waiting_run(store)
     with store.transaction() as tx:
-        settled, expired = writes.expire_waiting(
-            tx, "r1", approval.step_id, approval, tool="push", why="too late", now=EPOCH
+        settled, expired = tx.expire_waiting(
+            "r1", approval.step_id, approval, tool="push", why="too late", now=EPOCH
         )
     assert repr(settled.run) == repr(store.get_run("r1"))
     assert repr(settled.step) == repr(store.list_steps("r1")[0])
@@ -463,8 +447,8 @@ def test_expire_waiting_expires_the_approval_and_cancels_the_run_approval_expire
     refused_and_nothing_written(
         db_path,
         RunStateError,
-        lambda tx: writes.expire_waiting(
-            tx, "r1", approval.step_id, approval, tool="push", why="again", now=EPOCH
+        lambda tx: tx.expire_waiting(
+            "r1", approval.step_id, approval, tool="push", why="again", now=EPOCH
         ),
         store,
     )
@@ -475,7 +459,7 @@ def test_reject_approval_decides_it_fails_the_step_and_cancels_the_run(
 ) -> None:
     approval = waiting_run(store)
     with store.transaction() as tx:
-        rejected, run = writes.reject_approval(tx, approval, "bob", "no", EPOCH)
+        rejected, run = tx.reject_approval(approval, "bob", "no", EPOCH)
     assert repr(rejected) == repr(store.list_approvals("r1")[0])
     assert repr(run) == repr(store.get_run("r1"))
     assert (rejected.status, run.status, run.reason) == (
@@ -488,7 +472,7 @@ def test_reject_approval_decides_it_fails_the_step_and_cancels_the_run(
     refused_and_nothing_written(
         db_path,
         agentrt.ApprovalChangedError,
-        lambda tx: writes.reject_approval(tx, approval, "bob", "again", EPOCH),
+        lambda tx: tx.reject_approval(approval, "bob", "again", EPOCH),
         store,
     )
 
@@ -502,15 +486,15 @@ def test_leave_waiting_takes_the_run_back_under_a_new_lease_once(
     refused_and_nothing_written(
         db_path,
         RunStateError,
-        lambda tx: writes.leave_waiting(
-            tx, "r1", approval.id, owner="second/1", expires_at=LATER, holder="{}", now=EPOCH
+        lambda tx: tx.leave_waiting(
+            "r1", approval.id, owner="second/1", expires_at=LATER, holder="{}", now=EPOCH
         ),
         store,
     )
     with store.transaction() as tx:
         hold(tx)
-        leased = writes.leave_waiting(
-            tx, "r1", approval.id, owner="second/1", expires_at=LATER, holder="{}", now=EPOCH
+        leased = tx.leave_waiting(
+            "r1", approval.id, owner="second/1", expires_at=LATER, holder="{}", now=EPOCH
         )
     assert repr(leased.run) == repr(store.get_run("r1"))
     assert (leased.run.status, leased.epoch) == ("RUNNING", 2)
@@ -521,16 +505,15 @@ def test_leave_waiting_takes_the_run_back_under_a_new_lease_once(
     refused_and_nothing_written(
         db_path,
         RunStateError,
-        lambda tx: writes.leave_waiting(
-            tx, "r1", approval.id, owner="third/1", expires_at=LATER, holder="{}", now=EPOCH
+        lambda tx: tx.leave_waiting(
+            "r1", approval.id, owner="third/1", expires_at=LATER, holder="{}", now=EPOCH
         ),
         store,
     )
 
 
 def hold_by(owner: str, *, previous: tuple[str, str]) -> Any:
-    return lambda tx: writes.hold_waiting(
-        tx,
+    return lambda tx: tx.hold_waiting(
         "r1",
         owner=owner,
         expires_at=LATER,
@@ -563,8 +546,8 @@ def test_fail_and_go_on_fails_the_step_and_leaves_the_run_running(
     step = deciding_step(store)
     observation = Observation.denied("delete", "destructive")
     with store.transaction() as tx:
-        failed = writes.fail_and_go_on(
-            tx, "r1", step.id, observation, policy=PAYLOAD, from_step=StepStatus.DECIDING, now=EPOCH
+        failed = tx.fail_and_go_on(
+            "r1", step.id, observation, policy=PAYLOAD, from_step=StepStatus.DECIDING, now=EPOCH
         )
     assert repr(failed) == repr(store.list_steps("r1")[0])
     assert (failed.status, store.get_run("r1").status) == ("failed", "RUNNING")
@@ -572,8 +555,8 @@ def test_fail_and_go_on_fails_the_step_and_leaves_the_run_running(
     refused_and_nothing_written(
         db_path,
         RunStateError,
-        lambda tx: writes.fail_and_go_on(
-            tx, "r1", step.id, observation, policy=PAYLOAD, from_step=StepStatus.DECIDING, now=EPOCH
+        lambda tx: tx.fail_and_go_on(
+            "r1", step.id, observation, policy=PAYLOAD, from_step=StepStatus.DECIDING, now=EPOCH
         ),
         store,
     )
@@ -586,8 +569,7 @@ def test_take_over_takes_exactly_the_lease_judged_gone_and_interrupts_the_steps_
     proof = {"by": "lease expired"}
 
     def take(previous_expires_at: str) -> Any:
-        return lambda tx: writes.take_over(
-            tx,
+        return lambda tx: tx.take_over(
             "r1",
             owner="second/1",
             expires_at=LATER,
@@ -626,12 +608,12 @@ def test_go_on_after_interruption_appends_run_resumed_in_the_callers_transaction
     new_run(store)
 
     def then_fail(tx: Tx) -> None:
-        writes.go_on_after_interruption(tx, "r1", {"detail": "x"}, EPOCH)
+        tx.go_on_after_interruption("r1", {"detail": "x"}, EPOCH)
         raise ZeroDivisionError  # the caller's transaction fails after the write
 
     refused_and_nothing_written(db_path, ZeroDivisionError, then_fail, store)
     with store.transaction() as tx:
-        writes.go_on_after_interruption(tx, "r1", {"reconcile": "continue"}, EPOCH)
+        tx.go_on_after_interruption("r1", {"reconcile": "continue"}, EPOCH)
     last = store.list_events("r1")[-1]
     assert (last.type, last.payload) == (
         "run.resumed",
@@ -644,11 +626,9 @@ def test_record_late_outcome_appends_a_late_finish_and_returns_the_rows_as_they_
 ) -> None:
     step = deciding_step(store)
     with store.transaction() as tx:
-        writes.cancel_run(tx, "r1", "alice", "stop", EPOCH)
+        tx.cancel_run("r1", "alice", "stop", EPOCH)
     with store.transaction() as tx:
-        late = writes.record_late_outcome(
-            tx, "r1", step.id, {"tool": "push", "duration_ms": 4}, EPOCH
-        )
+        late = tx.record_late_outcome("r1", step.id, {"tool": "push", "duration_ms": 4}, EPOCH)
     assert repr(late.run) == repr(store.get_run("r1"))
     assert repr(late.step) == repr(store.list_steps("r1")[0])
     last = store.list_events("r1")[-1]
@@ -661,11 +641,10 @@ def test_record_late_outcome_appends_a_late_finish_and_returns_the_rows_as_they_
 def test_the_model_call_writes_return_the_run_as_written(store: agentrt.Store) -> None:
     step = deciding_step(store)
     with store.transaction() as tx:
-        run = writes.dispatch_model_call(tx, "r1", step.id, "c1", 1, "m", Usage(100, 10), 7, EPOCH)
+        run = tx.dispatch_model_call("r1", step.id, "c1", 1, "m", Usage(100, 10), 7, EPOCH)
     assert repr(run) == repr(store.get_run("r1"))
     with store.transaction() as tx:
-        settled = writes.settle_model_call(
-            tx,
+        settled = tx.settle_model_call(
             "r1",
             step.id,
             "c1",
@@ -682,8 +661,7 @@ def test_the_model_call_writes_return_the_run_as_written(store: agentrt.Store) -
     assert (settled.model_calls, settled.input_tokens, settled.estimated_cost_micros) == (1, 90, 5)
     with store.transaction() as tx:  # settled already: nothing more is written
         assert (
-            writes.settle_model_call(
-                tx,
+            tx.settle_model_call(
                 "r1",
                 step.id,
                 "c1",
@@ -706,13 +684,13 @@ def test_release_lease_says_whether_the_owner_let_go_and_leaves_anothers_lease_a
     new_run(store)
     before = rows(db_path)
     with store.transaction() as tx:
-        assert writes.release_lease(tx, "r1", "someone-else/1") is False
+        assert tx.release_lease("r1", "someone-else/1") is False
     assert rows(db_path) == before
     with store.transaction() as tx:
-        assert writes.release_lease(tx, "r1", OWNER) is True
+        assert tx.release_lease("r1", OWNER) is True
     assert store.lease("r1").owner == ""
     with store.transaction() as tx:
-        assert writes.release_lease(tx, "r1", OWNER) is False
+        assert tx.release_lease("r1", OWNER) is False
 
 
 def test_expire_approval_says_whether_it_expired_a_pending_approval(
@@ -720,11 +698,11 @@ def test_expire_approval_says_whether_it_expired_a_pending_approval(
 ) -> None:
     approval = waiting_run(store)
     with store.transaction() as tx:
-        assert writes.expire_approval(tx, approval.id) is True
+        assert tx.expire_approval(approval.id) is True
     assert [a.status for a in store.list_approvals("r1")] == ["expired"]
     before = rows(db_path)
     with store.transaction() as tx:
-        assert writes.expire_approval(tx, approval.id) is False
+        assert tx.expire_approval(approval.id) is False
     assert rows(db_path) == before
 
 
@@ -733,12 +711,12 @@ def test_expire_waiting_refuses_an_approval_decided_since_it_was_read_and_writes
 ) -> None:
     pending = waiting_run(store)
     with store.transaction() as tx:
-        writes.decide_approval(tx, pending, ApprovalStatus.APPROVED, "ops", "", EPOCH)
+        tx.decide_approval(pending, ApprovalStatus.APPROVED, "ops", "", EPOCH)
     refused_and_nothing_written(
         db_path,
         RunStateError,
-        lambda tx: writes.expire_waiting(
-            tx, "r1", pending.step_id, pending, tool="push", why="expired", now=EPOCH
+        lambda tx: tx.expire_waiting(
+            "r1", pending.step_id, pending, tool="push", why="expired", now=EPOCH
         ),
         store,
     )
@@ -756,7 +734,7 @@ def test_hold_waiting_returns_the_run_as_written(store: agentrt.Store) -> None:
 def test_go_on_after_interruption_returns_the_payload_it_appended(store: agentrt.Store) -> None:
     new_run(store)
     with store.transaction() as tx:
-        appended = writes.go_on_after_interruption(tx, "r1", {"detail": "x"}, EPOCH)
+        appended = tx.go_on_after_interruption("r1", {"detail": "x"}, EPOCH)
     assert appended == store.list_events("r1")[-1].payload
     assert appended == {"after": "interruption", "detail": "x"}
 
@@ -768,13 +746,13 @@ def test_record_policy_refuses_a_step_no_longer_in_the_status_judged_and_writes_
     refused_and_nothing_written(
         db_path,
         RunStateError,
-        lambda tx: writes.record_policy(
-            tx, "r1", step.id, PAYLOAD, EPOCH, from_status=StepStatus.EXECUTING
+        lambda tx: tx.record_policy(
+            "r1", step.id, PAYLOAD, EPOCH, from_status=StepStatus.EXECUTING
         ),
         store,
     )
     with store.transaction() as tx:
-        writes.record_policy(tx, "r1", step.id, PAYLOAD, EPOCH, from_status=StepStatus.DECIDING)
+        tx.record_policy("r1", step.id, PAYLOAD, EPOCH, from_status=StepStatus.DECIDING)
     assert event_types(store)[-1] == "step.policy"
     assert store.list_steps("r1")[0].policy_id == "p"
 
@@ -786,14 +764,13 @@ def test_take_over_of_a_released_lease_charges_the_attempts_in_flight_at_the_tak
     is settled `ambiguous` and charged, and the step interrupted, at the takeover's time."""
     step = deciding_step(store)
     with store.transaction() as tx:
-        writes.dispatch_model_call(tx, "r1", step.id, "c1", 1, "m", Usage(100, 10), 7, EPOCH)
+        tx.dispatch_model_call("r1", step.id, "c1", 1, "m", Usage(100, 10), 7, EPOCH)
     with store.transaction() as tx:
-        assert writes.release_lease(tx, "r1", OWNER)
+        assert tx.release_lease("r1", OWNER)
     later = EPOCH + timedelta(minutes=5)
     before = len(store.list_events("r1"))
     with store.transaction() as tx:
-        taken = writes.take_over(
-            tx,
+        taken = tx.take_over(
             "r1",
             owner="second/1",
             expires_at=LATER,

@@ -22,7 +22,6 @@ from types import ModuleType as _ModuleType
 
 from ._approval import approval_hash, approval_request
 from ._canonical import canonical_json, check_json, content_hash, policy_json
-from ._db import Store, open_existing, open_store
 from ._driver import Agent, Driver
 from ._errors import (
     AbortRun,
@@ -61,7 +60,6 @@ from ._errors import (
     UnsafeSchemaError,
 )
 from ._gate import Gate, GateSession, GateStep, Verdict, VerdictOutcome
-from ._migrations import RUNTIME_VERSION
 from ._model import (
     ContentBlock,
     Message,
@@ -116,6 +114,8 @@ from ._records import (
     VerifyReport,
     operation_id,
 )
+from ._store import Store, open_existing, open_store
+from ._store.sqlite._migrations import RUNTIME_VERSION
 from ._tools import Tool, check_args, compile_tool, tool
 from .model_agent import ModelAgent
 from .recover import RecoverAction, Recovered

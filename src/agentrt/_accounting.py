@@ -34,7 +34,6 @@ from typing import TYPE_CHECKING, Any
 
 from ._canonical import canonical_json
 from ._clock import duration_to_ms
-from ._db import Tx, run_from_row
 from ._errors import (
     ConfigError,
     LimitExceeded,
@@ -54,7 +53,8 @@ from ._model import (
 )
 from ._records import ModelCallStatus, Run, Step, TerminalReason
 from ._session import POINT_MODEL_DISPATCHED
-from ._store.writes import charge_beyond_estimate, dispatch_model_call, settle_model_call
+from ._store import Tx
+from ._store.sqlite._codecs import run_from_row
 
 if TYPE_CHECKING:
     from ._session import RunSession
@@ -183,8 +183,7 @@ class AccountingCaller:
             self._check_limits(run, projection)
             now = config.clock()
             call_id = config.new_id()
-            session.run = dispatch_model_call(
-                tx,
+            session.run = tx.dispatch_model_call(
                 session.run_id,
                 self._step.id,
                 call_id,
@@ -300,8 +299,7 @@ class AccountingCaller:
         def tx_settle(tx: Tx) -> None:
             now = config.clock()
             latency = max(0, duration_to_ms(now - record.dispatched_at))
-            settled = settle_model_call(
-                tx,
+            settled = tx.settle_model_call(
                 session.run_id,
                 self._step.id,
                 record.call_id,
@@ -320,8 +318,7 @@ class AccountingCaller:
                 # what the real reply cost beyond that estimate is added.
                 self._in_flight.pop(record.call_id, None)
                 if charge:
-                    charge_beyond_estimate(
-                        tx,
+                    tx.charge_beyond_estimate(
                         session.run_id,
                         record.call_id,
                         record.attempt,

@@ -22,7 +22,6 @@ from typing import Any
 
 from ._canonical import content_hash
 from ._clock import format_time
-from ._db import Store, Tx, approval_from_row, run_from_row
 from ._errors import (
     ApprovalChangedError,
     ApprovalExpiredError,
@@ -40,8 +39,8 @@ from ._records import (
     RunStatus,
     ToolSpec,
 )
-from ._store import reads
-from ._store.writes import decide_approval, reject_approval
+from ._store import Store, Tx
+from ._store.sqlite._codecs import approval_from_row, run_from_row
 
 
 def approval_request(run_id: str, step_id: str, spec: ToolSpec, args: JSON) -> dict[str, Any]:
@@ -110,10 +109,10 @@ def decided_words(approval: Approval) -> str:
 
 
 def _load(tx: Tx, run_id: str, approval_id: str) -> tuple[Any, Approval]:
-    run = reads.run_row(tx, run_id)
+    run = tx.run_row(run_id)
     if run is None:
         raise NotFoundError(f"no run {run_id}")
-    row = reads.approval_row(tx, approval_id, run_id)
+    row = tx.approval_row(approval_id, run_id)
     if row is None:
         raise NotFoundError(f"no approval {approval_id} on run {run_id}")
     return run, approval_from_row(row)
@@ -154,11 +153,11 @@ def decide(
             )
         if approve:
             try:
-                decided = decide_approval(tx, approval, ApprovalStatus.APPROVED, by, note, now)
+                decided = tx.decide_approval(approval, ApprovalStatus.APPROVED, by, note, now)
             except RunStateError as exc:
                 raise ApprovalChangedError(
                     f"approval {approval_id} changed while being decided"
                 ) from exc
         else:
-            decided, _ = reject_approval(tx, approval, by, note, now)
+            decided, _ = tx.reject_approval(approval, by, note, now)
         return decided, list(tx.events)

@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ._records import ChainBreak, VerifyReport
-from ._store import chain_rows as rows
+from ._store.sqlite import _chain_rows as rows
 from ._stored_text import unreadable_text
 
 PAGE_SIZE = 1000

@@ -29,11 +29,11 @@ from pathlib import Path
 from typing import Any
 
 from . import approve, open_store
-from ._db import Store
 from ._driver import Driver
 from ._policy import SideEffectPolicy
 from ._records import Decision, PolicyDecision, Run, RunStatus, SideEffect, ToolCall
 from ._render_approval import approval_lines
+from ._store import Store
 from ._tools import tool
 from .recover import RecoverAction
 from .scripted import ScriptedAgent

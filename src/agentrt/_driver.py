@@ -23,7 +23,6 @@ from datetime import timedelta
 from typing import Any, Protocol, runtime_checkable
 
 from ._clock import Clock, IdFactory
-from ._db import Store
 from ._errors import ConfigError, LeaseLostError, RunStateError
 from ._events import Observer
 from ._gate import (
@@ -48,6 +47,7 @@ from ._session import (
     maybe_await,
     run_sync,
 )
+from ._store import Store
 from ._tools import Tool
 from .recover import DEFAULT_LIMIT, Recovered
 from .recover import recover as recover_runs

@@ -48,7 +48,6 @@ from . import _step
 from ._accounting import AccountingCaller
 from ._canonical import copy_json
 from ._clock import Clock, IdFactory, new_id, wall_clock
-from ._db import Store, Tx
 from ._decisions import call_args
 from ._errors import (
     ConfigError,
@@ -85,7 +84,7 @@ from ._session import (
     run_sync,
     write_through,
 )
-from ._store.writes import create_run
+from ._store import Store, Tx
 from ._takeover import take_over
 from ._tools import Tool, compile_tool, registered_spec, spec_hash, validate_tools
 
@@ -353,8 +352,7 @@ class Gate:
         specs = [(config.spec_hashes[name], config.specs[name]) for name in sorted(config.specs)]
 
         def tx_create(tx: Tx) -> Run:
-            return create_run(
-                tx,
+            return tx.create_run(
                 run_id,
                 goal,
                 limits,

@@ -36,7 +36,7 @@ from typing import Any, Protocol
 
 from ._clock import format_time, parse_time, wall_clock
 from ._errors import RunLeasedError
-from ._store.writes import renew_lease, renew_lease_alone
+from ._store.sqlite._writes import renew_lease, renew_lease_alone
 
 WallClock = Callable[[], datetime]
 

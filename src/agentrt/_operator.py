@@ -13,12 +13,10 @@ from __future__ import annotations
 
 from ._approval import decide
 from ._clock import Clock, wall_clock
-from ._db import Store
 from ._errors import NotFoundError, RunFinishedError, RunStateError
 from ._events import Observer, deliver
 from ._records import Approval, Run, RunStatus
-from ._store.reads import run_row
-from ._store.writes import cancel_run
+from ._store import Store
 
 _STATUSES = {str(s) for s in RunStatus}
 
@@ -69,7 +67,7 @@ class Operator:
         """Cancel any non-terminal run, without its lease."""
         now = self.now()
         with self.store.transaction() as tx:
-            row = run_row(tx, run_id)
+            row = tx.run_row(run_id)
             if row is None:
                 raise NotFoundError(f"no run {run_id}")
             status = RunStatus(row["status"]) if row["status"] in _STATUSES else None
@@ -78,7 +76,7 @@ class Operator:
                 raise RunFinishedError(refused)
             if status is None:
                 raise RunStateError(refused)
-            run = cancel_run(tx, run_id, by, note, now)
+            run = tx.cancel_run(run_id, by, note, now)
             events = list(tx.events)
         deliver(self.observer, events)
         return run

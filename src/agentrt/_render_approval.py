@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._canonical import to_text
+from ._capped import capped_length
 from ._clock import format_time
-from ._db import capped_length
 from ._policy import INTERRUPTED_NOTICE as CRASH_NOTICE
 from ._records import JSON, Approval
 from .trace import capped_note, display_width, sanitize

@@ -26,7 +26,6 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from ._approval import verify_stored
-from ._db import Tx
 from ._decisions import call_args
 from ._errors import RunStateError
 from ._lease import check_live_lease, expiry, holder_json
@@ -55,7 +54,7 @@ from ._settle import (
     fail_and_go_on,
     settle,
 )
-from ._store import reads, writes
+from ._store import Tx
 
 NO_MARK = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -118,8 +117,7 @@ async def _fail_undecodable(session: RunSession, step: Step, why: str) -> None:
     detail = f"the run's record cannot be read back ({why}); it is not continued"
 
     def tx_fail(tx: Tx) -> None:
-        settled = writes.end_waiting(
-            tx,
+        settled = tx.end_waiting(
             session.run_id,
             step.id,
             Observation.invalid_decision(detail),
@@ -144,7 +142,7 @@ async def _hold(config: LoopConfig, run: Run) -> None:
     """
 
     def tx_hold(tx: Tx) -> None:
-        row = reads.lease_row(tx, run.id)
+        row = tx.lease_row(run.id)
         if row["status"] != RunStatus.WAITING_FOR_APPROVAL:
             raise RunStateError(f"run {run.id} is {row['status']}; it was resumed elsewhere")
         check_live_lease(
@@ -155,8 +153,7 @@ async def _hold(config: LoopConfig, run: Run) -> None:
             row["lease_expires_at"],
             row["lease_holder"],
         )
-        writes.hold_waiting(
-            tx,
+        tx.hold_waiting(
             run.id,
             owner=config.owner,
             expires_at=expiry(config.wall, config.lease_ttl),

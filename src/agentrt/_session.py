@@ -43,7 +43,6 @@ from typing import Any, TypeVar, cast
 from . import _limits as limits_mod
 from ._canonical import check_json, content_hash, copy_json, to_text
 from ._clock import Clock, IdFactory, duration_to_ms, format_time
-from ._db import Store, Tx, run_from_row
 from ._errors import JSONValueError, LeaseLostError, RunStateError, StoreBusyError
 from ._events import Observer, deliver
 from ._foreign import exception_text
@@ -63,7 +62,8 @@ from ._records import (
     ToolRequest,
     ToolSpec,
 )
-from ._store import reads, writes
+from ._store import Store, Tx
+from ._store.sqlite._codecs import run_from_row
 from ._tools import CompiledTool, Tool
 
 T = TypeVar("T")
@@ -376,7 +376,7 @@ class RunSession:
     async def _wait_out_busy(self, busy: StoreBusyError, waiting_since: datetime) -> None:
         """Return to retry while the lease is ours; raise `LeaseLostError` once it is not."""
         config = self.config
-        lease = await run_io(partial(reads.lease_state, config.store, self.run_id))
+        lease = await run_io(partial(config.store.lease_state, self.run_id))
         now = config.wall()
         if lease is not None:
             status, owner, expires, epoch = lease
@@ -414,7 +414,7 @@ class RunSession:
 
     def require_lease(self, tx: Tx, *, side_effect: bool = False) -> Any:
         """Re-read the run inside the transaction; refuse to write without the lease."""
-        row = reads.run_row(tx, self.run_id)
+        row = tx.run_row(self.run_id)
         if row is None:
             raise RunStateError(f"run {self.run_id} disappeared")
         if row["status"] != RunStatus.RUNNING:
@@ -518,8 +518,7 @@ class RunSession:
         result: JSON = None,
     ) -> Run:
         """End the RUNNING run with no step to settle; the session's copy is what was written."""
-        self.run = writes.end_run(
-            tx,
+        self.run = tx.end_run(
             self.run_id,
             status,
             reason,
@@ -589,11 +588,11 @@ class RunSession:
 def load(config: LoopConfig, run_id: str) -> tuple[Run, list[Step], list[Approval]]:
     """The whole run as recorded, uncapped, in one consistent read."""
     with config.store.transaction() as tx:
-        run = reads.run_record(tx, run_id)
-        return run, reads.steps_of_run(tx, run_id), reads.approvals_of_run(tx, run_id)
+        run = tx.run_record(run_id)
+        return run, tx.steps_of_run(run_id), tx.approvals_of_run(run_id)
 
 
 def release_lease(config: LoopConfig, run_id: str) -> None:
     """Give up this driver's lease on a RUNNING run whose loop stopped early."""
     with config.store.transaction() as tx:
-        writes.release_lease(tx, run_id, config.owner)
+        tx.release_lease(run_id, config.owner)

@@ -36,7 +36,6 @@ from typing import Any
 from ._approval import approval_hash, approval_request
 from ._canonical import copy_json
 from ._clock import format_time
-from ._db import Tx
 from ._errors import RunStateError
 from ._lease import expiry, holder_json
 from ._records import (
@@ -61,7 +60,7 @@ from ._session import (
     RunSession,
     VerdictOutcome,
 )
-from ._store import reads, writes
+from ._store import Tx
 
 INTERRUPTED_KIND = "interrupted_side_effect"
 
@@ -89,8 +88,7 @@ class FromRunning:
     ) -> None:
         """The step fails and the loop goes on (the session's copy: what was written)."""
         session.put_step(
-            writes.fail_and_go_on(
-                tx,
+            tx.fail_and_go_on(
                 session.run_id,
                 step.id,
                 observation,
@@ -150,8 +148,7 @@ class FromWaiting:
     def take(self, session: RunSession, tx: Tx, now: datetime) -> None:
         """Take the lease of the waiting run back to RUNNING; `run.resumed`."""
         config = session.config
-        leased = writes.leave_waiting(
-            tx,
+        leased = tx.leave_waiting(
             session.run_id,
             self.approval.id,
             owner=config.owner,
@@ -174,8 +171,7 @@ class FromWaiting:
         """Leave waiting, then the step fails and the loop goes on."""
         self.take(session, tx, now)
         session.put_step(
-            writes.fail_and_go_on(
-                tx,
+            tx.fail_and_go_on(
                 session.run_id,
                 step.id,
                 observation,
@@ -212,7 +208,7 @@ def require_latest(tx: Tx, step_id: str, approval: Approval) -> None:
     the step again on a new approval since this one was read: acting on the
     older grant then would execute what nobody approved.
     """
-    row = reads.latest_approval_of_step(tx, step_id)
+    row = tx.latest_approval_of_step(step_id)
     if row is None or row["id"] != approval.id or row["status"] != approval.status:
         raise RunStateError(
             f"approval {approval.id} is no longer the step's latest {approval.status} approval; "
@@ -357,8 +353,7 @@ def start_tool_in(
     the session keeps the step as written. A start from `interrupted` without an
     approval is the re-run a tool's reconciliation vouched for (decision 0067)."""
     return session.put_step(
-        writes.start_tool(
-            tx,
+        tx.start_tool(
             session.current(step),
             spec.name,
             args,
@@ -388,8 +383,8 @@ async def expire_waiting(
     def tx_expire(tx: Tx) -> None:
         require_latest(tx, step.id, approval)
         tool = step.decision.tool if step.decision is not None else ""
-        settled, expired = writes.expire_waiting(
-            tx, session.run_id, step.id, approval, tool=tool, why=why, now=now
+        settled, expired = tx.expire_waiting(
+            session.run_id, step.id, approval, tool=tool, why=why, now=now
         )
         session.run = settled.run
         session.put_step(settled.step)
@@ -439,8 +434,7 @@ async def end(
         now = origin.enter(session, tx, step)
         if isinstance(origin, FromWaiting):
             assert observation is not None
-            settled = writes.end_waiting(
-                tx,
+            settled = tx.end_waiting(
                 session.run_id,
                 step.id,
                 observation,
@@ -451,8 +445,7 @@ async def end(
                 now=now,
             )
         else:
-            settled = writes.end_with_step(
-                tx,
+            settled = tx.end_with_step(
                 session.run_id,
                 step.id,
                 status=status,
@@ -508,8 +501,7 @@ def pause_in(
     request = approval_request(session.run_id, step.id, spec, args)
     digest = approval_hash(decision.kind, decision.capability, decision.presentation, request)
     ttl = session.run.limits.approval_ttl
-    paused = writes.pause_for_approval(
-        tx,
+    paused = tx.pause_for_approval(
         session.run_id,
         step.id,
         new_id=session.config.new_id,

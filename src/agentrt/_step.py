@@ -25,7 +25,6 @@ from typing import Any
 from . import _limits as limits_mod
 from ._canonical import copy_json
 from ._clock import duration_to_ms
-from ._db import Tx, run_from_row
 from ._decisions import RecordedDecision, call_args, record, validate
 from ._errors import LeaseLostError, LimitExceeded, ModelUnavailableError, RunStateError
 from ._execute import invoke
@@ -62,7 +61,8 @@ from ._settle import (
     start_resumed,
     start_tool_in,
 )
-from ._store import reads, writes
+from ._store import Tx
+from ._store.sqlite._codecs import run_from_row
 
 
 async def begin_step(session: RunSession) -> Step | None:
@@ -82,8 +82,7 @@ async def begin_step(session: RunSession) -> Step | None:
         active = session.active_time_at(now)
         hit = limits_mod.check(run, session.steps, now, active, session.args_hash)
         if hit is not None:
-            session.run = writes.fail_at_limit(
-                tx,
+            session.run = tx.fail_at_limit(
                 session.run_id,
                 reason=hit.reason,
                 detail=hit.detail,
@@ -92,7 +91,7 @@ async def begin_step(session: RunSession) -> Step | None:
                 now=now,
             )
             return None
-        claimed = writes.claim_next_step(tx, run, config.owner, config.new_id, now)
+        claimed = tx.claim_next_step(run, config.owner, config.new_id, now)
         session.run = claimed.run
         session.steps.append(claimed.step)  # a new id: nothing to replace
         step = claimed.step
@@ -165,7 +164,7 @@ async def _record_decision(session: RunSession, step: Step, decision: Any) -> Re
         # `record` never raises and its text is known to encode: whatever the
         # agent returned, this write records it (or what could be kept of it).
         session.put_step(
-            writes.record_decision(tx, session.current(step), recorded.text, recorded.decision, now)
+            tx.record_decision(session.current(step), recorded.text, recorded.decision, now)
         )
 
     await session.write(tx_decided, POINT_DECIDED)
@@ -272,7 +271,7 @@ async def _finish_tool(
     config = session.config
 
     def tx_finished(tx: Tx) -> None:
-        row = reads.run_row(tx, session.run_id)
+        row = tx.run_row(session.run_id)
         if row is None:
             raise RunStateError(f"run {session.run_id} disappeared")
         now = config.clock()
@@ -290,7 +289,7 @@ async def _finish_tool(
             if row["status"] == RunStatus.CANCELLED and row["lease_epoch"] == session.epoch:
                 # Cancelled while we held the lease: the effect happened after the
                 # cancel was recorded, so it is appended, changing neither row.
-                late = writes.record_late_outcome(tx, session.run_id, step.id, finished, now)
+                late = tx.record_late_outcome(session.run_id, step.id, finished, now)
                 session.run = late.run
                 session.put_step(late.step)
                 return
@@ -302,8 +301,7 @@ async def _finish_tool(
             )
         if unknown is not None:
             session.put_step(
-                writes.finish_tool(
-                    tx,
+                tx.finish_tool(
                     session.current(step),
                     StepStatus.INTERRUPTED,
                     observation,
@@ -331,8 +329,7 @@ async def _finish_tool(
             status = StepStatus.DONE
         active = session.active_ms_until(now)
         session.put_step(
-            writes.finish_tool(
-                tx,
+            tx.finish_tool(
                 session.current(step),
                 status,
                 observation,
@@ -342,8 +339,7 @@ async def _finish_tool(
             )
         )
         if abort is not None:
-            session.run = writes.end_run(
-                tx,
+            session.run = tx.end_run(
                 session.run_id,
                 RunStatus.FAILED,
                 TerminalReason.TOOL_ABORT,
@@ -352,8 +348,7 @@ async def _finish_tool(
                 now=now,
             )
         elif spec.terminal and not failed:
-            session.run = writes.end_run(
-                tx,
+            session.run = tx.end_run(
                 session.run_id,
                 RunStatus.COMPLETED,
                 TerminalReason.GOAL_COMPLETED,
@@ -365,11 +360,11 @@ async def _finish_tool(
         elif cancelled and not keep_lease:
             # Leave the run RUNNING for a later resume, but give up the lease now:
             # nobody should have to wait it out for a loop that has stopped.
-            session.run = writes.leave_running(
-                tx, session.run_id, session.config.owner, active_ms_add=active
+            session.run = tx.leave_running(
+                session.run_id, session.config.owner, active_ms_add=active
             )
         else:
-            session.run = writes.add_active_time(tx, session.run_id, session.config.owner, active)
+            session.run = tx.add_active_time(session.run_id, session.config.owner, active)
 
     await session.write_outcome(tx_finished, POINT_TOOL_FINISHED)
 

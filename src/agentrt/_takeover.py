@@ -20,7 +20,6 @@ from dataclasses import replace
 from typing import Any
 
 from ._canonical import check_json, copy_json, to_text
-from ._db import Tx
 from ._decisions import call_args
 from ._errors import JSONValueError, RunStateError
 from ._lease import check_live_lease, expiry, holder_json
@@ -53,7 +52,7 @@ from ._session import (
     validate_policy_decision,
 )
 from ._settle import FromRunning, pause, pause_in, settle
-from ._store import reads, writes
+from ._store import Tx
 from ._tool_reconcile import DECIDER, Answer, ask, notice, tool_reconcile_of
 
 RECONCILE_POLICY_ID = "agentrt:reconcile"
@@ -64,7 +63,7 @@ async def take_over(config: LoopConfig, run_id: str) -> RunSession:
 
     def read_lease() -> tuple[str, str, str, str]:
         with config.store.transaction() as tx:
-            row = reads.lease_row(tx, run_id)
+            row = tx.lease_row(run_id)
             return row[0], row[1], row[2], row[3]
 
     status, owner, expires, holder = await run_io(read_lease)
@@ -76,7 +75,7 @@ async def take_over(config: LoopConfig, run_id: str) -> RunSession:
     session = RunSession(config, run, steps, approvals, epoch=0, mark=now)
 
     def tx_take(tx: Tx) -> None:
-        row = reads.lease_row(tx, run_id)
+        row = tx.lease_row(run_id)
         if row["status"] != RunStatus.RUNNING:
             raise RunStateError(f"run {run_id} is {row['status']}; it was resumed elsewhere")
         proof = check_live_lease(
@@ -87,8 +86,7 @@ async def take_over(config: LoopConfig, run_id: str) -> RunSession:
             row["lease_expires_at"],
             row["lease_holder"],
         )
-        taken = writes.take_over(
-            tx,
+        taken = tx.take_over(
             run_id,
             owner=config.owner,
             expires_at=expiry(config.wall, config.lease_ttl),
@@ -195,8 +193,8 @@ async def _settle_by_tool(session: RunSession, step: Step, spec: ToolSpec, args:
         def tx_vouched(tx: Tx) -> None:
             session.require_lease(tx)
             now = config.clock()
-            writes.record_reconciled(tx, session.run_id, step.id, payload, now)
-            writes.go_on_after_interruption(tx, session.run_id, resumed, now)
+            tx.record_reconciled(session.run_id, step.id, payload, now)
+            tx.go_on_after_interruption(session.run_id, resumed, now)
 
         await session.write(tx_vouched, POINT_RESUMED)
         # The same request, on the same step, judged as any call is: the policy
@@ -213,7 +211,7 @@ async def _settle_by_tool(session: RunSession, step: Step, spec: ToolSpec, args:
 
     def tx_answered(tx: Tx) -> None:
         now = origin.enter(session, tx, step)
-        writes.record_reconciled(tx, session.run_id, step.id, payload, now)
+        tx.record_reconciled(session.run_id, step.id, payload, now)
         pause_in(
             session, tx, now, step, spec, args, decision, policy, origin.from_step, origin.from_run
         )
@@ -233,9 +231,7 @@ async def _complete_found(
     def tx_found(tx: Tx) -> None:
         session.require_lease(tx)
         now = session.config.clock()
-        session.put_step(
-            writes.complete_reconciled(tx, session.current(step), observation, payload, now)
-        )
+        session.put_step(tx.complete_reconciled(session.current(step), observation, payload, now))
         if terminal:  # a terminal tool's success ends the run, as when it returns
             session.end_in(
                 tx,
@@ -246,8 +242,8 @@ async def _complete_found(
                 result=observation.content,
             )
             return
-        writes.go_on_after_interruption(
-            tx, session.run_id, {"reconcile": DECIDER, "answer": answer.answer}, now
+        tx.go_on_after_interruption(
+            session.run_id, {"reconcile": DECIDER, "answer": answer.answer}, now
         )
 
     await session.write(tx_found, POINT_RESUMED)
@@ -404,6 +400,6 @@ async def _continue(session: RunSession, extra: dict[str, Any] | None = None) ->
     def tx_continue(tx: Tx) -> None:
         session.require_lease(tx)
         now = session.config.clock()
-        writes.go_on_after_interruption(tx, session.run_id, extra or {}, now)
+        tx.go_on_after_interruption(session.run_id, extra or {}, now)
 
     await session.write(tx_continue, POINT_RESUMED)

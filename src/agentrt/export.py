@@ -34,9 +34,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO
 
-from ._db import Store, open_existing
 from ._errors import AgentrtError
 from ._records import Event
+from ._store import Store, open_existing
 from .trace import event_json, json_line
 
 if TYPE_CHECKING:

@@ -44,6 +44,8 @@ What it holds:
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ._canonical import copy_json, parse_json
 from ._clock import Clock, IdFactory, parse_time, wall_clock
 from ._events import STEP_INTERRUPTED, STEP_RECONCILED, STEP_TOOL_FINISHED, STEP_TOOL_STARTED
@@ -66,15 +68,28 @@ from ._session import (
     run_sync,
     validate_policy_decision,
 )
-from ._store.reads import (
-    event_hash_exists,
-    every_record_id,
-    newest_event,
-    plain_reader,
-    step_of_run,
-    steps_with_reasons,
-)
+from ._store.sqlite._reads import event_hash_exists, every_record_id, newest_event, plain_reader
 from ._tools import tool_class
+
+if TYPE_CHECKING:
+    from collections.abc import Collection
+
+    from ._records import Step
+    from ._store import Store
+
+
+def steps_with_reasons(store: Store, run_id: str, reasons: Collection[str]) -> list[Step]:
+    """The run's steps whose decoded decision gives one of `reasons`, in step order.
+
+    One indexed read whatever the run's length (docs/decisions/0060).
+    """
+    return store.steps_with_reasons(run_id, reasons)
+
+
+def step_of_run(store: Store, run_id: str, step_id: str) -> Step | None:
+    """The run's step with this id, or None."""
+    return store.step_of_run(run_id, step_id)
+
 
 __all__ = [
     "INTERRUPTED_SIDE_EFFECT",

@@ -50,7 +50,6 @@ from ._gate import DRIVER_ORIGIN, RECOVERABLE_ORIGINS
 from ._lease import check_live_lease
 from ._records import ApprovalStatus, Run, RunStatus
 from ._session import run_io
-from ._store import reads
 
 if TYPE_CHECKING:
     from ._driver import Driver
@@ -105,7 +104,7 @@ async def recover(
     store = driver.store
     start = 0
     if after is not None:
-        rowid = await run_io(partial(reads.run_rowid, store, after))
+        rowid = await run_io(partial(store.run_rowid, after))
         if rowid is None:
             raise ConfigError(f"recover(after=...) names no run: {after!r}")
         start = rowid
@@ -131,7 +130,7 @@ _CANDIDATE_COLUMNS = ("id", "status", "lease_owner", "lease_expires_at", "lease_
 def _page(driver: Driver, after_rowid: int, size: int) -> list[_Candidate]:
     # Read as bytes: a column holding bytes that are not UTF-8 must fail only its
     # own run (below), never the page.
-    rows = reads.unfinished_runs_page(driver.store, _CANDIDATE_COLUMNS, after_rowid, size)
+    rows = driver.store.unfinished_runs_page(_CANDIDATE_COLUMNS, after_rowid, size)
     return [_candidate(int(r[0]), tuple(r)[1:]) for r in rows]
 
 
@@ -244,7 +243,7 @@ def _live(owner: str, expires_at: Any) -> str:
 
 
 async def _judge_waiting(driver: Driver, run_id: str) -> str:
-    latest = await run_io(partial(reads.latest_approval_state, driver.store, run_id))
+    latest = await run_io(partial(driver.store.latest_approval_state, run_id))
     if latest is None:  # resume says what is wrong with such a run
         return "WAITING, with no approval on record"
     approval_id, status, expires_text = (v if isinstance(v, str) else "" for v in tuple(latest))
@@ -266,7 +265,7 @@ def _unregistered_tools(driver: Driver, run_id: str) -> set[str]:
     By name, not by hash: a program that edited a tool's description still owns
     its runs. A run of a program with other tools is not this program's to resume.
     """
-    stored = reads.started_tool_names(driver.store, run_id)
+    stored = driver.store.started_tool_names(run_id)
     names = {n if isinstance(n, str) else "?" for n in stored}
     return names - set(driver._config.specs)
 
@@ -274,7 +273,7 @@ def _unregistered_tools(driver: Driver, run_id: str) -> set[str]:
 async def _moved_since(driver: Driver, c: _Candidate) -> str | None:
     """The run's status now, if it is not the one judged (someone else moved it)."""
     try:
-        status = await run_io(partial(reads.run_status, driver.store, c.run_id))
+        status = await run_io(partial(driver.store.run_status, c.run_id))
     except Exception:
         return None
     if status is not None and status != c.status:

@@ -21,8 +21,8 @@ import unicodedata
 from typing import Any, TextIO
 
 from ._canonical import to_text
+from ._capped import capped_length, truncated_marker
 from ._clock import format_time
-from ._db import capped_length, truncated_marker
 from ._records import Event
 
 MAX_COMBINING = 4

@@ -26,8 +26,8 @@ from typing import Any
 
 from ._approval import decided_words
 from ._canonical import to_text
+from ._capped import TEXT_CAP, CappedText
 from ._clock import duration_to_ms, format_time, parse_time
-from ._db import TEXT_CAP, CappedText, Store
 from ._errors import (
     AmbiguousRunIdError,
     ApprovalExpiredError,
@@ -47,7 +47,7 @@ from ._records import (
     RunStatus,
     Step,
 )
-from ._store import reads
+from ._store import Store
 from ._stored_text import shown_text
 from .trace import text_json
 
@@ -381,7 +381,7 @@ def waiting_approvals(store: Store, run_ids: Sequence[str]) -> dict[str, list[Wa
         return found
     if len(run_ids) > RUN_PAGE_MAX:
         raise ValueError(f"at most {RUN_PAGE_MAX} runs at a time")
-    rows = reads.pending_approvals_of(store, run_ids, _FIELD_CAP)
+    rows = store.pending_approvals_of(run_ids, _FIELD_CAP)
     for row in rows:
         waiting = _waiting_from_row(row)
         found.setdefault(waiting.run_id, []).append(waiting)
@@ -418,7 +418,7 @@ def pending_page(store: Store, *, limit: int = PENDING_PAGE_DEFAULT) -> PendingP
     The same read as `Store.pending_approvals()` with no run id, cut for a list.
     """
     _check_page(limit, 0, PENDING_PAGE_MAX)
-    rows = reads.newest_pending_approvals(store, limit + 1, _FIELD_CAP, LIST_TEXT_CAP)
+    rows = store.newest_pending_approvals(limit + 1, _FIELD_CAP, LIST_TEXT_CAP)
     found = tuple(
         PendingApproval(_waiting_from_row(row), _text(row["goal"], row["n_goal"])) for row in rows
     )
@@ -516,7 +516,7 @@ def approval_tool(approval: Approval) -> str:
 
 def approval_reason(store: Store, approval: Approval) -> str:
     """Why the policy asked for this approval (its step's policy reason), `''` if unknown."""
-    idx = reads.step_index(store, approval.run_id, approval.step_id)
+    idx = store.step_index(approval.run_id, approval.step_id)
     if not isinstance(idx, int):
         return ""
     steps = store.list_steps(approval.run_id, 1, idx)
@@ -579,7 +579,7 @@ def resolve_run_id(store: Store, text: str) -> str:
     (`AmbiguousRunIdError`, naming up to `RUN_PREFIX_CANDIDATES` of them), one
     that matches none is a `NotFoundError`. Read through the primary key's index.
     """
-    if reads.run_id_exists(store, text):
+    if store.run_id_exists(text):
         return text
     if len(text) >= RUN_ID_LENGTH:
         raise NotFoundError(f"no run {text!r}")
@@ -594,7 +594,7 @@ def resolve_run_id(store: Store, text: str) -> str:
             f"{RUN_PREFIX_MIN} of its hex characters)"
         )
     # GLOB is case-sensitive and `text` holds no wildcard, so SQLite reads a range of the index.
-    ids = reads.run_ids_starting(store, text, RUN_PREFIX_CANDIDATES + 1)
+    ids = store.run_ids_starting(text, RUN_PREFIX_CANDIDATES + 1)
     if not ids:
         raise NotFoundError(f"no run id starts with {text}")
     if len(ids) > 1:

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 from agentrt._lease import WallClock, expiry, holder_json
-from agentrt._store.writes import take_lease
 
 
 def take_in(
@@ -30,8 +29,7 @@ def take_in(
 
     With `previous_owner`, the write also requires the lease to be exactly the one
     the caller judged expired (what a takeover does)."""
-    return take_lease(
-        tx,
+    return tx.take_lease(
         run_id,
         owner,
         expiry(wall, ttl),

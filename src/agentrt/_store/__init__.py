@@ -1,8 +1,18 @@
-"""The store layer: the only code besides the migrations that holds SQL.
+"""The store layer: the only code that holds SQL, and the way the rest of the package opens a store.
 
-`writes` holds the named compare-and-set writes (each appends its own audit
-events in the caller's transaction and raises `RunStateError` when the row it
-guards has moved); `reads` holds the named queries the rest of the package asks.
-`agentrt._db` (opening, pragmas, transactions, row decoding, the `Store` reads
-that `agentrt` re-exports) belongs to this layer too.
+`open_store(target)` and `open_existing(target, read_only)` choose a backend
+by what `target` names (today every target is a SQLite file path, or
+`":memory:"`), and `Store` / `Tx` are what the rest of the package holds.
+Each backend lives in a package of its own (`sqlite/`); nothing above this
+layer imports a backend's driver or writes SQL (`tests/test_layering.py`).
 """
+
+from __future__ import annotations
+
+from .sqlite import SqliteStore as Store
+from .sqlite import SqliteTx as Tx
+from .sqlite import open_sqlite_existing as open_existing
+from .sqlite import open_sqlite_store as open_store
+from .sqlite._migrations import RUNTIME_VERSION
+
+__all__ = ["RUNTIME_VERSION", "Store", "Tx", "open_existing", "open_store"]

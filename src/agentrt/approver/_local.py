@@ -26,7 +26,6 @@ from typing import Any, Protocol, runtime_checkable
 
 from .._approval import verify_stored
 from .._clock import Clock, format_time, wall_clock
-from .._db import Store, open_existing
 from .._errors import ApprovalChangedError
 from .._operator import Operator
 from .._records import Approval, Run
@@ -36,6 +35,7 @@ from .._render_approval import (
     interrupted_notice,
     long_text,
 )
+from .._store import Store, open_existing
 from ..trace import sanitize
 from ..view import LIST_TEXT_CAP, approval_reason, approval_tool, choose_approval
 

@@ -37,7 +37,6 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
-from .._db import is_busy
 from .._errors import (
     ApprovalChangedError,
     ApprovalExpiredError,
@@ -49,6 +48,7 @@ from .._errors import (
     RunStateError,
     StoreBusyError,
 )
+from .._store.sqlite._connection import is_busy
 from ..trace import sanitize
 from ._local import PENDING_LIMIT_DEFAULT, PENDING_LIMIT_MAX, Approver, Decision
 from ._local import decided_json as _decided_json

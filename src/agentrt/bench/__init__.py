@@ -33,8 +33,8 @@ from enum import StrEnum
 from typing import Any
 from xml.sax.saxutils import escape as _xml_escape
 
-from .._db import Store
 from .._errors import AgentrtError
+from .._store import Store
 from ..trace import sanitize
 
 FORMAT = "agent-runtime/bench/v1"

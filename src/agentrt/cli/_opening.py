@@ -14,7 +14,6 @@ import argparse
 import os
 import re
 
-from .._db import Store, open_existing
 from .._errors import (
     AgentrtError,
     HardLinkError,
@@ -26,6 +25,7 @@ from .._errors import (
     UnreadableSchemaError,
     UnsafeSchemaError,
 )
+from .._store import Store, open_existing
 from ._output import db_path
 
 

@@ -30,7 +30,6 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from .. import _operator as operator
-from .._db import Store, open_existing
 from .._errors import (
     AgentrtError,
     ApprovalChangedError,
@@ -41,6 +40,7 @@ from .._errors import (
     RunStateError,
 )
 from .._records import RunStatus
+from .._store import Store, open_existing
 from ..trace import sanitize
 from . import _data, _pages
 from ._security import COOKIE, HEADERS, ConsoleConfig

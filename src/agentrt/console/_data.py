@@ -25,10 +25,9 @@ from datetime import UTC, datetime
 
 from .. import view
 from .._approval import verify_stored
-from .._db import Store
 from .._errors import ApprovalHashError
 from .._records import JSON, Approval, ApprovalStatus, Event, RunStatus, VerifyReport
-from .._store import reads
+from .._store import Store
 from ..trace import compact
 
 TIMELINE_EVENTS = 500
@@ -119,7 +118,7 @@ def index_data(store: Store, *, status: str | None, offset: int, limit: int) -> 
         waiting=waiting,
         runs=runs,
         version=store.chain_head()[0],
-        asking_total=reads.count_runs_asking_a_person(store),
+        asking_total=store.count_runs_asking_a_person(),
         decided=_decided_of(store, (waiting, runs)),
     )
 
@@ -170,7 +169,7 @@ class RunData:
 
 def run_version(store: Store, run_id: str) -> int:
     """The seq of the run's last event: it moves with every change to the run."""
-    return reads.last_event_seq(store, run_id)
+    return store.last_event_seq(run_id)
 
 
 def run_state(store: Store, run_id: str) -> dict[str, object]:
@@ -200,10 +199,10 @@ def run_data(store: Store, run_id: str, chain: ChainStatus) -> RunData:
         for a in store.list_approvals(run_id)
         if a.status in (ApprovalStatus.APPROVED, ApprovalStatus.REJECTED)
     )
-    total = reads.event_count(store, run_id)
+    total = store.event_count(run_id)
     after = 0
     if total > TIMELINE_EVENTS:
-        after = reads.event_seq_from_end(store, run_id, TIMELINE_EVENTS)
+        after = store.event_seq_from_end(run_id, TIMELINE_EVENTS)
     events = store.list_events(run_id, after_seq=after, limit=TIMELINE_EVENTS)
     report, checked_at = chain.get(store)
     return RunData(

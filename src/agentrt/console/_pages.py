@@ -26,8 +26,8 @@ from datetime import datetime
 from urllib.parse import quote, urlencode
 
 from .. import view
+from .._capped import capped_length
 from .._clock import format_time
-from .._db import capped_length
 from .._records import Approval, RunStatus, VerifyReport
 from .._render_approval import INTERRUPTED_KIND, Summary, approval_fields, hashed_rows, summary
 from .._render_approval import INTERRUPTED_NOTICE as RENDER_CRASH_NOTICE

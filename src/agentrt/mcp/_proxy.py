@@ -60,7 +60,6 @@ from typing import Any, TypeVar
 
 from .._canonical import canonical_json
 from .._clock import Clock, new_id, wall_clock
-from .._db import Store, open_store
 from .._errors import (
     AgentrtError,
     JSONValueError,
@@ -96,7 +95,8 @@ from .._records import (
     ToolRequest,
     ToolSpec,
 )
-from .._store.proxy_rows import (
+from .._store import Store, open_store
+from .._store.sqlite._proxy_rows import (
     RequestRow,
     claim_request,
     latest_request,

@@ -43,9 +43,9 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .._db import Store, open_existing
 from .._errors import AgentrtError, ConfigError
 from .._records import Event
+from .._store import Store, open_existing
 from ._spans import (
     MAPPING,
     RUN_CANCELLED,
@@ -169,7 +169,7 @@ def to_readable(span: SpanRecord, resource: Resource | None = None) -> ReadableS
     from opentelemetry.sdk.util.instrumentation import InstrumentationScope
     from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
-    from .._migrations import RUNTIME_VERSION
+    from .._store.sqlite._migrations import RUNTIME_VERSION
 
     def context(span_bytes: bytes) -> SpanContext:
         return SpanContext(

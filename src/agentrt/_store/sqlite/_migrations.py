@@ -19,8 +19,8 @@ import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ._clock import format_time, wall_clock
-from ._errors import SchemaVersionError, StoreError
+from ..._clock import format_time, wall_clock
+from ..._errors import SchemaVersionError, StoreError
 
 RUNTIME_VERSION = "0.1.0"
 

@@ -24,10 +24,11 @@ import dataclasses
 from collections.abc import Collection
 from datetime import datetime
 
-from .._clock import format_time, parse_time
-from .._db import Store, Tx
-from .._errors import SchemaVersionError
-from .._migrations import PROXY_MIGRATIONS, statements
+from ..._clock import format_time, parse_time
+from ..._errors import SchemaVersionError
+from ._migrations import PROXY_MIGRATIONS, statements
+from ._store import SqliteStore as Store
+from ._writes import SqliteTx as Tx
 
 
 @dataclasses.dataclass(frozen=True)

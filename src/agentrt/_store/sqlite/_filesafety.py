@@ -29,7 +29,7 @@ import errno
 import os
 import stat
 
-from ._errors import (
+from ..._errors import (
     HardLinkError,
     InsecureDirectoryError,
     InsecureModeError,

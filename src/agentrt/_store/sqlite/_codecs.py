@@ -1,0 +1,341 @@
+"""The SQLite backend's row codecs: SELECT lists with capped text, and rows decoded into records.
+
+A decoder never raises on a bad row: a value that will not decode leaves its
+field empty and sets the record's `decode_error`, naming the column. Capped
+columns come with their full length (`select_list`), so a cut value reads as
+`CappedText` or a `truncated_marker`, never as if it were whole.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Any, TypeVar
+
+from ..._canonical import from_text
+from ..._capped import CappedText, truncated_marker
+from ..._clock import parse_time
+from ..._records import (
+    JSON,
+    Approval,
+    ApprovalStatus,
+    Decision,
+    Event,
+    Limits,
+    ModelCallRecord,
+    Observation,
+    PolicyDecision,
+    Run,
+    RunStatus,
+    Step,
+    StepStatus,
+    TerminalReason,
+)
+from ..._stored_text import unreadable_text
+
+MAX_INT64 = 2**63 - 1
+
+_T = TypeVar("_T")
+
+
+def _columns(names: str, *, integers: str = "") -> tuple[tuple[str, bool], ...]:
+    """`(column, is_text)` pairs; every column not named in `integers` is text."""
+    ints = set(integers.split())
+    return tuple((name, name not in ints) for name in names.split())
+
+
+_COUNTERS = "model_calls input_tokens output_tokens cached_input_tokens estimated_cost_micros"
+_RUN_COLUMNS = _columns(
+    "id goal status reason reason_detail limits_json step_count created_at started_at "
+    f"finished_at result_json {_COUNTERS} active_ms origin",
+    integers=f"step_count {_COUNTERS} active_ms",
+)
+_STEP_COLUMNS = _columns(
+    "id run_id idx status decision_json policy_json observation_json started_at finished_at "
+    "spec_hash policy_id",
+    integers="idx",
+)
+_APPROVAL_COLUMNS = _columns(
+    "id run_id step_id kind capability_json presentation_json request_json hash status "
+    "created_at expires_at decided_at decided_by note"
+)
+_EVENT_COLUMNS = _columns("seq run_id step_id at type payload_json hash", integers="seq")
+_MODEL_CALL_COLUMNS = (
+    "id, run_id, step_id, attempt, status, model, input_tokens, output_tokens, "
+    "cached_input_tokens, cost_micros, latency_ms, error, dispatched_at, completed_at"
+)
+_LENGTH_PREFIX = "_n_"
+
+
+def select_list(columns: Sequence[tuple[str, bool]], cap: int | None) -> str:
+    """The SELECT list for `columns`, each text column capped at `cap` characters in SQL.
+
+    A capped column `c` reads as `substr(c, 1, cap)` plus its full length as `_n_c`,
+    which is how the row decoders know a value was cut.
+    """
+    if cap is not None and cap < 1:
+        raise ValueError("cap must be a positive number of characters or None")
+    parts: list[str] = []
+    for name, is_text in columns:
+        if is_text and cap is not None:
+            parts.append(f"substr({name}, 1, {int(cap)}) AS {name}")
+            parts.append(f"length({name}) AS {_LENGTH_PREFIX}{name}")
+        else:
+            parts.append(name)
+    return ", ".join(parts)
+
+
+def saturating_add_sql(column: str, param: str) -> str:
+    """SQL adding the named parameter to `column`, saturating at 2^63-1.
+
+    SQLite turns an integer overflow into a float silently, so the sum is taken
+    only when it fits. Bind a value clamped with `clamp_charge` (never negative).
+    """
+    if not column.isidentifier():
+        raise ValueError(f"not a column name: {column!r}")
+    if not (param.startswith(":") and param[1:].isidentifier()):
+        raise ValueError(f"not a named parameter (':name'): {param!r}")
+    return (
+        f"CASE WHEN {param} <= {MAX_INT64} - {column} THEN {column} + {param} ELSE {MAX_INT64} END"
+    )
+
+
+def clamp_charge(value: int) -> int:
+    """A usage charge ready to bind for `saturating_add_sql`: negatives are zero, at most 2^63-1."""
+    return min(max(int(value), 0), MAX_INT64)
+
+
+# --- row decoding --------------------------------------------------------------------------------
+
+
+class _Fields:
+    """Reads typed fields out of one row, collecting what will not decode instead of raising."""
+
+    def __init__(self, row: sqlite3.Row) -> None:
+        self._row = row
+        self._keys = set(row.keys())
+        self.errors: list[str] = []
+
+    def fail(self, name: str, why: str) -> None:
+        self.errors.append(f"{name}: {why}")
+
+    @property
+    def error(self) -> str:
+        return "; ".join(self.errors)
+
+    def full_length(self, name: str) -> int | None:
+        """The value's full length in characters when the read cut it, else None."""
+        key = _LENGTH_PREFIX + name
+        if key not in self._keys:
+            return None
+        length = self._row[key]
+        value = self._row[name]
+        if isinstance(length, int) and isinstance(value, str) and length > len(value):
+            return length
+        return None
+
+    def text(self, name: str) -> str:
+        """A text column; one the read cut at its cap is a `CappedText` with the full length."""
+        value = self._plain_text(name)
+        length = self.full_length(name)
+        return value if length is None else CappedText(value, length)
+
+    def _plain_text(self, name: str) -> str:
+        value = self._row[name]
+        if isinstance(value, str):
+            return value
+        self.fail(name, unreadable_text(value))
+        return ""
+
+    def integer(self, name: str) -> int:
+        value = self._row[name]
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        self.fail(name, f"expected an integer, found {type(value).__name__}")
+        return 0
+
+    def time(self, name: str) -> datetime | None:
+        text = self.text(name)
+        try:
+            return parse_time(text)
+        except ValueError as e:
+            self.fail(name, f"not a stored timestamp: {e}")
+            return None
+
+    def json(self, name: str) -> JSON:
+        """A JSON column: `''` is None; a capped value is the truncated marker."""
+        text = self._plain_text(name)
+        if text == "":
+            return None
+        length = self.full_length(name)
+        if length is not None:
+            return truncated_marker(length, text)
+        try:
+            return from_text(text)
+        except Exception as e:  # a bad row must not crash a read, whatever the parser raises
+            self.fail(name, f"invalid JSON: {e}")
+            return None
+
+    def record(self, name: str, decode: Callable[[Mapping[str, Any]], _T]) -> _T | None:
+        """A JSON object column decoded into a record; None (and an error) when it will not."""
+        text = self._plain_text(name)
+        if text == "":
+            return None
+        length = self.full_length(name)
+        if length is not None:
+            self.fail(name, f"holds {length} characters, over this read's cap of {len(text)}")
+            return None
+        try:
+            data = from_text(text)
+        except Exception as e:  # a bad row must not crash a read, whatever the parser raises
+            self.fail(name, f"invalid JSON: {e}")
+            return None
+        if not isinstance(data, Mapping):
+            self.fail(name, f"expected a JSON object, found {type(data).__name__}")
+            return None
+        try:
+            return decode(data)
+        except Exception as e:  # from_json of arbitrary stored data may raise anything
+            self.fail(name, f"does not decode: {type(e).__name__}: {e}")
+            return None
+
+    def enum(self, name: str, kind: type[StrEnum], *, allow_empty: bool = False) -> str:
+        """A status-like column as its enum member; an unknown value is kept and reported."""
+        text = self.text(name)
+        if allow_empty and text == "":
+            return text
+        try:
+            return kind(text)
+        except ValueError:
+            self.fail(name, f"{text!r} is not a {kind.__name__}")
+            return text
+
+
+# A run's limits never change, and the driver re-reads its run row at every
+# write: decoding the same text once is enough (Limits is frozen, safe to share).
+_LIMITS_BY_TEXT: dict[str, Limits] = {}
+
+
+def _limits(fields: _Fields) -> Limits:
+    known = len(fields.errors)
+    text = fields.text("limits_json")
+    if text == "":
+        if len(fields.errors) == known:  # really empty, not unreadable (already said)
+            fields.fail("limits_json", "empty: the run was recorded without its limits")
+        return Limits()
+    cached = _LIMITS_BY_TEXT.get(text)
+    if cached is not None:
+        return cached
+    limits = fields.record("limits_json", Limits.from_json)
+    if limits is None:
+        return Limits()
+    if len(_LIMITS_BY_TEXT) >= 1024:
+        _LIMITS_BY_TEXT.clear()
+    _LIMITS_BY_TEXT[str(text)] = limits
+    return limits
+
+
+def run_from_row(row: sqlite3.Row) -> Run:
+    """A `runs` row (any SELECT naming the run columns) as a `Run`."""
+    f = _Fields(row)
+    return Run(
+        id=f.text("id"),
+        goal=f.text("goal"),
+        status=f.enum("status", RunStatus),
+        reason=f.enum("reason", TerminalReason, allow_empty=True),
+        reason_detail=f.text("reason_detail"),
+        limits=_limits(f),
+        step_count=f.integer("step_count"),
+        created_at=f.time("created_at"),
+        started_at=f.time("started_at"),
+        finished_at=f.time("finished_at"),
+        result=f.json("result_json"),
+        model_calls=f.integer("model_calls"),
+        input_tokens=f.integer("input_tokens"),
+        output_tokens=f.integer("output_tokens"),
+        cached_input_tokens=f.integer("cached_input_tokens"),
+        estimated_cost_micros=f.integer("estimated_cost_micros"),
+        active_time=timedelta(milliseconds=f.integer("active_ms")),
+        origin=f.text("origin"),
+        decode_error=f.error,
+    )
+
+
+def step_from_row(row: sqlite3.Row) -> Step:
+    """A `steps` row as a `Step` (`index` is the `idx` column)."""
+    f = _Fields(row)
+    return Step(
+        id=f.text("id"),
+        run_id=f.text("run_id"),
+        index=f.integer("idx"),
+        status=f.enum("status", StepStatus),
+        decision=f.record("decision_json", Decision.from_json),
+        policy=f.record("policy_json", PolicyDecision.from_json),
+        observation=f.record("observation_json", Observation.from_json),
+        started_at=f.time("started_at"),
+        finished_at=f.time("finished_at"),
+        spec_hash=f.text("spec_hash"),
+        policy_id=f.text("policy_id"),
+        decode_error=f.error,
+    )
+
+
+def approval_from_row(row: sqlite3.Row) -> Approval:
+    """An `approvals` row as an `Approval`; `request` is the decoded request JSON."""
+    f = _Fields(row)
+    return Approval(
+        id=f.text("id"),
+        run_id=f.text("run_id"),
+        step_id=f.text("step_id"),
+        kind=f.text("kind"),
+        capability=f.json("capability_json"),
+        presentation=f.json("presentation_json"),
+        request=f.json("request_json"),
+        hash=f.text("hash"),
+        status=f.enum("status", ApprovalStatus),
+        created_at=f.time("created_at"),
+        expires_at=f.time("expires_at"),
+        decided_at=f.time("decided_at"),
+        decided_by=f.text("decided_by"),
+        note=f.text("note"),
+        decode_error=f.error,
+    )
+
+
+def event_from_row(row: sqlite3.Row) -> Event:
+    """An `events` row as an `Event`."""
+    f = _Fields(row)
+    return Event(
+        seq=f.integer("seq"),
+        run_id=f.text("run_id"),
+        step_id=f.text("step_id"),
+        at=f.time("at"),
+        type=f.text("type"),
+        payload=f.json("payload_json"),
+        hash=f.text("hash"),
+        decode_error=f.error,
+    )
+
+
+def model_call_from_row(row: sqlite3.Row) -> ModelCallRecord:
+    """A `model_calls` row; a bad field reads as empty or zero and is named in `decode_error`."""
+    f = _Fields(row)
+    return ModelCallRecord(
+        id=f.text("id"),
+        run_id=f.text("run_id"),
+        step_id=f.text("step_id"),
+        attempt=f.integer("attempt"),
+        status=f.text("status"),
+        model=f.text("model"),
+        input_tokens=f.integer("input_tokens"),
+        output_tokens=f.integer("output_tokens"),
+        cached_input_tokens=f.integer("cached_input_tokens"),
+        cost_micros=f.integer("cost_micros"),
+        latency_ms=f.integer("latency_ms"),
+        error=f.text("error"),
+        dispatched_at=f.time("dispatched_at"),
+        completed_at=f.time("completed_at"),
+        decode_error=f.error,
+    )

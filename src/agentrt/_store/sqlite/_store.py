@@ -1,0 +1,565 @@
+"""The SQLite store: opening the file safely, transactions, events, bounded reads, row decoding.
+
+One `Store` wraps one writer (or read-only) connection. Every use of that
+connection is serialized by a re-entrant lock, because the async driver calls the
+store from worker threads. Write transactions are `BEGIN IMMEDIATE` and are rolled
+back whole on any exception; commits are fsynced (`synchronous=FULL`).
+
+Reads never crash on a bad row: a value that will not decode leaves its field
+empty and sets the record's `decode_error`. That holds for any bytes in any
+column: every connection decodes TEXT itself (`text_factory`), strictly, and a
+value that is not valid UTF-8 reads as its raw `bytes` instead of raising, on
+every read path (the store's reads, `query()`, the chain verifier, reads inside
+transactions, the schema check at open). Page reads cap every text column at
+`TEXT_CAP` characters in SQL, so an oversized value is never loaded whole.
+
+The schema's safety (no trigger, no view, every entry readable) is checked at
+open and again at the start of any write transaction that follows a change of
+`PRAGMA schema_version`, so a trigger added by another connection while the
+store is open never fires on one of its writes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+from ..._canonical import from_text
+from ..._capped import TEXT_CAP
+from ..._chain import verify_chain
+from ..._clock import parse_time
+from ..._errors import (
+    NotFoundError,
+    StoreBusyError,
+    StoreError,
+)
+from ..._records import (
+    Approval,
+    ApprovalStatus,
+    Event,
+    FileCheck,
+    Lease,
+    ModelCallRecord,
+    Run,
+    RunStatus,
+    Step,
+    ToolSpec,
+    VerifyReport,
+)
+from ..._stored_text import shown_text, unreadable_text
+from . import _filesafety as filesafety
+from . import _migrations as migrations
+from ._codecs import (
+    _APPROVAL_COLUMNS,
+    _EVENT_COLUMNS,
+    _MODEL_CALL_COLUMNS,
+    _RUN_COLUMNS,
+    _STEP_COLUMNS,
+    approval_from_row,
+    event_from_row,
+    model_call_from_row,
+    run_from_row,
+    select_list,
+    step_from_row,
+)
+from ._connection import (
+    BUSY_TIMEOUT_MS,
+    _absolute,
+    _configure,
+    _connect,
+    _enable_wal,
+    _open_reader,
+    _refusal,
+    _uri,
+    check_schema,
+    check_sqlite_version,
+    is_busy,
+    sqlite_failure,
+)
+from ._reads import StoreReads
+from ._writes import SqliteTx
+
+PENDING_APPROVALS_DEFAULT = 100
+"""Pending approvals of all runs returned when no limit is given."""
+PENDING_APPROVALS_MAX = 1000
+"""The most pending approvals one read returns."""
+
+_T = TypeVar("_T")
+
+
+def open_store(path: str | os.PathLike[str]) -> SqliteStore:
+    """Open the database at `path` for writing, creating it (0600) or migrating it as needed.
+
+    `":memory:"` gives a private in-memory store. Refuses a symlink, a file with
+    a second hard link, an insecure file, sidecar or directory, a trigger or
+    view, an unreadable schema, a newer schema, and a file whose
+    `min_writer_version` is above this runtime.
+    """
+    check_sqlite_version()
+    if os.fspath(path) == ":memory:":
+        conn = _connect(":memory:", uri=False)
+        try:
+            _configure(conn, writer=True)
+            migrations.migrate(conn, check=check_schema)
+        except BaseException:
+            conn.close()
+            raise
+        return SqliteStore(conn, path=":memory:", read_only=False, uri=None)
+    abspath = _absolute(path)
+    filesafety.check_directory(abspath)  # before anything is created in it
+    filesafety.create_owner_only(abspath)
+    filesafety.check_all(abspath, tighten=True)
+    uri = _uri(abspath, mode="rw")
+    conn = _connect(uri, uri=True)
+    try:
+        _configure(conn, writer=True)
+        check_schema(conn)
+        # Refuse a newer file before the WAL switch, which is itself a write.
+        migrations.check_not_newer(conn)
+        migrations.check_writer(conn)
+        _enable_wal(conn)
+        migrations.migrate(conn, check=check_schema)
+        # The -wal and -shm exist now; SQLite gave them the database's mode.
+        filesafety.check_sidecars(abspath, tighten=True)
+    except BaseException as e:
+        conn.close()
+        refusal = _refusal(abspath, e)
+        if refusal is None:
+            raise
+        raise refusal from e
+    return SqliteStore(conn, path=abspath, read_only=False, uri=uri)
+
+
+def open_existing(path: str | os.PathLike[str], read_only: bool = False) -> SqliteStore:
+    """Open an existing agentrt database: never creates, never migrates.
+
+    Refuses a symlink (`SymlinkError`), a second hard link (`HardLinkError`), an
+    insecure file or directory, a trigger or view, an unreadable schema, and
+    any schema version but this code's own (`SchemaVersionError`, naming which
+    side is newer). A read-only open works beside a live writer and in a
+    directory this process cannot write.
+    """
+    check_sqlite_version()
+    if os.fspath(path) == ":memory:":
+        raise StoreError("open_existing needs a database file; ':memory:' is always new")
+    abspath = _absolute(path)
+    filesafety.check_all(abspath, tighten=not read_only)
+    if read_only:
+        conn, uri = _open_reader(abspath)
+    else:
+        uri = _uri(abspath, mode="rw")
+        conn = _connect(uri, uri=True)
+    try:
+        _configure(conn, writer=not read_only)
+        check_schema(conn)
+        migrations.check_exact(conn)
+        if not read_only:
+            migrations.check_writer(conn)
+            _enable_wal(conn)
+        filesafety.check_sidecars(abspath, tighten=not read_only)
+    except BaseException as e:
+        conn.close()
+        refusal = _refusal(abspath, e)
+        if refusal is None:
+            raise
+        raise refusal from e
+    return SqliteStore(conn, path=abspath, read_only=read_only, uri=uri)
+
+
+# --- the store ----------------------------------------------------------------------------------
+
+
+class SqliteStore(StoreReads):
+    """The runtime's one SQLite file. Use `open_store` or `open_existing` to get one."""
+
+    def __init__(
+        self, conn: sqlite3.Connection, *, path: str, read_only: bool, uri: str | None
+    ) -> None:
+        self.path = path
+        self.read_only = read_only
+        self.in_memory = uri is None
+        self._conn = conn
+        self._uri = uri
+        self._lock = threading.RLock()
+        self._tx: SqliteTx | None = None
+        self._closed = False
+        # The schema version last found safe; None until the first write transaction.
+        self._safe_schema: int | None = None
+
+    def __enter__(self) -> SqliteStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        mode = "read-only" if self.read_only else "read-write"
+        return f"SqliteStore({self.path!r}, {mode})"
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreError("the store is closed")
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[SqliteTx]:
+        """`BEGIN IMMEDIATE` ... `COMMIT`; any exception rolls the whole transaction back.
+
+        Holds the store's lock throughout, so other threads' reads and writes wait.
+        Transactions do not nest.
+        """
+        if self.read_only:
+            raise StoreError("the store was opened read-only")
+        with self._lock:
+            self._check_open()
+            if self._tx is not None:
+                raise StoreError("a transaction is already open on this store; they do not nest")
+            try:
+                self._conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as e:
+                if is_busy(e):
+                    raise StoreBusyError(
+                        "cannot begin a write transaction: another connection held the "
+                        f"database's write lock past the busy timeout ({BUSY_TIMEOUT_MS} ms); "
+                        "nothing was written"
+                    ) from e
+                raise StoreError(f"cannot begin a write transaction: {e}") from e
+            tx = SqliteTx(self._conn)
+            self._tx = tx
+            try:
+                try:
+                    # A trigger added since the last check must not fire on this
+                    # transaction's writes: one pragma when nothing changed.
+                    self._safe_schema = check_schema(self._conn, self._safe_schema)
+                    yield tx
+                except BaseException:
+                    migrations.rollback_quietly(self._conn)
+                    raise
+                try:
+                    self._conn.execute("COMMIT")
+                except sqlite3.Error as e:
+                    migrations.rollback_quietly(self._conn)
+                    raise StoreError(f"commit failed, nothing was written: {e}") from e
+            finally:
+                tx._close()
+                self._tx = None
+
+    def open_connection(self) -> sqlite3.Connection:
+        """A new connection to the same file with the same pragmas (the heartbeat's own).
+
+        An in-memory store has no file another connection could reach: StoreError.
+        """
+        self._check_open()
+        if self._uri is None:
+            raise StoreError("an in-memory store has a single connection; use its transactions")
+        conn = _connect(self._uri, uri=True)
+        try:
+            _configure(conn, writer=not self.read_only)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def close(self) -> None:
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                self._conn.close()
+
+    # --- reads ----------------------------------------------------------------------------------
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
+        """A read of your own (a consumer's tables, a view's join) on the store's connection.
+
+        Runs under the store's lock like its own reads. Writes belong in
+        `transaction()`; a read-only store refuses them in SQLite itself. A TEXT
+        value that is not valid UTF-8 comes back as its raw `bytes`, never as
+        an exception (`agentrt._stored_text`).
+        """
+        return self._query(sql, params)
+
+    def _query(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
+        with self._lock:
+            self._check_open()
+            return list(self._conn.execute(sql, params).fetchall())
+
+    def get_run(self, run_id: str, *, cap: int | None = None) -> Run:
+        rows = self._query(
+            f"SELECT {select_list(_RUN_COLUMNS, cap)} FROM runs WHERE id = ?", (run_id,)
+        )
+        if not rows:
+            raise NotFoundError(f"no run {run_id!r}")
+        return run_from_row(rows[0])
+
+    def list_runs(
+        self,
+        limit: int = 100,
+        offset: int = 0,
+        status: str | None = None,
+        *,
+        cap: int | None = TEXT_CAP,
+    ) -> list[Run]:
+        """Newest first (insertion order, reversed)."""
+        _check_page(limit, offset)
+        where, params = ("WHERE status = ?", [str(status)]) if status is not None else ("", [])
+        rows = self._query(
+            f"SELECT {select_list(_RUN_COLUMNS, cap)} FROM runs {where} "
+            "ORDER BY rowid DESC LIMIT ? OFFSET ?",
+            [*params, limit, offset],
+        )
+        return [run_from_row(r) for r in rows]
+
+    def count_runs(self, status: str | None = None) -> int:
+        if status is None:
+            rows = self._query("SELECT count(*) FROM runs")
+        else:
+            rows = self._query("SELECT count(*) FROM runs WHERE status = ?", (str(status),))
+        return int(rows[0][0])
+
+    def list_steps(
+        self, run_id: str, limit: int | None = None, offset: int = 0, *, cap: int | None = TEXT_CAP
+    ) -> list[Step]:
+        """The run's steps in index order. Pass `cap=None` for complete values."""
+        _check_page(limit, offset)
+        rows = self._query(
+            f"SELECT {select_list(_STEP_COLUMNS, cap)} FROM steps WHERE run_id = ? "
+            "ORDER BY idx LIMIT ? OFFSET ?",
+            (run_id, -1 if limit is None else limit, offset),
+        )
+        return [step_from_row(r) for r in rows]
+
+    def list_approvals(self, run_id: str, *, cap: int | None = TEXT_CAP) -> list[Approval]:
+        """The run's approvals in insertion order. Pass `cap=None` for complete values."""
+        rows = self._query(
+            f"SELECT {select_list(_APPROVAL_COLUMNS, cap)} FROM approvals WHERE run_id = ? "
+            "ORDER BY rowid",
+            (run_id,),
+        )
+        return [approval_from_row(r) for r in rows]
+
+    def get_approval(self, run_id: str, approval_id: str, *, cap: int | None = None) -> Approval:
+        rows = self._query(
+            f"SELECT {select_list(_APPROVAL_COLUMNS, cap)} FROM approvals "
+            "WHERE run_id = ? AND id = ?",
+            (run_id, approval_id),
+        )
+        if not rows:
+            raise NotFoundError(f"no approval {approval_id!r} in run {run_id!r}")
+        return approval_from_row(rows[0])
+
+    def pending_approvals(
+        self,
+        run_id: str | None = None,
+        *,
+        limit: int | None = None,
+        cap: int | None = TEXT_CAP,
+    ) -> list[Approval]:
+        """Approvals waiting for a person.
+
+        With a `run_id`: that run's, in the order they were requested (a run
+        waits on one at a time, so this is rarely more than one). Without: those
+        of every waiting run, **newest first**, at most `limit` (default
+        `PENDING_APPROVALS_DEFAULT`, at most `PENDING_APPROVALS_MAX`), read in
+        one indexed query.
+        """
+        if limit is not None and (
+            isinstance(limit, bool)
+            or not isinstance(limit, int)
+            or not 1 <= limit <= PENDING_APPROVALS_MAX
+        ):
+            raise ValueError(f"limit must be from 1 to {PENDING_APPROVALS_MAX}, got {limit!r}")
+        cols = select_list(_APPROVAL_COLUMNS, cap)
+        pending = str(ApprovalStatus.PENDING)
+        if run_id is not None:
+            rows = self._query(
+                f"SELECT {cols} FROM approvals WHERE run_id = ? AND status = ? "
+                "ORDER BY rowid LIMIT ?",
+                (run_id, pending, -1 if limit is None else limit),
+            )
+        else:
+            # Through the waiting runs (indexed by status), then each run's approvals
+            # (indexed by run): a pending approval exists only while its run waits
+            # (a cancel expires it, a rejection ends the run). Scanning the approvals
+            # table itself would read every decided request ever made.
+            rows = self._query(
+                f"SELECT {cols} FROM approvals WHERE rowid IN ("
+                "SELECT a.rowid FROM runs AS r CROSS JOIN approvals AS a ON a.run_id = r.id "
+                "WHERE r.status = ? AND a.status = ? ORDER BY a.rowid DESC LIMIT ?"
+                ") ORDER BY rowid DESC",
+                (
+                    str(RunStatus.WAITING_FOR_APPROVAL),
+                    pending,
+                    PENDING_APPROVALS_DEFAULT if limit is None else limit,
+                ),
+            )
+        return [approval_from_row(r) for r in rows]
+
+    def list_events(
+        self,
+        run_id: str | None = None,
+        after_seq: int = 0,
+        limit: int = 1000,
+        *,
+        cap: int | None = TEXT_CAP,
+    ) -> list[Event]:
+        """Events with `seq > after_seq` in commit order, of one run or of all."""
+        _check_page(limit, 0)
+        cols = select_list(_EVENT_COLUMNS, cap)
+        if run_id is None:
+            rows = self._query(
+                f"SELECT {cols} FROM events WHERE seq > ? ORDER BY seq LIMIT ?",
+                (after_seq, limit),
+            )
+        else:
+            rows = self._query(
+                f"SELECT {cols} FROM events WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+                (run_id, after_seq, limit),
+            )
+        return [event_from_row(r) for r in rows]
+
+    def list_model_calls(self, run_id: str) -> list[ModelCallRecord]:
+        rows = self._query(
+            f"SELECT {_MODEL_CALL_COLUMNS} FROM model_calls WHERE run_id = ? ORDER BY rowid",
+            (run_id,),
+        )
+        return [model_call_from_row(r) for r in rows]
+
+    def lease(self, run_id: str) -> Lease:
+        """The run's lease: owner `''` and `expires_at` None when nobody holds it.
+
+        An expiry that will not parse reads as held forever: a lease nobody can
+        date must not look expired to a resumer.
+        """
+        rows = self._query(
+            "SELECT lease_owner, lease_expires_at, lease_epoch, lease_holder FROM runs "
+            "WHERE id = ?",
+            (run_id,),
+        )
+        if not rows:
+            raise NotFoundError(f"no run {run_id!r}")
+        owner, expires, epoch, holder_text = tuple(rows[0])
+        held_forever = datetime.max.replace(tzinfo=UTC)
+        if isinstance(expires, str):
+            try:
+                expires_at = parse_time(expires)
+            except ValueError:
+                expires_at = held_forever
+        else:  # unreadable bytes (or worse): nobody can date it, so it is held
+            expires_at = held_forever
+        if not isinstance(owner, str):
+            # An owner nobody can read is still someone: never "nobody holds it".
+            owner = shown_text(owner) or "<unreadable owner>"
+        holder: dict[str, Any] = {}
+        if isinstance(holder_text, str) and holder_text:
+            with contextlib.suppress(Exception):
+                decoded = from_text(holder_text)
+                if isinstance(decoded, dict):
+                    holder = decoded
+        return Lease(
+            owner=owner,
+            expires_at=expires_at,
+            epoch=epoch if isinstance(epoch, int) else 0,
+            holder=holder,
+        )
+
+    def tool_spec(self, hash: str) -> ToolSpec | None:
+        """The stored spec with this hash, None if none; StoreError if it will not decode."""
+        rows = self._query("SELECT spec_json FROM tool_specs WHERE hash = ?", (hash,))
+        if not rows:
+            return None
+        text = rows[0][0]
+        if not isinstance(text, str):
+            raise StoreError(f"tool spec {hash} does not decode: {unreadable_text(text)}")
+        try:
+            return ToolSpec.from_json(from_text(text))
+        except Exception as e:  # stored data may be anything; say which spec is bad
+            raise StoreError(f"tool spec {hash} does not decode: {type(e).__name__}: {e}") from e
+
+    def chain_head(self) -> tuple[int, str]:
+        """`(seq, hash)` of the last event, `(0, '')` when there is none; keep it out of reach."""
+        rows = self._query("SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1")
+        if not rows:
+            return 0, ""
+        return int(rows[0][0]), shown_text(rows[0][1])
+
+    def check_file(self, *, full: bool = False, max_problems: int = 100) -> FileCheck:
+        """SQLite's own check of the file: `PRAGMA quick_check`, or `integrity_check` if `full`.
+
+        Separate from the event chain: the chain proves the events were not
+        edited, this that the pages SQLite reads are not damaged. Reads only
+        (on a connection of its own for a file store, in one read snapshot) and
+        never raises on a damaged file: what SQLite says is a problem.
+        """
+        check = "integrity_check" if full else "quick_check"
+        limit = max(1, int(max_problems))
+
+        def pragma(conn: sqlite3.Connection, name: str) -> tuple[str, ...]:
+            """The problems `PRAGMA name` reports (`()` for none); raises when it cannot finish."""
+            rows = conn.execute(f"PRAGMA {name}({limit})").fetchall()
+            # SQLite may put several problems in one row, under "*** in database main ***".
+            lines = [line for r in rows for line in shown_text(r[0]).splitlines()]
+            if lines == ["ok"]:
+                return ()
+            return tuple(x for x in lines if x and not x.startswith("*** in database ")) or tuple(
+                lines
+            )
+
+        def run(conn: sqlite3.Connection) -> FileCheck:
+            try:
+                problems = pragma(conn, check)
+            except (sqlite3.DatabaseError, UnicodeDecodeError) as e:
+                stopped = f"SQLite could not finish {check}: {sqlite_failure(e) or e}"
+                # integrity_check stops on damage quick_check can still describe page by page.
+                try:
+                    problems = (stopped, *(pragma(conn, "quick_check") if full else ()))
+                except (sqlite3.DatabaseError, UnicodeDecodeError):
+                    problems = (stopped,)
+            return FileCheck(ok=not problems, check=check, problems=problems)
+
+        return self._read_snapshot(run)
+
+    def _read_snapshot(self, work: Callable[[sqlite3.Connection], _T]) -> _T:
+        """`work` on a read connection of its own, in one snapshot (the store's own in memory)."""
+        if self._uri is None:
+            with self._lock:
+                self._check_open()
+                return work(self._conn)
+        self._check_open()
+        conn = _connect(self._uri, uri=True)
+        try:
+            _configure(conn, writer=False)
+            conn.execute("BEGIN")
+            try:
+                return work(conn)
+            finally:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("COMMIT")
+        finally:
+            conn.close()
+
+    def verify_events(
+        self,
+        from_seq: int | None = None,
+        to_seq: int | None = None,
+        *,
+        head: tuple[int, str] | None = None,
+    ) -> VerifyReport:
+        """Check the event chain in bounded pages, writing nothing; see `agentrt._chain`.
+
+        `head` is a `(seq, hash)` from `chain_head()` kept where the database's
+        writers cannot reach: it also catches a truncated or recomputed chain.
+        A file store verifies on a connection of its own, in one read snapshot,
+        so writers are not held up.
+        """
+        return self._read_snapshot(lambda conn: verify_chain(conn, from_seq, to_seq, head=head))
+
+
+def _check_page(limit: int | None, offset: int) -> None:
+    if limit is not None and limit < 0:
+        raise ValueError("limit must not be negative")
+    if offset < 0:
+        raise ValueError("offset must not be negative")
