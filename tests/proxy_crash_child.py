@@ -16,7 +16,6 @@ import sys
 
 from agentrt import Decision, Gate, Limits, open_store
 from agentrt._clock import new_id, wall_clock
-from agentrt._store.sqlite._proxy_rows import claim_request, migrate_proxy
 from agentrt.mcp import connect, read_manifest, read_rules
 from agentrt.mcp._proxy import build_policy
 from agentrt.mcp.proxy import read_proxy_config, request_key
@@ -27,15 +26,15 @@ SEND = {"to": "bob", "text": "the parcel left"}
 async def main(config_path: str, mode: str, ready: pathlib.Path) -> None:
     config = read_proxy_config(config_path)
     store = open_store(config.database)
-    migrate_proxy(store, wall_clock())
+    store.migrate_proxy(wall_clock())
     (proxied,) = config.servers
     async with connect(proxied.server) as connection:
         tools, _ = await connection.load(read_manifest(proxied.manifest), read_rules(proxied.rules))
         gate = Gate(store, build_policy(config.policy), tools, lease_owner="agentrt-proxy")
         run_id = new_id()
         key = request_key("shop_send", SEND)
-        assert claim_request(
-            store, key, None, run_id, "shop_send", "local_mutation", wall_clock()
+        assert store.claim_request(
+            key, None, run_id, "shop_send", "local_mutation", wall_clock()
         ).claimed
         session = await gate.begin("shop_send", Limits(max_steps=4), run_id=run_id)
         step = await session.step()

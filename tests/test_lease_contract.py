@@ -31,9 +31,7 @@ import pytest
 import agentrt._lease
 from agentrt._errors import RunStateError
 from agentrt._lease import (
-    ConnectionRenewer,
     Heartbeat,
-    StoreRenewer,
     _process_state,
     _read_first_line,
     _stat_fields,
@@ -43,13 +41,21 @@ from agentrt._lease import (
     pid_namespace,
     process_start_time,
     prove_dead,
-    renewer_for,
 )
 from agentrt._store import Store, open_store
+from agentrt._store.sqlite._renewer import ConnectionRenewer, StoreRenewer
 from support.leases import take_in
 
 EXPIRES = "2026-11-30T09:00:00.000000Z"
 RENEWED = "2026-11-30T09:05:00.000000Z"
+AT_EXPIRY = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
+"""The wall clock the renewers below renew on: a ttl of TO_RENEWED renews to RENEWED."""
+TO_RENEWED = timedelta(minutes=5)
+TO_EXPIRES = timedelta(0)
+
+
+def at_expiry() -> datetime:
+    return AT_EXPIRY
 
 
 @pytest.fixture
@@ -72,20 +78,20 @@ def expiries(store: Store) -> dict[str, str]:
 
 
 def test_an_in_memory_store_renews_through_its_own_connection(memory: Store) -> None:
-    renewer = renewer_for(memory)
+    renewer = memory.renewer(at_expiry)
     assert isinstance(renewer, StoreRenewer)
-    assert renewer.renew("r1", "me", RENEWED) is True
+    assert renewer.renew("r1", "me", TO_RENEWED) is True
     assert expiries(memory) == {"r1": RENEWED, "r2": EXPIRES}  # only that run's lease
     renewer.close()
-    assert renewer.renew("r1", "me", EXPIRES) is True  # closing closes nothing of the store's
+    assert renewer.renew("r1", "me", TO_EXPIRES) is True  # closing closes nothing of the store's
 
 
 def test_an_in_memory_renewal_for_another_owner_or_run_reports_the_lease_lost(
     memory: Store,
 ) -> None:
-    renewer = renewer_for(memory)
-    assert renewer.renew("r1", "someone-else", RENEWED) is False
-    assert renewer.renew("no-such-run", "me", RENEWED) is False
+    renewer = memory.renewer(at_expiry)
+    assert renewer.renew("r1", "someone-else", TO_RENEWED) is False
+    assert renewer.renew("no-such-run", "me", TO_RENEWED) is False
     assert expiries(memory) == {"r1": EXPIRES, "r2": EXPIRES}
 
 
@@ -93,7 +99,7 @@ def test_a_heartbeat_on_an_in_memory_store_renews_until_another_owner_takes_the_
     memory: Store,
 ) -> None:
     wall = datetime(2026, 11, 30, 9, 1, tzinfo=UTC)
-    beat = Heartbeat(renewer_for(memory), "r1", "me", timedelta(milliseconds=90), lambda: wall)
+    beat = Heartbeat(memory.renewer(lambda: wall), "r1", "me", timedelta(milliseconds=90))
     beat.start()
     try:
         deadline = time.monotonic() + 10
@@ -350,16 +356,16 @@ def test_a_connection_renewer_reopens_after_close_and_survives_a_failing_close(
     opened: list[sqlite3.Connection] = []
 
     def connect() -> sqlite3.Connection:
-        opened.append(store.open_connection())
+        opened.append(store._open_connection())
         return opened[-1]
 
-    renewer = ConnectionRenewer(connect)
+    renewer = ConnectionRenewer(connect, at_expiry)
     try:
-        assert renewer.renew("r1", "me", RENEWED) is True
+        assert renewer.renew("r1", "me", TO_RENEWED) is True
         renewer.close()
         with pytest.raises(sqlite3.ProgrammingError):
             opened[0].execute("SELECT 1")  # close closed it
-        assert renewer.renew("r1", "me", EXPIRES) is True
+        assert renewer.renew("r1", "me", TO_EXPIRES) is True
         assert len(opened) == 2  # a new connection after close
         renewer.close()
         renewer.close()  # closing twice is harmless
@@ -369,9 +375,9 @@ def test_a_connection_renewer_reopens_after_close_and_survives_a_failing_close(
                 raise sqlite3.OperationalError("cannot close")
 
         failing = ConnectionRenewer(
-            lambda: sqlite3.connect(str(tmp_path / "runs.db"), factory=FailingClose)
+            lambda: sqlite3.connect(str(tmp_path / "runs.db"), factory=FailingClose), at_expiry
         )
-        assert failing.renew("r1", "me", RENEWED) is True
+        assert failing.renew("r1", "me", TO_RENEWED) is True
         failing.close()  # the error is swallowed: closing never raises
         assert failing._conn is None
     finally:
@@ -461,7 +467,7 @@ def test_a_takeover_wins_only_against_the_exact_lease_it_judged_expired(memory: 
 
 
 def test_the_heartbeat_thread_is_a_daemon_named_after_the_run(memory: Store) -> None:
-    beat = Heartbeat(renewer_for(memory), "0123456789", "me", timedelta(seconds=30))
+    beat = Heartbeat(memory.renewer(at_expiry), "0123456789", "me", timedelta(seconds=30))
     beat.start()
     try:
         (thread,) = [t for t in threading.enumerate() if t.name == "agentrt-heartbeat-01234567"]
@@ -479,7 +485,7 @@ class _FlakyRenewer:
         self.attempts = 0
         self.closed = False
 
-    def renew(self, run_id: str, owner: str, expires_at: str) -> bool:
+    def renew(self, run_id: str, owner: str, ttl: timedelta) -> bool:
         self.attempts += 1
         if self.attempts <= self.failures:
             raise RuntimeError("database is locked")
@@ -512,7 +518,7 @@ class _HeldRenewer:
         self.calls: list[float] = []
         self.closed = False
 
-    def renew(self, run_id: str, owner: str, expires_at: str) -> bool:
+    def renew(self, run_id: str, owner: str, ttl: timedelta) -> bool:
         self.calls.append(time.monotonic())
         return len(self.calls) <= self.held
 
@@ -527,7 +533,7 @@ class _HangingRenewer:
         self.entered = threading.Event()
         self.release = threading.Event()
 
-    def renew(self, run_id: str, owner: str, expires_at: str) -> bool:
+    def renew(self, run_id: str, owner: str, ttl: timedelta) -> bool:
         self.entered.set()
         self.release.wait()
         return True

@@ -29,7 +29,6 @@ from tests.support.mcp_proxy import START, Host, Shop, agentrt, kill_quietly, wr
 from agentrt import ConfigError, InsecureModeError, open_store
 from agentrt._canonical import canonical_json
 from agentrt._store.sqlite._migrations import PROXY_MIGRATIONS
-from agentrt._store.sqlite._proxy_rows import migrate_proxy, proxy_versions
 from agentrt.mcp.proxy import read_proxy_config, request_key
 
 pytestmark = pytest.mark.slow
@@ -573,9 +572,9 @@ def test_the_proxy_tables_are_migrated_once_and_their_texts_pinned_by_sha256(
     store = open_store(tmp_path / "p.db")
     try:
         assert "proxy_requests" not in {r[0] for r in store.query("SELECT name FROM sqlite_master")}
-        assert migrate_proxy(store, START) == 1
-        assert migrate_proxy(store, START) == 1
-        assert proxy_versions(store) == [1]
+        assert store.migrate_proxy(START) == 1
+        assert store.migrate_proxy(START) == 1
+        assert store.proxy_versions() == [1]
     finally:
         store.close()
     assert agentrt("runs", "--db", str(tmp_path / "p.db")).returncode == 0

@@ -9,6 +9,7 @@ another process with write access would.
 from __future__ import annotations
 
 import sqlite3
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,6 @@ import agentrt
 from agentrt import Decision, SideEffect
 from agentrt._clock import format_time
 from agentrt._errors import UnreadableSchemaError, UnsafeSchemaError
-from agentrt._lease import ConnectionRenewer
 from agentrt._records import StepInput
 from agentrt._store import Store, open_store
 from conftest import FakeClock, Ids, RecordingTool
@@ -155,12 +155,12 @@ def test_the_heartbeat_renewal_refuses_a_trigger_added_since_its_last_renewal(db
                 "INSERT INTO runs (id, goal, status, lease_owner, lease_expires_at) "
                 "VALUES ('r1', 'g', 'RUNNING', 'me', '2026-11-30T09:00:00.000000Z')"
             )
-        renewer = ConnectionRenewer(store.open_connection)
+        renewer = store.renewer(lambda: datetime(2026, 11, 30, 9, 0, tzinfo=UTC))
         try:
-            assert renewer.renew("r1", "me", "2026-11-30T09:00:30.000000Z")
+            assert renewer.renew("r1", "me", timedelta(seconds=30))
             _add(db, TRIGGER.format(event="UPDATE", table="runs"))
             with pytest.raises(UnsafeSchemaError):
-                renewer.renew("r1", "me", "2026-11-30T09:01:00.000000Z")
+                renewer.renew("r1", "me", timedelta(seconds=60))
         finally:
             renewer.close()
         assert format_time(store.lease("r1").expires_at) == "2026-11-30T09:00:30.000000Z"

@@ -122,7 +122,7 @@ def test_pragmas_on_the_writer_and_on_open_connection(store: Store) -> None:
         "busy_timeout": 5000,
     }
     assert trusted == 0
-    other = store.open_connection()
+    other = store._open_connection()
     try:
         assert other.execute("PRAGMA synchronous").fetchone()[0] == 2
         assert other.execute("PRAGMA foreign_keys").fetchone()[0] == 1
@@ -135,7 +135,7 @@ def test_pragmas_on_the_writer_and_on_open_connection(store: Store) -> None:
 
 def test_open_connection_sees_and_makes_committed_writes(store: Store) -> None:
     add_run(store, "r1")
-    conn = store.open_connection()
+    conn = store._open_connection()
     try:
         cur = conn.execute("UPDATE runs SET lease_owner = 'hb' WHERE id = 'r1'")
         assert cur.rowcount == 1
@@ -154,7 +154,7 @@ def test_in_memory_store_works_but_has_no_second_connection() -> None:
         assert store.get_run("r1").goal == "goal"
         assert store.verify_events().intact
         with pytest.raises(StoreError, match="in-memory"):
-            store.open_connection()
+            store._open_connection()
     finally:
         store.close()
 
@@ -340,7 +340,7 @@ def test_read_only_open_beside_a_live_writer(db: Path) -> None:
             assert [r.id for r in reader.list_runs()] == ["r2", "r1"]
             with pytest.raises(StoreError, match="read-only"), reader.transaction():
                 pass
-            conn = reader.open_connection()
+            conn = reader._open_connection()
             try:
                 with pytest.raises(sqlite3.OperationalError, match="readonly database"):
                     conn.execute("DELETE FROM runs")

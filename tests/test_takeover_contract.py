@@ -664,7 +664,7 @@ def test_a_lease_renewed_between_the_first_look_and_the_transaction_is_refused_n
     takeover's transaction, which then refuses the live lease with `RunLeasedError`
     naming the run, the owner and the renewed expiry, and writes nothing."""
     from agentrt._clock import format_time, parse_time
-    from agentrt._lease import StoreRenewer
+    from agentrt._store.sqlite._renewer import StoreRenewer
 
     refused: list[agentrt.RunStateError] = []
     renewed_to: list[str] = []
@@ -677,8 +677,8 @@ def test_a_lease_renewed_between_the_first_look_and_the_transaction_is_refused_n
             looks.append(1)
             if len(looks) == 1:  # the first look, outside the transaction: renew now
                 renewed_to.append(format_time(now + timedelta(hours=1)))
-                renewer = StoreRenewer(agentrt.open_store(db_path))
-                assert renewer.renew(call.run_id, first.lease_owner, renewed_to[0])
+                renewer = StoreRenewer(agentrt.open_store(db_path), lambda: now)  # type: ignore[arg-type]
+                assert renewer.renew(call.run_id, first.lease_owner, timedelta(hours=1))
             return now
 
         other = agentrt.Driver(

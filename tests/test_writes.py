@@ -16,12 +16,14 @@ import pytest
 
 import agentrt
 from agentrt._canonical import JSONFloat, JSONInt
+from agentrt._clock import parse_time
 from agentrt._decisions import record
 from agentrt._errors import RunStateError
 from agentrt._model import Usage
 from agentrt._records import ApprovalStatus, Limits, Observation, PolicyDecision, StepStatus
 from agentrt._store import Tx
 from conftest import EPOCH, Ids
+from support.leases import judged_lease
 
 OWNER = "writer/000000000000"
 
@@ -44,7 +46,7 @@ def new_run(store: agentrt.Store, run_id: str = "r1") -> agentrt.Run:
             "goal",
             Limits(),
             owner=OWNER,
-            lease_expires_at="2999-01-01T00:00:00.000000Z",
+            lease_expires_at=parse_time("2999-01-01T00:00:00.000000Z"),
             holder="{}",
             specs=[],
             now=EPOCH,
@@ -200,6 +202,7 @@ def test_the_run_writes_after_a_tool_refuse_a_lease_held_by_someone_else_and_wri
 # raised, writing nothing.
 
 LATER = "2999-01-01T00:00:00.000000Z"
+LATER_AT = parse_time(LATER)
 PAYLOAD = {"decision": {"outcome": "deny"}, "spec_hash": "h", "policy_id": "p", "view": {}}
 
 
@@ -487,14 +490,14 @@ def test_leave_waiting_takes_the_run_back_under_a_new_lease_once(
         db_path,
         RunStateError,
         lambda tx: tx.leave_waiting(
-            "r1", approval.id, owner="second/1", expires_at=LATER, holder="{}", now=EPOCH
+            "r1", approval.id, owner="second/1", expires_at=LATER_AT, holder="{}", now=EPOCH
         ),
         store,
     )
     with store.transaction() as tx:
         hold(tx)
         leased = tx.leave_waiting(
-            "r1", approval.id, owner="second/1", expires_at=LATER, holder="{}", now=EPOCH
+            "r1", approval.id, owner="second/1", expires_at=LATER_AT, holder="{}", now=EPOCH
         )
     assert repr(leased.run) == repr(store.get_run("r1"))
     assert (leased.run.status, leased.epoch) == ("RUNNING", 2)
@@ -506,7 +509,7 @@ def test_leave_waiting_takes_the_run_back_under_a_new_lease_once(
         db_path,
         RunStateError,
         lambda tx: tx.leave_waiting(
-            "r1", approval.id, owner="third/1", expires_at=LATER, holder="{}", now=EPOCH
+            "r1", approval.id, owner="third/1", expires_at=LATER_AT, holder="{}", now=EPOCH
         ),
         store,
     )
@@ -516,10 +519,9 @@ def hold_by(owner: str, *, previous: tuple[str, str]) -> Any:
     return lambda tx: tx.hold_waiting(
         "r1",
         owner=owner,
-        expires_at=LATER,
+        expires_at=LATER_AT,
         holder="{}",
-        previous_owner=previous[0],
-        previous_expires_at=previous[1],
+        previous=judged_lease("r1", previous[0], previous[1], "WAITING_FOR_APPROVAL"),
     )
 
 
@@ -572,10 +574,9 @@ def test_take_over_takes_exactly_the_lease_judged_gone_and_interrupts_the_steps_
         return lambda tx: tx.take_over(
             "r1",
             owner="second/1",
-            expires_at=LATER,
+            expires_at=LATER_AT,
             holder="{}",
-            previous_owner=OWNER,
-            previous_expires_at=previous_expires_at,
+            previous=judged_lease("r1", OWNER, previous_expires_at),
             proof=proof,
             now=EPOCH,
         )
@@ -773,10 +774,9 @@ def test_take_over_of_a_released_lease_charges_the_attempts_in_flight_at_the_tak
         taken = tx.take_over(
             "r1",
             owner="second/1",
-            expires_at=LATER,
+            expires_at=LATER_AT,
             holder="{}",
-            previous_owner="",
-            previous_expires_at="",
+            previous=judged_lease("r1", "", ""),
             proof={},
             now=later,
         )

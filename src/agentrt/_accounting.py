@@ -54,7 +54,6 @@ from ._model import (
 from ._records import ModelCallStatus, Run, Step, TerminalReason
 from ._session import POINT_MODEL_DISPATCHED
 from ._store import Tx
-from ._store.sqlite._codecs import run_from_row
 
 if TYPE_CHECKING:
     from ._session import RunSession
@@ -178,8 +177,7 @@ class AccountingCaller:
         config = session.config
 
         def tx_dispatch(tx: Tx) -> _Attempt:
-            row = session.require_lease(tx, side_effect=True)
-            run = run_from_row(row)
+            run = session.require_lease(tx, side_effect=True)
             self._check_limits(run, projection)
             now = config.clock()
             call_id = config.new_id()

@@ -36,11 +36,11 @@ from ._records import (
     Approval,
     ApprovalStatus,
     Event,
+    Run,
     RunStatus,
     ToolSpec,
 )
 from ._store import Store, Tx
-from ._store.sqlite._codecs import approval_from_row, run_from_row
 
 
 def approval_request(run_id: str, step_id: str, spec: ToolSpec, args: JSON) -> dict[str, Any]:
@@ -108,14 +108,14 @@ def decided_words(approval: Approval) -> str:
     return f"{approval.status} by {by} at {when}{note}"
 
 
-def _load(tx: Tx, run_id: str, approval_id: str) -> tuple[Any, Approval]:
-    run = tx.run_row(run_id)
-    if run is None:
+def _load(tx: Tx, run_id: str, approval_id: str) -> tuple[Run, Approval]:
+    guarded = tx.lock_run(run_id)
+    if guarded is None:
         raise NotFoundError(f"no run {run_id}")
-    row = tx.approval_row(approval_id, run_id)
-    if row is None:
+    approval = tx.approval_of_run(approval_id, run_id)
+    if approval is None:
         raise NotFoundError(f"no approval {approval_id} on run {run_id}")
-    return run, approval_from_row(row)
+    return guarded.run, approval
 
 
 def decide(
@@ -131,8 +131,7 @@ def decide(
 ) -> tuple[Approval, list[Event]]:
     """Approve or reject one pending approval in one transaction; returns it and the events."""
     with store.transaction() as tx:
-        run_row, approval = _load(tx, run_id, approval_id)
-        run = run_from_row(run_row)
+        run, approval = _load(tx, run_id, approval_id)
         if approval.status == ApprovalStatus.EXPIRED:
             raise ApprovalExpiredError(f"approval {approval_id} has expired")
         if approval.status != ApprovalStatus.PENDING:

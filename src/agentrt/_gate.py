@@ -57,7 +57,7 @@ from ._errors import (
     SessionClosedError,
 )
 from ._events import Observer
-from ._lease import WallClock, expiry, holder_json, make_owner
+from ._lease import WallClock, holder_json, make_owner
 from ._model import Model, ModelConfig
 from ._policy import Policy, policy_id_of
 from ._records import (
@@ -357,7 +357,7 @@ class Gate:
                 goal,
                 limits,
                 owner=config.owner,
-                lease_expires_at=expiry(config.wall, config.lease_ttl),
+                lease_expires_at=tx.lease_now(config.wall) + config.lease_ttl,
                 holder=holder_json(),
                 specs=specs,
                 now=now,

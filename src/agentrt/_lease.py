@@ -23,20 +23,18 @@ Invariants this module owns:
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import secrets
 import socket
-import sqlite3
 import threading
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Any
 
-from ._clock import format_time, parse_time, wall_clock
 from ._errors import RunLeasedError
-from ._store.sqlite._writes import renew_lease, renew_lease_alone
+from ._store._base import Renewer
+from ._store._records import LeaseState
 
 WallClock = Callable[[], datetime]
 
@@ -121,71 +119,6 @@ def holder_json() -> str:
     return json.dumps(holder_record(), sort_keys=True, separators=(",", ":"))
 
 
-def expiry(wall: WallClock, ttl: timedelta) -> str:
-    return format_time(wall() + ttl)
-
-
-class Renewer(Protocol):
-    def renew(self, run_id: str, owner: str, expires_at: str) -> bool: ...
-
-    def close(self) -> None: ...
-
-
-class ConnectionRenewer:
-    """Renews on a connection of its own, opened lazily on the heartbeat's thread.
-
-    A separate connection is what keeps a consumer holding the store's own
-    connection (its lock, a long read) from starving the heartbeat. A write
-    transaction held open on the file is another matter: SQLite has one writer,
-    so the renewal waits for it (busy timeout), and retries at the next tick.
-    """
-
-    def __init__(self, connect: Callable[[], sqlite3.Connection]) -> None:
-        self._connect = connect
-        self._conn: sqlite3.Connection | None = None
-        self._safe_schema: int | None = None
-
-    def renew(self, run_id: str, owner: str, expires_at: str) -> bool:
-        if self._conn is None:
-            self._conn = self._connect()
-        conn = self._conn
-        try:
-            renewed, self._safe_schema = renew_lease_alone(
-                conn, self._safe_schema, run_id, owner, expires_at
-            )
-        except sqlite3.Error:
-            self.close()
-            raise
-        return renewed
-
-    def close(self) -> None:
-        if self._conn is not None:
-            with contextlib.suppress(sqlite3.Error):
-                self._conn.close()
-            self._conn = None
-
-
-class StoreRenewer:
-    """Renews through the store's own connection: only for `:memory:` stores,
-    where a second connection would open a different, empty database."""
-
-    def __init__(self, store: Any) -> None:
-        self._store = store
-
-    def renew(self, run_id: str, owner: str, expires_at: str) -> bool:
-        with self._store.transaction() as tx:
-            return renew_lease(tx, run_id, owner, expires_at)
-
-    def close(self) -> None:
-        pass
-
-
-def renewer_for(store: Any) -> Renewer:
-    if getattr(store, "in_memory", False):
-        return StoreRenewer(store)
-    return ConnectionRenewer(store.open_connection)
-
-
 class Heartbeat:
     """Renews one run's lease on a thread of its own until stopped or lost."""
 
@@ -195,13 +128,11 @@ class Heartbeat:
         run_id: str,
         owner: str,
         ttl: timedelta,
-        wall: WallClock = wall_clock,
     ) -> None:
         self._renewer = renewer
         self._run_id = run_id
         self._owner = owner
         self._ttl = ttl
-        self._wall = wall
         self._stop = threading.Event()
         self.lost = threading.Event()
         self.renewals = 0
@@ -227,9 +158,7 @@ class Heartbeat:
         try:
             while not self._stop.wait(interval):
                 try:
-                    held = self._renewer.renew(
-                        self._run_id, self._owner, expiry(self._wall, self._ttl)
-                    )
+                    held = self._renewer.renew(self._run_id, self._owner, self._ttl)
                 except Exception:
                     # A busy or failed write is retried at the next tick; the lease
                     # still has two thirds of its length to run.
@@ -291,38 +220,22 @@ def prove_dead(holder_text: str) -> dict[str, Any] | None:
     return None
 
 
-def check_live_lease(
-    run_id: str,
-    me: str,
-    wall: WallClock,
-    lease_owner: str,
-    expires_text: str,
-    holder_text: str = "",
-) -> dict[str, Any]:
+def check_live_lease(lease: LeaseState, me: str, now: datetime) -> dict[str, Any]:
     """How the previous owner is known to be gone; refuse, changing nothing, if it is not.
 
-    A lease that is live by the wall clock and someone else's (not `me`'s)
-    refuses (`RunLeasedError`) unless its holder is provably dead on this host.
+    A lease that is live at `now` (the store's lease clock) and someone else's
+    (not `me`'s) refuses (`RunLeasedError`) unless its holder is provably dead
+    on this host. An expiry nobody can read is never judged expired.
     """
-    if not lease_owner:
+    if not lease.owner:
         return {"by": "no lease"}
-    if lease_owner == me:
+    if lease.owner == me:
         # This very driver held it: its loop stopped (an error), and it is not
         # running now (a driver refuses a second concurrent call on a run).
         return {"by": "this driver's own lease"}
-    # An expiry that is not text (unreadable bytes) cannot be dated: never "expired".
-    if isinstance(expires_text, str) and expires_text <= format_time(wall()):
+    if lease.expired_at(now):
         return {"by": "lease expired"}
-    proof = prove_dead(holder_text)
+    proof = prove_dead(lease.holder)
     if proof is None:
-        raise RunLeasedError(run_id, lease_owner, _parse_expiry(expires_text))
+        raise RunLeasedError(lease.run_id, lease.owner, lease.expires_at)
     return {"by": "owner process gone", **proof}
-
-
-def _parse_expiry(text: object) -> datetime | None:
-    if not isinstance(text, str):
-        return None
-    try:
-        return parse_time(text)
-    except ValueError:
-        return None

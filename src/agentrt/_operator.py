@@ -67,11 +67,12 @@ class Operator:
         """Cancel any non-terminal run, without its lease."""
         now = self.now()
         with self.store.transaction() as tx:
-            row = tx.run_row(run_id)
-            if row is None:
+            guarded = tx.lock_run(run_id)
+            if guarded is None:
                 raise NotFoundError(f"no run {run_id}")
-            status = RunStatus(row["status"]) if row["status"] in _STATUSES else None
-            refused = f"run {run_id} is {row['status']}; only a live run is cancelled"
+            stored = guarded.lease.status
+            status = RunStatus(stored) if stored in _STATUSES else None
+            refused = f"run {run_id} is {stored}; only a live run is cancelled"
             if status is not None and status.terminal:
                 raise RunFinishedError(refused)
             if status is None:

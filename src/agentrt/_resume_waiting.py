@@ -27,8 +27,8 @@ from datetime import UTC, datetime
 
 from ._approval import verify_stored
 from ._decisions import call_args
-from ._errors import RunStateError
-from ._lease import check_live_lease, expiry, holder_json
+from ._errors import NotFoundError, RunStateError
+from ._lease import check_live_lease, holder_json
 from ._records import (
     Approval,
     ApprovalStatus,
@@ -142,24 +142,20 @@ async def _hold(config: LoopConfig, run: Run) -> None:
     """
 
     def tx_hold(tx: Tx) -> None:
-        row = tx.lease_row(run.id)
-        if row["status"] != RunStatus.WAITING_FOR_APPROVAL:
-            raise RunStateError(f"run {run.id} is {row['status']}; it was resumed elsewhere")
-        check_live_lease(
-            run.id,
-            config.owner,
-            config.wall,
-            row["lease_owner"],
-            row["lease_expires_at"],
-            row["lease_holder"],
-        )
+        guarded = tx.lock_run(run.id)
+        if guarded is None:
+            raise NotFoundError(f"no run {run.id}")
+        lease = guarded.lease
+        if lease.status != RunStatus.WAITING_FOR_APPROVAL:
+            raise RunStateError(f"run {run.id} is {lease.status}; it was resumed elsewhere")
+        lease_now = tx.lease_now(config.wall)
+        check_live_lease(lease, config.owner, lease_now)
         tx.hold_waiting(
             run.id,
             owner=config.owner,
-            expires_at=expiry(config.wall, config.lease_ttl),
+            expires_at=lease_now + config.lease_ttl,
             holder=holder_json(),
-            previous_owner=row["lease_owner"],
-            previous_expires_at=row["lease_expires_at"],
+            previous=lease,
         )
 
     await write_through(config, tx_hold)

@@ -42,11 +42,11 @@ from typing import Any, TypeVar, cast
 
 from . import _limits as limits_mod
 from ._canonical import check_json, content_hash, copy_json, to_text
-from ._clock import Clock, IdFactory, duration_to_ms, format_time
+from ._clock import Clock, IdFactory, duration_to_ms
 from ._errors import JSONValueError, LeaseLostError, RunStateError, StoreBusyError
 from ._events import Observer, deliver
 from ._foreign import exception_text
-from ._lease import Heartbeat, WallClock, renewer_for
+from ._lease import Heartbeat, WallClock
 from ._policy import Policy
 from ._policy import evaluate as evaluate_policy
 from ._records import (
@@ -63,7 +63,6 @@ from ._records import (
     ToolSpec,
 )
 from ._store import Store, Tx
-from ._store.sqlite._codecs import run_from_row
 from ._tools import CompiledTool, Tool
 
 T = TypeVar("T")
@@ -377,23 +376,23 @@ class RunSession:
         """Return to retry while the lease is ours; raise `LeaseLostError` once it is not."""
         config = self.config
         lease = await run_io(partial(config.store.lease_state, self.run_id))
-        now = config.wall()
+        now = config.store.lease_now(config.wall)
         if lease is not None:
-            status, owner, expires, epoch = lease
-            if status == RunStatus.RUNNING and owner == config.owner:
-                if expires > format_time(now):
+            if lease.status == RunStatus.RUNNING and lease.owner == config.owner:
+                if lease.live_at(now):
                     await asyncio.sleep(_BUSY_PAUSE_SECONDS)
                     return
                 raise LeaseLostError(
                     f"the database stayed busy until the lease on run {self.run_id} lapsed "
-                    f"at {expires}; the outcome was not recorded and is left for the next owner"
+                    f"at {lease.shown_expiry()}; the outcome was not recorded and is left for "
+                    "the next owner"
                 ) from busy
             # Cancelled while we held the lease: the late record is appended (see
             # `finish_tool`); it is waited for as long as the lease would have lasted.
             if (
-                status == RunStatus.CANCELLED
-                and epoch == self.epoch
-                and now - waiting_since < config.lease_ttl
+                lease.status == RunStatus.CANCELLED
+                and lease.epoch == self.epoch
+                and config.wall() - waiting_since < config.lease_ttl
             ):
                 await asyncio.sleep(_BUSY_PAUSE_SECONDS)
                 return
@@ -412,27 +411,30 @@ class RunSession:
         if hook is not None:
             await maybe_await(hook(point, self))
 
-    def require_lease(self, tx: Tx, *, side_effect: bool = False) -> Any:
-        """Re-read the run inside the transaction; refuse to write without the lease."""
-        row = tx.run_row(self.run_id)
-        if row is None:
+    def require_lease(self, tx: Tx, *, side_effect: bool = False) -> Run:
+        """Lock the run inside the transaction; refuse to write without the lease.
+
+        Before a side effect the lease must also be provably live by the store's
+        lease clock. Returns the run as it stands.
+        """
+        guarded = tx.lock_run(self.run_id)
+        if guarded is None:
             raise RunStateError(f"run {self.run_id} disappeared")
-        if row["status"] != RunStatus.RUNNING:
-            raise RunMoved(run_from_row(row))
-        if row["lease_owner"] != self.config.owner:
+        lease = guarded.lease
+        if lease.status != RunStatus.RUNNING:
+            raise RunMoved(guarded.run)
+        if lease.owner != self.config.owner:
             raise LeaseLostError(
-                f"run {self.run_id} is now leased by {row['lease_owner']!r}; "
+                f"run {self.run_id} is now leased by {lease.owner!r}; "
                 "this loop stopped before its next side effect"
             )
-        expires = row["lease_expires_at"]  # bytes when unreadable: not provably live
-        if side_effect and not (
-            isinstance(expires, str) and expires > format_time(self.config.wall())
-        ):
+        # An expiry nobody can read is not provably live.
+        if side_effect and not lease.live_at(tx.lease_now(self.config.wall)):
             raise LeaseLostError(
-                f"the lease on run {self.run_id} lapsed at {row['lease_expires_at']}; "
+                f"the lease on run {self.run_id} lapsed at {lease.shown_expiry()}; "
                 "no side effect is started on a lapsed lease"
             )
-        return row
+        return guarded.run
 
     def current(self, step: Step) -> Step:
         """The session's copy of `step` as last written (callers may hold an older one)."""
@@ -485,7 +487,7 @@ class RunSession:
         if self.heartbeat is None:
             config = self.config
             self.heartbeat = Heartbeat(
-                renewer_for(config.store), self.run_id, config.owner, config.lease_ttl, config.wall
+                config.store.renewer(config.wall), self.run_id, config.owner, config.lease_ttl
             )
             self.heartbeat.start()
         return self.heartbeat  # type: ignore[no-any-return]

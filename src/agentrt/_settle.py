@@ -37,7 +37,7 @@ from ._approval import approval_hash, approval_request
 from ._canonical import copy_json
 from ._clock import format_time
 from ._errors import RunStateError
-from ._lease import expiry, holder_json
+from ._lease import holder_json
 from ._records import (
     JSON,
     Approval,
@@ -152,7 +152,7 @@ class FromWaiting:
             session.run_id,
             self.approval.id,
             owner=config.owner,
-            expires_at=expiry(config.wall, config.lease_ttl),
+            expires_at=tx.lease_now(config.wall) + config.lease_ttl,
             holder=holder_json(),
             now=now,
         )
@@ -208,8 +208,8 @@ def require_latest(tx: Tx, step_id: str, approval: Approval) -> None:
     the step again on a new approval since this one was read: acting on the
     older grant then would execute what nobody approved.
     """
-    row = tx.latest_approval_of_step(step_id)
-    if row is None or row["id"] != approval.id or row["status"] != approval.status:
+    latest = tx.latest_approval_of_step(step_id)
+    if latest is None or latest.id != approval.id or latest.status != approval.status:
         raise RunStateError(
             f"approval {approval.id} is no longer the step's latest {approval.status} approval; "
             "another resume or decision moved the run first"

@@ -62,7 +62,6 @@ from ._settle import (
     start_tool_in,
 )
 from ._store import Tx
-from ._store.sqlite._codecs import run_from_row
 
 
 async def begin_step(session: RunSession) -> Step | None:
@@ -70,8 +69,7 @@ async def begin_step(session: RunSession) -> Step | None:
     config = session.config
 
     def tx_begin(tx: Tx) -> Step | None:
-        row = session.require_lease(tx)
-        run = run_from_row(row)
+        run = session.require_lease(tx)
         session.run = run
         now = config.clock()
         if run.decode_error:
@@ -271,9 +269,10 @@ async def _finish_tool(
     config = session.config
 
     def tx_finished(tx: Tx) -> None:
-        row = tx.run_row(session.run_id)
-        if row is None:
+        guarded = tx.lock_run(session.run_id)
+        if guarded is None:
             raise RunStateError(f"run {session.run_id} disappeared")
+        lease = guarded.lease
         now = config.clock()
         duration_ms = max(0, duration_to_ms(now - started_at))
         finished: dict[str, Any] = {"tool": spec.name, "duration_ms": duration_ms}
@@ -284,9 +283,9 @@ async def _finish_tool(
         else:
             finished["summary"] = observation.summary
             finished["content_hash"] = observation.content_hash
-        held = row["status"] == RunStatus.RUNNING and row["lease_owner"] == config.owner
+        held = lease.status == RunStatus.RUNNING and lease.owner == config.owner
         if not held:
-            if row["status"] == RunStatus.CANCELLED and row["lease_epoch"] == session.epoch:
+            if lease.status == RunStatus.CANCELLED and lease.epoch == session.epoch:
                 # Cancelled while we held the lease: the effect happened after the
                 # cancel was recorded, so it is appended, changing neither row.
                 late = tx.record_late_outcome(session.run_id, step.id, finished, now)

@@ -21,8 +21,8 @@ from typing import Any
 
 from ._canonical import check_json, copy_json, to_text
 from ._decisions import call_args
-from ._errors import JSONValueError, RunStateError
-from ._lease import check_live_lease, expiry, holder_json
+from ._errors import JSONValueError, NotFoundError, RunStateError
+from ._lease import check_live_lease, holder_json
 from ._policy import INTERRUPTED_POLICY_ID, interrupted_side_effect_decision
 from ._records import (
     PolicyDecision,
@@ -53,6 +53,7 @@ from ._session import (
 )
 from ._settle import FromRunning, pause, pause_in, settle
 from ._store import Tx
+from ._store._records import LeaseState
 from ._tool_reconcile import DECIDER, Answer, ask, notice, tool_reconcile_of
 
 RECONCILE_POLICY_ID = "agentrt:reconcile"
@@ -61,38 +62,35 @@ RECONCILE_POLICY_ID = "agentrt:reconcile"
 async def take_over(config: LoopConfig, run_id: str) -> RunSession:
     """Take a RUNNING run whose lease lapsed; apply the interruption contract."""
 
-    def read_lease() -> tuple[str, str, str, str]:
-        with config.store.transaction() as tx:
-            row = tx.lease_row(run_id)
-            return row[0], row[1], row[2], row[3]
+    def read_lease() -> LeaseState:
+        lease = config.store.lease_state(run_id)
+        if lease is None:
+            raise NotFoundError(f"no run {run_id}")
+        return lease
 
-    status, owner, expires, holder = await run_io(read_lease)
+    first = await run_io(read_lease)
     run, steps, approvals = await run_io(lambda: load(config, run_id))
-    if status != RunStatus.RUNNING:
-        raise RunStateError(f"run {run_id} is {status}; only a RUNNING run can be taken over")
-    check_live_lease(run_id, config.owner, config.wall, owner, expires, holder)
+    if first.status != RunStatus.RUNNING:
+        raise RunStateError(f"run {run_id} is {first.status}; only a RUNNING run can be taken over")
+    check_live_lease(first, config.owner, config.store.lease_now(config.wall))
     now = config.clock()
     session = RunSession(config, run, steps, approvals, epoch=0, mark=now)
 
     def tx_take(tx: Tx) -> None:
-        row = tx.lease_row(run_id)
-        if row["status"] != RunStatus.RUNNING:
-            raise RunStateError(f"run {run_id} is {row['status']}; it was resumed elsewhere")
-        proof = check_live_lease(
-            run_id,
-            config.owner,
-            config.wall,
-            row["lease_owner"],
-            row["lease_expires_at"],
-            row["lease_holder"],
-        )
+        guarded = tx.lock_run(run_id)
+        if guarded is None:
+            raise NotFoundError(f"no run {run_id}")
+        lease = guarded.lease
+        if lease.status != RunStatus.RUNNING:
+            raise RunStateError(f"run {run_id} is {lease.status}; it was resumed elsewhere")
+        lease_now = tx.lease_now(config.wall)
+        proof = check_live_lease(lease, config.owner, lease_now)
         taken = tx.take_over(
             run_id,
             owner=config.owner,
-            expires_at=expiry(config.wall, config.lease_ttl),
+            expires_at=lease_now + config.lease_ttl,
             holder=holder_json(),
-            previous_owner=row["lease_owner"],
-            previous_expires_at=row["lease_expires_at"],
+            previous=lease,
             proof=proof,
             now=now,
         )

@@ -44,12 +44,13 @@ from enum import StrEnum
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from ._clock import parse_time
+from ._clock import format_time
 from ._errors import ConfigError, ForeignRunError, RunLeasedError, RunStateError
-from ._gate import DRIVER_ORIGIN, RECOVERABLE_ORIGINS
+from ._gate import RECOVERABLE_ORIGINS
 from ._lease import check_live_lease
 from ._records import ApprovalStatus, Run, RunStatus
 from ._session import run_io
+from ._store._records import RunCandidate, RunCursor
 
 if TYPE_CHECKING:
     from ._driver import Driver
@@ -81,18 +82,6 @@ class Recovered:
     error: Exception | None = None
 
 
-@dataclass(frozen=True)
-class _Candidate:
-    rowid: int
-    run_id: str
-    status: str
-    lease_owner: str
-    lease_expires_at: str
-    lease_holder: str
-    origin: str = DRIVER_ORIGIN
-    unreadable: tuple[str, ...] = ()
-
-
 async def recover(
     driver: Driver, *, limit: int = DEFAULT_LIMIT, after: str | None = None, concurrency: int = 1
 ) -> list[Recovered]:
@@ -102,21 +91,20 @@ async def recover(
     if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
         raise ConfigError(f"recover concurrency must be a positive integer, got {concurrency!r}")
     store = driver.store
-    start = 0
+    start: RunCursor | None = None
     if after is not None:
-        rowid = await run_io(partial(store.run_rowid, after))
-        if rowid is None:
+        start = await run_io(partial(store.run_cursor, after))
+        if start is None:
             raise ConfigError(f"recover(after=...) names no run: {after!r}")
-        start = rowid
     gate = asyncio.Semaphore(concurrency)
     done: list[Recovered] = []
     while len(done) < limit:
-        page = await run_io(partial(_page, driver, start, min(PAGE, limit - len(done))))
+        page = await run_io(partial(store.unfinished_runs, start, min(PAGE, limit - len(done))))
         if not page:
             break
-        start = page[-1].rowid
+        start = page[-1].cursor
 
-        async def one(candidate: _Candidate) -> Recovered:
+        async def one(candidate: RunCandidate) -> Recovered:
             async with gate:
                 return await _recover_one(driver, candidate)
 
@@ -124,31 +112,7 @@ async def recover(
     return done
 
 
-_CANDIDATE_COLUMNS = ("id", "status", "lease_owner", "lease_expires_at", "lease_holder", "origin")
-
-
-def _page(driver: Driver, after_rowid: int, size: int) -> list[_Candidate]:
-    # Read as bytes: a column holding bytes that are not UTF-8 must fail only its
-    # own run (below), never the page.
-    rows = driver.store.unfinished_runs_page(_CANDIDATE_COLUMNS, after_rowid, size)
-    return [_candidate(int(r[0]), tuple(r)[1:]) for r in rows]
-
-
-def _candidate(rowid: int, values: tuple[Any, ...]) -> _Candidate:
-    texts: list[str] = []
-    unreadable: list[str] = []
-    for name, value in zip(_CANDIDATE_COLUMNS, values, strict=True):
-        raw = value if isinstance(value, bytes) else b""
-        try:
-            texts.append(raw.decode("utf-8"))
-        except UnicodeDecodeError:
-            texts.append(raw.decode("utf-8", "replace"))
-            unreadable.append(name)
-    run_id, status, owner, expires, holder, origin = texts
-    return _Candidate(rowid, run_id, status, owner, expires, holder, origin, tuple(unreadable))
-
-
-async def _recover_one(driver: Driver, candidate: _Candidate) -> Recovered:
+async def _recover_one(driver: Driver, candidate: RunCandidate) -> Recovered:
     run_id = candidate.run_id
     if candidate.unreadable:
         return Recovered(
@@ -213,18 +177,13 @@ class _Skip(Exception):
     """This run is left alone; the message says why."""
 
 
-def _judge_running(driver: Driver, c: _Candidate) -> str:
+def _judge_running(driver: Driver, c: RunCandidate) -> str:
     if driver._is_executing(c.run_id):
         raise _Skip(_EXECUTING)
     config = driver._config
     try:
         proof: dict[str, Any] = check_live_lease(
-            c.run_id,
-            config.owner,
-            config.wall,
-            c.lease_owner,
-            c.lease_expires_at,
-            c.lease_holder,
+            c.lease, config.owner, driver.store.lease_now(config.wall)
         )
     except RunLeasedError as exc:
         raise _Skip(_live(exc.owner, exc.expires_at)) from None
@@ -234,7 +193,7 @@ def _judge_running(driver: Driver, c: _Candidate) -> str:
     if by == "this driver's own lease":
         return "RUNNING under this driver's own lease; its loop had stopped"
     if by == "lease expired":
-        return f"RUNNING and its lease expired at {c.lease_expires_at}"
+        return f"RUNNING and its lease expired at {c.lease.shown_expiry()}"
     return f"RUNNING and its owner's process is gone (pid {proof.get('pid')}: {proof.get('proof')})"
 
 
@@ -246,16 +205,13 @@ async def _judge_waiting(driver: Driver, run_id: str) -> str:
     latest = await run_io(partial(driver.store.latest_approval_state, run_id))
     if latest is None:  # resume says what is wrong with such a run
         return "WAITING, with no approval on record"
-    approval_id, status, expires_text = (v if isinstance(v, str) else "" for v in tuple(latest))
+    approval_id, status, expires_at = latest.id, latest.status, latest.expires_at
     if status != ApprovalStatus.PENDING:
         return f"WAITING and its approval {approval_id} was {status}"
-    if expires_text:
-        try:
-            expires_at = parse_time(expires_text)
-        except ValueError:
-            expires_at = None
-        if expires_at is not None and driver.now() >= expires_at:
-            return f"WAITING and its approval {approval_id} expired undecided at {expires_text}"
+    if expires_at is not None and driver.now() >= expires_at:
+        return (
+            f"WAITING and its approval {approval_id} expired undecided at {format_time(expires_at)}"
+        )
     raise _Skip(f"WAITING for approval {approval_id}, which is still pending")
 
 
@@ -266,11 +222,11 @@ def _unregistered_tools(driver: Driver, run_id: str) -> set[str]:
     its runs. A run of a program with other tools is not this program's to resume.
     """
     stored = driver.store.started_tool_names(run_id)
-    names = {n if isinstance(n, str) else "?" for n in stored}
+    names = {"?" if n is None else n for n in stored}
     return names - set(driver._config.specs)
 
 
-async def _moved_since(driver: Driver, c: _Candidate) -> str | None:
+async def _moved_since(driver: Driver, c: RunCandidate) -> str | None:
     """The run's status now, if it is not the one judged (someone else moved it)."""
     try:
         status = await run_io(partial(driver.store.run_status, c.run_id))

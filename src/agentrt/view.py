@@ -18,7 +18,6 @@ through `agentrt.trace.sanitize`. Text a read cut at its cap is a
 from __future__ import annotations
 
 import re
-import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -26,8 +25,8 @@ from typing import Any
 
 from ._approval import decided_words
 from ._canonical import to_text
-from ._capped import TEXT_CAP, CappedText
-from ._clock import duration_to_ms, format_time, parse_time
+from ._capped import TEXT_CAP
+from ._clock import duration_to_ms, format_time
 from ._errors import (
     AmbiguousRunIdError,
     ApprovalExpiredError,
@@ -48,7 +47,7 @@ from ._records import (
     Step,
 )
 from ._store import Store
-from ._stored_text import shown_text
+from ._store._records import WaitingRow
 from .trace import text_json
 
 RUN_PAGE_DEFAULT = 50
@@ -343,34 +342,15 @@ def step_summary(step: Step) -> StepSummary:
 # --- queries ------------------------------------------------------------------------------------
 
 
-def _time_or_none(value: object) -> datetime | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        return parse_time(value)
-    except ValueError:
-        return None
-
-
-def _text(value: object, length: object = None) -> str:
-    """A column read by a list query; with its full `length`, text cut shorter is a CappedText."""
-    # Bytes that are not UTF-8 (a damaged or tampered row) show with each bad byte as \xNN.
-    text = shown_text(value)
-    if isinstance(length, int) and length > len(text):
-        return CappedText(text, length)
-    return text
-
-
-def _waiting_from_row(row: sqlite3.Row) -> WaitingApproval:
-    # A value cut at the cap stays marked as cut (CappedText), so it is never shown whole.
+def _waiting(row: WaitingRow) -> WaitingApproval:
     return WaitingApproval(
-        id=_text(row["id"], row["n_id"]),
-        run_id=_text(row["run_id"]),
-        kind=_text(row["kind"], row["n_kind"]),
-        tool=_text(row["tool"], row["n_tool"]),
-        hash=_text(row["hash"], row["n_hash"]),
-        created_at=_time_or_none(row["created_at"]),
-        expires_at=_time_or_none(row["expires_at"]),
+        id=row.id,
+        run_id=row.run_id,
+        kind=row.kind,
+        tool=row.tool,
+        hash=row.hash,
+        created_at=row.created_at,
+        expires_at=row.expires_at,
     )
 
 
@@ -383,7 +363,7 @@ def waiting_approvals(store: Store, run_ids: Sequence[str]) -> dict[str, list[Wa
         raise ValueError(f"at most {RUN_PAGE_MAX} runs at a time")
     rows = store.pending_approvals_of(run_ids, _FIELD_CAP)
     for row in rows:
-        waiting = _waiting_from_row(row)
+        waiting = _waiting(row)
         found.setdefault(waiting.run_id, []).append(waiting)
     return found
 
@@ -419,9 +399,7 @@ def pending_page(store: Store, *, limit: int = PENDING_PAGE_DEFAULT) -> PendingP
     """
     _check_page(limit, 0, PENDING_PAGE_MAX)
     rows = store.newest_pending_approvals(limit + 1, _FIELD_CAP, LIST_TEXT_CAP)
-    found = tuple(
-        PendingApproval(_waiting_from_row(row), _text(row["goal"], row["n_goal"])) for row in rows
-    )
+    found = tuple(PendingApproval(_waiting(row), row.goal) for row in rows)
     return PendingPage(approvals=found[:limit], limit=limit, more=len(found) > limit)
 
 

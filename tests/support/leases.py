@@ -11,7 +11,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from agentrt._lease import WallClock, expiry, holder_json
+from agentrt._clock import parse_time
+from agentrt._lease import WallClock, holder_json
+from agentrt._store._records import LeaseState
 
 
 def take_in(
@@ -32,10 +34,32 @@ def take_in(
     return tx.take_lease(
         run_id,
         owner,
-        expiry(wall, ttl),
+        wall() + ttl,
         holder_json(),
         from_status=from_status,
-        previous=None if previous_owner is None else (previous_owner, previous_expires_at or ""),
+        previous=None
+        if previous_owner is None
+        else judged_lease(run_id, previous_owner, previous_expires_at or ""),
+    )
+
+
+def judged_lease(run_id: str, owner: str, expires_text: str, status: str = "RUNNING") -> LeaseState:
+    """A lease as a caller judged it from a SQLite read: the stored owner and expiry text.
+
+    A write that replaces "exactly the lease judged" compares these stored values.
+    """
+    try:
+        expires_at = parse_time(expires_text)
+        readable = True
+    except ValueError:
+        expires_at, readable = None, False
+    return LeaseState(
+        run_id=run_id,
+        status=status,
+        owner=owner,
+        expires_at=expires_at,
+        expiry_readable=readable,
+        stored=(owner, expires_text),
     )
 
 

@@ -1,18 +1,43 @@
 """The store layer: the only code that holds SQL, and the way the rest of the package opens a store.
 
+`Store` and `Tx` (`_base`) are the interface the rest of the package holds;
 `open_store(target)` and `open_existing(target, read_only)` choose a backend
-by what `target` names (today every target is a SQLite file path, or
-`":memory:"`), and `Store` / `Tx` are what the rest of the package holds.
-Each backend lives in a package of its own (`sqlite/`); nothing above this
-layer imports a backend's driver or writes SQL (`tests/test_layering.py`).
+by what `target` names: today every target is a SQLite file path (or
+`":memory:"`), opened by the SQLite backend in `sqlite/`. Each backend is a
+package of its own; nothing above this layer imports a backend's driver or
+writes SQL (`tests/test_layering.py`).
 """
 
 from __future__ import annotations
 
-from .sqlite import SqliteStore as Store
-from .sqlite import SqliteTx as Tx
-from .sqlite import open_sqlite_existing as open_existing
-from .sqlite import open_sqlite_store as open_store
+import os
+
+from ._base import Renewer, Store, Tx
+from .sqlite import open_sqlite_existing, open_sqlite_store
 from .sqlite._migrations import RUNTIME_VERSION
 
-__all__ = ["RUNTIME_VERSION", "Store", "Tx", "open_existing", "open_store"]
+
+def open_store(path: str | os.PathLike[str]) -> Store:
+    """Open the database at `path` for writing, creating it (0600) or migrating it as needed.
+
+    `":memory:"` gives a private in-memory store. Refuses a symlink, a file with
+    a second hard link, an insecure file, sidecar or directory, a trigger or
+    view, an unreadable schema, a newer schema, and a file whose
+    `min_writer_version` is above this runtime.
+    """
+    return open_sqlite_store(path)
+
+
+def open_existing(path: str | os.PathLike[str], read_only: bool = False) -> Store:
+    """Open an existing agentrt database: never creates, never migrates.
+
+    Refuses a symlink (`SymlinkError`), a second hard link (`HardLinkError`), an
+    insecure file or directory, a trigger or view, an unreadable schema, and
+    any schema version but this code's own (`SchemaVersionError`, naming which
+    side is newer). A read-only open works beside a live writer and in a
+    directory this process cannot write.
+    """
+    return open_sqlite_existing(path, read_only)
+
+
+__all__ = ["RUNTIME_VERSION", "Renewer", "Store", "Tx", "open_existing", "open_store"]

@@ -96,12 +96,7 @@ from .._records import (
     ToolSpec,
 )
 from .._store import Store, open_store
-from .._store.sqlite._proxy_rows import (
-    RequestRow,
-    claim_request,
-    latest_request,
-    migrate_proxy,
-)
+from .._store._records import RequestRow
 from ._config import read_manifest, read_rules
 from ._proxy_config import STATUS_TOOL, ProxyConfig
 
@@ -371,7 +366,7 @@ class Proxy:
             key = request_key(tool, {} if arguments is None else arguments)
         except (JSONValueError, TypeError, ValueError):
             return Answer.of(INVALID, "the arguments are not usable JSON.")
-        row = await _io(latest_request, self.store, key)
+        row = await _io(self.store.latest_request, key)
         run = await self._run(row)
         if run is None:
             if key in self._inflight:
@@ -386,7 +381,7 @@ class Proxy:
     # -- the rules, in order -----------------------------------------------
 
     async def _handle(self, spec: ToolSpec, key: str, args: Any) -> Answer:
-        row = await _io(latest_request, self.store, key)
+        row = await _io(self.store.latest_request, key)
         run = await self._run(row)
         if row is not None and run is None and self._claimed_recently(row):
             return Answer.of(IN_PROGRESS)  # another process claimed it and is creating the run
@@ -435,8 +430,7 @@ class Proxy:
         now = self.now()
         claim = await _io(
             functools.partial(
-                claim_request,
-                self.store,
+                self.store.claim_request,
                 key,
                 None if judged is None else judged.seq,
                 run_id,
@@ -819,7 +813,7 @@ async def _load(
 def _open(config: ProxyConfig, now: Clock) -> Store:
     store = open_store(config.database)
     try:
-        migrate_proxy(store, now())
+        store.migrate_proxy(now())
     except BaseException:
         store.close()
         raise

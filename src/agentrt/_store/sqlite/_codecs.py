@@ -33,7 +33,8 @@ from ..._records import (
     StepStatus,
     TerminalReason,
 )
-from ..._stored_text import unreadable_text
+from ..._stored_text import shown_text, unreadable_text
+from .._records import ApprovalState, LeaseState, WaitingRow
 
 MAX_INT64 = 2**63 - 1
 
@@ -338,4 +339,81 @@ def model_call_from_row(row: sqlite3.Row) -> ModelCallRecord:
         dispatched_at=f.time("dispatched_at"),
         completed_at=f.time("completed_at"),
         decode_error=f.error,
+    )
+
+
+# --- leases -------------------------------------------------------------------------------------
+
+
+def lease_from(
+    run_id: str, status: object, owner: object, expires: object, holder: object, epoch: object
+) -> LeaseState:
+    """A run's lease columns as a `LeaseState`, applying the rules for what will not read.
+
+    An owner that is not text is still somebody (what could be read of it); an
+    expiry that is not text, or text that is not a stored time, can be dated by
+    nobody (`expiry_readable` False); a holder that is not text proves nothing.
+    """
+    expires_at: datetime | None = None
+    readable = isinstance(expires, str)
+    if isinstance(expires, str):
+        try:
+            expires_at = parse_time(expires)
+        except ValueError:
+            readable = False
+    shown_owner = owner if isinstance(owner, str) else shown_text(owner) or "<unreadable owner>"
+    return LeaseState(
+        run_id=run_id,
+        status=shown_text(status),
+        owner=shown_owner,
+        expires_at=expires_at,
+        holder=holder if isinstance(holder, str) else "",
+        epoch=epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else 0,
+        expiry_readable=readable,
+        stored=(owner, expires),
+    )
+
+
+# --- approvals as judgements and lists read them --------------------------------------------
+
+
+def _time_or_none(value: object) -> datetime | None:
+    """A stored time, None when there is none or it will not parse."""
+    if not isinstance(value, str):
+        return None
+    try:
+        return parse_time(value)
+    except ValueError:
+        return None
+
+
+def approval_state(row: sqlite3.Row) -> ApprovalState:
+    """`id`, `status`, `expires_at` of an approval row; what will not read shows as text or None."""
+    return ApprovalState(
+        id=shown_text(row["id"]),
+        status=shown_text(row["status"]),
+        expires_at=_time_or_none(row["expires_at"]),
+    )
+
+
+def _listed_text(value: object, length: object = None) -> str:
+    """A column read by a list query; with its full `length`, text cut shorter is a CappedText."""
+    # Bytes that are not UTF-8 (a damaged or tampered row) show with each bad byte as \xNN.
+    text = shown_text(value)
+    if isinstance(length, int) and length > len(text):
+        return CappedText(text, length)
+    return text
+
+
+def waiting_from_row(row: sqlite3.Row, *, with_goal: bool = False) -> WaitingRow:
+    """A pending approval as a list reads it; a value cut at the cap stays marked as cut."""
+    return WaitingRow(
+        id=_listed_text(row["id"], row["n_id"]),
+        run_id=_listed_text(row["run_id"]),
+        kind=_listed_text(row["kind"], row["n_kind"]),
+        tool=_listed_text(row["tool"], row["n_tool"]),
+        hash=_listed_text(row["hash"], row["n_hash"]),
+        created_at=_time_or_none(row["created_at"]),
+        expires_at=_time_or_none(row["expires_at"]),
+        goal=_listed_text(row["goal"], row["n_goal"]) if with_goal else "",
     )

@@ -20,66 +20,17 @@ Invariants:
 
 from __future__ import annotations
 
-import dataclasses
+import contextlib
+from abc import abstractmethod
 from collections.abc import Collection
 from datetime import datetime
 
 from ..._clock import format_time, parse_time
 from ..._errors import SchemaVersionError
+from .._records import Claim, RequestRow
 from ._migrations import PROXY_MIGRATIONS, statements
-from ._store import SqliteStore as Store
-from ._writes import SqliteTx as Tx
-
-
-@dataclasses.dataclass(frozen=True)
-class RequestRow:
-    """One run made for a request key; `seq` orders the runs of a key."""
-
-    seq: int
-    request_key: str
-    run_id: str
-    tool: str
-    side_effect: str
-    created_at: datetime | None
-
-
-def migrate_proxy(store: Store, now: datetime) -> int:
-    """Apply the proxy's pending migrations in one transaction; returns the version reached.
-
-    A file whose proxy tables are newer than this code is refused
-    (`SchemaVersionError`) before anything changes.
-    """
-    known = PROXY_MIGRATIONS[-1].version
-    with store.transaction() as tx:
-        exists = tx.execute(
-            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'proxy_migrations'"
-        ).fetchone()
-        current = 0
-        if exists is not None:
-            row = tx.execute("SELECT max(version) FROM proxy_migrations").fetchone()
-            current = int(row[0]) if row is not None and isinstance(row[0], int) else 0
-        if current > known:
-            raise SchemaVersionError(
-                f"the database's proxy tables were written by a newer agentrt (proxy schema "
-                f"version {current}; this one knows up to {known}): upgrade agentrt to use it"
-            )
-        for migration in PROXY_MIGRATIONS:
-            if migration.version <= current:
-                continue
-            for sql in statements(migration.sql):
-                tx.execute(sql)
-            tx.execute(
-                "INSERT INTO proxy_migrations (version, applied_at) VALUES (?, ?)",
-                (migration.version, format_time(now)),
-            )
-    return known
-
-
-def proxy_versions(store: Store) -> list[int]:
-    """The proxy migrations the file records, in order."""
-    return [
-        int(row[0]) for row in store.query("SELECT version FROM proxy_migrations ORDER BY version")
-    ]
+from ._reads import StoreReads
+from ._writes import SqliteTx
 
 
 def _row(values: tuple[object, ...]) -> RequestRow:
@@ -97,70 +48,7 @@ def _row(values: tuple[object, ...]) -> RequestRow:
 _COLUMNS = "seq, request_key, run_id, tool, side_effect, created_at"
 
 
-def latest_request(store: Store, key: str) -> RequestRow | None:
-    """The latest run made for `key`, or None."""
-    rows = store.query(
-        f"SELECT {_COLUMNS} FROM proxy_requests WHERE request_key = ? ORDER BY seq DESC LIMIT 1",
-        (key,),
-    )
-    return _row(tuple(rows[0])) if rows else None
-
-
-def request_of_run(store: Store, run_id: str) -> RequestRow | None:
-    """The key row that made `run_id`, or None for a run the proxy did not make."""
-    rows = store.query(f"SELECT {_COLUMNS} FROM proxy_requests WHERE run_id = ?", (run_id,))
-    return _row(tuple(rows[0])) if rows else None
-
-
-@dataclasses.dataclass(frozen=True)
-class Claim:
-    """What `claim_request` did: claimed the key, found it taken, or found the cap full."""
-
-    claimed: bool
-    full: bool = False
-    waiting: int = 0
-
-
-def claim_request(
-    store: Store,
-    key: str,
-    judged_seq: int | None,
-    run_id: str,
-    tool: str,
-    side_effect: str,
-    now: datetime,
-    *,
-    cap: int | None = None,
-    awaiting: Collection[str] = (),
-    fresh_since: datetime | None = None,
-) -> Claim:
-    """Record that `run_id` is the key's next run, if the key's latest row is still
-    `judged_seq` (None: the key had none); writes nothing when another call claimed
-    the key since (`claimed` False), or, given a `cap`, when `cap` calls of the proxy
-    already wait for a person or are on their way to it (`full`; see
-    `_waiting_or_on_the_way` for `awaiting` and `fresh_since`)."""
-    with store.transaction() as tx:
-        row = tx.execute(
-            "SELECT seq FROM proxy_requests WHERE request_key = ? ORDER BY seq DESC LIMIT 1",
-            (key,),
-        ).fetchone()
-        current = None if row is None else int(row[0])
-        if current != judged_seq:
-            return Claim(claimed=False)
-        waiting = 0
-        if cap is not None:
-            waiting = _waiting_or_on_the_way(tx, awaiting, fresh_since or now)
-            if waiting >= cap:
-                return Claim(claimed=False, full=True, waiting=waiting)
-        tx.execute(
-            "INSERT INTO proxy_requests (request_key, run_id, tool, side_effect, created_at) "
-            "VALUES (?, ?, ?, ?, ?)",
-            (key, run_id, tool, side_effect, format_time(now)),
-        )
-        return Claim(claimed=True, waiting=waiting)
-
-
-def _waiting_or_on_the_way(tx: Tx, awaiting: Collection[str], fresh_since: datetime) -> int:
+def _waiting_or_on_the_way(tx: SqliteTx, awaiting: Collection[str], fresh_since: datetime) -> int:
     """The proxy's pending approvals, plus its calls of a side effect in `awaiting`
     (those the policy sends to a person) claimed since `fresh_since` whose run has no
     approval yet and is missing (being created) or RUNNING (being decided)."""
@@ -181,3 +69,101 @@ def _waiting_or_on_the_way(tx: Tx, awaiting: Collection[str], fresh_since: datet
         (*kinds, format_time(fresh_since)),
     ).fetchone()
     return pending + (int(row[0]) if row is not None else 0)
+
+
+class ProxyRows(StoreReads):
+    """The proxy's rows as methods of the SQLite store."""
+
+    @abstractmethod
+    def transaction(self) -> contextlib.AbstractContextManager[SqliteTx]:
+        """A write transaction of the store (`SqliteStore.transaction`)."""
+
+    def migrate_proxy(self, now: datetime) -> int:
+        """Apply the proxy's pending migrations in one transaction; returns the version reached.
+
+        A file whose proxy tables are newer than this code is refused
+        (`SchemaVersionError`) before anything changes.
+        """
+        known = PROXY_MIGRATIONS[-1].version
+        with self.transaction() as tx:
+            exists = tx.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'proxy_migrations'"
+            ).fetchone()
+            current = 0
+            if exists is not None:
+                row = tx.execute("SELECT max(version) FROM proxy_migrations").fetchone()
+                current = int(row[0]) if row is not None and isinstance(row[0], int) else 0
+            if current > known:
+                raise SchemaVersionError(
+                    f"the database's proxy tables were written by a newer agentrt (proxy schema "
+                    f"version {current}; this one knows up to {known}): upgrade agentrt to use it"
+                )
+            for migration in PROXY_MIGRATIONS:
+                if migration.version <= current:
+                    continue
+                for sql in statements(migration.sql):
+                    tx.execute(sql)
+                tx.execute(
+                    "INSERT INTO proxy_migrations (version, applied_at) VALUES (?, ?)",
+                    (migration.version, format_time(now)),
+                )
+        return known
+
+    def proxy_versions(self) -> list[int]:
+        """The proxy migrations the file records, in order."""
+        return [
+            int(row[0])
+            for row in self._query("SELECT version FROM proxy_migrations ORDER BY version")
+        ]
+
+    def latest_request(self, key: str) -> RequestRow | None:
+        """The latest run made for `key`, or None."""
+        rows = self._query(
+            f"SELECT {_COLUMNS} FROM proxy_requests WHERE request_key = ? "
+            "ORDER BY seq DESC LIMIT 1",
+            (key,),
+        )
+        return _row(tuple(rows[0])) if rows else None
+
+    def request_of_run(self, run_id: str) -> RequestRow | None:
+        """The key row that made `run_id`, or None for a run the proxy did not make."""
+        rows = self._query(f"SELECT {_COLUMNS} FROM proxy_requests WHERE run_id = ?", (run_id,))
+        return _row(tuple(rows[0])) if rows else None
+
+    def claim_request(
+        self,
+        key: str,
+        judged_seq: int | None,
+        run_id: str,
+        tool: str,
+        side_effect: str,
+        now: datetime,
+        *,
+        cap: int | None = None,
+        awaiting: Collection[str] = (),
+        fresh_since: datetime | None = None,
+    ) -> Claim:
+        """Record that `run_id` is the key's next run, if the key's latest row is still
+        `judged_seq` (None: the key had none); writes nothing when another call claimed
+        the key since (`claimed` False), or, given a `cap`, when `cap` calls of the proxy
+        already wait for a person or are on their way to it (`full`; see
+        `_waiting_or_on_the_way` for `awaiting` and `fresh_since`)."""
+        with self.transaction() as tx:
+            row = tx.execute(
+                "SELECT seq FROM proxy_requests WHERE request_key = ? ORDER BY seq DESC LIMIT 1",
+                (key,),
+            ).fetchone()
+            current = None if row is None else int(row[0])
+            if current != judged_seq:
+                return Claim(claimed=False)
+            waiting = 0
+            if cap is not None:
+                waiting = _waiting_or_on_the_way(tx, awaiting, fresh_since or now)
+                if waiting >= cap:
+                    return Claim(claimed=False, full=True, waiting=waiting)
+            tx.execute(
+                "INSERT INTO proxy_requests (request_key, run_id, tool, side_effect, created_at) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (key, run_id, tool, side_effect, format_time(now)),
+            )
+            return Claim(claimed=True, waiting=waiting)

@@ -9,14 +9,57 @@ from __future__ import annotations
 
 import sqlite3
 from abc import ABC, abstractmethod
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from ..._errors import NotFoundError
 from ..._records import Approval, ApprovalStatus, Run, RunStatus, Step
-from ._codecs import approval_from_row, run_from_row, step_from_row
+from ..._stored_text import shown_text
+from .._records import (
+    ApprovalState,
+    GuardedRun,
+    LeaseState,
+    RunCandidate,
+    RunCursor,
+    WaitingRow,
+)
+from ._codecs import (
+    approval_from_row,
+    approval_state,
+    lease_from,
+    run_from_row,
+    step_from_row,
+    waiting_from_row,
+)
 from ._tx import TxCore
+
+_CANDIDATE_COLUMNS = ("id", "status", "lease_owner", "lease_expires_at", "lease_holder", "origin")
+
+
+def _candidate(values: tuple[Any, ...]) -> RunCandidate:
+    """One row of `unfinished_runs` (rowid, epoch, then the columns as bytes) decoded."""
+    rowid, epoch, *raw = values
+    texts: list[str] = []
+    unreadable: list[str] = []
+    for name, value in zip(_CANDIDATE_COLUMNS, raw, strict=True):
+        data = value if isinstance(value, bytes) else b""
+        try:
+            texts.append(data.decode("utf-8"))
+        except UnicodeDecodeError:
+            texts.append(data.decode("utf-8", "replace"))
+            unreadable.append(name)
+    run_id, status, owner, expires, holder, origin = texts
+    return RunCandidate(
+        cursor=RunCursor(int(rowid)),
+        run_id=run_id,
+        status=status,
+        lease=lease_from(run_id, status, owner, expires, holder, epoch),
+        origin=origin,
+        unreadable=tuple(unreadable),
+    )
+
 
 # --- the read models (view.py) -------------------------------------------------------
 
@@ -96,19 +139,40 @@ class plain_reader:
 class TxReads(TxCore):
     """The named reads inside a transaction: they see what the transaction wrote."""
 
-    def run_row(self, run_id: str) -> sqlite3.Row | None:
-        """The run's row as stored, or None."""
+    def _run_row(self, run_id: str) -> sqlite3.Row | None:
         row: sqlite3.Row | None = self.execute(
             "SELECT * FROM runs WHERE id = ?", (run_id,)
         ).fetchone()
         return row
+
+    def lock_run(self, run_id: str) -> GuardedRun | None:
+        """The run and its lease, held for the rest of the transaction; None if no such run.
+
+        `BEGIN IMMEDIATE` already excludes every other writer, so a plain read holds it.
+        """
+        row = self._run_row(run_id)
+        if row is None:
+            return None
+        lease = lease_from(
+            run_id,
+            row["status"],
+            row["lease_owner"],
+            row["lease_expires_at"],
+            row["lease_holder"],
+            row["lease_epoch"],
+        )
+        return GuardedRun(run_from_row(row), lease)
+
+    def lease_now(self, wall: Callable[[], datetime]) -> datetime:
+        """The time leases are judged by in this transaction: the caller's wall clock."""
+        return wall()
 
     def run_exists(self, run_id: str) -> bool:
         return self.execute("SELECT 1 FROM runs WHERE id = ?", (run_id,)).fetchone() is not None
 
     def run_record(self, run_id: str) -> Run:
         """The run as it stands in this transaction; `NotFoundError` if there is none."""
-        row = self.run_row(run_id)
+        row = self._run_row(run_id)
         if row is None:
             raise NotFoundError(f"no run {run_id}")
         return run_from_row(row)
@@ -125,57 +189,50 @@ class TxReads(TxCore):
         rows = self.execute("SELECT * FROM steps WHERE run_id = ? ORDER BY idx", (run_id,))
         return [step_from_row(r) for r in rows.fetchall()]
 
-    def latest_approval_of_step(self, step_id: str) -> sqlite3.Row | None:
-        """`id` and `status` of the step's latest approval, or None."""
-        row: sqlite3.Row | None = self.execute(
-            "SELECT id, status FROM approvals WHERE step_id = ? ORDER BY rowid DESC LIMIT 1",
+    def latest_approval_of_step(self, step_id: str) -> ApprovalState | None:
+        """The id, status and expiry of the step's latest approval, or None."""
+        row = self.execute(
+            "SELECT id, status, expires_at FROM approvals WHERE step_id = ? "
+            "ORDER BY rowid DESC LIMIT 1",
             (step_id,),
         ).fetchone()
-        return row
-
-    def lease_row(self, run_id: str) -> sqlite3.Row:
-        """`status`, `lease_owner`, `lease_expires_at`, `lease_holder` of the run."""
-        row = self.execute(
-            "SELECT status, lease_owner, lease_expires_at, lease_holder FROM runs WHERE id = ?",
-            (run_id,),
-        ).fetchone()
-        if row is None:
-            raise NotFoundError(f"no run {run_id}")
-        return row  # type: ignore[no-any-return]
+        return None if row is None else approval_state(row)
 
     def approvals_of_run(self, run_id: str) -> list[Approval]:
         """Every approval of the run, oldest first."""
         rows = self.execute("SELECT * FROM approvals WHERE run_id = ? ORDER BY rowid", (run_id,))
         return [approval_from_row(r) for r in rows.fetchall()]
 
-    def approval_row(self, approval_id: str, run_id: str | None = None) -> sqlite3.Row | None:
-        """The approval's row (of that run, when one is named), or None."""
-        if run_id is None:
-            row: sqlite3.Row | None = self.execute(
-                "SELECT * FROM approvals WHERE id = ?", (approval_id,)
-            ).fetchone()
-            return row
-        row = self.execute(
-            "SELECT * FROM approvals WHERE id = ? AND run_id = ?", (approval_id, run_id)
+    def _approval_row(self, approval_id: str) -> sqlite3.Row | None:
+        row: sqlite3.Row | None = self.execute(
+            "SELECT * FROM approvals WHERE id = ?", (approval_id,)
         ).fetchone()
         return row
 
+    def approval_of_run(self, approval_id: str, run_id: str) -> Approval | None:
+        """The run's approval with this id as it stands in this transaction, or None."""
+        row = self.execute(
+            "SELECT * FROM approvals WHERE id = ? AND run_id = ?", (approval_id, run_id)
+        ).fetchone()
+        return None if row is None else approval_from_row(row)
+
     def approval_record(self, approval_id: str) -> Approval:
-        row = self.approval_row(approval_id)
+        row = self._approval_row(approval_id)
         if row is None:
             raise NotFoundError(f"no approval {approval_id}")
         return approval_from_row(row)
 
-    def steps_in(self, run_id: str, statuses: Sequence[str]) -> list[sqlite3.Row]:
-        """`id` and `status` of the run's steps in one of `statuses`, in step order."""
+    def steps_in(self, run_id: str, statuses: Sequence[str]) -> list[tuple[str, str]]:
+        """`(id, status)` of the run's steps in one of `statuses`, in step order."""
         placeholders = ",".join("?" for _ in statuses)
-        return list(
+        rows = list(
             self.execute(
                 f"SELECT id, status FROM steps WHERE run_id = ? AND status IN ({placeholders}) "
                 "ORDER BY idx",
                 (run_id, *[str(s) for s in statuses]),
             ).fetchall()
         )
+        return [(str(r[0]), str(r[1])) for r in rows]
 
 
 class StoreReads(ABC):
@@ -185,50 +242,55 @@ class StoreReads(ABC):
     def _query(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
         """Run one read on the store's connection, under its lock."""
 
-    def lease_state(self, run_id: str) -> Any:
-        """(`status`, `lease_owner`, `lease_expires_at`, `lease_epoch`) of the run, or None.
+    def lease_state(self, run_id: str) -> LeaseState | None:
+        """The run's status and lease, or None when there is no such run.
 
-        Read on the self's connection outside any transaction: what a write that
-        waits out a busy database checks between its tries.
+        Read on the store's connection outside any transaction: what a write that
+        waits out a busy database checks between its tries, and a takeover's first look.
         """
         rows = self._query(
-            "SELECT status, lease_owner, lease_expires_at, lease_epoch FROM runs WHERE id = ?",
+            "SELECT status, lease_owner, lease_expires_at, lease_holder, lease_epoch "
+            "FROM runs WHERE id = ?",
             (run_id,),
         )
-        return tuple(rows[0]) if rows else None
+        return lease_from(run_id, *tuple(rows[0])) if rows else None
 
     # --- recovery ---------------------------------------------------------------------
 
-    def run_rowid(self, run_id: str) -> int | None:
-        """The run's rowid (recovery pages by it), or None when there is no such run."""
+    def run_cursor(self, run_id: str) -> RunCursor | None:
+        """Where the run stands in recovery's order (its rowid); None when there is no such run."""
         rows = self._query("SELECT rowid FROM runs WHERE id = ?", (run_id,))
-        return int(rows[0][0]) if rows else None
+        return RunCursor(int(rows[0][0])) if rows else None
 
-    def unfinished_runs_page(
-        self, columns: Sequence[str], after_rowid: int, size: int
-    ) -> list[sqlite3.Row]:
-        """RUNNING and WAITING runs after `after_rowid`, oldest first: rowid, then `columns`.
+    def unfinished_runs(self, after: RunCursor | None, limit: int) -> list[RunCandidate]:
+        """RUNNING and WAITING runs after `after`, oldest first, at most `limit`.
 
         The columns are read as bytes: a column holding bytes that are not UTF-8
-        must fail only its own run, never the page.
+        fails only its own candidate (`unreadable`), never the page.
         """
-        cols = ", ".join(f"CAST({c} AS BLOB)" for c in columns)
-        return self._query(
-            f"SELECT rowid, {cols} FROM runs "
+        cols = ", ".join(f"CAST({c} AS BLOB)" for c in _CANDIDATE_COLUMNS)
+        rows = self._query(
+            f"SELECT rowid, lease_epoch, {cols} FROM runs "
             "WHERE status IN (?, ?) AND rowid > ? ORDER BY rowid LIMIT ?",
-            (str(RunStatus.RUNNING), str(RunStatus.WAITING_FOR_APPROVAL), after_rowid, size),
+            (
+                str(RunStatus.RUNNING),
+                str(RunStatus.WAITING_FOR_APPROVAL),
+                0 if after is None else after.position,
+                limit,
+            ),
         )
+        return [_candidate(tuple(r)) for r in rows]
 
-    def latest_approval_state(self, run_id: str) -> sqlite3.Row | None:
-        """`id`, `status`, `expires_at` of the run's latest approval, or None."""
+    def latest_approval_state(self, run_id: str) -> ApprovalState | None:
+        """The id, status and expiry of the run's latest approval, or None."""
         rows = self._query(
             "SELECT id, status, expires_at FROM approvals WHERE run_id = ? "
             "ORDER BY rowid DESC LIMIT 1",
             (run_id,),
         )
-        return rows[0] if rows else None
+        return approval_state(rows[0]) if rows else None
 
-    def started_tool_names(self, run_id: str) -> list[Any]:
+    def started_tool_names(self, run_id: str) -> list[str | None]:
         """The names of the tools the run was started with (its `run.created`), as stored."""
         rows = self._query(
             "SELECT json_extract(spec_json, '$.name') FROM tool_specs WHERE hash IN "
@@ -236,12 +298,12 @@ class StoreReads(ABC):
             "WHERE run_id = ? AND type = 'run.created' ORDER BY seq LIMIT 1), '$.tools'))",
             (run_id,),
         )
-        return [r[0] for r in rows]
+        return [r[0] if isinstance(r[0], str) else None for r in rows]
 
-    def run_status(self, run_id: str) -> Any:
-        """The run's status column as stored (None when there is no such run)."""
+    def run_status(self, run_id: str) -> str | None:
+        """The run's status as stored, shown if unreadable (None when there is no such run)."""
         rows = self._query("SELECT status FROM runs WHERE id = ?", (run_id,))
-        return rows[0][0] if rows else None
+        return shown_text(rows[0][0]) if rows else None
 
     # --- the console ------------------------------------------------------------------
 
@@ -261,14 +323,15 @@ class StoreReads(ABC):
         )
         return int(rows[0][0]) if rows else 0
 
-    def pending_approvals_of(self, run_ids: Sequence[str], cap: int) -> list[sqlite3.Row]:
+    def pending_approvals_of(self, run_ids: Sequence[str], cap: int) -> list[WaitingRow]:
         """The pending approvals of the runs named, in creation order, texts cut at `cap`."""
         marks = ", ".join("?" for _ in run_ids)
-        return self._query(
+        rows = self._query(
             f"SELECT {_waiting_columns(cap)} "
             f"FROM approvals WHERE status = ? AND run_id IN ({marks}) ORDER BY rowid",
             [str(ApprovalStatus.PENDING), *run_ids],
         )
+        return [waiting_from_row(r) for r in rows]
 
     def count_runs_asking_a_person(self) -> int:
         """Waiting runs with at least one pending approval.
@@ -281,9 +344,9 @@ class StoreReads(ABC):
         )
         return int(rows[0][0])
 
-    def newest_pending_approvals(self, limit: int, cap: int, goal_cap: int) -> list[sqlite3.Row]:
+    def newest_pending_approvals(self, limit: int, cap: int, goal_cap: int) -> list[WaitingRow]:
         """Waiting runs' pending approvals, newest first, at most `limit`, with the run's goal."""
-        return self._query(
+        rows = self._query(
             f"SELECT {_waiting_columns(cap)}, goal, n_goal FROM approvals JOIN ("
             f"SELECT a.rowid AS pick, substr(r.goal, 1, {goal_cap}) AS goal, "
             "length(r.goal) AS n_goal FROM runs AS r CROSS JOIN approvals AS a "
@@ -292,11 +355,13 @@ class StoreReads(ABC):
             "ORDER BY approvals.rowid DESC",
             [str(RunStatus.WAITING_FOR_APPROVAL), str(ApprovalStatus.PENDING), limit],
         )
+        return [waiting_from_row(r, with_goal=True) for r in rows]
 
-    def step_index(self, run_id: str, step_id: str) -> Any:
-        """The step's `idx` column as stored (None when there is no such step of the run)."""
+    def step_index(self, run_id: str, step_id: str) -> int | None:
+        """The step's index in its run (None when there is no such step, or it will not read)."""
         rows = self._query("SELECT idx FROM steps WHERE id = ? AND run_id = ?", (step_id, run_id))
-        return rows[0]["idx"] if rows else None
+        idx = rows[0]["idx"] if rows else None
+        return idx if isinstance(idx, int) and not isinstance(idx, bool) else None
 
     def run_id_exists(self, run_id: str) -> bool:
         return bool(self._query("SELECT 1 FROM runs WHERE id = ?", (run_id,)))

@@ -52,6 +52,7 @@ from ..._records import (
     VerifyReport,
 )
 from ..._stored_text import shown_text, unreadable_text
+from .._base import Renewer
 from . import _filesafety as filesafety
 from . import _migrations as migrations
 from ._codecs import (
@@ -81,7 +82,8 @@ from ._connection import (
     is_busy,
     sqlite_failure,
 )
-from ._reads import StoreReads
+from ._proxy_rows import ProxyRows
+from ._renewer import ConnectionRenewer, StoreRenewer
 from ._writes import SqliteTx
 
 PENDING_APPROVALS_DEFAULT = 100
@@ -174,7 +176,7 @@ def open_existing(path: str | os.PathLike[str], read_only: bool = False) -> Sqli
 # --- the store ----------------------------------------------------------------------------------
 
 
-class SqliteStore(StoreReads):
+class SqliteStore(ProxyRows):
     """The runtime's one SQLite file. Use `open_store` or `open_existing` to get one."""
 
     def __init__(
@@ -248,7 +250,18 @@ class SqliteStore(StoreReads):
                 tx._close()
                 self._tx = None
 
-    def open_connection(self) -> sqlite3.Connection:
+    def renewer(self, wall: Callable[[], datetime]) -> Renewer:
+        """The heartbeat's way to renew: on a connection of its own (the store's in memory)."""
+        self._check_open()
+        if self._uri is None:
+            return StoreRenewer(self, wall)
+        return ConnectionRenewer(self._open_connection, wall)
+
+    def lease_now(self, wall: Callable[[], datetime]) -> datetime:
+        """The time leases are judged by outside a transaction: the caller's wall clock."""
+        return wall()
+
+    def _open_connection(self) -> sqlite3.Connection:
         """A new connection to the same file with the same pragmas (the heartbeat's own).
 
         An in-memory store has no file another connection could reach: StoreError.

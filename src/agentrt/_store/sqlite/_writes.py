@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -49,6 +49,7 @@ from ..._records import (
     TerminalReason,
     ToolSpec,
 )
+from .._records import Leased, LeaseState, Paused, Settled, TakenOver
 from ._codecs import clamp_charge, run_from_row, saturating_add_sql
 from ._connection import check_schema
 from ._migrations import rollback_quietly
@@ -61,13 +62,15 @@ IN_FLIGHT = ("deciding", "executing", "awaiting_approval")
 _RENEW_SQL = "UPDATE runs SET lease_expires_at = ? WHERE id = ? AND lease_owner = ?"
 
 
-def renew_lease(tx: TxCore | sqlite3.Connection, run_id: str, owner: str, expires_at: str) -> bool:
+def renew_lease(
+    tx: TxCore | sqlite3.Connection, run_id: str, owner: str, expires_at: datetime
+) -> bool:
     """Push the lease's expiry out, if `owner` still holds it; False when it does not."""
-    return bool(tx.execute(_RENEW_SQL, (expires_at, run_id, owner)).rowcount == 1)
+    return bool(tx.execute(_RENEW_SQL, (format_time(expires_at), run_id, owner)).rowcount == 1)
 
 
 def renew_lease_alone(
-    conn: sqlite3.Connection, safe_schema: int | None, run_id: str, owner: str, expires_at: str
+    conn: sqlite3.Connection, safe_schema: int | None, run_id: str, owner: str, expires_at: datetime
 ) -> tuple[bool, int | None]:
     """`renew_lease` in a transaction of its own on `conn` (the heartbeat's connection).
 
@@ -92,40 +95,6 @@ def renew_lease_alone(
 # Each is one state change of a run as the step machine names it, with the row
 # compare-and-sets and the audit events it is made of, in the caller's transaction;
 # each returns the records as written, which are the session's in-memory copy.
-
-
-@dataclass(frozen=True)
-class Settled:
-    """A run and one of its steps, as a transition left them."""
-
-    run: Run
-    step: Step
-
-
-@dataclass(frozen=True)
-class Paused:
-    """A run paused for a person: the run, the step awaiting and the new approval."""
-
-    run: Run
-    step: Step
-    approval: Approval
-
-
-@dataclass(frozen=True)
-class Leased:
-    """A run taken back to RUNNING under a new lease; `epoch` is the fencing token."""
-
-    run: Run
-    epoch: int
-
-
-@dataclass(frozen=True)
-class TakenOver:
-    """A run taken over from a dead owner: the run, the new epoch, the steps interrupted."""
-
-    run: Run
-    epoch: int
-    interrupted: tuple[Step, ...]
 
 
 class SqliteTx(TxReads):
@@ -305,10 +274,8 @@ class SqliteTx(TxReads):
         The caller has checked that the run is live (RUNNING or WAITING_FOR_APPROVAL).
         """
         observation = Observation.cancelled(by, note)
-        for step_row in self.steps_in(run_id, IN_FLIGHT):
-            self.fail_step(
-                run_id, step_row["id"], observation, now, from_statuses=(step_row["status"],)
-            )
+        for step_id, status in self.steps_in(run_id, IN_FLIGHT):
+            self.fail_step(run_id, step_id, observation, now, from_statuses=(status,))
         # Pending approvals of a cancelled run can never be acted on.
         self.execute(
             "UPDATE approvals SET status = 'expired', decided_at = ?, decided_by = ?, "
@@ -332,7 +299,7 @@ class SqliteTx(TxReads):
         limits: Limits,
         *,
         owner: str,
-        lease_expires_at: str,
+        lease_expires_at: datetime,
         holder: str,
         specs: Sequence[tuple[str, ToolSpec]],
         now: datetime,
@@ -358,7 +325,7 @@ class SqliteTx(TxReads):
                 at,
                 at,
                 owner,
-                lease_expires_at,
+                format_time(lease_expires_at),
                 holder,
                 origin,
             ),
@@ -382,16 +349,16 @@ class SqliteTx(TxReads):
         self,
         run_id: str,
         owner: str,
-        expires_at: str,
+        expires_at: datetime,
         holder: str,
         *,
         from_status: str,
-        previous: tuple[str, str] | None = None,
+        previous: LeaseState | None = None,
         held: bool = False,
     ) -> int:
         """Move the run to RUNNING under a new lease, compare-and-set; return the new epoch.
 
-        With `previous` (owner, expiry) the update also requires the lease to be
+        With `previous` the update also requires the lease to be
         exactly the one the caller judged expired; with `held`, the lease to be
         `owner`'s already (a waiting run its attach holds). `RunStateError` when no
         row matched.
@@ -400,10 +367,10 @@ class SqliteTx(TxReads):
             "UPDATE runs SET status = 'RUNNING', lease_owner = ?, lease_expires_at = ?, "
             "lease_holder = ?, lease_epoch = lease_epoch + 1 WHERE id = ? AND status = ?"
         )
-        params: list[Any] = [owner, expires_at, holder, run_id, from_status]
+        params: list[Any] = [owner, format_time(expires_at), holder, run_id, from_status]
         if previous is not None:
             sql += " AND lease_owner = ? AND lease_expires_at = ?"
-            params += list(previous)
+            params += list(previous.stored)
         if held:
             sql += " AND lease_owner = ?"
             params.append(owner)
@@ -1120,7 +1087,7 @@ class SqliteTx(TxReads):
         approval_id: str,
         *,
         owner: str,
-        expires_at: str,
+        expires_at: datetime,
         holder: str,
         now: datetime,
     ) -> Leased:
@@ -1144,10 +1111,9 @@ class SqliteTx(TxReads):
         run_id: str,
         *,
         owner: str,
-        expires_at: str,
+        expires_at: datetime,
         holder: str,
-        previous_owner: Any,
-        previous_expires_at: Any,
+        previous: LeaseState,
     ) -> Run:
         """`owner` holds the lease of a WAITING run it is attaching (decision 0032): a
         compare-and-set on the status and on exactly the lease the caller judged free
@@ -1159,7 +1125,7 @@ class SqliteTx(TxReads):
             "UPDATE runs SET lease_owner = ?, lease_expires_at = ?, lease_holder = ? "
             "WHERE id = ? AND status = 'WAITING_FOR_APPROVAL' "
             "AND lease_owner = ? AND lease_expires_at = ?",
-            (owner, expires_at, holder, run_id, previous_owner, previous_expires_at),
+            (owner, format_time(expires_at), holder, run_id, *previous.stored),
         )
         if cur.rowcount != 1:
             raise RunStateError(f"run {run_id} was attached elsewhere or changed status")
@@ -1188,10 +1154,9 @@ class SqliteTx(TxReads):
         run_id: str,
         *,
         owner: str,
-        expires_at: str,
+        expires_at: datetime,
         holder: str,
-        previous_owner: Any,
-        previous_expires_at: Any,
+        previous: LeaseState,
         proof: dict[str, Any],
         now: datetime,
     ) -> TakenOver:
@@ -1204,17 +1169,17 @@ class SqliteTx(TxReads):
             expires_at,
             holder,
             from_status=RunStatus.RUNNING,
-            previous=(previous_owner, previous_expires_at or ""),
+            previous=previous,
         )
-        if previous_owner:
+        if previous.owner:
             self.append_event(
                 run_id,
                 "",
                 now,
                 ev.LEASE_TAKEN_OVER,
                 {
-                    "previous_owner": previous_owner,
-                    "previous_expires_at": previous_expires_at,
+                    "previous_owner": previous.owner,
+                    "previous_expires_at": previous.shown_expiry(),
                     "owner": owner,
                     "epoch": epoch,
                     "proof": proof,
@@ -1222,9 +1187,9 @@ class SqliteTx(TxReads):
             )
         self.charge_dispatched(run_id, now)
         interrupted = []
-        for step_row in self.steps_in(run_id, (StepStatus.DECIDING, StepStatus.EXECUTING)):
-            self.interrupt_step(run_id, step_row["id"], step_row["status"], now)
-            interrupted.append(self.step_record(step_row["id"]))
+        for step_id, status in self.steps_in(run_id, (StepStatus.DECIDING, StepStatus.EXECUTING)):
+            self.interrupt_step(run_id, step_id, status, now)
+            interrupted.append(self.step_record(step_id))
         return TakenOver(self.run_record(run_id), epoch, tuple(interrupted))
 
     def go_on_after_interruption(

@@ -1,0 +1,607 @@
+"""The store interface: what the step machine, the views and the tools ask of a database.
+
+`Store` is one database; `Tx` one write transaction it hands out. Both are
+protocols: the SQLite backend (`agentrt._store.sqlite`) implements them, and
+any other backend is new files beside it that pass the same contract suite
+(`tests/store_contract/`). Nothing here names SQL, a driver, a row or a cursor:
+methods take and return records.
+
+The contracts every backend keeps:
+
+- **One transaction, one durable commit, or nothing.** `Store.transaction()`
+  commits once, durably, when its block ends, and rolls back everything
+  (events included) on any exception. Transactions do not nest; a read-only
+  store refuses them.
+- **Every write is a compare-and-set.** A named write names the state it may
+  leave and raises `RunStateError`, writing nothing, when the row it guards
+  has moved; it appends its own audit events (decision 0036) and returns the
+  records as written.
+- **Two locks, named for what they protect.** `Tx.lock_run` holds the run row
+  (status, lease, step count) for the rest of the transaction: every write of
+  the step machine starts there. The chain head is held by the first event a
+  transaction appends, so events are chained in commit order with no gap and
+  no fork. (SQLite: both are its one writer, `BEGIN IMMEDIATE`.)
+- **One lease clock.** `Tx.lease_now(wall)` / `Store.lease_now(wall)` is the
+  time every lease is judged by and every new expiry computed from: the
+  caller's wall clock for SQLite, the database server's clock for a shared one.
+- **Busy is `StoreBusyError`, damage is `StoreError`.** No driver exception
+  crosses this interface.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Collection, Sequence
+from datetime import datetime, timedelta
+from typing import Any, Protocol, runtime_checkable
+
+from .._capped import TEXT_CAP
+from .._model import Usage
+from .._records import (
+    JSON,
+    Approval,
+    ApprovalStatus,
+    Decision,
+    Event,
+    FileCheck,
+    Lease,
+    Limits,
+    ModelCallRecord,
+    Observation,
+    PolicyDecision,
+    Run,
+    Step,
+    StepStatus,
+    ToolSpec,
+    VerifyReport,
+)
+from ._records import (
+    ApprovalState,
+    Claim,
+    GuardedRun,
+    Leased,
+    LeaseState,
+    Paused,
+    RequestRow,
+    RunCandidate,
+    RunCursor,
+    Settled,
+    TakenOver,
+    WaitingRow,
+)
+
+
+class Renewer(Protocol):
+    """How a heartbeat renews one lease, on a connection (or its equivalent) of its own."""
+
+    def renew(self, run_id: str, owner: str, ttl: timedelta) -> bool:
+        """Push the lease's expiry to the lease clock's now plus `ttl`, if `owner` still
+        holds it; False when it does not. Busy or failing: raises, and the heartbeat
+        retries at its next tick."""
+
+    def close(self) -> None:
+        """Let go of what the renewals hold; never raises, and a later `renew` reopens."""
+
+
+class Tx(Protocol):
+    """One write transaction: valid only inside its `Store.transaction()` block."""
+
+    @property
+    def events(self) -> list[Event]:
+        """The events this transaction appended, in order, as a read would give them."""
+
+    def lock_run(self, run_id: str) -> GuardedRun | None:
+        """The run and its lease, held for the rest of the transaction; None if no such run."""
+
+    def lease_now(self, wall: Callable[[], datetime]) -> datetime:
+        """The time leases are judged by in this transaction: the caller's wall clock."""
+
+    def run_record(self, run_id: str) -> Run:
+        """The run as it stands in this transaction; `NotFoundError` if there is none."""
+
+    def steps_of_run(self, run_id: str) -> list[Step]:
+        """Every step of the run, in order."""
+
+    def latest_approval_of_step(self, step_id: str) -> ApprovalState | None:
+        """The id, status and expiry of the step's latest approval, or None."""
+
+    def approvals_of_run(self, run_id: str) -> list[Approval]:
+        """Every approval of the run, oldest first."""
+
+    def approval_of_run(self, approval_id: str, run_id: str) -> Approval | None:
+        """The run's approval with this id as it stands in this transaction, or None."""
+
+    def fail_step(
+        self,
+        run_id: str,
+        step_id: str,
+        observation: Observation,
+        now: datetime,
+        *,
+        from_statuses: tuple[str, ...],
+        status: str = StepStatus.FAILED,
+    ) -> None:
+        """Move one step to `failed` (or `interrupted`) with its observation and `step.failed`."""
+
+    def decide_approval(
+        self, approval: Approval, status: ApprovalStatus, by: str, note: str, now: datetime
+    ) -> Approval:
+        """Approve or reject a pending approval still bearing its hash; `approval.decided`."""
+
+    def cancel_run(self, run_id: str, by: str, note: str, now: datetime) -> Run:
+        """Cancel a live run: its in-flight steps fail, its pending approvals expire, it ends."""
+
+    def create_run(
+        self,
+        run_id: str,
+        goal: str,
+        limits: Limits,
+        *,
+        owner: str,
+        lease_expires_at: datetime,
+        holder: str,
+        specs: Sequence[tuple[str, ToolSpec]],
+        now: datetime,
+        origin: str = "gate",
+    ) -> Run:
+        """A new RUNNING run leased to `owner` at epoch 1, its tool specs kept by hash."""
+
+    def dispatch_model_call(
+        self,
+        run_id: str,
+        step_id: str,
+        call_id: str,
+        attempt: int,
+        model: str,
+        estimate: Usage,
+        estimate_cost_micros: int,
+        now: datetime,
+    ) -> Run:
+        """Record a model attempt as `dispatched` at its estimate, before it is sent."""
+
+    def settle_model_call(
+        self,
+        run_id: str,
+        step_id: str,
+        call_id: str,
+        attempt: int,
+        model: str,
+        *,
+        status: str,
+        usage: Usage,
+        cost_micros: int | None,
+        latency_ms: int,
+        error: str,
+        now: datetime,
+    ) -> Run | None:
+        """Record a still-dispatched attempt's outcome, charge the run, and append its event."""
+
+    def charge_beyond_estimate(
+        self,
+        run_id: str,
+        call_id: str,
+        attempt: int,
+        model: str,
+        usage: Usage,
+        cost: int,
+        now: datetime,
+    ) -> None:
+        """A late reply to an attempt already charged at its estimate: add only the excess."""
+
+    def claim_next_step(
+        self, run: Run, owner: str, new_id: Callable[[], str], now: datetime
+    ) -> Settled:
+        """`claim_step` for the step after `run` (the caller's copy, as just read in this
+        transaction); returns the run and the new step as written, the run built from
+        the copy and the count written rather than read back (decision 0011)."""
+
+    def record_decision(self, step: Step, text: str, decision: Decision, now: datetime) -> Step:
+        """Record a deciding step's decision verbatim (`text`), then `step.decided`; returns
+        `step` (the caller's copy) as written. `decision` is what `text` reads back as
+        (`_decisions.record` makes the two together), so it is not decoded again here."""
+
+    def pause_for_approval(
+        self,
+        run_id: str,
+        step_id: str,
+        *,
+        new_id: Callable[[], str],
+        decision: PolicyDecision,
+        request: JSON,
+        digest: str,
+        expires_at: str,
+        payload: dict[str, Any],
+        active_ms: int,
+        from_step: tuple[str, ...],
+        from_run: str,
+        now: datetime,
+    ) -> Paused:
+        """Pause for a person: step `awaiting_approval` with its policy, a pending approval
+        bound by `digest` to `request`, the run WAITING with its lease released; then
+        `step.policy` and `approval.requested`. Returns the three as written."""
+
+    def start_tool(
+        self,
+        step: Step,
+        tool: str,
+        args: JSON,
+        payload: dict[str, Any],
+        *,
+        approval_id: str,
+        from_statuses: tuple[str, ...],
+        now: datetime,
+        reconciled: bool = False,
+    ) -> Step:
+        """Step `executing` with its policy; `step.policy`, `step.tool_started`."""
+
+    def finish_tool(
+        self,
+        step: Step,
+        status: str,
+        observation: Observation,
+        finished: dict[str, Any],
+        *,
+        failed_event: bool,
+        now: datetime,
+    ) -> Step:
+        """An executing step's outcome: its observation, `step.tool_finished` (`finished`)
+        and, when `failed_event`, `step.failed`. Returns `step` (the caller's copy) as
+        written, the observation decoded from the text written."""
+
+    def leave_running(self, run_id: str, owner: str, *, active_ms_add: int = 0) -> Run:
+        """`owner` gives up its lease of a run left RUNNING (for a later resume), adding
+        active time; `LeaseLostError` (nothing written) when the run is not RUNNING under
+        `owner`'s lease. Returns the run as written."""
+
+    def add_active_time(self, run_id: str, owner: str, active_ms: int) -> Run:
+        """Add a loop's active time to a run RUNNING under `owner`'s lease; `LeaseLostError`
+        (nothing written) otherwise. Returns the run as written."""
+
+    def release_lease(self, run_id: str, owner: str) -> bool:
+        """Give up `owner`'s lease on a run; False (nothing changed) when `owner` no longer
+        holds it: a lease that lapsed and was taken, or a run that ended, is not an error
+        for a holder letting go (decision 0036)."""
+
+    def end_run(
+        self,
+        run_id: str,
+        status: str,
+        reason: str,
+        detail: str,
+        *,
+        result: JSON = None,
+        active_ms_add: int = 0,
+        now: datetime,
+    ) -> Run:
+        """End a RUNNING run with no step to settle (a record that will not decode, a
+        takeover's verdict, a tool that aborted or completed the run); `run.finished`."""
+
+    def fail_at_limit(
+        self,
+        run_id: str,
+        *,
+        reason: str,
+        detail: str,
+        loop: JSON = None,
+        active_ms_add: int,
+        now: datetime,
+    ) -> Run:
+        """A limit was reached before a step: `loop.detected` (with `loop`, the repeated
+        call) or `limit.exceeded`, then the RUNNING run ends FAILED with `reason`."""
+
+    def end_with_step(
+        self,
+        run_id: str,
+        step_id: str,
+        *,
+        status: str,
+        reason: str,
+        detail: str,
+        step_status: str = StepStatus.FAILED,
+        observation: Observation | None = None,
+        policy: dict[str, Any] | None = None,
+        result: JSON = None,
+        active_ms_add: int = 0,
+        now: datetime,
+    ) -> Settled:
+        """End a RUNNING run with its deciding step, in one transaction: the step's policy
+        (`step.policy`, when given), the step `step_status` (with `observation` and
+        `step.failed`, or closed without one), the run `status` (`run.finished`)."""
+
+    def end_waiting(
+        self,
+        run_id: str,
+        step_id: str,
+        observation: Observation,
+        *,
+        status: str,
+        reason: str,
+        detail: str,
+        policy: dict[str, Any] | None = None,
+        now: datetime,
+    ) -> Settled:
+        """End a WAITING run: its step awaiting approval fails with `observation`
+        (`step.policy` first when given, then `step.failed`), the run ends `status`
+        (`run.finished`). The one way a run ends from waiting: a policy that aborts or
+        fails at a resume, an approval or grant that expired, a rejection."""
+
+    def expire_waiting(
+        self, run_id: str, step_id: str, approval: Approval, *, tool: str, why: str, now: datetime
+    ) -> tuple[Settled, Approval]:
+        """Cancel a WAITING run `approval_expired`: `approval` (the step's latest) expires
+        if still pending, the step fails denied with `why`, the run ends. Returns the run
+        and step, and the approval, as written."""
+
+    def reject_approval(
+        self, approval: Approval, by: str, note: str, now: datetime
+    ) -> tuple[Approval, Run]:
+        """A person rejects a pending approval still bearing its hash: `approval.decided`,
+        the step fails `policy_denied` (`Observation.rejected`), the run is cancelled
+        `approval_rejected`. `ApprovalChangedError` (nothing written) when the approval
+        is no longer pending with that hash. Returns the approval and the run as written."""
+
+    def leave_waiting(
+        self,
+        run_id: str,
+        approval_id: str,
+        *,
+        owner: str,
+        expires_at: datetime,
+        holder: str,
+        now: datetime,
+    ) -> Leased:
+        """Take a WAITING run that `owner` holds (`hold_waiting`) back to RUNNING under a
+        new lease and epoch (compare-and-set on the status and the holder: of two
+        resumes exactly one leaves), then `run.resumed` naming the approval that
+        allowed it. The caller then starts the tool or fails the step."""
+
+    def hold_waiting(
+        self,
+        run_id: str,
+        *,
+        owner: str,
+        expires_at: datetime,
+        holder: str,
+        previous: LeaseState,
+    ) -> Run:
+        """`owner` holds the lease of a WAITING run it is attaching (decision 0032): a
+        compare-and-set on the status and on exactly the lease the caller judged free
+        (none, expired, its own, or a dead holder's), so of two attaches one holds it
+        and the other is refused. The run stays WAITING, its epoch unchanged, and no
+        event is appended: nothing about the run has changed until `leave_waiting`.
+        `RunStateError` when no row matched. Returns the run as written."""
+
+    def fail_and_go_on(
+        self,
+        run_id: str,
+        step_id: str,
+        observation: Observation,
+        *,
+        policy: dict[str, Any] | None = None,
+        from_step: str,
+        now: datetime,
+    ) -> Step:
+        """The step fails and the run goes on: `step.policy` (when the policy judged it),
+        then the step `failed` from `from_step` with `observation` and `step.failed`.
+        Returns the step as written."""
+
+    def take_over(
+        self,
+        run_id: str,
+        *,
+        owner: str,
+        expires_at: datetime,
+        holder: str,
+        previous: LeaseState,
+        proof: dict[str, Any],
+        now: datetime,
+    ) -> TakenOver:
+        """Take a RUNNING run whose owner is gone: the lease (compare-and-set on exactly the
+        lease judged gone; epoch + 1), `lease.taken_over` with `proof` (when there was an
+        owner), unsettled model attempts charged, in-flight steps `interrupted`."""
+
+    def go_on_after_interruption(
+        self, run_id: str, payload: dict[str, Any], now: datetime
+    ) -> dict[str, Any]:
+        """A taken-over run goes on (nothing was executing, a read-only call, or a
+        consumer's `reconcile` said so): `run.resumed` with `payload`; no row changes.
+        Returns the event's payload as appended."""
+
+    def record_reconciled(
+        self, run_id: str, step_id: str, payload: dict[str, Any], now: datetime
+    ) -> None:
+        """A tool's reconciliation answered about its interrupted step: `step.reconciled`
+        (`payload` names the decider and the answer); no row changes (decision 0067)."""
+
+    def complete_reconciled(
+        self, step: Step, observation: Observation, payload: dict[str, Any], now: datetime
+    ) -> Step:
+        """An interrupted step whose tool's reconciliation found the effect: `done` with the
+        recovered result as its observation; `step.reconciled` (`payload`). Returns `step`
+        (the caller's copy) as written (decision 0067)."""
+
+    def record_late_outcome(
+        self, run_id: str, step_id: str, finished: dict[str, Any], now: datetime
+    ) -> Settled:
+        """A tool finished after an operator cancelled its run (under the lease the cancel
+        ended): `step.tool_finished` marked `late`, changing no row. Returns the run and
+        step as they stand."""
+
+
+@runtime_checkable
+class Store(Protocol):
+    """One database, opened by `agentrt.open_store` or `agentrt.open_existing`."""
+
+    read_only: bool
+
+    def __enter__(self) -> Store: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+    def transaction(self) -> contextlib.AbstractContextManager[Tx]:
+        """A write transaction: one durable commit when the block ends, or nothing at all.
+
+        Any exception (a `BaseException` too) rolls the whole transaction back,
+        events included. Transactions do not nest; a read-only store refuses them;
+        a database too busy to begin or commit raises `StoreBusyError` with nothing
+        written."""
+
+    def renewer(self, wall: Callable[[], datetime]) -> Renewer:
+        """The heartbeat's way to renew: on a connection of its own (the store's in memory)."""
+
+    def lease_now(self, wall: Callable[[], datetime]) -> datetime:
+        """The time leases are judged by outside a transaction: the caller's wall clock."""
+
+    def close(self) -> None: ...
+
+    def get_run(self, run_id: str, *, cap: int | None = None) -> Run: ...
+
+    def list_runs(
+        self,
+        limit: int = 100,
+        offset: int = 0,
+        status: str | None = None,
+        *,
+        cap: int | None = TEXT_CAP,
+    ) -> list[Run]:
+        """Newest first (insertion order, reversed)."""
+
+    def count_runs(self, status: str | None = None) -> int: ...
+
+    def list_steps(
+        self, run_id: str, limit: int | None = None, offset: int = 0, *, cap: int | None = TEXT_CAP
+    ) -> list[Step]:
+        """The run's steps in index order. Pass `cap=None` for complete values."""
+
+    def list_approvals(self, run_id: str, *, cap: int | None = TEXT_CAP) -> list[Approval]:
+        """The run's approvals in insertion order. Pass `cap=None` for complete values."""
+
+    def get_approval(
+        self, run_id: str, approval_id: str, *, cap: int | None = None
+    ) -> Approval: ...
+
+    def pending_approvals(
+        self,
+        run_id: str | None = None,
+        *,
+        limit: int | None = None,
+        cap: int | None = TEXT_CAP,
+    ) -> list[Approval]:
+        """Approvals waiting for a person."""
+
+    def list_events(
+        self,
+        run_id: str | None = None,
+        after_seq: int = 0,
+        limit: int = 1000,
+        *,
+        cap: int | None = TEXT_CAP,
+    ) -> list[Event]:
+        """Events with `seq > after_seq` in commit order, of one run or of all."""
+
+    def list_model_calls(self, run_id: str) -> list[ModelCallRecord]: ...
+
+    def lease(self, run_id: str) -> Lease:
+        """The run's lease: owner `''` and `expires_at` None when nobody holds it."""
+
+    def tool_spec(self, hash: str) -> ToolSpec | None:
+        """The stored spec with this hash, None if none; StoreError if it will not decode."""
+
+    def chain_head(self) -> tuple[int, str]:
+        """`(seq, hash)` of the last event, `(0, '')` when there is none; keep it out of reach."""
+
+    def check_file(self, *, full: bool = False, max_problems: int = 100) -> FileCheck:
+        """SQLite's own check of the file: `PRAGMA quick_check`, or `integrity_check` if `full`."""
+
+    def verify_events(
+        self,
+        from_seq: int | None = None,
+        to_seq: int | None = None,
+        *,
+        head: tuple[int, str] | None = None,
+    ) -> VerifyReport:
+        """Check the event chain in bounded pages, writing nothing; see `agentrt._chain`."""
+
+    def lease_state(self, run_id: str) -> LeaseState | None:
+        """The run's status and lease, or None when there is no such run."""
+
+    def run_cursor(self, run_id: str) -> RunCursor | None:
+        """Where the run stands in recovery's order (its rowid); None when there is no such run."""
+
+    def unfinished_runs(self, after: RunCursor | None, limit: int) -> list[RunCandidate]:
+        """RUNNING and WAITING runs after `after`, oldest first, at most `limit`."""
+
+    def latest_approval_state(self, run_id: str) -> ApprovalState | None:
+        """The id, status and expiry of the run's latest approval, or None."""
+
+    def started_tool_names(self, run_id: str) -> list[str | None]:
+        """The names of the tools the run was started with (its `run.created`), as stored."""
+
+    def run_status(self, run_id: str) -> str | None:
+        """The run's status as stored, shown if unreadable (None when there is no such run)."""
+
+    def last_event_seq(self, run_id: str) -> int:
+        """The seq of the run's last event (0 when it has none)."""
+
+    def event_count(self, run_id: str) -> int: ...
+
+    def event_seq_from_end(self, run_id: str, back: int) -> int:
+        """The seq of the run's event `back` places before its last (0 when there is none)."""
+
+    def pending_approvals_of(self, run_ids: Sequence[str], cap: int) -> list[WaitingRow]:
+        """The pending approvals of the runs named, in creation order, texts cut at `cap`."""
+
+    def count_runs_asking_a_person(self) -> int:
+        """Waiting runs with at least one pending approval."""
+
+    def newest_pending_approvals(self, limit: int, cap: int, goal_cap: int) -> list[WaitingRow]:
+        """Waiting runs' pending approvals, newest first, at most `limit`, with the run's goal."""
+
+    def step_index(self, run_id: str, step_id: str) -> int | None:
+        """The step's index in its run (None when there is no such step, or it will not read)."""
+
+    def run_id_exists(self, run_id: str) -> bool: ...
+
+    def run_ids_starting(self, prefix: str, limit: int) -> list[str]:
+        """Up to `limit` run ids starting with `prefix` (no wildcard in it), in order."""
+
+    def steps_with_reasons(self, run_id: str, reasons: Collection[str]) -> list[Step]:
+        """The run's steps whose recorded decision gives one of `reasons`, in step order, whole."""
+
+    def step_of_run(self, run_id: str, step_id: str) -> Step | None:
+        """The run's step `step_id`, whole (no cap), or None when the run has no such step."""
+
+    # --- the proxy's rows (agentrt-proxy: one run per tool call, tied by a request key) ----
+
+    def migrate_proxy(self, now: datetime) -> int:
+        """Apply the proxy's pending migrations in one transaction; returns the version reached.
+
+        A database whose proxy tables are newer than this code is refused
+        (`SchemaVersionError`) before anything changes."""
+
+    def proxy_versions(self) -> list[int]:
+        """The proxy migrations applied, in order."""
+
+    def latest_request(self, key: str) -> RequestRow | None:
+        """The latest run made for `key`, or None."""
+
+    def request_of_run(self, run_id: str) -> RequestRow | None:
+        """The key row that made `run_id`, or None for a run the proxy did not make."""
+
+    def claim_request(
+        self,
+        key: str,
+        judged_seq: int | None,
+        run_id: str,
+        tool: str,
+        side_effect: str,
+        now: datetime,
+        *,
+        cap: int | None = None,
+        awaiting: Collection[str] = (),
+        fresh_since: datetime | None = None,
+    ) -> Claim:
+        """Record, in a durable transaction of its own, that `run_id` is the key's next run,
+        if the key's latest row is still `judged_seq` (None: none); writes nothing when
+        another call claimed the key since, or, given a `cap`, when `cap` of the proxy's
+        calls already wait for a person or are on their way to one (`full`)."""

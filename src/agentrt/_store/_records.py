@@ -1,0 +1,170 @@
+"""The records a store hands the step machine besides runs, steps and approvals.
+
+Every backend decodes its own rows into these; nothing above the store layer
+sees a database row. They carry the decoding rules that used to be applied by
+whoever read a column: a lease whose expiry or owner cannot be read is held by
+somebody (never "free"), and a column that will not decode is named, not
+guessed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from .._clock import format_time
+from .._records import Approval, Run, Step
+from .._stored_text import shown_text
+
+
+@dataclass(frozen=True)
+class LeaseState:
+    """A run's status and lease as one read saw them.
+
+    `owner` is `''` when nobody holds the lease; an owner that cannot be read
+    is shown as what could be read of it (never `''`: somebody holds it).
+    `expires_at` is None when no expiry is recorded; `expiry_readable` is False
+    when the stored expiry is not a readable time, and then the lease is never
+    judged expired (nobody can date it) and never proves the owner's own lease
+    live. `stored` is the backend's exact (owner, expiry) as read, which a
+    takeover compares against so that it replaces exactly the lease it judged.
+    """
+
+    run_id: str
+    status: str
+    owner: str
+    expires_at: datetime | None
+    holder: str = ""
+    epoch: int = 0
+    expiry_readable: bool = True
+    stored: tuple[object, object] = field(default=("", ""), compare=False, repr=False)
+
+    def live_at(self, now: datetime) -> bool:
+        """True when the lease provably runs past `now` (what a side effect needs)."""
+        return self.expiry_readable and self.expires_at is not None and self.expires_at > now
+
+    def expired_at(self, now: datetime) -> bool:
+        """True when the lease provably ended by `now` (what a takeover needs)."""
+        return self.expiry_readable and (self.expires_at is None or self.expires_at <= now)
+
+    def shown_expiry(self) -> str:
+        """The expiry as stored (`''` for none), or what could be read of it."""
+        if self.expiry_readable:
+            return format_time(self.expires_at)
+        return shown_text(self.stored[1])
+
+
+@dataclass(frozen=True)
+class GuardedRun:
+    """What `Tx.lock_run` returns: the run, and its lease as stored, held until commit."""
+
+    run: Run
+    lease: LeaseState
+
+
+@dataclass(frozen=True)
+class ApprovalState:
+    """The id, status and expiry of an approval: what a judgement of a waiting run reads."""
+
+    id: str
+    status: str
+    expires_at: datetime | None
+
+
+@dataclass(frozen=True, order=True)
+class RunCursor:
+    """Where a page of runs ended: opaque to callers, ordered as the backend pages."""
+
+    position: int
+
+
+@dataclass(frozen=True)
+class RunCandidate:
+    """An unfinished run as recovery pages through them.
+
+    `unreadable` names the columns that hold something that is not text; such a
+    run fails its own judgement and never the page.
+    """
+
+    cursor: RunCursor
+    run_id: str
+    status: str
+    lease: LeaseState
+    origin: str
+    unreadable: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class WaitingRow:
+    """A pending approval as a list shows it, with its run's goal.
+
+    Text fields may be `CappedText` (cut at the read's cap); times that will not
+    parse are None.
+    """
+
+    id: str
+    run_id: str
+    kind: str
+    tool: str
+    hash: str
+    created_at: datetime | None
+    expires_at: datetime | None
+    goal: str = ""
+
+
+# --- what the named transitions return ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Settled:
+    """A run and one of its steps, as a transition left them."""
+
+    run: Run
+    step: Step
+
+
+@dataclass(frozen=True)
+class Paused:
+    """A run paused for a person: the run, the step awaiting and the new approval."""
+
+    run: Run
+    step: Step
+    approval: Approval
+
+
+@dataclass(frozen=True)
+class Leased:
+    """A run taken back to RUNNING under a new lease; `epoch` is the fencing token."""
+
+    run: Run
+    epoch: int
+
+
+@dataclass(frozen=True)
+class TakenOver:
+    """A run taken over from a dead owner: the run, the new epoch, the steps interrupted."""
+
+    run: Run
+    epoch: int
+    interrupted: tuple[Step, ...]
+
+
+@dataclass(frozen=True)
+class RequestRow:
+    """One run made for a request key; `seq` orders the runs of a key."""
+
+    seq: int
+    request_key: str
+    run_id: str
+    tool: str
+    side_effect: str
+    created_at: datetime | None
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What `claim_request` did: claimed the key, found it taken, or found the cap full."""
+
+    claimed: bool
+    full: bool = False
+    waiting: int = 0

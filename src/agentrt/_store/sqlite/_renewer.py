@@ -1,0 +1,70 @@
+"""The SQLite backend's heartbeat renewals: on a connection of the heartbeat's own.
+
+A separate connection keeps a consumer holding the store's own connection (its
+lock, a long read) from starving the heartbeat. A write transaction held open on
+the file is another matter: SQLite has one writer, so the renewal waits for it
+(busy timeout), and the heartbeat retries at its next tick. An in-memory store
+has no file a second connection could reach, so it renews through its own
+transactions. Either way the new expiry is the caller's wall clock plus the
+lease's length, the same lease clock every other lease write in this backend uses.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
+
+from ._writes import renew_lease, renew_lease_alone
+
+if TYPE_CHECKING:
+    from ._store import SqliteStore
+
+
+class ConnectionRenewer:
+    """Renews on a connection of its own, opened lazily on the heartbeat's thread."""
+
+    def __init__(
+        self, connect: Callable[[], sqlite3.Connection], wall: Callable[[], datetime]
+    ) -> None:
+        self._connect = connect
+        self._wall = wall
+        self._conn: sqlite3.Connection | None = None
+        self._safe_schema: int | None = None
+
+    def renew(self, run_id: str, owner: str, ttl: timedelta) -> bool:
+        if self._conn is None:
+            self._conn = self._connect()
+        conn = self._conn
+        try:
+            renewed, self._safe_schema = renew_lease_alone(
+                conn, self._safe_schema, run_id, owner, self._wall() + ttl
+            )
+        except sqlite3.Error:
+            self.close()
+            raise
+        return renewed
+
+    def close(self) -> None:
+        if self._conn is not None:
+            with contextlib.suppress(sqlite3.Error):
+                self._conn.close()
+            self._conn = None
+
+
+class StoreRenewer:
+    """Renews through the store's own connection: only for `:memory:` stores,
+    where a second connection would open a different, empty database."""
+
+    def __init__(self, store: SqliteStore, wall: Callable[[], datetime]) -> None:
+        self._store = store
+        self._wall = wall
+
+    def renew(self, run_id: str, owner: str, ttl: timedelta) -> bool:
+        with self._store.transaction() as tx:
+            return renew_lease(tx, run_id, owner, self._wall() + ttl)
+
+    def close(self) -> None:
+        pass
