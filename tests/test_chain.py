@@ -15,6 +15,7 @@ from agentrt._chain import event_hash, netstring, verify_chain
 from agentrt._clock import format_time
 from agentrt._records import ChainBreak, VerifyReport
 from agentrt._store import Store, open_existing, open_store
+from agentrt._store.sqlite._chain_rows import SqliteChainReader
 
 T0 = datetime(2026, 11, 30, 2, 42, 14, 123456, tzinfo=UTC)
 
@@ -199,7 +200,7 @@ def test_swap_is_found_across_a_page_boundary(store: Store, db: Path) -> None:
     tamper(db, "UPDATE events SET seq = 5 WHERE seq = -1")
     conn = sqlite3.connect(db)
     try:
-        report = verify_chain(conn, page_size=3)
+        report = verify_chain(SqliteChainReader(conn), page_size=3)
     finally:
         conn.close()
     assert report.first_break == ChainBreak(seq=3, problem="swapped")
@@ -281,12 +282,14 @@ def test_paging_covers_every_event(store: Store, db: Path) -> None:
     tamper(db, "UPDATE events SET type = 'x' WHERE seq = 8")
     conn = sqlite3.connect(db)
     try:
-        assert verify_chain(conn, to_seq=7, page_size=3) == VerifyReport(
+        assert verify_chain(SqliteChainReader(conn), to_seq=7, page_size=3) == VerifyReport(
             intact=True, checked=7, head_seq=7, head_hash=rows(db)[6][6]
         )
-        assert verify_chain(conn, page_size=3).first_break == ChainBreak(8, "altered")
+        assert verify_chain(SqliteChainReader(conn), page_size=3).first_break == ChainBreak(
+            8, "altered"
+        )
         with pytest.raises(ValueError, match="page_size"):
-            verify_chain(conn, page_size=0)
+            verify_chain(SqliteChainReader(conn), page_size=0)
     finally:
         conn.close()
 
@@ -302,7 +305,7 @@ def test_verification_writes_nothing_and_works_read_only(store: Store, db: Path)
     conn = sqlite3.connect(f"{db.as_uri()}?mode=ro", uri=True)
     try:
         before = conn.total_changes
-        assert verify_chain(conn).intact
+        assert verify_chain(SqliteChainReader(conn)).intact
         assert conn.total_changes == before
     finally:
         conn.close()

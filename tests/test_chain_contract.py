@@ -17,6 +17,7 @@ import pytest
 from agentrt._chain import event_hash, verify_chain
 from agentrt._records import ChainBreak
 from agentrt._store import Store, open_store
+from agentrt._store.sqlite._chain_rows import SqliteChainReader
 
 T0 = datetime(2026, 11, 30, 2, 42, 14, tzinfo=UTC)
 
@@ -61,7 +62,11 @@ def verify(
     conn = sqlite3.connect(db)
     try:
         report = verify_chain(
-            conn, from_seq=from_seq, to_seq=to_seq, head=head, page_size=page_size
+            SqliteChainReader(conn),
+            from_seq=from_seq,
+            to_seq=to_seq,
+            head=head,
+            page_size=page_size,
         )
         return report.first_break
     finally:
@@ -166,7 +171,7 @@ def test_a_page_of_one_event_verifies_the_whole_chain(store: Store, db: Path) ->
     fill(store, 3)
     conn = sqlite3.connect(db)
     try:
-        report = verify_chain(conn, page_size=1)
+        report = verify_chain(SqliteChainReader(conn), page_size=1)
     finally:
         conn.close()
     assert (report.intact, report.checked, report.head_seq) == (True, 3, 3)
@@ -176,7 +181,7 @@ def test_a_page_size_below_one_is_refused(store: Store, db: Path) -> None:
     conn = sqlite3.connect(db)
     try:
         with pytest.raises(ValueError, match=r"^page_size must be at least 1$"):
-            verify_chain(conn, page_size=0)
+            verify_chain(SqliteChainReader(conn), page_size=0)
     finally:
         conn.close()
 
@@ -192,7 +197,7 @@ def test_a_range_that_ends_on_a_page_boundary_returns_its_report(store: Store, d
     fill(store, 6)
     conn = sqlite3.connect(db)
     try:
-        report = verify_chain(conn, to_seq=4, page_size=2)
+        report = verify_chain(SqliteChainReader(conn), to_seq=4, page_size=2)
     finally:
         conn.close()
     assert (report.intact, report.checked, report.head_seq) == (True, 4, 4)

@@ -7,10 +7,10 @@ the next-lower `seq` across all runs, so the chain follows commit order.
 
 Verification reads only, in bounded pages, and reports the first break:
 
-- `deleted`: a `seq` is missing inside the chain (AUTOINCREMENT never reuses a
-  seq, and a rolled-back insert leaves no gap, so a gap is a deletion);
-- `truncated`: events after the last one are missing (`sqlite_sequence` has
-  handed out a higher seq, or a kept head lies beyond the last event);
+- `deleted`: a `seq` is missing inside the chain (a seq is never reused, and a
+  rolled-back append leaves no gap, so a gap is a deletion);
+- `truncated`: events after the last one are missing (the store has handed
+  out a higher seq, or a kept head lies beyond the last event);
 - `swapped`: the hash fails, and the event that belongs at this seq sits at a
   later one (looked for within one page after the break);
 - `altered`: the hash fails for any other reason;
@@ -18,7 +18,7 @@ Verification reads only, in bounded pages, and reports the first break:
   carry the kept hash (the chain was recomputed after an edit);
 - `unreadable`: an event's stored text is not valid UTF-8 (the runtime never
   writes such bytes, so even a hash that matches them was recomputed after an
-  edit), or SQLite itself cannot read the events (a damaged page).
+  edit), or the storage itself cannot read the events (a damaged page).
 
 Any bytes in any column are hashed and reported, never raised on: each column
 is hashed exactly as stored (the bytes, when they are not valid UTF-8), and the
@@ -28,12 +28,12 @@ break's `detail` names the column and what is wrong with it.
 from __future__ import annotations
 
 import hashlib
-import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
+from ._errors import StoreDamagedError
 from ._records import ChainBreak, VerifyReport
-from ._store.sqlite import _chain_rows as rows
 from ._stored_text import unreadable_text
 
 PAGE_SIZE = 1000
@@ -45,7 +45,6 @@ TRUNCATED = "truncated"
 REWRITTEN = "rewritten"
 UNREADABLE = "unreadable"
 
-_COLUMNS = "seq, run_id, step_id, at, type, payload_json, hash"
 _TEXT_COLUMNS = ("run_id", "step_id", "at", "type", "payload_json", "hash")
 
 
@@ -70,7 +69,9 @@ def _type_name(value: object) -> str:
 
 
 @dataclass(frozen=True)
-class _Row:
+class ChainRow:
+    """One event as stored: each text column as text, or as its bytes when it is not UTF-8."""
+
     seq: int
     run_id: object
     step_id: object
@@ -100,12 +101,34 @@ class _Row:
         return ""
 
 
-def _rows(cursor: sqlite3.Cursor) -> list[_Row]:
-    return [_Row(*tuple(r)) for r in cursor.fetchall()]
+class ChainReader(Protocol):
+    """What the walk reads of a store's events, in one consistent snapshot.
+
+    Each backend implements it over its own rows; a read the storage itself
+    cannot complete (a damaged page) raises `StoreDamagedError`.
+    """
+
+    def event_before(self, seq: int) -> tuple[int, str | bytes] | None:
+        """`(seq, hash)` of the last event before `seq`, or None."""
+
+    def events_between(self, first: int, last: int, limit: int) -> list[ChainRow]:
+        """Up to `limit` events from seq `first` to `last`, in order."""
+
+    def events_after(self, after: int, limit: int) -> list[ChainRow]:
+        """Up to `limit` events after seq `after`, in order."""
+
+    def issued_seq(self) -> int | None:
+        """The highest seq ever handed out, deleted or not (None when the backend cannot say)."""
+
+    def event_hash(self, seq: int) -> str | bytes | None:
+        """The stored hash of the event at `seq`, or None when there is none."""
+
+    def last_seq(self) -> int:
+        """The highest seq stored now (0 when there is none)."""
 
 
 def verify_chain(
-    conn: sqlite3.Connection,
+    reader: ChainReader,
     from_seq: int | None = None,
     to_seq: int | None = None,
     *,
@@ -119,20 +142,16 @@ def verify_chain(
     after the range: it catches a truncated tail or a recomputed chain. The
     report's `head_seq`/`head_hash` are the last event that verified.
     Reads only; run it inside a read transaction for a consistent snapshot.
-    Never raises on what the file holds: unreadable text, or a page SQLite
+    Never raises on what the file holds: unreadable text, or a page the storage
     cannot read, is reported as an `unreadable` break.
     """
     if page_size < 1:
         raise ValueError("page_size must be at least 1")
-    walk = _Walk(conn, 1 if from_seq is None else max(1, from_seq), to_seq, head, page_size)
+    walk = _Walk(reader, 1 if from_seq is None else max(1, from_seq), to_seq, head, page_size)
     try:
         brk = walk.run()
-    except sqlite3.DatabaseError as e:  # a damaged page: say so, as a break, where it stopped
-        brk = ChainBreak(
-            seq=walk.prev_seq + 1,
-            problem=UNREADABLE,
-            detail=f"SQLite cannot read the events from here: {e}",
-        )
+    except StoreDamagedError as e:  # a damaged page: say so, as a break, where it stopped
+        brk = ChainBreak(seq=walk.prev_seq + 1, problem=UNREADABLE, detail=str(e))
     prev_hash = walk.prev_hash
     return VerifyReport(
         intact=brk is None,
@@ -148,13 +167,13 @@ class _Walk:
 
     def __init__(
         self,
-        conn: sqlite3.Connection,
+        reader: ChainReader,
         start: int,
         to_seq: int | None,
         head: tuple[int, str] | None,
         page_size: int,
     ) -> None:
-        self.conn = conn
+        self.reader = reader
         self.start = start
         self.to_seq = to_seq
         self.head = head
@@ -164,21 +183,18 @@ class _Walk:
         self.checked = 0
 
     def run(self) -> ChainBreak | None:
-        conn, to_seq, page_size = self.conn, self.to_seq, self.page_size
-        before = rows.event_before(conn, self.start)
+        reader, to_seq, page_size = self.reader, self.to_seq, self.page_size
+        before = reader.event_before(self.start)
         if before is None:
             self.prev_seq, self.prev_hash = 0, ""
         else:
-            self.prev_seq = int(before[0])
-            self.prev_hash = before[1] if isinstance(before[1], str | bytes) else ""
+            self.prev_seq, self.prev_hash = before
         cursor_seq = self.start
         while True:
             if to_seq is not None and cursor_seq > to_seq:
                 break
-            page = _rows(
-                rows.events_between(
-                    conn, _COLUMNS, cursor_seq, _MAX_SEQ if to_seq is None else to_seq, page_size
-                )
+            page = reader.events_between(
+                cursor_seq, _MAX_SEQ if to_seq is None else to_seq, page_size
             )
             for i, row in enumerate(page):
                 if row.seq != self.prev_seq + 1:
@@ -186,7 +202,7 @@ class _Walk:
                 unreadable = row.unreadable()
                 if row.hash_at(self.prev_hash, row.seq) != row.hash:
                     problem = ALTERED
-                    if _swapped(conn, self.prev_hash, row, page[i + 1 :], page_size):
+                    if _swapped(reader, self.prev_hash, row, page[i + 1 :], page_size):
                         problem = SWAPPED
                     return ChainBreak(seq=row.seq, problem=problem, detail=unreadable)
                 if unreadable:
@@ -197,9 +213,9 @@ class _Walk:
             if len(page) < page_size:
                 break
             cursor_seq = self.prev_seq + 1
-        brk = _tail_break(conn, self.prev_seq, to_seq)
+        brk = _tail_break(reader, self.prev_seq, to_seq)
         if brk is None and self.head is not None:
-            brk = _head_break(conn, self.head)
+            brk = _head_break(reader, self.head)
         return brk
 
 
@@ -207,10 +223,10 @@ _MAX_SEQ = 2**63 - 1
 
 
 def _swapped(
-    conn: sqlite3.Connection,
+    reader: ChainReader,
     prev_hash: str | bytes,
-    bad: _Row,
-    rest_of_page: Sequence[_Row],
+    bad: ChainRow,
+    rest_of_page: Sequence[ChainRow],
     page_size: int,
 ) -> bool:
     """Whether the event that belongs at `bad.seq` is found at a later seq, within one page.
@@ -222,7 +238,7 @@ def _swapped(
     later = list(rest_of_page)
     if len(later) < page_size:
         after = later[-1].seq if later else bad.seq
-        later += _rows(rows.events_after(conn, _COLUMNS, after, page_size - len(later)))
+        later += reader.events_after(after, page_size - len(later))
     for other in later:
         candidate = other.hash_at(prev_hash, bad.seq)
         if candidate is not None and candidate in (bad.hash, other.hash):
@@ -230,27 +246,26 @@ def _swapped(
     return False
 
 
-def _tail_break(conn: sqlite3.Connection, last_seq: int, to_seq: int | None) -> ChainBreak | None:
-    """A tail deleted after `last_seq`, as `sqlite_sequence` remembers the seqs handed out."""
-    seq = rows.issued_event_seq(conn)
-    if not isinstance(seq, int):
+def _tail_break(reader: ChainReader, last_seq: int, to_seq: int | None) -> ChainBreak | None:
+    """A tail deleted after `last_seq`, as the store remembers the seqs handed out."""
+    issued = reader.issued_seq()
+    if issued is None:
         return None
-    issued = int(seq)
     if issued > last_seq and (to_seq is None or to_seq > last_seq):
         return ChainBreak(seq=last_seq + 1, problem=TRUNCATED)
     return None
 
 
-def _head_break(conn: sqlite3.Connection, head: tuple[int, str]) -> ChainBreak | None:
+def _head_break(reader: ChainReader, head: tuple[int, str]) -> ChainBreak | None:
     head_seq, head_hash = head
     if head_seq <= 0:
         return None
-    row = rows.event_hash(conn, head_seq)
-    if row is None:
-        last_seq = rows.last_event_seq(conn)
+    stored = reader.event_hash(head_seq)
+    if stored is None:
+        last_seq = reader.last_seq()
         if last_seq < head_seq:
             return ChainBreak(seq=last_seq + 1, problem=TRUNCATED)
         return ChainBreak(seq=head_seq, problem=DELETED)
-    if row[0] != head_hash:
+    if stored != head_hash:
         return ChainBreak(seq=head_seq, problem=REWRITTEN)
     return None

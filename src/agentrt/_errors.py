@@ -78,6 +78,10 @@ class StoreBusyError(StoreError):
     """Another connection held the write lock past the busy timeout; nothing was written."""
 
 
+class StoreDamagedError(StoreError):
+    """The storage itself could not read what it holds (a damaged page, a failed read)."""
+
+
 class SchemaVersionError(StoreError):
     """The database was written by a newer (or, for `open_existing`, another) schema."""
 

@@ -1,52 +1,71 @@
-"""The reads the event chain's verifier makes, on a plain connection.
+"""The SQLite backend's side of the chain walk: the events' rows on one connection.
 
-Part of the store layer, apart from `reads` because the store itself verifies
-the chain (`agentrt._db` imports `agentrt._chain`): this module imports nothing
-of the store, so that import stays acyclic.
+`verify_chain` (`agentrt._chain`) holds the walk; this reader gives it the rows,
+each text column as SQLite stored it (bytes when it is not UTF-8), and turns a
+read SQLite cannot complete (a damaged page) into `StoreDamagedError`. The seqs
+ever handed out come from `sqlite_sequence` (AUTOINCREMENT never reuses one).
 """
 
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Sequence
 from typing import Any
 
+from ..._chain import ChainRow
+from ..._errors import StoreDamagedError
 
-def event_before(conn: sqlite3.Connection, seq: int) -> Any:
-    """(`seq`, `hash`) of the last event before `seq`, or None."""
-    return conn.execute(
-        "SELECT seq, hash FROM events WHERE seq < ? ORDER BY seq DESC LIMIT 1", (seq,)
-    ).fetchone()
+_COLUMNS = "seq, run_id, step_id, at, type, payload_json, hash"
 
 
-def events_between(
-    conn: sqlite3.Connection, columns: str, first: int, last: int, limit: int
-) -> sqlite3.Cursor:
-    """Up to `limit` events from seq `first` to `last`, in order, `columns` of each."""
-    return conn.execute(
-        f"SELECT {columns} FROM events WHERE seq >= ? AND seq <= ? ORDER BY seq LIMIT ?",
-        (first, last, limit),
-    )
+class SqliteChainReader:
+    """`ChainReader` over one connection, inside the caller's read snapshot."""
 
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
 
-def events_after(conn: sqlite3.Connection, columns: str, after: int, limit: int) -> sqlite3.Cursor:
-    """Up to `limit` events after seq `after`, in order, `columns` of each."""
-    return conn.execute(
-        f"SELECT {columns} FROM events WHERE seq > ? ORDER BY seq LIMIT ?", (after, limit)
-    )
+    def _all(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        try:
+            return list(self._conn.execute(sql, params).fetchall())
+        except sqlite3.DatabaseError as e:
+            raise StoreDamagedError(f"SQLite cannot read the events from here: {e}") from e
 
+    def _rows(self, sql: str, params: Sequence[Any]) -> list[ChainRow]:
+        return [ChainRow(*tuple(r)) for r in self._all(sql, params)]
 
-def issued_event_seq(conn: sqlite3.Connection) -> Any:
-    """The highest event seq SQLite ever handed out (`sqlite_sequence`), or None."""
-    row = conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'events'").fetchone()
-    return None if row is None else row[0]
+    def event_before(self, seq: int) -> tuple[int, str | bytes] | None:
+        found = self._all(
+            "SELECT seq, hash FROM events WHERE seq < ? ORDER BY seq DESC LIMIT 1", (seq,)
+        )
+        if not found:
+            return None
+        before, digest = tuple(found[0])
+        return int(before), digest if isinstance(digest, str | bytes) else ""
 
+    def events_between(self, first: int, last: int, limit: int) -> list[ChainRow]:
+        return self._rows(
+            f"SELECT {_COLUMNS} FROM events WHERE seq >= ? AND seq <= ? ORDER BY seq LIMIT ?",
+            (first, last, limit),
+        )
 
-def event_hash(conn: sqlite3.Connection, seq: int) -> Any:
-    """A one-column row holding the hash of the event at `seq`, or None when there is none."""
-    return conn.execute("SELECT hash FROM events WHERE seq = ?", (seq,)).fetchone()
+    def events_after(self, after: int, limit: int) -> list[ChainRow]:
+        return self._rows(
+            f"SELECT {_COLUMNS} FROM events WHERE seq > ? ORDER BY seq LIMIT ?", (after, limit)
+        )
 
+    def issued_seq(self) -> int | None:
+        found = self._all("SELECT seq FROM sqlite_sequence WHERE name = 'events'")
+        seq = found[0][0] if found else None
+        return seq if isinstance(seq, int) else None
 
-def last_event_seq(conn: sqlite3.Connection) -> int:
-    """The highest seq in the table now (0 when it is empty)."""
-    last = conn.execute("SELECT max(seq) FROM events").fetchone()
-    return int(last[0]) if last is not None and last[0] is not None else 0
+    def event_hash(self, seq: int) -> str | bytes | None:
+        found = self._all("SELECT hash FROM events WHERE seq = ?", (seq,))
+        if not found:
+            return None
+        digest = found[0][0]
+        return digest if isinstance(digest, str | bytes) else ""
+
+    def last_seq(self) -> int:
+        found = self._all("SELECT max(seq) FROM events")
+        last = found[0][0] if found else None
+        return int(last) if last is not None else 0

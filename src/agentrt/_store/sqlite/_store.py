@@ -55,6 +55,7 @@ from ..._stored_text import shown_text, unreadable_text
 from .._base import Renewer
 from . import _filesafety as filesafety
 from . import _migrations as migrations
+from ._chain_rows import SqliteChainReader
 from ._codecs import (
     _APPROVAL_COLUMNS,
     _EVENT_COLUMNS,
@@ -568,7 +569,9 @@ class SqliteStore(ProxyRows):
         A file store verifies on a connection of its own, in one read snapshot,
         so writers are not held up.
         """
-        return self._read_snapshot(lambda conn: verify_chain(conn, from_seq, to_seq, head=head))
+        return self._read_snapshot(
+            lambda conn: verify_chain(SqliteChainReader(conn), from_seq, to_seq, head=head)
+        )
 
 
 def _check_page(limit: int | None, offset: int) -> None:
