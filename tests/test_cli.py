@@ -37,7 +37,7 @@ from agentrt._approval import approval_hash
 from agentrt._clock import format_time
 from agentrt._policy import SideEffectPolicy, need_approval
 from agentrt._render_approval import approval_fields, hashed_content
-from agentrt._store import Store
+from agentrt._store.sqlite import SqliteStore as Store
 from agentrt.cli import main
 from agentrt.scripted import ScriptedAgent
 from agentrt.trace import display_width, event_json

@@ -473,3 +473,66 @@ def test_the_private_import_detector_sees_from_import_and_a_private_name() -> No
         "from agentrt import _session as s",
         "from agentrt import (\n    Run,\n    _step,\n)",
     ]
+
+
+BACKEND_PACKAGES = ("_store/sqlite/",)
+"""Each backend's package: the only place its driver is imported."""
+
+SQLITE_ONLY_DOORS = {"lowlevel.py"}
+"""Modules above the store that may import the SQLite backend: `agentrt.lowlevel`
+re-exports its plain reads of a file a killed process left (documented SQLite-only)."""
+
+
+def _imported_modules(tree: ast.AST) -> list[tuple[int, str]]:
+    """Every module an `import` or `from ... import` names, relative ones resolved
+    against the package root as `agentrt.<...>` (type-only imports included)."""
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            found.append((node.lineno, "." * node.level + (node.module or "")))
+    return found
+
+
+def _resolved(relative_path: str, module: str) -> str:
+    """`module` as imported from the file at `relative_path`, in dotted absolute form."""
+    if not module.startswith("."):
+        return module
+    level = len(module) - len(module.lstrip("."))
+    parts = ["agentrt", *relative_path.split("/")[:-1]]
+    base = parts[: len(parts) - (level - 1)]
+    rest = module.lstrip(".")
+    return ".".join([*base, rest] if rest else base)
+
+
+def test_no_module_outside_a_backend_imports_a_database_driver() -> None:
+    """`sqlite3` (and any future driver) is imported only inside its backend's package:
+    failures cross the interface as `StoreError`s, never as a driver's exception."""
+    found = [
+        f"{_relative(path)}:{line}: {module}"
+        for path in _modules()
+        if not _relative(path).startswith(BACKEND_PACKAGES)
+        for line, module in _imported_modules(ast.parse(path.read_text(encoding="utf-8")))
+        if module.split(".")[0] in {"sqlite3", "psycopg", "psycopg_pool"}
+    ]
+    assert found == []
+
+
+def test_nothing_above_the_store_imports_a_backend_but_the_sqlite_only_doors() -> None:
+    found = []
+    for path in _modules():
+        relative = _relative(path)
+        if relative.startswith("_store/") or relative in SQLITE_ONLY_DOORS:
+            continue
+        for line, module in _imported_modules(ast.parse(path.read_text(encoding="utf-8"))):
+            if _resolved(relative, module).startswith("agentrt._store.sqlite"):
+                found.append(f"{relative}:{line}: {module}")
+    assert found == []
+
+
+def test_the_import_resolver_reads_relative_imports_from_where_they_stand() -> None:
+    assert _resolved("view.py", "._store.sqlite._reads") == "agentrt._store.sqlite._reads"
+    assert _resolved("mcp/_proxy.py", ".._store") == "agentrt._store"
+    assert _resolved("_store/sqlite/_tx.py", "..._chain") == "agentrt._chain"
+    assert _resolved("cli/__init__.py", "..") == "agentrt"

@@ -507,7 +507,7 @@ def test_transaction_is_rolled_back_on_base_exceptions_too(store: Store) -> None
 
 
 def test_constraint_violation_rolls_back_the_whole_transaction(store: Store) -> None:
-    with pytest.raises(sqlite3.IntegrityError, match="FOREIGN KEY"), store.transaction() as tx:
+    with pytest.raises(StoreError, match="FOREIGN KEY"), store.transaction() as tx:
         tx.execute("INSERT INTO runs (id, status) VALUES ('r1', 'RUNNING')")
         tx.execute("INSERT INTO steps (id, run_id, idx) VALUES ('s1', 'no-such-run', 0)")
     assert store.count_runs() == 0
@@ -707,7 +707,7 @@ def test_list_steps_in_index_order_with_decoded_records(store: Store) -> None:
 def test_steps_are_unique_per_run_and_index(store: Store) -> None:
     add_run(store, "r1")
     _add_step(store, "s1", "r1", 0)
-    with pytest.raises(sqlite3.IntegrityError, match="UNIQUE"):
+    with pytest.raises(StoreError, match="UNIQUE"):
         _add_step(store, "s2", "r1", 0)
 
 

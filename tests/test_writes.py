@@ -1,4 +1,4 @@
-"""The named writes of the store layer (`agentrt._store.writes`).
+"""The named writes of the store layer (`agentrt._store.sqlite._writes`).
 
 Each is a compare-and-set on the statuses it may leave: when the row has moved
 it raises `RunStateError` and, the transaction rolling back, nothing it wrote

@@ -23,7 +23,7 @@ CHILDREN=${MUTATION_CHILDREN:-2}
 declare -A SCOPE=(
   [approval]="agentrt._approval.*"
   # The lease is taken by the named write take_lease (the compare-and-set; epoch = fencing token).
-  [lease]="agentrt._lease.* agentrt._store.writes.x_take_lease__*"
+  [lease]="agentrt._lease.* agentrt._store.sqlite._writes.xǁSqliteTxǁtake_lease__*"
   [chain]="agentrt._chain.*"
   # Reserve and charge: the projection, the limit check, the dispatch record,
   # the settlement and the late-reply charge.
@@ -31,12 +31,12 @@ declare -A SCOPE=(
                 agentrt._accounting.xǁAccountingCallerǁ_check_limits__*
                 agentrt._accounting.xǁAccountingCallerǁ_dispatch__*
                 agentrt._accounting.xǁAccountingCallerǁ_settle__*
-                agentrt._store.writes.x_charge_beyond_estimate__*
-                agentrt._store.writes.x_dispatch_model_call__*
-                agentrt._store.writes.x_settle_model_call__*"
+                agentrt._store.sqlite._writes.xǁSqliteTxǁcharge_beyond_estimate__*
+                agentrt._store.sqlite._writes.xǁSqliteTxǁdispatch_model_call__*
+                agentrt._store.sqlite._writes.xǁSqliteTxǁsettle_model_call__*"
   # The takeover and the interruption contract's decision table (resume.py until
   # the reshaping of issue 10 split it; the takeover is _takeover.py now).
-  [resume]="agentrt._takeover.* agentrt._store.writes.x_take_over__*"
+  [resume]="agentrt._takeover.* agentrt._store.sqlite._writes.xǁSqliteTxǁtake_over__*"
   # The encoder the approval hash depends on; the parser is not mutated.
   [canonical]="agentrt._canonical.x_canonical_json__* agentrt._canonical.x_policy_json__*
                agentrt._canonical.x_content_hash__* agentrt._canonical.x_to_text__*

@@ -116,7 +116,7 @@ from ._records import (
     operation_id,
 )
 from ._store import Store, open_existing, open_store
-from ._store.sqlite._migrations import RUNTIME_VERSION
+from ._store import RUNTIME_VERSION
 from ._tools import Tool, check_args, compile_tool, tool
 from .model_agent import ModelAgent
 from .recover import RecoverAction, Recovered

@@ -24,7 +24,6 @@ import json
 import logging
 import math
 import re
-import sqlite3
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -48,7 +47,6 @@ from .._errors import (
     RunStateError,
     StoreBusyError,
 )
-from .._store.sqlite._connection import is_busy
 from ..trace import sanitize
 from ._local import PENDING_LIMIT_DEFAULT, PENDING_LIMIT_MAX, Approver, Decision
 from ._local import decided_json as _decided_json
@@ -113,9 +111,7 @@ def _refusal(exc: Exception) -> Response:
         return _error(404, "not_found", message)
     if isinstance(exc, ValueError):  # a bad request: the body, a label, a limit
         return _error(400, "bad_request", message)
-    if isinstance(exc, StoreBusyError) or (
-        isinstance(exc, sqlite3.OperationalError) and is_busy(exc)
-    ):
+    if isinstance(exc, StoreBusyError):
         # Nothing was written: the same signed decision, with a fresh nonce, can be sent again.
         log.warning("the database stayed busy past its timeout: %s", exc)
         return _error(

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sqlite3
 import sys
 from collections.abc import Sequence
 
@@ -70,7 +69,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ApprovalChangedError, ApprovalHashError) as e:
         out.error(f"refused, nothing was decided: {sanitize(str(e))}")
         return EXIT_ERROR
-    except (AgentrtError, sqlite3.Error) as e:
+    except AgentrtError as e:
         out.error(sanitize(str(e)))
         return EXIT_ERROR
     except BrokenPipeError:

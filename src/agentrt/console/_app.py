@@ -13,7 +13,6 @@ without a hash is refused before the store is touched.
 
 from __future__ import annotations
 
-import sqlite3
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -204,7 +203,7 @@ def create_app(config: ConsoleConfig) -> Starlette:
             return await run_in_threadpool(call)
         except NotFoundError as e:
             raise _Refused(404, "Not found", sanitize(str(e))) from e
-        except (AgentrtError, sqlite3.Error) as e:
+        except AgentrtError as e:
             raise _Refused(503, "Cannot read the database", sanitize(str(e))) from e
 
     def answer(handler: Callable[[Request], Awaitable[Response]]) -> Callable[..., Any]:
@@ -267,7 +266,7 @@ def create_app(config: ConsoleConfig) -> Starlette:
 
             try:
                 await run_in_threadpool(call)
-            except (AgentrtError, sqlite3.Error) as e:
+            except AgentrtError as e:
                 if isinstance(e, AgentrtError):
                     raise _decision_refusal(e) from e
                 raise _Refused(503, "Not decided", sanitize(str(e))) from e
@@ -288,7 +287,7 @@ def create_app(config: ConsoleConfig) -> Starlette:
 
         try:
             await run_in_threadpool(call)
-        except (AgentrtError, sqlite3.Error) as e:
+        except AgentrtError as e:
             if isinstance(e, RunStateError):
                 raise _Refused(409, "Conflict", sanitize(str(e))) from e
             if isinstance(e, NotFoundError):

@@ -169,7 +169,7 @@ def to_readable(span: SpanRecord, resource: Resource | None = None) -> ReadableS
     from opentelemetry.sdk.util.instrumentation import InstrumentationScope
     from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
-    from .._store.sqlite._migrations import RUNTIME_VERSION
+    from .._store import RUNTIME_VERSION
 
     def context(span_bytes: bytes) -> SpanContext:
         return SpanContext(

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import sqlite3
 import threading
 import time
 import traceback
@@ -49,6 +48,7 @@ from .. import (
     RunLeasedError,
     RunStatus,
     Store,
+    StoreError,
     lowlevel,
     open_existing,
     open_store,
@@ -447,7 +447,7 @@ def recorded_floor_and_ids(db_path: str) -> tuple[datetime | None, set[str]]:
         with lowlevel.plain_reader(db_path) as conn:
             row = lowlevel.newest_event(conn)
             ids = {str(i) for i in lowlevel.every_record_id(conn)}
-    except sqlite3.Error:
+    except StoreError:
         # Not an agentrt file yet (created, never migrated): nothing recorded.
         return None, set()
     floor = parse_time(str(row[1])) if row is not None else None

@@ -15,6 +15,8 @@ import time
 from pathlib import Path
 
 from ..._errors import (
+    StoreBusyError,
+    StoreDamagedError,
     StoreError,
     UnreadableSchemaError,
     UnsafeSchemaError,
@@ -81,6 +83,26 @@ def is_busy(error: sqlite3.Error) -> bool:
     """True when SQLite refused because another connection holds a lock (BUSY or LOCKED)."""
     code = getattr(error, "sqlite_errorcode", None)
     return isinstance(code, int) and code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+
+
+def store_error(error: sqlite3.Error, doing: str) -> StoreError:
+    """The `StoreError` a failure of SQLite's becomes at the store's boundary.
+
+    Busy or locked (another connection held a lock past the busy timeout) is
+    `StoreBusyError`: retry. A file SQLite finds damaged is `StoreDamagedError`.
+    Anything else is a plain `StoreError` naming what was being done.
+    """
+    said = sqlite_failure(error) or str(error)
+    if is_busy(error):
+        return StoreBusyError(
+            f"{doing}: another connection held the database past the busy timeout "
+            f"({BUSY_TIMEOUT_MS} ms): {said}"
+        )
+    if isinstance(error, sqlite3.DatabaseError) and any(
+        sign in said for sign in ("malformed", "not a database", "disk image", "corrupt")
+    ):
+        return StoreDamagedError(f"{doing}: SQLite finds the file damaged: {said}")
+    return StoreError(f"{doing}: {said}")
 
 
 def check_schema(conn: sqlite3.Connection, known_version: int | None = None) -> int:
@@ -160,6 +182,8 @@ def _refusal(path: str, error: BaseException) -> StoreError | None:
             f"SQLite cannot load the schema of {path} ({said}): the database schema is "
             "damaged, and agentrt refuses a schema it cannot read"
         )
+    if isinstance(error, sqlite3.Error) and is_busy(error):
+        return StoreBusyError(f"cannot open {path}: {said}")
     return StoreError(f"cannot open {path}: {said}")
 
 

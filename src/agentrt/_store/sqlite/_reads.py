@@ -33,6 +33,7 @@ from ._codecs import (
     step_from_row,
     waiting_from_row,
 )
+from ._connection import store_error
 from ._tx import TxCore
 
 _CANDIDATE_COLUMNS = ("id", "status", "lease_owner", "lease_expires_at", "lease_holder", "origin")
@@ -101,23 +102,33 @@ def _utf8(text: str) -> bool:
 # --- the crash test kit's bookkeeping (a plain read-only connection) ----------------
 
 
+def _plain(conn: sqlite3.Connection, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+    try:
+        return list(conn.execute(sql, params).fetchall())
+    except sqlite3.Error as e:
+        raise store_error(e, "a plain read of the file failed") from e
+
+
 def event_hash_exists(conn: sqlite3.Connection, event_hash: str) -> bool:
     """Whether an event with this hash was committed."""
-    return conn.execute("SELECT 1 FROM events WHERE hash = ?", (event_hash,)).fetchone() is not None
+    return bool(_plain(conn, "SELECT 1 FROM events WHERE hash = ?", (event_hash,)))
 
 
 def newest_event(conn: sqlite3.Connection) -> Any:
     """(`hash`, `at`) of the newest committed event (by seq), or None."""
-    return conn.execute("SELECT hash, at FROM events ORDER BY seq DESC LIMIT 1").fetchone()
+    found = _plain(conn, "SELECT hash, at FROM events ORDER BY seq DESC LIMIT 1")
+    return found[0] if found else None
 
 
 def every_record_id(conn: sqlite3.Connection) -> list[Any]:
-    """Every id of every run, step, approval and model call."""
+    """Every id of every run, step, approval and model call. `StoreError` when the file is
+    not an agentrt database (yet)."""
     return [
         r[0]
-        for r in conn.execute(
+        for r in _plain(
+            conn,
             "SELECT id FROM runs UNION ALL SELECT id FROM steps "
-            "UNION ALL SELECT id FROM approvals UNION ALL SELECT id FROM model_calls"
+            "UNION ALL SELECT id FROM approvals UNION ALL SELECT id FROM model_calls",
         )
     ]
 
@@ -127,7 +138,10 @@ class plain_reader:
     bookkeeping reads): it sees only what is committed."""
 
     def __init__(self, db_path: str) -> None:
-        self.conn = sqlite3.connect(f"{Path(db_path).as_uri()}?mode=ro", uri=True, timeout=5)
+        try:
+            self.conn = sqlite3.connect(f"{Path(db_path).as_uri()}?mode=ro", uri=True, timeout=5)
+        except sqlite3.Error as e:
+            raise store_error(e, f"cannot read {db_path}") from e
 
     def __enter__(self) -> sqlite3.Connection:
         return self.conn

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
+from ._connection import store_error
 from ._writes import renew_lease, renew_lease_alone
 
 if TYPE_CHECKING:
@@ -42,9 +43,9 @@ class ConnectionRenewer:
             renewed, self._safe_schema = renew_lease_alone(
                 conn, self._safe_schema, run_id, owner, self._wall() + ttl
             )
-        except sqlite3.Error:
+        except sqlite3.Error as e:
             self.close()
-            raise
+            raise store_error(e, f"renewing the lease on run {run_id} failed") from e
         return renewed
 
     def close(self) -> None:

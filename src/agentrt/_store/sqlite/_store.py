@@ -82,6 +82,7 @@ from ._connection import (
     check_sqlite_version,
     is_busy,
     sqlite_failure,
+    store_error,
 )
 from ._proxy_rows import ProxyRows
 from ._renewer import ConnectionRenewer, StoreRenewer
@@ -239,6 +240,9 @@ class SqliteStore(ProxyRows):
                     # transaction's writes: one pragma when nothing changed.
                     self._safe_schema = check_schema(self._conn, self._safe_schema)
                     yield tx
+                except sqlite3.Error as e:
+                    migrations.rollback_quietly(self._conn)
+                    raise store_error(e, "the transaction failed, nothing was written") from e
                 except BaseException:
                     migrations.rollback_quietly(self._conn)
                     raise
@@ -246,7 +250,7 @@ class SqliteStore(ProxyRows):
                     self._conn.execute("COMMIT")
                 except sqlite3.Error as e:
                     migrations.rollback_quietly(self._conn)
-                    raise StoreError(f"commit failed, nothing was written: {e}") from e
+                    raise store_error(e, "commit failed, nothing was written") from e
             finally:
                 tx._close()
                 self._tx = None
@@ -299,7 +303,10 @@ class SqliteStore(ProxyRows):
     def _query(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
         with self._lock:
             self._check_open()
-            return list(self._conn.execute(sql, params).fetchall())
+            try:
+                return list(self._conn.execute(sql, params).fetchall())
+            except sqlite3.Error as e:
+                raise store_error(e, "a read of the store failed") from e
 
     def get_run(self, run_id: str, *, cap: int | None = None) -> Run:
         rows = self._query(
@@ -552,6 +559,8 @@ class SqliteStore(ProxyRows):
             finally:
                 with contextlib.suppress(sqlite3.Error):
                     conn.execute("COMMIT")
+        except sqlite3.Error as e:
+            raise store_error(e, "a read of the store failed") from e
         finally:
             conn.close()
 

@@ -21,6 +21,7 @@ from ..._errors import (
 from ..._records import (
     Event,
 )
+from ._connection import store_error
 
 # --- transactions -------------------------------------------------------------------------------
 
@@ -52,7 +53,10 @@ class TxCore:
 
     def execute(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> sqlite3.Cursor:
         self._check_open()
-        return self.conn.execute(sql, params)
+        try:
+            return self.conn.execute(sql, params)
+        except sqlite3.Error as e:
+            raise store_error(e, "a statement of the transaction failed") from e
 
     @property
     def events(self) -> list[Event]:
@@ -81,7 +85,7 @@ class TxCore:
         at_text = format_time(at)
         prev_hash, seq = self._next()
         digest = event_hash(prev_hash, seq, run_id, step_id, at_text, type, payload_json)
-        self.conn.execute(
+        self.execute(
             "INSERT INTO events (seq, run_id, step_id, at, type, payload_json, hash) "
             "VALUES (?, ?, ?, ?, ?, ?, ?)",
             (seq, run_id, step_id, at_text, type, payload_json, digest),
@@ -93,7 +97,7 @@ class TxCore:
     def _next(self) -> tuple[str, int]:
         """The hash to chain to and the seq AUTOINCREMENT would give the next row."""
         if self._head is None:
-            head_seq, head_hash, issued = self.conn.execute(_CHAIN_HEAD).fetchone()
+            head_seq, head_hash, issued = self.execute(_CHAIN_HEAD).fetchone()
             head_seq = 0 if head_seq is None else int(head_seq)
             head_hash = "" if head_hash is None else str(head_hash)
             issued_seq = 0 if issued is None else int(issued)
