@@ -80,6 +80,13 @@ from ._model import (
 )
 from ._operator import Operator, approve, cancel, reject
 from ._policy import Policy, SideEffectPolicy, decode_presentation, default_policy, need_approval
+from ._recheck import (
+    RecheckedEvaluation,
+    RecheckReport,
+    RecheckVerdict,
+    recheck,
+    recheck_async,
+)
 from ._records import (
     Approval,
     ApprovalStatus,
@@ -175,6 +182,9 @@ __all__ = [
     "PolicyOutcome",
     "Price",
     "PriceTable",
+    "RecheckReport",
+    "RecheckVerdict",
+    "RecheckedEvaluation",
     "ReconcileAnswer",
     "ReconcileOutcome",
     "Reconciled",
@@ -235,6 +245,8 @@ __all__ = [
     "operation_id",
     "parse_dollars",
     "policy_json",
+    "recheck",
+    "recheck_async",
     "reject",
     "tool",
 ]

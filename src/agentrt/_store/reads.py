@@ -12,9 +12,9 @@ from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
-from .._db import Store, Tx, approval_from_row, run_from_row, step_from_row
+from .._db import Store, Tx, approval_from_row, event_from_row, run_from_row, step_from_row
 from .._errors import NotFoundError
-from .._records import Approval, ApprovalStatus, Run, RunStatus, Step
+from .._records import Approval, ApprovalStatus, Event, Run, RunStatus, Step
 
 
 def run_row(tx: Tx, run_id: str) -> sqlite3.Row | None:
@@ -376,3 +376,29 @@ class plain_reader:
 
     def __exit__(self, *exc: object) -> None:
         self.conn.close()
+
+
+# --- re-checking a run's policy evaluations (docs/decisions/0072) -------------------
+
+
+def events_of_types(store: Store, run_id: str, types: Collection[str]) -> list[Event]:
+    """The run's events of these types, whole (no cap), in commit order."""
+    marks = ",".join("?" for _ in types)
+    rows = store.query(
+        "SELECT seq, run_id, step_id, at, type, payload_json, hash FROM events "
+        f"WHERE run_id = ? AND type IN ({marks}) ORDER BY seq",
+        (run_id, *types),
+    )
+    return [event_from_row(r) for r in rows]
+
+
+def run_ids_created_since(store: Store, since: str, after_rowid: int, size: int) -> list[Any]:
+    """(rowid, id) of runs created at or after `since` (stored time text), oldest first,
+    a page of `size` after `after_rowid`."""
+    return [
+        (r[0], r[1])
+        for r in store.query(
+            "SELECT rowid, id FROM runs WHERE created_at >= ? AND rowid > ? ORDER BY rowid LIMIT ?",
+            (since, after_rowid, size),
+        )
+    ]
