@@ -66,7 +66,9 @@ def story_run(store: agentrt.Store, policy: Any, *, finish: bool = True) -> agen
 
 
 def verdicts(report: agentrt.RecheckReport) -> list[tuple[str, str, str]]:
-    return [(e.tool, e.recorded.outcome if e.recorded else "", e.verdict) for e in report.evaluations]
+    return [
+        (e.tool, e.recorded.outcome if e.recorded else "", e.verdict) for e in report.evaluations
+    ]
 
 
 def test_the_same_policy_rechecks_every_evaluation_the_same(store: agentrt.Store) -> None:
