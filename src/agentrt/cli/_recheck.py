@@ -219,7 +219,8 @@ def _many(out: Output, reports: Sequence[RecheckReport], since: str) -> int:
         out.lines(_lines(report, (RecheckVerdict.NOT_RECHECKABLE,)))
     out.line(
         f"{_plural(summary['runs'], 'run')} since {sanitize(since)}: "
-        f"{summary['runs_changed']} would have changed ({summary['different']} of {summary['evaluations']} evaluations differ), "
+        f"{summary['runs_changed']} would have changed "
+        f"({summary['different']} of {summary['evaluations']} evaluations differ), "
         f"{summary['runs_with_not_recheckable']} with evaluations not re-checkable"
     )
     return EXIT_ERROR if changed else EXIT_OK
