@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import importlib as _importlib
 from types import FunctionType as _FunctionType
-from types import ModuleType as _ModuleType
+from typing import TYPE_CHECKING as _TYPE_CHECKING
+from typing import Any as _Any
 
 from ._approval import approval_hash, approval_request
 from ._canonical import canonical_json, check_json, content_hash, policy_json
@@ -80,13 +81,6 @@ from ._model import (
 )
 from ._operator import Operator, approve, cancel, reject
 from ._policy import Policy, SideEffectPolicy, decode_presentation, default_policy, need_approval
-from ._recheck import (
-    RecheckedEvaluation,
-    RecheckReport,
-    RecheckVerdict,
-    recheck,
-    recheck_async,
-)
 from ._records import (
     Approval,
     ApprovalStatus,
@@ -126,6 +120,15 @@ from ._records import (
 from ._tools import Tool, check_args, compile_tool, tool
 from .model_agent import ModelAgent
 from .recover import RecoverAction, Recovered
+
+if _TYPE_CHECKING:  # imported at first use (`_LAZY`); type checkers see them here
+    from ._recheck import (
+        RecheckedEvaluation,
+        RecheckReport,
+        RecheckVerdict,
+        recheck,
+        recheck_async,
+    )
 
 __version__ = RUNTIME_VERSION  # one version: the one the file format records
 
@@ -252,11 +255,27 @@ __all__ = [
 ]
 
 
+_LAZY = {
+    name: "._recheck"
+    for name in (
+        "RecheckReport",
+        "RecheckVerdict",
+        "RecheckedEvaluation",
+        "recheck",
+        "recheck_async",
+    )
+}
+"""Public names imported the first time they are used: re-checking is no part of a run, so
+`import agentrt` does not pay for it (issue 19's start-up budget)."""
+
+
 def _claim_public_names() -> None:
     # httpx style: a public class or function says it lives in `agentrt`, not in
     # the private module that defines it, so reprs, tracebacks and pickles name
     # the door users import from (docs/decisions/0034).
     for name in __all__:
+        if name in _LAZY:
+            continue  # claimed when first used (`__getattr__`)
         value = globals()[name]
         if isinstance(value, type | _FunctionType) and value.__module__.startswith(f"{__name__}._"):
             value.__module__ = __name__
@@ -282,8 +301,14 @@ _SUBMODULES = frozenset(
 """Submodules with a documented public surface of their own."""
 
 
-def __getattr__(name: str) -> _ModuleType:
+def __getattr__(name: str) -> _Any:
     # PEP 562: reached only for names the module does not already hold.
+    if name in _LAZY:
+        value = getattr(_importlib.import_module(_LAZY[name], __name__), name)
+        if isinstance(value, type | _FunctionType):
+            value.__module__ = __name__
+        globals()[name] = value
+        return value
     if name in _SUBMODULES:
         return _importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
