@@ -11,6 +11,46 @@ from agentrt.scripted import ScriptedAgent
 from conftest import FakeClock, Ids
 from support.tools import make_tools
 
+
+def policy_input(
+    steps: int, approvals: int, hashes: tuple[str, str, str, str], **run: Any
+) -> dict[str, Any]:
+    """The `input` of a `step.policy` (decision 0072): the run's columns as the policy saw
+    them, how many steps and approvals its view held, and the hash of each part."""
+    columns: dict[str, Any] = {
+        "active_ms": 0,
+        "cached_input_tokens": 0,
+        "created_at": "2026-11-30T09:00:00.001000Z",
+        "estimated_cost_micros": 0,
+        "finished_at": "",
+        "input_tokens": 0,
+        "model_calls": 0,
+        "origin": "driver",
+        "output_tokens": 0,
+        "reason": "",
+        "reason_detail": "",
+        "result_json": "",
+        "started_at": "2026-11-30T09:00:00.001000Z",
+        "status": "RUNNING",
+        "step_count": 1,
+    }
+    request, run_hash, steps_hash, approvals_hash = hashes
+    return {
+        "v": 1,
+        "run": {**columns, **run},
+        "steps": steps,
+        "approvals": approvals,
+        "hashes": {
+            "request": request,
+            "run": run_hash,
+            "steps": steps_hash,
+            "approvals": approvals_hash,
+        },
+    }
+
+
+EMPTY = "4f53cda18c2baa0c0354bb5f9a3ecbe5ed12ab4d8e11ba873c2f11161202b945"  # of []
+
 FULL_RUN_EVENTS: list[tuple[str, str, str, dict[str, Any]]] = [
     (
         "run.created",
@@ -47,6 +87,16 @@ FULL_RUN_EVENTS: list[tuple[str, str, str, dict[str, Any]]] = [
         "09:00:00.004",
         {
             "decision": {"outcome": "allow"},
+            "input": policy_input(
+                0,
+                0,
+                (
+                    "35c611ee98f497871046c966780c4f50c9a96acc89cff871d17f25bbfb07cb9d",
+                    "5d85800f2850e8f2f579242625f71e891c912d284594c470edf2a0208cc4166c",
+                    EMPTY,
+                    EMPTY,
+                ),
+            ),
             "policy_id": "agentrt.default_policy/1",
             "spec_hash": "61fc7845f8bd066f7af5dadc3fdd0fd46d94e544a9f038ac1bafb6a32a8d23ad",
             "view": {
@@ -104,6 +154,18 @@ FULL_RUN_EVENTS: list[tuple[str, str, str, dict[str, Any]]] = [
                 "outcome": "deny",
                 "reason": "destructive tools are denied by the default policy",
             },
+            "input": policy_input(
+                2,
+                0,
+                (
+                    "7dce9711d2e7f856409420c945ca85c780250da25ed3a710a72f06b7c508d6db",
+                    "e7398ca7ce396f2e1a75f19c8de318bc339caa38b83ed07d9f91e2601860c268",
+                    "a6fc653bd0ebe375265e643ab904cde7c8d0a422532ca88bc09c2c809eb446c1",
+                    EMPTY,
+                ),
+                active_ms=4,
+                step_count=3,
+            ),
             "policy_id": "agentrt.default_policy/1",
             "spec_hash": "19838ed0c078edabeff111bb4637c1a8b2f5f97347c9ccd62f1187cacaa68b6f",
             "view": {
@@ -146,6 +208,18 @@ FULL_RUN_EVENTS: list[tuple[str, str, str, dict[str, Any]]] = [
                 "presentation": {"args": {"x": 3}, "tool": "push"},
                 "reason": "tool 'push' changes a remote system; a person must approve it",
             },
+            "input": policy_input(
+                3,
+                0,
+                (
+                    "fd8d6206335e19694ae54653ec59ef2b0e983c34cf0057def7c82ca644730571",
+                    "50789e66cce3f35fa4539ab34e0c6b446aa27933b0293cf24615efe3cad907d9",
+                    "6198b7a8b1dc016f476d32aa572fa4e0572a8deeb186deac67b913740fdacdb0",
+                    EMPTY,
+                ),
+                active_ms=4,
+                step_count=4,
+            ),
             "policy_id": "agentrt.default_policy/1",
             "spec_hash": "814cfe0aa55b2ef2e4ac34ec51aa9691b91a25e1538c6cf7ddfe7c6004edc093",
             "view": {
@@ -197,6 +271,19 @@ FULL_RUN_EVENTS: list[tuple[str, str, str, dict[str, Any]]] = [
                 "presentation": {"args": {"x": 3}, "tool": "push"},
                 "reason": "tool 'push' changes a remote system; a person must approve it",
             },
+            "input": policy_input(
+                3,
+                1,
+                (
+                    "fd8d6206335e19694ae54653ec59ef2b0e983c34cf0057def7c82ca644730571",
+                    "06d3f1334f996040799790cf58620e53a52ef32c00e92f609585af4dcf758323",
+                    "6198b7a8b1dc016f476d32aa572fa4e0572a8deeb186deac67b913740fdacdb0",
+                    "60bab42828bcafe7c5b38c33091d5d7670d12b2f517af0784751140516cacdc9",
+                ),
+                active_ms=13,
+                status="WAITING_FOR_APPROVAL",
+                step_count=4,
+            ),
             "policy_id": "agentrt.default_policy/1",
             "spec_hash": "814cfe0aa55b2ef2e4ac34ec51aa9691b91a25e1538c6cf7ddfe7c6004edc093",
             "view": {

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import importlib as _importlib
 from types import FunctionType as _FunctionType
-from types import ModuleType as _ModuleType
+from typing import TYPE_CHECKING as _TYPE_CHECKING
+from typing import Any as _Any
 
 from ._approval import approval_hash, approval_request
 from ._canonical import canonical_json, check_json, content_hash, policy_json
@@ -115,11 +116,19 @@ from ._records import (
     VerifyReport,
     operation_id,
 )
-from ._store import Store, open_existing, open_store
-from ._store import RUNTIME_VERSION
+from ._store import RUNTIME_VERSION, Store, open_existing, open_store
 from ._tools import Tool, check_args, compile_tool, tool
 from .model_agent import ModelAgent
 from .recover import RecoverAction, Recovered
+
+if _TYPE_CHECKING:  # imported at first use (`_LAZY`); type checkers see them here
+    from ._recheck import (
+        RecheckedEvaluation,
+        RecheckReport,
+        RecheckVerdict,
+        recheck,
+        recheck_async,
+    )
 
 __version__ = RUNTIME_VERSION  # one version: the one the file format records
 
@@ -176,6 +185,9 @@ __all__ = [
     "PolicyOutcome",
     "Price",
     "PriceTable",
+    "RecheckReport",
+    "RecheckVerdict",
+    "RecheckedEvaluation",
     "ReconcileAnswer",
     "ReconcileOutcome",
     "Reconciled",
@@ -237,9 +249,25 @@ __all__ = [
     "operation_id",
     "parse_dollars",
     "policy_json",
+    "recheck",
+    "recheck_async",
     "reject",
     "tool",
 ]
+
+
+_LAZY = {
+    name: "._recheck"
+    for name in (
+        "RecheckReport",
+        "RecheckVerdict",
+        "RecheckedEvaluation",
+        "recheck",
+        "recheck_async",
+    )
+}
+"""Public names imported the first time they are used: re-checking is no part of a run, so
+`import agentrt` does not pay for it (issue 19's start-up budget)."""
 
 
 def _claim_public_names() -> None:
@@ -247,6 +275,8 @@ def _claim_public_names() -> None:
     # the private module that defines it, so reprs, tracebacks and pickles name
     # the door users import from (docs/decisions/0034).
     for name in __all__:
+        if name in _LAZY:
+            continue  # claimed when first used (`__getattr__`)
         value = globals()[name]
         if isinstance(value, type | _FunctionType) and value.__module__.startswith(f"{__name__}._"):
             value.__module__ = __name__
@@ -272,8 +302,14 @@ _SUBMODULES = frozenset(
 """Submodules with a documented public surface of their own."""
 
 
-def __getattr__(name: str) -> _ModuleType:
+def __getattr__(name: str) -> _Any:
     # PEP 562: reached only for names the module does not already hold.
+    if name in _LAZY:
+        value = getattr(_importlib.import_module(_LAZY[name], __name__), name)
+        if isinstance(value, type | _FunctionType):
+            value.__module__ = __name__
+        globals()[name] = value
+        return value
     if name in _SUBMODULES:
         return _importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -4,6 +4,10 @@ Events are written in the same transaction as the change they describe, never
 read for control flow, and delivered to observers after commit in commit order.
 Keeping the names and payload builders in one place is what lets a test pin a
 full run's event sequence.
+
+`step.policy` carries `decision`, `policy_id`, `spec_hash`, `view` (the
+counters the policy saw) and, for a policy's own answer, `input`: what the
+policy was given, by reference and by hash (`_policy_input`, decision 0072).
 """
 
 from __future__ import annotations

@@ -49,6 +49,7 @@ from ._foreign import exception_text
 from ._lease import Heartbeat, WallClock
 from ._policy import Policy
 from ._policy import evaluate as evaluate_policy
+from ._policy_input import InputHashes, input_record
 from ._records import (
     JSON,
     Approval,
@@ -324,6 +325,8 @@ class RunSession:
         # Start of the active segment not yet added to the run's active time.
         self._mark = mark
         self._args_hashes: dict[str, str] = {}
+        # Each step's and approval's hash for the `input` of `step.policy` (decision 0072).
+        self._input_hashes = InputHashes()
         self._allowed: AllowedCall | None = None
         # The lease heartbeat of the Driver executing this session, if any (the
         # test kit stops it without releasing the lease to imitate a dead process).
@@ -550,6 +553,8 @@ class RunSession:
 
     async def ask_policy(self, step: Step, spec: ToolSpec, args: JSON) -> PolicyCheck:
         request, view = self.policy_request(step, spec, args)
+        # Hashed before the policy runs: what it was given, whatever it does with it.
+        recorded_input = input_record(request, view, self._input_hashes)
         try:
             result = await evaluate_policy(self.config.policy, request, view)
         except Exception as exc:  # the policy is consumer code: its failure ends the run
@@ -563,6 +568,8 @@ class RunSession:
             "spec_hash": self.config.spec_hashes[spec.name],
             "view": policy_view_counters(self.run, view.steps),
         }
+        if recorded_input is not None:
+            payload["input"] = recorded_input
         return PolicyCheck(result, None, payload)
 
     def allow(self, call: AllowedCall) -> None:

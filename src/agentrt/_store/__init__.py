@@ -11,9 +11,13 @@ writes SQL (`tests/test_layering.py`).
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
+from typing import Any, cast
 
+from .._records import Run
 from ._base import Renewer, Store, Tx
 from .sqlite import open_sqlite_existing, open_sqlite_store
+from .sqlite._codecs import run_from_row
 from .sqlite._migrations import RUNTIME_VERSION
 
 
@@ -40,4 +44,19 @@ def open_existing(path: str | os.PathLike[str], read_only: bool = False) -> Stor
     return open_sqlite_existing(path, read_only)
 
 
-__all__ = ["RUNTIME_VERSION", "Renewer", "Store", "Tx", "open_existing", "open_store"]
+def run_from_columns(columns: Mapping[str, Any]) -> Run:
+    """A run from the columns of its `runs` record (the record format's names: `status`,
+    `limits_json`, `created_at`, ...), decoded as every store decodes a read of its row:
+    what will not decode sets `decode_error`, never raises."""
+    return run_from_row(cast(Any, dict(columns)))
+
+
+__all__ = [
+    "RUNTIME_VERSION",
+    "Renewer",
+    "Store",
+    "Tx",
+    "open_existing",
+    "open_store",
+    "run_from_columns",
+]

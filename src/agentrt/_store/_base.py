@@ -571,6 +571,15 @@ class Store(Protocol):
     def step_of_run(self, run_id: str, step_id: str) -> Step | None:
         """The run's step `step_id`, whole (no cap), or None when the run has no such step."""
 
+    def events_of_types(self, run_id: str, types: Collection[str]) -> list[Event]:
+        """The run's events of these types, whole (no cap), in commit order."""
+
+    def run_ids_created_since(
+        self, since: datetime, after: RunCursor | None, limit: int
+    ) -> list[tuple[RunCursor, str]]:
+        """Ids of runs created at or after `since`, oldest first, at most `limit` after
+        `after`, each with where it stands in that order."""
+
     # --- the proxy's rows (agentrt-proxy: one run per tool call, tied by a request key) ----
 
     def migrate_proxy(self, now: datetime) -> int:

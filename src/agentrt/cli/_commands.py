@@ -28,6 +28,7 @@ from ._read import (
     runs_arguments,
     show_arguments,
 )
+from ._recheck import cmd_recheck, recheck_arguments
 from ._verify import cmd_verify, verify_arguments
 
 Run = Callable[[argparse.Namespace, Output], int]
@@ -94,6 +95,12 @@ COMMANDS: tuple[Command, ...] = (
         "then what SQLite's integrity check found",
         verify_arguments,
         cmd_verify,
+    ),
+    Command(
+        "recheck",
+        "ask a policy given now about a run's recorded policy decisions; differences first",
+        recheck_arguments,
+        cmd_recheck,
     ),
     Command(
         "export",

@@ -13,7 +13,8 @@ reaches, the recovery points a crash leads to included, and prints the
 outcomes as a table; the pytest plugin (`agentrt.testkit.plugin`, loaded only
 when asked for: `-p agentrt.testkit.plugin`) parametrizes one test over that
 matrix.
-`check_policy` and `fuzz_args` test a policy and a tool's schema on their own.
+`check_policy` and `fuzz_args` test a policy and a tool's schema on their own;
+`assert_rechecks_same` re-checks a scenario's run with its policy (or a changed one).
 
 This package owns the test kit's public names; each submodule owns one part
 (see their docstrings). `agentrt.testkit._process` is also the child's entry
@@ -34,6 +35,7 @@ from ._matrix import (
     discover,
     matrix_cases,
 )
+from ._recheck import assert_rechecks_same, recheck
 from ._result import AgentInput, CrashReached, OperatorAnswer, ProbeHit, Result, ToolInvocation
 from ._runner import ScenarioError, run, run_sync
 from ._scenario import (
@@ -71,6 +73,7 @@ __all__ = [
     "Verdict",
     "Violation",
     "always",
+    "assert_rechecks_same",
     "by_kind",
     "check",
     "check_policy",
@@ -80,6 +83,7 @@ __all__ = [
     "fuzz_args",
     "load_factory",
     "matrix_cases",
+    "recheck",
     "run",
     "run_sync",
     "same_renders",

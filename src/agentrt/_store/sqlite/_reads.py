@@ -14,8 +14,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from ..._clock import format_time
 from ..._errors import NotFoundError
-from ..._records import Approval, ApprovalStatus, Run, RunStatus, Step
+from ..._records import Approval, ApprovalStatus, Event, Run, RunStatus, Step
 from ..._stored_text import shown_text
 from .._records import (
     ApprovalState,
@@ -28,6 +29,7 @@ from .._records import (
 from ._codecs import (
     approval_from_row,
     approval_state,
+    event_from_row,
     lease_from,
     run_from_row,
     step_from_row,
@@ -437,6 +439,27 @@ class StoreReads(ABC):
             and isinstance(s.decision.reason, str)  # a stored decision may hold anything there
             and s.decision.reason in wanted
         ]
+
+    def events_of_types(self, run_id: str, types: Collection[str]) -> list[Event]:
+        """The run's events of these types, whole (no cap), in commit order."""
+        marks = ",".join("?" for _ in types)
+        rows = self._query(
+            "SELECT seq, run_id, step_id, at, type, payload_json, hash FROM events "
+            f"WHERE run_id = ? AND type IN ({marks}) ORDER BY seq",
+            (run_id, *types),
+        )
+        return [event_from_row(r) for r in rows]
+
+    def run_ids_created_since(
+        self, since: datetime, after: RunCursor | None, limit: int
+    ) -> list[tuple[RunCursor, str]]:
+        """Ids of runs created at or after `since`, oldest first, at most `limit` after
+        `after`, each with where it stands in that order."""
+        rows = self._query(
+            "SELECT rowid, id FROM runs WHERE created_at >= ? AND rowid > ? ORDER BY rowid LIMIT ?",
+            (format_time(since), 0 if after is None else after.position, limit),
+        )
+        return [(RunCursor(int(r[0])), str(r[1])) for r in rows]
 
     def step_of_run(self, run_id: str, step_id: str) -> Step | None:
         """The run's step `step_id`, whole (no cap), or None when the run has no such step."""

@@ -1,0 +1,244 @@
+"""What a policy received, as the record keeps it, and that input rebuilt from the record.
+
+Every `step.policy` written for a policy's own answer carries `input`
+(decision 0072): the run as the policy saw it (its row's columns, less the id,
+the goal and the limits, which `run.created` holds), how many of the run's
+steps and approvals the view held, and the SHA-256 of each part of the input:
+
+    "input": {"v": 1, "run": {<runs columns>}, "steps": n, "approvals": m,
+              "hashes": {"request": h, "run": h, "steps": h, "approvals": h}}
+
+The steps and approvals themselves are not copied: they are in the record
+already, and a copy per evaluation would grow with the square of a run's
+length. The view's steps are the run's first `n` steps other than the one
+judged, its approvals the run's first `m`; their hashes prove that what a
+re-check reads back is what the policy was given. A part that no longer hashes
+the same (a row changed since, a policy that edited its copy of a spec) makes
+the evaluation not re-checkable, never a wrong answer.
+
+Invariant: a part's hash is over the canonical JSON of a complete, reversible
+form of the record (every field of the `Run`, `Step` or `Approval`, times in
+their stored form, durations in microseconds), computed the same way when the
+policy is asked and when a re-check rebuilds its input: equal hashes mean
+equal input. Recording never fails a run: a value that will not hash leaves
+the evaluation without `input` (not re-checkable).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from ._canonical import content_hash, to_text
+from ._clock import duration_to_ms, format_time
+from ._records import Approval, Run, RunView, Step, ToolRequest
+from ._store import run_from_columns
+
+INPUT_VERSION = 1
+
+_RUN_KEPT_ELSEWHERE = ("id", "goal", "limits_json")
+_MICROSECOND = timedelta(microseconds=1)
+
+
+def run_columns(run: Run) -> dict[str, Any]:
+    """The run as its `runs` row holds it (the columns `run_from_row` decodes)."""
+    return {
+        "id": run.id,
+        "goal": run.goal,
+        "status": str(run.status),
+        "reason": str(run.reason),
+        "reason_detail": run.reason_detail,
+        "limits_json": to_text(run.limits.to_json()),
+        "step_count": run.step_count,
+        "created_at": format_time(run.created_at),
+        "started_at": format_time(run.started_at),
+        "finished_at": format_time(run.finished_at),
+        "result_json": "" if run.result is None else to_text(run.result),
+        "model_calls": run.model_calls,
+        "input_tokens": run.input_tokens,
+        "output_tokens": run.output_tokens,
+        "cached_input_tokens": run.cached_input_tokens,
+        "estimated_cost_micros": run.estimated_cost_micros,
+        "active_ms": duration_to_ms(run.active_time),
+        "origin": run.origin,
+    }
+
+
+def _run_form(run: Run) -> dict[str, Any]:
+    """`run_columns` and what they may not carry exactly (sub-millisecond time, a decode error)."""
+    return {
+        **run_columns(run),
+        "active_us": run.active_time // _MICROSECOND,
+        "decode_error": run.decode_error,
+    }
+
+
+def _step_form(step: Step) -> dict[str, Any]:
+    return {
+        "id": step.id,
+        "run_id": step.run_id,
+        "index": step.index,
+        "status": str(step.status),
+        "decision": None if step.decision is None else step.decision.to_json(),
+        "policy": None if step.policy is None else step.policy.to_json(),
+        "observation": None if step.observation is None else step.observation.to_json(),
+        "started_at": format_time(step.started_at),
+        "finished_at": format_time(step.finished_at),
+        "spec_hash": step.spec_hash,
+        "policy_id": step.policy_id,
+        "decode_error": step.decode_error,
+    }
+
+
+def _approval_form(approval: Approval) -> dict[str, Any]:
+    return {
+        "id": approval.id,
+        "run_id": approval.run_id,
+        "step_id": approval.step_id,
+        "kind": approval.kind,
+        "capability": approval.capability,
+        "presentation": approval.presentation,
+        "request": approval.request,
+        "hash": approval.hash,
+        "status": str(approval.status),
+        "created_at": format_time(approval.created_at),
+        "expires_at": format_time(approval.expires_at),
+        "decided_at": format_time(approval.decided_at),
+        "decided_by": approval.decided_by,
+        "note": approval.note,
+        "decode_error": approval.decode_error,
+    }
+
+
+def _request_form(request: ToolRequest) -> dict[str, Any]:
+    return {
+        "run_id": request.run_id,
+        "step_id": request.step_id,
+        "spec": request.spec.to_json(),
+        "args": request.args,
+    }
+
+
+class InputHashes:
+    """Each step's and approval's hash, kept while the record is unchanged.
+
+    A session holds one: a step is hashed once however many later views hold it
+    (its copy is replaced, never changed, when it is written, so the object's
+    identity says whether the hash still holds).
+    """
+
+    def __init__(self) -> None:
+        self._steps: dict[str, tuple[Step, str]] = {}
+        self._approvals: dict[str, tuple[Approval, str]] = {}
+
+    def step(self, step: Step) -> str:
+        kept = self._steps.get(step.id)
+        if kept is not None and kept[0] is step:
+            return kept[1]
+        digest = content_hash(_step_form(step))
+        self._steps[step.id] = (step, digest)
+        return digest
+
+    def approval(self, approval: Approval) -> str:
+        kept = self._approvals.get(approval.id)
+        if kept is not None and kept[0] is approval:
+            return kept[1]
+        digest = content_hash(_approval_form(approval))
+        self._approvals[approval.id] = (approval, digest)
+        return digest
+
+
+def input_hashes(
+    request: ToolRequest, view: RunView, hashes: InputHashes | None = None
+) -> dict[str, str]:
+    """The hash of each part of a policy's input (see the module docstring)."""
+    kept = InputHashes() if hashes is None else hashes
+    return {
+        "request": content_hash(_request_form(request)),
+        "run": content_hash(_run_form(view.run)),
+        "steps": content_hash([kept.step(step) for step in view.steps]),
+        "approvals": content_hash([kept.approval(a) for a in view.approvals]),
+    }
+
+
+def input_record(
+    request: ToolRequest, view: RunView, hashes: InputHashes | None = None
+) -> dict[str, Any] | None:
+    """The `input` of a `step.policy` payload; None when the input will not hash."""
+    try:
+        columns = run_columns(view.run)
+        return {
+            "v": INPUT_VERSION,
+            "run": {k: v for k, v in columns.items() if k not in _RUN_KEPT_ELSEWHERE},
+            "steps": len(view.steps),
+            "approvals": len(view.approvals),
+            "hashes": input_hashes(request, view, hashes),
+        }
+    except Exception:  # never fail a run over its re-check record (module invariant)
+        return None
+
+
+def input_text(request: ToolRequest, view: RunView) -> bytes:
+    """The whole input of one evaluation as canonical JSON: what a test compares byte for byte."""
+    return to_text(
+        {
+            "request": _request_form(request),
+            "run": _run_form(view.run),
+            "steps": [_step_form(step) for step in view.steps],
+            "approvals": [_approval_form(a) for a in view.approvals],
+        }
+    ).encode("utf-8")
+
+
+@dataclass(frozen=True)
+class Rebuilt:
+    """A policy's input rebuilt from the record, or why it could not be."""
+
+    request: ToolRequest | None
+    view: RunView | None
+    problem: str = ""
+
+
+def rebuild_run(recorded: Mapping[str, Any], run_id: str, created: Mapping[str, Any]) -> Run:
+    """The run the policy saw: the recorded columns, and the id, goal and limits of
+    `run.created`, decoded as a read of the row would decode them."""
+    columns: dict[str, Any] = dict(recorded)
+    columns["id"] = run_id
+    columns["goal"] = created.get("goal", "")
+    columns["limits_json"] = to_text(created.get("limits", {}))
+    return run_from_columns(columns)
+
+
+def rebuild(
+    record: Mapping[str, Any],
+    request: ToolRequest,
+    run: Run,
+    steps: Sequence[Step],
+    approvals: Sequence[Approval],
+) -> Rebuilt:
+    """The view from the run's rows (`steps` other than the judged one, in order, and
+    `approvals` in order), checked part by part against the recorded hashes."""
+    n_steps, n_approvals = record.get("steps"), record.get("approvals")
+    if not isinstance(n_steps, int) or not isinstance(n_approvals, int):
+        return Rebuilt(None, None, "the recorded input does not say how many steps it held")
+    prior = [s for s in steps if s.id != request.step_id][:n_steps]
+    held = list(approvals)[:n_approvals]
+    if len(prior) != n_steps or len(held) != n_approvals:
+        return Rebuilt(None, None, "the record no longer holds every step and approval seen")
+    view = RunView(run=run, steps=tuple(prior), approvals=tuple(held))
+    recorded = record.get("hashes")
+    if not isinstance(recorded, Mapping):
+        return Rebuilt(None, None, "the recorded input has no hashes")
+    now = input_hashes(request, view)
+    parts = ("request", "run", "steps", "approvals")
+    changed = [part for part in parts if recorded.get(part) != now[part]]
+    if changed:
+        return Rebuilt(
+            None,
+            None,
+            "what the record holds now does not hash as the policy's input did: "
+            + ", ".join(changed),
+        )
+    return Rebuilt(request, view)
