@@ -626,8 +626,12 @@ class Proxy:
         return approval.expires_at is not None and approval.expires_at <= self.now()
 
     def _within_window(self, run: Run) -> bool:
+        """Did `run` end within the repeat window? Never, with the window off (zero)."""
+        window = self.config.repeat_window
         finished = run.finished_at
-        return finished is not None and self.now() - finished <= self.config.repeat_window
+        return (
+            window > timedelta(0) and finished is not None and self.now() - finished <= window
+        )
 
     def _ago(self, when: datetime | None) -> str:
         if when is None:

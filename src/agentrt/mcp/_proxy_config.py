@@ -47,6 +47,7 @@ DEFAULT_MAX_PENDING = 20
 DEFAULT_LEASE_TTL = timedelta(seconds=30)
 STATUS_TOOL = "gate_status"
 _NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+_ZERO = re.compile(r"^0+(?:\.0+)?(?:ms|s|m|h)?$")
 
 _TOP_FIELDS = {
     "format",
@@ -88,7 +89,8 @@ class ProxyConfig:
     `name` is the name the proxy gives itself in the MCP handshake (the host may
     show it to the model, so it is the operator's word, `tools` by default).
     `repeat_window`: how long an executed mutating call, a rejection or an
-    expiry is remembered for an identical re-call. `max_pending_approvals`: how
+    expiry is remembered for an identical re-call; zero turns the window off (an
+    identical call is always a new one). `max_pending_approvals`: how
     many of the proxy's calls may wait for a person at once.
     """
 
@@ -166,6 +168,21 @@ def _policy(raw: Any) -> dict[str, str]:
     return out
 
 
+def _repeat_window(value: Any) -> timedelta:
+    """`repeat_window`: a duration, or zero (`0`, `"0"`, `"0s"`, ...) to turn it off."""
+    if value == 0 and not isinstance(value, bool):
+        return timedelta(0)
+    if isinstance(value, str) and _ZERO.match(value):
+        return timedelta(0)
+    try:
+        return parse_duration(value, "proxy config: repeat_window")
+    except ConfigError:
+        raise ConfigError(
+            f'proxy config: repeat_window must be a duration like "10m", or 0 to turn the '
+            f"window off; got {value!r}"
+        ) from None
+
+
 def _count(value: Any, where: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigError(f"proxy config: {where} must be a positive integer")
@@ -189,7 +206,7 @@ def read_proxy_config(path: str | os.PathLike[str]) -> ProxyConfig:
     if not isinstance(name, str) or not _NAME.match(name):
         raise ConfigError(f"proxy config: name {name!r} must match {_NAME.pattern}")
     durations: dict[str, timedelta | None] = {}
-    for field in ("repeat_window", "approval_ttl", "grant_ttl", "lease_ttl"):
+    for field in ("approval_ttl", "grant_ttl", "lease_ttl"):
         durations[field] = (
             parse_duration(data[field], f"proxy config: {field}") if field in data else None
         )
@@ -199,7 +216,11 @@ def read_proxy_config(path: str | os.PathLike[str]) -> ProxyConfig:
         servers=servers,
         policy=_policy(data["policy"]) if "policy" in data else dict(DEFAULT_POLICY_TABLE),
         name=name,
-        repeat_window=durations["repeat_window"] or DEFAULT_REPEAT_WINDOW,
+        repeat_window=(
+            _repeat_window(data["repeat_window"])
+            if "repeat_window" in data
+            else DEFAULT_REPEAT_WINDOW
+        ),
         max_pending_approvals=_count(
             data.get("max_pending_approvals", DEFAULT_MAX_PENDING), "max_pending_approvals"
         ),
