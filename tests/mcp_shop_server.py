@@ -7,6 +7,10 @@ answers, so a test counts what really happened. While FOLDER/hang exists,
 pid and its parent's, the proxy), then sleep: a call cut off mid-way.
 `price` changes nothing; it appends a line to FOLDER/reads.log, and sleeps too
 while FOLDER/hang exists (a read that does not answer in time).
+`receipt` writes its effect, then answers as FOLDER/answer says: `huge`, a text
+past the client's 8 MiB bound on one line; `unusable`, a text whose JSON on the
+wire carries a lone surrogate escape (written by this server's own stdout, the
+SDK would not write one); otherwise a plain text.
 """
 
 from __future__ import annotations
@@ -16,10 +20,27 @@ import os
 import pathlib
 import sys
 import time
+from typing import Any
 
+import anyio
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.stdio import stdio_server
 from mcp_types import ToolAnnotations
+
+LONE_SURROGATE_MARK = "@@lone-surrogate@@"
+
+
+class Wire:
+    """The server's stdout: the SDK's JSON lines, the test's mark made a lone surrogate."""
+
+    def write(self, text: str) -> int:
+        data = text.replace(LONE_SURROGATE_MARK, "\\ud800").encode("utf-8")
+        sys.stdout.buffer.write(data)
+        return len(text)
+
+    def flush(self) -> None:
+        sys.stdout.buffer.flush()
 
 
 def main() -> None:
@@ -59,6 +80,16 @@ def main() -> None:
     def jam() -> str:
         raise ToolError("the printer is jammed")
 
+    def receipt(order: str) -> str:
+        effect("receipt", order=order)
+        answer = folder / "answer"
+        mode = answer.read_text().strip() if answer.exists() else ""
+        if mode == "huge":
+            return "x" * (9 * 1024 * 1024)
+        if mode == "unusable":
+            return f"receipt for {order} {LONE_SURROGATE_MARK}"
+        return f"receipt for {order}"
+
     server.add_tool(
         price,
         name="price",
@@ -74,7 +105,15 @@ def main() -> None:
         annotations=ToolAnnotations(destructive_hint=True),
     )
     server.add_tool(jam, name="jam", description="Print a receipt.")
-    server.run()
+    server.add_tool(receipt, name="receipt", description="Print an order's receipt.")
+
+    async def serve() -> None:
+        wire: Any = anyio.wrap_file(Wire())  # type: ignore[arg-type]
+        async with stdio_server(stdout=wire) as (read, write):
+            lowlevel: Any = server._lowlevel_server
+            await lowlevel.run(read, write, lowlevel.create_initialization_options())
+
+    anyio.run(serve)
 
 
 if __name__ == "__main__":

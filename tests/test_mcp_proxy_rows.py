@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 from tests.support.mcp_proxy import Shop, write_owner_only
 
-from agentrt import ConfigError
+from agentrt import ConfigError, open_existing
+from agentrt.mcp._proxy import UNRECORDED_RESULT
 from agentrt.mcp.proxy import read_proxy_config
 
 pytestmark = pytest.mark.slow
@@ -69,3 +70,44 @@ def test_repeat_window_0_in_any_spelling_is_off_and_a_negative_one_is_refused(
         write_owner_only(path, {**base, "repeat_window": bad})
         with pytest.raises(ConfigError, match="repeat_window must be a duration"):
             read_proxy_config(path)
+
+
+# ---------------------------------------------------------------------------
+# 5. UNRECORDED: carried out, its answer refused
+
+
+def test_unrecorded_a_mutating_call_whose_answer_is_refused_was_carried_out_and_is_no_failure(
+    tmp_path: Path,
+) -> None:
+    shop = Shop(tmp_path)
+    answer = shop.folder / "answer"
+
+    async def calls() -> list[Any]:
+        async with shop.host() as host:
+            said = []
+            for mode, order in (("unusable", "A-1"), ("huge", "B-2")):
+                answer.write_text(mode)
+                said.append(await host.call("shop_receipt", {"order": order}))
+                said.append(await host.call("shop_receipt", {"order": order}))
+            return said
+
+    unusable, unusable_again, huge, huge_again = run(calls())
+    assert (unusable.is_error, unusable.word) == (True, "UNRECORDED")
+    assert "not usable JSON" in unusable.text
+    assert (huge.is_error, huge.word) == (True, "UNRECORDED")
+    assert "longer than 8388608 bytes" in huge.text
+    for again in (unusable_again, huge_again):
+        assert (again.is_error, again.word) == (True, "DUPLICATE")
+        assert "the server's answer was not recorded" in again.text
+    assert shop.effects() == [
+        {"tool": "receipt", "order": "A-1"},
+        {"tool": "receipt", "order": "B-2"},
+    ]  # each carried out once, never again
+    assert shop.pending() == []  # nobody was asked
+    store = open_existing(shop.db, read_only=True)
+    try:
+        runs = store.list_runs()
+        assert [r.status for r in runs] == ["COMPLETED", "COMPLETED"]  # not failed
+        assert {str(r.result).split(" (")[0] for r in runs} == {UNRECORDED_RESULT}
+    finally:
+        store.close()

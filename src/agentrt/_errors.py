@@ -198,3 +198,13 @@ class MCPServerError(AgentrtError):
 
 class MCPToolError(AgentrtError):
     """An MCP server answered a tool call with `isError`, or the call could not be made."""
+
+
+class MCPAnswerRefused(MCPToolError):
+    """An MCP server answered a tool call, and agentrt refuses the answer: a message
+    longer than the transport's bound, or one that is not usable JSON.
+
+    The call was carried out (the server answered it): its outcome is not unknown,
+    only its result is not recorded. `agentrt-proxy` answers such a mutating call
+    `UNRECORDED`.
+    """

@@ -37,6 +37,7 @@ RULES = {
         "charge": {"side_effect": "remote_mutation"},
         "wipe": {"side_effect": "destructive"},
         "jam": {"side_effect": "local_mutation"},
+        "receipt": {"side_effect": "local_mutation"},
     },
 }
 

@@ -42,7 +42,7 @@ from mcp.client.session import ClientSession
 from mcp.shared.message import SessionMessage
 
 from .._canonical import canonical_json, copy_json
-from .._errors import MCPServerError, MCPToolError, OutcomeUnknown
+from .._errors import MCPAnswerRefused, MCPServerError, MCPToolError, OutcomeUnknown
 from .._records import ToolCall, ToolResult, ToolSpec
 from .._tools import CompiledTool, compile_tool
 from ._config import Admitted, Manifest, Offer, PinnedTool, Report, Rule, Server, decide
@@ -213,7 +213,9 @@ class Connection:
         ordinary tool error.
 
         A failure after the request left, with no answer seen, raises
-        `OutcomeUnknown`; one before it left, `MCPToolError`.
+        `OutcomeUnknown`; one before it left, `MCPToolError`; an answer agentrt
+        refuses (too long, not usable JSON), `MCPAnswerRefused`: the call was
+        carried out, its result is lost.
 
         `operation_id` (the step's `ToolCall.operation_id`) travels in the request's
         `_meta` as `agentrt/operation_id`, so a server can deduplicate by it or stamp
@@ -229,6 +231,12 @@ class Connection:
                 tool, arguments, read_timeout_seconds=read_timeout, meta=meta
             )
         except Exception as exc:
+            refused = self._capture.refused(attempt.request_id)
+            if refused is not None:
+                raise MCPAnswerRefused(
+                    f"MCP server {self.server.name!r} answered the call to {tool!r}, and its "
+                    f"answer is refused: {refused}"
+                ) from exc
             if self._capture.unanswered(attempt.request_id):
                 raise OutcomeUnknown(
                     f"the connection to MCP server {self.server.name!r} was lost after the "

@@ -35,6 +35,10 @@ A mutating call whose server was lost after the call was sent (the tool raises
 `OutcomeUnknown`) is paused by the Gate itself on the same kind of approval:
 it, and every identical re-call, is answered `UNKNOWN_OUTCOME` until a person
 decides (decision 0054); a read lost that way is `FAILED` and may be retried.
+A mutating call whose server answered with what the runtime refuses (a message
+too long, content that is not usable JSON) was carried out: its run completes
+noting that its result was not recorded, and the call is answered `UNRECORDED`
+(nobody is asked; the identical re-call within the window is `DUPLICATE`).
 
 Invariants:
 - Nothing the model sees names the runtime, the database, the config or a run
@@ -65,6 +69,7 @@ from .._errors import (
     AgentrtError,
     JSONValueError,
     LeaseLostError,
+    MCPAnswerRefused,
     MCPToolError,
     NotFoundError,
     OutcomeUnknown,
@@ -120,6 +125,7 @@ DUPLICATE = "DUPLICATE"
 BLOCKED = "BLOCKED"
 UNAVAILABLE = "UNAVAILABLE"
 FAILED = "FAILED"
+UNRECORDED = "UNRECORDED"
 # gate_status only
 APPROVED = "APPROVED"
 DONE = "DONE"
@@ -165,6 +171,14 @@ _READ_LOST = (
     "the connection to the server was lost before this call answered. It changes nothing; "
     "calling again makes a new attempt."
 )
+
+_UNRECORDED = (
+    "this call was carried out, but what the server answered could not be recorded "
+    "({why}), so its result is not known. It did not fail; do not call it again to find "
+    "out. Tell the user."
+)
+UNRECORDED_RESULT = "carried out; the server's answer was not recorded"
+"""The result an `UNRECORDED` call's run completes with (and a `DUPLICATE` of it shows)."""
 
 _GIVEN_UP = (
     "this call did not answer in time and could not be held for a person's decision any "
@@ -216,6 +230,23 @@ def _timed_out(observation: Observation | None) -> bool:
         and isinstance(content, dict)
         and content.get("failure") == "timeout"
     )
+
+
+def _refused_answer(observation: Observation | None) -> str | None:
+    """Why the runtime refused what a tool that was carried out answered (a message too
+    long, content that is not usable JSON), or None for any other observation."""
+    if observation is None or observation.kind != ObservationKind.TOOL_ERROR:
+        return None
+    content = observation.content
+    if not isinstance(content, dict):
+        return None
+    error = str(content.get("error") or "")
+    if content.get("failure") == "invalid_content":
+        return error or "its content is not usable JSON"
+    prefix = f"{MCPAnswerRefused.__name__}: "
+    if error.startswith(prefix):
+        return error.removeprefix(prefix)
+    return None
 
 
 def _timed_out_just_before(request: ToolRequest, steps: Sequence[Step]) -> bool:
@@ -490,8 +521,7 @@ class Proxy:
                 continue
             if _timed_out(observation) and spec.side_effect != SideEffect.READ_ONLY:
                 return await self._hold(session, spec)
-            answer = self._observed(observation)
-            await self._end(session, observation)
+            answer = await self._settle(session, spec, observation)
             if observation.kind == ObservationKind.TOOL_RESULT and (
                 spec.side_effect != SideEffect.READ_ONLY
             ):
@@ -535,9 +565,7 @@ class Proxy:
                 return self._waiting(await self._latest_approval(session.run))
             if _timed_out(observation) and spec.side_effect != SideEffect.READ_ONLY:
                 return await self._hold(session, spec)
-            answer = self._observed(observation)
-            await self._end(session, observation)
-            return answer
+            return await self._settle(session, spec, observation)
         if verdict.outcome == VerdictOutcome.PENDING:
             return self._waiting(verdict.approval)
         if verdict.outcome == VerdictOutcome.ENDED:
@@ -549,6 +577,23 @@ class Proxy:
             else Answer.of(DENIED, "the call was refused.")
         )
         await self._end(session, denial)
+        return answer
+
+    async def _settle(
+        self, session: GateSession, spec: ToolSpec, observation: Observation
+    ) -> Answer:
+        """The answer for what the call observed, and the run ended by it. A mutating call
+        whose answer the runtime refused was carried out: its run completes, noting that
+        its result was not recorded, and the call is `UNRECORDED` (no person is asked)."""
+        refused = _refused_answer(observation)
+        if refused is not None and spec.side_effect != SideEffect.READ_ONLY:
+            if not session.done:
+                step = await session.step()
+                if step is not None:
+                    await step.propose(Decision.complete(f"{UNRECORDED_RESULT} ({refused})"))
+            return Answer.of(UNRECORDED, _UNRECORDED.format(why=refused))
+        answer = self._observed(observation)
+        await self._end(session, observation)
         return answer
 
     async def _hold(self, session: GateSession, spec: ToolSpec) -> Answer:
@@ -629,9 +674,7 @@ class Proxy:
         """Did `run` end within the repeat window? Never, with the window off (zero)."""
         window = self.config.repeat_window
         finished = run.finished_at
-        return (
-            window > timedelta(0) and finished is not None and self.now() - finished <= window
-        )
+        return window > timedelta(0) and finished is not None and self.now() - finished <= window
 
     def _ago(self, when: datetime | None) -> str:
         if when is None:
@@ -649,6 +692,7 @@ class Proxy:
         if kind == ObservationKind.TOOL_ERROR:
             error = str(content.get("error") if isinstance(content, dict) else "")
             error = error.removeprefix(f"{MCPToolError.__name__}: ")
+            error = error.removeprefix(f"{MCPAnswerRefused.__name__}: ")
             if error.startswith(f"{OutcomeUnknown.__name__}: "):  # a read (a mutation waits)
                 return Answer.of(FAILED, _READ_LOST)
             if _timed_out(observation):  # a read (a mutating call is held: `_hold`)
