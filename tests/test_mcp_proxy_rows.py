@@ -9,9 +9,11 @@ real `agentrt` command. One test per rule, named for it.
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from tests.support.mcp_proxy import Shop, write_owner_only
 
@@ -111,3 +113,100 @@ def test_unrecorded_a_mutating_call_whose_answer_is_refused_was_carried_out_and_
         assert {str(r.result).split(" (")[0] for r in runs} == {UNRECORDED_RESULT}
     finally:
         store.close()
+
+
+# ---------------------------------------------------------------------------
+# 6. a stdio server pointed at the proxy's own files is refused at start-up
+
+
+def test_a_server_whose_arguments_reach_the_proxys_own_files_is_refused_at_start_up(
+    tmp_path: Path,
+) -> None:
+    shop = Shop(tmp_path)
+    config = json.loads(shop.config.read_text())
+    entry = config["servers"]["shop"]
+    entry["command"] = [*entry["command"], f"--root={tmp_path}"]  # the folder holding runs.db
+    write_owner_only(shop.config, config)
+
+    async def host_starts_it() -> None:
+        with anyio.fail_after(60):
+            async with shop.host():
+                pass
+
+    with pytest.raises(Exception):  # noqa: B017 - the proxy exits before the handshake
+        run(host_starts_it())
+    said = (tmp_path / "proxy.stderr").read_text()
+    assert f"its argument '--root={tmp_path}' reaches" in said
+    assert "skip_path_check" in said
+    assert not shop.db.exists()  # refused before the database was opened
+
+    entry["skip_path_check"] = True
+    write_owner_only(shop.config, config)
+
+    async def call() -> Any:
+        async with shop.host() as host:
+            return await host.call("shop_price", {"item": "tea"})
+
+    assert run(call()).structured == {"item": "tea", "cents": 250}
+
+
+def test_the_path_check_sees_the_usual_spellings_of_the_proxys_own_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "home"
+    ops = home / "ops"
+    ops.mkdir(parents=True)
+    (tmp_path / "link").symlink_to(ops)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(tmp_path)
+    path = ops / "proxy.json"
+
+    def entry(*args: str, **more: Any) -> dict[str, Any]:
+        return {"command": ["srv", *args], "manifest": "m.json", "rules": "r.json", **more}
+
+    def config(server: dict[str, Any]) -> Any:
+        write_owner_only(
+            path,
+            {"format": "agentrt.mcp.proxy/1", "database": "runs.db", "servers": {"fs": server}},
+        )
+        return read_proxy_config(path)
+
+    reaching = [
+        str(ops / "runs.db"),  # the database
+        str(ops / "runs.db-wal"),  # its journal
+        str(ops / "m.json"),  # a manifest
+        str(ops / "r.json"),  # a rules file
+        str(path),  # the config
+        f"{ops}/",  # a folder holding them, with a trailing slash
+        str(home),  # ... or further up
+        "/",
+        str(tmp_path / "link"),  # through a link
+        str(tmp_path / "link" / "runs.db"),
+        "link/runs.db",  # relative to the working directory
+        "runs.db",  # relative to the config's folder
+        "../ops/./",
+        f"--root={ops}",
+        f"-r{ops}",
+        f"root={ops}",
+        f"file://{ops}/runs.db",
+        f"file://{ops}",
+        "~",
+        "~/ops",
+        f"{tmp_path},{ops}",
+    ]
+    for argument in reaching:
+        with pytest.raises(ConfigError, match=r"reaches .* skip_path_check"):
+            config(entry("--flag", argument))
+    for harmless in (
+        str(ops / "server.py"),
+        str(tmp_path / "data"),
+        "--local-timezone",
+        "UTC",
+        "-v",
+        "data",
+        f"--root={tmp_path / 'data'}",
+    ):
+        config(entry(harmless))
+    assert config(entry(str(ops), skip_path_check=True)).servers[0].skip_path_check
+    with pytest.raises(ConfigError, match="skip_path_check must be true or false"):
+        config(entry(skip_path_check="yes"))

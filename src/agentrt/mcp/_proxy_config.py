@@ -33,6 +33,7 @@ from ._config import (
     _read_owner_only,
     parse_duration,
 )
+from ._path_guard import check_server_paths, protected_files
 
 PROXY_FORMAT = "agentrt.mcp.proxy/1"
 POLICY_MODES = ("allow", "approve", "deny")
@@ -70,6 +71,7 @@ _SERVER_FIELDS = {
     "max_content_bytes",
     "manifest",
     "rules",
+    "skip_path_check",
 }
 
 
@@ -80,6 +82,7 @@ class ProxiedServer:
     server: Server
     manifest: Path
     rules: Path
+    skip_path_check: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -142,10 +145,14 @@ def _server(name: str, raw: Any, base: Path) -> ProxiedServer:
         )
     except ConfigError as exc:
         raise ConfigError(f"proxy config: {exc}") from exc
+    skip = data.get("skip_path_check", False)
+    if not isinstance(skip, bool):
+        raise ConfigError(f"{where}: skip_path_check must be true or false")
     return ProxiedServer(
         server=server,
         manifest=_path(base, data["manifest"], f"{where}: manifest"),
         rules=_path(base, data["rules"], f"{where}: rules"),
+        skip_path_check=skip,
     )
 
 
@@ -189,6 +196,21 @@ def _count(value: Any, where: str) -> int:
     return value
 
 
+def _guard_paths(config: Path, database: Path, servers: tuple[ProxiedServer, ...]) -> None:
+    """Refuse a stdio server whose arguments reach the proxy's own files (`_path_guard`)."""
+    protected = protected_files(
+        config,
+        database,
+        [proxied.manifest for proxied in servers],
+        [proxied.rules for proxied in servers],
+    )
+    bases = [Path(os.getcwd()), config.parent]
+    for proxied in servers:
+        command = proxied.server.command
+        if command is not None and not proxied.skip_path_check:
+            check_server_paths(proxied.server.name, command, protected, bases)
+
+
 def read_proxy_config(path: str | os.PathLike[str]) -> ProxyConfig:
     """Read and check the proxy's configuration file (ConfigError, InsecureModeError)."""
     where = Path(os.path.abspath(os.fspath(path)))
@@ -210,9 +232,11 @@ def read_proxy_config(path: str | os.PathLike[str]) -> ProxyConfig:
         durations[field] = (
             parse_duration(data[field], f"proxy config: {field}") if field in data else None
         )
+    database = _path(base, data["database"], "proxy config: database")
+    _guard_paths(where, database, servers)
     return ProxyConfig(
         path=where,
-        database=_path(base, data["database"], "proxy config: database"),
+        database=database,
         servers=servers,
         policy=_policy(data["policy"]) if "policy" in data else dict(DEFAULT_POLICY_TABLE),
         name=name,
