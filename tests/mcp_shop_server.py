@@ -11,6 +11,11 @@ while FOLDER/hang exists (a read that does not answer in time).
 past the client's 8 MiB bound on one line; `unusable`, a text whose JSON on the
 wire carries a lone surrogate escape (written by this server's own stdout, the
 SDK would not write one); otherwise a plain text.
+`confirm` asks the user for input in the middle of the call: an
+`elicitation/create` request to the client (`ctx.elicit`), then, whatever the
+answer, an error; `confirm_later` answers an `input_required` result instead
+(the 2026-07-28 flow, which this server's stdout writes: the SDK sends it only
+to a client of that version). Neither changes anything.
 """
 
 from __future__ import annotations
@@ -23,18 +28,39 @@ import time
 from typing import Any
 
 import anyio
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.stdio import stdio_server
 from mcp_types import ToolAnnotations
+from pydantic import BaseModel
 
 LONE_SURROGATE_MARK = "@@lone-surrogate@@"
+INPUT_REQUIRED_MARK = "@@input-required@@"
+INPUT_REQUIRED = {
+    "resultType": "input_required",
+    "inputRequests": {
+        "sure": {
+            "method": "elicitation/create",
+            "params": {
+                "mode": "form",
+                "message": "Really cancel the order?",
+                "requestedSchema": {"type": "object", "properties": {"sure": {"type": "boolean"}}},
+            },
+        }
+    },
+    "requestState": "cancel",
+}
 
 
 class Wire:
     """The server's stdout: the SDK's JSON lines, the test's mark made a lone surrogate."""
 
     def write(self, text: str) -> int:
+        if INPUT_REQUIRED_MARK in text:
+            # The SDK sends `input_required` only to a 2026-07-28 client: say it anyway.
+            message = json.loads(text)
+            message["result"] = INPUT_REQUIRED
+            text = json.dumps(message) + "\n"
         data = text.replace(LONE_SURROGATE_MARK, "\\ud800").encode("utf-8")
         sys.stdout.buffer.write(data)
         return len(text)
@@ -80,6 +106,16 @@ def main() -> None:
     def jam() -> str:
         raise ToolError("the printer is jammed")
 
+    class Confirmation(BaseModel):
+        sure: bool
+
+    async def confirm(order: str, ctx: Context) -> str:
+        answered = await ctx.elicit(f"Really cancel {order}?", Confirmation)
+        raise ToolError(f"cancelling {order} needs the user's word ({answered.action})")
+
+    def confirm_later(order: str) -> str:
+        return INPUT_REQUIRED_MARK  # answered as an `input_required` result (Wire)
+
     def receipt(order: str) -> str:
         effect("receipt", order=order)
         answer = folder / "answer"
@@ -106,6 +142,10 @@ def main() -> None:
     )
     server.add_tool(jam, name="jam", description="Print a receipt.")
     server.add_tool(receipt, name="receipt", description="Print an order's receipt.")
+    server.add_tool(confirm, name="confirm", description="Cancel an order, asking first.")
+    server.add_tool(
+        confirm_later, name="confirm_later", description="Cancel an order, asking first."
+    )
 
     async def serve() -> None:
         wire: Any = anyio.wrap_file(Wire())  # type: ignore[arg-type]

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import mcp_types
 import pytest
 from tests.support.mcp_proxy import Shop, write_owner_only
 
@@ -210,3 +211,43 @@ def test_the_path_check_sees_the_usual_spellings_of_the_proxys_own_files(
     assert config(entry(str(ops), skip_path_check=True)).servers[0].skip_path_check
     with pytest.raises(ConfigError, match="skip_path_check must be true or false"):
         config(entry(skip_path_check="yes"))
+
+
+# ---------------------------------------------------------------------------
+# 7. a server asking for the user's input mid-call is refused, not passed on
+
+
+def test_an_upstream_elicitation_or_input_required_is_refused_with_a_clear_error(
+    tmp_path: Path,
+) -> None:
+    shop = Shop(tmp_path)
+    reached_the_host: list[Any] = []
+
+    async def elicitation(context: Any, params: Any) -> Any:
+        reached_the_host.append(params)
+        return mcp_types.ElicitResult(action="accept", content={"sure": True})
+
+    async def calls() -> list[Any]:
+        async with shop.host(elicitation_callback=elicitation) as host:
+            return [
+                await host.call("shop_confirm", {"order": "A-1"}),
+                await host.call("shop_confirm_later", {"order": "A-1"}),
+            ]
+
+    asked, asked_later = run(calls())
+    assert (asked.is_error, asked.word) == (True, "FAILED")
+    assert "asked for the user's input during the call to 'confirm'" in asked.text
+    assert "an elicitation: 'Really cancel A-1?'" in asked.text
+    assert "refused, never passed on, so the call did not complete" in asked.text
+    assert (asked_later.is_error, asked_later.word) == (True, "FAILED")
+    assert "during the call to 'confirm_later' (an input_required result" in asked_later.text
+    assert reached_the_host == []  # the host was never asked
+    store = open_existing(shop.db, read_only=True)
+    try:  # recorded: each call's run ended on the tool's error, which says why
+        for run_ in store.list_runs():
+            assert run_.status == "FAILED"
+            (call, _end) = store.list_steps(run_.id)
+            assert call.observation is not None
+            assert call.observation.content["error"].startswith("MCPInputRequired: ")
+    finally:
+        store.close()

@@ -208,3 +208,10 @@ class MCPAnswerRefused(MCPToolError):
     only its result is not recorded. `agentrt-proxy` answers such a mutating call
     `UNRECORDED`.
     """
+
+
+class MCPInputRequired(MCPToolError):
+    """An MCP server asked for the user's input in the middle of a tool call (an
+    `elicitation/create` request, or an `input_required` result), which agentrt
+    refuses: such a request is never passed on to a host or a model unrecorded.
+    """

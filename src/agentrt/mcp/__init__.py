@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .._errors import MCPAnswerRefused
+from .._errors import MCPAnswerRefused, MCPInputRequired
 from ._config import (
     REASON_DESCRIPTION_CHANGED,
     REASON_GONE,
@@ -42,6 +42,7 @@ __all__ = [
     "REASON_SCHEMA_CHANGED",
     "Connection",
     "MCPAnswerRefused",
+    "MCPInputRequired",
     "MCPTool",
     "Manifest",
     "PinnedTool",

@@ -70,6 +70,7 @@ from .._errors import (
     JSONValueError,
     LeaseLostError,
     MCPAnswerRefused,
+    MCPInputRequired,
     MCPToolError,
     NotFoundError,
     OutcomeUnknown,
@@ -693,6 +694,7 @@ class Proxy:
             error = str(content.get("error") if isinstance(content, dict) else "")
             error = error.removeprefix(f"{MCPToolError.__name__}: ")
             error = error.removeprefix(f"{MCPAnswerRefused.__name__}: ")
+            error = error.removeprefix(f"{MCPInputRequired.__name__}: ")
             if error.startswith(f"{OutcomeUnknown.__name__}: "):  # a read (a mutation waits)
                 return Answer.of(FAILED, _READ_LOST)
             if _timed_out(observation):  # a read (a mutating call is held: `_hold`)

@@ -29,6 +29,9 @@ This module owns the process of a stdio server and the raw bytes of every
   the SDK can read that is the call's answer) is noted (`refused`): the call
   was carried out, only its result is lost. An unreadable answer reaches the
   SDK as a JSON-RPC error for the call, so the call ends at once.
+- An `elicitation/create` request of the server's (a tool asking the user for
+  input mid-call) marks the calls in flight (`asked`), so a call that then
+  fails says why; the client never offers elicitation and refuses it.
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ from .._errors import JSONValueError, MCPServerError
 from ._config import Server
 
 MAX_MESSAGE_BYTES = 8 * 1024 * 1024
+INPUT_REQUIRED = "an input_required result"
 STDERR_KEPT = 4096
 EXIT_GRACE = 1.0
 TERM_GRACE = 1.0
@@ -73,6 +77,7 @@ class RawCapture:
         self._unanswered: set[str] = set()
         self._calls: set[str] = set()
         self._refused: dict[str, str] = {}
+        self._asked: dict[str, str] = {}
         self.stderr = _StderrRing()
         self.unusable = anyio.Event()
 
@@ -104,6 +109,20 @@ class RawCapture:
             self._unanswered.discard(str(ident))
             self._calls.discard(str(ident))
             self._refused.pop(str(ident), None)
+            self._asked.pop(str(ident), None)
+
+    def asked(self, ident: Any) -> str | None:
+        """What the server asked of the user while the call `ident` was in flight, if it did."""
+        return None if ident is None else self._asked.get(str(ident))
+
+    def asking(self, message: Any) -> None:
+        """Note a request of the server's own: an elicitation marks every call in flight."""
+        method = getattr(message, "method", None)
+        if method != "elicitation/create":
+            return
+        asked = _asked_for(getattr(message, "params", None), "an elicitation")
+        for ident in self._calls:
+            self._asked.setdefault(ident, asked)
 
     def refused(self, ident: Any) -> str | None:
         """Why agentrt refused the answer to the `tools/call` request `ident`, if it did."""
@@ -157,6 +176,13 @@ class RawCapture:
             return
         if _is_answer(parsed):
             self._unanswered.discard(str(parsed.get("id")))
+            result = parsed.get("result")
+            if (
+                isinstance(result, dict)
+                and result.get("resultType") == "input_required"
+                and str(parsed.get("id")) in self._calls
+            ):
+                self._asked[str(parsed.get("id"))] = _input_required(result)
         if isinstance(parsed, dict) and parsed.get("id") in self._waiting:
             self._waiting.discard(parsed["id"])
             self._answers[parsed["id"]] = parsed
@@ -177,6 +203,23 @@ class RawCapture:
         if isinstance(answer, MCPServerError):
             raise answer
         return answer
+
+
+def _asked_for(params: Any, what: str) -> str:
+    """`what`, and the message the server shows the user, if it gave one."""
+    text = params.get("message") if isinstance(params, dict) else None
+    return f"{what}: {text[:200]!r}" if isinstance(text, str) and text else what
+
+
+def _input_required(result: dict[str, Any]) -> str:
+    """What an `input_required` result asks, in a few words."""
+    requests = result.get("inputRequests")
+    asked = [
+        _asked_for(request.get("params"), str(request.get("method") or "a request")[:40])
+        for request in (requests.values() if isinstance(requests, dict) else [])
+        if isinstance(request, dict)
+    ]
+    return f"{INPUT_REQUIRED}, " + ("; ".join(asked[:3]) or "naming no request")
 
 
 def _call_id(message: Any) -> Any:
@@ -315,7 +358,7 @@ async def _stdio(server: Server, capture: RawCapture) -> AsyncIterator[Streams]:
 def _parse_line(line: bytes, capture: RawCapture) -> SessionMessage | Exception:
     capture.incoming(line)
     try:
-        return SessionMessage(mcp_types.jsonrpc_message_adapter.validate_json(line, by_name=False))
+        message = mcp_types.jsonrpc_message_adapter.validate_json(line, by_name=False)
     except ValueError as exc:
         ident = _loose_answer_id(line)
         why = f"its answer is not usable JSON ({_first_line(exc)})"
@@ -329,6 +372,8 @@ def _parse_line(line: bytes, capture: RawCapture) -> SessionMessage | Exception:
                 )
             )
         return MCPServerError(f"the server sent a line that is not a JSON-RPC message: {exc}")
+    capture.asking(message)
+    return SessionMessage(message)
 
 
 _HEAD_BYTES = 512
