@@ -5,7 +5,8 @@ changes something appends one JSON line to FOLDER/effects.log *before* it
 answers, so a test counts what really happened. While FOLDER/hang exists,
 `charge` and `send` write their effect, then FOLDER/hung.json (this server's
 pid and its parent's, the proxy), then sleep: a call cut off mid-way.
-`price` changes nothing; it appends a line to FOLDER/reads.log, and sleeps too
+While FOLDER/hold exists, they wait after writing their effect, until it is
+removed, then answer. `price` changes nothing; it appends a line to FOLDER/reads.log, and sleeps too
 while FOLDER/hang exists (a read that does not answer in time).
 `receipt` writes its effect, then answers as FOLDER/answer says: `huge`, a text
 past the client's 8 MiB bound on one line; `unusable`, a text whose JSON on the
@@ -78,6 +79,8 @@ def main() -> None:
             log.write(json.dumps({"tool": tool, **args}, sort_keys=True) + "\n")
             log.flush()
             os.fsync(log.fileno())
+        while (folder / "hold").exists():  # done, not yet answered: the test lets it go
+            time.sleep(0.02)
         if (folder / "hang").exists():
             (folder / "hung.json").write_text(
                 json.dumps({"pid": os.getpid(), "proxy_pid": os.getppid()})

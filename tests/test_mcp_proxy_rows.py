@@ -9,11 +9,13 @@ real `agentrt` command. One test per rule, named for it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from pathlib import Path
 from typing import Any
 
 import anyio
+import mcp.client.stdio
 import mcp_types
 import pytest
 from tests.support.mcp_proxy import Shop, write_owner_only
@@ -249,5 +251,87 @@ def test_an_upstream_elicitation_or_input_required_is_refused_with_a_clear_error
             (call, _end) = store.list_steps(run_.id)
             assert call.observation is not None
             assert call.observation.content["error"].startswith("MCPInputRequired: ")
+    finally:
+        store.close()
+
+
+# ---------------------------------------------------------------------------
+# 3. a host that cancels a call, or closes the session, does not stop it
+
+
+async def until(done: Any, what: str) -> None:
+    for _ in range(2400):
+        if done():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"never happened: {what}")
+
+
+def said_by_the_proxy(shop: Shop, line: str) -> bool:
+    log = shop.root / "proxy.stderr"
+    return log.exists() and line in log.read_text()
+
+
+def test_a_call_the_host_cancels_goes_on_is_recorded_and_its_identical_call_is_duplicate(
+    tmp_path: Path,
+) -> None:
+    shop = Shop(tmp_path)
+    (shop.folder / "hold").touch()  # the server writes its effect, then waits to answer
+
+    async def scenario() -> list[Any]:
+        async with shop.host() as host:
+            call = asyncio.create_task(host.call("shop_send", SEND))
+            await until(shop.effects, "the call reached the server")
+            call.cancel()  # the SDK sends notifications/cancelled
+            with contextlib.suppress(asyncio.CancelledError):
+                await call
+            await until(lambda: said_by_the_proxy(shop, "the host cancelled"), "the cancel")
+            meanwhile = await host.call("shop_send", SEND)
+            (shop.folder / "hold").unlink()
+            await until(lambda: said_by_the_proxy(shop, "had cancelled it"), "the call's end")
+            return [meanwhile, await host.call("shop_send", SEND)]
+
+    meanwhile, again = run(scenario())
+    assert meanwhile.word == "IN_PROGRESS"
+    assert (again.is_error, again.word) == (True, "DUPLICATE")
+    assert '{"result": "sent to bob"}' in again.text  # the result the host never got
+    assert shop.effects() == [{"tool": "send", **SEND}]
+    assert run_statuses(shop) == ["COMPLETED"]
+
+
+def test_a_host_closing_stdin_mid_call_lets_the_call_finish_recorded_not_interrupted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The SDK's host waits 2 s for a server to exit after closing its stdin, then
+    # kills it: this host waits as long as the call takes.
+    monkeypatch.setattr(mcp.client.stdio, "PROCESS_TERMINATION_TIMEOUT", 120.0)
+    shop = Shop(tmp_path)
+    (shop.folder / "hold").touch()
+
+    async def scenario() -> Any:
+        async def host_leaves() -> None:
+            async with shop.host() as host:
+                call = asyncio.create_task(host.call("shop_send", SEND))
+                await until(shop.effects, "the call reached the server")
+            with contextlib.suppress(BaseException):
+                await call
+
+        leaving = asyncio.create_task(host_leaves())  # closes the proxy's stdin mid-call
+        await until(lambda: said_by_the_proxy(shop, "the host closed the session"), "EOF")
+        (shop.folder / "hold").unlink()
+        await leaving  # the proxy finished the call, then exited by itself
+        async with shop.host() as host:
+            return await host.call("shop_send", SEND)
+
+    again = run(scenario())
+    assert (again.word, '{"result": "sent to bob"}' in again.text) == ("DUPLICATE", True)
+    assert shop.effects() == [{"tool": "send", **SEND}]
+    assert run_statuses(shop) == ["COMPLETED"]
+
+
+def run_statuses(shop: Shop) -> list[str]:
+    store = open_existing(shop.db, read_only=True)
+    try:
+        return [run_.status for run_ in store.list_runs()]
     finally:
         store.close()

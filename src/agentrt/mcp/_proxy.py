@@ -866,6 +866,16 @@ async def _load(
     return tools, unavailable
 
 
+def _log_done(name: str, task: asyncio.Task[Answer]) -> None:
+    """Log how a call the host stopped waiting for ended (its answer reaches nobody)."""
+    if task.cancelled():
+        _log.warning("%s: the call the host cancelled was cancelled", name)
+    elif task.exception() is not None:
+        _log.warning("%s: the call the host cancelled failed: %s", name, task.exception())
+    else:
+        _log.info("%s -> %s (the host had cancelled it)", name, task.result().word or "result")
+
+
 def _open(config: ProxyConfig, now: Clock) -> Store:
     store = open_store(config.database)
     try:
@@ -921,8 +931,20 @@ async def serve(
             async def list_tools(ctx: Any, params: Any) -> mcp_types.ListToolsResult:
                 return mcp_types.ListToolsResult(tools=listed)
 
+            running: set[asyncio.Task[Answer]] = set()
+
             async def call_tool(ctx: Any, params: Any) -> mcp_types.CallToolResult:
-                answer = await proxy.call(params.name, params.arguments)
+                # The call is the proxy's, not the host's request's: a host that cancels
+                # it, or closes the session, does not stop it; its outcome is recorded.
+                task = asyncio.ensure_future(proxy.call(params.name, params.arguments))
+                running.add(task)
+                task.add_done_callback(running.discard)
+                try:
+                    answer = await asyncio.shield(task)
+                except asyncio.CancelledError:
+                    _log.info("%s: the host cancelled the call; it goes on", params.name)
+                    task.add_done_callback(functools.partial(_log_done, params.name))
+                    raise
                 _log.info("%s -> %s", params.name, answer.word or "result")
                 return mcp_types.CallToolResult(
                     content=[mcp_types.TextContent(type="text", text=answer.text)],
@@ -931,13 +953,20 @@ async def serve(
                 )
 
             server: Any = MCPServer(config.name, on_list_tools=list_tools, on_call_tool=call_tool)
-            if streams is not None:
-                await server.run(streams[0], streams[1], server.create_initialization_options())
-            else:
-                async with stdio_server() as (read_stream, write_stream):
-                    await server.run(
-                        read_stream, write_stream, server.create_initialization_options()
+            try:
+                if streams is not None:
+                    await server.run(streams[0], streams[1], server.create_initialization_options())
+                else:
+                    async with stdio_server() as (read_stream, write_stream):
+                        await server.run(
+                            read_stream, write_stream, server.create_initialization_options()
+                        )
+            finally:
+                if running:  # the host closed the session: its calls finish and are recorded
+                    _log.info(
+                        "the host closed the session; %d call(s) go on to their end", len(running)
                     )
+                    await asyncio.gather(*running, return_exceptions=True)
     finally:
         store.close()
 
