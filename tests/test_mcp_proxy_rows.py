@@ -18,7 +18,7 @@ import anyio
 import mcp.client.stdio
 import mcp_types
 import pytest
-from tests.support.mcp_proxy import Shop, write_owner_only
+from tests.support.mcp_proxy import Shop, kill_quietly, write_owner_only
 
 from agentrt import ConfigError, open_existing
 from agentrt.mcp._proxy import UNRECORDED_RESULT
@@ -335,3 +335,49 @@ def run_statuses(shop: Shop) -> list[str]:
         return [run_.status for run_ in store.list_runs()]
     finally:
         store.close()
+
+
+# ---------------------------------------------------------------------------
+# 4. after an unknown outcome, the tool's other mutating calls are BLOCKED
+
+
+def test_after_an_unknown_outcome_other_mutating_calls_of_the_tool_are_blocked_until_decided(
+    tmp_path: Path,
+) -> None:
+    shop = Shop(tmp_path)
+    (shop.folder / "hang").touch()
+    hung = shop.folder / "hung.json"
+    other = {**SEND, "to": "carol"}
+
+    async def cut_off() -> list[Any]:
+        async with shop.host() as host:
+            call = asyncio.create_task(host.call("shop_send", SEND))
+            await until(hung.exists, "the call reached the server")
+            kill_quietly(json.loads(hung.read_text())["pid"])  # SIGKILL, after its effect
+            return [await call, await host.call("shop_send", other)]
+
+    lost, blocked_at_once = run(cut_off())
+    (shop.folder / "hang").unlink()
+    assert (lost.word, blocked_at_once.word) == ("UNKNOWN_OUTCOME", "BLOCKED")
+    (waiting,) = shop.pending()
+    assert waiting["kind"] == "interrupted_side_effect"
+
+    async def calls() -> list[Any]:
+        async with shop.host() as host:  # a new proxy, whose server would answer
+            return [
+                await host.call("shop_send", other),
+                await host.call("shop_price", {"item": "tea"}),
+                await host.call("shop_send", SEND),
+            ]
+
+    blocked, read, same = run(calls())
+    assert (blocked.is_error, blocked.word) == (True, "BLOCKED")
+    assert "not recorded and has not run" in blocked.text
+    assert read.structured == {"item": "tea", "cents": 250}  # reads still work
+    assert same.word == "UNKNOWN_OUTCOME"
+    assert len(run_statuses(shop)) == 2  # the blocked calls made no run
+    shop.decide("reject", waiting["run_id"])
+    done, _, rejected = run(calls())
+    assert done.structured == {"result": "sent to carol"}  # a rejection unblocks the tool
+    assert rejected.word == "REJECTED"
+    assert shop.effects() == [{"tool": "send", **SEND}, {"tool": "send", **other}]

@@ -180,3 +180,14 @@ def _waiting_or_on_the_way(tx: Tx, awaiting: Collection[str], fresh_since: datet
         (*kinds, format_time(fresh_since)),
     ).fetchone()
     return pending + (int(row[0]) if row is not None else 0)
+
+
+def waiting_on_unknown_outcome(store: Store, tool: str, kind: str) -> str | None:
+    """A run the proxy made for `tool` that waits on a pending approval of `kind` (an
+    interrupted side effect: a person must decide whether it took effect), or None."""
+    rows = store.query(
+        "SELECT p.run_id FROM proxy_requests AS p JOIN approvals AS a ON a.run_id = p.run_id "
+        "WHERE p.tool = ? AND a.kind = ? AND a.status = 'pending' ORDER BY p.seq LIMIT 1",
+        (tool, kind),
+    )
+    return str(rows[0][0]) if rows else None

@@ -23,9 +23,11 @@ judged in this order (docs/mcp.md, decision 0038):
 5. it is a mutating call carried out within the window: `DUPLICATE`;
 6. it waits for a person: `UNKNOWN_OUTCOME` (an interrupted side effect) or
    `PENDING_APPROVAL`;
-7. otherwise a new run. A new call the policy would send to a person is
-   `BLOCKED` while `max_pending_approvals` of the proxy's calls wait already
-   (counted in the key's claim transaction: one cap for the whole database).
+7. otherwise a new run. A new mutating call is `BLOCKED` while another call
+   of the same tool waits for a person on an unknown outcome; a new call the
+   policy would send to a person is `BLOCKED` while `max_pending_approvals` of
+   the proxy's calls wait already (counted in the key's claim transaction: one
+   cap for the whole database).
 
 A mutating call whose tool did not answer in time is held like one cut off by
 a crash: the proxy proposes it again and `ProxyPolicy` pauses it on an
@@ -107,6 +109,7 @@ from .._store.proxy_rows import (
     claim_request,
     latest_request,
     migrate_proxy,
+    waiting_on_unknown_outcome,
 )
 from ._config import read_manifest, read_rules
 from ._proxy_config import STATUS_TOOL, ProxyConfig
@@ -173,6 +176,12 @@ _READ_LOST = (
     "calling again makes a new attempt."
 )
 
+_TOOL_BLOCKED = (
+    "an earlier call of this tool was cut off, and whether it took effect is unknown. Until "
+    "a person decides on it, no other call that changes something through this tool is "
+    "carried out; this call was not recorded and has not run. Tell the user; reading "
+    "tools still work."
+)
 _UNRECORDED = (
     "this call was carried out, but what the server answered could not be recorded "
     "({why}), so its result is not known. It did not fail; do not call it again to find "
@@ -461,6 +470,12 @@ class Proxy:
         claimed only while fewer than `max_pending_approvals` of the proxy's calls wait
         for one (or are on their way to it), counted in the claim's own transaction, so
         the cap holds for every proxy on the database."""
+        if spec.side_effect != SideEffect.READ_ONLY:
+            held = await _io(
+                waiting_on_unknown_outcome, self.store, spec.name, INTERRUPTED_SIDE_EFFECT
+            )
+            if held is not None:
+                return Answer.of(BLOCKED, _TOOL_BLOCKED)
         awaiting = [effect for effect, mode in self.config.policy.items() if mode == "approve"]
         needs_a_person = str(spec.side_effect) in awaiting
         run_id = new_id()
