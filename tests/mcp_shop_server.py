@@ -5,8 +5,18 @@ changes something appends one JSON line to FOLDER/effects.log *before* it
 answers, so a test counts what really happened. While FOLDER/hang exists,
 `charge` and `send` write their effect, then FOLDER/hung.json (this server's
 pid and its parent's, the proxy), then sleep: a call cut off mid-way.
-`price` changes nothing; it appends a line to FOLDER/reads.log, and sleeps too
+While FOLDER/hold exists, they wait after writing their effect, until it is
+removed, then answer. `price` changes nothing; it appends a line to FOLDER/reads.log, and sleeps too
 while FOLDER/hang exists (a read that does not answer in time).
+`receipt` writes its effect, then answers as FOLDER/answer says: `huge`, a text
+past the client's 8 MiB bound on one line; `unusable`, a text whose JSON on the
+wire carries a lone surrogate escape (written by this server's own stdout, the
+SDK would not write one); otherwise a plain text.
+`confirm` asks the user for input in the middle of the call: an
+`elicitation/create` request to the client (`ctx.elicit`), then, whatever the
+answer, an error; `confirm_later` answers an `input_required` result instead
+(the 2026-07-28 flow, which this server's stdout writes: the SDK sends it only
+to a client of that version). Neither changes anything.
 """
 
 from __future__ import annotations
@@ -16,10 +26,48 @@ import os
 import pathlib
 import sys
 import time
+from typing import Any
 
-from mcp.server.mcpserver import MCPServer
+import anyio
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.stdio import stdio_server
 from mcp_types import ToolAnnotations
+from pydantic import BaseModel
+
+LONE_SURROGATE_MARK = "@@lone-surrogate@@"
+INPUT_REQUIRED_MARK = "@@input-required@@"
+INPUT_REQUIRED = {
+    "resultType": "input_required",
+    "inputRequests": {
+        "sure": {
+            "method": "elicitation/create",
+            "params": {
+                "mode": "form",
+                "message": "Really cancel the order?",
+                "requestedSchema": {"type": "object", "properties": {"sure": {"type": "boolean"}}},
+            },
+        }
+    },
+    "requestState": "cancel",
+}
+
+
+class Wire:
+    """The server's stdout: the SDK's JSON lines, the test's mark made a lone surrogate."""
+
+    def write(self, text: str) -> int:
+        if INPUT_REQUIRED_MARK in text:
+            # The SDK sends `input_required` only to a 2026-07-28 client: say it anyway.
+            message = json.loads(text)
+            message["result"] = INPUT_REQUIRED
+            text = json.dumps(message) + "\n"
+        data = text.replace(LONE_SURROGATE_MARK, "\\ud800").encode("utf-8")
+        sys.stdout.buffer.write(data)
+        return len(text)
+
+    def flush(self) -> None:
+        sys.stdout.buffer.flush()
 
 
 def main() -> None:
@@ -31,6 +79,8 @@ def main() -> None:
             log.write(json.dumps({"tool": tool, **args}, sort_keys=True) + "\n")
             log.flush()
             os.fsync(log.fileno())
+        while (folder / "hold").exists():  # done, not yet answered: the test lets it go
+            time.sleep(0.02)
         if (folder / "hang").exists():
             (folder / "hung.json").write_text(
                 json.dumps({"pid": os.getpid(), "proxy_pid": os.getppid()})
@@ -59,6 +109,26 @@ def main() -> None:
     def jam() -> str:
         raise ToolError("the printer is jammed")
 
+    class Confirmation(BaseModel):
+        sure: bool
+
+    async def confirm(order: str, ctx: Context) -> str:
+        answered = await ctx.elicit(f"Really cancel {order}?", Confirmation)
+        raise ToolError(f"cancelling {order} needs the user's word ({answered.action})")
+
+    def confirm_later(order: str) -> str:
+        return INPUT_REQUIRED_MARK  # answered as an `input_required` result (Wire)
+
+    def receipt(order: str) -> str:
+        effect("receipt", order=order)
+        answer = folder / "answer"
+        mode = answer.read_text().strip() if answer.exists() else ""
+        if mode == "huge":
+            return "x" * (9 * 1024 * 1024)
+        if mode == "unusable":
+            return f"receipt for {order} {LONE_SURROGATE_MARK}"
+        return f"receipt for {order}"
+
     server.add_tool(
         price,
         name="price",
@@ -74,7 +144,19 @@ def main() -> None:
         annotations=ToolAnnotations(destructive_hint=True),
     )
     server.add_tool(jam, name="jam", description="Print a receipt.")
-    server.run()
+    server.add_tool(receipt, name="receipt", description="Print an order's receipt.")
+    server.add_tool(confirm, name="confirm", description="Cancel an order, asking first.")
+    server.add_tool(
+        confirm_later, name="confirm_later", description="Cancel an order, asking first."
+    )
+
+    async def serve() -> None:
+        wire: Any = anyio.wrap_file(Wire())  # type: ignore[arg-type]
+        async with stdio_server(stdout=wire) as (read, write):
+            lowlevel: Any = server._lowlevel_server
+            await lowlevel.run(read, write, lowlevel.create_initialization_options())
+
+    anyio.run(serve)
 
 
 if __name__ == "__main__":

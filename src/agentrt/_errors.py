@@ -202,3 +202,20 @@ class MCPServerError(AgentrtError):
 
 class MCPToolError(AgentrtError):
     """An MCP server answered a tool call with `isError`, or the call could not be made."""
+
+
+class MCPAnswerRefused(MCPToolError):
+    """An MCP server answered a tool call, and agentrt refuses the answer: a message
+    longer than the transport's bound, or one that is not usable JSON.
+
+    The call was carried out (the server answered it): its outcome is not unknown,
+    only its result is not recorded. `agentrt-proxy` answers such a mutating call
+    `UNRECORDED`.
+    """
+
+
+class MCPInputRequired(MCPToolError):
+    """An MCP server asked for the user's input in the middle of a tool call (an
+    `elicitation/create` request, or an `input_required` result), which agentrt
+    refuses: such a request is never passed on to a host or a model unrecorded.
+    """

@@ -37,6 +37,9 @@ RULES = {
         "charge": {"side_effect": "remote_mutation"},
         "wipe": {"side_effect": "destructive"},
         "jam": {"side_effect": "local_mutation"},
+        "receipt": {"side_effect": "local_mutation"},
+        "confirm": {"side_effect": "local_mutation"},
+        "confirm_later": {"side_effect": "local_mutation"},
     },
 }
 
@@ -140,11 +143,13 @@ class Shop:
         )
 
     @contextlib.asynccontextmanager
-    async def host(self) -> AsyncIterator[Host]:
+    async def host(self, **session_options: Any) -> AsyncIterator[Host]:
+        """A host session with the proxy; `session_options` go to the SDK's `ClientSession`
+        (an `elicitation_callback`, a `message_handler`, ...)."""
         with open(self.root / "proxy.stderr", "a") as errlog:
             async with (
                 stdio_client(self.params(), errlog=errlog) as (read, write),
-                ClientSession(read, write) as session,
+                ClientSession(read, write, **session_options) as session,
             ):
                 info = await session.initialize()
                 yield Host(session, info)

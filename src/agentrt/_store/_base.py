@@ -614,3 +614,7 @@ class Store(Protocol):
         if the key's latest row is still `judged_seq` (None: none); writes nothing when
         another call claimed the key since, or, given a `cap`, when `cap` of the proxy's
         calls already wait for a person or are on their way to one (`full`)."""
+
+    def waiting_on_unknown_outcome(self, tool: str, kind: str) -> str | None:
+        """A run the proxy made for `tool` that waits on a pending approval of `kind` (an
+        interrupted side effect: a person must decide whether it took effect), or None."""

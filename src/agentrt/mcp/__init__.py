@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from .._errors import MCPAnswerRefused, MCPInputRequired
 from ._config import (
     REASON_DESCRIPTION_CHANGED,
     REASON_GONE,
@@ -40,6 +41,8 @@ __all__ = [
     "REASON_GONE",
     "REASON_SCHEMA_CHANGED",
     "Connection",
+    "MCPAnswerRefused",
+    "MCPInputRequired",
     "MCPTool",
     "Manifest",
     "PinnedTool",

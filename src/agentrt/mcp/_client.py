@@ -42,11 +42,17 @@ from mcp.client.session import ClientSession
 from mcp.shared.message import SessionMessage
 
 from .._canonical import canonical_json, copy_json
-from .._errors import MCPServerError, MCPToolError, OutcomeUnknown
+from .._errors import (
+    MCPAnswerRefused,
+    MCPInputRequired,
+    MCPServerError,
+    MCPToolError,
+    OutcomeUnknown,
+)
 from .._records import ToolCall, ToolResult, ToolSpec
 from .._tools import CompiledTool, compile_tool
 from ._config import Admitted, Manifest, Offer, PinnedTool, Report, Rule, Server, decide
-from ._transport import RawCapture, open_transport
+from ._transport import INPUT_REQUIRED, RawCapture, open_transport
 
 MAX_PAGES = 100
 MAX_TOOLS = 1000
@@ -213,7 +219,9 @@ class Connection:
         ordinary tool error.
 
         A failure after the request left, with no answer seen, raises
-        `OutcomeUnknown`; one before it left, `MCPToolError`.
+        `OutcomeUnknown`; one before it left, `MCPToolError`; an answer agentrt
+        refuses (too long, not usable JSON), `MCPAnswerRefused`: the call was
+        carried out, its result is lost.
 
         `operation_id` (the step's `ToolCall.operation_id`) travels in the request's
         `_meta` as `agentrt/operation_id`, so a server can deduplicate by it or stamp
@@ -226,19 +234,47 @@ class Connection:
         try:
             meta = cast(Any, {OPERATION_ID_META: operation_id}) if operation_id else None
             result = await self._session.call_tool(
-                tool, arguments, read_timeout_seconds=read_timeout, meta=meta
+                tool,
+                arguments,
+                read_timeout_seconds=read_timeout,
+                meta=meta,
+                allow_input_required=True,
             )
+            asked = self._capture.asked(attempt.request_id)
         except Exception as exc:
+            refused = self._capture.refused(attempt.request_id)
+            if refused is not None:
+                raise MCPAnswerRefused(
+                    f"MCP server {self.server.name!r} answered the call to {tool!r}, and its "
+                    f"answer is refused: {refused}"
+                ) from exc
             if self._capture.unanswered(attempt.request_id):
                 raise OutcomeUnknown(
                     f"the connection to MCP server {self.server.name!r} was lost after the "
                     f"call to {tool!r} was sent ({_describe(exc)})"
                 ) from exc
+            asked = self._capture.asked(attempt.request_id)
+            if asked is not None:
+                then = "no result" if asked.startswith(INPUT_REQUIRED) else _describe(exc)
+                raise MCPInputRequired(self._input_refused(tool, asked, then)) from exc
             raise MCPToolError(f"the call to {tool!r} failed: {_describe(exc)}") from exc
         finally:
             _ATTEMPT.reset(token)
             self._capture.forget(attempt.request_id)
+        if isinstance(result, mcp_types.InputRequiredResult):
+            asked = INPUT_REQUIRED
+            raise MCPInputRequired(self._input_refused(tool, asked, "no result"))
+        if asked is not None and getattr(result, "is_error", False):
+            text = _cap(_text_of(result), 500)
+            raise MCPInputRequired(self._input_refused(tool, asked, text))
         return _tool_result(result, self.server.max_content_bytes)
+
+    def _input_refused(self, tool: str, asked: str, then: str) -> str:
+        return (
+            f"MCP server {self.server.name!r} asked for the user's input during the call to "
+            f"{tool!r} ({asked}); a request for input is refused, never passed on, so the "
+            f"call did not complete ({then})"
+        )
 
     def _usable(self) -> None:
         if not self._open:
@@ -417,7 +453,7 @@ def _cap(text: str, limit: int) -> str:
     return encoded[:room].decode("utf-8", "ignore") + TRUNCATED
 
 
-def _tool_result(result: Any, limit: int) -> ToolResult:
+def _text_of(result: Any) -> str:
     parts: list[str] = []
     for block in getattr(result, "content", None) or []:
         kind = getattr(block, "type", "")
@@ -425,7 +461,11 @@ def _tool_result(result: Any, limit: int) -> ToolResult:
             parts.append(str(getattr(block, "text", "")))
         else:
             parts.append(_PLACEHOLDERS.get(kind, f"[{str(kind)[:40]} content omitted]"))
-    text = _cap("\n".join(parts), limit)
+    return "\n".join(parts)
+
+
+def _tool_result(result: Any, limit: int) -> ToolResult:
+    text = _cap(_text_of(result), limit)
     if getattr(result, "is_error", False):
         raise MCPToolError(text or "the server reported an error and said nothing more")
     structured = getattr(result, "structured_content", None)

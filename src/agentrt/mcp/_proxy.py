@@ -23,9 +23,11 @@ judged in this order (docs/mcp.md, decision 0038):
 5. it is a mutating call carried out within the window: `DUPLICATE`;
 6. it waits for a person: `UNKNOWN_OUTCOME` (an interrupted side effect) or
    `PENDING_APPROVAL`;
-7. otherwise a new run. A new call the policy would send to a person is
-   `BLOCKED` while `max_pending_approvals` of the proxy's calls wait already
-   (counted in the key's claim transaction: one cap for the whole database).
+7. otherwise a new run. A new mutating call is `BLOCKED` while another call
+   of the same tool waits for a person on an unknown outcome; a new call the
+   policy would send to a person is `BLOCKED` while `max_pending_approvals` of
+   the proxy's calls wait already (counted in the key's claim transaction: one
+   cap for the whole database).
 
 A mutating call whose tool did not answer in time is held like one cut off by
 a crash: the proxy proposes it again and `ProxyPolicy` pauses it on an
@@ -35,6 +37,10 @@ A mutating call whose server was lost after the call was sent (the tool raises
 `OutcomeUnknown`) is paused by the Gate itself on the same kind of approval:
 it, and every identical re-call, is answered `UNKNOWN_OUTCOME` until a person
 decides (decision 0054); a read lost that way is `FAILED` and may be retried.
+A mutating call whose server answered with what the runtime refuses (a message
+too long, content that is not usable JSON) was carried out: its run completes
+noting that its result was not recorded, and the call is answered `UNRECORDED`
+(nobody is asked; the identical re-call within the window is `DUPLICATE`).
 
 Invariants:
 - Nothing the model sees names the runtime, the database, the config or a run
@@ -64,6 +70,8 @@ from .._errors import (
     AgentrtError,
     JSONValueError,
     LeaseLostError,
+    MCPAnswerRefused,
+    MCPInputRequired,
     MCPToolError,
     NotFoundError,
     OutcomeUnknown,
@@ -115,6 +123,7 @@ DUPLICATE = "DUPLICATE"
 BLOCKED = "BLOCKED"
 UNAVAILABLE = "UNAVAILABLE"
 FAILED = "FAILED"
+UNRECORDED = "UNRECORDED"
 # gate_status only
 APPROVED = "APPROVED"
 DONE = "DONE"
@@ -160,6 +169,20 @@ _READ_LOST = (
     "the connection to the server was lost before this call answered. It changes nothing; "
     "calling again makes a new attempt."
 )
+
+_TOOL_BLOCKED = (
+    "an earlier call of this tool was cut off, and whether it took effect is unknown. Until "
+    "a person decides on it, no other call that changes something through this tool is "
+    "carried out; this call was not recorded and has not run. Tell the user; reading "
+    "tools still work."
+)
+_UNRECORDED = (
+    "this call was carried out, but what the server answered could not be recorded "
+    "({why}), so its result is not known. It did not fail; do not call it again to find "
+    "out. Tell the user."
+)
+UNRECORDED_RESULT = "carried out; the server's answer was not recorded"
+"""The result an `UNRECORDED` call's run completes with (and a `DUPLICATE` of it shows)."""
 
 _GIVEN_UP = (
     "this call did not answer in time and could not be held for a person's decision any "
@@ -211,6 +234,23 @@ def _timed_out(observation: Observation | None) -> bool:
         and isinstance(content, dict)
         and content.get("failure") == "timeout"
     )
+
+
+def _refused_answer(observation: Observation | None) -> str | None:
+    """Why the runtime refused what a tool that was carried out answered (a message too
+    long, content that is not usable JSON), or None for any other observation."""
+    if observation is None or observation.kind != ObservationKind.TOOL_ERROR:
+        return None
+    content = observation.content
+    if not isinstance(content, dict):
+        return None
+    error = str(content.get("error") or "")
+    if content.get("failure") == "invalid_content":
+        return error or "its content is not usable JSON"
+    prefix = f"{MCPAnswerRefused.__name__}: "
+    if error.startswith(prefix):
+        return error.removeprefix(prefix)
+    return None
 
 
 def _timed_out_just_before(request: ToolRequest, steps: Sequence[Step]) -> bool:
@@ -424,6 +464,12 @@ class Proxy:
         claimed only while fewer than `max_pending_approvals` of the proxy's calls wait
         for one (or are on their way to it), counted in the claim's own transaction, so
         the cap holds for every proxy on the database."""
+        if spec.side_effect != SideEffect.READ_ONLY:
+            held = await _io(
+                self.store.waiting_on_unknown_outcome, spec.name, INTERRUPTED_SIDE_EFFECT
+            )
+            if held is not None:
+                return Answer.of(BLOCKED, _TOOL_BLOCKED)
         awaiting = [effect for effect, mode in self.config.policy.items() if mode == "approve"]
         needs_a_person = str(spec.side_effect) in awaiting
         run_id = new_id()
@@ -484,8 +530,7 @@ class Proxy:
                 continue
             if _timed_out(observation) and spec.side_effect != SideEffect.READ_ONLY:
                 return await self._hold(session, spec)
-            answer = self._observed(observation)
-            await self._end(session, observation)
+            answer = await self._settle(session, spec, observation)
             if observation.kind == ObservationKind.TOOL_RESULT and (
                 spec.side_effect != SideEffect.READ_ONLY
             ):
@@ -529,9 +574,7 @@ class Proxy:
                 return self._waiting(await self._latest_approval(session.run))
             if _timed_out(observation) and spec.side_effect != SideEffect.READ_ONLY:
                 return await self._hold(session, spec)
-            answer = self._observed(observation)
-            await self._end(session, observation)
-            return answer
+            return await self._settle(session, spec, observation)
         if verdict.outcome == VerdictOutcome.PENDING:
             return self._waiting(verdict.approval)
         if verdict.outcome == VerdictOutcome.ENDED:
@@ -543,6 +586,23 @@ class Proxy:
             else Answer.of(DENIED, "the call was refused.")
         )
         await self._end(session, denial)
+        return answer
+
+    async def _settle(
+        self, session: GateSession, spec: ToolSpec, observation: Observation
+    ) -> Answer:
+        """The answer for what the call observed, and the run ended by it. A mutating call
+        whose answer the runtime refused was carried out: its run completes, noting that
+        its result was not recorded, and the call is `UNRECORDED` (no person is asked)."""
+        refused = _refused_answer(observation)
+        if refused is not None and spec.side_effect != SideEffect.READ_ONLY:
+            if not session.done:
+                step = await session.step()
+                if step is not None:
+                    await step.propose(Decision.complete(f"{UNRECORDED_RESULT} ({refused})"))
+            return Answer.of(UNRECORDED, _UNRECORDED.format(why=refused))
+        answer = self._observed(observation)
+        await self._end(session, observation)
         return answer
 
     async def _hold(self, session: GateSession, spec: ToolSpec) -> Answer:
@@ -620,8 +680,10 @@ class Proxy:
         return approval.expires_at is not None and approval.expires_at <= self.now()
 
     def _within_window(self, run: Run) -> bool:
+        """Did `run` end within the repeat window? Never, with the window off (zero)."""
+        window = self.config.repeat_window
         finished = run.finished_at
-        return finished is not None and self.now() - finished <= self.config.repeat_window
+        return window > timedelta(0) and finished is not None and self.now() - finished <= window
 
     def _ago(self, when: datetime | None) -> str:
         if when is None:
@@ -639,6 +701,8 @@ class Proxy:
         if kind == ObservationKind.TOOL_ERROR:
             error = str(content.get("error") if isinstance(content, dict) else "")
             error = error.removeprefix(f"{MCPToolError.__name__}: ")
+            error = error.removeprefix(f"{MCPAnswerRefused.__name__}: ")
+            error = error.removeprefix(f"{MCPInputRequired.__name__}: ")
             if error.startswith(f"{OutcomeUnknown.__name__}: "):  # a read (a mutation waits)
                 return Answer.of(FAILED, _READ_LOST)
             if _timed_out(observation):  # a read (a mutating call is held: `_hold`)
@@ -810,6 +874,16 @@ async def _load(
     return tools, unavailable
 
 
+def _log_done(name: str, task: asyncio.Task[Answer]) -> None:
+    """Log how a call the host stopped waiting for ended (its answer reaches nobody)."""
+    if task.cancelled():
+        _log.warning("%s: the call the host cancelled was cancelled", name)
+    elif task.exception() is not None:
+        _log.warning("%s: the call the host cancelled failed: %s", name, task.exception())
+    else:
+        _log.info("%s -> %s (the host had cancelled it)", name, task.result().word or "result")
+
+
 def _open(config: ProxyConfig, now: Clock) -> Store:
     store = open_store(config.database)
     try:
@@ -865,8 +939,20 @@ async def serve(
             async def list_tools(ctx: Any, params: Any) -> mcp_types.ListToolsResult:
                 return mcp_types.ListToolsResult(tools=listed)
 
+            running: set[asyncio.Task[Answer]] = set()
+
             async def call_tool(ctx: Any, params: Any) -> mcp_types.CallToolResult:
-                answer = await proxy.call(params.name, params.arguments)
+                # The call is the proxy's, not the host's request's: a host that cancels
+                # it, or closes the session, does not stop it; its outcome is recorded.
+                task = asyncio.ensure_future(proxy.call(params.name, params.arguments))
+                running.add(task)
+                task.add_done_callback(running.discard)
+                try:
+                    answer = await asyncio.shield(task)
+                except asyncio.CancelledError:
+                    _log.info("%s: the host cancelled the call; it goes on", params.name)
+                    task.add_done_callback(functools.partial(_log_done, params.name))
+                    raise
                 _log.info("%s -> %s", params.name, answer.word or "result")
                 return mcp_types.CallToolResult(
                     content=[mcp_types.TextContent(type="text", text=answer.text)],
@@ -875,13 +961,20 @@ async def serve(
                 )
 
             server: Any = MCPServer(config.name, on_list_tools=list_tools, on_call_tool=call_tool)
-            if streams is not None:
-                await server.run(streams[0], streams[1], server.create_initialization_options())
-            else:
-                async with stdio_server() as (read_stream, write_stream):
-                    await server.run(
-                        read_stream, write_stream, server.create_initialization_options()
+            try:
+                if streams is not None:
+                    await server.run(streams[0], streams[1], server.create_initialization_options())
+                else:
+                    async with stdio_server() as (read_stream, write_stream):
+                        await server.run(
+                            read_stream, write_stream, server.create_initialization_options()
+                        )
+            finally:
+                if running:  # the host closed the session: its calls finish and are recorded
+                    _log.info(
+                        "the host closed the session; %d call(s) go on to their end", len(running)
                     )
+                    await asyncio.gather(*running, return_exceptions=True)
     finally:
         store.close()
 

@@ -33,6 +33,7 @@ from ._config import (
     _read_owner_only,
     parse_duration,
 )
+from ._path_guard import check_server_paths, protected_files
 
 PROXY_FORMAT = "agentrt.mcp.proxy/1"
 POLICY_MODES = ("allow", "approve", "deny")
@@ -47,6 +48,7 @@ DEFAULT_MAX_PENDING = 20
 DEFAULT_LEASE_TTL = timedelta(seconds=30)
 STATUS_TOOL = "gate_status"
 _NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+_ZERO = re.compile(r"^0+(?:\.0+)?(?:ms|s|m|h)?$")
 
 _TOP_FIELDS = {
     "format",
@@ -69,6 +71,7 @@ _SERVER_FIELDS = {
     "max_content_bytes",
     "manifest",
     "rules",
+    "skip_path_check",
 }
 
 
@@ -79,6 +82,7 @@ class ProxiedServer:
     server: Server
     manifest: Path
     rules: Path
+    skip_path_check: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,7 +92,8 @@ class ProxyConfig:
     `name` is the name the proxy gives itself in the MCP handshake (the host may
     show it to the model, so it is the operator's word, `tools` by default).
     `repeat_window`: how long an executed mutating call, a rejection or an
-    expiry is remembered for an identical re-call. `max_pending_approvals`: how
+    expiry is remembered for an identical re-call; zero turns the window off (an
+    identical call is always a new one). `max_pending_approvals`: how
     many of the proxy's calls may wait for a person at once.
     """
 
@@ -140,10 +145,14 @@ def _server(name: str, raw: Any, base: Path) -> ProxiedServer:
         )
     except ConfigError as exc:
         raise ConfigError(f"proxy config: {exc}") from exc
+    skip = data.get("skip_path_check", False)
+    if not isinstance(skip, bool):
+        raise ConfigError(f"{where}: skip_path_check must be true or false")
     return ProxiedServer(
         server=server,
         manifest=_path(base, data["manifest"], f"{where}: manifest"),
         rules=_path(base, data["rules"], f"{where}: rules"),
+        skip_path_check=skip,
     )
 
 
@@ -166,10 +175,40 @@ def _policy(raw: Any) -> dict[str, str]:
     return out
 
 
+def _repeat_window(value: Any) -> timedelta:
+    """`repeat_window`: a duration, or zero (`0`, `"0"`, `"0s"`, ...) to turn it off."""
+    if value == 0 and not isinstance(value, bool):
+        return timedelta(0)
+    if isinstance(value, str) and _ZERO.match(value):
+        return timedelta(0)
+    try:
+        return parse_duration(value, "proxy config: repeat_window")
+    except ConfigError:
+        raise ConfigError(
+            f'proxy config: repeat_window must be a duration like "10m", or 0 to turn the '
+            f"window off; got {value!r}"
+        ) from None
+
+
 def _count(value: Any, where: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigError(f"proxy config: {where} must be a positive integer")
     return value
+
+
+def _guard_paths(config: Path, database: Path, servers: tuple[ProxiedServer, ...]) -> None:
+    """Refuse a stdio server whose arguments reach the proxy's own files (`_path_guard`)."""
+    protected = protected_files(
+        config,
+        database,
+        [proxied.manifest for proxied in servers],
+        [proxied.rules for proxied in servers],
+    )
+    bases = [Path(os.getcwd()), config.parent]
+    for proxied in servers:
+        command = proxied.server.command
+        if command is not None and not proxied.skip_path_check:
+            check_server_paths(proxied.server.name, command, protected, bases)
 
 
 def read_proxy_config(path: str | os.PathLike[str]) -> ProxyConfig:
@@ -189,17 +228,23 @@ def read_proxy_config(path: str | os.PathLike[str]) -> ProxyConfig:
     if not isinstance(name, str) or not _NAME.match(name):
         raise ConfigError(f"proxy config: name {name!r} must match {_NAME.pattern}")
     durations: dict[str, timedelta | None] = {}
-    for field in ("repeat_window", "approval_ttl", "grant_ttl", "lease_ttl"):
+    for field in ("approval_ttl", "grant_ttl", "lease_ttl"):
         durations[field] = (
             parse_duration(data[field], f"proxy config: {field}") if field in data else None
         )
+    database = _path(base, data["database"], "proxy config: database")
+    _guard_paths(where, database, servers)
     return ProxyConfig(
         path=where,
-        database=_path(base, data["database"], "proxy config: database"),
+        database=database,
         servers=servers,
         policy=_policy(data["policy"]) if "policy" in data else dict(DEFAULT_POLICY_TABLE),
         name=name,
-        repeat_window=durations["repeat_window"] or DEFAULT_REPEAT_WINDOW,
+        repeat_window=(
+            _repeat_window(data["repeat_window"])
+            if "repeat_window" in data
+            else DEFAULT_REPEAT_WINDOW
+        ),
         max_pending_approvals=_count(
             data.get("max_pending_approvals", DEFAULT_MAX_PENDING), "max_pending_approvals"
         ),

@@ -24,6 +24,14 @@ This module owns the process of a stdio server and the raw bytes of every
   one lost before is an ordinary error (decision 0054). Over stdio a request
   has left once its line is being written to the server's stdin (a write that
   fails reached no reader); over HTTP once its POST got past connecting.
+- An answer to a `tools/call` that agentrt refuses (over stdio: a line past
+  `max_message_bytes` whose head names the call, or a line neither agentrt nor
+  the SDK can read that is the call's answer) is noted (`refused`): the call
+  was carried out, only its result is lost. An unreadable answer reaches the
+  SDK as a JSON-RPC error for the call, so the call ends at once.
+- An `elicitation/create` request of the server's (a tool asking the user for
+  input mid-call) marks the calls in flight (`asked`), so a call that then
+  fails says why; the client never offers elicitation and refuses it.
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 from collections.abc import AsyncIterator
 from typing import Any
@@ -48,6 +57,7 @@ from .._errors import JSONValueError, MCPServerError
 from ._config import Server
 
 MAX_MESSAGE_BYTES = 8 * 1024 * 1024
+INPUT_REQUIRED = "an input_required result"
 STDERR_KEPT = 4096
 EXIT_GRACE = 1.0
 TERM_GRACE = 1.0
@@ -65,6 +75,9 @@ class RawCapture:
         self._waiting: set[Any] = set()
         self._answers: dict[Any, Any] = {}
         self._unanswered: set[str] = set()
+        self._calls: set[str] = set()
+        self._refused: dict[str, str] = {}
+        self._asked: dict[str, str] = {}
         self.stderr = _StderrRing()
         self.unusable = anyio.Event()
 
@@ -73,6 +86,7 @@ class RawCapture:
         ident = _call_id(message)
         if ident is not None:
             self._unanswered.add(str(ident))
+            self._calls.add(str(ident))
 
     def not_sent(self, message: Any) -> None:
         """A message noted as sent that provably never reached the server (no connection).
@@ -84,6 +98,7 @@ class RawCapture:
         ident = _call_id(message)
         if ident is not None:
             self._unanswered.discard(str(ident))
+            self._calls.discard(str(ident))
 
     def unanswered(self, ident: Any) -> bool:
         """Did the `tools/call` request `ident` leave for the server with no answer seen?"""
@@ -92,6 +107,35 @@ class RawCapture:
     def forget(self, ident: Any) -> None:
         if ident is not None:
             self._unanswered.discard(str(ident))
+            self._calls.discard(str(ident))
+            self._refused.pop(str(ident), None)
+            self._asked.pop(str(ident), None)
+
+    def asked(self, ident: Any) -> str | None:
+        """What the server asked of the user while the call `ident` was in flight, if it did."""
+        return None if ident is None else self._asked.get(str(ident))
+
+    def asking(self, message: Any) -> None:
+        """Note a request of the server's own: an elicitation marks every call in flight."""
+        method = getattr(message, "method", None)
+        if method != "elicitation/create":
+            return
+        asked = _asked_for(getattr(message, "params", None), "an elicitation")
+        for ident in self._calls:
+            self._asked.setdefault(ident, asked)
+
+    def refused(self, ident: Any) -> str | None:
+        """Why agentrt refused the answer to the `tools/call` request `ident`, if it did."""
+        return None if ident is None else self._refused.get(str(ident))
+
+    def refuse(self, ident: Any, why: str) -> bool:
+        """Note that the answer to the call `ident` came and is refused; False (nothing
+        noted) when `ident` is no `tools/call` of this connection awaiting its answer."""
+        if ident is None or isinstance(ident, bool) or str(ident) not in self._calls:
+            return False
+        self._refused[str(ident)] = why
+        self._unanswered.discard(str(ident))
+        return True
 
     def outgoing(self, message: Any) -> None:
         """Note a message the client sends (a parsed JSON-RPC message or a dict)."""
@@ -132,6 +176,13 @@ class RawCapture:
             return
         if _is_answer(parsed):
             self._unanswered.discard(str(parsed.get("id")))
+            result = parsed.get("result")
+            if (
+                isinstance(result, dict)
+                and result.get("resultType") == "input_required"
+                and str(parsed.get("id")) in self._calls
+            ):
+                self._asked[str(parsed.get("id"))] = _input_required(result)
         if isinstance(parsed, dict) and parsed.get("id") in self._waiting:
             self._waiting.discard(parsed["id"])
             self._answers[parsed["id"]] = parsed
@@ -152,6 +203,23 @@ class RawCapture:
         if isinstance(answer, MCPServerError):
             raise answer
         return answer
+
+
+def _asked_for(params: Any, what: str) -> str:
+    """`what`, and the message the server shows the user, if it gave one."""
+    text = params.get("message") if isinstance(params, dict) else None
+    return f"{what}: {text[:200]!r}" if isinstance(text, str) and text else what
+
+
+def _input_required(result: dict[str, Any]) -> str:
+    """What an `input_required` result asks, in a few words."""
+    requests = result.get("inputRequests")
+    asked = [
+        _asked_for(request.get("params"), str(request.get("method") or "a request")[:40])
+        for request in (requests.values() if isinstance(requests, dict) else [])
+        if isinstance(request, dict)
+    ]
+    return f"{INPUT_REQUIRED}, " + ("; ".join(asked[:3]) or "naming no request")
 
 
 def _call_id(message: Any) -> Any:
@@ -231,6 +299,10 @@ async def _stdio(server: Server, capture: RawCapture) -> AsyncIterator[Streams]:
                         if line.strip():
                             await to_session.send(_parse_line(line, capture))
                     if len(buffer) > MAX_MESSAGE_BYTES:
+                        capture.refuse(
+                            _answer_id_at_head(buffer[:_HEAD_BYTES]),
+                            f"its answer is longer than {MAX_MESSAGE_BYTES} bytes",
+                        )
                         await to_session.send(
                             MCPServerError(
                                 f"server {server.name!r} sent a message longer than "
@@ -286,9 +358,54 @@ async def _stdio(server: Server, capture: RawCapture) -> AsyncIterator[Streams]:
 def _parse_line(line: bytes, capture: RawCapture) -> SessionMessage | Exception:
     capture.incoming(line)
     try:
-        return SessionMessage(mcp_types.jsonrpc_message_adapter.validate_json(line, by_name=False))
+        message = mcp_types.jsonrpc_message_adapter.validate_json(line, by_name=False)
     except ValueError as exc:
+        ident = _loose_answer_id(line)
+        why = f"its answer is not usable JSON ({_first_line(exc)})"
+        if capture.refuse(ident, why):
+            # The call's answer came: end the call now, as a JSON-RPC error the SDK reads.
+            return SessionMessage(
+                mcp_types.JSONRPCError(
+                    jsonrpc="2.0",
+                    id=ident,
+                    error=mcp_types.ErrorData(code=mcp_types.INTERNAL_ERROR, message=why),
+                )
+            )
         return MCPServerError(f"the server sent a line that is not a JSON-RPC message: {exc}")
+    capture.asking(message)
+    return SessionMessage(message)
+
+
+_HEAD_BYTES = 512
+# The head of a JSON-RPC answer as servers write it: `{"jsonrpc": "2.0", "id": ID, "result"`
+# (or `"error"`). Best effort: a line past the bound is never parsed whole.
+_ANSWER_HEAD = re.compile(
+    rb'^\s*\{\s*"jsonrpc"\s*:\s*"2\.0"\s*,\s*"id"\s*:\s*(-?[0-9]{1,18}|"[^"\\]{0,200}")\s*,'
+    rb'\s*"(?:result|error)"\s*:'
+)
+
+
+def _answer_id_at_head(head: bytes) -> Any:
+    """The id of the JSON-RPC answer a too-long line begins, or None."""
+    match = _ANSWER_HEAD.match(head)
+    if match is None:
+        return None
+    raw = match.group(1)
+    return raw[1:-1].decode("utf-8", "replace") if raw.startswith(b'"') else int(raw)
+
+
+def _loose_answer_id(line: bytes) -> Any:
+    """The id of the JSON-RPC answer `line` is, read by the standard library, or None."""
+    try:
+        loose = json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+    return loose.get("id") if _is_answer(loose) else None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return (text[1] if len(text) > 1 else text[0] if text else type(exc).__name__).strip()[:200]
 
 
 def _group_alive(pgid: int) -> bool:

@@ -167,3 +167,14 @@ class ProxyRows(StoreReads):
                 (key, run_id, tool, side_effect, format_time(now)),
             )
             return Claim(claimed=True, waiting=waiting)
+
+    def waiting_on_unknown_outcome(self, tool: str, kind: str) -> str | None:
+        """A run the proxy made for `tool` that waits on a pending approval of `kind` (an
+        interrupted side effect: a person must decide whether it took effect), or None."""
+        rows = self._query(
+            "SELECT p.run_id FROM proxy_requests AS p "
+            "JOIN approvals AS a ON a.run_id = p.run_id "
+            "WHERE p.tool = ? AND a.kind = ? AND a.status = 'pending' ORDER BY p.seq LIMIT 1",
+            (tool, kind),
+        )
+        return str(rows[0][0]) if rows else None

@@ -1,0 +1,383 @@
+"""`agentrt-proxy`: the rows of issue 25, each against a real MCP server over stdio.
+
+The host is the SDK's `ClientSession` over stdio; the proxy a real child process
+(`tests/proxy_child.py`); its upstream `tests/mcp_shop_server.py`, written with
+the SDK, which logs every effect before it answers. Operators decide with the
+real `agentrt` command. One test per rule, named for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mcp.client.stdio
+import mcp_types
+import pytest
+from tests.support.mcp_proxy import Shop, kill_quietly, write_owner_only
+
+from agentrt import ConfigError, open_existing
+from agentrt.mcp._proxy import UNRECORDED_RESULT
+from agentrt.mcp.proxy import read_proxy_config
+
+pytestmark = pytest.mark.slow
+
+CHARGE = {"account": "acme", "cents": 1200}
+SEND = {"to": "bob", "text": "the parcel left"}
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+# ---------------------------------------------------------------------------
+# 1. repeat_window 0 turns the window off
+
+
+def test_repeat_window_0_is_off_and_an_identical_call_after_an_executed_one_asks_again(
+    tmp_path: Path,
+) -> None:
+    shop = Shop(tmp_path, repeat_window="0s")
+
+    async def calls(n: int) -> list[Any]:
+        async with shop.host() as host:
+            return [await host.call("shop_charge", CHARGE) for _ in range(n)]
+
+    assert [said.word for said in run(calls(1))] == ["PENDING_APPROVAL"]
+    first = shop.decide_only_pending("approve")
+    collected, again = run(calls(2))
+    assert (collected.is_error, collected.structured) == (False, {"charged": "acme", "cents": 1200})
+    assert (again.is_error, again.word) == (True, "PENDING_APPROVAL")  # not DUPLICATE
+    (second,) = shop.pending()
+    assert second["run_id"] != first["run_id"]  # a new approval, for a person to decide
+    assert shop.effects() == [{"tool": "charge", **CHARGE}]
+
+
+def test_repeat_window_0_in_any_spelling_is_off_and_a_negative_one_is_refused(
+    tmp_path: Path,
+) -> None:
+    base = {
+        "format": "agentrt.mcp.proxy/1",
+        "database": "runs.db",
+        "servers": {"s": {"command": ["x"], "manifest": "m.json", "rules": "r.json"}},
+    }
+    path = tmp_path / "proxy.json"
+    for off in (0, "0", "0s", "0ms", "0.0m"):
+        write_owner_only(path, {**base, "repeat_window": off})
+        assert read_proxy_config(path).repeat_window.total_seconds() == 0
+    write_owner_only(path, {**base, "repeat_window": "90s"})
+    assert read_proxy_config(path).repeat_window.total_seconds() == 90
+    for bad in ("-5s", -1, -0.5, "soon", True, None):
+        write_owner_only(path, {**base, "repeat_window": bad})
+        with pytest.raises(ConfigError, match="repeat_window must be a duration"):
+            read_proxy_config(path)
+
+
+# ---------------------------------------------------------------------------
+# 5. UNRECORDED: carried out, its answer refused
+
+
+def test_unrecorded_a_mutating_call_whose_answer_is_refused_was_carried_out_and_is_no_failure(
+    tmp_path: Path,
+) -> None:
+    shop = Shop(tmp_path)
+    answer = shop.folder / "answer"
+
+    async def calls() -> list[Any]:
+        async with shop.host() as host:
+            said = []
+            for mode, order in (("unusable", "A-1"), ("huge", "B-2")):
+                answer.write_text(mode)
+                said.append(await host.call("shop_receipt", {"order": order}))
+                said.append(await host.call("shop_receipt", {"order": order}))
+            return said
+
+    unusable, unusable_again, huge, huge_again = run(calls())
+    assert (unusable.is_error, unusable.word) == (True, "UNRECORDED")
+    assert "not usable JSON" in unusable.text
+    assert (huge.is_error, huge.word) == (True, "UNRECORDED")
+    assert "longer than 8388608 bytes" in huge.text
+    for again in (unusable_again, huge_again):
+        assert (again.is_error, again.word) == (True, "DUPLICATE")
+        assert "the server's answer was not recorded" in again.text
+    assert shop.effects() == [
+        {"tool": "receipt", "order": "A-1"},
+        {"tool": "receipt", "order": "B-2"},
+    ]  # each carried out once, never again
+    assert shop.pending() == []  # nobody was asked
+    store = open_existing(shop.db, read_only=True)
+    try:
+        runs = store.list_runs()
+        assert [r.status for r in runs] == ["COMPLETED", "COMPLETED"]  # not failed
+        assert {str(r.result).split(" (")[0] for r in runs} == {UNRECORDED_RESULT}
+    finally:
+        store.close()
+
+
+# ---------------------------------------------------------------------------
+# 6. a stdio server pointed at the proxy's own files is refused at start-up
+
+
+def test_a_server_whose_arguments_reach_the_proxys_own_files_is_refused_at_start_up(
+    tmp_path: Path,
+) -> None:
+    shop = Shop(tmp_path)
+    config = json.loads(shop.config.read_text())
+    entry = config["servers"]["shop"]
+    entry["command"] = [*entry["command"], f"--root={tmp_path}"]  # the folder holding runs.db
+    write_owner_only(shop.config, config)
+
+    async def host_starts_it() -> None:
+        with anyio.fail_after(60):
+            async with shop.host():
+                pass
+
+    with pytest.raises(Exception):  # noqa: B017 - the proxy exits before the handshake
+        run(host_starts_it())
+    said = (tmp_path / "proxy.stderr").read_text()
+    assert f"its argument '--root={tmp_path}' reaches" in said
+    assert "skip_path_check" in said
+    assert not shop.db.exists()  # refused before the database was opened
+
+    entry["skip_path_check"] = True
+    write_owner_only(shop.config, config)
+
+    async def call() -> Any:
+        async with shop.host() as host:
+            return await host.call("shop_price", {"item": "tea"})
+
+    assert run(call()).structured == {"item": "tea", "cents": 250}
+
+
+def test_the_path_check_sees_the_usual_spellings_of_the_proxys_own_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "home"
+    ops = home / "ops"
+    ops.mkdir(parents=True)
+    (tmp_path / "link").symlink_to(ops)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(tmp_path)
+    path = ops / "proxy.json"
+
+    def entry(*args: str, **more: Any) -> dict[str, Any]:
+        return {"command": ["srv", *args], "manifest": "m.json", "rules": "r.json", **more}
+
+    def config(server: dict[str, Any]) -> Any:
+        write_owner_only(
+            path,
+            {"format": "agentrt.mcp.proxy/1", "database": "runs.db", "servers": {"fs": server}},
+        )
+        return read_proxy_config(path)
+
+    reaching = [
+        str(ops / "runs.db"),  # the database
+        str(ops / "runs.db-wal"),  # its journal
+        str(ops / "m.json"),  # a manifest
+        str(ops / "r.json"),  # a rules file
+        str(path),  # the config
+        f"{ops}/",  # a folder holding them, with a trailing slash
+        str(home),  # ... or further up
+        "/",
+        str(tmp_path / "link"),  # through a link
+        str(tmp_path / "link" / "runs.db"),
+        "link/runs.db",  # relative to the working directory
+        "runs.db",  # relative to the config's folder
+        "../ops/./",
+        f"--root={ops}",
+        f"-r{ops}",
+        f"root={ops}",
+        f"file://{ops}/runs.db",
+        f"file://{ops}",
+        "~",
+        "~/ops",
+        f"{tmp_path},{ops}",
+    ]
+    for argument in reaching:
+        with pytest.raises(ConfigError, match=r"reaches .* skip_path_check"):
+            config(entry("--flag", argument))
+    for harmless in (
+        str(ops / "server.py"),
+        str(tmp_path / "data"),
+        "--local-timezone",
+        "UTC",
+        "-v",
+        "data",
+        f"--root={tmp_path / 'data'}",
+    ):
+        config(entry(harmless))
+    assert config(entry(str(ops), skip_path_check=True)).servers[0].skip_path_check
+    with pytest.raises(ConfigError, match="skip_path_check must be true or false"):
+        config(entry(skip_path_check="yes"))
+
+
+# ---------------------------------------------------------------------------
+# 7. a server asking for the user's input mid-call is refused, not passed on
+
+
+def test_an_upstream_elicitation_or_input_required_is_refused_with_a_clear_error(
+    tmp_path: Path,
+) -> None:
+    shop = Shop(tmp_path)
+    reached_the_host: list[Any] = []
+
+    async def elicitation(context: Any, params: Any) -> Any:
+        reached_the_host.append(params)
+        return mcp_types.ElicitResult(action="accept", content={"sure": True})
+
+    async def calls() -> list[Any]:
+        async with shop.host(elicitation_callback=elicitation) as host:
+            return [
+                await host.call("shop_confirm", {"order": "A-1"}),
+                await host.call("shop_confirm_later", {"order": "A-1"}),
+            ]
+
+    asked, asked_later = run(calls())
+    assert (asked.is_error, asked.word) == (True, "FAILED")
+    assert "asked for the user's input during the call to 'confirm'" in asked.text
+    assert "an elicitation: 'Really cancel A-1?'" in asked.text
+    assert "refused, never passed on, so the call did not complete" in asked.text
+    assert (asked_later.is_error, asked_later.word) == (True, "FAILED")
+    assert "during the call to 'confirm_later' (an input_required result" in asked_later.text
+    assert reached_the_host == []  # the host was never asked
+    store = open_existing(shop.db, read_only=True)
+    try:  # recorded: each call's run ended on the tool's error, which says why
+        for run_ in store.list_runs():
+            assert run_.status == "FAILED"
+            (call, _end) = store.list_steps(run_.id)
+            assert call.observation is not None
+            assert call.observation.content["error"].startswith("MCPInputRequired: ")
+    finally:
+        store.close()
+
+
+# ---------------------------------------------------------------------------
+# 3. a host that cancels a call, or closes the session, does not stop it
+
+
+async def until(done: Any, what: str) -> None:
+    for _ in range(2400):
+        if done():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"never happened: {what}")
+
+
+def said_by_the_proxy(shop: Shop, line: str) -> bool:
+    log = shop.root / "proxy.stderr"
+    return log.exists() and line in log.read_text()
+
+
+def test_a_call_the_host_cancels_goes_on_is_recorded_and_its_identical_call_is_duplicate(
+    tmp_path: Path,
+) -> None:
+    shop = Shop(tmp_path)
+    (shop.folder / "hold").touch()  # the server writes its effect, then waits to answer
+
+    async def scenario() -> list[Any]:
+        async with shop.host() as host:
+            call = asyncio.create_task(host.call("shop_send", SEND))
+            await until(shop.effects, "the call reached the server")
+            call.cancel()  # the SDK sends notifications/cancelled
+            with contextlib.suppress(asyncio.CancelledError):
+                await call
+            await until(lambda: said_by_the_proxy(shop, "the host cancelled"), "the cancel")
+            meanwhile = await host.call("shop_send", SEND)
+            (shop.folder / "hold").unlink()
+            await until(lambda: said_by_the_proxy(shop, "had cancelled it"), "the call's end")
+            return [meanwhile, await host.call("shop_send", SEND)]
+
+    meanwhile, again = run(scenario())
+    assert meanwhile.word == "IN_PROGRESS"
+    assert (again.is_error, again.word) == (True, "DUPLICATE")
+    assert '{"result": "sent to bob"}' in again.text  # the result the host never got
+    assert shop.effects() == [{"tool": "send", **SEND}]
+    assert run_statuses(shop) == ["COMPLETED"]
+
+
+def test_a_host_closing_stdin_mid_call_lets_the_call_finish_recorded_not_interrupted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The SDK's host waits 2 s for a server to exit after closing its stdin, then
+    # kills it: this host waits as long as the call takes.
+    monkeypatch.setattr(mcp.client.stdio, "PROCESS_TERMINATION_TIMEOUT", 120.0)
+    shop = Shop(tmp_path)
+    (shop.folder / "hold").touch()
+
+    async def scenario() -> Any:
+        async def host_leaves() -> None:
+            async with shop.host() as host:
+                call = asyncio.create_task(host.call("shop_send", SEND))
+                await until(shop.effects, "the call reached the server")
+            with contextlib.suppress(BaseException):
+                await call
+
+        leaving = asyncio.create_task(host_leaves())  # closes the proxy's stdin mid-call
+        await until(lambda: said_by_the_proxy(shop, "the host closed the session"), "EOF")
+        (shop.folder / "hold").unlink()
+        await leaving  # the proxy finished the call, then exited by itself
+        async with shop.host() as host:
+            return await host.call("shop_send", SEND)
+
+    again = run(scenario())
+    assert (again.word, '{"result": "sent to bob"}' in again.text) == ("DUPLICATE", True)
+    assert shop.effects() == [{"tool": "send", **SEND}]
+    assert run_statuses(shop) == ["COMPLETED"]
+
+
+def run_statuses(shop: Shop) -> list[str]:
+    store = open_existing(shop.db, read_only=True)
+    try:
+        return [run_.status for run_ in store.list_runs()]
+    finally:
+        store.close()
+
+
+# ---------------------------------------------------------------------------
+# 4. after an unknown outcome, the tool's other mutating calls are BLOCKED
+
+
+def test_after_an_unknown_outcome_other_mutating_calls_of_the_tool_are_blocked_until_decided(
+    tmp_path: Path,
+) -> None:
+    shop = Shop(tmp_path)
+    (shop.folder / "hang").touch()
+    hung = shop.folder / "hung.json"
+    other = {**SEND, "to": "carol"}
+
+    async def cut_off() -> list[Any]:
+        async with shop.host() as host:
+            call = asyncio.create_task(host.call("shop_send", SEND))
+            await until(hung.exists, "the call reached the server")
+            kill_quietly(json.loads(hung.read_text())["pid"])  # SIGKILL, after its effect
+            return [await call, await host.call("shop_send", other)]
+
+    lost, blocked_at_once = run(cut_off())
+    (shop.folder / "hang").unlink()
+    assert (lost.word, blocked_at_once.word) == ("UNKNOWN_OUTCOME", "BLOCKED")
+    (waiting,) = shop.pending()
+    assert waiting["kind"] == "interrupted_side_effect"
+
+    async def calls() -> list[Any]:
+        async with shop.host() as host:  # a new proxy, whose server would answer
+            return [
+                await host.call("shop_send", other),
+                await host.call("shop_price", {"item": "tea"}),
+                await host.call("shop_send", SEND),
+            ]
+
+    blocked, read, same = run(calls())
+    assert (blocked.is_error, blocked.word) == (True, "BLOCKED")
+    assert "not recorded and has not run" in blocked.text
+    assert read.structured == {"item": "tea", "cents": 250}  # reads still work
+    assert same.word == "UNKNOWN_OUTCOME"
+    assert len(run_statuses(shop)) == 2  # the blocked calls made no run
+    shop.decide("reject", waiting["run_id"])
+    done, _, rejected = run(calls())
+    assert done.structured == {"result": "sent to carol"}  # a rejection unblocks the tool
+    assert rejected.word == "REJECTED"
+    assert shop.effects() == [{"tool": "send", **SEND}, {"tool": "send", **other}]
