@@ -173,7 +173,10 @@ def everything(store: Store) -> str:
 
 
 def refused(
-    store: Store, error: type[BaseException], write: Callable[[Tx], object], match: str = ""
+    store: Store,
+    error: type[BaseException],
+    write: Callable[[Tx], object],
+    match: str | None = None,
 ) -> BaseException:
     """`write` in a transaction of its own raises `error` (matching `match`) and writes nothing."""
     before = everything(store)
