@@ -25,7 +25,7 @@ TESTS = ROOT / "tests"
 
 _CODE = re.compile(r"`([^`]*)`")
 _PATH = r"((?:::[A-Za-z_]\w*)+)(?:\[[^\]]*\])?"
-_FULL = re.compile(rf"(?:tests/)?(test_\w+\.py){_PATH}")
+_FULL = re.compile(rf"(?:tests/)?((?:[a-z_]+/)?test_\w+\.py){_PATH}")
 _SHORT = re.compile(_PATH)
 _WHOLE_FILE = re.compile(r"(?:tests/)?test_\w+\.py")
 # A row with one of these statuses has no test to name.

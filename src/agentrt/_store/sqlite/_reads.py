@@ -307,9 +307,22 @@ class StoreReads(ABC):
         return approval_state(rows[0]) if rows else None
 
     def started_tool_names(self, run_id: str) -> list[str | None]:
-        """The names of the tools the run was started with (its `run.created`), as stored."""
+        """The names of the tools the run was started with (its `run.created`), as stored.
+
+        A spec whose name cannot be read gives None in its place, and so does a
+        `run.created` that is not JSON (its tools cannot be known): SQLite's JSON
+        functions raise on such text, so each is checked with `json_valid` first.
+        """
+        created = self._query(
+            "SELECT json_valid(payload_json) FROM events "
+            "WHERE run_id = ? AND type = 'run.created' ORDER BY seq LIMIT 1",
+            (run_id,),
+        )
+        if created and created[0][0] != 1:
+            return [None]
         rows = self._query(
-            "SELECT json_extract(spec_json, '$.name') FROM tool_specs WHERE hash IN "
+            "SELECT CASE WHEN json_valid(spec_json) THEN json_extract(spec_json, '$.name') END "
+            "FROM tool_specs WHERE hash IN "
             "(SELECT value FROM json_each((SELECT payload_json FROM events "
             "WHERE run_id = ? AND type = 'run.created' ORDER BY seq LIMIT 1), '$.tools'))",
             (run_id,),

@@ -1,0 +1,258 @@
+"""The contract suite's one fixture: `backend`, a database of each kind the store layer has.
+
+Every test of `tests/store_contract/` is written against the store interface
+(`agentrt._store._base`: `Store`, `Tx`, `Renewer`) and runs once per backend
+parameter. A backend gives:
+
+- `open()`: the store on this test's database, fresh and empty at the first call
+  (through `agentrt._store.open_store`, the way the package opens one);
+- `reopen()` / `reader()` / `impatient()`: a second store on the same database
+  (for races), a read-only one, and one whose wait for a busy database is short;
+  a backend with no second store (`:memory:`) skips the test, saying why;
+- `tamper(store)`: what no interface method may do, because no runtime path
+  does: edit, delete or swap event rows, forget the issued seqs, put bytes
+  that are not text into a column, plant a trigger.
+
+THE BACKEND'S PART: `_SqliteTamper` below is the only place in the suite where
+SQL (or `sqlite3`) appears. The next backend (issue 21, PostgreSQL) adds a
+parameter and a tamper of its own here; every test file stays as it is.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sqlite3
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Protocol
+
+import pytest
+
+import agentrt._store.sqlite._connection as sqlite_connection
+from agentrt._store import Store, open_existing, open_store
+from agentrt._store.sqlite import SqliteStore
+
+
+class Tamper(Protocol):
+    """Damage done to one database behind the runtime's back, as a person with write
+    access to it (or a bad disk) would. Each method says how many records it changed."""
+
+    def set_event(self, seq: int, column: str, value: str | bytes) -> int:
+        """Overwrite one stored column of the event at `seq` (`bytes`: not text)."""
+
+    def delete_events(self, first: int, last: int | None = None) -> int:
+        """Delete the events from `first` to `last` (to the end when None)."""
+
+    def swap_events(self, a: int, b: int) -> int:
+        """Swap two whole events (their hashes travel with them); only the seqs stay."""
+
+    def swap_event_content(self, a: int, b: int) -> int:
+        """Swap everything two events hold but their seq and hash."""
+
+    def forget_issued(self, seq: int) -> int:
+        """Make the database's record of the highest seq ever issued say `seq`."""
+
+    def write_bytes(self, table: str, key: str, column: str, data: bytes) -> int:
+        """Put `data` (bytes that are not valid UTF-8) into a text column of one record:
+        `table` is runs, steps, approvals, model_calls or tool_specs, `key` its id
+        (a tool spec's hash)."""
+
+    def plant_trigger(self, table: str) -> None:
+        """Add a trigger that counts every update of `table` (see `fired`)."""
+
+    def plant_view(self) -> None:
+        """Add a view named `everything`."""
+
+    def remove(self, name: str) -> None:
+        """Drop the trigger (`spy`) or view (`everything`) planted."""
+
+    def fired(self) -> int:
+        """How many times a planted trigger ran (0 when none ever did)."""
+
+
+class Backend:
+    """One kind of database, as the contract tests see it."""
+
+    def __init__(self, name: str, tmp_path: Path, stack: ExitStack) -> None:
+        self.name = name
+        self._tmp_path = tmp_path
+        self._stack = stack
+        self._files = itertools.count(1)
+        # A backend that cannot hold bytes that are not text (PostgreSQL `text`)
+        # says so here; the decode tests skip it, saying why.
+        self.holds_bytes = True
+        self._path: Path | None = None
+
+    @property
+    def shared(self) -> bool:
+        """Whether a second store can open this database (not so for `:memory:`)."""
+        return self.name != "sqlite-memory"
+
+    def _keep(self, store: Store) -> Store:
+        self._stack.callback(store.close)
+        return store
+
+    def open(self) -> Store:
+        """The store on this test's database (a fresh, empty one at the first call)."""
+        if self.name == "sqlite-memory":
+            return self._keep(open_store(":memory:"))
+        if self._path is None:
+            self._path = self._tmp_path / f"contract-{next(self._files)}.db"
+        return self._keep(open_store(self._path))
+
+    def reopen(self) -> Store:
+        """A second store on the same database (another process's, for a race)."""
+        self._need_shared("a second store on the same database")
+        self.open()  # the database exists before it is opened again
+        return self.open()
+
+    def reader(self) -> Store:
+        """A read-only store on the same database."""
+        self._need_shared("a read-only store on the same database")
+        self.open()
+        assert self._path is not None
+        return self._keep(open_existing(self._path, read_only=True))
+
+    def impatient(self, monkeypatch: pytest.MonkeyPatch) -> Store:
+        """A second store on the same database that gives up on a busy database at once."""
+        self._need_shared("a second store on the same database")
+        self.open()
+        with monkeypatch.context() as m:  # read when the store's connection is configured
+            m.setattr(sqlite_connection, "BUSY_TIMEOUT_MS", 20)
+            return self.open()
+
+    def tamper(self, store: Store) -> Tamper:
+        """Damage to `store`'s database, done behind the runtime's back."""
+        assert isinstance(store, SqliteStore)
+        return _SqliteTamper(store)
+
+    def _need_shared(self, what: str) -> None:
+        if not self.shared:
+            pytest.skip(f"{self.name}: nothing else can open an in-memory database ({what})")
+
+
+@pytest.fixture(params=["sqlite-file", "sqlite-memory"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+    with ExitStack() as stack:
+        yield Backend(str(request.param), tmp_path, stack)
+
+
+# --- THE BACKEND'S PART: SQLite ------------------------------------------------------------
+#
+# The only SQL in the suite. A file is damaged through a plain connection of its own
+# (another process); an in-memory database has one connection, the store's, so it is
+# damaged through that one, outside any transaction, under the store's lock.
+
+_KEYS = {"runs": "id", "steps": "id", "approvals": "id", "model_calls": "id", "tool_specs": "hash"}
+_EVENT_CONTENT = ("run_id", "step_id", "at", "type", "payload_json")
+
+
+class _SqliteTamper:
+    def __init__(self, store: SqliteStore) -> None:
+        self._store = store
+
+    def _in_one_transaction(self, work: Callable[[sqlite3.Connection], int]) -> int:
+        """`work` on a connection to the database, in one transaction of its own."""
+        if self._store.in_memory:
+            with self._store._lock:
+                return _committed(self._store._conn, work)
+        conn = sqlite3.connect(self._store.path, isolation_level=None)
+        try:
+            return _committed(conn, work)
+        finally:
+            conn.close()
+
+    def _execute(self, *statements: tuple[str, tuple[object, ...]]) -> int:
+        """Run `statements` in one transaction; the rows the last one changed."""
+
+        def work(conn: sqlite3.Connection) -> int:
+            changed = 0
+            for sql, params in statements:
+                changed = conn.execute(sql, params).rowcount
+            return changed
+
+        return self._in_one_transaction(work)
+
+    def set_event(self, seq: int, column: str, value: str | bytes) -> int:
+        assert column in (*_EVENT_CONTENT, "hash"), column
+        return self._execute(
+            (f"UPDATE events SET {column} = CAST(? AS TEXT) WHERE seq = ?", (value, seq))
+        )
+
+    def delete_events(self, first: int, last: int | None = None) -> int:
+        top = 2**62 if last is None else last
+        return self._execute(("DELETE FROM events WHERE seq BETWEEN ? AND ?", (first, top)))
+
+    def swap_events(self, a: int, b: int) -> int:
+        return self._execute(
+            ("UPDATE events SET seq = -1 WHERE seq = ?", (a,)),
+            ("UPDATE events SET seq = ? WHERE seq = ?", (a, b)),
+            ("UPDATE events SET seq = ? WHERE seq = -1", (b,)),
+        )
+
+    def swap_event_content(self, a: int, b: int) -> int:
+        columns = ", ".join(_EVENT_CONTENT)
+        assign = ", ".join(f"{c} = CAST(? AS TEXT)" for c in _EVENT_CONTENT)
+
+        def work(conn: sqlite3.Connection) -> int:
+            content = {
+                int(row[0]): tuple(row[1:])
+                for row in conn.execute(
+                    f"SELECT seq, {columns} FROM events WHERE seq IN (?, ?)", (a, b)
+                )
+            }
+            changed = 0
+            for seq, other in ((a, b), (b, a)):
+                changed += conn.execute(
+                    f"UPDATE events SET {assign} WHERE seq = ?", (*content[other], seq)
+                ).rowcount
+            return changed
+
+        return self._in_one_transaction(work)
+
+    def forget_issued(self, seq: int) -> int:
+        return self._execute(("UPDATE sqlite_sequence SET seq = ? WHERE name = 'events'", (seq,)))
+
+    def write_bytes(self, table: str, key: str, column: str, data: bytes) -> int:
+        return self._execute(
+            (
+                f"UPDATE {table} SET {column} = CAST(? AS TEXT) WHERE {_KEYS[table]} = ?",
+                (data, key),
+            )
+        )
+
+    def plant_trigger(self, table: str) -> None:
+        self._execute(
+            ("CREATE TABLE IF NOT EXISTS fired (what TEXT)", ()),
+            (
+                f"CREATE TRIGGER spy AFTER UPDATE ON {table} BEGIN "
+                f"INSERT INTO fired (what) VALUES ('{table}'); END",
+                (),
+            ),
+        )
+
+    def plant_view(self) -> None:
+        self._execute(("CREATE VIEW everything AS SELECT * FROM runs", ()))
+
+    def remove(self, name: str) -> None:
+        kind = {"spy": "TRIGGER", "everything": "VIEW"}[name]
+        self._execute((f"DROP {kind} {name}", ()))
+
+    def fired(self) -> int:
+        def work(conn: sqlite3.Connection) -> int:
+            conn.execute("CREATE TABLE IF NOT EXISTS fired (what TEXT)")
+            return int(conn.execute("SELECT count(*) FROM fired").fetchone()[0])
+
+        return self._in_one_transaction(work)
+
+
+def _committed(conn: sqlite3.Connection, work: Callable[[sqlite3.Connection], int]) -> int:
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        result = work(conn)
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    return result

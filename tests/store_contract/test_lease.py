@@ -1,0 +1,225 @@
+"""A run's lease: renewed by its owner only, taken only as judged, judged by one clock.
+
+Every expiry here is computed from the backend's lease clock (`lease_now(wall)`,
+the caller's injected wall clock for SQLite, the server's for a shared
+database), never from the machine's own time. Derived from
+`tests/test_lease_contract.py` (the renewer and takeover tests),
+`tests/test_takeover_contract.py::test_a_lease_is_expired_at_the_very_instant_it_names`
+and `::test_a_lease_renewed_between_the_first_look_and_the_transaction_is_refused_naming_the_run`,
+`tests/test_writes.py::test_release_lease_says_whether_the_owner_let_go_and_leaves_anothers_lease_alone`
+and `tests/test_bad_bytes.py::test_an_unreadable_lease_expiry_or_owner_reads_as_held_never_as_free`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from agentrt._errors import RunStateError
+from agentrt._store import Tx
+from agentrt._store._records import LeaseState, TakenOver
+
+from .conftest import Backend
+from .world import EPOCH, FAR, HOLDER, OWNER, everything, new_run, refused, wall_at
+
+TTL = timedelta(seconds=30)
+WALL = wall_at(EPOCH)
+
+
+def test_a_new_run_holds_the_lease_it_was_created_with(backend: Backend) -> None:
+    store = backend.open()
+    expires = store.lease_now(WALL) + TTL
+    new_run(store, expires=expires)
+    assert store.lease_state("r1") == LeaseState(
+        run_id="r1",
+        status="RUNNING",
+        owner=OWNER,
+        expires_at=expires,
+        holder=HOLDER,
+        epoch=1,
+    )
+    assert store.lease_state("nope") is None
+
+
+def test_the_owner_renews_its_lease_to_the_lease_clock_plus_the_ttl(backend: Backend) -> None:
+    store = backend.open()
+    new_run(store, expires=store.lease_now(WALL))
+    renewer = store.renewer(WALL)
+    try:
+        earliest = store.lease_now(WALL) + TTL
+        assert renewer.renew("r1", OWNER, TTL) is True
+        latest = store.lease_now(WALL) + TTL
+    finally:
+        renewer.close()
+    lease = store.lease_state("r1")
+    assert lease is not None and lease.expires_at is not None
+    assert earliest <= lease.expires_at <= latest
+    assert (lease.owner, lease.epoch, lease.holder) == (OWNER, 1, HOLDER)
+
+
+@pytest.mark.parametrize(("run_id", "owner"), [("r1", "someone-else"), ("nope", OWNER)])
+def test_a_renewal_for_another_owner_or_run_is_refused_and_changes_nothing(
+    backend: Backend, run_id: str, owner: str
+) -> None:
+    store = backend.open()
+    new_run(store)
+    before = everything(store)
+    renewer = store.renewer(WALL)
+    try:
+        assert renewer.renew(run_id, owner, TTL) is False
+    finally:
+        renewer.close()
+    assert everything(store) == before
+
+
+def test_a_released_lease_is_not_renewed(backend: Backend) -> None:
+    store = backend.open()
+    new_run(store)
+    with store.transaction() as tx:
+        assert tx.release_lease("r1", OWNER) is True
+    renewer = store.renewer(WALL)
+    try:
+        assert renewer.renew("r1", OWNER, TTL) is False
+    finally:
+        renewer.close()
+    assert store.lease("r1").owner == ""
+
+
+def test_a_renewer_closed_renews_again_and_closing_twice_is_harmless(backend: Backend) -> None:
+    store = backend.open()
+    new_run(store, expires=EPOCH)
+    renewer = store.renewer(WALL)
+    try:
+        assert renewer.renew("r1", OWNER, TTL) is True
+        renewer.close()
+        assert renewer.renew("r1", OWNER, 2 * TTL) is True
+    finally:
+        renewer.close()
+        renewer.close()
+    assert store.lease("r1").expires_at == store.lease_now(WALL) + 2 * TTL
+
+
+def test_release_lets_the_owner_go_and_leaves_anothers_lease_alone(backend: Backend) -> None:
+    store = backend.open()
+    new_run(store)
+    before = everything(store)
+    with store.transaction() as tx:
+        assert tx.release_lease("r1", "someone-else") is False
+    assert everything(store) == before
+    with store.transaction() as tx:
+        assert tx.release_lease("r1", OWNER) is True
+    assert store.lease_state("r1") == LeaseState("r1", "RUNNING", "", None, "", 1)
+    with store.transaction() as tx:
+        assert tx.release_lease("r1", OWNER) is False
+
+
+def test_a_lease_is_expired_at_the_very_instant_it_names_and_live_just_before(
+    backend: Backend,
+) -> None:
+    store = backend.open()
+    expiry = store.lease_now(WALL)
+    new_run(store, expires=expiry)
+    lease = store.lease_state("r1")
+    assert lease is not None and lease.expires_at == expiry  # to the microsecond
+    assert lease.expired_at(expiry) and not lease.live_at(expiry)
+    just_before = expiry - timedelta(microseconds=1)
+    assert lease.live_at(just_before) and not lease.expired_at(just_before)
+    assert lease.expired_at(store.lease_now(WALL))
+
+
+def test_a_takeover_replaces_only_the_exact_lease_it_judged(backend: Backend) -> None:
+    store = backend.open()
+    new_run(store, expires=store.lease_now(WALL))
+    judged = store.lease_state("r1")
+    assert judged is not None and judged.expired_at(store.lease_now(WALL))
+    renewer = store.renewer(WALL)  # the owner's heartbeat renews before the takeover commits
+    try:
+        assert renewer.renew("r1", OWNER, TTL) is True
+    finally:
+        renewer.close()
+
+    def take(previous: LeaseState) -> Callable[[Tx], TakenOver]:
+        return lambda tx: tx.take_over(
+            "r1",
+            owner="taker",
+            expires_at=FAR,
+            holder="{}",
+            previous=previous,
+            proof={"by": "lease expired"},
+            now=EPOCH,
+        )
+
+    refused(
+        store,
+        RunStateError,
+        take(judged),
+        match="^run r1 was taken by another resume or changed status; nothing was executed$",
+    )
+    fresh = store.lease_state("r1")
+    assert fresh is not None
+    with store.transaction() as tx:
+        taken = take(fresh)(tx)
+    assert taken.epoch == 2
+    assert store.lease_state("r1") == LeaseState("r1", "RUNNING", "taker", FAR, "{}", 2)
+
+
+def test_a_takeover_of_a_run_that_ended_since_it_was_judged_is_refused(backend: Backend) -> None:
+    store = backend.open()
+    new_run(store, expires=EPOCH)
+    judged = store.lease_state("r1")
+    assert judged is not None
+    with store.transaction() as tx:
+        tx.cancel_run("r1", "ops", "stop", EPOCH)
+    refused(
+        store,
+        RunStateError,
+        lambda tx: tx.take_over(
+            "r1", owner="taker", expires_at=FAR, holder="", previous=judged, proof={}, now=EPOCH
+        ),
+    )
+
+
+def test_lock_run_reads_the_lease_the_store_reads_on_the_same_clock(backend: Backend) -> None:
+    store = backend.open()
+    new_run(store, expires=datetime(2026, 11, 30, 9, 0, 30, 123456, tzinfo=UTC))
+    earliest = store.lease_now(WALL)
+    with store.transaction() as tx:
+        locked = tx.lock_run("r1")
+        inside = tx.lease_now(WALL)
+    assert earliest <= inside <= store.lease_now(WALL)  # one clock, inside and out
+    assert locked is not None
+    assert locked.lease == store.lease_state("r1")
+    lease = store.lease("r1")
+    assert (lease.owner, lease.expires_at, lease.epoch) == (
+        locked.lease.owner,
+        locked.lease.expires_at,
+        locked.lease.epoch,
+    )
+
+
+def test_an_unreadable_lease_expiry_or_owner_reads_as_held_never_as_free(
+    backend: Backend,
+) -> None:
+    if not backend.holds_bytes:
+        pytest.skip(f"{backend.name} cannot hold bytes that are not text")
+    store = backend.open()
+    new_run(store, expires=EPOCH)
+    tamper = backend.tamper(store)
+    tamper.write_bytes("runs", "r1", "lease_owner", b"\xff")
+    tamper.write_bytes("runs", "r1", "lease_expires_at", b"\xff")
+    state = store.lease_state("r1")
+    assert state is not None
+    assert (state.owner, state.expiry_readable, state.shown_expiry()) == ("\\xff", False, "\\xff")
+    far_later = datetime(9000, 1, 1, tzinfo=UTC)
+    assert not state.expired_at(far_later) and not state.live_at(EPOCH)
+    lease = store.lease("r1")
+    assert lease.owner == "\\xff"
+    assert lease.expires_at is not None and lease.expires_at.year == 9999
+    # Nobody holding it can renew it: the owner it names is not the owner that was.
+    renewer = store.renewer(WALL)
+    try:
+        assert renewer.renew("r1", OWNER, TTL) is False
+    finally:
+        renewer.close()

@@ -1,0 +1,173 @@
+"""A transaction commits once, durably, when its block ends, or leaves nothing at all.
+
+Derived from `tests/test_store.py` (the transaction tests) and
+`tests/test_busy_database.py::test_the_busy_timeout_alone_refuses_a_write_with_store_busy_error`.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from agentrt._errors import RunStateError, StoreBusyError, StoreError
+from agentrt._records import Limits
+
+from .conftest import Backend
+from .world import EPOCH, OWNER, everything, new_run
+
+
+def test_an_exception_in_the_block_rolls_back_every_write_and_every_event(
+    backend: Backend,
+) -> None:
+    store = backend.open()
+    new_run(store, "r0")
+    before = everything(store)
+    with pytest.raises(ZeroDivisionError), store.transaction() as tx:
+        tx.go_on_after_interruption("r0", {"detail": "x"}, EPOCH)
+        tx.release_lease("r0", OWNER)
+        raise ZeroDivisionError
+    assert everything(store) == before
+
+
+def test_a_base_exception_in_the_block_rolls_back_too(backend: Backend) -> None:
+    store = backend.open()
+    before = everything(store)
+    with pytest.raises(KeyboardInterrupt), store.transaction() as tx:
+        tx.create_run(
+            "r1",
+            "goal",
+            Limits(),
+            owner=OWNER,
+            lease_expires_at=EPOCH,
+            holder="{}",
+            specs=[],
+            now=EPOCH,
+        )
+        raise KeyboardInterrupt
+    assert everything(store) == before
+    assert store.run_id_exists("r1") is False
+
+
+def test_a_refused_write_rolls_back_the_writes_before_it_in_the_same_transaction(
+    backend: Backend,
+) -> None:
+    store = backend.open()
+    new_run(store, "r0")
+    before = everything(store)
+    with pytest.raises(RunStateError), store.transaction() as tx:
+        tx.go_on_after_interruption("r0", {"detail": "first"}, EPOCH)
+        tx.end_run("r0", "COMPLETED", "goal_completed", "", now=EPOCH)
+        tx.end_run("r0", "FAILED", "agent_error", "twice", now=EPOCH)  # no longer RUNNING
+    assert everything(store) == before
+
+
+def test_tx_events_lists_the_appended_events_in_order_as_a_read_gives_them(
+    backend: Backend,
+) -> None:
+    store = backend.open()
+    with store.transaction() as tx:
+        new = tx.create_run(
+            "r1",
+            "goal",
+            Limits(),
+            owner=OWNER,
+            lease_expires_at=EPOCH,
+            holder="{}",
+            specs=[],
+            now=EPOCH,
+        )
+        tx.go_on_after_interruption("r1", {"n": [1, 2.5, None]}, EPOCH)
+        appended = tx.events
+    assert new.id == "r1"
+    assert [e.type for e in appended] == ["run.created", "run.started", "run.resumed"]
+    assert [e.seq for e in appended] == [1, 2, 3]
+    assert appended == store.list_events(None, 0, 100, cap=None)
+
+
+def test_a_transaction_is_unusable_after_its_block(backend: Backend) -> None:
+    store = backend.open()
+    new_run(store)
+    with store.transaction() as tx:
+        pass
+    before = everything(store)
+    with pytest.raises(StoreError):
+        tx.lock_run("r1")
+    with pytest.raises(StoreError):
+        tx.go_on_after_interruption("r1", {}, EPOCH)
+    assert everything(store) == before
+
+
+def test_transactions_do_not_nest(backend: Backend) -> None:
+    store = backend.open()
+    with (
+        store.transaction(),
+        pytest.raises(StoreError, match="do not nest"),
+        store.transaction(),
+    ):
+        pass
+    new_run(store)  # the store still writes afterwards
+    assert store.run_id_exists("r1")
+
+
+def test_a_commit_is_seen_by_another_store_on_the_same_database(backend: Backend) -> None:
+    store = backend.open()
+    created = new_run(store)
+    other = backend.reopen()
+    assert repr(other.get_run("r1")) == repr(created)
+    assert other.list_events(None, 0, 100, cap=None) == store.list_events(None, 0, 100, cap=None)
+
+
+def test_a_read_only_store_refuses_a_transaction(backend: Backend) -> None:
+    store = backend.open()
+    new_run(store)
+    reader = backend.reader()
+    assert reader.read_only is True
+    with pytest.raises(StoreError, match="read-only"), reader.transaction():
+        pass
+    assert everything(reader) == everything(store)
+
+
+def test_a_closed_store_refuses_transactions_and_reads(backend: Backend) -> None:
+    store = backend.open()
+    new_run(store)
+    store.close()
+    with pytest.raises(StoreError, match="closed"), store.transaction():
+        pass
+    with pytest.raises(StoreError, match="closed"):
+        store.get_run("r1")
+    store.close()  # closing twice is harmless
+
+
+def test_a_database_held_by_another_writer_past_the_wait_is_store_busy_and_nothing_is_written(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    holder = backend.open()
+    new_run(holder, "r0")
+    impatient = backend.impatient(monkeypatch)
+    holding, refused = threading.Event(), threading.Event()
+    failures: list[BaseException] = []
+
+    def hold() -> None:
+        try:
+            with holder.transaction() as tx:
+                tx.go_on_after_interruption("r0", {"held": True}, EPOCH)
+                holding.set()
+                assert refused.wait(60), "the impatient write never gave up"
+        except BaseException as exc:  # reported by the main thread
+            failures.append(exc)
+            holding.set()
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    try:
+        assert holding.wait(60)
+        with pytest.raises(StoreBusyError), impatient.transaction() as tx:
+            tx.release_lease("r0", OWNER)
+    finally:
+        refused.set()
+        thread.join(60)
+    assert failures == []
+    # Only the holder's write committed; the busy one left nothing.
+    assert impatient.lease("r0").owner == OWNER
+    assert [e.type for e in impatient.list_events("r0", 0, 100)][-1] == "run.resumed"
