@@ -199,15 +199,7 @@ def test_every_python_block_on_the_site_and_in_the_readme_is_run_or_marked() -> 
                     problems.append(f"{rel}:{b.line}: a {b.marker} marker on a {b.lang!r} block")
                 continue
             counts[b.marker or "run"] += 1
-        # A marker that precedes no fence would mark nothing.
-        lines = text.splitlines()
-        for n, line in enumerate(lines):
-            if (FRAGMENT.match(line) or SHORT_PATH.match(line)) and not (
-                n + 1 < len(lines) and FENCE.match(lines[n + 1])
-            ):
-                problems.append(f"{rel}:{n + 1}: a marker not right before a fence")
-            if "<!-- fragment" in line and not FRAGMENT.match(line):
-                problems.append(f"{rel}:{n + 1}: a fragment marker without its reason")
+        problems += marker_problems(text, rel)
     assert problems == []
     assert counts["run"] >= 10, counts  # the extraction sees the runnable blocks
     short_paths = (ROOT / "tests" / "test_adapters_short_path.py").read_text(encoding="utf-8")
@@ -219,6 +211,51 @@ def test_every_python_block_on_the_site_and_in_the_readme_is_run_or_marked() -> 
     }
     assert named == {"pydantic-ai", "openai-agents", "langgraph"}
     assert all(f'short_path("{name}")' in short_paths for name in named)
+
+
+def marker_problems(text: str, path: str) -> list[str]:
+    """Markers outside a block that mark nothing (no fence right after) or give no reason."""
+    inside = {
+        b.line - 1 + n for b in blocks_of(text, path) for n in range(len(b.code.splitlines()))
+    }
+    lines = text.splitlines()
+    problems = []
+    for n, line in enumerate(lines):
+        if n in inside:
+            continue
+        if (FRAGMENT.match(line) or SHORT_PATH.match(line)) and not (
+            n + 1 < len(lines) and FENCE.match(lines[n + 1])
+        ):
+            problems.append(f"{path}:{n + 1}: a marker not right before a fence")
+        if line.lstrip().startswith("<!-- fragment") and not FRAGMENT.match(line):
+            problems.append(f"{path}:{n + 1}: a fragment marker without its reason")
+    return problems
+
+
+def test_a_marker_that_marks_nothing_or_gives_no_reason_is_found() -> None:
+    text = textwrap.dedent(
+        """\
+        <!-- fragment: a reason, then a blank line -->
+
+        ```python
+        x = 1
+        ```
+
+        <!-- fragment -->
+        ```python
+        y = 2
+        ```
+
+        ```text
+        <!-- fragment: shown as text, inside a block -->
+        <!-- fragment -->
+        ```
+        """
+    )
+    assert marker_problems(text, "p.md") == [
+        "p.md:1: a marker not right before a fence",
+        "p.md:7: a fragment marker without its reason",
+    ]
 
 
 def test_the_block_reader_sees_markers_indented_fences_and_givens() -> None:
