@@ -12,7 +12,8 @@ may use what an earlier block on its page defined. A block with a top-level
 `await` runs on the program's one event loop. A `<!-- given: ... -->` comment
 (the lines up to a `-->` line) runs at its place in the program and is not
 shown on the page: it defines what the page's prose says is the reader's own
-(their model, their tools, a run waiting for a person), never agentrt's.
+(their model, their tools, a run waiting for a person), never agentrt's; after a
+block, a given may assert what the page says happened.
 Tracebacks name the page and the line.
 
 A program that imports a module of an extra that is not installed skips,
