@@ -24,7 +24,6 @@ it fails.
 from __future__ import annotations
 
 import ast
-import importlib
 import json
 import os
 import re
@@ -43,13 +42,29 @@ SHORT_PATH = re.compile(r"^\s*<!-- short-path: (?P<name>[\w-]+) -->\s*$")
 GIVEN_OPEN = re.compile(r"^<!-- given:\s*$")
 FENCE = re.compile(r"^(?P<indent>\s*)(?P<ticks>```+)\s*(?P<info>[^`\s]*)[^`]*$")
 
-# What the child process runs: the page's parts in order, names shared, one event loop.
+# What the child process runs: first the imports the page makes (one that fails for a module
+# not installed, or for agentrt's sentence naming an extra, exits NEEDS_AN_EXTRA before
+# anything runs), then the page's parts in order, names shared, one event loop.
+NEEDS_AN_EXTRA = 3
 RUNNER = """\
-import ast, asyncio, inspect, json, sys
-parts = json.load(open(sys.argv[1], encoding="utf-8"))
+import ast, asyncio, importlib, inspect, json, sys
+page = json.load(open(sys.argv[1], encoding="utf-8"))
+for module in page["imports"]:
+    try:
+        importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").partition(".")[0] == "agentrt":
+            raise  # not an extra: the page names a module agentrt does not have
+        print(f"{module}: {exc}")
+        sys.exit(3)
+    except ImportError as exc:
+        if "extra" not in str(exc) and "pip install" not in str(exc):
+            raise
+        print(f"{module}: {exc}")  # agentrt's sentence naming the extra to install
+        sys.exit(3)
 names = {"__name__": "__main__", "__builtins__": __builtins__}
 loop = asyncio.new_event_loop()
-for part in parts:
+for part in page["parts"]:
     source = "\\n" * (part["line"] - 1) + part["code"]
     code = compile(source, part["path"], "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
     if code.co_flags & inspect.CO_COROUTINE:
@@ -143,14 +158,26 @@ def imported_modules(parts: list[Block]) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def missing_extra(parts: list[Block]) -> str | None:
-    """The first imported module that does not import here (its extra not installed), and why."""
-    for name in imported_modules(parts):
-        try:
-            importlib.import_module(name)
-        except ImportError as exc:
-            return f"{name}: {exc}"
-    return None
+def run_page(parts: list[Block], tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """Run `parts` as one program in a fresh directory of its own, in a child process."""
+    tmp_path.mkdir(exist_ok=True)
+    work = tmp_path / "work"
+    work.mkdir(mode=0o700)
+    page = {
+        "imports": imported_modules(parts),
+        "parts": [{"path": p.path, "line": p.line, "code": p.code} for p in parts],
+    }
+    (tmp_path / "page.json").write_text(json.dumps(page), encoding="utf-8")
+    (tmp_path / "runner.py").write_text(RUNNER, encoding="utf-8")
+    return subprocess.run(
+        [sys.executable, str(tmp_path / "runner.py"), str(tmp_path / "page.json")],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+    )
 
 
 RUNNABLE = [p for p in pages() if any(b.lang in PYTHON for b in program(p))]
@@ -161,28 +188,11 @@ RUNNABLE = [p for p in pages() if any(b.lang in PYTHON for b in program(p))]
 def test_every_unmarked_python_block_of_the_page_runs_as_printed(
     page: Path, tmp_path: Path
 ) -> None:
-    parts = program(page)
-    missing = missing_extra(parts)
-    if missing is not None:
+    done = run_page(program(page), tmp_path)
+    if done.returncode == NEEDS_AN_EXTRA:
         if os.environ.get("CI"):
-            pytest.fail(f"{page.relative_to(ROOT)} needs an extra CI installs: {missing}")
-        pytest.skip(f"{page.relative_to(ROOT)} needs an extra: {missing}")
-    work = tmp_path / "work"
-    work.mkdir(mode=0o700)
-    (tmp_path / "parts.json").write_text(
-        json.dumps([{"path": p.path, "line": p.line, "code": p.code} for p in parts]),
-        encoding="utf-8",
-    )
-    (tmp_path / "runner.py").write_text(RUNNER, encoding="utf-8")
-    done = subprocess.run(
-        [sys.executable, str(tmp_path / "runner.py"), str(tmp_path / "parts.json")],
-        cwd=work,
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
-        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
-    )
+            pytest.fail(f"{page.relative_to(ROOT)} needs an extra CI installs: {done.stdout}")
+        pytest.skip(f"{page.relative_to(ROOT)} needs an extra: {done.stdout.strip()}")
     assert (done.returncode, done.stderr) == (0, ""), done.stderr[-6000:]
 
 
@@ -306,19 +316,10 @@ def test_the_block_reader_sees_markers_indented_fences_and_givens() -> None:
 
 def test_a_failing_block_names_its_page_and_line(tmp_path: Path) -> None:
     parts = [
-        {"path": "docs/x.md", "line": 3, "code": "a = 1\n"},
-        {"path": "docs/x.md", "line": 9, "code": "b = a\nraise ValueError('the docs are wrong')\n"},
+        Block("docs/x.md", 3, "python", "a = 1\n", "", ""),
+        Block("docs/x.md", 9, "python", "b = a\nraise ValueError('the docs are wrong')\n", "", ""),
     ]
-    (tmp_path / "parts.json").write_text(json.dumps(parts), encoding="utf-8")
-    (tmp_path / "runner.py").write_text(RUNNER, encoding="utf-8")
-    done = subprocess.run(
-        [sys.executable, str(tmp_path / "runner.py"), str(tmp_path / "parts.json")],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = run_page(parts, tmp_path)
     assert done.returncode == 1
     assert 'File "docs/x.md", line 10' in done.stderr
     assert done.stderr.rstrip().endswith("ValueError: the docs are wrong")
@@ -326,23 +327,34 @@ def test_a_failing_block_names_its_page_and_line(tmp_path: Path) -> None:
 
 def test_a_block_with_a_top_level_await_runs_on_the_programs_one_loop(tmp_path: Path) -> None:
     parts = [
-        {"path": "p.md", "line": 1, "code": "import asyncio\nloops = []\n"},
-        {"path": "p.md", "line": 5, "code": "loops.append(asyncio.get_running_loop())\n"
-         "await asyncio.sleep(0)\n"},
-        {"path": "p.md", "line": 9, "code": "loops.append(asyncio.get_running_loop())\n"
-         "await asyncio.sleep(0)\nprint(len(loops), loops[0] is loops[1])\n"},
+        Block("p.md", 1, "given", "import asyncio\nloops = []\n", "", ""),
+        Block("p.md", 5, "python", "loops.append(asyncio.get_running_loop())\n"
+              "await asyncio.sleep(0)\n", "", ""),
+        Block("p.md", 9, "python", "loops.append(asyncio.get_running_loop())\n"
+              "await asyncio.sleep(0)\nprint(len(loops), loops[0] is loops[1])\n", "", ""),
     ]  # fmt: skip
-    (tmp_path / "parts.json").write_text(json.dumps(parts), encoding="utf-8")
-    (tmp_path / "runner.py").write_text(RUNNER, encoding="utf-8")
-    done = subprocess.run(
-        [sys.executable, str(tmp_path / "runner.py"), str(tmp_path / "parts.json")],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = run_page(parts, tmp_path)
     assert (done.returncode, done.stderr, done.stdout) == (0, "", "2 True\n")
+
+
+def test_a_page_needing_a_module_not_installed_stops_before_running_anything(
+    tmp_path: Path,
+) -> None:
+    """A missing extra is told apart (skipped, except under CI); a wrong agentrt module is not."""
+    parts = [
+        Block("p.md", 1, "python", "open('ran', 'w').close()\n", "", ""),
+        Block("p.md", 3, "python", "import agentrt_docs_not_installed\n", "", ""),
+    ]
+    done = run_page(parts, tmp_path / "extra")
+    assert (done.returncode, done.stdout) == (
+        NEEDS_AN_EXTRA,
+        "agentrt_docs_not_installed: No module named 'agentrt_docs_not_installed'\n",
+    )
+    assert not (tmp_path / "extra" / "work" / "ran").exists()
+    wrong = [Block("p.md", 1, "python", "from agentrt.no_such_module import X\n", "", "")]
+    done = run_page(wrong, tmp_path / "wrong")
+    assert done.returncode == 1
+    assert "ModuleNotFoundError: No module named 'agentrt.no_such_module'" in done.stderr
 
 
 # --- the README is the short version ------------------------------------------------------------
