@@ -759,13 +759,13 @@ def test_a_pydantic_ai_approval_that_expires_while_waiting_ends_the_run_and_runs
     ]
 
 
-def test_the_readme_states_the_same_counts_as_the_docs_short_paths() -> None:
-    readme = " ".join((ROOT / "README.md").read_text().split())
+def test_the_adapters_page_opens_with_the_same_counts_as_its_short_paths() -> None:
+    opening = " ".join(DOC.read_text().split("\n## ", 1)[0].split())
     counts = {name: short_path(name)[2] for name in ("pydantic-ai", "openai-agents", "langgraph")}
     assert (
-        f"{counts['pydantic-ai']} lines added or changed for Pydantic AI, "
+        f"adds or changes {counts['pydantic-ai']} lines for Pydantic AI, "
         f"{counts['openai-agents']} for the Agents SDK, {counts['langgraph']} for LangGraph"
-    ) in readme
+    ) in opening
 
 
 def test_the_openai_agents_wait_goes_on_after_a_held_call_the_policy_sends_to_a_person(

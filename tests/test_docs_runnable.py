@@ -30,6 +30,7 @@ import agentrt
 from agentrt.cli._parser import build_parser
 
 ROOT = Path(__file__).resolve().parent.parent
+INSTALLING = ROOT / "docs" / "index.md"  # its "Installing" section may name the index
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "examples/mcp/README.md"]
 
 
@@ -293,7 +294,7 @@ def documented_command_lines() -> list[tuple[str, str, bool, bool]]:
     found = []
     for doc in DOCS:
         installing = ""
-        if doc.name == "README.md" and doc.parent == ROOT:
+        if doc == INSTALLING:
             text = doc.read_text(encoding="utf-8")
             installing = text.split("## Installing", 1)[1].split("\n## ", 1)[0]
         for where, line, whole in shell_lines(doc):
