@@ -26,7 +26,7 @@ from agentrt import (
 from agentrt._approval import approval_hash, approval_request, decide, verify_stored
 from agentrt._canonical import content_hash
 from agentrt._records import Approval, ApprovalStatus
-from agentrt._store import Tx
+from agentrt._store.sqlite import SqliteTx
 from conftest import EPOCH, FakeClock, RecordingTool
 from support.approvals import paused_run
 
@@ -172,14 +172,21 @@ def test_losing_the_compare_and_set_to_another_decision_is_refused_as_changed(
     _driver, run, _push = paused_run(store)
     (approval,) = store.pending_approvals(run.id)
 
+    real_decide = SqliteTx.decide_approval
+
     def another_writer_first(
-        tx: Tx, approval: Approval, status: ApprovalStatus, by: str, note: str, now: datetime
+        tx: SqliteTx,
+        approval: Approval,
+        status: ApprovalStatus,
+        by: str,
+        note: str,
+        now: datetime,
     ) -> Approval:
         # Another decision lands between this decide's read and its compare-and-set.
         tx.execute("UPDATE approvals SET status = 'rejected' WHERE id = ?", (approval.id,))
-        return tx.decide_approval(approval, status, by, note, now)
+        return real_decide(tx, approval, status, by, note, now)
 
-    monkeypatch.setattr(agentrt._approval, "decide_approval", another_writer_first)
+    monkeypatch.setattr(SqliteTx, "decide_approval", another_writer_first)
     with pytest.raises(
         ApprovalChangedError, match=f"^approval {approval.id} changed while being decided$"
     ):
