@@ -596,9 +596,9 @@ class RunSession:
 
 def load(config: LoopConfig, run_id: str) -> tuple[Run, list[Step], list[Approval]]:
     """The whole run as recorded, uncapped, in one consistent read."""
-    with config.store.transaction() as tx:
-        run = tx.run_record(run_id)
-        return run, tx.steps_of_run(run_id), tx.approvals_of_run(run_id)
+    with config.store.snapshot() as view:
+        run = view.run_record(run_id)
+        return run, view.steps_of_run(run_id), view.approvals_of_run(run_id)
 
 
 def release_lease(config: LoopConfig, run_id: str) -> None:

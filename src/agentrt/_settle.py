@@ -35,7 +35,6 @@ from typing import Any
 
 from ._approval import approval_hash, approval_request
 from ._canonical import copy_json
-from ._clock import format_time
 from ._errors import RunStateError
 from ._lease import holder_json
 from ._records import (
@@ -508,7 +507,7 @@ def pause_in(
         decision=decision,
         request=request,
         digest=digest,
-        expires_at=format_time(now + ttl) if ttl is not None else "",
+        expires_at=now + ttl if ttl is not None else None,
         payload=payload,
         active_ms=session.active_ms_until(now) if from_run == RunStatus.RUNNING else 0,
         from_step=from_step,

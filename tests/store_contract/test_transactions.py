@@ -171,3 +171,45 @@ def test_a_database_held_by_another_writer_past_the_wait_is_store_busy_and_nothi
     # Only the holder's write committed; the busy one left nothing.
     assert impatient.lease("r0").owner == OWNER
     assert [e.type for e in impatient.list_events("r0", 0, 100)][-1] == "run.resumed"
+
+
+def test_a_snapshot_reads_the_run_its_steps_and_its_approvals_whole(backend: Backend) -> None:
+    store = backend.open()
+    run = new_run(store, "r0")
+    with store.snapshot() as view:
+        assert view.run_record("r0") == run
+        assert view.steps_of_run("r0") == []
+        assert view.approvals_of_run("r0") == []
+
+
+def test_a_snapshot_refuses_every_write_and_changes_nothing(backend: Backend) -> None:
+    store = backend.open()
+    new_run(store, "r0")
+    before = everything(store)
+    with pytest.raises(StoreError), store.snapshot() as view:
+        view.release_lease("r0", OWNER)  # type: ignore[attr-defined]  # not on Snapshot
+    assert everything(store) == before
+    with store.transaction() as tx:  # the store writes again after the snapshot
+        assert tx.release_lease("r0", OWNER) is True
+
+
+def test_a_snapshot_does_not_nest_in_a_transaction(backend: Backend) -> None:
+    store = backend.open()
+    new_run(store, "r0")
+    with store.transaction(), pytest.raises(StoreError, match="do not nest"), store.snapshot():
+        pass
+
+
+def test_a_snapshot_sees_one_committed_state_while_another_store_writes(
+    backend: Backend,
+) -> None:
+    """Reads inside one snapshot agree with each other while a second store commits."""
+    store = backend.open()
+    new_run(store, "r0")
+    other = backend.reopen()
+    with store.snapshot() as view:
+        first = view.run_record("r0")
+        with other.transaction() as tx:
+            tx.release_lease("r0", OWNER)
+        assert view.run_record("r0") == first
+    assert store.lease("r0").owner == ""

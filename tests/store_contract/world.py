@@ -136,7 +136,7 @@ def pause(store: Store, run_id: str, step: Step) -> Approval:
             decision=PolicyDecision.require_approval("remote_change", "why"),
             request={"spec": {"name": "push"}, "args": {"x": 1}},
             digest="d" * 64,
-            expires_at="",
+            expires_at=None,
             payload=PAYLOAD,
             active_ms=0,
             from_step=(StepStatus.DECIDING,),

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any, cast
 
 from .._records import Run
-from ._base import Renewer, Store, Tx
+from ._base import Renewer, Snapshot, Store, Tx
 from .sqlite import open_sqlite_existing, open_sqlite_store
 from .sqlite._codecs import run_from_row
 from .sqlite._migrations import RUNTIME_VERSION
@@ -54,6 +54,7 @@ def run_from_columns(columns: Mapping[str, Any]) -> Run:
 __all__ = [
     "RUNTIME_VERSION",
     "Renewer",
+    "Snapshot",
     "Store",
     "Tx",
     "open_existing",

@@ -83,6 +83,19 @@ class Renewer(Protocol):
         """Let go of what the renewals hold; never raises, and a later `renew` reopens."""
 
 
+class Snapshot(Protocol):
+    """One consistent read of several records: valid only inside its `Store.snapshot()` block."""
+
+    def run_record(self, run_id: str) -> Run:
+        """The run as it stands; `NotFoundError` if there is none."""
+
+    def steps_of_run(self, run_id: str) -> list[Step]:
+        """Every step of the run, in order, whole."""
+
+    def approvals_of_run(self, run_id: str) -> list[Approval]:
+        """Every approval of the run, oldest first, whole."""
+
+
 class Tx(Protocol):
     """One write transaction: valid only inside its `Store.transaction()` block."""
 
@@ -209,7 +222,7 @@ class Tx(Protocol):
         decision: PolicyDecision,
         request: JSON,
         digest: str,
-        expires_at: str,
+        expires_at: datetime | None,
         payload: dict[str, Any],
         active_ms: int,
         from_step: tuple[str, ...],
@@ -445,6 +458,11 @@ class Store(Protocol):
         events included. Transactions do not nest; a read-only store refuses them;
         a database too busy to begin or commit raises `StoreBusyError` with nothing
         written."""
+
+    def snapshot(self) -> contextlib.AbstractContextManager[Snapshot]:
+        """A read transaction: every read in the block sees one committed state of the
+        database, and nothing in it can write. Takes no writer's lock where the backend
+        has readers beside its writer."""
 
     def renewer(self, wall: Callable[[], datetime]) -> Renewer:
         """The heartbeat's way to renew: on a connection of its own (the store's in memory)."""

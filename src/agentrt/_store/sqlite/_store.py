@@ -255,6 +255,38 @@ class SqliteStore(ProxyRows):
                 tx._close()
                 self._tx = None
 
+    @contextlib.contextmanager
+    def snapshot(self) -> Iterator[SqliteTx]:
+        """`BEGIN` (deferred) ... `COMMIT` with `query_only` on: one read snapshot, no writes.
+
+        On the store's own connection under its lock, like its other reads; a write
+        attempted in it fails as a `StoreError` and changes nothing.
+        """
+        with self._lock:
+            self._check_open()
+            if self._tx is not None:
+                raise StoreError("a transaction is already open on this store; they do not nest")
+            try:
+                self._conn.execute("BEGIN")
+                if not self.read_only:
+                    self._conn.execute("PRAGMA query_only = ON")
+            except sqlite3.Error as e:
+                migrations.rollback_quietly(self._conn)
+                raise store_error(e, "cannot begin a read") from e
+            view = SqliteTx(self._conn)
+            self._tx = view
+            try:
+                yield view
+            except sqlite3.Error as e:
+                raise store_error(e, "a read of the store failed") from e
+            finally:
+                view._close()
+                self._tx = None
+                migrations.rollback_quietly(self._conn)
+                if not self.read_only:
+                    with contextlib.suppress(sqlite3.Error):
+                        self._conn.execute("PRAGMA query_only = OFF")
+
     def renewer(self, wall: Callable[[], datetime]) -> Renewer:
         """The heartbeat's way to renew: on a connection of its own (the store's in memory)."""
         self._check_open()

@@ -660,7 +660,7 @@ class SqliteTx(TxReads):
         decision: PolicyDecision,
         request: JSON,
         digest: str,
-        expires_at: str,
+        expires_at: datetime | None,
         payload: dict[str, Any],
         active_ms: int,
         from_step: tuple[str, ...],
@@ -699,7 +699,7 @@ class SqliteTx(TxReads):
                 to_text(request),
                 digest,
                 format_time(now),
-                expires_at,
+                format_time(expires_at),
             ),
         )
         cur = self.execute(
