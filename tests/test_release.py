@@ -24,6 +24,7 @@ refuse with one line naming the extra to install.
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import json
 import os
@@ -123,9 +124,22 @@ class Built:
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
-    out = tmp_path_factory.mktemp("dist")
-    result = run(sys.executable, "-m", "build", "--no-isolation", "--outdir", out, ROOT)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    # Parallel workers share one build: two builds of the same checkout at once would
+    # write the same egg-info and sdist directory. The first worker builds under a lock.
+    base = tmp_path_factory.getbasetemp()
+    # Under xdist each worker's base is a folder of the session's; alone, it is the session's.
+    shared = base.parent if "PYTEST_XDIST_WORKER" in os.environ else base
+    out = shared / "release-dist"
+    with open(shared / "release-dist.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not out.exists():
+            building = shared / "release-dist.partial"
+            shutil.rmtree(building, ignore_errors=True)
+            result = run(
+                sys.executable, "-m", "build", "--no-isolation", "--outdir", building, ROOT
+            )
+            assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+            building.rename(out)
     (wheel,) = out.glob("agentrt-*.whl")
     (sdist,) = out.glob("agentrt-*.tar.gz")
     with zipfile.ZipFile(wheel) as z:
