@@ -455,9 +455,10 @@ class Store(Protocol):
         """A write transaction: one durable commit when the block ends, or nothing at all.
 
         Any exception (a `BaseException` too) rolls the whole transaction back,
-        events included. Transactions do not nest; a read-only store refuses them;
-        a database too busy to begin or commit raises `StoreBusyError` with nothing
-        written."""
+        events included. Transactions do not nest; a read-only store refuses them.
+        A database too busy to begin raises `StoreBusyError` before the block runs,
+        with nothing written (safe to retry); any failure after the block began,
+        its commit included, is a plain `StoreError`, also with nothing written."""
 
     def snapshot(self) -> contextlib.AbstractContextManager[Snapshot]:
         """A read transaction: every read in the block sees one committed state of the

@@ -85,15 +85,19 @@ def is_busy(error: sqlite3.Error) -> bool:
     return isinstance(code, int) and code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
 
 
-def store_error(error: sqlite3.Error, doing: str) -> StoreError:
+def store_error(error: sqlite3.Error, doing: str, *, retryable: bool = True) -> StoreError:
     """The `StoreError` a failure of SQLite's becomes at the store's boundary.
 
     Busy or locked (another connection held a lock past the busy timeout) is
-    `StoreBusyError`: retry. A file SQLite finds damaged is `StoreDamagedError`.
-    Anything else is a plain `StoreError` naming what was being done.
+    `StoreBusyError` ("nothing was written, retry") where retrying is safe:
+    before a transaction's work ran, or a read. Inside a transaction's work or at
+    its COMMIT (`retryable=False`) it is a plain `StoreError`: the work has run
+    once, and a retry would run it again. A file SQLite finds damaged is
+    `StoreDamagedError`. Anything else is a plain `StoreError` naming what was
+    being done.
     """
     said = sqlite_failure(error) or str(error)
-    if is_busy(error):
+    if retryable and is_busy(error):
         return StoreBusyError(
             f"{doing}: another connection held the database past the busy timeout "
             f"({BUSY_TIMEOUT_MS} ms): {said}"

@@ -242,7 +242,9 @@ class SqliteStore(ProxyRows):
                     yield tx
                 except sqlite3.Error as e:
                     migrations.rollback_quietly(self._conn)
-                    raise store_error(e, "the transaction failed, nothing was written") from e
+                    raise store_error(
+                        e, "the transaction failed, nothing was written", retryable=False
+                    ) from e
                 except BaseException:
                     migrations.rollback_quietly(self._conn)
                     raise
@@ -250,7 +252,9 @@ class SqliteStore(ProxyRows):
                     self._conn.execute("COMMIT")
                 except sqlite3.Error as e:
                     migrations.rollback_quietly(self._conn)
-                    raise store_error(e, "commit failed, nothing was written") from e
+                    raise store_error(
+                        e, "commit failed, nothing was written", retryable=False
+                    ) from e
             finally:
                 tx._close()
                 self._tx = None

@@ -56,7 +56,7 @@ class TxCore:
         try:
             return self.conn.execute(sql, params)
         except sqlite3.Error as e:
-            raise store_error(e, "a statement of the transaction failed") from e
+            raise store_error(e, "a statement of the transaction failed", retryable=False) from e
 
     @property
     def events(self) -> list[Event]:
