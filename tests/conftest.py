@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -12,6 +13,10 @@ import pytest
 
 import agentrt
 from agentrt import SideEffect, ToolCall, ToolResult, ToolSpec
+
+# Every transaction of the step machine is checked against its commit plan, in this
+# process and in every child it starts (they inherit the environment).
+os.environ["AGENTRT_CHECK_COMMIT_PLAN"] = "1"
 
 EPOCH = datetime(2026, 11, 30, 9, 0, 0, tzinfo=UTC)
 

@@ -31,7 +31,7 @@ from agentrt import (
     TerminalReason,
     ToolSpec,
 )
-from agentrt import _session as session_mod
+from agentrt import _commit_plan as plan_mod
 from agentrt._records import ChainBreak, Lease, VerifyReport
 from agentrt.scripted import ScriptedAgent
 from agentrt.testkit import (
@@ -235,7 +235,7 @@ class TestRun:
 
 class TestHarness:
     def test_points_are_the_probe_names_of_the_step_machine(self) -> None:
-        names = {getattr(session_mod, n) for n in dir(session_mod) if n.startswith("POINT_")}
+        names = {getattr(plan_mod, n) for n in dir(plan_mod) if n.startswith("POINT_")}
         assert names == {p.value for p in Point}
 
     @pytest.mark.parametrize(

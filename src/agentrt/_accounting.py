@@ -32,6 +32,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from . import _commit_plan as plan
 from ._canonical import canonical_json
 from ._clock import duration_to_ms
 from ._errors import (
@@ -52,7 +53,6 @@ from ._model import (
     Usage,
 )
 from ._records import ModelCallStatus, Run, Step, TerminalReason
-from ._session import POINT_MODEL_DISPATCHED
 from ._store import Tx
 
 if TYPE_CHECKING:
@@ -194,7 +194,7 @@ class AccountingCaller:
             self._in_flight[call_id] = projection
             return _Attempt(call_id, attempt, self._model.name, projection, now)
 
-        return await session.write(tx_dispatch, POINT_MODEL_DISPATCHED)
+        return await session.write(plan.MODEL_DISPATCHED, tx_dispatch)
 
     def _check_limits(self, run: Run, projection: Projection) -> None:
         limits = run.limits
@@ -332,7 +332,7 @@ class AccountingCaller:
         # Settling is bookkeeping of what already happened: it does not need the
         # lease (a takeover charges a dispatched row only if it is still dispatched),
         # and, its outcome being known, it waits out a busy database (decision 0012).
-        await session.write_outcome(tx_settle)
+        await session.write_outcome(plan.MODEL_SETTLED, tx_settle)
 
     def _retry_wait(self, outcome: _Outcome, attempt: int) -> timedelta | None:
         """How long to wait before the next attempt, or None to give up now."""

@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from . import _commit_plan as plan
 from . import _step
 from ._accounting import AccountingCaller
 from ._canonical import copy_json
@@ -364,7 +365,7 @@ class Gate:
                 origin=self.origin,
             )
 
-        run = await write_through(config, tx_create)
+        run = await write_through(config, plan.RUN_CREATED, tx_create)
         return RunSession(config, run, [], [], epoch=1, mark=now)
 
     async def _attach(self, run_id: str, nothing: str) -> tuple[GateSession, Verdict | None]:

@@ -25,6 +25,7 @@ import contextlib
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
+from . import _commit_plan as plan
 from ._approval import verify_stored
 from ._decisions import call_args
 from ._errors import NotFoundError, RunStateError
@@ -129,7 +130,7 @@ async def _fail_undecodable(session: RunSession, step: Step, why: str) -> None:
         session.run = settled.run
         session.put_step(settled.step)
 
-    await session.write(tx_fail)
+    await session.write(plan.WAIT_ENDED, tx_fail)
 
 
 async def _hold(config: LoopConfig, run: Run) -> None:
@@ -158,7 +159,7 @@ async def _hold(config: LoopConfig, run: Run) -> None:
             previous=lease,
         )
 
-    await write_through(config, tx_hold)
+    await write_through(config, plan.HELD, tx_hold)
 
 
 async def _judge(session: RunSession, step: Step, latest: Approval) -> None:

@@ -43,6 +43,10 @@ from typing import Any, TypeVar, cast
 from . import _limits as limits_mod
 from ._canonical import check_json, content_hash, copy_json, to_text
 from ._clock import Clock, IdFactory, duration_to_ms
+from ._commit_plan import (
+    Commit,
+    checking,
+)
 from ._errors import JSONValueError, LeaseLostError, RunStateError, StoreBusyError
 from ._events import Observer, deliver
 from ._foreign import exception_text
@@ -78,18 +82,6 @@ _POLICY_OUTCOMES = {str(o) for o in PolicyOutcome}
 # itself waits up to the store's busy timeout).
 _BUSY_PAUSE_SECONDS = 0.05
 
-# Crash points the test kit can stop a process at (see `agentrt.testkit.Point`).
-POINT_STEP_STARTED = "step.started"
-POINT_DECIDED = "step.decided"
-POINT_ALLOWED = "policy.allowed"
-POINT_TOOL_STARTED = "step.tool_started"
-POINT_TOOL_EFFECT = "tool.effect"
-POINT_TOOL_FINISHED = "step.tool_finished"
-POINT_RESUMED = "run.resumed"
-POINT_INTERRUPTED = "step.interrupted"
-POINT_PAUSED = "run.paused"
-POINT_MODEL_DISPATCHED = "model.dispatched"
-POINT_ATTACH_ALLOWED = "attach.allowed"
 
 Probe = Callable[[str, "RunSession"], Any]
 
@@ -280,21 +272,34 @@ async def maybe_await(value: Any) -> Any:
     return value
 
 
+class _Planned:
+    """The default crash point of a write: its commit's own."""
+
+
+PLANNED = _Planned()
+
+
 async def write_through(
-    config: LoopConfig, fn: Callable[[Tx], T], in_tx: Callable[[], None] | None = None
+    config: LoopConfig,
+    commit: Commit,
+    fn: Callable[[Tx], T],
+    in_tx: Callable[[], None] | None = None,
 ) -> T:
-    """Run `fn` in one IMMEDIATE transaction off the event loop; deliver its events.
+    """Make `commit` of the plan: `fn` in one transaction off the event loop; deliver its events.
 
     `in_tx` runs just before COMMIT (a crash point's probe). A session's writes
-    go through here; so do the two that no session holds: creating a run, and
-    failing a waiting run whose record will not decode.
+    go through here; so do those no session holds: creating a run, and holding
+    a waiting run's lease for an attach.
     """
     store = config.store
     observed = config.observer is not None
+    checked = checking()
 
     def job() -> tuple[T, list[Any]]:
         with store.transaction() as tx:
             out = fn(tx)
+            if checked:
+                commit.check(e.type for e in tx.events)
             if in_tx is not None:
                 in_tx()
             events = tx.events if observed else []
@@ -341,19 +346,27 @@ class RunSession:
     def run_id(self) -> str:
         return self.run.id
 
-    async def write(self, fn: Callable[[Tx], T], point: str | None = None) -> T:
-        """Run `fn` in one IMMEDIATE transaction off the event loop; deliver its events.
+    async def write(
+        self, commit: Commit, fn: Callable[[Tx], T], point: str | _Planned | None = PLANNED
+    ) -> T:
+        """Make `commit` of the plan: `fn` in one transaction off the event loop; deliver
+        its events.
 
-        `point` names a crash point of the test kit: its in-transaction probe runs
-        just before COMMIT, its after-commit probe once the events are delivered.
+        `point` names a crash point of the test kit (the commit's own unless given):
+        its in-transaction probe runs just before COMMIT, its after-commit probe once
+        the events are delivered.
         """
+        if isinstance(point, _Planned):
+            point = commit.point
         in_tx = None if point is None else partial(self.probe_in_tx, point)
-        out = await write_through(self.config, fn, in_tx)
+        out = await write_through(self.config, commit, fn, in_tx)
         if point is not None:
             await self.probe(point)
         return out
 
-    async def write_outcome(self, fn: Callable[[Tx], T], point: str | None = None) -> T:
+    async def write_outcome(
+        self, commit: Commit, fn: Callable[[Tx], T], point: str | _Planned | None = PLANNED
+    ) -> T:
         """`write` for an outcome that is already known (a tool's, a model attempt's).
 
         Such a write must not give up while its outcome is known: a database
@@ -369,7 +382,7 @@ class RunSession:
         waiting_since: datetime | None = None
         while True:
             try:
-                return await self.write(fn, point)
+                return await self.write(commit, fn, point)
             except StoreBusyError as busy:
                 if waiting_since is None:
                     waiting_since = self.config.wall()

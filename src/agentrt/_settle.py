@@ -31,10 +31,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, ClassVar
 
+from . import _commit_plan as plan
 from ._approval import approval_hash, approval_request
 from ._canonical import copy_json
+from ._commit_plan import (
+    POINT_ALLOWED,
+    POINT_ATTACH_ALLOWED,
+    POINT_RESUMED,
+    Commit,
+)
 from ._errors import RunStateError
 from ._lease import holder_json
 from ._records import (
@@ -50,10 +57,6 @@ from ._records import (
     ToolSpec,
 )
 from ._session import (
-    POINT_ALLOWED,
-    POINT_ATTACH_ALLOWED,
-    POINT_PAUSED,
-    POINT_RESUMED,
     AllowedCall,
     PolicyCheck,
     RunSession,
@@ -71,6 +74,9 @@ class FromRunning:
     from_step: tuple[str, ...] = (StepStatus.DECIDING,)
     from_run: str = field(default=RunStatus.RUNNING, init=False)
     resume_point: str | None = field(default=None, init=False)
+    failed: ClassVar[Commit] = plan.STEP_ENDED
+    ended: ClassVar[Commit] = plan.STEP_ENDED
+    paused: ClassVar[Commit] = plan.PAUSED
 
     def enter(self, session: RunSession, tx: Tx, step: Step) -> datetime:
         session.require_lease(tx)
@@ -133,6 +139,9 @@ class FromWaiting:
     from_step: tuple[str, ...] = field(default=(StepStatus.AWAITING_APPROVAL,), init=False)
     from_run: str = field(default=RunStatus.WAITING_FOR_APPROVAL, init=False)
     resume_point: str | None = field(default=POINT_RESUMED, init=False)
+    failed: ClassVar[Commit] = plan.RESUME_FAILED
+    ended: ClassVar[Commit] = plan.WAIT_ENDED
+    paused: ClassVar[Commit] = plan.RE_PAUSED
 
     def enter(self, session: RunSession, tx: Tx, step: Step) -> datetime:
         require_latest(tx, step.id, self.approval)
@@ -332,7 +341,7 @@ async def start_resumed(session: RunSession, call: AllowedCall) -> datetime | No
             from_step=origin.from_step,
         )
 
-    await session.write(tx_resume, POINT_RESUMED)
+    await session.write(plan.RESUMED, tx_resume)
     return origin.when()
 
 
@@ -389,7 +398,7 @@ async def expire_waiting(
         session.put_step(settled.step)
         session.put_approval(expired)
 
-    await session.write(tx_expire)
+    await session.write(plan.WAIT_ENDED, tx_expire)
 
 
 async def fail_and_go_on(
@@ -405,7 +414,7 @@ async def fail_and_go_on(
         now = origin.enter(session, tx, step)
         origin.fail(session, tx, now, step, observation, payload)
 
-    await session.write(tx_fail, origin.resume_point)
+    await session.write(origin.failed, tx_fail, origin.resume_point)
 
 
 async def end(
@@ -460,7 +469,7 @@ async def end(
         session.run = settled.run
         session.put_step(settled.step)
 
-    await session.write(tx_end)
+    await session.write(origin.ended, tx_end, None)
 
 
 async def pause(
@@ -480,7 +489,7 @@ async def pause(
             session, tx, now, step, spec, args, decision, payload, origin.from_step, origin.from_run
         )
 
-    await session.write(tx_pause, POINT_PAUSED)
+    await session.write(origin.paused, tx_pause)
 
 
 def pause_in(

@@ -22,9 +22,14 @@ import concurrent.futures
 from datetime import datetime
 from typing import Any
 
+from . import _commit_plan as plan
 from . import _limits as limits_mod
 from ._canonical import copy_json
 from ._clock import duration_to_ms
+from ._commit_plan import (
+    POINT_STEP_STARTED,
+    POINT_TOOL_EFFECT,
+)
 from ._decisions import RecordedDecision, call_args, record, validate
 from ._errors import LeaseLostError, LimitExceeded, ModelUnavailableError, RunStateError
 from ._execute import invoke
@@ -43,11 +48,6 @@ from ._records import (
     ToolSpec,
 )
 from ._session import (
-    POINT_DECIDED,
-    POINT_STEP_STARTED,
-    POINT_TOOL_EFFECT,
-    POINT_TOOL_FINISHED,
-    POINT_TOOL_STARTED,
     RunMoved,
     RunSession,
     VerdictOutcome,
@@ -97,7 +97,7 @@ async def begin_step(session: RunSession) -> Step | None:
         return step
 
     try:
-        step = await session.write(tx_begin)
+        step = await session.write(plan.STEP_STARTED, tx_begin, None)
     except RunMoved as moved:
         session.run = moved.run
         return None
@@ -165,7 +165,7 @@ async def _record_decision(session: RunSession, step: Step, decision: Any) -> Re
             tx.record_decision(session.current(step), recorded.text, recorded.decision, now)
         )
 
-    await session.write(tx_decided, POINT_DECIDED)
+    await session.write(plan.DECIDED, tx_decided)
     return recorded
 
 
@@ -183,7 +183,7 @@ async def _start_tool(
         start_tool_in(session, tx, now, step, spec, args, payload, from_step=from_step)
         return now
 
-    return await session.write(tx_started, POINT_TOOL_STARTED)
+    return await session.write(plan.TOOL_STARTED, tx_started)
 
 
 async def run_tool(session: RunSession, step: Step) -> None:
@@ -365,7 +365,7 @@ async def _finish_tool(
         else:
             session.run = tx.add_active_time(session.run_id, session.config.owner, active)
 
-    await session.write_outcome(tx_finished, POINT_TOOL_FINISHED)
+    await session.write_outcome(plan.TOOL_FINISHED, tx_finished)
 
 
 _MODEL_LIMITS = frozenset(

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+from . import _commit_plan as plan
 from ._canonical import check_json, copy_json, to_text
 from ._decisions import call_args
 from ._errors import JSONValueError, NotFoundError, RunStateError
@@ -40,9 +41,6 @@ from ._records import (
     ToolSpec,
 )
 from ._session import (
-    POINT_INTERRUPTED,
-    POINT_PAUSED,
-    POINT_RESUMED,
     LoopConfig,
     RunSession,
     load,
@@ -99,7 +97,7 @@ async def take_over(config: LoopConfig, run_id: str) -> RunSession:
             session.put_step(step)
         session.run = taken.run
 
-    await session.write(tx_take, POINT_INTERRUPTED)
+    await session.write(plan.TAKEN_OVER, tx_take)
     # The lease is ours from here: keep it renewed while reconcile (consumer code,
     # maybe slow) decides, so nobody else takes the run over meanwhile.
     session.start_heartbeat()
@@ -194,7 +192,7 @@ async def _settle_by_tool(session: RunSession, step: Step, spec: ToolSpec, args:
             tx.record_reconciled(session.run_id, step.id, payload, now)
             tx.go_on_after_interruption(session.run_id, resumed, now)
 
-        await session.write(tx_vouched, POINT_RESUMED)
+        await session.write(plan.GONE_ON, tx_vouched)
         # The same request, on the same step, judged as any call is: the policy
         # allows it (held for execute), asks a person, or denies it.
         check = await session.ask_policy(step, spec, args)
@@ -214,7 +212,7 @@ async def _settle_by_tool(session: RunSession, step: Step, spec: ToolSpec, args:
             session, tx, now, step, spec, args, decision, policy, origin.from_step, origin.from_run
         )
 
-    await session.write(tx_answered, POINT_PAUSED)
+    await session.write(plan.ASKED, tx_answered)
 
 
 async def _complete_found(
@@ -244,7 +242,7 @@ async def _complete_found(
             session.run_id, {"reconcile": DECIDER, "answer": answer.answer}, now
         )
 
-    await session.write(tx_found, POINT_RESUMED)
+    await session.write(plan.RECONCILED, tx_found)
 
 
 def _reconciled_pause(spec: ToolSpec, args: Any, answer: Answer) -> PolicyDecision:
@@ -299,7 +297,7 @@ async def _end_running(
         now = session.config.clock()
         session.end_in(tx, now, status, reason, detail, result=result)
 
-    await session.write(tx_end)
+    await session.write(plan.RUN_ENDED, tx_end)
 
 
 async def _pause_interrupted(
@@ -400,4 +398,4 @@ async def _continue(session: RunSession, extra: dict[str, Any] | None = None) ->
         now = session.config.clock()
         tx.go_on_after_interruption(session.run_id, extra or {}, now)
 
-    await session.write(tx_continue, POINT_RESUMED)
+    await session.write(plan.GONE_ON, tx_continue)

@@ -48,10 +48,7 @@ from typing import TYPE_CHECKING
 
 from ._canonical import copy_json, parse_json
 from ._clock import Clock, IdFactory, parse_time, wall_clock
-from ._events import STEP_INTERRUPTED, STEP_RECONCILED, STEP_TOOL_FINISHED, STEP_TOOL_STARTED
-from ._policy import INTERRUPTED_SIDE_EFFECT, evaluate, policy_id_of
-from ._records import JSON
-from ._session import (
+from ._commit_plan import (
     POINT_ALLOWED,
     POINT_ATTACH_ALLOWED,
     POINT_DECIDED,
@@ -63,6 +60,11 @@ from ._session import (
     POINT_TOOL_EFFECT,
     POINT_TOOL_FINISHED,
     POINT_TOOL_STARTED,
+)
+from ._events import STEP_INTERRUPTED, STEP_RECONCILED, STEP_TOOL_FINISHED, STEP_TOOL_STARTED
+from ._policy import INTERRUPTED_SIDE_EFFECT, evaluate, policy_id_of
+from ._records import JSON
+from ._session import (
     Probe,
     RunSession,
     run_sync,

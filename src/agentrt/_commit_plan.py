@@ -1,0 +1,278 @@
+"""A run's commit plan: every transaction the step machine makes, in one place.
+
+Each `Commit` below is one fsynced transaction: what it is, when the machine
+makes it, which of the store's named writes it makes, which audit events it may
+append, and the test kit's crash point just after it commits (a probe also
+runs just before its COMMIT, so a crash "at" a point can fall on either side).
+The step machine names the commit it makes (`RunSession.write(plan.X, fn)`);
+nothing in it opens a transaction of its own. `docs/architecture.md` shows the
+plan as a table, and `tests/test_commit_plan.py` keeps the two alike.
+
+Invariants:
+- Every transaction of the machine is listed here, and appends only the events
+  listed for it: with `AGENTRT_CHECK_COMMIT_PLAN` set (the test suite sets it,
+  and its child processes inherit it), a transaction that appends an event its
+  commit does not list raises `CommitPlanError` before its COMMIT, so it
+  writes nothing.
+- An allowed tool step makes four commits (started, decided, tool started,
+  tool finished); a model step adds one dispatch and one settle per attempt.
+- `TOOL_STARTED` commits, with `step.tool_started`, before the tool is called:
+  the durability the seed promises for a side effect.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from . import _events as ev
+from ._errors import AgentrtError
+
+CHECK_VARIABLE = "AGENTRT_CHECK_COMMIT_PLAN"
+"""Set (to anything but empty) to refuse a transaction that appends an unplanned event."""
+
+
+class CommitPlanError(AgentrtError):
+    """A transaction appended an event its commit does not list: a defect of the runtime."""
+
+
+@dataclass(frozen=True)
+class Commit:
+    """One transaction of the step machine."""
+
+    name: str
+    when: str
+    writes: tuple[str, ...]
+    events: frozenset[str]
+    point: str | None = None
+    """The crash point after it commits, where it has one of its own."""
+
+    def check(self, appended: Iterable[str]) -> None:
+        """Raise `CommitPlanError` if `appended` holds an event this commit does not list."""
+        unplanned = sorted(set(appended) - self.events)
+        if unplanned:
+            raise CommitPlanError(
+                f"the {self.name!r} transaction appended {', '.join(unplanned)}, which the "
+                "commit plan does not list for it; nothing was written"
+            )
+
+
+def checking() -> bool:
+    """Whether transactions are checked against the plan (`AGENTRT_CHECK_COMMIT_PLAN`)."""
+    return bool(os.environ.get(CHECK_VARIABLE))
+
+
+# Crash points the test kit can stop a process at (see `agentrt.testkit.Point`): each
+# commit's own below, and those between commits (inside a tool call or a model call,
+# and just before an allowed call runs).
+POINT_STEP_STARTED = "step.started"
+POINT_DECIDED = "step.decided"
+POINT_ALLOWED = "policy.allowed"
+POINT_TOOL_STARTED = "step.tool_started"
+POINT_TOOL_EFFECT = "tool.effect"
+POINT_TOOL_FINISHED = "step.tool_finished"
+POINT_RESUMED = "run.resumed"
+POINT_INTERRUPTED = "step.interrupted"
+POINT_PAUSED = "run.paused"
+POINT_MODEL_DISPATCHED = "model.dispatched"
+POINT_ATTACH_ALLOWED = "attach.allowed"
+
+
+def _events(*names: str) -> frozenset[str]:
+    return frozenset(names)
+
+
+def table() -> str:
+    """The plan as the Markdown table `docs/architecture.md` shows."""
+    lines = [
+        "| Commit | When | Named writes | Events it may append | Crash point after it |",
+        "|---|---|---|---|---|",
+    ]
+    for commit in PLAN:
+        writes = ", ".join(f"`{w}`" for w in commit.writes)
+        events = ", ".join(f"`{e}`" for e in sorted(commit.events)) or "none"
+        point = f"`{commit.point}`" if commit.point else "none of its own"
+        lines.append(f"| {commit.name} | {commit.when} | {writes} | {events} | {point} |")
+    return "\n".join(lines)
+
+
+_ENDED = (ev.RUN_FINISHED, ev.MODEL_FAILED)
+"""A run's end: `run.finished`, and an attempt left dispatched settled as failed."""
+_LIMIT = (ev.LIMIT_EXCEEDED, ev.LOOP_DETECTED)
+_PAUSED = (ev.STEP_POLICY, ev.APPROVAL_REQUESTED)
+
+# --- a run begins -------------------------------------------------------------------------------
+
+RUN_CREATED = Commit(
+    "run created",
+    "Gate.begin / Driver.start: the run, its tool specs and its lease",
+    ("create_run",),
+    _events(ev.RUN_CREATED, ev.RUN_STARTED),
+)
+
+# --- an allowed tool step: four commits ---------------------------------------------------------
+
+STEP_STARTED = Commit(
+    "step started",
+    "each step: the limits checked and the next step claimed (or the run ended at a limit)",
+    ("claim_next_step", "fail_at_limit", "end_run"),
+    _events(ev.STEP_STARTED, *_LIMIT, *_ENDED),
+    POINT_STEP_STARTED,
+)
+DECIDED = Commit(
+    "decided",
+    "the agent's decision recorded verbatim, before anything judges it",
+    ("record_decision",),
+    _events(ev.STEP_DECIDED),
+    POINT_DECIDED,
+)
+TOOL_STARTED = Commit(
+    "tool started",
+    "an allowed call: the policy's verdict and `step.tool_started`, before the tool runs",
+    ("start_tool",),
+    _events(ev.STEP_POLICY, ev.STEP_TOOL_STARTED),
+    POINT_TOOL_STARTED,
+)
+TOOL_FINISHED = Commit(
+    "tool finished",
+    "the tool's outcome (or its unknown outcome, pausing for a person), and a terminal "
+    "tool's end of the run",
+    ("finish_tool", "end_run", "leave_running", "add_active_time", "record_late_outcome"),
+    _events(ev.STEP_TOOL_FINISHED, ev.STEP_FAILED, *_PAUSED, *_ENDED),
+    POINT_TOOL_FINISHED,
+)
+
+# --- the other ends of a step: one commit each --------------------------------------------------
+
+STEP_ENDED = Commit(
+    "step ended",
+    "a denial, an invalid decision or call (the step fails, the run goes on), a completion "
+    "or a failure (the run ends)",
+    ("fail_and_go_on", "end_with_step", "end_waiting"),
+    _events(ev.STEP_POLICY, ev.STEP_FAILED, *_ENDED),
+)
+PAUSED = Commit(
+    "paused",
+    "a call the policy sends to a person: the verdict and the approval request",
+    ("pause_for_approval",),
+    _events(*_PAUSED),
+    POINT_PAUSED,
+)
+RUN_ENDED = Commit(
+    "run ended",
+    "a running run ended without a step of its own (a record that will not decode, a "
+    "reconciliation's failure)",
+    ("end_run",),
+    _events(*_ENDED),
+)
+
+# --- a model step: one dispatch and one settle per attempt --------------------------------------
+
+MODEL_DISPATCHED = Commit(
+    "model dispatched",
+    "before each attempt of a model call: its estimate charged, within the limits",
+    ("dispatch_model_call",),
+    _events(ev.MODEL_DISPATCHED),
+    POINT_MODEL_DISPATCHED,
+)
+MODEL_SETTLED = Commit(
+    "model settled",
+    "after each attempt: its usage and cost, or its failure",
+    ("settle_model_call", "charge_beyond_estimate"),
+    _events(ev.MODEL_COMPLETED, ev.MODEL_FAILED),
+)
+
+# --- a waiting run --------------------------------------------------------------------------------
+
+HELD = Commit(
+    "held",
+    "an attach to a waiting run holds its lease (compare-and-set on the lease judged free)",
+    ("hold_waiting",),
+    _events(),
+)
+RESUMED = Commit(
+    "resumed",
+    "an approved call judged again and allowed: the lease back, `run.resumed`, the "
+    "verdict and `step.tool_started`, before the tool runs",
+    ("leave_waiting", "start_tool"),
+    _events(ev.RUN_RESUMED, ev.STEP_POLICY, ev.STEP_TOOL_STARTED),
+    POINT_RESUMED,
+)
+RESUME_FAILED = Commit(
+    "resume failed",
+    "an approved call that no longer fits its tool, or that the policy now denies: the "
+    "lease back and the step failed, the run goes on",
+    ("leave_waiting", "fail_and_go_on"),
+    _events(ev.RUN_RESUMED, ev.STEP_POLICY, ev.STEP_FAILED),
+)
+RE_PAUSED = Commit(
+    "paused again",
+    "an approved call the policy sends to a person again (a changed request)",
+    ("leave_waiting", "pause_for_approval"),
+    _events(ev.RUN_RESUMED, *_PAUSED),
+    POINT_PAUSED,
+)
+WAIT_ENDED = Commit(
+    "wait ended",
+    "a rejection, an expired approval, or a waiting run whose record will not decode",
+    ("end_waiting", "expire_waiting", "end_with_step"),
+    _events(ev.STEP_POLICY, ev.STEP_FAILED, *_ENDED),
+)
+
+# --- a run taken over from a dead owner -----------------------------------------------------------
+
+TAKEN_OVER = Commit(
+    "taken over",
+    "a RUNNING run whose owner is gone: the exact lease judged gone replaced, attempts in "
+    "flight charged, steps in flight interrupted",
+    ("take_over",),
+    _events(ev.LEASE_TAKEN_OVER, ev.STEP_INTERRUPTED, ev.MODEL_FAILED),
+    POINT_INTERRUPTED,
+)
+GONE_ON = Commit(
+    "gone on",
+    "after a takeover with nothing in doubt (nothing executing, a read-only call, the "
+    "consumer's `reconcile` vouched): `run.resumed`",
+    ("go_on_after_interruption", "record_reconciled"),
+    _events(ev.RUN_RESUMED, ev.STEP_RECONCILED),
+    POINT_RESUMED,
+)
+RECONCILED = Commit(
+    "reconciled",
+    "a tool's own reconciliation found the effect: the step done, the run goes on or ends",
+    ("complete_reconciled", "go_on_after_interruption"),
+    _events(ev.STEP_RECONCILED, ev.RUN_RESUMED, *_ENDED),
+    POINT_RESUMED,
+)
+ASKED = Commit(
+    "asked a person",
+    "an interrupted side effect nobody could vouch for: the reconciliation's answer and an "
+    "`interrupted_side_effect` approval",
+    ("record_reconciled", "pause_for_approval"),
+    _events(ev.STEP_RECONCILED, *_PAUSED),
+    POINT_PAUSED,
+)
+
+PLAN: tuple[Commit, ...] = (
+    RUN_CREATED,
+    STEP_STARTED,
+    DECIDED,
+    TOOL_STARTED,
+    TOOL_FINISHED,
+    STEP_ENDED,
+    PAUSED,
+    RUN_ENDED,
+    MODEL_DISPATCHED,
+    MODEL_SETTLED,
+    HELD,
+    RESUMED,
+    RESUME_FAILED,
+    RE_PAUSED,
+    WAIT_ENDED,
+    TAKEN_OVER,
+    GONE_ON,
+    RECONCILED,
+    ASKED,
+)
+"""Every transaction of the step machine, in the order a run meets them."""
