@@ -503,12 +503,13 @@ def test_recover_skips_a_run_this_driver_began_executing_after_it_was_judged(
     asyncio.run(started_then_cancelled())
     assert store.get_run(rid).status == "RUNNING"
     taken = driver._exclusive(rid)
+    resume = driver.resume
 
-    def judged_then_taken(d: agentrt.Driver, run_id: str) -> set[str]:
+    async def judged_then_taken(run_id: str) -> agentrt.Run:
         taken.__enter__()  # the other call begins executing the run right here
-        return set()
+        return await resume(run_id)
 
-    monkeypatch.setattr(recover_mod, "_unregistered_tools", judged_then_taken)
+    monkeypatch.setattr(driver, "resume", judged_then_taken)
     try:
         (result,) = driver.recover_sync()
     finally:

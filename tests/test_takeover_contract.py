@@ -677,7 +677,7 @@ def test_a_lease_renewed_between_the_first_look_and_the_transaction_is_refused_n
             looks.append(1)
             if len(looks) == 1:  # the first look, outside the transaction: renew now
                 renewed_to.append(format_time(now + timedelta(hours=1)))
-                renewer = StoreRenewer(agentrt.open_store(db_path), lambda: now)  # type: ignore[arg-type]
+                renewer = StoreRenewer(agentrt.open_store(db_path).transaction, lambda: now)
                 assert renewer.renew(call.run_id, first.lease_owner, timedelta(hours=1))
             return now
 

@@ -183,7 +183,16 @@ class Driver:
         At most `limit` runs are examined, oldest first; `after=` goes on past
         a run id. See `agentrt.recover` and docs/decisions/0021.
         """
-        return await recover_runs(self, limit=limit, after=after, concurrency=concurrency)
+        return await recover_runs(
+            self.store,
+            self._gate._continuer(self._is_executing),
+            self.resume,
+            now=self.now,
+            wall=self._wall,
+            limit=limit,
+            after=after,
+            concurrency=concurrency,
+        )
 
     def recover_sync(
         self, *, limit: int = DEFAULT_LIMIT, after: str | None = None, concurrency: int = 1

@@ -49,10 +49,10 @@ from . import _step
 from ._accounting import AccountingCaller
 from ._canonical import copy_json
 from ._clock import Clock, IdFactory, new_id, wall_clock
+from ._continuation import Continuer, How, Refusal, RunFacts, executes_none, judge
 from ._decisions import call_args
 from ._errors import (
     ConfigError,
-    ForeignRunError,
     LeaseLostError,
     RunStateError,
     SessionClosedError,
@@ -368,16 +368,34 @@ class Gate:
         run = await write_through(config, plan.RUN_CREATED, tx_create)
         return RunSession(config, run, [], [], epoch=1, mark=now)
 
+    def _continuer(self, executing: Callable[[str], bool] = executes_none) -> Continuer:
+        """Who asks to continue a run: this gate's owner, origins and tools.
+
+        A Driver continues only what a Driver or a plain Gate began (decision
+        0049). `executing` names the runs a Driver executes now (its recover asks).
+        """
+        return Continuer(
+            self._config.owner,
+            RECOVERABLE_ORIGINS if self.origin == DRIVER_ORIGIN else None,
+            frozenset(self._config.specs),
+            executing,
+        )
+
     async def _attach(self, run_id: str, nothing: str) -> tuple[GateSession, Verdict | None]:
         config = self._config
         run, steps, approvals = await run_io(lambda: load(config, run_id))
-        if run.status not in (RunStatus.WAITING_FOR_APPROVAL, RunStatus.RUNNING):
-            raise RunStateError(f"run {run_id} is {run.status}; {nothing}")
-        # A Driver continues only what a Driver or a plain Gate began (decision 0049);
-        # an unreadable origin reads as '' and is left to the decode-error path.
-        if self.origin == DRIVER_ORIGIN and run.origin and run.origin not in RECOVERABLE_ORIGINS:
-            raise ForeignRunError(run_id, run.origin)
-        if run.status == RunStatus.WAITING_FOR_APPROVAL:
+        # The snapshot's judgement: its status and origin (the lease and the approval
+        # are judged where the takeover and the waiting run's resume read them).
+        judged = judge(
+            RunFacts(run.id, run.status, run.origin),
+            self._continuer(),
+            lease_now=lambda: config.store.lease_now(config.wall),
+            now=config.clock,
+            nothing=nothing,
+        )
+        if isinstance(judged, Refusal):
+            raise judged.error
+        if judged.how != How.TAKE_OVER:  # resume waiting, or settle its expired approval
             rs = await resume_waiting(config, run, steps, approvals)
             waiting_step = rs.steps[-1] if rs.steps else None
             session = GateSession(self, rs)
@@ -392,20 +410,19 @@ class Gate:
             verdict = session._verdict(waiting_step)
             session._settle_if_done()
             return session, verdict
-        if run.status == RunStatus.RUNNING:
-            rs = await take_over(config, run_id)
-            session = GateSession(self, rs)
-            if rs.has_allowed_call():
-                # A tool's reconciliation vouched that its interrupted request may run
-                # again and the policy allowed it (decision 0067): held for execute.
-                open_step = session._open_allowed(rs.allowed_step())
-                return session, session._verdict(open_step.step)
-            if rs.run.status == RunStatus.RUNNING:
-                return session, None
-            verdict = session._verdict(rs.steps[-1] if rs.steps else None)
-            session._settle_if_done()
-            return session, verdict
-        raise RunStateError(f"run {run_id} is {run.status}; {nothing}")
+        # A RUNNING run whose owner is gone: take it over (the lease is judged there).
+        rs = await take_over(config, run_id)
+        session = GateSession(self, rs)
+        if rs.has_allowed_call():
+            # A tool's reconciliation vouched that its interrupted request may run
+            # again and the policy allowed it (decision 0067): held for execute.
+            open_step = session._open_allowed(rs.allowed_step())
+            return session, session._verdict(open_step.step)
+        if rs.run.status == RunStatus.RUNNING:
+            return session, None
+        verdict = session._verdict(rs.steps[-1] if rs.steps else None)
+        session._settle_if_done()
+        return session, verdict
 
 
 class GateSession:

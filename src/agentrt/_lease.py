@@ -18,7 +18,8 @@ Invariants this module owns:
   same host prove a previous owner dead (`prove_dead`).
 - `check_live_lease` is the one judgement of whether a lease someone else
   holds may be taken (none, expired, this owner's, or a provably dead
-  holder's); the takeover, a waiting run's attach and `recover` all ask it.
+  holder's); the takeover, a waiting run's attach and `recover` all ask it
+  through `_continuation.judge`.
 """
 
 from __future__ import annotations

@@ -27,9 +27,10 @@ from datetime import UTC, datetime
 
 from . import _commit_plan as plan
 from ._approval import verify_stored
+from ._continuation import Continuer, Refusal, RunFacts, approval_state, judge
 from ._decisions import call_args
 from ._errors import NotFoundError, RunStateError
-from ._lease import check_live_lease, holder_json
+from ._lease import holder_json
 from ._records import (
     Approval,
     ApprovalStatus,
@@ -84,18 +85,22 @@ async def resume_waiting(
     if latest.status == ApprovalStatus.PENDING:
         now = config.clock()
         session.set_mark(now)
-        if latest.expires_at is not None and now >= latest.expires_at:
-            await expire_waiting(
-                session, step, latest, now, "approval expired before it was decided"
-            )
-            return session
-        raise RunStateError(
-            f"run {run.id} is waiting for approval {latest.id}, which is still pending"
+        # The continuation's judgement of the approval: expired, or still pending.
+        judged = judge(
+            RunFacts(run.id, run.status, run.origin),
+            Continuer(config.owner),
+            lease_now=lambda: config.store.lease_now(config.wall),
+            now=lambda: now,
+            approval=lambda: approval_state(latest),
         )
+        if isinstance(judged, Refusal):
+            raise judged.error
+        await expire_waiting(session, step, latest, now, "approval expired before it was decided")
+        return session
     if latest.status != ApprovalStatus.APPROVED:
         raise RunStateError(f"the latest approval {latest.id} of run {run.id} is {latest.status}")
     verify_stored(latest)
-    await _hold(config, run)
+    await _hold(config, run, latest)
     try:
         await _judge(session, step, latest)
     except BaseException:
@@ -133,7 +138,7 @@ async def _fail_undecodable(session: RunSession, step: Step, why: str) -> None:
     await session.write(plan.WAIT_ENDED, tx_fail)
 
 
-async def _hold(config: LoopConfig, run: Run) -> None:
+async def _hold(config: LoopConfig, run: Run, approved: Approval) -> None:
     """Hold the waiting run's lease, or refuse as a RUNNING run's lease refuses.
 
     A lease another live attach holds refuses with `RunLeasedError` (as for a
@@ -150,7 +155,15 @@ async def _hold(config: LoopConfig, run: Run) -> None:
         if lease.status != RunStatus.WAITING_FOR_APPROVAL:
             raise RunStateError(f"run {run.id} is {lease.status}; it was resumed elsewhere")
         lease_now = tx.lease_now(config.wall)
-        check_live_lease(lease, config.owner, lease_now)
+        judged = judge(
+            RunFacts(run.id, lease.status, guarded.run.origin, lease),
+            Continuer(config.owner),
+            lease_now=lambda: lease_now,
+            now=config.clock,
+            approval=lambda: approval_state(approved),
+        )
+        if isinstance(judged, Refusal):
+            raise judged.error
         tx.hold_waiting(
             run.id,
             owner=config.owner,

@@ -3,7 +3,8 @@
 The run is taken in one transaction (`take_lease` with the expired lease as the
 compare-and-set, `lease.taken_over`, unsettled model attempts charged, in-flight
 steps `interrupted`). A lease live by the wall clock is taken only when its
-holder is provably dead on this host (`check_live_lease`). Then the contract
+holder is provably dead on this host (`_continuation.judge`, on a first look and
+again on the run as locked). Then the contract
 decides: the runtime never runs an interrupted side effect again by itself: a
 non-read-only call that was executing pauses on an `interrupted_side_effect`
 approval; a read-only one (as recorded and as registered now) or a deciding step
@@ -15,15 +16,17 @@ tool's own reconciliation may settle its interrupted call (`_tool_reconcile`).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
+from datetime import datetime
 from typing import Any
 
 from . import _commit_plan as plan
 from ._canonical import check_json, copy_json, to_text
+from ._continuation import Continuer, Refusal, RunFacts, judge
 from ._decisions import call_args
 from ._errors import JSONValueError, NotFoundError, RunStateError
-from ._lease import check_live_lease, holder_json
+from ._lease import holder_json
 from ._policy import INTERRUPTED_POLICY_ID, interrupted_side_effect_decision
 from ._records import (
     PolicyDecision,
@@ -70,7 +73,8 @@ async def take_over(config: LoopConfig, run_id: str) -> RunSession:
     run, steps, approvals = await run_io(lambda: load(config, run_id))
     if first.status != RunStatus.RUNNING:
         raise RunStateError(f"run {run_id} is {first.status}; only a RUNNING run can be taken over")
-    check_live_lease(first, config.owner, config.store.lease_now(config.wall))
+    me = Continuer(config.owner)
+    _judged(first, run.origin, me, lambda: config.store.lease_now(config.wall), config)
     now = config.clock()
     session = RunSession(config, run, steps, approvals, epoch=0, mark=now)
 
@@ -82,7 +86,7 @@ async def take_over(config: LoopConfig, run_id: str) -> RunSession:
         if lease.status != RunStatus.RUNNING:
             raise RunStateError(f"run {run_id} is {lease.status}; it was resumed elsewhere")
         lease_now = tx.lease_now(config.wall)
-        proof = check_live_lease(lease, config.owner, lease_now)
+        proof = _judged(lease, guarded.run.origin, me, lambda: lease_now, config)
         taken = tx.take_over(
             run_id,
             owner=config.owner,
@@ -112,6 +116,25 @@ async def take_over(config: LoopConfig, run_id: str) -> RunSession:
         await asyncio.shield(run_io(lambda: release_lease(config, run_id)))
         raise
     return session
+
+
+def _judged(
+    lease: LeaseState,
+    origin: str,
+    me: Continuer,
+    lease_now: Callable[[], datetime],
+    config: LoopConfig,
+) -> dict[str, Any]:
+    """The continuation's judgement of a RUNNING run's lease: the proof, or its refusal raised."""
+    judged = judge(
+        RunFacts(lease.run_id, lease.status, origin, lease),
+        me,
+        lease_now=lease_now,
+        now=config.clock,
+    )
+    if isinstance(judged, Refusal):
+        raise judged.error
+    return judged.proof or {}
 
 
 def _interrupted_executing(steps: Sequence[Step]) -> Step | None:

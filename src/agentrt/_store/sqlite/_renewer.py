@@ -14,14 +14,11 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
 
 from ._connection import store_error
-from ._writes import renew_lease, renew_lease_alone
-
-if TYPE_CHECKING:
-    from ._store import SqliteStore
+from ._writes import SqliteTx, renew_lease, renew_lease_alone
 
 
 class ConnectionRenewer:
@@ -57,14 +54,22 @@ class ConnectionRenewer:
 
 class StoreRenewer:
     """Renews through the store's own connection: only for `:memory:` stores,
-    where a second connection would open a different, empty database."""
+    where a second connection would open a different, empty database.
 
-    def __init__(self, store: SqliteStore, wall: Callable[[], datetime]) -> None:
-        self._store = store
+    `transaction` is the store's (`SqliteStore.transaction`): given, not imported,
+    so this module and the store's do not import each other.
+    """
+
+    def __init__(
+        self,
+        transaction: Callable[[], AbstractContextManager[SqliteTx]],
+        wall: Callable[[], datetime],
+    ) -> None:
+        self._transaction = transaction
         self._wall = wall
 
     def renew(self, run_id: str, owner: str, ttl: timedelta) -> bool:
-        with self._store.transaction() as tx:
+        with self._transaction() as tx:
             return renew_lease(tx, run_id, owner, self._wall() + ttl)
 
     def close(self) -> None:

@@ -295,7 +295,7 @@ class SqliteStore(ProxyRows):
         """The heartbeat's way to renew: on a connection of its own (the store's in memory)."""
         self._check_open()
         if self._uri is None:
-            return StoreRenewer(self, wall)
+            return StoreRenewer(self.transaction, wall)
         return ConnectionRenewer(self._open_connection, wall)
 
     def lease_now(self, wall: Callable[[], datetime]) -> datetime:
