@@ -215,7 +215,7 @@ class SchemaReplay:
                 "(SELECT id FROM steps WHERE idx = 0 ORDER BY rowid DESC LIMIT 1) ORDER BY seq"
             )
         ]
-        self.conn = self.store.open_connection()
+        self.conn = self.store._open_connection()  # the SQLite backend's own, as the heartbeat's
         self.run_id = "f" * 32
         self.index = 0
         # Random step ids, as the Driver's are: each lands somewhere in the steps'
