@@ -329,6 +329,10 @@ class SqliteStore(ProxyRows):
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
         """A read of your own (a consumer's tables, a view's join) on the store's connection.
 
+        SQLite only: an escape hatch of the SQLite store, not part of the store
+        interface (`agentrt.Store`), so code that may run on another backend must
+        not use it. The runtime itself never does.
+
         Runs under the store's lock like its own reads. Writes belong in
         `transaction()`; a read-only store refuses them in SQLite itself. A TEXT
         value that is not valid UTF-8 comes back as its raw `bytes`, never as
