@@ -7,7 +7,7 @@ through the I/O thread; the crash-point probes; the heartbeat; the lease guard
 `_step.py` (`begin_step`, `propose` with its recorded decision, `run_tool`); a
 policy's answer is acted on by `_settle.py` (`settle`, `pause` with the
 approval request and its hash, `start_tool_in`), each transaction one named
-write of `_store/writes.py` whose returned records become the copy; a waiting
+write of the store's `Tx` whose returned records become the copy; a waiting
 run is resumed by `_resume_waiting.py`, a dead owner's run taken over by
 `_takeover.py`.
 
@@ -466,7 +466,7 @@ class RunSession:
         fresh read of the rows would give, to the repr (number literals, key
         order, a time's type and zone): `tests/test_session_mirror.py` checks
         it at every crash point and after a run's last commit (decision 0011).
-        Every copy put here is what a named write of `_store/writes.py`
+        Every copy put here is what a named write of the store's `Tx`
         returned as written (the hot ones build it from the values they wrote,
         with the reader's own decoders, instead of reading the rows back). (A
         transaction that fails leaves the copy ahead of the rows; the loop

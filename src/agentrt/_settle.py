@@ -5,7 +5,7 @@ step `deciding`, or one found `interrupted` at a takeover), or a run WAITING on
 an approval, which the attach judging it holds (`hold_waiting`, decision 0032;
 the step `awaiting_approval`). `settle` maps the check to the same four answers
 either way, and each answer is one transaction of named writes
-(`_store/writes.py`, which append the events and return the records the
+(the store's `Tx`, which append the events and return the records the
 session keeps), built once here:
 
 - allowed: from the loop, nothing is written until `execute` starts the tool;
