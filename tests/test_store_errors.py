@@ -16,13 +16,11 @@ from typing import Any
 
 import pytest
 
-import agentrt
-from agentrt import Decision, SideEffect, StoreBusyError, StoreDamagedError, StoreError
+from agentrt import StoreBusyError, StoreDamagedError, StoreError
 from agentrt._store import Store, open_existing, open_store
 from agentrt._store.sqlite import _connection
 from agentrt.lowlevel import every_record_id, plain_reader
-from agentrt.scripted import ScriptedAgent
-from conftest import FakeClock, Ids, RecordingTool
+from support.damage import finished_run_file, smash_page
 
 WALL = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
 
@@ -30,36 +28,7 @@ WALL = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
 @pytest.fixture
 def db(tmp_path: Path) -> Path:
     """A file with one finished run of a few steps, every commit in the main file."""
-    path = tmp_path / "agentrt.db"
-    driver = agentrt.Driver(
-        store=open_store(path),
-        agent=ScriptedAgent(
-            [Decision.tool_call("lookup", {"x": i}) for i in range(20)] + [Decision.complete({})]
-        ),
-        policy=agentrt.default_policy(),
-        tools=[RecordingTool("lookup", SideEffect.READ_ONLY)],
-        now=FakeClock(),
-        new_id=Ids("a"),
-    )
-    try:
-        assert driver.start_sync("look things up").status == agentrt.RunStatus.COMPLETED
-    finally:
-        driver.store.close()
-    return path
-
-
-def _smash_root_page(path: Path, name: str) -> None:
-    conn = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)
-    try:
-        size = int(conn.execute("PRAGMA page_size").fetchone()[0])
-        page = int(
-            conn.execute("SELECT rootpage FROM sqlite_master WHERE name = ?", (name,)).fetchone()[0]
-        )
-    finally:
-        conn.close()
-    with open(path, "r+b") as f:
-        f.seek((page - 1) * size)
-        f.write(b"\xff" * 16)
+    return finished_run_file(tmp_path / "agentrt.db", steps=20)
 
 
 def _public_reads(store: Store, run_id: str) -> dict[str, Callable[[], Any]]:
@@ -85,7 +54,7 @@ def _public_reads(store: Store, run_id: str) -> dict[str, Callable[[], Any]]:
 def test_no_read_of_a_damaged_file_raises_anything_but_a_store_error(db: Path, table: str) -> None:
     with open_store(db) as store:
         run_id = store.list_runs()[0].id
-    _smash_root_page(db, table)
+    smash_page(db, table)
     raised: dict[str, str] = {}
     with open_existing(db, read_only=True) as store:
         for name, read in _public_reads(store, run_id).items():
@@ -104,7 +73,7 @@ def test_a_write_transaction_on_a_damaged_table_fails_as_damage_and_writes_nothi
 ) -> None:
     with open_store(db) as store:
         run_id = store.list_runs()[0].id
-    _smash_root_page(db, "runs")
+    smash_page(db, "runs")
     with (
         open_existing(db) as store,
         pytest.raises(StoreDamagedError, match="SQLite finds the file damaged"),
@@ -136,7 +105,7 @@ def test_a_renewal_on_a_damaged_table_raises_store_damaged_and_closes_its_connec
 ) -> None:
     with open_store(db) as store:
         run_id = store.list_runs()[0].id
-    _smash_root_page(db, "runs")
+    smash_page(db, "runs")
     with open_existing(db) as store:
         renewer = store.renewer(lambda: WALL)
         with pytest.raises(StoreDamagedError, match=f"renewing the lease on run {run_id}"):

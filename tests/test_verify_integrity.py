@@ -14,53 +14,15 @@ from pathlib import Path
 
 import pytest
 
-import agentrt
-from agentrt import Decision, SideEffect
 from agentrt._records import FileCheck
-from agentrt._store import open_existing, open_store
+from agentrt._store import open_existing
 from agentrt.cli import main
-from agentrt.scripted import ScriptedAgent
-from conftest import FakeClock, Ids, RecordingTool
+from support.damage import finished_run_file, smash_page
 
 
 @pytest.fixture
 def db(tmp_path: Path) -> Path:
-    path = tmp_path / "agentrt.db"
-    driver = agentrt.Driver(
-        store=open_store(path),
-        agent=ScriptedAgent(
-            [Decision.tool_call("lookup", {"x": i}) for i in range(30)] + [Decision.complete({})]
-        ),
-        policy=agentrt.default_policy(),
-        tools=[RecordingTool("lookup", SideEffect.READ_ONLY)],
-        now=FakeClock(),
-        new_id=Ids("a"),
-    )
-    try:
-        assert driver.start_sync("look things up").status == agentrt.RunStatus.COMPLETED
-    finally:
-        driver.store.close()
-    assert not Path(f"{path}-wal").exists()  # every commit is in the main file now
-    return path
-
-
-def _root_page(path: Path, name: str) -> tuple[int, int]:
-    conn = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)
-    try:
-        page_size = int(conn.execute("PRAGMA page_size").fetchone()[0])
-        root = conn.execute("SELECT rootpage FROM sqlite_master WHERE name = ?", (name,))
-        return int(root.fetchone()[0]), page_size
-    finally:
-        conn.close()
-
-
-def _smash_page(path: Path, name: str) -> int:
-    """Overwrite the b-tree header of the root page of table or index `name`; its page number."""
-    page, size = _root_page(path, name)
-    with open(path, "r+b") as f:
-        f.seek((page - 1) * size)
-        f.write(b"\xff" * 16)
-    return page
+    return finished_run_file(tmp_path / "agentrt.db")
 
 
 def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -93,7 +55,7 @@ def test_verify_of_a_sound_file_reports_the_chain_and_the_file_on_lines_of_their
 def test_a_damaged_index_page_fails_verify_while_the_chain_stays_intact(
     db: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    page = _smash_page(db, "events_run_seq")
+    page = smash_page(db, "events_run_seq")
     with open_existing(db, read_only=True) as store:
         assert store.verify_events().intact  # the chain reads the table, not the index
         quick = store.check_file()
@@ -130,7 +92,7 @@ def test_a_damaged_index_page_fails_verify_while_the_chain_stays_intact(
 def test_a_damaged_events_page_is_an_unreadable_break_and_a_damaged_file_never_a_traceback(
     db: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    _smash_page(db, "events")
+    smash_page(db, "events")
     with open_existing(db, read_only=True) as store:
         report = store.verify_events()
         checked = store.check_file()

@@ -2,6 +2,7 @@
 
 - `approvals`: a run paused on an approval (or approved), restarted, tampered with.
 - `console`: the consumer's program behind the console's tests.
+- `damage`: a file with a finished run, and a page of it overwritten.
 - `crashes`: a child process that SIGKILLs itself mid-step, and its resumer.
 - `gates`: a Gate over the test's store, and a session opened on its first step.
 - `models`: scripted models behind the accounting caller, and a run that asks one.
