@@ -62,6 +62,43 @@ def test_what_the_consumer_does_to_its_input_changes_nothing_recorded_or_execute
     session.close_sync()
 
 
+def test_an_input_copies_only_the_steps_written_since_the_last_one(
+    store: agentrt.Store,
+) -> None:
+    """A run of n steps costs one copy per step written, not n per input (issue 20): the
+    copies of steps unchanged since the last input are the very same objects, so a
+    consumer's edit to one stays in the next input; a step written again is copied again."""
+    read = RecordingTool("read", SideEffect.READ_ONLY, result={"files": ["a"]})
+    session = gate(store, read).begin_sync("read")
+    for x in range(3):
+        step = session.step_sync()
+        assert step is not None
+        step.propose_sync(Decision.tool_call("read", {"x": x}))
+        step.execute_sync()
+    before = session.input()
+    before.steps[0].observation.content["files"].append("mine")  # type: ignore[union-attr]
+    step = session.step_sync()  # a fourth step claimed: one new step, none replaced
+    assert step is not None
+    after_claim = session.input()
+    assert [a is b for a, b in zip(before.steps, after_claim.steps, strict=False)] == [True] * 3
+    assert after_claim.steps[0].observation.content == {"files": ["a", "mine"]}  # type: ignore[union-attr]
+    step.propose_sync(Decision.tool_call("read", {"x": 3}))  # the fourth step written again
+    after_propose = session.input()
+    assert after_propose.steps[:3] == after_claim.steps[:3]
+    assert all(a is b for a, b in zip(after_claim.steps[:3], after_propose.steps[:3], strict=True))
+    assert after_propose.steps[3] is not after_claim.steps[3]
+    assert after_propose.steps[3].decision is not None
+    assert after_propose.steps[3].decision.args == {"x": 3}
+    step.execute_sync()
+    session.close_sync()
+    assert [s.decision.args for s in store.list_steps(session.run_id)] == [  # type: ignore[union-attr]
+        {"x": 0},
+        {"x": 1},
+        {"x": 2},
+        {"x": 3},
+    ]
+
+
 def test_two_concurrent_step_calls_claim_one_step(store: agentrt.Store) -> None:
     async def main() -> list[Any]:
         session = await gate(store).begin("two claims")

@@ -443,7 +443,11 @@ class GateSession:
         # the session; a running execute() keeps the session alive.)
         self._finalizer = weakref.finalize(self, _abandoned, rs, gate, rs.run_id)
         self._executing = 0  # execute() calls running a tool right now
-        self._shown: dict[str, tuple[Step, Step]] = {}  # step id -> (recorded, copy shown)
+        # The copies shown, one per step in order, and how much of the session's log of
+        # replaced steps they have taken in: an input copies only steps new or replaced
+        # since the last one, so a run of n steps costs one copy per step written.
+        self._shown: list[Step] = []
+        self._replaced_seen = 0
 
     # -- reading -----------------------------------------------------------
 
@@ -478,23 +482,27 @@ class GateSession:
         caller = open_step.model if open_step is not None else None
         # Copies: what the consumer does to them changes nothing recorded, judged or
         # executed. A step's copy is made once per version of the step (a run of n
-        # steps costs one copy per step written, not n per input), so a consumer
-        # that edits what it was shown sees its own edits in the next input.
+        # steps costs one copy per step written, not n per input: O(1) amortized),
+        # so a consumer that edits what it was shown sees its own edits in the next
+        # input.
         return StepInput(
             run=copy.deepcopy(run),
-            steps=tuple(self._copy_of(step) for step in steps),
+            steps=self._steps_shown(steps),
             approvals=copy.deepcopy(approvals),
             tools=specs,
             model=caller,
         )
 
-    def _copy_of(self, step: Step) -> Step:
-        kept = self._shown.get(step.id)
-        if kept is not None and kept[0] is step:
-            return kept[1]
-        shown = copy.deepcopy(step)
-        self._shown[step.id] = (step, shown)
-        return shown
+    def _steps_shown(self, steps: Sequence[Step]) -> tuple[Step, ...]:
+        """Copies of `steps`: those kept from the last input, new ones for steps added or
+        replaced since (the session logs each replacement's index)."""
+        log, shown = self._rs.replaced, self._shown
+        for index in set(log[self._replaced_seen :]):
+            if index < len(shown):
+                shown[index] = copy.deepcopy(steps[index])
+        self._replaced_seen = len(log)
+        shown.extend(copy.deepcopy(step) for step in steps[len(shown) :])
+        return tuple(shown)
 
     # -- the loop ----------------------------------------------------------
 

@@ -325,6 +325,9 @@ class RunSession:
         self.config = config
         self.run = run
         self.steps: list[Step] = list(steps)
+        # The index of every step replaced in place, in order (appends are not
+        # listed): what a reader that keeps copies must copy again (`GateSession.input`).
+        self.replaced: list[int] = []
         self.approvals: list[Approval] = list(approvals)
         self.epoch = epoch
         # Start of the active segment not yet added to the run's active time.
@@ -475,6 +478,7 @@ class RunSession:
         for i in range(len(self.steps) - 1, -1, -1):
             if self.steps[i].id == step.id:
                 self.steps[i] = step
+                self.replaced.append(i)
                 return step
         self.steps.append(step)
         return step
