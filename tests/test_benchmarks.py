@@ -236,3 +236,20 @@ def test_the_call_lookup_benchmark_prints_each_frameworks_ends_alone_gated_and_t
     ]
     assert all(float(row[2]) > 0 and float(row[3]) > 0 for row in rows if row[1] != "adapter")
     assert list(tmp_path.iterdir()) == []  # its stores are gone
+
+
+def test_the_long_run_benchmark_prints_each_tenth_memory_and_the_file_over_its_content(
+    tmp_path: Path,
+) -> None:
+    done = run_script(
+        "benchmarks/long_run.py", "--steps", "20", "--size", "64", "--dir", str(tmp_path)
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].endswith("20 steps of 64 bytes")
+    tenths = lines[1].removeprefix("µs per step by tenth: ").split()
+    assert len(tenths) == 10 and all(float(t.replace(",", "")) > 0 for t in tenths)
+    assert lines[2].startswith("last tenth / first tenth: ") and "(target <= 1.2x)" in lines[2]
+    assert lines[3].startswith("max RSS growth: ") and lines[3].endswith("(target <= 64 MiB)")
+    assert lines[4].startswith("database: ") and lines[4].endswith("(target <= 1.5x)")
+    assert list(tmp_path.iterdir()) == []  # its database is gone
