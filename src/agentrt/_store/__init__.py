@@ -22,7 +22,6 @@ from .sqlite import open_sqlite_existing, open_sqlite_store
 from .sqlite._codecs import run_from_row
 from .sqlite._migrations import RUNTIME_VERSION
 
-
 _POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 
 

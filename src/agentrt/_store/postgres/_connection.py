@@ -153,9 +153,7 @@ def connect(target: Target) -> psycopg.Connection[Any]:
     except psycopg.Error as e:
         raise StoreError(f"cannot open {target.shown}: {target.redact(str(e))}") from None
     try:
-        conn.execute(
-            pg_sql.SQL("SET search_path TO {}").format(pg_sql.Identifier(target.schema))
-        )
+        conn.execute(pg_sql.SQL("SET search_path TO {}").format(pg_sql.Identifier(target.schema)))
         conn.execute("SET TIME ZONE 'UTC'")
         conn.execute(pg_sql.SQL("SET lock_timeout = {}").format(pg_sql.Literal(LOCK_TIMEOUT_MS)))
     except psycopg.Error as e:

@@ -23,8 +23,9 @@ import psycopg
 from ..._clock import format_time, wall_clock
 from ..._errors import SchemaVersionError, UnsafeSchemaError
 from ..sqlite._migrations import RUNTIME_VERSION, SCHEMA_VERSION, parse_version
+from ._connection import rollback_quietly
 
-_T = 'text COLLATE "C" NOT NULL DEFAULT \'\''
+_T = "text COLLATE \"C\" NOT NULL DEFAULT ''"
 _I = "bigint NOT NULL DEFAULT 0"
 _ROWID = "rowid bigint GENERATED ALWAYS AS IDENTITY UNIQUE"
 
@@ -205,9 +206,7 @@ def check_writer(conn: psycopg.Connection[Any], runtime_version: str = RUNTIME_V
     """Refuse to write a schema whose `min_writer_version` is above `runtime_version`."""
     if not _exists(conn, "agentrt_meta"):
         return
-    row = conn.execute(
-        "SELECT value FROM agentrt_meta WHERE key = 'min_writer_version'"
-    ).fetchone()
+    row = conn.execute("SELECT value FROM agentrt_meta WHERE key = 'min_writer_version'").fetchone()
     required = "" if row is None else str(row[0])
     if required == "":
         return
@@ -241,7 +240,7 @@ def migrate(conn: psycopg.Connection[Any], schema: str) -> int:
             if version <= current:
                 continue
             for sql in statements(script):
-                conn.execute(sql)  # type: ignore[call-overload]  # our own constant text
+                conn.execute(sql)
             conn.execute(
                 "INSERT INTO schema_migrations (version, applied_at) VALUES (%s, %s)",
                 (version, applied_at),
@@ -249,10 +248,6 @@ def migrate(conn: psycopg.Connection[Any], schema: str) -> int:
         check_writer(conn)
         conn.execute("COMMIT")
     except BaseException:
-        if not conn.closed:
-            try:
-                conn.execute("ROLLBACK")
-            except psycopg.Error:
-                pass
+        rollback_quietly(conn)
         raise
     return SCHEMA_VERSION

@@ -184,9 +184,7 @@ class PostgresRenewer:
 class PostgresStore(SqliteStore):
     """The runtime's record in one PostgreSQL schema. Use `open_store`/`open_existing`."""
 
-    def __init__(
-        self, conn: psycopg.Connection[Any], target: Target, *, read_only: bool
-    ) -> None:
+    def __init__(self, conn: psycopg.Connection[Any], target: Target, *, read_only: bool) -> None:
         self.path = target.shown
         self.read_only = read_only
         self.in_memory = False
@@ -194,7 +192,7 @@ class PostgresStore(SqliteStore):
         self._pg = conn
         self._uri = None
         self._lock = threading.RLock()
-        self._tx: PostgresTx | None = None  # type: ignore[assignment]
+        self._tx: PostgresTx | None = None
         self._closed = False
         self._safe_schema = None
 
@@ -255,7 +253,10 @@ class PostgresStore(SqliteStore):
                 except psycopg.Error as e:
                     rollback_quietly(conn)
                     raise store_error(
-                        e, "commit failed, nothing was written", retryable=False, target=self._target
+                        e,
+                        "commit failed, nothing was written",
+                        retryable=False,
+                        target=self._target,
                     ) from e
             finally:
                 tx._close()
@@ -366,8 +367,9 @@ class PostgresStore(SqliteStore):
                 limit,
             ),
         )
-        return [_candidate(tuple(bytes(v) if isinstance(v, memoryview) else v for v in r))
-                for r in rows]
+        return [
+            _candidate(tuple(bytes(v) if isinstance(v, memoryview) else v for v in r)) for r in rows
+        ]
 
     def started_tool_names(self, run_id: str) -> list[str | None]:
         """The names of the tools the run was started with; None for one that will not read."""
@@ -438,9 +440,13 @@ class PostgresStore(SqliteStore):
         return self._waiting(rows, cap, with_goal=False)
 
     def newest_pending_approvals(self, limit: int, cap: int, goal_cap: int) -> list[WaitingRow]:
-        cols = self._waiting_columns(cap).replace("substr(", "substr(a.").replace(
-            "length(", "length(a."
-        ).replace(" run_id,", " a.run_id,").replace("request_json", "a.request_json")
+        cols = (
+            self._waiting_columns(cap)
+            .replace("substr(", "substr(a.")
+            .replace("length(", "length(a.")
+            .replace(" run_id,", " a.run_id,")
+            .replace("request_json", "a.request_json")
+        )
         rows = self._query(
             f"SELECT {cols}, substr(r.goal, 1, {goal_cap}) AS goal, length(r.goal) AS n_goal "
             "FROM runs AS r JOIN approvals AS a ON a.run_id = r.id "
@@ -460,7 +466,9 @@ class PostgresStore(SqliteStore):
     def migrate_proxy(self, now: datetime) -> int:
         known = PROXY_MIGRATIONS[-1][0]
         with self.transaction() as tx:
-            tx.execute("SELECT pg_advisory_xact_lock(hashtext('agentrt.proxy.' || current_schema()))")
+            tx.execute(
+                "SELECT pg_advisory_xact_lock(hashtext('agentrt.proxy.' || current_schema()))"
+            )
             exists = tx.execute("SELECT to_regclass('proxy_migrations')").fetchone()
             current = 0
             if exists is not None and exists[0] is not None:
