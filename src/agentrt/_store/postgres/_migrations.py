@@ -229,9 +229,9 @@ def migrate(conn: psycopg.Connection[Any], schema: str) -> int:
     conn.execute("BEGIN")
     try:
         conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"agentrt.migrate.{schema}",))
-        conn.execute(
-            psycopg.sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(psycopg.sql.Identifier(schema))
-        )
+        found = conn.execute("SELECT to_regnamespace(%s)", (schema,)).fetchone()
+        if found is None or found[0] is None:  # a runtime role need not be able to create one
+            conn.execute(psycopg.sql.SQL("CREATE SCHEMA {}").format(psycopg.sql.Identifier(schema)))
         check_schema(conn)
         current = check_not_newer(conn)
         check_writer(conn)
