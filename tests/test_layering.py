@@ -485,7 +485,7 @@ def test_the_private_import_detector_sees_from_import_and_a_private_name() -> No
     ]
 
 
-BACKEND_PACKAGES = ("_store/sqlite/",)
+BACKEND_PACKAGES = ("_store/sqlite/", "_store/postgres/")
 """Each backend's package: the only place its driver is imported."""
 
 SQLITE_ONLY_DOORS = {"lowlevel.py"}

@@ -13,15 +13,21 @@ parameter. A backend gives:
   does: edit, delete or swap event rows, forget the issued seqs, put bytes
   that are not text into a column, plant a trigger.
 
-THE BACKEND'S PART: `_SqliteTamper` below is the only place in the suite where
-SQL (or `sqlite3`) appears. The next backend (issue 21, PostgreSQL) adds a
-parameter and a tamper of its own here; every test file stays as it is.
+THE BACKEND'S PART: `_SqliteTamper` and `_PostgresTamper` below are the only
+places in the suite where SQL (or a driver) appears; every test file stays as it is.
+
+The `postgres` parameter runs on the server named by `AGENTRT_TEST_POSTGRES_URL`
+(e.g. `postgresql://root@127.0.0.1:5432/test`), each test in a schema of its own
+(`?schema=`), dropped after it. Without the variable it skips, saying how to
+enable it; with `CI` set it fails instead.
 """
 
 from __future__ import annotations
 
 import itertools
+import os
 import sqlite3
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -82,7 +88,21 @@ class Backend:
         # A backend that cannot hold bytes that are not text (PostgreSQL `text`)
         # says so here; the decode tests skip it, saying why.
         self.holds_bytes = True
+        # One writer at a time for the whole database (SQLite's write lock): a second
+        # transaction waits at its begin. A server's writers wait only for what they touch.
+        self.one_writer = True
         self._path: Path | None = None
+        self._url: str | None = None
+        if name == "postgres":
+            self.holds_bytes = False
+            self.one_writer = False
+            self._url = _postgres_schema(stack)
+
+    @property
+    def url(self) -> str:
+        """The PostgreSQL URL of this test's schema (the `postgres` parameter only)."""
+        assert self._url is not None
+        return self._url
 
     @property
     def shared(self) -> bool:
@@ -97,6 +117,8 @@ class Backend:
         """The store on this test's database (a fresh, empty one at the first call)."""
         if self.name == "sqlite-memory":
             return self._keep(open_store(":memory:"))
+        if self._url is not None:
+            return self._keep(open_store(self._url))
         if self._path is None:
             self._path = self._tmp_path / f"contract-{next(self._files)}.db"
         return self._keep(open_store(self._path))
@@ -111,6 +133,8 @@ class Backend:
         """A read-only store on the same database."""
         self._need_shared("a read-only store on the same database")
         self.open()
+        if self._url is not None:
+            return self._keep(open_existing(self._url, read_only=True))
         assert self._path is not None
         return self._keep(open_existing(self._path, read_only=True))
 
@@ -119,11 +143,18 @@ class Backend:
         self._need_shared("a second store on the same database")
         self.open()
         with monkeypatch.context() as m:  # read when the store's connection is configured
-            m.setattr(sqlite_connection, "BUSY_TIMEOUT_MS", 20)
+            if self._url is not None:
+                import agentrt._store.postgres._connection as postgres_connection
+
+                m.setattr(postgres_connection, "LOCK_TIMEOUT_MS", 20)
+            else:
+                m.setattr(sqlite_connection, "BUSY_TIMEOUT_MS", 20)
             return self.open()
 
     def tamper(self, store: Store) -> Tamper:
         """Damage to `store`'s database, done behind the runtime's back."""
+        if self._url is not None:
+            return _PostgresTamper(self._url)
         assert isinstance(store, SqliteStore)
         return _SqliteTamper(store)
 
@@ -132,7 +163,7 @@ class Backend:
             pytest.skip(f"{self.name}: nothing else can open an in-memory database ({what})")
 
 
-@pytest.fixture(params=["sqlite-file", "sqlite-memory"])
+@pytest.fixture(params=["sqlite-file", "sqlite-memory", "postgres"])
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
     with ExitStack() as stack:
         yield Backend(str(request.param), tmp_path, stack)
@@ -256,3 +287,126 @@ def _committed(conn: sqlite3.Connection, work: Callable[[sqlite3.Connection], in
         conn.execute("ROLLBACK")
         raise
     return result
+
+
+# --- THE BACKEND'S PART: PostgreSQL ----------------------------------------------------------
+#
+# Each test gets a schema of its own on the server, dropped after it; the damage is done
+# through a plain connection of its own (another process's) to that schema.
+
+POSTGRES_URL_VARIABLE = "AGENTRT_TEST_POSTGRES_URL"
+
+
+def _postgres_schema(stack: ExitStack) -> str:
+    """A fresh schema's URL on the test server (dropped when `stack` closes)."""
+    base = os.environ.get(POSTGRES_URL_VARIABLE, "")
+    if not base:
+        message = (
+            f"postgres: set {POSTGRES_URL_VARIABLE} (e.g. "
+            "postgresql://root@127.0.0.1:5432/test) to run the contract suite on PostgreSQL"
+        )
+        if os.environ.get("CI"):
+            pytest.fail(message + " (CI is set: it must not skip)")
+        pytest.skip(message)
+    import psycopg
+
+    schema = f"t_{uuid.uuid4().hex[:16]}"
+
+    def drop() -> None:
+        with psycopg.connect(base, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+    stack.callback(drop)
+    joiner = "&" if "?" in base else "?"
+    return f"{base}{joiner}schema={schema}"
+
+
+class _PostgresTamper:
+    def __init__(self, url: str) -> None:
+        from agentrt._store.postgres._connection import parse_target
+
+        self._target = parse_target(url)
+
+    def _execute(self, *statements: tuple[str, tuple[object, ...]]) -> int:
+        import psycopg
+
+        with psycopg.connect(self._target.conninfo) as conn:  # one transaction, committed
+            conn.execute(f"SET search_path TO {self._target.schema}")
+            changed = 0
+            for sql, params in statements:
+                changed = conn.execute(sql.replace("?", "%s"), params).rowcount
+            return changed
+
+    def set_event(self, seq: int, column: str, value: str | bytes) -> int:
+        assert column in (*_EVENT_CONTENT, "hash"), column
+        assert isinstance(value, str), "PostgreSQL text holds no bytes (holds_bytes is False)"
+        return self._execute((f"UPDATE events SET {column} = ? WHERE seq = ?", (value, seq)))
+
+    def delete_events(self, first: int, last: int | None = None) -> int:
+        top = 2**62 if last is None else last
+        return self._execute(("DELETE FROM events WHERE seq BETWEEN ? AND ?", (first, top)))
+
+    def swap_events(self, a: int, b: int) -> int:
+        return self._execute(
+            ("UPDATE events SET seq = -1 WHERE seq = ?", (a,)),
+            ("UPDATE events SET seq = ? WHERE seq = ?", (a, b)),
+            ("UPDATE events SET seq = ? WHERE seq = -1", (b,)),
+        )
+
+    def swap_event_content(self, a: int, b: int) -> int:
+        assign = ", ".join(f"{c} = o.{c}" for c in _EVENT_CONTENT)
+        return self._execute(
+            (
+                f"UPDATE events AS e SET {assign} FROM events AS o "
+                "WHERE (e.seq, o.seq) IN ((?, ?), (?, ?))",
+                (a, b, b, a),
+            )
+        )
+
+    def forget_issued(self, seq: int) -> int:
+        return self._execute(("UPDATE chain_head SET seq = ? WHERE id = 1", (seq,)))
+
+    def write_bytes(self, table: str, key: str, column: str, data: bytes) -> int:
+        raise AssertionError("PostgreSQL text holds no bytes (holds_bytes is False)")
+
+    def plant_trigger(self, table: str) -> None:
+        self._execute(
+            ("CREATE TABLE IF NOT EXISTS fired (what text)", ()),
+            (
+                "CREATE OR REPLACE FUNCTION spy_fn() RETURNS trigger LANGUAGE plpgsql AS "
+                f"$$ BEGIN INSERT INTO fired (what) VALUES ('{table}'); RETURN NEW; END $$",
+                (),
+            ),
+            (
+                f"CREATE TRIGGER spy AFTER UPDATE ON {table} "
+                "FOR EACH ROW EXECUTE FUNCTION spy_fn()",
+                (),
+            ),
+        )
+
+    def plant_view(self) -> None:
+        self._execute(("CREATE VIEW everything AS SELECT * FROM runs", ()))
+
+    def remove(self, name: str) -> None:
+        if name == "spy":
+            import psycopg
+
+            with psycopg.connect(self._target.conninfo) as conn:
+                conn.execute(f"SET search_path TO {self._target.schema}")
+                row = conn.execute(
+                    "SELECT c.relname FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid "
+                    "WHERE t.tgname = 'spy' AND c.relnamespace = to_regnamespace(current_schema())"
+                ).fetchone()
+                assert row is not None
+                conn.execute(f"DROP TRIGGER spy ON {row[0]}")
+            return
+        self._execute(("DROP VIEW everything", ()))
+
+    def fired(self) -> int:
+        import psycopg
+
+        with psycopg.connect(self._target.conninfo) as conn:
+            conn.execute(f"SET search_path TO {self._target.schema}")
+            conn.execute("CREATE TABLE IF NOT EXISTS fired (what text)")
+            row = conn.execute("SELECT count(*) FROM fired").fetchone()
+            return int(row[0]) if row else 0

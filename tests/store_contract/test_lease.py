@@ -94,11 +94,14 @@ def test_a_renewer_closed_renews_again_and_closing_twice_is_harmless(backend: Ba
     try:
         assert renewer.renew("r1", OWNER, TTL) is True
         renewer.close()
+        earliest = store.lease_now(WALL) + 2 * TTL
         assert renewer.renew("r1", OWNER, 2 * TTL) is True
     finally:
         renewer.close()
         renewer.close()
-    assert store.lease("r1").expires_at == store.lease_now(WALL) + 2 * TTL
+    # The lease clock may move (a server's): the renewal's expiry lies between two reads.
+    expires_at = store.lease("r1").expires_at
+    assert expires_at is not None and earliest <= expires_at <= store.lease_now(WALL) + 2 * TTL
 
 
 def test_release_lets_the_owner_go_and_leaves_anothers_lease_alone(backend: Backend) -> None:

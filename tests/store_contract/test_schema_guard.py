@@ -1,8 +1,8 @@
 """A trigger or view added while a store is open never fires on one of its writes.
 
-The guard is the SQLite backend's (a database server keeps its own schema's
-trust); the trigger is planted through the backend's tamper hook, and a backend
-whose hook cannot plant one skips these tests. Derived from
+Every backend keeps the guard: SQLite's re-checks its file's schema, PostgreSQL's
+its schema's catalogue (triggers, rules, views, row-level policies) in every
+write transaction. The trigger is planted through the backend's tamper hook. Derived from
 `tests/test_schema_recheck.py` (the file rules of `tests/test_store.py` stay
 SQLite-only there).
 """
@@ -24,8 +24,6 @@ SPY = "the database holds trigger 'spy'; agentrt refuses a schema with triggers 
 
 @pytest.fixture
 def guarded(backend: Backend) -> tuple[Store, Tamper]:
-    if not backend.name.startswith("sqlite"):
-        pytest.skip(f"{backend.name}: the schema guard is SQLite's")
     store = backend.open()
     new_run(store)
     return store, backend.tamper(store)

@@ -142,6 +142,11 @@ def test_a_closed_store_refuses_transactions_and_reads(backend: Backend) -> None
 def test_a_database_held_by_another_writer_past_the_wait_is_store_busy_and_nothing_is_written(
     backend: Backend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    if not backend.one_writer:
+        pytest.skip(
+            f"{backend.name}: writers do not wait for one another to begin (no database-wide "
+            "write lock); see the next test for a held run"
+        )
     holder = backend.open()
     new_run(holder, "r0")
     impatient = backend.impatient(monkeypatch)
@@ -169,6 +174,44 @@ def test_a_database_held_by_another_writer_past_the_wait_is_store_busy_and_nothi
         thread.join(60)
     assert failures == []
     # Only the holder's write committed; the busy one left nothing.
+    assert impatient.lease("r0").owner == OWNER
+    assert [e.type for e in impatient.list_events("r0", 0, 100)][-1] == "run.resumed"
+
+
+def test_a_run_held_by_another_transaction_past_the_wait_refuses_the_write_writing_nothing(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`lock_run` holds the run until commit: a second writer of that run waits at most
+    the backend's lock wait, then fails with a `StoreError` (busy at its begin on SQLite,
+    at its own `lock_run` on a server), leaving nothing written."""
+    holder = backend.open()
+    new_run(holder, "r0")
+    impatient = backend.impatient(monkeypatch)
+    holding, refused = threading.Event(), threading.Event()
+    failures: list[BaseException] = []
+
+    def hold() -> None:
+        try:
+            with holder.transaction() as tx:
+                assert tx.lock_run("r0") is not None
+                tx.go_on_after_interruption("r0", {"held": True}, EPOCH)
+                holding.set()
+                assert refused.wait(60), "the impatient write never gave up"
+        except BaseException as exc:  # reported by the main thread
+            failures.append(exc)
+            holding.set()
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    try:
+        assert holding.wait(60)
+        with pytest.raises(StoreError), impatient.transaction() as tx:
+            tx.lock_run("r0")
+            tx.release_lease("r0", OWNER)
+    finally:
+        refused.set()
+        thread.join(60)
+    assert failures == []
     assert impatient.lease("r0").owner == OWNER
     assert [e.type for e in impatient.list_events("r0", 0, 100)][-1] == "run.resumed"
 

@@ -2,8 +2,10 @@
 
 `Store` and `Tx` (`_base`) are the interface the rest of the package holds;
 `open_store(target)` and `open_existing(target, read_only)` choose a backend
-by what `target` names: today every target is a SQLite file path (or
-`":memory:"`), opened by the SQLite backend in `sqlite/`. Each backend is a
+by what `target` names: a `postgresql://` URL is a schema on a PostgreSQL
+server (`postgres/`, which alone imports psycopg, loaded only then); anything
+else is a SQLite file path (or `":memory:"`), opened by the SQLite backend in
+`sqlite/`. Each backend is a
 package of its own; nothing above this layer imports a backend's driver or
 writes SQL (`tests/test_layering.py`).
 """
@@ -20,15 +22,28 @@ from .sqlite import open_sqlite_existing, open_sqlite_store
 from .sqlite._codecs import run_from_row
 from .sqlite._migrations import RUNTIME_VERSION
 
+_POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+
+
+def _is_postgres(target: object) -> bool:
+    return isinstance(target, str) and target.startswith(_POSTGRES_SCHEMES)
+
 
 def open_store(path: str | os.PathLike[str]) -> Store:
     """Open the database at `path` for writing, creating it (0600) or migrating it as needed.
+
+    A `postgresql://` URL opens (creating or migrating) the store's schema on that
+    server instead (`?schema=NAME`, default `agentrt`; docs/postgres.md).
 
     `":memory:"` gives a private in-memory store. Refuses a symlink, a file with
     a second hard link, an insecure file, sidecar or directory, a trigger or
     view, an unreadable schema, a newer schema, and a file whose
     `min_writer_version` is above this runtime.
     """
+    if _is_postgres(path):
+        from .postgres import open_postgres_store
+
+        return open_postgres_store(str(path))
     return open_sqlite_store(path)
 
 
@@ -41,6 +56,10 @@ def open_existing(path: str | os.PathLike[str], read_only: bool = False) -> Stor
     side is newer). A read-only open works beside a live writer and in a
     directory this process cannot write.
     """
+    if _is_postgres(path):
+        from .postgres import open_postgres_existing
+
+        return open_postgres_existing(str(path), read_only)
     return open_sqlite_existing(path, read_only)
 
 

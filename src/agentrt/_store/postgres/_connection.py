@@ -1,0 +1,204 @@
+"""The PostgreSQL backend's connections: the URL, the session settings, rows, SQL, failures.
+
+A target is a `postgresql://` (or `postgres://`) URL. Its query may carry
+`schema=NAME`, the schema the store owns (default `agentrt`); every other part
+goes to libpq as it is. The password is never shown: any message that could
+carry the URL or the password has it replaced (`redact`).
+
+Every connection is in autocommit mode, and the store issues `BEGIN ...`,
+`COMMIT` and `ROLLBACK` itself, so that one transaction is exactly one block of
+the store's. Its session: `search_path` set to the store's schema only, UTC,
+and `lock_timeout` (`LOCK_TIMEOUT_MS`): a lock held past it is "busy".
+
+The named reads and writes are written with `?` and `:name` placeholders (as
+the SQLite backend's are): `translate` turns them into psycopg's, once per text.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg import sql as pg_sql
+
+from ..._errors import StoreBusyError, StoreDamagedError, StoreError
+
+LOCK_TIMEOUT_MS = 5_000
+"""How long a statement waits for a row or the chain's head before it is busy."""
+
+DEFAULT_SCHEMA = "agentrt"
+
+_SCHEMES = ("postgresql://", "postgres://")
+_SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+
+
+def is_postgres_url(target: object) -> bool:
+    """Whether `target` names a PostgreSQL database (a URL), not a SQLite file."""
+    return isinstance(target, str) and target.startswith(_SCHEMES)
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where a store lives: the libpq URL (without `schema=`), the schema, the password."""
+
+    conninfo: str
+    schema: str
+    password: str
+
+    def redact(self, text: str) -> str:
+        """`text` with the password (if any) replaced by `***`."""
+        if self.password:
+            text = text.replace(self.password, "***")
+        return text
+
+    @property
+    def shown(self) -> str:
+        """The URL as it may be printed: without its password."""
+        parts = urlsplit(self.conninfo)
+        netloc = parts.netloc
+        if "@" in netloc:
+            user, host = netloc.rsplit("@", 1)
+            if ":" in user:
+                user = user.split(":", 1)[0] + ":***"
+            netloc = f"{user}@{host}"
+        return urlunsplit((parts.scheme, netloc, parts.path, parts.query, ""))
+
+
+def parse_target(url: str) -> Target:
+    """Split `url` into libpq's URL and the store's schema; StoreError for a bad schema name."""
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    schema = DEFAULT_SCHEMA
+    rest: list[tuple[str, str]] = []
+    for key, value in query:
+        if key == "schema":
+            schema = value
+        else:
+            rest.append((key, value))
+    if not _SCHEMA_NAME.match(schema):
+        raise StoreError(
+            f"schema {schema!r} is not a plain lower-case name (letters, digits, underscores)"
+        )
+    conninfo = urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(rest), ""))
+    return Target(conninfo=conninfo, schema=schema, password=parts.password or "")
+
+
+# --- rows -----------------------------------------------------------------------------------
+
+
+class Row(tuple[Any, ...]):
+    """A result row read by position or by column name (as `sqlite3.Row` is)."""
+
+    _names: dict[str, int]
+
+    def keys(self) -> list[str]:
+        return list(self._names)
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, str):
+            return tuple.__getitem__(self, self._names[key])
+        return tuple.__getitem__(self, key)
+
+
+def row_factory(cursor: Any) -> Any:
+    """psycopg's row factory for `Row`."""
+    description = cursor.description
+    names = {} if description is None else {c.name: i for i, c in enumerate(description)}
+
+    def make(values: Sequence[Any]) -> Row:
+        row = Row(values)
+        row._names = names
+        return row
+
+    return make
+
+
+# --- SQL ----------------------------------------------------------------------------------------
+
+_NAMED = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
+
+
+@functools.lru_cache(maxsize=1024)
+def translate(sql: str) -> str:
+    """A statement written with `?` / `:name` placeholders, as psycopg takes it.
+
+    `%` is doubled; `LIMIT ?` accepts -1 for "no limit"; `INSERT OR IGNORE` is
+    `ON CONFLICT DO NOTHING`; `CROSS JOIN ... ON` (SQLite's way of fixing a join's
+    order) is a plain join.
+    """
+    text = sql.replace("%", "%%")
+    text = text.replace("LIMIT ?", "LIMIT NULLIF(?, -1)")
+    if "INSERT OR IGNORE INTO" in text:
+        text = text.replace("INSERT OR IGNORE INTO", "INSERT INTO") + " ON CONFLICT DO NOTHING"
+    text = text.replace(" CROSS JOIN ", " JOIN ")
+    text = text.replace("?", "%s")
+    return _NAMED.sub(r"%(\1)s", text)
+
+
+# --- connections ----------------------------------------------------------------------------
+
+
+def connect(target: Target) -> psycopg.Connection[Any]:
+    """A new autocommit connection to the store's schema; StoreError without the password."""
+    try:
+        conn: psycopg.Connection[Any] = psycopg.connect(
+            target.conninfo, autocommit=True, row_factory=row_factory, connect_timeout=10
+        )
+    except psycopg.Error as e:
+        raise StoreError(f"cannot open {target.shown}: {target.redact(str(e))}") from None
+    try:
+        conn.execute(pg_sql.SQL("SET search_path TO {}").format(pg_sql.Identifier(target.schema)))
+        conn.execute("SET TIME ZONE 'UTC'")
+        conn.execute(pg_sql.SQL("SET lock_timeout = {}").format(pg_sql.Literal(LOCK_TIMEOUT_MS)))
+    except psycopg.Error as e:
+        conn.close()
+        raise StoreError(f"cannot open {target.shown}: {target.redact(str(e))}") from None
+    return conn
+
+
+def rollback_quietly(conn: psycopg.Connection[Any]) -> None:
+    """Roll back if a transaction is open, never letting a failed ROLLBACK hide the cause."""
+    if conn.closed:
+        return
+    try:
+        if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            conn.execute("ROLLBACK")
+    except psycopg.Error:
+        pass
+
+
+_BUSY = (pg_errors.LockNotAvailable, pg_errors.SerializationFailure, pg_errors.DeadlockDetected)
+_DAMAGED = (pg_errors.DataCorrupted, pg_errors.IndexCorrupted)
+
+
+def is_busy(error: BaseException) -> bool:
+    """True when the server refused because another transaction held what this one needed."""
+    return isinstance(error, _BUSY)
+
+
+def store_error(
+    error: psycopg.Error, doing: str, *, retryable: bool = True, target: Target | None = None
+) -> StoreError:
+    """The `StoreError` a failure of the server's becomes at the store's boundary.
+
+    A lock held past `lock_timeout`, a serialization failure or a deadlock is
+    `StoreBusyError` where a retry cannot run work twice (`retryable`), else a
+    plain `StoreError`; data the server finds corrupted is `StoreDamagedError`.
+    """
+    said = str(error).strip()
+    if target is not None:
+        said = target.redact(said)
+    if retryable and is_busy(error):
+        return StoreBusyError(
+            f"{doing}: another transaction held what this one needed past the lock timeout "
+            f"({LOCK_TIMEOUT_MS} ms): {said}"
+        )
+    if isinstance(error, _DAMAGED):
+        return StoreDamagedError(f"{doing}: PostgreSQL finds the data damaged: {said}")
+    return StoreError(f"{doing}: {said}")

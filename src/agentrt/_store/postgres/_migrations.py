@@ -1,0 +1,253 @@
+"""The PostgreSQL record's format: the same tables as SQLite's, its migrations, its safety check.
+
+The versions are SQLite's (`schema_migrations` reaches the same `SCHEMA_VERSION`,
+`agentrt_meta` holds the same `min_writer_version`), each migration written for
+PostgreSQL. The differences (decision 0079): integers are `bigint`; text is
+`text COLLATE "C"` (bytewise order and comparison, as SQLite's); times stay the
+stored ISO text; each table SQLite gives an implicit `rowid` has an identity
+column `rowid` (insertion order); `events.seq` is handed out under the chain
+head's lock, whose row (`chain_head`) also keeps the highest seq ever issued
+(SQLite's `sqlite_sequence`).
+
+All pending migrations run in one transaction under an advisory lock on the
+schema, so two processes opening a new schema apply each once. A released
+migration is never edited; a change is a new one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+
+from ..._clock import format_time, wall_clock
+from ..._errors import SchemaVersionError, UnsafeSchemaError
+from ..sqlite._migrations import RUNTIME_VERSION, SCHEMA_VERSION, parse_version
+from ._connection import rollback_quietly
+
+_T = "text COLLATE \"C\" NOT NULL DEFAULT ''"
+_I = "bigint NOT NULL DEFAULT 0"
+_ROWID = "rowid bigint GENERATED ALWAYS AS IDENTITY UNIQUE"
+
+_V1 = f"""\
+CREATE TABLE schema_migrations (
+    version bigint PRIMARY KEY NOT NULL,
+    applied_at {_T}
+);
+CREATE TABLE agentrt_meta (
+    key text COLLATE "C" PRIMARY KEY NOT NULL,
+    value {_T}
+);
+INSERT INTO agentrt_meta (key, value) VALUES ('min_writer_version', '0.1.0');
+CREATE TABLE runs (
+    id text COLLATE "C" PRIMARY KEY NOT NULL,
+    goal {_T}, status {_T}, reason {_T}, reason_detail {_T}, limits_json {_T},
+    step_count {_I}, created_at {_T}, started_at {_T}, finished_at {_T}, result_json {_T},
+    model_calls {_I}, input_tokens {_I}, output_tokens {_I}, cached_input_tokens {_I},
+    estimated_cost_micros {_I}, active_ms {_I},
+    lease_owner {_T}, lease_expires_at {_T}, lease_epoch {_I}, lease_holder {_T},
+    {_ROWID}
+);
+CREATE INDEX runs_status ON runs (status);
+CREATE TABLE steps (
+    id text COLLATE "C" PRIMARY KEY NOT NULL,
+    run_id text COLLATE "C" NOT NULL REFERENCES runs (id),
+    idx bigint NOT NULL,
+    status {_T}, decision_json {_T}, policy_json {_T}, observation_json {_T},
+    observation_hash {_T}, started_at {_T}, finished_at {_T}, spec_hash {_T}, policy_id {_T},
+    {_ROWID},
+    UNIQUE (run_id, idx)
+);
+CREATE TABLE events (
+    seq bigint PRIMARY KEY,
+    run_id text COLLATE "C" NOT NULL REFERENCES runs (id),
+    step_id {_T}, at {_T}, type {_T}, payload_json {_T}, hash {_T}
+);
+CREATE INDEX events_run_seq ON events (run_id, seq);
+CREATE TABLE chain_head (
+    id integer PRIMARY KEY CHECK (id = 1),
+    seq {_I}
+);
+INSERT INTO chain_head (id, seq) VALUES (1, 0);
+CREATE TABLE approvals (
+    id text COLLATE "C" PRIMARY KEY NOT NULL,
+    run_id text COLLATE "C" NOT NULL REFERENCES runs (id),
+    step_id {_T}, kind {_T}, capability_json {_T}, presentation_json {_T}, request_json {_T},
+    hash {_T}, status {_T}, created_at {_T}, expires_at {_T}, decided_at {_T},
+    decided_by {_T}, note {_T},
+    {_ROWID}
+);
+CREATE INDEX approvals_run_created ON approvals (run_id, created_at);
+CREATE TABLE model_calls (
+    id text COLLATE "C" PRIMARY KEY NOT NULL,
+    run_id text COLLATE "C" NOT NULL REFERENCES runs (id),
+    step_id {_T}, attempt {_I}, status {_T}, model {_T},
+    input_tokens {_I}, output_tokens {_I}, cached_input_tokens {_I}, cost_micros {_I},
+    latency_ms {_I}, error {_T}, dispatched_at {_T}, completed_at {_T},
+    {_ROWID}
+);
+CREATE INDEX model_calls_run ON model_calls (run_id);
+CREATE TABLE tool_specs (
+    hash text COLLATE "C" PRIMARY KEY NOT NULL,
+    spec_json {_T}
+)
+"""
+
+_V2 = """\
+ALTER TABLE runs ADD COLUMN origin text COLLATE "C" NOT NULL DEFAULT 'driver'
+"""
+
+# A new database has no steps yet, so the backfill of SQLite's migration 3 has no rows.
+_V3 = f"""\
+ALTER TABLE steps ADD COLUMN reason_key {_T};
+CREATE INDEX steps_run_reason ON steps (run_id, reason_key, idx) WHERE reason_key != ''
+"""
+
+MIGRATIONS: tuple[tuple[int, str], ...] = ((1, _V1), (2, _V2), (3, _V3))
+assert MIGRATIONS[-1][0] == SCHEMA_VERSION
+
+PROXY_V1 = f"""\
+CREATE TABLE proxy_migrations (
+    version bigint PRIMARY KEY NOT NULL,
+    applied_at {_T}
+);
+CREATE TABLE proxy_requests (
+    seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    request_key text COLLATE "C" NOT NULL,
+    run_id text COLLATE "C" NOT NULL UNIQUE,
+    tool {_T}, side_effect {_T}, created_at {_T}
+);
+CREATE INDEX proxy_requests_key ON proxy_requests (request_key, seq)
+"""
+
+PROXY_MIGRATIONS: tuple[tuple[int, str], ...] = ((1, PROXY_V1),)
+
+
+def statements(script: str) -> list[str]:
+    """The statements of one of the scripts above (no `;` inside any of them)."""
+    return [s.strip() for s in script.split(";") if s.strip()]
+
+
+# --- the schema's safety ---------------------------------------------------------------------
+
+_UNSAFE = """\
+SELECT 'trigger', t.tgname::text FROM pg_trigger AS t JOIN pg_class AS c ON c.oid = t.tgrelid
+    WHERE c.relnamespace = to_regnamespace(current_schema())::oid AND NOT t.tgisinternal
+UNION ALL
+SELECT 'rule', r.rulename::text FROM pg_rewrite AS r JOIN pg_class AS c ON c.oid = r.ev_class
+    WHERE c.relnamespace = to_regnamespace(current_schema())::oid AND c.relkind = 'r'
+UNION ALL
+SELECT 'view', c.relname::text FROM pg_class AS c
+    WHERE c.relnamespace = to_regnamespace(current_schema())::oid AND c.relkind IN ('v', 'm')
+UNION ALL
+SELECT 'row-level policy', p.polname::text FROM pg_policy AS p
+    JOIN pg_class AS c ON c.oid = p.polrelid
+    WHERE c.relnamespace = to_regnamespace(current_schema())::oid
+UNION ALL
+SELECT 'row-level security on', c.relname::text FROM pg_class AS c
+    WHERE c.relnamespace = to_regnamespace(current_schema())::oid AND c.relrowsecurity
+"""
+
+
+def check_schema(conn: psycopg.Connection[Any]) -> None:
+    """Refuse a schema holding a trigger, rule, view or row-level policy agentrt did not make.
+
+    One read of the catalogue; run it inside the transaction whose writes it protects.
+    """
+    found = conn.execute(_UNSAFE).fetchall()
+    if found:
+        named = ", ".join(f"{kind} {name!r}" for kind, name in sorted(found))
+        raise UnsafeSchemaError(
+            f"the database holds {named}; agentrt refuses a schema with triggers or views "
+            "(or rules, or row-level policies)"
+            if any(kind not in ("trigger", "view") for kind, _ in found)
+            else f"the database holds {named}; agentrt refuses a schema with triggers or views"
+        )
+
+
+def _exists(conn: psycopg.Connection[Any], table: str) -> bool:
+    row = conn.execute("SELECT to_regclass(%s)", (table,)).fetchone()
+    return row is not None and row[0] is not None
+
+
+def schema_version(conn: psycopg.Connection[Any]) -> int:
+    """The highest migration applied; 0 for a schema agentrt never wrote."""
+    if not _exists(conn, "schema_migrations"):
+        return 0
+    row = conn.execute("SELECT max(version) FROM schema_migrations").fetchone()
+    return 0 if row is None or row[0] is None else int(row[0])
+
+
+def check_not_newer(conn: psycopg.Connection[Any]) -> int:
+    version = schema_version(conn)
+    if version > SCHEMA_VERSION:
+        raise SchemaVersionError(
+            f"the database was written by a newer agentrt (schema version {version}; this "
+            f"agentrt {RUNTIME_VERSION} knows up to {SCHEMA_VERSION}): upgrade agentrt to use it"
+        )
+    return version
+
+
+def check_exact(conn: psycopg.Connection[Any]) -> None:
+    version = check_not_newer(conn)
+    if version == 0:
+        raise SchemaVersionError(
+            "the database has no agentrt schema (open it with open_store to create one)"
+        )
+    if version < SCHEMA_VERSION:
+        raise SchemaVersionError(
+            f"the database was written by an older agentrt (schema version {version}; this "
+            f"agentrt {RUNTIME_VERSION} needs {SCHEMA_VERSION}): open it once with open_store "
+            "to migrate it"
+        )
+
+
+def check_writer(conn: psycopg.Connection[Any], runtime_version: str = RUNTIME_VERSION) -> None:
+    """Refuse to write a schema whose `min_writer_version` is above `runtime_version`."""
+    if not _exists(conn, "agentrt_meta"):
+        return
+    row = conn.execute("SELECT value FROM agentrt_meta WHERE key = 'min_writer_version'").fetchone()
+    required = "" if row is None else str(row[0])
+    if required == "":
+        return
+    try:
+        needed = parse_version(required)
+    except ValueError:
+        raise SchemaVersionError(
+            f"the database requires writers of version {required!r}, which this agentrt "
+            f"{runtime_version} cannot compare with: refusing to write it"
+        ) from None
+    if parse_version(runtime_version) < needed:
+        raise SchemaVersionError(
+            f"the database was written by a newer agentrt and may be written only by agentrt "
+            f"{required} or later (this is {runtime_version}): upgrade to write it"
+        )
+
+
+def migrate(conn: psycopg.Connection[Any], schema: str) -> int:
+    """Create the schema if needed and bring it to `SCHEMA_VERSION` in one transaction."""
+    conn.execute("BEGIN")
+    try:
+        conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"agentrt.migrate.{schema}",))
+        found = conn.execute("SELECT to_regnamespace(%s)", (schema,)).fetchone()
+        if found is None or found[0] is None:  # a runtime role need not be able to create one
+            conn.execute(psycopg.sql.SQL("CREATE SCHEMA {}").format(psycopg.sql.Identifier(schema)))
+        check_schema(conn)
+        current = check_not_newer(conn)
+        check_writer(conn)
+        applied_at = format_time(wall_clock())
+        for version, script in MIGRATIONS:
+            if version <= current:
+                continue
+            for sql in statements(script):
+                conn.execute(sql)
+            conn.execute(
+                "INSERT INTO schema_migrations (version, applied_at) VALUES (%s, %s)",
+                (version, applied_at),
+            )
+        check_writer(conn)
+        conn.execute("COMMIT")
+    except BaseException:
+        rollback_quietly(conn)
+        raise
+    return SCHEMA_VERSION

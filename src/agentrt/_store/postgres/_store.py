@@ -1,0 +1,542 @@
+"""The PostgreSQL store: opening a schema, transactions, snapshots, renewals, reads.
+
+One `PostgresStore` holds one connection (autocommit; the store begins and ends
+each transaction itself), serialized by a re-entrant lock as the SQLite store's
+is. Write transactions are READ COMMITTED: every guarded write is one
+conditional statement (PostgreSQL re-reads a row another transaction changed
+before it applies the condition), `lock_run` and the chain head are row locks
+held to commit. Snapshots are REPEATABLE READ READ ONLY. Commits are durable as
+the server is configured (`synchronous_commit`, `fsync`: on by default).
+
+The named reads are the SQLite store's, on this connection; those written in
+SQLite's own dialect (JSON functions, GLOB, a cast to BLOB, `sqlite_master`)
+are rewritten here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Collection, Iterator, Sequence
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
+
+import psycopg
+
+from ..._canonical import from_text
+from ..._chain import ChainRow, verify_chain
+from ..._clock import format_time
+from ..._errors import SchemaVersionError, StoreBusyError, StoreDamagedError, StoreError
+from ..._records import ApprovalStatus, FileCheck, RunStatus, VerifyReport
+from .._base import Renewer
+from .._records import Claim, RunCandidate, RunCursor, WaitingRow
+from ..sqlite._codecs import waiting_from_row
+from ..sqlite._proxy_rows import _waiting_or_on_the_way
+from ..sqlite._reads import _CANDIDATE_COLUMNS, _candidate
+from ..sqlite._store import SqliteStore
+from ._connection import (
+    LOCK_TIMEOUT_MS,
+    Target,
+    connect,
+    parse_target,
+    rollback_quietly,
+    store_error,
+    translate,
+)
+from ._migrations import (
+    PROXY_MIGRATIONS,
+    check_exact,
+    check_schema,
+    check_writer,
+    migrate,
+    statements,
+)
+from ._tx import PostgresTx, server_now
+
+_T = TypeVar("_T")
+
+
+def open_store(url: str) -> PostgresStore:
+    """Open the store's schema at `url` for writing, creating or migrating it as needed."""
+    target = parse_target(url)
+    conn = connect(target)
+    try:
+        migrate(conn, target.schema)
+    except psycopg.Error as e:
+        conn.close()
+        raise store_error(e, f"cannot open {target.shown}", target=target) from e
+    except BaseException:
+        conn.close()
+        raise
+    return PostgresStore(conn, target, read_only=False)
+
+
+def open_existing(url: str, read_only: bool = False) -> PostgresStore:
+    """Open an existing agentrt schema at `url`: never creates, never migrates."""
+    target = parse_target(url)
+    conn = connect(target)
+    try:
+        check_schema(conn)
+        check_exact(conn)
+        if read_only:
+            conn.execute("SET default_transaction_read_only = on")
+        else:
+            check_writer(conn)
+    except psycopg.Error as e:
+        conn.close()
+        raise store_error(e, f"cannot open {target.shown}", target=target) from e
+    except BaseException:
+        conn.close()
+        raise
+    return PostgresStore(conn, target, read_only=read_only)
+
+
+class PostgresChainReader:
+    """`ChainReader` over one connection, inside the caller's read snapshot."""
+
+    _COLUMNS = "seq, run_id, step_id, at, type, payload_json, hash"
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self._conn = conn
+
+    def _all(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        try:
+            return list(self._conn.execute(translate(sql), params).fetchall())
+        except psycopg.Error as e:
+            raise StoreDamagedError(f"PostgreSQL cannot read the events from here: {e}") from e
+
+    def _rows(self, sql: str, params: Sequence[Any]) -> list[ChainRow]:
+        return [ChainRow(*tuple(r)) for r in self._all(sql, params)]
+
+    def event_before(self, seq: int) -> tuple[int, str | bytes] | None:
+        found = self._all(
+            "SELECT seq, hash FROM events WHERE seq < ? ORDER BY seq DESC LIMIT 1", (seq,)
+        )
+        if not found:
+            return None
+        return int(found[0][0]), str(found[0][1])
+
+    def events_between(self, first: int, last: int, limit: int) -> list[ChainRow]:
+        return self._rows(
+            f"SELECT {self._COLUMNS} FROM events WHERE seq >= ? AND seq <= ? ORDER BY seq LIMIT ?",
+            (first, last, limit),
+        )
+
+    def events_after(self, after: int, limit: int) -> list[ChainRow]:
+        return self._rows(
+            f"SELECT {self._COLUMNS} FROM events WHERE seq > ? ORDER BY seq LIMIT ?",
+            (after, limit),
+        )
+
+    def issued_seq(self) -> int | None:
+        found = self._all("SELECT seq FROM chain_head WHERE id = 1")
+        return int(found[0][0]) if found else None
+
+    def event_hash(self, seq: int) -> str | bytes | None:
+        found = self._all("SELECT hash FROM events WHERE seq = ?", (seq,))
+        return str(found[0][0]) if found else None
+
+    def last_seq(self) -> int:
+        found = self._all("SELECT max(seq) FROM events")
+        last = found[0][0] if found else None
+        return int(last) if last is not None else 0
+
+
+class PostgresRenewer:
+    """Renews on a connection of its own, opened lazily on the heartbeat's thread; the new
+    expiry is the server's clock plus the ttl."""
+
+    def __init__(self, target: Target) -> None:
+        self._target = target
+        self._conn: psycopg.Connection[Any] | None = None
+
+    def renew(self, run_id: str, owner: str, ttl: timedelta) -> bool:
+        if self._conn is None:
+            self._conn = connect(self._target)
+        conn = self._conn
+        try:
+            conn.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
+            try:
+                check_schema(conn)
+                expires = server_now(conn) + ttl
+                cur = conn.execute(
+                    "UPDATE runs SET lease_expires_at = %s WHERE id = %s AND lease_owner = %s",
+                    (format_time(expires), run_id, owner),
+                )
+                conn.execute("COMMIT")
+            except BaseException:
+                rollback_quietly(conn)
+                raise
+        except psycopg.Error as e:
+            self.close()
+            raise store_error(
+                e, f"renewing the lease on run {run_id} failed", target=self._target
+            ) from e
+        return cur.rowcount == 1
+
+    def close(self) -> None:
+        if self._conn is not None:
+            with contextlib.suppress(psycopg.Error):
+                self._conn.close()
+            self._conn = None
+
+
+class PostgresStore(SqliteStore):
+    """The runtime's record in one PostgreSQL schema. Use `open_store`/`open_existing`."""
+
+    def __init__(self, conn: psycopg.Connection[Any], target: Target, *, read_only: bool) -> None:
+        self.path = target.shown
+        self.read_only = read_only
+        self.in_memory = False
+        self._target = target
+        self._pg = conn
+        self._uri = None
+        self._lock = threading.RLock()
+        self._tx: PostgresTx | None = None
+        self._closed = False
+        self._safe_schema = None
+
+    def __enter__(self) -> PostgresStore:
+        return self
+
+    def __repr__(self) -> str:
+        mode = "read-only" if self.read_only else "read-write"
+        return f"PostgresStore({self.path!r}, {mode})"
+
+    def _connection(self) -> psycopg.Connection[Any]:
+        """The store's connection, opened again if the server dropped it (a restart)."""
+        if self._pg.closed or self._pg.broken:
+            self._pg = connect(self._target)
+            if self.read_only:
+                self._pg.execute("SET default_transaction_read_only = on")
+        return self._pg
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[PostgresTx]:
+        """`BEGIN` (READ COMMITTED) ... `COMMIT`; any exception rolls it all back."""
+        if self.read_only:
+            raise StoreError("the store was opened read-only")
+        with self._lock:
+            self._check_open()
+            if self._tx is not None:
+                raise StoreError("a transaction is already open on this store; they do not nest")
+            conn = self._connection()
+            try:
+                conn.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
+                check_schema(conn)
+            except psycopg.Error as e:
+                rollback_quietly(conn)
+                raise store_error(
+                    e, "cannot begin a write transaction, nothing was written", target=self._target
+                ) from e
+            except BaseException:
+                rollback_quietly(conn)
+                raise
+            tx = PostgresTx(conn)
+            self._tx = tx
+            try:
+                try:
+                    yield tx
+                except psycopg.Error as e:
+                    rollback_quietly(conn)
+                    raise store_error(
+                        e,
+                        "the transaction failed, nothing was written",
+                        retryable=False,
+                        target=self._target,
+                    ) from e
+                except BaseException:
+                    rollback_quietly(conn)
+                    raise
+                try:
+                    conn.execute("COMMIT")
+                except psycopg.Error as e:
+                    rollback_quietly(conn)
+                    raise store_error(
+                        e,
+                        "commit failed, nothing was written",
+                        retryable=False,
+                        target=self._target,
+                    ) from e
+            finally:
+                tx._close()
+                self._tx = None
+
+    @contextlib.contextmanager
+    def snapshot(self) -> Iterator[PostgresTx]:
+        """`BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY` ... one snapshot, no writes."""
+        with self._lock:
+            self._check_open()
+            if self._tx is not None:
+                raise StoreError("a transaction is already open on this store; they do not nest")
+            conn = self._connection()
+            try:
+                conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            except psycopg.Error as e:
+                rollback_quietly(conn)
+                raise store_error(e, "cannot begin a read", target=self._target) from e
+            view = PostgresTx(conn)
+            self._tx = view
+            try:
+                yield view
+            except psycopg.Error as e:
+                raise store_error(e, "a read of the store failed", target=self._target) from e
+            finally:
+                view._close()
+                self._tx = None
+                rollback_quietly(conn)
+
+    def renewer(self, wall: Callable[[], datetime]) -> Renewer:
+        """The heartbeat's renewals, on a connection of their own, by the server's clock."""
+        self._check_open()
+        return PostgresRenewer(self._target)
+
+    def lease_now(self, wall: Callable[[], datetime]) -> datetime:
+        """The server's clock (`clock_timestamp()`); `wall` is not used."""
+        with self._lock:
+            self._check_open()
+            try:
+                return server_now(self._connection())
+            except psycopg.Error as e:
+                raise store_error(e, "reading the server's clock failed") from e
+
+    def close(self) -> None:
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                with contextlib.suppress(psycopg.Error):
+                    self._pg.close()
+
+    # --- reads ----------------------------------------------------------------------------------
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        """A read of your own on the store's connection (`?` placeholders)."""
+        return self._query(sql, params)
+
+    def _query(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        with self._lock:
+            self._check_open()
+            try:
+                return list(self._connection().execute(translate(sql), params).fetchall())
+            except psycopg.Error as e:
+                if self._tx is None:
+                    rollback_quietly(self._pg)
+                raise store_error(e, "a read of the store failed", target=self._target) from e
+
+    def _read_snapshot(self, work: Callable[[psycopg.Connection[Any]], _T]) -> _T:  # type: ignore[override]
+        """`work` on a connection of its own, in one REPEATABLE READ READ ONLY snapshot."""
+        self._check_open()
+        conn = connect(self._target)
+        try:
+            conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            try:
+                return work(conn)
+            finally:
+                rollback_quietly(conn)
+        except psycopg.Error as e:
+            raise store_error(e, "a read of the store failed", target=self._target) from e
+        finally:
+            conn.close()
+
+    def check_file(self, *, full: bool = False, max_problems: int = 100) -> FileCheck:
+        """The server keeps its own files (checksums, WAL): nothing for a client to check here."""
+        self._check_open()
+        return FileCheck(ok=True, check="server", problems=())
+
+    def verify_events(
+        self,
+        from_seq: int | None = None,
+        to_seq: int | None = None,
+        *,
+        head: tuple[int, str] | None = None,
+    ) -> VerifyReport:
+        """Check the event chain in one snapshot on a connection of its own; see `_chain`."""
+        return self._read_snapshot(
+            lambda conn: verify_chain(PostgresChainReader(conn), from_seq, to_seq, head=head)
+        )
+
+    def unfinished_runs(self, after: RunCursor | None, limit: int) -> list[RunCandidate]:
+        cols = ", ".join(f"convert_to({c}, 'UTF8')" for c in _CANDIDATE_COLUMNS)
+        rows = self._query(
+            f"SELECT rowid, lease_epoch, {cols} FROM runs "
+            "WHERE status IN (?, ?) AND rowid > ? ORDER BY rowid LIMIT ?",
+            (
+                str(RunStatus.RUNNING),
+                str(RunStatus.WAITING_FOR_APPROVAL),
+                0 if after is None else after.position,
+                limit,
+            ),
+        )
+        return [
+            _candidate(tuple(bytes(v) if isinstance(v, memoryview) else v for v in r)) for r in rows
+        ]
+
+    def started_tool_names(self, run_id: str) -> list[str | None]:
+        """The names of the tools the run was started with; None for one that will not read."""
+        created = self._query(
+            "SELECT payload_json FROM events WHERE run_id = ? AND type = 'run.created' "
+            "ORDER BY seq LIMIT 1",
+            (run_id,),
+        )
+        if not created:
+            return []
+        try:
+            tools = from_text(created[0][0]).get("tools")
+        except Exception:  # a stored payload may be anything
+            return [None]
+        if not isinstance(tools, list):
+            return []
+        hashes = sorted({t for t in tools if isinstance(t, str)})
+        if not hashes:
+            return []
+        marks = ", ".join("?" for _ in hashes)
+        rows = self._query(
+            f"SELECT spec_json FROM tool_specs WHERE hash IN ({marks}) ORDER BY hash", hashes
+        )
+        names: list[str | None] = []
+        for (text,) in rows:
+            try:
+                name = from_text(text).get("name")
+            except Exception:  # a stored spec may be anything
+                name = None
+            names.append(name if isinstance(name, str) else None)
+        return names
+
+    def _waiting(self, rows: list[Any], cap: int, *, with_goal: bool) -> list[WaitingRow]:
+        out = []
+        for r in rows:
+            values = dict(zip(r.keys(), r, strict=True))
+            tool: str | None = None
+            try:
+                spec = from_text(values.pop("request_json")).get("spec", {})
+                found = spec.get("name") if isinstance(spec, dict) else None
+                tool = found if isinstance(found, str) else None
+            except Exception:  # a stored request may be anything
+                tool = None
+            values["tool"] = None if tool is None else tool[:cap]
+            values["n_tool"] = None if tool is None else len(tool)
+            out.append(waiting_from_row(_Dict(values), with_goal=with_goal))  # type: ignore[arg-type]
+        return out
+
+    @staticmethod
+    def _waiting_columns(cap: int) -> str:
+        return (
+            f"substr(id, 1, {cap}) AS id, length(id) AS n_id, run_id, "
+            f"substr(kind, 1, {cap}) AS kind, length(kind) AS n_kind, "
+            f"substr(hash, 1, {cap}) AS hash, length(hash) AS n_hash, "
+            "substr(created_at, 1, 64) AS created_at, substr(expires_at, 1, 64) AS expires_at, "
+            "request_json"
+        )
+
+    def pending_approvals_of(self, run_ids: Sequence[str], cap: int) -> list[WaitingRow]:
+        if not run_ids:
+            return []
+        marks = ", ".join("?" for _ in run_ids)
+        rows = self._query(
+            f"SELECT {self._waiting_columns(cap)} "
+            f"FROM approvals WHERE status = ? AND run_id IN ({marks}) ORDER BY rowid",
+            [str(ApprovalStatus.PENDING), *run_ids],
+        )
+        return self._waiting(rows, cap, with_goal=False)
+
+    def newest_pending_approvals(self, limit: int, cap: int, goal_cap: int) -> list[WaitingRow]:
+        cols = (
+            self._waiting_columns(cap)
+            .replace("substr(", "substr(a.")
+            .replace("length(", "length(a.")
+            .replace(" run_id,", " a.run_id,")
+            .replace("request_json", "a.request_json")
+        )
+        rows = self._query(
+            f"SELECT {cols}, substr(r.goal, 1, {goal_cap}) AS goal, length(r.goal) AS n_goal "
+            "FROM runs AS r JOIN approvals AS a ON a.run_id = r.id "
+            "WHERE r.status = ? AND a.status = ? ORDER BY a.rowid DESC LIMIT ?",
+            [str(RunStatus.WAITING_FOR_APPROVAL), str(ApprovalStatus.PENDING), limit],
+        )
+        return self._waiting(rows, cap, with_goal=True)
+
+    def run_ids_starting(self, prefix: str, limit: int) -> list[str]:
+        rows = self._query(
+            "SELECT id FROM runs WHERE starts_with(id, ?) ORDER BY id LIMIT ?", (prefix, limit)
+        )
+        return [str(r[0]) for r in rows]
+
+    # --- the proxy's rows -------------------------------------------------------------------
+
+    def migrate_proxy(self, now: datetime) -> int:
+        known = PROXY_MIGRATIONS[-1][0]
+        with self.transaction() as tx:
+            tx.execute(
+                "SELECT pg_advisory_xact_lock(hashtext('agentrt.proxy.' || current_schema()))"
+            )
+            exists = tx.execute("SELECT to_regclass('proxy_migrations')").fetchone()
+            current = 0
+            if exists is not None and exists[0] is not None:
+                row = tx.execute("SELECT max(version) FROM proxy_migrations").fetchone()
+                current = int(row[0]) if row is not None and row[0] is not None else 0
+            if current > known:
+                raise SchemaVersionError(
+                    f"the database's proxy tables were written by a newer agentrt (proxy schema "
+                    f"version {current}; this one knows up to {known}): upgrade agentrt to use it"
+                )
+            for version, script in PROXY_MIGRATIONS:
+                if version <= current:
+                    continue
+                for sql in statements(script):
+                    tx.execute(sql)
+                tx.execute(
+                    "INSERT INTO proxy_migrations (version, applied_at) VALUES (?, ?)",
+                    (version, format_time(now)),
+                )
+        return known
+
+    def claim_request(
+        self,
+        key: str,
+        judged_seq: int | None,
+        run_id: str,
+        tool: str,
+        side_effect: str,
+        now: datetime,
+        *,
+        cap: int | None = None,
+        awaiting: Collection[str] = (),
+        fresh_since: datetime | None = None,
+    ) -> Claim:
+        """As SQLite's, with the key (and, given a cap, the proxy's count) held by an
+        advisory lock until commit: READ COMMITTED alone would let two claims both see
+        the same latest row."""
+        with self.transaction() as tx:
+            lock = "agentrt.proxy.cap" if cap is not None else f"agentrt.proxy.key.{key}"
+            tx.execute("SELECT pg_advisory_xact_lock(hashtext(current_schema() || ?))", (lock,))
+            row = tx.execute(
+                "SELECT seq FROM proxy_requests WHERE request_key = ? ORDER BY seq DESC LIMIT 1",
+                (key,),
+            ).fetchone()
+            current = None if row is None else int(row[0])
+            if current != judged_seq:
+                return Claim(claimed=False)
+            waiting = 0
+            if cap is not None:
+                waiting = _waiting_or_on_the_way(tx, awaiting, fresh_since or now)
+                if waiting >= cap:
+                    return Claim(claimed=False, full=True, waiting=waiting)
+            tx.execute(
+                "INSERT INTO proxy_requests (request_key, run_id, tool, side_effect, created_at) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (key, run_id, tool, side_effect, format_time(now)),
+            )
+            return Claim(claimed=True, waiting=waiting)
+
+
+class _Dict(dict[str, Any]):
+    """A row built in Python, read by name as the codecs read one."""
+
+
+__all__ = [
+    "LOCK_TIMEOUT_MS",
+    "PostgresStore",
+    "StoreBusyError",
+    "open_existing",
+    "open_store",
+]

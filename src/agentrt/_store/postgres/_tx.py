@@ -1,0 +1,98 @@
+"""One PostgreSQL transaction: statements, the chain's head under a row lock, the run's lock.
+
+`PostgresTx` is the SQLite backend's named transitions (`SqliteTx`: each a
+compare-and-set in one statement, and its audit events) run on a PostgreSQL
+connection: the statements are the same text, translated (`_connection.translate`),
+and what differs is here (decision 0080):
+
+- **The chain's head**: the first event a transaction appends locks the one row
+  of `chain_head` (`SELECT ... FOR UPDATE`) until commit, so events are numbered
+  and chained in commit order with no gap and no fork; the row keeps the highest
+  seq ever issued.
+- **`lock_run`** is `SELECT ... FOR UPDATE` on the run's row.
+- **`lease_now`** is the server's `clock_timestamp()`: every host judges a lease
+  by one clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
+from typing import Any, cast
+
+import psycopg
+
+from ..._clock import as_stored
+from ..._errors import StoreError
+from .._records import GuardedRun
+from ..sqlite._codecs import lease_from, run_from_row
+from ..sqlite._writes import SqliteTx
+from ._connection import store_error, translate
+
+
+def server_now(conn: psycopg.Connection[Any]) -> datetime:
+    """The server's clock (`clock_timestamp()`), as a stored time (UTC, microseconds)."""
+    row = conn.execute("SELECT clock_timestamp()").fetchone()
+    if row is None or not isinstance(row[0], datetime):
+        raise StoreError("the server did not say what time it is")
+    return as_stored(row[0])
+
+
+class PostgresTx(SqliteTx):
+    """One transaction of the PostgreSQL store: every named compare-and-set write and read.
+
+    Handed out by `PostgresStore.transaction()` (READ COMMITTED) and `snapshot()`
+    (REPEATABLE READ READ ONLY); valid only inside its block.
+    """
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        super().__init__(cast(Any, conn))
+        self._pg = conn
+
+    def execute(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> Any:
+        self._check_open()
+        try:
+            return self._pg.execute(translate(sql), params)
+        except psycopg.Error as e:
+            raise store_error(e, "a statement of the transaction failed", retryable=False) from e
+
+    def _next(self) -> tuple[str, int]:
+        """The hash to chain to and the next seq, read once under the chain head's lock."""
+        if self._head is None:
+            issued_row = self.execute("SELECT seq FROM chain_head WHERE id = 1 FOR UPDATE")
+            issued = issued_row.fetchone()
+            last = self.execute("SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1").fetchone()
+            head_seq = 0 if last is None else int(last[0])
+            head_hash = "" if last is None else str(last[1])
+            issued_seq = 0 if issued is None else int(issued[0])
+            # Like AUTOINCREMENT, a seq is never handed out twice, even one whose row is gone.
+            self._head = (head_hash, max(head_seq, issued_seq) + 1)
+        return self._head
+
+    def append_event(self, run_id: str, step_id: str, at: datetime, type: str, payload: Any) -> int:
+        seq = super().append_event(run_id, step_id, at, type, payload)
+        self.execute("UPDATE chain_head SET seq = ? WHERE id = 1", (seq,))
+        return seq
+
+    def lock_run(self, run_id: str) -> GuardedRun | None:
+        """The run and its lease, its row locked (`FOR UPDATE`) until the transaction ends."""
+        row = self.execute("SELECT * FROM runs WHERE id = ? FOR UPDATE", (run_id,)).fetchone()
+        if row is None:
+            return None
+        lease = lease_from(
+            run_id,
+            row["status"],
+            row["lease_owner"],
+            row["lease_expires_at"],
+            row["lease_holder"],
+            row["lease_epoch"],
+        )
+        return GuardedRun(run_from_row(row), lease)
+
+    def lease_now(self, wall: Callable[[], datetime]) -> datetime:
+        """The server's clock: `wall` is not used (one clock for every host)."""
+        self._check_open()
+        try:
+            return server_now(self._pg)
+        except psycopg.Error as e:
+            raise store_error(e, "reading the server's clock failed", retryable=False) from e
