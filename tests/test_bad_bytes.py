@@ -18,7 +18,9 @@ import pytest
 
 import agentrt
 from agentrt import Decision, SideEffect
+from agentrt._clock import parse_time
 from agentrt._errors import StoreError, UnreadableSchemaError, UnsafeSchemaError
+from agentrt._lease import check_live_lease
 from agentrt._records import Event
 from agentrt._store import Store, open_existing, open_store
 from agentrt.cli import main
@@ -396,6 +398,49 @@ def test_an_unreadable_lease_expiry_or_owner_reads_as_held_never_as_free(
         lease = store.lease(done)
     assert lease.owner == "\\xff"
     assert lease.expires_at is not None and lease.expires_at.year == 9999
+
+
+def test_an_unreadable_owner_shown_as_my_own_name_is_never_my_lease(
+    template: tuple[Path, str, str], tmp_path: Path
+) -> None:
+    """An owner that will not read is somebody, even when what can be shown of it is this
+    very owner's name: the lease is never "this driver's own" to a resumer."""
+    _, done, _ = template
+    path = _copy(template, tmp_path)
+    _damage(
+        path,
+        "UPDATE runs SET status = 'RUNNING', lease_owner = CAST(X'6d65ff' AS TEXT), "
+        f"lease_expires_at = '2999-01-01T00:00:00.000000Z' WHERE id = '{done}'",
+    )
+    with open_existing(path, read_only=True) as store:
+        lease = store.lease_state(done)
+    assert lease is not None
+    me = "me\\xff"  # what the unreadable owner shows as, spelled as an owner's name
+    assert (lease.owner, lease.owner_readable, lease.held_by(me)) == (me, False, False)
+    with pytest.raises(agentrt.RunLeasedError):
+        check_live_lease(lease, me, parse_time("2026-11-30T09:00:00.000000Z"))
+
+
+def test_a_lease_expiry_that_is_text_but_no_stored_time_is_held_never_expired(
+    template: tuple[Path, str, str], tmp_path: Path
+) -> None:
+    """`'0'` sorts before any stored time, and was once judged expired by comparing
+    text: a lease nobody can date is held."""
+    _, done, _ = template
+    path = _copy(template, tmp_path)
+    _damage(
+        path,
+        "UPDATE runs SET status = 'RUNNING', lease_owner = 'someone', "
+        f"lease_expires_at = '0' WHERE id = '{done}'",
+    )
+    with open_existing(path, read_only=True) as store:
+        lease = store.lease_state(done)
+    assert lease is not None
+    assert (lease.expiry_readable, lease.expires_at, lease.shown_expiry()) == (False, None, "0")
+    now = parse_time("2026-11-30T09:00:00.000000Z")
+    assert lease.expired_at(now) is False and lease.live_at(now) is False
+    with pytest.raises(agentrt.RunLeasedError):
+        check_live_lease(lease, "me", now)
 
 
 def test_a_lease_expiry_made_unreadable_mid_run_stops_the_loop_before_its_tool_starts(

@@ -8,6 +8,7 @@ even when a Driver registers tools of the same names.
 from __future__ import annotations
 
 import json
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -59,6 +60,30 @@ def test_a_drivers_recover_skips_a_run_an_adapter_began_and_changes_no_row(
     )
     assert recovered.why == (
         "it was begun by 'adapter:langgraph', not by a Driver or a plain Gate; "
+        "the program that began it continues it"
+    )
+    assert snapshot(db_path) == before
+    assert read.calls == []
+
+
+def test_a_drivers_recover_skips_a_run_whose_origin_was_emptied_and_changes_no_row(
+    store: agentrt.Store, db_path: Path
+) -> None:
+    """`''` is no origin any program writes (the column's default is 'driver'): a row
+    edited to it is foreign to a Driver's recovery, as it always was."""
+    read = read_tool()
+    clock = FakeClock()
+    run_id = abandoned_run(store, read, clock)
+    conn = sqlite3.connect(db_path, isolation_level=None)
+    try:
+        conn.execute("UPDATE runs SET origin = '' WHERE id = ?", (run_id,))
+    finally:
+        conn.close()
+    before = snapshot(db_path)
+    (recovered,) = driver_with(store, read, clock).recover_sync()
+    assert (recovered.run_id, recovered.action) == (run_id, RecoverAction.SKIPPED)
+    assert recovered.why == (
+        "it was begun by '', not by a Driver or a plain Gate; "
         "the program that began it continues it"
     )
     assert snapshot(db_path) == before

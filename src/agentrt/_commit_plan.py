@@ -4,12 +4,15 @@ Each `Commit` below is one fsynced transaction: what it is, when the machine
 makes it, which of the store's named writes it makes, which audit events it may
 append, and the test kit's crash point just after it commits (a probe also
 runs just before its COMMIT, so a crash "at" a point can fall on either side).
-The step machine names the commit it makes (`RunSession.write(plan.X, fn)`);
-nothing in it opens a transaction of its own. `docs/architecture.md` shows the
+The step machine names the commit it makes (`RunSession.write(plan.X, fn)`).
+Outside the plan, on purpose: the heartbeat's renewals (a store's `Renewer`,
+on a connection of its own, no event) and giving back the lease of a loop
+that stopped early (`_session.release_lease`, no event); the operator's
+decisions and cancels are not the step machine's. `docs/architecture.md` shows the
 plan as a table, and `tests/test_commit_plan.py` keeps the two alike.
 
 Invariants:
-- Every transaction of the machine is listed here, and appends only the events
+- Every transaction of the machine that appends an event is listed here, and appends only the events
   listed for it: with `AGENTRT_CHECK_COMMIT_PLAN` set (the test suite sets it,
   and its child processes inherit it), a transaction that appends an event its
   commit does not list raises `CommitPlanError` before its COMMIT, so it

@@ -5,7 +5,8 @@ Invariants this module owns:
 - An owner string is unique per driver: the configured name plus 12 random hex
   characters (or 32 when no name is given), so two replicas configured alike
   never share a lease.
-- Lease times are read from the wall clock only, never from the driver's
+- Lease times come from the store's lease clock (`lease_now`: the wall clock
+  for SQLite, the server's for a shared database), never from the driver's
   injectable `now`, because expiry must agree between processes.
 - The heartbeat renews on its own thread and its own connection every third of
   the lease length, so neither a long tool call nor a consumer holding the
@@ -230,7 +231,7 @@ def check_live_lease(lease: LeaseState, me: str, now: datetime) -> dict[str, Any
     """
     if not lease.owner:
         return {"by": "no lease"}
-    if lease.owner == me:
+    if lease.held_by(me):
         # This very driver held it: its loop stopped (an error), and it is not
         # running now (a driver refuses a second concurrent call on a run).
         return {"by": "this driver's own lease"}

@@ -395,9 +395,9 @@ class RunSession:
         """Return to retry while the lease is ours; raise `LeaseLostError` once it is not."""
         config = self.config
         lease = await run_io(partial(config.store.lease_state, self.run_id))
-        now = config.store.lease_now(config.wall)
+        now = await run_io(partial(config.store.lease_now, config.wall))
         if lease is not None:
-            if lease.status == RunStatus.RUNNING and lease.owner == config.owner:
+            if lease.status == RunStatus.RUNNING and lease.held_by(config.owner):
                 if lease.live_at(now):
                     await asyncio.sleep(_BUSY_PAUSE_SECONDS)
                     return
@@ -442,7 +442,7 @@ class RunSession:
         lease = guarded.lease
         if lease.status != RunStatus.RUNNING:
             raise RunMoved(guarded.run)
-        if lease.owner != self.config.owner:
+        if not lease.held_by(self.config.owner):
             raise LeaseLostError(
                 f"run {self.run_id} is now leased by {lease.owner!r}; "
                 "this loop stopped before its next side effect"

@@ -283,7 +283,7 @@ async def _finish_tool(
         else:
             finished["summary"] = observation.summary
             finished["content_hash"] = observation.content_hash
-        held = lease.status == RunStatus.RUNNING and lease.owner == config.owner
+        held = lease.status == RunStatus.RUNNING and lease.held_by(config.owner)
         if not held:
             if lease.status == RunStatus.CANCELLED and lease.epoch == session.epoch:
                 # Cancelled while we held the lease: the effect happened after the

@@ -19,6 +19,7 @@ import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from . import _commit_plan as plan
@@ -74,7 +75,9 @@ async def take_over(config: LoopConfig, run_id: str) -> RunSession:
     if first.status != RunStatus.RUNNING:
         raise RunStateError(f"run {run_id} is {first.status}; only a RUNNING run can be taken over")
     me = Continuer(config.owner)
-    _judged(first, run.origin, me, lambda: config.store.lease_now(config.wall), config)
+    # Off the event loop: a shared store's clock is a round trip to its server.
+    first_now = await run_io(partial(config.store.lease_now, config.wall))
+    _judged(first, run.origin, me, lambda: first_now, config)
     now = config.clock()
     session = RunSession(config, run, steps, approvals, epoch=0, mark=now)
 

@@ -147,6 +147,10 @@ async def _recover_one(asker: _Asker, candidate: RunCandidate) -> Recovered:
             f"its row holds bytes that are not UTF-8 text ({', '.join(candidate.unreadable)}); "
             "it cannot be judged and is not resumed",
         )
+    if candidate.origin == "" and asker.me.origins is not None:
+        # Readable text, yet no origin any program writes ('driver' is the column's
+        # default): foreign to every Driver, as it always was for recovery.
+        return Recovered(run_id, RecoverAction.SKIPPED, foreign(candidate.origin))
     store = asker.store
     try:
         # One judgement (`_continuation.judge`), the store read only as its rules need.

@@ -24,8 +24,11 @@ The contracts every backend keeps:
 - **One lease clock.** `Tx.lease_now(wall)` / `Store.lease_now(wall)` is the
   time every lease is judged by and every new expiry computed from: the
   caller's wall clock for SQLite, the database server's clock for a shared one.
-- **Busy is `StoreBusyError`, damage is `StoreError`.** No driver exception
-  crosses this interface.
+- **No driver exception crosses this interface.** `StoreBusyError` means
+  nothing was written and a retry is safe (busy before a transaction's work
+  began, or on a read); inside the work or at commit, busy is a plain
+  `StoreError` (nothing written either, but the work ran once). Damage the
+  storage finds is `StoreDamagedError`; anything else a `StoreError`.
 """
 
 from __future__ import annotations
@@ -107,7 +110,8 @@ class Tx(Protocol):
         """The run and its lease, held for the rest of the transaction; None if no such run."""
 
     def lease_now(self, wall: Callable[[], datetime]) -> datetime:
-        """The time leases are judged by in this transaction: the caller's wall clock."""
+        """The time leases are judged by in this transaction: the backend's lease clock (the
+        caller's `wall` for SQLite, the server's clock for a shared database)."""
 
     def run_record(self, run_id: str) -> Run:
         """The run as it stands in this transaction; `NotFoundError` if there is none."""
@@ -123,18 +127,6 @@ class Tx(Protocol):
 
     def approval_of_run(self, approval_id: str, run_id: str) -> Approval | None:
         """The run's approval with this id as it stands in this transaction, or None."""
-
-    def fail_step(
-        self,
-        run_id: str,
-        step_id: str,
-        observation: Observation,
-        now: datetime,
-        *,
-        from_statuses: tuple[str, ...],
-        status: str = StepStatus.FAILED,
-    ) -> None:
-        """Move one step to `failed` (or `interrupted`) with its observation and `step.failed`."""
 
     def decide_approval(
         self, approval: Approval, status: ApprovalStatus, by: str, note: str, now: datetime
@@ -469,7 +461,8 @@ class Store(Protocol):
         """The heartbeat's way to renew: on a connection of its own (the store's in memory)."""
 
     def lease_now(self, wall: Callable[[], datetime]) -> datetime:
-        """The time leases are judged by outside a transaction: the caller's wall clock."""
+        """The time leases are judged by outside a transaction: the backend's lease clock (the
+        caller's `wall` for SQLite, the server's clock for a shared database)."""
 
     def close(self) -> None: ...
 
@@ -530,7 +523,9 @@ class Store(Protocol):
         """`(seq, hash)` of the last event, `(0, '')` when there is none; keep it out of reach."""
 
     def check_file(self, *, full: bool = False, max_problems: int = 100) -> FileCheck:
-        """SQLite's own check of the file: `PRAGMA quick_check`, or `integrity_check` if `full`."""
+        """The storage's own check of what it holds, apart from the chain (SQLite: `PRAGMA
+        quick_check`, or `integrity_check` if `full`); `ok` False with a problem saying so
+        when the backend cannot check from a client."""
 
     def verify_events(
         self,
@@ -545,7 +540,8 @@ class Store(Protocol):
         """The run's status and lease, or None when there is no such run."""
 
     def run_cursor(self, run_id: str) -> RunCursor | None:
-        """Where the run stands in recovery's order (its rowid); None when there is no such run."""
+        """Where the run stands in recovery's order (an opaque cursor); None when there is no
+        such run."""
 
     def unfinished_runs(self, after: RunCursor | None, limit: int) -> list[RunCandidate]:
         """RUNNING and WAITING runs after `after`, oldest first, at most `limit`."""

@@ -22,7 +22,8 @@ class LeaseState:
     """A run's status and lease as one read saw them.
 
     `owner` is `''` when nobody holds the lease; an owner that cannot be read
-    is shown as what could be read of it (never `''`: somebody holds it).
+    is shown as what could be read of it (never `''`: somebody holds it), and
+    `owner_readable` is False: such an owner is never "me" (`held_by`).
     `expires_at` is None when no expiry is recorded; `expiry_readable` is False
     when the stored expiry is not a readable time, and then the lease is never
     judged expired (nobody can date it) and never proves the owner's own lease
@@ -37,7 +38,12 @@ class LeaseState:
     holder: str = ""
     epoch: int = 0
     expiry_readable: bool = True
+    owner_readable: bool = True
     stored: tuple[object, object] = field(default=("", ""), compare=False, repr=False)
+
+    def held_by(self, owner: str) -> bool:
+        """True when the stored owner is readable text and is exactly `owner`."""
+        return self.owner_readable and self.owner == owner
 
     def live_at(self, now: datetime) -> bool:
         """True when the lease provably runs past `now` (what a side effect needs)."""

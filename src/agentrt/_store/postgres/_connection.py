@@ -156,9 +156,19 @@ def connect(target: Target) -> psycopg.Connection[Any]:
         conn.execute(pg_sql.SQL("SET search_path TO {}").format(pg_sql.Identifier(target.schema)))
         conn.execute("SET TIME ZONE 'UTC'")
         conn.execute(pg_sql.SQL("SET lock_timeout = {}").format(pg_sql.Literal(LOCK_TIMEOUT_MS)))
+        # Every commit durable before it is acknowledged, whatever the role's default:
+        # `step.tool_started` must be on disk before the tool runs.
+        conn.execute("SET synchronous_commit = on")
+        shown = conn.execute("SHOW fsync").fetchone()
     except psycopg.Error as e:
         conn.close()
         raise StoreError(f"cannot open {target.shown}: {target.redact(str(e))}") from None
+    if shown is None or str(shown[0]).lower() != "on":
+        conn.close()
+        raise StoreError(
+            f"refusing {target.shown}: the server runs with fsync off, so no commit is "
+            "durable; agentrt needs fsync on"
+        )
     return conn
 
 

@@ -35,6 +35,7 @@ from ..sqlite._proxy_rows import _waiting_or_on_the_way
 from ..sqlite._reads import _CANDIDATE_COLUMNS, _candidate
 from ..sqlite._store import SqliteStore
 from ._connection import (
+    _DAMAGED,
     LOCK_TIMEOUT_MS,
     Target,
     connect,
@@ -103,7 +104,9 @@ class PostgresChainReader:
         try:
             return list(self._conn.execute(translate(sql), params).fetchall())
         except psycopg.Error as e:
-            raise StoreDamagedError(f"PostgreSQL cannot read the events from here: {e}") from e
+            if isinstance(e, _DAMAGED):
+                raise StoreDamagedError(f"PostgreSQL cannot read the events from here: {e}") from e
+            raise store_error(e, "reading the events failed") from e
 
     def _rows(self, sql: str, params: Sequence[Any]) -> list[ChainRow]:
         return [ChainRow(*tuple(r)) for r in self._all(sql, params)]
@@ -339,9 +342,16 @@ class PostgresStore(SqliteStore):
             conn.close()
 
     def check_file(self, *, full: bool = False, max_problems: int = 100) -> FileCheck:
-        """The server keeps its own files (checksums, WAL): nothing for a client to check here."""
+        """The server keeps its own files (checksums, WAL): a client cannot check them, and
+        says so rather than reporting a pass."""
         self._check_open()
-        return FileCheck(ok=True, check="server", problems=())
+        return FileCheck(
+            ok=False,
+            check="none (PostgreSQL: the server checks its own files)",
+            problems=(
+                "not checked by the client: use the server's own tools (amcheck, pg_checksums)",
+            ),
+        )
 
     def verify_events(
         self,
@@ -507,8 +517,17 @@ class PostgresStore(SqliteStore):
         advisory lock until commit: READ COMMITTED alone would let two claims both see
         the same latest row."""
         with self.transaction() as tx:
-            lock = "agentrt.proxy.cap" if cap is not None else f"agentrt.proxy.key.{key}"
-            tx.execute("SELECT pg_advisory_xact_lock(hashtext(current_schema() || ?))", (lock,))
+            # The cap's lock first (one order for every claim), then always the key's: a
+            # capped and an uncapped claim of one key still exclude each other.
+            if cap is not None:
+                tx.execute(
+                    "SELECT pg_advisory_xact_lock(hashtext(current_schema() || ?))",
+                    ("agentrt.proxy.cap",),
+                )
+            tx.execute(
+                "SELECT pg_advisory_xact_lock(hashtext(current_schema() || ?))",
+                (f"agentrt.proxy.key.{key}",),
+            )
             row = tx.execute(
                 "SELECT seq FROM proxy_requests WHERE request_key = ? ORDER BY seq DESC LIMIT 1",
                 (key,),

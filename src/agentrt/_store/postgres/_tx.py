@@ -48,13 +48,22 @@ class PostgresTx(SqliteTx):
     def __init__(self, conn: psycopg.Connection[Any]) -> None:
         super().__init__(cast(Any, conn))
         self._pg = conn
+        # Whether a statement that changes something has run: until one has, a lock
+        # wait past the timeout (the first `lock_run`, typically) is `StoreBusyError`,
+        # which the outcome writes retry; after, a retry would run the work twice.
+        self._wrote = False
 
     def execute(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> Any:
         self._check_open()
         try:
-            return self._pg.execute(translate(sql), params)
+            cursor = self._pg.execute(translate(sql), params)
         except psycopg.Error as e:
-            raise store_error(e, "a statement of the transaction failed", retryable=False) from e
+            raise store_error(
+                e, "a statement of the transaction failed", retryable=not self._wrote
+            ) from e
+        if not self._wrote and sql.lstrip()[:6].upper() != "SELECT":
+            self._wrote = True
+        return cursor
 
     def _next(self) -> tuple[str, int]:
         """The hash to chain to and the next seq, read once under the chain head's lock."""

@@ -14,6 +14,7 @@ from typing import Any
 
 from ..._chain import ChainRow
 from ..._errors import StoreDamagedError
+from ._connection import is_busy, store_error
 
 _COLUMNS = "seq, run_id, step_id, at, type, payload_json, hash"
 
@@ -28,6 +29,8 @@ class SqliteChainReader:
         try:
             return list(self._conn.execute(sql, params).fetchall())
         except sqlite3.DatabaseError as e:
+            if is_busy(e):  # another connection held it: not damage, say so as busy
+                raise store_error(e, "reading the events failed") from e
             raise StoreDamagedError(f"SQLite cannot read the events from here: {e}") from e
 
     def _rows(self, sql: str, params: Sequence[Any]) -> list[ChainRow]:

@@ -370,6 +370,7 @@ def lease_from(
         holder=holder if isinstance(holder, str) else "",
         epoch=epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else 0,
         expiry_readable=readable,
+        owner_readable=isinstance(owner, str),
         stored=(owner, expires),
     )
 

@@ -278,6 +278,7 @@ class SqliteStore(ProxyRows):
                 migrations.rollback_quietly(self._conn)
                 raise store_error(e, "cannot begin a read") from e
             view = SqliteTx(self._conn)
+            view._reads_only = True
             self._tx = view
             try:
                 yield view

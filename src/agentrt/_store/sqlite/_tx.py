@@ -46,6 +46,8 @@ class TxCore:
         self._open = True
         # (hash of the chain head, next seq to hand out), read once per transaction.
         self._head: tuple[str, int] | None = None
+        # A snapshot's reads (nothing written, nothing to run twice): busy is retryable.
+        self._reads_only = False
 
     def _check_open(self) -> None:
         if not self._open:
@@ -56,7 +58,9 @@ class TxCore:
         try:
             return self.conn.execute(sql, params)
         except sqlite3.Error as e:
-            raise store_error(e, "a statement of the transaction failed", retryable=False) from e
+            raise store_error(
+                e, "a statement of the transaction failed", retryable=self._reads_only
+            ) from e
 
     @property
     def events(self) -> list[Event]:
