@@ -182,8 +182,9 @@ def test_a_run_held_by_another_transaction_past_the_wait_refuses_the_write_writi
     backend: Backend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`lock_run` holds the run until commit: a second writer of that run waits at most
-    the backend's lock wait, then fails with a `StoreError` (busy at its begin on SQLite,
-    at its own `lock_run` on a server), leaving nothing written."""
+    the backend's lock wait, then fails with `StoreBusyError` (busy at its begin on
+    SQLite, at its own `lock_run` on a server: before it wrote anything, so the outcome
+    writes may retry it), leaving nothing written."""
     holder = backend.open()
     new_run(holder, "r0")
     impatient = backend.impatient(monkeypatch)
@@ -205,7 +206,7 @@ def test_a_run_held_by_another_transaction_past_the_wait_refuses_the_write_writi
     thread.start()
     try:
         assert holding.wait(60)
-        with pytest.raises(StoreError), impatient.transaction() as tx:
+        with pytest.raises(StoreBusyError), impatient.transaction() as tx:
             tx.lock_run("r0")
             tx.release_lease("r0", OWNER)
     finally:
