@@ -60,7 +60,7 @@ import hashlib
 import json
 import logging
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
@@ -196,6 +196,17 @@ TIMED_OUT_NOTICE = (
     "is unknown (the server may even have finished it later). "
     "Approving runs it again with these arguments; rejecting ends the run."
 )
+
+
+HOLD_POLL_SECONDS = 0.25
+"""How often (real time) a held call looks whether a person decided it."""
+HOLD_MESSAGE = "waiting for a person's approval; the call runs as soon as it is approved"
+"""The progress message a held call sends its host (nothing naming the runtime)."""
+
+StillWaiting = Callable[[int], Awaitable[bool]]
+"""Called at every look of a hold (0, 1, 2, ...): tells the host the call is held (a
+progress notification where its request asked for them) and answers whether the host
+still waits (False once it cancelled the call or closed the session)."""
 
 
 def request_key(tool: str, args: Any) -> str:
@@ -371,7 +382,11 @@ class Proxy:
 
     # -- the two entry points ------------------------------------------------
 
-    async def call(self, name: str, args: Any) -> Answer:
+    async def call(self, name: str, args: Any, waiting: StillWaiting | None = None) -> Answer:
+        """One call's answer. Given `waiting` (the host waits for this answer), a call
+        that would be answered `PENDING_APPROVAL` is held up to `approval_hold` on the
+        proxy's clock: approved (or rejected, or expired) within it, it is collected and
+        answered in the same call."""
         if name == STATUS_TOOL:
             return await self.status(args)
         spec = self.specs.get(name)
@@ -388,7 +403,10 @@ class Proxy:
             return Answer.of(IN_PROGRESS)
         self._inflight.add(key)
         try:
-            return await self._handle(spec, key, args)
+            answer = await self._handle(spec, key, args)
+            if answer.word == PENDING_APPROVAL and waiting is not None:
+                answer = await self._hold_for_person(spec, key, args, answer, waiting)
+            return answer
         except StoreBusyError:
             _log.warning("the database stayed busy; call %s answered UNAVAILABLE", name)
             return Answer.of(UNAVAILABLE, "the call could not be recorded now. Try again later.")
@@ -417,6 +435,37 @@ class Proxy:
                 is_error=False,
             )
         return await self._describe(run, tool)
+
+    async def _hold_for_person(
+        self, spec: ToolSpec, key: str, args: Any, answer: Answer, waiting: StillWaiting
+    ) -> Answer:
+        """Keep a call that waits for a person's approval until it is decided, the hold
+        runs out, or the host stops waiting; a decided call is collected (rule 1) and
+        its answer given in this same call (decision 0071)."""
+        hold = self.config.approval_hold
+        if hold <= timedelta(0):
+            return answer
+        deadline = self.now() + hold
+        look = 0
+        while answer.word == PENDING_APPROVAL and await waiting(look):
+            if await self._decided(key):
+                answer = await self._handle(spec, key, args)
+                continue
+            if self.now() >= deadline:
+                break
+            await asyncio.sleep(HOLD_POLL_SECONDS)
+            look += 1
+        return answer
+
+    async def _decided(self, key: str) -> bool:
+        """Has the key's latest run stopped waiting on an undecided approval?"""
+        run = await self._run(await _io(self.store.latest_request, key))
+        if run is None or run.status != RunStatus.WAITING_FOR_APPROVAL:
+            return True
+        approval = await self._latest_approval(run)
+        return (
+            approval is None or approval.status != ApprovalStatus.PENDING or self._lapsed(approval)
+        )
 
     # -- the rules, in order -----------------------------------------------
 
@@ -940,17 +989,33 @@ async def serve(
                 return mcp_types.ListToolsResult(tools=listed)
 
             running: set[asyncio.Task[Answer]] = set()
+            closing = asyncio.Event()
 
             async def call_tool(ctx: Any, params: Any) -> mcp_types.CallToolResult:
                 # The call is the proxy's, not the host's request's: a host that cancels
                 # it, or closes the session, does not stop it; its outcome is recorded.
-                task = asyncio.ensure_future(proxy.call(params.name, params.arguments))
+                # Only a hold for a person's approval ends when the host stops waiting.
+                cancelled = asyncio.Event()
+
+                async def still_waiting(look: int) -> bool:
+                    if cancelled.is_set() or closing.is_set():
+                        return False
+                    if look % round(1 / HOLD_POLL_SECONDS) == 0:  # about once a second
+                        with contextlib.suppress(Exception):  # a host gone says so next
+                            held = look * HOLD_POLL_SECONDS  # seconds, as the host reads it
+                            await ctx.session.report_progress(held, None, HOLD_MESSAGE)
+                    return True
+
+                task = asyncio.ensure_future(
+                    proxy.call(params.name, params.arguments, still_waiting)
+                )
                 running.add(task)
                 task.add_done_callback(running.discard)
                 try:
                     answer = await asyncio.shield(task)
                 except asyncio.CancelledError:
                     _log.info("%s: the host cancelled the call; it goes on", params.name)
+                    cancelled.set()
                     task.add_done_callback(functools.partial(_log_done, params.name))
                     raise
                 _log.info("%s -> %s", params.name, answer.word or "result")
@@ -970,6 +1035,7 @@ async def serve(
                             read_stream, write_stream, server.create_initialization_options()
                         )
             finally:
+                closing.set()  # nobody waits for a held call any more
                 if running:  # the host closed the session: its calls finish and are recorded
                     _log.info(
                         "the host closed the session; %d call(s) go on to their end", len(running)
