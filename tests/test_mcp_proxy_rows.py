@@ -22,7 +22,7 @@ import pytest
 from tests.support.mcp_proxy import Shop, kill_quietly, pending_now, write_owner_only
 
 from agentrt import ConfigError, open_existing
-from agentrt.mcp._proxy import HOLD_MESSAGE, UNRECORDED_RESULT
+from agentrt.mcp._proxy import ASKED_AGAIN_NOTICE, HOLD_MESSAGE, UNRECORDED_RESULT
 from agentrt.mcp.proxy import read_proxy_config
 
 pytestmark = pytest.mark.slow
@@ -461,4 +461,81 @@ def test_after_an_unknown_outcome_other_mutating_calls_of_the_tool_are_blocked_u
     done, _, rejected = run(calls())
     assert done.structured == {"result": "sent to carol"}  # a rejection unblocks the tool
     assert rejected.word == "REJECTED"
+    assert shop.effects() == [{"tool": "send", **SEND}, {"tool": "send", **other}]
+
+
+def test_an_unknown_outcome_left_with_nothing_waiting_keeps_the_tool_blocked_and_asks_again(
+    tmp_path: Path,
+) -> None:
+    shop = Shop(tmp_path, approval_ttl="5m")
+    (shop.folder / "hang").touch()
+    hung = shop.folder / "hung.json"
+    other = {**SEND, "to": "carol"}
+
+    async def killed_mid_call() -> None:
+        async with shop.host() as host:
+            call = asyncio.create_task(host.call("shop_send", SEND))
+            await until(hung.exists, "the call reached the server")
+            seen = json.loads(hung.read_text())
+            assert b"proxy_child.py" in Path(f"/proc/{seen['proxy_pid']}/cmdline").read_bytes()
+            kill_quietly(seen["proxy_pid"])  # SIGKILL the proxy, before any question
+            kill_quietly(seen["pid"])  # and its orphaned upstream, asleep in the tool
+            with contextlib.suppress(Exception):
+                await call
+
+    with contextlib.suppress(Exception, BaseExceptionGroup):
+        run(killed_mid_call())
+    (shop.folder / "hang").unlink()
+    assert shop.effects() == [{"tool": "send", **SEND}]
+    assert pending_now(shop) == []  # a crash before the question: nothing waits
+
+    async def calls() -> list[Any]:
+        async with shop.host() as host:  # a new proxy
+            return [
+                await host.call("shop_send", other),
+                await host.call("shop_price", {"item": "tea"}),
+                await host.call("shop_send", SEND),
+                await host.call("gate_status", {"tool": "shop_send", "arguments": SEND}),
+            ]
+
+    # the other call finds the dead run, takes it over (a person is asked), is BLOCKED
+    blocked, read, same, status = run(calls())
+    assert (blocked.is_error, blocked.word) == (True, "BLOCKED")
+    assert read.structured == {"item": "tea", "cents": 250}
+    assert (same.word, status.word) == ("UNKNOWN_OUTCOME", "UNKNOWN_OUTCOME")
+    (asked,) = pending_now(shop)
+    assert asked.kind == "interrupted_side_effect"
+
+    # the question expires with nobody deciding: the next call asks again at once
+    shop.advance(timedelta(minutes=6))
+    blocked, read, same, status = run(calls())
+    assert (blocked.word, same.word, status.word) == (
+        "BLOCKED",
+        "UNKNOWN_OUTCOME",
+        "UNKNOWN_OUTCOME",
+    )
+    (again,) = pending_now(shop)
+    assert (again.kind, again.status) == ("interrupted_side_effect", "pending")
+    assert again.run_id != asked.run_id  # a new question, in a new run of the same call
+    assert again.presentation["notice"] == ASKED_AGAIN_NOTICE
+    assert "nobody decided on it in time, so a person has been asked again" in same.text
+    assert [w["run_id"] for w in shop.pending()] == [again.run_id]  # the operator sees it
+
+    # it expires again before the identical call comes: that call asks again itself
+    shop.advance(timedelta(minutes=6))
+
+    async def identical() -> Any:
+        async with shop.host() as host:
+            return await host.call("shop_send", SEND)
+
+    assert run(identical()).word == "UNKNOWN_OUTCOME"
+    (third,) = pending_now(shop)
+    assert third.run_id not in (asked.run_id, again.run_id)
+    assert shop.effects() == [{"tool": "send", **SEND}]  # never run again on its own say
+
+    shop.decide("reject", third.run_id)  # a person decides: the tool is unblocked
+    done, _, rejected, _ = run(calls())
+    assert done.structured == {"result": "sent to carol"}
+    assert rejected.word == "REJECTED"
+    assert pending_now(shop) == []
     assert shop.effects() == [{"tool": "send", **SEND}, {"tool": "send", **other}]

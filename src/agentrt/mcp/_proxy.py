@@ -311,11 +311,13 @@ def _timed_out_just_before(request: ToolRequest, steps: Sequence[Step]) -> bool:
         return False
 
 
-def _asked_again(request: ToolRequest, steps: Sequence[Step]) -> str | None:
-    """The reason `request`'s step was proposed with, if the proxy asks it again."""
-    step = next((s for s in steps if s.id == request.step_id), None)
-    reason = step.decision.reason if step is not None and step.decision is not None else ""
-    return reason if reason in (ASKED_AGAIN_TIMED_OUT, ASKED_AGAIN_EXPIRED) else None
+def _asked_again(run: Run) -> str | None:
+    """The reason the proxy made `run` to ask again about an unknown outcome (its goal
+    ends with it), or None for an ordinary call's run."""
+    for reason in (ASKED_AGAIN_TIMED_OUT, ASKED_AGAIN_EXPIRED):
+        if run.goal.endswith(f" ({reason})"):
+            return reason
+    return None
 
 
 def _cut_off(steps: Sequence[Step]) -> bool:
@@ -351,8 +353,8 @@ def timed_out_decision(request: ToolRequest, asked_again: str | None = None) -> 
 class ProxyPolicy:
     """The operator's table, and one rule before it: a mutating call proposed again
     right after the same call timed out waits for a person (decision 0047), and so
-    does one the proxy asks again about (an unknown outcome left with nothing
-    waiting: its decision's reason says so; decision 0071).
+    does every call of a run the proxy made to ask again about an unknown outcome
+    left with nothing waiting (its goal says so; decision 0071).
 
     Judged from the run's record alone (the step before), so every process, and
     a resume after the approval, judges it alike.
@@ -364,7 +366,7 @@ class ProxyPolicy:
 
     def evaluate(self, request: ToolRequest, view: RunView) -> PolicyDecision:
         if request.spec.side_effect != SideEffect.READ_ONLY:
-            asked_again = _asked_again(request, view.steps)
+            asked_again = _asked_again(view.run)
             if asked_again is not None or _timed_out_just_before(request, view.steps):
                 return timed_out_decision(request, asked_again)
         return self.table.evaluate(request, view)
@@ -812,20 +814,17 @@ class Proxy:
         if session.run.step_count + 2 > self.limits.max_steps:
             # no room for the held call and the step that ends it: the run ends, and the
             # call is asked again at once in a new run of its key (never left unasked)
+            timeout = self._timeout_text(session, -1)
             ending = await session.step()
             if ending is not None:
                 await ending.propose(Decision.fail(GIVEN_UP_DETAIL))
-            return await self._ask_again(spec, None, session.run, ASKED_AGAIN_TIMED_OUT)
+            asked = await self._ask_again(spec, None, session.run, ASKED_AGAIN_TIMED_OUT)
+            return self._held(timeout) if asked.word == UNKNOWN_OUTCOME else asked
         step = await session.step()
         if step is not None:
             verdict = await step.propose(Decision.tool_call(spec.name, args))
             if verdict.outcome == VerdictOutcome.PENDING:
-                return Answer.of(
-                    INTERRUPTED,
-                    f"the tool did not answer in time ({self._timeout_text(session)}); "
-                    "whether it took effect is unknown. It will not run again until a person "
-                    "decides. Tell the user.",
-                )
+                return self._held(self._timeout_text(session, -2))
         why = await self._left_open(session.run)
         if why is not None:  # a limit ended the run: asked again at once
             return await self._ask_again(spec, None, session.run, why)
@@ -843,8 +842,16 @@ class Proxy:
         ]
         return bool(called) and _timed_out(called[-1].observation)
 
-    def _timeout_text(self, session: GateSession) -> str:
-        observation = session.input().steps[-2].observation
+    def _held(self, timeout: str) -> Answer:
+        """The answer of a mutating call that just timed out and now waits for a person."""
+        return Answer.of(
+            INTERRUPTED,
+            f"the tool did not answer in time ({timeout}); whether it took effect is "
+            "unknown. It will not run again until a person decides. Tell the user.",
+        )
+
+    def _timeout_text(self, session: GateSession, index: int) -> str:
+        observation = session.input().steps[index].observation
         content = observation.content if observation is not None else None
         return str(content.get("error") if isinstance(content, dict) else "timed out")
 
