@@ -467,7 +467,7 @@ def test_after_an_unknown_outcome_other_mutating_calls_of_the_tool_are_blocked_u
 def test_an_unknown_outcome_left_with_nothing_waiting_keeps_the_tool_blocked_and_asks_again(
     tmp_path: Path,
 ) -> None:
-    shop = Shop(tmp_path, approval_ttl="5m")
+    shop = Shop(tmp_path, approval_ttl="5m", repeat_window="1h")
     (shop.folder / "hang").touch()
     hung = shop.folder / "hung.json"
     other = {**SEND, "to": "carol"}
