@@ -24,7 +24,7 @@ judged in this order (docs/mcp.md, decision 0038):
 6. it waits for a person: `UNKNOWN_OUTCOME` (an interrupted side effect) or
    `PENDING_APPROVAL`;
 7. otherwise a new run. A new mutating call is `BLOCKED` while another call
-   of the same tool waits for a person on an unknown outcome; a new call the
+   of the same tool has an unknown outcome nobody decided; a new call the
    policy would send to a person is `BLOCKED` while `max_pending_approvals` of
    the proxy's calls wait already (counted in the key's claim transaction: one
    cap for the whole database).
@@ -41,6 +41,15 @@ A mutating call whose server answered with what the runtime refuses (a message
 too long, content that is not usable JSON) was carried out: its run completes
 noting that its result was not recorded, and the call is answered `UNRECORDED`
 (nobody is asked; the identical re-call within the window is `DUPLICATE`).
+
+No unknown outcome is left with nothing for a person to act on: the first call
+that meets one (the identical call, or another mutating call of the tool, then
+`BLOCKED`) takes a dead run cut off mid-call over, which asks, and asks again,
+in a new run of the same request key, about one whose question expired or
+whose run had no step left to hold it (decision 0071). With `approval_hold`, a
+call that would be `PENDING_APPROVAL` keeps the host waiting (with progress
+notifications where asked for) and, decided meanwhile, is answered in the same
+call.
 
 Invariants:
 - Nothing the model sees names the runtime, the database, the config or a run
