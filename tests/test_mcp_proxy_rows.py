@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -18,16 +19,18 @@ import anyio
 import mcp.client.stdio
 import mcp_types
 import pytest
-from tests.support.mcp_proxy import Shop, kill_quietly, write_owner_only
+from tests.support.mcp_proxy import Shop, kill_quietly, pending_now, write_owner_only
 
 from agentrt import ConfigError, open_existing
-from agentrt.mcp._proxy import UNRECORDED_RESULT
+from agentrt.mcp._proxy import ASKED_AGAIN_NOTICE, HOLD_MESSAGE, UNRECORDED_RESULT
 from agentrt.mcp.proxy import read_proxy_config
 
 pytestmark = pytest.mark.slow
 
 CHARGE = {"account": "acme", "cents": 1200}
 SEND = {"to": "bob", "text": "the parcel left"}
+SMALL = {"account": "acme", "cents": 99}
+OTHER = {"account": "acme", "cents": 7}
 
 
 def run(coro: Any) -> Any:
@@ -74,6 +77,84 @@ def test_repeat_window_0_in_any_spelling_is_off_and_a_negative_one_is_refused(
     for bad in ("-5s", -1, -0.5, "soon", True, None):
         write_owner_only(path, {**base, "repeat_window": bad})
         with pytest.raises(ConfigError, match="repeat_window must be a duration"):
+            read_proxy_config(path)
+
+
+# ---------------------------------------------------------------------------
+# 2. a call approved while the host still waits answers in the same call
+
+
+def test_a_call_approved_within_the_hold_runs_and_answers_in_the_same_call_with_progress(
+    tmp_path: Path,
+) -> None:
+    shop = Shop(tmp_path, approval_hold="10m")
+    progress: list[tuple[float, Any, Any]] = []
+    heard: list[Any] = []  # every notification the host's session was sent
+
+    async def on_progress(done: float, total: float | None, message: str | None) -> None:
+        progress.append((done, total, message))
+
+    async def on_message(message: Any) -> None:
+        heard.append(message)
+
+    async def asked(n: int) -> None:
+        await until(lambda: len(pending_now(shop)) == n, f"{n} approval(s) asked")
+
+    async def scenario() -> list[Any]:
+        async with shop.host(message_handler=on_message) as host:
+            # with a progress token: approved while the host waits
+            call = asyncio.create_task(
+                host.call("shop_charge", CHARGE, progress_callback=on_progress)
+            )
+            await until(lambda: len(progress) >= 2, "the hold's progress notifications")
+            await asyncio.to_thread(shop.decide_only_pending, "approve")
+            approved = await call
+            # without one: rejected while the host waits
+            call = asyncio.create_task(host.call("shop_charge", SMALL))
+            await asked(1)
+            await asyncio.to_thread(shop.decide_only_pending, "reject")
+            rejected = await call
+            # nobody decides within the hold: PENDING_APPROVAL, collected by the re-call
+            call = asyncio.create_task(host.call("shop_charge", OTHER))
+            await asked(1)
+            shop.advance(timedelta(minutes=11))
+            pending = await call
+            shop.decide_only_pending("approve")
+            collected = await host.call("shop_charge", OTHER)
+            return [approved, rejected, pending, collected]
+
+    approved, rejected, pending, collected = run(scenario())
+    assert (approved.is_error, approved.structured) == (False, {"charged": "acme", "cents": 1200})
+    assert (rejected.is_error, rejected.word) == (True, "REJECTED")
+    assert (pending.is_error, pending.word) == (True, "PENDING_APPROVAL")
+    assert collected.structured == {"charged": "acme", "cents": 7}
+    assert shop.effects() == [{"tool": "charge", **CHARGE}, {"tool": "charge", **OTHER}]
+    # the held call told its host why it waited, about once a second, counting up
+    assert {message for _, _, message in progress} == {HOLD_MESSAGE}
+    assert [done for done, _, _ in progress] == sorted({done for done, _, _ in progress})
+    assert progress[0][:2] == (0.0, None)
+    # ... and only to the request that carried a progress token
+    assert {type(m).__name__ for m in heard} == {"ProgressNotification"}
+    assert len({m.params.progress_token for m in heard}) == 1
+    assert len(heard) == len(progress)
+    assert len(run_statuses(shop)) == 3  # one run per call, nobody asked twice
+
+
+def test_approval_hold_is_off_unless_set_and_a_negative_one_is_refused(tmp_path: Path) -> None:
+    base = {
+        "format": "agentrt.mcp.proxy/1",
+        "database": "runs.db",
+        "servers": {"s": {"command": ["x"], "manifest": "m.json", "rules": "r.json"}},
+    }
+    path = tmp_path / "proxy.json"
+    write_owner_only(path, base)
+    assert read_proxy_config(path).approval_hold == timedelta(0)
+    for value, seconds in ((0, 0), ("0s", 0), ("45s", 45), ("2m", 120)):
+        write_owner_only(path, {**base, "approval_hold": value})
+        assert read_proxy_config(path).approval_hold == timedelta(seconds=seconds)
+    for bad in ("-5s", -1, "soon", True, None):
+        write_owner_only(path, {**base, "approval_hold": bad})
+        with pytest.raises(ConfigError, match="approval_hold must be a duration"):
             read_proxy_config(path)
 
 
@@ -380,4 +461,81 @@ def test_after_an_unknown_outcome_other_mutating_calls_of_the_tool_are_blocked_u
     done, _, rejected = run(calls())
     assert done.structured == {"result": "sent to carol"}  # a rejection unblocks the tool
     assert rejected.word == "REJECTED"
+    assert shop.effects() == [{"tool": "send", **SEND}, {"tool": "send", **other}]
+
+
+def test_an_unknown_outcome_left_with_nothing_waiting_keeps_the_tool_blocked_and_asks_again(
+    tmp_path: Path,
+) -> None:
+    shop = Shop(tmp_path, approval_ttl="5m", repeat_window="1h")
+    (shop.folder / "hang").touch()
+    hung = shop.folder / "hung.json"
+    other = {**SEND, "to": "carol"}
+
+    async def killed_mid_call() -> None:
+        async with shop.host() as host:
+            call = asyncio.create_task(host.call("shop_send", SEND))
+            await until(hung.exists, "the call reached the server")
+            seen = json.loads(hung.read_text())
+            assert b"proxy_child.py" in Path(f"/proc/{seen['proxy_pid']}/cmdline").read_bytes()
+            kill_quietly(seen["proxy_pid"])  # SIGKILL the proxy, before any question
+            kill_quietly(seen["pid"])  # and its orphaned upstream, asleep in the tool
+            with contextlib.suppress(Exception):
+                await call
+
+    with contextlib.suppress(Exception, BaseExceptionGroup):
+        run(killed_mid_call())
+    (shop.folder / "hang").unlink()
+    assert shop.effects() == [{"tool": "send", **SEND}]
+    assert pending_now(shop) == []  # a crash before the question: nothing waits
+
+    async def calls() -> list[Any]:
+        async with shop.host() as host:  # a new proxy
+            return [
+                await host.call("shop_send", other),
+                await host.call("shop_price", {"item": "tea"}),
+                await host.call("shop_send", SEND),
+                await host.call("gate_status", {"tool": "shop_send", "arguments": SEND}),
+            ]
+
+    # the other call finds the dead run, takes it over (a person is asked), is BLOCKED
+    blocked, read, same, status = run(calls())
+    assert (blocked.is_error, blocked.word) == (True, "BLOCKED")
+    assert read.structured == {"item": "tea", "cents": 250}
+    assert (same.word, status.word) == ("UNKNOWN_OUTCOME", "UNKNOWN_OUTCOME")
+    (asked,) = pending_now(shop)
+    assert asked.kind == "interrupted_side_effect"
+
+    # the question expires with nobody deciding: the next call asks again at once
+    shop.advance(timedelta(minutes=6))
+    blocked, read, same, status = run(calls())
+    assert (blocked.word, same.word, status.word) == (
+        "BLOCKED",
+        "UNKNOWN_OUTCOME",
+        "UNKNOWN_OUTCOME",
+    )
+    (again,) = pending_now(shop)
+    assert (again.kind, again.status) == ("interrupted_side_effect", "pending")
+    assert again.run_id != asked.run_id  # a new question, in a new run of the same call
+    assert again.presentation["notice"] == ASKED_AGAIN_NOTICE
+    assert "nobody decided on it in time, so a person has been asked again" in same.text
+    assert [w["run_id"] for w in shop.pending()] == [again.run_id]  # the operator sees it
+
+    # it expires again before the identical call comes: that call asks again itself
+    shop.advance(timedelta(minutes=6))
+
+    async def identical() -> Any:
+        async with shop.host() as host:
+            return await host.call("shop_send", SEND)
+
+    assert run(identical()).word == "UNKNOWN_OUTCOME"
+    (third,) = pending_now(shop)
+    assert third.run_id not in (asked.run_id, again.run_id)
+    assert shop.effects() == [{"tool": "send", **SEND}]  # never run again on its own say
+
+    shop.decide("reject", third.run_id)  # a person decides: the tool is unblocked
+    done, _, rejected, _ = run(calls())
+    assert done.structured == {"result": "sent to carol"}
+    assert rejected.word == "REJECTED"
+    assert pending_now(shop) == []
     assert shop.effects() == [{"tool": "send", **SEND}, {"tool": "send", **other}]

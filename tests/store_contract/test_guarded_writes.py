@@ -928,6 +928,53 @@ def test_a_request_claim_with_a_full_cap_writes_nothing_and_says_how_many_wait(
     ) == Claim(claimed=True, waiting=1)
 
 
+def test_unsettled_requests_are_the_latest_row_of_each_key_of_the_tool_still_open(
+    backend: Backend,
+) -> None:
+    store = backend.open()
+    store.migrate_proxy(EPOCH)
+
+    def made(key: str, run_id: str, tool: str = "push") -> None:
+        latest = store.latest_request(key * 64)
+        judged = None if latest is None else latest.seq
+        assert store.claim_request(key * 64, judged, run_id, tool, "remote_mutation", EPOCH).claimed
+
+    def ended(run_id: str, status: str, reason: str, detail: str = "") -> None:
+        new_run(store, run_id)
+        with store.transaction() as tx:
+            tx.end_run(run_id, status, reason, detail, now=EPOCH)
+
+    made("a", "running")
+    new_run(store, "running")
+    made("b", "waiting")
+    waiting_run(store, "waiting")
+    made("c", "expired")
+    ended("expired", "CANCELLED", "approval_expired")
+    made("d", "given-up")
+    ended("given-up", "FAILED", "goal_failed", "no room")
+    made("e", "failed")
+    ended("failed", "FAILED", "goal_failed", "the tool failed")
+    made("f", "done")
+    ended("done", "COMPLETED", "goal_completed")
+    made("g", "old")  # a key whose latest run is done: its earlier open run is not listed
+    new_run(store, "old")
+    made("g", "newer")
+    ended("newer", "COMPLETED", "goal_completed")
+    made("h", "elsewhere", tool="pull")
+    new_run(store, "elsewhere")
+    made("i", "unmade")  # a key row whose run was never created
+    ending = [("approval_expired", None), ("goal_failed", "no room")]
+    assert [row.run_id for row in store.unsettled_requests("push", ending)] == [
+        "running",
+        "waiting",
+        "expired",
+        "given-up",
+    ]
+    assert [row.run_id for row in store.unsettled_requests("push", [])] == ["running", "waiting"]
+    (row,) = store.unsettled_requests("pull", ending)
+    assert row == store.latest_request("h" * 64)
+
+
 def test_migrating_the_proxy_twice_changes_nothing(backend: Backend) -> None:
     store = backend.open()
     version = store.migrate_proxy(EPOCH)

@@ -24,6 +24,8 @@ from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from tests.support import forkserver
 
+from agentrt import open_existing
+
 TESTS = Path(__file__).resolve().parent.parent
 SHOP_SERVER = TESTS / "mcp_shop_server.py"
 PROXY_CHILD = TESTS / "proxy_child.py"
@@ -183,8 +185,9 @@ class Host:
         self.info = info
         self.seen: list[str] = []
 
-    async def call(self, tool: str, args: dict[str, Any] | None = None) -> Said:
-        result = await self.session.call_tool(tool, args or {})
+    async def call(self, tool: str, args: dict[str, Any] | None = None, **options: Any) -> Said:
+        """`options` go to the SDK's `call_tool` (a `progress_callback`, ...)."""
+        result = await self.session.call_tool(tool, args or {}, **options)
         texts = [getattr(block, "text", "") for block in result.content]
         said = Said(bool(result.is_error), "\n".join(texts), result.structured_content)
         self.seen.append(said.text)
@@ -195,6 +198,22 @@ class Host:
         for tool in listed.tools:
             self.seen.append(json.dumps(tool.model_dump(mode="json", by_alias=True)))
         return list(listed.tools)
+
+
+def pending_now(shop: Shop) -> list[Any]:
+    """The approvals waiting, read from the database itself (no process started)."""
+    if not shop.db.exists():
+        return []
+    store = open_existing(shop.db, read_only=True)
+    try:
+        return [
+            a
+            for run in store.list_runs()
+            for a in store.list_approvals(run.id)
+            if a.status == "pending"
+        ]
+    finally:
+        store.close()
 
 
 def kill_quietly(pid: int) -> None:

@@ -630,6 +630,10 @@ class Store(Protocol):
         another call claimed the key since, or, given a `cap`, when `cap` of the proxy's
         calls already wait for a person or are on their way to one (`full`)."""
 
-    def waiting_on_unknown_outcome(self, tool: str, kind: str) -> str | None:
-        """A run the proxy made for `tool` that waits on a pending approval of `kind` (an
-        interrupted side effect: a person must decide whether it took effect), or None."""
+    def unsettled_requests(
+        self, tool: str, ended: Collection[tuple[str, str | None]]
+    ) -> list[RequestRow]:
+        """The latest row of each request key of `tool` whose run is RUNNING or
+        WAITING_FOR_APPROVAL, or ended with a (reason, reason_detail) pair of `ended` (a
+        None detail: any), oldest first: the calls of the tool whose outcome may be
+        unknown with nobody settling it (the proxy judges each from its record)."""

@@ -24,7 +24,7 @@ judged in this order (docs/mcp.md, decision 0038):
 6. it waits for a person: `UNKNOWN_OUTCOME` (an interrupted side effect) or
    `PENDING_APPROVAL`;
 7. otherwise a new run. A new mutating call is `BLOCKED` while another call
-   of the same tool waits for a person on an unknown outcome; a new call the
+   of the same tool has an unknown outcome nobody decided; a new call the
    policy would send to a person is `BLOCKED` while `max_pending_approvals` of
    the proxy's calls wait already (counted in the key's claim transaction: one
    cap for the whole database).
@@ -41,6 +41,15 @@ A mutating call whose server answered with what the runtime refuses (a message
 too long, content that is not usable JSON) was carried out: its run completes
 noting that its result was not recorded, and the call is answered `UNRECORDED`
 (nobody is asked; the identical re-call within the window is `DUPLICATE`).
+
+No unknown outcome is left with nothing for a person to act on: the first call
+that meets one (the identical call, or another mutating call of the tool, then
+`BLOCKED`) takes a dead run cut off mid-call over, which asks, and asks again,
+in a new run of the same request key, about one whose question expired or
+whose run had no step left to hold it (decision 0071). With `approval_hold`, a
+call that would be `PENDING_APPROVAL` keeps the host waiting (with progress
+notifications where asked for) and, decided meanwhile, is answered in the same
+call.
 
 Invariants:
 - Nothing the model sees names the runtime, the database, the config or a run
@@ -60,7 +69,7 @@ import hashlib
 import json
 import logging
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
@@ -99,6 +108,7 @@ from .._records import (
     RunView,
     SideEffect,
     Step,
+    StepStatus,
     TerminalReason,
     ToolRequest,
     ToolSpec,
@@ -184,10 +194,38 @@ _UNRECORDED = (
 UNRECORDED_RESULT = "carried out; the server's answer was not recorded"
 """The result an `UNRECORDED` call's run completes with (and a `DUPLICATE` of it shows)."""
 
-_GIVEN_UP = (
-    "this call did not answer in time and could not be held for a person's decision any "
-    "longer, so whether it took effect is unknown. Tell the user; do not work around it "
-    "with other arguments."
+GIVEN_UP_DETAIL = (
+    "the call did not answer in time and its run had no step left to hold it; outcome unknown"
+)
+"""How the run of a timed-out mutating call with no room to hold it ends (then asked again)."""
+_LEFT_OPEN_ENDINGS: tuple[tuple[str, str | None], ...] = (
+    (TerminalReason.APPROVAL_EXPIRED, None),
+    (TerminalReason.LIMIT_STEPS, None),
+    (TerminalReason.GOAL_FAILED, GIVEN_UP_DETAIL),
+)
+"""The endings of a run that may leave its call's outcome unknown with nothing waiting
+(`Proxy._left_open` judges each from its record)."""
+ASKED_AGAIN_TIMED_OUT = (
+    "asked again: the call did not answer in time, and its run had no step left to hold it"
+)
+ASKED_AGAIN_EXPIRED = (
+    "asked again: nobody decided in time whether the earlier attempt of this call took effect"
+)
+"""The reasons the proxy gives a call it proposes again, in a new run of the same request
+key, so that an unknown outcome left with nothing waiting is put to a person at once."""
+ASKED_AGAIN_NOTICE = (
+    "An earlier attempt of this call had an unknown outcome, and nobody decided on it in time, "
+    "so whether it took effect is still unknown. Approving runs it again with these "
+    "arguments; rejecting ends it."
+)
+_ASKED_AGAIN_HELD = (
+    "this call started earlier and whether it took effect is unknown; nobody decided on it in "
+    "time, so a person has been asked again. It will not run again until a person decides. "
+    "Tell the user; do not work around it with other arguments."
+)
+_LEFT_OPEN_STATUS = (
+    "this call started earlier and whether it took effect is unknown; nobody is deciding on "
+    "it now. Calling the tool again with exactly the same arguments asks a person again."
 )
 
 TIMED_OUT_REASON = "the call did not answer in time; outcome unknown"
@@ -196,6 +234,17 @@ TIMED_OUT_NOTICE = (
     "is unknown (the server may even have finished it later). "
     "Approving runs it again with these arguments; rejecting ends the run."
 )
+
+
+HOLD_POLL_SECONDS = 0.25
+"""How often (real time) a held call looks whether a person decided it."""
+HOLD_MESSAGE = "waiting for a person's approval; the call runs as soon as it is approved"
+"""The progress message a held call sends its host (nothing naming the runtime)."""
+
+StillWaiting = Callable[[int], Awaitable[bool]]
+"""Called at every look of a hold (0, 1, 2, ...): tells the host the call is held (a
+progress notification where its request asked for them) and answers whether the host
+still waits (False once it cancelled the call or closed the session)."""
 
 
 def request_key(tool: str, args: Any) -> str:
@@ -271,26 +320,50 @@ def _timed_out_just_before(request: ToolRequest, steps: Sequence[Step]) -> bool:
         return False
 
 
-def timed_out_decision(request: ToolRequest) -> PolicyDecision:
-    """The pause for a mutating call that timed out: an `interrupted_side_effect`
-    approval (approving runs it once more; rejecting ends the run)."""
+def _asked_again(run: Run) -> str | None:
+    """The reason the proxy made `run` to ask again about an unknown outcome (its goal
+    ends with it), or None for an ordinary call's run."""
+    for reason in (ASKED_AGAIN_TIMED_OUT, ASKED_AGAIN_EXPIRED):
+        if run.goal.endswith(f" ({reason})"):
+            return reason
+    return None
+
+
+def _cut_off(steps: Sequence[Step]) -> bool:
+    """Was a running run's call cut off: a step still executing, or its last call timed
+    out (and was not yet held)?"""
+    for step in reversed(steps):
+        if step.status == StepStatus.EXECUTING:
+            return True
+        if step.observation is not None:
+            return _timed_out(step.observation)
+    return False
+
+
+def timed_out_decision(request: ToolRequest, asked_again: str | None = None) -> PolicyDecision:
+    """The pause for a mutating call that timed out, or that the proxy asks again about:
+    an `interrupted_side_effect` approval (approving runs it once more; rejecting ends
+    the run)."""
     args = request.args if isinstance(request.args, dict) else {}
+    expired = asked_again == ASKED_AGAIN_EXPIRED
     return PolicyDecision.require_approval(
         kind=INTERRUPTED_SIDE_EFFECT,
-        reason=TIMED_OUT_REASON,
+        reason=asked_again or TIMED_OUT_REASON,
         capability={"tool": request.spec.name, "args": args},
         presentation={
             "tool": request.spec.name,
             "args": args,
             "side_effect": str(request.spec.side_effect),
-            "notice": TIMED_OUT_NOTICE,
+            "notice": ASKED_AGAIN_NOTICE if expired else TIMED_OUT_NOTICE,
         },
     )
 
 
 class ProxyPolicy:
     """The operator's table, and one rule before it: a mutating call proposed again
-    right after the same call timed out waits for a person (decision 0047).
+    right after the same call timed out waits for a person (decision 0047), and so
+    does every call of a run the proxy made to ask again about an unknown outcome
+    left with nothing waiting (its goal says so; decision 0071).
 
     Judged from the run's record alone (the step before), so every process, and
     a resume after the approval, judges it alike.
@@ -301,10 +374,10 @@ class ProxyPolicy:
         self.policy_id = table.policy_id
 
     def evaluate(self, request: ToolRequest, view: RunView) -> PolicyDecision:
-        if request.spec.side_effect != SideEffect.READ_ONLY and _timed_out_just_before(
-            request, view.steps
-        ):
-            return timed_out_decision(request)
+        if request.spec.side_effect != SideEffect.READ_ONLY:
+            asked_again = _asked_again(view.run)
+            if asked_again is not None or _timed_out_just_before(request, view.steps):
+                return timed_out_decision(request, asked_again)
         return self.table.evaluate(request, view)
 
 
@@ -371,7 +444,11 @@ class Proxy:
 
     # -- the two entry points ------------------------------------------------
 
-    async def call(self, name: str, args: Any) -> Answer:
+    async def call(self, name: str, args: Any, waiting: StillWaiting | None = None) -> Answer:
+        """One call's answer. Given `waiting` (the host waits for this answer), a call
+        that would be answered `PENDING_APPROVAL` is held up to `approval_hold` on the
+        proxy's clock: approved (or rejected, or expired) within it, it is collected and
+        answered in the same call."""
         if name == STATUS_TOOL:
             return await self.status(args)
         spec = self.specs.get(name)
@@ -388,7 +465,10 @@ class Proxy:
             return Answer.of(IN_PROGRESS)
         self._inflight.add(key)
         try:
-            return await self._handle(spec, key, args)
+            answer = await self._handle(spec, key, args)
+            if answer.word == PENDING_APPROVAL and waiting is not None:
+                answer = await self._hold_for_person(spec, key, args, answer, waiting)
+            return answer
         except StoreBusyError:
             _log.warning("the database stayed busy; call %s answered UNAVAILABLE", name)
             return Answer.of(UNAVAILABLE, "the call could not be recorded now. Try again later.")
@@ -418,6 +498,37 @@ class Proxy:
             )
         return await self._describe(run, tool)
 
+    async def _hold_for_person(
+        self, spec: ToolSpec, key: str, args: Any, answer: Answer, waiting: StillWaiting
+    ) -> Answer:
+        """Keep a call that waits for a person's approval until it is decided, the hold
+        runs out, or the host stops waiting; a decided call is collected (rule 1) and
+        its answer given in this same call (decision 0071)."""
+        hold = self.config.approval_hold
+        if hold <= timedelta(0):
+            return answer
+        deadline = self.now() + hold
+        look = 0
+        while answer.word == PENDING_APPROVAL and await waiting(look):
+            if await self._decided(key):
+                answer = await self._handle(spec, key, args)
+                continue
+            if self.now() >= deadline:
+                break
+            await asyncio.sleep(HOLD_POLL_SECONDS)
+            look += 1
+        return answer
+
+    async def _decided(self, key: str) -> bool:
+        """Has the key's latest run stopped waiting on an undecided approval?"""
+        run = await self._run(await _io(self.store.latest_request, key))
+        if run is None or run.status != RunStatus.WAITING_FOR_APPROVAL:
+            return True
+        approval = await self._latest_approval(run)
+        return (
+            approval is None or approval.status != ApprovalStatus.PENDING or self._lapsed(approval)
+        )
+
     # -- the rules, in order -----------------------------------------------
 
     async def _handle(self, spec: ToolSpec, key: str, args: Any) -> Answer:
@@ -434,20 +545,29 @@ class Proxy:
             and approval is not None
             and (approval.status != ApprovalStatus.PENDING or self._lapsed(approval))
         ):
-            return await self._attach(spec, run)
+            answer = await self._attach(spec, run)
+            if answer.word == EXPIRED and spec.side_effect != SideEffect.READ_ONLY:
+                # an unknown outcome's question expired: put to a person again at once
+                expired = await _io(self.store.get_run, run.id)
+                why = await self._left_open(expired)
+                if why is not None:
+                    return await self._ask_again(spec, row, expired, why)
+            return answer
         # 2. and 3. running: a live owner, or a dead one taken over
         if run.status == RunStatus.RUNNING:
             return await self._attach(spec, run)
-        within = self._within_window(run)
         mutating = spec.side_effect != SideEffect.READ_ONLY
-        # 4. rejected, expired or cancelled within the repeat window (or ended by a
-        # limit while a mutating call that timed out was held)
+        # an unknown outcome left with nothing waiting (its question expired, or its run
+        # had no step left to hold it) is put to a person again at once, in a new run
+        why = await self._left_open(run) if mutating else None
+        if why is not None:
+            return await self._ask_again(spec, row, run, why)
+        within = self._within_window(run)
+        # 4. rejected, expired or cancelled within the repeat window
         if within and run.status != RunStatus.COMPLETED:
             repeated = self._ended_word(run)
             if repeated is not None:
                 return repeated
-            if mutating and await self._ended_timed_out(run):
-                return Answer.of(UNKNOWN_OUTCOME, _GIVEN_UP)
         # 5. a mutating call carried out within the window
         if within and run.status == RunStatus.COMPLETED and mutating:
             return self._duplicate(run)
@@ -464,12 +584,8 @@ class Proxy:
         claimed only while fewer than `max_pending_approvals` of the proxy's calls wait
         for one (or are on their way to it), counted in the claim's own transaction, so
         the cap holds for every proxy on the database."""
-        if spec.side_effect != SideEffect.READ_ONLY:
-            held = await _io(
-                self.store.waiting_on_unknown_outcome, spec.name, INTERRUPTED_SIDE_EFFECT
-            )
-            if held is not None:
-                return Answer.of(BLOCKED, _TOOL_BLOCKED)
+        if spec.side_effect != SideEffect.READ_ONLY and await self._unknown_outcome_open(spec, key):
+            return Answer.of(BLOCKED, _TOOL_BLOCKED)
         awaiting = [effect for effect, mode in self.config.policy.items() if mode == "approve"]
         needs_a_person = str(spec.side_effect) in awaiting
         run_id = new_id()
@@ -507,6 +623,100 @@ class Proxy:
             if step is None:
                 return self._ended(session.run)
             verdict = await step.propose(Decision.tool_call(spec.name, args))
+            return await self._after(session, verdict, spec)
+
+    # -- unknown outcomes: never left with nothing for a person to act on -------
+
+    async def _unknown_outcome_open(self, spec: ToolSpec, key: str) -> bool:
+        """Does another call of `spec`'s tool have an unknown outcome nobody has settled?
+        Each one left with nothing waiting is put to a person at once: a dead run cut off
+        mid-call is taken over (which asks), a question that expired or a run that had no
+        step left to hold the call is asked again in a new run of its request key."""
+        rows = await _io(self.store.unsettled_requests, spec.name, _LEFT_OPEN_ENDINGS)
+        open_ = False
+        for row in rows:
+            if row.request_key == key or row.request_key in self._inflight:
+                continue  # judged by this call, or being handled here now
+            run = await self._run(row)
+            if run is not None and await self._still_unknown(spec, row, run):
+                open_ = True
+        return open_
+
+    async def _still_unknown(self, spec: ToolSpec, row: RequestRow, run: Run) -> bool:
+        """Is `run`'s outcome unknown and undecided? Put to a person if nothing waits."""
+        if run.status == RunStatus.WAITING_FOR_APPROVAL:
+            approval = await self._latest_approval(run)
+            if approval is None or approval.kind != INTERRUPTED_SIDE_EFFECT:
+                return False
+            if approval.status != ApprovalStatus.PENDING:
+                return False  # a person decided; the identical call collects it
+            if not self._lapsed(approval):
+                return True
+            await self._attach(spec, run)  # the question expired: settle it, ask again
+            run = await _io(self.store.get_run, run.id)
+        if run.status == RunStatus.RUNNING:
+            if not _cut_off(await _io(self.store.list_steps, run.id)):
+                return False  # not started, or finished: nothing unknown
+            # taken over, it waits for a person (a live owner: IN_PROGRESS, not unknown)
+            answer = await self._attach(spec, run)
+            return answer.word in (UNKNOWN_OUTCOME, INTERRUPTED)
+        why = await self._left_open(run)
+        if why is None:
+            return False
+        await self._ask_again(spec, row, run, why)
+        return True
+
+    async def _left_open(self, run: Run) -> str | None:
+        """Why an ended run of a mutating call leaves its outcome unknown with nothing for
+        a person to act on (the reason it is asked again with), or None."""
+        if not RunStatus(run.status).terminal or run.status == RunStatus.COMPLETED:
+            return None
+        if run.reason == TerminalReason.APPROVAL_EXPIRED:
+            approval = await self._latest_approval(run)
+            if approval is not None and approval.kind == INTERRUPTED_SIDE_EFFECT:
+                return ASKED_AGAIN_EXPIRED
+            return None
+        if run.status == RunStatus.FAILED and await self._ended_timed_out(run):
+            return ASKED_AGAIN_TIMED_OUT
+        return None
+
+    async def _ask_again(
+        self, spec: ToolSpec, row: RequestRow | None, run: Run, why: str
+    ) -> Answer:
+        """Propose `run`'s call again in a new run of its request key, which `ProxyPolicy`
+        pauses on an `interrupted_side_effect` approval: a person is asked at once."""
+        if row is None or row.run_id != run.id:
+            row = await _io(self.store.request_of_run, run.id)
+            if row is None:  # pragma: no cover - every run of the proxy has its key row
+                return Answer.of(UNKNOWN_OUTCOME)
+        steps = await _io(self.store.list_steps, run.id)
+        decision = next(
+            (s.decision for s in steps if s.decision is not None and s.decision.tool), None
+        )
+        args = decision.args if decision is not None else {}
+        run_id = new_id()
+        claim = await _io(
+            self.store.claim_request,
+            row.request_key,
+            row.seq,
+            run_id,
+            spec.name,
+            str(spec.side_effect),
+            self.now(),
+        )
+        if not claim.claimed:
+            return Answer.of(IN_PROGRESS)  # another call is asking already
+        _log.info("%s: an unknown outcome left with nothing waiting is asked again", spec.name)
+        session = await self.gate.begin(
+            goal=f"{spec.name}, called by an MCP host through the proxy ({why})",
+            limits=self.limits,
+            run_id=run_id,
+        )
+        async with session:
+            step = await session.step()
+            if step is None:  # pragma: no cover - a new run has all its steps
+                return self._ended(session.run)
+            verdict = await step.propose(Decision.tool_call(spec.name, args, reason=why))
             return await self._after(session, verdict, spec)
 
     async def _attach(self, spec: ToolSpec, run: Run) -> Answer:
@@ -611,22 +821,23 @@ class Proxy:
         last = session.input().steps[-1]
         args = last.decision.args if last.decision is not None else {}
         if session.run.step_count + 2 > self.limits.max_steps:
-            # no room for the held call and the step that ends it: give up, honestly
-            await self._end(session, last.observation)
-            return Answer.of(UNKNOWN_OUTCOME, _GIVEN_UP)
+            # no room for the held call and the step that ends it: the run ends, and the
+            # call is asked again at once in a new run of its key (never left unasked)
+            timeout = self._timeout_text(session, -1)
+            ending = await session.step()
+            if ending is not None:
+                await ending.propose(Decision.fail(GIVEN_UP_DETAIL))
+            asked = await self._ask_again(spec, None, session.run, ASKED_AGAIN_TIMED_OUT)
+            return self._held(timeout) if asked.word == UNKNOWN_OUTCOME else asked
         step = await session.step()
         if step is not None:
             verdict = await step.propose(Decision.tool_call(spec.name, args))
             if verdict.outcome == VerdictOutcome.PENDING:
-                return Answer.of(
-                    INTERRUPTED,
-                    f"the tool did not answer in time ({self._timeout_text(session)}); "
-                    "whether it took effect is unknown. It will not run again until a person "
-                    "decides. Tell the user.",
-                )
-        if not RunStatus(session.run.status).terminal or session.run.status == RunStatus.COMPLETED:
-            return self._ended(session.run)
-        return Answer.of(UNKNOWN_OUTCOME, _GIVEN_UP)
+                return self._held(self._timeout_text(session, -2))
+        why = await self._left_open(session.run)
+        if why is not None:  # a limit ended the run: asked again at once
+            return await self._ask_again(spec, None, session.run, why)
+        return self._ended(session.run)
 
     async def _ended_timed_out(self, run: Run) -> bool:
         """Did the run end with its last call of a tool timed out?"""
@@ -640,8 +851,16 @@ class Proxy:
         ]
         return bool(called) and _timed_out(called[-1].observation)
 
-    def _timeout_text(self, session: GateSession) -> str:
-        observation = session.input().steps[-2].observation
+    def _held(self, timeout: str) -> Answer:
+        """The answer of a mutating call that just timed out and now waits for a person."""
+        return Answer.of(
+            INTERRUPTED,
+            f"the tool did not answer in time ({timeout}); whether it took effect is "
+            "unknown. It will not run again until a person decides. Tell the user.",
+        )
+
+    def _timeout_text(self, session: GateSession, index: int) -> str:
+        observation = session.input().steps[index].observation
         content = observation.content if observation is not None else None
         return str(content.get("error") if isinstance(content, dict) else "timed out")
 
@@ -728,6 +947,8 @@ class Proxy:
             shown = approval.presentation
             if isinstance(shown, dict) and shown.get("notice") == TIMED_OUT_NOTICE:
                 return Answer.of(UNKNOWN_OUTCOME, _TIMED_OUT_HELD)
+            if isinstance(shown, dict) and shown.get("notice") == ASKED_AGAIN_NOTICE:
+                return Answer.of(UNKNOWN_OUTCOME, _ASKED_AGAIN_HELD)
             if isinstance(shown, dict) and str(shown.get("notice")).startswith(
                 OUTCOME_UNKNOWN_NOTICE_START
             ):
@@ -808,6 +1029,10 @@ class Proxy:
                 f"this call was carried out {self._ago(run.finished_at)}. Its result: {result}",
                 is_error=False,
             )
+        spec = self.specs.get(tool)
+        mutating = spec is not None and spec.side_effect != SideEffect.READ_ONLY
+        if mutating and await self._left_open(run) is not None:
+            return Answer.of(UNKNOWN_OUTCOME, _LEFT_OPEN_STATUS, is_error=False)
         word = self._ended_word(run)
         if word is not None:
             return dataclasses.replace(word, is_error=False)
@@ -940,17 +1165,33 @@ async def serve(
                 return mcp_types.ListToolsResult(tools=listed)
 
             running: set[asyncio.Task[Answer]] = set()
+            closing = asyncio.Event()
 
             async def call_tool(ctx: Any, params: Any) -> mcp_types.CallToolResult:
                 # The call is the proxy's, not the host's request's: a host that cancels
                 # it, or closes the session, does not stop it; its outcome is recorded.
-                task = asyncio.ensure_future(proxy.call(params.name, params.arguments))
+                # Only a hold for a person's approval ends when the host stops waiting.
+                cancelled = asyncio.Event()
+
+                async def still_waiting(look: int) -> bool:
+                    if cancelled.is_set() or closing.is_set():
+                        return False
+                    if look % round(1 / HOLD_POLL_SECONDS) == 0:  # about once a second
+                        with contextlib.suppress(Exception):  # a host gone says so next
+                            held = look * HOLD_POLL_SECONDS  # seconds, as the host reads it
+                            await ctx.session.report_progress(held, None, HOLD_MESSAGE)
+                    return True
+
+                task = asyncio.ensure_future(
+                    proxy.call(params.name, params.arguments, still_waiting)
+                )
                 running.add(task)
                 task.add_done_callback(running.discard)
                 try:
                     answer = await asyncio.shield(task)
                 except asyncio.CancelledError:
                     _log.info("%s: the host cancelled the call; it goes on", params.name)
+                    cancelled.set()
                     task.add_done_callback(functools.partial(_log_done, params.name))
                     raise
                 _log.info("%s -> %s", params.name, answer.word or "result")
@@ -970,6 +1211,7 @@ async def serve(
                             read_stream, write_stream, server.create_initialization_options()
                         )
             finally:
+                closing.set()  # nobody waits for a held call any more
                 if running:  # the host closed the session: its calls finish and are recorded
                     _log.info(
                         "the host closed the session; %d call(s) go on to their end", len(running)

@@ -57,6 +57,7 @@ _TOP_FIELDS = {
     "servers",
     "policy",
     "repeat_window",
+    "approval_hold",
     "max_pending_approvals",
     "approval_ttl",
     "grant_ttl",
@@ -93,8 +94,12 @@ class ProxyConfig:
     show it to the model, so it is the operator's word, `tools` by default).
     `repeat_window`: how long an executed mutating call, a rejection or an
     expiry is remembered for an identical re-call; zero turns the window off (an
-    identical call is always a new one). `max_pending_approvals`: how
-    many of the proxy's calls may wait for a person at once.
+    identical call is always a new one). `approval_hold`: how long a call that
+    waits for a person's approval keeps the host waiting before it is answered
+    `PENDING_APPROVAL` (zero, the default: answered at once); approved within it,
+    the call runs and answers in the same call (decision 0071).
+    `max_pending_approvals`: how many of the proxy's calls may wait for a person
+    at once.
     """
 
     path: Path
@@ -103,6 +108,7 @@ class ProxyConfig:
     policy: Mapping[str, str]
     name: str = "tools"
     repeat_window: timedelta = DEFAULT_REPEAT_WINDOW
+    approval_hold: timedelta = timedelta(0)
     max_pending_approvals: int = DEFAULT_MAX_PENDING
     approval_ttl: timedelta | None = None
     grant_ttl: timedelta | None = None
@@ -175,18 +181,17 @@ def _policy(raw: Any) -> dict[str, str]:
     return out
 
 
-def _repeat_window(value: Any) -> timedelta:
-    """`repeat_window`: a duration, or zero (`0`, `"0"`, `"0s"`, ...) to turn it off."""
+def _off_or_duration(value: Any, field: str, off: str) -> timedelta:
+    """A duration, or zero (`0`, `"0"`, `"0s"`, ...) meaning `off`; negative refused."""
     if value == 0 and not isinstance(value, bool):
         return timedelta(0)
     if isinstance(value, str) and _ZERO.match(value):
         return timedelta(0)
     try:
-        return parse_duration(value, "proxy config: repeat_window")
+        return parse_duration(value, f"proxy config: {field}")
     except ConfigError:
         raise ConfigError(
-            f'proxy config: repeat_window must be a duration like "10m", or 0 to turn the '
-            f"window off; got {value!r}"
+            f'proxy config: {field} must be a duration like "10m", or 0 to {off}; got {value!r}'
         ) from None
 
 
@@ -241,9 +246,12 @@ def read_proxy_config(path: str | os.PathLike[str]) -> ProxyConfig:
         policy=_policy(data["policy"]) if "policy" in data else dict(DEFAULT_POLICY_TABLE),
         name=name,
         repeat_window=(
-            _repeat_window(data["repeat_window"])
+            _off_or_duration(data["repeat_window"], "repeat_window", "turn the window off")
             if "repeat_window" in data
             else DEFAULT_REPEAT_WINDOW
+        ),
+        approval_hold=_off_or_duration(
+            data.get("approval_hold", 0), "approval_hold", "answer at once"
         ),
         max_pending_approvals=_count(
             data.get("max_pending_approvals", DEFAULT_MAX_PENDING), "max_pending_approvals"

@@ -168,13 +168,26 @@ class ProxyRows(StoreReads):
             )
             return Claim(claimed=True, waiting=waiting)
 
-    def waiting_on_unknown_outcome(self, tool: str, kind: str) -> str | None:
-        """A run the proxy made for `tool` that waits on a pending approval of `kind` (an
-        interrupted side effect: a person must decide whether it took effect), or None."""
+    def unsettled_requests(
+        self, tool: str, ended: Collection[tuple[str, str | None]]
+    ) -> list[RequestRow]:
+        """The latest row of each request key of `tool` whose run is RUNNING or
+        WAITING_FOR_APPROVAL, or ended with a (reason, reason_detail) pair of `ended` (a
+        None detail: any), oldest first."""
+        states = ["r.status IN ('RUNNING', 'WAITING_FOR_APPROVAL')"]
+        params: list[str] = [tool]
+        for reason, detail in ended:
+            if detail is None:
+                states.append("r.reason = ?")
+                params.append(reason)
+            else:
+                states.append("(r.reason = ? AND r.reason_detail = ?)")
+                params.extend((reason, detail))
+        columns = ", ".join(f"p.{column}" for column in _COLUMNS.split(", "))
         rows = self._query(
-            "SELECT p.run_id FROM proxy_requests AS p "
-            "JOIN approvals AS a ON a.run_id = p.run_id "
-            "WHERE p.tool = ? AND a.kind = ? AND a.status = 'pending' ORDER BY p.seq LIMIT 1",
-            (tool, kind),
+            f"SELECT {columns} FROM proxy_requests AS p JOIN runs AS r ON r.id = p.run_id "
+            "WHERE p.tool = ? AND p.seq = (SELECT max(q.seq) FROM proxy_requests AS q "
+            f"WHERE q.request_key = p.request_key) AND ({' OR '.join(states)}) ORDER BY p.seq",
+            tuple(params),
         )
-        return str(rows[0][0]) if rows else None
+        return [_row(tuple(row)) for row in rows]
