@@ -7,6 +7,7 @@ import getpass
 import hashlib
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -43,7 +44,7 @@ def test_ruff_format_is_clean() -> None:
 # is reused only if its text is the same), so a changed agentrt module is checked
 # again and a type error in it still fails the test (shown by the second check below).
 # The shared copy is only ever replaced whole (a rename), never written in place; each
-# run works on its own copy.
+# run works on its own copy. It is used only in folders this user alone can write.
 MYPY_CACHES = Path(tempfile.gettempdir()) / f"pytest-of-{getpass.getuser()}" / "agentrt-mypy"
 
 
@@ -55,17 +56,30 @@ def mypy_cache_key() -> str:
     return digest.hexdigest()[:24]
 
 
+def own_folder(path: Path) -> bool:
+    """`path` is a folder of ours that nobody else can write (made so if missing)."""
+    for folder in (path.parent, path):
+        folder.mkdir(mode=0o700, exist_ok=True)
+        st = folder.lstat()
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022:
+            return False
+    return True
+
+
 def load_mypy_cache(into: Path) -> None:
     shared = MYPY_CACHES / mypy_cache_key()
     try:
+        if not own_folder(MYPY_CACHES):
+            raise OSError(f"{MYPY_CACHES} is not ours alone")
         shutil.copytree(shared, into)
-    except (OSError, shutil.Error):  # none yet, or replaced while copied: start empty
+    except (OSError, shutil.Error):  # none yet, replaced while copied, or not ours: empty
         shutil.rmtree(into, ignore_errors=True)
         into.mkdir()
 
 
 def save_mypy_cache(cache: Path) -> None:
-    MYPY_CACHES.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if not own_folder(MYPY_CACHES):
+        return
     shared = MYPY_CACHES / mypy_cache_key()
     fresh = MYPY_CACHES / f".{shared.name}.{uuid.uuid4().hex}"
     shutil.copytree(cache, fresh)
