@@ -18,6 +18,7 @@ import pytest
 
 from agentrt.testkit import crash_matrix_sync
 from support.payments import Provider
+from support.testkit_children import forked_process_mode
 
 REF_DEDUP = "support.payments:deduplicating"
 REF_PLAIN = "support.payments:not_deduplicating"
@@ -73,7 +74,8 @@ def test_a_provider_that_does_not_deduplicate_leaves_every_cut_off_charge_to_a_p
 @pytest.mark.slow
 @pytest.mark.timeout(1200)
 def test_a_deduplicating_provider_is_charged_exactly_once_at_every_real_sigkill() -> None:
-    with Provider(deduplicates=True) as provider:
+    # The children are forked from a prepared process (support/testkit_children.py).
+    with Provider(deduplicates=True) as provider, forked_process_mode():
         matrix = crash_matrix_sync(REF_DEDUP, "process", workers=2)
         assert_charged_once_and_nobody_asked(matrix, provider)
         for case in matrix.cases:
@@ -84,7 +86,7 @@ def test_a_deduplicating_provider_is_charged_exactly_once_at_every_real_sigkill(
 @pytest.mark.slow
 @pytest.mark.timeout(1200)
 def test_a_provider_that_does_not_deduplicate_asks_a_person_at_every_real_sigkill() -> None:
-    with Provider(deduplicates=False) as provider:
+    with Provider(deduplicates=False) as provider, forked_process_mode():  # as above
         matrix = crash_matrix_sync(REF_PLAIN, "process", workers=2, inside_tx=False)
         matrix.assert_ok()
         for case in matrix.cases:

@@ -4,7 +4,9 @@ Each child rebuilds its scenario from `support.scenarios` (a factory reference),
 and dies of SIGKILL at its crash point: after a commit, or inside a transaction
 before its COMMIT. The matrix here is the one the harness runs in
 test_testkit.py, with real deaths; the number of children is bounded by the
-3-step scenario (about 60).
+3-step scenario (about 60). The two matrices fork their children from a
+prepared process (support/testkit_children.py); every other test here starts
+fresh interpreters, the command as process mode runs it.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from agentrt.testkit import (
     run_sync,
 )
 from agentrt.testkit.plugin import _marker_args, case_id
+from support.testkit_children import forked_process_mode
 
 SIGKILLED = -9
 
@@ -47,13 +50,16 @@ def test_full_crash_matrix_in_process_mode_holds_with_real_sigkills() -> None:
     # Every point of every step; the crashes during recovery (three children a case)
     # only in the recovery of the approved charge on step 1, which passes every recovery
     # point (the harness matrix has them all), to keep the time down.
+    # Its children are forked from a prepared process (support/testkit_children.py):
+    # real processes, killed by real SIGKILLs, without an interpreter's start each.
     resumed = Crash(1, Point.AFTER_RESUMED)
-    matrix = crash_matrix_sync(
-        "support.scenarios:checkout",
-        "process",
-        workers=4,
-        select=lambda crashes: len(crashes) == 1 or crashes[0] == resumed,
-    )
+    with forked_process_mode():
+        matrix = crash_matrix_sync(
+            "support.scenarios:checkout",
+            "process",
+            workers=4,
+            select=lambda crashes: len(crashes) == 1 or crashes[0] == resumed,
+        )
     matrix.assert_ok()
     first = {
         (c.crashes[0].at.value, c.crashes[0].step, c.crashes[0].inside_tx) for c in matrix.cases
@@ -80,9 +86,10 @@ def test_full_crash_matrix_in_process_mode_holds_with_real_sigkills() -> None:
 def test_a_loop_over_a_gate_holds_its_crash_matrix_with_real_sigkills() -> None:
     # A consumer's own loop over a Gate, killed by SIGKILL after every commit point of
     # every step (the in-process matrix covers the transactions and the recoveries).
-    matrix = crash_matrix_sync(
-        "support.scenarios:gate_checkout", "process", workers=4, inside_tx=False, recovery=False
-    )
+    with forked_process_mode():  # as in the matrix above
+        matrix = crash_matrix_sync(
+            "support.scenarios:gate_checkout", "process", workers=4, inside_tx=False, recovery=False
+        )
     matrix.assert_ok()
     first = {(c.crashes[0].at, c.crashes[0].step) for c in matrix.cases}
     assert (Point.AFTER_ALLOWED, 0) in first and (Point.AFTER_ATTACH_ALLOWED, 1) in first

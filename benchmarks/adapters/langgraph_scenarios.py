@@ -28,13 +28,13 @@ import json
 import os
 import signal
 import sqlite3
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+import _children
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.tools import BaseTool, tool
@@ -169,13 +169,7 @@ def approval(workdir: Path, gated: bool) -> dict[str, Any]:
 
 def crash(workdir: Path, gated: bool) -> dict[str, Any]:
     me = [sys.executable, __file__, "--child", str(workdir), "gated" if gated else "alone"]
-    proc = subprocess.Popen(
-        [*me, "start"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "HANG_IN_TOOL": "1"},
-    )
+    proc = _children.popen([*me, "start"], capture=True, env={**os.environ, "HANG_IN_TOOL": "1"})
     assert proc.stdout is not None
     if proc.stdout.readline().strip() != "IN_TOOL":
         raise SystemExit(f"the child never reached the tool: {proc.communicate()[1]}")
@@ -233,7 +227,7 @@ SCENARIOS = {
 
 
 def child(me: list[str], mode: str) -> dict[str, Any]:
-    done = subprocess.run([*me, mode], capture_output=True, text=True, timeout=120)
+    done = _children.run([*me, mode], timeout=120)
     if done.returncode != 0:
         raise SystemExit(f"child {mode} failed: {done.stderr}")
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))

@@ -28,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -36,6 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import _children
 from agents import Agent, Runner, RunState, function_tool, set_tracing_disabled
 from agents.testing import ScriptedModel, assistant_message, function_call
 
@@ -133,7 +133,7 @@ def child_main(argv: list[str]) -> None:
 
 def child(step: str, variant: str, work: Path) -> dict[str, Any]:
     cmd = [sys.executable, str(SCRIPT), "child", step, variant, str(work / "runs.db"), str(work)]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    done = _children.run(cmd, timeout=120)
     if done.returncode != 0:
         raise SystemExit(f"{step} ({variant}) failed: {done.stderr}")
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
@@ -151,7 +151,7 @@ def pushed(work: Path) -> list[str]:
 
 def agentrt_approve(work: Path) -> None:
     cmd = [sys.executable, "-m", "agentrt", "approve", RUN_ID, "--db", str(work / "runs.db")]
-    done = subprocess.run([*cmd, "--yes", "--by", "operator"], capture_output=True, text=True)
+    done = _children.run([*cmd, "--yes", "--by", "operator"], timeout=120)
     if done.returncode != 0:
         raise SystemExit(f"agentrt approve failed: {done.stderr}")
 
@@ -167,11 +167,7 @@ def crash(variant: str, work: Path) -> dict[str, Any]:
     child("start", variant, work)
     (work / "hang").write_text("")
     cmd = [sys.executable, str(SCRIPT), "child", "approve-and-resume", variant]
-    proc = subprocess.Popen(
-        [*cmd, str(work / "runs.db"), str(work)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    proc = _children.popen([*cmd, str(work / "runs.db"), str(work)])
     deadline = time.monotonic() + 60
     while not (work / "started").exists():
         if proc.poll() is not None or time.monotonic() > deadline:

@@ -26,12 +26,13 @@ import argparse
 import json
 import os
 import signal
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+import _children
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 CHILD = ROOT / "tests" / "support" / "adapters" / "pydantic_ai_child.py"
@@ -60,10 +61,8 @@ class Program:
         return [] if self.gated else ["--bare"]
 
     def run(self, mode: str) -> tuple[int, dict[str, Any]]:
-        done = subprocess.run(
+        done = _children.run(
             [sys.executable, str(CHILD), str(self.workdir), mode, *self.flags],
-            capture_output=True,
-            text=True,
             timeout=120,
             cwd=ROOT,
             env=_env(),
@@ -97,10 +96,8 @@ class Program:
     def killed_mid_call(self) -> int:
         """Resume with the push held after it acted, and SIGKILL the process there."""
         (self.workdir / "hold").write_text("1")
-        proc = subprocess.Popen(
+        proc = _children.popen(
             [sys.executable, str(CHILD), str(self.workdir), "resume", *self.flags],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
             cwd=ROOT,
             env=_env(),
         )

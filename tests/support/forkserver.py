@@ -21,6 +21,11 @@ fresh interpreter with `subprocess`.
 
 One server per preload set per test process (each xdist worker has its own);
 it exits when the test process's end of its stdin closes.
+
+A child finds its server's address in `AGENTRT_FORKSERVER`: a program that
+starts programs of its own (the scenario scripts of `benchmarks/adapters/`,
+through their `_children.py`) forks them from the same prepared process with
+`spawn_at`, instead of paying a fresh interpreter's imports for each.
 """
 
 from __future__ import annotations
@@ -46,6 +51,8 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve()
+# Set in each child: the address of the server it was forked from (see `spawn_at`).
+ADDRESS = "AGENTRT_FORKSERVER"
 
 # -- the wire: one length-prefixed JSON message at a time ---------------------------
 
@@ -110,15 +117,15 @@ def _serve(path: str, preload: Sequence[str]) -> int | None:
         # The supervisor of one request.
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         listener.close()
-        return _supervise(conn, base_path)
+        return _supervise(conn, base_path, path)
 
 
-def _supervise(conn: socket.socket, base_path: list[str]) -> int | None:
+def _supervise(conn: socket.socket, base_path: list[str], path: str) -> int | None:
     request, fds = _recv(conn, 3)
     pid = os.fork()
     if pid == 0:
         conn.close()
-        return _become(request, fds, base_path)
+        return _become(request, fds, base_path, path)
     for fd in fds:
         os.close(fd)
     _send(conn, {"pid": pid})
@@ -133,7 +140,7 @@ def _pythonpath(env: Mapping[str, str]) -> list[str]:
     return [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
 
 
-def _become(request: dict[str, Any], fds: list[int], base_path: list[str]) -> int | None:
+def _become(request: dict[str, Any], fds: list[int], base_path: list[str], path: str) -> int | None:
     """In the child: take the request's streams, place, environment and argv, and run it."""
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
@@ -145,6 +152,7 @@ def _become(request: dict[str, Any], fds: list[int], base_path: list[str]) -> in
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
+    os.environ[ADDRESS] = path
     argv: list[str] = request["argv"]
     first = str(Path(argv[1]).resolve().parent) if request["module"] is None else os.getcwd()
     sys.path[:] = [first, *_pythonpath(request["env"]), *base_path]
@@ -250,28 +258,52 @@ class ForkServer:
         Streams left None are /dev/null; `capture` sends stdout and stderr to files
         that `Child.communicate` reads once the child has ended.
         """
-        argv = [str(a) for a in argv]
-        files: tuple[Any, Any] | None = None
-        if capture:
-            files = (tempfile.TemporaryFile(), tempfile.TemporaryFile())  # noqa: SIM115
-            stdout, stderr = files[0].fileno(), files[1].fileno()
-        module = argv[2] if len(argv) > 2 and argv[1] == "-m" else None
-        devnull = os.open(os.devnull, os.O_RDWR)
-        try:
-            fds = [devnull if fd is None else fd for fd in (stdin, stdout, stderr)]
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            sock.connect(self.path)
-            request = {
-                "argv": argv,
-                "module": module,
-                "cwd": os.fspath(cwd) if cwd is not None else os.getcwd(),
-                "env": dict(os.environ if env is None else env),
-            }
-            _send(sock, request, fds)
-        finally:
-            os.close(devnull)
-        reply, _ = _recv(sock)
-        return Child(sock, int(reply["pid"]), argv, files)
+        return spawn_at(
+            self.path,
+            argv,
+            cwd=cwd,
+            env=env,
+            stdin=stdin,
+            stdout=stdout,
+            stderr=stderr,
+            capture=capture,
+        )
+
+
+def spawn_at(
+    path: str,
+    argv: Sequence[str],
+    *,
+    cwd: str | os.PathLike[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    stdin: int | None = None,
+    stdout: int | None = None,
+    stderr: int | None = None,
+    capture: bool = False,
+) -> Child:
+    """`ForkServer.spawn` on the server listening at `path` (a child's `AGENTRT_FORKSERVER`)."""
+    argv = [str(a) for a in argv]
+    files: tuple[Any, Any] | None = None
+    if capture:
+        files = (tempfile.TemporaryFile(), tempfile.TemporaryFile())  # noqa: SIM115
+        stdout, stderr = files[0].fileno(), files[1].fileno()
+    module = argv[2] if len(argv) > 2 and argv[1] == "-m" else None
+    devnull = os.open(os.devnull, os.O_RDWR)
+    try:
+        fds = [devnull if fd is None else fd for fd in (stdin, stdout, stderr)]
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.connect(path)
+        request = {
+            "argv": argv,
+            "module": module,
+            "cwd": os.fspath(cwd) if cwd is not None else os.getcwd(),
+            "env": dict(os.environ if env is None else env),
+        }
+        _send(sock, request, fds)
+    finally:
+        os.close(devnull)
+    reply, _ = _recv(sock)
+    return Child(sock, int(reply["pid"]), argv, files)
 
 
 @dataclass

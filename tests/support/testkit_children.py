@@ -1,0 +1,52 @@
+"""Process mode's children forked from a prepared process, for the crash matrices' dozens of them.
+
+`agentrt.testkit` in process mode starts every process of a scenario as
+`python -m agentrt.testkit._process '<plan>'` with `subprocess.run`. A crash
+matrix starts one to three such children per case, dozens in all, and each paid
+an interpreter's start and `import agentrt` before doing anything.
+`forked_process_mode` (a context manager) makes process mode start exactly that
+command through `tests/support/forkserver.py` instead: the same argv,
+environment (the factory's folder on PYTHONPATH) and captured streams, in a
+real process of its own that dies of its own SIGKILL at its crash point and is
+reported `-9`, as `subprocess` reports it. Only that command is forked; the
+tests that run a single scenario still start fresh interpreters, so the real
+`python -m agentrt.testkit._process` stays covered.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import sys
+from collections.abc import Iterator, Sequence
+from types import SimpleNamespace
+from typing import Any
+
+from agentrt.testkit import _process
+
+from . import forkserver
+
+PRELOAD = ("agentrt.testkit", "agentrt.lowlevel", "agentrt.testkit._harness")
+COMMAND = [sys.executable, "-m", "agentrt.testkit._process"]
+
+
+def _run(command: Sequence[str], **kwargs: Any) -> Any:
+    if list(command[:3]) != COMMAND or len(command) != 4:
+        return subprocess.run(command, **kwargs)
+    assert kwargs.get("capture_output") and kwargs.get("text"), kwargs
+    done = forkserver.run(
+        command, preload=PRELOAD, env=kwargs.get("env"), timeout=kwargs.get("timeout") or 120
+    )
+    return subprocess.CompletedProcess(done.args, done.returncode, done.stdout, done.stderr)
+
+
+@contextlib.contextmanager
+def forked_process_mode() -> Iterator[None]:
+    """While open, process mode's children are forked (see the module's docstring)."""
+    shim = SimpleNamespace(run=_run, TimeoutExpired=subprocess.TimeoutExpired)
+    saved = _process.subprocess
+    _process.subprocess = shim  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        _process.subprocess = saved
