@@ -11,6 +11,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import time
 import uuid
 from importlib import metadata
 from pathlib import Path
@@ -91,6 +92,12 @@ def save_mypy_cache(cache: Path) -> None:
     except OSError:  # another run published first: theirs is as good
         shutil.rmtree(fresh, ignore_errors=True)
     shutil.rmtree(old, ignore_errors=True)
+    # Caches of other keys (other packages installed) not written for a week: gone.
+    week_ago = time.time() - 7 * 24 * 3600
+    for other in MYPY_CACHES.iterdir():
+        with contextlib.suppress(OSError):
+            if other.name != shared.name and other.stat().st_mtime < week_ago:
+                shutil.rmtree(other, ignore_errors=True)
 
 
 # A hang guard, not a speed test: with no shared cache yet mypy checks every module
