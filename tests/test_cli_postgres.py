@@ -1,0 +1,278 @@
+"""The `agentrt` command and the export follower on a PostgreSQL store, given by URL.
+
+Runs are made by a real Driver on the PostgreSQL store (a schema of its own per
+test on the server named by `AGENTRT_TEST_POSTGRES_URL`, `support.postgres`);
+the same script is also run on a SQLite file, and every read command must print
+the same thing for both. A URL's password is never printed: not in a result, a
+printed command, a refusal or an error (the test server trusts loopback, so a
+password it ignores opens it; an unreachable port gives the error).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack
+from pathlib import Path
+
+import pytest
+
+import agentrt
+from agentrt import Decision
+from agentrt.cli import main
+from agentrt.export import Follower, JsonLinesSink, load_cursor
+from agentrt.scripted import ScriptedAgent
+from agentrt.trace import event_json
+from conftest import FakeClock, Ids
+from support.postgres import postgres_schema
+from test_cli import lookup_tool, send_tool
+
+SECRET = "s3cret-Pw"
+"""A password in the URL: the trusting test server ignores it; no output may hold it."""
+
+SCRIPT = [
+    Decision.tool_call("lookup", {"x": 1}),
+    Decision.tool_call("send", {"to": "bob@example.com", "body": "hello"}),
+    Decision.complete({"sent": True}),
+]
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    """A fresh schema on the test server, holding no store yet."""
+    with ExitStack() as stack:
+        yield postgres_schema(stack, "the command line's tests")
+
+
+def with_password(url: str, password: str = SECRET) -> str:
+    """`url` with `password` as its user's password."""
+    scheme, rest = url.split("://", 1)
+    user, host = rest.split("@", 1)
+    return f"{scheme}://{user}:{password}@{host}"
+
+
+def waiting_run(db: str | Path, prefix: str = "a") -> agentrt.Run:
+    """A run by a Driver: it looked something up, then asked to send: WAITING on one approval."""
+    d = agentrt.Driver(
+        store=agentrt.open_store(db),
+        agent=ScriptedAgent(list(SCRIPT)),
+        policy=agentrt.default_policy(),
+        tools=[lookup_tool(), send_tool()],
+        now=FakeClock(),
+        new_id=Ids(prefix),
+    )
+    try:
+        run: agentrt.Run = d.start_sync("send the report")
+        return run
+    finally:
+        d.store.close()
+
+
+def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+READS: Sequence[Sequence[str]] = (
+    ("runs",),
+    ("--json", "runs"),
+    ("show", "RUN"),
+    ("--json", "show", "RUN"),
+    ("events", "RUN"),
+    ("--json", "events", "RUN"),
+    ("events", "RUN", "--limit", "3"),
+    ("approvals",),
+    ("verify", "--quick"),
+)
+
+
+def test_runs_show_events_and_verify_read_a_driver_run_on_postgres_as_on_sqlite(
+    pg_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = waiting_run(pg_url)
+    sqlite_db = tmp_path / "same.db"
+    assert waiting_run(sqlite_db).id == run.id
+    for words in READS:
+        args = [w.replace("RUN", run.id) for w in words]
+        on_pg = cli(capsys, "--db", pg_url, *args)
+        on_sqlite = cli(capsys, "--db", str(sqlite_db), *args)
+        assert on_pg[0] == 0, on_pg
+        if words[0] == "verify":  # the chain alike; the file is the server's to check
+            assert on_pg[1].splitlines()[0] == on_sqlite[1].splitlines()[0]
+            assert on_pg[1].splitlines()[1] == (
+                "file: not checked here (a PostgreSQL server keeps and checks its own files)"
+            )
+            continue
+        # The same, but for the database named in the commands printed for the operator.
+        assert on_pg == (
+            on_sqlite[0],
+            on_sqlite[1].replace(str(sqlite_db), shlex.quote(pg_url)),
+            on_sqlite[2].replace(str(sqlite_db), shlex.quote(pg_url)),
+        ), words
+
+
+def test_runs_show_events_and_verify_print_what_the_postgres_record_holds(
+    pg_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = waiting_run(pg_url)
+    with agentrt.open_existing(pg_url, read_only=True) as store:
+        stored = store.list_events(run.id, 0, 1000)
+        (approval,) = store.list_approvals(run.id)
+    code, out, err = cli(capsys, "--db", pg_url, "--json", "runs")
+    assert (code, err) == (0, "")
+    (summary,) = json.loads(out)["runs"]
+    assert (summary["id"], summary["status"]) == (run.id, "WAITING_FOR_APPROVAL")
+    assert [w["hash"] for w in summary["waiting"]] == [approval.hash]
+    code, out, err = cli(capsys, "--db", pg_url, "--json", "events", run.id)
+    assert (code, err) == (0, "")
+    assert [json.loads(line) for line in out.splitlines()] == [
+        json.loads(json.dumps(event_json(e))) for e in stored
+    ]
+    code, out, err = cli(capsys, "--db", pg_url, "--json", "show", run.id)
+    assert (code, err) == (0, "")
+    assert json.loads(out)["run"]["status"] == "WAITING_FOR_APPROVAL"
+    code, out, err = cli(capsys, "--db", pg_url, "verify")
+    head = f"{stored[-1].seq}:{stored[-1].hash}"
+    assert (code, err) == (0, "")
+    assert out.splitlines()[0] == f"intact: {len(stored)} events checked; head {head}"
+    code, out, err = cli(capsys, "--db", pg_url, "verify", "--head", head)
+    assert (code, err) == (0, "")
+    assert out.splitlines()[0].endswith(f"; the kept head {head} matches")
+
+
+def test_agentrt_db_may_be_a_url(
+    pg_url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = waiting_run(pg_url)
+    monkeypatch.setenv("AGENTRT_DB", pg_url)
+    code, out, err = cli(capsys, "--json", "runs")
+    assert (code, err) == (0, "")
+    assert [r["id"] for r in json.loads(out)["runs"]] == [run.id]
+
+
+def test_approve_by_url_lets_the_run_go_on(pg_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    run = waiting_run(pg_url)
+    with agentrt.open_existing(pg_url, read_only=True) as store:
+        (approval,) = store.list_approvals(run.id)
+    code, out, err = cli(
+        capsys, "--db", with_password(pg_url), "approve", run.id, "--yes", "--by", "alice"
+    )
+    assert (code, err) == (0, ""), err
+    assert SECRET not in out
+    with agentrt.open_existing(pg_url, read_only=True) as store:
+        (decided,) = store.list_approvals(run.id)
+    assert (decided.id, decided.status, decided.decided_by) == (approval.id, "approved", "alice")
+
+
+def test_a_password_in_the_url_is_never_printed_by_any_command(
+    pg_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = waiting_run(pg_url)
+    url = with_password(pg_url)
+    printed = []
+    for words in (*READS, ("events", "RUN", "--limit", "2", "--cursor", str(tmp_path / "c"))):
+        code, out, err = cli(capsys, "--db", url, *[w.replace("RUN", run.id) for w in words])
+        assert code == 0, err
+        printed.append(out + err)
+    assert not [p for p in printed if SECRET in p]
+    # The command printed for the operator carries the URL, its password `***`.
+    (hint,) = [line for line in printed[6].splitlines() if line.startswith("more events")]
+    shown = with_password(pg_url, "***")
+    assert hint == f"more events after seq 3: agentrt --db '{shown}' events {run.id} --after 3"
+
+
+@pytest.mark.parametrize("where", ["user", "parameter"])
+def test_a_server_that_cannot_be_reached_is_one_line_without_the_password(
+    where: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = (
+        f"postgresql://root:{SECRET}@127.0.0.1:1/test"
+        if where == "user"
+        else f"postgresql://root@127.0.0.1:1/test?password={SECRET}"
+    )
+    shown = url.replace(SECRET, "***")
+    for command in (("runs",), ("verify",), ("events",), ("approvals",)):
+        code, out, err = cli(capsys, "--db", url, *command)
+        assert (code, out) == (1, "")
+        assert SECRET not in err
+        assert err.startswith(f"agentrt: cannot open {shown}: connection failed: ")
+        assert "Connection refused" in err
+        assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("url", "said"),
+    [
+        (
+            "postgresql://root@127.0.0.1:5432/test?schema=Not-A-Name",
+            "agentrt: cannot open postgresql://root@127.0.0.1:5432/test?schema=Not-A-Name: "
+            "schema 'Not-A-Name' is not a plain lower-case name (letters, digits, underscores)",
+        ),
+        (
+            f"postgresql://root:{SECRET}@[127.0.0.1/test",
+            "agentrt: cannot open postgresql://root:***@[127.0.0.1/test: it is not a usable "
+            "URL (Invalid IPv6 URL)",
+        ),
+        (
+            f"postgresql://root:{SECRET}@127.0.0.1:port/test",
+            "agentrt: cannot open postgresql://root:***@127.0.0.1:port/test: connection is "
+            'bad: invalid integer value "port" for connection option "port"',
+        ),
+    ],
+)
+def test_a_bad_url_is_one_clear_line_and_exit_1(
+    url: str, said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli(capsys, "--db", url, "runs") == (1, "", said + "\n")
+
+
+def test_a_schema_with_no_store_is_refused_never_created(
+    pg_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = with_password(pg_url)
+    code, out, err = cli(capsys, "--db", url, "runs")
+    assert (code, out) == (1, "")
+    assert err == (
+        f"agentrt: refusing {with_password(pg_url, '***')}: the database has no agentrt "
+        "schema (open it with open_store to create one)\n"
+    )
+    with pytest.raises(agentrt.SchemaVersionError):  # still nothing there
+        agentrt.open_existing(pg_url, read_only=True)
+
+
+def test_the_follower_exports_a_postgres_record_once_across_a_restart_by_its_cursor_file(
+    pg_url: str, tmp_path: Path
+) -> None:
+    run = waiting_run(pg_url)
+    with agentrt.open_existing(pg_url, read_only=True) as store:
+        stored = store.list_events(None, 0, 1000)
+    cursor, out = tmp_path / "cursor", tmp_path / "events.jsonl"
+    url = with_password(pg_url)
+    with Follower(url, cursor=cursor, page_size=2) as follower, JsonLinesSink(out) as sink:
+        assert follower.run(sink, follow=False, max_events=3) == 3
+    assert load_cursor(cursor) is not None and load_cursor(cursor).seq == stored[2].seq
+    assert cursor.stat().st_mode & 0o777 == 0o600
+    with Follower(url, run_id=None, cursor=cursor) as follower, JsonLinesSink(out) as sink:
+        assert follower.run(sink, follow=False) == len(stored) - 3
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert lines == [json.loads(json.dumps(event_json(e))) for e in stored]
+    assert {e.run_id for e in stored} == {run.id}
+
+
+def test_events_with_a_cursor_file_continues_where_it_stopped_on_postgres(
+    pg_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = waiting_run(pg_url)
+    with agentrt.open_existing(pg_url, read_only=True) as store:
+        stored = store.list_events(run.id, 0, 1000)
+    cursor = str(tmp_path / "cursor")
+    seen = []
+    for _ in range(3):
+        code, out, err = cli(
+            capsys, "--db", pg_url, "--json", "events", run.id, "--cursor", cursor, "--limit", "2"
+        )
+        assert code == 0, err
+        seen += [json.loads(line)["seq"] for line in out.splitlines()]
+    assert seen == [e.seq for e in stored][:6]
