@@ -276,3 +276,43 @@ def test_events_with_a_cursor_file_continues_where_it_stopped_on_postgres(
         assert code == 0, err
         seen += [json.loads(line)["seq"] for line in out.splitlines()]
     assert seen == [e.seq for e in stored][:6]
+
+
+def test_export_otel_once_sends_the_postgres_record_and_keeps_its_cursor_in_a_file(
+    pg_url: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    pytest.importorskip("opentelemetry.sdk", reason="agentrt export --otel needs the otel extra")
+    from support.otlp import Receiver
+
+    run = waiting_run(pg_url)
+    with agentrt.open_existing(pg_url, read_only=True) as store:
+        head = store.chain_head()[0]
+    cursor = tmp_path / "otel.cursor"
+    with Receiver() as receiver:
+        for name, value in {
+            "OTEL_TRACES_EXPORTER": "otlp",
+            "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf",
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": receiver.endpoint,
+            "OTEL_SERVICE_NAME": "shop-agent",
+        }.items():
+            monkeypatch.setenv(name, value)
+        code, out, err = cli(
+            capsys,
+            "--db",
+            with_password(pg_url),
+            "export",
+            "--otel",
+            "--once",
+            "--cursor",
+            str(cursor),
+        )
+        spans = receiver.snapshot()
+    assert (code, out, err) == (0, "", "")
+    # Only the finished lookup step is a whole span; the send waits for its approval.
+    assert [(s.name, s.attributes["agentrt.run.id"]) for s in spans] == [("agentrt.step", run.id)]
+    saved = load_cursor(cursor)
+    assert saved is not None and saved.seq == head
+    assert cursor.stat().st_mode & 0o777 == 0o600
