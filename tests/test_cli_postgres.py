@@ -11,7 +11,12 @@ password it ignores opens it; an unreachable port gives the error).
 from __future__ import annotations
 
 import json
+import re
 import shlex
+import signal
+import subprocess
+import sys
+import urllib.request
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack
 from pathlib import Path
@@ -316,3 +321,88 @@ def test_export_otel_once_sends_the_postgres_record_and_keeps_its_cursor_in_a_fi
     saved = load_cursor(cursor)
     assert saved is not None and saved.seq == head
     assert cursor.stat().st_mode & 0o777 == 0o600
+
+
+# --- the console and the webhook's Local approver, by URL ----------------------------------------
+
+
+def test_the_console_lists_and_decides_a_postgres_run_and_never_shows_the_password(
+    pg_url: str,
+) -> None:
+    pytest.importorskip("starlette", reason="the console needs its extra")
+    from starlette.testclient import TestClient
+
+    from agentrt.console import ConsoleConfig, create_app
+
+    run = waiting_run(pg_url)
+    with agentrt.open_existing(pg_url, read_only=True) as store:
+        (approval,) = store.list_approvals(run.id)
+    config = ConsoleConfig(db_path=with_password(pg_url), by="alice")
+    assert SECRET not in repr(config)
+    assert repr(config).startswith(f"ConsoleConfig(db_path={with_password(pg_url, '***')!r}, ")
+    base = "http://127.0.0.1:8765"
+    with TestClient(create_app(config), base_url=base, follow_redirects=False) as c:
+        index = c.get("/").text
+        assert f'href="/runs/{run.id}"' in index and SECRET not in index
+        page = c.get(f"/runs/{run.id}").text
+        assert approval.hash in page and SECRET not in page
+        response = c.post(
+            f"/runs/{run.id}/approvals/{approval.id}/approve",
+            data={"csrf": config.csrf, "note": "looks right", "hash": approval.hash},
+            headers={"Origin": base},
+        )
+        assert response.status_code == 303
+    with agentrt.open_existing(pg_url, read_only=True) as store:
+        decided = store.get_approval(run.id, approval.id)
+    assert (decided.status, decided.decided_by, decided.note) == (
+        "approved",
+        "alice",
+        "looks right",
+    )
+
+
+@pytest.mark.slow
+def test_agentrt_console_serves_a_url_and_prints_it_without_the_password(pg_url: str) -> None:
+    pytest.importorskip("uvicorn", reason="the console needs its extra")
+    run = waiting_run(pg_url)
+    url = with_password(pg_url)
+    command = [sys.executable, "-m", "agentrt", "--db", url, "console", "--port", "0"]
+    command += ["--by", "alice"]
+    served = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert served.stdout is not None
+        first, second, third = (served.stdout.readline() for _ in range(3))
+        shown = with_password(pg_url, "***")
+        assert first == f"agentrt console: serving {shown}, deciding as alice\n"
+        match = re.fullmatch(r"  open (http://127\.0\.0\.1:\d+/)\n", second)
+        assert match, second
+        assert third == "  Ctrl-C stops it.\n"
+        # Served once it answers (and only then is Ctrl-C its own to handle).
+        direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        with direct.open(match[1], timeout=30) as response:
+            index = response.read().decode()
+        assert f'href="/runs/{run.id}"' in index and SECRET not in index
+        served.send_signal(signal.SIGINT)
+        rest, err = served.communicate(timeout=30)
+        assert (served.returncode, rest) == (0, "agentrt console: stopped\n")
+        assert SECRET not in err
+    finally:
+        if served.poll() is None:
+            served.kill()
+            served.wait()
+
+
+def test_the_local_approver_opens_a_url_and_decides_on_the_postgres_record(pg_url: str) -> None:
+    from agentrt.approver import Decision as ApproverDecision
+    from agentrt.approver import Local
+
+    run = waiting_run(pg_url)
+    with Local.open(with_password(pg_url)) as local:
+        assert SECRET not in repr(local)
+        (item,) = local.pending(run.id)
+        decided = local.approve(
+            ApproverDecision(run.id, item.approval_id, item.hash, by="alice", note="ok")
+        )
+    assert (decided.status, decided.decided_by) == ("approved", "alice")
+    with agentrt.open_existing(pg_url, read_only=True) as store:
+        assert store.get_approval(run.id, item.approval_id).status == "approved"

@@ -18,8 +18,8 @@ import shutil
 import sys
 from collections.abc import Sequence
 from typing import Any, TextIO
-from urllib.parse import unquote, urlsplit, urlunsplit
 
+from .._db_url import is_db_url, redact_db, shown_db
 from .._render_approval import field_lines
 from ..trace import clip, display_width, json_line, sanitize
 
@@ -127,70 +127,6 @@ def db_path(args: argparse.Namespace) -> str:
     if not path:
         raise UsageError("no database given: pass --db PATH or set AGENTRT_DB")
     return str(path)
-
-
-_URL_SCHEMES = ("postgresql://", "postgres://")
-HIDDEN = "***"
-"""What a password is printed as."""
-
-
-def is_db_url(path: str) -> bool:
-    """Whether the database given is a PostgreSQL URL (not a SQLite file's path)."""
-    return path.startswith(_URL_SCHEMES)
-
-
-def _passwords(path: str) -> list[str]:
-    """The passwords a URL holds (its user's and a `password=` parameter's), as written
-    and percent-decoded, longest first; none for a path or a URL too broken to split."""
-    if not is_db_url(path):
-        return []
-    _, _, rest = path.partition("://")
-    authority = rest.split("/", 1)[0].split("?", 1)[0]
-    found = []
-    if "@" in authority:
-        user = authority.rsplit("@", 1)[0]
-        if ":" in user:
-            found.append(user.split(":", 1)[1])
-    query = path.split("?", 1)[1] if "?" in path else ""
-    found.extend(part.partition("=")[2] for part in query.split("&") if _is_password(part))
-    every = {
-        form for word in found for form in (word, unquote(word), unquote(word.replace("+", " ")))
-    }
-    return sorted((w for w in every if w), key=len, reverse=True)
-
-
-def _is_password(parameter: str) -> bool:
-    return unquote(parameter.partition("=")[0]).strip().lower() == "password"
-
-
-def shown_db(path: str) -> str:
-    """The database as it may be printed: a path as it is, a URL with its password(s) `***`."""
-    if not is_db_url(path):
-        return path
-    try:
-        parts = urlsplit(path)
-        netloc = parts.netloc
-        if "@" in netloc:
-            user, host = netloc.rsplit("@", 1)
-            if ":" in user:
-                user = user.split(":", 1)[0] + ":" + HIDDEN
-            netloc = f"{user}@{host}"
-        query = "&".join(
-            f"{part.partition('=')[0]}={HIDDEN}" if _is_password(part) else part
-            for part in parts.query.split("&")
-        )
-        return redact_db(
-            urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment)), path
-        )
-    except ValueError:  # too broken to split: every password it holds, hidden where it stands
-        return redact_db(path, path)
-
-
-def redact_db(text: str, path: str) -> str:
-    """`text` with every password the database URL `path` holds replaced by `***`."""
-    for word in _passwords(path):
-        text = text.replace(word, HIDDEN)
-    return text
 
 
 def arg(text: str) -> str:
