@@ -406,3 +406,20 @@ def test_the_local_approver_opens_a_url_and_decides_on_the_postgres_record(pg_ur
     assert (decided.status, decided.decided_by) == ("approved", "alice")
     with agentrt.open_existing(pg_url, read_only=True) as store:
         assert store.get_approval(run.id, item.approval_id).status == "approved"
+
+
+# --- the store's own messages ---------------------------------------------------------------------
+
+
+def test_the_store_hides_a_password_given_as_a_url_parameter_too(pg_url: str) -> None:
+    waiting_run(pg_url)
+    url = f"{pg_url}&password={SECRET}"
+    with agentrt.open_existing(url, read_only=True) as store:
+        assert SECRET not in repr(store) and SECRET not in str(store.path)
+        assert str(store.path).endswith("password=***")
+    unreachable = f"postgresql://root@127.0.0.1:1/test?password={SECRET}"
+    with pytest.raises(agentrt.StoreError) as refused:
+        agentrt.open_existing(unreachable, read_only=True)
+    said = str(refused.value)
+    assert said.startswith("cannot open postgresql://root@127.0.0.1:1/test?password=***: ")
+    assert SECRET not in said
