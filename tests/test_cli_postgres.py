@@ -423,3 +423,19 @@ def test_the_store_hides_a_password_given_as_a_url_parameter_too(pg_url: str) ->
     said = str(refused.value)
     assert said.startswith("cannot open postgresql://root@127.0.0.1:1/test?password=***: ")
     assert SECRET not in said
+
+
+def test_a_url_without_the_postgres_extra_names_the_pip_command(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As if psycopg were not installed: the backend's modules are imported afresh and fail.
+    for name in [m for m in sys.modules if m.startswith("agentrt._store.postgres")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "psycopg", None)
+    url = f"postgresql://root:{SECRET}@127.0.0.1:5432/test"
+    assert cli(capsys, "--db", url, "runs") == (
+        1,
+        "",
+        "agentrt: cannot open postgresql://root:***@127.0.0.1:5432/test: the PostgreSQL store "
+        "needs its extra: pip install 'agentrt[postgres]'\n",
+    )
