@@ -25,9 +25,7 @@ enable it; with `CI` set it fails instead.
 from __future__ import annotations
 
 import itertools
-import os
 import sqlite3
-import uuid
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -38,6 +36,7 @@ import pytest
 import agentrt._store.sqlite._connection as sqlite_connection
 from agentrt._store import Store, open_existing, open_store
 from agentrt._store.sqlite import SqliteStore
+from support.postgres import postgres_schema
 
 
 class Tamper(Protocol):
@@ -96,7 +95,7 @@ class Backend:
         if name == "postgres":
             self.holds_bytes = False
             self.one_writer = False
-            self._url = _postgres_schema(stack)
+            self._url = postgres_schema(stack)
 
     @property
     def url(self) -> str:
@@ -291,34 +290,8 @@ def _committed(conn: sqlite3.Connection, work: Callable[[sqlite3.Connection], in
 
 # --- THE BACKEND'S PART: PostgreSQL ----------------------------------------------------------
 #
-# Each test gets a schema of its own on the server, dropped after it; the damage is done
-# through a plain connection of its own (another process's) to that schema.
-
-POSTGRES_URL_VARIABLE = "AGENTRT_TEST_POSTGRES_URL"
-
-
-def _postgres_schema(stack: ExitStack) -> str:
-    """A fresh schema's URL on the test server (dropped when `stack` closes)."""
-    base = os.environ.get(POSTGRES_URL_VARIABLE, "")
-    if not base:
-        message = (
-            f"postgres: set {POSTGRES_URL_VARIABLE} (e.g. "
-            "postgresql://root@127.0.0.1:5432/test) to run the contract suite on PostgreSQL"
-        )
-        if os.environ.get("CI"):
-            pytest.fail(message + " (CI is set: it must not skip)")
-        pytest.skip(message)
-    import psycopg
-
-    schema = f"t_{uuid.uuid4().hex[:16]}"
-
-    def drop() -> None:
-        with psycopg.connect(base, autocommit=True) as conn:
-            conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
-
-    stack.callback(drop)
-    joiner = "&" if "?" in base else "?"
-    return f"{base}{joiner}schema={schema}"
+# Each test gets a schema of its own on the server, dropped after it (`support.postgres`);
+# the damage is done through a plain connection of its own (another process's) to that schema.
 
 
 class _PostgresTamper:

@@ -7,6 +7,7 @@
 - `gates`: a Gate over the test's store, and a session opened on its first step.
 - `models`: scripted models behind the accounting caller, and a run that asks one.
 - `providers`: local fake model servers (real HTTP on 127.0.0.1) for the adapters.
+- `postgres`: a schema of its own on the test PostgreSQL server (`AGENTRT_TEST_POSTGRES_URL`).
 - `rows`: every stored row, to show that a refusal changed nothing.
 - `scenarios`: the test kit's scenario factories, importable by name in children.
 - `tools`: the story's recording tools: a read, a remote push, a destructive rm.

@@ -6,6 +6,10 @@ read-only unless the command writes. A refusal from the store (a symlink, a
 second hard link, loose modes, a foreign owner, a damaged or unsafe schema, a
 newer schema version) becomes `Refused`, one sentence naming the actual
 problem of the actual file (the database or its -wal, -shm or -journal file).
+
+A `postgresql://` URL is handed to the store as it is (there is no file to look
+for first); what it says goes into the sentence with the URL's password
+printed `***`, as does a URL too malformed to split, or the missing extra.
 """
 
 from __future__ import annotations
@@ -26,14 +30,14 @@ from .._errors import (
     UnsafeSchemaError,
 )
 from .._store import Store, open_existing
-from ._output import db_path
+from ._output import db_path, is_db_url, redact_db, shown_db
 
 
 def open_db(args: argparse.Namespace, *, write: bool = False) -> Store:
     """The database this command was given, opened read-only unless `write`; refused in one
     sentence (`Refused`) when the store refuses it; never created."""
     path = db_path(args)
-    if not os.path.lexists(path):
+    if not is_db_url(path) and not os.path.lexists(path):
         raise StoreError(
             f"no database at {path} (agentrt opens existing databases only and never creates one)"
         )
@@ -41,6 +45,17 @@ def open_db(args: argparse.Namespace, *, write: bool = False) -> Store:
         return open_existing(path, read_only=not write)
     except AgentrtError as e:
         raise Refused(path, e) from e
+    except ValueError as e:  # a URL urllib cannot split (an unclosed `[`, a bad port)
+        if not is_db_url(path):
+            raise
+        raise Refused(path, StoreError(f"it is not a usable URL ({e})")) from None
+    except ModuleNotFoundError as e:
+        if not is_db_url(path) or (e.name or "").split(".")[0] != "psycopg":
+            raise
+        raise Refused(
+            path,
+            StoreError("the PostgreSQL store needs its extra: pip install 'agentrt[postgres]'"),
+        ) from None
 
 
 class Refused(Exception):
@@ -51,7 +66,9 @@ class Refused(Exception):
 
 
 def refusal_sentence(path: str, error: AgentrtError) -> str:
-    """One sentence saying why the database at `path` was refused."""
+    """One sentence saying why the database at `path` was refused (a URL's password `***`)."""
+    if is_db_url(path):
+        return _url_refusal(path, error)
     if isinstance(error, SymlinkError):
         return (
             f"refusing {path}: it is a symlink, and agentrt opens only the database file "
@@ -79,6 +96,19 @@ def refusal_sentence(path: str, error: AgentrtError) -> str:
     if isinstance(error, SchemaVersionError):
         return f"refusing {path}: {error}"
     return f"cannot open {path}: {error}"
+
+
+def _url_refusal(path: str, error: AgentrtError) -> str:
+    """Why the PostgreSQL URL `path` was refused: the store's words on one line, with no
+    password in them (the store hides the user's; a `password=` parameter is hidden here)."""
+    said = " ".join(redact_db(str(error), path).split()).rstrip(".")
+    shown = shown_db(path)
+    if said.startswith("cannot open "):  # the store names the URL itself (shown, no password)
+        return redact_db(said, path)
+    verb = (
+        "refusing" if isinstance(error, SchemaVersionError | UnsafeSchemaError) else "cannot open"
+    )
+    return redact_db(f"{verb} {shown}: {said}", path)
 
 
 # What `filesafety` says when it refuses a file (InsecureModeError), read back so

@@ -19,6 +19,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, TextIO
 
+from .._db_url import is_db_url, redact_db, shown_db
 from .._render_approval import field_lines
 from ..trace import clip, display_width, json_line, sanitize
 
@@ -117,7 +118,11 @@ def render_table(
 
 
 def db_path(args: argparse.Namespace) -> str:
-    """The database this command was given: --db, else $AGENTRT_DB; neither is a usage error."""
+    """The database this command was given: --db, else $AGENTRT_DB; neither is a usage error.
+
+    A SQLite file's path, or a `postgresql://` (`postgres://`) URL naming a server's
+    schema; a URL may hold a password, so it is printed only as `shown_db` gives it.
+    """
     path = getattr(args, "db", None) or os.environ.get("AGENTRT_DB", "")
     if not path:
         raise UsageError("no database given: pass --db PATH or set AGENTRT_DB")
@@ -133,10 +138,11 @@ def again(args: argparse.Namespace, *words: str) -> str:
     """A command the operator is told to run, on the database this one was given.
 
     Always `agentrt --db PATH ...` (the path as given, from --db or AGENTRT_DB),
-    so it can be pasted into another shell as it is. `words` must already be
-    quoted (`arg`) where they hold values.
+    so it can be pasted into another shell as it is; a URL's password is printed
+    `***` (docs/decisions/0082: keep it in PGPASSWORD or ~/.pgpass, and the command
+    pastes as it is). `words` must already be quoted (`arg`) where they hold values.
     """
-    return " ".join(("agentrt", "--db", arg(db_path(args)), *words))
+    return " ".join(("agentrt", "--db", arg(shown_db(db_path(args))), *words))
 
 
 __all__ = [
@@ -149,6 +155,9 @@ __all__ = [
     "again",
     "arg",
     "db_path",
+    "is_db_url",
     "isatty",
+    "redact_db",
     "render_table",
+    "shown_db",
 ]

@@ -94,6 +94,8 @@ def _file_json(checked: FileCheck) -> dict[str, Any]:
 
 def _file_text(checked: FileCheck) -> str:
     """The file check's line, apart from the chain's: SQLite's own words, escaped."""
+    if checked.check == "server":  # PostgreSQL: the server checks its own files
+        return "file: not checked here (a PostgreSQL server keeps and checks its own files)"
     if checked.ok:
         return f"file: ok (PRAGMA {checked.check} found no damage)"
     shown = "; ".join(sanitize(p) for p in checked.problems[:FILE_PROBLEMS_SHOWN])

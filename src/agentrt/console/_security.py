@@ -34,6 +34,7 @@ import re
 import secrets
 from dataclasses import dataclass, field
 
+from .._db_url import shown_db
 from .._errors import ConfigError
 from ..trace import sanitize
 
@@ -102,10 +103,10 @@ class ConsoleConfig:
                 f"binding {self.host} (not 127.0.0.1, ::1 or localhost) needs a token"
             )
 
-    def __repr__(self) -> str:  # never shows the token or the CSRF secret
+    def __repr__(self) -> str:  # never shows the token, the CSRF secret or a URL's password
         return (
-            f"ConsoleConfig(db_path={self.db_path!r}, by={self.by!r}, host={self.host!r}, "
-            f"port={self.port}, token={'set' if self.token else 'none'})"
+            f"ConsoleConfig(db_path={shown_db(self.db_path)!r}, by={self.by!r}, "
+            f"host={self.host!r}, port={self.port}, token={'set' if self.token else 'none'})"
         )
 
     @property

@@ -16,6 +16,7 @@ from typing import TextIO
 
 import uvicorn
 
+from .._db_url import shown_db
 from ._app import create_app
 from ._security import ConsoleConfig, is_loopback, new_token
 
@@ -55,7 +56,7 @@ def serve(
         db_path=db_path, by=by, host=host, port=sock.getsockname()[1], token=token
     )
     app = create_app(config)
-    out.write(f"agentrt console: serving {db_path}, deciding as {by}\n")
+    out.write(f"agentrt console: serving {shown_db(db_path)}, deciding as {by}\n")
     if token is None:
         out.write(f"  open {config.link(with_token=False)}\n")
     elif generated:

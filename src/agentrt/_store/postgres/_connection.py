@@ -27,6 +27,7 @@ import psycopg
 from psycopg import errors as pg_errors
 from psycopg import sql as pg_sql
 
+from ..._db_url import redact_db, shown_db
 from ..._errors import StoreBusyError, StoreDamagedError, StoreError
 
 LOCK_TIMEOUT_MS = 5_000
@@ -52,22 +53,16 @@ class Target:
     password: str
 
     def redact(self, text: str) -> str:
-        """`text` with the password (if any) replaced by `***`."""
+        """`text` with the password (if any) replaced by `***`: the user's, and a
+        `password=` parameter's (`agentrt._db_url`)."""
         if self.password:
             text = text.replace(self.password, "***")
-        return text
+        return redact_db(text, self.conninfo)
 
     @property
     def shown(self) -> str:
-        """The URL as it may be printed: without its password."""
-        parts = urlsplit(self.conninfo)
-        netloc = parts.netloc
-        if "@" in netloc:
-            user, host = netloc.rsplit("@", 1)
-            if ":" in user:
-                user = user.split(":", 1)[0] + ":***"
-            netloc = f"{user}@{host}"
-        return urlunsplit((parts.scheme, netloc, parts.path, parts.query, ""))
+        """The URL as it may be printed: without its password (either kind)."""
+        return shown_db(self.conninfo)
 
 
 def parse_target(url: str) -> Target:

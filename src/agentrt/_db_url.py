@@ -1,0 +1,80 @@
+"""A database given by name, as it may be printed: a SQLite file's path, or a PostgreSQL URL.
+
+A `postgresql://` (or `postgres://`) URL may hold a password, as its user's
+(`user:PASSWORD@host`) or as a `password=` parameter. Whatever prints the name
+of a database it was given (the command line, the console) prints `shown_db`
+of it, the password `***`, and passes text that may quote the URL through
+`redact_db`. A path is printed as it is. No driver is imported here: a URL
+too broken to parse still has its passwords hidden.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import unquote, urlsplit, urlunsplit
+
+_URL_SCHEMES = ("postgresql://", "postgres://")
+HIDDEN = "***"
+"""What a password is printed as."""
+
+
+def is_db_url(path: str) -> bool:
+    """Whether the database given is a PostgreSQL URL (not a SQLite file's path)."""
+    return path.startswith(_URL_SCHEMES)
+
+
+def _passwords(path: str) -> list[str]:
+    """The passwords a URL holds (its user's and a `password=` parameter's), as written
+    and percent-decoded, longest first; found by plain splitting, so that a URL urllib
+    refuses has them too. None for a path."""
+    if not is_db_url(path):
+        return []
+    _, _, rest = path.partition("://")
+    authority = rest.split("/", 1)[0].split("?", 1)[0]
+    found = []
+    if "@" in authority:
+        user = authority.rsplit("@", 1)[0]
+        if ":" in user:
+            found.append(user.split(":", 1)[1])
+    query = path.split("?", 1)[1] if "?" in path else ""
+    found.extend(part.partition("=")[2] for part in query.split("&") if _is_password(part))
+    every = {
+        form for word in found for form in (word, unquote(word), unquote(word.replace("+", " ")))
+    }
+    return sorted((w for w in every if w), key=len, reverse=True)
+
+
+def _is_password(parameter: str) -> bool:
+    return unquote(parameter.partition("=")[0]).strip().lower() == "password"
+
+
+def shown_db(path: str) -> str:
+    """The database as it may be printed: a path as it is, a URL with its password(s) `***`."""
+    if not is_db_url(path):
+        return path
+    try:
+        parts = urlsplit(path)
+        netloc = parts.netloc
+        if "@" in netloc:
+            user, host = netloc.rsplit("@", 1)
+            if ":" in user:
+                user = user.split(":", 1)[0] + ":" + HIDDEN
+            netloc = f"{user}@{host}"
+        query = "&".join(
+            f"{part.partition('=')[0]}={HIDDEN}" if _is_password(part) else part
+            for part in parts.query.split("&")
+        )
+        return redact_db(
+            urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment)), path
+        )
+    except ValueError:  # too broken to split: every password it holds, hidden where it stands
+        return redact_db(path, path)
+
+
+def redact_db(text: str, path: str) -> str:
+    """`text` with every password the database URL `path` holds replaced by `***`."""
+    for word in _passwords(path):
+        text = text.replace(word, HIDDEN)
+    return text
+
+
+__all__ = ["HIDDEN", "is_db_url", "redact_db", "shown_db"]

@@ -1,0 +1,52 @@
+"""A schema of its own on the test PostgreSQL server, for a test that runs on PostgreSQL.
+
+The server is named by `AGENTRT_TEST_POSTGRES_URL` (e.g.
+`postgresql://root@127.0.0.1:5432/test`); `postgres_schema` gives a URL whose
+`?schema=` is a fresh schema, dropped when the given `ExitStack` closes. Without
+the variable the test skips with one line saying how to enable it; with `CI` set
+it fails instead.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from contextlib import ExitStack
+
+import pytest
+
+POSTGRES_URL_VARIABLE = "AGENTRT_TEST_POSTGRES_URL"
+
+
+def server_url(what: str) -> str:
+    """The test server's URL; skips (fails under `CI`) without one, saying it is for `what`."""
+    base = os.environ.get(POSTGRES_URL_VARIABLE, "")
+    if not base:
+        message = (
+            f"postgres: set {POSTGRES_URL_VARIABLE} (e.g. "
+            f"postgresql://root@127.0.0.1:5432/test) to run {what} on PostgreSQL"
+        )
+        if os.environ.get("CI"):
+            pytest.fail(message + " (CI is set: it must not skip)")
+        pytest.skip(message)
+    return base
+
+
+def with_schema(base: str, schema: str) -> str:
+    """`base` with `schema=` added to its query."""
+    return f"{base}{'&' if '?' in base else '?'}schema={schema}"
+
+
+def postgres_schema(stack: ExitStack, what: str = "the contract suite") -> str:
+    """A fresh schema's URL on the test server (dropped when `stack` closes)."""
+    base = server_url(what)
+    import psycopg
+
+    schema = f"t_{uuid.uuid4().hex[:16]}"
+
+    def drop() -> None:
+        with psycopg.connect(base, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+    stack.callback(drop)
+    return with_schema(base, schema)
