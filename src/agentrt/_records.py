@@ -768,7 +768,10 @@ class FileCheck:
     """What SQLite's own check of the file found: `ok`, or its problems (bounded), and which check.
 
     `check` is `quick_check` (every page and record readable and well formed) or
-    `integrity_check` (that, and every index agrees with its table).
+    `integrity_check` (that, and every index agrees with its table); `server` when
+    the store's server keeps and checks its own files and the client checked
+    nothing (PostgreSQL): then `ok` says only that nothing was found, and what
+    shows it says "not checked here".
     """
 
     ok: bool
