@@ -24,6 +24,8 @@ python3 -m venv "$VENV"
 "$VENV/bin/pip" install -q -e '.[test]'
 
 CURRENT="tests"; step "$CURRENT"
+# The PostgreSQL half of the suite runs on the machine's server, as in .ci/run (docs/postgres.md).
+export AGENTRT_TEST_POSTGRES_URL="${AGENTRT_TEST_POSTGRES_URL:-postgresql://root@127.0.0.1:5432/test}"
 # RELEASE_PYTEST_ARGS narrows the suite while trying the script out; a release runs it all.
 # shellcheck disable=SC2086
 CI="${CI:-true}" "$VENV/bin/python" -m pytest -q ${RELEASE_PYTEST_ARGS:-}
