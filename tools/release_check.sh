@@ -28,7 +28,7 @@ CURRENT="tests"; step "$CURRENT"
 export AGENTRT_TEST_POSTGRES_URL="${AGENTRT_TEST_POSTGRES_URL:-postgresql://root@127.0.0.1:5432/test}"
 # RELEASE_PYTEST_ARGS narrows the suite while trying the script out; a release runs it all.
 # shellcheck disable=SC2086
-CI="${CI:-true}" "$VENV/bin/python" -m pytest -q ${RELEASE_PYTEST_ARGS:-}
+CI="${CI:-true}" "$VENV/bin/python" -m pytest -q -n auto --dist worksteal ${RELEASE_PYTEST_ARGS:-}
 
 CURRENT="build"; step "$CURRENT"
 rm -rf dist
