@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
@@ -29,11 +29,11 @@ from ..._clock import format_time
 from ..._errors import SchemaVersionError, StoreBusyError, StoreDamagedError, StoreError
 from ..._records import ApprovalStatus, FileCheck, RunStatus, VerifyReport
 from .._base import Renewer
-from .._records import Claim, RunCandidate, RunCursor, WaitingRow
+from .._records import RunCandidate, RunCursor, WaitingRow
 from ..sqlite._codecs import waiting_from_row
-from ..sqlite._proxy_rows import _waiting_or_on_the_way
 from ..sqlite._reads import _CANDIDATE_COLUMNS, _candidate
 from ..sqlite._store import SqliteStore
+from ..sqlite._writes import SqliteTx
 from ._connection import (
     _DAMAGED,
     LOCK_TIMEOUT_MS,
@@ -494,52 +494,20 @@ class PostgresStore(SqliteStore):
                 )
         return known
 
-    def claim_request(
-        self,
-        key: str,
-        judged_seq: int | None,
-        run_id: str,
-        tool: str,
-        side_effect: str,
-        now: datetime,
-        *,
-        cap: int | None = None,
-        awaiting: Collection[str] = (),
-        fresh_since: datetime | None = None,
-    ) -> Claim:
-        """As SQLite's, with the key (and, given a cap, the proxy's count) held by an
-        advisory lock until commit: READ COMMITTED alone would let two claims both see
-        the same latest row."""
-        with self.transaction() as tx:
-            # The cap's lock first (one order for every claim), then always the key's: a
-            # capped and an uncapped claim of one key still exclude each other.
-            if cap is not None:
-                tx.execute(
-                    "SELECT pg_advisory_xact_lock(hashtext(current_schema() || ?))",
-                    ("agentrt.proxy.cap",),
-                )
+    def _lock_claim(self, tx: SqliteTx, key: str, *, capped: bool) -> None:
+        """The key (and, when capped, the proxy's count) held by an advisory lock until
+        commit: READ COMMITTED alone would let two claims both see the same latest row.
+        The cap's lock first (one order for every claim), then always the key's, so a
+        capped and an uncapped claim of one key still exclude each other."""
+        if capped:
             tx.execute(
                 "SELECT pg_advisory_xact_lock(hashtext(current_schema() || ?))",
-                (f"agentrt.proxy.key.{key}",),
+                ("agentrt.proxy.cap",),
             )
-            row = tx.execute(
-                "SELECT seq FROM proxy_requests WHERE request_key = ? ORDER BY seq DESC LIMIT 1",
-                (key,),
-            ).fetchone()
-            current = None if row is None else int(row[0])
-            if current != judged_seq:
-                return Claim(claimed=False)
-            waiting = 0
-            if cap is not None:
-                waiting = _waiting_or_on_the_way(tx, awaiting, fresh_since or now)
-                if waiting >= cap:
-                    return Claim(claimed=False, full=True, waiting=waiting)
-            tx.execute(
-                "INSERT INTO proxy_requests (request_key, run_id, tool, side_effect, created_at) "
-                "VALUES (?, ?, ?, ?, ?)",
-                (key, run_id, tool, side_effect, format_time(now)),
-            )
-            return Claim(claimed=True, waiting=waiting)
+        tx.execute(
+            "SELECT pg_advisory_xact_lock(hashtext(current_schema() || ?))",
+            (f"agentrt.proxy.key.{key}",),
+        )
 
 
 class _Dict(dict[str, Any]):

@@ -130,6 +130,11 @@ class ProxyRows(StoreReads):
         rows = self._query(f"SELECT {_COLUMNS} FROM proxy_requests WHERE run_id = ?", (run_id,))
         return _row(tuple(rows[0])) if rows else None
 
+    def _lock_claim(self, tx: SqliteTx, key: str, *, capped: bool) -> None:
+        """Hold what a claim judges until its commit: the key's latest row and, when
+        `capped`, the proxy's count of waiting calls. SQLite's `BEGIN IMMEDIATE`
+        already admits one writer, so nothing more is needed here."""
+
     def claim_request(
         self,
         key: str,
@@ -149,6 +154,7 @@ class ProxyRows(StoreReads):
         already wait for a person or are on their way to it (`full`; see
         `_waiting_or_on_the_way` for `awaiting` and `fresh_since`)."""
         with self.transaction() as tx:
+            self._lock_claim(tx, key, capped=cap is not None)
             row = tx.execute(
                 "SELECT seq FROM proxy_requests WHERE request_key = ? ORDER BY seq DESC LIMIT 1",
                 (key,),
