@@ -44,7 +44,9 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-WAIT_MS = 20_000
+WAIT_MS = 60_000
+# A bound, not a race: the search index is built in a web worker, which a loaded
+# two-core machine (tools/under_load.sh) slowed past 20 s once.
 
 pytestmark = pytest.mark.slow
 
