@@ -317,7 +317,11 @@ def test_cancel_while_deciding_is_found_at_the_next_write(store: agentrt.Store) 
     )
     run = driver.start_sync("g")
     assert (run.status, run.reason, run.result) == ("CANCELLED", "operator_cancelled", None)
-    assert event_types(store, run.id)[-2:] == ["step.failed", "run.finished"]
+    # The step being decided was kept in memory (decision 0083): the cancel found no
+    # open step, and the step's commit, refused, wrote nothing of it.
+    assert event_types(store, run.id) == ["run.created", "run.started", "run.finished"]
+    assert store.list_steps(run.id) == []
+    assert store.get_run(run.id).step_count == 0
 
 
 def test_cancel_a_waiting_run_and_a_terminal_run_is_refused(store: agentrt.Store) -> None:
@@ -464,7 +468,8 @@ def test_async_driver_does_not_starve_other_tasks_while_steps_commit(db_path: Pa
 
     run = asyncio.run(main())
     assert run.status == "COMPLETED"
-    assert len(during) >= 20
+    # The run's creation, two commits for each of the five allowed steps, the completion.
+    assert len(during) >= 12
     assert all(n > 0 for n in during), during  # the ticker ran inside every commit
     print(f"worst event-loop lag while steps committed: {worst[0] * 1000:.1f} ms")
 

@@ -77,19 +77,25 @@ def test_the_consumer_never_runs_the_tool_itself_execute_runs_it_once(
     session.close_sync()
 
 
-def test_an_allowed_verdict_writes_nothing_that_claims_the_tool_started_until_execute(
+def test_an_allowed_verdict_writes_nothing_of_its_step_until_execute_commits_it_whole(
     store: agentrt.Store,
 ) -> None:
+    # Decision 0083: the step's claim and decision are kept in memory and commit with
+    # the policy's verdict and `step.tool_started`, in one transaction, before the tool.
     read = read_tool()
     session, step = open_step(make_gate(store, read), "read it")
     verdict = step.propose_sync(Decision.tool_call("read", {"x": 1}))
     assert verdict.outcome == "allowed"
     run_id = session.run.id
-    assert "step.tool_started" not in event_types(store, run_id)
-    assert "step.policy" not in event_types(store, run_id)
-    assert [s.status for s in store.list_steps(run_id)] == ["deciding"]
+    assert event_types(store, run_id) == ["run.created", "run.started"]
+    assert store.list_steps(run_id) == []
+    assert store.get_run(run_id).step_count == 0
     step.execute_sync()
-    assert event_types(store, run_id)[-3:] == [
+    assert event_types(store, run_id) == [
+        "run.created",
+        "run.started",
+        "step.started",
+        "step.decided",
         "step.policy",
         "step.tool_started",
         "step.tool_finished",

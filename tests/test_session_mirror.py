@@ -12,6 +12,7 @@ from __future__ import annotations
 import sqlite3
 import tempfile
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
 from enum import StrEnum
 from pathlib import Path
@@ -53,6 +54,7 @@ class Mirror:
     def __init__(self, store: agentrt.Store) -> None:
         self.store = store
         self.points: list[str] = []
+        self.deferred_at: list[str] = []
         self.session: RunSession | None = None
 
     def __call__(self, point: str, session: RunSession) -> None:
@@ -62,6 +64,27 @@ class Mirror:
 
     def compare(self, session: RunSession, when: str) -> None:
         fresh_run = self.store.get_run(session.run_id)
+        if session.has_deferred:
+            # Between a step's decision and the commit it joins (at `policy.allowed`): the
+            # decision is kept in memory, and so is the step's claim unless a model
+            # request's dispatch committed it already; the rows are the copy without
+            # what is kept (decision 0083).
+            pending = session.steps[-1]
+            assert pending.status == "deciding" and pending.decision is not None, when
+            fresh_steps = self.store.list_steps(session.run_id, cap=None)
+            if len(fresh_steps) == len(session.steps):  # claimed at the dispatch
+                kept_run, kept_steps = (
+                    session.run,
+                    [*session.steps[:-1], replace(pending, decision=None)],
+                )
+            else:
+                assert pending.index == fresh_run.step_count, when
+                kept_run = replace(session.run, step_count=session.run.step_count - 1)
+                kept_steps = session.steps[:-1]
+            assert repr(kept_run) == repr(fresh_run), f"run differs {when}"
+            assert repr(kept_steps) == repr(fresh_steps), f"steps differ {when}"
+            self.deferred_at.append(when)
+            return
         # repr, not only ==: 10.0 == 1e1 as numbers, but not as recorded literals;
         # a dict's key order is what the agent and the policy iterate; and a
         # datetime's type, zone and fold are what they are handed.
@@ -225,6 +248,8 @@ def test_a_clock_in_another_zone_and_a_policy_with_a_capability_keep_the_copy_ex
     )
     assert run.status == "COMPLETED"
     assert mirror.points.count("step.tool_finished") == 3
+    # Each allowed step was compared while its claim and decision were kept in memory.
+    assert mirror.deferred_at == ["after policy.allowed"] * 3
     assert mirror.session is not None
     step = mirror.session.steps[0]
     assert type(step.started_at) is datetime and step.started_at.tzinfo is UTC

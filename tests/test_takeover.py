@@ -209,16 +209,18 @@ def test_resume_interrupted_read_only_step_continues(db_path: Path) -> None:
     ]
 
 
-def test_resume_interrupted_deciding_step_continues(db_path: Path) -> None:
+def test_resume_after_a_death_while_deciding_asks_for_the_step_again(db_path: Path) -> None:
     run_id = crash(db_path, "deciding")
     store = agentrt.open_store(db_path)
     run = resumer(store, db_path, mode="deciding").resume_sync(run_id)
     assert run.status == "COMPLETED"
+    # A step dies with nothing of it durable before its first commit (decision 0083):
+    # the takeover finds no step in flight, and the agent is asked for step 0 again.
     steps = store.list_steps(run_id)
-    assert steps[0].status == "interrupted"
-    assert steps[0].observation is not None
-    assert steps[0].observation.content == {"previous_status": "deciding"}
-    assert [s.status for s in steps[1:]] == ["done", "done"]
+    assert [(s.index, s.status) for s in steps] == [(0, "done"), (1, "done")]
+    types = [e.type for e in store.list_events(run_id=run_id)]
+    assert types[:4] == ["run.created", "run.started", "lease.taken_over", "run.resumed"]
+    assert "step.interrupted" not in types
     assert len(child.journal_lines(db_path)) == 1  # the charge ran once, after the resume
 
 

@@ -193,12 +193,35 @@ class TestRun:
         assert [c.step_index for c in result.calls("lookup")] == expected
 
     def test_interrupted_deciding_step_continues(self, tmp_path: Path) -> None:
-        result = play(ts.direct_charge_approve, Crash(1, Point.AFTER_DECIDED), db=tmp_path / "d.db")
+        # A step is durable `deciding` once a model request's dispatch committed its
+        # claim (decision 0083); a crash during that request interrupts it so.
+        result = play(ts.with_model, Crash(1, Point.DURING_MODEL_REQUEST), db=tmp_path / "d.db")
         assert result.step(1).status == StepStatus.INTERRUPTED
         assert result.step(1).observation.content == {"previous_status": "deciding"}  # type: ignore[union-attr]
         assert result.approvals == ()
         # Nothing re-ran step 1; the script offered the charge again, in step 2.
         assert [c.step_index for c in result.calls("charge")] == [2]
+
+    def test_a_crash_after_a_decision_falls_where_the_steps_commit_does(
+        self, tmp_path: Path
+    ) -> None:
+        # Decision 0083: the claim and the decision commit with the step's next commit,
+        # so `step.decided` after its commit is the charge's `step.tool_started`: the
+        # charge may have run, and a person decides; inside that transaction, nothing
+        # of the step is durable and the agent is asked for step 1 again.
+        after = play(ts.direct_charge_approve, Crash(1, Point.AFTER_DECIDED), db=tmp_path / "a.db")
+        assert [a.kind for a in after.approvals] == [INTERRUPTED]
+        assert [(c.process, c.step_index) for c in after.calls("charge")] == [(2, 1)]
+        assert after.run.status == RunStatus.COMPLETED
+        inside = play(
+            ts.direct_charge_approve,
+            Crash(1, Point.AFTER_DECIDED, inside_tx=True),
+            db=tmp_path / "i.db",
+        )
+        assert inside.approvals == ()
+        assert [(c.process, c.step_index) for c in inside.calls("charge")] == [(2, 1)]
+        assert "step.interrupted" not in [e.type for e in inside.events]
+        assert inside.run.status == RunStatus.COMPLETED
 
     def test_resume_is_refused_until_the_dead_owners_short_lease_expires(
         self, tmp_path: Path
@@ -349,11 +372,13 @@ class TestHarness:
     ) -> None:
         """Nothing held in memory survives a simulated crash, as in process mode: the
         agent that asked for the charge before dying is a new agent after it, asks again,
-        and the charge runs (once, on a new step)."""
-        result = play(source, Crash(0, Point.AFTER_DECIDED), db=tmp_path / "m.db")
-        assert result.step(0).status == StepStatus.INTERRUPTED
-        assert [(c.process, c.step_index) for c in result.calls("charge")] == [(2, 1)]
-        assert [(a.process, a.step_index) for a in result.agent_inputs] == [(1, 0), (2, 1), (2, 2)]
+        and the charge runs (once, at the step the crash left unclaimed)."""
+        # Inside the step's one commit: nothing of step 0 is durable (decision 0083).
+        crash = Crash(0, Point.AFTER_DECIDED, inside_tx=True)
+        result = play(source, crash, db=tmp_path / "m.db")
+        assert result.step(0).status == StepStatus.DONE
+        assert [(c.process, c.step_index) for c in result.calls("charge")] == [(2, 0)]
+        assert [(a.process, a.step_index) for a in result.agent_inputs] == [(1, 0), (2, 0), (2, 1)]
         assert (result.run.status, result.run.result) == (RunStatus.COMPLETED, {"receipt": "r-17"})
 
     def test_a_scenario_instance_is_shared_by_the_simulated_processes_and_warns(
@@ -363,7 +388,9 @@ class TestHarness:
             warnings.simplefilter("error")
             play(ts.remembering(), db=tmp_path / "quiet.db")  # no crash: nothing to warn of
         with pytest.warns(SharedScenarioWarning, match="shared by every simulated process"):
-            result = play(ts.remembering(), Crash(0, Point.AFTER_DECIDED), db=tmp_path / "i.db")
+            result = play(
+                ts.remembering(), Crash(0, Point.AFTER_DECIDED, inside_tx=True), db=tmp_path / "i.db"
+            )
         # The documented difference: its agent outlived the crash and remembers asking.
         assert result.calls("charge") == []
         assert result.run.status == RunStatus.COMPLETED
@@ -502,17 +529,17 @@ class TestMatrix:
         during_recovery = [c for c in matrix.cases if len(c.crashes) == 2]
         reached = [n for c in firsts if c.result for n in after_crash(c.result, inside_tx=True)]
         assert {n[-1] for n in reached} == {c.crashes[-1] for c in during_recovery}
+        # Step 2 (the completion) is one commit: a crash at it leaves nothing to recover
+        # (inside it) or a finished run (after it), so no recovery runs at step 2.
         assert {(c.crashes[-1].at, c.crashes[-1].step) for c in during_recovery} == {
             (Point.AFTER_INTERRUPTED, 0),
             (Point.AFTER_INTERRUPTED, 1),
-            (Point.AFTER_INTERRUPTED, 2),
             (Point.AFTER_RESUMED, 0),
             (Point.AFTER_RESUMED, 1),
-            (Point.AFTER_RESUMED, 2),
             (Point.AFTER_PAUSED, 1),
         }
         # Each point of each distinct recovery once: far fewer cases than every pair.
-        assert len(during_recovery) == 20 < len(reached)
+        assert len(during_recovery) == 16 < len(reached)
         # The seed's crash after a takeover, during the recovery of an approved charge.
         case = matrix.case(Crash(1, Point.AFTER_RESUMED), Crash(1, Point.AFTER_INTERRUPTED))
         assert case.result is not None
@@ -541,9 +568,11 @@ class TestMatrix:
         assert second == {Point.AFTER_INTERRUPTED, Point.AFTER_RESUMED, Point.AFTER_PAUSED}
         # Every recovery after every first crash: the pairs the default matrix leaves out.
         assert {len(c.crashes) for c in matrix.cases} == {1, 2}
-        # 30: the Gate's attach.allowed is a first crash too, whose recovery passes
-        # run.resumed (29 before that point existed).
-        assert sum(len(c.crashes) == 2 for c in matrix.cases) == 30
+        # 22: the Gate's attach.allowed is a first crash too, whose recovery passes
+        # run.resumed (29 before that point existed, 30 with it); since a step's claim and
+        # decision join its next commit (decision 0083), a crash after either falls where
+        # that commit does, and the completion's step leaves nothing to recover.
+        assert sum(len(c.crashes) == 2 for c in matrix.cases) == 22
         case = matrix.case(Crash(1, Point.AFTER_RESUMED), Crash(1, Point.AFTER_INTERRUPTED))
         assert case.result is not None
         assert [a.kind for a in case.result.approvals] == ["remote_mutation", INTERRUPTED]
@@ -562,15 +591,19 @@ class TestMatrix:
             for col in columns:
                 assert row[col - 2 : col] == "  " and row[col] != " "
         assert matrix.case(Crash(1, Point.AFTER_TOOL_STARTED)).outcome == "WAITING"
-        # The interrupted completion is offered again, in a step 3.
+        # After the completion's decision is after its one commit: the run has ended.
         assert matrix.case(Crash(2, Point.AFTER_DECIDED)).outcome == "COMPLETED goal_completed"
-        assert matrix.case(Crash(1, Point.AFTER_DECIDED)).outcome == "COMPLETED goal_completed"
+        # After the charge's decision is after the commit that started it (decision 0083):
+        # a person must decide, and this operator never answers.
+        assert matrix.case(Crash(1, Point.AFTER_DECIDED)).outcome == "WAITING"
         assert "·" in text  # a point not passed at a step
-        # A crash during recovery reads as its own row, under the step it crashed at.
-        assert any(line.startswith("step.tool_started@1 ▸ step.interrupted ") for line in lines)
+        # A crash during recovery reads as its own row, under the step it crashed at; each
+        # distinct recovery is crashed once, named by the first crash that leads to it
+        # (after step 1's claim, its decision or its tool's start: one commit, one state).
+        assert any(line.startswith("step.started@1 ▸ step.interrupted ") for line in lines)
         assert (
             matrix.case(
-                Crash(1, Point.AFTER_TOOL_STARTED), Crash(1, Point.AFTER_INTERRUPTED)
+                Crash(1, Point.AFTER_STEP_STARTED), Crash(1, Point.AFTER_INTERRUPTED)
             ).outcome
             == "WAITING"
         )

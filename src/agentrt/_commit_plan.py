@@ -17,10 +17,15 @@ Invariants:
   and its child processes inherit it), a transaction that appends an event its
   commit does not list raises `CommitPlanError` before its COMMIT, so it
   writes nothing.
-- An allowed tool step makes four commits (started, decided, tool started,
-  tool finished); a model step adds one dispatch and one settle per attempt.
-- `TOOL_STARTED` commits, with `step.tool_started`, before the tool is called:
-  the durability the seed promises for a side effect.
+- An allowed tool step makes two commits: the step's claim and its decision,
+  kept in memory (`joins`), commit with the policy's verdict and
+  `step.tool_started` before the tool is called; the outcome commits once the
+  tool returned. A denial, an approval request, a completion or a failure is
+  one commit; a model step adds one dispatch (which carries the claim on the
+  first attempt) and one settle per attempt (decision 0083).
+- `TOOL_STARTED` commits, with `step.tool_started` and the decision recorded
+  verbatim in front of it, before the tool is called: the durability the seed
+  promises for a side effect.
 """
 
 from __future__ import annotations
@@ -50,6 +55,20 @@ class Commit:
     events: frozenset[str]
     point: str | None = None
     """The crash point after it commits, where it has one of its own."""
+    joins: bool = False
+    """Its writes are kept in memory and commit with the step's next commit, in front of
+    that commit's own (`RunSession.defer`): not a transaction of its own."""
+
+    def joining(self, earlier: Iterable[Commit]) -> Commit:
+        """This commit with `earlier` joining commits' writes and events in front of its own."""
+        ahead = tuple(earlier)
+        return Commit(
+            " + ".join([*(c.name for c in ahead), self.name]),
+            self.when,
+            tuple(w for c in (*ahead, self) for w in c.writes),
+            self.events.union(*(c.events for c in ahead)),
+            self.point,
+        )
 
     def check(self, appended: Iterable[str]) -> None:
         """Raise `CommitPlanError` if `appended` holds an event this commit does not list."""
@@ -93,10 +112,13 @@ def table() -> str:
         "|---|---|---|---|---|",
     ]
     for commit in PLAN:
-        writes = ", ".join(f"`{w}`" for w in commit.writes)
+        writes = ", ".join(f"`{w}`" for w in commit.writes) or "none of its own"
         events = ", ".join(f"`{e}`" for e in sorted(commit.events)) or "none"
         point = f"`{commit.point}`" if commit.point else "none of its own"
-        lines.append(f"| {commit.name} | {commit.when} | {writes} | {events} | {point} |")
+        if commit.joins:
+            point += " (after the commit it joins)"
+        name = f"{commit.name} (joins the next)" if commit.joins else commit.name
+        lines.append(f"| {name} | {commit.when} | {writes} | {events} | {point} |")
     return "\n".join(lines)
 
 
@@ -114,25 +136,37 @@ RUN_CREATED = Commit(
     _events(ev.RUN_CREATED, ev.RUN_STARTED),
 )
 
-# --- an allowed tool step: four commits ---------------------------------------------------------
+# --- an allowed tool step: two commits ----------------------------------------------------------
 
+LIMIT_REACHED = Commit(
+    "limit reached",
+    "at a step's start: a limit reached (or a run whose record will not decode), the run "
+    "ended instead of a step claimed",
+    ("fail_at_limit", "end_run"),
+    _events(*_LIMIT, *_ENDED),
+)
 STEP_STARTED = Commit(
     "step started",
-    "each step: the limits checked and the next step claimed (or the run ended at a limit)",
-    ("claim_next_step", "fail_at_limit", "end_run"),
-    _events(ev.STEP_STARTED, *_LIMIT, *_ENDED),
+    "each step: the limits checked in memory and the next step claimed; the claim commits "
+    "with the step's next commit",
+    ("claim_step",),
+    _events(ev.STEP_STARTED),
     POINT_STEP_STARTED,
+    joins=True,
 )
 DECIDED = Commit(
     "decided",
-    "the agent's decision recorded verbatim, before anything judges it",
+    "the agent's decision recorded verbatim, before anything judges it; it commits with the "
+    "step's next commit, so before any tool starts",
     ("record_decision",),
     _events(ev.STEP_DECIDED),
     POINT_DECIDED,
+    joins=True,
 )
 TOOL_STARTED = Commit(
     "tool started",
-    "an allowed call: the policy's verdict and `step.tool_started`, before the tool runs",
+    "an allowed call: the step's claim and decision, the policy's verdict and "
+    "`step.tool_started`, before the tool runs",
     ("start_tool",),
     _events(ev.STEP_POLICY, ev.STEP_TOOL_STARTED),
     POINT_TOOL_STARTED,
@@ -146,7 +180,7 @@ TOOL_FINISHED = Commit(
     POINT_TOOL_FINISHED,
 )
 
-# --- the other ends of a step: one commit each --------------------------------------------------
+# --- the other ends of a step: one commit each (the claim and the decision join it) ------------
 
 STEP_ENDED = Commit(
     "step ended",
@@ -162,6 +196,13 @@ PAUSED = Commit(
     _events(*_PAUSED),
     POINT_PAUSED,
 )
+LEFT_OPEN = Commit(
+    "left open",
+    "a Gate session closed (or a Driver's loop cancelled) with its step claimed and not "
+    "settled: the claim and any decision committed, the step left `deciding`",
+    (),
+    _events(),
+)
 RUN_ENDED = Commit(
     "run ended",
     "a running run ended without a step of its own (a record that will not decode, a "
@@ -174,7 +215,8 @@ RUN_ENDED = Commit(
 
 MODEL_DISPATCHED = Commit(
     "model dispatched",
-    "before each attempt of a model call: its estimate charged, within the limits",
+    "before each attempt of a model call: its estimate charged, within the limits (the "
+    "step's claim joins the first attempt's)",
     ("dispatch_model_call",),
     _events(ev.MODEL_DISPATCHED),
     POINT_MODEL_DISPATCHED,
@@ -259,12 +301,14 @@ ASKED = Commit(
 
 PLAN: tuple[Commit, ...] = (
     RUN_CREATED,
+    LIMIT_REACHED,
     STEP_STARTED,
     DECIDED,
     TOOL_STARTED,
     TOOL_FINISHED,
     STEP_ENDED,
     PAUSED,
+    LEFT_OPEN,
     RUN_ENDED,
     MODEL_DISPATCHED,
     MODEL_SETTLED,

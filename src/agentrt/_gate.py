@@ -34,6 +34,7 @@ Every async entry point has a blocking `_sync` twin named like the Driver's
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import logging
 import re
@@ -553,7 +554,18 @@ class GateSession:
         rs = self._rs
         held = rs.run.status == RunStatus.RUNNING or rs.has_allowed_call()
         if held and rs.lingering_tool is None:
-            await asyncio.shield(run_io(lambda: release_lease(rs.config, rs.run_id)))
+            await asyncio.shield(self._let_go_of_lease())
+
+    async def _let_go_of_lease(self) -> None:
+        """Commit an open step's claim and decision (`plan.LEFT_OPEN`), then give the lease back.
+
+        The step is left `deciding`, as a crash after those writes would leave it; a run
+        that moved meanwhile (cancelled, or taken over) keeps nothing of it.
+        """
+        rs = self._rs
+        with contextlib.suppress(RunMoved, LeaseLostError):
+            await rs.commit_deferred(plan.LEFT_OPEN)
+        await run_io(lambda: release_lease(rs.config, rs.run_id))
 
     def step_sync(self) -> GateStep | None:
         return run_sync(self.step())
@@ -695,7 +707,7 @@ class DriverPath:
         """The loop was cancelled: release the lease now, or later. True when later."""
         rs = self._session._rs
         if rs.lingering_tool is None:
-            await asyncio.shield(run_io(lambda: release_lease(rs.config, rs.run_id)))
+            await asyncio.shield(self._session._let_go_of_lease())
             return False
         self._session._on_given_back.append(then)
         return True

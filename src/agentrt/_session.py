@@ -276,6 +276,18 @@ class _Planned:
     """The default crash point of a write: its commit's own."""
 
 
+@dataclass(frozen=True)
+class _Deferred:
+    """Writes kept by `RunSession.defer` for the next commit."""
+
+    commit: Commit
+    fn: Callable[[Tx, Run], object]
+
+
+def _nothing(tx: Tx) -> None:
+    """A commit that writes only what was deferred."""
+
+
 PLANNED = _Planned()
 
 
@@ -342,6 +354,9 @@ class RunSession:
         # A plain-function tool still running after the caller cancelled the loop:
         # the lease is held (and renewed) until its thread returns.
         self.lingering_tool: concurrent.futures.Future[Any] | None = None
+        # Writes made in memory and not yet committed: a step's claim and its decision,
+        # which join the next commit of the plan (decision 0083's two-commit step).
+        self._deferred: list[_Deferred] = []
 
     # -- plumbing -----------------------------------------------------------
 
@@ -355,6 +370,10 @@ class RunSession:
         """Make `commit` of the plan: `fn` in one transaction off the event loop; deliver
         its events.
 
+        Writes deferred by `defer` go first in the same transaction, each followed by
+        its own crash point's in-transaction probe; once committed, their after-commit
+        probes run in the same order, before this commit's own.
+
         `point` names a crash point of the test kit (the commit's own unless given):
         its in-transaction probe runs just before COMMIT, its after-commit probe once
         the events are delivered.
@@ -362,10 +381,58 @@ class RunSession:
         if isinstance(point, _Planned):
             point = commit.point
         in_tx = None if point is None else partial(self.probe_in_tx, point)
-        out = await write_through(self.config, commit, fn, in_tx)
+        deferred, self._deferred = self._deferred, []
+        if not deferred:
+            out = await write_through(self.config, commit, fn, in_tx)
+        else:
+            try:
+                out = await write_through(
+                    self.config,
+                    commit.joining(d.commit for d in deferred),
+                    partial(self._with_deferred, deferred, fn),
+                    in_tx,
+                )
+            except BaseException:
+                # Rolled back with the rest: still to be written, by the next commit.
+                self._deferred = deferred + self._deferred
+                raise
+            for done in deferred:
+                if done.commit.point is not None:
+                    await self.probe(done.commit.point)
         if point is not None:
             await self.probe(point)
         return out
+
+    def _with_deferred(self, deferred: Sequence[_Deferred], fn: Callable[[Tx], T], tx: Tx) -> T:
+        run = self.require_lease(tx)  # once, before anything kept is written
+        for write in deferred:
+            write.fn(tx, run)
+            if write.commit.point is not None:
+                self.probe_in_tx(write.commit.point)
+        return fn(tx)
+
+    def defer(self, commit: Commit, fn: Callable[[Tx, Run], object]) -> None:
+        """Keep `fn`'s writes (the session's copy already shows them) for the next commit.
+
+        `fn` is called inside that commit's transaction once the lease was checked
+        (`require_lease`), with the run as it then stands.
+
+        `commit` must be one the plan marks as joining the next (`Commit.joins`): its
+        writes then commit with whatever the step does next, in front of its writes.
+        """
+        if not commit.joins:
+            raise RuntimeError(f"the {commit.name!r} writes are a commit of their own")
+        self._deferred.append(_Deferred(commit, fn))
+
+    @property
+    def has_deferred(self) -> bool:
+        """Whether writes kept by `defer` wait for the next commit."""
+        return bool(self._deferred)
+
+    async def commit_deferred(self, commit: Commit) -> None:
+        """Commit the writes `defer` kept, alone, as `commit` (a loop that stops mid-step)."""
+        if self._deferred:
+            await self.write(commit, _nothing, None)
 
     async def write_outcome(
         self, commit: Commit, fn: Callable[[Tx], T], point: str | _Planned | None = PLANNED

@@ -1,9 +1,11 @@
 """One step of a run, as its lease holder takes it: begin, propose, execute.
 
-- `begin_step`: one transaction reads the run, checks the limits in their
-  fixed order (ending the run when one is reached) and claims the next step
-  (`claim_step`), inserting it `deciding` with `step.started`.
-- `propose`: records the decision verbatim (`step.decided`), validates it,
+- `begin_step`: checks the limits in their fixed order on the session's copy
+  of the run (ending the run in one commit when one is reached) and claims the
+  next step in memory; the claim (`claim_step`: the step `deciding`,
+  `step.started`) joins the step's next commit.
+- `propose`: records the decision verbatim (`step.decided`, joining the next
+  commit too, which every path makes before any tool starts), validates it,
   ends the run for `complete`/`fail`, and otherwise asks the policy and settles
   its answer (`_settle.settle`, shared with a waiting run's resume).
 - `run_tool` (the Gate step's `execute`): `step.tool_started` under a lease
@@ -19,17 +21,16 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+from dataclasses import replace
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from . import _commit_plan as plan
 from . import _limits as limits_mod
 from ._canonical import copy_json
-from ._clock import duration_to_ms
-from ._commit_plan import (
-    POINT_STEP_STARTED,
-    POINT_TOOL_EFFECT,
-)
+from ._clock import as_stored, duration_to_ms
+from ._commit_plan import POINT_TOOL_EFFECT
 from ._decisions import RecordedDecision, call_args, record, validate
 from ._errors import LeaseLostError, LimitExceeded, ModelUnavailableError, RunStateError
 from ._execute import invoke
@@ -40,6 +41,7 @@ from ._records import (
     DecisionKind,
     Observation,
     ObservationKind,
+    Run,
     RunStatus,
     Step,
     StepStatus,
@@ -51,6 +53,7 @@ from ._session import (
     RunMoved,
     RunSession,
     VerdictOutcome,
+    run_io,
 )
 from ._settle import (
     FromRunning,
@@ -65,21 +68,38 @@ from ._store import Tx
 
 
 async def begin_step(session: RunSession) -> Step | None:
-    """Check the limits and claim the next step; None when the run is no longer RUNNING."""
-    config = session.config
+    """Check the limits and claim the next step; None when the run is no longer RUNNING.
 
-    def tx_begin(tx: Tx) -> Step | None:
-        run = session.require_lease(tx)
-        session.run = run
-        now = config.clock()
-        if run.decode_error:
-            # store.md: a run whose record will not decode is not continued.
-            detail = f"the run's record cannot be read back ({run.decode_error})"
-            session.end_in(tx, now, RunStatus.FAILED, TerminalReason.INTERNAL_ERROR, detail)
-            return None
-        active = session.active_time_at(now)
-        hit = limits_mod.check(run, session.steps, now, active, session.args_hash)
-        if hit is not None:
+    The claim is made in memory and deferred (`plan.STEP_STARTED` joins the step's next
+    commit): the limits are judged on the session's copy of the run, which is the run as
+    last committed by this lease holder. A limit reached ends the run in a commit of its
+    own. A cancel or a lost lease since the last commit is found by that next commit.
+    """
+    config = session.config
+    moved = await run_io(partial(_moved_since, session))
+    if moved is not None:
+        session.run = moved
+    run = session.run
+    if run.status != RunStatus.RUNNING:
+        return None
+    now = config.clock()
+    hit = (
+        None
+        if run.decode_error
+        else limits_mod.check(
+            run, session.steps, now, session.active_time_at(now), session.args_hash
+        )
+    )
+    if run.decode_error or hit is not None:
+
+        def tx_end(tx: Tx) -> None:
+            session.run = session.require_lease(tx)
+            if run.decode_error:
+                # store.md: a run whose record will not decode is not continued.
+                detail = f"the run's record cannot be read back ({run.decode_error})"
+                session.end_in(tx, now, RunStatus.FAILED, TerminalReason.INTERNAL_ERROR, detail)
+                return
+            assert hit is not None
             session.run = tx.fail_at_limit(
                 session.run_id,
                 reason=hit.reason,
@@ -88,22 +108,54 @@ async def begin_step(session: RunSession) -> Step | None:
                 active_ms_add=session.active_ms_until(now),
                 now=now,
             )
-            return None
-        claimed = tx.claim_next_step(run, config.owner, config.new_id, now)
-        session.run = claimed.run
-        session.steps.append(claimed.step)  # a new id: nothing to replace
-        step = claimed.step
-        session.probe_in_tx(POINT_STEP_STARTED)
-        return step
 
-    try:
-        step = await session.write(plan.STEP_STARTED, tx_begin, None)
-    except RunMoved as moved:
-        session.run = moved.run
+        try:
+            await session.write(plan.LIMIT_REACHED, tx_end)
+        except RunMoved as moved:
+            session.run = moved.run
         return None
-    if step is not None:
-        await session.probe(POINT_STEP_STARTED)
+    step_id = config.new_id()
+    step = Step(
+        id=step_id,
+        run_id=run.id,
+        index=run.step_count,
+        status=StepStatus.DECIDING,
+        decision=None,
+        policy=None,
+        observation=None,
+        started_at=as_stored(now),
+        finished_at=None,
+    )
+
+    def tx_claim(tx: Tx, fresh: Run) -> None:
+        claimed = tx.claim_next_step(fresh, config.owner, lambda: step_id, now)
+        if claimed.step != step:  # what the claim writes is the copy kept, by construction
+            raise RunStateError(f"step {step.index} of run {run.id} moved before it was claimed")
+        session.run = claimed.run  # the run as it stands (a renewed lease's expiry)
+
+    session.run = replace(run, step_count=run.step_count + 1)
+    session.steps.append(step)  # a new id: nothing to replace
+    session.defer(plan.STEP_STARTED, tx_claim)
     return step
+
+
+def _moved_since(session: RunSession) -> Run | None:
+    """The run as it stands if it left RUNNING since this holder's last commit (an operator
+    cancelled it); `LeaseLostError` if another owner holds it. A read, no commit: the
+    step's first commit checks the lease again, under the run's lock."""
+    store, run_id = session.config.store, session.run_id
+    lease = store.lease_state(run_id)
+    if lease is None:
+        raise RunStateError(f"run {run_id} disappeared")
+    if lease.status != RunStatus.RUNNING:
+        with store.snapshot() as view:
+            return view.run_record(run_id)
+    if not lease.held_by(session.config.owner):
+        raise LeaseLostError(
+            f"run {run_id} is now leased by {lease.owner!r}; "
+            "this loop stopped before its next side effect"
+        )
+    return None
 
 
 async def propose(session: RunSession, step: Step, decision: Any) -> VerdictOutcome:
@@ -153,19 +205,19 @@ async def propose(session: RunSession, step: Step, decision: Any) -> VerdictOutc
 
 
 async def _record_decision(session: RunSession, step: Step, decision: Any) -> RecordedDecision:
-    """The decision recorded verbatim (`record_decision`, `step.decided`)."""
+    """The decision recorded verbatim (`record_decision`, `step.decided`), deferred to the
+    step's next commit (`plan.DECIDED` joins it), the clock read now."""
     recorded = record(decision)
+    now = session.config.clock()
+    kept = session.current(step)
 
-    def tx_decided(tx: Tx) -> None:
-        session.require_lease(tx)
-        now = session.config.clock()
+    def tx_decided(tx: Tx, _: Run) -> None:
         # `record` never raises and its text is known to encode: whatever the
         # agent returned, this write records it (or what could be kept of it).
-        session.put_step(
-            tx.record_decision(session.current(step), recorded.text, recorded.decision, now)
-        )
+        tx.record_decision(kept, recorded.text, recorded.decision, now)
 
-    await session.write(plan.DECIDED, tx_decided)
+    session.put_step(replace(kept, decision=recorded.decision))
+    session.defer(plan.DECIDED, tx_decided)
     return recorded
 
 
