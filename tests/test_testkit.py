@@ -389,7 +389,9 @@ class TestHarness:
             play(ts.remembering(), db=tmp_path / "quiet.db")  # no crash: nothing to warn of
         with pytest.warns(SharedScenarioWarning, match="shared by every simulated process"):
             result = play(
-                ts.remembering(), Crash(0, Point.AFTER_DECIDED, inside_tx=True), db=tmp_path / "i.db"
+                ts.remembering(),
+                Crash(0, Point.AFTER_DECIDED, inside_tx=True),
+                db=tmp_path / "i.db",
             )
         # The documented difference: its agent outlived the crash and remembers asking.
         assert result.calls("charge") == []
