@@ -1,8 +1,10 @@
-"""Microseconds per step of the Driver, beside this machine's cost of four fsynced commits.
+"""Microseconds per step of the Driver, beside this machine's cost of two fsynced commits.
 
-An allowed step commits four fsynced SQLite transactions (step started, decided,
-tool started, tool finished), so four plain commits are the floor no runtime
-can go under on this disk. This script measures, in one process and interleaved
+An allowed step commits two fsynced SQLite transactions (the step's claim and
+decision with the tool's start, then the tool's outcome: decision 0088), and
+the seed's durability needs both (the intent durable before the tool, the
+outcome durable before anything depends on it), so two plain commits are the
+floor no runtime can go under on this disk. This script measures, in one process and interleaved
 so that both see the same machine:
 
 - the Driver on a file-backed store (`agentrt.open_store` in a temp dir: WAL,
@@ -11,10 +13,10 @@ so that both see the same machine:
   are small (`{"page": i, "text": ""}`) or 8 KiB (8192 characters of text), each
   different so that loop detection never fires; the last decision is `complete`;
 - the floor: plain `sqlite3` in the same directory, WAL + synchronous=FULL,
-  `BEGIN IMMEDIATE`, one small INSERT, `COMMIT`, times four;
-- the schema's own SQL (`SchemaReplay`): the statements of a step's four
+  `BEGIN IMMEDIATE`, one small INSERT, `COMMIT`, times two;
+- the schema's own SQL (`SchemaReplay`): the statements of a step's two
   transactions with the texts a real run wrote, and nothing else, on a store
-  file of its own: what the file format and the four transactions cost this
+  file of its own: what the file format and the two transactions cost this
   disk before the runtime does anything.
 
 The runs share one store, warmed up first, as an application's store would be:
@@ -35,8 +37,10 @@ process's CPU time (all its threads, the kernel's share of the fsyncs
 included) over the same number: less disturbed by other processes than wall
 time, it shows what the runtime itself spends.
 
-Targets (issue 2, item 10): 400 steps within 1.2x of 10 steps per step, and no
-more than 1.5x the four-commit floor.
+Targets (issue 20): 400 steps within 1.2x of 10 steps per step, and the
+in-loop cost per step no more than 2.0x the two-commit floor, for `start_sync`
+and (`--entry async`) `await start()`. (Issue 2's target was 1.5x a
+four-commit floor, when a step made four commits.)
 
     python benchmarks/driver.py [--quick] [--repeats N] [--dir PATH] [--fresh] [--check]
 
@@ -67,17 +71,19 @@ from agentrt.scripted import ScriptedAgent, ScriptEntry
 STEP_COUNTS = (10, 100, 400)
 SIZES = {"small": 0, "8 KiB": 8192}
 FLAT_TARGET = 1.2
-FLOOR_TARGET = 1.5
+FLOOR_TARGET = 2.0
+COMMITS_PER_STEP = 2
+"""Fsynced commits an allowed tool step makes (decision 0088)."""
 
 
 @dataclass
 class Sample:
-    """One run, and the four-commit floor measured just before and just after it."""
+    """One run, and the two-commit floor measured just before and just after it."""
 
     wall: float  # seconds of the whole `start_sync`
     loop: float  # seconds between the in-loop marks
     cpu: float  # CPU seconds of the process during `start_sync`
-    floor_us: float  # microseconds of four commits, mean of the two beside the run
+    floor_us: float  # microseconds of two commits, mean of the two beside the run
     growth: float  # median step time of the run's last quarter over its first quarter
     schema_us: float = 0.0  # microseconds per step of the schema's own SQL, right after the run
 
@@ -165,17 +171,17 @@ class Floor:
         return time.perf_counter() - start
 
     def measure(self, commits: int, fresh: bool = False) -> float:
-        """Microseconds of four fsynced commits: reusing WAL space, or on a new file."""
+        """Microseconds of a step's fsynced commits: reusing WAL space, or on a new file."""
         if fresh:
             return self._measure_fresh(commits)
         self.conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
-        return self._commits(self.conn, commits) / commits * 4 * 1e6
+        return self._commits(self.conn, commits) / commits * COMMITS_PER_STEP * 1e6
 
     def _measure_fresh(self, commits: int) -> float:
         path = os.path.join(self.directory, f"floor-{time.monotonic_ns()}.db")
         conn = self._open(path)
         try:
-            return self._commits(conn, commits) / commits * 4 * 1e6
+            return self._commits(conn, commits) / commits * COMMITS_PER_STEP * 1e6
         finally:
             conn.close()
             remove_database(path)
@@ -188,11 +194,11 @@ class Floor:
 
 
 class SchemaReplay:
-    """The statements of an allowed step's four transactions, with no runtime around them.
+    """The statements of an allowed step's two transactions, with no runtime around them.
 
     What a step costs the disk and SQLite alone, given the file format `store.md`
-    pins (its tables, indexes and AUTOINCREMENT event chain) and the four
-    transactions `loop.md` pins: the same statements the Driver runs, with the
+    pins (its tables, indexes and AUTOINCREMENT event chain) and the two
+    transactions of the commit plan (decision 0088): the same statements the Driver runs, with the
     texts a real run wrote (so the rows and pages have their real sizes), on a
     file-backed store opened by `agentrt.open_store` (same pragmas), warmed up
     the same way. No agent, no policy, no JSON work, no hashing: every event
@@ -297,7 +303,12 @@ class SchemaReplay:
             self._event(step_id, "step.tool_finished", events["step.tool_finished"])
             conn.execute("UPDATE runs SET active_ms = active_ms + ? WHERE id = ?", (1, run_id))
 
-        for body in (started, decided, tool_started, tool_finished):
+        def intent() -> None:
+            started()
+            decided()
+            tool_started()
+
+        for body in (intent, tool_finished):
             self._tx(body)
         self.index += 1
 
@@ -457,7 +468,7 @@ def report(
     print()
     for label, values in (("WAL space reused", warm), ("WAL growing     ", fresh)):
         median = statistics.median(values)
-        print(f"four fsynced commits, {label}: {median:6.0f} us ({spread(values)})")
+        print(f"two fsynced commits, {label}: {median:6.0f} us ({spread(values)})")
     which = "growing" if fresh_runs else "reused"
     print(f"x floor: each run over the floor (WAL {which}, like the runs' store)")
     print("         measured just before and after it; median over the runs")
@@ -477,9 +488,9 @@ def report(
             f"{s.loop_over_schema():>15.2f}x"
         )
     print()
-    print("schema: the same statements as a step's four transactions, with the texts a real")
+    print("schema: the same statements as a step's two transactions, with the texts a real")
     print("        run wrote, and nothing else (SchemaReplay): what the file format and the")
-    print("        four transactions cost this disk before the runtime does anything")
+    print("        two transactions cost this disk before the runtime does anything")
     print()
     ok = True
     by_key = {(s.steps, s.size): s for s in series}
@@ -502,13 +513,13 @@ def report(
         )
     worst = max(s.per_step_ratio() for s in series)
     worst_loop = max(s.loop_ratio() for s in series)
-    met = worst <= FLOOR_TARGET
+    met = worst_loop <= FLOOR_TARGET
     ok = ok and met
     if len(series[0].samples) < 5:
         print("(fewer than 5 repetitions: the verdicts are only indicative)")
     print(
-        f"vs floor     : worst per step = {worst:.2f}x the four-commit floor "
-        f"(in-loop {worst_loop:.2f}x); target <= {FLOOR_TARGET}x: {verdict(met)}"
+        f"vs floor     : worst in-loop per step = {worst_loop:.2f}x the two-commit floor "
+        f"(whole run {worst:.2f}x); target <= {FLOOR_TARGET}x: {verdict(met)}"
     )
     schema = max(s.schema_ratio() for s in series)
     over = max(s.loop_over_schema() for s in series)

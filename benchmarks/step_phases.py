@@ -5,8 +5,9 @@ Runs the same Driver as `benchmarks/driver.py` (file-backed store, warmed up,
 timers wrapped around the session's phases and around every statement on the
 store's connection, and prints microseconds per step for each:
 
-- each transaction of a step (`begin_step`, `record_decision`, `start_tool`,
-  `finish_tool`), the whole of `propose` and `execute`, the tool call alone
+- each phase of a step (`begin_step` and `record_decision`, which keep the
+  claim and the decision for the next commit; `start_tool` and `finish_tool`,
+  the step's two transactions), the whole of `propose` and `execute`, the tool call alone
   (`invoke`), the policy (`ask_policy`) and the agent (`_decide`);
 - `COMMIT` and every other statement, summed over the run.
 
@@ -76,9 +77,9 @@ class TimedConnection:
 
 
 PHASES = (
-    (step_module, "begin_step", "tx  step started (begin_step)"),
-    (step_module, "_record_decision", "tx  decided (record_decision)"),
-    (step_module, "_start_tool", "tx  tool started (start_tool)"),
+    (step_module, "begin_step", "    step started: read, limits, claim kept (begin_step)"),
+    (step_module, "_record_decision", "    decided: kept (record_decision)"),
+    (step_module, "_start_tool", "tx  claim, decision, tool started (start_tool)"),
     (step_module, "_finish_tool", "tx  tool finished (finish_tool)"),
     (step_module, "propose", "    propose: decided, validation, policy"),
     (session_module.RunSession, "ask_policy", "    the policy (ask_policy)"),

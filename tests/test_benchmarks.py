@@ -118,9 +118,9 @@ def test_the_phase_timer_prints_every_phase(tmp_path: Path) -> None:
         "SQL: every other statement",
     ]
     assert {
-        "tx  step started (begin_step)",
-        "tx  decided (record_decision)",
-        "tx  tool started (start_tool)",
+        "step started: read, limits, claim kept (begin_step)",
+        "decided: kept (record_decision)",
+        "tx  claim, decision, tool started (start_tool)",
         "tx  tool finished (finish_tool)",
         "the tool call (invoke)",
     } <= {label.strip() for label in labels}

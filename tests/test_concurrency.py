@@ -317,7 +317,7 @@ def test_cancel_while_deciding_is_found_at_the_next_write(store: agentrt.Store) 
     )
     run = driver.start_sync("g")
     assert (run.status, run.reason, run.result) == ("CANCELLED", "operator_cancelled", None)
-    # The step being decided was kept in memory (decision 0083): the cancel found no
+    # The step being decided was kept in memory (decision 0088): the cancel found no
     # open step, and the step's commit, refused, wrote nothing of it.
     assert event_types(store, run.id) == ["run.created", "run.started", "run.finished"]
     assert store.list_steps(run.id) == []

@@ -80,7 +80,7 @@ def test_the_consumer_never_runs_the_tool_itself_execute_runs_it_once(
 def test_an_allowed_verdict_writes_nothing_of_its_step_until_execute_commits_it_whole(
     store: agentrt.Store,
 ) -> None:
-    # Decision 0083: the step's claim and decision are kept in memory and commit with
+    # Decision 0088: the step's claim and decision are kept in memory and commit with
     # the policy's verdict and `step.tool_started`, in one transaction, before the tool.
     read = read_tool()
     session, step = open_step(make_gate(store, read), "read it")

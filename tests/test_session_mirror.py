@@ -68,7 +68,7 @@ class Mirror:
             # Between a step's decision and the commit it joins (at `policy.allowed`): the
             # decision is kept in memory, and so is the step's claim unless a model
             # request's dispatch committed it already; the rows are the copy without
-            # what is kept (decision 0083).
+            # what is kept (decision 0088).
             pending = session.steps[-1]
             assert pending.status == "deciding" and pending.decision is not None, when
             fresh_steps = self.store.list_steps(session.run_id, cap=None)

@@ -214,7 +214,7 @@ def test_resume_after_a_death_while_deciding_asks_for_the_step_again(db_path: Pa
     store = agentrt.open_store(db_path)
     run = resumer(store, db_path, mode="deciding").resume_sync(run_id)
     assert run.status == "COMPLETED"
-    # A step dies with nothing of it durable before its first commit (decision 0083):
+    # A step dies with nothing of it durable before its first commit (decision 0088):
     # the takeover finds no step in flight, and the agent is asked for step 0 again.
     steps = store.list_steps(run_id)
     assert [(s.index, s.status) for s in steps] == [(0, "done"), (1, "done")]

@@ -194,7 +194,7 @@ class TestRun:
 
     def test_interrupted_deciding_step_continues(self, tmp_path: Path) -> None:
         # A step is durable `deciding` once a model request's dispatch committed its
-        # claim (decision 0083); a crash during that request interrupts it so.
+        # claim (decision 0088); a crash during that request interrupts it so.
         result = play(ts.with_model, Crash(1, Point.DURING_MODEL_REQUEST), db=tmp_path / "d.db")
         assert result.step(1).status == StepStatus.INTERRUPTED
         assert result.step(1).observation.content == {"previous_status": "deciding"}  # type: ignore[union-attr]
@@ -205,7 +205,7 @@ class TestRun:
     def test_a_crash_after_a_decision_falls_where_the_steps_commit_does(
         self, tmp_path: Path
     ) -> None:
-        # Decision 0083: the claim and the decision commit with the step's next commit,
+        # Decision 0088: the claim and the decision commit with the step's next commit,
         # so `step.decided` after its commit is the charge's `step.tool_started`: the
         # charge may have run, and a person decides; inside that transaction, nothing
         # of the step is durable and the agent is asked for step 1 again.
@@ -373,7 +373,7 @@ class TestHarness:
         """Nothing held in memory survives a simulated crash, as in process mode: the
         agent that asked for the charge before dying is a new agent after it, asks again,
         and the charge runs (once, at the step the crash left unclaimed)."""
-        # Inside the step's one commit: nothing of step 0 is durable (decision 0083).
+        # Inside the step's one commit: nothing of step 0 is durable (decision 0088).
         crash = Crash(0, Point.AFTER_DECIDED, inside_tx=True)
         result = play(source, crash, db=tmp_path / "m.db")
         assert result.step(0).status == StepStatus.DONE
@@ -572,7 +572,7 @@ class TestMatrix:
         assert {len(c.crashes) for c in matrix.cases} == {1, 2}
         # 22: the Gate's attach.allowed is a first crash too, whose recovery passes
         # run.resumed (29 before that point existed, 30 with it); since a step's claim and
-        # decision join its next commit (decision 0083), a crash after either falls where
+        # decision join its next commit (decision 0088), a crash after either falls where
         # that commit does, and the completion's step leaves nothing to recover.
         assert sum(len(c.crashes) == 2 for c in matrix.cases) == 22
         case = matrix.case(Crash(1, Point.AFTER_RESUMED), Crash(1, Point.AFTER_INTERRUPTED))
@@ -595,7 +595,7 @@ class TestMatrix:
         assert matrix.case(Crash(1, Point.AFTER_TOOL_STARTED)).outcome == "WAITING"
         # After the completion's decision is after its one commit: the run has ended.
         assert matrix.case(Crash(2, Point.AFTER_DECIDED)).outcome == "COMPLETED goal_completed"
-        # After the charge's decision is after the commit that started it (decision 0083):
+        # After the charge's decision is after the commit that started it (decision 0088):
         # a person must decide, and this operator never answers.
         assert matrix.case(Crash(1, Point.AFTER_DECIDED)).outcome == "WAITING"
         assert "·" in text  # a point not passed at a step

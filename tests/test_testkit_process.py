@@ -110,7 +110,7 @@ class TestSigkill:
         [fired] = result.crashes_reached
         assert fired.lost_event and not fired.lost_present
         # The step's claim and decision were written inside the killed transaction (the
-        # one that would have started its tool, decision 0083): none of it is on file, the
+        # one that would have started its tool, decision 0088): none of it is on file, the
         # takeover found no step in flight, and the agent was asked for step 0 again.
         step0 = result.step(0)
         assert step0.status == StepStatus.DONE
@@ -300,7 +300,7 @@ def test_the_plugin_parametrizes_one_test_over_the_whole_matrix(tmp_path: Path) 
         "-v",
         # All of the first test; of the second, the crash at the takeover of step 0's tool
         # start (a case only the recovery points add; named by the first crash that leads
-        # to it, step 0's claim, which commits with the tool's start: decision 0083).
+        # to it, step 0's claim, which commits with the tool's start: decision 0088).
         "-k",
         "test_small_survives_every_crash or (interrupted and not tool_finished)",
     )

@@ -81,7 +81,7 @@ def test_a_scripted_read_interrupted_by_a_crash_is_offered_again_and_the_charge_
     assert result.run.result == {"receipt": "r-17"}
     # Step 0 was interrupted; the lookup was offered again in step 1 and done, then the
     # charge (step 2) and the completion (step 3). (Its claim and decision commit with
-    # `step.tool_started`, decision 0083: a crash after any of the three finds them.)
+    # `step.tool_started`, decision 0088: a crash after any of the three finds them.)
     assert decided(result) == [
         (0, "interrupted", "lookup"),
         (1, "done", "lookup"),
@@ -99,7 +99,7 @@ def test_a_scripted_charge_whose_step_died_while_deciding_is_charged_once_after_
     tmp_path: Path,
 ) -> None:
     # Died inside the commit that would have started the charge: nothing of step 1 was
-    # durable (decision 0083), so the charge is offered again at step 1.
+    # durable (decision 0088), so the charge is offered again at step 1.
     crash = Crash(1, Point.AFTER_DECIDED, inside_tx=True)
     result = play(ts.direct_charge_approve, crash, db=tmp_path / "d.db")
     assert result.run.status == RunStatus.COMPLETED
@@ -447,7 +447,7 @@ def test_the_crash_matrix_of_an_index_scripted_agent_fails_every_cell_that_skipp
     )
     failed = {case.label for case in matrix.cases if not case.ok}
     # The interrupted lookup of step 0 (its claim and decision commit with its
-    # `step.tool_started`, decision 0083, so a crash after any of them interrupts it).
+    # `step.tool_started`, decision 0088, so a crash after any of them interrupts it).
     # A crash before a step's first commit leaves nothing of it: the agent is asked for
     # the same index again, which even this agent answers right; a step interrupted
     # while deciding (during a model request) is

@@ -22,7 +22,7 @@ Invariants:
   `step.tool_started` before the tool is called; the outcome commits once the
   tool returned. A denial, an approval request, a completion or a failure is
   one commit; a model step adds one dispatch (which carries the claim on the
-  first attempt) and one settle per attempt (decision 0083).
+  first attempt) and one settle per attempt (decision 0088).
 - `TOOL_STARTED` commits, with `step.tool_started` and the decision recorded
   verbatim in front of it, before the tool is called: the durability the seed
   promises for a side effect.

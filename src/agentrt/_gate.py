@@ -13,9 +13,11 @@ itself is a Gate plus an agent (`_driver.py`).
 Invariants (each has a test named for it in `tests/test_gate*.py`):
 
 - The consumer never runs a tool: `execute` does, once per allowed verdict.
-- An allowed verdict writes nothing that claims the tool started; only
-  `execute` writes `step.tool_started`. A session abandoned after an allowed
-  verdict leaves the step never run, and recovery treats it so.
+- An allowed verdict writes nothing: the step's claim and its decision are
+  kept in memory and commit with the step's next commit, which for an allowed
+  call is `execute`'s, with `step.tool_started`, before the tool runs (decision
+  0088). A session abandoned after an allowed verdict leaves nothing of the
+  step (`close` leaves it `deciding`), and recovery asks for the step again.
 - A session abandoned during `execute` is a crash: the run pauses on an
   `interrupted_side_effect` approval at the next `attach`/`resume`.
 - One session per run: a run with a live session (this process, or another
@@ -508,7 +510,11 @@ class GateSession:
     # -- the loop ----------------------------------------------------------
 
     async def step(self) -> GateStep | None:
-        """Claim the next step; None when a limit (or a cancel) ended the run instead."""
+        """Claim the next step; None when a limit (or a cancel) ended the run instead.
+
+        The claim is made in memory (the run's status read first, no commit) and
+        commits with the step's next commit (decision 0088).
+        """
         self._usable()
         if self.current() is not None:
             raise RunStateError(
@@ -534,11 +540,12 @@ class GateSession:
         return self._open
 
     async def close(self) -> None:
-        """Release the lease; an open step is left as a crash would leave it.
+        """Release the lease; an open step is left `deciding`, as a crash would leave it.
 
-        A step proposed and allowed but not executed stays never run: a later
-        `attach`/`resume` judges it as a step that was deciding (it continues),
-        or, for a waiting run, judges the approved request again.
+        The open step's claim (and its decision, if proposed) is committed first
+        (`plan.LEFT_OPEN`). A step proposed and allowed but not executed stays
+        never run: a later `attach`/`resume` judges it as a step that was deciding
+        (it continues), or, for a waiting run, judges the approved request again.
         """
         if self._closed:
             return

@@ -355,7 +355,7 @@ class RunSession:
         # the lease is held (and renewed) until its thread returns.
         self.lingering_tool: concurrent.futures.Future[Any] | None = None
         # Writes made in memory and not yet committed: a step's claim and its decision,
-        # which join the next commit of the plan (decision 0083's two-commit step).
+        # which join the next commit of the plan (decision 0088's two-commit step).
         self._deferred: list[_Deferred] = []
 
     # -- plumbing -----------------------------------------------------------
