@@ -431,17 +431,25 @@ def test_async_driver_does_not_starve_other_tasks_while_steps_commit(db_path: Pa
     store = agentrt.open_store(db_path)
     ticks = [0]
     during: list[int] = []
-    original = store.transaction
+    original = store.transactions
 
-    @contextlib.contextmanager
-    def slow_transaction() -> Iterator[Any]:
+    def slow_transactions(works: Any) -> Any:
+        # The async Driver's commits go through the group committer (one group here).
+        def slow(work: Any) -> Any:
+            def inside(tx: Any) -> Any:
+                out = work(tx)
+                time.sleep(0.03)
+                return out
+
+            return inside
+
         before = ticks[0]
-        with original() as tx:
-            yield tx
-            time.sleep(0.03)
-        during.append(ticks[0] - before)
+        try:
+            return original([slow(w) for w in works])
+        finally:
+            during.append(ticks[0] - before)
 
-    store.transaction = slow_transaction  # type: ignore[method-assign]
+    store.transactions = slow_transactions  # type: ignore[method-assign]
     tool = RecordingTool("t", SideEffect.READ_ONLY, result=lambda c: ToolResult(c.step_id))
     agent = ScriptedAgent(
         [Decision.tool_call("t", {"x": i}) for i in range(5)] + [Decision.complete()]

@@ -50,6 +50,7 @@ from ._commit_plan import (
 from ._errors import JSONValueError, LeaseLostError, RunStateError, StoreBusyError
 from ._events import Observer, deliver
 from ._foreign import exception_text
+from ._group_commit import committer_for
 from ._lease import Heartbeat, WallClock
 from ._policy import Policy
 from ._policy import evaluate as evaluate_policy
@@ -307,17 +308,24 @@ async def write_through(
     observed = config.observer is not None
     checked = checking()
 
-    def job() -> tuple[T, list[Any]]:
-        with store.transaction() as tx:
-            out = fn(tx)
-            if checked:
-                commit.check(e.type for e in tx.events)
-            if in_tx is not None:
-                in_tx()
-            events = tx.events if observed else []
-        return out, events
+    def work(tx: Tx) -> tuple[T, list[Any]]:
+        out = fn(tx)
+        if checked:
+            commit.check(e.type for e in tx.events)
+        if in_tx is not None:
+            in_tx()
+        return out, tx.events if observed else []
 
-    out, events = await run_io(job)
+    if INLINE_IO.get():  # the loop is the driver's own: nobody to share a commit with
+
+        def job() -> tuple[T, list[Any]]:
+            with store.transaction() as tx:
+                return work(tx)
+
+        out, events = job()
+    else:
+        # Group commit: this work shares one fsync with other runs' queued meanwhile.
+        out, events = await asyncio.wrap_future(committer_for(store, _IO_THREADS).submit(work))
     deliver(config.observer, events)
     return out
 

@@ -257,3 +257,78 @@ def test_a_snapshot_sees_one_committed_state_while_another_store_writes(
             tx.release_lease("r0", OWNER)
         assert view.run_record("r0") == first
     assert store.lease("r0").owner == ""
+
+
+# -- group commit (`Store.transactions`) ---------------------------------------------------------
+
+
+def _create(run_id: str) -> object:
+    def work(tx: object) -> str:
+        run = tx.create_run(  # type: ignore[attr-defined]
+            run_id,
+            "goal",
+            Limits(),
+            owner=OWNER,
+            lease_expires_at=EPOCH,
+            holder="{}",
+            specs=[],
+            now=EPOCH,
+        )
+        return str(run.id)
+
+    return work
+
+
+def test_a_group_commits_every_work_and_returns_each_outcome_in_order(backend: Backend) -> None:
+    store = backend.open()
+    outcomes = store.transactions([_create("r1"), _create("r2"), _create("r3")])
+    assert [(o.value, o.error) for o in outcomes] == [("r1", None), ("r2", None), ("r3", None)]
+    assert sorted(r.id for r in store.list_runs()) == ["r1", "r2", "r3"]
+    # One chain, in the works' order, with no gap.
+    events = store.list_events()
+    assert [(e.seq, e.run_id) for e in events] == [
+        (1, "r1"),
+        (2, "r1"),
+        (3, "r2"),
+        (4, "r2"),
+        (5, "r3"),
+        (6, "r3"),
+    ]
+    assert store.verify_events().intact
+
+
+def test_a_work_that_raises_is_rolled_back_alone_and_the_chain_has_no_gap(
+    backend: Backend,
+) -> None:
+    store = backend.open()
+    new_run(store, "r0")
+    before = [(e.seq, e.hash) for e in store.list_events()]
+
+    def failing(tx: object) -> None:
+        _create("bad")(tx)
+        raise ZeroDivisionError("the work's own failure")
+
+    outcomes = store.transactions([_create("r1"), failing, _create("r2")])
+    assert outcomes[0].value == "r1" and outcomes[2].value == "r2"
+    assert isinstance(outcomes[1].error, ZeroDivisionError)
+    assert store.run_id_exists("bad") is False
+    events = store.list_events()
+    assert [(e.seq, e.hash) for e in events][: len(before)] == before
+    assert [e.run_id for e in events[len(before) :]] == ["r1", "r1", "r2", "r2"]
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    assert store.verify_events().intact
+
+
+def test_a_refused_write_in_a_group_is_that_works_error_only(backend: Backend) -> None:
+    store = backend.open()
+    new_run(store, "r0")
+
+    def twice(tx: object) -> None:
+        tx.end_run("r0", "COMPLETED", "goal_completed", "", now=EPOCH)  # type: ignore[attr-defined]
+        tx.end_run("r0", "FAILED", "agent_error", "twice", now=EPOCH)  # type: ignore[attr-defined]
+
+    outcomes = store.transactions([twice, _create("r1")])
+    assert isinstance(outcomes[0].error, RunStateError)
+    assert outcomes[1].value == "r1"
+    assert store.get_run("r0").status == "RUNNING"
+    assert store.run_id_exists("r1") is True

@@ -61,6 +61,7 @@ from .._records import (
 from ._records import (
     ApprovalState,
     Claim,
+    Grouped,
     GuardedRun,
     Leased,
     LeaseState,
@@ -451,6 +452,18 @@ class Store(Protocol):
         A database too busy to begin raises `StoreBusyError` before the block runs,
         with nothing written (safe to retry); any failure after the block began,
         its commit included, is a plain `StoreError`, also with nothing written."""
+
+    def transactions(self, works: Sequence[Callable[[Tx], Any]]) -> list[Grouped]:
+        """Group commit: each of `works` runs as its own transaction, all of them sharing
+        one durable commit where the backend can (a savepoint each inside one transaction);
+        a backend that cannot runs each alone, in order.
+
+        A work that raises is rolled back alone, with everything it wrote, and its
+        exception is its outcome (`Grouped.error`); the others' writes commit. Nothing is
+        returned before that commit is durable. A failure to begin (`StoreBusyError`,
+        nothing written, safe to retry) or to commit (`StoreError`, nothing written)
+        is raised for the whole group, as is a `BaseException` that is not an
+        `Exception`, which rolls every work back."""
 
     def snapshot(self) -> contextlib.AbstractContextManager[Snapshot]:
         """A read transaction: every read in the block sees one committed state of the

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from .._clock import format_time
 from .._records import Approval, Run, Step
@@ -119,6 +120,15 @@ class WaitingRow:
 
 
 # --- what the named transitions return ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Grouped:
+    """One work's outcome in a group commit (`Store.transactions`): what it returned,
+    or the exception that rolled its writes back."""
+
+    value: Any = None
+    error: Exception | None = None
 
 
 @dataclass(frozen=True)

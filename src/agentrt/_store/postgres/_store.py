@@ -29,7 +29,7 @@ from ..._clock import format_time
 from ..._errors import SchemaVersionError, StoreBusyError, StoreDamagedError, StoreError
 from ..._records import ApprovalStatus, FileCheck, RunStatus, VerifyReport
 from .._base import Renewer
-from .._records import RunCandidate, RunCursor, WaitingRow
+from .._records import Grouped, RunCandidate, RunCursor, WaitingRow
 from ..sqlite._codecs import waiting_from_row
 from ..sqlite._reads import _CANDIDATE_COLUMNS, _candidate
 from ..sqlite._store import SqliteStore
@@ -264,6 +264,22 @@ class PostgresStore(SqliteStore):
             finally:
                 tx._close()
                 self._tx = None
+
+    def transactions(self, works: Sequence[Callable[[SqliteTx], Any]]) -> list[Grouped]:
+        """Each work in a transaction of its own, in order (`Store.transactions`): the server
+        flushes concurrent commits together itself, and this store has one connection. Every
+        failure, a busy or failed commit included, is that work's own outcome, since the
+        works before it are already committed."""
+        outcomes: list[Grouped] = []
+        for work in works:
+            try:
+                with self.transaction() as tx:
+                    value = work(tx)
+            except Exception as e:
+                outcomes.append(Grouped(error=e))
+            else:
+                outcomes.append(Grouped(value))
+        return outcomes
 
     @contextlib.contextmanager
     def snapshot(self) -> Iterator[PostgresTx]:

@@ -53,6 +53,7 @@ from ..._records import (
 )
 from ..._stored_text import shown_text, unreadable_text
 from .._base import Renewer
+from .._records import Grouped
 from . import _filesafety as filesafety
 from . import _migrations as migrations
 from ._chain_rows import SqliteChainReader
@@ -178,6 +179,10 @@ def open_existing(path: str | os.PathLike[str], read_only: bool = False) -> Sqli
 # --- the store ----------------------------------------------------------------------------------
 
 
+_SAVEPOINT = "agentrt_work"
+"""The savepoint each work of a group commit runs in (`SqliteStore.transactions`)."""
+
+
 class SqliteStore(ProxyRows):
     """The runtime's one SQLite file. Use `open_store` or `open_existing` to get one."""
 
@@ -222,16 +227,7 @@ class SqliteStore(ProxyRows):
             self._check_open()
             if self._tx is not None:
                 raise StoreError("a transaction is already open on this store; they do not nest")
-            try:
-                self._conn.execute("BEGIN IMMEDIATE")
-            except sqlite3.OperationalError as e:
-                if is_busy(e):
-                    raise StoreBusyError(
-                        "cannot begin a write transaction: another connection held the "
-                        f"database's write lock past the busy timeout ({BUSY_TIMEOUT_MS} ms); "
-                        "nothing was written"
-                    ) from e
-                raise StoreError(f"cannot begin a write transaction: {e}") from e
+            self._begin()
             tx = SqliteTx(self._conn)
             self._tx = tx
             try:
@@ -248,16 +244,83 @@ class SqliteStore(ProxyRows):
                 except BaseException:
                     migrations.rollback_quietly(self._conn)
                     raise
-                try:
-                    self._conn.execute("COMMIT")
-                except sqlite3.Error as e:
-                    migrations.rollback_quietly(self._conn)
-                    raise store_error(
-                        e, "commit failed, nothing was written", retryable=False
-                    ) from e
+                self._commit()
             finally:
                 tx._close()
                 self._tx = None
+
+    def _begin(self) -> None:
+        try:
+            self._conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as e:
+            if is_busy(e):
+                raise StoreBusyError(
+                    "cannot begin a write transaction: another connection held the "
+                    f"database's write lock past the busy timeout ({BUSY_TIMEOUT_MS} ms); "
+                    "nothing was written"
+                ) from e
+            raise StoreError(f"cannot begin a write transaction: {e}") from e
+
+    def _commit(self) -> None:
+        try:
+            self._conn.execute("COMMIT")
+        except sqlite3.Error as e:
+            migrations.rollback_quietly(self._conn)
+            raise store_error(e, "commit failed, nothing was written", retryable=False) from e
+
+    def transactions(self, works: Sequence[Callable[[SqliteTx], Any]]) -> list[Grouped]:
+        """Group commit: one `BEGIN IMMEDIATE` ... `COMMIT` (one fsync), each work in a
+        savepoint of its own, rolled back alone when it raises (`Store.transactions`).
+
+        Each work gets a transaction object of its own: its events, and the chain head
+        it reads (after the works before it, which its connection sees), are its own.
+        """
+        if self.read_only:
+            raise StoreError("the store was opened read-only")
+        with self._lock:
+            self._check_open()
+            if self._tx is not None:
+                raise StoreError("a transaction is already open on this store; they do not nest")
+            self._begin()
+            outcomes: list[Grouped] = []
+            try:
+                self._safe_schema = check_schema(self._conn, self._safe_schema)
+                for work in works:
+                    outcomes.append(self._in_savepoint(work))
+            except sqlite3.Error as e:
+                migrations.rollback_quietly(self._conn)
+                raise store_error(
+                    e, "the group's transaction failed, nothing was written", retryable=False
+                ) from e
+            except BaseException:
+                migrations.rollback_quietly(self._conn)
+                raise
+            self._commit()
+            return outcomes
+
+    def _in_savepoint(self, work: Callable[[SqliteTx], Any]) -> Grouped:
+        conn = self._conn
+        conn.execute(f"SAVEPOINT {_SAVEPOINT}")
+        tx = SqliteTx(conn)
+        self._tx = tx
+        try:
+            value = work(tx)
+        except Exception as e:
+            # Only this work's writes go; a failure to undo them fails the whole group.
+            conn.execute(f"ROLLBACK TO {_SAVEPOINT}")
+            conn.execute(f"RELEASE {_SAVEPOINT}")
+            if isinstance(e, sqlite3.Error):
+                error: Exception = store_error(
+                    e, "the transaction failed, nothing was written", retryable=False
+                )
+                error.__cause__ = e
+                return Grouped(error=error)
+            return Grouped(error=e)
+        finally:
+            tx._close()
+            self._tx = None
+        conn.execute(f"RELEASE {_SAVEPOINT}")
+        return Grouped(value)
 
     @contextlib.contextmanager
     def snapshot(self) -> Iterator[SqliteTx]:

@@ -1,0 +1,199 @@
+"""Group commit (`agentrt._group_commit`): runs in one process share fsyncs, never outcomes.
+
+The committer queues each transaction's work and commits whatever is queued in one
+durable transaction, a savepoint each (`Store.transactions`); these tests hold the
+committer's thread so that the grouping is decided by the test, not by timing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import agentrt
+from agentrt import Decision, SideEffect
+from agentrt._errors import StoreError
+from agentrt._group_commit import Committer
+from agentrt._records import Limits
+from agentrt._store import open_store
+from agentrt.scripted import ScriptedAgent
+from conftest import EPOCH, RecordingTool
+
+
+def _create(run_id: str) -> Any:
+    def work(tx: Any) -> str:
+        run = tx.create_run(
+            run_id,
+            "goal",
+            Limits(),
+            owner="me",
+            lease_expires_at=EPOCH,
+            holder="{}",
+            specs=[],
+            now=EPOCH,
+        )
+        return str(run.id)
+
+    return work
+
+
+class HeldExecutor:
+    """One thread, held by a first task until `release()`: what is submitted meanwhile queues."""
+
+    def __init__(self) -> None:
+        self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+        self.gate = threading.Event()
+        self.pool.submit(self.gate.wait)
+
+    def submit(self, fn: Any) -> concurrent.futures.Future[Any]:
+        return self.pool.submit(fn)
+
+    def release(self) -> None:
+        self.gate.set()
+
+    def close(self) -> None:
+        self.gate.set()
+        self.pool.shutdown()
+
+
+@pytest.fixture
+def held() -> Any:
+    executor = HeldExecutor()
+    yield executor
+    executor.close()
+
+
+def _commits(store: Any) -> list[str]:
+    """The COMMITs the store's connection runs from now on (the SQLite backend's own)."""
+    seen: list[str] = []
+    store._conn.set_trace_callback(lambda sql: seen.append(sql) if sql == "COMMIT" else None)
+    return seen
+
+
+def test_works_queued_together_share_one_commit_and_complete_after_it(
+    tmp_path: Path, held: HeldExecutor
+) -> None:
+    store = open_store(tmp_path / "g.db")
+    committer = Committer(store, held)  # type: ignore[arg-type]
+    commits = _commits(store)
+    futures = [committer.submit(_create(f"r{i}")) for i in range(5)]
+    assert not any(f.done() for f in futures)  # nothing acknowledged before its commit
+    held.release()
+    assert [f.result(timeout=30) for f in futures] == [f"r{i}" for i in range(5)]
+    assert commits == ["COMMIT"]
+    assert (committer.groups, committer.works) == (1, 5)
+    # The works' events in submission order, one chain.
+    assert [e.run_id for e in store.list_events()] == [f"r{i}" for i in range(5) for _ in (0, 1)]
+    assert store.verify_events().intact
+    store.close()
+
+
+def test_no_future_completes_before_the_commit_is_made(tmp_path: Path, held: HeldExecutor) -> None:
+    store = open_store(tmp_path / "g.db")
+    committer = Committer(store, held)  # type: ignore[arg-type]
+    futures: list[concurrent.futures.Future[Any]] = []
+    done_at_commit: list[bool] = []
+
+    def trace(sql: str) -> None:
+        if sql == "COMMIT":
+            done_at_commit.extend(f.done() for f in futures)
+
+    store._conn.set_trace_callback(trace)  # type: ignore[attr-defined]
+    futures.extend(committer.submit(_create(f"r{i}")) for i in range(3))
+    held.release()
+    for f in futures:
+        f.result(timeout=30)
+    assert done_at_commit == [False, False, False]
+    store.close()
+
+
+def test_a_work_that_raises_fails_alone_and_the_others_commit(
+    tmp_path: Path, held: HeldExecutor
+) -> None:
+    store = open_store(tmp_path / "g.db")
+    committer = Committer(store, held)  # type: ignore[arg-type]
+
+    def failing(tx: Any) -> None:
+        _create("bad")(tx)
+        raise ValueError("this run's own failure")
+
+    first, bad, last = (committer.submit(w) for w in (_create("r1"), failing, _create("r2")))
+    held.release()
+    assert (first.result(timeout=30), last.result(timeout=30)) == ("r1", "r2")
+    with pytest.raises(ValueError, match="this run's own failure"):
+        bad.result(timeout=30)
+    assert sorted(r.id for r in store.list_runs()) == ["r1", "r2"]
+    assert [e.seq for e in store.list_events()] == [1, 2, 3, 4]
+    assert store.verify_events().intact
+    store.close()
+
+
+def test_a_group_that_cannot_commit_fails_every_work_with_nothing_written(
+    tmp_path: Path, held: HeldExecutor
+) -> None:
+    store = open_store(tmp_path / "g.db")
+    committer = Committer(store, held)  # type: ignore[arg-type]
+    futures = [committer.submit(_create(f"r{i}")) for i in range(3)]
+    store.close()  # the store goes away under the queued group
+    held.release()
+    for f in futures:
+        with pytest.raises(StoreError, match="closed"):
+            f.result(timeout=30)
+    reread = open_store(tmp_path / "g.db")
+    assert reread.list_runs() == [] and reread.list_events() == []
+    reread.close()
+
+
+def test_a_sqlite_failure_inside_a_work_is_a_store_error_of_that_work_only(
+    tmp_path: Path, held: HeldExecutor
+) -> None:
+    store = open_store(tmp_path / "g.db")
+    committer = Committer(store, held)  # type: ignore[arg-type]
+
+    def bad_sql(tx: Any) -> None:
+        tx.conn.execute("INSERT INTO no_such_table VALUES (1)")
+
+    bad, good = committer.submit(bad_sql), committer.submit(_create("r1"))
+    held.release()
+    with pytest.raises(StoreError, match="the transaction failed, nothing was written") as info:
+        bad.result(timeout=30)
+    assert isinstance(info.value.__cause__, sqlite3.OperationalError)
+    assert good.result(timeout=30) == "r1"
+    store.close()
+
+
+def test_sixty_four_runs_in_flight_all_complete_on_one_intact_chain(tmp_path: Path) -> None:
+    """The async Driver's commits go through the committer: 64 runs at once complete,
+    each run's events in its own order, the chain intact (how many commits were shared
+    depends on the machine's timing: `benchmarks/concurrency.py` counts it)."""
+    store = open_store(tmp_path / "many.db")
+    tool = RecordingTool("t", SideEffect.READ_ONLY)
+
+    def driver() -> agentrt.Driver:
+        return agentrt.Driver(
+            store=store,
+            agent=ScriptedAgent(
+                [Decision.tool_call("t", {"x": i}) for i in range(3)] + [Decision.complete()]
+            ),
+            policy=agentrt.default_policy(),
+            tools=[tool],
+        )
+
+    async def main() -> list[agentrt.Run]:
+        return list(await asyncio.gather(*(driver().start(f"g{i}") for i in range(64))))
+
+    runs = asyncio.run(main())
+    assert [r.status for r in runs] == ["COMPLETED"] * 64
+    assert len(tool.calls) == 64 * 3
+    for run in runs:
+        types = [e.type for e in store.list_events(run_id=run.id)]
+        assert types[:2] == ["run.created", "run.started"] and types[-1] == "run.finished"
+        assert types.count("step.tool_started") == types.count("step.tool_finished") == 3
+    assert store.verify_events().intact
+    store.close()
