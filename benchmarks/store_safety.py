@@ -253,6 +253,13 @@ def _large_columns(path: str, run_id: str, threshold: int) -> list[tuple[str, in
                 ):
                     name = f"{table}.{column}" + (f" ({what})" if what else "")
                     found.append((name, int(length)))
+        # Each large part stored once (migration 4, decision 0084), referred to from the rows.
+        if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'stored_values'").fetchone():
+            for (length,) in conn.execute(
+                "SELECT length(body) FROM stored_values WHERE length(body) > ? ORDER BY rowid",
+                (threshold,),
+            ):
+                found.append(("stored_values.body", int(length)))
     finally:
         conn.close()
     return found

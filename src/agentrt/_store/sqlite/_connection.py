@@ -13,6 +13,7 @@ import os
 import sqlite3
 import time
 from pathlib import Path
+from typing import Any
 
 from ..._errors import (
     StoreBusyError,
@@ -23,6 +24,7 @@ from ..._errors import (
 )
 from ..._stored_text import decode_text, unreadable_text
 from . import _filesafety as filesafety
+from ._values import Fetch, columns_of, unpacked_row
 
 MIN_SQLITE_VERSION = (3, 37, 0)  # STRICT tables
 BUSY_TIMEOUT_MS = 5_000
@@ -59,9 +61,42 @@ def _connect(target: str, *, uri: bool) -> sqlite3.Connection:
         )
     except sqlite3.Error as e:
         raise StoreError(f"cannot open the database: {e}") from e
-    conn.row_factory = sqlite3.Row
+    conn.row_factory = stored_row
     conn.text_factory = decode_text
     return conn
+
+
+def stored_row(cursor: sqlite3.Cursor, values: tuple[Any, ...]) -> sqlite3.Row:
+    """`sqlite3.Row`, with each packed JSON column's parts put back (`_values`)."""
+    columns = columns_of(cursor.description)
+    if columns:
+        changed = unpacked_row(values, columns, _fetcher(cursor.connection))
+        if changed is not None:
+            values = tuple(changed)
+    return sqlite3.Row(cursor, values)
+
+
+_VALUES_PER_QUERY = 500
+
+
+def _fetcher(conn: sqlite3.Connection) -> Fetch:
+    def fetch(hashes: list[str]) -> dict[str, object]:
+        found: dict[str, object] = {}
+        for at in range(0, len(hashes), _VALUES_PER_QUERY):
+            batch = hashes[at : at + _VALUES_PER_QUERY]
+            marks = ", ".join("?" for _ in batch)
+            try:
+                rows = conn.execute(
+                    f"SELECT hash, body FROM stored_values WHERE hash IN ({marks})", batch
+                ).fetchall()
+            except sqlite3.OperationalError as e:
+                if "no such table" in str(e):  # a file from before migration 4: nothing stored
+                    return found
+                raise
+            found.update((str(r[0]), r[1]) for r in rows)
+        return found
+
+    return fetch
 
 
 def _configure(conn: sqlite3.Connection, *, writer: bool) -> None:

@@ -22,6 +22,7 @@ from ..._records import (
     Event,
 )
 from ._connection import store_error
+from ._values import INSERT_SQL, pack
 
 # --- transactions -------------------------------------------------------------------------------
 
@@ -48,6 +49,8 @@ class TxCore:
         self._head: tuple[str, int] | None = None
         # A snapshot's reads (nothing written, nothing to run twice): busy is retryable.
         self._reads_only = False
+        # The stored values this transaction wrote (or found written), by hash.
+        self._values: set[str] = set()
 
     def _check_open(self) -> None:
         if not self._open:
@@ -61,6 +64,16 @@ class TxCore:
             raise store_error(
                 e, "a statement of the transaction failed", retryable=self._reads_only
             ) from e
+
+    def stored(self, text: str) -> str:
+        """What a JSON column holds for `text`: `text` itself, or `text` packed, its large
+        parts written to `stored_values` once each (`_values`, decision 0084)."""
+        held, parts = pack(text)
+        for hash, (length, body) in parts.items():
+            if hash not in self._values:
+                self.execute(INSERT_SQL, (hash, length, body))
+                self._values.add(hash)
+        return held
 
     @property
     def events(self) -> list[Event]:
@@ -92,7 +105,7 @@ class TxCore:
         self.execute(
             "INSERT INTO events (seq, run_id, step_id, at, type, payload_json, hash) "
             "VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (seq, run_id, step_id, at_text, type, payload_json, digest),
+            (seq, run_id, step_id, at_text, type, self.stored(payload_json), digest),
         )
         self._head = (digest, seq + 1)
         self._appended.append((seq, run_id, step_id, at, type, payload_json, digest))
