@@ -30,6 +30,11 @@ from agentrt.scripted import ScriptedAgent
 from conftest import FakeClock, Ids, RecordingTool
 
 BAD = "X'ff'"  # a byte that never starts a UTF-8 character
+LOOKUP_ARGS = {
+    "type": "object",
+    "properties": {"x": {"type": "integer"}, "note": {"type": "string"}},
+    "additionalProperties": False,
+}
 
 
 def _drive(path: Path, decisions: list[Decision], prefix: str, goal: str) -> agentrt.Run:
@@ -38,7 +43,7 @@ def _drive(path: Path, decisions: list[Decision], prefix: str, goal: str) -> age
         agent=ScriptedAgent(decisions),
         policy=agentrt.default_policy(),
         tools=[
-            RecordingTool("lookup", SideEffect.READ_ONLY),
+            RecordingTool("lookup", SideEffect.READ_ONLY, schema=LOOKUP_ARGS),
             RecordingTool("send", SideEffect.REMOTE_MUTATION),
         ],
         now=FakeClock(),

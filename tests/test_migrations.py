@@ -278,3 +278,93 @@ def test_a_database_of_the_previous_schema_is_upgraded_and_its_runs_become_a_dri
         assert conn.execute("SELECT id, origin FROM runs").fetchall() == [("r1", "driver")]
     finally:
         conn.close()
+
+
+def _large_runs(db: Path, prefixes: str) -> list[str]:
+    """A finished run and a run waiting on an approval, each carrying a 5,000-character argument
+    (and the finished one's result echoing it), written by the runtime of the moment."""
+    import agentrt
+    from agentrt import Decision, SideEffect
+    from agentrt.scripted import ScriptedAgent
+    from conftest import FakeClock, Ids, RecordingTool
+
+    big = {"body": "b" * 5000}
+    ids: list[str] = []
+    for n, decisions in enumerate(
+        (
+            [Decision.tool_call("lookup", big), Decision.complete({"echo": big})],
+            [Decision.tool_call("send", big)],
+        )
+    ):
+        driver = agentrt.Driver(
+            store=open_store(db),
+            agent=ScriptedAgent(decisions),
+            policy=agentrt.default_policy(),
+            tools=[
+                RecordingTool("lookup", SideEffect.READ_ONLY, schema={"type": "object"}),
+                RecordingTool("send", SideEffect.REMOTE_MUTATION, schema={"type": "object"}),
+            ],
+            now=FakeClock(),
+            new_id=Ids(prefixes[n]),
+        )
+        try:
+            ids.append(driver.start_sync(f"carry a large argument {n}").id)
+        finally:
+            driver.store.close()
+    return ids
+
+
+def test_a_file_of_schema_3_holding_large_values_is_migrated_and_reads_the_same_records(
+    db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agentrt._store.sqlite import _values
+    from store_contract.world import everything
+
+    with monkeypatch.context() as old:  # a file of schema 3, as the previous release wrote it
+        old.setattr(migrations, "MIGRATIONS", MIGRATIONS[:3])
+        old.setattr(migrations, "SCHEMA_VERSION", 3)
+        old.setattr(_values, "INLINE_LIMIT", 10**12)  # every value held in its row
+        done, waiting = _large_runs(db, "ab")
+        store = open_store(db)
+        try:
+            before = everything(store)
+            assert store.verify_events().intact
+        finally:
+            store.close()
+    assert applied(db) == [1, 2, 3]
+    assert "stored_values" not in applied_tables(db)
+    conn = raw(db)
+    try:
+        held_before = conn.execute("SELECT id, decision_json FROM steps ORDER BY id").fetchall()
+    finally:
+        conn.close()
+    store = open_store(db)  # migrates
+    try:
+        assert everything(store) == before
+        assert store.verify_events().intact
+        assert store.get_run(waiting).status == "WAITING_FOR_APPROVAL"
+        first = store.list_steps(done, cap=None)[0]
+        assert first.decision is not None and first.decision.args == {"body": "b" * 5000}
+    finally:
+        store.close()
+    assert applied(db) == [1, 2, 3, 4]
+    conn = raw(db)
+    try:  # nothing was rewritten: the old rows hold their values as before
+        assert conn.execute("SELECT id, decision_json FROM steps ORDER BY id").fetchall() == (
+            held_before
+        )
+        assert conn.execute("SELECT count(*) FROM stored_values").fetchone() == (0,)
+    finally:
+        conn.close()
+    # New runs on the migrated file store the value once; the old ones still read and verify.
+    _large_runs(db, "cd")
+    with open_existing(db, read_only=True) as store:
+        assert store.verify_events().intact
+        first = store.list_steps(done, cap=None)[0]
+        assert first.decision is not None and first.decision.args == {"body": "b" * 5000}
+    conn = raw(db)
+    try:
+        lengths = [r[0] for r in conn.execute("SELECT length(body) FROM stored_values")]
+    finally:
+        conn.close()
+    assert len([n for n in lengths if n >= 5000]) == 1

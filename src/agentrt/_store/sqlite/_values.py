@@ -64,14 +64,16 @@ def digest(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def pack(text: str, limit: int = INLINE_LIMIT) -> tuple[str, dict[str, tuple[int, str]]]:
+def pack(text: str, limit: int | None = None) -> tuple[str, dict[str, tuple[int, str]]]:
     """`text` with its large parts replaced by references, and the parts: hash -> (length, body).
 
     The text comes back as it is (and no parts) when it is shorter than `limit`,
     holds a raw U+0001, or has no part that large. Putting the parts back gives
     `text` exactly, character for character, whatever `text` is (the scan copies
-    every character it does not replace).
+    every character it does not replace). `limit` is `INLINE_LIMIT` unless given.
     """
+    if limit is None:
+        limit = INLINE_LIMIT
     if len(text) < limit or MARK in text:
         return text, {}
     parts: dict[str, tuple[int, str]] = {}
