@@ -52,9 +52,10 @@ STORED_COLUMNS = frozenset(
 
 MARK = "\x01"
 _HASH = re.compile(r"[0-9a-f]{64}")
-# A JSON string token, or a bracket; everything between two matches (numbers,
-# literals, commas, colons, white space) is copied as it is.
-_TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
+# Where a string starts, or a bracket; everything between (numbers, literals, commas,
+# colons, white space) is copied as it is. A string's end is found with `str.find`,
+# which skips a long string's characters without a step of Python each.
+_STRUCTURE = re.compile(r'["\[\]{}]')
 
 INSERT_SQL = "INSERT OR IGNORE INTO stored_values (hash, length, body) VALUES (?, ?, ?)"
 
@@ -80,35 +81,51 @@ def pack(text: str, limit: int | None = None) -> tuple[str, dict[str, tuple[int,
     stack: list[tuple[int, list[str]]] = []
     pieces: list[str] = []
     pos = 0
-    for match in _TOKEN.finditer(text):
-        start, end = match.span()
+    search = _STRUCTURE.search
+    while (match := search(text, pos)) is not None:
+        start = match.start()
         if start > pos:
             pieces.append(text[pos:start])
-        pos = end
         token = match.group()
-        if token[0] == '"':
-            if end - start >= limit:
-                pieces.append(_refer(parts, token, token))
-            else:
-                pieces.append(token)
-        elif token in "[{":
+        if token == '"':
+            end = _string_end(text, start)
+            if end < 0:  # an unterminated string: not JSON, kept as it is
+                return text, {}
+            string = text[start:end]
+            pieces.append(_refer(parts, string, string) if end - start >= limit else string)
+            pos = end
+            continue
+        pos = start + 1
+        if token in "[{":
             stack.append((start, pieces))
             pieces = [token]
-        else:
-            if not stack:  # not JSON: keep the text as it is
-                return text, {}
-            pieces.append(token)
-            body = "".join(pieces)
-            opened, pieces = stack.pop()
-            if len(body) >= limit:
-                pieces.append(_refer(parts, text[opened:end], body))
-            else:
-                pieces.append(body)
+            continue
+        if not stack:  # a closing bracket with nothing open: not JSON, kept as it is
+            return text, {}
+        pieces.append(token)
+        body = "".join(pieces)
+        opened, pieces = stack.pop()
+        pieces.append(_refer(parts, text[opened:pos], body) if len(body) >= limit else body)
     if stack or not parts:
         return text, {}
     if pos < len(text):
         pieces.append(text[pos:])
     return "".join(pieces), parts
+
+
+def _string_end(text: str, start: int) -> int:
+    """The index just past the string token opening at `start`; -1 when it never closes."""
+    at = start + 1
+    while True:
+        quote = text.find('"', at)
+        if quote < 0:
+            return -1
+        before = quote - 1
+        while text[before] == "\\":  # stops at the opening quote at the latest
+            before -= 1
+        if (quote - 1 - before) % 2 == 0:  # not escaped
+            return quote + 1
+        at = quote + 1
 
 
 def _refer(parts: dict[str, tuple[int, str]], original: str, body: str) -> str:
@@ -130,6 +147,8 @@ class Unresolved(str):
 
 def references(text: str) -> list[str] | None:
     """The hashes a packed text refers to, in order; None when a reference is malformed."""
+    if MARK not in text:
+        return []
     found = text.split(MARK)[1:]
     hashes = [f[:64] for f in found]
     if not all(_HASH.fullmatch(h) for h in hashes):
@@ -205,6 +224,8 @@ def _innermost_first(top: list[str], bodies: Mapping[str, str]) -> list[str]:
 
 def _joined(text: str, whole: Mapping[str, str]) -> str | None:
     """`text` with each reference replaced by its part's text; None if one is not known yet."""
+    if MARK not in text:
+        return text
     chunks = text.split(MARK)
     out = [chunks[0]]
     for chunk in chunks[1:]:
