@@ -268,13 +268,16 @@ def _large_columns(path: str, run_id: str, threshold: int) -> list[tuple[str, in
 def part_large(directory: str, megabytes: int) -> None:
     size = megabytes * 1_000_000
     body = "x" * size
-    for label, side_effect, echo in (
-        ("read-only tool, allowed", SideEffect.READ_ONLY, False),
-        ("read-only tool, allowed, result echoes it", SideEffect.READ_ONLY, True),
-        ("approved tool (paused, approved, resumed)", SideEffect.REMOTE_MUTATION, False),
+    for n, (label, side_effect, echo) in enumerate(
+        (
+            ("read-only tool, allowed", SideEffect.READ_ONLY, False),
+            ("read-only tool, allowed, result echoes it", SideEffect.READ_ONLY, True),
+            ("approved tool (paused, approved, resumed)", SideEffect.REMOTE_MUTATION, False),
+        )
     ):
-        # A database of its own for each, so no run reuses the pages another freed.
-        path = os.path.join(directory, f"large-{len(label)}.db")
+        # A database of its own for each, so no run reuses the pages another freed (or,
+        # since decision 0084, the value another stored).
+        path = os.path.join(directory, f"large-{n}.db")
         open_store(path).close()
         before, free_before = _checkpointed_size(path)
         name = "read" if side_effect == SideEffect.READ_ONLY else "send"
