@@ -29,7 +29,7 @@ from psycopg import sql as pg_sql
 
 from ..._db_url import redact_db, shown_db
 from ..._errors import StoreBusyError, StoreDamagedError, StoreError
-from ..sqlite._values import Fetch, stored_columns, unpacked_row
+from ..sqlite._values import MARK, Fetch, stored_columns, unpacked_row
 
 LOCK_TIMEOUT_MS = 5_000
 """How long a statement waits for a row or the chain's head before it is busy."""
@@ -109,10 +109,12 @@ def row_factory(cursor: Any) -> Any:
     columns = stored_columns(tuple(names))
 
     def make(values: Sequence[Any]) -> Row:
-        if columns:
-            changed = unpacked_row(values, columns, _fetcher(cursor.connection))
-            if changed is not None:
-                values = changed
+        for i, _ in columns:
+            value = values[i]
+            if type(value) is str and MARK in value:  # packed: put its parts back
+                changed = unpacked_row(values, columns, _fetcher(cursor.connection))
+                values = values if changed is None else changed
+                break
         row = Row(values)
         row._names = names
         return row

@@ -24,7 +24,7 @@ from ..._errors import (
 )
 from ..._stored_text import decode_text, unreadable_text
 from . import _filesafety as filesafety
-from ._values import Fetch, columns_of, unpacked_row
+from ._values import MARK, Fetch, columns_of, unpacked_row
 
 MIN_SQLITE_VERSION = (3, 37, 0)  # STRICT tables
 BUSY_TIMEOUT_MS = 5_000
@@ -68,18 +68,20 @@ def _connect(target: str, *, uri: bool) -> sqlite3.Connection:
 
 def stored_row(cursor: sqlite3.Cursor, values: tuple[Any, ...]) -> sqlite3.Row:
     """`sqlite3.Row`, with each packed JSON column's parts put back (`_values`)."""
-    columns = columns_of(cursor.description)
-    if columns:
-        changed = unpacked_row(values, columns, _fetcher(cursor.connection))
-        if changed is not None:
-            values = tuple(changed)
+    for i, _ in columns_of(cursor.description):
+        value = values[i]
+        if type(value) is str and MARK in value:  # packed: put its parts back
+            changed = unpacked_row(values, columns_of(cursor.description), _fetcher(cursor))
+            return sqlite3.Row(cursor, tuple(values if changed is None else changed))
     return sqlite3.Row(cursor, values)
 
 
 _VALUES_PER_QUERY = 500
 
 
-def _fetcher(conn: sqlite3.Connection) -> Fetch:
+def _fetcher(cursor: sqlite3.Cursor) -> Fetch:
+    conn = cursor.connection
+
     def fetch(hashes: list[str]) -> dict[str, object]:
         found: dict[str, object] = {}
         for at in range(0, len(hashes), _VALUES_PER_QUERY):
