@@ -200,3 +200,37 @@ def test_a_missing_stored_value_fails_its_records_only(backend: Backend) -> None
     report = store.verify_events()
     assert report.first_break is not None and report.first_break.seq == decided_seq
     assert "which is missing" in report.first_break.detail
+
+
+def test_a_database_of_schema_3_holding_large_values_migrates_and_reads_the_same_records(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agentrt._store.postgres import _migrations as postgres_migrations
+    from agentrt._store.sqlite import _migrations as sqlite_migrations
+
+    from .world import everything, waiting_run
+
+    if not backend.shared:
+        pytest.skip(f"{backend.name}: an in-memory database is gone once closed")
+    with monkeypatch.context() as old:  # the previous release: schema 3, every value in its row
+        for module in (sqlite_migrations, postgres_migrations):
+            old.setattr(module, "MIGRATIONS", module.MIGRATIONS[:3])
+            old.setattr(module, "SCHEMA_VERSION", 3)
+        old.setattr(_values, "INLINE_LIMIT", 10**12)
+        store = backend.open()
+        big_call(store, "r1")
+        waiting_run(store, "r2")
+        before = everything(store)
+        assert store.verify_events().intact
+        store.close()
+    store = backend.open()  # opened by this release: migrated to 4
+    assert everything(store) == before
+    assert store.verify_events().intact
+    tamper = backend.tamper(store)
+    assert tamper.stored_values() == {}  # nothing rewritten
+    big_call(store, "r3")  # new writes store the value once, beside the old rows
+    assert len(tamper.stored_values()) == 1
+    (step,) = store.list_steps("r3", cap=None)
+    assert step.decision is not None and step.decision.args == {"body": BIG}
+    assert store.list_steps("r1", cap=None)[0].decision == step.decision
+    assert store.verify_events().intact
