@@ -107,12 +107,13 @@ def row_factory(cursor: Any) -> Any:
     description = cursor.description
     names = {} if description is None else {c.name: i for i, c in enumerate(description)}
     columns = stored_columns(tuple(names))
+    known: dict[str, object] = {}  # the parts this statement's rows fetched
 
     def make(values: Sequence[Any]) -> Row:
         for i, _ in columns:
             value = values[i]
             if type(value) is str and MARK in value:  # packed: put its parts back
-                changed = unpacked_row(values, columns, _fetcher(cursor.connection))
+                changed = unpacked_row(values, columns, _fetcher(cursor.connection, known))
                 values = values if changed is None else changed
                 break
         row = Row(values)
@@ -122,12 +123,15 @@ def row_factory(cursor: Any) -> Any:
     return make
 
 
-def _fetcher(conn: psycopg.Connection[Any]) -> Fetch:
+def _fetcher(conn: psycopg.Connection[Any], known: dict[str, object]) -> Fetch:
     def fetch(hashes: list[str]) -> dict[str, object]:
-        rows = conn.execute(
-            "SELECT hash, body FROM stored_values WHERE hash = ANY(%s)", (hashes,)
-        ).fetchall()
-        return {str(r[0]): r[1] for r in rows}
+        wanted = [h for h in hashes if h not in known]
+        if wanted:
+            rows = conn.execute(
+                "SELECT hash, body FROM stored_values WHERE hash = ANY(%s)", (wanted,)
+            ).fetchall()
+            known.update((str(r[0]), r[1]) for r in rows)
+        return {h: known[h] for h in hashes if h in known}
 
     return fetch
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -79,13 +80,20 @@ def stored_row(cursor: sqlite3.Cursor, values: tuple[Any, ...]) -> sqlite3.Row:
 _VALUES_PER_QUERY = 500
 
 
+# The parts one statement's rows have fetched, kept while its cursor lives: the payloads
+# of `step.decided` and `step.tool_started`, read one after the other, share theirs.
+_FETCHED: weakref.WeakKeyDictionary[sqlite3.Cursor, dict[str, object]] = weakref.WeakKeyDictionary()
+
+
 def _fetcher(cursor: sqlite3.Cursor) -> Fetch:
     conn = cursor.connection
+    known = _FETCHED.setdefault(cursor, {})
 
     def fetch(hashes: list[str]) -> dict[str, object]:
-        found: dict[str, object] = {}
-        for at in range(0, len(hashes), _VALUES_PER_QUERY):
-            batch = hashes[at : at + _VALUES_PER_QUERY]
+        found = {h: known[h] for h in hashes if h in known}
+        wanted = [h for h in hashes if h not in known]
+        for at in range(0, len(wanted), _VALUES_PER_QUERY):
+            batch = wanted[at : at + _VALUES_PER_QUERY]
             marks = ", ".join("?" for _ in batch)
             try:
                 rows = conn.execute(
@@ -95,7 +103,8 @@ def _fetcher(cursor: sqlite3.Cursor) -> Fetch:
                 if "no such table" in str(e):  # a file from before migration 4: nothing stored
                     return found
                 raise
-            found.update((str(r[0]), r[1]) for r in rows)
+            for r in rows:
+                found[str(r[0])] = known[str(r[0])] = r[1]
         return found
 
     return fetch
