@@ -49,8 +49,6 @@ class TxCore:
         self._head: tuple[str, int] | None = None
         # A snapshot's reads (nothing written, nothing to run twice): busy is retryable.
         self._reads_only = False
-        # The stored values this transaction wrote (or found written), by hash.
-        self._values: set[str] = set()
 
     def _check_open(self) -> None:
         if not self._open:
@@ -69,10 +67,10 @@ class TxCore:
         """What a JSON column holds for `text`: `text` itself, or `text` packed, its large
         parts written to `stored_values` once each (`_values`, decision 0084)."""
         held, parts = pack(text)
+        # Inserted every time, never remembered as written: a part met again costs a key
+        # look-up, and a savepoint rolled back can never leave a reference to nothing.
         for hash, (length, body) in parts.items():
-            if hash not in self._values:
-                self.execute(INSERT_SQL, (hash, length, body))
-                self._values.add(hash)
+            self.execute(INSERT_SQL, (hash, length, body))
         return held
 
     @property
