@@ -11,9 +11,10 @@ host whose clock is fast or slow); the store judges leases by the server's clock
   SIGKILLs this process after writing DIR/journal.
 - `resume`: resume RUN_ID (its decisions: `lookup`, then complete).
 - `recover`: `recover_sync()` every unfinished run of the store.
-- `serve`: start run RUN_ID whose `wait` step writes DIR/started and waits for
-  DIR/release; the run then records a second tool call (`lookup`) and completes.
-  Each step's error is printed as it happens (the restart test).
+- `lose`: start run RUN_ID; its first step calls `lookup`; while deciding its
+  second step the server ends every connection of this process's
+  `application_name` (`pg_terminate_backend`, what a server restart does to its
+  clients), then the decision (complete) is to be recorded.
 
 Every mode prints one JSON line: `{"status": ...}` or `{"error": TYPE, "message": ...}`.
 """
@@ -28,6 +29,9 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import psycopg
 
 import agentrt
 from agentrt import Decision, PolicyDecision, SideEffect, SideEffectPolicy, ToolCall, ToolResult
@@ -77,15 +81,33 @@ def policy() -> SideEffectPolicy:
     )
 
 
+def lose_connections(url: str) -> Any:
+    """A decision that first has the server end this process's store connections."""
+    name = parse_qs(urlsplit(url).query)["application_name"][0]
+
+    def decide(_: agentrt.StepInput) -> Decision:
+        with psycopg.connect(os.environ["TERMINATE_FROM"], autocommit=True) as conn:
+            ended = conn.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE application_name = %s AND pid <> pg_backend_pid()",
+                (name,),
+            ).fetchone()
+        (Path(os.environ["TERMINATED_NOTE"])).write_text(str(ended[0] if ended else 0))
+        return Decision.complete({"done": True})
+
+    return decide
+
+
 def driver(url: str, mode: str, skew: float, dir: Path) -> agentrt.Driver:
     def skewed() -> datetime:
         return datetime.now(UTC) + timedelta(seconds=skew)
 
-    first = "lookup" if mode in ("crash", "resume", "recover") else "wait"
+    first = "lookup" if mode in ("crash", "resume", "recover", "lose") else "wait"
     decisions: list[Any] = [Decision.tool_call(first, {})]
-    if mode == "serve":
-        decisions.append(Decision.tool_call("lookup", {}))
-    decisions.append(Decision.complete({"done": True}))
+    if mode == "lose":
+        decisions.append(lose_connections(url))
+    else:
+        decisions.append(Decision.complete({"done": True}))
     return agentrt.Driver(
         store=agentrt.open_store(url),
         agent=ScriptedAgent(decisions),
@@ -105,7 +127,7 @@ def main() -> None:
     mode, url, run_id, skew, dir = sys.argv[1:6]
     d = driver(url, mode, float(skew), Path(dir))
     try:
-        if mode in ("hold", "crash", "serve"):
+        if mode in ("hold", "crash", "lose"):
             run = d.start_sync("work on a shared record", run_id=run_id)
         elif mode == "resume":
             run = d.resume_sync(run_id)
