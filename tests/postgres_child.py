@@ -9,6 +9,8 @@ host whose clock is fast or slow); the store judges leases by the server's clock
   writes DIR/started and returns once DIR/release exists; then the run completes.
 - `crash`: start run RUN_ID; its first step calls `lookup` (read only), which
   SIGKILLs this process after writing DIR/journal.
+- `kill`: start run RUN_ID; its first step calls `wait` (a remote mutation), which
+  SIGKILLs this process after writing DIR/journal.
 - `resume`: resume RUN_ID (its decisions: `lookup`, then complete).
 - `recover`: `recover_sync()` every unfinished run of the store.
 - `lose`: start run RUN_ID; its first step calls `lookup`; while deciding its
@@ -16,7 +18,9 @@ host whose clock is fast or slow); the store judges leases by the server's clock
   `application_name` (`pg_terminate_backend`, what a server restart does to its
   clients), then the decision (complete) is to be recorded.
 
-Every mode prints one JSON line: `{"status": ...}` or `{"error": TYPE, "message": ...}`.
+With `GO_FILE` set, the child opens its store and waits for that file before it acts
+(racers released together). Every mode prints one JSON line: `{"status": ...}` or
+`{"error": TYPE, "message": ...}`.
 """
 
 from __future__ import annotations
@@ -113,7 +117,7 @@ def driver(url: str, mode: str, skew: float, dir: Path) -> agentrt.Driver:
         agent=ScriptedAgent(decisions),
         policy=policy(),
         tools=[
-            Tool("wait", SideEffect.REMOTE_MUTATION, dir, die=False),
+            Tool("wait", SideEffect.REMOTE_MUTATION, dir, die=mode == "kill"),
             Tool("lookup", SideEffect.READ_ONLY, dir, die=mode == "crash"),
         ],
         lease_owner=f"{mode}-{os.getpid()}",
@@ -127,7 +131,12 @@ def main() -> None:
     mode, url, run_id, skew, dir = sys.argv[1:6]
     d = driver(url, mode, float(skew), Path(dir))
     try:
-        if mode in ("hold", "crash", "lose"):
+        go = os.environ.get("GO_FILE")
+        if go:
+            deadline = time.monotonic() + 120
+            while not os.path.exists(go) and time.monotonic() < deadline:
+                time.sleep(0.005)
+        if mode in ("hold", "crash", "lose", "kill"):
             run = d.start_sync("work on a shared record", run_id=run_id)
         elif mode == "resume":
             run = d.resume_sync(run_id)
