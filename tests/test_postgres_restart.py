@@ -24,13 +24,12 @@ from typing import Any
 import pytest
 
 import agentrt
+import postgres_child
 from agentrt import Decision
 from agentrt.scripted import ScriptedAgent
 from support.postgres import postgres_schema
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-import postgres_child  # noqa: E402
 
 RUN = "7e" * 16
 PASSWORD = "s3cret-never-shown"
