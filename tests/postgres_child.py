@@ -11,6 +11,8 @@ host whose clock is fast or slow); the store judges leases by the server's clock
   SIGKILLs this process after writing DIR/journal.
 - `kill`: start run RUN_ID; its first step calls `wait` (a remote mutation), which
   SIGKILLs this process after writing DIR/journal.
+- `lose-mid-tool`: as `lose`, but the server ends the connections inside `wait` (a
+  remote mutation), which then returns: its outcome cannot be recorded.
 - `resume`: resume RUN_ID (its decisions: `lookup`, then complete).
 - `recover`: `recover_sync()` every unfinished run of the store.
 - `lose`: start run RUN_ID; its first step calls `lookup`; while deciding its
@@ -55,6 +57,7 @@ class Tool:
         )
         self.dir = dir
         self.die = die
+        self.lose_url = ""
 
     def call(self, call: ToolCall) -> ToolResult:
         with open(self.dir / "journal", "a") as f:
@@ -63,6 +66,9 @@ class Tool:
             os.fsync(f.fileno())
         if self.die:
             os.kill(os.getpid(), signal.SIGKILL)
+        if self.lose_url:
+            terminate(self.lose_url)  # the side effect happened; its outcome is not recorded
+            return ToolResult({"tool": self.spec.name, "ok": True}, f"{self.spec.name} ok")
         if self.spec.name == "wait":
             (self.dir / "started").write_text(str(os.getpid()))
             deadline = time.monotonic() + 120
@@ -85,18 +91,24 @@ def policy() -> SideEffectPolicy:
     )
 
 
+def terminate(url: str) -> None:
+    """Have the server end every connection of `url`'s `application_name` (this process's
+    store and heartbeat), noting how many in `TERMINATED_NOTE`."""
+    name = parse_qs(urlsplit(url).query)["application_name"][0]
+    with psycopg.connect(os.environ["TERMINATE_FROM"], autocommit=True) as conn:
+        ended = conn.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE application_name = %s AND pid <> pg_backend_pid()",
+            (name,),
+        ).fetchone()
+    (Path(os.environ["TERMINATED_NOTE"])).write_text(str(ended[0] if ended else 0))
+
+
 def lose_connections(url: str) -> Any:
     """A decision that first has the server end this process's store connections."""
-    name = parse_qs(urlsplit(url).query)["application_name"][0]
 
     def decide(_: agentrt.StepInput) -> Decision:
-        with psycopg.connect(os.environ["TERMINATE_FROM"], autocommit=True) as conn:
-            ended = conn.execute(
-                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-                "WHERE application_name = %s AND pid <> pg_backend_pid()",
-                (name,),
-            ).fetchone()
-        (Path(os.environ["TERMINATED_NOTE"])).write_text(str(ended[0] if ended else 0))
+        terminate(url)
         return Decision.complete({"done": True})
 
     return decide
@@ -110,14 +122,19 @@ def driver(url: str, mode: str, skew: float, dir: Path) -> agentrt.Driver:
     decisions: list[Any] = [Decision.tool_call(first, {})]
     if mode == "lose":
         decisions.append(lose_connections(url))
+    elif mode == "lose-mid-tool":
+        decisions.append(Decision.complete({"done": True}))
     else:
         decisions.append(Decision.complete({"done": True}))
+    wait = Tool("wait", SideEffect.REMOTE_MUTATION, dir, die=mode == "kill")
+    if mode == "lose-mid-tool":
+        wait.lose_url = url
     return agentrt.Driver(
         store=agentrt.open_store(url),
         agent=ScriptedAgent(decisions),
         policy=policy(),
         tools=[
-            Tool("wait", SideEffect.REMOTE_MUTATION, dir, die=mode == "kill"),
+            wait,
             Tool("lookup", SideEffect.READ_ONLY, dir, die=mode == "crash"),
         ],
         lease_owner=f"{mode}-{os.getpid()}",
@@ -136,7 +153,7 @@ def main() -> None:
             deadline = time.monotonic() + 120
             while not os.path.exists(go) and time.monotonic() < deadline:
                 time.sleep(0.005)
-        if mode in ("hold", "crash", "lose", "kill"):
+        if mode in ("hold", "crash", "lose", "kill", "lose-mid-tool"):
             run = d.start_sync("work on a shared record", run_id=run_id)
         elif mode == "resume":
             run = d.resume_sync(run_id)

@@ -7,7 +7,9 @@ child process (`tests/postgres_child.py lose`) has its connections ended while
 it decides its second step; its next write must fail as a `StoreError` that
 names no password, the record must hold everything committed before (the first
 step's tool ran once, the chain verifies), and a restarted program's recovery
-must take the run over and finish it, over a new connection.
+must take the run over and finish it, over a new connection. When the
+connections are ended inside a remote mutation, its outcome is never recorded:
+recovery asks a person (`interrupted_side_effect`) and does not run it again.
 """
 
 from __future__ import annotations
@@ -122,3 +124,54 @@ def test_a_dropped_connection_is_a_store_error_loses_nothing_and_recovery_goes_o
     finally:
         recoverer.store.close()
     assert len((tmp_path / "journal").read_text().splitlines()) == 1
+
+
+def test_a_connection_dropped_while_a_side_effect_runs_leaves_it_for_a_person(
+    url: str, tmp_path: Path
+) -> None:
+    agentrt.open_store(url).close()
+    name = f"agentrt_lose_{uuid.uuid4().hex[:12]}"
+    child_url = f"{with_password(url)}&application_name={name}"
+    note = tmp_path / "terminated"
+    child = [sys.executable, str(HERE / "postgres_child.py")]
+    done = subprocess.run(
+        [*child, "lose-mid-tool", child_url, RUN, "0", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={
+            **os.environ,
+            "TERMINATE_FROM": url.partition("?")[0],
+            "TERMINATED_NOTE": str(note),
+        },
+    )
+    assert done.returncode == 0, done.stderr
+    said = json.loads(done.stdout.strip().splitlines()[-1])
+    assert int(note.read_text()) >= 1
+    assert issubclass(getattr(agentrt, said["error"]), agentrt.StoreError), said
+    assert PASSWORD not in done.stdout + done.stderr
+
+    # The record says the remote mutation started and nothing of its outcome: recovery
+    # cannot know whether it took effect, so a person is asked; it is not run again.
+    recoverer = agentrt.Driver(
+        store=agentrt.open_store(url),
+        agent=ScriptedAgent([Decision.tool_call("wait", {}), Decision.complete({"done": True})]),
+        policy=postgres_child.policy(),
+        tools=[
+            postgres_child.Tool("wait", agentrt.SideEffect.REMOTE_MUTATION, tmp_path, die=False),
+            postgres_child.Tool("lookup", agentrt.SideEffect.READ_ONLY, tmp_path, die=False),
+        ],
+        lease_owner="restarted",
+    )
+    try:
+        (recovered,) = recoverer.recover_sync()
+        assert recovered.run is not None, recovered
+        assert recovered.run.status == "WAITING_FOR_APPROVAL", recovered
+        (approval,) = recoverer.store.pending_approvals(RUN)
+        assert approval.kind == "interrupted_side_effect"
+        assert approval.capability == {"tool": "wait", "args": {}}
+        assert recoverer.store.verify_events().intact
+    finally:
+        recoverer.store.close()
+    journal = (tmp_path / "journal").read_text().splitlines()
+    assert [line.split()[1] for line in journal] == ["wait"]
