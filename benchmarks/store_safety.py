@@ -253,6 +253,13 @@ def _large_columns(path: str, run_id: str, threshold: int) -> list[tuple[str, in
                 ):
                     name = f"{table}.{column}" + (f" ({what})" if what else "")
                     found.append((name, int(length)))
+        # Each large part stored once (migration 4, decision 0084), referred to from the rows.
+        if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'stored_values'").fetchone():
+            for (length,) in conn.execute(
+                "SELECT length(body) FROM stored_values WHERE length(body) > ? ORDER BY rowid",
+                (threshold,),
+            ):
+                found.append(("stored_values.body", int(length)))
     finally:
         conn.close()
     return found
@@ -261,13 +268,16 @@ def _large_columns(path: str, run_id: str, threshold: int) -> list[tuple[str, in
 def part_large(directory: str, megabytes: int) -> None:
     size = megabytes * 1_000_000
     body = "x" * size
-    for label, side_effect, echo in (
-        ("read-only tool, allowed", SideEffect.READ_ONLY, False),
-        ("read-only tool, allowed, result echoes it", SideEffect.READ_ONLY, True),
-        ("approved tool (paused, approved, resumed)", SideEffect.REMOTE_MUTATION, False),
+    for n, (label, side_effect, echo) in enumerate(
+        (
+            ("read-only tool, allowed", SideEffect.READ_ONLY, False),
+            ("read-only tool, allowed, result echoes it", SideEffect.READ_ONLY, True),
+            ("approved tool (paused, approved, resumed)", SideEffect.REMOTE_MUTATION, False),
+        )
     ):
-        # A database of its own for each, so no run reuses the pages another freed.
-        path = os.path.join(directory, f"large-{len(label)}.db")
+        # A database of its own for each, so no run reuses the pages another freed (or,
+        # since decision 0084, the value another stored).
+        path = os.path.join(directory, f"large-{n}.db")
         open_store(path).close()
         before, free_before = _checkpointed_size(path)
         name = "read" if side_effect == SideEffect.READ_ONLY else "send"

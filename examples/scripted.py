@@ -15,12 +15,14 @@ The agent is scripted (no model), so the run is the same every time:
 Then the first process prints the audit trail and verifies the event chain.
 
     python examples/scripted.py [--db PATH]
+    python examples/scripted.py --db 'postgresql://USER@HOST/DB?schema=NAME'   (docs/postgres.md)
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -83,7 +85,11 @@ def make_driver(store: agentrt.Store, workdir: Path, name: str) -> agentrt.Drive
     )
 
 
-def approve_and_resume(db: Path, run_id: str) -> int:
+def is_url(db: str) -> bool:
+    return db.startswith(("postgresql://", "postgres://"))
+
+
+def approve_and_resume(db: str, workdir: Path, run_id: str) -> int:
     """The second process: an operator approves what it was shown, then the run resumes."""
     store = agentrt.open_existing(db)
     (approval,) = store.pending_approvals(run_id)
@@ -91,7 +97,7 @@ def approve_and_resume(db: Path, run_id: str) -> int:
     print(f"[process 2]   request: {json.dumps(approval.presentation, sort_keys=True)}")
     print(f"[process 2]   hash:    {approval.hash}")
     agentrt.approve(store, run_id, approval.id, by="example-operator", shown_hash=approval.hash)
-    run = make_driver(store, db.parent, "process-2").resume_sync(run_id)
+    run = make_driver(store, workdir, "process-2").resume_sync(run_id)
     print(f"[process 2] resumed: {run.status} {run.reason}")
     store.close()
     return 0
@@ -113,20 +119,31 @@ def print_audit_trail(store: agentrt.Store, run_id: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--db", type=Path, help="database file (default: a new temp dir)")
+    parser.add_argument(
+        "--db", help="database file (default: a new temp dir), or a postgresql:// URL"
+    )
     parser.add_argument("--approve-and-resume", metavar="RUN_ID", help=argparse.SUPPRESS)
+    parser.add_argument("--workdir", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.db is not None and not Path(args.db).parent.is_dir():  # one sentence, no traceback
+    url = args.db is not None and is_url(args.db)
+    if args.db is not None and not url and not Path(args.db).parent.is_dir():  # one sentence
         parser.exit(
             2,
             f"{parser.prog}: --db {args.db}: {Path(args.db).parent} is not an existing directory\n",
         )
     if args.approve_and_resume:
-        return approve_and_resume(args.db, args.approve_and_resume)
+        return approve_and_resume(os.environ["AGENTRT_DB"], args.workdir, args.approve_and_resume)
 
-    db = args.db or Path(tempfile.mkdtemp(prefix="agentrt-example-")) / "runs.db"
+    # The tools' stand-in remote is a file beside a database file; beside nothing for a URL.
+    if args.db is None:
+        workdir = Path(tempfile.mkdtemp(prefix="agentrt-example-"))
+        db = str(workdir / "runs.db")
+    elif url:
+        workdir, db = Path(tempfile.mkdtemp(prefix="agentrt-example-")), args.db
+    else:
+        workdir, db = Path(args.db).parent, args.db
     store = agentrt.open_store(db)
-    run = make_driver(store, db.parent, "process-1").start_sync("ship the login branch")
+    run = make_driver(store, workdir, "process-1").start_sync("ship the login branch")
     print(f"[process 1] run {run.id[:12]}… stopped: {run.status}")
     for step in store.list_steps(run.id):
         obs = step.observation
@@ -136,17 +153,21 @@ def main(argv: list[str] | None = None) -> int:
     if run.status != agentrt.RunStatus.WAITING_FOR_APPROVAL:
         print("expected the run to wait for an approval", file=sys.stderr)
         return 1
+    # The database reaches the second process in its environment, not its command line
+    # (which any user of the host may list, and a URL may hold a password).
+    again = ["--workdir", str(workdir), "--approve-and-resume", run.id]
     second = subprocess.run(
-        [sys.executable, __file__, "--db", str(db), "--approve-and-resume", run.id],
-        check=False,
+        [sys.executable, __file__, *again], env={**os.environ, "AGENTRT_DB": db}, check=False
     )
     if second.returncode != 0:
         return second.returncode
     run = store.get_run(run.id)
     print(f"[process 1] the run is now {run.status} ({run.reason}); result {run.result}")
     print_audit_trail(store, run.id)
-    print(f"\ndatabase: {db}")
-    print(f"inspect it: agentrt --db {shlex.quote(str(db))} show {run.id}")
+    # A URL may hold a password: it is not printed back.
+    shown = "'<your URL>'" if url else shlex.quote(db)
+    print(f"\ndatabase: {'the PostgreSQL URL given' if url else db}")
+    print(f"inspect it: agentrt --db {shown} show {run.id}")
     store.close()
     return 0 if run.status == agentrt.RunStatus.COMPLETED else 1
 

@@ -30,6 +30,11 @@ from agentrt.scripted import ScriptedAgent
 from conftest import FakeClock, Ids, RecordingTool
 
 BAD = "X'ff'"  # a byte that never starts a UTF-8 character
+LOOKUP_ARGS = {
+    "type": "object",
+    "properties": {"x": {"type": "integer"}, "note": {"type": "string"}},
+    "additionalProperties": False,
+}
 
 
 def _drive(path: Path, decisions: list[Decision], prefix: str, goal: str) -> agentrt.Run:
@@ -38,7 +43,7 @@ def _drive(path: Path, decisions: list[Decision], prefix: str, goal: str) -> age
         agent=ScriptedAgent(decisions),
         policy=agentrt.default_policy(),
         tools=[
-            RecordingTool("lookup", SideEffect.READ_ONLY),
+            RecordingTool("lookup", SideEffect.READ_ONLY, schema=LOOKUP_ARGS),
             RecordingTool("send", SideEffect.REMOTE_MUTATION),
         ],
         now=FakeClock(),
@@ -57,7 +62,11 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, str]:
     path = tmp_path_factory.mktemp("bad-bytes") / "template.db"
     done = _drive(
         path,
-        [Decision.tool_call("lookup", {"x": 1}), Decision.complete({"ok": True})],
+        # An argument large enough to be stored once, referred to (decision 0084).
+        [
+            Decision.tool_call("lookup", {"x": 1, "note": "n" * 2048}),
+            Decision.complete({"ok": True}),
+        ],
         "a",
         "the finished run",
     )
@@ -171,6 +180,8 @@ COLUMNS = [
     ),
     ("tool_specs", "hash"),
     ("tool_specs", "spec_json"),
+    ("stored_values", "hash"),
+    ("stored_values", "body"),
     ("agentrt_meta", "key"),
     ("agentrt_meta", "value"),
     ("schema_migrations", "applied_at"),
@@ -274,6 +285,10 @@ def test_no_read_and_no_command_fails_on_bytes_that_are_not_utf8_in_any_text_col
         assert brk.seq == 1
         assert column in brk.detail
         assert "not valid UTF-8" in brk.detail
+    elif table == "stored_values":  # the events that refer to the value no longer match
+        assert not reads["verify"].intact
+        assert "payload_json" in reads["verify"].first_break.detail
+        assert "stored value" in reads["verify"].first_break.detail
     else:
         assert reads["verify"].intact
     # Every command reads the file and answers in words: exit 0, or 1 with one line.
@@ -293,7 +308,7 @@ def test_no_read_and_no_command_fails_on_bytes_that_are_not_utf8_in_any_text_col
         assert "Traceback" not in out + err
         assert len(err.strip().splitlines()) <= 1, (command, err)
     code, _, err = _cli(capsys, "--db", str(path), "verify")
-    assert code == (1 if table == "events" else 0), err
+    assert code == (1 if table in ("events", "stored_values") else 0), err
     # The commands that write read first; they too answer in words.
     for command in (("approve", waiting, "--yes"), ("cancel", done), ("cancel", waiting)):
         code, out, err = _cli(capsys, "--db", str(path), *command)

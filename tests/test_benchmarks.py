@@ -171,13 +171,31 @@ def test_the_store_safety_benchmark_prints_every_figure(tmp_path: Path) -> None:
         "list_runs(100)",
         "PRAGMA quick_check",
         "PRAGMA integrity_check",
-        "large values stored                                      3.0 MB = 3.0x",
-        "large values stored                                      4.0 MB = 4.0x",
-        "large values stored                                     14.0 MB = 14.0x",
+        "stored_values.body                                       1.0 MB",
         "of which free pages",
     ):
         assert figure in out, figure
+    # Each large value stored once (decision 0084): allowed, echoed, and approved alike.
+    stored = "large values stored                                      1.0 MB = 1.0x"
+    assert out.count(stored) == 3, out
+    assert "steps.decision_json" not in out and "events.payload_json" not in out
     assert list(tmp_path.iterdir()) == []  # its databases are gone
+
+
+def test_the_stored_values_benchmark_prints_the_file_over_its_content_by_limit(
+    tmp_path: Path,
+) -> None:
+    done = run_script(
+        "benchmarks/stored_values.py",
+        *("--steps", "10", "--sizes", "2048", "--limits", "0", "1024", "--dir", str(tmp_path)),
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert "in rows" in lines[2] and "limit 1024" in lines[2]
+    size, in_rows, _, _, once, _, _ = lines[3].split()
+    assert size == "2048"
+    assert float(once.rstrip("x")) < float(in_rows.rstrip("x"))
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_the_gate_benchmark_prints_the_driver_and_the_gate_loop_side_by_side(

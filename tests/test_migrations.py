@@ -29,6 +29,7 @@ PINNED_SHA256 = {
     1: "5dbf91bee9ca921067840a089734f3eb2e08bcc87540039e0e610a0ab0b00d80",
     2: "064eeef3e175c6e614ed4f61d5218ea46e5c1bdeaae98d746b71e67fcc4d9802",
     3: "cb953f114b140cea9b2e99898db2cdd2e63d6f3977812133dc1958bd1c71a5a3",
+    4: "2a0f129a6efc63aaaf303a6ce387578f53157a4f867676c2762f8423cf9efca8",
 }
 
 
@@ -56,7 +57,7 @@ def test_released_migration_texts_are_pinned_by_sha256() -> None:
 
 def test_versions_are_contiguous_from_one() -> None:
     assert [m.version for m in MIGRATIONS] == list(range(1, len(MIGRATIONS) + 1))
-    assert SCHEMA_VERSION == MIGRATIONS[-1].version == 3
+    assert SCHEMA_VERSION == MIGRATIONS[-1].version == 4
 
 
 def test_statements_splits_whole_statements_only() -> None:
@@ -83,7 +84,7 @@ def test_new_database_records_its_migrations_and_writer_version(db: Path) -> Non
         meta = dict(conn.execute("SELECT key, value FROM agentrt_meta").fetchall())
     finally:
         conn.close()
-    assert [r[0] for r in rows] == [1, 2, 3]
+    assert [r[0] for r in rows] == [1, 2, 3, 4]
     assert parse_time(rows[0][1]) is not None
     assert meta == {"min_writer_version": "0.1.0"}
 
@@ -91,9 +92,9 @@ def test_new_database_records_its_migrations_and_writer_version(db: Path) -> Non
 def test_a_newer_schema_is_refused_by_every_open(db: Path) -> None:
     open_store(db).close()
     conn = raw(db)
-    conn.execute("INSERT INTO schema_migrations (version, applied_at) VALUES (4, '')")
+    conn.execute("INSERT INTO schema_migrations (version, applied_at) VALUES (5, '')")
     conn.close()
-    message = r"written by a newer agentrt \(schema version 4; this agentrt 0\.1\.0 knows up to 3\)"
+    message = r"written by a newer agentrt \(schema version 5; this agentrt 0\.1\.0 knows up to 4\)"
     with pytest.raises(SchemaVersionError, match=message):
         open_store(db)
     with pytest.raises(SchemaVersionError, match=message):
@@ -120,19 +121,19 @@ def applied_tables(path: Path) -> list[str]:
         conn.close()
 
 
-V4 = Migration(4, "CREATE TABLE grants (id TEXT PRIMARY KEY NOT NULL) STRICT;\n")
+V5 = Migration(5, "CREATE TABLE grants (id TEXT PRIMARY KEY NOT NULL) STRICT;\n")
 
 
 def test_an_older_schema_is_refused_by_open_existing_and_migrated_by_open_store(
     db: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     open_store(db).close()
-    monkeypatch.setattr(migrations, "MIGRATIONS", (*MIGRATIONS, V4))
-    monkeypatch.setattr(migrations, "SCHEMA_VERSION", 4)
-    with pytest.raises(SchemaVersionError, match=r"older agentrt \(schema version 3.*needs 4"):
+    monkeypatch.setattr(migrations, "MIGRATIONS", (*MIGRATIONS, V5))
+    monkeypatch.setattr(migrations, "SCHEMA_VERSION", 5)
+    with pytest.raises(SchemaVersionError, match=r"older agentrt \(schema version 4.*needs 5"):
         open_existing(db)
     open_store(db).close()
-    assert applied(db) == [1, 2, 3, 4]
+    assert applied(db) == [1, 2, 3, 4, 5]
     assert "grants" in applied_tables(db)
     open_existing(db).close()
 
@@ -140,13 +141,13 @@ def test_an_older_schema_is_refused_by_open_existing_and_migrated_by_open_store(
 def test_a_failing_migration_changes_nothing(db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     open_store(db).close()
     broken = Migration(
-        4, "CREATE TABLE grants (id TEXT) STRICT;\nINSERT INTO nowhere VALUES (1);\n"
+        5, "CREATE TABLE grants (id TEXT) STRICT;\nINSERT INTO nowhere VALUES (1);\n"
     )
     monkeypatch.setattr(migrations, "MIGRATIONS", (*MIGRATIONS, broken))
-    monkeypatch.setattr(migrations, "SCHEMA_VERSION", 4)
+    monkeypatch.setattr(migrations, "SCHEMA_VERSION", 5)
     with pytest.raises(StoreError, match="no such table: nowhere"):
         open_store(db)
-    assert applied(db) == [1, 2, 3]
+    assert applied(db) == [1, 2, 3, 4]
     assert "grants" not in applied_tables(db)
 
 
@@ -155,7 +156,7 @@ def test_all_pending_migrations_apply_in_one_transaction(db: Path) -> None:
     try:
         seen: list[str] = []
         conn.set_trace_callback(seen.append)
-        assert migrations.migrate(conn) == 3
+        assert migrations.migrate(conn) == 4
     finally:
         conn.close()
     assert seen[0] == "BEGIN IMMEDIATE"
@@ -200,14 +201,14 @@ def test_a_migration_can_raise_the_writer_version(
 ) -> None:
     open_store(db).close()
     lockout = Migration(
-        4, "UPDATE agentrt_meta SET value = '9.0' WHERE key = 'min_writer_version';\n"
+        5, "UPDATE agentrt_meta SET value = '9.0' WHERE key = 'min_writer_version';\n"
     )
     monkeypatch.setattr(migrations, "MIGRATIONS", (*MIGRATIONS, lockout))
-    monkeypatch.setattr(migrations, "SCHEMA_VERSION", 4)
+    monkeypatch.setattr(migrations, "SCHEMA_VERSION", 5)
     # This runtime is below the bar its own migration sets, so the migration is not kept.
     with pytest.raises(SchemaVersionError, match=r"only by agentrt 9\.0 or later"):
         open_store(db)
-    assert applied(db) == [1, 2, 3]
+    assert applied(db) == [1, 2, 3, 4]
 
 
 def test_parse_version_and_compare() -> None:
@@ -245,7 +246,7 @@ def test_two_first_opens_at_once_migrate_once(db: Path) -> None:
     for t in threads:
         t.join()
     assert errors == []
-    assert applied(db) == [1, 2, 3]
+    assert applied(db) == [1, 2, 3, 4]
 
 
 def test_a_database_of_the_previous_schema_is_upgraded_and_its_runs_become_a_drivers(
@@ -264,16 +265,106 @@ def test_a_database_of_the_previous_schema_is_upgraded_and_its_runs_become_a_dri
         assert "origin" not in [r[1] for r in conn.execute("PRAGMA table_info(runs)")]
     finally:
         conn.close()
-    with pytest.raises(SchemaVersionError, match=r"older agentrt \(schema version 1.*needs 3"):
+    with pytest.raises(SchemaVersionError, match=r"older agentrt \(schema version 1.*needs 4"):
         open_existing(db)
     store = open_store(db)
     try:
         assert store.get_run("r1").origin == "driver"
     finally:
         store.close()
-    assert applied(db) == [1, 2, 3]
+    assert applied(db) == [1, 2, 3, 4]
     conn = raw(db)
     try:
         assert conn.execute("SELECT id, origin FROM runs").fetchall() == [("r1", "driver")]
     finally:
         conn.close()
+
+
+def _large_runs(db: Path, prefixes: str) -> list[str]:
+    """A finished run and a run waiting on an approval, each carrying a 5,000-character argument
+    (and the finished one's result echoing it), written by the runtime of the moment."""
+    import agentrt
+    from agentrt import Decision, SideEffect
+    from agentrt.scripted import ScriptedAgent
+    from conftest import FakeClock, Ids, RecordingTool
+
+    big = {"body": "b" * 5000}
+    ids: list[str] = []
+    for n, decisions in enumerate(
+        (
+            [Decision.tool_call("lookup", big), Decision.complete({"echo": big})],
+            [Decision.tool_call("send", big)],
+        )
+    ):
+        driver = agentrt.Driver(
+            store=open_store(db),
+            agent=ScriptedAgent(decisions),
+            policy=agentrt.default_policy(),
+            tools=[
+                RecordingTool("lookup", SideEffect.READ_ONLY, schema={"type": "object"}),
+                RecordingTool("send", SideEffect.REMOTE_MUTATION, schema={"type": "object"}),
+            ],
+            now=FakeClock(),
+            new_id=Ids(prefixes[n]),
+        )
+        try:
+            ids.append(driver.start_sync(f"carry a large argument {n}").id)
+        finally:
+            driver.store.close()
+    return ids
+
+
+def test_a_file_of_schema_3_holding_large_values_is_migrated_and_reads_the_same_records(
+    db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agentrt._store.sqlite import _values
+    from store_contract.world import everything
+
+    with monkeypatch.context() as old:  # a file of schema 3, as the previous release wrote it
+        old.setattr(migrations, "MIGRATIONS", MIGRATIONS[:3])
+        old.setattr(migrations, "SCHEMA_VERSION", 3)
+        old.setattr(_values, "INLINE_LIMIT", 10**12)  # every value held in its row
+        done, waiting = _large_runs(db, "ab")
+        store = open_store(db)
+        try:
+            before = everything(store)
+            assert store.verify_events().intact
+        finally:
+            store.close()
+    assert applied(db) == [1, 2, 3]
+    assert "stored_values" not in applied_tables(db)
+    conn = raw(db)
+    try:
+        held_before = conn.execute("SELECT id, decision_json FROM steps ORDER BY id").fetchall()
+    finally:
+        conn.close()
+    store = open_store(db)  # migrates
+    try:
+        assert everything(store) == before
+        assert store.verify_events().intact
+        assert store.get_run(waiting).status == "WAITING_FOR_APPROVAL"
+        first = store.list_steps(done, cap=None)[0]
+        assert first.decision is not None and first.decision.args == {"body": "b" * 5000}
+    finally:
+        store.close()
+    assert applied(db) == [1, 2, 3, 4]
+    conn = raw(db)
+    try:  # nothing was rewritten: the old rows hold their values as before
+        assert conn.execute("SELECT id, decision_json FROM steps ORDER BY id").fetchall() == (
+            held_before
+        )
+        assert conn.execute("SELECT count(*) FROM stored_values").fetchone() == (0,)
+    finally:
+        conn.close()
+    # New runs on the migrated file store the value once; the old ones still read and verify.
+    _large_runs(db, "cd")
+    with open_existing(db, read_only=True) as store:
+        assert store.verify_events().intact
+        first = store.list_steps(done, cap=None)[0]
+        assert first.decision is not None and first.decision.args == {"body": "b" * 5000}
+    conn = raw(db)
+    try:
+        lengths = [r[0] for r in conn.execute("SELECT length(body) FROM stored_values")]
+    finally:
+        conn.close()
+    assert len([n for n in lengths if n >= 5000]) == 1

@@ -1083,6 +1083,7 @@ EXPECTED_COLUMNS = {
         "completed_at",
     ],
     "tool_specs": ["hash", "spec_json"],
+    "stored_values": ["hash", "length", "body"],
     "agentrt_meta": ["key", "value"],
     "schema_migrations": ["version", "applied_at"],
 }

@@ -18,7 +18,10 @@ Verification reads only, in bounded pages, and reports the first break:
   carry the kept hash (the chain was recomputed after an edit);
 - `unreadable`: an event's stored text is not valid UTF-8 (the runtime never
   writes such bytes, so even a hash that matches them was recomputed after an
-  edit), or the storage itself cannot read the events (a damaged page).
+  edit), or the storage itself cannot read the events (a damaged page), or a
+  payload's large part, stored once in a table of its own, is missing or does
+  not match its hash (the payload is then hashed as stored, with its reference,
+  so the event's hash does not match either: decision 0084).
 
 Any bytes in any column are hashed and reported, never raised on: each column
 is hashed exactly as stored (the bytes, when they are not valid UTF-8), and the
@@ -98,6 +101,9 @@ class ChainRow:
             value = getattr(self, name)
             if not isinstance(value, str):
                 return f"{name} is {unreadable_text(value)}"
+            why = getattr(value, "why", None)  # a stored value not put back (decision 0084)
+            if isinstance(why, str):
+                return f"{name} {why}"
         return ""
 
 

@@ -29,7 +29,7 @@ import sqlite3
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import pytest
 
@@ -74,6 +74,19 @@ class Tamper(Protocol):
 
     def fired(self) -> int:
         """How many times a planted trigger ran (0 when none ever did)."""
+
+    def stored_values(self) -> dict[str, tuple[int, str]]:
+        """Every value stored once (decision 0084): its hash -> (length, body as held)."""
+
+    def held(self, table: str, key: str | int, column: str) -> str:
+        """A JSON column's text exactly as held (a packed one with its references): `table`
+        is runs, steps or approvals (`key` an id) or events (`key` a seq)."""
+
+    def set_stored_value(self, hash: str, body: str) -> int:
+        """Overwrite the body of the stored value `hash`."""
+
+    def delete_stored_value(self, hash: str) -> int:
+        """Delete the stored value `hash`."""
 
 
 class Backend:
@@ -175,6 +188,8 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]
 # damaged through that one, outside any transaction, under the store's lock.
 
 _KEYS = {"runs": "id", "steps": "id", "approvals": "id", "model_calls": "id", "tool_specs": "hash"}
+_R = TypeVar("_R")
+_HELD_KEYS = {"runs": "id", "steps": "id", "approvals": "id", "events": "seq"}
 _EVENT_CONTENT = ("run_id", "step_id", "at", "type", "payload_json")
 
 
@@ -182,7 +197,7 @@ class _SqliteTamper:
     def __init__(self, store: SqliteStore) -> None:
         self._store = store
 
-    def _in_one_transaction(self, work: Callable[[sqlite3.Connection], int]) -> int:
+    def _in_one_transaction(self, work: Callable[[sqlite3.Connection], _R]) -> _R:
         """`work` on a connection to the database, in one transaction of its own."""
         if self._store.in_memory:
             with self._store._lock:
@@ -276,8 +291,30 @@ class _SqliteTamper:
 
         return self._in_one_transaction(work)
 
+    def stored_values(self) -> dict[str, tuple[int, str]]:
+        def work(conn: sqlite3.Connection) -> dict[str, tuple[int, str]]:
+            rows = conn.execute("SELECT hash, length, body FROM stored_values").fetchall()
+            return {str(r[0]): (int(r[1]), str(r[2])) for r in rows}
 
-def _committed(conn: sqlite3.Connection, work: Callable[[sqlite3.Connection], int]) -> int:
+        return self._in_one_transaction(work)
+
+    def held(self, table: str, key: str | int, column: str) -> str:
+        def work(conn: sqlite3.Connection) -> str:
+            # Named `held`, not the column's name: the store's own connection (in memory)
+            # puts a packed column's parts back for any column so named.
+            sql = f"SELECT {column} AS held FROM {table} WHERE {_HELD_KEYS[table]} = ?"
+            return str(conn.execute(sql, (key,)).fetchone()[0])
+
+        return self._in_one_transaction(work)
+
+    def set_stored_value(self, hash: str, body: str) -> int:
+        return self._execute(("UPDATE stored_values SET body = ? WHERE hash = ?", (body, hash)))
+
+    def delete_stored_value(self, hash: str) -> int:
+        return self._execute(("DELETE FROM stored_values WHERE hash = ?", (hash,)))
+
+
+def _committed(conn: sqlite3.Connection, work: Callable[[sqlite3.Connection], _R]) -> _R:
     conn.execute("BEGIN IMMEDIATE")
     try:
         result = work(conn)
@@ -383,3 +420,24 @@ class _PostgresTamper:
             conn.execute("CREATE TABLE IF NOT EXISTS fired (what text)")
             row = conn.execute("SELECT count(*) FROM fired").fetchone()
             return int(row[0]) if row else 0
+
+    def _fetch(self, sql: str, params: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
+        import psycopg
+
+        with psycopg.connect(self._target.conninfo) as conn:
+            conn.execute(f"SET search_path TO {self._target.schema}")
+            return [tuple(r) for r in conn.execute(sql.replace("?", "%s"), params).fetchall()]
+
+    def stored_values(self) -> dict[str, tuple[int, str]]:
+        rows = self._fetch("SELECT hash, length, body FROM stored_values")
+        return {str(r[0]): (int(str(r[1])), str(r[2])) for r in rows}
+
+    def held(self, table: str, key: str | int, column: str) -> str:
+        rows = self._fetch(f"SELECT {column} FROM {table} WHERE {_HELD_KEYS[table]} = ?", (key,))
+        return str(rows[0][0])
+
+    def set_stored_value(self, hash: str, body: str) -> int:
+        return self._execute(("UPDATE stored_values SET body = ? WHERE hash = ?", (body, hash)))
+
+    def delete_stored_value(self, hash: str) -> int:
+        return self._execute(("DELETE FROM stored_values WHERE hash = ?", (hash,)))

@@ -29,7 +29,7 @@ _DATABASE_SIBLINGS = ("-wal", "-shm", "-journal")
 
 
 def protected_files(
-    config: Path, database: Path, manifests: Iterable[Path], rules: Iterable[Path]
+    config: Path, database: Path | None, manifests: Iterable[Path], rules: Iterable[Path]
 ) -> dict[Path, str]:
     """The proxy's own files, resolved (links followed), each with what it is."""
     named: dict[Path, str] = {}
@@ -38,9 +38,10 @@ def protected_files(
         named.setdefault(Path(os.path.realpath(path)), what)
 
     add(config, "the proxy's config")
-    add(database, "the database")
-    for suffix in _DATABASE_SIBLINGS:
-        add(Path(f"{database}{suffix}"), "the database")
+    if database is not None:  # None: the database is a server's (a PostgreSQL URL)
+        add(database, "the database")
+        for suffix in _DATABASE_SIBLINGS:
+            add(Path(f"{database}{suffix}"), "the database")
     for path in manifests:
         add(path, "a manifest")
     for path in rules:

@@ -4,7 +4,9 @@
 (format `agentrt.mcp.proxy/1`). It is read like a rules file: owned by this
 user and writable by no one else, every unknown field refused at every level,
 relative paths resolved against the file's own folder (so a host may start the
-proxy from any working directory). The manifests and rules it names are read
+proxy from any working directory). The `database` is a SQLite file's path, or a
+`postgresql://` URL kept as written (docs/postgres.md; its password is never
+printed: prefer `~/.pgpass` or `PGPASSWORD`). The manifests and rules it names are read
 with `read_manifest` and `read_rules` when the proxy starts.
 
 The policy is a side-effect class -> `allow` | `approve` | `deny` table; a class
@@ -23,6 +25,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from .._db_url import is_db_url
 from .._errors import ConfigError
 from .._records import SideEffect
 from ._config import (
@@ -99,11 +102,14 @@ class ProxyConfig:
     `PENDING_APPROVAL` (zero, the default: answered at once); approved within it,
     the call runs and answers in the same call (decision 0071).
     `max_pending_approvals`: how many of the proxy's calls may wait for a person
-    at once.
+    at once. `database`: a SQLite file's path (resolved against the config's
+    folder), or a `postgresql://` URL as written.
     """
 
     path: Path
-    database: Path
+    # A SQLite file's path, or a PostgreSQL URL as written (out of the repr: it may
+    # hold a password).
+    database: Path | str = dataclasses.field(repr=False)
     servers: tuple[ProxiedServer, ...]
     policy: Mapping[str, str]
     name: str = "tools"
@@ -201,7 +207,14 @@ def _count(value: Any, where: str) -> int:
     return value
 
 
-def _guard_paths(config: Path, database: Path, servers: tuple[ProxiedServer, ...]) -> None:
+def _database(base: Path, value: Any) -> Path | str:
+    """The database: a `postgresql://` URL as written, else a path like the others."""
+    if isinstance(value, str) and is_db_url(value):
+        return value
+    return _path(base, value, "proxy config: database")
+
+
+def _guard_paths(config: Path, database: Path | None, servers: tuple[ProxiedServer, ...]) -> None:
     """Refuse a stdio server whose arguments reach the proxy's own files (`_path_guard`)."""
     protected = protected_files(
         config,
@@ -224,7 +237,9 @@ def read_proxy_config(path: str | os.PathLike[str]) -> ProxyConfig:
         raise ConfigError(f"proxy config: format must be {PROXY_FORMAT!r}")
     base = where.parent
     if "database" not in data:
-        raise ConfigError("proxy config: database is required (the agentrt database file)")
+        raise ConfigError(
+            "proxy config: database is required (the agentrt database file, or a postgresql:// URL)"
+        )
     servers_raw = data.get("servers")
     if not isinstance(servers_raw, dict) or not servers_raw:
         raise ConfigError("proxy config: servers must be an object naming at least one server")
@@ -237,8 +252,9 @@ def read_proxy_config(path: str | os.PathLike[str]) -> ProxyConfig:
         durations[field] = (
             parse_duration(data[field], f"proxy config: {field}") if field in data else None
         )
-    database = _path(base, data["database"], "proxy config: database")
-    _guard_paths(where, database, servers)
+    database = _database(base, data["database"])
+    # A server on the network is no file a stdio server's arguments could reach.
+    _guard_paths(where, database if isinstance(database, Path) else None, servers)
     return ProxyConfig(
         path=where,
         database=database,

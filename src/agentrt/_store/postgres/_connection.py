@@ -29,6 +29,7 @@ from psycopg import sql as pg_sql
 
 from ..._db_url import redact_db, shown_db
 from ..._errors import StoreBusyError, StoreDamagedError, StoreError
+from ..sqlite._values import MARK, Fetch, stored_columns, unpacked_row
 
 LOCK_TIMEOUT_MS = 5_000
 """How long a statement waits for a row or the chain's head before it is busy."""
@@ -102,16 +103,37 @@ class Row(tuple[Any, ...]):
 
 
 def row_factory(cursor: Any) -> Any:
-    """psycopg's row factory for `Row`."""
+    """psycopg's row factory for `Row`, each packed JSON column's parts put back (decision 0084)."""
     description = cursor.description
     names = {} if description is None else {c.name: i for i, c in enumerate(description)}
+    columns = stored_columns(tuple(names))
+    known: dict[str, object] = {}  # the parts this statement's rows fetched
 
     def make(values: Sequence[Any]) -> Row:
+        for i, _ in columns:
+            value = values[i]
+            if type(value) is str and MARK in value:  # packed: put its parts back
+                changed = unpacked_row(values, columns, _fetcher(cursor.connection, known))
+                values = values if changed is None else changed
+                break
         row = Row(values)
         row._names = names
         return row
 
     return make
+
+
+def _fetcher(conn: psycopg.Connection[Any], known: dict[str, object]) -> Fetch:
+    def fetch(hashes: list[str]) -> dict[str, object]:
+        wanted = [h for h in hashes if h not in known]
+        if wanted:
+            rows = conn.execute(
+                "SELECT hash, body FROM stored_values WHERE hash = ANY(%s)", (wanted,)
+            ).fetchall()
+            known.update((str(r[0]), r[1]) for r in rows)
+        return {h: known[h] for h in hashes if h in known}
+
+    return fetch
 
 
 # --- SQL ----------------------------------------------------------------------------------------
@@ -132,6 +154,8 @@ def translate(sql: str) -> str:
     if "INSERT OR IGNORE INTO" in text:
         text = text.replace("INSERT OR IGNORE INTO", "INSERT INTO") + " ON CONFLICT DO NOTHING"
     text = text.replace(" CROSS JOIN ", " JOIN ")
+    # Whether a column holds a stored value's reference (decision 0084).
+    text = text.replace("instr(", "strpos(").replace("char(1)", "chr(1)")
     text = text.replace("?", "%s")
     return _NAMED.sub(r"%(\1)s", text)
 

@@ -103,7 +103,16 @@ ALTER TABLE steps ADD COLUMN reason_key {_T};
 CREATE INDEX steps_run_reason ON steps (run_id, reason_key, idx) WHERE reason_key != ''
 """
 
-MIGRATIONS: tuple[tuple[int, str], ...] = ((1, _V1), (2, _V2), (3, _V3))
+# Each large value stored once (SQLite's migration 4, docs/decisions/0084).
+_V4 = f"""\
+CREATE TABLE stored_values (
+    hash text COLLATE "C" PRIMARY KEY NOT NULL,
+    length {_I},
+    body {_T}
+)
+"""
+
+MIGRATIONS: tuple[tuple[int, str], ...] = ((1, _V1), (2, _V2), (3, _V3), (4, _V4))
 assert MIGRATIONS[-1][0] == SCHEMA_VERSION
 
 PROXY_V1 = f"""\

@@ -35,6 +35,7 @@ from ..._records import (
 )
 from ..._stored_text import shown_text, unreadable_text
 from .._records import ApprovalState, LeaseState, WaitingRow
+from ._values import STORED_COLUMNS, Unresolved
 
 MAX_INT64 = 2**63 - 1
 
@@ -80,7 +81,18 @@ def select_list(columns: Sequence[tuple[str, bool]], cap: int | None) -> str:
         raise ValueError("cap must be a positive number of characters or None")
     parts: list[str] = []
     for name, is_text in columns:
-        if is_text and cap is not None:
+        if is_text and cap is not None and name in STORED_COLUMNS:
+            # A packed value (it holds a reference, U+0001) is read whole, short as it is,
+            # with `-cap` for its length: the row factory puts its parts back, then cuts it.
+            held = f"instr({name}, char(1)) > 0"
+            parts.append(
+                f"CASE WHEN {held} THEN {name} ELSE substr({name}, 1, {int(cap)}) END AS {name}"
+            )
+            parts.append(
+                f"CASE WHEN {held} THEN {-int(cap)} ELSE length({name}) END "
+                f"AS {_LENGTH_PREFIX}{name}"
+            )
+        elif is_text and cap is not None:
             parts.append(f"substr({name}, 1, {int(cap)}) AS {name}")
             parts.append(f"length({name}) AS {_LENGTH_PREFIX}{name}")
         else:
@@ -145,6 +157,9 @@ class _Fields:
 
     def _plain_text(self, name: str) -> str:
         value = self._row[name]
+        if isinstance(value, Unresolved):
+            self.fail(name, value.why)
+            return ""
         if isinstance(value, str):
             return value
         self.fail(name, unreadable_text(value))

@@ -12,7 +12,9 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
+import weakref
 from pathlib import Path
+from typing import Any
 
 from ..._errors import (
     StoreBusyError,
@@ -23,6 +25,7 @@ from ..._errors import (
 )
 from ..._stored_text import decode_text, unreadable_text
 from . import _filesafety as filesafety
+from ._values import MARK, Fetch, columns_of, unpacked_row
 
 MIN_SQLITE_VERSION = (3, 37, 0)  # STRICT tables
 BUSY_TIMEOUT_MS = 5_000
@@ -59,9 +62,52 @@ def _connect(target: str, *, uri: bool) -> sqlite3.Connection:
         )
     except sqlite3.Error as e:
         raise StoreError(f"cannot open the database: {e}") from e
-    conn.row_factory = sqlite3.Row
+    conn.row_factory = stored_row
     conn.text_factory = decode_text
     return conn
+
+
+def stored_row(cursor: sqlite3.Cursor, values: tuple[Any, ...]) -> sqlite3.Row:
+    """`sqlite3.Row`, with each packed JSON column's parts put back (`_values`)."""
+    for i, _ in columns_of(cursor.description):
+        value = values[i]
+        if type(value) is str and MARK in value:  # packed: put its parts back
+            changed = unpacked_row(values, columns_of(cursor.description), _fetcher(cursor))
+            return sqlite3.Row(cursor, tuple(values if changed is None else changed))
+    return sqlite3.Row(cursor, values)
+
+
+_VALUES_PER_QUERY = 500
+
+
+# The parts one statement's rows have fetched, kept while its cursor lives: the payloads
+# of `step.decided` and `step.tool_started`, read one after the other, share theirs.
+_FETCHED: weakref.WeakKeyDictionary[sqlite3.Cursor, dict[str, object]] = weakref.WeakKeyDictionary()
+
+
+def _fetcher(cursor: sqlite3.Cursor) -> Fetch:
+    conn = cursor.connection
+    known = _FETCHED.setdefault(cursor, {})
+
+    def fetch(hashes: list[str]) -> dict[str, object]:
+        found = {h: known[h] for h in hashes if h in known}
+        wanted = [h for h in hashes if h not in known]
+        for at in range(0, len(wanted), _VALUES_PER_QUERY):
+            batch = wanted[at : at + _VALUES_PER_QUERY]
+            marks = ", ".join("?" for _ in batch)
+            try:
+                rows = conn.execute(
+                    f"SELECT hash, body FROM stored_values WHERE hash IN ({marks})", batch
+                ).fetchall()
+            except sqlite3.OperationalError as e:
+                if "no such table" in str(e):  # a file from before migration 4: nothing stored
+                    return found
+                raise
+            for r in rows:
+                found[str(r[0])] = known[str(r[0])] = r[1]
+        return found
+
+    return fetch
 
 
 def _configure(conn: sqlite3.Connection, *, writer: bool) -> None:

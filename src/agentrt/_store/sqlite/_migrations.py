@@ -168,8 +168,26 @@ UPDATE steps SET reason_key = coalesce(CASE WHEN json_valid(decision_json) THEN
 CREATE INDEX steps_run_reason ON steps (run_id, reason_key, idx) WHERE reason_key != '';
 """
 
+# Each large value stored once (docs/decisions/0084): a JSON part of at least
+# `_values.INLINE_LIMIT` characters is one row here, keyed by the SHA-256 of its
+# text (`length` is that text's length in characters; `body` is the text, its own
+# large parts referred to), and the rows that hold it refer to it. Rows written
+# before this migration hold no reference and read as they did: nothing is rewritten.
+_V4 = """\
+CREATE TABLE stored_values (
+    hash TEXT PRIMARY KEY NOT NULL,
+    length INTEGER NOT NULL DEFAULT 0,
+    body TEXT NOT NULL DEFAULT ''
+) STRICT;
+"""
+
 # Released migrations: append only, never edit (tests/test_migrations.py pins each text).
-MIGRATIONS: tuple[Migration, ...] = (Migration(1, _V1), Migration(2, _V2), Migration(3, _V3))
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, _V1),
+    Migration(2, _V2),
+    Migration(3, _V3),
+    Migration(4, _V4),
+)
 
 SCHEMA_VERSION = MIGRATIONS[-1].version
 

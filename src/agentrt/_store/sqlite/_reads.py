@@ -14,6 +14,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from ..._canonical import from_text
 from ..._clock import format_time
 from ..._errors import NotFoundError
 from ..._records import Approval, ApprovalStatus, Event, Run, RunStatus, Step
@@ -79,8 +80,34 @@ def _waiting_columns(cap: int) -> str:
         f"substr(hash, 1, {cap}) AS hash, length(hash) AS n_hash, "
         "substr(created_at, 1, 64) AS created_at, substr(expires_at, 1, 64) AS expires_at, "
         f"CASE WHEN json_valid(request_json) THEN substr({_TOOL}, 1, {cap}) END AS tool, "
-        f"CASE WHEN json_valid(request_json) THEN length({_TOOL}) END AS n_tool"
+        f"CASE WHEN json_valid(request_json) THEN length({_TOOL}) END AS n_tool, "
+        # A packed request (decision 0084) is not JSON to SQLite: read whole (short as it
+        # is; the row factory puts its parts back), its tool's name taken in `_waiting`.
+        "CASE WHEN instr(request_json, char(1)) > 0 THEN request_json END AS request_json"
     )
+
+
+def _waiting(rows: Sequence[Any], cap: int, *, with_goal: bool = False) -> list[WaitingRow]:
+    out: list[WaitingRow] = []
+    for row in rows:
+        request = row["request_json"]
+        if isinstance(request, str):
+            values = dict(zip(row.keys(), row, strict=True))
+            tool = _tool_of(request)
+            values["tool"] = None if tool is None else tool[:cap]
+            values["n_tool"] = None if tool is None else len(tool)
+            row = values
+        out.append(waiting_from_row(row, with_goal=with_goal))
+    return out
+
+
+def _tool_of(request: str) -> str | None:
+    try:
+        spec = from_text(request).get("spec", {})
+    except Exception:  # a stored request may be anything
+        return None
+    name = spec.get("name") if isinstance(spec, dict) else None
+    return name if isinstance(name, str) else None
 
 
 # --- integrations: a framework's call found by its id (agentrt.lowlevel) -----------
@@ -310,24 +337,38 @@ class StoreReads(ABC):
         """The names of the tools the run was started with (its `run.created`), as stored.
 
         A spec whose name cannot be read gives None in its place, and so does a
-        `run.created` that is not JSON (its tools cannot be known): SQLite's JSON
-        functions raise on such text, so each is checked with `json_valid` first.
+        `run.created` that will not decode (its tools cannot be known). Read in
+        Python, not with SQLite's JSON functions: a packed payload (decision 0084)
+        is JSON only once its parts are back.
         """
         created = self._query(
-            "SELECT json_valid(payload_json) FROM events "
-            "WHERE run_id = ? AND type = 'run.created' ORDER BY seq LIMIT 1",
+            "SELECT payload_json FROM events WHERE run_id = ? AND type = 'run.created' "
+            "ORDER BY seq LIMIT 1",
             (run_id,),
         )
-        if created and created[0][0] != 1:
+        if not created:
+            return []
+        try:
+            tools = from_text(created[0][0]).get("tools")
+        except Exception:  # a stored payload may be anything
             return [None]
+        if not isinstance(tools, list):
+            return []
+        hashes = sorted({t for t in tools if isinstance(t, str)})
+        if not hashes:
+            return []
+        marks = ", ".join("?" for _ in hashes)
         rows = self._query(
-            "SELECT CASE WHEN json_valid(spec_json) THEN json_extract(spec_json, '$.name') END "
-            "FROM tool_specs WHERE hash IN "
-            "(SELECT value FROM json_each((SELECT payload_json FROM events "
-            "WHERE run_id = ? AND type = 'run.created' ORDER BY seq LIMIT 1), '$.tools'))",
-            (run_id,),
+            f"SELECT spec_json FROM tool_specs WHERE hash IN ({marks}) ORDER BY hash", hashes
         )
-        return [r[0] if isinstance(r[0], str) else None for r in rows]
+        names: list[str | None] = []
+        for (text,) in rows:
+            try:
+                name = from_text(text).get("name")
+            except Exception:  # a stored spec may be anything
+                name = None
+            names.append(name if isinstance(name, str) else None)
+        return names
 
     def run_status(self, run_id: str) -> str | None:
         """The run's status as stored, shown if unreadable (None when there is no such run)."""
@@ -360,7 +401,7 @@ class StoreReads(ABC):
             f"FROM approvals WHERE status = ? AND run_id IN ({marks}) ORDER BY rowid",
             [str(ApprovalStatus.PENDING), *run_ids],
         )
-        return [waiting_from_row(r) for r in rows]
+        return _waiting(rows, cap)
 
     def count_runs_asking_a_person(self) -> int:
         """Waiting runs with at least one pending approval.
@@ -384,7 +425,7 @@ class StoreReads(ABC):
             "ORDER BY approvals.rowid DESC",
             [str(RunStatus.WAITING_FOR_APPROVAL), str(ApprovalStatus.PENDING), limit],
         )
-        return [waiting_from_row(r, with_goal=True) for r in rows]
+        return _waiting(rows, cap, with_goal=True)
 
     def step_index(self, run_id: str, step_id: str) -> int | None:
         """The step's index in its run (None when there is no such step, or it will not read)."""

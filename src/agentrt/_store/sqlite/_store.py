@@ -400,7 +400,10 @@ class SqliteStore(ProxyRows):
         Runs under the store's lock like its own reads. Writes belong in
         `transaction()`; a read-only store refuses them in SQLite itself. A TEXT
         value that is not valid UTF-8 comes back as its raw `bytes`, never as
-        an exception (`agentrt._stored_text`).
+        an exception (`agentrt._stored_text`). A JSON column selected by its own
+        name (`payload_json`, `decision_json`, ...) comes back as written, its
+        large parts put back from `stored_values` (decision 0084); SQL's own
+        functions on it (`json_extract`, `length`) see the packed text.
         """
         return self._query(sql, params)
 

@@ -22,6 +22,7 @@ from ..._records import (
     Event,
 )
 from ._connection import store_error
+from ._values import INSERT_SQL, pack
 
 # --- transactions -------------------------------------------------------------------------------
 
@@ -62,6 +63,16 @@ class TxCore:
                 e, "a statement of the transaction failed", retryable=self._reads_only
             ) from e
 
+    def stored(self, text: str) -> str:
+        """What a JSON column holds for `text`: `text` itself, or `text` packed, its large
+        parts written to `stored_values` once each (`_values`, decision 0084)."""
+        held, parts = pack(text)
+        # Inserted every time, never remembered as written: a part met again costs a key
+        # look-up, and a savepoint rolled back can never leave a reference to nothing.
+        for hash, (length, body) in parts.items():
+            self.execute(INSERT_SQL, (hash, length, body))
+        return held
+
     @property
     def events(self) -> list[Event]:
         """The events this transaction appended, in order, as a read would give them."""
@@ -92,7 +103,7 @@ class TxCore:
         self.execute(
             "INSERT INTO events (seq, run_id, step_id, at, type, payload_json, hash) "
             "VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (seq, run_id, step_id, at_text, type, payload_json, digest),
+            (seq, run_id, step_id, at_text, type, self.stored(payload_json), digest),
         )
         self._head = (digest, seq + 1)
         self._appended.append((seq, run_id, step_id, at, type, payload_json, digest))

@@ -120,7 +120,7 @@ class SqliteTx(TxReads):
             f"finished_at = ? WHERE id = ? AND run_id = ? AND status IN ({placeholders})",
             (
                 str(status),
-                to_text(observation.to_json()),
+                self.stored(to_text(observation.to_json())),
                 observation.content_hash,
                 format_time(now),
                 step_id,
@@ -158,7 +158,7 @@ class SqliteTx(TxReads):
                 str(reason),
                 detail,
                 format_time(now),
-                "" if result is None else to_text(result),
+                "" if result is None else self.stored(to_text(result)),
                 max(0, active_ms_add),
                 run_id,
                 *[str(s) for s in from_statuses],
@@ -603,7 +603,11 @@ class SqliteTx(TxReads):
             "UPDATE steps SET decision_json = ?, "
             f"reason_key = substr(?, 1, {REASON_KEY_LENGTH}) "
             "WHERE id = ? AND status = 'deciding' AND decision_json = ''",
-            (text, decision.reason if isinstance(decision.reason, str) else "", step.id),
+            (
+                self.stored(text),
+                decision.reason if isinstance(decision.reason, str) else "",
+                step.id,
+            ),
         )
         if cur.rowcount != 1:
             raise RunStateError(
@@ -640,7 +644,7 @@ class SqliteTx(TxReads):
             "UPDATE steps SET policy_json = ?, spec_hash = ?, policy_id = ? "
             "WHERE id = ? AND status = ?",
             (
-                to_text(payload["decision"]),
+                self.stored(to_text(payload["decision"])),
                 payload["spec_hash"],
                 payload["policy_id"],
                 step_id,
@@ -675,7 +679,7 @@ class SqliteTx(TxReads):
             f"UPDATE steps SET status = 'awaiting_approval', policy_json = ?, spec_hash = ?, "
             f"policy_id = ? WHERE id = ? AND status IN ({placeholders})",
             (
-                to_text(decision.to_json()),
+                self.stored(to_text(decision.to_json())),
                 payload["spec_hash"],
                 payload["policy_id"],
                 step_id,
@@ -694,9 +698,11 @@ class SqliteTx(TxReads):
                 run_id,
                 step_id,
                 decision.kind,
-                to_text({} if decision.capability is None else decision.capability),
-                to_text({} if decision.presentation is None else decision.presentation),
-                to_text(request),
+                self.stored(to_text({} if decision.capability is None else decision.capability)),
+                self.stored(
+                    to_text({} if decision.presentation is None else decision.presentation)
+                ),
+                self.stored(to_text(request)),
                 digest,
                 format_time(now),
                 format_time(expires_at),
@@ -760,7 +766,7 @@ class SqliteTx(TxReads):
             f"UPDATE steps SET status = 'executing', policy_json = ?, spec_hash = ?, "
             f"policy_id = ? WHERE id = ? AND status IN ({placeholders})",
             (
-                policy_text,
+                self.stored(policy_text),
                 payload["spec_hash"],
                 payload["policy_id"],
                 step_id,
@@ -802,7 +808,13 @@ class SqliteTx(TxReads):
         cur = self.execute(
             "UPDATE steps SET status = ?, observation_json = ?, observation_hash = ?, "
             "finished_at = ? WHERE id = ? AND status = 'executing'",
-            (str(status), observation_text, observation.content_hash, format_time(now), step_id),
+            (
+                str(status),
+                self.stored(observation_text),
+                observation.content_hash,
+                format_time(now),
+                step_id,
+            ),
         )
         if cur.rowcount != 1:
             raise RunStateError(f"step {step_id} is no longer executing")
@@ -875,7 +887,7 @@ class SqliteTx(TxReads):
             "UPDATE steps SET status = 'interrupted', observation_json = ?, "
             "observation_hash = ?, finished_at = ? WHERE id = ? AND status = ?",
             (
-                to_text(observation.to_json()),
+                self.stored(to_text(observation.to_json())),
                 observation.content_hash,
                 format_time(now),
                 step_id,
@@ -1219,7 +1231,7 @@ class SqliteTx(TxReads):
         cur = self.execute(
             "UPDATE steps SET status = 'done', observation_json = ?, observation_hash = ?, "
             "finished_at = ? WHERE id = ? AND status = 'interrupted'",
-            (observation_text, observation.content_hash, format_time(now), step.id),
+            (self.stored(observation_text), observation.content_hash, format_time(now), step.id),
         )
         if cur.rowcount != 1:
             raise RunStateError(f"step {step.id} is no longer interrupted")

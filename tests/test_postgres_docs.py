@@ -1,0 +1,151 @@
+"""docs/postgres.md's setup, followed as written, on the test server (issue 21 item 8).
+
+The roles-and-grants block is read out of the document and run with fresh role
+and schema names (roles are the whole server's: each test makes its own and
+drops them). The owner then opens the store, as the document says; the
+runtime role runs `examples/scripted.py`, two processes sharing the record, the
+second approving what the first paused; and the runtime role may not delete,
+truncate, create in the schema or alter a table. The proxy runs as the runtime role
+once a `--check` with the owner's URL has made its tables.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from tests.support.mcp_proxy import PROXY_CHILD, Shop, write_owner_only
+
+import agentrt
+from support.postgres import server_url
+
+ROOT = Path(__file__).resolve().parent.parent
+DOC = ROOT / "docs" / "postgres.md"
+MARK = "<!-- tested: tests/test_postgres_docs.py runs this block -->"
+
+
+def grants_block() -> str:
+    text = DOC.read_text(encoding="utf-8")
+    after = text.split(MARK, 1)[1]
+    found = re.match(r"\s*```sql\n(.*?)^```", after, re.M | re.S)
+    assert found is not None, "the tested block is a ```sql block right after its mark"
+    return found.group(1)
+
+
+def with_user(base: str, user: str, schema: str) -> str:
+    scheme, _, rest = base.partition("://")
+    host = rest.rpartition("@")[2]
+    return f"{scheme}://{user}@{host}{'&' if '?' in host else '?'}schema={schema}"
+
+
+@pytest.fixture
+def names() -> Iterator[dict[str, str]]:
+    base = server_url("docs/postgres.md's setup")
+    tag = uuid.uuid4().hex[:10]
+    made = {
+        "base": base,
+        "owner": f"t_owner_{tag}",
+        "runtime": f"t_runtime_{tag}",
+        "schema": f"t_docs_{tag}",
+    }
+    yield made
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA IF EXISTS {made['schema']} CASCADE")
+        for role in (made["runtime"], made["owner"]):
+            exists = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)).fetchone()
+            if exists:
+                conn.execute(f"DROP OWNED BY {role} CASCADE")
+                conn.execute(f"DROP ROLE {role}")
+
+
+def set_up(names: dict[str, str]) -> tuple[str, str]:
+    """The document's roles-and-grants block, with these names; the owner's and runtime's URLs."""
+    sql = grants_block()
+    sql = re.sub(r"\bagentrt_owner\b", names["owner"], sql)
+    sql = re.sub(r"\bagentrt_runtime\b", names["runtime"], sql)
+    sql = re.sub(r"\bagentrt\b", names["schema"], sql)
+    with psycopg.connect(names["base"], autocommit=True) as conn:
+        conn.execute(sql)
+    owner = with_user(names["base"], names["owner"], names["schema"])
+    return owner, with_user(names["base"], names["runtime"], names["schema"])
+
+
+def test_an_operator_following_the_setup_shares_one_record_between_two_processes(
+    names: dict[str, str],
+) -> None:
+    owner, runtime = set_up(names)
+    # Before the owner has opened it, the runtime role cannot make the tables.
+    with pytest.raises(agentrt.StoreError):
+        agentrt.open_store(runtime)
+    agentrt.open_store(owner).close()  # the document's one step as the owner
+
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "scripted.py"), "--db", runtime],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "stopped: WAITING_FOR_APPROVAL" in done.stdout
+    assert "[process 2] resumed: COMPLETED goal_completed" in done.stdout
+    listed = subprocess.run(
+        [sys.executable, "-m", "agentrt", "--db", runtime, "verify"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert listed.returncode == 0, listed.stderr
+
+    schema = names["schema"]
+    with psycopg.connect(runtime.partition("?")[0], autocommit=True) as conn:
+        for refused in (
+            f"DELETE FROM {schema}.events",
+            f"TRUNCATE {schema}.events",
+            f"CREATE TABLE {schema}.mine (x int)",
+            f"ALTER TABLE {schema}.events DISABLE TRIGGER ALL",
+        ):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                conn.execute(refused)
+
+
+def test_the_proxy_runs_as_the_runtime_role_once_the_owner_has_checked_it(
+    names: dict[str, str], tmp_path: Path
+) -> None:
+    owner, runtime = set_up(names)
+    agentrt.open_store(owner).close()
+    shop = Shop(tmp_path, database=runtime)
+
+    def check() -> subprocess.CompletedProcess[str]:
+        proxy = [sys.executable, str(PROXY_CHILD), str(shop.clock_file)]
+        return subprocess.run(
+            [*proxy, "--config", str(shop.config), "--check"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    # The runtime role cannot create the proxy's tables: one line, exit 1.
+    refused = check()
+    assert refused.returncode == 1, refused.stderr
+    assert "permission denied" in refused.stderr
+    # As the document says: `--check` once with the owner's URL, then the runtime's.
+    config = json.loads(shop.config.read_text())
+    write_owner_only(shop.config, {**config, "database": owner})
+    assert check().returncode == 0
+    write_owner_only(shop.config, config)
+    assert check().returncode == 0
+
+    async def call() -> Any:
+        async with shop.host() as host:
+            return await host.call("shop_price", {"item": "tea"})
+
+    assert asyncio.run(call()).structured == {"item": "tea", "cents": 250}
