@@ -155,12 +155,16 @@ def guarded_run(
     elif case == "invalid decision":
         decisions[0] = Decision.tool_call("no-such-tool", {})
         probe_point = "step.decided"
-    elif case == "complete":
-        decisions[0] = Decision.complete("done")
-        probe_point = "step.decided"
-    elif case == "fail":
-        decisions[0] = Decision.fail("given up")
-        probe_point = "step.decided"
+    elif case in ("complete", "fail"):
+        # Stolen while the agent decides: its ending, the step's one commit (with the
+        # step's claim and decision, decision 0088), is refused.
+        ending = Decision.complete("done") if case == "complete" else Decision.fail("given up")
+
+        def stealing_then_ending(input: StepInput) -> Decision:
+            thief.steal(input.run.id)
+            return ending
+
+        decisions[0] = stealing_then_ending
     elif case == "agent error":
 
         def raising(input: StepInput) -> Decision:
@@ -292,7 +296,11 @@ def test_the_writes_after_a_takeover_refuse_a_lease_held_by_someone_else(
     """A resume's own writes after the takeover are guarded too."""
     died_while, reconcile = AFTER_TAKEOVER[case]
 
-    def dies(input: StepInput) -> Decision:
+    async def dies(input: StepInput) -> Decision:
+        # Dies after its model request's dispatch committed the step's claim (decision
+        # 0088): the step is durable `deciding`, as a death while deciding leaves it.
+        assert input.model is not None
+        await input.model.generate(REQUEST)
         raise Died()
 
     def dies_once_the_tool_started(point: str, session: Any) -> None:
@@ -307,6 +315,7 @@ def test_the_writes_after_a_takeover_refuse_a_lease_held_by_someone_else(
         agent=dies if died_while == "deciding" else ScriptedAgent([Decision.tool_call("t", {})]),
         policy=agentrt.default_policy(),
         tools=[DyingTool()],
+        model=OneReply() if died_while == "deciding" else None,
         now=FakeClock(),
         new_id=Ids(),
         probe=dies_once_the_tool_started,
@@ -386,17 +395,16 @@ def test_a_takeover_while_the_agent_decides_starts_no_tool_and_raises_lease_lost
     (run,) = store.list_runs(10)
     assert store.lease(run.id).owner == other.lease_owner
     assert store.lease(run.id).epoch == taken["epoch"] == 2
+    # The step being decided was kept in memory (decision 0088): the takeover found no
+    # step in flight, and the refused commit wrote nothing of it.
     events = [e.type for e in store.list_events(run_id=run.id)]
     assert events == [
         "run.created",
         "run.started",
-        "step.started",
         "lease.taken_over",
-        "step.interrupted",
         "run.resumed",
     ]
-    (step,) = store.list_steps(run.id)
-    assert (step.status, step.decision) == ("interrupted", None)
+    assert store.list_steps(run.id) == []
     other_store.close()
     store.close()
 

@@ -813,8 +813,10 @@ class GatedRun:
         step = session.current() if session is not None else None
         if step is None:
             return
+        # Not recorded yet: its claim and decision wait for the step's next commit, which
+        # closing the session makes (the step left deciding; decision 0088).
         recorded = step_of_run(self.store, self.run_id, step.id)
-        if recorded is not None and recorded.status == StepStatus.DECIDING:
+        if recorded is None or recorded.status == StepStatus.DECIDING:
             self._judged = {k: v for k, v in self._judged.items() if v.step is not step}
             await self._let_go()
 
