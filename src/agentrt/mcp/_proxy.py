@@ -555,7 +555,7 @@ class Proxy:
             return answer
         # 2. and 3. running: a live owner, or a dead one taken over
         if run.status == RunStatus.RUNNING:
-            return await self._attach(spec, run)
+            return await self._attach(spec, run, args)
         mutating = spec.side_effect != SideEffect.READ_ONLY
         # an unknown outcome left with nothing waiting (its question expired, or its run
         # had no step left to hold it) is put to a person again at once, in a new run
@@ -719,18 +719,24 @@ class Proxy:
             verdict = await step.propose(Decision.tool_call(spec.name, args, reason=why))
             return await self._after(session, verdict, spec)
 
-    async def _attach(self, spec: ToolSpec, run: Run) -> Answer:
+    async def _attach(self, spec: ToolSpec, run: Run, args: Any = None) -> Answer:
         try:
             session, verdict = await self.gate.attach(run.id)
         except RunStateError:  # a live lease (RunLeasedError), or our own session of it
             return Answer.of(IN_PROGRESS)
         async with session:
             if verdict is None:
-                return await self._go_on(session, spec, run)
+                return await self._go_on(session, spec, run, args)
             return await self._after(session, verdict, spec)
 
-    async def _go_on(self, session: GateSession, spec: ToolSpec, run: Run) -> Answer:
-        """A taken-over run goes on: settle a call that finished, or carry it out."""
+    async def _go_on(self, session: GateSession, spec: ToolSpec, run: Run, args: Any) -> Answer:
+        """A taken-over run goes on: settle a call that finished, or carry it out.
+
+        The call carried out is the one its run recorded; a run that died before its
+        step's first commit recorded none (decision 0088), and then it is `args`, the
+        re-call's own: the request key the run was found by is over the same canonical
+        arguments.
+        """
         for recorded in reversed(session.input().steps):
             observation = recorded.observation
             if observation is None or observation.kind not in (
@@ -751,7 +757,10 @@ class Proxy:
                 )
             return answer
         decision = next((s.decision for s in session.input().steps if s.decision is not None), None)
-        args = decision.args if decision is not None else {}
+        if decision is not None:
+            args = decision.args
+        elif args is None:
+            args = {}
         step = await session.step()
         if step is None:
             return self._ended(session.run)
