@@ -21,6 +21,7 @@ from agentrt import (
     Verdict,
     VerdictOutcome,
 )
+from agentrt._errors import StoreError
 from conftest import FakeClock, Ids, RecordingTool, event_types
 from support.approvals import approved_run
 from support.gates import make_gate, open_step
@@ -75,6 +76,25 @@ def test_the_consumer_never_runs_the_tool_itself_execute_runs_it_once(
     assert len(read.calls) == 1
     assert snapshot(db_path) == before
     session.close_sync()
+
+
+def test_close_gives_the_lease_back_even_when_the_open_step_cannot_be_recorded(
+    store: agentrt.Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Decision 0088: close() commits an open step's claim (and decision) first; if that
+    # fails, the step is left unrecorded, as a death before its first commit leaves it,
+    # and the lease is released all the same.
+    session, _step = open_step(make_gate(store, read_tool()), "read it")
+    run_id = session.run.id
+
+    async def refused(commit: Any) -> None:
+        raise StoreError("the disk is full")
+
+    session._rs.commit_deferred = refused  # type: ignore[method-assign]
+    session.close_sync()
+    assert store.lease(run_id).owner == ""
+    assert store.list_steps(run_id) == []
+    assert "could not record the open step" in caplog.text
 
 
 def test_an_allowed_verdict_writes_nothing_of_its_step_until_execute_commits_it_whole(

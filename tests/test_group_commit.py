@@ -197,3 +197,54 @@ def test_sixty_four_runs_in_flight_all_complete_on_one_intact_chain(tmp_path: Pa
         assert types.count("step.tool_started") == types.count("step.tool_finished") == 3
     assert store.verify_events().intact
     store.close()
+
+
+def test_a_work_whose_caller_stopped_waiting_while_queued_never_runs_and_the_rest_go_on(
+    tmp_path: Path, held: HeldExecutor
+) -> None:
+    store = open_store(tmp_path / "g.db")
+    committer = Committer(store, held)  # type: ignore[arg-type]
+    first, given_up, last = (committer.submit(_create(f"r{i}")) for i in range(3))
+    assert given_up.cancel()  # what asyncio does to the future of a cancelled await
+    held.release()
+    assert (first.result(timeout=30), last.result(timeout=30)) == ("r0", "r2")
+    assert sorted(r.id for r in store.list_runs()) == ["r0", "r2"]
+    # Nothing is left draining: a later work commits.
+    assert committer.submit(_create("r3")).result(timeout=30) == "r3"
+    assert store.verify_events().intact
+    store.close()
+
+
+def test_a_cancelled_run_does_not_stop_another_runs_commits(tmp_path: Path) -> None:
+    """One run's task is cancelled while its step waits for the committer; another run
+    in the same process still completes."""
+    store = open_store(tmp_path / "c.db")
+    tool = RecordingTool("t", SideEffect.READ_ONLY)
+    started = asyncio.Event()
+
+    async def never_decides(input: agentrt.StepInput) -> Decision:
+        started.set()
+        await asyncio.Event().wait()  # until cancelled
+        raise AssertionError("unreachable")
+
+    def driver(agent: Any) -> agentrt.Driver:
+        return agentrt.Driver(
+            store=store, agent=agent, policy=agentrt.default_policy(), tools=[tool]
+        )
+
+    async def main() -> agentrt.Run:
+        stuck = asyncio.create_task(driver(never_decides).start("stuck"))
+        await started.wait()
+        stuck.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await stuck
+        steps = [Decision.tool_call("t", {"x": i}) for i in range(3)] + [Decision.complete()]
+        return await asyncio.wait_for(driver(ScriptedAgent(steps)).start("goes on"), 120)
+
+    run = asyncio.run(main())
+    assert run.status == "COMPLETED"
+    stuck_run = next(r for r in store.list_runs() if r.id != run.id)
+    # The cancelled loop left its claimed step as a Gate close does, and gave its lease back.
+    assert [s.status for s in store.list_steps(stuck_run.id)] == ["deciding"]
+    assert store.lease(stuck_run.id).owner == ""
+    store.close()

@@ -36,7 +36,6 @@ Every async entry point has a blocking `_sync` twin named like the Driver's
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import copy
 import logging
 import re
@@ -570,9 +569,20 @@ class GateSession:
         that moved meanwhile (cancelled, or taken over) keeps nothing of it.
         """
         rs = self._rs
-        with contextlib.suppress(RunMoved, LeaseLostError):
+        try:
             await rs.commit_deferred(plan.LEFT_OPEN)
-        await run_io(lambda: release_lease(rs.config, rs.run_id))
+        except (RunMoved, LeaseLostError):
+            pass  # the run is no longer this session's: nothing of the step is kept
+        except Exception:
+            # Not written: as a death before the step's first commit leaves it. The
+            # lease is given back all the same.
+            logging.getLogger("agentrt").warning(
+                "could not record the open step of run %s; it was left unrecorded",
+                rs.run_id,
+                exc_info=True,
+            )
+        finally:
+            await run_io(lambda: release_lease(rs.config, rs.run_id))
 
     def step_sync(self) -> GateStep | None:
         return run_sync(self.step())

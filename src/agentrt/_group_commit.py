@@ -16,8 +16,12 @@ Invariants:
   nothing written (a busy database's `StoreBusyError` is safe to retry).
 - Works run in the order they were submitted; one run's works are submitted one
   at a time (its loop awaits each), so a run's transactions commit in its order.
-- A `BaseException` that is not an `Exception` (the test kit's simulated death)
-  raised by a work rolls its whole group back and reaches every work's future.
+- A caller that stops waiting (its task cancelled) while its work is queued: the
+  work never runs; once the group runs, its work commits or fails with the group
+  whatever the caller does (as a commit under way in a lone transaction would).
+- A `BaseException` that is not an `Exception` raised by a work, on a backend that
+  shares one commit, rolls its whole group back and reaches every work's future
+  (the test kit's simulated death: a scenario's store is its own).
 """
 
 from __future__ import annotations
@@ -54,8 +58,9 @@ class Committer:
     def submit(self, work: Callable[[Tx], T]) -> concurrent.futures.Future[T]:
         """Queue `work` for the next group; its future completes after that group's commit."""
         future: concurrent.futures.Future[T] = concurrent.futures.Future()
+        entry = (work, future)
         with self._lock:
-            self._queue.append((work, future))
+            self._queue.append(entry)
             if self._draining:
                 return future
             self._draining = True
@@ -64,21 +69,36 @@ class Committer:
         except BaseException:
             with self._lock:
                 self._draining = False
+                self._queue.remove(entry)  # its caller is told it failed: it must not run
             raise
         return future
 
     def _drain(self) -> None:
-        while True:
+        try:
+            while True:
+                with self._lock:
+                    group, self._queue = self._queue[:MAX_GROUP], self._queue[MAX_GROUP:]
+                    if not group:
+                        self._draining = False
+                        return
+                self._commit(group)
+        except BaseException:
+            # Never left draining with nobody draining: the queue is taken up again.
             with self._lock:
-                group, self._queue = self._queue[:MAX_GROUP], self._queue[MAX_GROUP:]
-                if not group:
-                    self._draining = False
-                    return
-            self._commit(group)
+                self._draining = bool(self._queue)
+                again = self._draining
+            if again:
+                self._executor.submit(self._drain)
+            raise
 
     def _commit(
         self, group: list[tuple[Callable[[Tx], Any], concurrent.futures.Future[Any]]]
     ) -> None:
+        # A work whose caller gave up (its future cancelled) while it was queued never
+        # runs; from here on no future can be cancelled, so each gets its outcome.
+        group = [(work, future) for work, future in group if future.set_running_or_notify_cancel()]
+        if not group:
+            return
         try:
             store = self._store()
             if store is None:

@@ -400,6 +400,10 @@ class RunSession:
                     partial(self._with_deferred, deferred, fn),
                     in_tx,
                 )
+            except asyncio.CancelledError:
+                # The caller stopped waiting: the commit may have been made or not.
+                # Nothing kept is written again (a crash at this point leaves either).
+                raise
             except BaseException:
                 # Rolled back with the rest: still to be written, by the next commit.
                 self._deferred = deferred + self._deferred

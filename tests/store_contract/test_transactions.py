@@ -332,3 +332,27 @@ def test_a_refused_write_in_a_group_is_that_works_error_only(backend: Backend) -
     assert outcomes[1].value == "r1"
     assert store.get_run("r0").status == "RUNNING"
     assert store.run_id_exists("r1") is True
+
+
+def test_a_base_exception_in_a_group_loses_no_committed_work_and_writes_nothing_after_it(
+    backend: Backend,
+) -> None:
+    """Where the works share one commit, the group is rolled back and the exception
+    raised; where each commits alone, the works before it keep their outcomes and the
+    works after it never run. Either way no outcome misreports what is on record."""
+    store = backend.open()
+
+    def interrupted(tx: object) -> None:
+        _create("mid")(tx)
+        raise KeyboardInterrupt
+
+    try:
+        outcomes = store.transactions([_create("r1"), interrupted, _create("r2")])
+    except KeyboardInterrupt:
+        assert store.list_runs() == [] and store.list_events() == []
+        return
+    assert outcomes[0].value == "r1" and outcomes[0].error is None
+    assert isinstance(outcomes[1].error, KeyboardInterrupt)
+    assert isinstance(outcomes[2].error, StoreError)
+    assert [r.id for r in store.list_runs()] == ["r1"]
+    assert store.verify_events().intact

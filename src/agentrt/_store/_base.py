@@ -460,10 +460,13 @@ class Store(Protocol):
 
         A work that raises is rolled back alone, with everything it wrote, and its
         exception is its outcome (`Grouped.error`); the others' writes commit. Nothing is
-        returned before that commit is durable. A failure to begin (`StoreBusyError`,
-        nothing written, safe to retry) or to commit (`StoreError`, nothing written)
-        is raised for the whole group, as is a `BaseException` that is not an
-        `Exception`, which rolls every work back."""
+        returned before that commit is durable. Where the works share one commit, a
+        failure to begin (`StoreBusyError`, nothing written, safe to retry) or to
+        commit (`StoreError`, nothing written) is raised for the whole group, as is a
+        `BaseException` that is not an `Exception`, which rolls every work back. Where
+        each work commits alone, every failure is that work's outcome, and after a
+        `BaseException` the works not yet run fail with `StoreError`, nothing of them
+        written."""
 
     def snapshot(self) -> contextlib.AbstractContextManager[Snapshot]:
         """A read transaction: every read in the block sees one committed state of the

@@ -128,7 +128,7 @@ class Grouped:
     or the exception that rolled its writes back."""
 
     value: Any = None
-    error: Exception | None = None
+    error: BaseException | None = None
 
 
 @dataclass(frozen=True)

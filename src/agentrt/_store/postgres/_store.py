@@ -271,12 +271,21 @@ class PostgresStore(SqliteStore):
         failure, a busy or failed commit included, is that work's own outcome, since the
         works before it are already committed."""
         outcomes: list[Grouped] = []
-        for work in works:
+        for index, work in enumerate(works):
             try:
                 with self.transaction() as tx:
                     value = work(tx)
             except Exception as e:
                 outcomes.append(Grouped(error=e))
+            except BaseException as e:
+                # The works before it are committed and keep their outcomes; this one
+                # was rolled back, and those after it never ran.
+                outcomes.append(Grouped(error=e))
+                not_run = StoreError(
+                    "the group stopped before this transaction ran; nothing of it was written"
+                )
+                outcomes.extend(Grouped(error=not_run) for _ in works[index + 1 :])
+                return outcomes
             else:
                 outcomes.append(Grouped(value))
         return outcomes
