@@ -316,6 +316,32 @@ def parse_strace_summary(text: str) -> int:
     return total
 
 
+def attach_strace(pid: int, summary: str, log: str) -> tuple[subprocess.Popen[bytes] | None, str]:
+    """`strace -f -c` attached to every thread of `pid`; (None, why) when it cannot be."""
+    strace = shutil.which("strace")
+    if strace is None:
+        return None, "strace is not installed (apt-get install -y strace)"
+    with open(log, "wb") as err:
+        tracer = subprocess.Popen(
+            [strace, "-f", "-c", "-e", "trace=fsync,fdatasync", "-o", summary, "-p", str(pid)],
+            stderr=err,
+        )
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:  # strace says "Process N attached" once it holds pid
+        said = Path(log).read_text(encoding="utf-8", errors="replace")
+        if "attached" in said:
+            time.sleep(0.2)
+            return tracer, "strace -f -c -p, attached for the in-flight runs only"
+        if tracer.poll() is not None:
+            break
+        time.sleep(0.05)
+    if tracer.poll() is None:
+        tracer.kill()
+        tracer.wait()
+    said = Path(log).read_text(encoding="utf-8", errors="replace").strip()
+    return None, f"strace could not attach: {said[-200:] or 'no answer'}"
+
+
 def count_fsyncs(directory: str, runs: int, steps: int) -> FsyncCount:
     """(a)'s runs again in a child: its COMMITs counted by a trace callback, its fsyncs by
     `strace -f -c -p`, attached to every thread after the child's warm-up and detached
@@ -328,43 +354,20 @@ def count_fsyncs(directory: str, runs: int, steps: int) -> FsyncCount:
         text=True,
     )
     assert child.stdin is not None and child.stdout is not None
-    tracer: subprocess.Popen[str] | None = None
+    tracer: subprocess.Popen[bytes] | None = None
     summary = os.path.join(directory, "strace.txt")
     try:
         if child.stdout.readline().strip() != "ready":
             raise SystemExit("the counting child did not start")
-        strace = shutil.which("strace")
-        if strace is not None:
-            tracer = subprocess.Popen(
-                [
-                    strace,
-                    "-f",
-                    "-c",
-                    "-e",
-                    "trace=fsync,fdatasync",
-                    "-o",
-                    summary,
-                    "-p",
-                    str(child.pid),
-                ],
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-            assert tracer.stderr is not None
-            line = tracer.stderr.readline()  # "strace: Process N attached" once it holds the child
-            if "attached" not in line:
-                raise SystemExit(f"strace could not attach: {line.strip()}")
-            time.sleep(0.2)
+        tracer, why = attach_strace(child.pid, summary, os.path.join(directory, "strace.log"))
         child.stdin.write("go\n")
         child.stdin.flush()
         counted = json.loads(child.stdout.readline())
         fsyncs: int | None = None
-        why = "strace is not installed (apt-get install -y strace)"
         if tracer is not None:
             tracer.send_signal(signal.SIGINT)  # detach: strace writes its summary
             tracer.wait(timeout=60)
             fsyncs = parse_strace_summary(Path(summary).read_text(encoding="utf-8"))
-            why = "strace -f -c -p, attached for the in-flight runs only"
         child.stdin.write("quit\n")
         child.stdin.flush()
         child.wait(timeout=60)

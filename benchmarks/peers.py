@@ -22,7 +22,8 @@ every figure sees the same machine:
 
 The loop is the same in each, for N allowed tool steps, N in 10, 100, 400, and
 an observation that is small (`{"page": i, "text": ""}`) or 8 KiB (8,192
-characters of text), different at every step:
+letters and digits drawn once from a seeded generator, which no store can
+compress away), different at every step:
 
 1. the agent decides: a call of `read_page` with `{"page": i}`, or, after N
    calls, completing with `{"pages": N}`;
@@ -81,6 +82,7 @@ import platform
 import random
 import sqlite3
 import statistics
+import string
 import sys
 import tempfile
 import time
@@ -97,9 +99,18 @@ import agentrt
 
 STEP_COUNTS = (10, 100, 400)
 SIZES = {"small": 0, "8 KiB": 8192}
+
+
+def pad_of(size: str) -> str:
+    """The observation's text for `size`: letters and digits drawn once from a seeded
+    generator, so that no store can compress it away (PostgreSQL's TOAST would squeeze
+    8 KiB of one letter into a few bytes) and every run and peer gets the same."""
+    alphabet = string.ascii_letters + string.digits
+    return "".join(random.Random(SIZES[size]).choices(alphabet, k=SIZES[size]))
+
+
 PEER_TARGET = 3.0  # agentrt at least this many times faster per step than each peer
 ALL_PEERS = ("agentrt", "langgraph", "dbos")
-WARM_STEPS = 60
 
 
 def _load_driver_bench() -> types.ModuleType:
@@ -134,16 +145,14 @@ def version_of(dist: str) -> str | None:
 
 
 def missing_modules(*modules: str) -> list[str]:
-    return [
-        m for m in modules if importlib.util.find_spec(m.split(".")[0]) is None or not _finds(m)
-    ]
-
-
-def _finds(module: str) -> bool:
-    try:
-        return importlib.util.find_spec(module) is not None
-    except ModuleNotFoundError:
-        return False
+    """The modules of `modules` that cannot be imported here (not installed, or broken)."""
+    missing = []
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except Exception:  # ImportError, or whatever a broken install raises
+            missing.append(module)
+    return missing
 
 
 NEEDS = {
@@ -601,19 +610,21 @@ def measure(
     steps_list: Sequence[int],
     repeats: int,
     floor_commits: int,
+    warm: int,
 ) -> tuple[dict[tuple[str, int, str], Cell], list[float]]:
     cells = {(p.name, n, s): Cell() for p in peers for n in steps_list for s in SIZES}
     floors: list[float] = []
     by_name = {p.name: p for p in peers}
+    pads = {size: pad_of(size) for size in SIZES}
     for peer in peers:  # warm up: imports, pools, each database's WAL or tables
-        peer.run(WARM_STEPS, "")
+        peer.run(warm, "")
     for round_ in range(repeats):
         for name, n, size in random.Random(round_).sample(list(cells), len(cells)):
             peer = by_name[name]
             before_floor = floor.measure(floor_commits)
             floors.append(before_floor)
             before = peer.used_bytes()
-            wall, cpu = peer.run(n, "x" * SIZES[size])
+            wall, cpu = peer.run(n, pads[size])
             grown = peer.used_bytes() - before
             cell = cells[name, n, size]
             cell.us.append(wall / n * 1e6)
@@ -716,6 +727,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--peers", default=",".join(ALL_PEERS), help="which to run (default: all installed)"
     )
+    parser.add_argument(
+        "--warm", type=int, default=60, help="steps of each peer's warm-up run (default 60)"
+    )
     parser.add_argument("--no-sqlite", action="store_true", help="PostgreSQL only")
     args = parser.parse_args(argv)
     try:
@@ -772,7 +786,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             opened.extend(peers)
             for line in skipped:
                 print(f"SKIPPED {line} (pip install -e '.[bench]' installs the peers)")
-            cells, floors = measure(peers, floor, args.steps, args.repeats, floor_commits)
+            cells, floors = measure(
+                peers, floor, args.steps, args.repeats, floor_commits, args.warm
+            )
             verdicts += report("SQLite", peers, cells, floors, args.steps)
     if args.postgres:
         verdicts += postgres_section(args, floor_commits)
@@ -806,7 +822,7 @@ def postgres_section(args: argparse.Namespace, floor_commits: int) -> list[tuple
         opened.extend(peers)
         for line in skipped:
             print(f"SKIPPED {line} (pip install -e '.[bench]' installs the peers)")
-        cells, floors = measure(peers, floor, args.steps, args.repeats, floor_commits)
+        cells, floors = measure(peers, floor, args.steps, args.repeats, floor_commits, args.warm)
         return report("PostgreSQL", peers, cells, floors, args.steps)
 
 
