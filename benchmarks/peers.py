@@ -91,6 +91,7 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -406,7 +407,7 @@ def sqlite_peers(directory: str, wanted: Sequence[str], skipped: list[str]) -> l
                 AgentrtPeer(
                     store,
                     entry,
-                    lambda p=path: sqlite_used_bytes(p),  # type: ignore[misc]
+                    partial(sqlite_used_bytes, path),
                     f"{sqlite_journal(path)}, synchronous=FULL (agentrt sets it)",
                 )
             )
@@ -421,7 +422,7 @@ def sqlite_peers(directory: str, wanted: Sequence[str], skipped: list[str]) -> l
         peers.append(
             LangGraphPeer(
                 saver,
-                lambda: sqlite_used_bytes(path),
+                partial(sqlite_used_bytes, path),
                 f"SqliteSaver, {sqlite_journal(path)}, synchronous={level} (2 = FULL, the default)",
                 conn,
             )
@@ -430,7 +431,7 @@ def sqlite_peers(directory: str, wanted: Sequence[str], skipped: list[str]) -> l
         skipped.append(f"langgraph on SQLite: {', '.join(lack)} not importable")
     if "dbos" in wanted and not (lack := missing_modules(*NEEDS["dbos", "sqlite"])):
         path = os.path.join(directory, "dbos.db")
-        peer = DBOSPeer(f"sqlite:///{path}", lambda: sqlite_used_bytes(path), "")
+        peer = DBOSPeer(f"sqlite:///{path}", partial(sqlite_used_bytes, path), "")
         peer._how = f"system database {sqlite_journal(path)} journal, synchronous=FULL (default)"
         peers.append(peer)
     elif "dbos" in wanted:
@@ -553,7 +554,7 @@ def postgres_peers(place: PostgresPlace, wanted: Sequence[str], skipped: list[st
                 AgentrtPeer(
                     store,
                     entry,
-                    lambda: pg_bytes(place.url, [place.schema]),
+                    partial(pg_bytes, place.url, [place.schema]),
                     f"schema {place.schema}; {settings}",
                 )
             )
@@ -567,13 +568,13 @@ def postgres_peers(place: PostgresPlace, wanted: Sequence[str], skipped: list[st
         saver = PostgresSaver(conn)
         saver.setup()
         peers.append(
-            LangGraphPeer(saver, lambda: pg_bytes(url), f"PostgresSaver; {settings}", conn)
+            LangGraphPeer(saver, partial(pg_bytes, url), f"PostgresSaver; {settings}", conn)
         )
     elif "langgraph" in wanted:
         skipped.append(f"langgraph on PostgreSQL: {', '.join(lack)} not importable")
     if "dbos" in wanted and not (lack := missing_modules(*NEEDS["dbos", "postgres"])):
         url = place.database("dbos")
-        peers.append(DBOSPeer(url, lambda: pg_bytes(url), f"system database; {settings}"))
+        peers.append(DBOSPeer(url, partial(pg_bytes, url), f"system database; {settings}"))
     elif "dbos" in wanted:
         skipped.append(f"dbos on PostgreSQL: {', '.join(lack)} not importable")
     return peers

@@ -295,8 +295,9 @@ def assert_measured(
     for size in ("small", "8 KiB"):
         for entry in ("sync", "async"):
             assert rows["3", size, f"agentrt {entry}"][4 if entry == "sync" else 5] == "1.00x"
-    # agentrt's 8 KiB observations are in its database: at least 8 KiB per step, measured
-    assert float(rows["3", "8 KiB", "agentrt sync"][3]) >= at_least
+    # every peer's 8 KiB observations are in its own database: at least that per step, measured
+    for peer in peers:
+        assert float(rows["3", "8 KiB", peer][3]) >= at_least, peer
 
 
 def hidden(tmp_path: Path, *modules: str) -> dict[str, str]:
@@ -384,7 +385,8 @@ def test_the_peers_benchmark_runs_on_postgresql_and_drops_what_it_made(tmp_path:
         *("--repeats", "1", "--steps", "3", "--warm", "2", "--no-sqlite", "--postgres", url),
     )
     assert done.returncode == 0, done.stderr
-    assert_measured(peer_rows(done.stdout, "PostgreSQL"), PEER_ROW_NAMES)
+    # TOAST may compress a little even letters and digits drawn at random
+    assert_measured(peer_rows(done.stdout, "PostgreSQL"), PEER_ROW_NAMES, at_least=6144)
     assert "synchronous_commit=" in done.stdout
     assert made() <= before  # its databases and schema are dropped
 
@@ -416,6 +418,7 @@ def test_the_strace_summary_is_read_for_fsync_and_fdatasync_calls() -> None:
     assert bench.parse_strace_summary(summary) == 1297 + 84
 
 
+@pytest.mark.slow
 def test_the_concurrency_benchmark_counts_commits_and_fsyncs_and_loses_nothing(
     tmp_path: Path,
 ) -> None:
