@@ -91,7 +91,7 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from functools import partial
+from functools import cache, partial
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -102,6 +102,7 @@ STEP_COUNTS = (10, 100, 400)
 SIZES = {"small": 0, "8 KiB": 8192}
 
 
+@cache
 def pad_of(size: str) -> str:
     """The observation's text for `size`: letters and digits drawn once from a seeded
     generator, so that no store can compress it away (PostgreSQL's TOAST would squeeze
@@ -130,9 +131,12 @@ def _load_driver_bench() -> types.ModuleType:
 bench = _load_driver_bench()
 
 
-def observation(page: int, pad: str) -> dict[str, Any]:
-    """The tool's observation, the same in every peer (agentrt's `read_page` returns it too)."""
-    return {"page": page, "text": pad}
+def observation(page: int, size: str) -> dict[str, Any]:
+    """The tool's observation, the same in every peer (agentrt's `read_page` returns it too).
+
+    Each peer's tool finds the text by the size's name, as agentrt's tool has it
+    bound: the text is never an argument or a state value a peer would record."""
+    return {"page": page, "text": pad_of(size)}
 
 
 # --- what is installed ----------------------------------------------------------------------------
@@ -184,7 +188,7 @@ class Peer:
 
     name = ""
 
-    def run(self, steps: int, pad: str) -> tuple[float, float]:
+    def run(self, steps: int, size: str) -> tuple[float, float]:
         raise NotImplementedError
 
     def used_bytes(self) -> int:
@@ -234,10 +238,10 @@ class AgentrtPeer(Peer):
         self._how = how
         self.tools: dict[str, agentrt.Tool] = {}
 
-    def run(self, steps: int, pad: str) -> tuple[float, float]:
-        tool = self.tools.get(pad)
+    def run(self, steps: int, size: str) -> tuple[float, float]:
+        tool = self.tools.get(size)
         if tool is None:
-            tool = self.tools[pad] = bench.make_tool(pad)
+            tool = self.tools[size] = bench.make_tool(pad_of(size))
         sample = bench.run_once(self.store, tool, steps, entry=self.entry)
         return sample.wall, sample.cpu
 
@@ -260,7 +264,7 @@ def langgraph_app(checkpointer: Any) -> Any:
     class LoopState(TypedDict, total=False):
         i: int
         n: int
-        pad: str
+        size: str
         call: Any
         observation: Any
         result: Any
@@ -273,7 +277,7 @@ def langgraph_app(checkpointer: Any) -> Any:
 
     def tool(state: LoopState) -> dict[str, Any]:
         page = state["call"]["args"]["page"]
-        return {"observation": observation(page, state["pad"]), "i": state["i"] + 1}
+        return {"observation": observation(page, state["size"]), "i": state["i"] + 1}
 
     graph = StateGraph(LoopState)
     graph.add_node("agent", agent)
@@ -293,13 +297,13 @@ class LangGraphPeer(Peer):
         self._how = how
         self._closing = closing
 
-    def run(self, steps: int, pad: str) -> tuple[float, float]:
+    def run(self, steps: int, size: str) -> tuple[float, float]:
         config = {
             "configurable": {"thread_id": uuid.uuid4().hex},
             "recursion_limit": 2 * steps + 10,
         }
         out, wall, cpu = timed(
-            lambda: self.app.invoke({"i": 0, "n": steps, "pad": pad}, config, durability="sync")
+            lambda: self.app.invoke({"i": 0, "n": steps, "size": size}, config, durability="sync")
         )
         if out.get("result") != {"pages": steps} or out.get("i") != steps:
             raise SystemExit(f"the LangGraph loop did not complete as scripted: {out!r:.200}")
@@ -332,17 +336,17 @@ def dbos_loop() -> Any:
         return {"kind": "tool_call", "name": "read_page", "args": {"page": i}}
 
     @DBOS.step()
-    def read_page(page: int, pad: str) -> dict[str, Any]:
-        return observation(page, pad)
+    def read_page(page: int, size: str) -> dict[str, Any]:
+        return observation(page, size)
 
     @DBOS.workflow()
-    def agent_loop(n: int, pad: str) -> Any:
+    def agent_loop(n: int, size: str) -> Any:
         i = 0
         while True:
             decision = decide(i, n)
             if decision["kind"] == "complete":
                 return decision["result"]
-            read_page(decision["args"]["page"], pad)
+            read_page(decision["args"]["page"], size)
             i += 1
 
     _DBOS_LOOP = agent_loop
@@ -370,12 +374,12 @@ class DBOSPeer(Peer):
         self._used = used
         self._how = how
 
-    def run(self, steps: int, pad: str) -> tuple[float, float]:
+    def run(self, steps: int, size: str) -> tuple[float, float]:
         from dbos import SetWorkflowID
 
         def call() -> Any:
             with SetWorkflowID(uuid.uuid4().hex):
-                return self.loop(steps, pad)
+                return self.loop(steps, size)
 
         out, wall, cpu = timed(call)
         if out != {"pages": steps}:
@@ -616,16 +620,15 @@ def measure(
     cells = {(p.name, n, s): Cell() for p in peers for n in steps_list for s in SIZES}
     floors: list[float] = []
     by_name = {p.name: p for p in peers}
-    pads = {size: pad_of(size) for size in SIZES}
     for peer in peers:  # warm up: imports, pools, each database's WAL or tables
-        peer.run(warm, "")
+        peer.run(warm, "small")
     for round_ in range(repeats):
         for name, n, size in random.Random(round_).sample(list(cells), len(cells)):
             peer = by_name[name]
             before_floor = floor.measure(floor_commits)
             floors.append(before_floor)
             before = peer.used_bytes()
-            wall, cpu = peer.run(n, pads[size])
+            wall, cpu = peer.run(n, size)
             grown = peer.used_bytes() - before
             cell = cells[name, n, size]
             cell.us.append(wall / n * 1e6)
