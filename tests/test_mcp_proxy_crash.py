@@ -39,7 +39,7 @@ def kill_the_proxy_mid_call(shop: Shop) -> dict[str, Any]:
     seen: dict[str, Any] = {}
 
     async def scenario() -> None:
-        async with shop.host() as host:
+        async with shop.host(fresh=True) as host:  # its command line is named below
             call = asyncio.create_task(host.call("shop_send", SEND))
             for _ in range(1200):
                 if hung.exists():
