@@ -142,3 +142,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     import agentrt
 
     compileall.compile_dir(Path(agentrt.__file__).parent, quiet=2, workers=1)
+    # Likewise the test modules' assert-rewritten bytecode, for the xdist workers.
+    from tests.support import rewrite_cache
+
+    rewrite_cache.write(session.config)

@@ -4,7 +4,7 @@ Run as `python tests/mcp_shop_server.py FOLDER` over stdio. Every tool that
 changes something appends one JSON line to FOLDER/effects.log *before* it
 answers, so a test counts what really happened. While FOLDER/hang exists,
 `charge` and `send` write their effect, then FOLDER/hung.json (this server's
-pid and its parent's, the proxy), then sleep: a call cut off mid-way.
+pid and the pid of the proxy that started it), then sleep: a call cut off mid-way.
 While FOLDER/hold exists, they wait after writing their effect, until it is
 removed, then answer. `price` changes nothing; it appends a line to FOLDER/reads.log, and sleeps too
 while FOLDER/hang exists (a read that does not answer in time).
@@ -70,6 +70,12 @@ class Wire:
         sys.stdout.buffer.flush()
 
 
+def started_by() -> int:
+    """The process that started this server: its parent, or, forked through
+    tests/support/forked.py, the parent of the stand-in it was started as."""
+    return int(os.environ.get("AGENTRT_FORKSERVER_STARTED_BY") or os.getppid())
+
+
 def main() -> None:
     folder = pathlib.Path(sys.argv[1])
     server: MCPServer[object] = MCPServer("shop")
@@ -83,7 +89,7 @@ def main() -> None:
             time.sleep(0.02)
         if (folder / "hang").exists():
             (folder / "hung.json").write_text(
-                json.dumps({"pid": os.getpid(), "proxy_pid": os.getppid()})
+                json.dumps({"pid": os.getpid(), "proxy_pid": started_by()})
             )
             time.sleep(600)
 

@@ -8,9 +8,13 @@ the rows and events a real step writes.
 from __future__ import annotations
 
 import importlib.util
+import os
+import re
+import shutil
 import subprocess
 import sys
 import types
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -271,3 +275,204 @@ def test_the_long_run_benchmark_prints_each_tenth_memory_and_the_file_over_its_c
     assert lines[3].startswith("max RSS growth: ") and lines[3].endswith("(target <= 64 MiB)")
     assert lines[4].startswith("database: ") and lines[4].endswith("(target <= 1.5x)")
     assert list(tmp_path.iterdir()) == []  # its database is gone
+
+
+# --- the peers and concurrency scripts (issues 20 and 21; decision 0085) --------------------------
+
+PEER_ROW_NAMES = ("agentrt sync", "agentrt async", "langgraph", "dbos")
+
+
+def peer_rows(out: str, section: str) -> dict[tuple[str, str, str], list[str]]:
+    """The table under `section` ("SQLite" or "PostgreSQL"): (steps, size, peer) -> figures."""
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"{section}: two fsynced"))
+    rows: dict[tuple[str, str, str], list[str]] = {}
+    for line in lines[start:]:
+        if line.startswith("peer/sync"):
+            break
+        head = line[:5].strip()
+        if not head.isdigit():
+            continue
+        size = line[7:18].strip()
+        peer = line[20:34].strip()
+        rows[head, size, peer] = line[34:].split()
+    return rows
+
+
+def assert_measured(
+    rows: dict[tuple[str, str, str], list[str]], peers: Sequence[str], *, at_least: float = 8192
+) -> None:
+    """Each peer has a row per size with real figures: µs, x floor, CPU, bytes, two ratios."""
+    assert {(n, s) for n, s, _ in rows} == {("3", "small"), ("3", "8 KiB")}
+    assert sorted({p for _, _, p in rows}) == sorted(peers)
+    for figures in rows.values():
+        us, over, cpu, grown, vs_sync, vs_async = figures
+        assert float(us) > 0 and float(over.rstrip("x")) > 0 and float(cpu) >= 0
+        assert float(grown) >= 0
+        assert vs_sync.endswith("x") and vs_async.endswith("x")
+    for size in ("small", "8 KiB"):
+        for entry in ("sync", "async"):
+            assert rows["3", size, f"agentrt {entry}"][4 if entry == "sync" else 5] == "1.00x"
+    # every peer's 8 KiB observations are in its own database: at least that per step, measured
+    for peer in peers:
+        assert float(rows["3", "8 KiB", peer][3]) >= at_least, peer
+
+
+def hidden(tmp_path: Path, *modules: str) -> dict[str, str]:
+    """An environment in which each of `modules` fails to import, as when it is not installed."""
+    shadow = tmp_path / "shadow"
+    for module in modules:
+        package = shadow / module
+        package.mkdir(parents=True)
+        (package / "__init__.py").write_text(f"raise ImportError('{module} hidden by the test')\n")
+    return {**os.environ, "PYTHONPATH": str(shadow)}
+
+
+def test_the_peers_benchmark_measures_agentrt_and_names_each_missing_peer_it_skips(
+    tmp_path: Path,
+) -> None:
+    databases = tmp_path / "db"
+    databases.mkdir()
+    done = subprocess.run(
+        [
+            sys.executable,
+            "benchmarks/peers.py",
+            *("--repeats", "1", "--steps", "3", "--warm", "2", "--dir", str(databases)),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env=hidden(tmp_path, "langgraph", "dbos"),
+    )
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "SKIPPED langgraph on SQLite: langgraph.graph, langgraph.checkpoint.sqlite not " in out
+    assert "SKIPPED dbos on SQLite: dbos not importable" in out
+    assert_measured(peer_rows(out, "SQLite"), ["agentrt sync", "agentrt async"])
+    assert "agentrt await start / start_sync = " in out
+    assert out.splitlines()[2].startswith("load average at start: ")
+    assert any(line.startswith("load average at end: ") for line in out.splitlines())
+    assert list(databases.iterdir()) == []  # its databases are gone
+
+
+def test_the_peers_benchmark_runs_langgraph_and_dbos_beside_agentrt(tmp_path: Path) -> None:
+    for module in ("langgraph.checkpoint.sqlite", "dbos"):
+        pytest.importorskip(module, reason="needs the bench extra (pip install -e '.[bench]')")
+    done = run_script(
+        "benchmarks/peers.py",
+        *("--repeats", "1", "--steps", "3", "--warm", "2", "--dir", str(tmp_path)),
+    )
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "SKIPPED" not in out
+    assert_measured(peer_rows(out, "SQLite"), PEER_ROW_NAMES)
+    verdicts = [line for line in out.splitlines() if line.startswith("SQLite: agentrt ")]
+    assert [line.split(":")[1].strip() for line in verdicts[:4]] == [
+        "agentrt sync vs langgraph",
+        "agentrt sync vs dbos",
+        "agentrt async vs langgraph",
+        "agentrt async vs dbos",
+    ]
+    assert all(line.endswith((": met", ": MISSED")) for line in verdicts[:4])
+    assert "SqliteSaver, wal, synchronous=2" in out
+    assert "system database delete journal" in out
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_the_peers_benchmark_runs_on_postgresql_and_drops_what_it_made(tmp_path: Path) -> None:
+    url = os.environ.get("AGENTRT_TEST_POSTGRES_URL")
+    if not url:
+        pytest.skip("set AGENTRT_TEST_POSTGRES_URL to run the peers on PostgreSQL")
+    for module in ("langgraph.checkpoint.postgres", "dbos", "psycopg"):
+        pytest.importorskip(module, reason="needs the bench extra (pip install -e '.[bench]')")
+    import psycopg
+
+    def made() -> set[str]:
+        with psycopg.connect(url, autocommit=True) as conn:
+            names = conn.execute(
+                "SELECT datname FROM pg_database WHERE datname LIKE 'peers\\_%' "
+                "UNION ALL SELECT nspname FROM pg_namespace WHERE nspname LIKE 'peers\\_%'"
+            ).fetchall()
+        return {str(n[0]) for n in names}
+
+    before = made()
+    done = run_script(
+        "benchmarks/peers.py",
+        *("--repeats", "1", "--steps", "3", "--warm", "2", "--no-sqlite", "--postgres", url),
+    )
+    assert done.returncode == 0, done.stderr
+    # TOAST may compress a little even letters and digits drawn at random
+    assert_measured(peer_rows(done.stdout, "PostgreSQL"), PEER_ROW_NAMES, at_least=6144)
+    assert "synchronous_commit=" in done.stdout
+    assert made() <= before  # its databases and schema are dropped
+
+
+def test_the_peers_benchmark_says_so_when_the_server_is_not_reachable(tmp_path: Path) -> None:
+    pytest.importorskip("psycopg")
+    done = run_script(
+        "benchmarks/peers.py",
+        *("--no-sqlite", "--steps", "3", "--postgres"),
+        "postgresql://nobody:secret@127.0.0.1:1/none",
+    )
+    assert done.returncode == 0, done.stderr
+    assert "SKIPPED PostgreSQL: postgresql://nobody:***@127.0.0.1:1/none is not reachable" in (
+        done.stdout
+    )
+    assert "secret" not in done.stdout + done.stderr
+
+
+def test_the_strace_summary_is_read_for_fsync_and_fdatasync_calls() -> None:
+    bench = load("concurrency")
+    summary = """\
+% time     seconds  usecs/call     calls    errors syscall
+------ ----------- ----------- --------- --------- ----------------
+ 92.10    0.402123         310      1297           fdatasync
+  7.90    0.034521         411        84         2 fsync
+------ ----------- ----------- --------- --------- ----------------
+100.00    0.436644         316      1381         2 total
+"""
+    assert bench.parse_strace_summary(summary) == 1297 + 84
+
+
+@pytest.mark.slow
+def test_the_concurrency_benchmark_counts_commits_and_fsyncs_and_loses_nothing(
+    tmp_path: Path,
+) -> None:
+    done = run_script(
+        "benchmarks/concurrency.py",
+        *("--runs", "3", "--steps", "2", "--alone", "1"),
+        *("--procs", "2", "--proc-runs", "2", "--proc-steps", "2", "--dir", str(tmp_path)),
+    )
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    lines = [line.strip() for line in out.splitlines()]
+    assert "runs completed: 3 of 3; exceptions reaching the caller: 0" in lines
+    counted = next(line for line in lines if line.startswith("transactions per fsync: "))
+    if shutil.which("strace"):
+        match = re.match(r"transactions per fsync: (\d+) commits / (\d+) fsyncs = ", counted)
+        assert match, counted
+        commits, fsyncs = int(match.group(1)), int(match.group(2))
+        # every allowed step and every run's start and end commit: more commits than steps
+        assert commits > 3 * 2 and fsyncs > 0
+        assert counted.endswith((": met", ": MISSED"))
+    else:
+        assert counted.startswith("transactions per fsync: not counted (strace is not installed")
+    assert any(line.startswith("steps/s x CPU s per step = ") for line in lines)
+    assert any(line.startswith("step latency: p50 ") and "one run alone" in line for line in lines)
+    assert any(line.startswith("event-loop lag: max ") for line in lines)
+    assert (
+        "exceptions reaching a caller: 0, of which 'database is locked' or busy: 0 "
+        "(target: none): met"
+    ) in lines
+    lost = next(line for line in lines if line.startswith("nothing lost: "))
+    assert lost.startswith(
+        "nothing lost: of 4 runs returned COMPLETED (4 started), 4 are in the file so, "
+        "with step rows 12/12 and events "
+    )
+    assert lost.endswith(": met")
+    assert any(line.startswith("aggregate: ") and "one process alone" in line for line in lines)
+    assert any(line.startswith("per process: ") and "slowest / mean" in line for line in lines)
+    assert re.search(r"^targets: \d+ of \d+ met$", out, re.MULTILINE)
+    assert list(tmp_path.iterdir()) == []

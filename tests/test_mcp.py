@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.support.mcp_proxy import forked
 
 import agentrt
 from agentrt import Decision, SideEffect, ToolCall, mcp
@@ -63,16 +64,24 @@ class Notes:
     def configure(self, tools: list[str] = ALL_TOOLS, **extra: Any) -> None:
         self.config.write_text(json.dumps({"notes_dir": str(self.dir), "tools": tools, **extra}))
 
-    def server(self, tools: list[str] = ALL_TOOLS, **kw: Any) -> mcp.Server:
+    def server(self, tools: list[str] = ALL_TOOLS, fresh: bool = False, **kw: Any) -> mcp.Server:
         extra = {
             key: kw.pop(key)
             for key in ("descriptions", "annotations", "grandchild_pidfile")
             if key in kw
         }
         self.configure(tools, **extra)
-        return mcp.Server(
-            "notes", command=[sys.executable, str(NOTES_SERVER), str(self.config)], **kw
-        )
+        fresh = fresh or "grandchild_pidfile" in extra
+        return mcp.Server("notes", command=self.command(fresh), **kw)
+
+    def command(self, fresh: bool = False) -> list[str]:
+        """The server's command: forked from the tests' prepared process
+        (tests/support/forked.py), or (`fresh`, for a server whose own children or
+        environment are judged) a fresh interpreter in the process group its client
+        kills, with nothing in its environment but what the client gave it."""
+        if fresh:
+            return [sys.executable, str(NOTES_SERVER), str(self.config)]
+        return forked(NOTES_SERVER, str(self.config))
 
 
 @pytest.fixture
@@ -261,7 +270,7 @@ def test_a_rule_for_a_tool_the_manifest_does_not_pin_is_a_config_error(notes: No
     with pytest.raises(ConfigError, match="does not pin"):
         run(pin_then_load(notes.server(), {**RULES, "format_disk": mcp.Rule("destructive")}))
     manifest = run(mcp.pin(notes.server()))
-    other = mcp.Server("other", command=[sys.executable, str(NOTES_SERVER), str(notes.config)])
+    other = mcp.Server("other", command=notes.command())
     with pytest.raises(ConfigError, match="the manifest pins server 'notes', not 'other'"):
         run(mcp.check(other, manifest, RULES))
 
@@ -482,7 +491,10 @@ def test_a_stdio_server_gets_only_path_home_tmpdir_and_what_the_operator_names(
     monkeypatch.setenv("AGENTRT_TEST_SECRET", "hunter2")
     monkeypatch.setenv("AGENTRT_TEST_PASSED", "yes")
     server = notes.server(
-        ["environment"], inherit_env=["AGENTRT_TEST_PASSED"], env={"NOTES_MODE": "test"}
+        ["environment"],
+        fresh=True,  # its environment is what is judged
+        inherit_env=["AGENTRT_TEST_PASSED"],
+        env={"NOTES_MODE": "test"},
     )
 
     async def main() -> dict[str, str]:
@@ -536,7 +548,7 @@ def http_notes(notes: Notes) -> Iterator[str]:
     notes.configure()
     port = _free_port()
     process = subprocess.Popen(
-        [sys.executable, str(NOTES_SERVER), str(notes.config), "--http", str(port)],
+        forked(NOTES_SERVER, str(notes.config), "--http", str(port)),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -740,7 +752,7 @@ def test_agentrt_mcp_pin_writes_an_owner_only_manifest_and_check_exits_by_what_i
     from agentrt.cli import main
 
     notes.configure(["read_note", "write_note"])
-    command = ["--", sys.executable, str(NOTES_SERVER), str(notes.config)]
+    command = ["--", *notes.command()]
     manifest = tmp_path / "notes.manifest.json"
     rules = tmp_path / "notes.rules.json"
     rules.write_text(

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 from pathlib import Path
+
+from tests.support.mcp_proxy import forked
 
 import agentrt
 from agentrt import Decision, mcp
@@ -21,7 +22,7 @@ META_SERVER = Path(__file__).parent / "mcp_meta_server.py"
 def test_an_mcp_tool_sends_the_steps_operation_id_in_the_calls_meta(
     store: agentrt.Store,
 ) -> None:
-    server = mcp.Server("meta", command=[sys.executable, str(META_SERVER)])
+    server = mcp.Server("meta", command=forked(META_SERVER))
 
     async def main() -> agentrt.Run:
         manifest = await mcp.pin(server)

@@ -18,7 +18,6 @@ import contextlib
 import json
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +25,7 @@ from typing import Any
 
 import mcp_types
 import pytest
+from tests.support.mcp_proxy import forked
 
 import agentrt
 from agentrt import Decision, OutcomeUnknown, ToolCall, mcp
@@ -50,7 +50,7 @@ class Ledger:
         self.folder.mkdir()
 
     def server(self) -> mcp.Server:
-        return mcp.Server("ledger", command=[sys.executable, str(LEDGER_SERVER), str(self.folder)])
+        return mcp.Server("ledger", command=forked(LEDGER_SERVER, str(self.folder)))
 
     def die_mid_call(self) -> None:
         (self.folder / "die").touch()
@@ -187,7 +187,7 @@ def _free_port() -> int:
 def http_ledger(ledger: Ledger) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     port = _free_port()
     process = subprocess.Popen(
-        [sys.executable, str(LEDGER_SERVER), str(ledger.folder), "--http", str(port)],
+        forked(LEDGER_SERVER, str(ledger.folder), "--http", str(port)),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

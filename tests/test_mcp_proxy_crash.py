@@ -15,14 +15,14 @@ import contextlib
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.support.mcp_proxy import Shop, kill_quietly
+from tests.support import forkserver
+from tests.support.mcp_proxy import PRELOAD, Shop, kill_quietly
 
 from agentrt import open_existing
 
@@ -39,7 +39,7 @@ def kill_the_proxy_mid_call(shop: Shop) -> dict[str, Any]:
     seen: dict[str, Any] = {}
 
     async def scenario() -> None:
-        async with shop.host() as host:
+        async with shop.host(fresh=True) as host:  # its command line is named below
             call = asyncio.create_task(host.call("shop_send", SEND))
             for _ in range(1200):
                 if hung.exists():
@@ -122,9 +122,13 @@ def test_rule_3_a_proxy_killed_mid_call_rejected_by_the_operator_never_runs_it_a
 def leave_a_run_behind(shop: Shop, mode: str) -> None:
     """A process doing the proxy's work for `shop_send`, SIGKILLed at `mode`."""
     ready = shop.root / "ready"
-    child = subprocess.Popen(
+    # Forked from the prepared process (tests/support/forkserver.py): a real process
+    # of its own, SIGKILLed by its pid.
+    child = forkserver.server(*PRELOAD).spawn(
         [sys.executable, str(CRASH_CHILD), str(shop.config), mode, str(ready)],
         cwd=str(CRASH_CHILD.parent.parent),
+        stdout=1,
+        stderr=2,
     )
     try:
         for _ in range(1200):

@@ -473,7 +473,7 @@ def test_an_unknown_outcome_left_with_nothing_waiting_keeps_the_tool_blocked_and
     other = {**SEND, "to": "carol"}
 
     async def killed_mid_call() -> None:
-        async with shop.host() as host:
+        async with shop.host(fresh=True) as host:  # its command line is named below
             call = asyncio.create_task(host.call("shop_send", SEND))
             await until(hung.exists, "the call reached the server")
             seen = json.loads(hung.read_text())

@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.support.mcp_proxy import Said, Shop, agentrt, write_owner_only
+from tests.support.mcp_proxy import Said, Shop, agentrt, forked, write_owner_only
 
 from agentrt import open_existing
 
@@ -62,7 +61,7 @@ class LedgerShop(Shop):
         self.db = root / "runs.db"
         self.clock_file = root / "clock.txt"
         self.set_time(datetime.now(UTC))
-        command = [sys.executable, str(LEDGER_SERVER), str(self.folder)]
+        command = forked(LEDGER_SERVER, str(self.folder))
         pinned = agentrt(
             "mcp", "pin", "ledger", "--out", str(root / "ledger.manifest.json"), "--", *command
         )

@@ -53,6 +53,9 @@ from typing import Any
 HERE = Path(__file__).resolve()
 # Set in each child: the address of the server it was forked from (see `spawn_at`).
 ADDRESS = "AGENTRT_FORKSERVER"
+# Set in a child started through `tests/support/forked.py`: the pid of the process
+# that started that stand-in, which a fresh interpreter would have as its parent.
+STARTED_BY = "AGENTRT_FORKSERVER_STARTED_BY"
 
 # -- the wire: one length-prefixed JSON message at a time ---------------------------
 
@@ -129,11 +132,38 @@ def _supervise(conn: socket.socket, base_path: list[str], path: str) -> int | No
     for fd in fds:
         os.close(fd)
     _send(conn, {"pid": pid})
+    if request.get("tied"):
+        _end_with_the_requester(conn, pid)
     _, status = os.waitpid(pid, 0)
     code = os.waitstatus_to_exitcode(status)  # -N for a child killed by signal N
     with contextlib.suppress(OSError):
         _send(conn, {"returncode": code})
     os._exit(0)
+
+
+def _end_with_the_requester(conn: socket.socket, pid: int) -> None:
+    """Until the child ends: if the process that asked for it ends first, SIGKILL the child.
+
+    The process that asked holds its end of `conn` for as long as it lives (the
+    stand-in of `tests/support/forked.py`), so the kernel closing it is its death,
+    by whatever signal: a kill of the stand-in's process group reaches the child.
+    """
+    child = os.pidfd_open(pid)
+    try:
+        while True:
+            ready, _, _ = select.select([conn, child], [], [])
+            if child in ready:
+                return
+            try:
+                data = conn.recv(1)
+            except OSError:
+                data = b""
+            if not data:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+                return
+    finally:
+        os.close(child)
 
 
 def _pythonpath(env: Mapping[str, str]) -> list[str]:
@@ -153,6 +183,8 @@ def _become(request: dict[str, Any], fds: list[int], base_path: list[str], path:
     os.environ.clear()
     os.environ.update(request["env"])
     os.environ[ADDRESS] = path
+    if request.get("started_by") is not None:
+        os.environ[STARTED_BY] = str(request["started_by"])
     argv: list[str] = request["argv"]
     first = str(Path(argv[1]).resolve().parent) if request["module"] is None else os.getcwd()
     sys.path[:] = [first, *_pythonpath(request["env"]), *base_path]
@@ -280,8 +312,15 @@ def spawn_at(
     stdout: int | None = None,
     stderr: int | None = None,
     capture: bool = False,
+    tied: bool = False,
+    started_by: int | None = None,
 ) -> Child:
-    """`ForkServer.spawn` on the server listening at `path` (a child's `AGENTRT_FORKSERVER`)."""
+    """`ForkServer.spawn` on the server listening at `path` (a child's `AGENTRT_FORKSERVER`).
+
+    `tied`: the child is SIGKILLed if this process ends before it (see
+    `_end_with_the_requester`); `started_by`: the pid the child reads from
+    `STARTED_BY`.
+    """
     argv = [str(a) for a in argv]
     files: tuple[Any, Any] | None = None
     if capture:
@@ -298,6 +337,8 @@ def spawn_at(
             "module": module,
             "cwd": os.fspath(cwd) if cwd is not None else os.getcwd(),
             "env": dict(os.environ if env is None else env),
+            "tied": tied,
+            "started_by": started_by,
         }
         _send(sock, request, fds)
     finally:

@@ -6,6 +6,13 @@ manifest, pinned by the real `agentrt mcp pin`; the rules; the proxy's config,
 process (`python tests/proxy_child.py CLOCK --config FILE`, the command's own
 `main` with a clock read from a file the test writes), and its upstream is
 `tests/mcp_shop_server.py`, written with the SDK.
+
+Both are started by command, the proxy by the SDK's `stdio_client` and the shop
+by the proxy, as a real host and a real proxy do; the command is
+`tests/support/forked.py`, which stands for the program forked from one process
+per test process that has imported agentrt and the MCP SDK once (each fresh
+start paid about 1.4 s of CPU for the SDK's imports alone). A host whose test
+names the proxy's command line in /proc starts it fresh (`host(fresh=True)`).
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from agentrt import open_existing
 TESTS = Path(__file__).resolve().parent.parent
 SHOP_SERVER = TESTS / "mcp_shop_server.py"
 PROXY_CHILD = TESTS / "proxy_child.py"
+FORKED = TESTS / "support" / "forked.py"
 START = datetime(2026, 12, 1, 9, 0, 0, tzinfo=UTC)
 
 RULES = {
@@ -64,9 +72,22 @@ def write_owner_only(path: Path, data: Any) -> None:
     path.chmod(0o600)
 
 
-# The operator's commands are real processes forked from one that has imported
-# the command and the MCP SDK once (tests/support/forkserver.py).
-PRELOAD = ("agentrt.cli", "agentrt.mcp.proxy", "mcp.client.stdio")
+# The operator's commands, the proxies and the shop servers are real processes
+# forked from one that has imported the command, the proxy and the MCP SDK's
+# client and server once (tests/support/forkserver.py).
+PRELOAD = (
+    "agentrt.cli",
+    "agentrt.mcp.proxy",
+    "mcp.client.stdio",
+    "mcp.server.mcpserver",
+    "mcp.server.stdio",
+)
+
+
+def forked(script: Path, *args: str) -> list[str]:
+    """The command that runs `python SCRIPT ARGS...` forked from the prepared process."""
+    address = forkserver.server(*PRELOAD).path
+    return [sys.executable, str(FORKED), address, str(script), *args]
 
 
 def agentrt(*args: str) -> forkserver.Done:
@@ -104,7 +125,7 @@ class Shop:
         # Operators decide on the wall clock (`agentrt approve`): the proxy's clock
         # starts there, and the test moves it forward by minutes.
         self.set_time(datetime.now(UTC))
-        command = [sys.executable, str(SHOP_SERVER), str(self.folder)]
+        command = forked(SHOP_SERVER, str(self.folder))
         pin_shop(root / "shop.manifest.json", command)
         write_owner_only(root / "shop.rules.json", RULES)
         self.config = root / "proxy.json"
@@ -137,20 +158,20 @@ class Shop:
             return []
         return [json.loads(line) for line in log.read_text().splitlines()]
 
-    def params(self) -> StdioServerParameters:
-        return StdioServerParameters(
-            command=sys.executable,
-            args=[str(PROXY_CHILD), str(self.clock_file), "--config", str(self.config)],
-            cwd=str(TESTS.parent),
-        )
+    def params(self, fresh: bool = False) -> StdioServerParameters:
+        """How a host starts the proxy: forked, or (`fresh`) a fresh interpreter."""
+        args = [str(self.clock_file), "--config", str(self.config)]
+        command = [sys.executable, str(PROXY_CHILD), *args] if fresh else forked(PROXY_CHILD, *args)
+        return StdioServerParameters(command=command[0], args=command[1:], cwd=str(TESTS.parent))
 
     @contextlib.asynccontextmanager
-    async def host(self, **session_options: Any) -> AsyncIterator[Host]:
+    async def host(self, fresh: bool = False, **session_options: Any) -> AsyncIterator[Host]:
         """A host session with the proxy; `session_options` go to the SDK's `ClientSession`
-        (an `elicitation_callback`, a `message_handler`, ...)."""
+        (an `elicitation_callback`, a `message_handler`, ...). `fresh`: the proxy is a
+        fresh interpreter, whose command line in /proc names `proxy_child.py`."""
         with open(self.root / "proxy.stderr", "a") as errlog:
             async with (
-                stdio_client(self.params(), errlog=errlog) as (read, write),
+                stdio_client(self.params(fresh), errlog=errlog) as (read, write),
                 ClientSession(read, write, **session_options) as session,
             ):
                 info = await session.initialize()

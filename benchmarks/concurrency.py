@@ -1,0 +1,710 @@
+"""Many runs at once on one SQLite file: transactions per fsync, CPU, latency, processes.
+
+Issue 20's concurrency targets, each printed as met or missed from ratios
+measured in this one invocation (never a figure written into the script):
+
+(a) **64 runs in flight in one process** (`asyncio.gather` of `await
+    driver.start(...)`, one Driver, one store file, `--runs` runs of `--steps`
+    allowed steps of a read-only plain-function tool, then a completing step):
+
+    - transactions per fsync (target >= 8): the same workload run again in a
+      child process under `strace -f -c -e trace=fsync,fdatasync` (every thread's
+      calls counted by the kernel's view, not estimated), whose COMMITs are
+      counted by a `sqlite3` trace callback on every connection the store opens
+      (in the child only: the timed run has no tracer);
+    - aggregate steps/s, CPU seconds per step, and their product, the share of
+      the wall time the process was on a CPU (target >= 0.85: CPU-bound, not
+      waiting on fsyncs);
+    - p50 and p99 step latency (the time between the agent being asked for two
+      consecutive steps of a run) beside those of one run alone, measured first
+      in the same process;
+    - event-loop lag: a task that sleeps 1 ms at a time records how late it
+      wakes; the maximum beside one plain fsynced commit's time (target: never
+      above it).
+
+(b) **`--procs` processes x `--proc-runs` runs on one file** (8 x 50 by
+    default), each process a child running its runs in flight as in (a), all
+    started together: every exception that reached the caller of `start`
+    (target: no `database is locked`, or any other); nothing lost (every run
+    whose `start` returned it COMPLETED is in the file so, with the steps and
+    events one process's runs write, each; what a start that raised left
+    behind is counted apart); aggregate throughput over that
+    of one process running `--proc-runs` runs alone on a file of its own
+    (target >= 1.5x); the slowest process's throughput over the mean (target
+    >= 0.5x).
+
+Today agentrt commits four fsynced transactions per allowed step, each its own
+fsync, and has no group commit: expect (a)'s targets and (b)'s throughput to be
+missed. This script's job is to measure it honestly.
+
+    python benchmarks/concurrency.py [--runs 64] [--steps 20] [--procs 8]
+                                     [--proc-runs 50] [--proc-steps 10] [--dir PATH]
+
+Needs only the package, and `strace` for the fsync count (`apt-get install -y
+strace`; without it that figure is reported as not counted). About a minute.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import itertools
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import agentrt
+from agentrt import Decision, StepInput
+
+TX_PER_FSYNC_TARGET = 8.0
+CPU_BOUND_TARGET = 0.85
+PROCS_THROUGHPUT_TARGET = 1.5
+SLOWEST_TARGET = 0.5
+LAG_TICK_S = 0.001
+
+
+# --- the workload -------------------------------------------------------------------------------
+
+
+@agentrt.tool(side_effect=agentrt.SideEffect.READ_ONLY, timeout=30)
+def read_page(page: int) -> agentrt.ToolResult:
+    """Read one page (a different small observation every step)."""
+    return agentrt.ToolResult({"page": page, "text": ""}, summary=f"page {page}")
+
+
+class Agent:
+    """`steps` calls of `read_page`, then completing; notes when each run's steps were asked for.
+
+    Shared by every run of a Driver: which call comes next is read from the
+    step input (its steps, the current one included), never from a script.
+    """
+
+    def __init__(self, steps: int) -> None:
+        self.steps = steps
+        self.asked: dict[str, list[float]] = {}
+
+    def decide(self, input: StepInput) -> Decision:
+        self.asked.setdefault(input.run.id, []).append(time.perf_counter())
+        done = len(input.steps) - 1
+        if done >= self.steps:
+            return Decision.complete({"pages": done})
+        return Decision.tool_call("read_page", {"page": done})
+
+    def latencies(self) -> list[float]:
+        return [b - a for marks in self.asked.values() for a, b in itertools.pairwise(marks)]
+
+
+def limits(steps: int) -> agentrt.Limits:
+    return agentrt.Limits(max_steps=steps + 1, loop_threshold=steps + 1)
+
+
+async def in_flight(
+    store: agentrt.Store, runs: int, steps: int, tag: str = "run"
+) -> tuple[Agent, list[Any]]:
+    """`runs` runs of one Driver at once; the runs or the exceptions that reached the caller."""
+    agent = Agent(steps)
+    driver = agentrt.Driver(
+        store=store, agent=agent, policy=agentrt.default_policy(), tools=[read_page]
+    )
+    outcomes = await asyncio.gather(
+        *(driver.start(f"{tag} {i}", limits=limits(steps)) for i in range(runs)),
+        return_exceptions=True,
+    )
+    return agent, list(outcomes)
+
+
+def completed(outcomes: Sequence[Any], steps: int) -> int:
+    return sum(
+        1
+        for r in outcomes
+        if isinstance(r, agentrt.Run)
+        and r.status == agentrt.RunStatus.COMPLETED
+        and r.step_count == steps + 1
+    )
+
+
+def failures(outcomes: Sequence[Any]) -> list[str]:
+    return [f"{type(r).__name__}: {r}" for r in outcomes if isinstance(r, BaseException)]
+
+
+class LagProbe:
+    """How late a task sleeping `LAG_TICK_S` at a time wakes: the event loop's worst stall."""
+
+    def __init__(self) -> None:
+        self.worst = 0.0
+        self.ticks = 0
+        self._task: asyncio.Task[None] | None = None
+
+    async def _tick(self) -> None:
+        while True:
+            before = time.perf_counter()
+            await asyncio.sleep(LAG_TICK_S)
+            self.worst = max(self.worst, time.perf_counter() - before - LAG_TICK_S)
+            self.ticks += 1
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._tick())
+
+    async def stop(self) -> None:
+        assert self._task is not None
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    index = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def one_commit_us(directory: str, commits: int = 50) -> float:
+    """One plain fsynced commit (WAL, synchronous=FULL): `BEGIN IMMEDIATE`, INSERT, `COMMIT`."""
+    path = os.path.join(directory, "floor.db")
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = FULL")
+        conn.execute("CREATE TABLE IF NOT EXISTS t (id INTEGER PRIMARY KEY, v TEXT NOT NULL)")
+        for warm in range(20):
+            conn.execute("INSERT INTO t (v) VALUES (?)", (f"warm {warm}",))
+        start = time.perf_counter()
+        for i in range(commits):
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("INSERT INTO t (v) VALUES (?)", (f"commit {i}",))
+            conn.execute("COMMIT")
+        return (time.perf_counter() - start) / commits * 1e6
+    finally:
+        conn.close()
+
+
+# --- (a) one process, many runs -----------------------------------------------------------------
+
+
+@dataclass
+class InFlight:
+    runs: int
+    steps: int
+    wall: float = 0.0
+    cpu: float = 0.0
+    done: int = 0
+    errors: list[str] = field(default_factory=list)
+    latencies: list[float] = field(default_factory=list)
+    alone: list[float] = field(default_factory=list)  # step latencies of one run alone
+    lag: float = 0.0
+    lag_alone: float = 0.0
+    commit_us: float = 0.0
+
+    @property
+    def total_steps(self) -> int:
+        return self.done * self.steps
+
+    def steps_per_s(self) -> float:
+        return self.total_steps / self.wall
+
+    def cpu_per_step(self) -> float:
+        return self.cpu / self.total_steps
+
+
+async def measure_in_flight(path: str, runs: int, steps: int, alone_runs: int) -> InFlight:
+    store = agentrt.open_store(path)
+    result = InFlight(runs, steps)
+    try:
+        await in_flight(store, 4, 10, tag="warm")  # imports, thread pools, the WAL's first growth
+        probe = LagProbe()
+        probe.start()
+        for i in range(alone_runs):
+            agent, outcomes = await in_flight(store, 1, steps, tag=f"alone {i}")
+            if completed(outcomes, steps) != 1:
+                raise SystemExit(f"a run alone did not complete: {outcomes!r:.300}")
+            result.alone += agent.latencies()
+        await probe.stop()
+        result.lag_alone = probe.worst
+        probe = LagProbe()
+        probe.start()
+        cpu, start = time.process_time(), time.perf_counter()
+        agent, outcomes = await in_flight(store, runs, steps, tag="flight")
+        result.wall, result.cpu = time.perf_counter() - start, time.process_time() - cpu
+        await probe.stop()
+        result.lag = probe.worst
+        result.done = completed(outcomes, steps)
+        result.errors = failures(outcomes)
+        result.latencies = agent.latencies()
+    finally:
+        store.close()
+    return result
+
+
+def count_worker(path: str, runs: int, steps: int) -> None:
+    """The counting child: warm up, say "ready", wait for "go" (strace attached by then), run
+    the in-flight runs counting every COMMIT, print the counts, wait for "quit"."""
+    counts = {"commits": 0, "begins": 0}
+    connect = sqlite3.connect
+
+    def traced(*args: Any, **kwargs: Any) -> sqlite3.Connection:
+        conn = connect(*args, **kwargs)
+
+        def seen(statement: str) -> None:
+            words = statement.split(None, 1)
+            word = words[0].upper() if words else ""
+            if word in ("COMMIT", "END"):
+                counts["commits"] += 1
+            elif word == "BEGIN":
+                counts["begins"] += 1
+
+        conn.set_trace_callback(seen)
+        return conn
+
+    sqlite3.connect = traced  # type: ignore[assignment]
+    store = agentrt.open_store(path)
+    try:
+        asyncio.run(in_flight(store, 4, 10, tag="warm"))
+        print("ready", flush=True)
+        sys.stdin.readline()
+        before = dict(counts)
+        _, outcomes = asyncio.run(in_flight(store, runs, steps, tag="flight"))
+        after = dict(counts)
+        print(
+            json.dumps(
+                {
+                    "commits": after["commits"] - before["commits"],
+                    "begins": after["begins"] - before["begins"],
+                    "done": completed(outcomes, steps),
+                }
+            ),
+            flush=True,
+        )
+        sys.stdin.readline()
+    finally:
+        store.close()
+
+
+@dataclass
+class FsyncCount:
+    fsyncs: int | None  # None: not counted
+    commits: int
+    steps: int
+    why: str = ""
+
+
+STRACE_LINE = re.compile(r"^\s*[\d.]+\s+[\d.]+\s+\d+\s+(\d+)\s+(?:\d+\s+)?(fsync|fdatasync)\s*$")
+
+
+def parse_strace_summary(text: str) -> int:
+    """fsync + fdatasync calls in `strace -c` output (its `calls` column)."""
+    total = 0
+    for line in text.splitlines():
+        match = STRACE_LINE.match(line)
+        if match:
+            total += int(match.group(1))
+    return total
+
+
+def attach_strace(pid: int, summary: str, log: str) -> tuple[subprocess.Popen[bytes] | None, str]:
+    """`strace -f -c` attached to every thread of `pid`; (None, why) when it cannot be."""
+    strace = shutil.which("strace")
+    if strace is None:
+        return None, "strace is not installed (apt-get install -y strace)"
+    with open(log, "wb") as err:
+        tracer = subprocess.Popen(
+            [strace, "-f", "-c", "-e", "trace=fsync,fdatasync", "-o", summary, "-p", str(pid)],
+            stderr=err,
+        )
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:  # strace says "Process N attached" once it holds pid
+        said = Path(log).read_text(encoding="utf-8", errors="replace")
+        if "attached" in said:
+            time.sleep(0.2)
+            return tracer, "strace -f -c -p, attached for the in-flight runs only"
+        if tracer.poll() is not None:
+            break
+        time.sleep(0.05)
+    if tracer.poll() is None:
+        tracer.kill()
+        tracer.wait()
+    said = Path(log).read_text(encoding="utf-8", errors="replace").strip()
+    return None, f"strace could not attach: {said[-200:] or 'no answer'}"
+
+
+def count_fsyncs(directory: str, runs: int, steps: int) -> FsyncCount:
+    """(a)'s runs again in a child: its COMMITs counted by a trace callback, its fsyncs by
+    `strace -f -c -p`, attached to every thread after the child's warm-up and detached
+    after its runs, so that exactly the in-flight runs are counted."""
+    path = os.path.join(directory, "counted.db")
+    child = subprocess.Popen(
+        [sys.executable, __file__, "--count-worker", path, str(runs), str(steps)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert child.stdin is not None and child.stdout is not None
+    tracer: subprocess.Popen[bytes] | None = None
+    summary = os.path.join(directory, "strace.txt")
+    try:
+        if child.stdout.readline().strip() != "ready":
+            raise SystemExit("the counting child did not start")
+        tracer, why = attach_strace(child.pid, summary, os.path.join(directory, "strace.log"))
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        counted = json.loads(child.stdout.readline())
+        fsyncs: int | None = None
+        if tracer is not None:
+            tracer.send_signal(signal.SIGINT)  # detach: strace writes its summary
+            tracer.wait(timeout=60)
+            fsyncs = parse_strace_summary(Path(summary).read_text(encoding="utf-8"))
+        child.stdin.write("quit\n")
+        child.stdin.flush()
+        child.wait(timeout=60)
+    finally:
+        if tracer is not None and tracer.poll() is None:
+            tracer.kill()
+        if child.poll() is None:
+            child.kill()
+    return FsyncCount(fsyncs, counted["commits"], counted["done"] * steps, why=why)
+
+
+# --- (b) several processes ------------------------------------------------------------------------
+
+
+def proc_worker(path: str, runs: int, steps: int, tag: str, start_at: float) -> None:
+    """One of (b)'s processes: open the shared file, wait for the common start, run in flight."""
+    failed_open: str | None = None
+    try:
+        store = agentrt.open_store(path)
+    except Exception as e:
+        failed_open = f"{type(e).__name__}: {e}"
+    if failed_open is not None:
+        print(json.dumps({"tag": tag, "errors": [failed_open], "done": 0}), flush=True)
+        return
+    try:
+        delay = start_at - time.time()
+        if delay > 0:
+            time.sleep(delay)
+        cpu, start = time.process_time(), time.perf_counter()
+        began = time.time()
+        _, outcomes = asyncio.run(in_flight(store, runs, steps, tag=tag))
+        wall, used = time.perf_counter() - start, time.process_time() - cpu
+    finally:
+        store.close()
+    print(
+        json.dumps(
+            {
+                "tag": tag,
+                "done": completed(outcomes, steps),
+                "errors": failures(outcomes),
+                "wall": wall,
+                "cpu": used,
+                "began": began,
+                "ended": began + wall,
+            }
+        ),
+        flush=True,
+    )
+
+
+@dataclass
+class Procs:
+    procs: int
+    runs: int
+    steps: int
+    results: list[dict[str, Any]]
+    wall: float  # first start to last end
+    runs_completed: int = 0  # runs in the file COMPLETED with all their steps
+    steps_rows: int = 0  # of those runs
+    events_rows: int = 0
+    other_runs: int = 0  # runs in the file not COMPLETED (a start that raised may leave one)
+    other_steps: int = 0
+    other_events: int = 0
+
+    def errors(self) -> list[str]:
+        return [e for r in self.results for e in r.get("errors", [])]
+
+    def done(self) -> int:
+        return sum(int(r.get("done", 0)) for r in self.results)
+
+    def steps_per_s(self) -> float:
+        return self.done() * self.steps / self.wall if self.wall > 0 else 0.0
+
+    def each_per_s(self) -> list[float]:
+        return [r["done"] * self.steps / r["wall"] for r in self.results if r.get("wall")]
+
+
+def run_procs(path: str, procs: int, runs: int, steps: int) -> Procs:
+    """`procs` children on the file at `path`, started together; then the file's rows counted."""
+    agentrt.open_store(path).close()  # created and migrated before the children open it
+    start_at = time.time() + 1.0 + 0.3 * procs  # time for every child to import and open
+    children = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                __file__,
+                "--proc-worker",
+                path,
+                str(runs),
+                str(steps),
+                f"p{k}",
+                repr(start_at),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for k in range(procs)
+    ]
+    results: list[dict[str, Any]] = []
+    for child in children:
+        out, err = child.communicate(timeout=1800)
+        lines = out.strip().splitlines()
+        if child.returncode != 0 or not lines:
+            results.append(
+                {
+                    "tag": "?",
+                    "done": 0,
+                    "errors": [f"child exit {child.returncode}: {err.strip()[-500:]}"],
+                }
+            )
+            continue
+        results.append(json.loads(lines[-1]))
+    timed = [r for r in results if "began" in r]
+    wall = max(r["ended"] for r in timed) - min(r["began"] for r in timed) if timed else 0.0
+    result = Procs(procs, runs, steps, results, wall)
+    store = agentrt.open_existing(path, read_only=True)
+    try:
+        completed_runs = (
+            "SELECT id FROM runs WHERE status = 'COMPLETED' AND step_count = ?",
+            (steps + 1,),
+        )
+        result.runs_completed = len(store.query(*completed_runs))
+        for table in ("steps", "events"):
+            inside, outside = (
+                int(
+                    store.query(
+                        f"SELECT count(*) AS n FROM {table} WHERE run_id {how} "
+                        f"({completed_runs[0]})",
+                        completed_runs[1],
+                    )[0]["n"]
+                )
+                for how in ("IN", "NOT IN")
+            )
+            setattr(result, f"{table}_rows", inside)
+            setattr(result, f"other_{table}", outside)
+        result.other_runs = (
+            int(store.query("SELECT count(*) AS n FROM runs")[0]["n"]) - result.runs_completed
+        )
+    finally:
+        store.close()
+    return result
+
+
+# --- reporting ----------------------------------------------------------------------------------
+
+
+def verdict(met: bool) -> str:
+    return "met" if met else "MISSED"
+
+
+def load_average() -> str:
+    try:
+        return " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "unknown"
+
+
+def report_in_flight(a: InFlight, counted: FsyncCount) -> list[bool]:
+    verdicts: list[bool] = []
+    print()
+    print(
+        f"(a) {a.runs} runs in flight in one process (await start), {a.steps} steps each, one file"
+    )
+    print(
+        f"    runs completed: {a.done} of {a.runs}; exceptions reaching the caller: {len(a.errors)}"
+    )
+    for error in sorted(set(a.errors))[:5]:
+        print(f"      {error[:200]}")
+    if counted.fsyncs is None:
+        print(
+            f"    transactions per fsync: not counted ({counted.why}); "
+            f"{counted.commits} commits for {counted.steps} steps"
+        )
+    else:
+        per = counted.commits / counted.fsyncs if counted.fsyncs else float("inf")
+        met = per >= TX_PER_FSYNC_TARGET
+        verdicts.append(met)
+        print(
+            f"    transactions per fsync: {counted.commits} commits / {counted.fsyncs} fsyncs = "
+            f"{per:.2f} (target >= {TX_PER_FSYNC_TARGET:g}): {verdict(met)}"
+        )
+        print(
+            f"      per allowed step: {counted.commits / max(counted.steps, 1):.2f} commits, "
+            f"{counted.fsyncs / max(counted.steps, 1):.2f} fsyncs ({counted.why})"
+        )
+    rate, per_step = a.steps_per_s(), a.cpu_per_step()
+    busy = rate * per_step
+    met = busy >= CPU_BOUND_TARGET
+    verdicts.append(met)
+    print(f"    aggregate: {rate:,.0f} steps/s; CPU {per_step * 1e6:,.0f} µs per step")
+    print(
+        f"    steps/s x CPU s per step = {busy:.2f} (target >= {CPU_BOUND_TARGET:g}, CPU-bound): "
+        f"{verdict(met)}"
+    )
+    p50, p99 = percentile(a.latencies, 50), percentile(a.latencies, 99)
+    a50, a99 = percentile(a.alone, 50), percentile(a.alone, 99)
+    print(
+        f"    step latency: p50 {p50 * 1e3:,.1f} ms, p99 {p99 * 1e3:,.1f} ms; one run alone: "
+        f"p50 {a50 * 1e3:,.1f} ms, p99 {a99 * 1e3:,.1f} ms (p50 {p50 / a50:.1f}x, "
+        f"p99 {p99 / a99:.1f}x)"
+    )
+    met = a.lag * 1e6 <= a.commit_us
+    verdicts.append(met)
+    print(
+        f"    event-loop lag: max {a.lag * 1e6:,.0f} µs "
+        f"(one run alone: {a.lag_alone * 1e6:,.0f} µs); one fsynced commit "
+        f"{a.commit_us:,.0f} µs; target lag <= one commit: {verdict(met)}"
+    )
+    return verdicts
+
+
+def report_procs(p: Procs, alone: Procs) -> list[bool]:
+    verdicts: list[bool] = []
+    print()
+    print(f"(b) {p.procs} processes x {p.runs} runs in flight, {p.steps} steps each, one file")
+    errors = p.errors()
+    locked = [e for e in errors if "locked" in e or "busy" in e.lower()]
+    met = not locked and not errors
+    verdicts.append(met)
+    print(
+        f"    exceptions reaching a caller: {len(errors)}, of which 'database is locked' or "
+        f"busy: {len(locked)} (target: none): {verdict(met)}"
+    )
+    for error in sorted(set(errors))[:5]:
+        print(f"      {error[:200]}")
+    acknowledged = p.done()  # runs whose `start` returned them COMPLETED to the caller
+    steps_each = alone.steps_rows / max(alone.runs_completed, 1)
+    events_each = alone.events_rows / max(alone.runs_completed, 1)
+    expected_steps = round(acknowledged * steps_each)
+    expected_events = round(acknowledged * events_each)
+    met = (
+        p.runs_completed == acknowledged
+        and p.steps_rows == expected_steps
+        and p.events_rows == expected_events
+    )
+    verdicts.append(met)
+    print(
+        f"    nothing lost: of {acknowledged} runs returned COMPLETED ({p.procs * p.runs} "
+        f"started), {p.runs_completed} are in the file so, with step rows "
+        f"{p.steps_rows}/{expected_steps} and events {p.events_rows}/{expected_events} "
+        f"(as one process's runs): {verdict(met)}"
+    )
+    if p.other_runs or p.other_steps or p.other_events or errors:
+        print(
+            f"      left by the starts that raised: {p.other_runs} runs, {p.other_steps} "
+            f"steps, {p.other_events} events (not COMPLETED)"
+        )
+    ratio = p.steps_per_s() / alone.steps_per_s() if alone.steps_per_s() else 0.0
+    met = ratio >= PROCS_THROUGHPUT_TARGET
+    verdicts.append(met)
+    print(
+        f"    aggregate: {p.steps_per_s():,.0f} steps/s; one process alone: "
+        f"{alone.steps_per_s():,.0f} steps/s; {ratio:.2f}x (target >= "
+        f"{PROCS_THROUGHPUT_TARGET:g}x): {verdict(met)}"
+    )
+    each = p.each_per_s()
+    if each:
+        slowest = min(each) / statistics.mean(each)
+        met = slowest >= SLOWEST_TARGET
+        verdicts.append(met)
+        print(
+            f"    per process: {', '.join(f'{x:,.0f}' for x in each)} steps/s; slowest / mean = "
+            f"{slowest:.2f} (target >= {SLOWEST_TARGET:g}): {verdict(met)}"
+        )
+    return verdicts
+
+
+# --- main ---------------------------------------------------------------------------------------
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--runs", type=int, default=64, help="(a) runs in flight (default 64)")
+    parser.add_argument("--steps", type=int, default=20, help="(a) steps per run (default 20)")
+    parser.add_argument("--alone", type=int, default=3, help="(a) runs alone first (default 3)")
+    parser.add_argument("--procs", type=int, default=8, help="(b) processes (default 8)")
+    parser.add_argument("--proc-runs", type=int, default=50, help="(b) runs each (default 50)")
+    parser.add_argument("--proc-steps", type=int, default=10, help="(b) steps per run (10)")
+    parser.add_argument("--dir", default=None, help="where the files go (a new temp dir)")
+    parser.add_argument("--no-strace", action="store_true", help="do not count fsyncs")
+    args = parser.parse_args(argv)
+    for name in ("runs", "steps", "alone", "procs", "proc_runs", "proc_steps"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["--count-worker"]:
+        count_worker(argv[1], int(argv[2]), int(argv[3]))
+        return 0
+    if argv[:1] == ["--proc-worker"]:
+        proc_worker(argv[1], int(argv[2]), int(argv[3]), argv[4], float(argv[5]))
+        return 0
+    args = parse_args(argv)
+    began = time.perf_counter()
+    print(
+        f"agentrt {agentrt.__version__} concurrency benchmark, {datetime.now(UTC):%Y-%m-%d %H:%M}Z"
+    )
+    print(
+        f"python {platform.python_version()}, sqlite {sqlite3.sqlite_version}, "
+        f"{os.cpu_count()} cores, {platform.machine()}, {platform.system()}"
+    )
+    print(f"load average at start: {load_average()}")
+    sys.stdout.flush()
+    verdicts: list[bool] = []
+    with tempfile.TemporaryDirectory(prefix="agentrt-concurrency-", dir=args.dir) as directory:
+        commit_us = one_commit_us(directory)
+        a = asyncio.run(
+            measure_in_flight(
+                os.path.join(directory, "flight.db"), args.runs, args.steps, args.alone
+            )
+        )
+        a.commit_us = commit_us
+        print("  (a) timed", file=sys.stderr, flush=True)
+        if args.no_strace:
+            counted = FsyncCount(None, 0, 0, why="--no-strace")
+        else:
+            counted = count_fsyncs(directory, args.runs, args.steps)
+        print("  (a) counted", file=sys.stderr, flush=True)
+        verdicts += report_in_flight(a, counted)
+        sys.stdout.flush()
+        alone = run_procs(os.path.join(directory, "alone.db"), 1, args.proc_runs, args.proc_steps)
+        print("  (b) one process done", file=sys.stderr, flush=True)
+        procs = run_procs(
+            os.path.join(directory, "procs.db"), args.procs, args.proc_runs, args.proc_steps
+        )
+        verdicts += report_procs(procs, alone)
+    print()
+    print(f"targets: {sum(verdicts)} of {len(verdicts)} met")
+    print(f"load average at end: {load_average()} (other processes make every figure noisier)")
+    print(f"(took {time.perf_counter() - began:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
