@@ -33,9 +33,11 @@ measured in this one invocation (never a figure written into the script):
     (target >= 1.5x); the slowest process's throughput over the mean (target
     >= 0.5x).
 
-Today agentrt commits four fsynced transactions per allowed step, each its own
-fsync, and has no group commit: expect (a)'s targets and (b)'s throughput to be
-missed. This script's job is to measure it honestly.
+agentrt commits two fsynced transactions per allowed step (decision 0088); on the
+async path the transactions of runs in one process are committed in groups, one
+fsync for each group (decision 0089). Processes do not share commits: each
+process's group waits for the file's write lock. This script's job is to measure
+what that gives, honestly.
 
     python benchmarks/concurrency.py [--runs 64] [--steps 20] [--procs 8]
                                      [--proc-runs 50] [--proc-steps 10] [--dir PATH]

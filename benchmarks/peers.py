@@ -444,7 +444,7 @@ def sqlite_peers(directory: str, wanted: Sequence[str], skipped: list[str]) -> l
 
 
 class SqliteFloor:
-    """Two plain fsynced commits (driver.py's `Floor` measures four)."""
+    """Two plain fsynced commits (as driver.py's `Floor` measures)."""
 
     def __init__(self, directory: str) -> None:
         self.floor = bench.Floor(directory)
