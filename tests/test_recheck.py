@@ -8,6 +8,7 @@ import pytest
 
 import agentrt
 from agentrt import Decision, PolicyDecision, RunView, SideEffect, ToolRequest
+from agentrt._canonical import to_text
 from agentrt._policy_input import input_text
 from agentrt.scripted import ScriptedAgent
 from conftest import FakeClock, Ids, RecordingTool
@@ -306,12 +307,16 @@ def test_an_older_record_without_the_policys_input_is_not_recheckable(
     store: agentrt.Store,
 ) -> None:
     run = story_run(store, agentrt.default_policy())
+    # Rewritten whole, without `input` (a large payload is stored by reference, decision
+    # 0084, so SQL's JSON functions do not see it).
     with store.transaction() as tx:
-        tx.execute(
-            "UPDATE events SET payload_json = json_remove(payload_json, '$.input') "
-            "WHERE run_id = ? AND type = 'step.policy'",
-            (run.id,),
-        )
+        for event in store.list_events(run_id=run.id):
+            if event.type == "step.policy":
+                payload = {k: v for k, v in event.payload.items() if k != "input"}
+                tx.execute(
+                    "UPDATE events SET payload_json = ? WHERE seq = ?",
+                    (to_text(payload), event.seq),
+                )
     report = agentrt.recheck(store, run.id, Stricter())
     assert [e.verdict for e in report.evaluations] == ["not_recheckable"] * 4
     assert report.evaluations[0].detail == (

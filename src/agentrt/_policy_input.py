@@ -26,6 +26,8 @@ the evaluation without `input` (not re-checkable).
 
 from __future__ import annotations
 
+import hashlib
+import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -132,6 +134,26 @@ class InputHashes:
     def __init__(self) -> None:
         self._steps: dict[str, tuple[Step, str]] = {}
         self._approvals: dict[str, tuple[Approval, str]] = {}
+        # The list of steps' hashes as canonical JSON is hashed as it grows: the steps
+        # already in it (the same objects) and the SHA-256 of its text without the
+        # closing bracket. A view that extends the last one costs its new steps only.
+        self._listed: list[Step] = []
+        self._list_hash = hashlib.sha256(b"[")
+
+    def steps(self, steps: Sequence[Step]) -> str:
+        """`content_hash` of the list of each step's hash (`step`), grown incrementally."""
+        listed = self._listed
+        if len(steps) < len(listed) or not all(map(operator.is_, listed, steps)):
+            listed.clear()
+            self._list_hash = hashlib.sha256(b"[")
+        for step in steps[len(listed) :]:
+            # A hex digest needs no escaping: its JSON is itself in quotes.
+            comma = b"," if listed else b""
+            self._list_hash.update(comma + b'"' + self.step(step).encode("ascii") + b'"')
+            listed.append(step)
+        whole = self._list_hash.copy()
+        whole.update(b"]")
+        return whole.hexdigest()
 
     def step(self, step: Step) -> str:
         kept = self._steps.get(step.id)
@@ -158,7 +180,7 @@ def input_hashes(
     return {
         "request": content_hash(_request_form(request)),
         "run": content_hash(_run_form(view.run)),
-        "steps": content_hash([kept.step(step) for step in view.steps]),
+        "steps": kept.steps(view.steps),
         "approvals": content_hash([kept.approval(a) for a in view.approvals]),
     }
 
