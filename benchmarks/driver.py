@@ -327,11 +327,19 @@ class SchemaReplay:
 # --- the driver ---------------------------------------------------------------------------------
 
 
+def page_text(pad: str, page: int) -> str:
+    """`pad` with the page number at its head: the same length, a different text each
+    step (a store that keeps each value once must still store every step's)."""
+    return (f"{page:08d}" + pad[8:])[: len(pad)] if pad else pad
+
+
 def make_tool(pad: str) -> agentrt.Tool:
     @agentrt.tool(side_effect=agentrt.SideEffect.READ_ONLY, timeout=30)
     def read_page(page: int) -> agentrt.ToolResult:
         """Read one page (a different observation every step)."""
-        return agentrt.ToolResult({"page": page, "text": pad}, summary=f"page {page}")
+        return agentrt.ToolResult(
+            {"page": page, "text": page_text(pad, page)}, summary=f"page {page}"
+        )
 
     return read_page
 

@@ -136,7 +136,7 @@ def observation(page: int, size: str) -> dict[str, Any]:
 
     Each peer's tool finds the text by the size's name, as agentrt's tool has it
     bound: the text is never an argument or a state value a peer would record."""
-    return {"page": page, "text": pad_of(size)}
+    return {"page": page, "text": bench.page_text(pad_of(size), page)}
 
 
 # --- what is installed ----------------------------------------------------------------------------
