@@ -334,11 +334,13 @@ def page_text(pad: str, page: int) -> str:
 
 
 def make_tool(pad: str) -> agentrt.Tool:
+    calls = itertools.count()  # each call's text differs, across runs of one tool too
+
     @agentrt.tool(side_effect=agentrt.SideEffect.READ_ONLY, timeout=30)
     def read_page(page: int) -> agentrt.ToolResult:
         """Read one page (a different observation every step)."""
         return agentrt.ToolResult(
-            {"page": page, "text": page_text(pad, page)}, summary=f"page {page}"
+            {"page": page, "text": page_text(pad, next(calls))}, summary=f"page {page}"
         )
 
     return read_page
