@@ -20,6 +20,8 @@ fi
 [[ ${1:-} == "--" ]] && shift
 
 export CI="${CI:-true}"
+# The PostgreSQL half runs as in .ci/run (with CI set, its tests fail rather than skip).
+export AGENTRT_TEST_POSTGRES_URL="${AGENTRT_TEST_POSTGRES_URL:-postgresql://root@127.0.0.1:5432/test}"
 burners=()
 stop_burners() {
     for pid in "${burners[@]}"; do
