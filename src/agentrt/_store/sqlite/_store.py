@@ -221,20 +221,12 @@ class SqliteStore(ProxyRows):
         Holds the store's lock throughout, so other threads' reads and writes wait.
         Transactions do not nest.
         """
-        if self.read_only:
-            raise StoreError("the store was opened read-only")
         with self._lock:
-            self._check_open()
-            if self._tx is not None:
-                raise StoreError("a transaction is already open on this store; they do not nest")
             self._begin()
             tx = SqliteTx(self._conn)
             self._tx = tx
             try:
                 try:
-                    # A trigger added since the last check must not fire on this
-                    # transaction's writes: one pragma when nothing changed.
-                    self._safe_schema = check_schema(self._conn, self._safe_schema)
                     yield tx
                 except sqlite3.Error as e:
                     migrations.rollback_quietly(self._conn)
@@ -250,6 +242,14 @@ class SqliteStore(ProxyRows):
                 self._tx = None
 
     def _begin(self) -> None:
+        """`BEGIN IMMEDIATE` on a writable, open store with no transaction open (under the
+        lock), the schema checked inside it: a trigger added since the last check must
+        not fire on this transaction's writes (one pragma when nothing changed)."""
+        if self.read_only:
+            raise StoreError("the store was opened read-only")
+        self._check_open()
+        if self._tx is not None:
+            raise StoreError("a transaction is already open on this store; they do not nest")
         try:
             self._conn.execute("BEGIN IMMEDIATE")
         except sqlite3.OperationalError as e:
@@ -260,6 +260,16 @@ class SqliteStore(ProxyRows):
                     "nothing was written"
                 ) from e
             raise StoreError(f"cannot begin a write transaction: {e}") from e
+        try:
+            self._safe_schema = check_schema(self._conn, self._safe_schema)
+        except sqlite3.Error as e:
+            migrations.rollback_quietly(self._conn)
+            raise store_error(
+                e, "the transaction failed, nothing was written", retryable=False
+            ) from e
+        except BaseException:
+            migrations.rollback_quietly(self._conn)
+            raise
 
     def _commit(self) -> None:
         try:
@@ -275,16 +285,10 @@ class SqliteStore(ProxyRows):
         Each work gets a transaction object of its own: its events, and the chain head
         it reads (after the works before it, which its connection sees), are its own.
         """
-        if self.read_only:
-            raise StoreError("the store was opened read-only")
         with self._lock:
-            self._check_open()
-            if self._tx is not None:
-                raise StoreError("a transaction is already open on this store; they do not nest")
             self._begin()
             outcomes: list[Grouped] = []
             try:
-                self._safe_schema = check_schema(self._conn, self._safe_schema)
                 for work in works:
                     outcomes.append(self._in_savepoint(work))
             except sqlite3.Error as e:
