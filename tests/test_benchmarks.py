@@ -403,8 +403,10 @@ def test_the_peers_benchmark_runs_on_postgresql_and_drops_what_it_made(tmp_path:
         *("--repeats", "1", "--steps", "3", "--warm", "2", "--no-sqlite", "--postgres", url),
     )
     assert done.returncode == 0, done.stderr
-    # TOAST may compress a little even letters and digits drawn at random
-    assert_measured(peer_rows(done.stdout, "PostgreSQL"), PEER_ROW_NAMES, at_least=6144)
+    # TOAST compresses letters and digits drawn at random by up to about a quarter
+    # (62 symbols carry 6 bits a byte), and a table grows by whole 8 KiB pages, so
+    # three steps may show as two pages: half the content still proves it is stored.
+    assert_measured(peer_rows(done.stdout, "PostgreSQL"), PEER_ROW_NAMES, at_least=4096)
     assert "synchronous_commit=" in done.stdout
     assert made() <= before  # its databases and schema are dropped
 

@@ -13,6 +13,7 @@ The store layer is `agentrt/_store/`: the interface and one package per backend
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -92,6 +93,18 @@ _SQLITE_TYPES = {
 with and errors to catch, never a way to open a connection or run a statement."""
 
 
+@functools.cache
+def _tree(path: Path) -> ast.Module:
+    """A source file's tree, parsed once for every test here that reads it."""
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
+@functools.cache
+def _nodes(tree: ast.AST) -> tuple[ast.AST, ...]:
+    """Every node of a tree, walked once (each check reads them several times)."""
+    return tuple(ast.walk(tree))
+
+
 def _modules() -> list[Path]:
     return sorted(p for p in PACKAGE.rglob("*.py") if ".venv" not in p.parts)
 
@@ -108,7 +121,7 @@ def _literal_texts(tree: ast.AST) -> list[tuple[ast.AST, str]]:
     """Every string or bytes literal, an f-string read as its literal parts joined."""
     texts: list[tuple[ast.AST, str]] = []
     inside_fstrings: set[int] = set()
-    for node in ast.walk(tree):
+    for node in _nodes(tree):
         if isinstance(node, ast.JoinedStr):
             parts = [
                 v.value if isinstance(v, ast.Constant) and isinstance(v.value, str) else "?"
@@ -116,12 +129,12 @@ def _literal_texts(tree: ast.AST) -> list[tuple[ast.AST, str]]:
             ]
             texts.append((node, "".join(parts)))
             inside_fstrings.update(id(v) for v in node.values)
-    for node in ast.walk(tree):
+    for node in _nodes(tree):
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
             folded = _fold(node)  # "UPD" + "ATE" is still UPDATE
             if folded is not None:
                 texts.append((node, folded))
-    for node in ast.walk(tree):
+    for node in _nodes(tree):
         if isinstance(node, ast.Constant) and id(node) not in inside_fstrings:
             if isinstance(node.value, str):
                 texts.append((node, node.value))
@@ -132,7 +145,7 @@ def _literal_texts(tree: ast.AST) -> list[tuple[ast.AST, str]]:
 
 def _docstrings(tree: ast.AST) -> set[int]:
     found: set[int] = set()
-    for node in ast.walk(tree):
+    for node in _nodes(tree):
         if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
             body = node.body
             if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
@@ -167,7 +180,7 @@ def _db_access(tree: ast.AST) -> list[tuple[int, str]]:
     """
     bare_calls = {
         id(node.func)
-        for node in ast.walk(tree)
+        for node in _nodes(tree)
         if isinstance(node, ast.Call)
         and isinstance(node.func, ast.Attribute)
         and node.func.attr == "execute"
@@ -176,13 +189,13 @@ def _db_access(tree: ast.AST) -> list[tuple[int, str]]:
     }
     sqlite_bases = {
         id(node.value)
-        for node in ast.walk(tree)
+        for node in _nodes(tree)
         if isinstance(node, ast.Attribute)
         and isinstance(node.value, ast.Name)
         and node.value.id == "sqlite3"
     }
     hits: list[tuple[int, str]] = []
-    for node in ast.walk(tree):
+    for node in _nodes(tree):
         if isinstance(node, ast.Attribute) and node.attr in _DB_METHODS:
             if id(node) not in bare_calls:
                 hits.append((node.lineno, f"a statement or event of its own ({ast.unparse(node)})"))
@@ -212,7 +225,7 @@ def _db_access(tree: ast.AST) -> list[tuple[int, str]]:
 
 
 def _sql_in(path: Path) -> list[str]:
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = _tree(path)
     docs = _docstrings(tree)
     return [
         f"{_relative(path)}:{node.lineno}: {text[:60]!r}"
@@ -311,15 +324,15 @@ def _imports(path: Path, names: set[str], type_only: bool = False) -> set[str]:
     module = _module_name(path)
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     found: set[str] = set()
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = _tree(path)
     typing_only = {  # `if TYPE_CHECKING:` imports are not made at run time
         id(inner)
-        for node in ast.walk(tree)
+        for node in _nodes(tree)
         if isinstance(node, ast.If) and ast.unparse(node.test).endswith("TYPE_CHECKING")
         for stmt in node.body
         for inner in ast.walk(stmt)
     }
-    for node in ast.walk(tree):
+    for node in _nodes(tree):
         if id(node) in typing_only and not type_only:
             continue
         if isinstance(node, ast.Import):
@@ -497,7 +510,7 @@ def _imported_modules(tree: ast.AST) -> list[tuple[int, str]]:
     """Every module an `import` or `from ... import` names, relative ones resolved
     against the package root as `agentrt.<...>` (type-only imports included)."""
     found: list[tuple[int, str]] = []
-    for node in ast.walk(tree):
+    for node in _nodes(tree):
         if isinstance(node, ast.Import):
             found += [(node.lineno, alias.name) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -523,7 +536,7 @@ def test_no_module_outside_a_backend_imports_a_database_driver() -> None:
         f"{_relative(path)}:{line}: {module}"
         for path in _modules()
         if not _relative(path).startswith(BACKEND_PACKAGES)
-        for line, module in _imported_modules(ast.parse(path.read_text(encoding="utf-8")))
+        for line, module in _imported_modules(_tree(path))
         if module.split(".")[0] in {"sqlite3", "psycopg", "psycopg_pool"}
     ]
     assert found == []
@@ -535,7 +548,7 @@ def test_nothing_above_the_store_imports_a_backend_but_the_sqlite_only_doors() -
         relative = _relative(path)
         if relative.startswith("_store/") or relative in SQLITE_ONLY_DOORS:
             continue
-        for line, module in _imported_modules(ast.parse(path.read_text(encoding="utf-8"))):
+        for line, module in _imported_modules(_tree(path)):
             if _resolved(relative, module).startswith("agentrt._store.sqlite"):
                 found.append(f"{relative}:{line}: {module}")
     assert found == []
