@@ -42,6 +42,7 @@ from agentrt.cli import main
 from agentrt.scripted import ScriptedAgent
 from agentrt.trace import display_width, event_json
 from conftest import FakeClock, Ids, RecordingTool
+from support import forkserver
 
 MESSAGE_SCHEMA = {
     "type": "object",
@@ -120,17 +121,23 @@ def clean_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def agentrt_cmd(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """The real command in a process of its own, stdin closed, stdout and stderr piped."""
-    return subprocess.run(
+def agentrt_cmd(*args: str, env: dict[str, str] | None = None) -> forkserver.Done:
+    """The real command in a process of its own, stdin closed, stdout and stderr piped.
+
+    The process is forked from one that has imported the CLI once
+    (tests/support/forkserver.py); what the interpreter's own start does is judged
+    by the tests that run `python -m agentrt` with `subprocess` (the import tests,
+    `test_python_dash_m_and_main_agree`).
+    """
+    return forkserver.run(
         [sys.executable, "-m", "agentrt", *args],
-        capture_output=True,
-        text=True,
-        encoding="utf-8",
+        preload=PRELOAD,
         env=env or clean_env(),
-        stdin=subprocess.DEVNULL,
         timeout=60,
     )
+
+
+PRELOAD = ("agentrt.cli",)
 
 
 def run_main(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -929,7 +936,7 @@ def test_cancel_ends_a_live_run_once(db_path: Path) -> None:
 # --- verify -------------------------------------------------------------------------------------
 
 
-def _verify(db: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def _verify(db: Path, *args: str) -> forkserver.Done:
     return agentrt_cmd("--db", str(db), "verify", *args)
 
 
@@ -1333,6 +1340,17 @@ def test_python_dash_m_and_main_agree(db_path: Path, capsys: pytest.CaptureFixtu
     waiting_run(db_path)
     assert entry(["--db", str(db_path), "runs"]) == 0
     in_process = capsys.readouterr().out
+    # A fresh interpreter, as a user starts it (the other tests fork theirs).
+    fresh = subprocess.run(
+        [sys.executable, "-m", "agentrt", "--db", str(db_path), "runs"],
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        env=clean_env(),
+        stdin=subprocess.DEVNULL,
+        timeout=60,
+    )
+    assert (fresh.returncode, fresh.stdout) == (0, in_process)
     assert agentrt_cmd("--db", str(db_path), "runs").stdout == in_process
 
 
