@@ -1,0 +1,86 @@
+"""A framework agent whose `charge` tool has its own reconciliation, for the SIGKILL tests.
+
+`python reconcile_child.py WORKDIR FRAMEWORK` (FRAMEWORK: `pydantic_ai`,
+`openai_agents` or `langgraph`) runs one framework run of agentrt run
+`config.json`'s `run_id` behind that framework's adapter, with the scripted
+model of that framework's other tests calling `charge(amount=5)` once (call
+id `c1`). The charge appends the operation id it is given
+(`agentrt.adapters.current_operation_id()`) to `WORKDIR/charges.log`, the
+ledger the reconciliation reads; the first charge then writes
+`WORKDIR/charged` and hangs, to be SIGKILLed there. The reconciliation
+answers `found` when the ledger holds the call's operation id and `not_found`
+otherwise. The last line of output is JSON: the run's output and the
+operation ids the reconciliation was asked about.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import agentrt
+from agentrt.adapters import Classification, current_operation_id
+
+PAY = agentrt.SideEffectPolicy(
+    {agentrt.SideEffect.REMOTE_MUTATION: agentrt.PolicyDecision.allow()}, policy_id="pay/1"
+)
+"""Charges are allowed: what waits for a person here is only the contract's pause."""
+
+
+class Ledger:
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.asked: list[str] = []
+
+    def charge(self, amount: int) -> dict[str, Any]:
+        op = current_operation_id()
+        with (self.workdir / "charges.log").open("a") as f:
+            f.write(op + "\n")
+        if not (self.workdir / "charged").exists():
+            (self.workdir / "charged").write_text("1")
+            while True:
+                time.sleep(1)
+        return {"charged": amount, "op": op}
+
+    def reconcile(self, call: agentrt.ToolCall) -> agentrt.Reconciled:
+        self.asked.append(call.operation_id)
+        path = self.workdir / "charges.log"
+        ops = path.read_text().splitlines() if path.exists() else []
+        if call.operation_id in ops:
+            amount = call.args["amount"] if isinstance(call.args, dict) else None
+            return agentrt.Reconciled.found({"charged": amount, "op": call.operation_id})
+        return agentrt.Reconciled.not_found("no charge with this operation id")
+
+    def classes(self) -> dict[str, Classification]:
+        return {"charge": Classification("remote_mutation", timeout=30, reconcile=self.reconcile)}
+
+
+def pydantic_ai(store: agentrt.Store, ledger: Ledger, run_id: str) -> Any:
+    from pydantic_ai import Agent, DeferredToolRequests
+
+    from agentrt.adapters.pydantic_ai import AgentrtGate
+    from support.adapters.pydantic_ai_child import model
+
+    gate = AgentrtGate(store=store, policy=PAY, classifications=ledger.classes())
+    script: list[Any] = [[("charge", {"amount": 5}, "c1")], "done"]
+    agent: Any = Agent(model(script), output_type=[str, DeferredToolRequests], capabilities=[gate])
+    agent.tool_plain(ledger.charge)
+    return agent.run_sync("pay", metadata=gate.run_metadata(run_id)).output
+
+
+def main(argv: list[str]) -> int:
+    workdir, framework = Path(argv[0]), argv[1]
+    run_id = json.loads((workdir / "config.json").read_text())["run_id"]
+    ledger = Ledger(workdir)
+    with agentrt.open_store(workdir / "runs.db") as store:
+        output = {"pydantic_ai": pydantic_ai}[framework](store, ledger, run_id)
+    print(json.dumps({"output": output, "asked": ledger.asked}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    sys.exit(main(sys.argv[1:]))
