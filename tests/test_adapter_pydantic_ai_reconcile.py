@@ -33,27 +33,11 @@ from agentrt.adapters.pydantic_ai import AgentrtGate
 from support import forkserver
 from support.adapters import pydantic_ai_child as child
 from support.adapters import reconcile_child
-from support.adapters.reconcile_child import PAY
+from support.adapters.reconcile_child import PAY, Charges, reconciled_events
 
 RUN = "0" * 31 + "7"
 ROOT = Path(__file__).resolve().parent.parent
 CHILD = Path(reconcile_child.__file__)
-
-
-class Charges:
-    """The tool's view of the world: each charge's operation id, and the reconciliation's asks."""
-
-    def __init__(self, answer: Any) -> None:
-        self.answer = answer
-        self.seen: list[str] = []
-        self.asked: list[agentrt.ToolCall] = []
-        self.hang_first = True
-
-    def reconcile(self, call: agentrt.ToolCall) -> agentrt.Reconciled:
-        self.asked.append(call)
-        if isinstance(self.answer, BaseException):
-            raise self.answer
-        return self.answer  # type: ignore[no-any-return]
 
 
 def gated_agent(store: agentrt.Store, charges: Charges, script: list[Any]) -> Any:
@@ -110,10 +94,6 @@ def charge_step(store: agentrt.Store) -> agentrt.Step:
     return step
 
 
-def reconciled_events(store: agentrt.Store) -> list[dict[str, Any]]:
-    return [e.payload for e in store.list_events(RUN) if e.type == "step.reconciled"]
-
-
 def test_found_completes_the_cut_off_call_with_the_recovered_result_and_asks_nobody(
     tmp_path: Path,
 ) -> None:
@@ -133,7 +113,7 @@ def test_found_completes_the_cut_off_call_with_the_recovered_result_and_asks_nob
     assert step.status == "done"
     assert step.observation is not None
     assert step.observation.content == {"charged": 5, "recovered": True}
-    (event,) = reconciled_events(store)
+    (event,) = reconciled_events(store, RUN)
     assert event["decider"] == "tool_reconcile"
     assert (event["tool"], event["operation_id"], event["answer"]) == ("charge", op, "found")
     assert event["detail"] == "charge ch_1 found"
@@ -162,7 +142,7 @@ def test_safe_to_repeat_runs_the_same_request_again_on_the_same_step_with_the_sa
     assert step.status == "done"
     assert step.observation is not None
     assert step.observation.content == {"charged": 5, "op": op}
-    (event,) = reconciled_events(store)
+    (event,) = reconciled_events(store, RUN)
     assert (event["decider"], event["answer"], event["operation_id"]) == (
         "tool_reconcile",
         "safe_to_repeat",
@@ -202,7 +182,7 @@ def test_not_found_unknown_or_a_raising_reconcile_waits_for_a_person_with_the_an
     assert reconciliation["answer"] == said
     assert reconciliation.get("error", "").startswith(error)
     assert "reconciliation" in approval.presentation["notice"]
-    (event,) = reconciled_events(store)
+    (event,) = reconciled_events(store, RUN)
     assert (event["decider"], event["answer"]) == ("tool_reconcile", said)
     assert event.get("error", "").startswith(error)
     assert store.get_run(RUN).status == "WAITING_FOR_APPROVAL"
@@ -262,7 +242,7 @@ def test_a_charge_cut_off_by_sigkill_is_settled_by_the_tools_reconciliation(
         }
         assert step.status == "done"
         assert [e.type for e in store.list_events(RUN)].count("lease.taken_over") == 1
-        (event,) = reconciled_events(store)
+        (event,) = reconciled_events(store, RUN)
         assert (event["decider"], event["answer"], event["operation_id"]) == (
             "tool_reconcile",
             "found",

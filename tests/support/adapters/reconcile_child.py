@@ -11,6 +11,9 @@ ledger the reconciliation reads; the first charge then writes
 answers `found` when the ledger holds the call's operation id and `not_found`
 otherwise. The last line of output is JSON: the run's output and the
 operation ids the reconciliation was asked about.
+
+`Charges`, `reconciled_events` and `PAY` serve the in-process tests too
+(tests/test_adapter_*_reconcile.py).
 """
 
 from __future__ import annotations
@@ -30,7 +33,34 @@ PAY = agentrt.SideEffectPolicy(
 """Charges are allowed: what waits for a person here is only the contract's pause."""
 
 
+class Charges:
+    """For the in-process tests: each charge's operation id, and what the reconciliation got.
+
+    `answer` is what the reconciliation answers (raised, when an exception);
+    a tool using it hangs on its first charge while `hang_first` is set.
+    """
+
+    def __init__(self, answer: Any) -> None:
+        self.answer = answer
+        self.seen: list[str] = []
+        self.asked: list[agentrt.ToolCall] = []
+        self.hang_first = True
+
+    def reconcile(self, call: agentrt.ToolCall) -> agentrt.Reconciled:
+        self.asked.append(call)
+        if isinstance(self.answer, BaseException):
+            raise self.answer
+        return self.answer  # type: ignore[no-any-return]
+
+
+def reconciled_events(store: agentrt.Store, run_id: str) -> list[dict[str, Any]]:
+    """The payloads of the run's `step.reconciled` events, in order."""
+    return [e.payload for e in store.list_events(run_id) if e.type == "step.reconciled"]
+
+
 class Ledger:
+    """The child's charge tool and its reconciliation, over `WORKDIR/charges.log`."""
+
     def __init__(self, workdir: Path) -> None:
         self.workdir = workdir
         self.asked: list[str] = []
