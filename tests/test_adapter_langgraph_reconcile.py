@@ -8,13 +8,19 @@ turn's run RUNNING with its lease given back; LangGraph's own way on,
 `ainvoke(None, config)` from the last checkpoint, issues the call again and
 the adapter's `Gate.attach` takes the run over, which asks the tool's
 reconciliation (the path a SIGKILLed worker's successor takes from `attach`,
-tests/test_adapter_langgraph.py's kill tests). Decision 0091.
+tests/test_adapter_langgraph.py's kill tests); one test SIGKILLs a child process
+mid-charge. Decision 0091.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import signal
+import sys
+import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,9 +37,13 @@ from langgraph.prebuilt import tools_condition
 
 import agentrt
 from agentrt.adapters import current_operation_id
-from agentrt.adapters.langgraph import Classification, gated_tool_node
-from support.adapters.langgraph_graphs import CONFIG, RUN, TURN, call
+from agentrt.adapters.langgraph import Classification, gated_tool_node, run_id_for
+from support import forkserver
+from support.adapters import reconcile_child
+from support.adapters.langgraph_graphs import CONFIG, PRELOAD, ROOT, RUN, TURN, call
 from support.adapters.reconcile_child import PAY, Charges, reconciled_events
+
+CHILD = Path(reconcile_child.__file__)
 
 SCRIPT = [AIMessage("", tool_calls=[call("charge", "c1", amount=5)]), AIMessage("paid")]
 
@@ -211,3 +221,40 @@ def test_each_step_hands_its_own_operation_id_to_a_blocking_framework_tool(
     ops = [agentrt.operation_id(RUN, s.id) for s in store.list_steps(RUN) if s.decision]
     assert charges.seen == ops
     assert len(set(ops)) == 2
+
+
+def test_a_charge_cut_off_by_sigkill_is_settled_by_the_tools_reconciliation(
+    tmp_path: Path,
+) -> None:
+    """A real SIGKILL mid-charge; LangGraph's `invoke(None, config)` in a new process goes on."""
+    run_id = run_id_for("t", "pay")
+    (tmp_path / "config.json").write_text(json.dumps({"run_id": run_id}))
+    argv = [sys.executable, str(CHILD), str(tmp_path), "langgraph"]
+    proc = forkserver.server(*PRELOAD).spawn(argv, cwd=ROOT, capture=True)
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "charged").exists():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert proc.returncode == -signal.SIGKILL
+    done = forkserver.run(argv, preload=PRELOAD, timeout=120, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    with agentrt.open_store(tmp_path / "runs.db") as store:
+        (step,) = store.list_steps(run_id)
+        op = agentrt.operation_id(run_id, step.id)
+        assert (tmp_path / "charges.log").read_text().splitlines() == [op]  # charged once
+        recovered = json.dumps({"charged": 5, "op": op}, separators=(",", ":"))
+        said = json.loads(done.stdout.strip().splitlines()[-1])
+        assert said["asked"] == [op]
+        assert said["output"][1:] == [recovered, "done"]
+        assert step.status == "done"
+        assert [e.type for e in store.list_events(run_id)].count("lease.taken_over") == 1
+        (event,) = reconciled_events(store, run_id)
+        assert (event["decider"], event["answer"], event["operation_id"]) == (
+            "tool_reconcile",
+            "found",
+            op,
+        )
+        assert store.list_approvals(run_id) == []

@@ -250,3 +250,44 @@ def test_a_charge_cut_off_by_sigkill_is_settled_by_the_tools_reconciliation(
         )
         assert store.list_approvals(RUN) == []
         assert store.get_run(RUN).status == "COMPLETED"
+
+
+def test_another_call_while_a_vouched_rerun_waits_is_refused_and_the_next_takeover_asks_again(
+    tmp_path: Path,
+) -> None:
+    """A framework run whose model makes another call (a new id) does not run the vouched one."""
+    store = agentrt.open_store(tmp_path / "runs.db")
+    charges = Charges(agentrt.Reconciled.not_found("no ch_1", safe_to_repeat=True))
+    agent, meta = gated_agent(store, charges, SCRIPT)
+    other, _ = gated_agent(store, charges, [[("charge", {"amount": 7}, "c9")], "gave up"])
+
+    async def main() -> Any:
+        task = asyncio.create_task(agent.run("pay", metadata=meta))
+        while not charges.seen:
+            await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return await other.run("pay", metadata=meta)
+
+    result = asyncio.run(main())
+    step = charge_step(store)
+    op = agentrt.operation_id(RUN, step.id)
+    assert charges.seen == [op]  # neither the vouched call nor the other one ran
+    (failed,) = [
+        p.content
+        for m in result.all_messages()
+        for p in m.parts
+        if type(p).__name__ == "RetryPromptPart" or type(p).__name__ == "ToolReturnPart"
+    ]
+    assert "first runs again the call c1 (charge)" in str(failed)
+    # Nothing of c9 recorded; the cut-off step is left as the crash left it.
+    assert [s.decision.tool for s in store.list_steps(RUN) if s.decision] == ["charge"]
+    assert step.status == "interrupted"
+    assert (store.get_run(RUN).status, store.lease(RUN).owner) == ("RUNNING", "")
+    # The framework run that issues the call runs it, after the reconciliation is asked again.
+    again = asyncio.run(agent.run("pay", metadata=meta))
+    assert again.output == "done"
+    assert charges.seen == [op, op]
+    assert [e["answer"] for e in reconciled_events(store, RUN)] == ["safe_to_repeat"] * 2
+    assert store.get_run(RUN).status == "COMPLETED"

@@ -1,8 +1,10 @@
 """A framework agent whose `charge` tool has its own reconciliation, for the SIGKILL tests.
 
-`python reconcile_child.py WORKDIR FRAMEWORK` (FRAMEWORK: `pydantic_ai`,
-`openai_agents` or `langgraph`) runs one framework run of agentrt run
-`config.json`'s `run_id` behind that framework's adapter, with the scripted
+`python reconcile_child.py WORKDIR FRAMEWORK` (FRAMEWORK: `pydantic_ai` or
+`langgraph`) runs one framework run behind that framework's adapter (Pydantic
+AI: of agentrt run `config.json`'s `run_id`; LangGraph: thread "t", whose
+first turn's run is `run_id_for("t", "pay")`; a process after the first goes
+on with `invoke(None, config)` from its SQLite checkpoint), with the scripted
 model of that framework's other tests calling `charge(amount=5)` once (call
 id `c1`). The charge appends the operation id it is given
 (`agentrt.adapters.current_operation_id()`) to `WORKDIR/charges.log`, the
@@ -66,6 +68,7 @@ class Ledger:
         self.asked: list[str] = []
 
     def charge(self, amount: int) -> dict[str, Any]:
+        """Charge the card; the first charge hangs after it acted, to be killed there."""
         op = current_operation_id()
         with (self.workdir / "charges.log").open("a") as f:
             f.write(op + "\n")
@@ -101,12 +104,55 @@ def pydantic_ai(store: agentrt.Store, ledger: Ledger, run_id: str) -> Any:
     return agent.run_sync("pay", metadata=gate.run_metadata(run_id)).output
 
 
+def langgraph(store: agentrt.Store, ledger: Ledger, run_id: str) -> Any:
+    """The first process invokes thread "t"; a later one goes on with `invoke(None, config)`."""
+    import sqlite3
+
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+    from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+    from langchain_core.tools import tool
+    from langgraph.checkpoint.sqlite import SqliteSaver
+    from langgraph.graph import START, MessagesState, StateGraph
+    from langgraph.prebuilt import tools_condition
+
+    from agentrt.adapters.langgraph import gated_tool_node
+
+    calls = [{"name": "charge", "args": {"amount": 5}, "id": "c1"}]
+    script = [AIMessage("", tool_calls=calls), AIMessage("done")]
+
+    def agent(state: MessagesState) -> dict[str, Any]:
+        answered = 1 if isinstance(state["messages"][-1], ToolMessage) else 0
+        return {"messages": [GenericFakeChatModel(messages=iter([script[answered]])).invoke("")]}
+
+    node = gated_tool_node(
+        [tool(ledger.charge)], store=store, policy=PAY, classifications=ledger.classes()
+    )
+    builder = StateGraph(MessagesState)
+    builder.add_node("agent", agent)
+    builder.add_node("tools", node)
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges("agent", tools_condition)
+    builder.add_edge("tools", "agent")
+    conn = sqlite3.connect(ledger.workdir / "checkpoints.db", check_same_thread=False)
+    graph = builder.compile(checkpointer=SqliteSaver(conn))
+    config: Any = {"configurable": {"thread_id": "t"}}
+    first = (
+        None
+        if (ledger.workdir / "charged").exists()
+        else {"messages": [HumanMessage("pay", id="pay")]}
+    )
+    out = graph.invoke(first, config)
+    return [m.content for m in out["messages"] if isinstance(m, ToolMessage | AIMessage)]
+
+
 def main(argv: list[str]) -> int:
     workdir, framework = Path(argv[0]), argv[1]
     run_id = json.loads((workdir / "config.json").read_text())["run_id"]
     ledger = Ledger(workdir)
     with agentrt.open_store(workdir / "runs.db") as store:
-        output = {"pydantic_ai": pydantic_ai}[framework](store, ledger, run_id)
+        output = {"pydantic_ai": pydantic_ai, "langgraph": langgraph}[framework](
+            store, ledger, run_id
+        )
     print(json.dumps({"output": output, "asked": ledger.asked}))
     return 0
 
