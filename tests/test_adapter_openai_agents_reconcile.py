@@ -7,13 +7,19 @@ adapter's in-process crash (a framework run cancelled mid-call: the step
 `interrupted`, the run RUNNING, the lease given back, as
 `test_a_fresh_framework_run_while_a_call_cut_off_mid_way_waits_is_refused_before_the_model`
 uses). The next framework run resumes the saved state; its `load_state` takes
-the run over, which asks the tool's reconciliation. Decision 0091.
+the run over, which asks the tool's reconciliation. One test SIGKILLs a child
+process mid-charge. Decision 0091.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import signal
+import sys
+import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,20 +34,14 @@ import agentrt
 from agentrt.adapters import current_operation_id
 from agentrt.adapters.openai_agents import Classification, RunMismatchError, gate_agent
 from conftest import FakeClock, Ids
-from support.adapters.reconcile_child import PAY, Charges, reconciled_events
+from support import forkserver
+from support.adapters import reconcile_child
+from support.adapters.reconcile_child import PAY, AskFirst, Charges, reconciled_events
 
 set_tracing_disabled(True)  # nothing leaves the machine
 
-
-class AskFirst:
-    """A charge waits for a person once; a step a person approved goes on without asking."""
-
-    policy_id = "ask-first/1"
-
-    def evaluate(self, request: agentrt.ToolRequest, view: agentrt.RunView) -> Any:
-        if any(a.step_id == request.step_id and a.status == "approved" for a in view.approvals):
-            return agentrt.PolicyDecision.allow()
-        return agentrt.need_approval("remote_mutation", "a charge waits for a person first")
+ROOT = Path(__file__).resolve().parent.parent
+CHILD = Path(reconcile_child.__file__)
 
 
 def gated(
@@ -241,3 +241,42 @@ def test_each_step_hands_its_own_operation_id_to_the_framework_tool(
     ops = [agentrt.operation_id(run.run_id, s.id) for s in steps]
     assert charges.seen == ops
     assert len(set(ops)) == 2
+
+
+def test_a_charge_cut_off_by_sigkill_is_settled_by_the_tools_reconciliation(
+    tmp_path: Path,
+) -> None:
+    """A real SIGKILL mid-charge; the next process resumes the saved RunState."""
+    run_id = "0" * 31 + "9"
+    (tmp_path / "config.json").write_text(json.dumps({"run_id": run_id}))
+    argv = [sys.executable, str(CHILD), str(tmp_path), "openai_agents"]
+    preload = ("agents", "agentrt.adapters.openai_agents")
+    proc = forkserver.server(*preload).spawn(argv, cwd=ROOT, capture=True)
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "charged").exists():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert proc.returncode == -signal.SIGKILL
+    done = forkserver.run(argv, preload=preload, timeout=120, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    with agentrt.open_store(tmp_path / "runs.db") as store:
+        step = charge_step(store, run_id)
+        op = agentrt.operation_id(run_id, step.id)
+        assert (tmp_path / "charges.log").read_text().splitlines() == [op]  # charged once
+        said = json.loads(done.stdout.strip().splitlines()[-1])
+        assert said == {"output": "paid", "asked": [op]}
+        assert step.status == "done"
+        assert step.observation is not None
+        assert step.observation.content == {"charged": 5, "op": op}
+        assert [e.type for e in store.list_events(run_id)].count("lease.taken_over") == 1
+        (event,) = reconciled_events(store, run_id)
+        assert (event["decider"], event["answer"], event["operation_id"]) == (
+            "tool_reconcile",
+            "found",
+            op,
+        )
+        assert [a.kind for a in store.list_approvals(run_id)] == ["remote_mutation"]
+        assert store.get_run(run_id).status == "COMPLETED"

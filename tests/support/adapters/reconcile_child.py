@@ -1,10 +1,13 @@
 """A framework agent whose `charge` tool has its own reconciliation, for the SIGKILL tests.
 
-`python reconcile_child.py WORKDIR FRAMEWORK` (FRAMEWORK: `pydantic_ai` or
-`langgraph`) runs one framework run behind that framework's adapter (Pydantic
-AI: of agentrt run `config.json`'s `run_id`; LangGraph: thread "t", whose
-first turn's run is `run_id_for("t", "pay")`; a process after the first goes
-on with `invoke(None, config)` from its SQLite checkpoint), with the scripted
+`python reconcile_child.py WORKDIR FRAMEWORK` (FRAMEWORK: `pydantic_ai`,
+`openai_agents` or `langgraph`) runs one framework run behind that
+framework's adapter (Pydantic AI and the Agents SDK: of agentrt run
+`config.json`'s `run_id`, the SDK's first process asking, approving and
+saving `WORKDIR/state.json` before it resumes the charge, a later one resuming
+that state; LangGraph: thread "t", whose first turn's run is
+`run_id_for("t", "pay")`, a process after the first going on with
+`invoke(None, config)` from its SQLite checkpoint), with the scripted
 model of that framework's other tests calling `charge(amount=5)` once (call
 id `c1`). The charge appends the operation id it is given
 (`agentrt.adapters.current_operation_id()`) to `WORKDIR/charges.log`, the
@@ -20,6 +23,7 @@ operation ids the reconciliation was asked about.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 import time
@@ -33,6 +37,21 @@ PAY = agentrt.SideEffectPolicy(
     {agentrt.SideEffect.REMOTE_MUTATION: agentrt.PolicyDecision.allow()}, policy_id="pay/1"
 )
 """Charges are allowed: what waits for a person here is only the contract's pause."""
+
+
+class AskFirst:
+    """A charge waits for a person once; a step a person approved goes on without asking.
+
+    (The Agents SDK's saved `RunState` holds a call only once it was an
+    interruption: its tests approve the charge first.)
+    """
+
+    policy_id = "ask-first/1"
+
+    def evaluate(self, request: agentrt.ToolRequest, view: agentrt.RunView) -> Any:
+        if any(a.step_id == request.step_id and a.status == "approved" for a in view.approvals):
+            return agentrt.PolicyDecision.allow()
+        return agentrt.need_approval("remote_mutation", "a charge waits for a person first")
 
 
 class Charges:
@@ -145,14 +164,42 @@ def langgraph(store: agentrt.Store, ledger: Ledger, run_id: str) -> Any:
     return [m.content for m in out["messages"] if isinstance(m, ToolMessage | AIMessage)]
 
 
+def openai_agents(store: agentrt.Store, ledger: Ledger, run_id: str) -> Any:
+    """The first process asks, approves (agentrt and the saved state) and resumes the charge;
+    a later one resumes the saved `RunState` (`load_state` takes the run over)."""
+    from agents import Agent, function_tool, set_tracing_disabled
+    from agents.testing import ScriptedModel, assistant_message, function_call
+
+    from agentrt.adapters.openai_agents import gate_agent
+
+    set_tracing_disabled(True)  # nothing leaves the machine
+    saved = ledger.workdir / "state.json"
+    script: list[Any] = [[assistant_message("paid")]]
+    if not saved.exists():
+        script.insert(0, [function_call("charge", {"amount": 5}, call_id="c1")])
+    agent = Agent(name="payer", model=ScriptedModel(script), tools=[function_tool(ledger.charge)])
+    gated = gate_agent(agent, store=store, policy=AskFirst(), classifications=ledger.classes())
+
+    async def go() -> Any:
+        if not saved.exists():
+            run = gated.new_run(run_id)
+            state = (await run.run_agent("pay")).to_state()
+            await run.approve(state, state.get_interruptions()[0], by="alice")
+            saved.write_text(state.to_string())
+            return (await run.run_agent(state)).final_output  # killed inside the charge
+        again = gated.resume(run_id)
+        return (await again.run_agent(await again.load_state(saved.read_text()))).final_output
+
+    return asyncio.run(go())
+
+
 def main(argv: list[str]) -> int:
     workdir, framework = Path(argv[0]), argv[1]
     run_id = json.loads((workdir / "config.json").read_text())["run_id"]
     ledger = Ledger(workdir)
     with agentrt.open_store(workdir / "runs.db") as store:
-        output = {"pydantic_ai": pydantic_ai, "langgraph": langgraph}[framework](
-            store, ledger, run_id
-        )
+        run = {"pydantic_ai": pydantic_ai, "langgraph": langgraph, "openai_agents": openai_agents}
+        output = run[framework](store, ledger, run_id)
     print(json.dumps({"output": output, "asked": ledger.asked}))
     return 0
 
