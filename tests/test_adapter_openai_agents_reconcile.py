@@ -243,6 +243,7 @@ def test_each_step_hands_its_own_operation_id_to_the_framework_tool(
     assert len(set(ops)) == 2
 
 
+@pytest.mark.slow
 def test_a_charge_cut_off_by_sigkill_is_settled_by_the_tools_reconciliation(
     tmp_path: Path,
 ) -> None:

@@ -207,6 +207,7 @@ def test_each_step_hands_its_own_operation_id_to_the_framework_tool(tmp_path: Pa
         current_operation_id()
 
 
+@pytest.mark.slow
 def test_a_charge_cut_off_by_sigkill_is_settled_by_the_tools_reconciliation(
     tmp_path: Path,
 ) -> None:
