@@ -139,3 +139,16 @@ def test_every_adapters_ended_run_error_is_the_shared_one_and_its_frameworks_own
         "agentrt.adapters.langgraph",
     ]
     assert Classification.__module__ == "agentrt.adapters"
+
+
+def test_a_classifications_reconcile_must_be_a_function() -> None:
+    """`Classification(reconcile=...)` is checked as `agentrt.tool(reconcile=...)` is (0091)."""
+    with pytest.raises(agentrt.ConfigError) as refused:
+        Classification("remote_mutation", 5, reconcile="look_up")  # type: ignore[arg-type]
+    assert str(refused.value) == "reconcile must be a function taking the ToolCall, got str"
+
+    def look_up(call: agentrt.ToolCall) -> agentrt.Reconciled:
+        return agentrt.Reconciled.unknown()
+
+    assert Classification("remote_mutation", 5, reconcile=look_up).reconcile is look_up
+    assert Classification("remote_mutation", 5).reconcile is None

@@ -2,8 +2,9 @@
 
 After a takeover, a step that was executing a tool that is not read-only waits
 for a person, unless a run-level `reconcile` decides, or the tool has its own
-reconciliation (`@tool(..., reconcile=fn)`, or a `reconcile` method on a
-ToolSpec-based tool; not yet an adapter's `Classification`). That is consumer
+reconciliation (`@tool(..., reconcile=fn)`, a `reconcile` method on a
+ToolSpec-based tool, or an adapter's `Classification(..., reconcile=fn)`,
+decision 0091, which the adapter's tool carries). That is consumer
 code: it receives the `ToolCall` as recorded (same run, step, args and
 `operation_id`; the new owner's `lease_epoch`) and answers with a `Reconciled`:
 

@@ -8,12 +8,15 @@ only when used: `agentrt.adapters.pydantic_ai` (`agentrt[pydantic-ai]`),
 
 What every adapter shares lives here: the consumer's classification of each
 framework tool (`Classification`: its side effect and timeout, as `agentrt.tool`
-asks of our own tools) and `classify`, which refuses a tool nobody classified
+asks of our own tools, and optionally the tool's own reconciliation) and
+`classify`, which refuses a tool nobody classified
 (`UnclassifiedToolError`) and a classification that names no tool. A
 framework's tool is never run behind the Gate on a guessed side effect.
 When the agentrt run behind a framework run has ended (a limit, a cancel, a
 rejection), every adapter raises a subclass of `RunEndedError`, which is also
-that framework's own exception for a run that must stop.
+that framework's own exception for a run that must stop. A framework tool
+function reads the stable operation id of the call it runs for with
+`current_operation_id()` (decision 0091).
 See docs/adapters.md.
 """
 
@@ -27,12 +30,14 @@ from ._classify import (
     ended_message,
     tool_spec,
 )
+from ._operation import current_operation_id
 
 __all__ = [
     "Classification",
     "RunEndedError",
     "UnclassifiedToolError",
     "classify",
+    "current_operation_id",
     "ended_message",
     "tool_spec",
 ]

@@ -16,12 +16,20 @@ the policy; it is checked and compiled like any of our own tools
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from agentrt import ConfigError, Run, RunFinishedError, SideEffect, ToolSpec, compile_tool
+from agentrt import (
+    ConfigError,
+    Run,
+    RunFinishedError,
+    SideEffect,
+    ToolCall,
+    ToolSpec,
+    compile_tool,
+)
 from agentrt.lowlevel import tool_class
 
 
@@ -56,16 +64,29 @@ class Classification:
     `destructive`; `timeout` a positive timedelta or number of seconds; a
     `terminal` tool ends the run when it succeeds. Both `side_effect` and
     `timeout` are required, as for `agentrt.tool`.
+
+    `reconcile` is the tool's own reconciliation, as `agentrt.tool(...,
+    reconcile=fn)` takes it (decision 0067, for adapters decision 0091): after
+    a takeover of a run whose interrupted step was this tool's call, it is
+    asked with the `ToolCall` as recorded and answers `found(result)`,
+    `not_found(safe_to_repeat=True)`, `not_found()` or `unknown()`; a plain
+    function or a coroutine function, bounded by `timeout`.
     """
 
     side_effect: SideEffect | str
     timeout: timedelta | float
     terminal: bool = False
+    reconcile: Callable[[ToolCall], Any] | None = None
 
     def __post_init__(self) -> None:
         side_effect, timeout, _ = tool_class(self.side_effect, self.timeout, self.terminal)
         if timeout <= timedelta(0):
             raise ConfigError(f"timeout must be positive, got {timeout}")
+        if self.reconcile is not None and not callable(self.reconcile):
+            raise ConfigError(
+                "reconcile must be a function taking the ToolCall, got "
+                f"{type(self.reconcile).__name__}"
+            )
         object.__setattr__(self, "side_effect", side_effect)
         object.__setattr__(self, "timeout", timeout)
 

@@ -29,7 +29,10 @@ Invariants (tests in tests/test_adapter_langgraph*.py):
   matters.
 - A call cut off by a crash (its step `executing` in the record) is taken over
   by `Gate.attach` and pauses on `interrupted_side_effect`, shown with
-  `interrupt()`; it runs again only after a person approves.
+  `interrupt()`; it runs again only after a person approves, or when its
+  tool's reconciliation (its `Classification`'s `reconcile`) found its effect
+  (the recovered result is its ToolMessage) or vouched it safe to repeat (it
+  runs again, on the same step, when LangGraph issues that call again).
 - The calls of one run go through the Gate one at a time (`_OneAtATime`), and
   the calls of one AI message in the message's order (`_Execution`), whether
   one ToolNode execution runs them or LangGraph runs each as a task of its own
@@ -111,11 +114,13 @@ from agentrt import (
     ToolCall,
     ToolResult,
     ToolSpec,
+    Verdict,
     policy_json,
 )
 from agentrt.adapters import Classification, classify, tool_spec
 from agentrt.adapters import RunEndedError as _RunEnded
 from agentrt.adapters._calls import CallMarker
+from agentrt.adapters._operation import running, with_reconcile
 from agentrt.approver import Local
 from agentrt.lowlevel import Clock, IdFactory, run_sync, step_of_run
 
@@ -309,17 +314,21 @@ class _FrameworkTool:
         args = call.args if isinstance(call.args, dict) else {}
         judged = request.override(tool_call={**request.tool_call, "args": args})
         try:
-            outcome = execute(judged)
+            # The tool's `current_operation_id()`: a blocking tool runs here, on this
+            # thread; an async one is awaited by `_finish`, which sets it again there.
+            with running(call):
+                outcome = execute(judged)
         except GraphBubbleUp as exc:
             raise InterruptRefusedError(self.spec.name, exc) from None
         if inspect.isawaitable(outcome):
-            return _finish(self.spec.name, outcome)
+            return _finish(self.spec.name, outcome, call)
         return _result(outcome)
 
 
-async def _finish(tool: str, outcome: Awaitable[Any]) -> ToolResult:
+async def _finish(tool: str, outcome: Awaitable[Any], call: ToolCall) -> ToolResult:
     try:
-        done = await outcome
+        with running(call):
+            done = await outcome
     except GraphBubbleUp as exc:
         raise InterruptRefusedError(tool, exc) from None
     return _result(done)
@@ -805,7 +814,10 @@ class GatedTools:
         self.gate = Gate(
             store=store,
             policy=policy,
-            tools=[_FrameworkTool(spec, self._calls) for spec in specs],
+            tools=[
+                with_reconcile(_FrameworkTool(spec, self._calls), classes[spec.name].reconcile)
+                for spec in specs
+            ],
             observer=observer,
             now=now,
             new_id=new_id,
@@ -961,9 +973,9 @@ class GatedTools:
                 message = await self._attach_and_run(run_id, request, execute)
             elif step is not None and step.status != StepStatus.INTERRUPTED:
                 # Executing or deciding in the record: its process died. Attach takes
-                # the run over; a side effect then waits for a person (asked above).
-                await self._take_over(run_id)
-                message = None
+                # the run over; a side effect then waits for a person (asked above),
+                # unless its tool's reconciliation settles it (decision 0091).
+                message = await self._take_over(run_id, request, execute)
             else:
                 seen = None if step is None else step.id
                 message = await self._new_step(run, seen, run_id, request, execute)
@@ -982,10 +994,10 @@ class GatedTools:
         approvals = [a for a in self.store.list_approvals(run_id, cap=None) if a.step_id == step.id]
         return run, step, approvals
 
-    def _latest(self, run_id: str, call_id: str) -> str | None:
-        """The id of the run's latest step recording the call `call_id`, if any."""
+    def _latest(self, run_id: str, call_id: str) -> tuple[str, str] | None:
+        """The id and status of the run's latest step recording the call `call_id`, if any."""
         steps = _CALLS.steps(self.store, run_id, call_id)
-        return steps[-1].id if steps else None
+        return (steps[-1].id, steps[-1].status) if steps else None
 
     def _exists(self, run_id: str) -> bool:
         try:
@@ -1120,13 +1132,17 @@ class GatedTools:
                 raise
         else:
             session, verdict = await self.gate.attach(run_id)
-            if verdict is not None:  # the takeover paused or ended the run: look again
-                await session.close()
-                return None
+            if verdict is not None:  # the takeover paused, ended or vouched: look again
+                async with session:
+                    return await self._vouched(session, verdict, request, execute)
             # Read again under the lease: another worker may have recorded this
             # call between our read and our attach; it is never run a second time.
             latest = await asyncio.to_thread(self._latest, run_id, str(call["id"]))
-            if latest != seen:
+            if (latest[0] if latest else None) != seen or (
+                latest is not None and latest[1] in (StepStatus.DONE, StepStatus.FAILED)
+            ):
+                # Recorded meanwhile, or settled by the takeover (its tool's
+                # reconciliation found the effect): look again, never run it twice.
                 await session.close()
                 return None
         async with session:
@@ -1274,11 +1290,45 @@ class GatedTools:
                 raise RunEndedError(verdict.run)
             return None
 
-    async def _take_over(self, run_id: str) -> None:
+    async def _take_over(
+        self, run_id: str, request: ToolCallRequest, execute: Executor
+    ) -> ToolMessage | None:
         session, verdict = await self.gate.attach(run_id)
-        await session.close()
+        async with session:
+            if verdict is not None and verdict.outcome == "allowed":
+                return await self._vouched(session, verdict, request, execute)
         if verdict is not None and verdict.outcome == "ended":
             raise RunEndedError(verdict.run)
+        return None
+
+    async def _vouched(
+        self, session: GateSession, verdict: Verdict, request: ToolCallRequest, execute: Executor
+    ) -> ToolMessage | None:
+        """After a takeover: a cut-off call its tool's reconciliation vouched may run again.
+
+        Run now when it is this call (the same tool call id: LangGraph issues
+        the node's calls again on resume); for another call, this one is not
+        run or recorded and is told so, and the session given up leaves the
+        vouched step `interrupted`, asked about again at the next takeover.
+        Any other verdict: None (look again).
+        """
+        if verdict.outcome != "allowed":
+            return None
+        open_step = session.current()
+        assert open_step is not None  # an allowed verdict leaves its step open
+        waits_for = _CALLS.call_id(open_step.step.decision)
+        call = request.tool_call
+        if waits_for == str(call.get("id") or ""):
+            return await self._execute(session, request, execute)
+        return ToolMessage(
+            content=(
+                f"Not run: run {session.run_id} first runs again call {waits_for}, cut off by "
+                "a crash, which its tool's reconciliation vouched is safe to repeat"
+            ),
+            name=call.get("name"),
+            tool_call_id=call.get("id"),
+            status="error",
+        )
 
     async def _execute(
         self, session: GateSession, request: ToolCallRequest, execute: Executor

@@ -103,6 +103,7 @@ from agentrt import (
 )
 from agentrt.adapters import Classification, classify, ended_message, tool_spec
 from agentrt.adapters._calls import CallMarker
+from agentrt.adapters._operation import running, with_reconcile
 from agentrt.adapters._wait import POLL_INTERVAL, until_decided
 from agentrt.adapters._wait import poll_interval as check_poll_interval
 from agentrt.lowlevel import (
@@ -200,7 +201,8 @@ class _GatedTool:
             raise RuntimeError(f"tool {self.spec.name!r} was called outside the Agents SDK")
         arguments = canonical_json(call.args if call.args is not None else {}).decode("utf-8")
         try:
-            output = await self._original.on_invoke_tool(context, arguments)
+            with running(call):  # the original tool's `current_operation_id()`
+                output = await self._original.on_invoke_tool(context, arguments)
         except Exception as exc:
             self._owner._raised[call.step_id] = exc
             raise
@@ -371,8 +373,13 @@ class GatedAgent:
         tools = _function_tools(agent)
         classes = _classify_tools(tools, classifications)
         gated = [
-            _GatedTool(
-                tool_spec(t.name, t.description, t.params_json_schema, classes[t.name]), t, self
+            with_reconcile(
+                _GatedTool(
+                    tool_spec(t.name, t.description, t.params_json_schema, classes[t.name]),
+                    t,
+                    self,
+                ),
+                classes[t.name].reconcile,
             )
             for t in tools
         ]
@@ -465,6 +472,9 @@ class GatedRun:
         self._holder: str | None = None  # the SDK call id holding the lock
         self._watchers: set[asyncio.Task[None]] = set()
         self._in_flight: asyncio.Task[Any] | None = None  # the task running a tool now
+        # A call cut off by a crash whose tool's reconciliation vouched it may run
+        # again, held allowed by the takeover until the SDK invokes it (decision 0091).
+        self._vouched: _Judged | None = None
         self.agent: Agent[Any] = owner._bound(self)
 
     # -- what the consumer calls ---------------------------------------------
@@ -744,6 +754,7 @@ class GatedRun:
             # A call cut off mid-way (a cancelled stream) is recorded before we let go.
             await asyncio.wait([in_flight])
         session, self._session = self._session, None
+        self._vouched = None  # held by the session given up: the next takeover asks again
         # A call cut off mid-way (a cancelled run) may still hold its turn.
         self._locks, self._holder = {}, None
         if session is not None:
@@ -855,6 +866,8 @@ class GatedRun:
         held: bool = False,
     ) -> _Judged:
         session, verdict = await self._open(context)
+        if self._vouched is not None and verdict is None:
+            return await self._take_vouched(call_id)
         if session is None and verdict is None and self._waiting():
             # The run waits on another call of this response: this one is held
             # (an SDK interruption agentrt does not record), judged in its turn.
@@ -898,6 +911,25 @@ class GatedRun:
         if session.done:
             await self._let_go()
         return _Judged(str(verdict.outcome), None, verdict.observation)
+
+    async def _take_vouched(self, call_id: str) -> _Judged:
+        """The call the tool's reconciliation vouched for, when the SDK invokes it again.
+
+        Any other call meanwhile is refused (`RequestChangedError`), nothing
+        recorded or run, and this process lets go of the run: the vouched step
+        stays `interrupted`, so the next takeover asks the reconciliation again.
+        """
+        vouched, self._vouched = self._vouched, None
+        assert vouched is not None
+        if vouched.call_id != call_id:
+            await self._let_go()
+            raise RequestChangedError(
+                f"agentrt run {self.run_id} first runs again call {vouched.call_id!r}, cut off "
+                "by a crash, which its tool's reconciliation vouched is safe to repeat; the "
+                f"call {call_id!r} is not it, and nothing ran: resume the run state that holds "
+                "that call"
+            )
+        return vouched
 
     def _judged_from(self, verdict: Verdict, session: GateSession | None, call_id: str) -> _Judged:
         """The verdict `attach` gave, for the call being judged now."""
@@ -1121,6 +1153,23 @@ class GatedRun:
         by the crash is the call waited on.
         """
         await self._take_over_if_orphaned()
+        vouched = self._vouched
+        if vouched is not None and vouched.step is not None and vouched.call_id is not None:
+            decision = vouched.step.step.decision
+            tool = decision.tool if decision is not None else None
+            if tool and context.is_tool_approved(tool, vouched.call_id) is None:
+                # A re-run the tool's reconciliation vouched for waits on a call this
+                # framework run does not hold (decision 0091): refused likewise.
+                await self._let_go()
+                raise RunMismatchError(
+                    f"agentrt run {self.run_id} waits to run again call {vouched.call_id!r} of "
+                    f"{tool!r}, cut off by a crash, which its tool's reconciliation vouched is "
+                    "safe to repeat; this framework run does not hold that call, so it was "
+                    "refused before the model was asked and nothing of it was recorded: resume "
+                    "the saved RunState that holds that call (GatedRun.load_state), or end the "
+                    f"run with `agentrt cancel {self.run_id}` and start a new one",
+                    run_id=self.run_id,
+                )
         run = self._run_or_none()
         if run is None or run.status != RunStatus.WAITING_FOR_APPROVAL:
             return
@@ -1178,11 +1227,19 @@ class GatedRun:
         run = self._run_or_none()
         if run is None or run.status != RunStatus.RUNNING:
             return False
-        _, verdict = await self._open()
+        session, verdict = await self._open()
+        if verdict is not None and str(verdict.outcome) == "allowed" and session is not None:
+            # The tool's reconciliation vouched the cut-off call may run again and
+            # the policy allowed it: it runs when the SDK invokes that call.
+            step = session.current()
+            assert step is not None and verdict.request is not None
+            call_id = _call_id_of(step.step.decision)
+            self._vouched = _Judged("allowed", step, None, call_id, verdict.request.args)
         return verdict is not None and str(verdict.outcome) == "pending"
 
     async def _let_go(self) -> None:
         session, self._session = self._session, None
+        self._vouched = None
         if session is not None:
             await session.close()
 

@@ -74,6 +74,7 @@ import agentrt
 from agentrt.adapters import Classification, classify, ended_message, tool_spec
 from agentrt.adapters import RunEndedError as _RunEnded
 from agentrt.adapters._calls import CallMarker
+from agentrt.adapters._operation import running, with_reconcile
 from agentrt.adapters._wait import POLL_INTERVAL, until_decided
 from agentrt.lowlevel import step_of_run
 
@@ -164,7 +165,8 @@ class _FrameworkTool:
         self._run = run
 
     async def call(self, call: agentrt.ToolCall) -> agentrt.ToolResult:
-        return await self._run.run_tool(self.spec.name, call)
+        with running(call):  # the framework tool's `current_operation_id()`
+            return await self._run.run_tool(self.spec.name, call)
 
 
 @dataclass
@@ -184,6 +186,9 @@ class FrameworkRun:
     """The framework run brings no new prompt: it continues the history it was given."""
     finished: bool = False
     """The framework run's output was seen (`finish`): the agentrt run ended or waits."""
+    vouched: agentrt.GateStep | None = None
+    """A call cut off by a crash whose tool's reconciliation vouched it may run again
+    (decision 0091): the takeover holds it allowed until the framework issues it."""
 
     # -- start-up -----------------------------------------------------------
 
@@ -203,7 +208,10 @@ class FrameworkRun:
         self.gate = agentrt.Gate(
             store=s.store,
             policy=s.policy,
-            tools=[_FrameworkTool(spec, self) for spec in specs],
+            tools=[
+                with_reconcile(_FrameworkTool(spec, self), classes[spec.name].reconcile)
+                for spec in specs
+            ],
             now=s.now,
             new_id=s.new_id,
             lease_ttl=s.lease_ttl,
@@ -217,6 +225,10 @@ class FrameworkRun:
         if run.status == agentrt.RunStatus.RUNNING:
             session, verdict = await self.gate.attach(self.run_id)
             self.session = session
+            if verdict is not None and verdict.outcome == "allowed":
+                # The tool's reconciliation vouched the cut-off call may run again,
+                # and the policy allowed it: it runs when the framework issues it.
+                self.vouched = session.current()
             if session.done:
                 await self._let_go()  # paused on an interrupted side effect, or ended
             if verdict is not None and verdict.outcome == "ended":
@@ -248,6 +260,8 @@ class FrameworkRun:
                 # resumed from a history saved before its return: never run twice.
                 return _replay(recorded, name, args, call_id)
             session = self.session
+            if self.vouched is not None:
+                return await self._run_vouched(self.vouched, name, args, ctx, tool)
             if session is not None and not session.done:
                 return await self._propose(session, name, args, ctx, tool)
             run = self.settings.store.get_run(self.run_id)
@@ -302,6 +316,34 @@ class FrameworkRun:
                 presentation(self.settings.store, self.run_id, verdict.approval.id)
             )
         raise _end_of(verdict.run)
+
+    async def _run_vouched(
+        self,
+        vouched: agentrt.GateStep,
+        name: str,
+        args: Any,
+        ctx: RunContext[Any],
+        tool: ToolsetTool[Any],
+    ) -> Any:
+        """The call the tool's reconciliation vouched for, run once more when the framework
+        issues it again (same call id, tool and arguments); any other call meanwhile is
+        refused, unrecorded, and the vouched call stays open (decision 0091)."""
+        decision = vouched.step.decision
+        assert decision is not None
+        waits_for = _CALLS.call_id(decision)
+        if (
+            ctx.tool_call_id == waits_for
+            and decision.tool == name
+            and _canonical(decision.args) == _canonical(args)
+        ):
+            self.vouched = None
+            return await self._execute(vouched, ctx, tool)
+        raise ToolFailed(
+            f"not run and not recorded: agentrt run {self.run_id} first runs again the call "
+            f"{waits_for} ({decision.tool}) cut off by a crash, which its reconciliation "
+            "vouched is safe to repeat; it runs when a framework run continuing the history "
+            "that holds it issues it"
+        )
 
     async def _wait_for_person(self, approval: agentrt.Approval) -> agentrt.Approval:
         """Look at the store until a person decides `approval`, the run ends, or it lapses.
@@ -465,6 +507,12 @@ class FrameworkRun:
         self.finished = True
         session = self.session
         if deferred:
+            return
+        if self.vouched is not None:
+            # The vouched call was never issued: the run is left as the crash left it
+            # (the step `interrupted`); the next takeover asks the reconciliation again.
+            self.vouched = None
+            await self._let_go()
             return
         if session is None or session.done:
             self._warn_if_waiting()
@@ -652,6 +700,7 @@ class FrameworkRun:
         await self._let_go()
 
     async def _let_go(self) -> None:
+        self.vouched = None  # held by the session given up: the next takeover asks again
         if self.session is not None:
             await self.session.close()
             self.session = None
