@@ -327,7 +327,7 @@ class _Walk:
         found: list[int] = []
         for p, (last, _) in enumerate(self.prev):
             following = last + self.n
-            if issued[p] > last and (self.to_seq is None or self.to_seq >= following):
+            if issued[p] >= following and (self.to_seq is None or self.to_seq >= following):
                 found.append(following)
         return ChainBreak(seq=min(found), problem=TRUNCATED) if found else None
 
