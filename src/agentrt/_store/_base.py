@@ -524,8 +524,10 @@ class Store(Protocol):
         limit: int = 1000,
         *,
         cap: int | None = TEXT_CAP,
+        partition: int | None = None,
     ) -> list[Event]:
-        """Events with `seq > after_seq` in commit order, of one run or of all."""
+        """Events with `seq > after_seq` in seq order, of one run or of all (or of the runs
+        of one chain `partition`): commit order within a partition, so for a run."""
 
     def list_model_calls(self, run_id: str) -> list[ModelCallRecord]: ...
 

@@ -550,11 +550,19 @@ class SqliteStore(ProxyRows):
         limit: int = 1000,
         *,
         cap: int | None = TEXT_CAP,
+        partition: int | None = None,
     ) -> list[Event]:
-        """Events with `seq > after_seq` in commit order, of one run or of all."""
+        """Events with `seq > after_seq` in seq order, of one run or of all (or, `partition`
+        given, of the runs of that chain partition). Seq order is commit order within a
+        partition, so for a run; across partitions (N > 1) it is not (decision 0093)."""
         _check_page(limit, 0)
         cols = select_list(_EVENT_COLUMNS, cap)
-        if run_id is None:
+        if run_id is None and partition is not None and self.partitions > 1:
+            rows = self._query(
+                f"SELECT {cols} FROM events WHERE seq > ? AND seq % ? = ? ORDER BY seq LIMIT ?",
+                (after_seq, self.partitions, partition, limit),
+            )
+        elif run_id is None:
             rows = self._query(
                 f"SELECT {cols} FROM events WHERE seq > ? ORDER BY seq LIMIT ?",
                 (after_seq, limit),
