@@ -117,15 +117,16 @@ def index_data(store: Store, *, status: str | None, offset: int, limit: int) -> 
     return IndexData(
         waiting=waiting,
         runs=runs,
-        version=store.chain_head()[0],
+        version=index_version(store),
         asking_total=store.count_runs_asking_a_person(),
         decided=_decided_of(store, (waiting, runs)),
     )
 
 
 def index_version(store: Store) -> int:
-    """Changes whenever anything is recorded: every state change commits an event."""
-    return store.chain_head()[0]
+    """Changes whenever anything is recorded: every state change commits an event, which
+    moves its chain partition's head (the sum of the heads' seqs: one chain's last seq)."""
+    return sum(seq for seq, _ in store.chain_heads())
 
 
 # --- a run --------------------------------------------------------------------------------------
