@@ -5,9 +5,10 @@ The versions are SQLite's (`schema_migrations` reaches the same `SCHEMA_VERSION`
 PostgreSQL. The differences (decision 0079): integers are `bigint`; text is
 `text COLLATE "C"` (bytewise order and comparison, as SQLite's); times stay the
 stored ISO text; each table SQLite gives an implicit `rowid` has an identity
-column `rowid` (insertion order); `events.seq` is handed out under the chain
-head's lock, whose row (`chain_head`) also keeps the highest seq ever issued
-(SQLite's `sqlite_sequence`).
+column `rowid` (insertion order); `events.seq` is handed out under the lock of
+the run's chain partition's head, a row of `chain_head` (as in SQLite since
+migration 5: its last seq issued and that event's hash; decision 0093). A new
+schema has `DEFAULT_PARTITIONS` partitions unless told.
 
 All pending migrations run in one transaction under an advisory lock on the
 schema, so two processes opening a new schema apply each once. A released
