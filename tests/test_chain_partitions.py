@@ -24,7 +24,7 @@ from agentrt._store.sqlite._migrations import MIGRATIONS, check_writer
 from agentrt.cli import main
 from agentrt.cli._verify import _verify_json, _verify_text
 from agentrt.export import CursorError, Follower, load_cursor
-from test_migrations import previous_release_chain
+from support.previous_release import previous_release_chain
 
 T0 = datetime(2026, 12, 2, 9, 0, 0, tzinfo=UTC)
 
@@ -134,27 +134,11 @@ def test_a_postgres_record_of_schema_4_becomes_partition_0_of_1_and_older_writer
     pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from agentrt._store.postgres import _migrations as pg_migrations
-    from agentrt._store.postgres._tx import PostgresTx
 
     with monkeypatch.context() as old:  # the previous release: one head row, `id = 1`
+        previous_release_chain(old)
         old.setattr(pg_migrations, "MIGRATIONS", pg_migrations.MIGRATIONS[:4])
         old.setattr(pg_migrations, "SCHEMA_VERSION", 4)
-        old.setattr(pg_migrations, "settle_partitions", lambda *a, **k: None)
-
-        def read_head(tx: PostgresTx, part: int) -> tuple[int, str]:
-            issued = tx.execute("SELECT seq FROM chain_head WHERE id = 1 FOR UPDATE").fetchone()
-            last = tx.execute("SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1").fetchone()
-            seq = max(int(issued[0]), 0 if last is None else int(last[0]))
-            return seq, "" if last is None else str(last[1])
-
-        old.setattr(PostgresTx, "_read_head", read_head)
-        old.setattr(
-            PostgresTx,
-            "_move_head",
-            lambda tx, part, seq, digest: tx.execute(
-                "UPDATE chain_head SET seq = ? WHERE id = 1", (seq,)
-            ),
-        )
         store = open_store(pg_url)
         make_run(store, "ra")
         for i in range(3):

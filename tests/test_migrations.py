@@ -13,7 +13,6 @@ from agentrt._clock import parse_time
 from agentrt._errors import SchemaVersionError, StoreError
 from agentrt._store import open_existing, open_store
 from agentrt._store.sqlite import _migrations as migrations
-from agentrt._store.sqlite._chain_rows import SqliteChainReader
 from agentrt._store.sqlite._migrations import (
     MIGRATIONS,
     RUNTIME_VERSION,
@@ -23,7 +22,7 @@ from agentrt._store.sqlite._migrations import (
     parse_version,
     statements,
 )
-from agentrt._store.sqlite._tx import TxCore
+from support.previous_release import previous_release_chain
 
 # Released migrations are never edited. A failure here means a released script
 # changed: revert it and add a new migration instead.
@@ -34,27 +33,6 @@ PINNED_SHA256 = {
     4: "2a0f129a6efc63aaaf303a6ce387578f53157a4f867676c2762f8423cf9efca8",
     5: "ade4c0e31e330519752a7ddb29c9aac8ab1c5237ca09e65a36daf32338b3b559",
 }
-
-
-def previous_release_chain(m: pytest.MonkeyPatch) -> None:
-    """The append of agentrt 0.1.0 (schema 4 and before): one chain, its head the last event
-    present and its next seq past `sqlite_sequence`; no head row (decision 0093)."""
-
-    def read_head(tx: TxCore, part: int) -> tuple[int, str]:
-        seq, digest, issued = tx.execute(
-            "SELECT (SELECT seq FROM events ORDER BY seq DESC LIMIT 1), "
-            "(SELECT hash FROM events ORDER BY seq DESC LIMIT 1), "
-            "(SELECT seq FROM sqlite_sequence WHERE name = 'events')"
-        ).fetchone()
-        return max(seq or 0, issued or 0), digest or ""
-
-    def issued_seqs(reader: SqliteChainReader) -> list[int]:
-        found = reader._all("SELECT seq FROM sqlite_sequence WHERE name = 'events'")
-        return [int(found[0][0]) if found else 0]
-
-    m.setattr(TxCore, "_read_head", read_head)
-    m.setattr(TxCore, "_move_head", lambda tx, part, seq, digest: None)
-    m.setattr(SqliteChainReader, "issued_seqs", issued_seqs)
 
 
 @pytest.fixture

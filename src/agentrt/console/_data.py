@@ -117,15 +117,20 @@ def index_data(store: Store, *, status: str | None, offset: int, limit: int) -> 
     return IndexData(
         waiting=waiting,
         runs=runs,
-        version=index_version(store),
+        version=_changes(store),
         asking_total=store.count_runs_asking_a_person(),
         decided=_decided_of(store, (waiting, runs)),
     )
 
 
 def index_version(store: Store) -> int:
-    """Changes whenever anything is recorded: every state change commits an event, which
-    moves its chain partition's head (the sum of the heads' seqs: one chain's last seq)."""
+    """Changes whenever anything is recorded: every state change commits an event."""
+    return _changes(store)
+
+
+def _changes(store: Store) -> int:
+    """The sum of the chain partitions' head seqs (one chain: its last seq), which every
+    event committed moves (decision 0093)."""
     return sum(seq for seq, _ in store.chain_heads())
 
 

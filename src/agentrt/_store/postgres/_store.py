@@ -89,7 +89,7 @@ def open_existing(url: str, read_only: bool = False) -> PostgresStore:
             conn.execute("SET default_transaction_read_only = on")
         else:
             check_writer(conn)
-        partitions = chain_partitions_of(conn)
+        partitions = chain_partitions_of(conn, strict=not read_only)
     except psycopg.Error as e:
         conn.close()
         raise store_error(e, f"cannot open {target.shown}", target=target) from e

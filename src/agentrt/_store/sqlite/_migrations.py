@@ -390,17 +390,23 @@ def migrate(
 MAX_PARTITIONS = 1024
 
 
-def chain_partitions(conn: Any) -> int:
+def chain_partitions(conn: Any, *, strict: bool = True) -> int:
     """N, the record's chain partitions (`agentrt_meta`; 1 for a record made before them);
-    StoreError when it is not a number of partitions."""
+    StoreError when it is not a number of partitions. Not `strict` (a reader), an
+    unreadable value is taken from the head rows instead (one per partition), so every
+    read still works; a writer refuses it."""
     row = conn.execute("SELECT value FROM agentrt_meta WHERE key = 'chain_partitions'").fetchone()
     text = "1" if row is None else row[0]
-    if not isinstance(text, str) or not text.isascii() or not text.isdigit():
-        raise StoreError(f"agentrt_meta holds a chain_partitions that is not a number: {text!r}")
-    n = int(text)
-    if not 1 <= n <= MAX_PARTITIONS:
-        raise StoreError(f"agentrt_meta holds chain_partitions {n}, not 1 to {MAX_PARTITIONS}")
-    return n
+    n = int(text) if isinstance(text, str) and text.isascii() and text.isdigit() else 0
+    if 1 <= n <= MAX_PARTITIONS:
+        return n
+    if not strict:
+        rows = conn.execute("SELECT count(*) FROM chain_head").fetchone()
+        if rows is not None and 1 <= int(rows[0]) <= MAX_PARTITIONS:
+            return int(rows[0])
+    raise StoreError(
+        f"agentrt_meta holds a chain_partitions that is not 1 to {MAX_PARTITIONS}: {text!r}"
+    )
 
 
 def settle_partitions(conn: Any, wanted: int | None, *, created: bool, mark: str = "?") -> None:

@@ -171,7 +171,7 @@ def open_existing(path: str | os.PathLike[str], read_only: bool = False) -> Sqli
         if not read_only:
             migrations.check_writer(conn)
             _enable_wal(conn)
-        partitions = migrations.chain_partitions(conn)
+        partitions = migrations.chain_partitions(conn, strict=not read_only)
         filesafety.check_sidecars(abspath, tighten=not read_only)
     except BaseException as e:
         conn.close()

@@ -131,9 +131,14 @@ class TxCore:
                 f"the chain has no head for partition {part} of {self.partitions}: "
                 "the record is damaged (agentrt verify)"
             )
-        head_seq, head_hash = int(row[0]), row[1]
+        head_seq, head_hash = row[0], row[1]
+        if not isinstance(head_seq, int) or not isinstance(head_hash, str):
+            raise StoreError(
+                f"the chain's head of partition {part} is not a seq and a hash as written: "
+                "the record is damaged (agentrt verify)"
+            )
         following = head_seq + self.partitions if head_seq > 0 else first_seq(part, self.partitions)
-        self._heads[part] = (head_hash if isinstance(head_hash, str) else "", following)
+        self._heads[part] = (head_hash, following)
         return self._heads[part]
 
     def _close(self) -> None:
