@@ -1,29 +1,36 @@
-"""What the one chain head costs on PostgreSQL: aggregate commits per second, chain on and off.
+"""What the chain's heads cost on PostgreSQL: aggregate commits per second, one head, none, N.
 
-Issue 21 item 2: every event is chained under one row lock (`chain_head`, held to
-commit, decision 0080), so every writer on every host waits for the commit (and
-its WAL flush) of the one before. This measures whether that caps a fleet.
+Issue 21 item 2: with one chain every event is chained under one row lock
+(`chain_head`, held to commit, decision 0080), so every writer on every host waits
+for the commit (and its WAL flush) of the one before. This measured whether that
+caps a fleet (decision 0086), and now measures the partitioned chain built for it
+(decision 0093), through the store's own append.
 
 Each writer is a process with its own store (its own connection) and its own run.
 One commit is the shape of a step's: `BEGIN` (the store's READ COMMITTED write
 transaction, with its schema guard), `lock_run` on the writer's run, then
 `--events` events appended, `COMMIT` (fsynced: the store sets `synchronous_commit
-= on`). Two variants, same SQL otherwise:
+= on`). Three variants, same SQL otherwise:
 
-- **chain on**: the store's own `PostgresTx.append_event`: the first event locks
-  `chain_head` (`FOR UPDATE`), reads the last event's hash, inserts the chained row
-  and raises `chain_head.seq`.
-- **chain off** (a measurement-only variant, never a store): the same transaction
-  and the same insert into `events` with a hash computed the same way, but the seq
-  comes from a sequence and the previous hash is empty: no `chain_head` lock, no
-  head read. This is the floor: what the same commits cost with no global order.
+- **on**: the store's own `PostgresTx.append_event` on a record of one partition
+  (`open_store(url, chain_partitions=1)`, what every record made before 0.2.0 is):
+  the first event locks the one `chain_head` row (`FOR UPDATE`), chains to the hash
+  it holds, inserts the row and moves the head.
+- **off** (a measurement-only variant, never a store): the same transaction and the
+  same insert into `events` with a hash computed the same way, but the seq comes
+  from a sequence and the previous hash is empty: no head lock, no head read. This
+  is the floor: what the same commits cost with no order at all.
+- **parts**: the store's own append on a record of `--partitions` partitions
+  (default 16, a new PostgreSQL schema's): a run's events chained in partition
+  `sha256(run_id) mod N`, its head row locked and held to commit; writers of runs
+  in other partitions do not wait for it.
 
 For each writer count (`--writers`, default 1, 8, 32) and variant, every writer
 commits for `--seconds` after a common start; the figure is commits completed in
 that window per second, all writers together. The ratios are printed against one
-writer with the chain on (the issue's target: >= 4x at 8 processes) and chain on
-against chain off at each count. Each (count, variant) runs in a fresh schema,
-dropped after; the chain-on schemas are verified (`verify_events`) before.
+writer of the same variant (the issue's target: >= 4x at 8 processes) and on and
+parts against off at each count. Each (count, variant) runs in a fresh schema,
+dropped after; the chained ones are verified (`verify_events`) before.
 
     python benchmarks/pg_chain_head.py [--url URL] [--writers 1,8,32] [--seconds 5]
         [--events 2] [--repeats 1]
@@ -36,7 +43,6 @@ figures.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import multiprocessing as mp
 import os
 import sys
@@ -48,9 +54,7 @@ from typing import Any
 import psycopg
 
 from agentrt import Limits
-from agentrt._canonical import to_text
-from agentrt._chain import event_hash
-from agentrt._clock import as_stored, format_time
+from agentrt._clock import as_stored
 from agentrt._store import open_existing, open_store
 from agentrt._store.postgres import _store as pg_store
 from agentrt._store.postgres._tx import PostgresTx
@@ -65,74 +69,29 @@ class UnchainedTx(PostgresTx):
     one's previous hash is empty), and `verify` would say so.
     """
 
-    def _next(self) -> tuple[str, int]:
-        if self._head is None:
-            row = self.execute("SELECT nextval('bench_unchained_seq')").fetchone()
-            self._head = ("", int(row[0]))
-        return self._head
+    def _next(self, part: int) -> tuple[str, int]:
+        row = self.execute("SELECT nextval('bench_unchained_seq')").fetchone()
+        return "", int(row[0])
 
-    def append_event(self, run_id: str, step_id: str, at: Any, type: str, payload: Any) -> int:
-        seq = super(PostgresTx, self).append_event(run_id, step_id, at, type, payload)
-        self._head = None  # the next event takes its own seq from the sequence
-        return seq
+    def _move_head(self, part: int, seq: int, digest: str) -> None:
+        """No head to move: the next event takes its own seq from the sequence."""
 
 
 PARTITIONS = 16
-"""Chain partitions of the `partitioned` variant (`--partitions`)."""
+"""Chain partitions of the `parts` variant (`--partitions`)."""
 
-PARTITION_BASE = 10_000_000
-
-
-def partition_of(run_id: str, partitions: int) -> int:
-    """The partition a run's events are chained in: fixed by its id."""
-    return int.from_bytes(hashlib.sha256(run_id.encode()).digest()[:8], "big") % partitions
-
-
-class PartitionedTx(PostgresTx):
-    """Measurement only: a run's events chained in one of `PARTITIONS` chains.
-
-    The shape of decision 0086's design: the head of partition `p` is a row of
-    `bench_heads` (its last seq and hash), locked `FOR UPDATE` by the first event
-    the transaction appends and held to commit; seqs of partition `p` are
-    `p (mod PARTITIONS)`, consecutive within it. Writers of runs in other
-    partitions never wait for it.
-    """
-
-    _part: tuple[int, str, int] | None = None
-
-    def append_event(self, run_id: str, step_id: str, at: Any, type: str, payload: Any) -> int:
-        self._check_open()
-        if self._part is None:
-            p = partition_of(run_id, PARTITIONS)
-            row = self.execute("SELECT seq, hash FROM bench_heads WHERE p = ? FOR UPDATE", (p,))
-            last, prev = row.fetchone()
-            self._part = (p, str(prev), int(last))
-        p, prev, last = self._part
-        seq = last + PARTITIONS
-        payload_json, at_text = to_text(payload), format_time(at)
-        digest = event_hash(prev, seq, run_id, step_id, at_text, type, payload_json)
-        self.execute(
-            "INSERT INTO events (seq, run_id, step_id, at, type, payload_json, hash) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (seq, run_id, step_id, at_text, type, payload_json, digest),
-        )
-        self.execute("UPDATE bench_heads SET seq = ?, hash = ? WHERE p = ?", (seq, digest, p))
-        self._part = (p, digest, seq)
-        return seq
-
-
-VARIANTS = {"on": PostgresTx, "off": UnchainedTx, "parts": PartitionedTx}
+VARIANTS = {"on": PostgresTx, "off": UnchainedTx, "parts": PostgresTx}
 
 
 def schema_url(base: str, schema: str) -> str:
     return f"{base}{'&' if '?' in base else '?'}schema={schema}"
 
 
-def prepare(base: str, writers: int) -> tuple[str, str, list[str]]:
+def prepare(base: str, writers: int, variant: str) -> tuple[str, str, list[str]]:
     """A fresh schema with one run per writer; returns (schema, url, run ids)."""
     schema = f"bench_{uuid.uuid4().hex[:12]}"
     url = schema_url(base, schema)
-    store = open_store(url)
+    store = open_store(url, chain_partitions=PARTITIONS if variant == "parts" else 1)
     runs = [f"run-{i:03d}" for i in range(writers)]
     try:
         now = as_stored(store.lease_now(lambda: datetime.now(UTC)))
@@ -152,13 +111,6 @@ def prepare(base: str, writers: int) -> tuple[str, str, list[str]]:
         store.close()
     with psycopg.connect(base, autocommit=True) as conn:
         conn.execute(f"CREATE SEQUENCE {schema}.bench_unchained_seq START 1000000")
-        conn.execute(
-            f"CREATE TABLE {schema}.bench_heads (p int PRIMARY KEY, seq bigint, hash text)"
-        )
-        conn.execute(
-            f"INSERT INTO {schema}.bench_heads SELECT p, {PARTITION_BASE} + p, '' "
-            f"FROM generate_series(0, {PARTITIONS - 1}) AS p"
-        )
     return schema, url, runs
 
 
@@ -209,7 +161,7 @@ def writer(
 
 def measure(base: str, writers: int, variant: str, events: int, seconds: float) -> float:
     """Aggregate commits per second of `writers` processes in one fresh schema."""
-    schema, url, runs = prepare(base, writers)
+    schema, url, runs = prepare(base, writers, variant)
     ctx = mp.get_context("fork")
     try:
         ready = ctx.Semaphore(0)
@@ -233,16 +185,17 @@ def measure(base: str, writers: int, variant: str, events: int, seconds: float) 
             p.join(timeout=60)
             if p.exitcode != 0:
                 raise SystemExit(f"a writer exited with {p.exitcode}")
-        if variant == "parts":
-            check_partitions(url)
-        if variant == "on":
+        if variant != "off":
             store = open_existing(url, read_only=True)
             try:
                 report = store.verify_events()
+                used = {s for s, _ in store.chain_heads() if s > 0}
             finally:
                 store.close()
             if not report.intact:
-                raise SystemExit(f"the chain-on record does not verify: {report}")
+                raise SystemExit(f"the {variant} record does not verify: {report}")
+            if variant == "parts" and len(used) < min(writers, 2):
+                raise SystemExit("the writers' runs were all chained in one partition")
         return sum(counts) / seconds
     finally:
         drop(base, schema)
@@ -253,29 +206,6 @@ def server_facts(base: str) -> str:
         version = conn.execute("SHOW server_version").fetchone()
         delay = conn.execute("SHOW commit_delay").fetchone()
     return f"PostgreSQL {version[0] if version else '?'}, commit_delay {delay[0] if delay else '?'}"
-
-
-def check_partitions(url: str) -> int:
-    """Every partition of the `parts` variant is one unbroken chain; returns events checked."""
-    base, _, schema = url.rpartition("schema=")
-    checked = 0
-    with psycopg.connect(base.rstrip("?&"), autocommit=True) as conn:
-        for p in range(PARTITIONS):
-            prev, last = "", PARTITION_BASE + p
-            rows = conn.execute(
-                f"SELECT seq, run_id, step_id, at, type, payload_json, hash FROM {schema}.events "
-                "WHERE seq > %s AND seq %% %s = %s ORDER BY seq",
-                (PARTITION_BASE, PARTITIONS, p),
-            ).fetchall()
-            for seq, run_id, step_id, at, type, payload_json, digest in rows:
-                expected = event_hash(prev, seq, run_id, step_id, at, type, payload_json)
-                if seq != last + PARTITIONS or digest != expected:
-                    raise SystemExit(f"partition {p} breaks at seq {seq}")
-                if partition_of(run_id, PARTITIONS) != p:
-                    raise SystemExit(f"run {run_id} has an event in partition {p}")
-                prev, last = digest, seq
-                checked += 1
-    return checked
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -324,7 +254,9 @@ def main(argv: list[str] | None = None) -> int:
         on8 = figures[(8, "on")] / figures[(1, "on")]
         print(
             f"8 writers against 1 (target >= 4x): {said} -> "
-            f"{'met' if on8 >= 4 else 'not met'} with the one chain head; "
+            f"{'met' if on8 >= 4 else 'not met'} with the one chain head, "
+            f"{'met' if figures[(8, 'parts')] / figures[(1, 'parts')] >= 4 else 'not met'} "
+            f"with {PARTITIONS} partitions; "
             f"load {os.getloadavg()[0]:.1f}"
         )
     return 0

@@ -182,6 +182,7 @@ COLUMNS = [
     ("tool_specs", "spec_json"),
     ("stored_values", "hash"),
     ("stored_values", "body"),
+    ("chain_head", "hash"),
     ("agentrt_meta", "key"),
     ("agentrt_meta", "value"),
     ("schema_migrations", "applied_at"),

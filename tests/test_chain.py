@@ -206,7 +206,7 @@ def test_swap_is_found_across_a_page_boundary(store: Store, db: Path) -> None:
     assert report.first_break == ChainBreak(seq=3, problem="swapped")
 
 
-def test_truncated_tail_is_found_by_sqlite_sequence(store: Store, db: Path) -> None:
+def test_truncated_tail_is_found_by_the_issued_seqs_of_the_head_row(store: Store, db: Path) -> None:
     fill(store, 5)
     tamper(db, "DELETE FROM events WHERE seq >= 4")
     report = store.verify_events()
@@ -214,13 +214,13 @@ def test_truncated_tail_is_found_by_sqlite_sequence(store: Store, db: Path) -> N
     assert (report.checked, report.head_seq) == (3, 3)
 
 
-def test_truncated_tail_hidden_from_sqlite_sequence_is_found_by_the_kept_head(
+def test_truncated_tail_hidden_from_the_head_row_is_found_by_the_kept_head(
     store: Store, db: Path
 ) -> None:
     fill(store, 5)
     kept = store.chain_head()
     tamper(db, "DELETE FROM events WHERE seq >= 4")
-    tamper(db, "UPDATE sqlite_sequence SET seq = 3 WHERE name = 'events'")
+    tamper(db, "UPDATE chain_head SET seq = 3, hash = (SELECT hash FROM events WHERE seq = 3)")
     assert store.verify_events().intact  # nothing inside the file shows it any more
     report = store.verify_events(head=kept)
     assert report.first_break == ChainBreak(seq=4, problem="truncated")
@@ -254,12 +254,15 @@ def test_after_every_event_is_deleted_the_next_one_starts_a_chain_past_the_issue
     store: Store, db: Path
 ) -> None:
     fill(store, 3)
+    last = store.chain_head()[1]
     tamper(db, "DELETE FROM events")
     with store.transaction() as tx:
         seq = tx.append_event("ra", "", T0, "run.finished", {})
         (event,) = tx.events
     assert seq == 4
-    assert event.hash == event_hash("", 4, "ra", "", format_time(T0), "run.finished", "{}")
+    # Chained to the head row, the event appended last (decision 0093), not to nothing.
+    assert event.hash == event_hash(last, 4, "ra", "", format_time(T0), "run.finished", "{}")
+    assert store.verify_events().first_break == ChainBreak(seq=1, problem="deleted")
 
 
 def test_range_verification_takes_the_event_before_as_given(store: Store, db: Path) -> None:

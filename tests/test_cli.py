@@ -996,11 +996,11 @@ def test_verify_catches_a_cut_tail_against_a_kept_head(db_path: Path) -> None:
     waiting_run(db_path)
     with agentrt.open_existing(db_path, read_only=True) as store:
         seq, digest = store.chain_head()
-    # Cut the last two events and cover the tracks in sqlite_sequence as well.
+    # Cut the last two events and cover the tracks in the chain's head row as well.
     _tamper(
         db_path,
         f"DELETE FROM events WHERE seq > {seq - 2}",
-        f"UPDATE sqlite_sequence SET seq = {seq - 2} WHERE name = 'events'",
+        f"UPDATE chain_head SET seq = {seq - 2} WHERE part = 0",
     )
     alone = _verify(db_path)
     assert alone.returncode == 0  # the chain that is left is consistent: only a kept head tells

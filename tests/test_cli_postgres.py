@@ -96,6 +96,7 @@ READS: Sequence[Sequence[str]] = (
 def test_runs_show_events_and_verify_read_a_driver_run_on_postgres_as_on_sqlite(
     pg_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    agentrt.open_store(pg_url, chain_partitions=1).close()  # one chain, as the SQLite file
     run = waiting_run(pg_url)
     sqlite_db = tmp_path / "same.db"
     assert waiting_run(sqlite_db).id == run.id
@@ -138,13 +139,20 @@ def test_runs_show_events_and_verify_print_what_the_postgres_record_holds(
     code, out, err = cli(capsys, "--db", pg_url, "--json", "show", run.id)
     assert (code, err) == (0, "")
     assert json.loads(out)["run"]["status"] == "WAITING_FOR_APPROVAL"
+    code, out, err = cli(capsys, "--db", pg_url, "--json", "verify")
+    assert (code, err) == (0, "")
+    doc = json.loads(out)  # a new schema's chain is in 16 partitions, the run's in one
+    heads = [(h["seq"], h["hash"]) for h in doc["heads"]]
+    assert [h for h in heads if h[0]] == [(stored[-1].seq, stored[-1].hash)]
+    assert doc["head"] == ",".join(f"{s}:{h}" for s, h in heads)
     code, out, err = cli(capsys, "--db", pg_url, "verify")
-    head = f"{stored[-1].seq}:{stored[-1].hash}"
     assert (code, err) == (0, "")
-    assert out.splitlines()[0] == f"intact: {len(stored)} events checked; head {head}"
-    code, out, err = cli(capsys, "--db", pg_url, "verify", "--head", head)
+    assert out.splitlines()[0].startswith(
+        f"intact: {len(stored)} events checked in 16 partitions; head 16:{doc['head_hash']}"
+    )
+    code, out, err = cli(capsys, "--db", pg_url, "verify", "--head", doc["head"])
     assert (code, err) == (0, "")
-    assert out.splitlines()[0].endswith(f"; the kept head {head} matches")
+    assert out.splitlines()[0].endswith("; the kept heads of 16 partitions match")
 
 
 def test_agentrt_db_may_be_a_url(
@@ -185,7 +193,11 @@ def test_a_password_in_the_url_is_never_printed_by_any_command(
     # The command printed for the operator carries the URL, its password `***`.
     (hint,) = [line for line in printed[6].splitlines() if line.startswith("more events")]
     shown = with_password(pg_url, "***")
-    assert hint == f"more events after seq 3: agentrt --db '{shown}' events {run.id} --after 3"
+    with agentrt.open_existing(pg_url, read_only=True) as store:
+        third = store.list_events(run.id, 0, 3)[-1].seq
+    assert hint == (
+        f"more events after seq {third}: agentrt --db '{shown}' events {run.id} --after {third}"
+    )
 
 
 @pytest.mark.parametrize("where", ["user", "parameter"])
@@ -294,7 +306,7 @@ def test_export_otel_once_sends_the_postgres_record_and_keeps_its_cursor_in_a_fi
 
     run = waiting_run(pg_url)
     with agentrt.open_existing(pg_url, read_only=True) as store:
-        head = store.chain_head()[0]
+        head = max(seq for seq, _ in store.chain_heads())
     cursor = tmp_path / "otel.cursor"
     with Receiver() as receiver:
         for name, value in {

@@ -121,7 +121,7 @@ def test_cursor_gives_exactly_once_delivery_across_clean_stops(
         last = sink.events[-1]
         assert end == last.seq
         saved = load_cursor(cursor)
-        assert saved is not None and (saved.seq, saved.hash) == (last.seq, last.hash)
+        assert saved is not None and saved.heads == ((last.seq, last.hash),)
         got += sink.events
         if stop == 1:
             drive(db_path, 2, prefix="b")  # more events arrive between stops
@@ -249,25 +249,28 @@ def test_cursor_file_is_written_atomically_owner_only(tmp_path: Path) -> None:
     path = tmp_path / "c.json"
     old = os.umask(0)
     try:
-        save_cursor(path, Cursor(3, "ab" * 32, None))
-        save_cursor(path, Cursor(9, "cd" * 32, "r" * 32))
+        save_cursor(path, Cursor(((3, "ab" * 32),), None))
+        save_cursor(path, Cursor(((9, "cd" * 32), (0, "")), "r" * 32))
     finally:
         os.umask(old)
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.json"]  # no temp file left
     assert json.loads(path.read_text()) == {
-        "version": 1,
-        "seq": 9,
-        "hash": "cd" * 32,
+        "version": 2,
+        "heads": [[9, "cd" * 32], [0, ""]],
         "run_id": "r" * 32,
     }
-    assert load_cursor(path) == Cursor(9, "cd" * 32, "r" * 32)
+    assert load_cursor(path) == Cursor(((9, "cd" * 32), (0, "")), "r" * 32)
     assert load_cursor(tmp_path / "missing") is None
 
 
 @pytest.mark.parametrize(
     "content",
     ["", "{", "[]", '{"version": 2, "seq": 1, "hash": "", "run_id": null}',
+     '{"version": 3, "heads": [[1, ""]], "run_id": null}',
+     '{"version": 2, "heads": [], "run_id": null}',
+     '{"version": 2, "heads": [[1]], "run_id": null}',
+     '{"version": 2, "heads": [[-1, ""]], "run_id": null}',
      '{"version": 1, "seq": -1, "hash": "", "run_id": null}',
      '{"version": 1, "seq": 1, "hash": 5, "run_id": null}'],
 )  # fmt: skip

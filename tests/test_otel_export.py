@@ -732,7 +732,7 @@ def test_an_export_the_receiver_refuses_is_retried_and_each_span_arrives_once(
     assert "trying again" in err
     assert Counter(s.name for s in spans) == {SPAN_STEP: 3, SPAN_APPROVAL: 1, SPAN_RUN: 1}
     assert len({s.span_id for s in spans}) == len(spans)
-    assert json.loads(cursor.read_text())["seq"] == head_seq(db_path)
+    assert json.loads(cursor.read_text())["heads"][0][0] == head_seq(db_path)
 
 
 def test_agentrt_export_otel_sink_is_a_follower_sink_that_exports_spans(db_path: Path) -> None:
@@ -983,7 +983,7 @@ def test_export_once_with_the_console_exporter_prints_each_span_and_moves_the_cu
     assert [p["name"] for p in printed] == [SPAN_STEP]  # the lookup; the push waits
     assert printed[0]["context"]["trace_id"] == "0x" + trace_id(run.id).hex()
     assert printed[0]["resource"]["attributes"]["service.name"] == "shop"
-    assert json.loads(cursor.read_text())["seq"] == head_seq(db_path)
+    assert json.loads(cursor.read_text())["heads"][0][0] == head_seq(db_path)
     again = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
     assert (again.returncode, again.stdout) == (0, "")  # nothing new: nothing sent twice
 

@@ -1084,6 +1084,7 @@ EXPECTED_COLUMNS = {
     ],
     "tool_specs": ["hash", "spec_json"],
     "stored_values": ["hash", "length", "body"],
+    "chain_head": ["part", "seq", "hash"],
     "agentrt_meta": ["key", "value"],
     "schema_migrations": ["version", "applied_at"],
 }

@@ -2,15 +2,23 @@
 
 Each event's `hash` is hex SHA-256 over seven netstrings (`<byte length>:<bytes>,`,
 UTF-8): the previous event's hash (`''` for the first), `seq` in decimal, `run_id`,
-`step_id`, `at`, `type` and `payload_json`, each exactly as stored. "Previous" is
-the next-lower `seq` across all runs, so the chain follows commit order.
+`step_id`, `at`, `type` and `payload_json`, each exactly as stored.
 
-Verification reads only, in bounded pages, and reports the first break:
+The record's events form N chains, its partitions (decisions 0086, 0093), N fixed
+when the record is created (`agentrt_meta.chain_partitions`; a record made before
+partitions is N = 1). A run's events are all in partition `partition_of(run_id, N)`;
+the events of partition `p` have the seqs `seq % N == p`, consecutive within it: the
+event "previous" to `seq` is the one at `seq - N` (with N = 1, the next-lower seq
+across all runs, the one chain of before). Each partition follows commit order.
+A partition's first seq is `p` (`N` for partition 0).
 
-- `deleted`: a `seq` is missing inside the chain (a seq is never reused, and a
+Verification reads only, in bounded pages of all partitions in seq order, and
+reports the first break met:
+
+- `deleted`: a `seq` is missing inside a partition (a seq is never reused, and a
   rolled-back append leaves no gap, so a gap is a deletion);
-- `truncated`: events after the last one are missing (the store has handed
-  out a higher seq, or a kept head lies beyond the last event);
+- `truncated`: events after the last one of a partition are missing (the store
+  has handed out a higher seq in it, or a kept head lies beyond its last event);
 - `swapped`: the hash fails, and the event that belongs at this seq sits at a
   later one (looked for within one page after the break);
 - `altered`: the hash fails for any other reason;
@@ -71,6 +79,30 @@ def _type_name(value: object) -> str:
     return type(value).__name__
 
 
+def partition_of(run_id: str, partitions: int) -> int:
+    """The partition a run's events are chained in: `sha256(run_id)`, as an integer, mod N."""
+    if partitions == 1:
+        return 0
+    digest = hashlib.sha256(run_id.encode("utf-8", "surrogatepass")).digest()
+    return int.from_bytes(digest, "big") % partitions
+
+
+def first_seq(partition: int, partitions: int) -> int:
+    """The lowest seq of a partition: `partition`, or N for partition 0 (seqs start at 1)."""
+    return partition or partitions
+
+
+def heads_digest(heads: Sequence[tuple[int, str]]) -> str:
+    """The one value the N partition heads are kept as: with N = 1 the head's own hash;
+    otherwise hex SHA-256 over netstrings of N, then each head's seq and hash in order."""
+    if len(heads) == 1:
+        return heads[0][1]
+    parts: list[str] = [str(len(heads))]
+    for seq, digest in heads:
+        parts += [str(seq), digest]
+    return hashlib.sha256(b"".join(map(netstring, parts))).hexdigest()
+
+
 @dataclass(frozen=True)
 class ChainRow:
     """One event as stored: each text column as text, or as its bytes when it is not UTF-8."""
@@ -114,23 +146,31 @@ class ChainReader(Protocol):
     cannot complete (a damaged page) raises `StoreDamagedError`.
     """
 
-    def event_before(self, seq: int) -> tuple[int, str | bytes] | None:
-        """`(seq, hash)` of the last event before `seq`, or None."""
+    def partitions(self) -> int:
+        """N, the number of chain partitions the record was created with."""
+
+    def event_before(self, seq: int, partition: int) -> tuple[int, str | bytes] | None:
+        """`(seq, hash)` of the partition's last event before `seq`, or None."""
 
     def events_between(self, first: int, last: int, limit: int) -> list[ChainRow]:
-        """Up to `limit` events from seq `first` to `last`, in order."""
+        """Up to `limit` events (of every partition) from seq `first` to `last`, in order."""
 
     def events_after(self, after: int, limit: int) -> list[ChainRow]:
-        """Up to `limit` events after seq `after`, in order."""
+        """Up to `limit` events (of every partition) after seq `after`, in order."""
 
-    def issued_seq(self) -> int | None:
-        """The highest seq ever handed out, deleted or not (None when the backend cannot say)."""
+    def issued_seqs(self) -> list[int] | None:
+        """Per partition, the highest seq ever handed out in it, deleted or not (0 for none;
+        None when the backend cannot say)."""
 
     def event_hash(self, seq: int) -> str | bytes | None:
         """The stored hash of the event at `seq`, or None when there is none."""
 
-    def last_seq(self) -> int:
-        """The highest seq stored now (0 when there is none)."""
+    def last_seq(self, partition: int) -> int:
+        """The highest seq stored now in the partition (0 when there is none)."""
+
+
+Head = tuple[int, str]
+"""A kept head of one partition: `(seq, hash)` of its last event (`(0, '')`: none)."""
 
 
 def verify_chain(
@@ -138,63 +178,114 @@ def verify_chain(
     from_seq: int | None = None,
     to_seq: int | None = None,
     *,
-    head: tuple[int, str] | None = None,
+    head: Head | Sequence[Head] | None = None,
     page_size: int = PAGE_SIZE,
 ) -> VerifyReport:
     """Verify the events with `from_seq <= seq <= to_seq` (whole chain by default).
 
-    The hash of the event just before `from_seq` is taken as given. `head`, a
-    `(seq, hash)` kept where the database's writers cannot reach, is checked
-    after the range: it catches a truncated tail or a recomputed chain. The
-    report's `head_seq`/`head_hash` are the last event that verified.
+    In each partition the hash of the event just before `from_seq` is taken as
+    given. `head`, kept where the database's writers cannot reach, is checked after
+    the range: it catches a truncated tail or a recomputed chain. It is one
+    `(seq, hash)` for a record of one partition, the N partitions' pairs in order
+    (`Store.chain_heads()`) for any N; ValueError when it does not fit the record.
+    The report's `head_seq`/`head_hash` are the last event that verified (N > 1:
+    N, and `heads_digest` of `heads`, each partition's last event that verified).
     Reads only; run it inside a read transaction for a consistent snapshot.
     Never raises on what the file holds: unreadable text, or a page the storage
     cannot read, is reported as an `unreadable` break.
     """
     if page_size < 1:
         raise ValueError("page_size must be at least 1")
-    walk = _Walk(reader, 1 if from_seq is None else max(1, from_seq), to_seq, head, page_size)
+    n = reader.partitions()
+    kept = _kept_heads(head, n)
+    walk = _Walk(reader, n, 1 if from_seq is None else max(1, from_seq), to_seq, kept, page_size)
     try:
         brk = walk.run()
     except StoreDamagedError as e:  # a damaged page: say so, as a break, where it stopped
-        brk = ChainBreak(seq=walk.prev_seq + 1, problem=UNREADABLE, detail=str(e))
-    prev_hash = walk.prev_hash
+        brk = ChainBreak(seq=walk.last_seq + 1, problem=UNREADABLE, detail=str(e))
+    heads = tuple((max(seq, 0), h if isinstance(h, str) else "") for seq, h in walk.prev)
+    if n == 1:
+        return VerifyReport(
+            intact=brk is None,
+            checked=walk.checked,
+            head_seq=heads[0][0],
+            head_hash=heads[0][1],
+            first_break=brk,
+        )
     return VerifyReport(
         intact=brk is None,
         checked=walk.checked,
-        head_seq=walk.prev_seq,
-        head_hash=prev_hash if isinstance(prev_hash, str) else "",
+        head_seq=n,
+        head_hash=heads_digest(heads),
         first_break=brk,
+        heads=heads,
     )
 
 
+def _kept_heads(head: Head | Sequence[Head] | None, n: int) -> list[Head] | None:
+    """The kept head as one pair per partition; ValueError when it does not fit N."""
+    if head is None:
+        return None
+    pairs: list[Head] = []
+    if len(head) == 2 and isinstance(head[0], int) and isinstance(head[1], str):
+        pairs.append((head[0], head[1]))  # one (seq, hash)
+    else:
+        for pair in head:
+            if not isinstance(pair, tuple | list) or len(pair) != 2:
+                raise ValueError(f"a kept head is (seq, hash) pairs, not {pair!r}")
+            pairs.append((int(pair[0]), str(pair[1])))
+    if len(pairs) != n:
+        raise ValueError(
+            f"the kept head has {len(pairs)} partition head(s) and the record {n} partitions: "
+            "keep the record's chain_heads(), one (seq, hash) per partition"
+        )
+    for p, (seq, _) in enumerate(pairs):
+        if seq > 0 and seq % n != p:
+            raise ValueError(f"the kept head of partition {p} names seq {seq}, not one of its own")
+    return pairs
+
+
 class _Walk:
-    """One verification: where it stands (last verified seq and hash) and how many verified."""
+    """One verification: per partition, where it stands (last verified seq and hash), and how
+    many events verified."""
 
     def __init__(
         self,
         reader: ChainReader,
+        n: int,
         start: int,
         to_seq: int | None,
-        head: tuple[int, str] | None,
+        head: list[Head] | None,
         page_size: int,
     ) -> None:
         self.reader = reader
+        self.n = n
         self.start = start
         self.to_seq = to_seq
         self.head = head
         self.page_size = page_size
-        self.prev_seq = start - 1
-        self.prev_hash: str | bytes = ""
+        # Per partition: the last seq verified (or the one before its first in range, which
+        # is 0 or below when there is none) and its hash.
+        self.prev: list[tuple[int, str | bytes]] = [(start - 1, "")] * n
+        self.last_seq = start - 1  # the highest seq verified, of any partition
         self.checked = 0
 
+    def _starts(self) -> None:
+        """Each partition's event just before the range, taken as given."""
+        reader, n, start = self.reader, self.n, self.start
+        for p in range(n):
+            first = start + (p - start) % n  # the partition's first seq in the range
+            before = first - n
+            if before <= 0:
+                self.prev[p] = (before, "")
+                continue
+            found = reader.event_before(first, p)
+            self.prev[p] = found if found is not None else (first_seq(p, n) - n, "")
+        self.last_seq = max(0, *(seq for seq, _ in self.prev))
+
     def run(self) -> ChainBreak | None:
-        reader, to_seq, page_size = self.reader, self.to_seq, self.page_size
-        before = reader.event_before(self.start)
-        if before is None:
-            self.prev_seq, self.prev_hash = 0, ""
-        else:
-            self.prev_seq, self.prev_hash = before
+        reader, to_seq, page_size, n = self.reader, self.to_seq, self.page_size, self.n
+        self._starts()
         cursor_seq = self.start
         while True:
             if to_seq is not None and cursor_seq > to_seq:
@@ -203,26 +294,59 @@ class _Walk:
                 cursor_seq, _MAX_SEQ if to_seq is None else to_seq, page_size
             )
             for i, row in enumerate(page):
-                if row.seq != self.prev_seq + 1:
-                    return ChainBreak(seq=self.prev_seq + 1, problem=DELETED)
+                p = row.seq % n
+                prev_seq, prev_hash = self.prev[p]
+                if row.seq != prev_seq + n:
+                    return ChainBreak(seq=prev_seq + n, problem=DELETED)
                 unreadable = row.unreadable()
-                if row.hash_at(self.prev_hash, row.seq) != row.hash:
+                if row.hash_at(prev_hash, row.seq) != row.hash:
                     problem = ALTERED
-                    if _swapped(reader, self.prev_hash, row, page[i + 1 :], page_size):
+                    if _swapped(reader, prev_hash, row, page[i + 1 :], page_size):
                         problem = SWAPPED
                     return ChainBreak(seq=row.seq, problem=problem, detail=unreadable)
                 if unreadable:
                     # The hash matches bytes the runtime never writes: recomputed after an edit.
                     return ChainBreak(seq=row.seq, problem=UNREADABLE, detail=unreadable)
-                self.prev_seq, self.prev_hash = row.seq, str(row.hash)
+                self.prev[p] = (row.seq, str(row.hash))
+                self.last_seq = row.seq
                 self.checked += 1
             if len(page) < page_size:
                 break
-            cursor_seq = self.prev_seq + 1
-        brk = _tail_break(reader, self.prev_seq, to_seq)
+            cursor_seq = self.last_seq + 1
+        brk = self._tail_break()
         if brk is None and self.head is not None:
-            brk = _head_break(reader, self.head)
+            brk = self._head_break(self.head)
         return brk
+
+    def _tail_break(self) -> ChainBreak | None:
+        """A partition's tail deleted after its last event, as the store remembers the seqs
+        handed out; the lowest such seq."""
+        issued = self.reader.issued_seqs()
+        if issued is None:
+            return None
+        found: list[int] = []
+        for p, (last, _) in enumerate(self.prev):
+            following = last + self.n
+            if issued[p] >= following and (self.to_seq is None or self.to_seq >= following):
+                found.append(following)
+        return ChainBreak(seq=min(found), problem=TRUNCATED) if found else None
+
+    def _head_break(self, head: list[Head]) -> ChainBreak | None:
+        found: list[ChainBreak] = []
+        for p, (head_seq, head_hash) in enumerate(head):
+            if head_seq <= 0:
+                continue
+            stored = self.reader.event_hash(head_seq)
+            if stored is None:
+                last = self.reader.last_seq(p)
+                if last < head_seq:
+                    following = last + self.n if last else first_seq(p, self.n)
+                    found.append(ChainBreak(seq=following, problem=TRUNCATED))
+                else:
+                    found.append(ChainBreak(seq=head_seq, problem=DELETED))
+            elif stored != head_hash:
+                found.append(ChainBreak(seq=head_seq, problem=REWRITTEN))
+        return min(found, key=lambda b: b.seq) if found else None
 
 
 _MAX_SEQ = 2**63 - 1
@@ -250,28 +374,3 @@ def _swapped(
         if candidate is not None and candidate in (bad.hash, other.hash):
             return True
     return False
-
-
-def _tail_break(reader: ChainReader, last_seq: int, to_seq: int | None) -> ChainBreak | None:
-    """A tail deleted after `last_seq`, as the store remembers the seqs handed out."""
-    issued = reader.issued_seq()
-    if issued is None:
-        return None
-    if issued > last_seq and (to_seq is None or to_seq > last_seq):
-        return ChainBreak(seq=last_seq + 1, problem=TRUNCATED)
-    return None
-
-
-def _head_break(reader: ChainReader, head: tuple[int, str]) -> ChainBreak | None:
-    head_seq, head_hash = head
-    if head_seq <= 0:
-        return None
-    stored = reader.event_hash(head_seq)
-    if stored is None:
-        last_seq = reader.last_seq()
-        if last_seq < head_seq:
-            return ChainBreak(seq=last_seq + 1, problem=TRUNCATED)
-        return ChainBreak(seq=head_seq, problem=DELETED)
-    if stored != head_hash:
-        return ChainBreak(seq=head_seq, problem=REWRITTEN)
-    return None

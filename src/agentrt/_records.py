@@ -753,7 +753,10 @@ class VerifyReport:
     """What `Store.verify_events()` found.
 
     Whether the chain is intact, how many events it checked, the head it reached, and the first
-    break.
+    break. For a record of N > 1 chain partitions (decision 0093), `heads` holds each
+    partition's last event that verified, `(seq, hash)` in partition order (`(0, '')` for
+    none), and `head_seq`/`head_hash` are N and the digest over them (`Store.chain_head()`);
+    for one partition `heads` is empty and the head is the last event that verified.
     """
 
     intact: bool
@@ -761,6 +764,7 @@ class VerifyReport:
     head_seq: int
     head_hash: str
     first_break: ChainBreak | None = None
+    heads: tuple[tuple[int, str], ...] = ()
 
 
 @dataclass(frozen=True)

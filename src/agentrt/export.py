@@ -1,9 +1,14 @@
 """Following the audit log from another process: a read-only follower by `seq` cursor, and sinks.
 
-A `Follower` opens the database read-only and reads events with `seq` above its
-position, one bounded page at a time, in commit order. `seq` order is commit
-order: seqs are handed out inside the writer's IMMEDIATE transaction, so an event
-committed later never has a lower seq than one already read.
+A `Follower` opens the database read-only and reads events above its position,
+one bounded page at a time, in commit order. The record's events are chained in
+N partitions (decision 0093; N = 1 for SQLite by default and for every record
+made before them), and within a partition `seq` order is commit order: its seqs
+are handed out under its head's lock, so an event committed later never has a
+lower seq than one already read. Across partitions it is not, so the position is
+one `(seq, hash)` per partition: a page is the next events of each partition
+whose head moved (read first, `Store.chain_heads()`), delivered in seq order. A
+run's events are all in one partition, so following a run is following seqs.
 
 Delivery guarantees, with a persisted cursor file:
 
@@ -18,8 +23,10 @@ Events go to a sink (`Sink`: any callable taking an `Event`, with an optional
 
 The cursor file is written atomically (a 0600 temporary file in the same
 directory, fsynced, renamed over the old one, the directory fsynced). It
-records the event's hash as well as its seq, so a cursor is never applied to a
-different or rewritten database.
+records, per partition, the last event's hash as well as its seq, so a cursor is
+never applied to a different or rewritten database (a partition with nothing
+delivered yet holds its starting seq and no hash). A cursor file of version 1
+(one `seq` and `hash`, written before partitions) reads as partition 0 of 1.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO
 
+from ._chain import partition_of
 from ._errors import AgentrtError
 from ._records import Event
 from ._store import Store, open_existing
@@ -42,7 +50,7 @@ from .trace import event_json, json_line
 if TYPE_CHECKING:
     from .otel import OtelSink
 
-CURSOR_VERSION = 1
+CURSOR_VERSION = 2
 DEFAULT_INTERVAL = 0.5
 DEFAULT_PAGE_SIZE = 500
 MAX_PAGE_SIZE = 10_000
@@ -69,32 +77,48 @@ class CursorError(AgentrtError):
 
 @dataclass(frozen=True)
 class Cursor:
-    """The last event delivered: its seq and hash, and the run being followed (None: all)."""
+    """What was delivered: per chain partition, the last event's `(seq, hash)` (a hash of
+    `''`: nothing delivered in it yet, `seq` the start), and the run followed (None: all)."""
 
-    seq: int
-    hash: str
+    heads: tuple[tuple[int, str], ...]
     run_id: str | None
+
+    @property
+    def seq(self) -> int:
+        """The highest seq delivered (with one partition, the last event's)."""
+        return max(seq for seq, _ in self.heads)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "version": CURSOR_VERSION,
-            "seq": self.seq,
-            "hash": self.hash,
+            "heads": [[seq, digest] for seq, digest in self.heads],
             "run_id": self.run_id,
         }
 
     @classmethod
     def from_json(cls, data: Any) -> Cursor:
-        if not isinstance(data, dict) or data.get("version") != CURSOR_VERSION:
-            raise CursorError(f"not an agentrt cursor of version {CURSOR_VERSION}")
-        seq, digest, run_id = data.get("seq"), data.get("hash"), data.get("run_id")
-        if isinstance(seq, bool) or not isinstance(seq, int) or seq < 0:
-            raise CursorError(f"the cursor's seq is not a non-negative integer: {seq!r}")
-        if not isinstance(digest, str):
-            raise CursorError("the cursor's hash is not text")
+        if not isinstance(data, dict) or data.get("version") not in (1, CURSOR_VERSION):
+            raise CursorError(f"not an agentrt cursor of version 1 or {CURSOR_VERSION}")
+        run_id = data.get("run_id")
         if run_id is not None and not isinstance(run_id, str):
             raise CursorError("the cursor's run_id is neither text nor null")
-        return cls(seq=seq, hash=digest, run_id=run_id)
+        if data["version"] == 1:  # before partitions: partition 0 of 1
+            pairs: Any = [[data.get("seq"), data.get("hash")]]
+        else:
+            pairs = data.get("heads")
+            if not isinstance(pairs, list) or not pairs:
+                raise CursorError("the cursor's heads are not a list of [seq, hash] pairs")
+        heads: list[tuple[int, str]] = []
+        for pair in pairs:
+            if not isinstance(pair, list) or len(pair) != 2:
+                raise CursorError(f"the cursor holds {pair!r}, not a [seq, hash] pair")
+            seq, digest = pair
+            if isinstance(seq, bool) or not isinstance(seq, int) or seq < 0:
+                raise CursorError(f"the cursor's seq is not a non-negative integer: {seq!r}")
+            if not isinstance(digest, str):
+                raise CursorError("the cursor's hash is not text")
+            heads.append((seq, digest))
+        return cls(heads=tuple(heads), run_id=run_id)
 
 
 def load_cursor(path: str | os.PathLike[str]) -> Cursor | None:
@@ -156,8 +180,8 @@ class Follower:
     """Follows events of one run (or all runs) from a separate process, read-only, by seq.
 
     `cursor` is the path of a cursor file (None: nothing persisted). When the
-    file exists, following resumes after the event it names, and `after_seq` is
-    ignored; otherwise it starts after `after_seq`.
+    file exists, following resumes after the events it names, and `after_seq` is
+    ignored; otherwise it starts after `after_seq` (in every partition).
     """
 
     def __init__(
@@ -182,11 +206,12 @@ class Follower:
         self.cursor_path = None if cursor is None else os.fspath(cursor)
         self._store: Store = open_existing(store_path, read_only=True)
         try:
-            self._position = after_seq
+            self._partitions = len(self._store.chain_heads())
+            self._heads: list[tuple[int, str]] = [(after_seq, "")] * self._partitions
             saved = None if self.cursor_path is None else load_cursor(self.cursor_path)
             if saved is not None:
                 self._check_cursor(saved)
-                self._position = saved.seq
+                self._heads = list(saved.heads)
         except BaseException:
             self._store.close()
             raise
@@ -198,21 +223,33 @@ class Follower:
                 f"{'run ' + saved.run_id if saved.run_id else 'all runs'}, not "
                 f"{'run ' + self.run_id if self.run_id else 'all runs'}"
             )
-        if saved.seq == 0:
-            return
-        # Hashes are 64 characters; the payload need not be read whole.
-        found = self._store.list_events(None, saved.seq - 1, 1, cap=64)
-        if not found or found[0].seq != saved.seq or found[0].hash != saved.hash:
+        if len(saved.heads) != self._partitions:
             raise CursorError(
-                f"the cursor file {self.cursor_path} names event {saved.seq} with hash "
-                f"{saved.hash}, which this database does not hold: it belongs to another "
-                "database, or this one was rewritten"
+                f"the cursor file {self.cursor_path} holds {len(saved.heads)} partition "
+                f"position(s) and this database's chain has {self._partitions}: it belongs "
+                "to another database"
             )
+        for seq, digest in saved.heads:
+            if seq == 0 or digest == "":
+                continue
+            # Hashes are 64 characters; the payload need not be read whole.
+            found = self._store.list_events(None, seq - 1, 1, cap=64)
+            if not found or found[0].seq != seq or found[0].hash != digest:
+                raise CursorError(
+                    f"the cursor file {self.cursor_path} names event {seq} with hash "
+                    f"{digest}, which this database does not hold: it belongs to another "
+                    "database, or this one was rewritten"
+                )
 
     @property
     def position(self) -> int:
-        """The seq of the last event delivered (acknowledged)."""
-        return self._position
+        """The highest seq delivered (acknowledged); with one partition, the last event's."""
+        return max(seq for seq, _ in self._heads)
+
+    @property
+    def positions(self) -> tuple[tuple[int, str], ...]:
+        """Per chain partition, the last event delivered, `(seq, hash)` (`''`: none yet)."""
+        return tuple(self._heads)
 
     def __enter__(self) -> Follower:
         return self
@@ -224,19 +261,40 @@ class Follower:
         self._store.close()
 
     def poll(self, limit: int | None = None) -> list[Event]:
-        """The next page of events after `position`; reading it acknowledges nothing."""
+        """The next page of events after the position; reading it acknowledges nothing."""
         size = self.page_size if limit is None else max(0, min(limit, self.page_size))
         if size == 0:
             return []
-        return self._store.list_events(self.run_id, self._position, size)
+        n = self._partitions
+        if self.run_id is not None:  # one run: one partition, whose seqs are commit order
+            after = self._heads[partition_of(self.run_id, n)][0]
+            return self._store.list_events(self.run_id, after, size)
+        if n == 1:
+            return self._store.list_events(None, self._heads[0][0], size)
+        page: list[Event] = []
+        for p, (head_seq, _) in enumerate(self._store.chain_heads()):
+            if head_seq > self._heads[p][0]:
+                page += self._store.list_events(None, self._heads[p][0], size, partition=p)
+        # Each partition's next events are in its commit order; a page of at most `size`,
+        # in seq order, keeps that (it cuts each partition's run of events at a seq).
+        return sorted(page, key=lambda e: e.seq)[:size]
 
     def ack(self, event: Event) -> None:
-        """Record `event` and all before it as delivered; persists the cursor if there is one."""
-        if event.seq <= self._position:
-            return
-        self._position = event.seq
-        if self.cursor_path is not None:
-            save_cursor(self.cursor_path, Cursor(event.seq, event.hash, self.run_id))
+        """Record `event` and all before it in its partition as delivered; persists the
+        cursor if there is one."""
+        self.ack_page([event])
+
+    def ack_page(self, page: list[Event]) -> None:
+        """Record each event of `page` (and all before it in its partition) as delivered,
+        then persist the cursor once, if there is one."""
+        moved = False
+        for event in page:
+            p = event.seq % self._partitions
+            if event.seq > self._heads[p][0]:
+                self._heads[p] = (event.seq, event.hash)
+                moved = True
+        if moved and self.cursor_path is not None:
+            save_cursor(self.cursor_path, Cursor(tuple(self._heads), self.run_id))
 
     def run(
         self,
@@ -271,7 +329,7 @@ class Follower:
                     sink(event)
                 if callable(flush):
                     flush()
-                self.ack(page[-1])
+                self.ack_page(page)
                 delivered += len(page)
                 continue
             if not follow:

@@ -56,7 +56,8 @@ class Tamper(Protocol):
         """Swap everything two events hold but their seq and hash."""
 
     def forget_issued(self, seq: int) -> int:
-        """Make the database's record of the highest seq ever issued say `seq`."""
+        """Make the database's record of the highest seq ever issued in the partition `seq`
+        belongs to say `seq`."""
 
     def write_bytes(self, table: str, key: str, column: str, data: bytes) -> int:
         """Put `data` (bytes that are not valid UTF-8) into a text column of one record:
@@ -92,8 +93,11 @@ class Tamper(Protocol):
 class Backend:
     """One kind of database, as the contract tests see it."""
 
-    def __init__(self, name: str, tmp_path: Path, stack: ExitStack) -> None:
+    def __init__(self, name: str, tmp_path: Path, stack: ExitStack, partitions: int = 1) -> None:
         self.name = name
+        # N, the chain partitions the database is created with (decision 0093): 1 for
+        # the suite (its seqs are the one chain's), others for the partitions' own tests.
+        self.partitions = partitions
         self._tmp_path = tmp_path
         self._stack = stack
         self._files = itertools.count(1)
@@ -127,13 +131,14 @@ class Backend:
 
     def open(self) -> Store:
         """The store on this test's database (a fresh, empty one at the first call)."""
+        n = self.partitions
         if self.name == "sqlite-memory":
-            return self._keep(open_store(":memory:"))
+            return self._keep(open_store(":memory:", chain_partitions=n))
         if self._url is not None:
-            return self._keep(open_store(self._url))
+            return self._keep(open_store(self._url, chain_partitions=n))
         if self._path is None:
             self._path = self._tmp_path / f"contract-{next(self._files)}.db"
-        return self._keep(open_store(self._path))
+        return self._keep(open_store(self._path, chain_partitions=n))
 
     def reopen(self) -> Store:
         """A second store on the same database (another process's, for a race)."""
@@ -166,9 +171,9 @@ class Backend:
     def tamper(self, store: Store) -> Tamper:
         """Damage to `store`'s database, done behind the runtime's back."""
         if self._url is not None:
-            return _PostgresTamper(self._url)
+            return _PostgresTamper(self._url, self.partitions)
         assert isinstance(store, SqliteStore)
-        return _SqliteTamper(store)
+        return _SqliteTamper(store, self.partitions)
 
     def _need_shared(self, what: str) -> None:
         if not self.shared:
@@ -194,8 +199,9 @@ _EVENT_CONTENT = ("run_id", "step_id", "at", "type", "payload_json")
 
 
 class _SqliteTamper:
-    def __init__(self, store: SqliteStore) -> None:
+    def __init__(self, store: SqliteStore, partitions: int) -> None:
         self._store = store
+        self._partitions = partitions
 
     def _in_one_transaction(self, work: Callable[[sqlite3.Connection], _R]) -> _R:
         """`work` on a connection to the database, in one transaction of its own."""
@@ -257,7 +263,9 @@ class _SqliteTamper:
         return self._in_one_transaction(work)
 
     def forget_issued(self, seq: int) -> int:
-        return self._execute(("UPDATE sqlite_sequence SET seq = ? WHERE name = 'events'", (seq,)))
+        return self._execute(
+            ("UPDATE chain_head SET seq = ? WHERE part = ?", (seq, seq % self._partitions))
+        )
 
     def write_bytes(self, table: str, key: str, column: str, data: bytes) -> int:
         return self._execute(
@@ -332,10 +340,11 @@ def _committed(conn: sqlite3.Connection, work: Callable[[sqlite3.Connection], _R
 
 
 class _PostgresTamper:
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, partitions: int) -> None:
         from agentrt._store.postgres._connection import parse_target
 
         self._target = parse_target(url)
+        self._partitions = partitions
 
     def _execute(self, *statements: tuple[str, tuple[object, ...]]) -> int:
         import psycopg
@@ -374,7 +383,9 @@ class _PostgresTamper:
         )
 
     def forget_issued(self, seq: int) -> int:
-        return self._execute(("UPDATE chain_head SET seq = ? WHERE id = 1", (seq,)))
+        return self._execute(
+            ("UPDATE chain_head SET seq = ? WHERE part = ?", (seq, seq % self._partitions))
+        )
 
     def write_bytes(self, table: str, key: str, column: str, data: bytes) -> int:
         raise AssertionError("PostgreSQL text holds no bytes (holds_bytes is False)")

@@ -207,12 +207,14 @@ def test_a_database_of_schema_3_holding_large_values_migrates_and_reads_the_same
 ) -> None:
     from agentrt._store.postgres import _migrations as postgres_migrations
     from agentrt._store.sqlite import _migrations as sqlite_migrations
+    from support.previous_release import previous_release_chain
 
     from .world import everything, waiting_run
 
     if not backend.shared:
         pytest.skip(f"{backend.name}: an in-memory database is gone once closed")
     with monkeypatch.context() as old:  # the previous release: schema 3, every value in its row
+        previous_release_chain(old)  # and its one chain (decision 0093)
         for module in (sqlite_migrations, postgres_migrations):
             old.setattr(module, "MIGRATIONS", module.MIGRATIONS[:3])
             old.setattr(module, "SCHEMA_VERSION", 3)

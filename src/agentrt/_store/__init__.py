@@ -29,11 +29,15 @@ def _is_postgres(target: object) -> bool:
     return isinstance(target, str) and target.startswith(_POSTGRES_SCHEMES)
 
 
-def open_store(path: str | os.PathLike[str]) -> Store:
+def open_store(path: str | os.PathLike[str], *, chain_partitions: int | None = None) -> Store:
     """Open the database at `path` for writing, creating it (0600) or migrating it as needed.
 
     A `postgresql://` URL opens (creating or migrating) the store's schema on that
     server instead (`?schema=NAME`, default `agentrt`; docs/postgres.md).
+
+    `chain_partitions` is N, the event chain's partitions, for a record created now
+    (decision 0093; default 1 for SQLite, 16 for PostgreSQL); a record that exists
+    keeps its own N, and another given for it is refused (`StoreError`).
 
     `":memory:"` gives a private in-memory store. Refuses a symlink, a file with
     a second hard link, an insecure file, sidecar or directory, a trigger or
@@ -43,8 +47,8 @@ def open_store(path: str | os.PathLike[str]) -> Store:
     if _is_postgres(path):
         from .postgres import open_postgres_store
 
-        return open_postgres_store(str(path))
-    return open_sqlite_store(path)
+        return open_postgres_store(str(path), chain_partitions=chain_partitions)
+    return open_sqlite_store(path, chain_partitions=chain_partitions)
 
 
 def open_existing(path: str | os.PathLike[str], read_only: bool = False) -> Store:

@@ -524,8 +524,10 @@ class Store(Protocol):
         limit: int = 1000,
         *,
         cap: int | None = TEXT_CAP,
+        partition: int | None = None,
     ) -> list[Event]:
-        """Events with `seq > after_seq` in commit order, of one run or of all."""
+        """Events with `seq > after_seq` in seq order, of one run or of all (or of the runs
+        of one chain `partition`): commit order within a partition, so for a run."""
 
     def list_model_calls(self, run_id: str) -> list[ModelCallRecord]: ...
 
@@ -536,7 +538,13 @@ class Store(Protocol):
         """The stored spec with this hash, None if none; StoreError if it will not decode."""
 
     def chain_head(self) -> tuple[int, str]:
-        """`(seq, hash)` of the last event, `(0, '')` when there is none; keep it out of reach."""
+        """The chain's head as one value, to keep out of reach: with one partition `(seq,
+        hash)` of the last event, `(0, '')` when there is none; with N > 1 partitions
+        `(N, digest)` over `chain_heads()` (decision 0093)."""
+
+    def chain_heads(self) -> tuple[tuple[int, str], ...]:
+        """Each partition's head `(seq, hash)`, in partition order: the kept head that
+        `verify_events(head=...)` checks."""
 
     def check_file(self, *, full: bool = False, max_problems: int = 100) -> FileCheck:
         """The storage's own check of what it holds, apart from the chain (SQLite: `PRAGMA
@@ -548,7 +556,7 @@ class Store(Protocol):
         from_seq: int | None = None,
         to_seq: int | None = None,
         *,
-        head: tuple[int, str] | None = None,
+        head: tuple[int, str] | Sequence[tuple[int, str]] | None = None,
     ) -> VerifyReport:
         """Check the event chain in bounded pages, writing nothing; see `agentrt._chain`."""
 

@@ -4,6 +4,9 @@ Prints the chain's head (or its first break, named and explained) and what
 SQLite's integrity check (or `--quick`, its quick check) found, each on its own
 line, or both in one JSON document; exits 0 only when both are sound. A head
 kept from an earlier verify (`--head SEQ:HASH`) catches a cut or rewritten tail.
+A record whose chain is in N > 1 partitions (decision 0093) keeps one head per
+partition: `verify --json` prints them as `head` (`SEQ:HASH,SEQ:HASH,...`, in
+partition order), which `--head` takes, and the text prints N and their digest.
 """
 
 from __future__ import annotations
@@ -40,7 +43,8 @@ def verify_arguments(verify: argparse.ArgumentParser) -> None:
     verify.add_argument(
         "--head",
         metavar="SEQ:HASH",
-        help="a head kept from an earlier verify: catches a cut or rewritten tail",
+        help="a head kept from an earlier verify: catches a cut or rewritten tail "
+        "(a chain in partitions: SEQ:HASH,SEQ:HASH,... as verify --json prints it)",
     )
     verify.add_argument(
         "--quick",
@@ -67,14 +71,20 @@ def cmd_verify(args: argparse.Namespace, out: Output) -> int:
     head = _parse_head(args.head) if args.head is not None else None
     if args.from_seq is not None and args.to_seq is not None and args.from_seq > args.to_seq:
         raise UsageError(f"--from {args.from_seq} is after --to {args.to_seq}: nothing to check")
-    if head is not None and args.to_seq is not None and args.to_seq < head[0]:
+    top = max(seq for seq, _ in head) if head is not None else 0
+    if head is not None and args.to_seq is not None and args.to_seq < top:
         # A kept head vouches for the chain up to it; a range that stops short of
         # it checks nothing against it, and must not say that it matches.
         raise UsageError(
-            f"--head {head[0]}:… lies beyond --to {args.to_seq}: the range must reach the kept head"
+            f"--head {top}:… lies beyond --to {args.to_seq}: the range must reach the kept head"
         )
     with open_db(args) as store:
-        report = store.verify_events(args.from_seq, args.to_seq, head=head)
+        try:
+            report = store.verify_events(
+                args.from_seq, args.to_seq, head=None if head is None else _one_or_all(head)
+            )
+        except ValueError as e:  # a kept head of another number of partitions
+            raise UsageError(f"--head does not fit this record: {e}") from None
         checked = store.check_file(full=not args.quick, max_problems=FILE_PROBLEMS_MAX)
     if out.json:
         out.document({**_verify_json(report), "file": _file_json(checked)})
@@ -107,7 +117,7 @@ def _file_text(checked: FileCheck) -> str:
 
 def _verify_json(report: VerifyReport) -> dict[str, Any]:
     brk = report.first_break
-    return {
+    out: dict[str, Any] = {
         "intact": report.intact,
         "checked": report.checked,
         "head_seq": report.head_seq,
@@ -115,6 +125,11 @@ def _verify_json(report: VerifyReport) -> dict[str, Any]:
         "head": f"{report.head_seq}:{report.head_hash}",
         "first_break": None if brk is None else _break_json(brk),
     }
+    if report.heads:  # N > 1 partitions: head_seq is N, head_hash their digest
+        out["partitions"] = len(report.heads)
+        out["heads"] = [{"seq": seq, "hash": digest} for seq, digest in report.heads]
+        out["head"] = ",".join(f"{seq}:{digest}" for seq, digest in report.heads)
+    return out
 
 
 def _break_json(brk: ChainBreak) -> dict[str, Any]:
@@ -124,15 +139,23 @@ def _break_json(brk: ChainBreak) -> dict[str, Any]:
     return out
 
 
-def _verify_text(report: VerifyReport, head: tuple[int, str] | None) -> str:
+def _verify_text(report: VerifyReport, head: list[tuple[int, str]] | None) -> str:
     verified = f"{report.head_seq}:{sanitize(report.head_hash)}" if report.head_seq else "none"
     brk = report.first_break
     if brk is None:
-        if report.checked == 0 and report.head_seq == 0:
+        if report.checked == 0 and (report.head_seq == 0 or report.heads):
             return "intact: no events"
-        text = f"intact: {number(report.checked)} events checked; head {verified}"
-        if head is not None:
-            text += f"; the kept head {head[0]}:{sanitize(head[1])} matches"
+        if report.heads:
+            text = (
+                f"intact: {number(report.checked)} events checked in {len(report.heads)} "
+                f"partitions; head {verified} (N:DIGEST; verify --json prints the heads to keep)"
+            )
+        else:
+            text = f"intact: {number(report.checked)} events checked; head {verified}"
+        if head is not None and len(head) == 1:
+            text += f"; the kept head {head[0][0]}:{sanitize(head[0][1])} matches"
+        elif head is not None:
+            text += f"; the kept heads of {len(head)} partitions match"
         return text
     why = _PROBLEMS.get(brk.problem, "")
     problem = sanitize(brk.problem) + (f" ({why})" if why else "")
@@ -145,20 +168,39 @@ def _verify_text(report: VerifyReport, head: tuple[int, str] | None) -> str:
 
 
 _HEAD = re.compile(r"([0-9]+):([0-9a-f]{64})")
+_PARTITION_HEAD = re.compile(r"([0-9]+):([0-9a-f]{64})?")
 
 
-def _parse_head(text: str) -> tuple[int, str]:
-    match = _HEAD.fullmatch(text.strip())
-    if match is None:
-        raise UsageError(
-            f"--head must be SEQ:HASH as verify prints it (a seq, a colon, 64 lowercase hex "
-            f"characters), not {sanitize(text)!r}"
-        )
-    if int(match[1]) == 0:
-        raise UsageError(
-            "--head 0:… names no event: a kept head is the seq and hash verify printed"
-        )
-    return int(match[1]), match[2]
+def _parse_head(text: str) -> list[tuple[int, str]]:
+    """One `SEQ:HASH`, or (a chain in partitions) one per partition, comma-separated; a
+    partition with no event then reads `0:`."""
+    parts = text.strip().split(",")
+    if len(parts) == 1:
+        match = _HEAD.fullmatch(parts[0])
+        if match is None:
+            raise UsageError(
+                f"--head must be SEQ:HASH as verify prints it (a seq, a colon, 64 lowercase "
+                f"hex characters), not {sanitize(text)!r}"
+            )
+        if int(match[1]) == 0:
+            raise UsageError(
+                "--head 0:… names no event: a kept head is the seq and hash verify printed"
+            )
+        return [(int(match[1]), match[2])]
+    heads: list[tuple[int, str]] = []
+    for part in parts:
+        found = _PARTITION_HEAD.fullmatch(part)
+        if found is None or (int(found[1]) == 0) != (found[2] is None):
+            raise UsageError(
+                "--head must be SEQ:HASH,SEQ:HASH,... as verify --json prints it (one per "
+                f"partition, 0: for one with no event), not {sanitize(text)!r}"
+            )
+        heads.append((int(found[1]), found[2] or ""))
+    return heads
+
+
+def _one_or_all(head: list[tuple[int, str]]) -> tuple[int, str] | list[tuple[int, str]]:
+    return head[0] if len(head) == 1 else head
 
 
 __all__ = ["cmd_verify"]

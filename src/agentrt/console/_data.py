@@ -117,7 +117,7 @@ def index_data(store: Store, *, status: str | None, offset: int, limit: int) -> 
     return IndexData(
         waiting=waiting,
         runs=runs,
-        version=store.chain_head()[0],
+        version=_changes(store),
         asking_total=store.count_runs_asking_a_person(),
         decided=_decided_of(store, (waiting, runs)),
     )
@@ -125,7 +125,13 @@ def index_data(store: Store, *, status: str | None, offset: int, limit: int) -> 
 
 def index_version(store: Store) -> int:
     """Changes whenever anything is recorded: every state change commits an event."""
-    return store.chain_head()[0]
+    return _changes(store)
+
+
+def _changes(store: Store) -> int:
+    """The sum of the chain partitions' head seqs (one chain: its last seq), which every
+    event committed moves (decision 0093)."""
+    return sum(seq for seq, _ in store.chain_heads())
 
 
 # --- a run --------------------------------------------------------------------------------------

@@ -5,9 +5,10 @@ The versions are SQLite's (`schema_migrations` reaches the same `SCHEMA_VERSION`
 PostgreSQL. The differences (decision 0079): integers are `bigint`; text is
 `text COLLATE "C"` (bytewise order and comparison, as SQLite's); times stay the
 stored ISO text; each table SQLite gives an implicit `rowid` has an identity
-column `rowid` (insertion order); `events.seq` is handed out under the chain
-head's lock, whose row (`chain_head`) also keeps the highest seq ever issued
-(SQLite's `sqlite_sequence`).
+column `rowid` (insertion order); `events.seq` is handed out under the lock of
+the run's chain partition's head, a row of `chain_head` (as in SQLite since
+migration 5: its last seq issued and that event's hash; decision 0093). A new
+schema has `DEFAULT_PARTITIONS` partitions unless told.
 
 All pending migrations run in one transaction under an advisory lock on the
 schema, so two processes opening a new schema apply each once. A released
@@ -22,7 +23,12 @@ import psycopg
 
 from ..._clock import format_time, wall_clock
 from ..._errors import SchemaVersionError, UnsafeSchemaError
-from ..sqlite._migrations import RUNTIME_VERSION, SCHEMA_VERSION, parse_version
+from ..sqlite._migrations import (
+    RUNTIME_VERSION,
+    SCHEMA_VERSION,
+    parse_version,
+    settle_partitions,
+)
 from ._connection import rollback_quietly
 
 _T = "text COLLATE \"C\" NOT NULL DEFAULT ''"
@@ -112,7 +118,33 @@ CREATE TABLE stored_values (
 )
 """
 
-MIGRATIONS: tuple[tuple[int, str], ...] = ((1, _V1), (2, _V2), (3, _V3), (4, _V4))
+# The chain in partitions (SQLite's migration 5, docs/decisions/0086, 0093): the one
+# head row becomes partition 0's (`part`), which keeps its last event's hash as well;
+# a record made before is partition 0 of 1, nothing rewritten. A schema created now
+# is given its N after the migrations (`settle_partitions`: 16 unless told).
+_V5 = f"""\
+ALTER TABLE chain_head DROP CONSTRAINT chain_head_id_check;
+ALTER TABLE chain_head RENAME COLUMN id TO part;
+ALTER TABLE chain_head ADD COLUMN hash {_T};
+UPDATE chain_head SET part = 0,
+    seq = greatest(seq, coalesce((SELECT max(seq) FROM events), 0)),
+    hash = coalesce((SELECT hash FROM events ORDER BY seq DESC LIMIT 1), '');
+ALTER TABLE chain_head ADD CONSTRAINT chain_head_part CHECK (part >= 0);
+INSERT INTO agentrt_meta (key, value) VALUES ('chain_partitions', '1');
+UPDATE agentrt_meta SET value = '0.2.0' WHERE key = 'min_writer_version'
+"""
+
+MIGRATIONS: tuple[tuple[int, str], ...] = (
+    (1, _V1),
+    (2, _V2),
+    (3, _V3),
+    (4, _V4),
+    (5, _V5),
+)
+
+DEFAULT_PARTITIONS = 16
+"""N for a schema created now: a fleet's writers of runs in different partitions commit
+without waiting for each other (decision 0086 measured it)."""
 assert MIGRATIONS[-1][0] == SCHEMA_VERSION
 
 PROXY_V1 = f"""\
@@ -233,8 +265,13 @@ def check_writer(conn: psycopg.Connection[Any], runtime_version: str = RUNTIME_V
         )
 
 
-def migrate(conn: psycopg.Connection[Any], schema: str) -> int:
-    """Create the schema if needed and bring it to `SCHEMA_VERSION` in one transaction."""
+def migrate(
+    conn: psycopg.Connection[Any], schema: str, *, chain_partitions: int | None = None
+) -> int:
+    """Create the schema if needed and bring it to `SCHEMA_VERSION` in one transaction.
+
+    A schema created now gets `chain_partitions` heads (default `DEFAULT_PARTITIONS`);
+    one that exists keeps its N, and another given for it is refused."""
     conn.execute("BEGIN")
     try:
         conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"agentrt.migrate.{schema}",))
@@ -254,6 +291,9 @@ def migrate(conn: psycopg.Connection[Any], schema: str) -> int:
                 "INSERT INTO schema_migrations (version, applied_at) VALUES (%s, %s)",
                 (version, applied_at),
             )
+        created = current == 0
+        wanted = DEFAULT_PARTITIONS if created and chain_partitions is None else chain_partitions
+        settle_partitions(conn, wanted, created=created, mark="%s")
         check_writer(conn)
         conn.execute("COMMIT")
     except BaseException:

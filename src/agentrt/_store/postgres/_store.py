@@ -24,13 +24,15 @@ from typing import Any, TypeVar
 import psycopg
 
 from ..._canonical import from_text
-from ..._chain import ChainRow, verify_chain
+from ..._chain import verify_chain
 from ..._clock import format_time
 from ..._errors import SchemaVersionError, StoreBusyError, StoreDamagedError, StoreError
 from ..._records import ApprovalStatus, FileCheck, RunStatus, VerifyReport
 from .._base import Renewer
 from .._records import Grouped, RunCandidate, RunCursor, WaitingRow
+from ..sqlite._chain_rows import SqliteChainReader
 from ..sqlite._codecs import waiting_from_row
+from ..sqlite._migrations import chain_partitions as chain_partitions_of
 from ..sqlite._reads import _CANDIDATE_COLUMNS, _candidate
 from ..sqlite._store import SqliteStore
 from ..sqlite._writes import SqliteTx
@@ -57,19 +59,23 @@ from ._tx import PostgresTx, server_now
 _T = TypeVar("_T")
 
 
-def open_store(url: str) -> PostgresStore:
-    """Open the store's schema at `url` for writing, creating or migrating it as needed."""
+def open_store(url: str, *, chain_partitions: int | None = None) -> PostgresStore:
+    """Open the store's schema at `url` for writing, creating or migrating it as needed.
+
+    `chain_partitions` is N for a schema created now (default 16, decision 0093); one
+    that exists keeps its own, and another N given for it is refused."""
     target = parse_target(url)
     conn = connect(target)
     try:
-        migrate(conn, target.schema)
+        migrate(conn, target.schema, chain_partitions=chain_partitions)
+        partitions = chain_partitions_of(conn)
     except psycopg.Error as e:
         conn.close()
         raise store_error(e, f"cannot open {target.shown}", target=target) from e
     except BaseException:
         conn.close()
         raise
-    return PostgresStore(conn, target, read_only=False)
+    return PostgresStore(conn, target, read_only=False, partitions=partitions)
 
 
 def open_existing(url: str, read_only: bool = False) -> PostgresStore:
@@ -83,66 +89,31 @@ def open_existing(url: str, read_only: bool = False) -> PostgresStore:
             conn.execute("SET default_transaction_read_only = on")
         else:
             check_writer(conn)
+        partitions = chain_partitions_of(conn, strict=not read_only)
     except psycopg.Error as e:
         conn.close()
         raise store_error(e, f"cannot open {target.shown}", target=target) from e
     except BaseException:
         conn.close()
         raise
-    return PostgresStore(conn, target, read_only=read_only)
+    return PostgresStore(conn, target, read_only=read_only, partitions=partitions)
 
 
-class PostgresChainReader:
-    """`ChainReader` over one connection, inside the caller's read snapshot."""
+class PostgresChainReader(SqliteChainReader):
+    """`ChainReader` over one connection, inside the caller's read snapshot: SQLite's
+    statements, translated, and the server's damage said as such."""
 
-    _COLUMNS = "seq, run_id, step_id, at, type, payload_json, hash"
-
-    def __init__(self, conn: psycopg.Connection[Any]) -> None:
-        self._conn = conn
+    def __init__(self, conn: psycopg.Connection[Any], partitions: int) -> None:
+        self._pg = conn
+        self._partitions = partitions
 
     def _all(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         try:
-            return list(self._conn.execute(translate(sql), params).fetchall())
+            return list(self._pg.execute(translate(sql), params).fetchall())
         except psycopg.Error as e:
             if isinstance(e, _DAMAGED):
                 raise StoreDamagedError(f"PostgreSQL cannot read the events from here: {e}") from e
             raise store_error(e, "reading the events failed") from e
-
-    def _rows(self, sql: str, params: Sequence[Any]) -> list[ChainRow]:
-        return [ChainRow(*tuple(r)) for r in self._all(sql, params)]
-
-    def event_before(self, seq: int) -> tuple[int, str | bytes] | None:
-        found = self._all(
-            "SELECT seq, hash FROM events WHERE seq < ? ORDER BY seq DESC LIMIT 1", (seq,)
-        )
-        if not found:
-            return None
-        return int(found[0][0]), str(found[0][1])
-
-    def events_between(self, first: int, last: int, limit: int) -> list[ChainRow]:
-        return self._rows(
-            f"SELECT {self._COLUMNS} FROM events WHERE seq >= ? AND seq <= ? ORDER BY seq LIMIT ?",
-            (first, last, limit),
-        )
-
-    def events_after(self, after: int, limit: int) -> list[ChainRow]:
-        return self._rows(
-            f"SELECT {self._COLUMNS} FROM events WHERE seq > ? ORDER BY seq LIMIT ?",
-            (after, limit),
-        )
-
-    def issued_seq(self) -> int | None:
-        found = self._all("SELECT seq FROM chain_head WHERE id = 1")
-        return int(found[0][0]) if found else None
-
-    def event_hash(self, seq: int) -> str | bytes | None:
-        found = self._all("SELECT hash FROM events WHERE seq = ?", (seq,))
-        return str(found[0][0]) if found else None
-
-    def last_seq(self) -> int:
-        found = self._all("SELECT max(seq) FROM events")
-        last = found[0][0] if found else None
-        return int(last) if last is not None else 0
 
 
 class PostgresRenewer:
@@ -187,8 +158,16 @@ class PostgresRenewer:
 class PostgresStore(SqliteStore):
     """The runtime's record in one PostgreSQL schema. Use `open_store`/`open_existing`."""
 
-    def __init__(self, conn: psycopg.Connection[Any], target: Target, *, read_only: bool) -> None:
+    def __init__(
+        self,
+        conn: psycopg.Connection[Any],
+        target: Target,
+        *,
+        read_only: bool,
+        partitions: int = 1,
+    ) -> None:
         self.path = target.shown
+        self.partitions = partitions  # N, the chain's partitions: fixed for the record
         self.read_only = read_only
         self.in_memory = False
         self._target = target
@@ -235,7 +214,7 @@ class PostgresStore(SqliteStore):
             except BaseException:
                 rollback_quietly(conn)
                 raise
-            tx = PostgresTx(conn)
+            tx = PostgresTx(conn, self.partitions)
             self._tx = tx
             try:
                 try:
@@ -303,7 +282,7 @@ class PostgresStore(SqliteStore):
             except psycopg.Error as e:
                 rollback_quietly(conn)
                 raise store_error(e, "cannot begin a read", target=self._target) from e
-            view = PostgresTx(conn)
+            view = PostgresTx(conn, self.partitions)
             self._tx = view
             try:
                 yield view
@@ -377,11 +356,13 @@ class PostgresStore(SqliteStore):
         from_seq: int | None = None,
         to_seq: int | None = None,
         *,
-        head: tuple[int, str] | None = None,
+        head: tuple[int, str] | Sequence[tuple[int, str]] | None = None,
     ) -> VerifyReport:
         """Check the event chain in one snapshot on a connection of its own; see `_chain`."""
         return self._read_snapshot(
-            lambda conn: verify_chain(PostgresChainReader(conn), from_seq, to_seq, head=head)
+            lambda conn: verify_chain(
+                PostgresChainReader(conn, self.partitions), from_seq, to_seq, head=head
+            )
         )
 
     def unfinished_runs(self, after: RunCursor | None, limit: int) -> list[RunCandidate]:

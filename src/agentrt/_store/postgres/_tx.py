@@ -5,10 +5,14 @@ compare-and-set in one statement, and its audit events) run on a PostgreSQL
 connection: the statements are the same text, translated (`_connection.translate`),
 and what differs is here (decision 0080):
 
-- **The chain's head**: the first event a transaction appends locks the one row
-  of `chain_head` (`SELECT ... FOR UPDATE`) until commit, so events are numbered
-  and chained in commit order with no gap and no fork; the row keeps the highest
-  seq ever issued.
+- **The chain's heads** (decision 0093): the first event a transaction appends to
+  a partition locks that partition's row of `chain_head` (`SELECT ... FOR UPDATE`)
+  until commit, so each partition's events are numbered and chained in commit
+  order with no gap and no fork, and writers of runs in other partitions do not
+  wait; the row keeps the highest seq issued in it and that event's hash. Lock
+  order: the run (`lock_run`), then heads; no runtime path appends events of two
+  runs in one transaction (one that did would take its heads in the order it
+  appends, and PostgreSQL would end a deadlock, were two to cross, by failing one).
 - **`lock_run`** is `SELECT ... FOR UPDATE` on the run's row.
 - **`lease_now`** is the server's `clock_timestamp()`: every host judges a lease
   by one clock.
@@ -45,8 +49,8 @@ class PostgresTx(SqliteTx):
     (REPEATABLE READ READ ONLY); valid only inside its block.
     """
 
-    def __init__(self, conn: psycopg.Connection[Any]) -> None:
-        super().__init__(cast(Any, conn))
+    def __init__(self, conn: psycopg.Connection[Any], partitions: int = 1) -> None:
+        super().__init__(cast(Any, conn), partitions)
         self._pg = conn
         # Whether a statement that changes something has run: until one has, a lock
         # wait past the timeout (the first `lock_run`, typically) is `StoreBusyError`,
@@ -65,23 +69,11 @@ class PostgresTx(SqliteTx):
             self._wrote = True
         return cursor
 
-    def _next(self) -> tuple[str, int]:
-        """The hash to chain to and the next seq, read once under the chain head's lock."""
-        if self._head is None:
-            issued_row = self.execute("SELECT seq FROM chain_head WHERE id = 1 FOR UPDATE")
-            issued = issued_row.fetchone()
-            last = self.execute("SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1").fetchone()
-            head_seq = 0 if last is None else int(last[0])
-            head_hash = "" if last is None else str(last[1])
-            issued_seq = 0 if issued is None else int(issued[0])
-            # Like AUTOINCREMENT, a seq is never handed out twice, even one whose row is gone.
-            self._head = (head_hash, max(head_seq, issued_seq) + 1)
-        return self._head
-
-    def append_event(self, run_id: str, step_id: str, at: datetime, type: str, payload: Any) -> int:
-        seq = super().append_event(run_id, step_id, at, type, payload)
-        self.execute("UPDATE chain_head SET seq = ? WHERE id = 1", (seq,))
-        return seq
+    def _read_head(self, part: int) -> Any:
+        """The partition's head row, locked (`FOR UPDATE`) until the transaction ends."""
+        return self.execute(
+            "SELECT seq, hash FROM chain_head WHERE part = ? FOR UPDATE", (part,)
+        ).fetchone()
 
     def lock_run(self, run_id: str) -> GuardedRun | None:
         """The run and its lease, its row locked (`FOR UPDATE`) until the transaction ends."""

@@ -18,11 +18,12 @@ import re
 import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from ..._clock import format_time, wall_clock
 from ..._errors import SchemaVersionError, StoreError
 
-RUNTIME_VERSION = "0.1.0"
+RUNTIME_VERSION = "0.2.0"
 
 
 @dataclass(frozen=True)
@@ -181,12 +182,37 @@ CREATE TABLE stored_values (
 ) STRICT;
 """
 
+# The chain in partitions (docs/decisions/0086, 0093): `chain_head` holds each
+# partition's head, its last seq handed out and that event's hash (the highest seq ever
+# issued, as `sqlite_sequence` kept it, deleted or not); `agentrt_meta.chain_partitions`
+# is N, fixed when the record is created. A record made before is partition 0 of 1, its
+# head what the appends read until now (the last event's hash, the highest seq issued):
+# no event is rewritten. Writers older than 0.2.0 would chain past the head row, so
+# they are locked out.
+_V5 = """\
+CREATE TABLE chain_head (
+    part INTEGER PRIMARY KEY NOT NULL CHECK (part >= 0),
+    seq INTEGER NOT NULL DEFAULT 0,
+    hash TEXT NOT NULL DEFAULT ''
+) STRICT;
+
+INSERT INTO chain_head (part, seq, hash) SELECT 0,
+    max(coalesce((SELECT max(seq) FROM events), 0),
+        coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'events'), 0)),
+    coalesce((SELECT hash FROM events ORDER BY seq DESC LIMIT 1), '');
+
+INSERT INTO agentrt_meta (key, value) VALUES ('chain_partitions', '1');
+
+UPDATE agentrt_meta SET value = '0.2.0' WHERE key = 'min_writer_version';
+"""
+
 # Released migrations: append only, never edit (tests/test_migrations.py pins each text).
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, _V1),
     Migration(2, _V2),
     Migration(3, _V3),
     Migration(4, _V4),
+    Migration(5, _V5),
 )
 
 SCHEMA_VERSION = MIGRATIONS[-1].version
@@ -320,7 +346,10 @@ def check_writer(conn: sqlite3.Connection, runtime_version: str = RUNTIME_VERSIO
 
 
 def migrate(
-    conn: sqlite3.Connection, check: Callable[[sqlite3.Connection], object] | None = None
+    conn: sqlite3.Connection,
+    check: Callable[[sqlite3.Connection], object] | None = None,
+    *,
+    chain_partitions: int | None = None,
 ) -> int:
     """Bring the schema up to `SCHEMA_VERSION` in one IMMEDIATE transaction; returns it.
 
@@ -329,6 +358,8 @@ def migrate(
     `min_writer_version` above this runtime, is refused before anything changes.
     `check`, when given, runs first inside the transaction (the store's schema
     safety check), so nothing planted since the open's own check fires here.
+    `chain_partitions` is N for a record created now (default 1); for one that
+    exists it must be None or its own N (`StoreError` otherwise: N never changes).
     """
     conn.execute("BEGIN IMMEDIATE")
     try:
@@ -346,6 +377,7 @@ def migrate(
                 "INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)",
                 (migration.version, applied_at),
             )
+        settle_partitions(conn, chain_partitions, created=current == 0)
         # A migration may itself raise the bar for writers.
         check_writer(conn)
         conn.execute("COMMIT")
@@ -353,6 +385,51 @@ def migrate(
         rollback_quietly(conn)
         raise
     return SCHEMA_VERSION
+
+
+MAX_PARTITIONS = 1024
+
+
+def chain_partitions(conn: Any, *, strict: bool = True) -> int:
+    """N, the record's chain partitions (`agentrt_meta`; 1 for a record made before them);
+    StoreError when it is not a number of partitions. Not `strict` (a reader), an
+    unreadable value is taken from the head rows instead (one per partition), so every
+    read still works; a writer refuses it."""
+    row = conn.execute("SELECT value FROM agentrt_meta WHERE key = 'chain_partitions'").fetchone()
+    text = "1" if row is None else row[0]
+    n = int(text) if isinstance(text, str) and text.isascii() and text.isdigit() else 0
+    if 1 <= n <= MAX_PARTITIONS:
+        return n
+    if not strict:
+        rows = conn.execute("SELECT count(*) FROM chain_head").fetchone()
+        if rows is not None and 1 <= int(rows[0]) <= MAX_PARTITIONS:
+            return int(rows[0])
+    raise StoreError(
+        f"agentrt_meta holds a chain_partitions that is not 1 to {MAX_PARTITIONS}: {text!r}"
+    )
+
+
+def settle_partitions(conn: Any, wanted: int | None, *, created: bool, mark: str = "?") -> None:
+    """At creation, make the record's N `wanted` (its heads, one row each); later, refuse a
+    `wanted` that is not the record's own N. Both backends' (`mark`: the parameter mark)."""
+    if wanted is not None and not 1 <= wanted <= MAX_PARTITIONS:
+        raise ValueError(f"chain_partitions must be 1 to {MAX_PARTITIONS}, not {wanted}")
+    if created and wanted is not None and wanted != 1:
+        conn.execute(
+            f"UPDATE agentrt_meta SET value = {mark} WHERE key = 'chain_partitions'",
+            (str(wanted),),
+        )
+        for part in range(1, wanted):
+            conn.execute(
+                f"INSERT INTO chain_head (part, seq, hash) VALUES ({mark}, 0, '')",
+                (part,),
+            )
+        return
+    if wanted is not None and (found := chain_partitions(conn)) != wanted:
+        raise StoreError(
+            f"the record's chain has {found} partition(s), fixed when it was created; "
+            f"it cannot be opened with chain_partitions={wanted}"
+        )
 
 
 def rollback_quietly(conn: sqlite3.Connection) -> None:

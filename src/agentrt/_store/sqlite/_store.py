@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 
 from ..._canonical import from_text
 from ..._capped import TEXT_CAP
-from ..._chain import verify_chain
+from ..._chain import heads_digest, verify_chain
 from ..._clock import parse_time
 from ..._errors import (
     NotFoundError,
@@ -97,8 +97,11 @@ PENDING_APPROVALS_MAX = 1000
 _T = TypeVar("_T")
 
 
-def open_store(path: str | os.PathLike[str]) -> SqliteStore:
+def open_store(path: str | os.PathLike[str], *, chain_partitions: int | None = None) -> SqliteStore:
     """Open the database at `path` for writing, creating it (0600) or migrating it as needed.
+
+    `chain_partitions` is N for a record created now (decision 0093; default 1);
+    an existing record keeps its own, and another N given for it is refused.
 
     `":memory:"` gives a private in-memory store. Refuses a symlink, a file with
     a second hard link, an insecure file, sidecar or directory, a trigger or
@@ -110,11 +113,12 @@ def open_store(path: str | os.PathLike[str]) -> SqliteStore:
         conn = _connect(":memory:", uri=False)
         try:
             _configure(conn, writer=True)
-            migrations.migrate(conn, check=check_schema)
+            migrations.migrate(conn, check=check_schema, chain_partitions=chain_partitions)
+            partitions = migrations.chain_partitions(conn)
         except BaseException:
             conn.close()
             raise
-        return SqliteStore(conn, path=":memory:", read_only=False, uri=None)
+        return SqliteStore(conn, path=":memory:", read_only=False, uri=None, partitions=partitions)
     abspath = _absolute(path)
     filesafety.check_directory(abspath)  # before anything is created in it
     filesafety.create_owner_only(abspath)
@@ -128,7 +132,8 @@ def open_store(path: str | os.PathLike[str]) -> SqliteStore:
         migrations.check_not_newer(conn)
         migrations.check_writer(conn)
         _enable_wal(conn)
-        migrations.migrate(conn, check=check_schema)
+        migrations.migrate(conn, check=check_schema, chain_partitions=chain_partitions)
+        partitions = migrations.chain_partitions(conn)
         # The -wal and -shm exist now; SQLite gave them the database's mode.
         filesafety.check_sidecars(abspath, tighten=True)
     except BaseException as e:
@@ -137,7 +142,7 @@ def open_store(path: str | os.PathLike[str]) -> SqliteStore:
         if refusal is None:
             raise
         raise refusal from e
-    return SqliteStore(conn, path=abspath, read_only=False, uri=uri)
+    return SqliteStore(conn, path=abspath, read_only=False, uri=uri, partitions=partitions)
 
 
 def open_existing(path: str | os.PathLike[str], read_only: bool = False) -> SqliteStore:
@@ -166,6 +171,7 @@ def open_existing(path: str | os.PathLike[str], read_only: bool = False) -> Sqli
         if not read_only:
             migrations.check_writer(conn)
             _enable_wal(conn)
+        partitions = migrations.chain_partitions(conn, strict=not read_only)
         filesafety.check_sidecars(abspath, tighten=not read_only)
     except BaseException as e:
         conn.close()
@@ -173,7 +179,7 @@ def open_existing(path: str | os.PathLike[str], read_only: bool = False) -> Sqli
         if refusal is None:
             raise
         raise refusal from e
-    return SqliteStore(conn, path=abspath, read_only=read_only, uri=uri)
+    return SqliteStore(conn, path=abspath, read_only=read_only, uri=uri, partitions=partitions)
 
 
 # --- the store ----------------------------------------------------------------------------------
@@ -187,9 +193,16 @@ class SqliteStore(ProxyRows):
     """The runtime's one SQLite file. Use `open_store` or `open_existing` to get one."""
 
     def __init__(
-        self, conn: sqlite3.Connection, *, path: str, read_only: bool, uri: str | None
+        self,
+        conn: sqlite3.Connection,
+        *,
+        path: str,
+        read_only: bool,
+        uri: str | None,
+        partitions: int = 1,
     ) -> None:
         self.path = path
+        self.partitions = partitions  # N, the chain's partitions: fixed for the record
         self.read_only = read_only
         self.in_memory = uri is None
         self._conn = conn
@@ -223,7 +236,7 @@ class SqliteStore(ProxyRows):
         """
         with self._lock:
             self._begin()
-            tx = SqliteTx(self._conn)
+            tx = SqliteTx(self._conn, self.partitions)
             self._tx = tx
             try:
                 try:
@@ -305,7 +318,7 @@ class SqliteStore(ProxyRows):
     def _in_savepoint(self, work: Callable[[SqliteTx], Any]) -> Grouped:
         conn = self._conn
         conn.execute(f"SAVEPOINT {_SAVEPOINT}")
-        tx = SqliteTx(conn)
+        tx = SqliteTx(conn, self.partitions)
         self._tx = tx
         try:
             value = work(tx)
@@ -344,7 +357,7 @@ class SqliteStore(ProxyRows):
             except sqlite3.Error as e:
                 migrations.rollback_quietly(self._conn)
                 raise store_error(e, "cannot begin a read") from e
-            view = SqliteTx(self._conn)
+            view = SqliteTx(self._conn, self.partitions)
             view._reads_only = True
             self._tx = view
             try:
@@ -537,11 +550,19 @@ class SqliteStore(ProxyRows):
         limit: int = 1000,
         *,
         cap: int | None = TEXT_CAP,
+        partition: int | None = None,
     ) -> list[Event]:
-        """Events with `seq > after_seq` in commit order, of one run or of all."""
+        """Events with `seq > after_seq` in seq order, of one run or of all (or, `partition`
+        given, of the runs of that chain partition). Seq order is commit order within a
+        partition, so for a run; across partitions (N > 1) it is not (decision 0093)."""
         _check_page(limit, 0)
         cols = select_list(_EVENT_COLUMNS, cap)
-        if run_id is None:
+        if run_id is None and partition is not None and self.partitions > 1:
+            rows = self._query(
+                f"SELECT {cols} FROM events WHERE seq > ? AND seq % ? = ? ORDER BY seq LIMIT ?",
+                (after_seq, self.partitions, partition, limit),
+            )
+        elif run_id is None:
             rows = self._query(
                 f"SELECT {cols} FROM events WHERE seq > ? ORDER BY seq LIMIT ?",
                 (after_seq, limit),
@@ -612,11 +633,27 @@ class SqliteStore(ProxyRows):
             raise StoreError(f"tool spec {hash} does not decode: {type(e).__name__}: {e}") from e
 
     def chain_head(self) -> tuple[int, str]:
-        """`(seq, hash)` of the last event, `(0, '')` when there is none; keep it out of reach."""
-        rows = self._query("SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1")
-        if not rows:
-            return 0, ""
-        return int(rows[0][0]), shown_text(rows[0][1])
+        """The chain's head as one value to keep out of reach: with one partition `(seq,
+        hash)` of the last event, `(0, '')` when there is none; with N > 1, `(N, digest)`,
+        the digest over `chain_heads()` (`agentrt._chain.heads_digest`, decision 0093)."""
+        if self.partitions == 1:
+            return self.chain_heads()[0]
+        return self.partitions, heads_digest(self.chain_heads())
+
+    def chain_heads(self) -> tuple[tuple[int, str], ...]:
+        """Each partition's head, `(seq, hash)` of its last event (`(0, '')`: none), in
+        partition order: what `verify_events(head=...)` takes. With one partition, the
+        last event stored; with N, the head rows the appends move."""
+        if self.partitions == 1:
+            rows = self._query("SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1")
+            if not rows:
+                return ((0, ""),)
+            return ((int(rows[0][0]), shown_text(rows[0][1])),)
+        heads = [(0, "")] * self.partitions
+        for part, seq, digest in self._query("SELECT part, seq, hash FROM chain_head"):
+            if 0 <= int(part) < self.partitions:
+                heads[int(part)] = (int(seq), shown_text(digest))
+        return tuple(heads)
 
     def check_file(self, *, full: bool = False, max_problems: int = 100) -> FileCheck:
         """SQLite's own check of the file: `PRAGMA quick_check`, or `integrity_check` if `full`.
@@ -680,17 +717,20 @@ class SqliteStore(ProxyRows):
         from_seq: int | None = None,
         to_seq: int | None = None,
         *,
-        head: tuple[int, str] | None = None,
+        head: tuple[int, str] | Sequence[tuple[int, str]] | None = None,
     ) -> VerifyReport:
         """Check the event chain in bounded pages, writing nothing; see `agentrt._chain`.
 
-        `head` is a `(seq, hash)` from `chain_head()` kept where the database's
-        writers cannot reach: it also catches a truncated or recomputed chain.
+        `head` is `chain_heads()` (with one partition, also `chain_head()`), kept where
+        the database's writers cannot reach: it also catches a truncated or recomputed
+        chain. ValueError when it does not fit the record's partitions.
         A file store verifies on a connection of its own, in one read snapshot,
         so writers are not held up.
         """
         return self._read_snapshot(
-            lambda conn: verify_chain(SqliteChainReader(conn), from_seq, to_seq, head=head)
+            lambda conn: verify_chain(
+                SqliteChainReader(conn, self.partitions), from_seq, to_seq, head=head
+            )
         )
 
 

@@ -1,8 +1,11 @@
 """One SQLite write transaction's core: statements, and events appended to the chain.
 
-The chain head is read once per transaction and cached; that is safe because
-`BEGIN IMMEDIATE` admits one writer at a time, so nobody else can append
-between the read and this transaction's commit.
+An event is chained in its run's partition (`agentrt._chain`, decision 0093): its
+seq is the partition head's seq plus N (the partition's first seq when it has
+none), its previous hash the head's hash, and the head row of `chain_head` is
+moved to it in the same transaction. Each head the transaction appends to is read
+once and cached; that is safe because `BEGIN IMMEDIATE` admits one writer at a
+time, so nobody else can append between the read and this transaction's commit.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from ..._canonical import from_text, to_text
-from ..._chain import event_hash
+from ..._chain import event_hash, first_seq, partition_of
 from ..._clock import as_stored, format_time
 from ..._errors import (
     StoreError,
@@ -27,26 +30,23 @@ from ._values import INSERT_SQL, pack
 # --- transactions -------------------------------------------------------------------------------
 
 
-# The chain head (seq and hash of the last event) and the last seq AUTOINCREMENT
-# issued, in one statement; each is NULL on an empty chain.
-_CHAIN_HEAD = (
-    "SELECT (SELECT seq FROM events ORDER BY seq DESC LIMIT 1), "
-    "(SELECT hash FROM events ORDER BY seq DESC LIMIT 1), "
-    "(SELECT seq FROM sqlite_sequence WHERE name = 'events')"
-)
+# A partition's head: the last seq handed out in it and the hash to chain to.
+_PARTITION_HEAD = "SELECT seq, hash FROM chain_head WHERE part = ?"
+_MOVE_HEAD = "UPDATE chain_head SET seq = ?, hash = ? WHERE part = ?"
 
 
 class TxCore:
     """The statements and the chain of one write transaction (`SqliteTx` adds the named writes)."""
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(self, conn: sqlite3.Connection, partitions: int = 1) -> None:
         self.conn = conn
+        self.partitions = partitions  # N, the record's chain partitions
         # The appended events as stored, turned into `Event`s only when asked for
         # (`events`): most transactions have no observer to hand them to.
         self._appended: list[tuple[int, str, str, datetime, str, str, str]] = []
         self._open = True
-        # (hash of the chain head, next seq to hand out), read once per transaction.
-        self._head: tuple[str, int] | None = None
+        # Per partition appended to: (hash of its head, next seq to hand out in it).
+        self._heads: dict[int, tuple[str, int]] = {}
         # A snapshot's reads (nothing written, nothing to run twice): busy is retryable.
         self._reads_only = False
 
@@ -90,35 +90,56 @@ class TxCore:
         ]
 
     def append_event(self, run_id: str, step_id: str, at: datetime, type: str, payload: Any) -> int:
-        """Insert one event chained to the previous one across all runs; returns its seq.
+        """Insert one event chained to the previous one of its run's partition; returns its seq.
 
-        Events must be inserted only through this method: the chain head is read
-        once per transaction and cached here. `events` lists what was appended.
+        Events must be inserted only through this method: each partition's head
+        is read once per transaction and cached here. `events` lists what was appended.
         """
         self._check_open()
         payload_json = to_text(payload)
         at_text = format_time(at)
-        prev_hash, seq = self._next()
+        part = partition_of(run_id, self.partitions)
+        prev_hash, seq = self._next(part)
         digest = event_hash(prev_hash, seq, run_id, step_id, at_text, type, payload_json)
         self.execute(
             "INSERT INTO events (seq, run_id, step_id, at, type, payload_json, hash) "
             "VALUES (?, ?, ?, ?, ?, ?, ?)",
             (seq, run_id, step_id, at_text, type, self.stored(payload_json), digest),
         )
-        self._head = (digest, seq + 1)
+        self._move_head(part, seq, digest)
+        self._heads[part] = (digest, seq + self.partitions)
         self._appended.append((seq, run_id, step_id, at, type, payload_json, digest))
         return seq
 
-    def _next(self) -> tuple[str, int]:
-        """The hash to chain to and the seq AUTOINCREMENT would give the next row."""
-        if self._head is None:
-            head_seq, head_hash, issued = self.execute(_CHAIN_HEAD).fetchone()
-            head_seq = 0 if head_seq is None else int(head_seq)
-            head_hash = "" if head_hash is None else str(head_hash)
-            issued_seq = 0 if issued is None else int(issued)
-            # AUTOINCREMENT never reuses a seq, even one whose row was deleted.
-            self._head = (head_hash, max(head_seq, issued_seq) + 1)
-        return self._head
+    def _read_head(self, part: int) -> Any:
+        """The partition's head row, `(seq, hash)`, or None (`PostgresTx` locks it)."""
+        return self.execute(_PARTITION_HEAD, (part,)).fetchone()
+
+    def _move_head(self, part: int, seq: int, digest: str) -> None:
+        """Make the event at `seq` the partition's head (in this transaction)."""
+        self.execute(_MOVE_HEAD, (seq, digest, part))
+
+    def _next(self, part: int) -> tuple[str, int]:
+        """The hash to chain to and the next seq of the partition; a seq is never handed
+        out twice, even one whose row was deleted (the head keeps the highest issued)."""
+        cached = self._heads.get(part)
+        if cached is not None:
+            return cached
+        row = self._read_head(part)
+        if row is None:
+            raise StoreError(
+                f"the chain has no head for partition {part} of {self.partitions}: "
+                "the record is damaged (agentrt verify)"
+            )
+        head_seq, head_hash = row[0], row[1]
+        if not isinstance(head_seq, int) or not isinstance(head_hash, str):
+            raise StoreError(
+                f"the chain's head of partition {part} is not a seq and a hash as written: "
+                "the record is damaged (agentrt verify)"
+            )
+        following = head_seq + self.partitions if head_seq > 0 else first_seq(part, self.partitions)
+        self._heads[part] = (head_hash, following)
+        return self._heads[part]
 
     def _close(self) -> None:
         self._open = False
