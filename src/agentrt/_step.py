@@ -230,7 +230,7 @@ async def _start_tool(
     from_step: tuple[str, ...],
 ) -> datetime:
     def tx_started(tx: Tx) -> datetime:
-        session.require_lease(tx, side_effect=True)
+        session.hold_lease(tx, side_effect=True)
         now = session.config.clock()
         start_tool_in(session, tx, now, step, spec, args, payload, from_step=from_step)
         return now
