@@ -182,13 +182,16 @@ def test_a_tool_thread_still_in_its_call_is_never_given_another() -> None:
 
     call = ToolCall(run_id="r", step_id="s", args={}, lease_epoch=1)
     held: list[threading.Thread] = []
+    started = threading.Event()
 
     def hang(_: ToolCall) -> None:
         held.append(threading.current_thread())
+        started.set()
         release.wait(20)
 
     pending = _on_own_thread(hang, call)
     try:
+        assert started.wait(10)  # the held call is on its thread before the others come
         others = tool_thread_calls(*[lambda _: threading.current_thread()] * 3)
         assert held and all(other is not held[0] for other in others)
         assert not pending.done()

@@ -140,23 +140,32 @@ _IDLE_S = 60.0
 
 class _Worker:
     """One daemon tool thread: runs the calls handed to it, one at a time, and offers
-    itself back to `_ToolThreads` between them."""
+    itself back to `_ToolThreads` once each has returned, before its outcome is
+    given (so the caller's next call finds it idle)."""
 
     def __init__(self, pool: _ToolThreads) -> None:
         self.pool = pool
-        self.jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self.jobs: queue.SimpleQueue[tuple[Callable[[], Any], Future]] = queue.SimpleQueue()
         threading.Thread(target=self._loop, name="agentrt-tool", daemon=True).start()
 
     def _loop(self) -> None:
         while True:
             try:
-                job = self.jobs.get(timeout=_IDLE_S)
+                call, future = self.jobs.get(timeout=_IDLE_S)
             except queue.Empty:
                 if self.pool.retire(self):
                     return
                 continue  # taken for a call just as it timed out: the call is on its way
-            job()
-            if not self.pool.idle_again(self):
+            if not future.set_running_or_notify_cancel():
+                kept = self.pool.idle_again(self)
+            else:
+                try:
+                    outcome = call()
+                except BaseException as exc:  # whatever the tool raises is its outcome
+                    outcome = _Raised(exc)
+                kept = self.pool.idle_again(self)
+                future.set_result(outcome)
+            if not kept:
                 return
 
 
@@ -173,12 +182,14 @@ class _ToolThreads:
         self._lock = threading.Lock()
         self._idle: list[_Worker] = []
 
-    def run(self, job: Callable[[], None]) -> None:
+    def run(self, call: Callable[[], Any], future: Future) -> None:
+        """Run `call()` on an idle thread (or a new one); its outcome (or `_Raised`) is
+        `future`'s result."""
         with self._lock:
             worker = self._idle.pop() if self._idle else None
         if worker is None:
             worker = _Worker(self)
-        worker.jobs.put(job)
+        worker.jobs.put((call, future))
 
     def idle_again(self, worker: _Worker) -> bool:
         """Keep `worker` for a later call; False (it should exit) when enough are idle."""
@@ -217,18 +228,7 @@ def _on_own_thread(method: Callable[[ToolCall], Any], call: ToolCall) -> Future:
     by calls past their timeouts.
     """
     future: Future = concurrent.futures.Future()
-
-    def work() -> None:
-        if not future.set_running_or_notify_cancel():
-            return
-        try:
-            result = contextvars.Context().run(method, call)
-        except BaseException as exc:  # whatever the tool raises is its outcome
-            future.set_result(_Raised(exc))
-        else:
-            future.set_result(result)
-
-    _THREADS.run(work)
+    _THREADS.run(lambda: contextvars.Context().run(method, call), future)
     return future
 
 
