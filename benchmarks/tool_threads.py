@@ -1,13 +1,14 @@
 """What a plain-function tool call costs to hand off: a pool thread or a thread of its own.
 
-Decision 0017 runs each plain-function tool on a daemon thread started for
-the call (`agentrt._execute._on_own_thread`), so that a tool past its timeout
-never holds the process open at exit, nor a pool's thread. This measures, in
+Decision 0017 runs each plain-function tool on a daemon thread that runs
+nothing else until the call returns (`agentrt._execute._on_own_thread`: an idle
+one kept from an earlier call, else a new one, decision 0092), so that a tool
+past its timeout never holds the process open at exit, nor a pool's thread. This measures, in
 µs per call of a tool that returns at once, awaited through the event loop as
 the driver awaits it:
 
 - `ThreadPoolExecutor.submit` (the old way: an idle pool thread);
-- `_on_own_thread` (a new daemon thread per call);
+- `_on_own_thread` (an idle kept daemon thread, decision 0092);
 - `agentrt._execute.invoke` as a whole (its task, the timeout, the observation).
 
     python benchmarks/tool_threads.py [--calls 2000]
@@ -65,7 +66,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=32)
     figures = {
         "pool thread (old)": lambda: asyncio.wrap_future(pool.submit(tool.call, CALL)),
-        "own daemon thread": lambda: asyncio.wrap_future(_on_own_thread(tool.call, CALL)),
+        "kept daemon thread": lambda: asyncio.wrap_future(_on_own_thread(tool.call, CALL)),
         "invoke, whole": lambda: invoke(tool, SPEC, CALL),
     }
     for name, one in figures.items():

@@ -158,7 +158,7 @@ def test_the_tool_thread_benchmark_prints_each_way_of_calling_a_plain_tool() -> 
     done = run_script("benchmarks/tool_threads.py", "--calls", "20")
     assert done.returncode == 0, done.stderr
     names = [line.rsplit(None, 2)[0] for line in done.stdout.splitlines()]
-    assert names == ["pool thread (old)", "own daemon thread", "invoke, whole"]
+    assert names == ["pool thread (old)", "kept daemon thread", "invoke, whole"]
 
 
 def test_the_store_safety_benchmark_prints_every_figure(tmp_path: Path) -> None:

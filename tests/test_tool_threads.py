@@ -13,6 +13,7 @@ import textwrap
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -157,3 +158,75 @@ def test_timed_out_tools_never_starve_the_next_call_of_a_thread(store: agentrt.S
     assert run.status == "COMPLETED"
     last_tool_step = store.list_steps(run.id)[-2]
     assert last_tool_step.status == "done"
+
+
+def tool_thread_calls(*methods: Any) -> list[Any]:
+    """Run each method in turn as the executor runs a plain-function tool; their results."""
+    from agentrt._execute import _on_own_thread
+
+    call = ToolCall(run_id="r", step_id="s", args={}, lease_epoch=1)
+    return [_on_own_thread(method, call).result(10) for method in methods]
+
+
+def test_a_tool_thread_whose_call_returned_runs_the_next_call() -> None:
+    """Decision 0092: no thread started per call once one is idle."""
+    first, second = tool_thread_calls(
+        lambda _: threading.current_thread(), lambda _: threading.current_thread()
+    )
+    assert first is second and first.daemon and first.name == "agentrt-tool"
+
+
+def test_a_tool_thread_still_in_its_call_is_never_given_another() -> None:
+    release = threading.Event()
+    from agentrt._execute import _on_own_thread
+
+    call = ToolCall(run_id="r", step_id="s", args={}, lease_epoch=1)
+    held: list[threading.Thread] = []
+    started = threading.Event()
+
+    def hang(_: ToolCall) -> None:
+        held.append(threading.current_thread())
+        started.set()
+        release.wait(20)
+
+    pending = _on_own_thread(hang, call)
+    try:
+        assert started.wait(10)  # the held call is on its thread before the others come
+        others = tool_thread_calls(*[lambda _: threading.current_thread()] * 3)
+        assert held and all(other is not held[0] for other in others)
+        assert not pending.done()
+    finally:
+        release.set()
+    pending.result(10)
+
+
+def test_each_tool_call_runs_in_a_new_empty_context() -> None:
+    """As on a thread of its own: a context variable a call set is not seen by the next."""
+    import contextvars
+
+    mark: contextvars.ContextVar[str] = contextvars.ContextVar("mark", default="unset")
+
+    def set_it(_: ToolCall) -> str:
+        mark.set("set by an earlier call")
+        return mark.get()
+
+    assert tool_thread_calls(set_it, lambda _: mark.get()) == ["set by an earlier call", "unset"]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs fork")
+def test_a_forked_child_runs_tools_on_threads_of_its_own() -> None:
+    """The parent's idle threads do not exist in a child: it must not hand them calls."""
+    import os
+
+    tool_thread_calls(lambda _: None)  # the parent now has an idle tool thread
+    pid = os.fork()
+    if pid == 0:  # the child: a call must still run (on a new thread), not wait forever
+        code = 1
+        try:
+            (name,) = tool_thread_calls(lambda _: threading.current_thread().name)
+            code = 0 if name == "agentrt-tool" else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0

@@ -24,6 +24,7 @@ import sys
 # slow paths below unescape and escape strings exactly like the fast ones (CPython).
 from _json import encode_basestring as _encode_basestring
 from _json import scanstring as _scanstring
+from collections.abc import Callable
 from itertools import accumulate
 from typing import Any, NoReturn
 
@@ -717,13 +718,47 @@ def _encode(value: Any, *, html: bool) -> bytes:
     return _finish(_encode_slow(value), html=html).encode("utf-8")
 
 
-_dumps = json.JSONEncoder(
+_ENCODER = json.JSONEncoder(
     ensure_ascii=False,
     allow_nan=False,
     check_circular=False,
     sort_keys=True,
     separators=(",", ":"),
-).encode
+)
+
+
+def _c_dumps() -> Callable[[Any], str] | None:
+    """`_ENCODER.encode` without rebuilding the C encoder at every call.
+
+    `JSONEncoder.encode` makes a new C encoder (and a closure) per call; with no
+    circularity markers the C encoder keeps no state between calls, so one made
+    here with the same settings writes the same text. None where the C encoder
+    is not there (the plain `encode` is then used).
+    """
+    make = getattr(json.encoder, "c_make_encoder", None)
+    basestring = getattr(json.encoder, "c_encode_basestring", None)
+    if make is None or basestring is None:
+        return None
+    settings = _ENCODER
+    encoder = make(
+        None,
+        settings.default,
+        basestring,
+        None,
+        settings.key_separator,
+        settings.item_separator,
+        True,
+        settings.skipkeys,
+        False,
+    )
+
+    def dumps(value: Any) -> str:
+        return "".join(encoder(value, 0))
+
+    return dumps
+
+
+_dumps: Callable[[Any], str] = _c_dumps() or _ENCODER.encode
 
 _LEAF_TYPES = frozenset({str, int, float, bool, type(None)})
 

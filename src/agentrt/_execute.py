@@ -20,11 +20,14 @@ Invariants kept here:
 - A tool runs in a task of its own, so that the tool's own `CancelledError`
   (its task ends without our task having been cancelled) is told apart from a
   cancellation of the caller (the `await` in `invoke` raises).
-- A plain-function tool runs on a daemon thread of its own, started per call
-  and outside `concurrent.futures`' registry of workers, which the interpreter
+- A plain-function tool runs on a daemon thread that runs nothing else while it
+  runs, outside `concurrent.futures`' registry of workers, which the interpreter
   joins at exit: a tool that outlives its timeout (a thread cannot be killed)
   never holds the process open and never takes a thread from the store's I/O
-  or from the next tool call. Its late result is discarded. A coroutine tool
+  or from the next tool call. Its late result is discarded. The thread is an
+  idle one kept from an earlier call that returned, or a new one (decision
+  0092): starting a thread per call cost more than the rest of the call. Each
+  call runs in a new, empty `contextvars.Context`, as on a new thread. A coroutine tool
   is cancelled at its timeout; one that swallows its cancellation and has not
   ended a second later is left running in the same way (its step is not held:
   the outcome is the timeout, or the caller's cancel).
@@ -34,7 +37,10 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextvars
 import inspect
+import os
+import queue
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -125,26 +131,104 @@ class _Raised:
     exc: BaseException
 
 
+_IDLE_KEPT = 8
+"""Idle tool threads kept for later calls; a thread returning when as many wait exits."""
+
+_IDLE_S = 60.0
+"""Seconds an idle tool thread waits for a call before it exits."""
+
+
+class _Worker:
+    """One daemon tool thread: runs the calls handed to it, one at a time, and offers
+    itself back to `_ToolThreads` once each has returned, before its outcome is
+    given (so the caller's next call finds it idle)."""
+
+    def __init__(self, pool: _ToolThreads) -> None:
+        self.pool = pool
+        self.jobs: queue.SimpleQueue[tuple[Callable[[], Any], Future]] = queue.SimpleQueue()
+        threading.Thread(target=self._loop, name="agentrt-tool", daemon=True).start()
+
+    def _loop(self) -> None:
+        while True:
+            try:
+                call, future = self.jobs.get(timeout=_IDLE_S)
+            except queue.Empty:
+                if self.pool.retire(self):
+                    return
+                continue  # taken for a call just as it timed out: the call is on its way
+            if not future.set_running_or_notify_cancel():
+                kept = self.pool.idle_again(self)
+            else:
+                try:
+                    outcome = call()
+                except BaseException as exc:  # whatever the tool raises is its outcome
+                    outcome = _Raised(exc)
+                kept = self.pool.idle_again(self)
+                future.set_result(outcome)
+            if not kept:
+                return
+
+
+class _ToolThreads:
+    """The idle tool threads of this process.
+
+    A call takes an idle thread or starts a new one; a thread is offered back only
+    once its call has returned, so a call past its timeout keeps its thread to
+    itself and the next call never waits for it. After a fork the child has none
+    of the parent's threads, so it starts with none idle.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._idle: list[_Worker] = []
+
+    def run(self, call: Callable[[], Any], future: Future) -> None:
+        """Run `call()` on an idle thread (or a new one); its outcome (or `_Raised`) is
+        `future`'s result."""
+        with self._lock:
+            worker = self._idle.pop() if self._idle else None
+        if worker is None:
+            worker = _Worker(self)
+        worker.jobs.put((call, future))
+
+    def idle_again(self, worker: _Worker) -> bool:
+        """Keep `worker` for a later call; False (it should exit) when enough are idle."""
+        with self._lock:
+            if len(self._idle) >= _IDLE_KEPT:
+                return False
+            self._idle.append(worker)
+            return True
+
+    def retire(self, worker: _Worker) -> bool:
+        """Forget an idle `worker` that waited long enough; False if a call just took it."""
+        with self._lock:
+            if worker in self._idle:
+                self._idle.remove(worker)
+                return True
+            return False
+
+    def forget_all(self) -> None:
+        """In a forked child: the parent's threads do not exist here."""
+        self._lock = threading.Lock()
+        self._idle = []
+
+
+_THREADS = _ToolThreads()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_THREADS.forget_all)
+
+
 def _on_own_thread(method: Callable[[ToolCall], Any], call: ToolCall) -> Future:
-    """Run `method(call)` on a new daemon thread; the future holds its result or `_Raised`.
+    """Run `method(call)` on a daemon thread that runs nothing else until it returns (an
+    idle one, or a new one); the future holds its result or `_Raised`.
 
     Not `concurrent.futures.ThreadPoolExecutor`: the interpreter joins its
     workers at exit, so a tool still running after its timeout would hold the
-    process open until it returned.
+    process open until it returned; and a fixed pool's threads can all be held
+    by calls past their timeouts.
     """
     future: Future = concurrent.futures.Future()
-
-    def work() -> None:
-        if not future.set_running_or_notify_cancel():
-            return
-        try:
-            result = method(call)
-        except BaseException as exc:  # whatever the tool raises is its outcome
-            future.set_result(_Raised(exc))
-        else:
-            future.set_result(result)
-
-    threading.Thread(target=work, name="agentrt-tool", daemon=True).start()
+    _THREADS.run(lambda: contextvars.Context().run(method, call), future)
     return future
 
 

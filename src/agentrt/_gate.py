@@ -36,7 +36,6 @@ Every async entry point has a blocking `_sync` twin named like the Driver's
 from __future__ import annotations
 
 import asyncio
-import copy
 import logging
 import re
 import threading
@@ -87,6 +86,7 @@ from ._session import (
     run_sync,
     write_through,
 )
+from ._shown import shown_approval, shown_run, shown_step
 from ._store import Store, Tx
 from ._takeover import take_over
 from ._tools import Tool, compile_tool, registered_spec, spec_hash, validate_tools
@@ -488,9 +488,9 @@ class GateSession:
         # so a consumer that edits what it was shown sees its own edits in the next
         # input.
         return StepInput(
-            run=copy.deepcopy(run),
+            run=shown_run(run),
             steps=self._steps_shown(steps),
-            approvals=copy.deepcopy(approvals),
+            approvals=tuple(shown_approval(approval) for approval in approvals),
             tools=specs,
             model=caller,
         )
@@ -501,9 +501,9 @@ class GateSession:
         log, shown = self._rs.replaced, self._shown
         for index in set(log[self._replaced_seen :]):
             if index < len(shown):
-                shown[index] = copy.deepcopy(steps[index])
+                shown[index] = shown_step(steps[index])
         self._replaced_seen = len(log)
-        shown.extend(copy.deepcopy(step) for step in steps[len(shown) :])
+        shown.extend(shown_step(step) for step in steps[len(shown) :])
         return tuple(shown)
 
     # -- the loop ----------------------------------------------------------

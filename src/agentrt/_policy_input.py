@@ -35,13 +35,29 @@ from typing import Any
 
 from ._canonical import content_hash, to_text
 from ._clock import duration_to_ms, format_time
-from ._records import Approval, Run, RunView, Step, ToolRequest
+from ._records import Approval, Limits, Run, RunView, Step, ToolRequest
 from ._store import run_from_columns
 
 INPUT_VERSION = 1
 
 _RUN_KEPT_ELSEWHERE = ("id", "goal", "limits_json")
 _MICROSECOND = timedelta(microseconds=1)
+
+
+_last_limits: tuple[Limits | None, str] = (None, "")
+
+
+def _limits_text(limits: Limits) -> str:
+    """A run's limits as `limits_json` holds them, remembered for the last `Limits` object
+    (by identity: equal limits may still differ in how a number is written; a session's
+    run keeps one object, the store decoding each text once)."""
+    global _last_limits
+    last = _last_limits
+    if last[0] is limits:
+        return last[1]
+    text = to_text(limits.to_json())
+    _last_limits = (limits, text)
+    return text
 
 
 def run_columns(run: Run) -> dict[str, Any]:
@@ -52,7 +68,7 @@ def run_columns(run: Run) -> dict[str, Any]:
         "status": str(run.status),
         "reason": str(run.reason),
         "reason_detail": run.reason_detail,
-        "limits_json": to_text(run.limits.to_json()),
+        "limits_json": _limits_text(run.limits),
         "step_count": run.step_count,
         "created_at": format_time(run.created_at),
         "started_at": format_time(run.started_at),
@@ -68,10 +84,11 @@ def run_columns(run: Run) -> dict[str, Any]:
     }
 
 
-def _run_form(run: Run) -> dict[str, Any]:
-    """`run_columns` and what they may not carry exactly (sub-millisecond time, a decode error)."""
+def _run_form(run: Run, columns: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """`run_columns` (given, or computed) and what they may not carry exactly
+    (sub-millisecond time, a decode error)."""
     return {
-        **run_columns(run),
+        **(run_columns(run) if columns is None else columns),
         "active_us": run.active_time // _MICROSECOND,
         "decode_error": run.decode_error,
     }
@@ -173,13 +190,17 @@ class InputHashes:
 
 
 def input_hashes(
-    request: ToolRequest, view: RunView, hashes: InputHashes | None = None
+    request: ToolRequest,
+    view: RunView,
+    hashes: InputHashes | None = None,
+    columns: Mapping[str, Any] | None = None,
 ) -> dict[str, str]:
-    """The hash of each part of a policy's input (see the module docstring)."""
+    """The hash of each part of a policy's input (see the module docstring); `columns`,
+    when given, are `run_columns(view.run)` already computed."""
     kept = InputHashes() if hashes is None else hashes
     return {
         "request": content_hash(_request_form(request)),
-        "run": content_hash(_run_form(view.run)),
+        "run": content_hash(_run_form(view.run, columns)),
         "steps": kept.steps(view.steps),
         "approvals": content_hash([kept.approval(a) for a in view.approvals]),
     }
@@ -196,7 +217,7 @@ def input_record(
             "run": {k: v for k, v in columns.items() if k not in _RUN_KEPT_ELSEWHERE},
             "steps": len(view.steps),
             "approvals": len(view.approvals),
-            "hashes": input_hashes(request, view, hashes),
+            "hashes": input_hashes(request, view, hashes, columns),
         }
     except Exception:  # never fail a run over its re-check record (module invariant)
         return None

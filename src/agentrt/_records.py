@@ -8,12 +8,13 @@ nanoseconds), times are timezone-aware UTC `datetime`.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from ._canonical import content_hash
 from ._clock import duration_to_ms, duration_to_ns, ns_to_duration
@@ -805,3 +806,29 @@ class ModelCallRecord:
     dispatched_at: datetime | None
     completed_at: datetime | None
     decode_error: str = ""
+
+
+_R = TypeVar("_R")
+
+_PLAIN_FIELDS: dict[type, frozenset[str]] = {
+    Run: frozenset(Run.__dataclass_fields__),
+    Step: frozenset(Step.__dataclass_fields__),
+}
+"""The records whose generated `__init__` only assigns their fields (no `__post_init__`,
+no field left out of `__init__`), with their field names: `evolve` may skip `__init__`."""
+
+
+def evolve(record: _R, **changes: Any) -> _R:
+    """`dataclasses.replace(record, **changes)` for a `Run` or a `Step`, without calling
+    `__init__` again: it would only assign the same fields (about a quarter of the cost,
+    six times a step). Any other record (a subclass too), or a name that is not one of
+    its fields, goes through `dataclasses.replace` (which raises for the latter)."""
+    names = _PLAIN_FIELDS.get(type(record))
+    if names is None or not names.issuperset(changes):
+        replaced: _R = cast(Any, dataclasses.replace)(record, **changes)
+        return replaced
+    new = object.__new__(type(record))
+    fields = new.__dict__
+    fields.update(record.__dict__)
+    fields.update(changes)
+    return new

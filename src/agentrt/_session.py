@@ -69,6 +69,7 @@ from ._records import (
     ToolSpec,
 )
 from ._store import Store, Tx
+from ._store._records import GuardedRun
 from ._tools import CompiledTool, Tool
 
 T = TypeVar("T")
@@ -515,6 +516,10 @@ class RunSession:
         Before a side effect the lease must also be provably live by the store's
         lease clock. Returns the run as it stands.
         """
+        return self.hold_lease(tx, side_effect=side_effect).run
+
+    def hold_lease(self, tx: Tx, *, side_effect: bool = False) -> GuardedRun:
+        """`require_lease`, returning the lock's record: its run is decoded only if asked for."""
         guarded = tx.lock_run(self.run_id)
         if guarded is None:
             raise RunStateError(f"run {self.run_id} disappeared")
@@ -532,7 +537,7 @@ class RunSession:
                 f"the lease on run {self.run_id} lapsed at {lease.shown_expiry()}; "
                 "no side effect is started on a lapsed lease"
             )
-        return guarded.run
+        return guarded
 
     def current(self, step: Step) -> Step:
         """The session's copy of `step` as last written (callers may hold an older one)."""

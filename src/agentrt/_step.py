@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-from dataclasses import replace
 from datetime import datetime
 from functools import partial
 from typing import Any
@@ -48,6 +47,7 @@ from ._records import (
     TerminalReason,
     ToolCall,
     ToolSpec,
+    evolve,
 )
 from ._session import (
     RunMoved,
@@ -133,7 +133,7 @@ async def begin_step(session: RunSession) -> Step | None:
             raise RunStateError(f"step {step.index} of run {run.id} moved before it was claimed")
         session.run = claimed.run  # the run as it stands (a renewed lease's expiry)
 
-    session.run = replace(run, step_count=run.step_count + 1)
+    session.run = evolve(run, step_count=run.step_count + 1)
     session.steps.append(step)  # a new id: nothing to replace
     session.defer(plan.STEP_STARTED, tx_claim)
     return step
@@ -216,7 +216,7 @@ async def _record_decision(session: RunSession, step: Step, decision: Any) -> Re
         # agent returned, this write records it (or what could be kept of it).
         tx.record_decision(kept, recorded.text, recorded.decision, now)
 
-    session.put_step(replace(kept, decision=recorded.decision))
+    session.put_step(evolve(kept, decision=recorded.decision))
     session.defer(plan.DECIDED, tx_decided)
     return recorded
 
@@ -230,7 +230,7 @@ async def _start_tool(
     from_step: tuple[str, ...],
 ) -> datetime:
     def tx_started(tx: Tx) -> datetime:
-        session.require_lease(tx, side_effect=True)
+        session.hold_lease(tx, side_effect=True)
         now = session.config.clock()
         start_tool_in(session, tx, now, step, spec, args, payload, from_step=from_step)
         return now

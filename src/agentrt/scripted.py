@@ -42,11 +42,12 @@ class ScriptedAgent:
         # them all would grow with the square of the run's length.
         self.last_input: StepInput | None = None
         self.calls = 0
+        self._settled = _SettledPrefix()
 
     def decide(self, input: StepInput) -> Decision:
         self.last_input = input
         self.calls += 1
-        position = script_position(input)
+        position = self._settled.position(input)
         if position >= len(self.decisions):
             index = input.steps[-1].index if input.steps else -1
             raise IndexError(
@@ -55,6 +56,51 @@ class ScriptedAgent:
             )
         entry = self.decisions[position]
         return entry(input) if callable(entry) else entry
+
+
+_FINAL = (StepStatus.DONE, StepStatus.FAILED)
+"""Step statuses no later write changes (an interrupted step may still be reconciled)."""
+
+
+class _SettledPrefix:
+    """`script_position` at O(1) amortized per decision over one run's inputs.
+
+    Remembers how many entries the run's leading steps in a final status (`done`,
+    `failed`: no write moves a step out of them) settled; those never change, so
+    a later input of the same run only judges the steps after them. The prefix is
+    trusted only when the input is of the same run and its step at the prefix's
+    end is the same step (ids are unique); otherwise it is rebuilt from scratch.
+    """
+
+    def __init__(self) -> None:
+        self.run_id = ""
+        self.length = 0  # leading steps remembered
+        self.last_id = ""  # the id of the last of them
+        self.settled = 0  # how many of them settled their entry
+
+    def position(self, input: StepInput) -> int:
+        steps = input.steps
+        end = len(steps)
+        if end and steps[-1].status == StepStatus.DECIDING:
+            end -= 1
+        if not (
+            self.run_id == input.run.id
+            and self.length <= end
+            and (self.length == 0 or steps[self.length - 1].id == self.last_id)
+        ):
+            self.run_id, self.length, self.last_id, self.settled = input.run.id, 0, "", 0
+        read_only = {t.name for t in input.tools if t.side_effect == SideEffect.READ_ONLY}
+        settled = self.settled
+        final = True
+        for index in range(self.length, end):
+            step = steps[index]
+            if settles_its_entry(step, read_only):
+                settled += 1
+            if final and step.status in _FINAL and step.index == index:
+                self.length, self.last_id, self.settled = index + 1, step.id, settled
+            else:
+                final = False
+        return settled
 
 
 def script_position(input: StepInput) -> int:

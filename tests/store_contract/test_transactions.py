@@ -356,3 +356,22 @@ def test_a_base_exception_in_a_group_loses_no_committed_work_and_writes_nothing_
     assert isinstance(outcomes[2].error, StoreError)
     assert [r.id for r in store.list_runs()] == ["r1"]
     assert store.verify_events().intact
+
+
+def test_lock_run_gives_the_run_as_the_lock_read_it_whenever_it_is_asked_for(
+    backend: Backend,
+) -> None:
+    """`GuardedRun.run` is decoded when first asked for (decision 0092's cut of a step's
+    CPU), but it is the run as the lock read it: not changed by a write after the lock
+    in the same transaction, and readable after the transaction ended."""
+    store = backend.open()
+    created = new_run(store)
+    with store.transaction() as tx:
+        locked = tx.lock_run("r1")
+        assert locked is not None and locked.lease.owner == OWNER
+        claimed = tx.claim_next_step(tx.lock_run("r1").run, OWNER, lambda: "s1", EPOCH)  # type: ignore[union-attr]
+        assert claimed.run.step_count == 1
+        after = tx.lock_run("r1")
+    assert locked.run == created and locked.run.step_count == 0
+    assert after is not None and after.run == claimed.run == store.get_run("r1")
+    assert repr(locked.run) == repr(created)

@@ -9,6 +9,7 @@ guessed.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -61,12 +62,36 @@ class LeaseState:
         return shown_text(self.stored[1])
 
 
-@dataclass(frozen=True)
 class GuardedRun:
-    """What `Tx.lock_run` returns: the run, and its lease as stored, held until commit."""
+    """What `Tx.lock_run` returns: the run, and its lease as stored, held until commit.
 
-    run: Run
-    lease: LeaseState
+    `run` is decoded from the row read when it is first asked for (`decode`), or given:
+    a caller that judges only the lease (most transactions of a step) never pays for
+    decoding the whole run. Either way it is the run as the lock read it.
+    """
+
+    __slots__ = ("_decode", "_run", "lease")
+
+    def __init__(
+        self, run: Run | None, lease: LeaseState, decode: Callable[[], Run] | None = None
+    ) -> None:
+        if run is None and decode is None:
+            raise ValueError("GuardedRun needs the run or a way to decode it")
+        self._run = run
+        self._decode = decode
+        self.lease = lease
+
+    @property
+    def run(self) -> Run:
+        run = self._run
+        if run is None:
+            assert self._decode is not None  # by the constructor's check
+            run = self._run = self._decode()
+            self._decode = None
+        return run
+
+    def __repr__(self) -> str:
+        return f"GuardedRun(run={self.run!r}, lease={self.lease!r})"
 
 
 @dataclass(frozen=True)

@@ -88,7 +88,7 @@ class PostgresTx(SqliteTx):
             row["lease_holder"],
             row["lease_epoch"],
         )
-        return GuardedRun(run_from_row(row), lease)
+        return GuardedRun(None, lease, lambda: run_from_row(row))
 
     def lease_now(self, wall: Callable[[], datetime]) -> datetime:
         """The server's clock: `wall` is not used (one clock for every host)."""

@@ -204,7 +204,7 @@ class TxReads(TxCore):
             row["lease_holder"],
             row["lease_epoch"],
         )
-        return GuardedRun(run_from_row(row), lease)
+        return GuardedRun(None, lease, lambda: run_from_row(row))
 
     def lease_now(self, wall: Callable[[], datetime]) -> datetime:
         """The time leases are judged by in this transaction: the caller's wall clock."""

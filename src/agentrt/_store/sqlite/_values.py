@@ -284,20 +284,21 @@ def unpacked_row(
     return changed
 
 
-_BY_DESCRIPTION: dict[int, tuple[object, tuple[tuple[int, int | None], ...]]] = {}
+_BY_DESCRIPTION: dict[tuple[Any, ...], tuple[tuple[int, int | None], ...]] = {}
 
 
 def columns_of(description: Sequence[Sequence[Any]] | None) -> tuple[tuple[int, int | None], ...]:
-    """`stored_columns` of a cursor's description, remembered by the description object
-    (a cursor keeps one per statement, so each row costs a dictionary look-up)."""
+    """`stored_columns` of a cursor's description, remembered by the description's contents
+    (the column names: `sqlite3` builds a new description for every statement it runs,
+    so each row costs a dictionary look-up of that tuple, hashed and compared in C)."""
     if description is None:
         return ()
-    key = id(description)
+    key = tuple(description)
     hit = _BY_DESCRIPTION.get(key)
-    if hit is not None and hit[0] is description:
-        return hit[1]
+    if hit is not None:
+        return hit
     columns = stored_columns(tuple(str(d[0]) for d in description))
     if len(_BY_DESCRIPTION) >= 256:
         _BY_DESCRIPTION.clear()
-    _BY_DESCRIPTION[key] = (description, columns)
+    _BY_DESCRIPTION[key] = columns
     return columns

@@ -48,6 +48,7 @@ from ..._records import (
     StepStatus,
     TerminalReason,
     ToolSpec,
+    evolve,
 )
 from .._records import Leased, LeaseState, Paused, Settled, TakenOver
 from ._codecs import clamp_charge, run_from_row, saturating_add_sql
@@ -590,7 +591,7 @@ class SqliteTx(TxReads):
         transaction); returns the run and the new step as written, the run built from
         the copy and the count written rather than read back (decision 0011)."""
         step = self.claim_step(run.id, run.step_count, owner, new_id, now)
-        return Settled(replace(run, step_count=run.step_count + 1), step)
+        return Settled(evolve(run, step_count=run.step_count + 1), step)
 
     def record_decision(self, step: Step, text: str, decision: Decision, now: datetime) -> Step:
         """Record a deciding step's decision verbatim (`text`), then `step.decided`; returns
@@ -614,7 +615,7 @@ class SqliteTx(TxReads):
                 f"step {step.id} is no longer deciding, or has its decision already"
             )
         self.append_event(step.run_id, step.id, now, ev.STEP_DECIDED, decision.to_json())
-        return replace(step, decision=decision)
+        return evolve(step, decision=decision)
 
     def close_step(
         self, step_id: str, status: str, now: datetime, *, from_statuses: tuple[str, ...]
@@ -782,7 +783,7 @@ class SqliteTx(TxReads):
         if reconciled:
             started["reconciled"] = True
         self.append_event(run_id, step_id, now, ev.STEP_TOOL_STARTED, started)
-        return replace(
+        return evolve(
             step,
             status=StepStatus.EXECUTING,
             policy=PolicyDecision.from_json(from_text(policy_text)),
@@ -823,7 +824,7 @@ class SqliteTx(TxReads):
             self.append_event(
                 run_id, step_id, now, ev.STEP_FAILED, ev.observation_payload(observation)
             )
-        return replace(
+        return evolve(
             step,
             status=status,
             observation=Observation.from_json(from_text(observation_text)),
