@@ -139,6 +139,64 @@ def test_agentrt_help_loads_only_the_standard_library_and_agentrt() -> None:
     assert not any(name.startswith("agentrt.console") for name in found["agentrt"])
 
 
+HELP = (
+    "import contextlib, io\n"
+    "from agentrt.__main__ import main\n"
+    "with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
+    "    main({argv!r})"
+)
+
+
+def test_agentrt_help_imports_no_command_module_no_store_and_no_asyncio() -> None:
+    # Decision 0090: the list of commands is read from `_commands` without importing the
+    # modules that run them; the store, the records and the event loop stay unloaded.
+    loaded = loaded_by(HELP.format(argv=["--help"]))
+    ours = {name for name in loaded if name.split(".")[0] == "agentrt"}
+    assert ours == {
+        "agentrt",
+        "agentrt.__main__",
+        "agentrt._canonical",
+        "agentrt._capped",
+        "agentrt._clock",
+        "agentrt._db_url",
+        "agentrt._errors",
+        "agentrt.cli",
+        "agentrt.cli._commands",
+        "agentrt.cli._opening",
+        "agentrt.cli._output",
+        "agentrt.cli._parser",
+        "agentrt.trace",
+    }
+    assert not {"asyncio", "sqlite3", "concurrent.futures", "ssl"} & set(loaded)
+
+
+def test_a_commands_help_imports_its_own_module_and_no_other_commands() -> None:
+    loaded = set(loaded_by(HELP.format(argv=["runs", "--help"])))
+    commands = {name for name in loaded if name.startswith("agentrt.cli._")}
+    assert commands >= {"agentrt.cli._read"}
+    assert not commands & {
+        "agentrt.cli._decide",
+        "agentrt.cli._recheck",
+        "agentrt.cli._verify",
+        "agentrt.cli._launch",
+        "agentrt.cli._bench",
+    }
+    assert "agentrt._recheck" not in loaded and "asyncio" not in loaded
+
+
+def test_every_command_names_functions_its_module_has() -> None:
+    from agentrt.cli._commands import COMMANDS, Lazy
+
+    named = [
+        part
+        for command in COMMANDS
+        for part in (command.arguments, command.run, command.passthrough)
+        if isinstance(part, Lazy)
+    ]
+    assert len(named) == 2 * len(COMMANDS) - 2  # demo and mcp: a passthrough each, no parser
+    assert [f"{part.module}:{part.name}" for part in named if not callable(part.resolve())] == []
+
+
 def test_the_test_kits_child_entry_and_the_other_doors_load_no_heavy_dependency() -> None:
     found = probe(
         "import agentrt.testkit._process, agentrt.scripted, agentrt.lowlevel, agentrt.replay\n"
