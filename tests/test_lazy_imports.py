@@ -167,7 +167,7 @@ def test_agentrt_help_imports_no_command_module_no_store_and_no_asyncio() -> Non
         "agentrt.cli._parser",
         "agentrt.trace",
     }
-    assert not {"asyncio", "sqlite3", "concurrent.futures", "ssl"} & set(loaded)
+    assert not {"asyncio", "sqlite3", "concurrent.futures", "ssl", "dataclasses"} & set(loaded)
 
 
 def test_a_commands_help_imports_its_own_module_and_no_other_commands() -> None:

@@ -11,8 +11,7 @@ from __future__ import annotations
 import argparse
 import importlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from ._output import Output
 
@@ -20,18 +19,24 @@ Run = Callable[[argparse.Namespace, Output], int]
 Passthrough = Callable[[Sequence[str], Output], int]
 
 
-@dataclass(frozen=True)
 class Lazy:
     """A command module's function, named here and imported the first time it is called.
 
     `agentrt --help` lists every command from this table without importing one command
-    module, and `agentrt runs` imports the module of `runs` alone (decision 0090)."""
+    module, and `agentrt runs` imports the module of `runs` alone (decision 0090). Neither
+    class here is a dataclass: `dataclasses` (with `inspect`) is more than `agentrt --help`
+    needs."""
 
-    module: str
-    """A module of `agentrt.cli`, relative (`._read`)."""
-    name: str
-    options: tuple[tuple[str, object], ...] = ()
-    """Keyword arguments given with every call (`verb="approve"`)."""
+    __slots__ = ("module", "name", "options")
+
+    def __init__(
+        self, module: str, name: str, options: tuple[tuple[str, object], ...] = ()
+    ) -> None:
+        self.module = module
+        """A module of `agentrt.cli`, relative (`._read`)."""
+        self.name = name
+        self.options = options
+        """Keyword arguments given with every call (`verb="approve"`)."""
 
     def resolve(self) -> Callable[..., Any]:
         function: Callable[..., Any] = getattr(
@@ -51,8 +56,7 @@ def _no_run(args: argparse.Namespace, out: Output) -> int:  # pragma: no cover -
     raise AssertionError("a passthrough command is dispatched before parsing")
 
 
-@dataclass(frozen=True)
-class Command:
+class Command(NamedTuple):
     """One subcommand. A `passthrough` one gets the words after it unparsed (it parses its own)."""
 
     name: str
