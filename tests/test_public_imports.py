@@ -242,3 +242,16 @@ def test_private_modules_stay_reachable_as_attributes_and_an_unknown_one_is_refu
         "False agentrt._operator True",
         "module 'agentrt' has no attribute '_no_such_module'",
     ]
+
+
+def test_a_reload_of_agentrt_keeps_one_claiming_finder_and_the_claim() -> None:
+    out = fresh(
+        "import importlib, sys, agentrt\n"
+        "importlib.reload(agentrt)\n"
+        "importlib.reload(agentrt)\n"
+        "import agentrt._records as records\n"
+        "finders = [f for f in sys.meta_path if getattr(f, 'agentrt_claims', False)]\n"
+        "print(len(finders), sys.meta_path[0] is finders[0], records.Run.__module__,\n"
+        "      agentrt.Run is records.Run)"
+    )
+    assert out == "1 True agentrt True"

@@ -463,28 +463,38 @@ class _ClaimingFinder:
     It sits first in `sys.meta_path`, installed by `import agentrt`, which every import of
     a submodule runs first: so the module that defines `Run` claims it whether `agentrt.Run`
     or `agentrt.testkit` (through `agentrt._records`) reached it first. A module loaded some
-    other way (bytecode only, a zip) is claimed when `agentrt.X` is first read."""
+    other way (bytecode only, a zip) is claimed when `agentrt.X` is first read. What it uses
+    is held on the class, so it keeps working while the interpreter tears modules down."""
 
-    @staticmethod
+    agentrt_claims = True
+    """Marks the finder in `sys.meta_path`: a reload of `agentrt` replaces it, never stacks."""
+    claimed = _CLAIMED_BY
+    sys = _sys
+    source_loader = _SourceFileLoader
+    claiming_loader = _ClaimingLoader
+
+    @classmethod
     def find_spec(
-        fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+        cls, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
     ) -> Any:
-        if fullname not in _CLAIMED_BY:
+        if fullname not in cls.claimed:
             return None
-        for finder in _sys.meta_path:
-            if finder is _ClaimingFinder or not hasattr(finder, "find_spec"):
+        for finder in cls.sys.meta_path:
+            if getattr(finder, "agentrt_claims", False) or not hasattr(finder, "find_spec"):
                 continue
             spec = finder.find_spec(fullname, path, target)
             if spec is None:
                 continue
-            if type(spec.loader) is _SourceFileLoader:
-                spec.loader = _ClaimingLoader(spec.loader.name, spec.loader.path)
+            if type(spec.loader) is cls.source_loader:
+                spec.loader = cls.claiming_loader(spec.loader.name, spec.loader.path)
             return spec
         return None
 
 
-if _ClaimingFinder not in _sys.meta_path:
-    _sys.meta_path.insert(0, _ClaimingFinder)
+_sys.meta_path[:] = [
+    _ClaimingFinder,
+    *(finder for finder in _sys.meta_path if not getattr(finder, "agentrt_claims", False)),
+]
 
 
 def __getattr__(name: str) -> Any:
