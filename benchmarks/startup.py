@@ -6,6 +6,8 @@ every command alike), after one warm-up run each that is not counted:
 
 - `python -c pass`: the interpreter's own start, the yardstick;
 - `python -c "import agentrt"`;
+- `python -c "from agentrt import *"`: every public name, so every module they need
+  (`import agentrt` imports each name at its first use, decision 0090);
 - `agentrt --help` (the console script, `python -m agentrt --help` without it);
 - a one-step run: open a new store, drive a `ScriptedAgent` whose first decision
   completes the run, close the store;
@@ -16,16 +18,20 @@ Figures per command: wall time (median, min, max) from just before the start
 to the child reaped, the child's CPU time (user + system, the kernel's own
 accounting from `os.wait4`), and the median over the rounds of the wall-time
 ratio to `python -c pass` started in the same round. Then where the time of
-`import agentrt` goes: `python -X importtime`, each module's own ("self") time,
-the minimum over `--runs` runs, summed by top-level package (agentrt's modules
-one by one), the largest `--where` printed.
+`import agentrt` and of `agentrt --help` goes: `python -X importtime`, each
+module's own ("self") time, the minimum over `--runs` runs, summed by top-level
+package (agentrt's modules one by one), the largest `--where` printed.
+
+`--compare SRC` measures another source tree of agentrt in the same rounds (each
+command once more with `PYTHONPATH=SRC`, labelled `[SRC's last part]`), e.g. a
+checkout of the commit before a change: before and after under the same load.
 
 Bytecode: the warm-up runs write the `.pyc` files (as `pip install` or a first
 import does) even when PYTHONDONTWRITEBYTECODE is set, so that the figures are
 the code's and not a compiler's; `--as-is` leaves the environment alone, and
 the first lines say whether agentrt's bytecode is cached.
 
-    python benchmarks/startup.py [--runs N] [--where N] [--as-is] [--dir DIR]
+    python benchmarks/startup.py [--runs N] [--where N] [--as-is] [--dir DIR] [--compare SRC]
 """
 
 from __future__ import annotations
@@ -97,6 +103,7 @@ def commands() -> list[tuple[str, list[str], bool]]:
     return [
         ("python -c pass", [py, "-c", "pass"], False),
         ("import agentrt", [py, "-c", "import agentrt"], False),
+        ("import *", [py, "-c", "from agentrt import *"], False),
         ("agentrt --help", help_command(), False),
         ("one-step run", [py, "-c", ONE_STEP], True),
         ("one-tool run", [py, "-c", ONE_TOOL], True),
@@ -128,11 +135,11 @@ def bytecode_cached() -> str:
     return f"{len(cached)} of agentrt's {len(sources)} modules have bytecode cached"
 
 
-def where_the_time_goes(runs: int, show: int) -> list[str]:
+def where_the_time_goes(runs: int, show: int, label: str, argv: Sequence[str]) -> list[str]:
     own: dict[str, int] = {}
     for _ in range(runs):
         done = subprocess.run(
-            [sys.executable, "-X", "importtime", "-c", "import agentrt"],
+            [sys.executable, "-X", "importtime", *argv],
             capture_output=True,
             text=True,
             check=True,
@@ -140,19 +147,19 @@ def where_the_time_goes(runs: int, show: int) -> list[str]:
         for line in done.stderr.splitlines():
             if not line.startswith("import time:") or "self [us]" in line:
                 continue
-            self_us, _, name = line[len("import time:") :].split("|")
+            self_text, _, name = line[len("import time:") :].split("|")
             module = name.strip()
-            own[module] = min(own.get(module, 1 << 62), int(self_us))
+            own[module] = min(own.get(module, 1 << 62), int(self_text))
     by_package: collections.Counter[str] = collections.Counter()
     for module, self_us in own.items():
         by_package[module if module.startswith("agentrt") else module.split(".")[0]] += self_us
     total = sum(by_package.values())
     lines = [
-        f"where `import agentrt` goes (python -X importtime, each module's self time, "
+        f"where `{label}` goes (python -X importtime, each module's self time, "
         f"minimum of {runs} runs; total {total / 1000:.1f} ms):"
     ]
-    for package, self_us in by_package.most_common(show):
-        lines.append(f"  {self_us / 1000:7.1f} ms  {package}")
+    for package, package_us in by_package.most_common(show):
+        lines.append(f"  {package_us / 1000:7.1f} ms  {package}")
     return lines
 
 
@@ -162,6 +169,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--where", type=int, default=15, help="packages listed (0: none)")
     parser.add_argument("--as-is", action="store_true", help="do not write bytecode first")
     parser.add_argument("--dir", default=None, help="where the runs' stores go (removed after)")
+    parser.add_argument(
+        "--compare", metavar="SRC", default=None, help="another agentrt source tree to measure"
+    )
     args = parser.parse_args(argv)
     if args.runs < 1:
         parser.error("--runs must be at least 1")
@@ -170,28 +180,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     flag = "set" if os.environ.get("PYTHONDONTWRITEBYTECODE") else "not set"
     print(f"PYTHONDONTWRITEBYTECODE {flag}; before the warm-up: {bytecode_cached()}")
     print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    measured = commands()
-    warm_env = None
-    if not args.as_is:
-        warm_env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    walls: dict[str, list[float]] = {label: [] for label, _, _ in measured}
-    cpus: dict[str, list[float]] = {label: [] for label, _, _ in measured}
-    ratios: dict[str, list[float]] = {label: [] for label, _, _ in measured}
+    measured: list[tuple[str, list[str], bool, dict[str, str] | None]] = [
+        (label, argv_, store, None) for label, argv_, store in commands()
+    ]
+    if args.compare:
+        tag = f"[{Path(args.compare).resolve().parent.name}]"
+        other = {**os.environ, "PYTHONPATH": str(Path(args.compare).resolve())}
+        measured += [(f"{label} {tag}", argv_, store, other) for label, argv_, store, _ in measured]
+    walls: dict[str, list[float]] = {label: [] for label, _, _, _ in measured}
+    cpus: dict[str, list[float]] = {label: [] for label, _, _, _ in measured}
+    ratios: dict[str, list[float]] = {label: [] for label, _, _, _ in measured}
     workdir = tempfile.mkdtemp(prefix="agentrt-startup-", dir=args.dir)
     try:
-        for label, command, with_store in measured:
-            extra = [os.path.join(workdir, f"warm-{len(label)}.db")] if with_store else []
+        for n, (_, command, with_store, env) in enumerate(measured):
+            extra = [os.path.join(workdir, f"warm-{n}.db")] if with_store else []
+            warm_env = dict(os.environ if env is None else env)
+            if not args.as_is:  # the warm-up writes the bytecode
+                warm_env.pop("PYTHONDONTWRITEBYTECODE", None)
             run_once([*command, *extra], warm_env)
         for round_ in range(args.runs):
             this_round: dict[str, float] = {}
-            for label, command, with_store in measured:
+            for n, (label, command, with_store, env) in enumerate(measured):
                 extra = []
                 if with_store:
-                    extra = [os.path.join(workdir, f"r{round_}-{label.split()[0]}.db")]
-                wall, cpu = run_once([*command, *extra])
-                walls[label].append(wall)
-                cpus[label].append(cpu)
-                this_round[label] = wall
+                    extra = [os.path.join(workdir, f"r{round_}-{n}.db")]
+                took, used = run_once([*command, *extra], env)
+                walls[label].append(took)
+                cpus[label].append(used)
+                this_round[label] = took
             for label in this_round:
                 ratios[label].append(this_round[label] / this_round["python -c pass"])
     finally:
@@ -199,22 +215,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"after the warm-up: {bytecode_cached()}")
     print()
     print(f"{args.runs} runs of each, in turn; whole processes, milliseconds")
+    width = max(len(label) for label, _, _, _ in measured)
     print(
-        f"{'command':<16} {'wall median':>11} {'min':>7} {'max':>7} {'cpu median':>10}"
+        f"{'command':<{width}} {'wall median':>11} {'min':>7} {'max':>7} {'cpu median':>10}"
         f" {'x python -c pass':>17}"
     )
-    for label, _, _ in measured:
+    for label, _, _, _ in measured:
         wall, cpu = walls[label], cpus[label]
         print(
-            f"{label:<16} {statistics.median(wall) * 1000:>11.0f} {min(wall) * 1000:>7.0f}"
+            f"{label:<{width}} {statistics.median(wall) * 1000:>11.0f} {min(wall) * 1000:>7.0f}"
             f" {max(wall) * 1000:>7.0f} {statistics.median(cpu) * 1000:>10.0f}"
             f" {statistics.median(ratios[label]):>16.2f}x"
         )
     print("x python -c pass: the median over the rounds of each round's wall-time ratio")
     if args.where > 0:
-        print()
-        for line in where_the_time_goes(args.runs, args.where):
-            print(line)
+        for label, argv_ in (
+            ("import agentrt", ["-c", "import agentrt"]),
+            ("agentrt --help", ["-m", "agentrt", "--help"]),
+        ):
+            print()
+            for line in where_the_time_goes(args.runs, args.where, label, argv_):
+                print(line)
     print()
     print(f"load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print(f"(took {time.monotonic() - began:.0f} s)")

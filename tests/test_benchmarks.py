@@ -216,24 +216,32 @@ def test_the_gate_benchmark_prints_the_driver_and_the_gate_loop_side_by_side(
 def test_the_startup_benchmark_prints_every_command_and_where_import_agentrt_goes(
     tmp_path: Path,
 ) -> None:
+    # `--compare` with this tree's own source: every command measured twice, in one table.
     done = run_script(
-        "benchmarks/startup.py", "--runs", "1", "--where", "3", "--as-is", "--dir", str(tmp_path)
+        "benchmarks/startup.py",
+        *("--runs", "1", "--where", "3", "--as-is", "--dir", str(tmp_path)),
+        *("--compare", str(ROOT / "src")),
     )
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     table = lines.index("1 runs of each, in turn; whole processes, milliseconds")
-    rows = lines[table + 2 : table + 7]
-    assert [row[:16].strip() for row in rows] == [
+    rows = lines[table + 2 : table + 14]
+    labels = [row.rsplit(None, 5)[0] for row in rows]
+    commands = [
         "python -c pass",
         "import agentrt",
+        "import *",
         "agentrt --help",
         "one-step run",
         "one-tool run",
     ]
-    assert all(row.endswith("x") and len(row[16:].split()) == 5 for row in rows)
+    tag = f"[{ROOT.name}]"
+    assert labels == [*commands, *(f"{command} {tag}" for command in commands)]
+    assert all(row.endswith("x") and len(row.rsplit(None, 5)) == 6 for row in rows)
     assert rows[0].endswith(" 1.00x")
-    where = next(i for i, line in enumerate(lines) if line.startswith("where `import agentrt`"))
-    assert len([line for line in lines[where + 1 : where + 4] if " ms  " in line]) == 3
+    for profiled in ("import agentrt", "agentrt --help"):
+        where = next(i for i, line in enumerate(lines) if line.startswith(f"where `{profiled}`"))
+        assert len([line for line in lines[where + 1 : where + 4] if " ms  " in line]) == 3
     assert list(tmp_path.iterdir()) == []  # the runs' stores are gone
 
 

@@ -48,9 +48,21 @@ HEAVY = frozenset(
     }
 )
 
-# The public modules `agentrt/__init__.py` re-exports names from; every other module
-# `import agentrt` loads is private (`agentrt._...`).
-REEXPORTED_FROM = frozenset({"agentrt.model_agent", "agentrt.recover", "agentrt.render"})
+# What `import agentrt` may add to a fresh interpreter: the package's own `__init__` and the
+# import machinery it uses to claim public names (decision 0090). Every public name and
+# submodule is imported the first time it is used.
+IMPORT_AGENTRT_MAY_LOAD = frozenset(
+    {
+        "__future__",
+        "agentrt",
+        "importlib",
+        "importlib._abc",
+        "importlib._bootstrap",
+        "importlib._bootstrap_external",
+        "importlib.machinery",
+        "warnings",
+    }
+)
 
 PROBE = """
 import json, sys
@@ -81,16 +93,22 @@ def probe(body: str, cwd: Path | None = None) -> dict[str, Any]:
     return found
 
 
-def test_import_agentrt_loads_only_the_standard_library_and_agentrts_core() -> None:
-    found = probe("import agentrt")
-    assert found["outside"] == []
-    assert "agentrt" in found["agentrt"]
-    public = [
-        name
-        for name in found["agentrt"]
-        if name != "agentrt" and not name.split(".")[1].startswith("_")
-    ]
-    assert sorted(public) == sorted(REEXPORTED_FROM)
+def loaded_by(body: str) -> list[str]:
+    """The modules `body` adds to a fresh interpreter, nothing imported before it."""
+    code = f"import sys\n_before = set(sys.modules)\n{body}\n"
+    code += "print(' '.join(sorted(set(sys.modules) - _before)))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.split()
+
+
+def test_import_agentrt_loads_the_package_itself_and_no_other_module_of_it() -> None:
+    loaded = loaded_by("import agentrt")
+    assert [name for name in loaded if name.split(".")[0] == "agentrt"] == ["agentrt"]
+    assert set(loaded) <= IMPORT_AGENTRT_MAY_LOAD, sorted(set(loaded) - IMPORT_AGENTRT_MAY_LOAD)
+    # The positive control: the first use of a name loads what defines it, and only then.
+    after = loaded_by("import agentrt\n_before = set(sys.modules)\nagentrt.Limits")
+    assert "agentrt._records" in after and "dataclasses" in after
 
 
 def test_every_public_name_of_agentrt_is_reached_without_loading_a_heavy_dependency() -> None:
@@ -119,6 +137,64 @@ def test_agentrt_help_loads_only_the_standard_library_and_agentrt() -> None:
     assert found["out"] == [0, True]
     assert found["outside"] == []
     assert not any(name.startswith("agentrt.console") for name in found["agentrt"])
+
+
+HELP = (
+    "import contextlib, io\n"
+    "from agentrt.__main__ import main\n"
+    "with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
+    "    main({argv!r})"
+)
+
+
+def test_agentrt_help_imports_no_command_module_no_store_and_no_asyncio() -> None:
+    # Decision 0090: the list of commands is read from `_commands` without importing the
+    # modules that run them; the store, the records and the event loop stay unloaded.
+    loaded = loaded_by(HELP.format(argv=["--help"]))
+    ours = {name for name in loaded if name.split(".")[0] == "agentrt"}
+    assert ours == {
+        "agentrt",
+        "agentrt.__main__",
+        "agentrt._canonical",
+        "agentrt._capped",
+        "agentrt._clock",
+        "agentrt._db_url",
+        "agentrt._errors",
+        "agentrt.cli",
+        "agentrt.cli._commands",
+        "agentrt.cli._opening",
+        "agentrt.cli._output",
+        "agentrt.cli._parser",
+        "agentrt.trace",
+    }
+    assert not {"asyncio", "sqlite3", "concurrent.futures", "ssl", "dataclasses"} & set(loaded)
+
+
+def test_a_commands_help_imports_its_own_module_and_no_other_commands() -> None:
+    loaded = set(loaded_by(HELP.format(argv=["runs", "--help"])))
+    commands = {name for name in loaded if name.startswith("agentrt.cli._")}
+    assert commands >= {"agentrt.cli._read"}
+    assert not commands & {
+        "agentrt.cli._decide",
+        "agentrt.cli._recheck",
+        "agentrt.cli._verify",
+        "agentrt.cli._launch",
+        "agentrt.cli._bench",
+    }
+    assert "agentrt._recheck" not in loaded and "asyncio" not in loaded
+
+
+def test_every_command_names_functions_its_module_has() -> None:
+    from agentrt.cli._commands import COMMANDS, Lazy
+
+    named = [
+        part
+        for command in COMMANDS
+        for part in (command.arguments, command.run, command.passthrough)
+        if isinstance(part, Lazy)
+    ]
+    assert len(named) == 2 * len(COMMANDS) - 2  # demo and mcp: a passthrough each, no parser
+    assert [f"{part.module}:{part.name}" for part in named if not callable(part.resolve())] == []
 
 
 def test_the_test_kits_child_entry_and_the_other_doors_load_no_heavy_dependency() -> None:

@@ -6,10 +6,13 @@ imported cannot hide a missing import.
 
 from __future__ import annotations
 
+import ast
+import importlib
 import pickle
 import subprocess
 import sys
 import types
+from pathlib import Path
 
 import pytest
 
@@ -136,3 +139,119 @@ def test_every_error_class_of_the_runtime_is_importable_from_agentrt() -> None:
     ]
     assert missing == []
     assert agentrt.MCPServerError.__module__ == "agentrt"
+
+
+def test_a_public_class_says_agentrt_when_a_door_imported_its_private_module_first() -> None:
+    # Decision 0034 with lazy names (decision 0090): the module that defines a public class
+    # claims it as soon as it has run, before anything reads `agentrt.Run`.
+    out = fresh(
+        "import pickle, sys\n"
+        "import agentrt._records as records, agentrt._session as session\n"
+        "import agentrt._store._base as base\n"
+        "untouched = [n for n in ('Run', 'Limits', 'VerdictOutcome', 'Store')\n"
+        "             if n in vars(sys.modules['agentrt'])]\n"
+        "dumped = pickle.dumps(records.Limits(max_steps=3))\n"
+        "print(untouched, records.Run.__module__, records.Limits.__module__,\n"
+        "      session.VerdictOutcome.__module__, base.Store.__module__,\n"
+        "      records.operation_id.__module__, b'agentrt._' in dumped,\n"
+        "      pickle.loads(dumped) == records.Limits(max_steps=3))\n"
+        "import agentrt.testkit, agentrt.lowlevel\n"
+        "print(records.Decision.__module__, agentrt.Decision is records.Decision)"
+    )
+    assert out.splitlines() == [
+        "[] agentrt agentrt agentrt agentrt agentrt False True",
+        "agentrt True",
+    ]
+
+
+def test_a_private_module_holds_names_that_are_not_public_under_their_own_module() -> None:
+    # Only the names `agentrt` exports are claimed: `open_store` of the SQLite store is
+    # another function with the same name, and keeps its module.
+    out = fresh(
+        "import agentrt._store.sqlite._store as sqlite_store, agentrt\n"
+        "print(sqlite_store.open_store.__module__, agentrt.open_store.__module__,\n"
+        "      agentrt.open_store is sqlite_store.open_store)"
+    )
+    assert out == "agentrt._store.sqlite._store agentrt False"
+
+
+def _type_checking_imports() -> dict[str, str]:
+    """Name -> module of the imports `agentrt/__init__.py` makes under `if TYPE_CHECKING:`."""
+    tree = ast.parse(Path(agentrt.__file__).read_text(encoding="utf-8"))
+    blocks = [
+        node
+        for node in tree.body
+        if isinstance(node, ast.If)
+        and isinstance(node.test, ast.Name)
+        and node.test.id == "TYPE_CHECKING"
+    ]
+    assert len(blocks) == 1
+    return {
+        alias.name: f".{node.module}"
+        for node in blocks[0].body
+        if isinstance(node, ast.ImportFrom) and node.level == 1
+        for alias in node.names
+    }
+
+
+def test_the_lazy_table_the_type_checking_imports_and_dunder_all_name_the_same_things() -> None:
+    table = agentrt._EXPORTS
+    seen = _type_checking_imports()
+    assert seen.pop("RUNTIME_VERSION") == "._store"  # `__version__`, reachable, not listed
+    assert seen == table
+    assert sorted(table) == sorted(agentrt.__all__)
+    assert len(agentrt.__all__) == len(set(agentrt.__all__))
+
+
+def test_each_public_class_and_function_is_looked_up_where_it_is_defined() -> None:
+    # The claim runs when the module in the table has run, so the table must name the
+    # module whose source defines the class or function, not one that re-exports it.
+    src = Path(agentrt.__file__).parent
+    wrong = []
+    for name, module in agentrt._EXPORTS.items():
+        value = getattr(agentrt, name)
+        assert vars(importlib.import_module(module, "agentrt"))[name] is value
+        if not isinstance(value, type | types.FunctionType):
+            continue  # a type alias (`ContentBlock`)
+        parts = module.lstrip(".").split(".")
+        path = src.joinpath(*parts).with_suffix(".py")
+        if not path.exists():
+            path = src.joinpath(*parts, "__init__.py")
+        defined = {
+            node.name
+            for node in ast.parse(path.read_text(encoding="utf-8")).body
+            if isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        }
+        if name not in defined:
+            wrong.append((name, module))
+    assert wrong == []
+
+
+def test_private_modules_stay_reachable_as_attributes_and_an_unknown_one_is_refused() -> None:
+    out = fresh(
+        "import sys, agentrt\n"
+        "before = 'agentrt._operator' in sys.modules\n"
+        "same = agentrt.__version__ == agentrt.RUNTIME_VERSION\n"
+        "print(before, agentrt._operator.__name__, same)\n"
+        "try:\n"
+        "    agentrt._no_such_module\n"
+        "except AttributeError as e:\n"
+        "    print(e)"
+    )
+    assert out.splitlines() == [
+        "False agentrt._operator True",
+        "module 'agentrt' has no attribute '_no_such_module'",
+    ]
+
+
+def test_a_reload_of_agentrt_keeps_one_claiming_finder_and_the_claim() -> None:
+    out = fresh(
+        "import importlib, sys, agentrt\n"
+        "importlib.reload(agentrt)\n"
+        "importlib.reload(agentrt)\n"
+        "import agentrt._records as records\n"
+        "finders = [f for f in sys.meta_path if getattr(f, 'agentrt_claims', False)]\n"
+        "print(len(finders), sys.meta_path[0] is finders[0], records.Run.__module__,\n"
+        "      agentrt.Run is records.Run)"
+    )
+    assert out == "1 True agentrt True"

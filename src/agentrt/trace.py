@@ -18,12 +18,14 @@ import re
 import sys
 import threading
 import unicodedata
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from ._canonical import to_text
 from ._capped import capped_length, truncated_marker
 from ._clock import format_time
-from ._records import Event
+
+if TYPE_CHECKING:  # an annotation only: `agentrt --help` sanitizes without the records
+    from ._records import Event
 
 MAX_COMBINING = 4
 """Combining marks allowed in a row after one base character; later ones are escaped.

@@ -51,7 +51,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if at is not None and argv[at] == "resume":
         Output(json_mode=False).error(NO_RESUME)
         return EXIT_USAGE
-    parser = build_parser()
+    parser = build_parser(argv)
     try:
         args = parser.parse_args(argv)
     except SystemExit as e:  # argparse exits 2 on usage errors, 0 after --help

@@ -9,30 +9,43 @@ and nothing else. The order here is the order `agentrt --help` lists them.
 from __future__ import annotations
 
 import argparse
+import importlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from functools import partial
+from typing import Any, NamedTuple
 
-from ._bench import bench_arguments, cmd_bench
-from ._decide import cancel_arguments, cmd_cancel, cmd_decide, decide_arguments
-from ._export import cmd_export, export_arguments
-from ._launch import cmd_console, console_arguments, run_demo, run_mcp
 from ._output import Output
-from ._read import (
-    approvals_arguments,
-    cmd_approvals,
-    cmd_events,
-    cmd_runs,
-    cmd_show,
-    events_arguments,
-    runs_arguments,
-    show_arguments,
-)
-from ._recheck import cmd_recheck, recheck_arguments
-from ._verify import cmd_verify, verify_arguments
 
 Run = Callable[[argparse.Namespace, Output], int]
 Passthrough = Callable[[Sequence[str], Output], int]
+
+
+class Lazy:
+    """A command module's function, named here and imported the first time it is called.
+
+    `agentrt --help` lists every command from this table without importing one command
+    module, and `agentrt runs` imports the module of `runs` alone (decision 0090). Neither
+    class here is a dataclass: `dataclasses` (with `inspect`) is more than `agentrt --help`
+    needs."""
+
+    __slots__ = ("module", "name", "options")
+
+    def __init__(
+        self, module: str, name: str, options: tuple[tuple[str, object], ...] = ()
+    ) -> None:
+        self.module = module
+        """A module of `agentrt.cli`, relative (`._read`)."""
+        self.name = name
+        self.options = options
+        """Keyword arguments given with every call (`verb="approve"`)."""
+
+    def resolve(self) -> Callable[..., Any]:
+        function: Callable[..., Any] = getattr(
+            importlib.import_module(self.module, __package__), self.name
+        )
+        return function
+
+    def __call__(self, *args: Any) -> Any:
+        return self.resolve()(*args, **dict(self.options))
 
 
 def _no_arguments(parser: argparse.ArgumentParser) -> None:
@@ -43,8 +56,7 @@ def _no_run(args: argparse.Namespace, out: Output) -> int:  # pragma: no cover -
     raise AssertionError("a passthrough command is dispatched before parsing")
 
 
-@dataclass(frozen=True)
-class Command:
+class Command(NamedTuple):
     """One subcommand. A `passthrough` one gets the words after it unparsed (it parses its own)."""
 
     name: str
@@ -58,72 +70,81 @@ COMMANDS: tuple[Command, ...] = (
     Command(
         "runs",
         "list runs, newest first, with totals and waiting approvals",
-        runs_arguments,
-        cmd_runs,
+        Lazy("._read", "runs_arguments"),
+        Lazy("._read", "cmd_runs"),
     ),
     Command(
         "approvals",
         "list the approvals waiting for a person, in every run, newest first",
-        approvals_arguments,
-        cmd_approvals,
+        Lazy("._read", "approvals_arguments"),
+        Lazy("._read", "cmd_approvals"),
     ),
     Command(
         "show",
         "show a run: its waiting approval first, then the run and its steps",
-        show_arguments,
-        cmd_show,
+        Lazy("._read", "show_arguments"),
+        Lazy("._read", "cmd_show"),
     ),
     Command(
         "events",
         "the audit log of a run (or of all runs), in commit order",
-        events_arguments,
-        cmd_events,
+        Lazy("._read", "events_arguments"),
+        Lazy("._read", "cmd_events"),
     ),
     *(
         Command(
             verb,
             f"{verb} the request a run waits on: shows it field by field, then asks",
-            partial(decide_arguments, verb=verb),
-            partial(cmd_decide, approve=verb == "approve"),
+            Lazy("._decide", "decide_arguments", (("verb", verb),)),
+            Lazy("._decide", "cmd_decide", (("approve", verb == "approve"),)),
         )
         for verb in ("approve", "reject")
     ),
-    Command("cancel", "cancel a run that has not ended", cancel_arguments, cmd_cancel),
+    Command(
+        "cancel",
+        "cancel a run that has not ended",
+        Lazy("._decide", "cancel_arguments"),
+        Lazy("._decide", "cmd_cancel"),
+    ),
     Command(
         "verify",
         "check the event hash chain and the file itself; prints the head or the first break, "
         "then what SQLite's integrity check found",
-        verify_arguments,
-        cmd_verify,
+        Lazy("._verify", "verify_arguments"),
+        Lazy("._verify", "cmd_verify"),
     ),
     Command(
         "recheck",
         "ask a policy given now about a run's recorded policy decisions; differences first",
-        recheck_arguments,
-        cmd_recheck,
+        Lazy("._recheck", "recheck_arguments"),
+        Lazy("._recheck", "cmd_recheck"),
     ),
     Command(
         "export",
         "export the audit log as OpenTelemetry spans, beside the program (the otel extra)",
-        export_arguments,
-        cmd_export,
+        Lazy("._export", "export_arguments"),
+        Lazy("._export", "cmd_export"),
     ),
     Command(
         "bench",
         "compare outcome benchmark result files (agentrt bench compare A.json B.json)",
-        bench_arguments,
-        cmd_bench,
+        Lazy("._bench", "bench_arguments"),
+        Lazy("._bench", "cmd_bench"),
     ),
     Command(
         "console",
         "serve the web approval console (the console extra)",
-        console_arguments,
-        cmd_console,
+        Lazy("._launch", "console_arguments"),
+        Lazy("._launch", "cmd_console"),
     ),
-    Command("demo", "run the demo (agentrt demo --help)", passthrough=run_demo),
-    Command("mcp", "pin and check MCP servers (agentrt mcp --help)", passthrough=run_mcp),
+    Command("demo", "run the demo (agentrt demo --help)", passthrough=Lazy("._launch", "run_demo")),
+    Command(
+        "mcp",
+        "pin and check MCP servers (agentrt mcp --help)",
+        passthrough=Lazy("._launch", "run_mcp"),
+    ),
 )
 
 BY_NAME = {command.name: command for command in COMMANDS}
 
-__all__ = ["BY_NAME", "COMMANDS", "Command"]
+__all__ = ["BY_NAME", "COMMANDS", "Command", "Lazy"]

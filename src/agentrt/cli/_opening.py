@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+from typing import TYPE_CHECKING
 
 from .._errors import (
     AgentrtError,
@@ -29,8 +30,18 @@ from .._errors import (
     UnreadableSchemaError,
     UnsafeSchemaError,
 )
-from .._store import Store, open_existing
 from ._output import db_path, is_db_url, redact_db, shown_db
+
+if TYPE_CHECKING:
+    from .._store import Store
+
+
+def open_existing(path: str, read_only: bool = False) -> Store:
+    """The store's `open_existing`, imported here at the first open: a command that opens
+    no database (`agentrt --help`) does not load the store (decision 0090)."""
+    from .._store import open_existing as store_open_existing
+
+    return store_open_existing(path, read_only=read_only)
 
 
 def open_db(args: argparse.Namespace, *, write: bool = False) -> Store:

@@ -20,7 +20,6 @@ from collections.abc import Sequence
 from typing import Any, TextIO
 
 from .._db_url import is_db_url, redact_db, shown_db
-from .._render_approval import field_lines
 from ..trace import clip, display_width, json_line, sanitize
 
 EXIT_OK = 0
@@ -64,6 +63,8 @@ class Output:
         self.stderr.write(f"agentrt: {text}\n")
 
     def fields(self, fields: Sequence[tuple[str, str]], indent: str = "") -> None:
+        from .._render_approval import field_lines  # here: it reads records and the store
+
         self.lines(field_lines(fields, indent))
 
     def table(

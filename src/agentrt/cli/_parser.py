@@ -10,10 +10,11 @@ which does not exist, gets a sentence instead of a list of choices).
 from __future__ import annotations
 
 import argparse
+import sys
 import textwrap
 from collections.abc import Sequence
 
-from ._commands import COMMANDS
+from ._commands import BY_NAME, COMMANDS
 
 NO_RESUME = (
     "There is no `resume` command. Resuming a run executes its tools, and that needs the "
@@ -40,8 +41,40 @@ Exit status: 0 ok, 1 error or refusal, 2 usage.
 _GLOBAL_VALUE_OPTIONS = ("--db",)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The `agentrt` command's argument parser, every command and option."""
+class _Version(argparse.Action):
+    """`--version`: prints `agentrt VERSION` and exits 0, as argparse's own action does; the
+    version is read when asked for (`agentrt.__version__` imports the store's module)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, help: str | None = None):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        from .. import __version__
+
+        sys.stdout.write(f"agentrt {__version__}\n")
+        parser.exit()
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The `agentrt` command's argument parser: every command, with every command's options,
+    or, given the command line `argv`, only the options of the command it names.
+
+    Every command is listed either way (`agentrt --help`); its options come from its own
+    module, which is imported only to add them, so `agentrt --help` and `agentrt runs`
+    import no other command's module (decision 0090)."""
+    wanted: set[str] | None = None
+    if argv is not None:
+        at = command_index(argv)
+        word = argv[at] if at is not None else None
+        # No command, or a word that is none: argparse refuses it before any command's
+        # options are read. A command: only its options are needed.
+        wanted = {word} if word in BY_NAME else set()
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--db",
@@ -63,9 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         parents=[common],
     )
-    from .. import __version__
-
-    parser.add_argument("--version", action="version", version=f"agentrt {__version__}")
+    parser.add_argument("--version", action=_Version, help="show program's version number and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for command in COMMANDS:
         if command.passthrough is not None:
@@ -74,7 +105,8 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(
             command.name, help=command.help, description=command.help, parents=[common]
         )
-        command.arguments(p)
+        if wanted is None or command.name in wanted:
+            command.arguments(p)
     return parser
 
 
