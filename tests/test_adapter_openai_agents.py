@@ -1123,7 +1123,7 @@ def test_runner_run_sync_and_run_agent_sync_go_through_the_gate(
 
 # Every program below is a real process of its own, forked from one that has
 # imported the SDK and the adapter once (tests/support/forkserver.py).
-PRELOAD = ("agents", "agentrt.adapters.openai_agents", "agentrt.cli")
+PRELOAD = ("agents", "agentrt.adapters.openai_agents", *forkserver.CLI)
 
 
 def child(*args: str, timeout: float = 120) -> dict[str, Any]:

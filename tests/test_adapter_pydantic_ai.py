@@ -326,7 +326,7 @@ def setup_child(workdir: Path, script: str) -> None:
 
 # Every program below is a real process of its own, forked from one that has
 # imported Pydantic AI and the adapter once (tests/support/forkserver.py).
-PRELOAD_CLI = ("pydantic_ai", "agentrt.adapters.pydantic_ai", "agentrt.cli")
+PRELOAD_CLI = ("pydantic_ai", "agentrt.adapters.pydantic_ai", *forkserver.CLI)
 
 
 def spawn(workdir: Path, mode: str, *flags: str) -> tuple[int, dict[str, Any]]:

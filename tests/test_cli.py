@@ -137,7 +137,7 @@ def agentrt_cmd(*args: str, env: dict[str, str] | None = None) -> forkserver.Don
     )
 
 
-PRELOAD = ("agentrt.cli",)
+PRELOAD = forkserver.CLI
 
 
 def run_main(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:

@@ -51,6 +51,18 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve()
+# The CLI with its commands: `import agentrt.cli` imports none of them (each is
+# imported when its command runs, decision 0090), so a server that prepares the
+# CLI for its children names every command's module.
+CLI = (
+    "agentrt.cli",
+    "agentrt.cli._decide",
+    "agentrt.cli._read",
+    "agentrt.cli._verify",
+    "agentrt.cli._export",
+    "agentrt.cli._recheck",
+    "agentrt.cli._launch",
+)
 # Set in each child: the address of the server it was forked from (see `spawn_at`).
 ADDRESS = "AGENTRT_FORKSERVER"
 # Set in a child started through `tests/support/forked.py`: the pid of the process

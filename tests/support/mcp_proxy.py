@@ -76,7 +76,7 @@ def write_owner_only(path: Path, data: Any) -> None:
 # forked from one that has imported the command, the proxy and the MCP SDK's
 # client and server once (tests/support/forkserver.py).
 PRELOAD = (
-    "agentrt.cli",
+    *forkserver.CLI,
     "agentrt.mcp.proxy",
     "mcp.client.stdio",
     "mcp.server.mcpserver",

@@ -159,7 +159,7 @@ PRELOAD = (
     "langgraph.graph",
     "langchain_core.messages",
     "agentrt.adapters.langgraph",
-    "agentrt.cli",
+    *forkserver.CLI,
 )
 
 
