@@ -33,6 +33,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from support.once import once, run_folder
+
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -67,7 +69,11 @@ _FONT_AND_SCRIPT_HOSTS = re.compile(
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("site")
+    """The site, built once per test run whichever workers run this module's tests."""
+    return once(run_folder(tmp_path_factory), "docs-site", _build_site)
+
+
+def _build_site(out: Path) -> None:
     result = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
         capture_output=True,
@@ -78,7 +84,6 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
     assert not [line for line in result.stderr.splitlines() if line.startswith("WARNING")]
-    return out
 
 
 def _inventory(site: Path) -> set[str]:
