@@ -24,7 +24,6 @@ refuse with one line naming the extra to install.
 
 from __future__ import annotations
 
-import fcntl
 import functools
 import json
 import os
@@ -43,6 +42,8 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
+
+from support.once import once, run_folder
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -126,26 +127,18 @@ class Built:
 def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
     # Parallel workers share one build: two builds of the same checkout at once would
     # write the same egg-info and sdist directory. The first worker builds under a lock.
-    base = tmp_path_factory.getbasetemp()
-    # Under xdist each worker's base is a folder of the session's; alone, it is the session's.
-    shared = base.parent if "PYTEST_XDIST_WORKER" in os.environ else base
-    out = shared / "release-dist"
-    with open(shared / "release-dist.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not out.exists():
-            building = shared / "release-dist.partial"
-            shutil.rmtree(building, ignore_errors=True)
-            result = run(
-                sys.executable, "-m", "build", "--no-isolation", "--outdir", building, ROOT
-            )
-            assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-            building.rename(out)
+    out = once(run_folder(tmp_path_factory), "release-dist", _build)
     (wheel,) = out.glob("agentrt-*.whl")
     (sdist,) = out.glob("agentrt-*.tar.gz")
     with zipfile.ZipFile(wheel) as z:
         (meta,) = [n for n in z.namelist() if n.endswith(".dist-info/METADATA")]
         text = z.read(meta).decode()
     return Built(wheel, sdist, text)
+
+
+def _build(out: Path) -> None:
+    result = run(sys.executable, "-m", "build", "--no-isolation", "--outdir", out, ROOT)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,8 @@ with several workers an expensive product (the documentation site) can be built
 several times over in one run. `once` builds it in a folder every worker of the
 run can see, under an exclusive lock: the first worker to ask builds it, the
 others wait and read what it built. A build that fails leaves no mark of having
-been made, so the next worker to ask builds again and sees the failure itself.
+been made, so the next worker to ask builds again, from an empty folder, and sees
+the failure itself.
 
 The shared folder is the run's own: xdist gives each worker a base temp folder
 inside the run's (`.../pytest-N/popen-gwK`), so their common parent is that
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -40,7 +42,8 @@ def once(shared: Path, name: str, build: Callable[[Path], None]) -> Path:
     with open(shared / f"{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not done.exists():
-            target.mkdir(exist_ok=True)
+            shutil.rmtree(target, ignore_errors=True)  # what a failed build left
+            target.mkdir()
             build(target)
             done.touch()
     return target
