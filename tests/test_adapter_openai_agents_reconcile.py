@@ -18,6 +18,7 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -241,6 +242,43 @@ def test_each_step_hands_its_own_operation_id_to_the_framework_tool(
     ops = [agentrt.operation_id(run.run_id, s.id) for s in steps]
     assert charges.seen == ops
     assert len(set(ops)) == 2
+
+
+def test_a_plain_function_tool_gets_each_calls_own_operation_id_on_its_worker_thread(
+    store: agentrt.Store, clock: FakeClock, ids: Ids
+) -> None:
+    """A blocking tool (the SDK runs it on a worker thread), two calls in one response,
+    which the SDK starts as concurrent tasks."""
+    seen: list[tuple[str, bool]] = []
+
+    @function_tool
+    def charge(amount: int) -> str:
+        """Charge the card."""
+        seen.append((current_operation_id(), threading.current_thread() is threading.main_thread()))
+        return f"charged {amount}"
+
+    script: list[Any] = [
+        [
+            function_call("charge", {"amount": 5}, call_id="c1"),
+            function_call("charge", {"amount": 7}, call_id="c2"),
+        ],
+        [assistant_message("paid twice")],
+    ]
+    agent = Agent(name="payer", model=ScriptedModel(script), tools=[charge])
+    gated = gate_agent(
+        agent,
+        store=store,
+        policy=PAY,
+        classifications={"charge": Classification("remote_mutation", 30)},
+        now=clock,
+        new_id=ids,
+    )
+    run = gated.new_run()
+    assert run.run_agent_sync("pay").final_output == "paid twice"
+    steps = [s for s in store.list_steps(run.run_id) if s.decision and s.decision.tool]
+    ops = [agentrt.operation_id(run.run_id, s.id) for s in steps]
+    assert len(set(ops)) == 2
+    assert seen == [(op, False) for op in ops]
 
 
 @pytest.mark.slow

@@ -16,6 +16,7 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -205,6 +206,32 @@ def test_each_step_hands_its_own_operation_id_to_the_framework_tool(tmp_path: Pa
     assert len(set(ids)) == 2
     with pytest.raises(LookupError, match="no agentrt-gated tool call runs here"):
         current_operation_id()
+
+
+def test_a_plain_function_tool_gets_each_calls_own_operation_id_on_its_worker_thread(
+    tmp_path: Path,
+) -> None:
+    """A blocking tool (Pydantic AI runs it on a worker thread), two calls in one response."""
+    store = agentrt.open_store(tmp_path / "runs.db")
+    gate = AgentrtGate(
+        store=store, policy=PAY, classifications={"charge": Classification("remote_mutation", 30)}
+    )
+    script: list[Any] = [[("charge", {"amount": 5}, "c1"), ("charge", {"amount": 7}, "c2")], "done"]
+    agent: Any = Agent(
+        child.model(script), output_type=[str, DeferredToolRequests], capabilities=[gate]
+    )
+    seen: list[tuple[str, bool]] = []
+
+    @agent.tool_plain
+    def charge(amount: int) -> str:
+        """Charges the card."""
+        seen.append((current_operation_id(), threading.current_thread() is threading.main_thread()))
+        return f"charged {amount}"
+
+    assert agent.run_sync("pay", metadata=gate.run_metadata(RUN)).output == "done"
+    ops = [agentrt.operation_id(RUN, s.id) for s in store.list_steps(RUN) if s.decision.tool]
+    assert len(set(ops)) == 2
+    assert seen == [(op, False) for op in ops]
 
 
 @pytest.mark.slow
