@@ -33,7 +33,12 @@ from agents.testing import ScriptedModel, assistant_message, function_call
 
 import agentrt
 from agentrt.adapters import current_operation_id
-from agentrt.adapters.openai_agents import Classification, RunMismatchError, gate_agent
+from agentrt.adapters.openai_agents import (
+    Classification,
+    RequestChangedError,
+    RunMismatchError,
+    gate_agent,
+)
 from conftest import FakeClock, Ids
 from support import forkserver
 from support.adapters import reconcile_child
@@ -222,6 +227,44 @@ def test_a_fresh_framework_run_while_a_vouched_rerun_waits_is_refused_before_the
     step = charge_step(store, run_id)
     assert charges.seen == [agentrt.operation_id(run_id, step.id)]  # not run again
     assert step.status == "interrupted"  # asked again at the next takeover
+    assert [e["answer"] for e in reconciled_events(store, run_id)] == ["safe_to_repeat"]
+    assert (store.get_run(run_id).status, store.lease(run_id).owner) == ("RUNNING", "")
+
+
+def test_another_call_while_a_vouched_rerun_waits_is_refused_and_nothing_of_it_recorded(
+    store: agentrt.Store, clock: FakeClock, ids: Ids
+) -> None:
+    """The resumed state holds the vouched call but the SDK does not run it (the consumer
+    rejected it in the state): the model's next call is refused (`RequestChangedError`),
+    not recorded or run, and the cut-off step is left `interrupted`, the lease let go."""
+    charges = Charges(agentrt.Reconciled.not_found("no ch_1", safe_to_repeat=True))
+    script = [*SCRIPT[:1], [function_call("charge", {"amount": 9}, call_id="c2")], *SCRIPT[1:]]
+    gated_agent = gated(store, charges, script, clock, ids, AskFirst())
+
+    async def main() -> str:
+        run = gated_agent.new_run()
+        first = await run.run_agent("pay")
+        state = first.to_state()
+        saved = state.to_string()
+        await run.approve(state, state.get_interruptions()[0], by="alice")
+        task = asyncio.create_task(run.run_agent(state))
+        while not charges.seen:
+            await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        again = gated_agent.resume(run.run_id)
+        resumed = await again.load_state(saved)  # the takeover: safe_to_repeat, held
+        resumed.reject(resumed.get_interruptions()[0], rejection_message="not now")
+        with pytest.raises(RequestChangedError, match="the call 'c2' is not it, and nothing ran"):
+            await again.run_agent(resumed)
+        return str(run.run_id)
+
+    run_id = asyncio.run(main())
+    step = charge_step(store, run_id)
+    assert charges.seen == [agentrt.operation_id(run_id, step.id)]  # nothing ran again
+    assert [s.decision.tool for s in store.list_steps(run_id) if s.decision] == ["charge"]
+    assert step.status == "interrupted"
     assert [e["answer"] for e in reconciled_events(store, run_id)] == ["safe_to_repeat"]
     assert (store.get_run(run_id).status, store.lease(run_id).owner) == ("RUNNING", "")
 
