@@ -149,6 +149,52 @@ def test_found_completes_the_cut_off_call_with_the_recovered_result_and_asks_nob
     assert store.get_run(run_id).status == "COMPLETED"
 
 
+def test_found_for_a_terminal_tool_gives_the_sdk_the_recovered_result(
+    store: agentrt.Store, clock: FakeClock, ids: Ids
+) -> None:
+    """A terminal tool's found call completes the run in the takeover (decision 0067); the
+    SDK's call from the saved state still gets the recovered result, not the run's end."""
+    charges = Charges(agentrt.Reconciled.found({"charged": 5, "recovered": True}))
+
+    @function_tool
+    async def charge(amount: int) -> dict[str, Any]:
+        """Charge the card."""
+        charges.seen.append(current_operation_id())
+        await asyncio.sleep(3600)  # cut off here
+        return {"charged": amount}
+
+    agent = Agent(name="payer", model=ScriptedModel(SCRIPT), tools=[charge])
+    classes = {
+        "charge": Classification("remote_mutation", 30, terminal=True, reconcile=charges.reconcile)
+    }
+    gated_agent = gate_agent(
+        agent, store=store, policy=AskFirst(), classifications=classes, now=clock, new_id=ids
+    )
+
+    async def main() -> tuple[str, Any]:
+        run = gated_agent.new_run()
+        state = (await run.run_agent("pay")).to_state()
+        saved = state.to_string()
+        await run.approve(state, state.get_interruptions()[0], by="alice")
+        task = asyncio.create_task(run.run_agent(state))
+        while not charges.seen:
+            await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        again = gated_agent.resume(run.run_id)
+        return run.run_id, await again.run_agent(await again.load_state(saved))
+
+    run_id, result = asyncio.run(main())
+    outputs = [i.output for i in result.new_items if type(i).__name__ == "ToolCallOutputItem"]
+    assert outputs == [{"charged": 5, "recovered": True}]
+    step = charge_step(store, run_id)
+    assert charges.seen == [agentrt.operation_id(run_id, step.id)]  # charged once
+    run = store.get_run(run_id)
+    assert (run.status, run.result) == ("COMPLETED", {"charged": 5, "recovered": True})
+    assert [e["answer"] for e in reconciled_events(store, run_id)] == ["found"]
+
+
 def test_safe_to_repeat_runs_the_same_request_again_on_the_same_step_with_the_same_id(
     store: agentrt.Store, clock: FakeClock, ids: Ids
 ) -> None:
