@@ -255,12 +255,16 @@ def test_a_plain_function_tool_under_ainvoke_gets_its_calls_id_and_langgraphs_co
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("terminal", [False, True], ids=["tool", "terminal_tool"])
 def test_a_charge_cut_off_by_sigkill_is_settled_by_the_tools_reconciliation(
-    tmp_path: Path,
+    tmp_path: Path, terminal: bool
 ) -> None:
-    """A real SIGKILL mid-charge; LangGraph's `invoke(None, config)` in a new process goes on."""
+    """A real SIGKILL mid-charge; LangGraph's `invoke(None, config)` in a new process goes on.
+
+    The takeover finds the step still `executing`; for a terminal tool the found answer
+    also completes the run, and the call still gets the recovered result."""
     run_id = run_id_for("t", "pay")
-    (tmp_path / "config.json").write_text(json.dumps({"run_id": run_id}))
+    (tmp_path / "config.json").write_text(json.dumps({"run_id": run_id, "terminal": terminal}))
     argv = [sys.executable, str(CHILD), str(tmp_path), "langgraph"]
     proc = forkserver.server(*PRELOAD).spawn(argv, cwd=ROOT, capture=True)
     deadline = time.monotonic() + 60
@@ -290,6 +294,10 @@ def test_a_charge_cut_off_by_sigkill_is_settled_by_the_tools_reconciliation(
             op,
         )
         assert store.list_approvals(run_id) == []
+        run = store.get_run(run_id)
+        assert run.status == ("COMPLETED" if terminal else "RUNNING")
+        if terminal:
+            assert run.result == {"charged": 5, "op": op}
 
 
 def test_another_call_while_a_vouched_rerun_waits_is_answered_not_run_and_not_recorded(
