@@ -30,8 +30,10 @@ if not os.environ.get("CI"):
 
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, tool
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.config import get_config
 from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.prebuilt import tools_condition
 
@@ -223,13 +225,46 @@ def test_each_step_hands_its_own_operation_id_to_a_blocking_framework_tool(
     assert len(set(ops)) == 2
 
 
-@pytest.mark.slow
-def test_a_charge_cut_off_by_sigkill_is_settled_by_the_tools_reconciliation(
-    tmp_path: Path,
+def test_a_plain_function_tool_under_ainvoke_gets_its_calls_id_and_langgraphs_config(
+    store: agentrt.Store,
 ) -> None:
-    """A real SIGKILL mid-charge; LangGraph's `invoke(None, config)` in a new process goes on."""
+    """A blocking tool on the async path (LangChain runs it on a worker thread) that also
+    takes LangGraph's injected `RunnableConfig`: each call of one message sees its own
+    step's operation id, and the config (injected and `get_config()`) is the graph's."""
+    charges = Charges(None)
+
+    @tool
+    def charge(amount: int, config: RunnableConfig) -> str:
+        """Charge the card."""
+        injected = (config.get("configurable") or {}).get("thread_id")
+        ambient = (get_config().get("configurable") or {}).get("thread_id")
+        charges.seen.append(f"{current_operation_id()} {injected} {ambient}")
+        return f"charged {amount}"
+
+    script = [
+        AIMessage("", tool_calls=[call("charge", "c1", amount=5), call("charge", "c2", amount=7)]),
+        AIMessage("paid twice"),
+    ]
+    graph = graph_of(store, charge, charges, script)
+    out = asyncio.run(graph.ainvoke({"messages": [HumanMessage("pay", id=TURN)]}, CONFIG))
+    assert out["messages"][-1].content == "paid twice"
+    ops = [agentrt.operation_id(RUN, s.id) for s in store.list_steps(RUN) if s.decision]
+    assert len(set(ops)) == 2
+    thread = CONFIG["configurable"]["thread_id"]
+    assert charges.seen == [f"{op} {thread} {thread}" for op in ops]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("terminal", [False, True], ids=["tool", "terminal_tool"])
+def test_a_charge_cut_off_by_sigkill_is_settled_by_the_tools_reconciliation(
+    tmp_path: Path, terminal: bool
+) -> None:
+    """A real SIGKILL mid-charge; LangGraph's `invoke(None, config)` in a new process goes on.
+
+    The takeover finds the step still `executing`; for a terminal tool the found answer
+    also completes the run, and the call still gets the recovered result."""
     run_id = run_id_for("t", "pay")
-    (tmp_path / "config.json").write_text(json.dumps({"run_id": run_id}))
+    (tmp_path / "config.json").write_text(json.dumps({"run_id": run_id, "terminal": terminal}))
     argv = [sys.executable, str(CHILD), str(tmp_path), "langgraph"]
     proc = forkserver.server(*PRELOAD).spawn(argv, cwd=ROOT, capture=True)
     deadline = time.monotonic() + 60
@@ -259,3 +294,63 @@ def test_a_charge_cut_off_by_sigkill_is_settled_by_the_tools_reconciliation(
             op,
         )
         assert store.list_approvals(run_id) == []
+        run = store.get_run(run_id)
+        assert run.status == ("COMPLETED" if terminal else "RUNNING")
+        if terminal:
+            assert run.result == {"charged": 5, "op": op}
+
+
+def test_another_call_while_a_vouched_rerun_waits_is_answered_not_run_and_not_recorded(
+    store: agentrt.Store,
+) -> None:
+    """The turn goes on past the cut-off call (its ToolMessage written by the consumer): a
+    later call of the turn is answered `Not run` (an error ToolMessage), nothing of it
+    recorded or run, and the cut-off step is left `interrupted` with the lease let go
+    (decision 0091: the next takeover asks the reconciliation again)."""
+    charges = Charges(agentrt.Reconciled.not_found("no ch_1", safe_to_repeat=True))
+
+    @tool
+    async def charge(amount: int) -> str:
+        """Charge the card."""
+        charges.seen.append(current_operation_id())
+        if charges.hang_first:
+            charges.hang_first = False
+            await asyncio.sleep(3600)  # cut off here
+        return f"charged {amount}"
+
+    script = [
+        AIMessage("", tool_calls=[call("charge", "c1", amount=5)]),
+        AIMessage("", tool_calls=[call("charge", "c2", amount=7)]),
+        AIMessage("gave up"),
+    ]
+    graph = graph_of(store, charge, charges, script)
+
+    async def main() -> Any:
+        task = asyncio.create_task(
+            graph.ainvoke({"messages": [HumanMessage("pay", id=TURN)]}, CONFIG)
+        )
+        while not charges.seen:
+            await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        # The consumer answers c1 itself, so LangGraph never issues it again.
+        await graph.aupdate_state(
+            CONFIG, {"messages": [ToolMessage("abandoned", tool_call_id="c1")]}, as_node="tools"
+        )
+        return await graph.ainvoke(None, CONFIG)
+
+    out = asyncio.run(main())
+    step = charge_step(store)
+    op = agentrt.operation_id(RUN, step.id)
+    assert charges.seen == [op]  # neither the vouched call nor c2 ran
+    ((c1, _, _), (c2, status, content)) = tool_messages(out)
+    assert (c1, c2, status) == ("c1", "c2", "error")
+    assert str(content).startswith(f"Not run: run {RUN} first runs again call c1")
+    assert out["messages"][-1].content == "gave up"
+    # Nothing of c2 recorded; the cut-off step is left as the crash left it, lease let go.
+    assert [s.decision.tool for s in store.list_steps(RUN) if s.decision] == ["charge"]
+    assert step.status == "interrupted"
+    assert (store.get_run(RUN).status, store.lease(RUN).owner) == ("RUNNING", "")
+    assert [e["answer"] for e in reconciled_events(store, RUN)] == ["safe_to_repeat"]
+    assert store.list_approvals(RUN) == []

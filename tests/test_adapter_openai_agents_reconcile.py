@@ -18,6 +18,7 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,12 @@ from agents.testing import ScriptedModel, assistant_message, function_call
 
 import agentrt
 from agentrt.adapters import current_operation_id
-from agentrt.adapters.openai_agents import Classification, RunMismatchError, gate_agent
+from agentrt.adapters.openai_agents import (
+    Classification,
+    RequestChangedError,
+    RunMismatchError,
+    gate_agent,
+)
 from conftest import FakeClock, Ids
 from support import forkserver
 from support.adapters import reconcile_child
@@ -143,6 +149,52 @@ def test_found_completes_the_cut_off_call_with_the_recovered_result_and_asks_nob
     assert store.get_run(run_id).status == "COMPLETED"
 
 
+def test_found_for_a_terminal_tool_gives_the_sdk_the_recovered_result(
+    store: agentrt.Store, clock: FakeClock, ids: Ids
+) -> None:
+    """A terminal tool's found call completes the run in the takeover (decision 0067); the
+    SDK's call from the saved state still gets the recovered result, not the run's end."""
+    charges = Charges(agentrt.Reconciled.found({"charged": 5, "recovered": True}))
+
+    @function_tool
+    async def charge(amount: int) -> dict[str, Any]:
+        """Charge the card."""
+        charges.seen.append(current_operation_id())
+        await asyncio.sleep(3600)  # cut off here
+        return {"charged": amount}
+
+    agent = Agent(name="payer", model=ScriptedModel(SCRIPT), tools=[charge])
+    classes = {
+        "charge": Classification("remote_mutation", 30, terminal=True, reconcile=charges.reconcile)
+    }
+    gated_agent = gate_agent(
+        agent, store=store, policy=AskFirst(), classifications=classes, now=clock, new_id=ids
+    )
+
+    async def main() -> tuple[str, Any]:
+        run = gated_agent.new_run()
+        state = (await run.run_agent("pay")).to_state()
+        saved = state.to_string()
+        await run.approve(state, state.get_interruptions()[0], by="alice")
+        task = asyncio.create_task(run.run_agent(state))
+        while not charges.seen:
+            await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        again = gated_agent.resume(run.run_id)
+        return run.run_id, await again.run_agent(await again.load_state(saved))
+
+    run_id, result = asyncio.run(main())
+    outputs = [i.output for i in result.new_items if type(i).__name__ == "ToolCallOutputItem"]
+    assert outputs == [{"charged": 5, "recovered": True}]
+    step = charge_step(store, run_id)
+    assert charges.seen == [agentrt.operation_id(run_id, step.id)]  # charged once
+    run = store.get_run(run_id)
+    assert (run.status, run.result) == ("COMPLETED", {"charged": 5, "recovered": True})
+    assert [e["answer"] for e in reconciled_events(store, run_id)] == ["found"]
+
+
 def test_safe_to_repeat_runs_the_same_request_again_on_the_same_step_with_the_same_id(
     store: agentrt.Store, clock: FakeClock, ids: Ids
 ) -> None:
@@ -225,6 +277,44 @@ def test_a_fresh_framework_run_while_a_vouched_rerun_waits_is_refused_before_the
     assert (store.get_run(run_id).status, store.lease(run_id).owner) == ("RUNNING", "")
 
 
+def test_another_call_while_a_vouched_rerun_waits_is_refused_and_nothing_of_it_recorded(
+    store: agentrt.Store, clock: FakeClock, ids: Ids
+) -> None:
+    """The resumed state holds the vouched call but the SDK does not run it (the consumer
+    rejected it in the state): the model's next call is refused (`RequestChangedError`),
+    not recorded or run, and the cut-off step is left `interrupted`, the lease let go."""
+    charges = Charges(agentrt.Reconciled.not_found("no ch_1", safe_to_repeat=True))
+    script = [*SCRIPT[:1], [function_call("charge", {"amount": 9}, call_id="c2")], *SCRIPT[1:]]
+    gated_agent = gated(store, charges, script, clock, ids, AskFirst())
+
+    async def main() -> str:
+        run = gated_agent.new_run()
+        first = await run.run_agent("pay")
+        state = first.to_state()
+        saved = state.to_string()
+        await run.approve(state, state.get_interruptions()[0], by="alice")
+        task = asyncio.create_task(run.run_agent(state))
+        while not charges.seen:
+            await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        again = gated_agent.resume(run.run_id)
+        resumed = await again.load_state(saved)  # the takeover: safe_to_repeat, held
+        resumed.reject(resumed.get_interruptions()[0], rejection_message="not now")
+        with pytest.raises(RequestChangedError, match="the call 'c2' is not it, and nothing ran"):
+            await again.run_agent(resumed)
+        return str(run.run_id)
+
+    run_id = asyncio.run(main())
+    step = charge_step(store, run_id)
+    assert charges.seen == [agentrt.operation_id(run_id, step.id)]  # nothing ran again
+    assert [s.decision.tool for s in store.list_steps(run_id) if s.decision] == ["charge"]
+    assert step.status == "interrupted"
+    assert [e["answer"] for e in reconciled_events(store, run_id)] == ["safe_to_repeat"]
+    assert (store.get_run(run_id).status, store.lease(run_id).owner) == ("RUNNING", "")
+
+
 def test_each_step_hands_its_own_operation_id_to_the_framework_tool(
     store: agentrt.Store, clock: FakeClock, ids: Ids
 ) -> None:
@@ -241,6 +331,43 @@ def test_each_step_hands_its_own_operation_id_to_the_framework_tool(
     ops = [agentrt.operation_id(run.run_id, s.id) for s in steps]
     assert charges.seen == ops
     assert len(set(ops)) == 2
+
+
+def test_a_plain_function_tool_gets_each_calls_own_operation_id_on_its_worker_thread(
+    store: agentrt.Store, clock: FakeClock, ids: Ids
+) -> None:
+    """A blocking tool (the SDK runs it on a worker thread), two calls in one response,
+    which the SDK starts as concurrent tasks."""
+    seen: list[tuple[str, bool]] = []
+
+    @function_tool
+    def charge(amount: int) -> str:
+        """Charge the card."""
+        seen.append((current_operation_id(), threading.current_thread() is threading.main_thread()))
+        return f"charged {amount}"
+
+    script: list[Any] = [
+        [
+            function_call("charge", {"amount": 5}, call_id="c1"),
+            function_call("charge", {"amount": 7}, call_id="c2"),
+        ],
+        [assistant_message("paid twice")],
+    ]
+    agent = Agent(name="payer", model=ScriptedModel(script), tools=[charge])
+    gated = gate_agent(
+        agent,
+        store=store,
+        policy=PAY,
+        classifications={"charge": Classification("remote_mutation", 30)},
+        now=clock,
+        new_id=ids,
+    )
+    run = gated.new_run()
+    assert run.run_agent_sync("pay").final_output == "paid twice"
+    steps = [s for s in store.list_steps(run.run_id) if s.decision and s.decision.tool]
+    ops = [agentrt.operation_id(run.run_id, s.id) for s in steps]
+    assert len(set(ops)) == 2
+    assert seen == [(op, False) for op in ops]
 
 
 @pytest.mark.slow

@@ -16,6 +16,7 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -130,6 +131,62 @@ def test_found_completes_the_cut_off_call_with_the_recovered_result_and_asks_nob
     assert returns == [{"charged": 5, "recovered": True}]
 
 
+def test_found_for_a_terminal_tool_gives_the_framework_the_recovered_result(
+    tmp_path: Path,
+) -> None:
+    """A terminal tool's found call completes the run in the takeover (decision 0067); the
+    framework run that issues the call again still gets the recovered result as its return,
+    as after the tool's own return, and is not refused as a run that ended."""
+    store = agentrt.open_store(tmp_path / "runs.db")
+    charges = Charges(agentrt.Reconciled.found({"charged": 5, "recovered": True}))
+    gate = AgentrtGate(
+        store=store,
+        policy=PAY,
+        classifications={
+            "charge": Classification(
+                "remote_mutation", 30, terminal=True, reconcile=charges.reconcile
+            )
+        },
+    )
+    agent: Any = Agent(
+        child.model(SCRIPT), output_type=[str, DeferredToolRequests], capabilities=[gate]
+    )
+
+    @agent.tool_plain
+    async def charge(amount: int) -> dict[str, Any]:
+        """Charges the card; the first charge is cut off after it acted."""
+        charges.seen.append(current_operation_id())
+        await asyncio.sleep(30)
+        return {"charged": amount}
+
+    meta = gate.run_metadata(RUN)
+
+    async def main() -> Any:
+        task = asyncio.create_task(agent.run("pay", metadata=meta))
+        while not charges.seen:
+            await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return await agent.run("pay", metadata=meta)
+
+    result = asyncio.run(main())
+    assert result.output == "done"
+    step = charge_step(store)
+    assert charges.seen == [agentrt.operation_id(RUN, step.id)]  # charged once
+    run = store.get_run(RUN)
+    assert (run.status, run.result) == ("COMPLETED", {"charged": 5, "recovered": True})
+    returns = [
+        p.content
+        for m in result.all_messages()
+        for p in m.parts
+        if type(p).__name__ == "ToolReturnPart"
+    ]
+    assert returns == [{"charged": 5, "recovered": True}]
+    assert [e["answer"] for e in reconciled_events(store, RUN)] == ["found"]
+    assert store.list_approvals(RUN) == []
+
+
 def test_safe_to_repeat_runs_the_same_request_again_on_the_same_step_with_the_same_id(
     tmp_path: Path,
 ) -> None:
@@ -205,6 +262,32 @@ def test_each_step_hands_its_own_operation_id_to_the_framework_tool(tmp_path: Pa
     assert len(set(ids)) == 2
     with pytest.raises(LookupError, match="no agentrt-gated tool call runs here"):
         current_operation_id()
+
+
+def test_a_plain_function_tool_gets_each_calls_own_operation_id_on_its_worker_thread(
+    tmp_path: Path,
+) -> None:
+    """A blocking tool (Pydantic AI runs it on a worker thread), two calls in one response."""
+    store = agentrt.open_store(tmp_path / "runs.db")
+    gate = AgentrtGate(
+        store=store, policy=PAY, classifications={"charge": Classification("remote_mutation", 30)}
+    )
+    script: list[Any] = [[("charge", {"amount": 5}, "c1"), ("charge", {"amount": 7}, "c2")], "done"]
+    agent: Any = Agent(
+        child.model(script), output_type=[str, DeferredToolRequests], capabilities=[gate]
+    )
+    seen: list[tuple[str, bool]] = []
+
+    @agent.tool_plain
+    def charge(amount: int) -> str:
+        """Charges the card."""
+        seen.append((current_operation_id(), threading.current_thread() is threading.main_thread()))
+        return f"charged {amount}"
+
+    assert agent.run_sync("pay", metadata=gate.run_metadata(RUN)).output == "done"
+    ops = [agentrt.operation_id(RUN, s.id) for s in store.list_steps(RUN) if s.decision.tool]
+    assert len(set(ops)) == 2
+    assert seen == [(op, False) for op in ops]
 
 
 @pytest.mark.slow

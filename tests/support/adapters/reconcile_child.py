@@ -82,9 +82,10 @@ def reconciled_events(store: agentrt.Store, run_id: str) -> list[dict[str, Any]]
 class Ledger:
     """The child's charge tool and its reconciliation, over `WORKDIR/charges.log`."""
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, terminal: bool = False) -> None:
         self.workdir = workdir
         self.asked: list[str] = []
+        self.terminal = terminal  # `config.json`'s "terminal": the charge ends the run
 
     def charge(self, amount: int) -> dict[str, Any]:
         """Charge the card; the first charge hangs after it acted, to be killed there."""
@@ -107,7 +108,11 @@ class Ledger:
         return agentrt.Reconciled.not_found("no charge with this operation id")
 
     def classes(self) -> dict[str, Classification]:
-        return {"charge": Classification("remote_mutation", timeout=30, reconcile=self.reconcile)}
+        return {
+            "charge": Classification(
+                "remote_mutation", timeout=30, terminal=self.terminal, reconcile=self.reconcile
+            )
+        }
 
 
 def pydantic_ai(store: agentrt.Store, ledger: Ledger, run_id: str) -> Any:
@@ -195,8 +200,9 @@ def openai_agents(store: agentrt.Store, ledger: Ledger, run_id: str) -> Any:
 
 def main(argv: list[str]) -> int:
     workdir, framework = Path(argv[0]), argv[1]
-    run_id = json.loads((workdir / "config.json").read_text())["run_id"]
-    ledger = Ledger(workdir)
+    config = json.loads((workdir / "config.json").read_text())
+    run_id = config["run_id"]
+    ledger = Ledger(workdir, terminal=bool(config.get("terminal", False)))
     with agentrt.open_store(workdir / "runs.db") as store:
         run = {"pydantic_ai": pydantic_ai, "langgraph": langgraph, "openai_agents": openai_agents}
         output = run[framework](store, ledger, run_id)

@@ -231,8 +231,15 @@ class FrameworkRun:
                 self.vouched = session.current()
             if session.done:
                 await self._let_go()  # paused on an interrupted side effect, or ended
-            if verdict is not None and verdict.outcome == "ended":
+            if (
+                verdict is not None
+                and verdict.outcome == "ended"
+                and verdict.run.status != agentrt.RunStatus.COMPLETED
+            ):
                 raise RunEndedError(ended_message(verdict.run), verdict.run)
+            # COMPLETED by the takeover: a terminal tool's cut-off call its reconciliation
+            # found (decision 0091); the framework's call gets the recovered result
+            # (`_recorded`), any other call the run's end, as after the tool's own return.
             return
         if run.status == agentrt.RunStatus.WAITING_FOR_APPROVAL:
             return
