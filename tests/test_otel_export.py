@@ -1114,11 +1114,13 @@ class HeldExporter:
         import threading
 
         self.release = threading.Event()
+        self.entered = threading.Event()  # the export thread is inside `export`
         self.batches: list[int] = []
 
     def export(self, spans: Any) -> Any:
         from opentelemetry.sdk.trace.export import SpanExportResult
 
+        self.entered.set()
         self.release.wait()
         self.batches.append(len(spans))
         return SpanExportResult.SUCCESS
@@ -1180,6 +1182,9 @@ def test_closing_the_observer_is_bounded_when_the_exporter_never_returns(db_path
         assert run.status == "WAITING_FOR_APPROVAL"
         for event in store.list_events(run.id, 0, 1000):
             observer(event)  # as the Driver's observer is called: it returns at once
+        # The export thread has taken the spans and is held inside the exporter (before
+        # it has, a close with no time to wait drops what is queued and ends the thread).
+        assert exporter.entered.wait(60)
         observer.close()  # returns although the exporter is still held
         assert observer._worker.is_alive()
         assert observer.exported == 0
