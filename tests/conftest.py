@@ -146,18 +146,3 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     from tests.support import rewrite_cache
 
     rewrite_cache.write(session.config)
-
-
-def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    """`-n auto` (the README's command): two workers per core (decision 0094).
-
-    Much of a test's time is spent waiting, on an fsync, a child process's start,
-    a socket or a browser, with its core idle; a second worker per core runs
-    another test in that time. Every test owns its files, ports, processes and
-    PostgreSQL schema (tmp_path, port 0, a fork server and a schema per worker), so
-    the count is free to change: `AGENTRT_TEST_WORKERS` sets it.
-    """
-    chosen = os.environ.get("AGENTRT_TEST_WORKERS", "").strip()
-    if chosen:
-        return max(1, int(chosen))
-    return 2 * (len(os.sched_getaffinity(0)) or 1)

@@ -260,8 +260,24 @@ def test_each_step_hands_its_own_operation_id_to_the_framework_tool(tmp_path: Pa
     ids = [agentrt.operation_id(RUN, s.id) for s in steps if s.decision and s.decision.tool]
     assert charges.seen == ids
     assert len(set(ids)) == 2
+
+
+def test_the_operation_id_answers_only_inside_the_call_and_an_inner_call_restores_the_outer() -> (
+    None
+):
+    from agentrt.adapters._operation import running
+
+    outer = agentrt.ToolCall(run_id="r", step_id="s1", args={}, lease_epoch=1)
+    inner = agentrt.ToolCall(run_id="r", step_id="s2", args={}, lease_epoch=1)
     with pytest.raises(LookupError, match="no agentrt-gated tool call runs here"):
         current_operation_id()
+    with running(outer):
+        assert current_operation_id() == agentrt.operation_id("r", "s1")
+        with running(inner):
+            assert current_operation_id() == agentrt.operation_id("r", "s2")
+        assert current_operation_id() == agentrt.operation_id("r", "s1")
+    with pytest.raises(LookupError, match="no agentrt-gated tool call runs here"):
+        current_operation_id()  # reset when the call ended, as after every gated call
 
 
 def test_a_plain_function_tool_gets_each_calls_own_operation_id_on_its_worker_thread(
