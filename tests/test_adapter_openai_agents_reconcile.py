@@ -86,12 +86,9 @@ SCRIPT: list[Any] = [
 ]
 
 
-async def cut_off_then_resume(
-    store: agentrt.Store, clock: FakeClock, ids: Ids, answer: Any
-) -> tuple[Charges, str, Any, Any]:
-    """Ask, approve, cut the charge off mid-way, then resume the saved state in a new run."""
-    charges = Charges(answer)
-    gated_agent = gated(store, charges, SCRIPT, clock, ids, AskFirst())
+async def cut_off(gated_agent: Any, charges: Charges) -> tuple[Any, str]:
+    """Ask, approve, and cut the approved charge off mid-way (the framework run cancelled);
+    the run and the state saved before the approval."""
     run = gated_agent.new_run()
     first = await run.run_agent("pay")
     state = first.to_state()
@@ -103,6 +100,16 @@ async def cut_off_then_resume(
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
+    return run, saved
+
+
+async def cut_off_then_resume(
+    store: agentrt.Store, clock: FakeClock, ids: Ids, answer: Any
+) -> tuple[Charges, str, Any, Any]:
+    """Ask, approve, cut the charge off mid-way, then resume the saved state in a new run."""
+    charges = Charges(answer)
+    gated_agent = gated(store, charges, SCRIPT, clock, ids, AskFirst())
+    run, saved = await cut_off(gated_agent, charges)
     (step,) = store.list_steps(run.run_id)
     assert (step.status, run.run.status, charges.asked) == ("interrupted", "RUNNING", [])
     again = gated_agent.resume(run.run_id)
@@ -288,17 +295,7 @@ def test_another_call_while_a_vouched_rerun_waits_is_refused_and_nothing_of_it_r
     gated_agent = gated(store, charges, script, clock, ids, AskFirst())
 
     async def main() -> str:
-        run = gated_agent.new_run()
-        first = await run.run_agent("pay")
-        state = first.to_state()
-        saved = state.to_string()
-        await run.approve(state, state.get_interruptions()[0], by="alice")
-        task = asyncio.create_task(run.run_agent(state))
-        while not charges.seen:
-            await asyncio.sleep(0.01)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
+        run, saved = await cut_off(gated_agent, charges)
         again = gated_agent.resume(run.run_id)
         resumed = await again.load_state(saved)  # the takeover: safe_to_repeat, held
         resumed.reject(resumed.get_interruptions()[0], rejection_message="not now")
