@@ -20,7 +20,11 @@ measured in this one invocation (never a figure written into the script):
       in the same process;
     - event-loop lag: a task that sleeps 1 ms at a time records how late it
       wakes; the maximum beside one plain fsynced commit's time (target: never
-      above it).
+      above it). Beside it, from the counting child: how many COMMITs ran on the
+      event loop's own thread (the loop waiting on a commit) and the longest single
+      callback the loop ran, which tell a loop blocked by commits from one that is
+      busy with the steps of the runs that are ready (a CPU-bound process's timer
+      waits behind every ready run's next piece of work).
 
 (b) **`--procs` processes x `--proc-runs` runs on one file** (8 x 50 by
     default), each process a child running its runs in flight as in (a), all
@@ -63,6 +67,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -257,8 +262,9 @@ async def measure_in_flight(path: str, runs: int, steps: int, alone_runs: int) -
 def count_worker(path: str, runs: int, steps: int) -> None:
     """The counting child: warm up, say "ready", wait for "go" (strace attached by then), run
     the in-flight runs counting every COMMIT, print the counts, wait for "quit"."""
-    counts = {"commits": 0, "begins": 0, "transactions": 0}
+    counts = {"commits": 0, "begins": 0, "transactions": 0, "loop_commits": 0}
     connect = sqlite3.connect
+    loop_thread = threading.get_ident()  # `asyncio.run` runs the loop on this thread
 
     def traced(*args: Any, **kwargs: Any) -> sqlite3.Connection:
         conn = connect(*args, **kwargs)
@@ -271,6 +277,8 @@ def count_worker(path: str, runs: int, steps: int) -> None:
             word = words[0].upper() if words else ""
             if word in ("COMMIT", "END"):
                 counts["commits"] += 1
+                if threading.get_ident() == loop_thread:
+                    counts["loop_commits"] += 1
                 if state["writing"]:
                     counts["transactions"] += max(1, state["works"])
                 state["writing"] = False
@@ -286,6 +294,18 @@ def count_worker(path: str, runs: int, steps: int) -> None:
         conn.set_trace_callback(seen)
         return conn
 
+    # The longest callback the event loop runs (a task's step is one): how long the loop
+    # is held at once. Timed here only, never in the timed run.
+    longest = [0.0]
+    run_callback = asyncio.events.Handle._run
+
+    def timed_callback(handle: asyncio.events.Handle) -> None:
+        began = time.perf_counter()
+        try:
+            run_callback(handle)
+        finally:
+            longest[0] = max(longest[0], time.perf_counter() - began)
+
     sqlite3.connect = traced  # type: ignore[assignment]
     store = agentrt.open_store(path)
     try:
@@ -293,7 +313,9 @@ def count_worker(path: str, runs: int, steps: int) -> None:
         print("ready", flush=True)
         sys.stdin.readline()
         before = dict(counts)
+        asyncio.events.Handle._run = timed_callback  # type: ignore[method-assign]
         _, outcomes = asyncio.run(in_flight(store, runs, steps, tag="flight"))
+        asyncio.events.Handle._run = run_callback  # type: ignore[method-assign]
         after = dict(counts)
         print(
             json.dumps(
@@ -301,6 +323,8 @@ def count_worker(path: str, runs: int, steps: int) -> None:
                     "commits": after["commits"] - before["commits"],
                     "begins": after["begins"] - before["begins"],
                     "transactions": after["transactions"] - before["transactions"],
+                    "loop_commits": after["loop_commits"] - before["loop_commits"],
+                    "longest_callback": longest[0],
                     "done": completed(outcomes, steps),
                 }
             ),
@@ -318,6 +342,8 @@ class FsyncCount:
     steps: int
     why: str = ""
     transactions: int = 0  # the step machine's, grouped or not (one per SAVEPOINT in a group)
+    loop_commits: int | None = None  # COMMITs run on the event loop's thread (None: not run)
+    longest_callback: float = 0.0  # seconds: the longest one callback held the loop
 
 
 STRACE_LINE = re.compile(r"^\s*[\d.]+\s+[\d.]+\s+\d+\s+(\d+)\s+(?:\d+\s+)?(fsync|fdatasync)\s*$")
@@ -399,6 +425,8 @@ def count_fsyncs(directory: str, runs: int, steps: int) -> FsyncCount:
         counted["done"] * steps,
         why=why,
         transactions=counted["transactions"],
+        loop_commits=counted["loop_commits"],
+        longest_callback=counted["longest_callback"],
     )
 
 
@@ -602,6 +630,13 @@ def report_in_flight(a: InFlight, counted: FsyncCount) -> list[bool]:
         f"(one run alone: {a.lag_alone * 1e6:,.0f} µs); one fsynced commit "
         f"{a.commit_us:,.0f} µs; target lag <= one commit: {verdict(met)}"
     )
+    if counted.loop_commits is not None:
+        print(
+            f"      why: COMMITs run on the event loop's thread: {counted.loop_commits} of "
+            f"{counted.commits}; the longest single callback held the loop "
+            f"{counted.longest_callback * 1e6:,.0f} µs; a waking timer waits behind every "
+            "ready run's next callback"
+        )
     return verdicts
 
 

@@ -745,6 +745,14 @@ class GateStep:
         self._executed = False
         self._settled = False
 
+    def _settle(self) -> None:
+        """No more verdict or execution for this step; the session stops holding it as open
+        (so a finished session and its steps are freed when the last reference goes,
+        without waiting for the cycle collector)."""
+        self._settled = True
+        if self._session._open is self:
+            self._session._open = None
+
     @property
     def id(self) -> str:
         return self.step.id
@@ -772,7 +780,7 @@ class GateStep:
             outcome = VerdictOutcome.ENDED
         self._verdict = outcome
         if outcome != VerdictOutcome.ALLOWED:
-            self._settled = True
+            self._settle()
             session._settle_if_done()
         verdict = session._verdict(self.step)
         return Verdict(outcome, verdict.request, verdict.observation, verdict.approval, rs.run)
@@ -799,7 +807,7 @@ class GateStep:
         session._lease_held()
         rs = session._rs
         self._executed = True
-        self._settled = True
+        self._settle()
         session._executing += 1
         try:
             try:
@@ -830,7 +838,7 @@ class GateStep:
             )
         session._running()
         rs = session._rs
-        self._settled = True
+        self._settle()
         try:
             await _step.fail_step(rs, self.step, error)
         except RunMoved as moved:
