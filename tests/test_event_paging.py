@@ -124,6 +124,10 @@ def test_a_quiet_partitions_next_events_below_the_seqs_shown_are_on_the_hinted_p
             note(store, busy, i)
         make_run(store, first_quiet)  # seqs 1 and 1+N
         shown, hint = page(capsys, "--db", record.db, "--json", "events", "--limit", "5")
+        assert main(["--db", record.db, "events", "--limit", "5"]) == 0
+        as_text = capsys.readouterr().out.splitlines()
+        assert [int(line.split()[0]) for line in as_text[1:-1]] == shown
+        assert as_text[-1] + "\n" == hint  # the same hint, on stdout
         # Committed after the page, with seqs below the highest shown (3N-1): partition
         # 0's first two, N and 2N, and partition 1's third, 1+2N.
         make_run(store, second_quiet)

@@ -267,7 +267,8 @@ class Follower:
 
     @property
     def position(self) -> int:
-        """The highest seq delivered (acknowledged); with one partition, the last event's."""
+        """The highest seq delivered (acknowledged); with one partition, the last event's.
+        With more, not a place to start from: a later event can take a lower seq (`after`)."""
         return max(seq for seq, _ in self._heads)
 
     @property
