@@ -10,6 +10,14 @@ one `(seq, hash)` per partition: a page is the next events of each partition
 whose head moved (read first, `Store.chain_heads()`), delivered in seq order. A
 run's events are all in one partition, so following a run is following seqs.
 
+So with N > 1 no single seq says where a reader stopped: a partition's next event
+can take a seq below the highest delivered for ever (a quiet partition's seqs
+trail a busy one's), or commit after a higher seq of another partition was read.
+A place to start from is one seq per partition: a cursor file keeps them, and
+`Follower.after` gives them as an `after_seq` (what `agentrt events` prints as
+the next page's `--after`), so a page read later starts each partition after the
+last event delivered of it: nothing missed, nothing repeated (decision 0095).
+
 Delivery guarantees, with a persisted cursor file:
 
 - the cursor is saved only after the sink has taken a page and been flushed, so
@@ -17,6 +25,10 @@ Delivery guarantees, with a persisted cursor file:
   last event delivered: exactly once across clean stops;
 - a hard kill can lose at most the acknowledgement of the page being delivered,
   so that one page, and no more, is delivered again.
+
+Without a cursor file, the same holds across followers by hand: a follower
+started with `after_seq=` another's `after` delivers exactly the events that one
+did not, whenever they commit.
 
 Events go to a sink (`Sink`: any callable taking an `Event`, with an optional
 `flush()` called after each page).
@@ -37,7 +49,7 @@ import os
 import secrets
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -181,7 +193,9 @@ class Follower:
 
     `cursor` is the path of a cursor file (None: nothing persisted). When the
     file exists, following resumes after the events it names, and `after_seq` is
-    ignored; otherwise it starts after `after_seq` (in every partition).
+    ignored; otherwise it starts after `after_seq`: one seq (every partition
+    starts after it) or one seq per chain partition (what `after` gives, to take
+    up exactly where another follower stopped). Another count is a `ValueError`.
     """
 
     def __init__(
@@ -192,13 +206,16 @@ class Follower:
         interval: float = DEFAULT_INTERVAL,
         page_size: int = DEFAULT_PAGE_SIZE,
         *,
-        after_seq: int = 0,
+        after_seq: int | Sequence[int] = 0,
     ) -> None:
         if not interval > 0:
             raise ValueError("interval must be a positive number of seconds")
         if not 1 <= page_size <= MAX_PAGE_SIZE:
             raise ValueError(f"page_size must be between 1 and {MAX_PAGE_SIZE}")
-        if after_seq < 0:
+        starts = (after_seq,) if isinstance(after_seq, int) else tuple(after_seq)
+        if not starts or any(isinstance(s, bool) or not isinstance(s, int) for s in starts):
+            raise ValueError("after_seq must be a seq, or one seq per chain partition")
+        if min(starts) < 0:
             raise ValueError("after_seq must not be negative")
         self.run_id = run_id
         self.interval = interval
@@ -207,7 +224,14 @@ class Follower:
         self._store: Store = open_existing(store_path, read_only=True)
         try:
             self._partitions = len(self._store.chain_heads())
-            self._heads: list[tuple[int, str]] = [(after_seq, "")] * self._partitions
+            if len(starts) == 1:
+                starts *= self._partitions
+            elif len(starts) != self._partitions:
+                raise ValueError(
+                    f"after_seq names {len(starts)} positions and this database's chain "
+                    f"has {self._partitions} partition(s): give one seq, or one per partition"
+                )
+            self._heads: list[tuple[int, str]] = [(seq, "") for seq in starts]
             saved = None if self.cursor_path is None else load_cursor(self.cursor_path)
             if saved is not None:
                 self._check_cursor(saved)
@@ -243,13 +267,25 @@ class Follower:
 
     @property
     def position(self) -> int:
-        """The highest seq delivered (acknowledged); with one partition, the last event's."""
+        """The highest seq delivered (acknowledged); with one partition, the last event's.
+        With more, not a place to start from: a later event can take a lower seq (`after`)."""
         return max(seq for seq, _ in self._heads)
 
     @property
     def positions(self) -> tuple[tuple[int, str], ...]:
         """Per chain partition, the last event delivered, `(seq, hash)` (`''`: none yet)."""
         return tuple(self._heads)
+
+    @property
+    def after(self) -> tuple[int, ...]:
+        """The `after_seq` that starts another follower exactly after what this one
+        delivered, missing and repeating nothing: one seq when it follows one run (its
+        partition's) or the chain has one partition; otherwise one seq per partition, for
+        no single seq can be a position in N chains that each number their own events
+        (`agentrt events` prints it, comma-separated, as the next page's `--after`)."""
+        if self.run_id is not None:
+            return (self._heads[partition_of(self.run_id, self._partitions)][0],)
+        return tuple(seq for seq, _ in self._heads)
 
     def __enter__(self) -> Follower:
         return self

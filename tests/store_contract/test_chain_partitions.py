@@ -223,6 +223,46 @@ def test_writers_of_runs_in_other_partitions_do_not_wait_for_each_other(
     assert sorted(types, key=str) == sorted(expected, key=str)
 
 
+def test_an_uncommitted_event_is_seen_by_no_reader_and_commits_below_what_was_read(
+    parted: Backend,
+) -> None:
+    # What paging all runs relies on (decision 0095): a reader sees each partition up to
+    # its last committed event, whole; an event still open is above its partition's head
+    # and becomes visible there later, even below a higher seq of another partition
+    # that committed meanwhile (where writers of other partitions do not wait).
+    n = parted.partitions
+    store = parted.open()
+    reader = parted.reader()
+    taken: set[str] = set()
+    held_run, other = run_in(0, n, taken), run_in(n - 1, n, taken)
+    new_run(store, held_run)
+    before = reader.chain_heads()
+    listed = events(reader)
+    with store.transaction() as held:
+        held.record_reconciled(held_run, "s", {"held": True}, EPOCH)
+        (uncommitted,) = held.events
+        assert uncommitted.seq == before[0][0] + n
+        assert reader.chain_heads() == before
+        assert events(reader) == listed
+        assert reader.list_events(None, before[0][0], 10, partition=0) == []
+        if n > 1 and not parted.one_writer:
+            writer = parted.reopen()
+            new_run(writer, other)
+            for i in range(2):
+                with writer.transaction() as tx:
+                    tx.record_reconciled(other, f"s{i}", {"held": False}, EPOCH)
+            heads = reader.chain_heads()
+            assert heads[0] == before[0]
+            assert heads[n - 1][0] > uncommitted.seq  # a higher seq, committed first
+    (seen,) = reader.list_events(None, before[0][0], 10, partition=0)
+    assert (seen.seq, seen.hash, seen.payload) == (
+        uncommitted.seq,
+        uncommitted.hash,
+        {"held": True},
+    )
+    assert reader.chain_heads()[0] == (uncommitted.seq, uncommitted.hash)
+
+
 def fresh(parted: Backend, p: int) -> Store:
     """A store on a new, empty database of the backend's kind (one per partition tried)."""
     if p > 0:

@@ -527,7 +527,11 @@ class Store(Protocol):
         partition: int | None = None,
     ) -> list[Event]:
         """Events with `seq > after_seq` in seq order, of one run or of all (or of the runs
-        of one chain `partition`): commit order within a partition, so for a run."""
+        of one chain `partition`): commit order within a partition, so for a run. Only
+        committed events: a partition's events up to any seq read are all there is
+        below it, for ever (an event still uncommitted takes a higher seq than its
+        partition's committed ones); across partitions a later commit can carry a lower
+        seq, so paging all runs goes by one position per partition (decision 0095)."""
 
     def list_model_calls(self, run_id: str) -> list[ModelCallRecord]: ...
 
@@ -544,7 +548,8 @@ class Store(Protocol):
 
     def chain_heads(self) -> tuple[tuple[int, str], ...]:
         """Each partition's head `(seq, hash)`, in partition order: the kept head that
-        `verify_events(head=...)` checks."""
+        `verify_events(head=...)` checks. Its last committed event: an append not yet
+        committed moves it for no other reader."""
 
     def check_file(self, *, full: bool = False, max_problems: int = 100) -> FileCheck:
         """The storage's own check of what it holds, apart from the chain (SQLite: `PRAGMA

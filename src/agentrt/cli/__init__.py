@@ -14,7 +14,9 @@ field, then decide bound to the hash they printed, and need `--approval`,
 `trace.sanitize` before it reaches the terminal. A RUN may be given by a unique
 prefix of its id (at least 8 characters); an ambiguous one is refused naming
 its candidates. Every command it prints for the operator to run carries the
-`--db` it was given, quoted for a shell. There is no `resume` (see `--help`).
+`--db` it was given, quoted for a shell; the next page of every run's events
+starts after one seq per chain partition (`--after SEQ,SEQ,...`, decision 0095).
+There is no `resume` (see `--help`).
 
 Its modules: `_output` (Output, tables, exit codes, the commands printed for
 the operator with their `--db`), `_opening` (opening the database, refusals in

@@ -30,6 +30,24 @@ def bounded(low: int, high: int | None) -> Callable[[str], int]:
     return parse
 
 
+MAX_POSITIONS = 1024
+"""The most seqs one `--after` may name: one per chain partition, and N is at most 1024."""
+
+
+def after_seqs(text: str) -> tuple[int, ...]:
+    """`SEQ`, or `SEQ,SEQ,...` (one per chain partition, as a hint prints it)."""
+    parts = text.split(",")
+    if len(parts) > MAX_POSITIONS:
+        raise argparse.ArgumentTypeError(f"at most {MAX_POSITIONS} seqs, got {len(parts)}")
+    seq = bounded(0, None)
+    if len(parts) == 1:
+        return (seq(text),)
+    try:
+        return tuple(seq(part) for part in parts)
+    except argparse.ArgumentTypeError as e:
+        raise argparse.ArgumentTypeError(f"in {text!r}: {e}") from None
+
+
 def status(text: str) -> str:
     try:
         return str(RunStatus(text.upper()))
@@ -48,4 +66,4 @@ def seconds(text: str) -> float:
     return value
 
 
-__all__ = ["bounded", "seconds", "status"]
+__all__ = ["MAX_POSITIONS", "after_seqs", "bounded", "seconds", "status"]

@@ -39,9 +39,9 @@ from ..trace import (
     sanitize,
     shown,
 )
-from ._args import bounded, seconds, status
+from ._args import after_seqs, bounded, seconds, status
 from ._opening import Refused, open_db
-from ._output import EXIT_OK, Output, again, arg, db_path
+from ._output import EXIT_OK, Output, UsageError, again, arg, db_path
 
 EVENTS_PAGE_DEFAULT = 100
 
@@ -88,10 +88,13 @@ def events_arguments(events: argparse.ArgumentParser) -> None:
     )
     events.add_argument(
         "--after",
-        type=bounded(0, None),
-        default=0,
-        metavar="SEQ",
-        help="start after this seq (default 0)",
+        type=after_seqs,
+        default=(0,),
+        metavar="SEQ[,SEQ...]",
+        help=(
+            "start after this seq (default 0), or after one seq per chain partition, "
+            "as the hint below a page prints them"
+        ),
     )
     events.add_argument(
         "--follow",
@@ -357,6 +360,12 @@ def cmd_events(args: argparse.Namespace, out: Output) -> int:
     with open_db(args) as store:
         if args.run is not None:
             args.run = view.resolve_run_id(store, args.run)
+        partitions = len(store.chain_heads())
+    if len(args.after) not in (1, partitions):
+        raise UsageError(
+            f"--after names {len(args.after)} seqs and this database's chain has "
+            f"{partitions} partition(s): give one seq, or one per partition as a hint prints"
+        )
     show_run = args.run is None
     if out.json:
         sink: Sink = JsonLinesObserver(out.stdout)
@@ -385,12 +394,27 @@ def cmd_events(args: argparse.Namespace, out: Output) -> int:
                 sink, follow=False, stop=stop, max_events=args.limit or EVENTS_PAGE_DEFAULT
             )
             if follower.poll(1):
-                words = ["events"] if show_run else ["events", arg(str(args.run))]
-                more = again(args, *words, "--after", str(follower.position))
-                out.hint(f"more events after seq {follower.position}: {more}")
+                _next_page_hint(out, args, follower)
             return EXIT_OK
         follower.run(sink, stop=stop, max_events=args.limit, timeout=args.timeout)
     return EXIT_OK
+
+
+def _next_page_hint(out: Output, args: argparse.Namespace, follower: Follower) -> None:
+    """The command that prints the next page: after the last event shown, or, when the
+    chain has more than one partition and every run is shown, after the last shown of
+    each partition (one seq cannot say where N chains stopped; decision 0095)."""
+    after = follower.after
+    words = ["events"] if args.run is None else ["events", arg(str(args.run))]
+    place = ",".join(str(seq) for seq in after)
+    more = again(args, *words, "--after", place)
+    if len(after) == 1:
+        out.hint(f"more events after seq {place}: {more}")
+    else:
+        out.hint(
+            f"more events after seq {place} (the last shown of each of the "
+            f"{len(after)} chain partitions): {more}"
+        )
 
 
 def events_header(show_run: bool) -> str:
