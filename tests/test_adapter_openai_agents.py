@@ -2046,3 +2046,21 @@ async def test_the_saved_state_that_holds_the_waiting_call_still_resumes_after_a
     assert calls(store, run.run_id) == [("done", "openai-agents call_id call-1")]
     assert (later.run.status, later.run.result) == ("COMPLETED", "published")
     assert store.verify_events().intact
+
+
+@sync
+async def test_a_call_of_another_tool_under_the_recorded_call_id_and_arguments_is_refused(
+    store: agentrt.Store, clock: FakeClock, ids: Ids
+) -> None:
+    """The check before an allowed call runs compares the tool too, not only the call id and
+    the arguments. (The SDK refuses a call id reused for another invocation on its own; this
+    is agentrt's check behind it, for a state forged past the SDK's.)"""
+    from agentrt.adapters.openai_agents._gated import _Judged
+
+    gated, _ = gated_agent(store, Remote(), [], clock, ids)
+    judged = _Judged("allowed", None, None, "call-1", {"branch": "x"}, "push_branch")
+    gated._check_same_call(judged, "push_branch", "call-1", '{"branch": "x"}')
+    with pytest.raises(RequestChangedError, match="recorded and judged a call of 'push_branch'"):
+        gated._check_same_call(judged, "delete_branch", "call-1", '{"branch": "x"}')
+    with pytest.raises(RequestChangedError, match="not the ones agentrt recorded"):
+        gated._check_same_call(judged, "push_branch", "call-1", '{"branch": "main"}')

@@ -185,6 +185,7 @@ class _Judged:
     observation: Observation | None = None
     call_id: str | None = None  # allowed: the SDK call id the step recorded
     args: Any = None  # allowed: the arguments the step recorded (and the policy judged)
+    tool: str | None = None  # allowed: the tool the step recorded
 
 
 class _GatedTool:
@@ -907,7 +908,9 @@ class GatedRun:
             _TOOL_ASKS.reset(token)
         if verdict.outcome == "allowed":
             assert verdict.request is not None
-            return _Judged("allowed", step, None, call_id, verdict.request.args)
+            return _Judged(
+                "allowed", step, None, call_id, verdict.request.args, verdict.request.spec.name
+            )
         if session.done:
             await self._let_go()
         return _Judged(str(verdict.outcome), None, verdict.observation)
@@ -942,7 +945,9 @@ class GatedRun:
                 raise RequestChangedError(
                     f"agentrt run {self.run_id} waits on another call than {call_id!r}; nothing ran"
                 )
-            return _Judged("allowed", step, None, recorded, verdict.request.args)
+            return _Judged(
+                "allowed", step, None, recorded, verdict.request.args, verdict.request.spec.name
+            )
         return _Judged(outcome, None, verdict.observation)
 
     async def _invoke(self, name: str, context: ToolContext[Any], arguments: str) -> Any:
@@ -975,7 +980,7 @@ class GatedRun:
         if judged.outcome == "allowed":
             assert judged.step is not None
             try:
-                self._check_same_call(judged, call_id, arguments)
+                self._check_same_call(judged, name, call_id, arguments)
             except RequestChangedError:
                 await self._let_go()  # the open step stays never run, as after a crash
                 raise
@@ -1089,10 +1094,16 @@ class GatedRun:
             raise InterruptedSideEffectError(self.run_id, waiting.id, name)
         return self._judged_from(verdict, session, call_id)
 
-    def _check_same_call(self, judged: _Judged, call_id: str, arguments: str) -> None:
-        """The SDK is about to run exactly the call agentrt recorded (a resumed state may not)."""
+    def _check_same_call(self, judged: _Judged, name: str, call_id: str, arguments: str) -> None:
+        """The SDK is about to run exactly the call agentrt recorded (a resumed state may not):
+        the same call id, tool and arguments."""
         if judged.call_id != call_id:
             raise RequestChangedError(f"the call {call_id!r} is not the one agentrt recorded")
+        if judged.tool != name:
+            raise RequestChangedError(
+                f"the call {call_id!r} is of {name!r}, but agentrt recorded and judged a call "
+                f"of {judged.tool!r}; nothing ran"
+            )
         recorded = {} if judged.args is None else judged.args
         try:
             same = canonical_json(parse_json(arguments)) == canonical_json(recorded)
@@ -1234,7 +1245,9 @@ class GatedRun:
             step = session.current()
             assert step is not None and verdict.request is not None
             call_id = _call_id_of(step.step.decision)
-            self._vouched = _Judged("allowed", step, None, call_id, verdict.request.args)
+            self._vouched = _Judged(
+                "allowed", step, None, call_id, verdict.request.args, verdict.request.spec.name
+            )
         return verdict is not None and str(verdict.outcome) == "pending"
 
     async def _let_go(self) -> None:
