@@ -38,14 +38,20 @@ One run prints four tables, each figure measured in that run:
    notification sent after each commit in a transaction of its own with
    `synchronous_commit = off` (`after`: the lock held only through an unflushed
    commit; a writer killed between the two commits sends none). A follower
-   listens throughout the notifying windows, draining what it is sent.
+   listens throughout the notifying windows, draining what it is sent. The table is
+   printed twice: at the server's own flush, and with each writer's flush made
+   `--slow-flush-ms` slower (`commit_delay` with `commit_siblings = 0`, set in the
+   writers' sessions only, superuser: a slower disk, modelled). Under each, what
+   `pg_locks` showed of that lock (an object lock on database 0 of class
+   `pg_database`) during the `notify` windows, sampled every 2 ms.
 4. **Loss**: a listener's connection is ended by the server
    (`pg_terminate_backend`), one event is committed with its notification, the
    listener connects again and listens: how many notifications reach it, and how
    many events one read by its cursor then finds.
 
     python benchmarks/follow.py --postgres postgresql://root@127.0.0.1:5432/test
-        [--commits 40] [--idle 5] [--writers 1,8,32] [--seconds 3] [--dir PATH]
+        [--commits 40] [--idle 5] [--writers 1,8,32] [--seconds 3]
+        [--slow-flush-ms 5] [--dir PATH]
 
 Without `--postgres` (or `AGENTRT_TEST_POSTGRES_URL`) only SQLite's idle cost
 is printed. Each PostgreSQL table runs in a fresh schema, dropped after. The load
@@ -436,6 +442,48 @@ def writer_process(
     out.put(done)
 
 
+class LockSampler:
+    """Samples `pg_locks` for the lock PostgreSQL serialises notifying commits on (an
+    object lock on database 0 of class `pg_database`): how often it is held, and how many
+    wait for it."""
+
+    SQL = (
+        "SELECT granted, count(*) FROM pg_locks WHERE locktype = 'object' AND database = 0 "
+        "AND classid = 'pg_database'::regclass GROUP BY granted"
+    )
+
+    def __init__(self, base: str) -> None:
+        self.base = base
+        self.samples = self.held = self.waiting = 0
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.sample, daemon=True)
+
+    def sample(self) -> None:
+        import psycopg
+
+        with psycopg.connect(self.base, autocommit=True) as conn:
+            while not self.stop.is_set():
+                rows = conn.execute(self.SQL).fetchall()
+                self.samples += 1
+                for granted, n in rows:
+                    if granted:
+                        self.held += 1
+                    else:
+                        self.waiting += int(n)
+                time.sleep(0.002)
+
+    def said(self) -> str:
+        n = max(self.samples, 1)
+        return (
+            f"held in {100 * self.held / n:.0f} % of {self.samples} samples, "
+            f"{self.waiting / n:.1f} writers waiting for it on average"
+        )
+
+
+SAMPLED: dict[tuple[int, float], str] = {}
+"""(writers, flush_ms) -> what the notify window's `LockSampler` saw."""
+
+
 def measure_writers(
     base: str, writers: int, how: str | None, seconds: float, flush_ms: float = 0
 ) -> float:
@@ -443,6 +491,7 @@ def measure_writers(
     target = schema_url(base, schema)
     stop = threading.Event()
     drained = threading.Thread()
+    sampler = LockSampler(base)
     try:
         runs = make_record(target, writers)
         ctx = mp.get_context("fork")
@@ -471,7 +520,13 @@ def measure_writers(
             drained = threading.Thread(target=drain, daemon=True)
             drained.start()
         start_at.value = time.monotonic() + 0.2
+        if how == "notify":
+            sampler.thread.start()
         done = [counts.get(timeout=seconds + 120) for _ in procs]
+        if how == "notify":
+            sampler.stop.set()
+            sampler.thread.join(timeout=10)
+            SAMPLED[(writers, flush_ms)] = sampler.said()
         for p in procs:
             p.join(timeout=60)
             if p.exitcode != 0:
@@ -501,6 +556,8 @@ def print_writers(base: str, counts: list[int], seconds: float, flush_ms: float)
             f"{plain / rates[(counts[0], None)]:>9.2f}x  "
             f"{notify / rates[(counts[0], 'notify')]:>10.2f}x"
         )
+    for n in counts:
+        print(f"notify, {n} writers: the notification queue's lock {SAMPLED[(n, flush_ms)]}")
 
 
 # --- 4. loss -------------------------------------------------------------------------------------

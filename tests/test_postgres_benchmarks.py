@@ -97,6 +97,9 @@ def test_the_follow_benchmark_prints_latency_idle_cost_writers_and_loss() -> Non
     # three rates, then four ratios; at the server's own flush, then at a slower one
     assert [r[0] for r in writers] == ["1", "2", "1", "2"]
     assert all(len(r) == 8 and all(x.endswith("x") for x in r[4:]) for r in writers)
+    held = [line for line in lines if line.startswith("notify, ")]
+    assert [line.split()[1] for line in held] == ["1", "2", "1", "2"]
+    assert all("the notification queue's lock held in " in line for line in held)
     loss = [line for line in lines if line.startswith("4. a listener's connection ended")]
     # what a dropped listener misses is found by one read on reconnecting: always so
     assert len(loss) == 1 and "0 notification(s) reached it" in loss[0]
