@@ -11,11 +11,13 @@ password it ignores opens it; an unreachable port gives the error).
 from __future__ import annotations
 
 import json
+import queue
 import re
 import shlex
 import signal
 import subprocess
 import sys
+import threading
 import urllib.request
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack
@@ -31,7 +33,7 @@ from agentrt.scripted import ScriptedAgent
 from agentrt.trace import event_json
 from conftest import FakeClock, Ids
 from support.postgres import postgres_schema
-from test_cli import lookup_tool, send_tool
+from test_cli import clean_env, lookup_tool, send_tool
 
 SECRET = "s3cret-Pw"
 """A password in the URL: the trusting test server ignores it; no output may hold it."""
@@ -293,6 +295,80 @@ def test_events_with_a_cursor_file_continues_where_it_stopped_on_postgres(
         assert code == 0, err
         seen += [json.loads(line)["seq"] for line in out.splitlines()]
     assert seen == [e.seq for e in stored][:6]
+
+
+def test_events_follow_prints_each_commit_of_other_connections_as_it_commits_on_postgres(
+    pg_url: str,
+) -> None:
+    # Two runs chained in different partitions, decided on two connections of their own
+    # (as two hosts would), and one resumed by a Driver on a third: `--follow` polls the
+    # record (decision 0096) and prints each commit's events before the next is made.
+    first, second = waiting_run(pg_url, "a"), waiting_run(pg_url, "b")
+    with agentrt.open_existing(pg_url, read_only=True) as store:
+        assert len(store.chain_heads()) == 16
+        before = store.list_events(None, 0, 1000)
+    # A partition's seqs are one residue mod 16: the two runs are in different partitions.
+    parts = [{e.seq % 16 for e in before if e.run_id == r.id} for r in (first, second)]
+    assert len(parts[0]) == len(parts[1]) == 1 and parts[0] != parts[1]
+    follower = subprocess.Popen(
+        [sys.executable, "-m", "agentrt", "--db", with_password(pg_url), "--json", "events",
+         "--follow", "--interval", "0.05", "--timeout", "120"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=clean_env(),
+    )  # fmt: skip
+    lines: queue.Queue[str] = queue.Queue()
+    reader = threading.Thread(target=lambda: [lines.put(line) for line in follower.stdout or ()])
+    reader.start()
+    printed: list[dict[str, object]] = []
+    delivered: set[int] = set()
+
+    def printed_up_to_now() -> list[agentrt.Event]:
+        """The events committed since the last call (seq order is not commit order across
+        partitions), once the follower has printed as many events as the record holds."""
+        with agentrt.open_existing(pg_url, read_only=True) as store:
+            held = store.list_events(None, 0, 1000)
+        while len(printed) < len(held):
+            printed.append(json.loads(lines.get(timeout=30)))
+        fresh = [e for e in held if e.seq not in delivered]
+        delivered.update(e.seq for e in fresh)
+        return fresh
+
+    writers = [agentrt.open_existing(pg_url), agentrt.open_existing(pg_url)]
+    resumer = agentrt.Driver(
+        store=agentrt.open_existing(pg_url),
+        agent=ScriptedAgent(list(SCRIPT)),
+        policy=agentrt.default_policy(),
+        tools=[lookup_tool(), send_tool()],
+        now=FakeClock(),
+        new_id=Ids("r"),
+    )
+    commits = []
+    try:
+        commits.append(printed_up_to_now())
+        for store, run in zip(writers, (first, second), strict=True):
+            (approval,) = store.list_approvals(run.id)
+            agentrt.approve(store, run.id, approval.id, by="ann", shown_hash=approval.hash)
+            commits.append(printed_up_to_now())
+        assert resumer.resume_sync(second.id).status == "COMPLETED"
+        commits.append(printed_up_to_now())
+    finally:
+        for store in writers:
+            store.close()
+        resumer.store.close()
+        follower.terminate()  # a clean stop, as Ctrl-C would be
+        follower.wait(30)
+        reader.join(30)
+    assert follower.returncode == 0
+    assert follower.stderr is not None and follower.stderr.read() == ""
+    assert lines.empty()
+    # Each commit's events were printed before the next commit was made, each once, in
+    # the order they were committed, and as the record holds them.
+    assert commits[0] == before
+    assert [{e.run_id for e in events} for events in commits[1:]] == [
+        {first.id},
+        {second.id},
+        {second.id},
+    ]
+    assert printed == [json.loads(json.dumps(event_json(e))) for events in commits for e in events]
 
 
 def test_export_otel_once_sends_the_postgres_record_and_keeps_its_cursor_in_a_file(

@@ -44,3 +44,64 @@ def test_the_chain_head_benchmark_prints_each_variant_and_its_ratios() -> None:
     # three figures, two ratios against chain off, three against one writer
     assert all(len(r) == 9 and all(x.endswith("x") for x in r[4:]) for r in rows)
     assert any(line.startswith("8 writers against 1 (target >= 4x): on ") for line in lines)
+
+
+def test_the_follow_benchmark_prints_latency_idle_cost_writers_and_loss() -> None:
+    base = server_url("the follow benchmark")
+    done = subprocess.run(
+        [
+            sys.executable,
+            "benchmarks/follow.py",
+            "--postgres",
+            base,
+            "--commits",
+            "3",
+            "--idle",
+            "0.3",
+            "--writers",
+            "1,2",
+            "--seconds",
+            "0.3",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env={**os.environ},
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    latency = [line.split() for line in lines if line.startswith(("poll ", "LISTEN/NOTIFY "))]
+    # four followers, each with a median, a 95th percentile, a worst and a ratio to LISTEN's
+    assert [r[:2] if r[0] == "poll" else r[:1] for r in latency] == [
+        ["poll", "0.5"],
+        ["poll", "0.1"],
+        ["poll", "0.02"],
+        ["LISTEN/NOTIFY"],
+    ]
+    assert all(r[-1].endswith("x") and len(r) == (7 if r[0] == "poll" else 5) for r in latency)
+    idle = [line.split() for line in lines if line.startswith(("postgres ", "sqlite "))]
+    assert [(r[0], r[2] if r[1] == "poll" else r[1]) for r in idle] == [
+        ("postgres", "0.5"),
+        ("postgres", "0.1"),
+        ("postgres", "0.02"),
+        ("postgres", "LISTEN/NOTIFY"),
+        ("sqlite", "0.5"),
+        ("sqlite", "0.1"),
+        ("sqlite", "0.02"),
+    ]
+    assert all(r[-1] == "-" for r in idle if r[0] == "sqlite")
+    read = [line for line in lines if line.startswith(("postgres: one idle read", "sqlite: one"))]
+    assert len(read) == 2 and "of its server backend's" in read[0]
+    writers = [line.split() for line in lines if line.split()[:1] in (["1"], ["2"])]
+    # three rates, then four ratios; at the server's own flush, then at a slower one
+    assert [r[0] for r in writers] == ["1", "2", "1", "2"]
+    assert all(len(r) == 8 and all(x.endswith("x") for x in r[4:]) for r in writers)
+    held = [line for line in lines if line.startswith("notify, ")]
+    assert [line.split()[1] for line in held] == ["1", "2", "1", "2"]
+    assert all("the notification queue's lock held in " in line for line in held)
+    loss = [line for line in lines if line.startswith("4. a listener's connection ended")]
+    # what a dropped listener misses is found by one read on reconnecting: always so
+    assert len(loss) == 1 and "0 notification(s) reached it" in loss[0]
+    assert loss[0].endswith("found 1 event(s)")
+    assert sum("load " in line for line in lines) >= 5
