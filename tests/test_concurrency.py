@@ -324,6 +324,40 @@ def test_cancel_while_deciding_is_found_at_the_next_write(store: agentrt.Store) 
     assert store.get_run(run.id).step_count == 0
 
 
+def test_a_cancel_just_after_a_tool_finished_is_found_by_the_next_steps_first_commit(
+    store: agentrt.Store,
+) -> None:
+    """The Driver claims its next step without reading the run (decision 0101): a cancel
+    made between a step's outcome commit and the next claim is found by that step's first
+    commit. The agent is asked once more; nothing of that step is written, its tool never
+    runs. (`GateSession.step` reads first and returns None instead: test_gate.py.)"""
+    read = RecordingTool("read", SideEffect.READ_ONLY)
+    asked: list[int] = []
+
+    def cancel_after_the_first_outcome(event: agentrt.Event) -> None:
+        if event.type == "step.tool_finished" and not asked[1:]:
+            agentrt.cancel(store, event.run_id, by="ops")
+
+    def decide(input: agentrt.StepInput) -> Decision:
+        asked.append(len(input.steps))
+        return Decision.tool_call("read", {"x": len(input.steps)})
+
+    driver = agentrt.Driver(
+        store=store,
+        agent=decide,
+        policy=agentrt.default_policy(),
+        tools=[read],
+        observer=cancel_after_the_first_outcome,
+    )
+    run = driver.start_sync("g")
+    assert (run.status, run.reason) == ("CANCELLED", "operator_cancelled")
+    assert asked == [1, 2]  # the step being decided is in its input
+    assert [call.args for call in read.calls] == [{"x": 1}]
+    assert [s.status for s in store.list_steps(run.id)] == ["done"]
+    assert store.get_run(run.id).step_count == 1
+    assert event_types(store, run.id)[-1] == "run.finished"
+
+
 def test_cancel_a_waiting_run_and_a_terminal_run_is_refused(store: agentrt.Store) -> None:
     push = RecordingTool("push", SideEffect.REMOTE_MUTATION)
     driver = agentrt.Driver(

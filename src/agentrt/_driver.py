@@ -231,7 +231,7 @@ class Driver:
                 if session.done:
                     return session.run
             while True:
-                step = await session.step()
+                step = await path.step()
                 if step is None:
                     return session.run
                 decided = await self._decide(session, step)

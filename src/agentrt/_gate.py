@@ -514,6 +514,9 @@ class GateSession:
         The claim is made in memory (the run's status read first, no commit) and
         commits with the step's next commit (decision 0088).
         """
+        return await self._claim(read_first=True)
+
+    async def _claim(self, *, read_first: bool) -> GateStep | None:
         self._usable()
         if self.current() is not None:
             raise RunStateError(
@@ -529,7 +532,7 @@ class GateSession:
         self._lease_held()
         self._claiming = True
         try:
-            step = await _step.begin_step(self._rs)
+            step = await _step.begin_step(self._rs, read_first=read_first)
         finally:
             self._claiming = False
         if step is None:
@@ -707,6 +710,7 @@ class GateSession:
 class DriverPath:
     """What the Driver needs of a gate session beyond the public API (package-internal).
 
+    `step` claims the next step without the status read `GateSession.step` makes;
     `run` executes an allowed step without raising when the run moved (the
     Driver returns the run as it stands); `cancelled` decides the lease when the
     Driver's loop is cancelled (released now, or, while a tool thread still
@@ -716,6 +720,13 @@ class DriverPath:
 
     def __init__(self, session: GateSession) -> None:
         self._session = session
+
+    async def step(self) -> GateStep | None:
+        """`GateSession.step` without reading the run first: the Driver claims its next
+        step only right after a commit (or the attach) of this session, which found the
+        run RUNNING and leased to it under the run's lock; a cancel since is found by the
+        step's first commit, as one during the agent's decision is (decision 0101)."""
+        return await self._session._claim(read_first=False)
 
     async def run(self, step: GateStep) -> None:
         await step._run()

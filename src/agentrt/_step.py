@@ -67,18 +67,22 @@ from ._settle import (
 from ._store import Tx
 
 
-async def begin_step(session: RunSession) -> Step | None:
+async def begin_step(session: RunSession, *, read_first: bool = True) -> Step | None:
     """Check the limits and claim the next step; None when the run is no longer RUNNING.
 
     The claim is made in memory and deferred (`plan.STEP_STARTED` joins the step's next
     commit): the limits are judged on the session's copy of the run, which is the run as
     last committed by this lease holder. A limit reached ends the run in a commit of its
     own. A cancel or a lost lease since the last commit is found by that next commit.
+    `read_first` reads the run's lease and status before claiming (`_moved_since`), so
+    that a cancel made since the last commit returns None at once; the Driver, which
+    claims right after its own commit, skips it (decision 0101).
     """
     config = session.config
-    moved = await run_io(partial(_moved_since, session))
-    if moved is not None:
-        session.run = moved
+    if read_first:
+        moved = await run_io(partial(_moved_since, session))
+        if moved is not None:
+            session.run = moved
     run = session.run
     if run.status != RunStatus.RUNNING:
         return None
