@@ -37,6 +37,14 @@ measured in this one invocation (never a figure written into the script):
     (target >= 1.5x); the slowest process's throughput over the mean (target
     >= 0.5x).
 
+(c) **With `--postgres URL`, the same processes on one PostgreSQL schema** (issue
+    21 item 7): one process alone, then `--pg-procs` (8 and 32 by default), each
+    running `--pg-runs` runs in flight, in a fresh schema each, dropped after:
+    exceptions, nothing lost (counted through the store's interface), and the
+    aggregate throughput over one process's (target >= 4x at 8: the server commits
+    concurrently). On a machine whose cores the server shares with the processes,
+    the cores, not the server, bound it: the CPU count is printed.
+
 agentrt commits two fsynced transactions per allowed step (decision 0088); on the
 async path the transactions of runs in one process are committed in groups, one
 fsync for each group (decision 0089). Processes do not share commits: each
@@ -45,6 +53,7 @@ what that gives, honestly.
 
     python benchmarks/concurrency.py [--runs 64] [--steps 20] [--procs 8]
                                      [--proc-runs 50] [--proc-steps 10] [--dir PATH]
+                                     [--postgres URL [--pg-procs 8,32] [--pg-runs 10]]
 
 Needs only the package, and `strace` for the fsync count (`apt-get install -y
 strace`; without it that figure is reported as not counted). About a minute.
@@ -69,16 +78,19 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import agentrt
 from agentrt import Decision, StepInput
 
 TX_PER_FSYNC_TARGET = 8.0
+PG_PROCS_TARGET = 4.0  # at 8 processes, issue 21 item 7
 CPU_BOUND_TARGET = 0.85
 PROCS_THROUGHPUT_TARGET = 1.5
 SLOWEST_TARGET = 0.5
@@ -535,32 +547,108 @@ def run_procs(path: str, procs: int, runs: int, steps: int) -> Procs:
     timed = [r for r in results if "began" in r]
     wall = max(r["ended"] for r in timed) - min(r["began"] for r in timed) if timed else 0.0
     result = Procs(procs, runs, steps, results, wall)
-    store = agentrt.open_existing(path, read_only=True)
+    count_rows(result, path)
+    return result
+
+
+def count_rows(result: Procs, target: str) -> None:
+    """The record's runs, steps and events, through the store's interface (any backend):
+    those of runs COMPLETED with all their steps apart from the rest."""
+    store = agentrt.open_existing(target, read_only=True)
     try:
-        completed_runs = (
-            "SELECT id FROM runs WHERE status = 'COMPLETED' AND step_count = ?",
-            (steps + 1,),
-        )
-        result.runs_completed = len(store.query(*completed_runs))
-        for table in ("steps", "events"):
-            inside, outside = (
-                int(
-                    store.query(
-                        f"SELECT count(*) AS n FROM {table} WHERE run_id {how} "
-                        f"({completed_runs[0]})",
-                        completed_runs[1],
-                    )[0]["n"]
-                )
-                for how in ("IN", "NOT IN")
-            )
-            setattr(result, f"{table}_rows", inside)
-            setattr(result, f"other_{table}", outside)
-        result.other_runs = (
-            int(store.query("SELECT count(*) AS n FROM runs")[0]["n"]) - result.runs_completed
-        )
+        for run in store.list_runs(limit=1_000_000, cap=64):
+            steps = len(store.list_steps(run.id, cap=64))
+            events = len(store.list_events(run.id, limit=1_000_000, cap=64))
+            if run.status == "COMPLETED" and run.step_count == result.steps + 1:
+                result.runs_completed += 1
+                result.steps_rows += steps
+                result.events_rows += events
+            else:
+                result.other_runs += 1
+                result.other_steps += steps
+                result.other_events += events
     finally:
         store.close()
-    return result
+
+
+# --- (c) several processes on PostgreSQL -------------------------------------------------------
+
+
+def schema_url(url: str, schema: str) -> str:
+    """`url` naming `schema` (`?schema=`), whatever query it had."""
+    parts = urlsplit(url)
+    query = [(k, v) for k, v in parse_qsl(parts.query) if k != "schema"] + [("schema", schema)]
+    return urlunsplit(parts._replace(query=urlencode(query)))
+
+
+def shown_url(url: str) -> str:
+    """`url` without its password."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = f"{parts.username or ''}:***@{parts.hostname or ''}"
+    return urlunsplit(parts._replace(netloc=netloc + (f":{parts.port}" if parts.port else "")))
+
+
+def postgres_fleet(url: str, counts: Sequence[int], runs: int, steps: int) -> list[Procs]:
+    """One process alone, then each of `counts`, on a fresh schema each (dropped after)."""
+    import psycopg
+
+    tag = f"concurrency_{os.getpid()}_{uuid.uuid4().hex[:6]}"
+    made: list[str] = []
+    fleets: list[Procs] = []
+    with psycopg.connect(url, autocommit=True, connect_timeout=5) as admin:
+        try:
+            for procs in (1, *counts):
+                schema = f"{tag}_{procs}"
+                made.append(schema)
+                fleets.append(run_procs(schema_url(url, schema), procs, runs, steps))
+                print(f"  (c) {procs} process(es) done", file=sys.stderr, flush=True)
+        finally:
+            for schema in made:
+                admin.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+    return fleets
+
+
+def report_postgres(url: str, fleets: Sequence[Procs]) -> list[bool]:
+    verdicts: list[bool] = []
+    alone, many = fleets[0], fleets[1:]
+    print()
+    print(
+        f"(c) PostgreSQL ({shown_url(url)}): processes x {alone.runs} runs in flight, "
+        f"{alone.steps} steps each, one schema; {os.cpu_count()} cores shared with the server"
+    )
+    for p in fleets:
+        errors = p.errors()
+        acknowledged = p.done()
+        steps_each = alone.steps_rows / max(alone.runs_completed, 1)
+        events_each = alone.events_rows / max(alone.runs_completed, 1)
+        lost = not (
+            p.runs_completed == acknowledged
+            and p.steps_rows == round(acknowledged * steps_each)
+            and p.events_rows == round(acknowledged * events_each)
+        )
+        met = not errors and not lost
+        verdicts.append(met)
+        ratio = p.steps_per_s() / alone.steps_per_s() if alone.steps_per_s() else 0.0
+        line = (
+            f"    {p.procs:>2} process(es): {p.steps_per_s():,.0f} steps/s, {ratio:.2f}x one "
+            f"process; exceptions {len(errors)}; {p.runs_completed} of {acknowledged} runs "
+            f"returned COMPLETED in the record with their steps and events: {verdict(met)}"
+        )
+        print(line)
+        for error in sorted(set(errors))[:3]:
+            print(f"      {error[:200]}")
+    at_8 = [p for p in many if p.procs == 8]
+    if at_8 and alone.steps_per_s():
+        ratio = at_8[0].steps_per_s() / alone.steps_per_s()
+        met = ratio >= PG_PROCS_TARGET
+        verdicts.append(met)
+        print(
+            f"    8 processes over one: {ratio:.2f}x (target >= {PG_PROCS_TARGET:g}x): "
+            f"{verdict(met)}"
+        )
+    return verdicts
 
 
 # --- reporting ----------------------------------------------------------------------------------
@@ -709,8 +797,21 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--proc-steps", type=int, default=10, help="(b) steps per run (10)")
     parser.add_argument("--dir", default=None, help="where the files go (a new temp dir)")
     parser.add_argument("--no-strace", action="store_true", help="do not count fsyncs")
+    parser.add_argument(
+        "--postgres", metavar="URL", default=None, help="(c) also on this PostgreSQL server"
+    )
+    parser.add_argument(
+        "--pg-procs", default="8,32", help="(c) process counts, comma-separated (8,32)"
+    )
+    parser.add_argument("--pg-runs", type=int, default=10, help="(c) runs each (default 10)")
     args = parser.parse_args(argv)
-    for name in ("runs", "steps", "alone", "procs", "proc_runs", "proc_steps"):
+    try:
+        args.pg_procs = [int(n) for n in args.pg_procs.split(",")]
+    except ValueError:
+        parser.error("--pg-procs must be whole numbers separated by commas")
+    if any(n < 1 for n in args.pg_procs):
+        parser.error("--pg-procs must be at least 1 each")
+    for name in ("runs", "steps", "alone", "procs", "proc_runs", "proc_steps", "pg_runs"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
     return args
@@ -758,6 +859,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             os.path.join(directory, "procs.db"), args.procs, args.proc_runs, args.proc_steps
         )
         verdicts += report_procs(procs, alone)
+        sys.stdout.flush()
+    if args.postgres:
+        fleets = postgres_fleet(args.postgres, args.pg_procs, args.pg_runs, args.proc_steps)
+        verdicts += report_postgres(args.postgres, fleets)
     print()
     print(f"targets: {sum(verdicts)} of {len(verdicts)} met")
     print(f"load average at end: {load_average()} (other processes make every figure noisier)")

@@ -105,3 +105,40 @@ def test_the_follow_benchmark_prints_latency_idle_cost_writers_and_loss() -> Non
     assert len(loss) == 1 and "0 notification(s) reached it" in loss[0]
     assert loss[0].endswith("found 1 event(s)")
     assert sum("load " in line for line in lines) >= 5
+
+
+def test_the_concurrency_benchmark_runs_processes_on_postgres_and_drops_its_schemas() -> None:
+    import psycopg
+
+    base = server_url("the concurrency benchmark on PostgreSQL")
+    done = subprocess.run(
+        [
+            sys.executable,
+            "benchmarks/concurrency.py",
+            *("--runs", "2", "--steps", "2", "--alone", "1", "--no-strace"),
+            *("--procs", "2", "--proc-runs", "1", "--proc-steps", "2"),
+            *("--postgres", base, "--pg-procs", "2", "--pg-runs", "2"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env={**os.environ},
+    )
+    assert done.returncode == 0, done.stderr
+    lines = [line.strip() for line in done.stdout.splitlines()]
+    heading = next(line for line in lines if line.startswith("(c) PostgreSQL ("))
+    assert "processes x 2 runs in flight, 2 steps each, one schema" in heading
+    for procs, runs in ((1, 2), (2, 4)):
+        row = next(line for line in lines if line.startswith(f"{procs} process(es): "))
+        # every run a process was told COMPLETED is in the record with its steps and events
+        assert (
+            f"; exceptions 0; {runs} of {runs} runs returned COMPLETED in the record with "
+            "their steps and events: met"
+        ) in row, row
+    assert not any(line.startswith("8 processes over one") for line in lines)
+    with psycopg.connect(base, autocommit=True) as conn:
+        left = conn.execute(
+            "SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'concurrency\\_%'"
+        ).fetchone()
+    assert left == (0,)
