@@ -7,6 +7,7 @@ interpreter joins at exit; its late result is discarded.
 
 from __future__ import annotations
 
+import linecache
 import subprocess
 import sys
 import textwrap
@@ -78,6 +79,20 @@ def test_a_process_whose_plain_tool_timed_out_exits_promptly_after_its_run(
     assert elapsed < 15, f"the process took {elapsed:.1f}s to exit"
 
 
+def _back_waiting(thread: threading.Thread, timeout: float) -> bool:
+    """Whether `thread`, a kept tool thread, is back at its wait for the next call (its
+    innermost Python frame the worker's loop, at `self.jobs.get`) within `timeout`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        frame = sys._current_frames().get(thread.ident or -1)
+        if frame is not None and frame.f_code.co_name == "_loop":
+            line = linecache.getline(frame.f_code.co_filename, frame.f_lineno)
+            if "self.jobs.get(" in line:
+                return True
+        time.sleep(0.01)
+    return False
+
+
 @pytest.mark.timeout(30)
 def test_a_timed_out_tool_keeps_running_on_a_daemon_thread_and_its_late_result_is_discarded(
     store: agentrt.Store,
@@ -112,7 +127,9 @@ def test_a_timed_out_tool_keeps_running_on_a_daemon_thread_and_its_late_result_i
     assert thread.daemon and thread.is_alive()  # still running: a thread cannot be killed
     release.set()
     assert finished.wait(10)
-    thread.join(10)
+    # Kept for a later call (decision 0092), the thread does not end: wait until it is
+    # back waiting for one, its late outcome given (to nobody) on the way.
+    assert _back_waiting(thread, timeout=10)
     step = store.list_steps(run.id)[0]
     assert step.observation is not None
     assert step.observation.content == {
