@@ -121,6 +121,10 @@ def holder_json() -> str:
     return json.dumps(holder_record(), sort_keys=True, separators=(",", ":"))
 
 
+STOP_WAIT_S = 5.0
+"""How long `Heartbeat.stop()` waits for a renewal in flight before it returns anyway."""
+
+
 class Heartbeat:
     """Renews one run's lease on a thread of its own until stopped or lost."""
 
@@ -153,7 +157,7 @@ class Heartbeat:
         """
         self._stop.set()
         if wait and self._thread.is_alive() and threading.current_thread() is not self._thread:
-            self._thread.join(timeout=5)
+            self._thread.join(timeout=STOP_WAIT_S)
 
     def _beat(self) -> None:
         interval = self._ttl.total_seconds() / 3
