@@ -195,7 +195,20 @@ def check_schema(conn: psycopg.Connection[Any]) -> None:
 
     One read of the catalogue; run it inside the transaction whose writes it protects.
     """
-    found = conn.execute(_UNSAFE).fetchall()
+    _refuse_unsafe(conn.execute(_UNSAFE).fetchall())
+
+
+def begin_checked(conn: psycopg.Connection[Any], begin: str) -> None:
+    """`begin` (a `BEGIN ...` without parameters) and `check_schema` inside it, sent as one
+    message: one round trip where there were two (decision 0100). The check is the
+    transaction's first statement, as it was; the server runs the two in order."""
+    cursor = conn.execute(f"{begin};\n{_UNSAFE}")
+    if not cursor.nextset():  # the first result is BEGIN's, the second the check's
+        raise psycopg.ProgrammingError("the schema check sent with BEGIN gave no result")
+    _refuse_unsafe(cursor.fetchall())
+
+
+def _refuse_unsafe(found: list[Any]) -> None:
     if found:
         named = ", ".join(f"{kind} {name!r}" for kind, name in sorted(found))
         raise UnsafeSchemaError(
