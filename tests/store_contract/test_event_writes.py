@@ -44,11 +44,8 @@ def parted(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
 def two_runs(store: Store, n: int) -> tuple[str, str]:
     """Two runs in different partitions when N > 1 (the same one when N = 1)."""
     first = "r1"
-    second = next(
-        f"r{i}"
-        for i in range(2, 200)
-        if n == 1 or partition_of(f"r{i}", n) != partition_of(first, n)
-    )
+    apart = [f"r{i}" for i in range(2, 200) if partition_of(f"r{i}", n) != partition_of(first, n)]
+    second = "r2" if n == 1 else apart[0]
     new_run(store, first)
     new_run(store, second)
     return first, second
