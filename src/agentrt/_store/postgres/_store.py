@@ -203,17 +203,8 @@ class PostgresStore(SqliteStore):
             if self._tx is not None:
                 raise StoreError("a transaction is already open on this store; they do not nest")
             conn = self._connection()
-            try:
-                begin_checked(conn, "BEGIN ISOLATION LEVEL READ COMMITTED")
-            except psycopg.Error as e:
-                rollback_quietly(conn)
-                raise store_error(
-                    e, "cannot begin a write transaction, nothing was written", target=self._target
-                ) from e
-            except BaseException:
-                rollback_quietly(conn)
-                raise
-            tx = PostgresTx(conn, self.partitions)
+            # Begun with its first statement, the schema checked between (`PostgresTx`).
+            tx = PostgresTx(conn, self.partitions, begin="BEGIN ISOLATION LEVEL READ COMMITTED")
             self._tx = tx
             try:
                 try:

@@ -39,7 +39,8 @@ from .._records import GuardedRun
 from ..sqlite._codecs import lease_from, run_from_row
 from ..sqlite._tx import _TOUCHES_CHAIN, EventRow
 from ..sqlite._writes import SqliteTx
-from ._connection import store_error, translate
+from ._connection import rollback_quietly, store_error, translate
+from ._migrations import GUARD, begin_checked, is_refusal
 
 # Rows of events in one INSERT: well under the protocol's 65,535 parameters (7 a row).
 _ROWS_PER_INSERT = 1000
@@ -64,9 +65,16 @@ def _events_sql(rows: int, heads: int) -> str:
     )
 
 
+_SERVER_NOW = "SELECT clock_timestamp()"
+
+
 def server_now(conn: psycopg.Connection[Any]) -> datetime:
     """The server's clock (`clock_timestamp()`), as a stored time (UTC, microseconds)."""
-    row = conn.execute("SELECT clock_timestamp()").fetchone()
+    return _read_clock(conn.execute(_SERVER_NOW))
+
+
+def _read_clock(cursor: Any) -> datetime:
+    row = cursor.fetchone()
     if row is None or not isinstance(row[0], datetime):
         raise StoreError("the server did not say what time it is")
     return as_stored(row[0])
@@ -79,9 +87,15 @@ class PostgresTx(SqliteTx):
     (REPEATABLE READ READ ONLY); valid only inside its block.
     """
 
-    def __init__(self, conn: psycopg.Connection[Any], partitions: int = 1) -> None:
+    def __init__(
+        self, conn: psycopg.Connection[Any], partitions: int = 1, begin: str | None = None
+    ) -> None:
         super().__init__(cast(Any, conn), partitions)
         self._pg = conn
+        # The `BEGIN ...` not sent yet: it goes with the schema's guard and the first
+        # statement, in one round trip (`_begin_with`); None once sent (or for a view
+        # its store began).
+        self._begin = begin
         # Whether a statement that changes something has run: until one has, a lock
         # wait past the timeout (the first `lock_run`, typically) is `StoreBusyError`,
         # which the outcome writes retry; after, a retry would run the work twice.
@@ -98,7 +112,10 @@ class PostgresTx(SqliteTx):
             self.write_events()
         self._clock = None
         try:
-            cursor = self._pg.execute(translate(sql), params)
+            if self._begin is not None:
+                cursor = self._begin_with(translate(sql), params)
+            else:
+                cursor = self._pg.execute(translate(sql), params)
         except psycopg.Error as e:
             raise store_error(
                 e, "a statement of the transaction failed", retryable=not self._wrote
@@ -106,6 +123,34 @@ class PostgresTx(SqliteTx):
         if not self._wrote and sql.lstrip()[:6].upper() != "SELECT":
             self._wrote = True
         return cursor
+
+    def _begin_with(self, sql: str, params: Sequence[Any] | Mapping[str, Any]) -> Any:
+        """`BEGIN`, the schema's guard and the transaction's first statement, pipelined: one
+        round trip. The guard fails when the schema holds a trigger, rule, view or policy
+        it refuses, and the server then skips what follows it, so the statement runs only
+        in a transaction whose schema was found safe first, as when each was sent alone.
+        Refused: `check_schema`, in a transaction begun again, says what it found."""
+        begin, self._begin = self._begin, None
+        assert begin is not None
+        try:
+            with self._pg.pipeline():
+                self._pg.execute(begin)
+                self._pg.execute(GUARD)
+                cursor = self._pg.execute(sql, params)
+        except psycopg.Error as e:
+            if not is_refusal(e):
+                raise
+            rollback_quietly(self._pg)
+            begin_checked(self._pg, begin)  # UnsafeSchemaError, naming what was found
+            return self._pg.execute(sql, params)  # removed meanwhile: begun and checked
+        return cursor
+
+    def begun(self) -> None:
+        """Send the pending `BEGIN` and the schema's check now (a transaction that ran no
+        statement, before its `COMMIT`)."""
+        begin, self._begin = self._begin, None
+        if begin is not None:
+            begin_checked(self._pg, begin)
 
     def _read_head(self, part: int) -> Any:
         """The partition's head row, locked (`FOR UPDATE`) until the transaction ends."""
@@ -128,6 +173,7 @@ class PostgresTx(SqliteTx):
         """Write the appended events and `COMMIT`, sent together (psycopg's pipeline mode:
         one round trip). If the write fails the server skips the `COMMIT`, and the
         transaction is left failed for the caller's `ROLLBACK`."""
+        self.begun()
         if not self._unwritten:
             self._pg.execute("COMMIT")
             return
@@ -165,6 +211,8 @@ class PostgresTx(SqliteTx):
             now, self._clock = self._clock, None
             return now
         try:
+            if self._begin is not None:  # the transaction's first statement
+                return _read_clock(self._begin_with(_SERVER_NOW, ()))
             return server_now(self._pg)
         except psycopg.Error as e:
             raise store_error(e, "reading the server's clock failed", retryable=False) from e
