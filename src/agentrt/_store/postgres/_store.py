@@ -204,7 +204,12 @@ class PostgresStore(SqliteStore):
                 raise StoreError("a transaction is already open on this store; they do not nest")
             conn = self._connection()
             # Begun with its first statement, the schema checked between (`PostgresTx`).
-            tx = PostgresTx(conn, self.partitions, begin="BEGIN ISOLATION LEVEL READ COMMITTED")
+            tx = PostgresTx(
+                conn,
+                self.partitions,
+                begin="BEGIN ISOLATION LEVEL READ COMMITTED",
+                target=self._target,
+            )
             self._tx = tx
             try:
                 try:

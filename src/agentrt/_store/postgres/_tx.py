@@ -39,7 +39,7 @@ from .._records import GuardedRun
 from ..sqlite._codecs import lease_from, run_from_row
 from ..sqlite._tx import _TOUCHES_CHAIN, EventRow
 from ..sqlite._writes import SqliteTx
-from ._connection import rollback_quietly, store_error, translate
+from ._connection import Target, rollback_quietly, store_error, translate
 from ._migrations import GUARD, begin_checked, is_refusal
 
 # Rows of events in one INSERT: well under the protocol's 65,535 parameters (7 a row).
@@ -88,7 +88,11 @@ class PostgresTx(SqliteTx):
     """
 
     def __init__(
-        self, conn: psycopg.Connection[Any], partitions: int = 1, begin: str | None = None
+        self,
+        conn: psycopg.Connection[Any],
+        partitions: int = 1,
+        begin: str | None = None,
+        target: Target | None = None,
     ) -> None:
         super().__init__(cast(Any, conn), partitions)
         self._pg = conn
@@ -96,6 +100,7 @@ class PostgresTx(SqliteTx):
         # statement, in one round trip (`_begin_with`); None once sent (or for a view
         # its store began).
         self._begin = begin
+        self._target = target  # what a failure to begin is said with, its password hidden
         # Whether a statement that changes something has run: until one has, a lock
         # wait past the timeout (the first `lock_run`, typically) is `StoreBusyError`,
         # which the outcome writes retry; after, a retry would run the work twice.
@@ -138,6 +143,10 @@ class PostgresTx(SqliteTx):
                 self._pg.execute(GUARD)
                 cursor = self._pg.execute(sql, params)
         except psycopg.Error as e:
+            if self._pg.closed or self._pg.broken:  # lost before anything ran: say so
+                raise store_error(
+                    e, "cannot begin a write transaction, nothing was written", target=self._target
+                ) from e
             if not is_refusal(e):
                 raise
             rollback_quietly(self._pg)
