@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from agentrt._chain import partition_of
+from agentrt._errors import StoreError
 from agentrt._store import Store
 
 from .conftest import Backend
@@ -148,3 +149,25 @@ def test_a_failing_work_of_a_group_leaves_none_of_its_events_and_the_next_chains
     report = store.verify_events(head=store.chain_heads())
     assert report.intact, report.first_break
     assert store.lease(run_id).owner == OWNER
+
+
+def test_events_that_cannot_be_written_fail_the_commit_writing_nothing(parted: Backend) -> None:
+    # An event of no run breaks the events' foreign key when the events are written, at
+    # commit (PostgreSQL: in the pipeline with COMMIT, which the server then skips).
+    store = parted.open()
+    run_id, _ = two_runs(store, parted.partitions)
+    before = everything(store)
+    with pytest.raises(StoreError, match=r"(?i)foreign key"), store.transaction() as tx:
+        tx.release_lease(run_id, OWNER)
+        tx.go_on_after_interruption(run_id, {"detail": "x"}, EPOCH)
+        tx.go_on_after_interruption("no-such-run", {"detail": "x"}, EPOCH)
+    assert everything(store) == before
+    resume(store, run_id)  # the store goes on, and the chain has no gap
+    report = store.verify_events(head=store.chain_heads())
+    assert report.intact, report.first_break
+    kept = everything(store)
+    outcomes = store.transactions(
+        [lambda tx: tx.go_on_after_interruption("no-such-run", {"detail": "x"}, EPOCH)]
+    )
+    assert isinstance(outcomes[0].error, StoreError)  # that work's own failure
+    assert everything(store) == kept
