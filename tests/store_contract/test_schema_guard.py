@@ -77,3 +77,23 @@ def test_writes_go_on_once_the_trigger_is_removed(guarded: tuple[Store, Tamper])
         assert tx.release_lease("r1", OWNER) is True
     assert store.lease("r1").owner == ""
     assert tamper.fired() == 0
+
+
+def test_a_trigger_added_while_open_refuses_a_transaction_that_first_locks_the_run(
+    guarded: tuple[Store, Tamper],
+) -> None:
+    # PostgreSQL sends BEGIN, the guard and the first statement together (decision 0100):
+    # the lock's read and the write after it never run once the guard has found the spy.
+    store, tamper = guarded
+    tamper.plant_trigger("runs")
+    before = everything(store)
+    with pytest.raises(UnsafeSchemaError, match=f"^{SPY}$"), store.transaction() as tx:
+        tx.lock_run("r1")
+        tx.release_lease("r1", OWNER)
+    with pytest.raises(UnsafeSchemaError, match=f"^{SPY}$"), store.transaction() as tx:
+        tx.lease_now(wall_at(EPOCH))
+        tx.release_lease("r1", OWNER)
+    with pytest.raises(UnsafeSchemaError, match=f"^{SPY}$"), store.transaction():
+        pass  # nothing sent in it: still refused at its end
+    assert everything(store) == before
+    assert tamper.fired() == 0

@@ -44,6 +44,21 @@ def _postgres_move(tx: PostgresTx, part: int, seq: int, digest: str) -> Any:
     return tx.execute("UPDATE chain_head SET seq = ? WHERE id = 1", (seq,))
 
 
+def _postgres_write(
+    tx: PostgresTx, rows: list[tuple[Any, ...]], heads: list[tuple[int, int, str]]
+) -> None:
+    """The events one statement each, then the one head row (decision 0100 writes the
+    rows and the new heads in one statement, which a schema-4 head row cannot take)."""
+    for row in rows:
+        tx.execute(
+            "INSERT INTO events (seq, run_id, step_id, at, type, payload_json, hash) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            row,
+        )
+    for part, seq, digest in heads:
+        _postgres_move(tx, part, seq, digest)
+
+
 def previous_release_chain(m: pytest.MonkeyPatch) -> None:
     """Make both backends append and verify as 0.1.0 did, inside `m`'s context."""
     from agentrt._store.postgres import _migrations as postgres_migrations
@@ -52,5 +67,5 @@ def previous_release_chain(m: pytest.MonkeyPatch) -> None:
     m.setattr(TxCore, "_move_head", lambda tx, part, seq, digest: None)
     m.setattr(SqliteChainReader, "issued_seqs", _issued)
     m.setattr(PostgresTx, "_read_head", _postgres_head)
-    m.setattr(PostgresTx, "_move_head", _postgres_move)
+    m.setattr(PostgresTx, "_write_events", _postgres_write)
     m.setattr(postgres_migrations, "settle_partitions", lambda *a, **k: None)

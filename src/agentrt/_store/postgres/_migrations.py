@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 import psycopg
+from psycopg import errors as pg_errors
 
 from ..._clock import format_time, wall_clock
 from ..._errors import SchemaVersionError, UnsafeSchemaError
@@ -195,7 +196,35 @@ def check_schema(conn: psycopg.Connection[Any]) -> None:
 
     One read of the catalogue; run it inside the transaction whose writes it protects.
     """
-    found = conn.execute(_UNSAFE).fetchall()
+    _refuse_unsafe(conn.execute(_UNSAFE).fetchall())
+
+
+def begin_checked(conn: psycopg.Connection[Any], begin: str) -> None:
+    """`begin` (a `BEGIN ...` without parameters) and `check_schema` inside it, sent as one
+    message: one round trip where there were two (decision 0100). The check is the
+    transaction's first statement, as it was; the server runs the two in order."""
+    cursor = conn.execute(f"{begin};\n{_UNSAFE}")
+    if not cursor.nextset():  # the first result is BEGIN's, the second the check's
+        raise psycopg.ProgrammingError("the schema check sent with BEGIN gave no result")
+    _refuse_unsafe(cursor.fetchall())
+
+
+_REFUSAL = "agentrt refuses this schema:"
+
+GUARD = (
+    f"SELECT CAST('{_REFUSAL} ' || string_agg(kind || ' ' || name, ', ') AS integer) "
+    f"FROM ({_UNSAFE}) AS unsafe (kind, name)"
+)
+"""`check_schema` as one statement that fails when the schema holds anything it refuses
+(a text that is no integer), so that statements pipelined behind it never run then."""
+
+
+def is_refusal(error: psycopg.Error) -> bool:
+    """Whether `error` is `GUARD`'s failure (then `check_schema` says what was found)."""
+    return isinstance(error, pg_errors.InvalidTextRepresentation) and _REFUSAL in str(error)
+
+
+def _refuse_unsafe(found: list[Any]) -> None:
     if found:
         named = ", ".join(f"{kind} {name!r}" for kind, name in sorted(found))
         raise UnsafeSchemaError(

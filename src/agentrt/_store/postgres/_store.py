@@ -48,6 +48,7 @@ from ._connection import (
 )
 from ._migrations import (
     PROXY_MIGRATIONS,
+    begin_checked,
     check_exact,
     check_schema,
     check_writer,
@@ -129,9 +130,8 @@ class PostgresRenewer:
             self._conn = connect(self._target)
         conn = self._conn
         try:
-            conn.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
             try:
-                check_schema(conn)
+                begin_checked(conn, "BEGIN ISOLATION LEVEL READ COMMITTED")
                 expires = server_now(conn) + ttl
                 cur = conn.execute(
                     "UPDATE runs SET lease_expires_at = %s WHERE id = %s AND lease_owner = %s",
@@ -203,18 +203,13 @@ class PostgresStore(SqliteStore):
             if self._tx is not None:
                 raise StoreError("a transaction is already open on this store; they do not nest")
             conn = self._connection()
-            try:
-                conn.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
-                check_schema(conn)
-            except psycopg.Error as e:
-                rollback_quietly(conn)
-                raise store_error(
-                    e, "cannot begin a write transaction, nothing was written", target=self._target
-                ) from e
-            except BaseException:
-                rollback_quietly(conn)
-                raise
-            tx = PostgresTx(conn, self.partitions)
+            # Begun with its first statement, the schema checked between (`PostgresTx`).
+            tx = PostgresTx(
+                conn,
+                self.partitions,
+                begin="BEGIN ISOLATION LEVEL READ COMMITTED",
+                target=self._target,
+            )
             self._tx = tx
             try:
                 try:
@@ -231,7 +226,7 @@ class PostgresStore(SqliteStore):
                     rollback_quietly(conn)
                     raise
                 try:
-                    conn.execute("COMMIT")
+                    tx.commit()  # the appended events written, and COMMIT, in one round trip
                 except psycopg.Error as e:
                     rollback_quietly(conn)
                     raise store_error(
@@ -240,6 +235,9 @@ class PostgresStore(SqliteStore):
                         retryable=False,
                         target=self._target,
                     ) from e
+                except BaseException:
+                    rollback_quietly(conn)
+                    raise
             finally:
                 tx._close()
                 self._tx = None
@@ -323,6 +321,7 @@ class PostgresStore(SqliteStore):
     def _query(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         with self._lock:
             self._check_open()
+            self._own_view()
             try:
                 return list(self._connection().execute(translate(sql), params).fetchall())
             except psycopg.Error as e:

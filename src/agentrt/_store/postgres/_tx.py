@@ -16,10 +16,17 @@ and what differs is here (decision 0080):
 - **`lock_run`** is `SELECT ... FOR UPDATE` on the run's row.
 - **`lease_now`** is the server's `clock_timestamp()`: every host judges a lease
   by one clock.
+
+Round trips (decision 0100): the events are written with the transaction's
+`COMMIT`, in one statement (`write_events`) pipelined with it (`commit`); a
+`lock_run` of a run whose row this transaction already holds reads the server's
+clock in the same statement, and a `lease_now` asked right after it (no statement
+between) is that reading, taken while the lock was held.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, cast
@@ -30,13 +37,44 @@ from ..._clock import as_stored
 from ..._errors import StoreError
 from .._records import GuardedRun
 from ..sqlite._codecs import lease_from, run_from_row
+from ..sqlite._tx import _TOUCHES_CHAIN, EventRow
 from ..sqlite._writes import SqliteTx
-from ._connection import store_error, translate
+from ._connection import Target, rollback_quietly, store_error, translate
+from ._migrations import GUARD, begin_checked, is_refusal
+
+# Rows of events in one INSERT: well under the protocol's 65,535 parameters (7 a row).
+_ROWS_PER_INSERT = 1000
+
+_LOCK_RUN = "SELECT *, clock_timestamp() AS agentrt_clock FROM runs WHERE id = ? FOR UPDATE"
+
+
+@functools.lru_cache(maxsize=64)
+def _events_sql(rows: int, heads: int) -> str:
+    """One statement inserting `rows` events and, when `heads`, moving that many heads."""
+    values = ", ".join(["(?, ?, ?, ?, ?, ?, ?)"] * rows)
+    insert = (
+        f"INSERT INTO events (seq, run_id, step_id, at, type, payload_json, hash) VALUES {values}"
+    )
+    if not heads:
+        return insert
+    moved = ", ".join(["(?::integer, ?::bigint, ?::text)"] * heads)
+    return (
+        f"WITH appended AS ({insert}) "
+        "UPDATE chain_head AS h SET seq = v.seq, hash = v.hash "
+        f"FROM (VALUES {moved}) AS v (part, seq, hash) WHERE h.part = v.part"
+    )
+
+
+_SERVER_NOW = "SELECT clock_timestamp()"
 
 
 def server_now(conn: psycopg.Connection[Any]) -> datetime:
     """The server's clock (`clock_timestamp()`), as a stored time (UTC, microseconds)."""
-    row = conn.execute("SELECT clock_timestamp()").fetchone()
+    return _read_clock(conn.execute(_SERVER_NOW))
+
+
+def _read_clock(cursor: Any) -> datetime:
+    row = cursor.fetchone()
     if row is None or not isinstance(row[0], datetime):
         raise StoreError("the server did not say what time it is")
     return as_stored(row[0])
@@ -49,18 +87,40 @@ class PostgresTx(SqliteTx):
     (REPEATABLE READ READ ONLY); valid only inside its block.
     """
 
-    def __init__(self, conn: psycopg.Connection[Any], partitions: int = 1) -> None:
+    def __init__(
+        self,
+        conn: psycopg.Connection[Any],
+        partitions: int = 1,
+        begin: str | None = None,
+        target: Target | None = None,
+    ) -> None:
         super().__init__(cast(Any, conn), partitions)
         self._pg = conn
+        # The `BEGIN ...` not sent yet: it goes with the schema's guard and the first
+        # statement, in one round trip (`_begin_with`); None once sent (or for a view
+        # its store began).
+        self._begin = begin
+        self._target = target  # what a failure to begin is said with, its password hidden
         # Whether a statement that changes something has run: until one has, a lock
         # wait past the timeout (the first `lock_run`, typically) is `StoreBusyError`,
         # which the outcome writes retry; after, a retry would run the work twice.
         self._wrote = False
+        # The runs whose rows this transaction has locked (`lock_run`).
+        self._locked: set[str] = set()
+        # The server's clock read by the last statement, a `lock_run` of a row already
+        # held; None once any other statement ran.
+        self._clock: datetime | None = None
 
     def execute(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> Any:
         self._check_open()
+        if self._unwritten and _TOUCHES_CHAIN.search(sql):
+            self.write_events()
+        self._clock = None
         try:
-            cursor = self._pg.execute(translate(sql), params)
+            if self._begin is not None:
+                cursor = self._begin_with(translate(sql), params)
+            else:
+                cursor = self._pg.execute(translate(sql), params)
         except psycopg.Error as e:
             raise store_error(
                 e, "a statement of the transaction failed", retryable=not self._wrote
@@ -69,17 +129,80 @@ class PostgresTx(SqliteTx):
             self._wrote = True
         return cursor
 
+    def _begin_with(self, sql: str, params: Sequence[Any] | Mapping[str, Any]) -> Any:
+        """`BEGIN`, the schema's guard and the transaction's first statement, pipelined: one
+        round trip. The guard fails when the schema holds a trigger, rule, view or policy
+        it refuses, and the server then skips what follows it, so the statement runs only
+        in a transaction whose schema was found safe first, as when each was sent alone.
+        Refused: `check_schema`, in a transaction begun again, says what it found."""
+        begin, self._begin = self._begin, None
+        assert begin is not None
+        try:
+            with self._pg.pipeline():
+                self._pg.execute(begin)
+                self._pg.execute(GUARD)
+                cursor = self._pg.execute(sql, params)
+        except psycopg.Error as e:
+            if self._pg.closed or self._pg.broken:  # lost before anything ran: say so
+                raise store_error(
+                    e, "cannot begin a write transaction, nothing was written", target=self._target
+                ) from e
+            if not is_refusal(e):
+                raise
+            rollback_quietly(self._pg)
+            begin_checked(self._pg, begin)  # UnsafeSchemaError, naming what was found
+            return self._pg.execute(sql, params)  # removed meanwhile: begun and checked
+        return cursor
+
+    def begun(self) -> None:
+        """Send the pending `BEGIN` and the schema's check now (a transaction that ran no
+        statement, before its `COMMIT`)."""
+        begin, self._begin = self._begin, None
+        if begin is not None:
+            begin_checked(self._pg, begin)
+
     def _read_head(self, part: int) -> Any:
         """The partition's head row, locked (`FOR UPDATE`) until the transaction ends."""
         return self.execute(
             "SELECT seq, hash FROM chain_head WHERE part = ? FOR UPDATE", (part,)
         ).fetchone()
 
+    def _write_events(self, rows: list[EventRow], heads: list[tuple[int, int, str]]) -> None:
+        """The events' rows and the heads' moves in one statement (more than
+        `_ROWS_PER_INSERT` events: the rest before it, in order, in statements of their own)."""
+        while len(rows) > _ROWS_PER_INSERT:
+            chunk, rows = rows[:_ROWS_PER_INSERT], rows[_ROWS_PER_INSERT:]
+            self.execute(_events_sql(len(chunk), 0), [v for row in chunk for v in row])
+        params: list[Any] = [v for row in rows for v in row]
+        for head in heads:
+            params.extend(head)
+        self.execute(_events_sql(len(rows), len(heads)), params)
+
+    def commit(self) -> None:
+        """Write the appended events and `COMMIT`, sent together (psycopg's pipeline mode:
+        one round trip). If the write fails the server skips the `COMMIT`, and the
+        transaction is left failed for the caller's `ROLLBACK`."""
+        self.begun()
+        if not self._unwritten:
+            self._pg.execute("COMMIT")
+            return
+        with self._pg.pipeline():
+            self.write_events()
+            self._pg.execute("COMMIT")
+
     def lock_run(self, run_id: str) -> GuardedRun | None:
-        """The run and its lease, its row locked (`FOR UPDATE`) until the transaction ends."""
-        row = self.execute("SELECT * FROM runs WHERE id = ? FOR UPDATE", (run_id,)).fetchone()
+        """The run and its lease, its row locked (`FOR UPDATE`) until the transaction ends.
+
+        The same statement reads the server's clock; when the row was already this
+        transaction's (so the statement waited for no one), that reading is what a
+        `lease_now` asked next returns."""
+        held = run_id in self._locked
+        row = self.execute(_LOCK_RUN, (run_id,)).fetchone()
         if row is None:
             return None
+        self._locked.add(run_id)
+        if held and isinstance(row["agentrt_clock"], datetime):
+            self._clock = as_stored(row["agentrt_clock"])
         lease = lease_from(
             run_id,
             row["status"],
@@ -93,7 +216,12 @@ class PostgresTx(SqliteTx):
     def lease_now(self, wall: Callable[[], datetime]) -> datetime:
         """The server's clock: `wall` is not used (one clock for every host)."""
         self._check_open()
+        if self._clock is not None:  # read with the lock just taken again, nothing since
+            now, self._clock = self._clock, None
+            return now
         try:
+            if self._begin is not None:  # the transaction's first statement
+                return _read_clock(self._begin_with(_SERVER_NOW, ()))
             return server_now(self._pg)
         except psycopg.Error as e:
             raise store_error(e, "reading the server's clock failed", retryable=False) from e

@@ -241,6 +241,7 @@ class SqliteStore(ProxyRows):
             try:
                 try:
                     yield tx
+                    tx.write_events()
                 except sqlite3.Error as e:
                     migrations.rollback_quietly(self._conn)
                     raise store_error(
@@ -322,6 +323,7 @@ class SqliteStore(ProxyRows):
         self._tx = tx
         try:
             value = work(tx)
+            tx.write_events()  # inside the savepoint: the next work chains to them
         except Exception as e:
             # Only this work's writes go; a failure to undo them fails the whole group.
             conn.execute(f"ROLLBACK TO {_SAVEPOINT}")
@@ -424,9 +426,16 @@ class SqliteStore(ProxyRows):
         """
         return self._query(sql, params)
 
+    def _own_view(self) -> None:
+        """A read on the store's own connection inside its open transaction (this thread's)
+        sees the events the transaction appended: they are written first (decision 0100)."""
+        if self._tx is not None:
+            self._tx.write_events()
+
     def _query(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
         with self._lock:
             self._check_open()
+            self._own_view()
             try:
                 return list(self._conn.execute(sql, params).fetchall())
             except sqlite3.Error as e:
@@ -696,6 +705,7 @@ class SqliteStore(ProxyRows):
         if self._uri is None:
             with self._lock:
                 self._check_open()
+                self._own_view()
                 return work(self._conn)
         self._check_open()
         conn = _connect(self._uri, uri=True)

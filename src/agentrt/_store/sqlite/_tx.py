@@ -6,10 +6,20 @@ none), its previous hash the head's hash, and the head row of `chain_head` is
 moved to it in the same transaction. Each head the transaction appends to is read
 once and cached; that is safe because `BEGIN IMMEDIATE` admits one writer at a
 time, so nobody else can append between the read and this transaction's commit.
+
+The events are hashed and numbered when appended, in order, and written when the
+transaction is about to commit (`write_events`, decision 0100): one statement for
+all its events and one move of each partition's head, where a row and a head move
+per event were written before. The store calls it before `COMMIT` (and before a
+group commit's work releases its savepoint); a statement of the transaction that
+names `events` or `chain_head` writes them first, so a read inside the transaction
+still sees what it appended. Until then they are nowhere but in memory, which a
+crash or a rollback loses exactly as it would lose them written.
 """
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from collections.abc import Mapping, Sequence
 from datetime import datetime
@@ -27,12 +37,23 @@ from ..._records import (
 from ._connection import store_error
 from ._values import INSERT_SQL, pack
 
+# A statement that reads or writes the events or the heads: the appended events are
+# written before it runs.
+_TOUCHES_CHAIN = re.compile(r"\b(events|chain_head)\b", re.IGNORECASE)
+
 # --- transactions -------------------------------------------------------------------------------
 
 
 # A partition's head: the last seq handed out in it and the hash to chain to.
 _PARTITION_HEAD = "SELECT seq, hash FROM chain_head WHERE part = ?"
 _MOVE_HEAD = "UPDATE chain_head SET seq = ?, hash = ? WHERE part = ?"
+_INSERT_EVENT = (
+    "INSERT INTO events (seq, run_id, step_id, at, type, payload_json, hash) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?)"
+)
+
+# An event's row as written: seq, run_id, step_id, at, type, payload_json (as stored), hash.
+EventRow = tuple[int, str, str, str, str, str, str]
 
 
 class TxCore:
@@ -49,6 +70,10 @@ class TxCore:
         self._heads: dict[int, tuple[str, int]] = {}
         # A snapshot's reads (nothing written, nothing to run twice): busy is retryable.
         self._reads_only = False
+        # The events appended and not yet written, and per partition the head they move
+        # it to (`write_events`).
+        self._unwritten: list[EventRow] = []
+        self._moved: dict[int, tuple[int, str]] = {}
 
     def _check_open(self) -> None:
         if not self._open:
@@ -56,6 +81,8 @@ class TxCore:
 
     def execute(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> sqlite3.Cursor:
         self._check_open()
+        if self._unwritten and _TOUCHES_CHAIN.search(sql):
+            self.write_events()
         try:
             return self.conn.execute(sql, params)
         except sqlite3.Error as e:
@@ -94,6 +121,7 @@ class TxCore:
 
         Events must be inserted only through this method: each partition's head
         is read once per transaction and cached here. `events` lists what was appended.
+        The row is written with the transaction's others by `write_events`.
         """
         self._check_open()
         payload_json = to_text(payload)
@@ -101,12 +129,9 @@ class TxCore:
         part = partition_of(run_id, self.partitions)
         prev_hash, seq = self._next(part)
         digest = event_hash(prev_hash, seq, run_id, step_id, at_text, type, payload_json)
-        self.execute(
-            "INSERT INTO events (seq, run_id, step_id, at, type, payload_json, hash) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (seq, run_id, step_id, at_text, type, self.stored(payload_json), digest),
-        )
-        self._move_head(part, seq, digest)
+        held = self.stored(payload_json)
+        self._unwritten.append((seq, run_id, step_id, at_text, type, held, digest))
+        self._moved[part] = (seq, digest)
         self._heads[part] = (digest, seq + self.partitions)
         self._appended.append((seq, run_id, step_id, at, type, payload_json, digest))
         return seq
@@ -114,6 +139,27 @@ class TxCore:
     def _read_head(self, part: int) -> Any:
         """The partition's head row, `(seq, hash)`, or None (`PostgresTx` locks it)."""
         return self.execute(_PARTITION_HEAD, (part,)).fetchone()
+
+    def write_events(self) -> None:
+        """Write the events appended since the last call, and move each partition's head to
+        its last one: called by the store before the transaction commits."""
+        if not self._unwritten:
+            return
+        rows, moved = self._unwritten, self._moved
+        self._unwritten, self._moved = [], {}
+        self._write_events(rows, [(part, seq, digest) for part, (seq, digest) in moved.items()])
+
+    def _write_events(self, rows: list[EventRow], heads: list[tuple[int, int, str]]) -> None:
+        """The events' rows, in order, and the heads `(part, seq, hash)` they move to."""
+        self._check_open()
+        try:
+            self.conn.executemany(_INSERT_EVENT, rows)
+        except sqlite3.Error as e:
+            raise store_error(
+                e, "a statement of the transaction failed", retryable=self._reads_only
+            ) from e
+        for part, seq, digest in heads:
+            self._move_head(part, seq, digest)
 
     def _move_head(self, part: int, seq: int, digest: str) -> None:
         """Make the event at `seq` the partition's head (in this transaction)."""

@@ -1,0 +1,219 @@
+"""How many round trips an allowed tool step makes to PostgreSQL (decision 0100).
+
+Counted at the store's connection: each `execute` outside a pipeline is one round
+trip (a message of several statements without parameters too), and a pipeline is
+one, whatever it sends. The steady cost of a step is the difference between a run
+of 20 allowed steps and one of 10, over 10: the run's creation and its last step
+cancel out. A change that adds a round trip to the step fails here, naming the
+statements.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+import pytest
+
+import agentrt
+from agentrt import Decision, SideEffect
+from agentrt._records import Limits
+from agentrt._store.postgres import PostgresStore
+from agentrt.scripted import ScriptedAgent
+from support.postgres import postgres_schema
+
+# An allowed step: its first commit (BEGIN, the schema's guard and the run's lock; the
+# claim's two rows; the partition's head locked; the decision; the run locked again
+# with the server's clock; the step executing; the events with COMMIT) is 8, its second
+# (BEGIN, the guard and the lock; the outcome; the head locked; the active time; the
+# events with COMMIT) 5, and the step's first look at the run's lease 1. Before
+# decision 0100 it was 29.5 (one statement a round trip, each event two).
+ROUND_TRIPS_PER_STEP = 14
+
+PIPELINED = " ;; "  # between the statements of one pipeline, as counted
+
+
+@agentrt.tool(side_effect=SideEffect.READ_ONLY, timeout=30)
+def read(page: int) -> str:
+    """Read a page."""
+    return f"page {page}"
+
+
+class Trips:
+    """The round trips sent on one connection, with the first statement of each."""
+
+    def __init__(self) -> None:
+        self.conn: Any = None
+        self.sent: collections.Counter[str] = collections.Counter()
+        self.in_pipeline: list[str] = []
+        self.depth = 0
+
+    @property
+    def total(self) -> int:
+        return sum(self.sent.values())
+
+    def saw(self, sql: object) -> None:
+        text = " ".join(str(sql).split())[:80]
+        if self.depth:
+            self.in_pipeline.append(text)
+        else:
+            self.sent[text] += 1
+
+
+@pytest.fixture
+def url() -> Iterator[str]:
+    with ExitStack() as stack:
+        yield postgres_schema(stack, "the round-trip count")
+
+
+@pytest.fixture
+def trips(monkeypatch: pytest.MonkeyPatch) -> Trips:
+    seen = Trips()
+    execute = psycopg.Connection.execute
+    pipeline = psycopg.Connection.pipeline
+
+    def counted_execute(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        if self is seen.conn:
+            seen.saw(query)
+        return execute(self, query, *args, **kwargs)
+
+    @contextmanager
+    def counted_pipeline(self: Any, *args: Any, **kwargs: Any) -> Iterator[Any]:
+        if self is not seen.conn:
+            with pipeline(self, *args, **kwargs) as p:
+                yield p
+            return
+        seen.depth += 1
+        seen.in_pipeline = []
+        try:
+            with pipeline(self, *args, **kwargs) as p:
+                yield p
+        finally:
+            seen.depth -= 1
+            seen.sent[PIPELINED.join(seen.in_pipeline)] += 1
+
+    monkeypatch.setattr(psycopg.Connection, "execute", counted_execute)
+    monkeypatch.setattr(psycopg.Connection, "pipeline", counted_pipeline)
+    return seen
+
+
+def run_steps(store: PostgresStore, steps: int) -> None:
+    agent = ScriptedAgent(
+        [Decision.tool_call("read", {"page": i}) for i in range(steps)]
+        + [Decision.complete("done")]
+    )
+    driver = agentrt.Driver(store=store, agent=agent, policy=agentrt.default_policy(), tools=[read])
+    result = driver.start_sync("read the pages")
+    assert result.status == agentrt.RunStatus.COMPLETED, result
+
+
+def test_an_allowed_step_makes_fourteen_round_trips(url: str, trips: Trips) -> None:
+    store = agentrt.open_store(url)
+    assert isinstance(store, PostgresStore)
+    try:
+        run_steps(store, 3)  # warm: the tool's spec stored, every statement prepared
+        trips.conn = store._pg
+        counts = []
+        for steps in (10, 20):
+            trips.sent.clear()
+            run_steps(store, steps)
+            counts.append((trips.total, dict(trips.sent)))
+    finally:
+        store.close()
+    (ten, sent_ten), (twenty, sent_twenty) = counts
+    per_step = {k: (sent_twenty.get(k, 0) - sent_ten.get(k, 0)) / 10 for k in sent_twenty}
+    shown = "\n".join(f"{v:5.2f} {k}" for k, v in sorted(per_step.items(), key=lambda i: -i[1]))
+    assert (twenty - ten) / 10 == ROUND_TRIPS_PER_STEP, shown
+    # Each of the step's two commits: BEGIN, the guard and the lock in one round trip,
+    # the events and COMMIT in one.
+    pipelined = {k.split(" ")[0]: v for k, v in per_step.items() if PIPELINED in k}
+    assert pipelined == {"BEGIN": 2, "WITH": 2}, shown
+
+
+def test_a_lease_read_with_a_lock_already_held_is_the_servers_clock_then(url: str) -> None:
+    store = agentrt.open_store(url)
+    assert isinstance(store, PostgresStore)
+    try:
+        with store.transaction() as tx:
+            tx.create_run(
+                "r1",
+                "goal",
+                Limits(),
+                owner="me",
+                lease_expires_at=datetime(2100, 1, 1, tzinfo=UTC),
+                holder="{}",
+                specs=[],
+                now=datetime(2026, 12, 2, tzinfo=UTC),
+                origin="gate",
+            )
+
+        def wall() -> datetime:
+            raise AssertionError("the PostgreSQL store never reads the caller's clock")
+
+        with store.transaction() as tx:
+            assert tx.lock_run("r1") is not None
+            before = tx.lease_now(wall)  # a round trip of its own: the lock was just taken
+            assert tx._clock is None
+            assert tx.lock_run("r1") is not None  # held already: the clock came with it
+            kept = tx._clock
+            read_with_lock = tx.lease_now(wall)
+            after = tx.lease_now(wall)  # nothing kept any more: read again
+        assert kept is not None and read_with_lock == kept
+        assert before <= read_with_lock <= after
+    finally:
+        store.close()
+
+
+def test_a_guard_that_refused_is_checked_again_and_a_trigger_gone_by_then_lets_it_go_on(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pipelined guard failed (the spy was there); by the re-check that names what it
+    found the spy is gone: the transaction begins again, checked, and its statement runs."""
+    from agentrt._store.postgres import _tx
+
+    store = agentrt.open_store(url)
+    assert isinstance(store, PostgresStore)
+    schema = url.rsplit("schema=", 1)[1]
+    try:
+        with store.transaction() as tx:
+            tx.create_run(
+                "r1",
+                "goal",
+                Limits(),
+                owner="me",
+                lease_expires_at=datetime(2100, 1, 1, tzinfo=UTC),
+                holder="{}",
+                specs=[],
+                now=datetime(2026, 12, 2, tzinfo=UTC),
+                origin="gate",
+            )
+        base = url.split("?", 1)[0]
+        with psycopg.connect(base, autocommit=True) as other:
+            other.execute(f"SET search_path TO {schema}")
+            other.execute(
+                "CREATE FUNCTION spy_fn() RETURNS trigger LANGUAGE plpgsql AS "
+                "$$ BEGIN RETURN NEW; END $$"
+            )
+            other.execute(
+                "CREATE TRIGGER spy AFTER UPDATE ON runs FOR EACH ROW EXECUTE FUNCTION spy_fn()"
+            )
+        checked_again: list[str] = []
+        check = _tx.begin_checked
+
+        def spy_gone_first(conn: Any, begin: str) -> None:
+            with psycopg.connect(base, autocommit=True) as other:
+                other.execute(f"DROP TRIGGER spy ON {schema}.runs")
+            checked_again.append(begin)
+            check(conn, begin)
+
+        monkeypatch.setattr(_tx, "begin_checked", spy_gone_first)
+        with store.transaction() as tx:
+            assert tx.release_lease("r1", "me") is True
+        assert checked_again == ["BEGIN ISOLATION LEVEL READ COMMITTED"]
+        assert store.lease("r1").owner == ""
+    finally:
+        store.close()
