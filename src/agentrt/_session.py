@@ -51,6 +51,7 @@ from ._errors import JSONValueError, LeaseLostError, RunStateError, StoreBusyErr
 from ._events import Observer, deliver
 from ._foreign import exception_text
 from ._group_commit import committer_for
+from ._history import StepLog
 from ._lease import Heartbeat, WallClock
 from ._policy import Policy
 from ._policy import evaluate as evaluate_policy
@@ -345,10 +346,9 @@ class RunSession:
     ) -> None:
         self.config = config
         self.run = run
-        self.steps: list[Step] = list(steps)
-        # The index of every step replaced in place, in order (appends are not
-        # listed): what a reader that keeps copies must copy again (`GateSession.input`).
-        self.replaced: list[int] = []
+        # Every step of the run; the newest and unsettled ones held, the others read
+        # back from the store when asked for (decision 0098).
+        self.steps = StepLog(steps, partial(config.store.steps_from, run.id))
         self.approvals: list[Approval] = list(approvals)
         self.epoch = epoch
         # Start of the active segment not yet added to the run's active time.
@@ -539,12 +539,18 @@ class RunSession:
             )
         return guarded
 
+    @property
+    def replaced(self) -> list[int]:
+        """The index of every step replaced in place, in order (appends are not listed):
+        what a reader that keeps copies must copy again (`GateSession.input`)."""
+        return self.steps.replaced
+
     def current(self, step: Step) -> Step:
         """The session's copy of `step` as last written (callers may hold an older one)."""
-        for i in range(len(self.steps) - 1, -1, -1):
-            if self.steps[i].id == step.id:
-                return self.steps[i]
-        raise RunStateError(f"step {step.id} is not a step of run {self.run_id}")
+        position = self.steps.position_of(step.id)
+        if position is None:
+            raise RunStateError(f"step {step.id} is not a step of run {self.run_id}")
+        return self.steps[position]
 
     def put_step(self, step: Step) -> Step:
         """Replace the session's copy of `step` (by id), or add it as the newest step.
@@ -553,18 +559,15 @@ class RunSession:
         fresh read of the rows would give, to the repr (number literals, key
         order, a time's type and zone): `tests/test_session_mirror.py` checks
         it at every crash point and after a run's last commit (decision 0011).
+        An old settled step the log let go is read back from the rows when asked
+        for (decision 0098), so it is such a read by construction.
         Every copy put here is what a named write of the store's `Tx`
         returned as written (the hot ones build it from the values they wrote,
         with the reader's own decoders, instead of reading the rows back). (A
         transaction that fails leaves the copy ahead of the rows; the loop
         then stops with the error, and the session is not used again.)
         """
-        for i in range(len(self.steps) - 1, -1, -1):
-            if self.steps[i].id == step.id:
-                self.steps[i] = step
-                self.replaced.append(i)
-                return step
-        self.steps.append(step)
+        self.steps.put(step)
         return step
 
     def put_approval(self, approval: Approval) -> Approval:
@@ -635,20 +638,22 @@ class RunSession:
         )
         return self.run
 
-    def step_input_parts(self) -> tuple[Run, tuple[Step, ...], tuple[Approval, ...]]:
-        return self.run, tuple(self.steps), tuple(self.approvals)
+    def step_input_parts(self) -> tuple[Run, StepLog, tuple[Approval, ...]]:
+        return self.run, self.steps, tuple(self.approvals)
 
     # -- 2. propose a decision ---------------------------------------------
 
     def policy_request(self, step: Step, spec: ToolSpec, args: JSON) -> tuple[ToolRequest, RunView]:
         shown = self.config.shown_specs[spec.name]
         request = ToolRequest(run_id=self.run_id, step_id=step.id, spec=shown, args=copy_json(args))
-        # The step being judged is normally the last one: slicing keeps this O(1)-ish
-        # in run length, where a scan would grow with every step.
-        if self.steps and self.steps[-1].id == step.id:
-            prior = tuple(self.steps[:-1])
+        # The step being judged is normally the last one: the view is then the log's
+        # first n - 1 steps, held ones as they are, old ones read back if asked for.
+        steps = self.steps
+        prior: Sequence[Step]
+        if steps and steps.held(len(steps) - 1) is not None and steps[-1].id == step.id:
+            prior = steps.view(len(steps) - 1)
         else:
-            prior = tuple(s for s in self.steps if s.id != step.id)
+            prior = tuple(s for s in steps if s.id != step.id)
         view = RunView(run=self.run, steps=prior, approvals=tuple(self.approvals))
         return request, view
 

@@ -610,6 +610,10 @@ class Store(Protocol):
     def step_of_run(self, run_id: str, step_id: str) -> Step | None:
         """The run's step `step_id`, whole (no cap), or None when the run has no such step."""
 
+    def steps_from(self, run_id: str, first_index: int, limit: int) -> list[Step]:
+        """At most `limit` of the run's steps whose index is `first_index` or more, whole
+        (no cap), in index order (`ValueError` for a negative argument)."""
+
     def events_of_types(self, run_id: str, types: Collection[str]) -> list[Event]:
         """The run's events of these types, whole (no cap), in commit order."""
 
