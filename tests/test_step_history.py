@@ -18,6 +18,7 @@ import agentrt
 from agentrt import Decision, StepInput
 from agentrt import _history as history
 from agentrt._history import ShownSteps
+from agentrt.scripted import ScriptedAgent
 from conftest import FakeClock, Ids
 
 SIZE = 2000  # characters in each argument and observation: stored once, by reference
@@ -327,3 +328,31 @@ def finished(n: int) -> agentrt.Step:
         started_at=None,
         finished_at=None,
     )
+
+
+def test_a_scripted_run_and_the_default_policy_never_read_an_old_step_back(
+    store: agentrt.Store, small_log: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The common readers read only the newest steps: the limits, the policy's input
+    hashes, `ScriptedAgent`'s position (its settled prefix): none reads the store."""
+    reads: list[tuple[int, int]] = []
+    read = store.steps_from
+
+    def counted(run_id: str, first_index: int, limit: int) -> list[agentrt.Step]:
+        reads.append((first_index, limit))
+        return read(run_id, first_index, limit)
+
+    monkeypatch.setattr(store, "steps_from", counted)
+    calls: list[Any] = []
+    script: list[Decision] = [
+        Decision.tool_call("echo", {"n": n, "pad": pad(n)}) for n in range(30)
+    ]
+    agent = ScriptedAgent([*script, Decision.complete({"done": True})])
+    run = driver_for(store, agent, calls).start_sync("echo", agentrt.Limits(max_steps=40))
+    assert run.status == "COMPLETED" and echoed(calls) == list(range(30))
+    assert reads == []
+    last = agent.last_input
+    assert last is not None and isinstance(last.steps, ShownSteps)
+    assert sum(last.steps.entry(i) is None for i in range(len(last.steps))) >= 25  # let go
+    assert [s.index for s in last.steps] == list(range(31))  # reading them now reads back
+    assert reads != []

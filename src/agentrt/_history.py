@@ -28,6 +28,7 @@ their holder does to it changes nothing the session or a later view holds.
 
 from __future__ import annotations
 
+from array import array
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, overload
@@ -101,19 +102,23 @@ class StepLog(Sequence[Step]):
     ) -> None:
         self._read = read
         self._budget = HELD_BYTES if held_bytes is None else held_bytes
-        self._entries: list[Step | None] = []  # None: let go, read back when asked for
+        # Per position: the step (None: let go, read back when asked for), its id, its
+        # index in the run, its weight while held, and its digest (`digest`), with the
+        # step it was made of while that is held. What stays of a step let go is its id,
+        # index and digest: about 250 bytes.
+        self._entries: list[Step | None] = []
         self._ids: list[str] = []
-        self._indexes: list[int] = []
-        self._weights: list[int] = []
+        self._indexes = array("q")
+        self._weights = array("q")
         self._held_weight = 0
         self._cursor = 0  # every position below it was let go, or is held as unsettled
-        self._digests: list[tuple[Step | None, str] | None] = []
+        self._digests: list[tuple[Step, str] | str | None] = []
         self._pages: OrderedDict[int, dict[str, Step]] = OrderedDict()
-        # The index of every step replaced in place, in order (appends are not listed),
-        # and of every step let go: what a reader that keeps copies must copy again or
-        # let go too (`GateSession.input`, `InputHashes`).
-        self.replaced: list[int] = []
-        self.dropped: list[int] = []
+        # The position of every step replaced in place, in order (appends are not
+        # listed), and of every step let go: what a reader that keeps copies must copy
+        # again or let go too (`GateSession.input`, `InputHashes`).
+        self.replaced = array("q")
+        self.dropped = array("q")
         for step in steps:
             self.append(step)
 
@@ -201,8 +206,8 @@ class StepLog(Sequence[Step]):
             self._held_weight -= self._weights[position]
             self._weights[position] = 0
             digest = self._digests[position]
-            if digest is not None:  # the digest stays; the step it was made of does not
-                self._digests[position] = (None, digest[1])
+            if isinstance(digest, tuple):  # the digest stays; the step it was made of does not
+                self._digests[position] = digest[1]
             self.dropped.append(position)
 
     # -- reading back ------------------------------------------------------
@@ -232,7 +237,9 @@ class StepLog(Sequence[Step]):
         """`make(step)` for the step at `position` as `entry` shows it (None: let go),
         kept with the step so that each version of a step is digested once."""
         kept = self._digests[position]
-        if kept is not None and (entry is None or kept[0] is entry):
+        if isinstance(kept, str) and entry is None:
+            return kept
+        if isinstance(kept, tuple) and kept[0] is entry:
             return kept[1]
         if entry is None:
             entry = self.read_back(position)
@@ -241,7 +248,7 @@ class StepLog(Sequence[Step]):
         if current is entry:
             self._digests[position] = (entry, digest)
         elif current is None:  # let go: it no longer changes
-            self._digests[position] = (None, digest)
+            self._digests[position] = digest
         return digest
 
     # -- views -------------------------------------------------------------

@@ -81,6 +81,9 @@ _IO_THREADS = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_p
 
 _POLICY_OUTCOMES = {str(o) for o in PolicyOutcome}
 
+# Argument hashes kept (`RunSession.args_hash`): loop detection reads the newest steps'.
+_ARGS_HASHES_KEPT = 256
+
 # Between attempts at a known outcome's write on a busy database (each attempt
 # itself waits up to the store's busy timeout).
 _BUSY_PAUSE_SECONDS = 0.05
@@ -540,7 +543,7 @@ class RunSession:
         return guarded
 
     @property
-    def replaced(self) -> list[int]:
+    def replaced(self) -> Sequence[int]:
         """The index of every step replaced in place, in order (appends are not listed):
         what a reader that keeps copies must copy again (`GateSession.input`)."""
         return self.steps.replaced
@@ -609,11 +612,15 @@ class RunSession:
         return self.run.active_time + max(timedelta(0), now - self._mark)
 
     def args_hash(self, step: Step) -> str:
+        """The hash of a step's arguments (loop detection), kept for the newest steps."""
         cached = self._args_hashes.get(step.id)
         if cached is None:
             args = step.decision.args if step.decision is not None else None
             cached = content_hash({} if args is None else args)
-            self._args_hashes[step.id] = cached
+            hashes = self._args_hashes
+            hashes[step.id] = cached
+            if len(hashes) > _ARGS_HASHES_KEPT:  # the oldest first: a dict keeps its order
+                del hashes[next(iter(hashes))]
         return cached
 
     def end_in(
