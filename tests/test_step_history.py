@@ -10,6 +10,9 @@ kept, so reads cross pages and pages are let go too.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
+from contextlib import ExitStack
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,8 +23,22 @@ from agentrt import _history as history
 from agentrt._history import ShownSteps
 from agentrt.scripted import ScriptedAgent
 from conftest import FakeClock, Ids
+from support.postgres import postgres_schema
 
 SIZE = 2000  # characters in each argument and observation: stored once, by reference
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def either_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[agentrt.Store]:
+    """A file-backed SQLite store, and a PostgreSQL schema of its own."""
+    with ExitStack() as stack:
+        if request.param == "sqlite":
+            target = str(tmp_path / "runs.db")
+        else:
+            target = postgres_schema(stack, "a session's read-back of old steps")
+        store = agentrt.open_store(target)
+        stack.callback(store.close)
+        yield store
 
 
 @pytest.fixture
@@ -120,8 +137,9 @@ def echoed(calls: list[Any]) -> list[int]:
 
 
 def test_the_agent_at_each_step_sees_every_earlier_step_as_recorded_old_ones_read_back(
-    store: agentrt.Store, small_log: None
+    either_store: agentrt.Store, small_log: None
 ) -> None:
+    store = either_store
     calls: list[Any] = []
     agent = Watching(store, 24)
     run = driver_for(store, agent, calls).start_sync("echo", agentrt.Limits(max_steps=40))
@@ -166,8 +184,9 @@ def test_after_a_pause_and_a_resume_the_agent_still_sees_every_step_as_recorded(
 
 
 def test_after_a_takeover_the_new_owner_is_shown_every_step_as_recorded(
-    store: agentrt.Store, small_log: None
+    either_store: agentrt.Store, small_log: None
 ) -> None:
+    store = either_store
     calls: list[Any] = []
     agent = Watching(store, 20, meddle=True)
 
