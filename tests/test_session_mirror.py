@@ -18,6 +18,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -32,6 +33,7 @@ from agentrt import (
     ToolRequest,
     ToolResult,
 )
+from agentrt import _history as history
 from agentrt._canonical import JSONFloat, JSONInt
 from agentrt._model import ModelConfig, ModelResponse, Price, ToolUseBlock, Usage
 from agentrt._session import RunSession
@@ -143,10 +145,17 @@ def calls(name: str, args: Any) -> ModelResponse:
     )
 
 
+@pytest.mark.parametrize("let_go", [False, True], ids=["held", "let-go"])
 def test_a_model_driven_run_through_every_outcome_keeps_the_session_equal_to_its_rows(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, let_go: bool
 ) -> None:
-    """Charges between commits, a denial, a nudge, a pause, a resume and a terminal tool."""
+    """Charges between commits, a denial, a nudge, a pause, a resume and a terminal tool.
+
+    `let-go`: the session holds only its newest step and lets every older settled one go
+    (decision 0098), so the model agent's render and the comparison read them back."""
+    if let_go:
+        monkeypatch.setattr(history, "HELD_BYTES", 0)
+        monkeypatch.setattr(history, "MIN_HELD", 1)
     store = agentrt.open_store(tmp_path / "runs.db")
     mirror = Mirror(store)
     model = ScriptedModel(
@@ -186,7 +195,7 @@ def test_a_model_driven_run_through_every_outcome_keeps_the_session_equal_to_its
     (approval,) = store.pending_approvals(run.id)
     driver.approve(run.id, approval.id, by="ops")
     run = driver.resume_sync(run.id)
-    assert (run.status, run.reason) == ("COMPLETED", "goal_completed")
+    assert (run.status, run.reason) == ("COMPLETED", "goal_completed"), run.reason_detail
     mirror.check_final(run)
     assert {
         "step.started",

@@ -21,6 +21,7 @@ import agentrt
 from agentrt import Decision, StepInput
 from agentrt import _history as history
 from agentrt._history import ShownSteps
+from agentrt._records import Observation, Step, StepStatus
 from agentrt.scripted import ScriptedAgent
 from conftest import FakeClock, Ids
 from support.postgres import postgres_schema
@@ -334,8 +335,6 @@ def test_a_long_step_log_reads_an_old_step_a_page_at_a_time(small_log: None) -> 
 
 
 def finished(n: int) -> agentrt.Step:
-    from agentrt._records import Observation, Step, StepStatus
-
     return Step(
         id=f"s{n}",
         run_id="r",
@@ -375,3 +374,24 @@ def test_a_scripted_run_and_the_default_policy_never_read_an_old_step_back(
     assert sum(last.steps.entry(i) is None for i in range(len(last.steps))) >= 25  # let go
     assert [s.index for s in last.steps] == list(range(31))  # reading them now reads back
     assert reads != []
+
+
+def test_a_page_read_before_one_of_its_steps_was_written_again_is_read_again(
+    small_log: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A page holds the steps of its indexes as they were when read, held ones included:
+    one written since is read again once it is let go, never taken from the old page."""
+    monkeypatch.setattr(history, "MIN_HELD", 1)
+    rows = [finished(0), dataclasses.replace(finished(1), status=StepStatus.EXECUTING)]
+
+    def read(first: int, limit: int) -> list[agentrt.Step]:
+        return list(rows[first : first + limit])
+
+    log = history.StepLog(rows, read)
+    assert log.held(0) is None and log[0] == rows[0]  # page 0 read: step 1 executing in it
+    rows[1] = finished(1)  # the step's tool finished: its row and the session's copy
+    log.put(rows[1])
+    rows.append(finished(2))
+    log.append(rows[2])
+    assert log.held(1) is None  # let go now that it is done
+    assert log[1].status == StepStatus.DONE and log[1] == rows[1]

@@ -15,10 +15,11 @@ that *holds* only some of them:
   `tests/test_session_mirror.py` checks).
 
 An item it does not hold is read back from the store (`Store.steps_from`: a
-page of `PAGE` steps in one read), the last `PAGES_KEPT` pages kept. So a
-reader of the newest steps (the limits, the scripted agent, the step being
-judged) never reads the store, and one that walks the whole history reads a
-page per `PAGE` old steps it touches.
+page of `PAGE` steps in one read), the last `PAGES_KEPT` pages kept; a page is
+dropped when one of its steps is written again (it may hold a step still held,
+as it then was). So a reader of the newest steps (the limits, the scripted
+agent, the step being judged) never reads the store, and one that walks the
+whole history reads a page per `PAGE` old steps it touches.
 
 Views handed out (`StepsView` to a policy or a reconciliation, `ShownSteps` to
 an agent) are snapshots of the log's length and held steps when made; an item
@@ -191,6 +192,8 @@ class StepLog(Sequence[Step]):
         self._indexes[position] = step.index
         self._digests[position] = None
         self.replaced.append(position)
+        # A page read before this write holds the step as it was: read it again.
+        self._pages.pop(step.index - step.index % PAGE, None)
         self._let_go()
 
     def _let_go(self) -> None:
