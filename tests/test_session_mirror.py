@@ -268,9 +268,13 @@ def test_a_clock_in_another_zone_and_a_policy_with_a_capability_keep_the_copy_ex
     store.close()
 
 
+@pytest.mark.parametrize("let_go", [False, True], ids=["held", "let-go"])
 def test_failed_invalid_and_aborted_steps_keep_the_session_equal_to_its_rows(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, let_go: bool
 ) -> None:
+    if let_go:  # only the newest step held: the others read back (decision 0098)
+        monkeypatch.setattr(history, "HELD_BYTES", 0)
+        monkeypatch.setattr(history, "MIN_HELD", 1)
     tools = [
         RecordingTool("read", SideEffect.READ_ONLY),
         RecordingTool("broken", SideEffect.READ_ONLY, result=failing_tool),
@@ -352,10 +356,14 @@ class ApprovalMirror(Mirror):
         assert repr(session.approvals) == repr(fresh), f"approvals differ {when}"
 
 
+@pytest.mark.parametrize("let_go", [False, True], ids=["held", "let-go"])
 def test_pauses_a_resume_and_an_expiry_keep_the_sessions_approvals_equal_to_their_rows(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, let_go: bool
 ) -> None:
     """The session keeps the approval each pause or expiry wrote, never re-reading them."""
+    if let_go:  # only the newest step held: the others read back (decision 0098)
+        monkeypatch.setattr(history, "HELD_BYTES", 0)
+        monkeypatch.setattr(history, "MIN_HELD", 1)
     store = agentrt.open_store(tmp_path / "runs.db")
     mirror = ApprovalMirror(store)
     clock = FakeClock()
