@@ -215,6 +215,8 @@ def test_after_a_takeover_the_new_owner_is_shown_every_step_as_recorded(
     first.close_sync()  # the lease given back with the run RUNNING: as a dead owner's
     second, verdict = gate("second").attach_sync(run_id)
     assert verdict is None  # taken over, nothing in doubt: the run goes on
+    # The new session's steps were loaded a page at a time, the old ones let go.
+    assert second._rs.steps.held_count() <= 4 and len(second._rs.steps) == 10
     steps(second, 11)
     assert second.done and second.run.status == "COMPLETED"
     assert agent.checked == 21 and agent.read_back >= 16

@@ -351,7 +351,11 @@ class RunSession:
         self.run = run
         # Every step of the run; the newest and unsettled ones held, the others read
         # back from the store when asked for (decision 0098).
-        self.steps = StepLog(steps, partial(config.store.steps_from, run.id))
+        self.steps = (
+            steps
+            if isinstance(steps, StepLog)
+            else StepLog(steps, partial(config.store.steps_from, run.id))
+        )
         self.approvals: list[Approval] = list(approvals)
         self.epoch = epoch
         # Start of the active segment not yet added to the run's active time.
@@ -707,11 +711,29 @@ class RunSession:
         return allowed
 
 
-def load(config: LoopConfig, run_id: str) -> tuple[Run, list[Step], list[Approval]]:
-    """The whole run as recorded, uncapped, in one consistent read."""
+_LOAD_PAGE = 256
+"""Steps read at a time by `load`: what it holds beyond the log's budget."""
+
+
+def load(config: LoopConfig, run_id: str) -> tuple[Run, StepLog, list[Approval]]:
+    """The whole run as recorded, uncapped, in one consistent read.
+
+    Its steps are a `StepLog` filled a page at a time, so old settled steps are let go
+    as they are read: loading a long run holds the log's budget and a page, never the
+    whole run (decision 0098).
+    """
     with config.store.snapshot() as view:
         run = view.run_record(run_id)
-        return run, view.steps_of_run(run_id), view.approvals_of_run(run_id)
+        steps = StepLog([], partial(config.store.steps_from, run_id))
+        first = 0
+        while True:
+            page = view.steps_from(run_id, first, _LOAD_PAGE)
+            for step in page:
+                steps.append(step)
+            if len(page) < _LOAD_PAGE:
+                break
+            first = page[-1].index + 1
+        return run, steps, view.approvals_of_run(run_id)
 
 
 def release_lease(config: LoopConfig, run_id: str) -> None:

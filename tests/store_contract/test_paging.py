@@ -194,6 +194,13 @@ def test_a_runs_steps_are_read_from_an_index_whole_at_most_a_limit_in_index_orde
         store.steps_from("r1", -1, 1)
     with pytest.raises(ValueError):
         store.steps_from("r1", 0, -1)
+    # The same read inside a snapshot (a session's steps loaded a page at a time).
+    with store.snapshot() as view:
+        assert [repr(s) for s in view.steps_from("r1", 0, 10)] == [repr(s) for s in steps]
+        assert [s.id for s in view.steps_from("r1", 2, 2)] == [steps[2].id, steps[3].id]
+        assert view.steps_from("r1", 5, 10) == []
+        with pytest.raises(ValueError):
+            view.steps_from("r1", -1, 1)
 
 
 def big_call(n: int) -> Decision:
