@@ -414,6 +414,8 @@ class Gate:
             session._settle_if_done()
             return session, verdict
         # A RUNNING run whose owner is gone: take it over (the lease is judged there).
+        # The takeover loads the run again, in its own read: this look's steps go first.
+        del steps, approvals
         rs = await take_over(config, run_id)
         session = GateSession(self, rs)
         if rs.has_allowed_call():
