@@ -13,7 +13,12 @@ resident memory growth at most 64 MiB, the file at most 1.5x the content):
 - the database's bytes (file and WAL) over the bytes of arguments and
   observations the run recorded.
 
-    python benchmarks/long_run.py [--steps N] [--size BYTES] [--dir PATH]
+With `--walk` the agent also reads every earlier step's arguments and
+observation at every step, as `ModelAgent`'s rendering does: the cost of a
+history the session no longer holds (decision 0098: old steps are read back
+from the store) shows in the later tenths.
+
+    python benchmarks/long_run.py [--steps N] [--size BYTES] [--dir PATH] [--walk]
 
 Needs only the package. About 30 s for 3,000 steps of 8 KiB on this project's
 machines; 10,000 steps take several minutes.
@@ -37,9 +42,11 @@ class TimedAgent:
     """Asks for `steps` tool calls with `size`-character arguments, then completes;
     records when each decision was asked for."""
 
-    def __init__(self, steps: int, size: int) -> None:
+    def __init__(self, steps: int, size: int, walk: bool = False) -> None:
         self.steps = steps
         self.size = size
+        self.walk = walk
+        self.walked = 0  # characters of earlier steps' values read, with --walk
         self.asked: list[float] = []
         self.rss_kib: list[int] = []
 
@@ -47,6 +54,12 @@ class TimedAgent:
         self.asked.append(time.perf_counter())
         self.rss_kib.append(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
         n = len(self.asked) - 1
+        if self.walk:
+            for step in input.steps:
+                if step.decision is not None and isinstance(step.decision.args, dict):
+                    self.walked += len(step.decision.args.get("pad", ""))
+                if step.observation is not None and isinstance(step.observation.content, dict):
+                    self.walked += len(str(step.observation.content.get("seen", "")))
         if n >= self.steps:
             return Decision.complete({"steps": n})
         pad = (str(n) * self.size)[: self.size]
@@ -67,12 +80,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=3000)
     parser.add_argument("--size", type=int, default=8192)
     parser.add_argument("--dir", default=None)
+    parser.add_argument(
+        "--walk", action="store_true", help="the agent reads every earlier step at each step"
+    )
     args = parser.parse_args(argv)
     if args.steps < 10:
         parser.error("--steps must be at least 10 (ten tenths)")
     with tempfile.TemporaryDirectory(dir=args.dir) as directory:
         path = os.path.join(directory, "long.db")
-        agent = TimedAgent(args.steps, args.size)
+        agent = TimedAgent(args.steps, args.size, args.walk)
         driver = agentrt.Driver(
             store=agentrt.open_store(path),
             agent=agent,
@@ -105,6 +121,8 @@ def main(argv: list[str] | None = None) -> int:
         f"database: {file_bytes / 2**20:.1f} MiB for {content / 2**20:.1f} MiB of arguments "
         f"and observations: {file_bytes / content:.2f}x (target <= 1.5x)"
     )
+    if args.walk:
+        print(f"the agent read {agent.walked / 2**20:,.0f} MiB of earlier steps' values")
     return 0
 
 

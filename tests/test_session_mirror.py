@@ -18,6 +18,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -32,6 +33,7 @@ from agentrt import (
     ToolRequest,
     ToolResult,
 )
+from agentrt import _history as history
 from agentrt._canonical import JSONFloat, JSONInt
 from agentrt._model import ModelConfig, ModelResponse, Price, ToolUseBlock, Usage
 from agentrt._session import RunSession
@@ -90,7 +92,8 @@ class Mirror:
         # datetime's type, zone and fold are what they are handed.
         assert repr(session.run) == repr(fresh_run), f"run differs {when}"
         fresh_steps = self.store.list_steps(session.run_id, cap=None)
-        assert repr(session.steps) == repr(fresh_steps), f"steps differ {when}"
+        # Every step, those the session holds and those it reads back (decision 0098).
+        assert repr(list(session.steps)) == repr(fresh_steps), f"steps differ {when}"
 
     def check_final(self, run: agentrt.Run) -> None:
         """The run the caller got back, and the last session's steps, after the last commit."""
@@ -142,10 +145,17 @@ def calls(name: str, args: Any) -> ModelResponse:
     )
 
 
+@pytest.mark.parametrize("let_go", [False, True], ids=["held", "let-go"])
 def test_a_model_driven_run_through_every_outcome_keeps_the_session_equal_to_its_rows(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, let_go: bool
 ) -> None:
-    """Charges between commits, a denial, a nudge, a pause, a resume and a terminal tool."""
+    """Charges between commits, a denial, a nudge, a pause, a resume and a terminal tool.
+
+    `let-go`: the session holds only its newest step and lets every older settled one go
+    (decision 0098), so the model agent's render and the comparison read them back."""
+    if let_go:
+        monkeypatch.setattr(history, "HELD_BYTES", 0)
+        monkeypatch.setattr(history, "MIN_HELD", 1)
     store = agentrt.open_store(tmp_path / "runs.db")
     mirror = Mirror(store)
     model = ScriptedModel(
@@ -185,7 +195,7 @@ def test_a_model_driven_run_through_every_outcome_keeps_the_session_equal_to_its
     (approval,) = store.pending_approvals(run.id)
     driver.approve(run.id, approval.id, by="ops")
     run = driver.resume_sync(run.id)
-    assert (run.status, run.reason) == ("COMPLETED", "goal_completed")
+    assert (run.status, run.reason) == ("COMPLETED", "goal_completed"), run.reason_detail
     mirror.check_final(run)
     assert {
         "step.started",
@@ -258,9 +268,13 @@ def test_a_clock_in_another_zone_and_a_policy_with_a_capability_keep_the_copy_ex
     store.close()
 
 
+@pytest.mark.parametrize("let_go", [False, True], ids=["held", "let-go"])
 def test_failed_invalid_and_aborted_steps_keep_the_session_equal_to_its_rows(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, let_go: bool
 ) -> None:
+    if let_go:  # only the newest step held: the others read back (decision 0098)
+        monkeypatch.setattr(history, "HELD_BYTES", 0)
+        monkeypatch.setattr(history, "MIN_HELD", 1)
     tools = [
         RecordingTool("read", SideEffect.READ_ONLY),
         RecordingTool("broken", SideEffect.READ_ONLY, result=failing_tool),
@@ -342,10 +356,14 @@ class ApprovalMirror(Mirror):
         assert repr(session.approvals) == repr(fresh), f"approvals differ {when}"
 
 
+@pytest.mark.parametrize("let_go", [False, True], ids=["held", "let-go"])
 def test_pauses_a_resume_and_an_expiry_keep_the_sessions_approvals_equal_to_their_rows(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, let_go: bool
 ) -> None:
     """The session keeps the approval each pause or expiry wrote, never re-reading them."""
+    if let_go:  # only the newest step held: the others read back (decision 0098)
+        monkeypatch.setattr(history, "HELD_BYTES", 0)
+        monkeypatch.setattr(history, "MIN_HELD", 1)
     store = agentrt.open_store(tmp_path / "runs.db")
     mirror = ApprovalMirror(store)
     clock = FakeClock()

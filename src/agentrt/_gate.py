@@ -59,6 +59,7 @@ from ._errors import (
     SessionClosedError,
 )
 from ._events import Observer
+from ._history import ShownSteps, StepLog
 from ._lease import WallClock, holder_json, make_owner
 from ._model import Model, ModelConfig
 from ._policy import Policy, policy_id_of
@@ -413,6 +414,8 @@ class Gate:
             session._settle_if_done()
             return session, verdict
         # A RUNNING run whose owner is gone: take it over (the lease is judged there).
+        # The takeover loads the run again, in its own read: this look's steps go first.
+        del steps, approvals
         rs = await take_over(config, run_id)
         session = GateSession(self, rs)
         if rs.has_allowed_call():
@@ -445,11 +448,13 @@ class GateSession:
         # the session; a running execute() keeps the session alive.)
         self._finalizer = weakref.finalize(self, _abandoned, rs, gate, rs.run_id)
         self._executing = 0  # execute() calls running a tool right now
-        # The copies shown, one per step in order, and how much of the session's log of
-        # replaced steps they have taken in: an input copies only steps new or replaced
+        # The copies shown, one per step in order (None for a step the session's log let
+        # go: read back when asked for), and how much of the log's lists of replaced and
+        # let-go steps they have taken in: an input copies only steps new or replaced
         # since the last one, so a run of n steps costs one copy per step written.
-        self._shown: list[Step] = []
+        self._shown: list[Step | None] = []
         self._replaced_seen = 0
+        self._dropped_seen = 0
 
     # -- reading -----------------------------------------------------------
 
@@ -483,10 +488,11 @@ class GateSession:
         open_step = self.current()
         caller = open_step.model if open_step is not None else None
         # Copies: what the consumer does to them changes nothing recorded, judged or
-        # executed. A step's copy is made once per version of the step (a run of n
-        # steps costs one copy per step written, not n per input: O(1) amortized),
+        # executed. A held step's copy is made once per version of the step (a run of
+        # n steps costs one copy per step written, not n per input: O(1) amortized),
         # so a consumer that edits what it was shown sees its own edits in the next
-        # input.
+        # input while the step is held; an old step the log let go is read back, a
+        # new copy each time it is asked for (decision 0098).
         return StepInput(
             run=shown_run(run),
             steps=self._steps_shown(steps),
@@ -495,16 +501,23 @@ class GateSession:
             model=caller,
         )
 
-    def _steps_shown(self, steps: Sequence[Step]) -> tuple[Step, ...]:
-        """Copies of `steps`: those kept from the last input, new ones for steps added or
-        replaced since (the session logs each replacement's index)."""
-        log, shown = self._rs.replaced, self._shown
-        for index in set(log[self._replaced_seen :]):
+    def _steps_shown(self, steps: StepLog) -> ShownSteps:
+        """Copies of `steps`: those kept from the last input, new ones for held steps added
+        or replaced since, none for those the log let go (it lists both by index)."""
+        shown = self._shown
+        for index in set(steps.replaced[self._replaced_seen :]):
             if index < len(shown):
-                shown[index] = shown_step(steps[index])
-        self._replaced_seen = len(log)
-        shown.extend(shown_step(step) for step in steps[len(shown) :])
-        return tuple(shown)
+                held = steps.held(index)
+                shown[index] = None if held is None else shown_step(held)
+        self._replaced_seen = len(steps.replaced)
+        for index in steps.dropped[self._dropped_seen :]:
+            if index < len(shown):
+                shown[index] = None
+        self._dropped_seen = len(steps.dropped)
+        for index in range(len(shown), len(steps)):
+            held = steps.held(index)
+            shown.append(None if held is None else shown_step(held))
+        return ShownSteps(steps, tuple(shown))
 
     # -- the loop ----------------------------------------------------------
 

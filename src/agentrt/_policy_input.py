@@ -35,6 +35,7 @@ from typing import Any
 
 from ._canonical import content_hash, to_text
 from ._clock import duration_to_ms, format_time
+from ._history import StepLog, StepsView
 from ._records import Approval, Limits, Run, RunView, Step, ToolRequest
 from ._store import run_from_columns
 
@@ -140,12 +141,24 @@ def _request_form(request: ToolRequest) -> dict[str, Any]:
     }
 
 
+def step_hash(step: Step) -> str:
+    """The hash of one step in a policy's input."""
+    return content_hash(_step_form(step))
+
+
+def _joined(digests: Sequence[str]) -> bytes:
+    return b",".join(b'"' + d.encode("ascii") + b'"' for d in digests)
+
+
 class InputHashes:
     """Each step's and approval's hash, kept while the record is unchanged.
 
     A session holds one: a step is hashed once however many later views hold it
     (its copy is replaced, never changed, when it is written, so the object's
-    identity says whether the hash still holds).
+    identity says whether the hash still holds). A session's views of its
+    `StepLog` (decision 0098) keep each step's hash with the log, which lets old
+    steps go: this then keeps only the list's hashes, and takes again those of
+    the positions the log says were replaced since the last view.
     """
 
     def __init__(self) -> None:
@@ -156,9 +169,15 @@ class InputHashes:
         # closing bracket. A view that extends the last one costs its new steps only.
         self._listed: list[Step] = []
         self._list_hash = hashlib.sha256(b"[")
+        # For views of a `StepLog`: the log, the hashes listed, the replacements seen.
+        self._log: StepLog | None = None
+        self._log_listed: list[str] = []
+        self._log_seen = 0
 
     def steps(self, steps: Sequence[Step]) -> str:
         """`content_hash` of the list of each step's hash (`step`), grown incrementally."""
+        if isinstance(steps, StepsView):
+            return self._log_steps(steps)
         listed = self._listed
         if len(steps) < len(listed) or not all(map(operator.is_, listed, steps)):
             listed.clear()
@@ -172,11 +191,33 @@ class InputHashes:
         whole.update(b"]")
         return whole.hexdigest()
 
+    def _log_steps(self, view: StepsView) -> str:
+        log, listed = view.log, self._log_listed
+        if log is not self._log:
+            self._log, self._log_seen = log, 0
+            listed.clear()
+            self._list_hash = hashlib.sha256(b"[")
+        changed = log.replaced[self._log_seen :]
+        self._log_seen = len(log.replaced)
+        first = min((p for p in changed if p < len(listed)), default=len(listed))
+        first = min(first, len(view))
+        if first < len(listed):  # a listed step was written again (rare): hash from there
+            del listed[first:]
+            self._list_hash = hashlib.sha256(b"[" + _joined(listed))
+        for position in range(len(listed), len(view)):
+            digest = view.digest(position, step_hash)
+            comma = b"," if listed else b""
+            self._list_hash.update(comma + b'"' + digest.encode("ascii") + b'"')
+            listed.append(digest)
+        whole = self._list_hash.copy()
+        whole.update(b"]")
+        return whole.hexdigest()
+
     def step(self, step: Step) -> str:
         kept = self._steps.get(step.id)
         if kept is not None and kept[0] is step:
             return kept[1]
-        digest = content_hash(_step_form(step))
+        digest = step_hash(step)
         self._steps[step.id] = (step, digest)
         return digest
 

@@ -51,6 +51,7 @@ from ._errors import JSONValueError, LeaseLostError, RunStateError, StoreBusyErr
 from ._events import Observer, deliver
 from ._foreign import exception_text
 from ._group_commit import committer_for
+from ._history import StepLog
 from ._lease import Heartbeat, WallClock
 from ._policy import Policy
 from ._policy import evaluate as evaluate_policy
@@ -79,6 +80,9 @@ T = TypeVar("T")
 _IO_THREADS = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="agentrt-io")
 
 _POLICY_OUTCOMES = {str(o) for o in PolicyOutcome}
+
+# Argument hashes kept (`RunSession.args_hash`): loop detection reads the newest steps'.
+_ARGS_HASHES_KEPT = 256
 
 # Between attempts at a known outcome's write on a busy database (each attempt
 # itself waits up to the store's busy timeout).
@@ -345,10 +349,13 @@ class RunSession:
     ) -> None:
         self.config = config
         self.run = run
-        self.steps: list[Step] = list(steps)
-        # The index of every step replaced in place, in order (appends are not
-        # listed): what a reader that keeps copies must copy again (`GateSession.input`).
-        self.replaced: list[int] = []
+        # Every step of the run; the newest and unsettled ones held, the others read
+        # back from the store when asked for (decision 0098).
+        self.steps = (
+            steps
+            if isinstance(steps, StepLog)
+            else StepLog(steps, partial(config.store.steps_from, run.id))
+        )
         self.approvals: list[Approval] = list(approvals)
         self.epoch = epoch
         # Start of the active segment not yet added to the run's active time.
@@ -539,12 +546,18 @@ class RunSession:
             )
         return guarded
 
+    @property
+    def replaced(self) -> Sequence[int]:
+        """The index of every step replaced in place, in order (appends are not listed):
+        what a reader that keeps copies must copy again (`GateSession.input`)."""
+        return self.steps.replaced
+
     def current(self, step: Step) -> Step:
         """The session's copy of `step` as last written (callers may hold an older one)."""
-        for i in range(len(self.steps) - 1, -1, -1):
-            if self.steps[i].id == step.id:
-                return self.steps[i]
-        raise RunStateError(f"step {step.id} is not a step of run {self.run_id}")
+        position = self.steps.position_of(step.id)
+        if position is None:
+            raise RunStateError(f"step {step.id} is not a step of run {self.run_id}")
+        return self.steps[position]
 
     def put_step(self, step: Step) -> Step:
         """Replace the session's copy of `step` (by id), or add it as the newest step.
@@ -553,18 +566,15 @@ class RunSession:
         fresh read of the rows would give, to the repr (number literals, key
         order, a time's type and zone): `tests/test_session_mirror.py` checks
         it at every crash point and after a run's last commit (decision 0011).
+        An old settled step the log let go is read back from the rows when asked
+        for (decision 0098), so it is such a read by construction.
         Every copy put here is what a named write of the store's `Tx`
         returned as written (the hot ones build it from the values they wrote,
         with the reader's own decoders, instead of reading the rows back). (A
         transaction that fails leaves the copy ahead of the rows; the loop
         then stops with the error, and the session is not used again.)
         """
-        for i in range(len(self.steps) - 1, -1, -1):
-            if self.steps[i].id == step.id:
-                self.steps[i] = step
-                self.replaced.append(i)
-                return step
-        self.steps.append(step)
+        self.steps.put(step)
         return step
 
     def put_approval(self, approval: Approval) -> Approval:
@@ -606,11 +616,15 @@ class RunSession:
         return self.run.active_time + max(timedelta(0), now - self._mark)
 
     def args_hash(self, step: Step) -> str:
+        """The hash of a step's arguments (loop detection), kept for the newest steps."""
         cached = self._args_hashes.get(step.id)
         if cached is None:
             args = step.decision.args if step.decision is not None else None
             cached = content_hash({} if args is None else args)
-            self._args_hashes[step.id] = cached
+            hashes = self._args_hashes
+            hashes[step.id] = cached
+            if len(hashes) > _ARGS_HASHES_KEPT:  # the oldest first: a dict keeps its order
+                del hashes[next(iter(hashes))]
         return cached
 
     def end_in(
@@ -635,20 +649,22 @@ class RunSession:
         )
         return self.run
 
-    def step_input_parts(self) -> tuple[Run, tuple[Step, ...], tuple[Approval, ...]]:
-        return self.run, tuple(self.steps), tuple(self.approvals)
+    def step_input_parts(self) -> tuple[Run, StepLog, tuple[Approval, ...]]:
+        return self.run, self.steps, tuple(self.approvals)
 
     # -- 2. propose a decision ---------------------------------------------
 
     def policy_request(self, step: Step, spec: ToolSpec, args: JSON) -> tuple[ToolRequest, RunView]:
         shown = self.config.shown_specs[spec.name]
         request = ToolRequest(run_id=self.run_id, step_id=step.id, spec=shown, args=copy_json(args))
-        # The step being judged is normally the last one: slicing keeps this O(1)-ish
-        # in run length, where a scan would grow with every step.
-        if self.steps and self.steps[-1].id == step.id:
-            prior = tuple(self.steps[:-1])
+        # The step being judged is normally the last one: the view is then the log's
+        # first n - 1 steps, held ones as they are, old ones read back if asked for.
+        steps = self.steps
+        prior: Sequence[Step]
+        if steps and steps.held(len(steps) - 1) is not None and steps[-1].id == step.id:
+            prior = steps.view(len(steps) - 1)
         else:
-            prior = tuple(s for s in self.steps if s.id != step.id)
+            prior = tuple(s for s in steps if s.id != step.id)
         view = RunView(run=self.run, steps=prior, approvals=tuple(self.approvals))
         return request, view
 
@@ -695,11 +711,29 @@ class RunSession:
         return allowed
 
 
-def load(config: LoopConfig, run_id: str) -> tuple[Run, list[Step], list[Approval]]:
-    """The whole run as recorded, uncapped, in one consistent read."""
+_LOAD_PAGE = 256
+"""Steps read at a time by `load`: what it holds beyond the log's budget."""
+
+
+def load(config: LoopConfig, run_id: str) -> tuple[Run, StepLog, list[Approval]]:
+    """The whole run as recorded, uncapped, in one consistent read.
+
+    Its steps are a `StepLog` filled a page at a time, so old settled steps are let go
+    as they are read: loading a long run holds the log's budget and a page, never the
+    whole run (decision 0098).
+    """
     with config.store.snapshot() as view:
         run = view.run_record(run_id)
-        return run, view.steps_of_run(run_id), view.approvals_of_run(run_id)
+        steps = StepLog([], partial(config.store.steps_from, run_id))
+        first = 0
+        while True:
+            page = view.steps_from(run_id, first, _LOAD_PAGE)
+            for step in page:
+                steps.append(step)
+            if len(page) < _LOAD_PAGE:
+                break
+            first = page[-1].index + 1
+        return run, steps, view.approvals_of_run(run_id)
 
 
 def release_lease(config: LoopConfig, run_id: str) -> None:

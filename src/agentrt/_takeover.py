@@ -354,7 +354,7 @@ def _interrupted_payload(
 async def _reconcile(session: RunSession, step: Step | None) -> None:
     """The consumer's reconciliation decides what the interruption means."""
     config = session.config
-    view = RunView(run=session.run, steps=tuple(session.steps), approvals=tuple(session.approvals))
+    view = RunView(run=session.run, steps=session.steps.view(), approvals=tuple(session.approvals))
     try:
         verdict = await maybe_await(config.reconcile(view))
     except Exception as exc:  # consumer code: its failure ends the run, loudly

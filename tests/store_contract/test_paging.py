@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import pytest
 
+from agentrt import Decision
 from agentrt._store import Store
 from agentrt._store._records import RunCandidate, RunCursor
 
 from .conftest import Backend
-from .world import EPOCH, FAR, HOLDER, OWNER, at, claim, new_run, waiting_run
+from .world import EPOCH, FAR, HOLDER, OWNER, at, claim, decide, new_run, waiting_run
 
 
 def five_runs(store: Store) -> None:
@@ -168,3 +169,40 @@ def test_a_decided_approval_no_longer_asks_a_person(backend: Backend) -> None:
     assert store.pending_approvals() == []
     assert store.count_runs_asking_a_person() == 0
     assert store.newest_pending_approvals(10, 100, 100) == []
+
+
+def test_a_runs_steps_are_read_from_an_index_whole_at_most_a_limit_in_index_order(
+    backend: Backend,
+) -> None:
+    """`steps_from`: how a running session reads back an old step it no longer holds
+    (decision 0098); each step as `step_of_run` reads it, large values whole."""
+    store = backend.open()
+    new_run(store, "r1")
+    new_run(store, "r2")
+    steps = [decide(store, claim(store, ids=f"s{n}"), big_call(n)) for n in range(5)]
+    other = claim(store, "r2", ids="o")
+    assert [repr(s) for s in store.steps_from("r1", 0, 10)] == [repr(s) for s in steps]
+    assert [s.id for s in store.steps_from("r1", 1, 2)] == [steps[1].id, steps[2].id]
+    assert [repr(s) for s in store.steps_from("r1", 3, 10)] == [repr(s) for s in steps[3:]]
+    assert store.steps_from("r1", 5, 10) == []
+    assert store.steps_from("r1", 0, 0) == []
+    assert [s.id for s in store.steps_from("r2", 0, 10)] == [other.id]
+    assert store.steps_from("r9", 0, 10) == []
+    assert steps[4].decision is not None
+    assert store.steps_from("r1", 4, 1)[0].decision == steps[4].decision
+    with pytest.raises(ValueError):
+        store.steps_from("r1", -1, 1)
+    with pytest.raises(ValueError):
+        store.steps_from("r1", 0, -1)
+    # The same read inside a snapshot (a session's steps loaded a page at a time).
+    with store.snapshot() as view:
+        assert [repr(s) for s in view.steps_from("r1", 0, 10)] == [repr(s) for s in steps]
+        assert [s.id for s in view.steps_from("r1", 2, 2)] == [steps[2].id, steps[3].id]
+        assert view.steps_from("r1", 5, 10) == []
+        with pytest.raises(ValueError):
+            view.steps_from("r1", -1, 1)
+
+
+def big_call(n: int) -> Decision:
+    """A call whose argument is stored once, by reference (longer than the inline limit)."""
+    return Decision.tool_call("t", {"n": n, "pad": str(n) * 5000})

@@ -96,6 +96,10 @@ class Snapshot(Protocol):
     def steps_of_run(self, run_id: str) -> list[Step]:
         """Every step of the run, in order, whole."""
 
+    def steps_from(self, run_id: str, first_index: int, limit: int) -> list[Step]:
+        """At most `limit` of the run's steps whose index is `first_index` or more, whole,
+        in index order (a session's steps loaded a page at a time, decision 0098)."""
+
     def approvals_of_run(self, run_id: str) -> list[Approval]:
         """Every approval of the run, oldest first, whole."""
 
@@ -614,6 +618,10 @@ class Store(Protocol):
 
     def step_of_run(self, run_id: str, step_id: str) -> Step | None:
         """The run's step `step_id`, whole (no cap), or None when the run has no such step."""
+
+    def steps_from(self, run_id: str, first_index: int, limit: int) -> list[Step]:
+        """At most `limit` of the run's steps whose index is `first_index` or more, whole
+        (no cap), in index order (`ValueError` for a negative argument)."""
 
     def events_of_types(self, run_id: str, types: Collection[str]) -> list[Event]:
         """The run's events of these types, whole (no cap), in commit order."""

@@ -232,6 +232,16 @@ class TxReads(TxCore):
         rows = self.execute("SELECT * FROM steps WHERE run_id = ? ORDER BY idx", (run_id,))
         return [step_from_row(r) for r in rows.fetchall()]
 
+    def steps_from(self, run_id: str, first_index: int, limit: int) -> list[Step]:
+        """At most `limit` of the run's steps from index `first_index`, whole, in order."""
+        if first_index < 0 or limit < 0:
+            raise ValueError("first_index and limit must not be negative")
+        rows = self.execute(
+            "SELECT * FROM steps WHERE run_id = ? AND idx >= ? ORDER BY idx LIMIT ?",
+            (run_id, first_index, limit),
+        )
+        return [step_from_row(r) for r in rows.fetchall()]
+
     def latest_approval_of_step(self, step_id: str) -> ApprovalState | None:
         """The id, status and expiry of the step's latest approval, or None."""
         row = self.execute(
@@ -519,3 +529,14 @@ class StoreReads(ABC):
         """The run's step `step_id`, whole (no cap), or None when the run has no such step."""
         rows = self._query("SELECT * FROM steps WHERE id = ? AND run_id = ?", (step_id, run_id))
         return step_from_row(rows[0]) if rows else None
+
+    def steps_from(self, run_id: str, first_index: int, limit: int) -> list[Step]:
+        """At most `limit` of the run's steps whose index is `first_index` or more, whole
+        (no cap), in index order: an old step a running session no longer holds (decision 0098)."""
+        if first_index < 0 or limit < 0:
+            raise ValueError("first_index and limit must not be negative")
+        rows = self._query(
+            "SELECT * FROM steps WHERE run_id = ? AND idx >= ? ORDER BY idx LIMIT ?",
+            (run_id, first_index, limit),
+        )
+        return [step_from_row(r) for r in rows]

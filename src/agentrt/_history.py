@@ -1,0 +1,316 @@
+"""The steps a running session holds in memory, and those it reads back (decision 0098).
+
+A `RunSession` once held every step of its run, each with its arguments and
+observation: a run of 10,000 steps of 8 KiB values held 160 MiB. `StepLog` is
+the session's steps now: a `Sequence[Step]` of every step of the run, in order,
+that *holds* only some of them:
+
+- the last `MIN_HELD` steps always, and older ones while the held steps weigh
+  at most `HELD_BYTES` (a step's weight: `STEP_WEIGHT` plus the characters of its
+  JSON values, the arguments, result, verdict's capability and presentation and
+  observation);
+- never a step that is not settled in a final status (`done`, `failed`): only a
+  step no later write changes is let go, so what the store gives back for it is
+  what the session last wrote (decision 0011's mirror invariant, which
+  `tests/test_session_mirror.py` checks).
+
+An item it does not hold is read back from the store (`Store.steps_from`: a
+page of `PAGE` steps in one read), the last `PAGES_KEPT` pages kept; a page is
+dropped when one of its steps is written again (it may hold a step still held,
+as it then was). So a reader of the newest steps (the limits, the scripted
+agent, the step being judged) never reads the store, and one that walks the
+whole history reads a page per `PAGE` old steps it touches.
+
+Views handed out (`StepsView` to a policy or a reconciliation, `ShownSteps` to
+an agent) are snapshots of the log's length and held steps when made; an item
+read back is an independent copy (`shown_step`) of the store's record, so what
+their holder does to it changes nothing the session or a later view holds.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, overload
+
+from ._errors import RunStateError
+from ._records import Step, StepStatus
+from ._shown import shown_step
+
+HELD_BYTES = 16 * 2**20
+"""The weight of old steps a session holds before it lets the oldest settled ones go."""
+
+MIN_HELD = 16
+"""The newest steps always held, whatever they weigh."""
+
+STEP_WEIGHT = 2048
+"""What a step weighs besides its JSON values (its records, times, ids, a shown copy)."""
+
+PAGE = 32
+"""Steps read back in one read of the store."""
+
+PAGES_KEPT = 4
+"""Pages of read-back steps kept (least recently used let go first)."""
+
+FINAL = (StepStatus.DONE, StepStatus.FAILED)
+"""Step statuses no later write changes: only such a step is let go."""
+
+ReadSteps = Callable[[int, int], list[Step]]
+"""`(first_index, limit)`: the run's steps from that index, whole, in index order."""
+
+
+def json_weight(value: Any) -> int:
+    """About how many characters `value` takes as JSON (strings by their length)."""
+    total = 0
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            total += len(item) + 2
+        elif isinstance(item, dict):
+            total += 2 + len(item)
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            total += 2 + len(item)
+            stack.extend(item)
+        else:
+            total += 8
+    return total
+
+
+def step_weight(step: Step) -> int:
+    """`STEP_WEIGHT` plus the weight of the step's JSON values."""
+    weight = STEP_WEIGHT
+    decision = step.decision
+    if decision is not None:
+        weight += json_weight(decision.args) + json_weight(decision.result)
+    policy = step.policy
+    if policy is not None:
+        weight += json_weight(policy.capability) + json_weight(policy.presentation)
+    observation = step.observation
+    if observation is not None:
+        weight += json_weight(observation.content)
+    return weight
+
+
+class StepLog(Sequence[Step]):
+    """Every step of a session's run, in order; the newest and unsettled ones held."""
+
+    def __init__(
+        self, steps: Sequence[Step], read: ReadSteps, held_bytes: int | None = None
+    ) -> None:
+        self._read = read
+        self._budget = HELD_BYTES if held_bytes is None else held_bytes
+        # Per position: the step (None: let go, read back when asked for), its id, its
+        # index in the run, its weight while held, and its digest (`digest`), with the
+        # step it was made of while that is held. What stays of a step let go is its id,
+        # index and digest: about 250 bytes.
+        self._entries: list[Step | None] = []
+        self._ids: list[str] = []
+        self._indexes = array("q")
+        self._weights = array("q")
+        self._held_weight = 0
+        self._cursor = 0  # every position below it was let go, or is held as unsettled
+        self._digests: list[tuple[Step, str] | str | None] = []
+        self._pages: OrderedDict[int, dict[str, Step]] = OrderedDict()
+        # The position of every step replaced in place, in order (appends are not
+        # listed), and of every step let go: what a reader that keeps copies must copy
+        # again or let go too (`GateSession.input`, `InputHashes`).
+        self.replaced = array("q")
+        self.dropped = array("q")
+        for step in steps:
+            self.append(step)
+
+    # -- the sequence ------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @overload
+    def __getitem__(self, index: int) -> Step: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Step]: ...
+
+    def __getitem__(self, index: int | slice) -> Step | list[Step]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        entry = self._entries[index]  # IndexError as a list gives it
+        if entry is not None:
+            return entry
+        return self.read_back(index % len(self._entries))
+
+    def __iter__(self) -> Iterator[Step]:
+        for i in range(len(self._entries)):
+            yield self[i]
+
+    def held(self, position: int) -> Step | None:
+        """The step at `position` if it is held, else None (never reads the store)."""
+        return self._entries[position]
+
+    @property
+    def held_weight(self) -> int:
+        """The weight of the steps held now (see `step_weight`)."""
+        return self._held_weight
+
+    def held_count(self) -> int:
+        return sum(entry is not None for entry in self._entries)
+
+    def position_of(self, step_id: str) -> int | None:
+        """The position of the step `step_id` (the newest first: the usual one is last)."""
+        ids = self._ids
+        for i in range(len(ids) - 1, -1, -1):
+            if ids[i] == step_id:
+                return i
+        return None
+
+    # -- writes ------------------------------------------------------------
+
+    def append(self, step: Step) -> None:
+        """Add `step` as the newest (a new id)."""
+        self._entries.append(step)
+        self._ids.append(step.id)
+        self._indexes.append(step.index)
+        weight = step_weight(step)
+        self._weights.append(weight)
+        self._digests.append(None)
+        self._held_weight += weight
+        self._let_go()
+
+    def put(self, step: Step) -> None:
+        """Replace the step with `step`'s id, or add it as the newest."""
+        position = self.position_of(step.id)
+        if position is None:
+            self.append(step)
+            return
+        weight = step_weight(step)
+        self._held_weight += weight - self._weights[position]
+        self._entries[position] = step
+        self._weights[position] = weight
+        self._indexes[position] = step.index
+        self._digests[position] = None
+        self.replaced.append(position)
+        # A page read before this write holds the step as it was: read it again.
+        self._pages.pop(step.index - step.index % PAGE, None)
+        self._let_go()
+
+    def _let_go(self) -> None:
+        """Let the oldest settled steps go while the held ones weigh more than the budget."""
+        last = len(self._entries) - MIN_HELD
+        while self._held_weight > self._budget and self._cursor < last:
+            position = self._cursor
+            self._cursor += 1
+            entry = self._entries[position]
+            if entry is None or entry.status not in FINAL:
+                continue  # let go already, or unsettled: held (rare; see the docstring)
+            self._entries[position] = None
+            self._held_weight -= self._weights[position]
+            self._weights[position] = 0
+            digest = self._digests[position]
+            if isinstance(digest, tuple):  # the digest stays; the step it was made of does not
+                self._digests[position] = digest[1]
+            self.dropped.append(position)
+
+    # -- reading back ------------------------------------------------------
+
+    def read_back(self, position: int) -> Step:
+        """The step at `position` as the store holds it (one read per `PAGE` steps).
+
+        Internal: the object may be handed to the next caller too; views copy it.
+        """
+        step_id = self._ids[position]
+        index = self._indexes[position]
+        first = index - index % PAGE
+        page = self._pages.get(first)
+        if page is None or step_id not in page:
+            page = {step.id: step for step in self._read(first, PAGE)}
+            self._pages[first] = page
+            while len(self._pages) > PAGES_KEPT:
+                self._pages.popitem(last=False)
+        else:
+            self._pages.move_to_end(first)
+        found = page.get(step_id)
+        if found is None:
+            raise RunStateError(f"step {step_id} (index {index}) is no longer in the store")
+        return found
+
+    def digest(self, position: int, entry: Step | None, make: Callable[[Step], str]) -> str:
+        """`make(step)` for the step at `position` as `entry` shows it (None: let go),
+        kept with the step so that each version of a step is digested once."""
+        kept = self._digests[position]
+        if isinstance(kept, str) and entry is None:
+            return kept
+        if isinstance(kept, tuple) and kept[0] is entry:
+            return kept[1]
+        if entry is None:
+            entry = self.read_back(position)
+        digest = make(entry)
+        current = self._entries[position]
+        if current is entry:
+            self._digests[position] = (entry, digest)
+        elif current is None:  # let go: it no longer changes
+            self._digests[position] = digest
+        return digest
+
+    # -- views -------------------------------------------------------------
+
+    def view(self, end: int | None = None) -> StepsView:
+        """The first `end` steps (all by default) as they stand now, for consumer code."""
+        n = len(self._entries) if end is None else end
+        return StepsView(self, tuple(self._entries[:n]))
+
+
+class StepsView(Sequence[Step]):
+    """A snapshot of a `StepLog`'s first steps: the held ones as they were, the others
+    read back (an independent copy each) when asked for."""
+
+    def __init__(self, log: StepLog, entries: tuple[Step | None, ...]) -> None:
+        self.log = log
+        self._entries = entries
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @overload
+    def __getitem__(self, index: int) -> Step: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Step]: ...
+
+    def __getitem__(self, index: int | slice) -> Step | list[Step]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        entry = self._entries[index]
+        if entry is not None:
+            return entry
+        return shown_step(self.log.read_back(index % len(self._entries)))
+
+    def __iter__(self) -> Iterator[Step]:
+        for i in range(len(self._entries)):
+            yield self[i]
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence) or isinstance(other, str):
+            return NotImplemented
+        return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        # As the tuple of its steps it replaces prints (every step read: a repr is asked for).
+        return repr(tuple(self))
+
+    def entry(self, position: int) -> Step | None:
+        """The held step at `position` as the view shows it, or None (read back when asked)."""
+        return self._entries[position]
+
+    def digest(self, position: int, make: Callable[[Step], str]) -> str:
+        """`make` of the step at `position`, kept by the log (see `StepLog.digest`)."""
+        return self.log.digest(position, self._entries[position], make)
+
+
+class ShownSteps(StepsView):
+    """What an agent is shown of its run's steps (`StepInput.steps`): the copies made for
+    the held steps when the input was made, and copies of the others read back."""
