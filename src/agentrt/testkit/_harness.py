@@ -49,11 +49,10 @@ from .. import (
     RunStatus,
     Store,
     StoreError,
-    lowlevel,
     open_existing,
     open_store,
 )
-from ..lowlevel import Clock, IdFactory, RunSession, parse_time, wall_clock
+from ..lowlevel import Clock, IdFactory, RunSession, is_db_url, wall_clock
 from ._journal import Journal, SeenAgent, read_journal, seen_tool
 from ._scenario import (
     Crash,
@@ -106,7 +105,7 @@ class ProcessPlan:
         crashes: Sequence[Crash],
         crash_index: int,
         *,
-        db_path: Path,
+        db_path: str | Path,
         journal_path: Path,
         run_id: str,
         fresh_process: bool,
@@ -359,10 +358,17 @@ class Life:
                     # Waiting is the clock's to do here: one refusal, then the lease
                     # has run out, however slowly the machine got there.
                     self.virtual_wall.pass_beyond(exc.expires_at)
-                    continue
+                    if self._lease_clock() > exc.expires_at:
+                        continue
+                    # The store judges leases by a clock of its own (a server's), which
+                    # no harness can move: the lease is waited out in real time.
                 if time.monotonic() >= deadline:
                     raise
-                await asyncio.sleep(_until(exc.expires_at, ttl, self.wall))
+                await asyncio.sleep(_until(exc.expires_at, ttl, self._lease_clock))
+
+    def _lease_clock(self) -> datetime:
+        """The time the store judges leases by (the wall for SQLite, a server's clock)."""
+        return self.store.lease_now(self.wall)
 
 
 class VirtualWall:
@@ -398,7 +404,7 @@ def _until(expires_at: datetime | None, ttl: float, wall: Clock = wall_clock) ->
     return max(0.005, min(left + 0.005, 0.1))
 
 
-def note_crash_checked(journal_path: Path, process: int, db_path: Path) -> None:
+def note_crash_checked(journal_path: Path, process: int, db_path: str | Path) -> None:
     """Right after process `process` died: is the event of its lost transaction on file?
 
     Checked before anything else runs, because a later process may legitimately
@@ -410,8 +416,8 @@ def note_crash_checked(journal_path: Path, process: int, db_path: Path) -> None:
             lost = str(rec.get("lost_event", ""))
     if not lost:
         return
-    with lowlevel.plain_reader(str(db_path)) as conn:
-        present = lowlevel.event_hash_exists(conn, lost)
+    with open_existing(str(db_path), read_only=True) as store:
+        present = store.event_hash_exists(lost)
     supervisor = Journal(journal_path, 0)
     try:
         supervisor.append("crash.checked", crashed=process, lost_present=present)
@@ -431,27 +437,29 @@ def _uncommitted_head(session: RunSession, db_path: str) -> str:
     """The newest event the open transaction wrote, '' if it wrote none.
 
     The store's own connection (this thread is inside its transaction) sees the
-    transaction's events; a separate read connection sees only what is committed.
+    transaction's events; a store opened apart sees only what is committed.
     """
-    _, mine = session.config.store.chain_head()
-    with lowlevel.plain_reader(db_path) as conn:
-        newest = lowlevel.newest_event(conn)
-    committed = str(newest[0]) if newest is not None else ""
-    return mine if mine != committed else ""
+    mine = session.config.store.newest_event(session.run_id)
+    with open_existing(db_path, read_only=True) as other:
+        committed = other.newest_event(session.run_id)
+    if mine is None or (committed is not None and committed.hash == mine.hash):
+        return ""
+    return mine.hash
 
 
 def recorded_floor_and_ids(db_path: str) -> tuple[datetime | None, set[str]]:
-    if not os.path.exists(db_path):
+    """The newest time recorded and every id recorded, read through the store interface
+    (nothing when the database does not exist or holds no agentrt record yet)."""
+    if not is_db_url(db_path) and not os.path.exists(db_path):
         return None, set()
     try:
-        with lowlevel.plain_reader(db_path) as conn:
-            row = lowlevel.newest_event(conn)
-            ids = {str(i) for i in lowlevel.every_record_id(conn)}
+        with open_existing(db_path, read_only=True) as store:
+            newest = store.newest_event()
+            ids = store.record_ids()
     except StoreError:
-        # Not an agentrt file yet (created, never migrated): nothing recorded.
+        # Not an agentrt record yet (created, never migrated): nothing recorded.
         return None, set()
-    floor = parse_time(str(row[1])) if row is not None else None
-    return floor, ids
+    return (newest.at if newest is not None else None), ids
 
 
 def skipping_ids(new_id: IdFactory, used: set[str]) -> IdFactory:
@@ -509,7 +517,7 @@ async def run_in_process(
     scenario: ScenarioSource,
     crashes: Sequence[Crash],
     *,
-    db_path: Path,
+    db_path: str | Path,
     run_id: str,
     journal_path: Path,
     timeout: float,
@@ -569,7 +577,7 @@ async def run_in_process(
 
 
 async def _reap(
-    parked: list[tuple[asyncio.Task[None], Life]], db_path: Path, run_id: str
+    parked: list[tuple[asyncio.Task[None], Life]], db_path: str | Path, run_id: str
 ) -> list[str]:
     """Cancel the crashed processes' tasks and prove none of them wrote anything."""
     if not parked:
@@ -586,9 +594,9 @@ async def _reap(
     return []
 
 
-def _snapshot(db_path: Path, run_id: str) -> tuple[Any, ...]:
+def _snapshot(db_path: str | Path, run_id: str) -> tuple[Any, ...]:
     try:
-        with open_existing(db_path, read_only=True) as store:
+        with open_existing(str(db_path), read_only=True) as store:
             run = store.get_run(run_id)
             steps = tuple((s.id, str(s.status)) for s in store.list_steps(run_id))
             lease = store.lease(run_id)

@@ -94,7 +94,7 @@ def run_in_children(
     factory: str,
     crashes: Sequence[Crash],
     *,
-    db_path: Path,
+    db_path: str | Path,
     run_id: str,
     journal_path: Path,
     timeout: float,
