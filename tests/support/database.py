@@ -58,6 +58,11 @@ def make_database(backend: str, tmp_path: Path, stack: ExitStack, what: str) -> 
     return with_schema(base, schema)
 
 
+def on_postgres(database: str) -> bool:
+    """Whether the `database` fixture's value names a PostgreSQL schema."""
+    return is_db_url(database)
+
+
 def brief(ref: str, database: str) -> str:
     """The scenario factory `ref` for a harness run on `database`: its `_brief` variant
     (lease `BRIEF_LEASE`) on PostgreSQL, `ref` itself on SQLite."""
