@@ -1,7 +1,8 @@
 """One process's life in a scenario, and the in-process harness that kills it on purpose.
 
 `Life` is what every process of a scenario does, real (process mode) or
-simulated (here): open the file, build a fresh Driver with the kit's probes,
+simulated (here): open the database (a SQLite file or a PostgreSQL schema),
+build a fresh Driver with the kit's probes,
 start the run or recover it, and keep going as a restarted program would:
 resume a RUNNING run (refused with `RunLeasedError` until a dead owner's lease
 expires, so it retries in small, bounded sleeps; in the harness, whose
@@ -15,8 +16,9 @@ process: at an after-commit point the driver's task is parked forever (it
 awaits an event nobody sets), its heartbeat is stopped without releasing the
 lease, and its database handle is closed under it. Inside a transaction, the
 handle is closed on the I/O thread before the COMMIT, which rolls the
-transaction back. The next "process" is a fresh Driver on a fresh open of the
-same file and, when the scenario is given by a factory, a fresh Scenario built
+transaction back (on PostgreSQL the server rolls back what the closed connection
+held). The next "process" is a fresh Driver on a fresh open of the
+same database and, when the scenario is given by a factory, a fresh Scenario built
 by it: nothing the dead process held in memory (an agent's or a tool's state)
 survives into the next one, as it would not survive a real death. A Scenario
 instance cannot be rebuilt, so its objects are shared by every simulated
@@ -24,6 +26,15 @@ process (`SharedScenarioWarning`). At the end the parked tasks are cancelled,
 which is when a careless implementation would write (their cancellation
 handlers try to record and to release the lease): the harness checks that the
 record did not change.
+
+Every read the kit makes of the record goes through the store interface
+(`Store.newest_event`, `event_hash_exists`, `record_ids`, and the reads a
+`Result` is built from), on the dying process's own store for what its open
+transaction wrote and on a store opened apart for what is committed, so the
+same checks hold on SQLite and on PostgreSQL. A store whose lease clock is not
+the wall (PostgreSQL judges leases by the server's clock) cannot have it moved:
+there the harness waits a dead owner's lease out in real time, in the same
+small bounded sleeps as process mode (decision 0097).
 """
 
 from __future__ import annotations
