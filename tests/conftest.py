@@ -112,6 +112,15 @@ def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
 
 
 @pytest.fixture
+def any_store(database: str) -> Iterator[agentrt.Store]:
+    """A store on each backend (`database`): for a behavioural test that is not about
+    SQLite's file rules."""
+    s = agentrt.open_store(database)
+    yield s
+    s.close()
+
+
+@pytest.fixture
 def store(db_path: Path) -> Iterator[agentrt.Store]:
     s = agentrt.open_store(db_path)
     yield s
