@@ -33,8 +33,8 @@ Every read the kit makes of the record goes through the store interface
 transaction wrote and on a store opened apart for what is committed, so the
 same checks hold on SQLite and on PostgreSQL. A store whose lease clock is not
 the wall (PostgreSQL judges leases by the server's clock) cannot have it moved:
-there the harness waits a dead owner's lease out in real time, in the same
-small bounded sleeps as process mode (decision 0097).
+there the harness waits a dead owner's lease out in real time, in one sleep to
+the expiry the refusal named (decision 0097).
 """
 
 from __future__ import annotations
@@ -184,7 +184,7 @@ class Life:
         if plan.fresh_process:
             # A factory rebuilt in a new process starts its fake clock and its id
             # sequence over: guard both against what earlier processes recorded.
-            floor, used = recorded_floor_and_ids(plan.db_path)
+            floor, used = floor_and_ids(self.store)
             clock = floor_clock(clock, floor)
             if new_id is not None:
                 new_id = skipping_ids(new_id, used | {plan.run_id})
@@ -369,13 +369,20 @@ class Life:
                     # Waiting is the clock's to do here: one refusal, then the lease
                     # has run out, however slowly the machine got there.
                     self.virtual_wall.pass_beyond(exc.expires_at)
-                    if self._lease_clock() > exc.expires_at:
+                    now = self._lease_clock()
+                    if now > exc.expires_at:
                         continue
                     # The store judges leases by a clock of its own (a server's), which
-                    # no harness can move: the lease is waited out in real time.
+                    # no harness can move: the lease is waited out in real time, in one
+                    # sleep (the dead owner's heartbeat is stopped: it cannot move).
+                    if time.monotonic() >= deadline:
+                        raise
+                    left = (exc.expires_at - now).total_seconds()
+                    await asyncio.sleep(min(left + 0.005, max(0.0, deadline - time.monotonic())))
+                    continue
                 if time.monotonic() >= deadline:
                     raise
-                await asyncio.sleep(_until(exc.expires_at, ttl, self._lease_clock))
+                await asyncio.sleep(_until(exc.expires_at, ttl, self.wall))
 
     def _lease_clock(self) -> datetime:
         """The time the store judges leases by (the wall for SQLite, a server's clock)."""
@@ -465,12 +472,16 @@ def recorded_floor_and_ids(db_path: str) -> tuple[datetime | None, set[str]]:
         return None, set()
     try:
         with open_existing(db_path, read_only=True) as store:
-            newest = store.newest_event()
-            ids = store.record_ids()
+            return floor_and_ids(store)
     except StoreError:
         # Not an agentrt record yet (created, never migrated): nothing recorded.
         return None, set()
-    return (newest.at if newest is not None else None), ids
+
+
+def floor_and_ids(store: Store) -> tuple[datetime | None, set[str]]:
+    """`recorded_floor_and_ids` on a store already open (a process's own, before it writes)."""
+    newest = store.newest_event()
+    return (newest.at if newest is not None else None), store.record_ids()
 
 
 def skipping_ids(new_id: IdFactory, used: set[str]) -> IdFactory:
@@ -620,6 +631,7 @@ __all__ = [
     "Crasher",
     "Life",
     "ProcessPlan",
+    "floor_and_ids",
     "note_crash_checked",
     "recorded_floor_and_ids",
     "run_in_process",
