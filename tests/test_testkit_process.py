@@ -24,6 +24,7 @@ import agentrt
 import support.scenarios as ts
 from agentrt import ApprovalStatus, RunStatus, StepStatus, TerminalReason
 from agentrt._driver import run_sync as run_coro
+from agentrt.lowlevel import schema_of, with_schema
 from agentrt.testkit import (
     Crash,
     Point,
@@ -33,6 +34,7 @@ from agentrt.testkit import (
     run_sync,
 )
 from agentrt.testkit.plugin import _marker_args, case_id
+from support.database import on_postgres
 from support.testkit_children import forked_process_mode
 
 SIGKILLED = -9
@@ -100,6 +102,48 @@ def test_a_loop_over_a_gate_holds_its_crash_matrix_with_real_sigkills() -> None:
         assert case.result is not None
         assert case.result.exit_codes == (SIGKILLED, 0), case.label
         assert len(case.result.calls("charge")) >= 1
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_a_matrix_on_a_database_of_each_kind_removes_its_cases_unless_kept(
+    database: str, keep: bool
+) -> None:
+    # `directory` names a folder (SQLite) or a URL whose schema prefixes one schema a
+    # case (PostgreSQL): what the cases leave is removed when they hold, unless kept.
+    def one(crashes: tuple[Crash, ...]) -> bool:
+        return crashes == (Crash(0, Point.AFTER_TOOL_STARTED, inside_tx=True),)
+
+    with forked_process_mode():  # as in the matrices above
+        matrix = crash_matrix_sync(
+            "support.scenarios:small",
+            "process",
+            directory=database,
+            recovery=False,
+            select=one,
+            keep_files=keep,
+        )
+    matrix.assert_ok()
+    [case] = matrix.cases
+    assert case.result is not None and case.result.exit_codes == (SIGKILLED, 0)
+    assert (matrix.directory is not None) == keep
+    if on_postgres(database):
+        prefix = schema_of(database)
+        made = [with_schema(database, f"{prefix}_{name}") for name in ("clean", "c0000")]
+        assert [matrix.clean.db_path, case.result.db_path] == made
+        for url, result in zip(made, (matrix.clean, case.result), strict=True):
+            if keep:
+                with agentrt.open_existing(url, read_only=True) as kept:
+                    assert kept.get_run(result.run_id).status == RunStatus.COMPLETED
+            else:
+                with pytest.raises(agentrt.SchemaVersionError, match="no agentrt schema"):
+                    agentrt.open_existing(url, read_only=True)
+    else:
+        folder = Path(database)
+        assert [matrix.clean.db_path, case.result.db_path] == [
+            folder / "clean.db",
+            folder / "case-0000.db",
+        ]
+        assert folder.is_dir() == keep
 
 
 class TestSigkill:
