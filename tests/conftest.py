@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Iterator
+from contextlib import ExitStack
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ import pytest
 
 import agentrt
 from agentrt import SideEffect, ToolCall, ToolResult, ToolSpec
+from support.database import BACKENDS, make_database
 
 # Every transaction of the step machine is checked against its commit plan, in this
 # process and in every child it starts (they inherit the environment).
@@ -99,6 +101,23 @@ def ids() -> Ids:
 @pytest.fixture
 def db_path(tmp_path: Path) -> Path:
     return tmp_path / "runs.db"
+
+
+@pytest.fixture(params=BACKENDS)
+def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A fresh database on each backend: a SQLite file's path, a PostgreSQL schema's URL
+    (support/database.py)."""
+    with ExitStack() as stack:
+        yield make_database(request.param, tmp_path, stack, request.node.nodeid)
+
+
+@pytest.fixture
+def any_store(database: str) -> Iterator[agentrt.Store]:
+    """A store on each backend (`database`): for a behavioural test that is not about
+    SQLite's file rules."""
+    s = agentrt.open_store(database)
+    yield s
+    s.close()
 
 
 @pytest.fixture

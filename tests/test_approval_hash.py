@@ -45,18 +45,20 @@ def test_no_capability_or_presentation_hashes_as_an_empty_object() -> None:
 
 
 def test_deciding_at_the_instant_an_approval_expires_is_refused_naming_the_time(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
 ) -> None:
     clock = FakeClock(tick=timedelta(0))
-    _driver, run, _push = paused_run(store, clock, limits=Limits(approval_ttl=timedelta(hours=1)))
-    (approval,) = store.pending_approvals(run.id)
+    _driver, run, _push = paused_run(
+        any_store, clock, limits=Limits(approval_ttl=timedelta(hours=1))
+    )
+    (approval,) = any_store.pending_approvals(run.id)
     assert approval.expires_at == EPOCH + timedelta(hours=1)
     with pytest.raises(
         ApprovalExpiredError,
         match=rf"^approval {approval.id} expired at 2026-11-30T10:00:00\.000000Z$",
     ):
         decide(
-            store,
+            any_store,
             run.id,
             approval.id,
             approve=True,
@@ -67,11 +69,11 @@ def test_deciding_at_the_instant_an_approval_expires_is_refused_naming_the_time(
         )
 
 
-def test_a_rejection_fails_the_step_with_the_tool_and_the_note(store: agentrt.Store) -> None:
-    _driver, run, _push = paused_run(store)
-    (approval,) = store.pending_approvals(run.id)
+def test_a_rejection_fails_the_step_with_the_tool_and_the_note(any_store: agentrt.Store) -> None:
+    _driver, run, _push = paused_run(any_store)
+    (approval,) = any_store.pending_approvals(run.id)
     decide(
-        store,
+        any_store,
         run.id,
         approval.id,
         approve=False,
@@ -80,7 +82,7 @@ def test_a_rejection_fails_the_step_with_the_tool_and_the_note(store: agentrt.St
         shown_hash=None,
         now=EPOCH + timedelta(minutes=1),
     )
-    (step,) = store.list_steps(run.id)
+    (step,) = any_store.list_steps(run.id)
     assert step.observation is not None
     assert (step.observation.kind, step.observation.summary) == (
         "policy_denied",
@@ -89,25 +91,29 @@ def test_a_rejection_fails_the_step_with_the_tool_and_the_note(store: agentrt.St
     assert step.observation.content == {"tool": "push", "reason": "approval rejected: too risky"}
 
 
-def test_each_refusal_to_decide_says_what_and_why(store: agentrt.Store) -> None:
-    _driver, run, _push = paused_run(store)
-    (approval,) = store.pending_approvals(run.id)
+def test_each_refusal_to_decide_says_what_and_why(any_store: agentrt.Store) -> None:
+    _driver, run, _push = paused_run(any_store)
+    (approval,) = any_store.pending_approvals(run.id)
     now = EPOCH + timedelta(minutes=1)
     with pytest.raises(NotFoundError, match=r"^no run nope$"):
-        decide(store, "nope", approval.id, approve=True, by="o", note="", shown_hash=None, now=now)
+        decide(
+            any_store, "nope", approval.id, approve=True, by="o", note="", shown_hash=None, now=now
+        )
     with pytest.raises(NotFoundError, match=f"^no approval nope on run {run.id}$"):
-        decide(store, run.id, "nope", approve=True, by="o", note="", shown_hash=None, now=now)
-    decide(store, run.id, approval.id, approve=True, by="o", note="", shown_hash=None, now=now)
+        decide(any_store, run.id, "nope", approve=True, by="o", note="", shown_hash=None, now=now)
+    decide(any_store, run.id, approval.id, approve=True, by="o", note="", shown_hash=None, now=now)
     already = f"^approval {approval.id} was already approved by o at 2026-11-30T09:01:00.000000Z$"
     with pytest.raises(NotPendingError, match=already):
-        decide(store, run.id, approval.id, approve=True, by="o", note="", shown_hash=None, now=now)
+        decide(
+            any_store, run.id, approval.id, approve=True, by="o", note="", shown_hash=None, now=now
+        )
 
 
 def test_a_stored_approval_that_no_longer_verifies_is_refused_saying_why(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
 ) -> None:
-    _driver, run, _push = paused_run(store)
-    (approval,) = store.pending_approvals(run.id)
+    _driver, run, _push = paused_run(any_store)
+    (approval,) = any_store.pending_approvals(run.id)
     verify_stored(approval)
     with pytest.raises(
         ApprovalHashError,
@@ -126,14 +132,14 @@ def test_a_stored_approval_that_no_longer_verifies_is_refused_saying_why(
 
 
 def test_deciding_an_approval_expired_by_a_cancel_is_refused_saying_it_has_expired(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
 ) -> None:
-    driver, run, _push = paused_run(store)
-    (approval,) = store.pending_approvals(run.id)
+    driver, run, _push = paused_run(any_store)
+    (approval,) = any_store.pending_approvals(run.id)
     driver.cancel(run.id, by="ops", note="stop")
     with pytest.raises(ApprovalExpiredError, match=f"^approval {approval.id} has expired$"):
         decide(
-            store,
+            any_store,
             run.id,
             approval.id,
             approve=True,
@@ -145,17 +151,17 @@ def test_deciding_an_approval_expired_by_a_cancel_is_refused_saying_it_has_expir
 
 
 def test_deciding_for_a_run_that_is_not_waiting_is_refused_naming_its_status(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
 ) -> None:
-    _driver, run, _push = paused_run(store)
-    (approval,) = store.pending_approvals(run.id)
-    with store.transaction() as tx:
+    _driver, run, _push = paused_run(any_store)
+    (approval,) = any_store.pending_approvals(run.id)
+    with any_store.transaction() as tx:
         tx.execute("UPDATE runs SET status = 'RUNNING' WHERE id = ?", (run.id,))
     with pytest.raises(
         RunStateError, match=f"^run {run.id} is RUNNING, not waiting for an approval$"
     ):
         decide(
-            store,
+            any_store,
             run.id,
             approval.id,
             approve=True,
@@ -167,10 +173,10 @@ def test_deciding_for_a_run_that_is_not_waiting_is_refused_naming_its_status(
 
 
 def test_losing_the_compare_and_set_to_another_decision_is_refused_as_changed(
-    store: agentrt.Store, monkeypatch: pytest.MonkeyPatch
+    any_store: agentrt.Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _driver, run, _push = paused_run(store)
-    (approval,) = store.pending_approvals(run.id)
+    _driver, run, _push = paused_run(any_store)
+    (approval,) = any_store.pending_approvals(run.id)
 
     real_decide = SqliteTx.decide_approval
 
@@ -191,7 +197,7 @@ def test_losing_the_compare_and_set_to_another_decision_is_refused_as_changed(
         ApprovalChangedError, match=f"^approval {approval.id} changed while being decided$"
     ):
         decide(
-            store,
+            any_store,
             run.id,
             approval.id,
             approve=True,
@@ -200,5 +206,5 @@ def test_losing_the_compare_and_set_to_another_decision_is_refused_as_changed(
             shown_hash=None,
             now=EPOCH + timedelta(minutes=1),
         )
-    (still,) = store.pending_approvals(run.id)
+    (still,) = any_store.pending_approvals(run.id)
     assert still.id == approval.id

@@ -58,23 +58,23 @@ def test_approve_with_shown_hash_is_refused_after_a_concurrent_change(
     assert len(changed.calls) == 1 and push.calls == []
 
 
-def test_reject_fails_the_step_and_cancels_the_run(store: agentrt.Store) -> None:
-    driver, run, push = paused_run(store)
-    (approval,) = store.pending_approvals(run.id)
-    decided = agentrt.reject(store, run.id, approval.id, by="alice", note="not today")
+def test_reject_fails_the_step_and_cancels_the_run(any_store: agentrt.Store) -> None:
+    driver, run, push = paused_run(any_store)
+    (approval,) = any_store.pending_approvals(run.id)
+    decided = agentrt.reject(any_store, run.id, approval.id, by="alice", note="not today")
     assert decided.status == "rejected"
-    run = store.get_run(run.id)
+    run = any_store.get_run(run.id)
     assert (run.status, run.reason, run.reason_detail) == (
         "CANCELLED",
         "approval_rejected",
         "not today",
     )
-    step = store.list_steps(run.id)[-1]
+    step = any_store.list_steps(run.id)[-1]
     assert step.status == "failed"
     assert step.observation is not None
     assert step.observation.kind == "policy_denied"
     assert step.observation.content == {"tool": "push", "reason": "approval rejected: not today"}
-    assert event_types(store, run.id)[-4:] == [
+    assert event_types(any_store, run.id)[-4:] == [
         "approval.requested",
         "approval.decided",
         "step.failed",

@@ -333,7 +333,7 @@ def dump_events(store: agentrt.Store, run_id: str) -> list[tuple[str, str, str, 
     ]
 
 
-def test_full_run_event_sequence_and_payloads_are_pinned(store: agentrt.Store) -> None:
+def test_full_run_event_sequence_and_payloads_are_pinned(any_store: agentrt.Store) -> None:
     read, push, rm = make_tools()
     agent = ScriptedAgent(
         [
@@ -345,7 +345,7 @@ def test_full_run_event_sequence_and_payloads_are_pinned(store: agentrt.Store) -
         ]
     )
     driver = agentrt.Driver(
-        store=store,
+        store=any_store,
         agent=agent,
         policy=agentrt.default_policy(),
         tools=[read, push, rm],
@@ -354,13 +354,13 @@ def test_full_run_event_sequence_and_payloads_are_pinned(store: agentrt.Store) -
     )
     run = driver.start_sync("tidy the repo")
     assert run.status == "WAITING_FOR_APPROVAL"
-    (pending,) = store.pending_approvals(run.id)
+    (pending,) = any_store.pending_approvals(run.id)
     driver.approve(run.id, pending.id, by="alice", note="ok")
     run = driver.resume_sync(run.id)
     assert run.status == "COMPLETED" and run.reason == "goal_completed"
     assert run.result == {"done": True}
-    assert dump_events(store, run.id) == FULL_RUN_EVENTS
-    steps = store.list_steps(run.id)
+    assert dump_events(any_store, run.id) == FULL_RUN_EVENTS
+    steps = any_store.list_steps(run.id)
     assert [(s.index, s.status) for s in steps] == [
         (0, "done"),
         (1, "failed"),
@@ -379,5 +379,5 @@ def test_full_run_event_sequence_and_payloads_are_pinned(store: agentrt.Store) -
     assert push.calls[0].lease_epoch == 2  # a new owner took the run when it resumed
     assert read.calls[0].lease_epoch == 1
     assert run.active_time == timedelta(milliseconds=17)  # 19 ms elapsed minus 2 ms waiting
-    assert store.lease(run.id).owner == ""
-    assert store.verify_events().intact
+    assert any_store.lease(run.id).owner == ""
+    assert any_store.verify_events().intact

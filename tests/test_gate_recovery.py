@@ -35,15 +35,15 @@ def approved_waiting_run(store: agentrt.Store, push: RecordingTool, clock: FakeC
 
 
 def test_a_session_abandoned_after_an_allowed_verdict_is_resumed_by_recover_as_never_run(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
 ) -> None:
     read = read_tool()
     clock = FakeClock()
-    session, step = open_step(make_gate(store, read, clock=clock), "read it")
+    session, step = open_step(make_gate(any_store, read, clock=clock), "read it")
     assert step.propose_sync(Decision.tool_call("read", {"x": 1})).outcome == "allowed"
     session.close_sync()
     driver = agentrt.Driver(
-        store=store,
+        store=any_store,
         agent=ScriptedAgent([Decision.tool_call("read", {"x": 2}), Decision.complete("ok")]),
         policy=agentrt.default_policy(),
         tools=[read],
@@ -52,25 +52,25 @@ def test_a_session_abandoned_after_an_allowed_verdict_is_resumed_by_recover_as_n
     )
     (recovered,) = driver.recover_sync()
     assert recovered.run_id == session.run.id
-    run = store.get_run(session.run.id)
+    run = any_store.get_run(session.run.id)
     assert run.status == "COMPLETED"
     assert [c.args for c in read.calls] == [{"x": 2}]
-    assert store.list_approvals(run.id) == []
+    assert any_store.list_approvals(run.id) == []
 
 
 def test_a_session_abandoned_after_an_allowed_attach_leaves_the_run_waiting_to_be_judged_again(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
 ) -> None:
     push = push_tool()
     clock = FakeClock()
-    run_id = approved_waiting_run(store, push, clock)
-    session, verdict = make_gate(store, push, clock=clock).attach_sync(run_id)
+    run_id = approved_waiting_run(any_store, push, clock)
+    session, verdict = make_gate(any_store, push, clock=clock).attach_sync(run_id)
     assert verdict is not None and verdict.outcome == VerdictOutcome.ALLOWED
     session.close_sync()
-    run = store.get_run(run_id)
-    assert run.status == "WAITING_FOR_APPROVAL" and store.lease(run_id).owner == ""
-    assert [e.type for e in store.list_events(run_id=run_id)][-1] == "approval.decided"
-    again, verdict = make_gate(store, push, clock=clock).attach_sync(run_id)
+    run = any_store.get_run(run_id)
+    assert run.status == "WAITING_FOR_APPROVAL" and any_store.lease(run_id).owner == ""
+    assert [e.type for e in any_store.list_events(run_id=run_id)][-1] == "approval.decided"
+    again, verdict = make_gate(any_store, push, clock=clock).attach_sync(run_id)
     assert verdict is not None and verdict.outcome == VerdictOutcome.ALLOWED
     step = again.current()
     assert step is not None
@@ -115,15 +115,15 @@ def test_of_two_gates_attaching_one_approved_run_the_second_is_refused_and_one_e
 
 
 def test_closing_an_allowed_attach_gives_the_waiting_run_back_at_once(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
 ) -> None:
     push = push_tool()
     clock = FakeClock()
-    run_id = approved_waiting_run(store, push, clock)
-    first, _ = make_gate(store, push, clock=clock, ids=Ids("c")).attach_sync(run_id)
+    run_id = approved_waiting_run(any_store, push, clock)
+    first, _ = make_gate(any_store, push, clock=clock, ids=Ids("c")).attach_sync(run_id)
     first.close_sync()
-    assert store.lease(run_id).owner == ""
-    second, verdict = make_gate(store, push, clock=clock, ids=Ids("d")).attach_sync(run_id)
+    assert any_store.lease(run_id).owner == ""
+    second, verdict = make_gate(any_store, push, clock=clock, ids=Ids("d")).attach_sync(run_id)
     assert verdict is not None and verdict.outcome == VerdictOutcome.ALLOWED
     second.close_sync()
 
@@ -189,7 +189,7 @@ def test_a_run_attached_in_another_process_is_refused_until_that_process_dies(
 
 
 def test_the_lease_taken_as_an_attached_call_starts_is_renewed_while_its_tool_runs(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
 ) -> None:
     clock = FakeClock()
     renewals: list[int] = []
@@ -206,9 +206,9 @@ def test_the_lease_taken_as_an_attached_call_starts_is_renewed_while_its_tool_ru
         return agentrt.ToolResult({"pushed": True}, "pushed")
 
     push = RecordingTool("push", SideEffect.REMOTE_MUTATION, result=slow)
-    run_id = approved_waiting_run(store, push, clock)
+    run_id = approved_waiting_run(any_store, push, clock)
     attaching = agentrt.Gate(
-        store=store,
+        store=any_store,
         policy=agentrt.default_policy(),
         tools=[push],
         now=clock,

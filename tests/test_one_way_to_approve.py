@@ -56,7 +56,7 @@ DOORS = {"agentrt.approve": _function, "Operator": _operator, "Driver": _driver,
 @pytest.mark.parametrize("approve", [True, False], ids=["approve", "reject"])
 @pytest.mark.parametrize("door", list(DOORS))
 def test_every_public_way_to_decide_goes_through_approval_decide_once(
-    store: agentrt.Store, monkeypatch: pytest.MonkeyPatch, door: str, approve: bool
+    any_store: agentrt.Store, monkeypatch: pytest.MonkeyPatch, door: str, approve: bool
 ) -> None:
     calls: list[tuple[str, str, bool]] = []
     real = agentrt._approval.decide
@@ -69,9 +69,9 @@ def test_every_public_way_to_decide_goes_through_approval_decide_once(
 
     # Patched where each door finds it: the one implementation is looked up by name.
     monkeypatch.setattr(agentrt._operator, "decide", counted)
-    driver, run, _ = paused_run(store)
-    (pending,) = store.pending_approvals(run.id)
-    DOORS[door](driver, store, run, pending, approve)
+    driver, run, _ = paused_run(any_store)
+    (pending,) = any_store.pending_approvals(run.id)
+    DOORS[door](driver, any_store, run, pending, approve)
     assert calls == [(run.id, pending.id, approve)]
-    decided = store.get_approval(run.id, pending.id)
+    decided = any_store.get_approval(run.id, pending.id)
     assert (decided.status, decided.decided_by) == ("approved" if approve else "rejected", "alice")

@@ -75,6 +75,8 @@ def test_a_provider_that_does_not_deduplicate_leaves_every_cut_off_charge_to_a_p
 @pytest.mark.timeout(1200)
 def test_a_deduplicating_provider_is_charged_exactly_once_at_every_real_sigkill() -> None:
     # The children are forked from a prepared process (support/testkit_children.py).
+    # On SQLite only: the kit's process-mode matrix on PostgreSQL is proved by
+    # test_testkit_process.py, and this one would add 13 s of CPU (decision 0097).
     with Provider(deduplicates=True) as provider, forked_process_mode():
         matrix = crash_matrix_sync(REF_DEDUP, "process", workers=2)
         assert_charged_once_and_nobody_asked(matrix, provider)

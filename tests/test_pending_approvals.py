@@ -40,32 +40,36 @@ def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
 
 
 def test_pending_approvals_without_a_run_id_lists_every_runs_newest_first(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
 ) -> None:
-    first, second, third = (waiting(store, p) for p in "123")
-    agentrt.approve(store, second.run_id, second.id, by="ops")  # decided: no longer pending
+    first, second, third = (waiting(any_store, p) for p in "123")
+    agentrt.approve(any_store, second.run_id, second.id, by="ops")  # decided: no longer pending
     done = agentrt.Driver(
-        store=store, agent=ScriptedAgent([Decision.complete()]), policy=agentrt.default_policy()
+        store=any_store,
+        agent=ScriptedAgent([Decision.complete()]),
+        policy=agentrt.default_policy(),
     ).start_sync("finished")
     assert done.status == "COMPLETED"
-    assert store.pending_approvals() == [third, first]
-    assert store.pending_approvals(first.run_id) == [first]  # one run's, as before
+    assert any_store.pending_approvals() == [third, first]
+    assert any_store.pending_approvals(first.run_id) == [first]  # one run's, as before
 
 
 def test_pending_approvals_across_runs_stop_at_the_limit_newest_first(
-    store: agentrt.Store, monkeypatch: pytest.MonkeyPatch
+    any_store: agentrt.Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    made = [waiting(store, p) for p in "1234"]
-    assert [a.id for a in store.pending_approvals(limit=2)] == [made[3].id, made[2].id]
+    made = [waiting(any_store, p) for p in "1234"]
+    assert [a.id for a in any_store.pending_approvals(limit=2)] == [made[3].id, made[2].id]
     assert store_mod.PENDING_APPROVALS_DEFAULT == 100
     monkeypatch.setattr(store_mod, "PENDING_APPROVALS_DEFAULT", 3)
-    assert [a.id for a in store.pending_approvals()] == [a.id for a in made[:0:-1]]
+    assert [a.id for a in any_store.pending_approvals()] == [a.id for a in made[:0:-1]]
 
 
 @pytest.mark.parametrize("limit", [0, -1, store_mod.PENDING_APPROVALS_MAX + 1, True, 2.0])
-def test_pending_approvals_refuse_a_limit_out_of_bounds(store: agentrt.Store, limit: Any) -> None:
+def test_pending_approvals_refuse_a_limit_out_of_bounds(
+    any_store: agentrt.Store, limit: Any
+) -> None:
     with pytest.raises(ValueError, match="limit must be from 1 to 1000"):
-        store.pending_approvals(limit=limit)
+        any_store.pending_approvals(limit=limit)
 
 
 def test_approvals_command_lists_the_pending_approvals_of_every_run(

@@ -226,12 +226,12 @@ def test_recover_skips_a_run_under_a_live_lease_and_writes_nothing(db_path: Path
     store.close()
 
 
-def test_recover_resumes_a_waiting_run_whose_approval_was_decided(store: agentrt.Store) -> None:
+def test_recover_resumes_a_waiting_run_whose_approval_was_decided(any_store: agentrt.Store) -> None:
     tool = push_tool()
-    run_id = waiting_run(store, "a" * 32, tool)
-    (approval,) = store.pending_approvals(run_id)
-    agentrt.approve(store, run_id, approval.id, by="ops", shown_hash=approval.hash)
-    (result,) = pusher(store, [tool]).recover_sync()
+    run_id = waiting_run(any_store, "a" * 32, tool)
+    (approval,) = any_store.pending_approvals(run_id)
+    agentrt.approve(any_store, run_id, approval.id, by="ops", shown_hash=approval.hash)
+    (result,) = pusher(any_store, [tool]).recover_sync()
     assert (result.action, result.why) == (
         RecoverAction.RESUMED,
         f"WAITING and its approval {approval.id} was approved",
@@ -240,28 +240,28 @@ def test_recover_resumes_a_waiting_run_whose_approval_was_decided(store: agentrt
     assert [c.args for c in tool.calls] == [{"x": 1}]
 
 
-def test_recover_skips_a_waiting_run_whose_approval_is_undecided(store: agentrt.Store) -> None:
+def test_recover_skips_a_waiting_run_whose_approval_is_undecided(any_store: agentrt.Store) -> None:
     tool = push_tool()
-    run_id = waiting_run(store, "a" * 32, tool)
-    events = store.list_events(limit=10_000)
-    (result,) = pusher(store, [tool]).recover_sync()
+    run_id = waiting_run(any_store, "a" * 32, tool)
+    events = any_store.list_events(limit=10_000)
+    (result,) = pusher(any_store, [tool]).recover_sync()
     assert result.action == RecoverAction.SKIPPED
     assert result.run is None and tool.calls == []
-    assert store.get_run(run_id).status == "WAITING_FOR_APPROVAL"
-    assert store.list_events(limit=10_000) == events
+    assert any_store.get_run(run_id).status == "WAITING_FOR_APPROVAL"
+    assert any_store.list_events(limit=10_000) == events
 
 
 def test_recover_settles_a_pending_approval_past_its_expiry_as_resume_would(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
 ) -> None:
     tool = push_tool()
-    run = pusher(store, [tool]).start_sync(
+    run = pusher(any_store, [tool]).start_sync(
         "push it", limits=agentrt.Limits(approval_ttl=timedelta(seconds=1)), run_id="a" * 32
     )
-    (approval,) = store.pending_approvals(run.id)
+    (approval,) = any_store.pending_approvals(run.id)
     assert approval.expires_at is not None
     later = agentrt.Driver(
-        store=store,
+        store=any_store,
         agent=ScriptedAgent([]),
         policy=agentrt.default_policy(),
         tools=[tool],
@@ -303,17 +303,19 @@ def test_recover_records_one_runs_failure_and_goes_on_to_the_others(
 
 
 def test_recover_pages_through_runs_oldest_first_within_its_limit(
-    store: agentrt.Store, monkeypatch: pytest.MonkeyPatch
+    any_store: agentrt.Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(recover_mod, "PAGE", 2)
     ids = [f"{i:x}" * 32 for i in range(1, 6)]
     for run_id in ids:
-        waiting_run(store, run_id)
+        waiting_run(any_store, run_id)
     finished = agentrt.Driver(
-        store=store, agent=ScriptedAgent([Decision.complete()]), policy=agentrt.default_policy()
+        store=any_store,
+        agent=ScriptedAgent([Decision.complete()]),
+        policy=agentrt.default_policy(),
     ).start_sync("finished", run_id="f" * 32)
     assert finished.status == "COMPLETED"  # a finished run is never examined
-    driver = pusher(store)
+    driver = pusher(any_store)
     assert [r.run_id for r in driver.recover_sync()] == ids
     first = driver.recover_sync(limit=3)
     assert [r.run_id for r in first] == ids[:3]
@@ -323,27 +325,27 @@ def test_recover_pages_through_runs_oldest_first_within_its_limit(
 
 
 @pytest.mark.parametrize("limit", [0, -1, recover_mod.MAX_LIMIT + 1, True])
-def test_recover_refuses_a_limit_out_of_bounds(store: agentrt.Store, limit: Any) -> None:
+def test_recover_refuses_a_limit_out_of_bounds(any_store: agentrt.Store, limit: Any) -> None:
     with pytest.raises(ConfigError, match="recover limit"):
-        pusher(store).recover_sync(limit=limit)
+        pusher(any_store).recover_sync(limit=limit)
 
 
-def test_recover_refuses_an_after_that_names_no_run(store: agentrt.Store) -> None:
+def test_recover_refuses_an_after_that_names_no_run(any_store: agentrt.Store) -> None:
     with pytest.raises(ConfigError, match="names no run"):
-        pusher(store).recover_sync(after="0" * 32)
+        pusher(any_store).recover_sync(after="0" * 32)
 
 
 def test_recover_is_awaitable_and_resumes_runs_concurrently_when_allowed(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
 ) -> None:
     tool = push_tool()
-    run_ids = [waiting_run(store, c * 32, tool) for c in "abc"]
+    run_ids = [waiting_run(any_store, c * 32, tool) for c in "abc"]
     for run_id in run_ids:
-        (approval,) = store.pending_approvals(run_id)
-        agentrt.approve(store, run_id, approval.id, by="ops", shown_hash=approval.hash)
+        (approval,) = any_store.pending_approvals(run_id)
+        agentrt.approve(any_store, run_id, approval.id, by="ops", shown_hash=approval.hash)
 
     async def main() -> list[Recovered]:
-        return await pusher(store, [tool]).recover(concurrency=3)
+        return await pusher(any_store, [tool]).recover(concurrency=3)
 
     results = asyncio.run(main())
     assert [(r.run_id, r.action) for r in results] == [
@@ -353,22 +355,22 @@ def test_recover_is_awaitable_and_resumes_runs_concurrently_when_allowed(
 
 
 def test_recover_leaves_a_run_started_with_tools_this_driver_does_not_register(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
 ) -> None:
     """A file shared by two programs: each recovers only runs it has the tools for."""
-    run_id = waiting_run(store, "a" * 32)
-    (approval,) = store.pending_approvals(run_id)
-    agentrt.approve(store, run_id, approval.id, by="ops", shown_hash=approval.hash)
+    run_id = waiting_run(any_store, "a" * 32)
+    (approval,) = any_store.pending_approvals(run_id)
+    agentrt.approve(any_store, run_id, approval.id, by="ops", shown_hash=approval.hash)
     other = RecordingTool("mail", SideEffect.REMOTE_MUTATION)
-    (result,) = pusher(store, [other]).recover_sync()
+    (result,) = pusher(any_store, [other]).recover_sync()
     assert result == Recovered(
         run_id,
         RecoverAction.SKIPPED,
         "it was started with tools this driver does not register (push); "
         "it belongs to another program",
     )
-    assert store.get_run(run_id).status == "WAITING_FOR_APPROVAL"
-    (mine,) = pusher(store).recover_sync()
+    assert any_store.get_run(run_id).status == "WAITING_FOR_APPROVAL"
+    (mine,) = pusher(any_store).recover_sync()
     assert mine.action == RecoverAction.RESUMED
 
 
@@ -396,7 +398,7 @@ def test_recover_reports_a_run_whose_row_holds_bytes_that_are_not_text_and_goes_
     assert [c.run_id for c in tool.calls] == [fine]
 
 
-def test_recover_skips_a_run_this_very_driver_is_executing(store: agentrt.Store) -> None:
+def test_recover_skips_a_run_this_very_driver_is_executing(any_store: agentrt.Store) -> None:
     started = threading.Event()
     release = threading.Event()
 
@@ -406,7 +408,7 @@ def test_recover_skips_a_run_this_very_driver_is_executing(store: agentrt.Store)
         return ToolResult({"done": True})
 
     driver = agentrt.Driver(
-        store=store,
+        store=any_store,
         agent=ScriptedAgent([Decision.tool_call("block", {}), Decision.complete()]),
         policy=agentrt.default_policy(),
         tools=[RecordingTool("block", SideEffect.LOCAL_MUTATION, result=block)],
@@ -431,7 +433,7 @@ def test_recover_skips_a_run_this_very_driver_is_executing(store: agentrt.Store)
 
 
 def test_recover_skips_a_run_whose_cancelled_loop_still_has_its_tool_thread_running(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
 ) -> None:
     started = threading.Event()
     release = threading.Event()
@@ -453,7 +455,7 @@ def test_recover_skips_a_run_whose_cancelled_loop_still_has_its_tool_thread_runn
         return ToolResult({"done": True})
 
     driver = agentrt.Driver(
-        store=store,
+        store=any_store,
         agent=ScriptedAgent(
             [Decision.tool_call("block", {}), Decision.tool_call("block", {}), Decision.complete()]
         ),
@@ -479,12 +481,12 @@ def test_recover_skips_a_run_whose_cancelled_loop_still_has_its_tool_thread_runn
 
 
 def test_recover_skips_a_run_this_driver_began_executing_after_it_was_judged(
-    store: agentrt.Store, monkeypatch: pytest.MonkeyPatch
+    any_store: agentrt.Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Two recovers (or a recover and a resume) of one driver race: the later one
     # learns that the run was taken only when its own resume is refused.
     driver = agentrt.Driver(
-        store=store,
+        store=any_store,
         agent=ScriptedAgent([Decision.complete()]),
         policy=agentrt.default_policy(),
         tools=[],
@@ -494,14 +496,14 @@ def test_recover_skips_a_run_this_driver_began_executing_after_it_was_judged(
     async def started_then_cancelled() -> None:
         # The loop is cancelled as the run is created: the run stays RUNNING, its loop gone.
         task = asyncio.create_task(driver.start("goal", run_id=rid))
-        while not store.list_runs():
+        while not any_store.list_runs():
             await asyncio.sleep(0)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
 
     asyncio.run(started_then_cancelled())
-    assert store.get_run(rid).status == "RUNNING"
+    assert any_store.get_run(rid).status == "RUNNING"
     taken = driver._exclusive(rid)
     resume = driver.resume
 

@@ -28,7 +28,7 @@ from support.approvals import PUSH_SCHEMA, approved_run, paused_run, restarted
 from support.rows import snapshot
 
 
-def test_approve_then_resume_executes_the_request_once(store: agentrt.Store) -> None:
+def test_approve_then_resume_executes_the_request_once(any_store: agentrt.Store) -> None:
     args = {
         "branch": "main",
         "force": True,
@@ -39,8 +39,8 @@ def test_approve_then_resume_executes_the_request_once(store: agentrt.Store) -> 
         "note": None,
     }
     tool = RecordingTool("push", SideEffect.REMOTE_MUTATION, schema=PUSH_SCHEMA)
-    driver, run, push = paused_run(store, tool=tool, args=args)
-    (approval,) = store.pending_approvals(run.id)
+    driver, run, push = paused_run(any_store, tool=tool, args=args)
+    (approval,) = any_store.pending_approvals(run.id)
     assert approval.kind == "remote_mutation"
     assert approval.request["args"] == args
     assert approval.hash == agentrt.approval_hash(
@@ -64,7 +64,7 @@ def test_approve_then_resume_executes_the_request_once(store: agentrt.Store) -> 
     assert call.args["meta"] == {"n": 1, "ok": False}
     assert [type(v) for v in call.args["meta"].values()] == [int, bool]
     assert agentrt.canonical_json(call.args) == agentrt.canonical_json(approved)
-    started = [e for e in store.list_events(run_id=run.id) if e.type == "step.tool_started"]
+    started = [e for e in any_store.list_events(run_id=run.id) if e.type == "step.tool_started"]
     assert [e.payload for e in started] == [
         {"tool": "push", "args": approved, "approval_id": approval.id}
     ]
@@ -99,26 +99,26 @@ def test_pending_approval_refuses_resume_and_changes_nothing(
     assert snapshot(db_path) == before
 
 
-def test_approval_ttl_expiry_cancels_the_run(store: agentrt.Store) -> None:
+def test_approval_ttl_expiry_cancels_the_run(any_store: agentrt.Store) -> None:
     clock = FakeClock()
     driver, run, push = paused_run(
-        store, clock=clock, limits=Limits(approval_ttl=timedelta(minutes=10))
+        any_store, clock=clock, limits=Limits(approval_ttl=timedelta(minutes=10))
     )
-    (approval,) = store.pending_approvals(run.id)
+    (approval,) = any_store.pending_approvals(run.id)
     assert approval.expires_at == approval.created_at + timedelta(minutes=10)  # type: ignore[operator]
     clock.advance(timedelta(minutes=11))
     run = driver.resume_sync(run.id)
     assert (run.status, run.reason) == ("CANCELLED", "approval_expired")
-    assert store.get_approval(run.id, approval.id).status == "expired"
+    assert any_store.get_approval(run.id, approval.id).status == "expired"
     with pytest.raises(ApprovalExpiredError):
         driver.approve(run.id, approval.id, by="late")
     assert push.calls == []
 
 
-def test_grant_older_than_grant_ttl_cancels_with_nothing_executed(store: agentrt.Store) -> None:
+def test_grant_older_than_grant_ttl_cancels_with_nothing_executed(any_store: agentrt.Store) -> None:
     clock = FakeClock()
     driver, run, push, _ = approved_run(
-        store, clock=clock, limits=Limits(grant_ttl=timedelta(hours=1))
+        any_store, clock=clock, limits=Limits(grant_ttl=timedelta(hours=1))
     )
     clock.advance(timedelta(hours=2))
     run = driver.resume_sync(run.id)
@@ -127,46 +127,46 @@ def test_grant_older_than_grant_ttl_cancels_with_nothing_executed(store: agentrt
 
 
 def test_changed_tool_description_between_approval_and_resume_pauses_again(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
 ) -> None:
-    driver, run, push, _ = approved_run(store)
+    driver, run, push, _ = approved_run(any_store)
     changed = RecordingTool("push", SideEffect.REMOTE_MUTATION, description="now force-pushes")
-    driver2 = restarted(store, driver.agent, changed)
+    driver2 = restarted(any_store, driver.agent, changed)
     run = driver2.resume_sync(run.id)
     assert run.status == "WAITING_FOR_APPROVAL"
-    approvals = store.list_approvals(run.id)
+    approvals = any_store.list_approvals(run.id)
     assert [a.status for a in approvals] == ["approved", "pending"]
     assert approvals[1].request["spec"]["description"] == "now force-pushes"
     assert approvals[1].step_id == approvals[0].step_id
     assert changed.calls == [] and push.calls == []
-    assert event_types(store, run.id)[-2:] == ["step.policy", "approval.requested"]
+    assert event_types(any_store, run.id)[-2:] == ["step.policy", "approval.requested"]
 
 
 def test_args_failing_the_current_schema_end_the_step_and_the_loop_goes_on(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
 ) -> None:
-    _driver, run, _push, _ = approved_run(store)
+    _driver, run, _push, _ = approved_run(any_store)
     narrowed = RecordingTool(
         "push",
         SideEffect.REMOTE_MUTATION,
         schema={"type": "object", "properties": {"x": {"type": "string"}}},
     )
     agent = ScriptedAgent([Decision.tool_call("push", {"x": 1}), Decision.complete("gave up")])
-    driver2 = restarted(store, agent, narrowed)
+    driver2 = restarted(any_store, agent, narrowed)
     run = driver2.resume_sync(run.id)
     assert (run.status, run.result) == ("COMPLETED", "gave up")
-    first = store.list_steps(run.id)[0]
+    first = any_store.list_steps(run.id)[0]
     assert first.status == "failed"
     assert first.observation is not None and first.observation.kind == "invalid_decision"
     assert "no longer match the current input schema" in first.observation.content["error"]
     assert narrowed.calls == []
 
 
-def test_only_the_latest_grant_counts(store: agentrt.Store) -> None:
+def test_only_the_latest_grant_counts(any_store: agentrt.Store) -> None:
     """An older approved grant of the same step is spent once the step re-paused."""
-    driver, run, push, _ = approved_run(store)
+    driver, run, push, _ = approved_run(any_store)
     changed = RecordingTool("push", SideEffect.REMOTE_MUTATION, description="changed")
-    driver2 = restarted(store, driver.agent, changed)
+    driver2 = restarted(any_store, driver.agent, changed)
     assert driver2.resume_sync(run.id).status == "WAITING_FOR_APPROVAL"
     # The first grant is approved, but the latest approval is pending: no execution.
     with pytest.raises(RunStateError, match="still pending"):
@@ -174,7 +174,7 @@ def test_only_the_latest_grant_counts(store: agentrt.Store) -> None:
     assert push.calls == [] and changed.calls == []
 
 
-def test_policy_is_asked_again_on_resume_and_a_denial_wins(store: agentrt.Store) -> None:
+def test_policy_is_asked_again_on_resume_and_a_denial_wins(any_store: agentrt.Store) -> None:
     answers: list[str] = []
 
     class Flipping:
@@ -186,11 +186,11 @@ def test_policy_is_asked_again_on_resume_and_a_denial_wins(store: agentrt.Store)
                 return PolicyDecision.require_approval("remote_mutation", "ask", {"t": 1})
             return PolicyDecision.deny("changed my mind")
 
-    driver, run, push, _ = approved_run(store, policy=Flipping())
+    driver, run, push, _ = approved_run(any_store, policy=Flipping())
     run = driver.resume_sync(run.id)
     assert answers == ["RUNNING", "WAITING_FOR_APPROVAL"]  # asked again while still waiting
     assert push.calls == []
-    first = store.list_steps(run.id)[0]
+    first = any_store.list_steps(run.id)[0]
     assert first.observation is not None
     assert first.observation.content == {"tool": "push", "reason": "changed my mind"}
     assert run.status == "COMPLETED"  # the loop went on to the agent's next decision

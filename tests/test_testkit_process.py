@@ -24,6 +24,7 @@ import agentrt
 import support.scenarios as ts
 from agentrt import ApprovalStatus, RunStatus, StepStatus, TerminalReason
 from agentrt._driver import run_sync as run_coro
+from agentrt.lowlevel import schema_of, with_schema
 from agentrt.testkit import (
     Crash,
     Point,
@@ -33,12 +34,13 @@ from agentrt.testkit import (
     run_sync,
 )
 from agentrt.testkit.plugin import _marker_args, case_id
+from support.database import on_postgres
 from support.testkit_children import forked_process_mode
 
 SIGKILLED = -9
 
 
-def play(ref: str, *crashes: Crash, db: Path) -> agentrt.testkit.Result:
+def play(ref: str, *crashes: Crash, db: Path | str) -> agentrt.testkit.Result:
     return run_sync(ref, *crashes, mode="process", db_path=db)
 
 
@@ -46,18 +48,21 @@ def play(ref: str, *crashes: Crash, db: Path) -> agentrt.testkit.Result:
 # Dozens of real children, each paying an interpreter's start: on shared cores this
 # runs past the suite's two-minute hang guard without hanging (it judges no time).
 @pytest.mark.timeout(600)
-def test_full_crash_matrix_in_process_mode_holds_with_real_sigkills() -> None:
+def test_full_crash_matrix_in_process_mode_holds_with_real_sigkills(database: str) -> None:
     # Every point of every step; the crashes during recovery (three children a case)
     # only in the recovery of the approved charge on step 1, which passes every recovery
     # point (the harness matrix has them all), to keep the time down.
     # Its children are forked from a prepared process (support/testkit_children.py):
     # real processes, killed by real SIGKILLs, without an interpreter's start each.
+    # On SQLite (a file a case) and on PostgreSQL (a schema a case), where a child
+    # killed inside a transaction leaves the server to roll back its dropped connection.
     resumed = Crash(1, Point.AFTER_RESUMED)
     with forked_process_mode():
         matrix = crash_matrix_sync(
             "support.scenarios:checkout",
             "process",
             workers=4,
+            directory=database,
             select=lambda crashes: len(crashes) == 1 or crashes[0] == resumed,
         )
     matrix.assert_ok()
@@ -99,16 +104,61 @@ def test_a_loop_over_a_gate_holds_its_crash_matrix_with_real_sigkills() -> None:
         assert len(case.result.calls("charge")) >= 1
 
 
+@pytest.mark.parametrize("keep", [False, True])
+def test_a_matrix_on_a_database_of_each_kind_removes_its_cases_unless_kept(
+    database: str, keep: bool
+) -> None:
+    # `directory` names a folder (SQLite) or a URL whose schema prefixes one schema a
+    # case (PostgreSQL): what the cases leave is removed when they hold, unless kept.
+    def one(crashes: tuple[Crash, ...]) -> bool:
+        return crashes == (Crash(0, Point.AFTER_TOOL_STARTED, inside_tx=True),)
+
+    with forked_process_mode():  # as in the matrices above
+        matrix = crash_matrix_sync(
+            "support.scenarios:small",
+            "process",
+            directory=database,
+            recovery=False,
+            select=one,
+            keep_files=keep,
+        )
+    matrix.assert_ok()
+    [case] = matrix.cases
+    assert case.result is not None and case.result.exit_codes == (SIGKILLED, 0)
+    assert (matrix.directory is not None) == keep
+    if on_postgres(database):
+        prefix = schema_of(database)
+        made = [with_schema(database, f"{prefix}_{name}") for name in ("clean", "c0000")]
+        assert [matrix.clean.db_path, case.result.db_path] == made
+        for url, result in zip(made, (matrix.clean, case.result), strict=True):
+            if keep:
+                with agentrt.open_existing(url, read_only=True) as kept:
+                    assert kept.get_run(result.run_id).status == RunStatus.COMPLETED
+            else:
+                with pytest.raises(agentrt.SchemaVersionError, match="no agentrt schema"):
+                    agentrt.open_existing(url, read_only=True)
+    else:
+        folder = Path(database)
+        assert [matrix.clean.db_path, case.result.db_path] == [
+            folder / "clean.db",
+            folder / "case-0000.db",
+        ]
+        assert folder.is_dir() == keep
+
+
 class TestSigkill:
-    def test_sigkill_inside_a_transaction_leaves_none_of_its_writes(self, tmp_path: Path) -> None:
+    def test_sigkill_inside_a_transaction_leaves_none_of_its_writes(self, database: str) -> None:
+        # On SQLite and on PostgreSQL, where the child dies holding an open transaction
+        # on its connection and the server rolls it back.
         result = play(
             "support.scenarios:checkout",
             Crash(0, Point.AFTER_DECIDED, inside_tx=True),
-            db=tmp_path / "tx.db",
+            db=database,
         )
         assert result.exit_codes == (SIGKILLED, 0)
         [fired] = result.crashes_reached
         assert fired.lost_event and not fired.lost_present
+        assert fired.lost_event not in {e.hash for e in result.events}
         # The step's claim and decision were written inside the killed transaction (the
         # one that would have started its tool, decision 0088): none of it is on file, the
         # takeover found no step in flight, and the agent was asked for step 0 again.
@@ -125,11 +175,11 @@ class TestSigkill:
         assert [c.process for c in result.calls("lookup")] == [2]
         assert result.run.status == RunStatus.COMPLETED
 
-    def test_sigkill_inside_the_pause_transaction_leaves_no_approval(self, tmp_path: Path) -> None:
+    def test_sigkill_inside_the_pause_transaction_leaves_no_approval(self, database: str) -> None:
         result = play(
             "support.scenarios:checkout",
             Crash(1, Point.AFTER_PAUSED, inside_tx=True),
-            db=tmp_path / "pause.db",
+            db=database,
         )
         assert result.exit_codes == (SIGKILLED, 0)
         # The pause, with step 1's claim and decision, was killed before its COMMIT:

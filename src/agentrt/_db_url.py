@@ -77,4 +77,34 @@ def redact_db(text: str, path: str) -> str:
     return text
 
 
-__all__ = ["HIDDEN", "is_db_url", "redact_db", "shown_db"]
+DEFAULT_SCHEMA = "agentrt"
+"""The schema a PostgreSQL URL without `schema=` names (docs/postgres.md)."""
+
+
+def schema_of(url: str) -> str:
+    """The schema a PostgreSQL URL names (`?schema=`, `agentrt` without one)."""
+    query = url.split("?", 1)[1] if "?" in url else ""
+    found = DEFAULT_SCHEMA
+    for part in query.split("&"):
+        key, _, value = part.partition("=")
+        if unquote(key) == "schema":
+            found = unquote(value)
+    return found
+
+
+def with_schema(url: str, schema: str) -> str:
+    """The PostgreSQL URL `url` naming `schema` instead (its other parameters kept)."""
+    base, _, query = url.partition("?")
+    kept = [p for p in query.split("&") if p and unquote(p.partition("=")[0]) != "schema"]
+    return base + "?" + "&".join([*kept, f"schema={schema}"])
+
+
+__all__ = [
+    "DEFAULT_SCHEMA",
+    "HIDDEN",
+    "is_db_url",
+    "redact_db",
+    "schema_of",
+    "shown_db",
+    "with_schema",
+]

@@ -36,10 +36,16 @@ What it holds:
   reasons)` returns the run's steps whose decoded decision gives one of those
   reasons, in step order, in one indexed read whatever the run's length, and
   `step_of_run(store, run_id, step_id)` one step by its id (docs/decisions/0060).
-- **Named reads** over a plain `sqlite3` connection to the database, for checks
-  that must not go through a `Store` (a crash test reading a file a killed
-  process left): `plain_reader` opens such a connection read-only,
-  `newest_event`, `event_hash_exists` and `every_record_id`.
+- **Named reads** over a plain `sqlite3` connection to a SQLite file, outside any
+  `Store`: `plain_reader` opens such a connection read-only, `newest_event`,
+  `event_hash_exists` and `every_record_id`. (The crash test kit no longer
+  uses them: it reads through the store interface, on SQLite and PostgreSQL
+  alike, docs/decisions/0097.)
+- **Databases by name.** `is_db_url` (a `postgresql://` URL, not a file's
+  path), `shown_db` (as it may be printed, its password hidden), `schema_of`
+  and `with_schema` (the schema a URL names, and the URL naming another), and
+  `drop_postgres_schema` (drop a schema made to be thrown away, as the kit's
+  crash matrix does with its cases').
 """
 
 from __future__ import annotations
@@ -61,6 +67,7 @@ from ._commit_plan import (
     POINT_TOOL_FINISHED,
     POINT_TOOL_STARTED,
 )
+from ._db_url import is_db_url, schema_of, shown_db, with_schema
 from ._events import STEP_INTERRUPTED, STEP_RECONCILED, STEP_TOOL_FINISHED, STEP_TOOL_STARTED
 from ._policy import INTERRUPTED_SIDE_EFFECT, evaluate, policy_id_of
 from ._records import JSON
@@ -70,6 +77,7 @@ from ._session import (
     run_sync,
     validate_policy_decision,
 )
+from ._store import drop_postgres_schema
 from ._store.sqlite._reads import event_hash_exists, every_record_id, newest_event, plain_reader
 from ._tools import tool_class
 
@@ -116,18 +124,23 @@ __all__ = [
     "Probe",
     "RunSession",
     "copy_json",
+    "drop_postgres_schema",
     "evaluate",
     "event_hash_exists",
     "every_record_id",
+    "is_db_url",
     "newest_event",
     "parse_json",
     "parse_time",
     "plain_reader",
     "policy_id_of",
     "run_sync",
+    "schema_of",
+    "shown_db",
     "step_of_run",
     "steps_with_reasons",
     "tool_class",
     "validate_policy_decision",
     "wall_clock",
+    "with_schema",
 ]

@@ -126,6 +126,46 @@ def test_a_runs_event_positions_are_read_from_its_end(backend: Backend) -> None:
     assert (store.last_event_seq("nope"), store.event_count("nope")) == (0, 0)
 
 
+def test_the_newest_event_the_record_ids_and_an_event_hash_are_read(backend: Backend) -> None:
+    # The crash test kit's reads (the newest recorded time, every id a rebuilt id
+    # factory must skip, whether a lost transaction's event is on file).
+    store = backend.open()
+    assert (store.newest_event(), store.newest_event("ra"), store.record_ids()) == (
+        None,
+        None,
+        set(),
+    )
+    new_run(store, "ra")
+    approval = waiting_run(store, "rb")
+    first = store.list_events(run_id="ra", cap=None)
+    second = store.list_events(run_id="rb", cap=None)
+    assert store.newest_event("ra") == first[-1]
+    assert store.newest_event() == store.newest_event("rb") == second[-1]
+    assert store.newest_event("nope") is None
+    assert store.event_hash_exists(first[0].hash)
+    assert not store.event_hash_exists("0" * 64)
+    steps = {s.id for s in store.list_steps("rb")}
+    assert len(steps) == 1
+    assert store.record_ids() == {"ra", "rb", approval.id} | steps
+
+
+def test_a_transactions_own_events_are_newest_on_its_store_and_absent_elsewhere(
+    backend: Backend,
+) -> None:
+    store = backend.open()
+    new_run(store, "ra")
+    committed = store.newest_event("ra")
+    reader = backend.reader()
+    with store.transaction() as tx:
+        tx.go_on_after_interruption("ra", {}, at(1))
+        mine = tx.events[-1]
+        assert store.newest_event("ra") == store.newest_event() == mine
+        assert store.event_hash_exists(mine.hash)
+        assert reader.newest_event("ra") == reader.newest_event() == committed
+        assert not reader.event_hash_exists(mine.hash)
+    assert reader.newest_event("ra") == mine
+
+
 def test_run_ids_are_found_by_prefix_in_order_within_a_limit(backend: Backend) -> None:
     store = backend.open()
     for run_id in ("ab2", "ab1", "b", "a_c", "ab%"):

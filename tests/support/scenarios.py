@@ -22,6 +22,8 @@ from agentrt._model import Message, ModelRequest, ModelResponse, TextBlock, Usag
 from agentrt.scripted import ScriptedAgent
 from agentrt.testkit import LoopContext, Scenario, Verdict, always, by_kind
 
+from .database import BRIEF_LEASE
+
 # Long enough that no load lapses a live lease: the harness waits a dead owner's lease
 # out on its own clock, and a real process that died is proved dead at once.
 LEASE = timedelta(seconds=30)
@@ -276,6 +278,21 @@ def gate_checkout() -> Scenario:
     scenario = checkout()
     scenario.loop = gate_loop
     scenario.name = "gate_checkout"
+    return scenario
+
+
+def checkout_brief() -> Scenario:
+    """checkout with a lease of `support.database.BRIEF_LEASE`: what the harness waits out
+    in real time after a crash on PostgreSQL, whose lease clock it cannot move."""
+    scenario = checkout()
+    scenario.lease_ttl = BRIEF_LEASE
+    return scenario
+
+
+def gate_checkout_brief() -> Scenario:
+    """gate_checkout with a lease of `support.database.BRIEF_LEASE` (see `checkout_brief`)."""
+    scenario = gate_checkout()
+    scenario.lease_ttl = BRIEF_LEASE
     return scenario
 
 

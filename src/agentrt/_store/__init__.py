@@ -16,6 +16,7 @@ import os
 from collections.abc import Mapping
 from typing import Any, cast
 
+from .._errors import ConfigError
 from .._records import Run
 from ._base import Renewer, Snapshot, Store, Tx
 from .sqlite import open_sqlite_existing, open_sqlite_store
@@ -67,6 +68,17 @@ def open_existing(path: str | os.PathLike[str], read_only: bool = False) -> Stor
     return open_sqlite_existing(path, read_only)
 
 
+def drop_postgres_schema(url: str) -> bool:
+    """Drop the PostgreSQL schema `url` names, with everything in it (False: there was
+    none); `ConfigError` for anything but a `postgresql://` URL. For records made to be
+    thrown away (the crash test kit's cases)."""
+    if not _is_postgres(url):
+        raise ConfigError(f"not a postgresql:// URL: {url!r}")
+    from .postgres import drop_schema
+
+    return drop_schema(url)
+
+
 def run_from_columns(columns: Mapping[str, Any]) -> Run:
     """A run from the columns of its `runs` record (the record format's names: `status`,
     `limits_json`, `created_at`, ...), decoded as every store decodes a read of its row:
@@ -80,6 +92,7 @@ __all__ = [
     "Snapshot",
     "Store",
     "Tx",
+    "drop_postgres_schema",
     "open_existing",
     "open_store",
     "run_from_columns",

@@ -591,6 +591,17 @@ class Store(Protocol):
     def last_event_seq(self, run_id: str) -> int:
         """The seq of the run's last event (0 when it has none)."""
 
+    def newest_event(self, run_id: str | None = None) -> Event | None:
+        """The event with the highest seq, of the run or of the whole record, whole; None
+        when there is none. Inside a transaction open on this store (on its thread), that
+        transaction's own events count: a store opened apart sees only what is committed."""
+
+    def event_hash_exists(self, event_hash: str) -> bool:
+        """Whether an event with this hash is in the record."""
+
+    def record_ids(self) -> set[str]:
+        """Every id of every run, step, approval and model call in the record."""
+
     def event_count(self, run_id: str) -> int: ...
 
     def event_seq_from_end(self, run_id: str, back: int) -> int:

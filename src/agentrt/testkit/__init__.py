@@ -13,6 +13,13 @@ reaches, the recovery points a crash leads to included, and prints the
 outcomes as a table; the pytest plugin (`agentrt.testkit.plugin`, loaded only
 when asked for: `-p agentrt.testkit.plugin`) parametrizes one test over that
 matrix.
+The database is a SQLite file or a PostgreSQL schema (`db_path` takes a path
+or a `postgresql://...?schema=NAME` URL; `crash_matrix(directory=URL)` gives
+each case a schema of its own): the kit reads the record only through the
+store interface, and both modes hold on both backends. On PostgreSQL the
+harness cannot move the server's lease clock, so it waits a simulated crash's
+lease out in real time (use a short `lease_ttl` there); process mode takes
+over at once from a child proved dead (docs/recovery.md, decision 0097).
 `check_policy` and `fuzz_args` test a policy and a tool's schema on their own;
 `assert_rechecks_same` re-checks a scenario's run with its policy (or a changed one).
 

@@ -1,7 +1,8 @@
 """One process's life in a scenario, and the in-process harness that kills it on purpose.
 
 `Life` is what every process of a scenario does, real (process mode) or
-simulated (here): open the file, build a fresh Driver with the kit's probes,
+simulated (here): open the database (a SQLite file or a PostgreSQL schema),
+build a fresh Driver with the kit's probes,
 start the run or recover it, and keep going as a restarted program would:
 resume a RUNNING run (refused with `RunLeasedError` until a dead owner's lease
 expires, so it retries in small, bounded sleeps; in the harness, whose
@@ -15,8 +16,9 @@ process: at an after-commit point the driver's task is parked forever (it
 awaits an event nobody sets), its heartbeat is stopped without releasing the
 lease, and its database handle is closed under it. Inside a transaction, the
 handle is closed on the I/O thread before the COMMIT, which rolls the
-transaction back. The next "process" is a fresh Driver on a fresh open of the
-same file and, when the scenario is given by a factory, a fresh Scenario built
+transaction back (on PostgreSQL the server rolls back what the closed connection
+held). The next "process" is a fresh Driver on a fresh open of the
+same database and, when the scenario is given by a factory, a fresh Scenario built
 by it: nothing the dead process held in memory (an agent's or a tool's state)
 survives into the next one, as it would not survive a real death. A Scenario
 instance cannot be rebuilt, so its objects are shared by every simulated
@@ -24,6 +26,15 @@ process (`SharedScenarioWarning`). At the end the parked tasks are cancelled,
 which is when a careless implementation would write (their cancellation
 handlers try to record and to release the lease): the harness checks that the
 record did not change.
+
+Every read the kit makes of the record goes through the store interface
+(`Store.newest_event`, `event_hash_exists`, `record_ids`, and the reads a
+`Result` is built from), on the dying process's own store for what its open
+transaction wrote and on a store opened apart for what is committed, so the
+same checks hold on SQLite and on PostgreSQL. A store whose lease clock is not
+the wall (PostgreSQL judges leases by the server's clock) cannot have it moved:
+there the harness waits a dead owner's lease out in real time, in one sleep to
+the expiry the refusal named (decision 0097).
 """
 
 from __future__ import annotations
@@ -49,11 +60,10 @@ from .. import (
     RunStatus,
     Store,
     StoreError,
-    lowlevel,
     open_existing,
     open_store,
 )
-from ..lowlevel import Clock, IdFactory, RunSession, parse_time, wall_clock
+from ..lowlevel import Clock, IdFactory, RunSession, is_db_url, wall_clock
 from ._journal import Journal, SeenAgent, read_journal, seen_tool
 from ._scenario import (
     Crash,
@@ -106,7 +116,7 @@ class ProcessPlan:
         crashes: Sequence[Crash],
         crash_index: int,
         *,
-        db_path: Path,
+        db_path: str | Path,
         journal_path: Path,
         run_id: str,
         fresh_process: bool,
@@ -174,7 +184,7 @@ class Life:
         if plan.fresh_process:
             # A factory rebuilt in a new process starts its fake clock and its id
             # sequence over: guard both against what earlier processes recorded.
-            floor, used = recorded_floor_and_ids(plan.db_path)
+            floor, used = floor_and_ids(self.store)
             clock = floor_clock(clock, floor)
             if new_id is not None:
                 new_id = skipping_ids(new_id, used | {plan.run_id})
@@ -359,10 +369,24 @@ class Life:
                     # Waiting is the clock's to do here: one refusal, then the lease
                     # has run out, however slowly the machine got there.
                     self.virtual_wall.pass_beyond(exc.expires_at)
+                    now = self._lease_clock()
+                    if now > exc.expires_at:
+                        continue
+                    # The store judges leases by a clock of its own (a server's), which
+                    # no harness can move: the lease is waited out in real time, in one
+                    # sleep (the dead owner's heartbeat is stopped: it cannot move).
+                    if time.monotonic() >= deadline:
+                        raise
+                    left = (exc.expires_at - now).total_seconds()
+                    await asyncio.sleep(min(left + 0.005, max(0.0, deadline - time.monotonic())))
                     continue
                 if time.monotonic() >= deadline:
                     raise
                 await asyncio.sleep(_until(exc.expires_at, ttl, self.wall))
+
+    def _lease_clock(self) -> datetime:
+        """The time the store judges leases by (the wall for SQLite, a server's clock)."""
+        return self.store.lease_now(self.wall)
 
 
 class VirtualWall:
@@ -398,7 +422,7 @@ def _until(expires_at: datetime | None, ttl: float, wall: Clock = wall_clock) ->
     return max(0.005, min(left + 0.005, 0.1))
 
 
-def note_crash_checked(journal_path: Path, process: int, db_path: Path) -> None:
+def note_crash_checked(journal_path: Path, process: int, db_path: str | Path) -> None:
     """Right after process `process` died: is the event of its lost transaction on file?
 
     Checked before anything else runs, because a later process may legitimately
@@ -410,8 +434,8 @@ def note_crash_checked(journal_path: Path, process: int, db_path: Path) -> None:
             lost = str(rec.get("lost_event", ""))
     if not lost:
         return
-    with lowlevel.plain_reader(str(db_path)) as conn:
-        present = lowlevel.event_hash_exists(conn, lost)
+    with open_existing(str(db_path), read_only=True) as store:
+        present = store.event_hash_exists(lost)
     supervisor = Journal(journal_path, 0)
     try:
         supervisor.append("crash.checked", crashed=process, lost_present=present)
@@ -431,27 +455,33 @@ def _uncommitted_head(session: RunSession, db_path: str) -> str:
     """The newest event the open transaction wrote, '' if it wrote none.
 
     The store's own connection (this thread is inside its transaction) sees the
-    transaction's events; a separate read connection sees only what is committed.
+    transaction's events; a store opened apart sees only what is committed.
     """
-    _, mine = session.config.store.chain_head()
-    with lowlevel.plain_reader(db_path) as conn:
-        newest = lowlevel.newest_event(conn)
-    committed = str(newest[0]) if newest is not None else ""
-    return mine if mine != committed else ""
+    mine = session.config.store.newest_event(session.run_id)
+    with open_existing(db_path, read_only=True) as other:
+        committed = other.newest_event(session.run_id)
+    if mine is None or (committed is not None and committed.hash == mine.hash):
+        return ""
+    return mine.hash
 
 
 def recorded_floor_and_ids(db_path: str) -> tuple[datetime | None, set[str]]:
-    if not os.path.exists(db_path):
+    """The newest time recorded and every id recorded, read through the store interface
+    (nothing when the database does not exist or holds no agentrt record yet)."""
+    if not is_db_url(db_path) and not os.path.exists(db_path):
         return None, set()
     try:
-        with lowlevel.plain_reader(db_path) as conn:
-            row = lowlevel.newest_event(conn)
-            ids = {str(i) for i in lowlevel.every_record_id(conn)}
+        with open_existing(db_path, read_only=True) as store:
+            return floor_and_ids(store)
     except StoreError:
-        # Not an agentrt file yet (created, never migrated): nothing recorded.
+        # Not an agentrt record yet (created, never migrated): nothing recorded.
         return None, set()
-    floor = parse_time(str(row[1])) if row is not None else None
-    return floor, ids
+
+
+def floor_and_ids(store: Store) -> tuple[datetime | None, set[str]]:
+    """`recorded_floor_and_ids` on a store already open (a process's own, before it writes)."""
+    newest = store.newest_event()
+    return (newest.at if newest is not None else None), store.record_ids()
 
 
 def skipping_ids(new_id: IdFactory, used: set[str]) -> IdFactory:
@@ -509,7 +539,7 @@ async def run_in_process(
     scenario: ScenarioSource,
     crashes: Sequence[Crash],
     *,
-    db_path: Path,
+    db_path: str | Path,
     run_id: str,
     journal_path: Path,
     timeout: float,
@@ -569,7 +599,7 @@ async def run_in_process(
 
 
 async def _reap(
-    parked: list[tuple[asyncio.Task[None], Life]], db_path: Path, run_id: str
+    parked: list[tuple[asyncio.Task[None], Life]], db_path: str | Path, run_id: str
 ) -> list[str]:
     """Cancel the crashed processes' tasks and prove none of them wrote anything."""
     if not parked:
@@ -586,9 +616,9 @@ async def _reap(
     return []
 
 
-def _snapshot(db_path: Path, run_id: str) -> tuple[Any, ...]:
+def _snapshot(db_path: str | Path, run_id: str) -> tuple[Any, ...]:
     try:
-        with open_existing(db_path, read_only=True) as store:
+        with open_existing(str(db_path), read_only=True) as store:
             run = store.get_run(run_id)
             steps = tuple((s.id, str(s.status)) for s in store.list_steps(run_id))
             lease = store.lease(run_id)
@@ -601,6 +631,7 @@ __all__ = [
     "Crasher",
     "Life",
     "ProcessPlan",
+    "floor_and_ids",
     "note_crash_checked",
     "recorded_floor_and_ids",
     "run_in_process",

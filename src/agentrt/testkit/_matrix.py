@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import ConfigError, RunStatus
+from ..lowlevel import drop_postgres_schema, is_db_url, schema_of, shown_db, with_schema
 from ..lowlevel import run_sync as _run_coro
 from ._result import ProbeHit, Result
 from ._runner import MODES, shared_warning
@@ -122,7 +123,9 @@ class CrashMatrix:
     mode: str
     clean: Result
     cases: tuple[MatrixCase, ...]
-    directory: Path | None = None  # kept when a case failed, for inspection
+    # Kept when a case failed, for inspection: the folder of the cases' files, or the
+    # PostgreSQL URL whose schema is the prefix of the cases' schemas.
+    directory: Path | str | None = None
 
     @property
     def violations(self) -> list[tuple[str, Violation]]:
@@ -176,7 +179,7 @@ class CrashMatrix:
             out += ["", "violations:"]
             out += [f"  [{label}] {v}" for label, v in failed]
             if self.directory is not None:
-                out.append(f"databases kept in {self.directory}")
+                out.append(f"databases kept in {shown_db(str(self.directory))}")
         return "\n".join(out)
 
 
@@ -300,39 +303,68 @@ def _check_args(mode: str, depth: int) -> None:
 
 
 class _Player:
-    """Plays cases `workers` at a time, each on its own thread (and event loop) and file."""
+    """Plays cases `workers` at a time, each on its own thread (and event loop) and database:
+    a file each in the folder `base`, or a schema each named after the schema of the
+    PostgreSQL URL `base` (`PREFIX_clean`, `PREFIX_c0001`, ...)."""
 
     def __init__(
-        self, scenario: ScenarioSource, mode: str, base: Path, workers: int, timeout: float
+        self, scenario: ScenarioSource, mode: str, base: Path | str, workers: int, timeout: float
     ) -> None:
         self.scenario = scenario
         self.mode = mode
         self.base = base
         self.timeout = timeout
         self.counter = iter(range(10 * _MAX_CASES))
+        self.made: list[str] = []  # the schemas made on a server, to drop after
         # A pool of its own: the default executor's few threads would cap `workers`,
         # and a process-mode case mostly waits on its children.
         self.pool = ThreadPoolExecutor(max(1, workers), thread_name_prefix="agentrt-matrix")
 
-    async def _play(self, crashes: tuple[Crash, ...], path: Path) -> Result:
+    def _database(self, name: str) -> Path | str:
+        if isinstance(self.base, Path):
+            return self.base / f"{name}.db"
+        url = with_schema(self.base, f"{schema_of(self.base)}_{name}")
+        self.made.append(url)
+        return url
+
+    async def _play(self, crashes: tuple[Crash, ...], database: Path | str) -> Result:
         run = functools.partial(
-            _run_blocking, self.scenario, crashes, self.mode, path, self.timeout
+            _run_blocking, self.scenario, crashes, self.mode, database, self.timeout
         )
         return await asyncio.get_running_loop().run_in_executor(self.pool, run)
 
     async def clean(self) -> Result:
-        return await self._play((), self.base / "clean.db")
+        return await self._play((), self._database("clean"))
 
     async def __call__(self, crashes: tuple[Crash, ...]) -> MatrixCase:
-        path = self.base / f"case-{next(self.counter):04d}.db"
+        number = next(self.counter)
+        name = f"case-{number:04d}" if isinstance(self.base, Path) else f"c{number:04d}"
         try:
-            result = await self._play(crashes, path)
+            result = await self._play(crashes, self._database(name))
         except Exception as exc:  # the case could not be played: report it as a cell
             return MatrixCase(crashes, None, f"{type(exc).__name__}: {exc}")
         return MatrixCase(crashes, result)
 
     def close(self) -> None:
         self.pool.shutdown(wait=True)
+
+    def remove(self) -> None:
+        """Remove every case's database: the folder, or the schemas made."""
+        if isinstance(self.base, Path):
+            shutil.rmtree(self.base, ignore_errors=True)
+        for url in self.made:
+            drop_postgres_schema(url)
+        self.made.clear()
+
+
+def _base_of(directory: str | Path | None, prefix: str) -> Path | str:
+    """Where a matrix's cases go: the folder given (made if missing), the PostgreSQL URL
+    given, or a new temporary folder."""
+    if directory is not None and is_db_url(str(directory)):
+        return str(directory)
+    base = Path(directory) if directory is not None else Path(tempfile.mkdtemp(prefix=prefix))
+    base.mkdir(parents=True, exist_ok=True)
+    return base
 
 
 async def crash_matrix(
@@ -362,18 +394,19 @@ async def crash_matrix(
     recovery point after every first crash (and covers the recoveries from
     those). `select(crashes)` False leaves a case out (and the recoveries it
     would lead to), e.g. `lambda c: len(c) == 1 or c[-1].step == 1`.
+
+    `directory` is where the cases' databases go: a folder (a file each; a new
+    temporary one when None), or a PostgreSQL URL whose schema (`?schema=PREFIX`)
+    prefixes the cases' schemas (`PREFIX_clean`, `PREFIX_c0000`, ...). They are
+    removed (the folder, or the schemas) when every case holds, unless
+    `keep_files`; kept for inspection otherwise (`CrashMatrix.directory`).
     """
     _check_args(mode, depth)
     if isinstance(scenario, Scenario):
         workers = 1
         warnings.warn(shared_warning(scenario), SharedScenarioWarning, stacklevel=2)
     title = build(scenario).title if not isinstance(scenario, str) else scenario
-    base = (
-        Path(directory)
-        if directory is not None
-        else Path(tempfile.mkdtemp(prefix="agentrt-matrix-"))
-    )
-    base.mkdir(parents=True, exist_ok=True)
+    base = _base_of(directory, "agentrt-matrix-")
     player = _Player(scenario, mode, base, workers, timeout)
     try:
         clean = await player.clean()
@@ -390,7 +423,7 @@ async def crash_matrix(
         player.close()
     matrix = CrashMatrix(title, mode, clean, tuple(played))
     if matrix.ok and not keep_files:
-        shutil.rmtree(base, ignore_errors=True)
+        player.remove()
         return matrix
     return CrashMatrix(title, mode, clean, tuple(played), directory=base)
 
@@ -405,18 +438,20 @@ async def matrix_cases(
     workers: int = 4,
     timeout: float = 120.0,
     select: Select | None = None,
+    directory: str | Path | None = None,
 ) -> tuple[Result, Cases]:
     """The clean run and the crashes of every case `crash_matrix` would play, in order.
 
     To know which recovery points a crash leads to, the kit must play it: every
     level but the last is played here (on temporary files, removed after), as
     the pytest plugin does at collection. With `recovery=False` and `depth=1`
-    only the clean run is played (that is `discover`).
+    only the clean run is played (that is `discover`). `directory` is as for
+    `crash_matrix` (a folder or a PostgreSQL URL); what is played there is removed.
     """
     _check_args(mode, depth)
     if isinstance(scenario, Scenario):
         workers = 1
-    base = Path(tempfile.mkdtemp(prefix="agentrt-matrix-plan-"))
+    base = _base_of(directory, "agentrt-matrix-plan-")
     player = _Player(scenario, mode, base, workers, timeout)
     try:
         clean = await player.clean()
@@ -431,7 +466,7 @@ async def matrix_cases(
         )
     finally:
         player.close()
-        shutil.rmtree(base, ignore_errors=True)
+        player.remove()
     return clean, [c.crashes for c in played] + rest
 
 
@@ -466,7 +501,11 @@ def crash_matrix_sync(
 
 
 def _run_blocking(
-    scenario: ScenarioSource, crashes: tuple[Crash, ...], mode: str, path: Path, timeout: float
+    scenario: ScenarioSource,
+    crashes: tuple[Crash, ...],
+    mode: str,
+    path: Path | str,
+    timeout: float,
 ) -> Result:
     # Each case on its own thread and event loop: a case that hangs or parks
     # tasks cannot disturb another.

@@ -12,7 +12,13 @@ The child (`python -m agentrt.testkit._process '<json>'`) rebuilds the scenario
 from its factory reference, lives one `Life`, and at its crash point sends
 itself SIGKILL: after the commit, in the driver's task; inside a transaction,
 on the store's I/O thread before the COMMIT, so that transaction never reaches
-the file. Nothing runs after the signal: no handler, no `finally`, no atexit.
+the file (on PostgreSQL the child dies holding the transaction open on its
+connection; the server sees the connection drop and rolls it back). Nothing
+runs after the signal: no handler, no `finally`, no atexit.
+
+The plan, the database's name included, is the child's one argument: a
+PostgreSQL URL holding a password would show in the process list, so give the
+password another way (`PGPASSWORD`, a `.pgpass` file, or trust on a test server).
 """
 
 from __future__ import annotations
@@ -94,7 +100,7 @@ def run_in_children(
     factory: str,
     crashes: Sequence[Crash],
     *,
-    db_path: Path,
+    db_path: str | Path,
     run_id: str,
     journal_path: Path,
     timeout: float,

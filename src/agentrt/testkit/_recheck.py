@@ -33,7 +33,7 @@ def recheck(
         built = build(scenario)
         policy = built.policy
         tools = list(built.tools) if tools is None else tools
-    with open_existing(result.db_path, read_only=True) as store:
+    with open_existing(str(result.db_path), read_only=True) as store:
         return recheck_run(store, result.run_id, policy, tools)
 
 

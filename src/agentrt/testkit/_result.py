@@ -27,7 +27,7 @@ from .. import (
     VerifyReport,
     open_existing,
 )
-from ..lowlevel import JSON
+from ..lowlevel import JSON, shown_db
 from ._journal import read_journal
 from ._scenario import Crash, Point, Verdict
 from ._violation import InvariantError, Violation
@@ -107,7 +107,8 @@ class Result:
 
     scenario: str
     mode: str
-    db_path: Path
+    # The database: a SQLite file's Path, or a PostgreSQL URL (a str) naming its schema.
+    db_path: Path | str
     run: Run
     steps: tuple[Step, ...]
     approvals: tuple[Approval, ...]
@@ -177,7 +178,7 @@ class Result:
             f"  tool calls seen: {calls or 'none'}\n"
             f"  processes: {self.processes}, resumes: {self.resumes}, "
             f"refused while leased: {self.refusals}\n"
-            f"  database: {self.db_path}"
+            f"  database: {shown_db(str(self.db_path))}"
         )
 
     def check(self) -> None:
@@ -190,7 +191,7 @@ def collect(
     *,
     scenario: str,
     mode: str,
-    db_path: Path,
+    db_path: Path | str,
     run_id: str,
     journal_path: Path,
     crashes: Sequence[Crash],
@@ -199,7 +200,7 @@ def collect(
     script: Sequence[Decision | None] | None = None,
 ) -> Result:
     """Read the record and the journal into a `Result` (violations not yet checked)."""
-    with open_existing(db_path, read_only=True) as store:
+    with open_existing(str(db_path), read_only=True) as store:
         run = store.get_run(run_id)
         steps = tuple(store.list_steps(run_id, cap=None))
         approvals = tuple(store.list_approvals(run_id, cap=None))

@@ -20,7 +20,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from .. import ConfigError, NotFoundError
+from .. import ConfigError, NotFoundError, SchemaVersionError
+from ..lowlevel import is_db_url, schema_of
 from ..lowlevel import run_sync as _run_coro
 from ._harness import recorded_floor_and_ids, run_in_process, skipping_ids
 from ._invariants import check
@@ -47,6 +48,11 @@ async def run(
     scenario named by a factory reference (`"pkg.mod:make_scenario"`).
     Raises `InvariantError` (an AssertionError) listing every violation unless
     `check_invariants=False`; the violations are on the result either way.
+
+    `db_path` is the database: a SQLite file's path, or a PostgreSQL URL naming
+    a schema (`postgresql://.../db?schema=NAME`, as `agentrt.open_store` takes);
+    None gives a fresh temporary file. The kit reads the record only through
+    the store interface, so both backends are checked alike (decision 0097).
 
     Give the scenario as a factory (`"pkg.mod:make_scenario"` or a function):
     each process, simulated or real, then gets a fresh Scenario, so nothing an
@@ -95,9 +101,9 @@ async def play(
         if not isinstance(crash, Crash):
             raise ConfigError(f"expected Crash(...) arguments, got {crash!r}")
     built = build(scenario)
-    path = Path(db_path or built.db_path or _temporary_db())
+    path = database_of(db_path or built.db_path or _temporary_db())
     rid = run_id or _new_run_id(built, path)
-    journal_path = Path(f"{path}.testkit-{rid[:16]}.jsonl")
+    journal_path = journal_for(path, rid)
     journal_path.unlink(missing_ok=True)
     exit_codes: list[int] = []
     if mode == "process":
@@ -132,7 +138,7 @@ async def play(
             exit_codes=exit_codes,
             script=built.expected_script(),
         )
-    except (NotFoundError, FileNotFoundError) as exc:
+    except (NotFoundError, FileNotFoundError, SchemaVersionError) as exc:
         raise ScenarioError(
             f"scenario {built.title} never created its run: " + "; ".join(errors or [str(exc)])
         ) from exc
@@ -169,7 +175,23 @@ class ScenarioError(RuntimeError):
     """The scenario could not be played at all (its run was never created)."""
 
 
-def _new_run_id(scenario: Scenario, db_path: Path) -> str:
+def database_of(db_path: str | Path) -> Path | str:
+    """The database the kit was given: a SQLite file's `Path`, or a PostgreSQL URL as it is
+    (a `str`: a URL made a `Path` would lose the `//` after its scheme)."""
+    text = str(db_path)
+    return text if is_db_url(text) else Path(text)
+
+
+def journal_for(database: Path | str, run_id: str) -> Path:
+    """Where the kit's journal of a run goes: beside a SQLite file, or, for a PostgreSQL
+    schema, in a temporary folder of the kit's (named by the schema)."""
+    if isinstance(database, Path):
+        return Path(f"{database}.testkit-{run_id[:16]}.jsonl")
+    folder = Path(_temporary_db()).parent
+    return folder / f"{schema_of(database)}.testkit-{run_id[:16]}.jsonl"
+
+
+def _new_run_id(scenario: Scenario, db_path: Path | str) -> str:
     # The scenario's own id factory names the run, as `Driver.start` would have,
     # so a fake factory gives the same ids with and without the kit.
     if scenario.new_id is None:
@@ -194,4 +216,13 @@ def _remove_temp_dirs() -> None:
         shutil.rmtree(directory, ignore_errors=True)
 
 
-__all__ = ["MODES", "ScenarioError", "play", "run", "run_sync", "shared_warning"]
+__all__ = [
+    "MODES",
+    "ScenarioError",
+    "database_of",
+    "journal_for",
+    "play",
+    "run",
+    "run_sync",
+    "shared_warning",
+]

@@ -9,7 +9,7 @@ the store (`_store`). See docs/postgres.md and decisions 0079-0081.
 """
 
 from ._connection import is_postgres_url
-from ._store import PostgresStore
+from ._store import PostgresStore, drop_schema
 from ._store import open_existing as open_postgres_existing
 from ._store import open_store as open_postgres_store
 from ._tx import PostgresTx
@@ -17,6 +17,7 @@ from ._tx import PostgresTx
 __all__ = [
     "PostgresStore",
     "PostgresTx",
+    "drop_schema",
     "is_postgres_url",
     "open_postgres_existing",
     "open_postgres_store",

@@ -22,6 +22,7 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 import psycopg
+from psycopg import sql as pg_sql
 
 from ..._canonical import from_text
 from ..._chain import verify_chain
@@ -98,6 +99,25 @@ def open_existing(url: str, read_only: bool = False) -> PostgresStore:
         conn.close()
         raise
     return PostgresStore(conn, target, read_only=read_only, partitions=partitions)
+
+
+def drop_schema(url: str) -> bool:
+    """Drop the schema `url` names (`?schema=`), with everything in it; False when there
+    was none. For a record made to be thrown away (the crash test kit's cases)."""
+    target = parse_target(url)
+    try:
+        with connect(target) as conn:
+            found = conn.execute(
+                "SELECT 1 FROM pg_namespace WHERE nspname = %s", (target.schema,)
+            ).fetchone()
+            conn.execute(
+                pg_sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(
+                    pg_sql.Identifier(target.schema)
+                )
+            )
+    except psycopg.Error as e:
+        raise store_error(e, f"cannot drop {target.shown}", target=target) from e
+    return found is not None
 
 
 class PostgresChainReader(SqliteChainReader):

@@ -392,6 +392,31 @@ class StoreReads(ABC):
         rows = self._query("SELECT coalesce(max(seq), 0) FROM events WHERE run_id = ?", (run_id,))
         return int(rows[0][0])
 
+    def newest_event(self, run_id: str | None = None) -> Event | None:
+        """The event with the highest seq, of the run or of the whole record, whole; None
+        when there is none. Read on the store's connection: inside a transaction open on
+        it, that transaction's own events count."""
+        where, params = ("WHERE run_id = ? ", (run_id,)) if run_id is not None else ("", ())
+        rows = self._query(
+            "SELECT seq, run_id, step_id, at, type, payload_json, hash FROM events "
+            f"{where}ORDER BY seq DESC LIMIT 1",
+            params,
+        )
+        return event_from_row(rows[0]) if rows else None
+
+    def event_hash_exists(self, event_hash: str) -> bool:
+        """Whether an event with this hash is in the record."""
+        return bool(self._query("SELECT 1 FROM events WHERE hash = ?", (event_hash,)))
+
+    def record_ids(self) -> set[str]:
+        """Every id of every run, step, approval and model call in the record (an id that
+        will not read as text, shown)."""
+        rows = self._query(
+            "SELECT id FROM runs UNION ALL SELECT id FROM steps "
+            "UNION ALL SELECT id FROM approvals UNION ALL SELECT id FROM model_calls"
+        )
+        return {shown_text(r[0]) for r in rows}
+
     def event_count(self, run_id: str) -> int:
         return int(self._query("SELECT count(*) FROM events WHERE run_id = ?", (run_id,))[0][0])
 
