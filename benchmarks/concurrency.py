@@ -53,7 +53,8 @@ what that gives, honestly.
 
     python benchmarks/concurrency.py [--runs 64] [--steps 20] [--procs 8]
                                      [--proc-runs 50] [--proc-steps 10] [--dir PATH]
-                                     [--postgres URL [--pg-procs 8,32] [--pg-runs 10]]
+                                     [--postgres URL [--pg-procs 8,32] [--pg-runs 10]
+                                      [--only-postgres]]
 
 Needs only the package, and `strace` for the fsync count (`apt-get install -y
 strace`; without it that figure is reported as not counted). About a minute.
@@ -804,6 +805,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--pg-procs", default="8,32", help="(c) process counts, comma-separated (8,32)"
     )
     parser.add_argument("--pg-runs", type=int, default=10, help="(c) runs each (default 10)")
+    parser.add_argument(
+        "--only-postgres", action="store_true", help="(c) alone: skip (a) and (b) on SQLite"
+    )
     args = parser.parse_args(argv)
     try:
         args.pg_procs = [int(n) for n in args.pg_procs.split(",")]
@@ -817,25 +821,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["--count-worker"]:
-        count_worker(argv[1], int(argv[2]), int(argv[3]))
-        return 0
-    if argv[:1] == ["--proc-worker"]:
-        proc_worker(argv[1], int(argv[2]), int(argv[3]), argv[4], float(argv[5]))
-        return 0
-    args = parse_args(argv)
-    began = time.perf_counter()
-    print(
-        f"agentrt {agentrt.__version__} concurrency benchmark, {datetime.now(UTC):%Y-%m-%d %H:%M}Z"
-    )
-    print(
-        f"python {platform.python_version()}, sqlite {sqlite3.sqlite_version}, "
-        f"{os.cpu_count()} cores, {platform.machine()}, {platform.system()}"
-    )
-    print(f"load average at start: {load_average()}")
-    sys.stdout.flush()
+def on_sqlite(args: argparse.Namespace) -> list[bool]:
+    """(a) and (b): many runs in one process, then several processes, on SQLite files."""
     verdicts: list[bool] = []
     with tempfile.TemporaryDirectory(prefix="agentrt-concurrency-", dir=args.dir) as directory:
         commit_us = one_commit_us(directory)
@@ -860,6 +847,34 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         verdicts += report_procs(procs, alone)
         sys.stdout.flush()
+    return verdicts
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["--count-worker"]:
+        count_worker(argv[1], int(argv[2]), int(argv[3]))
+        return 0
+    if argv[:1] == ["--proc-worker"]:
+        proc_worker(argv[1], int(argv[2]), int(argv[3]), argv[4], float(argv[5]))
+        return 0
+    args = parse_args(argv)
+    began = time.perf_counter()
+    print(
+        f"agentrt {agentrt.__version__} concurrency benchmark, {datetime.now(UTC):%Y-%m-%d %H:%M}Z"
+    )
+    print(
+        f"python {platform.python_version()}, sqlite {sqlite3.sqlite_version}, "
+        f"{os.cpu_count()} cores, {platform.machine()}, {platform.system()}"
+    )
+    print(f"load average at start: {load_average()}")
+    sys.stdout.flush()
+    verdicts: list[bool] = []
+    if args.only_postgres and not args.postgres:
+        print("--only-postgres needs --postgres URL", file=sys.stderr)
+        return 2
+    if not args.only_postgres:
+        verdicts += on_sqlite(args)
     if args.postgres:
         fleets = postgres_fleet(args.postgres, args.pg_procs, args.pg_runs, args.proc_steps)
         verdicts += report_postgres(args.postgres, fleets)

@@ -852,6 +852,10 @@ class TestGateScenario:
         matrix.assert_ok()
         points = {c.crashes[0].at for c in matrix.cases}
         assert {Point.AFTER_ALLOWED, Point.AFTER_ATTACH_ALLOWED, Point.AFTER_TOOL_EFFECT} <= points
+        if not recovery:
+            # The Driver's matrix is the same on every backend: compared once, on SQLite
+            # (each harness crash here waits a lease out on the server's clock).
+            return
         # The same cells as the Driver's matrix of the same scenario, with the same outcomes.
         by_driver = crash_matrix_sync(
             brief("support.scenarios:checkout", database),
