@@ -378,6 +378,35 @@ def test_a_scripted_run_and_the_default_policy_never_read_an_old_step_back(
     assert reads != []
 
 
+def test_a_resumed_session_judges_its_approved_call_without_reading_an_old_step_back(
+    store: agentrt.Store, small_log: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The policy input's digest of each step is made as the step is let go, while
+    `load` fills the log off the event loop: the resumed session's first policy check
+    (the approved call judged again) reads no old step back, on whatever thread."""
+    calls: list[Any] = []
+    script: list[Decision] = [
+        Decision.tool_call("echo", {"n": n, "pad": pad(n)}) for n in range(30)
+    ]
+    script.append(Decision.tool_call("push", {"n": 30, "pad": pad(30)}))
+    driver = driver_for(store, ScriptedAgent([*script, Decision.complete({"done": True})]), calls)
+    run = driver.start_sync("echo", agentrt.Limits(max_steps=40))
+    assert run.status == "WAITING_FOR_APPROVAL"
+    (pending,) = store.pending_approvals(run.id)
+    driver.approve(run.id, pending.id, by="alice", note="ok")
+    reads: list[tuple[int, int]] = []
+    read = store.steps_from
+
+    def counted(run_id: str, first_index: int, limit: int) -> list[agentrt.Step]:
+        reads.append((first_index, limit))
+        return read(run_id, first_index, limit)
+
+    monkeypatch.setattr(store, "steps_from", counted)
+    run = driver.resume_sync(run.id)
+    assert run.status == "COMPLETED" and calls[-1] == {"push": 30, "pad": pad(30)}
+    assert reads == []
+
+
 def test_a_page_read_before_one_of_its_steps_was_written_again_is_read_again(
     small_log: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -99,9 +99,18 @@ class StepLog(Sequence[Step]):
     """Every step of a session's run, in order; the newest and unsettled ones held."""
 
     def __init__(
-        self, steps: Sequence[Step], read: ReadSteps, held_bytes: int | None = None
+        self,
+        steps: Sequence[Step],
+        read: ReadSteps,
+        held_bytes: int | None = None,
+        *,
+        digest: Callable[[Step], str] | None = None,
     ) -> None:
         self._read = read
+        # The digest `digest()` is asked for (the policy input's `step_hash`): made of a
+        # step as it is let go, when not made yet, so that no digest ever needs a step read
+        # back (a resumed session's first policy input would otherwise read the run).
+        self._make_digest = digest
         self._budget = HELD_BYTES if held_bytes is None else held_bytes
         # Per position: the step (None: let go, read back when asked for), its id, its
         # index in the run, its weight while held, and its digest (`digest`), with the
@@ -211,6 +220,8 @@ class StepLog(Sequence[Step]):
             digest = self._digests[position]
             if isinstance(digest, tuple):  # the digest stays; the step it was made of does not
                 self._digests[position] = digest[1]
+            elif digest is None and self._make_digest is not None:
+                self._digests[position] = self._make_digest(entry)
             self.dropped.append(position)
 
     # -- reading back ------------------------------------------------------

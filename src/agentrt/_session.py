@@ -55,7 +55,7 @@ from ._history import StepLog
 from ._lease import Heartbeat, WallClock
 from ._policy import Policy
 from ._policy import evaluate as evaluate_policy
-from ._policy_input import InputHashes, input_record
+from ._policy_input import InputHashes, input_record, step_hash
 from ._records import (
     JSON,
     Approval,
@@ -354,7 +354,7 @@ class RunSession:
         self.steps = (
             steps
             if isinstance(steps, StepLog)
-            else StepLog(steps, partial(config.store.steps_from, run.id))
+            else StepLog(steps, partial(config.store.steps_from, run.id), digest=step_hash)
         )
         self.approvals: list[Approval] = list(approvals)
         self.epoch = epoch
@@ -724,7 +724,7 @@ def load(config: LoopConfig, run_id: str) -> tuple[Run, StepLog, list[Approval]]
     """
     with config.store.snapshot() as view:
         run = view.run_record(run_id)
-        steps = StepLog([], partial(config.store.steps_from, run_id))
+        steps = StepLog([], partial(config.store.steps_from, run_id), digest=step_hash)
         first = 0
         while True:
             page = view.steps_from(run_id, first, _LOAD_PAGE)
