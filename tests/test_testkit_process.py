@@ -395,3 +395,36 @@ def test_the_plugin_refuses_crash_case_without_its_marker(tmp_path: Path) -> Non
     )
     assert done.returncode != 0
     assert "needs @pytest.mark.crash_matrix" in done.stdout + done.stderr
+
+
+def test_a_password_in_a_postgres_databases_url_is_in_no_repr_of_a_result_or_matrix(
+    tmp_path: Path,
+) -> None:
+    """An assertion on a result prints its repr: the URL's password is never in it (nor
+    in a matrix's), while `summary()` names the database without it."""
+    from contextlib import ExitStack
+    from urllib.parse import urlsplit, urlunsplit
+
+    from support.database import make_database
+
+    with ExitStack() as stack:
+        url = make_database("postgres", tmp_path, stack, "a password kept out of a repr")
+        parts = urlsplit(url)
+        user = parts.username or "root"
+        netloc = f"{user}:hunter2secret@{parts.hostname}:{parts.port or 5432}"
+        secret = urlunsplit(parts._replace(netloc=netloc))  # trust auth ignores it
+        with forked_process_mode():  # as in the matrices above
+            matrix = crash_matrix_sync(
+                "support.scenarios:small",
+                "process",
+                directory=secret,
+                recovery=False,
+                select=lambda crashes: (
+                    crashes == (Crash(0, Point.AFTER_TOOL_STARTED, inside_tx=True),)
+                ),
+            )
+        matrix.assert_ok()
+        shown = repr(matrix) + repr(matrix.clean) + "".join(repr(c) for c in matrix.cases)
+        assert "hunter2secret" not in shown
+        assert "hunter2secret" not in matrix.clean.summary()
+        assert "hunter2secret" in str(matrix.clean.db_path)  # kept, only not shown

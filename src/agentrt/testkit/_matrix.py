@@ -31,7 +31,7 @@ import tempfile
 import warnings
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import ConfigError, RunStatus
@@ -124,8 +124,9 @@ class CrashMatrix:
     clean: Result
     cases: tuple[MatrixCase, ...]
     # Kept when a case failed, for inspection: the folder of the cases' files, or the
-    # PostgreSQL URL whose schema is the prefix of the cases' schemas.
-    directory: Path | str | None = None
+    # PostgreSQL URL whose schema is the prefix of the cases' schemas (out of the repr:
+    # a URL may hold a password).
+    directory: Path | str | None = field(default=None, repr=False)
 
     @property
     def violations(self) -> list[tuple[str, Violation]]:

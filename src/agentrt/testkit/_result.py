@@ -107,8 +107,10 @@ class Result:
 
     scenario: str
     mode: str
-    # The database: a SQLite file's Path, or a PostgreSQL URL (a str) naming its schema.
-    db_path: Path | str
+    # The database: a SQLite file's Path, or a PostgreSQL URL (a str) naming its schema;
+    # out of the repr, which an assertion prints (a URL may hold a password; `summary()`
+    # shows it without).
+    db_path: Path | str = field(repr=False)
     run: Run
     steps: tuple[Step, ...]
     approvals: tuple[Approval, ...]
