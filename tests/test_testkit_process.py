@@ -24,7 +24,7 @@ import agentrt
 import support.scenarios as ts
 from agentrt import ApprovalStatus, RunStatus, StepStatus, TerminalReason
 from agentrt._driver import run_sync as run_coro
-from agentrt.lowlevel import schema_of, with_schema
+from agentrt.lowlevel import schema_of, shown_db, with_schema
 from agentrt.testkit import (
     Crash,
     Point,
@@ -428,3 +428,36 @@ def test_a_password_in_a_postgres_databases_url_is_in_no_repr_of_a_result_or_mat
         assert "hunter2secret" not in shown
         assert "hunter2secret" not in matrix.clean.summary()
         assert "hunter2secret" in str(matrix.clean.db_path)  # kept, only not shown
+
+
+@pytest.mark.parametrize("keep", [False, True], ids=["removed", "kept"])
+def test_a_matrix_whose_clean_run_fails_leaves_no_schema_unless_kept_and_says_where(
+    tmp_path: Path, keep: bool
+) -> None:
+    """The clean run's failure reaches the caller with no matrix to name the cases'
+    databases: they are removed then, or, with `keep_files`, the error says where."""
+    from contextlib import ExitStack
+
+    import psycopg
+
+    from support.database import make_database
+    from support.postgres import server_url
+
+    with ExitStack() as stack:
+        url = make_database("postgres", tmp_path, stack, "a failed matrix's schemas")
+        prefix = schema_of(url)
+        with pytest.raises(ScenarioError, match="the consumer's loop is broken") as info:
+            crash_matrix_sync(
+                "support.scenarios:broken_loop", "harness", directory=url, keep_files=keep
+            )
+        with psycopg.connect(server_url("the schemas left"), autocommit=True) as conn:
+            left = conn.execute(
+                "SELECT nspname FROM pg_namespace WHERE nspname LIKE %s ORDER BY 1",
+                (prefix + "\\_%",),
+            ).fetchall()
+        notes = getattr(info.value, "__notes__", [])
+        if keep:
+            assert left == [(f"{prefix}_clean",)]
+            assert notes == [f"the cases' databases are kept in {shown_db(url)}"]
+        else:
+            assert left == [] and notes == []

@@ -349,13 +349,20 @@ class _Player:
     def close(self) -> None:
         self.pool.shutdown(wait=True)
 
-    def remove(self) -> None:
-        """Remove every case's database: the folder, or the schemas made."""
+    def remove(self) -> list[str]:
+        """Remove every case's database: the folder, or the schemas made, each tried
+        whatever became of the others; the schemas that could not be dropped, as shown
+        (without a password)."""
         if isinstance(self.base, Path):
             shutil.rmtree(self.base, ignore_errors=True)
+        left: list[str] = []
         for url in self.made:
-            drop_postgres_schema(url)
+            try:
+                drop_postgres_schema(url)
+            except Exception:
+                left.append(shown_db(url))
         self.made.clear()
+        return left
 
 
 def _base_of(directory: str | Path | None, prefix: str) -> Path | str:
@@ -410,18 +417,28 @@ async def crash_matrix(
     base = _base_of(directory, "agentrt-matrix-")
     player = _Player(scenario, mode, base, workers, timeout)
     try:
-        clean = await player.clean()
-        played, _ = await _explore(
-            clean,
-            player,
-            depth=depth,
-            recovery=recovery,
-            inside_tx=inside_tx,
-            select=select,
-            play_last=True,
-        )
-    finally:
-        player.close()
+        try:
+            clean = await player.clean()
+            played, _ = await _explore(
+                clean,
+                player,
+                depth=depth,
+                recovery=recovery,
+                inside_tx=inside_tx,
+                select=select,
+                play_last=True,
+            )
+        finally:
+            player.close()
+    except BaseException as e:
+        # No matrix to name them: what the cases made goes, unless asked to keep it.
+        if keep_files:
+            e.add_note(f"the cases' databases are kept in {shown_db(str(base))}")
+        else:
+            left = player.remove()
+            if left:
+                e.add_note(f"these schemas could not be dropped: {', '.join(left)}")
+        raise
     matrix = CrashMatrix(title, mode, clean, tuple(played))
     if matrix.ok and not keep_files:
         player.remove()
