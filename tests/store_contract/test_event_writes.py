@@ -171,3 +171,21 @@ def test_events_that_cannot_be_written_fail_the_commit_writing_nothing(parted: B
     )
     assert isinstance(outcomes[0].error, StoreError)  # that work's own failure
     assert everything(store) == kept
+
+
+def test_a_transaction_whose_events_failed_to_write_cannot_commit_even_if_the_error_was_caught(
+    parted: Backend,
+) -> None:
+    # A read on the store's connection inside the transaction writes its events first
+    # (to see them): that write fails here, and the caller catches it. Leaving the block
+    # normally must not commit the transaction without its events.
+    store = parted.open()
+    run_id, _ = two_runs(store, parted.partitions)
+    before = everything(store)
+    with pytest.raises(StoreError), store.transaction() as tx:
+        tx.go_on_after_interruption("no-such-run", {"detail": "x"}, EPOCH)
+        with pytest.raises(StoreError):
+            store.list_events(run_id)
+    assert everything(store) == before
+    report = store.verify_events(head=store.chain_heads())
+    assert report.intact, report.first_break

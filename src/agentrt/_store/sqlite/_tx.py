@@ -147,7 +147,14 @@ class TxCore:
             return
         rows, moved = self._unwritten, self._moved
         self._unwritten, self._moved = [], {}
-        self._write_events(rows, [(part, seq, digest) for part, (seq, digest) in moved.items()])
+        try:
+            self._write_events(rows, [(part, seq, digest) for part, (seq, digest) in moved.items()])
+        except BaseException:
+            # Still to be written: a caller that catches this and goes on cannot commit the
+            # transaction without its events (the commit writes them again, and fails).
+            self._unwritten = rows + self._unwritten
+            self._moved = {**moved, **self._moved}
+            raise
 
     def _write_events(self, rows: list[EventRow], heads: list[tuple[int, int, str]]) -> None:
         """The events' rows, in order, and the heads `(part, seq, hash)` they move to."""
