@@ -426,3 +426,21 @@ def test_a_page_read_before_one_of_its_steps_was_written_again_is_read_again(
     log.append(rows[2])
     assert log.held(1) is None  # let go now that it is done
     assert log[1].status == StepStatus.DONE and log[1] == rows[1]
+
+
+def test_an_inputs_steps_slice_and_add_as_the_tuple_they_replaced(
+    store: agentrt.Store, small_log: None
+) -> None:
+    calls: list[Any] = []
+    script: list[Decision] = [Decision.tool_call("echo", {"n": n, "pad": pad(n)}) for n in range(8)]
+    agent = ScriptedAgent([*script, Decision.complete({"done": True})])
+    run = driver_for(store, agent, calls).start_sync("echo", agentrt.Limits(max_steps=20))
+    assert run.status == "COMPLETED"
+    last = agent.last_input
+    assert last is not None and isinstance(last.steps, ShownSteps)
+    tail = last.steps[-3:]
+    assert isinstance(tail, tuple) and [s.index for s in tail] == [6, 7, 8]
+    assert last.steps[:2] == tuple(last.steps)[:2]  # the first two read back, equal
+    both = last.steps + (tail[0],)  # noqa: RUF005 (concatenation is what is tested)
+    assert isinstance(both, tuple) and len(both) == len(last.steps) + 1
+    assert isinstance((tail[0],) + last.steps, tuple)  # noqa: RUF005

@@ -288,11 +288,12 @@ class StepsView(Sequence[Step]):
     def __getitem__(self, index: int) -> Step: ...
 
     @overload
-    def __getitem__(self, index: slice) -> list[Step]: ...
+    def __getitem__(self, index: slice) -> tuple[Step, ...]: ...
 
-    def __getitem__(self, index: int | slice) -> Step | list[Step]:
+    def __getitem__(self, index: int | slice) -> Step | tuple[Step, ...]:
+        # A slice is a tuple, as of the tuple this view replaced (decision 0098).
         if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
+            return tuple(self[i] for i in range(*index.indices(len(self))))
         entry = self._entries[index]
         if entry is not None:
             return entry
@@ -308,6 +309,12 @@ class StepsView(Sequence[Step]):
         return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
 
     __hash__ = None  # type: ignore[assignment]
+
+    def __add__(self, other: tuple[Step, ...]) -> tuple[Step, ...]:
+        return tuple(self) + other
+
+    def __radd__(self, other: tuple[Step, ...]) -> tuple[Step, ...]:
+        return other + tuple(self)
 
     def __repr__(self) -> str:
         # As the tuple of its steps it replaces prints (every step read: a repr is asked for).
