@@ -167,37 +167,6 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     rewrite_cache.write(session.config)
 
 
-# The longest tests, measured (`--durations`, docs/performance.md "The suite, session
-# 10"): they start first, so that none of them is what the last worker still runs when
-# the others are done. Every other test keeps its collection order. A name gone stale
-# only stops being moved.
-LONGEST_FIRST = (
-    "tests/test_testkit_process.py::test_full_crash_matrix_in_process_mode_holds_with_real_sigkills",
-    "tests/test_postgres_benchmarks.py::test_the_follow_benchmark_prints_latency_idle_cost_writers_and_loss",
-    "tests/test_testkit.py::TestGateScenario::test_a_loop_over_a_gate_is_crashed_at_every_point_and_holds_in_the_harness",
-    "tests/test_docs_site.py::test_mkdocs_build_strict_is_green_and_every_task_page_is_built",
-    "tests/test_adapter_openai_agents.py::test_the_scenario_script_shows_no_unapproved_re_execution_and_the_tamper_refused",
-    "tests/test_adapter_pydantic_ai.py::test_the_scenario_table_shows_no_unapproved_re_execution_and_the_tamper_refused",
-    "tests/test_postgres_benchmarks.py::test_the_chain_head_benchmark_prints_each_variant_and_its_ratios",
-    "tests/test_quality.py::test_mypy_strict_is_clean",
-    "tests/test_payments_scenario.py::test_a_deduplicating_provider_is_charged_exactly_once_at_every_real_sigkill",
-    "tests/test_postgres_benchmarks.py::test_the_concurrency_benchmark_runs_processes_on_postgres_and_drops_its_schemas",
-    "tests/test_mcp_proxy.py::test_the_example_config_fronts_mcp_server_time_and_the_example_host_calls_through_it",
-    "tests/test_postgres_lease_skew.py::test_a_fast_resumer_cannot_take_the_live_lease_of_a_slow_holder",
-)
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Move the `LONGEST_FIRST` tests (each of their parameters) to the front, in that
-    order; the rest keep theirs. Every xdist worker collects the same order."""
-    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-
-    def place(item: pytest.Item) -> int:
-        return rank.get(item.nodeid.split("[", 1)[0], len(rank))
-
-    items.sort(key=place)  # stable: the others keep their collection order
-
-
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """`-n auto` (the README's command) runs one worker per core and one more.
 
