@@ -135,22 +135,27 @@ def test_an_allowed_step_of_the_driver_makes_thirteen_round_trips(url: str, trip
     assert pipelined == {"BEGIN": 2, "WITH": 2}, shown
 
 
+def held_run(store: PostgresStore, run_id: str) -> None:
+    """A run `me` holds until 2100, made in a transaction of its own."""
+    with store.transaction() as tx:
+        tx.create_run(
+            run_id,
+            "goal",
+            Limits(),
+            owner="me",
+            lease_expires_at=datetime(2100, 1, 1, tzinfo=UTC),
+            holder="{}",
+            specs=[],
+            now=datetime(2026, 12, 2, tzinfo=UTC),
+            origin="gate",
+        )
+
+
 def test_a_lease_read_with_a_lock_already_held_is_the_servers_clock_then(url: str) -> None:
     store = agentrt.open_store(url)
     assert isinstance(store, PostgresStore)
     try:
-        with store.transaction() as tx:
-            tx.create_run(
-                "r1",
-                "goal",
-                Limits(),
-                owner="me",
-                lease_expires_at=datetime(2100, 1, 1, tzinfo=UTC),
-                holder="{}",
-                specs=[],
-                now=datetime(2026, 12, 2, tzinfo=UTC),
-                origin="gate",
-            )
+        held_run(store, "r1")
 
         def wall() -> datetime:
             raise AssertionError("the PostgreSQL store never reads the caller's clock")
@@ -180,18 +185,7 @@ def test_a_guard_that_refused_is_checked_again_and_a_trigger_gone_by_then_lets_i
     assert isinstance(store, PostgresStore)
     schema = url.rsplit("schema=", 1)[1]
     try:
-        with store.transaction() as tx:
-            tx.create_run(
-                "r1",
-                "goal",
-                Limits(),
-                owner="me",
-                lease_expires_at=datetime(2100, 1, 1, tzinfo=UTC),
-                holder="{}",
-                specs=[],
-                now=datetime(2026, 12, 2, tzinfo=UTC),
-                origin="gate",
-            )
+        held_run(store, "r1")
         base = url.split("?", 1)[0]
         with psycopg.connect(base, autocommit=True) as other:
             other.execute(f"SET search_path TO {schema}")

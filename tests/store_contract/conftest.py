@@ -452,3 +452,22 @@ class _PostgresTamper:
 
     def delete_stored_value(self, hash: str) -> int:
         return self._execute(("DELETE FROM stored_values WHERE hash = ?", (hash,)))
+
+
+@pytest.fixture(
+    params=[
+        ("sqlite-file", 1),
+        ("sqlite-file", 4),
+        ("sqlite-memory", 1),
+        ("sqlite-memory", 4),
+        ("postgres", 1),
+        ("postgres", 4),
+    ],
+    ids=lambda p: f"{p[0]}-N{p[1]}",
+)
+def parted(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+    """Each backend whose record is made with one chain partition, and with four
+    (decision 0093): for the tests of the partitioned chain and of its event writes."""
+    name, n = request.param
+    with ExitStack() as stack:
+        yield Backend(str(name), tmp_path, stack, partitions=n)

@@ -6,10 +6,6 @@ backend's tamper hook, as in `test_chain.py`.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import ExitStack
-from pathlib import Path
-
 import pytest
 
 from agentrt._canonical import to_text
@@ -21,23 +17,6 @@ from agentrt._store import Store, open_store
 from .conftest import Backend
 from .test_chain import events, stored_hash
 from .world import EPOCH, at, new_run
-
-
-@pytest.fixture(
-    params=[
-        ("sqlite-file", 1),
-        ("sqlite-file", 4),
-        ("sqlite-memory", 1),
-        ("sqlite-memory", 4),
-        ("postgres", 1),
-        ("postgres", 4),
-    ],
-    ids=lambda p: f"{p[0]}-N{p[1]}",
-)
-def parted(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
-    name, n = request.param
-    with ExitStack() as stack:
-        yield Backend(str(name), tmp_path, stack, partitions=n)
 
 
 def run_in(partition: int, n: int, taken: set[str]) -> str:

@@ -11,10 +11,6 @@ backend with N = 1 and N = 4 chain partitions.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import ExitStack
-from pathlib import Path
-
 import pytest
 
 from agentrt._chain import partition_of
@@ -23,23 +19,6 @@ from agentrt._store import Store
 
 from .conftest import Backend
 from .world import EPOCH, OWNER, everything, new_run
-
-
-@pytest.fixture(
-    params=[
-        ("sqlite-file", 1),
-        ("sqlite-file", 4),
-        ("sqlite-memory", 1),
-        ("sqlite-memory", 4),
-        ("postgres", 1),
-        ("postgres", 4),
-    ],
-    ids=lambda p: f"{p[0]}-N{p[1]}",
-)
-def parted(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
-    name, n = request.param
-    with ExitStack() as stack:
-        yield Backend(str(name), tmp_path, stack, partitions=n)
 
 
 def two_runs(store: Store, n: int) -> tuple[str, str]:
