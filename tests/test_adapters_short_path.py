@@ -818,6 +818,69 @@ def test_the_openai_agents_wait_goes_on_after_a_held_call_the_policy_sends_to_a_
     assert [s.status for s in store.list_steps(run.run_id)] == ["done", "done", "done"]
 
 
+def test_a_person_deciding_between_the_sdks_two_judgements_leaves_the_second_call_held(
+    tmp_path: Path,
+) -> None:
+    """The person approves the first push in the moment after the SDK judged it and before it
+    judges the second (under load the watcher above once landed there): the second call is
+    still held behind the first, not refused as "another call"; the run goes on as when the
+    person is slower, each push once, in order. The moment is made exact by deciding from
+    inside the second judgement, before it reads the run."""
+    pytest.importorskip("agents", reason="needs agentrt[openai-agents]")
+    from agents import Agent
+    from agents.testing import ScriptedModel, assistant_message, function_call
+
+    from agentrt.adapters.openai_agents import Classification, gate_agent
+
+    world = agents_world(tmp_path)
+    model = ScriptedModel(
+        [
+            [
+                function_call("push_branch", {"branch": "feature/login"}, call_id="c1"),
+                function_call("push_branch", {"branch": "feature/signup"}, call_id="c2"),
+            ],
+            [assistant_message("pushed both")],
+        ]
+    )
+    db = tmp_path / "runs.db"
+    store = agentrt.open_store(db)
+    agent = Agent(name="publisher", model=model, tools=[world["push_branch"]])
+    gated = gate_agent(
+        agent,
+        store=store,
+        policy=agentrt.default_policy(),
+        classifications={"push_branch": Classification("remote_mutation", timeout=30)},
+    )
+    run = gated.new_run()
+    judge = run._judge
+    decided_early: list[agentrt.Approval] = []
+
+    async def judge_after_a_quick_person(
+        name: str, context: Any, params: dict[str, Any], call_id: str, **kw: Any
+    ) -> Any:
+        if call_id == "c2" and not decided_early:
+            elsewhere = agentrt.open_store(db)
+            try:
+                [pending] = elsewhere.pending_approvals(run.run_id)
+                decided_early.append(approve(elsewhere, pending))
+            finally:
+                elsewhere.close()
+        return await judge(name, context, params, call_id, **kw)
+
+    run._judge = judge_after_a_quick_person  # type: ignore[method-assign]
+    with a_person(db, approve, times=1) as decided:
+        result = run.run_agent_sync("publish both", wait_for_person=True, poll_interval=0.01)
+    assert (result.final_output, result.interruptions) == ("pushed both", [])
+    assert (tmp_path / "effects.log").read_text().splitlines() == [
+        "push_branch feature/login",
+        "push_branch feature/signup",
+    ]
+    assert [a.status for a in decided_early + decided] == ["approved", "approved"]
+    ended = store.get_run(run.run_id)
+    assert (ended.status, ended.result) == ("COMPLETED", "pushed both")
+    assert [s.status for s in store.list_steps(run.run_id)] == ["done", "done", "done"]
+
+
 def test_a_langgraph_approval_that_expires_while_invoke_and_wait_waits_ends_the_run(
     tmp_path: Path,
 ) -> None:

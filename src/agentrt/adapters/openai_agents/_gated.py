@@ -874,6 +874,12 @@ class GatedRun:
             # (an SDK interruption agentrt does not record), judged in its turn.
             return _Judged("pending")
         if verdict is not None:
+            if self._held_behind_decided(verdict, call_id):
+                # A person decided the call ahead of this one in the moment between the
+                # SDK's two judgements: this call stays held behind it, as if the person
+                # had been slower; the next attach gives the decided call its verdict.
+                await self._let_go()
+                return _Judged("pending")
             return self._judged_from(verdict, session, call_id)
         if session is None:
             return _Judged("ended")
@@ -933,6 +939,20 @@ class GatedRun:
                 "that call"
             )
         return vouched
+
+    def _held_behind_decided(self, verdict: Verdict, call_id: str) -> bool:
+        """`attach` allowed a call of this very response, judged pending a moment ago.
+
+        The SDK judges a response's calls one by one; a person may approve the
+        first between its judgement and the next one's. The run then no longer
+        waits on a pending approval, and attaching judges the approved call: a
+        verdict for another call than `call_id`, which is held behind it.
+        """
+        if str(verdict.outcome) != "allowed" or verdict.request is None:
+            return False
+        recorded = _call_id_of(self._decision_of(verdict.request.step_id))
+        ahead = self._judged.get(recorded) if recorded is not None else None
+        return recorded != call_id and ahead is not None and ahead.outcome == "pending"
 
     def _judged_from(self, verdict: Verdict, session: GateSession | None, call_id: str) -> _Judged:
         """The verdict `attach` gave, for the call being judged now."""
