@@ -18,7 +18,7 @@ import re
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -854,6 +854,8 @@ def test_a_person_deciding_between_the_sdks_two_judgements_leaves_the_second_cal
     run = gated.new_run()
     judge = run._judge
     decided_early: list[agentrt.Approval] = []
+    later = ExitStack()
+    people: list[list[Any]] = []
 
     async def judge_after_a_quick_person(
         name: str, context: Any, params: dict[str, Any], call_id: str, **kw: Any
@@ -865,11 +867,15 @@ def test_a_person_deciding_between_the_sdks_two_judgements_leaves_the_second_cal
                 decided_early.append(approve(elsewhere, pending))
             finally:
                 elsewhere.close()
+            # The person who decides the second call comes only now: one watching from
+            # the start could decide the first call first, before this moment.
+            people.append(later.enter_context(a_person(db, approve, times=1)))
         return await judge(name, context, params, call_id, **kw)
 
     run._judge = judge_after_a_quick_person  # type: ignore[method-assign]
-    with a_person(db, approve, times=1) as decided:
+    with later:
         result = run.run_agent_sync("publish both", wait_for_person=True, poll_interval=0.01)
+    [decided] = people
     assert (result.final_output, result.interruptions) == ("pushed both", [])
     assert (tmp_path / "effects.log").read_text().splitlines() == [
         "push_branch feature/login",

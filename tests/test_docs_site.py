@@ -279,7 +279,10 @@ def test_the_start_page_the_search_and_an_api_page_render_in_chromium_offline(
 
             search = page.locator("input.md-search__input")
             search.click()
-            search.fill("takeover")
+            # Typed key by key, not `fill`: the theme reads the query on each keyup and once
+            # when its search index is ready, whichever comes last; `fill` sends no keyup,
+            # so a query filled after the index was ready (a loaded machine) was never run.
+            search.press_sequentially("takeover")
             results = page.locator(".md-search-result__item")
             results.first.wait_for(state="visible")
             assert results.count() >= 1
