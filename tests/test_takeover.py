@@ -125,14 +125,15 @@ def test_lease_live_local_owner_is_not_taken_over(any_store: agentrt.Store, data
     try:
         assert started.wait(10)
         run_id = store.list_runs()[0].id
-        other = agentrt.Driver(
-            store=agentrt.open_store(db_path),
-            agent=ScriptedAgent([]),
-            policy=agentrt.default_policy(),
-            tools=[tool],
-        )
-        with pytest.raises(RunLeasedError):
-            other.resume_sync(run_id)
+        with agentrt.open_store(db_path) as other_store:
+            other = agentrt.Driver(
+                store=other_store,
+                agent=ScriptedAgent([]),
+                policy=agentrt.default_policy(),
+                tools=[tool],
+            )
+            with pytest.raises(RunLeasedError):
+                other.resume_sync(run_id)
     finally:
         release.set()
         thread.join(20)
