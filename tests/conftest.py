@@ -121,6 +121,16 @@ def any_store(database: str) -> Iterator[agentrt.Store]:
 
 
 @pytest.fixture
+def crash_journal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Where `crashing_child.py`'s tools journal their calls, in this process and its
+    children: a file in the test's tmp_path, whatever the database (a PostgreSQL URL
+    has no file beside it)."""
+    path = tmp_path / "crash.journal"
+    monkeypatch.setenv("CRASH_JOURNAL", str(path))
+    return path
+
+
+@pytest.fixture
 def store(db_path: Path) -> Iterator[agentrt.Store]:
     s = agentrt.open_store(db_path)
     yield s

@@ -2,6 +2,11 @@
 
     python tests/crashing_child.py DB MODE
 
+DB is a SQLite file's path or a PostgreSQL schema's URL (the `database` fixture's).
+The tools journal every call to `journal_path(DB)`: `CRASH_JOURNAL` when set (the
+`crash_journal` fixture sets it to a file in the test's tmp_path), else `<DB>.journal`
+(a file's path only).
+
 MODE says where it dies, by SIGKILL to itself (no cleanup, no lease release,
 exactly what the kernel's OOM killer or a power cut leaves):
 
@@ -28,8 +33,17 @@ from agentrt._model import Message, ModelConfig, ModelRequest, ModelResponse, Pr
 from agentrt.scripted import ScriptedAgent
 
 
+def journal_path(db: Path | str) -> Path:
+    """Where the tools of a run on `db` journal their calls (see the module's docstring)."""
+    override = os.environ.get("CRASH_JOURNAL")
+    if override:
+        return Path(override)
+    assert "://" not in str(db), "a database URL's journal needs CRASH_JOURNAL (crash_journal)"
+    return Path(str(db) + ".journal")
+
+
 class JournalTool:
-    """Appends a line to `<db>.journal` for every invocation, in whatever process."""
+    """Appends a line to `journal_path(db)` for every invocation, in whatever process."""
 
     def __init__(self, name: str, side_effect: SideEffect, journal: Path, die: bool) -> None:
         self.spec = agentrt.ToolSpec(
@@ -68,8 +82,8 @@ def policy() -> SideEffectPolicy:
     )
 
 
-def tools(db: Path, die: str = "") -> list[Any]:
-    journal = Path(str(db) + ".journal")
+def tools(db: Path | str, die: str = "") -> list[Any]:
+    journal = journal_path(db)
     return [
         JournalTool("charge", SideEffect.REMOTE_MUTATION, journal, die == "charge"),
         JournalTool("lookup", SideEffect.READ_ONLY, journal, die == "lookup"),
@@ -81,8 +95,8 @@ def script(mode: str) -> list[Any]:
     return [Decision.tool_call(first, {"amount": 5}), Decision.complete({"done": True})]
 
 
-def journal_lines(db: Path) -> list[str]:
-    path = Path(str(db) + ".journal")
+def journal_lines(db: Path | str) -> list[str]:
+    path = journal_path(db)
     return path.read_text().splitlines() if path.exists() else []
 
 
@@ -106,7 +120,7 @@ async def ask_the_model(input: agentrt.StepInput) -> Decision:
 
 
 def main() -> None:
-    db, mode = Path(sys.argv[1]), sys.argv[2]
+    db, mode = sys.argv[1], sys.argv[2]
     decisions = script(mode)
     if mode == "deciding":
 

@@ -1,14 +1,19 @@
-"""The accounting caller: every model attempt recorded before it is sent, limited, charged."""
+"""The accounting caller: every model attempt recorded before it is sent, limited, charged.
+
+The tests that take `database` or `any_store` run on SQLite and on PostgreSQL (issue 21
+item 5): the attempts' rows, the run's totals at 64 bits, concurrent reservations, a
+cancel, a lost lease. The others, on SQLite alone, judge the caller's own arithmetic
+and retries, which no backend changes; they wait for room in the suite's five minutes
+(issue 19).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import sqlite3
 from collections.abc import Iterator
 from dataclasses import replace
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -35,6 +40,7 @@ from agentrt._model import (
 )
 from conftest import FakeClock, Ids, RecordingTool, event_types
 from support.models import PRICE, REQUEST, FakeModel, calls, drive, model_agent, reply
+from support.rows import execute
 
 # Replies that use more output than REQUEST's cap of 100 allows are not believed.
 CAP_1000 = replace(REQUEST, max_output_tokens=1000)
@@ -61,7 +67,8 @@ def recorded_sleeps() -> Iterator[list[float]]:
         accounting.AccountingCaller.__init__ = original  # type: ignore[method-assign]
 
 
-def test_success_is_recorded_before_and_after_and_charged(store: agentrt.Store) -> None:
+def test_success_is_recorded_before_and_after_and_charged(any_store: agentrt.Store) -> None:
+    store = any_store
     model = FakeModel(reply(usage=Usage(1000, 200, 100)))
     run = drive(store, model, agent=model_agent(CAP_1000))
     assert run.status == "COMPLETED"
@@ -150,7 +157,8 @@ def test_output_cap_is_clamped_to_the_per_call_limit(store: agentrt.Store) -> No
     assert model.requests[0].max_output_tokens == 7
 
 
-def test_concurrent_calls_in_one_step_cannot_overrun_a_limit(store: agentrt.Store) -> None:
+def test_concurrent_calls_in_one_step_cannot_overrun_a_limit(any_store: agentrt.Store) -> None:
+    store = any_store
     projected = project(REQUEST, 100, None)
     gate = asyncio.Event()
 
@@ -172,7 +180,10 @@ def test_concurrent_calls_in_one_step_cannot_overrun_a_limit(store: agentrt.Stor
     assert run.result == {"sent": 2, "refused": 1}
 
 
-def test_transient_error_is_retried_then_succeeds_each_attempt_a_row(store: agentrt.Store) -> None:
+def test_transient_error_is_retried_then_succeeds_each_attempt_a_row(
+    any_store: agentrt.Store,
+) -> None:
+    store = any_store
     model = FakeModel(TransientModelError("busy"), TransientModelError("busy"), reply())
     config = ModelConfig(
         model=model, prices=PRICE, max_retries=3, backoff=timedelta(milliseconds=10)
@@ -243,7 +254,8 @@ def test_served_error_is_charged_its_usage_and_not_retried(store: agentrt.Store)
     assert (run.input_tokens, run.output_tokens, run.estimated_cost_micros) == (50, 20, 450)
 
 
-def test_an_ambiguous_attempt_is_charged_the_full_output_cap(store: agentrt.Store) -> None:
+def test_an_ambiguous_attempt_is_charged_the_full_output_cap(any_store: agentrt.Store) -> None:
+    store = any_store
     model = FakeModel(TimeoutError("read timed out"))
     run = drive(store, model)
     projected = project(REQUEST, 100, PRICE)
@@ -279,8 +291,8 @@ def test_implausible_usage_is_charged_the_estimate_and_ends_the_run(
     assert "not plausible" in run.reason_detail
 
 
-def test_a_cancelled_caller_is_still_recorded(db_path: Path) -> None:
-    store = agentrt.open_store(db_path)
+def test_a_cancelled_caller_is_still_recorded(any_store: agentrt.Store) -> None:
+    store = any_store
     started = asyncio.Event()
 
     async def hang() -> ModelResponse:
@@ -314,15 +326,13 @@ def test_a_cancelled_caller_is_still_recorded(db_path: Path) -> None:
     assert run.estimated_cost_micros == projected.cost_micros
 
 
-def test_no_model_call_after_the_lease_is_lost(store: agentrt.Store, db_path: Path) -> None:
+def test_no_model_call_after_the_lease_is_lost(any_store: agentrt.Store, database: str) -> None:
+    store = any_store
     model = FakeModel(reply(), reply())
 
     async def decide(input: StepInput) -> Decision:
         await input.model.generate(REQUEST)
-        conn = sqlite3.connect(db_path)
-        conn.execute("UPDATE runs SET lease_owner = 'thief'")
-        conn.commit()
-        conn.close()
+        execute(database, "UPDATE runs SET lease_owner = 'thief'")
         await input.model.generate(REQUEST)
         return Decision.complete()
 
@@ -352,7 +362,8 @@ def test_a_model_driven_run_uses_tools(store: agentrt.Store) -> None:
     ]
 
 
-def test_totals_saturate_instead_of_overflowing(store: agentrt.Store) -> None:
+def test_totals_saturate_instead_of_overflowing(any_store: agentrt.Store) -> None:
+    store = any_store
     big = 2**63 - 10
     model = FakeModel(reply(usage=Usage(big, big, 0)), reply(usage=Usage(big, big, 0)))
     run = drive(
@@ -391,12 +402,14 @@ def test_cached_tokens_use_the_cached_price() -> None:
     assert price.cost_micros(Usage(1, 0, 0)) == 3  # rounded up, never down
 
 
-def test_a_late_model_result_after_a_cancel_is_charged_once_not_twice(db_path: Path) -> None:
+def test_a_late_model_result_after_a_cancel_is_charged_once_not_twice(
+    any_store: agentrt.Store,
+) -> None:
     """The operator cancels a run whose model request is in flight: the cancel charges the
     attempt at its estimate; the reply that arrives later changes nothing."""
     import threading
 
-    store = agentrt.open_store(db_path)
+    store = any_store
     in_flight = threading.Event()
     release = asyncio.Event()
     loop_box: dict[str, Any] = {}
@@ -489,22 +502,20 @@ def test_a_wait_past_the_elapsed_time_limit_gives_up(store: agentrt.Store) -> No
 
 
 def test_an_attempt_whose_outcome_was_never_recorded_is_charged_when_the_run_ends(
-    store: agentrt.Store, db_path: Path
+    any_store: agentrt.Store, database: str
 ) -> None:
     """A settle that never committed (the store was locked past its timeout, say) leaves
     the attempt `dispatched`; the run's ending charges it at its estimate."""
+    store = any_store
 
     async def decide(input: StepInput) -> Decision:
-        conn = sqlite3.connect(db_path)
-        conn.execute(
+        execute(
+            database,
             "INSERT INTO model_calls (id, run_id, step_id, attempt, status, model, "
             "input_tokens, output_tokens, cost_micros) "
-            "VALUES ('c' || hex(randomblob(15)), ?, ?, 1, 'dispatched', 'fake:model', "
-            "40, 100, 1620)",
-            (input.run.id, input.steps[-1].id),
+            "VALUES (?, ?, ?, 1, 'dispatched', 'fake:model', 40, 100, 1620)",
+            ("c" + "0" * 30 + "1", input.run.id, input.steps[-1].id),
         )
-        conn.commit()
-        conn.close()
         return Decision.complete()
 
     run = drive(store, FakeModel(), agent=decide)
@@ -517,7 +528,10 @@ def test_an_attempt_whose_outcome_was_never_recorded_is_charged_when_the_run_end
     assert types[-2:] == ["model.failed", "run.finished"]
 
 
-def test_a_projection_beyond_64_bits_saturates_instead_of_crashing(store: agentrt.Store) -> None:
+def test_a_projection_beyond_64_bits_saturates_instead_of_crashing(
+    any_store: agentrt.Store,
+) -> None:
+    store = any_store
     huge = ModelRequest(
         system="", messages=[Message("user", [TextBlock("hi")])], max_output_tokens=10**20
     )

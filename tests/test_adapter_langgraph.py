@@ -237,8 +237,9 @@ def test_require_approval_surfaces_as_an_interrupt_showing_the_request_and_its_h
     assert store.get_run(RUN).status == "WAITING_FOR_APPROVAL"
 
 
-def test_approving_through_the_resume_runs_the_request_once(tmp_path: Path) -> None:
-    graph, store, effects = build(tmp_path, push_script())
+def test_approving_through_the_resume_runs_the_request_once(tmp_path: Path, database: str) -> None:
+    """On SQLite and PostgreSQL (issue 21 item 5), this file's one test on both so far."""
+    graph, store, effects = build(tmp_path, push_script(), database=database)
     (pending,) = ask(graph)["__interrupt__"]
     out = ask(graph, Command(resume=approve(pending, by="alice", note="fine")))
     assert tool_messages(out) == [("c1", "success", "pushed feature/login")]

@@ -384,8 +384,10 @@ async def test_an_approval_through_agentrt_does_not_carry_over_to_an_edited_run_
 
 @sync
 async def test_gated_approve_decides_the_agentrt_approval_by_the_hash_of_what_the_person_saw(
-    store: agentrt.Store, clock: FakeClock, ids: Ids
+    any_store: agentrt.Store, clock: FakeClock, ids: Ids
 ) -> None:
+    """On SQLite and PostgreSQL (issue 21 item 5), this file's one test on both so far."""
+    store = any_store
     remote = Remote()
     script = [
         [function_call("push_branch", {"branch": "feature/login"}, call_id="call-1")],

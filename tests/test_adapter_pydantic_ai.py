@@ -80,8 +80,10 @@ def make_gate(store: agentrt.Store, **kw: Any) -> AgentrtGate:
     return AgentrtGate(store=store, policy=agentrt.default_policy(), classifications=CLASSES, **kw)
 
 
-def run_script(tmp_path: Path, script: str, **kw: Any) -> tuple[agentrt.Store, list[str], Any]:
-    store = agentrt.open_store(tmp_path / "runs.db")
+def run_script(
+    tmp_path: Path, script: str, database: str | None = None, **kw: Any
+) -> tuple[agentrt.Store, list[str], Any]:
+    store = agentrt.open_store(database or tmp_path / "runs.db")
     gate = make_gate(store, **kw)
     heard: list[str] = []
     agent = child.agent(tmp_path, script, gate=gate, heard=heard)
@@ -229,9 +231,10 @@ def test_an_agentrt_limit_ends_the_framework_run_as_its_own_usage_limit_does(
 
 
 def test_a_remote_change_waits_as_a_deferred_approval_carrying_the_agentrt_hash(
-    tmp_path: Path,
+    tmp_path: Path, database: str
 ) -> None:
-    store, _, result = run_script(tmp_path, "push")
+    """On SQLite and PostgreSQL (issue 21 item 5), this file's one test on both so far."""
+    store, _, result = run_script(tmp_path, "push", database=database)
     requests = result.output
     assert isinstance(requests, DeferredToolRequests)
     assert [c.tool_call_id for c in requests.approvals] == ["call-push"]

@@ -8,6 +8,13 @@ tests take the lease away at each point of a step, the way a second driver
 would (its takeover, or the write its takeover makes on the run's row), and
 show that the loop's next write raises `LeaseLostError` and writes nothing:
 the rows are exactly as the new owner left them, and no tool starts.
+
+The tests that take `database` run on SQLite and on PostgreSQL (issue 21 item 5).
+A lease there runs out by its stored expiry moved into the past (`expire_lease`):
+PostgreSQL judges it by the server's clock, which no test can move. Three stay on
+SQLite: the long tool call and the cancelled loop judge the lease on an injected
+wall clock (`MovableWall`) that PostgreSQL does not honour, and the held connection
+is about a file database's heartbeat renewing on a connection of its own.
 """
 
 from __future__ import annotations
@@ -17,7 +24,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -43,8 +50,14 @@ from agentrt._takeover import take_over
 from agentrt.scripted import ScriptedAgent
 from conftest import FakeClock, Ids, RecordingTool, event_types
 from support.crashes import crash, resumer
-from support.leases import MovableWall, stored_expiry, take_in, wait_for_renewal
-from support.rows import snapshot
+from support.leases import (
+    MovableWall,
+    expire_lease,
+    stored_expiry,
+    take_in,
+    wait_for_renewal,
+)
+from support.rows import query, snapshot
 
 THIEF = "thief/000000000000"
 
@@ -52,7 +65,7 @@ THIEF = "thief/000000000000"
 class Thief:
     """Takes a RUNNING run's lease with the write a second driver's takeover makes."""
 
-    def __init__(self, db_path: Path) -> None:
+    def __init__(self, db_path: Path | str) -> None:
         self.db_path = db_path
         self.after: list[tuple[Any, ...]] | None = None
 
@@ -76,13 +89,7 @@ class Thief:
     def assert_nothing_written_since(self, run_id: str) -> None:
         assert self.after is not None, "the lease was never stolen"
         assert snapshot(self.db_path) == self.after
-        conn = sqlite3.connect(self.db_path)
-        try:
-            (owner,) = conn.execute(
-                "SELECT lease_owner FROM runs WHERE id = ?", (run_id,)
-            ).fetchone()
-        finally:
-            conn.close()
+        ((owner,),) = query(self.db_path, "SELECT lease_owner FROM runs WHERE id = ?", (run_id,))
         assert owner == THIEF
 
 
@@ -123,7 +130,7 @@ ALLOW = PolicyDecision.allow()
 
 
 def guarded_run(
-    db_path: Path,
+    db_path: Path | str,
     case: str,
 ) -> tuple[Thief, RecordingTool, Callable[[], agentrt.Run]]:
     """A driver set up so that the lease is stolen just before the write `case` names."""
@@ -249,8 +256,8 @@ LOOP_WRITES = [
 
 
 @pytest.mark.parametrize("case", LOOP_WRITES)
-def test_every_loop_write_refuses_a_lease_held_by_someone_else(db_path: Path, case: str) -> None:
-    thief, tool, start = guarded_run(db_path, case)
+def test_every_loop_write_refuses_a_lease_held_by_someone_else(database: str, case: str) -> None:
+    thief, tool, start = guarded_run(database, case)
     with pytest.raises(LeaseLostError):
         start()
     thief.assert_nothing_written_since(Ids("b")())
@@ -291,9 +298,10 @@ AFTER_TAKEOVER = {
 
 @pytest.mark.parametrize("case", list(AFTER_TAKEOVER))
 def test_the_writes_after_a_takeover_refuse_a_lease_held_by_someone_else(
-    db_path: Path, case: str
+    database: str, case: str
 ) -> None:
     """A resume's own writes after the takeover are guarded too."""
+    db_path = database
     died_while, reconcile = AFTER_TAKEOVER[case]
 
     async def dies(input: StepInput) -> Decision:
@@ -325,13 +333,13 @@ def test_the_writes_after_a_takeover_refuse_a_lease_held_by_someone_else(
     (run,) = store.list_runs(10)
     (step,) = store.list_steps(run.id)
     assert (run.status, step.status) == ("RUNNING", died_while)
+    expire_lease(db_path, run.id)  # the first process is gone: its lease runs out
     thief = Thief(db_path)
 
     def probe(point: str, session: Any) -> None:
         if point == "step.interrupted":
             thief.steal(session.run_id)
 
-    later = datetime.now(UTC) + timedelta(hours=1)
     second = agentrt.Driver(
         store=store,
         agent=ScriptedAgent([Decision.complete("done")] * 2),
@@ -340,7 +348,6 @@ def test_the_writes_after_a_takeover_refuse_a_lease_held_by_someone_else(
         reconcile=reconcile,
         now=FakeClock(),
         new_id=Ids("c"),
-        wall=lambda: later,
         probe=probe,
     )
     with pytest.raises(LeaseLostError):
@@ -352,16 +359,14 @@ def test_the_writes_after_a_takeover_refuse_a_lease_held_by_someone_else(
 
 
 def test_a_takeover_while_the_agent_decides_starts_no_tool_and_raises_lease_lost(
-    db_path: Path,
+    database: str,
 ) -> None:
     """Another driver takes the run over, through its real takeover, while this
     driver's agent is deciding: the decision is not recorded and no tool starts."""
+    db_path = database
     store = agentrt.open_store(str(db_path))
     other_store = agentrt.open_existing(str(db_path))
     tool = RecordingTool("t", SideEffect.READ_ONLY)
-    # The other driver's wall clock is an hour ahead, so this driver's live
-    # lease looks expired to it, as it would after a stall of an hour.
-    later = datetime.now(UTC) + timedelta(hours=1)
     other = agentrt.Driver(
         store=other_store,
         agent=ScriptedAgent([]),
@@ -369,11 +374,13 @@ def test_a_takeover_while_the_agent_decides_starts_no_tool_and_raises_lease_lost
         tools=[tool],
         now=FakeClock(),
         new_id=Ids("c"),
-        wall=lambda: later,
     )
     taken: dict[str, Any] = {}
 
     async def decide(input: StepInput) -> Decision:
+        # This driver's live lease expired, as it would after a stall of an hour (its
+        # hour-long lease means no heartbeat renews it meanwhile).
+        expire_lease(db_path, input.run.id)
         session = await take_over(other._config, input.run.id)
         session.stop_heartbeat()
         taken["epoch"] = session.epoch
@@ -387,6 +394,7 @@ def test_a_takeover_while_the_agent_decides_starts_no_tool_and_raises_lease_lost
         tools=[tool],
         now=FakeClock(),
         new_id=Ids(),
+        lease_ttl=timedelta(hours=1),
     )
     with pytest.raises(LeaseLostError, match="is now leased by"):
         driver.start_sync("goal")
@@ -497,7 +505,10 @@ def test_lease_same_lease_owner_name_is_two_owners(store: agentrt.Store) -> None
     assert len(unnamed.lease_owner) == 32
 
 
-def test_lease_epoch_grows_with_every_new_owner_and_reaches_tools(db_path: Path) -> None:
+def test_lease_epoch_grows_with_every_new_owner_and_reaches_tools(
+    database: str, crash_journal: Path
+) -> None:
+    db_path = database
     run_id = crash(db_path, "charge")
     store = agentrt.open_store(db_path)
     assert store.lease(run_id).epoch == 1
@@ -589,13 +600,13 @@ def test_lease_a_cancelled_loop_keeps_its_lease_while_its_tool_thread_still_runs
     assert len(tool.calls) == 1
 
 
-def test_lease_lapsed_lease_starts_no_model_request(store: agentrt.Store) -> None:
-    from datetime import UTC, datetime
-
+def test_lease_lapsed_lease_starts_no_model_request(
+    any_store: agentrt.Store, database: str
+) -> None:
     from agentrt._model import Message, ModelConfig, ModelRequest, TextBlock
 
+    store = any_store
     sent: list[Any] = []
-    wall = [datetime.now(UTC)]
 
     class Model:
         name = "m"
@@ -605,7 +616,9 @@ def test_lease_lapsed_lease_starts_no_model_request(store: agentrt.Store) -> Non
             raise AssertionError("never sent")
 
     async def stall_then_ask(input: agentrt.StepInput) -> Decision:
-        wall[0] += timedelta(minutes=5)  # the loop stalled past its lease; nobody took it
+        # The loop stalled past its lease (an hour long: no heartbeat renews it meanwhile),
+        # and nobody took it.
+        expire_lease(database, input.run.id, holder_elsewhere=False)
         await input.model.generate(
             ModelRequest("", [Message("user", [TextBlock("hi")])], max_output_tokens=10)
         )
@@ -616,7 +629,7 @@ def test_lease_lapsed_lease_starts_no_model_request(store: agentrt.Store) -> Non
         agent=ScriptedAgent([stall_then_ask]),
         policy=agentrt.default_policy(),
         model=ModelConfig(model=Model()),
-        wall=lambda: wall[0],
+        lease_ttl=timedelta(hours=1),
     )
     with pytest.raises(agentrt.LeaseLostError, match="lapsed"):
         driver.start_sync("g")

@@ -3,6 +3,11 @@
 Every crash here is real: `crashing_child.py` SIGKILLs itself inside its
 `charge` tool after journalling the call, and a restarted driver, whose
 `charge` tool carries a reconciliation, takes the run over.
+
+The tests that take `database` run on SQLite and on PostgreSQL (issue 21 item 5): a
+tool's answer `found` settling the step, and `safe_to_repeat` re-running it on the
+same step with the same operation id. The others are not about SQLite: each crash
+costs a child process, and they wait for room in the suite's five minutes (issue 19).
 """
 
 from __future__ import annotations
@@ -40,10 +45,8 @@ from support.crashes import crash
 class ReconciledCharge(child.JournalTool):
     """The child's `charge` (a ToolSpec-based tool) with a reconciliation of its own."""
 
-    def __init__(self, db: Path, answer: Any) -> None:
-        super().__init__(
-            "charge", SideEffect.REMOTE_MUTATION, Path(str(db) + ".journal"), die=False
-        )
+    def __init__(self, db: Path | str, answer: Any) -> None:
+        super().__init__("charge", SideEffect.REMOTE_MUTATION, child.journal_path(db), die=False)
         self.answer = answer
         self.asked: list[ToolCall] = []
         self.calls: list[ToolCall] = []
@@ -59,7 +62,7 @@ class ReconciledCharge(child.JournalTool):
         return self.answer
 
 
-def resume_with(db: Path, tool: Any, **kw: Any) -> tuple[agentrt.Store, agentrt.Driver]:
+def resume_with(db: Path | str, tool: Any, **kw: Any) -> tuple[agentrt.Store, agentrt.Driver]:
     store = agentrt.open_store(db)
     driver = agentrt.Driver(
         store=store,
@@ -67,7 +70,9 @@ def resume_with(db: Path, tool: Any, **kw: Any) -> tuple[agentrt.Store, agentrt.
         policy=kw.pop("policy", child.policy()),
         tools=[
             tool,
-            child.JournalTool("lookup", SideEffect.READ_ONLY, Path(str(db) + ".j2"), False),
+            child.JournalTool(
+                "lookup", SideEffect.READ_ONLY, Path(f"{child.journal_path(db)}.j2"), False
+            ),
         ],
         lease_owner="restarted",
         **kw,
@@ -159,8 +164,9 @@ def test_a_reconcile_that_is_not_callable_is_refused_at_decoration() -> None:
 
 
 def test_tool_reconcile_found_completes_the_step_with_the_recovered_result_and_asks_nobody(
-    db_path: Path,
+    database: str, crash_journal: Path
 ) -> None:
+    db_path = database
     run_id = crash(db_path, "charge")
 
     def look_up(call: ToolCall) -> Reconciled:
@@ -209,8 +215,9 @@ def test_tool_reconcile_found_completes_the_step_with_the_recovered_result_and_a
 
 
 def test_tool_reconcile_safe_to_repeat_reruns_on_the_same_step_with_the_same_operation_id(
-    db_path: Path,
+    database: str, crash_journal: Path
 ) -> None:
+    db_path = database
     run_id = crash(db_path, "charge")
     tool = ReconciledCharge(
         db_path, Reconciled.not_found("provider has no charge under this key", safe_to_repeat=True)

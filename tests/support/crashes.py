@@ -1,10 +1,10 @@
 """Helpers for the crash tests: a child process that SIGKILLs itself mid-step, and
-the driver that resumes what it left behind."""
+the driver that resumes what it left behind, on a SQLite file or a PostgreSQL schema
+(the `database` fixture's value; its journal then needs the `crash_journal` fixture)."""
 
 from __future__ import annotations
 
 import os
-import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -14,10 +14,13 @@ import agentrt
 import crashing_child as child
 from agentrt.scripted import ScriptedAgent
 
+from .leases import ANOTHER_HOST
+from .rows import execute
+
 HERE = Path(__file__).resolve().parent.parent
 
 
-def crash(db: Path, mode: str, **env: str) -> str:
+def crash(db: Path | str, mode: str, **env: str) -> str:
     """Run the child until it SIGKILLs itself; return the run id it left behind."""
     proc = subprocess.run(
         [sys.executable, str(HERE / "crashing_child.py"), str(db), mode],
@@ -35,7 +38,7 @@ def crash(db: Path, mode: str, **env: str) -> str:
 
 
 def resumer(
-    store: agentrt.Store, db: Path, mode: str = "charge", reconcile: Any = None, **kw: Any
+    store: agentrt.Store, db: Path | str, mode: str = "charge", reconcile: Any = None, **kw: Any
 ) -> agentrt.Driver:
     decisions = child.script(mode)
     if mode == "deciding":
@@ -53,8 +56,6 @@ def resumer(
     )
 
 
-def pretend_holder_is_on_another_host(db: Path) -> None:
-    conn = sqlite3.connect(db)
-    conn.execute('UPDATE runs SET lease_holder = \'{"host":"another-host","pid":1,"start":"1"}\'')
-    conn.commit()
-    conn.close()
+def pretend_holder_is_on_another_host(db: Path | str) -> None:
+    """Every run's lease holder names another host: only its expiry can free the lease."""
+    execute(db, "UPDATE runs SET lease_holder = ?", (ANOTHER_HOST,))

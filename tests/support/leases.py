@@ -1,19 +1,25 @@
 """Taking a run's lease by hand, as another process's takeover would (the named write
 `take_lease` with an expiry from a clock and this process as the holder); a wall
-clock the test moves, and waiting for the heartbeat's renewal instead of sleeping."""
+clock the test moves; a lease expired by moving its stored expiry (the only way on
+PostgreSQL, whose server clock judges it); and waiting for the heartbeat's renewal
+instead of sleeping."""
 
 from __future__ import annotations
 
-import sqlite3
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from agentrt._clock import parse_time
+from agentrt._clock import format_time, parse_time, wall_clock
 from agentrt._lease import WallClock, holder_json
 from agentrt._store._records import LeaseState
+
+from .rows import execute, query
+
+ANOTHER_HOST = '{"host":"another-host","pid":1,"start":"1"}'
+"""A lease holder's record naming another host: no proof of its death can be had here."""
 
 
 def take_in(
@@ -81,13 +87,37 @@ class MovableWall:
 
 
 def stored_expiry(db_path: Path | str, run_id: str) -> str:
-    """The run's lease expiry as stored, read on a connection of its own."""
-    conn = sqlite3.connect(db_path)
+    """The run's lease expiry as stored, read on a connection of its own (either backend)."""
+    ((expiry,),) = query(db_path, "SELECT lease_expires_at FROM runs WHERE id = ?", (run_id,))
+    return str(expiry)
+
+
+def expire_lease(database: Path | str, run_id: str, *, holder_elsewhere: bool = True) -> str:
+    """Make the run's lease expired an hour ago by the clock that judges it; return the expiry.
+
+    That clock is the store's lease clock (`Store.lease_now`): the wall clock on
+    SQLite, the server's on PostgreSQL, where a test cannot move it; so the test
+    moves the expiry instead, as a stall of an hour would leave it. The holder's
+    record names another host (unless told not to), so only the clock can decide,
+    never a proof that the holder's process is gone. The holder's heartbeat must
+    not be renewing the lease meanwhile (it is gone, or its lease is long).
+    """
+    import agentrt
+
+    store = agentrt.open_existing(str(database))
     try:
-        row = conn.execute("SELECT lease_expires_at FROM runs WHERE id = ?", (run_id,)).fetchone()
-        return str(row[0])
+        expired = format_time(store.lease_now(wall_clock) - timedelta(hours=1))
     finally:
-        conn.close()
+        store.close()
+    if holder_elsewhere:
+        execute(
+            database,
+            "UPDATE runs SET lease_expires_at = ?, lease_holder = ? WHERE id = ?",
+            (expired, ANOTHER_HOST, run_id),
+        )
+    else:
+        execute(database, "UPDATE runs SET lease_expires_at = ? WHERE id = ?", (expired, run_id))
+    return expired
 
 
 def wait_for_renewal(read: Callable[[], Any], past: Any, within: float = 60.0) -> Any:

@@ -98,12 +98,16 @@ def build(
     script: Sequence[AIMessage],
     node: Callable[[list[BaseTool]], Any] | None = None,
     saver: Any = "memory",
+    database: str | None = None,
     **options: Any,
 ) -> tuple[Any, agentrt.Store, Path]:
-    """A ReAct graph: the fake model answers from `script`, by how many tool answers it has."""
+    """A ReAct graph: the fake model answers from `script`, by how many tool answers it has.
+
+    Its store is on `database` (the `database` fixture's) when given, else a file in
+    `tmp_path`."""
     effects = tmp_path / "effects.log"
     effects.touch()
-    store = agentrt.open_store(tmp_path / "runs.db")
+    store = agentrt.open_store(database or tmp_path / "runs.db")
     tools = make_tools(effects)
     if node is None:
         tools_node = gated_tool_node(
