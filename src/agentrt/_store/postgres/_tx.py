@@ -110,8 +110,13 @@ class PostgresTx(SqliteTx):
         # The server's clock read by the last statement, a `lock_run` of a row already
         # held; None once any other statement ran.
         self._clock: datetime | None = None
+        # The one cursor of the statements sent alone (made with the first): a statement's
+        # result is read before the next is sent, so each does not need a cursor of its own.
+        self._cursor: psycopg.Cursor[Any] | None = None
 
     def execute(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> Any:
+        """Run `sql` (`?` / `:name` placeholders); its cursor, whose result is valid until
+        the transaction's next statement (every caller reads it before sending another)."""
         self._check_open()
         if self._unwritten and _TOUCHES_CHAIN.search(sql):
             self.write_events()
@@ -120,7 +125,9 @@ class PostgresTx(SqliteTx):
             if self._begin is not None:
                 cursor = self._begin_with(translate(sql), params)
             else:
-                cursor = self._pg.execute(translate(sql), params)
+                if self._cursor is None:
+                    self._cursor = self._pg.cursor()
+                cursor = self._cursor.execute(translate(sql), params)
         except psycopg.Error as e:
             raise store_error(
                 e, "a statement of the transaction failed", retryable=not self._wrote
