@@ -65,6 +65,18 @@ def _events_sql(rows: int, heads: int) -> str:
     )
 
 
+@functools.lru_cache(maxsize=1024)
+def _statement(sql: str) -> tuple[str, bool, bool]:
+    """What `execute` needs of a statement's text, worked out once per text: the text as
+    psycopg takes it (`translate`), whether it touches the events or the chain's heads
+    (the appended events are written first), whether it is a SELECT."""
+    return (
+        translate(sql),
+        _TOUCHES_CHAIN.search(sql) is not None,
+        sql.lstrip()[:6].upper() == "SELECT",
+    )
+
+
 _SERVER_NOW = "SELECT clock_timestamp()"
 
 
@@ -118,21 +130,22 @@ class PostgresTx(SqliteTx):
         """Run `sql` (`?` / `:name` placeholders); its cursor, whose result is valid until
         the transaction's next statement (every caller reads it before sending another)."""
         self._check_open()
-        if self._unwritten and _TOUCHES_CHAIN.search(sql):
+        text, touches_chain, reads = _statement(sql)
+        if touches_chain and self._unwritten:
             self.write_events()
         self._clock = None
         try:
             if self._begin is not None:
-                cursor = self._begin_with(translate(sql), params)
+                cursor = self._begin_with(text, params)
             else:
                 if self._cursor is None:
                     self._cursor = self._pg.cursor()
-                cursor = self._cursor.execute(translate(sql), params)
+                cursor = self._cursor.execute(text, params)
         except psycopg.Error as e:
             raise store_error(
                 e, "a statement of the transaction failed", retryable=not self._wrote
             ) from e
-        if not self._wrote and sql.lstrip()[:6].upper() != "SELECT":
+        if not reads:
             self._wrote = True
         return cursor
 
