@@ -122,9 +122,12 @@ class PostgresTx(SqliteTx):
         # The server's clock read by the last statement, a `lock_run` of a row already
         # held; None once any other statement ran.
         self._clock: datetime | None = None
-        # The one cursor of the statements sent alone (made with the first): a statement's
-        # result is read before the next is sent, so each does not need a cursor of its own.
+        # The one cursor of the transaction's statements (made with the first): a
+        # statement's result is read before the next is sent, so each does not need a
+        # cursor of its own; and one for those whose result nobody reads (`BEGIN`, the
+        # schema's guard, `COMMIT`: a failure of theirs is raised all the same).
         self._cursor: psycopg.Cursor[Any] | None = None
+        self._unread: psycopg.Cursor[Any] | None = None
 
     def execute(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> Any:
         """Run `sql` (`?` / `:name` placeholders); its cursor, whose result is valid until
@@ -138,9 +141,7 @@ class PostgresTx(SqliteTx):
             if self._begin is not None:
                 cursor = self._begin_with(text, params)
             else:
-                if self._cursor is None:
-                    self._cursor = self._pg.cursor()
-                cursor = self._cursor.execute(text, params)
+                cursor = self._statements().execute(text, params)
         except psycopg.Error as e:
             raise store_error(
                 e, "a statement of the transaction failed", retryable=not self._wrote
@@ -148,6 +149,16 @@ class PostgresTx(SqliteTx):
         if not reads:
             self._wrote = True
         return cursor
+
+    def _statements(self) -> psycopg.Cursor[Any]:
+        if self._cursor is None:
+            self._cursor = self._pg.cursor()
+        return self._cursor
+
+    def _unread_results(self) -> psycopg.Cursor[Any]:
+        if self._unread is None:
+            self._unread = self._pg.cursor()
+        return self._unread
 
     def _begin_with(self, sql: str, params: Sequence[Any] | Mapping[str, Any]) -> Any:
         """`BEGIN`, the schema's guard and the transaction's first statement, pipelined: one
@@ -159,9 +170,10 @@ class PostgresTx(SqliteTx):
         assert begin is not None
         try:
             with self._pg.pipeline():
-                self._pg.execute(begin)
-                self._pg.execute(GUARD)
-                cursor = self._pg.execute(sql, params)
+                unread = self._unread_results()
+                unread.execute(begin)
+                unread.execute(GUARD)
+                cursor = self._statements().execute(sql, params)
         except psycopg.Error as e:
             if self._pg.closed or self._pg.broken:  # lost before anything ran: say so
                 raise store_error(
@@ -204,11 +216,11 @@ class PostgresTx(SqliteTx):
         transaction is left failed for the caller's `ROLLBACK`."""
         self.begun()
         if not self._unwritten:
-            self._pg.execute("COMMIT")
+            self._unread_results().execute("COMMIT")
             return
         with self._pg.pipeline():
             self.write_events()
-            self._pg.execute("COMMIT")
+            self._unread_results().execute("COMMIT")
 
     def lock_run(self, run_id: str) -> GuardedRun | None:
         """The run and its lease, its row locked (`FOR UPDATE`) until the transaction ends.
