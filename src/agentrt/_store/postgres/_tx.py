@@ -105,6 +105,7 @@ class PostgresTx(SqliteTx):
         partitions: int = 1,
         begin: str | None = None,
         target: Target | None = None,
+        cursors: tuple[psycopg.Cursor[Any], psycopg.Cursor[Any]] | None = None,
     ) -> None:
         super().__init__(cast(Any, conn), partitions)
         self._pg = conn
@@ -122,12 +123,15 @@ class PostgresTx(SqliteTx):
         # The server's clock read by the last statement, a `lock_run` of a row already
         # held; None once any other statement ran.
         self._clock: datetime | None = None
-        # The one cursor of the transaction's statements (made with the first): a
-        # statement's result is read before the next is sent, so each does not need a
-        # cursor of its own; and one for those whose result nobody reads (`BEGIN`, the
-        # schema's guard, `COMMIT`: a failure of theirs is raised all the same).
+        # The one cursor of the transaction's statements: a statement's result is read
+        # before the next is sent, so each does not need a cursor of its own; and one for
+        # those whose result nobody reads (`BEGIN`, the schema's guard, `COMMIT`: a
+        # failure of theirs is raised all the same). The store's, kept with its
+        # connection (`cursors`), else made with the first statement.
         self._cursor: psycopg.Cursor[Any] | None = None
         self._unread: psycopg.Cursor[Any] | None = None
+        if cursors is not None:
+            self._cursor, self._unread = cursors
 
     def execute(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> Any:
         """Run `sql` (`?` / `:name` placeholders); its cursor, whose result is valid until
