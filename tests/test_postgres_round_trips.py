@@ -1,8 +1,9 @@
 """How many round trips an allowed tool step makes to PostgreSQL (decision 0100).
 
-Counted at the store's connection: each `execute` outside a pipeline is one round
-trip (a message of several statements without parameters too), and a pipeline is
-one, whatever it sends. The steady cost of a step is the difference between a run
+Counted at the store's connection: each `execute` of one of its cursors (the
+connection's own `execute` is one too) outside a pipeline is one round trip (a
+message of several statements without parameters too), and a pipeline is one,
+whatever it sends. The steady cost of a step is the difference between a run
 of 20 allowed steps and one of 10, over 10: the run's creation and its last step
 cancel out. A change that adds a round trip to the step fails here, naming the
 statements.
@@ -74,11 +75,11 @@ def url() -> Iterator[str]:
 @pytest.fixture
 def trips(monkeypatch: pytest.MonkeyPatch) -> Trips:
     seen = Trips()
-    execute = psycopg.Connection.execute
+    execute = psycopg.Cursor.execute
     pipeline = psycopg.Connection.pipeline
 
     def counted_execute(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
-        if self is seen.conn:
+        if self.connection is seen.conn:
             seen.saw(query)
         return execute(self, query, *args, **kwargs)
 
@@ -97,7 +98,7 @@ def trips(monkeypatch: pytest.MonkeyPatch) -> Trips:
             seen.depth -= 1
             seen.sent[PIPELINED.join(seen.in_pipeline)] += 1
 
-    monkeypatch.setattr(psycopg.Connection, "execute", counted_execute)
+    monkeypatch.setattr(psycopg.Cursor, "execute", counted_execute)
     monkeypatch.setattr(psycopg.Connection, "pipeline", counted_pipeline)
     return seen
 

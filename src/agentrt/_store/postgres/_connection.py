@@ -103,10 +103,25 @@ class Row(tuple[Any, ...]):
 
 
 def row_factory(cursor: Any) -> Any:
-    """psycopg's row factory for `Row`, each packed JSON column's parts put back (decision 0084)."""
-    description = cursor.description
-    names = {} if description is None else {c.name: i for i, c in enumerate(description)}
-    columns = stored_columns(tuple(names))
+    """psycopg's row factory for `Row`, each packed JSON column's parts put back (decision 0084).
+
+    Called for every result, a statement's without rows too: the column names are read
+    from the result's field names (not `cursor.description`, whose `Column`s cost more
+    than the statement's own client work) and what they make is kept by those names."""
+    result = cursor.pgresult
+    fields = 0 if result is None else result.nfields
+    if not fields:
+        return _EMPTY_MAKER
+    key = tuple([result.fname(i) for i in range(fields)])
+    shape = _SHAPES.get(key)
+    if shape is None:
+        if len(_SHAPES) >= _SHAPES_KEPT:
+            _SHAPES.clear()
+        names = {(name or b"").decode(): i for i, name in enumerate(key)}
+        shape = _SHAPES[key] = (names, stored_columns(tuple(names)), _plain_maker(names))
+    names, columns, plain = shape
+    if not columns:
+        return plain
     known: dict[str, object] = {}  # the parts this statement's rows fetched
 
     def make(values: Sequence[Any]) -> Row:
@@ -121,6 +136,23 @@ def row_factory(cursor: Any) -> Any:
         return row
 
     return make
+
+
+def _plain_maker(names: dict[str, int]) -> Any:
+    """The maker of a result none of whose columns can hold a packed value."""
+
+    def make(values: Sequence[Any]) -> Row:
+        row = Row(values)
+        row._names = names
+        return row
+
+    return make
+
+
+_EMPTY_MAKER = _plain_maker({})
+# A result's shape by its field names: (name -> index, its packable columns, a maker).
+_SHAPES: dict[tuple[bytes | None, ...], tuple[dict[str, int], Any, Any]] = {}
+_SHAPES_KEPT = 1024
 
 
 def _fetcher(conn: psycopg.Connection[Any], known: dict[str, object]) -> Fetch:

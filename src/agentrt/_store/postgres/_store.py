@@ -197,6 +197,10 @@ class PostgresStore(SqliteStore):
         self._tx: PostgresTx | None = None
         self._closed = False
         self._safe_schema = None
+        # The two cursors every transaction on the connection uses (`PostgresTx`), made
+        # again with a new connection.
+        self._cursors: tuple[psycopg.Connection[Any], psycopg.Cursor[Any], psycopg.Cursor[Any]]
+        self._cursors = (conn, conn.cursor(), conn.cursor())
 
     def __enter__(self) -> PostgresStore:
         return self
@@ -212,6 +216,16 @@ class PostgresStore(SqliteStore):
             if self.read_only:
                 self._pg.execute("SET default_transaction_read_only = on")
         return self._pg
+
+    def _cursors_of(
+        self, conn: psycopg.Connection[Any]
+    ) -> tuple[psycopg.Cursor[Any], psycopg.Cursor[Any]]:
+        """The transactions' two cursors on `conn`: the statements', and the one whose
+        results nobody reads. A transaction reads each result before its next statement,
+        and no result outlives its transaction, so every transaction can share them."""
+        if self._cursors[0] is not conn:
+            self._cursors = (conn, conn.cursor(), conn.cursor())
+        return self._cursors[1], self._cursors[2]
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[PostgresTx]:
@@ -229,6 +243,7 @@ class PostgresStore(SqliteStore):
                 self.partitions,
                 begin="BEGIN ISOLATION LEVEL READ COMMITTED",
                 target=self._target,
+                cursors=self._cursors_of(conn),
             )
             self._tx = tx
             try:
@@ -300,7 +315,7 @@ class PostgresStore(SqliteStore):
             except psycopg.Error as e:
                 rollback_quietly(conn)
                 raise store_error(e, "cannot begin a read", target=self._target) from e
-            view = PostgresTx(conn, self.partitions)
+            view = PostgresTx(conn, self.partitions, cursors=self._cursors_of(conn))
             self._tx = view
             try:
                 yield view

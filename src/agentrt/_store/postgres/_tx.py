@@ -65,6 +65,18 @@ def _events_sql(rows: int, heads: int) -> str:
     )
 
 
+@functools.lru_cache(maxsize=1024)
+def _statement(sql: str) -> tuple[str, bool, bool]:
+    """What `execute` needs of a statement's text, worked out once per text: the text as
+    psycopg takes it (`translate`), whether it touches the events or the chain's heads
+    (the appended events are written first), whether it is a SELECT."""
+    return (
+        translate(sql),
+        _TOUCHES_CHAIN.search(sql) is not None,
+        sql.lstrip()[:6].upper() == "SELECT",
+    )
+
+
 _SERVER_NOW = "SELECT clock_timestamp()"
 
 
@@ -93,6 +105,7 @@ class PostgresTx(SqliteTx):
         partitions: int = 1,
         begin: str | None = None,
         target: Target | None = None,
+        cursors: tuple[psycopg.Cursor[Any], psycopg.Cursor[Any]] | None = None,
     ) -> None:
         super().__init__(cast(Any, conn), partitions)
         self._pg = conn
@@ -110,24 +123,46 @@ class PostgresTx(SqliteTx):
         # The server's clock read by the last statement, a `lock_run` of a row already
         # held; None once any other statement ran.
         self._clock: datetime | None = None
+        # The one cursor of the transaction's statements: a statement's result is read
+        # before the next is sent, so each does not need a cursor of its own; and one for
+        # those whose result nobody reads (`BEGIN`, the schema's guard, `COMMIT`: a
+        # failure of theirs is raised all the same). The store's, kept with its
+        # connection (`cursors`), else made with the first statement.
+        self._cursor: psycopg.Cursor[Any] | None = None
+        self._unread: psycopg.Cursor[Any] | None = None
+        if cursors is not None:
+            self._cursor, self._unread = cursors
 
     def execute(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> Any:
+        """Run `sql` (`?` / `:name` placeholders); its cursor, whose result is valid until
+        the transaction's next statement (every caller reads it before sending another)."""
         self._check_open()
-        if self._unwritten and _TOUCHES_CHAIN.search(sql):
+        text, touches_chain, reads = _statement(sql)
+        if touches_chain and self._unwritten:
             self.write_events()
         self._clock = None
         try:
             if self._begin is not None:
-                cursor = self._begin_with(translate(sql), params)
+                cursor = self._begin_with(text, params)
             else:
-                cursor = self._pg.execute(translate(sql), params)
+                cursor = self._statements().execute(text, params)
         except psycopg.Error as e:
             raise store_error(
                 e, "a statement of the transaction failed", retryable=not self._wrote
             ) from e
-        if not self._wrote and sql.lstrip()[:6].upper() != "SELECT":
+        if not reads:
             self._wrote = True
         return cursor
+
+    def _statements(self) -> psycopg.Cursor[Any]:
+        if self._cursor is None:
+            self._cursor = self._pg.cursor()
+        return self._cursor
+
+    def _unread_results(self) -> psycopg.Cursor[Any]:
+        if self._unread is None:
+            self._unread = self._pg.cursor()
+        return self._unread
 
     def _begin_with(self, sql: str, params: Sequence[Any] | Mapping[str, Any]) -> Any:
         """`BEGIN`, the schema's guard and the transaction's first statement, pipelined: one
@@ -139,9 +174,10 @@ class PostgresTx(SqliteTx):
         assert begin is not None
         try:
             with self._pg.pipeline():
-                self._pg.execute(begin)
-                self._pg.execute(GUARD)
-                cursor = self._pg.execute(sql, params)
+                unread = self._unread_results()
+                unread.execute(begin)
+                unread.execute(GUARD)
+                cursor = self._statements().execute(sql, params)
         except psycopg.Error as e:
             if self._pg.closed or self._pg.broken:  # lost before anything ran: say so
                 raise store_error(
@@ -184,11 +220,11 @@ class PostgresTx(SqliteTx):
         transaction is left failed for the caller's `ROLLBACK`."""
         self.begun()
         if not self._unwritten:
-            self._pg.execute("COMMIT")
+            self._unread_results().execute("COMMIT")
             return
         with self._pg.pipeline():
             self.write_events()
-            self._pg.execute("COMMIT")
+            self._unread_results().execute("COMMIT")
 
     def lock_run(self, run_id: str) -> GuardedRun | None:
         """The run and its lease, its row locked (`FOR UPDATE`) until the transaction ends.
