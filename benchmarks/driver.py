@@ -129,7 +129,7 @@ class Series:
 
 
 def remove_database(path: str) -> None:
-    for suffix in ("", "-wal", "-shm"):
+    for suffix in ("", "-wal", "-shm", "-lock"):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path + suffix)
 

@@ -234,6 +234,48 @@ def test_a_rejection_while_the_pydantic_ai_short_path_waits_tells_the_model_and_
     ]
 
 
+def test_a_rejection_before_the_pydantic_ai_call_looks_at_its_approval_tells_the_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The person rejects in the moment after the pause committed and before the waiting call
+    reads its approval (under load the watcher once landed there, and the call tried to
+    attach to the cancelled run): the model is told the run ended, as after a wait, and the
+    push never runs. The moment is made exact by rejecting as the call lets go of the run."""
+    pytest.importorskip("pydantic_ai", reason="needs agentrt[pydantic-ai]")
+    from agentrt.adapters.pydantic_ai._run import FrameworkRun
+
+    code, _, _ = short_path("pydantic-ai")
+    monkeypatch.chdir(tmp_path)
+    heard: list[str] = []
+    world = pydantic_world(tmp_path, heard)
+    db = tmp_path / "runs.db"
+    let_go = FrameworkRun._let_go
+    decided: list[agentrt.Approval] = []
+
+    async def let_go_then_a_quick_person(self: FrameworkRun) -> None:
+        await let_go(self)
+        elsewhere = agentrt.open_store(db)
+        try:
+            pending = elsewhere.pending_approvals(self.run_id)
+            if pending and not decided:
+                decided.append(reject(elsewhere, pending[0]))
+        finally:
+            elsewhere.close()
+
+    monkeypatch.setattr(FrameworkRun, "_let_go", let_go_then_a_quick_person)
+    exec(compile(code, "docs/adapters.md (pydantic-ai short path)", "exec"), world)
+    assert world["result"].output == "published"  # the model's answer, after it was told
+    assert not (tmp_path / "effects.log").exists()
+    assert [a.status for a in decided] == ["rejected"]
+    store, run = only_run(db)
+    assert (run.status, run.reason, run.result) == ("CANCELLED", "approval_rejected", None)
+    assert heard[-1] == f"ToolReturnPart:not run: {agentrt.adapters.ended_message(run)}"
+    assert [(s.decision.tool or s.decision.kind, s.status) for s in store.list_steps(run.id)] == [
+        ("list_branches", "done"),
+        ("push_branch", "failed"),
+    ]
+
+
 def test_a_pydantic_ai_agent_without_deferred_tool_requests_cancels_its_waiting_run_at_once(
     tmp_path: Path,
 ) -> None:

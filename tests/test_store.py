@@ -103,7 +103,14 @@ def test_new_database_and_sidecars_are_owner_only_whatever_the_umask(
     try:
         add_run(store, "r1")
         files = {p.name: mode(p) for p in db.parent.iterdir()}
-        assert files == {"agentrt.db": 0o600, "agentrt.db-wal": 0o600, "agentrt.db-shm": 0o600}
+        # The writers' lock file (decision 0106) too: it holds no data, but whoever could
+        # lock it could hold every writer up to its busy timeout.
+        assert files == {
+            "agentrt.db": 0o600,
+            "agentrt.db-wal": 0o600,
+            "agentrt.db-shm": 0o600,
+            "agentrt.db-lock": 0o600,
+        }
     finally:
         store.close()
 
@@ -188,7 +195,7 @@ def test_world_writable_wal_is_refused(db: Path) -> None:
         writer.close()
 
 
-@pytest.mark.parametrize("suffix", ["-shm", "-wal", "-journal"])
+@pytest.mark.parametrize("suffix", ["-shm", "-wal", "-journal", "-lock"])
 def test_sidecar_that_is_a_directory_is_refused(db: Path, suffix: str) -> None:
     open_store(db).close()
     os.mkdir(f"{db}{suffix}")
@@ -316,7 +323,9 @@ def test_paths_with_uri_characters_open_the_file_they_name(tmp_path: Path, name:
     store = open_store(path)
     add_run(store, "r1", goal=name)
     store.close()
-    assert sorted(p.name for p in tmp_path.iterdir()) == [name]
+    # SQLite removes its -wal and -shm at the last close; the writers' lock file stays (it is
+    # never removed: a writer could hold it while another made a new one; decision 0106).
+    assert sorted(p.name for p in tmp_path.iterdir()) == [name, name + "-lock"]
     reader = open_existing(str(path), read_only=True)
     try:
         assert reader.get_run("r1").goal == name
@@ -448,7 +457,7 @@ def test_read_only_open_in_a_read_only_directory(user_dir: tuple[Path, int | Non
         "goal": "kept",
         "events": 1,
         "intact": True,
-        "files": ["agentrt.db"],
+        "files": ["agentrt.db", "agentrt.db-lock"],  # the reader made nothing
     }
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from .._errors import ConfigError
 
-_DATABASE_SIBLINGS = ("-wal", "-shm", "-journal")
+_DATABASE_SIBLINGS = ("-wal", "-shm", "-journal", "-lock")
 
 
 def protected_files(

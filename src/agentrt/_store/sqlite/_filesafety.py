@@ -38,7 +38,8 @@ from ..._errors import (
 )
 
 POSIX_MODES = os.name == "posix"
-SIDECAR_SUFFIXES = ("-wal", "-shm", "-journal")
+SIDECAR_SUFFIXES = ("-wal", "-shm", "-journal", "-lock")
+"""SQLite's own sidecars, and the writers' lock file (`_writer_turns`: it holds no data)."""
 OWNER_ONLY = 0o600
 
 
@@ -118,7 +119,7 @@ def _check_links(path: str, st: os.stat_result, *, what: str) -> None:
 
 
 def check_sidecars(path: str, *, tighten: bool) -> None:
-    """Refuse unsafe `-wal`, `-shm` or `-journal` files next to the database at `path`."""
+    """Refuse unsafe `-wal`, `-shm`, `-journal` or `-lock` files next to the database at `path`."""
     for suffix in SIDECAR_SUFFIXES:
         side = path + suffix
         try:

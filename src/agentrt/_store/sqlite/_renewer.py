@@ -18,6 +18,7 @@ from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 
 from ._connection import store_error
+from ._writer_turns import WriterTurns
 from ._writes import SqliteTx, renew_lease, renew_lease_alone
 
 
@@ -25,10 +26,14 @@ class ConnectionRenewer:
     """Renews on a connection of its own, opened lazily on the heartbeat's thread."""
 
     def __init__(
-        self, connect: Callable[[], sqlite3.Connection], wall: Callable[[], datetime]
+        self,
+        connect: Callable[[], sqlite3.Connection],
+        wall: Callable[[], datetime],
+        turns: WriterTurns,
     ) -> None:
         self._connect = connect
         self._wall = wall
+        self._turns = turns  # its own turns among the file's writers (decision 0106)
         self._conn: sqlite3.Connection | None = None
         self._safe_schema: int | None = None
 
@@ -36,6 +41,7 @@ class ConnectionRenewer:
         if self._conn is None:
             self._conn = self._connect()
         conn = self._conn
+        self._turns.take()
         try:
             renewed, self._safe_schema = renew_lease_alone(
                 conn, self._safe_schema, run_id, owner, self._wall() + ttl
@@ -43,6 +49,8 @@ class ConnectionRenewer:
         except sqlite3.Error as e:
             self.close()
             raise store_error(e, f"renewing the lease on run {run_id} failed") from e
+        finally:
+            self._turns.give()
         return renewed
 
     def close(self) -> None:
@@ -50,6 +58,7 @@ class ConnectionRenewer:
             with contextlib.suppress(sqlite3.Error):
                 self._conn.close()
             self._conn = None
+        self._turns.close()
 
 
 class StoreRenewer:

@@ -87,6 +87,7 @@ from ._connection import (
 )
 from ._proxy_rows import ProxyRows
 from ._renewer import ConnectionRenewer, StoreRenewer
+from ._writer_turns import WriterTurns
 from ._writes import SqliteTx
 
 PENDING_APPROVALS_DEFAULT = 100
@@ -212,6 +213,11 @@ class SqliteStore(ProxyRows):
         self._closed = False
         # The schema version last found safe; None until the first write transaction.
         self._safe_schema: int | None = None
+        # This connection's turns at writing, among agentrt's writers to the file (decision
+        # 0106); an in-memory or read-only store has none to take.
+        self._turns = (
+            None if uri is None or read_only else WriterTurns(path, BUSY_TIMEOUT_MS / 1000)
+        )
 
     def __enter__(self) -> SqliteStore:
         return self
@@ -234,7 +240,7 @@ class SqliteStore(ProxyRows):
         Holds the store's lock throughout, so other threads' reads and writes wait.
         Transactions do not nest.
         """
-        with self._lock:
+        with self._lock, self._turn():
             self._begin()
             tx = SqliteTx(self._conn, self.partitions)
             self._tx = tx
@@ -254,6 +260,21 @@ class SqliteStore(ProxyRows):
             finally:
                 tx._close()
                 self._tx = None
+
+    @contextlib.contextmanager
+    def _turn(self) -> Iterator[None]:
+        """This connection's turn among agentrt's writers to the file, for one transaction
+        (`_writer_turns`): taken before `BEGIN IMMEDIATE`, given back after its end."""
+        turns = self._turns
+        if turns is None:
+            yield
+            return
+        self._check_open()  # a closed store says so, not that its lock file is gone
+        turns.take()
+        try:
+            yield
+        finally:
+            turns.give()
 
     def _begin(self) -> None:
         """`BEGIN IMMEDIATE` on a writable, open store with no transaction open (under the
@@ -299,7 +320,7 @@ class SqliteStore(ProxyRows):
         Each work gets a transaction object of its own: its events, and the chain head
         it reads (after the works before it, which its connection sees), are its own.
         """
-        with self._lock:
+        with self._lock, self._turn():
             self._begin()
             outcomes: list[Grouped] = []
             try:
@@ -379,7 +400,9 @@ class SqliteStore(ProxyRows):
         self._check_open()
         if self._uri is None:
             return StoreRenewer(self.transaction, wall)
-        return ConnectionRenewer(self._open_connection, wall)
+        return ConnectionRenewer(
+            self._open_connection, wall, WriterTurns(self.path, BUSY_TIMEOUT_MS / 1000)
+        )
 
     def lease_now(self, wall: Callable[[], datetime]) -> datetime:
         """The time leases are judged by outside a transaction: the caller's wall clock."""
@@ -406,6 +429,8 @@ class SqliteStore(ProxyRows):
             if not self._closed:
                 self._closed = True
                 self._conn.close()
+                if self._turns is not None:
+                    self._turns.close()
 
     # --- reads ----------------------------------------------------------------------------------
 

@@ -405,6 +405,10 @@ class FrameworkRun:
         if approval.status == agentrt.ApprovalStatus.PENDING and self.settings.wait_for_person:
             approval = await self._wait_for_person(approval)
             await self._waited(approval)
+        elif approval.status != agentrt.ApprovalStatus.PENDING:
+            # Decided before this call looked (a person quicker than the framework): a
+            # rejection or an expiry ended the run, which the model is told, as after a wait.
+            await self._waited(approval)
         if approval.status == agentrt.ApprovalStatus.PENDING:
             decided = decision_of(ctx.tool_call_metadata) if ctx.tool_call_approved else None
             if decided is None or decided["approval_id"] != approval.id:
@@ -423,7 +427,14 @@ class FrameworkRun:
                     presentation(store, self.run_id, approval.id, why=str(exc))
                 ) from exc
         assert self.gate is not None
-        session, verdict = await self.gate.attach(self.run_id)
+        try:
+            session, verdict = await self.gate.attach(self.run_id)
+        except agentrt.RunStateError:
+            # Ended since it was read just above (an operator's cancel): told as any end.
+            run = store.get_run(self.run_id)
+            if isinstance(run.status, agentrt.RunStatus) and run.status.terminal:
+                raise ToolFailed(f"not run: {ended_message(run)}") from None
+            raise
         self.session = session
         assert verdict is not None
         if verdict.outcome == "allowed":

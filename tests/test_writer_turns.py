@@ -1,0 +1,202 @@
+"""agentrt's writers to one SQLite file take turns through its `-lock` file (decision 0106).
+
+Each test judges the lock file itself (who holds it, read with a non-blocking
+`flock` of a descriptor of the test's own) or a real process's death; none
+judges how long anything took.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+import agentrt
+from agentrt import StoreBusyError
+from agentrt._store.sqlite._renewer import ConnectionRenewer
+from agentrt._store.sqlite._writer_turns import WriterTurns
+
+pytestmark = pytest.mark.skipif(os.name != "posix", reason="flock is POSIX")
+
+T0 = datetime(2026, 12, 3, tzinfo=UTC)
+
+
+def add_run(store: agentrt.Store, run_id: str, *, lease_owner: str = "") -> None:
+    """A run row written by hand (the store's own SQL escape hatch), leased to `lease_owner`."""
+    with store.transaction() as tx:
+        tx.execute(
+            "INSERT INTO runs (id, goal, status, limits_json, created_at, lease_owner) "
+            "VALUES (?, 'goal', 'RUNNING', '{}', '2026-12-03T00:00:00.000000Z', ?)",
+            (run_id, lease_owner),
+        )
+
+
+def turn_is_free(path: Path) -> bool:
+    """Whether nobody holds the writers' turn on the database at `path` (looked at once)."""
+    fd = os.open(f"{path}-lock", os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)  # closing the only descriptor of this open file gives a turn taken back
+    return True
+
+
+def test_a_transaction_holds_the_turn_from_its_begin_to_its_commit(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    store = agentrt.open_store(db)
+    try:
+        add_run(store, "r1")
+        assert turn_is_free(db)
+        with store.transaction() as tx:
+            assert not turn_is_free(db)
+            tx.append_event("r1", "", T0, "run.created", {"goal": "g"})
+        assert turn_is_free(db)
+        with pytest.raises(RuntimeError), store.transaction():
+            raise RuntimeError("rolled back")
+        assert turn_is_free(db)  # given back after a rollback too
+    finally:
+        store.close()
+
+
+def test_two_stores_of_one_process_take_turns_with_each_other(tmp_path: Path) -> None:
+    """Two connections of one process (as the store's and the heartbeat's) each have their
+    own open lock file: while one is inside a transaction, the other's turn is taken."""
+    db = tmp_path / "runs.db"
+    first, second = agentrt.open_store(db), agentrt.open_store(db)
+    second._turns = WriterTurns(str(db), timeout_s=0.05)  # the 5 s default, shortened
+    try:
+        with (
+            first.transaction(),
+            pytest.raises(StoreBusyError, match="held its turn"),
+            second.transaction(),
+        ):
+            pass
+        with second.transaction() as tx:  # once the first committed, the second's turn
+            assert not tx.run_exists("r1")
+    finally:
+        first.close()
+        second.close()
+
+
+def test_a_turn_held_past_the_busy_timeout_is_a_busy_error_and_nothing_is_written(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "runs.db"
+    store = agentrt.open_store(db)
+    add_run(store, "r1")
+    holder = os.open(f"{db}-lock", os.O_RDWR)
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    try:
+        store._turns = WriterTurns(str(db), timeout_s=0.05)  # the 5 s default, shortened
+        with (
+            pytest.raises(StoreBusyError, match=r"held its turn at .*runs\.db-lock past the"),
+            store.transaction() as tx,
+        ):
+            tx.append_event("r1", "", T0, "run.created", {})
+        assert store.list_events() == []
+    finally:
+        os.close(holder)
+    with store.transaction() as tx:  # the turn is free again: the same write goes through
+        tx.append_event("r1", "", T0, "run.created", {})
+    assert [e.type for e in store.list_events()] == ["run.created"]
+    store.close()
+
+
+def test_a_writer_killed_inside_its_transaction_gives_its_turn_back(tmp_path: Path) -> None:
+    """A real process SIGKILLed with the turn and SQLite's write lock held: the kernel drops
+    both, and the next writer goes on at once (no busy timeout waited out)."""
+    db = tmp_path / "runs.db"
+    agentrt.open_store(db).close()
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(
+                f"""
+                import sys, agentrt
+                store = agentrt.open_store({str(db)!r})
+                with store.transaction() as tx:
+                    print("inside", flush=True)
+                    sys.stdin.read()  # until killed
+                """
+            ),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline() == "inside\n"
+        assert not turn_is_free(db)
+        child.send_signal(signal.SIGKILL)
+        assert child.wait(60) == -signal.SIGKILL
+    finally:
+        if child.poll() is None:
+            child.kill()
+    assert turn_is_free(db)
+    store = agentrt.open_store(db)
+    store._turns = WriterTurns(str(db), timeout_s=0.05)  # a held turn would fail at once
+    try:
+        add_run(store, "r1")
+        assert store.get_run("r1").id == "r1"
+    finally:
+        store.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_takes_turns_of_its_own_not_its_parents(tmp_path: Path) -> None:
+    """The child inherits the parent's open lock file; had it locked that one, it would have
+    got the turn the parent holds. It opens its own, and finds the turn taken."""
+    db = tmp_path / "runs.db"
+    turns = WriterTurns(str(db), timeout_s=0.05)
+    turns.take()
+    try:
+        pid = os.fork()
+        if pid == 0:  # the child: exit 0 only if refused as busy
+            code = 1
+            try:
+                turns.take()
+            except StoreBusyError:
+                code = 0
+            except BaseException:
+                code = 2
+            os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert not turn_is_free(db)  # the child's exit gave nothing of the parent's back
+    finally:
+        turns.give()
+        turns.close()
+    assert turn_is_free(db)
+
+
+def test_the_heartbeat_renews_in_its_own_turn(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    store = agentrt.open_store(db)
+    try:
+        add_run(store, "r1", lease_owner="me")
+        renewer = store.renewer(lambda: datetime.now(UTC))
+        assert isinstance(renewer, ConnectionRenewer)
+        renewer._turns = WriterTurns(str(db), timeout_s=0.05)
+        holder = os.open(f"{db}-lock", os.O_RDWR)
+        fcntl.flock(holder, fcntl.LOCK_EX)
+        try:
+            with pytest.raises(StoreBusyError):
+                renewer.renew("r1", "me", timedelta(seconds=30))
+        finally:
+            os.close(holder)
+        assert renewer.renew("r1", "me", timedelta(seconds=30)) is True
+        assert turn_is_free(db)
+        renewer.close()
+    finally:
+        store.close()
