@@ -810,13 +810,9 @@ def test_the_adapters_page_opens_with_the_same_counts_as_its_short_paths() -> No
     ) in opening
 
 
-def test_the_openai_agents_wait_goes_on_after_a_held_call_the_policy_sends_to_a_person(
-    tmp_path: Path,
-) -> None:
-    """Two pushes in one model response: the first waits, the second is held behind it; once
-    the first is approved and has run, the second asks for its own approval (the SDK raises
-    `ApprovalPendingError` inside); `run_agent(wait_for_person=True)` waits again and goes on
-    from the state saved before: each push runs once, in order."""
+def two_pushes_in_one_response(tmp_path: Path) -> tuple[agentrt.Store, Any]:
+    """An Agents SDK agent whose model asks for two pushes in one response, then answers
+    "pushed both": its store at `tmp_path / "runs.db"` and a new `GatedRun`."""
     pytest.importorskip("agents", reason="needs agentrt[openai-agents]")
     from agents import Agent
     from agents.testing import ScriptedModel, assistant_message, function_call
@@ -834,19 +830,24 @@ def test_the_openai_agents_wait_goes_on_after_a_held_call_the_policy_sends_to_a_
         ]
     )
     store = agentrt.open_store(tmp_path / "runs.db")
-    agent = Agent(
-        name="publisher", model=model, tools=[world["list_branches"], world["push_branch"]]
-    )
+    agent = Agent(name="publisher", model=model, tools=[world["push_branch"]])
     gated = gate_agent(
         agent,
         store=store,
         policy=agentrt.default_policy(),
-        classifications={
-            "list_branches": Classification("read_only", timeout=5),
-            "push_branch": Classification("remote_mutation", timeout=30),
-        },
+        classifications={"push_branch": Classification("remote_mutation", timeout=30)},
     )
-    run = gated.new_run()
+    return store, gated.new_run()
+
+
+def test_the_openai_agents_wait_goes_on_after_a_held_call_the_policy_sends_to_a_person(
+    tmp_path: Path,
+) -> None:
+    """Two pushes in one model response: the first waits, the second is held behind it; once
+    the first is approved and has run, the second asks for its own approval (the SDK raises
+    `ApprovalPendingError` inside); `run_agent(wait_for_person=True)` waits again and goes on
+    from the state saved before: each push runs once, in order."""
+    store, run = two_pushes_in_one_response(tmp_path)
     with a_person(tmp_path / "runs.db", approve, times=2) as decided:
         result = run.run_agent_sync("publish both", wait_for_person=True, poll_interval=0.01)
     assert (result.final_output, result.interruptions) == ("pushed both", [])
@@ -868,32 +869,8 @@ def test_a_person_deciding_between_the_sdks_two_judgements_leaves_the_second_cal
     still held behind the first, not refused as "another call"; the run goes on as when the
     person is slower, each push once, in order. The moment is made exact by deciding from
     inside the second judgement, before it reads the run."""
-    pytest.importorskip("agents", reason="needs agentrt[openai-agents]")
-    from agents import Agent
-    from agents.testing import ScriptedModel, assistant_message, function_call
-
-    from agentrt.adapters.openai_agents import Classification, gate_agent
-
-    world = agents_world(tmp_path)
-    model = ScriptedModel(
-        [
-            [
-                function_call("push_branch", {"branch": "feature/login"}, call_id="c1"),
-                function_call("push_branch", {"branch": "feature/signup"}, call_id="c2"),
-            ],
-            [assistant_message("pushed both")],
-        ]
-    )
     db = tmp_path / "runs.db"
-    store = agentrt.open_store(db)
-    agent = Agent(name="publisher", model=model, tools=[world["push_branch"]])
-    gated = gate_agent(
-        agent,
-        store=store,
-        policy=agentrt.default_policy(),
-        classifications={"push_branch": Classification("remote_mutation", timeout=30)},
-    )
-    run = gated.new_run()
+    store, run = two_pushes_in_one_response(tmp_path)
     judge = run._judge
     decided_early: list[agentrt.Approval] = []
     later = ExitStack()
