@@ -182,7 +182,8 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 def _vacuum_the_test_server() -> None:
     """`VACUUM` the test database once per run, before any test makes a schema in it.
 
-    Each PostgreSQL test makes a schema and drops it; on a server with autovacuum off
+    PostgreSQL tests make schemas and drop them (fewer since the pool of decision 0105:
+    a schema a test changed, and those of the tests outside it); on a server with autovacuum off
     (this project's machines) the dead catalog rows pile up from run to run, and the
     store's per-transaction schema check slows with them: one step measured 76.5 ms on
     such a server and 9.2 ms after one `VACUUM` (docs/postgres.md, "Keep the catalogs
