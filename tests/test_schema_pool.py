@@ -261,3 +261,21 @@ def test_schema_pool_a_pool_per_chain_partition_count(pool: SchemaPool) -> None:
     pool.give_back(one)
     pool.give_back(four)
     assert pool.take(4) == four and pool.take(1) == one and pool.take() not in (one, four)
+
+
+def test_schema_pool_a_schema_whose_reset_failed_is_never_handed_out_and_is_dropped_at_close(
+    pool: SchemaPool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    schema = pool.take()
+
+    def broken(conn: object, name: str, pristine: object) -> None:
+        raise psycopg.OperationalError("the server went away mid-reset")
+
+    with monkeypatch.context() as m:
+        m.setattr(schema_pool, "_reset", broken)
+        with pytest.raises(psycopg.OperationalError):
+            pool.give_back(schema)
+    assert pool.take() != schema
+    assert _exists(pool.base, schema)
+    pool.close()
+    assert not _exists(pool.base, schema)

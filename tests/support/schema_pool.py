@@ -246,7 +246,11 @@ class SchemaPool:
         agentrt.open_store(self.url(schema), chain_partitions=partitions).close()
         self.stats.made += 1
         if partitions not in self._pristine:
-            self._pristine[partitions] = self._run(lambda conn: _pristine(conn, schema))
+            try:
+                self._pristine[partitions] = self._run(lambda conn: _pristine(conn, schema))
+            except BaseException:
+                self._set_aside.append(schema)  # dropped when the pool closes
+                raise
         return _Held(schema, partitions)
 
     def give_back(self, schema: str) -> str:
@@ -257,7 +261,11 @@ class SchemaPool:
             self.stats.drop("not reused")
             self._run(lambda conn: _drop(conn, schema))
             return "not reused"
-        why = self._run(lambda conn: _reset(conn, schema, pristine))
+        try:
+            why = self._run(lambda conn: _reset(conn, schema, pristine))
+        except BaseException:
+            self._set_aside.append(schema)  # never handed out again; dropped when the pool closes
+            raise
         if why == "locked":
             self._set_aside.append(schema)
             self.stats.drop(why)
