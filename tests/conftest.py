@@ -14,7 +14,7 @@ import pytest
 
 import agentrt
 from agentrt import SideEffect, ToolCall, ToolResult, ToolSpec
-from support.database import BACKENDS, make_database
+from support.database import BACKENDS, close_schema_pool, make_database
 
 # Every transaction of the step machine is checked against its commit plan, in this
 # process and in every child it starts (they inherit the environment).
@@ -106,7 +106,8 @@ def db_path(tmp_path: Path) -> Path:
 @pytest.fixture(params=BACKENDS)
 def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """A fresh database on each backend: a SQLite file's path, a PostgreSQL schema's URL
-    (support/database.py)."""
+    (a migrated schema with every table empty, from this process's pool: support/database.py,
+    support/schema_pool.py)."""
     with ExitStack() as stack:
         yield make_database(request.param, tmp_path, stack, request.node.nodeid)
 
@@ -181,7 +182,8 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 def _vacuum_the_test_server() -> None:
     """`VACUUM` the test database once per run, before any test makes a schema in it.
 
-    Each PostgreSQL test makes a schema and drops it; on a server with autovacuum off
+    PostgreSQL tests make schemas and drop them (fewer since the pool of decision 0105:
+    a schema a test changed, and those of the tests outside it); on a server with autovacuum off
     (this project's machines) the dead catalog rows pile up from run to run, and the
     store's per-transaction schema check slows with them: one step measured 76.5 ms on
     such a server and 9.2 ms after one `VACUUM` (docs/postgres.md, "Keep the catalogs
@@ -201,6 +203,12 @@ def _vacuum_the_test_server() -> None:
     except psycopg.Error as exc:
         # The tests that need the server say what is wrong with it; this is only upkeep.
         print(f"agentrt tests: could not VACUUM the test database: {type(exc).__name__}")
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Drop the schemas this process's pool kept for the PostgreSQL tests (decision 0105);
+    each xdist worker has its own pool and drops its own."""
+    close_schema_pool()
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:

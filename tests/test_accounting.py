@@ -1,10 +1,10 @@
 """The accounting caller: every model attempt recorded before it is sent, limited, charged.
 
-The tests that take `database` or `any_store` run on SQLite and on PostgreSQL (issue 21
-item 5): the attempts' rows, the run's totals at 64 bits, concurrent reservations, a
-cancel, a lost lease. The others, on SQLite alone, judge the caller's own arithmetic
-and retries, which no backend changes; they wait for room in the suite's five minutes
-(issue 19).
+Every test that takes a store takes `database` or `any_store` and runs on SQLite and on
+PostgreSQL (issue 21 item 5; decisions 0103, 0105): the attempts' rows, the run's totals
+at 64 bits, concurrent reservations, a cancel, a lost lease, the limits checked before
+dispatch, retries and their waits, a served error's charge, implausible usage. The few
+that take no store judge the caller's own arithmetic (prices, dollars).
 """
 
 from __future__ import annotations
@@ -101,7 +101,8 @@ def test_success_is_recorded_before_and_after_and_charged(any_store: agentrt.Sto
     }
 
 
-def test_the_call_limit_stops_before_dispatch(store: agentrt.Store) -> None:
+def test_the_call_limit_stops_before_dispatch(any_store: agentrt.Store) -> None:
+    store = any_store
     model = FakeModel(reply(), reply(), reply())
     run = drive(store, model, agent=model_agent(calls=3), limits=Limits(max_model_calls=2))
     assert (run.status, run.reason) == ("FAILED", "limit_model_calls")
@@ -109,7 +110,8 @@ def test_the_call_limit_stops_before_dispatch(store: agentrt.Store) -> None:
     assert len(store.list_model_calls(run.id)) == 2
 
 
-def test_token_limit_uses_totals_plus_the_projection(store: agentrt.Store) -> None:
+def test_token_limit_uses_totals_plus_the_projection(any_store: agentrt.Store) -> None:
+    store = any_store
     projected = project(REQUEST, 100, None)
     first = Usage(projected.input_tokens, 50, 0)
     used = first.input_tokens + first.output_tokens
@@ -122,7 +124,8 @@ def test_token_limit_uses_totals_plus_the_projection(store: agentrt.Store) -> No
     assert "this request may take" in run.reason_detail
 
 
-def test_cost_limit_uses_totals_plus_the_projection(store: agentrt.Store) -> None:
+def test_cost_limit_uses_totals_plus_the_projection(any_store: agentrt.Store) -> None:
+    store = any_store
     projected = project(REQUEST, 100, PRICE)
     assert projected.cost_micros is not None
     model = FakeModel(reply(usage=Usage(0, 0, 0)))
@@ -131,7 +134,8 @@ def test_cost_limit_uses_totals_plus_the_projection(store: agentrt.Store) -> Non
     assert model.requests == []
 
 
-def test_unpriced_model_cannot_be_held_to_a_cost_limit(store: agentrt.Store) -> None:
+def test_unpriced_model_cannot_be_held_to_a_cost_limit(any_store: agentrt.Store) -> None:
+    store = any_store
     model = FakeModel(reply())
     run = drive(
         store,
@@ -143,7 +147,8 @@ def test_unpriced_model_cannot_be_held_to_a_cost_limit(store: agentrt.Store) -> 
     assert "unpriced" in run.reason_detail and model.requests == []
 
 
-def test_no_output_cap_under_a_token_limit_is_refused(store: agentrt.Store) -> None:
+def test_no_output_cap_under_a_token_limit_is_refused(any_store: agentrt.Store) -> None:
+    store = any_store
     uncapped = ModelRequest(system="", messages=[Message("user", [TextBlock("hi")])])
     model = FakeModel(reply())
     run = drive(store, model, agent=model_agent(uncapped), limits=Limits(max_total_tokens=10**6))
@@ -151,7 +156,8 @@ def test_no_output_cap_under_a_token_limit_is_refused(store: agentrt.Store) -> N
     assert "no output cap" in run.reason_detail
 
 
-def test_output_cap_is_clamped_to_the_per_call_limit(store: agentrt.Store) -> None:
+def test_output_cap_is_clamped_to_the_per_call_limit(any_store: agentrt.Store) -> None:
+    store = any_store
     model = FakeModel(reply())
     drive(store, model, limits=Limits(max_output_tokens_per_call=7))
     assert model.requests[0].max_output_tokens == 7
@@ -208,7 +214,8 @@ def test_transient_error_is_retried_then_succeeds_each_attempt_a_row(
     assert run.model_calls == 3  # every attempt counts
 
 
-def test_retry_after_beyond_the_maximum_gives_up_at_once(store: agentrt.Store) -> None:
+def test_retry_after_beyond_the_maximum_gives_up_at_once(any_store: agentrt.Store) -> None:
+    store = any_store
     model = FakeModel(TransientModelError("slow down", retry_after=timedelta(minutes=5)), reply())
     config = ModelConfig(
         model=model, prices=PRICE, max_retries=3, max_retry_after=timedelta(minutes=1)
@@ -218,7 +225,8 @@ def test_retry_after_beyond_the_maximum_gives_up_at_once(store: agentrt.Store) -
     assert len(model.requests) == 1
 
 
-def test_a_wait_that_would_pass_a_time_limit_gives_up(store: agentrt.Store) -> None:
+def test_a_wait_that_would_pass_a_time_limit_gives_up(any_store: agentrt.Store) -> None:
+    store = any_store
     model = FakeModel(TransientModelError("busy", retry_after=timedelta(seconds=30)), reply())
     config = ModelConfig(model=model, prices=PRICE, max_retries=3)
     run = drive(store, model, config=config, limits=Limits(max_active_time=timedelta(seconds=10)))
@@ -226,7 +234,8 @@ def test_a_wait_that_would_pass_a_time_limit_gives_up(store: agentrt.Store) -> N
     assert len(model.requests) == 1
 
 
-def test_non_transient_error_is_not_retried(store: agentrt.Store) -> None:
+def test_non_transient_error_is_not_retried(any_store: agentrt.Store) -> None:
+    store = any_store
     model = FakeModel(ValueError("bad request"), reply())
     config = ModelConfig(model=model, prices=PRICE, max_retries=3)
     run = drive(store, model, config=config)
@@ -235,7 +244,8 @@ def test_non_transient_error_is_not_retried(store: agentrt.Store) -> None:
     assert calls(store, run.id) == [(1, "error", 0, 0, 0)]
 
 
-def test_exhausted_retries_end_the_run_model_unavailable(store: agentrt.Store) -> None:
+def test_exhausted_retries_end_the_run_model_unavailable(any_store: agentrt.Store) -> None:
+    store = any_store
     model = FakeModel(*[TransientModelError("down")] * 3)
     config = ModelConfig(
         model=model, prices=PRICE, max_retries=2, backoff=timedelta(milliseconds=1)
@@ -245,7 +255,8 @@ def test_exhausted_retries_end_the_run_model_unavailable(store: agentrt.Store) -
     assert [c[1] for c in calls(store, run.id)] == ["error"] * 3
 
 
-def test_served_error_is_charged_its_usage_and_not_retried(store: agentrt.Store) -> None:
+def test_served_error_is_charged_its_usage_and_not_retried(any_store: agentrt.Store) -> None:
+    store = any_store
     model = FakeModel(ServedModelError("garbled", usage=Usage(50, 20, 0)), reply())
     config = ModelConfig(model=model, prices=PRICE, max_retries=3)
     run = drive(store, model, config=config)
@@ -266,7 +277,9 @@ def test_an_ambiguous_attempt_is_charged_the_full_output_cap(any_store: agentrt.
     assert run.output_tokens == 100 and run.estimated_cost_micros == projected.cost_micros
 
 
-def test_a_call_past_its_timeout_is_ambiguous(store: agentrt.Store) -> None:
+def test_a_call_past_its_timeout_is_ambiguous(any_store: agentrt.Store) -> None:
+    store = any_store
+
     async def hang() -> ModelResponse:
         await asyncio.sleep(60)
         return reply()
@@ -279,8 +292,9 @@ def test_a_call_past_its_timeout_is_ambiguous(store: agentrt.Store) -> None:
 
 @pytest.mark.parametrize("usage", [Usage(-5, 10, 0), Usage(10, 10, 11)])
 def test_implausible_usage_is_charged_the_estimate_and_ends_the_run(
-    store: agentrt.Store, usage: Usage
+    any_store: agentrt.Store, usage: Usage
 ) -> None:
+    store = any_store
     model = FakeModel(reply(usage=usage))
     run = drive(store, model)
     assert (run.status, run.reason) == ("FAILED", "model_unavailable")
@@ -343,7 +357,8 @@ def test_no_model_call_after_the_lease_is_lost(any_store: agentrt.Store, databas
     assert len(store.list_model_calls(run.id)) == 1
 
 
-def test_a_model_driven_run_uses_tools(store: agentrt.Store) -> None:
+def test_a_model_driven_run_uses_tools(any_store: agentrt.Store) -> None:
+    store = any_store
     read = RecordingTool("read", SideEffect.READ_ONLY)
     model = FakeModel(reply(tool="read"), reply("all done"))
 
@@ -459,8 +474,9 @@ def test_a_late_model_result_after_a_cancel_is_charged_once_not_twice(
 
 
 def test_a_model_missing_from_its_price_table_is_refused_before_dispatch(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
 ) -> None:
+    store = any_store
     model = FakeModel(reply(), name="paid:unknown")
     run = drive(store, model, config=ModelConfig(model=model, prices=PriceTable({})))
     assert (run.status, run.reason) == ("FAILED", "model_unavailable")
@@ -469,7 +485,8 @@ def test_a_model_missing_from_its_price_table_is_refused_before_dispatch(
 
 
 @pytest.mark.parametrize("cap", [0, -1])
-def test_an_output_cap_that_is_not_positive_is_refused(store: agentrt.Store, cap: int) -> None:
+def test_an_output_cap_that_is_not_positive_is_refused(any_store: agentrt.Store, cap: int) -> None:
+    store = any_store
     bad = ModelRequest(
         system="", messages=[Message("user", [TextBlock("hi")])], max_output_tokens=cap
     )
@@ -480,7 +497,8 @@ def test_an_output_cap_that_is_not_positive_is_refused(store: agentrt.Store, cap
     assert model.requests == []
 
 
-def test_the_retry_waits_at_least_the_providers_retry_after(store: agentrt.Store) -> None:
+def test_the_retry_waits_at_least_the_providers_retry_after(any_store: agentrt.Store) -> None:
+    store = any_store
     model = FakeModel(TransientModelError("busy", retry_after=timedelta(seconds=3)), reply())
     config = ModelConfig(
         model=model, prices=PRICE, max_retries=2, backoff=timedelta(milliseconds=10)
@@ -491,7 +509,8 @@ def test_the_retry_waits_at_least_the_providers_retry_after(store: agentrt.Store
     assert sleeps == [3.0]
 
 
-def test_a_wait_past_the_elapsed_time_limit_gives_up(store: agentrt.Store) -> None:
+def test_a_wait_past_the_elapsed_time_limit_gives_up(any_store: agentrt.Store) -> None:
+    store = any_store
     model = FakeModel(TransientModelError("busy", retry_after=timedelta(minutes=30)), reply())
     config = ModelConfig(
         model=model, prices=PRICE, max_retries=3, max_retry_after=timedelta(hours=1)
@@ -542,8 +561,9 @@ def test_a_projection_beyond_64_bits_saturates_instead_of_crashing(
 
 
 def test_an_uncapped_request_is_projected_with_the_adapters_own_default_cap(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
 ) -> None:
+    store = any_store
     uncapped = ModelRequest(system="", messages=[Message("user", [TextBlock("hi")])])
     model = FakeModel(TimeoutError("lost"))
     model.default_max_output_tokens = 4096  # type: ignore[attr-defined]

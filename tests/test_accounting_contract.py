@@ -8,6 +8,10 @@ one end-to-end test of it (`test_accounting.py`) exercises a single shape; these
 pin each column, each "nothing to add" case, and the event. The reservation
 for attempts in flight is pinned under a cost limit, as the existing test pins
 it under a token limit. See docs/mutation.md.
+
+The tests that take `any_store` run on SQLite and on PostgreSQL (issue 21 item 5;
+decision 0105); those that change an attempt's row by hand or crash a child stay on
+SQLite for now.
 """
 
 from __future__ import annotations
@@ -204,15 +208,17 @@ def concurrent_calls(store: agentrt.Store, price: Price, limits: Limits) -> dict
 
 
 def test_the_cost_reserved_by_attempts_in_flight_counts_against_the_cost_limit(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
 ) -> None:
+    store = any_store
     projected = project(REQUEST, 100, PRICE)
     assert projected.cost_micros is not None
     limits = Limits(max_estimated_cost_micros=2 * projected.cost_micros)
     assert concurrent_calls(store, PRICE, limits) == {"sent": 2, "refused": ["limit_cost"]}
 
 
-def test_attempts_in_flight_of_a_free_model_reserve_no_cost(store: agentrt.Store) -> None:
+def test_attempts_in_flight_of_a_free_model_reserve_no_cost(any_store: agentrt.Store) -> None:
+    store = any_store
     free = Price(input_micros=0, output_micros=0)
     limits = Limits(max_estimated_cost_micros=0)
     assert concurrent_calls(store, free, limits) == {"sent": 3, "refused": []}
@@ -246,8 +252,9 @@ def model_events(store: agentrt.Store, run_id: str) -> list[agentrt.Event]:
 
 
 def test_the_dispatched_row_holds_the_estimate_and_its_time_while_the_request_is_out(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
 ) -> None:
+    store = any_store
     seen: list[Any] = []
 
     def look() -> ModelResponse:
@@ -274,8 +281,9 @@ def test_the_dispatched_row_holds_the_estimate_and_its_time_while_the_request_is
 
 
 def test_an_unpriced_models_attempts_are_recorded_and_charged_with_no_cost(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
 ) -> None:
+    store = any_store
     seen: list[int] = []
 
     def look_then_reply() -> ModelResponse:
@@ -292,8 +300,9 @@ def test_an_unpriced_models_attempts_are_recorded_and_charged_with_no_cost(
 
 
 def test_a_priced_models_transient_error_is_recorded_as_failed_at_no_cost(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
 ) -> None:
+    store = any_store
     run = run_model(store, TransientModelError("busy"), reply(usage=Usage(10, 5, 0)))
     assert run.status == "COMPLETED"
     settled = [(e.type, e.payload["cost_micros"]) for e in model_events(store, run.id)[1::2]]
@@ -301,8 +310,9 @@ def test_a_priced_models_transient_error_is_recorded_as_failed_at_no_cost(
 
 
 def test_a_retry_reserves_nothing_for_the_attempt_that_failed_before_it(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
 ) -> None:
+    store = any_store
     projected = project(REQUEST, 100, PRICE)
     limits = Limits(max_total_tokens=projected.tokens + projected.tokens // 2)
     run = run_model(store, TransientModelError("busy"), reply(usage=Usage(1, 1, 0)), limits=limits)
@@ -311,8 +321,9 @@ def test_a_retry_reserves_nothing_for_the_attempt_that_failed_before_it(
 
 
 def test_an_attempt_settled_at_the_instant_it_was_dispatched_has_zero_latency(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
 ) -> None:
+    store = any_store
     run = run_model(store, reply(), clock=FakeClock(tick=timedelta(0)))
     (call,) = store.list_model_calls(run.id)
     assert call.latency_ms == 0
@@ -320,8 +331,9 @@ def test_an_attempt_settled_at_the_instant_it_was_dispatched_has_zero_latency(
 
 
 def test_a_cost_limit_exactly_equal_to_the_projection_lets_the_call_through(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
 ) -> None:
+    store = any_store
     projected = project(REQUEST, 100, PRICE)
     assert projected.cost_micros is not None
     limits = Limits(max_estimated_cost_micros=projected.cost_micros)
@@ -330,8 +342,9 @@ def test_a_cost_limit_exactly_equal_to_the_projection_lets_the_call_through(
 
 
 def test_the_error_recorded_for_an_attempt_is_cut_at_4096_characters(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
 ) -> None:
+    store = any_store
     run = run_model(store, reply(usage=Usage(-(10**4100), 5, 0)))
     assert (run.status, run.reason) == ("FAILED", "model_unavailable")
     (call,) = store.list_model_calls(run.id)
@@ -431,8 +444,9 @@ class _CancelInSettle(FakeClock):
 
 
 def test_a_caller_cancelled_while_its_attempt_settles_gets_the_cancel_and_is_charged_once(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
 ) -> None:
+    store = any_store
     clock = _CancelInSettle()
     box: dict[str, asyncio.Task[Any]] = {}
 

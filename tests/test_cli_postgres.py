@@ -32,6 +32,7 @@ from agentrt.export import Follower, JsonLinesSink, load_cursor
 from agentrt.scripted import ScriptedAgent
 from agentrt.trace import event_json
 from conftest import FakeClock, Ids
+from support.database import pooled_schema
 from support.postgres import postgres_schema
 from test_cli import clean_env, lookup_tool, send_tool
 
@@ -47,6 +48,14 @@ SCRIPT = [
 
 @pytest.fixture
 def pg_url() -> Iterator[str]:
+    """A schema on the test server exactly as a fresh migration leaves it (the pool's:
+    decision 0105)."""
+    with ExitStack() as stack:
+        yield pooled_schema(stack, "the command line's tests")
+
+
+@pytest.fixture
+def unmade_pg_url() -> Iterator[str]:
     """A fresh schema on the test server, holding no store yet."""
     with ExitStack() as stack:
         yield postgres_schema(stack, "the command line's tests")
@@ -96,8 +105,9 @@ READS: Sequence[Sequence[str]] = (
 
 
 def test_runs_show_events_and_verify_read_a_driver_run_on_postgres_as_on_sqlite(
-    pg_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    unmade_pg_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    pg_url = unmade_pg_url
     agentrt.open_store(pg_url, chain_partitions=1).close()  # one chain, as the SQLite file
     run = waiting_run(pg_url)
     sqlite_db = tmp_path / "same.db"
@@ -248,8 +258,9 @@ def test_a_bad_url_is_one_clear_line_and_exit_1(
 
 
 def test_a_schema_with_no_store_is_refused_never_created(
-    pg_url: str, capsys: pytest.CaptureFixture[str]
+    unmade_pg_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    pg_url = unmade_pg_url
     url = with_password(pg_url)
     code, out, err = cli(capsys, "--db", url, "runs")
     assert (code, out) == (1, "")

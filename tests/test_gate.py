@@ -3,11 +3,11 @@
 Each invariant of `agentrt._gate` has a test named for it here; misuse is shown to
 raise and to change no row and no event.
 
-The tests that take `any_store` run on SQLite and on PostgreSQL (issue 21 item 5): a
-Gate's loop, its misuse changing no row, a cancel, an attach after an approval, a lost
-lease (expired by its stored expiry: PostgreSQL judges it by the server's clock). The
-rest, on SQLite alone, are not about the store (a sync twin, an error's reason, the
-agent's input, a limit) or wait for room in the suite's five minutes (issue 19).
+Every test that takes a store takes `any_store` and runs on SQLite and on PostgreSQL
+(issue 21 item 5; decisions 0103, 0105): a Gate's loop, its misuse changing no row, a
+cancel, an attach after an approval, a lease renewed while a session is open, a lost
+lease (expired by its stored expiry: PostgreSQL judges it by the server's clock), a
+sync twin, an error's reason, the agent's input, a limit.
 """
 
 from __future__ import annotations
@@ -87,11 +87,12 @@ def test_the_consumer_never_runs_the_tool_itself_execute_runs_it_once(
 
 
 def test_close_gives_the_lease_back_even_when_the_open_step_cannot_be_recorded(
-    store: agentrt.Store, caplog: pytest.LogCaptureFixture
+    any_store: agentrt.Store, caplog: pytest.LogCaptureFixture
 ) -> None:
     # Decision 0088: close() commits an open step's claim (and decision) first; if that
     # fails, the step is left unrecorded, as a death before its first commit leaves it,
     # and the lease is released all the same.
+    store = any_store
     session, _step = open_step(make_gate(store, read_tool()), "read it")
     run_id = session.run.id
 
@@ -158,8 +159,9 @@ def test_a_session_abandoned_after_an_allowed_verdict_leaves_the_step_never_run(
 
 
 def test_a_session_abandoned_after_an_allowed_verdict_is_judged_again_by_driver_resume(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
 ) -> None:
+    store = any_store
     read = read_tool()
     session, step = open_step(make_gate(store, read), "read it")
     assert step.propose_sync(Decision.tool_call("read", {"x": 1})).outcome == "allowed"
@@ -180,7 +182,8 @@ def test_a_session_abandoned_after_an_allowed_verdict_is_judged_again_by_driver_
     assert store.pending_approvals(run.id) == []
 
 
-def test_one_session_per_run(store: agentrt.Store) -> None:
+def test_one_session_per_run(any_store: agentrt.Store) -> None:
+    store = any_store
     read = read_tool()
     gate = make_gate(store, read)
     session = gate.begin_sync("read it")
@@ -301,8 +304,9 @@ def test_misuse_a_call_after_the_run_ended_raises_run_state_error_and_changes_no
     ],
 )
 def test_fail_maps_an_error_to_the_reason_the_driver_would_record(
-    store: agentrt.Store, error: BaseException, reason: str
+    any_store: agentrt.Store, error: BaseException, reason: str
 ) -> None:
+    store = any_store
     read = read_tool()
     session, step = open_step(make_gate(store, read), "think")
     run = step.fail_sync(error)
@@ -313,7 +317,8 @@ def test_fail_maps_an_error_to_the_reason_the_driver_would_record(
     assert failed.observation.kind == "invalid_decision"
 
 
-def test_a_limit_ends_the_run_and_step_returns_none(store: agentrt.Store) -> None:
+def test_a_limit_ends_the_run_and_step_returns_none(any_store: agentrt.Store) -> None:
+    store = any_store
     read = read_tool()
     session = make_gate(store, read).begin_sync("read", limits=Limits(max_steps=1))
     step = session.step_sync()
@@ -428,8 +433,9 @@ def test_execute_rejudges_grant_ttl_for_a_step_that_attach_allowed(
 
 
 def test_attach_when_the_policy_now_denies_the_approved_request_is_denied(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
 ) -> None:
+    store = any_store
     push = push_tool()
     clock = FakeClock()
     run_id = _pause(store, push, clock)
@@ -444,7 +450,8 @@ def test_attach_when_the_policy_now_denies_the_approved_request_is_denied(
     session.close_sync()
 
 
-def test_the_lease_is_renewed_while_the_session_is_open(store: agentrt.Store) -> None:
+def test_the_lease_is_renewed_while_the_session_is_open(any_store: agentrt.Store) -> None:
+    store = any_store
     read = read_tool()
     session = make_gate(store, read, lease_ttl=timedelta(milliseconds=300)).begin_sync("wait")
     first = store.lease(session.run.id).expires_at
@@ -474,7 +481,8 @@ def test_a_lost_lease_raises_lease_lost_before_any_tool_starts(
     session.close_sync()
 
 
-def test_a_sync_twin_inside_a_running_loop_raises(store: agentrt.Store) -> None:
+def test_a_sync_twin_inside_a_running_loop_raises(any_store: agentrt.Store) -> None:
+    store = any_store
     read = read_tool()
     gate = make_gate(store, read)
 
@@ -490,8 +498,9 @@ def test_a_sync_twin_inside_a_running_loop_raises(store: agentrt.Store) -> None:
 
 
 def test_input_is_what_the_driver_shows_its_agent_and_reads_no_clock(
-    store: agentrt.Store, tmp_path: Path
+    any_store: agentrt.Store, tmp_path: Path
 ) -> None:
+    store = any_store
     read = read_tool()
     shown: list[agentrt.StepInput] = []
 
@@ -536,8 +545,9 @@ def test_verdict_and_outcome_are_exported_and_frozen() -> None:
 
 
 def test_with_a_model_the_open_step_and_its_input_carry_the_accounting_caller(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
 ) -> None:
+    store = any_store
     model = Replies()
     session = make_gate(store, read_tool(), model=model).begin_sync("ask")
     step = session.step_sync()

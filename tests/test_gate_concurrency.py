@@ -5,6 +5,10 @@ Found by review of issue 10 Part 2: the input's steps were the session's own
 objects (an allowed call could be rewritten before `execute`), two concurrent
 `step()` or `propose()` calls both acted, and `close()` during `execute` gave the
 lease up while the tool still ran.
+
+The tests that take `any_store` run on SQLite and on PostgreSQL (issue 21 item 5;
+decision 0105); the one that reads the file behind the store and the one that waits for
+a dropped session to be collected stay on SQLite for now.
 """
 
 from __future__ import annotations
@@ -39,8 +43,9 @@ def gate(store: agentrt.Store, *tools: Any) -> Gate:
 
 
 def test_what_the_consumer_does_to_its_input_changes_nothing_recorded_or_executed(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
 ) -> None:
+    store = any_store
     read = RecordingTool("read", SideEffect.READ_ONLY, result={"files": ["a"]})
     session = gate(store, read).begin_sync("read")
     first = session.step_sync()
@@ -63,11 +68,12 @@ def test_what_the_consumer_does_to_its_input_changes_nothing_recorded_or_execute
 
 
 def test_an_input_copies_only_the_steps_written_since_the_last_one(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
 ) -> None:
     """A run of n steps costs one copy per step written, not n per input (issue 20): the
     copies of steps unchanged since the last input are the very same objects, so a
     consumer's edit to one stays in the next input; a step written again is copied again."""
+    store = any_store
     read = RecordingTool("read", SideEffect.READ_ONLY, result={"files": ["a"]})
     session = gate(store, read).begin_sync("read")
     for x in range(3):
@@ -99,7 +105,9 @@ def test_an_input_copies_only_the_steps_written_since_the_last_one(
     ]
 
 
-def test_two_concurrent_step_calls_claim_one_step(store: agentrt.Store) -> None:
+def test_two_concurrent_step_calls_claim_one_step(any_store: agentrt.Store) -> None:
+    store = any_store
+
     async def main() -> list[Any]:
         session = await gate(store).begin("two claims")
         try:
@@ -114,8 +122,9 @@ def test_two_concurrent_step_calls_claim_one_step(store: agentrt.Store) -> None:
 
 
 def test_a_second_propose_concurrent_or_after_a_cancelled_one_records_no_second_decision(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
 ) -> None:
+    store = any_store
     read = RecordingTool("read", SideEffect.READ_ONLY)
 
     async def main() -> tuple[list[Any], Any]:

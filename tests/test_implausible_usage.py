@@ -2,7 +2,8 @@
 
 A provider stops at the output cap the request sent (a server may count an
 end-of-sequence token or so past it); the runtime believes up to the cap plus
-the larger of 64 tokens and a tenth of the cap (decision 0017).
+the larger of 64 tokens and a tenth of the cap (decision 0017). Every test takes
+`any_store` and runs on SQLite and on PostgreSQL (issue 21 item 5; decision 0105).
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ from support.models import PRICE, REQUEST, FakeModel, calls, drive, model_agent,
 
 
 def test_two_to_the_seventy_output_tokens_against_a_cap_of_100_is_charged_the_estimate(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
 ) -> None:
+    store = any_store
     run = drive(store, FakeModel(reply(usage=Usage(10, 2**70, 0))))
     assert (run.status, run.reason) == ("FAILED", "model_unavailable")
     projected = project(REQUEST, 100, PRICE)
@@ -40,8 +42,9 @@ def test_two_to_the_seventy_output_tokens_against_a_cap_of_100_is_charged_the_es
 
 
 def test_a_served_error_reporting_usage_above_the_cap_is_charged_the_estimate(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
 ) -> None:
+    store = any_store
     model = FakeModel(ServedModelError("garbled", usage=Usage(50, 10**9, 0)))
     run = drive(store, model, config=ModelConfig(model=model, prices=PRICE))
     projected = project(REQUEST, 100, PRICE)
@@ -54,8 +57,9 @@ def test_a_served_error_reporting_usage_above_the_cap_is_charged_the_estimate(
     ("output", "charged_as_reported"), [(100, True), (164, True), (165, False)]
 )
 def test_output_up_to_the_cap_plus_64_is_believed_and_one_more_is_not(
-    store: agentrt.Store, output: int, charged_as_reported: bool
+    any_store: agentrt.Store, output: int, charged_as_reported: bool
 ) -> None:
+    store = any_store
     run = drive(store, FakeModel(reply(usage=Usage(10, output, 0))))
     status, output_charged = calls(store, run.id)[0][1], calls(store, run.id)[0][3]
     if charged_as_reported:
@@ -83,8 +87,9 @@ def test_the_ceiling_is_the_cap_plus_the_larger_of_64_and_a_tenth() -> None:
 
 
 def test_the_cap_judged_is_the_one_sent_after_clamping_to_the_per_call_limit(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
 ) -> None:
+    store = any_store
     model = FakeModel(reply(usage=Usage(10, 120, 0)))
     run = drive(store, model, limits=Limits(max_output_tokens_per_call=50))
     assert model.requests[0].max_output_tokens == 50
@@ -92,7 +97,8 @@ def test_the_cap_judged_is_the_one_sent_after_clamping_to_the_per_call_limit(
     assert calls(store, run.id)[0][3] == 50  # the estimate: the cap that was sent
 
 
-def test_a_request_without_a_cap_is_not_judged_against_one(store: agentrt.Store) -> None:
+def test_a_request_without_a_cap_is_not_judged_against_one(any_store: agentrt.Store) -> None:
+    store = any_store
     uncapped = replace(REQUEST, max_output_tokens=None)
     run = drive(store, FakeModel(reply(usage=Usage(10, 5000, 0))), agent=model_agent(uncapped))
     assert (run.status, calls(store, run.id)[0][1:4]) == ("COMPLETED", ("ok", 10, 5000))

@@ -1,7 +1,10 @@
 """Whatever an agent returns is recorded and, when it is not a usable Decision,
 becomes `invalid_decision`: the loop goes on under its limits, and nothing the
 value does while it is read (a hostile repr, deep nesting, a misbehaving
-subclass, a huge int) escapes the driver or leaves the run RUNNING."""
+subclass, a huge int) escapes the driver or leaves the run RUNNING.
+
+Every test that takes a store takes `any_store` and runs on SQLite and on PostgreSQL
+(issue 21 item 5; decision 0105): what is recorded is the same record on either."""
 
 from __future__ import annotations
 
@@ -73,16 +76,19 @@ def assert_first_step_invalid(store: agentrt.Store, run: agentrt.Run, error: str
 
 
 def test_a_decide_that_returns_none_is_recorded_as_invalid_decision(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
 ) -> None:
+    store = any_store
     run = drive(store, first_then_complete(None))
     decision = assert_first_step_invalid(store, run, "the agent returned NoneType, not a Decision")
     assert decision == Decision(kind="", invalid_result="None")
 
 
 def test_an_async_decide_that_forgets_its_return_is_recorded_as_invalid_decision(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
 ) -> None:
+    store = any_store
+
     async def decide(input: StepInput) -> Any:
         if input.steps[-1].index == 1:
             return Decision.complete("done")
@@ -93,8 +99,9 @@ def test_an_async_decide_that_forgets_its_return_is_recorded_as_invalid_decision
 
 
 def test_an_agent_that_always_returns_none_ends_under_its_failure_limit(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
 ) -> None:
+    store = any_store
     run = drive(store, lambda input: None, Limits(max_consecutive_tool_failures=2))
     assert (run.status, run.reason) == ("FAILED", "repeated_tool_failures")
     steps = store.list_steps(run.id)
@@ -102,7 +109,8 @@ def test_an_agent_that_always_returns_none_ends_under_its_failure_limit(
     assert all(s.decision == Decision(kind="", invalid_result="None") for s in steps)
 
 
-def test_other_non_decision_values_are_recorded_as_text(store: agentrt.Store) -> None:
+def test_other_non_decision_values_are_recorded_as_text(any_store: agentrt.Store) -> None:
+    store = any_store
     run = drive(store, first_then_complete({"kind": "complete"}))
     decision = assert_first_step_invalid(store, run, "the agent returned dict, not a Decision")
     assert decision.invalid_result == "{'kind': 'complete'}"
@@ -158,8 +166,9 @@ def nested(depth: int) -> Any:
 
 
 def test_a_returned_value_whose_repr_raises_becomes_invalid_decision(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
 ) -> None:
+    store = any_store
     run = drive(store, first_then_complete(HostileRepr()))
     decision = assert_first_step_invalid(
         store, run, "the agent returned HostileRepr, not a Decision"
@@ -167,7 +176,8 @@ def test_a_returned_value_whose_repr_raises_becomes_invalid_decision(
     assert decision.invalid_result == "<HostileRepr object; repr raised RuntimeError>"
 
 
-def test_args_whose_repr_raises_become_invalid_decision(store: agentrt.Store) -> None:
+def test_args_whose_repr_raises_become_invalid_decision(any_store: agentrt.Store) -> None:
+    store = any_store
     run = drive(store, first_then_complete(Decision.tool_call("read", HostileRepr())))  # type: ignore[arg-type]
     decision = assert_first_step_invalid(
         store,
@@ -178,7 +188,8 @@ def test_args_whose_repr_raises_become_invalid_decision(store: agentrt.Store) ->
     assert decision.invalid_args == "<HostileRepr object; repr raised RuntimeError>"
 
 
-def test_a_decision_nested_5000_deep_becomes_invalid_decision(store: agentrt.Store) -> None:
+def test_a_decision_nested_5000_deep_becomes_invalid_decision(any_store: agentrt.Store) -> None:
+    store = any_store
     run = drive(store, first_then_complete(Decision.tool_call("read", {"x": nested(5000)})))
     first = store.list_steps(run.id)[0]
     assert first.observation is not None
@@ -192,7 +203,8 @@ def test_a_decision_nested_5000_deep_becomes_invalid_decision(store: agentrt.Sto
     )
 
 
-def test_a_bare_value_nested_5000_deep_becomes_invalid_decision(store: agentrt.Store) -> None:
+def test_a_bare_value_nested_5000_deep_becomes_invalid_decision(any_store: agentrt.Store) -> None:
+    store = any_store
     run = drive(store, first_then_complete(nested(5000)))
     decision = assert_first_step_invalid(store, run, "the agent returned list, not a Decision")
     assert decision.invalid_result == (
@@ -212,8 +224,9 @@ def test_a_bare_value_nested_5000_deep_becomes_invalid_decision(store: agentrt.S
     ids=["int", "list", "none", "bytes", "hostile-repr"],
 )
 def test_a_tool_name_that_is_not_a_string_becomes_invalid_decision(
-    store: agentrt.Store, tool: Any, kept: str
+    any_store: agentrt.Store, tool: Any, kept: str
 ) -> None:
+    store = any_store
     bad = Decision(kind="tool_call", tool=tool, args={"x": 1})
     run = drive(store, first_then_complete(bad))
     name = type(tool).__name__
@@ -222,9 +235,10 @@ def test_a_tool_name_that_is_not_a_string_becomes_invalid_decision(
 
 
 def test_a_str_subclass_whose_methods_raise_is_recorded_as_plain_text(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
 ) -> None:
     # Its text is usable; none of its own methods is ever called, so it is valid.
+    store = any_store
     decision = Decision(kind=HostileStr("tool_call"), tool=HostileStr("read"), args={"x": 1})
     tool = RecordingTool("read", SideEffect.READ_ONLY)
     driver = agentrt.Driver(
@@ -244,7 +258,8 @@ def test_a_str_subclass_whose_methods_raise_is_recorded_as_plain_text(
     assert [c.args for c in tool.calls] == [{"x": 1}]
 
 
-def test_args_whose_iteration_raises_become_invalid_decision(store: agentrt.Store) -> None:
+def test_args_whose_iteration_raises_become_invalid_decision(any_store: agentrt.Store) -> None:
+    store = any_store
     args = ExplodingDict(x=1)
     run = drive(store, first_then_complete(Decision.tool_call("read", args)))
     decision = assert_first_step_invalid(
@@ -280,8 +295,9 @@ def armed_key() -> Iterator[type[ArmedKey]]:
 
 
 def test_an_args_key_whose_methods_raise_becomes_invalid_decision(
-    store: agentrt.Store, armed_key: type[ArmedKey]
+    any_store: agentrt.Store, armed_key: type[ArmedKey]
 ) -> None:
+    store = any_store
     args = {armed_key("x"): 1}
     armed_key.armed = True
     run = drive(store, first_then_complete(Decision.tool_call("read", args)))
@@ -292,7 +308,8 @@ def test_an_args_key_whose_methods_raise_becomes_invalid_decision(
     assert decision.invalid_args == "{'x': 1}"
 
 
-def test_a_huge_int_becomes_invalid_decision_without_printing_it(store: agentrt.Store) -> None:
+def test_a_huge_int_becomes_invalid_decision_without_printing_it(any_store: agentrt.Store) -> None:
+    store = any_store
     huge = 10**20_000
     run = drive(store, first_then_complete(Decision.complete(huge)))
     decision = assert_first_step_invalid(
@@ -302,8 +319,10 @@ def test_a_huge_int_becomes_invalid_decision_without_printing_it(store: agentrt.
 
 
 def test_a_decision_subclass_whose_fields_raise_becomes_invalid_decision(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
 ) -> None:
+    store = any_store
+
     class Sneaky(Decision):
         def __getattribute__(self, name: str) -> Any:
             if name == "args":
@@ -324,8 +343,10 @@ def test_a_decision_subclass_whose_fields_raise_becomes_invalid_decision(
 
 
 def test_an_agent_exception_whose_str_raises_ends_the_run_as_agent_error(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
 ) -> None:
+    store = any_store
+
     class Unprintable(Exception):
         def __str__(self) -> str:
             raise RuntimeError("no message")
@@ -340,7 +361,9 @@ def test_an_agent_exception_whose_str_raises_ends_the_run_as_agent_error(
     assert step.status == "failed"
 
 
-def test_a_limit_exceeded_naming_no_model_limit_is_an_agent_error(store: agentrt.Store) -> None:
+def test_a_limit_exceeded_naming_no_model_limit_is_an_agent_error(any_store: agentrt.Store) -> None:
+    store = any_store
+
     def decide(input: StepInput) -> Decision:
         raise LimitExceeded("goal_completed", "not really")
 
@@ -349,7 +372,9 @@ def test_a_limit_exceeded_naming_no_model_limit_is_an_agent_error(store: agentrt
     assert run.reason_detail == "LimitExceeded: goal_completed: not really"
 
 
-def test_a_limit_exceeded_whose_fields_raise_is_an_agent_error(store: agentrt.Store) -> None:
+def test_a_limit_exceeded_whose_fields_raise_is_an_agent_error(any_store: agentrt.Store) -> None:
+    store = any_store
+
     class Hostile(LimitExceeded):
         def __getattribute__(self, name: str) -> Any:
             if name in ("reason", "detail"):
@@ -365,8 +390,10 @@ def test_a_limit_exceeded_whose_fields_raise_is_an_agent_error(store: agentrt.St
 
 
 def test_an_agent_whose_decide_attribute_raises_ends_the_run_as_agent_error(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
 ) -> None:
+    store = any_store
+
     class Broken:
         armed = False  # armed once the driver is built, whatever its constructor checks
 
@@ -426,10 +453,11 @@ def test_record_and_validate_never_raise_and_store_plain_values(value: Any) -> N
 
 
 def test_the_tool_receives_the_args_as_recorded_even_when_the_agents_object_changes(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
 ) -> None:
     """Validation, the policy and the tool see the recorded values, never the agent's
     object, which here answers differently every time it is read."""
+    store = any_store
 
     class Shifty(dict[str, Any]):
         reads = 0

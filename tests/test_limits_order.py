@@ -3,7 +3,8 @@ order (loop.md, _limits.py): limit_steps, repeated_tool_failures, limit_active_t
 limit_elapsed_time, loop_detected.
 
 Every adjacent pair of that order is reached together in one case below, so any
-reordering of the checks makes at least one case fail.
+reordering of the checks makes at least one case fail. Both tests take `any_store` and
+run on SQLite and on PostgreSQL (issue 21 item 5; decision 0105).
 """
 
 from __future__ import annotations
@@ -100,8 +101,9 @@ CASES = {
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_limits_reached_together_end_the_run_with_the_first_in_the_fixed_order(
-    store: agentrt.Store, case: str
+    any_store: agentrt.Store, case: str
 ) -> None:
+    store = any_store
     reached, tool_fails, expected = CASES[case]
     limits = Limits(**{**NONE, **{name: ALL[name] for name in reached}})  # type: ignore[arg-type]
     run, tool = run_to_a_limit(store, limits, tool_fails=tool_fails, minutes_per_call=20)
@@ -132,9 +134,10 @@ ALONE = {
 
 @pytest.mark.parametrize("name", list(ALONE))
 def test_each_limit_alone_is_reached_after_the_same_three_steps(
-    store: agentrt.Store, name: str
+    any_store: agentrt.Store, name: str
 ) -> None:
     """The cases above are simultaneous: each limit alone also ends the run after step 3."""
+    store = any_store
     tool_fails, expected = ALONE[name]
     limits = Limits(**{**NONE, name: ALL[name]})  # type: ignore[arg-type]
     run, tool = run_to_a_limit(store, limits, tool_fails=tool_fails, minutes_per_call=20)

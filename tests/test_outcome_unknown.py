@@ -7,6 +7,9 @@ transaction that records the outcome, exactly as a takeover after a crash
 pauses it; approving runs the same request once more on the same step,
 rejecting ends the run. A read-only tool's unknown outcome is an ordinary
 `tool_error` the agent may retry. The Driver and the Gate take the same path.
+
+Every test takes `any_store` and runs on SQLite and on PostgreSQL (issue 21 item 5;
+decision 0105).
 """
 
 from __future__ import annotations
@@ -107,8 +110,9 @@ def expected_pause(store: agentrt.Store, run_id: str, tool: str, args: Any) -> l
 
 
 def test_a_side_effect_whose_tool_says_outcome_unknown_waits_for_a_person_on_the_driver_path(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
 ) -> None:
+    store = any_store
     ledger = Ledger()
     tool = RecordingTool("append", SideEffect.LOCAL_MUTATION, result=ledger)
     driver = driver_for(store, tool, [Decision.tool_call("append", {"x": 1}), Decision.complete()])
@@ -161,8 +165,9 @@ def test_a_side_effect_whose_tool_says_outcome_unknown_waits_for_a_person_on_the
 
 
 def test_a_rejected_unknown_outcome_ends_the_run_without_calling_the_tool_again(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
 ) -> None:
+    store = any_store
     ledger = Ledger()
     tool = RecordingTool("append", SideEffect.LOCAL_MUTATION, result=ledger)
     driver = driver_for(store, tool, [Decision.tool_call("append", {"x": 1}), Decision.complete()])
@@ -177,8 +182,9 @@ def test_a_rejected_unknown_outcome_ends_the_run_without_calling_the_tool_again(
 
 
 def test_a_read_only_tools_unknown_outcome_is_an_ordinary_error_the_agent_may_retry(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
 ) -> None:
+    store = any_store
     ledger = Ledger()
     tool = RecordingTool("look", SideEffect.READ_ONLY, result=ledger)
     decisions = [
@@ -201,8 +207,9 @@ def test_a_read_only_tools_unknown_outcome_is_an_ordinary_error_the_agent_may_re
 
 
 def test_a_side_effect_whose_tool_says_outcome_unknown_waits_for_a_person_on_the_gate_path(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
 ) -> None:
+    store = any_store
     ledger = Ledger()
     tool = RecordingTool("append", SideEffect.LOCAL_MUTATION, result=ledger)
     gate = make_gate(store, tool)
@@ -246,8 +253,9 @@ class _Unreadable(OutcomeUnknown):
 
 
 def test_an_outcome_unknown_whose_detail_cannot_be_read_still_waits_for_a_person(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
 ) -> None:
+    store = any_store
     ledger = Ledger(exc=_Unreadable("x"))
     tool = RecordingTool("append", SideEffect.LOCAL_MUTATION, result=ledger)
     driver = driver_for(store, tool, [Decision.tool_call("append", {"x": 1}), Decision.complete()])
@@ -266,8 +274,9 @@ def test_an_outcome_unknown_whose_detail_cannot_be_read_still_waits_for_a_person
 
 
 def test_an_async_tool_raising_outcome_unknown_waits_for_a_person_too(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
 ) -> None:
+    store = any_store
     calls: list[Any] = []
 
     @agentrt.tool(side_effect=SideEffect.REMOTE_MUTATION, timeout=timedelta(seconds=5))
@@ -294,10 +303,11 @@ def test_an_async_tool_raising_outcome_unknown_waits_for_a_person_too(
 
 
 def test_a_mutating_plain_tools_timeout_is_an_ordinary_failure_not_a_pause(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
 ) -> None:
     """Decision 0054: the runtime's timer cannot tell whether the request left; a tool
     that can raises `OutcomeUnknown` itself."""
+    store = any_store
     release = threading.Event()
 
     def stuck(call: ToolCall) -> ToolResult:

@@ -1,4 +1,8 @@
-"""Re-checkable decisions: a run's recorded policy evaluations asked again of a policy given now."""
+"""Re-checkable decisions: a run's recorded policy evaluations asked again of a policy given now.
+
+The tests that take `any_store` run on SQLite and on PostgreSQL (issue 21 item 5;
+decision 0105); the two that rewrite a recorded row by hand stay on SQLite for now.
+"""
 
 from __future__ import annotations
 
@@ -72,7 +76,8 @@ def verdicts(report: agentrt.RecheckReport) -> list[tuple[str, str, str]]:
     ]
 
 
-def test_the_same_policy_rechecks_every_evaluation_the_same(store: agentrt.Store) -> None:
+def test_the_same_policy_rechecks_every_evaluation_the_same(any_store: agentrt.Store) -> None:
+    store = any_store
     run = story_run(store, agentrt.default_policy())
     report = agentrt.recheck(store, run.id, agentrt.default_policy())
     assert verdicts(report) == [
@@ -96,8 +101,9 @@ def test_the_same_policy_rechecks_every_evaluation_the_same(store: agentrt.Store
 
 
 def test_the_policy_receives_byte_for_byte_the_input_it_got_the_first_time(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
 ) -> None:
+    store = any_store
     first = Recording(agentrt.default_policy())
     run = story_run(store, first)
     again = Recording(agentrt.default_policy())
@@ -131,7 +137,8 @@ class Stricter:
         return self.inner.evaluate(request, view)
 
 
-def test_a_stricter_policy_reports_each_difference(store: agentrt.Store) -> None:
+def test_a_stricter_policy_reports_each_difference(any_store: agentrt.Store) -> None:
+    store = any_store
     run = story_run(store, agentrt.default_policy())
     report = agentrt.recheck(store, run.id, Stricter())
     assert verdicts(report) == [
@@ -153,7 +160,8 @@ def test_a_stricter_policy_reports_each_difference(store: agentrt.Store) -> None
     assert not report.same and len(report.differences) == 3
 
 
-def test_a_changed_reason_alone_is_the_same(store: agentrt.Store) -> None:
+def test_a_changed_reason_alone_is_the_same(any_store: agentrt.Store) -> None:
+    store = any_store
     run = story_run(store, agentrt.default_policy())
 
     class Reworded:
@@ -174,7 +182,8 @@ def test_a_changed_reason_alone_is_the_same(store: agentrt.Store) -> None:
     assert not report.policy_changed
 
 
-def test_a_changed_presentation_is_a_different_approval_hash(store: agentrt.Store) -> None:
+def test_a_changed_presentation_is_a_different_approval_hash(any_store: agentrt.Store) -> None:
+    store = any_store
     run = story_run(store, agentrt.default_policy())
 
     class Presented:
@@ -213,8 +222,9 @@ def test_a_changed_presentation_is_a_different_approval_hash(store: agentrt.Stor
     ],
 )
 def test_a_policy_that_now_raises_or_answers_unusably_differs_with_its_error(
-    store: agentrt.Store, answer: Any, error: str
+    any_store: agentrt.Store, answer: Any, error: str
 ) -> None:
+    store = any_store
     run = story_run(store, agentrt.default_policy())
     report = agentrt.recheck(store, run.id, FixedPolicy(answer))
     assert [e.verdict for e in report.evaluations] == ["different"] * 4
@@ -223,7 +233,8 @@ def test_a_policy_that_now_raises_or_answers_unusably_differs_with_its_error(
         assert e.differences == ("outcome",)
 
 
-def test_an_async_policy_is_awaited(store: agentrt.Store) -> None:
+def test_an_async_policy_is_awaited(any_store: agentrt.Store) -> None:
+    store = any_store
     run = story_run(store, agentrt.default_policy())
 
     class Async:
@@ -235,7 +246,8 @@ def test_an_async_policy_is_awaited(store: agentrt.Store) -> None:
     assert agentrt.recheck(store, run.id, Async()).same
 
 
-def test_a_run_not_yet_ended_is_rechecked_as_far_as_it_got(store: agentrt.Store) -> None:
+def test_a_run_not_yet_ended_is_rechecked_as_far_as_it_got(any_store: agentrt.Store) -> None:
+    store = any_store
     run = story_run(store, agentrt.default_policy(), finish=False)
     report = agentrt.recheck(store, run.id, Stricter())
     assert not report.ended and report.run_status == "WAITING_FOR_APPROVAL"
@@ -259,9 +271,10 @@ def _changed_push() -> RecordingTool:
 
 
 def test_a_spec_changed_since_the_run_comes_from_the_current_registration(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
 ) -> None:
     # The push resumed under a Driver whose push changed: that spec is not the run's own.
+    store = any_store
     read, _, rm = make_tools()
     driver = agentrt.Driver(
         store=store,
@@ -338,7 +351,8 @@ def test_a_step_changed_since_the_evaluation_is_not_recheckable(store: agentrt.S
     )
 
 
-def test_the_runtimes_own_pause_is_not_a_policy_evaluation(store: agentrt.Store) -> None:
+def test_the_runtimes_own_pause_is_not_a_policy_evaluation(any_store: agentrt.Store) -> None:
+    store = any_store
     from agentrt import OutcomeUnknown, ToolCall, ToolResult
 
     class Lost(RecordingTool):
@@ -371,6 +385,7 @@ class SideEffectAllow:
         return PolicyDecision.allow()
 
 
-def test_a_run_that_does_not_exist_is_refused(store: agentrt.Store) -> None:
+def test_a_run_that_does_not_exist_is_refused(any_store: agentrt.Store) -> None:
+    store = any_store
     with pytest.raises(agentrt.NotFoundError):
         agentrt.recheck(store, "nope", agentrt.default_policy())

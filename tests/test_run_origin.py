@@ -3,6 +3,10 @@
 A Driver recovers and resumes only runs a Driver or a plain Gate began; a run an
 integration began (a framework adapter, the MCP proxy) belongs to that program,
 even when a Driver registers tools of the same names.
+
+The tests that take `any_store` run on SQLite and on PostgreSQL (issue 21 item 5;
+decision 0105); the one that empties the column through `sqlite3` and the one that runs
+the command line on the file stay on SQLite for now.
 """
 
 from __future__ import annotations
@@ -46,8 +50,9 @@ def driver_with(store: agentrt.Store, read: RecordingTool, clock: FakeClock) -> 
 
 
 def test_a_drivers_recover_skips_a_run_an_adapter_began_and_changes_no_row(
-    store: agentrt.Store, db_path: Path
+    any_store: agentrt.Store, database: str
 ) -> None:
+    store, db_path = any_store, database
     read = read_tool()
     clock = FakeClock()
     run_id = abandoned_run(store, read, clock, origin="adapter:langgraph")
@@ -90,7 +95,8 @@ def test_a_drivers_recover_skips_a_run_whose_origin_was_emptied_and_changes_no_r
     assert read.calls == []
 
 
-def test_a_drivers_recover_still_resumes_a_run_a_plain_gate_began(store: agentrt.Store) -> None:
+def test_a_drivers_recover_still_resumes_a_run_a_plain_gate_began(any_store: agentrt.Store) -> None:
+    store = any_store
     read = read_tool()
     clock = FakeClock()
     run_id = abandoned_run(store, read, clock)
@@ -103,8 +109,9 @@ def test_a_drivers_recover_still_resumes_a_run_a_plain_gate_began(store: agentrt
 
 
 def test_driver_resume_refuses_a_run_the_mcp_proxy_began_and_changes_no_row(
-    store: agentrt.Store, db_path: Path
+    any_store: agentrt.Store, database: str
 ) -> None:
+    store, db_path = any_store, database
     read = read_tool()
     clock = FakeClock()
     run_id = abandoned_run(store, read, clock, origin="mcp-proxy")
@@ -121,7 +128,8 @@ def test_driver_resume_refuses_a_run_the_mcp_proxy_began_and_changes_no_row(
     assert read.calls == []
 
 
-def test_the_integration_that_began_a_run_attaches_it_as_before(store: agentrt.Store) -> None:
+def test_the_integration_that_began_a_run_attaches_it_as_before(any_store: agentrt.Store) -> None:
+    store = any_store
     read = read_tool()
     clock = FakeClock()
     run_id = abandoned_run(store, read, clock, origin="adapter:openai-agents")
@@ -132,8 +140,9 @@ def test_the_integration_that_began_a_run_attaches_it_as_before(store: agentrt.S
 
 
 def test_each_kind_of_program_records_its_origin_on_the_runs_it_begins(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
 ) -> None:
+    store = any_store
     read = read_tool()
     clock = FakeClock()
     gate_run = abandoned_run(store, read, clock)
@@ -151,8 +160,9 @@ def test_each_kind_of_program_records_its_origin_on_the_runs_it_begins(
     ["", "Adapter:LangGraph", "adapter langgraph", "adapter:lang\ngraph", "é", "x" * 65, ":x", 5],
 )
 def test_an_origin_that_is_not_a_short_ascii_label_is_refused(
-    store: agentrt.Store, db_path: Path, bad: object
+    any_store: agentrt.Store, database: str, bad: object
 ) -> None:
+    store, db_path = any_store, database
     before = snapshot(db_path)
     with pytest.raises(ConfigError) as caught:
         make_gate(store, read_tool(), origin=bad)

@@ -3,12 +3,11 @@
 Crashes here are real: a child process kills itself with SIGKILL in the middle of
 a step (see `crashing_child.py`), leaving exactly what a dead process leaves.
 
-The tests that take `database` run on SQLite and on PostgreSQL (issue 21 item 5); a
-lease runs out there by its stored expiry moved into the past (`expire_lease`), since
-PostgreSQL judges it by the server's clock, which no test can move. The racing
-processes stay on a file: `test_postgres_race.py` races them on PostgreSQL. The
-others that take `db_path` are not about SQLite: each crash costs a child process,
-and they wait for room in the suite's five minutes (issue 19; docs/status.md).
+Every test but one takes `database` and runs on SQLite and on PostgreSQL (issue 21
+item 5; decisions 0103, 0105); a lease runs out there by its stored expiry moved into
+the past (`expire_lease`), since PostgreSQL judges it by the server's clock, which no
+test can move. The four racing processes stay on a file: `test_postgres_race.py`
+races them on PostgreSQL.
 """
 
 from __future__ import annotations
@@ -191,8 +190,10 @@ def test_resume_interrupted_side_effect_waits_for_an_operator(
 
 
 def test_resume_interrupted_side_effect_rejected_ends_the_run_without_calling_again(
-    db_path: Path,
+    database: str,
+    crash_journal: Path,
 ) -> None:
+    db_path = database
     run_id = crash(db_path, "charge")
     store = agentrt.open_store(db_path)
     driver = resumer(store, db_path)
@@ -206,7 +207,8 @@ def test_resume_interrupted_side_effect_rejected_ends_the_run_without_calling_ag
     assert len(child.journal_lines(db_path)) == 1
 
 
-def test_resume_interrupted_read_only_step_continues(db_path: Path) -> None:
+def test_resume_interrupted_read_only_step_continues(database: str, crash_journal: Path) -> None:
+    db_path = database
     run_id = crash(db_path, "lookup")
     store = agentrt.open_store(db_path)
     run = resumer(store, db_path, mode="lookup").resume_sync(run_id)
@@ -248,8 +250,9 @@ def test_resume_after_a_death_while_deciding_asks_for_the_step_again(
 
 @pytest.mark.parametrize("change", ["tool_gone", "args_invalid"])
 def test_resume_interrupted_call_that_cannot_wait_fails_as_reconcile_conflict(
-    db_path: Path, change: str
+    database: str, crash_journal: Path, change: str
 ) -> None:
+    db_path = database
     run_id = crash(db_path, "charge")
     store = agentrt.open_store(db_path)
     if change == "tool_gone":
@@ -274,7 +277,10 @@ def test_resume_interrupted_call_that_cannot_wait_fails_as_reconcile_conflict(
     assert len(child.journal_lines(db_path)) == 1
 
 
-def test_resume_interrupted_step_is_reconciled_and_continued(db_path: Path) -> None:
+def test_resume_interrupted_step_is_reconciled_and_continued(
+    database: str, crash_journal: Path
+) -> None:
+    db_path = database
     run_id = crash(db_path, "charge")
     store = agentrt.open_store(db_path)
 
@@ -292,7 +298,7 @@ def test_resume_interrupted_step_is_reconciled_and_continued(db_path: Path) -> N
     assert store.list_steps(run_id)[0].status == "interrupted"
 
 
-def _reconciled(db_path: Path, verdict: Any) -> agentrt.Run:
+def _reconciled(db_path: Path | str, verdict: Any) -> agentrt.Run:
     run_id = crash(db_path, "charge")
     store = agentrt.open_store(db_path)
 
@@ -342,15 +348,19 @@ def _reconciled(db_path: Path, verdict: Any) -> agentrt.Run:
     ],
 )
 def test_resume_reconcile_outcomes(
-    db_path: Path, verdict: Any, status: str, reason: str, detail: str
+    database: str, crash_journal: Path, verdict: Any, status: str, reason: str, detail: str
 ) -> None:
+    db_path = database
     run = _reconciled(db_path, verdict)
     assert (run.status, run.reason) == (status, reason)
     assert detail in run.reason_detail
     assert len(child.journal_lines(db_path)) == 1
 
 
-def test_resume_reconcile_waiting_pauses_on_the_consumers_approval(db_path: Path) -> None:
+def test_resume_reconcile_waiting_pauses_on_the_consumers_approval(
+    database: str, crash_journal: Path
+) -> None:
+    db_path = database
     pause = PolicyDecision.require_approval(
         "charge_unclear",
         "the ledger shows a pending charge",
@@ -368,7 +378,10 @@ def test_resume_reconcile_waiting_pauses_on_the_consumers_approval(db_path: Path
     assert len(child.journal_lines(db_path)) == 2
 
 
-def test_resume_reconcile_waiting_without_an_executing_call_is_a_conflict(db_path: Path) -> None:
+def test_resume_reconcile_waiting_without_an_executing_call_is_a_conflict(
+    database: str, crash_journal: Path
+) -> None:
+    db_path = database
     run_id = crash(db_path, "deciding")
     store = agentrt.open_store(db_path)
 
@@ -456,8 +469,9 @@ def test_a_model_attempt_cut_off_by_sigkill_is_charged_at_takeover(
     assert types[taken : taken + 3] == ["lease.taken_over", "model.failed", "step.interrupted"]
 
 
-def test_reconcile_runs_under_a_renewed_lease(db_path: Path) -> None:
+def test_reconcile_runs_under_a_renewed_lease(database: str, crash_journal: Path) -> None:
     """A reconcile slower than the lease keeps the run: no one else can take it meanwhile."""
+    db_path = database
     run_id = crash(db_path, "charge")
     store = agentrt.open_store(db_path)
     refused: list[BaseException] = []
@@ -487,8 +501,10 @@ def test_reconcile_runs_under_a_renewed_lease(db_path: Path) -> None:
 
 
 def test_a_mutation_re_declared_read_only_after_the_crash_still_waits_for_a_person(
-    db_path: Path,
+    database: str,
+    crash_journal: Path,
 ) -> None:
+    db_path = database
     run_id = crash(db_path, "charge")
     store = agentrt.open_store(db_path)
     tools = child.tools(db_path)
@@ -504,7 +520,10 @@ def test_a_mutation_re_declared_read_only_after_the_crash_still_waits_for_a_pers
     assert store.pending_approvals(run_id)[0].kind == "interrupted_side_effect"
 
 
-def test_a_takeover_of_a_run_whose_limits_will_not_decode_ends_it(db_path: Path) -> None:
+def test_a_takeover_of_a_run_whose_limits_will_not_decode_ends_it(
+    database: str, crash_journal: Path
+) -> None:
+    db_path = database
     run_id = crash(db_path, "lookup")
     execute(db_path, "UPDATE runs SET limits_json = '[broken'")
     store = agentrt.open_store(db_path)
@@ -513,13 +532,19 @@ def test_a_takeover_of_a_run_whose_limits_will_not_decode_ends_it(db_path: Path)
     assert len(child.journal_lines(db_path)) == 1
 
 
-def test_lease_a_takeover_whose_reconcile_is_cancelled_gives_the_run_back(db_path: Path) -> None:
+def test_lease_a_takeover_whose_reconcile_is_cancelled_gives_the_run_back(
+    database: str, crash_journal: Path
+) -> None:
+    db_path = database
     import asyncio
 
     run_id = crash(db_path, "charge")
     store = agentrt.open_store(db_path)
 
+    reconciling = threading.Event()
+
     async def slow_reconcile(view: RunView) -> Reconciliation:
+        reconciling.set()
         await asyncio.sleep(30)
         return Reconciliation.conflict("never")
 
@@ -528,8 +553,15 @@ def test_lease_a_takeover_whose_reconcile_is_cancelled_gives_the_run_back(db_pat
     )
 
     async def give_up() -> None:
-        with pytest.raises(TimeoutError):
-            await asyncio.wait_for(driver.resume(run_id), 0.5)
+        # Cancelled once the takeover is made and its reconcile is waiting (not after a
+        # time the takeover may not have reached on a loaded machine).
+        resuming = asyncio.ensure_future(driver.resume(run_id))
+        while not reconciling.is_set():
+            assert not resuming.done(), resuming
+            await asyncio.sleep(0.005)
+        resuming.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await resuming
 
     asyncio.run(give_up())
     assert store.lease(run_id).owner == ""
@@ -548,8 +580,9 @@ class DenyCharges:
 
 @pytest.mark.parametrize("change", ["policy_denies", "args_invalid"])
 def test_resume_an_approved_interrupted_call_still_passes_schema_and_policy(
-    db_path: Path, change: str
+    database: str, crash_journal: Path, change: str
 ) -> None:
+    db_path = database
     run_id = crash(db_path, "charge")
     store = agentrt.open_store(db_path)
     resumer(store, db_path).resume_sync(run_id)
@@ -582,10 +615,12 @@ def test_resume_an_approved_interrupted_call_still_passes_schema_and_policy(
 
 
 def test_resume_an_interrupted_grant_satisfies_the_policys_own_approval_of_the_same_request(
-    db_path: Path,
+    database: str,
+    crash_journal: Path,
 ) -> None:
     """docs/decisions/0006: under a policy that asks a person for every charge, approving
     the interrupted_side_effect approval is that person's answer; it is not asked twice."""
+    db_path = database
     run_id = crash(db_path, "charge")
     store = agentrt.open_store(db_path)
     driver = agentrt.Driver(

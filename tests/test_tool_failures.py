@@ -3,6 +3,9 @@
 Only a cancellation of the caller is a cancel; a tool's own `CancelledError`,
 `SystemExit`, `KeyboardInterrupt`, custom `BaseException`, or an exception
 whose `str()`/`repr()` raises or whose message is huge becomes `tool_error`.
+
+Every test that takes a store takes `any_store` and runs on SQLite and on PostgreSQL
+(issue 21 item 5; decision 0105).
 """
 
 from __future__ import annotations
@@ -157,8 +160,9 @@ HOSTILE = [
 @pytest.mark.timeout(30)
 @pytest.mark.parametrize(("exc", "error"), HOSTILE)
 def test_a_plain_tool_raising_anything_ends_its_step_as_a_recorded_tool_error(
-    store: agentrt.Store, exc: BaseException, error: str
+    any_store: agentrt.Store, exc: BaseException, error: str
 ) -> None:
+    store = any_store
     tool = RecordingTool("t", SideEffect.LOCAL_MUTATION, result=raising(exc))
     run = drive_once(store, tool)
     assert (run.status, run.reason) == ("COMPLETED", "goal_completed")
@@ -175,8 +179,10 @@ def test_a_plain_tool_raising_anything_ends_its_step_as_a_recorded_tool_error(
 @pytest.mark.timeout(30)
 @pytest.mark.parametrize(("exc", "error"), HOSTILE)
 def test_an_async_tool_raising_anything_ends_its_step_as_a_recorded_tool_error(
-    store: agentrt.Store, exc: BaseException, error: str
+    any_store: agentrt.Store, exc: BaseException, error: str
 ) -> None:
+    store = any_store
+
     async def body() -> ToolResult:
         raise exc
 
@@ -191,8 +197,10 @@ def test_an_async_tool_raising_anything_ends_its_step_as_a_recorded_tool_error(
 
 
 def test_a_tool_returning_a_value_whose_repr_raises_is_invalid_content(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
 ) -> None:
+    store = any_store
+
     class Unprintable:
         def __repr__(self) -> str:
             raise RuntimeError("repr")
@@ -210,7 +218,10 @@ def test_a_tool_returning_a_value_whose_repr_raises_is_invalid_content(
     }
 
 
-def test_an_abort_whose_detail_cannot_be_read_still_aborts_the_run(store: agentrt.Store) -> None:
+def test_an_abort_whose_detail_cannot_be_read_still_aborts_the_run(
+    any_store: agentrt.Store,
+) -> None:
+    store = any_store
     tool = RecordingTool("t", SideEffect.READ_ONLY, result=raising(HostileDetailAbort()))
     run = drive_once(store, tool)
     assert (run.status, run.reason) == ("FAILED", "tool_abort")
@@ -226,8 +237,10 @@ def test_an_abort_whose_detail_cannot_be_read_still_aborts_the_run(store: agentr
 
 @pytest.mark.timeout(30)
 def test_an_async_tool_raising_cancelled_error_itself_is_a_tool_error_and_the_step_finishes(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
 ) -> None:
+    store = any_store
+
     async def body() -> ToolResult:
         raise asyncio.CancelledError("gave up on its own")
 
@@ -250,8 +263,10 @@ def test_an_async_tool_raising_cancelled_error_itself_is_a_tool_error_and_the_st
 
 @pytest.mark.timeout(30)
 def test_an_async_tool_awaiting_a_task_that_was_cancelled_is_a_tool_error(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
 ) -> None:
+    store = any_store
+
     async def body() -> ToolResult:
         inner = asyncio.ensure_future(asyncio.sleep(10))
         asyncio.get_running_loop().call_soon(inner.cancel)
@@ -264,7 +279,8 @@ def test_an_async_tool_awaiting_a_task_that_was_cancelled_is_a_tool_error(
 
 
 @pytest.mark.timeout(30)
-def test_a_plain_tool_raising_cancelled_error_is_a_tool_error(store: agentrt.Store) -> None:
+def test_a_plain_tool_raising_cancelled_error_is_a_tool_error(any_store: agentrt.Store) -> None:
+    store = any_store
     tool = RecordingTool("t", SideEffect.READ_ONLY, result=raising(asyncio.CancelledError()))
     run = drive_once(store, tool)
     assert run.status == "COMPLETED"
@@ -281,8 +297,9 @@ def test_a_plain_tool_raising_cancelled_error_is_a_tool_error(store: agentrt.Sto
 
 @pytest.mark.timeout(30)
 def test_a_real_cancel_of_start_during_an_async_tool_is_still_recorded_as_cancelled(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
 ) -> None:
+    store = any_store
     entered = asyncio.Event()
     unwound: list[str] = []
 
@@ -323,8 +340,9 @@ def test_a_real_cancel_of_start_during_an_async_tool_is_still_recorded_as_cancel
 
 @pytest.mark.timeout(30)
 def test_a_real_cancel_of_start_during_a_plain_tool_is_still_recorded_as_cancelled(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
 ) -> None:
+    store = any_store
     started = threading.Event()
     release = threading.Event()
 
@@ -361,10 +379,11 @@ def test_a_real_cancel_of_start_during_a_plain_tool_is_still_recorded_as_cancell
 
 @pytest.mark.timeout(30)
 def test_a_plain_tool_raising_stop_iteration_is_a_prompt_tool_error_not_a_timeout(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
 ) -> None:
     # `next()` on an exhausted iterator: asyncio refuses a StopIteration into a
     # future, so it must never travel as the thread's exception.
+    store = any_store
     tool = RecordingTool("t", SideEffect.LOCAL_MUTATION, result=raising(StopIteration("spent")))
     run = drive_once(store, tool)
     assert (run.status, run.reason) == ("COMPLETED", "goal_completed")
@@ -413,8 +432,9 @@ def stubborn_driver(store: agentrt.Store, tool: Stubborn) -> agentrt.Driver:
 @pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_an_async_tool_that_swallows_its_cancellation_still_times_out_and_the_run_goes_on(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
 ) -> None:
+    store = any_store
     tool = Stubborn(timeout_s=0.2)
     driver = stubborn_driver(store, tool)
     box: dict[str, Any] = {}
@@ -444,8 +464,9 @@ def test_an_async_tool_that_swallows_its_cancellation_still_times_out_and_the_ru
 @pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_a_caller_cancel_during_an_async_tool_that_swallows_it_returns_and_keeps_the_lease(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
 ) -> None:
+    store = any_store
     tool = Stubborn(timeout_s=30)
     driver = stubborn_driver(store, tool)
 
@@ -479,9 +500,10 @@ def test_a_caller_cancel_during_an_async_tool_that_swallows_it_returns_and_keeps
 @pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_start_sync_returns_promptly_even_while_an_async_tool_swallows_its_cancellation(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
 ) -> None:
     # asyncio.run would wait at shutdown, without bound, for the stray coroutine.
+    store = any_store
     tool = Stubborn(timeout_s=0.2)
     driver = stubborn_driver(store, tool)
     box: dict[str, Any] = {}

@@ -4,10 +4,11 @@ Every crash here is real: `crashing_child.py` SIGKILLs itself inside its
 `charge` tool after journalling the call, and a restarted driver, whose
 `charge` tool carries a reconciliation, takes the run over.
 
-The tests that take `database` run on SQLite and on PostgreSQL (issue 21 item 5): a
-tool's answer `found` settling the step, and `safe_to_repeat` re-running it on the
-same step with the same operation id. The others are not about SQLite: each crash
-costs a child process, and they wait for room in the suite's five minutes (issue 19).
+Every test that takes a database takes `database` (or `any_store`) and runs on SQLite
+and on PostgreSQL (issue 21 item 5; decisions 0103, 0105): each answer a tool's
+reconciliation can give, a run's own reconcile before the tool's, a Gate's attach, a
+terminal tool, a reconciliation that raises, times out or is cancelled, and the
+approval screens' notices.
 """
 
 from __future__ import annotations
@@ -93,8 +94,9 @@ def expected_op(run_id: str, step_id: str) -> str:
 
 
 def test_operation_id_is_derived_from_run_and_step_and_differs_per_step_with_identical_args(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
 ) -> None:
+    store = any_store
     seen: list[ToolCall] = []
 
     @agentrt.tool(side_effect="remote_mutation", timeout=5)
@@ -127,8 +129,9 @@ def test_operation_id_is_derived_from_run_and_step_and_differs_per_step_with_ide
 
 
 def test_operation_id_is_the_same_when_an_approved_rerun_executes_the_request_again(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
 ) -> None:
+    store = any_store
     seen: list[ToolCall] = []
 
     @agentrt.tool(side_effect="remote_mutation", timeout=5)
@@ -252,7 +255,10 @@ def test_tool_reconcile_safe_to_repeat_reruns_on_the_same_step_with_the_same_ope
     ]
 
 
-def test_tool_reconcile_safe_to_repeat_still_passes_the_policy(db_path: Path) -> None:
+def test_tool_reconcile_safe_to_repeat_still_passes_the_policy(
+    database: str, crash_journal: Path
+) -> None:
+    db_path = database
     run_id = crash(db_path, "charge")
     tool = ReconciledCharge(db_path, Reconciled.not_found(safe_to_repeat=True))
     deny = SideEffectPolicy(
@@ -272,8 +278,10 @@ def test_tool_reconcile_safe_to_repeat_still_passes_the_policy(db_path: Path) ->
 
 
 def test_tool_reconcile_not_found_waits_for_a_person_with_the_answer_in_the_approval(
-    db_path: Path,
+    database: str,
+    crash_journal: Path,
 ) -> None:
+    db_path = database
     run_id = crash(db_path, "charge")
     tool = ReconciledCharge(db_path, Reconciled.not_found("no charge under this key"))
     store, driver = resume_with(db_path, tool)
@@ -350,8 +358,9 @@ class Hostile:
     ],
 )
 def test_tool_reconcile_unknown_or_failing_waits_for_a_person_with_the_failure_recorded(
-    db_path: Path, answer: Any, detail: str, error: str | None
+    database: str, crash_journal: Path, answer: Any, detail: str, error: str | None
 ) -> None:
+    db_path = database
     run_id = crash(db_path, "charge")
     tool = ReconciledCharge(db_path, answer)
     tool.spec = agentrt.ToolSpec(
@@ -377,7 +386,10 @@ def test_tool_reconcile_unknown_or_failing_waits_for_a_person_with_the_failure_r
     assert approval.presentation["reconciliation"]["answer"] == "unknown"
 
 
-def test_a_run_level_reconcile_takes_precedence_over_the_tools_own(db_path: Path) -> None:
+def test_a_run_level_reconcile_takes_precedence_over_the_tools_own(
+    database: str, crash_journal: Path
+) -> None:
+    db_path = database
     run_id = crash(db_path, "charge")
     tool = ReconciledCharge(db_path, Reconciled.found({"charged": 5}))
     views: list[RunView] = []
@@ -393,7 +405,10 @@ def test_a_run_level_reconcile_takes_precedence_over_the_tools_own(db_path: Path
     assert reconciled_events(store, run_id) == []
 
 
-def test_a_function_tools_reconcile_settles_its_interrupted_call(db_path: Path) -> None:
+def test_a_function_tools_reconcile_settles_its_interrupted_call(
+    database: str, crash_journal: Path
+) -> None:
+    db_path = database
     run_id = crash(db_path, "charge")
     asked: list[ToolCall] = []
 
@@ -418,8 +433,10 @@ def test_a_function_tools_reconcile_settles_its_interrupted_call(db_path: Path) 
 
 
 def test_the_approval_screens_show_an_outcome_unknown_pauses_own_notice_not_the_crash_notice(
-    store: agentrt.Store, db_path: Path
+    any_store: agentrt.Store,
 ) -> None:
+    store = any_store
+
     @agentrt.tool(side_effect="remote_mutation", timeout=5)
     def charge(amount: int) -> dict[str, Any]:
         """Charge."""
@@ -442,7 +459,10 @@ def test_the_approval_screens_show_an_outcome_unknown_pauses_own_notice_not_the_
     assert pending.notice == f"NOTICE: {said}"
 
 
-def test_the_approval_screens_still_show_the_crash_notice_after_a_crash(db_path: Path) -> None:
+def test_the_approval_screens_still_show_the_crash_notice_after_a_crash(
+    database: str, crash_journal: Path
+) -> None:
+    db_path = database
     run_id = crash(db_path, "charge")
     store = agentrt.open_store(db_path)
     driver = agentrt.Driver(
@@ -457,7 +477,8 @@ def test_the_approval_screens_still_show_the_crash_notice_after_a_crash(db_path:
     assert INTERRUPTED_NOTICE in lines
 
 
-def test_the_approval_screens_show_the_proxys_timeout_hold_notice(store: agentrt.Store) -> None:
+def test_the_approval_screens_show_the_proxys_timeout_hold_notice(any_store: agentrt.Store) -> None:
+    store = any_store
     from agentrt.mcp._proxy import TIMED_OUT_NOTICE, timed_out_decision
 
     class HoldsAsTheProxyDoes:
@@ -485,8 +506,10 @@ def test_the_approval_screens_show_the_proxys_timeout_hold_notice(store: agentrt
 
 
 def test_a_gates_attach_holds_the_reconciled_rerun_as_allowed_and_execute_runs_it_once(
-    db_path: Path,
+    database: str,
+    crash_journal: Path,
 ) -> None:
+    db_path = database
     run_id = crash(db_path, "charge")
     tool = ReconciledCharge(db_path, Reconciled.not_found("none yet", safe_to_repeat=True))
     store = agentrt.open_store(db_path)
@@ -507,8 +530,10 @@ def test_a_gates_attach_holds_the_reconciled_rerun_as_allowed_and_execute_runs_i
 
 
 def test_tool_reconcile_found_for_a_terminal_tool_completes_the_run_with_the_result(
-    db_path: Path,
+    database: str,
+    crash_journal: Path,
 ) -> None:
+    db_path = database
     run_id = crash(db_path, "charge")
     tool = ReconciledCharge(db_path, Reconciled.found({"receipt": "r-17"}))
     tool.spec = agentrt.ToolSpec(
@@ -572,8 +597,9 @@ def _async_charge(look_up: Any, timeout: float = 5) -> Any:
     ids=["cancelled", "keyboard-interrupt", "system-exit"],
 )
 def test_a_tool_reconcile_that_raises_a_cancel_or_exit_is_unknown_and_a_person_decides(
-    db_path: Path, shape: Any, exc: BaseException, name: str
+    database: str, crash_journal: Path, shape: Any, exc: BaseException, name: str
 ) -> None:
+    db_path = database
     run_id = crash(db_path, "charge")
     store, driver = resume_with(db_path, _async_charge(shape(exc)))
     run = driver.resume_sync(run_id)  # does not raise: the takeover is not cancelled
@@ -585,9 +611,13 @@ def test_a_tool_reconcile_that_raises_a_cancel_or_exit_is_unknown_and_a_person_d
     assert approval.presentation["reconciliation"]["answer"] == "unknown"
 
 
-def test_a_tool_reconcile_and_the_awaitable_it_returns_share_one_timeout(db_path: Path) -> None:
+def test_a_tool_reconcile_and_the_awaitable_it_returns_share_one_timeout(
+    database: str, crash_journal: Path
+) -> None:
     # 0.3 s before returning the awaitable, 0.4 s more in it: 0.7 s in all, past the
     # 0.5 s timeout (a loaded machine only makes it later), so the answer is unknown.
+    db_path = database
+
     async def inner() -> Reconciled:
         await asyncio.sleep(0.4)
         return Reconciled.found({"late": True})
@@ -607,8 +637,10 @@ def test_a_tool_reconcile_and_the_awaitable_it_returns_share_one_timeout(db_path
 
 
 def test_a_cancelled_takeover_still_propagates_its_cancel_through_a_tool_reconcile(
-    db_path: Path,
+    database: str,
+    crash_journal: Path,
 ) -> None:
+    db_path = database
     run_id = crash(db_path, "charge")
     cancelled: list[str] = []
 

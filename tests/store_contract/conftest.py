@@ -18,8 +18,10 @@ places in the suite where SQL (or a driver) appears; every test file stays as it
 
 The `postgres` parameter runs on the server named by `AGENTRT_TEST_POSTGRES_URL`
 (e.g. `postgresql://root@127.0.0.1:5432/test`), each test in a schema of its own
-(`?schema=`), dropped after it. Without the variable it skips, saying how to
-enable it; with `CI` set it fails instead.
+(`?schema=`): a migrated schema with every table empty, from this process's pool of
+them (emptied after the test, or dropped when the test changed it: tests/support/
+schema_pool.py, decision 0105). Without the variable it skips, saying how to enable
+it; with `CI` set it fails instead.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ import pytest
 import agentrt._store.sqlite._connection as sqlite_connection
 from agentrt._store import Store, open_existing, open_store
 from agentrt._store.sqlite import SqliteStore
+from support.database import pooled_schema
 from support.postgres import postgres_schema
 
 
@@ -112,7 +115,14 @@ class Backend:
         if name == "postgres":
             self.holds_bytes = False
             self.one_writer = False
-            self._url = postgres_schema(stack)
+            self._url = pooled_schema(stack, "the contract suite", partitions)
+
+    def unmade(self) -> None:
+        """Make this test's database one nothing has made yet, for a test of what opening a
+        new one creates or migrates: on PostgreSQL a new schema of its own, not the pool's
+        (which are migrated already)."""
+        if self._url is not None:
+            self._url = postgres_schema(self._stack)
 
     @property
     def url(self) -> str:
@@ -335,7 +345,8 @@ def _committed(conn: sqlite3.Connection, work: Callable[[sqlite3.Connection], _R
 
 # --- THE BACKEND'S PART: PostgreSQL ----------------------------------------------------------
 #
-# Each test gets a schema of its own on the server, dropped after it (`support.postgres`);
+# Each test gets a schema of its own on the server, emptied or dropped after it
+# (`support.schema_pool`);
 # the damage is done through a plain connection of its own (another process's) to that schema.
 
 

@@ -164,6 +164,7 @@ def test_the_partitions_are_fixed_when_the_record_is_created(parted: Backend) ->
 def test_new_records_default_to_one_partition_on_sqlite_and_16_on_postgres(
     backend: Backend,
 ) -> None:
+    backend.unmade()
     target = ":memory:" if backend.name == "sqlite-memory" else None
     if backend.name == "postgres":
         target = backend.url
@@ -247,9 +248,9 @@ def fresh(parted: Backend, p: int) -> Store:
     if p > 0:
         parted._path = None
         if parted._url is not None:
-            from support.postgres import postgres_schema
+            from support.database import pooled_schema
 
-            parted._url = postgres_schema(parted._stack)
+            parted._url = pooled_schema(parted._stack, "the contract suite", parted.partitions)
     return parted.open()
 
 

@@ -213,6 +213,7 @@ def test_a_database_of_schema_3_holding_large_values_migrates_and_reads_the_same
 
     if not backend.shared:
         pytest.skip(f"{backend.name}: an in-memory database is gone once closed")
+    backend.unmade()
     with monkeypatch.context() as old:  # the previous release: schema 3, every value in its row
         previous_release_chain(old)  # and its one chain (decision 0093)
         for module in (sqlite_migrations, postgres_migrations):

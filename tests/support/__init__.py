@@ -10,6 +10,8 @@
 - `postgres`: a schema of its own on the test PostgreSQL server (`AGENTRT_TEST_POSTGRES_URL`).
 - `rows`: every stored row, to show that a refusal changed nothing, and a change made
   behind the runtime's back, on a SQLite file or a PostgreSQL schema.
+- `schema_pool`: migrated PostgreSQL schemas kept per test process, emptied between tests
+  (and dropped when a test changed one); `database.pooled_schema` takes one.
 - `scenarios`: the test kit's scenario factories, importable by name in children.
 - `tools`: the story's recording tools: a read, a remote push, a destructive rm.
 
