@@ -1111,3 +1111,131 @@ def test_waiting_on_an_approval_the_store_does_not_hold_is_a_clear_not_found_err
         until_decided_sync(store, run_id, "appr-elsewhere", every=0.01)
     with pytest.raises(agentrt.NotFoundError, match="has no approval 'appr-elsewhere'"):
         asyncio.run(until_decided(store, run_id, "appr-elsewhere", every=0.01))
+
+
+# -- A person deciding at the moment each wait-for-person path assumed could not happen --
+
+
+def langgraph_gated(tmp_path: Path) -> tuple[Any, Any, agentrt.Store, Any]:
+    """The LangGraph short path's graph, built by hand: (graph, tools node, store, config)."""
+    pytest.importorskip("langgraph", reason="needs agentrt[langgraph]")
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.graph import START, MessagesState, StateGraph
+    from langgraph.prebuilt import tools_condition
+
+    from agentrt.adapters.langgraph import Classification, gated_tool_node
+
+    world = langgraph_world(tmp_path)
+    store = agentrt.open_store(tmp_path / "runs.db")
+    tools_node = gated_tool_node(
+        [world["list_branches"], world["push_branch"]],
+        store=store,
+        policy=agentrt.default_policy(),
+        classifications={
+            "list_branches": Classification("read_only", timeout=5),
+            "push_branch": Classification("remote_mutation", timeout=30),
+        },
+    )
+    builder = StateGraph(MessagesState)
+    builder.add_node("agent", world["call_model"])
+    builder.add_node("tools", tools_node)
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges("agent", tools_condition)
+    builder.add_edge("tools", "agent")
+    graph = builder.compile(checkpointer=InMemorySaver())
+    return graph, tools_node, store, {"configurable": {"thread_id": "t1"}}
+
+
+def decide_elsewhere(db: Path, how: Callable[[agentrt.Store], Any]) -> Any:
+    """A person at another terminal: their own open of the file, closed after."""
+    elsewhere = agentrt.open_store(db)
+    try:
+        return how(elsewhere)
+    finally:
+        elsewhere.close()
+
+
+def test_a_cancel_between_the_langgraph_nodes_read_and_its_attach_tells_the_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The person approves while `invoke_and_wait` waits; the node reads the run waiting on
+    the approved call, and in the moment before it attaches, an operator cancels the run
+    (the Gate then refused the ended run: `RunStateError` out of the graph). The model is
+    told the call's recorded outcome, as when the cancel comes a moment earlier; the push
+    never runs; nothing is lost from the record."""
+    from agentrt.adapters.langgraph import invoke_and_wait
+    from agentrt.adapters.langgraph import _wait as lg_wait
+
+    graph, tools_node, store, config = langgraph_gated(tmp_path)
+    db = tmp_path / "runs.db"
+    wait = lg_wait.until_decided_sync
+
+    def wait_after_a_person_approved(
+        store: agentrt.Store, run_id: str, approval_id: str, **kw: Any
+    ) -> agentrt.Approval:
+        decide_elsewhere(db, lambda s: approve(s, s.get_approval(run_id, approval_id)))
+        return wait(store, run_id, approval_id, **kw)
+
+    gated = tools_node.agentrt_gate
+    attach = gated.gate.attach
+    cancelled: list[agentrt.Run] = []
+
+    async def cancel_then_attach(run_id: str) -> Any:
+        if store.get_run(run_id).status == "WAITING_FOR_APPROVAL" and not cancelled:
+            cancelled.append(decide_elsewhere(db, lambda s: agentrt.cancel(s, run_id, "ops")))
+        return await attach(run_id)
+
+    monkeypatch.setattr(lg_wait, "until_decided_sync", wait_after_a_person_approved)
+    monkeypatch.setattr(gated.gate, "attach", cancel_then_attach)
+    out = invoke_and_wait(
+        graph, {"messages": [("user", "publish")]}, config, tools_node, poll_interval=0.01
+    )
+    assert len(cancelled) == 1
+    told = [m for m in out["messages"] if type(m).__name__ == "ToolMessage"][-1]
+    assert told.status == "error" and "cancelled by ops" in str(told.content)
+    assert out["messages"][-1].content == "published"
+    assert not (tmp_path / "effects.log").exists()
+    (run,) = store.list_runs()
+    assert (run.status, run.reason) == ("CANCELLED", "operator_cancelled")
+    assert [a.status for a in store.list_approvals(run.id)] == ["approved"]
+    assert [(s.decision.tool, s.status) for s in store.list_steps(run.id)] == [
+        ("list_branches", "done"),
+        ("push_branch", "failed"),
+    ]
+    assert store.lease(run.id).owner == ""
+    assert store.verify_events().intact
+
+
+def test_a_cancel_between_the_langgraph_nodes_read_and_its_new_step_ends_the_graph_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The node reads the turn's run RUNNING for the push (not recorded yet), and in the
+    moment before it attaches to claim a step an operator cancels the run: the graph run
+    ends with the adapter's `RunEndedError`, as when the cancel comes a moment earlier,
+    not the Gate's bare `RunStateError`; nothing of the push is recorded or run."""
+    from agentrt.adapters.langgraph import RunEndedError, invoke_and_wait
+
+    graph, tools_node, store, config = langgraph_gated(tmp_path)
+    db = tmp_path / "runs.db"
+    gated = tools_node.agentrt_gate
+    attach = gated.gate.attach
+    cancelled: list[agentrt.Run] = []
+
+    async def cancel_then_attach(run_id: str) -> Any:
+        if store.get_run(run_id).status == "RUNNING" and not cancelled:
+            cancelled.append(decide_elsewhere(db, lambda s: agentrt.cancel(s, run_id, "ops")))
+        return await attach(run_id)
+
+    monkeypatch.setattr(gated.gate, "attach", cancel_then_attach)
+    with pytest.raises(RunEndedError) as raised:
+        invoke_and_wait(graph, {"messages": [("user", "publish")]}, config, tools_node)
+    assert len(cancelled) == 1
+    assert not (tmp_path / "effects.log").exists()
+    (run,) = store.list_runs()
+    assert (raised.value.run.id, raised.value.run.status) == (run.id, "CANCELLED")
+    assert (run.status, run.reason) == ("CANCELLED", "operator_cancelled")
+    assert [(s.decision.tool, s.status) for s in store.list_steps(run.id)] == [
+        ("list_branches", "done"),
+    ]
+    assert store.lease(run.id).owner == ""
+    assert store.verify_events().intact
