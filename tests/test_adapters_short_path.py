@@ -1239,3 +1239,65 @@ def test_a_cancel_between_the_langgraph_nodes_read_and_its_new_step_ends_the_gra
     ]
     assert store.lease(run.id).owner == ""
     assert store.verify_events().intact
+
+
+def test_a_cancel_before_the_sdk_attaches_for_the_approved_call_tells_the_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The person approves while `run_agent` waits, the decision is carried into the SDK's
+    state, and in the moment before the approved call attaches the run an operator cancels
+    it (the Gate then refused the ended run: the SDK's `UserError` out of `run_agent`). The
+    model is told the call's recorded outcome, as when the cancel comes a moment earlier;
+    the push never runs; nothing is lost from the record."""
+    pytest.importorskip("agents", reason="needs agentrt[openai-agents]")
+    from agents import Agent
+
+    from agentrt.adapters.openai_agents import Classification, gate_agent
+    from agentrt.adapters.openai_agents import _gated
+
+    world = agents_world(tmp_path)
+    db = tmp_path / "runs.db"
+    store = agentrt.open_store(db)
+    agent = Agent(
+        name="publisher", model=world["model"], tools=[world["list_branches"], world["push_branch"]]
+    )
+    gated = gate_agent(
+        agent,
+        store=store,
+        policy=agentrt.default_policy(),
+        classifications={
+            "list_branches": Classification("read_only", timeout=5),
+            "push_branch": Classification("remote_mutation", timeout=30),
+        },
+    )
+    wait = _gated.until_decided
+
+    async def approved(
+        store: agentrt.Store, run_id: str, approval_id: str, **kw: Any
+    ) -> agentrt.Approval:
+        decide_elsewhere(db, lambda s: approve(s, s.get_approval(run_id, approval_id)))
+        return await wait(store, run_id, approval_id, **kw)
+
+    attach = gated.gate.attach
+    cancelled: list[agentrt.Run] = []
+
+    async def cancel_then_attach(run_id: str) -> Any:
+        if store.get_run(run_id).status == "WAITING_FOR_APPROVAL" and not cancelled:
+            cancelled.append(decide_elsewhere(db, lambda s: agentrt.cancel(s, run_id, "ops")))
+        return await attach(run_id)
+
+    monkeypatch.setattr(_gated, "until_decided", approved)
+    monkeypatch.setattr(gated.gate, "attach", cancel_then_attach)
+    result = gated.new_run().run_agent_sync("publish", wait_for_person=True, poll_interval=0.01)
+    assert len(cancelled) == 1
+    assert (result.final_output, result.interruptions) == ("published", [])
+    told = [
+        str(item.output) for item in result.new_items if type(item).__name__ == "ToolCallOutputItem"
+    ]
+    assert told[-1] == "interrupted: cancelled by ops"
+    assert not (tmp_path / "effects.log").exists()
+    (run,) = store.list_runs()
+    assert (run.status, run.reason) == ("CANCELLED", "operator_cancelled")
+    assert [a.status for a in store.list_approvals(run.id)] == ["approved"]
+    assert store.lease(run.id).owner == ""
+    assert store.verify_events().intact
