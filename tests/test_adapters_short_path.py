@@ -1241,6 +1241,111 @@ def test_a_cancel_between_the_langgraph_nodes_read_and_its_new_step_ends_the_gra
     assert store.verify_events().intact
 
 
+def test_a_rejection_between_the_waits_two_reads_reaches_the_langgraph_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`_settled` reads the approvals, then the run: the person rejects between the two. The
+    wait sees the run ended with its copy of the approval still pending; the model is told
+    of the rejection, the push never runs, and the turn ends as after any rejection."""
+    from agentrt.adapters import _wait
+    from agentrt.adapters.langgraph import invoke_and_wait
+
+    graph, tools_node, store, config = langgraph_gated(tmp_path)
+    db = tmp_path / "runs.db"
+    settled = _wait._settled
+    decided: list[agentrt.Approval] = []
+
+    def settled_with_a_person_between_its_reads(
+        store: agentrt.Store, run_id: str, approval_id: str, clock: Any
+    ) -> Any:
+        get_run = store.get_run
+
+        def rejected_then_read(run_id: str) -> agentrt.Run:
+            if not decided:
+                decided.append(
+                    decide_elsewhere(db, lambda s: reject(s, s.get_approval(run_id, approval_id)))
+                )
+            return get_run(run_id)
+
+        monkeypatch.setattr(store, "get_run", rejected_then_read)
+        try:
+            return settled(store, run_id, approval_id, clock)
+        finally:
+            monkeypatch.setattr(store, "get_run", get_run)
+
+    monkeypatch.setattr(_wait, "_settled", settled_with_a_person_between_its_reads)
+    out = invoke_and_wait(
+        graph, {"messages": [("user", "publish")]}, config, tools_node, poll_interval=0.01
+    )
+    assert [a.status for a in decided] == ["rejected"]
+    told = [m for m in out["messages"] if type(m).__name__ == "ToolMessage"][-1]
+    assert told.status == "error" and "not today" in str(told.content)
+    assert out["messages"][-1].content == "published"
+    assert not (tmp_path / "effects.log").exists()
+    (run,) = store.list_runs()
+    assert (run.status, run.reason) == ("CANCELLED", "approval_rejected")
+    assert store.verify_events().intact
+
+
+def test_an_approval_then_a_cancel_while_run_agent_waits_tells_the_model_and_runs_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The person approves; the wait reads it approved; in the moment before the decision is
+    carried into the SDK's run state an operator cancels the run. `run_agent` promises a
+    cancel while waiting is told to the model as the SDK's rejection of the call: the push
+    never runs and the model answers."""
+    pytest.importorskip("agents", reason="needs agentrt[openai-agents]")
+    from agents import Agent
+
+    from agentrt.adapters.openai_agents import Classification, gate_agent
+    from agentrt.adapters.openai_agents import _gated
+
+    world = agents_world(tmp_path)
+    db = tmp_path / "runs.db"
+    store = agentrt.open_store(db)
+    agent = Agent(
+        name="publisher", model=world["model"], tools=[world["list_branches"], world["push_branch"]]
+    )
+    gated = gate_agent(
+        agent,
+        store=store,
+        policy=agentrt.default_policy(),
+        classifications={
+            "list_branches": Classification("read_only", timeout=5),
+            "push_branch": Classification("remote_mutation", timeout=30),
+        },
+    )
+    wait = _gated.until_decided
+    cancelled: list[agentrt.Run] = []
+
+    async def approved_then_cancelled(
+        store: agentrt.Store, run_id: str, approval_id: str, **kw: Any
+    ) -> agentrt.Approval:
+        decide_elsewhere(db, lambda s: approve(s, s.get_approval(run_id, approval_id)))
+        approval = await wait(store, run_id, approval_id, **kw)
+        cancelled.append(decide_elsewhere(db, lambda s: agentrt.cancel(s, run_id, "ops")))
+        return approval
+
+    monkeypatch.setattr(_gated, "until_decided", approved_then_cancelled)
+    result = gated.new_run().run_agent_sync("publish", wait_for_person=True, poll_interval=0.01)
+    assert len(cancelled) == 1
+    assert (result.final_output, result.interruptions) == ("published", [])
+    assert not (tmp_path / "effects.log").exists()
+    (run,) = store.list_runs()
+    assert (run.status, run.reason) == ("CANCELLED", "operator_cancelled")
+    told = [
+        str(item.output) for item in result.new_items if type(item).__name__ == "ToolCallOutputItem"
+    ]
+    # Told as the SDK would be told of any call the cancel cut off: its recorded outcome.
+    assert told[-1] == "interrupted: cancelled by ops"
+    assert [a.status for a in store.list_approvals(run.id)] == ["approved"]
+    assert [(s.decision.tool, s.status) for s in store.list_steps(run.id)] == [
+        ("list_branches", "done"),
+        ("push_branch", "failed"),
+    ]
+    assert store.verify_events().intact
+
+
 def test_a_cancel_before_the_sdk_attaches_for_the_approved_call_tells_the_model(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
