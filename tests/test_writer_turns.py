@@ -15,6 +15,7 @@ import sys
 import textwrap
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -198,5 +199,43 @@ def test_the_heartbeat_renews_in_its_own_turn(tmp_path: Path) -> None:
         assert renewer.renew("r1", "me", timedelta(seconds=30)) is True
         assert turn_is_free(db)
         renewer.close()
+    finally:
+        store.close()
+
+
+def test_a_refused_nested_transaction_leaves_the_outer_one_its_turn(tmp_path: Path) -> None:
+    """Transactions do not nest (`StoreError`); the refused inner one had taken the turn the
+    outer holds (the same open file) and gave it back on its way out, so the outer one went
+    on without it. It now leaves the turn alone."""
+    db = tmp_path / "runs.db"
+    store = agentrt.open_store(db)
+    try:
+        add_run(store, "r1")
+        with store.transaction() as tx:
+            with pytest.raises(agentrt.StoreError, match="do not nest"), store.transaction():
+                pass
+            assert not turn_is_free(db)  # still the outer transaction's
+            tx.append_event("r1", "", T0, "run.created", {"goal": "g"})
+        assert turn_is_free(db)
+        assert [e.type for e in store.list_events()] == ["run.created"]
+    finally:
+        store.close()
+
+
+def test_a_group_commit_holds_the_turn_from_its_begin_to_its_commit(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    store = agentrt.open_store(db)
+    seen: list[bool] = []
+    try:
+        add_run(store, "r1")
+
+        def work(tx: Any) -> None:
+            seen.append(turn_is_free(db))
+            tx.append_event("r1", "", T0, "run.created", {"goal": "g"})
+
+        store.transactions([work, work])
+        assert seen == [False, False]
+        assert turn_is_free(db)
+        assert [e.type for e in store.list_events()] == ["run.created", "run.created"]
     finally:
         store.close()
