@@ -7,6 +7,7 @@ judges how long anything took.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import signal
@@ -239,3 +240,64 @@ def test_a_group_commit_holds_the_turn_from_its_begin_to_its_commit(tmp_path: Pa
         assert [e.type for e in store.list_events()] == ["run.created", "run.created"]
     finally:
         store.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_writer_killed_in_its_transaction_gives_its_turn_back_beside_a_forked_child(
+    tmp_path: Path,
+) -> None:
+    """A writer that forked a child (`multiprocessing`'s default start on Linux) after its
+    first write is SIGKILLed inside a transaction while the child lives on. The child had
+    inherited the writer's open lock file, and the kernel drops a `flock` only with the last
+    descriptor of that open file: the dead writer's turn stayed held for the child's life,
+    every other writer refused as busy. The child now closes what it inherited."""
+    db = tmp_path / "runs.db"
+    agentrt.open_store(db).close()
+    writer = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(
+                f"""
+                import os, sys, time, agentrt
+                store = agentrt.open_store({str(db)!r})
+                with store.transaction() as tx:  # the lock file is opened
+                    pass
+                ready, told = os.pipe()
+                child = os.fork()
+                if child == 0:  # past its fork hooks once it runs this
+                    os.write(told, b"!")
+                    time.sleep(120)  # lives on; killed by the test
+                    os._exit(0)
+                os.read(ready, 1)  # the child is under way
+                with store.transaction() as tx:
+                    print(child, flush=True)
+                    sys.stdin.read()  # until killed
+                """
+            ),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    child = 0
+    try:
+        assert writer.stdout is not None
+        child = int(writer.stdout.readline())
+        assert not turn_is_free(db)
+        writer.send_signal(signal.SIGKILL)
+        assert writer.wait(60) == -signal.SIGKILL
+        assert turn_is_free(db)
+        store = agentrt.open_store(db)
+        store._turns = WriterTurns(str(db), timeout_s=0.05)  # a held turn would fail at once
+        try:
+            add_run(store, "r1")
+            assert store.get_run("r1").id == "r1"
+        finally:
+            store.close()
+    finally:
+        if writer.poll() is None:
+            writer.kill()
+        if child:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child, signal.SIGKILL)
