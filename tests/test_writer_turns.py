@@ -301,3 +301,29 @@ def test_a_writer_killed_in_its_transaction_gives_its_turn_back_beside_a_forked_
         if child:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(child, signal.SIGKILL)
+
+
+def test_the_heartbeat_waits_for_the_turn_of_its_own_stores_open_transaction(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The heartbeat's connection takes turns with its own store's (each its own open lock
+    file): inside the store's transaction, the renewal is refused as busy, nothing renewed;
+    after it, the renewal goes through. (The test above swaps the renewer's turns for one of
+    its own, so it could not see the two share one.)"""
+    from agentrt._store.sqlite import _store
+
+    db = tmp_path / "runs.db"
+    store = agentrt.open_store(db)
+    try:
+        add_run(store, "r1", lease_owner="me")
+        monkeypatch.setattr(_store, "BUSY_TIMEOUT_MS", 50)  # the 5 s default, shortened
+        renewer = store.renewer(lambda: T0 + timedelta(days=1))
+        assert isinstance(renewer, ConnectionRenewer)
+        with store.transaction(), pytest.raises(StoreBusyError, match="held its turn"):
+            renewer.renew("r1", "me", timedelta(seconds=30))
+        assert store.lease("r1").expires_at is None or store.lease("r1").expires_at < T0
+        assert renewer.renew("r1", "me", timedelta(seconds=30)) is True
+        assert store.lease("r1").expires_at == T0 + timedelta(days=1, seconds=30)
+        renewer.close()
+    finally:
+        store.close()
