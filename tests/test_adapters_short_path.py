@@ -1163,8 +1163,8 @@ def test_a_cancel_between_the_langgraph_nodes_read_and_its_attach_tells_the_mode
     (the Gate then refused the ended run: `RunStateError` out of the graph). The model is
     told the call's recorded outcome, as when the cancel comes a moment earlier; the push
     never runs; nothing is lost from the record."""
-    from agentrt.adapters.langgraph import invoke_and_wait
     from agentrt.adapters.langgraph import _wait as lg_wait
+    from agentrt.adapters.langgraph import invoke_and_wait
 
     graph, tools_node, store, config = langgraph_gated(tmp_path)
     db = tmp_path / "runs.db"
@@ -1297,8 +1297,7 @@ def test_an_approval_then_a_cancel_while_run_agent_waits_tells_the_model_and_run
     pytest.importorskip("agents", reason="needs agentrt[openai-agents]")
     from agents import Agent
 
-    from agentrt.adapters.openai_agents import Classification, gate_agent
-    from agentrt.adapters.openai_agents import _gated
+    from agentrt.adapters.openai_agents import Classification, _gated, gate_agent
 
     world = agents_world(tmp_path)
     db = tmp_path / "runs.db"
@@ -1357,8 +1356,7 @@ def test_a_cancel_before_the_sdk_attaches_for_the_approved_call_tells_the_model(
     pytest.importorskip("agents", reason="needs agentrt[openai-agents]")
     from agents import Agent
 
-    from agentrt.adapters.openai_agents import Classification, gate_agent
-    from agentrt.adapters.openai_agents import _gated
+    from agentrt.adapters.openai_agents import Classification, _gated, gate_agent
 
     world = agents_world(tmp_path)
     db = tmp_path / "runs.db"
