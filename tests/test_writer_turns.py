@@ -327,3 +327,24 @@ def test_the_heartbeat_waits_for_the_turn_of_its_own_stores_open_transaction(
         renewer.close()
     finally:
         store.close()
+
+
+def test_a_lock_file_made_a_hard_link_after_the_open_is_not_used_nor_chmodded(
+    tmp_path: Path,
+) -> None:
+    """The lock file is opened at the first write, after the open checked the sidecars. Made
+    in between a second name of another file (a hard link), it was used and `fchmod`ed to
+    0600, which changed that other file's mode. Now it is passed over: no turns, the write
+    goes on under SQLite's own lock, the other file left as it was."""
+    db = tmp_path / "runs.db"
+    store = agentrt.open_store(db)
+    try:
+        other = tmp_path / "shared.txt"
+        other.write_text("read by others")
+        other.chmod(0o644)
+        os.link(other, f"{db}-lock")
+        add_run(store, "r1")
+        assert store.get_run("r1").id == "r1"
+        assert other.stat().st_mode & 0o777 == 0o644
+    finally:
+        store.close()

@@ -31,7 +31,9 @@ Invariants:
   holding one would keep a turn its parent held when it died (the kernel drops
   a `flock` only with the last descriptor of its open file).
 - The lock file holds no data. It is created owner-only (0600) and checked with
-  the database's other sidecars; where it cannot be created or locked (no
+  the database's other sidecars (and again when first opened for a write: one
+  made since that is not a regular file of this user's, with one name, is
+  passed over); where it cannot be created or locked (no
   `fcntl`, a directory it cannot be made in), writers wait in SQLite's busy
   handler as they did before.
 """
@@ -40,6 +42,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import time
 import weakref
 
@@ -141,8 +144,13 @@ class WriterTurns:
             self._unavailable = True
             return None
         try:
-            if os.fstat(fd).st_uid == os.geteuid():
-                os.fchmod(fd, 0o600)  # the umask may have left it wider, or narrower
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1 or st.st_uid != os.geteuid():
+                # Made since the open checked it (the open refuses these): another name of
+                # another file, or another user's, which could hold every writer up. Not
+                # ours to lock, nor to chmod: SQLite's busy handler alone.
+                raise OSError("not this store's lock file")
+            os.fchmod(fd, 0o600)  # the umask may have left it wider, or narrower
         except OSError:
             os.close(fd)
             self._unavailable = True
