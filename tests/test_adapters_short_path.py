@@ -1404,3 +1404,44 @@ def test_a_cancel_before_the_sdk_attaches_for_the_approved_call_tells_the_model(
     assert [a.status for a in store.list_approvals(run.id)] == ["approved"]
     assert store.lease(run.id).owner == ""
     assert store.verify_events().intact
+
+
+def test_a_rejection_elsewhere_just_before_the_langgraph_answer_is_applied_stands(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The graph is resumed with a person's approval (`approve(interrupt)`); the node reads
+    the approval still pending, and in the moment before it applies the answer another
+    person rejects it through `agentrt reject`. What was decided there stands, as when it
+    came a moment earlier: the model is told of the rejection, the push never runs, and
+    the late approval is not an error out of the graph."""
+    from langgraph.types import Command
+
+    from agentrt.adapters.langgraph import approve as approve_interrupt
+
+    graph, tools_node, store, config = langgraph_gated(tmp_path)
+    db = tmp_path / "runs.db"
+    gated = tools_node.agentrt_gate
+    operator_approve = gated._operator.approve
+    decided: list[agentrt.Approval] = []
+
+    def rejected_elsewhere_first(run_id: str, approval_id: str, *args: Any, **kw: Any) -> Any:
+        decided.append(
+            decide_elsewhere(db, lambda s: reject(s, s.get_approval(run_id, approval_id)))
+        )
+        return operator_approve(run_id, approval_id, *args, **kw)
+
+    monkeypatch.setattr(gated._operator, "approve", rejected_elsewhere_first)
+    graph.invoke({"messages": [("user", "publish")]}, config)
+    (interrupt,) = graph.get_state(config).interrupts
+    out = graph.invoke(Command(resume=approve_interrupt(interrupt, by="bob")), config)
+    assert [a.status for a in decided] == ["rejected"]
+    told = [m for m in out["messages"] if type(m).__name__ == "ToolMessage"][-1]
+    assert told.status == "error" and "not today" in str(told.content)
+    assert out["messages"][-1].content == "published"
+    assert not (tmp_path / "effects.log").exists()
+    (run,) = store.list_runs()
+    assert (run.status, run.reason) == ("CANCELLED", "approval_rejected")
+    assert [(a.status, a.decided_by) for a in store.list_approvals(run.id)] == [
+        ("rejected", "alice")
+    ]
+    assert store.verify_events().intact

@@ -1087,6 +1087,8 @@ class GatedTools:
             decide(approval.run_id, approval.id, by, note, shown_hash=approval.hash)
         except ApprovalExpiredError:
             return  # too late: attaching the run settles the expiry (the run is cancelled)
+        except NotPendingError:
+            return  # decided elsewhere since the look above: what was decided there stands
 
     def _interrupt_value(self, approval: Approval, call: Mapping[str, Any]) -> dict[str, Any]:
         text = ""
