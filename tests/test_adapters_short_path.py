@@ -1445,3 +1445,57 @@ def test_a_rejection_elsewhere_just_before_the_langgraph_answer_is_applied_stand
         ("rejected", "alice")
     ]
     assert store.verify_events().intact
+
+
+def test_a_rejection_elsewhere_just_before_the_sdks_own_approval_is_carried_in_stands(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The consumer approves the call in the SDK's run state (`state.approve`) and runs it
+    on; the adapter reads the approval pending, and in the moment before it carries the
+    SDK's approval into agentrt a person rejects it through `agentrt reject`. The person's
+    rejection stands, as when it came a moment earlier: the model is told, the push never
+    runs, and the late approval is not an error out of the framework run."""
+    pytest.importorskip("agents", reason="needs agentrt[openai-agents]")
+    from agents import Agent
+
+    from agentrt.adapters.openai_agents import Classification, gate_agent
+
+    world = agents_world(tmp_path)
+    db = tmp_path / "runs.db"
+    store = agentrt.open_store(db)
+    agent = Agent(
+        name="publisher", model=world["model"], tools=[world["list_branches"], world["push_branch"]]
+    )
+    gated = gate_agent(
+        agent,
+        store=store,
+        policy=agentrt.default_policy(),
+        classifications={
+            "list_branches": Classification("read_only", timeout=5),
+            "push_branch": Classification("remote_mutation", timeout=30),
+        },
+    )
+    run = gated.new_run()
+    first = run.run_agent_sync("publish")
+    (item,) = first.interruptions
+    state = first.to_state()
+    state.approve(item)
+    carry = run._decide
+    decided: list[agentrt.Approval] = []
+
+    def rejected_elsewhere_first(approval: agentrt.Approval, *args: Any, **kw: Any) -> Any:
+        decided.append(decide_elsewhere(db, lambda s: reject(s, approval)))
+        return carry(approval, *args, **kw)
+
+    monkeypatch.setattr(run, "_decide", rejected_elsewhere_first)
+    result = run.run_agent_sync(state)
+    assert [a.status for a in decided] == ["rejected"]
+    assert (result.final_output, result.interruptions) == ("published", [])
+    assert not (tmp_path / "effects.log").exists()
+    (ended,) = store.list_runs()
+    assert (ended.status, ended.reason) == ("CANCELLED", "approval_rejected")
+    told = [
+        str(item.output) for item in result.new_items if type(item).__name__ == "ToolCallOutputItem"
+    ]
+    assert told[-1] == "policy_denied: approval rejected: not today"  # the step's record
+    assert store.verify_events().intact

@@ -79,6 +79,7 @@ from agentrt import (
     JSONValueError,
     Limits,
     NotFoundError,
+    NotPendingError,
     Observation,
     ObservationKind,
     Operator,
@@ -1089,13 +1090,15 @@ class GatedRun:
                         approval_id=approval.id,
                         approval_hash=approval.hash,
                     )
-                self._decide(
-                    approval,
-                    arguments,
-                    approved=True,
-                    by=self.approved_by,
-                    note="approved through the Agents SDK (RunState.approve)",
-                )
+                with contextlib.suppress(NotPendingError):
+                    # Decided elsewhere since `pending()` read it: that decision stands.
+                    self._decide(
+                        approval,
+                        arguments,
+                        approved=True,
+                        by=self.approved_by,
+                        note="approved through the Agents SDK (RunState.approve)",
+                    )
         session, verdict = await self._open(context)
         if verdict is None:
             if session is None:
