@@ -44,6 +44,7 @@ from agentrt._lease import (
 )
 from agentrt._store import Store, open_store
 from agentrt._store.sqlite._renewer import ConnectionRenewer, StoreRenewer
+from agentrt._store.sqlite._writer_turns import WriterTurns
 from support.leases import take_in
 
 EXPIRES = "2026-11-30T09:00:00.000000Z"
@@ -359,7 +360,8 @@ def test_a_connection_renewer_reopens_after_close_and_survives_a_failing_close(
         opened.append(store._open_connection())
         return opened[-1]
 
-    renewer = ConnectionRenewer(connect, at_expiry)
+    db = str(tmp_path / "runs.db")
+    renewer = ConnectionRenewer(connect, at_expiry, WriterTurns(db, 5.0))
     try:
         assert renewer.renew("r1", "me", TO_RENEWED) is True
         renewer.close()
@@ -375,7 +377,7 @@ def test_a_connection_renewer_reopens_after_close_and_survives_a_failing_close(
                 raise sqlite3.OperationalError("cannot close")
 
         failing = ConnectionRenewer(
-            lambda: sqlite3.connect(str(tmp_path / "runs.db"), factory=FailingClose), at_expiry
+            lambda: sqlite3.connect(db, factory=FailingClose), at_expiry, WriterTurns(db, 5.0)
         )
         assert failing.renew("r1", "me", TO_RENEWED) is True
         failing.close()  # the error is swallowed: closing never raises
