@@ -1088,3 +1088,391 @@ def test_waiting_on_an_approval_the_store_does_not_hold_is_a_clear_not_found_err
         until_decided_sync(store, run_id, "appr-elsewhere", every=0.01)
     with pytest.raises(agentrt.NotFoundError, match="has no approval 'appr-elsewhere'"):
         asyncio.run(until_decided(store, run_id, "appr-elsewhere", every=0.01))
+
+
+# -- A person deciding at the moment each wait-for-person path assumed could not happen --
+
+
+def langgraph_gated(tmp_path: Path) -> tuple[Any, Any, agentrt.Store, Any]:
+    """The LangGraph short path's graph, built by hand: (graph, tools node, store, config)."""
+    pytest.importorskip("langgraph", reason="needs agentrt[langgraph]")
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.graph import START, MessagesState, StateGraph
+    from langgraph.prebuilt import tools_condition
+
+    from agentrt.adapters.langgraph import Classification, gated_tool_node
+
+    world = langgraph_world(tmp_path)
+    store = agentrt.open_store(tmp_path / "runs.db")
+    tools_node = gated_tool_node(
+        [world["list_branches"], world["push_branch"]],
+        store=store,
+        policy=agentrt.default_policy(),
+        classifications={
+            "list_branches": Classification("read_only", timeout=5),
+            "push_branch": Classification("remote_mutation", timeout=30),
+        },
+    )
+    builder = StateGraph(MessagesState)
+    builder.add_node("agent", world["call_model"])
+    builder.add_node("tools", tools_node)
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges("agent", tools_condition)
+    builder.add_edge("tools", "agent")
+    graph = builder.compile(checkpointer=InMemorySaver())
+    return graph, tools_node, store, {"configurable": {"thread_id": "t1"}}
+
+
+def decide_elsewhere(db: Path, how: Callable[[agentrt.Store], Any]) -> Any:
+    """A person at another terminal: their own open of the file, closed after."""
+    elsewhere = agentrt.open_store(db)
+    try:
+        return how(elsewhere)
+    finally:
+        elsewhere.close()
+
+
+def test_a_cancel_between_the_langgraph_nodes_read_and_its_attach_tells_the_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The person approves while `invoke_and_wait` waits; the node reads the run waiting on
+    the approved call, and in the moment before it attaches, an operator cancels the run
+    (the Gate then refused the ended run: `RunStateError` out of the graph). The model is
+    told the call's recorded outcome, as when the cancel comes a moment earlier; the push
+    never runs; nothing is lost from the record."""
+    from agentrt.adapters.langgraph import _wait as lg_wait
+    from agentrt.adapters.langgraph import invoke_and_wait
+
+    graph, tools_node, store, config = langgraph_gated(tmp_path)
+    db = tmp_path / "runs.db"
+    wait = lg_wait.until_decided_sync
+
+    def wait_after_a_person_approved(
+        store: agentrt.Store, run_id: str, approval_id: str, **kw: Any
+    ) -> agentrt.Approval:
+        decide_elsewhere(db, lambda s: approve(s, s.get_approval(run_id, approval_id)))
+        return wait(store, run_id, approval_id, **kw)
+
+    gated = tools_node.agentrt_gate
+    attach = gated.gate.attach
+    cancelled: list[agentrt.Run] = []
+
+    async def cancel_then_attach(run_id: str) -> Any:
+        if store.get_run(run_id).status == "WAITING_FOR_APPROVAL" and not cancelled:
+            cancelled.append(decide_elsewhere(db, lambda s: agentrt.cancel(s, run_id, "ops")))
+        return await attach(run_id)
+
+    monkeypatch.setattr(lg_wait, "until_decided_sync", wait_after_a_person_approved)
+    monkeypatch.setattr(gated.gate, "attach", cancel_then_attach)
+    out = invoke_and_wait(
+        graph, {"messages": [("user", "publish")]}, config, tools_node, poll_interval=0.01
+    )
+    assert len(cancelled) == 1
+    told = [m for m in out["messages"] if type(m).__name__ == "ToolMessage"][-1]
+    assert told.status == "error" and "cancelled by ops" in str(told.content)
+    assert out["messages"][-1].content == "published"
+    assert not (tmp_path / "effects.log").exists()
+    (run,) = store.list_runs()
+    assert (run.status, run.reason) == ("CANCELLED", "operator_cancelled")
+    assert [a.status for a in store.list_approvals(run.id)] == ["approved"]
+    assert [(s.decision.tool, s.status) for s in store.list_steps(run.id)] == [
+        ("list_branches", "done"),
+        ("push_branch", "failed"),
+    ]
+    assert store.lease(run.id).owner == ""
+    assert store.verify_events().intact
+
+
+def test_a_cancel_between_the_langgraph_nodes_read_and_its_new_step_ends_the_graph_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The node reads the turn's run RUNNING for the push (not recorded yet), and in the
+    moment before it attaches to claim a step an operator cancels the run: the graph run
+    ends with the adapter's `RunEndedError`, as when the cancel comes a moment earlier,
+    not the Gate's bare `RunStateError`; nothing of the push is recorded or run."""
+    from agentrt.adapters.langgraph import RunEndedError, invoke_and_wait
+
+    graph, tools_node, store, config = langgraph_gated(tmp_path)
+    db = tmp_path / "runs.db"
+    gated = tools_node.agentrt_gate
+    attach = gated.gate.attach
+    cancelled: list[agentrt.Run] = []
+
+    async def cancel_then_attach(run_id: str) -> Any:
+        if store.get_run(run_id).status == "RUNNING" and not cancelled:
+            cancelled.append(decide_elsewhere(db, lambda s: agentrt.cancel(s, run_id, "ops")))
+        return await attach(run_id)
+
+    monkeypatch.setattr(gated.gate, "attach", cancel_then_attach)
+    with pytest.raises(RunEndedError) as raised:
+        invoke_and_wait(graph, {"messages": [("user", "publish")]}, config, tools_node)
+    assert len(cancelled) == 1
+    assert not (tmp_path / "effects.log").exists()
+    (run,) = store.list_runs()
+    assert (raised.value.run.id, raised.value.run.status) == (run.id, "CANCELLED")
+    assert (run.status, run.reason) == ("CANCELLED", "operator_cancelled")
+    assert [(s.decision.tool, s.status) for s in store.list_steps(run.id)] == [
+        ("list_branches", "done"),
+    ]
+    assert store.lease(run.id).owner == ""
+    assert store.verify_events().intact
+
+
+def test_a_rejection_between_the_waits_two_reads_reaches_the_langgraph_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`_settled` reads the approvals, then the run: the person rejects between the two. The
+    wait sees the run ended with its copy of the approval still pending; the model is told
+    of the rejection, the push never runs, and the turn ends as after any rejection."""
+    from agentrt.adapters import _wait
+    from agentrt.adapters.langgraph import invoke_and_wait
+
+    graph, tools_node, store, config = langgraph_gated(tmp_path)
+    db = tmp_path / "runs.db"
+    settled = _wait._settled
+    decided: list[agentrt.Approval] = []
+
+    def settled_with_a_person_between_its_reads(
+        store: agentrt.Store, run_id: str, approval_id: str, clock: Any
+    ) -> Any:
+        get_run = store.get_run
+
+        def rejected_then_read(run_id: str) -> agentrt.Run:
+            if not decided:
+                decided.append(
+                    decide_elsewhere(db, lambda s: reject(s, s.get_approval(run_id, approval_id)))
+                )
+            return get_run(run_id)
+
+        monkeypatch.setattr(store, "get_run", rejected_then_read)
+        try:
+            return settled(store, run_id, approval_id, clock)
+        finally:
+            monkeypatch.setattr(store, "get_run", get_run)
+
+    monkeypatch.setattr(_wait, "_settled", settled_with_a_person_between_its_reads)
+    out = invoke_and_wait(
+        graph, {"messages": [("user", "publish")]}, config, tools_node, poll_interval=0.01
+    )
+    assert [a.status for a in decided] == ["rejected"]
+    told = [m for m in out["messages"] if type(m).__name__ == "ToolMessage"][-1]
+    assert told.status == "error" and "not today" in str(told.content)
+    assert out["messages"][-1].content == "published"
+    assert not (tmp_path / "effects.log").exists()
+    (run,) = store.list_runs()
+    assert (run.status, run.reason) == ("CANCELLED", "approval_rejected")
+    assert store.verify_events().intact
+
+
+def test_an_approval_then_a_cancel_while_run_agent_waits_tells_the_model_and_runs_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The person approves; the wait reads it approved; in the moment before the decision is
+    carried into the SDK's run state an operator cancels the run. `run_agent` promises a
+    cancel while waiting is told to the model as the SDK's rejection of the call: the push
+    never runs and the model answers."""
+    pytest.importorskip("agents", reason="needs agentrt[openai-agents]")
+    from agents import Agent
+
+    from agentrt.adapters.openai_agents import Classification, _gated, gate_agent
+
+    world = agents_world(tmp_path)
+    db = tmp_path / "runs.db"
+    store = agentrt.open_store(db)
+    agent = Agent(
+        name="publisher", model=world["model"], tools=[world["list_branches"], world["push_branch"]]
+    )
+    gated = gate_agent(
+        agent,
+        store=store,
+        policy=agentrt.default_policy(),
+        classifications={
+            "list_branches": Classification("read_only", timeout=5),
+            "push_branch": Classification("remote_mutation", timeout=30),
+        },
+    )
+    wait = _gated.until_decided
+    cancelled: list[agentrt.Run] = []
+
+    async def approved_then_cancelled(
+        store: agentrt.Store, run_id: str, approval_id: str, **kw: Any
+    ) -> agentrt.Approval:
+        decide_elsewhere(db, lambda s: approve(s, s.get_approval(run_id, approval_id)))
+        approval = await wait(store, run_id, approval_id, **kw)
+        cancelled.append(decide_elsewhere(db, lambda s: agentrt.cancel(s, run_id, "ops")))
+        return approval
+
+    monkeypatch.setattr(_gated, "until_decided", approved_then_cancelled)
+    result = gated.new_run().run_agent_sync("publish", wait_for_person=True, poll_interval=0.01)
+    assert len(cancelled) == 1
+    assert (result.final_output, result.interruptions) == ("published", [])
+    assert not (tmp_path / "effects.log").exists()
+    (run,) = store.list_runs()
+    assert (run.status, run.reason) == ("CANCELLED", "operator_cancelled")
+    told = [
+        str(item.output) for item in result.new_items if type(item).__name__ == "ToolCallOutputItem"
+    ]
+    # Told as the SDK would be told of any call the cancel cut off: its recorded outcome.
+    assert told[-1] == "interrupted: cancelled by ops"
+    assert [a.status for a in store.list_approvals(run.id)] == ["approved"]
+    assert [(s.decision.tool, s.status) for s in store.list_steps(run.id)] == [
+        ("list_branches", "done"),
+        ("push_branch", "failed"),
+    ]
+    assert store.verify_events().intact
+
+
+def test_a_cancel_before_the_sdk_attaches_for_the_approved_call_tells_the_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The person approves while `run_agent` waits, the decision is carried into the SDK's
+    state, and in the moment before the approved call attaches the run an operator cancels
+    it (the Gate then refused the ended run: the SDK's `UserError` out of `run_agent`). The
+    model is told the call's recorded outcome, as when the cancel comes a moment earlier;
+    the push never runs; nothing is lost from the record."""
+    pytest.importorskip("agents", reason="needs agentrt[openai-agents]")
+    from agents import Agent
+
+    from agentrt.adapters.openai_agents import Classification, _gated, gate_agent
+
+    world = agents_world(tmp_path)
+    db = tmp_path / "runs.db"
+    store = agentrt.open_store(db)
+    agent = Agent(
+        name="publisher", model=world["model"], tools=[world["list_branches"], world["push_branch"]]
+    )
+    gated = gate_agent(
+        agent,
+        store=store,
+        policy=agentrt.default_policy(),
+        classifications={
+            "list_branches": Classification("read_only", timeout=5),
+            "push_branch": Classification("remote_mutation", timeout=30),
+        },
+    )
+    wait = _gated.until_decided
+
+    async def approved(
+        store: agentrt.Store, run_id: str, approval_id: str, **kw: Any
+    ) -> agentrt.Approval:
+        decide_elsewhere(db, lambda s: approve(s, s.get_approval(run_id, approval_id)))
+        return await wait(store, run_id, approval_id, **kw)
+
+    attach = gated.gate.attach
+    cancelled: list[agentrt.Run] = []
+
+    async def cancel_then_attach(run_id: str) -> Any:
+        if store.get_run(run_id).status == "WAITING_FOR_APPROVAL" and not cancelled:
+            cancelled.append(decide_elsewhere(db, lambda s: agentrt.cancel(s, run_id, "ops")))
+        return await attach(run_id)
+
+    monkeypatch.setattr(_gated, "until_decided", approved)
+    monkeypatch.setattr(gated.gate, "attach", cancel_then_attach)
+    result = gated.new_run().run_agent_sync("publish", wait_for_person=True, poll_interval=0.01)
+    assert len(cancelled) == 1
+    assert (result.final_output, result.interruptions) == ("published", [])
+    told = [
+        str(item.output) for item in result.new_items if type(item).__name__ == "ToolCallOutputItem"
+    ]
+    assert told[-1] == "interrupted: cancelled by ops"
+    assert not (tmp_path / "effects.log").exists()
+    (run,) = store.list_runs()
+    assert (run.status, run.reason) == ("CANCELLED", "operator_cancelled")
+    assert [a.status for a in store.list_approvals(run.id)] == ["approved"]
+    assert store.lease(run.id).owner == ""
+    assert store.verify_events().intact
+
+
+def test_a_rejection_elsewhere_just_before_the_langgraph_answer_is_applied_stands(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The graph is resumed with a person's approval (`approve(interrupt)`); the node reads
+    the approval still pending, and in the moment before it applies the answer another
+    person rejects it through `agentrt reject`. What was decided there stands, as when it
+    came a moment earlier: the model is told of the rejection, the push never runs, and
+    the late approval is not an error out of the graph."""
+    from langgraph.types import Command
+
+    from agentrt.adapters.langgraph import approve as approve_interrupt
+
+    graph, tools_node, store, config = langgraph_gated(tmp_path)
+    db = tmp_path / "runs.db"
+    gated = tools_node.agentrt_gate
+    operator_approve = gated._operator.approve
+    decided: list[agentrt.Approval] = []
+
+    def rejected_elsewhere_first(run_id: str, approval_id: str, *args: Any, **kw: Any) -> Any:
+        decided.append(
+            decide_elsewhere(db, lambda s: reject(s, s.get_approval(run_id, approval_id)))
+        )
+        return operator_approve(run_id, approval_id, *args, **kw)
+
+    monkeypatch.setattr(gated._operator, "approve", rejected_elsewhere_first)
+    graph.invoke({"messages": [("user", "publish")]}, config)
+    (interrupt,) = graph.get_state(config).interrupts
+    out = graph.invoke(Command(resume=approve_interrupt(interrupt, by="bob")), config)
+    assert [a.status for a in decided] == ["rejected"]
+    told = [m for m in out["messages"] if type(m).__name__ == "ToolMessage"][-1]
+    assert told.status == "error" and "not today" in str(told.content)
+    assert out["messages"][-1].content == "published"
+    assert not (tmp_path / "effects.log").exists()
+    (run,) = store.list_runs()
+    assert (run.status, run.reason) == ("CANCELLED", "approval_rejected")
+    assert [(a.status, a.decided_by) for a in store.list_approvals(run.id)] == [
+        ("rejected", "alice")
+    ]
+    assert store.verify_events().intact
+
+
+def test_a_rejection_elsewhere_just_before_the_sdks_own_approval_is_carried_in_stands(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The consumer approves the call in the SDK's run state (`state.approve`) and runs it
+    on; the adapter reads the approval pending, and in the moment before it carries the
+    SDK's approval into agentrt a person rejects it through `agentrt reject`. The person's
+    rejection stands, as when it came a moment earlier: the model is told, the push never
+    runs, and the late approval is not an error out of the framework run."""
+    pytest.importorskip("agents", reason="needs agentrt[openai-agents]")
+    from agents import Agent
+
+    from agentrt.adapters.openai_agents import Classification, gate_agent
+
+    world = agents_world(tmp_path)
+    db = tmp_path / "runs.db"
+    store = agentrt.open_store(db)
+    agent = Agent(
+        name="publisher", model=world["model"], tools=[world["list_branches"], world["push_branch"]]
+    )
+    gated = gate_agent(
+        agent,
+        store=store,
+        policy=agentrt.default_policy(),
+        classifications={
+            "list_branches": Classification("read_only", timeout=5),
+            "push_branch": Classification("remote_mutation", timeout=30),
+        },
+    )
+    run = gated.new_run()
+    first = run.run_agent_sync("publish")
+    (item,) = first.interruptions
+    state = first.to_state()
+    state.approve(item)
+    carry = run._decide
+    decided: list[agentrt.Approval] = []
+
+    def rejected_elsewhere_first(approval: agentrt.Approval, *args: Any, **kw: Any) -> Any:
+        decided.append(decide_elsewhere(db, lambda s: reject(s, approval)))
+        return carry(approval, *args, **kw)
+
+    monkeypatch.setattr(run, "_decide", rejected_elsewhere_first)
+    result = run.run_agent_sync(state)
+    assert [a.status for a in decided] == ["rejected"]
+    assert (result.final_output, result.interruptions) == ("published", [])
+    assert not (tmp_path / "effects.log").exists()
+    (ended,) = store.list_runs()
+    assert (ended.status, ended.reason) == ("CANCELLED", "approval_rejected")
+    told = [
+        str(item.output) for item in result.new_items if type(item).__name__ == "ToolCallOutputItem"
+    ]
+    assert told[-1] == "policy_denied: approval rejected: not today"  # the step's record
+    assert store.verify_events().intact

@@ -7,6 +7,7 @@ judges how long anything took.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import signal
@@ -15,6 +16,7 @@ import sys
 import textwrap
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -198,5 +200,151 @@ def test_the_heartbeat_renews_in_its_own_turn(tmp_path: Path) -> None:
         assert renewer.renew("r1", "me", timedelta(seconds=30)) is True
         assert turn_is_free(db)
         renewer.close()
+    finally:
+        store.close()
+
+
+def test_a_refused_nested_transaction_leaves_the_outer_one_its_turn(tmp_path: Path) -> None:
+    """Transactions do not nest (`StoreError`); the refused inner one had taken the turn the
+    outer holds (the same open file) and gave it back on its way out, so the outer one went
+    on without it. It now leaves the turn alone."""
+    db = tmp_path / "runs.db"
+    store = agentrt.open_store(db)
+    try:
+        add_run(store, "r1")
+        with store.transaction() as tx:
+            with pytest.raises(agentrt.StoreError, match="do not nest"), store.transaction():
+                pass
+            assert not turn_is_free(db)  # still the outer transaction's
+            tx.append_event("r1", "", T0, "run.created", {"goal": "g"})
+        assert turn_is_free(db)
+        assert [e.type for e in store.list_events()] == ["run.created"]
+    finally:
+        store.close()
+
+
+def test_a_group_commit_holds_the_turn_from_its_begin_to_its_commit(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    store = agentrt.open_store(db)
+    seen: list[bool] = []
+    try:
+        add_run(store, "r1")
+
+        def work(tx: Any) -> None:
+            seen.append(turn_is_free(db))
+            tx.append_event("r1", "", T0, "run.created", {"goal": "g"})
+
+        store.transactions([work, work])
+        assert seen == [False, False]
+        assert turn_is_free(db)
+        assert [e.type for e in store.list_events()] == ["run.created", "run.created"]
+    finally:
+        store.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_writer_killed_in_its_transaction_gives_its_turn_back_beside_a_forked_child(
+    tmp_path: Path,
+) -> None:
+    """A writer that forked a child (`multiprocessing`'s default start on Linux) after its
+    first write is SIGKILLed inside a transaction while the child lives on. The child had
+    inherited the writer's open lock file, and the kernel drops a `flock` only with the last
+    descriptor of that open file: the dead writer's turn stayed held for the child's life,
+    every other writer refused as busy. The child now closes what it inherited."""
+    db = tmp_path / "runs.db"
+    agentrt.open_store(db).close()
+    writer = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(
+                f"""
+                import os, sys, time, agentrt
+                store = agentrt.open_store({str(db)!r})
+                with store.transaction() as tx:  # the lock file is opened
+                    pass
+                ready, told = os.pipe()
+                child = os.fork()
+                if child == 0:  # past its fork hooks once it runs this
+                    os.write(told, b"!")
+                    time.sleep(120)  # lives on; killed by the test
+                    os._exit(0)
+                os.read(ready, 1)  # the child is under way
+                with store.transaction() as tx:
+                    print(child, flush=True)
+                    sys.stdin.read()  # until killed
+                """
+            ),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    child = 0
+    try:
+        assert writer.stdout is not None
+        child = int(writer.stdout.readline())
+        assert not turn_is_free(db)
+        writer.send_signal(signal.SIGKILL)
+        assert writer.wait(60) == -signal.SIGKILL
+        assert turn_is_free(db)
+        store = agentrt.open_store(db)
+        store._turns = WriterTurns(str(db), timeout_s=0.05)  # a held turn would fail at once
+        try:
+            add_run(store, "r1")
+            assert store.get_run("r1").id == "r1"
+        finally:
+            store.close()
+    finally:
+        if writer.poll() is None:
+            writer.kill()
+        if child:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child, signal.SIGKILL)
+
+
+def test_the_heartbeat_waits_for_the_turn_of_its_own_stores_open_transaction(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The heartbeat's connection takes turns with its own store's (each its own open lock
+    file): inside the store's transaction, the renewal is refused as busy, nothing renewed;
+    after it, the renewal goes through. (The test above swaps the renewer's turns for one of
+    its own, so it could not see the two share one.)"""
+    from agentrt._store.sqlite import _store
+
+    db = tmp_path / "runs.db"
+    store = agentrt.open_store(db)
+    try:
+        add_run(store, "r1", lease_owner="me")
+        monkeypatch.setattr(_store, "BUSY_TIMEOUT_MS", 50)  # the 5 s default, shortened
+        renewer = store.renewer(lambda: T0 + timedelta(days=1))
+        assert isinstance(renewer, ConnectionRenewer)
+        with store.transaction(), pytest.raises(StoreBusyError, match="held its turn"):
+            renewer.renew("r1", "me", timedelta(seconds=30))
+        assert store.lease("r1").expires_at is None or store.lease("r1").expires_at < T0
+        assert renewer.renew("r1", "me", timedelta(seconds=30)) is True
+        assert store.lease("r1").expires_at == T0 + timedelta(days=1, seconds=30)
+        renewer.close()
+    finally:
+        store.close()
+
+
+def test_a_lock_file_made_a_hard_link_after_the_open_is_not_used_nor_chmodded(
+    tmp_path: Path,
+) -> None:
+    """The lock file is opened at the first write, after the open checked the sidecars. Made
+    in between a second name of another file (a hard link), it was used and `fchmod`ed to
+    0600, which changed that other file's mode. Now it is passed over: no turns, the write
+    goes on under SQLite's own lock, the other file left as it was."""
+    db = tmp_path / "runs.db"
+    store = agentrt.open_store(db)
+    try:
+        other = tmp_path / "shared.txt"
+        other.write_text("read by others")
+        other.chmod(0o644)
+        os.link(other, f"{db}-lock")
+        add_run(store, "r1")
+        assert store.get_run("r1").id == "r1"
+        assert other.stat().st_mode & 0o777 == 0o644
     finally:
         store.close()

@@ -266,7 +266,10 @@ class SqliteStore(ProxyRows):
         """This connection's turn among agentrt's writers to the file, for one transaction
         (`_writer_turns`): taken before `BEGIN IMMEDIATE`, given back after its end."""
         turns = self._turns
-        if turns is None:
+        if turns is None or self._tx is not None:
+            # None to take; or a transaction of this store is open on this thread (the
+            # lock is held), whose turn this one shares: `_begin` refuses the nesting, and
+            # giving the turn back on the way out would leave the open one without it.
             yield
             return
         self._check_open()  # a closed store says so, not that its lock file is gone

@@ -26,17 +26,25 @@ Invariants:
 - Each `WriterTurns` has its own open file, so two connections of one process
   (the store's and the heartbeat's) take turns with each other too; a forked
   child opens its own rather than sharing its parent's (a shared open file
-  would let both hold the turn at once, and give it back for both).
+  would let both hold the turn at once, and give it back for both), and closes
+  the descriptors it inherited at once (`os.register_at_fork`): a child left
+  holding one would keep a turn its parent held when it died (the kernel drops
+  a `flock` only with the last descriptor of its open file).
 - The lock file holds no data. It is created owner-only (0600) and checked with
-  the database's other sidecars; where it cannot be created or locked (no
+  the database's other sidecars (and again when first opened for a write: one
+  made since that is not a regular file of this user's, with one name, is
+  passed over); where it cannot be created or locked (no
   `fcntl`, a directory it cannot be made in), writers wait in SQLite's busy
   handler as they did before.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import stat
 import time
+import weakref
 
 try:
     import fcntl
@@ -53,6 +61,20 @@ FIRST_PAUSE_S = 0.00005
 LONGEST_PAUSE_S = 0.001
 
 
+_EVERY: weakref.WeakSet[WriterTurns] = weakref.WeakSet()
+"""Every `WriterTurns` of this process, for a forked child to close what it inherited."""
+
+
+def _close_inherited() -> None:
+    """In a forked child: close the lock files inherited from the parent (its turns stay its)."""
+    for turns in list(_EVERY):
+        turns._forget_inherited()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_close_inherited)
+
+
 class WriterTurns:
     """One connection's turns at writing the database at `path` (see the module)."""
 
@@ -63,6 +85,7 @@ class WriterTurns:
         self._pid = 0
         self._held = False
         self._unavailable = fcntl is None
+        _EVERY.add(self)
 
     def take(self) -> None:
         """Wait for this connection's turn; `StoreBusyError` past the busy timeout."""
@@ -121,8 +144,13 @@ class WriterTurns:
             self._unavailable = True
             return None
         try:
-            if os.fstat(fd).st_uid == os.geteuid():
-                os.fchmod(fd, 0o600)  # the umask may have left it wider, or narrower
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1 or st.st_uid != os.geteuid():
+                # Made since the open checked it (the open refuses these): another name of
+                # another file, or another user's, which could hold every writer up. Not
+                # ours to lock, nor to chmod: SQLite's busy handler alone.
+                raise OSError("not this store's lock file")
+            os.fchmod(fd, 0o600)  # the umask may have left it wider, or narrower
         except OSError:
             os.close(fd)
             self._unavailable = True
@@ -136,3 +164,11 @@ class WriterTurns:
         fd, self._fd = self._fd, None
         if fd is not None and self._pid == os.getpid():
             os.close(fd)
+
+    def _forget_inherited(self) -> None:
+        """Close a descriptor the parent opened (closing a copy gives no turn back)."""
+        fd = self._fd
+        if fd is not None and self._pid != os.getpid():
+            self._fd, self._held = None, False
+            with contextlib.suppress(OSError):
+                os.close(fd)

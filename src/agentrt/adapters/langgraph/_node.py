@@ -1087,6 +1087,8 @@ class GatedTools:
             decide(approval.run_id, approval.id, by, note, shown_hash=approval.hash)
         except ApprovalExpiredError:
             return  # too late: attaching the run settles the expiry (the run is cancelled)
+        except NotPendingError:
+            return  # decided elsewhere since the look above: what was decided there stands
 
     def _interrupt_value(self, approval: Approval, call: Mapping[str, Any]) -> dict[str, Any]:
         text = ""
@@ -1131,7 +1133,10 @@ class GatedTools:
                     return None  # another worker began the run meanwhile: look again
                 raise
         else:
-            session, verdict = await self.gate.attach(run_id)
+            attached = await self._attach(run_id)
+            if attached is None:
+                return None  # ended since it was read: the next read tells the end
+            session, verdict = attached
             if verdict is not None:  # the takeover paused, ended or vouched: look again
                 async with session:
                     return await self._vouched(session, verdict, request, execute)
@@ -1278,11 +1283,29 @@ class GatedTools:
                 if step is not None:
                     await step.propose(Decision.complete(result))
 
+    async def _attach(self, run_id: str) -> tuple[GateSession, Verdict | None] | None:
+        """`gate.attach`; None when the run ended after `_handle` read it.
+
+        A person's cancel (or a rejection, an expiry settled elsewhere) may land
+        between that read and this attach, which then refuses the ended run: the
+        caller looks again, and the next read answers as for any ended run.
+        """
+        try:
+            return await self.gate.attach(run_id)
+        except RunStateError:
+            run = await asyncio.to_thread(self.store.get_run, run_id)
+            if isinstance(run.status, RunStatus) and run.status.terminal:
+                return None
+            raise
+
     async def _attach_and_run(
         self, run_id: str, request: ToolCallRequest, execute: Executor
     ) -> ToolMessage | None:
         """The run waits on this call's approved request: attach, and run it if allowed."""
-        session, verdict = await self.gate.attach(run_id)
+        attached = await self._attach(run_id)
+        if attached is None:
+            return None  # ended since it was read: the next read tells the end
+        session, verdict = attached
         async with session:
             if verdict is not None and verdict.outcome == "allowed":
                 return await self._execute(session, request, execute)
@@ -1293,7 +1316,10 @@ class GatedTools:
     async def _take_over(
         self, run_id: str, request: ToolCallRequest, execute: Executor
     ) -> ToolMessage | None:
-        session, verdict = await self.gate.attach(run_id)
+        attached = await self._attach(run_id)
+        if attached is None:
+            return None  # ended since it was read: the next read tells the end
+        session, verdict = attached
         async with session:
             if verdict is not None and verdict.outcome == "allowed":
                 return await self._vouched(session, verdict, request, execute)

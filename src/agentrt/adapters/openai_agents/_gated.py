@@ -79,6 +79,7 @@ from agentrt import (
     JSONValueError,
     Limits,
     NotFoundError,
+    NotPendingError,
     Observation,
     ObservationKind,
     Operator,
@@ -1089,16 +1090,22 @@ class GatedRun:
                         approval_id=approval.id,
                         approval_hash=approval.hash,
                     )
-                self._decide(
-                    approval,
-                    arguments,
-                    approved=True,
-                    by=self.approved_by,
-                    note="approved through the Agents SDK (RunState.approve)",
-                )
+                with contextlib.suppress(NotPendingError):
+                    # Decided elsewhere since `pending()` read it: that decision stands.
+                    self._decide(
+                        approval,
+                        arguments,
+                        approved=True,
+                        by=self.approved_by,
+                        note="approved through the Agents SDK (RunState.approve)",
+                    )
         session, verdict = await self._open(context)
         if verdict is None:
             if session is None:
+                # Ended meanwhile (a cancel after the look above): its recorded outcome.
+                settled = self._settled_call(call_id, name, arguments)
+                if settled is not None:
+                    return settled
                 return _Judged("pending" if self._waiting() else "ended")
             # Nothing waits any more: a call held behind the settled one is judged
             # now, in its turn, recorded verbatim (the model's argument text).
@@ -1158,7 +1165,14 @@ class GatedRun:
             return None, None
         if run.status not in (RunStatus.RUNNING, RunStatus.WAITING_FOR_APPROVAL):
             return None, None
-        session, verdict = await self.gate.attach(self.run_id)
+        try:
+            session, verdict = await self.gate.attach(self.run_id)
+        except RunStateError:
+            # Ended since it was read just above (a person's cancel landed between).
+            ended = self._run_or_none()
+            if ended is not None and isinstance(ended.status, RunStatus) and ended.status.terminal:
+                return None, None
+            raise
         self._session = session
         if session.done and (verdict is None or str(verdict.outcome) != "allowed"):
             await self._let_go()
