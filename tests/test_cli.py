@@ -1219,6 +1219,16 @@ def _make_wal_writable(db: Path) -> str:
     return f"its -wal file {wal} is writable by group or others (mode 0666)"
 
 
+def _make_lock_writable(db: Path) -> str:
+    lock = db.with_name(db.name + "-lock")
+    lock.touch()
+    lock.chmod(0o666)
+    return (
+        f"its -lock file {lock} is writable by group or others (mode 0666), and anyone who can "
+        "write it can hold up every writer to its busy timeout; make it owner-only (chmod 600)"
+    )
+
+
 def _make_wal_a_directory(db: Path) -> str:
     wal = db.with_name(db.name + "-wal")
     wal.mkdir()
@@ -1253,7 +1263,7 @@ _ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="giving a file away ne
 
 @pytest.mark.parametrize(
     "spoil",
-    [_make_insecure, _make_wal_writable, _make_wal_a_directory,
+    [_make_insecure, _make_wal_writable, _make_lock_writable, _make_wal_a_directory,
      pytest.param(_give_away, marks=_ROOT_ONLY), _make_symlink, _add_trigger, _make_newer],
 )  # fmt: skip
 def test_an_unsafe_database_is_refused_in_one_sentence(

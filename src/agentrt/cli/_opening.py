@@ -143,15 +143,19 @@ def _insecure_reason(path: str, message: str) -> str:
     """Why the file at `path` (or a -wal, -shm or -journal file beside it) is refused."""
     message = message.strip()
     if m := _WRITABLE.match(message):
+        lock = m["what"] == "lock file"  # the writers' turns: it holds no record
+        harm = "hold up every writer to its busy timeout" if lock else "forge an approval"
         return (
             f"{_subject(path, m['what'], m['file'])} is writable by group or others (mode "
-            f"{m['mode']}), and anyone who can write it can forge an approval; make it "
+            f"{m['mode']}), and anyone who can write it can {harm}; make it "
             "owner-only (chmod 600)"
         )
     if m := _OWNED.match(message):
+        lock = m["what"] == "lock file"
+        harm = "hold up every writer" if lock else "rewrite any record or forge an approval"
         return (
             f"{_subject(path, m['what'], m['file'])} is owned by uid {m['uid']}, not by you "
-            f"(uid {m['me']}), and its owner could rewrite any record or forge an approval"
+            f"(uid {m['me']}), and its owner could {harm}"
         )
     if m := _NOT_REGULAR.match(message):
         return (

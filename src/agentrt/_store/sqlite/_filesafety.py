@@ -151,16 +151,19 @@ def directory_writable(path: str) -> bool:
 def _check_mode_and_owner(path: str, st: os.stat_result, *, what: str, tighten: bool) -> None:
     if not POSIX_MODES:
         return
+    lock = what == "lock file"  # the writers' turns (decision 0106): it holds no record
     if st.st_uid != os.geteuid():
+        harm = "could hold up every writer" if lock else "could rewrite any record"
         raise InsecureModeError(
             f"{what} {path} is owned by uid {st.st_uid}, not by this process (uid "
-            f"{os.geteuid()}); its owner could rewrite any record"
+            f"{os.geteuid()}); its owner {harm}"
         )
     mode = stat.S_IMODE(st.st_mode)
     if mode & (stat.S_IWGRP | stat.S_IWOTH):
+        harm = "hold up every writer to its busy timeout" if lock else "forge an approval"
         raise InsecureModeError(
             f"{what} {path} is writable by group or others (mode {mode:04o}); anyone who can "
-            "write it can forge an approval. Make it 0600"
+            f"write it can {harm}. Make it 0600"
         )
     if tighten and mode & 0o077:
         _tighten(path)
