@@ -628,34 +628,11 @@ def test_a_rejection_while_the_langgraph_short_path_waits_tells_the_model_and_ru
 def test_ainvoke_and_wait_waits_for_the_person_on_the_async_path_and_ends_the_turn(
     tmp_path: Path,
 ) -> None:
-    pytest.importorskip("langgraph", reason="needs agentrt[langgraph]")
     import asyncio
 
-    from langgraph.checkpoint.memory import InMemorySaver
-    from langgraph.graph import START, MessagesState, StateGraph
-    from langgraph.prebuilt import tools_condition
+    from agentrt.adapters.langgraph import ainvoke_and_wait
 
-    from agentrt.adapters.langgraph import Classification, ainvoke_and_wait, gated_tool_node
-
-    world = langgraph_world(tmp_path)
-    store = agentrt.open_store(tmp_path / "runs.db")
-    tools_node = gated_tool_node(
-        [world["list_branches"], world["push_branch"]],
-        store=store,
-        policy=agentrt.default_policy(),
-        classifications={
-            "list_branches": Classification("read_only", timeout=5),
-            "push_branch": Classification("remote_mutation", timeout=30),
-        },
-    )
-    builder = StateGraph(MessagesState)
-    builder.add_node("agent", world["call_model"])
-    builder.add_node("tools", tools_node)
-    builder.add_edge(START, "agent")
-    builder.add_conditional_edges("agent", tools_condition)
-    builder.add_edge("tools", "agent")
-    graph = builder.compile(checkpointer=InMemorySaver())
-    config: Any = {"configurable": {"thread_id": "t1"}}
+    graph, tools_node, store, config = langgraph_gated(tmp_path)
     with a_person(tmp_path / "runs.db", approve):
         state = asyncio.run(
             ainvoke_and_wait(
@@ -679,32 +656,8 @@ def test_a_person_deciding_before_the_langgraph_node_shows_the_request_ends_no_g
     once, and only then did the node build its interrupt value, whose text was read
     as a still-pending approval (`NotPendingError`). Deterministic here: the value is
     built from the copy the node held while it was pending, after the approval."""
-    pytest.importorskip("langgraph", reason="needs agentrt[langgraph]")
-    from langgraph.checkpoint.memory import InMemorySaver
-    from langgraph.graph import START, MessagesState, StateGraph
-    from langgraph.prebuilt import tools_condition
-
-    from agentrt.adapters.langgraph import Classification, gated_tool_node
-
-    world = langgraph_world(tmp_path)
-    store = agentrt.open_store(tmp_path / "runs.db")
-    tools_node = gated_tool_node(
-        [world["list_branches"], world["push_branch"]],
-        store=store,
-        policy=agentrt.default_policy(),
-        classifications={
-            "list_branches": Classification("read_only", timeout=5),
-            "push_branch": Classification("remote_mutation", timeout=30),
-        },
-    )
-    builder = StateGraph(MessagesState)
-    builder.add_node("agent", world["call_model"])
-    builder.add_node("tools", tools_node)
-    builder.add_edge(START, "agent")
-    builder.add_conditional_edges("agent", tools_condition)
-    builder.add_edge("tools", "agent")
-    graph = builder.compile(checkpointer=InMemorySaver())
-    graph.invoke({"messages": [("user", "publish")]}, {"configurable": {"thread_id": "t1"}})
+    graph, tools_node, store, config = langgraph_gated(tmp_path)
+    graph.invoke({"messages": [("user", "publish")]}, config)
     (run,) = store.list_runs()
     (held,) = store.pending_approvals(run.id)  # the node's copy: pending
     agentrt.approve(store, run.id, held.id, by="alice", shown_hash=held.hash)
