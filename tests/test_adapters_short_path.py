@@ -486,25 +486,7 @@ def test_an_openai_agents_approval_that_expires_while_waiting_ends_the_run_and_r
 def test_run_agent_refuses_a_poll_interval_that_is_not_a_sane_number_of_seconds(
     tmp_path: Path, value: Any
 ) -> None:
-    pytest.importorskip("agents", reason="needs agentrt[openai-agents]")
-    from agents import Agent
-
-    from agentrt.adapters.openai_agents import Classification, gate_agent
-
-    world = agents_world(tmp_path)
-    store = agentrt.open_store(tmp_path / "runs.db")
-    agent = Agent(
-        name="publisher", model=world["model"], tools=[world["list_branches"], world["push_branch"]]
-    )
-    gated = gate_agent(
-        agent,
-        store=store,
-        policy=agentrt.default_policy(),
-        classifications={
-            "list_branches": Classification("read_only", timeout=5),
-            "push_branch": Classification("remote_mutation", timeout=30),
-        },
-    )
+    store, gated = publisher_gated(tmp_path)
     with pytest.raises(agentrt.ConfigError, match="poll_interval must be a number of seconds"):
         gated.new_run().run_agent_sync("publish", wait_for_person=True, poll_interval=value)
     assert store.list_runs() == []
@@ -1217,21 +1199,16 @@ def test_a_rejection_between_the_waits_two_reads_reaches_the_langgraph_model(
     assert store.verify_events().intact
 
 
-def test_an_approval_then_a_cancel_while_run_agent_waits_tells_the_model_and_runs_nothing(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The person approves; the wait reads it approved; in the moment before the decision is
-    carried into the SDK's run state an operator cancels the run. `run_agent` promises a
-    cancel while waiting is told to the model as the SDK's rejection of the call: the push
-    never runs and the model answers."""
+def publisher_gated(tmp_path: Path) -> tuple[agentrt.Store, Any]:
+    """The Agents SDK short path's agent on `agents_world`'s model, gated on a store at
+    `tmp_path / "runs.db"`: (that store, the `GatedAgent`)."""
     pytest.importorskip("agents", reason="needs agentrt[openai-agents]")
     from agents import Agent
 
-    from agentrt.adapters.openai_agents import Classification, _gated, gate_agent
+    from agentrt.adapters.openai_agents import Classification, gate_agent
 
     world = agents_world(tmp_path)
-    db = tmp_path / "runs.db"
-    store = agentrt.open_store(db)
+    store = agentrt.open_store(tmp_path / "runs.db")
     agent = Agent(
         name="publisher", model=world["model"], tools=[world["list_branches"], world["push_branch"]]
     )
@@ -1244,6 +1221,20 @@ def test_an_approval_then_a_cancel_while_run_agent_waits_tells_the_model_and_run
             "push_branch": Classification("remote_mutation", timeout=30),
         },
     )
+    return store, gated
+
+
+def test_an_approval_then_a_cancel_while_run_agent_waits_tells_the_model_and_runs_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The person approves; the wait reads it approved; in the moment before the decision is
+    carried into the SDK's run state an operator cancels the run. `run_agent` promises a
+    cancel while waiting is told to the model as the SDK's rejection of the call: the push
+    never runs and the model answers."""
+    from agentrt.adapters.openai_agents import _gated
+
+    db = tmp_path / "runs.db"
+    store, gated = publisher_gated(tmp_path)
     wait = _gated.until_decided
     cancelled: list[agentrt.Run] = []
 
@@ -1283,26 +1274,10 @@ def test_a_cancel_before_the_sdk_attaches_for_the_approved_call_tells_the_model(
     it (the Gate then refused the ended run: the SDK's `UserError` out of `run_agent`). The
     model is told the call's recorded outcome, as when the cancel comes a moment earlier;
     the push never runs; nothing is lost from the record."""
-    pytest.importorskip("agents", reason="needs agentrt[openai-agents]")
-    from agents import Agent
+    from agentrt.adapters.openai_agents import _gated
 
-    from agentrt.adapters.openai_agents import Classification, _gated, gate_agent
-
-    world = agents_world(tmp_path)
     db = tmp_path / "runs.db"
-    store = agentrt.open_store(db)
-    agent = Agent(
-        name="publisher", model=world["model"], tools=[world["list_branches"], world["push_branch"]]
-    )
-    gated = gate_agent(
-        agent,
-        store=store,
-        policy=agentrt.default_policy(),
-        classifications={
-            "list_branches": Classification("read_only", timeout=5),
-            "push_branch": Classification("remote_mutation", timeout=30),
-        },
-    )
+    store, gated = publisher_gated(tmp_path)
     wait = _gated.until_decided
 
     async def approved(
@@ -1385,26 +1360,8 @@ def test_a_rejection_elsewhere_just_before_the_sdks_own_approval_is_carried_in_s
     SDK's approval into agentrt a person rejects it through `agentrt reject`. The person's
     rejection stands, as when it came a moment earlier: the model is told, the push never
     runs, and the late approval is not an error out of the framework run."""
-    pytest.importorskip("agents", reason="needs agentrt[openai-agents]")
-    from agents import Agent
-
-    from agentrt.adapters.openai_agents import Classification, gate_agent
-
-    world = agents_world(tmp_path)
     db = tmp_path / "runs.db"
-    store = agentrt.open_store(db)
-    agent = Agent(
-        name="publisher", model=world["model"], tools=[world["list_branches"], world["push_branch"]]
-    )
-    gated = gate_agent(
-        agent,
-        store=store,
-        policy=agentrt.default_policy(),
-        classifications={
-            "list_branches": Classification("read_only", timeout=5),
-            "push_branch": Classification("remote_mutation", timeout=30),
-        },
-    )
+    store, gated = publisher_gated(tmp_path)
     run = gated.new_run()
     first = run.run_agent_sync("publish")
     (item,) = first.interruptions

@@ -52,6 +52,27 @@ def turn_is_free(path: Path) -> bool:
     return True
 
 
+def a_writer_goes_on_at_once(db: Path) -> None:
+    """A new store writes a run, its turn's wait cut to 50 ms: a held turn would fail it."""
+    store = agentrt.open_store(db)
+    store._turns = WriterTurns(str(db), timeout_s=0.05)
+    try:
+        add_run(store, "r1")
+        assert store.get_run("r1").id == "r1"
+    finally:
+        store.close()
+
+
+def python_child(script: str) -> subprocess.Popen[str]:
+    """A real Python process running `script` (dedented), its stdin and stdout piped."""
+    return subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(script)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+
+
 def test_a_transaction_holds_the_turn_from_its_begin_to_its_commit(tmp_path: Path) -> None:
     db = tmp_path / "runs.db"
     store = agentrt.open_store(db)
@@ -118,23 +139,14 @@ def test_a_writer_killed_inside_its_transaction_gives_its_turn_back(tmp_path: Pa
     both, and the next writer goes on at once (no busy timeout waited out)."""
     db = tmp_path / "runs.db"
     agentrt.open_store(db).close()
-    child = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            textwrap.dedent(
-                f"""
-                import sys, agentrt
-                store = agentrt.open_store({str(db)!r})
-                with store.transaction() as tx:
-                    print("inside", flush=True)
-                    sys.stdin.read()  # until killed
-                """
-            ),
-        ],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
+    child = python_child(
+        f"""
+        import sys, agentrt
+        store = agentrt.open_store({str(db)!r})
+        with store.transaction() as tx:
+            print("inside", flush=True)
+            sys.stdin.read()  # until killed
+        """
     )
     try:
         assert child.stdout is not None
@@ -146,13 +158,7 @@ def test_a_writer_killed_inside_its_transaction_gives_its_turn_back(tmp_path: Pa
         if child.poll() is None:
             child.kill()
     assert turn_is_free(db)
-    store = agentrt.open_store(db)
-    store._turns = WriterTurns(str(db), timeout_s=0.05)  # a held turn would fail at once
-    try:
-        add_run(store, "r1")
-        assert store.get_run("r1").id == "r1"
-    finally:
-        store.close()
+    a_writer_goes_on_at_once(db)
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
@@ -253,32 +259,23 @@ def test_a_writer_killed_in_its_transaction_gives_its_turn_back_beside_a_forked_
     every other writer refused as busy. The child now closes what it inherited."""
     db = tmp_path / "runs.db"
     agentrt.open_store(db).close()
-    writer = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            textwrap.dedent(
-                f"""
-                import os, sys, time, agentrt
-                store = agentrt.open_store({str(db)!r})
-                with store.transaction() as tx:  # the lock file is opened
-                    pass
-                ready, told = os.pipe()
-                child = os.fork()
-                if child == 0:  # past its fork hooks once it runs this
-                    os.write(told, b"!")
-                    time.sleep(120)  # lives on; killed by the test
-                    os._exit(0)
-                os.read(ready, 1)  # the child is under way
-                with store.transaction() as tx:
-                    print(child, flush=True)
-                    sys.stdin.read()  # until killed
-                """
-            ),
-        ],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
+    writer = python_child(
+        f"""
+        import os, sys, time, agentrt
+        store = agentrt.open_store({str(db)!r})
+        with store.transaction() as tx:  # the lock file is opened
+            pass
+        ready, told = os.pipe()
+        child = os.fork()
+        if child == 0:  # past its fork hooks once it runs this
+            os.write(told, b"!")
+            time.sleep(120)  # lives on; killed by the test
+            os._exit(0)
+        os.read(ready, 1)  # the child is under way
+        with store.transaction() as tx:
+            print(child, flush=True)
+            sys.stdin.read()  # until killed
+        """
     )
     child = 0
     try:
@@ -288,13 +285,7 @@ def test_a_writer_killed_in_its_transaction_gives_its_turn_back_beside_a_forked_
         writer.send_signal(signal.SIGKILL)
         assert writer.wait(60) == -signal.SIGKILL
         assert turn_is_free(db)
-        store = agentrt.open_store(db)
-        store._turns = WriterTurns(str(db), timeout_s=0.05)  # a held turn would fail at once
-        try:
-            add_run(store, "r1")
-            assert store.get_run("r1").id == "r1"
-        finally:
-            store.close()
+        a_writer_goes_on_at_once(db)
     finally:
         if writer.poll() is None:
             writer.kill()

@@ -15,9 +15,21 @@ import math
 import time
 from collections.abc import Callable
 from datetime import datetime
+from typing import TYPE_CHECKING
 
-from agentrt import Approval, ApprovalStatus, ConfigError, NotFoundError, RunStatus, Store
+from agentrt import (
+    Approval,
+    ApprovalStatus,
+    ConfigError,
+    NotFoundError,
+    RunStateError,
+    RunStatus,
+    Store,
+)
 from agentrt.lowlevel import wall_clock
+
+if TYPE_CHECKING:
+    from agentrt import Gate, GateSession, Verdict
 
 POLL_INTERVAL = 0.5
 """Seconds between two looks at the store while a call waits for a person (the default)."""
@@ -88,3 +100,21 @@ def until_decided_sync(
         if settled is not None:
             return settled
         time.sleep(every)
+
+
+async def attach_unless_ended(
+    gate: Gate, store: Store, run_id: str
+) -> tuple[GateSession, Verdict | None] | None:
+    """`gate.attach(run_id)`; None when the run has ended since the caller read it alive.
+
+    A person's cancel or rejection (or an expiry settled elsewhere) may land between
+    an adapter's read of the run and its attach, which then refuses the ended run: the
+    adapter answers as for any ended run instead of letting the refusal out.
+    """
+    try:
+        return await gate.attach(run_id)
+    except RunStateError:
+        run = await asyncio.to_thread(store.get_run, run_id)
+        if isinstance(run.status, RunStatus) and run.status.terminal:
+            return None
+        raise

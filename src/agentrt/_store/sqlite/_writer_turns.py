@@ -159,11 +159,9 @@ class WriterTurns:
         return fd
 
     def _give_up(self) -> None:
-        self._held = False
+        """No turns on this file any more: SQLite's busy handler alone from here."""
         self._unavailable = True
-        fd, self._fd = self._fd, None
-        if fd is not None and self._pid == os.getpid():
-            os.close(fd)
+        self.close()
 
     def _forget_inherited(self) -> None:
         """Close a descriptor the parent opened (closing a copy gives no turn back)."""

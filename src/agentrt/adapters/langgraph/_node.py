@@ -121,6 +121,7 @@ from agentrt.adapters import Classification, classify, tool_spec
 from agentrt.adapters import RunEndedError as _RunEnded
 from agentrt.adapters._calls import CallMarker
 from agentrt.adapters._operation import running, with_reconcile
+from agentrt.adapters._wait import attach_unless_ended
 from agentrt.approver import Local
 from agentrt.lowlevel import Clock, IdFactory, run_sync, step_of_run
 
@@ -1133,7 +1134,7 @@ class GatedTools:
                     return None  # another worker began the run meanwhile: look again
                 raise
         else:
-            attached = await self._attach(run_id)
+            attached = await attach_unless_ended(self.gate, self.store, run_id)
             if attached is None:
                 return None  # ended since it was read: the next read tells the end
             session, verdict = attached
@@ -1283,26 +1284,11 @@ class GatedTools:
                 if step is not None:
                     await step.propose(Decision.complete(result))
 
-    async def _attach(self, run_id: str) -> tuple[GateSession, Verdict | None] | None:
-        """`gate.attach`; None when the run ended after `_handle` read it.
-
-        A person's cancel (or a rejection, an expiry settled elsewhere) may land
-        between that read and this attach, which then refuses the ended run: the
-        caller looks again, and the next read answers as for any ended run.
-        """
-        try:
-            return await self.gate.attach(run_id)
-        except RunStateError:
-            run = await asyncio.to_thread(self.store.get_run, run_id)
-            if isinstance(run.status, RunStatus) and run.status.terminal:
-                return None
-            raise
-
     async def _attach_and_run(
         self, run_id: str, request: ToolCallRequest, execute: Executor
     ) -> ToolMessage | None:
         """The run waits on this call's approved request: attach, and run it if allowed."""
-        attached = await self._attach(run_id)
+        attached = await attach_unless_ended(self.gate, self.store, run_id)
         if attached is None:
             return None  # ended since it was read: the next read tells the end
         session, verdict = attached
@@ -1316,7 +1302,7 @@ class GatedTools:
     async def _take_over(
         self, run_id: str, request: ToolCallRequest, execute: Executor
     ) -> ToolMessage | None:
-        attached = await self._attach(run_id)
+        attached = await attach_unless_ended(self.gate, self.store, run_id)
         if attached is None:
             return None  # ended since it was read: the next read tells the end
         session, verdict = attached

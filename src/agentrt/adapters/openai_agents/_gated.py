@@ -105,7 +105,7 @@ from agentrt import (
 from agentrt.adapters import Classification, classify, ended_message, tool_spec
 from agentrt.adapters._calls import CallMarker
 from agentrt.adapters._operation import running, with_reconcile
-from agentrt.adapters._wait import POLL_INTERVAL, until_decided
+from agentrt.adapters._wait import POLL_INTERVAL, attach_unless_ended, until_decided
 from agentrt.adapters._wait import poll_interval as check_poll_interval
 from agentrt.lowlevel import (
     INTERRUPTED_SIDE_EFFECT,
@@ -1165,14 +1165,10 @@ class GatedRun:
             return None, None
         if run.status not in (RunStatus.RUNNING, RunStatus.WAITING_FOR_APPROVAL):
             return None, None
-        try:
-            session, verdict = await self.gate.attach(self.run_id)
-        except RunStateError:
-            # Ended since it was read just above (a person's cancel landed between).
-            ended = self._run_or_none()
-            if ended is not None and isinstance(ended.status, RunStatus) and ended.status.terminal:
-                return None, None
-            raise
+        attached = await attach_unless_ended(self.gate, self.store, self.run_id)
+        if attached is None:
+            return None, None  # ended since it was read just above (a person's cancel)
+        session, verdict = attached
         self._session = session
         if session.done and (verdict is None or str(verdict.outcome) != "allowed"):
             await self._let_go()

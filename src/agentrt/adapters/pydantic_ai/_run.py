@@ -75,7 +75,7 @@ from agentrt.adapters import Classification, classify, ended_message, tool_spec
 from agentrt.adapters import RunEndedError as _RunEnded
 from agentrt.adapters._calls import CallMarker
 from agentrt.adapters._operation import running, with_reconcile
-from agentrt.adapters._wait import POLL_INTERVAL, until_decided
+from agentrt.adapters._wait import POLL_INTERVAL, attach_unless_ended, until_decided
 from agentrt.lowlevel import step_of_run
 
 from ._approvals import decision_of, held_presentation, presentation
@@ -427,14 +427,11 @@ class FrameworkRun:
                     presentation(store, self.run_id, approval.id, why=str(exc))
                 ) from exc
         assert self.gate is not None
-        try:
-            session, verdict = await self.gate.attach(self.run_id)
-        except agentrt.RunStateError:
+        attached = await attach_unless_ended(self.gate, store, self.run_id)
+        if attached is None:
             # Ended since it was read just above (an operator's cancel): told as any end.
-            run = store.get_run(self.run_id)
-            if isinstance(run.status, agentrt.RunStatus) and run.status.terminal:
-                raise ToolFailed(f"not run: {ended_message(run)}") from None
-            raise
+            raise ToolFailed(f"not run: {ended_message(store.get_run(self.run_id))}")
+        session, verdict = attached
         self.session = session
         assert verdict is not None
         if verdict.outcome == "allowed":
