@@ -34,7 +34,7 @@ from support.postgres import postgres_schema
 # events with COMMIT) 5. Before decision 0100 it was 29.5 (one statement a round trip,
 # each event two); the Driver's first look at the run's lease before each step (1) went
 # with decision 0101.
-ROUND_TRIPS_PER_STEP = 13
+ROUND_TRIPS_PER_STEP = 11
 
 PIPELINED = " ;; "  # between the statements of one pipeline, as counted
 
@@ -113,7 +113,7 @@ def run_steps(store: PostgresStore, steps: int) -> None:
     assert result.status == agentrt.RunStatus.COMPLETED, result
 
 
-def test_an_allowed_step_of_the_driver_makes_thirteen_round_trips(url: str, trips: Trips) -> None:
+def test_an_allowed_step_of_the_driver_makes_eleven_round_trips(url: str, trips: Trips) -> None:
     store = agentrt.open_store(url)
     assert isinstance(store, PostgresStore)
     try:

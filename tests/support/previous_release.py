@@ -67,5 +67,6 @@ def previous_release_chain(m: pytest.MonkeyPatch) -> None:
     m.setattr(TxCore, "_move_head", lambda tx, part, seq, digest: None)
     m.setattr(SqliteChainReader, "issued_seqs", _issued)
     m.setattr(PostgresTx, "_read_head", _postgres_head)
+    m.setattr(PostgresTx, "lock_head_with_run", False)  # no head row by partition yet
     m.setattr(PostgresTx, "_write_events", _postgres_write)
     m.setattr(postgres_migrations, "settle_partitions", lambda *a, **k: None)

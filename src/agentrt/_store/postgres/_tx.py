@@ -33,6 +33,7 @@ from typing import Any, cast
 
 import psycopg
 
+from ..._chain import partition_of
 from ..._clock import as_stored
 from ..._errors import StoreError
 from .._records import GuardedRun
@@ -46,6 +47,15 @@ from ._migrations import GUARD, begin_checked, is_refusal
 _ROWS_PER_INSERT = 1000
 
 _LOCK_RUN = "SELECT *, clock_timestamp() AS agentrt_clock FROM runs WHERE id = ? FOR UPDATE"
+
+# The run's lock and its partition's head's in one statement (decision 0108): `FOR UPDATE`
+# locks the joined rows in the order their tables are named, so the run first, then the
+# head, the order every transaction takes them in.
+_LOCK_RUN_AND_HEAD = (
+    "SELECT r.*, clock_timestamp() AS agentrt_clock, "
+    "h.seq AS agentrt_head_seq, h.hash AS agentrt_head_hash "
+    "FROM runs AS r, chain_head AS h WHERE r.id = ? AND h.part = ? FOR UPDATE"
+)
 
 
 @functools.lru_cache(maxsize=64)
@@ -99,6 +109,10 @@ class PostgresTx(SqliteTx):
     (REPEATABLE READ READ ONLY); valid only inside its block.
     """
 
+    # Whether a run's lock takes its partition's head with it (decision 0108); off only
+    # for a record whose heads are not yet rows by partition (a previous release's).
+    lock_head_with_run = True
+
     def __init__(
         self,
         conn: psycopg.Connection[Any],
@@ -120,6 +134,9 @@ class PostgresTx(SqliteTx):
         self._wrote = False
         # The runs whose rows this transaction has locked (`lock_run`).
         self._locked: set[str] = set()
+        # Per partition, its head row `(seq, hash)` locked with a run's lock and not read by
+        # an append yet (`lock_run`, `_read_head`).
+        self._locked_heads: dict[int, tuple[Any, Any]] = {}
         # The server's clock read by the last statement, a `lock_run` of a row already
         # held; None once any other statement ran.
         self._clock: datetime | None = None
@@ -198,7 +215,11 @@ class PostgresTx(SqliteTx):
             begin_checked(self._pg, begin)
 
     def _read_head(self, part: int) -> Any:
-        """The partition's head row, locked (`FOR UPDATE`) until the transaction ends."""
+        """The partition's head row, locked (`FOR UPDATE`) until the transaction ends: the
+        one a run's lock took with it, else locked now."""
+        locked = self._locked_heads.pop(part, None)
+        if locked is not None:
+            return locked
         return self.execute(
             "SELECT seq, hash FROM chain_head WHERE part = ? FOR UPDATE", (part,)
         ).fetchone()
@@ -233,7 +254,16 @@ class PostgresTx(SqliteTx):
         transaction's (so the statement waited for no one), that reading is what a
         `lease_now` asked next returns."""
         held = run_id in self._locked
-        row = self.execute(_LOCK_RUN, (run_id,)).fetchone()
+        part = partition_of(run_id, self.partitions)
+        row = None
+        if self.lock_head_with_run and part not in self._heads and part not in self._locked_heads:
+            # Its partition's head too, which the run's events will be chained to
+            # (decision 0108); a run without a head row is locked alone, below.
+            row = self.execute(_LOCK_RUN_AND_HEAD, (run_id, part)).fetchone()
+            if row is not None:
+                self._locked_heads[part] = (row["agentrt_head_seq"], row["agentrt_head_hash"])
+        if row is None:
+            row = self.execute(_LOCK_RUN, (run_id,)).fetchone()
         if row is None:
             return None
         self._locked.add(run_id)
