@@ -27,14 +27,15 @@ from agentrt._store.postgres import PostgresStore
 from agentrt.scripted import ScriptedAgent
 from support.postgres import postgres_schema
 
-# An allowed step: its first commit (BEGIN, the schema's guard and the run's lock; the
-# claim's two rows; the partition's head locked; the decision; the run locked again
-# with the server's clock; the step executing; the events with COMMIT) is 8, its second
-# (BEGIN, the guard and the lock; the outcome; the head locked; the active time; the
-# events with COMMIT) 5. Before decision 0100 it was 29.5 (one statement a round trip,
+# An allowed step: its first commit (BEGIN, the schema's guard and the run's lock with
+# its partition's head; the claim; the new step's row with the decision; the run locked
+# again with the server's clock; the step executing; the events with COMMIT) is 6, its
+# second (BEGIN, the guard and the lock with the head; the outcome; the active time; the
+# events with COMMIT) 4. Before decision 0100 it was 29.5 (one statement a round trip,
 # each event two); the Driver's first look at the run's lease before each step (1) went
-# with decision 0101.
-ROUND_TRIPS_PER_STEP = 11
+# with decision 0101; each commit's own lock of the head (2) and the new step's row
+# sent alone (1) with decision 0108.
+ROUND_TRIPS_PER_STEP = 10
 
 PIPELINED = " ;; "  # between the statements of one pipeline, as counted
 
@@ -113,7 +114,7 @@ def run_steps(store: PostgresStore, steps: int) -> None:
     assert result.status == agentrt.RunStatus.COMPLETED, result
 
 
-def test_an_allowed_step_of_the_driver_makes_eleven_round_trips(url: str, trips: Trips) -> None:
+def test_an_allowed_step_of_the_driver_makes_ten_round_trips(url: str, trips: Trips) -> None:
     store = agentrt.open_store(url)
     assert isinstance(store, PostgresStore)
     try:
@@ -131,9 +132,9 @@ def test_an_allowed_step_of_the_driver_makes_eleven_round_trips(url: str, trips:
     shown = "\n".join(f"{v:5.2f} {k}" for k, v in sorted(per_step.items(), key=lambda i: -i[1]))
     assert (twenty - ten) / 10 == ROUND_TRIPS_PER_STEP, shown
     # Each of the step's two commits: BEGIN, the guard and the lock in one round trip,
-    # the events and COMMIT in one.
+    # the events and COMMIT in one; the claim's new step with the decision.
     pipelined = {k.split(" ")[0]: v for k, v in per_step.items() if PIPELINED in k}
-    assert pipelined == {"BEGIN": 2, "WITH": 2}, shown
+    assert pipelined == {"BEGIN": 2, "WITH": 2, "INSERT": 1}, shown
 
 
 def held_run(store: PostgresStore, run_id: str) -> None:
@@ -211,5 +212,70 @@ def test_a_guard_that_refused_is_checked_again_and_a_trigger_gone_by_then_lets_i
             assert tx.release_lease("r1", "me") is True
         assert checked_again == ["BEGIN ISOLATION LEVEL READ COMMITTED"]
         assert store.lease("r1").owner == ""
+    finally:
+        store.close()
+
+
+def test_a_claimed_steps_row_goes_with_the_next_statement_and_the_stores_own_read_sees_it(
+    url: str, trips: Trips
+) -> None:
+    store = agentrt.open_store(url)
+    assert isinstance(store, PostgresStore)
+    try:
+        held_run(store, "r1")
+        now = datetime(2026, 12, 3, tzinfo=UTC)
+        trips.conn = store._pg
+        with store.transaction() as tx:
+            assert tx.lock_run("r1") is not None
+            tx.claim_step("r1", 0, "me", lambda: "s1", now)
+            claimed = dict(trips.sent)
+            # A read of the store's own, inside the transaction: the row is sent first.
+            assert [
+                r[0] for r in store.query("SELECT id FROM steps WHERE run_id = ?", ("r1",))
+            ] == ["s1"]
+        sent_alone = [k for k in claimed if PIPELINED not in k]
+        assert [k.split(" ")[0] for k in sent_alone] == ["UPDATE"], claimed  # the claim alone
+        assert [s.id for s in store.list_steps("r1")] == ["s1"]
+    finally:
+        store.close()
+
+
+def test_a_statement_sent_with_the_next_that_fails_fails_the_commit_and_nothing_is_written(
+    url: str,
+) -> None:
+    store = agentrt.open_store(url)
+    assert isinstance(store, PostgresStore)
+    try:
+        held_run(store, "r1")
+        now = datetime(2026, 12, 3, tzinfo=UTC)
+        with store.transaction() as tx:
+            tx.claim_step("r1", 0, "me", lambda: "s1", now)
+        events = len(store.list_events("r1"))
+        with (
+            pytest.raises(agentrt.StoreError, match="steps_pkey"),
+            store.transaction() as tx,
+        ):
+            step = tx.claim_step("r1", 1, "me", lambda: "s1", now)  # s1 is taken
+            assert step.id == "s1"  # sent with the commit: the claim returned first
+        assert store.get_run("r1").step_count == 1
+        assert len(store.list_events("r1")) == events
+        assert [s.id for s in store.list_steps("r1")] == ["s1"]
+        with store.transaction() as tx:  # the store goes on
+            tx.claim_step("r1", 1, "me", lambda: "s2", now)
+        assert [s.id for s in store.list_steps("r1")] == ["s1", "s2"]
+    finally:
+        store.close()
+
+
+def test_the_result_of_a_statement_sent_with_the_next_cannot_be_read(url: str) -> None:
+    store = agentrt.open_store(url)
+    try:
+        with store.transaction() as tx:
+            sent = tx.execute(
+                "INSERT OR IGNORE INTO stored_values (hash, length, body) VALUES (?, ?, ?)",
+                ("h", 1, "x"),
+            )
+            with pytest.raises(agentrt.StoreError, match="has no 'rowcount'"):
+                sent.rowcount  # noqa: B018
     finally:
         store.close()

@@ -349,6 +349,14 @@ class PostgresStore(SqliteStore):
 
     # --- reads ----------------------------------------------------------------------------------
 
+    def _own_view(self) -> None:
+        """A read on the store's own connection inside its open transaction (this thread's)
+        sees what the transaction wrote: its statements sent with the next one (decision
+        0108) and its events (decision 0100) are sent first."""
+        if self._tx is not None:
+            self._tx.send_later()
+            self._tx.write_events()
+
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         """A read of your own on the store's connection (`?` placeholders)."""
         return self._query(sql, params)

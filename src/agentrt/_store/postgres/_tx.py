@@ -39,6 +39,7 @@ from ..._errors import StoreError
 from .._records import GuardedRun
 from ..sqlite._codecs import lease_from, run_from_row
 from ..sqlite._tx import _TOUCHES_CHAIN, EventRow
+from ..sqlite._values import INSERT_SQL
 from ..sqlite._writes import SqliteTx
 from ._connection import Target, rollback_quietly, store_error, translate
 from ._migrations import GUARD, begin_checked, is_refusal
@@ -75,15 +76,46 @@ def _events_sql(rows: int, heads: int) -> str:
     )
 
 
+# Statements whose result no caller reads, and which nothing decides on before the
+# transaction's next statement: each is sent with that statement, in one round trip
+# (decision 0108). The text is the named write's own; one whose text changes is sent at
+# once again, as any other.
+_SENT_LATER = frozenset(
+    {
+        # `claim_step`'s new step, inserted once the claim held (its events follow it).
+        "INSERT INTO steps (id, run_id, idx, status, started_at) VALUES (?, ?, ?, ?, ?)",
+        # A stored value's part (`TxCore.stored`): inserted unless there already.
+        INSERT_SQL,
+    }
+)
+
+
+class _SentLater:
+    """What `execute` returns for a statement sent with the transaction's next one (or
+    its `COMMIT`): it has no result yet, and no caller reads one."""
+
+    __slots__ = ()
+
+    def __getattr__(self, name: str) -> Any:
+        raise StoreError(
+            f"the result of a statement sent with the transaction's next one has no {name!r}"
+        )
+
+
+_LATER = _SentLater()
+
+
 @functools.lru_cache(maxsize=1024)
-def _statement(sql: str) -> tuple[str, bool, bool]:
+def _statement(sql: str) -> tuple[str, bool, bool, bool]:
     """What `execute` needs of a statement's text, worked out once per text: the text as
     psycopg takes it (`translate`), whether it touches the events or the chain's heads
-    (the appended events are written first), whether it is a SELECT."""
+    (the appended events are written first), whether it is a SELECT, whether it is sent
+    with the next statement (`_SENT_LATER`)."""
     return (
         translate(sql),
         _TOUCHES_CHAIN.search(sql) is not None,
         sql.lstrip()[:6].upper() == "SELECT",
+        sql in _SENT_LATER,
     )
 
 
@@ -124,7 +156,7 @@ class PostgresTx(SqliteTx):
         super().__init__(cast(Any, conn), partitions)
         self._pg = conn
         # The `BEGIN ...` not sent yet: it goes with the schema's guard and the first
-        # statement, in one round trip (`_begin_with`); None once sent (or for a view
+        # statement, in one round trip (`_send`); None once sent (or for a view
         # its store began).
         self._begin = begin
         self._target = target  # what a failure to begin is said with, its password hidden
@@ -137,6 +169,8 @@ class PostgresTx(SqliteTx):
         # Per partition, its head row `(seq, hash)` locked with a run's lock and not read by
         # an append yet (`lock_run`, `_read_head`).
         self._locked_heads: dict[int, tuple[Any, Any]] = {}
+        # The statements sent with the next one (`_SENT_LATER`), in order, and their values.
+        self._later: list[tuple[str, Sequence[Any] | Mapping[str, Any]]] = []
         # The server's clock read by the last statement, a `lock_run` of a row already
         # held; None once any other statement ran.
         self._clock: datetime | None = None
@@ -154,13 +188,17 @@ class PostgresTx(SqliteTx):
         """Run `sql` (`?` / `:name` placeholders); its cursor, whose result is valid until
         the transaction's next statement (every caller reads it before sending another)."""
         self._check_open()
-        text, touches_chain, reads = _statement(sql)
+        text, touches_chain, reads, later = _statement(sql)
         if touches_chain and self._unwritten:
             self.write_events()
         self._clock = None
+        if later:
+            self._later.append((text, params))
+            self._wrote = True  # a failure from here on may follow a write
+            return _LATER
         try:
-            if self._begin is not None:
-                cursor = self._begin_with(text, params)
+            if self._begin is not None or self._later:
+                cursor = self._send(text, params)
             else:
                 cursor = self._statements().execute(text, params)
         except psycopg.Error as e:
@@ -181,21 +219,29 @@ class PostgresTx(SqliteTx):
             self._unread = self._pg.cursor()
         return self._unread
 
-    def _begin_with(self, sql: str, params: Sequence[Any] | Mapping[str, Any]) -> Any:
-        """`BEGIN`, the schema's guard and the transaction's first statement, pipelined: one
-        round trip. The guard fails when the schema holds a trigger, rule, view or policy
-        it refuses, and the server then skips what follows it, so the statement runs only
-        in a transaction whose schema was found safe first, as when each was sent alone.
-        Refused: `check_schema`, in a transaction begun again, says what it found."""
+    def _send(self, sql: str | None, params: Sequence[Any] | Mapping[str, Any]) -> Any:
+        """What is pending, then `sql` (if any), pipelined: one round trip. Pending: the
+        `BEGIN` and the schema's guard, if the transaction has sent nothing yet, then the
+        statements sent later (`_SENT_LATER`). The guard fails when the schema holds a
+        trigger, rule, view or policy it refuses, and the server then skips what follows
+        it, so the rest runs only in a transaction whose schema was found safe first, as
+        when each was sent alone; a statement sent later that fails stops what follows it
+        the same way. Refused: `check_schema`, in a transaction begun again, says what it
+        found. Returns `sql`'s cursor (None without one)."""
         begin, self._begin = self._begin, None
-        assert begin is not None
+        later, self._later = self._later, []
         try:
             with self._pg.pipeline():
                 unread = self._unread_results()
-                unread.execute(begin)
-                unread.execute(GUARD)
-                cursor = self._statements().execute(sql, params)
+                if begin is not None:
+                    unread.execute(begin)
+                    unread.execute(GUARD)
+                for text, values in later:
+                    unread.execute(text, values)
+                cursor = None if sql is None else self._statements().execute(sql, params)
         except psycopg.Error as e:
+            if begin is None:
+                raise
             if self._pg.closed or self._pg.broken:  # lost before anything ran: say so
                 raise store_error(
                     e, "cannot begin a write transaction, nothing was written", target=self._target
@@ -204,8 +250,22 @@ class PostgresTx(SqliteTx):
                 raise
             rollback_quietly(self._pg)
             begin_checked(self._pg, begin)  # UnsafeSchemaError, naming what was found
-            return self._pg.execute(sql, params)  # removed meanwhile: begun and checked
+            for text, values in later:  # removed meanwhile: begun and checked
+                self._pg.execute(text, values)
+            return None if sql is None else self._pg.execute(sql, params)
         return cursor
+
+    def send_later(self) -> None:
+        """Send the statements sent with the next one now (a read on the store's
+        connection outside the transaction's own statements must see them)."""
+        if self._later:
+            self._check_open()
+            try:
+                self._send(None, ())
+            except psycopg.Error as e:
+                raise store_error(
+                    e, "a statement of the transaction failed", retryable=False
+                ) from e
 
     def begun(self) -> None:
         """Send the pending `BEGIN` and the schema's check now (a transaction that ran no
@@ -240,12 +300,16 @@ class PostgresTx(SqliteTx):
         one round trip). If the write fails the server skips the `COMMIT`, and the
         transaction is left failed for the caller's `ROLLBACK`."""
         self.begun()
-        if not self._unwritten:
+        later, self._later = self._later, []
+        if not self._unwritten and not later:
             self._unread_results().execute("COMMIT")
             return
         with self._pg.pipeline():
+            unread = self._unread_results()
+            for text, values in later:
+                unread.execute(text, values)
             self.write_events()
-            self._unread_results().execute("COMMIT")
+            unread.execute("COMMIT")
 
     def lock_run(self, run_id: str) -> GuardedRun | None:
         """The run and its lease, its row locked (`FOR UPDATE`) until the transaction ends.
@@ -286,8 +350,8 @@ class PostgresTx(SqliteTx):
             now, self._clock = self._clock, None
             return now
         try:
-            if self._begin is not None:  # the transaction's first statement
-                return _read_clock(self._begin_with(_SERVER_NOW, ()))
+            if self._begin is not None or self._later:  # with what is pending, one round trip
+                return _read_clock(self._send(_SERVER_NOW, ()))
             return server_now(self._pg)
         except psycopg.Error as e:
             raise store_error(e, "reading the server's clock failed", retryable=False) from e
