@@ -20,7 +20,7 @@ from psycopg import errors as pg_errors
 
 import agentrt
 from agentrt._chain import partition_of
-from agentrt._errors import StoreError
+from agentrt._errors import StoreError, UnsafeSchemaError
 from agentrt._records import Limits
 from agentrt._store.postgres import PostgresStore
 from support.postgres import postgres_schema
@@ -178,3 +178,58 @@ def test_a_run_whose_partition_has_no_head_row_is_still_locked_and_its_append_re
         assert run_locked(url, "r1")
         with pytest.raises(StoreError, match="the chain has no head for partition"):
             tx.append_event("r1", "", NOW, "run.note", {})
+
+
+def test_a_runs_lock_first_in_a_transaction_is_refused_before_a_row_level_policy_runs(
+    url: str,
+) -> None:
+    """The guard rides in the transaction's first statement when that is a run's lock
+    (decision 0108): the server works it out before it reads any row, so a policy on
+    `runs` (whose check here would fail with its own message) never runs for this role."""
+    base, schema = url.split("?", 1)[0], url.rsplit("schema=", 1)[1]
+    role = f"r_{schema}"
+    with psycopg.connect(base, autocommit=True) as admin:
+        admin.execute(f"CREATE ROLE {role} LOGIN")
+    try:
+        made = agentrt.open_store(url)  # made by the superuser, then used by the role
+        made.close()
+        with psycopg.connect(base, autocommit=True) as admin:
+            admin.execute(f"GRANT USAGE ON SCHEMA {schema} TO {role}")
+            admin.execute(
+                f"GRANT SELECT, INSERT, UPDATE ON ALL TABLES IN SCHEMA {schema} TO {role}"
+            )
+        as_role = url.replace("root@", f"{role}@", 1)
+        store = agentrt.open_store(as_role)
+        assert isinstance(store, PostgresStore)
+        try:
+            with store.transaction() as tx:
+                tx.create_run(
+                    "r1",
+                    "goal",
+                    Limits(),
+                    owner="me",
+                    lease_expires_at=datetime(2100, 1, 1, tzinfo=UTC),
+                    holder="{}",
+                    specs=[],
+                    now=NOW,
+                    origin="gate",
+                )
+            with psycopg.connect(base, autocommit=True) as admin:
+                admin.execute(f"SET search_path TO {schema}")
+                admin.execute(
+                    "CREATE FUNCTION policy_ran() RETURNS boolean LANGUAGE plpgsql AS "
+                    "$$ BEGIN RAISE EXCEPTION 'the policy ran'; END $$"
+                )
+                admin.execute("ALTER TABLE runs ENABLE ROW LEVEL SECURITY")
+                admin.execute("CREATE POLICY watch ON runs USING (policy_ran())")
+            with (
+                pytest.raises(UnsafeSchemaError, match="row-level policy 'watch'"),
+                store.transaction() as tx,
+            ):
+                tx.lock_run("r1")
+        finally:
+            store.close()
+    finally:
+        with psycopg.connect(base, autocommit=True) as admin:
+            admin.execute(f"DROP OWNED BY {role}")
+            admin.execute(f"DROP ROLE {role}")

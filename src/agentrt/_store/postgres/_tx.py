@@ -59,6 +59,21 @@ _LOCK_RUN_AND_HEAD = (
 )
 
 
+def _guarded(lock: str) -> str:
+    """`lock` with the schema's guard as its first condition: a value that depends on no
+    row, which the server works out once, before it reads or locks any row (a one-time
+    filter over the scans), and which fails as `GUARD` does when the schema holds what it
+    refuses (decision 0108)."""
+    return lock.replace(" WHERE ", f" WHERE ({GUARD}) IS NULL AND ", 1)
+
+
+# A transaction's first statement that is a run's lock carries the guard itself: `BEGIN`
+# and the one statement, where `BEGIN`, the guard and the statement were sent.
+_GUARDED_FIRST = {
+    translate(lock): translate(_guarded(lock)) for lock in (_LOCK_RUN, _LOCK_RUN_AND_HEAD)
+}
+
+
 @functools.lru_cache(maxsize=64)
 def _events_sql(rows: int, heads: int) -> str:
     """One statement inserting `rows` events and, when `heads`, moving that many heads."""
@@ -221,8 +236,9 @@ class PostgresTx(SqliteTx):
 
     def _send(self, sql: str | None, params: Sequence[Any] | Mapping[str, Any]) -> Any:
         """What is pending, then `sql` (if any), pipelined: one round trip. Pending: the
-        `BEGIN` and the schema's guard, if the transaction has sent nothing yet, then the
-        statements sent later (`_SENT_LATER`). The guard fails when the schema holds a
+        `BEGIN` and the schema's guard, if the transaction has sent nothing yet (a run's
+        lock carries the guard itself: `_GUARDED_FIRST`), then the statements sent later
+        (`_SENT_LATER`). The guard fails when the schema holds a
         trigger, rule, view or policy it refuses, and the server then skips what follows
         it, so the rest runs only in a transaction whose schema was found safe first, as
         when each was sent alone; a statement sent later that fails stops what follows it
@@ -233,12 +249,17 @@ class PostgresTx(SqliteTx):
         try:
             with self._pg.pipeline():
                 unread = self._unread_results()
+                guarded = None if begin is None or later else _GUARDED_FIRST.get(sql or "")
                 if begin is not None:
                     unread.execute(begin)
-                    unread.execute(GUARD)
+                    if guarded is None:
+                        unread.execute(GUARD)
                 for text, values in later:
                     unread.execute(text, values)
-                cursor = None if sql is None else self._statements().execute(sql, params)
+                cursor = None
+                if sql is not None:
+                    sent = sql if guarded is None else guarded
+                    cursor = self._statements().execute(sent, params)
         except psycopg.Error as e:
             if begin is None:
                 raise
