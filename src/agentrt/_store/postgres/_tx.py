@@ -5,23 +5,28 @@ compare-and-set in one statement, and its audit events) run on a PostgreSQL
 connection: the statements are the same text, translated (`_connection.translate`),
 and what differs is here (decision 0080):
 
-- **The chain's heads** (decision 0093): the first event a transaction appends to
-  a partition locks that partition's row of `chain_head` (`SELECT ... FOR UPDATE`)
-  until commit, so each partition's events are numbered and chained in commit
-  order with no gap and no fork, and writers of runs in other partitions do not
-  wait; the row keeps the highest seq issued in it and that event's hash. Lock
-  order: the run (`lock_run`), then heads; no runtime path appends events of two
-  runs in one transaction (one that did would take its heads in the order it
-  appends, and PostgreSQL would end a deadlock, were two to cross, by failing one).
-- **`lock_run`** is `SELECT ... FOR UPDATE` on the run's row.
+- **The chain's heads** (decision 0093): a transaction holds a partition's row of
+  `chain_head` (`SELECT ... FOR UPDATE`) from before its first event there until
+  commit, so each partition's events are numbered and chained in commit order with
+  no gap and no fork, and writers of runs in other partitions do not wait; the row
+  keeps the highest seq issued in it and that event's hash. Lock order: the run
+  (`lock_run`), then heads; no runtime path appends events of two runs in one
+  transaction (one that did would take its heads in the order it appends, and
+  PostgreSQL would end a deadlock, were two to cross, by failing one).
+- **`lock_run`** is `SELECT ... FOR UPDATE` on the run's row, joined with its
+  partition's head row when the transaction holds that head not yet (decision 0108):
+  one statement locking the run, then the head; the transaction's first event there
+  reads the head from it.
 - **`lease_now`** is the server's `clock_timestamp()`: every host judges a lease
   by one clock.
 
-Round trips (decision 0100): the events are written with the transaction's
+Round trips (decisions 0100, 0108): the events are written with the transaction's
 `COMMIT`, in one statement (`write_events`) pipelined with it (`commit`); a
 `lock_run` of a run whose row this transaction already holds reads the server's
 clock in the same statement, and a `lease_now` asked right after it (no statement
-between) is that reading, taken while the lock was held.
+between) is that reading, taken while the lock was held. `BEGIN` and the schema's
+guard go with the first statement (inside it, when that is a run's lock), and a
+statement whose result nobody reads (`_SENT_LATER`) with the next one.
 """
 
 from __future__ import annotations
