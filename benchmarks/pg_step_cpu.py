@@ -16,8 +16,14 @@ work is another process's and is not counted, nor is the kernel's).
 `--profile FILE` writes a cProfile (CPU clock: `time.thread_time`) of the measured
 runs, for `python -m pstats FILE`.
 
+`--trips` (PostgreSQL) then counts what a step sends on the store's connection: two more
+runs, of 10 and 20 steps, with each cursor's `execute` and each pipeline counted (a
+pipeline one round trip, whatever it sends; the steady step is the difference over 10,
+as `tests/test_postgres_round_trips.py` counts it), and prints the round trips and the
+statements a step, each statement's text with its count (decision 0108).
+
     python benchmarks/pg_step_cpu.py [URL] [--steps N] [--warm N] [--rounds N]
-                                      [--sqlite] [--profile FILE]
+                                      [--sqlite] [--profile FILE] [--trips]
 
 The URL defaults to `AGENTRT_TEST_POSTGRES_URL`, else postgresql://root@127.0.0.1:5432/test.
 """
@@ -34,6 +40,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterator, Sequence
+from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -69,6 +76,63 @@ def sqlite_store() -> Iterator[agentrt.Store]:
             store.close()
 
 
+def count_trips(store: agentrt.Store, tool: object) -> str:
+    """Round trips and statements of a steady step on `store`'s connection (`--trips`)."""
+    import collections
+
+    import psycopg
+
+    conn = store._pg  # type: ignore[attr-defined]
+    execute, pipeline = psycopg.Cursor.execute, psycopg.Connection.pipeline
+    trips: collections.Counter[str] = collections.Counter()
+    statements: collections.Counter[str] = collections.Counter()
+    depth = [0]
+
+    def counted_execute(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        if self.connection is conn:
+            text = " ".join(str(query).split())[:72]
+            statements[text] += 1
+            if not depth[0]:
+                trips[text] += 1
+        return execute(self, query, *args, **kwargs)
+
+    @contextlib.contextmanager
+    def counted_pipeline(self: Any, *args: Any, **kwargs: Any) -> Iterator[Any]:
+        if self is conn:
+            trips["(a pipeline)"] += 1
+            depth[0] += 1
+        try:
+            with pipeline(self, *args, **kwargs) as p:
+                yield p
+        finally:
+            if self is conn:
+                depth[0] -= 1
+
+    psycopg.Cursor.execute = counted_execute  # type: ignore[method-assign]
+    psycopg.Connection.pipeline = counted_pipeline  # type: ignore[method-assign,assignment]
+    try:
+        counts = []
+        for steps in (10, 20):
+            trips.clear()
+            statements.clear()
+            bench.run_once(store, tool, steps)
+            counts.append((collections.Counter(trips), collections.Counter(statements)))
+    finally:
+        psycopg.Cursor.execute = execute  # type: ignore[method-assign]
+        psycopg.Connection.pipeline = pipeline  # type: ignore[method-assign]
+    (trips_10, sent_10), (trips_20, sent_20) = counts
+    per_step = {k: (sent_20[k] - sent_10[k]) / 10 for k in sent_20}
+    lines = [
+        f"round trips a step {(sum(trips_20.values()) - sum(trips_10.values())) / 10:.2f} "
+        f"({(trips_20['(a pipeline)'] - trips_10['(a pipeline)']) / 10:.2f} of them pipelines); "
+        f"statements a step {(sum(sent_20.values()) - sum(sent_10.values())) / 10:.2f}:"
+    ]
+    for text, n in sorted(per_step.items(), key=lambda item: -item[1]):
+        if n:
+            lines.append(f"  {n:5.2f} {text}")
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     default = os.environ.get("AGENTRT_TEST_POSTGRES_URL", "postgresql://root@127.0.0.1:5432/test")
@@ -78,6 +142,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--sqlite", action="store_true", help="a SQLite file instead")
     parser.add_argument("--profile", default=None, metavar="FILE")
+    parser.add_argument("--trips", action="store_true", help="count round trips and statements")
     args = parser.parse_args(argv)
 
     opened = sqlite_store() if args.sqlite else postgres_store(args.url)
@@ -97,6 +162,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             wall.append(sample.wall / args.steps * 1e6)
         if profile is not None:
             profile.dump_stats(args.profile)
+        counted = count_trips(store, tool) if args.trips and not args.sqlite else ""
     where = "SQLite file" if args.sqlite else "PostgreSQL"
     print(
         f"{where}, {args.steps} steps x {args.rounds}: CPU µs/step "
@@ -105,6 +171,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         + " ".join(f"{w:.0f}" for w in wall)
         + f" (median {statistics.median(wall):.0f}); load {os.getloadavg()[0]:.1f}"
     )
+    if counted:
+        print(counted)
     return 0
 
 
