@@ -142,3 +142,34 @@ def test_the_concurrency_benchmark_runs_processes_on_postgres_and_drops_its_sche
             "SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'concurrency\\_%'"
         ).fetchone()
     assert left == (0,)
+
+
+def test_the_step_cpu_benchmark_counts_a_steps_round_trips_and_statements() -> None:
+    base = server_url("the step CPU benchmark")
+    done = subprocess.run(
+        [
+            sys.executable,
+            "benchmarks/pg_step_cpu.py",
+            base,
+            "--steps",
+            "3",
+            "--warm",
+            "2",
+            "--rounds",
+            "1",
+            "--trips",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env={**os.environ},
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("PostgreSQL, 3 steps x 1: CPU µs/step "), lines
+    # Decision 0108's count, as tests/test_postgres_round_trips.py pins it.
+    assert lines[1].startswith(
+        "round trips a step 10.00 (5.00 of them pipelines); statements a step 15.00:"
+    ), lines
+    assert any(line.split()[1:3] == ["BEGIN", "ISOLATION"] for line in lines[2:]), lines
