@@ -463,3 +463,57 @@ def test_a_connection_closed_inside_its_turn_still_gives_the_turn_back(tmp_path:
     finally:
         held.release()
         turns.close()
+
+
+def test_a_transaction_begins_with_what_its_turns_wait_left_of_the_busy_timeout(
+    tmp_path: Path,
+) -> None:
+    """Through the store: its connection's busy timeout is cut to what the turn's wait left
+    just before `BEGIN IMMEDIATE`, and put back after `COMMIT`."""
+    db = tmp_path / "runs.db"
+    store = agentrt.open_store(db)
+    held = HeldTurn(db, 2.0)
+    try:
+        store._turns = WriterTurns(str(db), timeout_s=5.0, clock=held.clock, sleep=held.sleep)
+        statements: list[str] = []
+        store._conn.set_trace_callback(statements.append)
+        add_run(store, "r1")
+        store._conn.set_trace_callback(None)
+        shortened = statements.index("PRAGMA busy_timeout = 2999")
+        begin, commit = statements.index("BEGIN IMMEDIATE"), statements.index("COMMIT")
+        assert shortened < begin < commit < statements.index("PRAGMA busy_timeout = 5000")
+        assert busy_timeout(store._conn) == 5000
+        assert store.get_run("r1").id == "r1"
+    finally:
+        held.release()
+        store.close()
+
+
+def test_the_heartbeat_renews_with_what_its_turns_wait_left_of_the_busy_timeout(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "runs.db"
+    store = agentrt.open_store(db)
+    try:
+        add_run(store, "r1", lease_owner="me")
+        renewer = store.renewer(lambda: T0 + timedelta(days=1))
+        assert isinstance(renewer, ConnectionRenewer)
+        assert renewer.renew("r1", "me", timedelta(seconds=30)) is True  # opens its connection
+        assert renewer._conn is not None
+        conn = renewer._conn
+        held = HeldTurn(db, 4.0)
+        renewer._turns = WriterTurns(str(db), timeout_s=5.0, clock=held.clock, sleep=held.sleep)
+        statements: list[str] = []
+        conn.set_trace_callback(statements.append)
+        try:
+            assert renewer.renew("r1", "me", timedelta(seconds=60)) is True
+        finally:
+            held.release()
+        conn.set_trace_callback(None)
+        shortened = statements.index("PRAGMA busy_timeout = 999")
+        begin, commit = statements.index("BEGIN IMMEDIATE"), statements.index("COMMIT")
+        assert shortened < begin < commit < statements.index("PRAGMA busy_timeout = 5000")
+        assert busy_timeout(conn) == 5000
+        renewer.close()
+    finally:
+        store.close()
