@@ -273,7 +273,7 @@ class SqliteStore(ProxyRows):
             yield
             return
         self._check_open()  # a closed store says so, not that its lock file is gone
-        turns.take()
+        turns.take(self._conn)  # what its wait used is taken from BEGIN's busy timeout
         try:
             yield
         finally:
