@@ -45,6 +45,13 @@ measured in this one invocation (never a figure written into the script):
     concurrently). On a machine whose cores the server shares with the processes,
     the cores, not the server, bound it: the CPU count is printed.
 
+(b) and (c) also print the machine's ceiling, measured in the same run: the CPU
+time every process on the machine used (`/proc/stat`, the server's included)
+per step made, and so the most steps per second its cores could make at that
+cost, as a multiple of one process alone. A target above that ceiling is out
+of this machine's reach whatever the runtime does (run it with nothing else on
+the machine: other work's CPU counts too).
+
 agentrt commits two fsynced transactions per allowed step (decision 0088); on the
 async path the transactions of runs in one process are committed in groups, one
 fsync for each group (decision 0089). Processes do not share commits: each
@@ -493,6 +500,7 @@ class Procs:
     steps_rows: int = 0  # of those runs
     events_rows: int = 0
     other_runs: int = 0  # runs in the file not COMPLETED (a start that raised may leave one)
+    busy_s: float | None = None  # CPU seconds every process on the machine used meanwhile
     other_steps: int = 0
     other_events: int = 0
 
@@ -507,6 +515,25 @@ class Procs:
 
     def each_per_s(self) -> list[float]:
         return [r["done"] * self.steps / r["wall"] for r in self.results if r.get("wall")]
+
+    def ceiling_per_s(self) -> float | None:
+        """The most steps/s the machine's cores could make at the CPU a step took here."""
+        steps = self.done() * self.steps
+        if self.busy_s is None or steps == 0 or self.busy_s <= 0:
+            return None
+        return (os.cpu_count() or 1) / (self.busy_s / steps)
+
+
+def machine_busy_s() -> float | None:
+    """CPU seconds every process on the machine has used since boot (`/proc/stat`: all
+    but idle and I/O wait), or None where there is no such file."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
 
 
 def run_procs(path: str, procs: int, runs: int, steps: int) -> Procs:
@@ -531,6 +558,10 @@ def run_procs(path: str, procs: int, runs: int, steps: int) -> Procs:
         )
         for k in range(procs)
     ]
+    delay = start_at - time.time()
+    if delay > 0:
+        time.sleep(delay)
+    busy_before = machine_busy_s()
     results: list[dict[str, Any]] = []
     for child in children:
         out, err = child.communicate(timeout=1800)
@@ -547,7 +578,10 @@ def run_procs(path: str, procs: int, runs: int, steps: int) -> Procs:
         results.append(json.loads(lines[-1]))
     timed = [r for r in results if "began" in r]
     wall = max(r["ended"] for r in timed) - min(r["began"] for r in timed) if timed else 0.0
+    busy_after = machine_busy_s()
     result = Procs(procs, runs, steps, results, wall)
+    if busy_before is not None and busy_after is not None:
+        result.busy_s = busy_after - busy_before
     count_rows(result, path)
     return result
 
@@ -640,6 +674,8 @@ def report_postgres(url: str, fleets: Sequence[Procs]) -> list[bool]:
         print(line)
         for error in sorted(set(errors))[:3]:
             print(f"      {error[:200]}")
+    for p in many:
+        print_ceiling(p, alone)
     at_8 = [p for p in many if p.procs == 8]
     if at_8 and alone.steps_per_s():
         ratio = at_8[0].steps_per_s() / alone.steps_per_s()
@@ -657,6 +693,20 @@ def report_postgres(url: str, fleets: Sequence[Procs]) -> list[bool]:
 
 def verdict(met: bool) -> str:
     return "met" if met else "MISSED"
+
+
+def print_ceiling(p: Procs, alone: Procs) -> None:
+    """The machine's ceiling for `p`'s workload (see the module's docstring)."""
+    ceiling = p.ceiling_per_s()
+    if ceiling is None or not alone.steps_per_s() or p.busy_s is None:
+        print(f"    {p.procs} processes: the machine's CPU was not read (no /proc/stat)")
+        return
+    per_step_ms = 1000 * p.busy_s / (p.done() * p.steps)
+    print(
+        f"    {p.procs} processes: the machine's CPU per step {per_step_ms:.2f} ms (every "
+        f"process, the server's included); {os.cpu_count()} cores make at most "
+        f"{ceiling:,.0f} steps/s at that cost: {ceiling / alone.steps_per_s():.2f}x one process"
+    )
 
 
 def load_average() -> str:
@@ -773,6 +823,7 @@ def report_procs(p: Procs, alone: Procs) -> list[bool]:
         f"{alone.steps_per_s():,.0f} steps/s; {ratio:.2f}x (target >= "
         f"{PROCS_THROUGHPUT_TARGET:g}x): {verdict(met)}"
     )
+    print_ceiling(p, alone)
     each = p.each_per_s()
     if each:
         slowest = min(each) / statistics.mean(each)

@@ -227,6 +227,14 @@ def sqlite_journal(path: str) -> str:
         conn.close()
 
 
+@cache
+def tool_of(size: str) -> agentrt.Tool:
+    """The tool of every agentrt run of `size`, whatever its entry: one count of its calls,
+    so that no run repeats another's observation (the sync and async entries share a store,
+    which keeps each value once: a repeated text would not be stored again)."""
+    return bench.make_tool(pad_of(size))
+
+
 class AgentrtPeer(Peer):
     """agentrt's Driver (driver.py's `run_once`) on a store; `entry` "sync" or "async"."""
 
@@ -236,13 +244,9 @@ class AgentrtPeer(Peer):
         self.entry = entry
         self._used = used
         self._how = how
-        self.tools: dict[str, agentrt.Tool] = {}
 
     def run(self, steps: int, size: str) -> tuple[float, float]:
-        tool = self.tools.get(size)
-        if tool is None:
-            tool = self.tools[size] = bench.make_tool(pad_of(size))
-        sample = bench.run_once(self.store, tool, steps, entry=self.entry)
+        sample = bench.run_once(self.store, tool_of(size), steps, entry=self.entry)
         return sample.wall, sample.cpu
 
     def used_bytes(self) -> int:

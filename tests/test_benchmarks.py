@@ -495,5 +495,13 @@ def test_the_concurrency_benchmark_counts_commits_and_fsyncs_and_loses_nothing(
     assert lost.endswith(": met")
     assert any(line.startswith("aggregate: ") and "one process alone" in line for line in lines)
     assert any(line.startswith("per process: ") and "slowest / mean" in line for line in lines)
+    # the machine's ceiling for the processes' workload, read from /proc/stat in the same run
+    ceiling = next(line for line in lines if line.startswith("2 processes: the machine's CPU"))
+    assert re.match(
+        r"2 processes: the machine's CPU per step \d+\.\d\d ms \(every process, the server's "
+        r"included\); \d+ cores make at most [\d,]+ steps/s at that cost: \d+\.\d\dx one "
+        r"process$",
+        ceiling,
+    ), ceiling
     assert re.search(r"^targets: \d+ of \d+ met$", out, re.MULTILINE)
     assert list(tmp_path.iterdir()) == []

@@ -96,6 +96,28 @@ def test_event_hash_is_sha256_over_seven_netstrings() -> None:
         event_hash("", True, "", "", "", "", "")
 
 
+@pytest.mark.parametrize(
+    "columns",
+    [
+        ("", 1, "r1", "", "2026-11-30T02:42:14.123456Z", "run.created", "{}"),
+        ("ab" * 32, 10**12, "é", "s", "t", "step.policy", '{"x":"ü😀"}'),  # a non-ASCII id
+        ("h", 5, "r", "s\x00", "t", "typé", ""),  # a non-ASCII type
+        ("h", 5, "r", "s", "t", "ty", b"p\xff"),  # stored bytes that are not UTF-8
+        ("h", 5, b"r\xff", "s", "t", "ty", "p"),
+        ("h", -5, "r", "s", "t", "ty", '{"a":"\u2028"}'),
+    ],
+)
+def test_event_hash_is_the_seven_netstrings_whatever_the_columns_hold(
+    columns: tuple[str | bytes, int, str | bytes, str, str, str, str | bytes],
+) -> None:
+    """The one-formatting path for ASCII columns (decision 0110) and the netstring path
+    hash the same bytes: each column's, as stored."""
+    prev, seq, run_id, step_id, at, type, payload = columns
+    parts = (prev, str(seq), run_id, step_id, at, type, payload)
+    expected = hashlib.sha256(b"".join(map(netstring, parts))).hexdigest()
+    assert event_hash(prev, seq, run_id, step_id, at, type, payload) == expected  # type: ignore[arg-type]
+
+
 def test_events_chain_across_runs_in_commit_order(store: Store, db: Path) -> None:
     fill(store, 5)
     prev = ""

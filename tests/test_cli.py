@@ -7,6 +7,7 @@ steps), which it then writes with SQL and says so.
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import importlib.util
 import json
@@ -1184,6 +1185,82 @@ def test_usage_errors_exit_2(
     assert message in err
     assert out == ""
     assert not (tmp_path / "x.db").exists()
+
+
+def _numeric_options() -> list[tuple[str, str]]:
+    """Every command's option whose value is a number, found in the parser itself: each one
+    whose type turns `"7"` into a number (or numbers)."""
+    from agentrt.cli._parser import build_parser
+
+    found: list[tuple[str, str]] = []
+    for action in build_parser()._actions:
+        if not isinstance(action, argparse._SubParsersAction):
+            continue
+        for command, sub in action.choices.items():
+            for option in sub._actions:
+                if option.type is None or not option.option_strings:
+                    continue
+                try:
+                    value = option.type("7")  # type: ignore[operator]
+                except (argparse.ArgumentTypeError, TypeError, ValueError):
+                    continue
+                if isinstance(value, (int, float, tuple)):
+                    found.append((command, option.option_strings[0]))
+    return found
+
+
+NUMERIC_OPTIONS = _numeric_options()
+
+
+def test_the_numeric_options_are_found_in_the_parser() -> None:
+    for known in (("runs", "--limit"), ("events", "--after"), ("events", "--timeout")):
+        assert known in NUMERIC_OPTIONS
+    assert ("runs", "--status") not in NUMERIC_OPTIONS
+
+
+@pytest.mark.parametrize(("command", "option"), NUMERIC_OPTIONS)
+@pytest.mark.parametrize("bad", ["1_0", " 10", "10 ", "10\n", "+10", "\u0661\u0660", "1e1"])
+def test_a_numeric_option_accepts_only_plain_decimal_digits(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+    command: str, option: str, bad: str,
+) -> None:  # fmt: skip
+    """Python's int() and float() read `1_0`, spaces, a sign and other scripts' digits;
+    an option's value is plain ASCII digits (and, for seconds, one decimal point), or a
+    usage error naming the option and quoting the value."""
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_main(capsys, "--db", "x.db", command, f"{option}={bad}")
+    assert code == 2, err
+    assert f"argument {option}: not " in err and repr(bad) in err, err
+    assert out == ""
+    assert not (tmp_path / "x.db").exists()
+
+
+def test_plain_digits_are_read_exactly_and_a_sign_or_too_many_digits_is_out_of_range() -> None:
+    from agentrt.cli._args import after_seqs, bounded, seconds
+
+    limit = bounded(1, 1000)
+    assert (limit("1"), limit("0010"), limit("1000")) == (1, 10, 1000)
+    assert bounded(0, None)(str(2**63 - 1)) == 2**63 - 1
+    assert after_seqs("0,17,0") == (0, 17, 0)
+    assert (seconds("0.5"), seconds("30"), seconds("007.25")) == (0.5, 30.0, 7.25)
+    for parse, text, message in (
+        (limit, "-0", "must be between 1 and 1000, got -0"),
+        (limit, "-5", "must be between 1 and 1000, got -5"),
+        (limit, "1001", "must be between 1 and 1000, got 1001"),
+        (bounded(0, None), str(2**63), f"must be between 0 and {2**63 - 1}, got {2**63}"),
+        (limit, "9" * 5000, "must be between 1 and 1000, got a number of 5000 characters"),
+        (after_seqs, "0,1_0", "in '0,1_0': not an integer: '1_0'"),
+        (seconds, "-0.5", "must be a positive number of seconds, got -0.5"),
+        (seconds, "0.0", "must be a positive number of seconds, got 0.0"),
+        (seconds, "9" * 400, "must be a positive number of seconds, got a number of 400 char"),
+        (seconds, "inf", "not a number of seconds: 'inf'"),
+        (seconds, "nan", "not a number of seconds: 'nan'"),
+        (seconds, ".5", "not a number of seconds: '.5'"),
+        (seconds, "5.", "not a number of seconds: '5.'"),
+    ):
+        with pytest.raises(argparse.ArgumentTypeError) as refused:
+            parse(text)
+        assert str(refused.value).startswith(message), (text, str(refused.value))
 
 
 def test_a_missing_database_is_never_created(

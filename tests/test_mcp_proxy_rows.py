@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ import pytest
 from tests.support.mcp_proxy import Shop, kill_quietly, pending_now, write_owner_only
 
 from agentrt import ConfigError, open_existing
+from agentrt._store.sqlite._filesafety import SIDECAR_SUFFIXES
 from agentrt.mcp._proxy import ASKED_AGAIN_NOTICE, HOLD_MESSAGE, UNRECORDED_RESULT
 from agentrt.mcp.proxy import read_proxy_config
 
@@ -294,6 +296,28 @@ def test_the_path_check_sees_the_usual_spellings_of_the_proxys_own_files(
     assert config(entry(str(ops), skip_path_check=True)).servers[0].skip_path_check
     with pytest.raises(ConfigError, match="skip_path_check must be true or false"):
         config(entry(skip_path_check="yes"))
+
+
+@pytest.mark.parametrize("suffix", SIDECAR_SUFFIXES)
+def test_the_path_check_refuses_each_of_the_databases_sidecar_files(
+    tmp_path: Path, suffix: str
+) -> None:
+    """Every file the store keeps beside the database (SQLite's journals and shared
+    memory, the writers' `-lock`), named alone, is the database's: a server given one
+    could change it or block the proxy's writers."""
+    path = tmp_path / "proxy.json"
+    sidecar = tmp_path / f"runs.db{suffix}"
+    server = {"command": ["srv", str(sidecar)], "manifest": "m.json", "rules": "r.json"}
+    write_owner_only(
+        path, {"format": "agentrt.mcp.proxy/1", "database": "runs.db", "servers": {"fs": server}}
+    )
+    with pytest.raises(ConfigError) as refused:
+        read_proxy_config(path)
+    assert str(refused.value) == (
+        f"proxy config, server 'fs': its argument {str(sidecar)!r} reaches the database "
+        f"({os.path.realpath(sidecar)}), which a tool call could then change; point the "
+        "server elsewhere, or set skip_path_check in its entry if this is intended"
+    )
 
 
 # ---------------------------------------------------------------------------

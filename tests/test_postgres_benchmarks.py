@@ -135,6 +135,10 @@ def test_the_concurrency_benchmark_runs_processes_on_postgres_and_drops_its_sche
             f"; exceptions 0; {runs} of {runs} runs returned COMPLETED in the record with "
             "their steps and events: met"
         ) in row, row
+    assert any(
+        line.startswith("2 processes: the machine's CPU per step ") and "x one process" in line
+        for line in lines
+    )
     assert not any(line.startswith("8 processes over one") for line in lines)
     assert not any(line.startswith(("(a) ", "(b) ")) for line in lines)
     with psycopg.connect(base, autocommit=True) as conn:

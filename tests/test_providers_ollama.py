@@ -229,7 +229,19 @@ def test_host_is_read_the_way_ollama_reads_it(value: str, url: str) -> None:
     assert parse_host(value) == url
 
 
-@pytest.mark.parametrize("value", ["ftp://x", "host:port", "host:70000", "[::1"])
+@pytest.mark.parametrize(
+    "value",
+    # int() reads a superscript as an error and other scripts' digits as a port
+    [
+        "ftp://x",
+        "host:port",
+        "host:70000",
+        "[::1",
+        "host:\u00b2",
+        "host:\u0661\u0662",
+        "[::1]:\u00b9",
+    ],
+)
 def test_unusable_hosts_are_refused(value: str) -> None:
     with pytest.raises(ConfigError):
         parse_host(value)

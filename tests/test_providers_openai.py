@@ -478,6 +478,17 @@ def test_20_mib_declared_body_is_refused_without_reading_it() -> None:
     assert not server.outcomes[0].finished
 
 
+def test_a_declared_length_is_read_only_from_ascii_digits() -> None:
+    """A server's Content-Length in other digits (a latin-1 byte 0xB2 reads as a superscript
+    two, which `str.isdigit` accepts and `int` refuses) declares nothing: the body is read
+    to its bound instead."""
+    big = str(20 * MIB)
+    assert _http.declared_too_large({"content-length": big})
+    assert _http.declared_too_large({"content-length": f" {big} "})
+    for odd in ("\u00b2", "\u0662" * 9, "1_0000000000", "+" + big):
+        assert not _http.declared_too_large({"content-length": odd})
+
+
 def test_20_mib_chunked_body_is_refused_at_the_bound() -> None:
     # The server stalls after 17 MiB: reading on to the end would time out instead.
     action = huge(20 * MIB, chunked=True, then_stall_at=17 * MIB)

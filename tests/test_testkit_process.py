@@ -430,6 +430,55 @@ def test_a_password_in_a_postgres_databases_url_is_in_no_repr_of_a_result_or_mat
         assert "hunter2secret" in str(matrix.clean.db_path)  # kept, only not shown
 
 
+def test_a_childs_plan_and_the_urls_password_never_reach_its_command_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The process list shows every user each process's command line: a child's plan, the
+    database's URL and its password in it, travels in the child's environment instead
+    (readable by its own user only). Real children, started as process mode starts them."""
+    from contextlib import ExitStack
+    from types import SimpleNamespace
+    from urllib.parse import urlsplit, urlunsplit
+
+    from agentrt.testkit import _process
+    from support.database import make_database
+
+    started: list[list[str]] = []
+
+    def recording_run(command: list[str], **kwargs: object) -> object:
+        started.append(list(command))
+        return subprocess.run(command, **kwargs)  # type: ignore[call-overload]
+
+    monkeypatch.setattr(
+        _process,
+        "subprocess",
+        SimpleNamespace(run=recording_run, TimeoutExpired=subprocess.TimeoutExpired),
+    )
+    with ExitStack() as stack:
+        url = make_database("postgres", tmp_path, stack, "a plan kept off the command line")
+        parts = urlsplit(url)
+        netloc = f"{parts.username or 'root'}:hunter2secret@{parts.hostname}:{parts.port or 5432}"
+        secret = urlunsplit(parts._replace(netloc=netloc))  # trust auth ignores it
+        result = play("support.scenarios:checkout", Crash(0, Point.AFTER_TOOL_STARTED), db=secret)
+    assert result.exit_codes == (SIGKILLED, 0)
+    assert result.run.status == RunStatus.COMPLETED  # each child found its plan
+    assert started == [[sys.executable, "-m", "agentrt.testkit._process"]] * 2
+    assert _process.PLAN_VARIABLE not in os.environ  # the parent's own is untouched
+
+
+def test_a_child_started_without_its_plan_says_how_to_give_it() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "AGENTRT_TESTKIT_PLAN"}
+    done = subprocess.run(
+        [sys.executable, "-m", "agentrt.testkit._process", '{"factory": "x"}'],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert "AGENTRT_TESTKIT_PLAN='<plan json>' python -m agentrt.testkit._process" in done.stderr
+
+
 @pytest.mark.parametrize("keep", [False, True], ids=["removed", "kept"])
 def test_a_matrix_whose_clean_run_fails_leaves_no_schema_unless_kept_and_says_where(
     tmp_path: Path, keep: bool

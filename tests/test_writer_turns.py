@@ -11,6 +11,7 @@ import contextlib
 import fcntl
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -337,5 +338,182 @@ def test_a_lock_file_made_a_hard_link_after_the_open_is_not_used_nor_chmodded(
         add_run(store, "r1")
         assert store.get_run("r1").id == "r1"
         assert other.stat().st_mode & 0o777 == 0o644
+    finally:
+        store.close()
+
+
+# --- one busy timeout in all (decision 0109) ---------------------------------------------------
+
+
+class HeldTurn:
+    """The turn on the database at `db`, held by a descriptor of the test's own, and a
+    clock whose sleeps advance it and give the turn back once `held_for` has passed."""
+
+    def __init__(self, db: Path, held_for: float) -> None:
+        self.now = 100.0
+        self.release_at = self.now + held_for
+        self.holder: int | None = os.open(f"{db}-lock", os.O_RDWR | os.O_CREAT, 0o600)
+        fcntl.flock(self.holder, fcntl.LOCK_EX)
+
+    def clock(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+        if self.holder is not None and self.now >= self.release_at:
+            self.release()
+
+    def release(self) -> None:
+        if self.holder is not None:
+            os.close(self.holder)
+            self.holder = None
+
+
+def busy_timeout(conn: sqlite3.Connection) -> int:
+    return int(conn.execute("PRAGMA busy_timeout").fetchone()[0])
+
+
+def connection(db: Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.execute("PRAGMA busy_timeout = 5000")
+    return conn
+
+
+@pytest.mark.parametrize("held_for", [0.0002, 0.5, 3.0, 4.9995])
+def test_a_turn_waited_for_leaves_sqlite_only_the_rest_of_the_busy_timeout(
+    tmp_path: Path, held_for: float
+) -> None:
+    """The turn's wait and SQLite's busy handler after it wait one busy timeout in all:
+    the connection about to begin keeps what the turn's wait left, until the turn is
+    given back."""
+    db = tmp_path / "runs.db"
+    conn = connection(db)
+    held = HeldTurn(db, held_for)
+    turns = WriterTurns(str(db), timeout_s=5.0, clock=held.clock, sleep=held.sleep)
+    try:
+        start = held.now
+        turns.take(conn)
+        waited_ms = (held.now - start) * 1000
+        assert held_for * 1000 <= waited_ms < held_for * 1000 + 1.1  # one pause past it
+        assert not turn_is_free(db)
+        left = busy_timeout(conn)
+        assert 5000 - waited_ms - 1 < left <= 5000 - waited_ms
+        turns.give()
+        assert busy_timeout(conn) == 5000
+        assert turn_is_free(db)
+    finally:
+        held.release()
+        turns.close()
+        conn.close()
+
+
+def test_a_turn_free_at_the_first_look_runs_no_statement_and_keeps_the_timeout(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "runs.db"
+    conn = connection(db)
+    held = HeldTurn(db, 0.0)
+    held.release()
+    statements: list[str] = []
+    conn.set_trace_callback(statements.append)
+    turns = WriterTurns(str(db), timeout_s=5.0, clock=held.clock, sleep=held.sleep)
+    try:
+        turns.take(conn)
+        turns.give()
+        assert statements == []
+        assert busy_timeout(conn) == 5000
+    finally:
+        turns.close()
+        conn.close()
+
+
+def test_a_turn_held_to_the_end_of_the_busy_timeout_is_busy_and_the_timeout_is_kept(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "runs.db"
+    conn = connection(db)
+    held = HeldTurn(db, 60.0)
+    turns = WriterTurns(str(db), timeout_s=5.0, clock=held.clock, sleep=held.sleep)
+    try:
+        with pytest.raises(StoreBusyError, match="past the busy timeout"):
+            turns.take(conn)
+        assert 5.0 <= held.now - 100.0 < 5.0011
+        assert busy_timeout(conn) == 5000
+        turns.give()  # nothing held, nothing shortened: nothing to give back
+        assert busy_timeout(conn) == 5000
+    finally:
+        held.release()
+        turns.close()
+        conn.close()
+
+
+def test_a_connection_closed_inside_its_turn_still_gives_the_turn_back(tmp_path: Path) -> None:
+    """The heartbeat closes its connection on a failed renewal before giving its turn back:
+    the busy timeout cannot be put back on a closed connection, and the turn is freed."""
+    db = tmp_path / "runs.db"
+    conn = connection(db)
+    held = HeldTurn(db, 1.0)
+    turns = WriterTurns(str(db), timeout_s=5.0, clock=held.clock, sleep=held.sleep)
+    try:
+        turns.take(conn)
+        assert busy_timeout(conn) < 4001
+        conn.close()
+        turns.give()
+        assert turn_is_free(db)
+    finally:
+        held.release()
+        turns.close()
+
+
+def test_a_transaction_begins_with_what_its_turns_wait_left_of_the_busy_timeout(
+    tmp_path: Path,
+) -> None:
+    """Through the store: its connection's busy timeout is cut to what the turn's wait left
+    just before `BEGIN IMMEDIATE`, and put back after `COMMIT`."""
+    db = tmp_path / "runs.db"
+    store = agentrt.open_store(db)
+    held = HeldTurn(db, 2.0)
+    try:
+        store._turns = WriterTurns(str(db), timeout_s=5.0, clock=held.clock, sleep=held.sleep)
+        statements: list[str] = []
+        store._conn.set_trace_callback(statements.append)
+        add_run(store, "r1")
+        store._conn.set_trace_callback(None)
+        shortened = statements.index("PRAGMA busy_timeout = 2999")
+        begin, commit = statements.index("BEGIN IMMEDIATE"), statements.index("COMMIT")
+        assert shortened < begin < commit < statements.index("PRAGMA busy_timeout = 5000")
+        assert busy_timeout(store._conn) == 5000
+        assert store.get_run("r1").id == "r1"
+    finally:
+        held.release()
+        store.close()
+
+
+def test_the_heartbeat_renews_with_what_its_turns_wait_left_of_the_busy_timeout(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "runs.db"
+    store = agentrt.open_store(db)
+    try:
+        add_run(store, "r1", lease_owner="me")
+        renewer = store.renewer(lambda: T0 + timedelta(days=1))
+        assert isinstance(renewer, ConnectionRenewer)
+        assert renewer.renew("r1", "me", timedelta(seconds=30)) is True  # opens its connection
+        assert renewer._conn is not None
+        conn = renewer._conn
+        held = HeldTurn(db, 4.0)
+        renewer._turns = WriterTurns(str(db), timeout_s=5.0, clock=held.clock, sleep=held.sleep)
+        statements: list[str] = []
+        conn.set_trace_callback(statements.append)
+        try:
+            assert renewer.renew("r1", "me", timedelta(seconds=60)) is True
+        finally:
+            held.release()
+        conn.set_trace_callback(None)
+        shortened = statements.index("PRAGMA busy_timeout = 999")
+        begin, commit = statements.index("BEGIN IMMEDIATE"), statements.index("COMMIT")
+        assert shortened < begin < commit < statements.index("PRAGMA busy_timeout = 5000")
+        assert busy_timeout(conn) == 5000
+        renewer.close()
     finally:
         store.close()

@@ -182,13 +182,13 @@ def test_the_run_writes_after_a_tool_refuse_a_lease_held_by_someone_else_and_wri
         if write == "leave_running":
             tx.leave_running("r1", "someone/else", active_ms_add=5)
         else:
-            tx.add_active_time("r1", "someone/else", 5)
+            tx.add_active_time(tx.run_record("r1"), "someone/else", 5)
     assert rows(db_path) == before
     with store.transaction() as tx:  # the owner's own write goes through
         if write == "leave_running":
             tx.leave_running("r1", OWNER, active_ms_add=5)
         else:
-            tx.add_active_time("r1", OWNER, 5)
+            tx.add_active_time(tx.run_record("r1"), OWNER, 5)
     run = store.get_run("r1")
     assert run.active_time.total_seconds() == 0.005
     assert (store.lease("r1").owner == "") == (write == "leave_running")
@@ -281,7 +281,7 @@ def test_the_hot_writes_of_a_step_return_the_step_as_a_fresh_read_gives_it(
         finished = tx.finish_tool(
             started, StepStatus.DONE, observation, {}, failed_event=False, now=EPOCH
         )
-        run = tx.add_active_time("r1", OWNER, 7)
+        run = tx.add_active_time(tx.run_record("r1"), OWNER, 7)
     assert repr(finished) == repr(store.list_steps("r1")[0])
     assert repr(run) == repr(store.get_run("r1"))
     assert event_types(store)[-3:] == ["step.policy", "step.tool_started", "step.tool_finished"]

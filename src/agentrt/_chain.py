@@ -71,6 +71,16 @@ def event_hash(
     """Hex SHA-256 of the seven netstrings that chain one event to the one before it."""
     if isinstance(seq, bool) or not isinstance(seq, int):
         raise TypeError(f"seq must be an int, got {_type_name(seq)}")
+    text = (prev_hash, run_id, step_id, at, type)
+    if all(t.__class__ is str and t.isascii() for t in text) and payload_json.__class__ is str:
+        # What the writers hand in: the same bytes as the netstrings below, made in one
+        # formatting (ASCII text's length is its byte length; the payload's is counted).
+        body, number = payload_json.encode(), str(seq)
+        head = (
+            f"{len(prev_hash)}:{prev_hash},{len(number)}:{number},{len(run_id)}:{run_id},"
+            f"{len(step_id)}:{step_id},{len(at)}:{at},{len(type)}:{type},{len(body)}:"
+        )
+        return hashlib.sha256(b"%b%b," % (head.encode(), body)).hexdigest()
     parts = (prev_hash, str(seq), run_id, step_id, at, type, payload_json)
     return hashlib.sha256(b"".join(map(netstring, parts))).hexdigest()
 

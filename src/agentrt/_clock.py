@@ -40,7 +40,18 @@ def format_time(value: datetime | None) -> str:
     # isoformat, unlike strftime (several times slower, and "999" for year 999 on
     # glibc), always writes four year digits and, with the offset dropped, the Z form.
     # It is called on a plain datetime: a clock's subclass cannot change the text.
-    return as_stored(value).replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
+    global _last_formatted
+    last = _last_formatted  # read once: another thread may replace it meanwhile
+    if value is last[0]:  # one step formats its `now` several times
+        return last[1]
+    text = as_stored(value).replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
+    _last_formatted = (value, text)
+    return text
+
+
+# The last timestamp formatted and its text: a datetime's fields never change, so the
+# same object always formats the same.
+_last_formatted: tuple[object, str] = (None, "")
 
 
 def as_stored(value: datetime) -> datetime:
@@ -49,6 +60,8 @@ def as_stored(value: datetime) -> datetime:
     Always a plain `datetime` in `UTC` with `fold=0`: a clock may return a
     subclass, or `fold=1`, which `astimezone(UTC)` would hand back unchanged.
     """
+    if value.__class__ is datetime and value.tzinfo is UTC and not value.fold:
+        return value  # already the stored form (what a clock of agentrt's gives)
     # A tzinfo whose utcoffset() is None leaves the time naive too (Python's rule).
     if value.tzinfo is None or datetime.utcoffset(value) is None:
         raise ValueError("naive datetime: agentrt records timezone-aware UTC times only")
@@ -60,6 +73,9 @@ def parse_time(text: str) -> datetime | None:
     """Inverse of `format_time`; `''` is None. Raises ValueError on anything else."""
     if text == "":
         return None
+    parsed = _PARSED.get(text)  # a run's times are read back again and again
+    if parsed is not None:
+        return parsed
     if not text.endswith("Z"):
         raise ValueError(f"timestamp {text!r} is not UTC text ending in Z")
     if not _STORED.fullmatch(text):
@@ -67,7 +83,17 @@ def parse_time(text: str) -> datetime | None:
             f"timestamp {text!r} is not in the stored form YYYY-MM-DDTHH:MM:SS.ffffffZ"
         )
     # fromisoformat still refuses what is no date (Feb 30, hour 24, second 60).
-    return datetime.fromisoformat(text[:-1]).replace(tzinfo=UTC)
+    parsed = datetime.fromisoformat(text[:-1]).replace(tzinfo=UTC)
+    if len(_PARSED) >= _PARSED_KEPT:
+        _PARSED.clear()
+    _PARSED[text] = parsed
+    return parsed
+
+
+# Texts parsed lately and what they gave (only valid ones, whose parse is a pure function
+# of the text); emptied whole when full.
+_PARSED: dict[str, datetime] = {}
+_PARSED_KEPT = 512
 
 
 def duration_to_ns(value: timedelta) -> int:

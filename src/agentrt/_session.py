@@ -70,7 +70,7 @@ from ._records import (
     ToolSpec,
 )
 from ._store import Store, Tx
-from ._store._records import GuardedRun
+from ._store._records import GuardedRun, LeaseState
 from ._tools import CompiledTool, Tool
 
 T = TypeVar("T")
@@ -373,6 +373,9 @@ class RunSession:
         # Writes made in memory and not yet committed: a step's claim and its decision,
         # which join the next commit of the plan (decision 0088's two-commit step).
         self._deferred: list[_Deferred] = []
+        # While a commit's kept writes are followed by its own (`_with_deferred`): the
+        # transaction and the run as locked in it before them.
+        self._locked: tuple[Tx, GuardedRun] | None = None
 
     # -- plumbing -----------------------------------------------------------
 
@@ -424,12 +427,19 @@ class RunSession:
         return out
 
     def _with_deferred(self, deferred: Sequence[_Deferred], fn: Callable[[Tx], T], tx: Tx) -> T:
-        run = self.require_lease(tx)  # once, before anything kept is written
+        guarded = self.hold_lease(tx)  # once, before anything kept is written
+        run = guarded.run
         for write in deferred:
             write.fn(tx, run)
             if write.commit.point is not None:
                 self.probe_in_tx(write.commit.point)
-        return fn(tx)
+        # The kept writes never touch the lease's columns: `check_lease` in `fn` judges
+        # the lease as locked above rather than reading the run again.
+        self._locked = (tx, guarded)
+        try:
+            return fn(tx)
+        finally:
+            self._locked = None
 
     def defer(self, commit: Commit, fn: Callable[[Tx, Run], object]) -> None:
         """Keep `fn`'s writes (the session's copy already shows them) for the next commit.
@@ -530,9 +540,14 @@ class RunSession:
         guarded = tx.lock_run(self.run_id)
         if guarded is None:
             raise RunStateError(f"run {self.run_id} disappeared")
-        lease = guarded.lease
-        if lease.status != RunStatus.RUNNING:
+        if guarded.lease.status != RunStatus.RUNNING:
             raise RunMoved(guarded.run)
+        self._judge(guarded.lease, tx, side_effect)
+        return guarded
+
+    def _judge(self, lease: LeaseState, tx: Tx, side_effect: bool) -> None:
+        """Refuse to write unless `lease` (of a RUNNING run) is this holder's, and, before a
+        side effect, provably live by the store's lease clock."""
         if not lease.held_by(self.config.owner):
             raise LeaseLostError(
                 f"run {self.run_id} is now leased by {lease.owner!r}; "
@@ -544,7 +559,16 @@ class RunSession:
                 f"the lease on run {self.run_id} lapsed at {lease.shown_expiry()}; "
                 "no side effect is started on a lapsed lease"
             )
-        return guarded
+
+    def check_lease(self, tx: Tx, *, side_effect: bool = False) -> None:
+        """`hold_lease` for a caller that needs only the verdict: inside a commit whose kept
+        writes (`defer`) were just made, the lease locked before them is judged again (with
+        the time now) instead of the run being read again."""
+        locked = self._locked
+        if locked is None or locked[0] is not tx:
+            self.hold_lease(tx, side_effect=side_effect)
+            return
+        self._judge(locked[1].lease, tx, side_effect)
 
     @property
     def replaced(self) -> Sequence[int]:

@@ -234,7 +234,7 @@ async def _start_tool(
     from_step: tuple[str, ...],
 ) -> datetime:
     def tx_started(tx: Tx) -> datetime:
-        session.hold_lease(tx, side_effect=True)
+        session.check_lease(tx, side_effect=True)
         now = session.config.clock()
         start_tool_in(session, tx, now, step, spec, args, payload, from_step=from_step)
         return now
@@ -419,7 +419,7 @@ async def _finish_tool(
                 session.run_id, session.config.owner, active_ms_add=active
             )
         else:
-            session.run = tx.add_active_time(session.run_id, session.config.owner, active)
+            session.run = tx.add_active_time(session.run, session.config.owner, active)
 
     await session.write_outcome(plan.TOOL_FINISHED, tx_finished)
 

@@ -203,9 +203,11 @@ def test_the_run_writes_after_a_tool_refuse_a_lease_held_by_someone_else(
         with store.transaction() as tx:
             run = tx.leave_running("r1", OWNER, active_ms_add=5)
     else:
-        refused(store, LeaseLostError, lambda tx: tx.add_active_time("r1", "other", 5))
+        refused(
+            store, LeaseLostError, lambda tx: tx.add_active_time(tx.run_record("r1"), "other", 5)
+        )
         with store.transaction() as tx:
-            run = tx.add_active_time("r1", OWNER, 5)
+            run = tx.add_active_time(tx.run_record("r1"), OWNER, 5)
     assert repr(run) == repr(store.get_run("r1"))
     assert run.active_time == timedelta(milliseconds=5)
     assert store.lease("r1").owner == ("" if write == "leave_running" else OWNER)

@@ -1,7 +1,7 @@
 """Process mode's children forked from a prepared process, for the crash matrices' dozens of them.
 
 `agentrt.testkit` in process mode starts every process of a scenario as
-`python -m agentrt.testkit._process '<plan>'` with `subprocess.run`. A crash
+`python -m agentrt.testkit._process` (its plan in its environment) with `subprocess.run`. A crash
 matrix starts one to three such children per case, dozens in all, and each paid
 an interpreter's start and `import agentrt` before doing anything.
 `forked_process_mode` (a context manager) makes process mode start exactly that
@@ -31,7 +31,7 @@ COMMAND = [sys.executable, "-m", "agentrt.testkit._process"]
 
 
 def _run(command: Sequence[str], **kwargs: Any) -> Any:
-    if list(command[:3]) != COMMAND or len(command) != 4:
+    if list(command) != COMMAND:
         return subprocess.run(command, **kwargs)
     assert kwargs.get("capture_output") and kwargs.get("text"), kwargs
     done = forkserver.run(

@@ -263,9 +263,10 @@ class Tx(Protocol):
         active time; `LeaseLostError` (nothing written) when the run is not RUNNING under
         `owner`'s lease. Returns the run as written."""
 
-    def add_active_time(self, run_id: str, owner: str, active_ms: int) -> Run:
-        """Add a loop's active time to a run RUNNING under `owner`'s lease; `LeaseLostError`
-        (nothing written) otherwise. Returns the run as written."""
+    def add_active_time(self, run: Run, owner: str, active_ms: int) -> Run:
+        """Add a loop's active time to `run` (the caller's copy, as it stands in this
+        transaction), RUNNING under `owner`'s lease; `LeaseLostError` (nothing written)
+        otherwise. Returns the run as written, built from the copy (decision 0011)."""
 
     def release_lease(self, run_id: str, owner: str) -> bool:
         """Give up `owner`'s lease on a run; False (nothing changed) when `owner` no longer

@@ -337,7 +337,10 @@ async def read_excerpt(chunks: AsyncIterator[bytes]) -> bytes:
 
 def declared_too_large(headers: Mapping[str, str], limit: int = MAX_BODY_BYTES) -> bool:
     length = _header(headers, "content-length")
-    return length is not None and length.strip().isdigit() and int(length.strip()) > limit
+    if length is None:
+        return False
+    digits = length.strip()  # ASCII digits only: str.isdigit() also takes "²", which int() refuses
+    return digits.isascii() and digits.isdigit() and int(digits) > limit
 
 
 def encoded(headers: Mapping[str, str]) -> bool:

@@ -136,7 +136,8 @@ def parse_host(value: str) -> str:
 
 
 def _port(digits: str, value: str) -> int:
-    if not digits.isdigit() or not 0 < int(digits) <= 65535:
+    # ASCII digits only: str.isdigit() also takes "²" (which int() refuses) and "١٢" (12).
+    if not (digits.isascii() and digits.isdigit()) or not 0 < int(digits) <= 65535:
         raise ConfigError(f"OllamaModel: host {value!r} has no usable port")
     return int(digits)
 

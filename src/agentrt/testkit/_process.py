@@ -8,7 +8,8 @@ expires, or takes over at once when the runtime can prove the owner dead). A
 child that reached its crash point must have died of SIGKILL (return code -9);
 any other exit is reported.
 
-The child (`python -m agentrt.testkit._process '<json>'`) rebuilds the scenario
+The child (`python -m agentrt.testkit._process`, its plan in the environment variable
+`AGENTRT_TESTKIT_PLAN`) rebuilds the scenario
 from its factory reference, lives one `Life`, and at its crash point sends
 itself SIGKILL: after the commit, in the driver's task; inside a transaction,
 on the store's I/O thread before the COMMIT, so that transaction never reaches
@@ -16,9 +17,10 @@ the file (on PostgreSQL the child dies holding the transaction open on its
 connection; the server sees the connection drop and rolls it back). Nothing
 runs after the signal: no handler, no `finally`, no atexit.
 
-The plan, the database's name included, is the child's one argument: a
-PostgreSQL URL holding a password would show in the process list, so give the
-password another way (`PGPASSWORD`, a `.pgpass` file, or trust on a test server).
+The plan, the database's name included, reaches the child in its environment, not on
+its command line: a PostgreSQL URL holding a password would show in the process list
+(`ps`, `/proc/<pid>/cmdline`, readable by every user), where a process's environment is
+readable by its own user only.
 """
 
 from __future__ import annotations
@@ -39,6 +41,9 @@ from ..lowlevel import RunSession
 from ._harness import Crasher, Life, ProcessPlan, note_crash_checked
 from ._journal import read_journal
 from ._scenario import Crash, load_factory
+
+# The environment variable holding a child's plan (JSON).
+PLAN_VARIABLE = "AGENTRT_TESTKIT_PLAN"
 
 # The exit status of a child whose scenario raised (distinct from a crash's -9).
 _FAILED = 3
@@ -62,10 +67,14 @@ def _die() -> NoReturn:
 def main(argv: Sequence[str] | None = None) -> int:
     """The child: one process of a scenario, named by its factory."""
     args = list(sys.argv[1:] if argv is None else argv)
-    if len(args) != 1:
-        print("usage: python -m agentrt.testkit._process '<plan json>'", file=sys.stderr)
+    plan_text = os.environ.get(PLAN_VARIABLE)
+    if args or plan_text is None:
+        print(
+            f"usage: {PLAN_VARIABLE}='<plan json>' python -m agentrt.testkit._process",
+            file=sys.stderr,
+        )
         return 2
-    payload = json.loads(args[0])
+    payload = json.loads(plan_text)
     try:
         scenario = load_factory(str(payload["factory"]))
         plan = ProcessPlan.from_json(payload["plan"])
@@ -121,12 +130,8 @@ def run_in_children(
             run_id=run_id,
             fresh_process=True,
         )
-        command = [
-            sys.executable,
-            "-m",
-            "agentrt.testkit._process",
-            json.dumps({"factory": factory, "plan": plan.to_json()}),
-        ]
+        command = [sys.executable, "-m", "agentrt.testkit._process"]
+        env[PLAN_VARIABLE] = json.dumps({"factory": factory, "plan": plan.to_json()})
         try:
             done = subprocess.run(
                 command, capture_output=True, text=True, timeout=timeout, env=env, check=False

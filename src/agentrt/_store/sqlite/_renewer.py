@@ -41,7 +41,7 @@ class ConnectionRenewer:
         if self._conn is None:
             self._conn = self._connect()
         conn = self._conn
-        self._turns.take()
+        self._turns.take(conn)  # what its wait used is taken from BEGIN's busy timeout
         try:
             renewed, self._safe_schema = renew_lease_alone(
                 conn, self._safe_schema, run_id, owner, self._wall() + ttl

@@ -273,7 +273,7 @@ class SqliteStore(ProxyRows):
             yield
             return
         self._check_open()  # a closed store says so, not that its lock file is gone
-        turns.take()
+        turns.take(self._conn)  # what its wait used is taken from BEGIN's busy timeout
         try:
             yield
         finally:
@@ -323,6 +323,8 @@ class SqliteStore(ProxyRows):
         Each work gets a transaction object of its own: its events, and the chain head
         it reads (after the works before it, which its connection sees), are its own.
         """
+        if len(works) == 1:
+            return [self._alone(works[0])]
         with self._lock, self._turn():
             self._begin()
             outcomes: list[Grouped] = []
@@ -340,6 +342,30 @@ class SqliteStore(ProxyRows):
             self._commit()
             return outcomes
 
+    def _alone(self, work: Callable[[SqliteTx], Any]) -> Grouped:
+        """A group of one: the work's transaction is the group's, so no savepoint is needed
+        to roll it back alone (two statements fewer); its outcome as `_in_savepoint` gives
+        it, and a failure to begin or commit raised as the group's."""
+        with self._lock, self._turn():
+            self._begin()
+            tx = SqliteTx(self._conn, self.partitions)
+            self._tx = tx
+            try:
+                try:
+                    value = work(tx)
+                    tx.write_events()
+                except Exception as e:
+                    migrations.rollback_quietly(self._conn)
+                    return Grouped(error=_work_error(e))
+                except BaseException:
+                    migrations.rollback_quietly(self._conn)
+                    raise
+                self._commit()
+            finally:
+                tx._close()
+                self._tx = None
+        return Grouped(value)
+
     def _in_savepoint(self, work: Callable[[SqliteTx], Any]) -> Grouped:
         conn = self._conn
         conn.execute(f"SAVEPOINT {_SAVEPOINT}")
@@ -352,13 +378,7 @@ class SqliteStore(ProxyRows):
             # Only this work's writes go; a failure to undo them fails the whole group.
             conn.execute(f"ROLLBACK TO {_SAVEPOINT}")
             conn.execute(f"RELEASE {_SAVEPOINT}")
-            if isinstance(e, sqlite3.Error):
-                error: Exception = store_error(
-                    e, "the transaction failed, nothing was written", retryable=False
-                )
-                error.__cause__ = e
-                return Grouped(error=error)
-            return Grouped(error=e)
+            return Grouped(error=_work_error(e))
         finally:
             tx._close()
             self._tx = None
@@ -777,3 +797,13 @@ def _check_page(limit: int | None, offset: int) -> None:
         raise ValueError("limit must not be negative")
     if offset < 0:
         raise ValueError("offset must not be negative")
+
+
+def _work_error(e: Exception) -> Exception:
+    """What a grouped work's caller gets for the exception its work raised: a database's
+    error as the store's, anything else as it was raised."""
+    if not isinstance(e, sqlite3.Error):
+        return e
+    error = store_error(e, "the transaction failed, nothing was written", retryable=False)
+    error.__cause__ = e
+    return error

@@ -22,7 +22,12 @@ Invariants:
   across two transactions; a process that dies holding one gives it back (the
   kernel drops a `flock` with the last descriptor of its open file).
 - Waiting for a turn is bounded by the busy timeout: `StoreBusyError`, nothing
-  written, as when `BEGIN IMMEDIATE` itself times out.
+  written, as when `BEGIN IMMEDIATE` itself times out. And one write waits at
+  most one busy timeout in all (decision 0109): given the connection about to
+  begin, a turn that was waited for leaves SQLite's own busy timeout only what
+  the wait did not use, until the turn is given back. SQLite's wait is still
+  needed after a turn (a writer that takes none, such as a store migrating at
+  its open, may hold the write lock), but not a second whole timeout of it.
 - Each `WriterTurns` has its own open file, so two connections of one process
   (the store's and the heartbeat's) take turns with each other too; a forked
   child opens its own rather than sharing its parent's (a shared open file
@@ -42,9 +47,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sqlite3
 import stat
 import time
 import weakref
+from collections.abc import Callable
 
 try:
     import fcntl
@@ -78,42 +85,77 @@ if hasattr(os, "register_at_fork"):
 class WriterTurns:
     """One connection's turns at writing the database at `path` (see the module)."""
 
-    def __init__(self, database_path: str, timeout_s: float) -> None:
+    def __init__(
+        self,
+        database_path: str,
+        timeout_s: float,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], object] = time.sleep,
+    ) -> None:
         self.path = database_path + SUFFIX
         self._timeout_s = timeout_s
+        self._clock = clock
+        self._sleep = sleep
         self._fd: int | None = None
         self._pid = 0
         self._held = False
         self._unavailable = fcntl is None
+        # The connection whose busy timeout the turn shortened, and the one to put back.
+        self._shortened: tuple[sqlite3.Connection, int] | None = None
         _EVERY.add(self)
 
-    def take(self) -> None:
-        """Wait for this connection's turn; `StoreBusyError` past the busy timeout."""
+    def take(self, conn: sqlite3.Connection | None = None) -> None:
+        """Wait for this connection's turn; `StoreBusyError` past the busy timeout.
+
+        Given `conn`, the connection about to `BEGIN IMMEDIATE`: when the turn had to be
+        waited for, `conn`'s busy timeout is cut to what is left of this one until `give`,
+        so the turn and SQLite's busy handler together wait at most one busy timeout."""
         fd = self._descriptor()
         if fd is None:
             return
-        pause, deadline = FIRST_PAUSE_S, time.monotonic() + self._timeout_s
+        pause, deadline = FIRST_PAUSE_S, self._clock() + self._timeout_s
+        waited = False
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                if time.monotonic() >= deadline:
+                if self._clock() >= deadline:
                     raise StoreBusyError(
                         "cannot begin a write transaction: another agentrt writer held its "
                         f"turn at {self.path} past the busy timeout ({self._timeout_s:g} s); "
                         "nothing was written"
                     ) from None
-                time.sleep(pause)
+                self._sleep(pause)
                 pause = min(pause * 2, LONGEST_PAUSE_S)
+                waited = True
             except OSError:
                 self._give_up()  # a file system without flock: SQLite's busy handler alone
                 return
             else:
                 self._held = True
-                return
+                break
+        if waited and conn is not None:
+            self._shorten(conn, deadline - self._clock())
+
+    def _shorten(self, conn: sqlite3.Connection, left_s: float) -> None:
+        """Leave `conn`'s busy timeout no more than `left_s` (rounded down to a millisecond;
+        0: SQLite does not wait) until the turn is given back."""
+        left_ms = max(0, int(left_s * 1000))
+        # Best effort: a connection that cannot say or change its timeout keeps it.
+        with contextlib.suppress(sqlite3.Error):
+            prior = int(conn.execute("PRAGMA busy_timeout").fetchone()[0])
+            if left_ms < prior:
+                conn.execute(f"PRAGMA busy_timeout = {left_ms}")
+                self._shortened = (conn, prior)
 
     def give(self) -> None:
-        """Give the turn back (nothing when none is held)."""
+        """Give the turn back (nothing when none is held), and the busy timeout it shortened."""
+        shortened, self._shortened = self._shortened, None
+        if shortened is not None:
+            conn, prior = shortened
+            with contextlib.suppress(sqlite3.Error):  # closed since: nothing to put back
+                conn.execute(f"PRAGMA busy_timeout = {prior}")
         if self._held:
             self._held = False
             fd = self._fd
@@ -125,6 +167,7 @@ class WriterTurns:
 
     def close(self) -> None:
         self._held = False
+        self._shortened = None
         fd, self._fd = self._fd, None
         if fd is not None and self._pid == os.getpid():
             os.close(fd)
@@ -165,6 +208,7 @@ class WriterTurns:
 
     def _forget_inherited(self) -> None:
         """Close a descriptor the parent opened (closing a copy gives no turn back)."""
+        self._shortened = None  # the parent's connection: its to put back, not the child's
         fd = self._fd
         if fd is not None and self._pid != os.getpid():
             self._fd, self._held = None, False

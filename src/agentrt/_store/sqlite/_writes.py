@@ -25,7 +25,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from ... import _events as ev
@@ -845,17 +845,19 @@ class SqliteTx(TxReads):
             raise LeaseLostError(f"run {run_id} is not running under {owner!r}'s lease")
         return run_from_row(rows[0])
 
-    def add_active_time(self, run_id: str, owner: str, active_ms: int) -> Run:
-        """Add a loop's active time to a run RUNNING under `owner`'s lease; `LeaseLostError`
-        (nothing written) otherwise. Returns the run as written."""
-        rows = self.execute(
+    def add_active_time(self, run: Run, owner: str, active_ms: int) -> Run:
+        """Add a loop's active time to `run` (the caller's copy, as it stands in this
+        transaction), RUNNING under `owner`'s lease; `LeaseLostError` (nothing written)
+        otherwise. Returns the run as written, built from the copy rather than read back
+        (decision 0011)."""
+        cur = self.execute(
             "UPDATE runs SET active_ms = active_ms + ? "
-            "WHERE id = ? AND status = 'RUNNING' AND lease_owner = ? RETURNING *",
-            (active_ms, run_id, owner),
-        ).fetchall()
-        if len(rows) != 1:
-            raise LeaseLostError(f"run {run_id} is not running under {owner!r}'s lease")
-        return run_from_row(rows[0])
+            "WHERE id = ? AND status = 'RUNNING' AND lease_owner = ?",
+            (active_ms, run.id, owner),
+        )
+        if cur.rowcount != 1:
+            raise LeaseLostError(f"run {run.id} is not running under {owner!r}'s lease")
+        return evolve(run, active_time=run.active_time + timedelta(milliseconds=active_ms))
 
     def release_lease(self, run_id: str, owner: str) -> bool:
         """Give up `owner`'s lease on a run; False (nothing changed) when `owner` no longer
