@@ -69,6 +69,8 @@ class UnchainedTx(PostgresTx):
     one's previous hash is empty), and `verify` would say so.
     """
 
+    lock_head_with_run = False  # no head: `lock_run` locks the run alone (decision 0108)
+
     def _next(self, part: int) -> tuple[str, int]:
         row = self.execute("SELECT nextval('bench_unchained_seq')").fetchone()
         return "", int(row[0])

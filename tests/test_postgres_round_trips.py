@@ -28,8 +28,9 @@ from agentrt.scripted import ScriptedAgent
 from support.postgres import postgres_schema
 
 # An allowed step: its first commit (BEGIN, the schema's guard and the run's lock with
-# its partition's head; the claim; the new step's row with the decision; the run locked
-# again with the server's clock; the step executing; the events with COMMIT) is 6, its
+# its partition's head; the claim; the new step's row with the decision; the server's
+# clock for the lease, the run's lock held since the first statement (decision 0110);
+# the step executing; the events with COMMIT) is 6, its
 # second (BEGIN, the guard and the lock with the head; the outcome; the active time; the
 # events with COMMIT) 4. Before decision 0100 it was 29.5 (one statement a round trip,
 # each event two); the Driver's first look at the run's lease before each step (1) went
