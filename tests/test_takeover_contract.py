@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -30,10 +30,9 @@ from agentrt import Decision, SideEffect, ToolCall, ToolResult
 from agentrt._clock import wall_clock
 from agentrt.scripted import ScriptedAgent
 from conftest import FakeClock, RecordingTool
-from support.database import on_postgres
 from support.leases import expire_lease
 from support.rows import execute
-from support.testkit_children import forked_process_mode
+from support.testkit_children import kit_mode
 
 Tamper = Callable[[str, str], None]
 """A change made behind the runtime's back while the call executes: (database, run id)."""
@@ -199,21 +198,6 @@ def test_reconcile_sees_the_run_its_steps_and_its_approvals(database: str) -> No
         "reconcile": "continue",
         "detail": "0 approvals seen",
     }
-
-
-def kit_mode(database: str) -> contextlib.AbstractContextManager[str]:
-    """The crash test kit's mode for `database`: the harness on SQLite; on PostgreSQL real
-    children killed with SIGKILL (forked), each proved dead at once, where the harness
-    would wait every crash's lease out on the server's clock (support/database.py)."""
-    if not on_postgres(database):
-        return contextlib.nullcontext("harness")
-
-    @contextlib.contextmanager
-    def forked() -> Iterator[str]:
-        with forked_process_mode():
-            yield "process"
-
-    return forked()
 
 
 def test_a_crash_right_after_a_takeover_continues_is_a_crash_point_and_is_recovered(
