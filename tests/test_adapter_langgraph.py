@@ -850,6 +850,7 @@ def test_a_turn_cut_off_in_a_side_effect_is_not_rerun_and_the_next_turn_waits_fo
 # -- the example and the scenario table -------------------------------------------------
 
 
+# SQLite only: the example program keeps its record in a file of its own.
 @pytest.mark.slow
 def test_the_langgraph_example_runs_offline_and_pushes_once_after_a_second_process_approves(
     tmp_path: Path,
@@ -870,6 +871,7 @@ def test_the_langgraph_example_runs_offline_and_pushes_once_after_a_second_proce
     assert (tmp_path / "notes.txt").read_text().splitlines() == ["pushing feature/login"]
 
 
+# SQLite only: the scenario script (benchmarks/adapters/) keeps its records in files of its own.
 @pytest.mark.slow
 # A hang guard, not a speed test: the scenario script starts a dozen fresh interpreters,
 # which on shared cores can outlast the suite's two minutes.
