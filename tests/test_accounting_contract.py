@@ -9,9 +9,10 @@ pin each column, each "nothing to add" case, and the event. The reservation
 for attempts in flight is pinned under a cost limit, as the existing test pins
 it under a token limit. See docs/mutation.md.
 
-The tests that take `any_store` run on SQLite and on PostgreSQL (issue 21 item 5;
-decision 0105); those that change an attempt's row by hand or crash a child stay on
-SQLite for now.
+Every test runs on SQLite and on PostgreSQL (issue 21 item 5; decision 0105): those
+that take `any_store`, and those that change an attempt's row by hand (through the
+store's own transaction, `?` placeholders on both) or crash a child (the crash test
+kit's harness on SQLite, forked children killed with SIGKILL on PostgreSQL).
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ import threading
 from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -33,14 +33,15 @@ from agentrt._errors import TransientModelError
 from agentrt._model import ModelConfig, ModelResponse, Price, Usage
 from conftest import FakeClock, Ids
 from support.models import PRICE, REQUEST, FakeModel, calls, model_agent, reply
+from support.testkit_children import kit_mode
 
 NOW = datetime(2026, 11, 30, 9, 30, tzinfo=UTC)
 ESTIMATE = (100, 50, 0, 1_000)  # input, output, cached input tokens, cost in micros
 
 
 @pytest.fixture
-def charged(tmp_path: Path) -> Iterator[agentrt.Store]:
-    s = agentrt.open_store(tmp_path / "late.db")
+def charged(any_store: agentrt.Store) -> Iterator[agentrt.Store]:
+    s = any_store
     with s.transaction() as tx:
         tx.execute("INSERT INTO runs (id, status, limits_json) VALUES ('r', 'CANCELLED', '{}')")
         tx.execute(
@@ -55,7 +56,6 @@ def charged(tmp_path: Path) -> Iterator[agentrt.Store]:
             ESTIMATE,
         )
     yield s
-    s.close()
 
 
 def late(store: agentrt.Store, usage: Usage, cost: int, call_id: str = "c1") -> None:
@@ -354,17 +354,19 @@ def test_the_error_recorded_for_an_attempt_is_cut_at_4096_characters(
 
 
 def test_a_crash_during_a_model_request_leaves_the_dispatched_attempt_recorded(
-    tmp_path: Path,
+    database: str,
 ) -> None:
     """The dispatch's commit is the crash point the test kit names DURING_MODEL_REQUEST."""
     from agentrt._records import StepStatus
     from agentrt.testkit import Crash, Point, run_sync
 
-    result = run_sync(
-        "support.scenarios:with_model",
-        Crash(0, Point.DURING_MODEL_REQUEST),
-        db_path=tmp_path / "model.db",
-    )
+    with kit_mode(database) as mode:
+        result = run_sync(
+            "support.scenarios:with_model",
+            Crash(0, Point.DURING_MODEL_REQUEST),
+            mode=mode,
+            db_path=database,
+        )
     assert [c.crash for c in result.crashes_reached] == [Crash(0, Point.DURING_MODEL_REQUEST)]
     first = result.model_calls[0]
     assert first.step_id == result.step(0).id and first.status == "ambiguous"
@@ -373,13 +375,11 @@ def test_a_crash_during_a_model_request_leaves_the_dispatched_attempt_recorded(
 
 
 def test_a_late_reply_after_a_cancel_is_charged_through_the_settle_at_the_time_it_arrived(
-    db_path: Path,
+    any_store: agentrt.Store,
 ) -> None:
     """The end-to-end path to `charge_beyond_estimate`: the cancel charged the estimate,
     the reply comes later; an unpriced model adds tokens and no cost."""
-    import threading
-
-    store = agentrt.open_store(db_path)
+    store = any_store
     in_flight = threading.Event()
     release = asyncio.Event()
     loop_box: dict[str, Any] = {}

@@ -4,6 +4,10 @@ Real LangGraph graphs (StateGraph, ToolNode, checkpointers) driven by
 LangChain's own fake chat model, real LangChain tools writing real effects, a
 real store. Each tool appends a line to a file when it really runs, so a test
 counts executions, not calls of ours.
+
+Every test that touches a store takes `database` and runs on SQLite and on PostgreSQL
+(issue 21 item 5); the children open the store named in WORKDIR/database, and the
+`agentrt` command is given it with `--db`.
 """
 
 from __future__ import annotations
@@ -67,9 +71,13 @@ def events(store: agentrt.Store) -> list[str]:
 # -- allow, deny, schema --------------------------------------------------------
 
 
-def test_an_allowed_call_runs_once_and_its_decision_is_recorded_verbatim(tmp_path: Path) -> None:
+def test_an_allowed_call_runs_once_and_its_decision_is_recorded_verbatim(
+    database: str, tmp_path: Path
+) -> None:
     graph, store, effects = build(
-        tmp_path, [AIMessage("", tool_calls=[call("lookup", "c1", q="x")]), AIMessage("done")]
+        tmp_path,
+        [AIMessage("", tool_calls=[call("lookup", "c1", q="x")]), AIMessage("done")],
+        database=database,
     )
     out = ask(graph)
     assert tool_messages(out) == [("c1", "success", "found x")]
@@ -89,10 +97,13 @@ def test_an_allowed_call_runs_once_and_its_decision_is_recorded_verbatim(tmp_pat
     assert store.verify_events().intact
 
 
-def test_a_denied_call_comes_back_to_the_model_as_an_error_tool_message(tmp_path: Path) -> None:
+def test_a_denied_call_comes_back_to_the_model_as_an_error_tool_message(
+    database: str, tmp_path: Path
+) -> None:
     graph, store, effects = build(
         tmp_path,
         [AIMessage("", tool_calls=[call("delete_branch", "c1", branch="main")]), AIMessage("ok")],
+        database=database,
     )
     out = ask(graph)
     assert tool_messages(out) == [
@@ -104,10 +115,13 @@ def test_a_denied_call_comes_back_to_the_model_as_an_error_tool_message(tmp_path
     assert out["messages"][-1].content == "ok"  # the model heard it and went on
 
 
-def test_a_call_outside_the_tool_schema_never_runs_and_the_model_hears_why(tmp_path: Path) -> None:
+def test_a_call_outside_the_tool_schema_never_runs_and_the_model_hears_why(
+    database: str, tmp_path: Path
+) -> None:
     graph, store, effects = build(
         tmp_path,
         [AIMessage("", tool_calls=[call("lookup", "c1", q=7)]), AIMessage("ok")],
+        database=database,
     )
     out = ask(graph)
     ((call_id, status, content),) = tool_messages(out)
@@ -120,10 +134,13 @@ def test_a_call_outside_the_tool_schema_never_runs_and_the_model_hears_why(tmp_p
 
 
 def test_a_tool_that_raises_is_recorded_as_a_tool_error_and_the_model_hears_it(
+    database: str,
     tmp_path: Path,
 ) -> None:
     graph, store, effects = build(
-        tmp_path, [AIMessage("", tool_calls=[call("flaky", "c1", q="x")]), AIMessage("ok")]
+        tmp_path,
+        [AIMessage("", tool_calls=[call("flaky", "c1", q="x")]), AIMessage("ok")],
+        database=database,
     )
     out = ask(graph)
     assert tool_messages(out) == [
@@ -136,6 +153,7 @@ def test_a_tool_that_raises_is_recorded_as_a_tool_error_and_the_model_hears_it(
 
 
 def test_each_thread_is_a_run_of_its_own_and_the_tool_sees_its_threads_config(
+    database: str,
     tmp_path: Path,
 ) -> None:
     from langgraph.config import get_config
@@ -153,22 +171,25 @@ def test_each_thread_is_a_run_of_its_own_and_the_tool_sees_its_threads_config(
         [AIMessage("", tool_calls=[call("lookup", "c1", q="x")]), AIMessage("done")],
         node=lambda tools: gated_tool_node(
             [lookup, *tools[1:]],
-            store=agentrt.open_store(tmp_path / "runs.db"),
+            store=agentrt.open_store(database),
             policy=agentrt.default_policy(),
             classifications=CLASSES,
         ),
+        database=database,
     )
     ask(graph)
     graph.invoke(
         {"messages": [HumanMessage("again", id="again")]}, {"configurable": {"thread_id": "t2"}}
     )
     assert seen == [("x", "thread-1"), ("x", "t2")]
-    store = agentrt.open_store(tmp_path / "runs.db")
+    store = agentrt.open_store(database)
     assert sorted(r.id for r in store.list_runs()) == sorted([RUN, run_id_for("t2", "again")])
 
 
-def test_an_unclassified_tool_is_refused_when_the_node_is_built(tmp_path: Path) -> None:
-    store = agentrt.open_store(tmp_path / "runs.db")
+def test_an_unclassified_tool_is_refused_when_the_node_is_built(
+    database: str, tmp_path: Path
+) -> None:
+    store = agentrt.open_store(database)
     tools = make_tools(tmp_path / "effects.log")
     with pytest.raises(UnclassifiedToolError, match=r"no classification for tool 'delete_branch'"):
         gated_tool_node(
@@ -195,11 +216,14 @@ def test_without_langgraph_the_adapter_says_which_extra_to_install() -> None:
     )
 
 
-def test_a_graph_without_a_thread_id_is_refused_before_anything_runs(tmp_path: Path) -> None:
+def test_a_graph_without_a_thread_id_is_refused_before_anything_runs(
+    database: str, tmp_path: Path
+) -> None:
     graph, store, effects = build(
         tmp_path,
         [AIMessage("", tool_calls=[call("lookup", "c1", q="x")]), AIMessage("done")],
         saver=None,
+        database=database,
     )
     with pytest.raises(agentrt.ConfigError, match="thread_id"):
         asyncio.run(graph.ainvoke({"messages": [HumanMessage("go", id=TURN)]}))
@@ -210,9 +234,10 @@ def test_a_graph_without_a_thread_id_is_refused_before_anything_runs(tmp_path: P
 
 
 def test_require_approval_surfaces_as_an_interrupt_showing_the_request_and_its_hash(
+    database: str,
     tmp_path: Path,
 ) -> None:
-    graph, store, effects = build(tmp_path, push_script())
+    graph, store, effects = build(tmp_path, push_script(), database=database)
     out = ask(graph)
     (pending,) = out["__interrupt__"]
     (approval,) = store.pending_approvals(RUN)
@@ -238,7 +263,6 @@ def test_require_approval_surfaces_as_an_interrupt_showing_the_request_and_its_h
 
 
 def test_approving_through_the_resume_runs_the_request_once(tmp_path: Path, database: str) -> None:
-    """On SQLite and PostgreSQL (issue 21 item 5), this file's one test on both so far."""
     graph, store, effects = build(tmp_path, push_script(), database=database)
     (pending,) = ask(graph)["__interrupt__"]
     out = ask(graph, Command(resume=approve(pending, by="alice", note="fine")))
@@ -250,9 +274,10 @@ def test_approving_through_the_resume_runs_the_request_once(tmp_path: Path, data
 
 
 def test_a_resume_naming_another_hash_is_refused_and_the_interrupt_stays_open(
+    database: str,
     tmp_path: Path,
 ) -> None:
-    graph, store, effects = build(tmp_path, push_script())
+    graph, store, effects = build(tmp_path, push_script(), database=database)
     (pending,) = ask(graph)["__interrupt__"]
     forged = {**approve(pending, by="mallory"), "hash": "0" * 64}
     with pytest.raises(agentrt.ApprovalChangedError, match="a decision for another request"):
@@ -284,8 +309,10 @@ def test_a_resume_value_is_built_only_from_an_agentrt_interrupt() -> None:
     assert decided(value)["decision"] == "decided" and "by" not in decided(value)
 
 
-def test_approving_through_agentrt_then_resuming_with_decided_runs_it_once(tmp_path: Path) -> None:
-    graph, store, effects = build(tmp_path, push_script())
+def test_approving_through_agentrt_then_resuming_with_decided_runs_it_once(
+    database: str, tmp_path: Path
+) -> None:
+    graph, store, effects = build(tmp_path, push_script(), database=database)
     (pending,) = ask(graph)["__interrupt__"]
     with pytest.raises(agentrt.RunStateError, match="still pending"):
         ask(graph, Command(resume=decided(pending)))
@@ -297,9 +324,11 @@ def test_approving_through_agentrt_then_resuming_with_decided_runs_it_once(tmp_p
     assert lines(effects) == ["push feature/login"]
 
 
-def test_a_rejection_tells_the_model_ends_the_run_and_the_call_never_runs(tmp_path: Path) -> None:
+def test_a_rejection_tells_the_model_ends_the_run_and_the_call_never_runs(
+    database: str, tmp_path: Path
+) -> None:
     script = [*push_script()[:1], AIMessage("", tool_calls=[call("lookup", "c2", q="x")])]
-    graph, store, effects = build(tmp_path, script)
+    graph, store, effects = build(tmp_path, script, database=database)
     (pending,) = ask(graph)["__interrupt__"]
     with pytest.raises(RunEndedError, match="CANCELLED \\(approval_rejected") as ended:
         ask(graph, Command(resume=reject(pending, by="alice", note="not today")))
@@ -314,6 +343,7 @@ def test_a_rejection_tells_the_model_ends_the_run_and_the_call_never_runs(tmp_pa
 
 
 def test_an_approval_answered_after_its_time_ran_out_ends_the_run_and_nothing_runs(
+    database: str,
     tmp_path: Path,
 ) -> None:
     clock = [datetime(2026, 12, 1, 9, 0, tzinfo=UTC)]
@@ -322,7 +352,11 @@ def test_an_approval_answered_after_its_time_ran_out_ends_the_run_and_nothing_ru
         return clock[0]
 
     graph, store, effects = build(
-        tmp_path, push_script(), now=now, limits=agentrt.Limits(approval_ttl=timedelta(minutes=5))
+        tmp_path,
+        push_script(),
+        now=now,
+        limits=agentrt.Limits(approval_ttl=timedelta(minutes=5)),
+        database=database,
     )
     (pending,) = ask(graph)["__interrupt__"]
     clock[0] += timedelta(minutes=6)
@@ -333,8 +367,10 @@ def test_an_approval_answered_after_its_time_ran_out_ends_the_run_and_nothing_ru
     assert (run.status, run.reason) == ("CANCELLED", "approval_expired")
 
 
-def test_a_call_changed_in_the_graph_state_after_approval_is_refused(tmp_path: Path) -> None:
-    graph, _, effects = build(tmp_path, push_script())
+def test_a_call_changed_in_the_graph_state_after_approval_is_refused(
+    database: str, tmp_path: Path
+) -> None:
+    graph, _, effects = build(tmp_path, push_script(), database=database)
     (pending,) = ask(graph)["__interrupt__"]
     state = graph.get_state(CONFIG)
     ai = state.values["messages"][-1]
@@ -345,8 +381,10 @@ def test_a_call_changed_in_the_graph_state_after_approval_is_refused(tmp_path: P
     assert lines(effects) == []
 
 
-def test_a_changed_call_names_the_approval_it_was_not_given_for(tmp_path: Path) -> None:
-    graph, _, _ = build(tmp_path, push_script())
+def test_a_changed_call_names_the_approval_it_was_not_given_for(
+    database: str, tmp_path: Path
+) -> None:
+    graph, _, _ = build(tmp_path, push_script(), database=database)
     (pending,) = ask(graph)["__interrupt__"]
     ai = graph.get_state(CONFIG).values["messages"][-1]
     changed = ai.model_copy(update={"tool_calls": [call("push_branch", "c1", branch="main")]})
@@ -361,6 +399,7 @@ def test_a_changed_call_names_the_approval_it_was_not_given_for(tmp_path: Path) 
 
 
 def test_a_tool_call_id_used_again_in_a_turn_for_another_request_is_answered_not_run(
+    database: str,
     tmp_path: Path,
 ) -> None:
     """The model reuses call_0 for another note: it is not run, the model hears why, the turn
@@ -370,7 +409,7 @@ def test_a_tool_call_id_used_again_in_a_turn_for_another_request_is_answered_not
         AIMessage("", tool_calls=[call("write_note", "call_0", text="b")]),
         AIMessage("done"),
     ]
-    graph, store, effects = build(tmp_path, script)
+    graph, store, effects = build(tmp_path, script, database=database)
     out = ask(graph)
     reused = (
         f'Not run: tool call id call_0 was already used in this turn by write_note {{"text":"a"}} '
@@ -388,6 +427,7 @@ def test_a_tool_call_id_used_again_in_a_turn_for_another_request_is_answered_not
 
 
 def test_a_tool_calling_langgraphs_own_interrupt_is_refused_and_runs_once(
+    database: str,
     tmp_path: Path,
 ) -> None:
     """A person is asked through agentrt's policy, not from inside a gated tool: LangGraph
@@ -409,9 +449,9 @@ def test_a_tool_calling_langgraphs_own_interrupt_is_refused_and_runs_once(
             classifications={**CLASSES, "confirm": Classification("read_only", timeout=5)},
         )
 
-    store = agentrt.open_store(tmp_path / "runs.db")
+    store = agentrt.open_store(database)
     script = [AIMessage("", tool_calls=[call("confirm", "c1", question="ok?")]), AIMessage("ok")]
-    graph, _, _ = build(tmp_path, script, node=node)
+    graph, _, _ = build(tmp_path, script, node=node, database=database)
     for path in ("async", "blocking"):
         config = {"configurable": {"thread_id": path}}
         opener = {"messages": [HumanMessage("go", id=TURN)]}
@@ -452,9 +492,10 @@ def two_calls_script() -> list[AIMessage]:
 
 
 def test_on_resume_a_call_that_ran_before_the_interrupt_gets_its_recorded_result(
+    database: str,
     tmp_path: Path,
 ) -> None:
-    graph, store, effects = build(tmp_path, two_calls_script())
+    graph, store, effects = build(tmp_path, two_calls_script(), database=database)
     (pending,) = ask(graph)["__interrupt__"]
     assert lines(effects) == ["note before"]
     out = ask(graph, Command(resume=approve(pending, by="alice")))
@@ -472,9 +513,10 @@ def test_on_resume_a_call_that_ran_before_the_interrupt_gets_its_recorded_result
 
 
 def test_the_same_replay_on_the_blocking_path_does_not_run_the_first_call_again(
+    database: str,
     tmp_path: Path,
 ) -> None:
-    graph, _, effects = build(tmp_path, two_calls_script())
+    graph, _, effects = build(tmp_path, two_calls_script(), database=database)
     out = graph.invoke({"messages": [HumanMessage("go", id=TURN)]}, CONFIG)
     (pending,) = out["__interrupt__"]
     out = graph.invoke(Command(resume=approve(pending, by="alice")), CONFIG)
@@ -482,7 +524,9 @@ def test_the_same_replay_on_the_blocking_path_does_not_run_the_first_call_again(
     assert [m[0] for m in tool_messages(out)] == ["c1", "c2"]
 
 
-def test_without_the_gate_langgraph_runs_the_first_call_again_on_resume(tmp_path: Path) -> None:
+def test_without_the_gate_langgraph_runs_the_first_call_again_on_resume(
+    database: str, tmp_path: Path
+) -> None:
     """What the gate prevents, measured with LangGraph's own interrupt in a tool wrapper."""
     from langgraph.types import interrupt
 
@@ -492,7 +536,10 @@ def test_without_the_gate_langgraph_runs_the_first_call_again_on_resume(tmp_path
         return execute(request)
 
     graph, _, effects = build(
-        tmp_path, two_calls_script(), node=lambda tools: ToolNode(tools, wrap_tool_call=ask_first)
+        tmp_path,
+        two_calls_script(),
+        node=lambda tools: ToolNode(tools, wrap_tool_call=ask_first),
+        database=database,
     )
     graph.invoke({"messages": [HumanMessage("go", id=TURN)]}, CONFIG)
     assert lines(effects) == ["note before"]
@@ -503,7 +550,7 @@ def test_without_the_gate_langgraph_runs_the_first_call_again_on_resume(tmp_path
 
 @pytest.mark.parametrize("path", ["async", "blocking"])
 def test_two_approvals_in_one_node_are_answered_one_by_one_across_two_resumes(
-    tmp_path: Path, path: str
+    database: str, tmp_path: Path, path: str
 ) -> None:
     script = [
         AIMessage(
@@ -515,7 +562,7 @@ def test_two_approvals_in_one_node_are_answered_one_by_one_across_two_resumes(
         ),
         AIMessage("done"),
     ]
-    graph, store, effects = build(tmp_path, script)
+    graph, store, effects = build(tmp_path, script, database=database)
 
     def send(what: Any) -> dict[str, Any]:
         return ask(graph, what) if path == "async" else dict(graph.invoke(what, CONFIG))
@@ -537,9 +584,13 @@ def test_two_approvals_in_one_node_are_answered_one_by_one_across_two_resumes(
 # -- limits -------------------------------------------------------------------------
 
 
-def test_a_limit_ends_the_turns_run_and_the_graph_with_run_ended_error(tmp_path: Path) -> None:
+def test_a_limit_ends_the_turns_run_and_the_graph_with_run_ended_error(
+    database: str, tmp_path: Path
+) -> None:
     script = [AIMessage("", tool_calls=[call("lookup", f"c{i}", q=str(i))]) for i in range(5)]
-    graph, store, effects = build(tmp_path, script, limits=agentrt.Limits(max_steps=2))
+    graph, store, effects = build(
+        tmp_path, script, limits=agentrt.Limits(max_steps=2), database=database
+    )
     with pytest.raises(RunEndedError, match="limit_steps") as ended:
         ask(graph)
     assert lines(effects) == ["lookup 0", "lookup 1"]
@@ -561,8 +612,12 @@ def days(n: int, *calls: dict[str, Any]) -> list[AIMessage]:
     return script
 
 
-def test_three_turns_asking_the_same_read_only_call_are_not_a_loop(tmp_path: Path) -> None:
-    graph, store, effects = build(tmp_path, days(3, call("lookup", "w", q="Paris")))
+def test_three_turns_asking_the_same_read_only_call_are_not_a_loop(
+    database: str, tmp_path: Path
+) -> None:
+    graph, store, effects = build(
+        tmp_path, days(3, call("lookup", "w", q="Paris")), database=database
+    )
     for day in (1, 2, 3):
         out = ask(graph, {"messages": [HumanMessage("weather in Paris?", id=f"day-{day}")]})
         assert tool_messages(out)[-1] == (f"w-day{day}", "success", "found Paris")
@@ -582,6 +637,7 @@ def test_three_turns_asking_the_same_read_only_call_are_not_a_loop(tmp_path: Pat
 
 
 def test_a_next_turns_call_is_refused_while_an_earlier_turn_waits_for_a_person(
+    database: str,
     tmp_path: Path,
 ) -> None:
     script = [
@@ -589,7 +645,7 @@ def test_a_next_turns_call_is_refused_while_an_earlier_turn_waits_for_a_person(
         AIMessage("", tool_calls=[call("lookup", "c2", q="status")]),
         AIMessage("looked"),
     ]
-    graph, store, effects = build(tmp_path, script)
+    graph, store, effects = build(tmp_path, script, database=database)
     (pending,) = ask(graph)["__interrupt__"]
     with pytest.raises(EarlierTurnWaitsError):  # refused, not run beside it (decision 0053)
         ask(graph, {"messages": [HumanMessage("never mind, look up the status", id="turn-2")]})
@@ -600,9 +656,13 @@ def test_a_next_turns_call_is_refused_while_an_earlier_turn_waits_for_a_person(
     assert pending.value["run_id"] == RUN
 
 
-def test_a_thread_goes_on_past_fifty_tool_calls_over_its_turns(tmp_path: Path) -> None:
+def test_a_thread_goes_on_past_fifty_tool_calls_over_its_turns(
+    database: str, tmp_path: Path
+) -> None:
     calls = [call("lookup", f"q{i}", q=str(i)) for i in range(3)]
-    graph, store, effects = build(tmp_path, days(18, *calls))  # default Limits: max_steps=50
+    graph, store, effects = build(
+        tmp_path, days(18, *calls), database=database
+    )  # default Limits: max_steps=50
     for day in range(1, 19):
         out = ask(graph, {"messages": [HumanMessage("look up three things", id=f"day-{day}")]})
         assert [m[1] for m in tool_messages(out)[-3:]] == ["success"] * 3
@@ -611,7 +671,7 @@ def test_a_thread_goes_on_past_fifty_tool_calls_over_its_turns(tmp_path: Path) -
     assert len(store.list_runs()) == 18
 
 
-def test_two_workers_resuming_one_thread_run_its_call_once(tmp_path: Path) -> None:
+def test_two_workers_resuming_one_thread_run_its_call_once(database: str, tmp_path: Path) -> None:
     """Worker B reads "c1 is not recorded", then waits; worker A runs c1 to the end.
 
     B takes the lease after A let it go: it reads the call's steps again under
@@ -620,8 +680,10 @@ def test_two_workers_resuming_one_thread_run_its_call_once(tmp_path: Path) -> No
     effects = tmp_path / "effects.log"
     first = AIMessage("", tool_calls=[call("write_note", "c0", text="first")])
     second = AIMessage("", tool_calls=[call("write_note", "c1", text="hi")])
-    graph_a, _, _ = build(tmp_path, [first, AIMessage("done0"), second, AIMessage("done")])
-    graph_b, _, _ = build(tmp_path, [second, AIMessage("done")])
+    graph_a, _, _ = build(
+        tmp_path, [first, AIMessage("done0"), second, AIMessage("done")], database=database
+    )
+    graph_b, _, _ = build(tmp_path, [second, AIMessage("done")], database=database)
     ask(graph_a, {"messages": [HumanMessage("first", id="h1")]})
     gated_b = graph_b.nodes["tools"].bound._awrap_tool_call.__self__
     read_b = gated_b._read
@@ -650,6 +712,7 @@ def test_two_workers_resuming_one_thread_run_its_call_once(tmp_path: Path) -> No
 
 
 def test_a_worker_that_read_before_another_recorded_the_call_reads_again_under_the_lease(
+    database: str,
     tmp_path: Path,
 ) -> None:
     """The turn's run exists: worker B reads "c1 is not recorded" in it, then waits; worker A
@@ -661,8 +724,8 @@ def test_a_worker_that_read_before_another_recorded_the_call_reads_again_under_t
         AIMessage("", tool_calls=[call("write_note", "c1", text="hi")]),
         AIMessage("done"),
     ]
-    graph_a, store, _ = build(tmp_path, script)
-    graph_b, _, _ = build(tmp_path, script)
+    graph_a, store, _ = build(tmp_path, script, database=database)
+    graph_b, _, _ = build(tmp_path, script, database=database)
     gated_b = graph_b.nodes["tools"].bound._awrap_tool_call.__self__
     read_b = gated_b._read
     b_has_read, a_is_done = threading.Event(), threading.Event()
@@ -697,13 +760,14 @@ def test_a_worker_that_read_before_another_recorded_the_call_reads_again_under_t
 
 @pytest.mark.slow
 def test_an_approval_from_the_agentrt_command_is_resumed_by_another_process(
-    tmp_path: Path,
+    database: str, tmp_path: Path
 ) -> None:
+    (tmp_path / "database").write_text(database)  # the children's store
     first = child(tmp_path, "start", "push_branch")
     (value,) = first["interrupts"]
     assert first["run"][1] == "WAITING_FOR_APPROVAL"
     cmd = [sys.executable, "-m", "agentrt", "approve", value["run_id"], "--db"]
-    cmd += [str(tmp_path / "runs.db"), "--yes", "--by", "operator"]
+    cmd += [database, "--yes", "--by", "operator"]
     approved = forkserver.run(cmd, preload=PRELOAD, timeout=60)
     assert approved.returncode == 0, approved.stderr
     second = child(tmp_path, "decided", "push_branch")
@@ -714,8 +778,9 @@ def test_an_approval_from_the_agentrt_command_is_resumed_by_another_process(
 
 @pytest.mark.slow
 def test_a_child_killed_during_a_mutating_call_waits_for_a_person_when_langgraph_resumes(
-    tmp_path: Path,
+    database: str, tmp_path: Path
 ) -> None:
+    (tmp_path / "database").write_text(database)  # the children's store
     kill_inside_the_tool(tmp_path, "start", "write_note")
     effects = tmp_path / "effects.log"
     assert lines(effects) == ["note hello"]
@@ -737,7 +802,7 @@ def test_a_child_killed_during_a_mutating_call_waits_for_a_person_when_langgraph
     assert done["interrupts"] == []
     assert done["messages"][-2:] == ["noted hello", "all done"]
     assert lines(effects) == ["note hello", "note hello"]
-    store = agentrt.open_existing(tmp_path / "runs.db", read_only=True)
+    store = agentrt.open_existing(database, read_only=True)
     kinds = [e.type for e in store.list_events(done["run"][0])]
     assert kinds.count("step.tool_started") == 2
     assert kinds.count("step.interrupted") == 1
@@ -746,13 +811,14 @@ def test_a_child_killed_during_a_mutating_call_waits_for_a_person_when_langgraph
 
 @pytest.mark.slow
 def test_a_turn_cut_off_in_a_side_effect_is_not_rerun_and_the_next_turn_waits_for_its_end(
-    tmp_path: Path,
+    database: str, tmp_path: Path
 ) -> None:
+    (tmp_path / "database").write_text(database)  # the children's store
     kill_inside_the_tool(tmp_path, "start", "write_note")
     following = child(tmp_path, "next", "write_note")  # the user moves on: a new turn
     effects = tmp_path / "effects.log"
     assert lines(effects) == ["note hello"]  # the cut-off note never ran again
-    store = agentrt.open_existing(tmp_path / "runs.db", read_only=True)
+    store = agentrt.open_existing(database, read_only=True)
     cut_off = store.get_run(run_id_for("t", "publish"))
     assert cut_off.status == "WAITING_FOR_APPROVAL"  # the takeover paused it for a person
     (approval,) = store.list_approvals(cut_off.id)
@@ -770,7 +836,7 @@ def test_a_turn_cut_off_in_a_side_effect_is_not_rerun_and_the_next_turn_waits_fo
     assert [r.id for r in store.list_runs()] == [cut_off.id]
 
     cmd = [sys.executable, "-m", "agentrt", "reject", cut_off.id, "--db"]
-    cmd += [str(tmp_path / "runs.db"), "--yes", "--by", "operator"]
+    cmd += [database, "--yes", "--by", "operator"]
     rejected = forkserver.run(cmd, preload=PRELOAD, timeout=60)
     assert rejected.returncode == 0, rejected.stderr
     on = child(tmp_path, "continue", "write_note")  # invoke(None): the refused node again
@@ -784,6 +850,7 @@ def test_a_turn_cut_off_in_a_side_effect_is_not_rerun_and_the_next_turn_waits_fo
 # -- the example and the scenario table -------------------------------------------------
 
 
+# SQLite only: the example program keeps its record in a file of its own.
 @pytest.mark.slow
 def test_the_langgraph_example_runs_offline_and_pushes_once_after_a_second_process_approves(
     tmp_path: Path,
@@ -804,6 +871,7 @@ def test_the_langgraph_example_runs_offline_and_pushes_once_after_a_second_proce
     assert (tmp_path / "notes.txt").read_text().splitlines() == ["pushing feature/login"]
 
 
+# SQLite only: the scenario script (benchmarks/adapters/) keeps its records in files of its own.
 @pytest.mark.slow
 # A hang guard, not a speed test: the scenario script starts a dozen fresh interpreters,
 # which on shared cores can outlast the suite's two minutes.
@@ -834,8 +902,9 @@ def test_the_scenario_script_measures_no_unapproved_execution_with_the_gate() ->
 
 @pytest.mark.slow
 def test_an_approved_push_killed_mid_call_asks_the_person_again_and_not_the_old_approval(
-    tmp_path: Path,
+    database: str, tmp_path: Path
 ) -> None:
+    (tmp_path / "database").write_text(database)  # the children's store
     (first,) = child(tmp_path, "start", "push_branch")["interrupts"]
     kill_inside_the_tool(tmp_path, "approve", "push_branch")  # approved, then killed in the push
     effects = tmp_path / "effects.log"
@@ -854,12 +923,13 @@ def test_an_approved_push_killed_mid_call_asks_the_person_again_and_not_the_old_
 
 @pytest.mark.slow
 def test_a_read_only_call_killed_mid_call_simply_runs_again_when_langgraph_resumes(
-    tmp_path: Path,
+    database: str, tmp_path: Path
 ) -> None:
+    (tmp_path / "database").write_text(database)  # the children's store
     kill_inside_the_tool(tmp_path, "start", "read_notes")
     again = child(tmp_path, "continue", "read_notes")
     assert again["interrupts"] == []
     assert again["messages"][-2:] == ["read hello", "all done"]
     assert lines(tmp_path / "effects.log") == ["read hello", "read hello"]
-    store = agentrt.open_existing(tmp_path / "runs.db", read_only=True)
+    store = agentrt.open_existing(database, read_only=True)
     assert [s.status for s in store.list_steps(again["run"][0])] == ["interrupted", "done"]

@@ -8,6 +8,9 @@ the note waits behind the push: nothing runs before the person decides, and
 LangGraph runs the node again on resume, where the push is settled first and
 the note then goes through the Gate. Real graphs, LangChain's fake chat model,
 tools appending a line to a file when they really run, a real store.
+
+Every test that touches a store takes `database` and runs on SQLite and on PostgreSQL
+(issue 21 item 5); the SIGKILLed children open the store named in WORKDIR/database.
 """
 
 from __future__ import annotations
@@ -74,9 +77,11 @@ def recorded(store: Any) -> list[tuple[int, str | None, str]]:
 
 @pytest.mark.parametrize("path", PATHS)
 def test_a_call_beside_one_that_waits_for_a_person_is_held_and_nothing_runs(
-    tmp_path: Path, path: str
+    database: str, tmp_path: Path, path: str
 ) -> None:
-    graph, store, effects = build(tmp_path, [push_then_note(), AIMessage("done")])
+    graph, store, effects = build(
+        tmp_path, [push_then_note(), AIMessage("done")], database=database
+    )
     out = send(graph, GO, path)
     (pending,) = out["__interrupt__"]
     assert (pending.value["tool_call_id"], pending.value["held"]) == ("c1", ["c2"])
@@ -91,9 +96,11 @@ def test_a_call_beside_one_that_waits_for_a_person_is_held_and_nothing_runs(
 
 @pytest.mark.parametrize("path", PATHS)
 def test_after_approval_the_held_call_is_recorded_judged_and_run_once_after_the_push(
-    tmp_path: Path, path: str
+    database: str, tmp_path: Path, path: str
 ) -> None:
-    graph, store, effects = build(tmp_path, [push_then_note(), AIMessage("done")])
+    graph, store, effects = build(
+        tmp_path, [push_then_note(), AIMessage("done")], database=database
+    )
     (pending,) = send(graph, GO, path)["__interrupt__"]
     out = send(graph, Command(resume=approve(pending, by="alice")), path)
     assert "__interrupt__" not in out
@@ -116,9 +123,11 @@ def test_after_approval_the_held_call_is_recorded_judged_and_run_once_after_the_
 
 @pytest.mark.parametrize("path", PATHS)
 def test_after_a_rejection_the_held_call_never_runs_and_the_model_hears_the_run_ended(
-    tmp_path: Path, path: str
+    database: str, tmp_path: Path, path: str
 ) -> None:
-    graph, store, effects = build(tmp_path, [push_then_note(), AIMessage("ok, not pushing")])
+    graph, store, effects = build(
+        tmp_path, [push_then_note(), AIMessage("ok, not pushing")], database=database
+    )
     (pending,) = send(graph, GO, path)["__interrupt__"]
     out = send(graph, Command(resume=reject(pending, by="alice", note="not today")), path)
     assert lines(effects) == []
@@ -140,7 +149,7 @@ def test_after_a_rejection_the_held_call_never_runs_and_the_model_hears_the_run_
 
 @pytest.mark.parametrize("path", PATHS)
 def test_a_held_call_that_needs_a_person_asks_with_its_own_approval_after_the_first_is_decided(
-    tmp_path: Path, path: str
+    database: str, tmp_path: Path, path: str
 ) -> None:
     script = [
         AIMessage(
@@ -153,7 +162,7 @@ def test_a_held_call_that_needs_a_person_asks_with_its_own_approval_after_the_fi
         ),
         AIMessage("done"),
     ]
-    graph, store, effects = build(tmp_path, script)
+    graph, store, effects = build(tmp_path, script, database=database)
     (first,) = send(graph, GO, path)["__interrupt__"]
     assert (first.value["tool_call_id"], first.value["held"]) == ("c1", ["c2", "c3"])
     (second,) = send(graph, Command(resume=approve(first, by="alice")), path)["__interrupt__"]
@@ -174,7 +183,7 @@ def test_a_held_call_that_needs_a_person_asks_with_its_own_approval_after_the_fi
 
 @pytest.mark.slow
 def test_a_call_held_behind_a_note_cut_off_by_a_crash_runs_once_after_a_person_approves(
-    tmp_path: Path,
+    database: str, tmp_path: Path
 ) -> None:
     """[write_note, read_notes] in one message; the child is SIGKILLed inside the note.
 
@@ -182,6 +191,7 @@ def test_a_call_held_behind_a_note_cut_off_by_a_crash_runs_once_after_a_person_a
     with `invoke(None)` pauses on the note's `interrupted_side_effect` with the
     read held; after a person approves, the note runs once more and the read once.
     """
+    (tmp_path / "database").write_text(database)  # the children's store
     kill_inside_the_tool(tmp_path, "start", "note_then_read")
     effects = tmp_path / "effects.log"
     assert lines(effects) == ["note hello"]  # the read was held behind the note
@@ -197,7 +207,7 @@ def test_a_call_held_behind_a_note_cut_off_by_a_crash_runs_once_after_a_person_a
     assert done["interrupts"] == []
     assert done["messages"][-3:] == ["noted hello", "read hello", "all done"]
     assert lines(effects) == ["note hello", "note hello", "read hello"]
-    store = agentrt.open_existing(tmp_path / "runs.db", read_only=True)
+    store = agentrt.open_existing(database, read_only=True)
     steps = store.list_steps(done["run"][0])
     assert [(s.decision and s.decision.reason, str(s.status)) for s in steps] == [
         ("langgraph tool call call-1", "done"),
@@ -207,7 +217,7 @@ def test_a_call_held_behind_a_note_cut_off_by_a_crash_runs_once_after_a_person_a
 
 @pytest.mark.slow
 def test_under_send_a_note_held_behind_a_push_cut_off_by_a_crash_runs_once_after_it(
-    tmp_path: Path,
+    database: str, tmp_path: Path
 ) -> None:
     """The prebuilt agent (each call a `Send` task) in a child process: [push_branch,
     write_note]; the push is approved and the child SIGKILLed inside it.
@@ -217,6 +227,7 @@ def test_under_send_a_note_held_behind_a_push_cut_off_by_a_crash_runs_once_after
     behind it, neither run nor recorded. After a person approves, the push runs once more,
     then the note once, in order.
     """
+    (tmp_path / "database").write_text(database)  # the children's store
     (first,) = child(tmp_path, "start", "push_then_note")["interrupts"]
     assert (first["kind"], first["tool_call_id"], first["held"]) == (
         "remote_mutation",
@@ -235,7 +246,7 @@ def test_under_send_a_note_held_behind_a_push_cut_off_by_a_crash_runs_once_after
     )
     assert value["approval_id"] != first["approval_id"]
     assert lines(effects) == ["push feature/login"]
-    store = agentrt.open_existing(tmp_path / "runs.db", read_only=True)
+    store = agentrt.open_existing(database, read_only=True)
     run_id = again["run"][0]
     assert [(s.decision and s.decision.reason) for s in store.list_steps(run_id)] == [
         "langgraph tool call call-1"
@@ -255,10 +266,12 @@ def test_under_send_a_note_held_behind_a_push_cut_off_by_a_crash_runs_once_after
 
 @pytest.mark.parametrize("path", PATHS)
 def test_a_call_that_fails_before_the_gate_stops_the_calls_behind_it_instead_of_hanging(
-    tmp_path: Path, path: str
+    database: str, tmp_path: Path, path: str
 ) -> None:
     """No thread id: the first call is refused; the second, waiting its turn, stops too."""
-    graph, store, effects = build(tmp_path, [push_then_note(), AIMessage("done")], saver=None)
+    graph, store, effects = build(
+        tmp_path, [push_then_note(), AIMessage("done")], saver=None, database=database
+    )
     outcome: list[BaseException] = []
 
     def invoke() -> None:
@@ -319,7 +332,7 @@ def first_call_late(node: Any) -> dict[str, threading.Event]:
 
 @pytest.mark.parametrize("path", PATHS)
 def test_calls_of_one_message_go_through_in_its_order_when_the_first_reaches_the_hook_late(
-    tmp_path: Path, path: str
+    database: str, tmp_path: Path, path: str
 ) -> None:
     """No Send: the ToolNode's pool (invoke) or tasks (ainvoke) run both calls at once."""
     two_notes = AIMessage(
@@ -339,8 +352,10 @@ def test_calls_of_one_message_go_through_in_its_order_when_the_first_reaches_the
         )
         return nodes[-1]
 
-    store = agentrt.open_store(tmp_path / "runs.db")
-    graph, _, effects = build(tmp_path, [two_notes, AIMessage("done")], node=node)
+    store = agentrt.open_store(database)
+    graph, _, effects = build(
+        tmp_path, [two_notes, AIMessage("done")], node=node, database=database
+    )
     seen = first_call_late(nodes[0])
     out = send(graph, GO, path)
     assert seen["c2 arrived"].is_set() and seen["c2 done"].is_set()
@@ -361,9 +376,11 @@ def test_calls_of_one_message_go_through_in_its_order_when_the_first_reaches_the
 
 @pytest.mark.parametrize("path", PATHS)
 def test_under_send_the_call_beside_one_that_waits_is_held_and_nothing_runs(
-    tmp_path: Path, path: str
+    database: str, tmp_path: Path, path: str
 ) -> None:
-    graph, store, effects = build_prebuilt(tmp_path, [push_then_note(), AIMessage("done")])
+    graph, store, effects = build_prebuilt(
+        tmp_path, [push_then_note(), AIMessage("done")], database=database
+    )
     out = send(graph, GO, path)
     (pending,) = out["__interrupt__"]  # one interrupt: the held task adds none
     assert (pending.value["tool_call_id"], pending.value["held"]) == ("c1", ["c2"])
@@ -382,9 +399,11 @@ def test_under_send_the_call_beside_one_that_waits_is_held_and_nothing_runs(
 
 @pytest.mark.parametrize("path", PATHS)
 def test_under_send_after_approval_both_calls_run_once_in_order_each_its_own_step(
-    tmp_path: Path, path: str
+    database: str, tmp_path: Path, path: str
 ) -> None:
-    graph, store, effects = build_prebuilt(tmp_path, [push_then_note(), AIMessage("done")])
+    graph, store, effects = build_prebuilt(
+        tmp_path, [push_then_note(), AIMessage("done")], database=database
+    )
     (pending,) = send(graph, GO, path)["__interrupt__"]
     out = send(graph, Command(resume=approve(pending, by="alice")), path)
     assert "__interrupt__" not in out
@@ -402,9 +421,11 @@ def test_under_send_after_approval_both_calls_run_once_in_order_each_its_own_ste
 
 
 @pytest.mark.parametrize("path", PATHS)
-def test_under_send_after_a_rejection_the_held_note_never_runs(tmp_path: Path, path: str) -> None:
+def test_under_send_after_a_rejection_the_held_note_never_runs(
+    database: str, tmp_path: Path, path: str
+) -> None:
     graph, store, effects = build_prebuilt(
-        tmp_path, [push_then_note(), AIMessage("ok, not pushing")]
+        tmp_path, [push_then_note(), AIMessage("ok, not pushing")], database=database
     )
     (pending,) = send(graph, GO, path)["__interrupt__"]
     out = send(graph, Command(resume=reject(pending, by="alice", note="not today")), path)
@@ -425,7 +446,7 @@ def test_under_send_after_a_rejection_the_held_note_never_runs(tmp_path: Path, p
 
 @pytest.mark.parametrize("path", PATHS)
 def test_under_send_a_call_that_ran_before_the_waiting_one_is_not_waited_for_on_resume(
-    tmp_path: Path, path: str
+    database: str, tmp_path: Path, path: str
 ) -> None:
     """[note, push, note]: the first note's task finishes (LangGraph keeps its answer and does
     not run it again); on resume the second note waits only for the push."""
@@ -440,7 +461,7 @@ def test_under_send_a_call_that_ran_before_the_waiting_one_is_not_waited_for_on_
         ),
         AIMessage("done"),
     ]
-    graph, store, effects = build_prebuilt(tmp_path, script)
+    graph, store, effects = build_prebuilt(tmp_path, script, database=database)
     (pending,) = send(graph, GO, path)["__interrupt__"]
     assert (pending.value["tool_call_id"], pending.value["held"]) == ("c2", ["c3"])
     assert lines(effects) == ["note before"]
@@ -456,11 +477,11 @@ def test_under_send_a_call_that_ran_before_the_waiting_one_is_not_waited_for_on_
 
 @pytest.mark.parametrize("path", PATHS)
 def test_under_send_a_call_sent_in_a_later_superstep_is_not_waited_for(
-    tmp_path: Path, path: str
+    database: str, tmp_path: Path, path: str
 ) -> None:
     """A graph of its own sends [note c1, note c2] last call first, one superstep each: c2
     does not wait for c1 (not sent in its superstep); each runs once, in the graph's order."""
-    store = agentrt.open_store(tmp_path / "runs.db")
+    store = agentrt.open_store(database)
     effects = tmp_path / "effects.log"
     effects.touch()
     node = gated_tool_node(
@@ -517,11 +538,15 @@ NOTES = AIMessage(
 
 
 def sending(
-    tmp_path: Path, dispatch: Callable[[MessagesState], Any], **nodes: Any
+    tmp_path: Path,
+    dispatch: Callable[[MessagesState], Any],
+    database: str | None = None,
+    **nodes: Any,
 ) -> tuple[Any, agentrt.Store, Path]:
     """A graph of its own: the model answers NOTES then "done"; `dispatch` sends its calls
-    to the gated node "tools" (and to `nodes`); the calls' answers go back to the model."""
-    store = agentrt.open_store(tmp_path / "runs.db")
+    to the gated node "tools" (and to `nodes`); the calls' answers go back to the model.
+    Its store is on `database` when given, else a file in `tmp_path`."""
+    store = agentrt.open_store(database or tmp_path / "runs.db")
     effects = tmp_path / "effects.log"
     effects.touch()
     node = gated_tool_node(
@@ -546,6 +571,7 @@ def sending(
 
 @pytest.mark.timeout(30, method="thread")  # without the fix the graph call waits for good
 def test_under_send_a_call_waiting_for_a_task_langgraph_cancelled_is_held_not_left_blocked(
+    database: str,
     tmp_path: Path,
 ) -> None:
     """A graph of its own sends [note c2, a failing node, a busy node, note c1] on two threads
@@ -585,7 +611,7 @@ def test_under_send_a_call_waiting_for_a_task_langgraph_cancelled_is_held_not_le
             Send("tools", packets[0]),
         ]
 
-    graph, store, effects = sending(tmp_path, dispatch, fail=fail, busy=busy)
+    graph, store, effects = sending(tmp_path, dispatch, fail=fail, busy=busy, database=database)
     config: Any = {**CONFIG, "max_concurrency": 2}
     with pytest.raises(RuntimeError, match="the other node failed"):
         graph.invoke(GO, config)
@@ -604,7 +630,7 @@ def test_under_send_a_call_waiting_for_a_task_langgraph_cancelled_is_held_not_le
 @pytest.mark.timeout(30, method="thread")  # without the bound it waits for good
 @pytest.mark.parametrize("path", PATHS)
 def test_under_send_calls_sent_later_call_first_on_too_few_threads_are_refused_not_hung(
-    tmp_path: Path, path: str
+    database: str, tmp_path: Path, path: str
 ) -> None:
     """A graph of its own sends [note c2, note c1] one task at a time (`max_concurrency=1`):
     c2 takes the only place and waits for c1, whose task cannot start. Refused with
@@ -619,7 +645,7 @@ def test_under_send_calls_sent_later_call_first_on_too_few_threads_are_refused_n
             for c in reversed(NOTES.tool_calls)
         ]
 
-    graph, store, effects = sending(tmp_path, dispatch)
+    graph, store, effects = sending(tmp_path, dispatch, database=database)
     with pytest.raises(agentrt.ConfigError, match="tool call c2 waits for tool call c1"):
         send(graph, GO, path, {**CONFIG, "max_concurrency": 1})
     assert lines(effects) == []

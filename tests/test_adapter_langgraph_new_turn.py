@@ -9,6 +9,9 @@ turn goes on. A new turn that calls no tool is refused the same way at its end
 (`turn_end_node`), and goes on the same way. Real LangGraph graphs driven by
 LangChain's fake chat model, a real store. The crash case (a turn cut off in a side effect) is
 `test_adapter_langgraph.py::test_a_turn_cut_off_in_a_side_effect_is_not_rerun_and_the_next_turn_waits_for_its_end`.
+
+Every test that touches a store takes `database` and runs on SQLite and on PostgreSQL
+(issue 21 item 5).
 """
 
 from __future__ import annotations
@@ -40,14 +43,16 @@ from support.adapters.langgraph_graphs import (
 NEXT = run_id_for("thread-1", "turn-2")
 
 
-def waiting_then_new_turn(tmp_path: Path, path: str) -> tuple[object, agentrt.Store, Path]:
+def waiting_then_new_turn(
+    tmp_path: Path, path: str, database: str | None = None
+) -> tuple[object, agentrt.Store, Path]:
     """Turn 1's push waits for a person; the thread is sent a new message instead."""
     script = [
         AIMessage("", tool_calls=[call("push_branch", "c1", branch="feature/login")]),
         AIMessage("", tool_calls=[call("write_note", "c2", text="n")]),
         AIMessage("noted"),
     ]
-    graph, store, effects = build(tmp_path, script)
+    graph, store, effects = build(tmp_path, script, database=database)
     (pending,) = send(graph, go(), path)["__interrupt__"]
     assert pending.value["run_id"] == RUN
     return graph, store, effects
@@ -62,9 +67,9 @@ def record(store: agentrt.Store) -> tuple[object, ...]:
 
 @pytest.mark.parametrize("path", ["async", "sync"])
 def test_a_new_turn_is_refused_while_the_earlier_turn_waits_for_a_person(
-    tmp_path: Path, path: str
+    database: str, tmp_path: Path, path: str
 ) -> None:
-    graph, store, effects = waiting_then_new_turn(tmp_path, path)
+    graph, store, effects = waiting_then_new_turn(tmp_path, path, database=database)
     before = record(store)
     (approval,) = store.pending_approvals(RUN)
     with pytest.raises(EarlierTurnWaitsError) as refused:
@@ -89,9 +94,9 @@ def test_a_new_turn_is_refused_while_the_earlier_turn_waits_for_a_person(
 
 @pytest.mark.parametrize("path", ["async", "sync"])
 def test_a_new_turn_is_refused_while_the_earlier_turns_approved_call_is_not_carried_out(
-    tmp_path: Path, path: str
+    database: str, tmp_path: Path, path: str
 ) -> None:
-    graph, store, effects = waiting_then_new_turn(tmp_path, path)
+    graph, store, effects = waiting_then_new_turn(tmp_path, path, database=database)
     (approval,) = store.pending_approvals(RUN)
     with pytest.raises(EarlierTurnWaitsError):
         send(graph, go("turn-2", "write a note instead"), path)
@@ -120,9 +125,9 @@ def test_a_new_turn_is_refused_while_the_earlier_turns_approved_call_is_not_carr
 
 @pytest.mark.parametrize("path", ["async", "sync"])
 def test_after_the_earlier_turn_is_rejected_the_new_turn_goes_on_and_runs_its_call_once(
-    tmp_path: Path, path: str
+    database: str, tmp_path: Path, path: str
 ) -> None:
-    graph, store, effects = waiting_then_new_turn(tmp_path, path)
+    graph, store, effects = waiting_then_new_turn(tmp_path, path, database=database)
     (approval,) = store.pending_approvals(RUN)
     with pytest.raises(EarlierTurnWaitsError):
         send(graph, go("turn-2", "write a note instead"), path)
@@ -145,7 +150,9 @@ def test_after_the_earlier_turn_is_rejected_the_new_turn_goes_on_and_runs_its_ca
 # -- a new turn that calls no tool: its end (`turn_end_node`) is refused the same way --
 
 
-def answer_while_waiting(tmp_path: Path, path: str) -> tuple[object, agentrt.Store, Path]:
+def answer_while_waiting(
+    tmp_path: Path, path: str, database: str | None = None
+) -> tuple[object, agentrt.Store, Path]:
     """Turn 1's push waits for a person; turn 2's model answers with no tool call.
 
     (The prebuilt agent never gets this far: it refuses a new message while a
@@ -155,7 +162,7 @@ def answer_while_waiting(tmp_path: Path, path: str) -> tuple[object, agentrt.Sto
         AIMessage("", tool_calls=[call("push_branch", "c1", branch="feature/login")]),
         AIMessage("fine, no push"),
     ]
-    graph, store, effects, _ = build_ending(tmp_path, script)
+    graph, store, effects, _ = build_ending(tmp_path, script, database=database)
     (pending,) = send(graph, go(), path)["__interrupt__"]
     assert pending.value["run_id"] == RUN
     return graph, store, effects
@@ -177,9 +184,9 @@ def end_refusal(approval: agentrt.Approval) -> str:
 @pytest.mark.parametrize("ending", ["reject", "cancel"])
 @pytest.mark.parametrize("path", ["async", "sync"])
 def test_a_new_turn_that_calls_no_tool_cannot_end_while_the_earlier_turn_waits(
-    tmp_path: Path, path: str, ending: str
+    database: str, tmp_path: Path, path: str, ending: str
 ) -> None:
-    graph, store, effects = answer_while_waiting(tmp_path, path)
+    graph, store, effects = answer_while_waiting(tmp_path, path, database=database)
     (approval,) = store.pending_approvals(RUN)
     before = record(store)
     with pytest.raises(EarlierTurnWaitsError) as refused:

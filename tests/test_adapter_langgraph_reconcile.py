@@ -10,6 +10,9 @@ the adapter's `Gate.attach` takes the run over, which asks the tool's
 reconciliation (the path a SIGKILLed worker's successor takes from `attach`,
 tests/test_adapter_langgraph.py's kill tests); one test SIGKILLs a child process
 mid-charge. Decision 0091.
+
+Every test takes `any_store` or `database` and runs on SQLite and on PostgreSQL (issue
+21 item 5); the SIGKILLed child opens the store by its name (`config.json`).
 """
 
 from __future__ import annotations
@@ -116,8 +119,9 @@ def tool_messages(out: dict[str, Any]) -> list[tuple[str, str, Any]]:
 
 
 def test_found_completes_the_cut_off_call_with_the_recovered_result_and_asks_nobody(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
 ) -> None:
+    store = any_store
     found = agentrt.Reconciled.found("charged 5 (found by ch_1)", detail="ch_1 found")
     charges, out = cut_off_then_resume(store, found)
     step = charge_step(store)
@@ -146,8 +150,9 @@ def test_found_completes_the_cut_off_call_with_the_recovered_result_and_asks_nob
 
 
 def test_safe_to_repeat_runs_the_same_request_again_on_the_same_step_with_the_same_id(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
 ) -> None:
+    store = any_store
     vouched = agentrt.Reconciled.not_found("no ch_1", safe_to_repeat=True)
     charges, out = cut_off_then_resume(store, vouched)
     step = charge_step(store)
@@ -177,8 +182,9 @@ def test_safe_to_repeat_runs_the_same_request_again_on_the_same_step_with_the_sa
     ids=["not_found", "unknown", "raising"],
 )
 def test_not_found_unknown_or_a_raising_reconcile_waits_for_a_person_with_the_answer_shown(
-    store: agentrt.Store, answer: Any, said: str, error: str
+    any_store: agentrt.Store, answer: Any, said: str, error: str
 ) -> None:
+    store = any_store
     charges, out = cut_off_then_resume(store, answer)
     (shown,) = [i.value for i in out["__interrupt__"]]
     assert (shown["kind"], shown["tool_call_id"]) == ("interrupted_side_effect", "c1")
@@ -201,9 +207,10 @@ def test_not_found_unknown_or_a_raising_reconcile_waits_for_a_person_with_the_an
 
 
 def test_each_step_hands_its_own_operation_id_to_a_blocking_framework_tool(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
 ) -> None:
     """The blocking path (`invoke`, a plain-function tool on agentrt's own thread)."""
+    store = any_store
     charges = Charges(None)
 
     @tool
@@ -226,11 +233,12 @@ def test_each_step_hands_its_own_operation_id_to_a_blocking_framework_tool(
 
 
 def test_a_plain_function_tool_under_ainvoke_gets_its_calls_id_and_langgraphs_config(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
 ) -> None:
     """A blocking tool on the async path (LangChain runs it on a worker thread) that also
     takes LangGraph's injected `RunnableConfig`: each call of one message sees its own
     step's operation id, and the config (injected and `get_config()`) is the graph's."""
+    store = any_store
     charges = Charges(None)
 
     @tool
@@ -257,14 +265,15 @@ def test_a_plain_function_tool_under_ainvoke_gets_its_calls_id_and_langgraphs_co
 @pytest.mark.slow
 @pytest.mark.parametrize("terminal", [False, True], ids=["tool", "terminal_tool"])
 def test_a_charge_cut_off_by_sigkill_is_settled_by_the_tools_reconciliation(
-    tmp_path: Path, terminal: bool
+    database: str, tmp_path: Path, terminal: bool
 ) -> None:
     """A real SIGKILL mid-charge; LangGraph's `invoke(None, config)` in a new process goes on.
 
     The takeover finds the step still `executing`; for a terminal tool the found answer
     also completes the run, and the call still gets the recovered result."""
     run_id = run_id_for("t", "pay")
-    (tmp_path / "config.json").write_text(json.dumps({"run_id": run_id, "terminal": terminal}))
+    config = {"run_id": run_id, "terminal": terminal, "database": database}
+    (tmp_path / "config.json").write_text(json.dumps(config))
     argv = [sys.executable, str(CHILD), str(tmp_path), "langgraph"]
     proc = forkserver.server(*PRELOAD).spawn(argv, cwd=ROOT, capture=True)
     deadline = time.monotonic() + 60
@@ -277,7 +286,7 @@ def test_a_charge_cut_off_by_sigkill_is_settled_by_the_tools_reconciliation(
     assert proc.returncode == -signal.SIGKILL
     done = forkserver.run(argv, preload=PRELOAD, timeout=120, cwd=ROOT)
     assert done.returncode == 0, done.stderr
-    with agentrt.open_store(tmp_path / "runs.db") as store:
+    with agentrt.open_store(database) as store:
         (step,) = store.list_steps(run_id)
         op = agentrt.operation_id(run_id, step.id)
         assert (tmp_path / "charges.log").read_text().splitlines() == [op]  # charged once
@@ -301,12 +310,13 @@ def test_a_charge_cut_off_by_sigkill_is_settled_by_the_tools_reconciliation(
 
 
 def test_another_call_while_a_vouched_rerun_waits_is_answered_not_run_and_not_recorded(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
 ) -> None:
     """The turn goes on past the cut-off call (its ToolMessage written by the consumer): a
     later call of the turn is answered `Not run` (an error ToolMessage), nothing of it
     recorded or run, and the cut-off step is left `interrupted` with the lease let go
     (decision 0091: the next takeover asks the reconciliation again)."""
+    store = any_store
     charges = Charges(agentrt.Reconciled.not_found("no ch_1", safe_to_repeat=True))
 
     @tool

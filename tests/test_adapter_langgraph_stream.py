@@ -6,6 +6,9 @@ is recorded; a call needing a person shows up in the stream as LangGraph's own
 approved call once. Both stream modes a chat application uses ("updates",
 "values"), on the blocking and async paths. Real graphs, LangChain's fake chat
 model, tools appending a line to a file when they really run, a real store.
+
+Every test that touches a store takes `database` and runs on SQLite and on PostgreSQL
+(issue 21 item 5).
 """
 
 from __future__ import annotations
@@ -65,10 +68,12 @@ def streamed_tool_messages(chunks: list[Any], mode: str) -> list[tuple[str, str,
 
 @pytest.mark.parametrize(("mode", "path"), CASES)
 def test_a_streamed_allowed_call_runs_once_and_is_recorded(
-    tmp_path: Path, mode: str, path: str
+    database: str, tmp_path: Path, mode: str, path: str
 ) -> None:
     graph, store, effects = build(
-        tmp_path, [AIMessage("", tool_calls=[call("lookup", "c1", q="x")]), AIMessage("done")]
+        tmp_path,
+        [AIMessage("", tool_calls=[call("lookup", "c1", q="x")]), AIMessage("done")],
+        database=database,
     )
     chunks = stream(graph, GO, mode, path)
     assert streamed_tool_messages(chunks, mode) == [("c1", "success", "found x")]
@@ -84,9 +89,9 @@ def test_a_streamed_allowed_call_runs_once_and_is_recorded(
 
 @pytest.mark.parametrize(("mode", "path"), CASES)
 def test_a_streamed_approval_is_langgraphs_interrupt_and_a_streamed_resume_runs_it_once(
-    tmp_path: Path, mode: str, path: str
+    database: str, tmp_path: Path, mode: str, path: str
 ) -> None:
-    graph, store, effects = build(tmp_path, push_script())
+    graph, store, effects = build(tmp_path, push_script(), database=database)
     (pending,) = interrupts(stream(graph, GO, mode, path))
     (approval,) = store.pending_approvals(RUN)
     assert pending.value["type"] == "agentrt.approval"
@@ -104,7 +109,7 @@ def test_a_streamed_approval_is_langgraphs_interrupt_and_a_streamed_resume_runs_
 
 @pytest.mark.parametrize("path", ["async", "blocking"])
 def test_a_streamed_turn_holds_the_call_beside_the_push_and_its_end_completes_the_run(
-    tmp_path: Path, path: str
+    database: str, tmp_path: Path, path: str
 ) -> None:
     script = [
         AIMessage(
@@ -116,7 +121,7 @@ def test_a_streamed_turn_holds_the_call_beside_the_push_and_its_end_completes_th
         ),
         AIMessage("pushed and noted"),
     ]
-    graph, store, effects, _ = build_ending(tmp_path, script)
+    graph, store, effects, _ = build_ending(tmp_path, script, database=database)
     (pending,) = interrupts(stream(graph, GO, "updates", path))
     assert pending.value["held"] == ["c2"]
     assert lines(effects) == [] and len(store.list_steps(RUN)) == 1
@@ -134,7 +139,7 @@ def test_a_streamed_turn_holds_the_call_beside_the_push_and_its_end_completes_th
 
 @pytest.mark.parametrize(("mode", "path"), CASES)
 def test_the_prebuilt_agent_streamed_holds_the_sent_note_behind_the_push_with_one_interrupt(
-    tmp_path: Path, mode: str, path: str
+    database: str, tmp_path: Path, mode: str, path: str
 ) -> None:
     """`create_react_agent` sends each call as a task of its own: the held task adds no
     interrupt of its own to the stream, and one streamed resume runs both calls once."""
@@ -148,7 +153,7 @@ def test_the_prebuilt_agent_streamed_holds_the_sent_note_behind_the_push_with_on
         ),
         AIMessage("pushed and noted"),
     ]
-    graph, store, effects = build_prebuilt(tmp_path, script)
+    graph, store, effects = build_prebuilt(tmp_path, script, database=database)
     (pending,) = interrupts(stream(graph, GO, mode, path))
     assert (pending.value["tool_call_id"], pending.value["held"]) == ("c1", ["c2"])
     assert lines(effects) == [] and len(store.list_steps(RUN)) == 1

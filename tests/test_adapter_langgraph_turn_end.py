@@ -8,6 +8,9 @@ or a turn that called no tool writes nothing; a run that waits for a person, is
 leased by a live process or was cut off in a side effect is never completed.
 Real graphs and checkpointers, LangChain's fake chat model, real tools, a real
 store, a real child process for the crash.
+
+Every test that touches a store takes `database` and runs on SQLite and on PostgreSQL
+(issue 21 item 5); the SIGKILLed child opens the store named in WORKDIR/database.
 """
 
 from __future__ import annotations
@@ -63,10 +66,10 @@ def kinds(store: agentrt.Store, run_id: str) -> list[str | None]:
 
 @pytest.mark.parametrize("path", PATHS)
 def test_the_models_final_answer_completes_the_turns_run_with_the_answer_as_its_result(
-    tmp_path: Path, path: str
+    database: str, tmp_path: Path, path: str
 ) -> None:
     script = [AIMessage("", tool_calls=[call("lookup", "c1", q="x")]), AIMessage("x is found")]
-    graph, store, effects, _ = build_ending(tmp_path, script)
+    graph, store, effects, _ = build_ending(tmp_path, script, database=database)
     out = send(graph, go(), path)
     assert out["messages"][-1].content == "x is found"
     assert lines(effects) == ["lookup x"]
@@ -106,7 +109,7 @@ def test_the_models_final_answer_completes_the_turns_run_with_the_answer_as_its_
 
 @pytest.mark.parametrize("path", PATHS)
 def test_two_turns_of_a_thread_are_each_completed_when_the_model_answers(
-    tmp_path: Path, path: str
+    database: str, tmp_path: Path, path: str
 ) -> None:
     script = [
         AIMessage("", tool_calls=[call("lookup", "c1", q="x")]),
@@ -114,7 +117,7 @@ def test_two_turns_of_a_thread_are_each_completed_when_the_model_answers(
         AIMessage("", tool_calls=[call("write_note", "c2", text="x")]),
         AIMessage("noted"),
     ]
-    graph, store, effects, _ = build_ending(tmp_path, script)
+    graph, store, effects, _ = build_ending(tmp_path, script, database=database)
     send(graph, go("day-1"), path)
     first = run_id_for("thread-1", "day-1")
     assert store.get_run(first).status == "COMPLETED"  # before the next turn began
@@ -131,38 +134,38 @@ def test_two_turns_of_a_thread_are_each_completed_when_the_model_answers(
 
 @pytest.mark.parametrize("path", PATHS)
 def test_a_turn_that_called_no_tool_has_no_run_and_nothing_is_written(
-    tmp_path: Path, path: str
+    database: str, tmp_path: Path, path: str
 ) -> None:
-    graph, store, _, _ = build_ending(tmp_path, [AIMessage("hello")])
-    before = snapshot(tmp_path / "runs.db")
+    graph, store, _, _ = build_ending(tmp_path, [AIMessage("hello")], database=database)
+    before = snapshot(database)
     out = send(graph, go(text="hi"), path)
     assert out["messages"][-1].content == "hello"
     assert store.list_runs() == []
-    assert snapshot(tmp_path / "runs.db") == before
+    assert snapshot(database) == before
 
 
 @pytest.mark.parametrize("path", PATHS)
 def test_the_end_node_run_again_from_an_earlier_checkpoint_writes_nothing(
-    tmp_path: Path, path: str
+    database: str, tmp_path: Path, path: str
 ) -> None:
     script = [AIMessage("", tool_calls=[call("lookup", "c1", q="x")]), AIMessage("x is found")]
-    graph, store, effects, _ = build_ending(tmp_path, script)
+    graph, store, effects, _ = build_ending(tmp_path, script, database=database)
     send(graph, go(), path)
-    completed = snapshot(tmp_path / "runs.db")
+    completed = snapshot(database)
     # LangGraph's own replay: go on again from the checkpoint taken before the end node
     # ran, as a process that died after the node wrote and before LangGraph saved it would.
     (before_end,) = [s for s in graph.get_state_history(CONFIG) if s.next == ("agentrt_end",)]
     out = send(graph, None, path, before_end.config)
     assert out["messages"][-1].content == "x is found"
-    assert snapshot(tmp_path / "runs.db") == completed
+    assert snapshot(database) == completed
     # Another process (another gate, another lease owner) ending the same turn: nothing.
-    _, _, _, other = build_ending(tmp_path, script)
+    _, _, _, other = build_ending(tmp_path, script, database=database)
     values = graph.get_state(CONFIG).values
     if path == "async":
         asyncio.run(turn_end_node(other).ainvoke(values, CONFIG))
     else:
         turn_end_node(other).invoke(values, CONFIG)
-    assert snapshot(tmp_path / "runs.db") == completed
+    assert snapshot(database) == completed
     assert lines(effects) == ["lookup x"]
     assert kinds(store, RUN) == ["tool_call", "complete"]
 
@@ -173,28 +176,29 @@ def final_state(*messages: Any) -> dict[str, Any]:
 
 @pytest.mark.parametrize("path", PATHS)
 def test_a_run_that_waits_for_a_person_is_not_completed_by_the_end_node(
-    tmp_path: Path, path: str
+    database: str, tmp_path: Path, path: str
 ) -> None:
     script = [AIMessage("", tool_calls=[call("push_branch", "c1", branch="main")])]
-    graph, store, effects, tools_node = build_ending(tmp_path, script)
+    graph, store, effects, tools_node = build_ending(tmp_path, script, database=database)
     (pending,) = send(graph, go(), path)["__interrupt__"]
-    before = snapshot(tmp_path / "runs.db")
+    before = snapshot(database)
     end = turn_end_node(tools_node)
     state = final_state(*graph.get_state(CONFIG).values["messages"][1:], AIMessage("gave up"))
     if path == "async":
         assert asyncio.run(end.ainvoke(state, CONFIG)) == {}
     else:
         assert end.invoke(state, CONFIG) == {}
-    assert snapshot(tmp_path / "runs.db") == before
+    assert snapshot(database) == before
     assert store.get_run(RUN).status == "WAITING_FOR_APPROVAL"
     assert pending.value["status"] == "pending" and lines(effects) == []
 
 
 def test_a_run_leased_by_a_live_process_is_not_completed_until_it_lets_go(
+    database: str,
     tmp_path: Path,
 ) -> None:
     script = [AIMessage("", tool_calls=[call("lookup", "c1", q="x")]), AIMessage("x is found")]
-    _, store, _, tools_node = build_ending(tmp_path, script)
+    _, store, _, tools_node = build_ending(tmp_path, script, database=database)
     end = turn_end_node(tools_node)
     state = final_state(
         AIMessage("", tool_calls=[call("lookup", "c1", q="x")], id="ai-1"),
@@ -202,7 +206,7 @@ def test_a_run_leased_by_a_live_process_is_not_completed_until_it_lets_go(
         AIMessage("x is found", id="ai-2"),
     )
     # The turn's run, begun by a gated node whose graph has no end node: RUNNING, no lease.
-    plain, _, _ = build(tmp_path, script)
+    plain, _, _ = build(tmp_path, script, database=database)
     ask(plain)
     assert store.get_run(RUN).status == "RUNNING"
     # Another worker holds the run's lease (its session is live).
@@ -214,10 +218,10 @@ def test_a_run_leased_by_a_live_process_is_not_completed_until_it_lets_go(
     )
     session, verdict = other.agentrt_gate.gate.attach_sync(RUN)
     assert verdict is None
-    before = snapshot(tmp_path / "runs.db")
+    before = snapshot(database)
     assert end.invoke(state, CONFIG) == {}
     assert store.get_run(RUN).status == "RUNNING"
-    assert snapshot(tmp_path / "runs.db") == before
+    assert snapshot(database) == before
     session.close_sync()
     end.invoke(state, CONFIG)
     assert store.get_run(RUN).status == "COMPLETED"
@@ -226,10 +230,11 @@ def test_a_run_leased_by_a_live_process_is_not_completed_until_it_lets_go(
 
 @pytest.mark.slow
 def test_a_turn_cut_off_in_a_side_effect_is_left_for_a_person_and_never_completed(
-    tmp_path: Path,
+    database: str, tmp_path: Path
 ) -> None:
+    (tmp_path / "database").write_text(database)  # the children's store
     kill_inside_the_tool(tmp_path, "start", "write_note")
-    store = agentrt.open_store(tmp_path / "runs.db")
+    store = agentrt.open_store(database)
     tools_node = gated_tool_node(
         make_tools(tmp_path / "effects.log"),
         store=store,
@@ -260,13 +265,13 @@ def test_the_end_node_is_made_only_from_a_gated_tool_node(tmp_path: Path) -> Non
 
 @pytest.mark.parametrize("path", PATHS)
 def test_the_prebuilt_react_agent_completes_the_turn_through_its_post_model_hook(
-    tmp_path: Path, path: str
+    database: str, tmp_path: Path, path: str
 ) -> None:
     from langgraph.prebuilt import create_react_agent
 
     effects = tmp_path / "effects.log"
     effects.touch()
-    store = agentrt.open_store(tmp_path / "runs.db")
+    store = agentrt.open_store(database)
     tools_node = gated_tool_node(
         make_tools(effects), store=store, policy=agentrt.default_policy(), classifications=CLASSES
     )
@@ -298,11 +303,14 @@ def test_the_prebuilt_react_agent_completes_the_turn_through_its_post_model_hook
 
 
 def test_a_turn_that_made_max_steps_calls_ends_failed_at_its_end_as_a_drivers_run_does(
+    database: str,
     tmp_path: Path,
 ) -> None:
     """`complete` is a step: it counts against `Limits.max_steps` (decision 0053)."""
     script = [AIMessage("", tool_calls=[call("lookup", "c1", q="x")]), AIMessage("x is found")]
-    graph, store, effects, _ = build_ending(tmp_path, script, limits=agentrt.Limits(max_steps=1))
+    graph, store, effects, _ = build_ending(
+        tmp_path, script, limits=agentrt.Limits(max_steps=1), database=database
+    )
     out = send(graph, go(), "async")
     assert out["messages"][-1].content == "x is found"
     assert lines(effects) == ["lookup x"]

@@ -2,6 +2,11 @@
 
 Driven by the real `openai-agents` package and its own `agents.testing.ScriptedModel`
 (no network); real tools, a real store, real child processes killed with SIGKILL.
+
+Every test that touches a store takes `any_store` or `database` and runs on SQLite and on
+PostgreSQL (issue 21 item 5); the child processes and the `agentrt` command get the store
+by its name, and only the example and the scenario script, each with files of its own,
+stay on SQLite.
 """
 
 from __future__ import annotations
@@ -159,8 +164,9 @@ def outputs(result: Any) -> list[Any]:
 
 @sync
 async def test_an_allowed_call_is_recorded_verbatim_runs_once_and_the_run_completes_with_the_output(
-    store: agentrt.Store, clock: FakeClock, ids: Ids
+    any_store: agentrt.Store, clock: FakeClock, ids: Ids
 ) -> None:
+    store = any_store
     remote = Remote()
     script = [
         [function_call("list_branches", "{ }", call_id="call-1")],
@@ -191,8 +197,9 @@ async def test_an_allowed_call_is_recorded_verbatim_runs_once_and_the_run_comple
 
 @sync
 async def test_a_denied_call_comes_back_to_the_model_as_the_tools_error_and_never_runs(
-    store: agentrt.Store, clock: FakeClock, ids: Ids
+    any_store: agentrt.Store, clock: FakeClock, ids: Ids
 ) -> None:
+    store = any_store
     remote = Remote()
     script = [
         [function_call("delete_branch", {"branch": "main"}, call_id="call-1")],
@@ -239,7 +246,7 @@ async def test_a_denied_call_comes_back_to_the_model_as_the_tools_error_and_neve
 )
 @sync
 async def test_arguments_that_fail_the_schema_are_recorded_and_come_back_as_invalid_decision(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
     clock: FakeClock,
     ids: Ids,
     arguments: str,
@@ -247,6 +254,7 @@ async def test_arguments_that_fail_the_schema_are_recorded_and_come_back_as_inva
     recorded_args: Any,
     invalid_args: str | None,
 ) -> None:
+    store = any_store
     remote = Remote()
     script = [
         [function_call("push_branch", arguments, call_id="call-1")],
@@ -266,10 +274,11 @@ async def test_arguments_that_fail_the_schema_are_recorded_and_come_back_as_inva
 
 @sync
 async def test_arguments_that_are_not_json_are_recorded_as_text_and_never_run(
-    store: agentrt.Store, clock: FakeClock, ids: Ids
+    any_store: agentrt.Store, clock: FakeClock, ids: Ids
 ) -> None:
     # The SDK itself holds a call whose arguments are not a JSON object for a
     # person before any policy is asked; approved, agentrt refuses it.
+    store = any_store
     remote = Remote()
     script = [
         [function_call("push_branch", "{not json", call_id="call-1")],
@@ -292,8 +301,9 @@ async def test_arguments_that_are_not_json_are_recorded_as_text_and_never_run(
 
 
 def test_an_unclassified_tool_is_refused_at_start_up_and_nothing_is_written(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
 ) -> None:
+    store = any_store
     remote = Remote()
     agent = Agent(name="publisher", model=ScriptedModel([]), tools=remote.tools)
     partial = {"list_branches": CLASSES["list_branches"]}
@@ -302,7 +312,10 @@ def test_an_unclassified_tool_is_refused_at_start_up_and_nothing_is_written(
     assert store.list_runs() == []
 
 
-def test_a_tool_the_gate_cannot_stand_behind_is_refused_at_start_up(store: agentrt.Store) -> None:
+def test_a_tool_the_gate_cannot_stand_behind_is_refused_at_start_up(
+    any_store: agentrt.Store,
+) -> None:
+    store = any_store
     agent = Agent(name="searcher", model=ScriptedModel([]), tools=[WebSearchTool()])
     with pytest.raises(agentrt.ConfigError, match="only function tools can be gated"):
         gate_agent(agent, store=store, policy=agentrt.default_policy(), classifications={})
@@ -314,8 +327,9 @@ def test_a_tool_the_gate_cannot_stand_behind_is_refused_at_start_up(store: agent
 
 @sync
 async def test_a_limit_ends_the_framework_run_with_gate_run_ended_and_the_call_never_runs(
-    store: agentrt.Store, clock: FakeClock, ids: Ids
+    any_store: agentrt.Store, clock: FakeClock, ids: Ids
 ) -> None:
+    store = any_store
     remote = Remote()
     script = [
         [function_call("list_branches", {}, call_id="call-1")],
@@ -336,8 +350,9 @@ async def test_a_limit_ends_the_framework_run_with_gate_run_ended_and_the_call_n
 
 @sync
 async def test_state_approve_is_decided_by_hash_and_an_edited_run_state_is_refused(
-    store: agentrt.Store, clock: FakeClock, ids: Ids
+    any_store: agentrt.Store, clock: FakeClock, ids: Ids
 ) -> None:
+    store = any_store
     remote = Remote()
     script = [[function_call("push_branch", {"branch": "feature/login"}, call_id="call-1")]]
     gated, _ = gated_agent(store, remote, script, clock, ids)
@@ -358,8 +373,9 @@ async def test_state_approve_is_decided_by_hash_and_an_edited_run_state_is_refus
 
 @sync
 async def test_an_approval_through_agentrt_does_not_carry_over_to_an_edited_run_state(
-    store: agentrt.Store, clock: FakeClock, ids: Ids
+    any_store: agentrt.Store, clock: FakeClock, ids: Ids
 ) -> None:
+    store = any_store
     remote = Remote()
     script = [
         [function_call("push_branch", {"branch": "feature/login"}, call_id="call-1")],
@@ -410,8 +426,9 @@ async def test_gated_approve_decides_the_agentrt_approval_by_the_hash_of_what_th
 
 @sync
 async def test_gated_reject_cancels_the_run_and_the_model_is_told(
-    store: agentrt.Store, clock: FakeClock, ids: Ids
+    any_store: agentrt.Store, clock: FakeClock, ids: Ids
 ) -> None:
+    store = any_store
     remote = Remote()
     script = [
         [function_call("push_branch", {"branch": "feature/login"}, call_id="call-1")],
@@ -432,8 +449,9 @@ async def test_gated_reject_cancels_the_run_and_the_model_is_told(
 
 @sync
 async def test_state_reject_is_carried_into_agentrt_and_ends_the_run_while_the_model_is_told(
-    store: agentrt.Store, clock: FakeClock, ids: Ids
+    any_store: agentrt.Store, clock: FakeClock, ids: Ids
 ) -> None:
+    store = any_store
     remote = Remote()
     script = [
         [function_call("push_branch", {"branch": "feature/login"}, call_id="call-1")],
@@ -455,8 +473,9 @@ async def test_state_reject_is_carried_into_agentrt_and_ends_the_run_while_the_m
 
 @sync
 async def test_calls_of_one_model_response_are_judged_and_run_one_at_a_time_in_order(
-    store: agentrt.Store, clock: FakeClock, ids: Ids
+    any_store: agentrt.Store, clock: FakeClock, ids: Ids
 ) -> None:
+    store = any_store
     remote = Remote()
     script = [
         [
@@ -511,8 +530,9 @@ def calls(store: agentrt.Store, run_id: str) -> list[tuple[str, str]]:
 
 @sync
 async def test_a_call_made_beside_one_that_waits_for_a_person_is_held_and_nothing_runs(
-    store: agentrt.Store, clock: FakeClock, ids: Ids
+    any_store: agentrt.Store, clock: FakeClock, ids: Ids
 ) -> None:
+    store = any_store
     remote = Remote()
     gated, _ = gated_agent(store, remote, HELD_SCRIPT, clock, ids)
 
@@ -534,8 +554,9 @@ async def test_a_call_made_beside_one_that_waits_for_a_person_is_held_and_nothin
 
 @sync
 async def test_after_state_approve_of_both_the_waiting_call_runs_first_then_the_held_one_each_once(
-    store: agentrt.Store, clock: FakeClock, ids: Ids
+    any_store: agentrt.Store, clock: FakeClock, ids: Ids
 ) -> None:
+    store = any_store
     remote = Remote()
     gated, _ = gated_agent(store, remote, HELD_SCRIPT, clock, ids)
     first = await gated.run_agent("publish and note it")
@@ -563,8 +584,9 @@ async def test_after_state_approve_of_both_the_waiting_call_runs_first_then_the_
 
 @sync
 async def test_gated_approve_of_the_waiting_call_lets_the_sdk_go_on_with_the_held_one(
-    store: agentrt.Store, clock: FakeClock, ids: Ids
+    any_store: agentrt.Store, clock: FakeClock, ids: Ids
 ) -> None:
+    store = any_store
     remote = Remote()
     gated, _ = gated_agent(store, remote, HELD_SCRIPT, clock, ids)
     first = await gated.run_agent("publish and note it")
@@ -584,8 +606,9 @@ async def test_gated_approve_of_the_waiting_call_lets_the_sdk_go_on_with_the_hel
 @pytest.mark.parametrize("how", ["gated.reject", "agentrt reject", "state.reject"])
 @sync
 async def test_after_the_waiting_call_is_rejected_the_held_call_never_runs(
-    store: agentrt.Store, clock: FakeClock, ids: Ids, how: str
+    any_store: agentrt.Store, clock: FakeClock, ids: Ids, how: str
 ) -> None:
+    store = any_store
     remote = Remote()
     script = [HELD_SCRIPT[0], [assistant_message("nothing was done")]]
     gated, _ = gated_agent(store, remote, script, clock, ids)
@@ -625,8 +648,9 @@ async def test_after_the_waiting_call_is_rejected_the_held_call_never_runs(
 
 @sync
 async def test_a_held_call_the_policy_sends_to_a_person_gets_its_own_approval_and_runs_once(
-    store: agentrt.Store, clock: FakeClock, ids: Ids
+    any_store: agentrt.Store, clock: FakeClock, ids: Ids
 ) -> None:
+    store = any_store
     remote = Remote()
     script = [
         [
@@ -680,8 +704,9 @@ async def test_a_held_call_the_policy_sends_to_a_person_gets_its_own_approval_an
 
 @sync
 async def test_a_held_call_the_person_rejects_the_sdk_way_never_runs_and_is_not_recorded(
-    store: agentrt.Store, clock: FakeClock, ids: Ids
+    any_store: agentrt.Store, clock: FakeClock, ids: Ids
 ) -> None:
+    store = any_store
     remote = Remote()
     script = [HELD_SCRIPT[0], [assistant_message("published, no note")]]
     gated, _ = gated_agent(store, remote, script, clock, ids)
@@ -700,7 +725,8 @@ async def test_a_held_call_the_person_rejects_the_sdk_way_never_runs_and_is_not_
     assert (gated.run.status, gated.run.reason) == ("COMPLETED", "goal_completed")
 
 
-def test_a_tool_input_guardrail_is_refused_at_start_up(store: agentrt.Store) -> None:
+def test_a_tool_input_guardrail_is_refused_at_start_up(any_store: agentrt.Store) -> None:
+    store = any_store
     from agents import ToolGuardrailFunctionOutput, tool_input_guardrail
 
     @tool_input_guardrail
@@ -741,8 +767,9 @@ def publisher(
 
 @sync
 async def test_one_gated_agent_built_once_serves_two_framework_runs_each_its_own_agentrt_run(
-    store: agentrt.Store, clock: FakeClock, ids: Ids
+    any_store: agentrt.Store, clock: FakeClock, ids: Ids
 ) -> None:
+    store = any_store
     remote = Remote()
     script = [
         [function_call("list_branches", {}, call_id="call-1")],
@@ -767,8 +794,9 @@ async def test_one_gated_agent_built_once_serves_two_framework_runs_each_its_own
 
 @sync
 async def test_a_framework_run_of_the_agent_that_names_no_run_is_refused_before_the_model_is_asked(
-    store: agentrt.Store, clock: FakeClock, ids: Ids
+    any_store: agentrt.Store, clock: FakeClock, ids: Ids
 ) -> None:
+    store = any_store
     remote = Remote()
     model = ScriptedModel([[function_call("list_branches", {}, call_id="call-1")]])
     agent = Agent(name="publisher", model=model, tools=remote.tools)
@@ -783,8 +811,9 @@ async def test_a_framework_run_of_the_agent_that_names_no_run_is_refused_before_
 
 
 def test_a_resume_naming_a_run_the_store_never_recorded_is_refused_and_starts_nothing(
-    store: agentrt.Store, clock: FakeClock, ids: Ids
+    any_store: agentrt.Store, clock: FakeClock, ids: Ids
 ) -> None:
+    store = any_store
     gated = publisher(store, Remote(), [], clock, ids)
 
     with pytest.raises(RunMismatchError, match="never recorded in this store"):
@@ -797,8 +826,9 @@ def test_a_resume_naming_a_run_the_store_never_recorded_is_refused_and_starts_no
 
 @sync
 async def test_a_new_run_naming_a_run_that_exists_is_refused(
-    store: agentrt.Store, clock: FakeClock, ids: Ids
+    any_store: agentrt.Store, clock: FakeClock, ids: Ids
 ) -> None:
+    store = any_store
     script = [[function_call("list_branches", {}, call_id="call-1")], [assistant_message("ok")]]
     gated = publisher(store, Remote(), script, clock, ids)
     run = gated.new_run("ab" * 16)
@@ -810,8 +840,9 @@ async def test_a_new_run_naming_a_run_that_exists_is_refused(
 
 @sync
 async def test_load_state_refuses_a_state_whose_calls_the_named_run_never_recorded(
-    store: agentrt.Store, clock: FakeClock, ids: Ids
+    any_store: agentrt.Store, clock: FakeClock, ids: Ids
 ) -> None:
+    store = any_store
     remote = Remote()
     script = [
         [function_call("push_branch", {"branch": "feature/login"}, call_id="call-push")],
@@ -835,8 +866,9 @@ async def test_load_state_refuses_a_state_whose_calls_the_named_run_never_record
 
 @sync
 async def test_a_call_approved_in_a_state_the_named_run_never_recorded_is_refused_and_never_runs(
-    store: agentrt.Store, clock: FakeClock, ids: Ids
+    any_store: agentrt.Store, clock: FakeClock, ids: Ids
 ) -> None:
+    store = any_store
     remote = Remote()
     script = [
         [function_call("push_branch", {"branch": "feature/login"}, call_id="call-push")],
@@ -863,8 +895,9 @@ async def test_a_call_approved_in_a_state_the_named_run_never_recorded_is_refuse
 
 @sync
 async def test_a_framework_run_stopped_by_max_turns_fails_the_agentrt_run_and_lets_go_of_it(
-    store: agentrt.Store, clock: FakeClock, ids: Ids
+    any_store: agentrt.Store, clock: FakeClock, ids: Ids
 ) -> None:
+    store = any_store
     remote = Remote()
     script = [
         [function_call("list_branches", {}, call_id="call-1")],
@@ -907,8 +940,9 @@ async def consume(result: Any) -> list[str]:
 
 @sync
 async def test_a_streamed_run_records_an_allowed_call_runs_it_once_and_completes_at_the_end(
-    store: agentrt.Store, clock: FakeClock, ids: Ids
+    any_store: agentrt.Store, clock: FakeClock, ids: Ids
 ) -> None:
+    store = any_store
     remote = Remote()
     script = [
         [function_call("list_branches", "{ }", call_id="call-1")],
@@ -940,8 +974,9 @@ async def test_a_streamed_run_records_an_allowed_call_runs_it_once_and_completes
 
 @sync
 async def test_a_streamed_run_ends_with_the_interruption_and_resumes_from_its_state(
-    store: agentrt.Store, clock: FakeClock, ids: Ids
+    any_store: agentrt.Store, clock: FakeClock, ids: Ids
 ) -> None:
+    store = any_store
     remote = Remote()
     script = [
         [function_call("push_branch", {"branch": "feature/login"}, call_id="call-1")],
@@ -973,8 +1008,9 @@ async def test_a_streamed_run_ends_with_the_interruption_and_resumes_from_its_st
 
 @sync
 async def test_a_streamed_run_resumes_from_the_streamed_results_own_state(
-    store: agentrt.Store, clock: FakeClock, ids: Ids
+    any_store: agentrt.Store, clock: FakeClock, ids: Ids
 ) -> None:
+    store = any_store
     remote = Remote()
     script = [
         [function_call("push_branch", {"branch": "feature/login"}, call_id="call-1")],
@@ -996,8 +1032,9 @@ async def test_a_streamed_run_resumes_from_the_streamed_results_own_state(
 
 @sync
 async def test_a_streamed_run_cancelled_mid_call_is_left_as_a_crash_leaves_it(
-    store: agentrt.Store, clock: FakeClock, ids: Ids
+    any_store: agentrt.Store, clock: FakeClock, ids: Ids
 ) -> None:
+    store = any_store
     started = asyncio.Event()
     pushed: list[str] = []
 
@@ -1063,8 +1100,9 @@ async def test_a_streamed_run_cancelled_mid_call_is_left_as_a_crash_leaves_it(
 
 @sync
 async def test_a_streamed_run_that_raises_fails_the_agentrt_run_and_lets_go_of_it(
-    store: agentrt.Store, clock: FakeClock, ids: Ids
+    any_store: agentrt.Store, clock: FakeClock, ids: Ids
 ) -> None:
+    store = any_store
     remote = Remote()
     script = [
         [function_call("list_branches", {}, call_id="call-1")],
@@ -1097,8 +1135,9 @@ async def test_a_streamed_run_that_raises_fails_the_agentrt_run_and_lets_go_of_i
 
 
 def test_runner_run_sync_and_run_agent_sync_go_through_the_gate(
-    store: agentrt.Store, clock: FakeClock, ids: Ids
+    any_store: agentrt.Store, clock: FakeClock, ids: Ids
 ) -> None:
+    store = any_store
     remote = Remote()
     script = [
         [function_call("list_branches", {}, call_id="call-1")],
@@ -1156,8 +1195,9 @@ def spawn_child(*args: str) -> forkserver.Child:
 RUN_ID = "0a" * 16
 
 
-def start_in_a_child(tmp_path: Path) -> tuple[str, str]:
-    db, work = str(tmp_path / "runs.db"), str(tmp_path)
+def start_in_a_child(tmp_path: Path, database: str | None = None) -> tuple[str, str]:
+    """Start the run in a child, its store `database` (else a file in `tmp_path`)."""
+    db, work = database or str(tmp_path / "runs.db"), str(tmp_path)
     out = child("start", db, work, RUN_ID)
     assert out["interruptions"] == [
         {"tool": "push_branch", "call_id": "call-push", "arguments": '{"branch":"feature/login"}'}
@@ -1171,16 +1211,17 @@ def pushes(tmp_path: Path) -> list[str]:
 
 
 def test_a_remote_change_approved_with_state_approve_in_a_second_process_runs_once(
+    database: str,
     tmp_path: Path,
 ) -> None:
-    db, work = start_in_a_child(tmp_path)
+    db, work = start_in_a_child(tmp_path, database=database)
     assert pushes(tmp_path) == []
 
     out = child("resume", db, work, RUN_ID, "from_json", "--approve")
 
     assert out == {"final_output": "feature/login is published", "interruptions": []}
     assert pushes(tmp_path) == ["feature/login"]
-    store = agentrt.open_existing(tmp_path / "runs.db", read_only=True)
+    store = agentrt.open_existing(database, read_only=True)
     (approval,) = store.list_approvals(RUN_ID, cap=None)
     assert (approval.status, approval.decided_by) == ("approved", "openai-agents state.approve")
     assert store.get_run(RUN_ID).status == "COMPLETED"
@@ -1188,9 +1229,10 @@ def test_a_remote_change_approved_with_state_approve_in_a_second_process_runs_on
 
 
 def test_a_remote_change_approved_with_the_agentrt_command_resumes_through_load_state(
+    database: str,
     tmp_path: Path,
 ) -> None:
-    db, work = start_in_a_child(tmp_path)
+    db, work = start_in_a_child(tmp_path, database=database)
     agentrt_approve(db)
     assert pushes(tmp_path) == []
 
@@ -1198,14 +1240,14 @@ def test_a_remote_change_approved_with_the_agentrt_command_resumes_through_load_
 
     assert out == {"final_output": "feature/login is published", "interruptions": []}
     assert pushes(tmp_path) == ["feature/login"]
-    store = agentrt.open_existing(tmp_path / "runs.db", read_only=True)
+    store = agentrt.open_existing(database, read_only=True)
     (approval,) = store.list_approvals(RUN_ID, cap=None)
     assert (approval.status, approval.decided_by) == ("approved", "alice")
 
 
-def kill_a_child_inside_the_push(tmp_path: Path) -> tuple[str, str]:
+def kill_a_child_inside_the_push(tmp_path: Path, database: str | None = None) -> tuple[str, str]:
     """A child approves the push from the saved state and is SIGKILLed inside it."""
-    db, work = start_in_a_child(tmp_path)
+    db, work = start_in_a_child(tmp_path, database)
     (tmp_path / "hang").write_text("")
     proc = spawn_child("resume", db, work, RUN_ID, "from_json", "--approve")
     deadline = time.monotonic() + 60
@@ -1219,9 +1261,10 @@ def kill_a_child_inside_the_push(tmp_path: Path) -> tuple[str, str]:
 
 
 def test_a_call_sigkilled_mid_execution_is_not_run_again_by_the_sdks_resume_until_a_person_approves(
+    database: str,
     tmp_path: Path,
 ) -> None:
-    db, work = kill_a_child_inside_the_push(tmp_path)
+    db, work = kill_a_child_inside_the_push(tmp_path, database=database)
     assert pushes(tmp_path) == ["feature/login"]
 
     # The SDK's own resume path, as the program would do it again: the run state
@@ -1236,7 +1279,7 @@ def test_a_call_sigkilled_mid_execution_is_not_run_again_by_the_sdks_resume_unti
         {"tool": "push_branch", "call_id": "call-push", "arguments": '{"branch":"feature/login"}'}
     ]
     assert pushes(tmp_path) == ["feature/login"]
-    store = agentrt.open_existing(tmp_path / "runs.db", read_only=True)
+    store = agentrt.open_existing(database, read_only=True)
     (pending,) = store.pending_approvals(RUN_ID, cap=None)
     assert pending.kind == "interrupted_side_effect"
     assert "step.interrupted" in event_types(store, RUN_ID)
@@ -1245,15 +1288,16 @@ def test_a_call_sigkilled_mid_execution_is_not_run_again_by_the_sdks_resume_unti
     out = child("resume", db, work, RUN_ID, "load_state")
     assert out == {"final_output": "feature/login is published", "interruptions": []}
     assert pushes(tmp_path) == ["feature/login", "feature/login"]
-    store = agentrt.open_existing(tmp_path / "runs.db", read_only=True)
+    store = agentrt.open_existing(database, read_only=True)
     assert store.get_run(RUN_ID).status == "COMPLETED"
     assert store.verify_events().intact
 
 
 def test_a_resume_after_a_crash_naming_another_run_is_refused_and_starts_no_run(
+    database: str,
     tmp_path: Path,
 ) -> None:
-    db, work = kill_a_child_inside_the_push(tmp_path)
+    db, work = kill_a_child_inside_the_push(tmp_path, database=database)
 
     other = "cd" * 16
     for how in ("from_json", "load_state"):
@@ -1262,21 +1306,22 @@ def test_a_resume_after_a_crash_naming_another_run_is_refused_and_starts_no_run(
         assert out["message"].startswith(f"agentrt run {other} was never recorded in this store")
 
     assert pushes(tmp_path) == ["feature/login"]
-    store = agentrt.open_existing(tmp_path / "runs.db", read_only=True)
+    store = agentrt.open_existing(database, read_only=True)
     assert [r.id for r in store.list_runs(cap=None)] == [RUN_ID]
     assert store.get_run(RUN_ID).status == "RUNNING"  # still the crashed run, for its owner
 
 
 def test_after_a_crash_a_fresh_framework_run_in_a_new_process_is_refused_and_the_saved_state_runs(
+    database: str,
     tmp_path: Path,
 ) -> None:
-    db, work = kill_a_child_inside_the_push(tmp_path)
+    db, work = kill_a_child_inside_the_push(tmp_path, database=database)
     assert pushes(tmp_path) == ["feature/login"]
 
     # A new process starts a framework run of the same agentrt run with a new
     # input: the takeover pauses the cut-off push, and the framework run is refused.
     out = child("fresh", db, work, RUN_ID)
-    store = agentrt.open_existing(tmp_path / "runs.db", read_only=True)
+    store = agentrt.open_existing(database, read_only=True)
     (waiting,) = store.pending_approvals(RUN_ID, cap=None)
     assert waiting.kind == "interrupted_side_effect"
     call = "call 'call-push' of 'push_branch'"
@@ -1306,6 +1351,7 @@ def test_after_a_crash_a_fresh_framework_run_in_a_new_process_is_refused_and_the
 # -- the example and the scenario table -------------------------------------------
 
 
+# SQLite only: the example program keeps its record in a file of its own.
 @pytest.mark.timeout(300)
 def test_the_example_denies_the_delete_and_pushes_once_after_a_second_process_approves(
     tmp_path: Path,
@@ -1329,6 +1375,7 @@ def test_the_example_denies_the_delete_and_pushes_once_after_a_second_process_ap
     assert lines[-1].endswith("events, intact")
 
 
+# SQLite only: the scenario script (benchmarks/adapters/) keeps its records in files of its own.
 @pytest.mark.timeout(600)
 def test_the_scenario_script_shows_no_unapproved_re_execution_and_the_tamper_refused() -> None:
     script = ROOT / "benchmarks" / "adapters" / "openai_agents_scenarios.py"
@@ -1362,9 +1409,10 @@ def test_the_scenario_script_shows_no_unapproved_re_execution_and_the_tamper_ref
 
 
 def test_a_call_the_sdk_issues_again_after_a_crash_past_its_outcome_gets_the_recorded_result(
+    database: str,
     tmp_path: Path,
 ) -> None:
-    db, work = start_in_a_child(tmp_path)
+    db, work = start_in_a_child(tmp_path, database=database)
     proc = spawn_child("resume", db, work, RUN_ID, "from_json", "--approve", "--hang-model")
     deadline = time.monotonic() + 60
     while not (tmp_path / "model-started").exists():
@@ -1379,21 +1427,22 @@ def test_a_call_the_sdk_issues_again_after_a_crash_past_its_outcome_gets_the_rec
 
     assert out == {"final_output": "feature/login is published", "interruptions": []}
     assert pushes(tmp_path) == ["feature/login"]
-    store = agentrt.open_existing(tmp_path / "runs.db", read_only=True)
+    store = agentrt.open_existing(database, read_only=True)
     assert event_types(store, RUN_ID).count("step.tool_started") == 1
     assert store.get_run(RUN_ID).status == "COMPLETED"
 
 
 def test_a_held_call_runs_once_after_the_waiting_one_when_a_second_process_resumes_it(
+    database: str,
     tmp_path: Path,
 ) -> None:
-    db, work = str(tmp_path / "runs.db"), str(tmp_path)
+    db, work = str(database), str(tmp_path)
     out = child("start", db, work, RUN_ID, "--held")
     assert [(i["tool"], i["call_id"]) for i in out["interruptions"]] == [
         ("push_branch", "call-push"),
         ("write_note", "call-note"),
     ]
-    store = agentrt.open_existing(tmp_path / "runs.db", read_only=True)
+    store = agentrt.open_existing(database, read_only=True)
     assert calls(store, RUN_ID) == [("awaiting_approval", "openai-agents call_id call-push")]
     agentrt_approve(db)
     assert pushes(tmp_path) == [] and not (tmp_path / "notes.log").exists()
@@ -1403,7 +1452,7 @@ def test_a_held_call_runs_once_after_the_waiting_one_when_a_second_process_resum
     assert out == {"final_output": "feature/login is published", "interruptions": []}
     assert pushes(tmp_path) == ["feature/login"]
     assert (tmp_path / "notes.log").read_text().splitlines() == ["login pushed"]
-    store = agentrt.open_existing(tmp_path / "runs.db", read_only=True)
+    store = agentrt.open_existing(database, read_only=True)
     assert calls(store, RUN_ID) == [
         ("done", "openai-agents call_id call-push"),
         ("done", "openai-agents held call_id call-note"),
@@ -1414,9 +1463,10 @@ def test_a_held_call_runs_once_after_the_waiting_one_when_a_second_process_resum
 
 
 def test_a_held_call_approved_with_state_approve_in_a_second_process_runs_after_the_push(
+    database: str,
     tmp_path: Path,
 ) -> None:
-    db, work = str(tmp_path / "runs.db"), str(tmp_path)
+    db, work = str(database), str(tmp_path)
     child("start", db, work, RUN_ID, "--held")
 
     out = child("resume", db, work, RUN_ID, "from_json", "--approve")
@@ -1424,7 +1474,7 @@ def test_a_held_call_approved_with_state_approve_in_a_second_process_runs_after_
     assert out == {"final_output": "feature/login is published", "interruptions": []}
     assert pushes(tmp_path) == ["feature/login"]
     assert (tmp_path / "notes.log").read_text().splitlines() == ["login pushed"]
-    store = agentrt.open_existing(tmp_path / "runs.db", read_only=True)
+    store = agentrt.open_existing(database, read_only=True)
     assert [s for s, _ in calls(store, RUN_ID)] == ["done", "done"]
     assert store.get_run(RUN_ID).status == "COMPLETED"
 
@@ -1463,8 +1513,9 @@ def wipe_agent(
 
 @sync
 async def test_a_tools_own_needs_approval_asks_a_person_through_agentrt_though_the_policy_allows(
-    store: agentrt.Store, clock: FakeClock, ids: Ids
+    any_store: agentrt.Store, clock: FakeClock, ids: Ids
 ) -> None:
+    store = any_store
     script = [
         [function_call("wipe_cache", {"path": "/var/cache"}, call_id="call-wipe")],
         [assistant_message("wiped")],
@@ -1503,8 +1554,9 @@ async def test_a_tools_own_needs_approval_asks_a_person_through_agentrt_though_t
 
 @sync
 async def test_a_tools_callable_needs_approval_asks_a_person_only_for_the_calls_it_names(
-    store: agentrt.Store, clock: FakeClock, ids: Ids
+    any_store: agentrt.Store, clock: FakeClock, ids: Ids
 ) -> None:
+    store = any_store
     asked: list[tuple[dict[str, Any], str]] = []
 
     async def only_the_root(context: Any, params: dict[str, Any], call_id: str) -> bool:
@@ -1538,8 +1590,9 @@ async def test_a_tools_callable_needs_approval_asks_a_person_only_for_the_calls_
 
 @sync
 async def test_a_tools_own_needs_approval_never_overrides_a_policy_denial(
-    store: agentrt.Store, clock: FakeClock, ids: Ids
+    any_store: agentrt.Store, clock: FakeClock, ids: Ids
 ) -> None:
+    store = any_store
     script = [
         [function_call("wipe_cache", {"path": "/"}, call_id="call-wipe")],
         [assistant_message("denied")],
@@ -1553,8 +1606,9 @@ async def test_a_tools_own_needs_approval_never_overrides_a_policy_denial(
 
 
 def test_an_agent_offered_as_a_tool_is_refused_at_start_up_and_nothing_is_written(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
 ) -> None:
+    store = any_store
     remote = Remote()
     inner = Agent(name="janitor", model=ScriptedModel([]), tools=remote.tools)
     outer = Agent(
@@ -1604,8 +1658,9 @@ class FailingAgentStart(AgentHooks[Any]):
 @pytest.mark.parametrize("whose", ["the run's", "the agent's"])
 @sync
 async def test_a_hook_that_raises_before_an_allowed_call_fails_the_run_and_nothing_ran(
-    store: agentrt.Store, clock: FakeClock, ids: Ids, whose: str
+    any_store: agentrt.Store, clock: FakeClock, ids: Ids, whose: str
 ) -> None:
+    store = any_store
     remote = Remote()
     script = [
         [function_call("write_note", {"text": "a"}, call_id="call-a")],
@@ -1647,8 +1702,9 @@ async def test_a_hook_that_raises_before_an_allowed_call_fails_the_run_and_nothi
 
 @sync
 async def test_a_direct_runner_run_whose_hook_raised_goes_on_when_run_again_on_the_same_run(
-    store: agentrt.Store, clock: FakeClock, ids: Ids
+    any_store: agentrt.Store, clock: FakeClock, ids: Ids
 ) -> None:
+    store = any_store
     remote = Remote()
     script = [
         [function_call("write_note", {"text": "a"}, call_id="call-a")],
@@ -1675,10 +1731,11 @@ async def test_a_direct_runner_run_whose_hook_raised_goes_on_when_run_again_on_t
 
 @sync
 async def test_a_run_whose_only_call_the_sdk_held_for_unusable_arguments_can_be_resumed_by_its_id(
-    store: agentrt.Store, clock: FakeClock, ids: Ids
+    any_store: agentrt.Store, clock: FakeClock, ids: Ids
 ) -> None:
     # The SDK holds `[1, 2]` for a person before any tool hook runs; the run it
     # names must still exist, or `resume(run_id)` would refuse the saved state.
+    store = any_store
     remote = Remote()
     script = [
         [function_call("write_note", "[1, 2]", call_id="call-1")],
@@ -1721,11 +1778,12 @@ class FailingSecondStart(RunHooks[Any]):
 
 @sync
 async def test_a_call_id_reused_for_other_arguments_in_a_later_framework_run_is_refused(
-    store: agentrt.Store, clock: FakeClock, ids: Ids
+    any_store: agentrt.Store, clock: FakeClock, ids: Ids
 ) -> None:
     # The SDK refuses a reused id within its own history; a later framework run
     # of the same agentrt run starts a new history, and a model that numbers
     # its calls from zero again reuses `call_0` for another call.
+    store = any_store
     remote = Remote()
     script = [
         [function_call("write_note", {"text": "a"}, call_id="call_0")],
@@ -1758,9 +1816,10 @@ class Stop(BaseException):
 
 @sync
 async def test_a_tool_that_raises_a_base_exception_records_it_as_its_outcome_once(
-    store: agentrt.Store, clock: FakeClock, ids: Ids
+    any_store: agentrt.Store, clock: FakeClock, ids: Ids
 ) -> None:
     # As for any agentrt tool (decision 0017): the call's outcome, not the program's end.
+    store = any_store
     raised: list[str] = []
 
     @function_tool
@@ -1796,8 +1855,9 @@ async def test_a_tool_that_raises_a_base_exception_records_it_as_its_outcome_onc
 
 @sync
 async def test_a_held_call_sent_to_a_person_names_its_approval_and_hash_and_resumes_via_approve(
-    store: agentrt.Store, clock: FakeClock, ids: Ids
+    any_store: agentrt.Store, clock: FakeClock, ids: Ids
 ) -> None:
+    store = any_store
     remote = Remote()
     script = [
         [
@@ -1898,10 +1958,11 @@ async def cancel_mid_call(run: GatedRun, input: Any, started: asyncio.Event) -> 
 
 @sync
 async def test_a_fresh_framework_run_while_a_call_cut_off_mid_way_waits_is_refused_before_the_model(
-    store: agentrt.Store, clock: FakeClock, ids: Ids
+    any_store: agentrt.Store, clock: FakeClock, ids: Ids
 ) -> None:
     # A note the policy allows is cut off mid-call by a cancel: no run state was
     # ever saved, so only agentrt's record holds the call.
+    store = any_store
     done: list[str] = []
     started = asyncio.Event()
     model = ScriptedModel(
@@ -1978,10 +2039,11 @@ async def test_a_fresh_framework_run_while_a_call_cut_off_mid_way_waits_is_refus
 
 @sync
 async def test_the_saved_state_that_holds_the_waiting_call_still_resumes_after_a_fresh_run_refused(
-    store: agentrt.Store, clock: FakeClock, ids: Ids
+    any_store: agentrt.Store, clock: FakeClock, ids: Ids
 ) -> None:
     # The push waits for a person; the program saves the state, the push is
     # approved, and the framework run that runs it is cut off mid-call.
+    store = any_store
     pushed: list[str] = []
     started = asyncio.Event()
     model = ScriptedModel(
@@ -2052,11 +2114,12 @@ async def test_the_saved_state_that_holds_the_waiting_call_still_resumes_after_a
 
 @sync
 async def test_a_call_of_another_tool_under_the_recorded_call_id_and_arguments_is_refused(
-    store: agentrt.Store, clock: FakeClock, ids: Ids
+    any_store: agentrt.Store, clock: FakeClock, ids: Ids
 ) -> None:
     """The check before an allowed call runs compares the tool too, not only the call id and
     the arguments. (The SDK refuses a call id reused for another invocation on its own; this
     is agentrt's check behind it, for a state forged past the SDK's.)"""
+    store = any_store
     from agentrt.adapters.openai_agents._gated import _Judged
 
     gated, _ = gated_agent(store, Remote(), [], clock, ids)

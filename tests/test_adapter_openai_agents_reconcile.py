@@ -9,6 +9,9 @@ adapter's in-process crash (a framework run cancelled mid-call: the step
 uses). The next framework run resumes the saved state; its `load_state` takes
 the run over, which asks the tool's reconciliation. One test SIGKILLs a child
 process mid-charge. Decision 0091.
+
+Every test takes `any_store` or `database` and runs on SQLite and on PostgreSQL (issue
+21 item 5); the SIGKILLed child opens the store by its name (`config.json`).
 """
 
 from __future__ import annotations
@@ -124,8 +127,9 @@ def charge_step(store: agentrt.Store, run_id: str) -> agentrt.Step:
 
 
 def test_found_completes_the_cut_off_call_with_the_recovered_result_and_asks_nobody(
-    store: agentrt.Store, clock: FakeClock, ids: Ids
+    any_store: agentrt.Store, clock: FakeClock, ids: Ids
 ) -> None:
+    store = any_store
     found = agentrt.Reconciled.found({"charged": 5, "recovered": True}, detail="ch_1 found")
     charges, run_id, result, _ = asyncio.run(cut_off_then_resume(store, clock, ids, found))
     assert result.final_output == "paid"
@@ -157,10 +161,11 @@ def test_found_completes_the_cut_off_call_with_the_recovered_result_and_asks_nob
 
 
 def test_found_for_a_terminal_tool_gives_the_sdk_the_recovered_result(
-    store: agentrt.Store, clock: FakeClock, ids: Ids
+    any_store: agentrt.Store, clock: FakeClock, ids: Ids
 ) -> None:
     """A terminal tool's found call completes the run in the takeover (decision 0067); the
     SDK's call from the saved state still gets the recovered result, not the run's end."""
+    store = any_store
     charges = Charges(agentrt.Reconciled.found({"charged": 5, "recovered": True}))
 
     @function_tool
@@ -203,8 +208,9 @@ def test_found_for_a_terminal_tool_gives_the_sdk_the_recovered_result(
 
 
 def test_safe_to_repeat_runs_the_same_request_again_on_the_same_step_with_the_same_id(
-    store: agentrt.Store, clock: FakeClock, ids: Ids
+    any_store: agentrt.Store, clock: FakeClock, ids: Ids
 ) -> None:
+    store = any_store
     vouched = agentrt.Reconciled.not_found("no ch_1", safe_to_repeat=True)
     charges, run_id, result, _ = asyncio.run(cut_off_then_resume(store, clock, ids, vouched))
     assert result.final_output == "paid"
@@ -237,8 +243,9 @@ def test_safe_to_repeat_runs_the_same_request_again_on_the_same_step_with_the_sa
     ids=["not_found", "unknown", "raising"],
 )
 def test_not_found_unknown_or_a_raising_reconcile_waits_for_a_person_with_the_answer_shown(
-    store: agentrt.Store, clock: FakeClock, ids: Ids, answer: Any, said: str, error: str
+    any_store: agentrt.Store, clock: FakeClock, ids: Ids, answer: Any, said: str, error: str
 ) -> None:
+    store = any_store
     charges, run_id, result, again = asyncio.run(cut_off_then_resume(store, clock, ids, answer))
     assert [i.call_id for i in result.interruptions] == ["c1"]
     step = charge_step(store, run_id)
@@ -255,9 +262,10 @@ def test_not_found_unknown_or_a_raising_reconcile_waits_for_a_person_with_the_an
 
 
 def test_a_fresh_framework_run_while_a_vouched_rerun_waits_is_refused_before_the_model(
-    store: agentrt.Store, clock: FakeClock, ids: Ids
+    any_store: agentrt.Store, clock: FakeClock, ids: Ids
 ) -> None:
     """A re-run vouched for waits on its call: a framework run not holding it cannot run it."""
+    store = any_store
     charges = Charges(agentrt.Reconciled.not_found("no ch_1", safe_to_repeat=True))
     gated_agent = gated(store, charges, SCRIPT + SCRIPT, clock, ids, AskFirst())
 
@@ -285,11 +293,12 @@ def test_a_fresh_framework_run_while_a_vouched_rerun_waits_is_refused_before_the
 
 
 def test_another_call_while_a_vouched_rerun_waits_is_refused_and_nothing_of_it_recorded(
-    store: agentrt.Store, clock: FakeClock, ids: Ids
+    any_store: agentrt.Store, clock: FakeClock, ids: Ids
 ) -> None:
     """The resumed state holds the vouched call but the SDK does not run it (the consumer
     rejected it in the state): the model's next call is refused (`RequestChangedError`),
     not recorded or run, and the cut-off step is left `interrupted`, the lease let go."""
+    store = any_store
     charges = Charges(agentrt.Reconciled.not_found("no ch_1", safe_to_repeat=True))
     script = [*SCRIPT[:1], [function_call("charge", {"amount": 9}, call_id="c2")], *SCRIPT[1:]]
     gated_agent = gated(store, charges, script, clock, ids, AskFirst())
@@ -313,8 +322,9 @@ def test_another_call_while_a_vouched_rerun_waits_is_refused_and_nothing_of_it_r
 
 
 def test_each_step_hands_its_own_operation_id_to_the_framework_tool(
-    store: agentrt.Store, clock: FakeClock, ids: Ids
+    any_store: agentrt.Store, clock: FakeClock, ids: Ids
 ) -> None:
+    store = any_store
     charges = Charges(None)
     charges.hang_first = False
     script: list[Any] = [
@@ -331,10 +341,11 @@ def test_each_step_hands_its_own_operation_id_to_the_framework_tool(
 
 
 def test_a_plain_function_tool_gets_each_calls_own_operation_id_on_its_worker_thread(
-    store: agentrt.Store, clock: FakeClock, ids: Ids
+    any_store: agentrt.Store, clock: FakeClock, ids: Ids
 ) -> None:
     """A blocking tool (the SDK runs it on a worker thread), two calls in one response,
     which the SDK starts as concurrent tasks."""
+    store = any_store
     seen: list[tuple[str, bool]] = []
 
     @function_tool
@@ -369,11 +380,11 @@ def test_a_plain_function_tool_gets_each_calls_own_operation_id_on_its_worker_th
 
 @pytest.mark.slow
 def test_a_charge_cut_off_by_sigkill_is_settled_by_the_tools_reconciliation(
-    tmp_path: Path,
+    database: str, tmp_path: Path
 ) -> None:
     """A real SIGKILL mid-charge; the next process resumes the saved RunState."""
     run_id = "0" * 31 + "9"
-    (tmp_path / "config.json").write_text(json.dumps({"run_id": run_id}))
+    (tmp_path / "config.json").write_text(json.dumps({"run_id": run_id, "database": database}))
     argv = [sys.executable, str(CHILD), str(tmp_path), "openai_agents"]
     preload = ("agents", "agentrt.adapters.openai_agents")
     proc = forkserver.server(*preload).spawn(argv, cwd=ROOT, capture=True)
@@ -387,7 +398,7 @@ def test_a_charge_cut_off_by_sigkill_is_settled_by_the_tools_reconciliation(
     assert proc.returncode == -signal.SIGKILL
     done = forkserver.run(argv, preload=preload, timeout=120, cwd=ROOT)
     assert done.returncode == 0, done.stderr
-    with agentrt.open_store(tmp_path / "runs.db") as store:
+    with agentrt.open_store(database) as store:
         step = charge_step(store, run_id)
         op = agentrt.operation_id(run_id, step.id)
         assert (tmp_path / "charges.log").read_text().splitlines() == [op]  # charged once

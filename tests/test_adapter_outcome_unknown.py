@@ -11,6 +11,8 @@ fake chat model) meets the same tool: the gated node asks the person with
 The OpenAI Agents SDK passes the exception on only from a tool declared with
 `failure_error_function=None`: the run then waits; by default the SDK turns
 it into the tool's text result before agentrt sees it (a limit the SDK sets).
+
+Every test runs on SQLite and on PostgreSQL (`any_store`, `database`; issue 21 item 5).
 """
 
 from __future__ import annotations
@@ -61,8 +63,9 @@ def script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
 
 
 def test_a_pydantic_ai_tool_saying_outcome_unknown_waits_for_a_person_and_runs_once_approved(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
 ) -> None:
+    store = any_store
     lines: list[str] = []
     gate = AgentrtGate(
         store=store,
@@ -114,6 +117,7 @@ def test_a_pydantic_ai_tool_saying_outcome_unknown_waits_for_a_person_and_runs_o
 
 
 def test_a_langgraph_tool_saying_outcome_unknown_is_asked_with_interrupt_and_runs_once_approved(
+    database: str,
     tmp_path: Path,
 ) -> None:
     lines: list[str] = []
@@ -129,13 +133,13 @@ def test_a_langgraph_tool_saying_outcome_unknown_is_asked_with_interrupt_and_run
     def node(_: Any) -> Any:
         return gated_tool_node(
             [append],
-            store=agentrt.open_store(tmp_path / "runs.db"),
+            store=agentrt.open_store(database),
             policy=agentrt.default_policy(),
             classifications={"append": Classification("local_mutation", timeout=5)},
         )
 
     script = [AIMessage("", tool_calls=[call("append", "c1", entry="rent")]), AIMessage("done")]
-    graph, store, _ = build(tmp_path, script, node=node)
+    graph, store, _ = build(tmp_path, script, node=node, database=database)
     out = ask(graph)
     (pending,) = out["__interrupt__"]
     value = pending.value
@@ -203,8 +207,9 @@ def sdk_run(store: agentrt.Store, raise_errors: bool) -> tuple[Any, list[str]]:
 
 
 def test_an_agents_sdk_tool_that_lets_outcome_unknown_raise_waits_for_a_person(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
 ) -> None:
+    store = any_store
     raised, lines = sdk_run(store, raise_errors=True)
     assert isinstance(raised, UserError) and LOST in str(raised)
     assert lines == ["rent"]
@@ -218,9 +223,10 @@ def test_an_agents_sdk_tool_that_lets_outcome_unknown_raise_waits_for_a_person(
 
 
 def test_an_agents_sdk_tool_whose_error_the_sdk_turns_into_its_result_never_reaches_agentrt(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
 ) -> None:
     """The limit: the SDK's default `failure_error_function` answers the model itself."""
+    store = any_store
     result, lines = sdk_run(store, raise_errors=False)
     assert result.final_output == "done" and lines == ["rent"]
     assert store.get_run("f" * 32).status == "COMPLETED"

@@ -4,6 +4,11 @@ The agent is Pydantic AI's own, driven by its `FunctionModel` playing a script
 (tests/support/adapters/pydantic_ai_child.py); the tools append a line to a
 file when they act, so the lines are the executions. Child processes run the
 same program, started, resumed, approved from another process and SIGKILLed.
+
+Every test that touches a store takes `database` and runs on SQLite and on PostgreSQL
+(issue 21 item 5); the child processes and the `agentrt` command get the store by its
+name (the child's config.json), and only the example and the scenario script, each
+with files of its own, stay on SQLite.
 """
 
 from __future__ import annotations
@@ -95,9 +100,10 @@ def run_script(
 
 
 def test_allowed_calls_run_once_each_and_the_output_completes_the_run(
+    database: str,
     tmp_path: Path,
 ) -> None:
-    store, heard, result = run_script(tmp_path, "allow")
+    store, heard, result = run_script(tmp_path, "allow", database=database)
     assert result.output == "done"
     assert effects(tmp_path) == ["write_note hello"]
     assert heard == [
@@ -120,9 +126,10 @@ def test_allowed_calls_run_once_each_and_the_output_completes_the_run(
 
 
 def test_a_denied_call_never_runs_and_the_model_sees_the_frameworks_tool_failure(
+    database: str,
     tmp_path: Path,
 ) -> None:
-    store, heard, result = run_script(tmp_path, "deny")
+    store, heard, result = run_script(tmp_path, "deny", database=database)
     assert result.output == "gave up"
     assert effects(tmp_path) == []
     assert heard == ["ToolReturnPart:failed:destructive tools are denied by the default policy"]
@@ -133,9 +140,10 @@ def test_a_denied_call_never_runs_and_the_model_sees_the_frameworks_tool_failure
 
 
 def test_schema_invalid_args_are_recorded_verbatim_and_sent_back_as_a_retry(
+    database: str,
     tmp_path: Path,
 ) -> None:
-    store, heard, result = run_script(tmp_path, "invalid")
+    store, heard, result = run_script(tmp_path, "invalid", database=database)
     assert result.output == "done"
     assert effects(tmp_path) == ["write_note fixed"]
     assert heard[0] == (
@@ -149,9 +157,10 @@ def test_schema_invalid_args_are_recorded_verbatim_and_sent_back_as_a_retry(
 
 
 def test_args_that_are_not_json_are_recorded_as_sent_and_sent_back_as_a_retry(
+    database: str,
     tmp_path: Path,
 ) -> None:
-    store, heard, _ = run_script(tmp_path, "unparsed")
+    store, heard, _ = run_script(tmp_path, "unparsed", database=database)
     bad = store.list_steps(RUN)[0]
     assert bad.decision is not None and bad.decision.args == '{"text": '
     assert heard[0].startswith("ToolReturnPart:retried:args do not match the input schema")
@@ -159,9 +168,10 @@ def test_args_that_are_not_json_are_recorded_as_sent_and_sent_back_as_a_retry(
 
 
 def test_an_unclassified_tool_is_refused_before_the_model_is_asked_or_a_run_recorded(
+    database: str,
     tmp_path: Path,
 ) -> None:
-    store = agentrt.open_store(tmp_path / "runs.db")
+    store = agentrt.open_store(database)
     classes = {k: v for k, v in CLASSES.items() if k != "push_branch"}
     gate = AgentrtGate(store=store, policy=agentrt.default_policy(), classifications=classes)
     heard: list[str] = []
@@ -188,8 +198,10 @@ def _counting(agent: Any, asked: list[int]) -> Any:
     return FunctionModel(answer)
 
 
-def test_a_classification_naming_no_tool_of_the_agent_is_refused(tmp_path: Path) -> None:
-    store = agentrt.open_store(tmp_path / "runs.db")
+def test_a_classification_naming_no_tool_of_the_agent_is_refused(
+    database: str, tmp_path: Path
+) -> None:
+    store = agentrt.open_store(database)
     classes = {**CLASSES, "push_brnch": Classification("remote_mutation", timeout=5)}
     gate = AgentrtGate(store=store, policy=agentrt.default_policy(), classifications=classes)
     agent = child.agent(tmp_path, "allow", gate=gate)
@@ -198,8 +210,10 @@ def test_a_classification_naming_no_tool_of_the_agent_is_refused(tmp_path: Path)
     assert store.list_runs() == []
 
 
-def test_a_framework_run_that_names_no_agentrt_run_is_refused(tmp_path: Path) -> None:
-    store = agentrt.open_store(tmp_path / "runs.db")
+def test_a_framework_run_that_names_no_agentrt_run_is_refused(
+    database: str, tmp_path: Path
+) -> None:
+    store = agentrt.open_store(database)
     gate = make_gate(store)
     agent = child.agent(tmp_path, "allow", gate=gate)
     with pytest.raises(agentrt.ConfigError, match=r"metadata=gate\.run_metadata"):
@@ -212,9 +226,10 @@ def test_a_framework_run_that_names_no_agentrt_run_is_refused(tmp_path: Path) ->
 
 
 def test_an_agentrt_limit_ends_the_framework_run_as_its_own_usage_limit_does(
+    database: str,
     tmp_path: Path,
 ) -> None:
-    store = agentrt.open_store(tmp_path / "runs.db")
+    store = agentrt.open_store(database)
     gate = make_gate(store, limits=agentrt.Limits(max_steps=3))
     agent = child.agent(tmp_path, "loop", gate=gate)
     with pytest.raises(GateLimitExceeded) as raised:
@@ -233,7 +248,6 @@ def test_an_agentrt_limit_ends_the_framework_run_as_its_own_usage_limit_does(
 def test_a_remote_change_waits_as_a_deferred_approval_carrying_the_agentrt_hash(
     tmp_path: Path, database: str
 ) -> None:
-    """On SQLite and PostgreSQL (issue 21 item 5), this file's one test on both so far."""
     store, _, result = run_script(tmp_path, "push", database=database)
     requests = result.output
     assert isinstance(requests, DeferredToolRequests)
@@ -253,8 +267,10 @@ def test_a_remote_change_waits_as_a_deferred_approval_carrying_the_agentrt_hash(
     assert store.get_run(RUN).status == "WAITING_FOR_APPROVAL"
 
 
-def test_a_framework_approval_by_call_id_alone_decides_nothing(tmp_path: Path) -> None:
-    store, _, result = run_script(tmp_path, "push")
+def test_a_framework_approval_by_call_id_alone_decides_nothing(
+    database: str, tmp_path: Path
+) -> None:
+    store, _, result = run_script(tmp_path, "push", database=database)
     gate = make_gate(store)
     agent = child.agent(tmp_path, "push", gate=gate)
     again = agent.run_sync(
@@ -269,9 +285,10 @@ def test_a_framework_approval_by_call_id_alone_decides_nothing(tmp_path: Path) -
 
 
 def test_a_framework_approval_with_a_hash_that_is_not_the_requests_is_refused(
+    database: str,
     tmp_path: Path,
 ) -> None:
-    store, _, result = run_script(tmp_path, "push")
+    store, _, result = run_script(tmp_path, "push", database=database)
     results = approved(result.output, "call-push", by="alice")
     results.metadata["call-push"]["agentrt"]["hash"] = "0" * 64
     gate = make_gate(store)
@@ -293,9 +310,10 @@ def test_approved_refuses_a_call_that_waits_on_no_agentrt_approval() -> None:
 
 
 def test_an_ended_agentrt_run_is_not_continued_by_a_later_framework_run(
+    database: str,
     tmp_path: Path,
 ) -> None:
-    store, _, _ = run_script(tmp_path, "allow")
+    store, _, _ = run_script(tmp_path, "allow", database=database)
     gate = make_gate(store)
     agent = child.agent(tmp_path, "allow", gate=gate)
     with pytest.raises(agentrt.RunStateError, match=r"is COMPLETED \(goal_completed\)"):
@@ -322,9 +340,17 @@ def test_without_pydantic_ai_the_adapter_says_which_extra_to_install() -> None:
 # -- across processes -------------------------------------------------------------
 
 
-def setup_child(workdir: Path, script: str) -> None:
+def setup_child(workdir: Path, script: str, database: str | None = None) -> None:
+    """The child's config: its script, its run, and its store (`database`, else a file in
+    `workdir`)."""
     workdir.mkdir(exist_ok=True)
-    (workdir / "config.json").write_text(json.dumps({"script": script, "run_id": RUN}))
+    config = {"script": script, "run_id": RUN, "database": database or str(workdir / "runs.db")}
+    (workdir / "config.json").write_text(json.dumps(config))
+
+
+def database_of(workdir: Path) -> str:
+    """The store `setup_child` gave the child in `workdir`."""
+    return str(json.loads((workdir / "config.json").read_text())["database"])
 
 
 # Every program below is a real process of its own, forked from one that has
@@ -346,7 +372,7 @@ def spawn(workdir: Path, mode: str, *flags: str) -> tuple[int, dict[str, Any]]:
 
 def cli_approve(workdir: Path) -> forkserver.Done:
     return forkserver.run(
-        [sys.executable, "-m", "agentrt", "approve", RUN, "--db", str(workdir / "runs.db"), *BY],
+        [sys.executable, "-m", "agentrt", "approve", RUN, "--db", database_of(workdir), *BY],
         preload=PRELOAD_CLI,
         timeout=60,
     )
@@ -360,14 +386,15 @@ def approve_the_framework_way(workdir: Path, call_id: str) -> None:
 
 @pytest.mark.slow
 def test_approval_with_the_agentrt_command_from_another_process_runs_the_call_once(
+    database: str,
     tmp_path: Path,
 ) -> None:
-    setup_child(tmp_path, "push")
+    setup_child(tmp_path, "push", database=database)
     assert spawn(tmp_path, "start") == (2, {"deferred": ["call-push"]})
     assert cli_approve(tmp_path).returncode == 0
     assert spawn(tmp_path, "resume") == (0, {"output": "pushed"})
     assert effects(tmp_path) == ["push_branch feature/login"]
-    with agentrt.open_store(tmp_path / "runs.db") as store:
+    with agentrt.open_store(database) as store:
         assert store.get_run(RUN).status == "COMPLETED"
         (approval,) = store.list_approvals(RUN)
         assert (approval.status, approval.decided_by) == ("approved", "alice")
@@ -375,14 +402,15 @@ def test_approval_with_the_agentrt_command_from_another_process_runs_the_call_on
 
 @pytest.mark.slow
 def test_approval_through_deferred_tool_results_goes_through_agentrt_with_the_hash(
+    database: str,
     tmp_path: Path,
 ) -> None:
-    setup_child(tmp_path, "push")
+    setup_child(tmp_path, "push", database=database)
     assert spawn(tmp_path, "start")[0] == 2
     approve_the_framework_way(tmp_path, "call-push")
     assert spawn(tmp_path, "resume") == (0, {"output": "pushed"})
     assert effects(tmp_path) == ["push_branch feature/login"]
-    with agentrt.open_store(tmp_path / "runs.db") as store:
+    with agentrt.open_store(database) as store:
         (approval,) = store.list_approvals(RUN)
         assert (approval.status, approval.decided_by, approval.note) == (
             "approved",
@@ -395,9 +423,10 @@ def test_approval_through_deferred_tool_results_goes_through_agentrt_with_the_ha
 
 @pytest.mark.slow
 def test_an_approved_call_whose_arguments_changed_in_the_history_is_refused(
+    database: str,
     tmp_path: Path,
 ) -> None:
-    setup_child(tmp_path, "push")
+    setup_child(tmp_path, "push", database=database)
     assert spawn(tmp_path, "start")[0] == 2
     approve_the_framework_way(tmp_path, "call-push")
     history = (tmp_path / "history.json").read_text()
@@ -408,7 +437,7 @@ def test_an_approved_call_whose_arguments_changed_in_the_history_is_refused(
     # model is not asked (decision 0051).
     assert (code, said["error"]) == (3, "RunStateError")
     assert said["message"].startswith(f"agentrt run {RUN} waits on call call-push (push_branch")
-    with agentrt.open_store(tmp_path / "runs.db") as store:
+    with agentrt.open_store(database) as store:
         assert store.get_run(RUN).status == "WAITING_FOR_APPROVAL"
         assert store.pending_approvals(RUN)
 
@@ -433,9 +462,10 @@ def kill_mid_call(workdir: Path, *flags: str) -> int:
 
 @pytest.mark.slow
 def test_a_call_cut_off_by_sigkill_is_not_run_again_by_the_frameworks_resume_until_approved(
+    database: str,
     tmp_path: Path,
 ) -> None:
-    setup_child(tmp_path, "push")
+    setup_child(tmp_path, "push", database=database)
     assert spawn(tmp_path, "start")[0] == 2
     approve_the_framework_way(tmp_path, "call-push")
     assert kill_mid_call(tmp_path) == -signal.SIGKILL
@@ -447,7 +477,7 @@ def test_a_call_cut_off_by_sigkill_is_not_run_again_by_the_frameworks_resume_unt
     shown = requests.metadata["call-push"]["agentrt"]
     assert shown["kind"] == "interrupted_side_effect"
     assert "whether it took effect is unknown" in shown["notice"]
-    with agentrt.open_store(tmp_path / "runs.db") as store:
+    with agentrt.open_store(database) as store:
         run = store.get_run(RUN)
         assert run.status == "WAITING_FOR_APPROVAL"
         assert [e.type for e in store.list_events(RUN)].count("lease.taken_over") == 1
@@ -458,7 +488,7 @@ def test_a_call_cut_off_by_sigkill_is_not_run_again_by_the_frameworks_resume_unt
     approve_the_framework_way(tmp_path, "call-push")
     assert spawn(tmp_path, "resume") == (0, {"output": "pushed"})
     assert effects(tmp_path) == ["push_branch feature/login", "push_branch feature/login"]
-    with agentrt.open_store(tmp_path / "runs.db") as store:
+    with agentrt.open_store(database) as store:
         assert store.get_run(RUN).status == "COMPLETED"
         kinds = [(a.kind, a.status) for a in store.list_approvals(RUN)]
         assert kinds == [
@@ -470,9 +500,10 @@ def test_a_call_cut_off_by_sigkill_is_not_run_again_by_the_frameworks_resume_unt
 
 @pytest.mark.slow
 def test_the_interrupted_call_can_be_approved_with_the_agentrt_command_too(
+    database: str,
     tmp_path: Path,
 ) -> None:
-    setup_child(tmp_path, "push")
+    setup_child(tmp_path, "push", database=database)
     assert spawn(tmp_path, "start")[0] == 2
     assert cli_approve(tmp_path).returncode == 0
     assert kill_mid_call(tmp_path) == -signal.SIGKILL
@@ -484,9 +515,10 @@ def test_the_interrupted_call_can_be_approved_with_the_agentrt_command_too(
 
 
 def test_a_call_denied_the_frameworks_way_is_rejected_in_agentrt_and_never_runs(
+    database: str,
     tmp_path: Path,
 ) -> None:
-    store, _, result = run_script(tmp_path, "push")
+    store, _, result = run_script(tmp_path, "push", database=database)
     gate = make_gate(store)
     agent = child.agent(tmp_path, "push", gate=gate)
     again = agent.run_sync(
@@ -509,6 +541,7 @@ def test_a_call_denied_the_frameworks_way_is_rejected_in_agentrt_and_never_runs(
 # -- the scenario table (docs/adapters.md) -----------------------------------------
 
 
+# SQLite only: the scenario script (benchmarks/adapters/) keeps its records in files of its own.
 @pytest.mark.slow
 # A hang guard, not a speed test: the scenario script starts a dozen fresh interpreters,
 # which on shared cores can outlast the suite's two minutes.
@@ -554,6 +587,7 @@ def test_the_scenario_table_shows_no_unapproved_re_execution_and_the_tamper_refu
     }
 
 
+# SQLite only: the example program keeps its record in a file of its own.
 @pytest.mark.slow
 def test_the_example_gates_the_agents_own_tools_and_pushes_once_after_approval(
     tmp_path: Path,
@@ -609,9 +643,10 @@ FLAKY = {
 
 
 def test_a_tools_own_model_retry_reaches_the_model_and_its_step_records_the_error(
+    database: str,
     tmp_path: Path,
 ) -> None:
-    store = agentrt.open_store(tmp_path / "runs.db")
+    store = agentrt.open_store(database)
     gate = AgentrtGate(store=store, policy=agentrt.default_policy(), classifications=FLAKY)
     script = [[("flaky", {"text": "a"}, "c1")], [("flaky", {"text": "b"}, "c2")], "done"]
     result = _agent_with(tmp_path, script, gate).run_sync("go", metadata=gate.run_metadata(RUN))
@@ -624,9 +659,10 @@ def test_a_tools_own_model_retry_reaches_the_model_and_its_step_records_the_erro
 
 
 def test_a_tool_that_raises_ends_the_framework_run_and_fails_the_agentrt_run(
+    database: str,
     tmp_path: Path,
 ) -> None:
-    store = agentrt.open_store(tmp_path / "runs.db")
+    store = agentrt.open_store(database)
     gate = AgentrtGate(store=store, policy=agentrt.default_policy(), classifications=FLAKY)
     script = [[("broken", {"text": "a"}, "c1")], "done"]
     with pytest.raises(RuntimeError, match="broken on a"):
@@ -645,12 +681,12 @@ def test_a_tool_that_raises_ends_the_framework_run_and_fails_the_agentrt_run(
 
 @pytest.mark.parametrize("kind", ["ApprovalRequired", "CallDeferred"])
 def test_a_tool_that_defers_itself_the_frameworks_way_is_refused_and_the_model_told_so(
-    tmp_path: Path, kind: str
+    database: str, tmp_path: Path, kind: str
 ) -> None:
     from pydantic_ai import Agent
     from pydantic_ai.exceptions import ApprovalRequired, CallDeferred
 
-    store = agentrt.open_store(tmp_path / "runs.db")
+    store = agentrt.open_store(database)
     gate = AgentrtGate(
         store=store,
         policy=agentrt.default_policy(),
@@ -694,7 +730,7 @@ def _push_release(branch: str) -> str:
     ["function", "tool output", "text output", "native output"],
 )
 def test_an_output_function_is_refused_before_the_model_is_asked_or_a_run_recorded(
-    tmp_path: Path, output_type: str
+    database: str, tmp_path: Path, output_type: str
 ) -> None:
     from pydantic_ai import Agent, NativeOutput, TextOutput, ToolOutput
     from pydantic_ai.models.function import FunctionModel
@@ -705,7 +741,7 @@ def test_an_output_function_is_refused_before_the_model_is_asked_or_a_run_record
         "text output": TextOutput(_push_release),
         "native output": NativeOutput([_push_release]),
     }[output_type]
-    store = agentrt.open_store(tmp_path / "runs.db")
+    store = agentrt.open_store(database)
     gate = AgentrtGate(store=store, policy=agentrt.default_policy(), classifications={})
     asked: list[int] = []
 
@@ -726,6 +762,7 @@ def test_an_output_function_is_refused_before_the_model_is_asked_or_a_run_record
 
 
 def test_an_output_function_given_to_one_run_alone_is_refused_before_it_runs(
+    database: str,
     tmp_path: Path,
 ) -> None:
     from pydantic_ai import Agent
@@ -736,7 +773,7 @@ def test_an_output_function_given_to_one_run_alone_is_refused_before_it_runs(
         name = info.output_tools[0].name
         return ModelResponse(parts=[ToolCallPart(name, {"branch": "main"}, "o1")])
 
-    store = agentrt.open_store(tmp_path / "runs.db")
+    store = agentrt.open_store(database)
     gate = AgentrtGate(store=store, policy=agentrt.default_policy(), classifications={})
     agent: Any = Agent(FunctionModel(answer), capabilities=[gate])
     with pytest.raises(agentrt.ConfigError, match=r"output functions \(_push_release\) run"):
@@ -781,13 +818,13 @@ class _AddsWebSearch(AbstractCapability[Any]):
 
 @pytest.mark.parametrize("where", ["agent", "run", "override", "function", "agent settings"])
 def test_a_native_tool_is_refused_at_start_up_before_the_model_is_asked_or_a_run_recorded(
-    tmp_path: Path, where: str
+    database: str, tmp_path: Path, where: str
 ) -> None:
     from pydantic_ai import Agent
     from pydantic_ai.capabilities import NativeTool
     from pydantic_ai.native_tools import CodeExecutionTool, MCPServerTool, WebSearchTool
 
-    store = agentrt.open_store(tmp_path / "runs.db")
+    store = agentrt.open_store(database)
     gate = AgentrtGate(store=store, policy=agentrt.default_policy(), classifications={})
     asked: list[int] = []
     at_agent = [NativeTool(WebSearchTool()), NativeTool(CodeExecutionTool())]
@@ -826,11 +863,11 @@ def test_a_native_tool_is_refused_at_start_up_before_the_model_is_asked_or_a_run
 
 @pytest.mark.parametrize("where", ["run settings", "another capability's hook"])
 def test_a_native_tool_seen_only_at_the_request_is_refused_before_the_model_is_asked(
-    tmp_path: Path, where: str
+    database: str, tmp_path: Path, where: str
 ) -> None:
     from pydantic_ai import Agent
 
-    store = agentrt.open_store(tmp_path / "runs.db")
+    store = agentrt.open_store(database)
     gate = AgentrtGate(store=store, policy=agentrt.default_policy(), classifications={})
     asked: list[int] = []
     adds = [_AddsWebSearch()] if where == "another capability's hook" else []
@@ -848,6 +885,7 @@ def test_a_native_tool_seen_only_at_the_request_is_refused_before_the_model_is_a
 
 
 def test_tool_search_over_the_agents_own_tools_is_let_through_and_found_tools_are_gated(
+    database: str,
     tmp_path: Path,
 ) -> None:
     # Pydantic AI adds its `ToolSearch` capability to every agent: with a
@@ -869,7 +907,7 @@ def test_tool_search_over_the_agents_own_tools_is_let_through_and_found_tools_ar
             return ModelResponse(parts=[ToolCallPart("note", {"text": "a"}, "c1")])
         return ModelResponse(parts=[TextPart("noted")])
 
-    store = agentrt.open_store(tmp_path / "runs.db")
+    store = agentrt.open_store(database)
     gate = AgentrtGate(
         store=store,
         policy=agentrt.default_policy(),
@@ -904,11 +942,11 @@ class _Going(BaseException):
     "raised", [SystemExit(3), KeyboardInterrupt(), _Going("down")], ids=lambda e: type(e).__name__
 )
 def test_a_tool_raising_a_base_exception_ends_the_framework_run_and_fails_the_agentrt_run(
-    tmp_path: Path, raised: BaseException
+    database: str, tmp_path: Path, raised: BaseException
 ) -> None:
     from pydantic_ai import Agent
 
-    store = agentrt.open_store(tmp_path / "runs.db")
+    store = agentrt.open_store(database)
     gate = AgentrtGate(
         store=store,
         policy=agentrt.default_policy(),
@@ -944,11 +982,12 @@ def test_a_tool_raising_a_base_exception_ends_the_framework_run_and_fails_the_ag
 
 
 def test_a_framework_run_cancelled_mid_call_pauses_its_retry_on_the_interrupted_side_effect(
+    database: str,
     tmp_path: Path,
 ) -> None:
     from pydantic_ai import Agent
 
-    store = agentrt.open_store(tmp_path / "runs.db")
+    store = agentrt.open_store(database)
     gate = AgentrtGate(
         store=store,
         policy=agentrt.default_policy(),
@@ -1000,9 +1039,10 @@ class _SlowFirstCall(AbstractCapability[Any]):
 
 
 def test_calls_the_model_makes_together_go_through_the_gate_one_at_a_time_in_its_order(
+    database: str,
     tmp_path: Path,
 ) -> None:
-    store = agentrt.open_store(tmp_path / "runs.db")
+    store = agentrt.open_store(database)
     gate = make_gate(store)
     agent = child.agent(tmp_path, "together", gate=gate)
     meta = gate.run_metadata(RUN)
@@ -1022,9 +1062,12 @@ def test_calls_the_model_makes_together_go_through_the_gate_one_at_a_time_in_its
 # -- a call made beside one that waits for a person: held (decisions 0050, 0051) ------
 
 
-def held_run(tmp_path: Path, script: str = "held") -> tuple[agentrt.Store, Any, list[str]]:
-    """Start the script: its first response is a call that waits and a call held behind it."""
-    store = agentrt.open_store(tmp_path / "runs.db")
+def held_run(
+    tmp_path: Path, script: str = "held", database: str | None = None
+) -> tuple[agentrt.Store, Any, list[str]]:
+    """Start the script: its first response is a call that waits and a call held behind it
+    (its store on `database` when given, else a file in `tmp_path`)."""
+    store = agentrt.open_store(database or tmp_path / "runs.db")
     heard: list[str] = []
     agent = child.agent(tmp_path, script, gate=make_gate(store), heard=heard)
     result = agent.run_sync("publish", metadata=make_gate(store).run_metadata(RUN))
@@ -1053,9 +1096,10 @@ HELD_TEXT = (
 
 
 def test_a_call_made_beside_a_waiting_one_is_held_in_the_deferred_requests_and_not_recorded(
+    database: str,
     tmp_path: Path,
 ) -> None:
-    store, result, heard = held_run(tmp_path)
+    store, result, heard = held_run(tmp_path, database=database)
     requests = result.output
     assert isinstance(requests, DeferredToolRequests)
     assert [(c.tool_call_id, c.tool_name) for c in requests.approvals] == [
@@ -1080,9 +1124,10 @@ def test_a_call_made_beside_a_waiting_one_is_held_in_the_deferred_requests_and_n
 
 
 def test_after_approval_the_waiting_call_runs_then_the_held_call_is_judged_recorded_and_run(
+    database: str,
     tmp_path: Path,
 ) -> None:
-    store, result, heard = held_run(tmp_path)
+    store, result, heard = held_run(tmp_path, database=database)
     results = approved(result.output, "call-push", by="alice")
     assert set(results.approvals) == {"call-push", "call-note"}
     again = resume_with(tmp_path, store, "held", result, results, heard)
@@ -1112,9 +1157,10 @@ def test_after_approval_the_waiting_call_runs_then_the_held_call_is_judged_recor
 
 
 def test_after_agentrt_approve_plain_framework_approvals_continue_the_waiting_and_held_calls(
+    database: str,
     tmp_path: Path,
 ) -> None:
-    store, result, heard = held_run(tmp_path)
+    store, result, heard = held_run(tmp_path, database=database)
     (pending,) = store.pending_approvals(RUN)
     agentrt.approve(store, RUN, pending.id, by="alice", shown_hash=pending.hash)
     results = DeferredToolResults(
@@ -1128,9 +1174,10 @@ def test_after_agentrt_approve_plain_framework_approvals_continue_the_waiting_an
 
 
 def test_a_plain_framework_approval_of_the_held_call_alone_decides_nothing_and_it_stays_held(
+    database: str,
     tmp_path: Path,
 ) -> None:
-    store, result, heard = held_run(tmp_path)
+    store, result, heard = held_run(tmp_path, database=database)
     results = DeferredToolResults(
         approvals={"call-push": ToolApproved(), "call-note": ToolApproved()}
     )
@@ -1143,9 +1190,10 @@ def test_a_plain_framework_approval_of_the_held_call_alone_decides_nothing_and_i
 
 
 def test_after_the_waiting_call_is_denied_the_frameworks_way_the_held_call_never_runs(
+    database: str,
     tmp_path: Path,
 ) -> None:
-    store, result, heard = held_run(tmp_path)
+    store, result, heard = held_run(tmp_path, database=database)
     results = DeferredToolResults(
         approvals={"call-push": ToolDenied("not today"), "call-note": ToolApproved()}
     )
@@ -1171,9 +1219,10 @@ def test_after_the_waiting_call_is_denied_the_frameworks_way_the_held_call_never
 
 
 def test_a_tool_denial_is_recorded_at_once_and_a_call_in_a_later_response_meets_the_runs_end(
+    database: str,
     tmp_path: Path,
 ) -> None:
-    store, result, heard = held_run(tmp_path, "push-then-note")
+    store, result, heard = held_run(tmp_path, "push-then-note", database=database)
     results = DeferredToolResults(approvals={"call-push": ToolDenied("not today")})
     ended = (
         f"agentrt run {RUN} is CANCELLED (approval_rejected: not today); no tool call runs in it"
@@ -1194,6 +1243,7 @@ def test_a_tool_denial_is_recorded_at_once_and_a_call_in_a_later_response_meets_
 
 
 def test_a_tool_denial_is_recorded_even_when_the_framework_run_then_raises(
+    database: str,
     tmp_path: Path,
 ) -> None:
     from pydantic_ai import Agent
@@ -1205,7 +1255,7 @@ def test_a_tool_denial_is_recorded_even_when_the_framework_run_then_raises(
             raise ConnectionError("the provider went away")
         return ModelResponse(parts=[ToolCallPart("push_branch", {"branch": "x"}, "call-push")])
 
-    store = agentrt.open_store(tmp_path / "runs.db")
+    store = agentrt.open_store(database)
     gate = make_gate(store)
     agent: Any = Agent(
         FunctionModel(answer),
@@ -1231,9 +1281,10 @@ def test_a_tool_denial_is_recorded_even_when_the_framework_run_then_raises(
 
 
 def test_the_model_is_not_asked_while_an_approved_call_has_not_run_and_the_results_run_it_once(
+    database: str,
     tmp_path: Path,
 ) -> None:
-    store, result, heard = held_run(tmp_path, "note-then-push")
+    store, result, heard = held_run(tmp_path, "note-then-push", database=database)
     assert isinstance(result.output, DeferredToolRequests)
     assert effects(tmp_path) == ["write_note pushing login"]
     # The history ends with the note's return: continuing it without results
@@ -1265,11 +1316,11 @@ def test_the_model_is_not_asked_while_an_approved_call_has_not_run_and_the_resul
 
 @pytest.mark.parametrize("answer", ["approved", "denied", "by call id alone"])
 def test_an_inline_deferred_call_handler_decides_through_agentrt_as_resumed_results_do(
-    tmp_path: Path, answer: str
+    database: str, tmp_path: Path, answer: str
 ) -> None:
     from pydantic_ai.capabilities import HandleDeferredToolCalls
 
-    store = agentrt.open_store(tmp_path / "runs.db")
+    store = agentrt.open_store(database)
     handled: list[str] = []
 
     async def handle(ctx: RunContext[None], requests: DeferredToolRequests) -> Any:
@@ -1314,9 +1365,10 @@ def test_an_inline_deferred_call_handler_decides_through_agentrt_as_resumed_resu
 
 
 def test_a_held_call_the_policy_sends_to_a_person_gets_its_own_agentrt_approval(
+    database: str,
     tmp_path: Path,
 ) -> None:
-    store, result, heard = held_run(tmp_path, "held-push")
+    store, result, heard = held_run(tmp_path, "held-push", database=database)
     requests = result.output
     assert [c.tool_call_id for c in requests.approvals] == ["call-push", "call-push2"]
     assert requests.metadata["call-push2"]["agentrt"]["held_behind"] == "call-push"
@@ -1354,9 +1406,10 @@ def test_a_held_call_the_policy_sends_to_a_person_gets_its_own_agentrt_approval(
 
 
 def test_approved_refuses_a_held_call_and_names_the_call_it_is_held_behind(
+    database: str,
     tmp_path: Path,
 ) -> None:
-    _, result, _ = held_run(tmp_path)
+    _, result, _ = held_run(tmp_path, database=database)
     with pytest.raises(KeyError, match="'call-note' is held behind call 'call-push'"):
         approved(result.output, "call-note", by="alice")
 
@@ -1380,12 +1433,12 @@ def _recorded(store: agentrt.Store) -> Any:
 
 @pytest.mark.parametrize("which", ["call-push2", "call-push"])
 def test_a_framework_approval_with_override_args_is_refused_before_anything_runs(
-    tmp_path: Path, which: str
+    database: str, tmp_path: Path, which: str
 ) -> None:
     # The held call (call-push2) or the waiting one (call-push) approved the
     # framework's way with other arguments: refused before any call runs or
     # any return is written, so the saved history stays the one to continue.
-    store, result, heard = held_run(tmp_path, "held-push")
+    store, result, heard = held_run(tmp_path, "held-push", database=database)
     requests = result.output
     before = _recorded(store)
     results = approved(requests, "call-push", by="alice")
@@ -1418,6 +1471,7 @@ def test_a_framework_approval_with_override_args_is_refused_before_anything_runs
 
 
 def test_an_inline_handlers_override_args_for_a_held_call_is_refused_before_it_is_recorded(
+    database: str,
     tmp_path: Path,
 ) -> None:
     # A HandleDeferredToolCalls capability answers during the run, so Pydantic
@@ -1425,7 +1479,7 @@ def test_an_inline_handlers_override_args_for_a_held_call_is_refused_before_it_i
     # the held note reaches the toolset with other arguments than the model's.
     from pydantic_ai.capabilities import HandleDeferredToolCalls
 
-    store = agentrt.open_store(tmp_path / "runs.db")
+    store = agentrt.open_store(database)
 
     async def handle(ctx: RunContext[None], requests: DeferredToolRequests) -> Any:
         results = approved(requests, "call-push", by="inline")
@@ -1450,12 +1504,13 @@ def test_an_inline_handlers_override_args_for_a_held_call_is_refused_before_it_i
 
 
 def test_a_waiting_call_the_history_already_answers_names_the_ways_on_that_work(
+    database: str,
     tmp_path: Path,
 ) -> None:
     # A history in which the waiting call got a return without running (as an
     # earlier version wrote for a refused framework approval) can no longer
     # run it: naming it in DeferredToolResults is Pydantic AI's UserError.
-    store, result, heard = held_run(tmp_path, "held-push")
+    store, result, heard = held_run(tmp_path, "held-push", database=database)
     requests = result.output
     (pending,) = store.pending_approvals(RUN)
     answered = [
@@ -1491,9 +1546,9 @@ def test_a_waiting_call_the_history_already_answers_names_the_ways_on_that_work(
 @pytest.mark.slow
 @pytest.mark.parametrize("how", ["agentrt command", "deferred tool results"])
 def test_a_held_call_runs_once_in_its_turn_after_approval_from_another_process(
-    tmp_path: Path, how: str
+    database: str, tmp_path: Path, how: str
 ) -> None:
-    setup_child(tmp_path, "held")
+    setup_child(tmp_path, "held", database=database)
     assert spawn(tmp_path, "start") == (2, {"deferred": ["call-push", "call-note"]})
     assert effects(tmp_path) == []
     if how == "agentrt command":
@@ -1503,7 +1558,7 @@ def test_a_held_call_runs_once_in_its_turn_after_approval_from_another_process(
     assert spawn(tmp_path, "resume") == (0, {"output": "done"})
     assert effects(tmp_path) == ["push_branch feature/login", "write_note pushed login"]
     assert returns_saved(tmp_path, "call-note") == ["success:noted pushed login"]
-    with agentrt.open_store(tmp_path / "runs.db") as store:
+    with agentrt.open_store(database) as store:
         assert steps(store) == [
             ("push_branch", "done", "tool_result"),
             ("write_note", "done", "tool_result"),
@@ -1518,9 +1573,10 @@ def test_a_held_call_runs_once_in_its_turn_after_approval_from_another_process(
 
 @pytest.mark.slow
 def test_a_call_held_behind_one_cut_off_by_sigkill_stays_held_until_a_person_approves_again(
+    database: str,
     tmp_path: Path,
 ) -> None:
-    setup_child(tmp_path, "held")
+    setup_child(tmp_path, "held", database=database)
     assert spawn(tmp_path, "start")[0] == 2
     approve_the_framework_way(tmp_path, "call-push")
     assert kill_mid_call(tmp_path) == -signal.SIGKILL
@@ -1538,7 +1594,7 @@ def test_a_call_held_behind_one_cut_off_by_sigkill_stays_held_until_a_person_app
         "push_branch feature/login",
         "write_note pushed login",
     ]
-    with agentrt.open_store(tmp_path / "runs.db") as store:
+    with agentrt.open_store(database) as store:
         assert [s[0] for s in steps(store)] == ["push_branch", "write_note", "complete"]
         assert store.get_run(RUN).status == "COMPLETED"
         assert store.verify_events().intact
@@ -1547,13 +1603,13 @@ def test_a_call_held_behind_one_cut_off_by_sigkill_stays_held_until_a_person_app
 @pytest.mark.slow
 @pytest.mark.parametrize("results", ["plain approvals", "none"])
 def test_after_a_rejection_with_the_agentrt_command_the_model_is_told_and_nothing_runs(
-    tmp_path: Path, results: str
+    database: str, tmp_path: Path, results: str
 ) -> None:
-    setup_child(tmp_path, "held")
+    setup_child(tmp_path, "held", database=database)
     assert spawn(tmp_path, "start")[0] == 2
     rejected = forkserver.run(
         [
-            *(sys.executable, "-m", "agentrt", "reject", RUN, "--db", str(tmp_path / "runs.db")),
+            *(sys.executable, "-m", "agentrt", "reject", RUN, "--db", str(database)),
             *(*BY, "--note", "not this week"),
         ],
         preload=PRELOAD_CLI,
@@ -1578,7 +1634,7 @@ def test_after_a_rejection_with_the_agentrt_command_the_model_is_told_and_nothin
         f"failed:not run and not recorded: the call call-note was held behind call call-push, "
         f"and {ended}"
     ]
-    with agentrt.open_store(tmp_path / "runs.db") as store:
+    with agentrt.open_store(database) as store:
         assert steps(store) == [("push_branch", "failed", "policy_denied")]
         run = store.get_run(RUN)
         assert (run.status, run.reason) == ("CANCELLED", "approval_rejected")
@@ -1589,11 +1645,12 @@ def test_after_a_rejection_with_the_agentrt_command_the_model_is_told_and_nothin
 
 
 def test_an_approved_call_with_arguments_longer_than_a_read_cap_still_runs_once(
+    database: str,
     tmp_path: Path,
 ) -> None:
     long_branch = child.LONG_BRANCH
     assert len(long_branch) > 65_536  # Store.list_steps' default read cap
-    store, _, result = run_script(tmp_path, "long")
+    store, _, result = run_script(tmp_path, "long", database=database)
     gate = make_gate(store)
     agent = child.agent(tmp_path, "long", gate=gate)
     again = agent.run_sync(
@@ -1608,7 +1665,9 @@ def test_an_approved_call_with_arguments_longer_than_a_read_cap_still_runs_once(
 # -- a call issued again after its outcome was recorded -----------------------------
 
 
-async def stop_after_the_tools(tmp_path: Path, script: str) -> tuple[agentrt.Store, list[Any]]:
+async def stop_after_the_tools(
+    tmp_path: Path, script: str, database: str | None = None
+) -> tuple[agentrt.Store, list[Any]]:
     """Run until the tools' outcomes are recorded; keep the history as it was before them.
 
     Leaving `agent.iter` there ends the framework run as a program that stops
@@ -1617,7 +1676,7 @@ async def stop_after_the_tools(tmp_path: Path, script: str) -> tuple[agentrt.Sto
     """
     from pydantic_ai._agent_graph import CallToolsNode
 
-    store = agentrt.open_store(tmp_path / "runs.db")
+    store = agentrt.open_store(database or tmp_path / "runs.db")
     gate = make_gate(store)
     agent = child.agent(tmp_path, script, gate=gate)
     saved: list[Any] = []
@@ -1643,9 +1702,10 @@ async def resume_from(
 
 
 def test_a_recorded_call_issued_again_from_an_older_history_gets_its_recorded_return(
+    database: str,
     tmp_path: Path,
 ) -> None:
-    store, saved = asyncio.run(stop_after_the_tools(tmp_path, "note"))
+    store, saved = asyncio.run(stop_after_the_tools(tmp_path, "note", database=database))
     assert effects(tmp_path) == ["write_note hello"]
     output, heard = asyncio.run(resume_from(tmp_path, store, "note", saved))
     assert output == "noted"
@@ -1656,9 +1716,10 @@ def test_a_recorded_call_issued_again_from_an_older_history_gets_its_recorded_re
 
 
 def test_a_recorded_denial_issued_again_is_the_same_failure_and_asks_nobody(
+    database: str,
     tmp_path: Path,
 ) -> None:
-    store, saved = asyncio.run(stop_after_the_tools(tmp_path, "deny"))
+    store, saved = asyncio.run(stop_after_the_tools(tmp_path, "deny", database=database))
     output, heard = asyncio.run(resume_from(tmp_path, store, "deny", saved))
     assert output == "gave up"
     assert effects(tmp_path) == []
@@ -1668,9 +1729,10 @@ def test_a_recorded_denial_issued_again_is_the_same_failure_and_asks_nobody(
 
 
 def test_a_recorded_call_issued_again_with_other_arguments_is_refused_and_never_runs(
+    database: str,
     tmp_path: Path,
 ) -> None:
-    store, saved = asyncio.run(stop_after_the_tools(tmp_path, "note"))
+    store, saved = asyncio.run(stop_after_the_tools(tmp_path, "note", database=database))
     changed = ModelMessagesTypeAdapter.validate_json(
         ModelMessagesTypeAdapter.dump_json(saved).replace(b'"hello"', b'"goodbye"')
     )
@@ -1717,9 +1779,10 @@ def returns_saved(workdir: Path, call_id: str) -> list[str]:
 
 @pytest.mark.slow
 def test_a_local_change_recorded_before_a_sigkill_is_not_run_again_by_the_frameworks_resume(
+    database: str,
     tmp_path: Path,
 ) -> None:
-    setup_child(tmp_path, "note")
+    setup_child(tmp_path, "note", database=database)
     assert kill_at_the_model(tmp_path, "start") == -signal.SIGKILL
     assert effects(tmp_path) == ["write_note hello"]
     assert returns_saved(tmp_path, "call-note") == []  # the saved history predates the return
@@ -1727,7 +1790,7 @@ def test_a_local_change_recorded_before_a_sigkill_is_not_run_again_by_the_framew
     assert spawn(tmp_path, "resume") == (0, {"output": "noted"})
     assert effects(tmp_path) == ["write_note hello"]
     assert returns_saved(tmp_path, "call-note") == ["success:noted hello"]
-    with agentrt.open_store(tmp_path / "runs.db") as store:
+    with agentrt.open_store(database) as store:
         assert steps(store) == [("write_note", "done", "tool_result"), ("complete", "done", "")]
         assert store.get_run(RUN).status == "COMPLETED"
         assert store.list_approvals(RUN) == []
@@ -1738,9 +1801,10 @@ def test_a_local_change_recorded_before_a_sigkill_is_not_run_again_by_the_framew
 
 @pytest.mark.slow
 def test_an_approved_push_recorded_before_a_sigkill_is_not_asked_for_or_run_again(
+    database: str,
     tmp_path: Path,
 ) -> None:
-    setup_child(tmp_path, "push")
+    setup_child(tmp_path, "push", database=database)
     assert spawn(tmp_path, "start")[0] == 2
     approve_the_framework_way(tmp_path, "call-push")
     assert kill_at_the_model(tmp_path, "resume") == -signal.SIGKILL
@@ -1750,7 +1814,7 @@ def test_an_approved_push_recorded_before_a_sigkill_is_not_asked_for_or_run_agai
     assert spawn(tmp_path, "resume") == (0, {"output": "pushed"})
     assert effects(tmp_path) == ["push_branch feature/login"]
     assert returns_saved(tmp_path, "call-push") == ["success:pushed feature/login"]
-    with agentrt.open_store(tmp_path / "runs.db") as store:
+    with agentrt.open_store(database) as store:
         assert store.get_run(RUN).status == "COMPLETED"
         assert [(a.kind, a.status) for a in store.list_approvals(RUN)] == [
             ("remote_mutation", "approved")
@@ -1798,9 +1862,9 @@ def through(agent: Any, how: str, prompt: str | None, **kw: Any) -> tuple[Any, l
 
 @pytest.mark.parametrize("how", ENTRY_POINTS)
 def test_each_streaming_entry_point_runs_allowed_calls_once_and_its_output_completes_the_run(
-    tmp_path: Path, how: str
+    database: str, tmp_path: Path, how: str
 ) -> None:
-    store = agentrt.open_store(tmp_path / "runs.db")
+    store = agentrt.open_store(database)
     gate = make_gate(store)
     agent = child.agent(tmp_path, "allow", gate=gate)
     output, _ = through(agent, how, "tidy the repo", metadata=gate.run_metadata(RUN))
@@ -1821,9 +1885,9 @@ def test_each_streaming_entry_point_runs_allowed_calls_once_and_its_output_compl
 
 @pytest.mark.parametrize("how", ENTRY_POINTS)
 def test_each_streaming_entry_point_ends_deferred_on_an_approval_and_continues_after_it(
-    tmp_path: Path, how: str
+    database: str, tmp_path: Path, how: str
 ) -> None:
-    store = agentrt.open_store(tmp_path / "runs.db")
+    store = agentrt.open_store(database)
     gate = make_gate(store)
     agent = child.agent(tmp_path, "held", gate=gate)
     meta = gate.run_metadata(RUN)
@@ -1855,9 +1919,9 @@ def test_each_streaming_entry_point_ends_deferred_on_an_approval_and_continues_a
 
 
 def test_run_stream_taking_a_text_beside_a_waiting_call_as_output_leaves_the_run_waiting(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    database: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    store = agentrt.open_store(tmp_path / "runs.db")
+    store = agentrt.open_store(database)
     gate = make_gate(store)
     agent = child.agent(tmp_path, "announce", gate=gate)
     meta = gate.run_metadata(RUN)
@@ -1895,9 +1959,10 @@ def test_run_stream_taking_a_text_beside_a_waiting_call_as_output_leaves_the_run
 
 
 def test_a_stream_left_before_its_output_is_read_leaves_the_run_as_a_crash_would(
+    database: str,
     tmp_path: Path,
 ) -> None:
-    store = agentrt.open_store(tmp_path / "runs.db")
+    store = agentrt.open_store(database)
     gate = make_gate(store)
     agent = child.agent(tmp_path, "note", gate=gate)
 
@@ -1921,11 +1986,12 @@ def test_a_stream_left_before_its_output_is_read_leaves_the_run_as_a_crash_would
 
 
 def test_the_gates_toolset_used_outside_a_run_of_its_agent_refuses_to_list_or_call_tools(
+    database: str,
     tmp_path: Path,
 ) -> None:
     from pydantic_ai import Agent
 
-    store = agentrt.open_store(tmp_path / "runs.db")
+    store = agentrt.open_store(database)
     gate = make_gate(store)
     wrapped = gate.get_wrapper_toolset(child.tools(tmp_path))
     assert wrapped is not None

@@ -7,6 +7,9 @@ step `interrupted` and the run RUNNING with its lease given back, as
 `test_a_framework_run_cancelled_mid_call_pauses_its_retry_on_the_interrupted_side_effect`
 shows: the next framework run takes it over through the same `Gate.attach`);
 one test SIGKILLs a child process mid-charge. Decision 0091.
+
+Every test that touches a store takes `any_store` or `database` and runs on SQLite and
+on PostgreSQL (issue 21 item 5); the SIGKILLed child opens the store by its name.
 """
 
 from __future__ import annotations
@@ -68,9 +71,8 @@ def gated_agent(store: agentrt.Store, charges: Charges, script: list[Any]) -> An
 SCRIPT: list[Any] = [[("charge", {"amount": 5}, "c1")], "done"]
 
 
-def cut_off_then_resume(tmp_path: Path, answer: Any) -> tuple[agentrt.Store, Charges, Any]:
+def cut_off_then_resume(store: agentrt.Store, answer: Any) -> tuple[agentrt.Store, Charges, Any]:
     """Charge, cancel mid-charge (the step `interrupted`, the run RUNNING), then run again."""
-    store = agentrt.open_store(tmp_path / "runs.db")
     charges = Charges(answer)
     agent, meta = gated_agent(store, charges, SCRIPT)
 
@@ -96,10 +98,10 @@ def charge_step(store: agentrt.Store) -> agentrt.Step:
 
 
 def test_found_completes_the_cut_off_call_with_the_recovered_result_and_asks_nobody(
-    tmp_path: Path,
+    any_store: agentrt.Store,
 ) -> None:
     found = agentrt.Reconciled.found({"charged": 5, "recovered": True}, detail="charge ch_1 found")
-    store, charges, result = cut_off_then_resume(tmp_path, found)
+    store, charges, result = cut_off_then_resume(any_store, found)
     assert result.output == "done"
     step = charge_step(store)
     op = agentrt.operation_id(RUN, step.id)
@@ -132,12 +134,12 @@ def test_found_completes_the_cut_off_call_with_the_recovered_result_and_asks_nob
 
 
 def test_found_for_a_terminal_tool_gives_the_framework_the_recovered_result(
-    tmp_path: Path,
+    any_store: agentrt.Store,
 ) -> None:
     """A terminal tool's found call completes the run in the takeover (decision 0067); the
     framework run that issues the call again still gets the recovered result as its return,
     as after the tool's own return, and is not refused as a run that ended."""
-    store = agentrt.open_store(tmp_path / "runs.db")
+    store = any_store
     charges = Charges(agentrt.Reconciled.found({"charged": 5, "recovered": True}))
     gate = AgentrtGate(
         store=store,
@@ -188,10 +190,10 @@ def test_found_for_a_terminal_tool_gives_the_framework_the_recovered_result(
 
 
 def test_safe_to_repeat_runs_the_same_request_again_on_the_same_step_with_the_same_id(
-    tmp_path: Path,
+    any_store: agentrt.Store,
 ) -> None:
     vouched = agentrt.Reconciled.not_found("no charge ch_1", safe_to_repeat=True)
-    store, charges, result = cut_off_then_resume(tmp_path, vouched)
+    store, charges, result = cut_off_then_resume(any_store, vouched)
     assert result.output == "done"
     step = charge_step(store)
     op = agentrt.operation_id(RUN, step.id)
@@ -222,9 +224,9 @@ def test_safe_to_repeat_runs_the_same_request_again_on_the_same_step_with_the_sa
     ids=["not_found", "unknown", "raising"],
 )
 def test_not_found_unknown_or_a_raising_reconcile_waits_for_a_person_with_the_answer_shown(
-    tmp_path: Path, answer: Any, said: str, error: str
+    any_store: agentrt.Store, answer: Any, said: str, error: str
 ) -> None:
-    store, charges, result = cut_off_then_resume(tmp_path, answer)
+    store, charges, result = cut_off_then_resume(any_store, answer)
     assert isinstance(result.output, DeferredToolRequests)
     shown = result.output.metadata["c1"]["agentrt"]
     assert shown["kind"] == "interrupted_side_effect"
@@ -245,8 +247,10 @@ def test_not_found_unknown_or_a_raising_reconcile_waits_for_a_person_with_the_an
     assert store.get_run(RUN).status == "WAITING_FOR_APPROVAL"
 
 
-def test_each_step_hands_its_own_operation_id_to_the_framework_tool(tmp_path: Path) -> None:
-    store = agentrt.open_store(tmp_path / "runs.db")
+def test_each_step_hands_its_own_operation_id_to_the_framework_tool(
+    any_store: agentrt.Store,
+) -> None:
+    store = any_store
     charges = Charges(None)
     charges.hang_first = False
     script: list[Any] = [
@@ -281,10 +285,10 @@ def test_the_operation_id_answers_only_inside_the_call_and_an_inner_call_restore
 
 
 def test_a_plain_function_tool_gets_each_calls_own_operation_id_on_its_worker_thread(
-    tmp_path: Path,
+    any_store: agentrt.Store,
 ) -> None:
     """A blocking tool (Pydantic AI runs it on a worker thread), two calls in one response."""
-    store = agentrt.open_store(tmp_path / "runs.db")
+    store = any_store
     gate = AgentrtGate(
         store=store, policy=PAY, classifications={"charge": Classification("remote_mutation", 30)}
     )
@@ -308,10 +312,11 @@ def test_a_plain_function_tool_gets_each_calls_own_operation_id_on_its_worker_th
 
 @pytest.mark.slow
 def test_a_charge_cut_off_by_sigkill_is_settled_by_the_tools_reconciliation(
-    tmp_path: Path,
+    database: str, tmp_path: Path
 ) -> None:
     """A real SIGKILL mid-charge; the next process's takeover asks the reconciliation."""
-    (tmp_path / "config.json").write_text(json.dumps({"run_id": RUN, "answer": "found"}))
+    config = {"run_id": RUN, "answer": "found", "database": database}
+    (tmp_path / "config.json").write_text(json.dumps(config))
     preload = ("pydantic_ai", "agentrt.adapters.pydantic_ai")
     proc = forkserver.server(*preload).spawn(
         [sys.executable, str(CHILD), str(tmp_path), "pydantic_ai"], cwd=ROOT, capture=True
@@ -331,7 +336,7 @@ def test_a_charge_cut_off_by_sigkill_is_settled_by_the_tools_reconciliation(
         cwd=ROOT,
     )
     assert done.returncode == 0, done.stderr
-    with agentrt.open_store(tmp_path / "runs.db") as store:
+    with agentrt.open_store(database) as store:
         step = charge_step(store)
         op = agentrt.operation_id(RUN, step.id)
         # One charge, by the killed process, with the step's operation id.
@@ -353,10 +358,10 @@ def test_a_charge_cut_off_by_sigkill_is_settled_by_the_tools_reconciliation(
 
 
 def test_another_call_while_a_vouched_rerun_waits_is_refused_and_the_next_takeover_asks_again(
-    tmp_path: Path,
+    any_store: agentrt.Store,
 ) -> None:
     """A framework run whose model makes another call (a new id) does not run the vouched one."""
-    store = agentrt.open_store(tmp_path / "runs.db")
+    store = any_store
     charges = Charges(agentrt.Reconciled.not_found("no ch_1", safe_to_repeat=True))
     agent, meta = gated_agent(store, charges, SCRIPT)
     other, _ = gated_agent(store, charges, [[("charge", {"amount": 7}, "c9")], "gave up"])

@@ -8,6 +8,8 @@ lease let go) with its events written. The result objects stay referenced
 while the run is checked, so nothing here depends on garbage collection.
 The agent is a real Pydantic AI agent on its `FunctionModel`
 (tests/support/adapters/pydantic_ai_child.py).
+
+Both tests run on SQLite and on PostgreSQL (`database`; issue 21 item 5).
 """
 
 from __future__ import annotations
@@ -116,9 +118,9 @@ def consume(agent: Any, style: str, check: Check, prompt: str | None, **kw: Any)
 
 @pytest.mark.parametrize("style", STYLES)
 def test_consuming_the_output_completes_the_agentrt_run_at_once_on_every_entry_point(
-    tmp_path: Path, style: str
+    database: str, tmp_path: Path, style: str
 ) -> None:
-    store = agentrt.open_store(tmp_path / "runs.db")
+    store = agentrt.open_store(database)
     gate = gate_for(store)
     agent = child.agent(tmp_path, "allow", gate=gate)
     seen: list[tuple[str, str, Any, str, list[str]]] = []
@@ -141,9 +143,9 @@ def test_consuming_the_output_completes_the_agentrt_run_at_once_on_every_entry_p
 
 @pytest.mark.parametrize("style", STYLES)
 def test_an_output_of_deferred_requests_leaves_the_run_waiting_and_its_lease_let_go_at_once(
-    tmp_path: Path, style: str
+    database: str, tmp_path: Path, style: str
 ) -> None:
-    store = agentrt.open_store(tmp_path / "runs.db")
+    store = agentrt.open_store(database)
     gate = gate_for(store)
     agent = child.agent(tmp_path, "held", gate=gate)
     meta = gate.run_metadata(RUN)

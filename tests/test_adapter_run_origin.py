@@ -1,10 +1,10 @@
-"""A LangGraph thread's run is its own: a Driver sharing the file never takes it over.
+"""A LangGraph thread's run is its own: a Driver sharing the record never takes it over.
 
 Between turns the run of a thread's last turn stays RUNNING with no lease. A Driver of
 another program registering tools of the same names must skip it at recovery
 (docs/decisions/0049), and the thread's next turn must go on (completing it). Real
 LangGraph graph and checkpointer, LangChain's fake chat model, real tools
-appending to a file, a real store.
+appending to a file, a real store: on SQLite and on PostgreSQL (issue 21 item 5).
 """
 
 from __future__ import annotations
@@ -35,8 +35,9 @@ CONFIG: Any = {"configurable": {"thread_id": "t1"}}
 
 
 def test_a_drivers_recover_skips_a_langgraph_threads_run_and_the_thread_goes_on(
-    store: agentrt.Store, db_path: Path, tmp_path: Path
+    any_store: agentrt.Store, database: str, tmp_path: Path
 ) -> None:
+    store, db_path = any_store, database
     effects = tmp_path / "effects.log"
     effects.touch()
 

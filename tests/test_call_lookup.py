@@ -6,6 +6,9 @@ from `steps.reason_key` (migration 3) through the partial index
 `steps_run_reason`, never by reading the run's steps; what it returns is checked
 against each step's decoded decision, so it is exactly the steps whose
 `decision.reason` is one of those asked for.
+
+The tests that take `any_store` or `database` run on SQLite and on PostgreSQL (issue 21
+item 5); those that pin SQLite's query plans or its migration 3 stay on a file.
 """
 
 from __future__ import annotations
@@ -23,7 +26,9 @@ from agentrt._store.sqlite import _migrations as migrations
 from agentrt._store.sqlite._migrations import MIGRATIONS
 from agentrt.lowlevel import step_of_run, steps_with_reasons
 from conftest import FakeClock, Ids
+from support.database import on_postgres
 from support.gates import make_gate
+from support.rows import execute
 from support.tools import read_tool
 
 
@@ -51,8 +56,9 @@ def reasons_of(steps: Sequence[agentrt.Step]) -> list[tuple[int, str]]:
 
 
 def test_the_read_returns_exactly_the_steps_recording_a_reason_in_step_order(
-    store: Store,
+    any_store: Store,
 ) -> None:
+    store = any_store
     run = record(store, ["call c1", "call c2", "", "call c1", "call c3", "call c10"])
     other = record(store, ["call c1", "call c2"], ids="b")  # the same call ids in another run
 
@@ -72,7 +78,8 @@ def test_the_read_returns_exactly_the_steps_recording_a_reason_in_step_order(
     assert steps_with_reasons(store, run, []) == []
 
 
-def test_a_reason_to_look_up_must_be_a_non_empty_text(store: Store) -> None:
+def test_a_reason_to_look_up_must_be_a_non_empty_text(any_store: Store) -> None:
+    store = any_store
     run = record(store, ["", "call c1"])
     with pytest.raises(ValueError, match="non-empty text"):
         steps_with_reasons(store, run, [""])  # a decision with no reason is never a call's
@@ -83,8 +90,9 @@ def test_a_reason_to_look_up_must_be_a_non_empty_text(store: Store) -> None:
 
 
 def test_a_reason_longer_than_the_key_is_found_whole_and_one_sharing_its_head_is_not(
-    store: Store,
+    any_store: Store,
 ) -> None:
+    store = any_store
     head = "call " + "x" * 300
     run = record(store, [head + "-one", head + "-two", head[:256]])
     rows = store.query("SELECT reason_key FROM steps WHERE run_id = ? ORDER BY idx", (run,))
@@ -95,8 +103,9 @@ def test_a_reason_longer_than_the_key_is_found_whole_and_one_sharing_its_head_is
 
 
 def test_recording_a_decision_keys_its_step_by_the_reasons_head_in_the_same_write(
-    store: Store,
+    any_store: Store,
 ) -> None:
+    store = any_store
     run = record(store, ["call c1", "", "ééé call"])
     rows = store.query(
         "SELECT idx, status, reason_key FROM steps WHERE run_id = ? ORDER BY idx", (run,)
@@ -108,45 +117,42 @@ def test_recording_a_decision_keys_its_step_by_the_reasons_head_in_the_same_writ
     ]
 
 
-def plant(path: Path, run_id: str, rows: Sequence[tuple[str, int, Any, str]]) -> None:
+def plant(database: str, run_id: str, rows: Sequence[tuple[str, int, Any, str]]) -> None:
     """Steps written past the runtime: (id, idx, decision_json as text or bytes, reason_key)."""
-    conn = raw(path)
-    try:
-        for step_id, idx, decision, key in rows:
-            conn.execute(
-                "INSERT INTO steps (id, run_id, idx, status, decision_json, reason_key) "
-                "VALUES (?, ?, ?, 'done', CAST(? AS TEXT), ?)",
-                (step_id, run_id, idx, decision, key),
-            )
-    finally:
-        conn.close()
+    for step_id, idx, decision, key in rows:
+        execute(
+            database,
+            "INSERT INTO steps (id, run_id, idx, status, decision_json, reason_key) "
+            "VALUES (?, ?, ?, 'done', CAST(? AS TEXT), ?)",
+            (step_id, run_id, idx, decision, key),
+        )
 
 
 def test_a_row_whose_decision_does_not_decode_is_never_returned_and_breaks_no_read(
-    store: Store, db_path: Path
+    any_store: Store, database: str
 ) -> None:
+    store = any_store
     run = record(store, ["call c1"])
-    plant(
-        db_path,
-        run,
-        [
-            ("s-not-json", 5, "{not json", "call c1"),
-            ("s-bad-utf8", 6, b'{"kind":"tool_call","reason":"call c1","tool":"\xff"}', "call c1"),
-            ("s-huge-number", 7, '{"args":1e99999,"reason":"call c1"}', "call c1"),
-            ("s-list-reason", 10, '{"kind":"tool_call","reason":["call c1"]}', "call c1"),
-            ("s-other", 8, '{"kind":"tool_call","reason":"call c2","tool":"read"}', "call c1"),
-        ],
+    undecodable = ["s-not-json", "s-huge-number"]
+    rows: list[tuple[str, int, Any, str]] = [
+        ("s-not-json", 5, "{not json", "call c1"),
+        ("s-huge-number", 7, '{"args":1e99999,"reason":"call c1"}', "call c1"),
+        ("s-list-reason", 10, '{"kind":"tool_call","reason":["call c1"]}', "call c1"),
+        ("s-other", 8, '{"kind":"tool_call","reason":"call c2","tool":"read"}', "call c1"),
+    ]
+    if not on_postgres(database):  # a PostgreSQL text column cannot hold bytes not UTF-8
+        bad = b'{"kind":"tool_call","reason":"call c1","tool":"\xff"}'
+        rows.append(("s-bad-utf8", 6, bad, "call c1"))
+        undecodable.append("s-bad-utf8")
+    plant(database, run, rows)
+    # a step whose decision decodes but another column does not
+    execute(
+        database,
+        "INSERT INTO steps (id, run_id, idx, status, decision_json, observation_json, "
+        "reason_key) VALUES ('s-bad-obs', ?, 9, 'done', "
+        """'{"kind":"tool_call","reason":"call c1","tool":"read"}', '{oops', 'call c1')""",
+        (run,),
     )
-    conn = raw(db_path)
-    try:  # a step whose decision decodes but another column does not
-        conn.execute(
-            "INSERT INTO steps (id, run_id, idx, status, decision_json, observation_json, "
-            "reason_key) VALUES ('s-bad-obs', ?, 9, 'done', "
-            """'{"kind":"tool_call","reason":"call c1","tool":"read"}', '{oops', 'call c1')""",
-            (run,),
-        )
-    finally:
-        conn.close()
     found = steps_with_reasons(store, run, ["call c1"])
     assert [(s.index, s.id) for s in found] == [(0, found[0].id), (9, "s-bad-obs")]
     assert found[0].decode_error == ""
@@ -154,10 +160,11 @@ def test_a_row_whose_decision_does_not_decode_is_never_returned_and_breaks_no_re
     assert found[1].observation is None
     # The reads a page gives agree: those rows are there, their decisions unreadable.
     by_id = {s.id: s for s in store.list_steps(run, cap=None)}
-    assert all(by_id[i].decision is None for i in ("s-not-json", "s-bad-utf8", "s-huge-number"))
+    assert all(by_id[i].decision is None for i in undecodable)
 
 
-def test_step_of_run_reads_one_step_of_that_run_whole(store: Store) -> None:
+def test_step_of_run_reads_one_step_of_that_run_whole(any_store: Store) -> None:
+    store = any_store
     run = record(store, ["call c1", "call c2"])
     other = record(store, ["call c1"], ids="b")
     second = store.list_steps(run, cap=None)[1]
@@ -167,8 +174,22 @@ def test_step_of_run_reads_one_step_of_that_run_whole(store: Store) -> None:
 
 
 @pytest.fixture
+def statements(any_store: Store, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """Every statement `any_store` reads with while the test reads (either backend)."""
+    seen: list[str] = []
+    real = any_store._query  # type: ignore[attr-defined]  # the store's one read path
+
+    def counted(sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        seen.append(sql)
+        return real(sql, params)  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(any_store, "_query", counted)
+    yield seen
+
+
+@pytest.fixture
 def plans(store: Store, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[list[str]]]:
-    """The query plan of every statement the store runs while the test reads."""
+    """The query plan of every statement the store runs while the test reads (SQLite's)."""
     seen: list[list[str]] = []
     real = store._query  # type: ignore[attr-defined]  # the SQLite store's one read path
 
@@ -181,6 +202,7 @@ def plans(store: Store, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[list[s
     yield seen
 
 
+# SQLite only: the plan pinned is SQLite's (EXPLAIN QUERY PLAN, ANALYZE on the file).
 def test_the_look_up_searches_the_reason_index_and_never_scans_the_run(
     store: Store, db_path: Path, plans: list[list[str]]
 ) -> None:
@@ -204,16 +226,18 @@ def test_the_look_up_searches_the_reason_index_and_never_scans_the_run(
 
 
 def test_many_reasons_are_looked_up_in_chunks_and_come_back_in_step_order(
-    store: Store, plans: list[list[str]]
+    any_store: Store, statements: list[str]
 ) -> None:
+    store = any_store
     run = record(store, [f"call c{n}" for n in range(12)])
-    plans.clear()
+    statements.clear()
     asked = [f"call c{n}" for n in range(1200)]  # more than one statement's worth
     found = steps_with_reasons(store, run, asked)
     assert reasons_of(found) == [(n, f"call c{n}") for n in range(12)]
-    assert len(plans) == 3
+    assert len(statements) == 3
 
 
+# SQLite only: a file of schema 2 as the previous release wrote it, and bytes not UTF-8.
 def test_migration_3_keys_the_steps_already_recorded_and_keeps_rows_that_do_not_decode(
     db_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -294,8 +318,9 @@ class NoWholeRunReads:
 
 
 def test_a_langgraph_call_is_looked_up_without_reading_every_step(
-    store: Store, monkeypatch: pytest.MonkeyPatch
+    any_store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    store = any_store
     pytest.importorskip("langgraph.prebuilt", reason="needs agentrt[langgraph]")
     from langchain_core.messages import AIMessage, HumanMessage
     from langchain_core.tools import tool
@@ -344,8 +369,9 @@ def test_a_langgraph_call_is_looked_up_without_reading_every_step(
 
 
 def test_pydantic_ai_and_agents_sdk_calls_are_looked_up_without_reading_every_step(
-    store: Store, monkeypatch: pytest.MonkeyPatch
+    any_store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    store = any_store
     pytest.importorskip("pydantic_ai", reason="needs agentrt[pydantic-ai]")
     pytest.importorskip("agents", reason="needs agentrt[openai-agents]")
     import asyncio
@@ -417,7 +443,8 @@ def test_pydantic_ai_and_agents_sdk_calls_are_looked_up_without_reading_every_st
 LONE = "call-\ud800-x"  # a lone surrogate: what a JSON answer's "id": "call-\ud800-x" decodes to
 
 
-def test_a_reason_that_is_not_valid_utf8_matches_no_step_and_never_raises(store: Store) -> None:
+def test_a_reason_that_is_not_valid_utf8_matches_no_step_and_never_raises(any_store: Store) -> None:
+    store = any_store
     gate = make_gate(store, read_tool(), clock=FakeClock(), ids=Ids("a"))
     session = gate.begin_sync("look things up", agentrt.Limits(max_steps=5))
     for n, reason in enumerate(["call c1", LONE, "x" * 300 + "\ud800"]):
@@ -452,8 +479,9 @@ def recorded(store: Store) -> tuple[agentrt.Run, list[tuple[int, str, str]]]:
 
 
 def test_a_pydantic_ai_call_id_with_a_lone_surrogate_is_refused_and_the_run_completes(
-    store: Store,
+    any_store: Store,
 ) -> None:
+    store = any_store
     pytest.importorskip("pydantic_ai", reason="needs agentrt[pydantic-ai]")
     from pydantic_ai import Agent, DeferredToolRequests
     from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
@@ -492,8 +520,9 @@ def test_a_pydantic_ai_call_id_with_a_lone_surrogate_is_refused_and_the_run_comp
 
 
 def test_an_agents_sdk_call_id_with_a_lone_surrogate_is_refused_and_the_run_completes(
-    store: Store,
+    any_store: Store,
 ) -> None:
+    store = any_store
     pytest.importorskip("agents", reason="needs agentrt[openai-agents]")
     import asyncio
 
@@ -529,8 +558,9 @@ def test_an_agents_sdk_call_id_with_a_lone_surrogate_is_refused_and_the_run_comp
 
 
 def test_a_langgraph_call_id_with_a_lone_surrogate_is_refused_and_the_run_completes(
-    store: Store,
+    any_store: Store,
 ) -> None:
+    store = any_store
     pytest.importorskip("langgraph.prebuilt", reason="needs agentrt[langgraph]")
     from langchain_core.messages import AIMessage, HumanMessage
     from langchain_core.tools import tool

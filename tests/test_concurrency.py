@@ -1,4 +1,9 @@
-"""Concurrency: racing resumes, cancels during a step, lost and lapsed leases, the event loop."""
+"""Concurrency: racing resumes, cancels during a step, lost and lapsed leases, the event loop.
+
+Every test but the four racers on copies of one file takes `database` (or `any_store`)
+and runs on SQLite and on PostgreSQL (issue 21 item 5); a lapsed lease is made so by its
+stored expiry (`expire_lease`), which PostgreSQL's server clock judges.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +18,7 @@ import textwrap
 import threading
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +36,8 @@ from agentrt import (
 )
 from agentrt.scripted import ScriptedAgent
 from conftest import Ids, RecordingTool, event_types
+from support.leases import expire_lease
+from support.rows import execute
 
 CHILD = textwrap.dedent(
     """
@@ -40,7 +47,7 @@ CHILD = textwrap.dedent(
     from agentrt import Decision, SideEffect, ToolResult, ToolSpec
     from agentrt.scripted import ScriptedAgent
 
-    db, journal, start_at = sys.argv[1], sys.argv[2], float(sys.argv[3])
+    db, journal, start_at, run_id = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4]
 
     class Push:
         spec = ToolSpec("push", "the push tool", {"type": "object"}, SideEffect.REMOTE_MUTATION,
@@ -54,7 +61,6 @@ CHILD = textwrap.dedent(
     agent = ScriptedAgent([Decision.tool_call("push", {}), Decision.complete("done")])
     driver = agentrt.Driver(store=store, agent=agent, policy=agentrt.default_policy(),
                             tools=[Push()], lease_owner=f"child-{os.getpid()}")
-    run_id = open(db + ".run").read()
     while time.time() < start_at:
         time.sleep(0.0005)
     try:
@@ -68,24 +74,22 @@ CHILD = textwrap.dedent(
 
 
 def test_two_concurrent_resumes_from_two_processes_exactly_one_executes(
-    tmp_path: Path,
+    any_store: agentrt.Store, database: str, tmp_path: Path
 ) -> None:
-    db = tmp_path / "race.db"
     journal = tmp_path / "journal.txt"
-    store = agentrt.open_store(db)
+    store = any_store
     push = RecordingTool("push", SideEffect.REMOTE_MUTATION, schema={"type": "object"})
     agent = ScriptedAgent([Decision.tool_call("push", {}), Decision.complete("done")])
     driver = agentrt.Driver(store=store, agent=agent, policy=agentrt.default_policy(), tools=[push])
     run = driver.start_sync("race")
     (approval,) = store.pending_approvals(run.id)
     agentrt.approve(store, run.id, approval.id, by="alice")
-    (tmp_path / "race.db.run").write_text(run.id)
     script = tmp_path / "child.py"
     script.write_text(CHILD)
     start_at = time.time() + 1.0
     children = [
         subprocess.Popen(
-            [sys.executable, str(script), str(db), str(journal), str(start_at)],
+            [sys.executable, str(script), database, str(journal), str(start_at), run.id],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -152,6 +156,8 @@ TRIALS = 40
 HOLDS = (0.0, 0.05)
 
 
+# SQLite only: its 40 trials are copies of one crashed file; on PostgreSQL,
+# test_postgres_race.py races processes on one schema.
 @pytest.mark.slow
 def test_processes_released_together_to_take_over_one_crashed_run_exactly_one_takes_it_over(
     tmp_path: Path,
@@ -276,8 +282,9 @@ def driving(driver: agentrt.Driver, goal: str = "g") -> Iterator[dict[str, Any]]
 
 
 def test_cancel_during_a_tool_call_records_the_late_result_after_run_finished(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
 ) -> None:
+    store = any_store
     slow = Gate()
     driver = agentrt.Driver(
         store=store,
@@ -305,7 +312,9 @@ def test_cancel_during_a_tool_call_records_the_late_result_after_run_finished(
     assert store.lease(run_id).owner == ""
 
 
-def test_cancel_while_deciding_is_found_at_the_next_write(store: agentrt.Store) -> None:
+def test_cancel_while_deciding_is_found_at_the_next_write(any_store: agentrt.Store) -> None:
+    store = any_store
+
     def decide_and_get_cancelled(input: agentrt.StepInput) -> Decision:
         agentrt.cancel(store, input.run.id, by="ops")
         return Decision.complete("too late")
@@ -325,8 +334,9 @@ def test_cancel_while_deciding_is_found_at_the_next_write(store: agentrt.Store) 
 
 
 def test_a_cancel_just_after_a_tool_finished_is_found_by_the_next_steps_first_commit(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
 ) -> None:
+    store = any_store
     """The Driver claims its next step without reading the run (decision 0101): a cancel
     made between a step's outcome commit and the next claim is found by that step's first
     commit. The agent is asked once more; nothing of that step is written, its tool never
@@ -358,7 +368,8 @@ def test_a_cancel_just_after_a_tool_finished_is_found_by_the_next_steps_first_co
     assert event_types(store, run.id)[-1] == "run.finished"
 
 
-def test_cancel_a_waiting_run_and_a_terminal_run_is_refused(store: agentrt.Store) -> None:
+def test_cancel_a_waiting_run_and_a_terminal_run_is_refused(any_store: agentrt.Store) -> None:
+    store = any_store
     push = RecordingTool("push", SideEffect.REMOTE_MUTATION)
     driver = agentrt.Driver(
         store=store,
@@ -375,17 +386,14 @@ def test_cancel_a_waiting_run_and_a_terminal_run_is_refused(store: agentrt.Store
 
 
 def test_loop_that_loses_its_lease_stops_before_the_next_tool_call(
-    store: agentrt.Store, db_path: Path
+    any_store: agentrt.Store, database: str
 ) -> None:
     """Another owner takes the run while a tool runs: its result is not recorded, and the
     loop raises LeaseLostError instead of starting anything else."""
-    import sqlite3
+    store = any_store
 
     def steal(call: ToolCall) -> ToolResult:
-        conn = sqlite3.connect(db_path)
-        conn.execute("UPDATE runs SET lease_owner = 'thief', lease_epoch = lease_epoch + 1")
-        conn.commit()
-        conn.close()
+        execute(database, "UPDATE runs SET lease_owner = 'thief', lease_epoch = lease_epoch + 1")
         return ToolResult({"stolen": True})
 
     first = RecordingTool("first", SideEffect.LOCAL_MUTATION, result=steal)
@@ -402,11 +410,13 @@ def test_loop_that_loses_its_lease_stops_before_the_next_tool_call(
     assert "step.tool_finished" not in event_types(store, run.id)
 
 
-def test_lapsed_lease_starts_no_side_effect(store: agentrt.Store) -> None:
-    wall = [datetime.now(UTC)]
+def test_lapsed_lease_starts_no_side_effect(any_store: agentrt.Store, database: str) -> None:
+    store = any_store
 
     def stall(input: agentrt.StepInput) -> Decision:
-        wall[0] += timedelta(minutes=5)  # the loop stalled past its lease; nobody took it
+        # The loop stalled past its lease (an hour long: no heartbeat renews it meanwhile),
+        # and nobody took it.
+        expire_lease(database, input.run.id, holder_elsewhere=False)
         return Decision.tool_call("push", {})
 
     push = RecordingTool("push", SideEffect.LOCAL_MUTATION)
@@ -415,7 +425,7 @@ def test_lapsed_lease_starts_no_side_effect(store: agentrt.Store) -> None:
         agent=ScriptedAgent([stall]),
         policy=agentrt.default_policy(),
         tools=[push],
-        wall=lambda: wall[0],
+        lease_ttl=timedelta(hours=1),
     )
     with pytest.raises(LeaseLostError, match="lapsed"):
         driver.start_sync("g")
@@ -426,8 +436,9 @@ def test_lapsed_lease_starts_no_side_effect(store: agentrt.Store) -> None:
 
 
 def test_resume_of_a_live_run_is_refused_and_changes_nothing(
-    store: agentrt.Store, db_path: Path
+    any_store: agentrt.Store, database: str
 ) -> None:
+    store = any_store
     slow = Gate()
     driver = agentrt.Driver(
         store=store,
@@ -437,7 +448,7 @@ def test_resume_of_a_live_run_is_refused_and_changes_nothing(
         lease_owner="worker",
     )
     other = agentrt.Driver(
-        store=agentrt.open_store(db_path),
+        store=agentrt.open_store(database),
         agent=driver.agent,
         policy=agentrt.default_policy(),
         tools=[slow],
@@ -459,10 +470,12 @@ def test_resume_of_a_live_run_is_refused_and_changes_nothing(
     assert box["run"].status == "COMPLETED"
 
 
-def test_async_driver_does_not_starve_other_tasks_while_steps_commit(db_path: Path) -> None:
+def test_async_driver_does_not_starve_other_tasks_while_steps_commit(
+    any_store: agentrt.Store,
+) -> None:
     """Each commit is made slow (a stand-in for a slow fsync); a ticker on the same event
     loop must keep running during every one of them."""
-    store = agentrt.open_store(db_path)
+    store = any_store
     ticks = [0]
     during: list[int] = []
     original = store.transactions
@@ -517,8 +530,10 @@ def test_async_driver_does_not_starve_other_tasks_while_steps_commit(db_path: Pa
 
 
 def test_cancel_while_the_agent_decides_returns_the_cancelled_run_even_if_the_agent_fails(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
 ) -> None:
+    store = any_store
+
     def cancel_then_raise(input: agentrt.StepInput) -> Decision:
         agentrt.cancel(store, input.run.id, by="ops")
         raise RuntimeError("the agent noticed nothing and broke")
@@ -530,7 +545,8 @@ def test_cancel_while_the_agent_decides_returns_the_cancelled_run_even_if_the_ag
     assert (run.status, run.reason) == ("CANCELLED", "operator_cancelled")
 
 
-def test_cancelling_a_waiting_run_expires_its_pending_approval(store: agentrt.Store) -> None:
+def test_cancelling_a_waiting_run_expires_its_pending_approval(any_store: agentrt.Store) -> None:
+    store = any_store
     push = RecordingTool("push", SideEffect.REMOTE_MUTATION)
     driver = agentrt.Driver(
         store=store,

@@ -9,18 +9,17 @@ would (its takeover, or the write its takeover makes on the run's row), and
 show that the loop's next write raises `LeaseLostError` and writes nothing:
 the rows are exactly as the new owner left them, and no tool starts.
 
-The tests that take `database` run on SQLite and on PostgreSQL (issue 21 item 5).
-A lease there runs out by its stored expiry moved into the past (`expire_lease`):
-PostgreSQL judges it by the server's clock, which no test can move. Three stay on
-SQLite: the long tool call and the cancelled loop judge the lease on an injected
-wall clock (`MovableWall`) that PostgreSQL does not honour, and the held connection
-is about a file database's heartbeat renewing on a connection of its own.
+The tests that take `database` (or `any_store`) run on SQLite and on PostgreSQL (issue
+21 item 5). A lease there runs out by its stored expiry moved into the past
+(`expire_lease`): PostgreSQL judges it by the server's clock, which no test can move.
+Two stay on SQLite: the long tool call and the cancelled loop judge the lease on an
+injected wall clock (`MovableWall`) that PostgreSQL does not honour (a lease several
+lengths long in real time there would be a sleep, and a race with the load).
 """
 
 from __future__ import annotations
 
 import json
-import sqlite3
 import threading
 import time
 from collections.abc import Callable
@@ -417,6 +416,7 @@ def test_a_takeover_while_the_agent_decides_starts_no_tool_and_raises_lease_lost
     store.close()
 
 
+# SQLite only: the lease is judged on an injected wall clock, which PostgreSQL ignores.
 def test_lease_long_tool_call_keeps_the_lease(db_path: Path) -> None:
     """A tool call several lease lengths long keeps its lease: nobody can take the run."""
     store = agentrt.open_store(db_path)
@@ -459,19 +459,17 @@ def test_lease_long_tool_call_keeps_the_lease(db_path: Path) -> None:
     assert "lease.taken_over" not in event_types(store, run.id)
 
 
-def test_lease_held_connection_does_not_starve_the_heartbeat(db_path: Path) -> None:
+def test_lease_held_connection_does_not_starve_the_heartbeat(
+    any_store: agentrt.Store, database: str
+) -> None:
     """The consumer holds the store's own connection (its lock) through a long tool call;
     the heartbeat renews on a connection of its own all the same."""
-    store = agentrt.open_store(db_path)
+    store = any_store
     seen: list[str] = []
 
     def hold_the_connection(call: ToolCall) -> ToolResult:
         def read_expiry() -> str:
-            conn = sqlite3.connect(db_path)
-            try:
-                return str(conn.execute("SELECT lease_expires_at FROM runs").fetchone()[0])
-            finally:
-                conn.close()
+            return stored_expiry(database, call.run_id)  # on a connection of the test's
 
         with store._lock:  # what a consumer holding the connection does to other users
             seen.append(read_expiry())
@@ -492,7 +490,8 @@ def test_lease_held_connection_does_not_starve_the_heartbeat(db_path: Path) -> N
     assert len(set(seen)) >= 3, seen  # the expiry moved while the connection was held
 
 
-def test_lease_same_lease_owner_name_is_two_owners(store: agentrt.Store) -> None:
+def test_lease_same_lease_owner_name_is_two_owners(any_store: agentrt.Store) -> None:
+    store = any_store
     a = agentrt.Driver(
         store=store, agent=ScriptedAgent([]), policy=agentrt.default_policy(), lease_owner="replica"
     )
@@ -540,6 +539,7 @@ def test_lease_holder_in_another_pid_namespace_proves_nothing() -> None:
         )
 
 
+# SQLite only: the lease is judged on an injected wall clock, which PostgreSQL ignores.
 def test_lease_a_cancelled_loop_keeps_its_lease_while_its_tool_thread_still_runs(
     db_path: Path,
 ) -> None:

@@ -2,20 +2,24 @@
 
 Each test here kills mutants of `agentrt._takeover` (`resume.py` before issue 10)
 that the recovery tests let live. The interruption is made in this one process:
-while the first driver's tool is executing (or its agent deciding), a second
-driver, whose wall clock is past the first one's lease, takes the run over, or
-runs `recover()`. That leaves exactly what a takeover of a dead process's run
-sees (a step `executing`, a lease it may take), without spawning one.
+while the first driver's tool is executing (or its agent deciding), its lease is
+made expired an hour ago by the clock that judges it (`expire_lease`: the stored
+expiry moved, since PostgreSQL's server clock cannot be), and a second driver
+takes the run over, or runs `recover()`. That leaves exactly what a takeover of a
+dead process's run sees (a step `executing`, a lease it may take), without
+spawning one.
+
+Every test takes `database` and runs on SQLite and on PostgreSQL (issue 21 item 5),
+but those that say why they stay on a file.
 """
 
 from __future__ import annotations
 
 import contextlib
-import sqlite3
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -23,10 +27,19 @@ import pytest
 
 import agentrt
 from agentrt import Decision, SideEffect, ToolCall, ToolResult
+from agentrt._clock import wall_clock
 from agentrt.scripted import ScriptedAgent
 from conftest import FakeClock, RecordingTool
+from support.leases import expire_lease
+from support.rows import execute
+from support.testkit_children import kit_mode
 
-Tamper = Callable[[sqlite3.Connection, str], None]
+Tamper = Callable[[str, str], None]
+"""A change made behind the runtime's back while the call executes: (database, run id)."""
+
+FIRST_TTL = timedelta(hours=1)
+"""The first driver's lease: its heartbeat renews a third of it after the start, never
+during a test, so only `expire_lease` ends it."""
 
 
 @dataclass
@@ -38,18 +51,15 @@ class Interrupted:
     first_calls: int
 
 
-def later_wall() -> datetime:
-    return datetime.now(UTC) + timedelta(hours=1)
-
-
 def interrupt(
-    db_path: Path,
+    database: str,
     side_effect: SideEffect,
     tamper: Tamper | None = None,
     other_tools: list[Any] | None = None,
     **other_kw: Any,
 ) -> Interrupted:
-    """Run one `lookup` call; while it executes, tamper, then let another driver take over.
+    """Run one `lookup` call; while it executes, expire its lease, tamper, then let another
+    driver take over.
 
     The other driver registers `other_tools` (by default `lookup` as it was).
     """
@@ -57,39 +67,36 @@ def interrupt(
 
     def other_driver() -> agentrt.Driver:
         return agentrt.Driver(
-            store=agentrt.open_store(db_path),
+            store=agentrt.open_store(database),
             # Whether a script is read by step index or by what was carried out,
             # the step after the interrupted one completes.
             agent=ScriptedAgent([Decision.complete({"after": "takeover"})] * 2),
             policy=agentrt.default_policy(),
             tools=[RecordingTool("lookup", side_effect)] if other_tools is None else other_tools,
             lease_owner="taker",
-            wall=later_wall,
             **other_kw,
         )
 
     def take_over_mid_call(call: ToolCall) -> ToolResult:
+        expire_lease(database, call.run_id)
         if tamper is not None:
-            conn = sqlite3.connect(db_path, isolation_level=None)
-            try:
-                tamper(conn, call.run_id)
-            finally:
-                conn.close()
+            tamper(database, call.run_id)
         taken.append(other_driver().resume_sync(call.run_id))
         return ToolResult({"late": True})
 
     tool = RecordingTool("lookup", side_effect, result=take_over_mid_call)
     first = agentrt.Driver(
-        store=agentrt.open_store(db_path),
+        store=agentrt.open_store(database),
         agent=ScriptedAgent([Decision.tool_call("lookup", {"x": 1}), Decision.complete()]),
         policy=agentrt.default_policy(),
         tools=[tool],
         lease_owner="first",
+        lease_ttl=FIRST_TTL,
     )
     with pytest.raises(agentrt.LeaseLostError):
         first.start_sync("look it up")
     (run,) = taken
-    return Interrupted(run, agentrt.open_existing(db_path), len(tool.calls))
+    return Interrupted(run, agentrt.open_existing(database), len(tool.calls))
 
 
 def approval_kinds(store: agentrt.Store, run_id: str) -> list[str]:
@@ -99,31 +106,31 @@ def approval_kinds(store: agentrt.Store, run_id: str) -> list[str]:
 # -- the read-only exemption follows the spec as recorded -----------------------------------------
 
 
-def test_an_interrupted_read_only_call_continues_without_asking_anyone(db_path: Path) -> None:
-    result = interrupt(db_path, SideEffect.READ_ONLY)
+def test_an_interrupted_read_only_call_continues_without_asking_anyone(database: str) -> None:
+    result = interrupt(database, SideEffect.READ_ONLY)
     assert result.run.status == "COMPLETED"
     assert approval_kinds(result.store, result.run.id) == []
     assert result.first_calls == 1
 
 
 def test_an_interrupted_read_only_call_whose_step_names_no_recorded_spec_waits_for_a_person(
-    db_path: Path,
+    database: str,
 ) -> None:
-    def forget_spec(conn: sqlite3.Connection, run_id: str) -> None:
-        conn.execute("UPDATE steps SET spec_hash = '' WHERE run_id = ?", (run_id,))
+    def forget_spec(database: str, run_id: str) -> None:
+        execute(database, "UPDATE steps SET spec_hash = '' WHERE run_id = ?", (run_id,))
 
-    result = interrupt(db_path, SideEffect.READ_ONLY, forget_spec)
+    result = interrupt(database, SideEffect.READ_ONLY, forget_spec)
     assert result.run.status == "WAITING_FOR_APPROVAL"
     assert approval_kinds(result.store, result.run.id) == ["interrupted_side_effect"]
 
 
 def test_an_interrupted_read_only_call_whose_recorded_spec_will_not_decode_waits_for_a_person(
-    db_path: Path,
+    database: str,
 ) -> None:
-    def garble_spec(conn: sqlite3.Connection, run_id: str) -> None:
-        conn.execute('UPDATE tool_specs SET spec_json = \'{"not": "a spec"}\'')
+    def garble_spec(database: str, run_id: str) -> None:
+        execute(database, 'UPDATE tool_specs SET spec_json = \'{"not": "a spec"}\'')
 
-    result = interrupt(db_path, SideEffect.READ_ONLY, garble_spec)
+    result = interrupt(database, SideEffect.READ_ONLY, garble_spec)
     assert result.run.status == "WAITING_FOR_APPROVAL"
     assert approval_kinds(result.store, result.run.id) == ["interrupted_side_effect"]
 
@@ -132,9 +139,9 @@ def test_an_interrupted_read_only_call_whose_recorded_spec_will_not_decode_waits
 
 
 def test_an_interrupted_side_effect_pauses_with_a_step_policy_event_naming_its_decision(
-    db_path: Path,
+    database: str,
 ) -> None:
-    result = interrupt(db_path, SideEffect.LOCAL_MUTATION)
+    result = interrupt(database, SideEffect.LOCAL_MUTATION)
     assert result.run.status == "WAITING_FOR_APPROVAL"
     store, run_id = result.store, result.run.id
     step = store.list_steps(run_id)[0]
@@ -152,10 +159,10 @@ def test_an_interrupted_side_effect_pauses_with_a_step_policy_event_naming_its_d
 
 
 def test_a_takeover_that_continues_records_run_resumed_at_its_own_time_on_no_step(
-    db_path: Path,
+    database: str,
 ) -> None:
     clock = FakeClock()
-    result = interrupt(db_path, SideEffect.READ_ONLY, now=clock)
+    result = interrupt(database, SideEffect.READ_ONLY, now=clock)
     assert result.run.status == "COMPLETED"
     events = result.store.list_events(run_id=result.run.id)
     types = [e.type for e in events]
@@ -170,14 +177,14 @@ def test_a_takeover_that_continues_records_run_resumed_at_its_own_time_on_no_ste
     assert later and all(at < then for then in later)
 
 
-def test_reconcile_sees_the_run_its_steps_and_its_approvals(db_path: Path) -> None:
+def test_reconcile_sees_the_run_its_steps_and_its_approvals(database: str) -> None:
     seen: list[agentrt.RunView] = []
 
     def reconcile(view: agentrt.RunView) -> agentrt.Reconciliation:
         seen.append(view)
         return agentrt.Reconciliation.continue_run(f"{len(view.approvals)} approvals seen")
 
-    result = interrupt(db_path, SideEffect.LOCAL_MUTATION, reconcile=reconcile)
+    result = interrupt(database, SideEffect.LOCAL_MUTATION, reconcile=reconcile)
     assert result.run.status == "COMPLETED"
     (view,) = seen
     assert view.run.id == result.run.id
@@ -194,32 +201,33 @@ def test_reconcile_sees_the_run_its_steps_and_its_approvals(db_path: Path) -> No
 
 
 def test_a_crash_right_after_a_takeover_continues_is_a_crash_point_and_is_recovered(
-    tmp_path: Path,
+    database: str,
 ) -> None:
     from agentrt.testkit import Crash, Point, run_sync
 
     crashes = (Crash(0, Point.AFTER_STEP_STARTED), Crash(0, Point.AFTER_RESUMED))
-    result = run_sync("support.scenarios:small", *crashes, db_path=tmp_path / "resumed.db")
+    with kit_mode(database) as mode:
+        result = run_sync("support.scenarios:small", *crashes, mode=mode, db_path=database)
     assert [c.crash for c in result.crashes_reached] == list(crashes)
     assert result.run.status == "COMPLETED"
     assert len(result.calls("charge")) == 1
 
 
 def test_a_reconcile_verdict_that_is_not_a_reconciliation_fails_the_run_naming_its_type(
-    db_path: Path,
+    database: str,
 ) -> None:
-    result = interrupt(db_path, SideEffect.LOCAL_MUTATION, reconcile=lambda view: "continue")
+    result = interrupt(database, SideEffect.LOCAL_MUTATION, reconcile=lambda view: "continue")
     run = result.run
     assert (run.status, run.reason) == ("FAILED", "internal_error")
     assert run.reason_detail == "reconcile returned str, not a Reconciliation"
     assert result.first_calls == 1
 
 
-def test_a_reconcile_detail_that_is_not_text_is_recorded_as_its_repr(db_path: Path) -> None:
+def test_a_reconcile_detail_that_is_not_text_is_recorded_as_its_repr(database: str) -> None:
     def reconcile(view: agentrt.RunView) -> agentrt.Reconciliation:
         return agentrt.Reconciliation(outcome="continue", detail={"ledger": 1})  # type: ignore[arg-type]
 
-    result = interrupt(db_path, SideEffect.LOCAL_MUTATION, reconcile=reconcile)
+    result = interrupt(database, SideEffect.LOCAL_MUTATION, reconcile=reconcile)
     assert result.run.status == "COMPLETED"
     events = result.store.list_events(run_id=result.run.id)
     (resumed,) = [e for e in events if e.type == "run.resumed"]
@@ -233,12 +241,12 @@ def _nested(depth: int) -> Any:
     return value
 
 
-def test_a_reconcile_result_nested_deeper_than_json_allows_fails_the_run(db_path: Path) -> None:
+def test_a_reconcile_result_nested_deeper_than_json_allows_fails_the_run(database: str) -> None:
     """A result may nest 256 deep, like any value a consumer hands in (not the store's deeper
     limit, which leaves room for agentrt's own envelopes)."""
     deep = _nested(257)
     result = interrupt(
-        db_path,
+        database,
         SideEffect.LOCAL_MUTATION,
         reconcile=lambda view: agentrt.Reconciliation.completed(deep),
     )
@@ -248,7 +256,7 @@ def test_a_reconcile_result_nested_deeper_than_json_allows_fails_the_run(db_path
     assert "nesting deeper than 256" in run.reason_detail
     assert run.result is None
     ok = interrupt(
-        db_path.with_name("ok.db"),
+        database,
         SideEffect.LOCAL_MUTATION,
         reconcile=lambda view: agentrt.Reconciliation.completed(_nested(256)),
     )
@@ -268,11 +276,11 @@ class _ReadOnce(dict[str, Any]):
 
 
 def test_a_reconcile_result_that_cannot_be_encoded_fails_the_run_before_the_final_write(
-    db_path: Path,
+    database: str,
 ) -> None:
     _ReadOnce.reads = 0
     result = interrupt(
-        db_path,
+        database,
         SideEffect.LOCAL_MUTATION,
         reconcile=lambda view: agentrt.Reconciliation.completed(_ReadOnce(charged=True)),
     )
@@ -284,32 +292,33 @@ def test_a_reconcile_result_that_cannot_be_encoded_fails_the_run_before_the_fina
     assert run.result is None
 
 
-def interrupt_deciding(db_path: Path, **other_kw: Any) -> agentrt.Run:
+def interrupt_deciding(database: str, **other_kw: Any) -> agentrt.Run:
     """While the first driver's agent decides step 0, another driver takes the run over."""
     taken: list[agentrt.Run] = []
 
     def take_over_while_deciding(input: agentrt.StepInput) -> Decision:
         other = agentrt.Driver(
-            store=agentrt.open_store(db_path),
+            store=agentrt.open_store(database),
             agent=ScriptedAgent([Decision.complete({"after": "takeover"})] * 2),
             policy=agentrt.default_policy(),
             tools=[RecordingTool("lookup", SideEffect.LOCAL_MUTATION)],
             lease_owner="taker",
-            wall=later_wall,
             **other_kw,
         )
         # The first driver's loop is blocked here, as a dead process's would be.
+        expire_lease(database, input.run.id)
         thread = threading.Thread(target=lambda: taken.append(other.resume_sync(input.run.id)))
         thread.start()
         thread.join(30)
         return Decision.complete({"first": True})
 
     first = agentrt.Driver(
-        store=agentrt.open_store(db_path),
+        store=agentrt.open_store(database),
         agent=take_over_while_deciding,
         policy=agentrt.default_policy(),
         tools=[RecordingTool("lookup", SideEffect.LOCAL_MUTATION)],
         lease_owner="first",
+        lease_ttl=FIRST_TTL,
     )
     with contextlib.suppress(agentrt.LeaseLostError):
         first.start_sync("decide")  # finds the run taken (or already ended) by the other
@@ -323,9 +332,9 @@ PAUSE = agentrt.PolicyDecision.require_approval(
 
 
 def test_reconcile_asking_to_wait_when_no_call_was_executing_fails_as_a_conflict(
-    db_path: Path,
+    database: str,
 ) -> None:
-    run = interrupt_deciding(db_path, reconcile=lambda view: agentrt.Reconciliation.waiting(PAUSE))
+    run = interrupt_deciding(database, reconcile=lambda view: agentrt.Reconciliation.waiting(PAUSE))
     assert (run.status, run.reason) == ("FAILED", "reconcile_conflict")
     assert run.reason_detail == (
         "reconcile asked to wait, but no call was executing when the run was interrupted"
@@ -333,7 +342,7 @@ def test_reconcile_asking_to_wait_when_no_call_was_executing_fails_as_a_conflict
 
 
 def test_reconcile_asking_to_wait_on_a_call_whose_args_no_longer_fit_fails_as_a_conflict(
-    db_path: Path,
+    database: str,
 ) -> None:
     retyped = RecordingTool(
         "lookup",
@@ -341,7 +350,7 @@ def test_reconcile_asking_to_wait_on_a_call_whose_args_no_longer_fit_fails_as_a_
         schema={"type": "object", "properties": {"x": {"type": "string"}}},
     )
     result = interrupt(
-        db_path,
+        database,
         SideEffect.LOCAL_MUTATION,
         other_tools=[retyped],
         reconcile=lambda view: agentrt.Reconciliation.waiting(PAUSE),
@@ -353,11 +362,11 @@ def test_reconcile_asking_to_wait_on_a_call_whose_args_no_longer_fit_fails_as_a_
 
 
 def test_reconcile_asking_to_wait_on_an_unusable_pause_fails_the_run_saying_why(
-    db_path: Path,
+    database: str,
 ) -> None:
     kindless = agentrt.PolicyDecision.require_approval("", "no kind given")
     result = interrupt(
-        db_path,
+        database,
         SideEffect.LOCAL_MUTATION,
         reconcile=lambda view: agentrt.Reconciliation.waiting(kindless),
     )
@@ -369,34 +378,15 @@ def test_reconcile_asking_to_wait_on_an_unusable_pause_fails_the_run_saying_why(
     assert result.store.list_approvals(run.id) == []
 
 
-def _a_tool_whose_result_looks_like_an_interruption() -> Any:
-    from agentrt.testkit import Scenario, Verdict, always
-
-    allow = agentrt.PolicyDecision.allow()
-    return Scenario(
-        tools=[
-            RecordingTool(
-                "note", SideEffect.REMOTE_MUTATION, result={"previous_status": "executing"}
-            )
-        ],
-        policy=agentrt.SideEffectPolicy({SideEffect.REMOTE_MUTATION: allow}, policy_id="allow"),
-        agent=ScriptedAgent([Decision.tool_call("note", {"x": 1}), Decision.complete()]),
-        operator=always(Verdict.APPROVE),
-        lease_ttl=timedelta(milliseconds=600),
-        name="echo",
-    )
-
-
 def test_a_finished_call_whose_result_reads_like_an_interruption_is_not_asked_about_again(
-    tmp_path: Path,
+    database: str,
 ) -> None:
     """Only a step marked interrupted is an interrupted call, whatever a done step's result says."""
     from agentrt.testkit import Crash, Point, run_sync
 
     crash = Crash(0, Point.AFTER_TOOL_FINISHED)
-    result = run_sync(
-        _a_tool_whose_result_looks_like_an_interruption, crash, db_path=tmp_path / "echo.db"
-    )
+    with kit_mode(database) as mode:
+        result = run_sync("support.scenarios:echo", crash, mode=mode, db_path=database)
     assert [c.crash for c in result.crashes_reached] == [crash]
     assert result.run.status == "COMPLETED"
     assert len(result.calls("note")) == 1
@@ -407,19 +397,21 @@ def test_a_finished_call_whose_result_reads_like_an_interruption_is_not_asked_ab
 
 
 def _damage(sql: str) -> Tamper:
-    """Write bytes that are not UTF-8 into a column while the call executes."""
+    """Run `sql` (its one parameter the run's id) while the call executes."""
 
-    def tamper(conn: sqlite3.Connection, run_id: str) -> None:
-        conn.execute(sql, (run_id,))
+    def tamper(database: str, run_id: str) -> None:
+        execute(database, sql, (run_id,))
 
     return tamper
 
 
+# SQLite only: a PostgreSQL text column cannot hold bytes that are not UTF-8.
 def test_a_run_whose_record_cannot_be_read_back_is_failed_by_the_takeover_not_continued(
     db_path: Path,
 ) -> None:
+    database = str(db_path)
     damage = _damage("UPDATE runs SET goal = CAST(X'ff' AS TEXT) WHERE id = ?")
-    result = interrupt(db_path, SideEffect.READ_ONLY, damage)
+    result = interrupt(database, SideEffect.READ_ONLY, damage)
     run = result.run
     assert (run.status, run.reason) == ("FAILED", "internal_error")
     assert run.reason_detail == (
@@ -440,9 +432,12 @@ def test_an_interrupted_call_whose_step_cannot_be_read_back_ends_as_a_conflict(
     db_path: Path, column: str, detail: str
 ) -> None:
     """Whatever column is unreadable (the decision itself, or only its policy's id), what was
-    executing is not known for sure: no approval is asked for, the run ends."""
+    executing is not known for sure: no approval is asked for, the run ends.
+
+    SQLite only: a PostgreSQL text column cannot hold bytes that are not UTF-8."""
+    database = str(db_path)
     damage = _damage(f"UPDATE steps SET {column} = CAST(X'ff' AS TEXT) WHERE run_id = ?")
-    result = interrupt(db_path, SideEffect.LOCAL_MUTATION, damage)
+    result = interrupt(database, SideEffect.LOCAL_MUTATION, damage)
     run = result.run
     assert (run.status, run.reason) == ("FAILED", "reconcile_conflict")
     assert run.reason_detail.startswith(
@@ -456,7 +451,7 @@ def test_an_interrupted_call_whose_step_cannot_be_read_back_ends_as_a_conflict(
 
 
 def recover_mid_call(
-    db_path: Path, tamper: Tamper | None = None, its_own: bool = False
+    database: str, tamper: Tamper | None = None, its_own: bool = False
 ) -> list[agentrt.Recovered]:
     """While the first driver's `lookup` executes, another driver runs `recover()`.
 
@@ -467,67 +462,68 @@ def recover_mid_call(
 
     def recover_during(call: ToolCall) -> ToolResult:
         other = agentrt.Driver(
-            store=agentrt.open_store(db_path),
+            store=agentrt.open_store(database),
             agent=ScriptedAgent([Decision.complete({"after": "recover"})] * 2),
             policy=agentrt.default_policy(),
             tools=[RecordingTool("lookup", SideEffect.READ_ONLY)],
             lease_owner="taker",
-            wall=later_wall,
         )
-        conn = sqlite3.connect(db_path, isolation_level=None)
-        try:
-            if tamper is not None:
-                tamper(conn, call.run_id)
-            if its_own:
-                conn.execute(
-                    "UPDATE runs SET lease_owner = ? WHERE id = ?", (other.lease_owner, call.run_id)
-                )
-        finally:
-            conn.close()
+        expire_lease(database, call.run_id)
+        if tamper is not None:
+            tamper(database, call.run_id)
+        if its_own:
+            execute(
+                database,
+                "UPDATE runs SET lease_owner = ? WHERE id = ?",
+                (other.lease_owner, call.run_id),
+            )
         found.extend(other.recover_sync())
         return ToolResult({"late": True})
 
     first = agentrt.Driver(
-        store=agentrt.open_store(db_path),
+        store=agentrt.open_store(database),
         agent=ScriptedAgent([Decision.tool_call("lookup", {"x": 1}), Decision.complete()]),
         policy=agentrt.default_policy(),
         tools=[RecordingTool("lookup", SideEffect.READ_ONLY, result=recover_during)],
         lease_owner="first",
+        lease_ttl=FIRST_TTL,
     )
     with contextlib.suppress(agentrt.LeaseLostError):
         first.start_sync("look it up")
     return found
 
 
-def test_recover_takes_a_running_run_with_no_lease_saying_so(db_path: Path) -> None:
+def test_recover_takes_a_running_run_with_no_lease_saying_so(database: str) -> None:
     no_lease = _damage("UPDATE runs SET lease_owner = '', lease_expires_at = '' WHERE id = ?")
-    (found,) = recover_mid_call(db_path, no_lease)
+    (found,) = recover_mid_call(database, no_lease)
     assert (found.action, found.why) == ("resumed", "RUNNING with no lease")
     assert found.run is not None and found.run.status == "COMPLETED"
 
 
-def test_a_driver_takes_back_a_run_under_its_own_lease_and_records_why(db_path: Path) -> None:
-    (found,) = recover_mid_call(db_path, its_own=True)
+def test_a_driver_takes_back_a_run_under_its_own_lease_and_records_why(database: str) -> None:
+    (found,) = recover_mid_call(database, its_own=True)
     assert (found.action, found.why) == (
         "resumed",
         "RUNNING under this driver's own lease; its loop had stopped",
     )
     assert found.run is not None
-    store = agentrt.open_existing(db_path)
+    store = agentrt.open_existing(database)
     (taken,) = [e for e in store.list_events(run_id=found.run_id) if e.type == "lease.taken_over"]
     assert taken.payload["proof"] == {"by": "this driver's own lease"}
     assert taken.payload["previous_owner"] == taken.payload["owner"]
 
 
+# SQLite only: the instant is set by the taker's wall clock; PostgreSQL's is the server's.
 def test_a_lease_is_expired_at_the_very_instant_it_names(db_path: Path) -> None:
+    database = str(db_path)
     taken: list[agentrt.Run] = []
 
     def take_at_the_expiry(call: ToolCall) -> ToolResult:
-        lease = agentrt.open_existing(db_path).lease(call.run_id)
+        lease = agentrt.open_existing(database).lease(call.run_id)
         assert lease is not None and lease.expires_at is not None
         expiry = lease.expires_at
         other = agentrt.Driver(
-            store=agentrt.open_store(db_path),
+            store=agentrt.open_store(database),
             agent=ScriptedAgent([Decision.complete({"after": "takeover"})] * 2),
             policy=agentrt.default_policy(),
             tools=[RecordingTool("lookup", SideEffect.READ_ONLY)],
@@ -538,7 +534,7 @@ def test_a_lease_is_expired_at_the_very_instant_it_names(db_path: Path) -> None:
         return ToolResult({"late": True})
 
     first = agentrt.Driver(
-        store=agentrt.open_store(db_path),
+        store=agentrt.open_store(database),
         agent=ScriptedAgent([Decision.tool_call("lookup", {"x": 1}), Decision.complete()]),
         policy=agentrt.default_policy(),
         tools=[RecordingTool("lookup", SideEffect.READ_ONLY, result=take_at_the_expiry)],
@@ -549,19 +545,19 @@ def test_a_lease_is_expired_at_the_very_instant_it_names(db_path: Path) -> None:
         first.start_sync("look it up")
     (run,) = taken
     assert run.status == "COMPLETED"
-    store = agentrt.open_existing(db_path)
+    store = agentrt.open_existing(database)
     (event,) = [e for e in store.list_events(run_id=run.id) if e.type == "lease.taken_over"]
     assert event.payload["proof"] == {"by": "lease expired"}
 
 
 def test_a_resume_under_a_live_lease_is_refused_naming_the_run_its_owner_and_expiry(
-    db_path: Path,
+    database: str,
 ) -> None:
     refused: list[agentrt.RunLeasedError] = []
 
     def resume_while_held(call: ToolCall) -> ToolResult:
         other = agentrt.Driver(
-            store=agentrt.open_store(db_path),
+            store=agentrt.open_store(database),
             agent=ScriptedAgent([Decision.complete({})]),
             policy=agentrt.default_policy(),
             tools=[RecordingTool("lookup", SideEffect.READ_ONLY)],
@@ -574,7 +570,7 @@ def test_a_resume_under_a_live_lease_is_refused_naming_the_run_its_owner_and_exp
         return ToolResult({"done": True})
 
     first = agentrt.Driver(
-        store=agentrt.open_store(db_path),
+        store=agentrt.open_store(database),
         agent=ScriptedAgent([Decision.tool_call("lookup", {"x": 1}), Decision.complete()]),
         policy=agentrt.default_policy(),
         tools=[RecordingTool("lookup", SideEffect.READ_ONLY, result=resume_while_held)],
@@ -592,7 +588,7 @@ def test_a_resume_under_a_live_lease_is_refused_naming_the_run_its_owner_and_exp
 
 
 def test_taking_over_a_run_that_is_no_longer_running_is_refused_naming_its_status(
-    db_path: Path,
+    database: str,
 ) -> None:
     """`gate.attach` reads the run RUNNING, then takes it over; if the run ended in
     between, the takeover refuses, saying what the run is now."""
@@ -601,7 +597,7 @@ def test_taking_over_a_run_that_is_no_longer_running_is_refused_naming_its_statu
     from agentrt._takeover import take_over
 
     driver = agentrt.Driver(
-        store=agentrt.open_store(db_path),
+        store=agentrt.open_store(database),
         agent=ScriptedAgent([Decision.complete({})]),
         policy=agentrt.default_policy(),
     )
@@ -613,28 +609,28 @@ def test_taking_over_a_run_that_is_no_longer_running_is_refused_naming_its_statu
 
 
 def test_a_run_cancelled_between_the_takeovers_first_look_and_its_transaction_is_not_taken(
-    db_path: Path,
+    database: str,
 ) -> None:
     """The takeover judges the lease once outside its transaction and again inside it;
     a run cancelled in between is refused there, saying so, and nothing is written."""
     refused: list[agentrt.RunStateError] = []
 
     def resume_racing_a_cancel(call: ToolCall) -> ToolResult:
-        looks: list[int] = []
+        expire_lease(database, call.run_id)
+        clock = FakeClock()
 
-        def wall() -> datetime:
-            looks.append(1)
-            if len(looks) == 1:  # the first look, outside the transaction: cancel now
-                agentrt.cancel(agentrt.open_store(db_path), call.run_id, by="ops")
-            return later_wall()
+        def now() -> datetime:
+            if clock.readings == 0:  # after the first look, before the transaction
+                agentrt.cancel(agentrt.open_store(database), call.run_id, by="ops")
+            return clock()
 
         other = agentrt.Driver(
-            store=agentrt.open_store(db_path),
+            store=agentrt.open_store(database),
             agent=ScriptedAgent([Decision.complete({})]),
             policy=agentrt.default_policy(),
             tools=[RecordingTool("lookup", SideEffect.READ_ONLY)],
             lease_owner="taker",
-            wall=wall,
+            now=now,
         )
         try:
             other.resume_sync(call.run_id)
@@ -643,51 +639,52 @@ def test_a_run_cancelled_between_the_takeovers_first_look_and_its_transaction_is
         return ToolResult({"done": True})
 
     first = agentrt.Driver(
-        store=agentrt.open_store(db_path),
+        store=agentrt.open_store(database),
         agent=ScriptedAgent([Decision.tool_call("lookup", {"x": 1}), Decision.complete()]),
         policy=agentrt.default_policy(),
         tools=[RecordingTool("lookup", SideEffect.READ_ONLY, result=resume_racing_a_cancel)],
         lease_owner="first",
+        lease_ttl=FIRST_TTL,
     )
     run = first.start_sync("look it up")
     (exc,) = refused
     assert type(exc) is agentrt.RunStateError
     assert str(exc) == f"run {run.id} is CANCELLED; it was resumed elsewhere"
-    store = agentrt.open_existing(db_path)
+    store = agentrt.open_existing(database)
     assert [e for e in store.list_events(run_id=run.id) if e.type == "lease.taken_over"] == []
 
 
 def test_a_lease_renewed_between_the_first_look_and_the_transaction_is_refused_naming_the_run(
-    db_path: Path,
+    database: str,
 ) -> None:
     """The first look finds the lease expired; the owner's heartbeat renews it before the
     takeover's transaction, which then refuses the live lease with `RunLeasedError`
     naming the run, the owner and the renewed expiry, and writes nothing."""
-    from agentrt._clock import format_time, parse_time
-    from agentrt._store.sqlite._renewer import StoreRenewer
-
     refused: list[agentrt.RunStateError] = []
-    renewed_to: list[str] = []
+    renewed_to: list[datetime | None] = []
 
     def resume_racing_a_renewal(call: ToolCall) -> ToolResult:
-        looks: list[int] = []
+        expire_lease(database, call.run_id, holder_elsewhere=False)
+        clock = FakeClock()
 
-        def wall() -> datetime:
-            now = later_wall()
-            looks.append(1)
-            if len(looks) == 1:  # the first look, outside the transaction: renew now
-                renewed_to.append(format_time(now + timedelta(hours=1)))
-                renewer = StoreRenewer(agentrt.open_store(db_path).transaction, lambda: now)
-                assert renewer.renew(call.run_id, first.lease_owner, timedelta(hours=1))
-            return now
+        def now() -> datetime:
+            if clock.readings == 0:  # after the first look, before the transaction: renew
+                with agentrt.open_store(database) as store:
+                    renewer = store.renewer(wall_clock)
+                    assert renewer.renew(call.run_id, first.lease_owner, timedelta(hours=1))
+                    renewer.close()
+                    lease = store.lease(call.run_id)
+                assert lease is not None
+                renewed_to.append(lease.expires_at)
+            return clock()
 
         other = agentrt.Driver(
-            store=agentrt.open_store(db_path),
+            store=agentrt.open_store(database),
             agent=ScriptedAgent([Decision.complete({})]),
             policy=agentrt.default_policy(),
             tools=[RecordingTool("lookup", SideEffect.READ_ONLY)],
             lease_owner="taker",
-            wall=wall,
+            now=now,
         )
         try:
             other.resume_sync(call.run_id)
@@ -696,24 +693,23 @@ def test_a_lease_renewed_between_the_first_look_and_the_transaction_is_refused_n
         return ToolResult({"done": True})
 
     first = agentrt.Driver(
-        store=agentrt.open_store(db_path),
+        store=agentrt.open_store(database),
         agent=ScriptedAgent([Decision.tool_call("lookup", {"x": 1}), Decision.complete()]),
         policy=agentrt.default_policy(),
         tools=[RecordingTool("lookup", SideEffect.READ_ONLY, result=resume_racing_a_renewal)],
         lease_owner="first",
-        # Its heartbeat renews a third of this after the start: never during the test.
-        lease_ttl=timedelta(hours=1),
+        lease_ttl=FIRST_TTL,
     )
     run = first.start_sync("look it up")
     assert run.status == "COMPLETED"  # the refused takeover took nothing from the owner
     (exc,) = refused
     assert type(exc) is agentrt.RunLeasedError
-    expires_at = parse_time(renewed_to[0])
+    (expires_at,) = renewed_to
     assert (exc.run_id, exc.owner, exc.expires_at) == (run.id, first.lease_owner, expires_at)
     assert expires_at is not None
     assert str(exc) == f"run {run.id} is leased by {first.lease_owner!r} until " + (
         expires_at.isoformat()
     )
-    store = agentrt.open_existing(db_path)
+    store = agentrt.open_existing(database)
     assert [e for e in store.list_events(run_id=run.id) if e.type == "lease.taken_over"] == []
     assert [s.status for s in store.list_steps(run.id)] == ["done", "done"]

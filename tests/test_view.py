@@ -1,11 +1,15 @@
-"""agentrt.view: run and step summaries, waiting approvals in one query, choosing the approval."""
+"""agentrt.view: run and step summaries, waiting approvals in one query, choosing the approval.
+
+Every test but the formatting one takes `database` and runs on SQLite and on PostgreSQL
+(issue 21 item 5); rows are changed by hand through `support.rows` on either.
+"""
 
 from __future__ import annotations
 
-import sqlite3
+import json
 from collections.abc import Sequence
 from datetime import timedelta
-from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -23,6 +27,7 @@ from agentrt.view import (
     waiting_approvals,
 )
 from conftest import FakeClock, Ids, RecordingTool
+from support.rows import execute, query
 
 
 def _broken(call: ToolCall) -> agentrt.ToolResult:
@@ -38,7 +43,7 @@ def tools() -> list[RecordingTool]:
     ]
 
 
-def drive(db: Path, decisions: Sequence[Decision], *, prefix: str, goal: str = "g") -> agentrt.Run:
+def drive(db: str, decisions: Sequence[Decision], *, prefix: str, goal: str = "g") -> agentrt.Run:
     store = agentrt.open_store(db)
     try:
         driver = agentrt.Driver(
@@ -54,30 +59,36 @@ def drive(db: Path, decisions: Sequence[Decision], *, prefix: str, goal: str = "
         store.close()
 
 
-def waiting_run(db: Path, prefix: str, x: int = 1) -> agentrt.Run:
+def waiting_run(db: str, prefix: str, x: int = 1) -> agentrt.Run:
     return drive(db, [Decision.tool_call("send", {"x": x})], prefix=prefix, goal=f"send {x}")
 
 
-def add_pending_copy(db: Path, run_id: str, new_id: str) -> None:
+def add_pending_copy(db: str, run_id: str, new_id: str) -> None:
     """A second pending approval on the same run (what a reconciliation pause can leave)."""
-    with sqlite3.connect(db) as conn:
-        conn.execute(
-            "INSERT INTO approvals (id, run_id, step_id, kind, capability_json, "
-            "presentation_json, request_json, hash, status, created_at) "
-            "SELECT ?, run_id, step_id, kind, capability_json, presentation_json, request_json, "
-            "hash, status, created_at FROM approvals WHERE run_id = ?",
-            (new_id, run_id),
-        )
+    execute(
+        db,
+        "INSERT INTO approvals (id, run_id, step_id, kind, capability_json, "
+        "presentation_json, request_json, hash, status, created_at) "
+        "SELECT ?, run_id, step_id, kind, capability_json, presentation_json, request_json, "
+        "hash, status, created_at FROM approvals WHERE run_id = ?",
+        (new_id, run_id),
+    )
 
 
-def test_run_page_has_totals_and_fetches_waiting_approvals_in_one_query(db_path: Path) -> None:
-    waiting = [waiting_run(db_path, p, x) for p, x in (("1", 1), ("2", 2), ("3", 3))]
-    done = drive(db_path, [Decision.complete({"ok": True})], prefix="4")
-    with agentrt.open_existing(db_path, read_only=True) as store:
-        statements: list[str] = []
-        store._conn.set_trace_callback(statements.append)
+def test_run_page_has_totals_and_fetches_waiting_approvals_in_one_query(database: str) -> None:
+    waiting = [waiting_run(database, p, x) for p, x in (("1", 1), ("2", 2), ("3", 3))]
+    done = drive(database, [Decision.complete({"ok": True})], prefix="4")
+    statements: list[str] = []
+    with agentrt.open_existing(database, read_only=True) as store:
+        real = store._query  # the store's one read path, on either backend
+
+        def counted(sql: str, params: Any = ()) -> Any:
+            statements.append(sql)
+            return real(sql, params)
+
+        store._query = counted
         page = run_page(store, limit=10)
-        store._conn.set_trace_callback(None)
+        store._query = real
         pending = {r.id: store.pending_approvals(r.id)[0] for r in waiting}
     assert [s.run.id for s in page.runs] == [done.id] + [r.id for r in reversed(waiting)]
     assert page.total == 4 and page.next_offset is None
@@ -96,11 +107,11 @@ def test_run_page_has_totals_and_fetches_waiting_approvals_in_one_query(db_path:
         assert summary.to_json()["waiting"][0]["id"] == expected.id
 
 
-def test_run_page_filters_by_status_and_pages(db_path: Path) -> None:
+def test_run_page_filters_by_status_and_pages(database: str) -> None:
     for p in "123":
-        waiting_run(db_path, p)
-    drive(db_path, [Decision.fail("no")], prefix="4")
-    with agentrt.open_existing(db_path, read_only=True) as store:
+        waiting_run(database, p)
+    drive(database, [Decision.fail("no")], prefix="4")
+    with agentrt.open_existing(database, read_only=True) as store:
         first = run_page(store, limit=2, status="WAITING_FOR_APPROVAL")
         second = run_page(store, limit=2, offset=2, status="WAITING_FOR_APPROVAL")
         failed = run_page(store, status="FAILED")
@@ -113,9 +124,9 @@ def test_run_page_filters_by_status_and_pages(db_path: Path) -> None:
     assert [s.run.reason for s in failed.runs] == ["goal_failed"]
 
 
-def test_step_summaries_say_what_happened(db_path: Path) -> None:
+def test_step_summaries_say_what_happened(database: str) -> None:
     run = drive(
-        db_path,
+        database,
         [
             Decision.tool_call("lookup", {"x": 1}),
             Decision.tool_call("nope", {}),
@@ -127,7 +138,7 @@ def test_step_summaries_say_what_happened(db_path: Path) -> None:
         prefix="a",
     )
     assert run.status == "COMPLETED"
-    with agentrt.open_existing(db_path, read_only=True) as store:
+    with agentrt.open_existing(database, read_only=True) as store:
         page = step_page(store, store.get_run(run.id))
     steps = [s.step for s in page.steps]
     # The texts come from other modules; the summaries' own format is what is pinned here.
@@ -148,10 +159,10 @@ def test_step_summaries_say_what_happened(db_path: Path) -> None:
     assert (page.total, page.offset) == (6, 0)
 
 
-def test_step_page_defaults_to_the_latest_steps(db_path: Path) -> None:
+def test_step_page_defaults_to_the_latest_steps(database: str) -> None:
     decisions = [Decision.tool_call("lookup", {"x": i}) for i in range(7)]
-    run = drive(db_path, [*decisions, Decision.complete()], prefix="a")
-    with agentrt.open_existing(db_path, read_only=True) as store:
+    run = drive(database, [*decisions, Decision.complete()], prefix="a")
+    with agentrt.open_existing(database, read_only=True) as store:
         latest = step_page(store, store.get_run(run.id), limit=3)
         first = step_page(store, store.get_run(run.id), limit=3, offset=0)
     assert [s.step.index for s in latest.steps] == [5, 6, 7]
@@ -159,24 +170,24 @@ def test_step_page_defaults_to_the_latest_steps(db_path: Path) -> None:
     assert [s.step.index for s in first.steps] == [0, 1, 2]
 
 
-def test_run_detail_puts_the_pending_approval_whole(db_path: Path) -> None:
-    run = waiting_run(db_path, "a", 9)
-    with agentrt.open_existing(db_path, read_only=True) as store:
+def test_run_detail_puts_the_pending_approval_whole(database: str) -> None:
+    run = waiting_run(database, "a", 9)
+    with agentrt.open_existing(database, read_only=True) as store:
         detail = run_detail(store, run.id)
     (approval,) = detail.waiting
     assert approval.request["args"] == {"x": 9}
     assert detail.summary.waiting[0].tool == "send"
     assert [s.step.status for s in detail.steps.steps] == ["awaiting_approval"]
     with (
-        agentrt.open_existing(db_path, read_only=True) as store,
+        agentrt.open_existing(database, read_only=True) as store,
         pytest.raises(agentrt.NotFoundError),
     ):
         run_detail(store, "0" * 32)
 
 
-def test_choose_approval_takes_the_only_pending_one(db_path: Path) -> None:
-    run = waiting_run(db_path, "a")
-    with agentrt.open_existing(db_path) as store:
+def test_choose_approval_takes_the_only_pending_one(database: str) -> None:
+    run = waiting_run(database, "a")
+    with agentrt.open_existing(database) as store:
         chosen = choose_approval(store, run.id)
         assert chosen.status == "pending" and chosen.run_id == run.id
         assert choose_approval(store, run.id, chosen.id) == chosen
@@ -191,10 +202,10 @@ def test_choose_approval_takes_the_only_pending_one(db_path: Path) -> None:
             choose_approval(store, "0" * 32)
 
 
-def test_choose_approval_refuses_a_run_that_waits_on_nothing(db_path: Path) -> None:
-    run = drive(db_path, [Decision.complete()], prefix="a")
+def test_choose_approval_refuses_a_run_that_waits_on_nothing(database: str) -> None:
+    run = drive(database, [Decision.complete()], prefix="a")
     with (
-        agentrt.open_existing(db_path) as store,
+        agentrt.open_existing(database) as store,
         pytest.raises(
             agentrt.RunStateError, match=f"run {run.id} is COMPLETED; it waits on no approval"
         ),
@@ -202,12 +213,12 @@ def test_choose_approval_refuses_a_run_that_waits_on_nothing(db_path: Path) -> N
         choose_approval(store, run.id)
 
 
-def test_choose_approval_names_the_candidates_of_an_ambiguous_run(db_path: Path) -> None:
-    run = waiting_run(db_path, "a")
-    with agentrt.open_existing(db_path) as store:
+def test_choose_approval_names_the_candidates_of_an_ambiguous_run(database: str) -> None:
+    run = waiting_run(database, "a")
+    with agentrt.open_existing(database) as store:
         first = choose_approval(store, run.id)
-    add_pending_copy(db_path, run.id, "c" * 32)
-    with agentrt.open_existing(db_path) as store:
+    add_pending_copy(database, run.id, "c" * 32)
+    with agentrt.open_existing(database) as store:
         with pytest.raises(AmbiguousApprovalError) as caught:
             choose_approval(store, run.id)
         assert [a.id for a in caught.value.candidates] == [first.id, "c" * 32]
@@ -215,21 +226,19 @@ def test_choose_approval_names_the_candidates_of_an_ambiguous_run(db_path: Path)
         assert choose_approval(store, run.id, "c" * 32).id == "c" * 32
 
 
-def test_choose_approval_reports_an_expired_approval(db_path: Path) -> None:
-    run = waiting_run(db_path, "a")
-    with sqlite3.connect(db_path) as conn:
-        conn.execute("UPDATE approvals SET status = 'expired'")
-    with agentrt.open_existing(db_path) as store:
+def test_choose_approval_reports_an_expired_approval(database: str) -> None:
+    run = waiting_run(database, "a")
+    execute(database, "UPDATE approvals SET status = 'expired'")
+    with agentrt.open_existing(database) as store:
         (approval,) = store.list_approvals(run.id)
         with pytest.raises(agentrt.ApprovalExpiredError):
             choose_approval(store, run.id, approval.id)
 
 
-def test_waiting_approvals_survive_an_unreadable_request(db_path: Path) -> None:
-    run = waiting_run(db_path, "a")
-    with sqlite3.connect(db_path) as conn:
-        conn.execute("UPDATE approvals SET request_json = '{not json'")
-    with agentrt.open_existing(db_path, read_only=True) as store:
+def test_waiting_approvals_survive_an_unreadable_request(database: str) -> None:
+    run = waiting_run(database, "a")
+    execute(database, "UPDATE approvals SET request_json = '{not json'")
+    with agentrt.open_existing(database, read_only=True) as store:
         found = waiting_approvals(store, [run.id, "0" * 32])
     assert [w.tool for w in found[run.id]] == [""]
     assert found["0" * 32] == []
@@ -242,16 +251,15 @@ def test_money_and_durations_read_plainly() -> None:
     assert format_duration(timedelta(milliseconds=1250)) == "1.250s"
 
 
-def test_text_cut_at_the_read_cap_is_marked_as_cut(db_path: Path) -> None:
+def test_text_cut_at_the_read_cap_is_marked_as_cut(database: str) -> None:
     goal = "G" * 100 + "m" * 70_000 + "DELETE EVERYTHING"
-    run = drive(db_path, [Decision.fail("d" * 70_000 + " the end")], prefix="a", goal=goal)
-    waiting = waiting_run(db_path, "b")
-    with sqlite3.connect(db_path) as conn:  # a tool name no tool spec would carry
-        conn.execute(
-            "UPDATE approvals SET request_json = json_set(request_json, '$.spec.name', ?)",
-            ("t" * 300 + "!",),
-        )
-    with agentrt.open_existing(db_path, read_only=True) as store:
+    run = drive(database, [Decision.fail("d" * 70_000 + " the end")], prefix="a", goal=goal)
+    waiting = waiting_run(database, "b")
+    ((text,),) = query(database, "SELECT request_json FROM approvals")
+    request = json.loads(text)
+    request["spec"]["name"] = "t" * 300 + "!"  # a tool name no tool spec would carry
+    execute(database, "UPDATE approvals SET request_json = ?", (json.dumps(request),))
+    with agentrt.open_existing(database, read_only=True) as store:
         page = run_page(store)
         detail = run_detail(store, run.id)
     listed = {s.run.id: s for s in page.runs}

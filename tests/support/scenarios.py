@@ -240,6 +240,37 @@ def broken_loop() -> Scenario:
     return scenario
 
 
+class Note:
+    """A remote mutation whose result reads like an interruption's record."""
+
+    spec = ToolSpec(
+        name="note",
+        description="write a note",
+        input_schema={
+            "type": "object",
+            "properties": {"x": {"type": "integer"}},
+            "additionalProperties": False,
+        },
+        side_effect=SideEffect.REMOTE_MUTATION,
+        timeout=timedelta(seconds=5),
+    )
+
+    def call(self, call: ToolCall) -> ToolResult:
+        return ToolResult(content={"previous_status": "executing"}, summary="note ok")
+
+
+def echo() -> Scenario:
+    """One allowed `note` call whose result looks like an interruption, then complete."""
+    return Scenario(
+        tools=[Note()],
+        policy=_allow_all(),
+        agent=ScriptedAgent([Decision.tool_call("note", {"x": 1}), Decision.complete()]),
+        operator=always(Verdict.APPROVE),
+        lease_ttl=LEASE,
+        name="echo",
+    )
+
+
 async def gate_loop(ctx: LoopContext) -> agentrt.Run:
     """A consumer's own loop over a Gate: the agent decides, the gate judges and executes.
 

@@ -25,6 +25,7 @@ from typing import Any
 from agentrt.testkit import _process
 
 from . import forkserver
+from .database import on_postgres
 
 PRELOAD = ("agentrt.testkit", "agentrt.lowlevel", "agentrt.testkit._harness")
 COMMAND = [sys.executable, "-m", "agentrt.testkit._process"]
@@ -50,3 +51,19 @@ def forked_process_mode() -> Iterator[None]:
         yield
     finally:
         _process.subprocess = saved
+
+
+def kit_mode(database: str) -> contextlib.AbstractContextManager[str]:
+    """The crash test kit's mode for a single scenario on `database`, as a context: the
+    harness on SQLite; on PostgreSQL real children killed with SIGKILL (forked, as
+    above), each proved dead at once, where the harness would wait every crash's lease
+    out on the server's clock (support/database.py)."""
+    if not on_postgres(database):
+        return contextlib.nullcontext("harness")
+    return _forked("process")
+
+
+@contextlib.contextmanager
+def _forked(mode: str) -> Iterator[str]:
+    with forked_process_mode():
+        yield mode

@@ -2,7 +2,8 @@
 
     python langgraph_child.py WORKDIR MODE TOOL
 
-WORKDIR holds the agentrt store (runs.db), LangGraph's SQLite checkpoints
+WORKDIR holds the agentrt store (runs.db, or the store named in WORKDIR/database: a
+SQLite path or a PostgreSQL URL), LangGraph's SQLite checkpoints
 (checkpoints.db) and the tool's effects (effects.log, one line per real
 execution). TOOL is the tool the scripted model calls: `push_branch` (a remote
 change: the default policy asks a person), `write_note` (a local change:
@@ -107,7 +108,8 @@ def main(workdir: Path, mode: str, tool_name: str) -> None:
         model = GenericFakeChatModel(messages=iter([script[answered]]))
         return {"messages": [model.invoke(state["messages"])]}
 
-    store = agentrt.open_store(workdir / "runs.db")
+    named = workdir / "database"
+    store = agentrt.open_store(named.read_text() if named.exists() else workdir / "runs.db")
     node = gated_tool_node(
         [push_branch, write_note, read_notes],
         store=store,

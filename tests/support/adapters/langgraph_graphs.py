@@ -193,12 +193,13 @@ def kill_inside_the_tool(workdir: Path, mode: str, tool_name: str) -> None:
 
 
 def build_ending(
-    tmp_path: Path, script: Sequence[AIMessage], **options: Any
+    tmp_path: Path, script: Sequence[AIMessage], database: str | None = None, **options: Any
 ) -> tuple[Any, agentrt.Store, Path, Any]:
-    """The ReAct graph of `build`, its end routed through `agentrt_end`."""
+    """The ReAct graph of `build`, its end routed through `agentrt_end` (its store on
+    `database` when given, as `build`'s)."""
     effects = tmp_path / "effects.log"
     effects.touch()
-    store = agentrt.open_store(tmp_path / "runs.db")
+    store = agentrt.open_store(database or tmp_path / "runs.db")
     tools_node = gated_tool_node(
         make_tools(effects),
         store=store,
@@ -238,15 +239,15 @@ class ScriptedModel(GenericFakeChatModel):
 
 
 def build_prebuilt(
-    tmp_path: Path, script: Sequence[AIMessage], **options: Any
+    tmp_path: Path, script: Sequence[AIMessage], database: str | None = None, **options: Any
 ) -> tuple[Any, agentrt.Store, Path]:
     """LangGraph's prebuilt `create_react_agent` over the gated node (version v2: each
-    call of a message is a `Send` task of its own)."""
+    call of a message is a `Send` task of its own; its store on `database` when given)."""
     from langgraph.prebuilt import create_react_agent
 
     effects = tmp_path / "effects.log"
     effects.touch()
-    store = agentrt.open_store(tmp_path / "runs.db")
+    store = agentrt.open_store(database or tmp_path / "runs.db")
     tools_node = gated_tool_node(
         make_tools(effects),
         store=store,

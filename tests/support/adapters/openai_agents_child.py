@@ -155,7 +155,10 @@ async def fresh(db: Path, work: Path, run_id: str) -> dict[str, Any]:
 
 
 def main() -> None:
-    mode, db, work, run_id = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3]), sys.argv[4]
+    mode, work, run_id = sys.argv[1], Path(sys.argv[3]), sys.argv[4]
+    # The store: a SQLite file's path, or a PostgreSQL URL (kept whole: a Path would
+    # lose the `//` after its scheme).
+    db: Any = sys.argv[2] if "://" in sys.argv[2] else Path(sys.argv[2])
     if mode == "start":
         out = asyncio.run(start(db, work, run_id, "--held" in sys.argv[5:]))
     elif mode == "fresh":

@@ -279,14 +279,15 @@ async def drive(
 def main(argv: list[str]) -> int:
     workdir, mode = Path(argv[0]), argv[1]
     bare = "--bare" in argv
-    script = json.loads((workdir / "config.json").read_text())["script"]
+    config = json.loads((workdir / "config.json").read_text())
+    script = config["script"]
     store = None
     gate = None
     metadata = None
     if not bare:
-        store = agentrt.open_store(workdir / "runs.db")
+        store = agentrt.open_store(config.get("database") or workdir / "runs.db")
         gate = AgentrtGate(store=store, policy=agentrt.default_policy(), classifications=CLASSES)
-        metadata = gate.run_metadata(json.loads((workdir / "config.json").read_text())["run_id"])
+        metadata = gate.run_metadata(config["run_id"])
     the_agent = agent(workdir, script, gate=gate, hang="--hang-model" in argv)
     prompt = "publish the login branch" if mode == "start" else None
     try:

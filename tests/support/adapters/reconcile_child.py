@@ -15,7 +15,8 @@ ledger the reconciliation reads; the first charge then writes
 `WORKDIR/charged` and hangs, to be SIGKILLed there. The reconciliation
 answers `found` when the ledger holds the call's operation id and `not_found`
 otherwise. The last line of output is JSON: the run's output and the
-operation ids the reconciliation was asked about.
+operation ids the reconciliation was asked about. The store is `config.json`'s
+`database` (a SQLite path or a PostgreSQL URL), `WORKDIR/runs.db` without one.
 
 `Charges`, `reconciled_events` and `PAY` serve the in-process tests too
 (tests/test_adapter_*_reconcile.py).
@@ -203,7 +204,7 @@ def main(argv: list[str]) -> int:
     config = json.loads((workdir / "config.json").read_text())
     run_id = config["run_id"]
     ledger = Ledger(workdir, terminal=bool(config.get("terminal", False)))
-    with agentrt.open_store(workdir / "runs.db") as store:
+    with agentrt.open_store(config.get("database") or str(workdir / "runs.db")) as store:
         run = {"pydantic_ai": pydantic_ai, "langgraph": langgraph, "openai_agents": openai_agents}
         output = run[framework](store, ledger, run_id)
     print(json.dumps({"output": output, "asked": ledger.asked}))
