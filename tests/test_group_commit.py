@@ -168,6 +168,42 @@ def test_a_sqlite_failure_inside_a_work_is_a_store_error_of_that_work_only(
     store.close()
 
 
+@pytest.mark.parametrize("fails", [None, "own", "sqlite"])
+def test_a_group_of_one_work_is_its_own_transaction_without_a_savepoint(
+    tmp_path: Path, fails: str | None
+) -> None:
+    """One run in flight: its work's transaction is the group's (decision 0110), so no
+    savepoint wraps it; what it raises still reaches its caller alone, nothing written."""
+    store = open_store(tmp_path / "g.db")
+    statements: list[str] = []
+    store._conn.set_trace_callback(statements.append)  # type: ignore[attr-defined]
+
+    def work(tx: Any) -> str:
+        made = _create("r1")(tx)
+        if fails == "own":
+            raise ValueError("this run's own failure")
+        if fails == "sqlite":
+            tx.conn.execute("INSERT INTO no_such_table VALUES (1)")
+        return made
+
+    [outcome] = store.transactions([work])
+    assert not [s for s in statements if "SAVEPOINT" in s or s.startswith("RELEASE")]
+    if fails is None:
+        assert (outcome.value, outcome.error) == ("r1", None)
+        assert [r.id for r in store.list_runs()] == ["r1"]
+        assert "COMMIT" in statements
+    else:
+        assert "COMMIT" not in statements and "ROLLBACK" in statements
+        if fails == "own":
+            assert isinstance(outcome.error, ValueError)
+        else:
+            assert isinstance(outcome.error, StoreError)
+            assert str(outcome.error).startswith("the transaction failed, nothing was written")
+            assert isinstance(outcome.error.__cause__, sqlite3.OperationalError)
+        assert store.list_runs() == [] and store.list_events() == []
+    store.close()
+
+
 def test_sixty_four_runs_in_flight_all_complete_on_one_intact_chain(tmp_path: Path) -> None:
     """The async Driver's commits go through the committer: 64 runs at once complete,
     each run's events in its own order, the chain intact (how many commits were shared

@@ -346,24 +346,15 @@ class SqliteStore(ProxyRows):
         """A group of one: the work's transaction is the group's, so no savepoint is needed
         to roll it back alone (two statements fewer); its outcome as `_in_savepoint` gives
         it, and a failure to begin or commit raised as the group's."""
-        with self._lock, self._turn():
-            self._begin()
-            tx = SqliteTx(self._conn, self.partitions)
-            self._tx = tx
-            try:
+        try:
+            with self.transaction() as tx:
                 try:
                     value = work(tx)
                     tx.write_events()
                 except Exception as e:
-                    migrations.rollback_quietly(self._conn)
-                    return Grouped(error=_work_error(e))
-                except BaseException:
-                    migrations.rollback_quietly(self._conn)
-                    raise
-                self._commit()
-            finally:
-                tx._close()
-                self._tx = None
+                    raise _WorkFailed(e) from e  # rolled back by `transaction`
+        except _WorkFailed as failed:
+            return Grouped(error=_work_error(failed.error))
         return Grouped(value)
 
     def _in_savepoint(self, work: Callable[[SqliteTx], Any]) -> Grouped:
@@ -797,6 +788,14 @@ def _check_page(limit: int | None, offset: int) -> None:
         raise ValueError("limit must not be negative")
     if offset < 0:
         raise ValueError("offset must not be negative")
+
+
+class _WorkFailed(Exception):
+    """A lone work's own exception, carried out of its transaction (`SqliteStore._alone`)."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(error)
+        self.error = error
 
 
 def _work_error(e: Exception) -> Exception:
