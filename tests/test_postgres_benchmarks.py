@@ -12,26 +12,30 @@ from support.postgres import server_url
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_the_chain_head_benchmark_prints_each_variant_and_its_ratios() -> None:
-    base = server_url("the chain-head benchmark")
-    done = subprocess.run(
-        [
-            sys.executable,
-            "benchmarks/pg_chain_head.py",
-            "--url",
-            base,
-            "--writers",
-            "1,8",
-            "--seconds",
-            "0.3",
-            "--partitions",
-            "4",
-        ],
+def run_script(*args: str) -> subprocess.CompletedProcess[str]:
+    """`python <args>` from the project's root, its output captured."""
+    return subprocess.run(
+        [sys.executable, *args],
         capture_output=True,
         text=True,
         timeout=300,
         cwd=ROOT,
         env={**os.environ},
+    )
+
+
+def test_the_chain_head_benchmark_prints_each_variant_and_its_ratios() -> None:
+    base = server_url("the chain-head benchmark")
+    done = run_script(
+        "benchmarks/pg_chain_head.py",
+        "--url",
+        base,
+        "--writers",
+        "1,8",
+        "--seconds",
+        "0.3",
+        "--partitions",
+        "4",
     )
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
@@ -48,26 +52,18 @@ def test_the_chain_head_benchmark_prints_each_variant_and_its_ratios() -> None:
 
 def test_the_follow_benchmark_prints_latency_idle_cost_writers_and_loss() -> None:
     base = server_url("the follow benchmark")
-    done = subprocess.run(
-        [
-            sys.executable,
-            "benchmarks/follow.py",
-            "--postgres",
-            base,
-            "--commits",
-            "3",
-            "--idle",
-            "0.3",
-            "--writers",
-            "2",
-            "--seconds",
-            "0.3",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=ROOT,
-        env={**os.environ},
+    done = run_script(
+        "benchmarks/follow.py",
+        "--postgres",
+        base,
+        "--commits",
+        "3",
+        "--idle",
+        "0.3",
+        "--writers",
+        "2",
+        "--seconds",
+        "0.3",
     )
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
@@ -111,18 +107,10 @@ def test_the_concurrency_benchmark_runs_processes_on_postgres_and_drops_its_sche
     import psycopg
 
     base = server_url("the concurrency benchmark on PostgreSQL")
-    done = subprocess.run(
-        [
-            sys.executable,
-            "benchmarks/concurrency.py",
-            *("--proc-steps", "2", "--postgres", base, "--pg-procs", "2", "--pg-runs", "2"),
-            "--only-postgres",  # (a) and (b) on SQLite: test_benchmarks.py
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=ROOT,
-        env={**os.environ},
+    done = run_script(
+        "benchmarks/concurrency.py",
+        *("--proc-steps", "2", "--postgres", base, "--pg-procs", "2", "--pg-runs", "2"),
+        "--only-postgres",  # (a) and (b) on SQLite: test_benchmarks.py
     )
     assert done.returncode == 0, done.stderr
     lines = [line.strip() for line in done.stdout.splitlines()]
@@ -150,24 +138,16 @@ def test_the_concurrency_benchmark_runs_processes_on_postgres_and_drops_its_sche
 
 def test_the_step_cpu_benchmark_counts_a_steps_round_trips_and_statements() -> None:
     base = server_url("the step CPU benchmark")
-    done = subprocess.run(
-        [
-            sys.executable,
-            "benchmarks/pg_step_cpu.py",
-            base,
-            "--steps",
-            "3",
-            "--warm",
-            "2",
-            "--rounds",
-            "1",
-            "--trips",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=ROOT,
-        env={**os.environ},
+    done = run_script(
+        "benchmarks/pg_step_cpu.py",
+        base,
+        "--steps",
+        "3",
+        "--warm",
+        "2",
+        "--rounds",
+        "1",
+        "--trips",
     )
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()

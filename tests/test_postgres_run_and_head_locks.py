@@ -28,6 +28,22 @@ from support.postgres import postgres_schema
 NOW = datetime(2026, 12, 3, tzinfo=UTC)
 
 
+def _leased_run(store: PostgresStore) -> None:
+    """Run "r1", leased to "me" until 2100."""
+    with store.transaction() as tx:
+        tx.create_run(
+            "r1",
+            "goal",
+            Limits(),
+            owner="me",
+            lease_expires_at=datetime(2100, 1, 1, tzinfo=UTC),
+            holder="{}",
+            specs=[],
+            now=NOW,
+            origin="gate",
+        )
+
+
 @pytest.fixture
 def url() -> Iterator[str]:
     with ExitStack() as stack:
@@ -39,18 +55,7 @@ def store(url: str) -> Iterator[PostgresStore]:
     opened = agentrt.open_store(url)
     assert isinstance(opened, PostgresStore)
     try:
-        with opened.transaction() as tx:
-            tx.create_run(
-                "r1",
-                "goal",
-                Limits(),
-                owner="me",
-                lease_expires_at=datetime(2100, 1, 1, tzinfo=UTC),
-                holder="{}",
-                specs=[],
-                now=NOW,
-                origin="gate",
-            )
+        _leased_run(opened)
         yield opened
     finally:
         opened.close()
@@ -202,18 +207,7 @@ def test_a_runs_lock_first_in_a_transaction_is_refused_before_a_row_level_policy
         store = agentrt.open_store(as_role)
         assert isinstance(store, PostgresStore)
         try:
-            with store.transaction() as tx:
-                tx.create_run(
-                    "r1",
-                    "goal",
-                    Limits(),
-                    owner="me",
-                    lease_expires_at=datetime(2100, 1, 1, tzinfo=UTC),
-                    holder="{}",
-                    specs=[],
-                    now=NOW,
-                    origin="gate",
-                )
+            _leased_run(store)
             with psycopg.connect(base, autocommit=True) as admin:
                 admin.execute(f"SET search_path TO {schema}")
                 admin.execute(
