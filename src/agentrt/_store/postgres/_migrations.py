@@ -172,22 +172,25 @@ def statements(script: str) -> list[str]:
 
 # --- the schema's safety ---------------------------------------------------------------------
 
+# The schema's own relations are read once (one scan of `pg_class`, which has no index on
+# the namespace alone), then each kind is looked up by its index on the relation: the same
+# rows as one scan per kind, for about 60% of the server's CPU (decision 0110).
 _UNSAFE = """\
-SELECT 'trigger', t.tgname::text FROM pg_trigger AS t JOIN pg_class AS c ON c.oid = t.tgrelid
-    WHERE c.relnamespace = to_regnamespace(current_schema())::oid AND NOT t.tgisinternal
-UNION ALL
-SELECT 'rule', r.rulename::text FROM pg_rewrite AS r JOIN pg_class AS c ON c.oid = r.ev_class
-    WHERE c.relnamespace = to_regnamespace(current_schema())::oid AND c.relkind = 'r'
-UNION ALL
-SELECT 'view', c.relname::text FROM pg_class AS c
-    WHERE c.relnamespace = to_regnamespace(current_schema())::oid AND c.relkind IN ('v', 'm')
-UNION ALL
-SELECT 'row-level policy', p.polname::text FROM pg_policy AS p
-    JOIN pg_class AS c ON c.oid = p.polrelid
+WITH own AS MATERIALIZED (
+    SELECT c.oid, c.relname, c.relkind, c.relrowsecurity FROM pg_class AS c
     WHERE c.relnamespace = to_regnamespace(current_schema())::oid
+)
+SELECT 'trigger', t.tgname::text FROM own AS c JOIN pg_trigger AS t ON t.tgrelid = c.oid
+    WHERE NOT t.tgisinternal
 UNION ALL
-SELECT 'row-level security on', c.relname::text FROM pg_class AS c
-    WHERE c.relnamespace = to_regnamespace(current_schema())::oid AND c.relrowsecurity
+SELECT 'rule', r.rulename::text FROM own AS c JOIN pg_rewrite AS r ON r.ev_class = c.oid
+    WHERE c.relkind = 'r'
+UNION ALL
+SELECT 'view', c.relname::text FROM own AS c WHERE c.relkind IN ('v', 'm')
+UNION ALL
+SELECT 'row-level policy', p.polname::text FROM own AS c JOIN pg_policy AS p ON p.polrelid = c.oid
+UNION ALL
+SELECT 'row-level security on', c.relname::text FROM own AS c WHERE c.relrowsecurity
 """
 
 
