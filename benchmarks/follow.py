@@ -38,7 +38,10 @@ One run prints four tables, each figure measured in that run:
    notification sent after each commit in a transaction of its own with
    `synchronous_commit = off` (`after`: the lock held only through an unflushed
    commit; a writer killed between the two commits sends none). A follower
-   listens throughout the notifying windows, draining what it is sent. The table is
+   listens throughout the notifying windows, draining what it is sent. Each writer's
+   rate is its commits over the time they took, from the window's start to the end of
+   its first commit past the window (at least one, so that a stalled machine gives a
+   low rate, never none). The table is
    printed twice: at the server's own flush, and with each writer's flush made
    `--slow-flush-ms` slower (`commit_delay` with `commit_siblings = 0`, set in the
    writers' sessions only, superuser: a slower disk, modelled). Under each, what
@@ -433,13 +436,14 @@ def writer_process(
     while time.monotonic() < start:
         time.sleep(0.0005)
     done = 0
-    while True:
+    while True:  # at least one commit, however slow: a rate is never zero over nothing
         writer.commit()
-        if time.monotonic() > end:
-            break
         done += 1
+        if time.monotonic() >= end:
+            break
+    elapsed = time.monotonic() - start
     writer.close()
-    out.put(done)
+    out.put(done / elapsed)
 
 
 class LockSampler:
@@ -522,7 +526,7 @@ def measure_writers(
         start_at.value = time.monotonic() + 0.2
         if how == "notify":
             sampler.thread.start()
-        done = [counts.get(timeout=seconds + 120) for _ in procs]
+        rates = [counts.get(timeout=seconds + 120) for _ in procs]  # commits/s, each
         if how == "notify":
             sampler.stop.set()
             sampler.thread.join(timeout=10)
@@ -531,7 +535,7 @@ def measure_writers(
             p.join(timeout=60)
             if p.exitcode != 0:
                 raise SystemExit(f"a writer exited with {p.exitcode}")
-        return sum(done) / seconds
+        return float(sum(rates))
     finally:
         stop.set()
         if drained.is_alive():
