@@ -460,7 +460,8 @@ class Store(Protocol):
 
     def transactions(self, works: Sequence[Callable[[Tx], Any]]) -> list[Grouped]:
         """Group commit: each of `works` runs as its own transaction, all of them sharing
-        one durable commit where the backend can (a savepoint each inside one transaction);
+        one durable commit where the backend can (a savepoint each inside one transaction,
+        or none for a group of one);
         a backend that cannot runs each alone, in order.
 
         A work that raises is rolled back alone, with everything it wrote, and its

@@ -318,7 +318,8 @@ class SqliteStore(ProxyRows):
 
     def transactions(self, works: Sequence[Callable[[SqliteTx], Any]]) -> list[Grouped]:
         """Group commit: one `BEGIN IMMEDIATE` ... `COMMIT` (one fsync), each work in a
-        savepoint of its own, rolled back alone when it raises (`Store.transactions`).
+        savepoint of its own, rolled back alone when it raises (`Store.transactions`); a
+        group of one work is that work's own transaction, with no savepoint (`_alone`).
 
         Each work gets a transaction object of its own: its events, and the chain head
         it reads (after the works before it, which its connection sees), are its own.
