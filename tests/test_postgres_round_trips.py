@@ -22,10 +22,9 @@ import pytest
 
 import agentrt
 from agentrt import Decision, SideEffect
-from agentrt._records import Limits
 from agentrt._store.postgres import PostgresStore
 from agentrt.scripted import ScriptedAgent
-from support.postgres import postgres_schema
+from support.postgres import held_run, postgres_schema
 
 # An allowed step: its first commit (BEGIN, the schema's guard and the run's lock with
 # its partition's head; the claim; the new step's row with the decision; the server's
@@ -136,22 +135,6 @@ def test_an_allowed_step_of_the_driver_makes_ten_round_trips(url: str, trips: Tr
     # the events and COMMIT in one; the claim's new step with the decision.
     pipelined = {k.split(" ")[0]: v for k, v in per_step.items() if PIPELINED in k}
     assert pipelined == {"BEGIN": 2, "WITH": 2, "INSERT": 1}, shown
-
-
-def held_run(store: PostgresStore, run_id: str) -> None:
-    """A run `me` holds until 2100, made in a transaction of its own."""
-    with store.transaction() as tx:
-        tx.create_run(
-            run_id,
-            "goal",
-            Limits(),
-            owner="me",
-            lease_expires_at=datetime(2100, 1, 1, tzinfo=UTC),
-            holder="{}",
-            specs=[],
-            now=datetime(2026, 12, 2, tzinfo=UTC),
-            origin="gate",
-        )
 
 
 def test_a_lease_read_with_a_lock_already_held_is_the_servers_clock_then(url: str) -> None:

@@ -21,27 +21,10 @@ from psycopg import errors as pg_errors
 import agentrt
 from agentrt._chain import partition_of
 from agentrt._errors import StoreError, UnsafeSchemaError
-from agentrt._records import Limits
 from agentrt._store.postgres import PostgresStore
-from support.postgres import postgres_schema
+from support.postgres import held_run, postgres_schema
 
 NOW = datetime(2026, 12, 3, tzinfo=UTC)
-
-
-def _leased_run(store: PostgresStore) -> None:
-    """Run "r1", leased to "me" until 2100."""
-    with store.transaction() as tx:
-        tx.create_run(
-            "r1",
-            "goal",
-            Limits(),
-            owner="me",
-            lease_expires_at=datetime(2100, 1, 1, tzinfo=UTC),
-            holder="{}",
-            specs=[],
-            now=NOW,
-            origin="gate",
-        )
 
 
 @pytest.fixture
@@ -55,7 +38,7 @@ def store(url: str) -> Iterator[PostgresStore]:
     opened = agentrt.open_store(url)
     assert isinstance(opened, PostgresStore)
     try:
-        _leased_run(opened)
+        held_run(opened, "r1", NOW)
         yield opened
     finally:
         opened.close()
@@ -207,7 +190,7 @@ def test_a_runs_lock_first_in_a_transaction_is_refused_before_a_row_level_policy
         store = agentrt.open_store(as_role)
         assert isinstance(store, PostgresStore)
         try:
-            _leased_run(store)
+            held_run(store, "r1", NOW)
             with psycopg.connect(base, autocommit=True) as admin:
                 admin.execute(f"SET search_path TO {schema}")
                 admin.execute(

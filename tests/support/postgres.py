@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 import uuid
 from contextlib import ExitStack
+from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 
@@ -50,3 +52,21 @@ def postgres_schema(stack: ExitStack, what: str = "the contract suite") -> str:
 
     stack.callback(drop)
     return with_schema(base, schema)
+
+
+def held_run(store: Any, run_id: str, now: datetime = datetime(2026, 12, 2, tzinfo=UTC)) -> None:
+    """A run `me` holds until 2100, made in a transaction of its own."""
+    from agentrt._records import Limits
+
+    with store.transaction() as tx:
+        tx.create_run(
+            run_id,
+            "goal",
+            Limits(),
+            owner="me",
+            lease_expires_at=datetime(2100, 1, 1, tzinfo=UTC),
+            holder="{}",
+            specs=[],
+            now=now,
+            origin="gate",
+        )
