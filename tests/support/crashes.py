@@ -5,7 +5,6 @@ the driver that resumes what it left behind, on a SQLite file or a PostgreSQL sc
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -14,18 +13,24 @@ import agentrt
 import crashing_child as child
 from agentrt.scripted import ScriptedAgent
 
+from . import forkserver
 from .leases import ANOTHER_HOST
 from .rows import execute
 
 HERE = Path(__file__).resolve().parent.parent
+# What `crashing_child.py` imports before its first line of its own.
+CHILD_PRELOAD = ("agentrt", "agentrt.scripted", "agentrt._model")
 
 
 def crash(db: Path | str, mode: str, **env: str) -> str:
-    """Run the child until it SIGKILLs itself; return the run id it left behind."""
-    proc = subprocess.run(
+    """Run the child until it SIGKILLs itself; return the run id it left behind.
+
+    The child is a real process, forked from one with the runtime already imported
+    (`support/forkserver.py`): what it does from its first line on is its own.
+    """
+    proc = forkserver.run(
         [sys.executable, str(HERE / "crashing_child.py"), str(db), mode],
-        capture_output=True,
-        text=True,
+        preload=CHILD_PRELOAD,
         timeout=60,
         env={**os.environ, **env},
     )

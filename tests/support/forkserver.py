@@ -63,6 +63,19 @@ CLI = (
     "agentrt.cli._recheck",
     "agentrt.cli._launch",
 )
+# Imported by every server before its own preload: what nearly every child imports
+# on its first tool or store (jsonschema compiles each tool's schema; the store
+# opens through the backend a test names). Third-party modules and the runtime's
+# own only, none that reads the environment when imported: a child's environment
+# is the request's, not the server's.
+EVERY_CHILD = (
+    "jsonschema",
+    "referencing.jsonschema",
+    "agentrt._tools",
+    "agentrt._store.sqlite",
+    "psycopg",
+    "agentrt._store.postgres",
+)
 # Set in each child: the address of the server it was forked from (see `spawn_at`).
 ADDRESS = "AGENTRT_FORKSERVER"
 # Set in a child started through `tests/support/forked.py`: the pid of the process
@@ -108,8 +121,13 @@ def _recv(sock: socket.socket, nfds: int = 0) -> tuple[dict[str, Any], list[int]
 
 def _serve(path: str, preload: Sequence[str]) -> int | None:
     """Import `preload`, then fork a child per request. Returns only in a child: its exit code."""
-    for name in preload:
+    for name in (*EVERY_CHILD, *preload):
         importlib.import_module(name)
+    # What the imports made lives as long as the server: frozen out of the
+    # collector's reach, a child's collections (its shutdown's included) walk only
+    # what the child made, not every framework's classes again in every child.
+    gc.collect()
+    gc.freeze()
     if threading.active_count() != 1:
         names = [t.name for t in threading.enumerate()]
         print(f"not ready: threads running after the imports: {names}", flush=True)
