@@ -221,3 +221,13 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     fills those waits; a fourth only adds contention.
     """
     return (os.cpu_count() or 1) + 1
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Everything collection imported (every framework's modules) frozen out of the
+    collector's reach: a collection, automatic or a test's own, then walks only what
+    the tests made since, not the whole of every imported package again."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
