@@ -115,7 +115,7 @@ class Taxonomy:
 
 
 def _taxonomy_problem(name: Any, outcomes: Any) -> str:
-    if not isinstance(name, str) or not _NAME.match(name):
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
         return (
             "its name must be 1-64 characters of a-z, 0-9 and _.:-, starting with a letter or digit"
         )
@@ -123,7 +123,7 @@ def _taxonomy_problem(name: Any, outcomes: Any) -> str:
         return "it has no outcomes"
     seen: set[str] = set()
     for o in outcomes:
-        if not isinstance(o, Outcome) or not isinstance(o.name, str) or not _NAME.match(o.name):
+        if not isinstance(o, Outcome) or not isinstance(o.name, str) or not _NAME.fullmatch(o.name):
             return f"outcome {getattr(o, 'name', o)!r} is not a valid name (a-z, 0-9, _.:-)"
         if o.name in seen:
             return f"outcome {o.name!r} is named twice"

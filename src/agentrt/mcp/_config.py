@@ -69,7 +69,7 @@ class Server:
     max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES
 
     def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not _SERVER_NAME.match(self.name):
+        if not isinstance(self.name, str) or not _SERVER_NAME.fullmatch(self.name):
             raise ConfigError(
                 f"server name {self.name!r} must be 1 to 32 letters, digits, '_' or '-' "
                 "(it prefixes every tool name)"
@@ -90,11 +90,15 @@ class Server:
             raise ConfigError(f"server {self.name!r}: url must start with http:// or https://")
         env = dict(self.env or {})
         for key, value in env.items():
-            if not isinstance(key, str) or not _ENV_NAME.match(key) or not isinstance(value, str):
+            if (
+                not isinstance(key, str)
+                or not _ENV_NAME.fullmatch(key)
+                or not isinstance(value, str)
+            ):
                 raise ConfigError(f"server {self.name!r}: env entry {key!r} is not NAME=text")
         object.__setattr__(self, "env", env)
         if isinstance(self.inherit_env, str) or not all(
-            isinstance(key, str) and _ENV_NAME.match(key) for key in self.inherit_env
+            isinstance(key, str) and _ENV_NAME.fullmatch(key) for key in self.inherit_env
         ):
             raise ConfigError(f"server {self.name!r}: inherit_env must be a list of variable names")
         object.__setattr__(self, "inherit_env", tuple(self.inherit_env))
@@ -168,7 +172,7 @@ class Rule:
         if both:
             raise ConfigError(f"parameter {sorted(both)[0]!r} is both denied and fixed")
         if self.rename is not None and (
-            not isinstance(self.rename, str) or not TOOL_NAME.match(self.rename)
+            not isinstance(self.rename, str) or not TOOL_NAME.fullmatch(self.rename)
         ):
             raise ConfigError(f"rename {self.rename!r} must match {TOOL_NAME.pattern}")
 
@@ -310,7 +314,7 @@ def _fields(data: Any, allowed: set[str], where: str) -> dict[str, Any]:
 
 def parse_duration(value: Any, where: str) -> timedelta:
     """`"250ms"`, `"5s"`, `"2m"`, `"1h"` as a positive timedelta."""
-    match = _DURATION.match(value) if isinstance(value, str) else None
+    match = _DURATION.fullmatch(value) if isinstance(value, str) else None
     seconds = float(match.group(1)) * _UNIT_SECONDS[match.group(2)] if match else 0.0
     if not match or not math.isfinite(seconds) or seconds <= 0 or seconds > 86_400 * 365:
         raise ConfigError(
@@ -592,7 +596,7 @@ def decide(
             refused.append((name, f"its annotations contradict the rule: {mismatch}"))
             continue
         offered = rule.rename or f"{server.name}_{name}"
-        if not TOOL_NAME.match(offered):
+        if not TOOL_NAME.fullmatch(offered):
             refused.append(
                 (name, f"the offered name {offered!r} does not match {TOOL_NAME.pattern}")
             )

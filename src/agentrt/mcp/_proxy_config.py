@@ -191,7 +191,7 @@ def _off_or_duration(value: Any, field: str, off: str) -> timedelta:
     """A duration, or zero (`0`, `"0"`, `"0s"`, ...) meaning `off`; negative refused."""
     if value == 0 and not isinstance(value, bool):
         return timedelta(0)
-    if isinstance(value, str) and _ZERO.match(value):
+    if isinstance(value, str) and _ZERO.fullmatch(value):
         return timedelta(0)
     try:
         return parse_duration(value, f"proxy config: {field}")
@@ -245,7 +245,7 @@ def read_proxy_config(path: str | os.PathLike[str]) -> ProxyConfig:
         raise ConfigError("proxy config: servers must be an object naming at least one server")
     servers = tuple(_server(name, raw, base) for name, raw in servers_raw.items())
     name = data.get("name", "tools")
-    if not isinstance(name, str) or not _NAME.match(name):
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise ConfigError(f"proxy config: name {name!r} must match {_NAME.pattern}")
     durations: dict[str, timedelta | None] = {}
     for field in ("approval_ttl", "grant_ttl", "lease_ttl"):

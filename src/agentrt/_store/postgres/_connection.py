@@ -77,7 +77,7 @@ def parse_target(url: str) -> Target:
             schema = value
         else:
             rest.append((key, value))
-    if not _SCHEMA_NAME.match(schema):
+    if not _SCHEMA_NAME.fullmatch(schema):
         raise StoreError(
             f"schema {schema!r} is not a plain lower-case name (letters, digits, underscores)"
         )

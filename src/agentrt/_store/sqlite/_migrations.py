@@ -243,12 +243,12 @@ CREATE INDEX proxy_requests_key ON proxy_requests (request_key, seq);
 
 PROXY_MIGRATIONS: tuple[Migration, ...] = (Migration(1, _PROXY_V1),)
 
-_VERSION_RE = re.compile(r"^\d+(\.\d+)*$")
+_VERSION_RE = re.compile(r"^[0-9]+(\.[0-9]+)*$")
 
 
 def parse_version(text: str) -> tuple[int, ...]:
     """`"0.1.0"` -> `(0, 1, 0)`; ValueError for anything but dot-separated integers."""
-    if not _VERSION_RE.match(text):
+    if not _VERSION_RE.fullmatch(text):
         raise ValueError(f"{text!r} is not a dotted version number")
     parts = [int(p) for p in text.split(".")]
     # Trailing zeros do not change a version: "0.1" and "0.1.0" compare equal.
