@@ -589,13 +589,18 @@ def test_under_send_a_call_waiting_for_a_task_langgraph_cancelled_is_held_not_le
     def busy(_: Any, config: RunnableConfig) -> dict[str, Any]:
         """Holds the second thread until c1's task ended (LangGraph's futures of the superstep)."""
         futures = config["configurable"]["__pregel_call"].keywords["futures"]()
-        while True:
+        # A bound, not a timing: should LangGraph never submit c1's task, the node
+        # gives its thread back and the test fails on what was run, instead of a
+        # thread spinning for good in the worker.
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
             found = [f for f, t in list(futures.items()) if t and t.input.get("tool_call")]
             c1 = [f for f in found if futures[f].input["tool_call"]["id"] == "c1"]
             if c1:
-                concurrent.futures.wait(c1)
+                concurrent.futures.wait(c1, timeout=60)
                 return {}
             time.sleep(0.01)  # c1's task is not submitted yet
+        return {}
 
     def dispatch(state: MessagesState) -> Any:
         if not state["messages"][-1].tool_calls:
