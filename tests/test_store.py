@@ -530,7 +530,7 @@ def test_transaction_is_rolled_back_on_base_exceptions_too(any_store: Store) -> 
 
 def test_constraint_violation_rolls_back_the_whole_transaction(any_store: Store) -> None:
     store = any_store
-    with pytest.raises(StoreError, match="(?i)foreign key"), store.transaction() as tx:
+    with pytest.raises(StoreError, match=r"(?i)foreign key"), store.transaction() as tx:
         tx.execute("INSERT INTO runs (id, status) VALUES ('r1', 'RUNNING')")
         tx.execute("INSERT INTO steps (id, run_id, idx) VALUES ('s1', 'no-such-run', 0)")
     assert store.count_runs() == 0
@@ -743,7 +743,7 @@ def test_steps_are_unique_per_run_and_index(any_store: Store) -> None:
     store = any_store
     add_run(store, "r1")
     _add_step(store, "s1", "r1", 0)
-    with pytest.raises(StoreError, match="(?i)unique"):
+    with pytest.raises(StoreError, match=r"(?i)unique"):
         _add_step(store, "s2", "r1", 0)
 
 
