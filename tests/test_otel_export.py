@@ -4,9 +4,11 @@ Spans are checked with the SDK's in-memory exporter and, end to end, against a
 local OTLP/HTTP receiver that decodes the protobuf (tests/support/otlp.py),
 including an `agentrt export --otel` process SIGKILLed mid-run and restarted.
 
-Every test that reads a record takes `database` and runs on SQLite and on PostgreSQL (a
-cursor there names one head per chain partition); on SQLite only, as they read no
-record: the missing extra's one sentence and the command's usage errors.
+Every test that reads a record in this process takes `database` and runs on SQLite and
+on PostgreSQL (a cursor there names one head per chain partition). On SQLite only: the
+missing extra's one sentence and the command's usage errors (no record read); the live
+observer's queue, threads and timeouts (the exporter's, not the record's); and, for their
+cost, the tests that run `agentrt export --otel` processes (each says so).
 """
 
 from __future__ import annotations
@@ -649,18 +651,20 @@ def caught_up(db: Path | str, cursor: Path) -> bool:
 
 @pytest.mark.slow
 def test_a_follower_sigkilled_mid_run_and_restarted_sends_no_duplicate_and_no_orphan_span(
-    database: str, tmp_path: Path
+    db_path: Path, tmp_path: Path
 ) -> None:
+    """On SQLite only, for its cost (exporter processes of their own): test_cli_postgres.py
+    runs `agentrt export --otel` on PostgreSQL, its cursor kept in a file."""
     cursor = tmp_path / "otel.cursor"
-    store = agentrt.open_store(database)
+    store = agentrt.open_store(db_path)
     with Receiver() as receiver:
         try:
             driver = lookup_then_push(store)
             run = driver.start_sync("look, then push")
             assert run.status == "WAITING_FOR_APPROVAL"
-            first = start_exporter(database, cursor, receiver)
+            first = start_exporter(db_path, cursor, receiver)
             try:
-                wait_for(lambda: caught_up(database, cursor))
+                wait_for(lambda: caught_up(db_path, cursor))
                 before = receiver.snapshot()
                 assert [s.name for s in before] == [SPAN_STEP]  # only the finished lookup step
             finally:
@@ -676,11 +680,11 @@ def test_a_follower_sigkilled_mid_run_and_restarted_sends_no_duplicate_and_no_or
             events = store.list_events(run.id, 0, 1000)
         finally:
             store.close()
-        second = start_exporter(database, cursor, receiver)
+        second = start_exporter(db_path, cursor, receiver)
         try:
             wait_for(
                 lambda: (
-                    caught_up(database, cursor)
+                    caught_up(db_path, cursor)
                     and any(s.name == SPAN_RUN for s in receiver.snapshot())
                 )
             )
@@ -712,9 +716,11 @@ def test_a_follower_sigkilled_mid_run_and_restarted_sends_no_duplicate_and_no_or
 
 @pytest.mark.slow
 def test_an_export_the_receiver_refuses_is_retried_and_each_span_arrives_once(
-    database: str, tmp_path: Path
+    db_path: Path, tmp_path: Path
 ) -> None:
-    store = agentrt.open_store(database)
+    """On SQLite only, for its cost (exporter processes of their own): test_cli_postgres.py
+    runs `agentrt export --otel` on PostgreSQL, its cursor kept in a file."""
+    store = agentrt.open_store(db_path)
     try:
         driver = lookup_then_push(store)
         run = driver.start_sync("look, then push")
@@ -726,11 +732,11 @@ def test_an_export_the_receiver_refuses_is_retried_and_each_span_arrives_once(
     cursor = tmp_path / "otel.cursor"
     with Receiver() as receiver:
         receiver.fail_next(2)
-        proc = start_exporter(database, cursor, receiver)
+        proc = start_exporter(db_path, cursor, receiver)
         try:
             wait_for(
                 lambda: (
-                    caught_up(database, cursor)
+                    caught_up(db_path, cursor)
                     and any(s.name == SPAN_RUN for s in receiver.snapshot())
                 )
             )
@@ -742,7 +748,7 @@ def test_an_export_the_receiver_refuses_is_retried_and_each_span_arrives_once(
     assert "trying again" in err
     assert Counter(s.name for s in spans) == {SPAN_STEP: 3, SPAN_APPROVAL: 1, SPAN_RUN: 1}
     assert len({s.span_id for s in spans}) == len(spans)
-    assert cursor_heads(cursor) == heads_of(database)
+    assert cursor_heads(cursor) == heads_of(db_path)
 
 
 def test_agentrt_export_otel_sink_is_a_follower_sink_that_exports_spans(database: str) -> None:
@@ -956,9 +962,11 @@ def test_a_live_observer_in_the_program_emits_the_same_spans_as_the_follower(
 
 
 def test_export_once_with_the_console_exporter_prints_each_span_and_moves_the_cursor(
-    database: str, tmp_path: Path
+    db_path: Path, tmp_path: Path
 ) -> None:
-    store = agentrt.open_store(database)
+    """On SQLite only, for its cost (exporter processes of their own): test_cli_postgres.py
+    runs `agentrt export --otel` on PostgreSQL, its cursor kept in a file."""
+    store = agentrt.open_store(db_path)
     try:
         run = lookup_then_push(store).start_sync("look, then push")
     finally:
@@ -970,7 +978,7 @@ def test_export_once_with_the_console_exporter_prints_each_span_and_moves_the_cu
         "-m",
         "agentrt",
         "--db",
-        str(database),
+        str(db_path),
         "export",
         "--otel",
         "--cursor",
@@ -991,7 +999,7 @@ def test_export_once_with_the_console_exporter_prints_each_span_and_moves_the_cu
     assert [p["name"] for p in printed] == [SPAN_STEP]  # the lookup; the push waits
     assert printed[0]["context"]["trace_id"] == "0x" + trace_id(run.id).hex()
     assert printed[0]["resource"]["attributes"]["service.name"] == "shop"
-    assert cursor_heads(cursor) == heads_of(database)
+    assert cursor_heads(cursor) == heads_of(db_path)
     again = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
     assert (again.returncode, again.stdout) == (0, "")  # nothing new: nothing sent twice
 
@@ -1066,7 +1074,7 @@ class ThreadNoting:
 
 
 def test_a_collector_that_never_answers_does_not_block_the_run_the_observer_exports_off_the_loop(
-    database: str,
+    db_path: Path,
 ) -> None:
     import threading
 
@@ -1078,8 +1086,8 @@ def test_a_collector_that_never_answers_does_not_block_the_run_the_observer_expo
     # The exporter's own timeout is far beyond any run here: before the fix the run
     # waited on it at every export, so the export had returned before the run ended.
     exporter = ThreadNoting(OTLPSpanExporter(endpoint=collector.endpoint, timeout=120))
-    store = agentrt.open_store(database)
-    observer = OtelObserver(database, exporter, close_timeout=60)  # type: ignore[arg-type]
+    store = agentrt.open_store(db_path)
+    observer = OtelObserver(db_path, exporter, close_timeout=60)  # type: ignore[arg-type]
     try:
         program = agentrt.Driver(
             store=store,
@@ -1141,13 +1149,13 @@ class HeldExporter:
 
 
 def test_the_observers_queue_is_bounded_spans_beyond_it_are_dropped_and_counted(
-    database: str,
+    db_path: Path,
 ) -> None:
     from agentrt.otel import OtelObserver
 
     exporter = HeldExporter()
-    store = agentrt.open_store(database)
-    observer = OtelObserver(database, exporter, max_queue=1)  # type: ignore[arg-type]
+    store = agentrt.open_store(db_path)
+    observer = OtelObserver(db_path, exporter, max_queue=1)  # type: ignore[arg-type]
     try:
         program = agentrt.Driver(
             store=store,
@@ -1170,7 +1178,7 @@ def test_the_observers_queue_is_bounded_spans_beyond_it_are_dropped_and_counted(
         exporter.release.set()
         observer.close()
         store.close()
-    total = len(export_all(database))
+    total = len(export_all(db_path))
     assert total == 4  # three steps and the run
     # At most one span waits in the queue and one is in the export thread's hands.
     assert observer.dropped >= total - 2
@@ -1179,12 +1187,12 @@ def test_the_observers_queue_is_bounded_spans_beyond_it_are_dropped_and_counted(
     assert observer.failed == 0
 
 
-def test_closing_the_observer_is_bounded_when_the_exporter_never_returns(database: str) -> None:
+def test_closing_the_observer_is_bounded_when_the_exporter_never_returns(db_path: Path) -> None:
     from agentrt.otel import OtelObserver
 
     exporter = HeldExporter()
-    store = agentrt.open_store(database)
-    observer = OtelObserver(database, exporter, close_timeout=0)  # type: ignore[arg-type]
+    store = agentrt.open_store(db_path)
+    observer = OtelObserver(db_path, exporter, close_timeout=0)  # type: ignore[arg-type]
     try:
         run = lookup_then_push(store).start_sync("look, then push")
         assert run.status == "WAITING_FOR_APPROVAL"
@@ -1207,10 +1215,10 @@ def test_closing_the_observer_is_bounded_when_the_exporter_never_returns(databas
     [{"max_queue": 0}, {"max_queue": True}, {"close_timeout": -1}, {"close_timeout": float("nan")}],
 )
 def test_an_observer_queue_bound_or_close_timeout_out_of_range_is_one_sentence(
-    database: str, option: dict[str, Any]
+    db_path: Path, option: dict[str, Any]
 ) -> None:
     from agentrt.otel import OtelObserver
 
-    agentrt.open_store(database).close()
+    agentrt.open_store(db_path).close()
     with pytest.raises(agentrt.ConfigError, match=r"must be"):
-        OtelObserver(database, InMemorySpanExporter(), **option)
+        OtelObserver(db_path, InMemorySpanExporter(), **option)
