@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import sqlite3
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 
@@ -20,24 +18,26 @@ from agentrt import (
 )
 from conftest import FakeClock, RecordingTool, event_types
 from support.approvals import paused_run, restarted, tamper
-from support.rows import snapshot
+from support.rows import query, snapshot
 
 
-def test_tampered_approval_row_is_refused_by_hash(store: agentrt.Store, db_path: Path) -> None:
+def test_tampered_approval_row_is_refused_by_hash(any_store: agentrt.Store, database: str) -> None:
+    store = any_store
     driver, run, _push = paused_run(store)
     (approval,) = store.pending_approvals(run.id)
-    tamper(db_path, approval.id)
-    before = snapshot(db_path)
+    tamper(database, approval.id)
+    before = snapshot(database)
     with pytest.raises(ApprovalHashError, match="no longer matches its hash"):
         driver.approve(run.id, approval.id, by="alice")
-    assert snapshot(db_path) == before
+    assert snapshot(database) == before
 
 
 def test_approve_with_shown_hash_is_refused_after_a_concurrent_change(
-    store: agentrt.Store, db_path: Path
+    any_store: agentrt.Store, database: str
 ) -> None:
     """The operator was shown one approval; by the time they decide, the run re-paused on
     a new request (its tool description changed). The decision must not apply."""
+    store = any_store
     driver, run, push = paused_run(store)
     (shown,) = store.pending_approvals(run.id)
     # Someone else decides the shown approval and the run pauses again on a changed tool.
@@ -47,10 +47,10 @@ def test_approve_with_shown_hash_is_refused_after_a_concurrent_change(
     assert driver2.resume_sync(run.id).status == "WAITING_FOR_APPROVAL"
     (current,) = store.pending_approvals(run.id)
     assert current.id != shown.id and current.hash != shown.hash
-    before = snapshot(db_path)
+    before = snapshot(database)
     with pytest.raises(ApprovalChangedError, match="changed since it was shown"):
         agentrt.approve(store, run.id, current.id, by="alice", shown_hash=shown.hash)
-    assert snapshot(db_path) == before
+    assert snapshot(database) == before
     with pytest.raises(NotPendingError):
         agentrt.approve(store, run.id, shown.id, by="alice", shown_hash=shown.hash)
     agentrt.approve(store, run.id, current.id, by="alice", shown_hash=current.hash)
@@ -86,8 +86,9 @@ def test_reject_fails_the_step_and_cancels_the_run(any_store: agentrt.Store) -> 
 
 
 def test_a_rejection_stores_the_hash_of_its_observation(
-    store: agentrt.Store, db_path: Path
+    any_store: agentrt.Store, database: str
 ) -> None:
+    store = any_store
     _, run, _ = paused_run(store)
     (approval,) = store.pending_approvals(run.id)
     agentrt.reject(store, run.id, approval.id, by="alice", note="not today")
@@ -95,21 +96,20 @@ def test_a_rejection_stores_the_hash_of_its_observation(
     expected = agentrt.content_hash({"tool": "push", "reason": "approval rejected: not today"})
     assert step.observation is not None
     assert step.observation.content_hash == expected
-    with sqlite3.connect(db_path) as raw:
-        (stored,) = raw.execute(
-            "SELECT observation_hash FROM steps WHERE id = ?", (step.id,)
-        ).fetchone()
-    assert stored == expected
+    assert query(database, "SELECT observation_hash FROM steps WHERE id = ?", (step.id,)) == [
+        (expected,)
+    ]
 
 
-def test_approving_after_approval_ttl_is_refused(store: agentrt.Store, db_path: Path) -> None:
+def test_approving_after_approval_ttl_is_refused(any_store: agentrt.Store, database: str) -> None:
+    store = any_store
     clock = FakeClock()
     driver, run, _push = paused_run(
         store, clock=clock, limits=Limits(approval_ttl=timedelta(minutes=10))
     )
     (approval,) = store.pending_approvals(run.id)
     clock.advance(timedelta(minutes=11))
-    before = snapshot(db_path)
+    before = snapshot(database)
     with pytest.raises(ApprovalExpiredError):
         driver.approve(run.id, approval.id, by="late")
-    assert snapshot(db_path) == before
+    assert snapshot(database) == before

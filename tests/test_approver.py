@@ -1,4 +1,9 @@
-"""The Approver interface over the file: what a person is shown, and decisions bound to it."""
+"""The Approver interface over the record: what a person is shown, and decisions bound to it.
+
+Every test that takes a store takes `any_store` and runs on SQLite and on PostgreSQL, but
+`Local.open`'s refusals of a missing file and a symlink (a file's rules; test_cli_postgres.py
+opens `Local` by URL) and the import rules, which read no record.
+"""
 
 from __future__ import annotations
 
@@ -29,8 +34,9 @@ from support.rows import snapshot
 
 
 def test_a_pending_item_carries_the_request_field_by_field_its_reason_and_its_hash(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
 ) -> None:
+    store = any_store
     clock = FakeClock()
     _driver, run, _push = paused_run(
         store, clock, tool=push_with_schema(), args={"x": 1, "branch": "main"}
@@ -61,8 +67,9 @@ def test_a_pending_item_carries_the_request_field_by_field_its_reason_and_its_ha
 
 
 def test_long_and_invisible_text_in_a_request_is_shown_bounded_and_escaped(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
 ) -> None:
+    store = any_store
     clock = FakeClock()
     branch = "\u202eevil\x1b[31m" + "a" * 5000 + "\u200bend"
     _driver, run, _push = paused_run(
@@ -78,8 +85,9 @@ def test_long_and_invisible_text_in_a_request_is_shown_bounded_and_escaped(
 
 
 def test_pending_of_a_run_that_waits_on_nothing_is_empty_and_of_no_run_is_not_found(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
 ) -> None:
+    store = any_store
     clock = FakeClock()
     driver, run, _push = paused_run(store, clock, tool=push_with_schema())
     local = Local(store, now=clock)
@@ -97,17 +105,18 @@ def test_pending_of_a_run_that_waits_on_nothing_is_empty_and_of_no_run_is_not_fo
 
 
 def test_a_decision_without_a_hash_is_refused_before_anything_is_read(
-    store: agentrt.Store, db_path: Path
+    any_store: agentrt.Store, database: str
 ) -> None:
+    store = any_store
     clock = FakeClock()
     _driver, run, _push = paused_run(store, clock, tool=push_with_schema())
     approval = store.pending_approvals(run.id)[0]
-    before = snapshot(db_path)
+    before = snapshot(database)
     with pytest.raises(ApprovalChangedError, match="must carry the hash"):
         Decision(run.id, approval.id, "", "alice")
     with pytest.raises(ApprovalChangedError):
         Decision(run.id, approval.id, None, "alice")  # type: ignore[arg-type]
-    assert snapshot(db_path) == before
+    assert snapshot(database) == before
 
 
 @pytest.mark.parametrize(
@@ -126,8 +135,9 @@ def test_a_decision_with_an_unusable_label_is_refused(by: str, note: str, proble
 
 
 def test_approve_binds_the_shown_hash_and_resume_executes_exactly_that_request(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
 ) -> None:
+    store = any_store
     clock = FakeClock()
     driver, run, push = paused_run(store, clock, tool=push_with_schema(), args={"x": 7})
     local = Local(store, now=clock)
@@ -146,8 +156,9 @@ def test_approve_binds_the_shown_hash_and_resume_executes_exactly_that_request(
 
 
 def test_a_stale_hash_is_refused_as_changed_and_changes_nothing(
-    store: agentrt.Store, db_path: Path
+    any_store: agentrt.Store, database: str
 ) -> None:
+    store = any_store
     clock = FakeClock()
     driver, run, _push = paused_run(store, clock, tool=push_with_schema())
     local = Local(store, now=clock)
@@ -158,13 +169,14 @@ def test_a_stale_hash_is_refused_as_changed_and_changes_nothing(
     restarted(store, driver.agent, changed, clock).resume_sync(run.id)
     (current,) = local.pending(run.id)
     assert current.hash != shown.hash
-    before = snapshot(db_path)
+    before = snapshot(database)
     with pytest.raises(ApprovalChangedError, match="changed since it was shown"):
         local.approve(Decision(run.id, current.approval_id, shown.hash, "alice"))
-    assert snapshot(db_path) == before
+    assert snapshot(database) == before
 
 
-def test_reject_cancels_the_run_and_the_tool_is_never_called(store: agentrt.Store) -> None:
+def test_reject_cancels_the_run_and_the_tool_is_never_called(any_store: agentrt.Store) -> None:
+    store = any_store
     clock = FakeClock()
     driver, run, push = paused_run(store, clock, tool=push_with_schema())
     local = Local(store, now=clock)
@@ -179,8 +191,9 @@ def test_reject_cancels_the_run_and_the_tool_is_never_called(store: agentrt.Stor
 
 
 def test_cancel_ends_a_live_run_and_a_finished_run_is_refused_as_finished(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
 ) -> None:
+    store = any_store
     clock = FakeClock()
     _driver, run, push = paused_run(store, clock, tool=push_with_schema())
     local = Local(store, now=clock)
@@ -194,8 +207,9 @@ def test_cancel_ends_a_live_run_and_a_finished_run_is_refused_as_finished(
 
 
 def test_an_approval_past_its_ttl_shows_as_expired_and_its_decision_is_refused(
-    store: agentrt.Store, db_path: Path
+    any_store: agentrt.Store, database: str
 ) -> None:
+    store = any_store
     clock = FakeClock()
     _driver, run, _push = paused_run(
         store, clock, tool=push_with_schema(), limits=Limits(approval_ttl=timedelta(minutes=10))
@@ -206,28 +220,29 @@ def test_an_approval_past_its_ttl_shows_as_expired_and_its_decision_is_refused(
     clock.advance(timedelta(minutes=11))
     (item,) = local.pending(run.id)
     assert item.expired is True
-    before = snapshot(db_path)
+    before = snapshot(database)
     with pytest.raises(ApprovalExpiredError):
         local.approve(Decision(run.id, item.approval_id, item.hash, "late"))
-    assert snapshot(db_path) == before
+    assert snapshot(database) == before
 
 
 def test_an_approval_altered_in_the_file_is_never_shown_or_decided(
-    store: agentrt.Store, db_path: Path
+    any_store: agentrt.Store, database: str
 ) -> None:
+    store = any_store
     clock = FakeClock()
     _driver, run, push = paused_run(store, clock, tool=push_with_schema())
     (item,) = Local(store, now=clock).pending(run.id)
-    tamper(db_path, item.approval_id)
+    tamper(database, item.approval_id)
     local = Local(store, now=clock)
     with pytest.raises(ApprovalHashError):
         local.pending(run.id)
     with pytest.raises(ApprovalHashError):
         local.show(run.id, item.approval_id)
-    before = snapshot(db_path)
+    before = snapshot(database)
     with pytest.raises(ApprovalHashError):
         local.approve(Decision(run.id, item.approval_id, item.hash, "alice"))
-    assert snapshot(db_path) == before
+    assert snapshot(database) == before
     assert push.calls == []
 
 
@@ -250,7 +265,8 @@ def test_local_open_decides_on_an_existing_file_and_never_creates_one(
         Local.open(link)
 
 
-def test_an_interrupted_side_effect_carries_the_plain_notice(store: agentrt.Store) -> None:
+def test_an_interrupted_side_effect_carries_the_plain_notice(any_store: agentrt.Store) -> None:
+    store = any_store
     from agentrt._policy import interrupted_side_effect_decision
 
     clock = FakeClock()

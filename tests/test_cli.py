@@ -3,6 +3,16 @@
 Databases are made by real runs (Driver + ScriptedAgent) unless a test needs
 rows no run can make (a tampered chain, a second pending approval, 10,000
 steps), which it then writes with SQL and says so.
+
+A test that takes `database` runs on SQLite and on PostgreSQL (the listings, `show`,
+deciding, cancelling, the cursor, hostile text). The rest stay on SQLite, each for one of
+these reasons: `events` and `verify` pin one chain's seqs (1, 2, 3...) and SQLite's
+`integrity_check` line, where PostgreSQL pages by partition (test_cli_postgres.py reads
+a run through every read command on both and compares them); the 10,000-step record is
+written with SQLite's SQL by the benchmark's builder; a file that is missing, unsafe or
+left byte for byte unchanged; the terminal's own rules (its width, an answer typed early
+or refused before the store is read); the interpreter's start; `--follow`, which
+test_cli_postgres.py follows on PostgreSQL.
 """
 
 from __future__ import annotations
@@ -26,6 +36,7 @@ import time
 import types
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from shlex import quote
 from typing import Any
 from unittest import mock
 
@@ -44,6 +55,7 @@ from agentrt.scripted import ScriptedAgent
 from agentrt.trace import display_width, event_json
 from conftest import FakeClock, Ids, RecordingTool
 from support import forkserver
+from support.rows import execute
 
 MESSAGE_SCHEMA = {
     "type": "object",
@@ -63,7 +75,7 @@ def lookup_tool() -> RecordingTool:
     return RecordingTool("lookup", SideEffect.READ_ONLY)
 
 
-def driver(db: Path, decisions: Sequence[Decision], prefix: str, tools: Sequence[Any]) -> Any:
+def driver(db: Path | str, decisions: Sequence[Decision], prefix: str, tools: Sequence[Any]) -> Any:
     return agentrt.Driver(
         store=agentrt.open_store(db),
         agent=ScriptedAgent(list(decisions)),
@@ -75,7 +87,7 @@ def driver(db: Path, decisions: Sequence[Decision], prefix: str, tools: Sequence
 
 
 def drive(
-    db: Path, decisions: Sequence[Decision], *, prefix: str, goal: str = "a goal"
+    db: Path | str, decisions: Sequence[Decision], *, prefix: str, goal: str = "a goal"
 ) -> agentrt.Run:
     d = driver(db, decisions, prefix, [lookup_tool(), send_tool()])
     try:
@@ -86,7 +98,7 @@ def drive(
 
 
 def waiting_run(
-    db: Path, *, prefix: str = "a", goal: str = "send the report", body: str = "hello"
+    db: Path | str, *, prefix: str = "a", goal: str = "send the report", body: str = "hello"
 ) -> agentrt.Run:
     """A run that looked something up, then asked to send a message: WAITING on one approval."""
     return drive(
@@ -101,13 +113,13 @@ def waiting_run(
     )
 
 
-def pending(db: Path, run_id: str) -> agentrt.Approval:
+def pending(db: Path | str, run_id: str) -> agentrt.Approval:
     with agentrt.open_existing(db, read_only=True) as store:
         (approval,) = store.list_approvals(run_id)
         return approval
 
 
-def events_of(db: Path, run_id: str | None = None) -> list[agentrt.Event]:
+def events_of(db: Path | str, run_id: str | None = None) -> list[agentrt.Event]:
     with agentrt.open_existing(db, read_only=True) as store:
         return store.list_events(run_id, 0, 100_000)
 
@@ -207,11 +219,11 @@ def at_terminal(
 
 
 def test_runs_prints_runs_newest_first_with_totals_and_the_waiting_approval(
-    db_path: Path,
+    database: str,
 ) -> None:
-    first = waiting_run(db_path, prefix="a", goal="first")
-    second = drive(db_path, [Decision.complete({"ok": True})], prefix="b", goal="second")
-    result = agentrt_cmd("--db", str(db_path), "runs")
+    first = waiting_run(database, prefix="a", goal="first")
+    second = drive(database, [Decision.complete({"ok": True})], prefix="b", goal="second")
+    result = agentrt_cmd("--db", database, "runs")
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
     assert result.stdout.splitlines() == [
@@ -225,15 +237,15 @@ def test_runs_prints_runs_newest_first_with_totals_and_the_waiting_approval(
     ]
 
 
-def test_runs_json_is_one_document_with_totals(db_path: Path) -> None:
-    run = waiting_run(db_path)
-    result = agentrt_cmd("runs", "--json", "--db", str(db_path))  # options after the command
+def test_runs_json_is_one_document_with_totals(database: str) -> None:
+    run = waiting_run(database)
+    result = agentrt_cmd("runs", "--json", "--db", database)  # options after the command
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
     assert (doc["total"], doc["offset"], doc["limit"], doc["next_offset"]) == (1, 0, 50, None)
     (summary,) = doc["runs"]
     assert summary["id"] == run.id and summary["status"] == "WAITING_FOR_APPROVAL"
-    approval = pending(db_path, run.id)
+    approval = pending(database, run.id)
     assert summary["waiting"] == [
         {
             "id": approval.id,
@@ -247,47 +259,47 @@ def test_runs_json_is_one_document_with_totals(db_path: Path) -> None:
 
 
 def test_the_database_comes_from_agentrt_db_unless_db_is_given(
-    db_path: Path, tmp_path: Path
+    database: str, tmp_path: Path
 ) -> None:
-    run = waiting_run(db_path)
-    from_env = agentrt_cmd("--json", "runs", env=clean_env(AGENTRT_DB=str(db_path)))
+    run = waiting_run(database)
+    from_env = agentrt_cmd("--json", "runs", env=clean_env(AGENTRT_DB=database))
     assert from_env.returncode == 0, from_env.stderr
     assert [r["id"] for r in json.loads(from_env.stdout)["runs"]] == [run.id]
     other = tmp_path / "other.db"
     drive(other, [Decision.complete()], prefix="c")
     overridden = agentrt_cmd(
-        "--json", "runs", "--db", str(other), env=clean_env(AGENTRT_DB=str(db_path))
+        "--json", "runs", "--db", str(other), env=clean_env(AGENTRT_DB=database)
     )
     assert [r["id"] for r in json.loads(overridden.stdout)["runs"]] == ["c" + "0" * 30 + "1"]
 
 
 def test_runs_filters_by_status_and_says_how_to_page(
-    db_path: Path, capsys: pytest.CaptureFixture[str]
+    database: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     for prefix in "123":
-        waiting_run(db_path, prefix=prefix)
-    drive(db_path, [Decision.complete()], prefix="4")
+        waiting_run(database, prefix=prefix)
+    drive(database, [Decision.complete()], prefix="4")
     code, out, _ = run_main(
-        capsys, "--db", str(db_path), "runs", "--status", "waiting_for_approval", "--limit", "2"
+        capsys, "--db", database, "runs", "--status", "waiting_for_approval", "--limit", "2"
     )
     assert code == 0
     lines = out.splitlines()
     assert [line.split()[0] for line in lines[1:3]] == ["3" + "0" * 30 + "1", "2" + "0" * 30 + "1"]
     assert lines[3] == (
         "runs 1-2 of 3 with status WAITING_FOR_APPROVAL, newest first; next page: "
-        f"agentrt --db {db_path} runs --offset 2 --limit 2 --status WAITING_FOR_APPROVAL"
+        f"agentrt --db {quote(database)} runs --offset 2 --limit 2 --status WAITING_FOR_APPROVAL"
     )
-    code, out, _ = run_main(capsys, "--db", str(db_path), "runs", "--offset", "9")
+    code, out, _ = run_main(capsys, "--db", database, "runs", "--offset", "9")
     assert (code, out) == (0, "no runs at offset 9; there are 4\n")
 
 
 # --- show ---------------------------------------------------------------------------------------
 
 
-def test_show_puts_the_waiting_approval_first_then_the_run_and_its_steps(db_path: Path) -> None:
-    run = waiting_run(db_path)
-    approval = pending(db_path, run.id)
-    result = agentrt_cmd("show", run.id, "--db", str(db_path))
+def test_show_puts_the_waiting_approval_first_then_the_run_and_its_steps(database: str) -> None:
+    run = waiting_run(database)
+    approval = pending(database, run.id)
+    result = agentrt_cmd("show", run.id, "--db", database)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == [
         f"WAITING FOR APPROVAL {approval.id}",
@@ -296,8 +308,8 @@ def test_show_puts_the_waiting_approval_first_then_the_run_and_its_steps(db_path
         f"  hash     {approval.hash}",
         "  created  2026-11-30T09:00:00.008000Z",
         "  expires  never",
-        f"  decide   agentrt --db {db_path} approve {run.id}   or   "
-        f"agentrt --db {db_path} reject {run.id}",
+        f"  decide   agentrt --db {quote(database)} approve {run.id}   or   "
+        f"agentrt --db {quote(database)} reject {run.id}",
         "",
         f"run       {run.id}",
         "goal      send the report",
@@ -322,25 +334,25 @@ def test_show_puts_the_waiting_approval_first_then_the_run_and_its_steps(db_path
     ]
 
 
-def test_show_json_has_the_whole_approval_and_full_steps(db_path: Path) -> None:
-    run = waiting_run(db_path)
-    result = agentrt_cmd("--json", "--db", str(db_path), "show", run.id)
+def test_show_json_has_the_whole_approval_and_full_steps(database: str) -> None:
+    run = waiting_run(database)
+    result = agentrt_cmd("--json", "--db", database, "show", run.id)
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
     (approval,) = doc["waiting"]
-    assert approval["hash"] == pending(db_path, run.id).hash
+    assert approval["hash"] == pending(database, run.id).hash
     assert approval["request"]["args"] == {"to": "bob@example.com", "body": "hello"}
     assert [s["decision"]["kind"] for s in doc["steps"]] == ["tool_call", "tool_call"]
     assert (doc["steps_total"], doc["steps_offset"]) == (2, 0)
 
 
 def test_text_cut_at_the_read_cap_is_shown_as_cut_never_as_whole(
-    db_path: Path, capsys: pytest.CaptureFixture[str]
+    database: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     goal = "G" * 100 + "m" * 70_000 + "DELETE EVERYTHING"
     detail = "D" * 100 + "x" * 70_000 + "TAIL"
-    run = drive(db_path, [Decision.fail(detail)], prefix="a", goal=goal)
-    db = str(db_path)
+    run = drive(database, [Decision.fail(detail)], prefix="a", goal=goal)
+    db = database
     code, out, _ = run_main(capsys, "--db", db, "show", run.id)
     assert code == 0
     fields = dict(line.split(None, 1) for line in out.splitlines()[:6] if line)
@@ -368,9 +380,9 @@ def test_text_cut_at_the_read_cap_is_shown_as_cut_never_as_whole(
     assert shown_run["status"] == "FAILED"
 
 
-def test_show_of_an_unknown_run_fails(db_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    waiting_run(db_path)
-    code, out, err = run_main(capsys, "--db", str(db_path), "show", "0" * 32)
+def test_show_of_an_unknown_run_fails(database: str, capsys: pytest.CaptureFixture[str]) -> None:
+    waiting_run(database)
+    code, out, err = run_main(capsys, "--db", database, "show", "0" * 32)
     assert (code, out, err) == (1, "", f"agentrt: no run '{'0' * 32}'\n")
 
 
@@ -495,16 +507,16 @@ class InterruptingStream:
 
 
 def test_ctrl_c_during_events_with_a_cursor_delivers_each_event_once(
-    db_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    database: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    run = waiting_run(db_path)
-    expected = [e.seq for e in events_of(db_path, run.id)]
+    run = waiting_run(database)
+    expected = [e.seq for e in events_of(database, run.id)]
     cursor = tmp_path / "cursor"
     printed: list[int] = []
     for at in (4, 0):  # interrupted while printing the fourth event; then to the end
         stream = InterruptingStream(at)
         monkeypatch.setattr(sys, "stdout", stream)
-        code = main(["--db", str(db_path), "--json", "events", run.id, "--cursor", str(cursor)])
+        code = main(["--db", database, "--json", "events", run.id, "--cursor", str(cursor)])
         monkeypatch.undo()
         # Ctrl-C is a clean stop: the page being printed is finished and acknowledged.
         assert code == 0
@@ -580,12 +592,12 @@ def test_follow_shows_events_of_a_run_in_another_process_as_they_commit(db_path:
 
 
 def test_approve_yes_prints_what_a_person_decides_on_first_and_binds_the_decision(
-    db_path: Path,
+    database: str,
 ) -> None:
-    run = waiting_run(db_path)
-    approval = pending(db_path, run.id)
+    run = waiting_run(database)
+    approval = pending(database, run.id)
     result = agentrt_cmd(
-        "--db", str(db_path), "approve", run.id, "--yes", "--by", "ann", "--note", "fine"
+        "--db", database, "approve", run.id, "--yes", "--by", "ann", "--note", "fine"
     )
     assert result.returncode == 0, result.stderr
     # The tool, each argument once (its exact JSON literal), why, what approving and
@@ -610,11 +622,11 @@ def test_approve_yes_prints_what_a_person_decides_on_first_and_binds_the_decisio
         "Driver.resume (or Driver.recover), Gate.attach, or the identical re-call through "
         "agentrt-proxy.",
     ]
-    decided = pending(db_path, run.id)
+    decided = pending(database, run.id)
     assert (decided.status, decided.decided_by, decided.note) == ("approved", "ann", "fine")
     # The approval is the one a resume honours: the tool runs once.
     send = send_tool()
-    resumer = driver(db_path, [Decision.complete()] * 3, "e", [lookup_tool(), send])
+    resumer = driver(database, [Decision.complete()] * 3, "e", [lookup_tool(), send])
     try:
         assert resumer.resume_sync(run.id).status == "COMPLETED"
     finally:
@@ -623,11 +635,11 @@ def test_approve_yes_prints_what_a_person_decides_on_first_and_binds_the_decisio
 
 
 def test_approve_full_prints_every_hashed_field_after_the_summary_with_durations_in_units(
-    db_path: Path,
+    database: str,
 ) -> None:
-    run = waiting_run(db_path)
-    approval = pending(db_path, run.id)
-    result = agentrt_cmd("--db", str(db_path), "approve", run.id, "--yes", "--full")
+    run = waiting_run(database)
+    approval = pending(database, run.id)
+    result = agentrt_cmd("--db", database, "approve", run.id, "--yes", "--full")
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     heading = lines.index("What you approve, one field a line, exactly as the hash covers it:")
@@ -643,11 +655,11 @@ def test_approve_full_prints_every_hashed_field_after_the_summary_with_durations
     assert lines[-2].startswith(f"approved: approval {approval.id} of run {run.id}")
 
 
-def test_reject_named_approval_cancels_the_run(db_path: Path) -> None:
-    run = waiting_run(db_path)
-    approval = pending(db_path, run.id)
+def test_reject_named_approval_cancels_the_run(database: str) -> None:
+    run = waiting_run(database)
+    approval = pending(database, run.id)
     result = agentrt_cmd(
-        "reject", run.id, "--approval", approval.id, "--note", "not today", "--db", str(db_path)
+        "reject", run.id, "--approval", approval.id, "--note", "not today", "--db", database
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[-2:] == [
@@ -655,30 +667,30 @@ def test_reject_named_approval_cancels_the_run(db_path: Path) -> None:
         f"by {pwd.getpwuid(os.geteuid()).pw_name}",
         "The run is now CANCELLED (approval_rejected).",
     ]
-    with agentrt.open_existing(db_path, read_only=True) as store:
+    with agentrt.open_existing(database, read_only=True) as store:
         assert (store.get_run(run.id).status, store.get_run(run.id).reason) == (
             "CANCELLED",
             "approval_rejected",
         )
-    assert pending(db_path, run.id).note == "not today"
+    assert pending(database, run.id).note == "not today"
 
 
-def test_approve_without_a_terminal_refuses_and_changes_nothing(db_path: Path) -> None:
-    run = waiting_run(db_path)
-    result = agentrt_cmd("--db", str(db_path), "approve", run.id)
+def test_approve_without_a_terminal_refuses_and_changes_nothing(database: str) -> None:
+    run = waiting_run(database)
+    result = agentrt_cmd("--db", database, "approve", run.id)
     assert result.returncode == 1
     assert result.stderr == (
         "agentrt: not approved: there is no terminal to ask at, and nothing was decided; "
         "pass --yes (or --approval ID) to approve without being asked\n"
     )
     assert "hash  " in result.stdout  # it showed the request; it did not decide it
-    assert pending(db_path, run.id).status == "pending"
+    assert pending(database, run.id).status == "pending"
 
 
-def test_approve_y_at_a_terminal_approves(db_path: Path) -> None:
-    run = waiting_run(db_path)
-    approval = pending(db_path, run.id)
-    code, screen = at_terminal(["--db", str(db_path), "approve", run.id, "--by", "ann"], b"y\n")
+def test_approve_y_at_a_terminal_approves(database: str) -> None:
+    run = waiting_run(database)
+    approval = pending(database, run.id)
+    code, screen = at_terminal(["--db", database, "approve", run.id, "--by", "ann"], b"y\n")
     assert code == 0, screen
     assert f"  hash       {approval.hash}\n" in screen
     assert (
@@ -686,7 +698,7 @@ def test_approve_y_at_a_terminal_approves(db_path: Path) -> None:
         "Type y to approve, anything else refuses: y\n"
     ) in screen
     assert f"approved: approval {approval.id} of run {run.id}" in screen
-    assert pending(db_path, run.id).status == "approved"
+    assert pending(database, run.id).status == "approved"
 
 
 @pytest.mark.parametrize(
@@ -702,57 +714,56 @@ def test_anything_but_y_at_a_terminal_refuses(
     assert pending(db_path, run.id).status == "pending"
 
 
-def test_a_change_after_the_request_was_shown_is_refused_not_applied(db_path: Path) -> None:
-    run = waiting_run(db_path)
-    shown = pending(db_path, run.id)
+def test_a_change_after_the_request_was_shown_is_refused_not_applied(database: str) -> None:
+    run = waiting_run(database)
+    shown = pending(database, run.id)
 
     def change_it() -> None:
         # Someone rewrites the request while the operator reads it, with a hash that matches.
         presentation = {"tool": "send", "args": {"to": "mallory@example.com"}}
         new_hash = approval_hash(shown.kind, shown.capability, presentation, shown.request)
-        with sqlite3.connect(db_path) as conn:
-            conn.execute(
-                "UPDATE approvals SET presentation_json = ?, hash = ? WHERE id = ?",
-                (json.dumps(presentation), new_hash, shown.id),
-            )
+        execute(
+            database,
+            "UPDATE approvals SET presentation_json = ?, hash = ? WHERE id = ?",
+            (json.dumps(presentation), new_hash, shown.id),
+        )
 
     code, screen = at_terminal(
-        ["--db", str(db_path), "approve", run.id], b"y\n", before_answer=change_it
+        ["--db", database, "approve", run.id], b"y\n", before_answer=change_it
     )
     assert code == 1, screen
     assert (
         f"agentrt: refused, nothing was decided: approval {shown.id} changed since it was shown"
         in screen
     )
-    after = pending(db_path, run.id)
+    after = pending(database, run.id)
     assert after.status == "pending" and after.hash != shown.hash
 
 
 def test_a_tampered_approval_is_refused_before_it_is_shown(
-    db_path: Path, capsys: pytest.CaptureFixture[str]
+    database: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    run = waiting_run(db_path)
-    with sqlite3.connect(db_path) as conn:
-        conn.execute("UPDATE approvals SET request_json = replace(request_json, 'bob@', 'eve@')")
-    code, out, err = run_main(capsys, "--db", str(db_path), "approve", run.id, "--yes")
+    run = waiting_run(database)
+    execute(database, "UPDATE approvals SET request_json = replace(request_json, 'bob@', 'eve@')")
+    code, out, err = run_main(capsys, "--db", database, "approve", run.id, "--yes")
     assert (code, out) == (1, "")
     assert err.startswith("agentrt: refused, nothing was decided: approval ")
     assert "no longer matches its hash" in err
-    assert pending(db_path, run.id).status == "pending"
+    assert pending(database, run.id).status == "pending"
 
 
 def test_approve_json_needs_yes_or_a_named_approval(
-    db_path: Path, capsys: pytest.CaptureFixture[str]
+    database: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    run = waiting_run(db_path)
-    code, _, err = run_main(capsys, "--db", str(db_path), "--json", "approve", run.id)
+    run = waiting_run(database)
+    code, _, err = run_main(capsys, "--db", database, "--json", "approve", run.id)
     assert code == 2
     assert "approve --json does not ask at a terminal: pass --yes or --approval ID" in err
-    approval = pending(db_path, run.id)
+    approval = pending(database, run.id)
     code, out, _ = run_main(
         capsys,
         "--db",
-        str(db_path),
+        database,
         "--json",
         "approve",
         run.id,
@@ -768,68 +779,68 @@ def test_approve_json_needs_yes_or_a_named_approval(
 
 
 def test_by_defaults_to_the_os_user(
-    db_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    database: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    run = waiting_run(db_path)
+    run = waiting_run(database)
     # LOGNAME and USER are whatever the environment says; the label is the uid's name.
     for name in ("LOGNAME", "USER", "LNAME", "USERNAME"):
         monkeypatch.setenv(name, "mallory")
-    code, _, _ = run_main(capsys, "--db", str(db_path), "approve", run.id, "--yes")
+    code, _, _ = run_main(capsys, "--db", database, "approve", run.id, "--yes")
     assert code == 0
-    assert pending(db_path, run.id).decided_by == pwd.getpwuid(os.geteuid()).pw_name != "mallory"
+    assert pending(database, run.id).decided_by == pwd.getpwuid(os.geteuid()).pw_name != "mallory"
 
 
-def test_hash_option_must_match(db_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    run = waiting_run(db_path)
+def test_hash_option_must_match(database: str, capsys: pytest.CaptureFixture[str]) -> None:
+    run = waiting_run(database)
     code, _, err = run_main(
-        capsys, "--db", str(db_path), "approve", run.id, "--yes", "--hash", "0" * 64
+        capsys, "--db", database, "approve", run.id, "--yes", "--hash", "0" * 64
     )
     assert code == 1 and f"not the {'0' * 64} given with --hash" in err
     code, _, _ = run_main(
         capsys,
         "--db",
-        str(db_path),
+        database,
         "approve",
         run.id,
         "--yes",
         "--hash",
-        pending(db_path, run.id).hash,
+        pending(database, run.id).hash,
     )
     assert code == 0
 
 
 def test_an_ambiguous_run_names_its_candidates(
-    db_path: Path, capsys: pytest.CaptureFixture[str]
+    database: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    run = waiting_run(db_path)
-    first = pending(db_path, run.id)
-    with sqlite3.connect(db_path) as conn:  # a second pending approval: rows no single run makes
-        conn.execute(
-            "INSERT INTO approvals (id, run_id, step_id, kind, capability_json, presentation_json, "
-            "request_json, hash, status, created_at) SELECT ?, run_id, step_id, kind, "
-            "capability_json, presentation_json, request_json, hash, status, created_at "
-            "FROM approvals WHERE id = ?",
-            ("c" * 32, first.id),
-        )
-    code, out, err = run_main(capsys, "--db", str(db_path), "approve", run.id, "--yes")
+    run = waiting_run(database)
+    first = pending(database, run.id)
+    execute(  # a second pending approval: rows no single run makes
+        database,
+        "INSERT INTO approvals (id, run_id, step_id, kind, capability_json, presentation_json, "
+        "request_json, hash, status, created_at) SELECT ?, run_id, step_id, kind, "
+        "capability_json, presentation_json, request_json, hash, status, created_at "
+        "FROM approvals WHERE id = ?",
+        ("c" * 32, first.id),
+    )
+    code, out, err = run_main(capsys, "--db", database, "approve", run.id, "--yes")
     assert (code, out) == (1, "")
     assert err == (
         f"agentrt: run {run.id} waits on 2 pending approvals: {first.id} (remote_mutation), "
         f"{'c' * 32} (remote_mutation); name the one you mean with "
-        f"agentrt --db {db_path} approve {run.id} --approval ID; nothing was decided\n"
+        f"agentrt --db {quote(database)} approve {run.id} --approval ID; nothing was decided\n"
     )
-    code, out, _ = run_main(capsys, "--db", str(db_path), "approve", run.id, "--approval", "c" * 32)
+    code, out, _ = run_main(capsys, "--db", database, "approve", run.id, "--approval", "c" * 32)
     assert code == 0 and f"approved: approval {'c' * 32}" in out
 
 
 def test_deciding_again_says_who_decided_how_and_when(
-    db_path: Path, capsys: pytest.CaptureFixture[str]
+    database: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    waiting = waiting_run(db_path, prefix="a")
-    db = str(db_path)
+    waiting = waiting_run(database, prefix="a")
+    db = database
     assert run_main(capsys, "--db", db, "approve", waiting.id, "--yes", "--by", "ann",
                     "--note", "ok\nby me")[0] == 0  # fmt: skip
-    decided = pending(db_path, waiting.id)
+    decided = pending(database, waiting.id)
     at = format_time(decided.decided_at)
     for verb in ("approve", "reject"):
         code, out, err = run_main(capsys, "--db", db, verb, waiting.id, "--yes")
@@ -839,9 +850,9 @@ def test_deciding_again_says_who_decided_how_and_when(
             f'{decided.id} was already approved by ann at {at} (note: "ok\\nby me"), and the '
             "run waits for its program to resume it; nothing was decided\n"
         )
-    rejected = waiting_run(db_path, prefix="b")
+    rejected = waiting_run(database, prefix="b")
     assert run_main(capsys, "--db", db, "reject", rejected.id, "--yes", "--by", "bo")[0] == 0
-    gone = pending(db_path, rejected.id)
+    gone = pending(database, rejected.id)
     code, _, err = run_main(capsys, "--db", db, "approve", rejected.id, "--yes")
     assert (code, err) == (
         1,
@@ -857,31 +868,31 @@ def test_deciding_again_says_who_decided_how_and_when(
 
 
 def test_deciding_a_run_that_waits_on_nothing_is_refused(
-    db_path: Path, capsys: pytest.CaptureFixture[str]
+    database: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    run = drive(db_path, [Decision.complete()], prefix="a")
-    code, _, err = run_main(capsys, "--db", str(db_path), "approve", run.id, "--yes")
+    run = drive(database, [Decision.complete()], prefix="a")
+    code, _, err = run_main(capsys, "--db", database, "approve", run.id, "--yes")
     assert (code, err) == (1, f"agentrt: run {run.id} is COMPLETED; it waits on no approval\n")
-    waiting = waiting_run(db_path, prefix="b")
-    approval = pending(db_path, waiting.id)
-    assert run_main(capsys, "--db", str(db_path), "approve", waiting.id, "--yes")[0] == 0
+    waiting = waiting_run(database, prefix="b")
+    approval = pending(database, waiting.id)
+    assert run_main(capsys, "--db", database, "approve", waiting.id, "--yes")[0] == 0
     code, _, err = run_main(
-        capsys, "--db", str(db_path), "reject", waiting.id, "--approval", approval.id
+        capsys, "--db", database, "reject", waiting.id, "--approval", approval.id
     )
     assert code == 1
     assert err == (
         f"agentrt: approval {approval.id} of run {waiting.id} was already approved by "
         f"{pwd.getpwuid(os.geteuid()).pw_name} at "
-        f"{format_time(pending(db_path, waiting.id).decided_at)}; nothing was decided\n"
+        f"{format_time(pending(database, waiting.id).decided_at)}; nothing was decided\n"
     )
 
 
 def test_long_strings_show_as_head_and_tail_with_sizes(
-    db_path: Path, capsys: pytest.CaptureFixture[str]
+    database: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     body = "A" * 100 + "m" * 4800 + "Z" * 100
-    run = waiting_run(db_path, body=body)
-    code, out, _ = run_main(capsys, "--db", str(db_path), "approve", run.id, "--yes", "--full")
+    run = waiting_run(database, body=body)
+    code, out, _ = run_main(capsys, "--db", database, "approve", run.id, "--yes", "--full")
     assert code == 0
     long_body = f'"{"A" * 80}" … 4,840 chars not shown … "{"Z" * 80}"'
     line = next(x for x in out.splitlines() if x.startswith("    body "))  # the summary
@@ -902,18 +913,18 @@ def test_long_keys_differing_only_in_the_middle_show_different_paths() -> None:
 
 
 def test_an_interrupted_side_effect_is_explained_in_plain_words(
-    db_path: Path, capsys: pytest.CaptureFixture[str]
+    database: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    run = waiting_run(db_path)
-    a = pending(db_path, run.id)
+    run = waiting_run(database)
+    a = pending(database, run.id)
     kind = "interrupted_side_effect"
-    with sqlite3.connect(db_path) as conn:  # what a resume after a crash records, made with SQL
-        conn.execute(
-            "UPDATE approvals SET kind = ?, hash = ? WHERE id = ?",
-            (kind, approval_hash(kind, a.capability, a.presentation, a.request), a.id),
-        )
-    _, shown, _ = run_main(capsys, "--db", str(db_path), "show", run.id)
-    code, out, _ = run_main(capsys, "--db", str(db_path), "reject", run.id, "--yes")
+    execute(  # what a resume after a crash records, made with SQL
+        database,
+        "UPDATE approvals SET kind = ?, hash = ? WHERE id = ?",
+        (kind, approval_hash(kind, a.capability, a.presentation, a.request), a.id),
+    )
+    _, shown, _ = run_main(capsys, "--db", database, "show", run.id)
+    code, out, _ = run_main(capsys, "--db", database, "reject", run.id, "--yes")
     assert code == 0
     for text in (shown, out):
         assert "whether it took effect is unknown. Approving runs it once more" in text
@@ -922,14 +933,14 @@ def test_an_interrupted_side_effect_is_explained_in_plain_words(
 # --- cancel -------------------------------------------------------------------------------------
 
 
-def test_cancel_ends_a_live_run_once(db_path: Path) -> None:
-    run = waiting_run(db_path)
-    result = agentrt_cmd("--db", str(db_path), "cancel", run.id, "--by", "ops", "--note", "stop")
+def test_cancel_ends_a_live_run_once(database: str) -> None:
+    run = waiting_run(database)
+    result = agentrt_cmd("--db", database, "cancel", run.id, "--by", "ops", "--note", "stop")
     assert result.returncode == 0, result.stderr
     assert (
         result.stdout == f"cancelled: run {run.id} is now CANCELLED (operator_cancelled), by ops\n"
     )
-    again = agentrt_cmd("--db", str(db_path), "cancel", run.id)
+    again = agentrt_cmd("--db", database, "cancel", run.id)
     assert again.returncode == 1
     assert again.stderr == f"agentrt: run {run.id} is CANCELLED; only a live run is cancelled\n"
 
@@ -1042,7 +1053,7 @@ HOSTILE_QUOTED = HOSTILE_SHOWN.replace("\\x1b", "\\u001b")
 NEVER_RAW = ("\x1b", "\u202e", "\u202c", "\u200d", "\U000e0041", "\x7f", "\u0301" * 5)
 
 
-def hostile_waiting_run(db: Path, prefix: str) -> agentrt.Run:
+def hostile_waiting_run(db: Path | str, prefix: str) -> agentrt.Run:
     """A run whose goal, tool name, argument key and value and approval reason are hostile."""
     name = "send" + HOSTILE_ALL
     tool = RecordingTool(name, SideEffect.REMOTE_MUTATION, schema={"type": "object"})
@@ -1070,9 +1081,9 @@ def hostile_waiting_run(db: Path, prefix: str) -> agentrt.Run:
         store.close()
 
 
-def test_hostile_strings_are_shown_escaped_everywhere(db_path: Path) -> None:
-    text_run, json_run = hostile_waiting_run(db_path, "a"), hostile_waiting_run(db_path, "b")
-    db, note = str(db_path), "note " + HOSTILE_ALL
+def test_hostile_strings_are_shown_escaped_everywhere(database: str) -> None:
+    text_run, json_run = hostile_waiting_run(database, "a"), hostile_waiting_run(database, "b")
+    db, note = database, "note " + HOSTILE_ALL
     text = {
         "runs": agentrt_cmd("--db", db, "runs"),
         "show": agentrt_cmd("--db", db, "show", text_run.id),
@@ -1107,7 +1118,7 @@ def test_hostile_strings_are_shown_escaped_everywhere(db_path: Path) -> None:
     (arg,) = [line for line in approve if line.startswith('    "key')]
     assert arg.startswith('    "key\\u001b[31mALERT\\u001b[0m pay \\u202egnp.exe')
     assert arg.endswith(f'"value{HOSTILE_QUOTED}"')
-    full_run = hostile_waiting_run(db_path, "c")
+    full_run = hostile_waiting_run(database, "c")
     full = agentrt_cmd("--db", db, "approve", full_run.id, "--full").stdout.splitlines()
     (arg,) = [line for line in full if line.startswith("  request.args[")]
     assert arg.startswith('  request.args["key\\u001b[31mALERT\\u001b[0m pay \\u202egnp.exe')
@@ -1499,9 +1510,9 @@ def test_huge_numbers_and_unusable_paths_are_one_sentence_not_a_traceback(db_pat
     assert len(cursor.stderr.strip().splitlines()) == 1
 
 
-def test_json_output_escapes_del(db_path: Path) -> None:
-    run = waiting_run(db_path, goal="rm\x7f -rf")
-    shown = agentrt_cmd("--db", str(db_path), "--json", "show", run.id)
+def test_json_output_escapes_del(database: str) -> None:
+    run = waiting_run(database, goal="rm\x7f -rf")
+    shown = agentrt_cmd("--db", database, "--json", "show", run.id)
     assert shown.returncode == 0
     assert "\x7f" not in shown.stdout and "\\u007f" in shown.stdout
 

@@ -4,6 +4,12 @@ Routes, escaping, the decision bound to the hash shown (and refused when stale),
 CSRF and Origin refusals, the token and cookie rules, the Host check, and the
 headers every answer carries. The same flows in a real browser are in
 `test_console_browser.py`.
+
+Every test of what the console reads and decides takes `database` and runs on SQLite
+and on PostgreSQL. On SQLite only: the CSRF, Origin, form-size, token, cookie, Host and
+header rules and the page markup's (refused or rendered apart from what the store holds),
+a database refused for its file mode or opened read-only by its file, the imports and the
+`agentrt console` process (test_cli_postgres.py serves a URL).
 """
 
 from __future__ import annotations
@@ -12,7 +18,6 @@ import html
 import os
 import re
 import signal
-import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -36,20 +41,24 @@ from agentrt.console._security import CSP, check_token
 from agentrt.trace import sanitize
 from conftest import EPOCH
 from support.console import HOSTILE, InterruptedPolicy, Program, send
+from support.rows import execute
 
 BASE = "http://127.0.0.1:8765"
 ORIGIN = {"Origin": BASE}
 TOKEN = "t" * 12 + "-the-console-token"
 
 
-def client(db: Path, **kw: object) -> tuple[TestClient, ConsoleConfig]:
+def client(db: Path | str, **kw: object) -> tuple[TestClient, ConsoleConfig]:
     config = ConsoleConfig(db_path=str(db), by="alice", **kw)  # type: ignore[arg-type]
     return TestClient(create_app(config), base_url=BASE, follow_redirects=False), config
 
 
 @pytest.fixture
-def waiting(db_path: Path) -> Iterator[tuple[Program, str]]:
-    program = Program(db_path, [send("alice"), send("bob"), Decision.complete({"sent": 2})])
+def waiting(request: pytest.FixtureRequest) -> Iterator[tuple[Program, str]]:
+    """A run waiting on a person, in the test's database: `database` when the test takes it
+    (SQLite and PostgreSQL), else the SQLite file `db_path`."""
+    db = request.getfixturevalue("database" if "database" in request.fixturenames else "db_path")
+    program = Program(db, [send("alice"), send("bob"), Decision.complete({"sent": 2})])
     run = program.start()
     assert run.status == "WAITING_FOR_APPROVAL"
     yield program, run.id
@@ -72,11 +81,11 @@ def decide(
 
 
 def test_the_index_lists_runs_waiting_for_a_person_first_then_every_run_with_totals(
-    db_path: Path, waiting: tuple[Program, str]
+    database: str, waiting: tuple[Program, str]
 ) -> None:
     _program, run_id = waiting
-    done = Program(db_path, [Decision.complete({"ok": True})], prefix="b").start("finish quickly")
-    c, _ = client(db_path)
+    done = Program(database, [Decision.complete({"ok": True})], prefix="b").start("finish quickly")
+    c, _ = client(database)
     page = c.get("/").text
     waiting_part, all_part = page.split("All runs")
     assert f'href="/runs/{run_id}"' in waiting_part
@@ -87,10 +96,10 @@ def test_the_index_lists_runs_waiting_for_a_person_first_then_every_run_with_tot
     assert '<td class="num">$0.000000</td>' in all_part
 
 
-def test_the_run_list_is_filtered_by_status_and_paged(db_path: Path) -> None:
+def test_the_run_list_is_filtered_by_status_and_paged(database: str) -> None:
     for i in range(3):
-        Program(db_path, [Decision.complete(i)], prefix=f"{i + 1}").start(f"run {i}")
-    c, _ = client(db_path)
+        Program(database, [Decision.complete(i)], prefix=f"{i + 1}").start(f"run {i}")
+    c, _ = client(database)
     page = c.get("/?status=COMPLETED&offset=1").text.split("All runs")[1]
     assert "runs 2–3 of 3 completed, newest first" in page
     assert "run 2" not in page and "run 1" in page and "run 0" in page
@@ -101,11 +110,11 @@ def test_the_run_list_is_filtered_by_status_and_paged(db_path: Path) -> None:
 
 
 def test_a_run_page_shows_the_waiting_request_field_by_field_as_the_cli_renders_it_with_its_hash(
-    db_path: Path, waiting: tuple[Program, str]
+    database: str, waiting: tuple[Program, str]
 ) -> None:
     program, run_id = waiting
     approval = program.pending(run_id)
-    c, config = client(db_path)
+    c, config = client(database)
     page = c.get(f"/runs/{run_id}").text
     expected = [(p.lstrip("."), v) for p, v in approval_fields(hashed_content(approval))][1:]
     # The one nanosecond field shows its unit beside the hashed integer.
@@ -120,10 +129,10 @@ def test_a_run_page_shows_the_waiting_request_field_by_field_as_the_cli_renders_
     assert "deciding as <strong>alice</strong>" in page
 
 
-def test_the_interrupted_side_effect_notice_is_shown_in_plain_words(db_path: Path) -> None:
-    program = Program(db_path, [send("alice")], policy=InterruptedPolicy())
+def test_the_interrupted_side_effect_notice_is_shown_in_plain_words(database: str) -> None:
+    program = Program(database, [send("alice")], policy=InterruptedPolicy())
     run = program.start()
-    c, _ = client(db_path)
+    c, _ = client(database)
     page = c.get(f"/runs/{run.id}").text
     # The notice the hashed presentation carries, not a fixed text that may not be
     # what happened (a crash's own notice shows the fixed text: test_console_browser).
@@ -139,11 +148,11 @@ def test_the_interrupted_side_effect_notice_is_shown_in_plain_words(db_path: Pat
 
 
 def test_model_written_html_script_and_invisible_characters_are_escaped_on_every_page(
-    db_path: Path,
+    database: str,
 ) -> None:
-    program = Program(db_path, [send(HOSTILE, body=HOSTILE)])
+    program = Program(database, [send(HOSTILE, body=HOSTILE)])
     run = program.start(goal=HOSTILE)
-    c, _ = client(db_path)
+    c, _ = client(database)
     for page in (c.get("/").text, c.get(f"/runs/{run.id}").text):
         assert "<script>window" not in page and "<img" not in page and "<style>" not in page
         assert "&lt;script&gt;window.__pwned = 1&lt;/script&gt;" in page
@@ -155,13 +164,12 @@ def test_model_written_html_script_and_invisible_characters_are_escaped_on_every
     program.close()
 
 
-def test_a_stored_status_never_becomes_a_class_name(db_path: Path) -> None:
-    program = Program(db_path, [Decision.complete(1)])
+def test_a_stored_status_never_becomes_a_class_name(database: str) -> None:
+    program = Program(database, [Decision.complete(1)])
     run = program.start()
     # A row no run can make, written with SQL: a status that reads like class names.
-    with sqlite3.connect(db_path) as conn:
-        conn.execute("UPDATE runs SET status = 'x notice bad' WHERE id = ?", (run.id,))
-    c, _ = client(db_path)
+    execute(database, "UPDATE runs SET status = 'x notice bad' WHERE id = ?", (run.id,))
+    c, _ = client(database)
     for page in (c.get("/").text, c.get(f"/runs/{run.id}").text):
         assert '<span class="pill s-unknown">' in page
         assert "s-x" not in page and 'class="pill s-x notice bad"' not in page
@@ -169,10 +177,10 @@ def test_a_stored_status_never_becomes_a_class_name(db_path: Path) -> None:
 
 
 def test_the_timeline_shows_steps_tool_durations_waits_and_an_intact_chain(
-    db_path: Path, waiting: tuple[Program, str]
+    database: str, waiting: tuple[Program, str]
 ) -> None:
     program, run_id = waiting
-    c, config = client(db_path)
+    c, config = client(database)
     approval = program.pending(run_id)
     assert decide(c, config, run_id, approval.id, "approve", hash=approval.hash).status_code == 303
     program.resume(run_id)  # sends to alice, then waits on bob
@@ -194,10 +202,10 @@ def test_the_timeline_shows_steps_tool_durations_waits_and_an_intact_chain(
     assert "Audit chain verified: " in page and "events intact" in page
 
 
-def test_long_model_text_in_the_timeline_is_clipped_with_its_length(db_path: Path) -> None:
-    program = Program(db_path, [send("x" * 5000)])
+def test_long_model_text_in_the_timeline_is_clipped_with_its_length(database: str) -> None:
+    program = Program(database, [send("x" * 5000)])
     run = program.start(goal="g" * 3000)
-    c, _ = client(db_path)
+    c, _ = client(database)
     page = c.get(f"/runs/{run.id}").text
     assert '<p class="evdetail">' + "g" * 240 + "… (+2,760 chars)</p>" in page
     assert "x" * 241 not in page.split("What happened")[1]
@@ -205,40 +213,40 @@ def test_long_model_text_in_the_timeline_is_clipped_with_its_length(db_path: Pat
 
 
 def test_a_chain_that_fails_verification_is_shown_broken(
-    db_path: Path, waiting: tuple[Program, str]
+    database: str, waiting: tuple[Program, str]
 ) -> None:
-    _, run_id = waiting
+    program, run_id = waiting
+    third = program.store.list_events(run_id)[2].seq  # 3 on SQLite; its partition's on PostgreSQL
     # A tampered record no run can make: written with SQL, as an attacker would.
-    with sqlite3.connect(db_path) as conn:
-        conn.execute("UPDATE events SET payload_json = '{\"index\":7}' WHERE seq = 3")
-    c, _ = client(db_path)
+    execute(database, "UPDATE events SET payload_json = '{\"index\":7}' WHERE seq = ?", (third,))
+    c, _ = client(database)
     page = c.get(f"/runs/{run_id}").text
-    assert "Audit chain BROKEN at event 3: altered" in page
+    assert f"Audit chain BROKEN at event {third}: altered" in page
 
 
 def test_the_chain_is_verified_again_only_once_its_report_is_older_than_the_interval(
-    db_path: Path, waiting: tuple[Program, str]
+    database: str, waiting: tuple[Program, str]
 ) -> None:
     program, _ = waiting
     now = [100.0]
     chain = ChainStatus(min_interval=10, monotonic=lambda: now[0])
     first, _ = chain.get(program.store)
     assert first.intact and first.checked == len(program.store.list_events())
-    with sqlite3.connect(db_path) as conn:
-        conn.execute("UPDATE events SET payload_json = '{\"index\":7}' WHERE seq = 3")
+    third = program.store.list_events()[2].seq
+    execute(database, "UPDATE events SET payload_json = '{\"index\":7}' WHERE seq = ?", (third,))
     now[0] += 9.9
     assert chain.get(program.store)[0] is first  # within the interval: the report made
     now[0] += 0.2
     again, _ = chain.get(program.store)
-    assert not again.intact and again.first_break is not None and again.first_break.seq == 3
+    assert not again.intact and again.first_break is not None and again.first_break.seq == third
 
 
 def test_the_state_endpoint_reports_the_version_status_and_pending_hashes(
-    db_path: Path, waiting: tuple[Program, str]
+    database: str, waiting: tuple[Program, str]
 ) -> None:
     program, run_id = waiting
     approval = program.pending(run_id)
-    c, _ = client(db_path)
+    c, _ = client(database)
     state = c.get(f"/api/runs/{run_id}/state").json()
     last = program.store.list_events(run_id)[-1].seq
     assert state == {
@@ -246,7 +254,9 @@ def test_the_state_endpoint_reports_the_version_status_and_pending_hashes(
         "status": "WAITING_FOR_APPROVAL",
         "pending": [{"id": approval.id, "hash": approval.hash}],
     }
-    assert c.get("/api/state").json() == {"version": program.store.chain_head()[0]}
+    # Every commit moves it: the sum of the chain partitions' head seqs (one on SQLite).
+    heads = program.store.chain_heads()
+    assert c.get("/api/state").json() == {"version": sum(seq for seq, _ in heads)}
     assert c.get("/api/runs/nope/state").status_code == 404
     assert c.get("/runs/nope").status_code == 404
 
@@ -255,11 +265,11 @@ def test_the_state_endpoint_reports_the_version_status_and_pending_hashes(
 
 
 def test_approving_decides_bound_to_the_shown_hash_and_records_who_and_the_note(
-    db_path: Path, waiting: tuple[Program, str]
+    database: str, waiting: tuple[Program, str]
 ) -> None:
     program, run_id = waiting
     approval = program.pending(run_id)
-    c, config = client(db_path)
+    c, config = client(database)
     response = decide(c, config, run_id, approval.id, "approve", hash=approval.hash)
     assert response.status_code == 303
     assert response.headers["location"] == f"/runs/{run_id}"
@@ -368,10 +378,10 @@ def _decide_at(program: Program, run_id: str, by: str, note: str, *, approve: bo
 
 
 def test_after_an_approval_the_index_shows_the_run_waiting_for_its_program_not_for_a_person(
-    db_path: Path, waiting: tuple[Program, str]
+    database: str, waiting: tuple[Program, str]
 ) -> None:
     program, run_id = waiting
-    c, _ = client(db_path)
+    c, _ = client(database)
     assert '<h1>Waiting for a person <span class="badge">1</span></h1>' in c.get("/").text
     _decide_at(program, run_id, "bob", "fine", approve=True)
     page = c.get("/").text
@@ -398,11 +408,11 @@ def test_after_an_approval_the_index_shows_the_run_waiting_for_its_program_not_f
 
 
 def test_after_an_approval_the_run_page_says_who_approved_and_that_it_waits_for_its_program(
-    db_path: Path, waiting: tuple[Program, str]
+    database: str, waiting: tuple[Program, str]
 ) -> None:
     program, run_id = waiting
     _decide_at(program, run_id, "bob", "fine", approve=True)
-    c, _ = client(db_path)
+    c, _ = client(database)
     page = c.get(f"/runs/{run_id}").text
     summary = page.split('id="live-summary">')[1].split("</section>")[0]
     assert summary.startswith(
@@ -419,11 +429,11 @@ def test_after_an_approval_the_run_page_says_who_approved_and_that_it_waits_for_
 
 
 def test_deciding_a_request_already_decided_says_who_decided_it_how_and_when(
-    db_path: Path, waiting: tuple[Program, str]
+    database: str, waiting: tuple[Program, str]
 ) -> None:
     program, run_id = waiting
     approval = program.pending(run_id)
-    c, config = client(db_path)
+    c, config = client(database)
     _decide_at(program, run_id, "bob", "<b>ok</b>", approve=True)
     for verb in ("approve", "reject"):
         response = decide(c, config, run_id, approval.id, verb, hash=approval.hash)
@@ -438,11 +448,11 @@ def test_deciding_a_request_already_decided_says_who_decided_it_how_and_when(
 
 
 def test_rejecting_fails_the_step_and_cancels_the_run_with_the_note(
-    db_path: Path, waiting: tuple[Program, str]
+    database: str, waiting: tuple[Program, str]
 ) -> None:
     program, run_id = waiting
     approval = program.pending(run_id)
-    c, config = client(db_path)
+    c, config = client(database)
     response = decide(c, config, run_id, approval.id, "reject", hash=approval.hash, note="no")
     assert response.status_code == 303
     run = program.store.get_run(run_id)
@@ -451,11 +461,11 @@ def test_rejecting_fails_the_step_and_cancels_the_run_with_the_note(
 
 
 def test_a_stale_page_is_refused_with_a_conflict_and_the_new_request_stays_pending(
-    db_path: Path, waiting: tuple[Program, str]
+    database: str, waiting: tuple[Program, str]
 ) -> None:
     program, run_id = waiting
     shown = program.pending(run_id)
-    c, config = client(db_path)
+    c, config = client(database)
     assert shown.hash in c.get(f"/runs/{run_id}").text
     # Behind the page's back: approved elsewhere, resumed, and waiting on a new request.
     from agentrt import approve
@@ -475,12 +485,12 @@ def test_a_stale_page_is_refused_with_a_conflict_and_the_new_request_stays_pendi
     assert program.store.get_approval(run_id, new.id).status == "pending"
 
 
-def test_an_expired_request_is_marked_and_deciding_it_is_refused_as_gone(db_path: Path) -> None:
-    program = Program(db_path, [send("alice")])
+def test_an_expired_request_is_marked_and_deciding_it_is_refused_as_gone(database: str) -> None:
+    program = Program(database, [send("alice")])
     # The program's clock is in 2026-11; an hour's ttl has long passed on the wall clock.
     run = program.start(limits=Limits(approval_ttl=timedelta(hours=1)))
     approval = program.pending(run.id)
-    c, config = client(db_path)
+    c, config = client(database)
     assert "This request expired at 2026-11-30 10:00:00 UTC" in c.get(f"/runs/{run.id}").text
     response = decide(c, config, run.id, approval.id, "approve", hash=approval.hash)
     assert response.status_code == 410
@@ -490,11 +500,11 @@ def test_an_expired_request_is_marked_and_deciding_it_is_refused_as_gone(db_path
 
 
 def test_a_decision_without_a_hash_is_refused_and_changes_nothing(
-    db_path: Path, waiting: tuple[Program, str]
+    database: str, waiting: tuple[Program, str]
 ) -> None:
     program, run_id = waiting
     approval = program.pending(run_id)
-    c, config = client(db_path)
+    c, config = client(database)
     response = decide(c, config, run_id, approval.id, "approve", hash="")
     assert response.status_code == 409
     assert program.store.get_approval(run_id, approval.id).status == "pending"
@@ -534,10 +544,10 @@ def test_a_state_change_from_another_origin_or_none_is_refused(
 
 
 def test_cancelling_from_the_console_cancels_the_run_as_the_named_person(
-    db_path: Path, waiting: tuple[Program, str]
+    database: str, waiting: tuple[Program, str]
 ) -> None:
     program, run_id = waiting
-    c, config = client(db_path)
+    c, config = client(database)
     response = c.post(
         f"/runs/{run_id}/cancel", data={"csrf": config.csrf, "note": "wrong"}, headers=ORIGIN
     )

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import threading
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -20,7 +20,7 @@ from agentrt._clock import format_time
 from agentrt.scripted import ScriptedAgent
 from conftest import FakeClock, Ids, RecordingTool
 from support.gates import make_gate, open_step
-from support.leases import MovableWall, stored_expiry, wait_for_renewal
+from support.leases import MovableWall, expire_lease, stored_expiry, wait_for_renewal
 from support.rows import snapshot
 from support.tools import push_tool, read_tool
 
@@ -80,10 +80,11 @@ def test_a_session_abandoned_after_an_allowed_attach_leaves_the_run_waiting_to_b
 
 
 def test_of_two_gates_attaching_one_approved_run_the_second_is_refused_and_one_executes(
-    store: agentrt.Store, db_path: Path
+    any_store: agentrt.Store, database: str
 ) -> None:
     """The first attach holds the waiting run's lease; a second gate, on a connection of
     its own, is refused with `RunLeasedError` and writes nothing (decision 0032)."""
+    store = any_store
     push = push_tool()
     clock = FakeClock()
     run_id = approved_waiting_run(store, push, clock)
@@ -91,9 +92,9 @@ def test_of_two_gates_attaching_one_approved_run_the_second_is_refused_and_one_e
     assert first_verdict is not None and first_verdict.outcome == VerdictOutcome.ALLOWED
     assert store.get_run(run_id).status == "WAITING_FOR_APPROVAL"
     assert store.lease(run_id).owner == first._rs.config.owner
-    other_store = agentrt.open_store(db_path)
+    other_store = agentrt.open_store(database)
     try:
-        before = snapshot(db_path)
+        before = snapshot(database)
         with pytest.raises(agentrt.RunLeasedError):
             make_gate(other_store, push, clock=clock, ids=Ids("d")).attach_sync(run_id)
         with pytest.raises(agentrt.RunLeasedError):  # and so is a Driver's resume
@@ -104,7 +105,7 @@ def test_of_two_gates_attaching_one_approved_run_the_second_is_refused_and_one_e
                 tools=[push],
                 now=clock,
             ).resume_sync(run_id)
-        assert snapshot(db_path) == before
+        assert snapshot(database) == before
     finally:
         other_store.close()
     one = first.current()
@@ -145,16 +146,17 @@ sys.stdin.read()  # holds the attached run until killed
 
 @pytest.mark.slow
 def test_a_run_attached_in_another_process_is_refused_until_that_process_dies(
-    store: agentrt.Store, db_path: Path
+    any_store: agentrt.Store, database: str
 ) -> None:
     """Two real processes: while the child holds its allowed attach, the parent's attach
     is refused and changes nothing; once the child is SIGKILLed (its hold provably
     dead), the parent attaches, and the call runs once, in the parent."""
+    store = any_store
     push = push_tool()
     clock = FakeClock()
     run_id = approved_waiting_run(store, push, clock)
     child_proc = subprocess.Popen(
-        [sys.executable, "-c", _HOLDING_CHILD, str(db_path), run_id],
+        [sys.executable, "-c", _HOLDING_CHILD, str(database), run_id],
         cwd=Path(__file__).resolve().parent,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
@@ -164,10 +166,10 @@ def test_a_run_attached_in_another_process_is_refused_until_that_process_dies(
     try:
         assert child_proc.stdout is not None
         assert child_proc.stdout.readline().strip() == "allowed"
-        before = snapshot(db_path)
+        before = snapshot(database)
         with pytest.raises(agentrt.RunLeasedError):
             make_gate(store, push, clock=clock, ids=Ids("c")).attach_sync(run_id)
-        assert snapshot(db_path) == before
+        assert snapshot(database) == before
     finally:
         child_proc.kill()
         child_proc.wait(timeout=30)
@@ -234,22 +236,29 @@ def test_the_lease_taken_as_an_attached_call_starts_is_renewed_while_its_tool_ru
     ],
 )
 def test_attach_to_an_orphaned_run_applies_the_gates_reconcile_as_driver_resume_does(
-    store: agentrt.Store, answer: agentrt.Reconciliation, outcome: str | None, status: str
+    any_store: agentrt.Store,
+    database: str,
+    answer: agentrt.Reconciliation,
+    outcome: str | None,
+    status: str,
 ) -> None:
+    store = any_store
     read = read_tool()
     clock = FakeClock()
-    past = datetime(2020, 1, 1, tzinfo=UTC)
-    # An owner whose lease ran out long ago (its wall clock says 2020), mid-step.
+    # An owner whose lease ran out an hour ago, mid-step (by its stored expiry: the clock
+    # that judges it is the server's on PostgreSQL). Its lease is an hour long, so its
+    # heartbeat renews nothing meanwhile.
     dead = agentrt.Gate(
         store=store,
         policy=agentrt.default_policy(),
         tools=[read],
         now=clock,
         new_id=Ids(),
-        wall=lambda: past,
+        lease_ttl=timedelta(hours=1),
     )
     orphan = dead.begin_sync("read it")
     assert orphan.step_sync() is not None
+    expire_lease(database, orphan.run.id)
     seen: list[agentrt.RunView] = []
 
     def reconcile(view: agentrt.RunView) -> agentrt.Reconciliation:
@@ -278,6 +287,8 @@ def test_attach_to_an_orphaned_run_applies_the_gates_reconcile_as_driver_resume_
 def test_a_cancelled_execute_keeps_the_lease_while_its_tool_thread_runs_then_gives_it_back(
     db_path: Path,
 ) -> None:
+    """On SQLite only: the lease is judged on the test's wall clock, which PostgreSQL's
+    server clock ignores (decision 0107)."""
     store = agentrt.open_store(db_path)
     started, release = threading.Event(), threading.Event()
 

@@ -3,11 +3,16 @@
 Spans are checked with the SDK's in-memory exporter and, end to end, against a
 local OTLP/HTTP receiver that decodes the protobuf (tests/support/otlp.py),
 including an `agentrt export --otel` process SIGKILLed mid-run and restarted.
+
+Every test that reads a record in this process takes `database` and runs on SQLite and
+on PostgreSQL (a cursor there names one head per chain partition). On SQLite only: the
+missing extra's one sentence and the command's usage errors (no record read); the live
+observer's queue, threads and timeouts (the exporter's, not the record's); and, for their
+cost, the tests that run `agentrt export --otel` processes (each says so).
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
@@ -50,12 +55,13 @@ from agentrt.scripted import ScriptedAgent
 from conftest import FakeClock, Ids, RecordingTool
 from support import models
 from support.otlp import Receiver
+from support.rows import execute
 
 ROOT = Path(__file__).resolve().parent.parent
 SPAN_NAMES = {SPAN_RUN, SPAN_STEP, SPAN_MODEL, SPAN_MODEL_LATE, SPAN_APPROVAL, SPAN_TOOL_LATE}
 
 
-def export_all(db: Path) -> list[Any]:
+def export_all(db: Path | str) -> list[Any]:
     exporter = InMemorySpanExporter()
     with OtelSink(db, exporter) as sink, Follower(db) as follower:
         follower.run(sink, follow=False)
@@ -98,8 +104,8 @@ def test_trace_and_span_ids_are_the_first_bytes_of_the_documented_sha256() -> No
     assert span_id("run", "r") != span_id("step", "r")
 
 
-def test_exported_spans_carry_the_deterministic_ids_and_parents(db_path: Path) -> None:
-    store = agentrt.open_store(db_path)
+def test_exported_spans_carry_the_deterministic_ids_and_parents(database: str) -> None:
+    store = agentrt.open_store(database)
     try:
         driver = lookup_then_push(store)
         run = driver.start_sync("look, then push")
@@ -110,7 +116,7 @@ def test_exported_spans_carry_the_deterministic_ids_and_parents(db_path: Path) -
     finally:
         store.close()
     assert run.status == "COMPLETED"
-    spans = export_all(db_path)
+    spans = export_all(database)
     assert [s.name for s in spans] == [SPAN_STEP, SPAN_APPROVAL, SPAN_STEP, SPAN_STEP, SPAN_RUN]
     tid = trace_id(run.id).hex()
     assert {hexid(s.context.trace_id, 32) for s in spans} == {tid}
@@ -152,8 +158,8 @@ def test_exported_spans_carry_the_deterministic_ids_and_parents(db_path: Path) -
     assert push.start_time <= approval_span.start_time <= approval_span.end_time <= push.end_time
 
 
-def test_model_attempts_are_spans_with_genai_token_names_and_cost(db_path: Path) -> None:
-    store = agentrt.open_store(db_path)
+def test_model_attempts_are_spans_with_genai_token_names_and_cost(database: str) -> None:
+    store = agentrt.open_store(database)
     try:
         run = models.drive(
             store,
@@ -163,7 +169,7 @@ def test_model_attempts_are_spans_with_genai_token_names_and_cost(db_path: Path)
         calls = models.calls(store, run.id)
     finally:
         store.close()
-    spans = export_all(db_path)
+    spans = export_all(database)
     model_spans = [s for s in spans if s.name == SPAN_MODEL]
     assert len(model_spans) == 2 == len(calls)
     first = model_spans[0]
@@ -437,10 +443,10 @@ def test_spans_end_only_when_complete_an_open_step_or_approval_emits_nothing() -
 
 
 def test_model_written_text_is_cut_at_1024_characters_and_never_a_span_name(
-    db_path: Path,
+    database: str,
 ) -> None:
     long = "\x1b[31m" + "é" * 5000
-    store = agentrt.open_store(db_path)
+    store = agentrt.open_store(database)
     try:
         agentrt.Driver(
             store=store,
@@ -452,7 +458,7 @@ def test_model_written_text_is_cut_at_1024_characters_and_never_a_span_name(
         ).start_sync(long)
     finally:
         store.close()
-    spans = export_all(db_path)
+    spans = export_all(database)
     assert {s.name for s in spans} <= SPAN_NAMES
     texts = []
     for s in spans:
@@ -560,22 +566,22 @@ class Refusing(InMemorySpanExporter):
 
 
 def test_a_refused_export_leaves_the_page_unacknowledged_and_the_retry_sends_each_span_once(
-    db_path: Path, tmp_path: Path
+    database: str, tmp_path: Path
 ) -> None:
-    store = agentrt.open_store(db_path)
+    store = agentrt.open_store(database)
     try:
         lookup_then_push(store).start_sync("look, then push")
     finally:
         store.close()
     exporter = Refusing()
     cursor = tmp_path / "cursor.json"
-    with OtelSink(db_path, exporter) as sink:
-        with Follower(db_path, cursor=cursor, page_size=4) as follower:
+    with OtelSink(database, exporter) as sink:
+        with Follower(database, cursor=cursor, page_size=4) as follower:
             with pytest.raises(OtelExportError):
                 follower.run(sink, follow=False)
             stuck = follower.position
         exporter.refuse = False
-        with Follower(db_path, cursor=cursor, page_size=4) as follower:
+        with Follower(database, cursor=cursor, page_size=4) as follower:
             assert follower.position == stuck
             follower.run(sink, follow=False)
     names = [s.name for s in exporter.get_finished_spans()]
@@ -593,12 +599,14 @@ def wait_for(predicate: Any, timeout: float = 90.0) -> None:
     raise AssertionError("timed out waiting")
 
 
-def head_seq(db: Path) -> int:
+def heads_of(db: Path | str) -> tuple[tuple[int, str], ...]:
+    """Each chain partition's head (one on SQLite, 16 on PostgreSQL): what a cursor that
+    has delivered every event names."""
     with agentrt.open_existing(db, read_only=True) as store:
-        return store.chain_head()[0]
+        return store.chain_heads()
 
 
-def start_exporter(db: Path, cursor: Path, receiver: Receiver) -> subprocess.Popen[str]:
+def start_exporter(db: Path | str, cursor: Path, receiver: Receiver) -> subprocess.Popen[str]:
     env = {
         **os.environ,
         "OTEL_TRACES_EXPORTER": "otlp",
@@ -632,15 +640,21 @@ def start_exporter(db: Path, cursor: Path, receiver: Receiver) -> subprocess.Pop
     )
 
 
-def caught_up(db: Path, cursor: Path) -> bool:
+def cursor_heads(cursor: Path) -> tuple[tuple[int, str], ...]:
+    return tuple((seq, digest) for seq, digest in json.loads(cursor.read_text())["heads"])
+
+
+def caught_up(db: Path | str, cursor: Path) -> bool:
     saved = load_cursor(cursor)
-    return saved is not None and saved.seq == head_seq(db)
+    return saved is not None and saved.heads == heads_of(db)
 
 
 @pytest.mark.slow
 def test_a_follower_sigkilled_mid_run_and_restarted_sends_no_duplicate_and_no_orphan_span(
     db_path: Path, tmp_path: Path
 ) -> None:
+    """On SQLite only, for its cost (exporter processes of their own): test_cli_postgres.py
+    runs `agentrt export --otel` on PostgreSQL, its cursor kept in a file."""
     cursor = tmp_path / "otel.cursor"
     store = agentrt.open_store(db_path)
     with Receiver() as receiver:
@@ -704,6 +718,8 @@ def test_a_follower_sigkilled_mid_run_and_restarted_sends_no_duplicate_and_no_or
 def test_an_export_the_receiver_refuses_is_retried_and_each_span_arrives_once(
     db_path: Path, tmp_path: Path
 ) -> None:
+    """On SQLite only, for its cost (exporter processes of their own): test_cli_postgres.py
+    runs `agentrt export --otel` on PostgreSQL, its cursor kept in a file."""
     store = agentrt.open_store(db_path)
     try:
         driver = lookup_then_push(store)
@@ -732,21 +748,21 @@ def test_an_export_the_receiver_refuses_is_retried_and_each_span_arrives_once(
     assert "trying again" in err
     assert Counter(s.name for s in spans) == {SPAN_STEP: 3, SPAN_APPROVAL: 1, SPAN_RUN: 1}
     assert len({s.span_id for s in spans}) == len(spans)
-    assert json.loads(cursor.read_text())["heads"][0][0] == head_seq(db_path)
+    assert cursor_heads(cursor) == heads_of(db_path)
 
 
-def test_agentrt_export_otel_sink_is_a_follower_sink_that_exports_spans(db_path: Path) -> None:
+def test_agentrt_export_otel_sink_is_a_follower_sink_that_exports_spans(database: str) -> None:
     from agentrt.export import otel_sink
 
-    store = agentrt.open_store(db_path)
+    store = agentrt.open_store(database)
     try:
         lookup_then_push(store).start_sync("look, then push")
     finally:
         store.close()
     exporter = InMemorySpanExporter()
-    sink = otel_sink(db_path, exporter)
+    sink = otel_sink(database, exporter)
     try:
-        with Follower(db_path) as follower:
+        with Follower(database) as follower:
             follower.run(sink, follow=False)
     finally:
         sink.close()
@@ -763,20 +779,20 @@ def assert_one_tree(spans: list[Any]) -> None:
 
 @pytest.mark.slow
 def test_a_takeover_after_a_sigkill_shows_on_the_run_span_and_interrupts_the_step_span(
-    db_path: Path,
+    database: str, crash_journal: Path
 ) -> None:
     from support.crashes import crash, resumer
 
-    run_id = crash(db_path, "charge")  # a child SIGKILLed inside a remote side effect
-    store = agentrt.open_store(db_path)
+    run_id = crash(database, "charge")  # a child SIGKILLed inside a remote side effect
+    store = agentrt.open_store(database)
     try:
-        resumer(store, db_path).resume_sync(run_id)
+        resumer(store, database).resume_sync(run_id)
         (approval,) = store.pending_approvals(run_id)
         agentrt.reject(store, run_id, approval.id, by="ops", note="it went through upstream")
         (step,) = store.list_steps(run_id)
     finally:
         store.close()
-    spans = export_all(db_path)
+    spans = export_all(database)
     assert_one_tree(spans)
     assert [s.name for s in spans] == [SPAN_APPROVAL, SPAN_STEP, SPAN_RUN]
     approval_span, step_span, run_span = spans
@@ -810,12 +826,12 @@ class Blocking:
 
 
 def test_a_tool_that_finishes_after_its_run_was_cancelled_is_a_late_tool_span(
-    db_path: Path,
+    database: str,
 ) -> None:
     import threading
 
     slow = Blocking()
-    store = agentrt.open_store(db_path)
+    store = agentrt.open_store(database)
     try:
         driver = agentrt.Driver(
             store=store,
@@ -836,7 +852,7 @@ def test_a_tool_that_finishes_after_its_run_was_cancelled_is_a_late_tool_span(
         (step,) = store.list_steps(run_id)
     finally:
         store.close()
-    spans = export_all(db_path)
+    spans = export_all(database)
     assert_one_tree(spans)
     assert [s.name for s in spans] == [SPAN_STEP, SPAN_RUN, SPAN_TOOL_LATE]
     late = spans[2]
@@ -848,12 +864,12 @@ def test_a_tool_that_finishes_after_its_run_was_cancelled_is_a_late_tool_span(
 
 
 def test_a_page_sent_but_not_acknowledged_is_sent_again_with_identical_spans(
-    db_path: Path, tmp_path: Path
+    database: str, tmp_path: Path
 ) -> None:
     # The one window left (decision 0065): a kill after the collector took a page and
     # before the cursor's rename. The restarted exporter sends that page's spans again,
     # with the same ids and the same content, rebuilt from the record.
-    store = agentrt.open_store(db_path)
+    store = agentrt.open_store(database)
     try:
         driver = lookup_then_push(store)
         run = driver.start_sync("look, then push")
@@ -863,16 +879,17 @@ def test_a_page_sent_but_not_acknowledged_is_sent_again_with_identical_spans(
     finally:
         store.close()
     cursor = tmp_path / "cursor.json"
-    with Follower(db_path, cursor=cursor) as follower:
-        follower.run(lambda e: None, follow=False, max_events=8)  # acknowledged: seq 1-8
+    with Follower(database, cursor=cursor) as follower:
+        follower.run(lambda e: None, follow=False, max_events=8)  # acknowledged: 8 events
+        acknowledged = follower.positions
         first = InMemorySpanExporter()
-        with OtelSink(db_path, first) as killed:
+        with OtelSink(database, first) as killed:
             for event in follower.poll():  # sent, then "killed" before the ack
                 killed(event)
             killed.flush()
     again = InMemorySpanExporter()
-    with OtelSink(db_path, again) as restarted, Follower(db_path, cursor=cursor) as follower:
-        assert follower.position == 8
+    with OtelSink(database, again) as restarted, Follower(database, cursor=cursor) as follower:
+        assert follower.positions == acknowledged
         follower.run(restarted, follow=False)
     sent_first = [s.to_json() for s in first.get_finished_spans()]
     sent_again = [s.to_json() for s in again.get_finished_spans()]
@@ -880,25 +897,22 @@ def test_a_page_sent_but_not_acknowledged_is_sent_again_with_identical_spans(
 
 
 def test_events_that_do_not_decode_still_give_every_span_with_the_decode_error_shown(
-    db_path: Path,
+    database: str,
 ) -> None:
-    import sqlite3
-
-    store = agentrt.open_store(db_path)
+    store = agentrt.open_store(database)
     try:
         run = lookup_then_push(store).start_sync("look, then push")
     finally:
         store.close()
-    healthy = [(s.name, s.context.span_id) for s in export_all(db_path)]
+    healthy = [(s.name, s.context.span_id) for s in export_all(database)]
     # Tampered behind the runtime's back: the first step's decision and every time unreadable.
-    with contextlib.closing(sqlite3.connect(db_path)) as conn:
-        conn.execute(
-            "UPDATE events SET payload_json = 'NaN' WHERE type = 'step.decided' AND seq = "
-            "(SELECT MIN(seq) FROM events WHERE type = 'step.decided')"
-        )
-        conn.execute("UPDATE events SET at = '2026-13-01T00:00:00.000000Z'")
-        conn.commit()
-    spans = export_all(db_path)
+    execute(
+        database,
+        "UPDATE events SET payload_json = 'NaN' WHERE type = 'step.decided' AND seq = "
+        "(SELECT MIN(seq) FROM events WHERE type = 'step.decided')",
+    )
+    execute(database, "UPDATE events SET at = '2026-13-01T00:00:00.000000Z'")
+    spans = export_all(database)
     assert [(s.name, s.context.span_id) for s in spans] == healthy
     step = spans[0]
     decided = next(e for e in step.events if e.name == "step.decided")
@@ -908,13 +922,13 @@ def test_events_that_do_not_decode_still_give_every_span_with_the_decode_error_s
 
 
 def test_a_live_observer_in_the_program_emits_the_same_spans_as_the_follower(
-    db_path: Path,
+    database: str,
 ) -> None:
     from agentrt.otel import OtelObserver
 
     live = InMemorySpanExporter()
-    store = agentrt.open_store(db_path)
-    observer = OtelObserver(db_path, live)
+    store = agentrt.open_store(database)
+    observer = OtelObserver(database, live)
     try:
         program = agentrt.Driver(
             store=store,
@@ -942,7 +956,7 @@ def test_a_live_observer_in_the_program_emits_the_same_spans_as_the_follower(
     finally:
         observer.close()
         store.close()
-    followed = export_all(db_path)
+    followed = export_all(database)
     assert [s.to_json() for s in live.get_finished_spans()] == [s.to_json() for s in followed]
     assert [s.name for s in followed] == [SPAN_STEP, SPAN_APPROVAL, SPAN_STEP, SPAN_STEP, SPAN_RUN]
 
@@ -950,6 +964,8 @@ def test_a_live_observer_in_the_program_emits_the_same_spans_as_the_follower(
 def test_export_once_with_the_console_exporter_prints_each_span_and_moves_the_cursor(
     db_path: Path, tmp_path: Path
 ) -> None:
+    """On SQLite only, for its cost (exporter processes of their own): test_cli_postgres.py
+    runs `agentrt export --otel` on PostgreSQL, its cursor kept in a file."""
     store = agentrt.open_store(db_path)
     try:
         run = lookup_then_push(store).start_sync("look, then push")
@@ -983,7 +999,7 @@ def test_export_once_with_the_console_exporter_prints_each_span_and_moves_the_cu
     assert [p["name"] for p in printed] == [SPAN_STEP]  # the lookup; the push waits
     assert printed[0]["context"]["trace_id"] == "0x" + trace_id(run.id).hex()
     assert printed[0]["resource"]["attributes"]["service.name"] == "shop"
-    assert json.loads(cursor.read_text())["heads"][0][0] == head_seq(db_path)
+    assert cursor_heads(cursor) == heads_of(db_path)
     again = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
     assert (again.returncode, again.stdout) == (0, "")  # nothing new: nothing sent twice
 

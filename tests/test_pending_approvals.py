@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from shlex import quote
 from typing import Any
 
 import pytest
@@ -73,12 +74,12 @@ def test_pending_approvals_refuse_a_limit_out_of_bounds(
 
 
 def test_approvals_command_lists_the_pending_approvals_of_every_run(
-    db_path: Path, capsys: pytest.CaptureFixture[str]
+    database: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    with agentrt.open_store(db_path) as store:
+    with agentrt.open_store(database) as store:
         first = waiting(store, "1", goal="push the docs")
         second = waiting(store, "2", goal="push the site")
-    code, out, err = cli(capsys, "--db", str(db_path), "approvals")
+    code, out, err = cli(capsys, "--db", database, "approvals")
     assert (code, err) == (0, "")
     lines = out.splitlines()
     assert lines[0].split() == ["RUN", "APPROVAL", "KIND", "TOOL", "CREATED", "EXPIRES", "GOAL"]
@@ -90,17 +91,17 @@ def test_approvals_command_lists_the_pending_approvals_of_every_run(
     assert lines[3] == "2 pending approvals, newest first"
     assert lines[4] == (
         "decide one (the request is shown first): "
-        f"agentrt --db {db_path} approve RUN --approval ID   or   "
-        f"agentrt --db {db_path} reject RUN --approval ID"
+        f"agentrt --db {quote(database)} approve RUN --approval ID   or   "
+        f"agentrt --db {quote(database)} reject RUN --approval ID"
     )
 
 
 def test_approvals_command_in_json_gives_each_approval_with_its_run_and_goal(
-    db_path: Path, capsys: pytest.CaptureFixture[str]
+    database: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    with agentrt.open_store(db_path) as store:
+    with agentrt.open_store(database) as store:
         approval = waiting(store, "1", goal="push the docs")
-    code, out, err = cli(capsys, "--db", str(db_path), "--json", "approvals")
+    code, out, err = cli(capsys, "--db", database, "--json", "approvals")
     assert (code, err) == (0, "")
     assert json.loads(out) == {
         "limit": 50,
@@ -121,37 +122,37 @@ def test_approvals_command_in_json_gives_each_approval_with_its_run_and_goal(
 
 
 def test_approvals_command_escapes_what_a_model_wrote(
-    db_path: Path, capsys: pytest.CaptureFixture[str]
+    database: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     hostile = "push \x1b[2Jnow\u202e"
-    with agentrt.open_store(db_path) as store:
+    with agentrt.open_store(database) as store:
         waiting(store, "1", goal=hostile)
-    code, out, _ = cli(capsys, "--db", str(db_path), "approvals")
+    code, out, _ = cli(capsys, "--db", database, "approvals")
     assert code == 0
     assert "\x1b" not in out and "\u202e" not in out
     assert out.splitlines()[1].endswith("push \\x1b[2Jnow\\u202e")
-    code, out, _ = cli(capsys, "--db", str(db_path), "--json", "approvals")
+    code, out, _ = cli(capsys, "--db", database, "--json", "approvals")
     assert "\x1b" not in out and json.loads(out)["approvals"][0]["goal"] == hostile
 
 
 def test_approvals_command_says_when_none_is_pending_and_when_more_wait(
-    db_path: Path, capsys: pytest.CaptureFixture[str]
+    database: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    agentrt.open_store(db_path).close()
-    assert cli(capsys, "--db", str(db_path), "approvals") == (0, "no approval is pending\n", "")
-    with agentrt.open_store(db_path) as store:
+    agentrt.open_store(database).close()
+    assert cli(capsys, "--db", database, "approvals") == (0, "no approval is pending\n", "")
+    with agentrt.open_store(database) as store:
         waiting(store, "1")
         newest = waiting(store, "2")
-    code, out, _ = cli(capsys, "--db", str(db_path), "approvals", "--limit", "1")
+    code, out, _ = cli(capsys, "--db", database, "approvals", "--limit", "1")
     lines = out.splitlines()
     assert code == 0 and lines[1].split()[0] == newest.run_id and len(lines) == 4
     assert lines[2] == (
         f"1 pending approval, newest first; more are waiting: "
-        f"agentrt --db {db_path} approvals --limit 1000"
+        f"agentrt --db {quote(database)} approvals --limit 1000"
     )
-    code, out, _ = cli(capsys, "--db", str(db_path), "--json", "approvals", "--limit", "1")
+    code, out, _ = cli(capsys, "--db", database, "--json", "approvals", "--limit", "1")
     assert json.loads(out)["more"] is True
-    code, _, err = cli(capsys, "--db", str(db_path), "approvals", "--limit", "1001")
+    code, _, err = cli(capsys, "--db", database, "approvals", "--limit", "1001")
     assert code == 2 and "must be between 1 and 1000" in err
 
 
@@ -168,7 +169,7 @@ def test_approvals_command_opens_the_database_read_only_and_changes_nothing(
         return original(path, read_only=read_only)
 
     monkeypatch.setattr("agentrt.cli._opening.open_existing", spy)
-    before = db_path.read_bytes()
+    before = db_path.read_bytes()  # on SQLite only: the file, byte for byte
     assert cli(capsys, "--db", str(db_path), "approvals")[0] == 0
     assert opened == [True]
     assert db_path.read_bytes() == before

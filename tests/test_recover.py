@@ -33,13 +33,14 @@ from agentrt import (
 from agentrt import recover as recover_mod
 from agentrt.scripted import ScriptedAgent
 from conftest import RecordingTool, event_types
+from support.rows import execute
 
 HERE = Path(__file__).resolve().parent
 
 CRASHED = "c" * 32
 
 
-def crash_child(db: Path, run_id: str = CRASHED, mode: str = "charge") -> None:
+def crash_child(db: Path | str, run_id: str = CRASHED, mode: str = "charge") -> None:
     """A real process starts a run on `db` and SIGKILLs itself inside the `charge` tool."""
     proc = subprocess.run(
         [sys.executable, str(HERE / "crashing_child.py"), str(db), mode],
@@ -51,7 +52,9 @@ def crash_child(db: Path, run_id: str = CRASHED, mode: str = "charge") -> None:
     assert proc.returncode == -9, proc.stderr  # killed by SIGKILL, nothing else
 
 
-def restarted(store: agentrt.Store, db: Path, decisions: list[Any] | None = None) -> agentrt.Driver:
+def restarted(
+    store: agentrt.Store, db: Path | str, decisions: list[Any] | None = None
+) -> agentrt.Driver:
     """The program as it starts again: the child's tools and policy, a new lease owner."""
     return agentrt.Driver(
         store=store,
@@ -82,7 +85,7 @@ def waiting_run(store: agentrt.Store, run_id: str, tool: RecordingTool | None = 
     return run.id
 
 
-def waiting_charge(store: agentrt.Store, db: Path, run_id: str) -> str:
+def waiting_charge(store: agentrt.Store, db: Path | str, run_id: str) -> str:
     """A run of the crashing child's program that paused for a person before its charge."""
     run = agentrt.Driver(
         store=store,
@@ -101,7 +104,7 @@ def by_id(results: list[Recovered]) -> dict[str, Recovered]:
 class LiveRun:
     """A run executing in this process (a live owner) under another driver, blocked in a tool."""
 
-    def __init__(self, db: Path, run_id: str) -> None:
+    def __init__(self, db: Path | str, run_id: str) -> None:
         self.started = threading.Event()
         self.release = threading.Event()
 
@@ -137,21 +140,21 @@ class LiveRun:
 
 @pytest.mark.slow
 def test_recover_resumes_what_it_can_and_skips_a_live_lease_and_an_undecided_approval(
-    db_path: Path,
+    database: str, crash_journal: Path
 ) -> None:
     """One restart, four runs: a SIGKILLed owner's run is taken over, an approved run resumed,
     a live run and a run whose approval is still pending are left exactly as they were."""
-    crash_child(db_path, CRASHED)  # oldest: RUNNING under the dead child's 30 s lease
-    store = agentrt.open_store(db_path)
-    approved = waiting_charge(store, db_path, "a" * 32)
-    pending = waiting_charge(store, db_path, "b" * 32)
+    crash_child(database, CRASHED)  # oldest: RUNNING under the dead child's 30 s lease
+    store = agentrt.open_store(database)
+    approved = waiting_charge(store, database, "a" * 32)
+    pending = waiting_charge(store, database, "b" * 32)
     (grant,) = store.pending_approvals(approved)
     agentrt.approve(store, approved, grant.id, by="ops", shown_hash=grant.hash)
     live = "d" * 32
-    with LiveRun(db_path, live):
+    with LiveRun(database, live):
         before = {run_id: event_types(store, run_id) for run_id in (live, pending)}
         lease_before = store.lease(live)
-        results = restarted(store, db_path).recover_sync()
+        results = restarted(store, database).recover_sync()
         # Oldest first, one record per unfinished run.
         assert [(r.run_id, r.action) for r in results] == [
             (CRASHED, RecoverAction.RESUMED),
@@ -177,7 +180,7 @@ def test_recover_resumes_what_it_can_and_skips_a_live_lease_and_an_undecided_app
         )
         assert event_types(store, approved).count("step.tool_started") == 1
         # The journal: the crashed charge, then the approved one; nothing else ran.
-        charged = [line.split()[2] for line in child.journal_lines(db_path)]
+        charged = [line.split()[2] for line in child.journal_lines(database)]
         assert charged == [store.list_steps(CRASHED)[0].id, store.list_steps(approved)[0].id]
         # Skipped: nothing written, the live lease untouched.
         (still,) = store.pending_approvals(pending)
@@ -194,11 +197,13 @@ def test_recover_resumes_what_it_can_and_skips_a_live_lease_and_an_undecided_app
 
 
 @pytest.mark.slow
-def test_recover_takes_over_a_run_whose_sigkilled_owner_held_the_lease(db_path: Path) -> None:
-    crash_child(db_path, CRASHED)
-    store = agentrt.open_store(db_path)
+def test_recover_takes_over_a_run_whose_sigkilled_owner_held_the_lease(
+    database: str, crash_journal: Path
+) -> None:
+    crash_child(database, CRASHED)
+    store = agentrt.open_store(database)
     assert store.lease(CRASHED).owner.startswith("crashing-child/")
-    (result,) = restarted(store, db_path).recover_sync()
+    (result,) = restarted(store, database).recover_sync()
     assert (result.run_id, result.action, result.error) == (
         CRASHED,
         RecoverAction.RESUMED,
@@ -209,15 +214,15 @@ def test_recover_takes_over_a_run_whose_sigkilled_owner_held_the_lease(db_path: 
     assert taken.payload["proof"]["by"] == "owner process gone"
     assert taken.payload["owner"].startswith("restarted/")
     # Nothing is left for a second recovery to do but wait for the operator.
-    (again,) = restarted(store, db_path).recover_sync()
+    (again,) = restarted(store, database).recover_sync()
     assert again.action == RecoverAction.SKIPPED
     assert again.why.startswith("WAITING for approval ")
     store.close()
 
 
-def test_recover_skips_a_run_under_a_live_lease_and_writes_nothing(db_path: Path) -> None:
-    store = agentrt.open_store(db_path)
-    with LiveRun(db_path, "d" * 32):
+def test_recover_skips_a_run_under_a_live_lease_and_writes_nothing(database: str) -> None:
+    store = agentrt.open_store(database)
+    with LiveRun(database, "d" * 32):
         events = store.list_events(limit=10_000)
         (result,) = pusher(store).recover_sync()
         assert result.action == RecoverAction.SKIPPED
@@ -276,8 +281,9 @@ def test_recover_settles_a_pending_approval_past_its_expiry_as_resume_would(
 
 
 def test_recover_records_one_runs_failure_and_goes_on_to_the_others(
-    store: agentrt.Store, db_path: Path
+    any_store: agentrt.Store, database: str
 ) -> None:
+    store = any_store
     tool = push_tool()
     tampered = waiting_run(store, "a" * 32, tool)
     fine = waiting_run(store, "b" * 32, tool)
@@ -285,14 +291,12 @@ def test_recover_records_one_runs_failure_and_goes_on_to_the_others(
         (approval,) = store.pending_approvals(run_id)
         agentrt.approve(store, run_id, approval.id, by="ops", shown_hash=approval.hash)
     # After the approval, someone edits the approved request in the file.
-    conn = sqlite3.connect(db_path)
-    conn.execute(
+    execute(
+        database,
         "UPDATE approvals SET request_json = replace(request_json, '\"x\":1', '\"x\":2') "
         "WHERE run_id = ?",
         (tampered,),
     )
-    conn.commit()
-    conn.close()
     first, second = pusher(store, [tool]).recover_sync()
     assert (first.run_id, first.action, first.run) == (tampered, RecoverAction.FAILED, None)
     assert isinstance(first.error, ApprovalHashError)
@@ -377,6 +381,7 @@ def test_recover_leaves_a_run_started_with_tools_this_driver_does_not_register(
 def test_recover_reports_a_run_whose_row_holds_bytes_that_are_not_text_and_goes_on(
     store: agentrt.Store, db_path: Path
 ) -> None:
+    """On SQLite only: PostgreSQL's text cannot hold bytes that are not UTF-8."""
     tool = push_tool()
     broken = waiting_run(store, "a" * 32, tool)
     fine = waiting_run(store, "b" * 32, tool)

@@ -3,9 +3,7 @@ against the tool and the policy as they are now; pending refuses, expiry cancels
 
 from __future__ import annotations
 
-import sqlite3
-from datetime import UTC, datetime, timedelta
-from pathlib import Path
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -25,7 +23,8 @@ from agentrt import (
 from agentrt.scripted import ScriptedAgent
 from conftest import FakeClock, Ids, RecordingTool, event_types
 from support.approvals import PUSH_SCHEMA, approved_run, paused_run, restarted
-from support.rows import snapshot
+from support.leases import expire_lease
+from support.rows import execute, snapshot
 
 
 def test_approve_then_resume_executes_the_request_once(any_store: agentrt.Store) -> None:
@@ -71,32 +70,32 @@ def test_approve_then_resume_executes_the_request_once(any_store: agentrt.Store)
 
 
 def test_tampered_row_after_approval_is_refused_at_resume(
-    store: agentrt.Store, db_path: Path
+    any_store: agentrt.Store, database: str
 ) -> None:
+    store = any_store
     driver, run, push, approval = approved_run(store)
-    conn = sqlite3.connect(db_path)
-    conn.execute(
+    execute(
+        database,
         'UPDATE approvals SET capability_json = \'{"tool":"push","args":{"x":2}}\' WHERE id = ?',
         (approval.id,),
     )
-    conn.commit()
-    conn.close()
-    before = snapshot(db_path)
+    before = snapshot(database)
     with pytest.raises(ApprovalHashError):
         driver.resume_sync(run.id)
-    assert snapshot(db_path) == before
+    assert snapshot(database) == before
     assert push.calls == []
 
 
 def test_pending_approval_refuses_resume_and_changes_nothing(
-    store: agentrt.Store, db_path: Path
+    any_store: agentrt.Store, database: str
 ) -> None:
+    store = any_store
     driver, run, _push = paused_run(store)
-    before = snapshot(db_path)
+    before = snapshot(database)
     for _ in range(3):
         with pytest.raises(RunStateError, match="still pending"):
             driver.resume_sync(run.id)
-    assert snapshot(db_path) == before
+    assert snapshot(database) == before
 
 
 def test_approval_ttl_expiry_cancels_the_run(any_store: agentrt.Store) -> None:
@@ -196,13 +195,13 @@ def test_policy_is_asked_again_on_resume_and_a_denial_wins(any_store: agentrt.St
     assert run.status == "COMPLETED"  # the loop went on to the agent's next decision
 
 
-def test_file_backed_store_closed_and_reopened_mid_run_resumes(db_path: Path) -> None:
-    store = agentrt.open_store(db_path)
+def test_file_backed_store_closed_and_reopened_mid_run_resumes(database: str) -> None:
+    store = agentrt.open_store(database)
     _driver, run, push = paused_run(store)
     (approval,) = store.pending_approvals(run.id)
     store.close()
 
-    reopened = agentrt.open_store(db_path)
+    reopened = agentrt.open_store(database)
     assert reopened.get_run(run.id).status == "WAITING_FOR_APPROVAL"
     agentrt.approve(reopened, run.id, approval.id, by="alice", shown_hash=approval.hash)
     agent = ScriptedAgent([Decision.tool_call("push", {"x": 1}), Decision.complete("ok")])
@@ -217,12 +216,14 @@ def test_file_backed_store_closed_and_reopened_mid_run_resumes(db_path: Path) ->
 
 
 def test_a_grant_superseded_by_a_concurrent_re_pause_executes_nothing(
-    store: agentrt.Store, db_path: Path
+    any_store: agentrt.Store, database: str
 ) -> None:
     """Resume A holds the approved grant while its policy thinks; resume B (a newer deploy,
     the tool's description changed) pauses the step again on a new approval. A must not
     run the tool under the spent grant. (B attaches only because A's hold on the waiting
-    run has lapsed by B's wall clock: a live hold would refuse B, decision 0032.)"""
+    run has lapsed, its stored expiry an hour past by the clock that judges it: a live
+    hold would refuse B, decision 0032.)"""
+    store = any_store
     import threading
 
     driver, run, push, _ = approved_run(store)
@@ -238,7 +239,12 @@ def test_a_grant_superseded_by_a_concurrent_re_pause_executes_nothing(
             return agentrt.default_policy().evaluate(request, view)  # type: ignore[return-value]
 
     slow_a = agentrt.Driver(
-        store=store, agent=driver.agent, policy=SlowPolicy(), tools=[push], new_id=Ids("c")
+        store=store,
+        agent=driver.agent,
+        policy=SlowPolicy(),
+        tools=[push],
+        new_id=Ids("c"),
+        lease_ttl=timedelta(hours=1),  # its heartbeat renews nothing during the test
     )
     box: dict[str, Any] = {}
 
@@ -251,16 +257,17 @@ def test_a_grant_superseded_by_a_concurrent_re_pause_executes_nothing(
     thread = threading.Thread(target=resume_a)
     thread.start()
     assert thinking.wait(10)
+    expire_lease(database, run.id)
     changed = RecordingTool("push", SideEffect.REMOTE_MUTATION, description="changed terms")
-    b = agentrt.Driver(
-        store=agentrt.open_store(db_path),
-        agent=driver.agent,
-        policy=agentrt.default_policy(),
-        tools=[changed],
-        new_id=Ids("b"),
-        wall=lambda: datetime.now(UTC) + timedelta(hours=1),
-    )
-    assert b.resume_sync(run.id).status == "WAITING_FOR_APPROVAL"
+    with agentrt.open_store(database) as b_store:  # B: another program on the same record
+        b = agentrt.Driver(
+            store=b_store,
+            agent=driver.agent,
+            policy=agentrt.default_policy(),
+            tools=[changed],
+            new_id=Ids("b"),
+        )
+        assert b.resume_sync(run.id).status == "WAITING_FOR_APPROVAL"
     go_on.set()
     thread.join(10)
     assert isinstance(box.get("error"), RunStateError), box
@@ -270,13 +277,11 @@ def test_a_grant_superseded_by_a_concurrent_re_pause_executes_nothing(
 
 
 def test_a_waiting_run_whose_record_will_not_decode_is_failed_not_continued(
-    store: agentrt.Store, db_path: Path
+    any_store: agentrt.Store, database: str
 ) -> None:
+    store = any_store
     driver, run, push, _ = approved_run(store)
-    conn = sqlite3.connect(db_path)
-    conn.execute("UPDATE runs SET limits_json = '{not json'")
-    conn.commit()
-    conn.close()
+    execute(database, "UPDATE runs SET limits_json = '{not json'")
     run = driver.resume_sync(run.id)
     assert (run.status, run.reason) == ("FAILED", "internal_error")
     assert "cannot be read back" in run.reason_detail

@@ -1,15 +1,20 @@
 """The signed approval webhook: every status it answers, every way a signature can be wrong.
 
-Real runs paused on real approvals in a real file; the app is driven through
+Real runs paused on real approvals in a real store; the app is driven through
 Starlette's TestClient (and, where the body's arrival matters, by raw ASGI
 messages).
+
+Every test whose answer depends on the record (the routes, 404, 409, 410, the
+concurrent decisions, the client) takes `any_store` and runs on SQLite and on
+PostgreSQL. The signature, replay, body-size, rate-limit and malformed-body tests stay
+on SQLite: the app refuses those before it asks the store anything. So does the chat
+example, which keeps a file of its own.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import sqlite3
 import threading
 from datetime import timedelta
 from pathlib import Path
@@ -39,7 +44,7 @@ from agentrt.approver import (
 )
 from conftest import FakeClock, RecordingTool
 from support.approvals import paused_run, push_with_schema, restarted, tamper
-from support.rows import snapshot
+from support.rows import execute, snapshot
 
 SECRET = "0123456789abcdef0123456789abcdef-webhook"
 NOW = 1_800_000_000
@@ -110,8 +115,9 @@ def error(response: Any) -> tuple[int, str]:
 
 
 def test_the_pending_approvals_of_a_run_are_listed_with_what_each_asks(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
 ) -> None:
+    store = any_store
     clock = FakeClock()
     _driver, run, _push, approval = waiting(store, clock, args={"x": 3})
     hook = Hook(store, clock)
@@ -133,8 +139,9 @@ def test_the_pending_approvals_of_a_run_are_listed_with_what_each_asks(
 
 
 def test_one_approval_is_shown_as_json_and_as_text_ending_with_the_end_line(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
 ) -> None:
+    store = any_store
     clock = FakeClock()
     _driver, run, _push, approval = waiting(store, clock)
     hook = Hook(store, clock)
@@ -153,8 +160,9 @@ def test_one_approval_is_shown_as_json_and_as_text_ending_with_the_end_line(
 
 
 def test_approve_answers_202_and_the_programs_resume_executes_exactly_the_approved_request(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
 ) -> None:
+    store = any_store
     clock = FakeClock()
     driver, run, push, approval = waiting(store, clock, args={"x": 41, "branch": "main"})
     hook = Hook(store, clock)
@@ -179,8 +187,9 @@ def test_approve_answers_202_and_the_programs_resume_executes_exactly_the_approv
 
 
 def test_reject_answers_200_and_the_run_is_cancelled_without_the_call(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
 ) -> None:
+    store = any_store
     clock = FakeClock()
     _driver, run, push, approval = waiting(store, clock)
     hook = Hook(store, clock)
@@ -204,7 +213,8 @@ def test_reject_answers_200_and_the_run_is_cancelled_without_the_call(
     assert push.calls == []
 
 
-def test_cancel_answers_200_with_the_cancelled_run(store: agentrt.Store) -> None:
+def test_cancel_answers_200_with_the_cancelled_run(any_store: agentrt.Store) -> None:
+    store = any_store
     clock = FakeClock()
     _driver, run, push, _approval = waiting(store, clock)
     hook = Hook(store, clock)
@@ -258,8 +268,9 @@ def test_a_bad_limit_is_a_bad_request(store: agentrt.Store) -> None:
 
 
 def test_unknown_runs_approvals_and_routes_are_not_found_and_nothing_lists_all_runs(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
 ) -> None:
+    store = any_store
     clock = FakeClock()
     _driver, run, _push, approval = waiting(store, clock)
     hook = Hook(store, clock)
@@ -293,8 +304,9 @@ def test_a_route_asked_with_another_method_is_405_naming_the_allowed_one(
 
 
 def test_a_stale_hash_is_409_approval_changed_and_the_new_request_is_not_decided(
-    store: agentrt.Store, db_path: Path
+    any_store: agentrt.Store, database: str
 ) -> None:
+    store = any_store
     clock = FakeClock()
     driver, run, push, shown = waiting(store, clock)
     hook = Hook(store, clock)
@@ -304,31 +316,33 @@ def test_a_stale_hash_is_409_approval_changed_and_the_new_request_is_not_decided
     changed = RecordingTool("push", SideEffect.REMOTE_MUTATION, description="force-pushes")
     restarted(store, driver.agent, changed, clock).resume_sync(run.id)
     (current,) = store.pending_approvals(run.id)
-    before = snapshot(db_path)
+    before = snapshot(database)
     response = hook.send(
         "POST",
         f"/runs/{run.id}/approvals/{current.id}/approve",
         {"hash": shown.hash, "by": "alice"},
     )
     assert error(response) == (409, "approval_changed")
-    assert snapshot(db_path) == before
+    assert snapshot(database) == before
     assert changed.calls == [] and push.calls == []
 
 
 def test_a_decision_without_a_hash_is_409_approval_changed(
-    store: agentrt.Store, db_path: Path
+    any_store: agentrt.Store, database: str
 ) -> None:
+    store = any_store
     clock = FakeClock()
     _driver, run, _push, approval = waiting(store, clock)
     hook = Hook(store, clock)
-    before = snapshot(db_path)
+    before = snapshot(database)
     path = f"/runs/{run.id}/approvals/{approval.id}/approve"
     for body in ({"by": "alice"}, {"by": "alice", "hash": ""}):
         assert error(hook.send("POST", path, body)) == (409, "approval_changed")
-    assert snapshot(db_path) == before
+    assert snapshot(database) == before
 
 
-def test_deciding_an_approval_twice_is_409_not_pending(store: agentrt.Store) -> None:
+def test_deciding_an_approval_twice_is_409_not_pending(any_store: agentrt.Store) -> None:
+    store = any_store
     clock = FakeClock()
     _driver, run, _push, approval = waiting(store, clock)
     hook = Hook(store, clock)
@@ -346,28 +360,27 @@ def test_deciding_an_approval_twice_is_409_not_pending(store: agentrt.Store) -> 
 
 
 def test_a_pending_approval_of_a_run_that_is_not_waiting_is_409_run_not_waiting(
-    store: agentrt.Store, db_path: Path
+    any_store: agentrt.Store, database: str
 ) -> None:
     """No path of this runtime leaves a pending approval on a RUNNING run; a record that
     says so (an older runtime, a hand edit) must still be refused, not decided."""
+    store = any_store
     clock = FakeClock()
     _driver, run, _push, approval = waiting(store, clock)
-    conn = sqlite3.connect(db_path)
-    conn.execute("UPDATE runs SET status = 'RUNNING' WHERE id = ?", (run.id,))
-    conn.commit()
-    conn.close()
+    execute(database, "UPDATE runs SET status = 'RUNNING' WHERE id = ?", (run.id,))
     hook = Hook(store, clock)
-    before = snapshot(db_path)
+    before = snapshot(database)
     response = hook.send(
         "POST",
         f"/runs/{run.id}/approvals/{approval.id}/approve",
         {"hash": approval.hash, "by": "alice"},
     )
     assert error(response) == (409, "run_not_waiting")
-    assert snapshot(db_path) == before
+    assert snapshot(database) == before
 
 
-def test_cancelling_a_finished_run_is_409_run_finished(store: agentrt.Store) -> None:
+def test_cancelling_a_finished_run_is_409_run_finished(any_store: agentrt.Store) -> None:
+    store = any_store
     clock = FakeClock()
     driver, run, _push, approval = waiting(store, clock)
     driver.approve(run.id, approval.id, by="alice")
@@ -378,25 +391,27 @@ def test_cancelling_a_finished_run_is_409_run_finished(store: agentrt.Store) -> 
 
 
 def test_an_approval_altered_in_the_file_is_409_approval_hash_and_never_shown(
-    store: agentrt.Store, db_path: Path
+    any_store: agentrt.Store, database: str
 ) -> None:
+    store = any_store
     clock = FakeClock()
     _driver, run, push, approval = waiting(store, clock)
-    tamper(db_path, approval.id)
+    tamper(database, approval.id)
     hook = Hook(store, clock)
     path = f"/runs/{run.id}/approvals/{approval.id}"
     assert error(hook.send("GET", path)) == (409, "approval_hash")
     assert error(hook.send("GET", f"/runs/{run.id}/approvals")) == (409, "approval_hash")
-    before = snapshot(db_path)
+    before = snapshot(database)
     response = hook.send("POST", f"{path}/approve", {"hash": approval.hash, "by": "alice"})
     assert error(response) == (409, "approval_hash")
-    assert snapshot(db_path) == before
+    assert snapshot(database) == before
     assert push.calls == []
 
 
 def test_an_approval_past_its_ttl_is_410_expired_and_nothing_changes(
-    store: agentrt.Store, db_path: Path
+    any_store: agentrt.Store, database: str
 ) -> None:
+    store = any_store
     clock = FakeClock()
     _driver, run, _push, approval = waiting(
         store, clock, limits=Limits(approval_ttl=timedelta(minutes=10))
@@ -405,17 +420,18 @@ def test_an_approval_past_its_ttl_is_410_expired_and_nothing_changes(
     hook = Hook(store, clock)
     shown = hook.send("GET", f"/runs/{run.id}/approvals/{approval.id}")
     assert shown.status_code == 200 and shown.json()["expired"] is True
-    before = snapshot(db_path)
+    before = snapshot(database)
     response = hook.send(
         "POST",
         f"/runs/{run.id}/approvals/{approval.id}/approve",
         {"hash": approval.hash, "by": "late"},
     )
     assert error(response) == (410, "expired")
-    assert snapshot(db_path) == before
+    assert snapshot(database) == before
 
 
-def test_the_approval_of_a_cancelled_run_is_410_expired(store: agentrt.Store) -> None:
+def test_the_approval_of_a_cancelled_run_is_410_expired(any_store: agentrt.Store) -> None:
+    store = any_store
     clock = FakeClock()
     _driver, run, _push, approval = waiting(store, clock)
     hook = Hook(store, clock)
@@ -745,8 +761,9 @@ def test_store_calls_run_in_a_worker_thread_not_on_the_event_loop(store: agentrt
 
 
 def test_concurrent_decisions_on_one_approval_decide_it_exactly_once(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
 ) -> None:
+    store = any_store
     clock = FakeClock()
     driver, run, push, approval = waiting(store, clock)
     app = webhook_app(Local(store, now=clock), secret=SECRET, now=lambda: NOW)
@@ -798,8 +815,9 @@ def test_an_unexpected_failure_is_500_without_its_detail(store: agentrt.Store) -
 
 
 def test_the_client_signs_shows_approves_and_reports_refusals_by_code(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
 ) -> None:
+    store = any_store
     clock = FakeClock()
     driver, run, push, approval = waiting(store, clock, args={"x": 5})
     hook = Hook(store, clock)

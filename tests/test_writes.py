@@ -3,13 +3,14 @@
 Each is a compare-and-set on the statuses it may leave: when the row has moved
 it raises `RunStateError` and, the transaction rolling back, nothing it wrote
 stays. Each returns what it wrote, equal to a fresh read of the rows.
+
+Every test runs on SQLite and on PostgreSQL (the `database` fixture; `store` here is
+its store), the rows read behind the store's back through `support.rows`.
 """
 
 from __future__ import annotations
 
-import sqlite3
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,19 +25,15 @@ from agentrt._records import ApprovalStatus, Limits, Observation, PolicyDecision
 from agentrt._store import Tx
 from conftest import EPOCH, Ids
 from support.leases import judged_lease
+from support.rows import query, snapshot
 
 OWNER = "writer/000000000000"
 
 
-def rows(db_path: Path) -> list[tuple[Any, ...]]:
-    conn = sqlite3.connect(db_path)
-    try:
-        found: list[tuple[Any, ...]] = []
-        for table in ("runs", "steps", "approvals", "model_calls", "events"):
-            found += [(table, *r) for r in conn.execute(f"SELECT * FROM {table} ORDER BY rowid")]
-        return found
-    finally:
-        conn.close()
+@pytest.fixture
+def store(any_store: agentrt.Store) -> agentrt.Store:
+    """The store on each backend (`any_store`)."""
+    return any_store
 
 
 def new_run(store: agentrt.Store, run_id: str = "r1") -> agentrt.Run:
@@ -60,13 +57,13 @@ def test_create_run_returns_the_run_as_a_fresh_read_gives_it(store: agentrt.Stor
 
 
 def test_create_run_refuses_an_id_in_use_and_writes_nothing(
-    store: agentrt.Store, db_path: Path
+    store: agentrt.Store, database: str
 ) -> None:
     new_run(store)
-    before = rows(db_path)
+    before = snapshot(database)
     with pytest.raises(RunStateError):
         new_run(store)
-    assert rows(db_path) == before
+    assert snapshot(database) == before
 
 
 def test_claim_step_returns_the_step_as_a_fresh_read_gives_it(store: agentrt.Store) -> None:
@@ -78,7 +75,7 @@ def test_claim_step_returns_the_step_as_a_fresh_read_gives_it(store: agentrt.Sto
 
 
 def test_claim_next_step_returns_the_run_and_the_step_as_a_fresh_read_gives_them(
-    store: agentrt.Store, db_path: Path
+    store: agentrt.Store, database: str
 ) -> None:
     run = new_run(store)
     with store.transaction() as tx:
@@ -89,7 +86,7 @@ def test_claim_next_step_returns_the_run_and_the_step_as_a_fresh_read_gives_them
     assert event_types(store)[-1] == "step.started"
     # The copy it was given is stale now (step_count 0): the claim is refused.
     refused_and_nothing_written(
-        db_path,
+        database,
         RunStateError,
         lambda tx: tx.claim_next_step(run, OWNER, Ids("t"), EPOCH),
         store,
@@ -98,31 +95,31 @@ def test_claim_next_step_returns_the_run_and_the_step_as_a_fresh_read_gives_them
 
 @pytest.mark.parametrize("moved", ["step_count", "owner"])
 def test_claim_step_on_a_run_that_moved_raises_and_writes_nothing(
-    store: agentrt.Store, db_path: Path, moved: str
+    store: agentrt.Store, database: str, moved: str
 ) -> None:
     new_run(store)
     index, owner = (1, OWNER) if moved == "step_count" else (0, "someone/else")
-    before = rows(db_path)
+    before = snapshot(database)
     with pytest.raises(RunStateError), store.transaction() as tx:
         tx.claim_step("r1", index, owner, Ids("s"), EPOCH)
-    assert rows(db_path) == before
+    assert snapshot(database) == before
 
 
 def test_finish_tool_of_a_step_that_is_not_executing_raises_and_writes_nothing(
-    store: agentrt.Store, db_path: Path
+    store: agentrt.Store, database: str
 ) -> None:
     new_run(store)
     with store.transaction() as tx:
         step = tx.claim_step("r1", 0, OWNER, Ids("s"), EPOCH)
-    before = rows(db_path)
+    before = snapshot(database)
     observation = Observation.tool_result({"ok": True}, "ok")
     with pytest.raises(RunStateError), store.transaction() as tx:
         tx.finish_tool(step, StepStatus.DONE, observation, {}, failed_event=False, now=EPOCH)
-    assert rows(db_path) == before
+    assert snapshot(database) == before
 
 
 def test_an_approval_decided_once_cannot_be_decided_again(
-    store: agentrt.Store, db_path: Path
+    store: agentrt.Store, database: str
 ) -> None:
     new_run(store)
     with store.transaction() as tx:
@@ -147,10 +144,10 @@ def test_an_approval_decided_once_cannot_be_decided_again(
         decided = tx.decide_approval(approval, ApprovalStatus.APPROVED, "alice", "", EPOCH)
     assert repr(decided) == repr(store.list_approvals("r1")[0])
     assert decided.status == "approved"
-    before = rows(db_path)
+    before = snapshot(database)
     with pytest.raises(RunStateError), store.transaction() as tx:
         tx.decide_approval(approval, ApprovalStatus.REJECTED, "bob", "", EPOCH)
-    assert rows(db_path) == before
+    assert snapshot(database) == before
 
 
 def test_cancel_run_fails_the_open_step_and_returns_the_run_as_stored(
@@ -174,16 +171,16 @@ def test_cancel_run_fails_the_open_step_and_returns_the_run_as_stored(
 
 @pytest.mark.parametrize("write", ["leave_running", "add_active_time"])
 def test_the_run_writes_after_a_tool_refuse_a_lease_held_by_someone_else_and_write_nothing(
-    store: agentrt.Store, db_path: Path, write: str
+    store: agentrt.Store, database: str, write: str
 ) -> None:
     new_run(store)
-    before = rows(db_path)
+    before = snapshot(database)
     with pytest.raises(agentrt.LeaseLostError), store.transaction() as tx:
         if write == "leave_running":
             tx.leave_running("r1", "someone/else", active_ms_add=5)
         else:
             tx.add_active_time(tx.run_record("r1"), "someone/else", 5)
-    assert rows(db_path) == before
+    assert snapshot(database) == before
     with store.transaction() as tx:  # the owner's own write goes through
         if write == "leave_running":
             tx.leave_running("r1", OWNER, active_ms_add=5)
@@ -243,12 +240,12 @@ def waiting_run(store: agentrt.Store, *, approve: bool = False) -> agentrt.Appro
 
 
 def refused_and_nothing_written(
-    db_path: Path, error: type[BaseException], write: Any, store: agentrt.Store
+    database: str, error: type[BaseException], write: Any, store: agentrt.Store
 ) -> None:
-    before = rows(db_path)
+    before = snapshot(database)
     with pytest.raises(error), store.transaction() as tx:
         write(tx)
-    assert rows(db_path) == before
+    assert snapshot(database) == before
 
 
 def test_the_hot_writes_of_a_step_return_the_step_as_a_fresh_read_gives_it(
@@ -296,7 +293,7 @@ def test_pause_for_approval_returns_the_run_the_step_and_the_approval_as_written
 
 
 def test_end_run_returns_the_run_and_refuses_a_run_that_is_no_longer_running(
-    store: agentrt.Store, db_path: Path
+    store: agentrt.Store, database: str
 ) -> None:
     new_run(store)
     with store.transaction() as tx:
@@ -304,7 +301,7 @@ def test_end_run_returns_the_run_and_refuses_a_run_that_is_no_longer_running(
     assert repr(run) == repr(store.get_run("r1"))
     assert event_types(store)[-1] == "run.finished"
     refused_and_nothing_written(
-        db_path,
+        database,
         RunStateError,
         lambda tx: tx.end_run("r1", "FAILED", "agent_error", "x", now=EPOCH),
         store,
@@ -313,7 +310,7 @@ def test_end_run_returns_the_run_and_refuses_a_run_that_is_no_longer_running(
 
 @pytest.mark.parametrize("loop", [None, {"tool": "read", "repeats": 3}])
 def test_fail_at_limit_appends_its_limit_event_and_ends_the_run_in_one_transaction(
-    store: agentrt.Store, db_path: Path, loop: Any
+    store: agentrt.Store, database: str, loop: Any
 ) -> None:
     new_run(store)
     with store.transaction() as tx:
@@ -328,7 +325,7 @@ def test_fail_at_limit_appends_its_limit_event_and_ends_the_run_in_one_transacti
     assert events[-2].payload == (loop or {"reason": "limit_steps", "detail": "3 steps"})
     # The run has ended: a second limit is refused, and its event is not left behind.
     refused_and_nothing_written(
-        db_path,
+        database,
         RunStateError,
         lambda tx: tx.fail_at_limit(
             "r1", reason="limit_steps", detail="again", active_ms_add=0, now=EPOCH
@@ -338,7 +335,7 @@ def test_fail_at_limit_appends_its_limit_event_and_ends_the_run_in_one_transacti
 
 
 def test_end_with_step_settles_the_deciding_step_and_the_run_together(
-    store: agentrt.Store, db_path: Path
+    store: agentrt.Store, database: str
 ) -> None:
     step = deciding_step(store)
     with store.transaction() as tx:
@@ -358,7 +355,7 @@ def test_end_with_step_settles_the_deciding_step_and_the_run_together(
     assert (settled.step.status, settled.run.result) == ("done", {"answer": 42})
     assert event_types(store)[-1] == "run.finished"
     refused_and_nothing_written(
-        db_path,
+        database,
         RunStateError,
         lambda tx: tx.end_with_step(
             "r1",
@@ -375,7 +372,7 @@ def test_end_with_step_settles_the_deciding_step_and_the_run_together(
 
 
 def test_end_waiting_fails_the_awaiting_step_and_ends_the_run_from_waiting(
-    store: agentrt.Store, db_path: Path
+    store: agentrt.Store, database: str
 ) -> None:
     approval = waiting_run(store)
     observation = Observation.denied("push", "aborted")
@@ -396,7 +393,7 @@ def test_end_waiting_fails_the_awaiting_step_and_ends_the_run_from_waiting(
     assert settled.step.observation == observation
     assert event_types(store)[-3:] == ["step.policy", "step.failed", "run.finished"]
     refused_and_nothing_written(
-        db_path,
+        database,
         RunStateError,
         lambda tx: tx.end_waiting(
             "r1",
@@ -411,10 +408,10 @@ def test_end_waiting_fails_the_awaiting_step_and_ends_the_run_from_waiting(
     )
 
 
-def test_end_waiting_refuses_a_run_that_is_running(store: agentrt.Store, db_path: Path) -> None:
+def test_end_waiting_refuses_a_run_that_is_running(store: agentrt.Store, database: str) -> None:
     step = deciding_step(store)
     refused_and_nothing_written(
-        db_path,
+        database,
         RunStateError,
         lambda tx: tx.end_waiting(
             "r1",
@@ -431,7 +428,7 @@ def test_end_waiting_refuses_a_run_that_is_running(store: agentrt.Store, db_path
 
 
 def test_expire_waiting_expires_the_approval_and_cancels_the_run_approval_expired(
-    store: agentrt.Store, db_path: Path
+    store: agentrt.Store, database: str
 ) -> None:
     approval = waiting_run(store)
     with store.transaction() as tx:
@@ -448,7 +445,7 @@ def test_expire_waiting_expires_the_approval_and_cancels_the_run_approval_expire
     )
     assert settled.step.observation == Observation.denied("push", "too late")
     refused_and_nothing_written(
-        db_path,
+        database,
         RunStateError,
         lambda tx: tx.expire_waiting(
             "r1", approval.step_id, approval, tool="push", why="again", now=EPOCH
@@ -458,7 +455,7 @@ def test_expire_waiting_expires_the_approval_and_cancels_the_run_approval_expire
 
 
 def test_reject_approval_decides_it_fails_the_step_and_cancels_the_run(
-    store: agentrt.Store, db_path: Path
+    store: agentrt.Store, database: str
 ) -> None:
     approval = waiting_run(store)
     with store.transaction() as tx:
@@ -473,7 +470,7 @@ def test_reject_approval_decides_it_fails_the_step_and_cancels_the_run(
     assert store.list_steps("r1")[0].observation == Observation.rejected("push", "no")
     assert event_types(store)[-3:] == ["approval.decided", "step.failed", "run.finished"]
     refused_and_nothing_written(
-        db_path,
+        database,
         agentrt.ApprovalChangedError,
         lambda tx: tx.reject_approval(approval, "bob", "again", EPOCH),
         store,
@@ -481,13 +478,13 @@ def test_reject_approval_decides_it_fails_the_step_and_cancels_the_run(
 
 
 def test_leave_waiting_takes_the_run_back_under_a_new_lease_once(
-    store: agentrt.Store, db_path: Path
+    store: agentrt.Store, database: str
 ) -> None:
     approval = waiting_run(store, approve=True)
     hold = hold_by("second/1", previous=("", ""))
     # Only the run's holder leaves waiting: before the hold, nobody does.
     refused_and_nothing_written(
-        db_path,
+        database,
         RunStateError,
         lambda tx: tx.leave_waiting(
             "r1", approval.id, owner="second/1", expires_at=LATER_AT, holder="{}", now=EPOCH
@@ -506,7 +503,7 @@ def test_leave_waiting_takes_the_run_back_under_a_new_lease_once(
     assert (last.type, last.payload) == ("run.resumed", {"approval_id": approval.id})
     # Of two resumes exactly one leaves waiting: the second is refused, writing nothing.
     refused_and_nothing_written(
-        db_path,
+        database,
         RunStateError,
         lambda tx: tx.leave_waiting(
             "r1", approval.id, owner="third/1", expires_at=LATER_AT, holder="{}", now=EPOCH
@@ -526,7 +523,7 @@ def hold_by(owner: str, *, previous: tuple[str, str]) -> Any:
 
 
 def test_hold_waiting_holds_a_waiting_run_for_one_attach_and_writes_nothing_else(
-    store: agentrt.Store, db_path: Path
+    store: agentrt.Store, database: str
 ) -> None:
     waiting_run(store, approve=True)
     events_before = event_types(store)
@@ -538,12 +535,12 @@ def test_hold_waiting_holds_a_waiting_run_for_one_attach_and_writes_nothing_else
     assert event_types(store) == events_before
     # A second attach that judged the lease free (as it was before the first hold) loses.
     refused_and_nothing_written(
-        db_path, RunStateError, hold_by("second/1", previous=("", "")), store
+        database, RunStateError, hold_by("second/1", previous=("", "")), store
     )
 
 
 def test_fail_and_go_on_fails_the_step_and_leaves_the_run_running(
-    store: agentrt.Store, db_path: Path
+    store: agentrt.Store, database: str
 ) -> None:
     step = deciding_step(store)
     observation = Observation.denied("delete", "destructive")
@@ -555,7 +552,7 @@ def test_fail_and_go_on_fails_the_step_and_leaves_the_run_running(
     assert (failed.status, store.get_run("r1").status) == ("failed", "RUNNING")
     assert event_types(store)[-2:] == ["step.policy", "step.failed"]
     refused_and_nothing_written(
-        db_path,
+        database,
         RunStateError,
         lambda tx: tx.fail_and_go_on(
             "r1", step.id, observation, policy=PAYLOAD, from_step=StepStatus.DECIDING, now=EPOCH
@@ -565,7 +562,7 @@ def test_fail_and_go_on_fails_the_step_and_leaves_the_run_running(
 
 
 def test_take_over_takes_exactly_the_lease_judged_gone_and_interrupts_the_steps_in_flight(
-    store: agentrt.Store, db_path: Path
+    store: agentrt.Store, database: str
 ) -> None:
     step = deciding_step(store)
     proof = {"by": "lease expired"}
@@ -582,7 +579,7 @@ def test_take_over_takes_exactly_the_lease_judged_gone_and_interrupts_the_steps_
         )
 
     # A lease other than the one judged gone (it was renewed meanwhile) is not taken.
-    refused_and_nothing_written(db_path, RunStateError, take("2000-01-01T00:00:00.000000Z"), store)
+    refused_and_nothing_written(database, RunStateError, take("2000-01-01T00:00:00.000000Z"), store)
     with store.transaction() as tx:
         taken = take(LATER)(tx)
     assert repr(taken.run) == repr(store.get_run("r1"))
@@ -604,7 +601,7 @@ def test_take_over_takes_exactly_the_lease_judged_gone_and_interrupts_the_steps_
 
 
 def test_go_on_after_interruption_appends_run_resumed_in_the_callers_transaction(
-    store: agentrt.Store, db_path: Path
+    store: agentrt.Store, database: str
 ) -> None:
     new_run(store)
 
@@ -612,7 +609,7 @@ def test_go_on_after_interruption_appends_run_resumed_in_the_callers_transaction
         tx.go_on_after_interruption("r1", {"detail": "x"}, EPOCH)
         raise ZeroDivisionError  # the caller's transaction fails after the write
 
-    refused_and_nothing_written(db_path, ZeroDivisionError, then_fail, store)
+    refused_and_nothing_written(database, ZeroDivisionError, then_fail, store)
     with store.transaction() as tx:
         tx.go_on_after_interruption("r1", {"reconcile": "continue"}, EPOCH)
     last = store.list_events("r1")[-1]
@@ -680,13 +677,13 @@ def test_the_model_call_writes_return_the_run_as_written(store: agentrt.Store) -
 
 
 def test_release_lease_says_whether_the_owner_let_go_and_leaves_anothers_lease_alone(
-    store: agentrt.Store, db_path: Path
+    store: agentrt.Store, database: str
 ) -> None:
     new_run(store)
-    before = rows(db_path)
+    before = snapshot(database)
     with store.transaction() as tx:
         assert tx.release_lease("r1", "someone-else/1") is False
-    assert rows(db_path) == before
+    assert snapshot(database) == before
     with store.transaction() as tx:
         assert tx.release_lease("r1", OWNER) is True
     assert store.lease("r1").owner == ""
@@ -695,26 +692,26 @@ def test_release_lease_says_whether_the_owner_let_go_and_leaves_anothers_lease_a
 
 
 def test_expire_approval_says_whether_it_expired_a_pending_approval(
-    store: agentrt.Store, db_path: Path
+    store: agentrt.Store, database: str
 ) -> None:
     approval = waiting_run(store)
     with store.transaction() as tx:
         assert tx.expire_approval(approval.id) is True
     assert [a.status for a in store.list_approvals("r1")] == ["expired"]
-    before = rows(db_path)
+    before = snapshot(database)
     with store.transaction() as tx:
         assert tx.expire_approval(approval.id) is False
-    assert rows(db_path) == before
+    assert snapshot(database) == before
 
 
 def test_expire_waiting_refuses_an_approval_decided_since_it_was_read_and_writes_nothing(
-    store: agentrt.Store, db_path: Path
+    store: agentrt.Store, database: str
 ) -> None:
     pending = waiting_run(store)
     with store.transaction() as tx:
         tx.decide_approval(pending, ApprovalStatus.APPROVED, "ops", "", EPOCH)
     refused_and_nothing_written(
-        db_path,
+        database,
         RunStateError,
         lambda tx: tx.expire_waiting(
             "r1", pending.step_id, pending, tool="push", why="expired", now=EPOCH
@@ -741,11 +738,11 @@ def test_go_on_after_interruption_returns_the_payload_it_appended(store: agentrt
 
 
 def test_record_policy_refuses_a_step_no_longer_in_the_status_judged_and_writes_nothing(
-    store: agentrt.Store, db_path: Path
+    store: agentrt.Store, database: str
 ) -> None:
     step = deciding_step(store)
     refused_and_nothing_written(
-        db_path,
+        database,
         RunStateError,
         lambda tx: tx.record_policy(
             "r1", step.id, PAYLOAD, EPOCH, from_status=StepStatus.EXECUTING
@@ -759,7 +756,7 @@ def test_record_policy_refuses_a_step_no_longer_in_the_status_judged_and_writes_
 
 
 def test_take_over_of_a_released_lease_charges_the_attempts_in_flight_at_the_takeovers_time(
-    store: agentrt.Store, db_path: Path
+    store: agentrt.Store, database: str
 ) -> None:
     """A lease given back is matched as the empty lease it is; an attempt left dispatched
     is settled `ambiguous` and charged, and the step interrupted, at the takeover's time."""
@@ -781,16 +778,12 @@ def test_take_over_of_a_released_lease_charges_the_attempts_in_flight_at_the_tak
             now=later,
         )
     assert (taken.epoch, store.lease("r1").owner, taken.run.input_tokens) == (2, "second/1", 100)
-    conn = sqlite3.connect(db_path)
-    try:
-        assert conn.execute("SELECT status, completed_at FROM model_calls").fetchall() == [
-            ("ambiguous", "2026-11-30T09:05:00.000000Z")
-        ]
-        assert conn.execute("SELECT status, finished_at FROM steps").fetchall() == [
-            ("interrupted", "2026-11-30T09:05:00.000000Z")
-        ]
-    finally:
-        conn.close()
+    assert query(database, "SELECT status, completed_at FROM model_calls") == [
+        ("ambiguous", "2026-11-30T09:05:00.000000Z")
+    ]
+    assert query(database, "SELECT status, finished_at FROM steps") == [
+        ("interrupted", "2026-11-30T09:05:00.000000Z")
+    ]
     appended = store.list_events("r1")[before:]
     assert [(e.type, e.at) for e in appended] == [
         ("model.failed", later),

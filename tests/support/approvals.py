@@ -4,7 +4,7 @@
   (a remote mutation) waits for a person; `approved_run`: the same, approved.
 - `restarted`: the program started again on the same file with another `push`.
 - `tamper`: a stored request changed behind the runtime's back, as an attacker
-  with the file could.
+  with write access to the record could (either backend).
 - `push_with_schema`, `PUSH_SCHEMA`: a `push` that declares `x` and `branch`,
   and a schema of every JSON type.
 
@@ -13,7 +13,6 @@ To show that a refusal changed nothing, compare two `support.rows.snapshot`s.
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,8 @@ import agentrt
 from agentrt import Decision, Limits, SideEffect
 from agentrt.scripted import ScriptedAgent
 from conftest import FakeClock, Ids, RecordingTool
+
+from .rows import execute
 
 
 def push_with_schema() -> RecordingTool:
@@ -106,13 +107,12 @@ PUSH_SCHEMA = {
 }
 
 
-def tamper(db_path: Path, approval_id: str) -> None:
-    """Change a stored request behind the runtime's back, as an attacker with the file could."""
-    conn = sqlite3.connect(db_path)
-    conn.execute(
+def tamper(database: Path | str, approval_id: str) -> None:
+    """Change a stored request behind the runtime's back, as an attacker with write access
+    to the record could (a SQLite file or a PostgreSQL schema: `support.rows`)."""
+    execute(
+        database,
         "UPDATE approvals SET request_json = replace(request_json, '\"x\":1', '\"x\":999') "
         "WHERE id = ?",
         (approval_id,),
     )
-    conn.commit()
-    conn.close()

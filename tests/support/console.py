@@ -57,7 +57,7 @@ class Program:
 
     def __init__(
         self,
-        db: Path,
+        db: Path | str,
         decisions: Sequence[Decision],
         *,
         prefix: str = "a",
