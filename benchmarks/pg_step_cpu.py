@@ -23,6 +23,13 @@ Instructions per step (they do not depend on the machine's load): run it under
 step's instructions in this process (libpq, psycopg and the runtime; the server's
 work is another process's and is not counted, nor is the kernel's).
 
+`--statements` (PostgreSQL, a superuser's URL) then reads the server's CPU of each
+statement of a `--steps` run: `log_statement_stats` on the store's session, its reports
+sent to the client (`client_min_messages = log`) and summed by statement and protocol
+phase (parse, bind, execute), a step's share of each printed largest first. The
+reports' own cost is in them; the sum is below the backend's whole CPU (reading the
+socket, between statements, is not in any).
+
 `--profile FILE` writes a cProfile (CPU clock: `time.thread_time`) of the measured
 runs, for `python -m pstats FILE`.
 
@@ -34,7 +41,7 @@ statements a step, each statement's text with its count (decision 0108).
 
     python benchmarks/pg_step_cpu.py [URL] [--steps N] [--warm N] [--rounds N]
                                       [--sqlite] [--profile FILE] [--trips] [--guards]
-                                      [--other-tables N]
+                                      [--other-tables N] [--statements]
 
 The URL defaults to `AGENTRT_TEST_POSTGRES_URL`, else postgresql://root@127.0.0.1:5432/test.
 """
@@ -222,6 +229,50 @@ def figures(values: list[float]) -> str:
     return " ".join(f"{v:.0f}" for v in values) + f" (median {statistics.median(values):.0f})"
 
 
+def statement_cpu(store: agentrt.Store, tool: object, steps: int) -> str:
+    """The server's CPU of each statement of a `steps`-step run, a step's share (`--statements`)."""
+    import collections
+    import re
+
+    import psycopg
+
+    conn = store._pg  # type: ignore[attr-defined]
+    try:
+        conn.execute("SET log_statement_stats = on")
+    except psycopg.errors.InsufficientPrivilege:
+        return "statements: n/a (log_statement_stats needs a superuser)"
+    reports: list[str] = []
+
+    def keep(notice: Any) -> None:
+        reports.append(f"{notice.message_primary}\n{notice.message_detail or ''}")
+
+    conn.execute("SET log_statement = 'all'")
+    conn.execute("SET client_min_messages = log")
+    conn.add_notice_handler(keep)
+    try:
+        bench.run_once(store, tool, steps)  # type: ignore[arg-type]
+    finally:
+        conn.remove_notice_handler(keep)
+        for setting in ("client_min_messages", "log_statement", "log_statement_stats"):
+            conn.execute(f"RESET {setting}")
+    spent: collections.Counter[tuple[str, str]] = collections.Counter()
+    statement = "?"
+    for report in reports:
+        if report.startswith(("statement: ", "execute ")):
+            statement = " ".join(report.split("\n", 1)[0].split(": ", 1)[-1].split())[:64]
+            continue
+        used = re.search(r"!\s+([\d.]+) s user, ([\d.]+) s system", report)
+        if used:
+            phase = report.split()[0].lower()  # PARSE, BIND, EXECUTE, QUERY
+            spent[(phase, statement)] += float(used[1]) + float(used[2])
+    total = sum(spent.values())
+    lines = [f"server CPU by statement (log_statement_stats): {total / steps * 1e6:.0f} µs/step"]
+    for (phase, text), seconds in spent.most_common():
+        if seconds / steps * 1e6 >= 1:
+            lines.append(f"  {seconds / steps * 1e6:6.1f} {phase:8} {text}")
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     default = os.environ.get("AGENTRT_TEST_POSTGRES_URL", "postgresql://root@127.0.0.1:5432/test")
@@ -236,6 +287,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--guards", action="store_true", help="alternate decision 0110's guard and this one's"
     )
     parser.add_argument("--other-tables", type=int, default=0, metavar="N")
+    parser.add_argument(
+        "--statements", action="store_true", help="the server's CPU of each statement"
+    )
     args = parser.parse_args(argv)
 
     if args.guards and args.sqlite:
@@ -273,6 +327,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if profile is not None:
             profile.dump_stats(args.profile)
         counted = count_trips(store, tool) if args.trips and not args.sqlite else ""
+        if args.statements and not args.sqlite:
+            counted = "\n".join(filter(None, [counted, statement_cpu(store, tool, args.steps)]))
     where = "SQLite file" if args.sqlite else "PostgreSQL"
     for kind in kinds:
         label = f" ({kind} guard)" if args.guards else ""

@@ -148,6 +148,7 @@ def test_the_step_cpu_benchmark_counts_a_steps_round_trips_and_statements() -> N
         "--rounds",
         "1",
         "--trips",
+        "--statements",
     )
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
@@ -159,6 +160,12 @@ def test_the_step_cpu_benchmark_counts_a_steps_round_trips_and_statements() -> N
     assert any(line.split()[1:3] == ["BEGIN", "ISOLATION"] for line in lines[2:]), lines
     # The server here: its backend's CPU is read from /proc (decision 0112).
     assert "; server CPU µs/step " in lines[0] and "server CPU µs/step n/a" not in lines[0]
+    # Each statement's server CPU (the test server's role is a superuser): a step's COMMITs.
+    by_statement = lines.index(
+        next(line for line in lines if line.startswith("server CPU by statement "))
+    )
+    after = lines[by_statement + 1 :]
+    assert any(line.split()[1:] == ["execute", "COMMIT"] for line in after), lines
 
 
 def test_the_step_cpu_benchmark_compares_the_two_schema_guards_and_drops_what_it_made() -> None:
