@@ -12,7 +12,8 @@ the server runs on this machine (`n/a` otherwise); the schema is dropped at the 
 `--guards` (PostgreSQL) alternates the rounds between decision 0110's schema guard (the
 schema's relations found by a scan of `pg_class`) and this one's (found through
 `pg_depend`'s index, decision 0112), on one store in one run, and prints each one's
-figures and the ratios of their medians. `--other-tables N` first makes N tables (each
+figures and the ratios of their medians, then each guard's statement alone, prepared,
+on the store's connection (and `SELECT 1`'s), the server's CPU of one. `--other-tables N` first makes N tables (each
 with its primary key's index) in another schema of the same database, as a database
 other applications share holds (dropped at the end): the scan reads every relation of
 the database, the index the store's own.
@@ -26,7 +27,8 @@ work is another process's and is not counted, nor is the kernel's).
 `--statements` (PostgreSQL, a superuser's URL) then reads the server's CPU of each
 statement of a `--steps` run: `log_statement_stats` on the store's session, its reports
 sent to the client (`client_min_messages = log`) and summed by statement and protocol
-phase (parse, bind, execute), a step's share of each printed largest first. The
+phase (parse, bind, execute; a statement's text is logged at its Execute message, after
+its Parse and Bind were reported), a step's share of each printed largest first. The
 reports' own cost is in them; the sum is below the backend's whole CPU (reading the
 socket, between statements, is not in any).
 
@@ -229,6 +231,32 @@ def figures(values: list[float]) -> str:
     return " ".join(f"{v:.0f}" for v in values) + f" (median {statistics.median(values):.0f})"
 
 
+def guards_alone(store: agentrt.Store, server_cpu: ServerCpu, times: int) -> str:
+    """Each guard's statement alone on the store's connection, prepared (as the store's
+    are), `times` times, alternating twice: the server's CPU of one (`--guards`)."""
+    from agentrt._store.postgres import _migrations
+
+    conn = store._pg  # type: ignore[attr-defined]
+    index = _migrations.GUARD
+    statements = {"scan": index.replace(_migrations.OWN_RELATIONS, SCAN_OWN_RELATIONS)}
+    statements["index"] = index
+    statements["SELECT 1"] = "SELECT 1"
+    spent: dict[str, list[float]] = {name: [] for name in statements}
+    for _ in range(2):
+        for name, sql in statements.items():
+            for _ in range(10):  # prepared from the sixth on
+                conn.execute(sql, prepare=True).fetchall()
+            before = server_cpu.read()
+            for _ in range(times):
+                conn.execute(sql, prepare=True).fetchall()
+            after = server_cpu.read()
+            if before is not None and after is not None:
+                spent[name].append((after - before) / times * 1e6)
+    return f"the guard alone, prepared, {times} times, twice: server CPU µs " + ", ".join(
+        f"{name} " + " ".join(f"{v:.0f}" for v in values) for name, values in spent.items()
+    )
+
+
 def statement_cpu(store: agentrt.Store, tool: object, steps: int) -> str:
     """The server's CPU of each statement of a `steps`-step run, a step's share (`--statements`)."""
     import collections
@@ -255,16 +283,28 @@ def statement_cpu(store: agentrt.Store, tool: object, steps: int) -> str:
         conn.remove_notice_handler(keep)
         for setting in ("client_min_messages", "log_statement", "log_statement_stats"):
             conn.execute(f"RESET {setting}")
+    # A statement's text is logged when its Execute (or simple Query) message arrives: its
+    # Parse and Bind messages were reported before it, its Execute's report after it.
     spent: collections.Counter[tuple[str, str]] = collections.Counter()
     statement = "?"
+    pending: list[tuple[str, float]] = []
     for report in reports:
         if report.startswith(("statement: ", "execute ")):
             statement = " ".join(report.split("\n", 1)[0].split(": ", 1)[-1].split())[:64]
+            for phase, seconds in pending:
+                spent[(phase, statement)] += seconds
+            pending.clear()
             continue
         used = re.search(r"!\s+([\d.]+) s user, ([\d.]+) s system", report)
         if used:
             phase = report.split()[0].lower()  # PARSE, BIND, EXECUTE, QUERY
-            spent[(phase, statement)] += float(used[1]) + float(used[2])
+            seconds = float(used[1]) + float(used[2])
+            if phase in ("parse", "bind"):
+                pending.append((phase, seconds))
+            else:
+                spent[(phase, statement)] += seconds
+    for phase, seconds in pending:
+        spent[(phase, "?")] += seconds
     total = sum(spent.values())
     lines = [f"server CPU by statement (log_statement_stats): {total / steps * 1e6:.0f} µs/step"]
     for (phase, text), seconds in spent.most_common():
@@ -326,6 +366,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 server[kind].append((after - before) / args.steps * 1e6)
         if profile is not None:
             profile.dump_stats(args.profile)
+        alone = guards_alone(store, server_cpu, 2000) if args.guards and server_cpu else ""
         counted = count_trips(store, tool) if args.trips and not args.sqlite else ""
         if args.statements and not args.sqlite:
             counted = "\n".join(filter(None, [counted, statement_cpu(store, tool, args.steps)]))
@@ -350,6 +391,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             if series["index"] and statistics.median(series["index"])
         ]
         print("scan guard over index guard (medians): " + ", ".join(ratios))
+        if alone:
+            print(alone)
     if counted:
         print(counted)
     return 0
