@@ -13,10 +13,11 @@ the server runs on this machine (`n/a` otherwise); the schema is dropped at the 
 schema's relations found by a scan of `pg_class`) and this one's (found through
 `pg_depend`'s index, decision 0112), on one store in one run, and prints each one's
 figures and the ratios of their medians, then each guard's statement alone, prepared,
-on the store's connection (and `SELECT 1`'s), the server's CPU of one. `--other-tables N` first makes N tables (each
-with its primary key's index) in another schema of the same database, as a database
-other applications share holds (dropped at the end): the scan reads every relation of
-the database, the index the store's own.
+on the store's connection (and `SELECT 1`'s), the server's CPU of one.
+
+`--other-tables N` first makes N tables (each with its primary key's index) in another
+schema of the same database, as a database other applications share holds (dropped at
+the end): the scan reads every relation of the database, the index the store's own.
 
 Instructions per step (they do not depend on the machine's load): run it under
 `valgrind --tool=callgrind` once with `--steps 20` and once with `--steps 220`
