@@ -1,4 +1,4 @@
-"""The client's CPU per allowed tool step on PostgreSQL (and, with `--sqlite`, on a SQLite file).
+"""The CPU per allowed tool step, the client's and the server's, on PostgreSQL (or a SQLite file).
 
 One process opens a store in a schema of its own on the server, warms it with a
 `--warm`-step run, then makes `--rounds` runs of `benchmarks/driver.py`'s loop
