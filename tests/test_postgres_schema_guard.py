@@ -22,10 +22,10 @@ import psycopg
 import pytest
 
 import agentrt
-from agentrt._errors import UnsafeSchemaError
+from agentrt._errors import StoreError, UnsafeSchemaError
 from agentrt._store.postgres import PostgresStore
 from agentrt._store.postgres._migrations import OWN_RELATIONS
-from support.postgres import held_run, postgres_schema
+from support.postgres import held_run, postgres_schema, server_url, with_schema
 
 NOW = datetime(2026, 12, 3, tzinfo=UTC)
 
@@ -239,3 +239,15 @@ def test_a_trigger_dropped_from_a_table_made_later_lets_writes_go_on(
     with store.transaction() as tx:
         assert tx.release_lease("r1", "me") is True
     assert store.lease("r1").owner == ""
+
+
+def test_no_store_is_made_where_relations_record_no_dependency_on_their_schema() -> None:
+    # PostgreSQL records no dependency on a pinned namespace (`pg_catalog`, `pg_toast`),
+    # where the guard would find no relation: no store can be made there, even by a
+    # superuser. `information_schema` is not pinned: the guard finds its views.
+    base = server_url("the schema guard's relations")
+    for pinned in ("pg_catalog", "pg_toast"):
+        with pytest.raises(StoreError, match="System catalog modifications are currently"):
+            agentrt.open_store(with_schema(base, pinned))
+    with pytest.raises(UnsafeSchemaError, match=r"^the database holds view '_pg_foreign_"):
+        agentrt.open_store(with_schema(base, "information_schema"))
