@@ -1,17 +1,37 @@
-"""The client's CPU per allowed tool step on PostgreSQL (and, with `--sqlite`, on a SQLite file).
+"""The CPU per allowed tool step, the client's and the server's, on PostgreSQL (or a SQLite file).
 
 One process opens a store in a schema of its own on the server, warms it with a
 `--warm`-step run, then makes `--rounds` runs of `benchmarks/driver.py`'s loop
 (`run_once`: `start_sync`, `default_policy()`, the read-only plain-function tool,
 small observations) of `--steps` tool steps each, and prints the process's CPU
 time (`time.process_time`: all threads, user and kernel) and wall time per step
-of each run; the schema is dropped at the end.
+of each run, and the server's CPU per step: its backend's (the one process serving the
+store's connection) user and system time from `/proc/<pid>/stat` around each run, when
+the server runs on this machine (`n/a` otherwise); the schema is dropped at the end.
+
+`--guards` (PostgreSQL) alternates the rounds between decision 0110's schema guard (the
+schema's relations found by a scan of `pg_class`) and this one's (found through
+`pg_depend`'s index, decision 0112), on one store in one run, and prints each one's
+figures and the ratios of their medians, then each guard's statement alone, prepared,
+on the store's connection (and `SELECT 1`'s), the server's CPU of one.
+
+`--other-tables N` first makes N tables (each with its primary key's index) in another
+schema of the same database, as a database other applications share holds (dropped at
+the end): the scan reads every relation of the database, the index the store's own.
 
 Instructions per step (they do not depend on the machine's load): run it under
 `valgrind --tool=callgrind` once with `--steps 20` and once with `--steps 220`
 (`--rounds 1`, `PYTHONHASHSEED=0`); the difference of the two totals over 200 is one
 step's instructions in this process (libpq, psycopg and the runtime; the server's
 work is another process's and is not counted, nor is the kernel's).
+
+`--statements` (PostgreSQL, a superuser's URL) then reads the server's CPU of each
+statement of a `--steps` run: `log_statement_stats` on the store's session, its reports
+sent to the client (`client_min_messages = log`) and summed by statement and protocol
+phase (parse, bind, execute; a statement's text is logged at its Execute message, after
+its Parse and Bind were reported), a step's share of each printed largest first. The
+reports' own cost is in them; the sum is below the backend's whole CPU (reading the
+socket, between statements, is not in any).
 
 `--profile FILE` writes a cProfile (CPU clock: `time.thread_time`) of the measured
 runs, for `python -m pstats FILE`.
@@ -23,7 +43,8 @@ as `tests/test_postgres_round_trips.py` counts it), and prints the round trips a
 statements a step, each statement's text with its count (decision 0108).
 
     python benchmarks/pg_step_cpu.py [URL] [--steps N] [--warm N] [--rounds N]
-                                      [--sqlite] [--profile FILE] [--trips]
+                                      [--sqlite] [--profile FILE] [--trips] [--guards]
+                                      [--other-tables N] [--statements]
 
 The URL defaults to `AGENTRT_TEST_POSTGRES_URL`, else postgresql://root@127.0.0.1:5432/test.
 """
@@ -49,6 +70,54 @@ import driver as bench
 
 import agentrt
 
+# Decision 0110's way of finding the schema's relations, for `--guards`: `pg_class` scanned
+# whole (no catalog index serves a namespace alone).
+SCAN_OWN_RELATIONS = """\
+    SELECT c.oid, c.relname, c.relkind, c.relrowsecurity FROM pg_class AS c
+    WHERE c.relnamespace = to_regnamespace(current_schema())::oid
+"""
+
+
+@contextlib.contextmanager
+def guard_finding(own: str) -> Iterator[None]:
+    """The store's schema guard, while inside, finding the schema's relations with `own`."""
+    from agentrt._store.postgres import _migrations, _tx
+
+    def swapped(text: str, old: str, new: str) -> str:
+        if old not in text:
+            raise SystemExit("the schema guard's text is not the one this benchmark swaps")
+        return text.replace(old, new)
+
+    guard, first = _tx.GUARD, dict(_tx._GUARDED_FIRST)
+    index = _migrations.OWN_RELATIONS
+    _tx.GUARD = swapped(guard, index, own)  # type: ignore[misc]
+    _tx._GUARDED_FIRST = {k: swapped(v, index, own) for k, v in first.items()}
+    try:
+        yield
+    finally:
+        _tx.GUARD = guard  # type: ignore[misc]
+        _tx._GUARDED_FIRST = first
+
+
+class ServerCpu:
+    """The CPU seconds (user and system) of the backend serving `store`'s connection, read
+    from `/proc` when the server runs here; `read()` is None otherwise."""
+
+    def __init__(self, store: agentrt.Store) -> None:
+        pid = store._pg.info.backend_pid  # type: ignore[attr-defined]
+        self.path = f"/proc/{pid}/stat"
+        self.tick = os.sysconf("SC_CLK_TCK")
+
+    def read(self) -> float | None:
+        try:
+            with open(self.path) as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            return None
+        if fields[0] == "Z":  # not the backend
+            return None
+        return (int(fields[11]) + int(fields[12])) / self.tick
+
 
 @contextlib.contextmanager
 def postgres_store(url: str) -> Iterator[agentrt.Store]:
@@ -64,6 +133,32 @@ def postgres_store(url: str) -> Iterator[agentrt.Store]:
     finally:
         store.close()
         drop_schema(store_url)
+
+
+@contextlib.contextmanager
+def other_tables(url: str, count: int) -> Iterator[None]:
+    """`count` tables of another application in a schema of their own, while inside."""
+    if not count:
+        yield
+        return
+    import psycopg
+    from psycopg import sql
+
+    schema = sql.Identifier(f"pgcpu_other_{os.getpid()}_{uuid.uuid4().hex[:6]}")
+    with psycopg.connect(url, autocommit=True, connect_timeout=10) as admin:
+        admin.execute(sql.SQL("CREATE SCHEMA {}").format(schema))
+        try:
+            with admin.transaction():
+                for n in range(count):
+                    table = sql.Identifier(f"t{n}")
+                    admin.execute(
+                        sql.SQL("CREATE TABLE {}.{} (id bigint PRIMARY KEY, v text)").format(
+                            schema, table
+                        )
+                    )
+            yield
+        finally:
+            admin.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(schema))
 
 
 @contextlib.contextmanager
@@ -133,6 +228,92 @@ def count_trips(store: agentrt.Store, tool: object) -> str:
     return "\n".join(lines)
 
 
+def figures(values: list[float]) -> str:
+    return " ".join(f"{v:.0f}" for v in values) + f" (median {statistics.median(values):.0f})"
+
+
+def guards_alone(store: agentrt.Store, server_cpu: ServerCpu, times: int) -> str:
+    """Each guard's statement alone on the store's connection, prepared (as the store's
+    are), `times` times, alternating twice: the server's CPU of one (`--guards`)."""
+    from agentrt._store.postgres import _migrations
+
+    conn = store._pg  # type: ignore[attr-defined]
+    index = _migrations.GUARD
+    statements = {"scan": index.replace(_migrations.OWN_RELATIONS, SCAN_OWN_RELATIONS)}
+    statements["index"] = index
+    statements["SELECT 1"] = "SELECT 1"
+    spent: dict[str, list[float]] = {name: [] for name in statements}
+    for _ in range(2):
+        for name, sql in statements.items():
+            for _ in range(10):  # prepared from the sixth on
+                conn.execute(sql, prepare=True).fetchall()
+            before = server_cpu.read()
+            for _ in range(times):
+                conn.execute(sql, prepare=True).fetchall()
+            after = server_cpu.read()
+            if before is not None and after is not None:
+                spent[name].append((after - before) / times * 1e6)
+    return f"the guard alone, prepared, {times} times, twice: server CPU µs " + ", ".join(
+        f"{name} " + " ".join(f"{v:.0f}" for v in values) for name, values in spent.items()
+    )
+
+
+def statement_cpu(store: agentrt.Store, tool: object, steps: int) -> str:
+    """The server's CPU of each statement of a `steps`-step run, a step's share (`--statements`)."""
+    import collections
+    import re
+
+    import psycopg
+
+    conn = store._pg  # type: ignore[attr-defined]
+    try:
+        conn.execute("SET log_statement_stats = on")
+    except psycopg.errors.InsufficientPrivilege:
+        return "statements: n/a (log_statement_stats needs a superuser)"
+    reports: list[str] = []
+
+    def keep(notice: Any) -> None:
+        reports.append(f"{notice.message_primary}\n{notice.message_detail or ''}")
+
+    conn.execute("SET log_statement = 'all'")
+    conn.execute("SET client_min_messages = log")
+    conn.add_notice_handler(keep)
+    try:
+        bench.run_once(store, tool, steps)  # type: ignore[arg-type]
+    finally:
+        conn.remove_notice_handler(keep)
+        for setting in ("client_min_messages", "log_statement", "log_statement_stats"):
+            conn.execute(f"RESET {setting}")
+    # A statement's text is logged when its Execute (or simple Query) message arrives: its
+    # Parse and Bind messages were reported before it, its Execute's report after it.
+    spent: collections.Counter[tuple[str, str]] = collections.Counter()
+    statement = "?"
+    pending: list[tuple[str, float]] = []
+    for report in reports:
+        if report.startswith(("statement: ", "execute ")):
+            statement = " ".join(report.split("\n", 1)[0].split(": ", 1)[-1].split())[:64]
+            for phase, seconds in pending:
+                spent[(phase, statement)] += seconds
+            pending.clear()
+            continue
+        used = re.search(r"!\s+([\d.]+) s user, ([\d.]+) s system", report)
+        if used:
+            phase = report.split()[0].lower()  # PARSE, BIND, EXECUTE, QUERY
+            seconds = float(used[1]) + float(used[2])
+            if phase in ("parse", "bind"):
+                pending.append((phase, seconds))
+            else:
+                spent[(phase, statement)] += seconds
+    for phase, seconds in pending:
+        spent[(phase, "?")] += seconds
+    total = sum(spent.values())
+    lines = [f"server CPU by statement (log_statement_stats): {total / steps * 1e6:.0f} µs/step"]
+    for (phase, text), seconds in spent.most_common():
+        if seconds / steps * 1e6 >= 1:
+            lines.append(f"  {seconds / steps * 1e6:6.1f} {phase:8} {text}")
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     default = os.environ.get("AGENTRT_TEST_POSTGRES_URL", "postgresql://root@127.0.0.1:5432/test")
@@ -143,34 +324,76 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--sqlite", action="store_true", help="a SQLite file instead")
     parser.add_argument("--profile", default=None, metavar="FILE")
     parser.add_argument("--trips", action="store_true", help="count round trips and statements")
+    parser.add_argument(
+        "--guards", action="store_true", help="alternate decision 0110's guard and this one's"
+    )
+    parser.add_argument("--other-tables", type=int, default=0, metavar="N")
+    parser.add_argument(
+        "--statements", action="store_true", help="the server's CPU of each statement"
+    )
     args = parser.parse_args(argv)
 
+    if args.guards and args.sqlite:
+        parser.error("--guards is PostgreSQL's")
     opened = sqlite_store() if args.sqlite else postgres_store(args.url)
+    others = contextlib.nullcontext() if args.sqlite else other_tables(args.url, args.other_tables)
     tool = bench.make_tool("")
-    cpu: list[float] = []
-    wall: list[float] = []
-    with opened as store:
+    # Each round's guard: this one (decision 0112's, "index"), or with `--guards` the
+    # rounds alternating between it and decision 0110's ("scan"), the scan first.
+    kinds = ["scan", "index"] if args.guards else ["index"]
+    cpu: dict[str, list[float]] = {k: [] for k in kinds}
+    wall: dict[str, list[float]] = {k: [] for k in kinds}
+    server: dict[str, list[float]] = {k: [] for k in kinds}
+    with others, opened as store:
+        server_cpu = None if args.sqlite else ServerCpu(store)
         bench.run_once(store, tool, args.warm)
         profile = cProfile.Profile(time.thread_time) if args.profile else None
-        for _ in range(args.rounds):
-            if profile is not None:
-                profile.enable()
-            sample = bench.run_once(store, tool, args.steps)
-            if profile is not None:
-                profile.disable()
-            cpu.append(sample.cpu / args.steps * 1e6)
-            wall.append(sample.wall / args.steps * 1e6)
+        for round_ in range(args.rounds * len(kinds)):
+            kind = kinds[round_ % len(kinds)]
+            finding = (
+                guard_finding(SCAN_OWN_RELATIONS) if kind == "scan" else contextlib.nullcontext()
+            )
+            with finding:
+                if profile is not None:
+                    profile.enable()
+                before = None if server_cpu is None else server_cpu.read()
+                sample = bench.run_once(store, tool, args.steps)
+                after = None if server_cpu is None else server_cpu.read()
+                if profile is not None:
+                    profile.disable()
+            cpu[kind].append(sample.cpu / args.steps * 1e6)
+            wall[kind].append(sample.wall / args.steps * 1e6)
+            if before is not None and after is not None:
+                server[kind].append((after - before) / args.steps * 1e6)
         if profile is not None:
             profile.dump_stats(args.profile)
+        alone = guards_alone(store, server_cpu, 2000) if args.guards and server_cpu else ""
         counted = count_trips(store, tool) if args.trips and not args.sqlite else ""
+        if args.statements and not args.sqlite:
+            counted = "\n".join(filter(None, [counted, statement_cpu(store, tool, args.steps)]))
     where = "SQLite file" if args.sqlite else "PostgreSQL"
-    print(
-        f"{where}, {args.steps} steps x {args.rounds}: CPU µs/step "
-        + " ".join(f"{c:.0f}" for c in cpu)
-        + f" (median {statistics.median(cpu):.0f}); wall µs/step "
-        + " ".join(f"{w:.0f}" for w in wall)
-        + f" (median {statistics.median(wall):.0f}); load {os.getloadavg()[0]:.1f}"
-    )
+    for kind in kinds:
+        label = f" ({kind} guard)" if args.guards else ""
+        if args.other_tables:
+            label += f" ({args.other_tables} other tables)"
+        print(
+            f"{where}{label}, {args.steps} steps x {args.rounds}: CPU µs/step "
+            + figures(cpu[kind])
+            + "; wall µs/step "
+            + figures(wall[kind])
+            + "; server CPU µs/step "
+            + (figures(server[kind]) if server[kind] else "n/a")
+            + f"; load {os.getloadavg()[0]:.1f}"
+        )
+    if args.guards:
+        ratios = [
+            f"{name} {statistics.median(series['scan']) / statistics.median(series['index']):.2f}x"
+            for name, series in (("server CPU", server), ("client CPU", cpu), ("wall", wall))
+            if series["index"] and statistics.median(series["index"])
+        ]
+        print("scan guard over index guard (medians): " + ", ".join(ratios))
+        if alone:
+            print(alone)
     if counted:
         print(counted)
     return 0

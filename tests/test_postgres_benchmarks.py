@@ -148,6 +148,7 @@ def test_the_step_cpu_benchmark_counts_a_steps_round_trips_and_statements() -> N
         "--rounds",
         "1",
         "--trips",
+        "--statements",
     )
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
@@ -157,3 +158,47 @@ def test_the_step_cpu_benchmark_counts_a_steps_round_trips_and_statements() -> N
         "round trips a step 10.00 (5.00 of them pipelines); statements a step 15.00:"
     ), lines
     assert any(line.split()[1:3] == ["BEGIN", "ISOLATION"] for line in lines[2:]), lines
+    # The server here: its backend's CPU is read from /proc (decision 0112).
+    assert "; server CPU µs/step " in lines[0] and "server CPU µs/step n/a" not in lines[0]
+    # Each statement's server CPU (the test server's role is a superuser): a step's COMMITs.
+    by_statement = lines.index(
+        next(line for line in lines if line.startswith("server CPU by statement "))
+    )
+    after = lines[by_statement + 1 :]
+    assert any(line.split()[1:] == ["execute", "COMMIT"] for line in after), lines
+
+
+def test_the_step_cpu_benchmark_compares_the_two_schema_guards_and_drops_what_it_made() -> None:
+    import psycopg
+
+    base = server_url("the step CPU benchmark")
+    args = ["--steps", "3", "--warm", "2", "--rounds", "2", "--guards", "--other-tables", "3"]
+    script = subprocess.Popen(
+        [sys.executable, "benchmarks/pg_step_cpu.py", base, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+    out, err = script.communicate(timeout=300)
+    assert script.returncode == 0, err
+    lines = out.splitlines()
+    assert [line.split(":", 1)[0] for line in lines] == [
+        "PostgreSQL (scan guard) (3 other tables), 3 steps x 2",
+        "PostgreSQL (index guard) (3 other tables), 3 steps x 2",
+        "scan guard over index guard (medians)",
+        "the guard alone, prepared, 2000 times, twice",
+    ], lines
+    for line in lines[:2]:
+        server = line.split("; server CPU µs/step ", 1)[1].split(" (median", 1)[0]
+        assert len(server.split()) == 2, line  # one figure a round of that guard
+    assert lines[2].split(": ", 1)[1].startswith("server CPU "), lines
+    alone = lines[3].split(": server CPU µs ", 1)[1].split(", ")
+    assert [each.rsplit(" ", 2)[0] for each in alone] == ["scan", "index", "SELECT 1"], lines
+    # The store's schema and the other tables' are dropped (both named by the script's pid).
+    with psycopg.connect(base, autocommit=True) as conn:
+        left = conn.execute(
+            "SELECT count(*) FROM pg_namespace WHERE nspname LIKE %s OR nspname LIKE %s",
+            (f"pgcpu\\_{script.pid}\\_%", f"pgcpu\\_other\\_{script.pid}\\_%"),
+        ).fetchone()
+    assert left == (0,)
