@@ -75,9 +75,6 @@ EVERY_CHILD = (
     "agentrt._store.sqlite",
     "psycopg",
     "agentrt._store.postgres",
-    # A test-kit scenario's factory lives in `tests/support/`, whose database helpers
-    # import pytest: each crash-matrix child would import it again.
-    "pytest",
 )
 # Set in each child: the address of the server it was forked from (see `spawn_at`).
 ADDRESS = "AGENTRT_FORKSERVER"

@@ -27,7 +27,9 @@ from agentrt.testkit import _process
 from . import forkserver
 from .database import on_postgres
 
-PRELOAD = ("agentrt.testkit", "agentrt.lowlevel", "agentrt.testkit._harness")
+# pytest too: a scenario's factory lives in `tests/support/`, whose database helpers
+# import it, so each crash-matrix child would import it again.
+PRELOAD = ("agentrt.testkit", "agentrt.lowlevel", "agentrt.testkit._harness", "pytest")
 COMMAND = [sys.executable, "-m", "agentrt.testkit._process"]
 
 
