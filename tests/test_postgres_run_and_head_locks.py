@@ -22,7 +22,7 @@ import agentrt
 from agentrt._chain import partition_of
 from agentrt._errors import StoreError, UnsafeSchemaError
 from agentrt._store.postgres import PostgresStore
-from support.postgres import held_run, postgres_schema
+from support.postgres import held_run, postgres_schema, store_holding_r1
 
 NOW = datetime(2026, 12, 3, tzinfo=UTC)
 
@@ -35,13 +35,8 @@ def url() -> Iterator[str]:
 
 @pytest.fixture
 def store(url: str) -> Iterator[PostgresStore]:
-    opened = agentrt.open_store(url)
-    assert isinstance(opened, PostgresStore)
-    try:
-        held_run(opened, "r1", NOW)
+    with store_holding_r1(url, NOW) as opened:
         yield opened
-    finally:
-        opened.close()
 
 
 def other(url: str) -> psycopg.Connection[Any]:

@@ -25,7 +25,7 @@ import agentrt
 from agentrt._errors import StoreError, UnsafeSchemaError
 from agentrt._store.postgres import PostgresStore
 from agentrt._store.postgres._migrations import OWN_RELATIONS
-from support.postgres import held_run, postgres_schema, server_url, with_schema
+from support.postgres import postgres_schema, server_url, store_holding_r1, with_schema
 
 NOW = datetime(2026, 12, 3, tzinfo=UTC)
 
@@ -43,13 +43,8 @@ def url() -> Iterator[str]:
 
 @pytest.fixture
 def store(url: str) -> Iterator[PostgresStore]:
-    opened = agentrt.open_store(url)
-    assert isinstance(opened, PostgresStore)
-    try:
-        held_run(opened, "r1", NOW)
+    with store_holding_r1(url, NOW) as opened:
         yield opened
-    finally:
-        opened.close()
 
 
 def admin(url: str) -> psycopg.Connection[Any]:

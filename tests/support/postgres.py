@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import os
 import uuid
-from contextlib import ExitStack
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
@@ -70,3 +71,18 @@ def held_run(store: Any, run_id: str, now: datetime = datetime(2026, 12, 2, tzin
             now=now,
             origin="gate",
         )
+
+
+@contextmanager
+def store_holding_r1(url: str, now: datetime) -> Iterator[Any]:
+    """The PostgreSQL store at `url`, with run `r1` made and held by `me` (`held_run`)."""
+    import agentrt
+    from agentrt._store.postgres import PostgresStore
+
+    opened = agentrt.open_store(url)
+    assert isinstance(opened, PostgresStore)
+    try:
+        held_run(opened, "r1", now)
+        yield opened
+    finally:
+        opened.close()
