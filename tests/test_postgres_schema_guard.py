@@ -178,6 +178,13 @@ REFUSED = {
         ["CREATE TABLE later (x int)", "CREATE RULE quiet AS ON INSERT TO later DO NOTHING"],
         "rule 'quiet'",
     ),
+    "a rule on a partitioned table": (
+        [
+            "CREATE TABLE parted (x int) PARTITION BY RANGE (x)",
+            "CREATE RULE quiet AS ON INSERT TO parted DO INSTEAD NOTHING",
+        ],
+        "rule 'quiet'",
+    ),
     "a row-level policy, row-level security not on": (
         ["CREATE POLICY mine ON runs USING (true)"],
         "row-level policy 'mine'",

@@ -195,7 +195,7 @@ SELECT 'trigger', t.tgname::text FROM own AS c JOIN pg_trigger AS t ON t.tgrelid
     WHERE NOT t.tgisinternal
 UNION ALL
 SELECT 'rule', r.rulename::text FROM own AS c JOIN pg_rewrite AS r ON r.ev_class = c.oid
-    WHERE c.relkind = 'r'
+    WHERE c.relkind NOT IN ('v', 'm')
 UNION ALL
 SELECT 'view', c.relname::text FROM own AS c WHERE c.relkind IN ('v', 'm')
 UNION ALL
