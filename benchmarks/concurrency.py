@@ -453,6 +453,15 @@ def count_fsyncs(directory: str, runs: int, steps: int) -> FsyncCount:
 # --- (b) several processes ------------------------------------------------------------------------
 
 
+def commits_of(store: agentrt.Store) -> tuple[int, int]:
+    """The group commits this process made on `store`, and the transactions they held
+    (the step machine's committer counts both)."""
+    from agentrt._group_commit import _COMMITTERS
+
+    committer = _COMMITTERS.get(store)
+    return (committer.groups, committer.works) if committer is not None else (0, 0)
+
+
 def proc_worker(path: str, runs: int, steps: int, tag: str, start_at: float) -> None:
     """One of (b)'s processes: open the shared file, wait for the common start, run in flight."""
     failed_open: str | None = None
@@ -471,6 +480,7 @@ def proc_worker(path: str, runs: int, steps: int, tag: str, start_at: float) -> 
         began = time.time()
         _, outcomes = asyncio.run(in_flight(store, runs, steps, tag=tag))
         wall, used = time.perf_counter() - start, time.process_time() - cpu
+        groups, works = commits_of(store)
     finally:
         store.close()
     print(
@@ -483,6 +493,8 @@ def proc_worker(path: str, runs: int, steps: int, tag: str, start_at: float) -> 
                 "cpu": used,
                 "began": began,
                 "ended": began + wall,
+                "commits": groups,
+                "transactions": works,
             }
         ),
         flush=True,
@@ -824,6 +836,14 @@ def report_procs(p: Procs, alone: Procs) -> list[bool]:
         f"{PROCS_THROUGHPUT_TARGET:g}x): {verdict(met)}"
     )
     print_ceiling(p, alone)
+    for run in (alone, p):
+        commits = sum(int(r.get("commits", 0)) for r in run.results)
+        held = sum(int(r.get("transactions", 0)) for r in run.results)
+        if commits:
+            print(
+                f"    {run.procs} process{'es' if run.procs > 1 else ''}: {held:,} transactions "
+                f"in {commits:,} commits, {held / commits:.1f} a commit"
+            )
     each = p.each_per_s()
     if each:
         slowest = min(each) / statistics.mean(each)

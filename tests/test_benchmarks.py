@@ -503,5 +503,15 @@ def test_the_concurrency_benchmark_counts_commits_and_fsyncs_and_loses_nothing(
         r"process$",
         ceiling,
     ), ceiling
+    # each side's group commits: every step's transactions counted, none lost in the count
+    for procs, word in ((1, "process"), (2, "processes")):
+        held = next(
+            line for line in lines if line.startswith(f"{procs} {word}: ") and "a commit" in line
+        )
+        found = re.match(
+            rf"{procs} {word}: ([\d,]+) transactions in ([\d,]+) commits, [\d.]+ a commit$", held
+        )
+        assert found, held
+        assert int(found[1].replace(",", "")) >= int(found[2].replace(",", "")) >= 1
     assert re.search(r"^targets: \d+ of \d+ met$", out, re.MULTILINE)
     assert list(tmp_path.iterdir()) == []
