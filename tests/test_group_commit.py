@@ -284,3 +284,71 @@ def test_a_cancelled_run_does_not_stop_another_runs_commits(tmp_path: Path) -> N
     assert [s.status for s in store.list_steps(stuck_run.id)] == ["deciding"]
     assert store.lease(stuck_run.id).owner == ""
     store.close()
+
+
+def test_works_a_loop_makes_in_one_iteration_go_to_the_committer_together_as_one_group(
+    tmp_path: Path,
+) -> None:
+    """`submit_soon` (decision 0116): nothing reaches the committer until the loop's ready
+    callbacks have run; then all of them at once, one commit. The committer's thread is
+    free throughout: the grouping is the hand-over's, not a held thread's."""
+    store = open_store(tmp_path / "g.db")
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+    committer = Committer(store, pool)
+    commits = _commits(store)
+
+    async def main() -> list[str]:
+        loop = asyncio.get_running_loop()
+        futures = []
+        for i in range(5):
+            futures.append(committer.submit_soon(_create(f"r{i}"), loop))
+            await_free = pool.submit(lambda: None)  # the committer's thread is idle...
+            await_free.result(timeout=30)
+            assert committer.works == 0  # ...and yet nothing was handed to it
+        return list(await asyncio.gather(*(asyncio.wrap_future(f) for f in futures)))
+
+    assert asyncio.run(main()) == [f"r{i}" for i in range(5)]
+    assert commits == ["COMMIT"]
+    assert (committer.groups, committer.works) == (1, 5)
+    assert [e.run_id for e in store.list_events()] == [f"r{i}" for i in range(5) for _ in (0, 1)]
+    pool.shutdown()
+    store.close()
+
+
+def test_a_work_cancelled_before_its_loop_hands_it_over_never_runs(tmp_path: Path) -> None:
+    store = open_store(tmp_path / "g.db")
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+    committer = Committer(store, pool)
+
+    async def main() -> tuple[str, str]:
+        loop = asyncio.get_running_loop()
+        first, dropped, last = (committer.submit_soon(_create(f"r{i}"), loop) for i in range(3))
+        assert dropped.cancel()  # what asyncio does to it when its caller stops waiting
+        return await asyncio.wrap_future(first), await asyncio.wrap_future(last)
+
+    assert asyncio.run(main()) == ("r0", "r2")
+    assert sorted(r.id for r in store.list_runs()) == ["r0", "r2"]
+    assert (committer.groups, committer.works) == (1, 2)
+    assert store.verify_events().intact
+    pool.shutdown()
+    store.close()
+
+
+def test_a_refused_hand_over_fails_each_work_of_the_batch_and_none_runs(tmp_path: Path) -> None:
+    store = open_store(tmp_path / "g.db")
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+    pool.shutdown()  # it refuses every submission, as at interpreter exit
+    committer = Committer(store, pool)
+
+    async def main() -> list[BaseException | str]:
+        loop = asyncio.get_running_loop()
+        futures = [committer.submit_soon(_create(f"r{i}"), loop) for i in range(2)]
+        return await asyncio.gather(
+            *(asyncio.wrap_future(f) for f in futures), return_exceptions=True
+        )
+
+    outcomes = asyncio.run(main())
+    assert [type(o) for o in outcomes] == [RuntimeError, RuntimeError]
+    assert "shutdown" in str(outcomes[0])
+    assert store.list_runs() == []
+    store.close()

@@ -7,6 +7,14 @@ queued when it gets the store, all of them in one durable commit
 loop never waits on a commit. While one group commits, the next one queues: 64
 runs in flight share fsyncs instead of each waiting for its own.
 
+An event loop's works are handed over once the callbacks ready with them have run
+(`submit_soon`, decision 0116): runs woken together by one commit make their next
+transactions in one loop iteration, and they go as one group. Handed over one by
+one, the first would begin a group of its own while the loop still made the
+others, and that group would hold the database's write turn while its thread
+waited for the interpreter's lock, taken by the loop (other processes then wait
+for the turn with it).
+
 Invariants:
 
 - No work's future completes before the commit that holds its writes is
@@ -16,9 +24,10 @@ Invariants:
   nothing written (a busy database's `StoreBusyError` is safe to retry).
 - Works run in the order they were submitted; one run's works are submitted one
   at a time (its loop awaits each), so a run's transactions commit in its order.
-- A caller that stops waiting (its task cancelled) while its work is queued: the
-  work never runs; once the group runs, its work commits or fails with the group
-  whatever the caller does (as a commit under way in a lone transaction would).
+- A caller that stops waiting (its task cancelled) while its work is queued, or
+  still waits in its loop's batch: the work never runs; once the group runs, its
+  work commits or fails with the group whatever the caller does (as a commit
+  under way in a lone transaction would).
 - A `BaseException` that is not an `Exception` raised by a work, on a backend that
   shares one commit, rolls its whole group back and reaches every work's future
   (the test kit's simulated death: a scenario's store is its own).
@@ -26,6 +35,7 @@ Invariants:
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import threading
 import weakref
@@ -50,6 +60,11 @@ class Committer:
         self._lock = threading.Lock()
         self._queue: list[tuple[Callable[[Tx], Any], concurrent.futures.Future[Any]]] = []
         self._draining = False
+        # Each event loop's works not yet handed over (`submit_soon`), by loop.
+        self._soon: dict[
+            asyncio.AbstractEventLoop,
+            list[tuple[Callable[[Tx], Any], concurrent.futures.Future[Any]]],
+        ] = {}
         self.groups = 0
         """Commits made (a measure for benchmarks and tests)."""
         self.works = 0
@@ -58,20 +73,56 @@ class Committer:
     def submit(self, work: Callable[[Tx], T]) -> concurrent.futures.Future[T]:
         """Queue `work` for the next group; its future completes after that group's commit."""
         future: concurrent.futures.Future[T] = concurrent.futures.Future()
+        self._enqueue([(work, future)])
+        return future
+
+    def submit_soon(
+        self, work: Callable[[Tx], T], loop: asyncio.AbstractEventLoop
+    ) -> concurrent.futures.Future[T]:
+        """`submit`, from `loop`'s own thread, once the callbacks ready now have run: the
+        works its loop makes in one iteration are queued together, for one group."""
+        future: concurrent.futures.Future[T] = concurrent.futures.Future()
         entry = (work, future)
+        batch = self._soon.get(loop)
+        if batch is not None:
+            batch.append(entry)
+            return future
+        self._soon[loop] = [entry]
+        try:
+            loop.call_soon(self._hand_over, loop)
+        except BaseException:
+            del self._soon[loop]  # its caller is told it failed: it must not run
+            raise
+        return future
+
+    def _hand_over(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Queue what `loop` made since its last hand-over (a callback on that loop)."""
+        batch = self._soon.pop(loop)
+        try:
+            self._enqueue(batch)
+        except BaseException as e:
+            for _, future in batch:  # never queued: each caller is told, none runs
+                if future.set_running_or_notify_cancel():
+                    future.set_exception(e)
+
+    def _enqueue(
+        self, entries: list[tuple[Callable[[Tx], Any], concurrent.futures.Future[Any]]]
+    ) -> None:
+        """Queue `entries` in order; start a drain unless one runs. Raises (and queues
+        nothing) when the executor refuses the drain."""
         with self._lock:
-            self._queue.append(entry)
+            self._queue.extend(entries)
             if self._draining:
-                return future
+                return
             self._draining = True
         try:
             self._executor.submit(self._drain)
         except BaseException:
             with self._lock:
                 self._draining = False
-                self._queue.remove(entry)  # its caller is told it failed: it must not run
+                for entry in entries:  # their callers are told it failed: none may run
+                    self._queue.remove(entry)
             raise
-        return future
 
     def _drain(self) -> None:
         try:

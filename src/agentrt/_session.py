@@ -330,7 +330,10 @@ async def write_through(
         out, events = job()
     else:
         # Group commit: this work shares one fsync with other runs' queued meanwhile.
-        out, events = await asyncio.wrap_future(committer_for(store, _IO_THREADS).submit(work))
+        committer = committer_for(store, _IO_THREADS)
+        out, events = await asyncio.wrap_future(
+            committer.submit_soon(work, asyncio.get_running_loop())
+        )
     deliver(config.observer, events)
     return out
 
