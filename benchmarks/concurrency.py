@@ -462,11 +462,39 @@ def commits_of(store: agentrt.Store) -> tuple[int, int]:
     return (committer.groups, committer.works) if committer is not None else (0, 0)
 
 
+class TurnClock:
+    """How long a SQLite store's connection held its writer's turn (decision 0106), by the
+    clock and by its thread's CPU: the part of the work no other process can do meanwhile."""
+
+    def __init__(self, store: agentrt.Store) -> None:
+        self.held = 0.0
+        self.cpu = 0.0
+        turns = getattr(store, "_turns", None)
+        if turns is None:
+            return
+        take, give = turns.take, turns.give
+        since: list[float] = []
+
+        def timed_take(*args: Any, **kwargs: Any) -> None:
+            take(*args, **kwargs)
+            since[:] = [time.perf_counter(), time.thread_time()]
+
+        def timed_give() -> None:
+            if since:
+                self.held += time.perf_counter() - since[0]
+                self.cpu += time.thread_time() - since[1]
+                since.clear()
+            give()
+
+        turns.take, turns.give = timed_take, timed_give
+
+
 def proc_worker(path: str, runs: int, steps: int, tag: str, start_at: float) -> None:
     """One of (b)'s processes: open the shared file, wait for the common start, run in flight."""
     failed_open: str | None = None
     try:
         store = agentrt.open_store(path)
+        turn = TurnClock(store)
     except Exception as e:
         failed_open = f"{type(e).__name__}: {e}"
     if failed_open is not None:
@@ -495,6 +523,8 @@ def proc_worker(path: str, runs: int, steps: int, tag: str, start_at: float) -> 
                 "ended": began + wall,
                 "commits": groups,
                 "transactions": works,
+                "turn_held": turn.held,
+                "turn_cpu": turn.cpu,
             }
         ),
         flush=True,
@@ -843,6 +873,15 @@ def report_procs(p: Procs, alone: Procs) -> list[bool]:
             print(
                 f"    {run.procs} process{'es' if run.procs > 1 else ''}: {held:,} transactions "
                 f"in {commits:,} commits, {held / commits:.1f} a commit"
+            )
+        turn_held = sum(float(r.get("turn_held", 0.0)) for r in run.results)
+        turn_cpu = sum(float(r.get("turn_cpu", 0.0)) for r in run.results)
+        if turn_held and run.wall and run.done():
+            steps = run.done() * run.steps
+            print(
+                f"    {run.procs} process{'es' if run.procs > 1 else ''}: the write turn held "
+                f"{turn_held / run.wall:.0%} of the time, {1e6 * turn_held / steps:,.0f} µs a "
+                f"step, of which the holding thread's CPU {1e6 * turn_cpu / steps:,.0f} µs"
             )
     each = p.each_per_s()
     if each:

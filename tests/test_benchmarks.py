@@ -513,5 +513,11 @@ def test_the_concurrency_benchmark_counts_commits_and_fsyncs_and_loses_nothing(
         )
         assert found, held
         assert int(found[1].replace(",", "")) >= int(found[2].replace(",", "")) >= 1
+        turn = next(line for line in lines if line.startswith(f"{procs} {word}: the write turn"))
+        assert re.match(
+            rf"{procs} {word}: the write turn held \d+% of the time, [\d,]+ µs a step, of "
+            r"which the holding thread's CPU [\d,]+ µs$",
+            turn,
+        ), turn
     assert re.search(r"^targets: \d+ of \d+ met$", out, re.MULTILINE)
     assert list(tmp_path.iterdir()) == []
