@@ -471,6 +471,81 @@ async def test_state_reject_is_carried_into_agentrt_and_ends_the_run_while_the_m
     assert (gated.run.status, gated.run.reason) == ("CANCELLED", "approval_rejected")
 
 
+@pytest.mark.parametrize("person", ["approves", "rejects", "cancels"])
+@sync
+async def test_a_person_deciding_while_the_state_reject_is_carried_stands_and_is_told(
+    any_store: agentrt.Store, clock: FakeClock, ids: Ids, person: str
+) -> None:
+    """A person decides between the adapter's read of what is pending and its carrying of
+    the SDK's rejection (decision 0115): the person's decision stands, nothing is lost or
+    changed, the consumer is told, and the run is not wedged.
+
+    The race is driven at the window itself: the read hands back what it read, and the
+    person decides right after it, before the adapter carries `state.reject`.
+    """
+    store = any_store
+    remote = Remote()
+    script = [
+        [function_call("push_branch", {"branch": "feature/login"}, call_id="call-1")],
+        [assistant_message("not published")],
+        [assistant_message("published")],
+    ]
+    gated, model = gated_agent(store, remote, script, clock, ids)
+    first = await Runner.run(gated.agent, "publish")
+    saved = first.to_state().to_string()
+    state = first.to_state()
+    state.reject(state.get_interruptions()[0])
+    (waiting,) = gated.pending()
+    read, raced = gated.pending, []
+
+    def read_then_a_person_decides() -> list[agentrt.Approval]:
+        seen = read()
+        if seen and not raced:
+            raced.append(person)
+            if person == "approves":
+                agentrt.approve(store, gated.run_id, waiting.id, "alice", "ok", waiting.hash)
+            elif person == "rejects":
+                agentrt.reject(store, gated.run_id, waiting.id, "bob", "not today", waiting.hash)
+            else:
+                agentrt.cancel(store, gated.run_id, "carol", "stop")
+        return seen
+
+    gated.pending = read_then_a_person_decides  # type: ignore[method-assign]
+
+    if person == "approves":
+        with pytest.raises(RunMismatchError) as told:
+            await Runner.run(gated.agent, state)
+        assert "approved by alice" in str(told.value)
+        assert "RunState.reject" in str(told.value) and "was not carried" in str(told.value)
+        assert (told.value.approval_id, told.value.approval_hash) == (waiting.id, waiting.hash)
+    else:
+        result = await Runner.run(gated.agent, state)
+        assert result.final_output == "not published"
+    assert raced == [person]
+    assert remote.done == []
+    (approval,) = store.list_approvals(gated.run_id, cap=None)
+    expected = {
+        "approves": ("approved", "alice", "ok", "WAITING_FOR_APPROVAL", "awaiting_approval"),
+        "rejects": ("rejected", "bob", "not today", "CANCELLED", "failed"),
+        "cancels": ("expired", "carol", approval.note, "CANCELLED", "failed"),
+    }[person]
+    assert (approval.id, approval.hash) == (waiting.id, waiting.hash)
+    assert (approval.status, approval.decided_by, approval.note) == expected[:3]
+    assert gated.run.status == expected[3]
+    assert [s for s, _ in calls(store, gated.run_id)] == [expected[4]]
+    decided = event_types(store, gated.run_id).count("approval.decided")
+    assert decided == (0 if person == "cancels" else 1)  # the person's, and no other
+    assert len(model.calls) == (1 if person == "approves" else 2)
+    if person == "approves":
+        # Not wedged: the saved state, with agentrt's decision carried in, runs the call once.
+        gated.pending = read  # type: ignore[method-assign]
+        result = await gated.run_agent(await gated.load_state(saved))
+        assert remote.done == [("push_branch", "feature/login")]
+        assert result.final_output == "not published"
+        assert outputs(result) == ["pushed feature/login"]
+        assert (gated.run.status, gated.run.reason) == ("COMPLETED", "goal_completed")
+
+
 @sync
 async def test_calls_of_one_model_response_are_judged_and_run_one_at_a_time_in_order(
     any_store: agentrt.Store, clock: FakeClock, ids: Ids

@@ -28,6 +28,7 @@ from tests.support.mcp_proxy import START, Host, Shop, agentrt, kill_quietly, wr
 
 from agentrt import ConfigError, InsecureModeError, open_store
 from agentrt._canonical import canonical_json
+from agentrt._store.postgres._migrations import PROXY_MIGRATIONS as POSTGRES_PROXY_MIGRATIONS
 from agentrt._store.sqlite._migrations import PROXY_MIGRATIONS
 from agentrt.mcp.proxy import read_proxy_config, request_key
 
@@ -558,9 +559,15 @@ def test_the_request_key_is_sha256_of_the_tool_a_nul_byte_and_the_canonical_argu
     assert request_key("shop_sen", {"d": 1}) != request_key("shop_send", {"d": 1})
 
 
-# Released proxy migrations are never edited: a failure here means one changed.
+# Released proxy migrations are never edited: a failure here means one changed
+# (revert it and add a new one). 2: the look-ups' indexes (decision 0115).
 PROXY_PINNED_SHA256 = {
     1: "f882c298f69562978ce1d724cd643de9d4fd217de157dbc04b1558ebad469ed3",
+    2: "e47e39e60e7fb3ecef370b7d409e02de75a49101e22018b23d931dcc3cb89d1e",
+}
+POSTGRES_PROXY_PINNED_SHA256 = {
+    1: "8be6a17a62f3ccd8613abe857de06d160b597a4dd675ba1bdc0a3192ef80514e",
+    2: "6918bf1435a137cff168b62b94594ebf53b45ced96d8dda93f9ff20b01cd1285",
 }
 
 
@@ -569,12 +576,16 @@ def test_the_proxy_tables_are_migrated_once_and_their_texts_pinned_by_sha256(
 ) -> None:
     texts = {m.version: hashlib.sha256(m.sql.encode("utf-8")).hexdigest() for m in PROXY_MIGRATIONS}
     assert texts == PROXY_PINNED_SHA256
+    postgres = {
+        v: hashlib.sha256(sql.encode("utf-8")).hexdigest() for v, sql in POSTGRES_PROXY_MIGRATIONS
+    }
+    assert postgres == POSTGRES_PROXY_PINNED_SHA256
     store = open_store(tmp_path / "p.db")
     try:
         assert "proxy_requests" not in {r[0] for r in store.query("SELECT name FROM sqlite_master")}
-        assert store.migrate_proxy(START) == 1
-        assert store.migrate_proxy(START) == 1
-        assert store.proxy_versions() == [1]
+        assert store.migrate_proxy(START) == 2
+        assert store.migrate_proxy(START) == 2
+        assert store.proxy_versions() == [1, 2]
     finally:
         store.close()
     assert agentrt("runs", "--db", str(tmp_path / "p.db")).returncode == 0

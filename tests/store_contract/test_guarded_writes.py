@@ -30,6 +30,7 @@ from agentrt._records import (
 )
 from agentrt._store import Store
 from agentrt._store._records import ApprovalState, Claim, RequestRow
+from agentrt._store.sqlite import _proxy_rows
 from agentrt._tools import spec_hash
 
 from .conftest import Backend
@@ -984,6 +985,138 @@ def test_migrating_the_proxy_twice_changes_nothing(backend: Backend) -> None:
     assert versions == list(range(1, version + 1))
     assert store.migrate_proxy(at(1)) == version
     assert store.proxy_versions() == versions
+
+
+def _proxy_migrations_of(backend: Backend) -> Any:
+    """The module whose `PROXY_MIGRATIONS` the backend's `migrate_proxy` applies."""
+    if backend.name == "postgres":
+        from agentrt._store.postgres import _store as postgres_store
+
+        return postgres_store
+    return _proxy_rows
+
+
+def _proxy_indexes(store: Store, backend: Backend) -> list[str]:
+    if backend.name == "postgres":
+        sql = (
+            "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema() "
+            "AND indexname LIKE 'proxy%' ORDER BY 1"
+        )
+    else:
+        sql = (
+            "SELECT name FROM sqlite_master WHERE type = 'index' AND name LIKE 'proxy%' ORDER BY 1"
+        )
+    return [str(next(iter(row))) for row in store.query(sql)]
+
+
+def test_a_proxy_record_of_version_1_migrates_to_its_indexes_and_keeps_its_rows(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Decision 0115: proxy migration 2 adds the indexes of the proxy's look-ups to a
+    record the proxy wrote before it, every row kept as it was."""
+    store = backend.open()
+    module = _proxy_migrations_of(backend)
+    with monkeypatch.context() as before:
+        before.setattr(module, "PROXY_MIGRATIONS", module.PROXY_MIGRATIONS[:1])
+        assert store.migrate_proxy(EPOCH) == 1
+    assert store.proxy_versions() == [1]
+    indexes = _proxy_indexes(store, backend)
+    assert "proxy_requests_key" in indexes and "proxy_requests_tool" not in indexes
+    assert store.claim_request("a" * 64, None, "p1", "push", "remote_mutation", EPOCH).claimed
+    waiting_run(store, "p1")
+    first = store.latest_request("a" * 64)
+    assert first is not None
+    assert store.claim_request("a" * 64, first.seq, "p2", "push", "remote_mutation", at(1)).claimed
+    assert store.claim_request("b" * 64, None, "p3", "pull", "read_only", at(2)).claimed
+    new_run(store, "p3")
+    rows = [store.request_of_run(run_id) for run_id in ("p1", "p2", "p3")]
+    recorded = everything(store)
+
+    assert store.migrate_proxy(at(3)) == 2
+    assert store.proxy_versions() == [1, 2]
+    added = set(_proxy_indexes(store, backend)) - set(indexes)
+    assert added == {"proxy_approvals_pending", "proxy_requests_created", "proxy_requests_tool"}
+    assert [store.request_of_run(run_id) for run_id in ("p1", "p2", "p3")] == rows
+    assert everything(store) == recorded
+    assert [r.run_id for r in store.unsettled_requests("pull", [])] == ["p3"]
+    assert store.unsettled_requests("push", []) == []  # the key's latest run was never made
+    # The cap counts as before: p1 waits on its pending approval.
+    full = store.claim_request("c" * 64, None, "p4", "push", "remote_mutation", at(4), cap=1)
+    assert full == Claim(claimed=False, full=True, waiting=1)
+
+
+def _plan(store: Store, backend: Backend, sql: str, params: tuple[Any, ...]) -> str:
+    """The plan of `sql`: SQLite's EXPLAIN QUERY PLAN; PostgreSQL's EXPLAIN with sequential
+    scans off (its tables here are too small for a plan of their own to mean anything)."""
+    if backend.name == "postgres":
+        with store.transaction() as tx:
+            tx.execute("SET LOCAL enable_seqscan = off")
+            return "\n".join(str(r[0]) for r in tx.execute("EXPLAIN " + sql, params).fetchall())
+    return "\n".join(str(tuple(r)[-1]) for r in store.query("EXPLAIN QUERY PLAN " + sql, params))
+
+
+def test_the_proxy_look_ups_search_their_indexes_not_the_whole_tables(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Decision 0115: `unsettled_requests` finds a tool's rows through `proxy_requests_tool`,
+    a capped `claim_request` counts pending approvals through `proxy_approvals_pending` and
+    the calls on their way to a person through `proxy_requests_created`."""
+    store = backend.open()
+    store.migrate_proxy(EPOCH)
+    for n, tool in enumerate(("push", "pull", "push")):
+        assert store.claim_request(f"{n}" * 64, None, f"p{n}", tool, "remote_mutation", EPOCH)
+        waiting_run(store, f"p{n}")
+    seen: list[tuple[str, tuple[Any, ...]]] = []
+    read = store._query  # type: ignore[attr-defined]  # the store's one read path
+
+    def reading(sql: str, params: Any = ()) -> Any:
+        seen.append((sql, tuple(params)))
+        return read(sql, params)
+
+    class Counting:
+        def __init__(self, tx: Any) -> None:
+            self.tx = tx
+
+        def execute(self, sql: str, params: Any = ()) -> Any:
+            seen.append((sql, tuple(params)))
+            return self.tx.execute(sql, params)
+
+    count = _proxy_rows._waiting_or_on_the_way
+    with monkeypatch.context() as traced:
+        traced.setattr(store, "_query", reading)
+        traced.setattr(
+            _proxy_rows, "_waiting_or_on_the_way", lambda tx, *a: count(Counting(tx), *a)
+        )
+        unsettled = store.unsettled_requests("push", [("approval_expired", None)])
+        claimed = store.claim_request(
+            "9" * 64,
+            None,
+            "p9",
+            "push",
+            "remote_mutation",
+            at(1),
+            cap=10,
+            awaiting=["remote_mutation"],
+            fresh_since=EPOCH,
+        )
+    assert [r.run_id for r in unsettled] == ["p0", "p2"]
+    assert claimed == Claim(claimed=True, waiting=3)
+    assert len(seen) == 3  # the look-up, then the claim's two counts
+    plans = [_plan(store, backend, sql, params) for sql, params in seen]
+    indexes = ("proxy_requests_tool", "proxy_approvals_pending", "proxy_requests_created")
+    for plan, index in zip(plans, indexes, strict=True):
+        assert index in plan, plan
+    if backend.name != "postgres":
+        assert "SEARCH p USING INDEX proxy_requests_tool (tool=?)" in plans[0]
+        assert "SEARCH p USING INDEX proxy_requests_created (created_at>?)" in plans[2]
+        for plan in plans:  # no table read whole (the partial index holds the pending only)
+            lines = plan.splitlines()
+            assert not [x for x in lines if x.startswith("SCAN ") and " USING " not in x], plan
+    else:
+        for plan in plans:
+            assert (
+                "Seq Scan on proxy_requests" not in plan and "Seq Scan on approvals" not in plan
+            ), plan
 
 
 def test_a_claimed_step_reads_back_by_its_index_and_id(backend: Backend) -> None:

@@ -162,7 +162,14 @@ CREATE TABLE proxy_requests (
 CREATE INDEX proxy_requests_key ON proxy_requests (request_key, seq)
 """
 
-PROXY_MIGRATIONS: tuple[tuple[int, str], ...] = ((1, PROXY_V1),)
+# The proxy's look-ups served by an index (decision 0115), as in SQLite's `_PROXY_V2`.
+PROXY_V2 = """\
+CREATE INDEX proxy_requests_tool ON proxy_requests (tool, seq);
+CREATE INDEX proxy_requests_created ON proxy_requests (created_at);
+CREATE INDEX proxy_approvals_pending ON approvals (run_id) WHERE status = 'pending'
+"""
+
+PROXY_MIGRATIONS: tuple[tuple[int, str], ...] = ((1, PROXY_V1), (2, PROXY_V2))
 
 
 def statements(script: str) -> list[str]:

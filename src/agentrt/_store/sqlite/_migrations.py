@@ -241,7 +241,19 @@ CREATE TABLE proxy_requests (
 CREATE INDEX proxy_requests_key ON proxy_requests (request_key, seq);
 """
 
-PROXY_MIGRATIONS: tuple[Migration, ...] = (Migration(1, _PROXY_V1),)
+# The proxy's look-ups served by an index (decision 0115): `unsettled_requests` by tool,
+# `claim_request`'s count of calls on their way to a person by the time of their claim,
+# and its count of pending approvals by a partial index of the pending ones (an index
+# the proxy adds to the store's `approvals`, which no store migration rebuilds).
+_PROXY_V2 = """\
+CREATE INDEX proxy_requests_tool ON proxy_requests (tool, seq);
+
+CREATE INDEX proxy_requests_created ON proxy_requests (created_at);
+
+CREATE INDEX proxy_approvals_pending ON approvals (run_id) WHERE status = 'pending';
+"""
+
+PROXY_MIGRATIONS: tuple[Migration, ...] = (Migration(1, _PROXY_V1), Migration(2, _PROXY_V2))
 
 _VERSION_RE = re.compile(r"^[0-9]+(\.[0-9]+)*$")
 

@@ -1235,6 +1235,15 @@ class GatedRun:
             # The state holds the call, decided the SDK's way: that decides no
             # interrupted side effect (decision 0043), a person does, through agentrt.
             raise InterruptedSideEffectError(self.run_id, approval.id, approval_tool(approval))
+        if (
+            approval.status == ApprovalStatus.APPROVED
+            and call_id is not None
+            and context.is_tool_approved(approval_tool(approval), call_id) is False
+        ):
+            # The state rejected the call the SDK's way, a person approved it through
+            # agentrt first (or while the rejection was being carried): the recorded
+            # decision stands (decision 0115), and the consumer is told so.
+            raise _rejection_not_carried(self.run_id, approval, call_id)
         raise _waiting_elsewhere(self.run_id, approval, call_id)
 
     def _waiting(self) -> bool:
@@ -1252,7 +1261,9 @@ class GatedRun:
             call_id = _call_id_of(self._decision_of(approval.step_id))
             if call_id is None or approval.kind == INTERRUPTED_SIDE_EFFECT:
                 continue
-            if context.is_tool_approved(approval_tool(approval), call_id) is False:
+            if context.is_tool_approved(approval_tool(approval), call_id) is not False:
+                continue
+            try:
                 self._operator.reject(
                     self.run_id,
                     approval.id,
@@ -1260,6 +1271,20 @@ class GatedRun:
                     "rejected through the Agents SDK (RunState.reject)",
                     shown_hash=approval.hash,
                 )
+            except NotPendingError:
+                # Decided since `pending()` read it: a person approved or rejected it,
+                # or a cancel expired it. That recorded decision stands and the SDK's
+                # rejection is not carried (decision 0115); the caller reads the run
+                # again and tells what follows. One still pending has merely timed out.
+                if self._approval_status(approval.id) == ApprovalStatus.PENDING:
+                    raise
+
+    def _approval_status(self, approval_id: str) -> ApprovalStatus | str | None:
+        """The approval's status as recorded now (None when the run is gone)."""
+        try:
+            return self.store.get_approval(self.run_id, approval_id).status
+        except NotFoundError:
+            return None
 
     async def _take_over_if_orphaned(self) -> bool:
         """Attach a RUNNING run whose owner died; True when that paused it for a person."""
@@ -1618,6 +1643,26 @@ def _waiting_elsewhere(run_id: str, approval: Approval, call_id: str | None) -> 
         )
     return RunMismatchError(
         message, run_id=run_id, approval_id=approval.id, approval_hash=approval.hash
+    )
+
+
+def _rejection_not_carried(run_id: str, approval: Approval, call_id: str) -> RunMismatchError:
+    """The refusal of a run state that rejects a call a person approved through agentrt."""
+    tool = approval_tool(approval)
+    note = (
+        f" (note: {json.dumps(approval.note[:200], ensure_ascii=False)})" if approval.note else ""
+    )
+    return RunMismatchError(
+        f"the run state rejected call {call_id!r} of {tool!r} (RunState.reject), but approval "
+        f"{approval.id} of agentrt run {run_id} was approved by {approval.decided_by or 'a person'}"
+        f"{note} before that rejection reached agentrt: the person's decision stands and the "
+        "SDK's rejection was not carried; nothing ran, the model was not asked and nothing of "
+        "this framework run was recorded: resume the saved RunState through "
+        f"GatedRun.load_state (it carries the approval; the call runs once), or end the run "
+        f"with `agentrt cancel {run_id}`",
+        run_id=run_id,
+        approval_id=approval.id,
+        approval_hash=approval.hash,
     )
 
 
