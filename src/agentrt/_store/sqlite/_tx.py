@@ -141,7 +141,13 @@ class TxCore:
         The row is written with the transaction's others by `write_events`.
         """
         self._check_open()
-        payload_json = to_text(payload)
+        return self.append_event_text(run_id, step_id, at, type, to_text(payload))
+
+    def append_event_text(
+        self, run_id: str, step_id: str, at: datetime, type: str, payload_json: str
+    ) -> int:
+        """`append_event` of a payload whose text (`to_text` of it) the caller already made."""
+        self._check_open()
         at_text = format_time(at)
         part = partition_of(run_id, self.partitions)
         prev_hash, seq = self._next(part)
