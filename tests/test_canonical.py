@@ -38,7 +38,9 @@ from agentrt._canonical import (
     policy_json,
     to_text,
 )
+from agentrt._decisions import record
 from agentrt._errors import JSONValueError
+from agentrt._records import Decision
 
 # --------------------------------------------------------------------------- golden bytes
 
@@ -721,3 +723,45 @@ def test_fast_and_slow_parsers_accept_and_refuse_the_same_texts(
             assert str(fast_error.value) == str(slow_error)
         else:
             assert canonical_json(parse_json(text)) == expected
+
+
+_field_texts = st.one_of(st.just(""), _strings, st.sampled_from(["tool_call", "complete", "fail"]))
+
+
+@_PROPERTY
+@given(
+    kind=_field_texts,
+    tool=_field_texts,
+    args=st.one_of(st.none(), _json_values, st.floats(), st.sets(st.integers(), max_size=2)),
+    reason=_field_texts,
+    result=st.one_of(st.none(), _json_values),
+    message=_field_texts,
+    origin=_field_texts,
+    invalid=st.one_of(st.none(), _strings),
+)
+def test_a_recorded_decisions_payload_is_its_text(
+    kind: str,
+    tool: str,
+    args: Any,
+    reason: str,
+    result: Any,
+    message: str,
+    origin: str,
+    invalid: str | None,
+) -> None:
+    # Decision 0114: `step.decided`'s payload is written as the decision's recorded text,
+    # which is what encoding the decision that text reads back as gives.
+    given = Decision(
+        kind=kind,
+        tool=tool,
+        args=args,
+        reason=reason,
+        result=result,
+        message=message,
+        origin=origin,
+        invalid_args=invalid,
+        invalid_result=invalid,
+    )
+    for decision in (given, given.to_json(), None):
+        recorded = record(decision)
+        assert to_text(recorded.decision.to_json()) == recorded.text

@@ -10,11 +10,17 @@ run on SQLite and on PostgreSQL (issue 21 item 5; decision 0105).
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import agentrt
 from agentrt import Decision, Limits, SideEffect, StepInput, ToolCall, ToolResult
+from agentrt._canonical import content_hash
+from agentrt._limits import trailing_repeats
+from agentrt._records import Observation, Step, StepStatus
 from conftest import FakeClock, Ids, RecordingTool, event_types
 
 MINUTE = timedelta(minutes=1)
@@ -142,3 +148,63 @@ def test_each_limit_alone_is_reached_after_the_same_three_steps(
     limits = Limits(**{**NONE, name: ALL[name]})  # type: ignore[arg-type]
     run, tool = run_to_a_limit(store, limits, tool_fails=tool_fails, minutes_per_call=20)
     assert (run.reason, len(tool.calls)) == (expected, 3)
+
+
+def _repeats_as_before(steps: list[Any], args_hash: Any) -> int:
+    """`trailing_repeats` as it was written before decision 0114 (every key up front)."""
+    if not steps:
+        return 0
+    last = steps[-1]
+    if last.decision is None or last.decision.kind != "tool_call" or last.observation is None:
+        return 0
+    key = (last.decision.tool, args_hash(last), last.observation.content_hash)
+    count = 0
+    for step in reversed(steps):
+        if (
+            step.decision is None
+            or step.observation is None
+            or (step.decision.tool, args_hash(step), step.observation.content_hash) != key
+        ):
+            break
+        count += 1
+    return count
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["tool_call", "complete", None]),
+            st.sampled_from(["a", "b"]),
+            st.sampled_from([{"n": 1}, {"n": 2}, None]),
+            st.sampled_from(["ok", "other", None]),
+        ),
+        max_size=8,
+    )
+)
+def test_trailing_repeats_counts_as_it_did(made: list[tuple[Any, str, Any, Any]]) -> None:
+    # Decision 0114: the arguments' hashes are only compared once tool and outcome match.
+    steps = []
+    for i, (kind, tool, args, outcome) in enumerate(made):
+        decision = None if kind is None else Decision(kind=kind, tool=tool, args=args)
+        observation = (
+            None if outcome is None else Observation.tool_result({"seen": outcome}, outcome)
+        )
+        steps.append(
+            Step(
+                id=f"s{i}",
+                run_id="r",
+                index=i,
+                status=StepStatus.DONE,
+                decision=decision,
+                policy=None,
+                observation=observation,
+                started_at=None,
+                finished_at=None,
+            )
+        )
+
+    def args_hash(step: Any) -> str:
+        return content_hash({} if step.decision.args is None else step.decision.args)
+
+    assert trailing_repeats(steps, args_hash) == _repeats_as_before(steps, args_hash)

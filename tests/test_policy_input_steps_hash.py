@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 
 from agentrt._canonical import content_hash
 from agentrt._policy_input import InputHashes
-from agentrt._records import Decision, Step, StepStatus
+from agentrt._records import Approval, Decision, Step, StepStatus
 
 AT = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 
@@ -60,3 +60,31 @@ def test_a_view_that_extends_the_last_hashes_only_its_new_steps() -> None:
     hashes.step = counting  # type: ignore[method-assign]
     assert hashes.steps(steps) == whole(InputHashes(), steps)
     assert hashed == ["s0099"]
+
+
+def approval(i: int, status: str = "pending") -> Approval:
+    return Approval(
+        id=f"a{i}",
+        run_id="r1",
+        step_id=f"s{i:04d}",
+        kind="k",
+        capability={"i": i},
+        presentation=None,
+        request={"args": {"i": i}},
+        hash="h",
+        status=status,
+        created_at=AT,
+        expires_at=None,
+        decided_at=None,
+    )
+
+
+def test_the_approvals_hash_is_the_whole_lists_hash_for_every_view() -> None:
+    # Decision 0114: kept while a view holds the same approval objects as the last one.
+    hashes = InputHashes()
+    first, second = approval(1), approval(2)
+    views = [[], [], [first], [first], [first, second], [first, approval(2, "approved")], []]
+    for view in views:
+        expected = content_hash([InputHashes().approval(a) for a in view])
+        assert hashes.approvals(view) == expected
+        assert hashes.approvals(tuple(view)) == expected

@@ -10,6 +10,7 @@ kept, so reads cross pages and pages are let go too.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -444,3 +445,40 @@ def test_an_inputs_steps_slice_and_add_as_the_tuple_they_replaced(
     both = last.steps + (tail[0],)  # noqa: RUF005 (concatenation is what is tested)
     assert isinstance(both, tuple) and len(both) == len(last.steps) + 1
     assert isinstance((tail[0],) + last.steps, tuple)  # noqa: RUF005
+
+
+def test_a_rewritten_step_weighs_what_a_step_weighs() -> None:
+    # Decision 0114: a step written again is weighed by the records it does not share.
+    first = Step(
+        id="s",
+        run_id="r",
+        index=0,
+        status=StepStatus.DECIDING,
+        decision=None,
+        policy=None,
+        observation=None,
+        started_at=None,
+        finished_at=None,
+    )
+    decided = dataclasses.replace(
+        first, decision=Decision.tool_call("echo", {"n": 1, "pad": ["a", {"b": None}]})
+    )
+    allowed = dataclasses.replace(
+        decided,
+        status=StepStatus.EXECUTING,
+        policy=agentrt.PolicyDecision(outcome="allow", capability={"c": "x" * 50}),
+    )
+    done = dataclasses.replace(
+        allowed,
+        status=StepStatus.DONE,
+        observation=Observation.tool_result({"seen": "y" * 9}, "seen"),
+    )
+    again = dataclasses.replace(done, decision=Decision.tool_call("echo", {"n": 2}))
+    chain = [first, decided, allowed, done, again, first]
+    for old, new in itertools.pairwise(chain):
+        weight = history.rewritten_weight(old, history.step_weight(old), new)
+        assert weight == history.step_weight(new)
+    log = history.StepLog([], lambda first, limit: [])
+    for step in chain:
+        log.put(step)
+        assert log.held_weight == history.step_weight(step)

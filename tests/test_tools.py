@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import dataclasses
 import hashlib
 import inspect
 import io
@@ -22,6 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, Field
 
+from agentrt._canonical import json_problem
 from agentrt._errors import ConfigError
 from agentrt._records import SideEffect, ToolCall, ToolResult, ToolSpec
 from agentrt._tools import (
@@ -989,3 +991,75 @@ def test_check_args_never_raises(args: Any) -> None:
     errors = check_args(BOUNDED, args)
     assert all(isinstance(error, str) and error.startswith("$") for error in errors)
     assert errors == sorted(errors, key=lambda e: tuple(e.partition(": ")[::2]))
+
+
+SIMPLE_SCHEMAS = [
+    {
+        "type": "object",
+        "title": "t",
+        "properties": {
+            "n": {"type": "integer", "title": "N"},
+            "m": {"type": "number"},
+            "s": {"type": "string", "description": "d", "default": "x"},
+            "x": {"type": "boolean"},
+            "other": {},
+        },
+        "required": ["n"],
+        "additionalProperties": False,
+    },
+    {"type": "object", "properties": {"n": {"type": "null"}}, "$comment": "c"},
+    {"type": "object", "required": ["n", "m"], "additionalProperties": True},
+    {
+        "$schema": "http://json-schema.org/draft-04/schema#",
+        "type": "object",
+        "properties": {"n": {"type": "integer"}, "m": {"type": "string"}},
+        "additionalProperties": False,
+    },
+]
+NOT_SIMPLE_SCHEMAS = [
+    {"type": "object", "properties": {"n": {"type": ["integer", "null"]}}},
+    {"type": "object", "properties": {"n": {"type": "integer", "minimum": 0}}},
+    {"type": "object", "minProperties": 1},
+    {"type": "object", "additionalProperties": {"type": "string"}},
+    {"type": "object", "properties": {"n": {"type": "array"}}},
+    {
+        "$schema": "http://json-schema.org/draft-03/schema#",
+        "type": "object",
+        "properties": {"n": {"type": "integer"}},
+    },
+]
+
+
+def _simple(schema: dict[str, Any]) -> Any:
+    return compile_tool(make_spec(schema))
+
+
+def test_only_simple_schemas_get_the_quick_acceptance() -> None:
+    # Decision 0114: a simple schema's valid arguments skip the validator; any other
+    # schema, and any argument the quick check is not sure of, go to the validator.
+    assert all(_simple(schema).accepts is not None for schema in SIMPLE_SCHEMAS)
+    assert all(_simple(schema).accepts is None for schema in NOT_SIMPLE_SCHEMAS)
+    assert compile_tool(BOUNDED).accepts is None
+
+    @tool(side_effect="read_only", timeout=30)
+    def read_page(page: int, text: str = "", size: float = 1.0, more: bool = False) -> str:
+        """Read one page."""
+        return text
+
+    assert compile_tool(read_page.spec).accepts is not None
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    index=st.integers(min_value=0, max_value=len(SIMPLE_SCHEMAS) - 1),
+    args=st.dictionaries(st.sampled_from(["n", "m", "x", "s", "other"]), JSON_VALUES, max_size=5),
+)
+def test_the_quick_acceptance_accepts_only_what_the_validator_accepts(
+    index: int, args: dict[str, Any]
+) -> None:
+    compiled = _simple(SIMPLE_SCHEMAS[index])
+    slow = dataclasses.replace(compiled, accepts=None)
+    assert compiled.check(args) == slow.check(args)
+    assert compiled.accepts is not None
+    if json_problem(args) is None and compiled.accepts(args):  # `check` asks it of usable JSON
+        assert slow.check(args) == [], args

@@ -697,25 +697,36 @@ def policy_json(value_or_bytes: Any) -> bytes:
 
 def content_hash(value_or_bytes: Any) -> str:
     """Lowercase hex SHA-256 of `canonical_json(value_or_bytes)`."""
-    return hashlib.sha256(_encode(value_or_bytes, html=True)).hexdigest()
+    return hashlib.sha256(_text(value_or_bytes, html=True).encode("utf-8")).hexdigest()
 
 
 def to_text(value: Any) -> str:
     """The text agentrt stores in a database column: `policy_json` as a str."""
-    return _encode(value, html=False).decode("utf-8")
+    return _text(value, html=False)
 
 
 def _encode(value: Any, *, html: bool) -> bytes:
-    if isinstance(value, bytes | bytearray | memoryview):
+    return _text(value, html=html).encode("utf-8")
+
+
+_BYTES_LIKE = (bytes, bytearray, memoryview)
+
+
+def _text(value: Any, *, html: bool) -> str:
+    """The canonical text (`html`) or the policy text of `value`, as a str that encodes
+    to UTF-8 (`_encode`'s bytes decoded: the encoding is made only where it may fail)."""
+    if isinstance(value, _BYTES_LIKE):
         value = _parse(value, MAX_STORED_DEPTH)
-    encoded = _encode_fast(value, html=html)
-    if encoded is not None:
-        return encoded
+    text = _text_fast(value, html=html)
+    if text is not None:
+        return text
     try:
         _check(value, 0, MAX_STORED_DEPTH)
     except _Refusal as exc:
         raise exc.error() from None
-    return _finish(_encode_slow(value), html=html).encode("utf-8")
+    text = _finish(_encode_slow(value), html=html)
+    text.encode("utf-8")  # raises as the bytes were made before
+    return text
 
 
 _ENCODER = json.JSONEncoder(
@@ -764,21 +775,31 @@ _LEAF_TYPES = frozenset({str, int, float, bool, type(None)})
 
 
 def _encode_fast(value: Any, *, html: bool) -> bytes | None:
-    """The C encoder's bytes when they are provably the canonical ones, else None.
+    """The C encoder's bytes when they are provably the canonical ones, else None."""
+    text = _text_fast(value, html=html)
+    return None if text is None else text.encode("utf-8")
+
+
+def _text_fast(value: Any, *, html: bool) -> str | None:
+    """The C encoder's text when it is provably the canonical one, else None.
 
     `_plain` admits only exact types the C encoder writes exactly as `_write`
     does; each remaining problem makes the C encoder or the UTF-8 encoding fail
     (non-finite float, int over the int/str limit, unknown type, lone surrogate),
-    and then the caller checks the value and takes the slow path.
+    and then the caller checks the value and takes the slow path. ASCII text
+    always encodes: only other text is encoded to find a lone surrogate.
     """
     limit = sys.get_int_max_str_digits()
     # Otherwise json.dumps would write an int too long to be a usable literal.
     if not 0 < limit < MAX_NUMBER_CHARS or not _plain(value, 0):
         return None
     try:
-        return _finish(_dumps(value), html=html).encode("utf-8")
+        text = _finish(_dumps(value), html=html)
+        if not text.isascii():
+            text.encode("utf-8")
     except (ValueError, TypeError):  # UnicodeEncodeError is a ValueError
         return None
+    return text
 
 
 def _plain(value: Any, depth: int) -> bool:

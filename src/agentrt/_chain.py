@@ -71,8 +71,19 @@ def event_hash(
     """Hex SHA-256 of the seven netstrings that chain one event to the one before it."""
     if isinstance(seq, bool) or not isinstance(seq, int):
         raise TypeError(f"seq must be an int, got {_type_name(seq)}")
-    text = (prev_hash, run_id, step_id, at, type)
-    if all(t.__class__ is str and t.isascii() for t in text) and payload_json.__class__ is str:
+    if (
+        prev_hash.__class__ is str
+        and run_id.__class__ is str
+        and step_id.__class__ is str
+        and at.__class__ is str
+        and type.__class__ is str
+        and payload_json.__class__ is str
+        and prev_hash.isascii()
+        and run_id.isascii()
+        and step_id.isascii()
+        and at.isascii()
+        and type.isascii()
+    ):
         # What the writers hand in: the same bytes as the netstrings below, made in one
         # formatting (ASCII text's length is its byte length; the payload's is counted).
         body, number = payload_json.encode(), str(seq)

@@ -40,18 +40,21 @@ def format_time(value: datetime | None) -> str:
     # isoformat, unlike strftime (several times slower, and "999" for year 999 on
     # glibc), always writes four year digits and, with the offset dropped, the Z form.
     # It is called on a plain datetime: a clock's subclass cannot change the text.
-    global _last_formatted
-    last = _last_formatted  # read once: another thread may replace it meanwhile
-    if value is last[0]:  # one step formats its `now` several times
-        return last[1]
+    kept = _FORMATTED.get(id(value))  # a step formats its `now` and the run's times
+    if kept is not None and kept[0] is value:
+        return kept[1]
     text = as_stored(value).replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
-    _last_formatted = (value, text)
+    if len(_FORMATTED) >= _FORMATTED_KEPT:
+        _FORMATTED.clear()
+    _FORMATTED[id(value)] = (value, text)
     return text
 
 
-# The last timestamp formatted and its text: a datetime's fields never change, so the
-# same object always formats the same.
-_last_formatted: tuple[object, str] = (None, "")
+# The timestamps formatted lately, by identity (each kept alive by its entry, so its id is
+# not reused meanwhile), and their texts: a datetime's fields never change, so the same
+# object always formats the same. Emptied whole when full.
+_FORMATTED: dict[int, tuple[datetime, str]] = {}
+_FORMATTED_KEPT = 16
 
 
 def as_stored(value: datetime) -> datetime:

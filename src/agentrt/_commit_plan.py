@@ -30,6 +30,7 @@ Invariants:
 
 from __future__ import annotations
 
+import operator
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -60,15 +61,26 @@ class Commit:
     that commit's own (`RunSession.defer`): not a transaction of its own."""
 
     def joining(self, earlier: Iterable[Commit]) -> Commit:
-        """This commit with `earlier` joining commits' writes and events in front of its own."""
+        """This commit with `earlier` joining commits' writes and events in front of its own.
+
+        The same commits joined give the same (frozen) commit: it is made once and kept
+        (a step joins the same two to its first commit every time)."""
         ahead = tuple(earlier)
-        return Commit(
+        key = (id(self), *map(id, ahead))
+        kept = _JOINED.get(key)
+        if kept is not None and kept[0] is self and all(map(operator.is_, kept[1], ahead)):
+            return kept[2]
+        joined = Commit(
             " + ".join([*(c.name for c in ahead), self.name]),
             self.when,
             tuple(w for c in (*ahead, self) for w in c.writes),
             self.events.union(*(c.events for c in ahead)),
             self.point,
         )
+        if len(_JOINED) >= _JOINED_KEPT:
+            _JOINED.clear()
+        _JOINED[key] = (self, ahead, joined)  # the entry keeps its commits (and ids) alive
+        return joined
 
     def check(self, appended: Iterable[str]) -> None:
         """Raise `CommitPlanError` if `appended` holds an event this commit does not list."""
@@ -78,6 +90,11 @@ class Commit:
                 f"the {self.name!r} transaction appended {', '.join(unplanned)}, which the "
                 "commit plan does not list for it; nothing was written"
             )
+
+
+# The commits `Commit.joining` made, by the ids of the commits joined; emptied when full.
+_JOINED: dict[tuple[int, ...], tuple[Commit, tuple[Commit, ...], Commit]] = {}
+_JOINED_KEPT = 64
 
 
 def checking() -> bool:

@@ -273,13 +273,13 @@ async def invoke(
     """
     task = asyncio.ensure_future(_guarded(tool, call, threads))
     try:
-        done, _ = await asyncio.wait({task}, timeout=spec.timeout.total_seconds())
+        done = await _done_within(task, spec.timeout.total_seconds())
     except asyncio.CancelledError:
         # Only our own task's cancellation gets here: the caller's. Let the tool
         # unwind from its cancellation first, as `asyncio.wait_for` would.
         await _cancel(task, threads)
         raise
-    if task not in done:
+    if not done:
         await _cancel(task, threads)
         observation = _error(spec, "timeout", f"timed out after {spec.timeout.total_seconds():g}s")
         return ToolOutcome(observation=observation)
@@ -287,6 +287,26 @@ async def invoke(
     if ok:
         return ToolOutcome(observation=result_observation(spec, value))
     return _raised(spec, value)
+
+
+async def _done_within(task: asyncio.Future[Any], timeout: float) -> bool:
+    """Whether `task` is done within `timeout` seconds: `asyncio.wait({task}, timeout=...)`
+    for the one task, without its checks and sets (the task is never cancelled here; the
+    caller's cancellation is raised, the task left running, as `asyncio.wait` does)."""
+    waiter = asyncio.get_running_loop().create_future()
+
+    def release(_: object) -> None:
+        if not waiter.done():
+            waiter.set_result(None)
+
+    timer = waiter.get_loop().call_later(timeout, release, None)
+    task.add_done_callback(release)
+    try:
+        await waiter
+    finally:
+        timer.cancel()
+        task.remove_done_callback(release)
+    return task.done()
 
 
 _CANCEL_GRACE_S = 1.0

@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, overload
 
 from ._errors import RunStateError
-from ._records import Step, StepStatus
+from ._records import Decision, Observation, PolicyDecision, Step, StepStatus
 from ._shown import shown_step
 
 HELD_BYTES = 16 * 2**20
@@ -62,6 +62,8 @@ ReadSteps = Callable[[int, int], list[Step]]
 
 def json_weight(value: Any) -> int:
     """About how many characters `value` takes as JSON (strings by their length)."""
+    if value is None:
+        return 8  # as the walk below counts it
     total = 0
     stack = [value]
     while stack:
@@ -82,16 +84,39 @@ def json_weight(value: Any) -> int:
 
 def step_weight(step: Step) -> int:
     """`STEP_WEIGHT` plus the weight of the step's JSON values."""
-    weight = STEP_WEIGHT
-    decision = step.decision
-    if decision is not None:
-        weight += json_weight(decision.args) + json_weight(decision.result)
-    policy = step.policy
-    if policy is not None:
-        weight += json_weight(policy.capability) + json_weight(policy.presentation)
-    observation = step.observation
-    if observation is not None:
-        weight += json_weight(observation.content)
+    return (
+        STEP_WEIGHT
+        + _decision_weight(step.decision)
+        + _policy_weight(step.policy)
+        + _observation_weight(step.observation)
+    )
+
+
+def _decision_weight(decision: Decision | None) -> int:
+    return 0 if decision is None else json_weight(decision.args) + json_weight(decision.result)
+
+
+def _policy_weight(policy: PolicyDecision | None) -> int:
+    if policy is None:
+        return 0
+    return json_weight(policy.capability) + json_weight(policy.presentation)
+
+
+def _observation_weight(observation: Observation | None) -> int:
+    return 0 if observation is None else json_weight(observation.content)
+
+
+def rewritten_weight(old: Step, old_weight: int, new: Step) -> int:
+    """`step_weight(new)`, given `old_weight`, `step_weight(old)`: only the records `new`
+    does not share with `old` are weighed (a write replaces one; the others are the
+    same objects, which are never changed)."""
+    weight = old_weight
+    if new.decision is not old.decision:
+        weight += _decision_weight(new.decision) - _decision_weight(old.decision)
+    if new.policy is not old.policy:
+        weight += _policy_weight(new.policy) - _policy_weight(old.policy)
+    if new.observation is not old.observation:
+        weight += _observation_weight(new.observation) - _observation_weight(old.observation)
     return weight
 
 
@@ -194,7 +219,12 @@ class StepLog(Sequence[Step]):
         if position is None:
             self.append(step)
             return
-        weight = step_weight(step)
+        held = self._entries[position]
+        weight = (
+            step_weight(step)
+            if held is None
+            else rewritten_weight(held, self._weights[position], step)
+        )
         self._held_weight += weight - self._weights[position]
         self._entries[position] = step
         self._weights[position] = weight

@@ -46,15 +46,24 @@ def trailing_repeats(steps: Sequence[Step], args_hash: Callable[[Step], str]) ->
         or last.observation is None
     ):
         return 0
-    key = (last.decision.tool, args_hash(last), last.observation.content_hash)
+    tool, outcome = last.decision.tool, last.observation.content_hash
+    # The arguments' hashes are compared last, and only once an earlier step has the same
+    # tool and outcome: in most runs none has, and the last step's is never computed.
+    args: str | None = None
     count = 0
     for step in reversed(steps):
         if (
             step.decision is None
             or step.observation is None
-            or (step.decision.tool, args_hash(step), step.observation.content_hash) != key
+            or step.decision.tool != tool
+            or step.observation.content_hash != outcome
         ):
             break
+        if count:  # the last step itself shares its own arguments
+            if args is None:
+                args = args_hash(last)
+            if args_hash(step) != args:
+                break
         count += 1
     return count
 

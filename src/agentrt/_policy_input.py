@@ -164,6 +164,8 @@ class InputHashes:
     def __init__(self) -> None:
         self._steps: dict[str, tuple[Step, str]] = {}
         self._approvals: dict[str, tuple[Approval, str]] = {}
+        # The approvals of the last view, and the hash of their list.
+        self._approvals_listed: tuple[tuple[Approval, ...], str] = ((), "")
         # The list of steps' hashes as canonical JSON is hashed as it grows: the steps
         # already in it (the same objects) and the SHA-256 of its text without the
         # closing bracket. A view that extends the last one costs its new steps only.
@@ -221,6 +223,16 @@ class InputHashes:
         self._steps[step.id] = (step, digest)
         return digest
 
+    def approvals(self, approvals: Sequence[Approval]) -> str:
+        """`content_hash` of the list of each approval's hash (`approval`), kept while the
+        view holds the same approval objects as the last one (none, in most runs)."""
+        listed, digest = self._approvals_listed
+        if digest and len(listed) == len(approvals) and all(map(operator.is_, listed, approvals)):
+            return digest
+        digest = content_hash([self.approval(a) for a in approvals])
+        self._approvals_listed = (tuple(approvals), digest)
+        return digest
+
     def approval(self, approval: Approval) -> str:
         kept = self._approvals.get(approval.id)
         if kept is not None and kept[0] is approval:
@@ -243,7 +255,7 @@ def input_hashes(
         "request": content_hash(_request_form(request)),
         "run": content_hash(_run_form(view.run, columns)),
         "steps": kept.steps(view.steps),
-        "approvals": content_hash([kept.approval(a) for a in view.approvals]),
+        "approvals": kept.approvals(view.approvals),
     }
 
 

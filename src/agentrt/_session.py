@@ -260,9 +260,12 @@ def validate_policy_decision(result: Any) -> str | None:
     if result.outcome == PolicyOutcome.REQUIRE_APPROVAL and not result.kind:
         return "policy required an approval without naming its kind"
     for name in ("capability", "presentation"):
+        value = getattr(result, name)
+        if value is None:  # usable JSON, written `null`: nothing to check
+            continue
         try:
-            check_json(getattr(result, name))
-            to_text(getattr(result, name))
+            check_json(value)
+            to_text(value)
         except (JSONValueError, RecursionError, TypeError, ValueError) as exc:
             return f"policy {name} is not usable JSON: {exc}"
     try:

@@ -325,10 +325,9 @@ async def _finish_tool(
     config = session.config
 
     def tx_finished(tx: Tx) -> None:
-        guarded = tx.lock_run(session.run_id)
-        if guarded is None:
+        lease = tx.lock_lease(session.run_id)
+        if lease is None:
             raise RunStateError(f"run {session.run_id} disappeared")
-        lease = guarded.lease
         now = config.clock()
         duration_ms = max(0, duration_to_ms(now - started_at))
         finished: dict[str, Any] = {"tool": spec.name, "duration_ms": duration_ms}

@@ -670,6 +670,11 @@ class CompiledTool:
     hash: str
     dialect: str
     validator: Any = dataclasses.field(repr=False, compare=False)
+    # A check that may only say "accepted" (`_simple_acceptance`), for the simple
+    # schemas most tools have; None when the schema is not one of them.
+    accepts: Callable[[dict[str, Any]], bool] | None = dataclasses.field(
+        default=None, repr=False, compare=False
+    )
 
     def check(self, args: Any) -> list[str]:
         """Errors of `args` against the schema, as `"<json path>: <problem>"`, sorted.
@@ -684,6 +689,8 @@ class CompiledTool:
             return sorted(errors, key=_by_path)
         if not isinstance(plain, dict):
             return [f"$: arguments must be a JSON object, got {_json_type(plain)}"]
+        if self.accepts is not None and self.accepts(plain):
+            return []  # what the validator would find: nothing (`_simple_acceptance`)
         try:
             found = [
                 f"{error.json_path}: {_clip(error.message)}"
@@ -832,7 +839,83 @@ def _compile(spec: ToolSpec, name: str, key: str, schema: dict[str, Any]) -> Com
                 "inside the schema"
             ) from exc
     validator = cls(root, registry=_no_io_registry())
-    return CompiledTool(spec=spec, hash=key, dialect=dialect, validator=validator)
+    return CompiledTool(
+        spec=spec,
+        hash=key,
+        dialect=dialect,
+        validator=validator,
+        accepts=_simple_acceptance(root, dialect),
+    )
+
+
+# What a simple schema may hold besides its structure: annotations, which no dialect
+# from draft 4 on validates (draft 3 reads `required` inside a property: not simple).
+_ANNOTATIONS = frozenset({"title", "description", "default", "examples", "$comment"})
+_SIMPLE_ROOT = _ANNOTATIONS | {"type", "properties", "required", "additionalProperties"}
+_SIMPLE_PROPERTY = _ANNOTATIONS | {"type"}
+# A simple type, and the exact Python types of a plain copy (`_plain_copy`) that every
+# dialect from draft 4 on accepts as it (bool is not an integer; a `_LongInt` or a
+# `JSONFloat`, a float that is an integer, are left to the validator).
+_SIMPLE_TYPES: dict[str, frozenset[type]] = {
+    "string": frozenset({str}),
+    "integer": frozenset({int}),
+    "number": frozenset({int, float}),
+    "boolean": frozenset({bool}),
+    "null": frozenset({type(None)}),
+}
+_ANY_VALUE: frozenset[type] = frozenset()
+
+
+def _simple_acceptance(
+    schema: dict[str, Any], dialect: str
+) -> Callable[[dict[str, Any]], bool] | None:
+    """For a simple object schema, a check that says True only when the validator would
+    find no error; None for any other schema (the validator then judges every call).
+
+    Simple: `"type": "object"`, `properties` whose schemas give at most one simple `type`
+    (or none: any value), `required` names, a boolean `additionalProperties`, and
+    annotations; draft 4 or later. False means "ask the validator", never "invalid".
+    """
+    if dialect == "http://json-schema.org/draft-03/schema" or not schema.keys() <= _SIMPLE_ROOT:
+        return None
+    properties = schema.get("properties", {})
+    required = schema.get("required", [])
+    additional = schema.get("additionalProperties", True)
+    if (
+        schema.get("type") != "object"
+        or not isinstance(properties, dict)
+        or not isinstance(required, list)
+        or not all(type(name) is str for name in required)
+        or type(additional) is not bool
+    ):
+        return None
+    types: dict[str, frozenset[type]] = {}
+    for name, sub in properties.items():
+        if not isinstance(sub, dict) or not sub.keys() <= _SIMPLE_PROPERTY:
+            return None
+        if "type" not in sub:
+            types[name] = _ANY_VALUE
+            continue
+        kinds = _SIMPLE_TYPES.get(sub["type"]) if type(sub["type"]) is str else None
+        if kinds is None:
+            return None
+        types[name] = kinds
+    names = tuple(required)
+
+    def accepts(args: dict[str, Any]) -> bool:
+        for name in names:
+            if name not in args:
+                return False
+        for name, value in args.items():
+            kinds = types.get(name)
+            if kinds is None:
+                if not additional:
+                    return False
+            elif kinds and type(value) not in kinds:
+                return False
+        return True
+
+    return accepts
 
 
 def check_args(spec: ToolSpec, args: Any) -> list[str]:

@@ -879,6 +879,22 @@ def test_lock_run_gives_the_run_and_its_lease_as_stored_or_none(backend: Backend
         assert tx.latest_approval_of_step(step.id) is None
 
 
+def test_lock_lease_gives_the_lease_lock_run_gives_or_none(backend: Backend) -> None:
+    # Decision 0114: a step's outcome commit judges the lease alone.
+    store = backend.open()
+    deciding_step(store)
+    with store.transaction() as tx:
+        assert tx.lock_lease("nope") is None
+        lease = tx.lock_lease("r1")
+        locked = tx.lock_run("r1")
+        assert locked is not None and lease == locked.lease == store.lease_state("r1")
+    with store.transaction() as tx:
+        tx.release_lease("r1", OWNER)
+        released = tx.lock_lease("r1")
+        assert released is not None and released.owner == ""
+    assert released == store.lease_state("r1")
+
+
 def test_reads_inside_a_transaction_see_its_own_writes(backend: Backend) -> None:
     store = backend.open()
     new_run(store)

@@ -114,6 +114,10 @@ class Tx(Protocol):
     def lock_run(self, run_id: str) -> GuardedRun | None:
         """The run and its lease, held for the rest of the transaction; None if no such run."""
 
+    def lock_lease(self, run_id: str) -> LeaseState | None:
+        """`lock_run`'s lease alone, the run locked the same way; None if no such run (a
+        caller that judges only the lease reads no more of the run than the lease)."""
+
     def lease_now(self, wall: Callable[[], datetime]) -> datetime:
         """The time leases are judged by in this transaction: the backend's lease clock (the
         caller's `wall` for SQLite, the server's clock for a shared database)."""

@@ -41,7 +41,7 @@ import psycopg
 from ..._chain import partition_of
 from ..._clock import as_stored
 from ..._errors import StoreError
-from .._records import GuardedRun
+from .._records import GuardedRun, LeaseState
 from ..sqlite._codecs import lease_from, run_from_row
 from ..sqlite._tx import _TOUCHES_CHAIN, EventRow
 from ..sqlite._values import INSERT_SQL
@@ -336,6 +336,11 @@ class PostgresTx(SqliteTx):
                 unread.execute(text, values)
             self.write_events()
             unread.execute("COMMIT")
+
+    def lock_lease(self, run_id: str) -> LeaseState | None:
+        """`lock_run`'s lease: the row locked, and the head with it, exactly as it does."""
+        guarded = self.lock_run(run_id)
+        return None if guarded is None else guarded.lease
 
     def lock_run(self, run_id: str) -> GuardedRun | None:
         """The run and its lease, its row locked (`FOR UPDATE`) until the transaction ends.

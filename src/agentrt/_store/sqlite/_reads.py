@@ -179,6 +179,11 @@ class plain_reader:
         self.conn.close()
 
 
+_LEASE_COLUMNS = (
+    "SELECT status, lease_owner, lease_expires_at, lease_holder, lease_epoch FROM runs WHERE id = ?"
+)
+
+
 class TxReads(TxCore):
     """The named reads inside a transaction: they see what the transaction wrote."""
 
@@ -205,6 +210,14 @@ class TxReads(TxCore):
             row["lease_epoch"],
         )
         return GuardedRun(None, lease, lambda: run_from_row(row))
+
+    def lock_lease(self, run_id: str) -> LeaseState | None:
+        """`lock_run`'s lease, its five columns read alone (held as `lock_run` holds them)."""
+        row = self.execute(_LEASE_COLUMNS, (run_id,)).fetchone()
+        if row is None:
+            return None
+        status, owner, expires, holder, epoch = row
+        return lease_from(run_id, status, owner, expires, holder, epoch)
 
     def lease_now(self, wall: Callable[[], datetime]) -> datetime:
         """The time leases are judged by in this transaction: the caller's wall clock."""

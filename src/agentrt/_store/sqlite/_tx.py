@@ -41,6 +41,23 @@ from ._values import INSERT_SQL, pack
 # written before it runs.
 _TOUCHES_CHAIN = re.compile(r"\b(events|chain_head)\b", re.IGNORECASE)
 
+# `_TOUCHES_CHAIN` of each statement's text met, worked out once per text (a step's
+# statements are a few constant texts; the search cost more than the rest of `execute`).
+_TOUCHES: dict[str, bool] = {}
+_TOUCHES_KEPT = 1024
+
+
+def _touches_chain(sql: str) -> bool:
+    """Whether `sql` names `events` or `chain_head` (remembered per text, emptied when full)."""
+    touches = _TOUCHES.get(sql)
+    if touches is None:
+        touches = _TOUCHES_CHAIN.search(sql) is not None
+        if len(_TOUCHES) >= _TOUCHES_KEPT:
+            _TOUCHES.clear()
+        _TOUCHES[sql] = touches
+    return touches
+
+
 # --- transactions -------------------------------------------------------------------------------
 
 
@@ -81,7 +98,7 @@ class TxCore:
 
     def execute(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> sqlite3.Cursor:
         self._check_open()
-        if self._unwritten and _TOUCHES_CHAIN.search(sql):
+        if self._unwritten and _touches_chain(sql):
             self.write_events()
         try:
             return self.conn.execute(sql, params)
@@ -124,7 +141,13 @@ class TxCore:
         The row is written with the transaction's others by `write_events`.
         """
         self._check_open()
-        payload_json = to_text(payload)
+        return self.append_event_text(run_id, step_id, at, type, to_text(payload))
+
+    def append_event_text(
+        self, run_id: str, step_id: str, at: datetime, type: str, payload_json: str
+    ) -> int:
+        """`append_event` of a payload whose text (`to_text` of it) the caller already made."""
+        self._check_open()
         at_text = format_time(at)
         part = partition_of(run_id, self.partitions)
         prev_hash, seq = self._next(part)

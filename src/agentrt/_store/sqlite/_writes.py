@@ -596,7 +596,9 @@ class SqliteTx(TxReads):
     def record_decision(self, step: Step, text: str, decision: Decision, now: datetime) -> Step:
         """Record a deciding step's decision verbatim (`text`), then `step.decided`; returns
         `step` (the caller's copy) as written. `decision` is what `text` reads back as
-        (`_decisions.record` makes the two together), so it is not decoded again here.
+        (`_decisions.record` makes the two together), so it is not decoded again here,
+        and `text` is what encoding it gives: the payload of `step.decided`, written as
+        that text rather than encoded again.
 
         The reason's first `reads.REASON_KEY_LENGTH` characters go in `reason_key` in the same
         statement: what `steps_with_reasons` finds the step by (docs/decisions/0060)."""
@@ -614,7 +616,7 @@ class SqliteTx(TxReads):
             raise RunStateError(
                 f"step {step.id} is no longer deciding, or has its decision already"
             )
-        self.append_event(step.run_id, step.id, now, ev.STEP_DECIDED, decision.to_json())
+        self.append_event_text(step.run_id, step.id, now, ev.STEP_DECIDED, text)
         return evolve(step, decision=decision)
 
     def close_step(
