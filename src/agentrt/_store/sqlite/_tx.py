@@ -19,6 +19,7 @@ crash or a rollback loses exactly as it would lose them written.
 
 from __future__ import annotations
 
+import functools
 import re
 import sqlite3
 from collections.abc import Mapping, Sequence
@@ -41,21 +42,13 @@ from ._values import INSERT_SQL, pack
 # written before it runs.
 _TOUCHES_CHAIN = re.compile(r"\b(events|chain_head)\b", re.IGNORECASE)
 
-# `_TOUCHES_CHAIN` of each statement's text met, worked out once per text (a step's
-# statements are a few constant texts; the search cost more than the rest of `execute`).
-_TOUCHES: dict[str, bool] = {}
-_TOUCHES_KEPT = 1024
 
-
+@functools.lru_cache(maxsize=1024)
 def _touches_chain(sql: str) -> bool:
-    """Whether `sql` names `events` or `chain_head` (remembered per text, emptied when full)."""
-    touches = _TOUCHES.get(sql)
-    if touches is None:
-        touches = _TOUCHES_CHAIN.search(sql) is not None
-        if len(_TOUCHES) >= _TOUCHES_KEPT:
-            _TOUCHES.clear()
-        _TOUCHES[sql] = touches
-    return touches
+    """Whether `sql` names `events` or `chain_head`, worked out once per text (a step's
+    statements are a few constant texts; the search cost more than the rest of `execute`),
+    as the PostgreSQL backend's `_statement` does."""
+    return _TOUCHES_CHAIN.search(sql) is not None
 
 
 # --- transactions -------------------------------------------------------------------------------
