@@ -15,6 +15,8 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -517,3 +519,195 @@ def test_the_heartbeat_renews_with_what_its_turns_wait_left_of_the_busy_timeout(
         renewer.close()
     finally:
         store.close()
+
+
+# --- a taken turn waited for in the kernel (decision 0117) --------------------------------------
+
+
+def wait_until(condition: Any, what: str, limit_s: float = 30.0) -> None:
+    """Look at `condition` until it holds; fail naming `what` if it never does (a bound
+    against hanging, never a judgement of how long anything took)."""
+    deadline = time.monotonic() + limit_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"never happened: {what}")
+        time.sleep(0.001)
+
+
+class Holder:
+    """The turn on the database at `db`, held by a descriptor of the test's own."""
+
+    def __init__(self, db: Path) -> None:
+        self.fd: int | None = os.open(f"{db}-lock", os.O_RDWR | os.O_CREAT, 0o600)
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+def take_in_thread(turns: WriterTurns) -> tuple[threading.Thread, list[BaseException | None]]:
+    """`turns.take()` on a thread of its own; the list gets None once taken, or the error."""
+    outcome: list[BaseException | None] = []
+
+    def take() -> None:
+        try:
+            turns.take()
+        except BaseException as e:
+            outcome.append(e)
+        else:
+            outcome.append(None)
+
+    thread = threading.Thread(target=take, daemon=True)
+    thread.start()
+    return thread, outcome
+
+
+def waiting_in_the_kernel(turns: WriterTurns) -> bool:
+    waiter = turns._waiter
+    return waiter is not None and waiter.pending
+
+
+def test_a_writer_waiting_for_a_taken_turn_gets_it_once_it_is_given_back(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    holder = Holder(db)
+    turns = WriterTurns(str(db), timeout_s=60.0)
+    try:
+        thread, outcome = take_in_thread(turns)
+        wait_until(lambda: waiting_in_the_kernel(turns), "the writer waits in flock")
+        assert outcome == []  # still waiting: the turn is the holder's
+        holder.release()
+        thread.join(30)
+        assert outcome == [None]
+        assert not turn_is_free(db)  # the writer holds it now
+        assert not waiting_in_the_kernel(turns)
+        turns.give()
+        assert turn_is_free(db)
+    finally:
+        holder.release()
+        turns.close()
+
+
+def test_a_wait_given_up_at_the_busy_timeout_gives_the_turn_straight_back_once_through(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "runs.db"
+    holder = Holder(db)
+    turns = WriterTurns(str(db), timeout_s=0.05)
+    try:
+        with pytest.raises(StoreBusyError, match="past the busy timeout"):
+            turns.take()
+        assert waiting_in_the_kernel(turns)  # its thread is still in flock
+        holder.release()
+        wait_until(lambda: not waiting_in_the_kernel(turns), "the wait got through")
+        assert turn_is_free(db)  # nobody waited for it any more: given straight back
+        turns.take()  # and the next take finds it free at once
+        assert not turn_is_free(db)
+        turns.give()
+    finally:
+        holder.release()
+        turns.close()
+    assert turn_is_free(db)
+
+
+def test_a_take_while_a_given_up_wait_is_still_in_flock_is_given_the_turn_by_that_wait(
+    tmp_path: Path,
+) -> None:
+    """A lock taken beside the wait still in flock would be given back by it once through:
+    the next take waits through it instead, and keeps what it is given."""
+    db = tmp_path / "runs.db"
+    holder = Holder(db)
+    turns = WriterTurns(str(db), timeout_s=0.05)
+    try:
+        with pytest.raises(StoreBusyError):
+            turns.take()
+        turns._timeout_s = 60.0
+        thread, outcome = take_in_thread(turns)
+        holder.release()
+        thread.join(30)
+        assert outcome == [None]
+        wait_until(lambda: not waiting_in_the_kernel(turns), "the wait got through")
+        assert not turn_is_free(db)  # the wait handed it over rather than giving it back
+        turns.give()
+        assert turn_is_free(db)
+    finally:
+        holder.release()
+        turns.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_child_forked_while_its_parent_waits_in_the_kernel_closes_that_waits_descriptor(
+    tmp_path: Path,
+) -> None:
+    """Kept open in a child, the waiting thread's descriptor would hold a turn the parent's
+    wait takes after the parent died: every writer busy for the child's life."""
+    db = tmp_path / "runs.db"
+    holder = Holder(db)
+    turns = WriterTurns(str(db), timeout_s=0.05)
+    try:
+        with pytest.raises(StoreBusyError):
+            turns.take()
+        waiter = turns._waiter
+        assert waiter is not None and waiter.pending
+        pid = os.fork()
+        if pid == 0:  # the child: exit 0 only if the wait's descriptor is closed
+            code = 1
+            try:
+                os.fstat(waiter.fd)
+            except OSError:
+                code = 0
+            except BaseException:
+                code = 2
+            os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        os.fstat(waiter.fd)  # the parent's is open: its thread is in flock with it
+    finally:
+        holder.release()
+        turns.close()
+    wait_until(lambda: turn_is_free(db), "the turn is free")
+
+
+def test_turns_closed_while_their_wait_is_in_flock_end_its_thread_once_through(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "runs.db"
+    holder = Holder(db)
+    turns = WriterTurns(str(db), timeout_s=0.05)
+    try:
+        with pytest.raises(StoreBusyError):
+            turns.take()
+        waiter = turns._waiter
+        assert waiter is not None
+        turns.close()
+        assert waiter._thread.is_alive()  # in flock until the holder gives the turn back
+        holder.release()
+        waiter._thread.join(30)
+        assert not waiter._thread.is_alive()
+        with pytest.raises(OSError):
+            os.fstat(waiter.fd)  # closed by its thread on the way out
+    finally:
+        holder.release()
+    assert turn_is_free(db)
+
+
+def test_a_store_holding_its_turn_through_its_wait_gives_it_back_when_closed(
+    tmp_path: Path,
+) -> None:
+    """Closing the store's descriptor alone would not free a turn the wait's descriptor
+    still holds the open file of: the close gives it back first."""
+    db = tmp_path / "runs.db"
+    holder = Holder(db)
+    turns = WriterTurns(str(db), timeout_s=60.0)
+    try:
+        thread, outcome = take_in_thread(turns)
+        wait_until(lambda: waiting_in_the_kernel(turns), "the writer waits in flock")
+        holder.release()
+        thread.join(30)
+        assert outcome == [None]
+        turns.close()  # without giving the turn back first
+        assert turn_is_free(db)
+    finally:
+        holder.release()
+        turns.close()
