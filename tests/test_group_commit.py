@@ -168,6 +168,30 @@ def test_a_sqlite_failure_inside_a_work_is_a_store_error_of_that_work_only(
     store.close()
 
 
+def test_a_group_reads_the_chain_head_once_and_each_work_chains_from_the_one_before(
+    tmp_path: Path,
+) -> None:
+    """The works after the first chain from the heads the works before them left (decision
+    0120): one read of the head for the group; a work rolled back leaves no trace in them."""
+    store = open_store(tmp_path / "g.db")
+    statements: list[str] = []
+    store._conn.set_trace_callback(statements.append)  # type: ignore[attr-defined]
+
+    def failing(tx: Any) -> None:
+        _create("bad")(tx)
+        raise ZeroDivisionError("the work's own failure")
+
+    outcomes = store.transactions([_create("r1"), failing, _create("r2"), _create("r3")])
+    assert [o.value for o in outcomes] == ["r1", None, "r2", "r3"]
+    assert len([s for s in statements if s.startswith("SELECT seq, hash FROM chain_head")]) == 1
+    events = store.list_events()
+    assert [e.run_id for e in events] == ["r1", "r1", "r2", "r2", "r3", "r3"]
+    assert [e.seq for e in events] == [1, 2, 3, 4, 5, 6]
+    assert store.verify_events().intact
+    assert store.chain_head() == (6, events[-1].hash)
+    store.close()
+
+
 @pytest.mark.parametrize("fails", [None, "own", "sqlite"])
 def test_a_group_of_one_work_is_its_own_transaction_without_a_savepoint(
     tmp_path: Path, fails: str | None

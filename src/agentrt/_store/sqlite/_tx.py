@@ -152,6 +152,16 @@ class TxCore:
         self._appended.append((seq, run_id, step_id, at, type, payload_json, digest))
         return seq
 
+    def known_heads(self) -> dict[int, tuple[str, int]]:
+        """Per partition read or moved by this transaction: the hash to chain to and the
+        next seq, as its connection now holds them once `write_events` has run."""
+        return dict(self._heads)
+
+    def chain_from(self, heads: dict[int, tuple[str, int]]) -> None:
+        """Begin from `heads` (`known_heads` of a work committed before this one in the same
+        transaction: the rows its connection holds), rather than reading them again."""
+        self._heads.update(heads)
+
     def _read_head(self, part: int) -> Any:
         """The partition's head row, `(seq, hash)`, or None (`PostgresTx` locks it)."""
         return self.execute(_PARTITION_HEAD, (part,)).fetchone()
