@@ -1100,7 +1100,9 @@ def test_the_proxy_look_ups_search_their_indexes_not_the_whole_tables(
 ) -> None:
     """Decision 0115: `unsettled_requests` finds a tool's rows through `proxy_requests_tool`,
     a capped `claim_request` counts pending approvals through `proxy_approvals_pending` and
-    the calls on their way to a person through `proxy_requests_created`."""
+    the calls on their way to a person through `proxy_requests_created`. Decision 0119: the
+    look-up reads neither `proxy_requests` nor `runs` whole on either backend, PostgreSQL's
+    planner left no join to start from `runs` (each of its join methods turned off in turn)."""
     store = backend.open()
     store.migrate_proxy(EPOCH)
     for n, tool in enumerate(("push", "pull", "push")):
