@@ -9,6 +9,7 @@ Derived from `tests/test_writes.py`, `tests/test_accounting_contract.py`,
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any
@@ -1061,14 +1062,37 @@ def test_a_proxy_record_of_version_1_migrates_to_its_indexes_and_keeps_its_rows(
     assert full == Claim(claimed=False, full=True, waiting=1)
 
 
-def _plan(store: Store, backend: Backend, sql: str, params: tuple[Any, ...]) -> str:
+def _plan(store: Store, backend: Backend, sql: str, params: tuple[Any, ...], *off: str) -> str:
     """The plan of `sql`: SQLite's EXPLAIN QUERY PLAN; PostgreSQL's EXPLAIN with sequential
-    scans off (its tables here are too small for a plan of their own to mean anything)."""
+    scans off (its tables here are too small for a plan of their own to mean anything),
+    and the planner's methods named in `off` too (e.g. `nestloop`)."""
     if backend.name == "postgres":
         with store.transaction() as tx:
-            tx.execute("SET LOCAL enable_seqscan = off")
+            for method in ("seqscan", *off):
+                tx.execute(f"SET LOCAL enable_{method} = off")
             return "\n".join(str(r[0]) for r in tx.execute("EXPLAIN " + sql, params).fetchall())
     return "\n".join(str(tuple(r)[-1]) for r in store.query("EXPLAIN QUERY PLAN " + sql, params))
+
+
+def _read_whole(plan: str, tables: tuple[str, ...]) -> list[str]:
+    """The nodes of PostgreSQL's EXPLAIN text that read one of `tables` whole: a sequential
+    scan, or an index or bitmap scan with no condition on the index (a full index scan)."""
+    nodes: list[list[str]] = []
+    for line in plan.splitlines():
+        text = line.strip().removeprefix("->  ")
+        if line.strip().startswith("->") or not nodes:
+            nodes.append([text])
+        else:
+            nodes[-1].append(text)
+    whole = []
+    for node in nodes:
+        head = node[0].split("  (cost=")[0]
+        if not any(head.endswith(f" on {table}") or f" on {table} " in head for table in tables):
+            continue
+        conditions = [x for x in node[1:] if x.startswith(("Index Cond:", "Recheck Cond:"))]
+        if head.startswith("Seq Scan") or not conditions:
+            whole.append(head)
+    return whole
 
 
 def test_the_proxy_look_ups_search_their_indexes_not_the_whole_tables(
@@ -1076,7 +1100,9 @@ def test_the_proxy_look_ups_search_their_indexes_not_the_whole_tables(
 ) -> None:
     """Decision 0115: `unsettled_requests` finds a tool's rows through `proxy_requests_tool`,
     a capped `claim_request` counts pending approvals through `proxy_approvals_pending` and
-    the calls on their way to a person through `proxy_requests_created`."""
+    the calls on their way to a person through `proxy_requests_created`. Decision 0119: the
+    look-up reads neither `proxy_requests` nor `runs` whole on either backend, PostgreSQL's
+    planner left no join to start from `runs` (each of its join methods turned off in turn)."""
     store = backend.open()
     store.migrate_proxy(EPOCH)
     for n, tool in enumerate(("push", "pull", "push")):
@@ -1133,6 +1159,161 @@ def test_the_proxy_look_ups_search_their_indexes_not_the_whole_tables(
             assert (
                 "Seq Scan on proxy_requests" not in plan and "Seq Scan on approvals" not in plan
             ), plan
+    # Decision 0119: the look-up reads neither `proxy_requests` nor `runs` whole, whatever
+    # join the planner would prefer (none is left to it: the run is probed by id).
+    sql, params = seen[0]
+    _assert_unsettled_searches(store, backend, sql, params)
+
+
+def _assert_unsettled_searches(
+    store: Store, backend: Backend, sql: str, params: tuple[Any, ...]
+) -> None:
+    """`unsettled_requests`'s statement finds the tool's rows by `proxy_requests_tool`, each
+    key's latest by `proxy_requests_key` and each run by its id, and reads no table whole."""
+    if backend.name != "postgres":
+        plan = _plan(store, backend, sql, params)
+        lines = plan.splitlines()
+        assert not [x for x in lines if x.startswith("SCAN ")], plan
+        assert "SEARCH p USING INDEX proxy_requests_tool (tool=?)" in lines, plan
+        assert "SEARCH q USING COVERING INDEX proxy_requests_key (request_key=?)" in lines, plan
+        assert [x for x in lines if x.startswith("SEARCH r ")] == [
+            "SEARCH r USING INDEX sqlite_autoindex_runs_1 (id=?)"
+        ], plan
+        return
+    # Each of the planner's ways to join turned off in turn: a plan that joined `runs`
+    # (main's, decision 0115) reads it whole under one of them (a hash or merge join
+    # reads every run; the session-14 measurement saw `Seq Scan on runs` unforced).
+    for off in ((), ("nestloop",), ("hashjoin", "mergejoin")):
+        plan = _plan(store, backend, sql, params, *off)
+        assert _read_whole(plan, ("proxy_requests", "runs")) == [], (off, plan)
+        assert "proxy_requests_tool" in plan and "proxy_requests_key" in plan, plan
+        assert "Index Cond: (id = p.run_id)" in plan, plan
+
+
+def _mixed_proxy_record(store: Store) -> None:
+    """Request keys of two tools, each with its latest row (some with an older one) and a
+    run in each state `unsettled_requests` tells apart (decision 0119's test)."""
+    store.migrate_proxy(EPOCH)
+    rows = [  # (key, run, tool, how the run stands); claimed in this order
+        ("k1", "p01", "push", "approval_expired"),  # open, but its key's latest is p02
+        ("k1", "p02", "push", "RUNNING"),
+        ("k2", "p03", "push", "RUNNING"),  # not its key's latest: p04 completed it
+        ("k2", "p04", "push", "goal_completed"),
+        ("k3", "p05", "push", "WAITING_FOR_APPROVAL"),
+        ("k4", "p06", "push", "approval_expired"),
+        ("k5", "p07", "push", "limit_steps"),
+        ("k6", "p08", "push", "given_up"),
+        ("k7", "p09", "push", "goal_failed"),  # another detail
+        ("k8", "p10", "push", None),  # claimed, its run never made
+        ("k9", "p11", "push", "cancelled_expired"),  # CANCELLED with reason approval_expired
+        ("k10", "p12", "pull", "RUNNING"),
+        ("k11", "p13", "pull", "approval_expired"),
+        ("k12", "p14", "push", "RUNNING"),  # a key whose latest row names another tool
+        ("k12", "p15", "pull", "goal_completed"),
+        ("k13", "p16", "push", "goal_completed"),
+        ("k13", "p17", "pull", "RUNNING"),
+        ("k14", "p18", "pull", "WAITING_FOR_APPROVAL"),
+    ]
+    endings = {
+        "approval_expired": ("FAILED", "approval_expired", ""),
+        "limit_steps": ("FAILED", "limit_steps", ""),
+        "given_up": ("FAILED", "goal_failed", GIVEN_UP),
+        "goal_failed": ("FAILED", "goal_failed", "the tool said no"),
+        "goal_completed": ("COMPLETED", "goal_completed", ""),
+        "cancelled_expired": ("CANCELLED", "approval_expired", ""),
+    }
+    for n, (name, run_id, tool, state) in enumerate(rows):
+        key = hashlib.sha256(name.encode()).hexdigest()
+        latest = store.latest_request(key)
+        judged = None if latest is None else latest.seq
+        assert store.claim_request(key, judged, run_id, tool, "remote_mutation", at(n)).claimed
+        if state == "WAITING_FOR_APPROVAL":
+            waiting_run(store, run_id)
+        elif state is not None:
+            new_run(store, run_id)
+        if state in endings:
+            status, reason, detail = endings[state]
+            with store.transaction() as tx:
+                tx.end_run(run_id, status, reason, detail, now=at(n))
+
+
+GIVEN_UP = "the call did not answer in time and its run had no step left to hold it"
+PROXY_ENDINGS = (("approval_expired", None), ("limit_steps", None), ("goal_failed", GIVEN_UP))
+
+
+def _unsettled_by_reads(
+    store: Store, tool: str, ended: tuple[tuple[str, str | None], ...]
+) -> list[RequestRow]:
+    """What `unsettled_requests` answers, worked out from the store's other reads: each
+    run's key row, that key's latest row and the run (main's statement, in Python)."""
+    found = []
+    for n in range(1, 19):
+        row = store.request_of_run(f"p{n:02d}")
+        assert row is not None
+        latest = store.latest_request(row.request_key)
+        if row.tool != tool or latest is None or latest.seq != row.seq:
+            continue
+        try:
+            run = store.get_run(row.run_id)
+        except NotFoundError:
+            continue
+        if run.status in ("RUNNING", "WAITING_FOR_APPROVAL") or any(
+            run.reason == reason and detail in (None, run.reason_detail) for reason, detail in ended
+        ):
+            found.append(row)
+    return sorted(found, key=lambda r: r.seq)
+
+
+@pytest.mark.parametrize(
+    ("tool", "ended", "expected"),
+    [
+        ("push", (), ["p02", "p05"]),
+        ("push", PROXY_ENDINGS, ["p02", "p05", "p06", "p07", "p08", "p11"]),
+        ("push", (("goal_failed", None),), ["p02", "p05", "p08", "p09"]),
+        ("push", (("approval_expired", None), ("goal_failed", "x")), ["p02", "p05", "p06", "p11"]),
+        ("pull", (), ["p12", "p17", "p18"]),
+        ("pull", PROXY_ENDINGS, ["p12", "p13", "p17", "p18"]),
+        ("read", PROXY_ENDINGS, []),
+    ],
+)
+def test_unsettled_requests_answers_the_latest_open_row_of_each_key_of_the_tool(
+    backend: Backend,
+    tool: str,
+    ended: tuple[tuple[str, str | None], ...],
+    expected: list[str],
+) -> None:
+    """Decision 0119: the look-up rewritten to probe each run by its id answers as the join
+    did (decision 0115's statement): a key's latest row only, whichever tool an older row
+    named; RUNNING or WAITING_FOR_APPROVAL, or ended with a given (reason, detail) whatever
+    its status; never a row whose run was never made; oldest first, every column."""
+    store = backend.open()
+    _mixed_proxy_record(store)
+    found = store.unsettled_requests(tool, ended)
+    assert [r.run_id for r in found] == expected
+    assert found == _unsettled_by_reads(store, tool, ended)
+    assert [r.seq for r in found] == sorted(r.seq for r in found)
+
+
+def test_unsettled_requests_on_a_mixed_record_reads_no_table_whole(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Decision 0119: on a record holding every kind of row, the one statement the look-up
+    runs (traced) still searches its indexes and probes each run by id."""
+    store = backend.open()
+    _mixed_proxy_record(store)
+    seen: list[tuple[str, tuple[Any, ...]]] = []
+    read = store._query  # type: ignore[attr-defined]  # the store's one read path
+
+    def reading(sql: str, params: Any = ()) -> Any:
+        seen.append((sql, tuple(params)))
+        return read(sql, params)
+
+    with monkeypatch.context() as traced:
+        traced.setattr(store, "_query", reading)
+        found = store.unsettled_requests("push", PROXY_ENDINGS)
+    assert [r.run_id for r in found] == ["p02", "p05", "p06", "p07", "p08", "p11"]
+    assert len(seen) == 1
+    _assert_unsettled_searches(store, backend, *seen[0])
 
 
 def test_a_claimed_step_reads_back_by_its_index_and_id(backend: Backend) -> None:

@@ -179,7 +179,15 @@ class ProxyRows(StoreReads):
     ) -> list[RequestRow]:
         """The latest row of each request key of `tool` whose run is RUNNING or
         WAITING_FOR_APPROVAL, or ended with a (reason, reason_detail) pair of `ended` (a
-        None detail: any), oldest first."""
+        None detail: any), oldest first.
+
+        One statement that reads the tool's rows through `proxy_requests_tool`, then, for
+        each, its key's latest seq through `proxy_requests_key` and, for a latest row, its
+        run through the primary key of `runs` (decision 0119). The run's state is asked by
+        a correlated scalar subquery, not a join: neither backend turns one into a join,
+        so no planner can start from `runs` instead, whose states and reasons no index
+        serves (PostgreSQL did, reading `runs` whole, when few runs matched); a row whose
+        run is missing gets NULL and is left out, as the join left it."""
         states = ["r.status IN ('RUNNING', 'WAITING_FOR_APPROVAL')"]
         params: list[str] = [tool]
         for reason, detail in ended:
@@ -191,9 +199,11 @@ class ProxyRows(StoreReads):
                 params.extend((reason, detail))
         columns = ", ".join(f"p.{column}" for column in _COLUMNS.split(", "))
         rows = self._query(
-            f"SELECT {columns} FROM proxy_requests AS p JOIN runs AS r ON r.id = p.run_id "
-            "WHERE p.tool = ? AND p.seq = (SELECT max(q.seq) FROM proxy_requests AS q "
-            f"WHERE q.request_key = p.request_key) AND ({' OR '.join(states)}) ORDER BY p.seq",
+            f"SELECT {columns} FROM proxy_requests AS p WHERE p.tool = ? "
+            "AND p.seq = (SELECT max(q.seq) FROM proxy_requests AS q "
+            "WHERE q.request_key = p.request_key) "
+            f"AND (SELECT {' OR '.join(states)} FROM runs AS r WHERE r.id = p.run_id) "
+            "ORDER BY p.seq",
             tuple(params),
         )
         return [_row(tuple(row)) for row in rows]
