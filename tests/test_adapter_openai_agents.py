@@ -546,6 +546,85 @@ async def test_a_person_deciding_while_the_state_reject_is_carried_stands_and_is
         assert (gated.run.status, gated.run.reason) == ("COMPLETED", "goal_completed")
 
 
+def a_person_decides_after_the_read_of(
+    gated: GatedRun, reader: str, person: str, waiting: agentrt.Approval
+) -> list[str]:
+    """`gated.pending` made to hand back what it read and, the first time `reader` (the
+    adapter's method) reads the approval waiting, a person decides right after the read.
+
+    Returns the list the person's decision is appended to, once it is made."""
+    store, read, raced = gated.store, gated.pending, []
+
+    def read_then_a_person_decides() -> list[agentrt.Approval]:
+        seen = read()
+        if seen and not raced and sys._getframe(1).f_code.co_name == reader:
+            raced.append(person)
+            if person == "approves":
+                agentrt.approve(store, gated.run_id, waiting.id, "alice", "ok", waiting.hash)
+            elif person == "rejects":
+                agentrt.reject(store, gated.run_id, waiting.id, "bob", "not today", waiting.hash)
+            else:
+                agentrt.cancel(store, gated.run_id, "carol", "stop")
+        return seen
+
+    gated.pending = read_then_a_person_decides  # type: ignore[method-assign]
+    return raced
+
+
+@pytest.mark.parametrize("person", ["approves", "rejects", "cancels"])
+@sync
+async def test_a_person_deciding_while_the_state_approve_is_carried_stands_and_is_told(
+    any_store: agentrt.Store, clock: FakeClock, ids: Ids, person: str
+) -> None:
+    """A person decides between the adapter's read of what is pending and its carrying of
+    the SDK's approval (`state.approve`) as agentrt's (decision 0118): the person's decision
+    stands, the call runs once only when they approved it, and the consumer gets no store
+    error.
+
+    The race is driven at the window itself: the read `_judge_sdk_approved` makes hands back
+    what it read, and the person decides right after it, before the adapter approves.
+    """
+    store = any_store
+    remote = Remote()
+    script = [
+        [function_call("push_branch", {"branch": "feature/login"}, call_id="call-1")],
+        [assistant_message("done")],
+    ]
+    gated, model = gated_agent(store, remote, script, clock, ids)
+    first = await Runner.run(gated.agent, "publish")
+    state = first.to_state()
+    state.approve(state.get_interruptions()[0])
+    (waiting,) = gated.pending()
+    raced = a_person_decides_after_the_read_of(gated, "_judge_sdk_approved", person, waiting)
+
+    result = await Runner.run(gated.agent, state)
+
+    assert raced == [person]
+    assert result.final_output == "done"
+    told = {
+        "approves": "pushed feature/login",
+        "rejects": "policy_denied: approval rejected: not today",
+        "cancels": "interrupted: cancelled by carol",
+    }[person]
+    assert outputs(result) == [told]
+    assert remote.done == ([("push_branch", "feature/login")] if person == "approves" else [])
+    (approval,) = store.list_approvals(gated.run_id, cap=None)
+    expected = {
+        "approves": ("approved", "alice", "ok", "COMPLETED", "goal_completed", "done"),
+        "rejects": ("rejected", "bob", "not today", "CANCELLED", "approval_rejected", "failed"),
+        "cancels": ("expired", "carol", approval.note, "CANCELLED", "operator_cancelled", "failed"),
+    }[person]
+    assert (approval.id, approval.hash) == (waiting.id, waiting.hash)
+    assert (approval.status, approval.decided_by, approval.note) == expected[:3]
+    assert (gated.run.status, gated.run.reason) == expected[3:5]
+    assert [s for s, _ in calls(store, gated.run_id)] == [expected[5]]
+    events = event_types(store, gated.run_id)
+    assert events.count("approval.decided") == (0 if person == "cancels" else 1)  # the person's
+    assert events.count("step.tool_started") == (1 if person == "approves" else 0)
+    assert len(model.calls) == 2
+    assert store.verify_events().intact
+
+
 @sync
 async def test_calls_of_one_model_response_are_judged_and_run_one_at_a_time_in_order(
     any_store: agentrt.Store, clock: FakeClock, ids: Ids
