@@ -546,19 +546,19 @@ async def test_a_person_deciding_while_the_state_reject_is_carried_stands_and_is
         assert (gated.run.status, gated.run.reason) == ("COMPLETED", "goal_completed")
 
 
-def a_person_decides_after_the_read_of(
-    gated: GatedRun, reader: str, person: str, waiting: agentrt.Approval
-) -> list[str]:
-    """`gated.pending` made to hand back what it read and, the first time `reader` (the
-    adapter's method) reads the approval waiting, a person decides right after the read.
+def a_person_decides_after_the_read_of(gated: GatedRun, reader: str, person: str) -> list[Any]:
+    """`gated.pending` made to hand back what it read and, the first time the adapter's
+    method `reader` reads an approval waiting, a person decides it right after the read
+    (approves it, rejects it, or cancels the run).
 
-    Returns the list the person's decision is appended to, once it is made."""
+    Returns the list the approval the person decided is appended to, once they have."""
     store, read, raced = gated.store, gated.pending, []
 
     def read_then_a_person_decides() -> list[agentrt.Approval]:
         seen = read()
         if seen and not raced and sys._getframe(1).f_code.co_name == reader:
-            raced.append(person)
+            waiting = seen[-1]
+            raced.append(waiting)
             if person == "approves":
                 agentrt.approve(store, gated.run_id, waiting.id, "alice", "ok", waiting.hash)
             elif person == "rejects":
@@ -595,11 +595,11 @@ async def test_a_person_deciding_while_the_state_approve_is_carried_stands_and_i
     state = first.to_state()
     state.approve(state.get_interruptions()[0])
     (waiting,) = gated.pending()
-    raced = a_person_decides_after_the_read_of(gated, "_judge_sdk_approved", person, waiting)
+    raced = a_person_decides_after_the_read_of(gated, "_judge_sdk_approved", person)
 
     result = await Runner.run(gated.agent, state)
 
-    assert raced == [person]
+    assert raced == [waiting]
     assert result.final_output == "done"
     told = {
         "approves": "pushed feature/login",
@@ -798,6 +798,65 @@ async def test_after_the_waiting_call_is_rejected_the_held_call_never_runs(
     assert calls(store, gated.run_id) == [("failed", "openai-agents call_id call-push")]
     assert (gated.run.status, gated.run.reason) == ("CANCELLED", "approval_rejected")
     assert "step.tool_started" not in event_types(store, gated.run_id)
+
+
+@pytest.mark.parametrize("person", ["approves", "rejects", "cancels"])
+@sync
+async def test_a_person_deciding_while_a_call_beside_the_waiting_one_is_judged_stands_and_is_told(
+    any_store: agentrt.Store, clock: FakeClock, ids: Ids, person: str
+) -> None:
+    """A person decides the waiting call between the adapter's read of what is pending,
+    when it judges the call made beside it, and what it makes of that read (decision 0118).
+
+    Approved: the call beside it is held, as when the person is a moment slower, and the
+    framework run ends with both interruptions; it is not told the run ended. Rejected or
+    cancelled: the held call meets the run's end, as when the person is a moment quicker.
+    The race is driven at the window: `_open`'s read hands back what it read, and the
+    person decides right after it.
+    """
+    store = any_store
+    remote = Remote()
+    gated, model = gated_agent(store, remote, HELD_SCRIPT, clock, ids)
+    raced = a_person_decides_after_the_read_of(gated, "_open", person)
+
+    if person == "approves":
+        first = await Runner.run(gated.agent, "publish and note it")
+        assert [i.call_id for i in first.interruptions] == ["call-push", "call-note"]
+        (held,) = gated.held(first)
+        assert (held.call_id, held.behind) == ("call-note", None)  # nothing waits any more
+    else:
+        ended = "approval_rejected: not today" if person == "rejects" else "operator_cancelled"
+        with pytest.raises(RunEndedError, match=f"is CANCELLED \\({ended}"):
+            await Runner.run(gated.agent, "publish and note it")
+    (waiting,) = raced
+    assert remote.done == []
+    assert "step.tool_started" not in event_types(store, gated.run_id)
+    (approval,) = store.list_approvals(gated.run_id, cap=None)
+    expected = {
+        "approves": ("approved", "alice", "ok", "WAITING_FOR_APPROVAL", "awaiting_approval"),
+        "rejects": ("rejected", "bob", "not today", "CANCELLED", "failed"),
+        "cancels": ("expired", "carol", approval.note, "CANCELLED", "failed"),
+    }[person]
+    assert (approval.id, approval.hash) == (waiting.id, waiting.hash)
+    assert (approval.status, approval.decided_by, approval.note) == expected[:3]
+    assert gated.run.status == expected[3]
+    assert calls(store, gated.run_id) == [(expected[4], "openai-agents call_id call-push")]
+    decided = event_types(store, gated.run_id).count("approval.decided")
+    assert decided == (0 if person == "cancels" else 1)  # the person's, and no other
+    assert len(model.calls) == 1
+    if person == "approves":
+        # Not wedged: the run state, with agentrt's decision carried in, runs the waiting
+        # call once, then the held one in its turn.
+        result = await gated.run_agent(await gated.load_state(first.to_state().to_string()))
+        assert remote.done == [("push_branch", "feature/login"), ("write_note", "pushed")]
+        assert result.final_output == "published and noted"
+        assert calls(store, gated.run_id) == [
+            ("done", "openai-agents call_id call-push"),
+            ("done", "openai-agents held call_id call-note"),
+        ]
+        assert event_types(store, gated.run_id).count("approval.decided") == 1
+        assert (gated.run.status, gated.run.reason) == ("COMPLETED", "goal_completed")
+    assert store.verify_events().intact
 
 
 @sync
