@@ -859,6 +859,125 @@ async def test_a_person_deciding_while_a_call_beside_the_waiting_one_is_judged_s
     assert store.verify_events().intact
 
 
+def told_not_run(run_id: str, person: str) -> str:
+    why = "approval_rejected: not today" if person == "rejects" else "operator_cancelled: stop"
+    return f"not run: agentrt run {run_id} is CANCELLED ({why}); no tool call runs in it"
+
+
+@pytest.mark.parametrize("person", ["approves", "rejects", "cancels"])
+@sync
+async def test_a_person_deciding_right_after_run_agent_reads_what_waits_ends_its_wait_at_once(
+    any_store: agentrt.Store, clock: FakeClock, ids: Ids, person: str
+) -> None:
+    """`run_agent(wait_for_person=True)` reads what the run waits on, then waits for it to be
+    decided; a person deciding right after that read (decision 0118) ends the wait at once,
+    and the decision is carried as when it comes later: the waiting call runs once only when
+    approved, the call held beside it in its turn, or the model is told neither ran."""
+    store = any_store
+    remote = Remote()
+    script = [HELD_SCRIPT[0], [assistant_message("published and noted")]]
+    gated, model = gated_agent(store, remote, script, clock, ids)
+    raced = a_person_decides_after_the_read_of(gated, "_wait_for_person", person)
+
+    result = await gated.run_agent("publish and note it", wait_for_person=True, poll_interval=60)
+
+    (waiting,) = raced
+    assert result.final_output == "published and noted"
+    assert result.interruptions == []
+    not_run = told_not_run(gated.run_id, person)
+    assert (
+        outputs(result)
+        == {
+            "approves": ["pushed feature/login", "noted pushed"],
+            "rejects": ["policy_denied: rejected by bob: not today", not_run],
+            "cancels": [not_run, not_run],
+        }[person]
+    )
+    ran = [("push_branch", "feature/login"), ("write_note", "pushed")]
+    assert remote.done == (ran if person == "approves" else [])
+    (approval,) = store.list_approvals(gated.run_id, cap=None)
+    expected = {
+        "approves": ("approved", "alice", "ok", "COMPLETED", "goal_completed"),
+        "rejects": ("rejected", "bob", "not today", "CANCELLED", "approval_rejected"),
+        "cancels": ("expired", "carol", approval.note, "CANCELLED", "operator_cancelled"),
+    }[person]
+    assert (approval.id, approval.hash) == (waiting.id, waiting.hash)
+    assert (approval.status, approval.decided_by, approval.note) == expected[:3]
+    assert (gated.run.status, gated.run.reason) == expected[3:]
+    assert calls(store, gated.run_id) == (
+        [
+            ("done", "openai-agents call_id call-push"),
+            ("done", "openai-agents held call_id call-note"),
+        ]
+        if person == "approves"
+        else [("failed", "openai-agents call_id call-push")]
+    )
+    events = event_types(store, gated.run_id)
+    assert events.count("approval.decided") == (0 if person == "cancels" else 1)
+    assert events.count("step.tool_started") == (2 if person == "approves" else 0)
+    assert len(model.calls) == 2
+    assert store.verify_events().intact
+
+
+@pytest.mark.parametrize("person", ["approves", "rejects", "cancels"])
+@sync
+async def test_a_person_deciding_while_load_state_carries_decisions_in_is_carried_by_the_next_load(
+    any_store: agentrt.Store, clock: FakeClock, ids: Ids, person: str
+) -> None:
+    """`load_state` carries agentrt's decisions into the run state, then reads what is
+    pending to let the SDK go on with a held call; a person deciding right after that read
+    (decision 0118) leaves the state as if they had decided just after `load_state`: nothing
+    runs and the model is not asked, the framework run hands back the same interruptions,
+    and the next `load_state` carries the decision."""
+    store = any_store
+    remote = Remote()
+    script = [HELD_SCRIPT[0], [assistant_message("published and noted")]]
+    gated, model = gated_agent(store, remote, script, clock, ids)
+    first = await gated.run_agent("publish and note it")
+    saved = first.to_state().to_string()
+    raced = a_person_decides_after_the_read_of(gated, "_release_held", person)
+
+    state = await gated.load_state(saved)
+    again = await Runner.run(gated.agent, state)
+
+    (waiting,) = raced
+    assert [i.call_id for i in again.interruptions] == ["call-push", "call-note"]
+    assert (remote.done, len(model.calls)) == ([], 1)
+    assert "step.tool_started" not in event_types(store, gated.run_id)
+    (approval,) = store.list_approvals(gated.run_id, cap=None)
+    expected = {
+        "approves": ("approved", "alice", "ok", "WAITING_FOR_APPROVAL"),
+        "rejects": ("rejected", "bob", "not today", "CANCELLED"),
+        "cancels": ("expired", "carol", approval.note, "CANCELLED"),
+    }[person]
+    assert (approval.id, approval.hash) == (waiting.id, waiting.hash)
+    assert (approval.status, approval.decided_by, approval.note) == expected[:3]
+    assert gated.run.status == expected[3]
+    decided = event_types(store, gated.run_id).count("approval.decided")
+    assert decided == (0 if person == "cancels" else 1)
+
+    result = await gated.run_agent(await gated.load_state(saved))
+
+    not_run = told_not_run(gated.run_id, person)
+    if person == "cancels":
+        # As after a cancel made before `load_state`: the held call is answered, the
+        # cancelled call (its approval expired, decided by no one) is handed back.
+        assert (result.final_output, outputs(result)) == (None, [not_run])
+        assert [i.call_id for i in result.interruptions] == ["call-push"]
+    else:
+        assert result.final_output == "published and noted"
+        assert outputs(result) == (
+            ["pushed feature/login", "noted pushed"]
+            if person == "approves"
+            else ["policy_denied: rejected by bob: not today", not_run]
+        )
+    ran = [("push_branch", "feature/login"), ("write_note", "pushed")]
+    assert remote.done == (ran if person == "approves" else [])
+    assert gated.run.status == ("COMPLETED" if person == "approves" else "CANCELLED")
+    assert event_types(store, gated.run_id).count("approval.decided") == decided
+    assert store.verify_events().intact
+
+
 @sync
 async def test_a_held_call_the_policy_sends_to_a_person_gets_its_own_approval_and_runs_once(
     any_store: agentrt.Store, clock: FakeClock, ids: Ids
