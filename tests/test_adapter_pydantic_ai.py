@@ -1501,6 +1501,58 @@ def test_an_inline_deferred_call_handler_decides_through_agentrt_as_resumed_resu
         assert store.get_run(RUN).status == "WAITING_FOR_APPROVAL"
 
 
+@pytest.mark.parametrize("person", ["approves", "rejects", "cancels"])
+def test_a_person_deciding_while_an_inline_denial_is_carried_stands_and_is_told(
+    database: str, tmp_path: Path, person: str
+) -> None:
+    """A person decides between the adapter's read of the approval the run waits on and its
+    carrying of an inline handler's `ToolDenied` as agentrt's rejection, before the model is
+    asked: their decision stands, never a bare store error (decision 0118). Approved: the
+    denial is not carried and the model is not asked while the approved call has not run
+    (the refusal that names the ways on). Rejected or cancelled: the model hears the denial."""
+    from pydantic_ai.capabilities import HandleDeferredToolCalls
+
+    store = agentrt.open_store(database)
+
+    async def handle(ctx: RunContext[None], requests: DeferredToolRequests) -> Any:
+        return DeferredToolResults(approvals={"call-push": ToolDenied("not from here")})
+
+    gate = make_gate(store)
+    heard: list[str] = []
+    agent = child.agent(tmp_path, "push", gate=gate, heard=heard)
+    raced = a_person_decides_after_the_read_of(store, "refuse_model_while_waiting", person)
+
+    def run() -> Any:
+        return agent.run_sync(
+            "publish",
+            metadata=gate.run_metadata(RUN),
+            capabilities=[HandleDeferredToolCalls(handle)],
+        )
+
+    if person == "approves":
+        with pytest.raises(agentrt.RunStateError, match="already answers it") as told:
+            run()
+        assert "the model is not asked" in str(told.value)
+    else:
+        assert run().output == "pushed"
+        assert heard == ["ToolReturnPart:denied:not from here"]
+    (waiting,) = raced
+    assert effects(tmp_path) == []
+    (approval,) = store.list_approvals(RUN)
+    expected = {
+        "approves": ("approved", "alice", "ok", "WAITING_FOR_APPROVAL"),
+        "rejects": ("rejected", "bob", "not today", "CANCELLED"),
+        "cancels": ("expired", "carol", approval.note, "CANCELLED"),
+    }[person]
+    assert (approval.id, approval.hash) == (waiting.id, waiting.hash)
+    assert (approval.status, approval.decided_by, approval.note) == expected[:3]
+    assert store.get_run(RUN).status == expected[3]
+    types = event_types(store, RUN)
+    assert types.count("approval.decided") == (0 if person == "cancels" else 1)  # the person's
+    assert "step.tool_started" not in types
+    assert store.verify_events().intact
+
+
 def test_a_held_call_the_policy_sends_to_a_person_gets_its_own_agentrt_approval(
     database: str,
     tmp_path: Path,
