@@ -342,6 +342,61 @@ def test_a_rejection_tells_the_model_ends_the_run_and_the_call_never_runs(
     ] == [("c1", "error", "Denied by the policy: approval rejected: not today")]
 
 
+@pytest.mark.parametrize("person", ["approves", "rejects", "cancels"])
+def test_a_person_deciding_while_the_resumes_answer_is_carried_stands_and_is_told(
+    database: str, tmp_path: Path, person: str
+) -> None:
+    """A person decides between the node's last look at the approval (still pending) and its
+    carrying of the resume's answer (here an approval by another): their decision stands,
+    the answer is not carried, and the turn goes on as if they had decided first, never
+    with a bare store error (decision 0118). Driven at the window: the look hands back what
+    it read and the person decides right after it."""
+    graph, store, effects = build(tmp_path, push_script(), database=database)
+    (pending,) = ask(graph)["__interrupt__"]
+    read, raced = store.get_approval, []
+
+    def read_then_a_person_decides(run_id: str, approval_id: str) -> agentrt.Approval:
+        seen = read(run_id, approval_id)
+        if not raced and sys._getframe(1).f_code.co_name == "_answer":
+            raced.append(seen)
+            if person == "approves":
+                agentrt.approve(store, RUN, seen.id, "alice", "ok", seen.hash)
+            elif person == "rejects":
+                agentrt.reject(store, RUN, seen.id, "bob", "not today", seen.hash)
+            else:
+                agentrt.cancel(store, RUN, "carol", "stop")
+        return seen
+
+    store.get_approval = read_then_a_person_decides  # type: ignore[method-assign]
+
+    out = ask(graph, Command(resume=approve(pending, by="dave", note="mine")))
+
+    (waiting,) = raced
+    told = {
+        "approves": ("success", "pushed feature/login"),
+        "rejects": ("error", "Denied by the policy: approval rejected: not today"),
+        "cancels": ("error", "Not run: cancelled by carol"),
+    }[person]
+    assert tool_messages(out) == [("c1", *told)]
+    assert out["messages"][-1].content == "pushed"  # the model answered; the turn went on
+    assert lines(effects) == (["push feature/login"] if person == "approves" else [])
+    (approval,) = store.list_approvals(RUN)
+    expected = {
+        "approves": ("approved", "alice", "ok", "RUNNING", "done"),
+        "rejects": ("rejected", "bob", "not today", "CANCELLED", "failed"),
+        "cancels": ("expired", "carol", approval.note, "CANCELLED", "failed"),
+    }[person]
+    assert (approval.id, approval.hash) == (waiting.id, waiting.hash)
+    assert (approval.id, approval.hash) == (pending.value["approval_id"], pending.value["hash"])
+    assert (approval.status, approval.decided_by, approval.note) == expected[:3]
+    assert store.get_run(RUN).status == expected[3]
+    assert [s.status for s in store.list_steps(RUN)] == [expected[4]]
+    recorded = events(store)
+    assert recorded.count("approval.decided") == (0 if person == "cancels" else 1)  # alice's
+    assert recorded.count("step.tool_started") == (1 if person == "approves" else 0)
+    assert store.verify_events().intact
+
+
 def test_an_approval_answered_after_its_time_ran_out_ends_the_run_and_nothing_runs(
     database: str,
     tmp_path: Path,

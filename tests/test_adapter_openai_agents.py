@@ -546,6 +546,85 @@ async def test_a_person_deciding_while_the_state_reject_is_carried_stands_and_is
         assert (gated.run.status, gated.run.reason) == ("COMPLETED", "goal_completed")
 
 
+def a_person_decides_after_the_read_of(gated: GatedRun, reader: str, person: str) -> list[Any]:
+    """`gated.pending` made to hand back what it read and, the first time the adapter's
+    method `reader` reads an approval waiting, a person decides it right after the read
+    (approves it, rejects it, or cancels the run).
+
+    Returns the list the approval the person decided is appended to, once they have."""
+    store, read, raced = gated.store, gated.pending, []
+
+    def read_then_a_person_decides() -> list[agentrt.Approval]:
+        seen = read()
+        if seen and not raced and sys._getframe(1).f_code.co_name == reader:
+            waiting = seen[-1]
+            raced.append(waiting)
+            if person == "approves":
+                agentrt.approve(store, gated.run_id, waiting.id, "alice", "ok", waiting.hash)
+            elif person == "rejects":
+                agentrt.reject(store, gated.run_id, waiting.id, "bob", "not today", waiting.hash)
+            else:
+                agentrt.cancel(store, gated.run_id, "carol", "stop")
+        return seen
+
+    gated.pending = read_then_a_person_decides  # type: ignore[method-assign]
+    return raced
+
+
+@pytest.mark.parametrize("person", ["approves", "rejects", "cancels"])
+@sync
+async def test_a_person_deciding_while_the_state_approve_is_carried_stands_and_is_told(
+    any_store: agentrt.Store, clock: FakeClock, ids: Ids, person: str
+) -> None:
+    """A person decides between the adapter's read of what is pending and its carrying of
+    the SDK's approval (`state.approve`) as agentrt's (decision 0118): the person's decision
+    stands, the call runs once only when they approved it, and the consumer gets no store
+    error.
+
+    The race is driven at the window itself: the read `_judge_sdk_approved` makes hands back
+    what it read, and the person decides right after it, before the adapter approves.
+    """
+    store = any_store
+    remote = Remote()
+    script = [
+        [function_call("push_branch", {"branch": "feature/login"}, call_id="call-1")],
+        [assistant_message("done")],
+    ]
+    gated, model = gated_agent(store, remote, script, clock, ids)
+    first = await Runner.run(gated.agent, "publish")
+    state = first.to_state()
+    state.approve(state.get_interruptions()[0])
+    (waiting,) = gated.pending()
+    raced = a_person_decides_after_the_read_of(gated, "_judge_sdk_approved", person)
+
+    result = await Runner.run(gated.agent, state)
+
+    assert raced == [waiting]
+    assert result.final_output == "done"
+    told = {
+        "approves": "pushed feature/login",
+        "rejects": "policy_denied: approval rejected: not today",
+        "cancels": "interrupted: cancelled by carol",
+    }[person]
+    assert outputs(result) == [told]
+    assert remote.done == ([("push_branch", "feature/login")] if person == "approves" else [])
+    (approval,) = store.list_approvals(gated.run_id, cap=None)
+    expected = {
+        "approves": ("approved", "alice", "ok", "COMPLETED", "goal_completed", "done"),
+        "rejects": ("rejected", "bob", "not today", "CANCELLED", "approval_rejected", "failed"),
+        "cancels": ("expired", "carol", approval.note, "CANCELLED", "operator_cancelled", "failed"),
+    }[person]
+    assert (approval.id, approval.hash) == (waiting.id, waiting.hash)
+    assert (approval.status, approval.decided_by, approval.note) == expected[:3]
+    assert (gated.run.status, gated.run.reason) == expected[3:5]
+    assert [s for s, _ in calls(store, gated.run_id)] == [expected[5]]
+    events = event_types(store, gated.run_id)
+    assert events.count("approval.decided") == (0 if person == "cancels" else 1)  # the person's
+    assert events.count("step.tool_started") == (1 if person == "approves" else 0)
+    assert len(model.calls) == 2
+    assert store.verify_events().intact
+
+
 @sync
 async def test_calls_of_one_model_response_are_judged_and_run_one_at_a_time_in_order(
     any_store: agentrt.Store, clock: FakeClock, ids: Ids
@@ -719,6 +798,184 @@ async def test_after_the_waiting_call_is_rejected_the_held_call_never_runs(
     assert calls(store, gated.run_id) == [("failed", "openai-agents call_id call-push")]
     assert (gated.run.status, gated.run.reason) == ("CANCELLED", "approval_rejected")
     assert "step.tool_started" not in event_types(store, gated.run_id)
+
+
+@pytest.mark.parametrize("person", ["approves", "rejects", "cancels"])
+@sync
+async def test_a_person_deciding_while_a_call_beside_the_waiting_one_is_judged_stands_and_is_told(
+    any_store: agentrt.Store, clock: FakeClock, ids: Ids, person: str
+) -> None:
+    """A person decides the waiting call between the adapter's read of what is pending,
+    when it judges the call made beside it, and what it makes of that read (decision 0118).
+
+    Approved: the call beside it is held, as when the person is a moment slower, and the
+    framework run ends with both interruptions; it is not told the run ended. Rejected or
+    cancelled: the held call meets the run's end, as when the person is a moment quicker.
+    The race is driven at the window: `_open`'s read hands back what it read, and the
+    person decides right after it.
+    """
+    store = any_store
+    remote = Remote()
+    gated, model = gated_agent(store, remote, HELD_SCRIPT, clock, ids)
+    raced = a_person_decides_after_the_read_of(gated, "_open", person)
+
+    if person == "approves":
+        first = await Runner.run(gated.agent, "publish and note it")
+        assert [i.call_id for i in first.interruptions] == ["call-push", "call-note"]
+        (held,) = gated.held(first)
+        assert (held.call_id, held.behind) == ("call-note", None)  # nothing waits any more
+    else:
+        ended = "approval_rejected: not today" if person == "rejects" else "operator_cancelled"
+        with pytest.raises(RunEndedError, match=f"is CANCELLED \\({ended}"):
+            await Runner.run(gated.agent, "publish and note it")
+    (waiting,) = raced
+    assert remote.done == []
+    assert "step.tool_started" not in event_types(store, gated.run_id)
+    (approval,) = store.list_approvals(gated.run_id, cap=None)
+    expected = {
+        "approves": ("approved", "alice", "ok", "WAITING_FOR_APPROVAL", "awaiting_approval"),
+        "rejects": ("rejected", "bob", "not today", "CANCELLED", "failed"),
+        "cancels": ("expired", "carol", approval.note, "CANCELLED", "failed"),
+    }[person]
+    assert (approval.id, approval.hash) == (waiting.id, waiting.hash)
+    assert (approval.status, approval.decided_by, approval.note) == expected[:3]
+    assert gated.run.status == expected[3]
+    assert calls(store, gated.run_id) == [(expected[4], "openai-agents call_id call-push")]
+    decided = event_types(store, gated.run_id).count("approval.decided")
+    assert decided == (0 if person == "cancels" else 1)  # the person's, and no other
+    assert len(model.calls) == 1
+    if person == "approves":
+        # Not wedged: the run state, with agentrt's decision carried in, runs the waiting
+        # call once, then the held one in its turn.
+        result = await gated.run_agent(await gated.load_state(first.to_state().to_string()))
+        assert remote.done == [("push_branch", "feature/login"), ("write_note", "pushed")]
+        assert result.final_output == "published and noted"
+        assert calls(store, gated.run_id) == [
+            ("done", "openai-agents call_id call-push"),
+            ("done", "openai-agents held call_id call-note"),
+        ]
+        assert event_types(store, gated.run_id).count("approval.decided") == 1
+        assert (gated.run.status, gated.run.reason) == ("COMPLETED", "goal_completed")
+    assert store.verify_events().intact
+
+
+def told_not_run(run_id: str, person: str) -> str:
+    why = "approval_rejected: not today" if person == "rejects" else "operator_cancelled: stop"
+    return f"not run: agentrt run {run_id} is CANCELLED ({why}); no tool call runs in it"
+
+
+@pytest.mark.parametrize("person", ["approves", "rejects", "cancels"])
+@sync
+async def test_a_person_deciding_right_after_run_agent_reads_what_waits_ends_its_wait_at_once(
+    any_store: agentrt.Store, clock: FakeClock, ids: Ids, person: str
+) -> None:
+    """`run_agent(wait_for_person=True)` reads what the run waits on, then waits for it to be
+    decided; a person deciding right after that read (decision 0118) ends the wait at once,
+    and the decision is carried as when it comes later: the waiting call runs once only when
+    approved, the call held beside it in its turn, or the model is told neither ran."""
+    store = any_store
+    remote = Remote()
+    script = [HELD_SCRIPT[0], [assistant_message("published and noted")]]
+    gated, model = gated_agent(store, remote, script, clock, ids)
+    raced = a_person_decides_after_the_read_of(gated, "_wait_for_person", person)
+
+    result = await gated.run_agent("publish and note it", wait_for_person=True, poll_interval=60)
+
+    (waiting,) = raced
+    assert result.final_output == "published and noted"
+    assert result.interruptions == []
+    not_run = told_not_run(gated.run_id, person)
+    assert (
+        outputs(result)
+        == {
+            "approves": ["pushed feature/login", "noted pushed"],
+            "rejects": ["policy_denied: rejected by bob: not today", not_run],
+            "cancels": [not_run, not_run],
+        }[person]
+    )
+    ran = [("push_branch", "feature/login"), ("write_note", "pushed")]
+    assert remote.done == (ran if person == "approves" else [])
+    (approval,) = store.list_approvals(gated.run_id, cap=None)
+    expected = {
+        "approves": ("approved", "alice", "ok", "COMPLETED", "goal_completed"),
+        "rejects": ("rejected", "bob", "not today", "CANCELLED", "approval_rejected"),
+        "cancels": ("expired", "carol", approval.note, "CANCELLED", "operator_cancelled"),
+    }[person]
+    assert (approval.id, approval.hash) == (waiting.id, waiting.hash)
+    assert (approval.status, approval.decided_by, approval.note) == expected[:3]
+    assert (gated.run.status, gated.run.reason) == expected[3:]
+    assert calls(store, gated.run_id) == (
+        [
+            ("done", "openai-agents call_id call-push"),
+            ("done", "openai-agents held call_id call-note"),
+        ]
+        if person == "approves"
+        else [("failed", "openai-agents call_id call-push")]
+    )
+    events = event_types(store, gated.run_id)
+    assert events.count("approval.decided") == (0 if person == "cancels" else 1)
+    assert events.count("step.tool_started") == (2 if person == "approves" else 0)
+    assert len(model.calls) == 2
+    assert store.verify_events().intact
+
+
+@pytest.mark.parametrize("person", ["approves", "rejects", "cancels"])
+@sync
+async def test_a_person_deciding_while_load_state_carries_decisions_in_is_carried_by_the_next_load(
+    any_store: agentrt.Store, clock: FakeClock, ids: Ids, person: str
+) -> None:
+    """`load_state` carries agentrt's decisions into the run state, then reads what is
+    pending to let the SDK go on with a held call; a person deciding right after that read
+    (decision 0118) leaves the state as if they had decided just after `load_state`: nothing
+    runs and the model is not asked, the framework run hands back the same interruptions,
+    and the next `load_state` carries the decision."""
+    store = any_store
+    remote = Remote()
+    script = [HELD_SCRIPT[0], [assistant_message("published and noted")]]
+    gated, model = gated_agent(store, remote, script, clock, ids)
+    first = await gated.run_agent("publish and note it")
+    saved = first.to_state().to_string()
+    raced = a_person_decides_after_the_read_of(gated, "_release_held", person)
+
+    state = await gated.load_state(saved)
+    again = await Runner.run(gated.agent, state)
+
+    (waiting,) = raced
+    assert [i.call_id for i in again.interruptions] == ["call-push", "call-note"]
+    assert (remote.done, len(model.calls)) == ([], 1)
+    assert "step.tool_started" not in event_types(store, gated.run_id)
+    (approval,) = store.list_approvals(gated.run_id, cap=None)
+    expected = {
+        "approves": ("approved", "alice", "ok", "WAITING_FOR_APPROVAL"),
+        "rejects": ("rejected", "bob", "not today", "CANCELLED"),
+        "cancels": ("expired", "carol", approval.note, "CANCELLED"),
+    }[person]
+    assert (approval.id, approval.hash) == (waiting.id, waiting.hash)
+    assert (approval.status, approval.decided_by, approval.note) == expected[:3]
+    assert gated.run.status == expected[3]
+    decided = event_types(store, gated.run_id).count("approval.decided")
+    assert decided == (0 if person == "cancels" else 1)
+
+    result = await gated.run_agent(await gated.load_state(saved))
+
+    not_run = told_not_run(gated.run_id, person)
+    if person == "cancels":
+        # As after a cancel made before `load_state`: the held call is answered, the
+        # cancelled call (its approval expired, decided by no one) is handed back.
+        assert (result.final_output, outputs(result)) == (None, [not_run])
+        assert [i.call_id for i in result.interruptions] == ["call-push"]
+    else:
+        assert result.final_output == "published and noted"
+        assert outputs(result) == (
+            ["pushed feature/login", "noted pushed"]
+            if person == "approves"
+            else ["policy_denied: rejected by bob: not today", not_run]
+        )
+    ran = [("push_branch", "feature/login"), ("write_note", "pushed")]
+    assert remote.done == (ran if person == "approves" else [])
+    assert gated.run.status == ("COMPLETED" if person == "approves" else "CANCELLED")
+    assert event_types(store, gated.run_id).count("approval.decided") == decided
+    assert store.verify_events().intact
 
 
 @sync

@@ -50,6 +50,7 @@ from agentrt.adapters.pydantic_ai import (
     RunEndedError,
     approved,
 )
+from conftest import event_types
 from support import forkserver
 from support.adapters import assert_table_printed_in_docs
 from support.adapters import pydantic_ai_child as child
@@ -1218,6 +1219,142 @@ def test_after_the_waiting_call_is_denied_the_frameworks_way_the_held_call_never
     assert store.verify_events().intact
 
 
+def a_person_decides_after_the_read_of(
+    store: agentrt.Store, reader: str, person: str
+) -> list[agentrt.Approval]:
+    """The store's `list_approvals` made to hand back what it read and, the first time the
+    adapter's method `reader` reads (itself or through the method it calls) an approval
+    still pending, a person decides it right after the read: approves it, rejects it, or
+    cancels the run (decision 0118). Returns the list the approval decided is appended to."""
+    read, raced = store.list_approvals, []
+
+    def read_then_a_person_decides(*args: Any, **kwargs: Any) -> list[agentrt.Approval]:
+        seen = read(*args, **kwargs)
+        caller = sys._getframe(1)
+        readers = (caller.f_code.co_name, caller.f_back.f_code.co_name if caller.f_back else "")
+        if not raced and reader in readers and seen and seen[-1].status == "pending":
+            waiting = seen[-1]
+            raced.append(waiting)
+            if person == "approves":
+                agentrt.approve(store, RUN, waiting.id, "alice", "ok", waiting.hash)
+            elif person == "rejects":
+                agentrt.reject(store, RUN, waiting.id, "bob", "not today", waiting.hash)
+            else:
+                agentrt.cancel(store, RUN, "carol", "stop")
+        return seen
+
+    store.list_approvals = read_then_a_person_decides  # type: ignore[method-assign]
+    return raced
+
+
+def held_ended(person: str) -> str:
+    why = "approval_rejected: not today" if person == "rejects" else "operator_cancelled: stop"
+    return (
+        "ToolReturnPart:failed:not run and not recorded: the call call-note was held behind "
+        f"call call-push, and agentrt run {RUN} is CANCELLED ({why}); no tool call runs in it"
+    )
+
+
+@pytest.mark.parametrize("person", ["approves", "rejects", "cancels"])
+def test_a_person_deciding_while_the_frameworks_approval_is_carried_stands_and_is_told(
+    database: str, tmp_path: Path, person: str
+) -> None:
+    """A person decides between the adapter's read of the approval the run waits on and
+    its carrying of the approval the framework run was resumed with (`approved(...)`):
+    their decision stands, the call runs once only if they approved it, and the model is
+    told, never a bare store error (decision 0118). Driven at the window: the read hands
+    back what it read and the person decides right after it."""
+    store, result, heard = held_run(tmp_path, database=database)
+    results = approved(result.output, "call-push", by="dave")
+    raced = a_person_decides_after_the_read_of(store, "_waiting", person)
+
+    again = resume_with(tmp_path, store, "held", result, results, heard)
+
+    assert again.output == "done"
+    (waiting,) = raced
+    if person == "approves":
+        assert effects(tmp_path) == ["push_branch feature/login", "write_note pushed login"]
+        assert heard == [
+            "ToolReturnPart:success:pushed feature/login",
+            "ToolReturnPart:success:noted pushed login",
+        ]
+        assert steps(store) == [
+            ("push_branch", "done", "tool_result"),
+            ("write_note", "done", "tool_result"),
+            ("complete", "done", ""),
+        ]
+    else:
+        why = "approval_rejected: not today" if person == "rejects" else "operator_cancelled: stop"
+        assert effects(tmp_path) == []
+        assert heard == [
+            f"ToolReturnPart:failed:not run: agentrt run {RUN} is CANCELLED ({why}); "
+            "no tool call runs in it",
+            held_ended(person),
+        ]
+        kind = "policy_denied" if person == "rejects" else "interrupted"
+        assert steps(store) == [("push_branch", "failed", kind)]
+    (approval,) = store.list_approvals(RUN)
+    expected = {
+        "approves": ("approved", "alice", "ok", "COMPLETED"),
+        "rejects": ("rejected", "bob", "not today", "CANCELLED"),
+        "cancels": ("expired", "carol", approval.note, "CANCELLED"),
+    }[person]
+    assert (approval.id, approval.hash) == (waiting.id, waiting.hash)
+    assert (approval.status, approval.decided_by, approval.note) == expected[:3]
+    assert store.get_run(RUN).status == expected[3]
+    types = event_types(store, RUN)
+    assert types.count("approval.decided") == (0 if person == "cancels" else 1)  # the person's
+    assert types.count("step.tool_started") == (2 if person == "approves" else 0)
+    assert store.verify_events().intact
+
+
+@pytest.mark.parametrize("person", ["approves", "rejects", "cancels"])
+def test_a_person_deciding_while_the_frameworks_denial_is_carried_stands_and_is_told(
+    database: str, tmp_path: Path, person: str
+) -> None:
+    """A person decides between the adapter's read of the approval the run waits on and
+    its carrying of the framework's `ToolDenied` as agentrt's rejection: their decision
+    stands and the framework run goes on as if they had decided first, never with a bare
+    store error (decision 0118). Approved: the denial is not carried, nothing runs, the
+    held call stays held. Rejected or cancelled: the model hears the framework's denial,
+    the held call the run's end."""
+    store, result, heard = held_run(tmp_path, database=database)
+    results = DeferredToolResults(
+        approvals={"call-push": ToolDenied("no way"), "call-note": ToolApproved()}
+    )
+    raced = a_person_decides_after_the_read_of(store, "settle_denied", person)
+
+    again = resume_with(tmp_path, store, "held", result, results, heard)
+
+    (waiting,) = raced
+    assert effects(tmp_path) == []
+    if person == "approves":
+        # As when the person approved before the framework run was resumed.
+        assert isinstance(again.output, DeferredToolRequests)
+        assert [c.tool_call_id for c in again.output.approvals] == ["call-note"]
+        assert again.output.metadata["call-note"]["agentrt"]["held_behind"] == "call-push"
+        assert heard == []
+        assert steps(store) == [("push_branch", "awaiting_approval", "")]
+    else:
+        assert again.output == "done"
+        assert heard == ["ToolReturnPart:denied:no way", held_ended(person)]
+        kind = "policy_denied" if person == "rejects" else "interrupted"
+        assert steps(store) == [("push_branch", "failed", kind)]
+    (approval,) = store.list_approvals(RUN)
+    expected = {
+        "approves": ("approved", "alice", "ok", "WAITING_FOR_APPROVAL"),
+        "rejects": ("rejected", "bob", "not today", "CANCELLED"),
+        "cancels": ("expired", "carol", approval.note, "CANCELLED"),
+    }[person]
+    assert (approval.id, approval.hash) == (waiting.id, waiting.hash)
+    assert (approval.status, approval.decided_by, approval.note) == expected[:3]
+    assert store.get_run(RUN).status == expected[3]
+    types = event_types(store, RUN)
+    assert types.count("approval.decided") == (0 if person == "cancels" else 1)  # the person's
+    assert "step.tool_started" not in types
+    assert store.verify_events().intact
+
+
 def test_a_tool_denial_is_recorded_at_once_and_a_call_in_a_later_response_meets_the_runs_end(
     database: str,
     tmp_path: Path,
@@ -1362,6 +1499,58 @@ def test_an_inline_deferred_call_handler_decides_through_agentrt_as_resumed_resu
         assert effects(tmp_path) == []
         assert approval.status == "pending"
         assert store.get_run(RUN).status == "WAITING_FOR_APPROVAL"
+
+
+@pytest.mark.parametrize("person", ["approves", "rejects", "cancels"])
+def test_a_person_deciding_while_an_inline_denial_is_carried_stands_and_is_told(
+    database: str, tmp_path: Path, person: str
+) -> None:
+    """A person decides between the adapter's read of the approval the run waits on and its
+    carrying of an inline handler's `ToolDenied` as agentrt's rejection, before the model is
+    asked: their decision stands, never a bare store error (decision 0118). Approved: the
+    denial is not carried and the model is not asked while the approved call has not run
+    (the refusal that names the ways on). Rejected or cancelled: the model hears the denial."""
+    from pydantic_ai.capabilities import HandleDeferredToolCalls
+
+    store = agentrt.open_store(database)
+
+    async def handle(ctx: RunContext[None], requests: DeferredToolRequests) -> Any:
+        return DeferredToolResults(approvals={"call-push": ToolDenied("not from here")})
+
+    gate = make_gate(store)
+    heard: list[str] = []
+    agent = child.agent(tmp_path, "push", gate=gate, heard=heard)
+    raced = a_person_decides_after_the_read_of(store, "refuse_model_while_waiting", person)
+
+    def run() -> Any:
+        return agent.run_sync(
+            "publish",
+            metadata=gate.run_metadata(RUN),
+            capabilities=[HandleDeferredToolCalls(handle)],
+        )
+
+    if person == "approves":
+        with pytest.raises(agentrt.RunStateError, match="already answers it") as told:
+            run()
+        assert "the model is not asked" in str(told.value)
+    else:
+        assert run().output == "pushed"
+        assert heard == ["ToolReturnPart:denied:not from here"]
+    (waiting,) = raced
+    assert effects(tmp_path) == []
+    (approval,) = store.list_approvals(RUN)
+    expected = {
+        "approves": ("approved", "alice", "ok", "WAITING_FOR_APPROVAL"),
+        "rejects": ("rejected", "bob", "not today", "CANCELLED"),
+        "cancels": ("expired", "carol", approval.note, "CANCELLED"),
+    }[person]
+    assert (approval.id, approval.hash) == (waiting.id, waiting.hash)
+    assert (approval.status, approval.decided_by, approval.note) == expected[:3]
+    assert store.get_run(RUN).status == expected[3]
+    types = event_types(store, RUN)
+    assert types.count("approval.decided") == (0 if person == "cancels" else 1)  # the person's
+    assert "step.tool_started" not in types
+    assert store.verify_events().intact
 
 
 def test_a_held_call_the_policy_sends_to_a_person_gets_its_own_agentrt_approval(

@@ -870,7 +870,7 @@ class GatedRun:
         session, verdict = await self._open(context)
         if self._vouched is not None and verdict is None:
             return await self._take_vouched(call_id)
-        if session is None and verdict is None and self._waiting():
+        if session is None and verdict is None and self._still_waits():
             # The run waits on another call of this response: this one is held
             # (an SDK interruption agentrt does not record), judged in its turn.
             return _Judged("pending")
@@ -1254,6 +1254,17 @@ class GatedRun:
             and run.status == RunStatus.WAITING_FOR_APPROVAL
             and bool(self.pending())
         )
+
+    def _still_waits(self) -> bool:
+        """The run still waits on a call for a person, after `_open` found it waiting.
+
+        A person may approve the waiting call between `_open`'s read of what is
+        pending and this look (decision 0118): the run then waits on the approved
+        call, not yet carried out, and a call judged now is held behind it, as if
+        the person had been a moment slower. A rejection or a cancel ended it.
+        """
+        run = self._run_or_none()
+        return run is not None and run.status == RunStatus.WAITING_FOR_APPROVAL
 
     def _carry_sdk_rejections(self, context: RunContextWrapper[Any]) -> None:
         """A call the SDK rejected (`state.reject`) is rejected in agentrt: the run is cancelled."""

@@ -426,6 +426,12 @@ class FrameworkRun:
                 raise ApprovalRequired(
                     presentation(store, self.run_id, approval.id, why=str(exc))
                 ) from exc
+            except agentrt.NotPendingError as exc:
+                # Decided since it was read above (a person approved or rejected it, or
+                # cancelled the run): that decision stands, told as when it came before
+                # this call looked (decision 0118). One still pending has merely lapsed.
+                approval = self._decided_since(approval, exc)
+                await self._waited(approval)
         assert self.gate is not None
         attached = await attach_unless_ended(self.gate, store, self.run_id)
         if attached is None:
@@ -567,15 +573,39 @@ class FrameworkRun:
             return
         self._reject(approval, denied.message)
 
-    def _reject(self, approval: agentrt.Approval, note: str) -> None:
-        agentrt.reject(
-            self.settings.store,
-            self.run_id,
-            approval.id,
-            by="pydantic-ai ToolDenied",
-            note=note,
-            shown_hash=approval.hash,
-        )
+    def _reject(self, approval: agentrt.Approval, note: str) -> bool:
+        """The framework's denial, recorded as agentrt's rejection of `approval` (True).
+
+        False when a person decided it (or cancelled the run) since it was read:
+        that decision stands and the denial is not carried (decision 0118).
+        """
+        try:
+            agentrt.reject(
+                self.settings.store,
+                self.run_id,
+                approval.id,
+                by="pydantic-ai ToolDenied",
+                note=note,
+                shown_hash=approval.hash,
+            )
+        except agentrt.NotPendingError as exc:
+            self._decided_since(approval, exc)
+            return False
+        return True
+
+    def _decided_since(
+        self, approval: agentrt.Approval, refused: agentrt.NotPendingError
+    ) -> agentrt.Approval:
+        """`approval` as decided since it was read pending, after a decision `refused` it.
+
+        A person's approval, rejection or cancel came between the read and the
+        decision. An approval still pending was refused for its own sake (it
+        lapsed): no race, and `refused` is raised.
+        """
+        current = self.settings.store.get_approval(self.run_id, approval.id)
+        if current.status == agentrt.ApprovalStatus.PENDING:
+            raise refused
+        return current
 
     def refuse_model_while_waiting(self, messages: Sequence[Any]) -> None:
         """The model is about to be asked while a call of the history waits for a person: refused.
@@ -606,7 +636,10 @@ class FrameworkRun:
         if denied and approval.status == agentrt.ApprovalStatus.PENDING:
             # Denied inline (a `HandleDeferredToolCalls` handler's `ToolDenied`),
             # within the framework run, where no resumed node carried it.
-            self._reject(approval, str(getattr(denied[-1], "content", "")))
+            if not self._reject(approval, str(getattr(denied[-1], "content", ""))):
+                # Decided by a person since the look above: looked at again, as if
+                # they had decided first (decision 0118).
+                self.refuse_model_while_waiting(messages)
             return
         if not any(kind == "response" for kind, _ in parts):
             return
