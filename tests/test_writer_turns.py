@@ -711,3 +711,102 @@ def test_a_store_holding_its_turn_through_its_wait_gives_it_back_when_closed(
     finally:
         holder.release()
         turns.close()
+
+
+class GatedFlock:
+    """The module's `fcntl`, except that a blocking `flock` (the waiting thread's) waits for
+    `gate` before it goes to the kernel: the test decides when that wait gets through."""
+
+    LOCK_EX, LOCK_NB, LOCK_UN = fcntl.LOCK_EX, fcntl.LOCK_NB, fcntl.LOCK_UN
+
+    def __init__(self) -> None:
+        self.gate = threading.Event()
+
+    def flock(self, fd: int, operation: int) -> None:
+        if operation == fcntl.LOCK_EX:
+            self.gate.wait(30)
+        fcntl.flock(fd, operation)
+
+
+def test_a_turn_free_while_a_given_up_wait_is_not_yet_in_flock_is_still_waited_for_through_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The holder gives the turn back before the given-up wait reaches flock: a take that
+    locked the free file beside that wait would have its turn given back by the wait once
+    through, the writer believing it still held it. It waits through the wait instead."""
+    from agentrt._store.sqlite import _writer_turns
+
+    gated = GatedFlock()
+    monkeypatch.setattr(_writer_turns, "fcntl", gated)
+    db = tmp_path / "runs.db"
+    holder = Holder(db)
+    turns = WriterTurns(str(db), timeout_s=0.05)
+    try:
+        with pytest.raises(StoreBusyError):
+            turns.take()
+        waiter = turns._waiter
+        assert waiter is not None and waiter.pending  # held at the gate, not yet in flock
+        holder.release()
+        assert turn_is_free(db)
+        turns._timeout_s = 60.0
+        thread, outcome = take_in_thread(turns)
+        wait_until(lambda: waiter._wanted or outcome != [], "the take waits or returned")
+        gated.gate.set()
+        thread.join(30)
+        assert outcome == [None]
+        wait_until(lambda: not waiting_in_the_kernel(turns), "the wait got through")
+        assert not turn_is_free(db)  # the writer holds its turn: not given back under it
+        turns.give()
+        assert turn_is_free(db)
+    finally:
+        gated.gate.set()
+        holder.release()
+        turns.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_child_forked_while_the_waits_condition_was_held_drops_its_turns_without_hanging(
+    tmp_path: Path,
+) -> None:
+    """The parent's waiting thread (or a writer) may hold the wait's condition at the fork,
+    and nothing in the child ever gives it back: the child dropping the turns (or exiting,
+    `weakref.finalize`'s atexit) must not wait for it."""
+    import gc
+
+    db = tmp_path / "runs.db"
+    holder = Holder(db)
+    turns: WriterTurns | None = WriterTurns(str(db), timeout_s=0.05)
+    assert turns is not None
+    try:
+        with pytest.raises(StoreBusyError):
+            turns.take()
+        waiter = turns._waiter
+        assert waiter is not None
+        with waiter._cv:  # as the parent's waiting thread holds it a moment at a time
+            pid = os.fork()
+            if pid == 0:  # the child: drops the turns, which stops their wait (finalize)
+                try:
+                    turns = None
+                    gc.collect()
+                finally:
+                    os._exit(0)
+        exited: list[int] = []
+
+        def child_exited() -> bool:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                exited.append(os.waitstatus_to_exitcode(status))
+            return bool(done)
+
+        try:
+            wait_until(child_exited, "the child exits")
+        finally:
+            if not exited:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+        assert exited == [0]
+    finally:
+        holder.release()
+        if turns is not None:
+            turns.close()
+    wait_until(lambda: turn_is_free(db), "the turn is free")
