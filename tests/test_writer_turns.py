@@ -810,3 +810,72 @@ def test_a_child_forked_while_the_waits_condition_was_held_drops_its_turns_witho
         if turns is not None:
             turns.close()
     wait_until(lambda: turn_is_free(db), "the turn is free")
+
+
+class GatedGiveBack:
+    """The module's `fcntl`, except that the waiting thread's giving back (`LOCK_UN`) waits
+    for `gate`, saying in `reached` that it got there and in `done` that it gave it back."""
+
+    LOCK_EX, LOCK_NB, LOCK_UN = fcntl.LOCK_EX, fcntl.LOCK_NB, fcntl.LOCK_UN
+
+    def __init__(self) -> None:
+        self.gate = threading.Event()
+        self.reached = threading.Event()
+        self.done = threading.Event()
+
+    def flock(self, fd: int, operation: int) -> None:
+        if operation == fcntl.LOCK_UN and threading.current_thread().name == "agentrt-writer-turn":
+            self.reached.set()
+            self.gate.wait(30)
+            fcntl.flock(fd, operation)
+            self.done.set()
+            return
+        fcntl.flock(fd, operation)
+
+
+def in_function(thread: threading.Thread, name: str) -> bool:
+    """Whether `thread` is (somewhere down its stack) in a function called `name`."""
+    frame = sys._current_frames().get(thread.ident or 0)
+    while frame is not None:
+        if frame.f_code.co_name == name:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def test_a_take_while_a_given_up_wait_gives_the_turn_back_waits_until_it_has(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The wait through flock with nobody waiting for it gives the lock back: a take that
+    found it through before it had would lock the file beside it and lose its turn to that
+    giving back. The giving back is under the wait's condition, before it says it is through."""
+    from agentrt._store.sqlite import _writer_turns
+
+    gated = GatedGiveBack()
+    monkeypatch.setattr(_writer_turns, "fcntl", gated)
+    db = tmp_path / "runs.db"
+    holder = Holder(db)
+    turns = WriterTurns(str(db), timeout_s=0.05)
+    try:
+        with pytest.raises(StoreBusyError):
+            turns.take()
+        holder.release()
+        assert gated.reached.wait(30)  # through flock, giving the lock back
+        turns._timeout_s = 60.0
+        thread, outcome = take_in_thread(turns)
+        wait_until(
+            lambda: outcome != [] or in_function(thread, "pending"),
+            "the take returned or asks whether the wait is through",
+        )
+        gated.gate.set()
+        thread.join(30)
+        assert outcome == [None]
+        assert gated.done.wait(30)  # the wait gave its lock back
+        wait_until(lambda: not waiting_in_the_kernel(turns), "the wait got through")
+        assert not turn_is_free(db)  # the writer holds its turn: not given back under it
+        turns.give()
+        assert turn_is_free(db)
+    finally:
+        gated.gate.set()
+        holder.release()
+        turns.close()
