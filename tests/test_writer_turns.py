@@ -879,3 +879,32 @@ def test_a_take_while_a_given_up_wait_gives_the_turn_back_waits_until_it_has(
         gated.gate.set()
         holder.release()
         turns.close()
+
+
+def test_closing_turns_held_through_their_wait_frees_the_turn_before_the_wait_ends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The wait's own descriptor keeps the open file (and the turn) until its thread ends:
+    `close` gives the turn back itself rather than leaving it to that thread."""
+    db = tmp_path / "runs.db"
+    holder = Holder(db)
+    turns = WriterTurns(str(db), timeout_s=60.0)
+    try:
+        thread, outcome = take_in_thread(turns)
+        wait_until(lambda: waiting_in_the_kernel(turns), "the writer waits in flock")
+        holder.release()
+        thread.join(30)
+        assert outcome == [None]
+        waiter = turns._waiter
+        assert waiter is not None
+        stop_wait = waiter.close
+        monkeypatch.setattr(waiter, "close", lambda: None)  # its thread left running
+        turns.close()
+        assert waiter._thread.is_alive()  # its descriptor still open
+        assert turn_is_free(db)
+        stop_wait()
+        waiter._thread.join(30)
+        assert not waiter._thread.is_alive()
+    finally:
+        holder.release()
+        turns.close()
