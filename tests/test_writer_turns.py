@@ -711,3 +711,200 @@ def test_a_store_holding_its_turn_through_its_wait_gives_it_back_when_closed(
     finally:
         holder.release()
         turns.close()
+
+
+class GatedFlock:
+    """The module's `fcntl`, except that a blocking `flock` (the waiting thread's) waits for
+    `gate` before it goes to the kernel: the test decides when that wait gets through."""
+
+    LOCK_EX, LOCK_NB, LOCK_UN = fcntl.LOCK_EX, fcntl.LOCK_NB, fcntl.LOCK_UN
+
+    def __init__(self) -> None:
+        self.gate = threading.Event()
+
+    def flock(self, fd: int, operation: int) -> None:
+        if operation == fcntl.LOCK_EX:
+            self.gate.wait(30)
+        fcntl.flock(fd, operation)
+
+
+def test_a_turn_free_while_a_given_up_wait_is_not_yet_in_flock_is_still_waited_for_through_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The holder gives the turn back before the given-up wait reaches flock: a take that
+    locked the free file beside that wait would have its turn given back by the wait once
+    through, the writer believing it still held it. It waits through the wait instead."""
+    from agentrt._store.sqlite import _writer_turns
+
+    gated = GatedFlock()
+    monkeypatch.setattr(_writer_turns, "fcntl", gated)
+    db = tmp_path / "runs.db"
+    holder = Holder(db)
+    turns = WriterTurns(str(db), timeout_s=0.05)
+    try:
+        with pytest.raises(StoreBusyError):
+            turns.take()
+        waiter = turns._waiter
+        assert waiter is not None and waiter.pending  # held at the gate, not yet in flock
+        holder.release()
+        assert turn_is_free(db)
+        turns._timeout_s = 60.0
+        thread, outcome = take_in_thread(turns)
+        wait_until(lambda: waiter._wanted or outcome != [], "the take waits or returned")
+        gated.gate.set()
+        thread.join(30)
+        assert outcome == [None]
+        wait_until(lambda: not waiting_in_the_kernel(turns), "the wait got through")
+        assert not turn_is_free(db)  # the writer holds its turn: not given back under it
+        turns.give()
+        assert turn_is_free(db)
+    finally:
+        gated.gate.set()
+        holder.release()
+        turns.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_child_forked_while_the_waits_condition_was_held_drops_its_turns_without_hanging(
+    tmp_path: Path,
+) -> None:
+    """The parent's waiting thread (or a writer) may hold the wait's condition at the fork,
+    and nothing in the child ever gives it back: the child dropping the turns (or exiting,
+    `weakref.finalize`'s atexit) must not wait for it."""
+    import gc
+
+    db = tmp_path / "runs.db"
+    holder = Holder(db)
+    turns: WriterTurns | None = WriterTurns(str(db), timeout_s=0.05)
+    assert turns is not None
+    try:
+        with pytest.raises(StoreBusyError):
+            turns.take()
+        waiter = turns._waiter
+        assert waiter is not None
+        with waiter._cv:  # as the parent's waiting thread holds it a moment at a time
+            pid = os.fork()
+            if pid == 0:  # the child: drops the turns, which stops their wait (finalize)
+                try:
+                    turns = None
+                    gc.collect()
+                finally:
+                    os._exit(0)
+        exited: list[int] = []
+
+        def child_exited() -> bool:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                exited.append(os.waitstatus_to_exitcode(status))
+            return bool(done)
+
+        try:
+            wait_until(child_exited, "the child exits")
+        finally:
+            if not exited:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+        assert exited == [0]
+    finally:
+        holder.release()
+        if turns is not None:
+            turns.close()
+    wait_until(lambda: turn_is_free(db), "the turn is free")
+
+
+class GatedGiveBack:
+    """The module's `fcntl`, except that the waiting thread's giving back (`LOCK_UN`) waits
+    for `gate`, saying in `reached` that it got there and in `done` that it gave it back."""
+
+    LOCK_EX, LOCK_NB, LOCK_UN = fcntl.LOCK_EX, fcntl.LOCK_NB, fcntl.LOCK_UN
+
+    def __init__(self) -> None:
+        self.gate = threading.Event()
+        self.reached = threading.Event()
+        self.done = threading.Event()
+
+    def flock(self, fd: int, operation: int) -> None:
+        if operation == fcntl.LOCK_UN and threading.current_thread().name == "agentrt-writer-turn":
+            self.reached.set()
+            self.gate.wait(30)
+            fcntl.flock(fd, operation)
+            self.done.set()
+            return
+        fcntl.flock(fd, operation)
+
+
+def in_function(thread: threading.Thread, name: str) -> bool:
+    """Whether `thread` is (somewhere down its stack) in a function called `name`."""
+    frame = sys._current_frames().get(thread.ident or 0)
+    while frame is not None:
+        if frame.f_code.co_name == name:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def test_a_take_while_a_given_up_wait_gives_the_turn_back_waits_until_it_has(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The wait through flock with nobody waiting for it gives the lock back: a take that
+    found it through before it had would lock the file beside it and lose its turn to that
+    giving back. The giving back is under the wait's condition, before it says it is through."""
+    from agentrt._store.sqlite import _writer_turns
+
+    gated = GatedGiveBack()
+    monkeypatch.setattr(_writer_turns, "fcntl", gated)
+    db = tmp_path / "runs.db"
+    holder = Holder(db)
+    turns = WriterTurns(str(db), timeout_s=0.05)
+    try:
+        with pytest.raises(StoreBusyError):
+            turns.take()
+        holder.release()
+        assert gated.reached.wait(30)  # through flock, giving the lock back
+        turns._timeout_s = 60.0
+        thread, outcome = take_in_thread(turns)
+        wait_until(
+            lambda: outcome != [] or in_function(thread, "pending"),
+            "the take returned or asks whether the wait is through",
+        )
+        gated.gate.set()
+        thread.join(30)
+        assert outcome == [None]
+        assert gated.done.wait(30)  # the wait gave its lock back
+        wait_until(lambda: not waiting_in_the_kernel(turns), "the wait got through")
+        assert not turn_is_free(db)  # the writer holds its turn: not given back under it
+        turns.give()
+        assert turn_is_free(db)
+    finally:
+        gated.gate.set()
+        holder.release()
+        turns.close()
+
+
+def test_closing_turns_held_through_their_wait_frees_the_turn_before_the_wait_ends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The wait's own descriptor keeps the open file (and the turn) until its thread ends:
+    `close` gives the turn back itself rather than leaving it to that thread."""
+    db = tmp_path / "runs.db"
+    holder = Holder(db)
+    turns = WriterTurns(str(db), timeout_s=60.0)
+    try:
+        thread, outcome = take_in_thread(turns)
+        wait_until(lambda: waiting_in_the_kernel(turns), "the writer waits in flock")
+        holder.release()
+        thread.join(30)
+        assert outcome == [None]
+        waiter = turns._waiter
+        assert waiter is not None
+        stop_wait = waiter.close
+        monkeypatch.setattr(waiter, "close", lambda: None)  # its thread left running
+        turns.close()
+        assert waiter._thread.is_alive()  # its descriptor still open
+        assert turn_is_free(db)
+        stop_wait()
+        waiter._thread.join(30)
+        assert not waiter._thread.is_alive()
+    finally:
+        holder.release()
+        turns.close()

@@ -117,6 +117,7 @@ class _KernelWait:
 
     def __init__(self, fd: int) -> None:
         self.fd = os.dup(fd)  # not inherited by a program a child executes (PEP 446)
+        self._pid = os.getpid()  # the process its thread runs in
         try:
             self._cv = threading.Condition(threading.Lock())
             self._pending = False  # asked to wait, and not yet through `flock`
@@ -163,7 +164,11 @@ class _KernelWait:
 
     def close(self) -> None:
         """Stop once through any `flock` it is in (giving that lock back); its thread then
-        closes its descriptor."""
+        closes its descriptor. Nothing in a forked child (from `weakref.finalize`, at exit
+        too): its thread is not there, and its condition's lock, held there at the fork,
+        would never be given back."""
+        if os.getpid() != self._pid:
+            return  # `_close_inherited` closed the child's copy of its descriptor
         with self._cv:
             self._closing = True
             self._cv.notify_all()
