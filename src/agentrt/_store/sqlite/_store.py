@@ -57,7 +57,6 @@ from .._records import Grouped
 from . import _filesafety as filesafety
 from . import _migrations as migrations
 from ._chain_rows import SqliteChainReader
-from ._checkpoints import WalCheckpoints
 from ._codecs import (
     _APPROVAL_COLUMNS,
     _EVENT_COLUMNS,
@@ -219,11 +218,6 @@ class SqliteStore(ProxyRows):
         self._turns = (
             None if uri is None or read_only else WriterTurns(path, BUSY_TIMEOUT_MS / 1000)
         )
-        # The WAL's checkpoints, run after a write's turn is given back (decision 0120);
-        # None where SQLite's own auto-checkpoint is kept.
-        self._checkpoints = (
-            None if uri is None or read_only else WalCheckpoints.take_over(path, conn)
-        )
 
     def __enter__(self) -> SqliteStore:
         return self
@@ -246,34 +240,26 @@ class SqliteStore(ProxyRows):
         Holds the store's lock throughout, so other threads' reads and writes wait.
         Transactions do not nest.
         """
-        with self._lock:
-            with self._turn():
-                self._begin()
-                tx = SqliteTx(self._conn, self.partitions)
-                self._tx = tx
+        with self._lock, self._turn():
+            self._begin()
+            tx = SqliteTx(self._conn, self.partitions)
+            self._tx = tx
+            try:
                 try:
-                    try:
-                        yield tx
-                        tx.write_events()
-                    except sqlite3.Error as e:
-                        migrations.rollback_quietly(self._conn)
-                        raise store_error(
-                            e, "the transaction failed, nothing was written", retryable=False
-                        ) from e
-                    except BaseException:
-                        migrations.rollback_quietly(self._conn)
-                        raise
-                    self._commit()
-                finally:
-                    tx._close()
-                    self._tx = None
-            self._checkpoint_if_due()
-
-    def _checkpoint_if_due(self) -> None:
-        """After a write committed and its turn was given back (under the lock): the WAL's
-        checkpoint, if due (`_checkpoints`), where no other writer waits for it."""
-        if self._checkpoints is not None and self._tx is None:
-            self._checkpoints.run_if_due(self._conn)
+                    yield tx
+                    tx.write_events()
+                except sqlite3.Error as e:
+                    migrations.rollback_quietly(self._conn)
+                    raise store_error(
+                        e, "the transaction failed, nothing was written", retryable=False
+                    ) from e
+                except BaseException:
+                    migrations.rollback_quietly(self._conn)
+                    raise
+                self._commit()
+            finally:
+                tx._close()
+                self._tx = None
 
     @contextlib.contextmanager
     def _turn(self) -> Iterator[None]:
@@ -337,30 +323,28 @@ class SqliteStore(ProxyRows):
 
         Each work gets a transaction object of its own: its events are its own, and it
         chains them from the heads the works before it left (read once for the group,
-        decision 0120). Once the turn is given back, the WAL's checkpoint if due.
+        decision 0120).
         """
         if len(works) == 1:
             return [self._alone(works[0])]
-        with self._lock:
-            with self._turn():
-                self._begin()
-                outcomes: list[Grouped] = []
-                # The chain's heads as the works so far left them: the next work chains
-                # from them rather than reading each head again (decision 0120).
-                heads: dict[int, tuple[str, int]] = {}
-                try:
-                    for work in works:
-                        outcomes.append(self._in_savepoint(work, heads))
-                except sqlite3.Error as e:
-                    migrations.rollback_quietly(self._conn)
-                    raise store_error(
-                        e, "the group's transaction failed, nothing was written", retryable=False
-                    ) from e
-                except BaseException:
-                    migrations.rollback_quietly(self._conn)
-                    raise
-                self._commit()
-            self._checkpoint_if_due()
+        with self._lock, self._turn():
+            self._begin()
+            outcomes: list[Grouped] = []
+            # The chain's heads as the works so far left them: the next work chains from
+            # them rather than reading each head again (decision 0120).
+            heads: dict[int, tuple[str, int]] = {}
+            try:
+                for work in works:
+                    outcomes.append(self._in_savepoint(work, heads))
+            except sqlite3.Error as e:
+                migrations.rollback_quietly(self._conn)
+                raise store_error(
+                    e, "the group's transaction failed, nothing was written", retryable=False
+                ) from e
+            except BaseException:
+                migrations.rollback_quietly(self._conn)
+                raise
+            self._commit()
             return outcomes
 
     def _alone(self, work: Callable[[SqliteTx], Any]) -> Grouped:
@@ -472,8 +456,6 @@ class SqliteStore(ProxyRows):
                 self._conn.close()
                 if self._turns is not None:
                     self._turns.close()
-                if self._checkpoints is not None:
-                    self._checkpoints.close()
 
     # --- reads ----------------------------------------------------------------------------------
 
