@@ -376,3 +376,88 @@ def test_a_refused_hand_over_fails_each_work_of_the_batch_and_none_runs(tmp_path
     assert "shutdown" in str(outcomes[0])
     assert store.list_runs() == []
     store.close()
+
+
+# --- a loop's works answered on the loop (decision 0121) ----------------------------------------
+
+
+def test_a_loops_work_is_answered_on_an_asyncio_future_of_that_loop(tmp_path: Path) -> None:
+    store = open_store(tmp_path / "g.db")
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+    committer = Committer(store, pool)
+
+    async def main() -> str:
+        loop = asyncio.get_running_loop()
+        waiting = committer.submit_soon(_create("r1"), loop)
+        assert isinstance(waiting, asyncio.Future)
+        assert not isinstance(waiting, concurrent.futures.Future)
+        assert waiting.get_loop() is loop
+        return await waiting
+
+    assert asyncio.run(main()) == "r1"
+    assert [r.id for r in store.list_runs()] == ["r1"]
+    pool.shutdown()
+    store.close()
+
+
+def test_a_loop_future_cancelled_once_its_group_began_still_commits_and_tells_cancelled(
+    tmp_path: Path,
+) -> None:
+    """Once its group runs, a work commits or fails with it whatever its caller does; the
+    caller who stopped waiting is told it was cancelled, not the outcome."""
+    store = open_store(tmp_path / "g.db")
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+    committer = Committer(store, pool)
+    cancelled = threading.Event()
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        box: list[asyncio.Future[str]] = []
+
+        def work(tx: Any) -> str:
+            loop.call_soon_threadsafe(box[0].cancel)  # its caller gives up meanwhile
+            assert cancelled.wait(30)
+            return str(_create("r1")(tx))
+
+        waiting = committer.submit_soon(work, loop)
+        box.append(waiting)
+        waiting.add_done_callback(lambda _: cancelled.set())
+        loop.set_exception_handler(lambda _, context: errors.append(context))
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        # The committer's one thread is through its drain once this runs on it; the
+        # answer it sent this loop before that has been handled.
+        await asyncio.wrap_future(pool.submit(lambda: None))
+        await asyncio.sleep(0)
+
+    errors: list[dict[str, Any]] = []
+    asyncio.run(main())
+    assert errors == []  # the answer to a cancelled future is dropped, never set
+    assert [r.id for r in store.list_runs()] == ["r1"]  # committed all the same
+    assert (committer.groups, committer.works) == (1, 1)
+    assert store.verify_events().intact
+    pool.shutdown()
+    store.close()
+
+
+def test_a_loop_closed_before_its_work_is_answered_leaves_the_others_answered(
+    tmp_path: Path,
+) -> None:
+    store = open_store(tmp_path / "g.db")
+    held = HeldExecutor()
+    committer = Committer(store, held)
+    loop = asyncio.new_event_loop()
+    try:
+        waiting = committer.submit_soon(_create("r1"), loop)
+        loop.run_until_complete(asyncio.sleep(0))  # the loop hands the work over
+    finally:
+        loop.close()  # and is gone before the commit answers it
+    other = committer.submit(_create("r2"))
+    held.release()
+    assert other.result(timeout=30) == "r2"
+    assert sorted(r.id for r in store.list_runs()) == ["r1", "r2"]
+    assert not waiting.done()  # nobody was left on its loop to tell
+    third = committer.submit(_create("r3"))  # and the committer goes on
+    assert third.result(timeout=30) == "r3"
+    held.close()
+    store.close()

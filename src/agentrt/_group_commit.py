@@ -13,7 +13,9 @@ transactions in one loop iteration, and they go as one group. Handed over one by
 one, the first would begin a group of its own while the loop still made the
 others, and that group would hold the database's write turn while its thread
 waited for the interpreter's lock, taken by the loop (other processes then wait
-for the turn with it).
+for the turn with it). Their outcomes are set on asyncio futures of that loop, each by
+one `call_soon_threadsafe` (decision 0121), with no `concurrent.futures.Future`, its
+locks and its chain of callbacks between the committer and the caller.
 
 Invariants:
 
@@ -27,7 +29,9 @@ Invariants:
 - A caller that stops waiting (its task cancelled) while its work is queued, or
   still waits in its loop's batch: the work never runs; once the group runs, its
   work commits or fails with the group whatever the caller does (as a commit
-  under way in a lone transaction would).
+  under way in a lone transaction would). A loop's future is looked at once, when
+  its group begins: cancelled then, its work is left out; cancelled later, its
+  caller is told `CancelledError` and the work commits or fails with the group.
 - A `BaseException` that is not an `Exception` raised by a work, on a backend that
   shares one commit, rolls its whole group back and reaches every work's future
   (the test kit's simulated death: a scenario's store is its own).
@@ -37,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import threading
 import weakref
 from collections.abc import Callable
@@ -51,6 +56,73 @@ MAX_GROUP = 256
 """The most works one commit holds."""
 
 
+class _Answer:
+    """Where a work's outcome goes: a `concurrent.futures.Future` (`submit`)."""
+
+    __slots__ = ("future",)
+
+    def __init__(self, future: concurrent.futures.Future[Any]) -> None:
+        self.future = future
+
+    def claim(self) -> bool:
+        """False if its caller gave up (the work must not run); from here on it is owed
+        an outcome."""
+        return self.future.set_running_or_notify_cancel()
+
+    def give(self, value: Any) -> None:
+        self.future.set_result(value)
+
+    def fail(self, error: BaseException) -> None:
+        self.future.set_exception(error)
+
+    def refuse(self, error: BaseException) -> None:
+        """Never queued: its caller is told, and the work never runs."""
+        if self.future.set_running_or_notify_cancel():
+            self.future.set_exception(error)
+
+
+class _LoopAnswer(_Answer):
+    """A work's outcome set on an asyncio future of `loop` (`submit_soon`), from any thread."""
+
+    __slots__ = ("loop", "waiting")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.waiting: asyncio.Future[Any] = loop.create_future()
+
+    def claim(self) -> bool:
+        # Read off the loop's thread: a future cancelled just after still gets its
+        # work committed or failed with the group (its caller is told it was cancelled).
+        return not self.waiting.cancelled()
+
+    def give(self, value: Any) -> None:
+        self._on_loop(_settle, self.waiting, value, None)
+
+    def fail(self, error: BaseException) -> None:
+        self._on_loop(_settle, self.waiting, None, error)
+
+    def refuse(self, error: BaseException) -> None:
+        # On the loop's own thread (`_hand_over`): set at once.
+        _settle(self.waiting, None, error)
+
+    def _on_loop(self, *callback: Any) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is left to tell
+            self.loop.call_soon_threadsafe(*callback)
+
+
+def _settle(waiting: asyncio.Future[Any], value: Any, error: BaseException | None) -> None:
+    """On the future's loop: its outcome, unless its caller stopped waiting."""
+    if waiting.done():
+        return
+    if error is not None:
+        waiting.set_exception(error)
+    else:
+        waiting.set_result(value)
+
+
+_Entry = tuple[Callable[[Tx], Any], _Answer]
+
+
 class Committer:
     """Queues transactions' works and commits them in groups, on `executor`'s threads."""
 
@@ -58,13 +130,10 @@ class Committer:
         self._store = weakref.ref(store)  # the committers' registry must not keep it alive
         self._executor = executor
         self._lock = threading.Lock()
-        self._queue: list[tuple[Callable[[Tx], Any], concurrent.futures.Future[Any]]] = []
+        self._queue: list[_Entry] = []
         self._draining = False
         # Each event loop's works not yet handed over (`submit_soon`), by loop.
-        self._soon: dict[
-            asyncio.AbstractEventLoop,
-            list[tuple[Callable[[Tx], Any], concurrent.futures.Future[Any]]],
-        ] = {}
+        self._soon: dict[asyncio.AbstractEventLoop, list[_Entry]] = {}
         self.groups = 0
         """Commits made (a measure for benchmarks and tests)."""
         self.works = 0
@@ -73,27 +142,28 @@ class Committer:
     def submit(self, work: Callable[[Tx], T]) -> concurrent.futures.Future[T]:
         """Queue `work` for the next group; its future completes after that group's commit."""
         future: concurrent.futures.Future[T] = concurrent.futures.Future()
-        self._enqueue([(work, future)])
+        self._enqueue([(work, _Answer(future))])
         return future
 
     def submit_soon(
         self, work: Callable[[Tx], T], loop: asyncio.AbstractEventLoop
-    ) -> concurrent.futures.Future[T]:
+    ) -> asyncio.Future[T]:
         """`submit`, from `loop`'s own thread, once the callbacks ready now have run: the
-        works its loop makes in one iteration are queued together, for one group."""
-        future: concurrent.futures.Future[T] = concurrent.futures.Future()
-        entry = (work, future)
+        works its loop makes in one iteration are queued together, for one group. The
+        outcome is `loop`'s future's."""
+        answer = _LoopAnswer(loop)
+        entry: _Entry = (work, answer)
         batch = self._soon.get(loop)
         if batch is not None:
             batch.append(entry)
-            return future
+            return answer.waiting
         self._soon[loop] = [entry]
         try:
             loop.call_soon(self._hand_over, loop)
         except BaseException:
             del self._soon[loop]  # its caller is told it failed: it must not run
             raise
-        return future
+        return answer.waiting
 
     def _hand_over(self, loop: asyncio.AbstractEventLoop) -> None:
         """Queue what `loop` made since its last hand-over (a callback on that loop)."""
@@ -101,13 +171,10 @@ class Committer:
         try:
             self._enqueue(batch)
         except BaseException as e:
-            for _, future in batch:  # never queued: each caller is told, none runs
-                if future.set_running_or_notify_cancel():
-                    future.set_exception(e)
+            for _, answer in batch:  # never queued: each caller is told, none runs
+                answer.refuse(e)
 
-    def _enqueue(
-        self, entries: list[tuple[Callable[[Tx], Any], concurrent.futures.Future[Any]]]
-    ) -> None:
+    def _enqueue(self, entries: list[_Entry]) -> None:
         """Queue `entries` in order; start a drain unless one runs. Raises (and queues
         nothing) when the executor refuses the drain."""
         with self._lock:
@@ -142,12 +209,10 @@ class Committer:
                 self._executor.submit(self._drain)
             raise
 
-    def _commit(
-        self, group: list[tuple[Callable[[Tx], Any], concurrent.futures.Future[Any]]]
-    ) -> None:
+    def _commit(self, group: list[_Entry]) -> None:
         # A work whose caller gave up (its future cancelled) while it was queued never
-        # runs; from here on no future can be cancelled, so each gets its outcome.
-        group = [(work, future) for work, future in group if future.set_running_or_notify_cancel()]
+        # runs; from here on each is owed its outcome.
+        group = [(work, answer) for work, answer in group if answer.claim()]
         if not group:
             return
         try:
@@ -156,16 +221,16 @@ class Committer:
                 raise StoreError("the store is closed")
             outcomes = store.transactions([work for work, _ in group])
         except BaseException as e:  # nothing of the group was written
-            for _, future in group:
-                future.set_exception(e)
+            for _, answer in group:
+                answer.fail(e)
             return
         self.groups += 1
         self.works += len(group)
-        for (_, future), outcome in zip(group, outcomes, strict=True):
+        for (_, answer), outcome in zip(group, outcomes, strict=True):
             if outcome.error is not None:
-                future.set_exception(outcome.error)
+                answer.fail(outcome.error)
             else:
-                future.set_result(outcome.value)
+                answer.give(outcome.value)
 
 
 _COMMITTERS: weakref.WeakKeyDictionary[Any, Committer] = weakref.WeakKeyDictionary()

@@ -334,9 +334,7 @@ async def write_through(
     else:
         # Group commit: this work shares one fsync with other runs' queued meanwhile.
         committer = committer_for(store, _IO_THREADS)
-        out, events = await asyncio.wrap_future(
-            committer.submit_soon(work, asyncio.get_running_loop())
-        )
+        out, events = await committer.submit_soon(work, asyncio.get_running_loop())
     deliver(config.observer, events)
     return out
 
