@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import gc
 import os
 import signal
 import sqlite3
@@ -17,6 +18,7 @@ import sys
 import textwrap
 import threading
 import time
+import weakref
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -905,6 +907,34 @@ def test_closing_turns_held_through_their_wait_frees_the_turn_before_the_wait_en
         stop_wait()
         waiter._thread.join(30)
         assert not waiter._thread.is_alive()
+    finally:
+        holder.release()
+        turns.close()
+
+
+def test_turns_that_wait_again_after_a_close_keep_no_earlier_wait_alive(tmp_path: Path) -> None:
+    """The renewer closes its turns on an error and takes them again later: one finalizer,
+    for the wait of now, so the waits of before are let go."""
+    db = tmp_path / "runs.db"
+    turns = WriterTurns(str(db), timeout_s=0.05)
+    holder = Holder(db)
+    try:
+        with pytest.raises(StoreBusyError):
+            turns.take()
+        first = turns._waiter
+        assert first is not None
+        turns.close()
+        holder.release()
+        first._thread.join(30)
+        assert not first._thread.is_alive()
+        gone = weakref.ref(first)
+        del first
+        holder = Holder(db)
+        with pytest.raises(StoreBusyError):
+            turns.take()  # a new wait, on the file opened again
+        assert turns._waiter is not None
+        gc.collect()
+        assert gone() is None
     finally:
         holder.release()
         turns.close()

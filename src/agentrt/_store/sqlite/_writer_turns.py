@@ -222,6 +222,8 @@ class WriterTurns:
         # waiting in the kernel, whose wait runs on the real clock.
         self._sleep = sleep
         self._waiter: _KernelWait | None = None
+        # Closes the waiter of now if this is dropped unclosed.
+        self._finalizer: weakref.finalize[[], WriterTurns] | None = None
         self._fd: int | None = None
         self._pid = 0
         self._held = False
@@ -273,7 +275,11 @@ class WriterTurns:
         try:
             if waiter is None:
                 waiter = self._waiter = _KernelWait(fd)
-                weakref.finalize(self, waiter.close)  # a `WriterTurns` dropped unclosed
+                # A `WriterTurns` dropped unclosed stops its waiter; one finalizer at a
+                # time, for the waiter of now (an earlier one was closed with its file).
+                if self._finalizer is not None:
+                    self._finalizer.detach()
+                self._finalizer = weakref.finalize(self, waiter.close)
             got = waiter.acquire(max(0.0, deadline - self._clock()))
         except OSError:
             self._give_up()
