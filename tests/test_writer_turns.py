@@ -694,27 +694,6 @@ def test_turns_closed_while_their_wait_is_in_flock_end_its_thread_once_through(
     assert turn_is_free(db)
 
 
-def test_a_store_holding_its_turn_through_its_wait_gives_it_back_when_closed(
-    tmp_path: Path,
-) -> None:
-    """Closing the store's descriptor alone would not free a turn the wait's descriptor
-    still holds the open file of: the close gives it back first."""
-    db = tmp_path / "runs.db"
-    holder = Holder(db)
-    turns = WriterTurns(str(db), timeout_s=60.0)
-    try:
-        thread, outcome = take_in_thread(turns)
-        wait_until(lambda: waiting_in_the_kernel(turns), "the writer waits in flock")
-        holder.release()
-        thread.join(30)
-        assert outcome == [None]
-        turns.close()  # without giving the turn back first
-        assert turn_is_free(db)
-    finally:
-        holder.release()
-        turns.close()
-
-
 class GatedFlock:
     """The module's `fcntl`, except that a blocking `flock` (the waiting thread's) waits for
     `gate` before it goes to the kernel: the test decides when that wait gets through."""
