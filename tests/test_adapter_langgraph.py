@@ -62,6 +62,7 @@ from support.adapters.langgraph_graphs import (
     push_script,
     tool_messages,
 )
+from support.approvals import a_person_decides
 
 
 def events(store: agentrt.Store) -> list[str]:
@@ -359,12 +360,7 @@ def test_a_person_deciding_while_the_resumes_answer_is_carried_stands_and_is_tol
         seen = read(run_id, approval_id)
         if not raced and sys._getframe(1).f_code.co_name == "_answer":
             raced.append(seen)
-            if person == "approves":
-                agentrt.approve(store, RUN, seen.id, "alice", "ok", seen.hash)
-            elif person == "rejects":
-                agentrt.reject(store, RUN, seen.id, "bob", "not today", seen.hash)
-            else:
-                agentrt.cancel(store, RUN, "carol", "stop")
+            a_person_decides(store, RUN, seen, person)
         return seen
 
     store.get_approval = read_then_a_person_decides  # type: ignore[method-assign]

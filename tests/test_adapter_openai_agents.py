@@ -59,6 +59,7 @@ from agentrt.adapters.openai_agents import (
 from conftest import FakeClock, Ids, event_types
 from support import forkserver
 from support.adapters import assert_table_printed_in_docs
+from support.approvals import a_person_decides
 
 set_tracing_disabled(True)  # nothing leaves the machine
 
@@ -502,12 +503,7 @@ async def test_a_person_deciding_while_the_state_reject_is_carried_stands_and_is
         seen = read()
         if seen and not raced:
             raced.append(person)
-            if person == "approves":
-                agentrt.approve(store, gated.run_id, waiting.id, "alice", "ok", waiting.hash)
-            elif person == "rejects":
-                agentrt.reject(store, gated.run_id, waiting.id, "bob", "not today", waiting.hash)
-            else:
-                agentrt.cancel(store, gated.run_id, "carol", "stop")
+            a_person_decides(store, gated.run_id, waiting, person)
         return seen
 
     gated.pending = read_then_a_person_decides  # type: ignore[method-assign]
@@ -559,12 +555,7 @@ def a_person_decides_after_the_read_of(gated: GatedRun, reader: str, person: str
         if seen and not raced and sys._getframe(1).f_code.co_name == reader:
             waiting = seen[-1]
             raced.append(waiting)
-            if person == "approves":
-                agentrt.approve(store, gated.run_id, waiting.id, "alice", "ok", waiting.hash)
-            elif person == "rejects":
-                agentrt.reject(store, gated.run_id, waiting.id, "bob", "not today", waiting.hash)
-            else:
-                agentrt.cancel(store, gated.run_id, "carol", "stop")
+            a_person_decides(store, gated.run_id, waiting, person)
         return seen
 
     gated.pending = read_then_a_person_decides  # type: ignore[method-assign]

@@ -55,6 +55,7 @@ from support import forkserver
 from support.adapters import assert_table_printed_in_docs
 from support.adapters import pydantic_ai_child as child
 from support.adapters.pydantic_ai_child import CLASSES, REQUESTS, RESULTS
+from support.approvals import a_person_decides
 
 CHILD = Path(child.__file__)
 ROOT = Path(__file__).resolve().parent.parent
@@ -1235,12 +1236,7 @@ def a_person_decides_after_the_read_of(
         if not raced and reader in readers and seen and seen[-1].status == "pending":
             waiting = seen[-1]
             raced.append(waiting)
-            if person == "approves":
-                agentrt.approve(store, RUN, waiting.id, "alice", "ok", waiting.hash)
-            elif person == "rejects":
-                agentrt.reject(store, RUN, waiting.id, "bob", "not today", waiting.hash)
-            else:
-                agentrt.cancel(store, RUN, "carol", "stop")
+            a_person_decides(store, RUN, waiting, person)
         return seen
 
     store.list_approvals = read_then_a_person_decides  # type: ignore[method-assign]

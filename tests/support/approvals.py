@@ -116,3 +116,17 @@ def tamper(database: Path | str, approval_id: str) -> None:
         "WHERE id = ?",
         (approval_id,),
     )
+
+
+def a_person_decides(
+    store: agentrt.Store, run_id: str, approval: agentrt.Approval, person: str
+) -> None:
+    """What a person does to a waiting `approval` from outside the program (the CLI, the
+    console, the webhook): "approves" or "rejects" it by its shown hash, or "cancels" the
+    run (which expires it)."""
+    if person == "approves":
+        agentrt.approve(store, run_id, approval.id, "alice", "ok", approval.hash)
+    elif person == "rejects":
+        agentrt.reject(store, run_id, approval.id, "bob", "not today", approval.hash)
+    else:
+        agentrt.cancel(store, run_id, "carol", "stop")
