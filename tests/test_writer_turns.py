@@ -917,3 +917,41 @@ def test_turns_that_wait_again_after_a_close_keep_no_earlier_wait_alive(tmp_path
     finally:
         holder.release()
         turns.close()
+
+
+class BrokenBlockingFlock:
+    """The module's `fcntl`, except that a blocking `flock` (the waiting thread's) raises
+    what no `flock` should: the thread ends on it."""
+
+    LOCK_EX, LOCK_NB, LOCK_UN = fcntl.LOCK_EX, fcntl.LOCK_NB, fcntl.LOCK_UN
+
+    def flock(self, fd: int, operation: int) -> None:
+        if operation == fcntl.LOCK_EX:
+            raise RuntimeError("not what flock raises")
+        fcntl.flock(fd, operation)
+
+
+def test_a_wait_whose_thread_ends_unexpectedly_tells_its_writer_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its writer is not left waiting out a busy timeout for a thread that is gone: the
+    turns are given up (SQLite's own busy handler alone from then on, as where `flock`
+    fails), and the writer goes on to its transaction."""
+    from agentrt._store.sqlite import _writer_turns
+
+    monkeypatch.setattr(_writer_turns, "fcntl", BrokenBlockingFlock())
+    ended: list[BaseException | None] = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: ended.append(args.exc_value))
+    db = tmp_path / "runs.db"
+    holder = Holder(db)
+    turns = WriterTurns(str(db), timeout_s=600.0)
+    try:
+        thread, outcome = take_in_thread(turns)
+        thread.join(30)
+        assert not thread.is_alive()  # told at once, not after 600 s
+        assert outcome == [None]
+        assert turns._unavailable  # turns given up
+        assert [type(e) for e in ended] == [RuntimeError]
+    finally:
+        holder.release()
+        turns.close()

@@ -199,9 +199,22 @@ class _KernelWait:
                     self._pending = False
                     self._cv.notify_all()
         finally:
+            # Ended, however (closed, or an error no `flock` should raise): a writer
+            # waiting is told at once rather than at its timeout, and none waits again.
+            with self._cv:
+                self._closing = True
+                self._pending = False
+                if self._wanted and not self._granted and self._error is None:
+                    self._error = OSError("the wait for the writers' turn ended")
+                self._cv.notify_all()
             _WAITING.discard(self)  # first: a child forked from here on must not close it
             with contextlib.suppress(OSError):
                 os.close(self.fd)
+
+    @property
+    def ended(self) -> bool:
+        """Whether its thread ended (or was told to): a new wait needs a new one."""
+        return not self._thread.is_alive() or self._closing
 
 
 class WriterTurns:
@@ -263,6 +276,8 @@ class WriterTurns:
         """The turn, waited for by `_KernelWait`'s `flock` if taken: whether it was waited
         for; None when the file cannot be locked (turns given up)."""
         waiter = self._waiter
+        if waiter is not None and waiter.ended and not waiter.pending:
+            waiter = self._waiter = None  # its thread is gone: a new one waits
         if waiter is None or not waiter.pending:  # else only it may lock the file
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
