@@ -40,7 +40,7 @@ declare -A SCOPE=(
   # The encoder the approval hash depends on; the parser is not mutated.
   [canonical]="agentrt._canonical.x_canonical_json__* agentrt._canonical.x_policy_json__*
                agentrt._canonical.x_content_hash__* agentrt._canonical.x_to_text__*
-               agentrt._canonical.x__encode__* agentrt._canonical.x__encode_fast__*
+               agentrt._canonical.x__encode__* agentrt._canonical.x__text_fast__*
                agentrt._canonical.x__plain__* agentrt._canonical.x__encode_slow__*
                agentrt._canonical.x__write__* agentrt._canonical.x__first__*
                agentrt._canonical.x__finish__* agentrt._canonical.x__int_to_decimal__*"

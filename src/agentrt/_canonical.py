@@ -774,12 +774,6 @@ _dumps: Callable[[Any], str] = _c_dumps() or _ENCODER.encode
 _LEAF_TYPES = frozenset({str, int, float, bool, type(None)})
 
 
-def _encode_fast(value: Any, *, html: bool) -> bytes | None:
-    """The C encoder's bytes when they are provably the canonical ones, else None."""
-    text = _text_fast(value, html=html)
-    return None if text is None else text.encode("utf-8")
-
-
 def _text_fast(value: Any, *, html: bool) -> str | None:
     """The C encoder's text when it is provably the canonical one, else None.
 
