@@ -59,7 +59,7 @@ from agentrt.adapters.openai_agents import (
 from conftest import FakeClock, Ids, event_types
 from support import forkserver
 from support.adapters import assert_table_printed_in_docs
-from support.approvals import a_person_decides
+from support.approvals import a_person_decides, assert_the_persons_decision_stands
 
 set_tracing_disabled(True)  # nothing leaves the machine
 
@@ -519,16 +519,14 @@ async def test_a_person_deciding_while_the_state_reject_is_carried_stands_and_is
         assert result.final_output == "not published"
     assert raced == [person]
     assert remote.done == []
-    (approval,) = store.list_approvals(gated.run_id, cap=None)
+    assert_the_persons_decision_stands(store, gated.run_id, waiting, person)
     expected = {
-        "approves": ("approved", "alice", "ok", "WAITING_FOR_APPROVAL", "awaiting_approval"),
-        "rejects": ("rejected", "bob", "not today", "CANCELLED", "failed"),
-        "cancels": ("expired", "carol", approval.note, "CANCELLED", "failed"),
+        "approves": ("WAITING_FOR_APPROVAL", "awaiting_approval"),
+        "rejects": ("CANCELLED", "failed"),
+        "cancels": ("CANCELLED", "failed"),
     }[person]
-    assert (approval.id, approval.hash) == (waiting.id, waiting.hash)
-    assert (approval.status, approval.decided_by, approval.note) == expected[:3]
-    assert gated.run.status == expected[3]
-    assert [s for s, _ in calls(store, gated.run_id)] == [expected[4]]
+    assert gated.run.status == expected[0]
+    assert [s for s, _ in calls(store, gated.run_id)] == [expected[1]]
     decided = event_types(store, gated.run_id).count("approval.decided")
     assert decided == (0 if person == "cancels" else 1)  # the person's, and no other
     assert len(model.calls) == (1 if person == "approves" else 2)
@@ -599,16 +597,14 @@ async def test_a_person_deciding_while_the_state_approve_is_carried_stands_and_i
     }[person]
     assert outputs(result) == [told]
     assert remote.done == ([("push_branch", "feature/login")] if person == "approves" else [])
-    (approval,) = store.list_approvals(gated.run_id, cap=None)
+    assert_the_persons_decision_stands(store, gated.run_id, waiting, person)
     expected = {
-        "approves": ("approved", "alice", "ok", "COMPLETED", "goal_completed", "done"),
-        "rejects": ("rejected", "bob", "not today", "CANCELLED", "approval_rejected", "failed"),
-        "cancels": ("expired", "carol", approval.note, "CANCELLED", "operator_cancelled", "failed"),
+        "approves": ("COMPLETED", "goal_completed", "done"),
+        "rejects": ("CANCELLED", "approval_rejected", "failed"),
+        "cancels": ("CANCELLED", "operator_cancelled", "failed"),
     }[person]
-    assert (approval.id, approval.hash) == (waiting.id, waiting.hash)
-    assert (approval.status, approval.decided_by, approval.note) == expected[:3]
-    assert (gated.run.status, gated.run.reason) == expected[3:5]
-    assert [s for s, _ in calls(store, gated.run_id)] == [expected[5]]
+    assert (gated.run.status, gated.run.reason) == expected[0:2]
+    assert [s for s, _ in calls(store, gated.run_id)] == [expected[2]]
     events = event_types(store, gated.run_id)
     assert events.count("approval.decided") == (0 if person == "cancels" else 1)  # the person's
     assert events.count("step.tool_started") == (1 if person == "approves" else 0)
@@ -822,16 +818,14 @@ async def test_a_person_deciding_while_a_call_beside_the_waiting_one_is_judged_s
     (waiting,) = raced
     assert remote.done == []
     assert "step.tool_started" not in event_types(store, gated.run_id)
-    (approval,) = store.list_approvals(gated.run_id, cap=None)
+    assert_the_persons_decision_stands(store, gated.run_id, waiting, person)
     expected = {
-        "approves": ("approved", "alice", "ok", "WAITING_FOR_APPROVAL", "awaiting_approval"),
-        "rejects": ("rejected", "bob", "not today", "CANCELLED", "failed"),
-        "cancels": ("expired", "carol", approval.note, "CANCELLED", "failed"),
+        "approves": ("WAITING_FOR_APPROVAL", "awaiting_approval"),
+        "rejects": ("CANCELLED", "failed"),
+        "cancels": ("CANCELLED", "failed"),
     }[person]
-    assert (approval.id, approval.hash) == (waiting.id, waiting.hash)
-    assert (approval.status, approval.decided_by, approval.note) == expected[:3]
-    assert gated.run.status == expected[3]
-    assert calls(store, gated.run_id) == [(expected[4], "openai-agents call_id call-push")]
+    assert gated.run.status == expected[0]
+    assert calls(store, gated.run_id) == [(expected[1], "openai-agents call_id call-push")]
     decided = event_types(store, gated.run_id).count("approval.decided")
     assert decided == (0 if person == "cancels" else 1)  # the person's, and no other
     assert len(model.calls) == 1
@@ -886,15 +880,13 @@ async def test_a_person_deciding_right_after_run_agent_reads_what_waits_ends_its
     )
     ran = [("push_branch", "feature/login"), ("write_note", "pushed")]
     assert remote.done == (ran if person == "approves" else [])
-    (approval,) = store.list_approvals(gated.run_id, cap=None)
+    assert_the_persons_decision_stands(store, gated.run_id, waiting, person)
     expected = {
-        "approves": ("approved", "alice", "ok", "COMPLETED", "goal_completed"),
-        "rejects": ("rejected", "bob", "not today", "CANCELLED", "approval_rejected"),
-        "cancels": ("expired", "carol", approval.note, "CANCELLED", "operator_cancelled"),
+        "approves": ("COMPLETED", "goal_completed"),
+        "rejects": ("CANCELLED", "approval_rejected"),
+        "cancels": ("CANCELLED", "operator_cancelled"),
     }[person]
-    assert (approval.id, approval.hash) == (waiting.id, waiting.hash)
-    assert (approval.status, approval.decided_by, approval.note) == expected[:3]
-    assert (gated.run.status, gated.run.reason) == expected[3:]
+    assert (gated.run.status, gated.run.reason) == expected
     assert calls(store, gated.run_id) == (
         [
             ("done", "openai-agents call_id call-push"),
@@ -935,15 +927,13 @@ async def test_a_person_deciding_while_load_state_carries_decisions_in_is_carrie
     assert [i.call_id for i in again.interruptions] == ["call-push", "call-note"]
     assert (remote.done, len(model.calls)) == ([], 1)
     assert "step.tool_started" not in event_types(store, gated.run_id)
-    (approval,) = store.list_approvals(gated.run_id, cap=None)
+    assert_the_persons_decision_stands(store, gated.run_id, waiting, person)
     expected = {
-        "approves": ("approved", "alice", "ok", "WAITING_FOR_APPROVAL"),
-        "rejects": ("rejected", "bob", "not today", "CANCELLED"),
-        "cancels": ("expired", "carol", approval.note, "CANCELLED"),
+        "approves": ("WAITING_FOR_APPROVAL",),
+        "rejects": ("CANCELLED",),
+        "cancels": ("CANCELLED",),
     }[person]
-    assert (approval.id, approval.hash) == (waiting.id, waiting.hash)
-    assert (approval.status, approval.decided_by, approval.note) == expected[:3]
-    assert gated.run.status == expected[3]
+    assert gated.run.status == expected[0]
     decided = event_types(store, gated.run_id).count("approval.decided")
     assert decided == (0 if person == "cancels" else 1)
 

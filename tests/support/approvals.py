@@ -130,3 +130,21 @@ def a_person_decides(
         agentrt.reject(store, run_id, approval.id, "bob", "not today", approval.hash)
     else:
         agentrt.cancel(store, run_id, "carol", "stop")
+
+
+def assert_the_persons_decision_stands(
+    store: agentrt.Store, run_id: str, waiting: agentrt.Approval, person: str
+) -> None:
+    """The run's one approval is `waiting` (its id and hash), decided as `a_person_decides`
+    had `person` decide it, by one `approval.decided` event (none for a cancel, which
+    expires it): whatever the program did meanwhile, the person's decision stands."""
+    (approval,) = store.list_approvals(run_id, cap=None)
+    assert (approval.id, approval.hash) == (waiting.id, waiting.hash)
+    status, by, note = {
+        "approves": ("approved", "alice", "ok"),
+        "rejects": ("rejected", "bob", "not today"),
+        "cancels": ("expired", "carol", approval.note),  # the cancel's own words
+    }[person]
+    assert (approval.status, approval.decided_by, approval.note) == (status, by, note)
+    types = [e.type for e in store.list_events(run_id)]
+    assert types.count("approval.decided") == (0 if person == "cancels" else 1)
