@@ -461,3 +461,39 @@ def test_a_loop_closed_before_its_work_is_answered_leaves_the_others_answered(
     assert third.result(timeout=30) == "r3"
     held.close()
     store.close()
+
+
+def test_a_work_raising_stopiteration_reaches_its_loop_caller_as_an_error(
+    tmp_path: Path,
+) -> None:
+    """An asyncio future refuses `StopIteration` (`TypeError` in the loop's callback):
+    its caller is told a `RuntimeError` from it, as a coroutine raising it would be,
+    rather than never told at all."""
+    store = open_store(tmp_path / "g.db")
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+    committer = Committer(store, pool)
+
+    def work(tx: Any) -> str:
+        _create("r1")(tx)
+        raise StopIteration("an exhausted iterator")
+
+    async def main() -> BaseException | None:
+        loop = asyncio.get_running_loop()
+        errors: list[dict[str, Any]] = []
+        loop.set_exception_handler(lambda _, context: errors.append(context))
+        waiting = committer.submit_soon(work, loop)
+        await asyncio.sleep(0)  # the loop hands the work over
+        # The committer's one thread is through its drain once this runs on it; its
+        # answer to this loop was sent before, so it has been handled once we are back.
+        await asyncio.wrap_future(pool.submit(lambda: None))
+        await asyncio.sleep(0)
+        assert errors == []
+        assert waiting.done()  # never left waiting forever
+        return waiting.exception()
+
+    error = asyncio.run(main())
+    assert isinstance(error, RuntimeError)
+    assert isinstance(error.__cause__, StopIteration)
+    assert store.list_runs() == []  # the work's writes were rolled back alone
+    pool.shutdown()
+    store.close()

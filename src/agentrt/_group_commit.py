@@ -115,6 +115,11 @@ def _settle(waiting: asyncio.Future[Any], value: Any, error: BaseException | Non
     if waiting.done():
         return
     if error is not None:
+        if isinstance(error, StopIteration):
+            # An asyncio future refuses it (`TypeError`, and its caller would wait
+            # forever): told what a coroutine raising it is told.
+            refused, error = error, RuntimeError("a transaction's work raised StopIteration")
+            error.__cause__ = refused
         waiting.set_exception(error)
     else:
         waiting.set_result(value)
