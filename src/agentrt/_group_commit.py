@@ -44,7 +44,7 @@ import concurrent.futures
 import contextlib
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from ._errors import StoreError
@@ -75,11 +75,6 @@ class _Answer:
     def fail(self, error: BaseException) -> None:
         self.future.set_exception(error)
 
-    def refuse(self, error: BaseException) -> None:
-        """Never queued: its caller is told, and the work never runs."""
-        if self.future.set_running_or_notify_cancel():
-            self.future.set_exception(error)
-
 
 class _LoopAnswer(_Answer):
     """A work's outcome set on an asyncio future of `loop` (`submit_soon`), from any thread."""
@@ -102,7 +97,8 @@ class _LoopAnswer(_Answer):
         self._on_loop(_settle, self.waiting, None, error)
 
     def refuse(self, error: BaseException) -> None:
-        # On the loop's own thread (`_hand_over`): set at once.
+        """Never queued (`_hand_over`, on the loop's own thread): its caller is told at
+        once, and the work never runs."""
         _settle(self.waiting, None, error)
 
     def _on_loop(self, *callback: Any) -> None:
@@ -126,6 +122,7 @@ def _settle(waiting: asyncio.Future[Any], value: Any, error: BaseException | Non
 
 
 _Entry = tuple[Callable[[Tx], Any], _Answer]
+_LoopEntry = tuple[Callable[[Tx], Any], _LoopAnswer]
 
 
 class Committer:
@@ -138,7 +135,7 @@ class Committer:
         self._queue: list[_Entry] = []
         self._draining = False
         # Each event loop's works not yet handed over (`submit_soon`), by loop.
-        self._soon: dict[asyncio.AbstractEventLoop, list[_Entry]] = {}
+        self._soon: dict[asyncio.AbstractEventLoop, list[_LoopEntry]] = {}
         self.groups = 0
         """Commits made (a measure for benchmarks and tests)."""
         self.works = 0
@@ -157,7 +154,7 @@ class Committer:
         works its loop makes in one iteration are queued together, for one group. The
         outcome is `loop`'s future's."""
         answer = _LoopAnswer(loop)
-        entry: _Entry = (work, answer)
+        entry: _LoopEntry = (work, answer)
         batch = self._soon.get(loop)
         if batch is not None:
             batch.append(entry)
@@ -179,7 +176,7 @@ class Committer:
             for _, answer in batch:  # never queued: each caller is told, none runs
                 answer.refuse(e)
 
-    def _enqueue(self, entries: list[_Entry]) -> None:
+    def _enqueue(self, entries: Sequence[_Entry]) -> None:
         """Queue `entries` in order; start a drain unless one runs. Raises (and queues
         nothing) when the executor refuses the drain."""
         with self._lock:
