@@ -19,6 +19,7 @@ import textwrap
 import threading
 import time
 import weakref
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -349,28 +350,35 @@ def test_a_lock_file_made_a_hard_link_after_the_open_is_not_used_nor_chmodded(
 # --- one busy timeout in all (decision 0109) ---------------------------------------------------
 
 
-class HeldTurn:
-    """The turn on the database at `db`, held by a descriptor of the test's own, and a
-    clock whose sleeps advance it and give the turn back once `held_for` has passed."""
+class Holder:
+    """The turn on the database at `db`, held by a descriptor of the test's own."""
+
+    def __init__(self, db: Path) -> None:
+        self.fd: int | None = os.open(f"{db}-lock", os.O_RDWR | os.O_CREAT, 0o600)
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+class HeldTurn(Holder):
+    """A `Holder`, and a clock whose sleeps advance it and give the turn back once
+    `held_for` has passed."""
 
     def __init__(self, db: Path, held_for: float) -> None:
+        super().__init__(db)
         self.now = 100.0
         self.release_at = self.now + held_for
-        self.holder: int | None = os.open(f"{db}-lock", os.O_RDWR | os.O_CREAT, 0o600)
-        fcntl.flock(self.holder, fcntl.LOCK_EX)
 
     def clock(self) -> float:
         return self.now
 
     def sleep(self, seconds: float) -> None:
         self.now += seconds
-        if self.holder is not None and self.now >= self.release_at:
+        if self.now >= self.release_at:
             self.release()
-
-    def release(self) -> None:
-        if self.holder is not None:
-            os.close(self.holder)
-            self.holder = None
 
 
 def busy_timeout(conn: sqlite3.Connection) -> int:
@@ -536,17 +544,19 @@ def wait_until(condition: Any, what: str, limit_s: float = 30.0) -> None:
         time.sleep(0.001)
 
 
-class Holder:
-    """The turn on the database at `db`, held by a descriptor of the test's own."""
-
-    def __init__(self, db: Path) -> None:
-        self.fd: int | None = os.open(f"{db}-lock", os.O_RDWR | os.O_CREAT, 0o600)
-        fcntl.flock(self.fd, fcntl.LOCK_EX)
-
-    def release(self) -> None:
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
+@contextlib.contextmanager
+def a_given_up_wait(db: Path) -> Iterator[tuple[Holder, WriterTurns]]:
+    """Turns whose take gave up at a 50 ms busy timeout while the test's `Holder` holds the
+    turn: their wait is still in flock. Released and closed on the way out."""
+    holder = Holder(db)
+    turns = WriterTurns(str(db), timeout_s=0.05)
+    try:
+        with pytest.raises(StoreBusyError, match="past the busy timeout"):
+            turns.take()
+        yield holder, turns
+    finally:
+        holder.release()
+        turns.close()
 
 
 def take_in_thread(turns: WriterTurns) -> tuple[threading.Thread, list[BaseException | None]]:
@@ -595,11 +605,7 @@ def test_a_wait_given_up_at_the_busy_timeout_gives_the_turn_straight_back_once_t
     tmp_path: Path,
 ) -> None:
     db = tmp_path / "runs.db"
-    holder = Holder(db)
-    turns = WriterTurns(str(db), timeout_s=0.05)
-    try:
-        with pytest.raises(StoreBusyError, match="past the busy timeout"):
-            turns.take()
+    with a_given_up_wait(db) as (holder, turns):
         assert waiting_in_the_kernel(turns)  # its thread is still in flock
         holder.release()
         wait_until(lambda: not waiting_in_the_kernel(turns), "the wait got through")
@@ -607,9 +613,6 @@ def test_a_wait_given_up_at_the_busy_timeout_gives_the_turn_straight_back_once_t
         turns.take()  # and the next take finds it free at once
         assert not turn_is_free(db)
         turns.give()
-    finally:
-        holder.release()
-        turns.close()
     assert turn_is_free(db)
 
 
@@ -619,11 +622,7 @@ def test_a_take_while_a_given_up_wait_is_still_in_flock_is_given_the_turn_by_tha
     """A lock taken beside the wait still in flock would be given back by it once through:
     the next take waits through it instead, and keeps what it is given."""
     db = tmp_path / "runs.db"
-    holder = Holder(db)
-    turns = WriterTurns(str(db), timeout_s=0.05)
-    try:
-        with pytest.raises(StoreBusyError):
-            turns.take()
+    with a_given_up_wait(db) as (holder, turns):
         turns._timeout_s = 60.0
         thread, outcome = take_in_thread(turns)
         holder.release()
@@ -633,9 +632,6 @@ def test_a_take_while_a_given_up_wait_is_still_in_flock_is_given_the_turn_by_tha
         assert not turn_is_free(db)  # the wait handed it over rather than giving it back
         turns.give()
         assert turn_is_free(db)
-    finally:
-        holder.release()
-        turns.close()
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
@@ -645,11 +641,7 @@ def test_a_child_forked_while_its_parent_waits_in_the_kernel_closes_that_waits_d
     """Kept open in a child, the waiting thread's descriptor would hold a turn the parent's
     wait takes after the parent died: every writer busy for the child's life."""
     db = tmp_path / "runs.db"
-    holder = Holder(db)
-    turns = WriterTurns(str(db), timeout_s=0.05)
-    try:
-        with pytest.raises(StoreBusyError):
-            turns.take()
+    with a_given_up_wait(db) as (_, turns):
         waiter = turns._waiter
         assert waiter is not None and waiter.pending
         pid = os.fork()
@@ -665,9 +657,6 @@ def test_a_child_forked_while_its_parent_waits_in_the_kernel_closes_that_waits_d
         _, status = os.waitpid(pid, 0)
         assert os.waitstatus_to_exitcode(status) == 0
         os.fstat(waiter.fd)  # the parent's is open: its thread is in flock with it
-    finally:
-        holder.release()
-        turns.close()
     wait_until(lambda: turn_is_free(db), "the turn is free")
 
 
@@ -675,11 +664,7 @@ def test_turns_closed_while_their_wait_is_in_flock_end_its_thread_once_through(
     tmp_path: Path,
 ) -> None:
     db = tmp_path / "runs.db"
-    holder = Holder(db)
-    turns = WriterTurns(str(db), timeout_s=0.05)
-    try:
-        with pytest.raises(StoreBusyError):
-            turns.take()
+    with a_given_up_wait(db) as (holder, turns):
         waiter = turns._waiter
         assert waiter is not None
         turns.close()
@@ -689,8 +674,6 @@ def test_turns_closed_while_their_wait_is_in_flock_end_its_thread_once_through(
         assert not waiter._thread.is_alive()
         with pytest.raises(OSError):
             os.fstat(waiter.fd)  # closed by its thread on the way out
-    finally:
-        holder.release()
     assert turn_is_free(db)
 
 
