@@ -386,10 +386,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             + f"; load {os.getloadavg()[0]:.1f}"
         )
     if args.guards:
+        # The server's CPU is read in clock ticks (10 ms): a short run's median can be none.
         ratios = [
             f"{name} {statistics.median(series['scan']) / statistics.median(series['index']):.2f}x"
-            for name, series in (("server CPU", server), ("client CPU", cpu), ("wall", wall))
             if series["index"] and statistics.median(series["index"])
+            else f"{name} n/a (under a clock tick)"
+            for name, series in (("server CPU", server), ("client CPU", cpu), ("wall", wall))
         ]
         print("scan guard over index guard (medians): " + ", ".join(ratios))
         if alone:
