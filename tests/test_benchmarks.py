@@ -45,14 +45,21 @@ def test_the_driver_benchmark_prints_every_figure_and_the_verdicts(tmp_path: Pat
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     rows = [line.split() for line in lines if line[:5].strip() in {"10", "100", "400"}]
-    # steps, observation (1 or 2 words), then 9 figures
-    assert [(r[0], " ".join(r[1:-9])) for r in rows] == [
-        (n, size) for n in ("10", "100", "400") for size in ("small", "8 KiB")
+    # steps, observation (1 or 2 words), the entry, then 9 figures
+    assert [(r[0], " ".join(r[1:-10]), r[-10]) for r in rows] == [
+        (n, size, entry)
+        for n in ("10", "100", "400")
+        for size in ("small", "8 KiB")
+        for entry in ("sync", "async")
     ]
     assert all(len(r[-9:]) == 9 and r[-1].endswith("x") for r in rows)
-    assert any(line.startswith("flat, small") for line in lines)
-    assert any(line.startswith("vs floor") for line in lines)
+    for entry in ("start_sync", "await start"):
+        assert sum(line.startswith("flat, ") and f"({entry})" in line for line in lines) == 2
+        assert sum(line.startswith(f"vs floor ({entry}): ") for line in lines) == 1
     assert any("the schema's own SQL alone" in line for line in lines)
+    (paired,) = [line for line in lines if line.startswith("async / sync : ")]
+    assert len(re.findall(r"\d+\.\d\dx, ", paired)) == 5  # one ratio a figure, then the worst
+    assert "target <= 1.15x: " in paired
     assert list(tmp_path.iterdir()) == []  # its databases are gone
 
 
