@@ -205,13 +205,27 @@ class Floor:
 
 # --- the schema's own SQL ------------------------------------------------------------------------
 
+# The statements of the SQLite store the replay runs as the Driver's transactions do (the
+# store's own texts, written out here so that the replay stands on its own).
+_PARTITION_HEAD = "SELECT seq, hash FROM chain_head WHERE part = ?"
+_MOVE_HEAD = "UPDATE chain_head SET seq = ?, hash = ? WHERE part = ?"
+_INSERT_EVENT = (
+    "INSERT INTO events (seq, run_id, step_id, at, type, payload_json, hash) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?)"
+)
+_LEASE_COLUMNS = (
+    "SELECT status, lease_owner, lease_expires_at, lease_holder, lease_epoch FROM runs WHERE id = ?"
+)
+
 
 class SchemaReplay:
     """The statements of an allowed step's two transactions, with no runtime around them.
 
     What a step costs the disk and SQLite alone, given the file format `store.md`
-    pins (its tables, indexes and AUTOINCREMENT event chain) and the two
-    transactions of the commit plan (decision 0088): the same statements the Driver runs, with the
+    pins (its tables, indexes, the events and the chain's head row) and the two
+    transactions of the commit plan (decision 0088): the same statements the Driver runs
+    (the run locked, the step's writes, the events in one statement and the head moved
+    once a transaction, as `write_events` does), with the
     texts a real run wrote (so the rows and pages have their real sizes), on a
     file-backed store opened by `agentrt.open_store` (same pragmas), warmed up
     the same way. No agent, no policy, no JSON work, no hashing: every event
@@ -241,6 +255,7 @@ class SchemaReplay:
         # primary-key index, not always on its last page. Seeded, so repeatable.
         self.ids = random.Random(0)
         self.head: tuple[int, str] | None = None
+        self.rows: list[tuple[int, str, str, str, str, str, str]] = []
         self.conn.execute(
             "INSERT INTO runs (id, goal, status, limits_json, lease_owner) "
             "VALUES (?, 'replay', 'RUNNING', '{}', 'replay')",
@@ -249,27 +264,24 @@ class SchemaReplay:
         self.measure(60)  # grow the WAL to its checkpoint size, as for the runs
 
     def _event(self, step_id: str, kind: str, payload: str) -> None:
-        conn = self.conn
         if self.head is None:  # once per transaction, as the Driver reads it
-            row = conn.execute(
-                "SELECT (SELECT seq FROM events ORDER BY seq DESC LIMIT 1), "
-                "(SELECT hash FROM events ORDER BY seq DESC LIMIT 1), "
-                "(SELECT seq FROM sqlite_sequence WHERE name = 'events')"
-            ).fetchone()
-            self.head = (max(row[0] or 0, row[2] or 0) + 1, str(row[1] or ""))
+            seq, digest = self.conn.execute(_PARTITION_HEAD, (0,)).fetchone()
+            self.head = (int(seq) + 1, str(digest))
         seq = self.head[0]
-        conn.execute(
-            "INSERT INTO events (seq, run_id, step_id, at, type, payload_json, hash) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (seq, self.run_id, step_id, "2026-11-30T09:00:00.000000Z", kind, payload, "0" * 64),
+        # Written together when the transaction is about to commit, as the Driver's are.
+        self.rows.append(
+            (seq, self.run_id, step_id, "2026-11-30T09:00:00.000000Z", kind, payload, "0" * 64)
         )
         self.head = (seq + 1, "0" * 64)
 
-    def _tx(self, body: Callable[[], None]) -> None:
-        self.head = None
+    def _tx(self, body: Callable[[], None], run_read: str) -> None:
+        self.head, self.rows = None, []
         self.conn.execute("BEGIN IMMEDIATE")
-        self.conn.execute("SELECT * FROM runs WHERE id = ?", (self.run_id,)).fetchone()
+        self.conn.execute(run_read, (self.run_id,)).fetchone()
         body()
+        self.conn.executemany(_INSERT_EVENT, self.rows)
+        assert self.head is not None
+        self.conn.execute(_MOVE_HEAD, (self.head[0] - 1, self.head[1], 0))
         self.conn.execute("COMMIT")
 
     def step(self) -> None:
@@ -293,8 +305,9 @@ class SchemaReplay:
 
         def decided() -> None:
             conn.execute(
-                "UPDATE steps SET decision_json = ? WHERE id = ? AND status = 'deciding'",
-                (decision, step_id),
+                "UPDATE steps SET decision_json = ?, reason_key = substr(?, 1, 256) "
+                "WHERE id = ? AND status = 'deciding' AND decision_json = ''",
+                (decision, "", step_id),
             )
             self._event(step_id, "step.decided", events["step.decided"])
 
@@ -314,15 +327,20 @@ class SchemaReplay:
                 ("done", observation, observation_hash, at, step_id),
             )
             self._event(step_id, "step.tool_finished", events["step.tool_finished"])
-            conn.execute("UPDATE runs SET active_ms = active_ms + ? WHERE id = ?", (1, run_id))
+            conn.execute(
+                "UPDATE runs SET active_ms = active_ms + ? "
+                "WHERE id = ? AND status = 'RUNNING' AND lease_owner = ?",
+                (1, run_id, "replay"),
+            )
 
         def intent() -> None:
             started()
             decided()
             tool_started()
 
-        for body in (intent, tool_finished):
-            self._tx(body)
+        # The first commit locks the run whole; the outcome's, its lease's five columns.
+        self._tx(intent, "SELECT * FROM runs WHERE id = ?")
+        self._tx(tool_finished, _LEASE_COLUMNS)
         self.index += 1
 
     def measure(self, steps: int) -> float:

@@ -37,8 +37,12 @@ compress away), different at every step:
 
 So every peer makes each decision and each observation durable, with the same
 payloads, before it goes on: two durable writes per step at least. agentrt
-commits four per allowed step today (it also records the step's start, the
-policy's verdict and the tool's start, which the peers do not). The peers'
+commits two per allowed step (decision 0088), and they also record the step's
+start, the policy's verdict, the tool's start and the hash chain of its audit
+events, which the peers do not. On SQLite, agentrt's record alone (driver.py's
+`SchemaReplay`: those two transactions' statements with a real step's texts,
+and nothing else) is measured beside the runs, and the script says whether a
+step 3x faster than each peer's leaves it any time at all. The peers'
 state holds only what the loop needs (the step's index, the last call and the
 last observation): with LangGraph's idiomatic message list every checkpoint
 would rewrite the whole history (SqliteSaver serializes the whole state each
@@ -460,6 +464,27 @@ class SqliteFloor:
         self.floor.close()
 
 
+class RecordAlone:
+    """agentrt's record alone on SQLite: driver.py's `SchemaReplay` (the statements of an
+    allowed step's two transactions, with a real step's texts of each size, and nothing
+    else), on files of its own. No runtime can write this record in less: beside the peers
+    it says whether a step 3x faster than theirs is possible at all with this format."""
+
+    def __init__(self, directory: str) -> None:
+        self.replays = {
+            size: bench.SchemaReplay(directory, bench.make_tool(pad_of(size)), f"alone-{i}")
+            for i, size in enumerate(SIZES)
+        }
+        self.us: dict[str, list[float]] = {size: [] for size in SIZES}
+
+    def measure(self, size: str, steps: int) -> None:
+        self.us[size].append(self.replays[size].measure(steps))
+
+    def close(self) -> None:
+        for replay in self.replays.values():
+            replay.close()
+
+
 # --- PostgreSQL -------------------------------------------------------------------------------
 
 
@@ -620,6 +645,7 @@ def measure(
     repeats: int,
     floor_commits: int,
     warm: int,
+    record: RecordAlone | None = None,
 ) -> tuple[dict[tuple[str, int, str], Cell], list[float]]:
     cells = {(p.name, n, s): Cell() for p in peers for n in steps_list for s in SIZES}
     floors: list[float] = []
@@ -639,6 +665,8 @@ def measure(
             cell.cpu_us.append(cpu / n * 1e6)
             cell.over_floor.append(wall / n * 1e6 / before_floor)
             cell.bytes_per_step.append(grown / n)
+            if record is not None:
+                record.measure(size, floor_commits)
         print(f"  round {round_ + 1}/{repeats} done", file=sys.stderr, flush=True)
     return cells, floors
 
@@ -653,6 +681,7 @@ def report(
     cells: dict[tuple[str, int, str], Cell],
     floors: Sequence[float],
     steps_list: Sequence[int],
+    record: RecordAlone | None = None,
 ) -> list[tuple[str, float, bool]]:
     """Print the table and the verdicts; returns (what, worst ratio, met) per target."""
     print()
@@ -714,9 +743,48 @@ def report(
             for s in SIZES
         )
         print(f"{title}: agentrt await start / start_sync = {worst:.2f}x at worst")
+    if record is not None:
+        report_record_alone(title, names, cells, steps_list, record)
     if len(cells[names[0], steps_list[0], "small"].us) < 3:
         print("(fewer than 3 repetitions: the verdicts are only indicative)")
     return verdicts
+
+
+def report_record_alone(
+    title: str,
+    names: Sequence[str],
+    cells: dict[tuple[str, int, str], Cell],
+    steps_list: Sequence[int],
+    record: RecordAlone,
+) -> None:
+    """Whether a step 3x faster than each peer's fits the time agentrt's record alone takes."""
+    alone = {size: med(record.us[size]) for size in SIZES}
+    print(
+        f"{title}: agentrt's record alone (SchemaReplay: a step's two transactions, their "
+        "statements only) = " + ", ".join(f"{alone[size]:.0f} µs/step ({size})" for size in SIZES)
+    )
+    for other in names:
+        if other.startswith("agentrt"):
+            continue
+        # What the record alone takes over the time a step 3x faster than the peer's may take.
+        over = {
+            (n, size): alone[size] / (med(cells[other, n, size].us) / PEER_TARGET)
+            for n in steps_list
+            for size in SIZES
+        }
+        (n, size), worst = max(over.items(), key=lambda kv: kv[1])
+        allowed = med(cells[other, n, size].us) / PEER_TARGET
+        if worst > 1:
+            verdict = "out of reach with this record format on this disk"
+        else:
+            verdict = f"{allowed - alone[size]:.0f} µs a step left for the runtime's own work"
+            if ("agentrt sync", n, size) in cells:
+                ours = med(cells["agentrt sync", n, size].us) - alone[size]
+                verdict += f" (start_sync's takes {ours:.0f} µs over the record)"
+        print(
+            f"{title}: a step {PEER_TARGET:g}x faster than {other} may take {allowed:.0f} µs at "
+            f"worst ({n} steps, {size}); the record alone takes {worst:.2f}x that: {verdict}"
+        )
 
 
 # --- main ---------------------------------------------------------------------------------------
@@ -792,12 +860,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             opened.append(floor)
             peers = sqlite_peers(directory, args.peers, skipped)
             opened.extend(peers)
+            record = RecordAlone(directory) if "agentrt" in args.peers else None
+            if record is not None:
+                opened.append(record)
             for line in skipped:
                 print(f"SKIPPED {line} (pip install -e '.[bench]' installs the peers)")
             cells, floors = measure(
-                peers, floor, args.steps, args.repeats, floor_commits, args.warm
+                peers, floor, args.steps, args.repeats, floor_commits, args.warm, record
             )
-            verdicts += report("SQLite", peers, cells, floors, args.steps)
+            verdicts += report("SQLite", peers, cells, floors, args.steps, record)
     if args.postgres:
         verdicts += postgres_section(args, floor_commits)
     print()

@@ -117,6 +117,50 @@ def test_the_schema_replay_writes_what_a_driver_step_writes(tmp_path: Path) -> N
         replay.close()
 
 
+def statement_shapes(sql: str) -> str:
+    """A traced statement with its values taken out: quoted texts and numbers made `?`."""
+    sql = re.sub(r"'(?:[^']|'')*'", "?", sql)
+    return " ".join(re.sub(r"\b\d+\b", "?", sql).split())
+
+
+def test_the_schema_replay_runs_the_statements_of_a_driver_step(tmp_path: Path) -> None:
+    """Statement for statement what a real step runs on its store's connection (a run of
+    four steps traced, less one of three), but the schema check at each `BEGIN`: the
+    runtime's safety, not the file format's cost. A change to the store's statements
+    fails here until the replay follows it."""
+    from collections import Counter
+
+    from agentrt._store.sqlite import SqliteStore
+
+    bench = load("driver")
+
+    def a_run_traced(steps: int) -> Counter[str]:
+        store = agentrt.open_store(tmp_path / f"run{steps}.db")
+        assert isinstance(store, SqliteStore)
+        try:
+            bench.run_once(store, bench.make_tool(""), 2)
+            seen: Counter[str] = Counter()
+            store._conn.set_trace_callback(lambda sql: seen.update([statement_shapes(sql)]))
+            bench.run_once(store, bench.make_tool(""), steps)
+            store._conn.set_trace_callback(None)
+            return seen
+        finally:
+            store.close()
+
+    real = a_run_traced(4) - a_run_traced(3)
+    replay = bench.SchemaReplay(str(tmp_path), bench.make_tool(""), "t")
+    try:
+        replayed: Counter[str] = Counter()
+        replay.conn.set_trace_callback(lambda sql: replayed.update([statement_shapes(sql)]))
+        replay.step()
+        replay.conn.set_trace_callback(None)
+    finally:
+        replay.close()
+    assert real - replayed == Counter({"PRAGMA schema_version": 2})
+    assert replayed - real == Counter()
+    assert real["BEGIN IMMEDIATE"] == real["COMMIT"] == 2
+
+
 def test_the_phase_timer_prints_every_phase(tmp_path: Path) -> None:
     done = run_script(
         "benchmarks/step_phases.py", "--steps", "20", "--runs", "1", "--dir", str(tmp_path)
@@ -366,6 +410,13 @@ def test_the_peers_benchmark_measures_agentrt_and_names_each_missing_peer_it_ski
     assert "SKIPPED dbos on SQLite: dbos not importable" in out
     assert_measured(peer_rows(out, "SQLite"), ["agentrt sync", "agentrt async"])
     assert "agentrt await start / start_sync = " in out
+    (alone,) = [line for line in out.splitlines() if "agentrt's record alone" in line]
+    assert re.fullmatch(
+        r"SQLite: agentrt's record alone \(SchemaReplay: a step's two transactions, their "
+        r"statements only\) = \d+ µs/step \(small\), \d+ µs/step \(8 KiB\)",
+        alone,
+    ), alone
+    assert "may take" not in out  # no peer to be faster than
     assert out.splitlines()[2].startswith("load average at start: ")
     assert any(line.startswith("load average at end: ") for line in out.splitlines())
     assert list(databases.iterdir()) == []  # its databases are gone
@@ -390,6 +441,17 @@ def test_the_peers_benchmark_runs_langgraph_and_dbos_beside_agentrt(tmp_path: Pa
         "agentrt async vs dbos",
     ]
     assert all(line.endswith((": met", ": MISSED")) for line in verdicts[:4])
+    bounds = [line for line in out.splitlines() if " may take " in line]
+    assert [line.split(" may take ")[0] for line in bounds] == [
+        "SQLite: a step 3x faster than langgraph",
+        "SQLite: a step 3x faster than dbos",
+    ]
+    assert all(
+        re.search(
+            r"the record alone takes \d+\.\d\dx that: (out of reach|-?\d+ µs a step left)", line
+        )
+        for line in bounds
+    ), bounds
     assert "SqliteSaver, wal, synchronous=2" in out
     assert "system database delete journal" in out
     assert list(tmp_path.iterdir()) == []
