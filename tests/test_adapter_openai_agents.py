@@ -449,6 +449,40 @@ async def test_gated_reject_cancels_the_run_and_the_model_is_told(
 
 
 @sync
+async def test_a_state_loaded_after_agentrt_cancel_tells_the_model_the_call_was_not_run(
+    any_store: agentrt.Store, clock: FakeClock, ids: Ids
+) -> None:
+    """A cancel leaves the waiting call's approval expired, decided by no one: the state
+    loaded afterwards does not hand the call back as an interruption nobody could decide
+    any more; the model is told it was not run, as `run_agent(wait_for_person=True)` tells
+    it, and the run stays as the person ended it."""
+    store = any_store
+    remote = Remote()
+    script = [
+        [function_call("push_branch", {"branch": "feature/login"}, call_id="call-1")],
+        [assistant_message("not published")],
+    ]
+    gated, model = gated_agent(store, remote, script, clock, ids)
+    first = await Runner.run(gated.agent, "publish")
+    saved = first.to_state().to_string()
+    agentrt.cancel(store, gated.run_id, "carol", "stop")
+    events_before = event_types(store, gated.run_id)
+
+    result = await Runner.run(gated.agent, await gated.load_state(saved))
+
+    assert remote.done == []
+    assert result.interruptions == []
+    assert outputs(result) == [told_not_run(gated.run_id, "cancels")]
+    assert result.final_output == "not published"
+    assert len(model.calls) == 2
+    (approval,) = store.list_approvals(gated.run_id, cap=None)
+    assert (approval.status, approval.decided_by) == ("expired", "carol")
+    assert (gated.run.status, gated.run.reason) == ("CANCELLED", "operator_cancelled")
+    assert event_types(store, gated.run_id) == events_before  # nothing more recorded
+    assert store.verify_events().intact
+
+
+@sync
 async def test_state_reject_is_carried_into_agentrt_and_ends_the_run_while_the_model_is_told(
     any_store: agentrt.Store, clock: FakeClock, ids: Ids
 ) -> None:
@@ -940,18 +974,16 @@ async def test_a_person_deciding_while_load_state_carries_decisions_in_is_carrie
     result = await gated.run_agent(await gated.load_state(saved))
 
     not_run = told_not_run(gated.run_id, person)
-    if person == "cancels":
-        # As after a cancel made before `load_state`: the held call is answered, the
-        # cancelled call (its approval expired, decided by no one) is handed back.
-        assert (result.final_output, outputs(result)) == (None, [not_run])
-        assert [i.call_id for i in result.interruptions] == ["call-push"]
-    else:
-        assert result.final_output == "published and noted"
-        assert outputs(result) == (
-            ["pushed feature/login", "noted pushed"]
-            if person == "approves"
-            else ["policy_denied: rejected by bob: not today", not_run]
-        )
+    assert result.final_output == "published and noted"
+    assert result.interruptions == []
+    told = {
+        "approves": ["pushed feature/login", "noted pushed"],
+        "rejects": ["policy_denied: rejected by bob: not today", not_run],
+        # The cancelled call (its approval expired, decided by no one) is told not run,
+        # as `run_agent(wait_for_person=True)` tells it, and so is the call held behind it.
+        "cancels": [not_run, not_run],
+    }
+    assert outputs(result) == told[person]
     ran = [("push_branch", "feature/login"), ("write_note", "pushed")]
     assert remote.done == (ran if person == "approves" else [])
     assert gated.run.status == ("COMPLETED" if person == "approves" else "CANCELLED")

@@ -572,17 +572,8 @@ class GatedRun:
                 with contextlib.suppress(RunStateError):  # attach records the expiry
                     session, _ = await self.gate.attach(self.run_id)
                     await session.close()
+        # Expired or cancelled while waiting: the SDK tells the model the call was not run.
         await self.apply_decisions(state)
-        run = self.run
-        if run.status not in (RunStatus.RUNNING, RunStatus.WAITING_FOR_APPROVAL):
-            # Expired or cancelled while waiting: the SDK tells the model the call was not run.
-            for item in state.get_interruptions():
-                latest = self._approval_for(item)
-                if latest is None or latest.status not in (
-                    ApprovalStatus.APPROVED,
-                    ApprovalStatus.REJECTED,
-                ):
-                    state.reject(item, rejection_message=f"not run: {ended_message(run)}")
         answered.update(i.call_id for i in items if i.call_id is not None)
         return True
 
@@ -678,9 +669,14 @@ class GatedRun:
         A run whose owner died is taken over first, so a call cut off by the
         crash waits on an `interrupted_side_effect` approval before anyone is
         asked. An approved request becomes `state.approve(item)`, a rejected
-        one `state.reject(item)`; a pending one stays an interruption.
+        one `state.reject(item)`; a pending one stays an interruption. Once the
+        run has ended otherwise (an approval expired, or `agentrt cancel`), a
+        call its approval did not decide becomes the SDK's rejection, telling
+        the model it was not run (as `run_agent(wait_for_person=True)` tells
+        it): an interruption nobody can decide any more is not handed back.
         """
         await self._take_over_if_orphaned()
+        undecided = []
         for item in state.get_interruptions():
             approval = self._approval_for(item)
             if approval is None:
@@ -689,6 +685,15 @@ class GatedRun:
                 state.approve(item)
             elif approval.status == ApprovalStatus.REJECTED:
                 state.reject(item, rejection_message=_rejection_text(approval))
+            else:
+                undecided.append(item)
+        run = self._run_or_none() if undecided else None
+        if run is not None and run.status not in (
+            RunStatus.RUNNING,
+            RunStatus.WAITING_FOR_APPROVAL,
+        ):
+            for item in undecided:
+                state.reject(item, rejection_message=f"not run: {ended_message(run)}")
         self._release_held(state)
 
     def _release_held(self, state: RunState[Any, Agent[Any]]) -> None:
