@@ -482,6 +482,55 @@ async def test_a_state_loaded_after_agentrt_cancel_tells_the_model_the_call_was_
     assert store.verify_events().intact
 
 
+@pytest.mark.parametrize("path", ["load_state", "wait_for_person"])
+@sync
+async def test_a_call_the_sdk_held_beside_one_waiting_is_told_not_run_once_a_cancel_ended_the_run(
+    any_store: agentrt.Store, clock: FakeClock, ids: Ids, path: str, monkeypatch: Any
+) -> None:
+    """Beside the waiting push the SDK held a note whose arguments are not a JSON object (it
+    has no agentrt approval). After `agentrt cancel` neither can be decided any more: both
+    are told not run, the model answers and nothing is handed back (decision 0123), through
+    `load_state` as through `run_agent(wait_for_person=True)` (which did so before 0123)."""
+    from agentrt.adapters.openai_agents import _gated
+
+    store = any_store
+    remote = Remote()
+    script = [
+        [
+            function_call("push_branch", {"branch": "feature/login"}, call_id="call-1"),
+            function_call("write_note", "[1, 2]", call_id="call-2"),
+        ],
+        [assistant_message("not published")],
+    ]
+    gated, model = gated_agent(store, remote, script, clock, ids)
+    if path == "load_state":
+        first = await Runner.run(gated.agent, "publish")
+        assert [i.call_id for i in first.interruptions] == ["call-1", "call-2"]
+        saved = first.to_state().to_string()
+        agentrt.cancel(store, gated.run_id, "carol", "stop")
+        result = await Runner.run(gated.agent, await gated.load_state(saved))
+    else:
+        wait = _gated.until_decided
+
+        async def cancelled(
+            store_: agentrt.Store, run_id: str, approval_id: str, **kw: Any
+        ) -> agentrt.Approval:
+            agentrt.cancel(store, run_id, "carol", "stop")
+            return await wait(store_, run_id, approval_id, **kw)
+
+        monkeypatch.setattr(_gated, "until_decided", cancelled)
+        result = await asyncio.wait_for(
+            gated.run_agent("publish", wait_for_person=True, poll_interval=0.01), 20
+        )
+
+    not_run = told_not_run(gated.run_id, "cancels")
+    assert result.interruptions == []
+    assert outputs(result) == [not_run, not_run]
+    assert (result.final_output, len(model.calls)) == ("not published", 2)
+    assert remote.done == []
+    assert (gated.run.status, gated.run.reason) == ("CANCELLED", "operator_cancelled")
+
+
 @sync
 async def test_state_reject_is_carried_into_agentrt_and_ends_the_run_while_the_model_is_told(
     any_store: agentrt.Store, clock: FakeClock, ids: Ids
@@ -1441,6 +1490,76 @@ async def test_a_streamed_run_cancelled_mid_call_is_left_as_a_crash_leaves_it(
     (pending,) = again.pending()
     assert pending.kind == "interrupted_side_effect"
     assert pushed == ["feature/login"]
+
+
+@sync
+async def test_a_state_loaded_after_a_cancel_of_a_call_cut_off_mid_way_does_not_say_it_did_not_run(
+    any_store: agentrt.Store, clock: FakeClock, ids: Ids
+) -> None:
+    """A call cut off mid-way waits on `interrupted_side_effect`: it may have taken effect.
+    After `agentrt cancel`, the state loaded afterwards tells the model it is not run again
+    and that whether it took effect is unknown, never that it did not run (decision 0123)."""
+    store = any_store
+    started = asyncio.Event()
+    pushed: list[str] = []
+
+    @function_tool
+    async def push_branch(branch: str) -> str:
+        """Push a branch."""
+        pushed.append(branch)
+        started.set()
+        await asyncio.sleep(3600)  # cut off here by the cancel
+        return f"pushed {branch}"
+
+    script = [
+        [function_call("push_branch", {"branch": "feature/login"}, call_id="call-1")],
+        [assistant_message("told")],
+    ]
+    model = ScriptedModel(script)
+    agent = Agent(name="publisher", model=model, tools=[push_branch])
+    gated = gate_agent(
+        agent,
+        store=store,
+        policy=agentrt.default_policy(),
+        classifications={"push_branch": Classification("remote_mutation", 30)},
+        now=clock,
+        new_id=ids,
+    )
+    run = gated.new_run()
+    first = run.run_agent_streamed("publish")
+    await consume(first)
+    saved = first.to_state().to_string()
+    state = first.to_state()
+    await run.approve(state, state.get_interruptions()[0], by="alice")
+    second = run.run_agent_streamed(state)
+
+    async def cancel_once_started() -> None:
+        await started.wait()
+        second.cancel()
+
+    canceller = asyncio.create_task(cancel_once_started())
+    await consume(second)
+    await canceller
+    await run.close()
+    again = gated.resume(run.run_id)
+    await again.load_state(saved)  # taken over: the call waits on interrupted_side_effect
+    (pending,) = again.pending()
+    assert pending.kind == "interrupted_side_effect"
+    await again.close()
+    agentrt.cancel(store, run.run_id, "carol", "stop")
+
+    last = gated.resume(run.run_id)
+    result = await Runner.run(last.agent, await last.load_state(saved))
+
+    assert pushed == ["feature/login"]
+    assert result.interruptions == []
+    (told,) = outputs(result)
+    assert str(told) == (
+        f"not run again: agentrt run {run.run_id} is CANCELLED (operator_cancelled: stop); "
+        "no tool call runs in it. The call was cut off mid-way before: whether it took "
+        "effect is unknown"
+    )
+    assert (last.run.status, last.run.reason) == ("CANCELLED", "operator_cancelled")
 
 
 @sync

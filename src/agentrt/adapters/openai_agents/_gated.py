@@ -673,27 +673,33 @@ class GatedRun:
         run has ended otherwise (an approval expired, or `agentrt cancel`), a
         call its approval did not decide becomes the SDK's rejection, telling
         the model it was not run (as `run_agent(wait_for_person=True)` tells
-        it): an interruption nobody can decide any more is not handed back.
+        it): an interruption nobody can decide any more is not handed back. So
+        does a call beside it that agentrt has no approval for (one the SDK held
+        itself); a call cut off mid-way (`interrupted_side_effect`) is told it is
+        not run again and that whether it took effect is unknown.
         """
         await self._take_over_if_orphaned()
-        undecided = []
+        undecided: list[tuple[ToolApprovalItem, Approval | None]] = []
         for item in state.get_interruptions():
             approval = self._approval_for(item)
             if approval is None:
+                # One the SDK held itself (arguments not a JSON object) or one held
+                # behind the waiting call: not run either once the run has ended.
+                undecided.append((item, None))
                 continue
             if approval.status == ApprovalStatus.APPROVED:
                 state.approve(item)
             elif approval.status == ApprovalStatus.REJECTED:
                 state.reject(item, rejection_message=_rejection_text(approval))
             else:
-                undecided.append(item)
-        run = self._run_or_none() if undecided else None
+                undecided.append((item, approval))
+        run = self._run_or_none() if any(a is not None for _, a in undecided) else None
         if run is not None and run.status not in (
             RunStatus.RUNNING,
             RunStatus.WAITING_FOR_APPROVAL,
         ):
-            for item in undecided:
-                state.reject(item, rejection_message=f"not run: {ended_message(run)}")
+            for item, approval in undecided:
+                state.reject(item, rejection_message=_not_run_text(run, approval))
         self._release_held(state)
 
     def _release_held(self, state: RunState[Any, Agent[Any]]) -> None:
@@ -1680,6 +1686,20 @@ def _rejection_not_carried(run_id: str, approval: Approval, call_id: str) -> Run
         approval_id=approval.id,
         approval_hash=approval.hash,
     )
+
+
+def _not_run_text(run: Run, approval: Approval | None) -> str:
+    """What the model is told of a call its approval did not decide once the run has ended.
+
+    A call cut off mid-way (its approval `interrupted_side_effect`) may have taken
+    effect: it is not run again, and the model is not told that it did not run.
+    """
+    if approval is not None and approval.kind == INTERRUPTED_SIDE_EFFECT:
+        return (
+            f"not run again: {ended_message(run)}. The call was cut off mid-way before: "
+            "whether it took effect is unknown"
+        )
+    return f"not run: {ended_message(run)}"
 
 
 def _rejection_text(approval: Approval) -> str:
