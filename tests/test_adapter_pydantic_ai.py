@@ -1520,6 +1520,36 @@ def test_a_pause_continued_without_results_while_its_call_waits_runs_nothing(
     assert [a.status for a in store.list_approvals(RUN)] == ["pending"]
 
 
+def test_a_pause_continued_without_results_after_agentrt_reject_runs_nothing(
+    database: str,
+    tmp_path: Path,
+) -> None:
+    """Rejected: on 2.78 the framework hands the waiting call to the Gate, and the model
+    hears the recorded rejection (decision 0122); on 2.68 it writes its own return for the
+    call. Either way nothing runs, nothing more is recorded, and the run stays ended."""
+    store, result, heard = held_run(tmp_path, "note-then-push", database=database)
+    (pending,) = store.pending_approvals(RUN)
+    agentrt.reject(store, RUN, pending.id, by="bob", note="no", shown_hash=pending.hash)
+    runs_them = framework_runs_a_pauses_unanswered_calls()
+
+    again = resume_with(tmp_path, store, "note-then-push", result, None, heard)
+
+    assert again.output == "done"
+    assert heard[0] == "ToolReturnPart:success:noted pushing login"
+    if runs_them:
+        assert heard[1:] == ["ToolReturnPart:failed:approval rejected: no"]
+    else:
+        assert len(heard) == 2 and heard[1].startswith("ToolReturnPart:interrupted:")
+    assert effects(tmp_path) == ["write_note pushing login"]
+    assert steps(store) == [
+        ("write_note", "done", "tool_result"),
+        ("push_branch", "failed", "policy_denied"),
+    ]
+    run = store.get_run(RUN)
+    assert (run.status, run.reason) == ("CANCELLED", "approval_rejected")
+    assert store.verify_events().intact
+
+
 @pytest.mark.parametrize("answer", ["approved", "denied", "by call id alone"])
 def test_an_inline_deferred_call_handler_decides_through_agentrt_as_resumed_results_do(
     database: str, tmp_path: Path, answer: str
