@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import contextvars
 import inspect
 import os
@@ -253,13 +254,10 @@ async def _guarded(tool: Tool, call: ToolCall, threads: ToolThreads | None) -> t
     A `KeyboardInterrupt` or `SystemExit` that escaped a task would stop the
     event loop itself; here it is only the tool's outcome.
     """
-    try:
-        result = await _call(tool, call, threads)
-    except BaseException as exc:
-        return False, exc
-    if isinstance(result, _Raised):
+    ok, result = await _awaited(_call(tool, call, threads))
+    if ok and isinstance(result, _Raised):
         return False, result.exc
-    return True, result
+    return ok, result
 
 
 async def invoke(
@@ -271,9 +269,84 @@ async def invoke(
     cancellation; `threads` receives its future, so the caller can tell whether
     the call is still running (and keep the lease until it is not).
     """
+    if not inspect.iscoroutinefunction(tool.call):
+        return await _invoke_on_thread(tool, spec, call, threads)
     task = asyncio.ensure_future(_guarded(tool, call, threads))
+    return await _invoke_in_task(task, spec, threads)
+
+
+async def _invoke_on_thread(
+    tool: Tool, spec: ToolSpec, call: ToolCall, threads: ToolThreads | None
+) -> ToolOutcome:
+    """`invoke` of a plain-function tool: its thread's outcome awaited on one future of the
+    loop, answered by the thread itself (no task, no chained futures between: a step's tool
+    call makes three callbacks of the loop, not seven).
+
+    As in the task's way: a caller cancelled, or a timeout, before the thread took the call
+    leaves it never run (`Future.cancel` succeeds only then); a thread that took it runs on
+    and is left in `threads`. A result that is awaitable is awaited in a task of its own
+    for the time left.
+    """
+    loop = asyncio.get_running_loop()
+    timeout = spec.timeout.total_seconds()
+    began = loop.time()
+    waiter = loop.create_future()
+    future = _on_own_thread(tool.call, call)
+    if threads is not None:
+        threads.append(future)
+
+    def arrived(_: Future) -> None:  # on the tool thread, or here if it never ran
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody waits
+            loop.call_soon_threadsafe(_release, waiter)
+
+    future.add_done_callback(arrived)
+    timer = loop.call_later(timeout, _release, waiter)
     try:
-        done = await _done_within(task, spec.timeout.total_seconds())
+        await waiter
+    except asyncio.CancelledError:
+        future.cancel()  # never run if not taken yet; a running thread is left in `threads`
+        raise
+    finally:
+        timer.cancel()
+    if not future.done():
+        future.cancel()
+        observation = _error(spec, "timeout", f"timed out after {timeout:g}s")
+        return ToolOutcome(observation=observation)
+    result = future.result()
+    if isinstance(result, _Raised):
+        return _raised(spec, result.exc)
+    if inspect.isawaitable(result):
+        left = max(0.0, timeout - (loop.time() - began))
+        return await _invoke_in_task(asyncio.ensure_future(_awaited(result)), spec, threads, left)
+    return ToolOutcome(observation=result_observation(spec, result))
+
+
+def _release(waiter: asyncio.Future[Any]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
+async def _awaited(result: Any) -> tuple[bool, Any]:
+    """(True, what `result` gives) or (False, what it raised), never raising: `_guarded`'s
+    way, for what a plain-function tool returned that is awaitable too."""
+    try:
+        return True, await result
+    except BaseException as exc:
+        return False, exc
+
+
+async def _invoke_in_task(
+    task: asyncio.Future[tuple[bool, Any]],
+    spec: ToolSpec,
+    threads: ToolThreads | None,
+    timeout: float | None = None,
+) -> ToolOutcome:
+    """`invoke` of a tool running in `task` (`_guarded`), given `timeout` seconds (the
+    spec's unless given)."""
+    if timeout is None:
+        timeout = spec.timeout.total_seconds()
+    try:
+        done = await _done_within(task, timeout)
     except asyncio.CancelledError:
         # Only our own task's cancellation gets here: the caller's. Let the tool
         # unwind from its cancellation first, as `asyncio.wait_for` would.
