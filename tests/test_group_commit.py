@@ -497,3 +497,61 @@ def test_a_work_raising_stopiteration_reaches_its_loop_caller_as_an_error(
     assert store.list_runs() == []  # the work's writes were rolled back alone
     pool.shutdown()
     store.close()
+
+
+FORKED = """
+import asyncio, os, signal, sys
+import agentrt
+from agentrt import Decision, ToolResult
+from agentrt.scripted import ScriptedAgent
+
+@agentrt.tool(side_effect="read_only", timeout=5)
+def read_page(page: int) -> ToolResult:
+    'Read one page.'
+    return ToolResult({"page": page})
+
+def run(path: str) -> str:
+    store = agentrt.open_store(path)
+    try:
+        driver = agentrt.Driver(
+            store=store,
+            agent=ScriptedAgent([Decision.tool_call("read_page", {"page": 1}), Decision.complete()]),
+            policy=agentrt.default_policy(),
+            tools=[read_page],
+        )
+        return str(asyncio.run(driver.start("read a page")).status)
+    finally:
+        store.close()
+
+print("parent", run(os.path.join(sys.argv[1], "parent.db")), flush=True)
+pid = os.fork()
+if pid == 0:
+    signal.alarm(30)  # a child that hangs dies of it, and the parent says so
+    print("child", run(os.path.join(sys.argv[1], "child.db")), flush=True)
+    os._exit(0)
+_, status = os.waitpid(pid, 0)
+print("child ended", os.waitstatus_to_exitcode(status), flush=True)
+"""
+
+
+def test_a_forked_child_of_a_process_that_committed_off_its_loop_commits_on_threads_of_its_own(
+    tmp_path: Path,
+) -> None:
+    """A child forked after its parent's async runs committed on the I/O threads has none
+    of those threads: work handed to the parent's executor would wait for them for ever.
+    The child gets its own, and its committers (`os.register_at_fork`)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", FORKED, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "parent COMPLETED",
+        "child COMPLETED",
+        "child ended 0",
+    ], done.stderr

@@ -42,6 +42,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import os
 import threading
 import weakref
 from collections.abc import Callable, Sequence
@@ -237,6 +238,18 @@ class Committer:
 
 _COMMITTERS: weakref.WeakKeyDictionary[Any, Committer] = weakref.WeakKeyDictionary()
 _COMMITTERS_LOCK = threading.Lock()
+
+
+def _forget_in_a_child() -> None:
+    """After a fork: the parent's committers drain on threads the child does not have
+    (and may be mid-drain): the child makes its own on first use."""
+    global _COMMITTERS, _COMMITTERS_LOCK
+    _COMMITTERS = weakref.WeakKeyDictionary()
+    _COMMITTERS_LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_in_a_child)
 
 
 def committer_for(store: Store, executor: concurrent.futures.Executor) -> Committer:

@@ -33,6 +33,7 @@ import concurrent.futures
 import contextvars
 import inspect
 import logging
+import os
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -75,9 +76,26 @@ from ._tools import CompiledTool, Tool
 
 T = TypeVar("T")
 
+
+def _io_threads() -> concurrent.futures.ThreadPoolExecutor:
+    return concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="agentrt-io")
+
+
 # Store transactions run on these threads so that an fsync never stalls the
 # event loop; the store's own lock serializes use of its connection.
-_IO_THREADS = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="agentrt-io")
+_IO_THREADS = _io_threads()
+
+
+def _io_threads_of_a_child() -> None:
+    """After a fork: the parent's I/O threads do not exist in the child, and an executor
+    that had idle ones would queue the child's work for them for ever; the child gets
+    threads of its own."""
+    global _IO_THREADS
+    _IO_THREADS = _io_threads()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_io_threads_of_a_child)
 
 _POLICY_OUTCOMES = {str(o) for o in PolicyOutcome}
 
