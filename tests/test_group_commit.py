@@ -515,7 +515,9 @@ def run(path: str) -> str:
     try:
         driver = agentrt.Driver(
             store=store,
-            agent=ScriptedAgent([Decision.tool_call("read_page", {"page": 1}), Decision.complete()]),
+            agent=ScriptedAgent(
+                [Decision.tool_call("read_page", {"page": 1}), Decision.complete()]
+            ),
             policy=agentrt.default_policy(),
             tools=[read_page],
         )
@@ -555,3 +557,48 @@ def test_a_forked_child_of_a_process_that_committed_off_its_loop_commits_on_thre
         "child COMPLETED",
         "child ended 0",
     ], done.stderr
+
+
+def _commit_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "agentrt-commit"]
+
+
+def test_a_committer_commits_on_a_daemon_thread_of_its_own_which_ends_when_idle(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without an executor given, a committer drains on its own thread (decision 0126): a
+    daemon, so it never holds the process open, which ends once idle for `_IDLE_S` and is
+    started again by the next work."""
+    from agentrt import _group_commit
+
+    monkeypatch.setattr(_group_commit, "_IDLE_S", 0.05)
+    store = open_store(tmp_path / "g.db")
+    committer = Committer(store)
+    before = set(_commit_threads())
+    assert committer.submit(_create("r1")).result(timeout=30) == "r1"
+    (thread,) = set(_commit_threads()) - before
+    assert thread.daemon
+    thread.join(timeout=30)  # idle past _IDLE_S: it ends
+    assert not thread.is_alive()
+    assert committer.submit(_create("r2")).result(timeout=30) == "r2"  # a new one takes over
+    assert sorted(r.id for r in store.list_runs()) == ["r1", "r2"]
+    store.close()
+
+
+def test_a_committer_whose_thread_cannot_start_fails_the_caller_and_runs_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = open_store(tmp_path / "g.db")
+    committer = Committer(store)
+
+    def refuse(self: threading.Thread) -> None:
+        raise RuntimeError("can't start new thread")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(threading.Thread, "start", refuse)
+        with pytest.raises(RuntimeError, match="can't start new thread"):
+            committer.submit(_create("r1"))
+    assert store.list_runs() == []  # its work never ran
+    assert committer.submit(_create("r2")).result(timeout=30) == "r2"  # the next one does
+    assert [r.id for r in store.list_runs()] == ["r2"]
+    store.close()

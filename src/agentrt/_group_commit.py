@@ -3,8 +3,8 @@
 A `Committer` belongs to one store. The step machine hands it a transaction's
 work (`submit`) and awaits a future; the committer runs whatever works are
 queued when it gets the store, all of them in one durable commit
-(`Store.transactions`: a savepoint each), on one of the I/O threads, so the event
-loop never waits on a commit. While one group commits, the next one queues: 64
+(`Store.transactions`: a savepoint each), on a thread of its own (`_OwnThread`,
+decision 0126), so the event loop never waits on a commit. While one group commits, the next one queues: 64
 runs in flight share fsyncs instead of each waiting for its own.
 
 An event loop's works are handed over once the callbacks ready with them have run
@@ -43,6 +43,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import os
+import queue
 import threading
 import weakref
 from collections.abc import Callable, Sequence
@@ -126,12 +127,65 @@ _Entry = tuple[Callable[[Tx], Any], _Answer]
 _LoopEntry = tuple[Callable[[Tx], Any], _LoopAnswer]
 
 
-class Committer:
-    """Queues transactions' works and commits them in groups, on `executor`'s threads."""
+_IDLE_S = 30.0
+"""Seconds a committer's thread waits for more work before it ends (started again when
+there is)."""
 
-    def __init__(self, store: Store, executor: concurrent.futures.Executor) -> None:
+
+class _OwnThread:
+    """A committer's own thread: runs what it is given, in order, and ends after `_IDLE_S`
+    with nothing to run. A daemon (as the tool threads): it never holds the process open.
+
+    Handing it a drain costs a `SimpleQueue.put` (and the thread's wake-up), where an
+    executor's `submit` made a future, a work item and a semaphore's round for it
+    (decision 0126).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._jobs: queue.SimpleQueue[Callable[[], object]] = queue.SimpleQueue()
+        self._running = False
+
+    def submit(self, job: Callable[[], object]) -> None:
+        with self._lock:
+            self._jobs.put(job)
+            if self._running:
+                return
+            self._running = True
+        try:
+            threading.Thread(target=self._serve, name="agentrt-commit", daemon=True).start()
+        except BaseException:
+            with self._lock:
+                self._running = False
+                while not self._jobs.empty():  # the caller takes back what it gave
+                    self._jobs.get_nowait()
+            raise
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                job = self._jobs.get(timeout=_IDLE_S)
+            except queue.Empty:
+                with self._lock:
+                    if self._jobs.empty():
+                        self._running = False
+                        return
+                continue
+            # What a drain raises was handed to its works' callers (or it queued itself
+            # again, `_drain`): nothing is left for this thread to do with it.
+            with contextlib.suppress(BaseException):
+                job()
+
+
+class Committer:
+    """Queues transactions' works and commits them in groups, on a thread of its own (or
+    on `executor`'s threads, given one: the tests hold one to decide the grouping)."""
+
+    def __init__(self, store: Store, executor: concurrent.futures.Executor | None = None) -> None:
         self._store = weakref.ref(store)  # the committers' registry must not keep it alive
-        self._executor = executor
+        self._executor: concurrent.futures.Executor | _OwnThread = (
+            _OwnThread() if executor is None else executor
+        )
         self._lock = threading.Lock()
         self._queue: list[_Entry] = []
         self._draining = False
@@ -252,10 +306,10 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_in_a_child)
 
 
-def committer_for(store: Store, executor: concurrent.futures.Executor) -> Committer:
+def committer_for(store: Store) -> Committer:
     """The one committer of `store` in this process (made on first use)."""
     with _COMMITTERS_LOCK:
         committer = _COMMITTERS.get(store)
         if committer is None:
-            committer = _COMMITTERS[store] = Committer(store, executor)
+            committer = _COMMITTERS[store] = Committer(store)
         return committer

@@ -351,7 +351,7 @@ async def write_through(
         out, events = job()
     else:
         # Group commit: this work shares one fsync with other runs' queued meanwhile.
-        committer = committer_for(store, _IO_THREADS)
+        committer = committer_for(store)
         out, events = await committer.submit_soon(work, asyncio.get_running_loop())
     deliver(config.observer, events)
     return out
