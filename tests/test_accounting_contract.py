@@ -424,7 +424,7 @@ def test_a_late_reply_after_a_cancel_is_charged_through_the_settle_at_the_time_i
 class _CancelInSettle(FakeClock):
     """Once armed, cancels a task from inside the next transaction that reads the clock.
 
-    The reading comes from the store's I/O thread, in the middle of the attempt's
+    The reading comes from the store's committer thread, in the middle of the attempt's
     settlement: the cancel lands on the event loop while that transaction commits.
     """
 
@@ -435,7 +435,8 @@ class _CancelInSettle(FakeClock):
 
     def __call__(self) -> datetime:
         target = self.target
-        if target is not None and threading.current_thread().name.startswith("agentrt-io"):
+        off_the_loop = threading.current_thread().name.startswith(("agentrt-commit", "agentrt-io"))
+        if target is not None and off_the_loop:
             self.target = None
             self.fired = True
             loop, task = target
