@@ -4,8 +4,9 @@ A `Committer` belongs to one store. The step machine hands it a transaction's
 work (`submit`) and awaits a future; the committer runs whatever works are
 queued when it gets the store, all of them in one durable commit
 (`Store.transactions`: a savepoint each), on a thread of its own (`_OwnThread`,
-decision 0126), so the event loop never waits on a commit. While one group commits, the next one queues: 64
-runs in flight share fsyncs instead of each waiting for its own.
+decision 0126), so the event loop never waits on a commit. While one group
+commits, the next one queues: 64 runs in flight share fsyncs instead of each
+waiting for its own.
 
 An event loop's works are handed over once the callbacks ready with them have run
 (`submit_soon`, decision 0116): runs woken together by one commit make their next
