@@ -187,3 +187,79 @@ def test_a_loop_closed_while_the_thread_runs_leaves_no_error_on_the_thread(
         assert answered.wait(10)
         assert future.result() == ToolResult({"late": True})
     assert caplog.records == []  # the thread's answer to a closed loop is dropped quietly
+
+
+def test_a_plain_tool_whose_thread_cannot_start_is_a_tool_error_not_a_raise(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`invoke` raises only for its caller's cancellation: no thread to run the call on (the
+    process is out of them) is the call's error, recorded as such; it never ran."""
+
+    class NoThreads:
+        def run(self, call: Callable[[], Any], future: concurrent.futures.Future[Any]) -> None:
+            raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(execute, "_THREADS", NoThreads())
+    ran: list[str] = []
+    tool = Plain(lambda: ran_once(ran))
+    threads: list[concurrent.futures.Future[Any]] = []
+
+    outcome = asyncio.run(execute.invoke(tool, tool.spec, CALL, threads))
+
+    assert ran == []
+    assert threads == []  # nothing runs: the caller keeps no lease for it
+    assert outcome.observation.content == {
+        "tool": "plain",
+        "error": "RuntimeError: can't start new thread",
+        "failure": "error",
+    }
+
+
+class _NoClass:
+    """A value whose `__class__` raises: `isinstance` on it raises too."""
+
+    @property  # type: ignore[misc]
+    def __class__(self) -> type:
+        raise ValueError("no class to read")
+
+
+class _AsyncReturns:
+    def __init__(self) -> None:
+        self.spec = Plain(lambda: None).spec
+
+    async def call(self, call: ToolCall) -> Any:
+        return _NoClass()
+
+
+@pytest.mark.parametrize("kind", ["plain", "async"])
+def test_a_returned_value_that_cannot_be_inspected_is_invalid_content_not_a_raise(
+    kind: str,
+) -> None:
+    tool: Any = Plain(_NoClass) if kind == "plain" else _AsyncReturns()
+
+    outcome = asyncio.run(execute.invoke(tool, tool.spec, CALL, []))
+
+    assert outcome.observation.content == {
+        "tool": "plain",
+        "error": "tool returned a _NoClass that could not be inspected",
+        "failure": "invalid_content",
+    }
+
+
+def test_a_tool_whose_call_cannot_be_read_is_a_tool_error_not_a_raise() -> None:
+    class Unreadable:
+        spec = Plain(lambda: None).spec
+
+        @property
+        def call(self) -> Any:
+            raise ValueError("no call to read")
+
+    tool: Any = Unreadable()
+
+    outcome = asyncio.run(execute.invoke(tool, tool.spec, CALL, []))
+
+    assert outcome.observation.content == {
+        "tool": "plain",
+        "error": "ValueError: no call to read",
+        "failure": "error",
+    }

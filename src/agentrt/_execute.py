@@ -255,7 +255,7 @@ async def _guarded(tool: Tool, call: ToolCall, threads: ToolThreads | None) -> t
     event loop itself; here it is only the tool's outcome.
     """
     ok, result = await _awaited(_call(tool, call, threads))
-    if ok and isinstance(result, _Raised):
+    if ok and type(result) is _Raised:  # never `isinstance`: a returned value may be hostile
         return False, result.exc
     return ok, result
 
@@ -269,7 +269,11 @@ async def invoke(
     cancellation; `threads` receives its future, so the caller can tell whether
     the call is still running (and keep the lease until it is not).
     """
-    if not inspect.iscoroutinefunction(tool.call):
+    try:
+        plain = not inspect.iscoroutinefunction(tool.call)
+    except BaseException:  # a hostile `call`: `_guarded` records what reading it raises
+        plain = False
+    if plain:
         return await _invoke_on_thread(tool, spec, call, threads)
     task = asyncio.ensure_future(_guarded(tool, call, threads))
     return await _invoke_in_task(task, spec, threads)
@@ -291,7 +295,10 @@ async def _invoke_on_thread(
     timeout = spec.timeout.total_seconds()
     began = loop.time()
     waiter = loop.create_future()
-    future = _on_own_thread(tool.call, call)
+    try:
+        future = _on_own_thread(tool.call, call)
+    except BaseException as exc:  # no thread could be started: the call never ran
+        return _raised(spec, exc)
     if threads is not None:
         threads.append(future)
 
@@ -313,9 +320,13 @@ async def _invoke_on_thread(
         observation = _error(spec, "timeout", f"timed out after {timeout:g}s")
         return ToolOutcome(observation=observation)
     result = future.result()
-    if isinstance(result, _Raised):
+    if type(result) is _Raised:
         return _raised(spec, result.exc)
-    if inspect.isawaitable(result):
+    try:
+        awaitable = inspect.isawaitable(result)
+    except BaseException:  # a value that cannot be inspected: `result_observation` says so
+        awaitable = False
+    if awaitable:
         left = max(0.0, timeout - (loop.time() - began))
         return await _invoke_in_task(asyncio.ensure_future(_awaited(result)), spec, threads, left)
     return ToolOutcome(observation=result_observation(spec, result))
