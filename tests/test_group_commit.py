@@ -602,3 +602,46 @@ def test_a_committer_whose_thread_cannot_start_fails_the_caller_and_runs_nothing
     assert committer.submit(_create("r2")).result(timeout=30) == "r2"  # the next one does
     assert [r.id for r in store.list_runs()] == ["r2"]
     store.close()
+
+
+def test_works_queued_while_the_committers_thread_failed_to_start_fail_rather_than_wait_for_ever(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A work queued by another thread while the first caller's drain is being started
+    finds a drain under way and returns; if that thread then cannot start, the work is
+    failed with the same error (it never runs), not left queued with no thread to run
+    it."""
+    store = open_store(tmp_path / "g.db")
+    committer = Committer(store)
+    entered, go_on = threading.Event(), threading.Event()
+    real_start = threading.Thread.start
+
+    def failing_start(self: threading.Thread) -> None:
+        if self.name != "agentrt-commit":
+            return real_start(self)
+        entered.set()
+        go_on.wait(10)
+        raise RuntimeError("can't start new thread")
+
+    first: list[BaseException] = []
+
+    def submit_first() -> None:
+        try:
+            committer.submit(_create("r1"))
+        except RuntimeError as e:
+            first.append(e)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(threading.Thread, "start", failing_start)
+        caller = threading.Thread(target=submit_first)
+        caller.start()
+        assert entered.wait(10)
+        second = committer.submit(_create("r2"))  # a drain is being started: it queues
+        go_on.set()
+        caller.join(10)
+    assert len(first) == 1
+    with pytest.raises(RuntimeError, match="can't start new thread"):
+        second.result(timeout=10)
+    assert store.list_runs() == []  # neither work ran
+    assert committer.submit(_create("r3")).result(timeout=30) == "r3"
+    store.close()

@@ -242,11 +242,17 @@ class Committer:
             self._draining = True
         try:
             self._executor.submit(self._drain)
-        except BaseException:
+        except BaseException as e:
             with self._lock:
                 self._draining = False
                 for entry in entries:  # their callers are told it failed: none may run
                     self._queue.remove(entry)
+                # Queued by other threads meanwhile, which saw a drain under way and
+                # returned: no drain will take them, so they fail too (and never run).
+                stranded, self._queue = self._queue, []
+            for _, answer in stranded:
+                if answer.claim():
+                    answer.fail(e)
             raise
 
     def _drain(self) -> None:
