@@ -17,9 +17,11 @@ Invariants kept here:
   `CancelledError` the tool raised itself, and a `BaseException` that is not
   an `Exception` (`SystemExit`, `KeyboardInterrupt`, a custom one: the tool's
   own raise does not stop the process, see decision 0017).
-- A tool runs in a task of its own, so that the tool's own `CancelledError`
+- A coroutine tool runs in a task of its own, so that the tool's own `CancelledError`
   (its task ends without our task having been cancelled) is told apart from a
-  cancellation of the caller (the `await` in `invoke` raises).
+  cancellation of the caller (the `await` in `invoke` raises). A plain-function
+  tool's thread carries whatever it raised as its result (`_Raised`), so its
+  outcome is awaited on one future the thread answers, with no task (decision 0124).
 - A plain-function tool runs on a daemon thread that runs nothing else while it
   runs, outside `concurrent.futures`' registry of workers, which the interpreter
   joins at exit: a tool that outlives its timeout (a thread cannot be killed)
