@@ -30,6 +30,7 @@ become RE2 code point escapes; `(?<name>...)` becomes a named group.
 from __future__ import annotations
 
 import functools
+import os
 import re
 import threading
 from collections.abc import Iterator, Mapping
@@ -260,6 +261,17 @@ def translate(pattern: str) -> str:
 
 _cache: dict[str, Any] = {}
 _cache_lock = threading.Lock()
+
+
+def _new_cache_lock() -> None:
+    """After a fork: a lock another thread of the parent held at that moment stays held
+    in the child, where no thread will release it; the child's cache gets a new one."""
+    global _cache_lock
+    _cache_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_cache_lock)
 
 
 @functools.cache

@@ -14,6 +14,7 @@ import dataclasses
 import functools
 import inspect
 import math
+import os
 import re
 import threading
 import types
@@ -726,6 +727,17 @@ def _json_type(value: Any) -> str:
 _CACHE_SIZE = 512
 _cache: OrderedDict[str, CompiledTool] = OrderedDict()
 _cache_lock = threading.Lock()
+
+
+def _new_cache_lock() -> None:
+    """After a fork: a lock another thread of the parent held at that moment stays held
+    in the child, where no thread will release it; the child's cache gets a new one."""
+    global _cache_lock
+    _cache_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_cache_lock)
 
 
 def _check_spec_fields(spec: ToolSpec) -> str:
