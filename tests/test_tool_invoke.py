@@ -263,3 +263,26 @@ def test_a_tool_whose_call_cannot_be_read_is_a_tool_error_not_a_raise() -> None:
         "error": "ValueError: no call to read",
         "failure": "error",
     }
+
+
+@pytest.mark.parametrize("kind", ["plain", "async"])
+def test_a_reconciliation_returning_a_value_that_cannot_be_inspected_is_unknown_not_a_raise(
+    kind: str,
+) -> None:
+    """`_tool_reconcile.ask` never raises but for its caller's cancel: a returned value whose
+    class cannot be read is an `unknown` answer, as a tool's is its recorded error."""
+    from agentrt import _tool_reconcile
+
+    async def look_up_async(call: ToolCall) -> Any:
+        return _NoClass()
+
+    def look_up_plain(call: ToolCall) -> Any:
+        return _NoClass()
+
+    look_up = look_up_plain if kind == "plain" else look_up_async
+    spec = Plain(lambda: None).spec
+
+    answer = asyncio.run(_tool_reconcile.ask(look_up, spec, CALL))
+
+    assert answer.answer == "unknown"
+    assert answer.error == "the reconciliation returned _NoClass, not a Reconciled"

@@ -243,11 +243,18 @@ async def _call(tool: Tool, call: ToolCall, threads: ToolThreads | None) -> Any:
     if threads is not None:
         threads.append(future)
     result = await asyncio.wrap_future(future)
-    if isinstance(result, _Raised):
+    if type(result) is _Raised or not _awaitable(result):
         return result
-    if inspect.isawaitable(result):
-        result = await result
-    return result
+    return await result
+
+
+def _awaitable(value: Any) -> bool:
+    """`inspect.isawaitable`, False for a value that cannot be inspected (its `__class__`
+    raises): what reads it next says what it is."""
+    try:
+        return inspect.isawaitable(value)
+    except BaseException:
+        return False
 
 
 async def _guarded(tool: Tool, call: ToolCall, threads: ToolThreads | None) -> tuple[bool, Any]:
@@ -324,11 +331,7 @@ async def _invoke_on_thread(
     result = future.result()
     if type(result) is _Raised:
         return _raised(spec, result.exc)
-    try:
-        awaitable = inspect.isawaitable(result)
-    except BaseException:  # a value that cannot be inspected: `result_observation` says so
-        awaitable = False
-    if awaitable:
+    if _awaitable(result):  # one that cannot be inspected: `result_observation` says so
         left = max(0.0, timeout - (loop.time() - began))
         return await _invoke_in_task(asyncio.ensure_future(_awaited(result)), spec, threads, left)
     return ToolOutcome(observation=result_observation(spec, result))

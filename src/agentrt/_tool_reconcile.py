@@ -25,12 +25,11 @@ This module asks and checks; `_takeover` acts on the answer.
 from __future__ import annotations
 
 import asyncio
-import inspect
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
-from ._execute import _cancel, _guarded, result_observation
+from ._execute import _awaitable, _cancel, _guarded, result_observation
 from ._foreign import exception_text, plain_text, type_name
 from ._records import (
     Observation,
@@ -136,7 +135,8 @@ async def _answer(fn: ToolReconcile, call: ToolCall) -> tuple[bool, Any]:
     shim = cast(Tool, _AsTool(fn))
     # A callable object whose __call__ is a coroutine function is awaited too.
     ok, value = await _guarded(shim, call, None)
-    if ok and inspect.isawaitable(value):  # an `async def` that returned an awaitable
+    if ok and _awaitable(value):  # an `async def` that returned an awaitable (one that
+        # cannot be inspected is not: `check` says what it is)
         try:
             value = await value
         except BaseException as exc:  # its own cancel or exit is its answer: unknown
@@ -146,17 +146,18 @@ async def _answer(fn: ToolReconcile, call: ToolCall) -> tuple[bool, Any]:
 
 def check(spec: ToolSpec, value: object) -> Answer:
     """What the runtime takes `value` to answer; anything unusable is `unknown`."""
-    if not isinstance(value, Reconciled):
+    if not issubclass(type(value), Reconciled):  # never `isinstance`: it may be hostile
         return _unknown(f"the reconciliation returned {type_name(value)}, not a Reconciled")
+    reconciled = cast(Reconciled, value)
     try:
-        answer = value.answer
-        detail_value: object = value.detail
+        answer = reconciled.answer
+        detail_value: object = reconciled.detail
         if not isinstance(answer, str) or answer not in _ANSWERS:
             return _unknown(f"the reconciliation answered {plain_text(repr(answer), 200)}")
         detail = _text(detail_value)
         if answer != ReconcileAnswer.FOUND:
             return Answer(str(ReconcileAnswer(answer)), detail)
-        observation = result_observation(spec, ToolResult(value.result, value.summary))
+        observation = result_observation(spec, ToolResult(reconciled.result, reconciled.summary))
     except Exception as exc:  # a hostile subclass: its answer cannot be read
         return _unknown(f"the reconciliation's answer could not be read: {_raised_text(exc)}")
     if observation.kind != ObservationKind.TOOL_RESULT:
