@@ -522,7 +522,8 @@ def test_the_concurrency_benchmark_counts_commits_and_fsyncs_and_loses_nothing(
     done = run_script(
         "benchmarks/concurrency.py",
         *("--runs", "3", "--steps", "2", "--alone", "1"),
-        *("--procs", "2", "--proc-runs", "2", "--proc-steps", "2", "--dir", str(tmp_path)),
+        *("--procs", "2", "--proc-runs", "2", "--proc-steps", "2", "--proc-rounds", "2"),
+        *("--dir", str(tmp_path)),
     )
     assert done.returncode == 0, done.stderr
     out = done.stdout
@@ -563,6 +564,12 @@ def test_the_concurrency_benchmark_counts_commits_and_fsyncs_and_loses_nothing(
     )
     assert lost.endswith(": met")
     assert any(line.startswith("aggregate: ") and "one process alone" in line for line in lines)
+    rounds = next(line for line in lines if line.startswith("each round (one process alone"))
+    assert re.fullmatch(
+        r"each round \(one process alone, then the processes\): \d+\.\d\dx, \d+\.\d\dx; "
+        r"the median round is the one shown",
+        rounds,
+    ), rounds
     assert any(line.startswith("per process: ") and "slowest / mean" in line for line in lines)
     # the machine's ceiling for the processes' workload, read from /proc/stat in the same run
     ceiling = next(line for line in lines if line.startswith("2 processes: the machine's CPU"))
