@@ -20,6 +20,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -1424,11 +1425,20 @@ async def test_a_streamed_run_resumes_from_the_streamed_results_own_state(
     assert gated.run.status == "COMPLETED"
 
 
-@sync
-async def test_a_streamed_run_cancelled_mid_call_is_left_as_a_crash_leaves_it(
-    any_store: agentrt.Store, clock: FakeClock, ids: Ids
-) -> None:
-    store = any_store
+@dataclass
+class CutOff:
+    """A streamed run whose approved push was cancelled mid-call (`cut_off_mid_call`)."""
+
+    gated: Any
+    run: Any
+    saved: str
+    second: Any
+    pushed: list[str]
+
+
+async def cut_off_mid_call(store: agentrt.Store, clock: FakeClock, ids: Ids, answer: str) -> CutOff:
+    """Stream a run to its push's approval (saving its state), approve it, and cancel the
+    second stream once the push has begun: the call is cut off mid-way."""
     started = asyncio.Event()
     pushed: list[str] = []
 
@@ -1442,7 +1452,7 @@ async def test_a_streamed_run_cancelled_mid_call_is_left_as_a_crash_leaves_it(
 
     script = [
         [function_call("push_branch", {"branch": "feature/login"}, call_id="call-1")],
-        [assistant_message("published")],
+        [assistant_message(answer)],
     ]
     agent = Agent(name="publisher", model=ScriptedModel(script), tools=[push_branch])
     gated = gate_agent(
@@ -1459,7 +1469,6 @@ async def test_a_streamed_run_cancelled_mid_call_is_left_as_a_crash_leaves_it(
     saved = first.to_state().to_string()
     state = first.to_state()
     await run.approve(state, state.get_interruptions()[0], by="alice")
-
     second = run.run_agent_streamed(state)
 
     async def cancel_once_started() -> None:
@@ -1470,9 +1479,19 @@ async def test_a_streamed_run_cancelled_mid_call_is_left_as_a_crash_leaves_it(
     await consume(second)
     await canceller
     await run.close()
+    return CutOff(gated, run, saved, second, pushed)
+
+
+@sync
+async def test_a_streamed_run_cancelled_mid_call_is_left_as_a_crash_leaves_it(
+    any_store: agentrt.Store, clock: FakeClock, ids: Ids
+) -> None:
+    store = any_store
+    cut = await cut_off_mid_call(store, clock, ids, "published")
+    run, pushed = cut.run, cut.pushed
 
     assert pushed == ["feature/login"]
-    assert second.final_output is None
+    assert cut.second.final_output is None
     (step,) = store.list_steps(run.run_id, cap=None)
     assert step.status == "interrupted"
     assert step.observation is not None
@@ -1484,8 +1503,8 @@ async def test_a_streamed_run_cancelled_mid_call_is_left_as_a_crash_leaves_it(
     assert store.lease(run.run_id).owner == ""
 
     # The program resumes its saved state: the push waits for a person, not run again.
-    again = gated.resume(run.run_id)
-    resumed = await again.load_state(saved)
+    again = cut.gated.resume(run.run_id)
+    resumed = await again.load_state(cut.saved)
     assert [i.call_id for i in resumed.get_interruptions()] == ["call-1"]
     (pending,) = again.pending()
     assert pending.kind == "interrupted_side_effect"
@@ -1500,58 +1519,19 @@ async def test_a_state_loaded_after_a_cancel_of_a_call_cut_off_mid_way_does_not_
     After `agentrt cancel`, the state loaded afterwards tells the model it is not run again
     and that whether it took effect is unknown, never that it did not run (decision 0123)."""
     store = any_store
-    started = asyncio.Event()
-    pushed: list[str] = []
-
-    @function_tool
-    async def push_branch(branch: str) -> str:
-        """Push a branch."""
-        pushed.append(branch)
-        started.set()
-        await asyncio.sleep(3600)  # cut off here by the cancel
-        return f"pushed {branch}"
-
-    script = [
-        [function_call("push_branch", {"branch": "feature/login"}, call_id="call-1")],
-        [assistant_message("told")],
-    ]
-    model = ScriptedModel(script)
-    agent = Agent(name="publisher", model=model, tools=[push_branch])
-    gated = gate_agent(
-        agent,
-        store=store,
-        policy=agentrt.default_policy(),
-        classifications={"push_branch": Classification("remote_mutation", 30)},
-        now=clock,
-        new_id=ids,
-    )
-    run = gated.new_run()
-    first = run.run_agent_streamed("publish")
-    await consume(first)
-    saved = first.to_state().to_string()
-    state = first.to_state()
-    await run.approve(state, state.get_interruptions()[0], by="alice")
-    second = run.run_agent_streamed(state)
-
-    async def cancel_once_started() -> None:
-        await started.wait()
-        second.cancel()
-
-    canceller = asyncio.create_task(cancel_once_started())
-    await consume(second)
-    await canceller
-    await run.close()
-    again = gated.resume(run.run_id)
+    cut = await cut_off_mid_call(store, clock, ids, "told")
+    run, saved = cut.run, cut.saved
+    again = cut.gated.resume(run.run_id)
     await again.load_state(saved)  # taken over: the call waits on interrupted_side_effect
     (pending,) = again.pending()
     assert pending.kind == "interrupted_side_effect"
     await again.close()
     agentrt.cancel(store, run.run_id, "carol", "stop")
 
-    last = gated.resume(run.run_id)
+    last = cut.gated.resume(run.run_id)
     result = await Runner.run(last.agent, await last.load_state(saved))
 
-    assert pushed == ["feature/login"]
+    assert cut.pushed == ["feature/login"]
     assert result.interruptions == []
     (told,) = outputs(result)
     assert str(told) == (

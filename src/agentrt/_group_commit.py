@@ -43,7 +43,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import os
 import queue
 import threading
 import weakref
@@ -51,6 +50,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from ._errors import StoreError
+from ._fork import renewed_in_children
 from ._store import Store, Tx
 
 T = TypeVar("T")
@@ -300,17 +300,10 @@ class Committer:
 _COMMITTERS: weakref.WeakKeyDictionary[Any, Committer] = weakref.WeakKeyDictionary()
 _COMMITTERS_LOCK = threading.Lock()
 
-
-def _forget_in_a_child() -> None:
-    """After a fork: the parent's committers drain on threads the child does not have
-    (and may be mid-drain): the child makes its own on first use."""
-    global _COMMITTERS, _COMMITTERS_LOCK
-    _COMMITTERS = weakref.WeakKeyDictionary()
-    _COMMITTERS_LOCK = threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_in_a_child)
+# The parent's committers drain on threads a forked child does not have (and may be
+# mid-drain), and its lock may be held: the child makes its own on first use (0125).
+renewed_in_children(__name__, "_COMMITTERS", weakref.WeakKeyDictionary)
+renewed_in_children(__name__, "_COMMITTERS_LOCK", threading.Lock)
 
 
 def committer_for(store: Store) -> Committer:

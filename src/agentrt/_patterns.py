@@ -30,13 +30,13 @@ become RE2 code point escapes; `(?<name>...)` becomes a named group.
 from __future__ import annotations
 
 import functools
-import os
 import re
 import threading
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ._errors import UnsafePatternError
+from ._fork import renewed_in_children
 
 if TYPE_CHECKING:
     import jsonschema.exceptions
@@ -262,16 +262,7 @@ def translate(pattern: str) -> str:
 _cache: dict[str, Any] = {}
 _cache_lock = threading.Lock()
 
-
-def _new_cache_lock() -> None:
-    """After a fork: a lock another thread of the parent held at that moment stays held
-    in the child, where no thread will release it; the child's cache gets a new one."""
-    global _cache_lock
-    _cache_lock = threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_new_cache_lock)
+renewed_in_children(__name__, "_cache_lock", threading.Lock)  # a lock held at a fork (0125)
 
 
 @functools.cache

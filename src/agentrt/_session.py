@@ -33,7 +33,6 @@ import concurrent.futures
 import contextvars
 import inspect
 import logging
-import os
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -51,6 +50,7 @@ from ._commit_plan import (
 from ._errors import JSONValueError, LeaseLostError, RunStateError, StoreBusyError
 from ._events import Observer, deliver
 from ._foreign import exception_text
+from ._fork import renewed_in_children
 from ._group_commit import committer_for
 from ._history import StepLog
 from ._lease import Heartbeat, WallClock
@@ -85,17 +85,9 @@ def _io_threads() -> concurrent.futures.ThreadPoolExecutor:
 # event loop; the store's own lock serializes use of its connection.
 _IO_THREADS = _io_threads()
 
-
-def _io_threads_of_a_child() -> None:
-    """After a fork: the parent's I/O threads do not exist in the child, and an executor
-    that had idle ones would queue the child's work for them for ever; the child gets
-    threads of its own."""
-    global _IO_THREADS
-    _IO_THREADS = _io_threads()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_io_threads_of_a_child)
+# The parent's I/O threads do not exist in a forked child, and an executor that had idle
+# ones would queue the child's work for them for ever: the child gets its own (0125).
+renewed_in_children(__name__, "_IO_THREADS", _io_threads)
 
 _POLICY_OUTCOMES = {str(o) for o in PolicyOutcome}
 

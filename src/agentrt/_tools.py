@@ -14,7 +14,6 @@ import dataclasses
 import functools
 import inspect
 import math
-import os
 import re
 import threading
 import types
@@ -39,6 +38,7 @@ from . import _patterns as patterns
 from ._canonical import JSONFloat, content_hash, copy_json, json_problem
 from ._clock import duration_to_ns
 from ._errors import AgentrtError, ConfigError, ToolNameError
+from ._fork import renewed_in_children
 from ._records import SideEffect, ToolCall, ToolResult, ToolSpec
 
 if TYPE_CHECKING:
@@ -728,16 +728,7 @@ _CACHE_SIZE = 512
 _cache: OrderedDict[str, CompiledTool] = OrderedDict()
 _cache_lock = threading.Lock()
 
-
-def _new_cache_lock() -> None:
-    """After a fork: a lock another thread of the parent held at that moment stays held
-    in the child, where no thread will release it; the child's cache gets a new one."""
-    global _cache_lock
-    _cache_lock = threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_new_cache_lock)
+renewed_in_children(__name__, "_cache_lock", threading.Lock)  # a lock held at a fork (0125)
 
 
 def _check_spec_fields(spec: ToolSpec) -> str:
