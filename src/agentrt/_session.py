@@ -81,8 +81,9 @@ def _io_threads() -> concurrent.futures.ThreadPoolExecutor:
     return concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="agentrt-io")
 
 
-# Store transactions run on these threads so that an fsync never stalls the
-# event loop; the store's own lock serializes use of its connection.
+# Store calls taken off the event loop (`run_io`) run on these threads, so that an fsync
+# never stalls it; the step machine's commits go to the store's committer instead
+# (decision 0126). The store's own lock serializes use of its connection.
 _IO_THREADS = _io_threads()
 
 # The parent's I/O threads do not exist in a forked child, and an executor that had idle
