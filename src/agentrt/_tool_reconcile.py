@@ -29,7 +29,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
-from ._execute import _awaitable, _cancel, _guarded, result_observation
+from ._execute import _awaitable, _awaited, _cancel, _guarded, result_observation
 from ._foreign import exception_text, plain_text, type_name
 from ._records import (
     Observation,
@@ -136,11 +136,9 @@ async def _answer(fn: ToolReconcile, call: ToolCall) -> tuple[bool, Any]:
     # A callable object whose __call__ is a coroutine function is awaited too.
     ok, value = await _guarded(shim, call, None)
     if ok and _awaitable(value):  # an `async def` that returned an awaitable (one that
-        # cannot be inspected is not: `check` says what it is)
-        try:
-            value = await value
-        except BaseException as exc:  # its own cancel or exit is its answer: unknown
-            return False, exc
+        # cannot be inspected is not: `check` says what it is); its own cancel or exit
+        # is its answer: unknown
+        return await _awaited(value)
     return ok, value
 
 

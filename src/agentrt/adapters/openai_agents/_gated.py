@@ -694,10 +694,8 @@ class GatedRun:
             else:
                 undecided.append((item, approval))
         run = self._run_or_none() if any(a is not None for _, a in undecided) else None
-        if run is not None and run.status not in (
-            RunStatus.RUNNING,
-            RunStatus.WAITING_FOR_APPROVAL,
-        ):
+        if _has_ended(run):
+            assert run is not None
             for item, approval in undecided:
                 state.reject(item, rejection_message=_not_run_text(run, approval))
         self._release_held(state)
@@ -714,10 +712,7 @@ class GatedRun:
         if not held or self.pending():
             return
         run = self._run_or_none()
-        ended = run is not None and run.status not in (
-            RunStatus.RUNNING,
-            RunStatus.WAITING_FOR_APPROVAL,
-        )
+        ended = _has_ended(run)
         for call in held:
             if ended:
                 assert run is not None
@@ -1685,6 +1680,15 @@ def _rejection_not_carried(run_id: str, approval: Approval, call_id: str) -> Run
         run_id=run_id,
         approval_id=approval.id,
         approval_hash=approval.hash,
+    )
+
+
+def _has_ended(run: Run | None) -> bool:
+    """Whether `run` is there and neither running nor waiting for a person: no call of
+    its runs any more."""
+    return run is not None and run.status not in (
+        RunStatus.RUNNING,
+        RunStatus.WAITING_FOR_APPROVAL,
     )
 
 
