@@ -58,3 +58,158 @@ def test_a_child_forked_while_a_cache_lock_was_held_gets_a_lock_of_its_own(modul
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["child compiled", "child ended 0"], done.stderr
+
+
+# A store opened before a fork is the parent's (decision 0127). The script runs in a
+# process of its own (a pytest worker has threads of its own to fork beside): the parent
+# opens the store, records a run, renews a lease on the heartbeat's connection, and
+# forks. The child tries each use of the parent's store and of its renewer, prints what
+# each said, closes both, opens a store of its own and completes a run on it, then exits
+# the way a program does (finalizers run). The parent, after the child, reads and writes
+# through its own store and renewer.
+PARENTS_STORE = textwrap.dedent(
+    """
+    import os, signal, sys, threading
+    from datetime import UTC, datetime, timedelta
+    import agentrt
+
+    @agentrt.tool(side_effect=agentrt.SideEffect.READ_ONLY, timeout=30)
+    def look(page: int) -> agentrt.ToolResult:
+        "Look at one page."
+        return agentrt.ToolResult({"page": page}, summary="looked")
+
+    class Agent:
+        def decide(self, input):
+            if len(input.steps) > 1:
+                return agentrt.Decision.complete({"done": True})
+            return agentrt.Decision.tool_call("look", {"page": 1})
+
+    def run_on(store, goal):
+        driver = agentrt.Driver(store=store, agent=Agent(), policy=agentrt.default_policy(),
+                                tools=[look])
+        return driver.start_sync(goal)
+
+    where = sys.argv[1]
+    store = agentrt.open_store(where)
+    first = run_on(store, "parent before")
+    renewer = store.renewer(lambda: datetime.now(UTC))
+    renewer.renew(first.id, "nobody", timedelta(seconds=5))  # opens its connection
+    # Another thread of the parent holds the store's lock at the fork.
+    held, release = threading.Event(), threading.Event()
+
+    def hold():
+        with store._lock:
+            held.set()
+            release.wait()
+
+    threading.Thread(target=hold, daemon=True).start()
+    held.wait()
+    pid = os.fork()
+    if pid == 0:
+        signal.alarm(60)  # a use that waited on the held lock would die of this
+        uses = {
+            "list_runs": lambda: store.list_runs(),
+            "get_run": lambda: store.get_run(first.id),
+            "transaction": lambda: store.transaction().__enter__(),
+            "snapshot": lambda: store.snapshot().__enter__(),
+            "renewer": lambda: store.renewer(lambda: datetime.now(UTC)),
+            "renew": lambda: renewer.renew(first.id, "nobody", timedelta(seconds=5)),
+            "verify": lambda: store.verify_events(),
+            "driver": lambda: run_on(store, "child on the parent's store"),
+        }
+        for name, use in uses.items():
+            try:
+                use()
+            except agentrt.StoreError as e:
+                print(name, type(e).__name__, str(e).replace(str(os.getppid()), "PARENT"))
+            else:
+                print(name, "was not refused")
+        store.close()
+        renewer.close()
+        own = agentrt.open_store(where)
+        print("child's own store:", run_on(own, "child").status)
+        own.close()
+        sys.exit(0)  # a program's exit: the finalizers run
+    release.set()
+    _, status = os.waitpid(pid, 0)
+    print("child ended", os.waitstatus_to_exitcode(status))
+    print("parent's renewal:", renewer.renew(first.id, "nobody", timedelta(seconds=5)))
+    print("parent after:", run_on(store, "parent after").status)
+    print("parent reads:", sorted(r.goal for r in store.list_runs()))
+    store.close()
+    """
+)
+
+REFUSED = (
+    "StoreError this {what} was opened by process PARENT before it forked this one; a forked "
+    "process must open a store of its own (agentrt.open_store) and leave its parent's alone"
+)
+
+
+def test_a_store_opened_before_a_fork_is_refused_in_the_child_and_left_to_the_parent(
+    database: str,
+) -> None:
+    """Every use of the parent's store and heartbeat connection in a forked child is one
+    sentence, never a statement on the parent's connection (nor a wait on a lock another
+    thread held at the fork); the child's close and exit leave the parent's connections
+    alone (on PostgreSQL a close there ended the parent's session: its next read failed
+    "server closed the connection unexpectedly"); a store the child opens is its own."""
+    done = subprocess.run(
+        [sys.executable, "-c", PARENTS_STORE, database],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    store = REFUSED.format(what="store")
+    heartbeat = REFUSED.format(what="heartbeat's connection")
+    assert done.stdout.splitlines() == [
+        f"list_runs {store}",
+        f"get_run {store}",
+        f"transaction {store}",
+        f"snapshot {store}",
+        f"renewer {store}",
+        f"renew {heartbeat}",
+        f"verify {store}",
+        f"driver {store}",
+        "child's own store: COMPLETED",
+        "child ended 0",
+        "parent's renewal: False",
+        "parent after: COMPLETED",
+        "parent reads: ['child', 'parent after', 'parent before']",
+    ], done.stderr
+
+
+CLOSED_IN_THE_CHILD = textwrap.dedent(
+    """
+    import os, sys
+    import agentrt
+
+    store = agentrt.open_store(sys.argv[1])
+    print("parent before:", store.count_runs())
+    pid = os.fork()
+    if pid == 0:
+        with store:  # a worker tidying up what it was handed: closes it on the way out
+            pass
+        sys.exit(0)
+    _, status = os.waitpid(pid, 0)
+    print("child ended", os.waitstatus_to_exitcode(status))
+    print("parent after:", store.count_runs())
+    store.close()
+    """
+)
+
+
+def test_a_child_closing_its_parents_store_leaves_the_parents_connection_alone(
+    database: str,
+) -> None:
+    """Before decision 0127 the child's close of a PostgreSQL store sent the end of the
+    session on the socket it shares with its parent: the parent's next read failed."""
+    done = subprocess.run(
+        [sys.executable, "-c", CLOSED_IN_THE_CHILD, database],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["parent before: 0", "child ended 0", "parent after: 0"]

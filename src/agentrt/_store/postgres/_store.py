@@ -28,6 +28,7 @@ from ..._canonical import from_text
 from ..._chain import verify_chain
 from ..._clock import format_time
 from ..._errors import SchemaVersionError, StoreBusyError, StoreDamagedError, StoreError
+from ..._fork import keep, left_to_the_parent, refusal
 from ..._records import ApprovalStatus, FileCheck, RunStatus, VerifyReport
 from .._base import Renewer
 from .._records import Grouped, RunCandidate, RunCursor, WaitingRow
@@ -35,7 +36,7 @@ from ..sqlite._chain_rows import SqliteChainReader
 from ..sqlite._codecs import waiting_from_row
 from ..sqlite._migrations import chain_partitions as chain_partitions_of
 from ..sqlite._reads import _CANDIDATE_COLUMNS, _candidate
-from ..sqlite._store import SqliteStore
+from ..sqlite._store import CLOSED, SqliteStore
 from ..sqlite._writes import SqliteTx
 from ._connection import (
     _DAMAGED,
@@ -144,8 +145,18 @@ class PostgresRenewer:
     def __init__(self, target: Target) -> None:
         self._target = target
         self._conn: psycopg.Connection[Any] | None = None
+        self._left: str | None = None
+        left_to_the_parent(self)
+
+    def _leave(self, parent: int) -> None:
+        """In a forked child: the parent's renewer (decision 0127); its connection kept."""
+        keep(self._conn)
+        self._conn = None
+        self._left = refusal("heartbeat's connection", parent)
 
     def renew(self, run_id: str, owner: str, ttl: timedelta) -> bool:
+        if self._left is not None:
+            raise StoreError(self._left)
         if self._conn is None:
             self._conn = connect(self._target)
         conn = self._conn
@@ -196,11 +207,13 @@ class PostgresStore(SqliteStore):
         self._lock = threading.RLock()
         self._tx: PostgresTx | None = None
         self._closed = False
+        self._closed_why = CLOSED
         self._safe_schema = None
         # The two cursors every transaction on the connection uses (`PostgresTx`), made
         # again with a new connection.
         self._cursors: tuple[psycopg.Connection[Any], psycopg.Cursor[Any], psycopg.Cursor[Any]]
         self._cursors = (conn, conn.cursor(), conn.cursor())
+        left_to_the_parent(self)  # a forked child leaves it to this process (decision 0127)
 
     def __enter__(self) -> PostgresStore:
         return self
@@ -346,6 +359,16 @@ class PostgresStore(SqliteStore):
                 self._closed = True
                 with contextlib.suppress(psycopg.Error):
                     self._pg.close()
+
+    def _leave(self, parent: int) -> None:
+        """In a process forked from this store's (decision 0127): the parent's. Refused from
+        here on; its connection kept, never closed here (closing it would end the parent's
+        session: the socket is one)."""
+        self._lock = threading.RLock()
+        if not self._closed:
+            self._closed = True
+            self._closed_why = refusal("store", parent)
+            keep(self._pg, self._cursors)
 
     # --- reads ----------------------------------------------------------------------------------
 

@@ -17,6 +17,8 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 
+from ..._errors import StoreError
+from ..._fork import keep, left_to_the_parent, refusal
 from ._connection import store_error
 from ._writer_turns import WriterTurns
 from ._writes import SqliteTx, renew_lease, renew_lease_alone
@@ -36,8 +38,18 @@ class ConnectionRenewer:
         self._turns = turns  # its own turns among the file's writers (decision 0106)
         self._conn: sqlite3.Connection | None = None
         self._safe_schema: int | None = None
+        self._left: str | None = None
+        left_to_the_parent(self)
+
+    def _leave(self, parent: int) -> None:
+        """In a forked child: the parent's renewer (decision 0127); its connection kept."""
+        keep(self._conn)
+        self._conn = None
+        self._left = refusal("heartbeat's connection", parent)
 
     def renew(self, run_id: str, owner: str, ttl: timedelta) -> bool:
+        if self._left is not None:
+            raise StoreError(self._left)
         if self._conn is None:
             self._conn = self._connect()
         conn = self._conn

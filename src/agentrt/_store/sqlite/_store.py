@@ -38,6 +38,7 @@ from ..._errors import (
     StoreBusyError,
     StoreError,
 )
+from ..._fork import keep, left_to_the_parent, refusal
 from ..._records import (
     Approval,
     ApprovalStatus,
@@ -186,6 +187,9 @@ def open_existing(path: str | os.PathLike[str], read_only: bool = False) -> Sqli
 # --- the store ----------------------------------------------------------------------------------
 
 
+CLOSED = "the store is closed"
+"""What every use of a store says once it was closed."""
+
 _SAVEPOINT = "agentrt_work"
 """The savepoint each work of a group commit runs in (`SqliteStore.transactions`)."""
 
@@ -211,6 +215,7 @@ class SqliteStore(ProxyRows):
         self._lock = threading.RLock()
         self._tx: SqliteTx | None = None
         self._closed = False
+        self._closed_why = CLOSED
         # The schema version last found safe; None until the first write transaction.
         self._safe_schema: int | None = None
         # This connection's turns at writing, among agentrt's writers to the file (decision
@@ -218,6 +223,7 @@ class SqliteStore(ProxyRows):
         self._turns = (
             None if uri is None or read_only else WriterTurns(path, BUSY_TIMEOUT_MS / 1000)
         )
+        left_to_the_parent(self)  # a forked child leaves it to this process (decision 0127)
 
     def __enter__(self) -> SqliteStore:
         return self
@@ -231,7 +237,17 @@ class SqliteStore(ProxyRows):
 
     def _check_open(self) -> None:
         if self._closed:
-            raise StoreError("the store is closed")
+            raise StoreError(self._closed_why)
+
+    def _leave(self, parent: int) -> None:
+        """In a process forked from this store's (`_fork`, decision 0127): the store is the
+        parent's. Every use is refused from here on (`_check_open`), and its connection is
+        kept, never closed here: SQLite's locks on the file are the parent's."""
+        self._lock = threading.RLock()  # another thread of the parent may have held it
+        if not self._closed:
+            self._closed = True
+            self._closed_why = refusal("store", parent)
+            keep(self._conn)
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[SqliteTx]:
