@@ -213,3 +213,83 @@ def test_a_child_closing_its_parents_store_leaves_the_parents_connection_alone(
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["parent before: 0", "child ended 0", "parent after: 0"]
+
+
+# A fork inside the forking thread's own transaction: the child that uses it, or leaves its
+# block (falling through it, or a program's exit raising through it), is refused, and
+# neither commits nor rolls back on the parent's connection; the parent's transaction
+# stays whole: here it is rolled back after the child ended, and nothing of it remains.
+FORKED_IN_A_TRANSACTION = textwrap.dedent(
+    """
+    import os, signal, sys
+    import agentrt
+
+    class Agent:
+        def decide(self, input):
+            return agentrt.Decision.complete({"done": True})
+
+    store = agentrt.open_store(sys.argv[1])
+    driver = agentrt.Driver(store=store, agent=Agent(), policy=agentrt.default_policy())
+    run = driver.start_sync("as it was")
+
+    def refused(e):
+        return "refused" if "before it forked" in str(e) else repr(e)
+
+    class Undone(Exception):
+        pass
+
+    for leaving in ("falls through", "exits"):
+        try:
+            with store.transaction() as tx:
+                tx.execute("UPDATE runs SET goal = ? WHERE id = ?", ("half", run.id))
+                pid = os.fork()
+                if pid == 0:
+                    signal.alarm(20)
+                    try:
+                        tx.execute("UPDATE runs SET goal = ? WHERE id = ?", ("child", run.id))
+                    except agentrt.StoreError as e:
+                        print(leaving, "child's statement:", refused(e), flush=True)
+                    if leaving == "exits":
+                        sys.exit(0)  # raises through the block: no ROLLBACK sent for the parent
+                else:
+                    _, status = os.waitpid(pid, 0)
+                    print(leaving, "child ended", os.waitstatus_to_exitcode(status), flush=True)
+                    raise Undone
+            if pid == 0:
+                print(leaving, "child's block: committed", flush=True)
+                os._exit(0)
+        except agentrt.StoreError as e:
+            if pid != 0:
+                raise
+            print(leaving, "child's block:", refused(e), flush=True)
+            os._exit(0)
+        except Undone:
+            pass
+        print(leaving, "parent's run:", store.get_run(run.id).goal, flush=True)
+    store.close()
+    """
+)
+
+
+def test_a_transaction_open_in_the_forking_thread_is_refused_in_the_child_and_stays_whole(
+    database: str,
+) -> None:
+    """Before, the child's end of the block committed the parent's half-done transaction
+    on the parent's connection (or, leaving by `sys.exit`, rolled it back under the
+    parent, whose next statement then ran outside any transaction)."""
+    done = subprocess.run(
+        [sys.executable, "-c", FORKED_IN_A_TRANSACTION, database],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "falls through child's statement: refused",
+        "falls through child's block: refused",
+        "falls through child ended 0",
+        "falls through parent's run: as it was",
+        "exits child's statement: refused",
+        "exits child ended 0",
+        "exits parent's run: as it was",
+    ], done.stderr

@@ -208,6 +208,7 @@ class PostgresStore(SqliteStore):
         self._tx: PostgresTx | None = None
         self._closed = False
         self._closed_why = CLOSED
+        self._parent: int | None = None  # set in a forked child (`_leave`)
         self._safe_schema = None
         # The two cursors every transaction on the connection uses (`PostgresTx`), made
         # again with a new connection.
@@ -262,8 +263,9 @@ class PostgresStore(SqliteStore):
             try:
                 try:
                     yield tx
+                    self._check_open()  # a block forked in ends here in the child
                 except psycopg.Error as e:
-                    rollback_quietly(conn)
+                    self._rollback_on(conn)
                     raise store_error(
                         e,
                         "the transaction failed, nothing was written",
@@ -271,12 +273,12 @@ class PostgresStore(SqliteStore):
                         target=self._target,
                     ) from e
                 except BaseException:
-                    rollback_quietly(conn)
+                    self._rollback_on(conn)
                     raise
                 try:
                     tx.commit()  # the appended events written, and COMMIT, in one round trip
                 except psycopg.Error as e:
-                    rollback_quietly(conn)
+                    self._rollback_on(conn)
                     raise store_error(
                         e,
                         "commit failed, nothing was written",
@@ -284,7 +286,7 @@ class PostgresStore(SqliteStore):
                         target=self._target,
                     ) from e
                 except BaseException:
-                    rollback_quietly(conn)
+                    self._rollback_on(conn)
                     raise
             finally:
                 tx._close()
@@ -326,7 +328,7 @@ class PostgresStore(SqliteStore):
             try:
                 conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
             except psycopg.Error as e:
-                rollback_quietly(conn)
+                self._rollback_on(conn)
                 raise store_error(e, "cannot begin a read", target=self._target) from e
             view = PostgresTx(conn, self.partitions, cursors=self._cursors_of(conn))
             self._tx = view
@@ -337,7 +339,7 @@ class PostgresStore(SqliteStore):
             finally:
                 view._close()
                 self._tx = None
-                rollback_quietly(conn)
+                self._rollback_on(conn)
 
     def renewer(self, wall: Callable[[], datetime]) -> Renewer:
         """The heartbeat's renewals, on a connection of their own, by the server's clock."""
@@ -367,8 +369,17 @@ class PostgresStore(SqliteStore):
         self._lock = threading.RLock()
         if not self._closed:
             self._closed = True
+            self._parent = parent
             self._closed_why = refusal("store", parent)
             keep(self._pg, self._cursors)
+            if self._tx is not None:  # open at the fork: refused, never ended here
+                self._tx._close(self._closed_why)
+
+    def _rollback_on(self, conn: psycopg.Connection[Any]) -> None:
+        """Roll back `conn`'s transaction, unless the store is the parent's (a forked child
+        would end the parent's transaction: the session is one)."""
+        if self._parent is None:
+            rollback_quietly(conn)
 
     # --- reads ----------------------------------------------------------------------------------
 

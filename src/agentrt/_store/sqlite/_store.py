@@ -216,6 +216,7 @@ class SqliteStore(ProxyRows):
         self._tx: SqliteTx | None = None
         self._closed = False
         self._closed_why = CLOSED
+        self._parent: int | None = None  # set in a forked child: the store is its (`_leave`)
         # The schema version last found safe; None until the first write transaction.
         self._safe_schema: int | None = None
         # This connection's turns at writing, among agentrt's writers to the file (decision
@@ -246,8 +247,19 @@ class SqliteStore(ProxyRows):
         self._lock = threading.RLock()  # another thread of the parent may have held it
         if not self._closed:
             self._closed = True
+            self._parent = parent
             self._closed_why = refusal("store", parent)
             keep(self._conn)
+            if self._tx is not None:
+                # A transaction open at the fork (the forking thread's own, or another's):
+                # its statements are refused, and its block's end neither commits nor rolls
+                # back on the parent's connection (`_rollback`, `_commit`).
+                self._tx._close(self._closed_why)
+
+    def _rollback(self) -> None:
+        """Roll back the store's open transaction, unless the store is the parent's."""
+        if self._parent is None:
+            migrations.rollback_quietly(self._conn)
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[SqliteTx]:
@@ -263,14 +275,15 @@ class SqliteStore(ProxyRows):
             try:
                 try:
                     yield tx
+                    self._check_open()  # a block forked in ends here in the child
                     tx.write_events()
                 except sqlite3.Error as e:
-                    migrations.rollback_quietly(self._conn)
+                    self._rollback()
                     raise store_error(
                         e, "the transaction failed, nothing was written", retryable=False
                     ) from e
                 except BaseException:
-                    migrations.rollback_quietly(self._conn)
+                    self._rollback()
                     raise
                 self._commit()
             finally:
@@ -326,6 +339,7 @@ class SqliteStore(ProxyRows):
             raise
 
     def _commit(self) -> None:
+        self._check_open()  # a store left to its parent at a fork commits nothing of its
         try:
             self._conn.execute("COMMIT")
         except sqlite3.Error as e:
@@ -353,12 +367,12 @@ class SqliteStore(ProxyRows):
                 for work in works:
                     outcomes.append(self._in_savepoint(work, heads))
             except sqlite3.Error as e:
-                migrations.rollback_quietly(self._conn)
+                self._rollback()
                 raise store_error(
                     e, "the group's transaction failed, nothing was written", retryable=False
                 ) from e
             except BaseException:
-                migrations.rollback_quietly(self._conn)
+                self._rollback()
                 raise
             self._commit()
             return outcomes
@@ -392,6 +406,7 @@ class SqliteStore(ProxyRows):
             value = work(tx)
             tx.write_events()  # inside the savepoint: the next work chains to them
         except Exception as e:
+            self._check_open()  # forked in a work: the savepoint is the parent's
             # Only this work's writes go; a failure to undo them fails the whole group.
             conn.execute(f"ROLLBACK TO {_SAVEPOINT}")
             conn.execute(f"RELEASE {_SAVEPOINT}")
@@ -399,6 +414,7 @@ class SqliteStore(ProxyRows):
         finally:
             tx._close()
             self._tx = None
+        self._check_open()
         conn.execute(f"RELEASE {_SAVEPOINT}")
         heads.update(tx.known_heads())
         return Grouped(value)
@@ -431,8 +447,8 @@ class SqliteStore(ProxyRows):
             finally:
                 view._close()
                 self._tx = None
-                migrations.rollback_quietly(self._conn)
-                if not self.read_only:
+                self._rollback()
+                if not self.read_only and self._parent is None:
                     with contextlib.suppress(sqlite3.Error):
                         self._conn.execute("PRAGMA query_only = OFF")
 

@@ -66,6 +66,9 @@ _INSERT_EVENT = (
 EventRow = tuple[int, str, str, str, str, str, str]
 
 
+_OVER = "the transaction is over; use a new store.transaction()"
+
+
 class TxCore:
     """The statements and the chain of one write transaction (`SqliteTx` adds the named writes)."""
 
@@ -76,6 +79,7 @@ class TxCore:
         # (`events`): most transactions have no observer to hand them to.
         self._appended: list[tuple[int, str, str, datetime, str, str, str]] = []
         self._open = True
+        self._over = _OVER  # what a use after its end says (`_close`)
         # Per partition appended to: (hash of its head, next seq to hand out in it).
         self._heads: dict[int, tuple[str, int]] = {}
         # A snapshot's reads (nothing written, nothing to run twice): busy is retryable.
@@ -87,7 +91,7 @@ class TxCore:
 
     def _check_open(self) -> None:
         if not self._open:
-            raise StoreError("the transaction is over; use a new store.transaction()")
+            raise StoreError(self._over)
 
     def execute(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> sqlite3.Cursor:
         self._check_open()
@@ -220,5 +224,9 @@ class TxCore:
         self._heads[part] = (head_hash, following)
         return self._heads[part]
 
-    def _close(self) -> None:
+    def _close(self, why: str | None = None) -> None:
+        """The transaction is over; `why` (kept if it is still open) is what a use says
+        from now on (a store left to its parent at a fork, decision 0127)."""
+        if self._open and why is not None:
+            self._over = why
         self._open = False
