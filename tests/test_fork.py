@@ -90,6 +90,9 @@ PARENTS_STORE = textwrap.dedent(
         return driver.start_sync(goal)
 
     where = sys.argv[1]
+    from agentrt import _fork
+
+    _fork.FORK_WAIT_S = 0.2  # the thread below holds the lock until after the fork
     store = agentrt.open_store(where)
     first = run_on(store, "parent before")
     renewer = store.renewer(lambda: datetime.now(UTC))
@@ -292,4 +295,136 @@ def test_a_transaction_open_in_the_forking_thread_is_refused_in_the_child_and_st
         "exits child's statement: refused",
         "exits child ended 0",
         "exits parent's run: as it was",
+    ], done.stderr
+
+
+# Another thread of the parent is inside a write transaction when the main thread forks
+# (a group commit under way, say). The fork waits for it to end (`_fork.FORK_WAIT_S`, set
+# high here so that a slow machine cannot make it give up), so the child's own store on the
+# same file can write: SQLite's record of the write lock, copied into the child, would
+# otherwise say the lock is held for as long as the child lives.
+FORKED_DURING_A_WRITE = textwrap.dedent(
+    """
+    import os, signal, sys, threading, time
+    import agentrt
+    from agentrt import _fork
+
+    _fork.FORK_WAIT_S = 60.0
+
+    @agentrt.tool(side_effect=agentrt.SideEffect.READ_ONLY, timeout=30)
+    def look(page: int) -> agentrt.ToolResult:
+        "Look at one page."
+        return agentrt.ToolResult({"page": page}, summary="looked")
+
+    class Agent:
+        def decide(self, input):
+            if len(input.steps) > 1:
+                return agentrt.Decision.complete({"done": True})
+            return agentrt.Decision.tool_call("look", {"page": 1})
+
+    def run_on(store, goal):
+        driver = agentrt.Driver(store=store, agent=Agent(), policy=agentrt.default_policy(),
+                                tools=[look])
+        return driver.start_sync(goal)
+
+    where = sys.argv[1]
+    store = agentrt.open_store(where)
+    inside = threading.Event()
+
+    def write():
+        with store.transaction() as tx:  # the write lock taken (BEGIN IMMEDIATE on SQLite)
+            tx.lock_run("no such run")
+            inside.set()
+            time.sleep(0.3)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    inside.wait()
+    pid = os.fork()
+    if pid == 0:
+        signal.alarm(60)
+        own = agentrt.open_store(where)
+        print("child's own store:", run_on(own, "child").status)
+        own.close()
+        os._exit(0)
+    writer.join()
+    _, status = os.waitpid(pid, 0)
+    print("child ended", os.waitstatus_to_exitcode(status))
+    print("parent after:", run_on(store, "parent").status)
+    print("runs:", sorted(r.goal for r in store.list_runs()))
+    store.close()
+    """
+)
+
+
+def test_a_fork_waits_for_another_threads_transaction_so_the_child_can_write_the_file(
+    database: str,
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", FORKED_DURING_A_WRITE, database],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "child's own store: COMPLETED",
+        "child ended 0",
+        "parent after: COMPLETED",
+        "runs: ['child', 'parent']",
+    ], done.stderr
+
+
+# A Gate's or a Driver's own lock (its set of live runs) held by another thread at the fork:
+# the child is refused by the store, not left waiting on that lock for ever.
+GATE_LOCK_HELD = textwrap.dedent(
+    """
+    import os, signal, sys, threading
+    import agentrt
+
+    class Agent:
+        def decide(self, input):
+            return agentrt.Decision.complete({})
+
+    store = agentrt.open_store(sys.argv[1])
+    gate = agentrt.Gate(store=store, policy=agentrt.default_policy())
+    driver = agentrt.Driver(store=store, agent=Agent(), policy=agentrt.default_policy())
+    held, release = threading.Event(), threading.Event()
+
+    def hold():
+        with gate._lock, driver._active_lock:
+            held.set()
+            release.wait()
+
+    threading.Thread(target=hold, daemon=True).start()
+    held.wait()
+    pid = os.fork()
+    if pid == 0:
+        signal.alarm(30)  # a child that waited on either lock would die of this
+        for name, use in (("gate", gate.begin_sync), ("driver", driver.start_sync)):
+            try:
+                use("child")
+            except agentrt.StoreError as e:
+                print(name, "refused:", "opened by process" in str(e))
+        os._exit(0)
+    release.set()
+    _, status = os.waitpid(pid, 0)
+    print("child ended", os.waitstatus_to_exitcode(status))
+    store.close()
+    """
+)
+
+
+def test_a_gate_or_driver_lock_held_at_the_fork_never_holds_the_child(database: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", GATE_LOCK_HELD, database],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "gate refused: True",
+        "driver refused: True",
+        "child ended 0",
     ], done.stderr

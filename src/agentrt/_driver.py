@@ -25,6 +25,7 @@ from typing import Any, Protocol, runtime_checkable
 from ._clock import Clock, IdFactory
 from ._errors import ConfigError, LeaseLostError, RunStateError
 from ._events import Observer
+from ._fork import left_to_the_parent
 from ._gate import (
     DRIVER_ORIGIN,
     Gate,
@@ -120,6 +121,16 @@ class Driver:
         self._active: set[str] = set()
         # Runs whose cancelled loop left a tool thread running under our lease.
         self._lingering: set[str] = set()
+        self._active_lock = threading.Lock()
+        left_to_the_parent(self)  # its lock made again in a forked child (decision 0127)
+
+    def _fork_lock(self) -> None:
+        """Nothing for a fork to wait for: its lock guards a set of run ids for a moment,
+        which a new lock in the child finds whole."""
+
+    def _leave(self, parent: int) -> None:
+        """In a forked child, a lock another thread held at the fork would never be given
+        back: a new one. Its store refuses the child (decision 0127)."""
         self._active_lock = threading.Lock()
 
     # -- entry points ----------------------------------------------------

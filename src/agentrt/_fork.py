@@ -11,8 +11,11 @@ or its file's locks, so a statement the child sent would interleave with the par
 and a PostgreSQL connection the child closed would end the parent's session. An object
 holding one registers itself (`left_to_the_parent`); in a child, before any of the
 child's code runs, it is told so (`_leave`), refuses every use from then on, and hands
-its connections to `keep`, which holds them for the child's life so that nothing in the
-child closes them (decision 0127).
+its connections to `keep`, which holds them past the child's exit so that nothing in the
+child closes them (decision 0127). A fork first waits, briefly (`FORK_WAIT_S`), for the
+transactions other threads have open on those connections to end: SQLite's record of a
+write lock held at the fork would otherwise keep the child from writing the file at all.
+Objects that only need their locks made again in a child (a Gate, a Driver) register too.
 
 Invariants: the module reads a renewed object through its global name at each use
 (never a copy taken at import), so that the child's new one is the one used; a
@@ -22,8 +25,11 @@ what it handed to `keep`.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+import threading
+import time
 import weakref
 from collections.abc import Callable
 from typing import Protocol
@@ -43,30 +49,81 @@ def renewed_in_children(module: str, name: str, make: Callable[[], object]) -> N
 
 class _LeftToTheParent(Protocol):
     def _leave(self, parent: int) -> None:
-        """In a forked child: refuse every use from now on; never close what the parent
-        opened (hand it to `keep`). Must not raise."""
+        """In a forked child, before any of its code: make again the locks another thread
+        may have held at the fork; a holder of the parent's connections refuses every use
+        from now on and hands them to `keep`, never closing them. Must not raise."""
+
+    def _fork_lock(self) -> threading.Lock | threading.RLock | None:
+        """The lock a fork waits for (taken in the parent just before it, given back just
+        after, `FORK_WAIT_S` at most in all): while held, none of the holder's transactions
+        is open on another thread. None: nothing to wait for."""
 
 
 _LEFT: weakref.WeakSet[_LeftToTheParent] = weakref.WeakSet()
 
 _KEPT: list[object] = []
-"""A parent's connections, held in a child so that no finalizer of the child closes them."""
+"""A parent's connections, held in a child so that nothing of the child closes them."""
+
+# Set just before a fork: the forking process, and the locks the fork waits for.
+_forking = 0
+_held: list[threading.Lock | threading.RLock] = []
 
 
 def left_to_the_parent(holder: _LeftToTheParent) -> None:
-    """In a child forked while `holder` is alive, `holder._leave(parent_pid)` runs first."""
+    """A fork waits for `holder._fork_lock()`; in its child `holder._leave(parent_pid)` runs
+    before any of the child's code."""
     _LEFT.add(holder)
 
 
 def keep(*connections: object) -> None:
-    """Hold a parent's connections for the rest of this (child) process."""
-    _KEPT.extend(c for c in connections if c is not None)
+    """Hold a parent's connections for the rest of this (child) process, past its exit.
+
+    Each is made immortal (one reference more that nothing gives back), so that no close,
+    finalizer or interpreter shutdown of the child runs the driver's close on them: SQLite's
+    close rolls back a transaction the parent had open at the fork by writing to the
+    write-ahead log's index, memory the child shares with the parent. The kernel closes
+    their descriptors when the child exits, which gives back none of the parent's locks.
+    """
+    kept = [c for c in connections if c is not None]
+    _KEPT.extend(kept)
+    try:
+        import ctypes
+    except ImportError:  # pragma: no cover - CPython on POSIX has it
+        return
+    for connection in kept:
+        ctypes.pythonapi.Py_IncRef(ctypes.py_object(connection))
+
+
+FORK_WAIT_S = 2.0
+"""How long a fork waits, in all, for the holders' transactions on other threads to end.
+
+A transaction lasts milliseconds; one waiting for SQLite's write lock up to its busy
+timeout, or a consumer's block that waits for the forking thread itself, would hold the
+fork for that long or for ever: past this the fork goes on without that holder's lock,
+and the child may find the file's write lock taken by the parent's transaction."""
+
+
+def _before_a_fork() -> None:
+    global _forking
+    _forking = os.getpid()
+    deadline = time.monotonic() + FORK_WAIT_S
+    for holder in list(_LEFT):
+        lock = holder._fork_lock()
+        if lock is not None and lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            _held.append(lock)
+
+
+def _after_a_fork_in_the_parent() -> None:
+    while _held:
+        _held.pop().release()
 
 
 def _leave_in_a_child() -> None:
-    parent = os.getppid()
+    _held.clear()  # the parent's locks: each holder makes its own again
+    parent = _forking or os.getppid()
     for holder in list(_LEFT):
-        holder._leave(parent)
+        with contextlib.suppress(Exception):  # one that fails must not leave the others usable
+            holder._leave(parent)
     _LEFT.clear()  # the child's own opens register afresh
 
 
@@ -79,4 +136,8 @@ def refusal(what: str, parent: int) -> str:
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_leave_in_a_child)
+    os.register_at_fork(
+        before=_before_a_fork,
+        after_in_parent=_after_a_fork_in_the_parent,
+        after_in_child=_leave_in_a_child,
+    )

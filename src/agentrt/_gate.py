@@ -59,6 +59,7 @@ from ._errors import (
     SessionClosedError,
 )
 from ._events import Observer
+from ._fork import left_to_the_parent
 from ._history import ShownSteps, StepLog
 from ._lease import WallClock, holder_json, make_owner
 from ._model import Model, ModelConfig
@@ -289,6 +290,16 @@ class Gate:
         self.tools = setup.tools
         self.lease_owner = setup.owner
         self._live: set[str] = set()
+        self._lock = threading.Lock()
+        left_to_the_parent(self)  # its lock made again in a forked child (decision 0127)
+
+    def _fork_lock(self) -> None:
+        """Nothing for a fork to wait for: its lock guards a set of run ids for a moment,
+        which a new lock in the child finds whole."""
+
+    def _leave(self, parent: int) -> None:
+        """In a forked child, a lock another thread held at the fork would never be given
+        back: a new one. Its store refuses the child (decision 0127)."""
         self._lock = threading.Lock()
 
     # -- entry points ----------------------------------------------------

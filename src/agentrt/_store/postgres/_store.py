@@ -146,15 +146,25 @@ class PostgresRenewer:
         self._target = target
         self._conn: psycopg.Connection[Any] | None = None
         self._left: str | None = None
+        # Held while renewing: a fork waits for it (decision 0127).
+        self._lock = threading.RLock()
         left_to_the_parent(self)
+
+    def _fork_lock(self) -> threading.RLock:
+        return self._lock
 
     def _leave(self, parent: int) -> None:
         """In a forked child: the parent's renewer (decision 0127); its connection kept."""
+        self._lock = threading.RLock()
         keep(self._conn)
         self._conn = None
         self._left = refusal("heartbeat's connection", parent)
 
     def renew(self, run_id: str, owner: str, ttl: timedelta) -> bool:
+        with self._lock:
+            return self._renew(run_id, owner, ttl)
+
+    def _renew(self, run_id: str, owner: str, ttl: timedelta) -> bool:
         if self._left is not None:
             raise StoreError(self._left)
         if self._conn is None:
@@ -361,6 +371,9 @@ class PostgresStore(SqliteStore):
                 self._closed = True
                 with contextlib.suppress(psycopg.Error):
                     self._pg.close()
+
+    def _fork_lock(self) -> threading.RLock:
+        return self._lock  # no transaction of another thread open at a fork (decision 0127)
 
     def _leave(self, parent: int) -> None:
         """In a process forked from this store's (decision 0127): the parent's. Refused from

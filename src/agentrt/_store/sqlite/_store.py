@@ -240,6 +240,11 @@ class SqliteStore(ProxyRows):
         if self._closed:
             raise StoreError(self._closed_why)
 
+    def _fork_lock(self) -> threading.RLock:
+        """A fork waits for the store's lock (`_fork`): no transaction of another thread of
+        this process is open on the connection while it forks (decision 0127)."""
+        return self._lock
+
     def _leave(self, parent: int) -> None:
         """In a process forked from this store's (`_fork`, decision 0127): the store is the
         parent's. Every use is refused from here on (`_check_open`), and its connection is
@@ -312,9 +317,9 @@ class SqliteStore(ProxyRows):
         """`BEGIN IMMEDIATE` on a writable, open store with no transaction open (under the
         lock), the schema checked inside it: a trigger added since the last check must
         not fire on this transaction's writes (one pragma when nothing changed)."""
+        self._check_open()
         if self.read_only:
             raise StoreError("the store was opened read-only")
-        self._check_open()
         if self._tx is not None:
             raise StoreError("a transaction is already open on this store; they do not nest")
         try:
@@ -463,6 +468,7 @@ class SqliteStore(ProxyRows):
 
     def lease_now(self, wall: Callable[[], datetime]) -> datetime:
         """The time leases are judged by outside a transaction: the caller's wall clock."""
+        self._check_open()
         return wall()
 
     def _open_connection(self) -> sqlite3.Connection:
