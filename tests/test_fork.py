@@ -428,3 +428,29 @@ def test_a_gate_or_driver_lock_held_at_the_fork_never_holds_the_child(database: 
         "driver refused: True",
         "child ended 0",
     ], done.stderr
+
+
+def test_a_store_sent_to_another_process_is_refused_in_one_sentence(database: str) -> None:
+    """Pickled for `multiprocessing` (the spawn start method, a process pool) a store, or a
+    Driver holding it, is refused naming what to do, not the driver's connection type."""
+    import pickle
+
+    import agentrt
+
+    store = agentrt.open_store(database)
+    try:
+        driver = agentrt.Driver(
+            store=store,
+            agent=lambda _: agentrt.Decision.complete({}),
+            policy=agentrt.default_policy(),
+        )
+        for what in (store, driver):
+            with pytest.raises(TypeError) as refused:
+                pickle.dumps(what)
+            assert str(refused.value) == (
+                f"{type(store).__name__} cannot be sent to another process: open a store "
+                "there (agentrt.open_store with the same path or URL)"
+            )
+        assert store.count_runs() == 0  # still usable here
+    finally:
+        store.close()

@@ -240,6 +240,14 @@ class SqliteStore(ProxyRows):
         if self._closed:
             raise StoreError(self._closed_why)
 
+    def __reduce__(self) -> Any:
+        """A store is not sent to another process (pickled for `multiprocessing`, a process
+        pool): its connection is this process's. Said in one sentence, as at a fork."""
+        raise TypeError(
+            f"{type(self).__name__} cannot be sent to another process: open a store there "
+            "(agentrt.open_store with the same path or URL)"
+        )
+
     def _fork_lock(self) -> threading.RLock:
         """A fork waits for the store's lock (`_fork`): no transaction of another thread of
         this process is open on the connection while it forks (decision 0127)."""
