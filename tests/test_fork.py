@@ -14,6 +14,15 @@ import textwrap
 
 import pytest
 
+
+def run_script(script: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """`script` in a Python process of its own (forking a pytest worker, which has threads
+    of its own, would fork them beside it), its output captured."""
+    return subprocess.run(
+        [sys.executable, "-c", script, *args], capture_output=True, text=True, timeout=120
+    )
+
+
 CHILD = textwrap.dedent(
     """
     import os, signal, sys, threading
@@ -53,26 +62,15 @@ CHILD = textwrap.dedent(
 
 @pytest.mark.parametrize("module", ["agentrt._patterns", "agentrt._tools"])
 def test_a_child_forked_while_a_cache_lock_was_held_gets_a_lock_of_its_own(module: str) -> None:
-    done = subprocess.run(
-        [sys.executable, "-c", CHILD, module], capture_output=True, text=True, timeout=120
-    )
+    done = run_script(CHILD, module)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["child compiled", "child ended 0"], done.stderr
 
 
-# A store opened before a fork is the parent's (decision 0127). The script runs in a
-# process of its own (a pytest worker has threads of its own to fork beside): the parent
-# opens the store, records a run, renews a lease on the heartbeat's connection, and
-# forks. The child tries each use of the parent's store and of its renewer, prints what
-# each said, closes both, opens a store of its own and completes a run on it, then exits
-# the way a program does (finalizers run). The parent, after the child, reads and writes
-# through its own store and renewer.
-PARENTS_STORE = textwrap.dedent(
+# What the scripts below share: a read-only tool, an agent that calls it once and
+# completes, and `run_on(store, goal)` driving one such run to its end.
+RUN_ON = textwrap.dedent(
     """
-    import os, signal, sys, threading
-    from datetime import UTC, datetime, timedelta
-    import agentrt
-
     @agentrt.tool(side_effect=agentrt.SideEffect.READ_ONLY, timeout=30)
     def look(page: int) -> agentrt.ToolResult:
         "Look at one page."
@@ -88,7 +86,24 @@ PARENTS_STORE = textwrap.dedent(
         driver = agentrt.Driver(store=store, agent=Agent(), policy=agentrt.default_policy(),
                                 tools=[look])
         return driver.start_sync(goal)
+    """
+)
 
+
+# A store opened before a fork is the parent's (decision 0127). The script runs in a
+# process of its own (a pytest worker has threads of its own to fork beside): the parent
+# opens the store, records a run, renews a lease on the heartbeat's connection, and
+# forks. The child tries each use of the parent's store and of its renewer, prints what
+# each said, closes both, opens a store of its own and completes a run on it, then exits
+# the way a program does (finalizers run). The parent, after the child, reads and writes
+# through its own store and renewer.
+PARENTS_STORE = textwrap.dedent(
+    """
+    import os, signal, sys, threading
+    from datetime import UTC, datetime, timedelta
+    import agentrt
+
+    {RUN_ON}
     where = sys.argv[1]
     from agentrt import _fork
 
@@ -141,7 +156,7 @@ PARENTS_STORE = textwrap.dedent(
     print("parent reads:", sorted(r.goal for r in store.list_runs()))
     store.close()
     """
-)
+).replace("{RUN_ON}", RUN_ON)
 
 REFUSED = (
     "StoreError this {what} was opened by process PARENT before it forked this one; a forked "
@@ -157,12 +172,7 @@ def test_a_store_opened_before_a_fork_is_refused_in_the_child_and_left_to_the_pa
     thread held at the fork); the child's close and exit leave the parent's connections
     alone (on PostgreSQL a close there ended the parent's session: its next read failed
     "server closed the connection unexpectedly"); a store the child opens is its own."""
-    done = subprocess.run(
-        [sys.executable, "-c", PARENTS_STORE, database],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = run_script(PARENTS_STORE, database)
     assert done.returncode == 0, done.stderr
     store = REFUSED.format(what="store")
     heartbeat = REFUSED.format(what="heartbeat's connection")
@@ -208,12 +218,7 @@ def test_a_child_closing_its_parents_store_leaves_the_parents_connection_alone(
 ) -> None:
     """Before decision 0127 the child's close of a PostgreSQL store sent the end of the
     session on the socket it shares with its parent: the parent's next read failed."""
-    done = subprocess.run(
-        [sys.executable, "-c", CLOSED_IN_THE_CHILD, database],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = run_script(CLOSED_IN_THE_CHILD, database)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["parent before: 0", "child ended 0", "parent after: 0"]
 
@@ -280,12 +285,7 @@ def test_a_transaction_open_in_the_forking_thread_is_refused_in_the_child_and_st
     """Before, the child's end of the block committed the parent's half-done transaction
     on the parent's connection (or, leaving by `sys.exit`, rolled it back under the
     parent, whose next statement then ran outside any transaction)."""
-    done = subprocess.run(
-        [sys.executable, "-c", FORKED_IN_A_TRANSACTION, database],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = run_script(FORKED_IN_A_TRANSACTION, database)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [
         "falls through child's statement: refused",
@@ -311,22 +311,7 @@ FORKED_DURING_A_WRITE = textwrap.dedent(
 
     _fork.FORK_WAIT_S = 60.0
 
-    @agentrt.tool(side_effect=agentrt.SideEffect.READ_ONLY, timeout=30)
-    def look(page: int) -> agentrt.ToolResult:
-        "Look at one page."
-        return agentrt.ToolResult({"page": page}, summary="looked")
-
-    class Agent:
-        def decide(self, input):
-            if len(input.steps) > 1:
-                return agentrt.Decision.complete({"done": True})
-            return agentrt.Decision.tool_call("look", {"page": 1})
-
-    def run_on(store, goal):
-        driver = agentrt.Driver(store=store, agent=Agent(), policy=agentrt.default_policy(),
-                                tools=[look])
-        return driver.start_sync(goal)
-
+    {RUN_ON}
     where = sys.argv[1]
     store = agentrt.open_store(where)
     inside = threading.Event()
@@ -354,18 +339,13 @@ FORKED_DURING_A_WRITE = textwrap.dedent(
     print("runs:", sorted(r.goal for r in store.list_runs()))
     store.close()
     """
-)
+).replace("{RUN_ON}", RUN_ON)
 
 
 def test_a_fork_waits_for_another_threads_transaction_so_the_child_can_write_the_file(
     database: str,
 ) -> None:
-    done = subprocess.run(
-        [sys.executable, "-c", FORKED_DURING_A_WRITE, database],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = run_script(FORKED_DURING_A_WRITE, database)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [
         "child's own store: COMPLETED",
@@ -416,12 +396,7 @@ GATE_LOCK_HELD = textwrap.dedent(
 
 
 def test_a_gate_or_driver_lock_held_at_the_fork_never_holds_the_child(database: str) -> None:
-    done = subprocess.run(
-        [sys.executable, "-c", GATE_LOCK_HELD, database],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = run_script(GATE_LOCK_HELD, database)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [
         "gate refused: True",

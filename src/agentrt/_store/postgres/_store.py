@@ -31,6 +31,7 @@ from ..._errors import SchemaVersionError, StoreBusyError, StoreDamagedError, St
 from ..._fork import keep, left_to_the_parent, refusal
 from ..._records import ApprovalStatus, FileCheck, RunStatus, VerifyReport
 from .._base import Renewer
+from .._own_connection import OwnConnection
 from .._records import Grouped, RunCandidate, RunCursor, WaitingRow
 from ..sqlite._chain_rows import SqliteChainReader
 from ..sqlite._codecs import waiting_from_row
@@ -138,35 +139,15 @@ class PostgresChainReader(SqliteChainReader):
             raise store_error(e, "reading the events failed") from e
 
 
-class PostgresRenewer:
+class PostgresRenewer(OwnConnection["psycopg.Connection[Any]"]):
     """Renews on a connection of its own, opened lazily on the heartbeat's thread; the new
     expiry is the server's clock plus the ttl."""
 
     def __init__(self, target: Target) -> None:
+        super().__init__()
         self._target = target
-        self._conn: psycopg.Connection[Any] | None = None
-        self._left: str | None = None
-        # Held while renewing: a fork waits for it (decision 0127).
-        self._lock = threading.RLock()
-        left_to_the_parent(self)
-
-    def _fork_lock(self) -> threading.RLock:
-        return self._lock
-
-    def _leave(self, parent: int) -> None:
-        """In a forked child: the parent's renewer (decision 0127); its connection kept."""
-        self._lock = threading.RLock()
-        keep(self._conn)
-        self._conn = None
-        self._left = refusal("heartbeat's connection", parent)
-
-    def renew(self, run_id: str, owner: str, ttl: timedelta) -> bool:
-        with self._lock:
-            return self._renew(run_id, owner, ttl)
 
     def _renew(self, run_id: str, owner: str, ttl: timedelta) -> bool:
-        if self._left is not None:
-            raise StoreError(self._left)
         if self._conn is None:
             self._conn = connect(self._target)
         conn = self._conn

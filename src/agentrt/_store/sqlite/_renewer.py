@@ -13,19 +13,17 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
-import threading
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 
-from ..._errors import StoreError
-from ..._fork import keep, left_to_the_parent, refusal
+from .._own_connection import OwnConnection
 from ._connection import store_error
 from ._writer_turns import WriterTurns
 from ._writes import SqliteTx, renew_lease, renew_lease_alone
 
 
-class ConnectionRenewer:
+class ConnectionRenewer(OwnConnection[sqlite3.Connection]):
     """Renews on a connection of its own, opened lazily on the heartbeat's thread."""
 
     def __init__(
@@ -34,34 +32,13 @@ class ConnectionRenewer:
         wall: Callable[[], datetime],
         turns: WriterTurns,
     ) -> None:
+        super().__init__()
         self._connect = connect
         self._wall = wall
         self._turns = turns  # its own turns among the file's writers (decision 0106)
-        self._conn: sqlite3.Connection | None = None
         self._safe_schema: int | None = None
-        self._left: str | None = None
-        # Held while renewing: a fork waits for it, so that no renewal's transaction is open
-        # on the connection a child inherits (decision 0127).
-        self._lock = threading.RLock()
-        left_to_the_parent(self)
-
-    def _fork_lock(self) -> threading.RLock:
-        return self._lock
-
-    def _leave(self, parent: int) -> None:
-        """In a forked child: the parent's renewer (decision 0127); its connection kept."""
-        self._lock = threading.RLock()
-        keep(self._conn)
-        self._conn = None
-        self._left = refusal("heartbeat's connection", parent)
-
-    def renew(self, run_id: str, owner: str, ttl: timedelta) -> bool:
-        with self._lock:
-            return self._renew(run_id, owner, ttl)
 
     def _renew(self, run_id: str, owner: str, ttl: timedelta) -> bool:
-        if self._left is not None:
-            raise StoreError(self._left)
         if self._conn is None:
             self._conn = self._connect()
         conn = self._conn
