@@ -429,3 +429,66 @@ def test_a_store_sent_to_another_process_is_refused_in_one_sentence(database: st
         assert store.count_runs() == 0  # still usable here
     finally:
         store.close()
+
+
+# Threads forking at once, while other threads take the stores' locks: each fork gives back
+# only the locks its own thread took, so none is left held after (nor released by a thread
+# that does not hold it, which raises in the at-fork hook and leaves the lock held for ever).
+CONCURRENT_FORKS = textwrap.dedent(
+    """
+    import os, sys, threading
+    import agentrt
+    from agentrt import _fork
+
+    _fork.FORK_WAIT_S = 0.2
+    sys.setswitchinterval(1e-6)  # the threads interleave inside the at-fork hooks
+    stores = [agentrt.open_store(os.path.join(sys.argv[1], f"{i}.db")) for i in range(3)]
+    stop = threading.Event()
+
+    def busy(store):
+        while not stop.is_set():
+            with store._lock:
+                pass
+
+    def forker():
+        for _ in range(40):
+            pid = os.fork()
+            if pid == 0:
+                os._exit(0)
+            os.waitpid(pid, 0)
+
+    busies = [threading.Thread(target=busy, args=(s,), daemon=True) for s in stores]
+    forkers = [threading.Thread(target=forker, daemon=True) for _ in range(3)]
+    for t in busies + forkers:
+        t.start()
+    for t in forkers:
+        t.join(timeout=60)
+    stop.set()
+    for t in busies:
+        t.join(timeout=5)
+    sys.setswitchinterval(0.005)
+
+    def free(store):
+        took = []
+        def take():
+            took.append(store._lock.acquire(timeout=1))
+            if took[0]:
+                store._lock.release()
+        t = threading.Thread(target=take)
+        t.start()
+        t.join()
+        return took[0]
+
+    print("stuck:", sum(t.is_alive() for t in busies + forkers))
+    print("free:", [free(s) for s in stores], "held:", _fork._held)
+    os._exit(0)
+    """
+)
+
+
+def test_threads_forking_at_once_each_give_back_only_their_own_locks(tmp_path) -> None:
+    done = run_script(CONCURRENT_FORKS, str(tmp_path))
+    assert "cannot release" not in done.stderr, done.stderr
+    assert done.stdout.splitlines() == ["stuck: 0", "free: [True, True, True] held: {}"], (
+        done.stderr
+    )

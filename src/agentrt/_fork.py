@@ -64,9 +64,10 @@ _LEFT: weakref.WeakSet[_LeftToTheParent] = weakref.WeakSet()
 _KEPT: list[object] = []
 """A parent's connections, held in a child so that nothing of the child closes them."""
 
-# Set just before a fork: the forking process, and the locks the fork waits for.
+# Set just before a fork: the forking process, and the locks the fork waits for, by the
+# forking thread (two threads may fork at once: each gives back only the locks it took).
 _forking = 0
-_held: list[threading.Lock | threading.RLock] = []
+_held: dict[int, list[threading.Lock | threading.RLock]] = {}
 
 
 def left_to_the_parent(holder: _LeftToTheParent) -> None:
@@ -106,16 +107,18 @@ and the child may find the file's write lock taken by the parent's transaction."
 def _before_a_fork() -> None:
     global _forking
     _forking = os.getpid()
+    held = _held.setdefault(threading.get_ident(), [])
     deadline = time.monotonic() + FORK_WAIT_S
     for holder in list(_LEFT):
         lock = holder._fork_lock()
         if lock is not None and lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
-            _held.append(lock)
+            held.append(lock)
 
 
 def _after_a_fork_in_the_parent() -> None:
-    while _held:
-        _held.pop().release()
+    held = _held.pop(threading.get_ident(), [])
+    while held:
+        held.pop().release()
 
 
 def _leave_in_a_child() -> None:
