@@ -11,6 +11,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -492,3 +493,50 @@ def test_threads_forking_at_once_each_give_back_only_their_own_locks(tmp_path) -
     assert done.stdout.splitlines() == ["stuck: 0", "free: [True, True, True] held: {}"], (
         done.stderr
     )
+
+
+def test_a_fork_from_inside_a_transaction_waits_for_no_other_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The forking thread's own open transaction keeps its write lock through the fork
+    whatever the others do: waiting for another thread (a renewal waiting for that very
+    lock) would help no child and hold the fork its whole budget. The hook, called as a
+    fork calls it, takes nothing and waits for nobody."""
+    import threading
+
+    import agentrt
+    from agentrt import _fork
+
+    monkeypatch.setattr(_fork, "FORK_WAIT_S", 5.0)
+    mine = agentrt.open_store(tmp_path / "mine.db")
+    other = agentrt.open_store(tmp_path / "other.db")
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with other._lock:  # as a renewal waiting for the write lock holds its own
+            held.set()
+            release.wait()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    held.wait()
+    try:
+        with mine.transaction():
+            _fork._before_a_fork()
+            try:
+                assert _fork._held.get(threading.get_ident()) == []  # nothing taken
+            finally:
+                _fork._after_a_fork_in_the_parent()
+        assert threading.get_ident() not in _fork._held
+    finally:
+        release.set()
+        holder.join()
+        mine.close()
+        other.close()
+
+
+def test_a_copy_of_a_store_is_the_same_store(any_store: object) -> None:
+    import copy
+
+    assert copy.copy(any_store) is any_store
+    assert copy.deepcopy({"store": any_store})["store"] is any_store

@@ -108,11 +108,22 @@ def _before_a_fork() -> None:
     global _forking
     _forking = os.getpid()
     held = _held.setdefault(threading.get_ident(), [])
+    locks = [lock for lock in (h._fork_lock() for h in list(_LEFT)) if lock is not None]
+    if any(_owned(lock) for lock in locks):
+        # The forking thread is inside a transaction of its own: the parent keeps that
+        # write lock through the fork whatever the others do, so waiting helps no child,
+        # and a renewal waiting for that very lock would hold the fork its whole budget.
+        return
     deadline = time.monotonic() + FORK_WAIT_S
-    for holder in list(_LEFT):
-        lock = holder._fork_lock()
-        if lock is not None and lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+    for lock in locks:
+        if lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
             held.append(lock)
+
+
+def _owned(lock: threading.Lock | threading.RLock) -> bool:
+    """Whether this thread holds `lock` (an `RLock`'s own record; a plain lock: unknown)."""
+    is_owned = getattr(lock, "_is_owned", None)
+    return bool(is_owned()) if callable(is_owned) else False
 
 
 def _after_a_fork_in_the_parent() -> None:

@@ -248,6 +248,14 @@ class SqliteStore(ProxyRows):
             "(agentrt.open_store with the same path or URL)"
         )
 
+    def __copy__(self) -> SqliteStore:
+        """A store is a handle to one database: a copy of it is the same handle (a copy of a
+        Driver or a config holding it shares it)."""
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> SqliteStore:
+        return self
+
     def _fork_lock(self) -> threading.RLock:
         """A fork waits for the store's lock (`_fork`): no transaction of another thread of
         this process is open on the connection while it forks (decision 0127)."""
