@@ -8,10 +8,12 @@ needs are its own too (decision 0125, tested in `test_group_commit.py`).
 
 from __future__ import annotations
 
+import inspect
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,6 +26,30 @@ def run_script(script: str, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def held_by_another_thread(*locks: Any) -> Any:
+    """`locks` taken by a daemon thread of this process until the returned event is set
+    (whatever held them at a fork stays held in the child). Also pasted into the scripts
+    below (`HELD`), which run in processes of their own."""
+    import contextlib
+    import threading
+
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with contextlib.ExitStack() as taken:
+            for lock in locks:
+                taken.enter_context(lock)
+            held.set()
+            release.wait()
+
+    threading.Thread(target=hold, daemon=True).start()
+    held.wait()
+    return release
+
+
+HELD = "from typing import Any\n\n" + textwrap.dedent(inspect.getsource(held_by_another_thread))
+
+
 CHILD = textwrap.dedent(
     """
     import os, signal, sys, threading
@@ -31,16 +57,8 @@ CHILD = textwrap.dedent(
     import agentrt
     from agentrt import _patterns, _tools
 
-    held, release = threading.Event(), threading.Event()
-
-    def hold(lock):
-        with lock:
-            held.set()
-            release.wait()
-
-    lock = getattr(sys.modules[sys.argv[1]], "_cache_lock")
-    threading.Thread(target=hold, args=(lock,), daemon=True).start()
-    held.wait()
+    {HELD}
+    release = held_by_another_thread(getattr(sys.modules[sys.argv[1]], "_cache_lock"))
     pid = os.fork()
     if pid == 0:
         signal.alarm(20)  # a child that waits for the lock for ever dies of it
@@ -58,7 +76,7 @@ CHILD = textwrap.dedent(
     _, status = os.waitpid(pid, 0)
     print("child ended", os.waitstatus_to_exitcode(status), flush=True)
     """
-)
+).replace("{HELD}", HELD)
 
 
 @pytest.mark.parametrize("module", ["agentrt._patterns", "agentrt._tools"])
@@ -98,13 +116,15 @@ RUN_ON = textwrap.dedent(
 # each said, closes both, opens a store of its own and completes a run on it, then exits
 # the way a program does (finalizers run). The parent, after the child, reads and writes
 # through its own store and renewer.
-PARENTS_STORE = textwrap.dedent(
-    """
+PARENTS_STORE = (
+    textwrap.dedent(
+        """
     import os, signal, sys, threading
     from datetime import UTC, datetime, timedelta
     import agentrt
 
     {RUN_ON}
+    {HELD}
     where = sys.argv[1]
     from agentrt import _fork
 
@@ -114,15 +134,7 @@ PARENTS_STORE = textwrap.dedent(
     renewer = store.renewer(lambda: datetime.now(UTC))
     renewer.renew(first.id, "nobody", timedelta(seconds=5))  # opens its connection
     # Another thread of the parent holds the store's lock at the fork.
-    held, release = threading.Event(), threading.Event()
-
-    def hold():
-        with store._lock:
-            held.set()
-            release.wait()
-
-    threading.Thread(target=hold, daemon=True).start()
-    held.wait()
+    release = held_by_another_thread(store._lock)
     pid = os.fork()
     if pid == 0:
         signal.alarm(60)  # a use that waited on the held lock would die of this
@@ -157,7 +169,10 @@ PARENTS_STORE = textwrap.dedent(
     print("parent reads:", sorted(r.goal for r in store.list_runs()))
     store.close()
     """
-).replace("{RUN_ON}", RUN_ON)
+    )
+    .replace("{RUN_ON}", RUN_ON)
+    .replace("{HELD}", HELD)
+)
 
 REFUSED = (
     "StoreError this {what} was opened by process PARENT before it forked this one; a forked "
@@ -370,15 +385,8 @@ GATE_LOCK_HELD = textwrap.dedent(
     store = agentrt.open_store(sys.argv[1])
     gate = agentrt.Gate(store=store, policy=agentrt.default_policy())
     driver = agentrt.Driver(store=store, agent=Agent(), policy=agentrt.default_policy())
-    held, release = threading.Event(), threading.Event()
-
-    def hold():
-        with gate._lock, driver._active_lock:
-            held.set()
-            release.wait()
-
-    threading.Thread(target=hold, daemon=True).start()
-    held.wait()
+    {HELD}
+    release = held_by_another_thread(gate._lock, driver._active_lock)
     pid = os.fork()
     if pid == 0:
         signal.alarm(30)  # a child that waited on either lock would die of this
@@ -393,7 +401,7 @@ GATE_LOCK_HELD = textwrap.dedent(
     print("child ended", os.waitstatus_to_exitcode(status))
     store.close()
     """
-)
+).replace("{HELD}", HELD)
 
 
 def test_a_gate_or_driver_lock_held_at_the_fork_never_holds_the_child(database: str) -> None:
@@ -510,16 +518,7 @@ def test_a_fork_from_inside_a_transaction_waits_for_no_other_thread(
     monkeypatch.setattr(_fork, "FORK_WAIT_S", 5.0)
     mine = agentrt.open_store(tmp_path / "mine.db")
     other = agentrt.open_store(tmp_path / "other.db")
-    held, release = threading.Event(), threading.Event()
-
-    def hold() -> None:
-        with other._lock:  # as a renewal waiting for the write lock holds its own
-            held.set()
-            release.wait()
-
-    holder = threading.Thread(target=hold)
-    holder.start()
-    held.wait()
+    release = held_by_another_thread(other._lock)  # as a waiting renewal holds its own
     try:
         with mine.transaction():
             _fork._before_a_fork()
@@ -530,7 +529,6 @@ def test_a_fork_from_inside_a_transaction_waits_for_no_other_thread(
         assert threading.get_ident() not in _fork._held
     finally:
         release.set()
-        holder.join()
         mine.close()
         other.close()
 

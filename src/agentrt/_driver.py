@@ -124,13 +124,10 @@ class Driver:
         self._active_lock = threading.Lock()
         left_to_the_parent(self)  # its lock made again in a forked child (decision 0127)
 
-    def _fork_lock(self) -> None:
-        """Nothing for a fork to wait for: its lock guards a set of run ids for a moment,
-        which a new lock in the child finds whole."""
-
     def _leave(self, parent: int) -> None:
         """In a forked child, a lock another thread held at the fork would never be given
-        back: a new one. Its store refuses the child (decision 0127)."""
+        back: a new one (it guards a set of run ids for a moment, which the child finds
+        whole, so a fork does not wait for it). Its store refuses the child (0127)."""
         self._active_lock = threading.Lock()
 
     # -- entry points ----------------------------------------------------

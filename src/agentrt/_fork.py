@@ -48,21 +48,20 @@ def renewed_in_children(module: str, name: str, make: Callable[[], object]) -> N
 
 
 class _LeftToTheParent(Protocol):
+    """A holder may also have `_fork_lock()`: the lock a fork waits for (taken in the
+    parent just before it, given back just after, `FORK_WAIT_S` at most in all), while
+    which none of its transactions is open on another thread."""
+
     def _leave(self, parent: int) -> None:
         """In a forked child, before any of its code: make again the locks another thread
         may have held at the fork; a holder of the parent's connections refuses every use
         from now on and hands them to `keep`, never closing them. Must not raise."""
 
-    def _fork_lock(self) -> threading.Lock | threading.RLock | None:
-        """The lock a fork waits for (taken in the parent just before it, given back just
-        after, `FORK_WAIT_S` at most in all): while held, none of the holder's transactions
-        is open on another thread. None: nothing to wait for."""
-
 
 _LEFT: weakref.WeakSet[_LeftToTheParent] = weakref.WeakSet()
 
 _KEPT: list[object] = []
-"""A parent's connections, held in a child so that nothing of the child closes them."""
+"""A parent's connections held in a child where they cannot be made immortal (`keep`)."""
 
 # Set just before a fork: the forking process, and the locks the fork waits for, by the
 # forking thread (two threads may fork at once: each gives back only the locks it took).
@@ -71,8 +70,8 @@ _held: dict[int, list[threading.Lock | threading.RLock]] = {}
 
 
 def left_to_the_parent(holder: _LeftToTheParent) -> None:
-    """A fork waits for `holder._fork_lock()`; in its child `holder._leave(parent_pid)` runs
-    before any of the child's code."""
+    """A fork waits for `holder._fork_lock()` if it has one; in its child
+    `holder._leave(parent_pid)` runs before any of the child's code."""
     _LEFT.add(holder)
 
 
@@ -86,10 +85,10 @@ def keep(*connections: object) -> None:
     their descriptors when the child exits, which gives back none of the parent's locks.
     """
     kept = [c for c in connections if c is not None]
-    _KEPT.extend(kept)
     try:
         import ctypes
     except ImportError:  # pragma: no cover - CPython on POSIX has it
+        _KEPT.extend(kept)  # held, at least, until the interpreter's shutdown
         return
     for connection in kept:
         ctypes.pythonapi.Py_IncRef(ctypes.py_object(connection))
@@ -108,7 +107,8 @@ def _before_a_fork() -> None:
     global _forking
     _forking = os.getpid()
     held = _held.setdefault(threading.get_ident(), [])
-    locks = [lock for lock in (h._fork_lock() for h in list(_LEFT)) if lock is not None]
+    waits = [getattr(holder, "_fork_lock", None) for holder in list(_LEFT)]
+    locks: list[threading.Lock | threading.RLock] = [w() for w in waits if w is not None]
     if any(_owned(lock) for lock in locks):
         # The forking thread is inside a transaction of its own: the parent keeps that
         # write lock through the fork whatever the others do, so waiting helps no child,

@@ -28,7 +28,7 @@ from ..._canonical import from_text
 from ..._chain import verify_chain
 from ..._clock import format_time
 from ..._errors import SchemaVersionError, StoreBusyError, StoreDamagedError, StoreError
-from ..._fork import keep, left_to_the_parent, refusal
+from ..._fork import left_to_the_parent
 from ..._records import ApprovalStatus, FileCheck, RunStatus, VerifyReport
 from .._base import Renewer
 from .._own_connection import OwnConnection
@@ -353,21 +353,9 @@ class PostgresStore(SqliteStore):
                 with contextlib.suppress(psycopg.Error):
                     self._pg.close()
 
-    def _fork_lock(self) -> threading.RLock:
-        return self._lock  # no transaction of another thread open at a fork (decision 0127)
-
-    def _leave(self, parent: int) -> None:
-        """In a process forked from this store's (decision 0127): the parent's. Refused from
-        here on; its connection kept, never closed here (closing it would end the parent's
-        session: the socket is one)."""
-        self._lock = threading.RLock()
-        if not self._closed:
-            self._closed = True
-            self._parent = parent
-            self._closed_why = refusal("store", parent)
-            keep(self._pg, self._cursors)
-            if self._tx is not None:  # open at the fork: refused, never ended here
-                self._tx._close(self._closed_why)
+    def _connections(self) -> tuple[object, ...]:
+        # Never closed in a forked child: the socket is the parent's session (decision 0127).
+        return (self._pg, self._cursors)
 
     def _rollback_on(self, conn: psycopg.Connection[Any]) -> None:
         """Roll back `conn`'s transaction, unless the store is the parent's (a forked child

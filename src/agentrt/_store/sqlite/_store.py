@@ -270,12 +270,16 @@ class SqliteStore(ProxyRows):
             self._closed = True
             self._parent = parent
             self._closed_why = refusal("store", parent)
-            keep(self._conn)
+            keep(*self._connections())
             if self._tx is not None:
                 # A transaction open at the fork (the forking thread's own, or another's):
                 # its statements are refused, and its block's end neither commits nor rolls
                 # back on the parent's connection (`_rollback`, `_commit`).
                 self._tx._close(self._closed_why)
+
+    def _connections(self) -> tuple[object, ...]:
+        """What of this store is its process's alone: kept, never closed, in a child."""
+        return (self._conn,)
 
     def _rollback(self) -> None:
         """Roll back the store's open transaction, unless the store is the parent's."""
@@ -296,7 +300,6 @@ class SqliteStore(ProxyRows):
             try:
                 try:
                     yield tx
-                    self._check_open()  # a block forked in ends here in the child
                     tx.write_events()
                 except sqlite3.Error as e:
                     self._rollback()
@@ -360,7 +363,8 @@ class SqliteStore(ProxyRows):
             raise
 
     def _commit(self) -> None:
-        self._check_open()  # a store left to its parent at a fork commits nothing of its
+        # A block or a group forked in ends here in the child: the parent's, not committed.
+        self._check_open()
         try:
             self._conn.execute("COMMIT")
         except sqlite3.Error as e:
