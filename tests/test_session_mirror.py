@@ -461,3 +461,49 @@ def test_a_waiting_run_whose_stored_request_will_not_decode_ends_with_the_sessio
     assert step.status == "failed" and step.observation is not None
     assert step.observation.kind == "invalid_decision"
     store.close()
+
+
+def test_a_charge_made_elsewhere_under_the_lease_reaches_the_copy_at_the_next_claim(
+    tmp_path: Path,
+) -> None:
+    """The one write another process makes to a run it does not hold: an earlier holder's
+    late model reply, charged beyond its estimate while this process holds the lease. The
+    next step's claim reads the run with its lock, and the copy learns it once that commit
+    is durable (decision 0128): the agent's next input, the limits and the run returned
+    count it."""
+    path = tmp_path / "runs.db"
+    store = agentrt.open_store(path)
+    seen: list[tuple[int, int]] = []
+
+    def charge_elsewhere(call: ToolCall) -> ToolResult:
+        with agentrt.open_store(path) as other, other.transaction() as tx:
+            tx.charge_run(call.run_id, Usage(input_tokens=7), 5)
+        return ToolResult({"charged": True}, "charged")
+
+    class Watching:
+        def decide(self, input: agentrt.StepInput) -> Decision:
+            seen.append((input.run.input_tokens, input.run.estimated_cost_micros))
+            if len(input.steps) == 1:
+                return Decision.tool_call("charge", {"x": 0})
+            if len(input.steps) < 4:
+                return Decision.tool_call("read", {"x": len(input.steps)})
+            return Decision.complete({"done": True})
+
+    driver = agentrt.Driver(
+        store=store,
+        agent=Watching(),
+        policy=agentrt.default_policy(),
+        tools=[
+            RecordingTool("charge", SideEffect.READ_ONLY, result=charge_elsewhere),
+            RecordingTool("read", SideEffect.READ_ONLY),
+        ],
+        now=FakeClock(),
+        new_id=Ids(),
+    )
+    run = driver.start_sync("count a charge made elsewhere")
+    # Step 1 decides before its claim commits; step 2 decides on what that claim read.
+    assert seen == [(0, 0), (0, 0), (7, 5), (7, 5)]
+    assert run.status == "COMPLETED"
+    assert (run.input_tokens, run.estimated_cost_micros) == (7, 5)
+    assert repr(run) == repr(store.get_run(run.id))
+    store.close()

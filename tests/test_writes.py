@@ -23,6 +23,7 @@ from agentrt._errors import RunStateError
 from agentrt._model import Usage
 from agentrt._records import ApprovalStatus, Limits, Observation, PolicyDecision, StepStatus
 from agentrt._store import Tx
+from agentrt._store._records import tool_start, written_observation
 from conftest import EPOCH, Ids
 from support.leases import judged_lease
 from support.rows import query, snapshot
@@ -114,7 +115,14 @@ def test_finish_tool_of_a_step_that_is_not_executing_raises_and_writes_nothing(
     before = snapshot(database)
     observation = Observation.tool_result({"ok": True}, "ok")
     with pytest.raises(RunStateError), store.transaction() as tx:
-        tx.finish_tool(step, StepStatus.DONE, observation, {}, failed_event=False, now=EPOCH)
+        tx.finish_tool(
+            step,
+            StepStatus.DONE,
+            written_observation(observation),
+            {},
+            failed_event=False,
+            now=EPOCH,
+        )
     assert snapshot(database) == before
 
 
@@ -265,10 +273,7 @@ def test_the_hot_writes_of_a_step_return_the_step_as_a_fresh_read_gives_it(
     with store.transaction() as tx:
         started = tx.start_tool(
             decided,
-            "read",
-            {"n": 1},
-            policy,
-            approval_id="",
+            tool_start("read", {"n": 1}, policy),
             from_statuses=(StepStatus.DECIDING,),
             now=EPOCH,
         )
@@ -276,7 +281,12 @@ def test_the_hot_writes_of_a_step_return_the_step_as_a_fresh_read_gives_it(
     observation = Observation.tool_result({"lines": [JSONFloat("2.50"), 10**30]}, "ok")
     with store.transaction() as tx:
         finished = tx.finish_tool(
-            started, StepStatus.DONE, observation, {}, failed_event=False, now=EPOCH
+            started,
+            StepStatus.DONE,
+            written_observation(observation),
+            {},
+            failed_event=False,
+            now=EPOCH,
         )
         run = tx.add_active_time(tx.run_record("r1"), OWNER, 7)
     assert repr(finished) == repr(store.list_steps("r1")[0])

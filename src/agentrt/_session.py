@@ -296,12 +296,19 @@ class _Planned:
     """The default crash point of a write: its commit's own."""
 
 
+KeptWrite = Callable[[Tx, GuardedRun], Callable[[], object] | None]
+"""Writes kept by `RunSession.defer`: called inside the next commit's transaction with the
+run as locked there; what it returns (if anything) is called once that commit is durable,
+on the loop, before the commit's probes: what the session learns from the lock (a decoded
+run) is worked out there, not while the transaction holds the write turn (decision 0128)."""
+
+
 @dataclass(frozen=True)
 class _Deferred:
     """Writes kept by `RunSession.defer` for the next commit."""
 
     commit: Commit
-    fn: Callable[[Tx, Run], object]
+    fn: KeptWrite
 
 
 def _nothing(tx: Tx) -> None:
@@ -420,7 +427,7 @@ class RunSession:
             out = await write_through(self.config, commit, fn, in_tx)
         else:
             try:
-                out = await write_through(
+                out, after = await write_through(
                     self.config,
                     commit.joining(d.commit for d in deferred),
                     partial(self._with_deferred, deferred, fn),
@@ -434,6 +441,8 @@ class RunSession:
                 # Rolled back with the rest: still to be written, by the next commit.
                 self._deferred = deferred + self._deferred
                 raise
+            for learn in after:
+                learn()
             for done in deferred:
                 if done.commit.point is not None:
                     await self.probe(done.commit.point)
@@ -441,26 +450,31 @@ class RunSession:
             await self.probe(point)
         return out
 
-    def _with_deferred(self, deferred: Sequence[_Deferred], fn: Callable[[Tx], T], tx: Tx) -> T:
+    def _with_deferred(
+        self, deferred: Sequence[_Deferred], fn: Callable[[Tx], T], tx: Tx
+    ) -> tuple[T, list[Callable[[], object]]]:
         guarded = self.hold_lease(tx)  # once, before anything kept is written
-        run = guarded.run
+        after: list[Callable[[], object]] = []
         for write in deferred:
-            write.fn(tx, run)
+            learn = write.fn(tx, guarded)
+            if learn is not None:
+                after.append(learn)
             if write.commit.point is not None:
                 self.probe_in_tx(write.commit.point)
         # The kept writes never touch the lease's columns: `check_lease` in `fn` judges
         # the lease as locked above rather than reading the run again.
         self._locked = (tx, guarded)
         try:
-            return fn(tx)
+            return fn(tx), after
         finally:
             self._locked = None
 
-    def defer(self, commit: Commit, fn: Callable[[Tx, Run], object]) -> None:
+    def defer(self, commit: Commit, fn: KeptWrite) -> None:
         """Keep `fn`'s writes (the session's copy already shows them) for the next commit.
 
         `fn` is called inside that commit's transaction once the lease was checked
-        (`require_lease`), with the run as it then stands.
+        (`hold_lease`), with the run as locked there; the callable it may return is
+        called once that commit is durable (`KeptWrite`).
 
         `commit` must be one the plan marks as joining the next (`Commit.joins`): its
         writes then commit with whatever the step does next, in front of its writes.

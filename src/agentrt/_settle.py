@@ -63,6 +63,7 @@ from ._session import (
     VerdictOutcome,
 )
 from ._store import Tx
+from ._store._records import ToolStart, tool_start
 
 INTERRUPTED_KIND = "interrupted_side_effect"
 
@@ -326,23 +327,41 @@ async def start_resumed(session: RunSession, call: AllowedCall) -> datetime | No
     if await expire_if_lapsed(session, origin, step):
         return None
 
+    start = encoded_start(
+        call.spec,
+        call.args,
+        call.payload,
+        approval_id=origin.approval.id,
+        from_step=origin.from_step,
+    )
+
     def tx_resume(tx: Tx) -> None:
         now = origin.enter(session, tx, step)
         origin.take(session, tx, now)
-        start_tool_in(
-            session,
-            tx,
-            now,
-            step,
-            call.spec,
-            call.args,
-            call.payload,
-            approval_id=origin.approval.id,
-            from_step=origin.from_step,
-        )
+        start_tool_in(session, tx, now, step, start, from_step=origin.from_step)
 
     await session.write(plan.RESUMED, tx_resume)
     return origin.when()
+
+
+def encoded_start(
+    spec: ToolSpec,
+    args: JSON,
+    payload: dict[str, Any],
+    *,
+    approval_id: str = "",
+    from_step: tuple[str, ...] = (StepStatus.DECIDING,),
+) -> ToolStart:
+    """What `start_tool_in` writes, encoded before its transaction (decision 0128). A
+    start from `interrupted` without an approval is the re-run a tool's reconciliation
+    vouched for (decision 0067)."""
+    return tool_start(
+        spec.name,
+        args,
+        payload,
+        approval_id=approval_id,
+        reconciled=not approval_id and StepStatus.INTERRUPTED in from_step,
+    )
 
 
 def start_tool_in(
@@ -350,27 +369,14 @@ def start_tool_in(
     tx: Tx,
     now: datetime,
     step: Step,
-    spec: ToolSpec,
-    args: JSON,
-    payload: dict[str, Any],
+    start: ToolStart,
     *,
-    approval_id: str = "",
     from_step: tuple[str, ...] = (StepStatus.DECIDING,),
 ) -> Step:
-    """The step `executing` with its policy (`start_tool`), in the caller's transaction;
-    the session keeps the step as written. A start from `interrupted` without an
-    approval is the re-run a tool's reconciliation vouched for (decision 0067)."""
+    """The step `executing` with its policy (`start_tool`, as `encoded_start` made it), in
+    the caller's transaction; the session keeps the step as written."""
     return session.put_step(
-        tx.start_tool(
-            session.current(step),
-            spec.name,
-            args,
-            payload,
-            approval_id=approval_id,
-            from_statuses=from_step,
-            now=now,
-            reconciled=not approval_id and StepStatus.INTERRUPTED in from_step,
-        )
+        tx.start_tool(session.current(step), start, from_statuses=from_step, now=now)
     )
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+from collections.abc import Callable
 from datetime import datetime
 from functools import partial
 from typing import Any
@@ -57,6 +58,7 @@ from ._session import (
 )
 from ._settle import (
     FromRunning,
+    encoded_start,
     end,
     fail_and_go_on,
     pause_in,
@@ -65,6 +67,7 @@ from ._settle import (
     start_tool_in,
 )
 from ._store import Tx
+from ._store._records import GuardedRun, written_observation
 
 
 async def begin_step(session: RunSession, *, read_first: bool = True) -> Step | None:
@@ -131,13 +134,23 @@ async def begin_step(session: RunSession, *, read_first: bool = True) -> Step | 
         finished_at=None,
     )
 
-    def tx_claim(tx: Tx, fresh: Run) -> None:
-        claimed = tx.claim_next_step(fresh, config.owner, lambda: step_id, now)
-        if claimed.step != step:  # what the claim writes is the copy kept, by construction
+    def tx_claim(tx: Tx, locked: GuardedRun) -> Callable[[], None]:
+        # Claimed after the session's copy (the compare-and-set is on its step count).
+        claimed = tx.claim_next_step(run, config.owner, lambda: step_id, now).step
+        if claimed != step:  # what the claim writes is the copy kept, by construction
             raise RunStateError(f"step {step.index} of run {run.id} moved before it was claimed")
-        session.run = claimed.run  # the run as it stands (a renewed lease's expiry)
 
-    session.run = evolve(run, step_count=run.step_count + 1)
+        def learn() -> None:
+            # The run as the lock read it (another process's late charge, say), decoded
+            # once the commit is durable rather than while it holds the write turn, unless
+            # the commit's own writes replaced the session's copy since (decision 0128).
+            if session.run is claimed_copy:
+                fresh = locked.run
+                session.run = evolve(fresh, step_count=fresh.step_count + 1)
+
+        return learn
+
+    session.run = claimed_copy = evolve(run, step_count=run.step_count + 1)
     session.steps.append(step)  # a new id: nothing to replace
     session.defer(plan.STEP_STARTED, tx_claim)
     return step
@@ -215,7 +228,7 @@ async def _record_decision(session: RunSession, step: Step, decision: Any) -> Re
     now = session.config.clock()
     kept = session.current(step)
 
-    def tx_decided(tx: Tx, _: Run) -> None:
+    def tx_decided(tx: Tx, _: GuardedRun) -> None:
         # `record` never raises and its text is known to encode: whatever the
         # agent returned, this write records it (or what could be kept of it).
         tx.record_decision(kept, recorded.text, recorded.decision, now)
@@ -233,10 +246,12 @@ async def _start_tool(
     payload: dict[str, Any],
     from_step: tuple[str, ...],
 ) -> datetime:
+    start = encoded_start(spec, args, payload, from_step=from_step)
+
     def tx_started(tx: Tx) -> datetime:
         session.check_lease(tx, side_effect=True)
         now = session.config.clock()
-        start_tool_in(session, tx, now, step, spec, args, payload, from_step=from_step)
+        start_tool_in(session, tx, now, step, start, from_step=from_step)
         return now
 
     return await session.write(plan.TOOL_STARTED, tx_started)
@@ -323,6 +338,7 @@ async def _finish_tool(
     pauses on an `interrupted_side_effect` approval in the same transaction, as after a
     crash (decision 0054)."""
     config = session.config
+    written = written_observation(observation)  # before the transaction (decision 0128)
 
     def tx_finished(tx: Tx) -> None:
         lease = tx.lock_lease(session.run_id)
@@ -358,7 +374,7 @@ async def _finish_tool(
                 tx.finish_tool(
                     session.current(step),
                     StepStatus.INTERRUPTED,
-                    observation,
+                    written,
                     finished,
                     failed_event=False,
                     now=now,
@@ -386,7 +402,7 @@ async def _finish_tool(
             tx.finish_tool(
                 session.current(step),
                 status,
-                observation,
+                written,
                 finished,
                 failed_event=failed and not cancelled,
                 now=now,

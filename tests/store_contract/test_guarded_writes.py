@@ -30,7 +30,13 @@ from agentrt._records import (
     ToolSpec,
 )
 from agentrt._store import Store
-from agentrt._store._records import ApprovalState, Claim, RequestRow
+from agentrt._store._records import (
+    ApprovalState,
+    Claim,
+    RequestRow,
+    tool_start,
+    written_observation,
+)
 from agentrt._store.sqlite import _proxy_rows
 from agentrt._tools import spec_hash
 
@@ -303,10 +309,7 @@ def test_start_tool_refuses_a_step_not_in_the_statuses_named(backend: Backend) -
         RunStateError,
         lambda tx: tx.start_tool(
             started,
-            "read",
-            {"n": 1},
-            ALLOW,
-            approval_id="",
+            tool_start("read", {"n": 1}, ALLOW),
             from_statuses=(StepStatus.DECIDING,),
             now=EPOCH,
         ),
@@ -322,7 +325,12 @@ def test_finish_tool_returns_the_step_as_a_fresh_read_and_refuses_one_not_execut
     finished_payload = {"tool": "read", "summary": "ok"}
     with store.transaction() as tx:
         finished = tx.finish_tool(
-            started, StepStatus.DONE, observation, finished_payload, failed_event=False, now=at(3)
+            started,
+            StepStatus.DONE,
+            written_observation(observation),
+            finished_payload,
+            failed_event=False,
+            now=at(3),
         )
     assert repr(finished) == repr(store.list_steps("r1", cap=None)[0])
     assert (finished.status, finished.finished_at) == ("done", at(3))
@@ -331,7 +339,12 @@ def test_finish_tool_returns_the_step_as_a_fresh_read_and_refuses_one_not_execut
         store,
         RunStateError,
         lambda tx: tx.finish_tool(
-            started, StepStatus.DONE, observation, {}, failed_event=False, now=EPOCH
+            started,
+            StepStatus.DONE,
+            written_observation(observation),
+            {},
+            failed_event=False,
+            now=EPOCH,
         ),
     )
 
@@ -344,7 +357,12 @@ def test_finish_tool_with_a_failure_appends_step_failed_after_the_finish(
     observation = Observation.tool_error("read", "raised", "boom")
     with store.transaction() as tx:
         failed = tx.finish_tool(
-            started, StepStatus.FAILED, observation, {"x": 1}, failed_event=True, now=EPOCH
+            started,
+            StepStatus.FAILED,
+            written_observation(observation),
+            {"x": 1},
+            failed_event=True,
+            now=EPOCH,
         )
     assert repr(failed) == repr(store.list_steps("r1", cap=None)[0])
     events = store.list_events("r1", 0, 100, cap=None)

@@ -19,6 +19,7 @@ from agentrt._capped import truncated_marker
 from agentrt._chain import ALTERED
 from agentrt._records import Decision, Observation, StepStatus
 from agentrt._store import Store
+from agentrt._store._records import tool_start, written_observation
 from agentrt._store.sqlite import _values
 
 from .conftest import Backend, Tamper
@@ -39,17 +40,14 @@ def big_call(store: Store, run_id: str = "r1", body: str = BIG) -> tuple[str, in
     with store.transaction() as tx:
         started = tx.start_tool(
             step,
-            "write",
-            {"body": body},
-            ALLOW,
-            approval_id="",
+            tool_start("write", {"body": body}, ALLOW),
             from_statuses=(StepStatus.DECIDING,),
             now=EPOCH,
         )
         tx.finish_tool(
             started,
             StepStatus.DONE,
-            Observation.tool_result({"echo": body}, "written"),
+            written_observation(Observation.tool_result({"echo": body}, "written")),
             {"tool": "write", "summary": "written"},
             failed_event=False,
             now=at(1),

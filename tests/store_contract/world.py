@@ -26,6 +26,7 @@ from agentrt._records import (
     StepStatus,
 )
 from agentrt._store import Store, Tx
+from agentrt._store._records import tool_start
 
 EPOCH = datetime(2026, 11, 30, 9, 0, 0, tzinfo=UTC)
 FAR = datetime(2999, 1, 1, tzinfo=UTC)
@@ -117,10 +118,7 @@ def executing_step(store: Store, run_id: str = "r1") -> Step:
     with store.transaction() as tx:
         return tx.start_tool(
             step,
-            "read",
-            {"n": 1},
-            ALLOW,
-            approval_id="",
+            tool_start("read", {"n": 1}, ALLOW),
             from_statuses=(StepStatus.DECIDING,),
             now=EPOCH,
         )

@@ -71,7 +71,9 @@ from ._records import (
     RunCursor,
     Settled,
     TakenOver,
+    ToolStart,
     WaitingRow,
+    WrittenObservation,
 )
 
 
@@ -205,9 +207,10 @@ class Tx(Protocol):
     def claim_next_step(
         self, run: Run, owner: str, new_id: Callable[[], str], now: datetime
     ) -> Settled:
-        """`claim_step` for the step after `run` (the caller's copy, as just read in this
-        transaction); returns the run and the new step as written, the run built from
-        the copy and the count written rather than read back (decision 0011)."""
+        """`claim_step` for the step after `run` (the caller's copy: the claim is a
+        compare-and-set on its step count); returns the run and the new step as written,
+        the run built from the copy and the count written rather than read back (decision
+        0011)."""
 
     def record_decision(self, step: Step, text: str, decision: Decision, now: datetime) -> Step:
         """Record a deciding step's decision verbatim (`text`), then `step.decided`; returns
@@ -237,30 +240,28 @@ class Tx(Protocol):
     def start_tool(
         self,
         step: Step,
-        tool: str,
-        args: JSON,
-        payload: dict[str, Any],
+        start: ToolStart,
         *,
-        approval_id: str,
         from_statuses: tuple[str, ...],
         now: datetime,
-        reconciled: bool = False,
     ) -> Step:
-        """Step `executing` with its policy; `step.policy`, `step.tool_started`."""
+        """Step `executing` with its policy; `step.policy`, `step.tool_started`, as `start`
+        encoded them (`tool_start`, before the transaction). Returns `step` as written."""
 
     def finish_tool(
         self,
         step: Step,
         status: str,
-        observation: Observation,
+        written: WrittenObservation,
         finished: dict[str, Any],
         *,
         failed_event: bool,
         now: datetime,
     ) -> Step:
-        """An executing step's outcome: its observation, `step.tool_finished` (`finished`)
-        and, when `failed_event`, `step.failed`. Returns `step` (the caller's copy) as
-        written, the observation decoded from the text written."""
+        """An executing step's outcome: its observation (`written_observation`, encoded
+        before the transaction), `step.tool_finished` (`finished`) and, when
+        `failed_event`, `step.failed`. Returns `step` (the caller's copy) as written, the
+        observation as a read of its text gives it."""
 
     def leave_running(self, run_id: str, owner: str, *, active_ms_add: int = 0) -> Run:
         """`owner` gives up its lease of a run left RUNNING (for a later resume), adding

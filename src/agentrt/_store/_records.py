@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from .._canonical import from_text, to_text
 from .._clock import format_time
-from .._records import Approval, Run, Step
+from .._records import JSON, Approval, Observation, PolicyDecision, Run, Step
 from .._stored_text import shown_text
 
 
@@ -60,6 +61,75 @@ class LeaseState:
         if self.expiry_readable:
             return format_time(self.expires_at)
         return shown_text(self.stored[1])
+
+
+@dataclass(frozen=True)
+class ToolStart:
+    """An allowed call's start as `Tx.start_tool` writes it, encoded before the transaction.
+
+    Everything here is a pure function of the call and its policy verdict, so it is made
+    (`tool_start`) before the write turn is taken: a transaction that holds the database's
+    write lock spends it on statements, not on encoding (decision 0128). `policy` is
+    what a read of `policy_text` gives, so the step kept in memory is the step a read
+    of its row gives (decision 0011).
+    """
+
+    tool: str
+    spec_hash: str
+    policy_id: str
+    policy_text: str
+    """`policy_json` as written: the verdict's `decision`, encoded."""
+    policy: PolicyDecision
+    payload_text: str
+    """`step.policy`'s payload, encoded."""
+    started_text: str
+    """`step.tool_started`'s payload, encoded."""
+
+
+def tool_start(
+    tool: str,
+    args: JSON,
+    payload: dict[str, Any],
+    *,
+    approval_id: str = "",
+    reconciled: bool = False,
+) -> ToolStart:
+    """Encode a call's start: `payload` is `step.policy`'s (its `decision`, `policy_id` and
+    `spec_hash` go in the step's row); `step.tool_started` names the tool and its `args`,
+    the approval that granted it, and `reconciled` for a re-run the tool's own
+    reconciliation vouched for (decision 0067)."""
+    policy_text = to_text(payload["decision"])
+    started: dict[str, Any] = {"tool": tool, "args": args}
+    if approval_id:
+        started["approval_id"] = approval_id
+    if reconciled:
+        started["reconciled"] = True
+    return ToolStart(
+        tool=tool,
+        spec_hash=payload["spec_hash"],
+        policy_id=payload["policy_id"],
+        policy_text=policy_text,
+        policy=PolicyDecision.from_json(from_text(policy_text)),
+        payload_text=to_text(payload),
+        started_text=to_text(started),
+    )
+
+
+@dataclass(frozen=True)
+class WrittenObservation:
+    """An observation as `Tx.finish_tool` writes it, encoded before the transaction
+    (`written_observation`, decision 0128): its text, its content hash, and `read`, what
+    a read of the text gives (the step kept in memory is the step a read gives)."""
+
+    observation: Observation
+    text: str
+    read: Observation
+
+
+def written_observation(observation: Observation) -> WrittenObservation:
+    """`observation` encoded for `Tx.finish_tool`, and read back from that text."""
+    text = to_text(observation.to_json())
+    return WrittenObservation(observation, text, Observation.from_json(from_text(text)))
 
 
 class GuardedRun:

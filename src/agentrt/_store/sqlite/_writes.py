@@ -50,7 +50,15 @@ from ..._records import (
     ToolSpec,
     evolve,
 )
-from .._records import Leased, LeaseState, Paused, Settled, TakenOver
+from .._records import (
+    Leased,
+    LeaseState,
+    Paused,
+    Settled,
+    TakenOver,
+    ToolStart,
+    WrittenObservation,
+)
 from ._codecs import clamp_charge, run_from_row, saturating_add_sql
 from ._connection import check_schema
 from ._migrations import rollback_quietly
@@ -587,9 +595,10 @@ class SqliteTx(TxReads):
     def claim_next_step(
         self, run: Run, owner: str, new_id: Callable[[], str], now: datetime
     ) -> Settled:
-        """`claim_step` for the step after `run` (the caller's copy, as just read in this
-        transaction); returns the run and the new step as written, the run built from
-        the copy and the count written rather than read back (decision 0011)."""
+        """`claim_step` for the step after `run` (the caller's copy: the claim is a
+        compare-and-set on its step count); returns the run and the new step as written,
+        the run built from the copy and the count written rather than read back (decision
+        0011)."""
         step = self.claim_step(run.id, run.step_count, owner, new_id, now)
         return Settled(evolve(run, step_count=run.step_count + 1), step)
 
@@ -743,77 +752,64 @@ class SqliteTx(TxReads):
     def start_tool(
         self,
         step: Step,
-        tool: str,
-        args: JSON,
-        payload: dict[str, Any],
+        start: ToolStart,
         *,
-        approval_id: str,
         from_statuses: tuple[str, ...],
         now: datetime,
-        reconciled: bool = False,
     ) -> Step:
-        """Step `executing` with its policy; `step.policy`, `step.tool_started`.
-
-        `reconciled`: a re-run the tool's own reconciliation vouched for
-        (`step.reconciled` answered `safe_to_repeat`, decision 0067), marked so in
-        `step.tool_started`.
+        """Step `executing` with its policy; `step.policy`, `step.tool_started`, as `start`
+        encoded them (`tool_start`, before the transaction).
 
         Nothing claims the tool started until this commits. Returns `step` (the
-        caller's copy) as written, the policy decoded from the text written as a
-        reader would decode it (decision 0011).
+        caller's copy) as written, the policy as a reader would decode it (decision 0011).
         """
         run_id, step_id = step.run_id, step.id
-        policy_text = to_text(payload["decision"])
         placeholders = ",".join("?" for _ in from_statuses)
         cur = self.execute(
             f"UPDATE steps SET status = 'executing', policy_json = ?, spec_hash = ?, "
             f"policy_id = ? WHERE id = ? AND status IN ({placeholders})",
             (
-                self.stored(policy_text),
-                payload["spec_hash"],
-                payload["policy_id"],
+                self.stored(start.policy_text),
+                start.spec_hash,
+                start.policy_id,
                 step_id,
                 *map(str, from_statuses),
             ),
         )
         if cur.rowcount != 1:
             raise RunStateError(f"step {step_id} moved before its tool could start")
-        self.append_event(run_id, step_id, now, ev.STEP_POLICY, payload)
-        started: dict[str, Any] = {"tool": tool, "args": args}
-        if approval_id:
-            started["approval_id"] = approval_id
-        if reconciled:
-            started["reconciled"] = True
-        self.append_event(run_id, step_id, now, ev.STEP_TOOL_STARTED, started)
+        self.append_event_text(run_id, step_id, now, ev.STEP_POLICY, start.payload_text)
+        self.append_event_text(run_id, step_id, now, ev.STEP_TOOL_STARTED, start.started_text)
         return evolve(
             step,
             status=StepStatus.EXECUTING,
-            policy=PolicyDecision.from_json(from_text(policy_text)),
-            spec_hash=payload["spec_hash"],
-            policy_id=payload["policy_id"],
+            policy=start.policy,
+            spec_hash=start.spec_hash,
+            policy_id=start.policy_id,
         )
 
     def finish_tool(
         self,
         step: Step,
         status: str,
-        observation: Observation,
+        written: WrittenObservation,
         finished: dict[str, Any],
         *,
         failed_event: bool,
         now: datetime,
     ) -> Step:
-        """An executing step's outcome: its observation, `step.tool_finished` (`finished`)
-        and, when `failed_event`, `step.failed`. Returns `step` (the caller's copy) as
-        written, the observation decoded from the text written."""
+        """An executing step's outcome: its observation (as `written_observation` encoded
+        it, before the transaction), `step.tool_finished` (`finished`) and, when
+        `failed_event`, `step.failed`. Returns `step` (the caller's copy) as written, the
+        observation as a read of its text gives it."""
         run_id, step_id = step.run_id, step.id
-        observation_text = to_text(observation.to_json())
+        observation = written.observation
         cur = self.execute(
             "UPDATE steps SET status = ?, observation_json = ?, observation_hash = ?, "
             "finished_at = ? WHERE id = ? AND status = 'executing'",
             (
                 str(status),
-                self.stored(observation_text),
+                self.stored(written.text),
                 observation.content_hash,
                 format_time(now),
                 step_id,
@@ -826,12 +822,7 @@ class SqliteTx(TxReads):
             self.append_event(
                 run_id, step_id, now, ev.STEP_FAILED, ev.observation_payload(observation)
             )
-        return evolve(
-            step,
-            status=status,
-            observation=Observation.from_json(from_text(observation_text)),
-            finished_at=as_stored(now),
-        )
+        return evolve(step, status=status, observation=written.read, finished_at=as_stored(now))
 
     def leave_running(self, run_id: str, owner: str, *, active_ms_add: int = 0) -> Run:
         """`owner` gives up its lease of a run left RUNNING (for a later resume), adding
