@@ -18,6 +18,7 @@ import pytest
 
 import agentrt
 from agentrt import Decision, SideEffect
+from agentrt._chain import partition_of
 from agentrt._errors import StoreError
 from agentrt._group_commit import Committer
 from agentrt._records import Limits
@@ -189,6 +190,43 @@ def test_a_group_reads_the_chain_head_once_and_each_work_chains_from_the_one_bef
     assert [e.seq for e in events] == [1, 2, 3, 4, 5, 6]
     assert store.verify_events().intact
     assert store.chain_head() == (6, events[-1].hash)
+    store.close()
+
+
+@pytest.mark.parametrize(("partitions", "last_fails"), [(1, False), (1, True), (4, False)])
+def test_a_group_moves_each_chain_head_once_to_the_last_event_committed_there(
+    tmp_path: Path, partitions: int, last_fails: bool
+) -> None:
+    """A group's works chain on from one another in memory; each partition's `chain_head`
+    row is written once, after every work and before the COMMIT, to the last event of a
+    work that committed (decision 0129); the chain verifies and the next transaction
+    chains on from it."""
+    store = open_store(tmp_path / "g.db", chain_partitions=partitions)
+    statements: list[str] = []
+    store._conn.set_trace_callback(statements.append)  # type: ignore[attr-defined]
+
+    def failing(tx: Any) -> None:
+        _create("bad")(tx)
+        raise ZeroDivisionError("the work's own failure")
+
+    works = [_create(f"r{i}") for i in range(6)] + [failing if last_fails else _create("r6")]
+    outcomes = store.transactions(works)
+    assert [o.error is None for o in outcomes] == [True] * 6 + [not last_fails]
+    moves = [s for s in statements if s.startswith("UPDATE chain_head")]
+    heads = store.chain_heads()
+    events = store.list_events()
+    touched = {partition_of(e.run_id, partitions) for e in events}
+    assert len(moves) == len(touched)
+    last_release = max(i for i, s in enumerate(statements) if s.startswith("RELEASE"))
+    assert all(last_release < statements.index(m) < statements.index("COMMIT") for m in moves)
+    for part in range(partitions):
+        mine = [e for e in events if partition_of(e.run_id, partitions) == part]
+        assert heads[part] == ((mine[-1].seq, mine[-1].hash) if mine else (0, ""))
+    assert store.verify_events().intact
+    with store.transaction() as tx:
+        _create("after")(tx)
+    assert store.verify_events().intact
+    assert len(store.list_events()) == len(events) + 2
     store.close()
 
 

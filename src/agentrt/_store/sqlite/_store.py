@@ -88,6 +88,7 @@ from ._connection import (
 )
 from ._proxy_rows import ProxyRows
 from ._renewer import ConnectionRenewer, StoreRenewer
+from ._tx import move_heads
 from ._writer_turns import WriterTurns
 from ._writes import SqliteTx
 
@@ -386,11 +387,14 @@ class SqliteStore(ProxyRows):
             self._begin()
             outcomes: list[Grouped] = []
             # The chain's heads as the works so far left them: the next work chains from
-            # them rather than reading each head again (decision 0120).
+            # them rather than reading each head again (decision 0120); the `chain_head`
+            # rows they moved are written once, before the COMMIT (decision 0129).
             heads: dict[int, tuple[str, int]] = {}
+            moved: dict[int, tuple[int, str]] = {}
             try:
                 for work in works:
-                    outcomes.append(self._in_savepoint(work, heads))
+                    outcomes.append(self._in_savepoint(work, heads, moved))
+                move_heads(self._conn, moved)
             except sqlite3.Error as e:
                 self._rollback()
                 raise store_error(
@@ -418,14 +422,19 @@ class SqliteStore(ProxyRows):
         return Grouped(value)
 
     def _in_savepoint(
-        self, work: Callable[[SqliteTx], Any], heads: dict[int, tuple[str, int]]
+        self,
+        work: Callable[[SqliteTx], Any],
+        heads: dict[int, tuple[str, int]],
+        moved: dict[int, tuple[int, str]],
     ) -> Grouped:
         """`work` in a savepoint of its own, chained from `heads`, which it updates to what
-        it leaves when it commits (a work rolled back leaves them as they were)."""
+        it leaves when it commits, and `moved` to the heads its events moved (a work rolled
+        back leaves both as they were)."""
         conn = self._conn
         conn.execute(f"SAVEPOINT {_SAVEPOINT}")
         tx = SqliteTx(conn, self.partitions)
         tx.chain_from(heads)
+        tx.keep_heads()
         self._tx = tx
         try:
             value = work(tx)
@@ -442,6 +451,7 @@ class SqliteStore(ProxyRows):
         self._check_open()
         conn.execute(f"RELEASE {_SAVEPOINT}")
         heads.update(tx.known_heads())
+        moved.update(tx.kept_heads())
         return Grouped(value)
 
     @contextlib.contextmanager

@@ -69,6 +69,13 @@ EventRow = tuple[int, str, str, str, str, str, str]
 _OVER = "the transaction is over; use a new store.transaction()"
 
 
+def move_heads(conn: sqlite3.Connection, moved: Mapping[int, tuple[int, str]]) -> None:
+    """Make each partition's head the event `(seq, hash)` given: the heads a group commit's
+    works moved, written once before its COMMIT (`TxCore.keep_heads`, decision 0129)."""
+    for part, (seq, digest) in moved.items():
+        conn.execute(_MOVE_HEAD, (seq, digest, part))
+
+
 class TxCore:
     """The statements and the chain of one write transaction (`SqliteTx` adds the named writes)."""
 
@@ -88,6 +95,9 @@ class TxCore:
         # it to (`write_events`).
         self._unwritten: list[EventRow] = []
         self._moved: dict[int, tuple[int, str]] = {}
+        # A work of a group commit: the heads its events move are kept here for the group
+        # to move once, before its COMMIT (`keep_heads`), not moved by each work.
+        self._kept_heads: dict[int, tuple[int, str]] | None = None
 
     def _check_open(self) -> None:
         if not self._open:
@@ -166,6 +176,18 @@ class TxCore:
         transaction: the rows its connection holds), rather than reading them again."""
         self._heads.update(heads)
 
+    def keep_heads(self) -> None:
+        """Keep the heads this transaction's events move (`kept_heads`) instead of writing
+        them: a group commit's work, whose group moves each head once (`SqliteStore.
+        transactions`). Its events still chain from, and hand out seqs after, the heads as
+        moved (`known_heads`); only the `chain_head` rows wait."""
+        self._kept_heads = {}
+
+    def kept_heads(self) -> dict[int, tuple[int, str]]:
+        """Per partition, `(seq, hash)` of the last event this transaction appended there,
+        once written (`keep_heads`)."""
+        return dict(self._kept_heads or {})
+
     def _read_head(self, part: int) -> Any:
         """The partition's head row, `(seq, hash)`, or None (`PostgresTx` locks it)."""
         return self.execute(_PARTITION_HEAD, (part,)).fetchone()
@@ -195,8 +217,12 @@ class TxCore:
             raise store_error(
                 e, "a statement of the transaction failed", retryable=self._reads_only
             ) from e
+        kept = self._kept_heads
         for part, seq, digest in heads:
-            self._move_head(part, seq, digest)
+            if kept is None:
+                self._move_head(part, seq, digest)
+            else:
+                kept[part] = (seq, digest)
 
     def _move_head(self, part: int, seq: int, digest: str) -> None:
         """Make the event at `seq` the partition's head (in this transaction)."""
