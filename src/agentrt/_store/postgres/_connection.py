@@ -62,8 +62,14 @@ class Target:
 
     @property
     def shown(self) -> str:
-        """The URL as it may be printed: without its password (either kind)."""
-        return shown_db(self.conninfo)
+        """The URL as it may be printed: without its password (either kind), with its
+        `schema=` unless it is the default (stores in two schemas of one database are
+        told apart)."""
+        if self.schema == DEFAULT_SCHEMA:
+            return shown_db(self.conninfo)
+        parts = urlsplit(self.conninfo)
+        query = "&".join(filter(None, [parts.query, urlencode([("schema", self.schema)])]))
+        return shown_db(urlunsplit(parts._replace(query=query)))
 
 
 def parse_target(url: str) -> Target:
@@ -202,7 +208,7 @@ def connect(target: Target) -> psycopg.Connection[Any]:
             target.conninfo, autocommit=True, row_factory=row_factory, connect_timeout=10
         )
     except psycopg.Error as e:
-        raise StoreError(f"cannot open {target.shown}: {target.redact(str(e))}") from None
+        raise StoreError(f"cannot open {target.shown}: {target.redact(one_line(str(e)))}") from None
     try:
         conn.execute(pg_sql.SQL("SET search_path TO {}").format(pg_sql.Identifier(target.schema)))
         conn.execute("SET TIME ZONE 'UTC'")
@@ -213,7 +219,7 @@ def connect(target: Target) -> psycopg.Connection[Any]:
         shown = conn.execute("SHOW fsync").fetchone()
     except psycopg.Error as e:
         conn.close()
-        raise StoreError(f"cannot open {target.shown}: {target.redact(str(e))}") from None
+        raise StoreError(f"cannot open {target.shown}: {target.redact(one_line(str(e)))}") from None
     if shown is None or str(shown[0]).lower() != "on":
         conn.close()
         raise StoreError(
@@ -243,6 +249,18 @@ def is_busy(error: BaseException) -> bool:
     return isinstance(error, _BUSY)
 
 
+# The server's echo of the statement and the caret under the place it failed: what a
+# message says after them (`DETAIL:`, `HINT:`) is kept.
+_ECHOED = re.compile(r"LINE [0-9]+: .*|\^")
+
+
+def one_line(said: str) -> str:
+    """The server's message as one line: its lines joined, the statement it echoes (which
+    names the store's SQL, not the operator's problem) and the caret under it left out."""
+    kept = [line.strip() for line in said.splitlines()]
+    return " ".join(line for line in kept if line and not _ECHOED.fullmatch(line))
+
+
 def store_error(
     error: psycopg.Error, doing: str, *, retryable: bool = True, target: Target | None = None
 ) -> StoreError:
@@ -252,7 +270,7 @@ def store_error(
     `StoreBusyError` where a retry cannot run work twice (`retryable`), else a
     plain `StoreError`; data the server finds corrupted is `StoreDamagedError`.
     """
-    said = str(error).strip()
+    said = one_line(str(error))
     if target is not None:
         said = target.redact(said)
     if retryable and is_busy(error):

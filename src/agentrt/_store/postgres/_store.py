@@ -44,6 +44,7 @@ from ._connection import (
     LOCK_TIMEOUT_MS,
     Target,
     connect,
+    one_line,
     parse_target,
     rollback_quietly,
     store_error,
@@ -135,7 +136,9 @@ class PostgresChainReader(SqliteChainReader):
             return list(self._pg.execute(translate(sql), params).fetchall())
         except psycopg.Error as e:
             if isinstance(e, _DAMAGED):
-                raise StoreDamagedError(f"PostgreSQL cannot read the events from here: {e}") from e
+                raise StoreDamagedError(
+                    f"PostgreSQL cannot read the events from here: {one_line(str(e))}"
+                ) from e
             raise store_error(e, "reading the events failed") from e
 
 
