@@ -193,13 +193,17 @@ def test_a_group_reads_the_chain_head_once_and_each_work_chains_from_the_one_bef
     store.close()
 
 
-@pytest.mark.parametrize(("partitions", "last_fails"), [(1, False), (1, True), (4, False)])
+@pytest.mark.parametrize(
+    ("partitions", "last"),
+    [(1, "commits"), (1, "raises"), (1, "raises once its events are written"), (4, "commits")],
+)
 def test_a_group_moves_each_chain_head_once_to_the_last_event_committed_there(
-    tmp_path: Path, partitions: int, last_fails: bool
+    tmp_path: Path, partitions: int, last: str
 ) -> None:
     """A group's works chain on from one another in memory; each partition's `chain_head`
     row is written once, after every work and before the COMMIT, to the last event of a
-    work that committed (decision 0129); the chain verifies and the next transaction
+    work that committed (decision 0129): a work rolled back, even one whose events were
+    written before it failed, moves no head; the chain verifies and the next transaction
     chains on from it."""
     store = open_store(tmp_path / "g.db", chain_partitions=partitions)
     statements: list[str] = []
@@ -207,11 +211,16 @@ def test_a_group_moves_each_chain_head_once_to_the_last_event_committed_there(
 
     def failing(tx: Any) -> None:
         _create("bad")(tx)
+        if last == "raises once its events are written":
+            # A statement naming `events` writes the work's events first (`TxCore.execute`).
+            assert tx.execute("SELECT count(*) FROM events WHERE run_id = 'bad'").fetchone()[0]
         raise ZeroDivisionError("the work's own failure")
 
-    works = [_create(f"r{i}") for i in range(6)] + [failing if last_fails else _create("r6")]
+    commits = last == "commits"
+    works = [_create(f"r{i}") for i in range(6)] + [_create("r6") if commits else failing]
     outcomes = store.transactions(works)
-    assert [o.error is None for o in outcomes] == [True] * 6 + [not last_fails]
+    assert [o.error is None for o in outcomes] == [True] * 6 + [commits]
+    assert not store.run_id_exists("bad")
     moves = [s for s in statements if s.startswith("UPDATE chain_head")]
     heads = store.chain_heads()
     events = store.list_events()

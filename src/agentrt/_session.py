@@ -435,7 +435,9 @@ class RunSession:
                 )
             except asyncio.CancelledError:
                 # The caller stopped waiting: the commit may have been made or not.
-                # Nothing kept is written again (a crash at this point leaves either).
+                # Nothing kept is written again (a crash at this point leaves either), and
+                # what the session would learn from it is not learnt: a cancelled loop's
+                # session is not used again.
                 raise
             except BaseException:
                 # Rolled back with the rest: still to be written, by the next commit.

@@ -15,6 +15,11 @@ group commit's work releases its savepoint); a statement of the transaction that
 names `events` or `chain_head` writes them first, so a read inside the transaction
 still sees what it appended. Until then they are nowhere but in memory, which a
 crash or a rollback loses exactly as it would lose them written.
+
+A group commit's work keeps the heads its events move (`keep_heads`) and the group
+writes each once, before its `COMMIT` (`move_heads`, decision 0129): inside a group,
+the `chain_head` rows show the heads as the group found them, and the works chain from
+the heads in memory instead (`chain_from`), so no work reads a row another moved.
 """
 
 from __future__ import annotations
@@ -194,7 +199,8 @@ class TxCore:
 
     def write_events(self) -> None:
         """Write the events appended since the last call, and move each partition's head to
-        its last one: called by the store before the transaction commits."""
+        its last one (or keep it for the group, `keep_heads`): called by the store before
+        the transaction commits."""
         if not self._unwritten:
             return
         rows, moved = self._unwritten, self._moved
