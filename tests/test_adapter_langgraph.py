@@ -13,10 +13,12 @@ Every test that touches a store takes `database` and runs on SQLite and on Postg
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import subprocess
 import sys
 import threading
+import weakref
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -983,3 +985,21 @@ def test_a_read_only_call_killed_mid_call_simply_runs_again_when_langgraph_resum
     assert lines(tmp_path / "effects.log") == ["read hello", "read hello"]
     store = agentrt.open_existing(database, read_only=True)
     assert [s.status for s in store.list_steps(again["run"][0])] == ["interrupted", "done"]
+
+
+def test_a_node_that_asked_a_person_is_freed_with_its_store_once_its_graph_is_dropped(
+    database: str, tmp_path: Path
+) -> None:
+    """Each interrupt hands LangGraph a response schema whose validator checks the answer.
+    Python's typing keeps such `Annotated` types in a cache of its own (128 of them): the
+    validator holds the node only weakly, so a graph dropped after asking a person frees
+    its node and its store (on PostgreSQL, the store's connection) rather than leaving
+    the last 128 alive."""
+    graph, store, _ = build(tmp_path, push_script(), database=database)
+    out = ask(graph)
+    assert out["__interrupt__"]
+    gone = weakref.ref(store)
+    store.close()
+    del graph, store, out
+    gc.collect()
+    assert gone() is None

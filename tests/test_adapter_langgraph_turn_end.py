@@ -16,8 +16,10 @@ Every test that touches a store takes `database` and runs on SQLite and on Postg
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import warnings
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -317,3 +319,22 @@ def test_a_turn_that_made_max_steps_calls_ends_failed_at_its_end_as_a_drivers_ru
     run = store.get_run(RUN)
     assert (run.status, run.reason) == ("FAILED", "limit_steps")
     assert kinds(store, RUN) == ["tool_call"]
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_a_graph_dropped_after_its_turn_ended_frees_its_node_and_store(
+    database: str, tmp_path: Path, path: str
+) -> None:
+    """LangChain keeps what a `RunnableLambda`'s functions read in a cache of its own (256
+    of them, keyed by the function): the end node's functions hold the gated node weakly,
+    the end node holds it, so a graph dropped after its turn ended frees its node and its
+    store (on PostgreSQL, the store's connection) rather than leaving them to that cache."""
+    script = [AIMessage("", tool_calls=[call("lookup", "c1", q="x")]), AIMessage("x is found")]
+    graph, store, _, tools_node = build_ending(tmp_path, script, database=database)
+    send(graph, go(), path)
+    assert store.get_run(RUN).status == "COMPLETED"
+    gone = weakref.ref(store)
+    store.close()
+    del graph, store, tools_node
+    gc.collect()
+    assert gone() is None

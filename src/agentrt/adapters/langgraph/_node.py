@@ -1048,16 +1048,25 @@ class GatedTools:
         decision for another request, or `decided` while the approval is still
         pending) raises out of the graph before LangGraph saves it: the
         interrupt stays open and can be answered again.
+
+        The validator holds this node weakly: Python's typing keeps the `Annotated` types
+        it is given in a cache of its own (the last 128), which would otherwise keep
+        the node, its Gate and its store (a PostgreSQL connection) alive after the graph
+        was dropped.
         """
+        node = weakref.ref(self)
 
         def check(value: Any) -> dict[str, Any]:
+            gated = node()
+            if gated is None:
+                raise RuntimeError("the gated tool node that asked for this answer is gone")
             named = value.get("approval_id") if isinstance(value, Mapping) else None
-            earlier = self._decided(approval.run_id, named) if named != approval.id else None
+            earlier = gated._decided(approval.run_id, named) if named != approval.id else None
             if earlier is not None:
                 return check_resume(value, earlier.run_id, earlier.id, earlier.hash)
             checked = check_resume(value, approval.run_id, approval.id, approval.hash)
             if checked["decision"] == "decided":
-                current = self.store.get_approval(approval.run_id, approval.id)
+                current = gated.store.get_approval(approval.run_id, approval.id)
                 if current.status == ApprovalStatus.PENDING:
                     raise RunStateError(
                         f"approval {approval.id} is still pending: decide it "
@@ -1528,7 +1537,29 @@ def turn_end_node(tools_node: ToolNode) -> Runnable[Any, dict[str, Any]]:
     gated = getattr(tools_node, "agentrt_gate", None)
     if not isinstance(gated, GatedTools):
         raise ConfigError("turn_end_node takes the tool node that gated_tool_node returned")
-    return RunnableLambda(gated.end_turn_sync, afunc=gated.end_turn, name="agentrt_end")
+    # LangChain keeps what a RunnableLambda's functions read in a cache keyed by the
+    # function (`get_function_nonlocals`, 256 of them): a bound method there would keep the
+    # node, its Gate and its store (a PostgreSQL connection) alive once the graph is
+    # dropped. The functions hold the node weakly; the returned node holds it.
+    node = weakref.ref(gated)
+
+    def end_turn_sync(state: Any, config: RunnableConfig) -> dict[str, Any]:
+        return _still(node).end_turn_sync(state, config)
+
+    async def end_turn(state: Any, config: RunnableConfig) -> dict[str, Any]:
+        return await _still(node).end_turn(state, config)
+
+    end = RunnableLambda(end_turn_sync, afunc=end_turn, name="agentrt_end")
+    end.agentrt_gate = gated  # type: ignore[attr-defined]  # as long as the graph holds it
+    return end
+
+
+def _still(node: weakref.ref[GatedTools]) -> GatedTools:
+    """The gated node a weak reference names, which the node that holds it keeps alive."""
+    gated = node()
+    if gated is None:
+        raise RuntimeError("the gated tool node this end node was made for is gone")
+    return gated
 
 
 def gated_tool_node(
