@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import gc
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -662,3 +664,22 @@ def test_under_send_calls_sent_later_call_first_on_too_few_threads_are_refused_n
         (0, "langgraph tool call c1", "done"),
         (1, "langgraph tool call c2", "done"),
     ]
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_under_send_a_graph_dropped_after_its_interrupt_frees_its_node_and_store(
+    database: str, tmp_path: Path, path: str
+) -> None:
+    """The calls of one message sent as tasks share one execution until their superstep is
+    gone; what drops it then holds the node only weakly, so the interrupt's traceback (its
+    frames reach the superstep) does not keep the node, its Gate and its store (on
+    PostgreSQL, a connection) alive once the graph is dropped."""
+    graph, store, _ = build_prebuilt(
+        tmp_path, [push_then_note(), AIMessage("done")], database=database
+    )
+    assert send(graph, GO, path)["__interrupt__"]
+    gone = weakref.ref(store)
+    store.close()
+    del graph, store
+    gc.collect()
+    assert gone() is None

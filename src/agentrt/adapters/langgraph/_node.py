@@ -661,12 +661,19 @@ class _Supersteps:
             found = self._open.get(key)
             if found is None:
                 found = self._open[key] = _Execution(ids, skip, superstep, threads)
-                weakref.finalize(superstep, self._drop, key)
+                # The finalizer holds these supersteps weakly: it waits in a registry of
+                # the interpreter's, and an execution stopped by an interrupt holds the
+                # interrupt's frames, which reach the superstep, so a strong hold would
+                # keep the node, its Gate and its store alive for good.
+                weakref.finalize(superstep, _Supersteps._drop, weakref.ref(self), key)
             return found
 
-    def _drop(self, key: tuple[int, str, tuple[str, ...]]) -> None:
-        with self._lock:
-            self._open.pop(key, None)
+    @staticmethod
+    def _drop(supersteps: weakref.ref[_Supersteps], key: tuple[int, str, tuple[str, ...]]) -> None:
+        held = supersteps()
+        if held is not None:
+            with held._lock:
+                held._open.pop(key, None)
 
 
 def _sent_ids(request: ToolCallRequest) -> set[str] | None:
