@@ -135,8 +135,8 @@ async def begin_step(session: RunSession, *, read_first: bool = True) -> Step | 
     )
 
     def tx_claim(tx: Tx, locked: GuardedRun) -> Callable[[], None]:
-        # Claimed after the session's copy (the compare-and-set is on its step count).
-        claimed = tx.claim_next_step(run, config.owner, lambda: step_id, now).step
+        # The compare-and-set is on the session's copy of the step count.
+        claimed = tx.claim_step(run.id, step.index, config.owner, lambda: step_id, now)
         if claimed != step:  # what the claim writes is the copy kept, by construction
             raise RunStateError(f"step {step.index} of run {run.id} moved before it was claimed")
 

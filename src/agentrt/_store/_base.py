@@ -204,6 +204,13 @@ class Tx(Protocol):
     ) -> None:
         """A late reply to an attempt already charged at its estimate: add only the excess."""
 
+    def claim_step(
+        self, run_id: str, index: int, owner: str, new_id: Callable[[], str], now: datetime
+    ) -> Step:
+        """Claim step `index` of a RUNNING run leased to `owner`: `step_count` compare-and-set.
+        Inserts the step `deciding` (its id from `new_id`, drawn once the claim held),
+        appends `step.started`, and returns the step as written."""
+
     def claim_next_step(
         self, run: Run, owner: str, new_id: Callable[[], str], now: datetime
     ) -> Settled:

@@ -74,7 +74,6 @@ class ToolStart:
     of its row gives (decision 0011).
     """
 
-    tool: str
     spec_hash: str
     policy_id: str
     policy_text: str
@@ -105,7 +104,6 @@ def tool_start(
     if reconciled:
         started["reconciled"] = True
     return ToolStart(
-        tool=tool,
         spec_hash=payload["spec_hash"],
         policy_id=payload["policy_id"],
         policy_text=policy_text,

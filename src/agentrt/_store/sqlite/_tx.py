@@ -188,10 +188,10 @@ class TxCore:
         moved (`known_heads`); only the `chain_head` rows wait."""
         self._kept_heads = {}
 
-    def kept_heads(self) -> dict[int, tuple[int, str]]:
+    def kept_heads(self) -> Mapping[int, tuple[int, str]]:
         """Per partition, `(seq, hash)` of the last event this transaction appended there,
         once written (`keep_heads`)."""
-        return dict(self._kept_heads or {})
+        return self._kept_heads or {}
 
     def _read_head(self, part: int) -> Any:
         """The partition's head row, `(seq, hash)`, or None (`PostgresTx` locks it)."""
