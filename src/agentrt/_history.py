@@ -29,12 +29,15 @@ their holder does to it changes nothing the session or a later view holds.
 
 from __future__ import annotations
 
+import threading
 from array import array
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, overload
+from dataclasses import dataclass
+from typing import Any, cast, overload
 
 from ._errors import RunStateError
+from ._fork import left_to_the_parent
 from ._records import Decision, Observation, PolicyDecision, Step, StepStatus
 from ._shown import shown_step
 
@@ -120,6 +123,96 @@ def rewritten_weight(old: Step, old_weight: int, new: Step) -> int:
     return weight
 
 
+@dataclass(frozen=True, slots=True)
+class SettledPrefix:
+    """A run's first steps up to the first one not settled in a final status, as a load of
+    the run left them in its log (`StepLog.settled_prefix`): the steps held (None for one let
+    go), their ids, indexes, weights and digests.
+
+    No write changes a step settled in a final status and no step is ever deleted, so a
+    later load of the same run may start from it and read only the steps after it
+    (decision 0130). Immutable: the `Step` records are shared, never changed.
+    """
+
+    entries: tuple[Step | None, ...]
+    ids: tuple[str, ...]
+    indexes: array[int]
+    weights: array[int]
+    digests: tuple[tuple[Step, str] | str, ...]
+    held_weight: int
+    cursor: int
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def head(self, end: int) -> SettledPrefix:
+        """Its first `end` positions."""
+        if end == len(self.ids):
+            return self
+        weights = self.weights[:end]
+        return SettledPrefix(
+            entries=self.entries[:end],
+            ids=self.ids[:end],
+            indexes=self.indexes[:end],
+            weights=weights,
+            digests=self.digests[:end],
+            held_weight=sum(weights),
+            cursor=min(self.cursor, end),
+        )
+
+
+class KnownPrefixes:
+    """The settled prefixes of the runs loaded last by one Gate (or Driver), by run id.
+
+    Bounded as a session's log is: the steps they hold weigh at most `budget` together
+    (the prefix kept last is kept whatever it weighs) and at most `runs` are kept; the
+    least recently used go first. Safe to use from any thread.
+    """
+
+    def __init__(self, budget: int = HELD_BYTES, runs: int = 64) -> None:
+        self._budget = budget
+        self._runs = runs
+        self._lock = threading.Lock()
+        self._kept: OrderedDict[str, SettledPrefix] = OrderedDict()
+        self._weight = 0
+        left_to_the_parent(self)
+
+    def _leave(self, parent: int) -> None:
+        """In a forked child: a new lock (another thread may have held the parent's at the
+        fork) and nothing kept (the child's store is refused anyway: decision 0127)."""
+        self._lock = threading.Lock()
+        self._kept = OrderedDict()
+        self._weight = 0
+
+    def get(self, run_id: str) -> SettledPrefix | None:
+        with self._lock:
+            prefix = self._kept.get(run_id)
+            if prefix is not None:
+                self._kept.move_to_end(run_id)
+            return prefix
+
+    def keep(self, run_id: str, prefix: SettledPrefix) -> None:
+        with self._lock:
+            old = self._kept.pop(run_id, None)
+            if old is not None:
+                self._weight -= old.held_weight
+            if not prefix.ids:
+                return
+            self._kept[run_id] = prefix
+            self._weight += prefix.held_weight
+            while len(self._kept) > 1 and (
+                self._weight > self._budget or len(self._kept) > self._runs
+            ):
+                _, dropped = self._kept.popitem(last=False)
+                self._weight -= dropped.held_weight
+
+    def forget(self, run_id: str) -> None:
+        with self._lock:
+            old = self._kept.pop(run_id, None)
+            if old is not None:
+                self._weight -= old.held_weight
+
+
 class StepLog(Sequence[Step]):
     """Every step of a session's run, in order; the newest and unsettled ones held."""
 
@@ -130,6 +223,7 @@ class StepLog(Sequence[Step]):
         held_bytes: int | None = None,
         *,
         digest: Callable[[Step], str] | None = None,
+        prefix: SettledPrefix | None = None,
     ) -> None:
         self._read = read
         # The digest `digest()` is asked for (the policy input's `step_hash`): made of a
@@ -154,6 +248,18 @@ class StepLog(Sequence[Step]):
         # again or let go too (`GateSession.input`, `InputHashes`).
         self.replaced = array("q")
         self.dropped = array("q")
+        # How many of the first positions came from `prefix` (each settled in a final
+        # status, so `settled_prefix` need not look at them again).
+        self._settled = 0
+        if prefix is not None:
+            self._entries = list(prefix.entries)
+            self._ids = list(prefix.ids)
+            self._indexes = array("q", prefix.indexes)
+            self._weights = array("q", prefix.weights)
+            self._digests = list(prefix.digests)
+            self._held_weight = prefix.held_weight
+            self._cursor = prefix.cursor
+            self._settled = len(prefix.ids)
         for step in steps:
             self.append(step)
 
@@ -253,6 +359,38 @@ class StepLog(Sequence[Step]):
             elif digest is None and self._make_digest is not None:
                 self._digests[position] = self._make_digest(entry)
             self.dropped.append(position)
+
+    # -- the settled prefix ------------------------------------------------
+
+    def settled_prefix(self) -> SettledPrefix:
+        """The log's first positions up to its first step not settled in a final status,
+        each with its digest (made now where it was not made yet): what a later load of the
+        run may start from (`SettledPrefix`, decision 0130). Needs the log's `digest`."""
+        make = self._make_digest
+        assert make is not None, "a settled prefix keeps each step's digest"
+        entries, digests = self._entries, self._digests
+        end = self._settled
+        while end < len(entries):
+            entry = entries[end]
+            if entry is not None:
+                if entry.status not in FINAL:
+                    break
+                kept = digests[end]
+                if not (isinstance(kept, tuple) and kept[0] is entry):
+                    digests[end] = (entry, make(entry))
+            elif digests[end] is None:  # let go without a digest: only a log without one
+                break
+            end += 1
+        self._settled = end
+        return SettledPrefix(
+            entries=tuple(entries[:end]),
+            ids=tuple(self._ids[:end]),
+            indexes=self._indexes[:end],
+            weights=self._weights[:end],
+            digests=tuple(cast("list[tuple[Step, str] | str]", digests[:end])),
+            held_weight=sum(self._weights[:end]),
+            cursor=min(self._cursor, end),
+        )
 
     # -- reading back ------------------------------------------------------
 

@@ -117,8 +117,18 @@ def holder_record() -> dict[str, Any]:
     }
 
 
+_HOLDER: tuple[int, str] = (0, "")
+"""This process's pid and its `holder_json`: nothing in it changes while the process
+lives (a forked child has another pid, so it makes its own)."""
+
+
 def holder_json() -> str:
-    return json.dumps(holder_record(), sort_keys=True, separators=(",", ":"))
+    global _HOLDER
+    pid, text = _HOLDER
+    if pid != os.getpid() or not text:
+        text = json.dumps(holder_record(), sort_keys=True, separators=(",", ":"))
+        _HOLDER = (os.getpid(), text)
+    return text
 
 
 STOP_WAIT_S = 5.0

@@ -40,6 +40,7 @@ from enum import StrEnum
 from functools import partial
 from typing import Any, TypeVar, cast
 
+from . import _history as history
 from . import _limits as limits_mod
 from ._canonical import check_json, content_hash, copy_json, to_text
 from ._clock import Clock, IdFactory, duration_to_ms
@@ -52,7 +53,7 @@ from ._events import Observer, deliver
 from ._foreign import exception_text
 from ._fork import renewed_in_children
 from ._group_commit import committer_for
-from ._history import StepLog
+from ._history import KnownPrefixes, SettledPrefix, StepLog
 from ._lease import Heartbeat, WallClock
 from ._policy import Policy
 from ._policy import evaluate as evaluate_policy
@@ -70,7 +71,7 @@ from ._records import (
     ToolRequest,
     ToolSpec,
 )
-from ._store import Store, Tx
+from ._store import Snapshot, Store, Tx
 from ._store._records import GuardedRun, LeaseState
 from ._tools import CompiledTool, Tool
 
@@ -217,6 +218,8 @@ class LoopConfig:
     # and inside its transaction just before COMMIT (sync, on the I/O thread).
     probe: Probe | None = None
     probe_in_tx: Probe | None = None
+    # What the sessions' loads of a run read before, to start the next one from (0130).
+    known: KnownPrefixes = field(default_factory=KnownPrefixes)
 
 
 @dataclass(frozen=True)
@@ -775,20 +778,56 @@ def load(config: LoopConfig, run_id: str) -> tuple[Run, StepLog, list[Approval]]
 
     Its steps are a `StepLog` filled a page at a time, so old settled steps are let go
     as they are read: loading a long run holds the log's budget and a page, never the
-    whole run (decision 0098).
+    whole run (decision 0098). A run loaded before by this Gate or Driver starts from
+    what that load read of its steps settled in a final status (`config.known`): only
+    the steps after them are read (decision 0130).
     """
+    read = partial(config.store.steps_from, run_id)
+    known = config.known.get(run_id)
     with config.store.snapshot() as view:
         run = view.run_record(run_id)
-        steps = StepLog([], partial(config.store.steps_from, run_id), digest=step_hash)
-        first = 0
-        while True:
-            page = view.steps_from(run_id, first, _LOAD_PAGE)
-            for step in page:
-                steps.append(step)
-            if len(page) < _LOAD_PAGE:
-                break
-            first = page[-1].index + 1
-        return run, steps, view.approvals_of_run(run_id)
+        steps = None if known is None else _from_known(known, read, view, run_id)
+        if steps is None:
+            steps = StepLog([], read, digest=step_hash)
+            _read_steps(view, run_id, steps, 0)
+        approvals = view.approvals_of_run(run_id)
+    config.known.keep(run_id, steps.settled_prefix())
+    return run, steps, approvals
+
+
+def _read_steps(view: Snapshot, run_id: str, steps: StepLog, first: int) -> None:
+    """Append the run's steps from index `first` on to `steps`, a page at a time."""
+    while True:
+        page = view.steps_from(run_id, first, _LOAD_PAGE)
+        for step in page:
+            steps.append(step)
+        if len(page) < _LOAD_PAGE:
+            return
+        first = page[-1].index + 1
+
+
+def _from_known(
+    known: SettledPrefix, read: Callable[[int, int], list[Step]], view: Snapshot, run_id: str
+) -> StepLog | None:
+    """The run's steps, from what an earlier load read (`known`) and the steps after it; None
+    when the record does not go on from it (the step it ends with is not there).
+
+    Of the newest `MIN_HELD` steps it holds, one it let go is read again (a log holds its
+    newest steps, so that the limits and the step judged never read the store).
+    """
+    end = len(known)
+    window = range(max(0, end - history.MIN_HELD), end)
+    end = next((i for i in window if known.entries[i] is None), end)
+    if end == 0:
+        return None
+    last_index, last_id = known.indexes[end - 1], known.ids[end - 1]
+    page = view.steps_from(run_id, last_index, _LOAD_PAGE)
+    if not page or page[0].index != last_index or page[0].id != last_id:
+        return None  # a record that does not hold the known steps: read it whole
+    steps = StepLog(page[1:], read, digest=step_hash, prefix=known.head(end))
+    if len(page) == _LOAD_PAGE:
+        _read_steps(view, run_id, steps, page[-1].index + 1)
+    return steps
 
 
 def release_lease(config: LoopConfig, run_id: str) -> None:

@@ -1,0 +1,307 @@
+"""A Gate that loaded a run before reads only the steps after what it read (decision 0130).
+
+Attaching a run loads its steps (decision 0011); the LangGraph adapter attaches once per
+tool call, so each call read the whole run, twice (the attach's look and the takeover's).
+A step settled in a final status is never written again and no step is ever deleted, so
+each load keeps what it read up to the first step not so settled (`KnownPrefixes`, one per
+Gate or Driver), and the next load of that run reads the step it ended with (to see that
+the record still holds it) and the steps after it. These tests count the rows a load reads
+and compare what the session holds with the record.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import agentrt
+from agentrt import Decision
+from agentrt import _history as history
+from agentrt._history import KnownPrefixes, SettledPrefix, StepLog
+from agentrt._records import Step, StepStatus
+from conftest import FakeClock, Ids
+
+
+class RowsRead:
+    """Counts the steps every snapshot of `store` reads (a session's load reads in one)."""
+
+    def __init__(self, store: agentrt.Store, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.rows = 0
+        real = store.snapshot
+
+        @contextlib.contextmanager
+        def snapshot() -> Iterator[Any]:
+            with real() as view:
+                yield _Counted(view, self)
+
+        monkeypatch.setattr(store, "snapshot", snapshot)
+
+    def take(self) -> int:
+        rows, self.rows = self.rows, 0
+        return rows
+
+
+class _Counted:
+    def __init__(self, view: Any, counter: RowsRead) -> None:
+        self._view = view
+        self._counter = counter
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._view, name)
+
+    def steps_from(self, run_id: str, first_index: int, limit: int) -> list[Step]:
+        steps: list[Step] = self._view.steps_from(run_id, first_index, limit)
+        self._counter.rows += len(steps)
+        return steps
+
+
+def make_gate(store: agentrt.Store, owner: str) -> agentrt.Gate:
+    @agentrt.tool(side_effect=agentrt.SideEffect.READ_ONLY, timeout=30)
+    def look(n: int) -> dict[str, object]:
+        """Look at page n."""
+        return {"n": n}
+
+    return agentrt.Gate(
+        store=store,
+        policy=agentrt.default_policy(),
+        tools=[look],
+        now=FakeClock(),
+        new_id=Ids(prefix=owner[:1]),
+        lease_owner=owner,
+    )
+
+
+def look(session: agentrt.GateSession, count: int, first: int) -> None:
+    for n in range(first, first + count):
+        step = session.step_sync()
+        assert step is not None
+        assert step.propose_sync(Decision.tool_call("look", {"n": n})).outcome == "allowed"
+        step.execute_sync()
+
+
+def held(session: agentrt.GateSession) -> StepLog:
+    return session._rs.steps
+
+
+def recorded(store: agentrt.Store, run_id: str) -> list[Step]:
+    return store.steps_from(run_id, 0, 10_000)
+
+
+def test_an_attach_reads_only_the_steps_after_what_the_gate_read_before(
+    any_store: agentrt.Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = any_store
+    gate = make_gate(store, "first")
+    session = gate.begin_sync("look", agentrt.Limits(max_steps=200))
+    look(session, 40, 0)
+    run_id = session.run_id
+    session.close_sync()  # the lease given back, the run RUNNING: the next call takes it over
+    reads = RowsRead(store, monkeypatch)
+    # This gate began the run and never loaded it: its first attach reads it whole once
+    # (the attach's look), and the takeover's load reads only the step that look ended with.
+    session, verdict = gate.attach_sync(run_id)
+    assert verdict is None
+    assert reads.take() == 40 + 1
+    assert list(held(session)) == recorded(store, run_id)
+    for round_ in range(3):
+        look(session, 5, 40 + 5 * round_)
+        session.close_sync()
+        session, verdict = gate.attach_sync(run_id)
+        assert verdict is None
+        # The attach's look: the step it knew last and the five new ones; the takeover's
+        # load: the step the look ended with.
+        assert reads.take() == (1 + 5) + 1
+        assert list(held(session)) == recorded(store, run_id)
+        assert len(held(session)) == 45 + 5 * round_
+    session.close_sync()
+    # What the policy was shown each time hashes as a re-check of the record does.
+    report = agentrt.recheck(store, run_id, agentrt.default_policy())
+    assert report.same and report.counts()["same"] == 55
+
+
+def test_steps_another_gate_added_and_settled_meanwhile_are_read(
+    any_store: agentrt.Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = any_store
+    first, second = make_gate(store, "first"), make_gate(store, "second")
+    session = first.begin_sync("look", agentrt.Limits(max_steps=200))
+    look(session, 10, 0)
+    run_id = session.run_id
+    session.close_sync()
+    session, _ = first.attach_sync(run_id)
+    session.close_sync()
+    other, _ = second.attach_sync(run_id)
+    look(other, 7, 10)
+    other.close_sync()
+    reads = RowsRead(store, monkeypatch)
+    session, verdict = first.attach_sync(run_id)
+    assert verdict is None
+    # The look: the step it knew last and the seven after it; the takeover's: the last.
+    assert reads.take() == (1 + 7) + 1
+    assert list(held(session)) == recorded(store, run_id)
+    assert [s.status for s in held(session)][-7:] == [StepStatus.DONE] * 7
+    session.close_sync()
+
+
+def test_a_record_that_does_not_hold_the_known_steps_is_read_whole(
+    any_store: agentrt.Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = any_store
+    gate = make_gate(store, "first")
+    session = gate.begin_sync("look", agentrt.Limits(max_steps=200))
+    look(session, 12, 0)
+    run_id = session.run_id
+    session.close_sync()
+    session, _ = gate.attach_sync(run_id)
+    session.close_sync()
+    known = gate._config.known
+    prefix = known.get(run_id)
+    assert prefix is not None and len(prefix) == 12
+    # As if the store now held another record under this run id (a restored copy, say):
+    # the step the known steps end with is not the one recorded there.
+    known.keep(run_id, dataclasses.replace(prefix, ids=(*prefix.ids[:-1], "not-recorded")))
+    reads = RowsRead(store, monkeypatch)
+    session, _ = gate.attach_sync(run_id)
+    assert reads.take() == 1 + 12 + 1  # the step it looked for, then the run whole, then one
+    assert list(held(session)) == recorded(store, run_id)
+    session.close_sync()
+
+
+def test_known_steps_let_go_among_the_newest_are_read_again_so_the_newest_are_held(
+    any_store: agentrt.Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(history, "HELD_BYTES", 0)
+    monkeypatch.setattr(history, "MIN_HELD", 3)
+    store = any_store
+    gate = make_gate(store, "first")
+    session = gate.begin_sync("look", agentrt.Limits(max_steps=200))
+    look(session, 20, 0)
+    run_id = session.run_id
+    session.close_sync()
+    session, _ = gate.attach_sync(run_id)
+    look(session, 2, 20)
+    session.close_sync()
+    reads = RowsRead(store, monkeypatch)
+    session, _ = gate.attach_sync(run_id)
+    steps = held(session)
+    assert [steps.held(p) is not None for p in range(len(steps))][-3:] == [True] * 3
+    assert steps.held_count() == 3
+    assert reads.take() <= 2 * (3 + 2 + 1)
+    assert list(steps) == recorded(store, run_id)  # the others read back from the store
+    session.close_sync()
+    report = agentrt.recheck(store, run_id, agentrt.default_policy())
+    assert report.same and report.counts()["same"] == 22
+
+
+def test_a_langgraph_call_reads_a_bounded_number_of_steps_however_long_the_run(
+    any_store: agentrt.Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = any_store
+    pytest.importorskip("langgraph.prebuilt", reason="needs agentrt[langgraph]")
+    from langchain_core.messages import AIMessage, HumanMessage
+    from langchain_core.tools import tool
+    from langgraph.graph import START, MessagesState, StateGraph
+    from langgraph.prebuilt import tools_condition
+
+    from agentrt.adapters.langgraph import Classification, gated_tool_node
+
+    calls = 30
+    rows: list[int] = []
+    reads = RowsRead(store, monkeypatch)
+
+    @tool
+    def page(q: str) -> str:
+        """Read a page."""
+        rows.append(reads.take())  # what this call's attach read, before the tool ran
+        return q
+
+    script = iter(
+        [
+            AIMessage("", tool_calls=[{"name": "page", "args": {"q": f"q{n}"}, "id": f"c{n}"}])
+            for n in range(calls)
+        ]
+        + [AIMessage("done")]
+    )
+    builder = StateGraph(MessagesState)
+    builder.add_node("agent", lambda state: {"messages": [next(script)]})
+    builder.add_node(
+        "tools",
+        gated_tool_node(
+            [page],
+            store=store,
+            policy=agentrt.default_policy(),
+            classifications={"page": Classification("read_only", timeout=5)},
+        ),
+    )
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges("agent", tools_condition)
+    builder.add_edge("tools", "agent")
+    builder.compile().invoke(
+        {"messages": [HumanMessage("read")]}, {"configurable": {"thread_id": "t"}}
+    )
+    assert len(rows) == calls
+    # Each call after the first two loads the run twice: each load reads the step it knew
+    # last and the one step recorded since (the whole run was 2n rows per call before).
+    assert rows[2:] == [3] * (calls - 2)
+
+
+# -- the prefixes kept ------------------------------------------------------------
+
+
+def prefix_of(store: agentrt.Store, run_id: str) -> SettledPrefix:
+    log = StepLog(recorded(store, run_id), lambda first, limit: [], digest=lambda s: s.id)
+    return log.settled_prefix()
+
+
+def test_the_prefixes_kept_are_bounded_by_weight_and_count_least_recently_used_first(
+    store: agentrt.Store,
+) -> None:
+    gate = make_gate(store, "first")
+    ids = []
+    for _ in range(4):
+        session = gate.begin_sync("look", agentrt.Limits(max_steps=20))
+        look(session, 2, 0)
+        ids.append(session.run_id)
+        session.close_sync()
+    prefixes = [prefix_of(store, run_id) for run_id in ids]
+    weight = prefixes[0].held_weight
+    assert weight > 0 and all(p.held_weight == weight for p in prefixes)
+    kept = KnownPrefixes(budget=2 * weight, runs=3)
+    kept.keep(ids[0], prefixes[0])
+    kept.keep(ids[1], prefixes[1])
+    assert kept.get(ids[0]) is prefixes[0]  # now the most recently used
+    kept.keep(ids[2], prefixes[2])  # over the weight: the least recently used goes
+    assert [kept.get(i) is not None for i in ids[:3]] == [True, False, True]
+    by_count = KnownPrefixes(budget=10 * weight, runs=2)
+    for run_id, prefix in zip(ids, prefixes, strict=True):
+        by_count.keep(run_id, prefix)
+    assert [by_count.get(i) is not None for i in ids] == [False, False, True, True]
+    alone = KnownPrefixes(budget=weight // 2)
+    alone.keep(ids[0], prefixes[0])  # heavier than the budget, but the one kept last
+    assert alone.get(ids[0]) is prefixes[0]
+    alone.keep(ids[1], prefixes[1])
+    assert alone.get(ids[0]) is None and alone.get(ids[1]) is prefixes[1]
+    alone.forget(ids[1])
+    assert alone.get(ids[1]) is None
+
+
+def test_a_settled_prefix_ends_before_the_first_step_not_settled_in_a_final_status(
+    store: agentrt.Store,
+) -> None:
+    gate = make_gate(store, "first")
+    session = gate.begin_sync("look", agentrt.Limits(max_steps=20))
+    look(session, 3, 0)
+    open_step = session.step_sync()
+    assert open_step is not None
+    run_id = session.run_id
+    session.close_sync()
+    steps = recorded(store, run_id)
+    assert [s.status for s in steps] == [StepStatus.DONE] * 3 + [StepStatus.DECIDING]
+    prefix = prefix_of(store, run_id)
+    assert prefix.ids == tuple(s.id for s in steps[:3])
+    assert tuple(d[1] for d in prefix.digests if isinstance(d, tuple)) == prefix.ids
+    assert prefix.head(2).ids == prefix.ids[:2] and prefix.head(3) is prefix
