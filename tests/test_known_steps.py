@@ -59,6 +59,24 @@ class _Counted:
         return steps
 
 
+class DigestsMade:
+    """Counts the steps the policy input's hashes digest (`StepLog.digest` asked for)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.made = 0
+        real = StepLog.digest
+
+        def digest(log: StepLog, position: int, entry: Any, make: Any) -> str:
+            self.made += 1
+            return real(log, position, entry, make)
+
+        monkeypatch.setattr(StepLog, "digest", digest)
+
+    def take(self) -> int:
+        made, self.made = self.made, 0
+        return made
+
+
 def make_gate(store: agentrt.Store, owner: str) -> agentrt.Gate:
     @agentrt.tool(side_effect=agentrt.SideEffect.READ_ONLY, timeout=30)
     def look(n: int) -> dict[str, object]:
@@ -107,8 +125,13 @@ def test_an_attach_reads_only_the_steps_after_what_the_gate_read_before(
     assert verdict is None
     assert reads.take() == 40 + 1
     assert list(held(session)) == recorded(store, run_id)
+    digests = DigestsMade(monkeypatch)
     for round_ in range(3):
         look(session, 5, 40 + 5 * round_)
+        # The policy input's list of step hashes goes on from what the session before
+        # listed: only the steps recorded since are digested (the whole run before). The
+        # first session this gate attached listed the run whole.
+        assert digests.take() <= (2 * 5 if round_ else 40 + 2 * 5)
         session.close_sync()
         session, verdict = gate.attach_sync(run_id)
         assert verdict is None
@@ -268,8 +291,9 @@ def test_the_prefixes_kept_are_bounded_by_weight_and_count_least_recently_used_f
         ids.append(session.run_id)
         session.close_sync()
     prefixes = [prefix_of(store, run_id) for run_id in ids]
-    weight = prefixes[0].held_weight
-    assert weight > 0 and all(p.held_weight == weight for p in prefixes)
+    # A prefix weighs its held steps and what it keeps of every step (id, index, digest).
+    weight = prefixes[0].held_weight + 2 * history.KNOWN_POSITION_WEIGHT
+    assert prefixes[0].held_weight > 0 and all(p.held_weight == weight - 512 for p in prefixes)
     kept = KnownPrefixes(budget=2 * weight, runs=3)
     kept.keep(ids[0], prefixes[0])
     kept.keep(ids[1], prefixes[1])
@@ -305,3 +329,159 @@ def test_a_settled_prefix_ends_before_the_first_step_not_settled_in_a_final_stat
     assert prefix.ids == tuple(s.id for s in steps[:3])
     assert tuple(d[1] for d in prefix.digests if isinstance(d, tuple)) == prefix.ids
     assert prefix.head(2).ids == prefix.ids[:2] and prefix.head(3) is prefix
+
+
+# -- found by review: a restored copy, and a policy that edits what it is shown -------
+
+
+def _copy_database(source: Any, target: Any) -> None:
+    import sqlite3
+
+    src, dst = sqlite3.connect(source), sqlite3.connect(target)
+    try:
+        src.backup(dst)
+    finally:
+        src.close()
+        dst.close()
+
+
+def test_a_restored_copy_holding_the_known_last_step_not_yet_settled_is_not_taken_as_known(
+    store: agentrt.Store, db_path: Any
+) -> None:
+    """Decision 0130 says a record restored from an older copy is read whole. The check
+    reads the step the known steps end with and compares its index and id only: an older
+    copy taken while that step was still open holds it under the same index and id, so the
+    load keeps the known `done` step where the record holds it `executing`."""
+    from agentrt._session import load
+
+    older = db_path.with_name("older.db")
+
+    @agentrt.tool(side_effect=agentrt.SideEffect.READ_ONLY, timeout=30)
+    def look(n: int) -> dict[str, object]:
+        """Look at page n."""
+        if n == 2:
+            _copy_database(db_path, older)  # a backup taken while step 2 is executing
+        return {"n": n}
+
+    gate = agentrt.Gate(
+        store=store,
+        policy=agentrt.default_policy(),
+        tools=[look],
+        now=FakeClock(),
+        new_id=Ids(prefix="f"),
+        lease_owner="first",
+    )
+    session = gate.begin_sync("look", agentrt.Limits(max_steps=20))
+    for n in range(3):
+        step = session.step_sync()
+        assert step is not None
+        assert step.propose_sync(Decision.tool_call("look", {"n": n})).outcome == "allowed"
+        step.execute_sync()
+    run_id = session.run_id
+    session.close_sync()
+    session, _ = gate.attach_sync(run_id)  # this gate now knows steps 0..2, all done
+    session.close_sync()
+    _copy_database(older, db_path)  # the older copy restored
+    record = recorded(store, run_id)
+    assert [s.status for s in record] == [StepStatus.DONE] * 2 + [StepStatus.EXECUTING]
+    _, steps, _ = load(gate._config, run_id)
+    assert [s.status for s in steps] == [s.status for s in record]
+
+
+def test_after_a_restore_the_gate_keeps_showing_a_step_the_record_holds_interrupted(
+    store: agentrt.Store, db_path: Any
+) -> None:
+    """The same restore, end to end: the takeover interrupts the recorded step 2 and the
+    run goes on past it, but this Gate's known steps (kept by the load before the takeover
+    wrote) still end with step 2 `done`, so every later session of this Gate holds it
+    `done` where the record holds it `interrupted` (decision 0011's mirror invariant)."""
+    older = db_path.with_name("older.db")
+
+    @agentrt.tool(side_effect=agentrt.SideEffect.READ_ONLY, timeout=30)
+    def look(n: int) -> dict[str, object]:
+        """Look at page n."""
+        if n == 2:
+            _copy_database(db_path, older)
+        return {"n": n}
+
+    gate = agentrt.Gate(
+        store=store,
+        policy=agentrt.default_policy(),
+        tools=[look],
+        now=FakeClock(),
+        new_id=Ids(prefix="f"),
+        lease_owner="first",
+    )
+    session = gate.begin_sync("look", agentrt.Limits(max_steps=20))
+    for n in range(3):
+        step = session.step_sync()
+        assert step is not None
+        assert step.propose_sync(Decision.tool_call("look", {"n": n})).outcome == "allowed"
+        step.execute_sync()
+    run_id = session.run_id
+    session.close_sync()
+    session, _ = gate.attach_sync(run_id)
+    session.close_sync()
+    _copy_database(older, db_path)
+    session, _ = gate.attach_sync(run_id)  # takes over: step 2 recorded interrupted
+    step = session.step_sync()
+    assert step is not None
+    assert step.propose_sync(Decision.tool_call("look", {"n": 9})).outcome == "allowed"
+    step.execute_sync()
+    session.close_sync()
+    record = recorded(store, run_id)
+    assert record[2].status == StepStatus.INTERRUPTED
+    session, _ = gate.attach_sync(run_id)
+    assert [s.status for s in held(session)] == [s.status for s in record]
+    session.close_sync()
+
+
+def test_what_a_policy_does_to_its_view_of_a_known_step_reaches_no_later_session(
+    any_store: agentrt.Store,
+) -> None:
+    """A policy is handed the held steps themselves (`StepsView`, a read-only view by the
+    spec, not enforced). Before decision 0130 an edit reached only that session: the next
+    attach read the record again. Now the `Step` it edited is one the Gate keeps, and every
+    later session of this Gate holds (and shows its agent) the edited step."""
+    store = any_store
+    meddle = []
+
+    class Meddling:
+        policy_id = "meddling/1"
+
+        def evaluate(self, request: Any, view: Any) -> agentrt.PolicyDecision:
+            if meddle:
+                for step in view.steps:
+                    if step.decision is not None and isinstance(step.decision.args, dict):
+                        step.decision.args["n"] = -1
+            return agentrt.PolicyDecision.allow()
+
+    @agentrt.tool(side_effect=agentrt.SideEffect.READ_ONLY, timeout=30)
+    def look(n: int) -> dict[str, object]:
+        """Look at page n."""
+        return {"n": n}
+
+    gate = agentrt.Gate(
+        store=store, policy=Meddling(), tools=[look], now=FakeClock(), new_id=Ids(prefix="e")
+    )
+
+    def one(session: agentrt.GateSession, n: int) -> None:
+        step = session.step_sync()
+        assert step is not None
+        assert step.propose_sync(Decision.tool_call("look", {"n": n})).outcome == "allowed"
+        step.execute_sync()
+
+    session = gate.begin_sync("look", agentrt.Limits(max_steps=20))
+    one(session, 0)
+    one(session, 1)
+    run_id = session.run_id
+    session.close_sync()
+    session, _ = gate.attach_sync(run_id)
+    meddle.append(True)
+    one(session, 2)  # the policy edits steps 0 and 1, as this session holds them
+    meddle.clear()
+    session.close_sync()
+    session, _ = gate.attach_sync(run_id)
+    assert list(held(session)) == recorded(store, run_id)
+    assert [s.decision.args for s in session.input().steps] == [{"n": 0}, {"n": 1}, {"n": 2}]
+    session.close_sync()

@@ -123,7 +123,7 @@ def rewritten_weight(old: Step, old_weight: int, new: Step) -> int:
     return weight
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class SettledPrefix:
     """A run's first steps up to the first one not settled in a final status, as a load of
     the run left them in its log (`StepLog.settled_prefix`): the steps held (None for one let
@@ -131,7 +131,8 @@ class SettledPrefix:
 
     No write changes a step settled in a final status and no step is ever deleted, so a
     later load of the same run may start from it and read only the steps after it
-    (decision 0130). Immutable: the `Step` records are shared, never changed.
+    (decision 0130). Immutable but for `shared`: the `Step` records are shared, never
+    changed. Equal only to itself.
     """
 
     entries: tuple[Step | None, ...]
@@ -141,6 +142,11 @@ class SettledPrefix:
     digests: tuple[tuple[Step, str] | str, ...]
     held_weight: int
     cursor: int
+    shared: dict[str, Any]
+    """What readers of the run's settled steps made of them, to hand to the next session
+    (the policy input's list of step hashes, `_policy_input.InputHashes`): one dict for
+    every prefix of the run grown from this one. What is kept in it must hold for the
+    steps it names whatever steps follow them (those steps never change)."""
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -158,15 +164,26 @@ class SettledPrefix:
             digests=self.digests[:end],
             held_weight=sum(weights),
             cursor=min(self.cursor, end),
+            shared=self.shared,
         )
+
+
+KNOWN_POSITION_WEIGHT = 256
+"""What a prefix keeps of each of its steps besides a held step's weight: its id, index
+and digest (about 250 bytes)."""
+
+
+def _known_weight(prefix: SettledPrefix) -> int:
+    return prefix.held_weight + KNOWN_POSITION_WEIGHT * len(prefix.ids)
 
 
 class KnownPrefixes:
     """The settled prefixes of the runs loaded last by one Gate (or Driver), by run id.
 
-    Bounded as a session's log is: the steps they hold weigh at most `budget` together
-    (the prefix kept last is kept whatever it weighs) and at most `runs` are kept; the
-    least recently used go first. Safe to use from any thread.
+    Bounded as a session's log is: together they weigh at most `budget` (the steps they
+    hold, and `KNOWN_POSITION_WEIGHT` a step for the rest; the prefix kept last is kept
+    whatever it weighs) and at most `runs` are kept; the least recently used go first.
+    Safe to use from any thread.
     """
 
     def __init__(self, budget: int = HELD_BYTES, runs: int = 64) -> None:
@@ -195,22 +212,22 @@ class KnownPrefixes:
         with self._lock:
             old = self._kept.pop(run_id, None)
             if old is not None:
-                self._weight -= old.held_weight
+                self._weight -= _known_weight(old)
             if not prefix.ids:
                 return
             self._kept[run_id] = prefix
-            self._weight += prefix.held_weight
+            self._weight += _known_weight(prefix)
             while len(self._kept) > 1 and (
                 self._weight > self._budget or len(self._kept) > self._runs
             ):
                 _, dropped = self._kept.popitem(last=False)
-                self._weight -= dropped.held_weight
+                self._weight -= _known_weight(dropped)
 
     def forget(self, run_id: str) -> None:
         with self._lock:
             old = self._kept.pop(run_id, None)
             if old is not None:
-                self._weight -= old.held_weight
+                self._weight -= _known_weight(old)
 
 
 class StepLog(Sequence[Step]):
@@ -251,6 +268,10 @@ class StepLog(Sequence[Step]):
         # How many of the first positions came from `prefix` (each settled in a final
         # status, so `settled_prefix` need not look at them again).
         self._settled = 0
+        self.built_from = prefix
+        """The prefix this log started from (None: from its first step)."""
+        self.kept: SettledPrefix | None = None
+        """What `settled_prefix` gave last: the next load of the run starts from it."""
         if prefix is not None:
             self._entries = list(prefix.entries)
             self._ids = list(prefix.ids)
@@ -382,7 +403,7 @@ class StepLog(Sequence[Step]):
                 break
             end += 1
         self._settled = end
-        return SettledPrefix(
+        self.kept = SettledPrefix(
             entries=tuple(entries[:end]),
             ids=tuple(self._ids[:end]),
             indexes=self._indexes[:end],
@@ -390,7 +411,9 @@ class StepLog(Sequence[Step]):
             digests=tuple(cast("list[tuple[Step, str] | str]", digests[:end])),
             held_weight=sum(self._weights[:end]),
             cursor=min(self._cursor, end),
+            shared={} if self.built_from is None else self.built_from.shared,
         )
+        return self.kept
 
     # -- reading back ------------------------------------------------------
 
@@ -442,8 +465,13 @@ class StepLog(Sequence[Step]):
 
 
 class StepsView(Sequence[Step]):
-    """A snapshot of a `StepLog`'s first steps: the held ones as they were, the others
-    read back (an independent copy each) when asked for."""
+    """A snapshot of a `StepLog`'s first steps, for consumer code (a policy, a
+    reconciliation): each step an independent copy (`shown_step`), of the held one as it
+    was or of the one read back, made when asked for. The held steps are never handed
+    out: a Gate's later sessions of the run share them (decision 0130), so what a
+    consumer does to what it is shown must not reach them."""
+
+    _copies = True  # a held entry is copied when handed out (`ShownSteps` holds copies)
 
     def __init__(self, log: StepLog, entries: tuple[Step | None, ...]) -> None:
         self.log = log
@@ -464,8 +492,17 @@ class StepsView(Sequence[Step]):
             return tuple(self[i] for i in range(*index.indices(len(self))))
         entry = self._entries[index]
         if entry is not None:
-            return entry
+            return shown_step(entry) if self._copies else entry
         return shown_step(self.log.read_back(index % len(self._entries)))
+
+    def originals(self) -> Sequence[Step]:
+        """The same steps as the log holds them or reads them back, not copies: for the
+        runtime's own reads, never for consumer code."""
+        return [] if not self._entries else _Originals(self)
+
+    def _original(self, position: int) -> Step:
+        entry = self._entries[position]
+        return entry if entry is not None else self.log.read_back(position % len(self._entries))
 
     def __iter__(self) -> Iterator[Step]:
         for i in range(len(self._entries)):
@@ -497,6 +534,29 @@ class StepsView(Sequence[Step]):
         return self.log.digest(position, self._entries[position], make)
 
 
+class _Originals(Sequence[Step]):
+    """`StepsView.originals`."""
+
+    def __init__(self, view: StepsView) -> None:
+        self._view = view
+
+    def __len__(self) -> int:
+        return len(self._view)
+
+    @overload
+    def __getitem__(self, index: int) -> Step: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Step]: ...
+
+    def __getitem__(self, index: int | slice) -> Step | list[Step]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        return self._view._original(index)
+
+
 class ShownSteps(StepsView):
     """What an agent is shown of its run's steps (`StepInput.steps`): the copies made for
     the held steps when the input was made, and copies of the others read back."""
+
+    _copies = False  # its entries are the copies (`GateSession._steps_shown`)

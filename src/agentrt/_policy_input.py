@@ -150,6 +150,12 @@ def _joined(digests: Sequence[str]) -> bytes:
     return b",".join(b'"' + d.encode("ascii") + b'"' for d in digests)
 
 
+_LISTED = "policy input: listed step hashes"
+"""The key in a `SettledPrefix.shared` of (how many of the run's first steps, their hashes,
+the list's hash state over them): made by a session that listed them, so that the next
+session of the run lists only the steps after them (decision 0130)."""
+
+
 class InputHashes:
     """Each step's and approval's hash, kept while the record is unchanged.
 
@@ -199,6 +205,13 @@ class InputHashes:
             self._log, self._log_seen = log, 0
             listed.clear()
             self._list_hash = hashlib.sha256(b"[")
+            # A log that starts from the steps an earlier load of the run read (decision
+            # 0130): the first of them listed as an earlier session listed them.
+            start = log.built_from
+            known = None if start is None else start.shared.get(_LISTED)
+            if start is not None and known is not None and known[0] <= len(start):
+                listed.extend(known[1])
+                self._list_hash = known[2].copy()
         changed = log.replaced[self._log_seen :]
         self._log_seen = len(log.replaced)
         first = min((p for p in changed if p < len(listed)), default=len(listed))
@@ -206,11 +219,20 @@ class InputHashes:
         if first < len(listed):  # a listed step was written again (rare): hash from there
             del listed[first:]
             self._list_hash = hashlib.sha256(b"[" + _joined(listed))
+        # The steps the log's load found settled: listed for the next session of the run.
+        kept = log.kept
+        keep = -1 if kept is None else len(kept)
+        if kept is not None and kept.shared.get(_LISTED, (-1,))[0] >= keep:
+            keep = -1  # listed that far already
+        if kept is not None and keep == len(listed):
+            kept.shared[_LISTED] = (keep, tuple(listed), self._list_hash.copy())
         for position in range(len(listed), len(view)):
             digest = view.digest(position, step_hash)
             comma = b"," if listed else b""
             self._list_hash.update(comma + b'"' + digest.encode("ascii") + b'"')
             listed.append(digest)
+            if kept is not None and position + 1 == keep:
+                kept.shared[_LISTED] = (keep, tuple(listed), self._list_hash.copy())
         whole = self._list_hash.copy()
         whole.update(b"]")
         return whole.hexdigest()

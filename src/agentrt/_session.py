@@ -53,7 +53,7 @@ from ._events import Observer, deliver
 from ._foreign import exception_text
 from ._fork import renewed_in_children
 from ._group_commit import committer_for
-from ._history import KnownPrefixes, SettledPrefix, StepLog
+from ._history import KnownPrefixes, SettledPrefix, StepLog, StepsView
 from ._lease import Heartbeat, WallClock
 from ._policy import Policy
 from ._policy import evaluate as evaluate_policy
@@ -71,6 +71,7 @@ from ._records import (
     ToolRequest,
     ToolSpec,
 )
+from ._shown import shown_step
 from ._store import Snapshot, Store, Tx
 from ._store._records import GuardedRun, LeaseState
 from ._tools import CompiledTool, Tool
@@ -251,9 +252,11 @@ class PolicyCheck:
 
 
 def policy_view_counters(run: Run, prior: Sequence[Step]) -> dict[str, Any]:
+    # The steps as held, not the copies a policy is shown of them.
+    steps = prior.originals() if isinstance(prior, StepsView) else prior
     return {
         "step_count": run.step_count,
-        "consecutive_failures": limits_mod.trailing_failures(prior),
+        "consecutive_failures": limits_mod.trailing_failures(steps),
         **run.usage_json(),
     }
 
@@ -722,7 +725,7 @@ class RunSession:
         if steps and steps.held(len(steps) - 1) is not None and steps[-1].id == step.id:
             prior = steps.view(len(steps) - 1)
         else:
-            prior = tuple(s for s in steps if s.id != step.id)
+            prior = tuple(shown_step(s) for s in steps if s.id != step.id)
         view = RunView(run=self.run, steps=prior, approvals=tuple(self.approvals))
         return request, view
 
@@ -810,7 +813,8 @@ def _from_known(
     known: SettledPrefix, read: Callable[[int, int], list[Step]], view: Snapshot, run_id: str
 ) -> StepLog | None:
     """The run's steps, from what an earlier load read (`known`) and the steps after it; None
-    when the record does not go on from it (the step it ends with is not there).
+    when the record does not go on from it (the step it ends with is not there, or not as
+    it was known: settled, with the same digest).
 
     Of the newest `MIN_HELD` steps it holds, one it let go is read again (a log holds its
     newest steps, so that the limits and the step judged never read the store).
@@ -820,10 +824,19 @@ def _from_known(
     end = next((i for i in window if known.entries[i] is None), end)
     if end == 0:
         return None
-    last_index, last_id = known.indexes[end - 1], known.ids[end - 1]
+    last_index, last_id, kept = known.indexes[end - 1], known.ids[end - 1], known.digests[end - 1]
     page = view.steps_from(run_id, last_index, _LOAD_PAGE)
-    if not page or page[0].index != last_index or page[0].id != last_id:
-        return None  # a record that does not hold the known steps: read it whole
+    if (
+        not page
+        or page[0].index != last_index
+        or page[0].id != last_id
+        or page[0].status not in history.FINAL
+        or step_hash(page[0]) != (kept[1] if isinstance(kept, tuple) else kept)
+    ):
+        # A record that does not hold the known steps as known (a copy restored from
+        # before the last of them settled, say): read it whole. The steps before that
+        # one cannot differ: none is written again once a later step exists.
+        return None
     steps = StepLog(page[1:], read, digest=step_hash, prefix=known.head(end))
     if len(page) == _LOAD_PAGE:
         _read_steps(view, run_id, steps, page[-1].index + 1)
