@@ -513,6 +513,8 @@ def test_without_the_otel_extra_the_export_is_one_sentence_naming_the_extra(
     assert result.stdout == ""
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "otel extra" in lines[0] and "Traceback" not in result.stderr
+    # Named as every other extra is named (the same command works from PyPI or a clone).
+    assert lines[0].endswith("pip install 'agentrt[otel]'")
     library = subprocess.run(
         [
             sys.executable,

@@ -71,8 +71,8 @@ if TYPE_CHECKING:
 
 EXTRA = "otel"
 MISSING = (
-    "the OpenTelemetry export needs the otel extra (pip install -e '.[otel]' from a "
-    "clone of agentrt), which is not installed"
+    "the OpenTelemetry export needs the otel extra, which is not installed: "
+    "pip install 'agentrt[otel]'"
 )
 SCOPE = "agentrt"
 _log = logging.getLogger("agentrt.otel")
