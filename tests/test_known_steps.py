@@ -345,15 +345,9 @@ def _copy_database(source: Any, target: Any) -> None:
         dst.close()
 
 
-def test_a_restored_copy_holding_the_known_last_step_not_yet_settled_is_not_taken_as_known(
-    store: agentrt.Store, db_path: Any
-) -> None:
-    """Decision 0130 says a record restored from an older copy is read whole. The check
-    reads the step the known steps end with and compares its index and id only: an older
-    copy taken while that step was still open holds it under the same index and id, so the
-    load keeps the known `done` step where the record holds it `executing`."""
-    from agentrt._session import load
-
+def known_then_restored(store: agentrt.Store, db_path: Any) -> tuple[agentrt.Gate, str]:
+    """A run of three `look` steps, known to its gate (all three `done`), then the database
+    replaced by a copy taken while the third was executing."""
     older = db_path.with_name("older.db")
 
     @agentrt.tool(side_effect=agentrt.SideEffect.READ_ONLY, timeout=30)
@@ -382,6 +376,18 @@ def test_a_restored_copy_holding_the_known_last_step_not_yet_settled_is_not_take
     session, _ = gate.attach_sync(run_id)  # this gate now knows steps 0..2, all done
     session.close_sync()
     _copy_database(older, db_path)  # the older copy restored
+    return gate, run_id
+
+
+def test_a_restored_copy_holding_the_known_last_step_not_yet_settled_is_not_taken_as_known(
+    store: agentrt.Store, db_path: Any
+) -> None:
+    """An older copy taken while the last known step was still open holds it under the
+    same index and id: the load must not keep the known `done` step where the record
+    holds it `executing` (its status and digest are compared too)."""
+    from agentrt._session import load
+
+    gate, run_id = known_then_restored(store, db_path)
     record = recorded(store, run_id)
     assert [s.status for s in record] == [StepStatus.DONE] * 2 + [StepStatus.EXECUTING]
     _, steps, _ = load(gate._config, run_id)
@@ -392,37 +398,9 @@ def test_after_a_restore_the_gate_keeps_showing_a_step_the_record_holds_interrup
     store: agentrt.Store, db_path: Any
 ) -> None:
     """The same restore, end to end: the takeover interrupts the recorded step 2 and the
-    run goes on past it, but this Gate's known steps (kept by the load before the takeover
-    wrote) still end with step 2 `done`, so every later session of this Gate holds it
-    `done` where the record holds it `interrupted` (decision 0011's mirror invariant)."""
-    older = db_path.with_name("older.db")
-
-    @agentrt.tool(side_effect=agentrt.SideEffect.READ_ONLY, timeout=30)
-    def look(n: int) -> dict[str, object]:
-        """Look at page n."""
-        if n == 2:
-            _copy_database(db_path, older)
-        return {"n": n}
-
-    gate = agentrt.Gate(
-        store=store,
-        policy=agentrt.default_policy(),
-        tools=[look],
-        now=FakeClock(),
-        new_id=Ids(prefix="f"),
-        lease_owner="first",
-    )
-    session = gate.begin_sync("look", agentrt.Limits(max_steps=20))
-    for n in range(3):
-        step = session.step_sync()
-        assert step is not None
-        assert step.propose_sync(Decision.tool_call("look", {"n": n})).outcome == "allowed"
-        step.execute_sync()
-    run_id = session.run_id
-    session.close_sync()
-    session, _ = gate.attach_sync(run_id)
-    session.close_sync()
-    _copy_database(older, db_path)
+    run goes on past it; every later session of this Gate holds step 2 as the record does,
+    `interrupted` (decision 0011's mirror invariant)."""
+    gate, run_id = known_then_restored(store, db_path)
     session, _ = gate.attach_sync(run_id)  # takes over: step 2 recorded interrupted
     step = session.step_sync()
     assert step is not None
@@ -439,10 +417,9 @@ def test_after_a_restore_the_gate_keeps_showing_a_step_the_record_holds_interrup
 def test_what_a_policy_does_to_its_view_of_a_known_step_reaches_no_later_session(
     any_store: agentrt.Store,
 ) -> None:
-    """A policy is handed the held steps themselves (`StepsView`, a read-only view by the
-    spec, not enforced). Before decision 0130 an edit reached only that session: the next
-    attach read the record again. Now the `Step` it edited is one the Gate keeps, and every
-    later session of this Gate holds (and shows its agent) the edited step."""
+    """A policy is shown copies of the steps (the spec's read-only view): the held steps
+    are shared with the Gate's later sessions, so an edit of what it was shown must reach
+    neither this session nor a later one, nor what their agents are shown."""
     store = any_store
     meddle = []
 

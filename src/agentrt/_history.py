@@ -495,14 +495,12 @@ class StepsView(Sequence[Step]):
             return shown_step(entry) if self._copies else entry
         return shown_step(self.log.read_back(index % len(self._entries)))
 
-    def originals(self) -> Sequence[Step]:
-        """The same steps as the log holds them or reads them back, not copies: for the
+    def originals(self) -> StepsView:
+        """The same steps, the held ones as the log holds them (not copies): for the
         runtime's own reads, never for consumer code."""
-        return [] if not self._entries else _Originals(self)
-
-    def _original(self, position: int) -> Step:
-        entry = self._entries[position]
-        return entry if entry is not None else self.log.read_back(position % len(self._entries))
+        view = StepsView(self.log, self._entries)
+        view._copies = False
+        return view
 
     def __iter__(self) -> Iterator[Step]:
         for i in range(len(self._entries)):
@@ -532,27 +530,6 @@ class StepsView(Sequence[Step]):
     def digest(self, position: int, make: Callable[[Step], str]) -> str:
         """`make` of the step at `position`, kept by the log (see `StepLog.digest`)."""
         return self.log.digest(position, self._entries[position], make)
-
-
-class _Originals(Sequence[Step]):
-    """`StepsView.originals`."""
-
-    def __init__(self, view: StepsView) -> None:
-        self._view = view
-
-    def __len__(self) -> int:
-        return len(self._view)
-
-    @overload
-    def __getitem__(self, index: int) -> Step: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> list[Step]: ...
-
-    def __getitem__(self, index: int | slice) -> Step | list[Step]:
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
-        return self._view._original(index)
 
 
 class ShownSteps(StepsView):
