@@ -209,7 +209,7 @@ class InputHashes:
             # 0130): the first of them listed as an earlier session listed them.
             start = log.built_from
             known = None if start is None else start.shared.get(_LISTED)
-            if start is not None and known is not None and known[0] <= len(start):
+            if start is not None and known is not None and known[0] <= min(len(start), len(view)):
                 listed.extend(known[1])
                 self._list_hash = known[2].copy()
         changed = log.replaced[self._log_seen :]
