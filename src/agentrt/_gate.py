@@ -583,7 +583,7 @@ class GateSession:
         self._detach()
         rs = self._rs
         held = rs.run.status == RunStatus.RUNNING or rs.has_allowed_call()
-        if held and rs.lingering_tool is None:
+        if held and rs.lingering_tool is None and not rs.lease_given_back:
             await asyncio.shield(self._let_go_of_lease())
 
     async def _let_go_of_lease(self) -> None:
@@ -825,6 +825,13 @@ class GateStep:
                 f"run {self._session.run_id} moved before the tool started; nothing ran"
             )
         return observation
+
+    async def _execute_then_close(self) -> Observation:
+        """`execute`, for a caller that closes the session right after (an adapter that
+        attaches its run for each call): the commit recording the outcome also gives the
+        lease back, the run left RUNNING, so the close commits nothing (decision 0131)."""
+        self._session._rs.give_back_with_outcome = True
+        return await self.execute()
 
     async def _run(self) -> Observation | None:
         session = self._session

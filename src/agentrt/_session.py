@@ -398,6 +398,11 @@ class RunSession:
         # A plain-function tool still running after the caller cancelled the loop:
         # the lease is held (and renewed) until its thread returns.
         self.lingering_tool: concurrent.futures.Future[Any] | None = None
+        # Set by a caller that closes the session once the call it executes is recorded
+        # (an adapter attaching per call): that commit also gives the lease back, the run
+        # left RUNNING, and `lease_given_back` says it did (decision 0131).
+        self.give_back_with_outcome = False
+        self.lease_given_back = False
         # Writes made in memory and not yet committed: a step's claim and its decision,
         # which join the next commit of the plan (decision 0088's two-commit step).
         self._deferred: list[_Deferred] = []

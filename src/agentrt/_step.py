@@ -339,8 +339,13 @@ async def _finish_tool(
     crash (decision 0054)."""
     config = session.config
     written = written_observation(observation)  # before the transaction (decision 0128)
+    # The run left RUNNING with the lease given back in this commit: a loop cancelled
+    # meanwhile, or a caller that closes the session next (decision 0131).
+    give_back = (cancelled or session.give_back_with_outcome) and not keep_lease
+    gave_back = False
 
     def tx_finished(tx: Tx) -> None:
+        nonlocal gave_back
         lease = tx.lock_lease(session.run_id)
         if lease is None:
             raise RunStateError(f"run {session.run_id} disappeared")
@@ -427,16 +432,20 @@ async def _finish_tool(
                 active_ms_add=active,
                 now=now,
             )
-        elif cancelled and not keep_lease:
+        elif give_back:
             # Leave the run RUNNING for a later resume, but give up the lease now:
             # nobody should have to wait it out for a loop that has stopped.
             session.run = tx.leave_running(
                 session.run_id, session.config.owner, active_ms_add=active
             )
+            gave_back = True
         else:
             session.run = tx.add_active_time(session.run, session.config.owner, active)
 
     await session.write_outcome(plan.TOOL_FINISHED, tx_finished)
+    if gave_back:
+        session.lease_given_back = True
+        session.stop_heartbeat()  # nothing left to renew
 
 
 _MODEL_LIMITS = frozenset(

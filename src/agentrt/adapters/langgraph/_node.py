@@ -1371,7 +1371,9 @@ class GatedTools:
         assert step is not None  # an allowed verdict leaves its step open
         self._calls.put(session.run_id, step.id, request, execute)
         try:
-            await step.execute()
+            # The session is closed once the call is recorded: that commit gives the
+            # lease back too (decision 0131), one commit a call fewer.
+            await step._execute_then_close()
         finally:
             self._calls.take(session.run_id, step.id)
         if session.run.status == RunStatus.WAITING_FOR_APPROVAL:

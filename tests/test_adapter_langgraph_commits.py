@@ -1,0 +1,115 @@
+"""A LangGraph call gives its run's lease back in the commit recording its outcome (decision 0131).
+
+The adapter attaches the turn's run for each tool call and closes the session once the
+call is recorded, leaving the run RUNNING for the next call (LangGraph tells a node
+nothing when the graph stops). The close gave the lease back in a commit of its own;
+now the outcome's commit does it, so a call makes four commits (taking the free lease,
+`run.resumed`, the step's two), not five, and a graph stopped after a call leaves the
+run free for any worker at once, as before.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import agentrt
+
+
+class Commits:
+    """Counts the commits of `store`: each transaction, and each group of transactions."""
+
+    def __init__(self, store: agentrt.Store, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.made = 0
+        lone, group = store.transaction, store.transactions
+
+        @contextlib.contextmanager
+        def transaction(*args: Any, **kwargs: Any) -> Iterator[Any]:
+            with lone(*args, **kwargs) as tx:
+                yield tx
+            self.made += 1
+
+        def transactions(works: Any) -> Any:
+            outcomes = group(works)
+            self.made += 1
+            return outcomes
+
+        monkeypatch.setattr(store, "transaction", transaction)
+        monkeypatch.setattr(store, "transactions", transactions)
+
+    def take(self) -> int:
+        made, self.made = self.made, 0
+        return made
+
+
+def test_a_call_makes_four_commits_and_its_last_gives_the_lease_back(
+    any_store: agentrt.Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = any_store
+    pytest.importorskip("langgraph.prebuilt", reason="needs agentrt[langgraph]")
+    from langchain_core.messages import AIMessage, HumanMessage
+    from langchain_core.tools import tool
+    from langgraph.graph import START, MessagesState, StateGraph
+    from langgraph.prebuilt import tools_condition
+
+    from agentrt.adapters.langgraph import Classification, gated_tool_node
+
+    calls = 5
+    commits: list[int] = []
+    counted = Commits(store, monkeypatch)
+    leases: list[tuple[str, str]] = []
+
+    @tool
+    def page(q: str) -> str:
+        """Read a page."""
+        commits.append(counted.take())  # the commits before this call's tool ran
+        (run,) = store.list_runs()
+        lease = store.lease_state(run.id)
+        assert lease is not None
+        leases.append((lease.status, lease.owner))
+        return q
+
+    script = iter(
+        [
+            AIMessage("", tool_calls=[{"name": "page", "args": {"q": f"q{n}"}, "id": f"c{n}"}])
+            for n in range(calls)
+        ]
+        + [AIMessage("done")]
+    )
+    builder = StateGraph(MessagesState)
+    builder.add_node("agent", lambda state: {"messages": [next(script)]})
+    builder.add_node(
+        "tools",
+        gated_tool_node(
+            [page],
+            store=store,
+            policy=agentrt.default_policy(),
+            classifications={"page": Classification("read_only", timeout=5)},
+            lease_owner="worker",
+        ),
+    )
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges("agent", tools_condition)
+    builder.add_edge("tools", "agent")
+    builder.compile().invoke(
+        {"messages": [HumanMessage("read")]}, {"configurable": {"thread_id": "t"}}
+    )
+    commits.append(counted.take())
+    # Before the first call's tool: the run created, the step's first commit. Before each
+    # later call's: the last call's outcome (which gave the lease back), taking the lease,
+    # `run.resumed` and this step's first commit. After the last: its outcome alone.
+    assert commits == [2] + [4] * (calls - 1) + [1]
+    # Each call's tool ran under the lease; the graph over, the run is RUNNING and free.
+    assert all(status == "RUNNING" and owner.startswith("worker/") for status, owner in leases)
+    (run,) = store.list_runs()
+    after = store.lease_state(run.id)
+    assert after is not None and (after.status, after.owner) == ("RUNNING", "")
+    # The events are those of a call whose close gave the lease back (a lease nobody
+    # holds is taken without `lease.taken_over`): only their commits changed.
+    events = [e.type for e in store.list_events(run.id, cap=None)]
+    call = ["step.started", "step.decided", "step.policy", "step.tool_started"]
+    call.append("step.tool_finished")
+    assert events == ["run.created", "run.started", *call] + ["run.resumed", *call] * (calls - 1)
