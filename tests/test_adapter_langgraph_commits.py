@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 import agentrt
+from agentrt._session import run_sync
 
 
 class Commits:
@@ -113,3 +114,31 @@ def test_a_call_makes_four_commits_and_its_last_gives_the_lease_back(
     call = ["step.started", "step.decided", "step.policy", "step.tool_started"]
     call.append("step.tool_finished")
     assert events == ["run.created", "run.started", *call] + ["run.resumed", *call] * (calls - 1)
+
+
+def test_a_session_that_gave_its_lease_back_with_an_outcome_claims_no_step(
+    store: agentrt.Store,
+) -> None:
+    """`_execute_then_close` is for a caller that closes next: a step claimed after it is
+    refused in one sentence, and nothing more is written."""
+
+    @agentrt.tool(side_effect=agentrt.SideEffect.READ_ONLY, timeout=30)
+    def look(n: int) -> dict[str, object]:
+        """Look at page n."""
+        return {"n": n}
+
+    gate = agentrt.Gate(store=store, policy=agentrt.default_policy(), tools=[look])
+    session = gate.begin_sync("look", agentrt.Limits(max_steps=5))
+    step = session.step_sync()
+    assert step is not None
+    assert step.propose_sync(agentrt.Decision.tool_call("look", {"n": 1})).outcome == "allowed"
+    run_sync(step._execute_then_close())
+    lease = store.lease_state(session.run_id)
+    assert lease is not None and (lease.status, lease.owner) == ("RUNNING", "")
+    events = len(store.list_events(session.run_id, cap=None))
+    with pytest.raises(agentrt.RunStateError, match="given back with the last call's outcome"):
+        session.step_sync()
+    session.close_sync()
+    assert len(store.list_events(session.run_id, cap=None)) == events
+    after = store.lease_state(session.run_id)
+    assert after is not None and (after.status, after.owner) == ("RUNNING", "")

@@ -678,6 +678,11 @@ class GateSession:
             )
 
     def _lease_held(self) -> None:
+        if self._rs.lease_given_back:
+            raise RunStateError(
+                f"the lease on run {self.run_id} was given back with the last call's outcome "
+                "(`_execute_then_close`); close this session and attach again"
+            )
         heartbeat = self._rs.heartbeat
         if heartbeat is not None and heartbeat.lost.is_set():
             raise LeaseLostError(f"the lease on run {self.run_id} was lost; the loop stopped")

@@ -346,6 +346,7 @@ async def _finish_tool(
 
     def tx_finished(tx: Tx) -> None:
         nonlocal gave_back
+        gave_back = False  # a retried transaction says it again
         lease = tx.lock_lease(session.run_id)
         if lease is None:
             raise RunStateError(f"run {session.run_id} disappeared")
