@@ -51,53 +51,21 @@ def test_a_call_makes_four_commits_and_its_last_gives_the_lease_back(
 ) -> None:
     store = any_store
     pytest.importorskip("langgraph.prebuilt", reason="needs agentrt[langgraph]")
-    from langchain_core.messages import AIMessage, HumanMessage
-    from langchain_core.tools import tool
-    from langgraph.graph import START, MessagesState, StateGraph
-    from langgraph.prebuilt import tools_condition
-
-    from agentrt.adapters.langgraph import Classification, gated_tool_node
+    from support.adapters.langgraph_graphs import read_pages
 
     calls = 5
     commits: list[int] = []
     counted = Commits(store, monkeypatch)
     leases: list[tuple[str, str]] = []
 
-    @tool
-    def page(q: str) -> str:
-        """Read a page."""
+    def on_call() -> None:
         commits.append(counted.take())  # the commits before this call's tool ran
         (run,) = store.list_runs()
         lease = store.lease_state(run.id)
         assert lease is not None
         leases.append((lease.status, lease.owner))
-        return q
 
-    script = iter(
-        [
-            AIMessage("", tool_calls=[{"name": "page", "args": {"q": f"q{n}"}, "id": f"c{n}"}])
-            for n in range(calls)
-        ]
-        + [AIMessage("done")]
-    )
-    builder = StateGraph(MessagesState)
-    builder.add_node("agent", lambda state: {"messages": [next(script)]})
-    builder.add_node(
-        "tools",
-        gated_tool_node(
-            [page],
-            store=store,
-            policy=agentrt.default_policy(),
-            classifications={"page": Classification("read_only", timeout=5)},
-            lease_owner="worker",
-        ),
-    )
-    builder.add_edge(START, "agent")
-    builder.add_conditional_edges("agent", tools_condition)
-    builder.add_edge("tools", "agent")
-    builder.compile().invoke(
-        {"messages": [HumanMessage("read")]}, {"configurable": {"thread_id": "t"}}
-    )
+    read_pages(store, calls, on_call, lease_owner="worker")
     commits.append(counted.take())
     # Before the first call's tool: the run created, the step's first commit. Before each
     # later call's: the last call's outcome (which gave the lease back), taking the lease,

@@ -223,49 +223,14 @@ def test_known_steps_let_go_among_the_newest_are_read_again_so_the_newest_are_he
 def test_a_langgraph_call_reads_a_bounded_number_of_steps_however_long_the_run(
     any_store: agentrt.Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    store = any_store
     pytest.importorskip("langgraph.prebuilt", reason="needs agentrt[langgraph]")
-    from langchain_core.messages import AIMessage, HumanMessage
-    from langchain_core.tools import tool
-    from langgraph.graph import START, MessagesState, StateGraph
-    from langgraph.prebuilt import tools_condition
-
-    from agentrt.adapters.langgraph import Classification, gated_tool_node
+    from support.adapters.langgraph_graphs import read_pages
 
     calls = 30
+    reads = RowsRead(any_store, monkeypatch)
     rows: list[int] = []
-    reads = RowsRead(store, monkeypatch)
-
-    @tool
-    def page(q: str) -> str:
-        """Read a page."""
-        rows.append(reads.take())  # what this call's attach read, before the tool ran
-        return q
-
-    script = iter(
-        [
-            AIMessage("", tool_calls=[{"name": "page", "args": {"q": f"q{n}"}, "id": f"c{n}"}])
-            for n in range(calls)
-        ]
-        + [AIMessage("done")]
-    )
-    builder = StateGraph(MessagesState)
-    builder.add_node("agent", lambda state: {"messages": [next(script)]})
-    builder.add_node(
-        "tools",
-        gated_tool_node(
-            [page],
-            store=store,
-            policy=agentrt.default_policy(),
-            classifications={"page": Classification("read_only", timeout=5)},
-        ),
-    )
-    builder.add_edge(START, "agent")
-    builder.add_conditional_edges("agent", tools_condition)
-    builder.add_edge("tools", "agent")
-    builder.compile().invoke(
-        {"messages": [HumanMessage("read")]}, {"configurable": {"thread_id": "t"}}
-    )
+    # What each call's attach read, taken inside its tool.
+    read_pages(any_store, calls, lambda: rows.append(reads.take()))
     assert len(rows) == calls
     # Each call after the first two loads the run twice: each load reads the step it knew
     # last and the one step recorded since (the whole run was 2n rows per call before).

@@ -4,7 +4,8 @@ A ReAct graph (`build`, `build_ending` with its end routed through
 `turn_end_node`, `build_prebuilt` with the prebuilt agent dispatching each call
 with `Send`) driven by LangChain's fake chat model; LangChain tools that append
 a line to a file when they really run (`make_tools`, read back with `lines`);
-the child process of the crash tests (`child`, `kill_inside_the_tool`).
+the child process of the crash tests (`child`, `kill_inside_the_tool`); a graph
+that reads pages one call a turn (`read_pages`).
 """
 
 from __future__ import annotations
@@ -271,3 +272,40 @@ def send(graph: Any, what: Any, path: str, config: Any = CONFIG) -> dict[str, An
 
 def go(turn: str = TURN, text: str = "look it up") -> dict[str, Any]:
     return {"messages": [HumanMessage(text, id=turn)]}
+
+
+def read_pages(
+    store: agentrt.Store, calls: int, on_call: Callable[[], object], **node: Any
+) -> None:
+    """Run a graph whose scripted model asks for `calls` read-only `page` calls, one a turn,
+    through a gated node on `store` (`node`: more of `gated_tool_node`'s arguments), then
+    ends; `on_call()` runs inside each call's tool."""
+
+    @tool
+    def page(q: str) -> str:
+        """Read a page."""
+        on_call()
+        return q
+
+    script = iter(
+        [AIMessage("", tool_calls=[call("page", f"c{n}", q=f"q{n}")]) for n in range(calls)]
+        + [AIMessage("done")]
+    )
+    builder = StateGraph(MessagesState)
+    builder.add_node("agent", lambda state: {"messages": [next(script)]})
+    builder.add_node(
+        "tools",
+        gated_tool_node(
+            [page],
+            store=store,
+            policy=agentrt.default_policy(),
+            classifications={"page": Classification("read_only", timeout=5)},
+            **node,
+        ),
+    )
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges("agent", tools_condition)
+    builder.add_edge("tools", "agent")
+    builder.compile().invoke(
+        {"messages": [HumanMessage("read")]}, {"configurable": {"thread_id": "t"}}
+    )
