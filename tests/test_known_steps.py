@@ -109,15 +109,27 @@ def recorded(store: agentrt.Store, run_id: str) -> list[Step]:
     return store.steps_from(run_id, 0, 10_000)
 
 
+def looked(gate: agentrt.Gate, steps: int, max_steps: int = 200) -> str:
+    """A run `gate` begins, of `steps` allowed `look` steps, its session then closed (the
+    lease given back, the run RUNNING: the next attach takes it over); its id."""
+    session = gate.begin_sync("look", agentrt.Limits(max_steps=max_steps))
+    look(session, steps, 0)
+    session.close_sync()
+    return session.run_id
+
+
+def rechecks_the_same(store: agentrt.Store, run_id: str, evaluations: int) -> None:
+    """What the policy was shown each time hashes as a re-check of the record does."""
+    report = agentrt.recheck(store, run_id, agentrt.default_policy())
+    assert report.same and report.counts()["same"] == evaluations
+
+
 def test_an_attach_reads_only_the_steps_after_what_the_gate_read_before(
     any_store: agentrt.Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store = any_store
     gate = make_gate(store, "first")
-    session = gate.begin_sync("look", agentrt.Limits(max_steps=200))
-    look(session, 40, 0)
-    run_id = session.run_id
-    session.close_sync()  # the lease given back, the run RUNNING: the next call takes it over
+    run_id = looked(gate, 40)
     reads = RowsRead(store, monkeypatch)
     # This gate began the run and never loaded it: its first attach reads it whole once
     # (the attach's look), and the takeover's load reads only the step that look ended with.
@@ -141,9 +153,7 @@ def test_an_attach_reads_only_the_steps_after_what_the_gate_read_before(
         assert list(held(session)) == recorded(store, run_id)
         assert len(held(session)) == 45 + 5 * round_
     session.close_sync()
-    # What the policy was shown each time hashes as a re-check of the record does.
-    report = agentrt.recheck(store, run_id, agentrt.default_policy())
-    assert report.same and report.counts()["same"] == 55
+    rechecks_the_same(store, run_id, 55)
 
 
 def test_steps_another_gate_added_and_settled_meanwhile_are_read(
@@ -151,10 +161,7 @@ def test_steps_another_gate_added_and_settled_meanwhile_are_read(
 ) -> None:
     store = any_store
     first, second = make_gate(store, "first"), make_gate(store, "second")
-    session = first.begin_sync("look", agentrt.Limits(max_steps=200))
-    look(session, 10, 0)
-    run_id = session.run_id
-    session.close_sync()
+    run_id = looked(first, 10)
     session, _ = first.attach_sync(run_id)
     session.close_sync()
     other, _ = second.attach_sync(run_id)
@@ -175,10 +182,7 @@ def test_a_record_that_does_not_hold_the_known_steps_is_read_whole(
 ) -> None:
     store = any_store
     gate = make_gate(store, "first")
-    session = gate.begin_sync("look", agentrt.Limits(max_steps=200))
-    look(session, 12, 0)
-    run_id = session.run_id
-    session.close_sync()
+    run_id = looked(gate, 12)
     session, _ = gate.attach_sync(run_id)
     session.close_sync()
     known = gate._config.known
@@ -201,10 +205,7 @@ def test_known_steps_let_go_among_the_newest_are_read_again_so_the_newest_are_he
     monkeypatch.setattr(history, "MIN_HELD", 3)
     store = any_store
     gate = make_gate(store, "first")
-    session = gate.begin_sync("look", agentrt.Limits(max_steps=200))
-    look(session, 20, 0)
-    run_id = session.run_id
-    session.close_sync()
+    run_id = looked(gate, 20)
     session, _ = gate.attach_sync(run_id)
     look(session, 2, 20)
     session.close_sync()
@@ -216,8 +217,7 @@ def test_known_steps_let_go_among_the_newest_are_read_again_so_the_newest_are_he
     assert reads.take() <= 2 * (3 + 2 + 1)
     assert list(steps) == recorded(store, run_id)  # the others read back from the store
     session.close_sync()
-    report = agentrt.recheck(store, run_id, agentrt.default_policy())
-    assert report.same and report.counts()["same"] == 22
+    rechecks_the_same(store, run_id, 22)
 
 
 def test_a_langgraph_call_reads_a_bounded_number_of_steps_however_long_the_run(
@@ -249,12 +249,7 @@ def test_the_prefixes_kept_are_bounded_by_weight_and_count_least_recently_used_f
     store: agentrt.Store,
 ) -> None:
     gate = make_gate(store, "first")
-    ids = []
-    for _ in range(4):
-        session = gate.begin_sync("look", agentrt.Limits(max_steps=20))
-        look(session, 2, 0)
-        ids.append(session.run_id)
-        session.close_sync()
+    ids = [looked(gate, 2, max_steps=20) for _ in range(4)]
     prefixes = [prefix_of(store, run_id) for run_id in ids]
     # A prefix weighs its held steps and what it keeps of every step (id, index, digest).
     weight = prefixes[0].held_weight + 2 * history.KNOWN_POSITION_WEIGHT

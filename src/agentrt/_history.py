@@ -403,6 +403,11 @@ class StepLog(Sequence[Step]):
                 break
             end += 1
         self._settled = end
+        if self.built_from is not None and end == len(self.built_from):
+            # Nothing settled since the prefix it started from (a takeover's load right
+            # after the attach's look, say): that prefix again, not a copy of it.
+            self.kept = self.built_from
+            return self.kept
         self.kept = SettledPrefix(
             entries=tuple(entries[:end]),
             ids=tuple(self._ids[:end]),
