@@ -30,7 +30,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from . import _commit_plan as plan
 from ._canonical import canonical_json
@@ -53,10 +53,8 @@ from ._model import (
     Usage,
 )
 from ._records import ModelCallStatus, Run, Step, TerminalReason
+from ._session import RunSession, through_cancels
 from ._store import Tx
-
-if TYPE_CHECKING:
-    from ._session import RunSession
 
 Sleep = Callable[[float], Awaitable[None]]
 
@@ -151,7 +149,7 @@ class AccountingCaller:
             try:
                 outcome = await self._send(request, record)
             except asyncio.CancelledError:
-                await asyncio.shield(
+                await through_cancels(
                     self._settle(
                         record,
                         ModelCallStatus.AMBIGUOUS,

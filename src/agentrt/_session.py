@@ -172,6 +172,27 @@ async def run_io(fn: Callable[[], T]) -> T:
     return await loop.run_in_executor(_IO_THREADS, fn)
 
 
+async def through_cancels(work: Coroutine[Any, Any, T]) -> T:
+    """Run `work` to its end though the caller is cancelled again while it runs.
+
+    What a cancelled call writes on its way out (a tool's outcome not known, a model
+    call's ambiguous settlement) must be committed before the cancellation goes on: the
+    caller's next move on a cancel is to give the lease back, and a second cancel that
+    cut the wait short would let it go before the outcome's commit (which then found the
+    lease gone) and under a tool thread still running. A cancel of `work` itself (the
+    loop shutting down) still ends it.
+    """
+    task = asyncio.ensure_future(work)
+    while True:
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if task.done():
+                raise
+            # Cancelled again while the write runs: wait for it all the same (the
+            # caller is already on its way out with a CancelledError).
+
+
 class VerdictOutcome(StrEnum):
     """What became of a proposed decision (`agentrt.VerdictOutcome`)."""
 

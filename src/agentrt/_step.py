@@ -55,6 +55,7 @@ from ._session import (
     RunSession,
     VerdictOutcome,
     run_io,
+    through_cancels,
 )
 from ._settle import (
     FromRunning,
@@ -295,7 +296,7 @@ async def run_tool(session: RunSession, step: Step) -> None:
         # run over and start the same call beside it.
         running = next((f for f in threads if not f.done()), None)
         observation = Observation.cancelled_mid_call()
-        await asyncio.shield(
+        await through_cancels(
             _finish_tool(
                 session,
                 step,

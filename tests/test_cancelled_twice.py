@@ -1,0 +1,110 @@
+"""A caller cancelled a second time while its cancelled tool call's outcome is being
+committed: the outcome is still committed before the cancellation goes on, and the
+lease stays held while the tool's thread runs (nobody may start the call beside it).
+
+The outcome's commit is held open at its crash point (`probe_in_tx`) so that the
+second cancel lands inside it, on either backend.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+import pytest
+
+import agentrt
+import crashing_child as child
+from agentrt import Decision, SideEffect
+from agentrt.scripted import ScriptedAgent
+from conftest import RecordingTool, event_types
+
+
+class _TwoCancels:
+    """A tool whose thread blocks until released, and an outcome commit held open."""
+
+    def __init__(self) -> None:
+        self.started = threading.Event()
+        self.in_finish = threading.Event()
+        self.finish_may_go = threading.Event()
+        self.release = threading.Event()
+        self.tool = RecordingTool("charge", SideEffect.REMOTE_MUTATION, result=self._charge)
+
+    def _charge(self, call: agentrt.ToolCall) -> agentrt.ToolResult:
+        self.started.set()
+        assert self.release.wait(30)
+        return agentrt.ToolResult({"charged": True})
+
+    def probe_in_tx(self, point: str, session: Any) -> None:
+        if point == "step.tool_finished":
+            self.in_finish.set()
+            assert self.finish_may_go.wait(30)
+
+    async def cancel_twice(self, task: asyncio.Task[Any]) -> None:
+        """Cancel `task` mid-call, then again while its outcome's commit is open."""
+        assert await asyncio.to_thread(self.started.wait, 10)
+        task.cancel()
+        assert await asyncio.to_thread(self.in_finish.wait, 10)
+        task.cancel()
+        for _ in range(20):  # let the second cancel reach the task
+            await asyncio.sleep(0)
+        self.finish_may_go.set()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    def check_then_release(self, store: agentrt.Store, run_id: str) -> None:
+        # The tool's thread still runs: the outcome is recorded, the lease still held.
+        (step,) = store.list_steps(run_id)
+        assert step.status == "interrupted"
+        assert event_types(store, run_id)[-1] == "step.tool_finished"
+        assert store.lease(run_id).owner != ""
+        self.release.set()
+        deadline = time.monotonic() + 10
+        while store.lease(run_id).owner and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert store.lease(run_id).owner == ""
+        assert len(self.tool.calls) == 1
+
+
+def test_a_gate_execute_cancelled_twice_commits_its_outcome_and_keeps_the_lease(
+    any_store: agentrt.Store,
+) -> None:
+    two = _TwoCancels()
+    gate = agentrt.Gate(
+        store=any_store,
+        policy=child.policy(),
+        tools=[two.tool],
+        probe_in_tx=two.probe_in_tx,
+    )
+
+    async def main() -> str:
+        session = await gate.begin("charge")
+        step = await session.step()
+        assert step is not None
+        assert (await step.propose(Decision.tool_call("charge", {}))).outcome == "allowed"
+        await two.cancel_twice(asyncio.create_task(step.execute()))
+        await session.close()
+        return session.run.id
+
+    two.check_then_release(any_store, asyncio.run(main()))
+
+
+def test_a_driver_loop_cancelled_twice_commits_its_outcome_and_keeps_the_lease(
+    any_store: agentrt.Store,
+) -> None:
+    two = _TwoCancels()
+    driver = agentrt.Driver(
+        store=any_store,
+        agent=ScriptedAgent([Decision.tool_call("charge", {}), Decision.complete()]),
+        policy=child.policy(),
+        tools=[two.tool],
+        probe_in_tx=two.probe_in_tx,
+    )
+
+    async def main() -> None:
+        await two.cancel_twice(asyncio.create_task(driver.start("charge", run_id="c" * 32)))
+
+    asyncio.run(main())
+    two.check_then_release(any_store, "c" * 32)
