@@ -232,6 +232,18 @@ def test_verify_prints_and_takes_a_head_per_partition(
     assert out.startswith(f"broken at seq {last.seq}: truncated")
     code, out = run_main(capsys, "--db", str(db), "verify", "--head", f"{last.seq}:{last.hash}")
     assert code == 2 and out == ""  # one head for a record of four: a usage error
+    # The text's N:DIGEST pasted back as a head: told what to keep instead.
+    assert main(["--db", str(db), "verify", "--head", f"4:{digest}"]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "agentrt: --head names one head, and this record's chain is in 4 partitions: keep the "
+        'heads verify --json prints as "head" (SEQ:HASH,SEQ:HASH,..., one per partition); the '
+        "N:DIGEST the text prints is their digest, not a head"
+    )
+    assert main(["--db", str(db), "verify", "--head", f"{kept},{kept}"]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "agentrt: --head names 8 partition heads, and this record's chain is in 4 "
+        "partition(s): keep the head verify prints for this record"
+    )
 
 
 # --- the follower's cursor ----------------------------------------------------------------

@@ -84,7 +84,8 @@ def cmd_verify(args: argparse.Namespace, out: Output) -> int:
                 args.from_seq, args.to_seq, head=None if head is None else _one_or_all(head)
             )
         except ValueError as e:  # a kept head of another number of partitions
-            raise UsageError(f"--head does not fit this record: {e}") from None
+            assert head is not None  # only a kept head can fail to fit
+            raise UsageError(_misfit(head, len(store.chain_heads()), e)) from None
         checked = store.check_file(full=not args.quick, max_problems=FILE_PROBLEMS_MAX)
     if out.json:
         out.document({**_verify_json(report), "file": _file_json(checked)})
@@ -197,6 +198,23 @@ def _parse_head(text: str) -> list[tuple[int, str]]:
             )
         heads.append((int(found[1]), found[2] or ""))
     return heads
+
+
+def _misfit(head: list[tuple[int, str]], partitions: int, error: ValueError) -> str:
+    """Why a kept head does not fit the record, in the command's own terms."""
+    if len(head) == 1 and partitions > 1:
+        # Most likely the text's N:DIGEST pasted back: a digest of the heads, not one.
+        return (
+            f"--head names one head, and this record's chain is in {partitions} partitions: "
+            'keep the heads verify --json prints as "head" (SEQ:HASH,SEQ:HASH,..., one per '
+            "partition); the N:DIGEST the text prints is their digest, not a head"
+        )
+    if len(head) != partitions:
+        return (
+            f"--head names {len(head)} partition heads, and this record's chain is in "
+            f"{partitions} partition(s): keep the head verify prints for this record"
+        )
+    return f"--head does not fit this record: {error}"
 
 
 def _one_or_all(head: list[tuple[int, str]]) -> tuple[int, str] | list[tuple[int, str]]:
