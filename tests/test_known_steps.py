@@ -237,6 +237,64 @@ def test_a_langgraph_call_reads_a_bounded_number_of_steps_however_long_the_run(
     assert rows[2:] == [3] * (calls - 2)
 
 
+def test_a_step_interrupted_before_later_steps_does_not_end_what_is_known(
+    any_store: agentrt.Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A step left open at a close is interrupted by the next takeover, and the run goes on
+    past it. Once a later step exists nothing writes it again, so what a load keeps goes on
+    past it: the run is not read from that step at every attach for the rest of its life."""
+    store = any_store
+    gate = make_gate(store, "first")
+    session = gate.begin_sync("look", agentrt.Limits(max_steps=200))
+    look(session, 5, 0)
+    assert session.step_sync() is not None  # left open: `deciding` when the session closes
+    run_id = session.run_id
+    session.close_sync()
+    session, _ = gate.attach_sync(run_id)  # the takeover interrupts it
+    look(session, 20, 5)
+    session.close_sync()
+    statuses = [s.status for s in recorded(store, run_id)]
+    assert statuses == [StepStatus.DONE] * 5 + [StepStatus.INTERRUPTED] + [StepStatus.DONE] * 20
+    reads = RowsRead(store, monkeypatch)
+    session, _ = gate.attach_sync(run_id)
+    # The attach's look: from the last step known (the fifth, read when the sixth was still
+    # open) on; the takeover's load: only the step that look ended with, past the
+    # interrupted one (it was read from the interrupted step on, 22 rows, before).
+    assert reads.take() == (1 + 21) + 1
+    assert list(held(session)) == recorded(store, run_id)
+    look(session, 3, 25)
+    session.close_sync()
+    session, _ = gate.attach_sync(run_id)
+    assert reads.take() == (1 + 3) + 1
+    assert list(held(session)) == recorded(store, run_id)
+    session.close_sync()
+    rechecks_the_same(store, run_id, 28)
+
+
+def test_a_settled_prefix_goes_past_an_interrupted_step_only_to_a_final_one_after_it(
+    store: agentrt.Store,
+) -> None:
+    """An interrupted step is the run's last only until the run goes on: the takeover that
+    found it may still write it (a person's approval, a reconciliation). So a prefix ends at
+    a step settled in a final status, past interrupted steps before it, never on one."""
+    gate = make_gate(store, "first")
+    session = gate.begin_sync("look", agentrt.Limits(max_steps=20))
+    look(session, 2, 0)
+    assert session.step_sync() is not None
+    run_id = session.run_id
+    session.close_sync()
+    session, _ = gate.attach_sync(run_id)
+    session.close_sync()
+    steps = recorded(store, run_id)
+    assert [s.status for s in steps] == [StepStatus.DONE] * 2 + [StepStatus.INTERRUPTED]
+    assert prefix_of(store, run_id).ids == tuple(s.id for s in steps[:2])
+    session, _ = gate.attach_sync(run_id)
+    look(session, 1, 2)
+    session.close_sync()
+    steps = recorded(store, run_id)
+    assert prefix_of(store, run_id).ids == tuple(s.id for s in steps)
+
+
 # -- the prefixes kept ------------------------------------------------------------
 
 

@@ -57,7 +57,10 @@ PAGES_KEPT = 4
 """Pages of read-back steps kept (least recently used let go first)."""
 
 FINAL = (StepStatus.DONE, StepStatus.FAILED)
-"""Step statuses no later write changes: only such a step is let go."""
+"""Step statuses no later write changes: only such a step is let go. (An `interrupted`
+step is changed only while it is its run's last: the takeover that found it may pause it
+for a person or settle it. Once a later step exists it is never written again, which a
+settled prefix relies on: decision 0133.)"""
 
 ReadSteps = Callable[[int, int], list[Step]]
 """`(first_index, limit)`: the run's steps from that index, whole, in index order."""
@@ -125,14 +128,15 @@ def rewritten_weight(old: Step, old_weight: int, new: Step) -> int:
 
 @dataclass(frozen=True, slots=True, eq=False)
 class SettledPrefix:
-    """A run's first steps up to the first one not settled in a final status, as a load of
-    the run left them in its log (`StepLog.settled_prefix`): the steps held (None for one let
-    go), their ids, indexes, weights and digests.
+    """A run's first steps up to its last one settled in a final status before any step
+    still open, as a load of the run left them in its log (`StepLog.settled_prefix`): the
+    steps held (None for one let go), their ids, indexes, weights and digests. Its last step
+    is `done` or `failed`; a step before it may be `interrupted` (decision 0133).
 
-    No write changes a step settled in a final status and no step is ever deleted, so a
-    later load of the same run may start from it and read only the steps after it
-    (decision 0130). Immutable but for `shared`: the `Step` records are shared, never
-    changed. Equal only to itself.
+    No write changes a step settled in a final status, nor an interrupted step once a later
+    step exists, and no step is ever deleted, so a later load of the same run may start from
+    it and read only the steps after it (decision 0130). Immutable but for `shared`: the
+    `Step` records are shared, never changed. Equal only to itself.
     """
 
     entries: tuple[Step | None, ...]
@@ -265,8 +269,8 @@ class StepLog(Sequence[Step]):
         # again or let go too (`GateSession.input`, `InputHashes`).
         self.replaced = array("q")
         self.dropped = array("q")
-        # How many of the first positions came from `prefix` (each settled in a final
-        # status, so `settled_prefix` need not look at them again).
+        # How many of the first positions came from `prefix` (none of them written again,
+        # so `settled_prefix` need not look at them again).
         self._settled = 0
         self.built_from = prefix
         """The prefix this log started from (None: from its first step)."""
@@ -384,24 +388,29 @@ class StepLog(Sequence[Step]):
     # -- the settled prefix ------------------------------------------------
 
     def settled_prefix(self) -> SettledPrefix:
-        """The log's first positions up to its first step not settled in a final status,
-        each with its digest (made now where it was not made yet): what a later load of the
-        run may start from (`SettledPrefix`, decision 0130). Needs the log's `digest`."""
+        """The log's first positions up to its last step settled in a final status before
+        any step still open (interrupted steps before that one included), each with its
+        digest (made now where it was not made yet): what a later load of the run may start
+        from (`SettledPrefix`, decisions 0130, 0133). Needs the log's `digest`."""
         make = self._make_digest
         assert make is not None, "a settled prefix keeps each step's digest"
         entries, digests = self._entries, self._digests
-        end = self._settled
-        while end < len(entries):
-            entry = entries[end]
+        end = scan = self._settled
+        while scan < len(entries):
+            entry = entries[scan]
             if entry is not None:
-                if entry.status not in FINAL:
+                if entry.status not in FINAL and entry.status != StepStatus.INTERRUPTED:
                     break
-                kept = digests[end]
+                kept = digests[scan]
                 if not (isinstance(kept, tuple) and kept[0] is entry):
-                    digests[end] = (entry, make(entry))
-            elif digests[end] is None:  # let go without a digest: only a log without one
+                    digests[scan] = (entry, make(entry))
+                if entry.status != StepStatus.INTERRUPTED:
+                    end = scan + 1
+            elif digests[scan] is None:  # let go without a digest: only a log without one
                 break
-            end += 1
+            else:
+                end = scan + 1  # let go: settled in a final status
+            scan += 1
         self._settled = end
         if self.built_from is not None and end == len(self.built_from):
             # Nothing settled since the prefix it started from (a takeover's load right
