@@ -61,8 +61,47 @@ from ._tool_reconcile import DECIDER, Answer, ask, notice, tool_reconcile_of
 RECONCILE_POLICY_ID = "agentrt:reconcile"
 
 
+TAKE_ATTEMPTS = 3
+"""Loads a takeover makes of a run that changes between its load and its take."""
+
+
+class _MovedSinceLoad(Exception):
+    """The run changed between the takeover's load and its take: nothing was written."""
+
+
 async def take_over(config: LoopConfig, run_id: str) -> RunSession:
     """Take a RUNNING run whose lease lapsed; apply the interruption contract."""
+    for _ in range(TAKE_ATTEMPTS):
+        try:
+            session = await _take(config, run_id)
+        except _MovedSinceLoad:
+            continue
+        break
+    else:
+        raise RunStateError(
+            f"run {run_id} changed {TAKE_ATTEMPTS} times while it was being taken over "
+            "(another process is working on it); nothing was taken"
+        )
+    # The lease is ours from here: keep it renewed while reconcile (consumer code,
+    # maybe slow) decides, so nobody else takes the run over meanwhile.
+    session.start_heartbeat()
+    try:
+        await _after_interruption(session)
+    except BaseException:
+        # The caller never gets this session, so it cannot stop its heartbeat: stop
+        # it here, or the lease would be renewed for as long as this process lives
+        # and nobody could ever resume the run. A cancelled caller also gives the
+        # lease back (nothing is executing): a resume need not wait it out.
+        session.stop_heartbeat()
+        await asyncio.shield(run_io(lambda: release_lease(config, run_id)))
+        raise
+    return session
+
+
+async def _take(config: LoopConfig, run_id: str) -> RunSession:
+    """Load the run, judge its lease, and take it in one transaction (`plan.TAKEN_OVER`),
+    provided the run is still as loaded: the contract then acts on the run's steps as they
+    are under the lease taken (decision 0134)."""
 
     def read_lease() -> LeaseState:
         lease = config.store.lease_state(run_id)
@@ -88,6 +127,11 @@ async def take_over(config: LoopConfig, run_id: str) -> RunSession:
         lease = guarded.lease
         if lease.status != RunStatus.RUNNING:
             raise RunStateError(f"run {run_id} is {lease.status}; it was resumed elsewhere")
+        if lease.epoch != first.epoch or guarded.run != run:
+            # Someone held the run (or wrote to it) since the lease was read before the
+            # load: the steps loaded may be behind the record, and the contract must not
+            # act on a step the run has gone on from. Load it again.
+            raise _MovedSinceLoad
         lease_now = tx.lease_now(config.wall)
         proof = _judged(lease, guarded.run.origin, me, lambda: lease_now, config)
         taken = tx.take_over(
@@ -105,19 +149,6 @@ async def take_over(config: LoopConfig, run_id: str) -> RunSession:
         session.run = taken.run
 
     await session.write(plan.TAKEN_OVER, tx_take)
-    # The lease is ours from here: keep it renewed while reconcile (consumer code,
-    # maybe slow) decides, so nobody else takes the run over meanwhile.
-    session.start_heartbeat()
-    try:
-        await _after_interruption(session)
-    except BaseException:
-        # The caller never gets this session, so it cannot stop its heartbeat: stop
-        # it here, or the lease would be renewed for as long as this process lives
-        # and nobody could ever resume the run. A cancelled caller also gives the
-        # lease back (nothing is executing): a resume need not wait it out.
-        session.stop_heartbeat()
-        await asyncio.shield(run_io(lambda: release_lease(config, run_id)))
-        raise
     return session
 
 
