@@ -277,6 +277,45 @@ def test_tool_reconcile_safe_to_repeat_still_passes_the_policy(
     assert run.status == "COMPLETED"
 
 
+def test_tool_reconcile_safe_to_repeat_then_a_policy_abort_ends_the_run(
+    database: str, crash_journal: Path
+) -> None:
+    """The call judged again after "safe to repeat" may end the run: the interrupted step
+    fails with the policy's reason in the same commit (it was refused as a step that moved,
+    the run left RUNNING, and every resume failed the same way: decision 0135)."""
+    db_path = database
+    run_id = crash(db_path, "charge")
+    tool = ReconciledCharge(db_path, Reconciled.not_found(safe_to_repeat=True))
+    stop = SideEffectPolicy(
+        {
+            SideEffect.READ_ONLY: PolicyDecision.allow(),
+            SideEffect.REMOTE_MUTATION: PolicyDecision.abort("charges are stopped"),
+        },
+        policy_id="stopped/1",
+    )
+    store, driver = resume_with(db_path, tool, policy=stop)
+    run = driver.resume_sync(run_id)
+    assert (run.status, run.reason, run.reason_detail) == (
+        "FAILED",
+        "policy_abort",
+        "charges are stopped",
+    )
+    assert tool.calls == [] and len(child.journal_lines(db_path)) == 1
+    (step0,) = store.list_steps(run_id)
+    assert step0.status == "failed"
+    assert step0.observation is not None and step0.observation.kind == "policy_denied"
+    assert step0.policy is not None and step0.policy.outcome == "abort"
+    types = [e.type for e in store.list_events(run_id=run_id)]
+    i = types.index("step.reconciled")
+    assert types[i:] == [
+        "step.reconciled",
+        "run.resumed",
+        "step.policy",
+        "step.failed",
+        "run.finished",
+    ]
+
+
 def test_tool_reconcile_not_found_waits_for_a_person_with_the_answer_in_the_approval(
     database: str,
     crash_journal: Path,

@@ -470,6 +470,7 @@ async def end(
                 policy=payload,
                 result=result,
                 active_ms_add=origin.active_ms(session, now),
+                from_step=origin.from_step[0],
                 now=now,
             )
         session.run = settled.run

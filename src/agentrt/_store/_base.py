@@ -325,11 +325,14 @@ class Tx(Protocol):
         policy: dict[str, Any] | None = None,
         result: JSON = None,
         active_ms_add: int = 0,
+        from_step: str = StepStatus.DECIDING,
         now: datetime,
     ) -> Settled:
-        """End a RUNNING run with its deciding step, in one transaction: the step's policy
+        """End a RUNNING run with its step, in one transaction: the step's policy
         (`step.policy`, when given), the step `step_status` (with `observation` and
-        `step.failed`, or closed without one), the run `status` (`run.finished`)."""
+        `step.failed`, or closed without one), the run `status` (`run.finished`). The step
+        is `deciding`, or (`from_step`) `interrupted` at a takeover whose call is judged
+        again (decision 0135)."""
 
     def end_waiting(
         self,

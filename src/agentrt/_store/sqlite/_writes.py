@@ -991,11 +991,14 @@ class SqliteTx(TxReads):
         policy: dict[str, Any] | None = None,
         result: JSON = None,
         active_ms_add: int = 0,
+        from_step: str = StepStatus.DECIDING,
         now: datetime,
     ) -> Settled:
-        """End a RUNNING run with its deciding step, in one transaction: the step's policy
+        """End a RUNNING run with its step, in one transaction: the step's policy
         (`step.policy`, when given), the step `step_status` (with `observation` and
-        `step.failed`, or closed without one), the run `status` (`run.finished`)."""
+        `step.failed`, or closed without one), the run `status` (`run.finished`). The step
+        is `deciding`, or (`from_step`) `interrupted` at a takeover whose call is judged
+        again (decision 0135)."""
         return self._end_with_step(
             run_id,
             step_id,
@@ -1006,7 +1009,7 @@ class SqliteTx(TxReads):
             observation=observation,
             policy=policy,
             result=result,
-            from_step=StepStatus.DECIDING,
+            from_step=from_step,
             from_run=RunStatus.RUNNING,
             active_ms_add=active_ms_add,
             now=now,
