@@ -1,6 +1,7 @@
 """A caller cancelled a second time while its cancelled tool call's outcome is being
 committed: the outcome is still committed before the cancellation goes on, and the
-lease stays held while the tool's thread runs (nobody may start the call beside it).
+lease stays held while the tool's thread runs (nobody may start the call beside it);
+so it does when that commit fails (decision 0132).
 
 The outcome's commit is held open at its crash point (`probe_in_tx`) so that the
 second cancel lands inside it, on either backend.
@@ -108,3 +109,45 @@ def test_a_driver_loop_cancelled_twice_commits_its_outcome_and_keeps_the_lease(
 
     asyncio.run(main())
     two.check_then_release(any_store, "c" * 32)
+
+
+def test_a_cancelled_calls_failed_outcome_commit_keeps_the_lease_while_its_thread_runs(
+    any_store: agentrt.Store,
+) -> None:
+    """The outcome's commit fails (the disk, a dropped connection): its error goes on to the
+    caller, the step is left `executing` for the next owner, and the lease stays held
+    while the thread runs (found by a review of decision 0132)."""
+    two = _TwoCancels()
+
+    def failing(point: str, session: Any) -> None:
+        if point == "step.tool_finished":
+            raise agentrt.StoreError("disk I/O error")
+
+    gate = agentrt.Gate(
+        store=any_store, policy=child.policy(), tools=[two.tool], probe_in_tx=failing
+    )
+
+    async def main() -> str:
+        session = await gate.begin("charge")
+        step = await session.step()
+        assert step is not None
+        assert (await step.propose(Decision.tool_call("charge", {}))).outcome == "allowed"
+        task = asyncio.create_task(step.execute())
+        assert await asyncio.to_thread(two.started.wait, 10)
+        task.cancel()
+        with pytest.raises(agentrt.StoreError, match="disk I/O error"):
+            await task
+        await session.close()
+        return session.run.id
+
+    run_id = asyncio.run(main())
+    (step,) = any_store.list_steps(run_id)
+    assert step.status == "executing"
+    assert event_types(any_store, run_id)[-1] == "step.tool_started"
+    assert any_store.lease(run_id).owner != ""
+    two.release.set()
+    deadline = time.monotonic() + 10
+    while any_store.lease(run_id).owner and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert any_store.lease(run_id).owner == ""
+    assert len(two.tool.calls) == 1

@@ -7,7 +7,8 @@ back, left those steps behind the record: the contract paused the interrupted st
 person although the run had gone on from it (found by a review of decision 0133, whose
 known prefixes rely on an interrupted step behind a later one never being written). The
 take now checks that the run is as loaded (the lease's epoch, the run row) and loads it
-again when it is not.
+again when it is not. The last step loaded is compared too: a holder whose lease lapsed may
+still write its own step (a policy's denial) without changing the run row.
 
 The window is opened by running the other process's work inside the first one's load
 (`_takeover.load`), on a thread of its own with a store of its own.
@@ -19,6 +20,7 @@ import asyncio
 import concurrent.futures
 import threading
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -29,6 +31,10 @@ from agentrt import _session as session_module
 from agentrt import _takeover as takeover_module
 from agentrt._records import Step
 from conftest import FakeClock, Ids, event_types
+from support.leases import expire_lease
+from support.models import TINY_REQUEST, Replies
+from support.policies import FixedPolicy
+from support.tools import read_tool
 
 
 def recorded(store: agentrt.Store, run_id: str) -> list[Step]:
@@ -202,3 +208,58 @@ def test_a_takeover_of_a_run_that_keeps_changing_gives_up_having_written_nothing
         assert [s.status for s in recorded(store, run_id)] == ["done", "interrupted"]
     finally:
         other_store.close()
+
+
+def test_a_denial_by_a_holder_whose_lease_lapsed_inside_the_load_is_seen_by_the_takeover(
+    any_store: agentrt.Store, database: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A holder stalled past its lease (not dead) wakes up between the takeover's load and
+    its take, and its policy denies its step's call: the step `failed`, the run row
+    unchanged. The takeover loads again and hands out the step as recorded (found by a
+    review of decision 0134: the session held it `deciding`, with no decision)."""
+    store, read, clock = any_store, read_tool(), FakeClock()
+    stalled = agentrt.Gate(
+        store=store,
+        policy=FixedPolicy(agentrt.PolicyDecision.deny("not now")),
+        tools=[read],
+        now=clock,
+        new_id=Ids("a"),
+        lease_ttl=timedelta(hours=1),  # its heartbeat renews nothing meanwhile
+        lease_owner="stalled",
+        model=Replies(),
+    )
+    orphan = stalled.begin_sync("read it")
+    step = orphan.step_sync()
+    assert step is not None and step.model is not None
+    # Its model call commits the step's claim: `deciding` on the record.
+    asyncio.run(step.model.generate(TINY_REQUEST))
+    run_id = orphan.run.id
+    expire_lease(database, run_id)  # it stalled past its lease; nobody took it yet
+    rescuer = agentrt.Gate(
+        store=store,
+        policy=agentrt.default_policy(),
+        tools=[read],
+        now=clock,
+        new_id=Ids("b"),
+        lease_owner="rescuer",
+    )
+    verdicts: list[str] = []
+
+    def denied(rid: str) -> None:
+        if not verdicts:  # the stalled holder wakes up once
+            verdicts.append(step.propose_sync(Decision.tool_call("read", {})).outcome)
+
+    loads = in_its_load(monkeypatch, rescuer, denied)
+    session, _ = rescuer.attach_sync(run_id)
+    try:
+        assert verdicts == ["denied"]
+        on_record = recorded(store, run_id)
+        assert [s.status for s in on_record] == ["failed"]
+        assert on_record[0].observation is not None
+        assert on_record[0].observation.kind == "policy_denied"
+        assert [s.status for s in session.input().steps] == ["failed"]
+        assert list(session._rs.steps) == on_record
+        assert loads == [0, 1]  # the step moved after the first load: loaded again
+    finally:
+        session.close_sync()
+        orphan.close_sync()

@@ -296,19 +296,23 @@ async def run_tool(session: RunSession, step: Step) -> None:
         # run over and start the same call beside it.
         running = next((f for f in threads if not f.done()), None)
         observation = Observation.cancelled_mid_call()
-        await through_cancels(
-            _finish_tool(
-                session,
-                step,
-                spec,
-                started_at,
-                observation,
-                None,
-                cancelled=True,
-                keep_lease=running is not None,
+        try:
+            await through_cancels(
+                _finish_tool(
+                    session,
+                    step,
+                    spec,
+                    started_at,
+                    observation,
+                    None,
+                    cancelled=True,
+                    keep_lease=running is not None,
+                )
             )
-        )
-        session.lingering_tool = running
+        finally:
+            # Whatever became of the outcome's commit (written, or failed: the step is
+            # left `executing` for the next owner to judge), the thread still runs.
+            session.lingering_tool = running
         raise
     await session.probe(POINT_TOOL_EFFECT)
     await _finish_tool(

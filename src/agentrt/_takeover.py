@@ -100,8 +100,9 @@ async def take_over(config: LoopConfig, run_id: str) -> RunSession:
 
 async def _take(config: LoopConfig, run_id: str) -> RunSession:
     """Load the run, judge its lease, and take it in one transaction (`plan.TAKEN_OVER`),
-    provided the run is still as loaded: the contract then acts on the run's steps as they
-    are under the lease taken (decision 0134)."""
+    provided the run is still as loaded (the lease's epoch, the run row, its last step):
+    the contract then acts on the run's steps as they are under the lease taken (decision
+    0134)."""
 
     def read_lease() -> LeaseState:
         lease = config.store.lease_state(run_id)
@@ -127,7 +128,7 @@ async def _take(config: LoopConfig, run_id: str) -> RunSession:
         lease = guarded.lease
         if lease.status != RunStatus.RUNNING:
             raise RunStateError(f"run {run_id} is {lease.status}; it was resumed elsewhere")
-        if lease.epoch != first.epoch or guarded.run != run:
+        if lease.epoch != first.epoch or guarded.run != run or _last_moved(tx, steps):
             # Someone held the run (or wrote to it) since the lease was read before the
             # load: the steps loaded may be behind the record, and the contract must not
             # act on a step the run has gone on from. Load it again.
@@ -150,6 +151,13 @@ async def _take(config: LoopConfig, run_id: str) -> RunSession:
 
     await session.write(plan.TAKEN_OVER, tx_take)
     return session
+
+
+def _last_moved(tx: Tx, steps: Sequence[Step]) -> bool:
+    """Whether the last step loaded stands otherwise in the record now. A write a holder
+    whose lease lapsed may still make to its own step (a policy's denial, a decision)
+    changes no run row; the steps before the last are never written again."""
+    return bool(steps) and tx.step_record(steps[-1].id) != steps[-1]
 
 
 def _judged(

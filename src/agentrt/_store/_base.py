@@ -130,6 +130,9 @@ class Tx(Protocol):
     def steps_of_run(self, run_id: str) -> list[Step]:
         """Every step of the run, in order."""
 
+    def step_record(self, step_id: str) -> Step:
+        """The step as it stands in this transaction; `NotFoundError` if there is none."""
+
     def latest_approval_of_step(self, step_id: str) -> ApprovalState | None:
         """The id, status and expiry of the step's latest approval, or None."""
 
