@@ -549,6 +549,11 @@ class GateSession:
                 f"a step of run {self.run_id} is being claimed by another call; "
                 "one open step at a time"
             )
+        if self._executing:
+            raise RunStateError(
+                f"a tool of run {self.run_id} is still running; the next step is claimed once "
+                "its execute has returned"
+            )
         self._running()
         self._lease_held()
         self._claiming = True
@@ -583,6 +588,9 @@ class GateSession:
         self._detach()
         rs = self._rs
         held = rs.run.status == RunStatus.RUNNING or rs.has_allowed_call()
+        # A broken session's copy may be ahead of the rows (a run shown ended that the
+        # record holds RUNNING): its lease is given back all the same (a no-op if not held).
+        held = held or rs.broken is not None
         if held and rs.lingering_tool is None and not rs.lease_given_back:
             await asyncio.shield(self._let_go_of_lease())
 
@@ -670,6 +678,12 @@ class GateSession:
     def _usable(self) -> None:
         if self._closed:
             raise SessionClosedError(f"the gate session of run {self.run_id} was closed")
+        if self._rs.broken is not None:
+            raise RunStateError(
+                f"{self._rs.broken}; this session can no longer be used: close it (its lease "
+                "is given back) and attach again, where the step left in flight is judged "
+                "(decision 0136)"
+            )
 
     def _running(self) -> None:
         if self._rs.run.status != RunStatus.RUNNING:
@@ -815,6 +829,15 @@ class GateStep:
         except RunMoved as moved:
             rs.run = moved.run
             outcome = VerdictOutcome.ENDED
+        except LeaseLostError:
+            if session._closed:
+                # Closed by another task while the decision was judged: the close gave the
+                # lease back (the step left open, as a crash would leave it).
+                raise SessionClosedError(
+                    f"the gate session of run {session.run_id} was closed while step "
+                    f"{self.index}'s decision was judged; its verdict was not recorded"
+                ) from None
+            raise
         self._verdict = outcome
         if outcome != VerdictOutcome.ALLOWED:
             self._settle()
@@ -835,10 +858,12 @@ class GateStep:
         """`execute`, for a caller that closes the session right after (an adapter that
         attaches its run for each call): the commit recording the outcome also gives the
         lease back, the run left RUNNING, so the close commits nothing (decision 0131)."""
+        self._executable()  # refused as `execute` would be, before anything is marked
         self._session._rs.give_back_with_outcome = True
         return await self.execute()
 
-    async def _run(self) -> Observation | None:
+    def _executable(self) -> None:
+        """Refuse, changing nothing, a step that may not be executed now."""
         session = self._session
         session._usable()
         if self._executed:
@@ -849,6 +874,10 @@ class GateStep:
                 "nothing is executed"
             )
         session._lease_held()
+
+    async def _run(self) -> Observation | None:
+        session = self._session
+        self._executable()
         rs = session._rs
         self._executed = True
         self._settle()

@@ -424,6 +424,10 @@ class RunSession:
         # left RUNNING, and `lease_given_back` says it did (decision 0131).
         self.give_back_with_outcome = False
         self.lease_given_back = False
+        # Why this session can no longer be used: a commit failed after its transaction
+        # had moved the session's copy ahead of the rows (decision 0136); None while usable.
+        self.broken: str | None = None
+        self._approvals_put = 0
         # Writes made in memory and not yet committed: a step's claim and its decision,
         # which join the next commit of the plan (decision 0088's two-commit step).
         self._deferred: list[_Deferred] = []
@@ -454,6 +458,23 @@ class RunSession:
         if isinstance(point, _Planned):
             point = commit.point
         in_tx = None if point is None else partial(self.probe_in_tx, point)
+        copy = (self.run, self.steps.writes, self._approvals_put)
+        try:
+            return await self._write(commit, fn, point, in_tx)
+        except asyncio.CancelledError:
+            raise  # the commit may have been made or not: a cancelled loop stops anyway
+        except BaseException as failed:
+            if copy != (self.run, self.steps.writes, self._approvals_put):
+                await self._broke(commit, failed)
+            raise
+
+    async def _write(
+        self,
+        commit: Commit,
+        fn: Callable[[Tx], T],
+        point: str | None,
+        in_tx: Callable[[], None] | None,
+    ) -> T:
         deferred, self._deferred = self._deferred, []
         if not deferred:
             out = await write_through(self.config, commit, fn, in_tx)
@@ -483,6 +504,23 @@ class RunSession:
         if point is not None:
             await self.probe(point)
         return out
+
+    async def _broke(self, commit: Commit, failed: BaseException) -> None:
+        """A commit failed after its transaction had written to the session's copy: the
+        copy is ahead of the rows (a tool's outcome, say, that the record does not hold).
+        The session is not used again (`broken`); its run is read back, where the store
+        still answers, so that what it shows and how it closes follow the record."""
+        what = exception_text(failed)
+        self.broken = (
+            f"the {commit.name} commit of run {self.run_id} failed ({what}); "
+            "what it would have recorded is not in the record"
+        )
+        try:
+            self.run = await run_io(partial(self.config.store.get_run, self.run_id))
+        except Exception:  # the store may be what failed: the session stays unusable anyway
+            logging.getLogger("agentrt").warning(
+                "could not read run %s back after a failed commit", self.run_id, exc_info=True
+            )
 
     def _with_deferred(
         self, deferred: Sequence[_Deferred], fn: Callable[[Tx], T], tx: Tx
@@ -658,14 +696,15 @@ class RunSession:
         Every copy put here is what a named write of the store's `Tx`
         returned as written (the hot ones build it from the values they wrote,
         with the reader's own decoders, instead of reading the rows back). (A
-        transaction that fails leaves the copy ahead of the rows; the loop
-        then stops with the error, and the session is not used again.)
+        transaction that fails leaves the copy ahead of the rows; the session is
+        then `broken` and not used again: decision 0136.)
         """
         self.steps.put(step)
         return step
 
     def put_approval(self, approval: Approval) -> Approval:
         """Replace the session's copy of `approval` (by id), or add it as the newest."""
+        self._approvals_put += 1
         for i in range(len(self.approvals) - 1, -1, -1):
             if self.approvals[i].id == approval.id:
                 self.approvals[i] = approval
