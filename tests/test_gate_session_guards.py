@@ -103,12 +103,13 @@ def test_a_terminal_tools_failed_outcome_commit_shows_the_run_as_recorded_and_fr
     assert store.lease(session.run_id).owner == ""
 
 
-def test_a_commit_that_failed_before_writing_to_the_copy_leaves_the_session_usable(
+def test_a_steps_failed_first_commit_runs_nothing_and_leaves_what_a_death_would(
     any_store: agentrt.Store,
 ) -> None:
-    """The step's first commit fails in front of the tool's start (its claim, decision and
-    verdict kept in memory): nothing ran, and the same session is refused nothing but
-    that step, as before; only a copy moved ahead of the rows breaks a session."""
+    """The step's first commit fails in front of the tool's start (its claim and decision,
+    kept in memory, go with it): nothing ran; the session, whose copy had the call
+    started, is not used again; its close commits the claim and decision alone, as a
+    death before the start would leave them, and the next owner goes on."""
     store = any_store
     pay = RecordingTool("pay", SideEffect.LOCAL_MUTATION)
     session = make_gate(store, pay, probe_in_tx=fail_once_at("step.tool_started")).begin_sync("pay")
