@@ -239,11 +239,17 @@ def _lease_proof(
     try:
         return check_live_lease(lease, me.owner, lease_now())
     except RunLeasedError as exc:
-        return Refusal(exc, live(exc.owner, exc.expires_at))
+        return Refusal(exc, live(exc.owner, exc.expires_at, lease.status))
 
 
-def live(owner: str, expires_at: Any) -> str:
-    """Why `recover()` skips a run under another owner's live lease."""
+def live(owner: str, expires_at: Any, status: str = RunStatus.RUNNING) -> str:
+    """Why `recover()` skips a run under another owner's live lease (a RUNNING run's, or
+    a WAITING run's approved request held by another program's attach)."""
+    if status == RunStatus.WAITING_FOR_APPROVAL:
+        return (
+            f"WAITING_FOR_APPROVAL, its approved request held by {owner} until {expires_at} "
+            "(another program is resuming it); not taken"
+        )
     return f"RUNNING under a live lease held by {owner} until {expires_at}; not taken"
 
 

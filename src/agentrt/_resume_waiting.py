@@ -43,6 +43,7 @@ from ._records import (
 )
 from ._session import (
     LoopConfig,
+    RunMoved,
     RunSession,
     release_lease,
     run_io,
@@ -101,14 +102,25 @@ async def resume_waiting(
         raise RunStateError(f"the latest approval {latest.id} of run {run.id} is {latest.status}")
     verify_stored(latest)
     await _hold(config, run, latest)
+    # The hold is renewed from here, while the policy (consumer code, maybe slow) judges
+    # the request again: a hold that lapsed meanwhile would let a second attach hold the
+    # run and be told the same call is allowed (decision 0137).
+    session.start_heartbeat()
     try:
         await _judge(session, step, latest)
+    except RunMoved as moved:  # ended meanwhile (an operator's cancel): nothing was written
+        session.stop_heartbeat()
+        session.run = moved.run
+        return session
     except BaseException:
         # Whatever was not written, the run still waits: let the next attach judge it
         # at once rather than after the lease lapses.
+        session.stop_heartbeat()
         with contextlib.suppress(Exception):  # a closed store: the lease then lapses
             await asyncio.shield(run_io(lambda: release_lease(config, run.id)))
         raise
+    if not session.has_allowed_call() and session.run.status != RunStatus.RUNNING:
+        session.stop_heartbeat()  # paused again or ended: nothing of it is held any more
     return session
 
 
@@ -121,6 +133,8 @@ async def _fail_undecodable(session: RunSession, step: Step, why: str) -> None:
     now = session.config.clock()
     session.set_mark(now)
     detail = f"the run's record cannot be read back ({why}); it is not continued"
+    mine = [a for a in session.approvals if a.step_id == step.id]
+    latest = mine[-1].id if mine else ""
 
     def tx_fail(tx: Tx) -> None:
         settled = tx.end_waiting(
@@ -130,10 +144,15 @@ async def _fail_undecodable(session: RunSession, step: Step, why: str) -> None:
             status=RunStatus.FAILED,
             reason=TerminalReason.INTERNAL_ERROR,
             detail=detail,
+            expire=latest,  # nobody can decide it any more (decision 0137)
             now=now,
         )
         session.run = settled.run
         session.put_step(settled.step)
+        if latest:
+            expired = tx.approval_of_run(latest, session.run_id)
+            if expired is not None:
+                session.put_approval(expired)
 
     await session.write(plan.WAIT_ENDED, tx_fail)
 

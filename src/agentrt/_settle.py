@@ -42,7 +42,7 @@ from ._commit_plan import (
     POINT_RESUMED,
     Commit,
 )
-from ._errors import RunStateError
+from ._errors import LeaseLostError, RunStateError
 from ._lease import holder_json
 from ._records import (
     JSON,
@@ -59,6 +59,7 @@ from ._records import (
 from ._session import (
     AllowedCall,
     PolicyCheck,
+    RunMoved,
     RunSession,
     VerdictOutcome,
 )
@@ -66,6 +67,8 @@ from ._store import Tx
 from ._store._records import ToolStart, tool_start
 
 INTERRUPTED_KIND = "interrupted_side_effect"
+
+_ENDED = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED)
 
 
 @dataclass(frozen=True)
@@ -145,6 +148,11 @@ class FromWaiting:
     paused: ClassVar[Commit] = plan.RE_PAUSED
 
     def enter(self, session: RunSession, tx: Tx, step: Step) -> datetime:
+        guarded = tx.lock_run(session.run_id)
+        if guarded is not None and guarded.lease.status in _ENDED:
+            # Ended while the request was judged again (an operator's cancel): the resume
+            # finds it here, at its write, and returns the run as it ended (decision 0137).
+            raise RunMoved(guarded.run)
         require_latest(tx, step.id, self.approval)
         return self.when()
 
@@ -154,14 +162,26 @@ class FromWaiting:
         decided = self.approval.decided_at
         return grant_ttl is not None and decided is not None and self.when() >= decided + grant_ttl
 
-    def take(self, session: RunSession, tx: Tx, now: datetime) -> None:
-        """Take the lease of the waiting run back to RUNNING; `run.resumed`."""
+    def take(
+        self, session: RunSession, tx: Tx, now: datetime, *, side_effect: bool = False
+    ) -> None:
+        """Take the lease of the waiting run back to RUNNING; `run.resumed`. Before a side
+        effect, a hold of this session's that lapsed (a stall past its lease, nobody having
+        taken the run) starts nothing, as a RUNNING run's lapsed lease starts nothing."""
         config = session.config
+        lease_now = tx.lease_now(config.wall)
+        if side_effect:
+            held = tx.lock_lease(session.run_id)
+            if held is not None and held.held_by(config.owner) and not held.live_at(lease_now):
+                raise LeaseLostError(
+                    f"the hold on run {session.run_id} lapsed at {held.shown_expiry()}; "
+                    "no side effect is started on a lapsed lease"
+                )
         leased = tx.leave_waiting(
             session.run_id,
             self.approval.id,
             owner=config.owner,
-            expires_at=tx.lease_now(config.wall) + config.lease_ttl,
+            expires_at=lease_now + config.lease_ttl,
             holder=holder_json(),
             now=now,
         )
@@ -337,7 +357,7 @@ async def start_resumed(session: RunSession, call: AllowedCall) -> datetime | No
 
     def tx_resume(tx: Tx) -> None:
         now = origin.enter(session, tx, step)
-        origin.take(session, tx, now)
+        origin.take(session, tx, now, side_effect=True)
         start_tool_in(session, tx, now, step, start, from_step=origin.from_step)
 
     await session.write(plan.RESUMED, tx_resume)

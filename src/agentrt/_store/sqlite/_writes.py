@@ -1025,12 +1025,17 @@ class SqliteTx(TxReads):
         reason: str,
         detail: str,
         policy: dict[str, Any] | None = None,
+        expire: str = "",
         now: datetime,
     ) -> Settled:
         """End a WAITING run: its step awaiting approval fails with `observation`
         (`step.policy` first when given, then `step.failed`), the run ends `status`
         (`run.finished`). The one way a run ends from waiting: a policy that aborts or
-        fails at a resume, an approval or grant that expired, a rejection."""
+        fails at a resume, an approval or grant that expired, a rejection, a record that
+        will not decode. `expire` names the step's approval, expired if still pending (a
+        run that ended can never have it decided)."""
+        if expire:
+            self.expire_approval(expire)
         return self._end_with_step(
             run_id,
             step_id,
