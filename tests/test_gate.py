@@ -357,8 +357,12 @@ def test_execute_after_a_cancel_of_a_held_waiting_run_raises_and_writes_nothing(
     before = snapshot(db_path)
     allowed = session.current()
     assert allowed is not None
-    with pytest.raises(agentrt.RunStateError, match="nothing was executed"):
+    # Found at the write that would leave WAITING, as a running run's cancel is (0137).
+    with pytest.raises(
+        agentrt.RunStateError, match=f"^run {run.id} moved before the tool started; nothing ran$"
+    ):
         allowed.execute_sync()
+    assert session.run.status == "CANCELLED"
     assert snapshot(db_path) == before
     assert push.calls == []
     assert store.get_run(run.id).status == "CANCELLED"
