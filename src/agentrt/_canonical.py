@@ -24,7 +24,7 @@ import sys
 # slow paths below unescape and escape strings exactly like the fast ones (CPython).
 from _json import encode_basestring as _encode_basestring
 from _json import scanstring as _scanstring
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from itertools import accumulate
 from typing import Any, NoReturn
 
@@ -600,7 +600,7 @@ def _check(value: Any, depth: int, limit: int) -> None:
         if depth >= limit:
             raise _Refusal(f"nesting deeper than {limit}")
         plain_keys = True
-        for key, item in value.items():
+        for key, item in dict.items(value):
             if type(key) is not str:
                 if not isinstance(key, str):
                     raise _Refusal(f"an object key must be a str, not {type(key).__name__}")
@@ -627,12 +627,14 @@ def _check(value: Any, depth: int, limit: int) -> None:
                 exc.reversed_path.append(str.__str__(key))
                 raise
         # Two str-subclass keys can be distinct dict keys yet the same JSON string.
-        if not plain_keys and len({str.__str__(key) for key in value}) != len(value):
+        if not plain_keys and len({str.__str__(key) for key in dict.keys(value)}) != len(
+            dict.keys(value)
+        ):
             raise _Refusal("two keys of this object are the same string")
     elif isinstance(value, list | tuple):
         if depth >= limit:
             raise _Refusal(f"nesting deeper than {limit}")
-        for index, item in enumerate(value):
+        for index, item in enumerate(_members(value)):
             kind = type(item)
             if kind is str:
                 if item.isascii():
@@ -655,7 +657,7 @@ def _check(value: Any, depth: int, limit: int) -> None:
     elif isinstance(value, JSONFloat | JSONInt):
         pass  # their constructors checked the literal
     elif isinstance(value, int):
-        _check_int(int(value))
+        _check_int(int.__int__(value))
     elif isinstance(value, float):
         if not math.isfinite(value):
             raise _Refusal(f"{float(value)!r} is not a JSON number")
@@ -845,7 +847,7 @@ def _write(value: Any, out: list[str]) -> None:
     elif isinstance(value, JSONFloat | JSONInt):
         out.append(value.literal)
     elif isinstance(value, int):
-        out.append(_int_to_decimal(int(value)))
+        out.append(_int_to_decimal(int.__int__(value)))
     elif isinstance(value, float):
         out.append(float.__repr__(value))
     elif isinstance(value, dict):
@@ -853,7 +855,7 @@ def _write(value: Any, out: list[str]) -> None:
             out.append("{}")
             return
         separator = "{"
-        for key, item in sorted(((str.__str__(k), v) for k, v in value.items()), key=_first):
+        for key, item in sorted(((str.__str__(k), v) for k, v in dict.items(value)), key=_first):
             out.append(separator)
             out.append(_encode_basestring(key))
             out.append(":")
@@ -865,7 +867,7 @@ def _write(value: Any, out: list[str]) -> None:
             out.append("[]")
             return
         separator = "["
-        for item in value:
+        for item in _members(value):
             out.append(separator)
             _write(item, out)
             separator = ","
@@ -874,6 +876,12 @@ def _write(value: Any, out: list[str]) -> None:
 
 def _first(pair: tuple[str, Any]) -> str:
     return pair[0]
+
+
+def _members(value: list[Any] | tuple[Any, ...]) -> Iterator[Any]:
+    """A list's or tuple's items by the base type's iterator: a subclass's own `__iter__`
+    is never asked (it could answer differently at each read, or never end)."""
+    return list.__iter__(value) if isinstance(value, list) else tuple.__iter__(value)
 
 
 def _finish(text: str, *, html: bool) -> str:
@@ -906,7 +914,9 @@ def _copy(value: Any, depth: int) -> Any:
         if depth >= MAX_STORED_DEPTH:
             raise _Refusal(f"nesting deeper than {MAX_STORED_DEPTH}")
         copied: dict[str, Any] = {}
-        for key, item in value.items():
+        for key, item in dict.items(value):
+            if type(key) is not str and isinstance(key, str):
+                key = str.__str__(key)
             kind = type(item)
             if kind is str or kind is int or kind is bool or item is None or kind is float:
                 copied[key] = item
@@ -921,7 +931,7 @@ def _copy(value: Any, depth: int) -> Any:
         if depth >= MAX_STORED_DEPTH:
             raise _Refusal(f"nesting deeper than {MAX_STORED_DEPTH}")
         items: list[Any] = []
-        for index, item in enumerate(value):
+        for index, item in enumerate(_members(value)):
             kind = type(item)
             if kind is str or kind is int or kind is bool or item is None or kind is float:
                 items.append(item)
@@ -932,6 +942,13 @@ def _copy(value: Any, depth: int) -> Any:
                 exc.reversed_path.append(index)
                 raise
         return items
-    if value is None or isinstance(value, str | int | float):
+    if value is None or isinstance(value, bool | JSONFloat | JSONInt):
         return value
+    # A subclass's own methods may say otherwise: the value is the base type's.
+    if isinstance(value, str):
+        return str.__str__(value)
+    if isinstance(value, int):
+        return int.__int__(value)
+    if isinstance(value, float):
+        return float.__float__(value)
     raise _Refusal(f"{type(value).__module__}.{type(value).__qualname__} is not a JSON value")

@@ -21,7 +21,8 @@ all see exactly what was recorded, and nothing the agent still holds.
 from __future__ import annotations
 
 import base64
-from collections.abc import Mapping
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -238,20 +239,50 @@ def _invalid(recorded: RecordedDecision, tools: Mapping[str, CompiledTool]) -> s
             return "the reply was cut off before it finished (truncated); nothing was executed"
         if decision.kind == DecisionKind.NO_TOOL_CALL:
             return "the reply contained no tool call; call a tool, or complete or fail the goal"
-        return f"unknown decision kind {decision.kind!r}: expected tool_call, complete or fail"
+        kind = _named(decision.kind)
+        return f"unknown decision kind {kind}: expected tool_call, complete or fail"
     if decision.origin not in _KNOWN_ORIGINS:
-        return f"unknown decision origin {decision.origin!r}"
+        return f"unknown decision origin {_named(decision.origin)}"
     if decision.kind == DecisionKind.TOOL_CALL:
         if not decision.tool:
             return "a tool_call must name a tool"
         compiled = tools.get(decision.tool)
         if compiled is None:
             names = ", ".join(sorted(tools)) or "none"
-            return f"unknown tool {decision.tool!r}; registered tools: {names}"
+            return f"unknown tool {_named(decision.tool)}; registered tools: {names}"
         errors = compiled.check({} if decision.args is None else decision.args)
         if errors:
-            return f"args do not match the input schema of {decision.tool!r}: " + "; ".join(errors)
+            return f"args do not match the input schema of {_named(decision.tool)}: " + _listed(
+                errors
+            )
     return None
+
+
+_NAMED_MAX = 80
+"""Characters of an agent's text (a tool name, a kind) echoed in an error it is shown."""
+
+_ERRORS_SHOWN = 10
+_ERROR_MAX = 300
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _named(text: str) -> str:
+    """`text` quoted (control characters escaped, as `repr` does), cut to `_NAMED_MAX`."""
+    return repr(text if len(text) <= _NAMED_MAX else text[:_NAMED_MAX] + "…")
+
+
+def _listed(errors: Sequence[str]) -> str:
+    """The first `_ERRORS_SHOWN` schema errors, each cut and its control characters
+    escaped (a property name is the agent's text), and how many more there were."""
+    shown = [
+        _CONTROL.sub(
+            lambda m: f"\\x{ord(m[0]):02x}", e if len(e) <= _ERROR_MAX else e[:_ERROR_MAX] + "…"
+        )
+        for e in errors[:_ERRORS_SHOWN]
+    ]
+    more = len(errors) - len(shown)
+    return "; ".join(shown) + (f"; and {more} more" if more > 0 else "")
 
 
 def call_args(decision: Decision) -> Any:

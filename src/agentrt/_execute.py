@@ -49,7 +49,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
-from ._canonical import check_json
+from ._canonical import check_json, copy_json
 from ._decisions import _MAX_KEPT, _kept_text
 from ._errors import AbortRun, JSONValueError, OutcomeUnknown
 from ._foreign import exception_text, plain_text, type_name
@@ -106,8 +106,13 @@ def _result_observation(spec: ToolSpec, result: Any) -> Observation:
             content_text=_kept_text(result.summary),
         )
     try:
-        check_json(result.content)
-        result.summary.encode("utf-8")
+        # One read of the tool's content, into plain values nobody else holds: what is
+        # checked is what is hashed, recorded and shown, whatever the tool's own object
+        # (a dict its thread still changes, a subclass answering differently) does next.
+        content = copy_json(result.content)
+        check_json(content)
+        summary = str.__str__(result.summary)
+        summary.encode("utf-8")
     except (JSONValueError, UnicodeEncodeError, RecursionError, TypeError, ValueError) as exc:
         return _error(
             spec,
@@ -115,7 +120,7 @@ def _result_observation(spec: ToolSpec, result: Any) -> Observation:
             f"tool content is not usable JSON: {exc}",
             content_text=_kept_text(result.content),
         )
-    return Observation.tool_result(result.content, result.summary)
+    return Observation.tool_result(content, summary)
 
 
 Future = concurrent.futures.Future[Any]

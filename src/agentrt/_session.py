@@ -806,7 +806,9 @@ class RunSession:
         if error is not None:
             return PolicyCheck(None, error)
         payload = {
-            "decision": result.to_json(),
+            # A copy: the policy's own capability and presentation (a dict it shares
+            # between runs, say) may change before `execute` records them (decision 0138).
+            "decision": copy_json(result.to_json()),
             "policy_id": self.config.policy_id,
             "spec_hash": self.config.spec_hashes[spec.name],
             "view": policy_view_counters(self.run, view.steps),
