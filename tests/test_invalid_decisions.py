@@ -258,14 +258,28 @@ def test_a_str_subclass_whose_methods_raise_is_recorded_as_plain_text(
     assert [c.args for c in tool.calls] == [{"x": 1}]
 
 
-def test_args_whose_iteration_raises_become_invalid_decision(any_store: agentrt.Store) -> None:
+def test_args_whose_own_iteration_raises_are_read_by_the_base_type(
+    any_store: agentrt.Store,
+) -> None:
+    # As a str subclass's: none of its own methods is asked (decision 0138); what the
+    # dict holds is the args, recorded, judged and passed as plain values.
     store = any_store
     args = ExplodingDict(x=1)
-    run = drive(store, first_then_complete(Decision.tool_call("read", args)))
-    decision = assert_first_step_invalid(
-        store, run, "args are not usable JSON: not usable JSON: RuntimeError: items refuses"
+    tool = RecordingTool("read", SideEffect.READ_ONLY)
+    driver = agentrt.Driver(
+        store=store,
+        agent=first_then_complete(Decision.tool_call("read", args)),
+        policy=agentrt.default_policy(),
+        tools=[tool],
+        now=FakeClock(),
+        new_id=Ids(),
     )
-    assert decision.invalid_args == "{'x': 1} (shortened: repr raised RuntimeError)"
+    run = driver.start_sync("goal")
+    assert (run.status, run.reason) == ("COMPLETED", "goal_completed")
+    first = store.list_steps(run.id)[0]
+    assert first.status == "done"
+    assert first.decision == Decision(kind="tool_call", tool="read", args={"x": 1})
+    assert [(c.args, type(c.args)) for c in tool.calls] == [({"x": 1}, dict)]
 
 
 class ArmedKey(str):
