@@ -30,7 +30,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 from . import _commit_plan as plan
 from ._canonical import canonical_json
@@ -42,7 +42,7 @@ from ._errors import (
     ServedModelError,
     TransientModelError,
 )
-from ._foreign import exception_text
+from ._foreign import exception_text, type_name
 from ._model import (
     Model,
     ModelConfig,
@@ -104,7 +104,9 @@ class AccountingCaller:
         self._model = model
         self._config = config
         self._sleep = sleep
-        self._in_flight: dict[str, Projection] = {}
+        # The run's requests in flight, shared by every step's caller of the session: a
+        # handle an agent kept from an earlier step reserves against the same limits.
+        self._in_flight: dict[str, Projection] = session.models_in_flight
         self.name = model.name
 
     async def generate(self, request: ModelRequest) -> ModelResponse:
@@ -176,8 +178,8 @@ class AccountingCaller:
 
         def tx_dispatch(tx: Tx) -> _Attempt:
             run = session.require_lease(tx, side_effect=True)
-            self._check_limits(run, projection)
             now = config.clock()
+            self._check_limits(run, projection, now)
             call_id = config.new_id()
             session.run = tx.dispatch_model_call(
                 session.run_id,
@@ -194,9 +196,24 @@ class AccountingCaller:
 
         return await session.write(plan.MODEL_DISPATCHED, tx_dispatch)
 
-    def _check_limits(self, run: Run, projection: Projection) -> None:
+    def _check_limits(self, run: Run, projection: Projection, now: datetime) -> None:
         limits = run.limits
         in_flight = list(self._in_flight.values())
+        # Time first: a request is an action, and none starts once a time limit is
+        # reached (however long the step's earlier attempts took).
+        active = self._session.active_time_at(now)
+        if limits.max_active_time is not None and active >= limits.max_active_time:
+            raise LimitExceeded(
+                TerminalReason.LIMIT_ACTIVE_TIME,
+                f"active time {active} reached max_active_time {limits.max_active_time}",
+            )
+        if limits.max_elapsed_time is not None and run.created_at is not None:
+            elapsed = now - run.created_at
+            if elapsed >= limits.max_elapsed_time:
+                raise LimitExceeded(
+                    TerminalReason.LIMIT_ELAPSED_TIME,
+                    f"elapsed time {elapsed} reached max_elapsed_time {limits.max_elapsed_time}",
+                )
         if limits.max_model_calls is not None and run.model_calls + 1 > limits.max_model_calls:
             raise LimitExceeded(
                 TerminalReason.LIMIT_MODEL_CALLS,
@@ -337,7 +354,10 @@ class AccountingCaller:
         config = self._config
         if not outcome.retryable or attempt > config.max_retries:
             return None
-        wait: timedelta = config.backoff * (2 ** (attempt - 1))
+        try:
+            wait: timedelta = config.backoff * (2 ** (attempt - 1))
+        except OverflowError:  # a backoff past any date: no attempt would ever come
+            return None
         retry_after = _as_timedelta(outcome.retry_after)
         if retry_after is not None:
             if retry_after > config.max_retry_after:
@@ -356,14 +376,17 @@ class AccountingCaller:
             return False
         now = session.config.clock()
         active = limits.max_active_time
-        if active is not None and session.active_time_at(now) + wait >= active:
-            return True
         elapsed = limits.max_elapsed_time
-        return (
-            elapsed is not None
-            and run.created_at is not None
-            and now + wait >= run.created_at + elapsed
-        )
+        try:
+            if active is not None and session.active_time_at(now) + wait >= active:
+                return True
+            return (
+                elapsed is not None
+                and run.created_at is not None
+                and now + wait >= run.created_at + elapsed
+            )
+        except OverflowError:  # a wait past any date passes every limit
+            return True
 
 
 @dataclass(frozen=True)
@@ -393,9 +416,11 @@ def output_ceiling(cap: int) -> int:
 def usage_problem(usage: Usage, cap: int | None) -> str | None:
     """Why reported usage cannot be charged as reported, or None when it can.
 
-    Implausible usage (negative, not an integer, cached above input, or output
-    above what the request's cap allows) is charged the conservative estimate.
+    Implausible usage (not a `Usage`, negative, not an integer, cached above input, or
+    output above what the request's cap allows) is charged the conservative estimate.
     """
+    if not isinstance(cast(object, usage), Usage):
+        return f"the reported usage is a {type_name(usage)}, not a Usage"
     if not usage.plausible:
         return f"the reported usage is not plausible: {usage}"
     if cap is not None and usage.output_tokens > output_ceiling(cap):
@@ -412,5 +437,10 @@ def _as_timedelta(value: Any) -> timedelta | None:
     if isinstance(value, timedelta):
         return value
     if isinstance(value, int | float) and not isinstance(value, bool):
-        return timedelta(seconds=value)
+        if value != value:  # NaN: no wait at all is said
+            return None
+        try:
+            return timedelta(seconds=value)
+        except OverflowError:  # infinite or beyond any date: longer than any wait allowed
+            return timedelta.max
     return None

@@ -163,6 +163,10 @@ _COUNT_LIMITS = (
 )
 
 
+MAX_DURATION_LIMIT = timedelta(days=36_500)
+"""The longest duration a limit takes (about a hundred years); None means unlimited."""
+
+
 @dataclass(frozen=True)
 class Limits:
     """What a run may consume. The first three must be positive; None means unlimited."""
@@ -196,6 +200,12 @@ class Limits:
             value = getattr(self, name)
             if value is not None and (not isinstance(value, timedelta) or value <= timedelta(0)):
                 raise ConfigError(f"Limits.{name} must be None or a positive timedelta")
+            if value is not None and value > MAX_DURATION_LIMIT:
+                # Added to a date, a longer one overflows mid-run (decision 0139).
+                raise ConfigError(
+                    f"Limits.{name} must be at most {MAX_DURATION_LIMIT.days} days; "
+                    "None means unlimited"
+                )
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {name: getattr(self, name) for name in _COUNT_LIMITS}

@@ -428,6 +428,9 @@ class RunSession:
         # had moved the session's copy ahead of the rows (decision 0136); None while usable.
         self.broken: str | None = None
         self._approvals_put = 0
+        # Each model request in flight and what it may use, by call id (the accounting
+        # caller of every step reserves against the run's limits through it).
+        self.models_in_flight: dict[str, Any] = {}
         # Writes made in memory and not yet committed: a step's claim and its decision,
         # which join the next commit of the plan (decision 0088's two-commit step).
         self._deferred: list[_Deferred] = []

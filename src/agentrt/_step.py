@@ -455,7 +455,14 @@ async def _finish_tool(
 
 
 _MODEL_LIMITS = frozenset(
-    {TerminalReason.LIMIT_MODEL_CALLS, TerminalReason.LIMIT_TOKENS, TerminalReason.LIMIT_COST}
+    {
+        TerminalReason.LIMIT_MODEL_CALLS,
+        TerminalReason.LIMIT_TOKENS,
+        TerminalReason.LIMIT_COST,
+        # A model request is an action: none starts past a time limit (decision 0139).
+        TerminalReason.LIMIT_ACTIVE_TIME,
+        TerminalReason.LIMIT_ELAPSED_TIME,
+    }
 )
 
 
