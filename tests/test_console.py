@@ -119,7 +119,10 @@ def test_a_run_page_shows_the_waiting_request_field_by_field_as_the_cli_renders_
     expected = [(p.lstrip("."), v) for p, v in approval_fields(hashed_content(approval))][1:]
     # The one nanosecond field shows its unit beside the hashed integer.
     expected = [(p, f"{v} (5 s)" if p == "request.spec.timeout" else v) for p, v in expected]
-    cells = re.findall(r'<th class="path" scope="row">(.*?)</th><td class="value">(.*?)</td>', page)
+    cells = re.findall(
+        r'<th class="path" scope="row">(.*?)</th><td class="value"><bdo dir="ltr">(.*?)</bdo></td>',
+        page,
+    )
     assert [(_cell_text(p), _cell_text(v)) for p, v in cells] == expected
     assert ("request.spec.timeout", "5000000000 (5 s)") in expected
     assert f'<input type="hidden" name="hash" value="{approval.hash}">' in page
@@ -313,8 +316,9 @@ def test_the_request_puts_what_is_decided_and_the_buttons_before_the_folded_hash
     assert (
         '<dt>tool</dt><dd><code>send</code> <span class="size">(remote_mutation)</span></dd>'
         '<dt>arguments</dt><dd><table class="args">'
-        '<tr><th scope="row">body</th><td>&quot;hello&quot;</td></tr>'
-        '<tr><th scope="row">to</th><td>&quot;alice&quot;</td></tr></table></dd>'
+        '<tr><th scope="row">body</th><td><bdo dir="ltr">&quot;hello&quot;</bdo></td></tr>'
+        '<tr><th scope="row">to</th><td><bdo dir="ltr">&quot;alice&quot;</bdo></td></tr>'
+        "</table></dd>"
         "<dt>why asked</dt><dd>&quot;tool &#x27;send&#x27; changes a remote system; a person must "
         "approve it&quot;</dd>"
         '<dt>if you approve</dt><dd class="does">Lets the run call send once with exactly these '
@@ -326,7 +330,8 @@ def test_the_request_puts_what_is_decided_and_the_buttons_before_the_folded_hash
     assert '<details class="full" open' not in request  # folded until asked for
     # The folded view has the duration beside its integer.
     assert (
-        '<span class="key">.timeout</span></th><td class="value">5000000000 (5 s)</td>' in request
+        '<span class="key">.timeout</span></th><td class="value"><bdo dir="ltr">5000000000 (5 s)'
+        "</bdo></td>" in request
     )
 
 
@@ -362,7 +367,9 @@ def test_a_presentation_showing_other_arguments_than_the_request_is_flagged_abov
     assert page.index(warning) < page.index("Approve as alice</button>")
     # The summary shows what runs (the request's arguments), not what was presented.
     head = page[: page.index('<details class="full">')]
-    assert '<tr><th scope="row">to</th><td>&quot;mallory&quot;</td></tr>' in head
+    assert (
+        '<tr><th scope="row">to</th><td><bdo dir="ltr">&quot;mallory&quot;</bdo></td></tr>' in head
+    )
     assert "harmless" not in head
     program.close()
 

@@ -461,3 +461,62 @@ def test_the_demo_stopped_at_its_approval_is_approved_in_the_browser_and_finishe
         assert finished.returncode == 0, finished.stdout + finished.stderr
         expect(page.locator("#live-summary .pill")).to_have_text("completed")
         expect(page.locator(".timeline")).to_contain_text("charge_card started again, as approved")
+
+
+# -- a right-to-left letter in a value (decision 0140) ----------------------------------
+
+BIDI_ACCOUNT = "acct 1111 \u05e9 2222 3333"
+BIDI_GROUPS = ["1111", "2222", "3333"]
+
+# For each element matched, the x position of each group's first character as laid out.
+BIDI_POSITIONS = """([selector, groups]) => {
+  const out = [];
+  for (const el of document.querySelectorAll(selector)) {
+    const walker = document.createTreeWalker(el, NodeFilter.SHOW_TEXT);
+    let node;
+    while ((node = walker.nextNode())) {
+      if (!groups.every((g) => node.data.includes(g))) continue;
+      out.push(groups.map((g) => {
+        const r = document.createRange();
+        const i = node.data.indexOf(g);
+        r.setStart(node, i);
+        r.setEnd(node, i + 1);
+        return r.getBoundingClientRect().left;
+      }));
+    }
+  }
+  return out;
+}"""
+
+
+def test_digits_after_a_right_to_left_letter_are_shown_in_the_order_they_are_hashed(
+    page: Any, db_path: Path
+) -> None:
+    """A model writes `to = "acct 1111 ש 2222 3333"`: that exact string is hashed and
+    approved, and the page must lay its digit groups out in that order. Without the values'
+    `<bdo dir="ltr">` the browser's bidi algorithm showed "1111 3333 2222" (found by an
+    attack), in the summary's argument cell and in the full hashed view alike."""
+    from starlette.testclient import TestClient
+
+    from agentrt.console import ConsoleConfig, create_app
+
+    def waiting_page() -> str:  # off Playwright's own event loop
+        program = Program(db_path, [send(BIDI_ACCOUNT), Decision.complete({})])
+        try:
+            run = program.start()
+            assert program.pending(run.id).request["args"]["to"] == BIDI_ACCOUNT
+            app = create_app(ConsoleConfig(db_path=str(db_path), by="alice"))
+            client = TestClient(app, base_url="http://127.0.0.1:8765")
+            return client.get(f"/runs/{run.id}").text
+        finally:
+            program.close()
+
+    with concurrent.futures.ThreadPoolExecutor(1) as worker:
+        markup = worker.submit(waiting_page).result()
+    page.set_content(markup)
+    page.evaluate("document.querySelectorAll('details').forEach(d => d.open = true)")
+    for selector in ("table.args td", "table.fields td"):
+        laid_out = page.evaluate(BIDI_POSITIONS, [selector, BIDI_GROUPS])
+        assert laid_out, f"{selector}: no cell holds the value"
+        for xs in laid_out:
+            assert xs == sorted(xs), f"{selector}: the groups laid out at x={xs}"

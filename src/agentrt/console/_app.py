@@ -139,7 +139,9 @@ class _Guard(BaseHTTPMiddleware):
 async def _form(request: Request, config: ConsoleConfig, *, csrf: bool = True) -> dict[str, str]:
     """The posted form, at most BODY_LIMIT bytes; the CSRF token checked unless told not to."""
     declared = request.headers.get("content-length")
-    if declared is not None and (not declared.isdigit() or int(declared) > BODY_LIMIT):
+    if declared is not None and (
+        not (declared.isascii() and declared.isdigit()) or int(declared) > BODY_LIMIT
+    ):
         raise _Refused(413, "Too large", "The form was larger than the console accepts.")
     body = bytearray()
     async for chunk in request.stream():
@@ -225,7 +227,8 @@ def create_app(config: ConsoleConfig) -> Starlette:
         if status is not None and status not in {s.value for s in RunStatus}:
             raise _Refused(400, "Bad request", "No such status.")
         offset_text = request.query_params.get("offset", "0")
-        if not offset_text.isdigit() or len(offset_text) > 12:
+        # ASCII digits only: `isdigit` also says yes to "²" or "①", which int() refuses.
+        if not (offset_text.isascii() and offset_text.isdigit()) or len(offset_text) > 12:
             raise _Refused(400, "Bad request", "The offset must be a whole number.")
         data = await read(
             lambda s: _data.index_data(s, status=status, offset=int(offset_text), limit=PAGE)

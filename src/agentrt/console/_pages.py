@@ -272,7 +272,7 @@ def _field_rows(approval: Approval) -> Html:
         out.append(
             h(
                 '<tr class="d{}"><th class="path" scope="row">{}</th>'
-                '<td class="value">{}</td></tr>',
+                '<td class="value"><bdo dir="ltr">{}</bdo></td></tr>',
                 depth,
                 _path_cell(path),
                 _value_cell(value),
@@ -286,7 +286,13 @@ def _arguments(s: Summary) -> Html:
     if not s.args:
         return h('<span class="none">{}</span>', shown_text(s.args_note or "(none)"))
     rows = join(
-        h('<tr><th scope="row">{}</th><td>{}</td></tr>', shown_text(k), shown_text(v))
+        # <bdo>: laid out in the order it is stored and hashed, a right-to-left letter in
+        # it reordering nothing around it (decision 0140).
+        h(
+            '<tr><th scope="row">{}</th><td><bdo dir="ltr">{}</bdo></td></tr>',
+            shown_text(k),
+            shown_text(v),
+        )
         for k, v in s.args
     )
     more = Html("")
