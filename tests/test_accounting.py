@@ -10,8 +10,6 @@ that take no store judge the caller's own arithmetic (prices, dollars).
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import Iterator
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any
@@ -39,32 +37,20 @@ from agentrt._model import (
     parse_dollars,
 )
 from conftest import FakeClock, Ids, RecordingTool, event_types
-from support.models import PRICE, REQUEST, FakeModel, calls, drive, model_agent, reply
+from support.models import (
+    PRICE,
+    REQUEST,
+    FakeModel,
+    calls,
+    drive,
+    model_agent,
+    recorded_sleeps,
+    reply,
+)
 from support.rows import execute
 
 # Replies that use more output than REQUEST's cap of 100 allows are not believed.
 CAP_1000 = replace(REQUEST, max_output_tokens=1000)
-
-
-@contextlib.contextmanager
-def recorded_sleeps() -> Iterator[list[float]]:
-    """Replace the caller's sleep with one that records the waits instead of waiting."""
-    import agentrt._accounting as accounting
-
-    sleeps: list[float] = []
-    original = accounting.AccountingCaller.__init__
-
-    def recording_init(self: Any, *args: Any, **kwargs: Any) -> None:
-        async def sleep(seconds: float) -> None:
-            sleeps.append(seconds)
-
-        original(self, *args, sleep=sleep, **kwargs)
-
-    accounting.AccountingCaller.__init__ = recording_init  # type: ignore[method-assign]
-    try:
-        yield sleeps
-    finally:
-        accounting.AccountingCaller.__init__ = original  # type: ignore[method-assign]
 
 
 def test_success_is_recorded_before_and_after_and_charged(any_store: agentrt.Store) -> None:

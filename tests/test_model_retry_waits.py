@@ -18,38 +18,14 @@ as a model failure.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from datetime import timedelta
-from typing import Any
 
 import pytest
 
 import agentrt
 from agentrt._errors import TransientModelError
 from agentrt._model import ModelConfig
-from support.models import PRICE, FakeModel, calls, drive, reply
-
-
-@contextlib.contextmanager
-def no_sleeping() -> Iterator[list[float]]:
-    """The caller's sleep records the waits instead of waiting (as test_accounting does)."""
-    import agentrt._accounting as accounting
-
-    sleeps: list[float] = []
-    original = accounting.AccountingCaller.__init__
-
-    def recording_init(self: Any, *args: Any, **kwargs: Any) -> None:
-        async def sleep(seconds: float) -> None:
-            sleeps.append(seconds)
-
-        original(self, *args, sleep=sleep, **kwargs)
-
-    accounting.AccountingCaller.__init__ = recording_init  # type: ignore[method-assign]
-    try:
-        yield sleeps
-    finally:
-        accounting.AccountingCaller.__init__ = original  # type: ignore[method-assign]
+from support.models import PRICE, FakeModel, calls, drive, recorded_sleeps, reply
 
 
 @pytest.mark.parametrize(
@@ -67,7 +43,7 @@ def test_a_retry_after_that_is_no_time_at_all_is_ignored_or_given_up_on(
     store = any_store
     model = FakeModel(TransientModelError("overloaded", retry_after=retry_after), reply())
     config = ModelConfig(model=model, prices=PRICE, max_retries=1, backoff=timedelta(0))
-    with no_sleeping() as slept:
+    with recorded_sleeps() as slept:
         run = drive(store, model, config=config)
     assert run.reason == reason, run.reason_detail
     assert slept == sleeps
@@ -83,7 +59,7 @@ def test_a_long_run_of_transient_errors_does_not_overflow_the_backoff(
     config = ModelConfig(
         model=model, prices=PRICE, max_retries=retries, backoff=timedelta(seconds=1)
     )
-    with no_sleeping() as slept:
+    with recorded_sleeps() as slept:
         run = drive(store, model, config=config)
     # The backoff doubles until it would pass any date: given up there, not crashed.
     assert run.reason == "model_unavailable", run.reason_detail

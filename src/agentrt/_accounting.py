@@ -43,6 +43,7 @@ from ._errors import (
     TransientModelError,
 )
 from ._foreign import exception_text, type_name
+from ._limits import time_limit_hit
 from ._model import (
     Model,
     ModelConfig,
@@ -201,19 +202,9 @@ class AccountingCaller:
         in_flight = list(self._in_flight.values())
         # Time first: a request is an action, and none starts once a time limit is
         # reached (however long the step's earlier attempts took).
-        active = self._session.active_time_at(now)
-        if limits.max_active_time is not None and active >= limits.max_active_time:
-            raise LimitExceeded(
-                TerminalReason.LIMIT_ACTIVE_TIME,
-                f"active time {active} reached max_active_time {limits.max_active_time}",
-            )
-        if limits.max_elapsed_time is not None and run.created_at is not None:
-            elapsed = now - run.created_at
-            if elapsed >= limits.max_elapsed_time:
-                raise LimitExceeded(
-                    TerminalReason.LIMIT_ELAPSED_TIME,
-                    f"elapsed time {elapsed} reached max_elapsed_time {limits.max_elapsed_time}",
-                )
+        timed = time_limit_hit(run, now, self._session.active_time_at(now))
+        if timed is not None:
+            raise LimitExceeded(timed.reason, timed.detail)
         if limits.max_model_calls is not None and run.model_calls + 1 > limits.max_model_calls:
             raise LimitExceeded(
                 TerminalReason.LIMIT_MODEL_CALLS,

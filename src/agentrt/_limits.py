@@ -68,6 +68,25 @@ def trailing_repeats(steps: Sequence[Step], args_hash: Callable[[Step], str]) ->
     return count
 
 
+def time_limit_hit(run: Run, now: datetime, active_time: timedelta) -> LimitHit | None:
+    """The run's active or elapsed time limit reached at `now`, or None: checked before a
+    step is claimed and before each model request (an action each)."""
+    limits = run.limits
+    if limits.max_active_time is not None and active_time >= limits.max_active_time:
+        return LimitHit(
+            TerminalReason.LIMIT_ACTIVE_TIME,
+            f"active time {active_time} reached max_active_time {limits.max_active_time}",
+        )
+    if limits.max_elapsed_time is not None and run.created_at is not None:
+        elapsed = now - run.created_at
+        if elapsed >= limits.max_elapsed_time:
+            return LimitHit(
+                TerminalReason.LIMIT_ELAPSED_TIME,
+                f"elapsed time {elapsed} reached max_elapsed_time {limits.max_elapsed_time}",
+            )
+    return None
+
+
 def check(
     run: Run,
     steps: Sequence[Step],
@@ -88,18 +107,9 @@ def check(
             f"{failures} failed steps in a row reached max_consecutive_tool_failures "
             f"{limits.max_consecutive_tool_failures}",
         )
-    if limits.max_active_time is not None and active_time >= limits.max_active_time:
-        return LimitHit(
-            TerminalReason.LIMIT_ACTIVE_TIME,
-            f"active time {active_time} reached max_active_time {limits.max_active_time}",
-        )
-    if limits.max_elapsed_time is not None and run.created_at is not None:
-        elapsed = now - run.created_at
-        if elapsed >= limits.max_elapsed_time:
-            return LimitHit(
-                TerminalReason.LIMIT_ELAPSED_TIME,
-                f"elapsed time {elapsed} reached max_elapsed_time {limits.max_elapsed_time}",
-            )
+    timed = time_limit_hit(run, now, active_time)
+    if timed is not None:
+        return timed
     repeats = trailing_repeats(steps, args_hash)
     if repeats >= limits.loop_threshold:
         last = steps[-1]

@@ -12,7 +12,8 @@ answers `TINY_REQUEST` (or any request) with "ok".
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import agentrt
@@ -124,3 +125,24 @@ class Replies:
         if self.requests <= self.failures:
             raise TransientModelError("busy")
         return ModelResponse("ok", (), "end_turn", Usage(1_000_000, 10, 0))
+
+
+@contextlib.contextmanager
+def recorded_sleeps() -> Iterator[list[float]]:
+    """Replace the caller's sleep with one that records the waits instead of waiting."""
+    import agentrt._accounting as accounting
+
+    sleeps: list[float] = []
+    original = accounting.AccountingCaller.__init__
+
+    def recording_init(self: Any, *args: Any, **kwargs: Any) -> None:
+        async def sleep(seconds: float) -> None:
+            sleeps.append(seconds)
+
+        original(self, *args, sleep=sleep, **kwargs)
+
+    accounting.AccountingCaller.__init__ = recording_init  # type: ignore[method-assign]
+    try:
+        yield sleeps
+    finally:
+        accounting.AccountingCaller.__init__ = original  # type: ignore[method-assign]
