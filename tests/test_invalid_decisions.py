@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 import agentrt
-from agentrt import Decision, LimitExceeded, Limits, SideEffect, StepInput
+from agentrt import Decision, LimitExceeded, Limits, SideEffect, Step, StepInput
 from agentrt._canonical import to_text
 from agentrt._decisions import RecordedDecision, record, validate
 from conftest import FakeClock, Ids, RecordingTool, event_types
@@ -234,12 +234,9 @@ def test_a_tool_name_that_is_not_a_string_becomes_invalid_decision(
     assert (decision.kind, decision.tool, decision.args) == ("tool_call", kept, {"x": 1})
 
 
-def test_a_str_subclass_whose_methods_raise_is_recorded_as_plain_text(
-    any_store: agentrt.Store,
-) -> None:
-    # Its text is usable; none of its own methods is ever called, so it is valid.
-    store = any_store
-    decision = Decision(kind=HostileStr("tool_call"), tool=HostileStr("read"), args={"x": 1})
+def read_as_plain(store: agentrt.Store, decision: Decision) -> tuple[Step, RecordingTool]:
+    """Drive `decision` (a `read` of {"x": 1}, however its values are dressed), then a
+    completion; check it ran as plain values; its first step and the tool."""
     tool = RecordingTool("read", SideEffect.READ_ONLY)
     driver = agentrt.Driver(
         store=store,
@@ -254,6 +251,16 @@ def test_a_str_subclass_whose_methods_raise_is_recorded_as_plain_text(
     first = store.list_steps(run.id)[0]
     assert first.status == "done"
     assert first.decision == Decision(kind="tool_call", tool="read", args={"x": 1})
+    return first, tool
+
+
+def test_a_str_subclass_whose_methods_raise_is_recorded_as_plain_text(
+    any_store: agentrt.Store,
+) -> None:
+    # Its text is usable; none of its own methods is ever called, so it is valid.
+    decision = Decision(kind=HostileStr("tool_call"), tool=HostileStr("read"), args={"x": 1})
+    first, tool = read_as_plain(any_store, decision)
+    assert first.decision is not None
     assert [type(first.decision.kind), type(first.decision.tool)] == [str, str]
     assert [c.args for c in tool.calls] == [{"x": 1}]
 
@@ -263,22 +270,7 @@ def test_args_whose_own_iteration_raises_are_read_by_the_base_type(
 ) -> None:
     # As a str subclass's: none of its own methods is asked (decision 0138); what the
     # dict holds is the args, recorded, judged and passed as plain values.
-    store = any_store
-    args = ExplodingDict(x=1)
-    tool = RecordingTool("read", SideEffect.READ_ONLY)
-    driver = agentrt.Driver(
-        store=store,
-        agent=first_then_complete(Decision.tool_call("read", args)),
-        policy=agentrt.default_policy(),
-        tools=[tool],
-        now=FakeClock(),
-        new_id=Ids(),
-    )
-    run = driver.start_sync("goal")
-    assert (run.status, run.reason) == ("COMPLETED", "goal_completed")
-    first = store.list_steps(run.id)[0]
-    assert first.status == "done"
-    assert first.decision == Decision(kind="tool_call", tool="read", args={"x": 1})
+    _, tool = read_as_plain(any_store, Decision.tool_call("read", ExplodingDict(x=1)))
     assert [(c.args, type(c.args)) for c in tool.calls] == [({"x": 1}, dict)]
 
 
