@@ -29,18 +29,35 @@ def _passwords(path: str) -> list[str]:
     if not is_db_url(path):
         return []
     _, _, rest = path.partition("://")
-    authority = rest.split("/", 1)[0].split("?", 1)[0]
     found = []
-    if "@" in authority:
-        user = authority.rsplit("@", 1)[0]
-        if ":" in user:
-            found.append(user.split(":", 1)[1])
-    query = path.split("?", 1)[1] if "?" in path else ""
-    found.extend(part.partition("=")[2] for part in query.split("&") if _is_password(part))
+    # As libpq reads it: the user's part runs to the last `@` before the first `/`, so
+    # a password may hold an unencoded `?` or `#` (decision 0141); and as urllib reads
+    # it, split at `?` first: whatever either takes for a password is hidden.
+    head = rest.split("/", 1)[0]
+    after = rest
+    for authority in (head, head.split("?", 1)[0]):
+        if "@" in authority:
+            user = authority.rsplit("@", 1)[0]
+            after = rest[len(user) + 1 :]
+            if ":" in user:
+                found.append(user.split(":", 1)[1])
+    for query in (path, after):
+        query = query.split("?", 1)[1] if "?" in query else ""
+        found.extend(part.partition("=")[2] for part in query.split("&") if _is_password(part))
     every = {
         form for word in found for form in (word, unquote(word), unquote(word.replace("+", " ")))
     }
     return sorted((w for w in every if w), key=len, reverse=True)
+
+
+def ambiguous_user(url: str) -> bool:
+    """Whether the user's part of a PostgreSQL URL holds a `?` or `#` before its `@`: a
+    password written unencoded, which libpq and URL parsers split differently (the
+    password's pieces would reach a host name or a query parameter, and be printed)."""
+    if not is_db_url(url):
+        return False
+    head = url.partition("://")[2].split("/", 1)[0]
+    return "@" in head and any(mark in head.rsplit("@", 1)[0] for mark in "?#")
 
 
 def _is_password(parameter: str) -> bool:
@@ -51,6 +68,10 @@ def shown_db(path: str) -> str:
     """The database as it may be printed: a path as it is, a URL with its password(s) `***`."""
     if not is_db_url(path):
         return path
+    if ambiguous_user(path):
+        # A `?` or `#` before the user's `@` (in the password, as libpq reads it): urllib
+        # would split there and print the rest; every password hidden where it stands.
+        return redact_db(path, path)
     try:
         parts = urlsplit(path)
         netloc = parts.netloc

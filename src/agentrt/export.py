@@ -47,6 +47,7 @@ import contextlib
 import json
 import os
 import secrets
+import stat
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -125,27 +126,44 @@ class Cursor:
             if not isinstance(pair, list) or len(pair) != 2:
                 raise CursorError(f"the cursor holds {pair!r}, not a [seq, hash] pair")
             seq, digest = pair
-            if isinstance(seq, bool) or not isinstance(seq, int) or seq < 0:
-                raise CursorError(f"the cursor's seq is not a non-negative integer: {seq!r}")
+            if isinstance(seq, bool) or not isinstance(seq, int) or not 0 <= seq <= _MAX_SEQ:
+                raise CursorError(
+                    f"the cursor's seq is not an integer from 0 to {_MAX_SEQ}: {seq!r}"
+                )
             if not isinstance(digest, str):
                 raise CursorError("the cursor's hash is not text")
             heads.append((seq, digest))
         return cls(heads=tuple(heads), run_id=run_id)
 
 
+_MAX_SEQ = 2**63 - 1
+"""The largest seq a record holds (a signed 64-bit integer on either backend)."""
+
+
 def load_cursor(path: str | os.PathLike[str]) -> Cursor | None:
     """The cursor saved at `path`, None when there is no file; CursorError when unreadable."""
     try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read(4096)
+        # Opened without blocking and read only if it is a regular file: a FIFO (or a
+        # device) given as the cursor would otherwise wait for a writer for ever.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
         return None
-    except (OSError, UnicodeDecodeError) as e:
+    except OSError as e:
         raise CursorError(f"cannot read the cursor file {os.fspath(path)}: {e}") from e
     try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise CursorError(f"the cursor file {os.fspath(path)} is not a regular file")
+        with os.fdopen(fd, encoding="utf-8", closefd=False) as f:
+            text = f.read(4096)
+    except (OSError, UnicodeDecodeError) as e:
+        raise CursorError(f"cannot read the cursor file {os.fspath(path)}: {e}") from e
+    finally:
+        os.close(fd)
+    try:
         data = json.loads(text)
-    except ValueError as e:
-        raise CursorError(f"the cursor file {os.fspath(path)} is not JSON: {e}") from e
+    except (ValueError, RecursionError) as e:
+        what = "nested too deep" if isinstance(e, RecursionError) else str(e)
+        raise CursorError(f"the cursor file {os.fspath(path)} is not JSON: {what}") from e
     try:
         return Cursor.from_json(data)
     except CursorError as e:

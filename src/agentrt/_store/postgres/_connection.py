@@ -27,7 +27,7 @@ import psycopg
 from psycopg import errors as pg_errors
 from psycopg import sql as pg_sql
 
-from ..._db_url import redact_db, shown_db
+from ..._db_url import ambiguous_user, redact_db, shown_db
 from ..._errors import StoreBusyError, StoreDamagedError, StoreError
 from ..sqlite._values import MARK, Fetch, stored_columns, unpacked_row
 
@@ -73,7 +73,14 @@ class Target:
 
 
 def parse_target(url: str) -> Target:
-    """Split `url` into libpq's URL and the store's schema; StoreError for a bad schema name."""
+    """Split `url` into libpq's URL and the store's schema; StoreError for a bad schema name,
+    or for a password holding an unencoded `?` or `#` (decision 0141)."""
+    if ambiguous_user(url):
+        raise StoreError(
+            "the user part of this PostgreSQL URL holds a `?` or `#` before its `@`, which "
+            "drivers and URL parsers split differently: percent-encode them in the password "
+            "(%3F, %23); nothing was opened"
+        )
     parts = urlsplit(url)
     query = parse_qsl(parts.query, keep_blank_values=True)
     schema = DEFAULT_SCHEMA
