@@ -464,9 +464,7 @@ class RunSession:
         copy = (self.run, self.steps.writes, self._approvals_put)
         try:
             return await self._write(commit, fn, point, in_tx)
-        except asyncio.CancelledError:
-            raise  # the commit may have been made or not: a cancelled loop stops anyway
-        except BaseException as failed:
+        except Exception as failed:  # a cancel (made or not) or an exit stops the loop anyway
             if copy != (self.run, self.steps.writes, self._approvals_put):
                 await self._broke(commit, failed)
             raise
