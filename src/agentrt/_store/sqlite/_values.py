@@ -33,6 +33,8 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from ..._errors import StoreError
+
 INLINE_LIMIT = 1024
 """Parts shorter than this many characters stay in their row (decision 0084)."""
 
@@ -75,6 +77,11 @@ def pack(text: str, limit: int | None = None) -> tuple[str, dict[str, tuple[int,
     """
     if limit is None:
         limit = INLINE_LIMIT
+    if len(text) > MAX_UNPACKED:
+        raise StoreError(
+            f"a value of {len(text)} characters is over the {MAX_UNPACKED} a store puts back; "
+            "nothing was written"
+        )
     if len(text) < limit or MARK in text:
         return text, {}
     parts: dict[str, tuple[int, str]] = {}
@@ -184,9 +191,13 @@ def unpacked(text: str, fetch: Fetch) -> str:
                 return Unresolved(text, f"stored value {hash} holds a malformed reference")
             bodies[hash] = body
         wanted = list(dict.fromkeys(h for h in _inner(bodies, wanted) if h not in bodies))
+    order = _innermost_first(top, bodies)
+    too_long = _too_long(text, top, order, bodies)
+    if too_long is not None:
+        return Unresolved(text, too_long)
     whole: dict[str, str] = {}
     # Put the parts back innermost first, without recursion (parts may nest deeply).
-    for hash in _innermost_first(top, bodies):
+    for hash in order:
         if hash in whole:
             continue
         value = _joined(bodies[hash], whole)
@@ -198,6 +209,34 @@ def unpacked(text: str, fetch: Fetch) -> str:
     value = _joined(text, whole)
     assert value is not None  # every hash of `text` is in `whole` by now
     return value
+
+
+MAX_UNPACKED = 2**30
+"""The most characters a stored text is put back to (`pack` refuses a longer one): parts
+that nest can name far more than a file holds, and a hostile file would otherwise make a
+read build gigabytes before any cap applies (decision 0142)."""
+
+_REFERENCE = 1 + 64  # MARK and a hash
+
+
+def _too_long(text: str, top: list[str], order: list[str], bodies: Mapping[str, str]) -> str | None:
+    """Why `text` would put back to more than `MAX_UNPACKED` characters, or None; counted
+    from the bodies' lengths, innermost first, before anything is joined."""
+    lengths: dict[str, int] = {}
+    for hash in order:
+        if hash in lengths:
+            continue
+        refs = references(bodies[hash]) or []
+        if any(ref not in lengths for ref in refs):
+            return None  # refers to itself: said where the parts are put back
+        size = len(bodies[hash]) - _REFERENCE * len(refs) + sum(lengths[r] for r in refs)
+        if size > MAX_UNPACKED:
+            return f"stored value {hash} would put back {size} characters, over {MAX_UNPACKED}"
+        lengths[hash] = size
+    size = len(text) - _REFERENCE * len(top) + sum(lengths.get(h, 0) for h in top)
+    if size > MAX_UNPACKED:
+        return f"it would put back {size} characters, over {MAX_UNPACKED}"
+    return None
 
 
 def _inner(bodies: Mapping[str, str], hashes: Iterable[str]) -> Iterable[str]:
