@@ -169,7 +169,8 @@ MAX_DURATION_LIMIT = timedelta(days=36_500)
 
 @dataclass(frozen=True)
 class Limits:
-    """What a run may consume. The first three must be positive; None means unlimited."""
+    """What a run may consume. The first three must be positive; None means unlimited; a
+    duration is at most `MAX_DURATION_LIMIT` (36,500 days)."""
 
     max_steps: int = 50
     max_consecutive_tool_failures: int = 3
