@@ -66,3 +66,21 @@ def test_a_value_longer_than_the_bound_is_refused_when_written(
     )
     text, parts = pack('"' + "z" * 4_000 + '"')  # within it: packed as before
     assert MARK in text and len(parts) == 1
+
+
+def test_a_value_whose_parts_put_back_too_much_in_all_is_refused_when_written(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Fourteen nested lists, each with a string of its own just under the inline limit:
+    the text is within the bound, but its parts (each level a part, holding the next) put
+    back more than four times it in all, which a read would refuse: refused when written."""
+    monkeypatch.setattr(_values, "MAX_UNPACKED", 20_000)
+    text = "null"
+    for level in range(14):
+        text = f'[{text},"{"b" * 1000}{level:02d}"]'
+    assert len(text) <= 20_000
+    with pytest.raises(StoreError) as refused:
+        pack(text)
+    assert " characters in all is over the 80000 a store puts back; nothing was written" in str(
+        refused.value
+    )

@@ -269,8 +269,6 @@ class StepLog(Sequence[Step]):
         # again or let go too (`GateSession.input`, `InputHashes`).
         self.replaced = array("q")
         self.dropped = array("q")
-        self.writes = 0
-        """How many steps were put (appended or replaced): whether a write moved the log."""
         # How many of the first positions came from `prefix` (none of them written again,
         # so `settled_prefix` need not look at them again).
         self._settled = 0
@@ -337,7 +335,6 @@ class StepLog(Sequence[Step]):
 
     def append(self, step: Step) -> None:
         """Add `step` as the newest (a new id)."""
-        self.writes += 1
         self._entries.append(step)
         self._ids.append(step.id)
         self._indexes.append(step.index)
@@ -353,7 +350,6 @@ class StepLog(Sequence[Step]):
         if position is None:
             self.append(step)
             return
-        self.writes += 1
         held = self._entries[position]
         weight = (
             step_weight(step)

@@ -8,6 +8,7 @@ nanoseconds), times are timezone-aware UTC `datetime`.
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import hashlib
 from collections.abc import Mapping, Sequence
@@ -163,6 +164,10 @@ _COUNT_LIMITS = (
 )
 
 
+_DECODING: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "agentrt_limits_decoding", default=False
+)
+
 MAX_DURATION_LIMIT = timedelta(days=36_500)
 """The longest duration a limit takes (about a hundred years); None means unlimited."""
 
@@ -201,7 +206,7 @@ class Limits:
             value = getattr(self, name)
             if value is not None and (not isinstance(value, timedelta) or value <= timedelta(0)):
                 raise ConfigError(f"Limits.{name} must be None or a positive timedelta")
-            if value is not None and value > MAX_DURATION_LIMIT:
+            if value is not None and value > MAX_DURATION_LIMIT and not _DECODING.get():
                 # Added to a date, a longer one overflows mid-run (decision 0139).
                 raise ConfigError(
                     f"Limits.{name} must be at most {MAX_DURATION_LIMIT.days} days; "
@@ -224,7 +229,12 @@ class Limits:
         for name in _DURATION_LIMITS:
             if data.get(name) is not None:
                 kwargs[name] = ns_to_duration(int(data[name]))
-        return cls(**kwargs)
+        # A run recorded before the bound keeps the limits it was given (decision 0139).
+        token = _DECODING.set(True)
+        try:
+            return cls(**kwargs)
+        finally:
+            _DECODING.reset(token)
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ import concurrent.futures
 import contextvars
 import inspect
 import logging
+import threading
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -397,7 +398,11 @@ class RunSession:
         mark: datetime,
     ) -> None:
         self.config = config
-        self.run = run
+        # While a write's transaction function runs, on the thread running it: whether
+        # it has written to this copy (decision 0136; a flag per write, so that another
+        # write of the session committing meanwhile is not taken for this one's).
+        self._writing = threading.local()
+        self._run = run
         # Every step of the run; the newest and unsettled ones held, the others read
         # back from the store when asked for (decision 0098).
         self.steps = (
@@ -427,7 +432,6 @@ class RunSession:
         # Why this session can no longer be used: a commit failed after its transaction
         # had moved the session's copy ahead of the rows (decision 0136); None while usable.
         self.broken: str | None = None
-        self._approvals_put = 0
         # Each model request in flight and what it may use, by call id (the accounting
         # caller of every step reserves against the run's limits through it).
         self.models_in_flight: dict[str, Any] = {}
@@ -461,13 +465,38 @@ class RunSession:
         if isinstance(point, _Planned):
             point = commit.point
         in_tx = None if point is None else partial(self.probe_in_tx, point)
-        copy = (self.run, self.steps.writes, self._approvals_put)
+        moved = [False]
+
+        def tracked(tx: Tx) -> T:
+            writing = self._writing
+            writing.moved = moved
+            try:
+                return fn(tx)
+            finally:
+                writing.moved = None
+
         try:
-            return await self._write(commit, fn, point, in_tx)
+            return await self._write(commit, tracked, point, in_tx)
         except Exception as failed:  # a cancel (made or not) or an exit stops the loop anyway
-            if copy != (self.run, self.steps.writes, self._approvals_put):
+            if moved[0]:
                 await self._broke(commit, failed)
             raise
+
+    @property
+    def run(self) -> Run:
+        """The run as the session's last commit left it (decision 0011)."""
+        return self._run
+
+    @run.setter
+    def run(self, run: Run) -> None:
+        self._run = run
+        self._moved()
+
+    def _moved(self) -> None:
+        """Note that the write whose transaction runs on this thread wrote to the copy."""
+        moved = getattr(self._writing, "moved", None)
+        if moved is not None:
+            moved[0] = True
 
     async def _write(
         self,
@@ -700,12 +729,13 @@ class RunSession:
         transaction that fails leaves the copy ahead of the rows; the session is
         then `broken` and not used again: decision 0136.)
         """
+        self._moved()
         self.steps.put(step)
         return step
 
     def put_approval(self, approval: Approval) -> Approval:
         """Replace the session's copy of `approval` (by id), or add it as the newest."""
-        self._approvals_put += 1
+        self._moved()
         for i in range(len(self.approvals) - 1, -1, -1):
             if self.approvals[i].id == approval.id:
                 self.approvals[i] = approval

@@ -115,6 +115,12 @@ def pack(text: str, limit: int | None = None) -> tuple[str, dict[str, tuple[int,
         pieces.append(_refer(parts, text[opened:pos], body) if len(body) >= limit else body)
     if stack or not parts:
         return text, {}
+    total = sum(length for length, _ in parts.values())
+    if total > MAX_PARTS_FACTOR * MAX_UNPACKED:
+        raise StoreError(
+            f"a value whose parts put back {total} characters in all is over the "
+            f"{MAX_PARTS_FACTOR * MAX_UNPACKED} a store puts back; nothing was written"
+        )
     if pos < len(text):
         pieces.append(text[pos:])
     return "".join(pieces), parts
@@ -216,6 +222,11 @@ MAX_UNPACKED = 2**30
 that nest can name far more than a file holds, and a hostile file would otherwise make a
 read build gigabytes before any cap applies (decision 0142)."""
 
+MAX_PARTS_FACTOR = 4
+"""The parts a text names put back at most this many times `MAX_UNPACKED` in all: a part
+is kept whole while the parts around it are put back, so a chain of parts each within the
+bound would otherwise build the bound once per link (decision 0142)."""
+
 _REFERENCE = 1 + 64  # MARK and a hash
 
 
@@ -223,6 +234,7 @@ def _too_long(text: str, top: list[str], order: list[str], bodies: Mapping[str, 
     """Why `text` would put back to more than `MAX_UNPACKED` characters, or None; counted
     from the bodies' lengths, innermost first, before anything is joined."""
     lengths: dict[str, int] = {}
+    total, most = 0, MAX_PARTS_FACTOR * MAX_UNPACKED
     for hash in order:
         if hash in lengths:
             continue
@@ -233,6 +245,9 @@ def _too_long(text: str, top: list[str], order: list[str], bodies: Mapping[str, 
         if size > MAX_UNPACKED:
             return f"stored value {hash} would put back {size} characters, over {MAX_UNPACKED}"
         lengths[hash] = size
+        total += size  # every part is put back (and kept) on the way
+        if total > most:
+            return f"its stored values would put back {total} characters in all, over {most}"
     size = len(text) - _REFERENCE * len(top) + sum(lengths.get(h, 0) for h in top)
     if size > MAX_UNPACKED:
         return f"it would put back {size} characters, over {MAX_UNPACKED}"
