@@ -16,37 +16,54 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from typing import Any
 
 import agentrt
-from agentrt import Decision, Limits, SideEffect, StepInput
+from agentrt import Decision, LimitExceeded, Limits, RunStatus, SideEffect, StepInput
 from agentrt._accounting import project
 from agentrt._model import ModelConfig, ModelResponse, Usage
 from conftest import FakeClock, Ids, RecordingTool
 from support.models import PRICE, REQUEST, FakeModel, reply
 
 
+class TwoAtOnce:
+    """A model both of whose requests are held until the other arrives, so that both are
+    in flight together (no race: if only one is sent, this bounded wait just ends)."""
+
+    def __init__(self) -> None:
+        self.projected = project(REQUEST, 100, PRICE)
+        assert self.projected.cost_micros is not None
+        self.arrived = 0
+        self.both = asyncio.Event()
+        self.model = FakeModel(self.slow, self.slow)
+
+    async def slow(self) -> ModelResponse:
+        self.arrived += 1
+        if self.arrived == 2:
+            self.both.set()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.both.wait(), 2)
+        return reply(usage=Usage(self.projected.input_tokens, 100, 0))
+
+    def driver(self, store: agentrt.Store, decide: Any) -> agentrt.Driver:
+        return agentrt.Driver(
+            store=store,
+            agent=decide,
+            policy=agentrt.default_policy(),
+            tools=[RecordingTool("t", SideEffect.READ_ONLY)],
+            model=ModelConfig(model=self.model, prices=PRICE),
+            now=FakeClock(),
+            new_id=Ids(),
+        )
+
+    def room_for_one(self) -> Limits:
+        return Limits(max_estimated_cost_micros=self.projected.cost_micros)
+
+
 def test_two_handles_of_one_run_cannot_both_spend_the_last_of_the_budget(
     any_store: agentrt.Store,
 ) -> None:
-    store = any_store
-    projected = project(REQUEST, 100, PRICE)
-    assert projected.cost_micros is not None
-
-    arrived: list[int] = []
-    both = asyncio.Event()
-
-    async def slow() -> ModelResponse:
-        # Held until the other request arrives too, so both are in flight together (no
-        # race: under the bug both arrive at once; once fixed, the second is never sent
-        # and this bounded wait just ends).
-        arrived.append(1)
-        if len(arrived) == 2:
-            both.set()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(both.wait(), 2)
-        return reply(usage=Usage(projected.input_tokens, 100, 0))
-
-    model = FakeModel(slow, slow)
+    two = TwoAtOnce()
     handles: list[object] = []
 
     async def decide(input: StepInput) -> Decision:
@@ -61,16 +78,34 @@ def test_two_handles_of_one_run_cannot_both_spend_the_last_of_the_budget(
         )
         return Decision.complete({"ok": sum(not isinstance(r, BaseException) for r in results)})
 
-    driver = agentrt.Driver(
-        store=store,
-        agent=decide,
-        policy=agentrt.default_policy(),
-        tools=[RecordingTool("t", SideEffect.READ_ONLY)],
-        model=ModelConfig(model=model, prices=PRICE),
-        now=FakeClock(),
-        new_id=Ids(),
-    )
-    # Room for exactly one request at its projection.
-    run = driver.start_sync("g", limits=Limits(max_estimated_cost_micros=projected.cost_micros))
-    assert len(model.requests) == 1, f"{len(model.requests)} requests sent"
-    assert run.estimated_cost_micros <= projected.cost_micros, run.estimated_cost_micros
+    run = two.driver(any_store, decide).start_sync("g", limits=two.room_for_one())
+    assert len(two.model.requests) == 1, f"{len(two.model.requests)} requests sent"
+    assert two.projected.cost_micros is not None
+    assert run.estimated_cost_micros <= two.projected.cost_micros, run.estimated_cost_micros
+
+
+def test_a_refused_concurrent_request_does_not_break_the_session(
+    any_store: agentrt.Store,
+) -> None:
+    """A write refused before it touched the session's copy does not break the session
+    because another write of the session moved the copy meanwhile (decision 0136; found
+    by a review): two requests of one step on the group committer (an async loop), the
+    first dispatched, the second refused `LimitExceeded` untouched; the agent caught it
+    and completes."""
+    two = TwoAtOnce()
+    results: list[object] = []
+
+    async def decide(input: StepInput) -> Decision:
+        got = await asyncio.gather(
+            input.model.generate(REQUEST),  # type: ignore[union-attr]
+            input.model.generate(REQUEST),  # type: ignore[union-attr]
+            return_exceptions=True,
+        )
+        results.extend(got)
+        return Decision.complete({"ok": 1})
+
+    driver = two.driver(any_store, decide)
+    run = asyncio.run(driver.start("g", limits=two.room_for_one()))
+    assert len(two.model.requests) == 1
+    assert sum(isinstance(r, LimitExceeded) for r in results) == 1, results
+    assert run.status == RunStatus.COMPLETED, (run.status, run.reason)
