@@ -383,6 +383,11 @@ def test_equal_string_subclass_keys_are_a_repeated_key() -> None:
 
     with pytest.raises(JSONValueError, match="two keys of this object are the same string"):
         canonical_json({Key("a"): 1, Key("a"): 2})
+    # A copy (what a tool's content becomes before it is checked: decision 0138) refuses
+    # them too, whichever comes first, rather than keep one value of the two.
+    for keys in ((Key("a"), Key("a")), (Key("a"), "a"), ("a", Key("a"))):
+        with pytest.raises(JSONValueError, match="two keys of this object are the same string"):
+            copy_json(dict(zip(keys, (1, 2), strict=True)))
 
 
 def test_wrong_argument_type_for_parse_is_a_type_error() -> None:

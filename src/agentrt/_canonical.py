@@ -926,6 +926,8 @@ def _copy(value: Any, depth: int) -> Any:
             except _Refusal as exc:
                 exc.reversed_path.append(key if isinstance(key, str) else repr(key))
                 raise
+        if len(copied) != dict.__len__(value):  # two keys, one string: as `check_json` says
+            raise _Refusal("two keys of this object are the same string")
         return copied
     if isinstance(value, list | tuple):
         if depth >= MAX_STORED_DEPTH:
