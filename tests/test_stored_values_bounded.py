@@ -23,6 +23,17 @@ def fetcher(bodies: Mapping[str, str]) -> _values.Fetch:
     return lambda hashes: {h: bodies[h] for h in hashes if h in bodies}
 
 
+def put_back_traced(text: str, bodies: Mapping[str, str]) -> tuple[str, int]:
+    """`text` put back from `bodies`, and the most memory traced meanwhile (bytes)."""
+    tracemalloc.start()
+    try:
+        got = unpacked(text, fetcher(bodies))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return got, peak
+
+
 def test_parts_that_nest_past_the_bound_read_as_unresolved_without_being_built() -> None:
     leaf = "x" * 1000
     h0 = digest(leaf)
@@ -31,12 +42,7 @@ def test_parts_that_nest_past_the_bound_read_as_unresolved_without_being_built()
     level2 = (MARK + h1) * 3000  # would put back 3,000,000,000
     h2 = "e" * 64  # never checked: the length refuses it first
     bodies = {h0: leaf, h1: level1, h2: level2}
-    tracemalloc.start()
-    try:
-        got = unpacked(MARK + h2, fetcher(bodies))
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
+    got, peak = put_back_traced(MARK + h2, bodies)
     assert isinstance(got, Unresolved)
     assert got.why == (
         f"stored value {h2} would put back 3000000000 characters, over {MAX_UNPACKED}"
@@ -84,3 +90,36 @@ def test_a_value_whose_parts_put_back_too_much_in_all_is_refused_when_written(
     assert " characters in all is over the 80000 a store puts back; nothing was written" in str(
         refused.value
     )
+
+
+CHAIN_BOUND = 2**20  # the bound lowered for the test
+
+
+def test_a_chain_of_parts_each_within_the_bound_is_not_built_whole_each(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A chain of parts each putting back just under the bound, each wrapping the next (found
+    by a review): a read builds a few times the bound, not the bound once per link."""
+    monkeypatch.setattr(_values, "MAX_UNPACKED", CHAIN_BOUND)
+    bodies: dict[str, str] = {}
+    value = "x" * 1024
+    ref = digest(value)
+    bodies[ref] = value
+    while len(value) * 2 <= CHAIN_BOUND // 2:  # doubling: 2^19 characters put back
+        value = value * 2
+        body = (MARK + ref) * 2
+        ref = digest(value)
+        bodies[ref] = body
+    links = 64
+    for _ in range(links):  # each wraps the next: just over 2^19 each, under the bound
+        value = "[" + value + "]"
+        body = "[" + MARK + ref + "]"
+        ref = digest(value)
+        bodies[ref] = body
+    stored = sum(len(b) for b in bodies.values())
+    assert stored < 10_000  # a few KB of file
+    got, peak = put_back_traced(MARK + ref, bodies)
+    assert isinstance(got, Unresolved) or got == value
+    # What a read may build is bounded by the bound (a few times it), not by the bound
+    # times the number of parts a file names.
+    assert peak < 8 * CHAIN_BOUND, f"{peak} bytes traced for a bound of {CHAIN_BOUND} characters"

@@ -33,6 +33,18 @@ class _Shifting(dict):  # type: ignore[type-arg]
         return {"n": 1 if type(self).reads <= 3 else 2}.items()
 
 
+def call_once(
+    store: agentrt.Store, tool: RecordingTool
+) -> tuple[agentrt.GateSession, agentrt.Observation]:
+    """`tool` allowed and executed once on a Gate session, closed after; what it observed."""
+    gate = make_gate(store, tool, policy=FixedPolicy(PolicyDecision.allow()))
+    session, step = open_step(gate, f"{tool.spec.name} once")
+    assert step.propose_sync(Decision.tool_call(tool.spec.name, {"x": 1})).outcome == "allowed"
+    observation = step.execute_sync()
+    session.close_sync()
+    return session, observation
+
+
 def test_stored_content_hash_is_the_hash_of_the_stored_content(any_store: agentrt.Store) -> None:
     class Shifting(_Shifting):
         reads = 0
@@ -41,11 +53,7 @@ def test_stored_content_hash_is_the_hash_of_the_stored_content(any_store: agentr
         return ToolResult(Shifting(n=1))
 
     tool = RecordingTool("read", SideEffect.READ_ONLY, result=result)
-    gate = make_gate(any_store, tool, policy=FixedPolicy(PolicyDecision.allow()))
-    session, step = open_step(gate, "read once")
-    assert step.propose_sync(Decision.tool_call("read", {"x": 1})).outcome == "allowed"
-    step.execute_sync()
-    session.close_sync()
+    session, _ = call_once(any_store, tool)
 
     [stored] = any_store.list_steps(session.run.id)
     observation = stored.observation
@@ -84,11 +92,7 @@ def test_content_that_would_sour_when_read_again_is_recorded_as_read_once(
         return ToolResult(Souring(n=1))
 
     push = RecordingTool("push", SideEffect.REMOTE_MUTATION, result=result)
-    gate = make_gate(any_store, push, policy=FixedPolicy(PolicyDecision.allow()))
-    session, step = open_step(gate, "push once")
-    assert step.propose_sync(Decision.tool_call("push", {"x": 1})).outcome == "allowed"
-    observation = step.execute_sync()
-    session.close_sync()
+    session, observation = call_once(any_store, push)
     assert len(push.calls) == 1
     [stored] = any_store.list_steps(session.run.id)
     assert stored.status == "done"

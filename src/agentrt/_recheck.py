@@ -39,11 +39,11 @@ from ._foreign import exception_text
 from ._policy import INTERRUPTED_POLICY_ID, Policy, policy_id_of
 from ._policy_input import rebuild, rebuild_run
 from ._records import (
+    ENDED_STATUSES,
     JSON,
     Event,
     PolicyDecision,
     PolicyOutcome,
-    RunStatus,
     Step,
     ToolRequest,
     ToolSpec,
@@ -67,7 +67,6 @@ __all__ = [
 ]
 
 _RUNTIME_POLICY_IDS = frozenset({INTERRUPTED_POLICY_ID, RECONCILE_POLICY_ID})
-_ENDED = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED})
 
 
 class RecheckVerdict(StrEnum):
@@ -267,7 +266,7 @@ async def recheck_async(
     return RecheckReport(
         run_id=run_id,
         run_status=run.status,
-        ended=run.status in _ENDED,
+        ended=run.status in ENDED_STATUSES,
         policy_id=policy_id,
         recorded_policy_ids=tuple(recorded_ids),
         policy_changed=any(p != policy_id for p in recorded_ids),

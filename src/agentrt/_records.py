@@ -37,6 +37,10 @@ class RunStatus(StrEnum):
         return self in (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED)
 
 
+ENDED_STATUSES = frozenset(status for status in RunStatus if status.terminal)
+"""The statuses a run ends in, as the strings stored."""
+
+
 class TerminalReason(StrEnum):
     """Why a run ended; the strings are stored in `runs.reason`."""
 

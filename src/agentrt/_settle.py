@@ -45,6 +45,7 @@ from ._commit_plan import (
 from ._errors import LeaseLostError, RunStateError
 from ._lease import holder_json
 from ._records import (
+    ENDED_STATUSES,
     JSON,
     Approval,
     Observation,
@@ -67,8 +68,6 @@ from ._store import Tx
 from ._store._records import ToolStart, tool_start
 
 INTERRUPTED_KIND = "interrupted_side_effect"
-
-_ENDED = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED)
 
 
 @dataclass(frozen=True)
@@ -149,7 +148,7 @@ class FromWaiting:
 
     def enter(self, session: RunSession, tx: Tx, step: Step) -> datetime:
         guarded = tx.lock_run(session.run_id)
-        if guarded is not None and guarded.lease.status in _ENDED:
+        if guarded is not None and guarded.lease.status in ENDED_STATUSES:
             # Ended while the request was judged again (an operator's cancel): the resume
             # finds it here, at its write, and returns the run as it ended (decision 0137).
             raise RunMoved(guarded.run)
