@@ -607,3 +607,34 @@ def test_a_langgraph_call_id_with_a_lone_surrogate_is_refused_and_the_run_comple
     assert run.status == "RUNNING"  # a LangGraph turn's run is left open between its calls
     assert steps == [(0, "failed", "langgraph tool call call-\\ud800-x")]  # once, not 3 times
     assert ran == []
+
+
+def test_a_reason_holding_a_nul_is_keyed_whole_and_found(any_store: Store) -> None:
+    """A framework's call id may hold a NUL character: the step is keyed by its reason's head
+    with each NUL as U+FFFD (never cut at the NUL, as SQLite's `substr` cut it; PostgreSQL
+    holds no NUL in a text), and found by that reason alone, not by one sharing its head."""
+    store = any_store
+    run = record(store, ["note\x001", "note\x002", "note"])
+    rows = store.query("SELECT reason_key FROM steps WHERE run_id = ? ORDER BY idx", (run,))
+    assert [r[0] for r in rows] == ["note\ufffd1", "note\ufffd2", "note"]
+    assert reasons_of(steps_with_reasons(store, run, ["note\x002"])) == [(1, "note\x002")]
+    assert reasons_of(steps_with_reasons(store, run, ["note"])) == [(2, "note")]
+    assert steps_with_reasons(store, run, ["note\ufffd1"]) == []  # the key is not the reason
+
+
+def test_a_step_keyed_at_its_nul_before_decision_0143_is_still_found(db_path: Path) -> None:
+    """A file written before decision 0143 keyed a reason holding a NUL by its head up to the
+    NUL (SQLite's `substr` stopped there): such a step is still found by its whole reason."""
+    store = agentrt.open_store(db_path)
+    try:
+        run = record(store, ["note\x001"])
+    finally:
+        store.close()
+    with raw(db_path) as conn:
+        conn.execute("UPDATE steps SET reason_key = 'note' WHERE run_id = ?", (run,))
+    store = agentrt.open_store(db_path)
+    try:
+        assert reasons_of(steps_with_reasons(store, run, ["note\x001"])) == [(0, "note\x001")]
+        assert steps_with_reasons(store, run, ["note\x002"]) == []
+    finally:
+        store.close()

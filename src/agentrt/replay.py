@@ -401,17 +401,18 @@ class Recorder:
             with contextlib.suppress(OSError):
                 await asyncio.to_thread(self._record, key, request, {"error": _error_to_json(exc)})
             raise
-        # A misbehaving adapter may return anything: recorded as a failure (its
-        # replay cannot return the same wrong object), never as a response.
-        if isinstance(cast(object, response), ModelResponse):
-            entry: dict[str, Any] = {"response": response_to_json(response)}
-        else:
-            entry = {"error": _error_to_json(TypeError(f"not a ModelResponse: {response!r}"))}
         try:
+            # A misbehaving adapter may return anything: recorded as a failure (its
+            # replay cannot return the same wrong object), never as a response.
+            if isinstance(cast(object, response), ModelResponse):
+                entry: dict[str, Any] = {"response": response_to_json(response)}
+            else:
+                entry = {"error": _error_to_json(TypeError(f"not a ModelResponse: {response!r}"))}
             await asyncio.to_thread(self._record, key, request, entry)
-        except OSError as exc:
+        except Exception as exc:
             # The provider served (and billed) this reply: the attempt must still be
-            # charged its usage, so the failure to record is a served error.
+            # charged its usage, so a failure to record it (a full disk, or a reply the
+            # recording's JSON refuses) is a served error.
             usage = response.usage if isinstance(cast(object, response), ModelResponse) else None
             raise ServedModelError(
                 f"the reply was served but could not be recorded: {exc}", usage=usage
@@ -421,8 +422,9 @@ class Recorder:
     def _record(self, key: str, request: ModelRequest, entry: dict[str, Any]) -> None:
         with self._lock:
             sequence = self._sequences.setdefault(key, (request, []))
+            # Kept only once written: an entry that cannot be must not fail the key's next.
+            _write_atomic(self.dir, key, _document(self.name, request, [*sequence[1], entry]))
             sequence[1].append(entry)
-            _write_atomic(self.dir, key, _document(self.name, request, sequence[1]))
 
 
 # --------------------------------------------------------------------------- replayer

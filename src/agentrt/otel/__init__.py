@@ -40,7 +40,7 @@ import logging
 import os
 import threading
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .._errors import AgentrtError, ConfigError
@@ -76,7 +76,9 @@ MISSING = (
 )
 SCOPE = "agentrt"
 _log = logging.getLogger("agentrt.otel")
-HISTORY_PAGE = 1000
+HISTORY_PAGE = 200
+"""Events read back from the record at a time (a run's history after a restart, or what
+another process committed): what a page's payloads take is what is held at once."""
 
 
 class OtelMissingError(ConfigError):
@@ -256,24 +258,26 @@ class OtelSink:
             self._runs[event.run_id] = builder
 
     def _rebuild(self, event: Event) -> RunSpans:
-        history: list[Event] = []
+        try:
+            origin = self._store.get_run(event.run_id, cap=256).origin
+        except AgentrtError:
+            origin = ""
+        # Fed a page at a time: the builder lets each step's events go once its span is
+        # built, so a long run's history is never held whole.
+        return RunSpans(event.run_id, origin, self._history(event))
+
+    def _history(self, event: Event) -> Iterator[Event]:
+        """The run's events before `event`, read a page at a time."""
         after = 0
         while True:
             page = self._store.list_events(event.run_id, after, HISTORY_PAGE)
             for e in page:
                 if e.seq >= event.seq:
-                    break
-                history.append(e)
-            else:
-                if len(page) == HISTORY_PAGE:
-                    after = page[-1].seq
-                    continue
-            break
-        try:
-            origin = self._store.get_run(event.run_id, cap=256).origin
-        except AgentrtError:
-            origin = ""
-        return RunSpans(event.run_id, origin, history)
+                    return
+                yield e
+            if len(page) < HISTORY_PAGE:
+                return
+            after = page[-1].seq
 
     def take(self) -> list[SpanRecord]:
         """The spans built since the last flush (they are not exported then)."""

@@ -31,12 +31,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from .. import _events as ev
+from .._canonical import to_text
 from .._records import Event
 
 TEXT_LIMIT = 1024
@@ -125,15 +127,32 @@ def cut(text: str) -> str:
     return text if len(text) <= TEXT_LIMIT else text[:TEXT_LIMIT]
 
 
+_INT64 = range(-(2**63), 2**63)
+
+
 def attribute(value: Any) -> AttributeValue:
-    """A payload value as one attribute: scalars as they are (text cut), the rest as JSON."""
-    if isinstance(value, bool | int | float):
+    """A payload value as one attribute: scalars as they are (text cut), the rest as the
+    record's own JSON text, number literals as written (`12.50`, `1e400`). A number an
+    attribute cannot carry (an integer past 64 bits, a literal past a double's range) is
+    its literal as text."""
+    if isinstance(value, bool):
         return value
+    if isinstance(value, int):
+        return int(value) if value in _INT64 else cut(_json_text(value))
+    if isinstance(value, float):
+        return float(value) if math.isfinite(value) else cut(_json_text(value))
     if isinstance(value, str):
         return cut(value)
     if value is None:
         return ""
-    return cut(json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":")))
+    return cut(_json_text(value))
+
+
+def _json_text(value: Any) -> str:
+    try:
+        return to_text(value)
+    except Exception:  # a payload read back from the record is JSON: kept for any other caller
+        return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
 
 
 def _ns(at: datetime | None, fallback: int) -> int:

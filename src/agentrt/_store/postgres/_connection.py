@@ -184,6 +184,7 @@ def _fetcher(conn: psycopg.Connection[Any], known: dict[str, object]) -> Fetch:
 # --- SQL ----------------------------------------------------------------------------------------
 
 _NAMED = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
+_NUL_TEST = re.compile(r"instr\(CAST\(.+? AS BLOB\), x'00'\) > 0")
 
 
 @functools.lru_cache(maxsize=1024)
@@ -199,6 +200,8 @@ def translate(sql: str) -> str:
     if "INSERT OR IGNORE INTO" in text:
         text = text.replace("INSERT OR IGNORE INTO", "INSERT INTO") + " ON CONFLICT DO NOTHING"
     text = text.replace(" CROSS JOIN ", " JOIN ")
+    # Whether a text holds a NUL (`capped_sql`): a PostgreSQL text never does.
+    text = _NUL_TEST.sub("FALSE", text)
     # Whether a column holds a stored value's reference (decision 0084).
     text = text.replace("instr(", "strpos(").replace("char(1)", "chr(1)")
     text = text.replace("?", "%s")

@@ -93,11 +93,32 @@ def select_list(columns: Sequence[tuple[str, bool]], cap: int | None) -> str:
                 f"AS {_LENGTH_PREFIX}{name}"
             )
         elif is_text and cap is not None:
-            parts.append(f"substr({name}, 1, {int(cap)}) AS {name}")
-            parts.append(f"length({name}) AS {_LENGTH_PREFIX}{name}")
+            parts.append(capped_sql(name, int(cap), name, _LENGTH_PREFIX + name))
         else:
             parts.append(name)
     return ", ".join(parts)
+
+
+def capped_sql(expr: str, cap: int, alias: str, length_alias: str) -> str:
+    """Two SELECT items: the text `expr` cut at `cap` characters, and its full length.
+
+    SQLite's `substr` and `length` stop at a NUL character, so a text holding one would
+    read cut there, with nothing saying so: such a text is read whole instead, with `-cap`
+    for its length, and cut by its decoder (`cut_whole`).
+    """
+    nul = f"instr(CAST({expr} AS BLOB), x'00') > 0"  # PostgreSQL: FALSE (`translate`)
+    return (
+        f"CASE WHEN {nul} THEN {expr} ELSE substr({expr}, 1, {cap}) END AS {alias}, "
+        f"CASE WHEN {nul} THEN {-cap} ELSE length({expr}) END AS {length_alias}"
+    )
+
+
+def cut_whole(value: object, length: object) -> tuple[object, object]:
+    """A text read whole with `-cap` for its length (`capped_sql`): cut to the cap, with
+    its full length; any other value and length as they are."""
+    if isinstance(length, int) and length < 0 and isinstance(value, str):
+        return value[:-length], len(value)
+    return value, length
 
 
 def saturating_add_sql(column: str, param: str) -> str:
@@ -143,8 +164,7 @@ class _Fields:
         key = _LENGTH_PREFIX + name
         if key not in self._keys:
             return None
-        length = self._row[key]
-        value = self._row[name]
+        value, length = cut_whole(self._row[name], self._row[key])
         if isinstance(length, int) and isinstance(value, str) and length > len(value):
             return length
         return None
@@ -161,7 +181,8 @@ class _Fields:
             self.fail(name, value.why)
             return ""
         if isinstance(value, str):
-            return value
+            key = _LENGTH_PREFIX + name
+            return value if key not in self._keys else str(cut_whole(value, self._row[key])[0])
         self.fail(name, unreadable_text(value))
         return ""
 
@@ -415,6 +436,7 @@ def approval_state(row: sqlite3.Row) -> ApprovalState:
 def _listed_text(value: object, length: object = None) -> str:
     """A column read by a list query; with its full `length`, text cut shorter is a CappedText."""
     # Bytes that are not UTF-8 (a damaged or tampered row) show with each bad byte as \xNN.
+    value, length = cut_whole(value, length)
     text = shown_text(value)
     if isinstance(length, int) and length > len(text):
         return CappedText(text, length)

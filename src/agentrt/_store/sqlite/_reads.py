@@ -30,6 +30,7 @@ from .._records import (
 from ._codecs import (
     approval_from_row,
     approval_state,
+    capped_sql,
     event_from_row,
     lease_from,
     run_from_row,
@@ -74,13 +75,13 @@ def _waiting_columns(cap: int) -> str:
     # What a list shows of a pending approval, each text column cut at `cap` with its
     # full length beside it. A request that is not valid JSON must not fail the whole
     # page: json_valid guards it.
+    tool = f"CASE WHEN json_valid(request_json) THEN {_TOOL} END"
     return (
-        f"substr(id, 1, {cap}) AS id, length(id) AS n_id, run_id, "
-        f"substr(kind, 1, {cap}) AS kind, length(kind) AS n_kind, "
-        f"substr(hash, 1, {cap}) AS hash, length(hash) AS n_hash, "
+        f"{capped_sql('id', cap, 'id', 'n_id')}, run_id, "
+        f"{capped_sql('kind', cap, 'kind', 'n_kind')}, "
+        f"{capped_sql('hash', cap, 'hash', 'n_hash')}, "
         "substr(created_at, 1, 64) AS created_at, substr(expires_at, 1, 64) AS expires_at, "
-        f"CASE WHEN json_valid(request_json) THEN substr({_TOOL}, 1, {cap}) END AS tool, "
-        f"CASE WHEN json_valid(request_json) THEN length({_TOOL}) END AS n_tool, "
+        f"{capped_sql(tool, cap, 'tool', 'n_tool')}, "
         # A packed request (decision 0084) is not JSON to SQLite: read whole (short as it
         # is; the row factory puts its parts back), its tool's name taken in `_waiting`.
         "CASE WHEN instr(request_json, char(1)) > 0 THEN request_json END AS request_json"
@@ -114,6 +115,23 @@ def _tool_of(request: str) -> str | None:
 
 REASON_KEY_LENGTH = 256
 """How many characters of a decision's reason `steps.reason_key` keeps (migration 3)."""
+
+
+def reason_key(reason: str) -> str:
+    """What `steps.reason_key` holds for a decision's reason: its first `REASON_KEY_LENGTH`
+    characters, each NUL as U+FFFD (a PostgreSQL text holds no NUL, and SQLite's `substr`
+    stopped at one: the key is cut in Python, the same on both)."""
+    return reason[:REASON_KEY_LENGTH].replace("\0", "\ufffd")
+
+
+def _lookup_keys(reason: str) -> tuple[str, ...]:
+    """The keys a step with this reason may be indexed under: `reason_key`'s, and for a
+    reason holding a NUL the head before it, which SQLite's `substr` wrote before decision
+    0143 (on PostgreSQL such a step could not be written then)."""
+    if "\0" not in reason:
+        return (reason[:REASON_KEY_LENGTH],)
+    return (reason_key(reason), reason.split("\0", 1)[0][:REASON_KEY_LENGTH])
+
 
 _REASONS_PER_QUERY = 500
 """Reasons looked up in one statement (SQLite's bound-parameter limit is far above it)."""
@@ -466,8 +484,8 @@ class StoreReads(ABC):
         """Waiting runs' pending approvals, newest first, at most `limit`, with the run's goal."""
         rows = self._query(
             f"SELECT {_waiting_columns(cap)}, goal, n_goal FROM approvals JOIN ("
-            f"SELECT a.rowid AS pick, substr(r.goal, 1, {goal_cap}) AS goal, "
-            "length(r.goal) AS n_goal FROM runs AS r CROSS JOIN approvals AS a "
+            f"SELECT a.rowid AS pick, {capped_sql('r.goal', goal_cap, 'goal', 'n_goal')} "
+            "FROM runs AS r CROSS JOIN approvals AS a "
             "ON a.run_id = r.id WHERE r.status = ? AND a.status = ? "
             "ORDER BY a.rowid DESC LIMIT ?) ON approvals.rowid = pick "
             "ORDER BY approvals.rowid DESC",
@@ -518,7 +536,7 @@ class StoreReads(ABC):
         if any(not isinstance(r, str) or r == "" for r in wanted):
             raise ValueError("each reason looked up must be a non-empty text")
         wanted = {r for r in wanted if _utf8(r)}
-        keys = sorted({r[:REASON_KEY_LENGTH] for r in wanted})
+        keys = sorted({key for r in wanted for key in _lookup_keys(r) if key})
         found: list[Step] = []
         for start in range(0, len(keys), _REASONS_PER_QUERY):
             chunk = keys[start : start + _REASONS_PER_QUERY]

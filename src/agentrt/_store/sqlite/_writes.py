@@ -62,7 +62,7 @@ from .._records import (
 from ._codecs import clamp_charge, run_from_row, saturating_add_sql
 from ._connection import check_schema
 from ._migrations import rollback_quietly
-from ._reads import REASON_KEY_LENGTH, TxReads
+from ._reads import TxReads, reason_key
 from ._tx import TxCore
 
 IN_FLIGHT = ("deciding", "executing", "awaiting_approval")
@@ -609,15 +609,14 @@ class SqliteTx(TxReads):
         and `text` is what encoding it gives: the payload of `step.decided`, written as
         that text rather than encoded again.
 
-        The reason's first `reads.REASON_KEY_LENGTH` characters go in `reason_key` in the same
+        The reason's head (`reads.reason_key`) goes in `reason_key` in the same
         statement: what `steps_with_reasons` finds the step by (docs/decisions/0060)."""
         cur = self.execute(
             "UPDATE steps SET decision_json = ?, "
-            f"reason_key = substr(?, 1, {REASON_KEY_LENGTH}) "
-            "WHERE id = ? AND status = 'deciding' AND decision_json = ''",
+            "reason_key = ? WHERE id = ? AND status = 'deciding' AND decision_json = ''",
             (
                 self.stored(text),
-                decision.reason if isinstance(decision.reason, str) else "",
+                reason_key(decision.reason) if isinstance(decision.reason, str) else "",
                 step.id,
             ),
         )
