@@ -8,6 +8,7 @@ never leaves. Driven through a real Driver on a SQLite file.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import time
 from collections.abc import Iterator
@@ -35,10 +36,8 @@ def unconnectable() -> Iterator[int]:
     for _ in range(3):
         filler = socket.socket()
         filler.setblocking(False)
-        try:
+        with contextlib.suppress(BlockingIOError):
             filler.connect(("127.0.0.1", port))
-        except BlockingIOError:
-            pass
         fillers.append(filler)
     time.sleep(0.2)
     with socket.socket() as probe:
