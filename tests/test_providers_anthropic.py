@@ -450,18 +450,19 @@ def test_a_resumed_process_replays_remembered_raw_bytes() -> None:
     response = parse_response(raw)
     with FakeServer(json_reply(anthropic_message())) as server:
         fresh = model(server)
-        assert fresh.remember(raw)
+        assert fresh.remember(raw, FIRST)
         generate(fresh, follow_up(response))
     assert server.requests[0].json()["messages"][1]["content"][0] == THINKING
-    assert not fresh.remember(b"not json") and not fresh.remember(b'{"content": 1}')
+    assert not fresh.remember(b"not json", FIRST)
+    assert not fresh.remember(b'{"content": 1}', FIRST)
 
 
 def test_remembered_turns_are_bounded() -> None:
     m = AnthropicModel("claude-sonnet-4-6", api_key=KEY, remember_turns=1)
     old = json.dumps(anthropic_message(content=tool_turn(query="a"), stop_reason="tool_use"))
     new = json.dumps(anthropic_message(content=tool_turn(query="b"), stop_reason="tool_use"))
-    m.remember(old.encode())
-    m.remember(new.encode())
+    m.remember(old.encode(), FIRST)
+    m.remember(new.encode(), FIRST)
     replayed = m.request_params(follow_up(parse_response(new.encode())))
     forgotten = m.request_params(follow_up(parse_response(old.encode())))
     assert replayed["messages"][1]["content"][0] == THINKING

@@ -16,9 +16,16 @@ provider is (models.md, "Provider adapters", *All adapters*):
   408, 409, 425, 429, 529 and 5xx are `TransientModelError` with `Retry-After`
   parsed; a redirect is never followed (`RedirectRefusedError`); other non-2xx
   are `ProviderError` with a bounded, redacted excerpt; nothing sent (refused or
-  timed-out connect) is transient; a timeout after sending is `ModelTimeoutError`
+  timed-out connect, or the deadline passed before the request started out:
+  `SendWatch` tells) is transient; a timeout after sending is `ModelTimeoutError`
   and a lost connection or cut-off body is `AmbiguousModelError`, which the
-  caller charges at the full output cap and retries.
+  caller charges at the full output cap and retries. Once an error status is in
+  hand, the exchange's deadline no longer applies: the excerpt gets what was
+  left of it (at most 5 s), so a stalled error body cannot turn the status
+  into a timeout.
+- **What a message may quote.** An error body, or a served reply's own error,
+  is quoted with every key redacted; a refused URL is quoted with any user and
+  password left out (`shown_url`).
 
 `post_json` is the exchange itself for the adapters that speak HTTP through
 `httpx` (OpenAI-compatible, Ollama); the Anthropic adapter goes through the
@@ -59,6 +66,7 @@ __all__ = [
     "ProviderError",
     "RedirectRefusedError",
     "Secret",
+    "SendWatch",
     "check_endpoint",
     "excerpt",
     "is_loopback",
@@ -67,6 +75,7 @@ __all__ = [
     "post_json",
     "read_bounded",
     "read_framed",
+    "shown_url",
     "status_error",
 ]
 
@@ -189,21 +198,27 @@ def check_endpoint(url: str, *, key: Secret | None, what: str) -> str:
 
     Refused: a scheme other than http or https, no host, a user or password in
     the URL (credentials go in `api_key`, which is redacted), a query or a
-    fragment, and a key over plain http to a host that is not loopback.
+    fragment, and a key over plain http to a host that is not loopback. A
+    refusal never quotes a user or password (`shown_url`).
     """
     if not isinstance(url, str):
         raise ConfigError(f"{what}: the base URL must be a string")
     try:
         parts = urlsplit(url.strip())
+        credentials = parts.username is not None or parts.password is not None
+    except ValueError as exc:
+        raise _unusable_url(what, url, exc) from None
+    if credentials:
+        # Before the port is read: a password with a colon in it reads as a bad port.
+        raise ConfigError(f"{what}: the base URL must not carry credentials; pass api_key instead")
+    try:
         _port = parts.port  # read so that a bad port is refused here, not at the first request
     except ValueError as exc:
-        raise ConfigError(f"{what}: {url!r} is not a usable URL ({exc})") from None
+        raise _unusable_url(what, url, exc) from None
     if parts.scheme not in ("http", "https"):
         raise ConfigError(f"{what}: the base URL must be http or https, not {parts.scheme!r}")
     if not parts.hostname:
-        raise ConfigError(f"{what}: the base URL {url!r} names no host")
-    if parts.username is not None or parts.password is not None:
-        raise ConfigError(f"{what}: the base URL must not carry credentials; pass api_key instead")
+        raise ConfigError(f"{what}: the base URL {shown_url(url)!r} names no host")
     if parts.query or parts.fragment:
         raise ConfigError(f"{what}: the base URL must not have a query or a fragment")
     if key is not None and parts.scheme == "http" and not is_loopback(parts.hostname):
@@ -212,6 +227,27 @@ def check_endpoint(url: str, *, key: Secret | None, what: str) -> str:
             "use https, or a loopback address for a local server"
         )
     return url.strip().rstrip("/")
+
+
+def _unusable_url(what: str, url: str, exc: ValueError) -> ConfigError:
+    shown = shown_url(url)
+    # The parser's reason may quote a piece of the netloc (a "port"), which may be a password's.
+    why = f" ({exc})" if shown == url else ""
+    return ConfigError(f"{what}: {shown!r} is not a usable URL{why}")
+
+
+def shown_url(url: str) -> str:
+    """`url` as an error message may quote it: whatever may be a user or password left out.
+
+    Everything up to the last `@` goes, whatever a parser would call it: a
+    password may hold `/`, `#` or `:` and so read as a path or a port.
+    """
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        scheme, rest = "", url
+    if "@" not in rest:
+        return url
+    return f"{scheme}{sep}[credentials]@{rest.rpartition('@')[2]}"
 
 
 # --------------------------------------------------------------------------- statuses
@@ -319,11 +355,24 @@ async def read_bounded(chunks: AsyncIterator[bytes], limit: int = MAX_BODY_BYTES
     return bytes(body)
 
 
-async def read_excerpt(chunks: AsyncIterator[bytes]) -> bytes:
-    """At most `EXCERPT_BYTES` of an error body; whatever arrived if it fails or stalls."""
+async def read_excerpt(
+    chunks: AsyncIterator[bytes], deadline: asyncio.Timeout | None = None
+) -> bytes:
+    """At most `EXCERPT_BYTES` of an error body; whatever arrived if it fails or stalls.
+
+    `deadline` is the exchange's: the status is in hand, so it is lifted, and the
+    excerpt gets what was left of it (at most 5 s). Left in place, it would fire
+    while the body stalls and turn a clean refusal into an ambiguous timeout.
+    """
+    wait = _EXCERPT_WAIT_SECONDS
+    if deadline is not None:
+        when = deadline.when()
+        if when is not None:
+            wait = max(0.0, min(wait, when - asyncio.get_running_loop().time()))
+        deadline.reschedule(None)
     body = bytearray()
     try:
-        async with asyncio.timeout(_EXCERPT_WAIT_SECONDS):
+        async with asyncio.timeout(wait):
             async for chunk in chunks:
                 body += chunk
                 if len(body) >= EXCERPT_BYTES:
@@ -416,6 +465,25 @@ def tool_arguments(value: Any, provider: str, usage: Usage) -> Any:
 # --------------------------------------------------------------------------- exchange
 
 
+class SendWatch:
+    """Whether any of a request may have left: set once its headers start out.
+
+    Given to the HTTP library as the request's `trace` extension (httpcore's
+    and httpcore2's alike). Until it is set, the exchange was still connecting
+    (or waiting for a connection), so a deadline that fires then means nothing
+    was sent: transient, charged nothing.
+    """
+
+    __slots__ = ("sent",)
+
+    def __init__(self) -> None:
+        self.sent = False
+
+    async def __call__(self, event: str, info: Mapping[str, Any]) -> None:
+        if event.endswith(".send_request_headers.started"):
+            self.sent = True
+
+
 async def post_json(
     *,
     provider: str,
@@ -440,14 +508,18 @@ async def post_json(
         "accept-encoding": "identity",
         **headers,
     }
+    watch = SendWatch()
+    deadline = asyncio.timeout(seconds)
     try:
         async with (
-            asyncio.timeout(seconds),
+            deadline,
             httpx.AsyncClient(
                 follow_redirects=False, trust_env=False, timeout=httpx.Timeout(seconds)
             ) as client,
         ):
-            request = client.build_request("POST", url, content=body, headers=sent)
+            request = client.build_request(
+                "POST", url, content=body, headers=sent, extensions={"trace": watch}
+            )
             response = await client.send(request, stream=True)
             try:
                 log.debug("%s: POST %s answered %d", provider, url, response.status_code)
@@ -456,7 +528,7 @@ async def post_json(
                         provider,
                         response.status_code,
                         response.headers,
-                        await read_excerpt(response.aiter_raw()),
+                        await read_excerpt(response.aiter_raw(), deadline),
                         secrets,
                     )
                 if encoded(response.headers):
@@ -482,6 +554,8 @@ async def post_json(
     except httpx.TimeoutException as exc:
         raise ModelTimeoutError(f"{provider} timed out after sending: {_why(exc)}") from exc
     except TimeoutError as exc:
+        if not watch.sent:
+            raise unreached(provider, url, seconds) from exc
         raise ModelTimeoutError(
             f"{provider} gave no complete reply within {seconds:g} s; it may still be served"
         ) from exc
@@ -489,6 +563,13 @@ async def post_json(
         raise AmbiguousModelError(
             f"{provider} connection lost or reply cut off after sending: {_why(exc)}"
         ) from exc
+
+
+def unreached(provider: str, url: str, seconds: float) -> TransientModelError:
+    """The error for a deadline that fired before any of the request was sent."""
+    return TransientModelError(
+        f"{provider} could not be reached at {url} within {seconds:g} s; nothing was sent"
+    )
 
 
 def _why(exc: BaseException) -> str:

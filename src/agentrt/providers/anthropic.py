@@ -19,9 +19,11 @@ rules of models.md ("Provider adapters") still hold through it:
   one-hour one, ×2 when the reply does not say which), so the ordinary
   `Price` arithmetic bills them right.
 - **The raw assistant turn is replayed.** Each reply's content blocks are
-  remembered by what the assistant said (text and tool calls); when a later
-  request's assistant turn says the same, the provider's own blocks are sent
-  back, so signed thinking blocks survive (see `AnthropicModel.remember`).
+  remembered by the conversation it continued and what the assistant said
+  (text and tool calls); when a later request's assistant turn says the same
+  in the same conversation, the provider's own blocks are sent back, so signed
+  thinking blocks survive (see `AnthropicModel.remember`). One model serves
+  every run of a Driver: a turn is never replayed into another conversation.
 - **Strict tools** (opt-in): each input schema projected to the subset the API
   can enforce (`strict_schema`).
 - **Prices**: `PRICES`, a dated table; nothing is fetched.
@@ -31,9 +33,10 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import hashlib
 import os
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import date, timedelta
 from typing import Any
 from urllib.parse import urlsplit
@@ -46,7 +49,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "agentrt.providers.anthropic needs the anthropic extra: pip install 'agentrt[anthropic]'"
     ) from exc
 
-from .._canonical import content_hash, parse_json
+from .._canonical import canonical_json, content_hash, parse_json
 from .._errors import AgentrtError, ConfigError, JSONValueError, TransientModelError
 from .._model import (
     Message,
@@ -68,15 +71,18 @@ from ._http import (
     ModelTimeoutError,
     ProviderError,
     Secret,
+    SendWatch,
     check_endpoint,
     declared_too_large,
     encoded,
+    excerpt,
     parse_reply,
     read_bounded,
     read_excerpt,
     read_framed,
     status_error,
     tool_arguments,
+    unreached,
     unusable,
 )
 
@@ -140,7 +146,7 @@ class AnthropicModel:
     requires one). `strict_tools` sends every tool with `strict: true` and its
     schema projected by `strict_schema`. `thinking`, when given, is sent as the
     API's `thinking` option (e.g. `{"type": "adaptive"}`). `remember_turns`
-    bounds the replayed assistant turns kept.
+    bounds the replayed assistant turns kept (for all conversations together).
     """
 
     name: str
@@ -199,13 +205,16 @@ class AnthropicModel:
 
     # ----------------------------------------------------------------- turns
 
-    def remember(self, raw: bytes) -> bool:
+    def remember(self, raw: bytes, request: ModelRequest) -> bool:
         """Keep a reply's content blocks to send back for the assistant turn it became.
 
-        `generate` remembers every reply it returns. A process that resumes a run
-        (the memory is per instance) can hand back recorded `ModelResponse.raw`
-        bytes here, so that the turns it replays keep their thinking blocks.
-        Returns False for bytes that hold no usable content.
+        `request` is the request the reply answered: the blocks are sent back only
+        in that conversation (`_contexts`). `generate` remembers every reply it
+        returns. A process that resumes a run (the memory is per instance) can
+        hand back recorded `ModelResponse.raw` bytes here with the request each
+        answered (`render.messages` rebuilds it), so that the turns it replays
+        keep their thinking blocks. Returns False for bytes that hold no usable
+        content, or a request that is not usable JSON.
         """
         try:
             reply = parse_json(raw)
@@ -214,26 +223,36 @@ class AnthropicModel:
         content = reply.get("content") if isinstance(reply, dict) else None
         if not isinstance(content, list) or not all(isinstance(b, dict) for b in content):
             return False
+        context = _contexts(request.system, request.messages)[-1]
+        if context is None:
+            return False
         text = "".join(
             b["text"] for b in content if b.get("type") == "text" and isinstance(b.get("text"), str)
         )
         uses = [(b.get("name"), b.get("input")) for b in content if b.get("type") == "tool_use"]
-        key = _turn_key(text, uses)
+        try:
+            key = context + _turn_key(text, uses)
+        except JSONValueError:
+            return False
         self._turns[key] = content
         self._turns.move_to_end(key)
         while len(self._turns) > self._capacity:
             self._turns.popitem(last=False)
         return True
 
-    def _assistant_content(self, message: Message) -> list[Any]:
+    def _assistant_content(self, message: Message, context: str | None) -> list[Any]:
         texts = [b.text for b in message.content if isinstance(b, TextBlock)]
         uses = [b for b in message.content if isinstance(b, ToolUseBlock)]
         if any(isinstance(b, ToolResultBlock) for b in message.content):
             raise ConfigError("a tool result cannot be in an assistant message")
-        try:
-            raw = self._turns.get(_turn_key("".join(texts), [(u.name, u.input) for u in uses]))
-        except JSONValueError:
-            raw = None  # an input that is not usable JSON matches no reply: send as rendered
+        raw = None
+        if context is not None:
+            try:
+                said = _turn_key("".join(texts), [(u.name, u.input) for u in uses])
+            except JSONValueError:
+                pass  # an input that is not usable JSON matches no reply: send as rendered
+            else:
+                raw = self._turns.get(context + said)
         if raw is not None:
             return _replay(raw, [u.id for u in uses])
         blocks: list[Any] = [{"type": "text", "text": t} for t in texts if t]
@@ -247,9 +266,10 @@ class AnthropicModel:
     def request_params(self, request: ModelRequest) -> dict[str, Any]:
         """The Messages API parameters for `request` (deterministic given the turns kept)."""
         messages: list[dict[str, Any]] = []
-        for message in request.messages:
+        contexts = _contexts(request.system, request.messages)
+        for message, context in zip(request.messages, contexts, strict=False):
             if message.role == "assistant":
-                content = self._assistant_content(message)
+                content = self._assistant_content(message, context)
             else:
                 content = _user_content(message)
             messages.append({"role": message.role, "content": content})
@@ -285,18 +305,19 @@ class AnthropicModel:
 
     async def generate(self, request: ModelRequest) -> ModelResponse:
         raw = await self._exchange(self.request_params(request))
-        response = parse_response(raw, provider=self.name)
-        self.remember(raw)
+        response = parse_response(raw, provider=self.name, secrets=(self._key,))
+        self.remember(raw, request)
         return response
 
     async def _exchange(self, params: dict[str, Any]) -> bytes:
         seconds = self.timeout.total_seconds()
+        deadline = asyncio.timeout(seconds)
         transport = _GuardedTransport(
-            httpx2.AsyncHTTPTransport(trust_env=False), self._origin, self._key
+            httpx2.AsyncHTTPTransport(trust_env=False), self._origin, self._key, deadline
         )
         try:
             async with (
-                asyncio.timeout(seconds),
+                deadline,
                 httpx2.AsyncClient(
                     transport=transport,
                     follow_redirects=False,
@@ -333,19 +354,25 @@ class AnthropicModel:
                 self.name, exc.status_code, exc.response.headers, _read(exc.response), (self._key,)
             ) from None
         except anthropic.APIConnectionError as exc:
-            raise self._connection_error(exc, exc.__cause__) from exc
+            raise self._connection_error(exc, exc.__cause__, transport.watch.sent) from exc
         except (httpx2.TransportError, TimeoutError) as exc:
-            raise self._connection_error(exc, exc) from exc
+            raise self._connection_error(exc, exc, transport.watch.sent) from exc
 
-    def _connection_error(self, exc: BaseException, cause: BaseException | None) -> Exception:
+    def _connection_error(
+        self, exc: BaseException, cause: BaseException | None, sent: bool
+    ) -> Exception:
         if isinstance(cause, AgentrtError):
             return cause  # the transport guard's own refusal, wrapped by the SDK
         if isinstance(cause, httpx2.ConnectError | httpx2.ConnectTimeout | httpx2.PoolTimeout):
             # No connection was made, so nothing was sent and nothing can be charged.
             return TransientModelError(f"{self.name} could not be reached at {self._base_url}")
-        if isinstance(
+        timed_out = isinstance(
             exc, anthropic.APITimeoutError | TimeoutError | httpx2.TimeoutException
-        ) or isinstance(cause, httpx2.TimeoutException):
+        ) or isinstance(cause, httpx2.TimeoutException)
+        if timed_out and not sent:
+            # The deadline fired while connecting: none of the request left.
+            return unreached(self.name, self._base_url, self.timeout.total_seconds())
+        if timed_out:
             return ModelTimeoutError(
                 f"{self.name} gave no complete reply within {self.timeout.total_seconds():g} s; "
                 "it may still be served"
@@ -372,16 +399,25 @@ class _GuardedTransport(httpx2.AsyncBaseTransport):
     """The SDK's transport, held to this adapter's rules.
 
     Requests go only to the configured origin, with this key as the only
-    credential and no content coding; an error reply's body is cut to an
-    excerpt before the SDK reads it, so a huge error body is never held.
+    credential and no content coding; `watch` tells whether any of the request
+    was sent. An error reply's body is cut to an excerpt (under what is left of
+    the exchange's `deadline`) before the SDK reads it, so a huge error body is
+    never held and a stalled one never turns the status into a timeout; its
+    headers are passed on as the bytes that came, whatever their encoding.
     """
 
     def __init__(
-        self, inner: httpx2.AsyncBaseTransport, origin: tuple[str, str, int], key: Secret
+        self,
+        inner: httpx2.AsyncBaseTransport,
+        origin: tuple[str, str, int],
+        key: Secret,
+        deadline: asyncio.Timeout,
     ) -> None:
         self._inner = inner
         self._origin = origin
         self._key = key
+        self._deadline = deadline
+        self.watch = SendWatch()
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         url = request.url
@@ -395,17 +431,19 @@ class _GuardedTransport(httpx2.AsyncBaseTransport):
                 del request.headers[header]
         request.headers["x-api-key"] = self._key.reveal()
         request.headers["accept-encoding"] = "identity"
+        request.extensions["trace"] = self.watch
         response = await self._inner.handle_async_request(request)
         if 200 <= response.status_code <= 299:
             return response
         try:
-            body = await read_excerpt(response.aiter_raw())
+            body = await read_excerpt(response.aiter_raw(), self._deadline)
         finally:
             await response.aclose()
+        # The raw bytes: decoded header values (a latin-1 byte) cannot be encoded back.
         kept = [
             (name, value)
-            for name, value in response.headers.multi_items()
-            if name.lower() not in ("content-length", "content-encoding", "transfer-encoding")
+            for name, value in response.headers.raw
+            if name.lower() not in (b"content-length", b"content-encoding", b"transfer-encoding")
         ]
         return httpx2.Response(
             response.status_code,
@@ -444,8 +482,49 @@ def _user_content(message: Message) -> list[Any]:
     return blocks
 
 
+def _contexts(system: str, messages: Sequence[Message]) -> list[str | None]:
+    """What identifies the conversation before each message, and before the turn after them.
+
+    The system prompt and the opening (every message before the first reply) as
+    they are; each assistant turn as rendered (the renderer's tool-use ids come
+    from the run's step ids, so from the second turn on no two runs share one);
+    each later user turn only by the results it carries (ids and error flags),
+    since the renderer summarizes older results as a run goes on and a turn
+    must not lose its blocks for that. A turn is replayed only where all of
+    this is the same as before the reply it came from. None from the first
+    message that is not usable JSON on.
+    """
+    try:
+        digest = hashlib.sha256(canonical_json({"system": system}))
+    except JSONValueError:
+        return [None] * (len(messages) + 1)
+    contexts: list[str | None] = []
+    replied = broken = False
+    for message in messages:
+        contexts.append(None if broken else digest.hexdigest())
+        replied = replied or message.role == "assistant"
+        if message.role == "user" and replied:
+            piece: dict[str, Any] = {
+                "role": "user",
+                "results": [
+                    [b.tool_use_id, b.is_error]
+                    for b in message.content
+                    if isinstance(b, ToolResultBlock)
+                ],
+            }
+        else:
+            piece = message.to_json()
+        try:
+            digest.update(canonical_json(piece))
+        except JSONValueError:
+            broken = True
+    contexts.append(None if broken else digest.hexdigest())
+    return contexts
+
+
 def _turn_key(text: str, uses: Sequence[tuple[Any, Any]]) -> str:
-    """What an assistant turn did, ids aside: how a rendered turn finds its reply.
+    """What an assistant turn did, ids aside: how a rendered turn finds its reply
+    within its conversation (`_contexts`).
 
     A turn with tool uses is known by them alone: the renderer keeps a call's
     name and input exactly, but strips and caps the text around it (a `reason`),
@@ -623,12 +702,18 @@ def _usage(usage: Any) -> Usage:
     return Usage(input_tokens=folded, output_tokens=output, cached_input_tokens=read)
 
 
-def parse_response(raw: bytes, *, provider: str = PROVIDER) -> ModelResponse:
-    """A Messages API reply as a `ModelResponse` (raw bytes kept as they came)."""
+def parse_response(
+    raw: bytes, *, provider: str = PROVIDER, secrets: Iterable[Secret | None] = ()
+) -> ModelResponse:
+    """A Messages API reply as a `ModelResponse` (raw bytes kept as they came).
+
+    A served error is quoted as an error body is: bounded, with `secrets` redacted.
+    """
     reply = parse_reply(raw, provider)
     usage = _usage(reply.get("usage"))
     if reply.get("type") == "error":
-        raise unusable(provider, f"an error: {str(reply.get('error'))[:500]}", usage)
+        quoted = excerpt(str(reply.get("error")).encode(), secrets)
+        raise unusable(provider, f"an error: {quoted}", usage)
     content = reply.get("content")
     stop = reply.get("stop_reason")
     if not isinstance(content, list) or not all(isinstance(b, dict) for b in content):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any
 
@@ -35,6 +36,7 @@ from ._http import (
     check_endpoint,
     check_model_name,
     check_timeout,
+    excerpt,
     function_tools,
     joined_text,
     parse_reply,
@@ -90,7 +92,8 @@ class OllamaModel(JsonOverHttpModel):
 
     async def generate(self, request: ModelRequest) -> ModelResponse:
         body = policy_json(request_body(self.model, request, num_ctx=self.num_ctx))
-        return parse_response(await self.post("/api/chat", body), provider=self.name)
+        raw = await self.post("/api/chat", body)
+        return parse_response(raw, provider=self.name, secrets=(self._key,))
 
 
 def parse_host(value: str) -> str:
@@ -100,6 +103,7 @@ def parse_host(value: str) -> str:
     means http and port 11434, an explicit http or https without a port means
     80 or 443; a path is kept (a proxy prefix). An unspecified address
     (`0.0.0.0`, `::`), which is what a server binds to, means this machine.
+    A user or password is refused without being quoted: the key goes in `api_key`.
     """
     text = value.strip()
     if not text:
@@ -112,6 +116,9 @@ def parse_host(value: str) -> str:
     else:
         raise ConfigError(f"OllamaModel: host {value!r} must be http or https")
     hostport, slash, path = rest.partition("/")
+    if "@" in hostport:
+        # Refused before anything quotes the value: a password must not reach a message.
+        raise ConfigError("OllamaModel: the host must not carry credentials; pass api_key instead")
     host = hostport
     if hostport.startswith("["):
         host, bracket, tail = hostport[1:].partition("]")
@@ -213,8 +220,13 @@ def _count(reply: dict[str, Any], key: str) -> Any:
     return reply.get(key, 0)
 
 
-def parse_response(raw: bytes, *, provider: str = PROVIDER) -> ModelResponse:
-    """An `/api/chat` reply as a `ModelResponse` (raw bytes kept as they came)."""
+def parse_response(
+    raw: bytes, *, provider: str = PROVIDER, secrets: Iterable[Secret | None] = ()
+) -> ModelResponse:
+    """An `/api/chat` reply as a `ModelResponse` (raw bytes kept as they came).
+
+    A served error is quoted as an error body is: bounded, with `secrets` redacted.
+    """
     reply = parse_reply(raw, provider)
     message_seen = reply.get("message")
     produced = isinstance(message_seen, dict) and bool(
@@ -228,7 +240,9 @@ def parse_response(raw: bytes, *, provider: str = PROVIDER) -> ModelResponse:
         cached_input_tokens=0,  # Ollama reports no prompt-cache hits
     )
     if "error" in reply:
-        raise unusable(provider, f"an error: {str(reply['error'])[:500]}", usage)
+        raise unusable(
+            provider, f"an error: {excerpt(str(reply['error']).encode(), secrets)}", usage
+        )
     message = reply.get("message")
     if not isinstance(message, dict):
         raise unusable(provider, "no message", usage)
