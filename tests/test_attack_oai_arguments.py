@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+
 import pytest
 
 if not os.environ.get("CI"):

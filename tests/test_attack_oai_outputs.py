@@ -49,7 +49,10 @@ async def test_a_tool_returning_a_model_with_an_infinite_float_is_recorded_as_wh
     agent = Agent(
         name="quoter",
         model=ScriptedModel(
-            [[function_call("quote", {"item": "gold"}, call_id="call-1")], [assistant_message("ok")]]
+            [
+                [function_call("quote", {"item": "gold"}, call_id="call-1")],
+                [assistant_message("ok")],
+            ]
         ),
         tools=[quote],
     )
