@@ -83,6 +83,14 @@ class ApprovalPendingError(_NamesApproval, AgentsException, RunStateError):
     """
 
 
+class AgentChangedError(AgentsException, ConfigError):
+    """The agent of a framework run offers what was not gated (a handoff added to `run.agent`).
+
+    Raised at the framework run's start, before the model is asked; nothing
+    was recorded and nothing ran. Catch it as `agentrt.ConfigError`.
+    """
+
+
 class RunNotNamedError(AgentsException, ConfigError):
     """A framework run of the agent names no agentrt run (`gated.agent` given to `Runner.run`).
 

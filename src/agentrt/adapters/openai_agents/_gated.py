@@ -3,8 +3,10 @@
 The consumer keeps its `Agent`, its model and its `@function_tool`s. `gate_agent`
 returns a `GatedAgent`, built once; each framework run names its agentrt run
 through a `GatedRun` (`new_run()`, `resume(run_id)`) whose `agent` is a clone
-with each function tool wrapped in a `FunctionTool` of the same name,
-description and schema, and whose two SDK extension points are the Gate's:
+with each function tool wrapped in a `FunctionTool` that keeps every setting
+of the consumer's (name, description, schema, ...) but three, the Gate's: its
+timeout (enforced by agentrt's execution, then answered as the SDK answers a
+timeout) and its two SDK extension points:
 
 - `needs_approval` (a callable, evaluated by the SDK right before it would
   invoke the tool): claims a step, records the model's call verbatim (its
@@ -21,6 +23,10 @@ description and schema, and whose two SDK extension points are the Gate's:
 
 Invariants:
 
+- Only what `gate_agent` gated is offered: the agent is checked again at each
+  `new_run()`/`resume()`, and the run's agent at each framework run's start,
+  so a handoff, an MCP server or a tool added later is refused, never run
+  ungated. A run id agentrt cannot hold is refused before the model is asked.
 - One agentrt run per framework run: `GatedRun.run_id`, kept by the consumer
   beside the serialized `RunState`, names it in every process. A framework run
   that names none, a resume naming a run the store never recorded, and a run
@@ -51,8 +57,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import dataclasses
 import inspect
 import json
+import re
 import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -60,9 +68,11 @@ from datetime import timedelta
 from typing import Any
 
 from agents import Agent, FunctionTool, Runner, RunResult, RunResultStreaming, RunState
+from agents.exceptions import ToolTimeoutError
 from agents.items import ModelResponse, ToolApprovalItem
 from agents.lifecycle import AgentHooks
 from agents.run_context import RunContextWrapper
+from agents.tool import default_tool_timeout_error_message
 from agents.tool_context import ToolContext
 from openai.types.responses import ResponseFunctionToolCall
 from pydantic import BaseModel
@@ -118,6 +128,7 @@ from agentrt.lowlevel import (
 )
 
 from ._errors import (
+    AgentChangedError,
     ApprovalPendingError,
     InterruptedSideEffectError,
     RequestChangedError,
@@ -135,6 +146,7 @@ HELD_REASON_PREFIX = "openai-agents held call_id "
 """The reason of a call held behind a waiting one, then judged in its turn (decision 0052)."""
 
 _REFUSALS = (
+    AgentChangedError,
     ApprovalPendingError,
     InterruptedSideEffectError,
     RequestChangedError,
@@ -156,6 +168,9 @@ _TOOL_ASKS: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "agentrt_openai_agents_tool_asks", default=False
 )
 """What a tool's own callable `needs_approval` answered for the call being proposed now."""
+
+_RUN_ID = re.compile(r"[0-9a-f]{32}")
+"""What a run id is (store.md): anything else is refused before the model is asked."""
 
 _CALLS = CallMarker(CALL_REASON_PREFIX)
 _HELD = CallMarker(HELD_REASON_PREFIX)
@@ -260,14 +275,18 @@ async def _tool_asks(
 
 
 def _as_json(value: Any) -> Any:
-    """What agentrt records of a tool's output: the value when it is JSON, else its text."""
-    if isinstance(value, BaseModel):
-        return value.model_dump(mode="json")
+    """What agentrt records of a tool's output: the value when it is JSON, else its text.
+
+    A pydantic model is recorded as its JSON dump, or as its text when that
+    dump is not JSON either (a float that is `inf` or `nan`). In the text, a
+    lone surrogate is written `\\udXXX`, so what is recorded is always text.
+    """
+    dumped = value.model_dump(mode="json") if isinstance(value, BaseModel) else value
     try:
-        check_json(value)
+        check_json(dumped)
     except JSONValueError:
-        return str(value)
-    return value
+        return str(value).encode("utf-8", "backslashreplace").decode("utf-8")
+    return dumped
 
 
 class _Hooks(AgentHooks[Any]):
@@ -285,6 +304,7 @@ class _Hooks(AgentHooks[Any]):
     async def on_start(self, context: Any, agent: Any) -> None:
         # A new framework run: nothing of an earlier one of this run is in flight.
         run = self._run()
+        run._refuse_if_changed(agent)
         await run._drop_unstarted()
         # The SDK reaches this hook after it settled the interruptions of a resumed
         # state and before it asks the model: a call the run still waits on is
@@ -390,6 +410,7 @@ class GatedAgent:
             always = frozenset(n for n, v in own.items() if v is True)
             policy = _ToolAsksToo(policy, always, frozenset(own) - always)
         self._tools = {t.name: t for t in tools}
+        self._timeouts = {n: c.timeout for n, c in classes.items()}
         self.gate = Gate(
             store=store,
             policy=policy,
@@ -413,8 +434,12 @@ class GatedAgent:
         self.agent: Agent[Any] = self._bound(None)
 
     def new_run(self, run_id: str | None = None) -> GatedRun:
-        """A new agentrt run for a new framework run (`run_id` made when not given; keep it)."""
-        run_id = run_id if run_id is not None else self._new_id()
+        """A new agentrt run for a new framework run (`run_id` made when not given; keep it).
+
+        An id agentrt cannot hold (not 32 lowercase hex characters) is refused
+        here (`ConfigError`), before any model is asked.
+        """
+        run_id = _checked_run_id(run_id if run_id is not None else self._new_id())
         try:
             self.store.get_run(run_id)
         except NotFoundError:
@@ -431,6 +456,7 @@ class GatedAgent:
         """
         if not isinstance(run_id, str) or not run_id:
             raise RunNotNamedError(NOT_NAMED)
+        _checked_run_id(run_id)
         try:
             self.store.get_run(run_id)
         except NotFoundError:
@@ -441,10 +467,26 @@ class GatedAgent:
         return GatedRun(self, run_id)
 
     def _bound(self, run: GatedRun | None) -> Agent[Any]:
-        """A clone of the agent whose wrapped tools and hooks belong to `run`."""
-        return self._source.clone(
-            tools=[_wrap(t, run) for t in self._source.tools],
-            hooks=_Hooks(run, self._source.hooks),
+        """A clone of the agent whose wrapped tools and hooks belong to `run`.
+
+        The agent is checked again as it is now: a handoff, an MCP server or a
+        tool added to it after `gate_agent` is refused (`ConfigError`), never
+        offered ungated. The clone's lists are its own.
+        """
+        source = self._source
+        tools = _function_tools(source)
+        added = [t.name for t in tools if self._tools.get(t.name) is not t]
+        if added:
+            raise ConfigError(
+                f"agent {source.name!r} offers tools added or replaced after gate_agent "
+                f"({', '.join(repr(n) for n in added)}), which the Gate has not classified; "
+                "call gate_agent again with the agent as it is now"
+            )
+        return source.clone(
+            tools=[_wrap(t, run) for t in tools],
+            handoffs=[],
+            mcp_servers=[],
+            hooks=_Hooks(run, source.hooks),
         )
 
 
@@ -478,6 +520,7 @@ class GatedRun:
         # again, held allowed by the takeover until the SDK invokes it (decision 0091).
         self._vouched: _Judged | None = None
         self.agent: Agent[Any] = owner._bound(self)
+        self._offered = tuple(self.agent.tools)  # the wrapped tools, as `new_run` made them
 
     # -- what the consumer calls ---------------------------------------------
 
@@ -799,6 +842,22 @@ class GatedRun:
         if step is not None:
             await step.fail(error)
 
+    def _refuse_if_changed(self, agent: Any) -> None:
+        """Refuse a framework run whose agent offers what `new_run` did not gate.
+
+        A handoff, an MCP server or a tool put on `run.agent` after it was
+        made would run its tools ungated: the framework run is refused at its
+        start, before the model is asked, and nothing is recorded.
+        """
+        tools = getattr(agent, "tools", None) or []
+        ungated = [t for t in tools if not any(t is g for g in self._offered)]
+        if getattr(agent, "handoffs", None) or getattr(agent, "mcp_servers", None) or ungated:
+            raise AgentChangedError(
+                f"agent {getattr(agent, 'name', '?')!r} of agentrt run {self.run_id} offers "
+                "handoffs, MCP servers or tools added after it was gated, which would bypass "
+                "the Gate; nothing was asked of the model and nothing ran"
+            )
+
     # -- the wrapped tools ---------------------------------------------------
 
     def _lock(self) -> asyncio.Lock:
@@ -1011,7 +1070,7 @@ class GatedRun:
             except RequestChangedError:
                 await self._let_go()  # the open step stays never run, as after a crash
                 raise
-            return await self._execute(judged.step, context)
+            return await self._execute(name, judged.step, context)
         if judged.outcome == "recorded":
             observation = judged.observation
             assert observation is not None
@@ -1043,7 +1102,7 @@ class GatedRun:
             )
         raise RunEndedError(self.store.get_run(self.run_id))
 
-    async def _execute(self, step: GateStep, context: ToolContext[Any]) -> Any:
+    async def _execute(self, name: str, step: GateStep, context: ToolContext[Any]) -> Any:
         token = _TOOL_CONTEXT.set(context)
         self._in_flight = asyncio.current_task()
         try:
@@ -1058,6 +1117,9 @@ class GatedRun:
             raise raised
         if step.id in self._owner._outputs:
             return self._owner._outputs.pop(step.id)
+        tool = self._owner._tools.get(name)
+        if tool is not None and tool.timeout_seconds is not None and _timed_out(observation):
+            return await _timeout_answer(tool, context, self._owner._timeouts[name])
         return f"{observation.kind}: {observation.summary}"
 
     async def _judge_sdk_approved(
@@ -1498,15 +1560,10 @@ def _wrap(tool: Any, run: GatedRun | None) -> Any:
     async def on_invoke_tool(context: ToolContext[Any], arguments: str) -> Any:
         return await bound()._invoke(name, context, arguments)
 
-    return FunctionTool(
-        name=tool.name,
-        description=tool.description,
-        params_json_schema=tool.params_json_schema,
-        on_invoke_tool=on_invoke_tool,
-        strict_json_schema=tool.strict_json_schema,
-        is_enabled=tool.is_enabled,
-        tool_output_guardrails=tool.tool_output_guardrails,
-        needs_approval=needs_approval,
+    # Everything the consumer set on the tool is kept but what the Gate takes over:
+    # its approval, its invocation and its timeout (agentrt's execution bounds it).
+    return dataclasses.replace(
+        tool, on_invoke_tool=on_invoke_tool, needs_approval=needs_approval, timeout_seconds=None
     )
 
 
@@ -1531,7 +1588,8 @@ def gate_agent(
     (hosted tools, MCP servers, handoffs, agents offered as tools). A tool's
     own `needs_approval` is honoured: a person is asked, through agentrt, when
     it or the policy asks. Build it once; each framework run
-    names its agentrt run through `new_run()` or `resume(run_id)`.
+    names its agentrt run through `new_run()` or `resume(run_id)`, which check
+    the agent again (a handoff added since is refused there).
     """
     return GatedAgent(
         agent,
@@ -1600,7 +1658,52 @@ def _function_tools(agent: Agent[Any]) -> list[FunctionTool]:
 def _classify_tools(
     tools: Sequence[FunctionTool], classes: Mapping[str, Classification]
 ) -> dict[str, Classification]:
-    return classify([t.name for t in tools], classes)
+    """Each tool's classification, its timeout no longer than the tool's own `timeout_seconds`.
+
+    The SDK's timeout is enforced by agentrt's execution (the call cut off and
+    recorded as a timeout), then answered to the model as the SDK answers it.
+    """
+    found = classify([t.name for t in tools], classes)
+    own = {t.name: t.timeout_seconds for t in tools if t.timeout_seconds is not None}
+    for name, seconds in own.items():
+        how = found[name]
+        limit = timedelta(seconds=seconds)
+        if isinstance(how.timeout, timedelta) and limit < how.timeout:
+            found[name] = dataclasses.replace(how, timeout=limit)
+    return found
+
+
+def _checked_run_id(run_id: Any) -> str:
+    """`run_id` when agentrt can hold it (32 lowercase hex characters), else `ConfigError`."""
+    if not isinstance(run_id, str) or not _RUN_ID.fullmatch(run_id):
+        raise ConfigError(f"run id {run_id!r} is not 32 lowercase hex characters")
+    return run_id
+
+
+def _timed_out(observation: Observation) -> bool:
+    """agentrt cut the call off at its timeout (recorded `tool_error`, failure `timeout`)."""
+    content = observation.content
+    return (
+        observation.kind == ObservationKind.TOOL_ERROR
+        and isinstance(content, Mapping)
+        and content.get("failure") == "timeout"
+    )
+
+
+async def _timeout_answer(
+    tool: FunctionTool, context: ToolContext[Any], timeout: timedelta | float
+) -> Any:
+    """What the SDK answers for `tool` cut off at its timeout: its `timeout_behavior`, kept."""
+    seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else float(timeout)
+    error = ToolTimeoutError(tool_name=tool.name, timeout_seconds=seconds)
+    if tool.timeout_behavior == "raise_exception":
+        raise error
+    if tool.timeout_error_function is None:
+        return default_tool_timeout_error_message(tool_name=tool.name, timeout_seconds=seconds)
+    answer = tool.timeout_error_function(context, error)
+    if inspect.isawaitable(answer):
+        answer = await answer
+    return answer
 
 
 def _call_id_of(decision: Decision | None) -> str | None:
@@ -1621,17 +1724,25 @@ def _same_call(decision: Decision | None, name: str, arguments: str) -> bool:
     return canonical_json({} if args is None else args) == canonical_json(recorded)
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
 def _loads(arguments: str) -> dict[str, Any]:
-    try:
-        value = json.loads(arguments)
-    except ValueError:
-        return {}
+    value = _loads_or_none(arguments)
     return value if isinstance(value, dict) else {}
 
 
 def _loads_or_none(arguments: str | None) -> Any:
+    """The model's argument text read as the SDK reads it: None when it is not JSON.
+
+    NaN, Infinity and -Infinity are refused as the SDK's own parser refuses
+    them: such a call is one the SDK holds for a person itself.
+    """
     try:
-        return json.loads(arguments) if arguments is not None else None
+        if arguments is None:
+            return None
+        return json.loads(arguments, parse_constant=_no_constant)
     except ValueError:
         return None
 
