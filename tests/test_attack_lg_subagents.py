@@ -97,9 +97,7 @@ def test_a_second_gated_agent_in_the_same_turn_runs_its_calls_after_the_first_on
 
     assert lines(effects) == ["lookup login", "note ready"]
     answers = {
-        m.tool_call_id: (m.status, m.content)
-        for m in out["messages"]
-        if isinstance(m, ToolMessage)
+        m.tool_call_id: (m.status, m.content) for m in out["messages"] if isinstance(m, ToolMessage)
     }
     assert answers == {"r1": ("success", "found login"), "w1": ("success", "noted ready")}
     assert out["messages"][-1].content == "noted"
