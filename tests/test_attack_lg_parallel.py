@@ -46,7 +46,8 @@ def _slow_tool(name: str, effects: Path) -> BaseTool:
 
 
 def _branch(name: str, store: agentrt.Store, effects: Path) -> Any:
-    """A sub-graph: a model step (LangChain's fake chat model) asking for one call of its own tool, then its gated node."""
+    """A sub-graph: a model step (LangChain's fake chat model) asking for one call of its
+    own tool, then its gated node."""
     node = gated_tool_node(
         [_slow_tool(name, effects)],
         store=store,
