@@ -26,6 +26,7 @@ from support.adapters.langgraph_graphs import (
     RUN,
     ask,
     build,
+    build_prebuilt,
     call,
     lines,
     tool_messages,
@@ -115,3 +116,35 @@ def test_a_call_whose_arguments_are_not_json_hears_invalid_call_not_an_id_used_t
     assert "not usable JSON" in content
     assert "already used" not in content
     assert not effects.exists()
+
+
+def test_under_send_a_call_sharing_the_waiting_push_id_does_not_fail_the_graph(
+    database: str, tmp_path: Path
+) -> None:
+    """The prebuilt agent (each call a `Send` task) gets [push_branch, write_note] sharing one
+    tool call id. Today `ainvoke` raises ApprovalChangedError ("a changed call is refused")
+    though nothing was changed; as documented, the graph should pause on the push and the
+    note be answered "Not run", nothing run or recorded for it, the push run once approved."""
+    graph, store, effects = build_prebuilt(
+        tmp_path,
+        [
+            AIMessage(
+                "",
+                tool_calls=[
+                    call("push_branch", "dup", branch="feature/login"),
+                    call("write_note", "dup", text="hello"),
+                ],
+            ),
+            AIMessage("done"),
+        ],
+        database=database,
+    )
+    out = ask(graph)
+    (pending,) = out["__interrupt__"]
+    assert pending.value["tool"] == "push_branch"
+    assert lines(effects) == []
+    assert [s.decision.tool for s in store.list_steps(RUN) if s.decision] == ["push_branch"]
+
+    ask(graph, Command(resume=approve(pending, by="alice")))
+    assert lines(effects) == ["push feature/login"]
+    assert [s.status for s in store.list_steps(RUN)] == ["done"]
