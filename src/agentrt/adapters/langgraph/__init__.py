@@ -18,7 +18,8 @@
 You keep your graph, your model, your tools and your checkpointer. Each turn of
 a thread (from one input message to the graph stopping) is one agentrt run
 (`run_id_for(thread_id, turn)`, the turn named by the id of the message that
-opened it), so `limits` count a turn, and the model's answer completes it
+opened it; a gated node in a sub-graph has a run of its own, `run_id_for(thread_id,
+turn, subgraph)`), so `limits` count a turn, and the model's answer completes it
 (`turn_end_node`). The calls of one message go through the Gate in the model's
 order, also when the graph sends each as a task of its own (the prebuilt
 agents); one behind a call that waits for a person is held until that call is
@@ -48,10 +49,10 @@ from ._node import (
     InterruptRefusedError,
     RunEndedError,
     gated_tool_node,
-    run_id_for,
     turn_end_node,
 )
 from ._protocol import approve, decided, reject
+from ._turn import run_id_for
 from ._wait import ainvoke_and_wait, invoke_and_wait
 
 __all__ = [

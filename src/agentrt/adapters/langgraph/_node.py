@@ -3,15 +3,16 @@
 `gated_tool_node` returns LangGraph's own `ToolNode` over the consumer's tools
 (a subclass that only marks each execution with its calls' order), with its
 `wrap_tool_call`/`awrap_tool_call` hooks doing the Gate's work. Each turn of a
-LangGraph thread is one agentrt run, its id derived from the thread id and the
-id of the message that opened the turn (`run_id_for`, `turn_of`), so limits and
-loop detection count one turn, and a thread goes on for as many turns as it
-likes. Each tool call is one step of its turn's run, its decision recorded
-verbatim with the tool call id as the decision's reason (`langgraph tool call
-<id>`), so a call LangGraph issues again is found by that id. A turn's run
-stays RUNNING (no lease held) between its calls; `turn_end_node`, where the
-user routes the graph's end, completes it with the model's answer, and the next
-turn that calls a tool completes it otherwise.
+LangGraph thread is one agentrt run (of each sub-graph holding a gated node),
+its id derived from the thread id, the id of the message that opened the turn
+and the sub-graph (`_turn`), so limits and loop detection count one turn, and a
+thread goes on for as many turns as it likes. Each tool call is one step of
+its turn's run, its decision recorded verbatim with the tool call id as the
+decision's reason (`langgraph tool call <id>`), so a call LangGraph issues
+again is found by that id. A turn's run stays RUNNING (no lease held) between
+its calls; `turn_end_node`, where the user routes the graph's end, completes it
+with the model's answer, and the next turn that calls a tool completes it
+otherwise.
 
 Invariants (tests in tests/test_adapter_langgraph*.py):
 
@@ -33,7 +34,8 @@ Invariants (tests in tests/test_adapter_langgraph*.py):
   tool's reconciliation (its `Classification`'s `reconcile`) found its effect
   (the recovered result is its ToolMessage) or vouched it safe to repeat (it
   runs again, on the same step, when LangGraph issues that call again).
-- The calls of one run go through the Gate one at a time (`_OneAtATime`), and
+- The calls of one run go through the Gate one at a time, whichever gated node
+  of the process makes them (`_OneAtATime`), and
   the calls of one AI message in the message's order (`_Execution`), whether
   one ToolNode execution runs them or LangGraph runs each as a task of its own
   (`Send`; the tasks of one superstep share an `_Execution`, `_Supersteps`). A
@@ -48,7 +50,9 @@ Invariants (tests in tests/test_adapter_langgraph*.py):
   recorded as the step's `tool_error`): LangGraph would run it again from its
   top on resume.
 - Tool call ids are taken to be unique within a turn: a call reusing a settled
-  call's id for another request is answered with an error, never run.
+  call's id for another request is answered with an error, never run; so is a
+  call sharing its id with another call of its message that was recorded
+  (`Not run`, while that one waits for a person), never recorded.
 - A run that ended (a limit, a cancel, a rejection) raises `RunEndedError` out
   of the graph; no tool runs in that turn again. The next turn is a new run.
 - Whether a call is recorded is read again under the lease before a step is
@@ -63,7 +67,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-import hashlib
 import inspect
 import threading
 import weakref
@@ -126,67 +129,21 @@ from agentrt.approver import Local
 from agentrt.lowlevel import Clock, IdFactory, run_sync, step_of_run
 
 from ._protocol import MARK, check_resume
+from ._turn import (
+    answered_runs,
+    calls_beside,
+    earlier_runs,
+    messages_of,
+    opener,
+    run_id_for,
+    subgraph_of,
+    thread_of,
+    turn_of,
+)
 
 CALL_PREFIX = "langgraph tool call "
 """The recorded decision's reason: this prefix and LangGraph's tool call id."""
 _CALLS = CallMarker(CALL_PREFIX)
-
-
-def run_id_for(thread_id: str, turn: str = "") -> str:
-    """The agentrt run id of one turn of a LangGraph thread: 32 hex characters.
-
-    `turn` is the id of the message that opened the turn (the input the graph
-    was invoked with, usually a `HumanMessage`; LangGraph's `add_messages`
-    gives every message an id). The run of the turn is named in every
-    ToolMessage's artifact and every approval interrupt.
-    """
-    key = f"agentrt.adapters.langgraph\x00{thread_id}"
-    if turn:
-        key += f"\x00{turn}"
-    return hashlib.sha256(key.encode()).hexdigest()[:32]
-
-
-def turn_of(state: Any, call_id: str, messages_key: str = "messages") -> str:
-    """The turn a tool call belongs to: the id of the message that opened it.
-
-    Walks back from the AI message that made the call over the AI and tool
-    messages of the turn to the message before them (the turn's input). That
-    message's id, or `#<position>` when it has none; "" when the state holds
-    no such message (then the thread is one turn).
-    """
-    messages = _messages(state, messages_key)
-    at = len(messages)
-    for index in range(len(messages) - 1, -1, -1):
-        message = messages[index]
-        if isinstance(message, AIMessage) and any(
-            c.get("id") == call_id for c in message.tool_calls
-        ):
-            at = index
-            break
-    return _opener(messages, at)
-
-
-def _opener(messages: Sequence[Any], at: int) -> str:
-    """The turn of the AI message at `at`: the id (or `#<position>`) of the message opening it."""
-    at -= 1
-    while at >= 0 and isinstance(messages[at], AIMessage | ToolMessage):
-        at -= 1
-    if at < 0:
-        return ""
-    opener = messages[at]
-    opener_id = getattr(opener, "id", None)
-    return str(opener_id) if opener_id else f"#{at}"
-
-
-def _messages(state: Any, messages_key: str) -> list[Any]:
-    """The messages of a ToolNode's input (a list, a dict or an object holding them)."""
-    if isinstance(state, list):
-        messages: Any = state
-    elif isinstance(state, Mapping):
-        messages = state.get(messages_key)
-    else:
-        messages = getattr(state, messages_key, None)
-    return messages if isinstance(messages, list) else []
 
 
 class RunEndedError(_RunEnded):
@@ -392,9 +349,13 @@ def _schema(tool: BaseTool) -> dict[str, Any]:
 class _OneAtATime:
     """The calls of one run go through the Gate one at a time (a run has one open step).
 
-    The blocking path's calls come from LangGraph's thread pool, the async
-    path's from one event loop; an entry lives only while a call of its run
-    holds or waits for it.
+    One for the process (`_ONE_AT_A_TIME`), keyed by the run: the gated nodes of
+    one graph running calls of one turn at once (two branches of a superstep,
+    each with its own node, on one database) wait for each other here, where
+    each would otherwise find the run leased by the other and fail the graph
+    (`RunLeasedError`). The blocking path's calls come from LangGraph's thread
+    pool, the async path's from one event loop; an entry lives only while a
+    call of its run holds or waits for it.
     """
 
     def __init__(self) -> None:
@@ -431,6 +392,9 @@ class _OneAtATime:
         with self._entry(self._tasks, key, asyncio.Lock) as lock:
             async with lock:
                 yield
+
+
+_ONE_AT_A_TIME = _OneAtATime()
 
 
 class _Execution:
@@ -838,7 +802,7 @@ class GatedTools:
         self.goal = goal
         self._messages_key = messages_key
         self._operator = Operator(store, observer, now)
-        self._one_at_a_time = _OneAtATime()
+        self._subgraphs: set[str] = set()  # the sub-graphs this node's calls ran in
         self._supersteps = _Supersteps()
 
     # -- the ToolNode's hooks -----------------------------------------------
@@ -851,13 +815,15 @@ class GatedTools:
         async with contextlib.AsyncExitStack() as turn:
             if place is not None:  # first: whatever this call raises stops the calls behind
                 await turn.enter_async_context(place[0].waiting(place[1]))
-            run_id = self._run_of(request)
+            run_id, answered = self._run_of(request)
+            if answered:  # resumed with a person's answer naming another run: its turn's?
+                run_id = await asyncio.to_thread(self._resumed_run, request, run_id, answered)
             if place is None and (sent := self._sent(request)) is not None:
                 settled = await asyncio.to_thread(self._settled, run_id, sent[2])
                 place = self._join(sent, run_id, settled)
                 if place is not None:
                     await turn.enter_async_context(place[0].waiting(place[1]))
-            async with self._one_at_a_time.waiting(run_id):
+            async with _ONE_AT_A_TIME.waiting(run_id):
                 return await self._handle(request, execute, run_id, place)
 
     def wrap_tool_call(
@@ -868,12 +834,14 @@ class GatedTools:
         with contextlib.ExitStack() as turn:
             if place is not None:  # first: whatever this call raises stops the calls behind
                 turn.enter_context(place[0].blocking(place[1]))
-            run_id = self._run_of(request)
+            run_id, answered = self._run_of(request)
+            if answered:  # resumed with a person's answer naming another run: its turn's?
+                run_id = self._resumed_run(request, run_id, answered)
             if place is None and (sent := self._sent(request)) is not None:
                 place = self._join(sent, run_id, self._settled(run_id, sent[2]))
                 if place is not None:
                     turn.enter_context(place[0].blocking(place[1]))
-            with self._one_at_a_time.blocking(run_id):
+            with _ONE_AT_A_TIME.blocking(run_id):
                 return run_sync(self._handle(request, execute, run_id, place))
 
     def _sent(self, request: ToolCallRequest) -> _Sent | None:
@@ -889,7 +857,7 @@ class GatedTools:
         call_id = str(request.tool_call.get("id") or "")
         if superstep is None or not call_id:
             return None
-        messages = _messages(request.state, self._messages_key)
+        messages = messages_of(request.state, self._messages_key)
         for message in reversed(messages):
             if isinstance(message, AIMessage) and any(
                 c.get("id") == call_id for c in message.tool_calls
@@ -927,10 +895,36 @@ class GatedTools:
         latest = _CALLS.latest(self.store, run_id, ids)
         return {i for i, s in latest.items() if s.status in (StepStatus.DONE, StepStatus.FAILED)}
 
-    def _run_of(self, request: ToolCallRequest) -> str:
-        """The agentrt run of the call's turn of its thread."""
+    def _run_of(self, request: ToolCallRequest) -> tuple[str, list[str]]:
+        """The agentrt run of the call's turn as the state tells it; and the other runs the
+        node execution's answers name (`_resumed_run` looks whether one is the turn's)."""
+        config = getattr(request.runtime, "config", None)
+        subgraph = subgraph_of(config)
+        if subgraph:
+            self._subgraphs.add(subgraph)
         call_id = str(request.tool_call.get("id") or "")
-        return run_id_for(_thread_id(request), turn_of(request.state, call_id, self._messages_key))
+        turn = turn_of(request.state, call_id, self._messages_key)
+        run_id = run_id_for(thread_of(config), turn, subgraph)
+        return run_id, [r for r in answered_runs(config) if r != run_id]
+
+    def _resumed_run(self, request: ToolCallRequest, run_id: str, answered: Sequence[str]) -> str:
+        """The run of the call's turn when the node execution carries a person's answer.
+
+        An answer names the run whose interrupt it resumes. When `run_id` (the
+        turn as the state tells it) recorded no call of the call's AI message,
+        a run of those that did is that message's turn's run, whatever the state
+        says since (its first message removed, say): a call recorded there is
+        never recorded, or run, anew in another run. Otherwise `run_id`.
+        """
+        call_id = str(request.tool_call.get("id") or "")
+        beside = calls_beside(request.state, call_id, self._messages_key)
+        ids = [i for i in (str(c.get("id") or "") for c in beside) if i] or [call_id]
+        if _CALLS.latest(self.store, run_id, ids):
+            return run_id
+        for candidate in answered:
+            if _CALLS.latest(self.store, candidate, ids):
+                return candidate
+        return run_id
 
     # -- one call ---------------------------------------------------------------
 
@@ -948,8 +942,14 @@ class GatedTools:
         answered: set[str] = set()  # approvals answered on this execution of the node
         while True:
             run, step, approvals = await asyncio.to_thread(self._read, run_id, call_id)
-            if step is not None and not _same_call(step, call, approvals):
-                return _reused(step, call)  # an id used again in the turn: not this call
+            if step is not None and not _records(step, call):
+                if _shares_id(step, call, request.state, self._messages_key):
+                    # Another call of this message, with the same id, is the one recorded.
+                    if run is not None and run.status == RunStatus.WAITING_FOR_APPROVAL:
+                        return _not_run(call, run)
+                    return _reused(step, call)
+                if not _same_call(step, call, approvals):
+                    return _reused(step, call)  # an id used again in the turn: not this call
             latest = approvals[-1] if approvals else None
             if (
                 run is not None
@@ -1201,8 +1201,9 @@ class GatedTools:
         """
         call_id = str(request.tool_call.get("id") or "")
         current = turn_of(request.state, call_id, self._messages_key)
-        messages = _messages(request.state, self._messages_key)
-        for earlier in _earlier_runs(messages, _thread_id(request), current):
+        messages = messages_of(request.state, self._messages_key)
+        config = getattr(request.runtime, "config", None)
+        for earlier in earlier_runs(messages, thread_of(config), current, subgraph_of(config)):
             if earlier == run_id:
                 continue
             try:
@@ -1241,26 +1242,39 @@ class GatedTools:
         calls, a turn with no run, a run already ended) leaves the record as it is.
         While the thread's latest earlier turn with a run waits for a person,
         the end is refused with `EarlierTurnWaitsError` and nothing is written.
+
+        The turn's run is the one of the sub-graph the end runs in (a prebuilt
+        agent's `post_model_hook` ends its own agent's run, not another's of
+        the same turn), and of the sub-graphs below it where this node's calls
+        ran in this process (an end at the top, or `invoke_and_wait`, ends a
+        sub-agent's run too).
         """
-        messages = _messages(state, self._messages_key)
+        messages = messages_of(state, self._messages_key)
         if not messages:
             return {}
         last = messages[-1]
         if not isinstance(last, AIMessage) or last.tool_calls:
             return {}
-        thread, current = _thread_of(config), _opener(messages, len(messages) - 1)
-        await asyncio.to_thread(self._refuse_while_earlier_waits, messages, thread, current)
-        run_id = run_id_for(thread, current)
-        try:
-            run = await asyncio.to_thread(self.store.get_run, run_id)
-        except NotFoundError:
-            return {}  # the turn called no tool: it has no run, nothing is written
-        if run.status == RunStatus.RUNNING:
-            await self._complete(run_id, cast(Any, last.content))
+        thread, current = thread_of(config), opener(messages, len(messages) - 1)
+        own = subgraph_of(config)
+        below = sorted(p for p in set(self._subgraphs) if not own or p.startswith(own + "|"))
+        subgraphs = [own, *(p for p in below if p != own)]
+        for subgraph in subgraphs:
+            await asyncio.to_thread(
+                self._refuse_while_earlier_waits, messages, thread, current, subgraph
+            )
+        for subgraph in subgraphs:
+            run_id = run_id_for(thread, current, subgraph)
+            try:
+                run = await asyncio.to_thread(self.store.get_run, run_id)
+            except NotFoundError:
+                continue  # no call of the turn ran there: it has no run, nothing is written
+            if run.status == RunStatus.RUNNING:
+                await self._complete(run_id, cast(Any, last.content))
         return {}
 
     def _refuse_while_earlier_waits(
-        self, messages: Sequence[Any], thread: str, current: str
+        self, messages: Sequence[Any], thread: str, current: str, subgraph: str = ""
     ) -> None:
         """Raise `EarlierTurnWaitsError` if the latest earlier turn with a run waits for a person.
 
@@ -1268,7 +1282,7 @@ class GatedTools:
         ending this turn would leave the earlier call's approval with nothing
         to carry it out. Reads only.
         """
-        for earlier in _earlier_runs(messages, thread, current):
+        for earlier in earlier_runs(messages, thread, current, subgraph):
             try:
                 run = self.store.get_run(earlier)
             except NotFoundError:
@@ -1385,6 +1399,41 @@ class GatedTools:
         return _message(recorded, request.tool_call)
 
 
+def _records(step: Step, call: Mapping[str, Any]) -> bool:
+    """Whether `step` records the call LangGraph issues: its tool and its arguments.
+
+    Arguments that are not usable JSON (a NaN, say) were recorded as text
+    (`invalid_args`) and the call answered `invalid_decision`, never run: the
+    same tool given unusable arguments under that id is that call.
+    """
+    decision = step.decision
+    assert decision is not None  # found by its decision's reason
+    if decision.tool != call.get("name"):
+        return False
+    if decision.args == call.get("args"):
+        return True
+    return decision.args is None and decision.invalid_args is not None and not _usable(call)
+
+
+def _usable(call: Mapping[str, Any]) -> bool:
+    """Whether the call's arguments are usable JSON (as the record stores them)."""
+    try:
+        policy_json(call.get("args"))
+    except Exception:  # JSONValueError, or a value that is no JSON at all
+        return False
+    return True
+
+
+def _shares_id(step: Step, call: Mapping[str, Any], state: Any, messages_key: str) -> bool:
+    """Whether the request `step` records is another call of the AI message making `call`,
+    under the same id (the model gave two calls of one message one id)."""
+    call_id = call.get("id")
+    return any(
+        other.get("id") == call_id and _records(step, other)
+        for other in calls_beside(state, str(call_id), messages_key)
+    )
+
+
 def _same_call(step: Step, call: Mapping[str, Any], approvals: Sequence[Approval]) -> bool:
     """Whether the call LangGraph issues is the call recorded under its id.
 
@@ -1396,7 +1445,7 @@ def _same_call(step: Step, call: Mapping[str, Any], approvals: Sequence[Approval
     """
     decision = step.decision
     assert decision is not None  # found by its decision's reason
-    if decision.tool == call.get("name") and decision.args == call.get("args"):
+    if _records(step, call):
         return True
     if step.status in (StepStatus.DONE, StepStatus.FAILED):
         return False
@@ -1430,36 +1479,16 @@ def _reused(step: Step, call: Mapping[str, Any]) -> ToolMessage:
     )
 
 
-def _earlier_runs(messages: Sequence[Any], thread: str, current: str) -> Iterator[str]:
-    """The runs of the thread's turns other than `current`, latest first (one per opener)."""
-    for index in range(len(messages) - 1, -1, -1):
-        message = messages[index]
-        if isinstance(message, AIMessage | ToolMessage):
-            continue
-        opener_id = getattr(message, "id", None)
-        turn = str(opener_id) if opener_id else f"#{index}"
-        if turn != current:
-            yield run_id_for(thread, turn)
-
-
 def _goal_of(request: ToolCallRequest, messages_key: str) -> str:
     call_id = str(request.tool_call.get("id") or "")
     turn = turn_of(request.state, call_id, messages_key)
-    return f"LangGraph thread {_thread_id(request)}" + (f", turn {turn}" if turn else "")
-
-
-def _thread_id(request: ToolCallRequest) -> str:
-    return _thread_of(getattr(request.runtime, "config", None))
-
-
-def _thread_of(config: Any) -> str:
-    thread = ((config or {}).get("configurable") or {}).get("thread_id")
-    if thread is None or thread == "":
-        raise ConfigError(
-            "a gated tool node runs in a thread: invoke the graph with a checkpointer and "
-            "config={'configurable': {'thread_id': ...}}"
-        )
-    return str(thread)
+    config = getattr(request.runtime, "config", None)
+    subgraph = subgraph_of(config)
+    return (
+        f"LangGraph thread {thread_of(config)}"
+        + (f", turn {turn}" if turn else "")
+        + (f", sub-graph {subgraph}" if subgraph else "")
+    )
 
 
 def _utf8(text: str) -> bool:
