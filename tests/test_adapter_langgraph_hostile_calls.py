@@ -160,3 +160,40 @@ def test_under_send_a_call_sharing_the_waiting_push_id_is_not_run_and_the_graph_
         ("push_branch", "success", "pushed feature/login"),
         ("write_note", "error", f"Not run: run {RUN} waits for a person on another call"),
     ]
+
+
+def test_tool_call_ids_holding_a_nul_character_are_gated_like_any_other(
+    database: str, tmp_path: Path
+) -> None:
+    """A model gives tool call ids holding a NUL character (a note, then a push to approve):
+    the push pauses the graph for a person and, once approved, both calls run once and say
+    so (SQLite found the recorded calls no more, keyed at the NUL, and PostgreSQL refused
+    the key: decision 0143)."""
+    note_id, push_id = "note\x001", "push\x002"
+    graph, store, effects = build(
+        tmp_path,
+        [
+            AIMessage(
+                "",
+                tool_calls=[
+                    call("write_note", note_id, text="hello"),
+                    call("push_branch", push_id, branch="feature/login"),
+                ],
+            ),
+            AIMessage("done"),
+        ],
+        database=database,
+    )
+    out = ask(graph)
+    assert "__interrupt__" in out, tool_messages(out)
+    (pending,) = out["__interrupt__"]
+    assert pending.value["tool_call_id"] == push_id
+    assert store.get_run(RUN).status == "WAITING_FOR_APPROVAL"
+
+    out = ask(graph, Command(resume=approve(pending, by="alice")))
+    assert tool_messages(out) == [
+        (note_id, "success", "noted hello"),
+        (push_id, "success", "pushed feature/login"),
+    ]
+    assert lines(effects) == ["note hello", "push feature/login"]
+    assert [s.status for s in store.list_steps(RUN)] == ["done", "done"]
