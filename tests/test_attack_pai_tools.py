@@ -170,3 +170,47 @@ def test_arguments_under_the_adapters_internal_key_are_recorded_as_sent_and_not_
     assert first.decision is not None
     assert first.decision.args == {"\x00agentrt-unparsed": {"text": "smuggled"}}
     assert steps(store)[0] == ("note", "failed", "invalid_decision")
+
+
+def test_an_external_tool_call_is_not_handed_to_the_program_to_run_outside_the_gate(
+    tmp_path: Path,
+) -> None:
+    """An agent offers a `remote_mutation` tool through Pydantic AI's `ExternalToolset`
+    (classified, as the adapter demands): today the model's call comes back in
+    `DeferredToolRequests.calls` for the program to run, never recorded nor put to the
+    policy, and its result completes the run; it should be refused up front (`ConfigError`,
+    as native tools are) or go through the Gate (recorded, waiting on an agentrt approval)."""
+    from pydantic_ai.tools import ToolDefinition
+    from pydantic_ai.toolsets import ExternalToolset
+
+    store = agentrt.open_store(tmp_path / "runs.db")
+    gate = AgentrtGate(
+        store=store,
+        policy=agentrt.default_policy(),
+        classifications={"charge": Classification("remote_mutation", timeout=30)},
+    )
+    charge = ToolDefinition(
+        name="charge",
+        description="Charge the card.",
+        parameters_json_schema={
+            "type": "object",
+            "properties": {"amount": {"type": "integer"}},
+            "required": ["amount"],
+        },
+    )
+    heard: list[str] = []
+    agent: Any = Agent(
+        scripted([[("charge", {"amount": 100}, "c1")], "done"], heard),
+        output_type=[str, DeferredToolRequests],
+        toolsets=[ExternalToolset([charge])],
+        capabilities=[gate],
+    )
+    try:
+        result = agent.run_sync("charge it", metadata=gate.run_metadata(RUN))
+    except agentrt.ConfigError:
+        with pytest.raises(agentrt.NotFoundError):
+            store.get_run(RUN)
+        return
+    assert isinstance(result.output, DeferredToolRequests)
+    assert result.output.calls == []
+    assert steps(store) == [("charge", "awaiting_approval", "")]
