@@ -214,3 +214,49 @@ def test_an_external_tool_call_is_not_handed_to_the_program_to_run_outside_the_g
     assert isinstance(result.output, DeferredToolRequests)
     assert result.output.calls == []
     assert steps(store) == [("charge", "awaiting_approval", "")]
+
+
+@pytest.mark.parametrize("output", ["text with a lone surrogate", "structured output with NaN"])
+def test_an_output_that_is_not_strict_json_still_ends_the_agentrt_run(
+    tmp_path: Path, output: str
+) -> None:
+    """The model's final answer carries a lone surrogate (a provider's "\\ud800" escape), or
+    a structured output a NaN: the framework run returns it to the program, but today the
+    agentrt run is left RUNNING for ever (lease let go, a failed `complete` step), as after a
+    crash; the output should complete the agentrt run, as the adapter documents."""
+    from pydantic import BaseModel
+
+    class Reading(BaseModel):
+        x: float
+
+    store = agentrt.open_store(tmp_path / "runs.db")
+    gate = AgentrtGate(
+        store=store,
+        policy=agentrt.default_policy(),
+        classifications={"note": Classification("local_mutation", timeout=5)},
+    )
+    output_type: Any
+    if output.startswith("text"):
+        model = scripted([[("note", {"text": "a"}, "c1")], "done \ud800 here"], [])
+        output_type = [str, DeferredToolRequests]
+    else:
+
+        def answer(messages: list[Any], info: AgentInfo) -> ModelResponse:
+            if sum(isinstance(m, ModelResponse) for m in messages) == 0:
+                return ModelResponse(parts=[ToolCallPart("note", {"text": "a"}, tool_call_id="c1")])
+            final = info.output_tools[0].name
+            return ModelResponse(parts=[ToolCallPart(final, '{"x": NaN}', tool_call_id="o1")])
+
+        model = FunctionModel(answer)
+        output_type = [Reading, DeferredToolRequests]
+    agent: Any = Agent(model, output_type=output_type, capabilities=[gate])
+
+    @agent.tool_plain
+    def note(text: str) -> str:
+        """Write a note."""
+        return f"noted {text}"
+
+    result = agent.run_sync("go", metadata=gate.run_metadata(RUN))
+    assert not isinstance(result.output, DeferredToolRequests)
+    run = store.get_run(RUN)
+    assert (run.status, run.reason) == ("COMPLETED", "goal_completed")
