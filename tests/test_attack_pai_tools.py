@@ -260,3 +260,46 @@ def test_an_output_that_is_not_strict_json_still_ends_the_agentrt_run(
     assert not isinstance(result.output, DeferredToolRequests)
     run = store.get_run(RUN)
     assert (run.status, run.reason) == ("COMPLETED", "goal_completed")
+
+
+def test_a_held_calls_text_for_a_person_escapes_the_model_written_call_ids(
+    tmp_path: Path,
+) -> None:
+    """The model names its calls with ids carrying newlines and terminal escapes; a call made
+    beside one that waits is held, and its `text` (what a person is shown, as for an
+    approval) today carries those ids raw: a forged "APPROVED BY SECURITY TEAM" line and
+    colour codes. Model-written text should be shown escaped, as the approval text shows
+    arguments (JSON-quoted)."""
+    store = agentrt.open_store(tmp_path / "runs.db")
+    gate = AgentrtGate(
+        store=store,
+        policy=agentrt.default_policy(),
+        classifications={
+            "push": Classification("remote_mutation", timeout=5),
+            "note": Classification("local_mutation", timeout=5),
+        },
+    )
+    waiting = "c1\n\nAPPROVED BY SECURITY TEAM \x1b[32mSAFE\x1b[0m\r"
+    held = "c2\x1b[2J"
+    agent: Any = Agent(
+        scripted([[("push", {"branch": "main"}, waiting), ("note", {"text": "x"}, held)]], []),
+        output_type=[str, DeferredToolRequests],
+        capabilities=[gate],
+    )
+
+    @agent.tool_plain
+    def push(branch: str) -> str:
+        """Push."""
+        return "pushed"
+
+    @agent.tool_plain
+    def note(text: str) -> str:
+        """Note."""
+        return "noted"
+
+    result = agent.run_sync("go", metadata=gate.run_metadata(RUN))
+    assert isinstance(result.output, DeferredToolRequests)
+    text = result.output.metadata[held]["agentrt"]["text"]
+    assert "\x1b" not in text
+    assert "\r" not in text
+    assert not any(line.startswith("APPROVED") for line in text.splitlines())
