@@ -162,3 +162,57 @@ def test_with_wait_for_person_a_retried_interrupted_call_waits_for_the_person_no
     assert seen == ["interrupted_side_effect"]
     assert ran == ["a", "a"]
     assert store.get_run(RUN).status == "COMPLETED"
+
+
+def test_a_vouched_rerun_the_model_makes_again_under_a_new_id_runs_once(
+    tmp_path: Path,
+) -> None:
+    """A charge is cut off mid-way; its reconciliation says `not_found(safe_to_repeat=True)`;
+    retried from the prompt, the model makes the same charge under a new id: today it is
+    refused ("first runs again the call ..."), the framework run ends with the model's
+    answer and the agentrt run stays RUNNING, the same on every retry; the same request
+    should run once, as vouched, and the run complete."""
+    store = agentrt.open_store(tmp_path / "runs.db")
+    pay = agentrt.SideEffectPolicy(
+        {agentrt.SideEffect.REMOTE_MUTATION: agentrt.PolicyDecision.allow()}, policy_id="pay/1"
+    )
+
+    def reconcile(call: agentrt.ToolCall) -> agentrt.Reconciled:
+        return agentrt.Reconciled.not_found("no charge with that id", safe_to_repeat=True)
+
+    gate = AgentrtGate(
+        store=store,
+        policy=pay,
+        classifications={
+            "note": Classification("remote_mutation", timeout=30, reconcile=reconcile)
+        },
+    )
+    agent: Any = Agent(
+        fresh_ids_model(), output_type=[str, DeferredToolRequests], capabilities=[gate]
+    )
+    ran: list[str] = []
+
+    @agent.tool_plain
+    async def note(text: str) -> str:
+        """Acts, then (the first time) takes its time: the cancel lands there."""
+        ran.append(text)
+        if len(ran) == 1:
+            await asyncio.sleep(30)
+        return f"noted {text}"
+
+    meta = gate.run_metadata(RUN)
+
+    async def main() -> Any:
+        task = asyncio.create_task(agent.run("go", metadata=meta))
+        while not ran:
+            await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return await agent.run("go", metadata=meta)
+
+    result = asyncio.run(main())
+    assert result.output == "done"
+    assert ran == ["a", "a"]
+    run = store.get_run(RUN)
+    assert (run.status, run.reason) == ("COMPLETED", "goal_completed")
