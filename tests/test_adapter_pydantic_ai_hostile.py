@@ -1,7 +1,10 @@
-"""Attack: hostile tool arguments and odd tool outcomes through the Pydantic AI adapter.
+"""Hostile tool arguments, tool outcomes and outputs through the Pydantic AI adapter.
 
 A real Pydantic AI agent on its own `FunctionModel` (a scripted model), behind
-`AgentrtGate`, on a real SQLite file.
+`AgentrtGate`, on a real SQLite file: a tool past its timeout, arguments nested
+past the parser's depth or written under the adapter's own key, an external
+tool, an output strict JSON cannot hold, and call ids that try to restyle what
+a person reads.
 """
 
 from __future__ import annotations
@@ -82,13 +85,12 @@ def note_agent(
 
 
 @pytest.mark.parametrize("kind", ["async", "sync"])
-def test_a_tool_past_its_classification_timeout_is_a_failed_return_not_a_cancelled_run(
+def test_a_tool_past_its_timeout_is_a_failed_return_and_the_run_goes_on(
     tmp_path: Path, kind: str
 ) -> None:
-    """A tool classified `timeout=0.2` runs longer: today the framework run dies with a bare
-    `CancelledError` and the agentrt run FAILS `agent_error` (a step 'CancelledError'); the
-    timeout should be the step's `tool_error` told to the model as a failed return (as
-    `_replay` replays it), the run going on to the model's answer."""
+    """A tool classified `timeout=0.2` runs longer (a coroutine or a plain function): the
+    step is the Gate's `tool_error` ("timed out after 0.2s"), the model is told it as a
+    failed tool return, and the run goes on to the model's answer and completes."""
     store = agentrt.open_store(tmp_path / "runs.db")
     gate = AgentrtGate(
         store=store,
@@ -125,13 +127,12 @@ def test_a_tool_past_its_classification_timeout_is_a_failed_return_not_a_cancell
     assert (run.status, run.reason) == ("COMPLETED", "goal_completed")
 
 
-def test_deeply_nested_argument_json_is_a_retry_not_a_recursion_error_ending_the_run(
+def test_argument_json_nested_past_the_parsers_depth_is_recorded_and_sent_back_as_a_retry(
     tmp_path: Path,
 ) -> None:
-    """The model sends 4 KB of arguments nested 2,000 deep: today `json.loads`'s
-    RecursionError escapes the adapter's argument reader, the framework run dies and the
-    agentrt run FAILS; as for any arguments that are not usable JSON, the call should be
-    recorded invalid and sent back as a retry, the run going on."""
+    """The model sends 4 KB of arguments nested 2,000 deep: as for any arguments that are
+    not usable JSON, the call is recorded as sent, invalid, and sent back to the model as
+    a retry; nothing runs for it and the run goes on."""
     heard: list[str] = []
     ran: list[str] = []
     deep = '{"text": ' + "[" * 2000 + "]" * 2000 + "}"
@@ -150,13 +151,12 @@ def test_deeply_nested_argument_json_is_a_retry_not_a_recursion_error_ending_the
     assert store.get_run(RUN).status == "COMPLETED"
 
 
-def test_arguments_under_the_adapters_internal_key_are_recorded_as_sent_and_not_run(
+def test_arguments_under_the_adapters_own_key_are_recorded_as_sent_and_not_run(
     tmp_path: Path,
 ) -> None:
-    """The model sends `{"\\u0000agentrt-unparsed": {"text": "smuggled"}}` (no `text`): today
-    the adapter unwraps its own sentinel, records `{"text": "smuggled"}` and runs the tool,
-    a call Pydantic AI alone refuses; the record should hold what the model sent, and the
-    schema check send it back as a retry without running it."""
+    """The model sends `{"\\u0000agentrt-unparsed": {"text": "smuggled"}}` (the adapter's
+    own key for arguments that are not an object; no `text`): the record holds what the
+    model sent, and the schema check sends it back as a retry; the tool does not run."""
     heard: list[str] = []
     ran: list[str] = []
     sent = '{"\\u0000agentrt-unparsed": {"text": "smuggled"}}'
@@ -172,14 +172,14 @@ def test_arguments_under_the_adapters_internal_key_are_recorded_as_sent_and_not_
     assert steps(store)[0] == ("note", "failed", "invalid_decision")
 
 
-def test_an_external_tool_call_is_not_handed_to_the_program_to_run_outside_the_gate(
+def test_an_agent_offering_an_external_tool_is_refused_before_anything_is_recorded(
     tmp_path: Path,
 ) -> None:
     """An agent offers a `remote_mutation` tool through Pydantic AI's `ExternalToolset`
-    (classified, as the adapter demands): today the model's call comes back in
-    `DeferredToolRequests.calls` for the program to run, never recorded nor put to the
-    policy, and its result completes the run; it should be refused up front (`ConfigError`,
-    as native tools are) or go through the Gate (recorded, waiting on an agentrt approval)."""
+    (classified): Pydantic AI would hand the model's call back in
+    `DeferredToolRequests.calls` for the program to run, outside the Gate, so the run is
+    refused (`ConfigError`, as for native tools) before the model is asked or a run
+    recorded."""
     from pydantic_ai.tools import ToolDefinition
     from pydantic_ai.toolsets import ExternalToolset
 
@@ -205,15 +205,11 @@ def test_an_external_tool_call_is_not_handed_to_the_program_to_run_outside_the_g
         toolsets=[ExternalToolset([charge])],
         capabilities=[gate],
     )
-    try:
-        result = agent.run_sync("charge it", metadata=gate.run_metadata(RUN))
-    except agentrt.ConfigError:
-        with pytest.raises(agentrt.NotFoundError):
-            store.get_run(RUN)
-        return
-    assert isinstance(result.output, DeferredToolRequests)
-    assert result.output.calls == []
-    assert steps(store) == [("charge", "awaiting_approval", "")]
+    with pytest.raises(agentrt.ConfigError, match="external tools \\(charge\\)"):
+        agent.run_sync("charge it", metadata=gate.run_metadata(RUN))
+    with pytest.raises(agentrt.NotFoundError):
+        store.get_run(RUN)
+    assert heard == []
 
 
 @pytest.mark.parametrize("output", ["text with a lone surrogate", "structured output with NaN"])
@@ -221,9 +217,8 @@ def test_an_output_that_is_not_strict_json_still_ends_the_agentrt_run(
     tmp_path: Path, output: str
 ) -> None:
     """The model's final answer carries a lone surrogate (a provider's "\\ud800" escape), or
-    a structured output a NaN: the framework run returns it to the program, but today the
-    agentrt run is left RUNNING for ever (lease let go, a failed `complete` step), as after a
-    crash; the output should complete the agentrt run, as the adapter documents."""
+    a structured output a NaN: the program gets the output, and the agentrt run completes
+    with it as strict JSON holds it (the surrogate escaped, the NaN named "NaN")."""
     from pydantic import BaseModel
 
     class Reading(BaseModel):
@@ -260,16 +255,16 @@ def test_an_output_that_is_not_strict_json_still_ends_the_agentrt_run(
     assert not isinstance(result.output, DeferredToolRequests)
     run = store.get_run(RUN)
     assert (run.status, run.reason) == ("COMPLETED", "goal_completed")
+    assert run.result == ("done \\ud800 here" if output.startswith("text") else {"x": "NaN"})
 
 
 def test_a_held_calls_text_for_a_person_escapes_the_model_written_call_ids(
     tmp_path: Path,
 ) -> None:
-    """The model names its calls with ids carrying newlines and terminal escapes; a call made
-    beside one that waits is held, and its `text` (what a person is shown, as for an
-    approval) today carries those ids raw: a forged "APPROVED BY SECURITY TEAM" line and
-    colour codes. Model-written text should be shown escaped, as the approval text shows
-    arguments (JSON-quoted)."""
+    """The model names its calls with ids carrying newlines and terminal escapes (a forged
+    "APPROVED BY SECURITY TEAM" line, colour codes); a call made beside one that waits is
+    held, and its `text` for a person shows those ids escaped (`trace.sanitize`), on one
+    line, as an approval shows what the model wrote; `held_behind` keeps the id itself."""
     store = agentrt.open_store(tmp_path / "runs.db")
     gate = AgentrtGate(
         store=store,
@@ -303,3 +298,4 @@ def test_a_held_calls_text_for_a_person_escapes_the_model_written_call_ids(
     assert "\x1b" not in text
     assert "\r" not in text
     assert not any(line.startswith("APPROVED") for line in text.splitlines())
+    assert result.output.metadata[held]["agentrt"]["held_behind"] == waiting
