@@ -25,8 +25,9 @@ makes after one that waits for a person, in the same response, is held:
 deferred beside it (metadata `held_behind`), judged in its turn when the run
 continues. Output functions are refused (`ConfigError`): make them tools. So
 are native tools (web search, code execution, ...), which run at the model's
-provider, outside the Gate; Pydantic AI's tool search over the agent's own
-tools is let through.
+provider, outside the Gate, and external tools (`ExternalToolset`), whose
+calls Pydantic AI hands back to the program; Pydantic AI's tool search over
+the agent's own tools is let through.
 
 See docs/adapters.md ("Pydantic AI") and docs/decisions/0040, 0051, 0058, 0059.
 """

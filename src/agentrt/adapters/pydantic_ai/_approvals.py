@@ -12,10 +12,11 @@ bare `ToolApproved()` or `True`, by call id alone) decides nothing.
 
 A call made in the same response after the one that waits is held
 (decision 0051): its metadata is `{"agentrt": {"run_id", "tool",
-"held_behind": <the waiting call's id>, "text"}}`, with no approval id and no
-hash, since there is nothing to decide about it in agentrt. `approved` answers
-the calls held behind the approved one with a plain `ToolApproved`, which lets
-the framework continue them; the Gate then judges each in its turn.
+"held_behind": <the waiting call's id>, "text"}}` (the model's call ids in
+`text` escaped, `trace.sanitize`), with no approval id and no hash, since
+there is nothing to decide about it in agentrt. `approved` answers the calls
+held behind the approved one with a plain `ToolApproved`, which lets the
+framework continue them; the Gate then judges each in its turn.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from pydantic_ai import DeferredToolRequests, DeferredToolResults, ToolApproved
 
 import agentrt
 from agentrt.approver import Local
+from agentrt.trace import sanitize
 
 KEY = "agentrt"
 """The adapter's key in `DeferredToolRequests.metadata[call]` and in the results' metadata."""
@@ -54,9 +56,15 @@ def presentation(
 def held_presentation(
     run_id: str, tool: str, call_id: str, waiting_tool: str, waiting_for: str
 ) -> dict[str, Any]:
-    """The metadata a held call carries: what it waits behind; nothing to decide."""
+    """The metadata a held call carries: what it waits behind; nothing to decide.
+
+    The call ids are the model's own text: shown escaped (`trace.sanitize`),
+    as an approval shows what the model wrote.
+    """
+    call, tool_shown = sanitize(call_id), sanitize(tool)
+    behind, waiting_shown = sanitize(waiting_for), sanitize(waiting_tool)
     text = (
-        f"Call {call_id} ({tool}) is held behind call {waiting_for} ({waiting_tool}), which "
+        f"Call {call} ({tool_shown}) is held behind call {behind} ({waiting_shown}), which "
         f"waits for a person in agentrt run {run_id}. There is nothing to decide about it "
         "here: when the run continues after that call's decision, it goes through the Gate "
         "in its turn (recorded, checked against its schema, put to the policy). Nothing has "

@@ -41,6 +41,11 @@ Invariants:
   in `wrap_run` before its handler runs: before the model is asked or a run
   recorded. Tool search is let through: it only finds the agent's own
   deferred tools, whose calls then go through the Gate.
+- No external tool is offered: Pydantic AI hands an external tool's call
+  (`ExternalToolset`, a tool of kind `external`) back to the program in
+  `DeferredToolRequests.calls`, never through the toolset. A listing that
+  holds one is refused (`ConfigError`); at the first listing, before the
+  model is asked or a run recorded.
 """
 
 from __future__ import annotations
@@ -90,6 +95,9 @@ class GatedToolset(WrapperToolset[Any]):
     async def get_tools(self, ctx: RunContext[Any]) -> dict[str, ToolsetTool[Any]]:
         run = _framework_run(self.run)
         tools = await self.wrapped.get_tools(ctx)
+        external = [name for name, tool in tools.items() if tool.tool_def.kind == "external"]
+        if external:
+            raise agentrt.ConfigError(_EXTERNAL_TOOLS.format(", ".join(sorted(external))))
         run.wrapped = self.wrapped
         run.originals = tools
         if run.gate is None:
@@ -102,6 +110,12 @@ class GatedToolset(WrapperToolset[Any]):
         run = _framework_run(self.run)
         return await run.call(name, tool_args, ctx, run.originals.get(name, tool))
 
+
+_EXTERNAL_TOOLS = (
+    "external tools ({}) are handed back to the program to run, outside agentrt's Gate, with "
+    "no record, policy or approval behind their calls, so AgentrtGate refuses them: give the "
+    "agent a function tool that does the same job"
+)
 
 _OUTPUT_FUNCTIONS = (
     "output functions ({}) run outside agentrt's Gate, ungated and unrecorded, so AgentrtGate "
@@ -310,7 +324,7 @@ class AgentrtGate(AbstractCapability[Any]):
         results = getattr(node, "tool_call_results", None)
         if run is not None and isinstance(results, Mapping):
             refuse_override_args(results)
-            run.settle_denied(results)
+            run.settle_denied(results, ctx.messages)
         return node
 
     async def after_node_run(

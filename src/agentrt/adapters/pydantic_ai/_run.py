@@ -29,6 +29,13 @@ Invariants:
   the held call never runs: it comes back as a failed tool return naming the
   run's end. A framework run continuing a run that ended while a call waited
   (`agentrt reject`) tells the model so the same way, and records nothing.
+- A call the record knows is never run twice: issued again under its id, or
+  made again under a new id by a model whose history lost it (a program
+  killed before it saved the history, retried from its prompt), it gets its
+  recorded outcome; made again while it waits for a person or for its
+  vouched rerun, it is that call, run only as the person or the
+  reconciliation said (`_remade`: the record's calls after the last one the
+  history holds, matched one to one by tool and canonical arguments).
 - The model is not asked while a call the history holds waits for a person
   (`refuse_model_while_waiting`): an approved call is never dropped.
 - A call waiting for a person runs only after agentrt's approval of the hash
@@ -53,6 +60,7 @@ import contextlib
 import inspect
 import json
 import logging
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
@@ -73,7 +81,7 @@ from pydantic_ai.toolsets import AbstractToolset, ToolsetTool
 import agentrt
 from agentrt.adapters import Classification, classify, ended_message, tool_spec
 from agentrt.adapters import RunEndedError as _RunEnded
-from agentrt.adapters._calls import CallMarker
+from agentrt.adapters._calls import SETTLED, CallMarker
 from agentrt.adapters._operation import running, with_reconcile
 from agentrt.adapters._wait import POLL_INTERVAL, attach_unless_ended, until_decided
 from agentrt.lowlevel import step_of_run
@@ -132,19 +140,29 @@ class Verbatim:
     """An arguments "validator" that keeps what the model sent, so the Gate records it as sent.
 
     The tool's own validator runs later, on the arguments the Gate judged,
-    just before the tool itself.
+    just before the tool itself. Arguments that are not a JSON object (text
+    that does not parse, nested past the parser's depth, or a list) travel
+    wrapped under `_UNPARSED`, and so does an object the model wrote under
+    that key itself: what the Gate records is always exactly what was sent.
     """
 
     def validate_json(self, input: str | bytes | bytearray, **_: Any) -> Any:
         text = input.decode("utf-8", "replace") if isinstance(input, bytes | bytearray) else input
         try:
             value = json.loads(text or "{}")
-        except ValueError:
+        except (ValueError, RecursionError):
             return {_UNPARSED: text}
-        return value if isinstance(value, dict) else {_UNPARSED: value}
+        return _wrapped(value)
 
     def validate_python(self, input: Any, **_: Any) -> Any:
-        return dict(input) if isinstance(input, Mapping) else {_UNPARSED: input}
+        return _wrapped(dict(input) if isinstance(input, Mapping) else input)
+
+
+def _wrapped(value: Any) -> dict[str, Any]:
+    """The arguments as the framework carries them: an object as it is, anything else wrapped."""
+    if isinstance(value, dict) and _UNPARSED not in value:
+        return value
+    return {_UNPARSED: value}
 
 
 @dataclass
@@ -262,21 +280,28 @@ class FrameworkRun:
             if ctx.tool_call_approved and call_id is not None:
                 _refuse_changed_approval(ctx.messages, call_id, args)
             recorded = self._recorded(call_id) if call_id is not None else None
+            remade = None
+            if recorded is None and call_id is not None:
+                remade = self._remade(ctx.messages, call_id)
+                if remade is not None and remade.status in SETTLED:
+                    recorded = remade
             if recorded is not None and call_id is not None:
                 # A call agentrt already settled, issued again by a framework run
-                # resumed from a history saved before its return: never run twice.
+                # resumed from a history saved before its return, or made again
+                # under a new id by a model whose history lost it: never run twice.
                 return _replay(recorded, name, args, call_id)
+            stands_for = _CALLS.call_id(remade.decision) if remade is not None else None
             session = self.session
             if self.vouched is not None:
-                return await self._run_vouched(self.vouched, name, args, ctx, tool)
+                return await self._run_vouched(self.vouched, name, args, ctx, tool, stands_for)
             if session is not None and not session.done:
                 return await self._propose(session, name, args, ctx, tool)
             run = self.settings.store.get_run(self.run_id)
             if run.status == agentrt.RunStatus.WAITING_FOR_APPROVAL:
-                return await self._waiting(name, args, ctx, tool)
+                return await self._waiting(name, args, ctx, tool, stands_for)
             ended_on = self._ended_on()
             if ended_on is not None and call_id is not None:
-                if call_id == ended_on:
+                if ended_on in (call_id, stands_for):
                     raise ToolFailed(f"not run: {ended_message(run)}")
                 if _made_after(ctx.messages, ended_on, call_id):
                     raise ToolFailed(_held_ended(run, call_id, ended_on))
@@ -290,6 +315,54 @@ class FrameworkRun:
         the run waits for a person.
         """
         return _CALLS.settled(self.settings.store, self.run_id, call_id)
+
+    def _remade(self, messages: Sequence[Any], call_id: str) -> agentrt.Step | None:
+        """The recorded call that call `call_id`, unknown to the record, makes again, if any.
+
+        A history saved before some of the run's calls were recorded (a program
+        killed before it saved it, retried from its prompt), or one carrying a
+        cut-off call no more, leaves those calls out, and the model makes them
+        again under new ids (providers name every call afresh). The record's
+        calls after the last one the history holds are matched one to one, in
+        order, to the calls the history makes after it that the record does not
+        know, by request (tool and canonical arguments): the first such call
+        making a recorded call's request is that call made again. It gets the
+        recorded outcome when the call settled, or stands for it when it waits
+        for a person or for its vouched rerun; nothing runs twice on a match.
+        """
+        made = _calls_made(messages)
+        store = self.settings.store
+        known = _CALLS.latest(store, self.run_id, {made_id for made_id, _, _ in made})
+        if call_id in known:
+            return None
+        last = max((step.index for step in known.values()), default=-1)
+        # One indexed read of the record's tail (decision 0060): in a run whose history
+        # is whole, the last call it holds is the run's last step, and the tail is empty.
+        count = store.get_run(self.run_id).step_count
+        later = store.steps_from(self.run_id, last + 1, count + 1)
+        lost = [step for step in later if _CALLS.call_id(step.decision) is not None]
+        if not lost:
+            return None
+        tail = made
+        for position, (made_id, _, _) in enumerate(made):
+            if made_id in known:
+                tail = made[position + 1 :]
+        for made_id, tool, args in tail:
+            found = next(
+                (
+                    step
+                    for step in lost
+                    if step.decision is not None
+                    and step.decision.tool == tool
+                    and _canonical(step.decision.args) == _canonical(args)
+                ),
+                None,
+            )
+            if found is not None:
+                lost.remove(found)
+            if made_id == call_id:
+                return found
+        return None
 
     async def _propose(
         self,
@@ -331,15 +404,17 @@ class FrameworkRun:
         args: Any,
         ctx: RunContext[Any],
         tool: ToolsetTool[Any],
+        stands_for: str | None,
     ) -> Any:
         """The call the tool's reconciliation vouched for, run once more when the framework
-        issues it again (same call id, tool and arguments); any other call meanwhile is
-        refused, unrecorded, and the vouched call stays open (decision 0091)."""
+        issues it again (same call id, or made again under a new id, `_remade`; same tool
+        and arguments); any other call meanwhile is refused, unrecorded, and the vouched
+        call stays open (decision 0091)."""
         decision = vouched.step.decision
         assert decision is not None
         waits_for = _CALLS.call_id(decision)
         if (
-            ctx.tool_call_id == waits_for
+            waits_for in (ctx.tool_call_id, stands_for)
             and decision.tool == name
             and _canonical(decision.args) == _canonical(args)
         ):
@@ -387,16 +462,28 @@ class FrameworkRun:
             raise ToolFailed(f"not run: {ended_message(run)}")
 
     async def _waiting(
-        self, name: str, args: Any, ctx: RunContext[Any], tool: ToolsetTool[Any]
+        self,
+        name: str,
+        args: Any,
+        ctx: RunContext[Any],
+        tool: ToolsetTool[Any],
+        stands_for: str | None = None,
     ) -> Any:
-        """A call while the run waits for a person: the waiting call, or one held behind it."""
+        """A call while the run waits for a person: the waiting call, or one held behind it.
+
+        The waiting call is the one recorded, or the call that makes it again
+        under a new id (`stands_for` names the recorded one, `_remade`).
+        """
         store = self.settings.store
         approval = store.list_approvals(self.run_id)[-1]
         step = step_of_run(store, self.run_id, approval.step_id)
         assert step is not None and step.decision is not None
         waiting_for = step.decision.reason.removeprefix(_CALLS.prefix)
-        if ctx.tool_call_id != waiting_for:
-            self._hold(name, str(ctx.tool_call_id), step.decision.tool or "", waiting_for)
+        if stands_for == waiting_for and ctx.tool_call_id is not None:
+            waiting_for = ctx.tool_call_id
+        elif ctx.tool_call_id != waiting_for:
+            behind = self._made_again(ctx.messages, step, waiting_for)
+            self._hold(name, str(ctx.tool_call_id), step.decision.tool or "", behind)
         if step.decision.tool != name or _canonical(step.decision.args) != _canonical(args):
             raise ToolFailed(
                 f"refused: the call {waiting_for} to run now is not the request recorded "
@@ -455,6 +542,17 @@ class FrameworkRun:
             raise ToolFailed(verdict.observation.summary)
         raise _end_of(verdict.run)
 
+    def _made_again(self, messages: Sequence[Any], step: agentrt.Step, call_id: str) -> str:
+        """The id the history knows the waiting call `call_id` by: its own, or a new one's."""
+        made = _calls_made(messages)
+        if any(made_id == call_id for made_id, _, _ in made):
+            return call_id
+        for made_id, _, _ in made:
+            remade = self._remade(messages, made_id)
+            if remade is not None and remade.id == step.id:
+                return made_id
+        return call_id
+
     def _hold(self, name: str, call_id: str, waiting_tool: str, waiting_for: str) -> None:
         """A call made beside the waiting one: held behind it, nothing recorded.
 
@@ -508,6 +606,12 @@ class FrameworkRun:
             refused = ToolFailed(_deferral_refused(name, exc))
             current.error = refused
             raise refused from exc
+        except asyncio.CancelledError:
+            # The Gate's timeout, the caller's cancel, or the tool's own raise: the
+            # Gate tells them apart. A timeout and the tool's own raise are the step's
+            # `tool_error`, a failed return the run goes on from (`_execute`); the
+            # caller's cancel leaves `step.execute` itself, as a crash would leave it.
+            raise
         except BaseException as exc:
             current.error = exc
             raise
@@ -539,9 +643,17 @@ class FrameworkRun:
             self._warn_if_waiting()
             return
         step = await session.step()
-        if step is not None:
-            content = pydantic_core.to_jsonable_python(output, fallback=repr)
-            await step.propose(agentrt.Decision.complete(content))
+        if step is None:
+            return
+        content = _recordable(pydantic_core.to_jsonable_python(output, fallback=repr))
+        verdict = await step.propose(agentrt.Decision.complete(content))
+        if verdict.outcome == "denied" and verdict.observation is not None:
+            # Still not storable (nested past any reader's depth, say): the step says
+            # why, and the run ends on a plain note, never left RUNNING with no owner.
+            step = await session.step()
+            if step is not None:
+                note = f"the framework run's output was not recorded: {verdict.observation.summary}"
+                await step.propose(agentrt.Decision.complete(note))
 
     def waiting_on(self) -> tuple[agentrt.Approval, agentrt.Step, str] | None:
         """The approval the run waits on (pending, or approved and not run), its step, its call."""
@@ -556,7 +668,7 @@ class FrameworkRun:
         assert step is not None and step.decision is not None
         return approval, step, step.decision.reason.removeprefix(_CALLS.prefix)
 
-    def settle_denied(self, results: Mapping[Any, Any]) -> None:
+    def settle_denied(self, results: Mapping[Any, Any], messages: Sequence[Any]) -> None:
         """A resumed framework run's `ToolDenied` of the waiting call: agentrt's rejection, now.
 
         Pydantic AI answers a denied call itself, without calling the toolset,
@@ -567,8 +679,8 @@ class FrameworkRun:
         waiting = self.waiting_on()
         if waiting is None:
             return
-        approval, _, call_id = waiting
-        denied = results.get(call_id)
+        approval, step, call_id = waiting
+        denied = results.get(self._made_again(messages, step, call_id))
         if not isinstance(denied, ToolDenied) or approval.status != agentrt.ApprovalStatus.PENDING:
             return
         self._reject(approval, denied.message)
@@ -622,6 +734,7 @@ class FrameworkRun:
         if waiting is None:
             return
         approval, step, call_id = waiting
+        call_id = self._made_again(messages, step, call_id)
         parts = [
             (getattr(message, "kind", ""), part)
             for message in messages
@@ -778,6 +891,34 @@ def goal_of(prompt: str | Sequence[Any] | None) -> str:
     return "a Pydantic AI run"
 
 
+_NON_FINITE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
+
+
+def _recordable(value: Any) -> Any:
+    """The framework run's output as strict JSON can hold it, for the run's completion.
+
+    The program gets the output as the framework made it; the record holds a
+    float that is not finite as its name (Pydantic's "NaN", "Infinity") and a
+    lone surrogate escaped (`\\ud800`), as agentrt stores any foreign text.
+    """
+    try:
+        return _strict(value)
+    except RecursionError:
+        return value  # refused as it is, and told so, by `finish`
+
+
+def _strict(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return _NON_FINITE[repr(value)]
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, dict):
+        return {_strict(key): _strict(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_strict(item) for item in value]
+    return value
+
+
 def _canonical(value: Any) -> bytes:
     try:
         return agentrt.canonical_json(value)
@@ -840,6 +981,27 @@ def refuse_override_args(results: Mapping[Any, Any]) -> None:
             raise OverrideArgsRefused(_override_refused(call_id))
 
 
+def _made_args(sent: Any) -> Any:
+    """The arguments of a call the history holds, as the Gate records them."""
+    made = (
+        Verbatim().validate_json(sent)
+        if isinstance(sent, str | bytes | bytearray)
+        else Verbatim().validate_python(sent if sent is not None else {})
+    )
+    return made.get(_UNPARSED, made)
+
+
+def _calls_made(messages: Sequence[Any]) -> list[tuple[str, str, Any]]:
+    """Every tool call the history's model responses make, in order: id, tool, arguments."""
+    return [
+        (part.tool_call_id, part.tool_name, _made_args(part.args))
+        for message in messages
+        if getattr(message, "kind", "") == "response"
+        for part in getattr(message, "parts", ())
+        if getattr(part, "part_kind", "") == "tool-call" and isinstance(part.tool_call_id, str)
+    ]
+
+
 def _refuse_changed_approval(messages: Sequence[Any], call_id: str, args: Any) -> None:
     """A framework-approved call must carry the arguments the model made it with.
 
@@ -855,13 +1017,7 @@ def _refuse_changed_approval(messages: Sequence[Any], call_id: str, args: Any) -
         for part in getattr(message, "parts", ()):
             if getattr(part, "tool_call_id", None) != call_id or not hasattr(part, "args"):
                 continue
-            sent = part.args
-            made = (
-                Verbatim().validate_json(sent)
-                if isinstance(sent, str | bytes | bytearray)
-                else Verbatim().validate_python(sent if sent is not None else {})
-            )
-            if _canonical(made.get(_UNPARSED, made)) != _canonical(args):
+            if _canonical(_made_args(part.args)) != _canonical(args):
                 raise OverrideArgsRefused(_override_refused(call_id))
             return
 
