@@ -305,7 +305,7 @@ class SchemaReplay:
 
         def decided() -> None:
             conn.execute(
-                "UPDATE steps SET decision_json = ?, reason_key = substr(?, 1, 256) "
+                "UPDATE steps SET decision_json = ?, reason_key = ? "
                 "WHERE id = ? AND status = 'deciding' AND decision_json = ''",
                 (decision, "", step_id),
             )
