@@ -42,9 +42,7 @@ class Hostile:
         self.clock_file = root / "clock.txt"
         self.clock_file.write_text(datetime.now(UTC).isoformat())
         command = forked(HOSTILE, str(self.folder))
-        pinned = agentrt(
-            "mcp", "pin", "hostile", "--out", str(root / "m.json"), "--", *command
-        )
+        pinned = agentrt("mcp", "pin", "hostile", "--out", str(root / "m.json"), "--", *command)
         assert pinned.returncode == 0, pinned.stderr
         write_owner_only(root / "r.json", RULES)
         self.config = root / "proxy.json"
@@ -71,9 +69,7 @@ class Hostile:
     async def host(self) -> AsyncIterator[Host]:
         args = [str(self.clock_file), "--config", str(self.config)]
         command = forked(PROXY_CHILD, *args)
-        params = StdioServerParameters(
-            command=command[0], args=command[1:], cwd=str(TESTS.parent)
-        )
+        params = StdioServerParameters(command=command[0], args=command[1:], cwd=str(TESTS.parent))
         with open(self.root / "proxy.stderr", "a") as errlog:
             async with (
                 stdio_client(params, errlog=errlog) as (read, write),
