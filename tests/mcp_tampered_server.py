@@ -1,6 +1,6 @@
-"""A hostile MCP server for tests/test_attack_mcp_*.py: the SDK's server, its wire tampered.
+"""An MCP server whose answers the SDK refuses, for tests/test_mcp_proxy_refused_answers.py.
 
-Run as `python tests/mcp_attack_mcp_server.py FOLDER` over stdio. Written with
+Run as `python tests/mcp_tampered_server.py FOLDER` over stdio. Written with
 the official SDK (`MCPServer`); what it writes to stdout passes through `Wire`,
 which changes the answers the way FOLDER/answer says, after the tool did its work:
 
