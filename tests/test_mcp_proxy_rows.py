@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import json
 import os
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +22,19 @@ import mcp_types
 import pytest
 from tests.support.mcp_proxy import Shop, kill_quietly, pending_now, write_owner_only
 
-from agentrt import ConfigError, open_existing
+from agentrt import ConfigError, Gate, open_existing
+from agentrt._clock import wall_clock
 from agentrt._store.sqlite._filesafety import SIDECAR_SUFFIXES
-from agentrt.mcp._proxy import ASKED_AGAIN_NOTICE, HOLD_MESSAGE, UNRECORDED_RESULT
+from agentrt.mcp._proxy import (
+    ASKED_AGAIN_NOTICE,
+    HOLD_MESSAGE,
+    UNRECORDED_RESULT,
+    Answer,
+    Proxy,
+    _load,
+    _open,
+    build_policy,
+)
 from agentrt.mcp.proxy import read_proxy_config
 
 pytestmark = pytest.mark.slow
@@ -140,6 +150,48 @@ def test_a_call_approved_within_the_hold_runs_and_answers_in_the_same_call_with_
     assert len({m.params.progress_token for m in heard}) == 1
     assert len(heard) == len(progress)
     assert len(run_statuses(shop)) == 3  # one run per call, nobody asked twice
+
+
+def test_the_hold_counts_from_the_calls_arrival_so_time_moved_while_it_asks_still_ends_it(
+    tmp_path: Path,
+) -> None:
+    """An operator sets `approval_hold` to 10 minutes; a call waits for approval, and the
+    proxy's clock moves 11 minutes on between the approval being asked for and the proxy
+    starting to hold (the proxy descheduled in that gap; here in-process, deterministically).
+    The hold, counted from the call's arrival, has run out: the call is answered
+    `PENDING_APPROVAL` at its first look, not held another 10 minutes."""
+    shop = Shop(tmp_path, approval_hold="10m")
+    clock = [datetime.now(UTC)]
+    looks: list[int] = []
+
+    async def still_waiting(look: int) -> bool:
+        looks.append(look)
+        return look < 40  # a host that gives up after ten seconds
+
+    async def go() -> Answer:
+        config = read_proxy_config(shop.config)
+        async with contextlib.AsyncExitStack() as stack:
+            store = _open(config, wall_clock)
+            stack.callback(store.close)
+            tools, unavailable = await _load(config, stack)
+            now = lambda: clock[0]  # noqa: E731
+            gate = Gate(store=store, policy=build_policy(config.policy), tools=tools, now=now)
+            specs = {tool.spec.name: tool.spec for tool in tools}
+            proxy = Proxy(config, store, gate, specs, unavailable, now=now)
+            handle = proxy._handle
+
+            async def handle_then_time_moves(spec: Any, key: str, args: Any) -> Answer:
+                answer = await handle(spec, key, args)
+                clock[0] += timedelta(minutes=11)
+                return answer
+
+            proxy._handle = handle_then_time_moves  # type: ignore[method-assign]
+            return await proxy.call("shop_charge", CHARGE, still_waiting)
+
+    said = asyncio.run(go())
+    assert (said.is_error, said.word) == (True, "PENDING_APPROVAL")
+    assert looks == [0]
+    assert shop.effects() == []
 
 
 def test_approval_hold_is_off_unless_set_and_a_negative_one_is_refused(tmp_path: Path) -> None:

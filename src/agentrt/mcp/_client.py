@@ -23,6 +23,8 @@ This module owns the connection's lifetime and the shape of what crosses it:
   left (the connection already closed, no connection made) is an ordinary
   `MCPToolError` (decision 0054). The request is known by the id the SDK gave
   it, seen as the session writes it (`_NotingWrites`, in the caller's task).
+  A call that got an answer agentrt refuses, or a result the SDK refuses,
+  raises `MCPAnswerRefused`: it was carried out, only its result is lost.
 """
 
 from __future__ import annotations
@@ -220,8 +222,9 @@ class Connection:
 
         A failure after the request left, with no answer seen, raises
         `OutcomeUnknown`; one before it left, `MCPToolError`; an answer agentrt
-        refuses (too long, not usable JSON), `MCPAnswerRefused`: the call was
-        carried out, its result is lost.
+        refuses (too long, not usable JSON) or a result the SDK refuses (not a
+        `CallToolResult`, content against the tool's output schema),
+        `MCPAnswerRefused`: the call was carried out, its result is lost.
 
         `operation_id` (the step's `ToolCall.operation_id`) travels in the request's
         `_meta` as `agentrt/operation_id`, so a server can deduplicate by it or stamp
@@ -257,6 +260,13 @@ class Connection:
             if asked is not None:
                 then = "no result" if asked.startswith(INPUT_REQUIRED) else _describe(exc)
                 raise MCPInputRequired(self._input_refused(tool, asked, then)) from exc
+            if self._capture.resulted(attempt.request_id):
+                # The server answered with a result the SDK would not take (not a
+                # CallToolResult, or content against the tool's output schema).
+                raise MCPAnswerRefused(
+                    f"MCP server {self.server.name!r} answered the call to {tool!r}, and its "
+                    f"answer is refused: the MCP SDK refused it ({_first_line(exc)})"
+                ) from exc
             raise MCPToolError(f"the call to {tool!r} failed: {_describe(exc)}") from exc
         finally:
             _ATTEMPT.reset(token)
@@ -410,6 +420,12 @@ def _describe(exc: BaseException) -> str:
         return "timed out"
     text = str(exc) or type(exc).__name__
     return text[:500]
+
+
+def _first_line(exc: BaseException) -> str:
+    """The first line of what `exc` says, at most 200 characters."""
+    lines = _describe(exc).strip().splitlines()
+    return (lines[0] if lines else type(exc).__name__)[:200]
 
 
 def _result(answer: Any, server: str) -> dict[str, Any]:

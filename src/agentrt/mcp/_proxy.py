@@ -38,9 +38,11 @@ A mutating call whose server was lost after the call was sent (the tool raises
 it, and every identical re-call, is answered `UNKNOWN_OUTCOME` until a person
 decides (decision 0054); a read lost that way is `FAILED` and may be retried.
 A mutating call whose server answered with what the runtime refuses (a message
-too long, content that is not usable JSON) was carried out: its run completes
-noting that its result was not recorded, and the call is answered `UNRECORDED`
-(nobody is asked; the identical re-call within the window is `DUPLICATE`).
+too long, content that is not usable JSON, a result the MCP SDK refuses) was
+carried out: its run completes noting that its result was not recorded, and the
+call is answered `UNRECORDED` (nobody is asked; the identical re-call within the
+window is `DUPLICATE`). Each server's connection is held in a task of its own,
+so one that fails ends that server's calls only, never the proxy.
 
 No unknown outcome is left with nothing for a person to act on: the first call
 that meets one (the identical call, or another mutating call of the tool, then
@@ -71,7 +73,7 @@ import logging
 import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .._canonical import canonical_json
 from .._clock import Clock, new_id, wall_clock
@@ -115,8 +117,11 @@ from .._records import (
 )
 from .._store import Store, open_store
 from .._store._records import RequestRow
-from ._config import read_manifest, read_rules
+from ._config import Server, read_manifest, read_rules
 from ._proxy_config import STATUS_TOOL, ProxyConfig
+
+if TYPE_CHECKING:
+    from ._client import Connection
 
 _log = logging.getLogger("agentrt.mcp.proxy")
 _T = TypeVar("_T")
@@ -447,8 +452,8 @@ class Proxy:
     async def call(self, name: str, args: Any, waiting: StillWaiting | None = None) -> Answer:
         """One call's answer. Given `waiting` (the host waits for this answer), a call
         that would be answered `PENDING_APPROVAL` is held up to `approval_hold` on the
-        proxy's clock: approved (or rejected, or expired) within it, it is collected and
-        answered in the same call."""
+        proxy's clock, counted from the call's arrival: approved (or rejected, or expired)
+        within it, it is collected and answered in the same call."""
         if name == STATUS_TOOL:
             return await self.status(args)
         spec = self.specs.get(name)
@@ -465,9 +470,12 @@ class Proxy:
             return Answer.of(IN_PROGRESS)
         self._inflight.add(key)
         try:
+            # Read before the approval is asked for: a clock read after it could
+            # already stand past a decision's moment, and the hold would never end.
+            arrived = self.now()
             answer = await self._handle(spec, key, args)
             if answer.word == PENDING_APPROVAL and waiting is not None:
-                answer = await self._hold_for_person(spec, key, args, answer, waiting)
+                answer = await self._hold_for_person(spec, key, args, answer, waiting, arrived)
             return answer
         except StoreBusyError:
             _log.warning("the database stayed busy; call %s answered UNAVAILABLE", name)
@@ -499,15 +507,21 @@ class Proxy:
         return await self._describe(run, tool)
 
     async def _hold_for_person(
-        self, spec: ToolSpec, key: str, args: Any, answer: Answer, waiting: StillWaiting
+        self,
+        spec: ToolSpec,
+        key: str,
+        args: Any,
+        answer: Answer,
+        waiting: StillWaiting,
+        arrived: datetime,
     ) -> Answer:
         """Keep a call that waits for a person's approval until it is decided, the hold
-        runs out, or the host stops waiting; a decided call is collected (rule 1) and
-        its answer given in this same call (decision 0071)."""
+        (from the call's arrival) runs out, or the host stops waiting; a decided call is
+        collected (rule 1) and its answer given in this same call (decision 0071)."""
         hold = self.config.approval_hold
         if hold <= timedelta(0):
             return answer
-        deadline = self.now() + hold
+        deadline = arrived + hold
         look = 0
         while answer.word == PENDING_APPROVAL and await waiting(look):
             if await self._decided(key):
@@ -1082,8 +1096,6 @@ async def _load(
 ) -> tuple[list[Any], dict[str, str]]:
     """Connect every server and load its tools; the tools of a server that fails are
     unavailable (their offered names kept, so a call says so)."""
-    from ._client import connect
-
     tools: list[Any] = []
     unavailable: dict[str, str] = {}
     for proxied in config.servers:
@@ -1091,7 +1103,7 @@ async def _load(
         rules = read_rules(proxied.rules)
         server = proxied.server
         try:
-            connection = await stack.enter_async_context(connect(server))
+            connection = await _connected(server, stack)
             loaded, report = await connection.load(manifest, rules)
         except AgentrtError as exc:
             _log.error("server %s is unavailable: %s", server.name, exc)
@@ -1106,6 +1118,48 @@ async def _load(
     if STATUS_TOOL in names:
         raise AgentrtError(f"a server tool is offered as {STATUS_TOOL!r}, the proxy's own tool")
     return tools, unavailable
+
+
+async def _connected(server: Server, stack: contextlib.AsyncExitStack) -> Connection:
+    """`server`'s connection, held open in a task of its own until `stack` closes.
+
+    The SDK's and the transport's task groups live in that task: whatever ends one
+    server's connection (its transport failing) ends that task only, never the
+    proxy's serving; that server's calls then fail as on a closed connection.
+    """
+    from ._client import connect
+
+    opened: asyncio.Future[Connection] = asyncio.get_running_loop().create_future()
+    close = asyncio.Event()
+
+    async def hold() -> None:
+        try:
+            async with connect(server) as connection:
+                opened.set_result(connection)
+                await close.wait()
+        except Exception as exc:
+            if not opened.done():
+                opened.set_exception(exc)
+            else:
+                _log.error("server %s: the connection ended: %s", server.name, exc)
+        finally:
+            if not opened.done():
+                opened.cancel()
+
+    task = asyncio.create_task(hold())
+
+    async def shut() -> None:
+        close.set()
+        await asyncio.gather(task, return_exceptions=True)
+
+    try:
+        connection = await asyncio.shield(opened)
+    except BaseException:
+        task.cancel()  # the handshake, if it still runs
+        await asyncio.gather(task, return_exceptions=True)
+        raise
+    stack.push_async_callback(shut)
+    return connection
 
 
 def _log_done(name: str, task: asyncio.Task[Answer]) -> None:

@@ -15,7 +15,11 @@ This module owns the process of a stdio server and the raw bytes of every
   make the client buffer without bound.
 - Over HTTP, a 3xx answer is an error: no redirect is followed, not even one the
   SDK would follow within the endpoint's origin. Proxies and credentials from
-  the environment are not used (`trust_env=False`).
+  the environment are not used (`trust_env=False`). What goes wrong with a POST
+  carrying a request (a redirect, the connection broken off once made, a body
+  or SSE event past `max_message_bytes`) reaches the SDK as a JSON-RPC error
+  for that request, never as an exception in the SDK's task group, which would
+  end the whole session under its holder.
 - `RawCapture` keeps the bytes of each answer to a `tools/list` request, seen
   before the SDK parses them, so a pin hashes what the server sent and numbers
   beyond float64 keep their literal. It also knows which `tools/call` requests
@@ -24,10 +28,12 @@ This module owns the process of a stdio server and the raw bytes of every
   one lost before is an ordinary error (decision 0054). Over stdio a request
   has left once its line is being written to the server's stdin (a write that
   fails reached no reader); over HTTP once its POST got past connecting.
-- An answer to a `tools/call` that agentrt refuses (over stdio: a line past
-  `max_message_bytes` whose head names the call, or a line neither agentrt nor
-  the SDK can read that is the call's answer) is noted (`refused`): the call
-  was carried out, only its result is lost. An unreadable answer reaches the
+- An answer to a `tools/call` that agentrt refuses (a line, HTTP body or SSE
+  event past `max_message_bytes` whose head names the call, or over stdio a
+  line neither agentrt nor the SDK can read that is the call's answer) is
+  noted (`refused`): the call was carried out, only its result is lost. So is
+  that a call got a result at all (`resulted`): one the SDK then refuses was
+  carried out too. An unreadable answer reaches the
   SDK as a JSON-RPC error for the call, so the call ends at once.
 - An `elicitation/create` request of the server's (a tool asking the user for
   input mid-call) marks the calls in flight (`asked`), so a call that then
@@ -78,6 +84,7 @@ class RawCapture:
         self._calls: set[str] = set()
         self._refused: dict[str, str] = {}
         self._asked: dict[str, str] = {}
+        self._results: set[str] = set()
         self.stderr = _StderrRing()
         self.unusable = anyio.Event()
 
@@ -110,6 +117,7 @@ class RawCapture:
             self._calls.discard(str(ident))
             self._refused.pop(str(ident), None)
             self._asked.pop(str(ident), None)
+            self._results.discard(str(ident))
 
     def asked(self, ident: Any) -> str | None:
         """What the server asked of the user while the call `ident` was in flight, if it did."""
@@ -123,6 +131,11 @@ class RawCapture:
         asked = _asked_for(getattr(message, "params", None), "an elicitation")
         for ident in self._calls:
             self._asked.setdefault(ident, asked)
+
+    def resulted(self, ident: Any) -> bool:
+        """Did the call `ident` get a result (not an error, not a request for input)?
+        Then the server carried it out, whatever the SDK makes of that result."""
+        return ident is not None and str(ident) in self._results
 
     def refused(self, ident: Any) -> str | None:
         """Why agentrt refused the answer to the `tools/call` request `ident`, if it did."""
@@ -160,7 +173,7 @@ class RawCapture:
                 with contextlib.suppress(ValueError, RecursionError):
                     loose = json.loads(raw)
                     if _is_answer(loose):
-                        self._unanswered.discard(str(loose.get("id")))
+                        self._answered(loose)
             if not self._waiting:
                 return
             # Unusable to agentrt (too deep, a lone surrogate, a 20,000-digit number),
@@ -175,17 +188,23 @@ class RawCapture:
                     self.unusable.set()
             return
         if _is_answer(parsed):
-            self._unanswered.discard(str(parsed.get("id")))
-            result = parsed.get("result")
-            if (
-                isinstance(result, dict)
-                and result.get("resultType") == "input_required"
-                and str(parsed.get("id")) in self._calls
-            ):
-                self._asked[str(parsed.get("id"))] = _input_required(result)
+            self._answered(parsed)
         if isinstance(parsed, dict) and parsed.get("id") in self._waiting:
             self._waiting.discard(parsed["id"])
             self._answers[parsed["id"]] = parsed
+
+    def _answered(self, answer: dict[str, Any]) -> None:
+        """Note an answer: its call (if one awaits it) no longer unanswered; a result noted,
+        or what a result asking for the user's input asks."""
+        ident = str(answer.get("id"))
+        self._unanswered.discard(ident)
+        if ident not in self._calls or "result" not in answer:
+            return
+        result = answer["result"]
+        if isinstance(result, dict) and result.get("resultType") == "input_required":
+            self._asked[ident] = _input_required(result)
+        else:
+            self._results.add(ident)
 
     def clear(self) -> None:
         """Forget what an earlier, failed listing may have left."""
@@ -460,32 +479,56 @@ async def _stop(process: anyio.abc.Process) -> None:
 
 
 class _TeeStream(httpx2.AsyncByteStream):
-    """A response body passed through unchanged, its JSON-RPC messages offered to the capture."""
+    """A response body offered to the capture, its JSON-RPC messages passed on whole.
 
-    def __init__(self, inner: Any, capture: RawCapture, sse: bool) -> None:
+    A JSON body is passed on once read to its end; an SSE stream event by event.
+    Given the id of the request the POST carried, a body (or event) past
+    `MAX_MESSAGE_BYTES`, or one the connection broke off, is not passed on: a
+    JSON-RPC error for that id ends the request instead, so the SDK's task never
+    fails (which would end the whole session and its caller's task). An over-long
+    answer whose head names a call is noted as refused (the call was carried out).
+    """
+
+    def __init__(self, inner: Any, capture: RawCapture, sse: bool, request_id: Any) -> None:
         self._inner = inner
         self._capture = capture
         self._sse = sse
+        self._request_id = request_id
         self._buffer = bytearray()
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
-        async for chunk in self._inner:
-            self._buffer += chunk
-            if self._sse:
-                self._events()
-            if len(self._buffer) > MAX_MESSAGE_BYTES:
-                what = "an event" if self._sse else "a response"
-                raise MCPServerError(
-                    f"the server sent {what} longer than {MAX_MESSAGE_BYTES} bytes"
-                )
-            yield chunk
+        what = "an event" if self._sse else "a response"
+        try:
+            async for chunk in self._inner:
+                self._buffer += chunk
+                if self._sse:
+                    events = self._events()
+                    if events:
+                        yield events
+                if len(self._buffer) > MAX_MESSAGE_BYTES:
+                    why = f"the server sent {what} longer than {MAX_MESSAGE_BYTES} bytes"
+                    self._capture.refuse(_answer_id_at_head(self._head()), why)
+                    if self._request_id is None:
+                        raise MCPServerError(why)
+                    yield self._error(why)
+                    return
+        except httpx2.TransportError as exc:
+            if self._request_id is None:
+                raise
+            # Cut off mid-answer: no answer seen, so a call's outcome stays unknown.
+            yield self._error(f"the connection broke off mid-answer: {type(exc).__name__}")
+            return
         if self._sse:
             self._buffer += b"\n\n"
-            self._events()
+            events = self._events()
+            if events:
+                yield events
         else:
             self._capture.incoming(bytes(self._buffer))
+            yield bytes(self._buffer)
 
-    def _events(self) -> None:
+    def _events(self) -> bytes:
+        """The complete events buffered, offered to the capture; the rest stays buffered."""
         # A "\r" at the end may be the first half of a "\r\n" still on its way.
         held = b"\r" if self._buffer.endswith(b"\r") else b""
         normal = self._buffer[: len(self._buffer) - len(held)]
@@ -500,12 +543,50 @@ class _TeeStream(httpx2.AsyncByteStream):
             ]
             if data:
                 self._capture.incoming(bytes(b"\n".join(data)))
+        return b"".join(event + b"\n\n" for event in events)
+
+    def _head(self) -> bytes:
+        """The first bytes of the message buffered (of an event, its data)."""
+        if not self._sse:
+            return bytes(self._buffer[:_HEAD_BYTES])
+        start = self._buffer.find(b"data:")
+        if start < 0:
+            return b""
+        return bytes(self._buffer[start + 5 : start + 5 + _HEAD_BYTES]).removeprefix(b" ")
+
+    def _error(self, why: str) -> bytes:
+        """A JSON-RPC error for the request, as this body's kind carries it."""
+        error = _rpc_error(self._request_id, why)
+        return b"event: message\ndata: " + error + b"\n\n" if self._sse else error
 
     async def aclose(self) -> None:
         await self._inner.aclose()
 
 
+def _rpc_error(ident: Any, why: str) -> bytes:
+    message = {"jsonrpc": "2.0", "id": ident, "error": {"code": -32000, "message": why}}
+    return json.dumps(message).encode("utf-8")
+
+
+def _request_id(messages: list[Any]) -> Any:
+    """The id of the one JSON-RPC request a POST carries, else None."""
+    requests = [m for m in messages if isinstance(m, dict) and "method" in m and "id" in m]
+    if len(messages) != 1 or len(requests) != 1:
+        return None
+    ident = requests[0]["id"]
+    return ident if isinstance(ident, (str, int)) and not isinstance(ident, bool) else None
+
+
 class _NoRedirects(httpx2.AsyncBaseTransport):
+    """No redirect followed; a POST's failure after connecting made its request's error.
+
+    The SDK runs each POST in a task of the session's task group: an error raised
+    there ends the whole session, cancelling whoever holds it (a proxy's every
+    call). So what goes wrong with a POST carrying a request (a redirect, a
+    transport error once connected) is that request's JSON-RPC error instead; its
+    answer was never seen, so a call's outcome stays unknown (decision 0054).
+    """
+
     def __init__(self, capture: RawCapture) -> None:
         self._inner = httpx2.AsyncHTTPTransport(trust_env=False)
         self._capture = capture
@@ -520,6 +601,7 @@ class _NoRedirects(httpx2.AsyncBaseTransport):
                 for message in messages:
                     self._capture.outgoing(message)
                     self._capture.sent(message)
+        ident = _request_id(messages)
         try:
             response = await self._inner.handle_async_request(request)
         except (httpx2.ConnectError, httpx2.ConnectTimeout, httpx2.PoolTimeout) as exc:
@@ -528,31 +610,41 @@ class _NoRedirects(httpx2.AsyncBaseTransport):
             calls = [m for m in messages if isinstance(m, dict) and m.get("method") == "tools/call"]
             if len(calls) != 1 or calls[0].get("id") is None:
                 raise
-            # The SDK would let this error end the whole session from its writer task,
-            # cancelling the caller; a call that never left is an ordinary error of its own.
-            error = {
-                "code": -32000,
-                "message": (
-                    f"could not be reached: {type(exc).__name__}: {exc}; the call was not sent"
-                ),
-            }
-            return httpx2.Response(
-                503,
-                json={"jsonrpc": "2.0", "id": calls[0]["id"], "error": error},
-                request=request,
-            )
+            # A call that never left is an ordinary error of its own.
+            why = f"could not be reached: {type(exc).__name__}: {exc}; the call was not sent"
+            return _error_response(request, calls[0]["id"], why)
+        except httpx2.TransportError as exc:
+            if ident is None:
+                raise
+            why = f"the connection broke off: {type(exc).__name__}: {exc}"
+            return _error_response(request, ident, why)
         if 300 <= response.status_code < 400:
             await response.aclose()
-            raise MCPServerError(
+            why = (
                 f"the server answered {response.status_code} with a redirect to "
                 f"{response.headers.get('location', '?')!r}; redirects are not followed"
             )
+            if ident is None:
+                raise MCPServerError(why)
+            return _error_response(request, ident, why)
         kind = response.headers.get("content-type", "")
-        response.stream = _TeeStream(response.stream, self._capture, "text/event-stream" in kind)
+        response.stream = _TeeStream(
+            response.stream, self._capture, "text/event-stream" in kind, ident
+        )
         return response
 
     async def aclose(self) -> None:
         await self._inner.aclose()
+
+
+def _error_response(request: httpx2.Request, ident: Any, why: str) -> httpx2.Response:
+    """A response the SDK reads as the JSON-RPC error `why` for the request `ident`."""
+    return httpx2.Response(
+        502,
+        content=_rpc_error(ident, why),
+        headers={"content-type": "application/json"},
+        request=request,
+    )
 
 
 @contextlib.asynccontextmanager
@@ -564,5 +656,9 @@ async def _http(server: Server, capture: RawCapture) -> AsyncIterator[Streams]:
         trust_env=False,
         timeout=httpx2.Timeout(30.0, read=300.0),
     )
-    async with client, streamable_http_client(server.url, http_client=client) as streams:
+    # The SDK's own bound on an SSE event (1 MiB) is off: `_TeeStream` keeps agentrt's.
+    async with (
+        client,
+        streamable_http_client(server.url, http_client=client, max_sse_event_size=None) as streams,
+    ):
         yield streams  # type: ignore[misc]
