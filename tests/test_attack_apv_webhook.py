@@ -8,9 +8,11 @@ pytest.importorskip("starlette", reason="the webhook extra is not installed")
 
 from collections.abc import Iterator
 from contextlib import ExitStack
+from pathlib import Path
 
 import agentrt
-from agentrt.approver import NonceCache, signed_headers
+from agentrt.approver import Decision, NonceCache, WebhookClient, WebhookError, signed_headers
+from agentrt.approver._local import BY_MAX, NOTE_MAX
 from conftest import FakeClock
 from support.postgres import postgres_schema
 from test_webhook import NOW, SECRET, Hook, error, waiting
@@ -65,3 +67,23 @@ def test_an_id_holding_a_nul_is_404_on_postgresql_as_on_sqlite_not_a_500(
     assert answers == {what: (404, "not_found") for what in asked}
     assert not [r for r in caplog.records if r.levelname == "ERROR"]
     assert pg_store.get_approval(run.id, approval.id).status == "pending"
+
+
+def test_the_client_fits_the_longest_decision_the_interface_accepts_in_the_body_cap(
+    store: agentrt.Store, db_path: Path
+) -> None:
+    """A bot approves with the longest `by` and `note` a `Decision` accepts (200 and 4,000
+    characters, here outside the BMP); today the client's body is 16,891 bytes and the webhook
+    refuses it 413. What the interface accepts must be deliverable through its own channel."""
+    clock = FakeClock()
+    _driver, run, _push, approval = waiting(store, clock)
+    hook = Hook(store, clock)
+    client = WebhookClient("http://hook.test", SECRET, http=hook.http, now=hook.wall)
+    by, note = "\U0001f600" * BY_MAX, "\U0001f44d" * NOTE_MAX
+    Decision(run.id, approval.id, approval.hash, by, note)  # the interface accepts it
+    try:
+        done = client.approve(run.id, approval.id, approval.hash, by, note)
+    except WebhookError as exc:
+        pytest.fail(f"the webhook refused a decision the interface accepts: {exc}")
+    assert done["approval"]["decided_by"] == by
+    assert store.get_approval(run.id, approval.id).note == note
