@@ -1,0 +1,42 @@
+"""Attacks on what a person is shown before deciding: model-written arguments built to
+make the approval screen costly to show."""
+
+from __future__ import annotations
+
+import agentrt
+from agentrt import SideEffect
+from agentrt._canonical import to_text
+from agentrt.approver import Local
+from conftest import FakeClock, RecordingTool
+from support.approvals import paused_run
+
+
+def deep_and_wide(depth: int, leaves: int) -> dict[str, object]:
+    """Objects nested `depth` deep under 68-character keys, `leaves` small members at the bottom."""
+    args: dict[str, object] = {}
+    node = args
+    for level in range(depth):
+        child: dict[str, object] = {}
+        node[f"k{level:03d}" * 17] = child
+        node = child
+    for leaf in range(leaves):
+        node[f"{leaf:x}"] = 0
+    return args
+
+
+def test_the_approval_shown_for_a_small_request_stays_proportionate_to_it(
+    store: agentrt.Store,
+) -> None:
+    """A model proposes ~10 KB of arguments: 1,000 small members under 60 nested long keys.
+    Every row of the full view repeats the whole path, three times over (capability,
+    presentation, request), so `Local.pending` builds ~13 MB of text (and as much again in
+    `fields`, and the webhook's JSON): over 1,000 times the request. It should stay within
+    a small multiple of what the model wrote, as a flat request's does (about 15 times)."""
+    push = RecordingTool("push", SideEffect.REMOTE_MUTATION, schema={"type": "object"})
+    args = deep_and_wide(depth=60, leaves=1_000)
+    size = len(to_text(args))
+    _driver, run, _push = paused_run(store, FakeClock(), tool=push, args=args)
+    (item,) = Local(store).pending(run.id)
+    assert "request.args" in item.text and len(item.fields) > 3_000  # every node is shown
+    shown = len(item.text) + sum(len(path) + len(value) for path, value in item.fields)
+    assert shown <= 200 * size, f"{shown:,} characters shown for {size:,} of arguments"
