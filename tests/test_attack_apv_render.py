@@ -40,3 +40,24 @@ def test_the_approval_shown_for_a_small_request_stays_proportionate_to_it(
     assert "request.args" in item.text and len(item.fields) > 3_000  # every node is shown
     shown = len(item.text) + sum(len(path) + len(value) for path, value in item.fields)
     assert shown <= 200 * size, f"{shown:,} characters shown for {size:,} of arguments"
+
+
+# Cyrillic letters that print as Latin ones in every common terminal font.
+LOOK_ALIKE = str.maketrans({"\u043e": "o", "\u0430": "a", "\u0435": "e", "\u0440": "p", "\u0441": "c"})
+
+
+def test_two_argument_names_that_print_alike_are_told_apart(store: agentrt.Store) -> None:
+    """A model calls a schemaless `push` with `to-account: alice` and `tо-account: mallory`
+    (a Cyrillic о); the screen lists both names exactly alike, so a person cannot tell which one
+    the tool reads. Names that print alike must be told apart (escaped, or a warning)."""
+    push = RecordingTool("push", SideEffect.REMOTE_MUTATION, schema={"type": "object"})
+    args = {"to-account": "alice", "t\u043e-account": "mallory", "amount": 5}
+    _driver, run, _push = paused_run(store, FakeClock(), tool=push, args=args)
+    (item,) = Local(store).pending(run.id)
+    names = [line.split()[0] for line in item.text.splitlines() if "account" in line]
+    shown = [n for n in names if not n.startswith(("capability", "presentation", "request"))]
+    assert len(shown) == 2, item.text
+    warned = any(line.startswith("WARNING") and "account" in line for line in item.text.splitlines())
+    assert warned or shown[0].translate(LOOK_ALIKE) != shown[1].translate(LOOK_ALIKE), shown
+    full = [(p, v) for p, v in item.fields if p.startswith("request.args") and "account" in p]
+    assert warned or full[0][0].translate(LOOK_ALIKE) != full[1][0].translate(LOOK_ALIKE), full
