@@ -43,7 +43,9 @@ def test_the_approval_shown_for_a_small_request_stays_proportionate_to_it(
 
 
 # Cyrillic letters that print as Latin ones in every common terminal font.
-LOOK_ALIKE = str.maketrans({"\u043e": "o", "\u0430": "a", "\u0435": "e", "\u0440": "p", "\u0441": "c"})
+LOOK_ALIKE = str.maketrans(
+    {"\u043e": "o", "\u0430": "a", "\u0435": "e", "\u0440": "p", "\u0441": "c"}
+)
 
 
 def test_two_argument_names_that_print_alike_are_told_apart(store: agentrt.Store) -> None:
@@ -57,7 +59,9 @@ def test_two_argument_names_that_print_alike_are_told_apart(store: agentrt.Store
     names = [line.split()[0] for line in item.text.splitlines() if "account" in line]
     shown = [n for n in names if not n.startswith(("capability", "presentation", "request"))]
     assert len(shown) == 2, item.text
-    warned = any(line.startswith("WARNING") and "account" in line for line in item.text.splitlines())
+    warned = any(
+        line.startswith("WARNING") and "account" in line for line in item.text.splitlines()
+    )
     assert warned or shown[0].translate(LOOK_ALIKE) != shown[1].translate(LOOK_ALIKE), shown
     full = [(p, v) for p, v in item.fields if p.startswith("request.args") and "account" in p]
     assert warned or full[0][0].translate(LOOK_ALIKE) != full[1][0].translate(LOOK_ALIKE), full
