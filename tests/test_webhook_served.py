@@ -61,17 +61,37 @@ SERVINGS = {
 }
 
 
+def dual_stack_socket() -> socket.socket:
+    """A socket on `::` that takes IPv4 too (what `--host ::` gives on Linux): an IPv4 peer
+    reaches the app as `::ffff:a.b.c.d`."""
+    if not socket.has_ipv6:
+        pytest.skip("this Python has no IPv6")
+    sock = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        sock.bind(("::", 0))
+    except OSError as exc:
+        sock.close()
+        pytest.skip(f"no dual-stack socket here: {exc}")
+    return sock
+
+
 @contextmanager
-def served(app: Any, **options: Any) -> Iterator[str]:
-    """`app` served by a real uvicorn server on a loopback port; yields its base URL."""
+def served(app: Any, *, dual_stack: bool = False, **options: Any) -> Iterator[str]:
+    """`app` served by a real uvicorn server on a loopback port (with `dual_stack`, on `::`
+    taking IPv4 too); yields its base URL, always reached over IPv4 loopback."""
     options = {k: v for k, v in options.items() if k != "port"}
     assert options.pop("host") == "127.0.0.1"
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
+    if dual_stack:
+        sock, host = dual_stack_socket(), "::"
+    else:
+        sock, host = socket.socket(socket.AF_INET, socket.SOCK_STREAM), "127.0.0.1"
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
     config = uvicorn.Config(
-        app, host="127.0.0.1", port=port, log_level="warning", lifespan="off", **options
+        app, host=host, port=port, log_level="warning", lifespan="off", **options
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
@@ -243,6 +263,24 @@ def test_trusted_proxies_take_the_right_most_untrusted_entry_across_hops(
     assert probe.key("10.1.0.5", {"X-Forwarded-For": "10.1.9.9, 10.1.2.3"}) == "10.1.2.3"
     assert probe.key("10.1.0.5", {"X-Forwarded-For": "10.1.9.9, 10.1.8.8, ::1"}) == "::1"
     assert probe.key("10.1.0.5", {}) == "10.1.0.5"
+
+
+def test_a_trusted_ipv4_proxy_is_recognised_when_the_webhook_listens_on_a_dual_stack_socket(
+    store: agentrt.Store, waiting_path: str
+) -> None:
+    """The operator names their proxy `trusted_proxies=["127.0.0.1"]` and serves on `::`;
+    the proxy arrives as `::ffff:127.0.0.1` and is that proxy: each client behind it spends
+    its own bucket."""
+    app = hook(store, trusted_proxies=["127.0.0.1"], rate_limit=RateLimiter(burst=3))
+    options = documented_serving_options()
+    with served(app, dual_stack=True, **options) as base, httpx.Client(base_url=base) as http:
+        caller = Caller(http)
+
+        def status(client: str) -> int:
+            return caller.get(waiting_path, **{"X-Forwarded-For": client}).status_code
+
+        assert [status("203.0.113.7") for _ in range(4)] == [200, 200, 200, 429]
+        assert status("198.51.100.9") == 200  # another client behind the proxy: its own bucket
 
 
 def test_trusted_proxies_must_be_addresses_and_exclude_a_client_key(store: agentrt.Store) -> None:

@@ -18,8 +18,17 @@ nanoseconds (`request.spec.timeout`) shows its unit beside the integer;
 strings are JSON literals with their length, long ones as head and tail (text
 a read cut at its cap says how much was read); long keys keep a hash of the
 whole key, so two keys differing only in the middle never print the same path;
-every text from the database passes `trace.sanitize` before it is returned. It
-only renders: it reads nothing and writes nothing.
+a key holding anything outside ASCII is shown with JSON's `\\uXXXX` escapes, so
+two names that print alike (a Latin o and a Cyrillic о) never read the same,
+and the summary warns about such argument names; every text from the database
+passes `trace.sanitize` before it is returned. It only renders: it reads
+nothing and writes nothing.
+
+What is shown stays proportionate to the request: every row is bounded, so the
+full view grows with the number of nodes, never with their depth times their
+number. A path longer than `LONG_PATH` is shown as its first keys, how many
+keys are left out, its last keys (the node's own key always whole) and a hash
+of the whole path; every key left out is the last key of its own row above.
 """
 
 from __future__ import annotations
@@ -46,6 +55,10 @@ LONG_KEY = 64
 """Keys longer than this are shown in a field path as head, tail, length and hash."""
 KEY_HASH = 12
 """Hex digits of a long key's SHA-256 shown in its path."""
+LONG_PATH = 120
+"""Field paths longer than this are shown as first keys, a count, last keys and a hash."""
+PATH_HEAD = 40
+PATH_TAIL = 60
 
 INTERRUPTED_KIND = "interrupted_side_effect"
 
@@ -125,19 +138,68 @@ def long_text(text: str, limit: int, keep: int) -> str:
     return head_tail(text, limit, keep)
 
 
+def _key_literal(key: str) -> str:
+    """A key as a JSON literal: anything outside ASCII as `\\uXXXX`, so look-alikes differ."""
+    return sanitize(json.dumps(key, ensure_ascii=True))
+
+
 def _path_key(key: str) -> str:
     """A key in a field path; a long one as head, tail, length and a hash of the whole key,
     so that two keys differing only in the middle never print the same path."""
-    if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+    if len(key) <= LONG_KEY and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
         return f".{key}"
     if len(key) > LONG_KEY:
         half = LONG_KEY // 2
         digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:KEY_HASH]
         return (
-            f"[{quoted(key[:half])}…{quoted(key[-half:])} "
+            f"[{_key_literal(key[:half])}…{_key_literal(key[-half:])} "
             f"({number(len(key))} chars, sha256 {digest})]"
         )
-    return f"[{quoted(key)}]"
+    return f"[{_key_literal(key)}]"
+
+
+class _Path:
+    """A field path as its keys, with a running hash of the whole, so that a deep node's
+    path is shown bounded (`shown`) without building the whole text for every row."""
+
+    __slots__ = ("_digest", "keys", "length")
+
+    def __init__(self, keys: tuple[str, ...], length: int, digest: hashlib._Hash) -> None:
+        self.keys = keys
+        self.length = length
+        self._digest = digest
+
+    @classmethod
+    def root(cls, path: str) -> _Path:
+        return cls((path,) if path else (), len(path), hashlib.sha256(path.encode("utf-8")))
+
+    def child(self, key: str) -> _Path:
+        digest = self._digest.copy()
+        digest.update(key.encode("utf-8"))
+        return _Path((*self.keys, key), self.length + len(key), digest)
+
+    def shown(self) -> str:
+        """The path whole when short; else first keys, a count, last keys, the whole's hash."""
+        keys = self.keys
+        if self.length <= LONG_PATH:
+            return "".join(keys)
+        last = len(keys) - 1
+        tail, size = last, len(keys[last])  # the node's own key, always whole
+        while tail > 1 and size + len(keys[tail - 1]) <= PATH_TAIL:
+            tail -= 1
+            size += len(keys[tail])
+        head, size = 1, len(keys[0])
+        while head < tail and size + len(keys[head]) <= PATH_HEAD:
+            size += len(keys[head])
+            head += 1
+        if head >= tail:
+            return "".join(keys)
+        digest = self._digest.hexdigest()[:KEY_HASH]
+        left_out = tail - head
+        return (
+            f"{''.join(keys[:head])}…({number(left_out)} {'key' if left_out == 1 else 'keys'})…"
+            f"{''.join(keys[tail:])} (path sha256 {digest})"
+        )
 
 
 def approval_fields(value: JSON, path: str = "") -> Iterator[tuple[str, str]]:
@@ -145,21 +207,26 @@ def approval_fields(value: JSON, path: str = "") -> Iterator[tuple[str, str]]:
 
     Objects and lists get a line with their size, then a line per member; strings
     are JSON literals with their length, long ones as head and tail; numbers are
-    their exact literal.
+    their exact literal. A long path is shown bounded (the module docstring).
     """
+    return _fields(value, _Path.root(path))
+
+
+def _fields(value: JSON, path: _Path) -> Iterator[tuple[str, str]]:
     if isinstance(value, dict):
-        yield path, f"{{…}} (object, {number(len(value))} {'key' if len(value) == 1 else 'keys'})"
+        size = f"{number(len(value))} {'key' if len(value) == 1 else 'keys'}"
+        yield path.shown(), f"{{…}} (object, {size})"
         for key in sorted(value):
-            yield from approval_fields(value[key], f"{path}{_path_key(key)}")
+            yield from _fields(value[key], path.child(_path_key(key)))
     elif isinstance(value, list):
         count = len(value)
-        yield path, f"[…] (list, {number(count)} {'item' if count == 1 else 'items'})"
+        yield path.shown(), f"[…] (list, {number(count)} {'item' if count == 1 else 'items'})"
         for i, item in enumerate(value):
-            yield from approval_fields(item, f"{path}[{i}]")
+            yield from _fields(item, path.child(f"[{i}]"))
     elif isinstance(value, str):
-        yield path, f"{head_tail(value)} (string, {number(len(value))} chars)"
+        yield path.shown(), f"{head_tail(value)} (string, {number(len(value))} chars)"
     else:
-        yield path, sanitize(json_literal(value))
+        yield path.shown(), sanitize(json_literal(value))
 
 
 def hashed_content(approval: Approval) -> dict[str, JSON]:
@@ -252,7 +319,8 @@ class Summary:
     approving: str  # what approving does, after "approving " (no capital, no full stop)
     rejecting: str  # the same for rejecting
     interrupted: bool
-    mismatches: tuple[str, ...]  # a warning per capability/presentation that names other things
+    mismatches: tuple[str, ...]  # a warning per capability/presentation that names other
+    # things, and one when argument names hold characters outside ASCII
     asked: str
     expires: str
     hash: str
@@ -307,6 +375,30 @@ def _mismatches(approval: Approval, tool: str) -> tuple[str, ...]:
     return tuple(found)
 
 
+NAMES_WARNED = 3
+"""Argument names outside ASCII the summary's warning spells out; more are counted."""
+
+
+def _names_outside_ascii(args: JSON) -> tuple[str, ...]:
+    """A warning when an argument's name holds anything outside ASCII: it may print
+    like another name (a Cyrillic о, a Latin o), so its escaped form is what is listed."""
+    if not isinstance(args, dict):
+        return ()
+    names = [key for key in sorted(args) if not key.isascii()]
+    if not names:
+        return ()
+    spelled = ", ".join(
+        f"{_arg_name(key)} (reads {head_tail(key, LONG_KEY, LONG_KEY // 2)})"
+        for key in names[:NAMES_WARNED]
+    )
+    more = len(names) - NAMES_WARNED
+    return (
+        "argument names with characters outside ASCII, shown escaped because they may print "
+        f"like other names: {spelled}{f' and {number(more)} more' if more > 0 else ''}; "
+        "make sure the tool reads the one you mean",
+    )
+
+
 def summary(approval: Approval, reason: str) -> Summary:
     """What a person decides on, from the hashed request (never from other rows)."""
     request = approval.request if isinstance(approval.request, dict) else {}
@@ -353,7 +445,7 @@ def summary(approval: Approval, reason: str) -> Summary:
         approving=approving,
         rejecting=rejecting,
         interrupted=interrupted,
-        mismatches=_mismatches(approval, tool),
+        mismatches=(*_mismatches(approval, tool), *_names_outside_ascii(args)),
         asked=time_cell(approval.created_at),
         expires=time_cell(approval.expires_at) if approval.expires_at else "never",
         hash=sanitize(approval.hash),

@@ -14,7 +14,11 @@ Invariants this module keeps:
 - An approval whose stored fields no longer hash to its hash is never shown:
   `show` and `pending` raise `ApprovalHashError` instead.
 - `by` is a label recorded with the decision (who the caller says decided), not
-  an identity this module checked.
+  an identity this module checked. `by` and `note` are text every store can
+  keep: no NUL, no lone surrogate (refused with `ValueError`, one sentence).
+- A run or approval id no store can hold (not a string, a NUL, a lone
+  surrogate) is `NotFoundError` before any store is asked, the same on SQLite
+  and PostgreSQL.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from .._approval import verify_stored
 from .._clock import Clock, format_time, wall_clock
-from .._errors import ApprovalChangedError
+from .._errors import ApprovalChangedError, NotFoundError
 from .._operator import Operator
 from .._records import Approval, Run
 from .._render_approval import (
@@ -47,9 +51,34 @@ NOTE_MAX = 4000
 """Characters of a decision's note."""
 
 
+def storable_problem(text: str) -> str:
+    """Why no store can keep `text` ("" when it can): a NUL, or a lone surrogate."""
+    if "\x00" in text:
+        return f"it holds a NUL character at position {text.index(chr(0)) + 1}"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return (
+            f"it holds {sanitize(text[exc.start])} at position {exc.start + 1}, "
+            "which is not a character (bytes that are not UTF-8?)"
+        )
+    return ""
+
+
+def _check_id(what: str, value: object) -> str:
+    """`value` as an id a store could hold; else `NotFoundError`: no run or approval has it."""
+    if not isinstance(value, str) or storable_problem(value):
+        shown = sanitize(value) if isinstance(value, str) else type(value).__name__
+        raise NotFoundError(f"no {what} {shown}")
+    return value
+
+
 def _check_label(name: str, value: object, maximum: int, *, one_line: bool) -> str:
     if not isinstance(value, str):
         raise ValueError(f"{name} must be a string, not {type(value).__name__}")
+    problem = storable_problem(value)
+    if problem:
+        raise ValueError(f"{name} must be text: {problem}")
     if len(value) > maximum:
         raise ValueError(f"{name} must be at most {maximum} characters, got {len(value)}")
     if one_line:
@@ -196,6 +225,7 @@ class Local:
     def pending(self, run_id: str, limit: int = PENDING_LIMIT_DEFAULT) -> list[Pending]:
         if not isinstance(limit, int) or not 1 <= limit <= PENDING_LIMIT_MAX:
             raise ValueError(f"limit must be between 1 and {PENDING_LIMIT_MAX}, got {limit!r}")
+        _check_id("run", run_id)
         self.store.get_run(run_id, cap=LIST_TEXT_CAP)  # NotFoundError for no such run
         now = self.now()
         return [
@@ -203,6 +233,8 @@ class Local:
         ]
 
     def show(self, run_id: str, approval_id: str) -> Pending:
+        _check_id("run", run_id)
+        _check_id("approval", approval_id)
         return self._pending(choose_approval(self.store, run_id, approval_id), self.now())
 
     def _pending(self, approval: Approval, now: datetime) -> Pending:
@@ -237,6 +269,8 @@ class Local:
     def _decide(self, decision: Decision, *, approve: bool) -> Approval:
         if not isinstance(decision, Decision):
             raise TypeError(f"expected an agentrt.approver.Decision, got {type(decision).__name__}")
+        _check_id("run", decision.run_id)
+        _check_id("approval", decision.approval_id)
         decide = self._operator.approve if approve else self._operator.reject
         return decide(
             decision.run_id,
@@ -247,6 +281,7 @@ class Local:
         )
 
     def cancel(self, run_id: str, by: str, note: str = "") -> Run:
+        _check_id("run", run_id)
         _check_label("by", by, BY_MAX, one_line=True)
         _check_label("note", note, NOTE_MAX, one_line=False)
         return self._operator.cancel(run_id, by, note)

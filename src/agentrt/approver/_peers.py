@@ -25,6 +25,10 @@ harder than reading `scope["client"]`:
   so a client inside one can still name an address outside every trusted
   network; name the proxies, not a network that clients share with them.
 
+An IPv4-mapped IPv6 address (`::ffff:10.0.0.5`, what a dual-stack socket on
+`::` reports for an IPv4 peer) is that IPv4 address, in a peer, an entry and
+`trusted_proxies` alike, so a proxy is recognised however the socket is bound.
+
 Nothing here reads anything but the ASGI scope; the webhook calls `key(scope)`
 before it reads the body.
 """
@@ -58,9 +62,25 @@ def _address(text: str) -> _Address | None:
     elif text.count(":") == 1:  # v4:port
         text = text.split(":", 1)[0]
     try:
-        return ipaddress.ip_address(text)
+        address = ipaddress.ip_address(text)
     except ValueError:
         return None
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    return address
+
+
+_MAPPED = ipaddress.IPv6Network("::ffff:0:0/96")
+
+
+def _network(text: str) -> _Network:
+    """A trusted network; an IPv4-mapped one as the IPv4 network it maps."""
+    network = ipaddress.ip_network(text, strict=False)
+    if isinstance(network, ipaddress.IPv6Network) and network.subnet_of(_MAPPED):
+        mapped = network.network_address.ipv4_mapped
+        assert mapped is not None
+        return ipaddress.IPv4Network((mapped, network.prefixlen - 96))
+    return network
 
 
 class ClientKey:
@@ -72,7 +92,7 @@ class ClientKey:
         networks: list[_Network] = []
         for entry in trusted_proxies or ():
             try:
-                networks.append(ipaddress.ip_network(str(entry).strip(), strict=False))
+                networks.append(_network(str(entry).strip()))
             except ValueError:
                 raise ConfigError(
                     f"trusted_proxies: {entry!r} is not an IP address or network"

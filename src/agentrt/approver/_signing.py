@@ -12,7 +12,8 @@ when there is one). This module keeps no state of its own except in the two
 bounded structures the webhook holds:
 
 - `NonceCache`: every nonce of a verified request until its timestamp leaves
-  the skew window (after that the timestamp check refuses it anyway), at most
+  the window of the webhook that checked it (after that the timestamp check
+  refuses it anyway), or the cache's own `skew` when that is longer, at most
   `max_entries` of them; when it is full of live nonces it refuses rather than
   forget one.
 - `RateLimiter`: a token bucket per client key, at most `max_keys` buckets;
@@ -39,8 +40,10 @@ MAX_NONCE = 64
 """Characters of a nonce, at most."""
 MIN_SECRET = 32
 """Bytes of a shared secret, at least."""
-MAX_BODY = 16 * 1024
-"""Bytes of a request body, at most."""
+MAX_BODY = 64 * 1024
+"""Bytes of a request body, at most: room for the longest decision a `Decision` accepts
+(`by` 200 and `note` 4,000 characters) even when every character is outside the BMP and the
+JSON escapes it as a surrogate pair (12 bytes), so what the interface accepts is deliverable."""
 
 TIMESTAMP_HEADER = "X-Approval-Timestamp"
 NONCE_HEADER = "X-Approval-Nonce"
@@ -150,7 +153,12 @@ def verify(secret: bytes, claim: Claim, method: str, path: str, body: bytes) -> 
 
 
 class NonceCache:
-    """Nonces seen in the skew window: a nonce is accepted once."""
+    """Nonces seen in the skew window: a nonce is accepted once.
+
+    `skew` is the least time a nonce is kept past its timestamp; the webhook passes
+    its own window to `add`, so a cache made with the default still keeps every
+    nonce for as long as that webhook would accept its timestamp.
+    """
 
     def __init__(self, *, skew: int = SKEW, max_entries: int = 100_000) -> None:
         if max_entries < 1:
@@ -169,15 +177,19 @@ class NonceCache:
             if self._expiry.get(nonce) == expires:
                 del self._expiry[nonce]
 
-    def add(self, nonce: str, timestamp: int, now: float) -> bool:
-        """Record the nonce; False if it was already seen, or the cache is full of live ones."""
+    def add(self, nonce: str, timestamp: int, now: float, *, window: int = 0) -> bool:
+        """Record the nonce; False if it was already seen, or the cache is full of live ones.
+
+        `window` is the skew of the webhook checking it: the nonce is kept for the longer
+        of that and the cache's own `skew`.
+        """
         self._prune(now)
         if nonce in self._expiry:
             return False
         if len(self._expiry) >= self.max_entries:
             raise CacheFull
-        # A timestamp is refused once it is `skew` seconds old, so keep it until then.
-        expires = float(timestamp + self.skew)
+        # A timestamp is refused once it is older than the window, so keep it until then.
+        expires = float(timestamp + max(self.skew, window))
         self._expiry[nonce] = expires
         heapq.heappush(self._heap, (expires, nonce))
         return True

@@ -283,7 +283,7 @@ class WebhookApp:
             log.info("refused a badly signed request: %s", exc)
             return _error(401, "unauthorized", "the request is not signed as required"), b""
         try:
-            fresh = self.nonces.add(claim.nonce, claim.timestamp, now)
+            fresh = self.nonces.add(claim.nonce, claim.timestamp, now, window=self.skew)
         except CacheFull:
             return _error(429, "rate_limited", "too many requests", {"Retry-After": "1"}), b""
         if not fresh:

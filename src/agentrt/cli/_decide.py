@@ -7,7 +7,9 @@ hash), with `--full` every hashed field after it, one a line
 bound to the hash they printed, and need `--approval`, `--yes` or a `y` typed
 at a terminal (keys typed before the request was shown are dropped). A stored
 request that no longer matches its hash is refused before it is shown. `--by`
-defaults to the OS user of the effective uid, a label for the record.
+defaults to the OS user of the effective uid, a label for the record. A
+`--note` no store can keep (a byte that is not UTF-8, which argv carries as a
+lone surrogate, or a NUL) is refused in one line before anything is read.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from .._errors import ApprovalChangedError
 from .._operator import Operator
 from .._records import Approval
 from .._render_approval import approval_lines
+from ..approver._local import storable_problem
 from ..trace import sanitize, shown
 from ._opening import open_db
 from ._output import EXIT_OK, Output, Refusal, UsageError, again, arg, isatty
@@ -92,6 +95,14 @@ def check_label(name: str, value: str) -> str:
     return value
 
 
+def check_note(value: str) -> str:
+    """`--note` as given, unless no store could keep it (`UsageError`, one sentence)."""
+    problem = storable_problem(value)
+    if problem:
+        raise UsageError(f"--note must be text: {problem}")
+    return value
+
+
 def _drop_typeahead(stream: TextIO) -> None:
     """Keys typed before the request was on the screen are no answer to it: drop them."""
     try:
@@ -132,6 +143,7 @@ def _confirm(out: Output, approval: Approval, verb: str) -> None:
 def cmd_decide(args: argparse.Namespace, out: Output, *, approve: bool) -> int:
     verb = "approve" if approve else "reject"
     by = check_label("--by", args.by if args.by is not None else default_user())
+    note = check_note(args.note)
     if out.json and not (args.yes or args.approval):
         raise UsageError(
             f"{verb} --json does not ask at a terminal: pass --yes or --approval ID "
@@ -159,7 +171,7 @@ def cmd_decide(args: argparse.Namespace, out: Output, *, approve: bool) -> int:
             _confirm(out, approval, verb)
         operator = Operator(store)
         decide = operator.approve if approve else operator.reject
-        decided = decide(args.run, approval.id, by, args.note, shown_hash=approval.hash)
+        decided = decide(args.run, approval.id, by, note, shown_hash=approval.hash)
         run = store.get_run(args.run, cap=view.LIST_TEXT_CAP)
     if out.json:
         out.document(
@@ -184,8 +196,9 @@ def cmd_decide(args: argparse.Namespace, out: Output, *, approve: bool) -> int:
 
 def cmd_cancel(args: argparse.Namespace, out: Output) -> int:
     by = check_label("--by", args.by if args.by is not None else default_user())
+    note = check_note(args.note)
     with open_db(args, write=True) as store:
-        run = Operator(store).cancel(view.resolve_run_id(store, args.run), by, args.note)
+        run = Operator(store).cancel(view.resolve_run_id(store, args.run), by, note)
     if out.json:
         out.document({"run": view.run_json(run)})
         return EXIT_OK
@@ -195,4 +208,4 @@ def cmd_cancel(args: argparse.Namespace, out: Output) -> int:
     return EXIT_OK
 
 
-__all__ = ["check_label", "cmd_cancel", "cmd_decide", "default_user"]
+__all__ = ["check_label", "check_note", "cmd_cancel", "cmd_decide", "default_user"]
