@@ -17,8 +17,32 @@ from ._errors import NotFoundError, RunFinishedError, RunStateError
 from ._events import Observer, deliver
 from ._records import Approval, Run, RunStatus
 from ._store import Store
+from .trace import sanitize
 
 _STATUSES = {str(s) for s in RunStatus}
+
+
+def storable_problem(text: str) -> str:
+    """Why no store can keep `text` ("" when it can): a NUL, or a lone surrogate."""
+    if "\x00" in text:
+        return f"it holds a NUL character at position {text.index(chr(0)) + 1}"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return (
+            f"it holds {sanitize(text[exc.start])} at position {exc.start + 1}, "
+            "which is not a character (bytes that are not UTF-8?)"
+        )
+    return ""
+
+
+def _recordable(name: str, value: object) -> None:
+    """`by` and `note` as a store can keep them (either backend); else ValueError, one sentence."""
+    if not isinstance(value, str):
+        raise ValueError(f"{name} must be a string, not {type(value).__name__}")
+    problem = storable_problem(value)
+    if problem:
+        raise ValueError(f"{name} cannot be recorded: {problem}")
 
 
 class Operator:
@@ -50,6 +74,8 @@ class Operator:
         note: str,
         shown_hash: str | None,
     ) -> Approval:
+        _recordable("by", by)
+        _recordable("note", note)
         approval, events = decide(
             self.store,
             run_id,
@@ -65,6 +91,8 @@ class Operator:
 
     def cancel(self, run_id: str, by: str, note: str = "") -> Run:
         """Cancel any non-terminal run, without its lease."""
+        _recordable("by", by)
+        _recordable("note", note)
         now = self.now()
         with self.store.transaction() as tx:
             guarded = tx.lock_run(run_id)
@@ -118,4 +146,4 @@ def cancel(store: Store, run_id: str, by: str, note: str = "") -> Run:
     return Operator(store).cancel(run_id, by, note)
 
 
-__all__ = ["Operator", "approve", "cancel", "reject"]
+__all__ = ["Operator", "approve", "cancel", "reject", "storable_problem"]

@@ -31,7 +31,7 @@ from typing import Any, Protocol, runtime_checkable
 from .._approval import verify_stored
 from .._clock import Clock, format_time, wall_clock
 from .._errors import ApprovalChangedError, NotFoundError
-from .._operator import Operator
+from .._operator import Operator, storable_problem
 from .._records import Approval, Run
 from .._render_approval import (
     approval_lines,
@@ -49,20 +49,6 @@ BY_MAX = 200
 """Characters of a decision's `by` label."""
 NOTE_MAX = 4000
 """Characters of a decision's note."""
-
-
-def storable_problem(text: str) -> str:
-    """Why no store can keep `text` ("" when it can): a NUL, or a lone surrogate."""
-    if "\x00" in text:
-        return f"it holds a NUL character at position {text.index(chr(0)) + 1}"
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        return (
-            f"it holds {sanitize(text[exc.start])} at position {exc.start + 1}, "
-            "which is not a character (bytes that are not UTF-8?)"
-        )
-    return ""
 
 
 def _check_id(what: str, value: object) -> str:

@@ -24,10 +24,9 @@ from typing import TextIO
 from .. import view
 from .._approval import verify_stored
 from .._errors import ApprovalChangedError
-from .._operator import Operator
+from .._operator import Operator, storable_problem
 from .._records import Approval
 from .._render_approval import approval_lines
-from ..approver._local import storable_problem
 from ..trace import sanitize, shown
 from ._opening import open_db
 from ._output import EXIT_OK, Output, Refusal, UsageError, again, arg, isatty

@@ -44,8 +44,9 @@ from ..trace import sanitize
 from . import _data, _pages
 from ._security import COOKIE, HEADERS, ConsoleConfig
 
-BODY_LIMIT = 16 * 1024
-"""Bytes a form may carry: a note and two tokens fit many times over."""
+BODY_LIMIT = 32 * 1024
+"""Bytes a form may carry: the longest note (`NOTE_LIMIT` characters, 12 bytes each at most
+percent-encoded) and two tokens fit."""
 PAGE = 50
 
 
@@ -134,6 +135,15 @@ class _Guard(BaseHTTPMiddleware):
                 403,
             )
         return await call_next(request)
+
+
+def _check_note(note: str) -> None:
+    """A posted note as the record can keep it; else a 400 saying why."""
+    if len(note) > _pages.NOTE_LIMIT:
+        raise _Refused(400, "Bad request", "The note is too long.")
+    problem = operator.storable_problem(note)
+    if problem:
+        raise _Refused(400, "Bad request", f"The note cannot be recorded: {problem}.")
 
 
 async def _form(request: Request, config: ConsoleConfig, *, csrf: bool = True) -> dict[str, str]:
@@ -259,8 +269,7 @@ def create_app(config: ConsoleConfig) -> Starlette:
                 raise _decision_refusal(
                     ApprovalChangedError("a decision must carry the hash of what was shown")
                 )
-            if len(note) > _pages.NOTE_LIMIT:
-                raise _Refused(400, "Bad request", "The note is too long.")
+            _check_note(note)
             fn = operator.approve if approve else operator.reject
 
             def call() -> None:
@@ -281,8 +290,7 @@ def create_app(config: ConsoleConfig) -> Starlette:
         run_id = request.path_params["run_id"]
         fields = await _form(request, config)
         note = fields.get("note", "")
-        if len(note) > _pages.NOTE_LIMIT:
-            raise _Refused(400, "Bad request", "The note is too long.")
+        _check_note(note)
 
         def call() -> None:
             with open_existing(config.db_path) as store:
