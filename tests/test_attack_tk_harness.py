@@ -126,3 +126,21 @@ def test_a_tool_the_consumers_loop_reruns_by_hand_after_a_crash_is_seen_by_the_k
     assert result.event_types(step=1).count("step.tool_started") == 1
     assert [(c.process, c.step_index) for c in result.calls("charge")] == [(1, 1), (2, 1)]
     assert "more_invocations_than_starts" in {v.rule for v in result.violations}
+
+
+def test_an_in_memory_database_is_refused_before_anything_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`db_path=":memory:"` (which `open_store` takes): today every simulated process gets
+    a new empty database, so the recovering one finds no run; the whole scenario runs (the
+    card charged) and only then does a raw StoreError come out of the result's read, with a
+    journal file named ':memory:.testkit-....jsonl' left in the working directory. It
+    should be refused up front with a ConfigError, leaving nothing behind."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(agentrt.ConfigError, match="memory"):
+        run_sync(
+            ts.direct_charge_approve,
+            Crash(1, Point.AFTER_TOOL_EFFECT),
+            db_path=":memory:",
+        )
+    assert sorted(p.name for p in tmp_path.iterdir()) == []

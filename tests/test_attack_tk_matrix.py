@@ -112,3 +112,26 @@ def test_the_plugin_marker_does_not_drop_a_positional_mode(tmp_path: Path) -> No
     refused = done.returncode != 0 and "UsageError" in out and "crash_matrix" in out
     honoured = done.returncode == 0 and "1 passed" in out
     assert refused or honoured, out
+
+
+def test_a_matrix_removes_only_the_files_it_made_in_the_folder_it_was_given(
+    tmp_path: Path,
+) -> None:
+    """A consumer points the matrix at a folder of theirs (`directory="build"`, say) that
+    already holds their own files: today, when every case holds, the kit `rmtree`s the whole
+    folder, the consumer's files with it. It should remove only the cases' databases (and
+    journals) it wrote there; on PostgreSQL it already drops only the schemas it made."""
+    from agentrt.testkit import Crash, Point
+
+    folder = tmp_path / "build"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("the consumer's own file")
+    matrix = crash_matrix_sync(
+        "support.scenarios:small",
+        "harness",
+        directory=folder,
+        recovery=False,
+        select=lambda crashes: crashes == (Crash(0, Point.AFTER_TOOL_STARTED),),
+    )
+    matrix.assert_ok()
+    assert (folder / "notes.txt").read_text() == "the consumer's own file"
