@@ -452,7 +452,11 @@ def test_a_childs_plan_and_the_urls_password_never_reach_its_command_line(
     monkeypatch.setattr(
         _process,
         "subprocess",
-        SimpleNamespace(run=recording_run, TimeoutExpired=subprocess.TimeoutExpired),
+        SimpleNamespace(
+            run=recording_run,
+            DEVNULL=subprocess.DEVNULL,
+            TimeoutExpired=subprocess.TimeoutExpired,
+        ),
     )
     with ExitStack() as stack:
         url = make_database("postgres", tmp_path, stack, "a plan kept off the command line")

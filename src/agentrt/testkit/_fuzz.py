@@ -22,6 +22,7 @@ import copy
 import math
 import random
 import string
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
@@ -209,39 +210,23 @@ class _Generator:
         alphabet = string.ascii_letters + string.digits + " -_"
         return "".join(self.rng.choice(alphabet) for _ in range(size))
 
-    def _bounds(self, schema: Mapping[str, Any], integer: bool) -> tuple[float, float]:
-        low = float(schema.get("minimum", -1000))
-        high = float(schema.get("maximum", 1000))
-        step = 1.0 if integer else 0.001
-        if "exclusiveMinimum" in schema and not isinstance(schema["exclusiveMinimum"], bool):
-            low = max(low, float(schema["exclusiveMinimum"]) + step)
-        if "exclusiveMaximum" in schema and not isinstance(schema["exclusiveMaximum"], bool):
-            high = min(high, float(schema["exclusiveMaximum"]) - step)
-        if "minimum" in schema and "maximum" not in schema:
-            high = low + 1000
-        if "maximum" in schema and "minimum" not in schema:
-            low = high - 1000
-        return low, high
-
     def _make_integer(self, schema: Mapping[str, Any], depth: int) -> JSON:
-        low, high = self._bounds(schema, integer=True)
-        lo, hi = math.ceil(low), math.floor(high)
+        lo, hi = _whole_range(schema)
         multiple = schema.get("multipleOf")
-        if isinstance(multiple, int) and multiple > 0:
-            first, last = math.ceil(lo / multiple), math.floor(hi / multiple)
+        if isinstance(multiple, int) and not isinstance(multiple, bool) and multiple > 0:
+            first, last = -(-lo // multiple), hi // multiple
             if first <= last:
                 return self.rng.randint(first, last) * multiple
         return self.rng.randint(lo, max(lo, hi))
 
     def _make_number(self, schema: Mapping[str, Any], depth: int) -> JSON:
         multiple = schema.get("multipleOf")
-        low, high = self._bounds(schema, integer=True)
-        whole_fits = math.ceil(low) <= math.floor(high)
-        if whole_fits and (isinstance(multiple, int) or self.rng.random() < 0.5):
+        whole_low, whole_high = _whole_range(schema)
+        if whole_low <= whole_high and (isinstance(multiple, int) or self.rng.random() < 0.5):
             # Whole numbers (and whole multiples) are exact in binary, so the
             # schema's bounds and multipleOf judge them without rounding doubt.
             return self._make_integer(schema, depth)
-        low, high = self._bounds(schema, integer=False)
+        low, high = _fraction_range(schema)
         if isinstance(multiple, (int, float)) and multiple > 0:
             first, last = math.ceil(low / multiple), math.floor(high / multiple)
             return self.rng.randint(first, max(first, last)) * multiple
@@ -353,7 +338,8 @@ class _Generator:
         multiple = schema.get("multipleOf")
         if isinstance(multiple, int) and multiple > 1 and isinstance(value, int):
             out.append(("not a multipleOf", value + 1))
-        if schema.get("type") == "integer" and whole:
+        if schema.get("type") == "integer" and whole and abs(value) < 2**52:
+            # Past 2**52 a float has no halves: the "fraction" would be a whole number.
             out.append(("fraction for an integer", value + 0.5))
         return out
 
@@ -412,6 +398,75 @@ class _Generator:
 
 def _list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
+
+
+_SPAN = 1000  # how far a range open on one side (or on both) reaches
+
+
+def _given(schema: Mapping[str, Any], key: str) -> int | float | None:
+    """A numeric bound of the schema; None when absent (or not a number)."""
+    bound = schema.get(key)
+    if isinstance(bound, bool) or not isinstance(bound, (int, float)):
+        return None
+    return bound
+
+
+def _whole_range(schema: Mapping[str, Any]) -> tuple[int, int]:
+    """The whole numbers the schema's bounds allow, in exact integer arithmetic: a bound
+    past 2**53 (an id, an amount in micros) or past a float's range stays exact."""
+    lows: list[int | float] = []
+    highs: list[int | float] = []
+    if (bound := _given(schema, "minimum")) is not None:
+        lows.append(_ceil(bound))
+    if (bound := _given(schema, "exclusiveMinimum")) is not None:
+        lows.append(_floor(bound) + 1)
+    if (bound := _given(schema, "maximum")) is not None:
+        highs.append(_floor(bound))
+    if (bound := _given(schema, "exclusiveMaximum")) is not None:
+        highs.append(_ceil(bound) - 1)
+    low, high = _close(lows, highs)
+    return int(low), int(high)
+
+
+def _fraction_range(schema: Mapping[str, Any]) -> tuple[float, float]:
+    """The range a fractional number is drawn from (a bound past a float's range is held
+    at the largest float)."""
+    lows: list[int | float] = []
+    highs: list[int | float] = []
+    if (bound := _given(schema, "minimum")) is not None:
+        lows.append(_as_float(bound))
+    if (bound := _given(schema, "exclusiveMinimum")) is not None:
+        lows.append(_as_float(bound) + 0.001)
+    if (bound := _given(schema, "maximum")) is not None:
+        highs.append(_as_float(bound))
+    if (bound := _given(schema, "exclusiveMaximum")) is not None:
+        highs.append(_as_float(bound) - 0.001)
+    low, high = _close(lows, highs)
+    return float(low), float(high)
+
+
+def _close(lows: list[int | float], highs: list[int | float]) -> tuple[int | float, int | float]:
+    """The tightest (low, high); a side left open reaches `_SPAN` past the other."""
+    if not lows and not highs:
+        return -_SPAN, _SPAN
+    low = max(lows) if lows else min(highs) - _SPAN
+    high = min(highs) if highs else low + _SPAN
+    return low, high
+
+
+def _floor(bound: int | float) -> int:
+    return bound if isinstance(bound, int) else math.floor(bound)
+
+
+def _ceil(bound: int | float) -> int:
+    return bound if isinstance(bound, int) else math.ceil(bound)
+
+
+def _as_float(bound: int | float) -> float:
+    try:
+        return float(bound)
+    except OverflowError:
+        return math.copysign(sys.float_info.max, bound)
 
 
 def _num(bound: Any, delta: float) -> JSON:

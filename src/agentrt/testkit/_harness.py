@@ -35,11 +35,16 @@ same checks hold on SQLite and on PostgreSQL. A store whose lease clock is not
 the wall (PostgreSQL judges leases by the server's clock) cannot have it moved:
 there the harness waits a dead owner's lease out in real time, in one sleep to
 the expiry the refusal named (decision 0097).
+
+The simulated processes run on an event loop and a thread of their own, watched
+from the caller's: an agent or a tool that blocks that loop is reported as a
+process that did not finish within the timeout, as process mode reports a hung child.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import threading
 import time
@@ -63,8 +68,8 @@ from .. import (
     open_existing,
     open_store,
 )
-from ..lowlevel import Clock, IdFactory, RunSession, is_db_url, wall_clock
-from ._journal import Journal, SeenAgent, read_journal, seen_tool
+from ..lowlevel import Clock, IdFactory, RunSession, is_db_url, run_sync, wall_clock
+from ._journal import Journal, SeenAgent, journal_this_process, read_journal, seen_tool
 from ._scenario import (
     Crash,
     LoopContext,
@@ -275,6 +280,7 @@ class Life:
     async def live(self) -> None:
         """Run this process's share of the scenario. Errors propagate unless it crashed."""
         plan = self.plan
+        journal_this_process(self.journal)
         self.journal.append("process", pid=os.getpid(), role=plan.role)
         try:
             driver = self.driver()
@@ -535,6 +541,40 @@ async def _park() -> None:
     await asyncio.Event().wait()
 
 
+# How long past a simulated process's timeout the watchdog leaves the harness's own
+# timeout to act, before it judges the harness's event loop blocked.
+_BLOCKED_GRACE_S = 1.0
+
+
+class _Watch:
+    """Which simulated process is playing and since when, for the watchdog to read."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._current = (1, time.monotonic())
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    def begin(self, process: int) -> None:
+        with self._lock:
+            self._current = (process, time.monotonic())
+
+    def current(self) -> tuple[int, float]:
+        with self._lock:
+            return self._current
+
+    def abandon(self) -> None:
+        """Cancel every task of the blocked loop, for whenever it runs again."""
+        loop = self.loop
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nothing to cancel
+            if loop is not None:
+                loop.call_soon_threadsafe(_cancel_all, loop)
+
+
+def _cancel_all(loop: asyncio.AbstractEventLoop) -> None:
+    for task in asyncio.all_tasks(loop):
+        task.cancel()
+
+
 async def run_in_process(
     scenario: ScenarioSource,
     crashes: Sequence[Crash],
@@ -545,6 +585,70 @@ async def run_in_process(
     timeout: float,
 ) -> list[str]:
     """Play the scenario with simulated crashes; return the errors of its processes.
+
+    The simulated processes run on an event loop of their own, on a thread of
+    their own, watched from the caller's: an agent or a tool that blocks that
+    loop (a synchronous model client in `decide`, say) is reported as a process
+    that did not finish within `timeout`, as process mode reports a child that
+    hangs. A thread cannot be killed: the blocked one is left behind (a daemon),
+    its tasks cancelled for when it wakes.
+    """
+    watch = _Watch()
+    caller = asyncio.get_running_loop()
+    ended = asyncio.Event()
+    outcome: list[list[str]] = []
+    failure: list[BaseException] = []
+
+    def harness() -> None:
+        try:
+            outcome.append(
+                run_sync(
+                    _play(
+                        scenario,
+                        crashes,
+                        db_path=db_path,
+                        run_id=run_id,
+                        journal_path=journal_path,
+                        timeout=timeout,
+                        watch=watch,
+                    )
+                )
+            )
+        except BaseException as exc:
+            failure.append(exc)
+        with contextlib.suppress(RuntimeError):  # the caller stopped waiting, closed its loop
+            caller.call_soon_threadsafe(ended.set)
+
+    threading.Thread(target=harness, name="agentrt-testkit-harness", daemon=True).start()
+    while not ended.is_set():
+        seen = watch.current()
+        left = seen[1] + timeout + _BLOCKED_GRACE_S - time.monotonic()
+        try:
+            await asyncio.wait_for(ended.wait(), timeout=max(0.0, left))
+        except TimeoutError:
+            if ended.is_set() or watch.current() != seen:
+                continue
+            watch.abandon()
+            return [
+                f"process {seen[0]} did not finish within {timeout:g}s (it blocked its "
+                "event loop; its thread is left behind)"
+            ]
+    if failure:
+        raise failure[0]
+    return outcome[0]
+
+
+async def _play(
+    scenario: ScenarioSource,
+    crashes: Sequence[Crash],
+    *,
+    db_path: str | Path,
+    run_id: str,
+    journal_path: Path,
+    timeout: float,
+    watch: _Watch,
+) -> list[str]:
+    """The simulated processes, one after the other (see `run_in_process`).
 
     A factory (reference or callable) is called again for every simulated
     process, as process mode rebuilds it in every child, with the same guards
@@ -558,7 +662,9 @@ async def run_in_process(
     next_crash = 0
     process = 1
     wall = VirtualWall()
+    watch.loop = asyncio.get_running_loop()
     while True:
+        watch.begin(process)
         crashed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         plan = ProcessPlan.nth(
             process,

@@ -4,11 +4,13 @@ Each rule reads only what the run left behind (rows, events, the chain) and what
 the journal saw happen (tool invocations, crashes fired, process outcomes), and
 reports every breach it finds as a `Violation` rather than stopping at the first,
 so one failing scenario shows all it broke. The rules are those of
-`recovery.md` ("Invariants asserted after every scenario"), plus three the kit
+`recovery.md` ("Invariants asserted after every scenario"), plus four the kit
 can check because it caused the crash: no re-execution of a step without a
-granted approval, no write by a crashed process, and no trace of a transaction
-killed before its COMMIT; and, for a scenario with a script, that every
-scripted decision is carried out once or rejected by a person, never skipped
+granted approval, no write by a crashed process, no trace of a transaction
+killed before its COMMIT, and no side effect a crash hid from the record
+carried out again by a later step more often than the scenario carries it out
+without a crash; and, for a scenario with a script, that every scripted
+decision is carried out once or rejected by a person, never skipped
 or repeated across an interruption (docs/decisions/0018-...).
 """
 
@@ -33,17 +35,19 @@ from ..scripted import settles_its_entry
 from ._violation import Violation
 
 if TYPE_CHECKING:
-    from ._result import Result
+    from ._result import Result, ToolInvocation
 
 
-def check(result: Result) -> list[Violation]:
-    """Every violation of the contract in `result`, in rule order; `[]` when it holds."""
+def check(result: Result, clean: Result | None = None) -> list[Violation]:
+    """Every violation of the contract in `result`, in rule order; `[]` when it holds.
+    `clean` is the same scenario played without a crash, when known (`_repeated_effects`)."""
     found: list[Violation] = []
     found += _processes(result)
     found += _crashes(result)
     found += _run_settled(result)
     found += _tool_starts(result)
     found += _invocations(result)
+    found += _repeated_effects(result, clean)
     found += _script(result)
     found += _lease(result)
     found += _chain(result)
@@ -199,6 +203,80 @@ def _invocations(result: Result) -> list[Violation]:
                 )
             )
     return out
+
+
+def repeats(result: Result) -> list[tuple[ToolInvocation, ToolInvocation]]:
+    """(a side-effecting call that returned on a step whose record never learned it, a later
+    step's call of the same tool with the same arguments), once per such returned call.
+
+    What a crash followed by "go on" (a reconciliation's `continue_run`, an agent that
+    reads only what is recorded) does to a charge: it took effect, the record says it
+    was interrupted, and the identical request is carried out again in a new step.
+    """
+    finished = {e.step_id for e in result.events if e.type == lowlevel.STEP_TOOL_FINISHED}
+    out: list[tuple[ToolInvocation, ToolInvocation]] = []
+    for first in result.tool_calls:
+        if first.step_id in finished or first.step_index is None or not _took_effect(result, first):
+            continue
+        for later in result.tool_calls:
+            if (
+                later.tool == first.tool
+                and later.step_index is not None
+                and later.step_index > first.step_index
+                and _same_args(later.args, first.args)
+            ):
+                out.append((first, later))
+                break
+    return out
+
+
+def _repeated_effects(result: Result, clean: Result | None) -> list[Violation]:
+    """A side effect carried out again after a crash hid it from the record, more often than
+    the scenario does without a crash (so a request the scenario repeats anyway is no
+    violation). Needs the run without a crash: `clean`."""
+    if clean is None:
+        return []
+    out: list[Violation] = []
+    mine, theirs = effect_steps(result), effect_steps(clean)
+    reported: set[str] = set()
+    for first, later in repeats(result):
+        tool = first.tool
+        if tool in reported or mine[tool] <= theirs[tool]:
+            continue
+        reported.add(tool)
+        out.append(
+            Violation(
+                "repeated_side_effect",
+                f"{tool} returned on step {first.step_index} in process {first.process}, "
+                f"which died before recording it; step {later.step_index} carried out the "
+                f"identical {tool} call again: {tool} took effect on {mine[tool]} step(s), "
+                f"on {theirs[tool]} without a crash",
+            )
+        )
+    return out
+
+
+def effect_steps(result: Result) -> Counter[str]:
+    """By tool: on how many steps a side-effecting call of it returned (took effect)."""
+    steps: dict[str, set[str]] = defaultdict(set)
+    for call in result.tool_calls:
+        if _took_effect(result, call):
+            steps[call.tool].add(call.step_id)
+    return Counter({tool: len(ids) for tool, ids in steps.items()})
+
+
+def _took_effect(result: Result, call: ToolInvocation) -> bool:
+    if not call.returned or call.error:
+        return False
+    specs = [spec for spec in result.tool_specs.values() if spec.name == call.tool]
+    return not specs or any(spec.side_effect != SideEffect.READ_ONLY for spec in specs)
+
+
+def _same_args(one: object, other: object) -> bool:
+    try:
+        return canonical_json(one) == canonical_json(other)
+    except (TypeError, ValueError, RecursionError):
+        return one == other
 
 
 def _lease(result: Result) -> list[Violation]:

@@ -11,7 +11,9 @@ only a power cut could lose it, which is not what the kit simulates).
 
 The tool and agent wrappers here are how "tool invocations actually seen" is
 counted across processes: the consumer's tools are wrapped, unchanged in spec
-and behaviour, by one that journals before and after delegating.
+and behaviour, by one that journals before and after delegating; and each tool
+object's own `call` is journaled in place too, so a call the consumer's code
+makes on the object itself, around the driver, is seen as well.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ import inspect
 import json
 import os
 import threading
+from collections.abc import Callable
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
@@ -91,66 +95,134 @@ def _args_for_journal(args: Any) -> Any:
         return repr(args)
 
 
+# The journal of the process (real or simulated) whose task is running: where a call of
+# a watched tool made outside the kit's wrapper (by a consumer's own loop) is journaled.
+_PROCESS_JOURNAL: ContextVar[Journal | None] = ContextVar("agentrt_testkit_journal", default=None)
+# Set on a tool watched in place: its own `call`, and the journal of the process that last
+# built a driver with it (for a call made where no process's context reaches, a thread).
+_UNWATCHED = "_agentrt_testkit_unwatched_call"
+_LAST_JOURNAL = "_agentrt_testkit_journal"
+_CALL = "call"
+
+
+def journal_this_process(journal: Journal) -> None:
+    """Make `journal` the one a watched tool's direct calls go to, in the current task."""
+    _PROCESS_JOURNAL.set(journal)
+
+
+def _journaled(
+    original: Callable[[ToolCall], Any], tool: Tool, journal_of: Callable[[], Journal | None]
+) -> Callable[[ToolCall], Any]:
+    """`original`, journaling `tool.call` before it runs and `tool.returned` after; async
+    stays async (so the runtime still cancels it at its timeout), sync stays sync."""
+
+    def started(call: ToolCall) -> tuple[Journal | None, int]:
+        journal = journal_of()
+        if journal is None:
+            return None, 0
+        number = journal.next_call()
+        journal.append(
+            "tool.call",
+            call=number,
+            tool=tool.spec.name,
+            step_id=getattr(call, "step_id", ""),
+            args=_args_for_journal(getattr(call, "args", None)),
+            lease_epoch=getattr(call, "lease_epoch", None),
+        )
+        return journal, number
+
+    def returned(journal: Journal | None, number: int, error: BaseException | None) -> None:
+        if journal is not None:
+            journal.append(
+                "tool.returned",
+                call=number,
+                error="" if error is None else f"{type(error).__name__}: {error}",
+            )
+
+    if inspect.iscoroutinefunction(original):
+
+        async def watched_async(call: ToolCall) -> Any:
+            journal, number = started(call)
+            try:
+                result = await original(call)
+            except BaseException as exc:
+                returned(journal, number, exc)
+                raise
+            returned(journal, number, None)
+            return result
+
+        return watched_async
+
+    def watched(call: ToolCall) -> Any:
+        journal, number = started(call)
+        try:
+            result = original(call)
+        except BaseException as exc:
+            returned(journal, number, exc)
+            raise
+        returned(journal, number, None)
+        return result
+
+    return watched
+
+
+def _unwatched(tool: Tool) -> Callable[[ToolCall], Any]:
+    """The tool's own `call`, whether or not it is watched in place."""
+    state = getattr(tool, "__dict__", None)
+    original = state.get(_UNWATCHED) if isinstance(state, dict) else None
+    return original if original is not None else tool.call
+
+
+def _watch_in_place(tool: Tool, journal: Journal) -> None:
+    """Replace the tool object's own `call` by a journaled one, so a call the consumer's
+    code makes on the object its factory built (a loop re-running a tool by hand) is seen
+    as well as the driver's. A tool whose attributes cannot be set (slots, frozen) is seen
+    only through the kit's wrapper."""
+    state = getattr(tool, "__dict__", None)
+    if not isinstance(state, dict):
+        return
+    if _UNWATCHED in state:
+        state[_LAST_JOURNAL] = journal
+        return
+    original = tool.call
+    watched = _journaled(original, tool, lambda: _PROCESS_JOURNAL.get() or state[_LAST_JOURNAL])
+    try:
+        setattr(tool, _LAST_JOURNAL, journal)
+        setattr(tool, _UNWATCHED, original)
+        setattr(tool, _CALL, watched)
+    except Exception:  # a class that refuses new attributes: the wrapper alone sees it
+        for name in (_LAST_JOURNAL, _UNWATCHED, _CALL):
+            state.pop(name, None)
+
+
 class _SeenTool:
-    """A consumer tool, journaled: `tool.call` before it runs, `tool.returned` after."""
+    """A consumer tool as the driver gets it: every call through it journaled."""
 
     def __init__(self, inner: Tool, journal: Journal) -> None:
         self.inner = inner
         self.spec: ToolSpec = inner.spec
-        self._journal = journal
+        self._watched = _journaled(_unwatched(inner), inner, lambda: journal)
         # The tool's own reconciliation (decision 0067) stays the runtime's to find.
         reconcile = getattr(inner, "reconcile", None)
         if callable(reconcile):
             self.reconcile = reconcile
 
-    def _started(self, call: ToolCall) -> int:
-        number = self._journal.next_call()
-        self._journal.append(
-            "tool.call",
-            call=number,
-            tool=self.spec.name,
-            step_id=call.step_id,
-            args=_args_for_journal(call.args),
-            lease_epoch=call.lease_epoch,
-        )
-        return number
-
-    def _returned(self, number: int, error: BaseException | None) -> None:
-        self._journal.append(
-            "tool.returned",
-            call=number,
-            error="" if error is None else f"{type(error).__name__}: {error}",
-        )
-
 
 class _SyncSeenTool(_SeenTool):
     def call(self, call: ToolCall) -> ToolResult:
-        number = self._started(call)
-        try:
-            result = self.inner.call(call)
-        except BaseException as exc:
-            self._returned(number, exc)
-            raise
-        self._returned(number, None)
-        return result  # type: ignore[return-value]
+        return self._watched(call)  # type: ignore[no-any-return]
 
 
 class _AsyncSeenTool(_SeenTool):
     async def call(self, call: ToolCall) -> ToolResult:
-        number = self._started(call)
-        try:
-            result = await self.inner.call(call)  # type: ignore[misc]
-        except BaseException as exc:
-            self._returned(number, exc)
-            raise
-        self._returned(number, None)
-        return result  # type: ignore[no-any-return]
+        return await self._watched(call)  # type: ignore[no-any-return]
 
 
 def seen_tool(inner: Tool, journal: Journal) -> Tool:
-    """Wrap `inner` so every invocation is journaled; async stays async (so the runtime
-    still cancels it at its timeout) and sync stays on the runtime's tool threads."""
-    if inspect.iscoroutinefunction(inner.call):
+    """`inner` for the driver, every invocation journaled: through the wrapper returned,
+    and on the tool object itself for calls made around the driver (`_watch_in_place`)."""
+    _watch_in_place(inner, journal)
+    if inspect.iscoroutinefunction(_unwatched(inner)):
         return _AsyncSeenTool(inner, journal)
     return _SyncSeenTool(inner, journal)
 

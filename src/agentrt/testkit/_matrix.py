@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import glob
 import shutil
 import tempfile
 import warnings
@@ -65,6 +66,9 @@ _ROW_ORDER = (
     Point.AFTER_INTERRUPTED,
 )
 _MAX_CASES = 1000
+# A SQLite database's file and the files the store keeps beside it (its write-ahead log,
+# shared memory, rollback journal and writers' lock file).
+_SQLITE_FILES = ("", "-wal", "-shm", "-journal", "-lock")
 
 
 @dataclass(frozen=True)
@@ -130,8 +134,11 @@ class CrashMatrix:
 
     @property
     def violations(self) -> list[tuple[str, Violation]]:
-        """(case label, violation) for every violation, the clean run's first."""
+        """(case label, violation) for every violation, the clean run's first. A matrix of
+        no case proves nothing: it is one violation (`nothing_crashed`)."""
         found = [("no crash", v) for v in self.clean.violations]
+        if not self.cases:
+            found.append(("no crash", nothing_crashed(self.clean)))
         for case in self.cases:
             found += [(case.label, v) for v in case.violations]
         return found
@@ -182,6 +189,18 @@ class CrashMatrix:
             if self.directory is not None:
                 out.append(f"databases kept in {shown_db(str(self.directory))}")
         return "\n".join(out)
+
+
+def nothing_crashed(clean: Result) -> Violation:
+    """Why a matrix has no case: its clean run passed no crash point, or none was selected."""
+    if cases_from(clean.probes, inside_tx=True):
+        return Violation("nothing_crashed", "no crash point was selected, so nothing was crashed")
+    return Violation(
+        "nothing_crashed",
+        "the clean run passed no crash point, so nothing was crashed: a loop of its own "
+        "must drive the run through ctx.gate or ctx.driver, or pass ctx.probe and "
+        "ctx.probe_in_tx on to what it builds",
+    )
 
 
 def _case_order(case: MatrixCase) -> tuple[object, ...]:
@@ -296,11 +315,13 @@ async def _explore(
     return played, []
 
 
-def _check_args(mode: str, depth: int) -> None:
+def _check_args(mode: str, depth: int, workers: int) -> None:
     if mode not in MODES:
         raise ConfigError(f"mode must be one of {MODES}, got {mode!r}")
     if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
         raise ConfigError(f"depth must be an int of at least 1, got {depth!r}")
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ConfigError(f"workers must be an int of at least 1, got {workers!r}")
 
 
 class _Player:
@@ -309,33 +330,48 @@ class _Player:
     PostgreSQL URL `base` (`PREFIX_clean`, `PREFIX_c0001`, ...)."""
 
     def __init__(
-        self, scenario: ScenarioSource, mode: str, base: Path | str, workers: int, timeout: float
+        self,
+        scenario: ScenarioSource,
+        mode: str,
+        base: tuple[Path | str, bool],
+        workers: int,
+        timeout: float,
     ) -> None:
         self.scenario = scenario
         self.mode = mode
-        self.base = base
+        self.base, self.own_folder = base
         self.timeout = timeout
         self.counter = iter(range(10 * _MAX_CASES))
         self.made: list[str] = []  # the schemas made on a server, to drop after
+        self.files: list[Path] = []  # the databases made in a folder the kit was given
+        self.without_crash: Result | None = None  # what each case is compared with
         # A pool of its own: the default executor's few threads would cap `workers`,
         # and a process-mode case mostly waits on its children.
         self.pool = ThreadPoolExecutor(max(1, workers), thread_name_prefix="agentrt-matrix")
 
     def _database(self, name: str) -> Path | str:
         if isinstance(self.base, Path):
-            return self.base / f"{name}.db"
+            self.files.append(self.base / f"{name}.db")
+            return self.files[-1]
         url = with_schema(self.base, f"{schema_of(self.base)}_{name}")
         self.made.append(url)
         return url
 
     async def _play(self, crashes: tuple[Crash, ...], database: Path | str) -> Result:
         run = functools.partial(
-            _run_blocking, self.scenario, crashes, self.mode, database, self.timeout
+            _run_blocking,
+            self.scenario,
+            crashes,
+            self.mode,
+            database,
+            self.timeout,
+            self.without_crash,
         )
         return await asyncio.get_running_loop().run_in_executor(self.pool, run)
 
     async def clean(self) -> Result:
-        return await self._play((), self._database("clean"))
+        self.without_crash = await self._play((), self._database("clean"))
+        return self.without_crash
 
     async def __call__(self, crashes: tuple[Crash, ...]) -> MatrixCase:
         number = next(self.counter)
@@ -350,11 +386,18 @@ class _Player:
         self.pool.shutdown(wait=True)
 
     def remove(self) -> list[str]:
-        """Remove every case's database: the folder, or the schemas made, each tried
-        whatever became of the others; the schemas that could not be dropped, as shown
-        (without a password)."""
-        if isinstance(self.base, Path):
+        """Remove every case's database: the folder if the kit made it, else the files it
+        wrote there (a database, its SQLite side files, its journals), or the schemas made,
+        each tried whatever became of the others; the schemas that could not be dropped, as
+        shown (without a password)."""
+        if isinstance(self.base, Path) and self.own_folder:
             shutil.rmtree(self.base, ignore_errors=True)
+        for database in self.files if not self.own_folder else []:
+            made = [Path(f"{database}{side}") for side in _SQLITE_FILES]
+            made += database.parent.glob(f"{glob.escape(database.name)}.testkit-*.jsonl")
+            for path in made:
+                path.unlink(missing_ok=True)
+        self.files.clear()
         left: list[str] = []
         for url in self.made:
             try:
@@ -365,14 +408,20 @@ class _Player:
         return left
 
 
-def _base_of(directory: str | Path | None, prefix: str) -> Path | str:
-    """Where a matrix's cases go: the folder given (made if missing), the PostgreSQL URL
-    given, or a new temporary folder."""
+def _base_of(directory: str | Path | None, prefix: str) -> tuple[Path | str, bool]:
+    """Where a matrix's cases go, and whether the kit made that folder (so may remove it
+    whole): the folder given (made if missing), the PostgreSQL URL given, or a new
+    temporary folder. A folder the consumer gave that exists is theirs: only what the
+    cases wrote in it is removed."""
     if directory is not None and is_db_url(str(directory)):
-        return str(directory)
-    base = Path(directory) if directory is not None else Path(tempfile.mkdtemp(prefix=prefix))
-    base.mkdir(parents=True, exist_ok=True)
-    return base
+        return str(directory), False
+    if directory is None:
+        return Path(tempfile.mkdtemp(prefix=prefix)), True
+    base = Path(directory)
+    if base.is_dir():
+        return base, False
+    base.mkdir(parents=True)
+    return base, True
 
 
 async def crash_matrix(
@@ -406,16 +455,20 @@ async def crash_matrix(
     `directory` is where the cases' databases go: a folder (a file each; a new
     temporary one when None), or a PostgreSQL URL whose schema (`?schema=PREFIX`)
     prefixes the cases' schemas (`PREFIX_clean`, `PREFIX_c0000`, ...). They are
-    removed (the folder, or the schemas) when every case holds, unless
-    `keep_files`; kept for inspection otherwise (`CrashMatrix.directory`).
+    removed when every case holds, unless `keep_files`: a folder the kit made
+    whole, a folder that already existed only of the files the cases wrote
+    there, the schemas made; kept for inspection otherwise
+    (`CrashMatrix.directory`). A matrix of no case (the clean run passed no
+    crash point, or `select` kept none) proves nothing: it fails with
+    `nothing_crashed`.
     """
-    _check_args(mode, depth)
+    _check_args(mode, depth, workers)
     if isinstance(scenario, Scenario):
         workers = 1
         warnings.warn(shared_warning(scenario), SharedScenarioWarning, stacklevel=2)
     title = build(scenario).title if not isinstance(scenario, str) else scenario
-    base = _base_of(directory, "agentrt-matrix-")
-    player = _Player(scenario, mode, base, workers, timeout)
+    player = _Player(scenario, mode, _base_of(directory, "agentrt-matrix-"), workers, timeout)
+    base = player.base
     try:
         try:
             clean = await player.clean()
@@ -466,11 +519,10 @@ async def matrix_cases(
     only the clean run is played (that is `discover`). `directory` is as for
     `crash_matrix` (a folder or a PostgreSQL URL); what is played there is removed.
     """
-    _check_args(mode, depth)
+    _check_args(mode, depth, workers)
     if isinstance(scenario, Scenario):
         workers = 1
-    base = _base_of(directory, "agentrt-matrix-plan-")
-    player = _Player(scenario, mode, base, workers, timeout)
+    player = _Player(scenario, mode, _base_of(directory, "agentrt-matrix-plan-"), workers, timeout)
     try:
         clean = await player.clean()
         played, rest = await _explore(
@@ -524,6 +576,7 @@ def _run_blocking(
     mode: str,
     path: Path | str,
     timeout: float,
+    clean: Result | None,
 ) -> Result:
     # Each case on its own thread and event loop: a case that hangs or parks
     # tasks cannot disturb another.
@@ -536,5 +589,6 @@ def _run_blocking(
             run_id=None,
             check_invariants=False,
             timeout=timeout,
+            clean=clean,
         )
     )

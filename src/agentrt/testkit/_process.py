@@ -6,7 +6,8 @@ at its crash point, it starts the next child at once to recover the run (that
 child is refused while the dead child's lease is live and retries until it
 expires, or takes over at once when the runtime can prove the owner dead). A
 child that reached its crash point must have died of SIGKILL (return code -9);
-any other exit is reported.
+any other exit is reported. A child is judged by its exit, not by its streams
+(its stderr goes to a file): a helper process it started may outlive it.
 
 The child (`python -m agentrt.testkit._process`, its plan in the environment variable
 `AGENTRT_TESTKIT_PLAN`) rebuilds the scenario
@@ -31,6 +32,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import traceback
 from collections.abc import Sequence
@@ -132,33 +134,52 @@ def run_in_children(
         )
         command = [sys.executable, "-m", "agentrt.testkit._process"]
         env[PLAN_VARIABLE] = json.dumps({"factory": factory, "plan": plan.to_json()})
-        try:
-            done = subprocess.run(
-                command, capture_output=True, text=True, timeout=timeout, env=env, check=False
-            )
-        except subprocess.TimeoutExpired:
+        returncode, stderr = _child(command, env, timeout)
+        if returncode is None:
             errors.append(f"process {process} did not finish within {timeout:g}s (killed)")
             break
-        codes.append(done.returncode)
+        codes.append(returncode)
         fired = any(
             r["type"] == "crash" and r["process"] == process for r in read_journal(journal_path)
         )
         if fired:
-            if done.returncode != -signal.SIGKILL:
+            if returncode != -signal.SIGKILL:
                 errors.append(
                     f"process {process} reached its crash point but exited with "
-                    f"{done.returncode}, not -{int(signal.SIGKILL)} (SIGKILL)" + _tail(done.stderr)
+                    f"{returncode}, not -{int(signal.SIGKILL)} (SIGKILL)" + _tail(stderr)
                 )
             note_crash_checked(journal_path, process, db_path)
             next_crash += 1
             process += 1
             continue
-        if done.returncode == -signal.SIGKILL:
+        if returncode == -signal.SIGKILL:
             errors.append(f"process {process} was killed without reaching a crash point")
-        elif done.returncode != 0:
-            errors.append(f"process {process} exited with {done.returncode}" + _tail(done.stderr))
+        elif returncode != 0:
+            errors.append(f"process {process} exited with {returncode}" + _tail(stderr))
         break
     return errors, codes
+
+
+def _child(command: list[str], env: dict[str, str], timeout: float) -> tuple[int | None, str]:
+    """Run one child to its exit: its return code (None when it outlived `timeout` and was
+    killed) and the tail of its stderr. The child is judged by its exit, not by its pipes:
+    its output goes to a file, so a helper it started that inherited its streams (a daemon
+    a tool launched) cannot keep the parent waiting for an end of file."""
+    with tempfile.TemporaryFile() as stderr:
+        try:
+            done = subprocess.run(
+                command,
+                stdout=subprocess.DEVNULL,
+                stderr=stderr,
+                env=env,
+                timeout=timeout,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:  # `run` killed the child and waited for it
+            return None, ""
+        size = stderr.seek(0, os.SEEK_END)
+        stderr.seek(max(0, size - 4 * _STDERR_TAIL))  # only its tail is ever shown
+        return done.returncode, stderr.read().decode("utf-8", errors="replace")
 
 
 def _tail(stderr: str) -> str:

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import hashlib
+import re
 import secrets
 import shutil
 import tempfile
@@ -24,7 +26,7 @@ from .. import ConfigError, NotFoundError, SchemaVersionError
 from ..lowlevel import is_db_url, schema_of
 from ..lowlevel import run_sync as _run_coro
 from ._harness import recorded_floor_and_ids, run_in_process, skipping_ids
-from ._invariants import check
+from ._invariants import check, repeats
 from ._process import run_in_children
 from ._result import Result, collect
 from ._scenario import Crash, Scenario, ScenarioSource, SharedScenarioWarning, build
@@ -92,8 +94,12 @@ async def play(
     run_id: str | None,
     check_invariants: bool,
     timeout: float,
+    clean: Result | None = None,
 ) -> Result:
-    """`run` without the warning (the matrix warns once for all its cases)."""
+    """`run` without the warning (the matrix warns once for all its cases). `clean` is the
+    scenario played without a crash, when the caller has it (the matrix does); else, when
+    a crashed run repeats a side effect the crash hid (`invariants.repeats`), the kit plays
+    the scenario once without a crash to tell a repeat from a request it makes anyway."""
     crashes = tuple(crashes)
     if mode not in MODES:
         raise ConfigError(f"mode must be one of {MODES}, got {mode!r}")
@@ -142,10 +148,32 @@ async def play(
         raise ScenarioError(
             f"scenario {built.title} never created its run: " + "; ".join(errors or [str(exc)])
         ) from exc
-    result = replace(result, violations=tuple(check(result)))
+    if clean is None and crashes and repeats(result):
+        clean = await _without_a_crash(scenario, mode, timeout)
+    result = replace(result, violations=tuple(check(result, clean)))
     if check_invariants:
         result.check()
     return result
+
+
+async def _without_a_crash(scenario: ScenarioSource, mode: str, timeout: float) -> Result | None:
+    """The scenario played once without a crash, on a file of its own removed after; None for
+    a Scenario instance (its objects remember the crashed run) or when it cannot be played."""
+    if isinstance(scenario, Scenario):
+        return None
+    with tempfile.TemporaryDirectory(prefix="agentrt-testkit-clean-") as folder:
+        try:
+            return await play(
+                scenario,
+                (),
+                mode=mode,
+                db_path=Path(folder) / "clean.db",
+                run_id=None,
+                check_invariants=False,
+                timeout=timeout,
+            )
+        except Exception:  # nothing to compare with: the repeat goes unjudged
+            return None
 
 
 def run_sync(
@@ -177,18 +205,35 @@ class ScenarioError(RuntimeError):
 
 def database_of(db_path: str | Path) -> Path | str:
     """The database the kit was given: a SQLite file's `Path`, or a PostgreSQL URL as it is
-    (a `str`: a URL made a `Path` would lose the `//` after its scheme)."""
+    (a `str`: a URL made a `Path` would lose the `//` after its scheme). An in-memory
+    database is refused: every process, real or simulated, opens its own, so the one
+    recovering would find no run."""
     text = str(db_path)
+    if text == ":memory:":
+        raise ConfigError(
+            "the test kit needs a database every process of the scenario opens again: "
+            "':memory:' gives each its own empty one; pass a file's path or a PostgreSQL URL"
+        )
     return text if is_db_url(text) else Path(text)
 
 
 def journal_for(database: Path | str, run_id: str) -> Path:
     """Where the kit's journal of a run goes: beside a SQLite file, or, for a PostgreSQL
-    schema, in a temporary folder of the kit's (named by the schema)."""
+    schema, in a temporary folder of the kit's (named by the schema). It is named by the
+    whole run id (two runs sharing a prefix share no journal), or by its digest when the
+    id is no safe file name."""
+    name = (
+        run_id
+        if _SAFE_NAME.fullmatch(run_id)
+        else hashlib.sha256(run_id.encode(errors="surrogatepass")).hexdigest()
+    )
     if isinstance(database, Path):
-        return Path(f"{database}.testkit-{run_id[:16]}.jsonl")
+        return Path(f"{database}.testkit-{name}.jsonl")
     folder = Path(_temporary_db()).parent
-    return folder / f"{schema_of(database)}.testkit-{run_id[:16]}.jsonl"
+    return folder / f"{schema_of(database)}.testkit-{name}.jsonl"
+
+
+_SAFE_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}")
 
 
 def _new_run_id(scenario: Scenario, db_path: Path | str) -> str:

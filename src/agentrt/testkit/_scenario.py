@@ -143,7 +143,7 @@ OperatorFn = Callable[[Approval], "Verdict | str"]
 
 def always(verdict: Verdict | str) -> OperatorFn:
     """An operator giving the same answer to every approval."""
-    answer = Verdict(verdict)
+    answer = _verdict(verdict)
 
     def operator(approval: Approval) -> Verdict:
         return answer
@@ -156,13 +156,22 @@ def by_kind(
 ) -> OperatorFn:
     """An operator answering by approval kind (e.g. approve `remote_mutation`, reject
     `interrupted_side_effect`), with `default` for any other kind."""
-    table = {kind: Verdict(v) for kind, v in answers.items()}
-    fallback = Verdict(default)
+    table = {kind: _verdict(v) for kind, v in answers.items()}
+    fallback = _verdict(default)
 
     def operator(approval: Approval) -> Verdict:
         return table.get(approval.kind, fallback)
 
     return operator
+
+
+def _verdict(value: Any) -> Verdict:
+    """`value` as a Verdict, or a ConfigError naming the verdicts there are."""
+    try:
+        return Verdict(value)
+    except ValueError:
+        known = ", ".join(repr(v.value) for v in Verdict)
+        raise ConfigError(f"{value!r} is not a verdict; expected one of {known}") from None
 
 
 @dataclass(frozen=True)

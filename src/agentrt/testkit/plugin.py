@@ -21,7 +21,10 @@ another, plus `no-crash` for the clean run. The marker takes `mode` ("harness"
 or "process"), `inside_tx` (default True: include the crashes before a
 COMMIT), `recovery` (default True: also crash at each recovery point, e.g.
 `step.interrupted`, of each distinct recovery) and `depth` (default 1; 2
-crashes at every recovery point after every first crash), as `crash_matrix`.
+crashes at every recovery point after every first crash), as `crash_matrix`,
+by position (in that order) or by name; anything else is a usage error. A
+scenario whose clean run passes no crash point is a usage error too: a matrix
+of the clean run alone would pass without having crashed anything.
 Finding the recovery points means playing the first crashes once at
 collection (`recovery=False` plays only the clean run). Cases are cached per
 scenario and marker arguments for the session.
@@ -36,7 +39,7 @@ from typing import Any
 import pytest
 
 from ..lowlevel import run_sync as _run_coro
-from ._matrix import matrix_cases
+from ._matrix import matrix_cases, nothing_crashed
 from ._result import Result
 from ._runner import MODES, run_sync
 from ._scenario import Crash
@@ -98,9 +101,14 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     key = _marker_args(marker)
     scenario, mode, inside_tx, depth, recovery = key
     if key not in _discovered:
-        _, cases = _run_coro(
+        clean, cases = _run_coro(
             matrix_cases(scenario, mode, depth=depth, recovery=recovery, inside_tx=inside_tx)
         )
+        if not cases:
+            # A matrix of the clean run alone would pass without having crashed anything.
+            raise pytest.UsageError(
+                f"{metafunc.definition.nodeid}: {scenario}: {nothing_crashed(clean).detail}"
+            )
         _discovered[key] = [(), *cases]
     cases = _discovered[key]
     metafunc.parametrize(
@@ -111,29 +119,41 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     )
 
 
+_MARKER_PARAMETERS = ("scenario", "mode", "inside_tx", "recovery", "depth")
+
+
 def _marker_args(marker: pytest.Mark) -> tuple[str, str, bool, int, bool]:
-    scenario: Any = marker.args[0] if marker.args else marker.kwargs.get("scenario")
+    """The marker's arguments, positional or by name, in the order of its signature."""
+    where = f"@pytest.mark.{MARKER}"
+    if len(marker.args) > len(_MARKER_PARAMETERS):
+        raise pytest.UsageError(
+            f"{where} takes at most {len(_MARKER_PARAMETERS)} positional arguments "
+            f"{_MARKER_PARAMETERS}, got {len(marker.args)}"
+        )
+    given = dict(zip(_MARKER_PARAMETERS, marker.args, strict=False))
+    twice = sorted(set(given) & set(marker.kwargs))
+    if twice:
+        raise pytest.UsageError(f"{where}: {twice} given both by position and by name")
+    unknown = set(marker.kwargs) - set(_MARKER_PARAMETERS)
+    if unknown:
+        raise pytest.UsageError(f"{where}: unknown argument(s) {sorted(unknown)}")
+    given.update(marker.kwargs)
+    scenario: Any = given.get("scenario")
     if not isinstance(scenario, str) or ":" not in scenario:
         raise pytest.UsageError(
-            f"@pytest.mark.{MARKER} names the scenario factory as 'pkg.module:function', "
-            f"got {scenario!r}"
+            f"{where} names the scenario factory as 'pkg.module:function', got {scenario!r}"
         )
-    mode = str(marker.kwargs.get("mode", "harness"))
+    mode = given.get("mode", "harness")
     if mode not in MODES:
-        raise pytest.UsageError(f"@pytest.mark.{MARKER}: mode must be one of {MODES}")
-    depth = marker.kwargs.get("depth", 1)
+        raise pytest.UsageError(f"{where}: mode must be one of {MODES}, got {mode!r}")
+    depth = given.get("depth", 1)
     if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
-        raise pytest.UsageError(f"@pytest.mark.{MARKER}: depth must be an int >= 1, got {depth!r}")
-    unknown = set(marker.kwargs) - {"scenario", "mode", "inside_tx", "recovery", "depth"}
-    if unknown:
-        raise pytest.UsageError(f"@pytest.mark.{MARKER}: unknown argument(s) {sorted(unknown)}")
-    return (
-        scenario,
-        mode,
-        bool(marker.kwargs.get("inside_tx", True)),
-        depth,
-        bool(marker.kwargs.get("recovery", True)),
-    )
+        raise pytest.UsageError(f"{where}: depth must be an int >= 1, got {depth!r}")
+    flags = {name: given.get(name, True) for name in ("inside_tx", "recovery")}
+    for name, flag in flags.items():
+        if not isinstance(flag, bool):
+            raise pytest.UsageError(f"{where}: {name} must be True or False, got {flag!r}")
+    return (scenario, str(mode), flags["inside_tx"], depth, flags["recovery"])
 
 
 @pytest.fixture
