@@ -36,6 +36,7 @@ from agentrt._render_approval import approval_fields, hashed_content
 from agentrt._store import open_existing
 from agentrt.cli._decide import default_user
 from agentrt.console import ConsoleConfig, create_app, is_loopback
+from agentrt.console._app import BODY_LIMIT
 from agentrt.console._data import ChainStatus
 from agentrt.console._security import CSP, check_token
 from agentrt.trace import sanitize
@@ -572,7 +573,9 @@ def test_a_form_larger_than_the_limit_or_not_a_form_is_refused(
     approval = program.pending(run_id)
     c, config = client(db_path)
     url = f"/runs/{run_id}/approvals/{approval.id}/approve"
-    big = decide(c, config, run_id, approval.id, "approve", hash=approval.hash, note="x" * 20000)
+    big = decide(
+        c, config, run_id, approval.id, "approve", hash=approval.hash, note="x" * (BODY_LIMIT + 1)
+    )
     assert big.status_code == 413
     as_json = c.post(url, json={"csrf": config.csrf, "hash": approval.hash}, headers=ORIGIN)
     assert as_json.status_code == 400

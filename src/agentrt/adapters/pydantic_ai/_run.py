@@ -94,6 +94,8 @@ RUN_ID_KEY = "agentrt_run_id"
 _UNPARSED = "\x00agentrt-unparsed"
 _log = logging.getLogger("agentrt.adapters.pydantic_ai")
 _CALLS = CallMarker("pydantic-ai tool call ")
+_KNOWN_WINDOW = 2
+"""Calls of the history looked up at first, newest first, to find where the record stands."""
 
 
 class RunEndedError(AgentRunError, _RunEnded):
@@ -332,10 +334,10 @@ class FrameworkRun:
         """
         made = _calls_made(messages)
         store = self.settings.store
-        known = _CALLS.latest(store, self.run_id, {made_id for made_id, _, _ in made})
-        if call_id in known:
+        known = self._last_known(made, call_id)
+        if known is None:
             return None
-        last = max((step.index for step in known.values()), default=-1)
+        position, last = known
         # One indexed read of the record's tail (decision 0060): in a run whose history
         # is whole, the last call it holds is the run's last step, and the tail is empty.
         count = store.get_run(self.run_id).step_count
@@ -343,11 +345,7 @@ class FrameworkRun:
         lost = [step for step in later if _CALLS.call_id(step.decision) is not None]
         if not lost:
             return None
-        tail = made
-        for position, (made_id, _, _) in enumerate(made):
-            if made_id in known:
-                tail = made[position + 1 :]
-        for made_id, tool, args in tail:
+        for made_id, tool, args in made[position + 1 :]:
             found = next(
                 (
                     step
@@ -363,6 +361,30 @@ class FrameworkRun:
             if made_id == call_id:
                 return found
         return None
+
+    def _last_known(
+        self, made: Sequence[tuple[str, str, Any]], call_id: str
+    ) -> tuple[int, int] | None:
+        """Where the history's last call the record knows stands in `made`, and its step's
+        index ((-1, -1) when it knows none); None when the record knows `call_id` itself.
+
+        The history is read backwards in windows that double, so a history whose
+        newest calls are recorded (a whole one) costs one look-up of a few calls,
+        whatever the run's length, not one of every call it ever made.
+        """
+        end, size, asked = len(made), _KNOWN_WINDOW, {call_id}
+        while True:
+            start = max(0, end - size)
+            asked.update(made_id for made_id, _, _ in made[start:end])
+            found = _CALLS.latest(self.settings.store, self.run_id, asked)
+            if call_id in found:
+                return None
+            for position in range(end - 1, start - 1, -1):
+                if made[position][0] in found:
+                    return position, max(step.index for step in found.values())
+            if start == 0:
+                return -1, -1
+            end, size, asked = start, size * 2, set()
 
     async def _propose(
         self,
