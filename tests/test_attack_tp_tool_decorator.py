@@ -1,0 +1,75 @@
+"""Attack campaign (tp): declaring tools with `@agentrt.tool` as a consumer does.
+
+api.md: `@tool` turns a typed function into a Tool; "the function receives validated,
+typed arguments". `tool()`'s docstring: "Refusals raise ConfigError at decoration."
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Annotated
+
+import pydantic
+import pytest
+
+import agentrt
+from agentrt import ToolCall
+from agentrt._errors import ConfigError
+
+
+def set_password(password: Annotated[str, pydantic.Field(pattern=r"^(?=.*\d).{8,}$")]) -> str:
+    """Set the password (a lookahead: at least one digit)."""
+    return "ok"
+
+
+def rename(name: Annotated[str, pydantic.Field(max_length=-1)]) -> str:
+    """Rename the thing (an author's slip: a negative length)."""
+    return name
+
+
+@pytest.mark.parametrize("fn", [set_password, rename], ids=["lookahead-pattern", "max-length"])
+def test_a_field_pydantic_cannot_build_is_a_config_error(fn: object) -> None:
+    """A tool author writes a `Field(...)` constraint pydantic cannot build a validator
+    for. `@tool` lets pydantic_core's `SchemaError` ("Error building "model" validator
+    ...") escape from decoration: a traceback through pydantic internals, not the
+    ConfigError naming the tool that every other refusal is."""
+    name = fn.__name__  # type: ignore[attr-defined]
+    with pytest.raises(ConfigError, match=name):
+        agentrt.tool(side_effect="local_mutation", timeout=1)(fn)  # type: ignore[call-overload]
+
+
+def test_a_generator_function_is_refused_at_decoration() -> None:
+    """`@tool` over a generator function registers; each call returns a generator object
+    whose body never runs, recorded as `invalid_content` with the object's repr (a memory
+    address). Nothing the function says it does happens. It should be refused with a
+    ConfigError at decoration, as `*args` and positional-only parameters are."""
+
+    def write_lines(n: int) -> Iterator[int]:
+        """Write n lines, yielding each line number."""
+        yield from range(n)
+
+    with pytest.raises(ConfigError, match="write_lines"):
+        agentrt.tool(side_effect="local_mutation", timeout=1)(write_lines)
+
+
+class Transfer:
+    """Send an amount to the configured account."""
+
+    amount: str = "0"  # the last amount sent, as text
+
+    def __call__(self, amount: int) -> str:
+        return f"sent {amount!r}"
+
+
+def test_a_callable_instance_gets_its_types_from_its_call_method() -> None:
+    """`@tool` over an instance of a class with `__call__` reads type hints from the
+    instance, so it gets the class's attribute annotations, not `__call__`'s: the schema
+    says `amount` is a string and the function annotated `amount: int` receives "12".
+    The schema should come from `__call__` (or callable instances be refused)."""
+    try:
+        made = agentrt.tool(side_effect="remote_mutation", timeout=1, name="transfer")(Transfer())
+    except ConfigError:
+        return
+    assert made.spec.input_schema["properties"]["amount"]["type"] == "integer"
+    result = made.call(ToolCall(run_id="r", step_id="s", args={"amount": 12}, lease_epoch=1))
+    assert result.content == "sent 12"
