@@ -6,15 +6,18 @@ typed arguments". `tool()`'s docstring: "Refusals raise ConfigError at decoratio
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Annotated
+import functools
+from collections.abc import Callable, Iterator
+from typing import Annotated, Any
 
 import pydantic
 import pytest
 
 import agentrt
-from agentrt import ToolCall
+from agentrt import Decision, ToolCall
 from agentrt._errors import ConfigError
+from agentrt.scripted import ScriptedAgent
+from conftest import FakeClock, Ids
 
 
 def set_password(password: Annotated[str, pydantic.Field(pattern=r"^(?=.*\d).{8,}$")]) -> str:
@@ -73,3 +76,50 @@ def test_a_callable_instance_gets_its_types_from_its_call_method() -> None:
     assert made.spec.input_schema["properties"]["amount"]["type"] == "integer"
     result = made.call(ToolCall(run_id="r", step_id="s", args={"amount": 12}, lease_epoch=1))
     assert result.content == "sent 12"
+
+
+def _logged(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A consumer's ordinary logging decorator (sync wrapper, `functools.wraps`)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return fn(*args, **kwargs)
+
+    return wrapper
+
+
+NOTIFIED: list[str] = []
+
+
+@agentrt.tool(side_effect="local_mutation", timeout=5)
+@_logged
+async def notify(message: str) -> str:
+    """Send a notification."""
+    NOTIFIED.append(message)
+    return "sent"
+
+
+def test_an_async_tool_under_a_sync_wrapping_decorator_is_run(store: agentrt.Store) -> None:
+    """`@tool` over an `async def` wrapped by a plain `functools.wraps` decorator (logging,
+    retry) makes a FunctionTool whose `call` wraps the returned coroutine in a ToolResult
+    unawaited: the body never runs, and the step fails `invalid_content` with
+    "<coroutine object notify at 0x...>". The coroutine should be awaited and its result
+    recorded, as the executor does for any plain `call` returning an awaitable."""
+    NOTIFIED.clear()
+    driver = agentrt.Driver(
+        store=store,
+        agent=ScriptedAgent(
+            [Decision.tool_call("notify", {"message": "hi"}), Decision.complete()]
+        ),
+        policy=agentrt.default_policy(),
+        tools=[notify],
+        now=FakeClock(),
+        new_id=Ids(),
+    )
+    run = driver.start_sync("notify")
+    assert run.status == "COMPLETED"
+    first = store.list_steps(run.id)[0]
+    assert first.observation is not None
+    assert first.observation.kind == "tool_result", first.observation
+    assert first.observation.content == "sent"
+    assert NOTIFIED == ["hi"]
