@@ -36,29 +36,39 @@ def _string_with(pattern: str) -> ToolSpec:
     return _spec({"type": "object", "properties": {"s": {"type": "string", "pattern": pattern}}})
 
 
-def test_backtracking_pattern_properties_under_a_property_named_default_are_refused(
-    store: agentrt.Store,
-) -> None:
-    """A tool whose schema has a property called `default` (or `enum`, `const`, `examples`)
-    holding `patternProperties` and `unevaluatedProperties` registers today, because the
-    registration walk skips every key with a data keyword's name wherever it stands; the
-    argument check then runs jsonschema's `unevaluatedProperties`, which searches with
-    Python's `re`, so `{"default": {"aaaa…a!": 1}}` from the model freezes the process
-    for hours (`^(a+)+$`). `Driver(...)` should refuse the tool with UnsafePatternError."""
-    tool = RecordingTool(
-        "configure",
-        SideEffect.READ_ONLY,
-        schema={
-            "type": "object",
-            "properties": {
-                "default": {
-                    "type": "object",
-                    "patternProperties": {"^(a+)+$": {"type": "integer"}},
-                    "unevaluatedProperties": False,
-                }
-            },
+_BACKTRACKING_HIDDEN = {
+    # A property that happens to be called `default`: the walk skips it by its name.
+    "property-named-default": {
+        "type": "object",
+        "properties": {
+            "default": {
+                "type": "object",
+                "patternProperties": {"^(a+)+$": {"type": "integer"}},
+                "unevaluatedProperties": False,
+            }
         },
-    )
+    },
+    # Data made a schema by a `#/...` reference (decision 0004 says any part can be).
+    "data-reached-by-ref": {
+        "type": "object",
+        "default": {"patternProperties": {"^(a+)+$": {}}, "unevaluatedProperties": False},
+        "$ref": "#/default",
+    },
+}
+
+
+@pytest.mark.parametrize("schema", _BACKTRACKING_HIDDEN.values(), ids=_BACKTRACKING_HIDDEN)
+def test_unevaluated_beside_pattern_properties_is_refused_wherever_it_stands(
+    store: agentrt.Store, schema: dict[str, Any]
+) -> None:
+    """A schema holding `patternProperties` and `unevaluatedProperties` under a property
+    named `default` (or `enum`, `const`, `examples`), or in a `default` that a `$ref`
+    makes a schema, registers today: the registration walk skips every key with a data
+    keyword's name wherever it stands. The argument check then runs jsonschema's
+    `unevaluatedProperties`, which searches with Python's `re`, so a model's key
+    "aaaa…a!" freezes the process for hours (`^(a+)+$`). `Driver(...)` should refuse the
+    tool with UnsafePatternError, as it does when the keywords stand elsewhere."""
+    tool = RecordingTool("configure", SideEffect.READ_ONLY, schema=schema)
     with pytest.raises(UnsafePatternError, match="unevaluatedProperties"):
         agentrt.Driver(
             store=store,
