@@ -8,6 +8,7 @@ because jsonschema evaluates it with Python's backtracking `re`.
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 from typing import Annotated, Any
 
@@ -121,3 +122,31 @@ def test_non_word_boundary_never_matches_inside_a_character() -> None:
         return
     assert compiled.check({"s": "aa"}) == []
     assert compiled.check({"s": "a\u00e9a"}) != []
+
+
+def test_a_nested_dialect_keeps_the_linear_time_ecma_262_pattern_check() -> None:
+    """A subschema that names its own bundled dialect (`"$schema": draft-07`, allowed by
+    decision 0004) is validated by jsonschema's stock validator class for that dialect,
+    because `descend` re-reads `$schema`: its `pattern` is matched with Python's
+    backtracking `re` (`^(a+)+$` against "aaaa…a!" takes hours at 40 characters) and
+    read as Python reads it (`$` before a final newline). It should be matched by the
+    same linear-time ECMA-262 check as everywhere else (or refused at registration)."""
+    schema = {
+        "type": "object",
+        "properties": {
+            "s": {
+                "$schema": "http://json-schema.org/draft-07/schema#",
+                "type": "string",
+                "pattern": "^(a+)+$",
+            }
+        },
+    }
+    try:
+        compiled = compile_tool(_spec(schema))
+    except UnsafePatternError:
+        return
+    assert compiled.check({"s": "aaa"}) == []
+    assert compiled.check({"s": "a\n"}) != [], "ECMA-262's $ is the end of the text"
+    began = time.monotonic()
+    assert compiled.check({"s": "a" * 26 + "!"}) != []
+    assert time.monotonic() - began < 1
