@@ -14,7 +14,7 @@ import pydantic
 import pytest
 
 import agentrt
-from agentrt import Decision, ToolCall
+from agentrt import Decision, PolicyDecision, RunView, ToolCall, ToolRequest
 from agentrt._errors import ConfigError
 from agentrt.scripted import ScriptedAgent
 from conftest import FakeClock, Ids
@@ -123,3 +123,55 @@ def test_an_async_tool_under_a_sync_wrapping_decorator_is_run(store: agentrt.Sto
     assert first.observation.kind == "tool_result", first.observation
     assert first.observation.content == "sent"
     assert NOTIFIED == ["hi"]
+
+
+class Payee(pydantic.BaseModel):
+    """A payee; its account number is read from `details.account` of what is sent."""
+
+    account: str = pydantic.Field(validation_alias=pydantic.AliasPath("details", "account"))
+
+
+PAID: list[str] = []
+
+
+def pay(payee: Payee) -> str:
+    """Pay the payee."""
+    PAID.append(payee.account)
+    return "paid"
+
+
+class AllowlistPolicy:
+    """Allows payments to account "A" only, reading the request's arguments."""
+
+    policy_id = "allowlist"
+
+    def evaluate(self, request: ToolRequest, view: RunView) -> PolicyDecision:
+        if request.args["payee"].get("account") == "A":
+            return PolicyDecision.allow()
+        return PolicyDecision.deny("only account A may be paid")
+
+
+def test_the_tool_receives_the_argument_the_schema_and_the_policy_saw(
+    store: agentrt.Store,
+) -> None:
+    """A nested model reads a field through `AliasPath("details", "account")`; pydantic's
+    schema says the property is `account`. The model sends `{"account": "A", "details":
+    {"account": "EVIL"}}`: the schema accepts it, the policy allows account "A", the
+    record shows "A", and the function pays "EVIL". A call should run with what was
+    checked and allowed (or such a signature be refused at decoration)."""
+    PAID.clear()
+    args = {"payee": {"account": "A", "details": {"account": "EVIL"}}}
+    try:
+        tool = agentrt.tool(side_effect="remote_mutation", timeout=5)(pay)
+    except ConfigError:
+        return
+    driver = agentrt.Driver(
+        store=store,
+        agent=ScriptedAgent([Decision.tool_call("pay", args), Decision.complete()]),
+        policy=AllowlistPolicy(),
+        tools=[tool],
+        now=FakeClock(),
+        new_id=Ids(),
+    )
+    driver.start_sync("pay A")
+    assert "EVIL" not in PAID
