@@ -19,7 +19,7 @@ from agentrt.scripted import ScriptedAgent
 from conftest import FakeClock, Ids, RecordingTool
 
 
-class Verdict(str, enum.Enum):
+class Verdict(str, enum.Enum):  # noqa: UP042  # deliberately not a StrEnum
     """A consumer's own outcome enum: `str(Verdict.allow)` is "Verdict.allow" on 3.11."""
 
     allow = "allow"

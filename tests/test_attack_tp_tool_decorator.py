@@ -108,9 +108,7 @@ def test_an_async_tool_under_a_sync_wrapping_decorator_is_run(store: agentrt.Sto
     NOTIFIED.clear()
     driver = agentrt.Driver(
         store=store,
-        agent=ScriptedAgent(
-            [Decision.tool_call("notify", {"message": "hi"}), Decision.complete()]
-        ),
+        agent=ScriptedAgent([Decision.tool_call("notify", {"message": "hi"}), Decision.complete()]),
         policy=agentrt.default_policy(),
         tools=[notify],
         now=FakeClock(),
