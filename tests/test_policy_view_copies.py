@@ -1,10 +1,9 @@
-"""Attack campaign (tp): what a policy's answer and its view can do to the record.
+"""A policy's answer is kept as the runtime's own copy; its view owns what it holds.
 
-loop.md: the policy gets a read-only view; `step.policy` carries the decision; an
-unknown outcome ends the run `FAILED internal_error` with nothing executed.
 Decision 0138: a policy's answer is read once, by its base type, and what is
-recorded is what it answered. `_shown`: nothing a consumer does to what it was shown
-changes what the runtime records, judges or shows others.
+recorded (the step's verdict, a pause's approval row and its hash) is what it
+answered. `_shown`: nothing a policy does to its view's run or approvals changes
+what the runtime records, judges or shows the agent.
 """
 
 from __future__ import annotations
@@ -36,11 +35,9 @@ class EnumOutcomePolicy:
 def test_an_outcome_from_a_str_enum_is_recorded_as_the_outcome_acted_on(
     store: agentrt.Store,
 ) -> None:
-    """A policy answers `PolicyDecision(outcome=Verdict.allow)` with its own `(str, Enum)`.
-    The runtime compares the value ("allow") and runs the tool, but records
-    `str(outcome)`, "Verdict.allow": `step.policy` holds an outcome that is no outcome,
-    beside a call that was executed. What is recorded should be the outcome acted on
-    ("allow"), or the answer refused as unknown with nothing run."""
+    """A policy answers `PolicyDecision(outcome=Verdict.allow)` with its own `(str, Enum)`
+    (whose `str()` is "Verdict.allow"). The tool runs, and `step.policy` records the
+    outcome acted on, "allow"."""
     tool = RecordingTool("push", SideEffect.REMOTE_MUTATION)
     driver = agentrt.Driver(
         store=store,
@@ -51,11 +48,9 @@ def test_an_outcome_from_a_str_enum_is_recorded_as_the_outcome_acted_on(
         new_id=Ids(),
     )
     run = driver.start_sync("push it")
+    assert run.status == "COMPLETED"
+    assert len(tool.calls) == 1
     first = store.list_steps(run.id)[0]
-    if not tool.calls:  # refused as an unknown outcome: acceptable
-        assert run.status == "FAILED"
-        assert run.reason == "internal_error"
-        return
     assert first.policy is not None
     assert first.policy.outcome == "allow"
     [event] = [e for e in store.list_events(run.id) if e.type == "step.policy"]
@@ -81,11 +76,8 @@ class SharedBudgetPolicy:
 
 def test_a_pause_records_the_capability_the_policy_returned(store: agentrt.Store) -> None:
     """A policy asks for approval with a capability dict it keeps and changes on the next
-    turn of the loop. `step.policy` records the answer as given (`{"amount": 1}`, copied
-    at the verdict, decision 0138), but the approval row, its `approval.requested` event
-    and its hash are made from the policy's own dict when the pause is written:
-    `{"amount": 1000}`, which the policy never answered. Both should hold what it
-    answered."""
+    turn of the loop. `step.policy`, the approval row and its `approval.requested` event
+    all hold what it answered, `{"amount": 1}`."""
     policy = SharedBudgetPolicy()
     driver = agentrt.Driver(
         store=store,
@@ -127,10 +119,9 @@ class EditingPolicy:
 def test_what_a_policy_does_to_its_view_of_approvals_never_reaches_the_agent(
     store: agentrt.Store,
 ) -> None:
-    """A policy edits the capability of an approval in its `RunView` (its view's steps are
-    copies, its approvals are the session's own objects). The run is approved with
-    `{"x": 1}` and the record keeps it, but the agent's next `StepInput.approvals` shows
-    `{"x": 999}`, which no record holds. The agent should be shown what is recorded."""
+    """A policy edits the capability of an approval in its `RunView`. The run is approved
+    with `{"x": 1}`, the record keeps it, and the agent's next `StepInput.approvals`
+    shows what is recorded: the policy edited its own copy."""
     shown: list[list[Any]] = []
 
     def agent(step_input: StepInput) -> Decision:

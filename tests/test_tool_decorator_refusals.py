@@ -1,4 +1,4 @@
-"""Attack campaign (tp): declaring tools with `@agentrt.tool` as a consumer does.
+"""`@agentrt.tool` over what consumers write: refused at decoration, or run as declared.
 
 api.md: `@tool` turns a typed function into a Tool; "the function receives validated,
 typed arguments". `tool()`'s docstring: "Refusals raise ConfigError at decoration."
@@ -14,7 +14,7 @@ import pydantic
 import pytest
 
 import agentrt
-from agentrt import Decision, PolicyDecision, RunView, ToolCall, ToolRequest
+from agentrt import Decision, ToolCall
 from agentrt._errors import ConfigError
 from agentrt.scripted import ScriptedAgent
 from conftest import FakeClock, Ids
@@ -33,19 +33,18 @@ def rename(name: Annotated[str, pydantic.Field(max_length=-1)]) -> str:
 @pytest.mark.parametrize("fn", [set_password, rename], ids=["lookahead-pattern", "max-length"])
 def test_a_field_pydantic_cannot_build_is_a_config_error(fn: object) -> None:
     """A tool author writes a `Field(...)` constraint pydantic cannot build a validator
-    for. `@tool` lets pydantic_core's `SchemaError` ("Error building "model" validator
-    ...") escape from decoration: a traceback through pydantic internals, not the
-    ConfigError naming the tool that every other refusal is."""
+    for. `@tool` refuses it with a ConfigError naming the tool and saying why in one line
+    (pydantic_core's last line), as every other refusal at decoration."""
     name = fn.__name__  # type: ignore[attr-defined]
-    with pytest.raises(ConfigError, match=name):
+    with pytest.raises(ConfigError, match=name) as raised:
         agentrt.tool(side_effect="local_mutation", timeout=1)(fn)  # type: ignore[call-overload]
+    assert "\n" not in str(raised.value)
 
 
 def test_a_generator_function_is_refused_at_decoration() -> None:
-    """`@tool` over a generator function registers; each call returns a generator object
-    whose body never runs, recorded as `invalid_content` with the object's repr (a memory
-    address). Nothing the function says it does happens. It should be refused with a
-    ConfigError at decoration, as `*args` and positional-only parameters are."""
+    """`@tool` over a generator function (whose body would never run: a call returns a
+    generator object) is refused with a ConfigError at decoration, as `*args` and
+    positional-only parameters are."""
 
     def write_lines(n: int) -> Iterator[int]:
         """Write n lines, yielding each line number."""
@@ -65,14 +64,10 @@ class Transfer:
 
 
 def test_a_callable_instance_gets_its_types_from_its_call_method() -> None:
-    """`@tool` over an instance of a class with `__call__` reads type hints from the
-    instance, so it gets the class's attribute annotations, not `__call__`'s: the schema
-    says `amount` is a string and the function annotated `amount: int` receives "12".
-    The schema should come from `__call__` (or callable instances be refused)."""
-    try:
-        made = agentrt.tool(side_effect="remote_mutation", timeout=1, name="transfer")(Transfer())
-    except ConfigError:
-        return
+    """`@tool` over an instance of a class with `__call__` (and an annotated class
+    attribute of the same name as a parameter) takes the schema from `__call__`'s hints:
+    `amount: int` is an integer, and the call receives 12."""
+    made = agentrt.tool(side_effect="remote_mutation", timeout=1, name="transfer")(Transfer())
     assert made.spec.input_schema["properties"]["amount"]["type"] == "integer"
     result = made.call(ToolCall(run_id="r", step_id="s", args={"amount": 12}, lease_epoch=1))
     assert result.content == "sent 12"
@@ -101,10 +96,8 @@ async def notify(message: str) -> str:
 
 def test_an_async_tool_under_a_sync_wrapping_decorator_is_run(store: agentrt.Store) -> None:
     """`@tool` over an `async def` wrapped by a plain `functools.wraps` decorator (logging,
-    retry) makes a FunctionTool whose `call` wraps the returned coroutine in a ToolResult
-    unawaited: the body never runs, and the step fails `invalid_content` with
-    "<coroutine object notify at 0x...>". The coroutine should be awaited and its result
-    recorded, as the executor does for any plain `call` returning an awaitable."""
+    retry): the tool is async, the coroutine the wrapper returns is awaited, the body runs
+    and its result is recorded."""
     NOTIFIED.clear()
     driver = agentrt.Driver(
         store=store,
@@ -129,47 +122,35 @@ class Payee(pydantic.BaseModel):
     account: str = pydantic.Field(validation_alias=pydantic.AliasPath("details", "account"))
 
 
-PAID: list[str] = []
-
-
 def pay(payee: Payee) -> str:
     """Pay the payee."""
-    PAID.append(payee.account)
-    return "paid"
+    return payee.account
 
 
-class AllowlistPolicy:
-    """Allows payments to account "A" only, reading the request's arguments."""
-
-    policy_id = "allowlist"
-
-    def evaluate(self, request: ToolRequest, view: RunView) -> PolicyDecision:
-        if request.args["payee"].get("account") == "A":
-            return PolicyDecision.allow()
-        return PolicyDecision.deny("only account A may be paid")
-
-
-def test_the_tool_receives_the_argument_the_schema_and_the_policy_saw(
-    store: agentrt.Store,
-) -> None:
+def test_a_field_read_through_a_path_the_schema_does_not_show_is_refused() -> None:
     """A nested model reads a field through `AliasPath("details", "account")`; pydantic's
-    schema says the property is `account`. The model sends `{"account": "A", "details":
-    {"account": "EVIL"}}`: the schema accepts it, the policy allows account "A", the
-    record shows "A", and the function pays "EVIL". A call should run with what was
-    checked and allowed (or such a signature be refused at decoration)."""
-    PAID.clear()
-    args = {"payee": {"account": "A", "details": {"account": "EVIL"}}}
-    try:
-        tool = agentrt.tool(side_effect="remote_mutation", timeout=5)(pay)
-    except ConfigError:
-        return
-    driver = agentrt.Driver(
-        store=store,
-        agent=ScriptedAgent([Decision.tool_call("pay", args), Decision.complete()]),
-        policy=AllowlistPolicy(),
-        tools=[tool],
-        now=FakeClock(),
-        new_id=Ids(),
-    )
-    driver.start_sync("pay A")
-    assert "EVIL" not in PAID
+    schema says the property is `account`, so a model could send `{"account": "A",
+    "details": {"account": "EVIL"}}`: checked and allowed as "A", paid to "EVIL". `@tool`
+    refuses such a signature at decoration with a ConfigError naming the field."""
+    with pytest.raises(ConfigError, match="field 'account' is read through a path or choices"):
+        agentrt.tool(side_effect="remote_mutation", timeout=5)(pay)
+
+
+class ByName(pydantic.BaseModel):
+    """A payee read by its alias or, as well, by its field name."""
+
+    model_config = pydantic.ConfigDict(populate_by_name=True)
+    account: str = pydantic.Field("none", alias="acct")
+
+
+def pay_by_name(payee: ByName) -> str:
+    """Pay the payee."""
+    return payee.account
+
+
+def test_a_field_read_by_name_beside_its_alias_is_refused() -> None:
+    """A model that reads a field by its alias and by its name (`populate_by_name`): the
+    schema shows only `acct`, so `{"account": "EVIL"}` would pass it unseen. `@tool`
+    refuses such a signature at decoration."""
+    with pytest.raises(ConfigError, match="field 'account' is read through its name and its alias"):
+        agentrt.tool(side_effect="remote_mutation", timeout=5)(pay_by_name)
