@@ -24,7 +24,15 @@ excludes the four line terminators (`\\n`, `\\r`, U+2028, U+2029); `\\s` and
 `\\S` are ECMA's Unicode white space; `$` is the end of the text only (not
 before a final newline, as Python's `$` is); `\\d`, `\\w` and `\\b` are ASCII, as
 in both; `\\uXXXX` (surrogate pairs joined), `\\u{...}`, `\\xHH`, `\\cX` and `\\0`
-become RE2 code point escapes; `(?<name>...)` becomes a named group.
+become RE2 code point escapes; `(?<name>...)` becomes a named group. Refused
+besides: `\\B` (RE2 would find a non-boundary between the UTF-8 bytes of one
+character), and a class escape (`\\d`, `\\s`, `\\w`...) beside a '-' that would
+make a range (a syntax error with ECMA's `u` flag, a union without it).
+
+The walk that finds a schema's patterns reads the schema as validation does:
+the data of `const`, `enum`, `default` and `examples` is skipped where those
+are keywords (a property may be named `default`), and whatever a `#/...`
+reference points at is read as a schema, data included.
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ from __future__ import annotations
 import functools
 import re
 import threading
+import urllib.parse
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -77,6 +86,8 @@ _BRACED_HEX = re.compile(r"\{([0-9A-Fa-f]{1,6})\}")
 # Escapes of a letter or digit with the same meaning in ECMA-262 and RE2.
 _SHARED_CLASS_ESCAPES = frozenset("dDwW")
 _SHARED_CONTROL_ESCAPES = frozenset("fnrtv")
+# The escapes that stand for a set of characters, never one.
+_CLASS_ESCAPES = frozenset("dDwWsS")
 # Bounds an RE2 program's memory; a pattern too big for it is refused.
 _MAX_MEM = 8 << 20
 _CACHE_SIZE = 4096
@@ -129,12 +140,17 @@ def _escape(pattern: str, i: int, in_class: bool) -> tuple[str, int]:
         return (_SPACE_ITEMS if in_class else f"[{_SPACE_ITEMS}]"), after
     if e == "S":
         return (_NOT_SPACE_ITEMS if in_class else f"[{_NOT_SPACE_ITEMS}]"), after
-    if e in "bB":
-        if not in_class:
-            return "\\" + e, after
-        if e == "b":
-            return "\\x{8}", after  # backspace, inside a class
-        raise _Refused("\\B inside a character class has no meaning")
+    if e == "b":
+        return ("\\x{8}" if in_class else "\\b"), after  # a backspace inside a class
+    if e == "B":
+        if in_class:
+            raise _Refused("\\B inside a character class has no meaning")
+        # RE2 searches UTF-8 bytes: it finds a non-boundary between the bytes of one
+        # character ("é"), a position ECMA-262 does not have.
+        raise _Refused(
+            "\\B cannot be matched as ECMA-262 reads it: the linear-time matcher would also "
+            "find it between the bytes of one character"
+        )
     if e == "0":
         if after < len(pattern) and pattern[after].isdigit():
             raise _Refused("octal escapes like \\0" + pattern[after] + " are not ECMA-262")
@@ -179,6 +195,17 @@ def _unicode_escape(pattern: str, at: int) -> tuple[str, int]:
     return _code_point(value), end
 
 
+def _refuse_class_escape_range(pattern: str, i: int, after_dash: bool) -> None:
+    """Refuse the class escape at `pattern[i]` when a '-' beside it would make a range:
+    a syntax error in ECMA-262 with the `u` flag, a union without it, and a range
+    between the spliced items here."""
+    if after_dash or (pattern.startswith("-", i + 2) and not pattern.startswith("-]", i + 2)):
+        raise _Refused(
+            f"the class escape {pattern[i : i + 2]} beside '-' in a character class is read "
+            "differently by different engines; write \\- for a literal '-'"
+        )
+
+
 def _group(pattern: str, i: int) -> tuple[str, int]:
     """Translate a group opening at `pattern[i]` (a parenthesis)."""
     if not pattern.startswith("(?", i):
@@ -206,13 +233,21 @@ def translate(pattern: str) -> str:
     i = 0
     n = len(pattern)
     in_class = False
+    # In a class: where its first item stands, and whether the last item was a '-'
+    # that would make a range.
+    class_start = 0
+    after_dash = False
     while i < n:
         c = pattern[i]
         if c == "\\":
+            if in_class and pattern[i + 1 : i + 2] in _CLASS_ESCAPES:
+                _refuse_class_escape_range(pattern, i, after_dash)
             text, i = _escape(pattern, i, in_class)
             out.append(text)
+            after_dash = False
             continue
         if in_class:
+            after_dash = c == "-" and i != class_start
             if c == "]":
                 in_class = False
                 out.append("]")
@@ -231,6 +266,8 @@ def translate(pattern: str) -> str:
                     "holding ']' elsewhere; write \\] for a ']' in a class"
                 )
             in_class = True
+            class_start = i
+            after_dash = False
             out.append(opening)
             continue
         if c == ".":
@@ -304,20 +341,65 @@ def search(pattern: str, text: str) -> bool:
     return compile_pattern(pattern).search(text) is not None
 
 
-# Keys whose values are data, never schemas: a "pattern" inside them is not one.
+# Keys whose values are data in a schema, never schemas (unless a reference makes them one).
 _DATA_KEYWORDS = frozenset({"const", "enum", "default", "examples"})
+# Keywords whose value maps names (any string, a data keyword's name too) to schemas.
+_NAMED_SCHEMAS = frozenset(
+    {"properties", "patternProperties", "$defs", "definitions", "dependentSchemas", "dependencies"}
+)
+_REFERENCES = ("$ref", "$dynamicRef", "$recursiveRef")
 
 
-def _patterns(schema: Any) -> Iterator[tuple[str, str]]:
-    """(json path, pattern) for every `pattern` and `patternProperties` key in `schema`."""
+def _pointed(root: Any, ref: str) -> tuple[Any, str] | None:
+    """The value a `#/...` JSON pointer names in `root`, and its json path; None for an
+    anchor or a pointer that names nothing (registration refuses a dangling one later)."""
+    if not ref.startswith("#/"):
+        return None
+    node, path = root, "$"
+    for token in urllib.parse.unquote(ref[2:]).split("/"):
+        part = token.replace("~1", "/").replace("~0", "~")
+        if isinstance(node, dict) and part in node:
+            node, path = node[part], f"{path}.{part}"
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node, path = node[int(part)], f"{path}[{part}]"
+        else:
+            return None
+    return node, path
+
+
+def _schemas(schema: Any) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(json path, object) for every object of `schema` that validation may read as a
+    schema: the root, what its keywords hold (not the data of `const`, `enum`, `default`
+    and `examples`; every value of a map of named schemas such as `properties`, whatever
+    its name), and whatever a `#/...` reference points at, data included."""
     stack: list[tuple[Any, str]] = [(schema, "$")]
+    seen: set[int] = set()
     while stack:
         node, path = stack.pop()
         if isinstance(node, list):
             stack.extend((item, f"{path}[{index}]") for index, item in enumerate(node))
             continue
-        if not isinstance(node, dict):
+        if not isinstance(node, dict) or id(node) in seen:
             continue
+        seen.add(id(node))
+        yield path, node
+        for key, item in node.items():
+            if key in _DATA_KEYWORDS:
+                continue
+            if key in _NAMED_SCHEMAS and isinstance(item, dict):
+                stack.extend((sub, f"{path}.{key}.{name}") for name, sub in item.items())
+            else:
+                stack.append((item, f"{path}.{key}"))
+        for keyword in _REFERENCES:
+            target = node.get(keyword)
+            pointed = _pointed(schema, target) if isinstance(target, str) else None
+            if pointed is not None:
+                stack.append(pointed)
+
+
+def _patterns(schema: Any) -> Iterator[tuple[str, str]]:
+    """(json path, pattern) for every `pattern` and `patternProperties` key in `schema`."""
+    for path, node in _schemas(schema):
         found = node.get("pattern")
         if isinstance(found, str):
             yield f"{path}.pattern", found
@@ -325,22 +407,10 @@ def _patterns(schema: Any) -> Iterator[tuple[str, str]]:
         if isinstance(keyed, dict):
             for key in keyed:
                 yield f"{path}.patternProperties", key
-        for key, item in node.items():
-            if key not in _DATA_KEYWORDS:
-                stack.append((item, f"{path}.{key}"))
 
 
 def _has_keyword(schema: Any, keyword: str) -> bool:
-    stack: list[Any] = [schema]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, list):
-            stack.extend(node)
-        elif isinstance(node, dict):
-            if keyword in node:
-                return True
-            stack.extend(item for key, item in node.items() if key not in _DATA_KEYWORDS)
-    return False
+    return any(keyword in node for _, node in _schemas(schema))
 
 
 def _shown(pattern: str) -> str:

@@ -2,8 +2,9 @@
 
 This module owns how a policy is called (`evaluate`, sync or async), how its
 identity is derived and refused (`policy_id_of`), the side-effect policy and
-the default policy built on it, approval helpers (`need_approval`,
-`decode_presentation`), and the pause recovery imposes on an interrupted side
+the default policy built on it, the runtime's own copy of an answer
+(`kept_answer`), approval helpers (`need_approval`, `decode_presentation`),
+and the pause recovery imposes on an interrupted side
 effect (`interrupted_side_effect_decision`).
 """
 
@@ -15,11 +16,13 @@ import unicodedata
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Protocol, TypeVar, runtime_checkable
 
+from ._canonical import copy_json
 from ._errors import ConfigError
 from ._records import (
     JSON,
     Approval,
     PolicyDecision,
+    PolicyOutcome,
     RunView,
     SideEffect,
     ToolRequest,
@@ -37,6 +40,7 @@ __all__ = [
     "default_policy",
     "evaluate",
     "interrupted_side_effect_decision",
+    "kept_answer",
     "need_approval",
     "outcome_unknown_decision",
     "policy_id_of",
@@ -127,6 +131,30 @@ async def evaluate(policy: Policy, request: ToolRequest, view: RunView) -> Polic
             "not a PolicyDecision"
         )
     return result
+
+
+def kept_answer(answer: PolicyDecision) -> PolicyDecision:
+    """The runtime's own copy of a policy's validated answer, read once by base type
+    (decision 0138): its outcome a `PolicyOutcome` (a consumer's `(str, Enum)` member is
+    its value), its reason and kind plain strings, its capability and presentation copied.
+    An answer with nothing to copy or normalise (an allow, a deny) is kept as itself."""
+    outcome, reason, kind = answer.outcome, answer.reason, answer.kind
+    if (
+        type(answer) is PolicyDecision
+        and type(outcome) is PolicyOutcome
+        and type(reason) is str
+        and type(kind) is str
+        and answer.capability is None
+        and answer.presentation is None
+    ):
+        return answer
+    return PolicyDecision(
+        outcome=PolicyOutcome(str.__str__(outcome)),
+        reason=str.__str__(reason),
+        kind=str.__str__(kind),
+        capability=copy_json(answer.capability),
+        presentation=copy_json(answer.presentation),
+    )
 
 
 PolicyEntry = PolicyDecision | Callable[[ToolRequest], PolicyDecision]

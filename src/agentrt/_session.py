@@ -56,7 +56,7 @@ from ._fork import renewed_in_children
 from ._group_commit import committer_for
 from ._history import KnownPrefixes, SettledPrefix, StepLog, StepsView
 from ._lease import Heartbeat, WallClock
-from ._policy import Policy
+from ._policy import Policy, kept_answer
 from ._policy import evaluate as evaluate_policy
 from ._policy_input import InputHashes, input_record, step_hash
 from ._records import (
@@ -72,7 +72,7 @@ from ._records import (
     ToolRequest,
     ToolSpec,
 )
-from ._shown import shown_step
+from ._shown import shown_approval, shown_run, shown_step
 from ._store import Snapshot, Store, Tx
 from ._store._records import GuardedRun, LeaseState
 from ._tools import CompiledTool, Tool
@@ -283,6 +283,18 @@ def policy_view_counters(run: Run, prior: Sequence[Step]) -> dict[str, Any]:
     }
 
 
+def _shown_view(view: RunView) -> RunView:
+    """The view as the policy is shown it: the run and approvals owning their JSON values
+    (its steps are shown copies already), so nothing it edits reaches the record, the
+    agent or another evaluation; the view itself when there is nothing to copy."""
+    run = shown_run(view.run)
+    if run is view.run and not view.approvals:
+        return view
+    return RunView(
+        run=run, steps=view.steps, approvals=tuple(shown_approval(a) for a in view.approvals)
+    )
+
+
 def validate_policy_decision(result: Any) -> str | None:
     """Why a policy's answer cannot be used, or None when it can.
 
@@ -290,7 +302,8 @@ def validate_policy_decision(result: Any) -> str | None:
     """
     if not isinstance(result, PolicyDecision):
         return f"policy returned {type(result).__name__}, not a PolicyDecision"
-    if not isinstance(result.outcome, str) or result.outcome not in _POLICY_OUTCOMES:
+    outcome = result.outcome
+    if not isinstance(outcome, str) or str.__str__(outcome) not in _POLICY_OUTCOMES:
         return f"policy returned an unknown outcome {result.outcome!r}"
     if not isinstance(cast(object, result.reason), str) or not isinstance(
         cast(object, result.kind), str
@@ -830,15 +843,17 @@ class RunSession:
         # Hashed before the policy runs: what it was given, whatever it does with it.
         recorded_input = input_record(request, view, self._input_hashes)
         try:
-            result = await evaluate_policy(self.config.policy, request, view)
+            result = await evaluate_policy(self.config.policy, request, _shown_view(view))
         except Exception as exc:  # the policy is consumer code: its failure ends the run
             return PolicyCheck(None, f"policy raised {exception_text(exc)}")
         error = validate_policy_decision(result)
         if error is not None:
             return PolicyCheck(None, error)
+        # Copied: the policy's own capability and presentation (a dict it shares between
+        # runs, say) may change before `execute` or the pause records them (decision
+        # 0138); its outcome is recorded as the `PolicyOutcome` acted on.
+        result = kept_answer(result)
         payload = {
-            # A copy: the policy's own capability and presentation (a dict it shares
-            # between runs, say) may change before `execute` records them (decision 0138).
             "decision": copy_json(result.to_json()),
             "policy_id": self.config.policy_id,
             "spec_hash": self.config.spec_hashes[spec.name],

@@ -10,6 +10,7 @@ hashed (`spec_hash`).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import inspect
@@ -34,6 +35,7 @@ from typing import (
     runtime_checkable,
 )
 
+from . import _keywords as keywords
 from . import _patterns as patterns
 from ._canonical import JSONFloat, content_hash, copy_json, json_problem
 from ._clock import duration_to_ns
@@ -190,7 +192,9 @@ class AsyncFunctionTool(_FunctionToolBase, Generic[P, R]):
         return coroutine
 
     async def call(self, call: ToolCall) -> ToolResult:
-        return _as_result(await self._fn(**self._bind(call)))
+        # A sync decorator over an `async def` (`functools.wraps`) returns its coroutine.
+        value = self._fn(**self._bind(call))
+        return _as_result(await value if inspect.isawaitable(value) else value)
 
 
 class ToolDecorator:
@@ -233,6 +237,12 @@ class ToolDecorator:
                 raise ConfigError(
                     f"tool {name!r} has no description: write a docstring or pass description=..."
                 )
+        unwrapped = _unwrapped(fn)
+        if inspect.isgeneratorfunction(unwrapped) or inspect.isasyncgenfunction(unwrapped):
+            raise ConfigError(
+                f"tool {name!r} is a generator function, whose body would never run: "
+                "return the result instead of yielding it"
+            )
         model, params, call_param = _signature_model(fn, name)
         import pydantic
 
@@ -249,9 +259,25 @@ class ToolDecorator:
             terminal=self._terminal,
         )
         compile_tool(spec)
-        if inspect.iscoroutinefunction(fn):
+        if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(unwrapped):
             return AsyncFunctionTool(fn, spec, model, params, call_param, self._reconcile)
         return FunctionTool(fn, spec, model, params, call_param, self._reconcile)
+
+
+def _unwrapped(fn: Callable[..., Any]) -> Any:
+    """The function under `functools.wraps` decorators, or `fn` when that cannot be told."""
+    try:
+        return inspect.unwrap(fn)
+    except ValueError:  # a cycle of `__wrapped__`
+        return fn
+
+
+def _hinted(fn: Callable[..., Any]) -> Any:
+    """What carries `fn`'s parameter hints: a callable instance's are its `__call__`'s,
+    not its class's attribute annotations."""
+    if inspect.isroutine(fn) or isinstance(fn, type | functools.partial):
+        return fn
+    return type(fn).__call__
 
 
 def tool(
@@ -335,7 +361,7 @@ def _signature_model(
 
     try:
         signature = inspect.signature(fn)
-        hints = typing.get_type_hints(fn, include_extras=True)
+        hints = typing.get_type_hints(_hinted(fn), include_extras=True)
     except (NameError, TypeError, ValueError) as exc:
         raise ConfigError(f"tool {name!r}: cannot read the function's type hints: {exc}") from exc
     fields: dict[str, Any] = {}
@@ -374,15 +400,61 @@ def _signature_model(
         else:
             fields[field_name] = (hint, pydantic.Field(default=param.default, alias=param_name))
         params[field_name] = param_name
+    import pydantic_core
+
     try:
         model = pydantic.create_model(
             name, __config__=pydantic.ConfigDict(extra="forbid"), **fields
         )
-    except (pydantic.PydanticUserError, pydantic.PydanticSchemaGenerationError, TypeError) as exc:
+    except (
+        pydantic.PydanticUserError,
+        pydantic.PydanticSchemaGenerationError,
+        pydantic_core.SchemaError,
+        TypeError,
+    ) as exc:
+        # pydantic_core's message is a nest of "Error building ..." lines: its last says why.
+        schema_error = isinstance(exc, pydantic_core.SchemaError)
+        reason = str(exc).splitlines()[-1].strip() if schema_error else exc
         raise ConfigError(
-            f"tool {name!r}: cannot build a schema from its signature: {exc}"
+            f"tool {name!r}: cannot build a schema from its signature: {reason}"
         ) from exc
+    _refuse_hidden_reads(model.__pydantic_core_schema__, name)
     return model, params, call_param
+
+
+def _refuse_hidden_reads(core: Any, name: str) -> None:
+    """Refuse a signature whose validation reads arguments the JSON Schema does not show:
+    a field read through `AliasPath` or `AliasChoices`, or, in a model that also reads
+    fields by name (`validate_by_name`, `populate_by_name`), a field with an alias. The
+    function would receive what neither the schema check nor the policy saw."""
+    stack: list[tuple[Any, bool]] = [(core, False)]
+    while stack:
+        node, by_name = stack.pop()
+        if isinstance(node, list):
+            stack.extend((item, by_name) for item in node)
+            continue
+        if not isinstance(node, dict):
+            continue
+        config = node.get("config")
+        if isinstance(config, dict):
+            by_name = config.get("validate_by_name") is True
+        fields = node.get("fields")
+        named: list[tuple[Any, Any]] = []
+        if isinstance(fields, dict):  # a model's or a TypedDict's
+            named = list(fields.items())
+        elif isinstance(fields, list):  # a dataclass's
+            named = [(f.get("name"), f) for f in fields if isinstance(f, dict)]
+        for field_name, field in named:
+            alias = field.get("validation_alias") if isinstance(field, dict) else None
+            if isinstance(alias, list) or (by_name and alias not in (None, field_name)):
+                how = "a path or choices" if isinstance(alias, list) else "its name and its alias"
+                raise ConfigError(
+                    f"tool {name!r}: field {field_name!r} is read through {how}, so the "
+                    "function would receive what the schema and the policy never saw"
+                )
+        for key, item in node.items():
+            if key != "config":
+                stack.append((item, by_name))
 
 
 def _is_tool_call_hint(hint: Any) -> bool:
@@ -563,7 +635,17 @@ def _dialects() -> dict[str, tuple[Any, referencing.Specification[Any]]]:
         jsonschema.Draft202012Validator,
     ):
         keyword = "divisibleBy" if "divisibleBy" in base.VALIDATORS else "multipleOf"
-        # Patterns are searched in linear time, never with Python's backtracking `re`.
+        # Patterns are searched in linear time, never with Python's backtracking `re`;
+        # unions and uniqueness cost what the argument's size allows (`_keywords`).
+        bounded = {
+            name: function
+            for name, function in (
+                ("anyOf", keywords.any_of),
+                ("oneOf", keywords.one_of),
+                ("uniqueItems", keywords.unique_items),
+            )
+            if name in base.VALIDATORS
+        }
         cls = jsonschema.validators.extend(
             base,
             validators={
@@ -571,14 +653,42 @@ def _dialects() -> dict[str, tuple[Any, referencing.Specification[Any]]]:
                 "pattern": patterns.pattern,
                 "patternProperties": patterns.pattern_properties,
                 "additionalProperties": patterns.additional_properties,
+                **bounded,
             },
         )
+        cls.evolve = _evolve_within(cls)
         uri = base.META_SCHEMA.get("$id", base.META_SCHEMA.get("id"))
         out[_strip_empty_fragment(uri)] = (
             cls,
             referencing.jsonschema.specification_with(uri),
         )
     return out
+
+
+def _evolve_within(cls: Any) -> Callable[..., Any]:
+    """`cls.evolve`, keeping every subschema within this library's validator classes.
+
+    jsonschema's `evolve` (called on each descent into a subschema) gives a subschema
+    that names a `$schema` jsonschema's stock class for that dialect, which searches
+    patterns with Python's backtracking `re`: a nested dialect gets this library's
+    class for it instead (registration has refused any dialect not bundled).
+    """
+    import attrs
+
+    fields = tuple((field.name, field.alias) for field in attrs.fields(cls) if field.init)
+
+    def evolve(self: Any, **changes: Any) -> Any:
+        schema = changes.setdefault("schema", self.schema)
+        new = type(self)
+        declared = schema.get("$schema") if isinstance(schema, dict) else None
+        if isinstance(declared, str):
+            new = _dialects().get(_strip_empty_fragment(declared), (new,))[0]
+        for name, alias in fields:
+            if alias not in changes:
+                changes[alias] = getattr(self, name)
+        return new(**changes)
+
+    return evolve
 
 
 def _metaschema_formats(cls: Any) -> Any:
@@ -676,6 +786,9 @@ class CompiledTool:
     accepts: Callable[[dict[str, Any]], bool] | None = dataclasses.field(
         default=None, repr=False, compare=False
     )
+    # Whether a union's branch judged once per value holds wherever it is reached: not
+    # with `$dynamicRef` or `$recursiveRef` (`_keywords`).
+    judge_once: bool = dataclasses.field(default=False, repr=False, compare=False)
 
     def check(self, args: Any) -> list[str]:
         """Errors of `args` against the schema, as `"<json path>: <problem>"`, sorted.
@@ -693,10 +806,11 @@ class CompiledTool:
         if self.accepts is not None and self.accepts(plain):
             return []  # what the validator would find: nothing (`_simple_acceptance`)
         try:
-            found = [
-                f"{error.json_path}: {_clip(error.message)}"
-                for error in self.validator.iter_errors(plain)
-            ]
+            with keywords.judged() if self.judge_once else contextlib.nullcontext():
+                found = [
+                    f"{error.json_path}: {_clip(error.message)}"
+                    for error in self.validator.iter_errors(plain)
+                ]
         except RecursionError:
             return ["$: the arguments nest too deeply to be checked against this schema"]
         except Exception as exc:  # the contract is: never raise because of the arguments
@@ -848,7 +962,23 @@ def _compile(spec: ToolSpec, name: str, key: str, schema: dict[str, Any]) -> Com
         dialect=dialect,
         validator=validator,
         accepts=_simple_acceptance(root, dialect),
+        judge_once=not any(keyword in node for node in _objects(root) for keyword in _DYNAMIC),
     )
+
+
+_DYNAMIC = ("$dynamicRef", "$recursiveRef")
+
+
+def _objects(value: Any) -> Iterator[dict[str, Any]]:
+    """Every object in a JSON value, data included."""
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            yield node
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
 
 
 # What a simple schema may hold besides its structure: annotations, which no dialect
