@@ -147,3 +147,30 @@ def test_what_a_policy_does_to_its_view_of_approvals_never_reaches_the_agent(
     recorded = [a.capability for a in store.list_approvals(run.id)]
     assert recorded == [{"tool": "push", "args": {"x": 1}}]
     assert shown[-1] == recorded
+
+
+def test_a_reconciliations_view_owns_its_approvals_as_a_policys_does(
+    store: agentrt.Store,
+) -> None:
+    """The view a takeover hands the consumer's reconciliation is made by the same
+    `shown_view` as a policy's: its approvals are copies, so what a reconciliation edits
+    there never reaches the session's approvals (nor the record, nor the agent)."""
+    from agentrt._shown import shown_view
+
+    push = RecordingTool("push", SideEffect.REMOTE_MUTATION)
+    driver = agentrt.Driver(
+        store=store,
+        agent=ScriptedAgent([Decision.tool_call("push", {"x": 1}), Decision.complete("ok")]),
+        policy=agentrt.default_policy(),
+        tools=[push],
+        now=FakeClock(),
+        new_id=Ids(),
+    )
+    run = driver.start_sync("push it")
+    (approval,) = store.pending_approvals(run.id)
+    view = RunView(run=store.get_run(run.id), steps=(), approvals=(approval,))
+    shown = shown_view(view)
+    assert shown.approvals == view.approvals
+    shown.approvals[0].capability["args"]["x"] = 999
+    assert approval.capability == {"tool": "push", "args": {"x": 1}}
+    assert shown.run == view.run

@@ -72,7 +72,7 @@ from ._records import (
     ToolRequest,
     ToolSpec,
 )
-from ._shown import shown_approval, shown_run, shown_step
+from ._shown import shown_step, shown_view
 from ._store import Snapshot, Store, Tx
 from ._store._records import GuardedRun, LeaseState
 from ._tools import CompiledTool, Tool
@@ -281,18 +281,6 @@ def policy_view_counters(run: Run, prior: Sequence[Step]) -> dict[str, Any]:
         "consecutive_failures": limits_mod.trailing_failures(steps),
         **run.usage_json(),
     }
-
-
-def _shown_view(view: RunView) -> RunView:
-    """The view as the policy is shown it: the run and approvals owning their JSON values
-    (its steps are shown copies already), so nothing it edits reaches the record, the
-    agent or another evaluation; the view itself when there is nothing to copy."""
-    run = shown_run(view.run)
-    if run is view.run and not view.approvals:
-        return view
-    return RunView(
-        run=run, steps=view.steps, approvals=tuple(shown_approval(a) for a in view.approvals)
-    )
 
 
 def validate_policy_decision(result: Any) -> str | None:
@@ -843,7 +831,7 @@ class RunSession:
         # Hashed before the policy runs: what it was given, whatever it does with it.
         recorded_input = input_record(request, view, self._input_hashes)
         try:
-            result = await evaluate_policy(self.config.policy, request, _shown_view(view))
+            result = await evaluate_policy(self.config.policy, request, shown_view(view))
         except Exception as exc:  # the policy is consumer code: its failure ends the run
             return PolicyCheck(None, f"policy raised {exception_text(exc)}")
         error = validate_policy_decision(result)

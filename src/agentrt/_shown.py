@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 from ._canonical import copy_json
 from ._errors import JSONValueError
-from ._records import Approval, Decision, Observation, PolicyDecision, Run, Step
+from ._records import Approval, Decision, Observation, PolicyDecision, Run, RunView, Step
 
 _R = TypeVar("_R")
 
@@ -93,3 +93,15 @@ def shown_step(step: Step) -> Step:
         if seen is not observation:
             changed["observation"] = seen
     return _with(step, changed) if changed else step
+
+
+def shown_view(view: RunView) -> RunView:
+    """The view as a policy or a reconciliation is shown it: the run and approvals owning
+    their JSON values (its steps are shown copies already), so nothing it edits reaches the
+    record, the agent or another evaluation; the view itself when there is nothing to copy."""
+    run = shown_run(view.run)
+    if run is view.run and not view.approvals:
+        return view
+    return RunView(
+        run=run, steps=view.steps, approvals=tuple(shown_approval(a) for a in view.approvals)
+    )

@@ -54,6 +54,7 @@ from ._session import (
     validate_policy_decision,
 )
 from ._settle import FromRunning, pause, pause_in, settle
+from ._shown import shown_view
 from ._store import Tx
 from ._store._records import LeaseState
 from ._tool_reconcile import DECIDER, Answer, ask, notice, tool_reconcile_of
@@ -393,7 +394,9 @@ def _interrupted_payload(
 async def _reconcile(session: RunSession, step: Step | None) -> None:
     """The consumer's reconciliation decides what the interruption means."""
     config = session.config
-    view = RunView(run=session.run, steps=session.steps.view(), approvals=tuple(session.approvals))
+    view = shown_view(
+        RunView(run=session.run, steps=session.steps.view(), approvals=tuple(session.approvals))
+    )
     try:
         verdict = await maybe_await(config.reconcile(view))
     except Exception as exc:  # consumer code: its failure ends the run, loudly
