@@ -609,8 +609,8 @@ def heads_of(db: Path | str) -> tuple[tuple[int, str], ...]:
         return store.chain_heads()
 
 
-def start_exporter(db: Path | str, cursor: Path, receiver: Receiver) -> subprocess.Popen[str]:
-    env = {
+def exporter_env(receiver: Receiver) -> dict[str, str]:
+    return {
         **os.environ,
         "OTEL_TRACES_EXPORTER": "otlp",
         "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf",
@@ -618,25 +618,32 @@ def start_exporter(db: Path | str, cursor: Path, receiver: Receiver) -> subproce
         "OTEL_SERVICE_NAME": "shop-agent",
         "OTEL_BSP_SCHEDULE_DELAY": "10",
     }
+
+
+def exporter_command(db: Path | str, cursor: Path) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "agentrt",
+        "--db",
+        str(db),
+        "export",
+        "--otel",
+        "--cursor",
+        str(cursor),
+        "--interval",
+        "0.05",
+        "--retry",
+        "0.1",
+        "--page",
+        "3",
+    ]
+
+
+def start_exporter(db: Path | str, cursor: Path, receiver: Receiver) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "agentrt",
-            "--db",
-            str(db),
-            "export",
-            "--otel",
-            "--cursor",
-            str(cursor),
-            "--interval",
-            "0.05",
-            "--retry",
-            "0.1",
-            "--page",
-            "3",
-        ],
-        env=env,
+        exporter_command(db, cursor),
+        env=exporter_env(receiver),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -1227,3 +1234,28 @@ def test_an_observer_queue_bound_or_close_timeout_out_of_range_is_one_sentence(
     agentrt.open_store(db_path).close()
     with pytest.raises(agentrt.ConfigError, match=r"must be"):
         OtelObserver(db_path, InMemorySpanExporter(), **option)
+
+
+def test_a_refused_export_with_once_says_the_cursor_stays_and_exits_1(
+    db_path: Path, tmp_path: Path
+) -> None:
+    """`agentrt export --otel --once` whose collector refuses the page: one line saying the
+    cursor stays before the refused page (not "trying again", which `--once` never does),
+    exit 1, and the next run sends the page."""
+    store = agentrt.open_store(db_path)
+    try:
+        lookup_then_push(store).start_sync("look, then push")
+    finally:
+        store.close()
+    cursor = tmp_path / "otel.cursor"
+    with Receiver() as receiver:
+        receiver.fail_next(1)
+        once = [*exporter_command(db_path, cursor), "--once"]
+        env = exporter_env(receiver)
+        refused = subprocess.run(once, env=env, capture_output=True, text=True, timeout=60)
+        assert refused.returncode == 1
+        assert "the cursor stays before the refused page" in refused.stderr
+        assert "trying again" not in refused.stderr
+        again = subprocess.run(once, env=env, capture_output=True, text=True, timeout=60)
+        assert again.returncode == 0, again.stderr
+        assert [s.name for s in receiver.snapshot()] == [SPAN_STEP]

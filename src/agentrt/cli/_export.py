@@ -104,9 +104,10 @@ def cmd_export(args: argparse.Namespace, out: Output) -> int:
             try:
                 follower.run(sink, follow=not args.once, stop=stop)
             except OtelExportError as e:
-                out.error(sanitize(f"{e}; trying again in {args.retry:g}s"))
-                if args.once:
+                if args.once:  # one pass: nothing is tried again; the cursor stays where it was
+                    out.error(sanitize(f"{e}; the cursor stays before the refused page"))
                     return 1
+                out.error(sanitize(f"{e}; trying again in {args.retry:g}s"))
                 _wait(stop, args.retry)
                 continue
             break
