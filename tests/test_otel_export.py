@@ -1236,11 +1236,11 @@ def test_an_observer_queue_bound_or_close_timeout_out_of_range_is_one_sentence(
         OtelObserver(db_path, InMemorySpanExporter(), **option)
 
 
-def test_a_refused_export_with_once_says_the_cursor_stays_and_exits_1(
+def test_a_refused_export_with_once_says_the_next_run_delivers_it_and_exits_1(
     db_path: Path, tmp_path: Path
 ) -> None:
     """`agentrt export --otel --once` whose collector refuses the page: one line saying the
-    cursor stays before the refused page (not "trying again", which `--once` never does),
+    next run of the command delivers it (not "trying again", which `--once` never does),
     exit 1, and the next run sends the page."""
     store = agentrt.open_store(db_path)
     try:
@@ -1254,7 +1254,7 @@ def test_a_refused_export_with_once_says_the_cursor_stays_and_exits_1(
         env = exporter_env(receiver)
         refused = subprocess.run(once, env=env, capture_output=True, text=True, timeout=60)
         assert refused.returncode == 1
-        assert "the cursor stays before the refused page" in refused.stderr
+        assert "; run this command again to deliver the page" in refused.stderr
         assert "trying again" not in refused.stderr
         again = subprocess.run(once, env=env, capture_output=True, text=True, timeout=60)
         assert again.returncode == 0, again.stderr

@@ -105,7 +105,7 @@ def cmd_export(args: argparse.Namespace, out: Output) -> int:
                 follower.run(sink, follow=not args.once, stop=stop)
             except OtelExportError as e:
                 if args.once:  # one pass: nothing is tried again; the cursor stays where it was
-                    out.error(sanitize(f"{e}; the cursor stays before the refused page"))
+                    out.error(sanitize(f"{e}; run this command again to deliver the page"))
                     return 1
                 out.error(sanitize(f"{e}; trying again in {args.retry:g}s"))
                 _wait(stop, args.retry)
