@@ -119,6 +119,38 @@ def test_a_key_a_gateway_echoes_in_a_served_anthropic_error_is_redacted(tmp_path
         store.close()
 
 
+def test_an_openai_compatible_served_error_is_quoted_with_the_key_redacted(
+    tmp_path: Path,
+) -> None:
+    """A gateway speaking the chat-completions protocol answers 200 `{"error": ...}` with no
+    choices: the record says so and quotes the error (it said only "no choices", the
+    server's reason lost), the key redacted."""
+    body = {"error": {"message": f"quota exceeded for key {KEY}", "type": "insufficient_quota"}}
+    store = agentrt.open_store(tmp_path / "runs.db")
+    try:
+        with FakeServer(json_reply(body)) as server:
+            model = OpenAICompatModel("gpt-test", base_url=server.url + "/v1", api_key=KEY)
+            run = driver_for(store, model).start_sync("g")
+        assert (run.status, run.reason) == ("FAILED", "model_unavailable")
+        text = recorded_text(store, run)
+        assert "no choices but an error:" in text
+        assert "quota exceeded for key [redacted]" in text
+        assert KEY not in text
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("key", ["sk-caf\u00e9", "sk-\u201ckey\u201d", "sk-a\u00a0b", "sk-a\tb"])
+def test_an_api_key_that_is_not_printable_ascii_is_refused_when_the_model_is_made(
+    key: str,
+) -> None:
+    """A key pasted with a smart quote, an accent, a non-breaking space or a tab cannot be
+    sent as a header: refused when the model is made, in one sentence that does not quote
+    it (it failed at the first request with a bare UnicodeEncodeError)."""
+    with pytest.raises(ConfigError, match=r"^an API key must be printable ASCII characters$"):
+        OpenAICompatModel("gpt-test", base_url="http://127.0.0.1:9/v1", api_key=key)
+
+
 # --------------------------------------------------------------------------- connect
 
 

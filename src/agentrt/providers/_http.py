@@ -153,6 +153,10 @@ class Secret:
         if value != value.strip() or any(c in value for c in "\r\n\0"):
             # A newline would let the key inject headers; surrounding spaces are a paste error.
             raise ConfigError("an API key must not contain whitespace at its ends or line breaks")
+        if not value.isascii() or not value.isprintable():
+            # A header value is sent as bytes: a key that is not printable ASCII is a paste
+            # error (a smart quote, a non-breaking space) that would fail at the first request.
+            raise ConfigError("an API key must be printable ASCII characters")
         self._value = value
 
     def reveal(self) -> str:

@@ -15,6 +15,7 @@ is OpenAI's own endpoint, so a key meant for OpenAI never reaches another server
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any
 
@@ -35,6 +36,7 @@ from ._http import (
     check_endpoint,
     check_model_name,
     check_timeout,
+    excerpt,
     function_tools,
     joined_text,
     parse_reply,
@@ -92,7 +94,8 @@ class OpenAICompatModel(JsonOverHttpModel):
 
     async def generate(self, request: ModelRequest) -> ModelResponse:
         body = policy_json(request_body(self.model, request))
-        return parse_response(await self.post("/chat/completions", body), provider=self.name)
+        raw = await self.post("/chat/completions", body)
+        return parse_response(raw, provider=self.name, secrets=(self._key,))
 
 
 # --------------------------------------------------------------------------- request
@@ -187,12 +190,21 @@ def _usage(reply: dict[str, Any]) -> Usage:
     )
 
 
-def parse_response(raw: bytes, *, provider: str = PROVIDER) -> ModelResponse:
-    """A chat-completions reply as a `ModelResponse` (raw bytes kept as they came)."""
+def parse_response(
+    raw: bytes, *, provider: str = PROVIDER, secrets: Iterable[Secret | None] = ()
+) -> ModelResponse:
+    """A chat-completions reply as a `ModelResponse` (raw bytes kept as they came).
+
+    A served error with no choices (some gateways answer 200 `{"error": ...}`) is quoted
+    as an error body is: bounded, with `secrets` redacted.
+    """
     reply = parse_reply(raw, provider)
     usage = _usage(reply)
     choices = reply.get("choices")
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        if "error" in reply:
+            served = excerpt(str(reply["error"]).encode(), secrets)
+            raise unusable(provider, f"no choices but an error: {served}", usage)
         raise unusable(provider, "no choices", usage)
     message = choices[0].get("message")
     if not isinstance(message, dict):
