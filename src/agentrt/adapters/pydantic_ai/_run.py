@@ -332,20 +332,26 @@ class FrameworkRun:
         recorded outcome when the call settled, or stands for it when it waits
         for a person or for its vouched rerun; nothing runs twice on a match.
         """
+        return self._matched(messages, call_id).get(call_id)
+
+    def _matched(self, messages: Sequence[Any], call_id: str | None) -> dict[str, agentrt.Step]:
+        """The recorded calls the history's unknown calls make again (`_remade`), by the id
+        the history gives each; none when the record knows `call_id` itself."""
         made = _calls_made(messages)
         store = self.settings.store
         known = self._last_known(made, call_id)
         if known is None:
-            return None
+            return {}
         position, last = known
         # One indexed read of the record's tail (decision 0060): in a run whose history
         # is whole, the last call it holds is the run's last step, and the tail is empty.
         count = store.get_run(self.run_id).step_count
         later = store.steps_from(self.run_id, last + 1, count + 1)
         lost = [step for step in later if _CALLS.call_id(step.decision) is not None]
-        if not lost:
-            return None
+        matched: dict[str, agentrt.Step] = {}
         for made_id, tool, args in made[position + 1 :]:
+            if not lost:
+                break
             found = next(
                 (
                     step
@@ -358,12 +364,11 @@ class FrameworkRun:
             )
             if found is not None:
                 lost.remove(found)
-            if made_id == call_id:
-                return found
-        return None
+                matched[made_id] = found
+        return matched
 
     def _last_known(
-        self, made: Sequence[tuple[str, str, Any]], call_id: str
+        self, made: Sequence[tuple[str, str, Any]], call_id: str | None
     ) -> tuple[int, int] | None:
         """Where the history's last call the record knows stands in `made`, and its step's
         index ((-1, -1) when it knows none); None when the record knows `call_id` itself.
@@ -372,12 +377,13 @@ class FrameworkRun:
         newest calls are recorded (a whole one) costs one look-up of a few calls,
         whatever the run's length, not one of every call it ever made.
         """
-        end, size, asked = len(made), _KNOWN_WINDOW, {call_id}
+        end, size = len(made), _KNOWN_WINDOW
+        asked = set() if call_id is None else {call_id}
         while True:
             start = max(0, end - size)
             asked.update(made_id for made_id, _, _ in made[start:end])
             found = _CALLS.latest(self.settings.store, self.run_id, asked)
-            if call_id in found:
+            if call_id is not None and call_id in found:
                 return None
             for position in range(end - 1, start - 1, -1):
                 if made[position][0] in found:
@@ -566,14 +572,10 @@ class FrameworkRun:
 
     def _made_again(self, messages: Sequence[Any], step: agentrt.Step, call_id: str) -> str:
         """The id the history knows the waiting call `call_id` by: its own, or a new one's."""
-        made = _calls_made(messages)
-        if any(made_id == call_id for made_id, _, _ in made):
+        if any(made_id == call_id for made_id, _, _ in _calls_made(messages)):
             return call_id
-        for made_id, _, _ in made:
-            remade = self._remade(messages, made_id)
-            if remade is not None and remade.id == step.id:
-                return made_id
-        return call_id
+        matched = self._matched(messages, None)
+        return next((made_id for made_id, s in matched.items() if s.id == step.id), call_id)
 
     def _hold(self, name: str, call_id: str, waiting_tool: str, waiting_for: str) -> None:
         """A call made beside the waiting one: held behind it, nothing recorded.
