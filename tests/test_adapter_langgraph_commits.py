@@ -3,9 +3,10 @@
 The adapter attaches the turn's run for each tool call and closes the session once the
 call is recorded, leaving the run RUNNING for the next call (LangGraph tells a node
 nothing when the graph stops). The close gave the lease back in a commit of its own;
-now the outcome's commit does it, so a call makes four commits (taking the free lease,
-`run.resumed`, the step's two), not five, and a graph stopped after a call leaves the
-run free for any worker at once, as before.
+now the outcome's commit does it, and taking the free lease commits with `run.resumed`
+(nothing is in doubt: decision 0152), so a call makes three commits (the take, the step's
+two), not five, and a graph stopped after a call leaves the run free for any worker at
+once, as before.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ class Commits:
         return made
 
 
-def test_a_call_makes_four_commits_and_its_last_gives_the_lease_back(
+def test_a_call_makes_three_commits_and_its_last_gives_the_lease_back(
     any_store: agentrt.Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store = any_store
@@ -68,9 +69,9 @@ def test_a_call_makes_four_commits_and_its_last_gives_the_lease_back(
     read_pages(store, calls, on_call, lease_owner="worker")
     commits.append(counted.take())
     # Before the first call's tool: the run created, the step's first commit. Before each
-    # later call's: the last call's outcome (which gave the lease back), taking the lease,
-    # `run.resumed` and this step's first commit. After the last: its outcome alone.
-    assert commits == [2] + [4] * (calls - 1) + [1]
+    # later call's: the last call's outcome (which gave the lease back), taking the lease
+    # with `run.resumed`, and this step's first commit. After the last: its outcome alone.
+    assert commits == [2] + [3] * (calls - 1) + [1]
     # Each call's tool ran under the lease; the graph over, the run is RUNNING and free.
     assert all(status == "RUNNING" and owner.startswith("worker/") for status, owner in leases)
     (run,) = store.list_runs()

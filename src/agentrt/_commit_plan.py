@@ -286,16 +286,26 @@ WAIT_ENDED = Commit(
 
 TAKEN_OVER = Commit(
     "taken over",
-    "a RUNNING run whose owner is gone: the exact lease judged gone replaced, attempts in "
-    "flight charged, steps in flight interrupted",
+    "a RUNNING run whose owner is gone, with something in doubt: the exact lease judged "
+    "gone replaced, attempts in flight charged, steps in flight interrupted",
     ("take_over",),
     _events(ev.LEASE_TAKEN_OVER, ev.STEP_INTERRUPTED, ev.MODEL_FAILED),
     POINT_INTERRUPTED,
 )
+TAKEN_OVER_GOING_ON = Commit(
+    "taken over, going on",
+    "a RUNNING run taken with nothing in doubt (no step was executing, no `reconcile` of "
+    "the consumer's: a lease given back, or an owner gone while its step decided): the "
+    "lease taken, steps in flight interrupted and `run.resumed`, together; its crash "
+    "points `step.interrupted` and `run.resumed` coincide (decision 0152)",
+    ("take_over", "go_on_after_interruption"),
+    _events(ev.LEASE_TAKEN_OVER, ev.STEP_INTERRUPTED, ev.MODEL_FAILED, ev.RUN_RESUMED),
+    POINT_RESUMED,
+)
 GONE_ON = Commit(
     "gone on",
-    "after a takeover with nothing in doubt (nothing executing, a read-only call, the "
-    "consumer's `reconcile` vouched): `run.resumed`",
+    "after a takeover, once nothing is in doubt (a read-only call interrupted, the "
+    "consumer's `reconcile` or a tool's reconciliation vouched): `run.resumed`",
     ("go_on_after_interruption", "record_reconciled"),
     _events(ev.RUN_RESUMED, ev.STEP_RECONCILED),
     POINT_RESUMED,
@@ -335,6 +345,7 @@ PLAN: tuple[Commit, ...] = (
     RE_PAUSED,
     WAIT_ENDED,
     TAKEN_OVER,
+    TAKEN_OVER_GOING_ON,
     GONE_ON,
     RECONCILED,
     ASKED,

@@ -430,6 +430,9 @@ class RunSession:
         # left RUNNING, and `lease_given_back` says it did (decision 0131).
         self.give_back_with_outcome = False
         self.lease_given_back = False
+        # Set by a takeover that found nothing in doubt and committed `run.resumed` with
+        # the take (decision 0152): the interruption contract has nothing left to decide.
+        self.gone_on = False
         # Why this session can no longer be used: a commit failed after its transaction
         # had moved the session's copy ahead of the rows (decision 0136); None while usable.
         self.broken: str | None = None

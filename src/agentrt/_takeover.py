@@ -11,6 +11,9 @@ approval; a read-only one (as recorded and as registered now) or a deciding step
 continues; a tool gone or args no longer valid end the run `reconcile_conflict`;
 a consumer's `reconcile` may say what happened instead, and, without one, a
 tool's own reconciliation may settle its interrupted call (`_tool_reconcile`).
+When nothing is in doubt (no step was executing, no `reconcile` to ask: a lease
+given back, or an owner gone while it decided), `run.resumed` commits with the
+take, one commit where there were two (decision 0152).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from ._records import (
     ReconcileAnswer,
     ReconcileOutcome,
     Reconciliation,
+    Run,
     RunStatus,
     RunView,
     SideEffect,
@@ -86,6 +90,8 @@ async def take_over(config: LoopConfig, run_id: str) -> RunSession:
     # The lease is ours from here: keep it renewed while reconcile (consumer code,
     # maybe slow) decides, so nobody else takes the run over meanwhile.
     session.start_heartbeat()
+    if session.gone_on:
+        return session  # nothing was in doubt: `run.resumed` committed with the take
     try:
         await _after_interruption(session)
     except BaseException:
@@ -121,6 +127,9 @@ async def _take(config: LoopConfig, run_id: str) -> RunSession:
     _judged(first, run.origin, me, lambda: first_now, config)
     now = config.clock()
     session = RunSession(config, run, steps, approvals, epoch=0, mark=now)
+    # Nothing in doubt once taken (what `_after_interruption` would only go on from):
+    # `run.resumed` then commits with the take (`plan.TAKEN_OVER_GOING_ON`, decision 0152).
+    going_on = _nothing_in_doubt(config, run, steps)
 
     def tx_take(tx: Tx) -> None:
         guarded = tx.lock_run(run_id)
@@ -149,9 +158,34 @@ async def _take(config: LoopConfig, run_id: str) -> RunSession:
         for step in taken.interrupted:
             session.put_step(step)
         session.run = taken.run
+        if going_on:
+            if _interrupted_executing(session.steps) is not None:
+                raise _MovedSinceLoad  # cannot be (the last step is as loaded): load again
+            # As the two commits it stands for: the take's crash point, then the going on.
+            session.probe_in_tx(plan.POINT_INTERRUPTED)
+            tx.go_on_after_interruption(run_id, {}, config.clock())
+            session.probe_in_tx(plan.POINT_RESUMED)
+            session.gone_on = True
 
-    await session.write(plan.TAKEN_OVER, tx_take)
+    if not going_on:
+        await session.write(plan.TAKEN_OVER, tx_take)
+        return session
+    await session.write(plan.TAKEN_OVER_GOING_ON, tx_take, None)
+    await session.probe(plan.POINT_INTERRUPTED)
+    await session.probe(plan.POINT_RESUMED)
     return session
+
+
+def _nothing_in_doubt(config: LoopConfig, run: Run, steps: Sequence[Step]) -> bool:
+    """Whether the interruption contract would only go on once the run is taken: no
+    `reconcile` of the consumer's to ask, a run that decodes, and no step that was (or
+    is) executing a tool. The take checks the last step is still as loaded."""
+    if config.reconcile is not None or run.decode_error:
+        return False
+    if not steps:
+        return True
+    last = steps[-1]
+    return last.status != StepStatus.EXECUTING and _interrupted_executing(steps) is None
 
 
 def _last_moved(tx: Tx, steps: Sequence[Step]) -> bool:
