@@ -165,3 +165,40 @@ def test_a_reconcile_raising_its_own_cancelled_error_ends_its_run_and_recover_go
     assert results[second].action == RecoverAction.RESUMED
     assert results[second].run is not None and results[second].run.status == "COMPLETED"
     assert {r.status for r in any_store.list_runs()} == {"FAILED", "COMPLETED"}
+
+
+def test_a_models_own_cancelled_error_is_an_error_not_retried_and_the_run_ends_model_unavailable(
+    any_store: agentrt.Store,
+) -> None:
+    from agentrt._model import ModelConfig
+    from support.models import PRICE, FakeModel, calls, drive, reply
+
+    model = FakeModel(_a_cancelled_task, reply())
+    run = drive(any_store, model, config=ModelConfig(model=model, prices=PRICE, max_retries=3))
+
+    assert (run.status, run.reason) == ("FAILED", "model_unavailable")
+    assert "CancelledError" in run.reason_detail
+    assert len(model.requests) == 1
+    assert calls(any_store, run.id) == [(1, "error", 0, 0, 0)]
+    (call,) = any_store.list_model_calls(run.id)
+    assert "cancelled by the caller" not in call.error
+
+
+def test_an_observer_raising_its_own_cancelled_error_does_not_stop_the_run(
+    any_store: agentrt.Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    seen: list[str] = []
+
+    def observer(event: agentrt.Event) -> None:
+        seen.append(event.type)
+        raise asyncio.CancelledError()
+
+    tool = RecordingTool("lookup", SideEffect.READ_ONLY)
+    agent = ScriptedAgent([Decision.tool_call("lookup", {"x": 1}), Decision.complete({})])
+    run = _driver(any_store, agent, tool=tool, observer=observer).start_sync("look")
+
+    assert (run.status, run.reason) == ("COMPLETED", "goal_completed")
+    assert len(tool.calls) == 1
+    assert seen[-1] == "run.finished"
+    assert any_store.lease_state(run.id).owner == ""
+    assert "observer raised" in caplog.text
