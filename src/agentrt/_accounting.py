@@ -54,7 +54,7 @@ from ._model import (
     Usage,
 )
 from ._records import ModelCallStatus, Run, Step, TerminalReason
-from ._session import RunSession, through_cancels
+from ._session import RunSession, cancelled_by_caller, through_cancels
 from ._store import Tx
 
 Sleep = Callable[[float], Awaitable[None]]
@@ -265,8 +265,14 @@ class AccountingCaller:
                 exception_text(exc),
             )
             return _Outcome(None, exception_text(exc), retryable=True)
-        except asyncio.CancelledError:
-            raise
+        except asyncio.CancelledError as exc:
+            if cancelled_by_caller():
+                raise  # the caller's: `call` settles the attempt as ambiguous
+            # The model's own (its client awaited something cancelled): "anything else".
+            await self._settle(
+                record, ModelCallStatus.ERROR, Usage(), price, exception_text(exc), charge=False
+            )
+            return _Outcome(None, exception_text(exc), retryable=False)
         except Exception as exc:
             await self._settle(
                 record, ModelCallStatus.ERROR, Usage(), price, exception_text(exc), charge=False

@@ -45,6 +45,7 @@ from ._session import (
     SHUTDOWN_GRACE_S,
     Probe,
     RunMoved,
+    cancelled_by_caller,
     maybe_await,
     run_sync,
 )
@@ -277,7 +278,13 @@ class Driver:
         try:
             decide: Callable[[StepInput], Any] = getattr(agent, "decide", agent)
             return _Decided(await maybe_await(decide(step_input)))
-        except (LeaseLostError, RunMoved, asyncio.CancelledError):
+        except asyncio.CancelledError as exc:
+            if cancelled_by_caller():
+                raise
+            # The agent's own (it awaited a request that was cancelled under it): nobody
+            # cancelled this loop, so it is the agent's error, as a tool's own is its.
+            await step.fail(exc)
+        except (LeaseLostError, RunMoved):
             raise
         except Exception as exc:
             await step.fail(exc)

@@ -81,9 +81,19 @@ def deliver(observer: Observer | None, events: Iterable[Event]) -> None:
     for event in events:
         try:
             observer(event)
-        except Exception:
+        except BaseException as exc:
+            # Nothing is awaited here: a CancelledError is the observer's own, never a
+            # cancel of the loop, and like its other exceptions it stops nothing.
+            if not isinstance(exc, Exception) and not _cancelled_error(exc):
+                raise
             import logging
 
             logging.getLogger("agentrt").exception(
                 "observer raised on event %s %s; the run goes on", event.seq, event.type
             )
+
+
+def _cancelled_error(exc: BaseException) -> bool:
+    import asyncio  # not at import: a command's help imports no event loop (0061)
+
+    return isinstance(exc, asyncio.CancelledError)

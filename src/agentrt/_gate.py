@@ -65,6 +65,7 @@ from ._lease import WallClock, holder_json, make_owner
 from ._model import Model, ModelConfig
 from ._policy import Policy, policy_id_of
 from ._records import (
+    MAX_DURATION_LIMIT,
     Approval,
     DecisionKind,
     Limits,
@@ -172,6 +173,12 @@ def configure(
         raise ConfigError(f"{who} needs a policy (agentrt.default_policy() is a start)")
     if not isinstance(lease_ttl, timedelta) or lease_ttl <= timedelta(0):
         raise ConfigError("lease_ttl must be a positive timedelta")
+    if lease_ttl > MAX_DURATION_LIMIT:
+        # Its expiry is the lease clock plus the length: bounded as a limit's duration is,
+        # or a length past the last date a timestamp holds fails inside the first write.
+        raise ConfigError(
+            f"lease_ttl must be at most {MAX_DURATION_LIMIT.days} days, got {lease_ttl}"
+        )
     if not isinstance(lease_owner, str):
         raise ConfigError("lease_owner must be a string")
     validated = validate_tools(list(tools))

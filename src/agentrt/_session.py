@@ -315,6 +315,19 @@ def validate_policy_decision(result: Any) -> str | None:
     return None
 
 
+def cancelled_by_caller() -> bool:
+    """Whether the current task has a cancel request pending.
+
+    A `CancelledError` caught while it has none was raised by the consumer code
+    awaited (an agent, a policy, a reconciliation awaiting a request of its own
+    that was cancelled, or raising one itself): that code's failure, recorded as
+    any other of its exceptions. One caught while it has is the caller's cancel,
+    and goes on. (`Task.cancelling()`, as `asyncio.timeout` tells the two apart.)
+    """
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
 async def maybe_await(value: Any) -> Any:
     if inspect.isawaitable(value):
         return await value
@@ -835,6 +848,11 @@ class RunSession:
         recorded_input = input_record(request, view, self._input_hashes)
         try:
             result = await evaluate_policy(self.config.policy, request, shown_view(view))
+        except asyncio.CancelledError as exc:
+            if cancelled_by_caller():
+                raise
+            # The policy's own (it awaited something cancelled): its failure, as below.
+            return PolicyCheck(None, f"policy raised {exception_text(exc)}")
         except Exception as exc:  # the policy is consumer code: its failure ends the run
             return PolicyCheck(None, f"policy raised {exception_text(exc)}")
         error = validate_policy_decision(result)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from functools import partial
 from typing import Any
@@ -29,7 +29,8 @@ from . import _commit_plan as plan
 from ._canonical import check_json, copy_json, to_text
 from ._continuation import Continuer, Refusal, RunFacts, judge
 from ._decisions import call_args
-from ._errors import JSONValueError, NotFoundError, RunStateError
+from ._errors import NotFoundError, RunStateError
+from ._foreign import exception_text, plain_text, type_name
 from ._lease import holder_json
 from ._policy import INTERRUPTED_POLICY_ID, interrupted_side_effect_decision
 from ._records import (
@@ -51,6 +52,7 @@ from ._records import (
 from ._session import (
     LoopConfig,
     RunSession,
+    cancelled_by_caller,
     load,
     maybe_await,
     release_lease,
@@ -433,36 +435,46 @@ async def _reconcile(session: RunSession, step: Step | None) -> None:
     )
     try:
         verdict = await maybe_await(config.reconcile(view))
+    except asyncio.CancelledError as exc:
+        if cancelled_by_caller():
+            raise
+        # Its own (it awaited something cancelled): its failure, as any exception of its.
+        await _end_running(session, TerminalReason.INTERNAL_ERROR, _raised("reconcile", exc))
+        return
     except Exception as exc:  # consumer code: its failure ends the run, loudly
-        await _end_running(
-            session, TerminalReason.INTERNAL_ERROR, f"reconcile raised {type(exc).__name__}: {exc}"
-        )
+        await _end_running(session, TerminalReason.INTERNAL_ERROR, _raised("reconcile", exc))
         return
     if not isinstance(verdict, Reconciliation):
         await _end_running(
             session,
             TerminalReason.INTERNAL_ERROR,
-            f"reconcile returned {type(verdict).__name__}, not a Reconciliation",
+            f"reconcile returned {type_name(verdict)}, not a Reconciliation",
         )
         return
-    detail = verdict.detail if isinstance(verdict.detail, str) else repr(verdict.detail)
-    if verdict.outcome == ReconcileOutcome.CONTINUE:
+    read = _read_verdict(verdict)
+    if isinstance(read, _Unreadable):
+        await _end_running(session, TerminalReason.INTERNAL_ERROR, read.why)
+        return
+    outcome, detail = read
+    if outcome == ReconcileOutcome.CONTINUE:
         await _continue(session, {"reconcile": "continue", "detail": detail})
-    elif verdict.outcome == ReconcileOutcome.COMPLETED:
+    elif outcome == ReconcileOutcome.COMPLETED:
         try:
-            check_json(verdict.result)
-            to_text(verdict.result)
-        except (JSONValueError, RecursionError, TypeError, ValueError) as exc:
+            result = verdict.result  # read once: what is checked is what is recorded
+            check_json(result)
+            to_text(result)
+        except Exception as exc:  # JSONValueError, or whatever a hostile value raises
             await _end_running(
                 session,
                 TerminalReason.INTERNAL_ERROR,
-                f"reconcile completed with a result that is not usable JSON: {exc}",
+                "reconcile completed with a result that is not usable JSON: "
+                + exception_text(exc, named=False),
             )
             return
         await _end_running(
-            session, TerminalReason.GOAL_COMPLETED, detail, RunStatus.COMPLETED, verdict.result
+            session, TerminalReason.GOAL_COMPLETED, detail, RunStatus.COMPLETED, result
         )
-    elif verdict.outcome == ReconcileOutcome.WAITING:
+    elif outcome == ReconcileOutcome.WAITING:
         if step is None or step.decision is None:
             await _end_running(
                 session,
@@ -484,13 +496,53 @@ async def _reconcile(session: RunSession, step: Step | None) -> None:
             )
             return
         await _pause_interrupted(session, step, pause, RECONCILE_POLICY_ID)
-    elif verdict.outcome == ReconcileOutcome.CONFLICT:
+    elif outcome == ReconcileOutcome.CONFLICT:
         await _end_running(session, TerminalReason.RECONCILE_CONFLICT, detail)
     else:
         await _end_running(
             session,
             TerminalReason.INTERNAL_ERROR,
-            f"reconcile returned an unknown outcome {verdict.outcome!r}",
+            f"reconcile returned an unknown outcome {plain_text(repr(outcome), MAX_SHOWN)}",
+        )
+
+
+MAX_SHOWN = 200
+"""Characters of an unknown outcome's repr kept in the run's reason detail."""
+
+
+@dataclass(frozen=True)
+class _Unreadable:
+    """A reconciliation's verdict whose outcome or detail cannot be read: why."""
+
+    why: str
+
+
+def _raised(who: str, exc: BaseException) -> str:
+    return f"{who} raised {exception_text(exc)}"
+
+
+def _read_verdict(verdict: Reconciliation) -> tuple[str, str] | _Unreadable:
+    """A verdict's outcome and its detail as storable text, each read once; never raises.
+
+    The detail becomes the run's reason detail or part of `run.resumed`: a lone
+    surrogate, which no UTF-8 record holds, is kept backslash-escaped (as a tool's
+    reconciliation's detail is), and a detail that is not a str is its repr. An
+    outcome that is not a str is unknown; one whose reading raises (a repr that
+    raises, a hostile property) is unreadable: the run ends `internal_error`.
+    """
+    try:
+        outcome: object = verdict.outcome
+        raw: object = verdict.detail
+        text = raw if isinstance(raw, str) else repr(raw)
+        detail = plain_text(text, str.__len__(text)) if isinstance(text, str) else ""
+        if not isinstance(outcome, str):
+            shown = plain_text(repr(outcome), MAX_SHOWN)
+            return _Unreadable(f"reconcile returned an unknown outcome {shown}")
+        return str.__str__(outcome), detail
+    except Exception as exc:
+        return _Unreadable(
+            f"reconcile's verdict could not be read: reading its outcome or detail raised "
+            f"{exception_text(exc)}"
         )
 
 

@@ -156,7 +156,8 @@ def check(spec: ToolSpec, value: object) -> Answer:
         if answer != ReconcileAnswer.FOUND:
             return Answer(str(ReconcileAnswer(answer)), detail)
         observation = result_observation(spec, ToolResult(reconciled.result, reconciled.summary))
-    except Exception as exc:  # a hostile subclass: its answer cannot be read
+    except BaseException as exc:  # a hostile subclass: its answer cannot be read. Nothing
+        # is awaited here, so even a CancelledError (or an exit) is the object's own.
         return _unknown(f"the reconciliation's answer could not be read: {_raised_text(exc)}")
     if observation.kind != ObservationKind.TOOL_RESULT:
         content = observation.content if isinstance(observation.content, dict) else {}
