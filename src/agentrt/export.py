@@ -39,11 +39,20 @@ records, per partition, the last event's hash as well as its seq, so a cursor is
 never applied to a different or rewritten database (a partition with nothing
 delivered yet holds its starting seq and no hash). A cursor file of version 1
 (one `seq` and `hash`, written before partitions) reads as partition 0 of 1.
+
+A cursor file is refused when it is a symlink, not a regular file, writable by
+group or others or owned by another user (whoever can write it can make the
+follower skip events), or larger than any cursor (`MAX_CURSOR_BYTES`). One
+follower at a time uses a cursor file: it holds an exclusive `flock` on
+`<cursor>.lock` (a file left beside the cursor, holding nothing) until it is
+closed, and a second follower of the same file is refused ("in use by another
+follower"), since each would deliver every event.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import secrets
@@ -67,6 +76,9 @@ CURSOR_VERSION = 2
 DEFAULT_INTERVAL = 0.5
 DEFAULT_PAGE_SIZE = 500
 MAX_PAGE_SIZE = 10_000
+MAX_WAIT = threading.TIMEOUT_MAX
+"""The longest wait, in seconds, a thread can be asked for (about 292 years): the
+most an `interval` (or the command line's `--retry`) may be."""
 
 Sink = Callable[[Event], Any]
 """Where a `Follower` delivers events: any callable taking one `Event`.
@@ -140,34 +152,134 @@ _MAX_SEQ = 2**63 - 1
 """The largest seq a record holds (a signed 64-bit integer on either backend)."""
 
 
+MAX_CURSOR_BYTES = 1 << 20
+"""The most a cursor file may hold: a cursor of the most partitions a chain may have (1,024,
+each a seq and a hash: under 100 KB) fits many times over."""
+
+
 def load_cursor(path: str | os.PathLike[str]) -> Cursor | None:
-    """The cursor saved at `path`, None when there is no file; CursorError when unreadable."""
+    """The cursor saved at `path`, None when there is no file; CursorError when unreadable.
+
+    Refused: a symlink (the cursor is written by renaming a new file over the name, so
+    the link would be read once and replaced), anything but a regular file, a file
+    others may write (whoever can write it can make the follower skip events) or that
+    another user owns, and a file larger than `MAX_CURSOR_BYTES`."""
+    where = os.fspath(path)
     try:
         # Opened without blocking and read only if it is a regular file: a FIFO (or a
         # device) given as the cursor would otherwise wait for a writer for ever.
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        fd = os.open(
+            path,
+            os.O_RDONLY
+            | os.O_NONBLOCK
+            | getattr(os, "O_CLOEXEC", 0)
+            | getattr(os, "O_NOFOLLOW", 0),
+        )
     except FileNotFoundError:
         return None
     except OSError as e:
-        raise CursorError(f"cannot read the cursor file {os.fspath(path)}: {e}") from e
+        if e.errno == errno.ELOOP and os.path.islink(path):
+            raise CursorError(_SYMLINK.format(where)) from e
+        raise CursorError(f"cannot read the cursor file {where}: {e}") from e
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise CursorError(f"the cursor file {os.fspath(path)} is not a regular file")
-        with os.fdopen(fd, encoding="utf-8", closefd=False) as f:
-            text = f.read(4096)
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise CursorError(f"the cursor file {where} is not a regular file")
+        _check_cursor_mode(where, st)
+        data = _read_at_most(fd, MAX_CURSOR_BYTES + 1)
+        if len(data) > MAX_CURSOR_BYTES:
+            raise CursorError(
+                f"the cursor file {where} is larger than {MAX_CURSOR_BYTES} bytes, which no "
+                "cursor is"
+            )
+        text = data.decode("utf-8")
     except (OSError, UnicodeDecodeError) as e:
-        raise CursorError(f"cannot read the cursor file {os.fspath(path)}: {e}") from e
+        raise CursorError(f"cannot read the cursor file {where}: {e}") from e
     finally:
         os.close(fd)
     try:
-        data = json.loads(text)
+        loaded = json.loads(text)
     except (ValueError, RecursionError) as e:
         what = "nested too deep" if isinstance(e, RecursionError) else str(e)
-        raise CursorError(f"the cursor file {os.fspath(path)} is not JSON: {what}") from e
+        raise CursorError(f"the cursor file {where} is not JSON: {what}") from e
     try:
-        return Cursor.from_json(data)
+        return Cursor.from_json(loaded)
     except CursorError as e:
-        raise CursorError(f"the cursor file {os.fspath(path)} is unusable: {e}") from e
+        raise CursorError(f"the cursor file {where} is unusable: {e}") from e
+
+
+_SYMLINK = (
+    "the cursor file {} is a symlink; agentrt reads and writes only the file itself "
+    "(a new cursor is renamed over the name, which would replace the link)"
+)
+
+
+def _check_cursor_mode(where: str, st: os.stat_result) -> None:
+    if os.name != "posix":
+        return
+    mode = stat.S_IMODE(st.st_mode)
+    if mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise CursorError(
+            f"the cursor file {where} is writable by group or others (mode {mode:04o}): "
+            "whoever can write it can make the follower skip events. Make it 0600"
+        )
+    if st.st_uid != os.geteuid():
+        raise CursorError(
+            f"the cursor file {where} is owned by uid {st.st_uid}, not by this process "
+            f"(uid {os.geteuid()}): its owner can make the follower skip events"
+        )
+
+
+def _read_at_most(fd: int, size: int) -> bytes:
+    chunks: list[bytes] = []
+    left = size
+    while left > 0:
+        chunk = os.read(fd, min(left, 65_536))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+class _CursorLock:
+    """An exclusive lock on `<cursor>.lock`, held while one follower uses the cursor file:
+    two followers of one cursor file would each deliver every event and each move the
+    other's cursor. `flock` is let go when the process ends, however it ends."""
+
+    def __init__(self, cursor_path: str) -> None:
+        self.path = cursor_path + ".lock"
+        self._fd: int | None = None
+        try:
+            import fcntl
+        except ImportError:  # not POSIX: no lock, as before
+            return
+        flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
+        try:
+            fd = os.open(self.path, flags, 0o600)
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                raise CursorError(
+                    f"the cursor's lock file {self.path} is a symlink; remove it"
+                ) from e
+            raise CursorError(f"cannot open the cursor's lock file {self.path}: {e}") from e
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            os.close(fd)
+            if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise CursorError(
+                    f"the cursor file {cursor_path} is in use by another follower (it holds "
+                    f"{self.path}): one follower per cursor file, or each delivers every "
+                    "event"
+                ) from None
+            raise CursorError(f"cannot lock {self.path}: {e}") from e
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing the descriptor lets the flock go
+            self._fd = None
 
 
 def save_cursor(path: str | os.PathLike[str], cursor: Cursor) -> None:
@@ -226,8 +338,10 @@ class Follower:
         *,
         after_seq: int | Sequence[int] = 0,
     ) -> None:
-        if not interval > 0:
-            raise ValueError("interval must be a positive number of seconds")
+        if not 0 < interval <= MAX_WAIT:
+            raise ValueError(
+                f"interval must be a positive number of seconds, at most {MAX_WAIT:.0f}"
+            )
         if not 1 <= page_size <= MAX_PAGE_SIZE:
             raise ValueError(f"page_size must be between 1 and {MAX_PAGE_SIZE}")
         starts = (after_seq,) if isinstance(after_seq, int) else tuple(after_seq)
@@ -239,7 +353,12 @@ class Follower:
         self.interval = interval
         self.page_size = page_size
         self.cursor_path = None if cursor is None else os.fspath(cursor)
-        self._store: Store = open_existing(store_path, read_only=True)
+        self._lock = None if self.cursor_path is None else _CursorLock(self.cursor_path)
+        try:
+            self._store: Store = open_existing(store_path, read_only=True)
+        except BaseException:
+            self._release()
+            raise
         try:
             self._partitions = len(self._store.chain_heads())
             if len(starts) == 1:
@@ -256,6 +375,7 @@ class Follower:
                 self._heads = list(saved.heads)
         except BaseException:
             self._store.close()
+            self._release()
             raise
 
     def _check_cursor(self, saved: Cursor) -> None:
@@ -312,7 +432,14 @@ class Follower:
         self.close()
 
     def close(self) -> None:
-        self._store.close()
+        try:
+            self._store.close()
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        if self._lock is not None:
+            self._lock.release()
 
     def poll(self, limit: int | None = None) -> list[Event]:
         """The next page of events after the position; reading it acknowledges nothing."""
@@ -512,6 +639,8 @@ def _cut_torn_tail(fd: int, chunk: int = 65_536) -> None:
 
 __all__ = [
     "CURSOR_VERSION",
+    "MAX_CURSOR_BYTES",
+    "MAX_WAIT",
     "Cursor",
     "CursorError",
     "Follower",

@@ -3,7 +3,8 @@
 `Receiver()` serves `POST /v1/traces` on 127.0.0.1 (a free port) in a thread, decodes
 the body as an `ExportTraceServiceRequest` (opentelemetry-proto) and keeps every span
 it holds, as `Received` values; `fail_next(n)` answers the next n requests 400
-(an error the SDK does not retry by itself).
+(an error the SDK does not retry by itself), `fail_next(n, status, retry_after=...)`
+with another status (and a `Retry-After` header, which the SDK honours for 429 and 503).
 """
 
 from __future__ import annotations
@@ -47,6 +48,8 @@ class Receiver:
         self.spans: list[Received] = []
         self.requests = 0
         self._failures = 0
+        self._status = 400
+        self._retry_after: str | None = None
         self._lock = threading.Lock()
         receiver = self
 
@@ -58,7 +61,9 @@ class Receiver:
                     receiver.requests += 1
                     if receiver._failures > 0:
                         receiver._failures -= 1
-                        self.send_response(400)
+                        self.send_response(receiver._status)
+                        if receiver._retry_after is not None:
+                            self.send_header("Retry-After", receiver._retry_after)
                         self.send_header("Content-Length", "0")
                         self.end_headers()
                         return
@@ -106,9 +111,11 @@ class Receiver:
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self._thread.start()
 
-    def fail_next(self, n: int) -> None:
+    def fail_next(self, n: int, status: int = 400, *, retry_after: str | None = None) -> None:
         with self._lock:
             self._failures = n
+            self._status = status
+            self._retry_after = retry_after
 
     def snapshot(self) -> list[Received]:
         with self._lock:

@@ -44,6 +44,11 @@ from ._parser import NO_RESUME, build_parser, command_index
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line `argv` (default: `sys.argv[1:]`); returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    if sys.stderr is None:  # started with its stderr closed: errors go nowhere, not a crash
+        sys.stderr = open(os.devnull, "w")  # noqa: SIM115 (for the life of the process)
+    if sys.stdout is None:  # started with its stdout closed: Python leaves it None
+        Output.closed_stdout(sys.stderr)
+        return EXIT_ERROR
     _escape_unencodable_output()
     at = command_index(argv)
     # The demo parses its own options, and `resume` deserves an answer, not a list of choices.
@@ -78,6 +83,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         _silence_stdout()
         return EXIT_ERROR
     except KeyboardInterrupt:
+        # Perhaps a second SIGINT/SIGTERM ending a write its reader never took: what is
+        # left of that write must not block the exit's flush.
+        _silence_stdout()
         out.error("interrupted")
         return EXIT_ERROR
     except OverflowError:

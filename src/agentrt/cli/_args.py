@@ -4,7 +4,8 @@ A number is written in plain ASCII digits (seconds may have one decimal point):
 Python's `int()` and `float()` also read `1_0`, surrounding spaces, a sign,
 other scripts' digits and `1e1`, and none of those is a value a person means to
 type here. Integers are bounded (never above what SQLite can bind), a status is
-one of `RunStatus` in any case, seconds are positive and finite; a bad value is
+one of `RunStatus` in any case, seconds are positive and at most `MAX_SECONDS`
+(what a thread's wait can take); a bad value is
 argparse's usage error (exit 2), with the value quoted.
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import threading
 from collections.abc import Callable
 
 from .._records import RunStatus
@@ -19,6 +21,9 @@ from .._records import RunStatus
 _MAX_INT64 = 2**63 - 1  # what SQLite can bind
 _INTEGER = re.compile(r"(-?)([0-9]+)")  # a sign only to say that a negative is out of range
 _SECONDS = re.compile(r"[0-9]+(?:\.[0-9]+)?")
+MAX_SECONDS = int(threading.TIMEOUT_MAX)
+"""The longest wait a thread can be asked for (about 292 years): a number of seconds
+above it would be taken, then fail at the first wait."""
 
 
 def bounded(low: int, high: int | None) -> Callable[[str], int]:
@@ -83,7 +88,11 @@ def seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(
             f"must be a positive number of seconds, got {_shown(text)}"
         )
+    if value > MAX_SECONDS:
+        raise argparse.ArgumentTypeError(
+            f"must be at most {MAX_SECONDS} seconds (what a wait can take), got {_shown(text)}"
+        )
     return value
 
 
-__all__ = ["MAX_POSITIONS", "after_seqs", "bounded", "seconds", "status"]
+__all__ = ["MAX_POSITIONS", "MAX_SECONDS", "after_seqs", "bounded", "seconds", "status"]

@@ -4,7 +4,10 @@ It follows the database read-only with a persisted cursor (`agentrt.export.Follo
 and hands each page to `agentrt.otel.OtelSink`, configured by the standard
 `OTEL_*` variables. The cursor moves only after the exporter took the page's
 spans; an export that fails is retried after `--retry` seconds, the page
-rebuilt from the record. SIGINT and SIGTERM stop it between pages.
+rebuilt from the record. A refusal the same page would get again (an HTTP 4xx
+other than 408 and 429: `OtelRefusedError`) is not retried: the command stops
+with one line naming the status and exit 1, the cursor before that page. SIGINT
+and SIGTERM stop it between pages; a second one at once.
 """
 
 from __future__ import annotations
@@ -80,7 +83,7 @@ def cmd_export(args: argparse.Namespace, out: Output) -> int:
     with open_db(args) as store:
         if args.run is not None:
             args.run = view.resolve_run_id(store, args.run)
-    from ..otel import OtelExportError, OtelSink
+    from ..otel import OtelExportError, OtelRefusedError, OtelSink
 
     try:
         sink = OtelSink(path)
@@ -103,6 +106,9 @@ def cmd_export(args: argparse.Namespace, out: Output) -> int:
         while not stop.is_set():
             try:
                 follower.run(sink, follow=not args.once, stop=stop)
+            except OtelRefusedError as e:  # the same page would be refused for ever
+                out.error(sanitize(_refused(e, args.page)))
+                return 1
             except OtelExportError as e:
                 if args.once:  # one pass: nothing is tried again; the cursor stays where it was
                     out.error(sanitize(f"{e}; run this command again to deliver the page"))
@@ -112,6 +118,13 @@ def cmd_export(args: argparse.Namespace, out: Output) -> int:
                 continue
             break
     return EXIT_OK
+
+
+def _refused(e: AgentrtError, page: int) -> str:
+    why = f"{e}; export stopped, the cursor before that page"
+    if getattr(e, "status", None) == 413:  # too large: fewer events a page may pass
+        return f"{why}; a smaller --page (now {page}) may pass, then run this command again"
+    return f"{why}: fix what the collector objects to, then run this command again"
 
 
 def _wait(stop: threading.Event, seconds_: float) -> None:

@@ -45,6 +45,11 @@ class Output:
         self.tty = isatty(self.stdout)
         self.width = shutil.get_terminal_size().columns if self.tty else None
 
+    @staticmethod
+    def closed_stdout(stderr: TextIO) -> None:
+        """Say that there is no standard output to print to (it was closed)."""
+        stderr.write("agentrt: the standard output is closed: nothing to print to\n")
+
     def line(self, text: str = "") -> None:
         self.stdout.write(text + "\n")
 

@@ -372,7 +372,6 @@ def cmd_events(args: argparse.Namespace, out: Output) -> int:
     else:
         limit = 300 if out.width is None else max(40, out.width - (ID_WIDTH + 70))
         sink = TextObserver(out.stdout, show_run=show_run, detail_limit=limit)
-        out.line(events_header(show_run))
     try:
         follower = Follower(
             path,
@@ -389,6 +388,8 @@ def cmd_events(args: argparse.Namespace, out: Output) -> int:
     # SIGINT and SIGTERM stop between pages on both paths: the page being printed is
     # finished and acknowledged, so a cursor file never lags what was printed.
     with follower, _stop_on_signals() as stop:
+        if not out.json:  # once the cursor is taken: a refusal prints nothing on stdout
+            out.line(events_header(show_run))
         if not args.follow:
             follower.run(
                 sink, follow=False, stop=stop, max_events=args.limit or EVENTS_PAGE_DEFAULT
@@ -428,13 +429,20 @@ def events_header(show_run: bool) -> str:
 
 @contextlib.contextmanager
 def _stop_on_signals() -> Iterator[threading.Event]:
-    """An event set by SIGINT or SIGTERM, so following stops cleanly between pages."""
+    """An event set by SIGINT or SIGTERM, so following stops cleanly between pages.
+
+    A second signal ends the command at once (`KeyboardInterrupt`, "interrupted", exit
+    1): the page being delivered cannot always finish (a reader that stopped reading
+    leaves a write blocked for ever), and it is then left unacknowledged, so a cursor
+    file never gets ahead of what was delivered."""
     stop = threading.Event()
     if threading.current_thread() is not threading.main_thread():
         yield stop
         return
 
     def handler(signum: int, frame: FrameType | None) -> None:
+        if stop.is_set():
+            raise KeyboardInterrupt
         stop.set()
 
     previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}

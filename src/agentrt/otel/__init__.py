@@ -19,7 +19,10 @@ The rules it keeps (docs/observability.md, docs/decisions/0065):
 - every string attribute (model-written text above all) is cut at 1,024
   characters, and span names are constants, never text from the record;
 - an export that fails raises from `flush()`: the page is not acknowledged and
-  is delivered again, its spans rebuilt from the record.
+  is delivered again, its spans rebuilt from the record; a collector's refusal that
+  the same page would get again (an HTTP 4xx other than 408 and 429, as the OTLP/HTTP
+  exporter `exporter_from_env` makes notes it) raises `OtelRefusedError`, on which
+  `agentrt export --otel` stops rather than send that page for ever.
 
 Configuration is the standard environment (`exporter_from_env`):
 `OTEL_TRACES_EXPORTER` (`otlp`, the default, `console` or `none`),
@@ -46,6 +49,7 @@ from typing import TYPE_CHECKING, Any
 from .._errors import AgentrtError, ConfigError
 from .._records import Event
 from .._store import Store, open_existing
+from ._refusal import refused_for_good
 from ._spans import (
     MAPPING,
     RUN_CANCELLED,
@@ -93,6 +97,24 @@ class OtelExportError(AgentrtError):
     """The span exporter did not take a batch: the page stays unacknowledged."""
 
 
+class OtelRefusedError(OtelExportError):
+    """The collector refused a batch with an HTTP status that the same batch would get
+    again (a 4xx other than 408 and 429: `status`): sending the page again cannot help."""
+
+    def __init__(self, status: int, spans: int) -> None:
+        from http import HTTPStatus
+
+        try:
+            phrase = f" {HTTPStatus(status).phrase}"
+        except ValueError:
+            phrase = ""
+        super().__init__(
+            f"the collector refused {spans} spans for good (HTTP {status}{phrase}): the same "
+            "page would be refused again"
+        )
+        self.status = status
+
+
 def _require_sdk() -> None:
     try:
         import opentelemetry.sdk.trace  # noqa: F401
@@ -131,10 +153,10 @@ def exporter_from_env(environ: Mapping[str, str] | None = None) -> SpanExporter 
     ).strip()
     if protocol == "http/protobuf":
         try:
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+            from ._http import StatusNotingExporter
         except ImportError as e:
             raise OtelMissingError(MISSING) from e
-        return OTLPSpanExporter()
+        return StatusNotingExporter()
     if protocol == "grpc":
         try:
             grpc = importlib.import_module("opentelemetry.exporter.otlp.proto.grpc.trace_exporter")
@@ -299,6 +321,9 @@ class OtelSink:
             raise OtelExportError(f"the span exporter raised: {e}") from e
         if result != SpanExportResult.SUCCESS:
             self._forget()
+            status = getattr(self.exporter, "last_status", None)
+            if isinstance(status, int) and refused_for_good(status):
+                raise OtelRefusedError(status, len(spans))
             raise OtelExportError(
                 f"the span exporter did not take {len(spans)} spans; the page will be "
                 "delivered again"
@@ -495,6 +520,7 @@ __all__ = [
     "OtelExportError",
     "OtelMissingError",
     "OtelObserver",
+    "OtelRefusedError",
     "OtelSink",
     "RunSpans",
     "SpanEventRecord",
