@@ -741,7 +741,7 @@ def test_an_export_the_receiver_refuses_is_retried_and_each_span_arrives_once(
         store.close()
     cursor = tmp_path / "otel.cursor"
     with Receiver() as receiver:
-        receiver.fail_next(2, 500)  # a refusal that may pass later (decision XXXX)
+        receiver.fail_next(2, 500)  # a refusal that may pass later (decision 0154)
         proc = start_exporter(db_path, cursor, receiver)
         try:
             wait_for(
@@ -1249,7 +1249,7 @@ def test_a_refused_export_with_once_says_the_next_run_delivers_it_and_exits_1(
         store.close()
     cursor = tmp_path / "otel.cursor"
     with Receiver() as receiver:
-        receiver.fail_next(1, 500)  # a refusal that may pass later (decision XXXX)
+        receiver.fail_next(1, 500)  # a refusal that may pass later (decision 0154)
         once = [*exporter_command(db_path, cursor), "--once"]
         env = exporter_env(receiver)
         refused = subprocess.run(once, env=env, capture_output=True, text=True, timeout=60)

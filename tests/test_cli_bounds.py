@@ -1,4 +1,4 @@
-"""The command line at its edges (found by the read-side attack, decision XXXX).
+"""The command line at its edges (found by the read-side attack, decision 0154).
 
 - A number of seconds is bounded where it is read: `--interval` or `--retry` past what
   a wait can take (`threading.TIMEOUT_MAX`, about 292 years) used to be accepted, print

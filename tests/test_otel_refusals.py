@@ -1,5 +1,5 @@
 """`agentrt export --otel` against a collector that refuses a page (found by the read-side
-attack, decision XXXX).
+attack, decision 0154).
 
 A refusal that cannot change (400 Bad Request, 401, 403, 404, 413...: the same request
 gets the same answer) stops the exporter with exit 1 and one line saying what the

@@ -1,5 +1,5 @@
 """The follower's cursor file, as `agentrt events --cursor` and `agentrt export --cursor`
-keep it (found by the read-side attack, decision XXXX).
+keep it (found by the read-side attack, decision 0154).
 
 - A follower reads back every cursor it writes, whatever the chain's number of
   partitions (up to 1,024): it used to read the first 4,096 characters only, so a
