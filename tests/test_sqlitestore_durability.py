@@ -80,17 +80,16 @@ def test_a_transaction_sqlite_rolled_back_on_a_full_disk_writes_nothing_after_it
     store = open_store(small_disk / "x.db")
     with store.transaction() as tx:
         tx.execute("CREATE TABLE mine (v BLOB)")
-    with pytest.raises(StoreError) as ended:
-        with store.transaction() as tx:
-            tx.execute("INSERT INTO mine VALUES ('first')")
-            # Bigger than the page cache and than the disk: written out before COMMIT, and
-            # SQLite rolls the whole transaction back when the disk is full.
-            with pytest.raises(StoreError, match="database or disk is full"):
-                tx.execute("INSERT INTO mine VALUES (zeroblob(4000000))")
-            # A consumer that goes on after the failed statement: its next write is refused
-            # rather than committed on its own outside any transaction.
-            with pytest.raises(StoreError, match="SQLite rolled the whole transaction back"):
-                tx.execute("INSERT INTO mine VALUES ('after')")
+    with pytest.raises(StoreError) as ended, store.transaction() as tx:
+        tx.execute("INSERT INTO mine VALUES ('first')")
+        # Bigger than the page cache and than the disk: written out before COMMIT, and
+        # SQLite rolls the whole transaction back when the disk is full.
+        with pytest.raises(StoreError, match="database or disk is full"):
+            tx.execute("INSERT INTO mine VALUES (zeroblob(4000000))")
+        # A consumer that goes on after the failed statement: its next write is refused
+        # rather than committed on its own outside any transaction.
+        with pytest.raises(StoreError, match="SQLite rolled the whole transaction back"):
+            tx.execute("INSERT INTO mine VALUES ('after')")
     assert "SQLite rolled the whole transaction back" in str(ended.value)
     assert [tuple(r) for r in store.query("SELECT v FROM mine")] == []
     # The space is there again for a transaction that fits: the store goes on.
@@ -107,8 +106,16 @@ def failing_fsync(tmp_path_factory: pytest.TempPathFactory) -> Path:
         pytest.skip("no gcc to build tools/failing_fsync.c")
     out = tmp_path_factory.mktemp("shim") / "failing_fsync.so"
     subprocess.run(
-        ["gcc", "-shared", "-fPIC", "-O2", "-o", str(out), str(ROOT / "tools" / "failing_fsync.c")]
-        + ["-ldl"],
+        [
+            "gcc",
+            "-shared",
+            "-fPIC",
+            "-O2",
+            "-o",
+            str(out),
+            str(ROOT / "tools" / "failing_fsync.c"),
+            "-ldl",
+        ],
         check=True,
         capture_output=True,
     )
@@ -233,10 +240,10 @@ def test_a_signal_between_begin_and_the_transactions_block_leaves_the_store_usab
     # A KeyboardInterrupt landing on the first bytecode after `BEGIN IMMEDIATE` returned:
     # as a signal handler's would, raised where the transaction object is made.
     def interrupt(frame: Any, event: str, arg: Any) -> Any:
-        if event == "call" and frame.f_code.co_name == "__init__":
-            if isinstance(frame.f_locals.get("self"), SqliteTx):
-                sys.settrace(None)
-                raise KeyboardInterrupt
+        made = event == "call" and frame.f_code.co_name == "__init__"
+        if made and isinstance(frame.f_locals.get("self"), SqliteTx):
+            sys.settrace(None)
+            raise KeyboardInterrupt
         return None
 
     sys.settrace(interrupt)
