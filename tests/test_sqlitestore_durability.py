@@ -99,6 +99,28 @@ def test_a_transaction_sqlite_rolled_back_on_a_full_disk_writes_nothing_after_it
     store.close()
 
 
+def test_a_group_whose_work_fills_the_disk_fails_whole_with_nothing_written(
+    small_disk: Path,
+) -> None:
+    store = open_store(small_disk / "x.db")
+    with store.transaction() as tx:
+        tx.execute("CREATE TABLE mine (v BLOB)")
+
+    def insert(value: str) -> Any:
+        return lambda tx: tx.execute("INSERT INTO mine VALUES (?)", (value,))
+
+    def too_big(tx: Any) -> None:
+        tx.execute("INSERT INTO mine VALUES (zeroblob(4000000))")
+
+    with pytest.raises(StoreError, match="SQLite rolled the whole transaction back") as failed:
+        store.transactions([insert("a"), too_big, insert("c")])
+    assert "nothing was written" in str(failed.value)
+    assert store.query("SELECT v FROM mine") == []
+    store.transactions([insert("x"), insert("y")])
+    assert [tuple(r) for r in store.query("SELECT v FROM mine")] == [("x",), ("y",)]
+    store.close()
+
+
 @pytest.fixture(scope="module")
 def failing_fsync(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """`tools/failing_fsync.c`, built."""

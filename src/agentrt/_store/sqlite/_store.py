@@ -536,6 +536,13 @@ class SqliteStore(ProxyRows):
             tx.check_open()  # SQLite may have rolled the group back (a full disk)
         except Exception as e:
             self._check_open()  # forked in a work: the savepoint is the parent's
+            if not conn.in_transaction:
+                # SQLite rolled the whole group back (a full disk, an I/O error): no
+                # savepoint is left to undo this work alone, and nothing of any is written.
+                raise StoreError(
+                    f"the group's transaction failed, nothing was written: a work's "
+                    f"statement failed and SQLite rolled the whole transaction back: {e}"
+                ) from e
             # Only this work's writes go; a failure to undo them fails the whole group.
             conn.execute(f"ROLLBACK TO {_SAVEPOINT}")
             conn.execute(f"RELEASE {_SAVEPOINT}")
