@@ -644,7 +644,7 @@ class SqliteStore(ProxyRows):
         large parts put back from `stored_values` (decision 0084); SQL's own
         functions on it (`json_extract`, `length`) see the packed text.
         """
-        return self._query(sql, params, keys=False)
+        return self._read(sql, params, keys=False)
 
     def _own_view(self) -> None:
         """A read on the store's own connection inside its open transaction (this thread's)
@@ -652,9 +652,11 @@ class SqliteStore(ProxyRows):
         if self._tx is not None:
             self._tx.write_events()
 
-    def _query(
-        self, sql: str, params: Sequence[Any] = (), *, keys: bool = True
-    ) -> list[sqlite3.Row]:
+    def _query(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
+        """Rows of one of the store's own reads on its connection (`_read`)."""
+        return self._read(sql, params, keys=True)
+
+    def _read(self, sql: str, params: Sequence[Any], *, keys: bool) -> list[sqlite3.Row]:
         """Rows of a read on the store's connection. `keys`: the store's own reads, whose
         text parameters are all keys compared for equality, so that one UTF-8 cannot hold
         (a lone surrogate) matches no row: nothing stored is such text."""
