@@ -219,7 +219,12 @@ def verify_chain(
         raise ValueError("page_size must be at least 1")
     n = reader.partitions()
     kept = _kept_heads(head, n)
-    walk = _Walk(reader, n, 1 if from_seq is None else max(1, from_seq), to_seq, kept, page_size)
+    # No seq is past a 64-bit integer (what either database can hold or bind): a bound
+    # beyond it reads as no bound, and a start beyond it as nothing in range.
+    start = 1 if from_seq is None else min(max(1, from_seq), _MAX_SEQ - n + 1)
+    if to_seq is not None:
+        to_seq = min(to_seq, _MAX_SEQ)
+    walk = _Walk(reader, n, start, to_seq, kept, page_size)
     try:
         brk = walk.run()
     except StoreDamagedError as e:  # a damaged page: say so, as a break, where it stopped
@@ -357,7 +362,8 @@ class _Walk:
         for p, (head_seq, head_hash) in enumerate(head):
             if head_seq <= 0:
                 continue
-            stored = self.reader.event_hash(head_seq)
+            # A kept seq past a 64-bit integer names no event any database holds.
+            stored = self.reader.event_hash(head_seq) if head_seq <= _MAX_SEQ else None
             if stored is None:
                 last = self.reader.last_seq(p)
                 if last < head_seq:

@@ -208,6 +208,12 @@ def _schema_version(conn: sqlite3.Connection) -> int:
     return int(row[0])
 
 
+def is_io_error(error: BaseException) -> bool:
+    """True when SQLite reports that the disk failed a read, write or sync (`SQLITE_IOERR`)."""
+    code = getattr(error, "sqlite_errorcode", None)
+    return isinstance(code, int) and code & 0xFF == sqlite3.SQLITE_IOERR
+
+
 def sqlite_failure(error: BaseException) -> str | None:
     """What SQLite said, when `error` is SQLite's (its message may not even be UTF-8), else None.
 
@@ -297,4 +303,8 @@ def _absolute(path: str | os.PathLike[str]) -> str:
         raise StoreError("the database path must be text")
     if text == "":
         raise StoreError("the database path is empty")
+    if "\0" in text:
+        raise StoreError(
+            f"the database path {text!r} holds a NUL character, which no file name can"
+        )
     return os.path.abspath(text)

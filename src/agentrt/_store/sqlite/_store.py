@@ -83,6 +83,7 @@ from ._connection import (
     check_schema,
     check_sqlite_version,
     is_busy,
+    is_io_error,
     sqlite_failure,
     store_error,
 )
@@ -225,6 +226,9 @@ class SqliteStore(ProxyRows):
         self._turns = (
             None if uri is None or read_only else WriterTurns(path, BUSY_TIMEOUT_MS / 1000)
         )
+        # The database file and its -wal this connection writes, by device and inode: a
+        # commit is acknowledged only while they are still the files at the path.
+        self._files = None if uri is None or read_only else self._file_ids()
         left_to_the_parent(self)  # a forked child leaves it to this process (decision 0127)
 
     def __enter__(self) -> SqliteStore:
@@ -283,9 +287,61 @@ class SqliteStore(ProxyRows):
         return (self._conn,)
 
     def _rollback(self) -> None:
-        """Roll back the store's open transaction, unless the store is the parent's."""
-        if self._parent is None:
+        """Roll back the store's open transaction, unless the store is the parent's (or
+        stopped, `_stop`: its connection is closed, and nothing is open on it)."""
+        if self._parent is None and not self._closed:
             migrations.rollback_quietly(self._conn)
+
+    def _stop(self, why: str) -> None:
+        """Close the store after a failure that leaves its file's state unknown to this
+        connection (a sync the disk failed, the file deleted or replaced under it); every use
+        says `why` from here on. Closing the connection checkpoints what it committed into
+        the database file, where it can: nothing acknowledged stays only in a WAL nobody
+        will read. Under the store's lock."""
+        self._closed = True
+        self._closed_why = why
+        with contextlib.suppress(sqlite3.Error):
+            self._conn.close()
+        if self._turns is not None:
+            self._turns.close()
+
+    def _file_ids(self) -> tuple[tuple[int, int] | None, tuple[int, int] | None]:
+        """`(device, inode)` of the file at the database's path and at its `-wal`'s (None:
+        no file there)."""
+
+        def one(path: str) -> tuple[int, int] | None:
+            try:
+                st = os.stat(path)
+            except OSError:
+                return None
+            return st.st_dev, st.st_ino
+
+        return one(self.path), one(self.path + "-wal")
+
+    def _files_moved(self) -> bool:
+        """Whether the database file or its `-wal` at the store's path is no longer the one
+        its connection writes (deleted, or replaced by another file): what it commits then
+        is in no file a restart reads. SQLite removes the `-wal` only when the last
+        connection closes, never while this one is open."""
+        known = self._files
+        if known is None:
+            return False
+        now = self._file_ids()
+        if now == known:
+            return False
+        if known[1] is None and now[0] == known[0] and now[1] is not None:
+            self._files = now  # the -wal was made since the open
+            return False
+        return True
+
+    def _moved_error(self, outcome: str) -> StoreError:
+        """Stop the store, its file deleted or replaced under it, and say so."""
+        why = (
+            f"the database file {self.path} or its -wal was deleted or replaced while the "
+            "store was open"
+        )
+        self._stop(f"the store stopped: {why}; reopen it")
+        return StoreError(f"{why}: {outcome}; the store refuses further use (reopen it)")
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[SqliteTx]:
@@ -295,24 +351,30 @@ class SqliteStore(ProxyRows):
         Transactions do not nest.
         """
         with self._lock, self._turn():
-            self._begin()
-            tx = SqliteTx(self._conn, self.partitions)
-            self._tx = tx
+            self._may_begin()
+            tx: SqliteTx | None = None
+            # From `BEGIN` on, whatever is raised (a signal's `KeyboardInterrupt` landing
+            # between two statements too) rolls back: never a transaction left open on the
+            # connection, holding the file's write lock, with every later one refused.
             try:
+                self._begin()
+                tx = SqliteTx(self._conn, self.partitions)
+                self._tx = tx
                 try:
                     yield tx
                     tx.write_events()
+                    tx.check_open()  # SQLite may have rolled it back (a full disk)
                 except sqlite3.Error as e:
-                    self._rollback()
                     raise store_error(
                         e, "the transaction failed, nothing was written", retryable=False
                     ) from e
-                except BaseException:
-                    self._rollback()
-                    raise
                 self._commit()
+            except BaseException:
+                self._rollback()
+                raise
             finally:
-                tx._close()
+                if tx is not None:
+                    tx._close()
                 self._tx = None
 
     @contextlib.contextmanager
@@ -327,21 +389,25 @@ class SqliteStore(ProxyRows):
             yield
             return
         self._check_open()  # a closed store says so, not that its lock file is gone
-        turns.take(self._conn)  # what its wait used is taken from BEGIN's busy timeout
         try:
+            turns.take(self._conn)  # what its wait used is taken from BEGIN's busy timeout
             yield
         finally:
-            turns.give()
+            turns.give()  # nothing when it was not taken
 
-    def _begin(self) -> None:
-        """`BEGIN IMMEDIATE` on a writable, open store with no transaction open (under the
-        lock), the schema checked inside it: a trigger added since the last check must
-        not fire on this transaction's writes (one pragma when nothing changed)."""
+    def _may_begin(self) -> None:
+        """Refuse a write transaction on a closed or read-only store, or inside another
+        (under the lock): nothing begun, so nothing to roll back."""
         self._check_open()
         if self.read_only:
             raise StoreError("the store was opened read-only")
         if self._tx is not None:
             raise StoreError("a transaction is already open on this store; they do not nest")
+
+    def _begin(self) -> None:
+        """`BEGIN IMMEDIATE` (after `_may_begin`, under the lock), the schema checked inside
+        it: a trigger added since the last check must not fire on this transaction's writes
+        (one pragma when nothing changed)."""
         try:
             self._conn.execute("BEGIN IMMEDIATE")
         except sqlite3.OperationalError as e:
@@ -364,13 +430,40 @@ class SqliteStore(ProxyRows):
             raise
 
     def _commit(self) -> None:
+        """`COMMIT`, acknowledged only when durable in the file at the store's path.
+
+        A file deleted or replaced under the store is found before (nothing written) and
+        after (the outcome unknown) the commit. A commit the disk failed to write or sync
+        (`SQLITE_IOERR`) may or may not be in the file, and a kernel that failed a sync
+        may have dropped what it held: the store stops rather than go on as if its writes
+        were durable. A full disk writes nothing (the WAL frame that commits was not
+        written), and the store goes on."""
         # A block or a group forked in ends here in the child: the parent's, not committed.
         self._check_open()
+        if self._files_moved():
+            migrations.rollback_quietly(self._conn)
+            raise self._moved_error("the transaction was rolled back, nothing was written")
         try:
             self._conn.execute("COMMIT")
         except sqlite3.Error as e:
             migrations.rollback_quietly(self._conn)
+            if is_io_error(e):
+                said = sqlite_failure(e) or str(e)
+                self._stop(
+                    f"the store stopped after a commit could not be made durable ({said}): "
+                    "reopen it, and check the record (agentrt verify)"
+                )
+                raise StoreError(
+                    f"commit failed: the disk reported an I/O error ({said}), so the "
+                    "transaction could not be made durable; whether it is in the file is "
+                    "unknown until the database is reopened. The store refuses further use: "
+                    "reopen it"
+                ) from e
             raise store_error(e, "commit failed, nothing was written", retryable=False) from e
+        if self._files_moved():
+            raise self._moved_error(
+                f"whether the transaction is in the record at {self.path} is unknown"
+            )
 
     def transactions(self, works: Sequence[Callable[[SqliteTx], Any]]) -> list[Grouped]:
         """Group commit: one `BEGIN IMMEDIATE` ... `COMMIT` (one fsync), each work in a
@@ -384,26 +477,27 @@ class SqliteStore(ProxyRows):
         if len(works) == 1:
             return [self._alone(works[0])]
         with self._lock, self._turn():
-            self._begin()
+            self._may_begin()
             outcomes: list[Grouped] = []
             # The chain's heads as the works so far left them: the next work chains from
             # them rather than reading each head again (decision 0120); the `chain_head`
             # rows they moved are written once, before the COMMIT (decision 0129).
             heads: dict[int, tuple[str, int]] = {}
             moved: dict[int, tuple[int, str]] = {}
-            try:
-                for work in works:
-                    outcomes.append(self._in_savepoint(work, heads, moved))
-                move_heads(self._conn, moved)
-            except sqlite3.Error as e:
-                self._rollback()
-                raise store_error(
-                    e, "the group's transaction failed, nothing was written", retryable=False
-                ) from e
+            try:  # from BEGIN to COMMIT, anything raised rolls the group back (`transaction`)
+                try:
+                    self._begin()
+                    for work in works:
+                        outcomes.append(self._in_savepoint(work, heads, moved))
+                    move_heads(self._conn, moved)
+                except sqlite3.Error as e:
+                    raise store_error(
+                        e, "the group's transaction failed, nothing was written", retryable=False
+                    ) from e
+                self._commit()
             except BaseException:
                 self._rollback()
                 raise
-            self._commit()
             return outcomes
 
     def _alone(self, work: Callable[[SqliteTx], Any]) -> Grouped:
@@ -435,12 +529,20 @@ class SqliteStore(ProxyRows):
         tx = SqliteTx(conn, self.partitions)
         tx.chain_from(heads)
         tx.keep_heads()
-        self._tx = tx
         try:
+            self._tx = tx  # in the block whose end clears it, whatever ends it
             value = work(tx)
             tx.write_events()  # inside the savepoint: the next work chains to them
+            tx.check_open()  # SQLite may have rolled the group back (a full disk)
         except Exception as e:
             self._check_open()  # forked in a work: the savepoint is the parent's
+            if not conn.in_transaction:
+                # SQLite rolled the whole group back (a full disk, an I/O error): no
+                # savepoint is left to undo this work alone, and nothing of any is written.
+                raise StoreError(
+                    f"the group's transaction failed, nothing was written: a work's "
+                    f"statement failed and SQLite rolled the whole transaction back: {e}"
+                ) from e
             # Only this work's writes go; a failure to undo them fails the whole group.
             conn.execute(f"ROLLBACK TO {_SAVEPOINT}")
             conn.execute(f"RELEASE {_SAVEPOINT}")
@@ -542,7 +644,7 @@ class SqliteStore(ProxyRows):
         large parts put back from `stored_values` (decision 0084); SQL's own
         functions on it (`json_extract`, `length`) see the packed text.
         """
-        return self._query(sql, params)
+        return self._read(sql, params, keys=False)
 
     def _own_view(self) -> None:
         """A read on the store's own connection inside its open transaction (this thread's)
@@ -551,6 +653,13 @@ class SqliteStore(ProxyRows):
             self._tx.write_events()
 
     def _query(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
+        """Rows of one of the store's own reads on its connection (`_read`)."""
+        return self._read(sql, params, keys=True)
+
+    def _read(self, sql: str, params: Sequence[Any], *, keys: bool) -> list[sqlite3.Row]:
+        """Rows of a read on the store's connection. `keys`: the store's own reads, whose
+        text parameters are all keys compared for equality, so that one UTF-8 cannot hold
+        (a lone surrogate) matches no row: nothing stored is such text."""
         with self._lock:
             self._check_open()
             self._own_view()
@@ -558,6 +667,10 @@ class SqliteStore(ProxyRows):
                 return list(self._conn.execute(sql, params).fetchall())
             except sqlite3.Error as e:
                 raise store_error(e, "a read of the store failed") from e
+            except UnicodeEncodeError as e:
+                if keys:
+                    return []
+                raise StoreError(f"a read of the store failed: {e}") from e
 
     def get_run(self, run_id: str, *, cap: int | None = None) -> Run:
         rows = self._query(
@@ -581,7 +694,7 @@ class SqliteStore(ProxyRows):
         rows = self._query(
             f"SELECT {select_list(_RUN_COLUMNS, cap)} FROM runs {where} "
             "ORDER BY rowid DESC LIMIT ? OFFSET ?",
-            [*params, limit, offset],
+            [*params, _bound(limit), _bound(offset)],
         )
         return [run_from_row(r) for r in rows]
 
@@ -600,7 +713,7 @@ class SqliteStore(ProxyRows):
         rows = self._query(
             f"SELECT {select_list(_STEP_COLUMNS, cap)} FROM steps WHERE run_id = ? "
             "ORDER BY idx LIMIT ? OFFSET ?",
-            (run_id, -1 if limit is None else limit, offset),
+            (run_id, -1 if limit is None else _bound(limit), _bound(offset)),
         )
         return [step_from_row(r) for r in rows]
 
@@ -687,17 +800,17 @@ class SqliteStore(ProxyRows):
         if run_id is None and partition is not None and self.partitions > 1:
             rows = self._query(
                 f"SELECT {cols} FROM events WHERE seq > ? AND seq % ? = ? ORDER BY seq LIMIT ?",
-                (after_seq, self.partitions, partition, limit),
+                (_bound(after_seq), self.partitions, partition, _bound(limit)),
             )
         elif run_id is None:
             rows = self._query(
                 f"SELECT {cols} FROM events WHERE seq > ? ORDER BY seq LIMIT ?",
-                (after_seq, limit),
+                (_bound(after_seq), _bound(limit)),
             )
         else:
             rows = self._query(
                 f"SELECT {cols} FROM events WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?",
-                (run_id, after_seq, limit),
+                (run_id, _bound(after_seq), _bound(limit)),
             )
         return [event_from_row(r) for r in rows]
 
@@ -791,7 +904,8 @@ class SqliteStore(ProxyRows):
         never raises on a damaged file: what SQLite says is a problem.
         """
         check = "integrity_check" if full else "quick_check"
-        limit = max(1, int(max_problems))
+        # SQLite takes a count up to 2**31 - 1 and reads anything larger as a table's name.
+        limit = min(max(1, int(max_problems)), _MAX_INT32)
 
         def pragma(conn: sqlite3.Connection, name: str) -> tuple[str, ...]:
             """The problems `PRAGMA name` reports (`()` for none); raises when it cannot finish."""
@@ -860,6 +974,16 @@ class SqliteStore(ProxyRows):
                 SqliteChainReader(conn, self.partitions), from_seq, to_seq, head=head
             )
         )
+
+
+_MAX_INT64 = 2**63 - 1
+_MAX_INT32 = 2**31 - 1
+
+
+def _bound(n: Any) -> Any:
+    """A count, offset or seq as SQLite can bind it: past a 64-bit integer, the largest
+    (no row is past it, so the answer is the same)."""
+    return _MAX_INT64 if isinstance(n, int) and n > _MAX_INT64 else n
 
 
 def _check_page(limit: int | None, offset: int) -> None:

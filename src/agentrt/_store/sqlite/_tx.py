@@ -40,7 +40,7 @@ from ..._errors import (
 from ..._records import (
     Event,
 )
-from ._connection import store_error
+from ._connection import sqlite_failure, store_error
 from ._values import INSERT_SQL, pack
 
 # A statement that reads or writes the events or the heads: the appended events are
@@ -115,9 +115,32 @@ class TxCore:
         try:
             return self.conn.execute(sql, params)
         except sqlite3.Error as e:
-            raise store_error(
-                e, "a statement of the transaction failed", retryable=self._reads_only
-            ) from e
+            raise self._failed(e) from e
+        except UnicodeEncodeError as e:  # a value UTF-8 cannot hold: nothing was run
+            raise StoreError(f"a statement of the transaction failed: {e}") from e
+
+    def _failed(self, error: sqlite3.Error) -> StoreError:
+        """The error a failed statement raises. SQLite rolls the whole transaction back on
+        some failures (a full disk, an I/O error, out of memory): the transaction is over
+        then, and every later statement of it is refused. Run on, each would commit on its
+        own, outside any transaction, and the block's end would find nothing to commit."""
+        error_ = store_error(
+            error, "a statement of the transaction failed", retryable=self._reads_only
+        )
+        if self._open and not self.conn.in_transaction:
+            why = (
+                f"SQLite rolled the whole transaction back after a failed statement "
+                f"({sqlite_failure(error) or error}): nothing of it was written; "
+                "use a new store.transaction()"
+            )
+            self._close(why)
+            error_ = type(error_)(f"{error_}; {why}")
+        return error_
+
+    def check_open(self) -> None:
+        """StoreError when the transaction is over (SQLite rolled it back, or its block
+        ended): the store calls it before its COMMIT."""
+        self._check_open()
 
     def stored(self, text: str) -> str:
         """What a JSON column holds for `text`: `text` itself, or `text` packed, its large
@@ -220,9 +243,7 @@ class TxCore:
         try:
             self.conn.executemany(_INSERT_EVENT, rows)
         except sqlite3.Error as e:
-            raise store_error(
-                e, "a statement of the transaction failed", retryable=self._reads_only
-            ) from e
+            raise self._failed(e) from e
         kept = self._kept_heads
         for part, seq, digest in heads:
             if kept is None:

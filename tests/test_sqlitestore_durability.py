@@ -1,0 +1,284 @@
+"""The SQLite store never acknowledges a commit that is not durable in the record at its path.
+
+A disk that fills up under a transaction, a sync the disk fails (EIO), a database file or
+WAL deleted or replaced while the store is open, and a signal landing between `BEGIN` and
+the transaction's block: each ends in a `StoreError` that says what is known, never in
+an acknowledged commit that a restart loses, a half-written transaction, or a wedged store.
+
+Real SQLite on real files: a small tmpfs for the full disk (the tests run as root, in CI
+too), an `LD_PRELOAD` shim (`tools/failing_fsync.c`) for the failing sync, in a process of
+its own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentrt._errors import StoreError
+from agentrt._records import Limits
+from agentrt._store import open_store
+from agentrt._store.sqlite._writes import SqliteTx
+from conftest import EPOCH
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _create(store: Any, run_id: str) -> None:
+    with store.transaction() as tx:
+        tx.create_run(
+            run_id,
+            "goal",
+            Limits(),
+            owner="me",
+            lease_expires_at=EPOCH,
+            holder="{}",
+            specs=[],
+            now=EPOCH,
+        )
+
+
+def _run_ids(path: Path) -> list[str]:
+    store = open_store(path)
+    try:
+        return sorted(r.id for r in store.list_runs())
+    finally:
+        store.close()
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A directory on a 640 KiB tmpfs of its own, unmounted afterwards."""
+    mount = tmp_path / "disk"
+    mount.mkdir(mode=0o700)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=640k,mode=0700", "tmpfs", str(mount)],
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0 and not os.environ.get("CI"):
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+    assert done.returncode == 0, done.stderr
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=True)
+
+
+def test_a_transaction_sqlite_rolled_back_on_a_full_disk_writes_nothing_after_it(
+    small_disk: Path,
+) -> None:
+    store = open_store(small_disk / "x.db")
+    with store.transaction() as tx:
+        tx.execute("CREATE TABLE mine (v BLOB)")
+    with pytest.raises(StoreError) as ended, store.transaction() as tx:
+        tx.execute("INSERT INTO mine VALUES ('first')")
+        # Bigger than the page cache and than the disk: written out before COMMIT, and
+        # SQLite rolls the whole transaction back when the disk is full.
+        with pytest.raises(StoreError, match="database or disk is full"):
+            tx.execute("INSERT INTO mine VALUES (zeroblob(4000000))")
+        # A consumer that goes on after the failed statement: its next write is refused
+        # rather than committed on its own outside any transaction.
+        with pytest.raises(StoreError, match="SQLite rolled the whole transaction back"):
+            tx.execute("INSERT INTO mine VALUES ('after')")
+    assert "SQLite rolled the whole transaction back" in str(ended.value)
+    assert [tuple(r) for r in store.query("SELECT v FROM mine")] == []
+    # The space is there again for a transaction that fits: the store goes on.
+    with store.transaction() as tx:
+        tx.execute("INSERT INTO mine VALUES ('fits')")
+    assert [tuple(r) for r in store.query("SELECT v FROM mine")] == [("fits",)]
+    store.close()
+
+
+def test_a_group_whose_work_fills_the_disk_fails_whole_with_nothing_written(
+    small_disk: Path,
+) -> None:
+    store = open_store(small_disk / "x.db")
+    with store.transaction() as tx:
+        tx.execute("CREATE TABLE mine (v BLOB)")
+
+    def insert(value: str) -> Any:
+        return lambda tx: tx.execute("INSERT INTO mine VALUES (?)", (value,))
+
+    def too_big(tx: Any) -> None:
+        tx.execute("INSERT INTO mine VALUES (zeroblob(4000000))")
+
+    with pytest.raises(StoreError, match="SQLite rolled the whole transaction back") as failed:
+        store.transactions([insert("a"), too_big, insert("c")])
+    assert "nothing was written" in str(failed.value)
+    assert store.query("SELECT v FROM mine") == []
+    store.transactions([insert("x"), insert("y")])
+    assert [tuple(r) for r in store.query("SELECT v FROM mine")] == [("x",), ("y",)]
+    store.close()
+
+
+@pytest.fixture(scope="module")
+def failing_fsync(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`tools/failing_fsync.c`, built."""
+    if shutil.which("gcc") is None and not os.environ.get("CI"):
+        pytest.skip("no gcc to build tools/failing_fsync.c")
+    out = tmp_path_factory.mktemp("shim") / "failing_fsync.so"
+    subprocess.run(
+        [
+            "gcc",
+            "-shared",
+            "-fPIC",
+            "-O2",
+            "-o",
+            str(out),
+            str(ROOT / "tools" / "failing_fsync.c"),
+            "-ldl",
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return out
+
+
+_EIO_SCRIPT = textwrap.dedent(
+    """
+    import json, os, sys
+    from agentrt._records import Limits
+    from agentrt._store import open_store
+    from conftest import EPOCH
+
+    path, flag = sys.argv[1], sys.argv[2]
+    said = {}
+
+    def create(store, run_id):
+        try:
+            with store.transaction() as tx:
+                tx.create_run(run_id, "goal", Limits(), owner="me", lease_expires_at=EPOCH,
+                              holder="{}", specs=[], now=EPOCH)
+            said[run_id] = "acknowledged"
+        except BaseException as e:
+            said[run_id] = f"{type(e).__module__}.{type(e).__name__}: {e}"
+
+    store = open_store(path)
+    create(store, "r1")
+    open(flag, "w").close()  # the disk fails every sync from here
+    create(store, "r2")
+    os.unlink(flag)  # and syncs again: the store must not take that for durability
+    create(store, "r3")
+    print(json.dumps(said))
+    sys.stdout.flush()
+    os._exit(0)  # dies without closing, as a killed process would
+    """
+)
+
+
+def test_a_commit_whose_fsync_failed_is_not_acknowledged_and_the_store_stops_writing(
+    tmp_path: Path, failing_fsync: Path
+) -> None:
+    db = tmp_path / "x.db"
+    flag = tmp_path / "fail-now"
+    env = {
+        **os.environ,
+        "LD_PRELOAD": str(failing_fsync),
+        "FAILING_FSYNC_FLAG": str(flag),
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT / "tests")]),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", _EIO_SCRIPT, str(db), str(flag)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    said = json.loads(done.stdout)
+    assert said["r1"] == "acknowledged"
+    # Not acknowledged, and not said to have written nothing: the WAL may hold the commit,
+    # and a restart may find it there.
+    assert said["r2"].startswith("agentrt.StoreError: ")
+    assert "nothing was written" not in said["r2"]
+    assert "could not be made durable" in said["r2"]
+    # The store does not go on writing as if its disk were sound.
+    assert said["r3"].startswith("agentrt.StoreError: ")
+    assert "reopen" in said["r3"]
+    assert "r3" not in _run_ids(db)
+    assert "r1" in _run_ids(db)
+
+
+def _replace(db: Path) -> None:
+    os.rename(db, db.with_name("old.db"))
+    shutil.copyfile(db.with_name("old.db"), db)
+    os.chmod(db, 0o600)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        pytest.param(lambda db: os.unlink(db), id="database-deleted"),
+        pytest.param(lambda db: os.unlink(f"{db}-wal"), id="wal-deleted"),
+        pytest.param(_replace, id="database-replaced"),
+    ],
+)
+def test_a_commit_to_a_database_file_deleted_or_replaced_while_open_is_not_acknowledged(
+    tmp_path: Path, change: Any
+) -> None:
+    db = tmp_path / "x.db"
+    store = open_store(db)
+    _create(store, "r1")
+    change(db)
+    with pytest.raises(StoreError, match="deleted or replaced while the store was open"):
+        _create(store, "r2")
+    # Nor does any later one commit into a file a restart will not find.
+    with pytest.raises(StoreError, match="deleted or replaced while the store was open"):
+        _create(store, "r3")
+    store.close()
+
+
+def test_a_wal_deleted_while_open_loses_no_acknowledged_commit_once_the_store_stops(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "x.db"
+    store = open_store(db)
+    _create(store, "r1")
+    os.unlink(f"{db}-wal")
+    with pytest.raises(StoreError, match="deleted or replaced"):
+        _create(store, "r2")
+    # r1 was acknowledged; it lived only in the WAL that was deleted. The store, stopping,
+    # put it into the database file, and r2 is nowhere.
+    assert _run_ids(db) == ["r1"]
+
+
+def test_a_signal_between_begin_and_the_transactions_block_leaves_the_store_usable(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "x.db"
+    store = open_store(db)
+    _create(store, "r1")
+
+    # A KeyboardInterrupt landing on the first bytecode after `BEGIN IMMEDIATE` returned:
+    # as a signal handler's would, raised where the transaction object is made.
+    def interrupt(frame: Any, event: str, arg: Any) -> Any:
+        made = event == "call" and frame.f_code.co_name == "__init__"
+        if made and isinstance(frame.f_locals.get("self"), SqliteTx):
+            sys.settrace(None)
+            raise KeyboardInterrupt
+        return None
+
+    sys.settrace(interrupt)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            _create(store, "r2")
+    finally:
+        sys.settrace(None)
+    # Nothing of it written, no transaction left open on the connection, and the write
+    # lock given back: the same store and another one both write.
+    _create(store, "r3")
+    other = open_store(db)
+    _create(other, "r4")
+    assert sorted(r.id for r in other.list_runs()) == ["r1", "r3", "r4"]
+    other.close()
+    store.close()
