@@ -1,5 +1,5 @@
 /*
- * A disk whose syncs fail, for the store's tests (tests/test_sqlitestore_durability.py):
+ * A disk whose syncs fail, for the store's tests (tests/test_store_durability.py):
  * while the file named by FAILING_FSYNC_FLAG exists, each fsync() and fdatasync() of
  * the process fails with EIO (as a dying disk or a lost network block device makes it),
  * without calling the real one. Otherwise both sync for real. Loaded with LD_PRELOAD by
