@@ -301,7 +301,9 @@ def test_off_loopback_the_console_needs_its_token_and_the_link_logs_in_with_a_cl
         page.goto(link)
         assert page.url == base  # redirected clean: the token is not left in the address
         expect(page.locator("#live-waiting")).to_contain_text("tell alice the build is green")
-        (cookie,) = [k for k in page.context.cookies(base) if k["name"] == "agentrt_console"]
+        (cookie,) = [
+            k for k in page.context.cookies(base) if k["name"].startswith("agentrt_console_")
+        ]
         assert cookie["httpOnly"] is True and cookie["sameSite"] == "Strict"
         assert token not in cookie["value"]
         assert page.evaluate("document.cookie") == ""  # HttpOnly: out of a script's reach
