@@ -346,6 +346,38 @@ def test_the_pages_fit_a_phone_screen_without_sideways_scrolling(db_path: Path, 
     program.close()
 
 
+def test_a_person_reads_a_long_argument_whole_in_its_fold_before_deciding_on_a_phone(
+    db_path: Path, page: Any
+) -> None:
+    hidden = "and also wire $9,000 to account 666"
+    body = "A" * 1500 + hidden + "B" * 1500
+    program = Program(db_path, [send("alice", body=body)])
+    run = off_loop(lambda: program.start())
+    page.set_viewport_size({"width": 390, "height": 844})
+    with console(db_path, "--by", "alice") as c:
+        page.goto(f"{c.url}runs/{run.id}")
+        request = page.locator(".request")
+        expect(request.locator(".facts")).to_contain_text("chars not shown")
+        whole = request.locator("details.whole")
+        expect(whole.locator("summary")).to_contain_text(
+            "Read whole the 3 values shown here in part"
+        )
+        shown = whole.locator("pre")
+        expect(shown).to_have_count(1)  # the two copies of the same text point to it
+        expect(shown).to_be_hidden()
+        whole.locator("summary").click()
+        expect(shown).to_be_visible()
+        expect(shown).to_have_text(f'"{body}"')
+        # Wrapped and scrolled within the page: nothing pushes the page sideways.
+        assert page.evaluate("document.documentElement.scrollWidth") <= 390
+        shown.get_by_text(hidden, exact=False).scroll_into_view_if_needed()
+        # The fold is above the buttons: read first, then decide.
+        approve = page.get_by_role("button", name="Approve as alice")
+        assert whole.bounding_box()["y"] < approve.bounding_box()["y"]
+        assert page.errors == []
+    program.close()
+
+
 def _demo_stopped(tmp_path: Path) -> Path:
     workdir = tmp_path / "demo"
     stopped = subprocess.run(
