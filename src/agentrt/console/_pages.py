@@ -223,17 +223,27 @@ def index_page(data: IndexData, config: ConsoleConfig) -> Html:
         table = Html('<p class="empty">No runs here.</p>')
     pager = []
     if runs.offset > 0:
-        pager.append(_page_link("← newer", runs.status, max(runs.offset - runs.limit, 0)))
+        # Past the end, "newer" is the last page that shows runs, not another empty one.
+        newer = max(min(runs.offset, runs.total) - runs.limit, 0)
+        pager.append(_page_link("← newer", runs.status, newer))
     if runs.next_offset is not None:
         pager.append(_page_link("older →", runs.status, runs.next_offset))
-    shown_from = runs.offset + 1 if runs.runs else 0
-    count = h(
-        '<p class="count">runs {}–{} of {}{}, newest first</p>',
-        shown_from,
-        runs.offset + len(runs.runs),
-        _number(runs.total),
-        f" {_status_label(runs.status)}" if runs.status else "",
-    )
+    which = f" {_status_label(runs.status)}" if runs.status else ""
+    if runs.runs or runs.offset == 0:
+        count = h(
+            '<p class="count">runs {}–{} of {}{}, newest first</p>',
+            runs.offset + 1 if runs.runs else 0,
+            runs.offset + len(runs.runs),
+            _number(runs.total),
+            which,
+        )
+    else:
+        count = h(
+            '<p class="count">no runs after the first {}; {}{} in all</p>',
+            _number(runs.offset),
+            _number(runs.total),
+            which,
+        )
     body = h(
         '<section data-live id="live-waiting"><h1>Waiting for a person '
         '<span class="badge">{}</span></h1>{}</section>'
