@@ -194,6 +194,16 @@ def index_page(data: IndexData, config: ConsoleConfig) -> Html:
             _number(len(resuming)),
             join(_resuming_card(s, data.decided.get(s.run.id)) for s in resuming),
         )
+    hidden = data.waiting.total - len(data.waiting.runs)
+    if hidden > 0:
+        # Newest first: the runs left out are those that have waited longest.
+        waiting_html = h(
+            '{}<p class="more">and {} more waiting run{}, the longest waiting among them: '
+            '<a href="/?status=WAITING_FOR_APPROVAL">every waiting run</a></p>',
+            waiting_html,
+            _number(hidden),
+            "" if hidden == 1 else "s",
+        )
     options = join(
         h(
             '<option value="{}"{}>{}</option>',
