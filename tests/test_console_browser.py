@@ -311,6 +311,25 @@ def test_off_loopback_the_console_needs_its_token_and_the_link_logs_in_with_a_cl
     program.close()
 
 
+def test_an_open_page_whose_login_is_gone_says_signed_out_not_connection_lost(
+    db_path: Path, page: Any
+) -> None:
+    """The console answers the page's poll with 401 (it restarted with another token, or
+    the cookie went): the banner said "connection lost: retrying", which it was not."""
+    program = Program(db_path, [send("alice")])
+    run = off_loop(lambda: program.start())
+    with console(db_path, "--host", "127.0.0.2") as c:
+        base = c.url.split("login?")[0]
+        page.goto(c.url)
+        page.goto(f"{base}runs/{run.id}")
+        conn = page.locator("#conn")
+        expect(conn).to_be_hidden()
+        page.context.clear_cookies()
+        expect(conn).to_be_visible()
+        expect(conn).to_have_text("signed out: open the console's login link again")
+    program.close()
+
+
 def test_a_person_approves_with_the_keyboard_alone(db_path: Path, page: Any) -> None:
     program = Program(db_path, [send("alice")])
     run = off_loop(lambda: program.start())
