@@ -1120,7 +1120,9 @@ def test_hostile_strings_are_shown_escaped_everywhere(database: str) -> None:
     assert arg.endswith(f'"value{HOSTILE_QUOTED}"')
     full_run = hostile_waiting_run(database, "c")
     full = agentrt_cmd("--db", db, "approve", full_run.id, "--full").stdout.splitlines()
-    (arg,) = [line for line in full if line.startswith("  request.args[")]
+    # The rows of the full view; the values they show in part follow them, whole.
+    rows = full[: next(i for i, x in enumerate(full) if x.startswith("Shown above in part"))]
+    (arg,) = [line for line in rows if line.startswith("  request.args[")]
     assert arg.startswith('  request.args["key\\u001b[31mALERT\\u001b[0m pay \\u202egnp.exe')
     assert arg.endswith(f'"value{HOSTILE_QUOTED}" (string, {len("value" + HOSTILE_ALL)} chars)')
     for raw in NEVER_RAW:

@@ -631,7 +631,8 @@ def test_off_loopback_a_token_is_required_and_the_link_sets_an_httponly_strict_c
     response = c.get(f"/login?token={TOKEN}")
     assert response.status_code == 303 and response.headers["location"] == "/"
     cookie = response.headers["set-cookie"]
-    assert cookie.startswith(f"agentrt_console={config.session_value()};")
+    assert cookie.startswith(f"{config.cookie_name}={config.session_value()};")
+    assert re.fullmatch(r"agentrt_console_[0-9a-f]{12}", config.cookie_name)
     assert TOKEN not in cookie
     assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/" in cookie
     assert c.get("/").status_code == 200  # the client keeps the cookie
@@ -641,7 +642,7 @@ def test_off_loopback_a_token_is_required_and_the_link_sets_an_httponly_strict_c
     posted = fresh.post("/login", data={"token": TOKEN}, headers=ORIGIN)
     assert posted.status_code == 303
     forged, _ = client(db_path, host="127.0.0.2", port=8765, token=TOKEN)
-    forged.cookies.set("agentrt_console", "0" * 64)
+    forged.cookies.set(config.cookie_name, "0" * 64)
     assert forged.get("/").status_code == 401
 
 

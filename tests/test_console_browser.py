@@ -301,11 +301,32 @@ def test_off_loopback_the_console_needs_its_token_and_the_link_logs_in_with_a_cl
         page.goto(link)
         assert page.url == base  # redirected clean: the token is not left in the address
         expect(page.locator("#live-waiting")).to_contain_text("tell alice the build is green")
-        (cookie,) = [k for k in page.context.cookies(base) if k["name"] == "agentrt_console"]
+        (cookie,) = [
+            k for k in page.context.cookies(base) if k["name"].startswith("agentrt_console_")
+        ]
         assert cookie["httpOnly"] is True and cookie["sameSite"] == "Strict"
         assert token not in cookie["value"]
         assert page.evaluate("document.cookie") == ""  # HttpOnly: out of a script's reach
         assert page.goto(f"{base}runs/{run.id}").status == 200
+    program.close()
+
+
+def test_an_open_page_whose_login_is_gone_says_signed_out_not_connection_lost(
+    db_path: Path, page: Any
+) -> None:
+    """The console answers the page's poll with 401 (it restarted with another token, or
+    the cookie went): the banner said "connection lost: retrying", which it was not."""
+    program = Program(db_path, [send("alice")])
+    run = off_loop(lambda: program.start())
+    with console(db_path, "--host", "127.0.0.2") as c:
+        base = c.url.split("login?")[0]
+        page.goto(c.url)
+        page.goto(f"{base}runs/{run.id}")
+        conn = page.locator("#conn")
+        expect(conn).to_be_hidden()
+        page.context.clear_cookies()
+        expect(conn).to_be_visible()
+        expect(conn).to_have_text("signed out: open the console's login link again")
     program.close()
 
 
@@ -341,6 +362,38 @@ def test_the_pages_fit_a_phone_screen_without_sideways_scrolling(db_path: Path, 
             assert page.evaluate("document.documentElement.scrollWidth") <= 390, url
         box = page.get_by_role("button", name=re.compile("^Approve as")).bounding_box()
         assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= 390
+    program.close()
+
+
+def test_a_person_reads_a_long_argument_whole_in_its_fold_before_deciding_on_a_phone(
+    db_path: Path, page: Any
+) -> None:
+    hidden = "and also wire $9,000 to account 666"
+    body = "A" * 1500 + hidden + "B" * 1500
+    program = Program(db_path, [send("alice", body=body)])
+    run = off_loop(lambda: program.start())
+    page.set_viewport_size({"width": 390, "height": 844})
+    with console(db_path, "--by", "alice") as c:
+        page.goto(f"{c.url}runs/{run.id}")
+        request = page.locator(".request")
+        expect(request.locator(".facts")).to_contain_text("chars not shown")
+        whole = request.locator("details.whole")
+        expect(whole.locator("summary")).to_contain_text(
+            "Read whole the 3 values shown here in part"
+        )
+        shown = whole.locator("pre")
+        expect(shown).to_have_count(1)  # the two copies of the same text point to it
+        expect(shown).to_be_hidden()
+        whole.locator("summary").click()
+        expect(shown).to_be_visible()
+        expect(shown).to_have_text(f'"{body}"')
+        # Wrapped and scrolled within the page: nothing pushes the page sideways.
+        assert page.evaluate("document.documentElement.scrollWidth") <= 390
+        shown.get_by_text(hidden, exact=False).scroll_into_view_if_needed()
+        # The fold is above the buttons: read first, then decide.
+        approve = page.get_by_role("button", name="Approve as alice")
+        assert whole.bounding_box()["y"] < approve.bounding_box()["y"]
+        assert page.errors == []
     program.close()
 
 

@@ -9,7 +9,11 @@ arguments it will be called with (each value its exact JSON literal, as it is
 hashed), why a person is asked, what approving and rejecting do, and a warning
 when the capability or the presentation names other arguments or another tool
 than the request runs. Then the full hashed view (`hashed_rows`): the console
-folds it under the buttons, the command line prints it with `--full`.
+folds it under the buttons, the command line prints it with `--full`. What the
+full view shows in part (a long string's middle, a long key's) is also shown
+whole, once (`whole_values`): folded above the buttons on the console, after the
+fields with `--full`, as `whole` in the webhook's answer; a person can read every
+character of what they approve before deciding.
 
 Invariants it keeps: every field of the object the approval hash covers is
 shown in the full view (`approval_fields` over `hashed_content`), in the order
@@ -227,6 +231,77 @@ def _fields(value: JSON, path: _Path) -> Iterator[tuple[str, str]]:
         yield path.shown(), f"{head_tail(value)} (string, {number(len(value))} chars)"
     else:
         yield path.shown(), sanitize(json_literal(value))
+
+
+@dataclass(frozen=True)
+class Whole:
+    """A value the full view shows only in part (`head_tail`, `_path_key`), shown whole.
+
+    `path` is the row of the full view it completes (`hashed_rows`), `what` is
+    `"string"` (the node's value) or `"key"` (the last key of the node's path),
+    `value` its exact JSON literal, sanitized (a key with `\\uXXXX` escapes
+    outside ASCII, as the paths show keys), and `size` its length in characters.
+    `same_as` names the earlier path whose value is the very same literal (the
+    default policy copies the arguments into the capability and the
+    presentation): the screens print such a value once, the JSON every time.
+    """
+
+    path: str
+    what: str
+    value: str
+    size: int
+    same_as: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "what": self.what,
+            "value": self.value,
+            "size": self.size,
+            "same_as": self.same_as or None,
+        }
+
+
+def whole_values(approval: Approval) -> list[Whole]:
+    """Every string and key of the hashed object that the full view shows only in part,
+    whole, once each, in the order it is hashed (decision XXXX).
+
+    The full view stays proportionate (decision 0149): a string longer than
+    `LONG_STRING` is its head and tail there, a key longer than `LONG_KEY` its
+    head, tail and hash. What a person approves must still be readable whole
+    before they decide: these are the middles those rows leave out. Each value is
+    shown once, with its row's bounded path, so what is shown grows with the
+    request's size, never with its depth. Text a read cut at its cap has no whole
+    to show (its row says how much was read); a read for deciding is uncapped.
+    """
+    found: list[Whole] = []
+    _wholes(hashed_content(approval), _Path.root(""), found)
+    first: dict[tuple[str, str], str] = {}
+    out = []
+    for w in found:
+        path = w.path.lstrip(".")
+        seen = first.setdefault((w.what, w.value), path)
+        out.append(Whole(path, w.what, w.value, w.size, "" if seen == path else seen))
+    return out
+
+
+def _wholes(value: JSON, path: _Path, found: list[Whole]) -> None:
+    # Iterative over a stack: the hashed object may nest as deep as the record allows.
+    # Each entry carries the long key its node is reached by, listed when the node is.
+    stack: list[tuple[JSON, _Path, str | None]] = [(value, path, None)]
+    while stack:
+        node, at, key = stack.pop()
+        if key is not None:
+            found.append(Whole(at.shown(), "key", _key_literal(key), len(key)))
+        if isinstance(node, dict):
+            stack.extend(
+                (node[k], at.child(_path_key(k)), k if len(k) > LONG_KEY else None)
+                for k in sorted(node, reverse=True)
+            )
+        elif isinstance(node, list):
+            stack.extend((node[i], at.child(f"[{i}]"), None) for i in reversed(range(len(node))))
+        elif isinstance(node, str) and len(node) > LONG_STRING and capped_length(node) is None:
+            found.append(Whole(at.shown(), "string", quoted(node), len(node)))
 
 
 def hashed_content(approval: Approval) -> dict[str, JSON]:
@@ -487,7 +562,31 @@ def full_lines(approval: Approval, *, verb: str) -> list[str]:
     lines = [f"What you {verb}, one field a line, exactly as the hash covers it:"]
     width = min(max((display_width(p) for p, _ in rows), default=0), 48)
     lines += [f"  {path.ljust(width)}  {value}" for path, value in rows]
+    lines += whole_lines(whole_values(approval))
     lines.append(f"hash  {sanitize(approval.hash)}")
+    return lines
+
+
+def whole_heading(count: int) -> str:
+    """`Shown above in part, here whole (2 values):`"""
+    return f"Shown above in part, here whole ({number(count)} value{'' if count == 1 else 's'}):"
+
+
+def whole_label(w: Whole) -> str:
+    """`request.args.body (string, 2,035 chars)`: the row a whole value completes."""
+    return f"{w.path} ({w.what}, {number(w.size)} char{'' if w.size == 1 else 's'})"
+
+
+def whole_lines(wholes: Sequence[Whole]) -> list[str]:
+    """The values the full view shows in part, whole: each its row's path, then its literal."""
+    if not wholes:
+        return []
+    lines = [whole_heading(len(wholes))]
+    for w in wholes:
+        if w.same_as:
+            lines.append(f"  {whole_label(w)}: the same as {w.same_as}")
+        else:
+            lines += [f"  {whole_label(w)}", f"    {w.value}"]
     return lines
 
 
@@ -515,6 +614,7 @@ __all__ = [
     "NANOSECOND_FIELDS",
     "NOTICE_LIMIT",
     "Summary",
+    "Whole",
     "approval_fields",
     "approval_lines",
     "compact_value",
@@ -532,4 +632,8 @@ __all__ = [
     "summary",
     "summary_lines",
     "time_cell",
+    "whole_heading",
+    "whole_label",
+    "whole_lines",
+    "whole_values",
 ]

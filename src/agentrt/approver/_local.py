@@ -10,7 +10,9 @@ Invariants this module keeps:
 - What is shown is what the command line shows (`agentrt._render_approval`):
   every field of the hashed object, in hash order, strings bounded as head and
   tail, every text escaped (`trace.sanitize`), never a field left out, because
-  the decision covers all of them.
+  the decision covers all of them; and every value shown there in part (a long
+  string, a long key) whole, once (`Pending.whole`), so no character of what
+  is decided is out of a person's sight.
 - An approval whose stored fields no longer hash to its hash is never shown:
   `show` and `pending` raise `ApprovalHashError` instead.
 - `by` is a label recorded with the decision (who the caller says decided), not
@@ -34,10 +36,12 @@ from .._errors import ApprovalChangedError, NotFoundError
 from .._operator import Operator, storable_problem
 from .._records import Approval, Run
 from .._render_approval import (
+    Whole,
     approval_lines,
     hashed_rows,
     interrupted_notice,
     long_text,
+    whole_values,
 )
 from .._store import Store, open_existing
 from ..trace import sanitize
@@ -105,7 +109,8 @@ class Pending:
     """A pending approval as a person is shown it before deciding.
 
     `fields` are `(path, value)` pairs, one per node of the hashed object, as the
-    command line prints them (escaped, long strings as head and tail); `kind`,
+    command line prints them (escaped, long strings as head and tail), `whole` each
+    value they show in part, whole; `kind`,
     `tool` and `reason` (why the policy asked) are escaped the same way;
     `expired` says the approval's time ran out, so a decision will be refused
     even though the row still reads pending.
@@ -124,6 +129,9 @@ class Pending:
     notice: str
     text: str
     """The whole plain rendering (what `?format=text` serves)."""
+    whole: tuple[Whole, ...] = ()
+    """Every value `fields` shows only in part (a long string, a long key), whole, once:
+    what a person approves is readable to its last character (decision XXXX)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -138,6 +146,7 @@ class Pending:
             "expired": self.expired,
             "fields": [{"path": path, "value": value} for path, value in self.fields],
             "notice": self.notice,
+            "whole": [w.to_json() for w in self.whole],
         }
 
 
@@ -242,6 +251,7 @@ class Local:
             fields=tuple(rows),
             notice=interrupted_notice(approval),
             text="".join(line + "\n" for line in lines),
+            whole=tuple(whole_values(approval)),
         )
 
     # --- deciding ---------------------------------------------------------------------------

@@ -2,10 +2,11 @@
 
 `approve`/`reject` show what a person decides on (the tool, its arguments
 exactly as hashed, why a person is asked, what approving and rejecting do, the
-hash), with `--full` every hashed field after it, one a line
-(`agentrt._render_approval`, the same text every channel shows), then decide
-bound to the hash they printed, and need `--approval`, `--yes` or a `y` typed
-at a terminal (keys typed before the request was shown are dropped). A stored
+hash), with `--full` every hashed field after it, one a line, and whole every
+value shown there in part (`agentrt._render_approval`, the same text every
+channel shows), then decide bound to the hash they printed, and need
+`--approval`, `--yes` or a `y` typed at a terminal (keys typed before the
+request was shown are dropped). A stored
 request that no longer matches its hash is refused before it is shown. `--by`
 defaults to the OS user of the effective uid, a label for the record. A
 `--note` no store can keep (a byte that is not UTF-8, which argv carries as a
@@ -26,7 +27,7 @@ from .._approval import verify_stored
 from .._errors import ApprovalChangedError
 from .._operator import Operator, storable_problem
 from .._records import Approval
-from .._render_approval import approval_lines
+from .._render_approval import approval_lines, number, whole_values
 from ..trace import sanitize, shown
 from ._opening import open_db
 from ._output import EXIT_OK, Output, Refusal, UsageError, again, arg, isatty
@@ -62,8 +63,21 @@ FULL_HINT = "Every field exactly as it is hashed, one a line: add --full."
 def show_approval(
     out: Output, approval: Approval, reason: str, *, verb: str, full: bool = False
 ) -> None:
-    """What a person decides on; with `full`, every hashed field and the hash after it."""
-    out.lines(approval_lines(approval, reason, verb=verb, full=full, more=FULL_HINT))
+    """What a person decides on; with `full`, every hashed field, every value shown in part
+    whole, and the hash after them; without, a line saying how to see them."""
+    out.lines(approval_lines(approval, reason, verb=verb, full=full, more=full_hint(approval)))
+
+
+def full_hint(approval: Approval) -> str:
+    """The last line without `--full`; it counts the values shown only in part."""
+    count = len(whole_values(approval))
+    if not count:
+        return FULL_HINT
+    values = f"{number(count)} value{'' if count == 1 else 's'}"
+    return (
+        f"Every field exactly as it is hashed, one a line, and the {values} shown here in part "
+        "whole: add --full."
+    )
 
 
 def default_user() -> str:

@@ -42,7 +42,7 @@ from .._records import RunStatus
 from .._store import Store, open_existing
 from ..trace import sanitize
 from . import _data, _pages
-from ._security import COOKIE, HEADERS, ConsoleConfig
+from ._security import HEADERS, ConsoleConfig
 
 BODY_LIMIT = 32 * 1024
 """Bytes a form may carry: the longest note (`NOTE_LIMIT` characters, 12 bytes each at most
@@ -115,7 +115,7 @@ class _Guard(BaseHTTPMiddleware):
             )
         path = request.url.path
         public = path == "/login" or path.startswith("/static/")
-        if not public and not config.cookie_matches(request.cookies.get(COOKIE)):
+        if not public and not config.cookie_matches(request.cookies.get(config.cookie_name)):
             if path.startswith("/api/"):
                 return JSONResponse({"error": "token needed", "code": "unauthorized"}, 401)
             return _html(
@@ -310,7 +310,11 @@ def create_app(config: ConsoleConfig) -> Starlette:
         response = RedirectResponse("/", 303)
         if config.token is not None:
             response.set_cookie(
-                COOKIE, config.session_value(), httponly=True, samesite="strict", path="/"
+                config.cookie_name,
+                config.session_value(),
+                httponly=True,
+                samesite="strict",
+                path="/",
             )
         return response
 

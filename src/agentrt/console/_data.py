@@ -6,7 +6,8 @@ app calls these functions with `run_in_threadpool`, so SQLite never blocks
 the event loop.
 
 The timeline is built from the run's audit events (the record, not the
-mutable rows): one entry per event a person cares about, with the durations
+mutable rows): one entry per event a person cares about (its title and detail
+clipped, with the count of characters left out), with the durations
 the events carry (`step.tool_finished.duration_ms`) or imply (a wait from
 `approval.requested` to `approval.decided`). Entries hold plain text; the page
 escapes it.
@@ -34,6 +35,8 @@ TIMELINE_EVENTS = 500
 """Events of a run the timeline shows at most: the latest ones."""
 DETAIL = 240
 """Characters of JSON shown in a timeline entry's detail."""
+TITLE = 160
+"""Characters shown of a timeline entry's title (it may name a model-written tool)."""
 
 
 # --- the chain ----------------------------------------------------------------------------------
@@ -255,6 +258,11 @@ def seconds(ms: int) -> str:
     return f"{s // 3600} h {s % 3600 // 60:02d} min"
 
 
+def _clipped(text: str, limit: int) -> str:
+    """`text`, or its first `limit` characters and how many more there are."""
+    return text if len(text) <= limit else f"{text[:limit]}… (+{len(text) - limit:,} chars)"
+
+
 @dataclass
 class _Builder:
     entries: list[Entry] = field(default_factory=list)
@@ -267,10 +275,8 @@ class _Builder:
                 seq=event.seq,
                 at=event.at,
                 kind=kind,
-                title=title,
-                detail=detail
-                if len(detail) <= DETAIL
-                else f"{detail[:DETAIL]}… (+{len(detail) - DETAIL:,} chars)",
+                title=_clipped(title, TITLE),
+                detail=_clipped(detail, DETAIL),
                 step=self.step_index.get(event.step_id),
                 duration_ms=kw.get("duration_ms"),
             )

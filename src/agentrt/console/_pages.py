@@ -6,7 +6,9 @@ A run's waiting request is shown with the command line's own rendering
 person is asked, what approving and rejecting do, the hash), then the buttons,
 then every field in the order it is hashed (`hashed_rows`), folded in a
 `<details>`, with sizes, long strings as head and tail, durations in units, and
-every invisible or control character visible as an escape. The form carries
+every invisible or control character visible as an escape. Every value shown in
+part (a long string, a long key) is also shown whole, once, folded above the
+buttons (`whole_values`). The form carries
 the hash shown, so a decision can only be bound to what the person saw.
 
 A run still waiting whose request was decided (approved, its program has not
@@ -29,7 +31,15 @@ from .. import view
 from .._capped import capped_length
 from .._clock import format_time
 from .._records import Approval, RunStatus, VerifyReport
-from .._render_approval import INTERRUPTED_KIND, Summary, approval_fields, hashed_rows, summary
+from .._render_approval import (
+    INTERRUPTED_KIND,
+    Summary,
+    approval_fields,
+    hashed_rows,
+    summary,
+    whole_label,
+    whole_values,
+)
 from .._render_approval import INTERRUPTED_NOTICE as RENDER_CRASH_NOTICE
 from ._data import Entry, IndexData, Pending, RunData, seconds, waits_for_its_program
 from ._html import Html, h, join, page, shown_text, text
@@ -184,6 +194,16 @@ def index_page(data: IndexData, config: ConsoleConfig) -> Html:
             _number(len(resuming)),
             join(_resuming_card(s, data.decided.get(s.run.id)) for s in resuming),
         )
+    hidden = data.waiting.total - len(data.waiting.runs)
+    if hidden > 0:
+        # Newest first: the runs left out are those that have waited longest.
+        waiting_html = h(
+            '{}<p class="more">and {} more waiting run{}, the longest waiting among them: '
+            '<a href="/?status=WAITING_FOR_APPROVAL">every waiting run</a></p>',
+            waiting_html,
+            _number(hidden),
+            "" if hidden == 1 else "s",
+        )
     options = join(
         h(
             '<option value="{}"{}>{}</option>',
@@ -213,17 +233,27 @@ def index_page(data: IndexData, config: ConsoleConfig) -> Html:
         table = Html('<p class="empty">No runs here.</p>')
     pager = []
     if runs.offset > 0:
-        pager.append(_page_link("← newer", runs.status, max(runs.offset - runs.limit, 0)))
+        # Past the end, "newer" is the last page that shows runs, not another empty one.
+        newer = max(min(runs.offset, runs.total) - runs.limit, 0)
+        pager.append(_page_link("← newer", runs.status, newer))
     if runs.next_offset is not None:
         pager.append(_page_link("older →", runs.status, runs.next_offset))
-    shown_from = runs.offset + 1 if runs.runs else 0
-    count = h(
-        '<p class="count">runs {}–{} of {}{}, newest first</p>',
-        shown_from,
-        runs.offset + len(runs.runs),
-        _number(runs.total),
-        f" {_status_label(runs.status)}" if runs.status else "",
-    )
+    which = f" {_status_label(runs.status)}" if runs.status else ""
+    if runs.runs or runs.offset == 0:
+        count = h(
+            '<p class="count">runs {}–{} of {}{}, newest first</p>',
+            runs.offset + 1 if runs.runs else 0,
+            runs.offset + len(runs.runs),
+            _number(runs.total),
+            which,
+        )
+    else:
+        count = h(
+            '<p class="count">no runs after the first {}; {}{} in all</p>',
+            _number(runs.offset),
+            _number(runs.total),
+            which,
+        )
     body = h(
         '<section data-live id="live-waiting"><h1>Waiting for a person '
         '<span class="badge">{}</span></h1>{}</section>'
@@ -329,6 +359,35 @@ def _facts(s: Summary, a: Approval) -> Html:
     )
 
 
+def _wholes(approval: Approval) -> Html:
+    """Every value the page shows only in part (a long string, a long key), whole, folded:
+    no character of what is decided is out of reach before the buttons (decision XXXX)."""
+    wholes = whole_values(approval)
+    if not wholes:
+        return Html("")
+    items = join(
+        h(
+            '<div class="wholeval"><p class="wpath">{}: the same as <code>{}</code></p></div>',
+            shown_text(whole_label(w)),
+            shown_text(w.same_as),
+        )
+        if w.same_as
+        else h(
+            '<div class="wholeval"><p class="wpath">{}</p><pre><bdo dir="ltr">{}</bdo></pre></div>',
+            shown_text(whole_label(w)),
+            shown_text(w.value),
+        )
+        for w in wholes
+    )
+    count = len(wholes)
+    return h(
+        '<details class="whole"><summary>Read whole the {} shown here in part '
+        '<span class="opt">(every character of what you decide)</span></summary>{}</details>',
+        f"{_number(count)} value{'' if count == 1 else 's'}",
+        items,
+    )
+
+
 def _notice(s: Summary) -> str:
     """The interrupted call's notice: what the presentation says happened, or the crash's."""
     if not s.notice or s.notice == RENDER_CRASH_NOTICE:
@@ -393,7 +452,7 @@ def _decision_form(p: Pending, run_id: str, config: ConsoleConfig) -> Html:
         '<div class="stale notice bad" role="alert" hidden><strong>This request is no longer '
         "the one waiting.</strong> It was decided, or the run moved on and asks again. A decision "
         'made here will be refused. <a href="/runs/{}">Show what waits now</a></div>'
-        '<h2 id="rq-{}">The run waits for your decision</h2>{}{}{}{}'
+        '<h2 id="rq-{}">The run waits for your decision</h2>{}{}{}{}{}'
         '<p class="hash">hash <code>{}</code></p>{}'
         '<details class="full"><summary>Every field exactly as it is hashed '
         '<span class="opt">({} fields: what the hash above covers)</span></summary>'
@@ -407,6 +466,7 @@ def _decision_form(p: Pending, run_id: str, config: ConsoleConfig) -> Html:
         h('<p class="notice warn">{}</p>', expired) if expired else Html(""),
         _facts(s, a),
         mismatches,
+        _wholes(a),
         a.hash,
         form,
         _number(s.fields),

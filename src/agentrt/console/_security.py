@@ -10,7 +10,8 @@ Rules (decision 0024):
 - **Elsewhere needs a token.** A token given (or generated) is always
   required, on loopback too. It travels once, in the link the console prints
   (`/login?token=...`); the console answers with a cookie (HttpOnly,
-  SameSite=Strict, Path=/) and a redirect to a clean URL. The cookie holds
+  SameSite=Strict, Path=/, its name derived from the token so that two consoles
+  on one host keep their logins apart) and a redirect to a clean URL. The cookie holds
   HMAC-SHA256(token, a fixed label), never the token itself, compared in
   constant time; it stays valid across restarts with the same token.
 - **On loopback the Host header must name the console** (`127.0.0.1:PORT`,
@@ -40,6 +41,10 @@ from ..trace import sanitize
 
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "::1", "localhost"})
 COOKIE = "agentrt_console"
+"""The start of the session cookie's name; the rest depends on the token (`cookie_name`)."""
+_NAME_LABEL = b"agentrt console cookie name v1"
+NAME_DIGITS = 12
+"""Hex digits of HMAC-SHA256(token, a label of its own) that end the cookie's name."""
 MIN_TOKEN = 20
 """Characters a given token needs at least (a generated one has 43)."""
 _TOKEN = re.compile(r"[A-Za-z0-9_\-.~]+")
@@ -121,6 +126,21 @@ class ConsoleConfig:
         """The cookie's value: derived from the token, never the token itself."""
         assert self.token is not None
         return hmac.new(self.token.encode(), _COOKIE_LABEL, hashlib.sha256).hexdigest()
+
+    @property
+    def cookie_name(self) -> str:
+        """`agentrt_console_<12 hex digits>`: one name per token, whatever the port.
+
+        A browser keeps cookies by host, not by port: with one fixed name, two
+        consoles with their own tokens on one host replaced each other's cookie, so
+        logging in to one logged the browser out of the other. The name is derived
+        from the token (not the port), so a console restarted with the same token, on
+        any port, still knows the browser; it says nothing about the token.
+        """
+        if self.token is None:
+            return COOKIE
+        digest = hmac.new(self.token.encode(), _NAME_LABEL, hashlib.sha256).hexdigest()
+        return f"{COOKIE}_{digest[:NAME_DIGITS]}"
 
     def token_matches(self, given: str) -> bool:
         if self.token is None:

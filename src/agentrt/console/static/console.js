@@ -28,8 +28,22 @@
     return;
   }
   const conn = document.getElementById("conn");
+  const LOST = "connection lost: retrying";
+  // 401: the console answers but no longer knows this browser (it restarted with
+  // another token, or the cookie was cleared): the connection is not what is lost.
+  const SIGNED_OUT = "signed out: open the console's login link again";
   let version = main.dataset.version;
   let failures = 0;
+  let signedOut = false;
+
+  function answered(response, what) {
+    if (response.status === 401) {
+      signedOut = true;
+    }
+    if (!response.ok) {
+      throw new Error(what + " " + response.status);
+    }
+  }
 
   function markRequests(pending) {
     const waiting = new Set(pending.map((p) => p.id + ":" + p.hash));
@@ -55,9 +69,7 @@
       credentials: "same-origin",
       cache: "no-store",
     });
-    if (!response.ok) {
-      throw new Error("page " + response.status);
-    }
+    answered(response, "page");
     const doc = new DOMParser().parseFromString(await response.text(), "text/html");
     let whole = true;
     for (const element of document.querySelectorAll("[data-live]")) {
@@ -76,15 +88,14 @@
   }
 
   async function tick() {
+    signedOut = false;
     try {
       const response = await fetch(stateUrl, {
         credentials: "same-origin",
         cache: "no-store",
         headers: { Accept: "application/json" },
       });
-      if (!response.ok) {
-        throw new Error("state " + response.status);
-      }
+      answered(response, "state");
       const state = await response.json();
       if (String(state.version) !== String(version) && (await refresh())) {
         version = String(state.version);
@@ -98,7 +109,8 @@
       }
     } catch (error) {
       failures += 1;
-      if (conn && failures > 1) {
+      if (conn && (signedOut || failures > 1)) {
+        conn.textContent = signedOut ? SIGNED_OUT : LOST;
         conn.hidden = false;
       }
     }
