@@ -264,7 +264,7 @@ class Whole:
 
 def whole_values(approval: Approval) -> list[Whole]:
     """Every string and key of the hashed object that the full view shows only in part,
-    whole, once each, in the order it is hashed (decision XXXX).
+    whole, once each, in the order it is hashed (decision 0156).
 
     The full view stays proportionate (decision 0149): a string longer than
     `LONG_STRING` is its head and tail there, a key longer than `LONG_KEY` its

@@ -131,7 +131,7 @@ class Pending:
     """The whole plain rendering (what `?format=text` serves)."""
     whole: tuple[Whole, ...] = ()
     """Every value `fields` shows only in part (a long string, a long key), whole, once:
-    what a person approves is readable to its last character (decision XXXX)."""
+    what a person approves is readable to its last character (decision 0156)."""
 
     def to_json(self) -> dict[str, Any]:
         return {

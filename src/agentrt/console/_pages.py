@@ -361,7 +361,7 @@ def _facts(s: Summary, a: Approval) -> Html:
 
 def _wholes(approval: Approval) -> Html:
     """Every value the page shows only in part (a long string, a long key), whole, folded:
-    no character of what is decided is out of reach before the buttons (decision XXXX)."""
+    no character of what is decided is out of reach before the buttons (decision 0156)."""
     wholes = whole_values(approval)
     if not wholes:
         return Html("")
