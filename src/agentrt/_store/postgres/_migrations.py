@@ -321,8 +321,12 @@ def migrate(
     """Create the schema if needed and bring it to `SCHEMA_VERSION` in one transaction.
 
     A schema created now gets `chain_partitions` heads (default `DEFAULT_PARTITIONS`);
-    one that exists keeps its N, and another given for it is refused."""
-    conn.execute("BEGIN")
+    one that exists keeps its N, and another given for it is refused.
+
+    READ COMMITTED whatever the role's `default_transaction_isolation`: a process that
+    waited on the lock while another migrated must see what that one committed (a
+    snapshot taken before the lock was granted would find no version, and migrate again)."""
+    conn.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
     try:
         conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"agentrt.migrate.{schema}",))
         found = conn.execute("SELECT to_regnamespace(%s)", (schema,)).fetchone()

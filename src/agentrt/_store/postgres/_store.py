@@ -41,11 +41,13 @@ from ..sqlite._store import CLOSED, SqliteStore
 from ..sqlite._writes import SqliteTx
 from ._connection import (
     _DAMAGED,
+    ESCAPED,
     LOCK_TIMEOUT_MS,
     Target,
     connect,
     one_line,
     parse_target,
+    read_text,
     rollback_quietly,
     store_error,
     translate,
@@ -438,9 +440,7 @@ class PostgresStore(SqliteStore):
                 limit,
             ),
         )
-        return [
-            _candidate(tuple(bytes(v) if isinstance(v, memoryview) else v for v in r)) for r in rows
-        ]
+        return [_candidate(tuple(_candidate_value(v) for v in r)) for r in rows]
 
     def started_tool_names(self, run_id: str) -> list[str | None]:
         """The names of the tools the run was started with; None for one that will not read."""
@@ -575,6 +575,20 @@ class PostgresStore(SqliteStore):
             "SELECT pg_advisory_xact_lock(hashtext(current_schema() || ?))",
             (f"agentrt.proxy.key.{key}",),
         )
+
+
+def _candidate_value(value: Any) -> Any:
+    """A column of `unfinished_runs` as `_candidate` reads it: bytes, a text stored escaped
+    (`stored_text`: one holding a NUL) read back first."""
+    if not isinstance(value, bytes | memoryview):
+        return value
+    data = bytes(value)
+    if data.startswith(ESCAPED.encode()):
+        try:
+            return read_text(data.decode("utf-8")).encode("utf-8")
+        except UnicodeDecodeError:
+            return data
+    return data
 
 
 class _Dict(dict[str, Any]):
