@@ -195,8 +195,21 @@ OWN_RELATIONS = """\
         AND c.relnamespace = to_regnamespace(current_schema())::oid
 """
 
+# Code of the database's own (a function or operator not built into the server: an oid
+# from `FirstNormalObjectId`, 16384, on) that a default, a check constraint or an index
+# calls: it runs inside agentrt's writes as a trigger would (decision XXXX). Found from
+# the code's side, through `pg_depend`'s index on what is depended on: a database holds
+# few such functions, where the schema's defaults alone are a hundred.
+_CODE = """\
+    SELECT DISTINCT f.classid, f.objid FROM pg_depend AS f
+    WHERE f.refclassid IN ('pg_proc'::regclass, 'pg_operator'::regclass)
+        AND f.refobjid >= 16384
+        AND f.classid IN ('pg_attrdef'::regclass, 'pg_constraint'::regclass, 'pg_class'::regclass)
+"""
+
 _UNSAFE = f"""\
-WITH own AS MATERIALIZED (
+WITH code AS MATERIALIZED (
+{_CODE}), own AS MATERIALIZED (
 {OWN_RELATIONS})
 SELECT 'trigger', t.tgname::text FROM own AS c JOIN pg_trigger AS t ON t.tgrelid = c.oid
     WHERE NOT t.tgisinternal
@@ -209,6 +222,16 @@ UNION ALL
 SELECT 'row-level policy', p.polname::text FROM own AS c JOIN pg_policy AS p ON p.polrelid = c.oid
 UNION ALL
 SELECT 'row-level security on', c.relname::text FROM own AS c WHERE c.relrowsecurity
+UNION ALL
+SELECT 'a function of its own called by', pg_describe_object(f.classid, f.objid, 0)
+    FROM code AS f WHERE EXISTS (
+        SELECT FROM pg_depend AS d WHERE d.classid = f.classid AND d.objid = f.objid
+            AND d.refclassid = 'pg_class'::regclass AND d.refobjid IN (SELECT oid FROM own))
+UNION ALL
+SELECT 'a column of its own type', c.relname::text || '.' || a.attname::text
+    FROM own AS c JOIN pg_depend AS t ON t.classid = 'pg_class'::regclass AND t.objid = c.oid
+        AND t.refclassid = 'pg_type'::regclass AND t.refobjid >= 16384 AND t.objsubid > 0
+    JOIN pg_attribute AS a ON a.attrelid = c.oid AND a.attnum = t.objsubid
 """
 
 
@@ -245,15 +268,22 @@ def is_refusal(error: psycopg.Error) -> bool:
     return isinstance(error, pg_errors.InvalidTextRepresentation) and _REFUSAL in str(error)
 
 
+_CODE_KINDS = ("a function of its own called by", "a column of its own type")
+
+
 def _refuse_unsafe(found: list[Any]) -> None:
     if found:
         named = ", ".join(f"{kind} {name!r}" for kind, name in sorted(found))
-        raise UnsafeSchemaError(
-            f"the database holds {named}; agentrt refuses a schema with triggers or views "
-            "(or rules, or row-level policies)"
-            if any(kind not in ("trigger", "view") for kind, _ in found)
-            else f"the database holds {named}; agentrt refuses a schema with triggers or views"
-        )
+        said = f"the database holds {named}; agentrt refuses a schema with triggers or views"
+        kinds = {kind for kind, _ in found}
+        if kinds & set(_CODE_KINDS):
+            said += (
+                " (or rules, row-level policies, or code of the database's own in a table's "
+                "defaults, checks, indexes or column types, which runs inside its writes)"
+            )
+        elif kinds - {"trigger", "view"}:
+            said += " (or rules, or row-level policies)"
+        raise UnsafeSchemaError(said)
 
 
 def _exists(conn: psycopg.Connection[Any], table: str) -> bool:
