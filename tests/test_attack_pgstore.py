@@ -269,3 +269,20 @@ def test_an_unfinished_run_whose_id_holds_a_nul_is_found_by_recovery(database: s
         assert store.get_run(candidate.run_id).id == "run\x00one"
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("datestyle", ["SQL, DMY", "German", "Postgres, MDY"])
+def test_a_role_whose_datestyle_is_not_iso_still_runs_and_reads_the_servers_clock(
+    datestyle: str,
+) -> None:
+    with role_with({"DateStyle": datestyle}) as base:
+        url = with_schema(base, f"pgs_{uuid.uuid4().hex[:12]}")
+        run = failed_run(url, "a goal", "stopped")
+        assert run.status == RunStatus.FAILED
+        store = agentrt.open_store(url)
+        try:
+            now = store.lease_now(lambda: None)  # type: ignore[arg-type,return-value]
+            assert now.tzinfo is not None
+            assert store.verify_events().intact
+        finally:
+            store.close()

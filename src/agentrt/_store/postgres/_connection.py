@@ -279,16 +279,19 @@ def connect(target: Target) -> psycopg.Connection[Any]:
     except psycopg.Error as e:
         raise StoreError(f"cannot open {target.shown}: {target.redact(one_line(str(e)))}") from None
     try:
-        # Text in UTF-8 whatever the role, the database or PGCLIENTENCODING say: in another
-        # client encoding a character it lacks fails in the driver (not as a StoreError).
-        # Every commit durable before it is acknowledged, whatever the role's default:
-        # `step.tool_started` must be on disk before the tool runs. The settings are sent
-        # as one message: one round trip.
+        # The session's own settings, over the role's and the database's defaults (`ALTER
+        # ROLE ... SET`), sent as one message: one round trip.
         settings = [
+            # Text in UTF-8 whatever the role, the database or PGCLIENTENCODING say: in
+            # another encoding a character it lacks fails in the driver, not as a StoreError.
             pg_sql.SQL("SET client_encoding TO 'UTF8'"),
             pg_sql.SQL("SET search_path TO {}").format(pg_sql.Identifier(target.schema)),
             pg_sql.SQL("SET TIME ZONE 'UTC'"),
+            # The server's clock read as psycopg parses it (ISO only).
+            pg_sql.SQL("SET DateStyle TO 'ISO'"),
             pg_sql.SQL("SET lock_timeout = {}").format(pg_sql.Literal(LOCK_TIMEOUT_MS)),
+            # Every commit durable before it is acknowledged: `step.tool_started` must be
+            # on disk before the tool runs.
             pg_sql.SQL("SET synchronous_commit = on"),
         ]
         conn.execute(pg_sql.SQL("; ").join(settings))
