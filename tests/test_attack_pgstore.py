@@ -286,3 +286,78 @@ def test_a_role_whose_datestyle_is_not_iso_still_runs_and_reads_the_servers_cloc
             assert store.verify_events().intact
         finally:
             store.close()
+
+
+def test_a_role_that_may_not_use_the_schema_is_told_so_not_that_there_is_no_store() -> None:
+    """Another role's store, in a schema this role has no USAGE on: every open says the role
+    may not use the schema (not that there is no agentrt schema, which would send the
+    operator to create one), and the command line says so in one line."""
+    import contextlib
+    import io
+
+    from agentrt.cli import main
+
+    schema = f"pgs_{uuid.uuid4().hex[:12]}"
+    owner_url = with_schema(_base(), schema)
+    failed_run(owner_url, "a goal", "stopped")
+    try:
+        with role_with({}) as base:
+            role = base.split("://", 1)[1].split("@", 1)[0]
+            url = with_schema(base, schema)
+            said = (
+                f"cannot open {url}: the role {role} may not use schema {schema} (it has no "
+                "USAGE privilege on it); grant it, or name a schema of its own"
+            )
+            for opening in (
+                lambda: agentrt.open_existing(url, read_only=True),
+                lambda: agentrt.open_existing(url),
+                lambda: agentrt.open_store(url),
+            ):
+                with pytest.raises(agentrt.StoreError) as refused:
+                    opening()
+                assert type(refused.value) is agentrt.StoreError
+                assert str(refused.value) == said
+            err = io.StringIO()
+            with contextlib.redirect_stderr(err):
+                assert main(["--db", url, "runs"]) == 1
+            assert err.getvalue() == f"agentrt: {said}\n"
+    finally:
+        drop_schema(owner_url)
+
+
+def test_a_role_granted_only_select_reads_the_record_through_every_read_command() -> None:
+    """A read-only open writes nothing: an auditor role with USAGE on the schema and SELECT
+    on its tables, and nothing else, lists, shows and verifies the record."""
+    import contextlib
+    import io
+
+    from agentrt.cli import main
+
+    schema = f"pgs_{uuid.uuid4().hex[:12]}"
+    owner_url = with_schema(_base(), schema)
+    run = failed_run(owner_url, "a goal", "stopped")
+    try:
+        with role_with({}) as base:
+            role = base.split("://", 1)[1].split("@", 1)[0]
+            with psycopg.connect(_base(), autocommit=True) as conn:
+                conn.execute(f"GRANT USAGE ON SCHEMA {schema} TO {role}")
+                conn.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA {schema} TO {role}")
+            url = with_schema(base, schema)
+            try:
+                for command in (["runs"], ["show", run.id], ["events"], ["verify"]):
+                    out, err = io.StringIO(), io.StringIO()
+                    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                        code = main(["--db", url, *command])
+                    assert (code, err.getvalue()) == (0, ""), command
+                    assert out.getvalue()
+                store = agentrt.open_existing(url, read_only=True)
+                try:
+                    assert store.get_run(run.id).reason_detail == "stopped"
+                finally:
+                    store.close()
+            finally:
+                with psycopg.connect(_base(), autocommit=True) as conn:
+                    conn.execute(f"REVOKE ALL ON ALL TABLES IN SCHEMA {schema} FROM {role}")
+                    conn.execute(f"REVOKE ALL ON SCHEMA {schema} FROM {role}")
+    finally:
+        drop_schema(owner_url)

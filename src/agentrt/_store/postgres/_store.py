@@ -74,6 +74,7 @@ def open_store(url: str, *, chain_partitions: int | None = None) -> PostgresStor
     target = parse_target(url)
     conn = connect(target)
     try:
+        check_usable(conn, target)
         migrate(conn, target.schema, chain_partitions=chain_partitions)
         partitions = chain_partitions_of(conn)
     except psycopg.Error as e:
@@ -90,6 +91,7 @@ def open_existing(url: str, read_only: bool = False) -> PostgresStore:
     target = parse_target(url)
     conn = connect(target)
     try:
+        check_usable(conn, target)
         check_schema(conn)
         check_exact(conn)
         if read_only:
@@ -104,6 +106,22 @@ def open_existing(url: str, read_only: bool = False) -> PostgresStore:
         conn.close()
         raise
     return PostgresStore(conn, target, read_only=read_only, partitions=partitions)
+
+
+def check_usable(conn: psycopg.Connection[Any], target: Target) -> None:
+    """Refuse a schema that exists but that the role may not use (no USAGE on it): the
+    server then leaves it off the search path, and the schema would read as holding no
+    store (sending the operator to create one) or as no schema at all."""
+    row = conn.execute(
+        "SELECT current_user::text, has_schema_privilege(oid, 'USAGE') FROM pg_namespace "
+        "WHERE nspname = %s",
+        (target.schema,),
+    ).fetchone()
+    if row is not None and not row[1]:
+        raise StoreError(
+            f"cannot open {target.shown}: the role {row[0]} may not use schema {target.schema} "
+            "(it has no USAGE privilege on it); grant it, or name a schema of its own"
+        )
 
 
 def drop_schema(url: str) -> bool:
