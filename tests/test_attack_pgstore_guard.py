@@ -108,3 +108,54 @@ def test_a_function_planted_in_a_table_s_definition_is_refused_before_it_runs(
             if store is not None:
                 store.close()
             conn.execute(f"DROP SCHEMA {side} CASCADE")
+
+
+SHADOWS = {
+    # `unfinished_runs` reads `convert_to(column, 'UTF8')`: a function of the same name in
+    # the store's schema taking `text` for the literal is a better match than the server's.
+    "function": (
+        "CREATE FUNCTION {schema}.convert_to(t text, e text) RETURNS bytea LANGUAGE sql "
+        "AS $$ SELECT 'forged'::bytea $$",
+        "function 'convert_to(text,text)'",
+    ),
+    "operator": (
+        "CREATE FUNCTION {schema}.eq(a text, b varchar) RETURNS boolean LANGUAGE sql "
+        "AS $$ SELECT true $$; "
+        "CREATE OPERATOR {schema}.= (LEFTARG = text, RIGHTARG = varchar, FUNCTION = {schema}.eq)",
+        "function 'eq(text,character varying)', operator '=(text,character varying)'",
+    ),
+}
+
+
+@pytest.mark.parametrize("opened_before", [False, True], ids=["at-open", "planted-later"])
+@pytest.mark.parametrize("kind", list(SHADOWS))
+def test_a_function_or_operator_in_the_store_s_schema_is_refused(
+    url: str, kind: str, opened_before: bool
+) -> None:
+    """A function or operator made in the store's own schema may be chosen over the
+    server's for what the store's statements call (a better match for their arguments):
+    the schema is refused at open and in every write transaction."""
+    agentrt.open_store(url).close()
+    base, schema = url.split("?", 1)[0], url.rsplit("schema=", 1)[1]
+    plant, named = SHADOWS[kind]
+    store = agentrt.open_store(url) if opened_before else None
+    try:
+        with psycopg.connect(base, autocommit=True) as conn:
+            conn.execute(plant.format(schema=schema))
+        with pytest.raises(UnsafeSchemaError) as refused:
+            if store is None:
+                store = agentrt.open_store(url)
+            driver = agentrt.Driver(
+                store=store,
+                agent=ScriptedAgent([Decision.fail("stopped")]),
+                policy=agentrt.default_policy(),
+                tools=[],
+                now=FakeClock(),
+                new_id=Ids("b"),
+            )
+            driver.start_sync("a goal")
+        expected = f"the database holds {named.format(schema=schema)}; "
+        assert str(refused.value).startswith(expected), refused.value
+    finally:
+        if store is not None:
+            store.close()

@@ -195,6 +195,10 @@ OWN_RELATIONS = """\
         AND c.relnamespace = to_regnamespace(current_schema())::oid
 """
 
+# A function or operator in the store's schema: the server may choose it over its own for
+# what the store's statements call, where it matches their arguments better (a literal
+# taken as `text`), and run it in agentrt's reads and writes (decision XXXX).
+#
 # Code of the database's own (a function or operator not built into the server: an oid
 # from `FirstNormalObjectId`, 16384, on) that a default, a check constraint or an index
 # calls: it runs inside agentrt's writes as a trigger would (decision XXXX). Found from
@@ -227,6 +231,14 @@ SELECT 'a function of its own called by', pg_describe_object(f.classid, f.objid,
     FROM code AS f WHERE EXISTS (
         SELECT FROM pg_depend AS d WHERE d.classid = f.classid AND d.objid = f.objid
             AND d.refclassid = 'pg_class'::regclass AND d.refobjid IN (SELECT oid FROM own))
+UNION ALL
+SELECT CASE d.classid WHEN 'pg_proc'::regclass THEN 'function' ELSE 'operator' END,
+    CASE d.classid WHEN 'pg_proc'::regclass THEN d.objid::regprocedure::text
+        ELSE d.objid::regoperator::text END
+    FROM pg_depend AS d
+    WHERE d.refclassid = 'pg_namespace'::regclass AND d.refobjsubid = 0
+        AND d.refobjid = to_regnamespace(current_schema())::oid
+        AND d.classid IN ('pg_proc'::regclass, 'pg_operator'::regclass)
 UNION ALL
 SELECT 'a column of its own type', c.relname::text || '.' || a.attname::text
     FROM own AS c JOIN pg_depend AS t ON t.classid = 'pg_class'::regclass AND t.objid = c.oid
@@ -268,7 +280,12 @@ def is_refusal(error: psycopg.Error) -> bool:
     return isinstance(error, pg_errors.InvalidTextRepresentation) and _REFUSAL in str(error)
 
 
-_CODE_KINDS = ("a function of its own called by", "a column of its own type")
+_CODE_KINDS = (
+    "a function of its own called by",
+    "a column of its own type",
+    "function",
+    "operator",
+)
 
 
 def _refuse_unsafe(found: list[Any]) -> None:
@@ -278,8 +295,9 @@ def _refuse_unsafe(found: list[Any]) -> None:
         kinds = {kind for kind, _ in found}
         if kinds & set(_CODE_KINDS):
             said += (
-                " (or rules, row-level policies, or code of the database's own in a table's "
-                "defaults, checks, indexes or column types, which runs inside its writes)"
+                " (or rules, row-level policies, or functions and operators of the database's "
+                "own, in its schema or in a table's defaults, checks, indexes or column types, "
+                "which run inside agentrt's reads and writes)"
             )
         elif kinds - {"trigger", "view"}:
             said += " (or rules, or row-level policies)"
