@@ -29,7 +29,10 @@ def role_with(settings: dict[str, str]) -> Iterator[str]:
     test database; its URL (no schema). Dropped, with all it owns, afterwards."""
     base = _base()
     role = f"pgs_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(base, autocommit=True) as conn:
+    with psycopg.connect(base) as conn:
+        # One grant on the database's row at a time: two at once fail ("tuple concurrently
+        # updated"), as two revokes do.
+        conn.execute("SELECT pg_advisory_xact_lock(hashtext('agentrt.tests.roles'))")
         conn.execute(f"CREATE ROLE {role} LOGIN")
         db = conn.execute("SELECT current_database()").fetchone()[0]
         conn.execute(f'GRANT CREATE ON DATABASE "{db}" TO {role}')
@@ -38,7 +41,8 @@ def role_with(settings: dict[str, str]) -> Iterator[str]:
     try:
         yield base.replace("://root@", f"://{role}@", 1)
     finally:
-        with psycopg.connect(base, autocommit=True) as conn:
+        with psycopg.connect(base) as conn:
+            conn.execute("SELECT pg_advisory_xact_lock(hashtext('agentrt.tests.roles'))")
             conn.execute(f"DROP OWNED BY {role} CASCADE")
             conn.execute(f"DROP ROLE {role}")
 
@@ -361,3 +365,18 @@ def test_a_role_granted_only_select_reads_the_record_through_every_read_command(
                     conn.execute(f"REVOKE ALL ON SCHEMA {schema} FROM {role}")
     finally:
         drop_schema(owner_url)
+
+
+def test_a_latin1_pgclientencoding_in_the_environment_changes_nothing_recorded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    goal = "pay 12 € to Zoë 😀"
+    schema = f"pgs_{uuid.uuid4().hex[:12]}"
+    url = with_schema(_base(), schema)
+    monkeypatch.setenv("PGCLIENTENCODING", "LATIN1")
+    try:
+        run = failed_run(url, goal, "done ✓")
+        assert (run.status, run.goal, run.reason_detail) == (RunStatus.FAILED, goal, "done ✓")
+    finally:
+        monkeypatch.delenv("PGCLIENTENCODING")
+        drop_schema(url)

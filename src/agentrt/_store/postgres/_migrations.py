@@ -197,7 +197,8 @@ OWN_RELATIONS = """\
 
 # A function or operator in the store's schema: the server may choose it over its own for
 # what the store's statements call, where it matches their arguments better (a literal
-# taken as `text`), and run it in agentrt's reads and writes (decision XXXX).
+# taken as `text`), and run it in agentrt's reads and writes (decision XXXX). A trigger's
+# function is left to the trigger's refusal: SQL cannot call one.
 #
 # Code of the database's own (a function or operator not built into the server: an oid
 # from `FirstNormalObjectId`, 16384, on) that a default, a check constraint or an index
@@ -232,13 +233,17 @@ SELECT 'a function of its own called by', pg_describe_object(f.classid, f.objid,
         SELECT FROM pg_depend AS d WHERE d.classid = f.classid AND d.objid = f.objid
             AND d.refclassid = 'pg_class'::regclass AND d.refobjid IN (SELECT oid FROM own))
 UNION ALL
-SELECT CASE d.classid WHEN 'pg_proc'::regclass THEN 'function' ELSE 'operator' END,
-    CASE d.classid WHEN 'pg_proc'::regclass THEN d.objid::regprocedure::text
-        ELSE d.objid::regoperator::text END
-    FROM pg_depend AS d
+SELECT 'function', p.oid::regprocedure::text
+    FROM pg_depend AS d JOIN pg_proc AS p ON p.oid = d.objid
     WHERE d.refclassid = 'pg_namespace'::regclass AND d.refobjsubid = 0
         AND d.refobjid = to_regnamespace(current_schema())::oid
-        AND d.classid IN ('pg_proc'::regclass, 'pg_operator'::regclass)
+        AND d.classid = 'pg_proc'::regclass
+        AND p.prorettype NOT IN ('trigger'::regtype, 'event_trigger'::regtype)
+UNION ALL
+SELECT 'operator', d.objid::regoperator::text FROM pg_depend AS d
+    WHERE d.refclassid = 'pg_namespace'::regclass AND d.refobjsubid = 0
+        AND d.refobjid = to_regnamespace(current_schema())::oid
+        AND d.classid = 'pg_operator'::regclass
 UNION ALL
 SELECT 'a column of its own type', c.relname::text || '.' || a.attname::text
     FROM own AS c JOIN pg_depend AS t ON t.classid = 'pg_class'::regclass AND t.objid = c.oid
@@ -290,7 +295,9 @@ _CODE_KINDS = (
 
 def _refuse_unsafe(found: list[Any]) -> None:
     if found:
-        named = ", ".join(f"{kind} {name!r}" for kind, name in sorted(found))
+        # What a trigger or view names first; code of the database's own after.
+        ordered = sorted(found, key=lambda f: (f[0] in _CODE_KINDS, f[0], f[1]))
+        named = ", ".join(f"{kind} {name!r}" for kind, name in ordered)
         said = f"the database holds {named}; agentrt refuses a schema with triggers or views"
         kinds = {kind for kind, _ in found}
         if kinds & set(_CODE_KINDS):
