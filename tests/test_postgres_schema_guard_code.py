@@ -1,4 +1,14 @@
-"""Hidden code the schema guard lets stand (temporary file)."""
+"""The schema guard refuses code of the database's own that runs inside the store's
+statements (decision XXXX).
+
+Besides a trigger, rule, view or row-level policy, a function written in the database
+runs inside agentrt's writes when a table's check constraint, column default, index
+expression or predicate, or a column's domain calls it, and inside its reads and writes
+when it is made in the store's schema and matches what a statement calls better than the
+server's own (`convert_to(column, 'UTF8')` with a `convert_to(text, text)`). Each is
+refused at open and by every write transaction's guard, before it runs: the spy's table
+stays empty.
+"""
 
 from __future__ import annotations
 
@@ -54,7 +64,7 @@ PLANTS = {
 
 @pytest.mark.parametrize("opened_before", [False, True], ids=["at-open", "planted-later"])
 @pytest.mark.parametrize("kind", list(PLANTS))
-def test_a_function_planted_in_a_table_s_definition_is_refused_before_it_runs(
+def test_a_function_planted_in_a_tables_definition_is_refused_before_it_runs(
     url: str, kind: str, opened_before: bool
 ) -> None:
     agentrt.open_store(url).close()
@@ -129,7 +139,7 @@ SHADOWS = {
 
 @pytest.mark.parametrize("opened_before", [False, True], ids=["at-open", "planted-later"])
 @pytest.mark.parametrize("kind", list(SHADOWS))
-def test_a_function_or_operator_in_the_store_s_schema_is_refused(
+def test_a_function_or_operator_in_the_stores_schema_is_refused(
     url: str, kind: str, opened_before: bool
 ) -> None:
     """A function or operator made in the store's own schema may be chosen over the
