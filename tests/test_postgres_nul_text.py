@@ -131,3 +131,20 @@ def test_an_unfinished_run_whose_id_holds_a_nul_is_found_by_recovery(database: s
         assert store.get_run(candidate.run_id).id == "run\x00one"
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("goal", ["\x02abc", "\x02", "\x02\x02", "\x02a\x02b\x02."])
+def test_a_text_starting_with_the_escape_written_by_an_earlier_release_reads_as_written(
+    database: str, goal: str
+) -> None:
+    """A text starting with U+0002 (and holding no NUL) was stored as it is before the
+    escape: written so behind the store's back, it reads back unchanged."""
+    from support import rows
+
+    run = failed_run(database, "a goal", "stopped")
+    assert rows.execute(database, "UPDATE runs SET goal = ? WHERE id = ?", (goal, run.id)) == 1
+    store = agentrt.open_existing(database, read_only=True)
+    try:
+        assert store.get_run(run.id).goal == goal
+    finally:
+        store.close()

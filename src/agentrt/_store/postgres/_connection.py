@@ -108,24 +108,40 @@ def parse_target(url: str) -> Target:
 ESCAPED = "\x02"
 """The first character of a text stored escaped: one holding a NUL (which a PostgreSQL text
 cannot hold) or itself starting with this character. Its NULs are `ESCAPED + "0"`, its
-`ESCAPED`s doubled; every other text is stored as it is (decision XXXX)."""
+`ESCAPED`s doubled, and it ends with `ESCAPED + "."`; every other text is stored as it is
+(decision XXXX)."""
 
-_ESCAPE_PAIR = re.compile("\x02([\x020])")
+_END = ESCAPED + "."
+# Each `ESCAPED` of an escaped text's body and the character after it; a lone one (at the
+# body's end, or before another character) is no escape of `stored_text`'s.
+_ESCAPE_PAIR = re.compile("\x02([\x020]?)")
 
 
 def stored_text(text: str) -> str:
     """`text` as a PostgreSQL text holds it: escaped when it holds a NUL or starts with
     `ESCAPED`, else itself."""
     if "\x00" in text or text.startswith(ESCAPED):
-        return ESCAPED + text.replace(ESCAPED, ESCAPED + ESCAPED).replace("\x00", ESCAPED + "0")
+        body = text.replace(ESCAPED, ESCAPED + ESCAPED).replace("\x00", ESCAPED + "0")
+        return ESCAPED + body + _END
     return text
 
 
 def read_text(stored: str) -> str:
-    """The text `stored_text` stored as `stored`."""
-    if not stored.startswith(ESCAPED):
+    """The text `stored_text` stored as `stored`. A text that is no escape of its (one
+    stored as it is before decision XXXX that starts with `ESCAPED`) is read as it is."""
+    if not (stored.startswith(ESCAPED) and stored.endswith(_END) and len(stored) >= 3):
         return stored
-    return _ESCAPE_PAIR.sub(lambda m: "\x00" if m[1] == "0" else ESCAPED, stored[1:])
+    lone = False
+
+    def unescape(pair: re.Match[str]) -> str:
+        nonlocal lone
+        if not pair[1]:
+            lone = True
+            return ""
+        return "\x00" if pair[1] == "0" else ESCAPED
+
+    text = _ESCAPE_PAIR.sub(unescape, stored[1:-2])
+    return stored if lone else text
 
 
 class _TextDumper(StrDumperUnknown):
