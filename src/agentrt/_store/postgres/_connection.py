@@ -21,11 +21,13 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg import sql as pg_sql
+from psycopg.adapt import AdaptersMap
+from psycopg.types.string import StrDumperUnknown
 
 from ..._db_url import ambiguous_user, redact_db, shown_db
 from ..._errors import StoreBusyError, StoreDamagedError, StoreError
@@ -94,8 +96,67 @@ def parse_target(url: str) -> Target:
         raise StoreError(
             f"schema {schema!r} is not a plain lower-case name (letters, digits, underscores)"
         )
-    conninfo = urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(rest), ""))
+    # Percent-encoded as libpq decodes it: a space is `%20`, never `+` (which libpq keeps
+    # as a `+`: `options=-c%20work_mem%3D8MB` would reach the server as `-c+work_mem=8MB`).
+    query_text = urlencode(rest, quote_via=quote)
+    conninfo = urlunsplit((parts.scheme, parts.netloc, parts.path, query_text, ""))
     return Target(conninfo=conninfo, schema=schema, password=parts.password or "")
+
+
+# --- text a PostgreSQL text cannot hold -----------------------------------------------------
+
+ESCAPED = "\x02"
+"""The first character of a text stored escaped: one holding a NUL (which a PostgreSQL text
+cannot hold) or itself starting with this character. Its NULs are `ESCAPED + "0"`, its
+`ESCAPED`s doubled, and it ends with `ESCAPED + "."`; every other text is stored as it is
+(decision XXXX)."""
+
+_END = ESCAPED + "."
+# Each `ESCAPED` of an escaped text's body and the character after it; a lone one (at the
+# body's end, or before another character) is no escape of `stored_text`'s.
+_ESCAPE_PAIR = re.compile("\x02([\x020]?)")
+
+
+def stored_text(text: str) -> str:
+    """`text` as a PostgreSQL text holds it: escaped when it holds a NUL or starts with
+    `ESCAPED`, else itself."""
+    if "\x00" in text or text.startswith(ESCAPED):
+        body = text.replace(ESCAPED, ESCAPED + ESCAPED).replace("\x00", ESCAPED + "0")
+        return ESCAPED + body + _END
+    return text
+
+
+def read_text(stored: str) -> str:
+    """The text `stored_text` stored as `stored`. A text that is no escape of its (one
+    stored as it is before decision XXXX that starts with `ESCAPED`) is read as it is."""
+    if not (stored.startswith(ESCAPED) and stored.endswith(_END) and len(stored) >= 3):
+        return stored
+    lone = False
+
+    def unescape(pair: re.Match[str]) -> str:
+        nonlocal lone
+        if not pair[1]:
+            lone = True
+            return ""
+        return "\x00" if pair[1] == "0" else ESCAPED
+
+    text = _ESCAPE_PAIR.sub(unescape, stored[1:-2])
+    return stored if lone else text
+
+
+class _TextDumper(StrDumperUnknown):
+    """psycopg's text parameter, escaped when it holds a NUL (`stored_text`): every value a
+    store binds, written or compared, is as the column holds it."""
+
+    def dump(self, obj: str) -> bytes:
+        if "\x00" in obj or obj.startswith(ESCAPED):
+            obj = stored_text(obj)
+        return obj.encode(self._encoding)
+
+
+ADAPTERS = AdaptersMap(psycopg.adapters)
+"""psycopg's adapters with `_TextDumper` for every `str`: each store connection's."""
+ADAPTERS.register_dumper(str, _TextDumper)
 
 
 # --- rows -----------------------------------------------------------------------------------
@@ -138,6 +199,7 @@ def row_factory(cursor: Any) -> Any:
     known: dict[str, object] = {}  # the parts this statement's rows fetched
 
     def make(values: Sequence[Any]) -> Row:
+        values = _unescaped(values)
         for i, _ in columns:
             value = values[i]
             if type(value) is str and MARK in value:  # packed: put its parts back
@@ -155,11 +217,19 @@ def _plain_maker(names: dict[str, int]) -> Any:
     """The maker of a result none of whose columns can hold a packed value."""
 
     def make(values: Sequence[Any]) -> Row:
-        row = Row(values)
+        row = Row(_unescaped(values))
         row._names = names
         return row
 
     return make
+
+
+def _unescaped(values: Sequence[Any]) -> Sequence[Any]:
+    """A row's values with each text stored escaped (`stored_text`) read back."""
+    for value in values:
+        if type(value) is str and value.startswith(ESCAPED):
+            return [read_text(v) if type(v) is str else v for v in values]
+    return values
 
 
 _EMPTY_MAKER = _plain_maker({})
@@ -184,7 +254,7 @@ def _fetcher(conn: psycopg.Connection[Any], known: dict[str, object]) -> Fetch:
 # --- SQL ----------------------------------------------------------------------------------------
 
 _NAMED = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
-_NUL_TEST = re.compile(r"instr\(CAST\(.+? AS BLOB\), x'00'\) > 0")
+_NUL_TEST = re.compile(r"instr\(CAST\((.+?) AS BLOB\), x'00'\) > 0")
 
 
 @functools.lru_cache(maxsize=1024)
@@ -200,8 +270,9 @@ def translate(sql: str) -> str:
     if "INSERT OR IGNORE INTO" in text:
         text = text.replace("INSERT OR IGNORE INTO", "INSERT INTO") + " ON CONFLICT DO NOTHING"
     text = text.replace(" CROSS JOIN ", " JOIN ")
-    # Whether a text holds a NUL (`capped_sql`): a PostgreSQL text never does.
-    text = _NUL_TEST.sub("FALSE", text)
+    # Whether a text holds a NUL (`capped_sql`): on PostgreSQL, whether it is stored
+    # escaped (`stored_text`), so that it is read whole and cut once read back.
+    text = _NUL_TEST.sub(r"starts_with(\1, chr(2))", text)
     # Whether a column holds a stored value's reference (decision 0084).
     text = text.replace("instr(", "strpos(").replace("char(1)", "chr(1)")
     text = text.replace("?", "%s")
@@ -215,21 +286,45 @@ def connect(target: Target) -> psycopg.Connection[Any]:
     """A new autocommit connection to the store's schema; StoreError without the password."""
     try:
         conn: psycopg.Connection[Any] = psycopg.connect(
-            target.conninfo, autocommit=True, row_factory=row_factory, connect_timeout=10
+            target.conninfo,
+            autocommit=True,
+            row_factory=row_factory,
+            connect_timeout=10,
+            context=ADAPTERS,
         )
     except psycopg.Error as e:
         raise StoreError(f"cannot open {target.shown}: {target.redact(one_line(str(e)))}") from None
     try:
-        conn.execute(pg_sql.SQL("SET search_path TO {}").format(pg_sql.Identifier(target.schema)))
-        conn.execute("SET TIME ZONE 'UTC'")
-        conn.execute(pg_sql.SQL("SET lock_timeout = {}").format(pg_sql.Literal(LOCK_TIMEOUT_MS)))
-        # Every commit durable before it is acknowledged, whatever the role's default:
-        # `step.tool_started` must be on disk before the tool runs.
-        conn.execute("SET synchronous_commit = on")
-        shown = conn.execute("SHOW fsync").fetchone()
+        # The session's own settings, over the role's and the database's defaults (`ALTER
+        # ROLE ... SET`), sent as one message: one round trip.
+        settings = [
+            # Text in UTF-8 whatever the role, the database or PGCLIENTENCODING say: in
+            # another encoding a character it lacks fails in the driver, not as a StoreError.
+            pg_sql.SQL("SET client_encoding TO 'UTF8'"),
+            pg_sql.SQL("SET search_path TO {}").format(pg_sql.Identifier(target.schema)),
+            pg_sql.SQL("SET TIME ZONE 'UTC'"),
+            # The server's clock read as psycopg parses it (ISO only).
+            pg_sql.SQL("SET DateStyle TO 'ISO'"),
+            pg_sql.SQL("SET lock_timeout = {}").format(pg_sql.Literal(LOCK_TIMEOUT_MS)),
+            # Every commit durable before it is acknowledged: `step.tool_started` must be
+            # on disk before the tool runs.
+            pg_sql.SQL("SET synchronous_commit = on"),
+        ]
+        conn.execute(pg_sql.SQL("; ").join(settings))
+        shown = conn.execute(
+            "SELECT current_setting('fsync'), current_setting('server_encoding')"
+        ).fetchone()
     except psycopg.Error as e:
         conn.close()
         raise StoreError(f"cannot open {target.shown}: {target.redact(one_line(str(e)))}") from None
+    encoding = "" if shown is None else str(shown[1])
+    if encoding.upper() != "UTF8":
+        conn.close()
+        raise StoreError(
+            f"refusing {target.shown}: its encoding is {encoding}, not UTF8, so it cannot hold "
+            "every text a model or a person may write (a run would stop at the first it "
+            "cannot); create the database with ENCODING 'UTF8'"
+        )
     if shown is None or str(shown[0]).lower() != "on":
         conn.close()
         raise StoreError(

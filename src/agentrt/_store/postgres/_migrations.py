@@ -195,8 +195,26 @@ OWN_RELATIONS = """\
         AND c.relnamespace = to_regnamespace(current_schema())::oid
 """
 
+# A function or operator in the store's schema: the server may choose it over its own for
+# what the store's statements call, where it matches their arguments better (a literal
+# taken as `text`), and run it in agentrt's reads and writes (decision XXXX). A trigger's
+# function is left to the trigger's refusal: SQL cannot call one.
+#
+# Code of the database's own (a function or operator not built into the server: an oid
+# from `FirstNormalObjectId`, 16384, on) that a default, a check constraint or an index
+# calls: it runs inside agentrt's writes as a trigger would (decision XXXX). Found from
+# the code's side, through `pg_depend`'s index on what is depended on: a database holds
+# few such functions, where the schema's defaults alone are a hundred.
+_CODE = """\
+    SELECT DISTINCT f.classid, f.objid FROM pg_depend AS f
+    WHERE f.refclassid IN ('pg_proc'::regclass, 'pg_operator'::regclass)
+        AND f.refobjid >= 16384
+        AND f.classid IN ('pg_attrdef'::regclass, 'pg_constraint'::regclass, 'pg_class'::regclass)
+"""
+
 _UNSAFE = f"""\
-WITH own AS MATERIALIZED (
+WITH code AS MATERIALIZED (
+{_CODE}), own AS MATERIALIZED (
 {OWN_RELATIONS})
 SELECT 'trigger', t.tgname::text FROM own AS c JOIN pg_trigger AS t ON t.tgrelid = c.oid
     WHERE NOT t.tgisinternal
@@ -209,6 +227,28 @@ UNION ALL
 SELECT 'row-level policy', p.polname::text FROM own AS c JOIN pg_policy AS p ON p.polrelid = c.oid
 UNION ALL
 SELECT 'row-level security on', c.relname::text FROM own AS c WHERE c.relrowsecurity
+UNION ALL
+SELECT 'a function of its own called by', pg_describe_object(f.classid, f.objid, 0)
+    FROM code AS f WHERE EXISTS (
+        SELECT FROM pg_depend AS d WHERE d.classid = f.classid AND d.objid = f.objid
+            AND d.refclassid = 'pg_class'::regclass AND d.refobjid IN (SELECT oid FROM own))
+UNION ALL
+SELECT 'function', p.oid::regprocedure::text
+    FROM pg_depend AS d JOIN pg_proc AS p ON p.oid = d.objid
+    WHERE d.refclassid = 'pg_namespace'::regclass AND d.refobjsubid = 0
+        AND d.refobjid = to_regnamespace(current_schema())::oid
+        AND d.classid = 'pg_proc'::regclass
+        AND p.prorettype NOT IN ('trigger'::regtype, 'event_trigger'::regtype)
+UNION ALL
+SELECT 'operator', d.objid::regoperator::text FROM pg_depend AS d
+    WHERE d.refclassid = 'pg_namespace'::regclass AND d.refobjsubid = 0
+        AND d.refobjid = to_regnamespace(current_schema())::oid
+        AND d.classid = 'pg_operator'::regclass
+UNION ALL
+SELECT 'a column of its own type', c.relname::text || '.' || a.attname::text
+    FROM own AS c JOIN pg_depend AS t ON t.classid = 'pg_class'::regclass AND t.objid = c.oid
+        AND t.refclassid = 'pg_type'::regclass AND t.refobjid >= 16384 AND t.objsubid > 0
+    JOIN pg_attribute AS a ON a.attrelid = c.oid AND a.attnum = t.objsubid
 """
 
 
@@ -245,15 +285,30 @@ def is_refusal(error: psycopg.Error) -> bool:
     return isinstance(error, pg_errors.InvalidTextRepresentation) and _REFUSAL in str(error)
 
 
+_CODE_KINDS = (
+    "a function of its own called by",
+    "a column of its own type",
+    "function",
+    "operator",
+)
+
+
 def _refuse_unsafe(found: list[Any]) -> None:
     if found:
-        named = ", ".join(f"{kind} {name!r}" for kind, name in sorted(found))
-        raise UnsafeSchemaError(
-            f"the database holds {named}; agentrt refuses a schema with triggers or views "
-            "(or rules, or row-level policies)"
-            if any(kind not in ("trigger", "view") for kind, _ in found)
-            else f"the database holds {named}; agentrt refuses a schema with triggers or views"
-        )
+        # What a trigger or view names first; code of the database's own after.
+        ordered = sorted(found, key=lambda f: (f[0] in _CODE_KINDS, f[0], f[1]))
+        named = ", ".join(f"{kind} {name!r}" for kind, name in ordered)
+        said = f"the database holds {named}; agentrt refuses a schema with triggers or views"
+        kinds = {kind for kind, _ in found}
+        if kinds & set(_CODE_KINDS):
+            said += (
+                " (or rules, row-level policies, or functions and operators of the database's "
+                "own, in its schema or in a table's defaults, checks, indexes or column types, "
+                "which run inside agentrt's reads and writes)"
+            )
+        elif kinds - {"trigger", "view"}:
+            said += " (or rules, or row-level policies)"
+        raise UnsafeSchemaError(said)
 
 
 def _exists(conn: psycopg.Connection[Any], table: str) -> bool:
@@ -321,8 +376,12 @@ def migrate(
     """Create the schema if needed and bring it to `SCHEMA_VERSION` in one transaction.
 
     A schema created now gets `chain_partitions` heads (default `DEFAULT_PARTITIONS`);
-    one that exists keeps its N, and another given for it is refused."""
-    conn.execute("BEGIN")
+    one that exists keeps its N, and another given for it is refused.
+
+    READ COMMITTED whatever the role's `default_transaction_isolation`: a process that
+    waited on the lock while another migrated must see what that one committed (a
+    snapshot taken before the lock was granted would find no version, and migrate again)."""
+    conn.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
     try:
         conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"agentrt.migrate.{schema}",))
         found = conn.execute("SELECT to_regnamespace(%s)", (schema,)).fetchone()

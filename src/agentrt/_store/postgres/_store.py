@@ -41,11 +41,13 @@ from ..sqlite._store import CLOSED, SqliteStore
 from ..sqlite._writes import SqliteTx
 from ._connection import (
     _DAMAGED,
+    ESCAPED,
     LOCK_TIMEOUT_MS,
     Target,
     connect,
     one_line,
     parse_target,
+    read_text,
     rollback_quietly,
     store_error,
     translate,
@@ -72,6 +74,7 @@ def open_store(url: str, *, chain_partitions: int | None = None) -> PostgresStor
     target = parse_target(url)
     conn = connect(target)
     try:
+        check_usable(conn, target)
         migrate(conn, target.schema, chain_partitions=chain_partitions)
         partitions = chain_partitions_of(conn)
     except psycopg.Error as e:
@@ -88,6 +91,7 @@ def open_existing(url: str, read_only: bool = False) -> PostgresStore:
     target = parse_target(url)
     conn = connect(target)
     try:
+        check_usable(conn, target)
         check_schema(conn)
         check_exact(conn)
         if read_only:
@@ -102,6 +106,22 @@ def open_existing(url: str, read_only: bool = False) -> PostgresStore:
         conn.close()
         raise
     return PostgresStore(conn, target, read_only=read_only, partitions=partitions)
+
+
+def check_usable(conn: psycopg.Connection[Any], target: Target) -> None:
+    """Refuse a schema that exists but that the role may not use (no USAGE on it): the
+    server then leaves it off the search path, and the schema would read as holding no
+    store (sending the operator to create one) or as no schema at all."""
+    row = conn.execute(
+        "SELECT current_user::text, has_schema_privilege(oid, 'USAGE') FROM pg_namespace "
+        "WHERE nspname = %s",
+        (target.schema,),
+    ).fetchone()
+    if row is not None and not row[1]:
+        raise StoreError(
+            f"cannot open {target.shown}: the role {row[0]} may not use schema {target.schema} "
+            "(it has no USAGE privilege on it); grant it, or name a schema of its own"
+        )
 
 
 def drop_schema(url: str) -> bool:
@@ -438,9 +458,7 @@ class PostgresStore(SqliteStore):
                 limit,
             ),
         )
-        return [
-            _candidate(tuple(bytes(v) if isinstance(v, memoryview) else v for v in r)) for r in rows
-        ]
+        return [_candidate(tuple(_candidate_value(v) for v in r)) for r in rows]
 
     def started_tool_names(self, run_id: str) -> list[str | None]:
         """The names of the tools the run was started with; None for one that will not read."""
@@ -575,6 +593,20 @@ class PostgresStore(SqliteStore):
             "SELECT pg_advisory_xact_lock(hashtext(current_schema() || ?))",
             (f"agentrt.proxy.key.{key}",),
         )
+
+
+def _candidate_value(value: Any) -> Any:
+    """A column of `unfinished_runs` as `_candidate` reads it: bytes, a text stored escaped
+    (`stored_text`: one holding a NUL) read back first."""
+    if not isinstance(value, bytes | memoryview):
+        return value
+    data = bytes(value)
+    if data.startswith(ESCAPED.encode()):
+        try:
+            return read_text(data.decode("utf-8")).encode("utf-8")
+        except UnicodeDecodeError:
+            return data
+    return data
 
 
 class _Dict(dict[str, Any]):
