@@ -1,4 +1,4 @@
-"""A text holding a NUL is recorded whole on PostgreSQL, as on SQLite (decision XXXX).
+"""A text holding a NUL is recorded whole on PostgreSQL, as on SQLite (decision 0157).
 
 A PostgreSQL text cannot hold a NUL: a goal holding one was refused there and kept on
 SQLite, and a model's failure message holding one failed the run's last write, leaving

@@ -1,5 +1,5 @@
 """The schema guard refuses code of the database's own that runs inside the store's
-statements (decision XXXX).
+statements (decision 0157).
 
 Besides a trigger, rule, view or row-level policy, a function written in the database
 runs inside agentrt's writes when a table's check constraint, column default, index

@@ -1,4 +1,4 @@
-"""What the URL, the role's and the database's settings do to the store (decision XXXX).
+"""What the URL, the role's and the database's settings do to the store (decision 0157).
 
 A URL's parameters reach libpq as written (a `%20` a space, not a `+`); the store's
 session sets its own client encoding (UTF-8) and DateStyle (ISO) over the role's, the

@@ -1,5 +1,5 @@
 """Roles and databases of their own on the test PostgreSQL server, for tests of what a
-role's or a database's settings do to the store (decision XXXX).
+role's or a database's settings do to the store (decision 0157).
 
 Each is made with a unique name and dropped afterwards, with everything it owns; the
 shared role and the test database are never altered.

@@ -109,7 +109,7 @@ ESCAPED = "\x02"
 """The first character of a text stored escaped: one holding a NUL (which a PostgreSQL text
 cannot hold) or itself starting with this character. Its NULs are `ESCAPED + "0"`, its
 `ESCAPED`s doubled, and it ends with `ESCAPED + "."`; every other text is stored as it is
-(decision XXXX)."""
+(decision 0157)."""
 
 _END = ESCAPED + "."
 # Each `ESCAPED` of an escaped text's body and the character after it; a lone one (at the
@@ -128,7 +128,7 @@ def stored_text(text: str) -> str:
 
 def read_text(stored: str) -> str:
     """The text `stored_text` stored as `stored`. A text that is no escape of its (one
-    stored as it is before decision XXXX that starts with `ESCAPED`) is read as it is."""
+    stored as it is before decision 0157 that starts with `ESCAPED`) is read as it is."""
     if not (stored.startswith(ESCAPED) and stored.endswith(_END) and len(stored) >= 3):
         return stored
     lone = False

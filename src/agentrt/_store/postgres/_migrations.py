@@ -197,12 +197,12 @@ OWN_RELATIONS = """\
 
 # A function or operator in the store's schema: the server may choose it over its own for
 # what the store's statements call, where it matches their arguments better (a literal
-# taken as `text`), and run it in agentrt's reads and writes (decision XXXX). A trigger's
+# taken as `text`), and run it in agentrt's reads and writes (decision 0157). A trigger's
 # function is left to the trigger's refusal: SQL cannot call one.
 #
 # Code of the database's own (a function or operator not built into the server: an oid
 # from `FirstNormalObjectId`, 16384, on) that a default, a check constraint or an index
-# calls: it runs inside agentrt's writes as a trigger would (decision XXXX). Found from
+# calls: it runs inside agentrt's writes as a trigger would (decision 0157). Found from
 # the code's side, through `pg_depend`'s index on what is depended on: a database holds
 # few such functions, where the schema's defaults alone are a hundred.
 _CODE = """\
