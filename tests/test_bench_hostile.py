@@ -14,7 +14,10 @@ import agentrt
 from agentrt.bench import (
     BenchError,
     BenchFormatError,
+    Outcome,
+    OutcomeClass,
     Result,
+    Taxonomy,
     Trial,
     load_result,
     trial_from_run,
@@ -126,3 +129,25 @@ def test_a_trial_from_a_run_with_an_unusable_wall_time_is_refused_with_a_bench_e
                 outcome="refunded",
                 wall_ms=wall_ms,
             )
+
+
+@pytest.mark.parametrize(
+    ("description", "says"),
+    [
+        ("d" * 300, "description is longer than 256 characters"),
+        ("\udfff", "description holds a lone surrogate U+DFFF"),
+        (7, "description is 7, not text"),
+    ],
+)
+def test_a_taxonomy_whose_description_the_file_could_not_hold_is_refused(
+    description: Any, says: str
+) -> None:
+    with pytest.raises(BenchError) as caught:
+        Taxonomy(
+            "refunds",
+            (
+                Outcome("refunded", OutcomeClass.SUCCESS, description),
+                Outcome("wrong", OutcomeClass.UNSAFE),
+            ),
+        )
+    assert says in str(caught.value)
