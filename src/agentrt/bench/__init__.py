@@ -32,7 +32,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeGuard
 from xml.sax.saxutils import escape as _xml_escape
 
 from .._canonical import parse_json
@@ -357,7 +357,7 @@ def _text_problem(value: Any, *, required: bool) -> str:
     return ""
 
 
-def _is_count(value: Any) -> bool:
+def _is_count(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= _MAX_COUNT
 
 
