@@ -19,6 +19,7 @@ import json
 import math
 import re
 import sys
+import threading
 
 # The C accelerator's functions, the ones json.loads and json.dumps use, so the
 # slow paths below unescape and escape strings exactly like the fast ones (CPython).
@@ -292,7 +293,10 @@ def parse_json(data: bytes | bytearray | memoryview | str) -> Any:
     digits); other numbers are `float`, or a `JSONFloat` when `repr` would not
     give the literal back. Raises `JSONValueError` saying what is wrong and where.
     """
-    return _parse(data, MAX_DEPTH)
+    try:
+        return _parse(data, MAX_DEPTH)
+    except RecursionError:
+        return _on_a_fresh_stack(_parse, data, MAX_DEPTH)
 
 
 def from_text(text: str) -> Any:
@@ -300,7 +304,36 @@ def from_text(text: str) -> Any:
 
     Like `parse_json`, but nesting up to `MAX_STORED_DEPTH`, as the writers allow.
     """
-    return _parse(text, MAX_STORED_DEPTH)
+    try:
+        return _parse(text, MAX_STORED_DEPTH)
+    except RecursionError:
+        return _on_a_fresh_stack(_parse, text, MAX_STORED_DEPTH)
+
+
+def _on_a_fresh_stack(work: Callable[..., Any], *args: Any) -> Any:
+    """`work(*args)` again on a thread of its own, for a caller whose stack was too deep.
+
+    Every walker here recurses once per level of nesting (at most `MAX_STORED_DEPTH`):
+    a usable value must not be refused, or raise RecursionError, because the caller was
+    already deep in frames of its own. Only such a call takes this path. A RecursionError
+    on the fresh stack too (a value whose own methods recurse without end) is raised as
+    it was; any other exception is the call's own.
+    """
+    outcome: list[tuple[bool, Any]] = []
+
+    def run() -> None:
+        try:
+            outcome.append((True, work(*args)))
+        except BaseException as exc:  # handed to the caller's thread, raised there
+            outcome.append((False, exc))
+
+    helper = threading.Thread(target=run, name="agentrt-json-deep-caller", daemon=True)
+    helper.start()
+    helper.join()
+    done, value = outcome[0]
+    if done:
+        return value
+    raise value
 
 
 def _parse(data: bytes | bytearray | memoryview | str, limit: int) -> Any:
@@ -563,6 +596,8 @@ def check_json(value: Any) -> None:
         _check(value, 0, MAX_DEPTH)
     except _Refusal as exc:
         raise exc.error() from None
+    except RecursionError:
+        _on_a_fresh_stack(check_json, value)
 
 
 def json_problem(value: Any) -> tuple[tuple[str | int, ...], str] | None:
@@ -577,6 +612,9 @@ def json_problem(value: Any) -> tuple[tuple[str | int, ...], str] | None:
         _check(value, 0, MAX_DEPTH)
     except _Refusal as exc:
         return tuple(reversed(exc.reversed_path)), exc.reason
+    except RecursionError:
+        answer: tuple[tuple[str | int, ...], str] | None = _on_a_fresh_stack(json_problem, value)
+        return answer
     return None
 
 
@@ -699,16 +737,29 @@ def policy_json(value_or_bytes: Any) -> bytes:
 
 def content_hash(value_or_bytes: Any) -> str:
     """Lowercase hex SHA-256 of `canonical_json(value_or_bytes)`."""
-    return hashlib.sha256(_text(value_or_bytes, html=True).encode("utf-8")).hexdigest()
+    return hashlib.sha256(_roomy_text(value_or_bytes, True).encode("utf-8")).hexdigest()
 
 
 def to_text(value: Any) -> str:
     """The text agentrt stores in a database column: `policy_json` as a str."""
-    return _text(value, html=False)
+    return _roomy_text(value, False)
 
 
 def _encode(value: Any, *, html: bool) -> bytes:
-    return _text(value, html=html).encode("utf-8")
+    return _roomy_text(value, html).encode("utf-8")
+
+
+def _roomy_text(value: Any, html: bool) -> str:
+    """`_text`, the same from a caller whose own frames leave too little stack for it."""
+    try:
+        return _text(value, html=html)
+    except RecursionError:
+        text: str = _on_a_fresh_stack(_text_positional, value, html)
+        return text
+
+
+def _text_positional(value: Any, html: bool) -> str:
+    return _text(value, html=html)
 
 
 _BYTES_LIKE = (bytes, bytearray, memoryview)
@@ -907,6 +958,8 @@ def copy_json(value: Any) -> Any:
         return _copy(value, 0)
     except _Refusal as exc:
         raise exc.error() from None
+    except RecursionError:
+        return _on_a_fresh_stack(copy_json, value)
 
 
 def _copy(value: Any, depth: int) -> Any:

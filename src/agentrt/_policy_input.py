@@ -335,9 +335,11 @@ def rebuild(
     run: Run,
     steps: Sequence[Step],
     approvals: Sequence[Approval],
+    hashes: InputHashes | None = None,
 ) -> Rebuilt:
     """The view from the run's rows (`steps` other than the judged one, in order, and
-    `approvals` in order), checked part by part against the recorded hashes."""
+    `approvals` in order), checked part by part against the recorded hashes; `hashes`
+    keeps each step's hash between the evaluations of one re-check."""
     n_steps, n_approvals = record.get("steps"), record.get("approvals")
     if not isinstance(n_steps, int) or not isinstance(n_approvals, int):
         return Rebuilt(None, None, "the recorded input does not say how many steps it held")
@@ -349,7 +351,7 @@ def rebuild(
     recorded = record.get("hashes")
     if not isinstance(recorded, Mapping):
         return Rebuilt(None, None, "the recorded input has no hashes")
-    now = input_hashes(request, view)
+    now = input_hashes(request, view, hashes)
     parts = ("request", "run", "steps", "approvals")
     changed = [part for part in parts if recorded.get(part) != now[part]]
     if changed:

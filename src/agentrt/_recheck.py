@@ -27,28 +27,30 @@ time, equal field for field and byte for byte in canonical JSON
 from __future__ import annotations
 
 import inspect
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, overload
 
 from . import _events as ev
 from ._approval import approval_hash, approval_request
 from ._canonical import copy_json
 from ._foreign import exception_text
 from ._policy import INTERRUPTED_POLICY_ID, Policy, policy_id_of
-from ._policy_input import rebuild, rebuild_run
+from ._policy_input import InputHashes, rebuild, rebuild_run
 from ._records import (
     ENDED_STATUSES,
     JSON,
     Event,
     PolicyDecision,
     PolicyOutcome,
+    RunView,
     Step,
     ToolRequest,
     ToolSpec,
 )
 from ._session import run_sync, validate_policy_decision
+from ._shown import shown_step, shown_view
 from ._store import Store
 from ._takeover import RECONCILE_POLICY_ID
 from ._tools import registered_spec, spec_hash
@@ -240,7 +242,7 @@ async def recheck_async(
 ) -> RecheckReport:
     """`recheck` for a caller inside an event loop."""
     policy_id = policy_id_of(policy)
-    registered = _registration(tools)
+    registered = registration(tools)
     # Events first: every row an event names was committed with it, so the rows read
     # after are at least as new (and the input's hashes catch anything else).
     events = store.events_of_types(run_id, (ev.RUN_CREATED, ev.STEP_POLICY))
@@ -252,11 +254,24 @@ async def recheck_async(
     by_id = {s.id: s for s in steps}
     found: list[RecheckedEvaluation] = []
     recorded_ids: list[str] = []
+    # One for the whole run, as a session keeps one: evaluation k's view holds the first
+    # k steps, each hashed once (the record's rows are the same objects throughout),
+    # not k of them per evaluation (a run of n steps would hash n(n-1)/2).
+    hashes = InputHashes()
     for event in events:
         if event.type != ev.STEP_POLICY:
             continue
         one = await _one(
-            event, policy, store, run_id, created_payload, by_id, steps, approvals, registered
+            event,
+            policy,
+            store,
+            run_id,
+            created_payload,
+            by_id,
+            steps,
+            approvals,
+            registered,
+            hashes,
         )
         if one.verdict != RecheckVerdict.NOT_A_POLICY_EVALUATION and one.policy_id not in (
             recorded_ids
@@ -274,7 +289,8 @@ async def recheck_async(
     )
 
 
-def _registration(tools: Sequence[Any] | None) -> dict[str, ToolSpec]:
+def registration(tools: Sequence[Any] | None) -> dict[str, ToolSpec]:
+    """The tools given to a re-check by spec hash; `TypeError` for one that is not a tool."""
     out: dict[str, ToolSpec] = {}
     for tool in tools or ():
         spec = tool if isinstance(tool, ToolSpec) else getattr(tool, "spec", None)
@@ -309,6 +325,7 @@ async def _one(
     steps: Sequence[Step],
     approvals: Sequence[Any],
     registered: Mapping[str, ToolSpec],
+    hashes: InputHashes,
 ) -> RecheckedEvaluation:
     payload = event.payload if isinstance(event.payload, dict) else {}
     step = by_id.get(event.step_id)
@@ -336,6 +353,11 @@ async def _one(
             verdict=RecheckVerdict.NOT_A_POLICY_EVALUATION,
             detail=f"the runtime's own pause ({base['policy_id']}), not a policy's decision",
         )
+    # A recorded decision the loop would not have acted on (a tampered or damaged row)
+    # is no answer to compare with: neither `same` nor `different`.
+    unusable = validate_policy_decision(decision)
+    if unusable is not None:
+        return unrecheckable(f"the recorded decision is not a usable decision: {unusable}")
     record = payload.get("input")
     if not isinstance(record, dict) or record.get("v") != 1:
         return unrecheckable(
@@ -363,10 +385,16 @@ async def _one(
         run = rebuild_run(recorded_run, run_id, created)
     except Exception as exc:  # stored data may be anything
         return unrecheckable(f"the recorded run does not decode: {exception_text(exc)}")
-    rebuilt = rebuild(record, request, run, steps, approvals)
+    rebuilt = rebuild(record, request, run, steps, approvals, hashes)
     if rebuilt.request is None or rebuilt.view is None:
         return unrecheckable(rebuilt.problem)
-    now, now_reason = await _ask(policy, rebuilt.request, rebuilt.view, hashed)
+    # The policy is shown copies, as in the loop (`shown_view`): what it does to them
+    # reaches neither the record's rows nor the next evaluation's input.
+    view = rebuilt.view
+    shown = shown_view(
+        RunView(run=view.run, steps=_ShownSteps(view.steps), approvals=view.approvals)
+    )
+    now, now_reason = await _ask(policy, rebuilt.request, shown, hashed)
     differences = _differences(recorded, now)
     verdict = RecheckVerdict.DIFFERENT if differences else RecheckVerdict.SAME
     return RecheckedEvaluation(
@@ -377,6 +405,49 @@ async def _one(
         reason=decision.reason if differences else "",
         now_reason=now_reason if differences else "",
     )
+
+
+class _ShownSteps(Sequence[Step]):
+    """The view's steps as a policy is shown them: each a fresh copy (`shown_step`) made
+    when asked for, as a session's `StepsView` does; printed and compared as the tuple
+    of its steps."""
+
+    def __init__(self, steps: Sequence[Step]) -> None:
+        self._steps = tuple(steps)
+
+    def __len__(self) -> int:
+        return len(self._steps)
+
+    @overload
+    def __getitem__(self, index: int) -> Step: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> tuple[Step, ...]: ...
+
+    def __getitem__(self, index: int | slice) -> Step | tuple[Step, ...]:
+        if isinstance(index, slice):
+            return tuple(shown_step(s) for s in self._steps[index])
+        return shown_step(self._steps[index])
+
+    def __iter__(self) -> Iterator[Step]:
+        for step in self._steps:
+            yield shown_step(step)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence) or isinstance(other, str):
+            return NotImplemented
+        return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __add__(self, other: tuple[Step, ...]) -> tuple[Step, ...]:
+        return tuple(self) + other
+
+    def __radd__(self, other: tuple[Step, ...]) -> tuple[Step, ...]:
+        return other + tuple(self)
+
+    def __repr__(self) -> str:
+        return repr(tuple(self))
 
 
 def _spec(
@@ -418,4 +489,5 @@ def _judged(judged: Judgement | None) -> str:
         return "?"
     if judged.error:
         return "error: " + clip(sanitize(judged.error), REASON_WIDTH)
-    return f"{judged.outcome}({sanitize(judged.kind)})" if judged.kind else judged.outcome
+    outcome = sanitize(str(judged.outcome))
+    return f"{outcome}({sanitize(str(judged.kind))})" if judged.kind else outcome

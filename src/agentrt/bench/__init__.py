@@ -22,18 +22,21 @@ Decision record: docs/decisions/0066-bench-result-format.md; guide: docs/bench.m
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import math
 import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeGuard
 from xml.sax.saxutils import escape as _xml_escape
 
-from .._errors import AgentrtError
+from .._canonical import parse_json
+from .._errors import AgentrtError, JSONValueError
 from .._store import Store
 from ..trace import sanitize
 
@@ -41,6 +44,8 @@ FORMAT = "agent-runtime/bench/v1"
 MAX_FILE_BYTES = 64 * 1024 * 1024
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_.:-]{0,63}$")
 _MAX_TEXT = 256
+_MAX_COUNT = 2**63 - 1
+_SURROGATE = re.compile("[\ud800-\udfff]")
 EVENT_PAGE = 1000
 
 
@@ -130,6 +135,9 @@ def _taxonomy_problem(name: Any, outcomes: Any) -> str:
         seen.add(o.name)
         if o.klass not in set(OutcomeClass):
             return f"outcome {o.name!r} has no class"
+        problem = _text_problem(o.description, required=False)
+        if problem:
+            return f"outcome {o.name!r}: description {problem}"
     classes = {o.klass for o in outcomes}
     if OutcomeClass.SUCCESS not in classes:
         return "it needs at least one success outcome"
@@ -194,6 +202,7 @@ def trial_from_run(
     `step.tool_started` events, policy denials its `step.policy` events whose
     decision is `deny`, approvals its `approval.requested` events.
     """
+    wall = _wall_ms(wall_ms)
     run = store.get_run(run_id, cap=256)
     tool_calls = denials = approvals = 0
     after = 0
@@ -226,8 +235,22 @@ def trial_from_run(
         input_tokens=run.input_tokens,
         output_tokens=run.output_tokens,
         cost_micros=run.estimated_cost_micros,
-        wall_ms=max(0, int(wall_ms)),
+        wall_ms=wall,
     )
+
+
+def _wall_ms(value: Any) -> int:
+    """A measured wall time as the file holds it: a whole number of milliseconds, a
+    negative one (a clock stepped back) as 0; `BenchError` for NaN, infinity, or a time
+    beyond 2^63-1 ms, which no file could hold."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise BenchError(f"wall_ms is {_shown(value)}, not an integer from 0 to 2^63-1")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise BenchError(f"wall_ms is {_shown(value)}, not an integer from 0 to 2^63-1")
+    whole = max(0, int(value))
+    if whole > _MAX_COUNT:
+        raise BenchError(f"wall_ms is {_shown(value)}, not an integer from 0 to 2^63-1")
+    return whole
 
 
 @dataclass(frozen=True)
@@ -241,7 +264,26 @@ class Result:
     label: str = ""
 
     def __post_init__(self) -> None:
+        # What the file could not hold is refused here, not found when it is read back:
+        # every rule `load_result` applies, applied to what would be written.
+        if not isinstance(self.taxonomy, Taxonomy):
+            raise BenchError(f"taxonomy is {_shown(self.taxonomy)}, not a Taxonomy")
+        for name in _RESULT_TEXTS:
+            problem = _text_problem(getattr(self, name), required=name != "label")
+            if problem:
+                raise BenchError(f"{name} {problem}")
+        if not isinstance(self.trials, tuple):
+            raise BenchError(f"trials is {_shown(self.trials)}, not a tuple of Trials")
         for i, t in enumerate(self.trials):
+            if not isinstance(t, Trial):
+                raise BenchError(f"trials[{i}] is {_shown(t)}, not a Trial")
+            for key in _TRIAL_TEXTS:
+                problem = _text_problem(getattr(t, key), required=key != "run_id")
+                if problem:
+                    raise BenchError(f"trials[{i}].{key} {problem}")
+            for key in _TRIAL_INTS:
+                if not _is_count(getattr(t, key)):
+                    raise BenchError(f"trials[{i}].{key} {_count_problem(getattr(t, key))}")
             try:
                 self.taxonomy.classify(t.outcome)
             except BenchError as e:
@@ -259,13 +301,19 @@ class Result:
     def write(self, path: str | os.PathLike[str]) -> None:
         """Write the file (0644 is fine: no secrets; replaced whole through a rename)."""
         target = os.fspath(path)
+        text = json.dumps(self.to_json(), indent=1, sort_keys=True, ensure_ascii=False) + "\n"
+        data = text.encode("utf-8")  # before any file is made: a failure leaves none
         tmp = f"{target}.{os.getpid()}.tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(self.to_json(), f, indent=1, sort_keys=True, ensure_ascii=False)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, target)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
 
     @classmethod
     def from_json(cls, data: Any) -> Result:
@@ -295,15 +343,34 @@ def _shown(value: Any) -> str:
     return sanitize(repr(value)[:80])
 
 
+def _text_problem(value: Any, *, required: bool) -> str:
+    """Why `value` cannot be a text field of the file (`is empty`...), or ""."""
+    if not isinstance(value, str):
+        return f"is {_shown(value)}, not text"
+    if required and not value:
+        return "is empty"
+    if len(value) > _MAX_TEXT:
+        return f"is longer than {_MAX_TEXT} characters"
+    surrogate = _SURROGATE.search(value)
+    if surrogate is not None:
+        return f"holds a lone surrogate U+{ord(surrogate[0]):04X}: it is not text UTF-8 can hold"
+    return ""
+
+
+def _is_count(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= _MAX_COUNT
+
+
+def _count_problem(value: Any) -> str:
+    return f"is {_shown(value)}, not an integer from 0 to 2^63-1"
+
+
 def _text(data: Mapping[str, Any], key: str, where: str, *, required: bool = False) -> str:
     value = data.get(key, None if required else "")
-    if not isinstance(value, str):
-        raise BenchFormatError(f"{where}{key} is {_shown(value)}, not text")
-    if required and not value:
-        raise BenchFormatError(f"{where}{key} is empty")
-    if len(value) > _MAX_TEXT:
-        raise BenchFormatError(f"{where}{key} is longer than {_MAX_TEXT} characters")
-    return value
+    problem = _text_problem(value, required=required)
+    if problem:
+        raise BenchFormatError(f"{where}{key} {problem}")
+    return str.__str__(value)
 
 
 def _taxonomy_from_json(data: Any) -> Taxonomy:
@@ -349,11 +416,9 @@ def _trial_from_json(data: Any, i: int, taxonomy: Taxonomy) -> Trial:
         values[key] = _text(data, key, where, required=key != "run_id")
     for key in _TRIAL_INTS:
         value = data.get(key)
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**63:
-            raise BenchFormatError(
-                f"{where}{key} is {_shown(value)}, not an integer from 0 to 2^63-1"
-            )
-        values[key] = value
+        if not _is_count(value):
+            raise BenchFormatError(f"{where}{key} {_count_problem(value)}")
+        values[key] = int.__int__(value)  # `-0` is read as a JSONInt: written as 0
     if values["outcome"] not in {o.name for o in taxonomy.outcomes}:
         raise BenchFormatError(
             f"{where}outcome {_shown(values['outcome'])} is not in taxonomy {taxonomy.name!r}"
@@ -371,12 +436,16 @@ def load_result(path: str | os.PathLike[str]) -> Result:
         raise BenchFormatError(f"{name}: cannot read it: {e.strerror or e}") from e
     if len(raw) > MAX_FILE_BYTES:
         raise BenchFormatError(f"{name}: larger than {MAX_FILE_BYTES} bytes")
+    # agentrt's own reader: a repeated key, a lone surrogate, NaN or a BOM is refused
+    # (json.loads would keep the last of two keys, and a text UTF-8 cannot hold).
     try:
-        data = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as e:
-        raise BenchFormatError(f"{name}: not JSON: {e}") from e
-    except RecursionError as e:
-        raise BenchFormatError(f"{name}: not JSON this reader takes: nested too deeply") from e
+        data = parse_json(raw)
+    except JSONValueError as e:
+        if str(e).startswith("nesting deeper than"):
+            raise BenchFormatError(
+                f"{name}: not JSON this reader takes: nested too deeply ({e})"
+            ) from None
+        raise BenchFormatError(f"{name}: not JSON: {e}") from None
     try:
         return Result.from_json(data)
     except BenchError as e:

@@ -18,14 +18,15 @@ text from the record (tool names, reasons, policy ids) is escaped by
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from .. import view
 from .._clock import format_time
-from .._recheck import RecheckReport, RecheckVerdict, recheck
+from .._recheck import RecheckReport, RecheckVerdict, recheck, registration
 from .._store._records import RunCursor
 from ..trace import sanitize
 from ._opening import open_db
@@ -80,8 +81,19 @@ def cmd_recheck(args: argparse.Namespace, out: Output) -> int:
     if not args.policy:
         raise UsageError("say which policy to ask now: --policy MODULE:ATTR")
     since = _since(args.since) if args.all else None
+    # The operator's code prints where it likes: never into the report (or its JSON).
+    with contextlib.redirect_stdout(out.stderr):
+        return _recheck(args, out, since)
+
+
+def _recheck(args: argparse.Namespace, out: Output, since: datetime | None) -> int:
     policy = _load(args.policy, "policy", want_policy=True)
     tools = _load(args.tools, "tools", want_policy=False) if args.tools else None
+    if tools is not None:
+        try:
+            registration(tools)
+        except TypeError as exc:
+            raise UsageError(f"--tools {sanitize(args.tools)}: {sanitize(str(exc))}") from None
     with open_db(args) as store:
         if since is None:
             report = recheck(store, view.resolve_run_id(store, args.run), policy, tools)
@@ -108,7 +120,12 @@ def _since(text: str) -> datetime:
         ) from None
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
-    return when.astimezone(UTC)
+    try:
+        return when.astimezone(UTC)
+    except OverflowError:  # 9999-12-31T23:59-01:00 is past the calendar in UTC
+        raise UsageError(
+            f"--since {sanitize(text)!r} is not a time: in UTC it is beyond the calendar"
+        ) from None
 
 
 def _load(ref: str, what: str, *, want_policy: bool) -> Any:
@@ -118,6 +135,10 @@ def _load(ref: str, what: str, *, want_policy: bool) -> Any:
         raise UsageError(f"--{what} is MODULE:ATTR (pkg.mod:name), got {sanitize(ref)!r}")
     try:
         module = importlib.import_module(module_name)
+    except SystemExit as exc:  # the operator's module ended its import: not this command
+        raise UsageError(
+            f"cannot import {sanitize(module_name)!r} for --{what}: it exited ({exc.code!r})"
+        ) from None
     except Exception as exc:  # the operator's module: any failure to import it is theirs
         raise UsageError(
             f"cannot import {sanitize(module_name)!r} for --{what}: {sanitize(str(exc))}"
@@ -134,13 +155,17 @@ def _load(ref: str, what: str, *, want_policy: bool) -> Any:
     if not ready and callable(target):
         try:
             target = target()
+        except SystemExit as exc:  # the operator's factory ended the process: refused
+            raise UsageError(f"--{what} {sanitize(ref)} exited ({exc.code!r})") from None
         except Exception as exc:  # the operator's factory
             raise UsageError(f"--{what} {sanitize(ref)} raised {sanitize(repr(exc))}") from exc
     if want_policy and not callable(getattr(target, "evaluate", None)):
         raise UsageError(f"--policy {sanitize(ref)} is not a policy (it has no evaluate)")
-    if not want_policy and isinstance(target, str | bytes):
+    if want_policy:
+        return target
+    if isinstance(target, str | bytes | Mapping) or not isinstance(target, Iterable):
         raise UsageError(f"--tools {sanitize(ref)} is not a list of tools")
-    return list(target) if not want_policy else target
+    return list(target)
 
 
 def _lines(report: RecheckReport, verdicts: Sequence[str]) -> list[str]:
