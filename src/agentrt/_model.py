@@ -195,6 +195,19 @@ class Price:
     output_micros: int
     cached_input_micros: int | None = None  # None: cached tokens cost the input price
 
+    def __post_init__(self) -> None:
+        # Money is integer micro-dollars: a negative price would make spend negative (and a
+        # cost limit meaningless), a float or text would make costs something else.
+        for name in ("input_micros", "output_micros", "cached_input_micros"):
+            value = getattr(self, name)
+            if value is None and name == "cached_input_micros":
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ConfigError(
+                    f"Price.{name} must be a non-negative integer of micro-dollars per million "
+                    f"tokens, got {value!r}; Price.per_million takes dollars as text"
+                )
+
     @staticmethod
     def free() -> Price:
         return Price(0, 0, 0)
@@ -231,6 +244,19 @@ class PriceTable:
     """Prices by model name. A model absent from the table is unpriced, not free."""
 
     prices: Mapping[str, Price] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.prices, Mapping):
+            raise ConfigError(
+                f"PriceTable takes a mapping of model names to prices, not "
+                f"{type(self.prices).__name__}"
+            )
+        for name, price in self.prices.items():
+            if not isinstance(name, str) or not isinstance(price, Price):
+                raise ConfigError(
+                    f"PriceTable maps model names (text) to Price values; got {name!r}: "
+                    f"{type(price).__name__}"
+                )
 
     def lookup(self, model: str) -> Price:
         price = self.prices.get(model)
