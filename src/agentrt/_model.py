@@ -291,6 +291,13 @@ class ModelConfig:
                 "ModelConfig(model=...) takes the Model itself (an object with a name and "
                 f"async generate), not {type(self.model).__name__}"
             )
+        problem = _name_problem(self.model.name)
+        if problem:
+            # Recorded with every attempt and part of every replay key: refused here, not
+            # by the store inside the first request's transaction.
+            raise ConfigError(
+                f"the model's name must be non-empty text a store can keep: {problem}"
+            )
         if self.prices is not None and not isinstance(self.prices, Price | PriceTable):
             raise ConfigError("ModelConfig prices must be a Price, a PriceTable or None")
         retries = self.max_retries
@@ -316,6 +323,21 @@ class ModelConfig:
         if isinstance(self.prices, Price):
             return self.prices
         return self.prices.lookup(model_name)
+
+
+def _name_problem(name: object) -> str:
+    """Why `name` cannot be a model's recorded name ("" when it can)."""
+    if not isinstance(name, str):
+        return f"it is a {type(name).__name__}, not a str"
+    if not name:
+        return "it is empty"
+    if "\x00" in name:
+        return f"it holds a NUL character at position {name.index(chr(0)) + 1}"
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"it holds a lone surrogate at position {exc.start + 1}"
+    return ""
 
 
 def parse_dollars(text: str) -> int:
