@@ -6,7 +6,8 @@ clearly (attack on the model-driven agent; decision XXXX).
   escaped the accounting caller: the attempt was left `dispatched`, the run RUNNING, and
   the exception came out of `start` (a `SystemExit` even stopped the event loop).
 - An adapter that swallows its cancellation at the call timeout held the step until it
-  chose to return, and its late reply was then charged as a success.
+  chose to return, and its late reply was then charged as a success; a caller's cancel
+  waited on it the same way.
 - A `ModelResponse` whose text, stop reason or tool uses are not of their types
   (a hand-written adapter) was recorded `ok`, then crashed the agent (`AttributeError`).
 - A model's text with a lone surrogate (JSON allows `\\ud800`) made its decision
@@ -29,7 +30,7 @@ from agentrt._accounting import project
 from agentrt.model_agent import ModelAgent
 from agentrt.render import RenderOptions, decide, messages
 from conftest import FakeClock, Ids, RecordingTool
-from support.models import PRICE, REQUEST, FakeModel, calls, drive, reply
+from support.models import PRICE, REQUEST, FakeModel, calls, drive, model_agent, reply
 
 
 class _Custom(BaseException):
@@ -191,3 +192,44 @@ def test_a_call_whose_reason_has_a_lone_surrogate_runs(database: str) -> None:
     assert second[1]["content"][0] == {"type": "text", "text": "look \\ud83d first"}
     assert second[2]["content"][0]["is_error"] is False
     assert messages  # the module renders what the run recorded
+
+
+def test_a_caller_cancel_is_not_held_by_a_model_that_swallows_its_cancellation(
+    any_store: agentrt.Store,
+) -> None:
+    store = any_store
+    started = asyncio.Event()
+
+    async def stubborn() -> ModelResponse:
+        started.set()
+        try:
+            await asyncio.sleep(3)
+        except asyncio.CancelledError:
+            await asyncio.sleep(3)
+        return reply(usage=Usage(1, 1, 0))
+
+    model = FakeModel(stubborn)
+    driver = agentrt.Driver(
+        store=store,
+        agent=model_agent(),
+        policy=agentrt.default_policy(),
+        model=ModelConfig(model=model, prices=PRICE),
+        new_id=Ids(),
+    )
+
+    async def main() -> float:
+        task = asyncio.create_task(driver.start("g"))
+        await started.wait()
+        began = time.monotonic()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return time.monotonic() - began
+
+    assert asyncio.run(main()) < 2.5
+    (run,) = store.list_runs()
+    projected = project(REQUEST, 100, PRICE)
+    assert calls(store, run.id) == [
+        (1, "ambiguous", projected.input_tokens, 100, projected.cost_micros)
+    ]
+    assert store.list_model_calls(run.id)[0].error == "cancelled by the caller; outcome unknown"
