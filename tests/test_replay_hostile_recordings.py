@@ -21,7 +21,7 @@ import pytest
 import agentrt
 from agentrt import ModelConfig, TransientModelError
 from agentrt._canonical import policy_json
-from agentrt.replay import RecordingError, Recorder, Replayer, _document, request_key
+from agentrt.replay import Recorder, RecordingError, Replayer, _document, request_key
 from support.models import PRICE, REQUEST, FakeModel, drive, reply
 
 
@@ -107,3 +107,27 @@ def test_a_recorder_records_a_failure_whose_message_cannot_be_read(tmp_path: Pat
         asyncio.run(replayed.generate(REQUEST))
     assert type(caught.value).__name__ == "Unreadable"
     assert str(caught.value) == "<its message could not be read: RuntimeError>"
+
+
+def test_a_base_exception_of_the_provider_is_recorded_and_replays_to_the_same_attempt(
+    tmp_path: Path,
+) -> None:
+    def run_with(model: Any, path: Path) -> list[tuple[Any, ...]]:
+        store = agentrt.open_store(path)
+        run = drive(store, model)
+        assert (run.status, run.reason, run.reason_detail) == (
+            "FAILED",
+            "model_unavailable",
+            "SystemExit: 3",
+        )
+        rows = _attempts(store, run.id)
+        store.close()
+        return rows
+
+    recorded = run_with(
+        Recorder(FakeModel(SystemExit(3), name="m"), tmp_path / "rec"), tmp_path / "a.db"
+    )
+    assert recorded == [(1, "error", 0, 0, 0, "SystemExit: 3")]
+    replayer = Replayer(tmp_path / "rec", "m")
+    assert run_with(replayer, tmp_path / "b.db") == recorded
+    assert replayer.unplayed() == {}

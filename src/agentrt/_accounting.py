@@ -19,6 +19,13 @@ Invariants this module owns (models.md, "The accounting caller"):
   with the full output cap for an ambiguous attempt (timeout, lost
   connection, cut-off body, caller cancelled); nothing for a transient refusal.
   Recorded even if the caller was cancelled.
+- **The model's failure is the attempt's outcome.** The request runs in a task
+  of its own that never ends raising: whatever the model raises, a
+  `BaseException` included, is recorded and ends as the table says; one that
+  swallows its cancellation (at the call timeout or the caller's cancel) gets
+  `_CANCEL_GRACE_S` and is then left running, its attempt `ambiguous`, its reply
+  discarded. A reply whose fields are not of their types is unusable as
+  implausible usage is (`reply_problem`).
 - **Retries** back off exponentially and honour `Retry-After`, but give up at
   once, without sleeping, when a wait would pass `max_retry_after` or a time
   limit of the run.

@@ -400,10 +400,7 @@ def decide(response: ModelResponse, max_reason: int = 2_000) -> Decision:
     first, extra = uses[0], uses[1:]
     note = ""
     if extra:
-        note = (
-            f"\n[only the first tool call of a reply runs; not run: "
-            f"{_use_names(extra)}]"
-        )
+        note = f"\n[only the first tool call of a reply runs; not run: {_use_names(extra)}]"
     return replace(
         Decision.tool_call(first.name, first.input, reason=_with_note(text, note, max_reason)),
         origin=model,
