@@ -260,12 +260,12 @@ class AccountingCaller:
         if not done and not await _let_go(task):
             # A model that swallows its cancellation cannot be stopped: it is left
             # running, and whatever it returns later is discarded.
-            why = (
+            stuck = (
                 f"TimeoutError: the model did not stop within {_CANCEL_GRACE_S:g}s of its "
                 "cancellation at the call timeout; it was left running and its reply is "
                 "discarded"
             )
-            return await self._ambiguous(record, price, why)
+            return await self._ambiguous(record, price, stuck)
         if task.cancelled():  # cancelled at the call timeout, as `asyncio.wait_for` says it
             return await self._ambiguous(record, price, exception_text(TimeoutError()))
         ok, value = task.result()

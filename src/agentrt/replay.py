@@ -233,8 +233,6 @@ def _message(exc: BaseException) -> str:
         message = str(exc)
     except BaseException as inner:
         return f"<its message could not be read: {type_name(inner)}>"
-    if not isinstance(message, str):
-        return ""
     return message.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
