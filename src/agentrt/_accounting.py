@@ -19,6 +19,13 @@ Invariants this module owns (models.md, "The accounting caller"):
   with the full output cap for an ambiguous attempt (timeout, lost
   connection, cut-off body, caller cancelled); nothing for a transient refusal.
   Recorded even if the caller was cancelled.
+- **The model's failure is the attempt's outcome.** The request runs in a task
+  of its own that never ends raising: whatever the model raises, a
+  `BaseException` included, is recorded and ends as the table says; one that
+  swallows its cancellation (at the call timeout or the caller's cancel) gets
+  `_CANCEL_GRACE_S` and is then left running, its attempt `ambiguous`, its reply
+  discarded. A reply whose fields are not of their types is unusable as
+  implausible usage is (`reply_problem`).
 - **Retries** back off exponentially and honour `Retry-After`, but give up at
   once, without sleeping, when a wait would pass `max_retry_after` or a time
   limit of the run.
@@ -50,6 +57,7 @@ from ._model import (
     ModelRequest,
     ModelResponse,
     Price,
+    ToolUseBlock,
     UnpricedModelError,
     Usage,
 )
@@ -238,49 +246,33 @@ class AccountingCaller:
 
     async def _send(self, request: ModelRequest, record: _Attempt) -> _Outcome:
         price = self._config.price(self._model.name)  # looked up (and refused) before dispatch
+        # The request runs in a task of its own that never ends raising (`_generate`): a
+        # `SystemExit` or `KeyboardInterrupt` escaping a task would stop the event loop.
+        task = asyncio.ensure_future(_generate(self._model, request))
+        task.add_done_callback(_retrieve)
         try:
-            response = await asyncio.wait_for(
-                self._model.generate(request), self._config.call_timeout.total_seconds()
+            done = await _done_within(task, self._config.call_timeout.total_seconds())
+        except asyncio.CancelledError:
+            # The caller's cancel: the request is cancelled too, and given the grace to
+            # unwind; `generate` settles the attempt as ambiguous.
+            await _let_go(task)
+            raise
+        if not done and not await _let_go(task):
+            # A model that swallows its cancellation cannot be stopped: it is left
+            # running, and whatever it returns later is discarded.
+            stuck = (
+                f"TimeoutError: the model did not stop within {_CANCEL_GRACE_S:g}s of its "
+                "cancellation at the call timeout; it was left running and its reply is "
+                "discarded"
             )
-        except TransientModelError as exc:
-            await self._settle(
-                record, ModelCallStatus.ERROR, Usage(), price, exception_text(exc), charge=False
-            )
-            return _Outcome(None, exception_text(exc), retryable=True, retry_after=exc.retry_after)
-        except ServedModelError as exc:
-            usage = (
-                exc.usage
-                if isinstance(exc.usage, Usage)
-                and usage_problem(exc.usage, request.max_output_tokens) is None
-                else (projection_usage(record.projection))
-            )
-            await self._settle(record, ModelCallStatus.ERROR, usage, price, exception_text(exc))
-            return _Outcome(None, exception_text(exc), retryable=False)
-        except (TimeoutError, ConnectionError) as exc:
-            await self._settle(
-                record,
-                ModelCallStatus.AMBIGUOUS,
-                projection_usage(record.projection),
-                price,
-                exception_text(exc),
-            )
-            return _Outcome(None, exception_text(exc), retryable=True)
-        except asyncio.CancelledError as exc:
-            if cancelled_by_caller():
-                raise  # the caller's: `call` settles the attempt as ambiguous
-            # The model's own (its client awaited something cancelled): "anything else".
-            await self._settle(
-                record, ModelCallStatus.ERROR, Usage(), price, exception_text(exc), charge=False
-            )
-            return _Outcome(None, exception_text(exc), retryable=False)
-        except Exception as exc:
-            await self._settle(
-                record, ModelCallStatus.ERROR, Usage(), price, exception_text(exc), charge=False
-            )
-            return _Outcome(None, exception_text(exc), retryable=False)
-        why: str | None = "the model returned something other than a ModelResponse"
-        if isinstance(response, ModelResponse):
-            why = usage_problem(response.usage, request.max_output_tokens)
+            return await self._ambiguous(record, price, stuck)
+        if task.cancelled():  # cancelled at the call timeout, as `asyncio.wait_for` says it
+            return await self._ambiguous(record, price, exception_text(TimeoutError()))
+        ok, value = task.result()
+        if not ok:
+            return await self._failed(record, price, request, value)
+        response = value
+        why = reply_problem(response, request.max_output_tokens)
         if why is not None:
             await self._settle(
                 record, ModelCallStatus.ERROR, projection_usage(record.projection), price, why
@@ -288,6 +280,35 @@ class AccountingCaller:
             return _Outcome(None, why, retryable=False)
         await self._settle(record, ModelCallStatus.OK, response.usage, price, "")
         return _Outcome(response, "", retryable=False)
+
+    async def _ambiguous(self, record: _Attempt, price: Price | None, error: str) -> _Outcome:
+        usage = projection_usage(record.projection)
+        await self._settle(record, ModelCallStatus.AMBIGUOUS, usage, price, error)
+        return _Outcome(None, error, retryable=True)
+
+    async def _failed(
+        self, record: _Attempt, price: Price | None, request: ModelRequest, exc: BaseException
+    ) -> _Outcome:
+        """The outcome of an attempt whose model raised `exc` (never the caller's cancel)."""
+        text = exception_text(exc)
+        if isinstance(exc, TransientModelError):
+            await self._settle(record, ModelCallStatus.ERROR, Usage(), price, text, charge=False)
+            return _Outcome(None, text, retryable=True, retry_after=exc.retry_after)
+        if isinstance(exc, ServedModelError):
+            usage = (
+                exc.usage
+                if isinstance(exc.usage, Usage)
+                and usage_problem(exc.usage, request.max_output_tokens) is None
+                else (projection_usage(record.projection))
+            )
+            await self._settle(record, ModelCallStatus.ERROR, usage, price, text)
+            return _Outcome(None, text, retryable=False)
+        if isinstance(exc, TimeoutError | ConnectionError):
+            return await self._ambiguous(record, price, text)
+        # Anything else, a `BaseException` included (a library's `sys.exit()`, the model's
+        # own `CancelledError`): the model's failure, not the runtime's, and not retried.
+        await self._settle(record, ModelCallStatus.ERROR, Usage(), price, text, charge=False)
+        return _Outcome(None, text, retryable=False)
 
     async def _settle(
         self,
@@ -386,6 +407,45 @@ class AccountingCaller:
             return True
 
 
+_CANCEL_GRACE_S = 1.0
+"""Seconds a model request cancelled at its call timeout (or by the caller) gets to unwind."""
+
+
+async def _generate(model: Model, request: ModelRequest) -> tuple[bool, Any]:
+    """(True, the reply) or (False, what the model raised); only our own cancel propagates."""
+    try:
+        return True, await model.generate(request)
+    except asyncio.CancelledError as exc:
+        if cancelled_by_caller():  # this task was cancelled: at the timeout, or by the caller
+            raise
+        return False, exc  # the model's own (its client awaited something cancelled)
+    except BaseException as exc:
+        return False, exc
+
+
+def _retrieve(task: asyncio.Future[Any]) -> None:
+    # A request left running past its grace ends unobserved: never a warning about it.
+    if not task.cancelled():
+        task.exception()
+
+
+async def _done_within(task: asyncio.Future[Any], timeout: float) -> bool:
+    """Whether `task` is done within `timeout` seconds; the task is never cancelled here."""
+    done, _ = await asyncio.wait({task}, timeout=timeout)
+    return task in done
+
+
+async def _let_go(task: asyncio.Future[Any]) -> bool:
+    """Cancel the request's task; whether it ended within `_CANCEL_GRACE_S`.
+
+    A model that swallows its cancellation (a bare `except:` in a retry loop) cannot be
+    stopped, as a coroutine tool cannot (decision 0017): past the grace it is left running.
+    """
+    task.cancel()
+    done, _ = await asyncio.wait({task}, timeout=_CANCEL_GRACE_S)
+    return task in done
+
+
 @dataclass(frozen=True)
 class _Outcome:
     response: ModelResponse | None
@@ -408,6 +468,39 @@ OUTPUT_MARGIN_DIVISOR = 10  # and a tenth of the cap, for large caps
 def output_ceiling(cap: int) -> int:
     """The most output tokens a reply to a request capped at `cap` is believed to use."""
     return cap + max(OUTPUT_MARGIN_TOKENS, cap // OUTPUT_MARGIN_DIVISOR)
+
+
+_UNUSABLE = "the model's reply is not a usable ModelResponse: "
+
+
+def reply_problem(response: object, cap: int | None) -> str | None:
+    """Why a reply cannot be used as it is, or None when it can.
+
+    A reply that is not a `ModelResponse`, or one whose fields are not of their types (a
+    hand-written adapter), is unusable as implausible usage is: it was served, so it is
+    charged the estimate, and the run ends `model_unavailable`.
+    """
+    if not isinstance(response, ModelResponse):
+        return "the model returned something other than a ModelResponse"
+    for name in ("text", "stop_reason"):
+        value = getattr(response, name)
+        if not isinstance(value, str):
+            return f"{_UNUSABLE}its {name} is a {type_name(value)}, not a str"
+    uses = response.tool_uses
+    if not isinstance(uses, list | tuple):
+        return (
+            f"{_UNUSABLE}its tool_uses is a {type_name(uses)}, not a list or tuple of ToolUseBlock"
+        )
+    for index, use in enumerate(uses):
+        if not isinstance(use, ToolUseBlock):
+            return f"{_UNUSABLE}its tool_uses[{index}] is a {type_name(use)}, not a ToolUseBlock"
+        for name in ("id", "name"):
+            value = getattr(use, name)
+            if not isinstance(value, str):
+                return (
+                    f"{_UNUSABLE}its tool_uses[{index}].{name} is a {type_name(value)}, not a str"
+                )
+    return usage_problem(response.usage, cap)
 
 
 def usage_problem(usage: Usage, cap: int | None) -> str | None:

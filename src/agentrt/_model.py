@@ -195,6 +195,19 @@ class Price:
     output_micros: int
     cached_input_micros: int | None = None  # None: cached tokens cost the input price
 
+    def __post_init__(self) -> None:
+        # Money is integer micro-dollars: a negative price would make spend negative (and a
+        # cost limit meaningless), a float or text would make costs something else.
+        for name in ("input_micros", "output_micros", "cached_input_micros"):
+            value = getattr(self, name)
+            if value is None and name == "cached_input_micros":
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ConfigError(
+                    f"Price.{name} must be a non-negative integer of micro-dollars per million "
+                    f"tokens, got {value!r}; Price.per_million takes dollars as text"
+                )
+
     @staticmethod
     def free() -> Price:
         return Price(0, 0, 0)
@@ -232,6 +245,19 @@ class PriceTable:
 
     prices: Mapping[str, Price] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.prices, Mapping):
+            raise ConfigError(
+                f"PriceTable takes a mapping of model names to prices, not "
+                f"{type(self.prices).__name__}"
+            )
+        for name, price in self.prices.items():
+            if not isinstance(name, str) or not isinstance(price, Price):
+                raise ConfigError(
+                    f"PriceTable maps model names (text) to Price values; got {name!r}: "
+                    f"{type(price).__name__}"
+                )
+
     def lookup(self, model: str) -> Price:
         price = self.prices.get(model)
         if price is None:
@@ -265,6 +291,13 @@ class ModelConfig:
                 "ModelConfig(model=...) takes the Model itself (an object with a name and "
                 f"async generate), not {type(self.model).__name__}"
             )
+        problem = _name_problem(self.model.name)
+        if problem:
+            # Recorded with every attempt and part of every replay key: refused here, not
+            # by the store inside the first request's transaction.
+            raise ConfigError(
+                f"the model's name must be non-empty text a store can keep: {problem}"
+            )
         if self.prices is not None and not isinstance(self.prices, Price | PriceTable):
             raise ConfigError("ModelConfig prices must be a Price, a PriceTable or None")
         retries = self.max_retries
@@ -290,6 +323,21 @@ class ModelConfig:
         if isinstance(self.prices, Price):
             return self.prices
         return self.prices.lookup(model_name)
+
+
+def _name_problem(name: object) -> str:
+    """Why `name` cannot be a model's recorded name ("" when it can)."""
+    if not isinstance(name, str):
+        return f"it is a {type(name).__name__}, not a str"
+    if not name:
+        return "it is empty"
+    if "\x00" in name:
+        return f"it holds a NUL character at position {name.index(chr(0)) + 1}"
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"it holds a lone surrogate at position {exc.start + 1}"
+    return ""
 
 
 def parse_dollars(text: str) -> int:

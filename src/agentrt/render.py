@@ -378,7 +378,7 @@ def decide(response: ModelResponse, max_reason: int = 2_000) -> Decision:
     """The decision a reply makes; every text it keeps is at most `max_reason` characters."""
     if not _int(max_reason) or max_reason < _MIN_CAP:
         raise ConfigError(f"max_reason must be an integer of at least {_MIN_CAP}")
-    text = response.text.strip()
+    text = _storable(response.text.strip())
     stop = response.stop_reason
     model = DecisionOrigin.MODEL.value
     if stop == "refusal":
@@ -391,7 +391,7 @@ def decide(response: ModelResponse, max_reason: int = 2_000) -> Decision:
         return replace(Decision.fail(_fit(message, max_reason)), origin=model)
     uses = list(response.tool_uses)
     if stop == "max_tokens":
-        note = f"\n[cut off while calling {_names([u.name for u in uses])}]" if uses else ""
+        note = f"\n[cut off while calling {_use_names(uses)}]" if uses else ""
         return Decision(
             kind=DecisionKind.TRUNCATED, reason=_with_note(text, note, max_reason), origin=model
         )
@@ -400,14 +400,21 @@ def decide(response: ModelResponse, max_reason: int = 2_000) -> Decision:
     first, extra = uses[0], uses[1:]
     note = ""
     if extra:
-        note = (
-            f"\n[only the first tool call of a reply runs; not run: "
-            f"{_names([u.name for u in extra])}]"
-        )
+        note = f"\n[only the first tool call of a reply runs; not run: {_use_names(extra)}]"
     return replace(
         Decision.tool_call(first.name, first.input, reason=_with_note(text, note, max_reason)),
         origin=model,
     )
+
+
+def _storable(text: str) -> str:
+    """`text` with lone surrogates escaped (`\\ud800`): a model's words are kept whatever
+    its JSON escaped, where the record refuses text that is not valid UTF-8."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _use_names(uses: Sequence[ToolUseBlock]) -> str:
+    return _storable(_names([u.name for u in uses]))
 
 
 def _with_note(text: str, note: str, limit: int) -> str:

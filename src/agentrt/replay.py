@@ -36,6 +36,7 @@ import base64
 import binascii
 import contextlib
 import hashlib
+import math
 import os
 import secrets
 import threading
@@ -51,6 +52,7 @@ from ._errors import (
     ServedModelError,
     TransientModelError,
 )
+from ._foreign import type_name
 from ._model import Model, ModelRequest, ModelResponse, ToolUseBlock, Usage
 
 __all__ = [
@@ -208,7 +210,9 @@ _OS_ERRORS: dict[str, type[OSError]] = {
 
 
 def _error_to_json(exc: BaseException) -> dict[str, Any]:
-    out: dict[str, Any] = {"type": type(exc).__name__, "message": str(exc)}
+    # The message as the accounting caller reads it (`exception_text`): one whose `str`
+    # raises, or with lone surrogates, is kept as the text the caller records for it.
+    out: dict[str, Any] = {"type": type_name(exc), "message": _message(exc)}
     if isinstance(exc, TransientModelError):
         out["class"] = "transient"
         out["retry_after"] = _retry_after_to_json(exc.retry_after)
@@ -224,18 +228,40 @@ def _error_to_json(exc: BaseException) -> dict[str, Any]:
     return out
 
 
+def _message(exc: BaseException) -> str:
+    try:
+        message = str(exc)
+    except BaseException as inner:
+        return f"<its message could not be read: {type_name(inner)}>"
+    return message.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+_NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
+
+
 def _retry_after_to_json(value: Any) -> Any:
-    # A timedelta is kept exactly, in whole microseconds (its own resolution).
+    # A timedelta is kept exactly, in whole microseconds (its own resolution); a float
+    # JSON cannot hold (NaN, infinite) by its name, since the caller reads each its way.
     if isinstance(value, timedelta):
         return {"microseconds": value // timedelta(microseconds=1)}
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
+    if isinstance(value, float) and not math.isfinite(value):
+        return {"float": "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")}
     return value
 
 
 def _retry_after_from_json(value: Any) -> Any:
     if isinstance(value, dict):
-        return timedelta(microseconds=int(value["microseconds"]))
+        if set(value) == {"float"} and value["float"] in _NON_FINITE:
+            return _NON_FINITE[value["float"]]
+        micros = value["microseconds"]
+        if isinstance(micros, bool) or not isinstance(micros, int):
+            raise TypeError(f"retry_after microseconds must be an integer, got {micros!r}")
+        try:
+            return timedelta(microseconds=micros)
+        except OverflowError:
+            raise ValueError(f"retry_after of {micros} microseconds is past any duration") from None
     return value
 
 
@@ -396,8 +422,9 @@ class Recorder:
             # any await, and the attempt must be in the recording all the same.
             self._record(key, request, {"cancelled": True})
             raise
-        except Exception as exc:
-            # The provider's own failure is what the caller must classify.
+        except BaseException as exc:
+            # The provider's own failure is what the caller must classify (a `SystemExit`
+            # from a library too: the caller records it as any other failure).
             with contextlib.suppress(OSError):
                 await asyncio.to_thread(self._record, key, request, {"error": _error_to_json(exc)})
             raise
