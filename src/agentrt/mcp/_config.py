@@ -29,7 +29,7 @@ from typing import Any
 from .._canonical import content_hash, copy_json, parse_json, policy_json
 from .._errors import ConfigError, InsecureModeError, JSONValueError
 from .._records import SideEffect, ToolSpec
-from .._tools import compile_tool
+from .._tools import CompiledTool, compile_tool
 
 MANIFEST_FORMAT = "agentrt.mcp.manifest/1"
 RULES_FORMAT = "agentrt.mcp.rules/1"
@@ -450,6 +450,34 @@ class Offer:
     description: str
     input_schema: Any
     annotations: Any
+    output_schema: Any = None
+
+
+_OUTPUT_NAME = "output_schema"
+
+
+def compile_output_schema(schema: Any) -> CompiledTool:
+    """A tool's declared output schema, checked and compiled as agentrt compiles an input
+    schema (no I/O, every `pattern` matched in linear time by RE2), or ConfigError.
+
+    The MCP SDK would check a result against it with `jsonschema` and Python's
+    backtracking `re`, on the event loop: a pattern such as `^(a+)+$` would freeze the
+    loop, its timeouts and the lease's heartbeat (decision XXXX).
+    """
+    spec = ToolSpec(
+        name=_OUTPUT_NAME,
+        description="",
+        input_schema=schema if isinstance(schema, dict) else {},
+        side_effect=SideEffect.READ_ONLY,
+        timeout=DEFAULT_TIMEOUT,
+    )
+    if not isinstance(schema, dict):
+        raise ConfigError("it is not a JSON object")
+    try:
+        return compile_tool(spec)
+    except ConfigError as exc:
+        said = str(exc).removeprefix(f"tool {_OUTPUT_NAME!r}: ")
+        raise ConfigError(said.replace("input schema", "output schema")) from exc
 
 
 @dataclasses.dataclass(frozen=True)
@@ -622,6 +650,12 @@ def decide(
         except ConfigError as exc:
             refused.append((name, f"its input schema cannot be used: {exc}"))
             continue
+        if offer.output_schema is not None:
+            try:
+                compile_output_schema(offer.output_schema)
+            except ConfigError as exc:
+                refused.append((name, f"its output schema cannot be used: {exc}"))
+                continue
         offered_names[name] = offered
         admitted.append(Admitted(offer=offer, rule=rule, spec=spec))
     unpinned = sorted(name for name in by_name if name not in manifest.tools)
