@@ -550,15 +550,15 @@ def compile_output_schema(schema: Any) -> CompiledTool:
     backtracking `re`, on the event loop: a pattern such as `^(a+)+$` would freeze the
     loop, its timeouts and the lease's heartbeat (decision XXXX).
     """
+    if not isinstance(schema, dict):
+        raise ConfigError("it is not a JSON object")
     spec = ToolSpec(
         name=_OUTPUT_NAME,
         description="",
-        input_schema=schema if isinstance(schema, dict) else {},
+        input_schema=schema,
         side_effect=SideEffect.READ_ONLY,
         timeout=DEFAULT_TIMEOUT,
     )
-    if not isinstance(schema, dict):
-        raise ConfigError("it is not a JSON object")
     try:
         return compile_tool(spec)
     except ConfigError as exc:
