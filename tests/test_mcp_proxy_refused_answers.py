@@ -82,8 +82,8 @@ def test_a_mutating_call_whose_result_the_sdk_refuses_is_unrecorded_and_never_ru
 ) -> None:
     """A server books the slot, then answers with a result the MCP SDK refuses: structured
     content that does not fit the tool's declared output schema, or no `CallToolResult` at
-    all. The call was carried out: the host is answered `UNRECORDED` (saying the SDK
-    refused the answer), and the identical re-call `DUPLICATE`, never booking twice."""
+    all. The call was carried out: the host is answered `UNRECORDED` (saying why the
+    answer is refused), and the identical re-call `DUPLICATE`, never booking twice."""
     folder = tmp_path / "tampered"
     folder.mkdir()
     (folder / "answer").write_text(tamper)
@@ -97,7 +97,11 @@ def test_a_mutating_call_whose_result_the_sdk_refuses_is_unrecorded_and_never_ru
     effects = (folder / "effects.log").read_text().splitlines()
     assert [json.loads(line) for line in effects] == [{"tool": "book", **BOOK}]
     assert (first.is_error, first.word) == (True, "UNRECORDED"), first.text
-    assert "the MCP SDK refused it" in first.text
+    said = {
+        "schema": "its structured content does not fit the tool's output schema",
+        "shape": "the MCP SDK refused it",
+    }
+    assert said[tamper] in first.text
     assert (again.is_error, again.word) == (True, "DUPLICATE"), again.text
 
 

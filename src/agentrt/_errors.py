@@ -206,8 +206,9 @@ class MCPToolError(AgentrtError):
 
 class MCPAnswerRefused(MCPToolError):
     """An MCP server answered a tool call, and agentrt refuses the answer: a message
-    longer than the transport's bound, one that is not usable JSON, or a result the
-    MCP SDK refuses (no `CallToolResult`, content against the declared output schema).
+    longer than the transport's bound, one that is not usable JSON, a result the MCP
+    SDK refuses (no `CallToolResult`), or structured content against the tool's
+    declared output schema (checked by agentrt's own validator).
 
     The call was carried out (the server answered it): its outcome is not unknown,
     only its result is not recorded. `agentrt-proxy` answers such a mutating call

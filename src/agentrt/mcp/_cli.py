@@ -104,6 +104,11 @@ def main(argv: Sequence[str], stdout: TextIO | None = None, stderr: TextIO | Non
     except (AgentrtError, OSError) as exc:
         err.write(f"agentrt mcp: {sanitize(str(exc))}\n")
         return EXIT_ERROR
+    except KeyboardInterrupt:
+        # As every `agentrt` command: one line. A stdio server was already stopped
+        # (its whole group) by the connection's shielded close.
+        err.write("agentrt mcp: interrupted\n")
+        return EXIT_ERROR
 
 
 def _server(args: argparse.Namespace, command: list[str]) -> Server:
@@ -138,7 +143,15 @@ def _pin(server: Server, args: argparse.Namespace, out: TextIO, err: TextIO) -> 
     manifest: Manifest = asyncio.run(pin(server))
     from ._config import write_manifest
 
-    write_manifest(manifest, args.out)
+    try:
+        # Without --force, a manifest that appeared meanwhile is not replaced either.
+        write_manifest(manifest, args.out, replace=args.force)
+    except FileExistsError:
+        err.write(
+            f"agentrt mcp: {sanitize(args.out)} exists; it is what was reviewed. "
+            "Pass --force to replace it\n"
+        )
+        return EXIT_ERROR
     if args.json:
         out.write(json.dumps({"manifest": args.out, "tools": sorted(manifest.tools)}) + "\n")
         return EXIT_OK

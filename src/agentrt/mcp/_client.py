@@ -45,6 +45,7 @@ from mcp.shared.message import SessionMessage
 
 from .._canonical import canonical_json, copy_json
 from .._errors import (
+    ConfigError,
     MCPAnswerRefused,
     MCPInputRequired,
     MCPServerError,
@@ -53,7 +54,17 @@ from .._errors import (
 )
 from .._records import ToolCall, ToolResult, ToolSpec
 from .._tools import CompiledTool, compile_tool
-from ._config import Admitted, Manifest, Offer, PinnedTool, Report, Rule, Server, decide
+from ._config import (
+    Admitted,
+    Manifest,
+    Offer,
+    PinnedTool,
+    Report,
+    Rule,
+    Server,
+    compile_output_schema,
+    decide,
+)
 from ._transport import INPUT_REQUIRED, RawCapture, open_transport
 
 MAX_PAGES = 100
@@ -125,6 +136,8 @@ class Connection:
         self._loop = asyncio.get_running_loop()
         self._list_lock = asyncio.Lock()
         self._open = True
+        # Each tool's output schema as the last listing declared it (None: no schema).
+        self._outputs: dict[str, Any] = {}
 
     def __repr__(self) -> str:
         state = "open" if self._open else "closed"
@@ -166,6 +179,7 @@ class Connection:
                         )
                 cursor = result.get("nextCursor")
                 if not isinstance(cursor, str) or not cursor:
+                    self._outputs = {name: offer.output_schema for name, offer in offers.items()}
                     return list(offers.values())
                 if cursor in seen_cursors:
                     raise MCPServerError(
@@ -277,7 +291,38 @@ class Connection:
         if asked is not None and getattr(result, "is_error", False):
             text = _cap(_text_of(result), 500)
             raise MCPInputRequired(self._input_refused(tool, asked, text))
+        if not getattr(result, "is_error", False):
+            self._check_output(tool, result)
         return _tool_result(result, self.server.max_content_bytes)
+
+    def _check_output(self, tool: str, result: Any) -> None:
+        """A result checked against the tool's declared output schema, as the MCP SDK
+        would, but by agentrt's validator (linear-time patterns, no I/O): one that does
+        not fit was carried out all the same, so it raises `MCPAnswerRefused`."""
+        schema = self._outputs.get(tool)
+        if schema is None:
+            return
+        refused = (
+            f"MCP server {self.server.name!r} answered the call to {tool!r}, and its answer "
+            "is refused: "
+        )
+        try:
+            compiled = compile_output_schema(schema)
+        except ConfigError as exc:
+            raise MCPAnswerRefused(
+                f"{refused}the tool's output schema cannot be used ({_first_line(exc)})"
+            ) from exc
+        structured = getattr(result, "structured_content", None)
+        if structured is None:
+            raise MCPAnswerRefused(
+                f"{refused}the tool has an output schema and its result no structured content"
+            )
+        errors = compiled.check(structured)
+        if errors:
+            raise MCPAnswerRefused(
+                f"{refused}its structured content does not fit the tool's output schema "
+                f"({_cap(errors[0], 200)})"
+            )
 
     def _input_refused(self, tool: str, asked: str, then: str) -> str:
         return (
@@ -335,6 +380,18 @@ class MCPTool:
         )
 
 
+class _Session(ClientSession):
+    """The SDK's session, minus its check of a result against the tool's output schema.
+
+    The SDK checks with `jsonschema` and Python's backtracking `re` on the event loop,
+    where a server's pattern such as `^(a+)+$` freezes everything for hours;
+    `Connection.call` checks with agentrt's validator instead (decision XXXX).
+    """
+
+    async def validate_tool_result(self, name: str, result: mcp_types.CallToolResult) -> None:
+        return None
+
+
 @contextlib.asynccontextmanager
 async def connect(server: Server) -> AsyncIterator[Connection]:
     """Open a session with `server`; it is closed, and a stdio server killed, on exit."""
@@ -343,7 +400,7 @@ async def connect(server: Server) -> AsyncIterator[Connection]:
     try:
         async with (
             open_transport(server, capture) as (read_stream, write_stream),
-            ClientSession(read_stream, _NotingWrites(write_stream)) as session,
+            _Session(read_stream, _NotingWrites(write_stream)) as session,
         ):
             try:
                 with anyio.fail_after(HANDSHAKE_TIMEOUT):
@@ -458,6 +515,7 @@ def _offer(raw: Any, server: str) -> Offer:
         description=description,
         input_schema=schema,
         annotations=annotations if isinstance(annotations, dict) else None,
+        output_schema=raw.get("outputSchema"),
     )
 
 

@@ -17,11 +17,14 @@ Invariants:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import errno
 import math
 import os
 import re
 import stat
+import urllib.parse
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any
@@ -29,7 +32,7 @@ from typing import Any
 from .._canonical import content_hash, copy_json, parse_json, policy_json
 from .._errors import ConfigError, InsecureModeError, JSONValueError
 from .._records import SideEffect, ToolSpec
-from .._tools import compile_tool
+from .._tools import CompiledTool, compile_tool
 
 MANIFEST_FORMAT = "agentrt.mcp.manifest/1"
 RULES_FORMAT = "agentrt.mcp.rules/1"
@@ -81,13 +84,17 @@ class Server:
                 raise ConfigError(
                     f"server {self.name!r}: command must be a non-empty list of strings"
                 )
-            if not all(isinstance(part, str) and "\0" not in part for part in self.command):
-                raise ConfigError(f"server {self.name!r}: every part of the command must be text")
+            if not all(_process_text(part) for part in self.command):
+                raise ConfigError(
+                    f"server {self.name!r}: every part of the command must be text a process "
+                    "can be given (no NUL, no lone surrogate)"
+                )
             object.__setattr__(self, "command", tuple(self.command))
-        if self.url is not None and (
-            not isinstance(self.url, str) or not self.url.startswith(("http://", "https://"))
-        ):
-            raise ConfigError(f"server {self.name!r}: url must start with http:// or https://")
+        if self.url is not None:
+            why = _url_problem(self.url)
+            if why is not None:
+                # The URL is not quoted: a token in its query must not reach a log.
+                raise ConfigError(f"server {self.name!r}: url {why}")
         env = dict(self.env or {})
         for key, value in env.items():
             if (
@@ -96,6 +103,11 @@ class Server:
                 or not isinstance(value, str)
             ):
                 raise ConfigError(f"server {self.name!r}: env entry {key!r} is not NAME=text")
+            if not _process_text(value):
+                raise ConfigError(
+                    f"server {self.name!r}: env entry {key!r} holds a NUL or a lone surrogate, "
+                    "which no process environment can"
+                )
         object.__setattr__(self, "env", env)
         if isinstance(self.inherit_env, str) or not all(
             isinstance(key, str) and _ENV_NAME.fullmatch(key) for key in self.inherit_env
@@ -123,6 +135,43 @@ class Server:
         }
         out.update(self.env or {})
         return out
+
+
+def _process_text(value: Any) -> bool:
+    """Can `value` be an argument or an environment value of a process (POSIX)?"""
+    if not isinstance(value, str) or "\0" in value:
+        return False
+    try:
+        os.fsencode(value)
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _url_problem(url: Any) -> str | None:
+    """What makes `url` no streamable HTTP endpoint agentrt can reach, or None.
+
+    Said without quoting the URL (it may carry a token)."""
+    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+        return "must start with http:// or https://"
+    if any(ord(char) <= 0x20 or ord(char) == 0x7F for char in url):
+        return "holds a space or a control character"
+    try:
+        url.encode("ascii")
+    except UnicodeEncodeError:
+        return "holds characters that are not ASCII (percent-encode them)"
+    try:
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        if "Port" in str(exc):
+            return "cannot be read: its port is not a number from 1 to 65535"
+        return "cannot be read: its host is not a host name or an address"
+    if not parts.hostname:
+        return "names no host"
+    if port is not None and not 0 < port <= 65535:
+        return "its port is not a number from 1 to 65535"
+    return None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -418,24 +467,61 @@ def _pretty(value: Any, indent: int, out: list[str]) -> None:
         out.append(policy_json(value).decode())
 
 
-def write_manifest(manifest: Manifest, path: str | os.PathLike[str]) -> None:
-    """Write the manifest with mode 0600 (replacing a file already there), fsynced."""
+def write_manifest(
+    manifest: Manifest, path: str | os.PathLike[str], *, replace: bool = True
+) -> None:
+    """Write the manifest with mode 0600, fsynced, put in place in one step.
+
+    `replace=False` never replaces a file already at `path`, even one that appeared
+    after the caller looked (`FileExistsError`): the manifest there is what was
+    reviewed. Nothing of a failed attempt is left beside `path`.
+    """
     path = os.fspath(path)
     data = manifest_text(manifest).encode("utf-8")
     tmp = f"{path}.tmp-{os.getpid()}"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
     try:
-        os.fchmod(fd, 0o600)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    except BaseException:
-        os.close(fd)
-        os.unlink(tmp)
+        try:
+            os.fchmod(fd, 0o600)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        if replace:
+            os.replace(tmp, path)
+        else:
+            _put_new(tmp, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+    _sync_folder(path)
+
+
+def _put_new(tmp: str, path: str) -> None:
+    """`tmp` at `path`, unless something is there (`FileExistsError`), in one step."""
+    try:
+        os.link(tmp, path, follow_symlinks=False)
+    except FileExistsError:
         raise
-    os.close(fd)
-    os.replace(tmp, path)
+    except OSError as exc:
+        if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV):
+            raise
+        # No hard links on this file system: look, then rename (a narrow window).
+        if os.path.lexists(path):
+            raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), path) from exc
+        os.replace(tmp, path)
+
+
+def _sync_folder(path: str) -> None:
+    """The folder's entry for `path` made durable (best effort: some systems refuse)."""
+    with contextlib.suppress(OSError):
+        fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 # ---------------------------------------------------------------------------
@@ -450,6 +536,34 @@ class Offer:
     description: str
     input_schema: Any
     annotations: Any
+    output_schema: Any = None
+
+
+_OUTPUT_NAME = "output_schema"
+
+
+def compile_output_schema(schema: Any) -> CompiledTool:
+    """A tool's declared output schema, checked and compiled as agentrt compiles an input
+    schema (no I/O, every `pattern` matched in linear time by RE2), or ConfigError.
+
+    The MCP SDK would check a result against it with `jsonschema` and Python's
+    backtracking `re`, on the event loop: a pattern such as `^(a+)+$` would freeze the
+    loop, its timeouts and the lease's heartbeat (decision XXXX).
+    """
+    if not isinstance(schema, dict):
+        raise ConfigError("it is not a JSON object")
+    spec = ToolSpec(
+        name=_OUTPUT_NAME,
+        description="",
+        input_schema=schema,
+        side_effect=SideEffect.READ_ONLY,
+        timeout=DEFAULT_TIMEOUT,
+    )
+    try:
+        return compile_tool(spec)
+    except ConfigError as exc:
+        said = str(exc).removeprefix(f"tool {_OUTPUT_NAME!r}: ")
+        raise ConfigError(said.replace("input schema", "output schema")) from exc
 
 
 @dataclasses.dataclass(frozen=True)
@@ -622,6 +736,12 @@ def decide(
         except ConfigError as exc:
             refused.append((name, f"its input schema cannot be used: {exc}"))
             continue
+        if offer.output_schema is not None:
+            try:
+                compile_output_schema(offer.output_schema)
+            except ConfigError as exc:
+                refused.append((name, f"its output schema cannot be used: {exc}"))
+                continue
         offered_names[name] = offered
         admitted.append(Admitted(offer=offer, rule=rule, spec=spec))
     unpinned = sorted(name for name in by_name if name not in manifest.tools)

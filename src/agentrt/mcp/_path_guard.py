@@ -10,10 +10,11 @@ guard refuses such a server at start-up (`ConfigError`), unless its entry sets
 It is a best-effort guard against a mistake, not a sandbox: it reads the
 arguments of the command, in the usual spellings (a link, a trailing slash, a
 relative path, `--root=PATH`, `-rPATH`, `file://`, `~`, a comma-separated
-list), resolved against both the proxy's working directory (the server's) and
-the config's folder. It cannot see a path a server reads from its environment,
-its own configuration, or builds at run time, nor the working directory a
-server serves by default.
+list, `key=PATH` inside it as Docker's `--mount type=bind,src=PATH`, and
+`PATH:/dir` as Docker's `-v`), resolved against both the proxy's working
+directory (the server's) and the config's folder. It cannot see a path a
+server reads from its environment, its own configuration, or builds at run
+time, nor the working directory a server serves by default.
 """
 
 from __future__ import annotations
@@ -50,21 +51,30 @@ def protected_files(
 
 
 def _spellings(argument: str) -> Iterator[str]:
-    """The paths one argument may name: itself, an option's value, a list's items."""
+    """The paths one argument may name: itself, an option's value, a list's items, each
+    item's `key=PATH` value, and each side of a `PATH:/dir` pair (a Docker volume)."""
     candidates = [argument]
     _, equals, value = argument.partition("=")
     if equals:
         candidates.append(value)  # --root=/srv, root=/srv
     elif argument.startswith("-") and not argument.startswith("--") and len(argument) > 2:
         candidates.append(argument[2:])  # -r/srv
+    seen: set[str] = set()
     for candidate in candidates:
         for item in candidate.split(","):
             item = item.strip()
             if item.lower().startswith("file:"):
                 parsed = urllib.parse.urlsplit(item)
-                item = urllib.parse.unquote(parsed.path)
-            if item:
-                yield item
+                items = [urllib.parse.unquote(parsed.path)]
+            else:
+                # type=bind,src=/srv,dst=/data (Docker's --mount); /srv:/data:ro (-v)
+                _, equals, value = item.partition("=")
+                items = [item, *([value] if equals else [])]
+                items += [part for one in list(items) for part in one.split(":")]
+            for spelling in items:
+                if spelling and spelling not in seen:
+                    seen.add(spelling)
+                    yield spelling
 
 
 def _resolved(spelling: str, bases: Sequence[Path]) -> Iterator[Path]:

@@ -156,42 +156,44 @@ class RawCapture:
             message.get("method") if isinstance(message, dict) else getattr(message, "method", None)
         )
         ident = message.get("id") if isinstance(message, dict) else getattr(message, "id", None)
-        if method == "tools/list" and ident is not None:
-            self._waiting.add(ident)
+        if method == "tools/list" and _is_id(ident):
+            self._waiting.add(str(ident))
 
     def incoming(self, raw: bytes) -> None:
         """Offer one raw message from the server; kept when it answers a `tools/list`;
         an answer to a `tools/call` sent is noted as an answer."""
         if not self._waiting and not self._unanswered:
             return
+        # Only an answer (`result` or `error`) with a JSON-RPC id (a string or a number)
+        # is one: a server's own request (its ids may equal the client's, JSON-RPC ids
+        # being each side's own), a message whose id is a list or an object, or other
+        # junk is nobody's answer (decision XXXX).
         try:
             parsed = parse_json(raw)
         except JSONValueError as exc:
-            if self._unanswered:
-                # Only an answer (`result` or `error`) is one: a server's own request
-                # (its ids may equal the client's) or other junk leaves the mark.
-                with contextlib.suppress(ValueError, RecursionError):
-                    loose = json.loads(raw)
-                    if _is_answer(loose):
-                        self._answered(loose)
-            if not self._waiting:
-                return
-            # Unusable to agentrt (too deep, a lone surrogate, a 20,000-digit number),
-            # maybe not to the SDK: if it answers the listing, say so at take().
             with contextlib.suppress(ValueError, RecursionError):
-                ident = json.loads(raw).get("id")
+                loose = json.loads(raw)
+                ident = _answer_id(loose)
+                if ident is None:
+                    return
+                self._answered(loose)
                 if ident in self._waiting:
+                    # Unusable to agentrt (too deep, a lone surrogate, a 20,000-digit
+                    # number), maybe not to the SDK: it answers the listing, so say so
+                    # at take().
                     self._waiting.discard(ident)
                     self._answers[ident] = MCPServerError(
                         f"the server's tools/list answer is not usable JSON: {exc}"
                     )
                     self.unusable.set()
             return
-        if _is_answer(parsed):
-            self._answered(parsed)
-        if isinstance(parsed, dict) and parsed.get("id") in self._waiting:
-            self._waiting.discard(parsed["id"])
-            self._answers[parsed["id"]] = parsed
+        ident = _answer_id(parsed)
+        if ident is None:
+            return
+        self._answered(parsed)
+        if ident in self._waiting:
+            self._waiting.discard(ident)
+            self._answers[ident] = parsed
 
     def _answered(self, answer: dict[str, Any]) -> None:
         """Note an answer: its call (if one awaits it) no longer unanswered; a result noted,
@@ -248,6 +250,18 @@ def _call_id(message: Any) -> Any:
     else:
         method, ident = getattr(message, "method", None), getattr(message, "id", None)
     return ident if method == "tools/call" else None
+
+
+def _is_id(ident: Any) -> bool:
+    """Is this a JSON-RPC request id (a string or an integer; not a bool, a list...)?"""
+    return isinstance(ident, (str, int)) and not isinstance(ident, bool)
+
+
+def _answer_id(message: Any) -> str | None:
+    """The id (as text) of the JSON-RPC answer `message` is, or None if it is no answer."""
+    if not _is_answer(message) or not _is_id(message.get("id")):
+        return None
+    return str(message["id"])
 
 
 def _is_answer(message: Any) -> bool:
@@ -419,7 +433,7 @@ def _loose_answer_id(line: bytes) -> Any:
         loose = json.loads(line)
     except (ValueError, RecursionError):
         return None
-    return loose.get("id") if _is_answer(loose) else None
+    return loose.get("id") if _answer_id(loose) is not None else None
 
 
 def _first_line(exc: BaseException) -> str:
