@@ -1,0 +1,368 @@
+"""Races across processes: a person deciding, a cancel, a resume and `recover()` at once.
+
+Each test runs on SQLite and on PostgreSQL (`database`). The other party is a real
+process (`python -m agentrt approve|cancel`, or a small script), started at the one
+moment that makes the interleaving under test happen: from inside the resumer's own
+clock or its store's lease clock, which the code under test reads between its look
+at the run and its write. No test sleeps for a race to happen; the barrier test
+asserts what must hold for every interleaving.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import agentrt
+import crashing_child as child
+from agentrt import Decision, Limits, RecoverAction, SideEffect
+from agentrt.scripted import ScriptedAgent
+from conftest import FakeClock, Ids, RecordingTool, event_types
+
+HERE = Path(__file__).resolve().parent
+
+
+def agentrt_cli(*argv: str) -> subprocess.CompletedProcess[str]:
+    """`python -m agentrt ARGV...` in a process of its own (the environment is this one's)."""
+    return subprocess.run(
+        [sys.executable, "-m", "agentrt", *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def once(action: Callable[[], None], then: Callable[[], datetime]) -> Callable[[], datetime]:
+    """A clock whose first reading first does `action` (another process acts right then)."""
+    done: list[bool] = []
+
+    def clock() -> datetime:
+        if not done:
+            done.append(True)
+            action()
+        return then()
+
+    return clock
+
+
+def two_pushes() -> list[Decision]:
+    return [
+        Decision.tool_call("push", {"x": 1}),
+        Decision.tool_call("push", {"x": 2}),
+        Decision.complete("ok"),
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
+# A person approves as a resume finds the approval expired
+
+
+def test_a_resume_that_finds_the_approval_expired_as_a_person_approves_it_runs_the_approved_call_once(  # noqa: E501
+    any_store: agentrt.Store, database: str
+) -> None:
+    """The resume reads the approval pending and, by its own clock, past its expiry; right
+    then a person approves it from another process (`agentrt approve`, on the wall clock,
+    well before the expiry). The person's decision is on record first, and it stands: the
+    resume goes on with the approved call, once, instead of refusing with an error about
+    a run that is waiting on a decided approval."""
+    store = any_store
+    push = RecordingTool("push", SideEffect.REMOTE_MUTATION)
+    start = datetime.now(UTC)
+    agent = ScriptedAgent([Decision.tool_call("push", {"x": 1}), Decision.complete("ok")])
+    driver = agentrt.Driver(
+        store=store,
+        agent=agent,
+        policy=agentrt.default_policy(),
+        tools=[push],
+        now=FakeClock(start),
+        new_id=Ids(),
+    )
+    run = driver.start_sync("push it", limits=Limits(approval_ttl=timedelta(minutes=10)))
+    (approval,) = store.pending_approvals(run.id)
+    assert approval.expires_at is not None
+    late = approval.expires_at + timedelta(seconds=1)
+    said: list[subprocess.CompletedProcess[str]] = []
+
+    def a_person_approves() -> None:
+        said.append(
+            agentrt_cli(
+                "approve", run.id, "--approval", approval.id, "--yes", "--by", "ann",
+                "--db", database,
+            )
+        )  # fmt: skip
+
+    resumer = agentrt.Driver(
+        store=store,
+        agent=agent,
+        policy=agentrt.default_policy(),
+        tools=[push],
+        now=once(a_person_approves, lambda: late),
+        new_id=Ids("b"),
+    )
+    resumed = resumer.resume_sync(run.id)
+    assert said[0].returncode == 0, said[0].stderr
+    assert (resumed.status, resumed.reason) == ("COMPLETED", "goal_completed")
+    assert [c.args for c in push.calls] == [{"x": 1}]
+    (decided,) = store.list_approvals(run.id)
+    assert (decided.status, decided.decided_by) == ("approved", "ann")
+    events = store.list_events(run_id=run.id)
+    started = [e for e in events if e.type == "step.tool_started"]
+    assert len(started) == 1 and started[0].payload["approval_id"] == approval.id
+    assert [e.payload["status"] for e in events if e.type == "approval.decided"] == ["approved"]
+    assert store.verify_events().intact
+
+
+# ---------------------------------------------------------------------------------------------
+# recover() finds a run another process resumed meanwhile
+
+
+def test_recover_skips_a_waiting_run_another_process_resumed_meanwhile_and_writes_nothing(
+    any_store: agentrt.Store, database: str, tmp_path: Path
+) -> None:
+    """`recover()` judges a waiting run whose approval was approved; before its resume
+    reads the run, another process resumes it, runs the approved call and pauses on a
+    second approval. The run changed meanwhile: it is skipped, saying so, as a run whose
+    status moved is, not reported FAILED with an error; nothing is written by it, and the
+    call ran once, in the other process."""
+    store = any_store
+    push = RecordingTool("push", SideEffect.REMOTE_MUTATION)
+    driver = agentrt.Driver(
+        store=store,
+        agent=ScriptedAgent(two_pushes()),
+        policy=agentrt.default_policy(),
+        tools=[push],
+    )
+    run = driver.start_sync("push twice")
+    (first,) = store.pending_approvals(run.id)
+    agentrt.approve(store, run.id, first.id, by="ann")
+    other = tmp_path / "other.py"
+    other.write_text(
+        textwrap.dedent(
+            f"""
+            import sys
+            sys.path.insert(0, {str(HERE)!r})
+            import agentrt
+            from agentrt import Decision, SideEffect
+            from agentrt.scripted import ScriptedAgent
+            from conftest import RecordingTool
+            store = agentrt.open_store(sys.argv[1])
+            push = RecordingTool("push", SideEffect.REMOTE_MUTATION)
+            agent = ScriptedAgent([
+                Decision.tool_call("push", {{"x": 1}}),
+                Decision.tool_call("push", {{"x": 2}}),
+                Decision.complete("ok"),
+            ])
+            driver = agentrt.Driver(store=store, agent=agent,
+                                    policy=agentrt.default_policy(), tools=[push])
+            print(driver.resume_sync(sys.argv[2]).status, len(push.calls))
+            """
+        )
+    )
+    said: list[subprocess.CompletedProcess[str]] = []
+    real = store.lease_now
+
+    def another_process_resumes_it() -> None:
+        said.append(
+            subprocess.run(
+                [sys.executable, str(other), database, run.id],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+        )
+
+    fired: list[bool] = []
+
+    def lease_now(wall: Any) -> datetime:
+        # recover() reads the lease clock once it has judged the approval approved, and
+        # before its resume reads the run: the other process resumes it right then.
+        if not fired:
+            fired.append(True)
+            another_process_resumes_it()
+        return real(wall)
+
+    store.lease_now = lease_now  # type: ignore[method-assign]
+    try:
+        (found,) = driver.recover_sync()
+    finally:
+        del store.lease_now
+    assert said[0].returncode == 0, said[0].stderr
+    assert said[0].stdout.split() == ["WAITING_FOR_APPROVAL", "1"]
+    assert (found.action, found.error) == (RecoverAction.SKIPPED, None), found
+    assert found.why.startswith("it changed meanwhile"), found.why
+    assert push.calls == []  # this process ran nothing
+    (second,) = store.pending_approvals(run.id)
+    assert second.id != first.id and store.get_run(run.id).status == "WAITING_FOR_APPROVAL"
+    assert event_types(store, run.id).count("step.tool_started") == 1
+    assert store.verify_events().intact
+
+
+# ---------------------------------------------------------------------------------------------
+# A resume loses to a cancel
+
+
+def test_a_takeover_that_loses_to_a_cancel_says_the_run_ended_not_that_it_was_resumed_elsewhere(
+    database: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A program is SIGKILLed while its agent decides (its death provable on this host: the
+    next resume takes the run over at once). A resume judges the lease gone and, before
+    its take commits, an operator cancels the run from another process (`agentrt
+    cancel`). The resume is refused, writing nothing: its error says the run ended
+    (CANCELLED), not that another process resumed it, which nobody did."""
+    monkeypatch.setenv("CRASH_JOURNAL", str(tmp_path / "journal"))
+    killed = subprocess.run(
+        [sys.executable, str(HERE / "crashing_child.py"), database, "deciding"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert killed.returncode == -9, killed.stderr
+    store = agentrt.open_store(database)
+    try:
+        (run,) = store.list_runs()
+        assert run.status == "RUNNING"
+        said: list[subprocess.CompletedProcess[str]] = []
+
+        def an_operator_cancels() -> None:
+            said.append(agentrt_cli("cancel", run.id, "--by", "ops", "--db", database))
+
+        resumer = agentrt.Driver(
+            store=store,
+            agent=ScriptedAgent(child.script("charge")),
+            policy=child.policy(),
+            tools=child.tools(database),
+            now=once(an_operator_cancels, FakeClock()),
+        )
+        before = event_types(store, run.id)
+        with pytest.raises(agentrt.RunStateError) as refused:
+            resumer.resume_sync(run.id)
+        assert said[0].returncode == 0, said[0].stderr
+        message = str(refused.value)
+        assert "resumed elsewhere" not in message, message
+        assert f"run {run.id} is CANCELLED" in message and "ended" in message, message
+        assert event_types(store, run.id) == [*before, "run.finished"]  # the cancel's only
+        assert child.journal_lines(database) == []
+        final = store.get_run(run.id)
+        assert (final.status, final.reason) == ("CANCELLED", "operator_cancelled")
+        assert store.verify_events().intact
+    finally:
+        store.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# A person decides as an operator cancels
+
+
+def test_a_decision_refused_because_the_run_was_cancelled_says_so_and_who_cancelled_it(
+    any_store: agentrt.Store, database: str
+) -> None:
+    """An operator cancels the run from another process just before a person's decision:
+    every door refuses it `ApprovalExpiredError` (410 on the webhook), and the message says
+    the run was cancelled and by whom, not merely that the approval "has expired" (which
+    reads as its time having run out). `agentrt approve` exits 1 with the same words."""
+    store = any_store
+    push = RecordingTool("push", SideEffect.REMOTE_MUTATION)
+    driver = agentrt.Driver(
+        store=store,
+        agent=ScriptedAgent([Decision.tool_call("push", {"x": 1})]),
+        policy=agentrt.default_policy(),
+        tools=[push],
+    )
+    run = driver.start_sync("push it")
+    (approval,) = store.pending_approvals(run.id)
+    cancelled = agentrt_cli("cancel", run.id, "--by", "ops", "--note", "stop", "--db", database)
+    assert cancelled.returncode == 0, cancelled.stderr
+    before = [(e.seq, e.hash) for e in store.list_events()]
+    for decide in (agentrt.approve, agentrt.reject):
+        with pytest.raises(agentrt.ApprovalExpiredError) as refused:
+            decide(store, run.id, approval.id, "ann", shown_hash=approval.hash)
+        message = str(refused.value)
+        assert "cancelled" in message and "ops" in message, message
+    cli = agentrt_cli(
+        "approve", run.id, "--approval", approval.id, "--yes", "--by", "ann", "--db", database
+    )
+    assert cli.returncode == 1
+    assert "cancelled" in cli.stderr and "ops" in cli.stderr, cli.stderr
+    assert [(e.seq, e.hash) for e in store.list_events()] == before  # nothing written
+    (still,) = store.list_approvals(run.id)
+    assert (still.status, still.decided_by) == ("expired", "ops")
+
+
+def _decide_or_cancel(database: str, run_id: str, approval_id: str, act: str, go: Any, q: Any) -> None:
+    store = agentrt.open_store(database)
+    try:
+        go.wait(30)
+        if act == "cancel":
+            q.put((act, "ok", str(agentrt.cancel(store, run_id, "ops").status)))
+        else:
+            decide = agentrt.approve if act == "approve" else agentrt.reject
+            q.put((act, "ok", str(decide(store, run_id, approval_id, f"{act}-person").status)))
+    except agentrt.AgentrtError as exc:
+        q.put((act, type(exc).__name__, str(exc)))
+    finally:
+        store.close()
+
+
+def test_approve_reject_and_cancel_released_together_from_three_processes_one_decision_stands(
+    any_store: agentrt.Store, database: str
+) -> None:
+    """Three processes, released together by one event after each opened the store,
+    approve, reject and cancel one waiting run. Whatever the interleaving: at most one
+    decision is recorded (one `approval.decided`), the cancel is refused only after a
+    reject ended the run (`RunFinishedError`), every loser's error names what beat it
+    (who decided, or that the run was cancelled and by whom), the run ends CANCELLED
+    with nothing executed and no lease, and the chain verifies."""
+    store = any_store
+    push = RecordingTool("push", SideEffect.REMOTE_MUTATION)
+    driver = agentrt.Driver(
+        store=store,
+        agent=ScriptedAgent([Decision.tool_call("push", {"x": 1})]),
+        policy=agentrt.default_policy(),
+        tools=[push],
+    )
+    run = driver.start_sync("push it")
+    (approval,) = store.pending_approvals(run.id)
+    fork = multiprocessing.get_context("fork")
+    go, q = fork.Event(), fork.Queue()
+    children = [
+        fork.Process(target=_decide_or_cancel, args=(database, run.id, approval.id, act, go, q))
+        for act in ("approve", "reject", "cancel")
+    ]
+    for child in children:
+        child.start()
+    go.set()
+    said = {act: (kind, text) for act, kind, text in (q.get(timeout=60) for _ in children)}
+    for child in children:
+        child.join(30)
+        assert child.exitcode == 0
+    final = store.get_run(run.id)
+    assert final.status == "CANCELLED"
+    (decided,) = store.list_approvals(run.id)
+    decisions = [e for e in store.list_events(run_id=run.id) if e.type == "approval.decided"]
+    if decided.status == "expired":  # the cancel came first: neither decision counts
+        assert said["cancel"] == ("ok", "CANCELLED") and decisions == []
+        for act in ("approve", "reject"):
+            kind, text = said[act]
+            assert kind == "ApprovalExpiredError" and "cancelled" in text and "ops" in text
+    else:
+        assert len(decisions) == 1 and decisions[0].payload["status"] == decided.status
+        winner = "approve" if decided.status == "approved" else "reject"
+        loser = "reject" if winner == "approve" else "approve"
+        assert said[winner] == ("ok", decided.status)
+        assert said[loser][0] == "NotPendingError" and f"{winner}-person" in said[loser][1]
+        if winner == "approve":  # the cancel ended the approved run before it resumed
+            assert said["cancel"] == ("ok", "CANCELLED") and final.reason == "operator_cancelled"
+        else:
+            assert final.reason == "approval_rejected"
+            assert said["cancel"][0] == "RunFinishedError", said["cancel"]
+    assert push.calls == [] and "step.tool_started" not in event_types(store, run.id)
+    assert store.lease(run.id).owner == ""
+    assert store.verify_events().intact
