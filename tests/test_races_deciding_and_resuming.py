@@ -65,14 +65,16 @@ def two_pushes() -> list[Decision]:
 # A person approves as a resume finds the approval expired
 
 
-def test_a_resume_that_finds_the_approval_expired_as_a_person_approves_it_runs_the_approved_call_once(  # noqa: E501
-    any_store: agentrt.Store, database: str
+@pytest.mark.parametrize("verb", ["approve", "reject"])
+def test_a_resume_that_finds_the_approval_expired_as_a_person_decides_it_goes_on_from_the_decision(
+    any_store: agentrt.Store, database: str, verb: str
 ) -> None:
     """The resume reads the approval pending and, by its own clock, past its expiry; right
-    then a person approves it from another process (`agentrt approve`, on the wall clock,
-    well before the expiry). The person's decision is on record first, and it stands: the
-    resume goes on with the approved call, once, instead of refusing with an error about
-    a run that is waiting on a decided approval."""
+    then a person decides it from another process (`agentrt approve|reject`, on the wall
+    clock, well before the expiry). The person's decision is on record first, and it
+    stands: the resume goes on from it (an approved call runs once; a rejected run is
+    returned as the rejection ended it), instead of raising about a waiting run whose
+    approval is no longer pending."""
     store = any_store
     push = RecordingTool("push", SideEffect.REMOTE_MUTATION)
     start = datetime.now(UTC)
@@ -91,32 +93,40 @@ def test_a_resume_that_finds_the_approval_expired_as_a_person_approves_it_runs_t
     late = approval.expires_at + timedelta(seconds=1)
     said: list[subprocess.CompletedProcess[str]] = []
 
-    def a_person_approves() -> None:
+    def a_person_decides() -> None:
         said.append(
             agentrt_cli(
-                "approve", run.id, "--approval", approval.id, "--yes", "--by", "ann",
-                "--db", database,
+                verb, run.id, "--approval", approval.id, "--yes", "--by", "ann", "--db", database
             )
-        )  # fmt: skip
+        )
 
     resumer = agentrt.Driver(
         store=store,
         agent=agent,
         policy=agentrt.default_policy(),
         tools=[push],
-        now=once(a_person_approves, lambda: late),
+        now=once(a_person_decides, lambda: late),
         new_id=Ids("b"),
     )
     resumed = resumer.resume_sync(run.id)
     assert said[0].returncode == 0, said[0].stderr
-    assert (resumed.status, resumed.reason) == ("COMPLETED", "goal_completed")
-    assert [c.args for c in push.calls] == [{"x": 1}]
     (decided,) = store.list_approvals(run.id)
-    assert (decided.status, decided.decided_by) == ("approved", "ann")
     events = store.list_events(run_id=run.id)
     started = [e for e in events if e.type == "step.tool_started"]
-    assert len(started) == 1 and started[0].payload["approval_id"] == approval.id
-    assert [e.payload["status"] for e in events if e.type == "approval.decided"] == ["approved"]
+    if verb == "approve":
+        assert (resumed.status, resumed.reason) == ("COMPLETED", "goal_completed")
+        assert [c.args for c in push.calls] == [{"x": 1}]
+        assert len(started) == 1 and started[0].payload["approval_id"] == approval.id
+    else:
+        assert (resumed.status, resumed.reason) == ("CANCELLED", "approval_rejected")
+        assert push.calls == [] and started == []
+        assert resumed == store.get_run(run.id)
+    assert (decided.status, decided.decided_by) == (
+        {"approve": "approved", "reject": "rejected"}[verb],
+        "ann",
+    )
+    assert [e.payload["status"] for e in events if e.type == "approval.decided"] == [decided.status]
+    assert store.lease(run.id).owner == ""
     assert store.verify_events().intact
 
 
@@ -296,7 +306,9 @@ def test_a_decision_refused_because_the_run_was_cancelled_says_so_and_who_cancel
     assert (still.status, still.decided_by) == ("expired", "ops")
 
 
-def _decide_or_cancel(database: str, run_id: str, approval_id: str, act: str, go: Any, q: Any) -> None:
+def _decide_or_cancel(
+    database: str, run_id: str, approval_id: str, act: str, go: Any, q: Any
+) -> None:
     store = agentrt.open_store(database)
     try:
         go.wait(30)
@@ -336,13 +348,13 @@ def test_approve_reject_and_cancel_released_together_from_three_processes_one_de
         fork.Process(target=_decide_or_cancel, args=(database, run.id, approval.id, act, go, q))
         for act in ("approve", "reject", "cancel")
     ]
-    for child in children:
-        child.start()
+    for process in children:
+        process.start()
     go.set()
     said = {act: (kind, text) for act, kind, text in (q.get(timeout=60) for _ in children)}
-    for child in children:
-        child.join(30)
-        assert child.exitcode == 0
+    for process in children:
+        process.join(30)
+        assert process.exitcode == 0
     final = store.get_run(run.id)
     assert final.status == "CANCELLED"
     (decided,) = store.list_approvals(run.id)

@@ -27,7 +27,7 @@ from datetime import UTC, datetime
 
 from . import _commit_plan as plan
 from ._approval import verify_stored
-from ._continuation import Continuer, Refusal, RunFacts, approval_state, judge
+from ._continuation import Continuer, Refusal, RunFacts, approval_state, judge, moved_on
 from ._decisions import call_args
 from ._errors import NotFoundError, RunStateError
 from ._lease import holder_json
@@ -45,6 +45,7 @@ from ._session import (
     LoopConfig,
     RunMoved,
     RunSession,
+    load,
     release_lease,
     run_io,
     write_through,
@@ -96,7 +97,17 @@ async def resume_waiting(
         )
         if isinstance(judged, Refusal):
             raise judged.error
-        await expire_waiting(session, step, latest, now, "approval expired before it was decided")
+        try:
+            await expire_waiting(
+                session, step, latest, now, "approval expired before it was decided"
+            )
+        except RunStateError:
+            # Decided (or the run ended) between this read and the expiry's write: what
+            # is on record first stands, and the resume goes on from it.
+            went_on = await _gone_on_from_record(config, session, step, latest)
+            if went_on is None:
+                raise
+            return went_on
         return session
     if latest.status != ApprovalStatus.APPROVED:
         raise RunStateError(f"the latest approval {latest.id} of run {run.id} is {latest.status}")
@@ -121,6 +132,32 @@ async def resume_waiting(
         raise
     if not session.has_allowed_call() and session.run.status != RunStatus.RUNNING:
         session.stop_heartbeat()  # paused again or ended: nothing of it is held any more
+    return session
+
+
+async def _gone_on_from_record(
+    config: LoopConfig, session: RunSession, step: Step, read: Approval
+) -> RunSession | None:
+    """After the expiry of `read` (pending when read) was refused: the resume as the record
+    now has it, or None when the record does not explain the refusal.
+
+    A person who approved in time (by the clock of whoever decided) made the first
+    write: the approved request is resumed as any approved one is. A run that ended
+    meanwhile (rejected, cancelled, expired by another resume) is returned as it ended,
+    nothing written, as a cancel found at a later write is (`RunMoved`).
+    """
+    run, steps, approvals = await run_io(lambda: load(config, session.run_id))
+    mine = [a for a in approvals if a.step_id == step.id]
+    if not mine or mine[-1].id != read.id or mine[-1].status == ApprovalStatus.PENDING:
+        return None
+    if run.status == RunStatus.WAITING_FOR_APPROVAL and mine[-1].status == ApprovalStatus.APPROVED:
+        return await resume_waiting(config, run, steps, approvals)
+    if not (isinstance(run.status, RunStatus) and run.status.terminal):
+        return None
+    session.run = run
+    if steps:
+        session.put_step(steps[-1])
+    session.put_approval(mine[-1])
     return session
 
 
@@ -172,7 +209,7 @@ async def _hold(config: LoopConfig, run: Run, approved: Approval) -> None:
             raise NotFoundError(f"no run {run.id}")
         lease = guarded.lease
         if lease.status != RunStatus.WAITING_FOR_APPROVAL:
-            raise RunStateError(f"run {run.id} is {lease.status}; it was resumed elsewhere")
+            raise moved_on(run.id, lease.status, "holding its approved request")
         lease_now = tx.lease_now(config.wall)
         judged = judge(
             RunFacts(run.id, lease.status, guarded.run.origin, lease),
