@@ -10,11 +10,12 @@ asserts what must hold for every interleaving.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import subprocess
 import sys
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -377,4 +378,101 @@ def test_approve_reject_and_cancel_released_together_from_three_processes_one_de
             assert said["cancel"][0] == "RunFinishedError", said["cancel"]
     assert push.calls == [] and "step.tool_started" not in event_types(store, run.id)
     assert store.lease(run.id).owner == ""
+    assert store.verify_events().intact
+
+
+# ---------------------------------------------------------------------------------------------
+# A resume that read the run before another process resumed it
+
+
+OTHER_RESUME = """
+import sys
+sys.path.insert(0, {here!r})
+import agentrt
+from agentrt import Decision, SideEffect
+from agentrt.scripted import ScriptedAgent
+from conftest import RecordingTool
+store = agentrt.open_store(sys.argv[1])
+push = RecordingTool("push", SideEffect.REMOTE_MUTATION)
+agent = ScriptedAgent([
+    Decision.tool_call("push", {{"x": 1}}),
+    Decision.tool_call("push", {{"x": 2}}),
+    Decision.complete("ok"),
+])
+driver = agentrt.Driver(store=store, agent=agent, policy=agentrt.default_policy(), tools=[push])
+print(driver.resume_sync(sys.argv[2]).status, len(push.calls))
+"""
+
+
+def test_a_resume_that_read_the_run_before_another_process_resumed_it_holds_nothing(
+    any_store: agentrt.Store, database: str, tmp_path: Path
+) -> None:
+    """A resume reads a waiting run whose approval was approved; right after its read,
+    another process resumes the run, runs the approved call and pauses on the next
+    step's approval. The stale resume is refused before it holds the run, saying the run
+    moved on: it leaves no lease on the run (a hold left behind would refuse the next
+    resume, once a person approves the second call, with `RunLeasedError` for a lease
+    length), runs nothing, and the second call, approved, is resumed at once and runs
+    once."""
+    store = any_store
+    push = RecordingTool("push", SideEffect.REMOTE_MUTATION)
+    driver = agentrt.Driver(
+        store=store,
+        agent=ScriptedAgent(two_pushes()),
+        policy=agentrt.default_policy(),
+        tools=[push],
+    )
+    run = driver.start_sync("push twice")
+    (first,) = store.pending_approvals(run.id)
+    agentrt.approve(store, run.id, first.id, by="ann")
+    other = tmp_path / "other.py"
+    other.write_text(OTHER_RESUME.format(here=str(HERE)))
+    said: list[subprocess.CompletedProcess[str]] = []
+    real = store.snapshot
+
+    @contextlib.contextmanager
+    def snapshot() -> Iterator[Any]:
+        # The resume's one read of the run (`load`) is a snapshot: once it is read, the
+        # other process resumes the run, before this resume holds it.
+        with real() as view:
+            yield view
+        if not said:
+            said.append(
+                subprocess.run(
+                    [sys.executable, str(other), database, run.id],
+                    capture_output=True,
+                    text=True,
+                    timeout=60,
+                )
+            )
+
+    stale = agentrt.Driver(
+        store=store,
+        agent=ScriptedAgent(two_pushes()),
+        policy=agentrt.default_policy(),
+        tools=[push],
+    )
+    store.snapshot = snapshot  # type: ignore[method-assign]
+    try:
+        with pytest.raises(agentrt.RunStateError) as refused:
+            stale.resume_sync(run.id)
+    finally:
+        del store.snapshot
+    assert said[0].returncode == 0, said[0].stderr
+    assert said[0].stdout.split() == ["WAITING_FOR_APPROVAL", "1"]
+    assert not isinstance(refused.value, agentrt.RunLeasedError)
+    assert "moved on" in str(refused.value), refused.value
+    assert push.calls == []
+    assert store.lease(run.id).owner == ""  # nothing held
+    (second,) = store.pending_approvals(run.id)
+    agentrt.approve(store, run.id, second.id, by="ann")
+    later = agentrt.Driver(
+        store=store,
+        agent=ScriptedAgent(two_pushes()),
+        policy=agentrt.default_policy(),
+        tools=[push],
+    )
+    assert later.resume_sync(run.id).status == "COMPLETED"
+    assert [c.args for c in push.calls] == [{"x": 2}]
+    assert event_types(store, run.id).count("step.tool_started") == 2
     assert store.verify_events().intact

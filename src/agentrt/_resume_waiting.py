@@ -210,6 +210,15 @@ async def _hold(config: LoopConfig, run: Run, approved: Approval) -> None:
         lease = guarded.lease
         if lease.status != RunStatus.WAITING_FOR_APPROVAL:
             raise moved_on(run.id, lease.status, "holding its approved request")
+        if _moved_since_read(tx, approved):
+            # Another program resumed the run since this one read it, and it waits again
+            # (on the next step's approval, or this step's new one): holding it now would
+            # leave a lease on a run nothing of this resume will run.
+            raise RunStateError(
+                f"run {run.id} moved on since this resume read it: approval {approved.id} "
+                "is no longer what it waits on (another program resumed it); nothing was "
+                "held or run"
+            )
         lease_now = tx.lease_now(config.wall)
         judged = judge(
             RunFacts(run.id, lease.status, guarded.run.origin, lease),
@@ -229,6 +238,15 @@ async def _hold(config: LoopConfig, run: Run, approved: Approval) -> None:
         )
 
     await write_through(config, plan.HELD, tx_hold)
+
+
+def _moved_since_read(tx: Tx, approved: Approval) -> bool:
+    """Whether the step `approved` was read on no longer awaits it: the step settled, or
+    its latest approval is another one or no longer approved."""
+    if tx.step_record(approved.step_id).status != StepStatus.AWAITING_APPROVAL:
+        return True
+    latest = tx.latest_approval_of_step(approved.step_id)
+    return latest is None or (latest.id, latest.status) != (approved.id, approved.status)
 
 
 async def _judge(session: RunSession, step: Step, latest: Approval) -> None:
