@@ -73,9 +73,9 @@ def test_a_resume_that_finds_the_approval_expired_as_a_person_decides_it_goes_on
     """The resume reads the approval pending and, by its own clock, past its expiry; right
     then a person decides it from another process (`agentrt approve|reject`, on the wall
     clock, well before the expiry). The person's decision is on record first, and it
-    stands: the resume goes on from it (an approved call runs once; a rejected run is
-    returned as the rejection ended it), instead of raising about a waiting run whose
-    approval is no longer pending."""
+    stands: an approved call is resumed and runs once (the resume used to raise about an
+    approval no longer pending, leaving the approved run to a later resume); a rejected
+    run has nothing to resume, and the resume is refused, writing nothing."""
     store = any_store
     push = RecordingTool("push", SideEffect.REMOTE_MUTATION)
     start = datetime.now(UTC)
@@ -109,7 +109,12 @@ def test_a_resume_that_finds_the_approval_expired_as_a_person_decides_it_goes_on
         now=once(a_person_decides, lambda: late),
         new_id=Ids("b"),
     )
-    resumed = resumer.resume_sync(run.id)
+    if verb == "approve":
+        resumed = resumer.resume_sync(run.id)
+    else:
+        with pytest.raises(agentrt.RunStateError, match="another resume or decision moved"):
+            resumer.resume_sync(run.id)
+        resumed = store.get_run(run.id)
     assert said[0].returncode == 0, said[0].stderr
     (decided,) = store.list_approvals(run.id)
     events = store.list_events(run_id=run.id)
@@ -118,10 +123,10 @@ def test_a_resume_that_finds_the_approval_expired_as_a_person_decides_it_goes_on
         assert (resumed.status, resumed.reason) == ("COMPLETED", "goal_completed")
         assert [c.args for c in push.calls] == [{"x": 1}]
         assert len(started) == 1 and started[0].payload["approval_id"] == approval.id
-    else:
+    else:  # the rejection ended the run: nothing to resume, and nothing written by it
         assert (resumed.status, resumed.reason) == ("CANCELLED", "approval_rejected")
         assert push.calls == [] and started == []
-        assert resumed == store.get_run(run.id)
+        assert [e.type for e in events][-3:] == ["approval.decided", "step.failed", "run.finished"]
     assert (decided.status, decided.decided_by) == (
         {"approve": "approved", "reject": "rejected"}[verb],
         "ann",

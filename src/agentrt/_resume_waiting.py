@@ -102,12 +102,12 @@ async def resume_waiting(
                 session, step, latest, now, "approval expired before it was decided"
             )
         except RunStateError:
-            # Decided (or the run ended) between this read and the expiry's write: what
-            # is on record first stands, and the resume goes on from it.
-            went_on = await _gone_on_from_record(config, session, step, latest)
-            if went_on is None:
+            # Approved between this read and the expiry's write: the person's decision is
+            # on record first and stands; the resume goes on from it.
+            approved = await _approved_meanwhile(config, session, step, latest)
+            if approved is None:
                 raise
-            return went_on
+            return approved
         return session
     if latest.status != ApprovalStatus.APPROVED:
         raise RunStateError(f"the latest approval {latest.id} of run {run.id} is {latest.status}")
@@ -135,30 +135,26 @@ async def resume_waiting(
     return session
 
 
-async def _gone_on_from_record(
+async def _approved_meanwhile(
     config: LoopConfig, session: RunSession, step: Step, read: Approval
 ) -> RunSession | None:
-    """After the expiry of `read` (pending when read) was refused: the resume as the record
-    now has it, or None when the record does not explain the refusal.
+    """After the expiry of `read` (pending when read) was refused: when a person approved
+    it meanwhile (in time, by the clock of whoever decided, and first on record), the
+    resume of the approved request, as any approved one is resumed; else None.
 
-    A person who approved in time (by the clock of whoever decided) made the first
-    write: the approved request is resumed as any approved one is. A run that ended
-    meanwhile (rejected, cancelled, expired by another resume) is returned as it ended,
-    nothing written, as a cancel found at a later write is (`RunMoved`).
+    A run that ended meanwhile (rejected, cancelled, expired by another resume) has
+    nothing to resume: the refusal stands, nothing written by this resume.
     """
     run, steps, approvals = await run_io(lambda: load(config, session.run_id))
     mine = [a for a in approvals if a.step_id == step.id]
-    if not mine or mine[-1].id != read.id or mine[-1].status == ApprovalStatus.PENDING:
+    if (
+        run.status != RunStatus.WAITING_FOR_APPROVAL
+        or not mine
+        or mine[-1].id != read.id
+        or mine[-1].status != ApprovalStatus.APPROVED
+    ):
         return None
-    if run.status == RunStatus.WAITING_FOR_APPROVAL and mine[-1].status == ApprovalStatus.APPROVED:
-        return await resume_waiting(config, run, steps, approvals)
-    if not (isinstance(run.status, RunStatus) and run.status.terminal):
-        return None
-    session.run = run
-    if steps:
-        session.put_step(steps[-1])
-    session.put_approval(mine[-1])
-    return session
+    return await resume_waiting(config, run, steps, approvals)
 
 
 async def _fail_undecodable(session: RunSession, step: Step, why: str) -> None:
