@@ -16,6 +16,12 @@ this process or another, is refused with `RunLeasedError` as for a RUNNING run
 grant and leaves WAITING (`run.resumed`, `step.policy`, `step.tool_started`) in
 one compare-and-set transaction on the status and the holder
 (`_settle.start_resumed`).
+
+Races (decision XXXX): the hold refuses, holding nothing, a run whose step no
+longer awaits the approval read (another program resumed it meanwhile); a
+pending approval found past its expiry whose expiry write is refused because a
+person approved it meanwhile is resumed as approved (their decision is first on
+record); a run that ended first refuses as "ended", never "resumed elsewhere".
 """
 
 from __future__ import annotations

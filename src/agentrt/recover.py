@@ -30,7 +30,9 @@ from its row alone, writing nothing, by the judgement attach and resume make
 A resume is the `resume` it is given (`Driver.resume`, which the Driver
 passes: this module knows no Driver), which re-checks all of this inside its own
 transaction, so a run that changed between the judgment and the resume is
-never resumed on stale grounds. One run's failure is recorded on its own
+never resumed on stale grounds; such a run (its status moved, or, still
+waiting, on another approval than the one judged) is skipped "it changed
+meanwhile", not failed (decision XXXX). One run's failure is recorded on its own
 `Recovered` (with the exception) and never stops the others. Terminal runs are
 not read at all.
 
