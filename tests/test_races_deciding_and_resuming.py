@@ -312,32 +312,61 @@ def test_a_decision_refused_because_the_run_was_cancelled_says_so_and_who_cancel
     assert (still.status, still.decided_by) == ("expired", "ops")
 
 
-def _decide_or_cancel(
-    database: str, run_id: str, approval_id: str, act: str, go: Any, q: Any
+DOORS = ("approve", "reject", "cli", "local", "cancel")
+"""`agentrt.approve`, `agentrt.reject`, `agentrt approve` (the CLI's own code), the
+approver channel the webhook serves (`approver.Local`), and `agentrt.cancel`."""
+
+
+def _one_door(
+    database: str, run_id: str, approval: agentrt.Approval, door: str, go: Any, q: Any
 ) -> None:
+    """In a process of its own: open the store, wait for the barrier, decide or cancel."""
+    import io
+
+    by = f"{door}-person"
+    if door == "cli":
+        from agentrt.cli import main
+
+        err = io.StringIO()
+        go.wait(30)
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+            code = main(
+                ["approve", run_id, "--approval", approval.id, "--yes", "--by", by,
+                 "--db", database]
+            )  # fmt: skip
+        q.put((door, "ok" if code == 0 else f"exit {code}", err.getvalue()))
+        return
     store = agentrt.open_store(database)
     try:
         go.wait(30)
-        if act == "cancel":
-            q.put((act, "ok", str(agentrt.cancel(store, run_id, "ops").status)))
+        if door == "cancel":
+            done: Any = agentrt.cancel(store, run_id, "ops")
+        elif door == "local":
+            from agentrt.approver import Decision as Decided
+            from agentrt.approver import Local
+
+            done = Local(store).approve(Decided(run_id, approval.id, approval.hash, by, ""))
         else:
-            decide = agentrt.approve if act == "approve" else agentrt.reject
-            q.put((act, "ok", str(decide(store, run_id, approval_id, f"{act}-person").status)))
+            decide = agentrt.approve if door == "approve" else agentrt.reject
+            done = decide(store, run_id, approval.id, by, shown_hash=approval.hash)
+        q.put((door, "ok", str(done.status)))
     except agentrt.AgentrtError as exc:
-        q.put((act, type(exc).__name__, str(exc)))
+        q.put((door, type(exc).__name__, str(exc)))
     finally:
         store.close()
 
 
-def test_approve_reject_and_cancel_released_together_from_three_processes_one_decision_stands(
+def test_five_doors_released_together_from_five_processes_one_decision_stands(
     any_store: agentrt.Store, database: str
 ) -> None:
-    """Three processes, released together by one event after each opened the store,
-    approve, reject and cancel one waiting run. Whatever the interleaving: at most one
-    decision is recorded (one `approval.decided`), the cancel is refused only after a
-    reject ended the run (`RunFinishedError`), every loser's error names what beat it
-    (who decided, or that the run was cancelled and by whom), the run ends CANCELLED
-    with nothing executed and no lease, and the chain verifies."""
+    """Five processes, released together by one event after each opened the store (or
+    loaded the CLI), approve through `agentrt.approve`, the CLI and the webhook's approver
+    channel, reject, and cancel one waiting run. Whatever the interleaving: at most one
+    decision is recorded (one `approval.decided`, by its winner), every other decider is
+    refused naming who decided (`NotPendingError`; the CLI exits 1 saying so) or, after
+    the cancel, that the run was cancelled and by whom (`ApprovalExpiredError`), the
+    cancel is refused only after a reject ended the run (`RunFinishedError`), the run
+    ends CANCELLED with nothing executed and no lease, and the chain verifies."""
     store = any_store
     push = RecordingTool("push", SideEffect.REMOTE_MUTATION)
     driver = agentrt.Driver(
@@ -351,13 +380,13 @@ def test_approve_reject_and_cancel_released_together_from_three_processes_one_de
     fork = multiprocessing.get_context("fork")
     go, q = fork.Event(), fork.Queue()
     children = [
-        fork.Process(target=_decide_or_cancel, args=(database, run.id, approval.id, act, go, q))
-        for act in ("approve", "reject", "cancel")
+        fork.Process(target=_one_door, args=(database, run.id, approval, door, go, q))
+        for door in DOORS
     ]
     for process in children:
         process.start()
     go.set()
-    said = {act: (kind, text) for act, kind, text in (q.get(timeout=60) for _ in children)}
+    said = {door: (kind, text) for door, kind, text in (q.get(timeout=60) for _ in children)}
     for process in children:
         process.join(30)
         assert process.exitcode == 0
@@ -365,22 +394,27 @@ def test_approve_reject_and_cancel_released_together_from_three_processes_one_de
     assert final.status == "CANCELLED"
     (decided,) = store.list_approvals(run.id)
     decisions = [e for e in store.list_events(run_id=run.id) if e.type == "approval.decided"]
-    if decided.status == "expired":  # the cancel came first: neither decision counts
-        assert said["cancel"] == ("ok", "CANCELLED") and decisions == []
-        for act in ("approve", "reject"):
-            kind, text = said[act]
-            assert kind == "ApprovalExpiredError" and "cancelled" in text and "ops" in text
+    deciders = [door for door in DOORS if door != "cancel"]
+    if decided.status == "expired":  # the cancel came first: no decision counts
+        assert said["cancel"] == ("ok", "CANCELLED") and decisions == [], said
+        for door in deciders:
+            kind, text = said[door]
+            assert kind in ("ApprovalExpiredError", "exit 1"), said
+            assert "its run was cancelled by ops" in text, said
     else:
-        assert len(decisions) == 1 and decisions[0].payload["status"] == decided.status
-        winner = "approve" if decided.status == "approved" else "reject"
-        loser = "reject" if winner == "approve" else "approve"
-        assert said[winner] == ("ok", decided.status)
-        assert said[loser][0] == "NotPendingError" and f"{winner}-person" in said[loser][1]
-        if winner == "approve":  # the cancel ended the approved run before it resumed
+        winner = decided.decided_by.removesuffix("-person")
+        assert len(decisions) == 1 and decisions[0].payload["by"] == decided.decided_by
+        assert said[winner][0] == "ok", said
+        for door in deciders:
+            if door != winner:
+                kind, text = said[door]
+                assert kind in ("NotPendingError", "exit 1"), said
+                assert f"already {decided.status} by {decided.decided_by}" in text, said
+        if decided.status == "approved":  # the cancel ended the approved run unresumed
             assert said["cancel"] == ("ok", "CANCELLED") and final.reason == "operator_cancelled"
         else:
             assert final.reason == "approval_rejected"
-            assert said["cancel"][0] == "RunFinishedError", said["cancel"]
+            assert said["cancel"][0] == "RunFinishedError", said
     assert push.calls == [] and "step.tool_started" not in event_types(store, run.id)
     assert store.lease(run.id).owner == ""
     assert store.verify_events().intact
