@@ -25,6 +25,7 @@ from agentrt import (
 )
 from agentrt._approval import approval_hash, approval_request, decide, verify_stored
 from agentrt._canonical import content_hash
+from agentrt._clock import format_time
 from agentrt._records import Approval, ApprovalStatus
 from agentrt._store.sqlite import SqliteTx
 from conftest import EPOCH, FakeClock, RecordingTool
@@ -131,13 +132,19 @@ def test_a_stored_approval_that_no_longer_verifies_is_refused_saying_why(
         verify_stored(dataclasses.replace(approval, hash="0" * 64))
 
 
-def test_deciding_an_approval_expired_by_a_cancel_is_refused_saying_it_has_expired(
+def test_deciding_an_approval_expired_by_a_cancel_is_refused_saying_who_cancelled_the_run(
     any_store: agentrt.Store,
 ) -> None:
     driver, run, _push = paused_run(any_store)
     (approval,) = any_store.pending_approvals(run.id)
     driver.cancel(run.id, by="ops", note="stop")
-    with pytest.raises(ApprovalExpiredError, match=f"^approval {approval.id} has expired$"):
+    cancelled = any_store.get_approval(run.id, approval.id).decided_at
+    assert cancelled is not None
+    with pytest.raises(
+        ApprovalExpiredError,
+        match=rf"^approval {approval.id} can no longer be decided: its run was cancelled by ops "
+        rf"at {format_time(cancelled)}; nothing was decided$",
+    ):
         decide(
             any_store,
             run.id,

@@ -647,7 +647,10 @@ def test_a_run_cancelled_between_the_takeovers_first_look_and_its_transaction_is
     run = first.start_sync("look it up")
     (exc,) = refused
     assert type(exc) is agentrt.RunStateError
-    assert str(exc) == f"run {run.id} is CANCELLED; it was resumed elsewhere"
+    assert str(exc) == (
+        f"run {run.id} is CANCELLED: it ended while this resume was taking it over; "
+        "nothing was resumed"
+    )
     store = agentrt.open_existing(database)
     assert [e for e in store.list_events(run_id=run.id) if e.type == "lease.taken_over"] == []
 

@@ -108,6 +108,24 @@ def decided_words(approval: Approval) -> str:
     return f"{approval.status} by {by} at {when}{note}"
 
 
+def expired_words(approval: Approval) -> str:
+    """Why an expired approval can no longer be decided, for the refusal of a decision.
+
+    A cancel expires its run's pending approvals and records who cancelled
+    (`decided_by`): the refusal says the run was cancelled, by whom and when, not
+    merely that the approval expired, which reads as its time having run out.
+    """
+    if approval.decided_by:
+        when = format_time(approval.decided_at) if approval.decided_at else "an unrecorded time"
+        return (
+            f"approval {approval.id} can no longer be decided: its run was cancelled by "
+            f"{approval.decided_by} at {when}"
+        )
+    if approval.expires_at is not None:
+        return f"approval {approval.id} expired at {format_time(approval.expires_at)}"
+    return f"approval {approval.id} has expired"
+
+
 def _load(tx: Tx, run_id: str, approval_id: str) -> tuple[Run, Approval]:
     guarded = tx.lock_run(run_id)
     if guarded is None:
@@ -133,7 +151,7 @@ def decide(
     with store.transaction() as tx:
         run, approval = _load(tx, run_id, approval_id)
         if approval.status == ApprovalStatus.EXPIRED:
-            raise ApprovalExpiredError(f"approval {approval_id} has expired")
+            raise ApprovalExpiredError(f"{expired_words(approval)}; nothing was decided")
         if approval.status != ApprovalStatus.PENDING:
             raise NotPendingError(f"approval {approval_id} was already {decided_words(approval)}")
         if isinstance(run.status, RunStatus) and run.status.terminal:

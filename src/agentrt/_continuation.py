@@ -46,7 +46,7 @@ from typing import Any, Protocol
 from ._clock import format_time
 from ._errors import ForeignRunError, RunLeasedError, RunStateError
 from ._lease import check_live_lease
-from ._records import Approval, ApprovalStatus, RunStatus
+from ._records import ENDED_STATUSES, Approval, ApprovalStatus, RunStatus
 from ._store._records import ApprovalState, LeaseState
 
 EXECUTING = "this driver is executing it now"
@@ -251,6 +251,17 @@ def live(owner: str, expires_at: Any, status: str = RunStatus.RUNNING) -> str:
             "(another program is resuming it); not taken"
         )
     return f"RUNNING under a live lease held by {owner} until {expires_at}; not taken"
+
+
+def moved_on(run_id: str, status: str, doing: str) -> RunStateError:
+    """The refusal of a resume whose transaction found the run, once locked, no longer as
+    it judged it: ended meanwhile (an operator's cancel, say), or resumed elsewhere.
+    `doing` says what this resume was doing ("taking it over")."""
+    if status in ENDED_STATUSES:
+        return RunStateError(
+            f"run {run_id} is {status}: it ended while this resume was {doing}; nothing was resumed"
+        )
+    return RunStateError(f"run {run_id} is {status}; it was resumed elsewhere")
 
 
 def foreign(origin: str) -> str:

@@ -16,6 +16,12 @@ this process or another, is refused with `RunLeasedError` as for a RUNNING run
 grant and leaves WAITING (`run.resumed`, `step.policy`, `step.tool_started`) in
 one compare-and-set transaction on the status and the holder
 (`_settle.start_resumed`).
+
+Races (decision XXXX): the hold refuses, holding nothing, a run whose step no
+longer awaits the approval read (another program resumed it meanwhile); a
+pending approval found past its expiry whose expiry write is refused because a
+person approved it meanwhile is resumed as approved (their decision is first on
+record); a run that ended first refuses as "ended", never "resumed elsewhere".
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from datetime import UTC, datetime
 
 from . import _commit_plan as plan
 from ._approval import verify_stored
-from ._continuation import Continuer, Refusal, RunFacts, approval_state, judge
+from ._continuation import Continuer, Refusal, RunFacts, approval_state, judge, moved_on
 from ._decisions import call_args
 from ._errors import NotFoundError, RunStateError
 from ._lease import holder_json
@@ -45,6 +51,7 @@ from ._session import (
     LoopConfig,
     RunMoved,
     RunSession,
+    load,
     release_lease,
     run_io,
     write_through,
@@ -96,7 +103,17 @@ async def resume_waiting(
         )
         if isinstance(judged, Refusal):
             raise judged.error
-        await expire_waiting(session, step, latest, now, "approval expired before it was decided")
+        try:
+            await expire_waiting(
+                session, step, latest, now, "approval expired before it was decided"
+            )
+        except RunStateError:
+            # Approved between this read and the expiry's write: the person's decision is
+            # on record first and stands; the resume goes on from it.
+            approved = await _approved_meanwhile(config, session, step, latest)
+            if approved is None:
+                raise
+            return approved
         return session
     if latest.status != ApprovalStatus.APPROVED:
         raise RunStateError(f"the latest approval {latest.id} of run {run.id} is {latest.status}")
@@ -122,6 +139,28 @@ async def resume_waiting(
     if not session.has_allowed_call() and session.run.status != RunStatus.RUNNING:
         session.stop_heartbeat()  # paused again or ended: nothing of it is held any more
     return session
+
+
+async def _approved_meanwhile(
+    config: LoopConfig, session: RunSession, step: Step, read: Approval
+) -> RunSession | None:
+    """After the expiry of `read` (pending when read) was refused: when a person approved
+    it meanwhile (in time, by the clock of whoever decided, and first on record), the
+    resume of the approved request, as any approved one is resumed; else None.
+
+    A run that ended meanwhile (rejected, cancelled, expired by another resume) has
+    nothing to resume: the refusal stands, nothing written by this resume.
+    """
+    run, steps, approvals = await run_io(lambda: load(config, session.run_id))
+    mine = [a for a in approvals if a.step_id == step.id]
+    if (
+        run.status != RunStatus.WAITING_FOR_APPROVAL
+        or not mine
+        or mine[-1].id != read.id
+        or mine[-1].status != ApprovalStatus.APPROVED
+    ):
+        return None
+    return await resume_waiting(config, run, steps, approvals)
 
 
 async def _fail_undecodable(session: RunSession, step: Step, why: str) -> None:
@@ -172,7 +211,16 @@ async def _hold(config: LoopConfig, run: Run, approved: Approval) -> None:
             raise NotFoundError(f"no run {run.id}")
         lease = guarded.lease
         if lease.status != RunStatus.WAITING_FOR_APPROVAL:
-            raise RunStateError(f"run {run.id} is {lease.status}; it was resumed elsewhere")
+            raise moved_on(run.id, lease.status, "holding its approved request")
+        if _moved_since_read(tx, approved):
+            # Another program resumed the run since this one read it, and it waits again
+            # (on the next step's approval, or this step's new one): holding it now would
+            # leave a lease on a run nothing of this resume will run.
+            raise RunStateError(
+                f"run {run.id} moved on since this resume read it: approval {approved.id} "
+                "is no longer what it waits on (another program resumed it); nothing was "
+                "held or run"
+            )
         lease_now = tx.lease_now(config.wall)
         judged = judge(
             RunFacts(run.id, lease.status, guarded.run.origin, lease),
@@ -192,6 +240,15 @@ async def _hold(config: LoopConfig, run: Run, approved: Approval) -> None:
         )
 
     await write_through(config, plan.HELD, tx_hold)
+
+
+def _moved_since_read(tx: Tx, approved: Approval) -> bool:
+    """Whether the step `approved` was read on no longer awaits it: the step settled, or
+    its latest approval is another one or no longer approved."""
+    if tx.step_record(approved.step_id).status != StepStatus.AWAITING_APPROVAL:
+        return True
+    latest = tx.latest_approval_of_step(approved.step_id)
+    return latest is None or (latest.id, latest.status) != (approved.id, approved.status)
 
 
 async def _judge(session: RunSession, step: Step, latest: Approval) -> None:

@@ -27,7 +27,7 @@ from typing import Any
 
 from . import _commit_plan as plan
 from ._canonical import check_json, copy_json, to_text
-from ._continuation import Continuer, Refusal, RunFacts, judge
+from ._continuation import Continuer, Refusal, RunFacts, judge, moved_on
 from ._decisions import call_args
 from ._errors import NotFoundError, RunStateError
 from ._foreign import exception_text, plain_text, type_name
@@ -139,7 +139,7 @@ async def _take(config: LoopConfig, run_id: str) -> RunSession:
             raise NotFoundError(f"no run {run_id}")
         lease = guarded.lease
         if lease.status != RunStatus.RUNNING:
-            raise RunStateError(f"run {run_id} is {lease.status}; it was resumed elsewhere")
+            raise moved_on(run_id, lease.status, "taking it over")
         if lease.epoch != first.epoch or guarded.run != run or _last_moved(tx, steps):
             # Someone held the run (or wrote to it) since the lease was read before the
             # load: the steps loaded may be behind the record, and the contract must not

@@ -30,7 +30,9 @@ from its row alone, writing nothing, by the judgement attach and resume make
 A resume is the `resume` it is given (`Driver.resume`, which the Driver
 passes: this module knows no Driver), which re-checks all of this inside its own
 transaction, so a run that changed between the judgment and the resume is
-never resumed on stale grounds. One run's failure is recorded on its own
+never resumed on stale grounds; such a run (its status moved, or, still
+waiting, on another approval than the one judged) is skipped "it changed
+meanwhile", not failed (decision XXXX). One run's failure is recorded on its own
 `Recovered` (with the exception) and never stops the others. Terminal runs are
 not read at all.
 
@@ -52,10 +54,10 @@ from ._clock import Clock
 from ._continuation import EXECUTING, Continuer, Refusal, foreign, judge, live
 from ._errors import ConfigError, ForeignRunError, RunLeasedError, RunStateError
 from ._lease import WallClock
-from ._records import Run
+from ._records import Run, RunStatus
 from ._session import run_io
 from ._store import Store
-from ._store._records import RunCandidate, RunCursor
+from ._store._records import ApprovalState, RunCandidate, RunCursor
 
 PAGE = 100
 """Runs read per query."""
@@ -152,6 +154,12 @@ async def _recover_one(asker: _Asker, candidate: RunCandidate) -> Recovered:
         # default): foreign to every Driver, as it always was for recovery.
         return Recovered(run_id, RecoverAction.SKIPPED, foreign(candidate.origin))
     store = asker.store
+    seen: list[ApprovalState | None] = []  # the latest approval, as the judgement read it
+
+    def approval() -> ApprovalState | None:
+        seen.append(store.latest_approval_state(run_id))
+        return seen[-1]
+
     try:
         # One judgement (`_continuation.judge`), the store read only as its rules need.
         judged = await run_io(
@@ -160,7 +168,7 @@ async def _recover_one(asker: _Asker, candidate: RunCandidate) -> Recovered:
                 asker.me,
                 lease_now=lambda: store.lease_now(asker.wall),
                 now=asker.now,
-                approval=lambda: store.latest_approval_state(run_id),
+                approval=approval,
                 tools=lambda: store.started_tool_names(run_id),
             )
         )
@@ -178,7 +186,7 @@ async def _recover_one(asker: _Asker, candidate: RunCandidate) -> Recovered:
         if isinstance(exc, RunStateError) and asker.me.executing(run_id):
             # Another call of this driver (a second recover, a resume) began it meanwhile.
             return Recovered(run_id, RecoverAction.SKIPPED, EXECUTING)
-        moved = await _moved_since(store, candidate)
+        moved = await _moved_since(store, candidate, seen[-1] if seen else None)
         if isinstance(exc, RunStateError) and moved is not None:
             return Recovered(
                 run_id, RecoverAction.SKIPPED, f"it changed meanwhile: it is now {moved}"
@@ -187,14 +195,21 @@ async def _recover_one(asker: _Asker, candidate: RunCandidate) -> Recovered:
     return Recovered(run_id, RecoverAction.RESUMED, judged.why, run=run)
 
 
-async def _moved_since(store: Store, c: RunCandidate) -> str | None:
-    """The run's status now, if it is not the one judged (someone else moved it)."""
+async def _moved_since(store: Store, c: RunCandidate, judged: ApprovalState | None) -> str | None:
+    """The run as it is now, if it is not as judged (someone else moved it): its status,
+    or, still waiting, the approval it waits on, when that is not the latest one judged
+    (another program resumed the run, which went on and paused again)."""
     try:
         status = await run_io(partial(store.run_status, c.run_id))
+        if status is not None and status != c.status:
+            return str(status)
+        if status != RunStatus.WAITING_FOR_APPROVAL or judged is None:
+            return None
+        latest = await run_io(partial(store.latest_approval_state, c.run_id))
     except Exception:
         return None
-    if status is not None and status != c.status:
-        return str(status)
+    if latest is not None and (latest.id, latest.status) != (judged.id, judged.status):
+        return f"{status}, on approval {latest.id}, which is {latest.status}"
     return None
 
 
