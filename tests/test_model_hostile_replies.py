@@ -1,5 +1,5 @@
 """What a model adapter hands back, however it misbehaves, is recorded and ends the run
-clearly (attack on the model-driven agent; decision XXXX).
+clearly (attack on the model-driven agent; decision 0159).
 
 - An adapter that raises a `BaseException` that is not an `Exception` (`SystemExit` from a
   library calling `sys.exit()`, `KeyboardInterrupt`, `GeneratorExit`, a custom one)

@@ -1,5 +1,5 @@
 """A model's name is text the record can hold, checked when the model is configured
-(attack on model accounting; decision XXXX).
+(attack on model accounting; decision 0159).
 
 The name is recorded with every attempt (`model_calls.model`, `model.dispatched`) and is
 part of every replay key. `ModelConfig` (and `Driver(model=...)`, which builds one) took

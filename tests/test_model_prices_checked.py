@@ -1,5 +1,5 @@
 """A price is integer micro-dollars, never negative (attack on model accounting; decision
-XXXX).
+0159).
 
 `Price(...)` took any values: a negative price made every attempt's cost negative (the
 store clamps the totals at zero, so a cost limit never held), a float made costs floats,

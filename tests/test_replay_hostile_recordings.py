@@ -1,5 +1,5 @@
 """A recording holds every failure as the provider raised it, and a tampered one is refused
-as a recording (attack on replay; decision XXXX).
+as a recording (attack on replay; decision 0159).
 
 - A `Recorder` whose provider failed with something the recording's JSON refuses (a
   `retry_after` that is NaN or infinite, a message with a lone surrogate) raised the JSON

@@ -17,7 +17,7 @@ grant and leaves WAITING (`run.resumed`, `step.policy`, `step.tool_started`) in
 one compare-and-set transaction on the status and the holder
 (`_settle.start_resumed`).
 
-Races (decision XXXX): the hold refuses, holding nothing, a run whose step no
+Races (decision 0161): the hold refuses, holding nothing, a run whose step no
 longer awaits the approval read (another program resumed it meanwhile); a
 pending approval found past its expiry whose expiry write is refused because a
 person approved it meanwhile is resumed as approved (their decision is first on

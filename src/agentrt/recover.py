@@ -32,7 +32,7 @@ passes: this module knows no Driver), which re-checks all of this inside its own
 transaction, so a run that changed between the judgment and the resume is
 never resumed on stale grounds; such a run (its status moved, or, still
 waiting, on another approval than the one judged) is skipped "it changed
-meanwhile", not failed (decision XXXX). One run's failure is recorded on its own
+meanwhile", not failed (decision 0161). One run's failure is recorded on its own
 `Recovered` (with the exception) and never stops the others. Terminal runs are
 not read at all.
 

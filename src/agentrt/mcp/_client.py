@@ -385,7 +385,7 @@ class _Session(ClientSession):
 
     The SDK checks with `jsonschema` and Python's backtracking `re` on the event loop,
     where a server's pattern such as `^(a+)+$` freezes everything for hours;
-    `Connection.call` checks with agentrt's validator instead (decision XXXX).
+    `Connection.call` checks with agentrt's validator instead (decision 0160).
     """
 
     async def validate_tool_result(self, name: str, result: mcp_types.CallToolResult) -> None:

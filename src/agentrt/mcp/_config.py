@@ -548,7 +548,7 @@ def compile_output_schema(schema: Any) -> CompiledTool:
 
     The MCP SDK would check a result against it with `jsonschema` and Python's
     backtracking `re`, on the event loop: a pattern such as `^(a+)+$` would freeze the
-    loop, its timeouts and the lease's heartbeat (decision XXXX).
+    loop, its timeouts and the lease's heartbeat (decision 0160).
     """
     if not isinstance(schema, dict):
         raise ConfigError("it is not a JSON object")

@@ -167,7 +167,7 @@ class RawCapture:
         # Only an answer (`result` or `error`) with a JSON-RPC id (a string or a number)
         # is one: a server's own request (its ids may equal the client's, JSON-RPC ids
         # being each side's own), a message whose id is a list or an object, or other
-        # junk is nobody's answer (decision XXXX).
+        # junk is nobody's answer (decision 0160).
         try:
             parsed = parse_json(raw)
         except JSONValueError as exc:
