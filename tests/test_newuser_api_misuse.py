@@ -119,3 +119,31 @@ def test_a_correct_driver_still_runs_with_a_function_agent(store: agentrt.Store)
     driver = build(store, agent=lambda step: Decision.complete("ok"), tools=(look,))
     run = driver.start_sync("g")
     assert (run.status, run.result) == ("COMPLETED", "ok")
+
+
+def test_an_approval_by_nobody_is_refused_and_nothing_is_decided(store: agentrt.Store) -> None:
+    """`by` is who decided, in the record for good: an empty or blank name is refused,
+    as the command line refuses an empty --by, not recorded as "someone unrecorded"."""
+
+    @agentrt.tool(side_effect=SideEffect.REMOTE_MUTATION, timeout=5)
+    def push_branch(branch: str) -> dict[str, Any]:
+        """Push a branch."""
+        return {"pushed": branch}
+
+    driver = build(
+        store,
+        agent=ScriptedAgent([Decision.tool_call("push_branch", {"branch": "x"})]),
+        tools=[push_branch],
+    )
+    run = driver.start_sync("ship")
+    (approval,) = store.pending_approvals(run.id)
+    for nobody in ("", "   "):
+        with pytest.raises(ValueError) as e:
+            agentrt.approve(store, run.id, approval.id, by=nobody, shown_hash=approval.hash)
+        assert str(e.value) == "by must name who decides (a person or a system), not be blank"
+        with pytest.raises(ValueError):
+            agentrt.reject(store, run.id, approval.id, by=nobody)
+        with pytest.raises(ValueError):
+            agentrt.cancel(store, run.id, by=nobody)
+    assert store.get_approval(run.id, approval.id).status == "pending"
+    assert store.get_run(run.id).status == "WAITING_FOR_APPROVAL"

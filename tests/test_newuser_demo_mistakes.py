@@ -202,3 +202,28 @@ def test_ctrl_c_while_the_worker_charges_ends_the_demo_and_its_worker(tmp_path: 
         f"agentrt demo: interrupted; the worker was stopped, what it left is in {workdir}"
     )
     assert wait_for_no_worker(workdir / "demo.db") == []
+
+
+def test_a_demo_killed_outright_leaves_no_worker_stalled_for_ten_minutes(tmp_path: Path) -> None:
+    """SIGKILL (or SIGTERM, or a closed terminal) runs no cleanup in the demo: its worker,
+    stalled in the charge the demo was about to kill, notices it is orphaned and ends."""
+    workdir = tmp_path / "shop"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "agentrt", "demo", "--dir", str(workdir)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().startswith(b"1. A shop's agent")
+        deadline = time.monotonic() + 30
+        while not workers_of(workdir / "demo.db") and time.monotonic() < deadline:
+            time.sleep(0.01)
+        proc.kill()
+        proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
+    assert wait_for_no_worker(workdir / "demo.db") == []
