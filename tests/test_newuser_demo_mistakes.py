@@ -191,7 +191,7 @@ def test_ctrl_c_while_the_worker_charges_ends_the_demo_and_its_worker(tmp_path: 
         assert proc.stdout is not None
         assert proc.stdout.readline().startswith("1. A shop's agent")
         proc.send_signal(signal.SIGINT)  # the worker is starting or charging now
-        out, err = proc.communicate(timeout=30)
+        _, err = proc.communicate(timeout=30)
     finally:
         if proc.poll() is None:
             proc.kill()

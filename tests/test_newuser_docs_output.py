@@ -39,9 +39,9 @@ def test_the_recheck_page_shows_the_different_line_as_the_command_prints_it(
     assert command.startswith("$ agentrt --db runs.db recheck ")
     shown_id = command.split()[5]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "examples"), *sys.path])}
+    policy = ["--policy", "recheck_tighten:tightened"]
     result = subprocess.run(
-        [sys.executable, "-m", "agentrt", "--db", str(db), "recheck", run.id[:8]]
-        + ["--policy", "recheck_tighten:tightened"],
+        [sys.executable, "-m", "agentrt", "--db", str(db), "recheck", run.id[:8], *policy],
         capture_output=True,
         text=True,
         timeout=60,
