@@ -43,8 +43,7 @@ def test_a_second_run_in_the_same_dir_is_refused_in_one_sentence(
     second = example(script, "--dir", str(workdir))
     assert (second.returncode, second.stdout) == (2, ""), second.stderr
     assert second.stderr == (
-        f"{script.name}: --dir {workdir} holds a run of this example already;"
-        " give another --dir\n"
+        f"{script.name}: --dir {workdir} holds a run of this example already; give another --dir\n"
     )
     assert sorted(p.name for p in workdir.iterdir()) == before  # nothing added or changed
 
