@@ -147,3 +147,24 @@ def test_an_approval_by_nobody_is_refused_and_nothing_is_decided(store: agentrt.
             agentrt.cancel(store, run.id, by=nobody)
     assert store.get_approval(run.id, approval.id).status == "pending"
     assert store.get_run(run.id).status == "WAITING_FOR_APPROVAL"
+
+
+def test_the_tool_decorator_used_bare_names_the_two_arguments_it_needs() -> None:
+    """`@agentrt.tool` without its parentheses: the side effect and the timeout are the
+    author's to declare, and the error names them, not "takes 0 positional arguments"."""
+
+    def push_branch(branch: str) -> dict[str, Any]:
+        """Push a branch."""
+        return {"pushed": branch}
+
+    with pytest.raises(TypeError) as e:
+        agentrt.tool(push_branch)  # type: ignore[call-arg]
+    assert str(e.value) == (
+        "tool() missing 2 required keyword-only arguments: 'side_effect' and 'timeout'"
+    )
+    with pytest.raises(ConfigError) as e:
+        agentrt.tool(push_branch, side_effect="read_only", timeout=5)  # type: ignore[arg-type]
+    assert str(e.value) == (
+        "agentrt.tool takes no positional argument: write"
+        " @agentrt.tool(side_effect=..., timeout=...) above push_branch"
+    )
