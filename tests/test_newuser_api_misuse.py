@@ -168,3 +168,18 @@ def test_the_tool_decorator_used_bare_names_the_two_arguments_it_needs() -> None
         "agentrt.tool takes no positional argument: write"
         " @agentrt.tool(side_effect=..., timeout=...) above push_branch"
     )
+
+
+@pytest.mark.parametrize(
+    ("wrong", "got"),
+    [
+        (Decision.complete("ok"), "one Decision: put it in a list, [Decision...]"),
+        ("complete", "str"),
+        ({"kind": "complete"}, "dict"),
+        (3, "int"),
+    ],
+)
+def test_a_script_that_is_not_a_list_of_decisions_is_refused(wrong: Any, got: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        ScriptedAgent(wrong)
+    assert str(e.value) == f"ScriptedAgent plays a list of Decisions, got {got}"
