@@ -227,3 +227,17 @@ def test_a_demo_killed_outright_leaves_no_worker_stalled_for_ten_minutes(tmp_pat
             proc.wait()
         proc.stdout.close()
     assert wait_for_no_worker(workdir / "demo.db") == []
+
+
+def test_resume_given_the_database_file_names_its_directory_instead(tmp_path: Path) -> None:
+    """The printed commands name demo.db; --resume takes the directory that holds it."""
+    workdir = tmp_path / "shop"
+    first = demo("--dir", str(workdir), "--stop-at-approval")
+    assert first.returncode == 0, first.stderr
+    result = demo("--resume", str(workdir / "demo.db"))
+    no_traceback(result)
+    assert (result.returncode, result.stdout) == (1, "")
+    assert result.stderr == (
+        f"agentrt demo: --resume takes the demo's directory, not its database:"
+        f" agentrt demo --resume {workdir}\n"
+    )

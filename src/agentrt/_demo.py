@@ -373,6 +373,11 @@ def _finish(store: Store, run: Run, db: Path) -> int:
 
 def _resume(workdir: Path) -> int:
     """`--resume DIR`: after a person approved with the command, finish the story."""
+    if workdir.is_file():  # the printed commands name demo.db; the directory is what is asked
+        raise _Stop(
+            "--resume takes the demo's directory, not its database:"
+            f" agentrt demo --resume {_q(workdir.parent)}"
+        )
     db = workdir / "demo.db"
     if not db.is_file():  # never created here: --resume only finishes a demo left waiting
         raise _Stop(
