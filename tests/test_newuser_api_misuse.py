@@ -183,3 +183,24 @@ def test_a_script_that_is_not_a_list_of_decisions_is_refused(wrong: Any, got: st
     with pytest.raises(ConfigError) as e:
         ScriptedAgent(wrong)
     assert str(e.value) == f"ScriptedAgent plays a list of Decisions, got {got}"
+
+
+def test_a_sync_twin_inside_a_running_event_loop_says_to_await_and_records_nothing(
+    store: agentrt.Store, recwarn: pytest.WarningsRecorder
+) -> None:
+    import asyncio
+    import gc
+
+    driver = build(store)
+
+    async def inside_a_loop() -> None:
+        driver.start_sync("g")
+
+    with pytest.raises(RuntimeError) as e:
+        asyncio.run(inside_a_loop())
+    assert str(e.value) == (
+        "a _sync method was called inside a running event loop; await the async method instead"
+    )
+    gc.collect()
+    assert [str(w.message) for w in recwarn.list if "never awaited" in str(w.message)] == []
+    assert store.list_runs() == []
