@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+import agentrt
+
 ROOT = Path(__file__).resolve().parent.parent
 PAYMENTS = ROOT / "examples" / "payments.py"
 LANGGRAPH = ROOT / "examples" / "adapters" / "langgraph_example.py"
@@ -32,13 +34,19 @@ def example(script: Path, *args: str, umask: int | None = None) -> subprocess.Co
     )
 
 
-@pytest.mark.parametrize("script", [PAYMENTS, LANGGRAPH], ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    ("script", "left"),
+    [(PAYMENTS, "payments.db"), (PAYMENTS, "lookup-fails.db"), (LANGGRAPH, "runs.db")],
+    ids=["payments.py", "payments.py-second-story", "langgraph_example.py"],
+)
 def test_a_second_run_in_the_same_dir_is_refused_in_one_sentence(
-    tmp_path: Path, script: Path
+    tmp_path: Path, script: Path, left: str
 ) -> None:
+    """A first run left its database in the folder (run once for real in test_examples.py,
+    test_example_payments.py and test_adapter_langgraph.py); the second says so."""
     workdir = tmp_path / "work"
-    first = example(script, "--dir", str(workdir))
-    assert first.returncode == 0, first.stderr
+    workdir.mkdir(mode=0o700)
+    agentrt.open_store(workdir / left).close()
     before = sorted(p.name for p in workdir.iterdir())
     second = example(script, "--dir", str(workdir))
     assert (second.returncode, second.stdout) == (2, ""), second.stderr
