@@ -113,7 +113,7 @@ def approve_from_another_process(db: Path, run_id: str) -> None:
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     if done.returncode != 0:
         raise SystemExit(f"approve failed: {done.stderr}")
-    print(f"[process 2] {' '.join(cmd[1:4])} ...: approved")
+    print(f"[process 2] agentrt approve {run_id[:8]}... --yes: approved")
 
 
 async def main(db: Path) -> None:

@@ -182,7 +182,15 @@ def main() -> int:
         make_driver(args.worker).start_sync("charge order 17")
         return 1  # not reached: the parent kills this process mid-charge
     workdir = args.dir or Path(tempfile.mkdtemp(prefix="agentrt-payments-"))
-    workdir.mkdir(parents=True, exist_ok=True)
+    if workdir.exists() and not workdir.is_dir():
+        parser.exit(2, f"{parser.prog}: --dir {workdir}: it exists and is not a directory\n")
+    workdir.mkdir(mode=0o700, parents=True, exist_ok=True)  # owner-only, as the store wants
+    if (workdir / "payments.db").exists() or (workdir / "lookup-fails.db").exists():
+        parser.exit(
+            2,
+            f"{parser.prog}: --dir {workdir} holds a run of this example already;"
+            " give another --dir\n",
+        )
     provider = Provider()
     print("1. the provider can tell:")
     first = story(workdir, provider, lookup_fails=False)

@@ -58,6 +58,11 @@ def test_own_loop_example_reads_is_denied_waits_then_attaches_after_a_second_pro
     assert "model hears: policy_denied: destructive tools are denied by the default policy" in out
     assert "step 2: tool_call push_branch -> pending" in out
     assert "attach: allowed" in out
+    store = agentrt.open_existing(db, read_only=True)
+    (run,) = store.list_runs()
+    store.close()
+    # What the second process ran, as a person would type it (not Python's `-m`).
+    assert f"[process 2] agentrt approve {run.id[:8]}... --yes: approved\n" in out
     assert 'model hears: tool_result: {"pushed": "feature/login"}' in out
     assert "finished: COMPLETED goal_completed" in out
     store = agentrt.open_existing(db, read_only=True)

@@ -189,5 +189,14 @@ if __name__ == "__main__":
         with tempfile.TemporaryDirectory() as tmp:
             main(Path(tmp))
     else:
-        args.dir.mkdir(parents=True, exist_ok=True)
+        if args.dir.exists() and not args.dir.is_dir():
+            parser.exit(2, f"{parser.prog}: --dir {args.dir}: it exists and is not a directory\n")
+        args.dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # owner-only, as the store wants
+        if (args.dir / "runs.db").exists() or (args.dir / "checkpoints.db").exists():
+            # Its thread's checkpoints would go on from where the first run ended.
+            parser.exit(
+                2,
+                f"{parser.prog}: --dir {args.dir} holds a run of this example already;"
+                " give another --dir\n",
+            )
         main(args.dir)

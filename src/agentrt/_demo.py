@@ -24,12 +24,14 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from . import approve, open_store
+from . import approve, open_existing, open_store
 from ._driver import Driver
+from ._errors import AgentrtError
 from ._policy import SideEffectPolicy
 from ._records import Decision, PolicyDecision, Run, RunStatus, SideEffect, ToolCall
 from ._render_approval import approval_lines
@@ -58,6 +60,8 @@ def make_tools(workdir: Path, *, stall_after_request: bool) -> list[Any]:
     @tool(side_effect=SideEffect.REMOTE_MUTATION, timeout=timedelta(seconds=60))
     def charge_card(order: str, amount_cents: int, call: ToolCall) -> dict[str, Any]:
         """Charge the order's card through the card processor."""
+        if stall_after_request and _orphaned():
+            os._exit(1)  # the demo is gone: nobody is there to tell the story to
         with open(_processor_log(workdir), "a", encoding="utf-8") as log:
             log.write(
                 json.dumps(
@@ -76,10 +80,37 @@ def make_tools(workdir: Path, *, stall_after_request: bool) -> list[Any]:
             # The processor has the request; its answer never arrives here, because
             # the demo kills this process now (see `_first_process`).
             (workdir / "charge-sent").write_text(str(os.getpid()))
-            time.sleep(600)
+            _stall_until_orphaned()
         return {"charged": order, "amount_cents": amount_cents}
 
     return [look_up_order, charge_card]
+
+
+_PARENT = "AGENTRT_DEMO_PARENT"
+
+
+def _orphaned() -> bool:
+    """The demo that started this worker is gone (its pid is in the worker's environment:
+    a parent that died before the worker started is noticed too)."""
+    parent = os.environ.get(_PARENT, "")
+    return parent.isdigit() and os.getppid() != int(parent)
+
+
+def _stall_until_orphaned() -> None:
+    """Wait to be killed; a demo that died first (SIGKILL, Ctrl-C, a closed terminal)
+    cannot kill this worker, so it ends itself, as abruptly as the kill would have."""
+    deadline = time.monotonic() + 600
+    while not _orphaned() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os._exit(1)  # no cleanup: the record stays as a dead process leaves it
+
+
+class _Stop(Exception):
+    """The demo stops here: one sentence to stderr, and the exit status."""
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 def make_policy() -> SideEffectPolicy:
@@ -142,17 +173,29 @@ def _first_process(db: Path) -> int:
     worker = subprocess.Popen(
         [sys.executable, "-m", "agentrt._demo", "--child", str(db)],
         stdout=subprocess.DEVNULL,
+        env={**os.environ, _PARENT: str(os.getpid())},
     )
-    deadline = time.monotonic() + 60
-    while not marker.exists():
-        if worker.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError("the worker process ended before it charged the card")
-        time.sleep(0.02)
-    say(f"  worker pid {worker.pid} sent the charge to the card processor;")
-    say("  before its answer is recorded, the process is killed with SIGKILL (as the")
-    say("  kernel's OOM killer, a deploy or a power cut would): no cleanup runs.")
-    worker.send_signal(signal.SIGKILL)
-    worker.wait()
+    try:
+        deadline = time.monotonic() + 60
+        while not marker.exists():
+            if worker.poll() is not None:
+                raise _Stop(
+                    f"the worker process ended (exit status {worker.returncode})"
+                    " before it charged the card"
+                )
+            if time.monotonic() > deadline:
+                raise _Stop("the worker process did not charge the card within 60 seconds")
+            time.sleep(0.02)
+        say(f"  worker pid {worker.pid} sent the charge to the card processor;")
+        say("  before its answer is recorded, the process is killed with SIGKILL (as the")
+        say("  kernel's OOM killer, a deploy or a power cut would): no cleanup runs.")
+        worker.send_signal(signal.SIGKILL)
+        worker.wait()
+    finally:
+        # Ctrl-C, a reader gone (`| head`), any error: the worker never outlives the demo.
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
     say(f"  worker exit status: {worker.returncode} (killed by signal {-worker.returncode})")
     return worker.pid
 
@@ -189,6 +232,9 @@ def run(argv: list[str]) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 0
+    except (_Stop, AgentrtError) as e:
+        print(f"agentrt demo: {e}", file=sys.stderr, flush=True)
+        return e.code if isinstance(e, _Stop) else 1
 
 
 def _run(argv: list[str]) -> int:
@@ -215,14 +261,42 @@ def _run(argv: list[str]) -> int:
     if args.child:
         return _child(args.child)
     if args.resume:
-        return _resume(args.resume)
+        return _interruptible(args.resume, "", lambda: _resume(args.resume))
 
     workdir = args.dir or Path(tempfile.mkdtemp(prefix="agentrt-demo-"))
-    workdir.mkdir(parents=True, exist_ok=True)
+    if workdir.exists() and not workdir.is_dir():
+        parser.error(f"--dir {workdir}: it exists and is not a directory")
+    try:
+        # Owner-only, whatever the umask (002 is a common default): the store refuses a
+        # database in a directory others can write, and the worker would fail on it.
+        workdir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as e:
+        raise _Stop(f"cannot create --dir {workdir}: {e.strerror}") from None
     db = workdir / "demo.db"
-    if db.exists():
-        parser.error(f"{db} exists already; give another --dir")
+    if db.exists() or _processor_log(workdir).exists():
+        parser.error(f"{workdir} holds a demo already; give another --dir")
+    # The database is created here, so a directory the store refuses is one sentence before
+    # any worker starts; the processor's log, created exclusively, claims the directory
+    # against a second demo started on it at the same moment.
+    open_store(db).close()
+    try:
+        os.close(os.open(_processor_log(workdir), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except FileExistsError:
+        parser.error(f"{workdir} holds a demo already; give another --dir")
+    return _interruptible(
+        workdir, "the worker was stopped, ", lambda: _story(db, workdir, args.stop_at_approval)
+    )
 
+
+def _interruptible(workdir: Path, stopped: str, body: Callable[[], int]) -> int:
+    """Run `body`; Ctrl-C is one sentence saying where what it left is, not a traceback."""
+    try:
+        return body()
+    except KeyboardInterrupt:
+        raise _Stop(f"interrupted; {stopped}what it left is in {workdir}") from None
+
+
+def _story(db: Path, workdir: Path, stop_at_approval: bool) -> int:
     say(f"1. A shop's agent takes payment for order {ORDER} (${AMOUNT_CENTS / 100:.2f}).")
     _first_process(db)
 
@@ -244,7 +318,7 @@ def _run(argv: list[str]) -> int:
         time.sleep(1)
         (found,) = driver.recover_sync()
     if found.run is None:
-        raise RuntimeError(f"recovery of run {found.run_id} failed: {found.why}")
+        raise _Stop(f"recovery of run {found.run_id} failed: {found.why}")
     run = found.run
     say(f"  recover: run {found.run_id} {found.action}: {found.why}")
     say("  the charge may or may not have gone through: the record cannot say more.")
@@ -252,7 +326,7 @@ def _run(argv: list[str]) -> int:
     say()
     approval = _show_approval(store, run.id, db)
 
-    if args.stop_at_approval:
+    if stop_at_approval:
         say()
         say("Stopped here, as asked. The run waits in the database until a person decides.")
         say("Or decide in a browser (pip install 'agentrt[console]'):")
@@ -299,8 +373,18 @@ def _finish(store: Store, run: Run, db: Path) -> int:
 
 def _resume(workdir: Path) -> int:
     """`--resume DIR`: after a person approved with the command, finish the story."""
+    if workdir.is_file():  # the printed commands name demo.db; the directory is what is asked
+        raise _Stop(
+            "--resume takes the demo's directory, not its database:"
+            f" agentrt demo --resume {_q(workdir.parent)}"
+        )
     db = workdir / "demo.db"
-    store = open_store(db)
+    if not db.is_file():  # never created here: --resume only finishes a demo left waiting
+        raise _Stop(
+            f"{workdir} holds no demo (no demo.db); start one with:"
+            f" agentrt demo --dir {_q(workdir)} --stop-at-approval"
+        )
+    store = open_existing(db)
     waiting = store.list_runs(status=RunStatus.WAITING_FOR_APPROVAL)
     if not waiting:
         say(f"no run of {db} is waiting for an approval")

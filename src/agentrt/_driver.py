@@ -33,6 +33,7 @@ from ._gate import (
     GateStep,
     Verdict,
     VerdictOutcome,
+    check_agent,
     check_goal,
     configure,
 )
@@ -87,6 +88,8 @@ class Driver:
     ) -> None:
         if store is not None and agent is None:
             raise ConfigError("Driver needs an agent")
+        if store is not None:
+            check_agent(agent)
         setup = configure(
             "Driver",
             store,

@@ -36,11 +36,13 @@ Every async entry point has a blocking `_sync` twin named like the Driver's
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
+import os
 import re
 import threading
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -169,8 +171,17 @@ def configure(
     """Validate a Driver's or a Gate's configuration and build what its sessions share."""
     if store is None:
         raise ConfigError(f"{who} needs a store (agentrt.open_store(path))")
+    if isinstance(store, str | bytes | os.PathLike):
+        # A path is the commonest first mistake; it would fail inside the first step.
+        shown = os.fsdecode(store)
+        raise ConfigError(
+            f"{who} needs a store, such as agentrt.open_store({shown!r}), "
+            f"not the {type(store).__name__} {shown!r}"
+        )
     if policy is None:
         raise ConfigError(f"{who} needs a policy (agentrt.default_policy() is a start)")
+    check_policy(policy)
+    tools = check_tools_list(tools)
     if not isinstance(lease_ttl, timedelta) or lease_ttl <= timedelta(0):
         raise ConfigError("lease_ttl must be a positive timedelta")
     if lease_ttl > MAX_DURATION_LIMIT:
@@ -220,6 +231,61 @@ def configure(
         probe_in_tx=probe_in_tx,
     )
     return _Setup(config, model_config, the_model, policy_id, validated, owner)
+
+
+def _uncalled(thing: object, role: str, method: str) -> str:
+    """What is wrong with a class or a function given where an instance is expected."""
+    name = getattr(thing, "__name__", type(thing).__name__)
+    if isinstance(thing, type):
+        return f"; {name} is a class: pass an instance, {name}(...)"
+    try:
+        takes_nothing = not any(
+            p.default is inspect.Parameter.empty
+            and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+            for p in inspect.signature(thing).parameters.values()  # type: ignore[arg-type]
+        )
+    except (TypeError, ValueError):
+        takes_nothing = False
+    if takes_nothing:  # a factory, such as agentrt.default_policy
+        return f"; {name} is a function: did you mean {name}()?"
+    return f"; {name} is a function: make it the {method} method of a {role} class"
+
+
+def check_policy(policy: object) -> None:
+    """Refuse, when a Driver or a Gate is built, a policy that could never answer."""
+    if isinstance(policy, type) or not callable(getattr(policy, "evaluate", None)):
+        what = (
+            _uncalled(policy, "policy", "evaluate")
+            if callable(policy)
+            else f", got {type(policy).__name__}"
+        )
+        raise ConfigError(f"policy must be an object with an evaluate(request, view) method{what}")
+
+
+def check_agent(agent: object) -> None:
+    """Refuse, when a Driver is built, an agent that could never decide."""
+    if isinstance(agent, type):
+        raise ConfigError(
+            "agent must have a decide(input) method or be a function of the step input"
+            + _uncalled(agent, "agent", "decide")
+        )
+    if not callable(getattr(agent, "decide", agent)):
+        raise ConfigError(
+            "agent must have a decide(input) method or be a function of the step input, "
+            f"got {type(agent).__name__}"
+        )
+
+
+def check_tools_list(tools: Any) -> Sequence[Tool]:
+    """`tools` as a sequence of tools; one tool, a name or a mapping is refused, named."""
+    spec = getattr(tools, "spec", None)
+    if spec is not None and isinstance(getattr(spec, "name", None), str):
+        raise ConfigError(f"tools must be a list of tools: [{spec.name}], not the tool itself")
+    if isinstance(tools, str | bytes | Mapping) or not isinstance(tools, Iterable):
+        raise ConfigError(
+            f"tools must be a list of tools (made with @agentrt.tool), got {type(tools).__name__}"
+        )
+    return list(tools)
 
 
 def check_goal(goal: Any, limits: Any, run_id: Any, new_run_id: IdFactory) -> tuple[Limits, str]:

@@ -40,6 +40,9 @@ def _recordable(name: str, value: object) -> None:
     """`by` and `note` as a store can keep them (either backend); else ValueError, one sentence."""
     if not isinstance(value, str):
         raise ValueError(f"{name} must be a string, not {type(value).__name__}")
+    if name == "by" and not value.strip():
+        # Who decided is in the record for good: nobody is not an answer.
+        raise ValueError("by must name who decides (a person or a system), not be blank")
     problem = storable_problem(value)
     if problem:
         raise ValueError(f"{name} cannot be recorded: {problem}")

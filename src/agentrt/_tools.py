@@ -28,6 +28,7 @@ from typing import (
     TYPE_CHECKING,
     Any,
     Generic,
+    Never,
     ParamSpec,
     Protocol,
     TypeVar,
@@ -281,7 +282,7 @@ def _hinted(fn: Callable[..., Any]) -> Any:
 
 
 def tool(
-    *,
+    *misplaced: Never,
     side_effect: SideEffect | str,
     timeout: timedelta | float,
     name: str | None = None,
@@ -307,6 +308,12 @@ def tool(
     The result is still callable as the original function, for unit tests;
     the driver uses `result.call(tool_call)`, which validates the arguments.
     """
+    if misplaced:  # the function given to the decorator's own call
+        what = getattr(misplaced[0], "__name__", "the function")
+        raise ConfigError(
+            f"agentrt.tool takes no positional argument: write @agentrt.tool(side_effect=...,"
+            f" timeout=...) above {what}"
+        )
     effect, duration, terminal = tool_class(side_effect, timeout, terminal)
     check_reconcile(reconcile)
     if description is not None and not isinstance(description, str):

@@ -18,8 +18,9 @@ the script is an agent error, which ends the run `agent_error`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Container, Sequence
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 
+from ._errors import ConfigError
 from ._records import (
     Decision,
     ObservationKind,
@@ -32,12 +33,28 @@ from ._records import (
 ScriptEntry = Decision | Callable[[StepInput], Decision]
 
 
+def _script(decisions: object) -> list[ScriptEntry]:
+    """The script as a list; ConfigError for one Decision, a string, a mapping or a number."""
+    if isinstance(decisions, Decision):
+        raise ConfigError(
+            "ScriptedAgent plays a list of Decisions, got one Decision: put it in a list,"
+            " [Decision...]"
+        )
+    if isinstance(decisions, str | bytes | Mapping) or not isinstance(decisions, Iterable):
+        raise ConfigError(
+            f"ScriptedAgent plays a list of Decisions, got {type(decisions).__name__}"
+        )
+    # An entry that is not a Decision is played as it is: a script may stand for an agent
+    # that misbehaves, and the driver records what it returned as an invalid decision.
+    return list(decisions)
+
+
 class ScriptedAgent:
     """Plays `decisions` in order, one per step that carries its entry out; an entry may be a
     function of the input."""
 
     def __init__(self, decisions: Sequence[ScriptEntry]) -> None:
-        self.decisions = list(decisions)
+        self.decisions = _script(decisions)
         # Only the last input is kept: each holds every step so far, so keeping
         # them all would grow with the square of the run's length.
         self.last_input: StepInput | None = None
