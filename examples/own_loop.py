@@ -158,4 +158,8 @@ if __name__ == "__main__":
         with tempfile.TemporaryDirectory() as tmp:
             asyncio.run(main(Path(tmp) / "own_loop.db"))
     else:
+        try:  # a file that is not a database: one sentence, no traceback
+            agentrt.open_store(args.db).close()
+        except agentrt.StoreError as exc:
+            parser.exit(2, f"{parser.prog}: --db {args.db}: {exc}\n")
         asyncio.run(main(args.db))

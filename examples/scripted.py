@@ -142,7 +142,10 @@ def main(argv: list[str] | None = None) -> int:
         workdir, db = Path(tempfile.mkdtemp(prefix="agentrt-example-")), args.db
     else:
         workdir, db = Path(args.db).parent, args.db
-    store = agentrt.open_store(db)
+    try:
+        store = agentrt.open_store(db)
+    except agentrt.StoreError as exc:  # a file that is not a database: one sentence
+        parser.exit(2, f"{parser.prog}: --db {args.db}: {exc}\n")
     run = make_driver(store, workdir, "process-1").start_sync("ship the login branch")
     print(f"[process 1] run {run.id[:12]}… stopped: {run.status}")
     for step in store.list_steps(run.id):

@@ -1,4 +1,4 @@
-"""Found by the new-user attack and left open (decision XXXX, "Left open")."""
+"""An example given a --db that is not a database says so in one sentence (decision 0162)."""
 
 from __future__ import annotations
 
@@ -12,11 +12,6 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="the examples open --db with agentrt.open_store and let its StoreError end them "
-    "with a traceback; only a missing directory is one sentence (decision XXXX, left open)",
-)
 @pytest.mark.parametrize("example", ["scripted.py", "own_loop.py"])
 def test_an_example_given_a_db_that_is_not_a_database_says_so_in_one_sentence(
     tmp_path: Path, example: str
