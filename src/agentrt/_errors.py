@@ -59,7 +59,13 @@ class NotPendingError(AgentrtError):
 
 
 class ApprovalExpiredError(NotPendingError):
-    """The approval or the grant it gave has expired."""
+    """The approval or the grant it gave has expired.
+
+    `cancelled_by` names who cancelled the run when a cancel expired the approval
+    (empty when its time ran out).
+    """
+
+    cancelled_by: str = ""
 
 
 class ApprovalHashError(AgentrtError):
