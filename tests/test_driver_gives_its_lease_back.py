@@ -4,9 +4,9 @@ A run held by a loop that stopped (a store error starting a held approved call, 
 factory that repeats ids, an agent, a policy or an observer raising `KeyboardInterrupt`,
 `SystemExit` or another `BaseException`) was left under this process's lease, renewed by
 nobody, until it lapsed: every resume refused meanwhile, as after a crash of the process.
-Nothing runs under the lease once the loop stopped, so it is given back as `close()` gives
-a Gate session's back: the run is left as it stands (a step left open stays `deciding`)
-and any resume continues it at once. The exception still reaches the caller: a real
+Nothing runs under the lease once the loop stopped, so it is given back: the run is left
+as the record stands (what a failed or abandoned commit would have written is not written
+after it) and any resume continues it at once. The exception still reaches the caller: a real
 Ctrl-C still stops the program. While a tool may still be running the lease is kept
 (decision 0017's lingering thread, and a tool whose run an exception interrupted).
 
@@ -205,8 +205,9 @@ def test_an_agent_raising_a_base_exception_propagates_and_leaves_the_run_to_any_
         _driver(any_store, _Raises(error)).start_sync("decide")
     (run,) = any_store.list_runs()
     assert run.status == "RUNNING"
-    # The step left open, as a closed Gate session leaves it; the lease given back.
-    assert [s.status for s in any_store.list_steps(run.id)] == ["deciding"]
+    # The record as it stands (the step's claim, kept for its next commit, was never
+    # written, as a death before that commit leaves it); the lease given back.
+    assert any_store.list_steps(run.id) == []
     assert any_store.lease_state(run.id).owner == ""
     assert _finish(any_store, run.id).status == "COMPLETED"
 

@@ -125,3 +125,40 @@ class _AllowAll:
 
     def evaluate(self, request: Any, view: Any) -> Any:
         return agentrt.PolicyDecision.allow()
+
+
+def test_a_gate_session_whose_tool_start_commit_is_unknown_says_so_and_claims_nothing_unwritten(
+    cut: tuple[str, CommitCutter],
+) -> None:
+    _url, cutter = cut
+    store = agentrt.open_store(cutter.url)
+    tool = RecordingTool("write_note", SideEffect.REMOTE_MUTATION)
+
+    def arm_at_tool_start(point: str, session: Any) -> None:
+        if point == "step.tool_started":
+            cutter.arm()
+
+    gate = agentrt.Gate(
+        store=store,
+        policy=_AllowAll(),
+        tools=[tool],
+        now=FakeClock(),
+        new_id=Ids("e"),
+        probe_in_tx=arm_at_tool_start,
+    )
+    session = gate.begin_sync("write it")
+    step = session.step_sync()
+    assert step is not None
+    assert step.propose_sync(Decision.tool_call("write_note", {"x": 1})).outcome == "allowed"
+    with pytest.raises(StoreError, match="whether the transaction was committed is unknown"):
+        step.execute_sync()
+    assert tool.calls == []
+    # The session is not used again, and says why without claiming nothing was written.
+    with pytest.raises(agentrt.RunStateError) as refused:
+        session.step_sync()
+    assert "is unknown" in str(refused.value)
+    assert "is not in the record" not in str(refused.value)
+    session.close_sync()
+    assert store.lease_state(session.run_id).owner == ""
+    assert [s.status for s in store.list_steps(session.run_id)] == ["executing"]
+    store.close()

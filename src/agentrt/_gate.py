@@ -807,8 +807,8 @@ class DriverPath:
     async def stopped(self, then: Callable[[], None]) -> bool:
         """The loop stopped on an exception that is not a cancel (a store error, an id
         factory repeating ids, a `KeyboardInterrupt` or `SystemExit` from the agent, the
-        policy or an observer): give the lease back as `close` does, the run left as it
-        stands, unless a tool may still run under it. A tool thread still running: given
+        policy or an observer): give the lease back, the run left as the record stands,
+        unless a tool may still run under it. A tool thread still running: given
         back once it returns, telling `then` (True: later). A tool whose call the exception
         interrupted with no thread to wait for (an async tool's task): kept, to lapse as
         after a crash (False, nothing given back). Never raises but for a second
@@ -821,8 +821,12 @@ class DriverPath:
             return True
         if rs.tool_may_run:
             return False
+        session._detach()
         try:
-            await session._finish_close()
+            # Only the lease: the record is left as it stands (a step's claim and decision
+            # kept for the next commit are not written after a failure, as a death before
+            # that commit leaves them). By this owner: a no-op when the lease is not held.
+            await run_io(lambda: release_lease(rs.config, rs.run_id))
         except Exception:
             logging.getLogger("agentrt").warning(
                 "could not give back the lease on run %s after its loop stopped; it will expire",
