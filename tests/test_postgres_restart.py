@@ -101,8 +101,9 @@ def test_a_dropped_connection_is_a_store_error_loses_nothing_and_recovery_goes_o
         "lookup"
     ]
 
-    # A restarted program recovers it: the holder's process is gone (this host), so it
-    # takes the run over on a new connection and finishes it; the tool is not run again.
+    # A restarted program recovers it: the loop that stopped on the error gave its lease
+    # back (decision XXXX), so it takes the run over at once, on a new connection, and
+    # finishes it; the tool is not run again.
     recoverer = agentrt.Driver(
         store=agentrt.open_store(url),
         # The same script: the recorded steps settle its first entry (the lookup).
@@ -118,8 +119,9 @@ def test_a_dropped_connection_is_a_store_error_loses_nothing_and_recovery_goes_o
         (recovered,) = recoverer.recover_sync()
         assert recovered.run is not None and recovered.run.status == "COMPLETED", recovered
         events = recoverer.store.list_events(RUN)
-        (taken,) = [e for e in events if e.type == "lease.taken_over"]
-        assert taken.payload["proof"]["by"] == "owner process gone"
+        # No lease to take over (`lease.taken_over` is recorded only when there was one).
+        assert [e for e in events if e.type == "lease.taken_over"] == []
+        assert "run.resumed" in [e.type for e in events]
         assert recoverer.store.verify_events().intact
     finally:
         recoverer.store.close()

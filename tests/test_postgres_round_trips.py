@@ -236,7 +236,7 @@ def test_a_statement_sent_with_the_next_that_fails_fails_the_commit_and_nothing_
             tx.claim_step("r1", 0, "me", lambda: "s1", now)
         events = len(store.list_events("r1"))
         with (
-            pytest.raises(agentrt.StoreError, match="steps_pkey"),
+            pytest.raises(agentrt.StoreError, match="the id s1 given by the id factory"),
             store.transaction() as tx,
         ):
             step = tx.claim_step("r1", 1, "me", lambda: "s1", now)  # s1 is taken

@@ -126,6 +126,14 @@ def expired_words(approval: Approval) -> str:
     return f"approval {approval.id} has expired"
 
 
+def expired_error(approval: Approval) -> ApprovalExpiredError:
+    """The refusal of a decision on an expired approval: `expired_words`, and who
+    cancelled its run (`cancelled_by`) when a cancel expired it."""
+    error = ApprovalExpiredError(f"{expired_words(approval)}; nothing was decided")
+    error.cancelled_by = approval.decided_by
+    return error
+
+
 def _load(tx: Tx, run_id: str, approval_id: str) -> tuple[Run, Approval]:
     guarded = tx.lock_run(run_id)
     if guarded is None:
@@ -151,7 +159,7 @@ def decide(
     with store.transaction() as tx:
         run, approval = _load(tx, run_id, approval_id)
         if approval.status == ApprovalStatus.EXPIRED:
-            raise ApprovalExpiredError(f"{expired_words(approval)}; nothing was decided")
+            raise expired_error(approval)
         if approval.status != ApprovalStatus.PENDING:
             raise NotPendingError(f"approval {approval_id} was already {decided_words(approval)}")
         if isinstance(run.status, RunStatus) and run.status.terminal:

@@ -266,6 +266,18 @@ class Driver:
             if not await path.cancelled(lambda: self._given_back(run_id)):
                 self._given_back(run_id)
             raise
+        except RunMoved:
+            raise  # an operator cancelled it under us: the run is no longer leased
+        except BaseException:
+            # Anything else (a store error, an id repeated, a KeyboardInterrupt or SystemExit
+            # from the agent, the policy or an observer) still reaches the caller, but the
+            # lease is not left to lapse under a loop that stopped: given back now, or once
+            # a tool thread still running returns (decision XXXX).
+            with self._active_lock:
+                self._lingering.add(run_id)
+            if not await path.stopped(lambda: self._given_back(run_id)):
+                self._given_back(run_id)
+            raise
         finally:
             path.end()
 

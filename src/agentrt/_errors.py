@@ -59,7 +59,13 @@ class NotPendingError(AgentrtError):
 
 
 class ApprovalExpiredError(NotPendingError):
-    """The approval or the grant it gave has expired."""
+    """The approval or the grant it gave has expired.
+
+    `cancelled_by` names who cancelled the run when a cancel expired the approval
+    (empty when its time ran out).
+    """
+
+    cancelled_by: str = ""
 
 
 class ApprovalHashError(AgentrtError):
@@ -71,7 +77,41 @@ class ApprovalChangedError(AgentrtError):
 
 
 class StoreError(AgentrtError):
-    """The database cannot be used as asked (too old SQLite, WAL refused, bad path)."""
+    """The database cannot be used as asked (too old SQLite, WAL refused, bad path).
+
+    `commit_unknown` is True for a commit that failed in a way that leaves unknown
+    whether it was made (an I/O error at SQLite's `COMMIT`, a PostgreSQL connection lost
+    during it): the record, read again, says.
+    """
+
+    commit_unknown: bool = False
+
+
+def commit_unknown(message: str) -> StoreError:
+    """A `StoreError` for a commit whose outcome is unknown (`commit_unknown`)."""
+    error = StoreError(message)
+    error.commit_unknown = True
+    return error
+
+
+_ID_KINDS = {"runs": "run", "steps": "step", "approvals": "approval", "model_calls": "model call"}
+
+
+def repeated_id(table: str, value: object) -> StoreError | None:
+    """The error of a new row of `table` whose id is already one of its rows' (an id factory
+    that repeats ids), naming the id; None for a table whose ids the runtime does not draw."""
+    kind = _ID_KINDS.get(table)
+    if kind is None:
+        return None
+    text = str(value)
+    shown = text if text.isascii() and text.isprintable() and len(text) <= 100 else repr(text)
+    if len(shown) > 100:
+        shown = shown[:100] + "..."
+    return StoreError(
+        f"the id {shown} given by the id factory (`new_id`) for a new {kind} is already the "
+        f"id of a {kind} in the record: `new_id` must return a new id at every call; "
+        "nothing of this transaction was written"
+    )
 
 
 class StoreBusyError(StoreError):

@@ -384,6 +384,10 @@ class Gate:
             rs = await self._create(rid, goal, limits)
         except BaseException:
             self._let_go(rid)
+            # The run may have been created (an observer raising `KeyboardInterrupt` on
+            # `run.created`, a commit whose outcome is unknown): nothing runs under its
+            # lease, which is given back (no-op when it is not this gate's).
+            await self._give_back_created(rid)
             raise
         rs.start_heartbeat()
         return GateSession(self, rs)
@@ -430,6 +434,19 @@ class Gate:
     def _let_go(self, run_id: str) -> None:
         with self._lock:
             self._live.discard(run_id)
+
+    async def _give_back_created(self, run_id: str) -> None:
+        """Give up this gate's lease on `run_id` after `begin` failed; a store that cannot is
+        logged (the lease then lapses)."""
+        config = self._config
+        try:
+            await run_io(lambda: release_lease(config, run_id))
+        except Exception:
+            logging.getLogger("agentrt").warning(
+                "could not give back the lease on run %s after its start failed; it will expire",
+                run_id,
+                exc_info=True,
+            )
 
     async def _create(self, run_id: str, goal: str, limits: Limits) -> RunSession:
         config = self._config
@@ -852,6 +869,37 @@ class DriverPath:
             return False
         self._session._on_given_back.append(then)
         return True
+
+    async def stopped(self, then: Callable[[], None]) -> bool:
+        """The loop stopped on an exception that is not a cancel (a store error, an id
+        factory repeating ids, a `KeyboardInterrupt` or `SystemExit` from the agent, the
+        policy or an observer): give the lease back, the run left as the record stands,
+        unless a tool may still run under it. A tool thread still running: given
+        back once it returns, telling `then` (True: later). A tool whose call the exception
+        interrupted with no thread to wait for (an async tool's task): kept, to lapse as
+        after a crash (False, nothing given back). Never raises but for a second
+        `BaseException` (a second Ctrl-C): a store that cannot give it back is logged, the
+        lease then lapses."""
+        session = self._session
+        rs = session._rs
+        if rs.lingering_tool is not None:
+            session._on_given_back.append(then)
+            return True
+        if rs.tool_may_run:
+            return False
+        session._detach()
+        try:
+            # Only the lease: the record is left as it stands (a step's claim and decision
+            # kept for the next commit are not written after a failure, as a death before
+            # that commit leaves them). By this owner: a no-op when the lease is not held.
+            await run_io(lambda: release_lease(rs.config, rs.run_id))
+        except Exception:
+            logging.getLogger("agentrt").warning(
+                "could not give back the lease on run %s after its loop stopped; it will expire",
+                rs.run_id,
+                exc_info=True,
+            )
+        return False
 
     def end(self) -> None:
         self._session._detach()

@@ -49,7 +49,7 @@ from ._commit_plan import (
     Commit,
     checking,
 )
-from ._errors import JSONValueError, LeaseLostError, RunStateError, StoreBusyError
+from ._errors import JSONValueError, LeaseLostError, RunStateError, StoreBusyError, StoreError
 from ._events import Observer, deliver
 from ._foreign import exception_text
 from ._fork import renewed_in_children
@@ -438,6 +438,9 @@ class RunSession:
         # A plain-function tool still running after the caller cancelled the loop:
         # the lease is held (and renewed) until its thread returns.
         self.lingering_tool: concurrent.futures.Future[Any] | None = None
+        # Set when an exception other than a cancel interrupted a tool's call with no thread
+        # to wait for (an async tool's task may still run): the lease is not given back.
+        self.tool_may_run = False
         # Set by a caller that closes the session once the call it executes is recorded
         # (an adapter attaching per call): that commit also gives the lease back, the run
         # left RUNNING, and `lease_given_back` says it did (decision 0131).
@@ -558,10 +561,12 @@ class RunSession:
         The session is not used again (`broken`); its run is read back, where the store
         still answers, so that what it shows and how it closes follow the record."""
         what = exception_text(failed)
-        self.broken = (
-            f"the {commit.name} commit of run {self.run_id} failed ({what}); "
-            "what it would have recorded is not in the record"
-        )
+        if isinstance(failed, StoreError) and failed.commit_unknown:
+            # The commit may have been made (decision XXXX): the record, read again, says.
+            recorded = "whether what it would have recorded is in the record is unknown"
+        else:
+            recorded = "what it would have recorded is not in the record"
+        self.broken = f"the {commit.name} commit of run {self.run_id} failed ({what}); {recorded}"
         try:
             self.run = await run_io(partial(self.config.store.get_run, self.run_id))
         except Exception:  # the store may be what failed: the session stays unusable anyway

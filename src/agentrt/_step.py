@@ -314,6 +314,13 @@ async def run_tool(session: RunSession, step: Step) -> None:
             # left `executing` for the next owner to judge), the thread still runs.
             session.lingering_tool = running
         raise
+    except BaseException:
+        # Anything else (a signal's KeyboardInterrupt landing in the loop's coroutine): the
+        # step is left `executing` for the next owner to judge; the lease is kept while the
+        # tool's thread runs, or, with no thread to wait for, until it lapses.
+        session.lingering_tool = next((f for f in threads if not f.done()), None)
+        session.tool_may_run = not threads
+        raise
     await session.probe(POINT_TOOL_EFFECT)
     await _finish_tool(
         session,

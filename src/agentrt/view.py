@@ -23,13 +23,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from ._approval import decided_words, expired_words
+from ._approval import decided_words, expired_error
 from ._canonical import to_text
 from ._capped import TEXT_CAP
 from ._clock import duration_to_ms, format_time
 from ._errors import (
     AmbiguousRunIdError,
-    ApprovalExpiredError,
     NotFoundError,
     NotPendingError,
     RunStateError,
@@ -516,7 +515,7 @@ def choose_approval(store: Store, run_id: str, approval_id: str | None = None) -
     if approval_id is not None:
         approval = store.get_approval(run_id, approval_id)
         if approval.status == ApprovalStatus.EXPIRED:
-            raise ApprovalExpiredError(f"{expired_words(approval)}; nothing was decided")
+            raise expired_error(approval)
         if approval.status != ApprovalStatus.PENDING:
             raise NotPendingError(
                 f"approval {approval_id} of run {run_id} was already "

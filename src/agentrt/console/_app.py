@@ -179,6 +179,11 @@ async def _form(request: Request, config: ConsoleConfig, *, csrf: bool = True) -
 
 def _decision_refusal(error: AgentrtError) -> _Refused:
     said = sanitize(str(error))
+    if isinstance(error, ApprovalExpiredError) and error.cancelled_by:
+        # A cancel expired the request (decision 0161): the run is over, not the time.
+        return _Refused(
+            410, "The run was cancelled", f"Nothing was decided: the run was cancelled. ({said})"
+        )
     if isinstance(error, ApprovalExpiredError):
         return _Refused(410, "Expired", f"Nothing was decided: the request expired. ({said})")
     if isinstance(error, NotPendingError):

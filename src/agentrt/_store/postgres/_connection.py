@@ -30,7 +30,7 @@ from psycopg.adapt import AdaptersMap
 from psycopg.types.string import StrDumperUnknown
 
 from ..._db_url import ambiguous_user, redact_db, shown_db
-from ..._errors import StoreBusyError, StoreDamagedError, StoreError
+from ..._errors import StoreBusyError, StoreDamagedError, StoreError, repeated_id
 from ..sqlite._values import MARK, Fetch, stored_columns, unpacked_row
 
 LOCK_TIMEOUT_MS = 5_000
@@ -366,6 +366,23 @@ def one_line(said: str) -> str:
     return " ".join(line for line in kept if line and not _ECHOED.fullmatch(line))
 
 
+# The server's detail of a unique violation: `Key (id)=(...) already exists.`
+_TAKEN_ID = re.compile(r"Key \(id\)=\((.*)\) already exists\.?", re.DOTALL)
+
+
+def _repeated(error: psycopg.Error) -> StoreError | None:
+    """`repeated_id`'s error for a new row whose id is already its table's (an id factory
+    that repeats ids): the table's primary key named by the server, the id from its detail."""
+    diag = error.diag
+    table = diag.table_name or ""
+    if diag.constraint_name != f"{table}_pkey":
+        return None
+    taken = _TAKEN_ID.fullmatch(diag.message_detail or "")
+    if taken is None:
+        return None
+    return repeated_id(table, read_text(taken.group(1)))
+
+
 def store_error(
     error: psycopg.Error, doing: str, *, retryable: bool = True, target: Target | None = None
 ) -> StoreError:
@@ -375,6 +392,10 @@ def store_error(
     `StoreBusyError` where a retry cannot run work twice (`retryable`), else a
     plain `StoreError`; data the server finds corrupted is `StoreDamagedError`.
     """
+    if isinstance(error, pg_errors.UniqueViolation):
+        repeated = _repeated(error)
+        if repeated is not None:
+            return repeated
     said = one_line(str(error))
     if target is not None:
         said = target.redact(said)

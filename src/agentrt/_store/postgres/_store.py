@@ -27,7 +27,13 @@ from psycopg import sql as pg_sql
 from ..._canonical import from_text
 from ..._chain import verify_chain
 from ..._clock import format_time
-from ..._errors import SchemaVersionError, StoreBusyError, StoreDamagedError, StoreError
+from ..._errors import (
+    SchemaVersionError,
+    StoreBusyError,
+    StoreDamagedError,
+    StoreError,
+    commit_unknown,
+)
 from ..._fork import left_to_the_parent
 from ..._records import ApprovalStatus, FileCheck, RunStatus, VerifyReport
 from .._base import Renewer
@@ -292,6 +298,11 @@ class PostgresStore(SqliteStore):
                 try:
                     tx.commit()  # the appended events written, and COMMIT, in one round trip
                 except psycopg.Error as e:
+                    if conn.closed or conn.broken:
+                        # Lost with COMMIT sent: the server may have committed before the
+                        # connection went. Nothing to roll back on it; the next use opens
+                        # a new one, which reads what the server holds.
+                        raise self._commit_lost(e) from e
                     self._rollback_on(conn)
                     raise store_error(
                         e,
@@ -305,6 +316,16 @@ class PostgresStore(SqliteStore):
             finally:
                 tx._close()
                 self._tx = None
+
+    def _commit_lost(self, error: psycopg.Error) -> StoreError:
+        """The error of a commit whose connection was lost once `COMMIT` was sent: whether
+        the server committed is unknown (decision XXXX)."""
+        said = self._target.redact(one_line(str(error)))
+        return commit_unknown(
+            f"commit failed: the connection to the server was lost during COMMIT ({said}), "
+            "so whether the transaction was committed is unknown (the server may have "
+            "committed it); read the record again, on a new connection"
+        )
 
     def transactions(self, works: Sequence[Callable[[SqliteTx], Any]]) -> list[Grouped]:
         """Each work in a transaction of its own, in order (`Store.transactions`): the server

@@ -37,6 +37,7 @@ from ..._errors import (
     NotFoundError,
     StoreBusyError,
     StoreError,
+    commit_unknown,
 )
 from ..._fork import keep, left_to_the_parent, refusal
 from ..._records import (
@@ -453,7 +454,7 @@ class SqliteStore(ProxyRows):
                     f"the store stopped after a commit could not be made durable ({said}): "
                     "reopen it, and check the record (agentrt verify)"
                 )
-                raise StoreError(
+                raise commit_unknown(
                     f"commit failed: the disk reported an I/O error ({said}), so the "
                     "transaction could not be made durable; whether it is in the file is "
                     "unknown until the database is reopened. The store refuses further use: "
@@ -461,9 +462,11 @@ class SqliteStore(ProxyRows):
                 ) from e
             raise store_error(e, "commit failed, nothing was written", retryable=False) from e
         if self._files_moved():
-            raise self._moved_error(
+            error = self._moved_error(
                 f"whether the transaction is in the record at {self.path} is unknown"
             )
+            error.commit_unknown = True
+            raise error
 
     def transactions(self, works: Sequence[Callable[[SqliteTx], Any]]) -> list[Grouped]:
         """Group commit: one `BEGIN IMMEDIATE` ... `COMMIT` (one fsync), each work in a

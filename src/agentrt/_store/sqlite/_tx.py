@@ -36,6 +36,7 @@ from ..._chain import event_hash, first_seq, partition_of
 from ..._clock import as_stored, format_time
 from ..._errors import (
     StoreError,
+    repeated_id,
 )
 from ..._records import (
     Event,
@@ -72,6 +73,24 @@ EventRow = tuple[int, str, str, str, str, str, str]
 
 
 _OVER = "the transaction is over; use a new store.transaction()"
+
+# A new row's id already taken: SQLite names the table, the statement holds the id.
+_TAKEN_ID = re.compile(r"UNIQUE constraint failed: ([a-z_]+)\.id")
+_INSERT_ID = re.compile(r"\s*INSERT INTO ([a-z_]+) \(id,")
+
+
+def _repeated(
+    error: sqlite3.IntegrityError, sql: str, params: Sequence[Any] | Mapping[str, Any]
+) -> StoreError | None:
+    """`repeated_id`'s error for an INSERT whose id (its first value) is already a row's: an
+    id factory that repeats ids (SQLite rolled back only the statement)."""
+    taken = _TAKEN_ID.search(str(error))
+    inserting = _INSERT_ID.match(sql)
+    if taken is None or inserting is None or taken.group(1) != inserting.group(1):
+        return None
+    if isinstance(params, Mapping) or not params:
+        return None
+    return repeated_id(taken.group(1), params[0])
 
 
 def move_heads(conn: sqlite3.Connection, moved: Mapping[int, tuple[int, str]]) -> None:
@@ -114,6 +133,8 @@ class TxCore:
             self.write_events()
         try:
             return self.conn.execute(sql, params)
+        except sqlite3.IntegrityError as e:
+            raise (_repeated(e, sql, params) or self._failed(e)) from e
         except sqlite3.Error as e:
             raise self._failed(e) from e
         except UnicodeEncodeError as e:  # a value UTF-8 cannot hold: nothing was run

@@ -1,0 +1,293 @@
+"""A Driver whose loop stops on an error gives its lease back, unless a tool may be running.
+
+A run held by a loop that stopped (a store error starting a held approved call, an id
+factory that repeats ids, an agent, a policy or an observer raising `KeyboardInterrupt`,
+`SystemExit` or another `BaseException`) was left under this process's lease, renewed by
+nobody, until it lapsed: every resume refused meanwhile, as after a crash of the process.
+Nothing runs under the lease once the loop stopped, so it is given back: the run is left
+as the record stands (what a failed or abandoned commit would have written is not written
+after it) and any resume continues it at once. The exception still reaches the caller: a real
+Ctrl-C still stops the program. While a tool may still be running the lease is kept
+(decision 0017's lingering thread, and a tool whose run an exception interrupted).
+
+SQLite and PostgreSQL (`any_store`, `database`).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from typing import Any
+
+import pytest
+
+import agentrt
+from agentrt import Decision, SideEffect
+from agentrt._errors import StoreError
+from agentrt.scripted import ScriptedAgent
+from conftest import FakeClock, Ids, RecordingTool, event_types
+
+
+class _AllowAll:
+    policy_id = "allow-all/1"
+
+    def evaluate(self, request: Any, view: Any) -> Any:
+        return agentrt.PolicyDecision.allow()
+
+
+def _driver(store: agentrt.Store, agent: Any, **kw: Any) -> agentrt.Driver:
+    kw.setdefault("policy", _AllowAll())
+    kw.setdefault("tools", [RecordingTool("note", SideEffect.LOCAL_MUTATION)])
+    kw.setdefault("new_id", Ids())
+    return agentrt.Driver(store=store, agent=agent, now=FakeClock(), **kw)
+
+
+def _finish(store: agentrt.Store, run_id: str, tools: Any = None) -> agentrt.Run:
+    """Another driver, with a sane id factory, resumes the run at once and completes it."""
+    finisher = _driver(
+        store,
+        lambda input: Decision.complete({"done": True}),
+        new_id=Ids("f"),
+        **({} if tools is None else {"tools": tools}),
+    )
+    return finisher.resume_sync(run_id)
+
+
+# --- 4. a held approved call whose start fails for another reason ---------------------------
+
+
+def test_a_held_approved_call_whose_start_failed_on_a_store_error_is_given_back_at_once(
+    any_store: agentrt.Store,
+) -> None:
+    tool = RecordingTool("pay", SideEffect.REMOTE_MUTATION)
+    script = [Decision.tool_call("pay", {"x": 1}), Decision.complete({"paid": 1})]
+    first = _driver(any_store, ScriptedAgent(script), policy=agentrt.default_policy(), tools=[tool])
+    run = first.start_sync("pay")
+    assert run.status == "WAITING_FOR_APPROVAL"
+    (approval,) = any_store.list_approvals(run.id)
+    agentrt.approve(any_store, run.id, approval.id, by="alice", shown_hash=approval.hash)
+
+    def failing(point: str, session: Any) -> None:
+        if point == "run.resumed":
+            raise StoreError("disk I/O error")
+
+    failed = _driver(
+        any_store,
+        ScriptedAgent(script),
+        policy=agentrt.default_policy(),
+        tools=[tool],
+        probe_in_tx=failing,
+        new_id=Ids("b"),
+    )
+    with pytest.raises(StoreError, match="disk I/O error"):
+        failed.resume_sync(run.id)
+    assert tool.calls == []
+    # Nothing was written, and nothing runs under the hold: it is given back.
+    assert any_store.get_run(run.id).status == "WAITING_FOR_APPROVAL"
+    assert any_store.get_approval(run.id, approval.id).status == "approved"
+    assert any_store.lease_state(run.id).owner == ""
+    # A resume at once runs the approved call, once.
+    second = _driver(
+        any_store,
+        ScriptedAgent(script),
+        policy=agentrt.default_policy(),
+        tools=[tool],
+        new_id=Ids("c"),
+    )
+    assert second.resume_sync(run.id).status == "COMPLETED"
+    assert len(tool.calls) == 1
+
+
+# --- 2. an id factory that repeats ids ------------------------------------------------------
+
+
+def test_an_id_factory_repeating_a_step_id_is_named_and_the_run_is_left_to_any_resume(
+    any_store: agentrt.Store,
+) -> None:
+    repeated = "c" * 32
+    tool = RecordingTool("note", SideEffect.LOCAL_MUTATION)
+    script = [Decision.tool_call("note", {"x": 1})] * 2 + [Decision.complete({})]
+    driver = _driver(any_store, ScriptedAgent(script), tools=[tool], new_id=lambda: repeated)
+
+    with pytest.raises(StoreError) as failed:
+        driver.start_sync("note twice")
+    said = str(failed.value)
+    assert "UNIQUE" not in said and "duplicate key" not in said
+    assert f"the id {repeated} " in said
+    assert "new_id" in said
+    assert "already the id of a step" in said
+    (run,) = any_store.list_runs()
+    assert run.id == repeated
+    # Step 0 ran and is recorded; step 1 could not be: the run is nobody's, and a driver
+    # with a sane id factory continues it at once.
+    assert [s.status for s in any_store.list_steps(run.id)] == ["done"]
+    assert len(tool.calls) == 1
+    assert any_store.lease_state(run.id).owner == ""
+    assert _finish(any_store, run.id, tools=[tool]).status == "COMPLETED"
+    assert len(tool.calls) == 1
+
+
+def test_a_gate_whose_id_factory_repeats_a_step_id_names_it_and_its_close_gives_the_run_back(
+    any_store: agentrt.Store,
+) -> None:
+    repeated = "d" * 32
+    tool = RecordingTool("note", SideEffect.LOCAL_MUTATION)
+    gate = agentrt.Gate(
+        store=any_store, policy=_AllowAll(), tools=[tool], now=FakeClock(), new_id=lambda: repeated
+    )
+    session = gate.begin_sync("note twice")
+    first = session.step_sync()
+    assert first is not None
+    assert first.propose_sync(Decision.tool_call("note", {"x": 1})).outcome == "allowed"
+    first.execute_sync()
+    second = session.step_sync()
+    assert second is not None
+    assert second.propose_sync(Decision.tool_call("note", {"x": 2})).outcome == "allowed"
+    with pytest.raises(StoreError, match=f"the id {repeated} given by the id factory"):
+        second.execute_sync()
+    assert len(tool.calls) == 1  # the second call's start was not recorded: it never ran
+    session.close_sync()
+    assert any_store.lease_state(session.run_id).owner == ""
+    assert any_store.get_run(session.run_id).status == "RUNNING"
+    assert _finish(any_store, session.run_id, tools=[tool]).status == "COMPLETED"
+    assert len(tool.calls) == 1
+
+
+def test_an_id_factory_repeating_a_run_id_is_refused_naming_it_and_the_first_run_is_untouched(
+    any_store: agentrt.Store,
+) -> None:
+    first = _driver(any_store, ScriptedAgent([Decision.complete({})]), new_id=Ids())
+    done = first.start_sync("first")
+    # A second program starting its counter from 1 again.
+    second = _driver(any_store, ScriptedAgent([Decision.complete({})]), new_id=Ids())
+    with pytest.raises(agentrt.RunStateError, match=f"run {done.id} already exists"):
+        second.start_sync("second")
+    (only,) = any_store.list_runs()
+    assert (only.id, only.goal, only.status) == (done.id, "first", "COMPLETED")
+
+
+# --- 5. a BaseException from the agent, the policy or an observer ---------------------------
+
+
+class _Raises:
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+    def decide(self, input: Any) -> Decision:
+        raise self.error
+
+
+class _RaisingPolicy:
+    policy_id = "raising/1"
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+    def evaluate(self, request: Any, view: Any) -> Any:
+        raise self.error
+
+
+class _GeneratorExit(BaseException):
+    """A BaseException that is neither KeyboardInterrupt nor SystemExit."""
+
+
+@pytest.mark.parametrize(
+    "error",
+    [KeyboardInterrupt(), SystemExit(3), _GeneratorExit("own")],
+    ids=["keyboard-interrupt", "system-exit", "own-base-exception"],
+)
+def test_an_agent_raising_a_base_exception_propagates_and_leaves_the_run_to_any_resume(
+    any_store: agentrt.Store, error: BaseException
+) -> None:
+    with pytest.raises(type(error)):
+        _driver(any_store, _Raises(error)).start_sync("decide")
+    (run,) = any_store.list_runs()
+    assert run.status == "RUNNING"
+    # The record as it stands (the step's claim, kept for its next commit, was never
+    # written, as a death before that commit leaves it); the lease given back.
+    assert any_store.list_steps(run.id) == []
+    assert any_store.lease_state(run.id).owner == ""
+    assert _finish(any_store, run.id).status == "COMPLETED"
+
+
+@pytest.mark.parametrize(
+    "error", [KeyboardInterrupt(), SystemExit(3)], ids=["keyboard-interrupt", "system-exit"]
+)
+def test_a_policy_raising_a_base_exception_propagates_and_runs_nothing_and_gives_the_lease_back(
+    any_store: agentrt.Store, error: BaseException
+) -> None:
+    tool = RecordingTool("note", SideEffect.LOCAL_MUTATION)
+    agent = ScriptedAgent([Decision.tool_call("note", {"x": 1})])
+    with pytest.raises(type(error)):
+        _driver(any_store, agent, policy=_RaisingPolicy(error), tools=[tool]).start_sync("x")
+    assert tool.calls == []
+    (run,) = any_store.list_runs()
+    assert run.status == "RUNNING"
+    assert any_store.lease_state(run.id).owner == ""
+    assert "step.tool_started" not in event_types(any_store, run.id)
+
+
+@pytest.mark.parametrize("on", ["run.created", "step.started", "step.tool_finished"])
+def test_an_observer_raising_keyboard_interrupt_propagates_and_gives_the_lease_back(
+    any_store: agentrt.Store, on: str
+) -> None:
+    tool = RecordingTool("note", SideEffect.LOCAL_MUTATION)
+    agent = ScriptedAgent([Decision.tool_call("note", {"x": 1}), Decision.complete({})])
+
+    def observer(event: Any) -> None:
+        if event.type == on:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        _driver(any_store, agent, tools=[tool], observer=observer).start_sync("x")
+    (run,) = any_store.list_runs()
+    assert run.status == "RUNNING"
+    assert any_store.lease_state(run.id).owner == ""
+    finished = _finish(any_store, run.id, tools=[tool])
+    if on == "step.started":
+        # Delivered after the step's claim committed with its tool's start, before the
+        # tool ran: the record says it may have run, and a person decides (never run on
+        # its own).
+        assert finished.status == "WAITING_FOR_APPROVAL"
+        (approval,) = any_store.list_approvals(run.id)
+        assert approval.kind == "interrupted_side_effect"
+    else:
+        assert finished.status == "COMPLETED"
+    assert len(tool.calls) == (1 if on == "step.tool_finished" else 0)
+
+
+def test_a_real_ctrl_c_while_a_tool_still_runs_keeps_the_lease_until_its_thread_returns(
+    any_store: agentrt.Store,
+) -> None:
+    """A SIGINT landing while a tool's thread runs: the program stops (KeyboardInterrupt),
+    and nobody may take the run over and start the call beside the thread, so the lease
+    stays until the thread returns, then is given back; the call never runs twice."""
+    release = threading.Event()
+
+    def slow(call: Any) -> Any:
+        os.kill(os.getpid(), signal.SIGINT)  # what Ctrl-C does, while this call runs
+        release.wait(10)
+        return agentrt.ToolResult(content={"ok": True})
+
+    tool = RecordingTool("note", SideEffect.LOCAL_MUTATION, result=slow)
+    agent = ScriptedAgent([Decision.tool_call("note", {"x": 1}), Decision.complete({})])
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            _driver(any_store, agent, tools=[tool]).start_sync("x")
+    finally:
+        signal.signal(signal.SIGINT, before)
+        held = any_store.lease_state(any_store.list_runs()[0].id).owner
+        release.set()
+    (run,) = any_store.list_runs()
+    assert run.status == "RUNNING"
+    assert held != ""
+    deadline = time.monotonic() + 10
+    while any_store.lease_state(run.id).owner and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert any_store.lease_state(run.id).owner == ""
+    again = _finish(any_store, run.id, tools=[tool])
+    assert again.status in ("WAITING_FOR_APPROVAL", "COMPLETED")
+    assert len(tool.calls) == 1
