@@ -102,7 +102,7 @@ def test_a_dropped_connection_is_a_store_error_loses_nothing_and_recovery_goes_o
     ]
 
     # A restarted program recovers it: the loop that stopped on the error gave its lease
-    # back (decision XXXX), so it takes the run over at once, on a new connection, and
+    # back (decision 0163), so it takes the run over at once, on a new connection, and
     # finishes it; the tool is not run again.
     recoverer = agentrt.Driver(
         store=agentrt.open_store(url),

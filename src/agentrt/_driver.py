@@ -272,7 +272,7 @@ class Driver:
             # Anything else (a store error, an id repeated, a KeyboardInterrupt or SystemExit
             # from the agent, the policy or an observer) still reaches the caller, but the
             # lease is not left to lapse under a loop that stopped: given back now, or once
-            # a tool thread still running returns (decision XXXX).
+            # a tool thread still running returns (decision 0163).
             with self._active_lock:
                 self._lingering.add(run_id)
             if not await path.stopped(lambda: self._given_back(run_id)):

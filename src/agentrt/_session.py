@@ -562,7 +562,7 @@ class RunSession:
         still answers, so that what it shows and how it closes follow the record."""
         what = exception_text(failed)
         if isinstance(failed, StoreError) and failed.commit_unknown:
-            # The commit may have been made (decision XXXX): the record, read again, says.
+            # The commit may have been made (decision 0163): the record, read again, says.
             recorded = "whether what it would have recorded is in the record is unknown"
         else:
             recorded = "what it would have recorded is not in the record"

@@ -319,7 +319,7 @@ class PostgresStore(SqliteStore):
 
     def _commit_lost(self, error: psycopg.Error) -> StoreError:
         """The error of a commit whose connection was lost once `COMMIT` was sent: whether
-        the server committed is unknown (decision XXXX)."""
+        the server committed is unknown (decision 0163)."""
         said = self._target.redact(one_line(str(error)))
         return commit_unknown(
             f"commit failed: the connection to the server was lost during COMMIT ({said}), "
