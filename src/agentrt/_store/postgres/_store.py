@@ -44,6 +44,7 @@ from ._connection import (
     ESCAPED,
     LOCK_TIMEOUT_MS,
     Target,
+    UnencodableText,
     connect,
     one_line,
     parse_target,
@@ -398,14 +399,23 @@ class PostgresStore(SqliteStore):
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         """A read of your own on the store's connection (`?` placeholders)."""
-        return self._query(sql, params)
+        return self._read(sql, params, keys=False)
 
     def _query(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        return self._read(sql, params, keys=True)
+
+    def _read(self, sql: str, params: Sequence[Any], *, keys: bool) -> list[Any]:
+        """`SqliteStore._read` on the server: a text parameter UTF-8 cannot hold is a key no
+        row holds in the store's own reads (`keys`), else a `StoreError`; nothing is sent."""
         with self._lock:
             self._check_open()
             self._own_view()
             try:
                 return list(self._connection().execute(translate(sql), params).fetchall())
+            except UnencodableText as e:
+                if keys:
+                    return []
+                raise StoreError(f"a read of the store failed: {e}") from e
             except psycopg.Error as e:
                 if self._tx is None:
                     rollback_quietly(self._pg)
