@@ -292,8 +292,21 @@ class PostgresStore(SqliteStore):
                     raise
                 try:
                     tx.commit()  # the appended events written, and COMMIT, in one round trip
-                except psycopg.Error as e:
+                except (psycopg.Error, StoreError) as e:
                     self._rollback_on(conn)
+                    if tx.commit_sent and (conn.closed or conn.broken):
+                        # The connection was lost with the COMMIT sent (with the events, in
+                        # one pipeline): the server may have committed it before its answer
+                        # was lost, as a sync that failed on SQLite (decision 0155), so it
+                        # is never "nothing was written".
+                        said = one_line(str(e))
+                        raise StoreError(
+                            "commit failed: the connection to the server was lost at COMMIT "
+                            f"({self._target.redact(said)}); whether the transaction is in "
+                            "the record is unknown until it is read again"
+                        ) from e
+                    if isinstance(e, StoreError):
+                        raise
                     raise store_error(
                         e,
                         "commit failed, nothing was written",
