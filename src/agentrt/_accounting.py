@@ -269,6 +269,11 @@ class AccountingCaller:
         if task.cancelled():  # cancelled at the call timeout, as `asyncio.wait_for` says it
             return await self._ambiguous(record, price, exception_text(TimeoutError()))
         ok, value = task.result()
+        if not ok and not done:
+            # Cancelled at the call timeout, the client raised an error of its own: the
+            # request was sent and may have been served, so it is the timeout's (ambiguous),
+            # in the timeout's words (a recording replays it as `TimeoutError`).
+            return await self._ambiguous(record, price, exception_text(TimeoutError()))
         if not ok:
             return await self._failed(record, price, request, value)
         response = value

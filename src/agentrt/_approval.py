@@ -115,11 +115,13 @@ def expired_words(approval: Approval) -> str:
     (`decided_by`): the refusal says the run was cancelled, by whom and when, not
     merely that the approval expired, which reads as its time having run out.
     """
-    if approval.decided_by:
+    # Only a cancel records when (and who, if it was given a name) with an expiry: a lapse
+    # sets the status alone. A cancel with no name (`by=""`) is still a cancel.
+    if approval.decided_by or approval.decided_at is not None:
         when = format_time(approval.decided_at) if approval.decided_at else "an unrecorded time"
+        by = f" by {approval.decided_by}" if approval.decided_by else ""
         return (
-            f"approval {approval.id} can no longer be decided: its run was cancelled by "
-            f"{approval.decided_by} at {when}"
+            f"approval {approval.id} can no longer be decided: its run was cancelled{by} at {when}"
         )
     if approval.expires_at is not None:
         return f"approval {approval.id} expired at {format_time(approval.expires_at)}"

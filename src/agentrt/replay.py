@@ -417,14 +417,18 @@ class Recorder:
         key = request_key(self.name, request)
         try:
             response = await self.inner.generate(request)
-        except asyncio.CancelledError:
-            # Written synchronously: a cancelled task may be cancelled again at
-            # any await, and the attempt must be in the recording all the same.
-            self._record(key, request, {"cancelled": True})
-            raise
         except BaseException as exc:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling() > 0:
+                # The request was cancelled (the call timeout, or the caller's cancel):
+                # whatever it raised then is the cancel's, judged as a timeout, and so it
+                # replays (`TimeoutError`). Written synchronously: a cancelled task may be
+                # cancelled again at any await, and the attempt must be recorded all the same.
+                self._record(key, request, {"cancelled": True})
+                raise
             # The provider's own failure is what the caller must classify (a `SystemExit`
-            # from a library too: the caller records it as any other failure).
+            # from a library, or its own `CancelledError`, too: the caller records it as
+            # any other failure, decision 0153, and so does the replay).
             with contextlib.suppress(OSError):
                 await asyncio.to_thread(self._record, key, request, {"error": _error_to_json(exc)})
             raise

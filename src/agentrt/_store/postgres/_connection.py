@@ -151,7 +151,16 @@ class _TextDumper(StrDumperUnknown):
     def dump(self, obj: str) -> bytes:
         if "\x00" in obj or obj.startswith(ESCAPED):
             obj = stored_text(obj)
-        return obj.encode(self._encoding)
+        try:
+            return obj.encode(self._encoding)
+        except UnicodeEncodeError as e:  # a lone surrogate: nothing is sent
+            raise UnencodableText(str(e)) from e
+
+
+class UnencodableText(psycopg.DataError):
+    """A text parameter UTF-8 cannot hold (a lone surrogate), refused before it is sent: as
+    on SQLite, no row holds such text, so the store's own reads (whose text parameters are
+    keys) match nothing, and any other statement fails as a `StoreError`."""
 
 
 ADAPTERS = AdaptersMap(psycopg.adapters)

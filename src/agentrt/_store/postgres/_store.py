@@ -50,6 +50,7 @@ from ._connection import (
     ESCAPED,
     LOCK_TIMEOUT_MS,
     Target,
+    UnencodableText,
     connect,
     one_line,
     parse_target,
@@ -297,13 +298,16 @@ class PostgresStore(SqliteStore):
                     raise
                 try:
                     tx.commit()  # the appended events written, and COMMIT, in one round trip
-                except psycopg.Error as e:
-                    if conn.closed or conn.broken:
-                        # Lost with COMMIT sent: the server may have committed before the
-                        # connection went. Nothing to roll back on it; the next use opens
-                        # a new one, which reads what the server holds.
+                except (psycopg.Error, StoreError) as e:
+                    if tx.commit_sent and (conn.closed or conn.broken):
+                        # Lost with COMMIT sent (with the events, in one pipeline): the
+                        # server may have committed before the connection went, so it is
+                        # never "nothing was written". Nothing to roll back on it; the next
+                        # use opens a new one, which reads what the server holds.
                         raise self._commit_lost(e) from e
                     self._rollback_on(conn)
+                    if isinstance(e, StoreError):
+                        raise
                     raise store_error(
                         e,
                         "commit failed, nothing was written",
@@ -317,7 +321,7 @@ class PostgresStore(SqliteStore):
                 tx._close()
                 self._tx = None
 
-    def _commit_lost(self, error: psycopg.Error) -> StoreError:
+    def _commit_lost(self, error: Exception) -> StoreError:
         """The error of a commit whose connection was lost once `COMMIT` was sent: whether
         the server committed is unknown (decision 0163)."""
         said = self._target.redact(one_line(str(error)))
@@ -419,14 +423,23 @@ class PostgresStore(SqliteStore):
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         """A read of your own on the store's connection (`?` placeholders)."""
-        return self._query(sql, params)
+        return self._read(sql, params, keys=False)
 
     def _query(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        return self._read(sql, params, keys=True)
+
+    def _read(self, sql: str, params: Sequence[Any], *, keys: bool) -> list[Any]:
+        """`SqliteStore._read` on the server: a text parameter UTF-8 cannot hold is a key no
+        row holds in the store's own reads (`keys`), else a `StoreError`; nothing is sent."""
         with self._lock:
             self._check_open()
             self._own_view()
             try:
                 return list(self._connection().execute(translate(sql), params).fetchall())
+            except UnencodableText as e:
+                if keys:
+                    return []
+                raise StoreError(f"a read of the store failed: {e}") from e
             except psycopg.Error as e:
                 if self._tx is None:
                     rollback_quietly(self._pg)

@@ -201,6 +201,8 @@ class PostgresTx(SqliteTx):
         # connection (`cursors`), else made with the first statement.
         self._cursor: psycopg.Cursor[Any] | None = None
         self._unread: psycopg.Cursor[Any] | None = None
+        # Set once `commit` sends its COMMIT: a connection lost after it may have committed.
+        self.commit_sent = False
         if cursors is not None:
             self._cursor, self._unread = cursors
 
@@ -327,6 +329,7 @@ class PostgresTx(SqliteTx):
         transaction is left failed for the caller's `ROLLBACK`."""
         self.begun()
         later, self._later = self._later, []
+        self.commit_sent = True  # from here a lost connection leaves the outcome unknown
         if not self._unwritten and not later:
             self._unread_results().execute("COMMIT")
             return
