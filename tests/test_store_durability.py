@@ -282,3 +282,26 @@ def test_a_signal_between_begin_and_the_transactions_block_leaves_the_store_usab
     assert sorted(r.id for r in other.list_runs()) == ["r1", "r3", "r4"]
     other.close()
     store.close()
+
+
+def test_a_database_file_deleted_during_the_commit_itself_is_not_acknowledged(
+    tmp_path: Path,
+) -> None:
+    """The file deleted after the check before the COMMIT, as the COMMIT runs: the commit
+    went to a file no one can open, so it is not acknowledged ("unknown"), and the store
+    refuses further use."""
+    db = tmp_path / "x.db"
+    store = open_store(db)
+    _create(store, "r1")
+
+    def on_statement(sql: str) -> None:
+        if sql.strip().upper() == "COMMIT" and db.exists():
+            os.unlink(db)
+
+    store._conn.set_trace_callback(on_statement)
+    with pytest.raises(StoreError, match="deleted or replaced while the store was open") as said:
+        _create(store, "r2")
+    assert "unknown" in str(said.value), said.value
+    with pytest.raises(StoreError, match="deleted or replaced"):
+        _create(store, "r3")
+    store.close()
