@@ -140,6 +140,17 @@ def test_decide_keeps_a_lone_surrogate_of_the_models_text_as_storable_text() -> 
     call.reason.encode("utf-8")
 
 
+def test_decide_keeps_a_lone_surrogate_of_a_tool_name_it_will_not_run_as_storable_text() -> None:
+    read = ToolUseBlock("a", "read", {})
+    odd = ToolUseBlock("b", "wr\ud800ite", {})
+    call = decide(ModelResponse("", (read, odd), "tool_use", Usage()))
+    assert call.reason.endswith("not run: 'wr\\ud800ite']"), call.reason
+    cut = decide(ModelResponse("", (odd,), "max_tokens", Usage()))
+    assert cut.reason.endswith("[cut off while calling 'wr\\ud800ite']"), cut.reason
+    call.reason.encode("utf-8")
+    cut.reason.encode("utf-8")
+
+
 def _model_run(database: str, replies: list[ModelResponse], tool: RecordingTool) -> Any:
     store = agentrt.open_store(database)
     model = FakeModel(*replies)
