@@ -205,6 +205,45 @@ def test_a_call_whose_reason_has_a_lone_surrogate_runs(database: str) -> None:
     assert messages  # the module renders what the run recorded
 
 
+def test_a_caller_cancel_cancels_the_model_request_in_flight(any_store: agentrt.Store) -> None:
+    """The caller's cancel reaches the request: a model that honours its cancellation
+    stops, rather than being left running after the run was cancelled."""
+    store = any_store
+    started = asyncio.Event()
+    ended: list[str] = []
+
+    async def honours_cancel() -> ModelResponse:
+        started.set()
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            ended.append("cancelled")
+            raise
+        ended.append("finished")
+        return reply(usage=Usage(1, 1, 0))
+
+    model = FakeModel(honours_cancel)
+    driver = agentrt.Driver(
+        store=store,
+        agent=model_agent(),
+        policy=agentrt.default_policy(),
+        model=ModelConfig(model=model, prices=PRICE),
+        new_id=Ids(),
+    )
+
+    async def main() -> list[str]:
+        task = asyncio.create_task(driver.start("g"))
+        await started.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return list(ended)  # before the loop ends, which cancels whatever is left
+
+    assert asyncio.run(main()) == ["cancelled"]
+    (run,) = store.list_runs()
+    assert store.list_model_calls(run.id)[0].error == "cancelled by the caller; outcome unknown"
+
+
 def test_a_caller_cancel_is_not_held_by_a_model_that_swallows_its_cancellation(
     any_store: agentrt.Store,
 ) -> None:
