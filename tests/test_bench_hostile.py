@@ -84,6 +84,16 @@ def test_every_result_that_can_be_made_is_written_and_read_back_equal(tmp_path: 
     assert [p.name for p in tmp_path.iterdir()] == ["r.json"]
 
 
+def test_a_result_that_cannot_be_put_in_place_leaves_no_temporary_file(tmp_path: Path) -> None:
+    r = Result(TAX, "abc", (trial("v1", "refunded"),))
+    target = tmp_path / "r.json"
+    target.mkdir()  # a directory where the file would go: the rename fails
+    with pytest.raises(OSError):
+        r.write(target)
+    assert [p.name for p in tmp_path.iterdir()] == ["r.json"]
+    assert target.is_dir() and list(target.iterdir()) == []
+
+
 @pytest.mark.parametrize(
     ("edit", "says"),
     [

@@ -95,6 +95,25 @@ def test_a_command_whose_standard_output_is_closed_says_so_in_one_line_and_exits
     assert line == "agentrt: the standard output is closed: nothing to print to", line
 
 
+def test_a_command_whose_standard_error_is_closed_still_exits_with_its_own_status(
+    db: Path,
+) -> None:
+    """With stderr closed (Python leaves `sys.stderr` None), what the command would say
+    goes nowhere, but its exit status is still its own: 2 for a usage error, not 1 from
+    a crash on writing the refusal."""
+    env = {k: v for k, v in os.environ.items() if k not in ("AGENTRT_DB", "COLUMNS")}
+    done = subprocess.run(
+        [sys.executable, "-m", "agentrt", "--db", str(db), "recheck", "a" * 32],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        timeout=30,
+        preexec_fn=lambda: os.close(2),
+    )
+    assert (done.returncode, done.stdout) == (2, "")
+
+
 def test_a_second_sigterm_ends_a_follower_whose_reader_stopped_reading(tmp_path: Path) -> None:
     """The first SIGINT/SIGTERM stops between pages, the page being printed finished; when
     that page cannot finish (its reader stopped reading, the pipe is full), a second one

@@ -99,6 +99,28 @@ def test_a_second_follower_of_the_same_cursor_file_is_refused_while_the_first_ho
     assert [e.seq for e in first] == list(range(1, len(first) + 1))
 
 
+@pytest.mark.parametrize("fails", ["no-database", "cursor-not-json"])
+def test_a_follower_that_fails_to_start_lets_go_of_its_cursor_file(
+    tmp_path: Path, fails: str
+) -> None:
+    db = finished_run_file(tmp_path / "agentrt.db", steps=2)
+    cursor = tmp_path / "cursor.json"
+    if fails == "no-database":
+        with pytest.raises(agentrt.StoreError):
+            Follower(tmp_path / "missing.db", cursor=cursor)
+    else:
+        cursor.write_text("{not json")
+        os.chmod(cursor, 0o600)
+        with pytest.raises(CursorError, match="not JSON"):
+            Follower(db, cursor=cursor)
+        cursor.unlink()
+    # Nothing holds the cursor file now: the next follower of it starts.
+    seen: list[Event] = []
+    with Follower(db, cursor=cursor) as follower:
+        follower.run(seen.append, follow=False)
+    assert seen and [e.seq for e in seen] == list(range(1, len(seen) + 1))
+
+
 def test_agentrt_events_on_a_cursor_another_follower_holds_is_one_line_and_exit_1(
     tmp_path: Path,
 ) -> None:

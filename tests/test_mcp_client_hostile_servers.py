@@ -278,3 +278,28 @@ def test_a_result_that_fits_its_output_schema_is_kept_as_its_structured_content(
     rules = {"look": mcp.Rule("read_only", timeout=timedelta(seconds=5))}
     result = asyncio.run(pin_load_call(server, rules, {}))
     assert result.content == {"who": "aaa"}
+
+
+def test_a_result_without_structured_content_from_a_tool_with_an_output_schema_is_refused(
+    hostile: Hostile,
+) -> None:
+    """A tool that declares an output schema and answers with text alone: its answer does
+    not say what the schema promised, so it is refused (the call was carried out)."""
+    look = {**LOOK, "outputSchema": {"type": "object", "properties": {"who": {"type": "string"}}}}
+    server = hostile.configure([look], calls={"look": {"answer": {"content": []}}})
+
+    async def main() -> BaseException | None:
+        async with mcp.connect(server) as connection:
+            manifest = await connection.pin()
+            rules = {"look": mcp.Rule("read_only", timeout=timedelta(seconds=5))}
+            (tool,), _ = await connection.load(manifest, rules)
+            call = ToolCall(run_id="r", step_id="s", args={}, lease_epoch=1)
+            try:
+                await tool.call(call)
+            except Exception as exc:
+                return exc
+        return None
+
+    refused = asyncio.run(main())
+    assert isinstance(refused, agentrt.MCPAnswerRefused), refused
+    assert "has an output schema and its result no structured content" in str(refused)

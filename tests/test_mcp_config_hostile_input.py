@@ -69,6 +69,13 @@ def test_a_url_that_cannot_be_reached_as_written_is_a_config_error_naming_why(
         mcp.Server("api", url=url)
 
 
+def test_a_url_whose_port_is_zero_is_a_config_error_naming_the_port() -> None:
+    """Port 0 reads as a number (unlike 99999 or -1), yet no connection can be made to it:
+    refused when described, as any other port outside 1 to 65535."""
+    with pytest.raises(ConfigError, match=r"server 'api': url its port is not a number from 1"):
+        mcp.Server("api", url="http://127.0.0.1:0/mcp")
+
+
 def test_a_refused_url_is_not_quoted_so_a_token_in_it_is_never_printed() -> None:
     """Errors never print a credential: the refusal of a URL says what is wrong with
     it without quoting it, so a token in its query never reaches a terminal or a log."""

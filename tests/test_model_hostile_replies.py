@@ -140,6 +140,17 @@ def test_decide_keeps_a_lone_surrogate_of_the_models_text_as_storable_text() -> 
     call.reason.encode("utf-8")
 
 
+def test_decide_keeps_a_lone_surrogate_of_a_tool_name_it_will_not_run_as_storable_text() -> None:
+    read = ToolUseBlock("a", "read", {})
+    odd = ToolUseBlock("b", "wr\ud800ite", {})
+    call = decide(ModelResponse("", (read, odd), "tool_use", Usage()))
+    assert call.reason.endswith("not run: 'wr\\ud800ite']"), call.reason
+    cut = decide(ModelResponse("", (odd,), "max_tokens", Usage()))
+    assert cut.reason.endswith("[cut off while calling 'wr\\ud800ite']"), cut.reason
+    call.reason.encode("utf-8")
+    cut.reason.encode("utf-8")
+
+
 def _model_run(database: str, replies: list[ModelResponse], tool: RecordingTool) -> Any:
     store = agentrt.open_store(database)
     model = FakeModel(*replies)
@@ -192,6 +203,45 @@ def test_a_call_whose_reason_has_a_lone_surrogate_runs(database: str) -> None:
     assert second[1]["content"][0] == {"type": "text", "text": "look \\ud83d first"}
     assert second[2]["content"][0]["is_error"] is False
     assert messages  # the module renders what the run recorded
+
+
+def test_a_caller_cancel_cancels_the_model_request_in_flight(any_store: agentrt.Store) -> None:
+    """The caller's cancel reaches the request: a model that honours its cancellation
+    stops, rather than being left running after the run was cancelled."""
+    store = any_store
+    started = asyncio.Event()
+    ended: list[str] = []
+
+    async def honours_cancel() -> ModelResponse:
+        started.set()
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            ended.append("cancelled")
+            raise
+        ended.append("finished")
+        return reply(usage=Usage(1, 1, 0))
+
+    model = FakeModel(honours_cancel)
+    driver = agentrt.Driver(
+        store=store,
+        agent=model_agent(),
+        policy=agentrt.default_policy(),
+        model=ModelConfig(model=model, prices=PRICE),
+        new_id=Ids(),
+    )
+
+    async def main() -> list[str]:
+        task = asyncio.create_task(driver.start("g"))
+        await started.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return list(ended)  # before the loop ends, which cancels whatever is left
+
+    assert asyncio.run(main()) == ["cancelled"]
+    (run,) = store.list_runs()
+    assert store.list_model_calls(run.id)[0].error == "cancelled by the caller; outcome unknown"
 
 
 def test_a_caller_cancel_is_not_held_by_a_model_that_swallows_its_cancellation(

@@ -198,3 +198,35 @@ def test_a_refusal_that_may_pass_later_is_retried_until_each_span_arrives_once(
     assert "trying again" in err, err
     assert Counter(s.name for s in spans) == {SPAN_STEP: 3, SPAN_APPROVAL: 1, SPAN_RUN: 1}
     assert len({s.span_id for s in spans}) == len(spans)
+
+
+def test_a_failure_with_no_answer_after_a_refusal_for_good_is_one_that_may_pass(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The status noted is the answer to the batch being exported: a collector gone after
+    refusing a page for good (a 400) leaves the next page's failure one that may pass,
+    retried, not taken for that earlier 400."""
+    from agentrt.export import Follower
+    from agentrt.otel import OtelExportError, OtelRefusedError, OtelSink
+
+    finished_run(db_path)
+    receiver = Receiver()
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "otlp")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/protobuf")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", receiver.endpoint)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "1")
+    with OtelSink(db_path) as sink, Follower(db_path) as follower:
+        events = follower.poll()
+        try:
+            receiver.fail_next(1, 400)
+            for event in events:
+                sink(event)
+            with pytest.raises(OtelRefusedError):
+                sink.flush()
+        finally:
+            receiver.close()  # the collector gone: the next batch gets no answer at all
+        for event in events:
+            sink(event)
+        with pytest.raises(OtelExportError) as failed:
+            sink.flush()
+    assert not isinstance(failed.value, OtelRefusedError), failed.value

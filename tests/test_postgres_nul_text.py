@@ -118,6 +118,21 @@ def test_a_goal_of_control_characters_reads_back_and_is_found_as_written(
     assert [tuple(r) for r in found] == [(run.id, goal)]
 
 
+@pytest.mark.parametrize("goal", ["\x02a\x020b\x02.", "\x02\x02\x02.", "\x02x\x02."])
+def test_a_goal_written_now_that_looks_like_an_escaped_text_reads_back_as_written(
+    database: str, goal: str
+) -> None:
+    """A text that starts with the escape mark is itself stored escaped (no NUL in it), so
+    a goal shaped like an escaped text is never read back unescaped into another text."""
+    run = failed_run(database, goal, goal)
+    store = agentrt.open_existing(database, read_only=True)
+    try:
+        again = store.get_run(run.id)
+    finally:
+        store.close()
+    assert (again.goal, again.reason_detail) == (goal, goal)
+
+
 def test_an_unfinished_run_whose_id_holds_a_nul_is_found_by_recovery(database: str) -> None:
     """A run left RUNNING whose id (the consumer's `new_id`) holds a NUL is listed by
     `unfinished_runs` with that id, and the id finds the run."""

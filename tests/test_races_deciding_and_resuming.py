@@ -27,6 +27,7 @@ import crashing_child as child
 from agentrt import Decision, Limits, RecoverAction, SideEffect
 from agentrt.scripted import ScriptedAgent
 from conftest import FakeClock, Ids, RecordingTool, event_types
+from support.policies import FixedPolicy
 
 HERE = Path(__file__).resolve().parent
 
@@ -514,4 +515,83 @@ def test_a_resume_that_read_the_run_before_another_process_resumed_it_holds_noth
     assert later.resume_sync(run.id).status == "COMPLETED"
     assert [c.args for c in push.calls] == [{"x": 2}]
     assert event_types(store, run.id).count("step.tool_started") == 2
+    assert store.verify_events().intact
+
+
+OTHER_ASKS_AGAIN = """
+import sys
+sys.path.insert(0, {here!r})
+import agentrt
+from agentrt import Decision, PolicyDecision, SideEffect
+from agentrt.scripted import ScriptedAgent
+from conftest import RecordingTool
+from support.policies import FixedPolicy
+store = agentrt.open_store(sys.argv[1])
+push = RecordingTool("push", SideEffect.REMOTE_MUTATION)
+policy = FixedPolicy(PolicyDecision.require_approval("second_look", "asked again"))
+agent = ScriptedAgent([Decision.complete("ok")])
+driver = agentrt.Driver(store=store, agent=agent, policy=policy, tools=[push])
+print(driver.resume_sync(sys.argv[2]).status, len(push.calls))
+"""
+
+
+def test_a_resume_that_read_the_run_before_another_process_asked_again_on_its_step_holds_nothing(
+    any_store: agentrt.Store, database: str, tmp_path: Path
+) -> None:
+    """A resume reads a waiting run whose approval was approved; right after its read,
+    another process resumes the run and its policy sends the same call to a person again:
+    the step awaits approval still, but on a new approval. The stale resume is refused
+    before it holds the run, saying the run moved on, and leaves no lease behind: the new
+    approval, once approved, is resumed at once and the call runs once."""
+    store = any_store
+    push = RecordingTool("push", SideEffect.REMOTE_MUTATION)
+
+    def driver(policy: Any = None) -> agentrt.Driver:
+        return agentrt.Driver(
+            store=store,
+            agent=ScriptedAgent([Decision.tool_call("push", {"x": 1}), Decision.complete("ok")]),
+            policy=policy or agentrt.default_policy(),
+            tools=[push],
+        )
+
+    run = driver().start_sync("push once")
+    (first,) = store.pending_approvals(run.id)
+    agentrt.approve(store, run.id, first.id, by="ann")
+    other = tmp_path / "other.py"
+    other.write_text(OTHER_ASKS_AGAIN.format(here=str(HERE)))
+    said: list[subprocess.CompletedProcess[str]] = []
+    real = store.snapshot
+
+    @contextlib.contextmanager
+    def snapshot() -> Iterator[Any]:
+        with real() as view:
+            yield view
+        if not said:
+            said.append(
+                subprocess.run(
+                    [sys.executable, str(other), database, run.id],
+                    capture_output=True,
+                    text=True,
+                    timeout=60,
+                )
+            )
+
+    stale = driver()
+    store.snapshot = snapshot  # type: ignore[method-assign]
+    try:
+        with pytest.raises(agentrt.RunStateError) as refused:
+            stale.resume_sync(run.id)
+    finally:
+        del store.snapshot
+    assert said[0].returncode == 0, said[0].stderr
+    assert said[0].stdout.split() == ["WAITING_FOR_APPROVAL", "0"]
+    assert "moved on" in str(refused.value), refused.value
+    assert push.calls == []
+    assert store.lease(run.id).owner == ""  # nothing held
+    (second,) = store.pending_approvals(run.id)
+    assert second.id != first.id and second.step_id == first.step_id
+    agentrt.approve(store, run.id, second.id, by="ann")
+    again = FixedPolicy(agentrt.PolicyDecision.require_approval("second_look", "asked again"))
+    assert driver(again).resume_sync(run.id).status == "COMPLETED"
+    assert [c.args for c in push.calls] == [{"x": 1}]
     assert store.verify_events().intact

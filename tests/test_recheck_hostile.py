@@ -204,6 +204,21 @@ def test_a_tools_or_policy_reference_that_is_unusable_is_a_usage_error(
     assert says in err
 
 
+def test_a_policy_module_that_exits_as_it_is_imported_is_a_usage_error(
+    db_path: Path, tmp_path: Path, hostile_policies: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    module = tmp_path / "hostile_policy_code" / "recheck_exits_at_import.py"
+    module.write_text("import sys\nsys.exit(4)\n")
+    run = make_run(db_path, "bob", prefix="a")
+    code, out, err = run_main(
+        capsys,
+        *("--db", str(db_path), "recheck", run.id),
+        *("--policy", "recheck_exits_at_import:policy"),
+    )
+    assert (code, out) == (2, "")
+    assert "cannot import 'recheck_exits_at_import' for --policy: it exited (4)" in err
+
+
 @pytest.mark.parametrize("since", ["9999-12-31T23:59:59-01:00", "0001-01-01T00:00:00+01:00"])
 def test_a_since_beyond_the_calendar_in_utc_is_a_usage_error_saying_so(
     db_path: Path, hostile_policies: None, capsys: pytest.CaptureFixture[str], since: str

@@ -158,3 +158,18 @@ def test_a_tool_reconciliation_whose_answer_raises_a_cancel_or_exit_is_unknown_a
     assert reconciled.payload["answer"] == "unknown"
     assert type(raised).__name__ in reconciled.payload["error"]
     assert tool.calls == []
+
+
+def test_a_run_reconciles_outcome_that_is_not_a_str_ends_the_run_internal_error_naming_it(
+    database: str,
+) -> None:
+    answer = Reconciliation(outcome=["shrug"] * 500, detail="x")  # type: ignore[arg-type]
+    taken = taken_over(database, reconcile=lambda view: answer)
+
+    assert taken.error is None, repr(taken.error)
+    assert taken.run is not None
+    assert (taken.run.status, taken.run.reason) == ("FAILED", "internal_error")
+    detail = taken.run.reason_detail
+    assert detail.startswith("reconcile returned an unknown outcome ['shrug', "), detail
+    assert len(detail) < 300  # the outcome's repr is bounded, not kept whole
+    assert taken.store.get_run(taken.run.id).reason_detail == detail

@@ -27,6 +27,7 @@ import pytest
 from agentrt._errors import StoreError
 from agentrt._records import Limits
 from agentrt._store import open_store
+from agentrt._store.sqlite._writer_turns import WriterTurns
 from agentrt._store.sqlite._writes import SqliteTx
 from conftest import EPOCH
 
@@ -279,6 +280,66 @@ def test_a_signal_between_begin_and_the_transactions_block_leaves_the_store_usab
     _create(store, "r3")
     other = open_store(db)
     _create(other, "r4")
+    assert sorted(r.id for r in other.list_runs()) == ["r1", "r3", "r4"]
+    other.close()
+    store.close()
+
+
+def test_a_database_file_deleted_during_the_commit_itself_is_not_acknowledged(
+    tmp_path: Path,
+) -> None:
+    """The file deleted after the check before the COMMIT, as the COMMIT runs: the commit
+    went to a file no one can open, so it is not acknowledged ("unknown"), and the store
+    refuses further use."""
+    db = tmp_path / "x.db"
+    store = open_store(db)
+    _create(store, "r1")
+
+    def on_statement(sql: str) -> None:
+        if sql.strip().upper() == "COMMIT" and db.exists():
+            os.unlink(db)
+
+    store._conn.set_trace_callback(on_statement)
+    with pytest.raises(StoreError, match="deleted or replaced while the store was open") as said:
+        _create(store, "r2")
+    assert "unknown" in str(said.value), said.value
+    with pytest.raises(StoreError, match="deleted or replaced"):
+        _create(store, "r3")
+    store.close()
+
+
+def test_a_signal_just_after_the_writers_turn_is_taken_gives_the_turn_back(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "x.db"
+    store = open_store(db)
+    _create(store, "r1")
+
+    # A KeyboardInterrupt landing in `WriterTurns.take` once the turn is held, before it
+    # returns: as a signal handler's would, between two of its lines.
+    def in_take(frame: Any, event: str, arg: Any) -> Any:
+        if event == "line" and frame.f_locals["self"]._held:  # `self` is the WriterTurns
+            sys.settrace(None)
+            raise KeyboardInterrupt
+        return in_take
+
+    def interrupt(frame: Any, event: str, arg: Any) -> Any:
+        taking = event == "call" and frame.f_code.co_name == "take"
+        if taking and isinstance(frame.f_locals.get("self"), WriterTurns):
+            return in_take
+        return None
+
+    sys.settrace(interrupt)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            _create(store, "r2")
+    finally:
+        sys.settrace(None)
+    # The turn was given back: another store of the file writes at once, not after
+    # waiting out a busy timeout for a turn nobody will give back.
+    other = open_store(db)
+    _create(other, "r3")
+    _create(store, "r4")
     assert sorted(r.id for r in other.list_runs()) == ["r1", "r3", "r4"]
     other.close()
     store.close()
