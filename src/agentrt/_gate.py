@@ -849,8 +849,16 @@ async def _told_when_ended(letting_go: Coroutine[Any, Any, None], then: Callable
         if task.done():
             then()
         else:
-            task.add_done_callback(lambda ended: (ended.cancelled() or ended.exception(), then()))
+            task.add_done_callback(lambda ended: _tell(ended, then))
         raise
+
+
+def _tell(ended: asyncio.Future[None], then: Callable[[], None]) -> None:
+    """`then`, once a release awaited by nobody has ended (its error retrieved: it was logged,
+    or it is a second interrupt's)."""
+    if not ended.cancelled():
+        ended.exception()
+    then()
 
 
 class DriverPath:
