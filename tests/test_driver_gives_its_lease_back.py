@@ -289,5 +289,9 @@ def test_a_real_ctrl_c_while_a_tool_still_runs_keeps_the_lease_until_its_thread_
         time.sleep(0.01)
     assert any_store.lease_state(run.id).owner == ""
     again = _finish(any_store, run.id, tools=[tool])
-    assert again.status in ("WAITING_FOR_APPROVAL", "COMPLETED")
+    # The call started and its outcome was never recorded: a person decides (the seed's
+    # contract), never the agent's next step. COMPLETED here would be a rerun's door.
+    assert again.status == "WAITING_FOR_APPROVAL"
+    (approval,) = any_store.list_approvals(run.id)
+    assert approval.kind == "interrupted_side_effect"
     assert len(tool.calls) == 1

@@ -42,7 +42,7 @@ import os
 import re
 import threading
 import weakref
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -837,6 +837,30 @@ class GateSession:
         return ToolRequest(run_id=self.run_id, step_id=step.id, spec=spec, args=args)
 
 
+async def _told_when_ended(letting_go: Coroutine[Any, Any, None], then: Callable[[], None]) -> None:
+    """Await `letting_go` (a lease given back), shielded; when the wait itself is cut short
+    (a caller's cancel, a second Ctrl-C) or the release raises, it goes on and `then` is
+    told once it has ended, so the run is not marked free before its lease is given back,
+    nor left marked this driver's for good (the caller then skips telling `then`)."""
+    task = asyncio.ensure_future(letting_go)
+    try:
+        await asyncio.shield(task)
+    except BaseException:
+        if task.done():
+            then()
+        else:
+            task.add_done_callback(lambda ended: _tell(ended, then))
+        raise
+
+
+def _tell(ended: asyncio.Future[None], then: Callable[[], None]) -> None:
+    """`then`, once a release awaited by nobody has ended (its error retrieved: it was logged,
+    or it is a second interrupt's)."""
+    if not ended.cancelled():
+        ended.exception()
+    then()
+
+
 class DriverPath:
     """What the Driver needs of a gate session beyond the public API (package-internal).
 
@@ -865,7 +889,7 @@ class DriverPath:
         """The loop was cancelled: release the lease now, or later. True when later."""
         rs = self._session._rs
         if rs.lingering_tool is None:
-            await asyncio.shield(self._session._let_go_of_lease())
+            await _told_when_ended(self._session._let_go_of_lease(), then)
             return False
         self._session._on_given_back.append(then)
         return True
@@ -888,17 +912,23 @@ class DriverPath:
         if rs.tool_may_run:
             return False
         session._detach()
-        try:
-            # Only the lease: the record is left as it stands (a step's claim and decision
-            # kept for the next commit are not written after a failure, as a death before
-            # that commit leaves them). By this owner: a no-op when the lease is not held.
-            await run_io(lambda: release_lease(rs.config, rs.run_id))
-        except Exception:
-            logging.getLogger("agentrt").warning(
-                "could not give back the lease on run %s after its loop stopped; it will expire",
-                rs.run_id,
-                exc_info=True,
-            )
+
+        async def give_back() -> None:
+            try:
+                # Only the lease: the record is left as it stands (a step's claim and
+                # decision kept for the next commit are not written after a failure, as a
+                # death before that commit leaves them). By this owner: a no-op when the
+                # lease is not held.
+                await run_io(lambda: release_lease(rs.config, rs.run_id))
+            except Exception:
+                logging.getLogger("agentrt").warning(
+                    "could not give back the lease on run %s after its loop stopped; "
+                    "it will expire",
+                    rs.run_id,
+                    exc_info=True,
+                )
+
+        await _told_when_ended(give_back(), then)
         return False
 
     def end(self) -> None:

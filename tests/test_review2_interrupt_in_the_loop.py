@@ -1,0 +1,99 @@
+"""A `KeyboardInterrupt` landing in the loop's own coroutine while a tool's thread runs
+(review of decision 0163's `except BaseException` in `run_tool`, which no test reached: a
+real SIGINT under a `_sync` twin arrives as a cancel of the loop instead).
+
+The interrupt is raised in `run_tool`'s frame, at its await of the call, the thread still
+running: as a signal landing while the loop thread runs the driver's coroutine. The lease
+must stay this process's, renewed past its length, while the thread runs; then be given
+back; and the next resume must find the step executing and ask a person.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+import agentrt
+from agentrt import Decision, SideEffect, _step
+from agentrt.scripted import ScriptedAgent
+from conftest import FakeClock, Ids, RecordingTool
+
+
+class _AllowAll:
+    policy_id = "allow-all/1"
+
+    def evaluate(self, request: Any, view: Any) -> Any:
+        return agentrt.PolicyDecision.allow()
+
+
+@pytest.mark.parametrize("twin", ["sync", "async"])
+def test_an_interrupt_in_the_loop_while_a_tool_thread_runs_keeps_the_lease_until_it_returns(
+    any_store: agentrt.Store, monkeypatch: pytest.MonkeyPatch, twin: str
+) -> None:
+    started, release = threading.Event(), threading.Event()
+
+    def slow(call: Any) -> Any:
+        started.set()
+        release.wait(20)
+        return agentrt.ToolResult(content={"ok": True})
+
+    tool = RecordingTool("pay", SideEffect.REMOTE_MUTATION, result=slow)
+    real_invoke = _step.invoke
+
+    async def interrupted_invoke(*args: Any) -> Any:
+        inner = asyncio.ensure_future(real_invoke(*args))
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, started.wait, 10)
+        assert not inner.done()
+        raise KeyboardInterrupt  # lands here, in the loop's coroutine, the thread running
+
+    monkeypatch.setattr(_step, "invoke", interrupted_invoke)
+    ttl = timedelta(seconds=0.6)
+    driver = agentrt.Driver(
+        store=any_store,
+        agent=ScriptedAgent([Decision.tool_call("pay", {"x": 1}), Decision.complete({})]),
+        policy=_AllowAll(),
+        tools=[tool],
+        new_id=Ids(),
+        now=FakeClock(),
+        lease_ttl=ttl,
+    )
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            if twin == "sync":
+                driver.start_sync("pay")
+            else:
+                asyncio.run(driver.start("pay"))
+        (run,) = any_store.list_runs()
+        owner = any_store.lease_state(run.id).owner
+        assert owner != ""  # the thread runs: nobody may take the run over
+        time.sleep(3 * ttl.total_seconds())  # past the lease's length: renewed meanwhile
+        assert any_store.lease_state(run.id).owner == owner
+        other = agentrt.Driver(
+            store=any_store,
+            agent=ScriptedAgent([Decision.complete({})]),
+            policy=_AllowAll(),
+            tools=[tool],
+            new_id=Ids("b"),
+            now=FakeClock(),
+        )
+        with pytest.raises(agentrt.RunLeasedError):
+            other.resume_sync(run.id)
+    finally:
+        release.set()
+    deadline = time.monotonic() + 10
+    while any_store.lease_state(run.id).owner and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert any_store.lease_state(run.id).owner == ""
+    monkeypatch.setattr(_step, "invoke", real_invoke)
+    assert [s.status for s in any_store.list_steps(run.id)] == ["executing"]
+    again = other.resume_sync(run.id)
+    assert again.status == "WAITING_FOR_APPROVAL"
+    (approval,) = any_store.list_approvals(run.id)
+    assert approval.kind == "interrupted_side_effect"
+    assert len(tool.calls) == 1
