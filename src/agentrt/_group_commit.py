@@ -284,7 +284,9 @@ class Committer:
             if store is None:
                 raise StoreError("the store is closed")
             outcomes = store.transactions([work for work, _ in group])
-        except BaseException as e:  # nothing of the group was written
+        except BaseException as e:
+            # Nothing of the group was written, or (a COMMIT whose outcome is unknown,
+            # `StoreError.commit_unknown`) it may have been: each caller gets that error.
             for _, answer in group:
                 answer.fail(e)
             return
