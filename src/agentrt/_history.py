@@ -478,7 +478,29 @@ class StepLog(Sequence[Step]):
         return StepsView(self, tuple(self._entries[:n]))
 
 
-class StepsView(Sequence[Step]):
+class StepsLikeATuple(Sequence[Step]):
+    """What a sequence of steps shown in place of a tuple of them answers as that tuple
+    would: equality with any sequence of equal steps, `+` giving a tuple, a tuple's `repr`
+    (every step read: a repr is asked for), and no hash (a view's steps may still grow)."""
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence) or isinstance(other, str):
+            return NotImplemented
+        return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __add__(self, other: tuple[Step, ...]) -> tuple[Step, ...]:
+        return tuple(self) + other
+
+    def __radd__(self, other: tuple[Step, ...]) -> tuple[Step, ...]:
+        return other + tuple(self)
+
+    def __repr__(self) -> str:
+        return repr(tuple(self))
+
+
+class StepsView(StepsLikeATuple):
     """A snapshot of a `StepLog`'s first steps, for consumer code (a policy, a
     reconciliation): each step an independent copy (`shown_step`), of the held one as it
     was or of the one read back, made when asked for. The held steps are never handed
@@ -519,23 +541,6 @@ class StepsView(Sequence[Step]):
     def __iter__(self) -> Iterator[Step]:
         for i in range(len(self._entries)):
             yield self[i]
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Sequence) or isinstance(other, str):
-            return NotImplemented
-        return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __add__(self, other: tuple[Step, ...]) -> tuple[Step, ...]:
-        return tuple(self) + other
-
-    def __radd__(self, other: tuple[Step, ...]) -> tuple[Step, ...]:
-        return other + tuple(self)
-
-    def __repr__(self) -> str:
-        # As the tuple of its steps it replaces prints (every step read: a repr is asked for).
-        return repr(tuple(self))
 
     def entry(self, position: int) -> Step | None:
         """The held step at `position` as the view shows it, or None (read back when asked)."""

@@ -36,6 +36,7 @@ from . import _events as ev
 from ._approval import approval_hash, approval_request
 from ._canonical import copy_json
 from ._foreign import exception_text
+from ._history import StepsLikeATuple
 from ._policy import INTERRUPTED_POLICY_ID, Policy, policy_id_of
 from ._policy_input import InputHashes, rebuild, rebuild_run
 from ._records import (
@@ -407,7 +408,7 @@ async def _one(
     )
 
 
-class _ShownSteps(Sequence[Step]):
+class _ShownSteps(StepsLikeATuple):
     """The view's steps as a policy is shown them: each a fresh copy (`shown_step`) made
     when asked for, as a session's `StepsView` does; printed and compared as the tuple
     of its steps."""
@@ -432,22 +433,6 @@ class _ShownSteps(Sequence[Step]):
     def __iter__(self) -> Iterator[Step]:
         for step in self._steps:
             yield shown_step(step)
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Sequence) or isinstance(other, str):
-            return NotImplemented
-        return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __add__(self, other: tuple[Step, ...]) -> tuple[Step, ...]:
-        return tuple(self) + other
-
-    def __radd__(self, other: tuple[Step, ...]) -> tuple[Step, ...]:
-        return other + tuple(self)
-
-    def __repr__(self) -> str:
-        return repr(tuple(self))
 
 
 def _spec(
