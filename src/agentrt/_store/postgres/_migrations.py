@@ -247,8 +247,13 @@ SELECT 'operator', d.objid::regoperator::text FROM pg_depend AS d
 UNION ALL
 SELECT 'a column of its own type', c.relname::text || '.' || a.attname::text
     FROM own AS c JOIN pg_depend AS t ON t.classid = 'pg_class'::regclass AND t.objid = c.oid
-        AND t.refclassid = 'pg_type'::regclass AND t.refobjid >= 16384 AND t.objsubid > 0
+        AND t.objsubid > 0
     JOIN pg_attribute AS a ON a.attrelid = c.oid AND a.attnum = t.objsubid
+    -- Compared as numbers, so that each relation's own dependencies are read through the
+    -- index on the dependent (a few rows each), never the range of every dependency on a
+    -- type of the database's own, which grows with every other schema's (a third of the
+    -- guard's time before).
+    WHERE t.refclassid::int8 = 'pg_type'::regclass::oid::int8 AND t.refobjid::int8 >= 16384
 """
 
 
