@@ -23,7 +23,7 @@ Invariants this module owns (models.md, "The accounting caller"):
   of its own that never ends raising: whatever the model raises, a
   `BaseException` included, is recorded and ends as the table says; one that
   swallows its cancellation (at the call timeout or the caller's cancel) gets
-  `_CANCEL_GRACE_S` and is then left running, its attempt `ambiguous`, its reply
+  `CANCEL_GRACE_S` and is then left running, its attempt `ambiguous`, its reply
   discarded. A reply whose fields are not of their types is unusable as
   implausible usage is (`reply_problem`).
 - **Retries** back off exponentially and honour `Retry-After`, but give up at
@@ -49,6 +49,7 @@ from ._errors import (
     ServedModelError,
     TransientModelError,
 )
+from ._execute import CANCEL_GRACE_S, cancel_within_grace
 from ._foreign import exception_text, type_name
 from ._limits import time_limit_hit
 from ._model import (
@@ -255,13 +256,13 @@ class AccountingCaller:
         except asyncio.CancelledError:
             # The caller's cancel: the request is cancelled too, and given the grace to
             # unwind; `generate` settles the attempt as ambiguous.
-            await _let_go(task)
+            await cancel_within_grace(task)
             raise
-        if not done and not await _let_go(task):
+        if not done and not await cancel_within_grace(task):
             # A model that swallows its cancellation cannot be stopped: it is left
             # running, and whatever it returns later is discarded.
             stuck = (
-                f"TimeoutError: the model did not stop within {_CANCEL_GRACE_S:g}s of its "
+                f"TimeoutError: the model did not stop within {CANCEL_GRACE_S:g}s of its "
                 "cancellation at the call timeout; it was left running and its reply is "
                 "discarded"
             )
@@ -412,10 +413,6 @@ class AccountingCaller:
             return True
 
 
-_CANCEL_GRACE_S = 1.0
-"""Seconds a model request cancelled at its call timeout (or by the caller) gets to unwind."""
-
-
 async def _generate(model: Model, request: ModelRequest) -> tuple[bool, Any]:
     """(True, the reply) or (False, what the model raised); only our own cancel propagates."""
     try:
@@ -437,17 +434,6 @@ def _retrieve(task: asyncio.Future[Any]) -> None:
 async def _done_within(task: asyncio.Future[Any], timeout: float) -> bool:
     """Whether `task` is done within `timeout` seconds; the task is never cancelled here."""
     done, _ = await asyncio.wait({task}, timeout=timeout)
-    return task in done
-
-
-async def _let_go(task: asyncio.Future[Any]) -> bool:
-    """Cancel the request's task; whether it ended within `_CANCEL_GRACE_S`.
-
-    A model that swallows its cancellation (a bare `except:` in a retry loop) cannot be
-    stopped, as a coroutine tool cannot (decision 0017): past the grace it is left running.
-    """
-    task.cancel()
-    done, _ = await asyncio.wait({task}, timeout=_CANCEL_GRACE_S)
     return task in done
 
 

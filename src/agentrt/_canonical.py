@@ -14,6 +14,7 @@ docs/decisions/0003-json-numbers-and-canonical-form.md). Only `parse_json` and
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -293,10 +294,7 @@ def parse_json(data: bytes | bytearray | memoryview | str) -> Any:
     digits); other numbers are `float`, or a `JSONFloat` when `repr` would not
     give the literal back. Raises `JSONValueError` saying what is wrong and where.
     """
-    try:
-        return _parse(data, MAX_DEPTH)
-    except RecursionError:
-        return _on_a_fresh_stack(_parse, data, MAX_DEPTH)
+    return _parse(data, MAX_DEPTH)  # a deep caller: `_parse` falls back on `_parse_slow`
 
 
 def from_text(text: str) -> Any:
@@ -304,10 +302,7 @@ def from_text(text: str) -> Any:
 
     Like `parse_json`, but nesting up to `MAX_STORED_DEPTH`, as the writers allow.
     """
-    try:
-        return _parse(text, MAX_STORED_DEPTH)
-    except RecursionError:
-        return _on_a_fresh_stack(_parse, text, MAX_STORED_DEPTH)
+    return _parse(text, MAX_STORED_DEPTH)  # a deep caller: `_parse` falls back on `_parse_slow`
 
 
 def _on_a_fresh_stack(work: Callable[..., Any], *args: Any) -> Any:
@@ -754,12 +749,8 @@ def _roomy_text(value: Any, html: bool) -> str:
     try:
         return _text(value, html=html)
     except RecursionError:
-        text: str = _on_a_fresh_stack(_text_positional, value, html)
+        text: str = _on_a_fresh_stack(functools.partial(_text, html=html), value)
         return text
-
-
-def _text_positional(value: Any, html: bool) -> str:
-    return _text(value, html=html)
 
 
 _BYTES_LIKE = (bytes, bytearray, memoryview)

@@ -403,22 +403,27 @@ async def _done_within(task: asyncio.Future[Any], timeout: float) -> bool:
     return task.done()
 
 
-_CANCEL_GRACE_S = 1.0
-"""Seconds a cancelled coroutine tool gets to unwind before it is left running."""
+CANCEL_GRACE_S = 1.0
+"""Seconds a cancelled coroutine of the consumer's (a tool, a model's request) gets to
+unwind before it is left running."""
+
+
+async def cancel_within_grace(task: asyncio.Future[Any]) -> bool:
+    """Cancel `task`; whether it ended within `CANCEL_GRACE_S`.
+
+    A coroutine that swallows its cancellation (a bare `except:` in a retry loop) cannot
+    be stopped, like a thread: past the grace it is left running, its late outcome
+    discarded by the caller, so that it never holds the step or the run.
+    """
+    task.cancel()
+    done, _ = await asyncio.wait({task}, timeout=CANCEL_GRACE_S)
+    return task in done
 
 
 async def _cancel(task: asyncio.Future[Any], threads: ToolThreads | None) -> None:
-    """Cancel the tool's task and give it `_CANCEL_GRACE_S` to end.
-
-    A coroutine that swallows its cancellation (a bare `except:` in a retry
-    loop) cannot be stopped, like a thread: past the grace it is left running,
-    its late outcome discarded, so that it never holds the step or the run.
-    `threads` then tracks it as it tracks a thread, so a cancelled caller keeps
-    the lease while it still runs.
-    """
-    task.cancel()
-    done, _ = await asyncio.wait({task}, timeout=_CANCEL_GRACE_S)
-    if task in done or threads is None:
+    """Cancel the tool's task (`cancel_within_grace`); one left running is tracked in
+    `threads` as a thread is, so a cancelled caller keeps the lease while it still runs."""
+    if await cancel_within_grace(task) or threads is None:
         return
     running: Future = concurrent.futures.Future()
     running.set_running_or_notify_cancel()

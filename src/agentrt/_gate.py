@@ -85,6 +85,7 @@ from ._session import (
     RunMoved,
     RunSession,
     VerdictOutcome,
+    give_back_lease,
     load,
     release_lease,
     run_io,
@@ -438,15 +439,7 @@ class Gate:
     async def _give_back_created(self, run_id: str) -> None:
         """Give up this gate's lease on `run_id` after `begin` failed; a store that cannot is
         logged (the lease then lapses)."""
-        config = self._config
-        try:
-            await run_io(lambda: release_lease(config, run_id))
-        except Exception:
-            logging.getLogger("agentrt").warning(
-                "could not give back the lease on run %s after its start failed; it will expire",
-                run_id,
-                exc_info=True,
-            )
+        await give_back_lease(self._config, run_id, "after its start failed")
 
     async def _create(self, run_id: str, goal: str, limits: Limits) -> RunSession:
         config = self._config
@@ -912,23 +905,11 @@ class DriverPath:
         if rs.tool_may_run:
             return False
         session._detach()
-
-        async def give_back() -> None:
-            try:
-                # Only the lease: the record is left as it stands (a step's claim and
-                # decision kept for the next commit are not written after a failure, as a
-                # death before that commit leaves them). By this owner: a no-op when the
-                # lease is not held.
-                await run_io(lambda: release_lease(rs.config, rs.run_id))
-            except Exception:
-                logging.getLogger("agentrt").warning(
-                    "could not give back the lease on run %s after its loop stopped; "
-                    "it will expire",
-                    rs.run_id,
-                    exc_info=True,
-                )
-
-        await _told_when_ended(give_back(), then)
+        # Only the lease: the record is left as it stands (a step's claim and decision kept
+        # for the next commit are not written after a failure, as a death before that
+        # commit leaves them). By this owner: a no-op when the lease is not held.
+        giving_back = give_back_lease(rs.config, rs.run_id, "after its loop stopped")
+        await _told_when_ended(giving_back, then)
         return False
 
     def end(self) -> None:

@@ -974,3 +974,17 @@ def release_lease(config: LoopConfig, run_id: str) -> None:
     """Give up this driver's lease on a RUNNING run whose loop stopped early."""
     with config.store.transaction() as tx:
         tx.release_lease(run_id, config.owner)
+
+
+async def give_back_lease(config: LoopConfig, run_id: str, after: str) -> None:
+    """`release_lease` off the event loop, once a loop or a start failed (`after` says
+    which): a store that cannot give it back is logged, and the lease then lapses."""
+    try:
+        await run_io(lambda: release_lease(config, run_id))
+    except Exception:
+        logging.getLogger("agentrt").warning(
+            "could not give back the lease on run %s %s; it will expire",
+            run_id,
+            after,
+            exc_info=True,
+        )

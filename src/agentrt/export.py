@@ -64,6 +64,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO
 
 from ._chain import partition_of
+from ._durable import fsync_directory
 from ._errors import AgentrtError
 from ._records import Event
 from ._store import Store, open_existing
@@ -186,7 +187,8 @@ def load_cursor(path: str | os.PathLike[str]) -> Cursor | None:
         if not stat.S_ISREG(st.st_mode):
             raise CursorError(f"the cursor file {where} is not a regular file")
         _check_cursor_mode(where, st)
-        data = _read_at_most(fd, MAX_CURSOR_BYTES + 1)
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            data = f.read(MAX_CURSOR_BYTES + 1)  # to the end, or one byte past any cursor
         if len(data) > MAX_CURSOR_BYTES:
             raise CursorError(
                 f"the cursor file {where} is larger than {MAX_CURSOR_BYTES} bytes, which no "
@@ -228,18 +230,6 @@ def _check_cursor_mode(where: str, st: os.stat_result) -> None:
             f"the cursor file {where} is owned by uid {st.st_uid}, not by this process "
             f"(uid {os.geteuid()}): its owner can make the follower skip events"
         )
-
-
-def _read_at_most(fd: int, size: int) -> bytes:
-    chunks: list[bytes] = []
-    left = size
-    while left > 0:
-        chunk = os.read(fd, min(left, 65_536))
-        if not chunk:
-            break
-        chunks.append(chunk)
-        left -= len(chunk)
-    return b"".join(chunks)
 
 
 class _CursorLock:
@@ -304,18 +294,7 @@ def save_cursor(path: str | os.PathLike[str], cursor: Cursor) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-    _fsync_directory(directory)
-
-
-def _fsync_directory(directory: str) -> None:
-    # The rename is durable only once the directory entry is; not every OS can open a directory.
-    if os.name != "posix":
-        return
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    fsync_directory(directory)  # the rename durable only once the directory entry is
 
 
 class Follower:

@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from ._canonical import canonical_json, from_text, policy_json
+from ._durable import fsync_directory
 from ._errors import (
     AgentrtError,
     ModelUnavailableError,
@@ -329,21 +330,7 @@ def _write_atomic(directory: Path, key: str, document: dict[str, Any]) -> None:
     except BaseException:
         temp.unlink(missing_ok=True)
         raise
-    _fsync_directory(directory)
-
-
-def _fsync_directory(directory: Path) -> None:
-    # Makes the rename itself durable; some platforms cannot open a directory.
-    try:
-        fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+    fsync_directory(directory, best_effort=True)  # the rename itself durable
 
 
 def _read_document(path: Path) -> dict[str, Any] | None:

@@ -30,6 +30,7 @@ from datetime import timedelta
 from typing import Any
 
 from .._canonical import content_hash, copy_json, parse_json, policy_json
+from .._durable import fsync_directory
 from .._errors import ConfigError, InsecureModeError, JSONValueError
 from .._records import SideEffect, ToolSpec
 from .._tools import CompiledTool, compile_tool
@@ -496,7 +497,8 @@ def write_manifest(
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-    _sync_folder(path)
+    # The folder's entry for `path` made durable (best effort: some systems refuse).
+    fsync_directory(os.path.dirname(os.path.abspath(path)), best_effort=True)
 
 
 def _put_new(tmp: str, path: str) -> None:
@@ -512,16 +514,6 @@ def _put_new(tmp: str, path: str) -> None:
         if os.path.lexists(path):
             raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), path) from exc
         os.replace(tmp, path)
-
-
-def _sync_folder(path: str) -> None:
-    """The folder's entry for `path` made durable (best effort: some systems refuse)."""
-    with contextlib.suppress(OSError):
-        fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
 
 # ---------------------------------------------------------------------------

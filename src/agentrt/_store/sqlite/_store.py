@@ -335,14 +335,16 @@ class SqliteStore(ProxyRows):
             return False
         return True
 
-    def _moved_error(self, outcome: str) -> StoreError:
-        """Stop the store, its file deleted or replaced under it, and say so."""
+    def _moved_error(self, outcome: str, *, unknown: bool = False) -> StoreError:
+        """Stop the store, its file deleted or replaced under it, and say so (`unknown`:
+        after the COMMIT, whose outcome is then `commit_unknown`)."""
         why = (
             f"the database file {self.path} or its -wal was deleted or replaced while the "
             "store was open"
         )
         self._stop(f"the store stopped: {why}; reopen it")
-        return StoreError(f"{why}: {outcome}; the store refuses further use (reopen it)")
+        message = f"{why}: {outcome}; the store refuses further use (reopen it)"
+        return commit_unknown(message) if unknown else StoreError(message)
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[SqliteTx]:
@@ -462,11 +464,10 @@ class SqliteStore(ProxyRows):
                 ) from e
             raise store_error(e, "commit failed, nothing was written", retryable=False) from e
         if self._files_moved():
-            error = self._moved_error(
-                f"whether the transaction is in the record at {self.path} is unknown"
+            raise self._moved_error(
+                f"whether the transaction is in the record at {self.path} is unknown",
+                unknown=True,
             )
-            error.commit_unknown = True
-            raise error
 
     def transactions(self, works: Sequence[Callable[[SqliteTx], Any]]) -> list[Grouped]:
         """Group commit: one `BEGIN IMMEDIATE` ... `COMMIT` (one fsync), each work in a
