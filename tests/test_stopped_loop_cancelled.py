@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 import agentrt
-from agentrt import Decision, SideEffect, _gate
+from agentrt import Decision, SideEffect, _gate, _session
 from agentrt._errors import StoreError
 from agentrt.scripted import ScriptedAgent
 from conftest import FakeClock, RecordingTool
@@ -29,6 +30,18 @@ class _AllowAll:
 
     def evaluate(self, request: Any, view: Any) -> Any:
         return agentrt.PolicyDecision.allow()
+
+
+async def _released(driver: agentrt.Driver, store: agentrt.Store, run_id: str) -> None:
+    """Wait (on this loop, by events seen, however slow the machine) until the lease is
+    given back and the release's task, which ends on this loop, has told the driver."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        lease = store.lease_state(run_id)
+        if lease is not None and lease.owner == "" and run_id not in driver._lingering:
+            break
+        await asyncio.sleep(0.01)
+    assert store.lease_state(run_id).owner == ""
 
 
 def _ids_repeating_the_third() -> Iterator[str]:
@@ -62,7 +75,9 @@ def test_a_cancel_while_a_stopped_loop_gives_its_lease_back_leaves_the_run_resum
         go.wait(10)
         real(config, run_id)
 
+    # Wherever the lease is given back from (the gate's session, the session's helper).
     monkeypatch.setattr(_gate, "release_lease", slow_release)
+    monkeypatch.setattr(_session, "release_lease", slow_release)
 
     async def scenario() -> agentrt.Run:
         loop = asyncio.get_running_loop()
@@ -73,13 +88,9 @@ def test_a_cancel_while_a_stopped_loop_gives_its_lease_back_leaves_the_run_resum
             await task
         go.set()
         run_id = any_store.list_runs()[0].id
-        for _ in range(500):  # the release, off the loop, finishes on its own
-            if any_store.lease_state(run_id).owner == "":
-                break
-            await asyncio.sleep(0.01)
-        assert any_store.lease_state(run_id).owner == ""
-        await asyncio.sleep(0.1)  # the release's task ends on this loop
+        await _released(driver, any_store, run_id)  # the release, off the loop, on its own
         monkeypatch.setattr(_gate, "release_lease", real)
+        monkeypatch.setattr(_session, "release_lease", real)
         # Nothing runs under this driver: it must resume the run, not refuse it.
         return await driver.resume(run_id)
 
@@ -116,7 +127,9 @@ def test_a_second_cancel_while_a_cancelled_loop_gives_its_lease_back_leaves_the_
         go.wait(10)
         real(config, run_id)
 
+    # Wherever the lease is given back from (the gate's session, the session's helper).
     monkeypatch.setattr(_gate, "release_lease", slow_release)
+    monkeypatch.setattr(_session, "release_lease", slow_release)
 
     async def scenario() -> agentrt.Run:
         loop = asyncio.get_running_loop()
@@ -129,13 +142,9 @@ def test_a_second_cancel_while_a_cancelled_loop_gives_its_lease_back_leaves_the_
             await task
         go.set()
         run_id = any_store.list_runs()[0].id
-        for _ in range(500):
-            if any_store.lease_state(run_id).owner == "":
-                break
-            await asyncio.sleep(0.01)
-        assert any_store.lease_state(run_id).owner == ""
-        await asyncio.sleep(0.1)  # the release's task ends on this loop
+        await _released(driver, any_store, run_id)  # the release, off the loop, on its own
         monkeypatch.setattr(_gate, "release_lease", real)
+        monkeypatch.setattr(_session, "release_lease", real)
         return await driver.resume(run_id)
 
     try:
