@@ -307,13 +307,13 @@ def test_the_heartbeat_waits_for_the_turn_of_its_own_stores_open_transaction(
     file): inside the store's transaction, the renewal is refused as busy, nothing renewed;
     after it, the renewal goes through. (The test above swaps the renewer's turns for one of
     its own, so it could not see the two share one.)"""
-    from agentrt._store.sqlite import _store
+    from agentrt._store.sqlite import _connection
 
     db = tmp_path / "runs.db"
     store = agentrt.open_store(db)
     try:
         add_run(store, "r1", lease_owner="me")
-        monkeypatch.setattr(_store, "BUSY_TIMEOUT_MS", 50)  # the 5 s default, shortened
+        monkeypatch.setattr(_connection, "BUSY_TIMEOUT_MS", 50)  # the 5 s default, shortened
         renewer = store.renewer(lambda: T0 + timedelta(days=1))
         assert isinstance(renewer, ConnectionRenewer)
         with store.transaction(), pytest.raises(StoreBusyError, match="held its turn"):

@@ -56,6 +56,7 @@ from ..._records import (
 from ..._stored_text import shown_text, unreadable_text
 from .._base import Renewer
 from .._records import Grouped
+from . import _connection
 from . import _filesafety as filesafety
 from . import _migrations as migrations
 from ._chain_rows import SqliteChainReader
@@ -73,7 +74,6 @@ from ._codecs import (
     step_from_row,
 )
 from ._connection import (
-    BUSY_TIMEOUT_MS,
     _absolute,
     _configure,
     _connect,
@@ -225,7 +225,9 @@ class SqliteStore(ProxyRows):
         # This connection's turns at writing, among agentrt's writers to the file (decision
         # 0106); an in-memory or read-only store has none to take.
         self._turns = (
-            None if uri is None or read_only else WriterTurns(path, BUSY_TIMEOUT_MS / 1000)
+            None
+            if uri is None or read_only
+            else WriterTurns(path, _connection.BUSY_TIMEOUT_MS / 1000)
         )
         # The database file and its -wal this connection writes, by device and inode: a
         # commit is acknowledged only while they are still the files at the path.
@@ -417,8 +419,8 @@ class SqliteStore(ProxyRows):
             if is_busy(e):
                 raise StoreBusyError(
                     "cannot begin a write transaction: another connection held the "
-                    f"database's write lock past the busy timeout ({BUSY_TIMEOUT_MS} ms); "
-                    "nothing was written"
+                    "database's write lock past the busy timeout "
+                    f"({_connection.BUSY_TIMEOUT_MS} ms); nothing was written"
                 ) from e
             raise StoreError(f"cannot begin a write transaction: {e}") from e
         try:
@@ -599,7 +601,7 @@ class SqliteStore(ProxyRows):
         if self._uri is None:
             return StoreRenewer(self.transaction, wall)
         return ConnectionRenewer(
-            self._open_connection, wall, WriterTurns(self.path, BUSY_TIMEOUT_MS / 1000)
+            self._open_connection, wall, WriterTurns(self.path, _connection.BUSY_TIMEOUT_MS / 1000)
         )
 
     def lease_now(self, wall: Callable[[], datetime]) -> datetime:
