@@ -299,16 +299,19 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError as exc:
         print(f"The {server.kind} adapter is not available: {exc}", file=sys.stderr)
         return 2
-    print(f"Using {model.name} at {server.url}")
 
     db = args.db or Path(tempfile.mkdtemp(prefix="agentrt-live-")) / "runs.db"
+    try:
+        store = agentrt.open_store(db)
+    except agentrt.StoreError as exc:  # a file that is not a database: one sentence
+        parser.exit(2, f"{parser.prog}: --db {args.db}: {exc}\n")
+    print(f"Using {model.name} at {server.url}")
     workdir = db.parent / "work"
     (workdir / "notes").mkdir(parents=True, exist_ok=True)
     inbox = workdir / "notes" / "inbox.txt"
     if not inbox.exists():
         inbox.write_text(INBOX, encoding="utf-8")
 
-    store = agentrt.open_store(db)
     try:
         driver = make_driver(store, workdir, model)
         if args.resume:

@@ -115,7 +115,10 @@ def main(argv: list[str] | None = None) -> int:
             f"{parser.prog}: --db {args.db}: {Path(args.db).parent} is not an existing directory\n",
         )
     db = args.db or Path(tempfile.mkdtemp(prefix="agentrt-example-")) / "runs.db"
-    store = agentrt.open_store(db)
+    try:
+        store = agentrt.open_store(db)
+    except agentrt.StoreError as exc:  # a file that is not a database: one sentence
+        parser.exit(2, f"{parser.prog}: --db {args.db}: {exc}\n")
     runs = [
         past_run(store, 17, 2_000, 0),
         past_run(store, 23, 8_000, 1),

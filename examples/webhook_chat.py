@@ -128,7 +128,10 @@ def main() -> None:
         )
     db = Path(args.db) if args.db else Path(tempfile.mkdtemp()) / "runs.db"
 
-    store = agentrt.open_store(db)
+    try:
+        store = agentrt.open_store(db)
+    except agentrt.StoreError as exc:  # a file that is not a database: one sentence
+        parser.exit(2, f"{parser.prog}: --db {args.db}: {exc}\n")
     pushed: list[str] = []
     driver = make_driver(store, pushed)
     run = driver.start_sync("push the login branch")

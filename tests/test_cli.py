@@ -1410,8 +1410,54 @@ def test_demo_runs_the_demo_module_with_the_rest_of_the_line(
     fake = types.ModuleType("agentrt._demo")
     fake.run = run  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "agentrt._demo", fake)
-    assert run_main(capsys, "--json", "demo", "--fast", "x")[0] == 0
+    assert run_main(capsys, "demo", "--fast", "x")[0] == 0
     assert received == [["--fast", "x"]]
+
+
+@pytest.mark.parametrize(
+    ("before", "command", "message"),
+    [
+        (
+            ["--db", "x.db"],
+            "demo",
+            "--db is not used by the demo: it makes its own database in"
+            " --dir DIR (a new temporary directory by default)",
+        ),
+        (
+            ["--db=x.db"],
+            "demo",
+            "--db is not used by the demo: it makes its own database in"
+            " --dir DIR (a new temporary directory by default)",
+        ),
+        (["--json"], "demo", "--json is not used by the demo: it has no JSON output"),
+        (["--db", "x.db"], "mcp", "--db is not used by agentrt mcp: it reads no database"),
+        (
+            ["--json"],
+            "mcp",
+            "--json before mcp is not read: give it after the command"
+            " (agentrt mcp pin|check NAME --json ...)",
+        ),
+    ],
+)
+def test_a_global_option_before_a_command_that_does_not_read_it_is_refused(
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    before: list[str],
+    command: str,
+    message: str,
+) -> None:
+    """`agentrt --db X demo` once ran the demo on a database of its own, silently."""
+    received: list[list[str]] = []
+
+    def run(argv: list[str]) -> int:
+        received.append(argv)
+        return 0
+
+    fake = types.ModuleType("agentrt._demo")
+    fake.run = run  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "agentrt._demo", fake)
+    assert run_main(capsys, *before, command, "pin") == (2, "", f"agentrt: {message}\n")
+    assert received == []
 
 
 def test_demo_says_so_when_it_is_not_installed(

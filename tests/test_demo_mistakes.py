@@ -241,3 +241,49 @@ def test_resume_given_the_database_file_names_its_directory_instead(tmp_path: Pa
         f"agentrt demo: --resume takes the demo's directory, not its database:"
         f" agentrt demo --resume {workdir}\n"
     )
+
+
+def test_a_db_given_before_demo_is_refused_in_one_sentence_and_starts_nothing(
+    tmp_path: Path,
+) -> None:
+    """`agentrt --db X demo` once ran the demo in a new temporary directory, as if --db had
+    not been given: the user looked for the run in X and found nothing there."""
+    notes = tmp_path / "notes.txt"
+    notes.write_text("mine\n")
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    result = subprocess.run(
+        [sys.executable, "-m", "agentrt", "--db", str(notes), "demo"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "TMPDIR": str(temp)},
+    )
+    no_traceback(result)
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == (
+        "agentrt: --db is not used by the demo: it makes its own database in --dir DIR"
+        " (a new temporary directory by default)\n"
+    )
+    assert list(temp.iterdir()) == []  # no demo directory made, no worker started
+    assert notes.read_text() == "mine\n"
+
+
+def test_a_db_given_after_demo_is_refused_in_the_same_sentence(tmp_path: Path) -> None:
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    result = subprocess.run(
+        [sys.executable, "-m", "agentrt", "demo", "--db", str(tmp_path / "x.db")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "TMPDIR": str(temp)},
+    )
+    no_traceback(result)
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr.splitlines()[-1] == (
+        "agentrt demo: error: --db is not used by the demo: it makes its own database in"
+        " --dir DIR (a new temporary directory by default)"
+    )
+    assert list(temp.iterdir()) == []
+    assert not (tmp_path / "x.db").exists()

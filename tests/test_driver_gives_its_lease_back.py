@@ -19,6 +19,7 @@ import os
 import signal
 import threading
 import time
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -295,3 +296,58 @@ def test_a_real_ctrl_c_while_a_tool_still_runs_keeps_the_lease_until_its_thread_
     (approval,) = any_store.list_approvals(run.id)
     assert approval.kind == "interrupted_side_effect"
     assert len(tool.calls) == 1
+
+
+def test_a_tool_thread_left_by_an_earlier_timeout_does_not_hold_the_run_when_the_loop_stops(
+    any_store: agentrt.Store,
+) -> None:
+    """Unlike a call a cancel or an interrupt broke into (its step in doubt, a person to
+    decide), a call past its timeout is settled in the record, `timeout`, and let go
+    (decision 0017): the live loop itself goes on, and its agent may call again beside
+    the thread. So a loop that stops later gives the lease back at once, as one that
+    pauses or ends does, and the next owner continues without asking anyone; the late
+    result is never recorded. (Holding the lease for a thread that may never return, the
+    case a timeout is for, would leave the run to nobody for the life of the process.)"""
+    release = threading.Event()
+    returned: list[bool] = []
+
+    def hung(call: Any) -> Any:
+        release.wait(30)
+        returned.append(True)
+        return agentrt.ToolResult(content={"late": True})
+
+    tool = RecordingTool(
+        "note", SideEffect.LOCAL_MUTATION, result=hung, timeout=timedelta(seconds=0.2)
+    )
+    decisions = iter([Decision.tool_call("note", {"x": 1})])
+
+    def agent(input: Any) -> Any:
+        step = next(decisions, None)
+        if step is None:
+            raise KeyboardInterrupt  # the next step's agent: the loop stops
+        return step
+
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            _driver(any_store, agent, tools=[tool]).start_sync("x")
+        (run,) = any_store.list_runs()
+        assert returned == []  # the timed-out call's thread still runs
+        assert any_store.lease_state(run.id).owner == ""
+        (step,) = any_store.list_steps(run.id)
+        assert step.status == "failed"
+        assert step.observation is not None
+        timed_out = {"tool": "note", "error": "timed out after 0.2s", "failure": "timeout"}
+        assert step.observation.content == timed_out
+        again = _finish(any_store, run.id, tools=[tool])
+        assert again.status == "COMPLETED"
+        assert any_store.list_approvals(run.id) == []
+    finally:
+        release.set()
+    assert len(tool.calls) == 1
+    deadline = time.monotonic() + 30
+    while not returned and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert returned == [True]
+    (first, _) = any_store.list_steps(run.id)
+    assert first.observation is not None and first.observation.content == timed_out
+    assert event_types(any_store, run.id).count("step.tool_finished") == 1  # never the late one

@@ -43,6 +43,7 @@ from agentrt._lease import (
     prove_dead,
 )
 from agentrt._store import Store, open_store
+from agentrt._store.sqlite._filesafety import FileIdentity
 from agentrt._store.sqlite._renewer import ConnectionRenewer, StoreRenewer
 from agentrt._store.sqlite._writer_turns import WriterTurns
 from support.leases import take_in
@@ -360,7 +361,8 @@ def test_a_connection_renewer_reopens_after_close_and_survives_a_failing_close(
         opened.append(store._open_connection())
         return opened[-1]
 
-    renewer = ConnectionRenewer(connect, at_expiry, WriterTurns(str(tmp_path / "runs.db"), 5.0))
+    path = str(tmp_path / "runs.db")
+    renewer = ConnectionRenewer(connect, at_expiry, WriterTurns(path, 5.0), FileIdentity(path))
     try:
         assert renewer.renew("r1", "me", TO_RENEWED) is True
         renewer.close()
@@ -378,7 +380,8 @@ def test_a_connection_renewer_reopens_after_close_and_survives_a_failing_close(
         failing = ConnectionRenewer(
             lambda: sqlite3.connect(str(tmp_path / "runs.db"), factory=FailingClose),
             at_expiry,
-            WriterTurns(str(tmp_path / "runs.db"), 5.0),
+            WriterTurns(path, 5.0),
+            FileIdentity(path),
         )
         assert failing.renew("r1", "me", TO_RENEWED) is True
         failing.close()  # the error is swallowed: closing never raises

@@ -400,3 +400,21 @@ def test_model_agent_decides_through_a_closure_model_as_well() -> None:
 
     decision = asyncio.run(decide(step_input(None)))
     assert decision == Decision(kind="no_tool_call", reason="nothing to do", origin="model")
+
+
+def test_live_example_given_a_db_that_is_not_a_database_says_so_in_one_sentence(
+    tmp_path: Path,
+) -> None:
+    pytest.importorskip(ADAPTERS["openai"])
+    not_a_db = tmp_path / "notes.txt"
+    not_a_db.write_text("my notes\n")
+    not_a_db.chmod(0o600)
+    with FakeServer("openai", live_replies("openai")) as server:
+        result = run_live(server.url, "--db", str(not_a_db), "--approve")
+    assert (result.returncode, result.stdout) == (2, ""), result.stderr
+    assert result.stderr == (
+        f"live.py: --db {not_a_db}: cannot open {not_a_db}: file is not a database\n"
+    )
+    assert not_a_db.read_text() == "my notes\n"
+    assert server.bodies == []  # no model request made
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]  # no work folder

@@ -18,7 +18,9 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -342,4 +344,93 @@ def test_a_signal_just_after_the_writers_turn_is_taken_gives_the_turn_back(
     _create(store, "r4")
     assert sorted(r.id for r in other.list_runs()) == ["r1", "r3", "r4"]
     other.close()
+    store.close()
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        pytest.param(lambda db: os.unlink(db), id="database-deleted"),
+        pytest.param(lambda db: os.unlink(f"{db}-wal"), id="wal-deleted"),
+        pytest.param(_replace, id="database-replaced"),
+    ],
+)
+def test_a_heartbeat_stops_renewing_a_lease_in_a_file_deleted_or_replaced_under_its_run(
+    tmp_path: Path, change: Any
+) -> None:
+    """The heartbeat's own connection, like the store's, writes on through the descriptors it
+    opened: a file deleted or replaced under a running run once had its lease renewed into
+    the orphan every third of the lease, a renewal no other process reads, for as long as
+    the tool ran. It now finds the change at its next renewal, stops and reports the lease
+    lost; the loop's next commit is refused as the store's own check refuses it."""
+    import agentrt
+    from agentrt import Decision, SideEffect, ToolCall, ToolResult
+    from agentrt.scripted import ScriptedAgent
+    from conftest import RecordingTool
+
+    db = tmp_path / "x.db"
+    store = agentrt.open_store(db)
+    sessions: list[Any] = []
+    seen: dict[str, Any] = {}
+
+    def probe(point: str, session: Any) -> None:
+        if not sessions:
+            sessions.append(session)
+
+    def long_call(call: ToolCall) -> ToolResult:
+        heartbeat = sessions[0].heartbeat
+        deadline = time.monotonic() + 60
+        while heartbeat.renewals < 1 and time.monotonic() < deadline:  # its connection open
+            time.sleep(0.01)
+        seen["renewed before"] = heartbeat.renewals >= 1
+        change(db)
+        deadline = time.monotonic() + 30  # a hundred renewals' time: never, before the fix
+        while not heartbeat.lost.is_set() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        seen["lost"] = heartbeat.lost.is_set()
+        heartbeat._thread.join(timeout=30)
+        seen["heartbeat ended"] = not heartbeat._thread.is_alive()
+        return ToolResult({"done": True})
+
+    slow = RecordingTool(
+        "slow", SideEffect.LOCAL_MUTATION, result=long_call, timeout=timedelta(seconds=120)
+    )
+    driver = agentrt.Driver(
+        store=store,
+        agent=ScriptedAgent([Decision.tool_call("slow", {}), Decision.complete()]),
+        policy=agentrt.default_policy(),
+        tools=[slow],
+        lease_ttl=timedelta(milliseconds=300),
+        probe=probe,
+    )
+    with pytest.raises(StoreError, match="deleted or replaced while the store was open"):
+        driver.start_sync("long")
+    assert seen == {"renewed before": True, "lost": True, "heartbeat ended": True}
+    assert len(slow.calls) == 1
+    store.close()
+
+
+def test_a_heartbeat_connection_opened_after_the_file_was_replaced_renews_nothing_in_it(
+    tmp_path: Path,
+) -> None:
+    """The heartbeat opens its connection at its first renewal: a file put at the path
+    since the store opened (a copy holding the same run and lease) is not the record the
+    store writes, and its lease is left as it is there."""
+    from datetime import UTC, datetime
+
+    db = tmp_path / "x.db"
+    store = open_store(db)
+    _create(store, "r1")  # leased by "me", expired at EPOCH
+    _replace(db)
+    renewer = store.renewer(lambda: datetime.now(UTC))
+    try:
+        assert renewer.renew("r1", "me", timedelta(seconds=30)) is False
+    finally:
+        renewer.close()
+    copy = open_store(db)
+    try:
+        lease = copy.lease("r1")
+        assert lease is not None and lease.owner == "me" and lease.expires_at == EPOCH
+    finally:
+        copy.close()
     store.close()

@@ -162,6 +162,11 @@ if __name__ == "__main__":
             2,
             f"{parser.prog}: --db {args.db}: {Path(args.db).parent} is not an existing directory\n",
         )
+    if args.db is not None:
+        try:  # a file that is not a database: one sentence, no traceback
+            agentrt.open_store(args.db).close()
+        except agentrt.StoreError as exc:
+            parser.exit(2, f"{parser.prog}: --db {args.db}: {exc}\n")
     if args.db is None:
         with tempfile.TemporaryDirectory() as tmp:
             asyncio.run(main(Path(tmp) / "openai_agents.db"))

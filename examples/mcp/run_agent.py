@@ -83,5 +83,10 @@ if __name__ == "__main__":
             2,
             f"{parser.prog}: --db {args.db}: {Path(args.db).parent} is not an existing directory\n",
         )
+    if args.db is not None:
+        try:  # a file that is not a database: one sentence, no traceback
+            agentrt.open_store(args.db).close()
+        except agentrt.StoreError as exc:
+            parser.exit(2, f"{parser.prog}: --db {args.db}: {exc}\n")
     work = Path(tempfile.mkdtemp(prefix="agentrt-mcp-"))
     sys.exit(asyncio.run(main(args.db or work / "runs.db", args.notes or work / "notes")))

@@ -37,6 +37,7 @@ from ._records import Decision, PolicyDecision, Run, RunStatus, SideEffect, Tool
 from ._render_approval import approval_lines
 from ._store import Store
 from ._tools import tool
+from .cli._commands import DEMO_MAKES_ITS_OWN_DATABASE
 from .recover import RecoverAction
 from .scripted import ScriptedAgent
 
@@ -240,7 +241,8 @@ def run(argv: list[str]) -> int:
 def _run(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="agentrt demo",
-        description="A run killed mid-charge by SIGKILL; a person decides what happens next.",
+        description="A run killed mid-charge by SIGKILL; a person decides what happens next."
+        " The demo makes its own database in --dir (--db and $AGENTRT_DB are not read).",
     )
     parser.add_argument(
         "--dir", type=Path, help="where to put the database (default: a new temp dir)"
@@ -257,7 +259,11 @@ def _run(argv: list[str]) -> int:
         help="after approving a run left by --stop-at-approval, resume it",
     )
     parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
+    # Read only to refuse it: the demo's database is its own, in --dir.
+    parser.add_argument("--db", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.db is not None:
+        parser.error(DEMO_MAKES_ITS_OWN_DATABASE)
     if args.child:
         return _child(args.child)
     if args.resume:

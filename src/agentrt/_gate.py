@@ -653,6 +653,11 @@ class GateSession:
     async def close(self) -> None:
         """Release the lease; an open step is left `deciding`, as a crash would leave it.
 
+        Not while a tool may still run under it: a tool thread still running keeps it,
+        renewed, until the thread returns; a call an exception (not a cancel) broke into
+        with no thread to wait for (an async tool's task) keeps it until it lapses, as the
+        Driver's loop does (decision 0163).
+
         The open step's claim (and its decision, if proposed) is committed first
         (`plan.LEFT_OPEN`). A step proposed and allowed but not executed stays
         never run: a later `attach`/`resume` judges it as a step that was deciding
@@ -674,7 +679,10 @@ class GateSession:
         # A broken session's copy may be ahead of the rows (a run shown ended that the
         # record holds RUNNING): its lease is given back all the same (a no-op if not held).
         held = held or rs.broken is not None
-        if held and rs.lingering_tool is None and not rs.lease_given_back:
+        # As a Driver's stopped loop (decision 0163): a tool thread still running keeps the
+        # lease until it returns (`_detach`); a call an exception broke into with no thread
+        # to wait for (an async tool's task) keeps it, unrenewed, to lapse as after a crash.
+        if held and rs.lingering_tool is None and not rs.tool_may_run and not rs.lease_given_back:
             await asyncio.shield(self._let_go_of_lease())
 
     async def _let_go_of_lease(self) -> None:

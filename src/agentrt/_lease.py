@@ -14,7 +14,9 @@ Invariants this module owns:
   transaction* open on the file can: SQLite has one writer at a time, and the
   renewal waits for it (up to the busy timeout, then retries at the next tick).
   An UPDATE that matches no row means another owner took the run: the
-  heartbeat stops and reports the loss.
+  heartbeat stops and reports the loss. So does a renewal on a SQLite file
+  deleted or replaced under the store: nothing is renewed in a file no other
+  process reads (`_store/sqlite/_renewer.py`).
 - The holder record (host id, pid, process start time) lets a resumer on the
   same host prove a previous owner dead (`prove_dead`).
 - `check_live_lease` is the one judgement of whether a lease someone else

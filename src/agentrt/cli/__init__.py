@@ -54,6 +54,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     # The demo parses its own options, and `resume` deserves an answer, not a list of choices.
     command = BY_NAME.get(argv[at]) if at is not None else None
     if at is not None and command is not None and command.passthrough is not None:
+        unread = _unread_global(argv[:at], command.unread)
+        if unread is not None:
+            Output(json_mode=False).error(unread)
+            return EXIT_USAGE
         return command.passthrough(argv[at + 1 :], Output(json_mode=False))
     if at is not None and argv[at] == "resume":
         Output(json_mode=False).error(NO_RESUME)
@@ -95,6 +99,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         # A cursor file or a directory the command could not use: one sentence.
         out.error(sanitize(f"{e.strerror or e}: {e.filename}" if e.filename else str(e)))
         return EXIT_ERROR
+
+
+def _unread_global(before: Sequence[str], unread: Sequence[tuple[str, str]]) -> str | None:
+    """Why a global option given before a passthrough command is not read by it, if one is."""
+    reasons = dict(unread)
+    for token in before:
+        reason = reasons.get(token.split("=", 1)[0])
+        if reason is not None:
+            return reason
+    return None
 
 
 def _escape_unencodable_output() -> None:

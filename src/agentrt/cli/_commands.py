@@ -57,13 +57,23 @@ def _no_run(args: argparse.Namespace, out: Output) -> int:  # pragma: no cover -
 
 
 class Command(NamedTuple):
-    """One subcommand. A `passthrough` one gets the words after it unparsed (it parses its own)."""
+    """One subcommand. A `passthrough` one gets the words after it unparsed (it parses its own);
+    a global option given before it (`agentrt --db X demo`) is refused, with the reason in
+    `unread`, rather than silently not read."""
 
     name: str
     help: str
     arguments: Callable[[argparse.ArgumentParser], None] = _no_arguments
     run: Run = _no_run
     passthrough: Passthrough | None = None
+    unread: tuple[tuple[str, str], ...] = ()
+    """(global option, why this command does not read it), for a passthrough command."""
+
+
+DEMO_MAKES_ITS_OWN_DATABASE = (
+    "--db is not used by the demo: it makes its own database in --dir DIR"
+    " (a new temporary directory by default)"
+)
 
 
 COMMANDS: tuple[Command, ...] = (
@@ -137,14 +147,30 @@ COMMANDS: tuple[Command, ...] = (
         Lazy("._launch", "console_arguments"),
         Lazy("._launch", "cmd_console"),
     ),
-    Command("demo", "run the demo (agentrt demo --help)", passthrough=Lazy("._launch", "run_demo")),
+    Command(
+        "demo",
+        "run the demo in a directory of its own, not --db (agentrt demo --help)",
+        passthrough=Lazy("._launch", "run_demo"),
+        unread=(
+            ("--db", DEMO_MAKES_ITS_OWN_DATABASE),
+            ("--json", "--json is not used by the demo: it has no JSON output"),
+        ),
+    ),
     Command(
         "mcp",
         "pin and check MCP servers (agentrt mcp --help)",
         passthrough=Lazy("._launch", "run_mcp"),
+        unread=(
+            ("--db", "--db is not used by agentrt mcp: it reads no database"),
+            (
+                "--json",
+                "--json before mcp is not read: give it after the command"
+                " (agentrt mcp pin|check NAME --json ...)",
+            ),
+        ),
     ),
 )
 
 BY_NAME = {command.name: command for command in COMMANDS}
 
-__all__ = ["BY_NAME", "COMMANDS", "Command", "Lazy"]
+__all__ = ["BY_NAME", "COMMANDS", "DEMO_MAKES_ITS_OWN_DATABASE", "Command", "Lazy"]

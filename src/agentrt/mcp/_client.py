@@ -25,6 +25,13 @@ This module owns the connection's lifetime and the shape of what crosses it:
   it, seen as the session writes it (`_NotingWrites`, in the caller's task).
   A call that got an answer agentrt refuses, or a result the SDK refuses,
   raises `MCPAnswerRefused`: it was carried out, only its result is lost.
+- A server that announces its tools changed (`notifications/tools/list_changed`) has
+  them listed again before the next call of any of its tools, and each loaded tool is
+  judged as a load would judge it against the same manifest and rule (`decide`); a tool
+  that no longer passes (its input schema or description changed, its annotations now
+  contradict the rule, it is gone) raises `MCPToolError` naming the change, before its
+  request is sent. Any later listing on the connection (`check`, `load`) is judged the
+  same way.
 """
 
 from __future__ import annotations
@@ -138,6 +145,11 @@ class Connection:
         self._open = True
         # Each tool's output schema as the last listing declared it (None: no schema).
         self._outputs: dict[str, Any] = {}
+        # The last listing, by name, and how many listings were read: a loaded tool is
+        # judged again when a listing came after the one it was judged by.
+        self._listed: dict[str, Offer] = {}
+        self._listings = 0
+        self._relist_lock = asyncio.Lock()  # one listing again for a change, however many wait
 
     def __repr__(self) -> str:
         state = "open" if self._open else "closed"
@@ -180,6 +192,8 @@ class Connection:
                 cursor = result.get("nextCursor")
                 if not isinstance(cursor, str) or not cursor:
                     self._outputs = {name: offer.output_schema for name, offer in offers.items()}
+                    self._listed = dict(offers)
+                    self._listings += 1
                     return list(offers.values())
                 if cursor in seen_cursors:
                     raise MCPServerError(
@@ -222,7 +236,25 @@ class Connection:
     ) -> tuple[list[MCPTool], Report]:
         """The tools that pass the manifest and the rules, as agentrt tools, and the report."""
         admitted, report = decide(self.server, manifest, rules, await self.offers())
-        return [MCPTool(self, item) for item in admitted], report
+        return [MCPTool(self, item, manifest.tools[item.offer.name]) for item in admitted], report
+
+    async def _changed(self, tool: MCPTool) -> str | None:
+        """Why `tool` no longer passes as loaded, judged against the server's latest listing
+        (listed again first when the server announced a change), or None."""
+        self._usable()
+        async with self._relist_lock:
+            if self._capture.tools_changed:
+                self._capture.tools_changed = False
+                try:
+                    await self.offers()
+                except MCPServerError as exc:
+                    self._capture.tools_changed = True  # listed again at the next call
+                    raise MCPToolError(
+                        f"MCP server {self.server.name!r} announced that its tools changed, "
+                        f"and listing them again failed ({exc}); the call to "
+                        f"{tool.server_tool!r} was not sent"
+                    ) from exc
+        return tool._judged(self._listings, self._listed)
 
     async def call(
         self, tool: str, arguments: dict[str, Any], timeout: float, operation_id: str = ""
@@ -354,14 +386,42 @@ class MCPTool:
     it is sent.
     """
 
-    def __init__(self, connection: Connection, admitted: Admitted) -> None:
+    def __init__(
+        self, connection: Connection, admitted: Admitted, pinned: PinnedTool | None = None
+    ) -> None:
         self.spec: ToolSpec = admitted.spec
         self.server_tool = admitted.offer.name
         self._connection = connection
         self._rule = admitted.rule
+        self._pinned = pinned
         self._server_schema: CompiledTool = compile_tool(
             dataclasses.replace(admitted.spec, input_schema=admitted.offer.input_schema)
         )
+        # The listing it was last judged by (the load's), and why it no longer passes.
+        self._judged_by = connection._listings
+        self._refused: str | None = None
+
+    def _judged(self, listings: int, listed: Mapping[str, Offer]) -> str | None:
+        """Why this tool no longer passes as loaded, by the latest listing (`listings` read
+        so far, the last `listed`): judged as a load would judge it, once per listing."""
+        if listings == self._judged_by or self._pinned is None:
+            return self._refused
+        self._judged_by = listings
+        server = self._connection.server
+        offer = listed.get(self.server_tool)
+        admitted, report = decide(
+            server,
+            Manifest(server=server.name, tools={self.server_tool: self._pinned}),
+            {self.server_tool: self._rule},
+            [] if offer is None else [offer],
+        )
+        if admitted and admitted[0].spec == self.spec:
+            self._refused = None
+        elif report.refused:
+            self._refused = report.refused[0][1]
+        else:
+            self._refused = "what a load makes of it changed"
+        return self._refused
 
     def __repr__(self) -> str:
         return f"<agentrt.mcp.MCPTool {self.spec.name!r} -> {self.server_tool!r}>"
@@ -372,6 +432,13 @@ class MCPTool:
         if hidden:
             raise MCPToolError(f"parameter {hidden[0]!r} is not the model's to set")
         args.update(copy_json(dict(self._rule.fixed)))
+        changed = await self._connection._changed(self)
+        if changed is not None:
+            raise MCPToolError(
+                f"MCP server {self._connection.server.name!r} changed tool "
+                f"{self.server_tool!r} during this session: {changed}; the call was not sent "
+                "(review the change, pin the server again and load it anew)"
+            )
         errors = self._server_schema.check(args)
         if errors:
             raise MCPToolError(f"the arguments do not pass the server's schema: {errors[0]}")

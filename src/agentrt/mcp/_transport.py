@@ -74,6 +74,9 @@ Streams = tuple[
 ]
 
 
+_TOOLS_CHANGED = b"notifications/tools/list_changed"
+
+
 class RawCapture:
     """The raw answers to `tools/list` requests, by request id, as the server sent them."""
 
@@ -87,6 +90,10 @@ class RawCapture:
         self._results: set[str] = set()
         self.stderr = _StderrRing()
         self.unusable = anyio.Event()
+        self.tools_changed = False
+        """Set when the server announced `notifications/tools/list_changed`, in the order its
+        messages came (before the answers that followed it): cleared by whoever lists the
+        tools again (`Connection`)."""
 
     def sent(self, message: Any) -> None:
         """Note a message that left for the server: a `tools/call` now awaits its answer."""
@@ -161,7 +168,10 @@ class RawCapture:
 
     def incoming(self, raw: bytes) -> None:
         """Offer one raw message from the server; kept when it answers a `tools/list`;
-        an answer to a `tools/call` sent is noted as an answer."""
+        an answer to a `tools/call` sent is noted as an answer; the server's announcement that
+        its tools changed is noted (`tools_changed`)."""
+        if _TOOLS_CHANGED in raw:
+            self._note_tools_changed(raw)
         if not self._waiting and not self._unanswered:
             return
         # Only an answer (`result` or `error`) with a JSON-RPC id (a string or a number)
@@ -207,6 +217,16 @@ class RawCapture:
             self._asked[ident] = _input_required(result)
         else:
             self._results.add(ident)
+
+    def _note_tools_changed(self, raw: bytes) -> None:
+        with contextlib.suppress(ValueError, RecursionError):
+            message = json.loads(raw)
+            if (
+                isinstance(message, dict)
+                and message.get("method") == "notifications/tools/list_changed"
+                and "id" not in message
+            ):
+                self.tools_changed = True
 
     def clear(self) -> None:
         """Forget what an earlier, failed listing may have left."""

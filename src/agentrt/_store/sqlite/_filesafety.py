@@ -21,6 +21,11 @@ after SQLite opens the file:
   creating a sidecar name that does not exist yet.
 
 Mode and owner checks are skipped where the OS has no POSIX modes.
+
+It also owns `FileIdentity`, the check made around each commit, the store's and the
+heartbeat's (decision 0155): SQLite writes on through the descriptors it opened, so a
+commit counts only while the database file and its `-wal` at the path are still the
+files opened.
 """
 
 from __future__ import annotations
@@ -36,6 +41,9 @@ from ..._errors import (
     StoreError,
     SymlinkError,
 )
+
+FileId = tuple[int, int] | None
+"""`(device, inode)` of the file at a path; None: no file there."""
 
 POSIX_MODES = os.name == "posix"
 SIDECAR_SUFFIXES = ("-wal", "-shm", "-journal", "-lock")
@@ -197,3 +205,44 @@ def _kind(mode: int) -> str:
     if stat.S_ISSOCK(mode):
         return "socket"
     return "special file"
+
+
+def _file_id(path: str) -> FileId:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+class FileIdentity:
+    """The database file and `-wal` a connection writes, by device and inode, against the
+    files now at the database's path (decision 0155).
+
+    One per connection that commits (the store's, the heartbeat's), used by its own thread
+    only: `moved` updates what it knows when the `-wal` is first made."""
+
+    __slots__ = ("known", "path")
+
+    def __init__(self, path: str, known: tuple[FileId, FileId] | None = None) -> None:
+        self.path = path
+        self.known = known if known is not None else self.now()
+        """The database file's and the `-wal`'s ids when opened (the `-wal` when first seen)."""
+
+    def now(self) -> tuple[FileId, FileId]:
+        """The ids of the files at the database's path and its `-wal`'s now."""
+        return _file_id(self.path), _file_id(self.path + "-wal")
+
+    def moved(self) -> bool:
+        """Whether the database file or its `-wal` at the path is no longer the one the
+        connection writes (deleted, or replaced by another file): what it commits then is in
+        no file a restart reads. SQLite removes the `-wal` only when the last connection
+        closes, never while this one is open."""
+        known = self.known
+        now = self.now()
+        if now == known:
+            return False
+        if known[1] is None and now[0] == known[0] and now[1] is not None:
+            self.known = now  # the -wal was made since the open
+            return False
+        return True

@@ -7,6 +7,13 @@ the file is another matter: SQLite has one writer, so the renewal waits for it
 has no file a second connection could reach, so it renews through its own
 transactions. Either way the new expiry is the caller's wall clock plus the
 lease's length, the same lease clock every other lease write in this backend uses.
+
+A renewal counts only while the database file and its `-wal` at the path are the files
+the store opened (`FileIdentity`, decision 0155, checked before and after its COMMIT):
+once either is deleted or replaced, the connection writes to a file no other process
+reads. The renewer then writes nothing more (a renewal found before its COMMIT is rolled
+back), closes its connection and reports the lease not held: the heartbeat stops and says
+the lease is lost, and the store refuses the loop's next commit on its own check.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from datetime import datetime, timedelta
 
 from .._own_connection import OwnConnection
 from ._connection import store_error
+from ._filesafety import FileIdentity
 from ._writer_turns import WriterTurns
 from ._writes import SqliteTx, renew_lease, renew_lease_alone
 
@@ -31,27 +39,41 @@ class ConnectionRenewer(OwnConnection[sqlite3.Connection]):
         connect: Callable[[], sqlite3.Connection],
         wall: Callable[[], datetime],
         turns: WriterTurns,
+        files: FileIdentity,
     ) -> None:
         super().__init__()
         self._connect = connect
         self._wall = wall
         self._turns = turns  # its own turns among the file's writers (decision 0106)
+        self._files = files  # the files the store opened: renewed only while at the path
         self._safe_schema: int | None = None
 
     def _renew(self, run_id: str, owner: str, ttl: timedelta) -> bool:
+        files = self._files
+        if files.moved():  # before a connection is opened: it would open another file
+            self.close()
+            return False
         if self._conn is None:
             self._conn = self._connect()
         conn = self._conn
         self._turns.take(conn)  # what its wait used is taken from BEGIN's busy timeout
         try:
             renewed, self._safe_schema = renew_lease_alone(
-                conn, self._safe_schema, run_id, owner, self._wall() + ttl
+                conn,
+                self._safe_schema,
+                run_id,
+                owner,
+                self._wall() + ttl,
+                may_commit=lambda: not files.moved(),
             )
         except sqlite3.Error as e:
             self.close()
             raise store_error(e, f"renewing the lease on run {run_id} failed") from e
         finally:
             self._turns.give()
+        if files.moved():  # before or after its COMMIT: not a lease any other process reads
+            self.close()
+            return False
         return renewed
 
     def close(self) -> None:

@@ -231,7 +231,7 @@ class SqliteStore(ProxyRows):
         )
         # The database file and its -wal this connection writes, by device and inode: a
         # commit is acknowledged only while they are still the files at the path.
-        self._files = None if uri is None or read_only else self._file_ids()
+        self._files = None if uri is None or read_only else filesafety.FileIdentity(path)
         left_to_the_parent(self)  # a forked child leaves it to this process (decision 0127)
 
     def __enter__(self) -> SqliteStore:
@@ -307,35 +307,6 @@ class SqliteStore(ProxyRows):
             self._conn.close()
         if self._turns is not None:
             self._turns.close()
-
-    def _file_ids(self) -> tuple[tuple[int, int] | None, tuple[int, int] | None]:
-        """`(device, inode)` of the file at the database's path and at its `-wal`'s (None:
-        no file there)."""
-
-        def one(path: str) -> tuple[int, int] | None:
-            try:
-                st = os.stat(path)
-            except OSError:
-                return None
-            return st.st_dev, st.st_ino
-
-        return one(self.path), one(self.path + "-wal")
-
-    def _files_moved(self) -> bool:
-        """Whether the database file or its `-wal` at the store's path is no longer the one
-        its connection writes (deleted, or replaced by another file): what it commits then
-        is in no file a restart reads. SQLite removes the `-wal` only when the last
-        connection closes, never while this one is open."""
-        known = self._files
-        if known is None:
-            return False
-        now = self._file_ids()
-        if now == known:
-            return False
-        if known[1] is None and now[0] == known[0] and now[1] is not None:
-            self._files = now  # the -wal was made since the open
-            return False
-        return True
 
     def _moved_error(self, outcome: str, *, unknown: bool = False) -> StoreError:
         """Stop the store, its file deleted or replaced under it, and say so (`unknown`:
@@ -445,7 +416,7 @@ class SqliteStore(ProxyRows):
         written), and the store goes on."""
         # A block or a group forked in ends here in the child: the parent's, not committed.
         self._check_open()
-        if self._files_moved():
+        if self._files is not None and self._files.moved():
             migrations.rollback_quietly(self._conn)
             raise self._moved_error("the transaction was rolled back, nothing was written")
         try:
@@ -465,7 +436,7 @@ class SqliteStore(ProxyRows):
                     "reopen it"
                 ) from e
             raise store_error(e, "commit failed, nothing was written", retryable=False) from e
-        if self._files_moved():
+        if self._files is not None and self._files.moved():
             raise self._moved_error(
                 f"whether the transaction is in the record at {self.path} is unknown",
                 unknown=True,
@@ -600,8 +571,14 @@ class SqliteStore(ProxyRows):
         self._check_open()
         if self._uri is None:
             return StoreRenewer(self.transaction, wall)
+        # It renews only while the files at the path are the ones this store opened: its
+        # own connection, opened later, may otherwise open a file put there since.
+        known = self._files.known if self._files is not None else None
         return ConnectionRenewer(
-            self._open_connection, wall, WriterTurns(self.path, _connection.BUSY_TIMEOUT_MS / 1000)
+            self._open_connection,
+            wall,
+            WriterTurns(self.path, _connection.BUSY_TIMEOUT_MS / 1000),
+            filesafety.FileIdentity(self.path, known),
         )
 
     def lease_now(self, wall: Callable[[], datetime]) -> datetime:

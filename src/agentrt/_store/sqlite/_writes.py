@@ -79,19 +79,29 @@ def renew_lease(
 
 
 def renew_lease_alone(
-    conn: sqlite3.Connection, safe_schema: int | None, run_id: str, owner: str, expires_at: datetime
+    conn: sqlite3.Connection,
+    safe_schema: int | None,
+    run_id: str,
+    owner: str,
+    expires_at: datetime,
+    *,
+    may_commit: Callable[[], bool] | None = None,
 ) -> tuple[bool, int | None]:
     """`renew_lease` in a transaction of its own on `conn` (the heartbeat's connection).
 
     Like every store transaction it re-checks the schema first: a trigger added
     since the last renewal must not fire on this write (`UnsafeSchemaError`,
-    nothing written). Returns whether the lease was renewed and the schema
-    version now known safe.
+    nothing written). `may_commit` false just before the COMMIT (the file was deleted
+    or replaced) rolls back: nothing written, not renewed. Returns whether the lease
+    was renewed and the schema version now known safe.
     """
     conn.execute("BEGIN IMMEDIATE")
     try:
         safe_schema = check_schema(conn, safe_schema)
         renewed = renew_lease(conn, run_id, owner, expires_at)
+        if may_commit is not None and not may_commit():
+            rollback_quietly(conn)
+            return False, safe_schema
         conn.execute("COMMIT")
     except BaseException:
         rollback_quietly(conn)
