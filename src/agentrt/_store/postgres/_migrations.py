@@ -379,7 +379,8 @@ SELECT 'operator' FROM inschema AS d WHERE d.classid = 'pg_operator'::regclass
 
 
 def check_schema(conn: psycopg.Connection[Any]) -> None:
-    """Refuse a schema holding a trigger, rule, view or row-level policy agentrt did not make.
+    """Refuse a schema holding a trigger, rule, view or row-level policy agentrt did not make,
+    or code that would run inside its statements (`_UNSAFE`), naming each thing found.
 
     One read of the catalogue; run it inside the transaction whose writes it protects.
     """
