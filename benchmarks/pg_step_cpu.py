@@ -9,15 +9,17 @@ of each run, and the server's CPU per step: its backend's (the one process servi
 store's connection) user and system time from `/proc/<pid>/stat` around each run, when
 the server runs on this machine (`n/a` otherwise); the schema is dropped at the end.
 
-`--guards` (PostgreSQL) alternates the rounds between decision 0110's schema guard (the
-schema's relations found by a scan of `pg_class`) and this one's (found through
-`pg_depend`'s index, decision 0112), on one store in one run, and prints each one's
-figures and the ratios of their medians, then each guard's statement alone, prepared,
-on the store's connection (and `SELECT 1`'s), the server's CPU of one.
+`--guards` (PostgreSQL) alternates the rounds between decision 0157's schema guard (the
+statement every write transaction sent until decision XXXX, kept here as it was) and this
+one's, on one store in one run, and prints each one's figures and the ratios of their
+medians, then each guard's statement alone, prepared, on the store's connection (and
+`SELECT 1`'s), the server's CPU of one. The server's CPU is read from the backend's
+`/proc/<pid>/schedstat` (nanoseconds) where the kernel keeps it, else from its
+`/proc/<pid>/stat` (clock ticks).
 
 `--other-tables N` first makes N tables (each with its primary key's index) in another
 schema of the same database, as a database other applications share holds (dropped at
-the end): the scan reads every relation of the database, the index the store's own.
+the end): neither guard should read them.
 
 Instructions per step (they do not depend on the machine's load): run it under
 `valgrind --tool=callgrind` once with `--steps 20` and once with `--steps 220`
@@ -70,28 +72,77 @@ import driver as bench
 
 import agentrt
 
-# Decision 0110's way of finding the schema's relations, for `--guards`: `pg_class` scanned
-# whole (no catalog index serves a namespace alone).
-SCAN_OWN_RELATIONS = """\
-    SELECT c.oid, c.relname, c.relkind, c.relrowsecurity FROM pg_class AS c
-    WHERE c.relnamespace = to_regnamespace(current_schema())::oid
+# Decision 0157's guard, for `--guards`: the statement every write transaction sent before
+# decision XXXX (`_UNSAFE` then, each refusal named, wrapped as `GUARD` is).
+PREVIOUS_UNSAFE = """\
+WITH code AS MATERIALIZED (
+    SELECT DISTINCT f.classid, f.objid FROM pg_depend AS f
+    WHERE f.refclassid IN ('pg_proc'::regclass, 'pg_operator'::regclass)
+        AND f.refobjid >= 16384
+        AND f.classid IN ('pg_attrdef'::regclass, 'pg_constraint'::regclass, 'pg_class'::regclass)
+), own AS MATERIALIZED (
+    SELECT c.oid, c.relname, c.relkind, c.relrowsecurity
+    FROM pg_depend AS d JOIN pg_class AS c ON c.oid = d.objid
+    WHERE d.refclassid = 'pg_namespace'::regclass AND d.refobjsubid = 0
+        AND d.refobjid = to_regnamespace(current_schema())::oid
+        AND d.classid = 'pg_class'::regclass
+        AND c.relnamespace = to_regnamespace(current_schema())::oid
+)
+SELECT 'trigger', t.tgname::text FROM own AS c JOIN pg_trigger AS t ON t.tgrelid = c.oid
+    WHERE NOT t.tgisinternal
+UNION ALL
+SELECT 'rule', r.rulename::text FROM own AS c JOIN pg_rewrite AS r ON r.ev_class = c.oid
+    WHERE c.relkind NOT IN ('v', 'm')
+UNION ALL
+SELECT 'view', c.relname::text FROM own AS c WHERE c.relkind IN ('v', 'm')
+UNION ALL
+SELECT 'row-level policy', p.polname::text FROM own AS c JOIN pg_policy AS p ON p.polrelid = c.oid
+UNION ALL
+SELECT 'row-level security on', c.relname::text FROM own AS c WHERE c.relrowsecurity
+UNION ALL
+SELECT 'a function of its own called by', pg_describe_object(f.classid, f.objid, 0)
+    FROM code AS f WHERE EXISTS (
+        SELECT FROM pg_depend AS d WHERE d.classid = f.classid AND d.objid = f.objid
+            AND d.refclassid = 'pg_class'::regclass AND d.refobjid IN (SELECT oid FROM own))
+UNION ALL
+SELECT 'function', p.oid::regprocedure::text
+    FROM pg_depend AS d JOIN pg_proc AS p ON p.oid = d.objid
+    WHERE d.refclassid = 'pg_namespace'::regclass AND d.refobjsubid = 0
+        AND d.refobjid = to_regnamespace(current_schema())::oid
+        AND d.classid = 'pg_proc'::regclass
+        AND p.prorettype NOT IN ('trigger'::regtype, 'event_trigger'::regtype)
+UNION ALL
+SELECT 'operator', d.objid::regoperator::text FROM pg_depend AS d
+    WHERE d.refclassid = 'pg_namespace'::regclass AND d.refobjsubid = 0
+        AND d.refobjid = to_regnamespace(current_schema())::oid
+        AND d.classid = 'pg_operator'::regclass
+UNION ALL
+SELECT 'a column of its own type', c.relname::text || '.' || a.attname::text
+    FROM own AS c JOIN pg_depend AS t ON t.classid = 'pg_class'::regclass AND t.objid = c.oid
+        AND t.objsubid > 0
+    JOIN pg_attribute AS a ON a.attrelid = c.oid AND a.attnum = t.objsubid
+    WHERE t.refclassid::int8 = 'pg_type'::regclass::oid::int8 AND t.refobjid::int8 >= 16384
 """
+
+PREVIOUS_GUARD = (
+    "SELECT CAST('agentrt refuses this schema: ' || string_agg(kind || ' ' || name, ', ') "
+    f"AS integer) FROM ({PREVIOUS_UNSAFE}) AS unsafe (kind, name)"
+)
 
 
 @contextlib.contextmanager
-def guard_finding(own: str) -> Iterator[None]:
-    """The store's schema guard, while inside, finding the schema's relations with `own`."""
-    from agentrt._store.postgres import _migrations, _tx
-
-    def swapped(text: str, old: str, new: str) -> str:
-        if old not in text:
-            raise SystemExit("the schema guard's text is not the one this benchmark swaps")
-        return text.replace(old, new)
+def previous_guard() -> Iterator[None]:
+    """The store's transactions, while inside, sending decision 0157's guard."""
+    from agentrt._store.postgres import _tx
+    from agentrt._store.postgres._connection import translate
 
     guard, first = _tx.GUARD, dict(_tx._GUARDED_FIRST)
-    index = _migrations.OWN_RELATIONS
-    _tx.GUARD = swapped(guard, index, own)  # type: ignore[misc]
-    _tx._GUARDED_FIRST = {k: swapped(v, index, own) for k, v in first.items()}
+    inside = translate(guard)  # as the run's lock carries it
+    if any(inside not in v for v in first.values()):
+        raise SystemExit("the run's lock no longer carries the guard this benchmark swaps")
+    _tx.GUARD = PREVIOUS_GUARD  # type: ignore[misc]
+    previous = translate(PREVIOUS_GUARD)
+    _tx._GUARDED_FIRST = {k: v.replace(inside, previous) for k, v in first.items()}
     try:
         yield
     finally:
@@ -100,12 +151,14 @@ def guard_finding(own: str) -> Iterator[None]:
 
 
 class ServerCpu:
-    """The CPU seconds (user and system) of the backend serving `store`'s connection, read
-    from `/proc` when the server runs here; `read()` is None otherwise."""
+    """The CPU seconds of the backend serving `store`'s connection, read from `/proc` when the
+    server runs here (`schedstat`'s nanoseconds, else `stat`'s user and system ticks);
+    `read()` is None otherwise."""
 
     def __init__(self, store: agentrt.Store) -> None:
         pid = store._pg.info.backend_pid  # type: ignore[attr-defined]
         self.path = f"/proc/{pid}/stat"
+        self.schedstat = f"/proc/{pid}/schedstat"
         self.tick = os.sysconf("SC_CLK_TCK")
 
     def read(self) -> float | None:
@@ -116,7 +169,11 @@ class ServerCpu:
             return None
         if fields[0] == "Z":  # not the backend
             return None
-        return (int(fields[11]) + int(fields[12])) / self.tick
+        try:
+            with open(self.schedstat) as f:
+                return int(f.read().split()[0]) / 1e9
+        except (OSError, ValueError, IndexError):
+            return (int(fields[11]) + int(fields[12])) / self.tick
 
 
 @contextlib.contextmanager
@@ -238,10 +295,7 @@ def guards_alone(store: agentrt.Store, server_cpu: ServerCpu, times: int) -> str
     from agentrt._store.postgres import _migrations
 
     conn = store._pg  # type: ignore[attr-defined]
-    index = _migrations.GUARD
-    statements = {"scan": index.replace(_migrations.OWN_RELATIONS, SCAN_OWN_RELATIONS)}
-    statements["index"] = index
-    statements["SELECT 1"] = "SELECT 1"
+    statements = {"0157": PREVIOUS_GUARD, "this": _migrations.GUARD, "SELECT 1": "SELECT 1"}
     spent: dict[str, list[float]] = {name: [] for name in statements}
     for _ in range(2):
         for name, sql in statements.items():
@@ -325,7 +379,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--profile", default=None, metavar="FILE")
     parser.add_argument("--trips", action="store_true", help="count round trips and statements")
     parser.add_argument(
-        "--guards", action="store_true", help="alternate decision 0110's guard and this one's"
+        "--guards", action="store_true", help="alternate decision 0157's guard and this one's"
     )
     parser.add_argument("--other-tables", type=int, default=0, metavar="N")
     parser.add_argument(
@@ -338,9 +392,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     opened = sqlite_store() if args.sqlite else postgres_store(args.url)
     others = contextlib.nullcontext() if args.sqlite else other_tables(args.url, args.other_tables)
     tool = bench.make_tool("")
-    # Each round's guard: this one (decision 0112's, "index"), or with `--guards` the
-    # rounds alternating between it and decision 0110's ("scan"), the scan first.
-    kinds = ["scan", "index"] if args.guards else ["index"]
+    # Each round's guard: this one ("this"), or with `--guards` the rounds alternating between
+    # it and decision 0157's ("0157"), the previous first.
+    kinds = ["0157", "this"] if args.guards else ["this"]
     cpu: dict[str, list[float]] = {k: [] for k in kinds}
     wall: dict[str, list[float]] = {k: [] for k in kinds}
     server: dict[str, list[float]] = {k: [] for k in kinds}
@@ -350,9 +404,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         profile = cProfile.Profile(time.thread_time) if args.profile else None
         for round_ in range(args.rounds * len(kinds)):
             kind = kinds[round_ % len(kinds)]
-            finding = (
-                guard_finding(SCAN_OWN_RELATIONS) if kind == "scan" else contextlib.nullcontext()
-            )
+            finding = previous_guard() if kind == "0157" else contextlib.nullcontext()
             with finding:
                 if profile is not None:
                     profile.enable()
@@ -388,12 +440,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.guards:
         # The server's CPU is read in clock ticks (10 ms): a short run's median can be none.
         ratios = [
-            f"{name} {statistics.median(series['scan']) / statistics.median(series['index']):.2f}x"
-            if series["index"] and statistics.median(series["index"])
+            f"{name} {statistics.median(series['0157']) / statistics.median(series['this']):.2f}x"
+            if series["this"] and statistics.median(series["this"])
             else f"{name} n/a (under a clock tick)"
             for name, series in (("server CPU", server), ("client CPU", cpu), ("wall", wall))
         ]
-        print("scan guard over index guard (medians): " + ", ".join(ratios))
+        print("decision 0157's guard over this one's (medians): " + ", ".join(ratios))
         if alone:
             print(alone)
     if counted:

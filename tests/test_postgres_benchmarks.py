@@ -184,9 +184,9 @@ def test_the_step_cpu_benchmark_compares_the_two_schema_guards_and_drops_what_it
     assert script.returncode == 0, err
     lines = out.splitlines()
     assert [line.split(":", 1)[0] for line in lines] == [
-        "PostgreSQL (scan guard) (3 other tables), 3 steps x 2",
-        "PostgreSQL (index guard) (3 other tables), 3 steps x 2",
-        "scan guard over index guard (medians)",
+        "PostgreSQL (0157 guard) (3 other tables), 3 steps x 2",
+        "PostgreSQL (this guard) (3 other tables), 3 steps x 2",
+        "decision 0157's guard over this one's (medians)",
         "the guard alone, prepared, 2000 times, twice",
     ], lines
     for line in lines[:2]:
@@ -194,7 +194,7 @@ def test_the_step_cpu_benchmark_compares_the_two_schema_guards_and_drops_what_it
         assert len(server.split()) == 2, line  # one figure a round of that guard
     assert lines[2].split(": ", 1)[1].startswith("server CPU "), lines
     alone = lines[3].split(": server CPU µs ", 1)[1].split(", ")
-    assert [each.rsplit(" ", 2)[0] for each in alone] == ["scan", "index", "SELECT 1"], lines
+    assert [each.rsplit(" ", 2)[0] for each in alone] == ["0157", "this", "SELECT 1"], lines
     # The store's schema and the other tables' are dropped (both named by the script's pid).
     with psycopg.connect(base, autocommit=True) as conn:
         left = conn.execute(
