@@ -10,7 +10,7 @@ store's connection) user and system time from `/proc/<pid>/stat` around each run
 the server runs on this machine (`n/a` otherwise); the schema is dropped at the end.
 
 `--guards` (PostgreSQL) alternates the rounds between decision 0157's schema guard (the
-statement every write transaction sent until decision XXXX, kept here as it was) and this
+statement every write transaction sent until decision 0167, kept here as it was) and this
 one's, on one store in one run, and prints each one's figures and the ratios of their
 medians, then each guard's statement alone, prepared, on the store's connection (and
 `SELECT 1`'s), the server's CPU of one. The server's CPU is read from the backend's
@@ -73,7 +73,7 @@ import driver as bench
 import agentrt
 
 # Decision 0157's guard, for `--guards`: the statement every write transaction sent before
-# decision XXXX (`_UNSAFE` then, each refusal named, wrapped as `GUARD` is).
+# decision 0167 (`_UNSAFE` then, each refusal named, wrapped as `GUARD` is).
 PREVIOUS_UNSAFE = """\
 WITH code AS MATERIALIZED (
     SELECT DISTINCT f.classid, f.objid FROM pg_depend AS f

@@ -1,5 +1,5 @@
 """The schema guard refuses built-in code with an effect, and types of the database's own,
-in the expressions the store's writes evaluate (decision XXXX).
+in the expressions the store's writes evaluate (decision 0167).
 
 Decision 0157 refused a default, check constraint or index that calls a function written in
 the database. A built-in function with an effect was let through, and so was a type of the

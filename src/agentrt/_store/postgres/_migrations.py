@@ -240,7 +240,7 @@ def _plain_comparison(tree: str) -> str:
 # or predicate of the schema's relations, as its stored node tree (`pg_node_tree`, whose
 # constants are written as bytes, so no text of a row can look like a node), and for a
 # default its column's type; those of the shapes agentrt makes (above) are not read further.
-# Decision XXXX.
+# Decision 0167.
 _EXPRESSIONS = f"""\
     SELECT 'pg_attrdef'::regclass AS classid, a.oid AS objid, a.adbin::text AS tree,
             t.atttypid AS column_type
@@ -327,7 +327,7 @@ renewals, and once a transaction's `GUARD` has found something, to say what."""
 
 # The transaction's guard: whether the schema holds anything `_UNSAFE` would name (or an
 # expression of a shape agentrt does not make, which `_UNSAFE` then reads), at the least
-# cost, since every write transaction runs it (decision XXXX). Each relation of the schema is
+# cost, since every write transaction runs it (decision 0167). Each relation of the schema is
 # read once (its `pg_class` row), and each kind looked up only where the row's own flags say
 # it can be: `relhastriggers` and `relhasrules`, which the server sets whenever a trigger or
 # rule is made and reads to decide whether to load any (a relation whose flag is off has none
