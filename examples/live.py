@@ -275,6 +275,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--resume", metavar="RUN_ID", help="continue a run approved elsewhere")
     args = parser.parse_args(argv)
+    if args.db is not None and str(args.db).startswith(("postgresql:", "postgres:")):
+        # Not printed back: a URL may hold a password.
+        parser.exit(2, f"{parser.prog}: --db takes a SQLite file's path here, not a URL\n")
     if args.db is not None and not Path(args.db).parent.is_dir():  # one sentence, no traceback
         parser.exit(
             2,

@@ -109,6 +109,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--db", type=Path, help="database file (default: a new temp dir)")
     args = parser.parse_args(argv)
+    if args.db is not None and str(args.db).startswith(("postgresql:", "postgres:")):
+        # Not printed back: a URL may hold a password.
+        parser.exit(2, f"{parser.prog}: --db takes a SQLite file's path here, not a URL\n")
     if args.db is not None and not Path(args.db).parent.is_dir():  # one sentence, no traceback
         parser.exit(
             2,

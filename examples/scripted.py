@@ -145,7 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         store = agentrt.open_store(db)
     except agentrt.StoreError as exc:  # a file that is not a database: one sentence
-        parser.exit(2, f"{parser.prog}: --db {args.db}: {exc}\n")
+        # A URL may hold a password: not printed back (the store's sentence hides it).
+        parser.exit(2, f"{parser.prog}: --db {'<your URL>' if url else args.db}: {exc}\n")
     run = make_driver(store, workdir, "process-1").start_sync("ship the login branch")
     print(f"[process 1] run {run.id[:12]}… stopped: {run.status}")
     for step in store.list_steps(run.id):

@@ -4,7 +4,8 @@
 lists of tool objects, as `tools/list` returns them), `journal` (a file each `tools/call`
 is appended to, one JSON line, before it is answered) and `notify` (whether the change is
 announced). A call to its tool `flip` switches to the second listing and, with `notify`,
-sends `notifications/tools/list_changed` before answering.
+sends `notifications/tools/list_changed` before answering (`announcement`, if given, is
+the line it writes for it, verbatim).
 """
 
 from __future__ import annotations
@@ -46,7 +47,9 @@ def main() -> None:
                 )
             if params["name"] == "flip":
                 current = 1
-                if config.get("notify"):
+                if config.get("notify") and config.get("announcement"):
+                    sys.stdout.write(config["announcement"] + "\n")
+                elif config.get("notify"):
                     send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
             text = {"type": "text", "text": f"{params['name']} done"}
             send({"jsonrpc": "2.0", "id": ident, "result": {"content": [text]}})

@@ -50,3 +50,39 @@ def test_an_example_given_a_db_that_is_not_a_database_says_so_in_one_sentence(
     )
     assert not_a_db.read_text() == "my notes\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing made beside it
+
+
+URL = "postgresql://agentrt:hunter2@127.0.0.1:1/nowhere"
+"""A URL with a password, on a port nothing listens on."""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "example", _examples_taking_db(), ids=lambda p: p.relative_to(ROOT / "examples").as_posix()
+)
+def test_an_example_given_a_url_with_a_password_never_prints_it(
+    tmp_path: Path, example: Path
+) -> None:
+    """A URL may hold a password: an example refusing it says why in one sentence without
+    printing it back, as `scripted.py` already did not on success. Once every example
+    quoted it (twice for those that take a path only, as `postgresql:/agentrt:hunter2@...`
+    "is not an existing directory")."""
+    result = subprocess.run(
+        [sys.executable, str(example), "--db", URL],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+    )
+    assert (result.returncode, result.stdout) == (2, ""), result.stderr
+    assert "hunter2" not in result.stderr
+    assert result.stderr.count("\n") == 1 and result.stderr.endswith("\n")
+    if example.name == "scripted.py":  # it runs on PostgreSQL: here the server is not there
+        assert result.stderr.startswith(
+            "scripted.py: --db <your URL>: cannot open postgresql://agentrt:***@127.0.0.1:1/nowhere"
+        )
+    else:
+        assert result.stderr == (
+            f"{example.name}: --db takes a SQLite file's path here, not a URL\n"
+        )

@@ -59,11 +59,14 @@ def _changed(change: str) -> list[dict[str, Any]]:
     return [target, FLIP]
 
 
-def _server(tmp_path: Path, change: str, notify: bool = True) -> tuple[mcp.Server, Path]:
+def _server(
+    tmp_path: Path, change: str, notify: bool = True, **more: Any
+) -> tuple[mcp.Server, Path]:
     journal = tmp_path / "calls.jsonl"
     config = tmp_path / "config.json"
     listings = [[TARGET, FLIP], _changed(change)]
-    config.write_text(json.dumps({"listings": listings, "journal": str(journal), "notify": notify}))
+    settings = {"listings": listings, "journal": str(journal), "notify": notify, **more}
+    config.write_text(json.dumps(settings))
     return mcp.Server("billing", command=[sys.executable, str(SERVER), str(config)]), journal
 
 
@@ -132,3 +135,73 @@ def test_a_change_that_leaves_the_pinned_tool_as_it_was_refuses_nothing(tmp_path
         {"customer": "acme"},
         {"customer": "globex"},
     ]
+
+
+@pytest.mark.parametrize(
+    "announcement",
+    [
+        # The same JSON string: PHP's `json_encode` writes every `/` so.
+        r'{"jsonrpc": "2.0", "method": "notifications\/tools\/list_changed"}',
+        r'{"jsonrpc": "2.0", "method": "notifications/tools/list\u005fchanged"}',
+        # An `id` of null: the SDK reads it as the announcement all the same.
+        '{"jsonrpc": "2.0", "id": null, "method": "notifications/tools/list_changed"}',
+    ],
+    ids=["escaped slashes", "escaped letter", "null id"],
+)
+def test_an_announcement_the_sdk_reads_as_one_is_read_as_one(
+    tmp_path: Path, announcement: str
+) -> None:
+    """Whatever way the server writes it, an announcement the SDK reads as one is one to
+    agentrt. Once missed (a byte search for the name as most servers write it, and no
+    `id` key): the changed tool's call was sent."""
+    server, journal = _server(tmp_path, "schema", announcement=announcement)
+    first, (second, again) = asyncio.run(_session(server))
+    assert first == "send_invoice done"
+    assert isinstance(second, MCPToolError)
+    assert str(second) == (
+        "MCP server 'billing' changed tool 'send_invoice' during this session: the input "
+        "schema changed since the pin; the call was not sent (review the change, pin the "
+        "server again and load it anew)"
+    )
+    assert again == "flip done"
+    assert [entry["tool"] for entry in _journal(journal)] == ["send_invoice", "flip", "flip"]
+
+
+def test_a_listing_again_cut_short_by_a_cancel_is_made_at_the_next_call(tmp_path: Path) -> None:
+    """The caller cancels the call (its timeout, a stop) while the tools are listed again
+    for an announced change: nothing is sent, and the change is still to be looked at, so
+    the next call lists again and is refused. Once the announcement was forgotten at the
+    cancel, and the next call of the changed tool was sent."""
+    server, journal = _server(tmp_path, "schema")
+
+    async def session() -> Any:
+        manifest = await mcp.pin(server)
+        async with mcp.connect(server) as connection:
+            tools, _ = await connection.load(manifest, RULES)
+            by_name = {tool.spec.name: tool for tool in tools}
+            target, flip = by_name["billing_send_invoice"], by_name["billing_flip"]
+            await flip.call(_call({}))
+            listing = asyncio.Event()
+            real_offers = connection.offers
+
+            async def offers() -> Any:
+                if not listing.is_set():  # the first listing again: one that does not end
+                    listing.set()
+                    await asyncio.Event().wait()
+                return await real_offers()
+
+            connection.offers = offers  # type: ignore[method-assign]
+            cut_short = asyncio.ensure_future(target.call(_call({"customer": "acme"})))
+            await listing.wait()
+            cut_short.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await cut_short
+            try:
+                return await target.call(_call({"customer": "globex"}))
+            except MCPToolError as exc:
+                return exc
+
+    second = asyncio.run(session())
+    assert isinstance(second, MCPToolError)
+    assert "during this session: the input schema changed since the pin" in str(second)
+    assert [entry["tool"] for entry in _journal(journal)] == ["flip"]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -434,3 +435,51 @@ def test_a_heartbeat_connection_opened_after_the_file_was_replaced_renews_nothin
     finally:
         copy.close()
     store.close()
+
+
+def test_a_file_replaced_between_a_renewals_update_and_its_commit_gets_nothing_of_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The race between the heartbeat's check and its COMMIT: the database replaced by a
+    copy (its `-wal` left at the path) after the renewal's UPDATE, just before its COMMIT.
+    The check made there rolls the renewal back: not renewed, and nothing of it in the file
+    at the path, which a restart reads with that `-wal`. Pins the check before the COMMIT
+    (the ones before the connection opens and after the COMMIT do not see this change
+    in time)."""
+    from datetime import UTC, datetime
+
+    from agentrt._store.sqlite import _filesafety
+
+    db = tmp_path / "x.db"
+    store = open_store(db)
+    _create(store, "r1")  # leased by "me", expired at EPOCH
+    with sqlite3.connect(db) as other:  # the run in the database file, so in its copy too
+        other.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    other.close()
+    renewer = store.renewer(lambda: datetime.now(UTC))
+    checks: list[bool] = []
+    real_moved = _filesafety.FileIdentity.moved
+
+    def moved(self: _filesafety.FileIdentity) -> bool:
+        conn = renewer._conn
+        if not checks and conn is not None and conn.in_transaction:  # UPDATE made, no COMMIT
+            _replace(db)
+            checks.append(real_moved(self))
+            return checks[-1]
+        return real_moved(self)
+
+    monkeypatch.setattr(_filesafety.FileIdentity, "moved", moved)
+    try:
+        assert renewer.renew("r1", "me", timedelta(seconds=30)) is False
+    finally:
+        renewer.close()
+    monkeypatch.setattr(_filesafety.FileIdentity, "moved", real_moved)
+    assert checks == [True]  # the change found just before the COMMIT
+    store.close()
+    for path in (db, db.with_name("old.db")):
+        again = open_store(path)
+        try:
+            lease = again.lease("r1")
+            assert lease is not None and lease.owner == "me" and lease.expires_at == EPOCH
+        finally:
+            again.close()

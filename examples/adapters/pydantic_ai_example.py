@@ -145,6 +145,9 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--db", type=Path, default=None)
     args = parser.parse_args()
+    if args.db is not None and str(args.db).startswith(("postgresql:", "postgres:")):
+        # Not printed back: a URL may hold a password.
+        parser.exit(2, f"{parser.prog}: --db takes a SQLite file's path here, not a URL\n")
     if args.db is not None and not Path(args.db).parent.is_dir():  # one sentence, no traceback
         parser.exit(
             2,

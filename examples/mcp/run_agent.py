@@ -78,6 +78,9 @@ if __name__ == "__main__":
     parser.add_argument("--db", type=Path)
     parser.add_argument("--notes", type=Path)
     args = parser.parse_args()
+    if args.db is not None and str(args.db).startswith(("postgresql:", "postgres:")):
+        # Not printed back: a URL may hold a password.
+        parser.exit(2, f"{parser.prog}: --db takes a SQLite file's path here, not a URL\n")
     if args.db is not None and not Path(args.db).parent.is_dir():  # one sentence, no traceback
         parser.exit(
             2,

@@ -247,8 +247,12 @@ class Connection:
                 self._capture.tools_changed = False
                 try:
                     await self.offers()
-                except MCPServerError as exc:
-                    self._capture.tools_changed = True  # listed again at the next call
+                except BaseException as exc:
+                    # Failed, or cut short (the call cancelled, its timeout): the change is
+                    # still to be looked at, so the next call lists again.
+                    self._capture.tools_changed = True
+                    if not isinstance(exc, MCPServerError):
+                        raise
                     raise MCPToolError(
                         f"MCP server {self.server.name!r} announced that its tools changed, "
                         f"and listing them again failed ({exc}); the call to "

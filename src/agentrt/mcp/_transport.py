@@ -74,7 +74,7 @@ Streams = tuple[
 ]
 
 
-_TOOLS_CHANGED = b"notifications/tools/list_changed"
+_TOOLS_CHANGED = b"notifications/tools/list_changed"  # as most servers write it
 
 
 class RawCapture:
@@ -170,9 +170,13 @@ class RawCapture:
         """Offer one raw message from the server; kept when it answers a `tools/list`;
         an answer to a `tools/call` sent is noted as an answer; the server's announcement that
         its tools changed is noted (`tools_changed`)."""
-        if _TOOLS_CHANGED in raw:
-            self._note_tools_changed(raw)
         if not self._waiting and not self._unanswered:
+            # The announcement is read as the SDK reads it: a method name written with
+            # escapes (`notifications\/tools\/list_changed`, as PHP's `json_encode` writes
+            # it) is the same string, so a message with a backslash is parsed too.
+            if _TOOLS_CHANGED in raw or b"\\" in raw:
+                with contextlib.suppress(ValueError, RecursionError):
+                    self._note_tools_changed(json.loads(raw))
             return
         # Only an answer (`result` or `error`) with a JSON-RPC id (a string or a number)
         # is one: a server's own request (its ids may equal the client's, JSON-RPC ids
@@ -183,6 +187,7 @@ class RawCapture:
         except JSONValueError as exc:
             with contextlib.suppress(ValueError, RecursionError):
                 loose = json.loads(raw)
+                self._note_tools_changed(loose)
                 ident = _answer_id(loose)
                 if ident is None:
                     return
@@ -197,6 +202,7 @@ class RawCapture:
                     )
                     self.unusable.set()
             return
+        self._note_tools_changed(parsed)
         ident = _answer_id(parsed)
         if ident is None:
             return
@@ -218,15 +224,14 @@ class RawCapture:
         else:
             self._results.add(ident)
 
-    def _note_tools_changed(self, raw: bytes) -> None:
-        with contextlib.suppress(ValueError, RecursionError):
-            message = json.loads(raw)
-            if (
-                isinstance(message, dict)
-                and message.get("method") == "notifications/tools/list_changed"
-                and "id" not in message
-            ):
-                self.tools_changed = True
+    def _note_tools_changed(self, message: Any) -> None:
+        # Whatever its `id`: the SDK reads one that is null, or no request id, as the
+        # notification, and a listing again for a message that was none costs one round trip.
+        if (
+            isinstance(message, dict)
+            and message.get("method") == "notifications/tools/list_changed"
+        ):
+            self.tools_changed = True
 
     def clear(self) -> None:
         """Forget what an earlier, failed listing may have left."""
