@@ -344,12 +344,17 @@ def connect(target: Target) -> psycopg.Connection[Any]:
 
 
 def rollback_quietly(conn: psycopg.Connection[Any]) -> None:
-    """Roll back if a transaction is open, never letting a failed ROLLBACK hide the cause."""
+    """Roll back if a transaction is open, never letting a failed ROLLBACK hide the cause.
+
+    psycopg's own rollback, which also forgets the statements it prepared on the session: a
+    pipeline that failed part-way (the schema's guard refusing, decision 0167) can leave its
+    cache naming a statement whose PREPARE the server skipped, and every later use of that
+    name would fail ("prepared statement ... does not exist")."""
     if conn.closed:
         return
     try:
         if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-            conn.execute("ROLLBACK")
+            conn.rollback()
     except psycopg.Error:
         pass
 
