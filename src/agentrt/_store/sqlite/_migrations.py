@@ -451,10 +451,12 @@ def migrate(
 
 
 def already_made(version: int, current: int, said: str) -> SchemaVersionError | None:
-    """The refusal of a migration that finds what it makes already there (both backends'):
-    the record's `schema_migrations` lost the version of what it holds; None for any other
-    failure of the migration's statement."""
-    if "already exists" not in said and "duplicate column" not in said:
+    """The refusal of a migration that finds what it makes already there, or what it changes
+    gone (both backends'): the record's `schema_migrations` lost the version of what it
+    holds; None for any other failure of the migration's statement."""
+    found = "already exists" in said or "duplicate column" in said
+    # PostgreSQL's migration 5 begins by dropping what migration 1 made: gone already there.
+    if not found and not (current > 0 and "does not exist" in said):
         return None
     if current == 0:
         return SchemaVersionError(
