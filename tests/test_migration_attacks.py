@@ -9,6 +9,7 @@ too), the read-only file a tmpfs remounted read-only.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import sqlite3
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from agentrt._errors import SchemaVersionError
+from agentrt._errors import SchemaVersionError, StoreError
 from agentrt._store import open_existing, open_store
 from agentrt._store.sqlite._migrations import MIGRATIONS, SCHEMA_VERSION, statements
 from store_contract.world import everything
@@ -252,3 +253,77 @@ def agentrt_command(*args: str) -> tuple[int, str]:
         [sys.executable, "-m", "agentrt", *args], capture_output=True, text=True, timeout=120
     )
     return done.returncode, done.stderr
+
+
+def test_a_newer_record_is_refused_by_every_open_and_the_command_line_with_nothing_written(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "newer.db"
+    open_store(db).close()
+    conn = sqlite3.connect(db, isolation_level=None)
+    try:
+        conn.execute("INSERT INTO schema_migrations (version, applied_at) VALUES (6, '')")
+        conn.execute("CREATE TABLE grants (id TEXT) STRICT")
+    finally:
+        conn.close()
+    before = (db.read_bytes(), db.stat().st_mtime_ns, sorted(p.name for p in tmp_path.iterdir()))
+    said = r"written by a newer agentrt \(schema version 6; this agentrt 0\.2\.0 knows up to 5\)"
+    for opening in (
+        lambda: open_store(db),
+        lambda: open_store(db, chain_partitions=4),
+        lambda: open_existing(db),
+        lambda: open_existing(db, read_only=True),
+    ):
+        with pytest.raises(SchemaVersionError, match=said):
+            opening()
+    code, err = agentrt_command("--db", str(db), "approve", "a1")
+    assert code == 1 and re.search(said, err), err
+    after = (db.read_bytes(), db.stat().st_mtime_ns, sorted(p.name for p in tmp_path.iterdir()))
+    assert after == before
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A directory on a 640 KiB tmpfs of its own, unmounted afterwards (as
+    tests/test_store_durability.py's)."""
+    mount = tmp_path / "disk"
+    mount.mkdir(mode=0o700)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=640k,mode=0700", "tmpfs", str(mount)],
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0 and not os.environ.get("CI"):
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+    assert done.returncode == 0, done.stderr
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=True)
+
+
+def test_a_migration_on_a_full_disk_fails_leaving_the_old_record_whole_and_migrates_with_room(
+    small_disk: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    old = tmp_path / "old.db"
+    make_old_record(old, 1, monkeypatch)
+    rows = raw_rows(old)
+    db = small_disk / "old.db"
+    shutil.copyfile(old, db)
+    db.chmod(0o600)
+    filler = small_disk / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        with pytest.raises(OSError, match="No space left"):
+            while True:
+                os.write(fd, b"x" * 4096)
+    finally:
+        os.close(fd)
+    os.truncate(filler, filler.stat().st_size - 32768)  # room for the -shm, not the migration
+    with pytest.raises(StoreError, match=r"database or disk is full"):
+        open_store(db)
+    assert applied_versions(db) == [1] and raw_rows(db) == rows
+    filler.unlink()
+    with open_store(db) as store:
+        assert store.verify_events().intact
+    assert applied_versions(db) == ALL and raw_rows(db, columns_of=old) == rows
