@@ -27,10 +27,12 @@ from ..._errors import SchemaVersionError, UnsafeSchemaError
 from ..sqlite._migrations import (
     RUNTIME_VERSION,
     SCHEMA_VERSION,
+    already_made,
     parse_version,
+    recorded_version,
     settle_partitions,
 )
-from ._connection import rollback_quietly
+from ._connection import one_line, rollback_quietly
 
 _T = "text COLLATE \"C\" NOT NULL DEFAULT ''"
 _I = "bigint NOT NULL DEFAULT 0"
@@ -449,11 +451,20 @@ def _exists(conn: psycopg.Connection[Any], table: str) -> bool:
 
 
 def schema_version(conn: psycopg.Connection[Any]) -> int:
-    """The highest migration applied; 0 for a schema agentrt never wrote."""
+    """The highest migration applied; 0 for a schema agentrt never wrote. A migration record
+    changed by hand is refused, as SQLite's (`recorded_version`)."""
     if not _exists(conn, "schema_migrations"):
-        return 0
-    row = conn.execute("SELECT max(version) FROM schema_migrations").fetchone()
-    return 0 if row is None or row[0] is None else int(row[0])
+        return recorded_version(
+            None if not _exists(conn, "agentrt_meta") else (0, None, None), list
+        )
+    row = conn.execute(
+        "SELECT count(*), min(version), max(version) FROM schema_migrations"
+    ).fetchone()
+    assert row is not None
+    return recorded_version(
+        (int(row[0]), row[1], row[2]),
+        lambda: [r[0] for r in conn.execute("SELECT version FROM schema_migrations ORDER BY 1")],
+    )
 
 
 def check_not_newer(conn: psycopg.Connection[Any]) -> int:
@@ -527,7 +538,13 @@ def migrate(
             if version <= current:
                 continue
             for sql in statements(script):
-                conn.execute(sql)
+                try:
+                    conn.execute(sql)
+                except psycopg.Error as e:
+                    refusal = already_made(version, current, one_line(str(e)))
+                    if refusal is None:
+                        raise
+                    raise refusal from e
             conn.execute(
                 "INSERT INTO schema_migrations (version, applied_at) VALUES (%s, %s)",
                 (version, applied_at),

@@ -284,21 +284,66 @@ def statements(script: str) -> list[str]:
 
 
 def schema_version(conn: sqlite3.Connection) -> int:
-    """The highest migration applied to the database; 0 for a database agentrt never wrote."""
+    """The highest migration applied to the database; 0 for a database agentrt never wrote.
+
+    A migration record changed by hand is refused (`SchemaVersionError`, `recorded_version`):
+    agentrt's tables without `schema_migrations`, or a `schema_migrations` that does not hold
+    every version from 1 to its highest exactly once."""
     exists = conn.execute(
         "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'"
     ).fetchone()
     if exists is None:
+        meta = conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'agentrt_meta'"
+        ).fetchone()
+        return recorded_version(None if meta is None else (0, None, None), list)
+    row = conn.execute(
+        "SELECT count(*), min(version), max(version) FROM schema_migrations"
+    ).fetchone()
+    return recorded_version(
+        (row[0], row[1], row[2]),
+        lambda: [r[0] for r in conn.execute("SELECT version FROM schema_migrations ORDER BY 1")],
+    )
+
+
+_CHANGED_BY_HAND = "was changed by hand, so agentrt cannot tell the record's schema version"
+
+
+def recorded_version(
+    found: tuple[int, object, object] | None, listed: Callable[[], list[Any]]
+) -> int:
+    """The schema version a migration record says (both backends'): `found` is the count,
+    lowest and highest version of `schema_migrations`, or None when the database holds
+    neither it nor `agentrt_meta` (agentrt never wrote it: 0); `listed` reads every version.
+
+    Every migration is recorded in the transaction that applies it, so a record agentrt
+    wrote holds each version from 1 to its highest once; anything else was changed by hand
+    (a version deleted, added or the table emptied or dropped), and reading it as a version
+    would migrate a record that holds a later migration's tables again, or call a record of
+    agentrt's "no agentrt schema" (decision XXXX)."""
+    if found is None:
         return 0
-    row = conn.execute("SELECT max(version) FROM schema_migrations").fetchone()
-    if row is None or row[0] is None:
-        return 0
-    value = row[0]
-    if isinstance(value, bool) or not isinstance(value, int):
+    count, low, high = found
+    for value in (low, high):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise SchemaVersionError(
+                f"schema_migrations holds a version that is not an integer: {value!r}"
+            )
+    if count == 0:
         raise SchemaVersionError(
-            f"schema_migrations holds a version that is not an integer: {value!r}"
+            "the database holds agentrt's tables but no record of its migrations "
+            f"(schema_migrations is missing or empty): the record {_CHANGED_BY_HAND}, "
+            "and refuses it"
         )
-    return value
+    assert isinstance(high, int)
+    if low != 1 or count != high:
+        versions = listed()
+        shown = ", ".join(map(str, versions[:12])) + (", ..." if len(versions) > 12 else "")
+        raise SchemaVersionError(
+            f"schema_migrations records the versions {shown}, where agentrt records each "
+            f"from 1 to the highest once: the record {_CHANGED_BY_HAND}, and refuses it"
+        )
+    return high
 
 
 def min_writer_version(conn: sqlite3.Connection) -> str:
@@ -384,7 +429,13 @@ def migrate(
             if migration.version <= current:
                 continue
             for sql in statements(migration.sql):
-                conn.execute(sql)
+                try:
+                    conn.execute(sql)
+                except sqlite3.OperationalError as e:
+                    refusal = already_made(migration.version, current, str(e))
+                    if refusal is None:
+                        raise
+                    raise refusal from e
             conn.execute(
                 "INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)",
                 (migration.version, applied_at),
@@ -397,6 +448,28 @@ def migrate(
         rollback_quietly(conn)
         raise
     return SCHEMA_VERSION
+
+
+def already_made(version: int, current: int, said: str) -> SchemaVersionError | None:
+    """The refusal of a migration that finds what it makes already there, or what it changes
+    gone (both backends'): the record's `schema_migrations` lost the version of what it
+    holds; None for any other failure of the migration's statement."""
+    found = "already exists" in said or "duplicate column" in said
+    # PostgreSQL's migration 5 begins by dropping what migration 1 made: gone already there.
+    if not found and not (current > 0 and "does not exist" in said):
+        return None
+    if current == 0:
+        return SchemaVersionError(
+            f"migration {version} cannot be applied ({said}): the database holds no record of "
+            "agentrt's migrations but a table or index of a name agentrt makes (it is another "
+            "program's database, or agentrt's with its record removed); refused, nothing was "
+            "changed"
+        )
+    return SchemaVersionError(
+        f"migration {version} cannot be applied ({said}): the database records schema "
+        f"version {current} but holds what a later migration makes, so its record of "
+        "migrations was changed by hand; refused, nothing was changed"
+    )
 
 
 MAX_PARTITIONS = 1024
