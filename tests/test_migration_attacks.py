@@ -1,6 +1,6 @@
 """Opening a record of an older schema, attacked: every older version, a process killed at each
 statement of the migration, several processes and the command line at once, a newer record, a
-full disk, a read-only file and a tampered migration table (decision XXXX).
+full disk, a read-only file and a tampered migration table (decision 0169).
 
 Real SQLite on real files: the crashes are real processes killed with SIGKILL
 (tests/migration_crash_child.py), the full disk a small tmpfs (the tests run as root, in CI

@@ -1,6 +1,6 @@
 """Migrating a PostgreSQL schema, attacked: its migration record changed by hand, and the
 migrating connection killed by the server (`pg_terminate_backend`) in the middle of a
-migration (decision XXXX). Each test makes its schema and drops it (support/postgres.py).
+migration (decision 0169). Each test makes its schema and drops it (support/postgres.py).
 """
 
 from __future__ import annotations

@@ -320,7 +320,7 @@ def recorded_version(
     wrote holds each version from 1 to its highest once; anything else was changed by hand
     (a version deleted, added or the table emptied or dropped), and reading it as a version
     would migrate a record that holds a later migration's tables again, or call a record of
-    agentrt's "no agentrt schema" (decision XXXX)."""
+    agentrt's "no agentrt schema" (decision 0169)."""
     if found is None:
         return 0
     count, low, high = found
