@@ -348,8 +348,8 @@ class SqliteStore(ProxyRows):
         Transactions do not nest.
         """
         with self._lock:
-            # `_turn`, written out (a generator's context manager costs a step's two
-            # transactions about 5 µs): taken before `BEGIN`, given back after the end.
+            # `_turn`, written out (not a generator and its context manager made for each
+            # transaction): taken before `BEGIN`, given back after the end.
             turns = self._turns if self._tx is None else None
             if turns is not None:
                 self._check_open()  # a closed store says so, not that its lock file is gone
