@@ -326,32 +326,44 @@ class SqliteStore(ProxyRows):
         Holds the store's lock throughout, so other threads' reads and writes wait.
         Transactions do not nest.
         """
-        with self._lock, self._turn():
-            self._may_begin()
-            tx: SqliteTx | None = None
-            # From `BEGIN` on, whatever is raised (a signal's `KeyboardInterrupt` landing
-            # between two statements too) rolls back: never a transaction left open on the
-            # connection, holding the file's write lock, with every later one refused.
+        with self._lock:
+            # `_turn`, written out (not a generator and its context manager made for each
+            # transaction): taken before `BEGIN`, given back after the end.
+            turns = self._turns if self._tx is None else None
+            if turns is not None:
+                self._check_open()  # a closed store says so, not that its lock file is gone
             try:
-                self._begin()
-                tx = SqliteTx(self._conn, self.partitions)
-                self._tx = tx
+                if turns is not None:
+                    turns.take(self._conn)  # its wait is taken from BEGIN's busy timeout
+                self._may_begin()
+                tx: SqliteTx | None = None
+                # From `BEGIN` on, whatever is raised (a signal's `KeyboardInterrupt`
+                # landing between two statements too) rolls back: never a transaction left
+                # open on the connection, holding the file's write lock, with every later
+                # one refused.
                 try:
-                    yield tx
-                    tx.write_events()
-                    tx.check_open()  # SQLite may have rolled it back (a full disk)
-                except sqlite3.Error as e:
-                    raise store_error(
-                        e, "the transaction failed, nothing was written", retryable=False
-                    ) from e
-                self._commit()
-            except BaseException:
-                self._rollback()
-                raise
+                    self._begin()
+                    tx = SqliteTx(self._conn, self.partitions)
+                    self._tx = tx
+                    try:
+                        yield tx
+                        tx.write_events()
+                        tx.check_open()  # SQLite may have rolled it back (a full disk)
+                    except sqlite3.Error as e:
+                        raise store_error(
+                            e, "the transaction failed, nothing was written", retryable=False
+                        ) from e
+                    self._commit()
+                except BaseException:
+                    self._rollback()
+                    raise
+                finally:
+                    if tx is not None:
+                        tx._close()
+                    self._tx = None
             finally:
-                if tx is not None:
-                    tx._close()
-                self._tx = None
+                if turns is not None:
+                    turns.give()  # nothing when it was not taken
 
     @contextlib.contextmanager
     def _turn(self) -> Iterator[None]:
