@@ -1344,8 +1344,12 @@ def _add_trigger(db: Path) -> str:
 
 
 def _make_newer(db: Path) -> str:
-    _tamper(db, "INSERT INTO schema_migrations (version, applied_at) VALUES (999, '')")
-    return "the database was written by a newer agentrt (schema version 999"
+    """The record as a newer agentrt leaves it: one migration past this version's."""
+    from agentrt._store.sqlite._migrations import SCHEMA_VERSION
+
+    newer = SCHEMA_VERSION + 1
+    _tamper(db, f"INSERT INTO schema_migrations (version, applied_at) VALUES ({newer}, '')")
+    return f"the database was written by a newer agentrt (schema version {newer}"
 
 
 _ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="giving a file away needs root")
