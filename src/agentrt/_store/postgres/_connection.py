@@ -359,6 +359,25 @@ def rollback_quietly(conn: psycopg.Connection[Any]) -> None:
         pass
 
 
+def end_read(conn: psycopg.Connection[Any]) -> None:
+    """End a `READ ONLY` snapshot on the store's connection, keeping what psycopg prepared.
+
+    A snapshot whose reads all succeeded has no statement psycopg prepared in vain, so it
+    ends with `COMMIT` (which, in a read-only transaction, keeps nothing a `ROLLBACK` would
+    not): a rollback would make psycopg forget every statement the session prepared, the
+    writes' too, and deallocate them on the server, one round trip more, after every run
+    loaded. A snapshot a failure cut short is rolled back (`rollback_quietly`)."""
+    if conn.closed:
+        return
+    if conn.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS:
+        try:
+            conn.execute("COMMIT")
+            return
+        except psycopg.Error:
+            pass
+    rollback_quietly(conn)
+
+
 _BUSY = (pg_errors.LockNotAvailable, pg_errors.SerializationFailure, pg_errors.DeadlockDetected)
 _DAMAGED = (pg_errors.DataCorrupted, pg_errors.IndexCorrupted)
 

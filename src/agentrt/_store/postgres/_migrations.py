@@ -453,10 +453,11 @@ def _exists(conn: psycopg.Connection[Any], table: str) -> bool:
 def schema_version(conn: psycopg.Connection[Any]) -> int:
     """The highest migration applied; 0 for a schema agentrt never wrote. A migration record
     changed by hand is refused, as SQLite's (`recorded_version`)."""
+    # `agentrt_meta` first, as SQLite's: a migration another session commits between the
+    # two reads (outside the migration's lock: `open_existing`) is then found whole.
+    meta = _exists(conn, "agentrt_meta")
     if not _exists(conn, "schema_migrations"):
-        return recorded_version(
-            None if not _exists(conn, "agentrt_meta") else (0, None, None), list
-        )
+        return recorded_version(None if not meta else (0, None, None), list)
     row = conn.execute(
         "SELECT count(*), min(version), max(version) FROM schema_migrations"
     ).fetchone()

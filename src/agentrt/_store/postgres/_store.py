@@ -52,6 +52,7 @@ from ._connection import (
     Target,
     UnencodableText,
     connect,
+    end_read,
     one_line,
     parse_target,
     read_text,
@@ -378,7 +379,8 @@ class PostgresStore(SqliteStore):
             finally:
                 view._close()
                 self._tx = None
-                self._rollback_on(conn)
+                if self._parent is None:  # a forked child's would end the parent's
+                    end_read(conn)
 
     def renewer(self, wall: Callable[[], datetime]) -> Renewer:
         """The heartbeat's renewals, on a connection of their own, by the server's clock."""

@@ -289,13 +289,17 @@ def schema_version(conn: sqlite3.Connection) -> int:
     A migration record changed by hand is refused (`SchemaVersionError`, `recorded_version`):
     agentrt's tables without `schema_migrations`, or a `schema_migrations` that does not hold
     every version from 1 to its highest exactly once."""
+    # `agentrt_meta` first: migration 1 commits it with `schema_migrations`, and each read
+    # sees what is committed when it runs, so another opener's migration committed between
+    # the two reads is found whole; read the other way round, the record it just made
+    # looked like one whose `schema_migrations` was dropped.
+    meta = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'agentrt_meta'"
+    ).fetchone()
     exists = conn.execute(
         "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'"
     ).fetchone()
     if exists is None:
-        meta = conn.execute(
-            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'agentrt_meta'"
-        ).fetchone()
         return recorded_version(None if meta is None else (0, None, None), list)
     row = conn.execute(
         "SELECT count(*), min(version), max(version) FROM schema_migrations"
