@@ -378,6 +378,48 @@ SELECT 'operator' FROM inschema AS d WHERE d.classid = 'pg_operator'::regclass
 """
 
 
+# The store's tables, in the one order every write transaction locks them (the order their
+# migrations made them in), and the proxy's, locked by a store that has migrated them.
+TABLES = (
+    "schema_migrations",
+    "agentrt_meta",
+    "runs",
+    "steps",
+    "events",
+    "chain_head",
+    "approvals",
+    "model_calls",
+    "tool_specs",
+    "stored_values",
+)
+PROXY_TABLES = ("proxy_migrations", "proxy_requests")
+
+
+def lock_statement(tables: tuple[str, ...]) -> str:
+    """`LOCK TABLE` of `tables`, in their order, in `ROW EXCLUSIVE` mode: what every write
+    takes of a table anyway, so writers never wait for each other on it, and what every DDL
+    that can put code in a table's way waits for (`CREATE TRIGGER`, `CREATE RULE`,
+    `CREATE POLICY`, `CREATE INDEX`, every `ALTER TABLE` that sets a default, adds a check,
+    changes a column or turns row-level security on). Sent before a transaction's guard,
+    so that the guard sees every such change committed before it and none can be made until
+    the transaction ends (decision XXXX)."""
+    return f"LOCK TABLE {', '.join(tables)} IN ROW EXCLUSIVE MODE"
+
+
+LOCK = lock_statement(TABLES)
+"""The store's tables locked before a write transaction's guard."""
+
+# A table that cannot be locked in its place: gone, or replaced by what is no table (a
+# materialized view, a sequence, a foreign table). `check_schema` then says whether the
+# schema holds what it refuses; else the lock's failure is the transaction's.
+_UNLOCKABLE = (pg_errors.UndefinedTable, pg_errors.WrongObjectType)
+
+
+def is_unlockable(error: psycopg.Error) -> bool:
+    """Whether `error` is `LOCK`'s failure on a table gone or replaced by what is no table."""
+    return isinstance(error, _UNLOCKABLE)
+
+
 def check_schema(conn: psycopg.Connection[Any]) -> None:
     """Refuse a schema holding a trigger, rule, view or row-level policy agentrt did not make,
     or code that would run inside its statements (`_UNSAFE`), naming each thing found.
@@ -387,12 +429,28 @@ def check_schema(conn: psycopg.Connection[Any]) -> None:
     _refuse_unsafe(conn.execute(_UNSAFE).fetchall())
 
 
-def begin_checked(conn: psycopg.Connection[Any], begin: str) -> None:
-    """`begin` (a `BEGIN ...` without parameters) and `check_schema` inside it, sent as one
-    message: one round trip where there were two (decision 0100). The check is the
-    transaction's first statement, as it was; the server runs the two in order."""
-    cursor = conn.execute(f"{begin};\n{_UNSAFE}")
-    if not cursor.nextset():  # the first result is BEGIN's, the second the check's
+def begin_checked(conn: psycopg.Connection[Any], begin: str, lock: str = LOCK) -> None:
+    """`begin` (a `BEGIN ...` without parameters), `lock` (the store's tables, `LOCK`) and
+    `check_schema` inside it, sent as one message: one round trip (decision 0100). The
+    tables are locked before the check reads the catalogs, so nothing the check passed can
+    change before the transaction ends. A table that cannot be locked (`is_unlockable`):
+    the schema is checked in a transaction of its own, which says what replaced it when
+    that is refused; else the lock's failure is raised, the transaction rolled back."""
+    try:
+        cursor = conn.execute(f"{begin};\n{lock};\n{_UNSAFE}")
+    except psycopg.Error as e:
+        if not is_unlockable(e):
+            raise
+        rollback_quietly(conn)
+        try:
+            cursor = conn.execute(f"{begin};\n{_UNSAFE}")
+            if cursor.nextset():
+                _refuse_unsafe(cursor.fetchall())
+        finally:
+            rollback_quietly(conn)
+        raise
+    # The results: BEGIN's, the lock's, the check's.
+    if not (cursor.nextset() and cursor.nextset()):
         raise psycopg.ProgrammingError("the schema check sent with BEGIN gave no result")
     _refuse_unsafe(cursor.fetchall())
 
@@ -502,6 +560,29 @@ def check_writer(conn: psycopg.Connection[Any], runtime_version: str = RUNTIME_V
         )
 
 
+def present_tables(
+    conn: psycopg.Connection[Any], names: tuple[str, ...], *, tables_only: bool = False
+) -> tuple[str, ...]:
+    """Those of `names` the schema holds, in their order (with `tables_only`, only those that
+    are tables): a record of an earlier schema version lacks the later tables."""
+    rows = conn.execute(
+        "SELECT t.name FROM unnest(%s::text[]) WITH ORDINALITY AS t (name, n) "
+        "JOIN pg_class AS c ON c.oid = to_regclass(t.name) "
+        "WHERE NOT %s OR c.relkind IN ('r', 'p') ORDER BY t.n",
+        (list(names), tables_only),
+    ).fetchall()
+    return tuple(str(r[0]) for r in rows)
+
+
+def _lock_existing(conn: psycopg.Connection[Any]) -> None:
+    """The store's tables that exist (and are tables), in `TABLES`' order, locked `ACCESS
+    EXCLUSIVE` until the migration's transaction ends."""
+    found = present_tables(conn, TABLES, tables_only=True)
+    if found:
+        tables = psycopg.sql.SQL(", ").join(psycopg.sql.Identifier(t) for t in found)
+        conn.execute(psycopg.sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(tables))
+
+
 def migrate(
     conn: psycopg.Connection[Any], schema: str, *, chain_partitions: int | None = None
 ) -> int:
@@ -521,6 +602,12 @@ def migrate(
             conn.execute(psycopg.sql.SQL("CREATE SCHEMA {}").format(psycopg.sql.Identifier(schema)))
         check_schema(conn)
         current = check_not_newer(conn)
+        if 0 < current < SCHEMA_VERSION:
+            # Writers lock every table in `TABLES`' order, so a migration altering them
+            # takes them all first in that order, and no writer and migration wait on each
+            # other both ways; then the schema is checked again under the locks.
+            _lock_existing(conn)
+            check_schema(conn)
         check_writer(conn)
         applied_at = format_time(wall_clock())
         for version, script in MIGRATIONS:

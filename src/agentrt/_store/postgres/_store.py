@@ -61,11 +61,15 @@ from ._connection import (
 )
 from ._migrations import (
     PROXY_MIGRATIONS,
+    PROXY_TABLES,
+    TABLES,
     begin_checked,
     check_exact,
     check_schema,
     check_writer,
+    lock_statement,
     migrate,
+    present_tables,
     statements,
 )
 from ._tx import PostgresTx, server_now
@@ -84,13 +88,14 @@ def open_store(url: str, *, chain_partitions: int | None = None) -> PostgresStor
         check_usable(conn, target)
         migrate(conn, target.schema, chain_partitions=chain_partitions)
         partitions = chain_partitions_of(conn)
+        tables = present_tables(conn, TABLES)
     except psycopg.Error as e:
         conn.close()
         raise store_error(e, f"cannot open {target.shown}", target=target) from e
     except BaseException:
         conn.close()
         raise
-    return PostgresStore(conn, target, read_only=False, partitions=partitions)
+    return PostgresStore(conn, target, read_only=False, partitions=partitions, tables=tables)
 
 
 def open_existing(url: str, read_only: bool = False) -> PostgresStore:
@@ -106,13 +111,14 @@ def open_existing(url: str, read_only: bool = False) -> PostgresStore:
         else:
             check_writer(conn)
         partitions = chain_partitions_of(conn, strict=not read_only)
+        tables = present_tables(conn, TABLES)
     except psycopg.Error as e:
         conn.close()
         raise store_error(e, f"cannot open {target.shown}", target=target) from e
     except BaseException:
         conn.close()
         raise
-    return PostgresStore(conn, target, read_only=read_only, partitions=partitions)
+    return PostgresStore(conn, target, read_only=read_only, partitions=partitions, tables=tables)
 
 
 def check_usable(conn: psycopg.Connection[Any], target: Target) -> None:
@@ -217,6 +223,7 @@ class PostgresStore(SqliteStore):
         *,
         read_only: bool,
         partitions: int = 1,
+        tables: tuple[str, ...] = TABLES,
     ) -> None:
         self.path = target.shown
         self.partitions = partitions  # N, the chain's partitions: fixed for the record
@@ -231,6 +238,12 @@ class PostgresStore(SqliteStore):
         self._closed_why = CLOSED
         self._parent: int | None = None  # set in a forked child (`_leave`)
         self._safe_schema = None
+        # The tables each write transaction locks before its guard: the store's that the
+        # schema held at open (a record of an earlier version lacks the later ones), and the
+        # proxy's once this store has migrated them (`migrate_proxy`), the only way it comes
+        # to write them.
+        self._tables = tables
+        self._lock_tables = lock_statement(tables)
         # The two cursors every transaction on the connection uses (`PostgresTx`), made
         # again with a new connection.
         self._cursors: tuple[psycopg.Connection[Any], psycopg.Cursor[Any], psycopg.Cursor[Any]]
@@ -279,6 +292,7 @@ class PostgresStore(SqliteStore):
                 begin="BEGIN ISOLATION LEVEL READ COMMITTED",
                 target=self._target,
                 cursors=self._cursors_of(conn),
+                lock=self._lock_tables,
             )
             self._tx = tx
             try:
@@ -611,6 +625,7 @@ class PostgresStore(SqliteStore):
                     "INSERT INTO proxy_migrations (version, applied_at) VALUES (?, ?)",
                     (version, format_time(now)),
                 )
+        self._lock_tables = lock_statement(self._tables + PROXY_TABLES)
         return known
 
     def _lock_claim(self, tx: SqliteTx, key: str, *, capped: bool) -> None:
