@@ -178,3 +178,180 @@ def test_ddl_after_the_guard_waits_for_the_transaction_and_never_runs_in_its_wri
         if planter is not None:
             planter.thread.join()
             planter.conn.close()
+
+
+def locks_of(url: str, pid: int) -> dict[str, set[str]]:
+    """The relations of the store's schema the backend `pid` holds locks on, and the modes."""
+    base, schema = url.split("?", 1)[0], url.rsplit("schema=", 1)[1]
+    held: dict[str, set[str]] = {}
+    with psycopg.connect(base, autocommit=True) as watcher:
+        for name, mode in watcher.execute(
+            "SELECT c.relname::text, l.mode FROM pg_locks AS l JOIN pg_class AS c "
+            "ON c.oid = l.relation JOIN pg_namespace AS n ON n.oid = c.relnamespace "
+            "WHERE l.pid = %s AND l.granted AND n.nspname = %s AND c.relkind = 'r'",
+            (pid, schema),
+        ).fetchall():
+            held.setdefault(name, set()).add(mode)
+    return held
+
+
+def tables_of(url: str) -> set[str]:
+    base, schema = url.split("?", 1)[0], url.rsplit("schema=", 1)[1]
+    with psycopg.connect(base, autocommit=True) as watcher:
+        rows = watcher.execute(
+            "SELECT relname::text FROM pg_class WHERE relnamespace = to_regnamespace(%s) "
+            "AND relkind = 'r'",
+            (schema,),
+        ).fetchall()
+    return {r[0] for r in rows}
+
+
+@pytest.mark.parametrize("proxy", [False, True], ids=["store", "with-the-proxys-tables"])
+def test_every_table_of_the_schema_is_locked_once_the_first_statement_returned(
+    store: PostgresStore, url: str, proxy: bool
+) -> None:
+    """Whatever the transaction goes on to write, from its first statement on it holds a
+    lock on each of the schema's tables that DDL waits for (a run's row lock alone is a
+    `ROW SHARE` lock of `runs`, which `CREATE TRIGGER` does not wait for)."""
+    if proxy:
+        store.migrate_proxy(NOW)
+    tables = tables_of(url)
+    assert {"runs", "steps", "events", "chain_head", "stored_values"} <= tables
+    assert ("proxy_requests" in tables) is proxy
+    pid = store._pg.info.backend_pid
+    for first in ("lock_run", "lease_now"):  # the guard inside the lock, or beside it
+        with store.transaction() as tx:
+            if first == "lock_run":
+                assert tx.lock_run("r1") is not None
+            else:
+                tx.lease_now(lambda: NOW)
+            held = locks_of(url, pid)
+        assert set(held) == tables, first
+        assert all("RowExclusiveLock" in modes for modes in held.values()), (first, held)
+    assert locks_of(url, pid) == {}  # none outlives its transaction
+
+
+def test_a_store_table_replaced_by_a_materialized_view_is_refused_by_name(
+    store: PostgresStore, url: str
+) -> None:
+    """`LOCK TABLE` cannot lock a materialized view: the schema is checked again, which says
+    what stands in the table's place."""
+    base, schema = url.split("?", 1)[0], url.rsplit("schema=", 1)[1]
+    with psycopg.connect(base, autocommit=True) as admin:
+        admin.execute(f"SET search_path TO {schema}")
+        admin.execute("ALTER TABLE tool_specs RENAME TO tool_specs_kept")
+        admin.execute("CREATE MATERIALIZED VIEW tool_specs AS SELECT * FROM tool_specs_kept")
+    with pytest.raises(UnsafeSchemaError, match=r"^the database holds view 'tool_specs'"):
+        held_run(store, "r2", NOW)
+    assert store.query("SELECT id FROM runs ORDER BY id") == [("r1",)]
+
+
+def test_a_store_table_gone_fails_the_transaction_before_it_writes(
+    store: PostgresStore, url: str
+) -> None:
+    from agentrt._errors import StoreError
+
+    base, schema = url.split("?", 1)[0], url.rsplit("schema=", 1)[1]
+    with psycopg.connect(base, autocommit=True) as admin:
+        admin.execute(f"DROP TABLE {schema}.model_calls")
+    with pytest.raises(StoreError, match='relation "model_calls" does not exist') as failed:
+        held_run(store, "r2", NOW)
+    assert not isinstance(failed.value, UnsafeSchemaError)
+    assert store.query("SELECT id FROM runs ORDER BY id") == [("r1",)]
+
+
+def test_ddl_holding_a_store_table_makes_a_write_transaction_busy_and_nothing_is_written(
+    store: PostgresStore, url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A transaction that altered a store table and has not ended: the next write
+    transaction waits for its lock up to the store's lock timeout, then is busy (a retry
+    may run the work again: nothing of it was written)."""
+    from agentrt._errors import StoreBusyError
+    from agentrt._store.postgres import _connection
+
+    monkeypatch.setattr(_connection, "LOCK_TIMEOUT_MS", 200)
+    store.close()
+    import agentrt
+
+    opened = agentrt.open_store(url)  # its session's lock timeout 200 ms
+    assert isinstance(opened, PostgresStore)
+    base, schema = url.split("?", 1)[0], url.rsplit("schema=", 1)[1]
+    try:
+        with psycopg.connect(base) as admin:  # a transaction, held open
+            admin.execute(f"ALTER TABLE {schema}.approvals ADD COLUMN spare text")
+            with pytest.raises(StoreBusyError, match="past the lock timeout"):
+                held_run(opened, "r2", NOW)
+            admin.rollback()
+        held_run(opened, "r2", NOW)  # the lock gone, the same work goes through
+        assert opened.query("SELECT id FROM runs ORDER BY id") == [("r1",), ("r2",)]
+    finally:
+        opened.close()
+
+
+def waiting(base: str, condition: str, params: tuple[Any, ...]) -> None:
+    """Return once some backend waits for a lock matching `condition` (asked of the server)."""
+    with psycopg.connect(base, autocommit=True) as watcher:
+        for _ in range(100_000):
+            found = watcher.execute(
+                f"SELECT 1 FROM pg_locks WHERE NOT granted AND {condition}", params
+            ).fetchone()
+            if found is not None:
+                return
+    raise AssertionError(f"no backend waited for a lock where {condition} {params}")
+
+
+def test_a_migration_and_a_writer_take_the_tables_in_one_order(
+    store: PostgresStore, url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A later release's migration altering `steps`, then `runs` (against the order every
+    writer locks them in), while a writer begins: the migration takes every table first, in
+    the writers' order, so the writer waits holding none, and neither is failed as a
+    deadlock (the writer would otherwise hold `runs` and wait for `steps`, and the
+    migration hold `steps` and wait for `runs`)."""
+    import agentrt
+    from agentrt._store.postgres import _migrations
+
+    base = url.split("?", 1)[0]
+    pause = 7_160_167  # an advisory lock the test holds, which the migration waits for
+    later = (
+        "ALTER TABLE steps ADD COLUMN spare text; "
+        f"SELECT pg_advisory_xact_lock({pause}); "
+        "ALTER TABLE runs ADD COLUMN spare text"
+    )
+    monkeypatch.setattr(_migrations, "MIGRATIONS", (*_migrations.MIGRATIONS, (6, later)))
+    monkeypatch.setattr(_migrations, "SCHEMA_VERSION", 6)
+    outcomes: dict[str, BaseException | None] = {}
+
+    def migrate() -> None:
+        try:
+            agentrt.open_store(url).close()
+        except BaseException as e:  # reported by the test
+            outcomes["migration"] = e
+        else:
+            outcomes["migration"] = None
+
+    def write() -> None:
+        try:
+            with store.transaction() as tx:
+                assert tx.lock_run("r1") is not None
+                tx.append_event("r1", "", NOW, "run.note", {"during": "a migration"})
+        except BaseException as e:  # reported by the test
+            outcomes["writer"] = e
+        else:
+            outcomes["writer"] = None
+
+    with psycopg.connect(base, autocommit=True) as gate:
+        gate.execute("SELECT pg_advisory_lock(%s)", (pause,))
+        migration = threading.Thread(target=migrate)
+        migration.start()
+        # The migration has altered `steps` and waits at the pause.
+        waiting(base, "locktype = 'advisory' AND objid = %s", (pause,))
+        writer = threading.Thread(target=write)
+        writer.start()
+        waiting(base, "pid = %s AND locktype = 'relation'", (store._pg.info.backend_pid,))
+        gate.execute("SELECT pg_advisory_unlock(%s)", (pause,))
+        migration.join()
+        writer.join()
+    assert outcomes == {"migration": None, "writer": None}
+    assert store.query("SELECT max(version) FROM schema_migrations") == [(6,)]
+    assert [e.type for e in store.list_events("r1")][-1] == "run.note"
