@@ -179,7 +179,7 @@ def statements(script: str) -> list[str]:
 
 # --- the schema's safety ---------------------------------------------------------------------
 
-_SCHEMA = "to_regnamespace(current_schema())::oid"
+_SCHEMA = "pg_catalog.to_regnamespace(pg_catalog.current_schema()::text)::oid"
 
 # The schema's relations, found through their dependencies on it (decision 0112): every
 # relation but an index or a composite type records one on its namespace when created (and
@@ -191,9 +191,9 @@ _SCHEMA = "to_regnamespace(current_schema())::oid"
 OWN_RELATIONS = f"""\
     SELECT c.oid, c.relname, c.relkind, c.relrowsecurity
     FROM pg_depend AS d JOIN pg_class AS c ON c.oid = d.objid
-    WHERE d.refclassid = 'pg_namespace'::regclass AND d.refobjsubid = 0
+    WHERE d.refclassid = 'pg_namespace'::regclass::oid AND d.refobjsubid = 0
         AND d.refobjid = {_SCHEMA}
-        AND d.classid = 'pg_class'::regclass
+        AND d.classid = 'pg_class'::regclass::oid
         AND c.relnamespace = {_SCHEMA}
 """
 
@@ -209,9 +209,10 @@ OWN_RELATIONS = f"""\
 # few such functions, where the schema's defaults alone are a hundred.
 _CODE = """\
     SELECT DISTINCT f.classid, f.objid FROM pg_depend AS f
-    WHERE f.refclassid IN ('pg_proc'::regclass, 'pg_operator'::regclass)
-        AND f.refobjid >= 16384
-        AND f.classid IN ('pg_attrdef'::regclass, 'pg_constraint'::regclass, 'pg_class'::regclass)
+    WHERE f.refclassid IN ('pg_proc'::regclass::oid, 'pg_operator'::regclass::oid)
+        AND f.refobjid >= 16384::oid
+        AND f.classid IN (
+            'pg_attrdef'::regclass::oid, 'pg_constraint'::regclass::oid, 'pg_class'::regclass::oid)
 """
 
 # The shapes of every expression agentrt's migrations make, which `GUARD` passes without
@@ -231,7 +232,8 @@ def _plain_comparison(tree: str) -> str:
         f"(({tree} LIKE '{{OPEXPR _opno 525 _opfuncid 150 _opresulttype %' "
         f"OR {tree} LIKE '{{OPEXPR _opno 531 _opfuncid 157 _opresulttype %' "
         f"OR {tree} LIKE '{{OPEXPR _opno 98 _opfuncid 67 _opresulttype %') "
-        f"AND length({tree}) - length(replace({tree}, '}}', '')) = 3)"
+        f"AND pg_catalog.length({tree}) "
+        f"- pg_catalog.length(pg_catalog.replace({tree}, '}}', '')) = 3)"
     )
 
 
@@ -242,17 +244,17 @@ def _plain_comparison(tree: str) -> str:
 # default its column's type; those of the shapes agentrt makes (above) are not read further.
 # Decision 0167.
 _EXPRESSIONS = f"""\
-    SELECT 'pg_attrdef'::regclass AS classid, a.oid AS objid, a.adbin::text AS tree,
+    SELECT 'pg_attrdef'::regclass::oid AS classid, a.oid AS objid, a.adbin::text AS tree,
             t.atttypid AS column_type
         FROM own AS c JOIN pg_attrdef AS a ON a.adrelid = c.oid
         JOIN pg_attribute AS t ON t.attrelid = a.adrelid AND t.attnum = a.adnum
         WHERE NOT {_PLAIN_DEFAULT}
     UNION ALL
-    SELECT 'pg_constraint'::regclass, k.oid, k.conbin::text, NULL
+    SELECT 'pg_constraint'::regclass::oid, k.oid, k.conbin::text, NULL
         FROM own AS c JOIN pg_constraint AS k ON k.conrelid = c.oid
         WHERE k.contype = 'c' AND NOT {_plain_comparison("k.conbin::text")}
     UNION ALL
-    SELECT 'pg_class'::regclass, i.indexrelid,
+    SELECT 'pg_class'::regclass::oid, i.indexrelid,
             coalesce(i.indexprs::text, '') || coalesce(i.indpred::text, ''), NULL
         FROM own AS c JOIN pg_index AS i ON i.indrelid = c.oid
         WHERE i.indexprs IS NOT NULL
@@ -281,38 +283,38 @@ SELECT 'row-level policy', p.polname::text FROM own AS c JOIN pg_policy AS p ON 
 UNION ALL
 SELECT 'row-level security on', c.relname::text FROM own AS c WHERE c.relrowsecurity
 UNION ALL
-SELECT 'a function of its own called by', pg_describe_object(f.classid, f.objid, 0)
+SELECT 'a function of its own called by', pg_catalog.pg_describe_object(f.classid, f.objid, 0)
     FROM code AS f WHERE EXISTS (
         SELECT FROM pg_depend AS d WHERE d.classid = f.classid AND d.objid = f.objid
-            AND d.refclassid = 'pg_class'::regclass AND d.refobjid IN (SELECT oid FROM own))
+            AND d.refclassid = 'pg_class'::regclass::oid AND d.refobjid IN (SELECT oid FROM own))
 UNION ALL
-SELECT 'a volatile function called by', pg_describe_object(e.classid, e.objid, 0)
+SELECT 'a volatile function called by', pg_catalog.pg_describe_object(e.classid, e.objid, 0)
     FROM expressions AS e WHERE EXISTS (
-        SELECT FROM regexp_matches(e.tree, {_CALLED}, 'g') AS m (called)
+        SELECT FROM pg_catalog.regexp_matches(e.tree, {_CALLED}, 'g') AS m (called)
             JOIN pg_proc AS p ON p.oid = m.called[1]::oid
-            WHERE p.oid < 16384 AND p.provolatile = 'v')
+            WHERE p.oid < 16384::oid AND p.provolatile = 'v')
 UNION ALL
-SELECT 'a type of its own used by', pg_describe_object(e.classid, e.objid, 0)
+SELECT 'a type of its own used by', pg_catalog.pg_describe_object(e.classid, e.objid, 0)
     FROM expressions AS e WHERE EXISTS (
         SELECT FROM pg_depend AS d WHERE d.classid = e.classid AND d.objid = e.objid
-            AND d.refclassid = 'pg_type'::regclass AND d.refobjid >= 16384
+            AND d.refclassid = 'pg_type'::regclass::oid AND d.refobjid >= 16384::oid
             -- A default made its column's type: the column is refused, below.
             AND d.refobjid IS DISTINCT FROM e.column_type)
 UNION ALL
 SELECT 'function', p.oid::regprocedure::text
     FROM pg_depend AS d JOIN pg_proc AS p ON p.oid = d.objid
-    WHERE d.refclassid = 'pg_namespace'::regclass AND d.refobjsubid = 0
+    WHERE d.refclassid = 'pg_namespace'::regclass::oid AND d.refobjsubid = 0
         AND d.refobjid = {_SCHEMA}
-        AND d.classid = 'pg_proc'::regclass
-        AND p.prorettype NOT IN ('trigger'::regtype, 'event_trigger'::regtype)
+        AND d.classid = 'pg_proc'::regclass::oid
+        AND p.prorettype NOT IN ('trigger'::regtype::oid, 'event_trigger'::regtype::oid)
 UNION ALL
 SELECT 'operator', d.objid::regoperator::text FROM pg_depend AS d
-    WHERE d.refclassid = 'pg_namespace'::regclass AND d.refobjsubid = 0
+    WHERE d.refclassid = 'pg_namespace'::regclass::oid AND d.refobjsubid = 0
         AND d.refobjid = {_SCHEMA}
-        AND d.classid = 'pg_operator'::regclass
+        AND d.classid = 'pg_operator'::regclass::oid
 UNION ALL
 SELECT 'a column of its own type', c.relname::text || '.' || a.attname::text
-    FROM own AS c JOIN pg_depend AS t ON t.classid = 'pg_class'::regclass AND t.objid = c.oid
+    FROM own AS c JOIN pg_depend AS t ON t.classid = 'pg_class'::regclass::oid AND t.objid = c.oid
         AND t.objsubid > 0
     JOIN pg_attribute AS a ON a.attrelid = c.oid AND a.attnum = t.objsubid
     -- Compared as numbers, so that each relation's own dependencies are read through the
@@ -337,25 +339,27 @@ renewals, and once a transaction's `GUARD` has found something, to say what."""
 _FOUND = f"""\
 WITH inschema AS MATERIALIZED (
     SELECT d.classid, d.objid FROM pg_depend AS d
-    WHERE d.refclassid = 'pg_namespace'::regclass AND d.refobjsubid = 0
+    WHERE d.refclassid = 'pg_namespace'::regclass::oid AND d.refobjsubid = 0
         AND d.refobjid = {_SCHEMA}
-        AND d.classid IN ('pg_class'::regclass, 'pg_proc'::regclass, 'pg_operator'::regclass)
+        AND d.classid IN (
+            'pg_class'::regclass::oid, 'pg_proc'::regclass::oid, 'pg_operator'::regclass::oid)
 ), code AS MATERIALIZED (
 {_CODE})
 SELECT 'relation' FROM inschema AS d JOIN pg_class AS c ON c.oid = d.objid
-    WHERE d.classid = 'pg_class'::regclass AND c.relnamespace = {_SCHEMA} AND (
+    WHERE d.classid = 'pg_class'::regclass::oid AND c.relnamespace = {_SCHEMA} AND (
         c.relkind IN ('v', 'm') OR c.relrowsecurity
         OR c.relhastriggers AND EXISTS (
             SELECT FROM pg_trigger AS t WHERE t.tgrelid = c.oid AND NOT t.tgisinternal)
         OR c.relhasrules AND EXISTS (SELECT FROM pg_rewrite AS r WHERE r.ev_class = c.oid)
         OR c.relkind <> 'S' AND EXISTS (
-            SELECT FROM pg_depend AS t WHERE t.classid = 'pg_class'::regclass AND t.objid = c.oid
+            SELECT FROM pg_depend AS t
+            WHERE t.classid = 'pg_class'::regclass::oid AND t.objid = c.oid
                 AND t.objsubid > 0 AND t.refclassid::int8 = 'pg_type'::regclass::oid::int8
                 AND t.refobjid::int8 >= 16384)
         OR c.relkind <> 'S' AND EXISTS (
             SELECT FROM pg_attrdef AS a WHERE a.adrelid = c.oid AND NOT {_PLAIN_DEFAULT})
         OR c.relchecks > 0 AND EXISTS (
-            SELECT FROM pg_constraint AS k WHERE k.conrelid = c.oid AND k.contypid = 0
+            SELECT FROM pg_constraint AS k WHERE k.conrelid = c.oid AND k.contypid = 0::oid
                 AND k.contype = 'c' AND NOT {_plain_comparison("k.conbin::text")})
         OR c.relkind <> 'S' AND EXISTS (
             SELECT FROM pg_index AS i WHERE i.indrelid = c.oid
@@ -363,18 +367,19 @@ SELECT 'relation' FROM inschema AS d JOIN pg_class AS c ON c.oid = d.objid
                 AND (i.indexprs IS NOT NULL OR NOT {_plain_comparison("i.indpred::text")})))
 UNION ALL
 SELECT 'row-level policy' FROM pg_policy AS p
-    WHERE p.polrelid IN (SELECT d.objid FROM inschema AS d WHERE d.classid = 'pg_class'::regclass)
+    WHERE p.polrelid IN (
+        SELECT d.objid FROM inschema AS d WHERE d.classid = 'pg_class'::regclass::oid)
 UNION ALL
 SELECT 'code' FROM code AS f WHERE EXISTS (
         SELECT FROM pg_depend AS d WHERE d.classid = f.classid AND d.objid = f.objid
-            AND d.refclassid = 'pg_class'::regclass AND d.refobjid IN (
-                SELECT i.objid FROM inschema AS i WHERE i.classid = 'pg_class'::regclass))
+            AND d.refclassid = 'pg_class'::regclass::oid AND d.refobjid IN (
+                SELECT i.objid FROM inschema AS i WHERE i.classid = 'pg_class'::regclass::oid))
 UNION ALL
 SELECT 'function' FROM inschema AS d JOIN pg_proc AS p ON p.oid = d.objid
-    WHERE d.classid = 'pg_proc'::regclass
-        AND p.prorettype NOT IN ('trigger'::regtype, 'event_trigger'::regtype)
+    WHERE d.classid = 'pg_proc'::regclass::oid
+        AND p.prorettype NOT IN ('trigger'::regtype::oid, 'event_trigger'::regtype::oid)
 UNION ALL
-SELECT 'operator' FROM inschema AS d WHERE d.classid = 'pg_operator'::regclass
+SELECT 'operator' FROM inschema AS d WHERE d.classid = 'pg_operator'::regclass::oid
 """
 
 
@@ -502,7 +507,7 @@ def _refuse_unsafe(found: list[Any]) -> None:
 
 
 def _exists(conn: psycopg.Connection[Any], table: str) -> bool:
-    row = conn.execute("SELECT to_regclass(%s)", (table,)).fetchone()
+    row = conn.execute("SELECT pg_catalog.to_regclass(%s::text)", (table,)).fetchone()
     return row is not None and row[0] is not None
 
 
@@ -567,7 +572,7 @@ def present_tables(
     are tables): a record of an earlier schema version lacks the later tables."""
     rows = conn.execute(
         "SELECT t.name FROM unnest(%s::text[]) WITH ORDINALITY AS t (name, n) "
-        "JOIN pg_class AS c ON c.oid = to_regclass(t.name) "
+        "JOIN pg_class AS c ON c.oid = pg_catalog.to_regclass(t.name)::oid "
         "WHERE NOT %s OR c.relkind IN ('r', 'p') ORDER BY t.n",
         (list(names), tables_only),
     ).fetchall()
@@ -596,8 +601,11 @@ def migrate(
     snapshot taken before the lock was granted would find no version, and migrate again)."""
     conn.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
     try:
-        conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"agentrt.migrate.{schema}",))
-        found = conn.execute("SELECT to_regnamespace(%s)", (schema,)).fetchone()
+        conn.execute(
+            "SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext(%s::text))",
+            (f"agentrt.migrate.{schema}",),
+        )
+        found = conn.execute("SELECT pg_catalog.to_regnamespace(%s::text)", (schema,)).fetchone()
         if found is None or found[0] is None:  # a runtime role need not be able to create one
             conn.execute(psycopg.sql.SQL("CREATE SCHEMA {}").format(psycopg.sql.Identifier(schema)))
         check_schema(conn)

@@ -126,8 +126,8 @@ def check_usable(conn: psycopg.Connection[Any], target: Target) -> None:
     server then leaves it off the search path, and the schema would read as holding no
     store (sending the operator to create one) or as no schema at all."""
     row = conn.execute(
-        "SELECT current_user::text, has_schema_privilege(oid, 'USAGE') FROM pg_namespace "
-        "WHERE nspname = %s",
+        "SELECT current_user::text, pg_catalog.has_schema_privilege(oid, 'USAGE') "
+        "FROM pg_namespace WHERE nspname = %s",
         (target.schema,),
     ).fetchone()
     if row is not None and not row[1]:
@@ -604,9 +604,10 @@ class PostgresStore(SqliteStore):
         known = PROXY_MIGRATIONS[-1][0]
         with self.transaction() as tx:
             tx.execute(
-                "SELECT pg_advisory_xact_lock(hashtext('agentrt.proxy.' || current_schema()))"
+                "SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext("
+                "'agentrt.proxy.' || pg_catalog.current_schema()::text))"
             )
-            exists = tx.execute("SELECT to_regclass('proxy_migrations')").fetchone()
+            exists = tx.execute("SELECT pg_catalog.to_regclass('proxy_migrations')").fetchone()
             current = 0
             if exists is not None and exists[0] is not None:
                 row = tx.execute("SELECT max(version) FROM proxy_migrations").fetchone()
@@ -635,11 +636,13 @@ class PostgresStore(SqliteStore):
         capped and an uncapped claim of one key still exclude each other."""
         if capped:
             tx.execute(
-                "SELECT pg_advisory_xact_lock(hashtext(current_schema() || ?))",
+                "SELECT pg_catalog.pg_advisory_xact_lock("
+                "pg_catalog.hashtext(pg_catalog.current_schema()::text || ?::text))",
                 ("agentrt.proxy.cap",),
             )
         tx.execute(
-            "SELECT pg_advisory_xact_lock(hashtext(current_schema() || ?))",
+            "SELECT pg_catalog.pg_advisory_xact_lock("
+            "pg_catalog.hashtext(pg_catalog.current_schema()::text || ?::text))",
             (f"agentrt.proxy.key.{key}",),
         )
 
