@@ -44,9 +44,14 @@ pipeline one round trip, whatever it sends; the steady step is the difference ov
 as `tests/test_postgres_round_trips.py` counts it), and prints the round trips and the
 statements a step, each statement's text with its count (decision 0108).
 
+`--lock` (PostgreSQL) then sends a write transaction's opening (`BEGIN`, the store's tables'
+lock, the guard, then `ROLLBACK`) 2,000 times a round, ten rounds alternating with the same opening without the lock (as it was before decision XXXX), and
+prints the server's CPU of one. A step's cost is the default run's figures, A/B against
+the tree before (separate processes, alternating).
+
     python benchmarks/pg_step_cpu.py [URL] [--steps N] [--warm N] [--rounds N]
                                       [--sqlite] [--profile FILE] [--trips] [--guards]
-                                      [--other-tables N] [--statements]
+                                      [--other-tables N] [--statements] [--lock]
 
 The URL defaults to `AGENTRT_TEST_POSTGRES_URL`, else postgresql://root@127.0.0.1:5432/test.
 """
@@ -312,6 +317,48 @@ def guards_alone(store: agentrt.Store, server_cpu: ServerCpu, times: int) -> str
     )
 
 
+def lock_alone(store: agentrt.Store, server_cpu: ServerCpu, times: int, rounds: int) -> str:
+    """A write transaction's opening (`BEGIN`, the tables' lock, the guard, prepared as the
+    store's statements are; then `ROLLBACK`), with and without the tables' lock and the
+    guard, `times` times a round, the rounds alternating: the server's CPU of one
+    (`--lock`). Each statement is sent alone (the store pipelines them): the server's work
+    is the same. The guard's cost follows the catalogs' dead rows (a test server's churn),
+    the lock's does not (its names are found in the catalog's cache)."""
+    from agentrt._store.postgres import _migrations
+
+    conn = store._pg  # type: ignore[attr-defined]
+    lock = store._lock_tables  # type: ignore[attr-defined]
+    begin = "BEGIN ISOLATION LEVEL READ COMMITTED"
+    kinds = {
+        "BEGIN, ROLLBACK": [begin],
+        "with the lock": [begin, lock],
+        "with the guard": [begin, _migrations.GUARD],
+        "with the lock and the guard": [begin, lock, _migrations.GUARD],
+    }
+    spent: dict[str, list[float]] = {name: [] for name in kinds}
+
+    def opening(sent: list[str]) -> None:
+        conn.execute(sent[0])  # BEGIN
+        for sql in sent[1:]:
+            conn.execute(sql, prepare=True)
+        conn.execute("ROLLBACK")
+
+    for _ in range(rounds):
+        for name, sent in kinds.items():
+            for _ in range(10):  # prepared from the sixth on
+                opening(sent)
+            before = server_cpu.read()
+            for _ in range(times):
+                opening(sent)
+            after = server_cpu.read()
+            if before is not None and after is not None:
+                spent[name].append((after - before) / times * 1e6)
+    return (
+        f"a write transaction's opening, {times} times, {rounds} rounds: server CPU µs "
+        + "; ".join(f"{name} " + figures(v) for name, v in spent.items() if v)
+    )
+
+
 def statement_cpu(store: agentrt.Store, tool: object, steps: int) -> str:
     """The server's CPU of each statement of a `steps`-step run, a step's share (`--statements`)."""
     import collections
@@ -385,6 +432,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--statements", action="store_true", help="the server's CPU of each statement"
     )
+    parser.add_argument(
+        "--lock", action="store_true", help="a transaction's opening with and without its lock"
+    )
     args = parser.parse_args(argv)
 
     if args.guards and args.sqlite:
@@ -420,6 +470,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if profile is not None:
             profile.dump_stats(args.profile)
         alone = guards_alone(store, server_cpu, 2000) if args.guards and server_cpu else ""
+        if args.lock and server_cpu and not args.sqlite:
+            alone = "\n".join(filter(None, [alone, lock_alone(store, server_cpu, 2000, 10)]))
         counted = count_trips(store, tool) if args.trips and not args.sqlite else ""
         if args.statements and not args.sqlite:
             counted = "\n".join(filter(None, [counted, statement_cpu(store, tool, args.steps)]))
@@ -437,6 +489,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             + (figures(server[kind]) if server[kind] else "n/a")
             + f"; load {os.getloadavg()[0]:.1f}"
         )
+    if args.lock and alone and not args.guards:
+        print(alone)
     if args.guards:
         # The server's CPU is read in clock ticks (10 ms): a short run's median can be none.
         ratios = [
