@@ -77,6 +77,12 @@ BAITS = {
         None,
         "function 'pg_advisory_xact_lock(integer)'",
     ),
+    "convert_to(text, text)": (
+        "CREATE FUNCTION {schema}.convert_to(text, text) RETURNS bytea LANGUAGE plpgsql "
+        "AS $$ BEGIN PERFORM nextval('{side}.ran'); RETURN ''::bytea; END $$",
+        None,
+        "function 'convert_to(text,text)'",
+    ),
     "||(name, name)": (
         "CREATE FUNCTION {side}.bait(name, name) RETURNS text LANGUAGE plpgsql "
         "AS $$ BEGIN PERFORM nextval('{side}.ran'); RETURN 'x'; END $$",
@@ -193,5 +199,22 @@ def test_a_bait_planted_after_the_guard_is_not_chosen_by_a_proxy_claims_lock(
         with pytest.raises(UnsafeSchemaError) as refused:
             held_run(store, "r2", NOW)
         assert str(refused.value).startswith(f"the database holds {named}"), refused.value
+    finally:
+        store.close()
+
+
+def test_recoverys_listing_does_not_call_a_function_planted_in_the_schema(
+    url: str, side: str
+) -> None:
+    """A read runs no guard: `unfinished_runs` (recovery's listing) reads each run's text
+    columns as bytes with `convert_to(column, 'UTF8')`, whose built-in takes a `name`, so a
+    `convert_to(text, text)` in the store's schema was chosen (decision 0157, item 9)."""
+    store = agentrt.open_store(url)
+    assert isinstance(store, PostgresStore)
+    try:
+        held_run(store, "r1", NOW)
+        plant(url, side, "convert_to(text, text)", trigger=False)
+        (found,) = store.unfinished_runs(None, 10)
+        assert found.run_id == "r1" and not ran(url, side)
     finally:
         store.close()

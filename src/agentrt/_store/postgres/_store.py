@@ -179,9 +179,10 @@ class PostgresRenewer(OwnConnection["psycopg.Connection[Any]"]):
     """Renews on a connection of its own, opened lazily on the heartbeat's thread; the new
     expiry is the server's clock plus the ttl."""
 
-    def __init__(self, target: Target) -> None:
+    def __init__(self, target: Target, lock: str) -> None:
         super().__init__()
         self._target = target
+        self._lock_tables = lock  # the store's tables, locked before the check (`LOCK`)
 
     def _renew(self, run_id: str, owner: str, ttl: timedelta) -> bool:
         if self._conn is None:
@@ -189,7 +190,7 @@ class PostgresRenewer(OwnConnection["psycopg.Connection[Any]"]):
         conn = self._conn
         try:
             try:
-                begin_checked(conn, "BEGIN ISOLATION LEVEL READ COMMITTED")
+                begin_checked(conn, "BEGIN ISOLATION LEVEL READ COMMITTED", self._lock_tables)
                 expires = server_now(conn) + ttl
                 cur = conn.execute(
                     "UPDATE runs SET lease_expires_at = %s WHERE id = %s AND lease_owner = %s",
@@ -397,7 +398,7 @@ class PostgresStore(SqliteStore):
     def renewer(self, wall: Callable[[], datetime]) -> Renewer:
         """The heartbeat's renewals, on a connection of their own, by the server's clock."""
         self._check_open()
-        return PostgresRenewer(self._target)
+        return PostgresRenewer(self._target, self._lock_tables)
 
     def lease_now(self, wall: Callable[[], datetime]) -> datetime:
         """The server's clock (`clock_timestamp()`); `wall` is not used."""
@@ -495,7 +496,7 @@ class PostgresStore(SqliteStore):
         )
 
     def unfinished_runs(self, after: RunCursor | None, limit: int) -> list[RunCandidate]:
-        cols = ", ".join(f"convert_to({c}, 'UTF8')" for c in _CANDIDATE_COLUMNS)
+        cols = ", ".join(f"pg_catalog.convert_to({c}, 'UTF8')" for c in _CANDIDATE_COLUMNS)
         rows = self._query(
             f"SELECT rowid, lease_epoch, {cols} FROM runs "
             "WHERE status IN (?, ?) AND rowid > ? ORDER BY rowid LIMIT ?",
