@@ -355,3 +355,36 @@ def test_a_migration_and_a_writer_take_the_tables_in_one_order(
     assert outcomes == {"migration": None, "writer": None}
     assert store.query("SELECT max(version) FROM schema_migrations") == [(6,)]
     assert [e.type for e in store.list_events("r1")][-1] == "run.note"
+
+
+@pytest.mark.parametrize("when", ["before-the-transaction", "after-its-guard"])
+def test_a_table_inheriting_a_store_table_takes_no_part_in_the_stores_statements(
+    store: PostgresStore, url: str, side: str, when: str
+) -> None:
+    """A table of another schema made to inherit `runs`, holding a row for run `r1`, with a
+    trigger on its updates. `CREATE TABLE ... INHERITS` waits for no lock a writer holds, so
+    it may come after the guard as well as before. Every statement of the store names its
+    tables `ONLY`: the child's row is neither read nor updated, and its trigger never runs."""
+    base = url.split("?", 1)[0]
+    child = (
+        f"CREATE TABLE {side}.kid () INHERITS (runs); "
+        f"INSERT INTO {side}.kid (id, status, lease_owner, lease_expires_at, lease_epoch, rowid) "
+        "VALUES ('r1', 'RUNNING', 'me', '2100-01-01T00:00:00.000000Z', 1, 999); "
+        f"CREATE TRIGGER spy BEFORE UPDATE ON {side}.kid "
+        f"FOR EACH ROW EXECUTE FUNCTION {side}.spied()"
+    )
+    if when == "before-the-transaction":
+        Planter(url, child).finish()
+    with store.transaction() as tx:
+        assert tx.lock_run("r1") is not None
+        if when == "after-its-guard":
+            planter = Planter(url, child)
+            assert planter.planted_or_waiting(), "no lock of the store's keeps a child out"
+            planter.finish()
+        assert tx.release_lease("r1", "me") is True
+    assert spied(store) in (None, ""), "the child's trigger ran inside the store's write"
+    assert store.query("SELECT id, lease_owner FROM runs") == [("r1", "")]
+    assert store.lease("r1").owner == ""
+    with psycopg.connect(base, autocommit=True) as admin:
+        assert admin.execute(f"SELECT lease_owner FROM {side}.kid").fetchall() == [("me",)]
+    held_run(store, "r2", NOW)  # a child is no part of the schema's safety: writes go on

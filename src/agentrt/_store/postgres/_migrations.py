@@ -30,7 +30,7 @@ from ..sqlite._migrations import (
     parse_version,
     settle_partitions,
 )
-from ._connection import rollback_quietly
+from ._connection import TABLES, rollback_quietly
 
 _T = "text COLLATE \"C\" NOT NULL DEFAULT ''"
 _I = "bigint NOT NULL DEFAULT 0"
@@ -383,23 +383,6 @@ SELECT 'operator' FROM inschema AS d WHERE d.classid = 'pg_operator'::regclass::
 """
 
 
-# The store's tables, in the one order every write transaction locks them (the order their
-# migrations made them in), and the proxy's, locked by a store that has migrated them.
-TABLES = (
-    "schema_migrations",
-    "agentrt_meta",
-    "runs",
-    "steps",
-    "events",
-    "chain_head",
-    "approvals",
-    "model_calls",
-    "tool_specs",
-    "stored_values",
-)
-PROXY_TABLES = ("proxy_migrations", "proxy_requests")
-
-
 def lock_statement(tables: tuple[str, ...]) -> str:
     """`LOCK TABLE` of `tables`, in their order, in `ROW EXCLUSIVE` mode: what every write
     takes of a table anyway, so writers never wait for each other on it, and what every DDL
@@ -407,8 +390,9 @@ def lock_statement(tables: tuple[str, ...]) -> str:
     `CREATE POLICY`, `CREATE INDEX`, every `ALTER TABLE` that sets a default, adds a check,
     changes a column or turns row-level security on). Sent before a transaction's guard,
     so that the guard sees every such change committed before it and none can be made until
-    the transaction ends (decision XXXX)."""
-    return f"LOCK TABLE {', '.join(tables)} IN ROW EXCLUSIVE MODE"
+    the transaction ends (decision XXXX). `ONLY`: a table inheriting from one of them takes
+    no part in the store's statements (`translate`), so it is not locked either."""
+    return f"LOCK TABLE ONLY {', '.join(tables)} IN ROW EXCLUSIVE MODE"
 
 
 LOCK = lock_statement(TABLES)

@@ -49,6 +49,8 @@ from ._connection import (
     _DAMAGED,
     ESCAPED,
     LOCK_TIMEOUT_MS,
+    PROXY_TABLES,
+    TABLES,
     Target,
     UnencodableText,
     connect,
@@ -61,8 +63,6 @@ from ._connection import (
 )
 from ._migrations import (
     PROXY_MIGRATIONS,
-    PROXY_TABLES,
-    TABLES,
     begin_checked,
     check_exact,
     check_schema,
@@ -193,7 +193,7 @@ class PostgresRenewer(OwnConnection["psycopg.Connection[Any]"]):
                 begin_checked(conn, "BEGIN ISOLATION LEVEL READ COMMITTED", self._lock_tables)
                 expires = server_now(conn) + ttl
                 cur = conn.execute(
-                    "UPDATE runs SET lease_expires_at = %s WHERE id = %s AND lease_owner = %s",
+                    "UPDATE ONLY runs SET lease_expires_at = %s WHERE id = %s AND lease_owner = %s",
                     (format_time(expires), run_id, owner),
                 )
                 conn.execute("COMMIT")

@@ -67,7 +67,7 @@ _LOCK_RUN = "SELECT *, clock_timestamp() AS agentrt_clock FROM runs WHERE id = ?
 _LOCK_RUN_AND_HEAD = (
     "SELECT r.*, clock_timestamp() AS agentrt_clock, "
     "h.seq AS agentrt_head_seq, h.hash AS agentrt_head_hash "
-    "FROM runs AS r, chain_head AS h WHERE r.id = ? AND h.part = ? FOR UPDATE"
+    "FROM runs AS r, ONLY chain_head AS h WHERE r.id = ? AND h.part = ? FOR UPDATE"
 )
 
 
