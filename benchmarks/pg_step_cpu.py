@@ -44,10 +44,11 @@ pipeline one round trip, whatever it sends; the steady step is the difference ov
 as `tests/test_postgres_round_trips.py` counts it), and prints the round trips and the
 statements a step, each statement's text with its count (decision 0108).
 
-`--lock` (PostgreSQL) then sends a write transaction's opening (`BEGIN`, the store's tables'
-lock, the guard, then `ROLLBACK`) 2,000 times a round, ten rounds alternating with the same opening without the lock (as it was before decision XXXX), and
-prints the server's CPU of one. A step's cost is the default run's figures, A/B against
-the tree before (separate processes, alternating).
+`--lock` (PostgreSQL) alternates the rounds between the store as it is and the store
+sending a `SELECT 1` where each write transaction locks the store's tables (decision XXXX;
+a `SELECT 1` costs the server 15-16 µs), then sends a write transaction's opening
+(`BEGIN`, the statements, `ROLLBACK`) 2,000 times a round, ten rounds alternating, without
+and with the lock and the guard, and prints the server's CPU of one.
 
     python benchmarks/pg_step_cpu.py [URL] [--steps N] [--warm N] [--rounds N]
                                       [--sqlite] [--profile FILE] [--trips] [--guards]
@@ -153,6 +154,19 @@ def previous_guard() -> Iterator[None]:
     finally:
         _tx.GUARD = guard  # type: ignore[misc]
         _tx._GUARDED_FIRST = first
+
+
+@contextlib.contextmanager
+def without_the_lock(store: agentrt.Store) -> Iterator[None]:
+    """The store's write transactions, while inside, sending `SELECT 1` where they lock the
+    store's tables (decision XXXX): a step's cost of the lock is the difference, plus a
+    `SELECT 1`'s (15-16 µs of server CPU alone)."""
+    lock = store._lock_tables  # type: ignore[attr-defined]
+    store._lock_tables = "SELECT 1"  # type: ignore[attr-defined]
+    try:
+        yield
+    finally:
+        store._lock_tables = lock  # type: ignore[attr-defined]
 
 
 class ServerCpu:
@@ -444,7 +458,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     tool = bench.make_tool("")
     # Each round's guard: this one ("this"), or with `--guards` the rounds alternating between
     # it and decision 0157's ("0157"), the previous first.
-    kinds = ["0157", "this"] if args.guards else ["this"]
+    kinds = ["0157", "this"] if args.guards else ["SELECT 1", "this"] if args.lock else ["this"]
     cpu: dict[str, list[float]] = {k: [] for k in kinds}
     wall: dict[str, list[float]] = {k: [] for k in kinds}
     server: dict[str, list[float]] = {k: [] for k in kinds}
@@ -455,6 +469,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         for round_ in range(args.rounds * len(kinds)):
             kind = kinds[round_ % len(kinds)]
             finding = previous_guard() if kind == "0157" else contextlib.nullcontext()
+            if kind == "SELECT 1":
+                finding = without_the_lock(store)
             with finding:
                 if profile is not None:
                     profile.enable()
@@ -478,6 +494,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     where = "SQLite file" if args.sqlite else "PostgreSQL"
     for kind in kinds:
         label = f" ({kind} guard)" if args.guards else ""
+        if args.lock and not args.guards:
+            label = " (the tables' lock)" if kind == "this" else " (a SELECT 1 in its place)"
         if args.other_tables:
             label += f" ({args.other_tables} other tables)"
         print(
