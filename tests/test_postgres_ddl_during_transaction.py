@@ -246,18 +246,31 @@ def test_a_store_table_replaced_by_a_materialized_view_is_refused_by_name(
     assert store.query("SELECT id FROM runs ORDER BY id") == [("r1",)]
 
 
-def test_a_store_table_gone_fails_the_transaction_before_it_writes(
-    store: PostgresStore, url: str
+@pytest.mark.parametrize("opened", ["before", "after"], ids=["dropped-while-open", "at-open"])
+def test_a_store_table_gone_fails_every_write_transaction_before_it_writes(
+    store: PostgresStore, url: str, opened: str
 ) -> None:
+    """Every transaction locks every table of the store's schema version, whether it goes on
+    to write that one or not: one gone (dropped while the store was open, or before it was
+    opened) fails each, nothing written, rather than leaving a table of that name made
+    later unlocked."""
+    import agentrt
     from agentrt._errors import StoreError
 
     base, schema = url.split("?", 1)[0], url.rsplit("schema=", 1)[1]
     with psycopg.connect(base, autocommit=True) as admin:
         admin.execute(f"DROP TABLE {schema}.model_calls")
-    with pytest.raises(StoreError, match='relation "model_calls" does not exist') as failed:
-        held_run(store, "r2", NOW)
-    assert not isinstance(failed.value, UnsafeSchemaError)
-    assert store.query("SELECT id FROM runs ORDER BY id") == [("r1",)]
+    writer = store
+    if opened == "after":
+        writer = agentrt.open_existing(url)  # type: ignore[assignment]
+    try:
+        with pytest.raises(StoreError, match='relation "model_calls" does not exist') as failed:
+            held_run(writer, "r2", NOW)
+        assert not isinstance(failed.value, UnsafeSchemaError)
+        assert store.query("SELECT id FROM runs ORDER BY id") == [("r1",)]
+    finally:
+        if writer is not store:
+            writer.close()
 
 
 def test_ddl_holding_a_store_table_makes_a_write_transaction_busy_and_nothing_is_written(

@@ -563,6 +563,18 @@ def present_tables(
     return tuple(str(r[0]) for r in rows)
 
 
+# The migration that made each of `TABLES` made after the first.
+_MADE_IN = {"stored_values": 4}
+
+
+def tables_at(version: int | None = None) -> tuple[str, ...]:
+    """`TABLES` a schema of `version` (default `SCHEMA_VERSION`, the one a store opens) has:
+    each write transaction locks them all, so one missing fails it (nothing written) and one
+    made again is locked as the one it replaced."""
+    at = SCHEMA_VERSION if version is None else version
+    return tuple(t for t in TABLES if _MADE_IN.get(t, 1) <= at)
+
+
 def _lock_existing(conn: psycopg.Connection[Any]) -> None:
     """The store's tables that exist (and are tables), in `TABLES`' order, locked `ACCESS
     EXCLUSIVE` until the migration's transaction ends."""

@@ -69,8 +69,8 @@ from ._migrations import (
     check_writer,
     lock_statement,
     migrate,
-    present_tables,
     statements,
+    tables_at,
 )
 from ._tx import PostgresTx, server_now
 
@@ -88,7 +88,7 @@ def open_store(url: str, *, chain_partitions: int | None = None) -> PostgresStor
         check_usable(conn, target)
         migrate(conn, target.schema, chain_partitions=chain_partitions)
         partitions = chain_partitions_of(conn)
-        tables = present_tables(conn, TABLES)
+        tables = tables_at()
     except psycopg.Error as e:
         conn.close()
         raise store_error(e, f"cannot open {target.shown}", target=target) from e
@@ -111,7 +111,7 @@ def open_existing(url: str, read_only: bool = False) -> PostgresStore:
         else:
             check_writer(conn)
         partitions = chain_partitions_of(conn, strict=not read_only)
-        tables = present_tables(conn, TABLES)
+        tables = tables_at()
     except psycopg.Error as e:
         conn.close()
         raise store_error(e, f"cannot open {target.shown}", target=target) from e
@@ -239,10 +239,9 @@ class PostgresStore(SqliteStore):
         self._closed_why = CLOSED
         self._parent: int | None = None  # set in a forked child (`_leave`)
         self._safe_schema = None
-        # The tables each write transaction locks before its guard: the store's that the
-        # schema held at open (a record of an earlier version lacks the later ones), and the
-        # proxy's once this store has migrated them (`migrate_proxy`), the only way it comes
-        # to write them.
+        # The tables each write transaction locks before its guard: the store's (those of
+        # the schema version it opened), and the proxy's once this store has migrated them
+        # (`migrate_proxy`), the only way it comes to write them.
         self._tables = tables
         self._lock_tables = lock_statement(tables)
         # The two cursors every transaction on the connection uses (`PostgresTx`), made
