@@ -179,6 +179,13 @@ def statements(script: str) -> list[str]:
 
 # --- the schema's safety ---------------------------------------------------------------------
 
+# Every function and operator the statements below call is the server's, whatever the
+# store's schema holds (decision XXXX). The session searches `pg_catalog` first, so a call
+# whose argument types match a built-in exactly is that built-in; where the built-in needs
+# a coercion (a `name` where it takes `text`, an `oid` compared with a `regclass` or an
+# `integer`), a function or operator of the schema taking those exact types would be chosen
+# instead, and could blind this guard. So each such call is `pg_catalog`-qualified, and each
+# constant compared with an `oid` is made one (`'pg_class'::regclass::oid`, `16384::oid`).
 _SCHEMA = "pg_catalog.to_regnamespace(pg_catalog.current_schema()::text)::oid"
 
 # The schema's relations, found through their dependencies on it (decision 0112): every
@@ -581,7 +588,7 @@ def _lock_existing(conn: psycopg.Connection[Any]) -> None:
     found = present_tables(conn, TABLES, tables_only=True)
     if found:
         tables = psycopg.sql.SQL(", ").join(psycopg.sql.Identifier(t) for t in found)
-        conn.execute(psycopg.sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(tables))
+        conn.execute(psycopg.sql.SQL("LOCK TABLE ONLY {} IN ACCESS EXCLUSIVE MODE").format(tables))
 
 
 def migrate(

@@ -185,7 +185,7 @@ class PostgresTx(SqliteTx):
         self._pg = conn
         # The store's tables locked right after `BEGIN`, before the guard (`LOCK`): no DDL
         # on them can run between the guard and the transaction's end (decision XXXX).
-        self._lock = lock
+        self._lock_tables = lock
         # The `BEGIN ...` not sent yet: it goes with the schema's guard and the first
         # statement, in one round trip (`_send`); None once sent (or for a view
         # its store began).
@@ -271,7 +271,7 @@ class PostgresTx(SqliteTx):
                 guarded = None if begin is None or later else _GUARDED_FIRST.get(sql or "")
                 if begin is not None:
                     unread.execute(begin)
-                    unread.execute(self._lock)
+                    unread.execute(self._lock_tables)
                     if guarded is None:
                         unread.execute(GUARD)
                 for text, values in later:
@@ -291,7 +291,7 @@ class PostgresTx(SqliteTx):
                 raise
             rollback_quietly(self._pg)
             # UnsafeSchemaError, naming what was found (or the lock's failure again).
-            begin_checked(self._pg, begin, self._lock)
+            begin_checked(self._pg, begin, self._lock_tables)
             for text, values in later:  # removed meanwhile: begun and checked
                 self._pg.execute(text, values)
             return None if sql is None else self._pg.execute(sql, params)
@@ -314,7 +314,7 @@ class PostgresTx(SqliteTx):
         statement, before its `COMMIT`)."""
         begin, self._begin = self._begin, None
         if begin is not None:
-            begin_checked(self._pg, begin, self._lock)
+            begin_checked(self._pg, begin, self._lock_tables)
 
     def _read_head(self, part: int) -> Any:
         """The partition's head row, locked (`FOR UPDATE`) until the transaction ends: the
