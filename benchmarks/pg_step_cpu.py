@@ -44,9 +44,15 @@ pipeline one round trip, whatever it sends; the steady step is the difference ov
 as `tests/test_postgres_round_trips.py` counts it), and prints the round trips and the
 statements a step, each statement's text with its count (decision 0108).
 
+`--lock` (PostgreSQL) alternates the rounds between the store as it is and the store
+sending a `SELECT 1` where each write transaction locks the store's tables (decision 0172;
+a `SELECT 1` costs the server 15-16 µs), then sends a write transaction's opening
+(`BEGIN`, the statements, `ROLLBACK`) 2,000 times a round, ten rounds alternating, without
+and with the lock and the guard, and prints the server's CPU of one.
+
     python benchmarks/pg_step_cpu.py [URL] [--steps N] [--warm N] [--rounds N]
                                       [--sqlite] [--profile FILE] [--trips] [--guards]
-                                      [--other-tables N] [--statements]
+                                      [--other-tables N] [--statements] [--lock]
 
 The URL defaults to `AGENTRT_TEST_POSTGRES_URL`, else postgresql://root@127.0.0.1:5432/test.
 """
@@ -148,6 +154,19 @@ def previous_guard() -> Iterator[None]:
     finally:
         _tx.GUARD = guard  # type: ignore[misc]
         _tx._GUARDED_FIRST = first
+
+
+@contextlib.contextmanager
+def without_the_lock(store: agentrt.Store) -> Iterator[None]:
+    """The store's write transactions, while inside, sending `SELECT 1` where they lock the
+    store's tables (decision 0172): a step's cost of the lock is the difference, plus a
+    `SELECT 1`'s (15-16 µs of server CPU alone)."""
+    lock = store._lock_tables  # type: ignore[attr-defined]
+    store._lock_tables = "SELECT 1"  # type: ignore[attr-defined]
+    try:
+        yield
+    finally:
+        store._lock_tables = lock  # type: ignore[attr-defined]
 
 
 class ServerCpu:
@@ -312,6 +331,48 @@ def guards_alone(store: agentrt.Store, server_cpu: ServerCpu, times: int) -> str
     )
 
 
+def lock_alone(store: agentrt.Store, server_cpu: ServerCpu, times: int, rounds: int) -> str:
+    """A write transaction's opening (`BEGIN`, the tables' lock, the guard, prepared as the
+    store's statements are; then `ROLLBACK`), with and without the tables' lock and the
+    guard, `times` times a round, the rounds alternating: the server's CPU of one
+    (`--lock`). Each statement is sent alone (the store pipelines them): the server's work
+    is the same. The guard's cost follows the catalogs' dead rows (a test server's churn),
+    the lock's does not (its names are found in the catalog's cache)."""
+    from agentrt._store.postgres import _migrations
+
+    conn = store._pg  # type: ignore[attr-defined]
+    lock = store._lock_tables  # type: ignore[attr-defined]
+    begin = "BEGIN ISOLATION LEVEL READ COMMITTED"
+    kinds = {
+        "BEGIN, ROLLBACK": [begin],
+        "with the lock": [begin, lock],
+        "with the guard": [begin, _migrations.GUARD],
+        "with the lock and the guard": [begin, lock, _migrations.GUARD],
+    }
+    spent: dict[str, list[float]] = {name: [] for name in kinds}
+
+    def opening(sent: list[str]) -> None:
+        conn.execute(sent[0])  # BEGIN
+        for sql in sent[1:]:
+            conn.execute(sql, prepare=True)
+        conn.execute("ROLLBACK")
+
+    for _ in range(rounds):
+        for name, sent in kinds.items():
+            for _ in range(10):  # prepared from the sixth on
+                opening(sent)
+            before = server_cpu.read()
+            for _ in range(times):
+                opening(sent)
+            after = server_cpu.read()
+            if before is not None and after is not None:
+                spent[name].append((after - before) / times * 1e6)
+    return (
+        f"a write transaction's opening, {times} times, {rounds} rounds: server CPU µs "
+        + "; ".join(f"{name} " + figures(v) for name, v in spent.items() if v)
+    )
+
+
 def statement_cpu(store: agentrt.Store, tool: object, steps: int) -> str:
     """The server's CPU of each statement of a `steps`-step run, a step's share (`--statements`)."""
     import collections
@@ -385,6 +446,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--statements", action="store_true", help="the server's CPU of each statement"
     )
+    parser.add_argument(
+        "--lock", action="store_true", help="a transaction's opening with and without its lock"
+    )
     args = parser.parse_args(argv)
 
     if args.guards and args.sqlite:
@@ -394,7 +458,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     tool = bench.make_tool("")
     # Each round's guard: this one ("this"), or with `--guards` the rounds alternating between
     # it and decision 0157's ("0157"), the previous first.
-    kinds = ["0157", "this"] if args.guards else ["this"]
+    kinds = ["0157", "this"] if args.guards else ["SELECT 1", "this"] if args.lock else ["this"]
     cpu: dict[str, list[float]] = {k: [] for k in kinds}
     wall: dict[str, list[float]] = {k: [] for k in kinds}
     server: dict[str, list[float]] = {k: [] for k in kinds}
@@ -405,6 +469,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         for round_ in range(args.rounds * len(kinds)):
             kind = kinds[round_ % len(kinds)]
             finding = previous_guard() if kind == "0157" else contextlib.nullcontext()
+            if kind == "SELECT 1":
+                finding = without_the_lock(store)
             with finding:
                 if profile is not None:
                     profile.enable()
@@ -420,12 +486,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         if profile is not None:
             profile.dump_stats(args.profile)
         alone = guards_alone(store, server_cpu, 2000) if args.guards and server_cpu else ""
+        if args.lock and server_cpu and not args.sqlite:
+            alone = "\n".join(filter(None, [alone, lock_alone(store, server_cpu, 2000, 10)]))
         counted = count_trips(store, tool) if args.trips and not args.sqlite else ""
         if args.statements and not args.sqlite:
             counted = "\n".join(filter(None, [counted, statement_cpu(store, tool, args.steps)]))
     where = "SQLite file" if args.sqlite else "PostgreSQL"
     for kind in kinds:
         label = f" ({kind} guard)" if args.guards else ""
+        if args.lock and not args.guards:
+            label = " (the tables' lock)" if kind == "this" else " (a SELECT 1 in its place)"
         if args.other_tables:
             label += f" ({args.other_tables} other tables)"
         print(
@@ -437,6 +507,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             + (figures(server[kind]) if server[kind] else "n/a")
             + f"; load {os.getloadavg()[0]:.1f}"
         )
+    if args.lock and alone and not args.guards:
+        print(alone)
     if args.guards:
         # The server's CPU is read in clock ticks (10 ms): a short run's median can be none.
         ratios = [

@@ -153,9 +153,10 @@ def test_the_step_cpu_benchmark_counts_a_steps_round_trips_and_statements() -> N
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[0].startswith("PostgreSQL, 3 steps x 1: CPU µs/step "), lines
-    # Decision 0108's count, as tests/test_postgres_round_trips.py pins it.
+    # Decision 0108's count, as tests/test_postgres_round_trips.py pins it; each of the
+    # two transactions' tables locked before its guard (decision 0172) in the same trip.
     assert lines[1].startswith(
-        "round trips a step 10.00 (5.00 of them pipelines); statements a step 15.00:"
+        "round trips a step 10.00 (5.00 of them pipelines); statements a step 17.00:"
     ), lines
     assert any(line.split()[1:3] == ["BEGIN", "ISOLATION"] for line in lines[2:]), lines
     # The server here: its backend's CPU is read from /proc (decision 0112).

@@ -26,7 +26,8 @@ from agentrt._store.postgres import PostgresStore
 from agentrt.scripted import ScriptedAgent
 from support.postgres import held_run, postgres_schema
 
-# An allowed step: its first commit (BEGIN, the schema's guard and the run's lock with
+# An allowed step: its first commit (BEGIN, the store's tables' lock (decision 0172), the
+# schema's guard and the run's lock with
 # its partition's head; the claim; the new step's row with the decision; the server's
 # clock for the lease, the run's lock held since the first statement (decision 0110);
 # the step executing; the events with COMMIT) is 6, its
@@ -131,7 +132,8 @@ def test_an_allowed_step_of_the_driver_makes_ten_round_trips(url: str, trips: Tr
     per_step = {k: (sent_twenty.get(k, 0) - sent_ten.get(k, 0)) / 10 for k in sent_twenty}
     shown = "\n".join(f"{v:5.2f} {k}" for k, v in sorted(per_step.items(), key=lambda i: -i[1]))
     assert (twenty - ten) / 10 == ROUND_TRIPS_PER_STEP, shown
-    # Each of the step's two commits: BEGIN, the guard and the lock in one round trip,
+    # Each of the step's two commits: BEGIN, the tables' lock, the guard and the run's
+    # lock in one round trip,
     # the events and COMMIT in one; the claim's new step with the decision.
     pipelined = {k.split(" ")[0]: v for k, v in per_step.items() if PIPELINED in k}
     assert pipelined == {"BEGIN": 2, "WITH": 2, "INSERT": 1}, shown
@@ -185,11 +187,11 @@ def test_a_guard_that_refused_is_checked_again_and_a_trigger_gone_by_then_lets_i
         checked_again: list[str] = []
         check = _tx.begin_checked
 
-        def spy_gone_first(conn: Any, begin: str) -> None:
+        def spy_gone_first(conn: Any, begin: str, lock: str) -> None:
             with psycopg.connect(base, autocommit=True) as other:
                 other.execute(f"DROP TRIGGER spy ON {schema}.runs")
             checked_again.append(begin)
-            check(conn, begin)
+            check(conn, begin, lock)
 
         monkeypatch.setattr(_tx, "begin_checked", spy_gone_first)
         with store.transaction() as tx:

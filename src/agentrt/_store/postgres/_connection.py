@@ -252,7 +252,7 @@ def _fetcher(conn: psycopg.Connection[Any], known: dict[str, object]) -> Fetch:
         wanted = [h for h in hashes if h not in known]
         if wanted:
             rows = conn.execute(
-                "SELECT hash, body FROM stored_values WHERE hash = ANY(%s)", (wanted,)
+                "SELECT hash, body FROM ONLY stored_values WHERE hash = ANY(%s)", (wanted,)
             ).fetchall()
             known.update((str(r[0]), r[1]) for r in rows)
         return {h: known[h] for h in hashes if h in known}
@@ -261,6 +261,31 @@ def _fetcher(conn: psycopg.Connection[Any], known: dict[str, object]) -> Fetch:
 
 
 # --- SQL ----------------------------------------------------------------------------------------
+
+# The store's tables, in the one order every write transaction locks them (the order their
+# migrations made them in), and the proxy's, locked by a store that has migrated them
+# (decision 0172).
+TABLES = (
+    "schema_migrations",
+    "agentrt_meta",
+    "runs",
+    "steps",
+    "events",
+    "chain_head",
+    "approvals",
+    "model_calls",
+    "tool_specs",
+    "stored_values",
+)
+PROXY_TABLES = ("proxy_migrations", "proxy_requests")
+
+# A store table read or written by a statement: `ONLY` that table, so that a table made
+# elsewhere to inherit from it (`CREATE TABLE ... INHERITS`, which no lock the store's
+# transactions hold keeps out) takes no part in it: its rows are not read, updated or
+# locked, and its triggers never fire (decision 0172).
+_TABLE_NAMED = re.compile(
+    r"\b(FROM|JOIN|UPDATE)\s+(?!ONLY\b)(" + "|".join(TABLES + PROXY_TABLES) + r")\b"
+)
 
 _NAMED = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
 _NUL_TEST = re.compile(r"instr\(CAST\((.+?) AS BLOB\), x'00'\) > 0")
@@ -272,7 +297,7 @@ def translate(sql: str) -> str:
 
     `%` is doubled; `LIMIT ?` accepts -1 for "no limit"; `INSERT OR IGNORE` is
     `ON CONFLICT DO NOTHING`; `CROSS JOIN ... ON` (SQLite's way of fixing a join's
-    order) is a plain join.
+    order) is a plain join; a store table after `FROM`, `JOIN` or `UPDATE` is `ONLY` it.
     """
     text = sql.replace("%", "%%")
     text = text.replace("LIMIT ?", "LIMIT NULLIF(?, -1)")
@@ -284,6 +309,7 @@ def translate(sql: str) -> str:
     text = _NUL_TEST.sub(r"starts_with(\1, chr(2))", text)
     # Whether a column holds a stored value's reference (decision 0084).
     text = text.replace("instr(", "strpos(").replace("char(1)", "chr(1)")
+    text = _TABLE_NAMED.sub(r"\1 ONLY \2", text)
     text = text.replace("?", "%s")
     return _NAMED.sub(r"%(\1)s", text)
 

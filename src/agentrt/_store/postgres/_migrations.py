@@ -32,7 +32,7 @@ from ..sqlite._migrations import (
     recorded_version,
     settle_partitions,
 )
-from ._connection import one_line, rollback_quietly
+from ._connection import TABLES, one_line, rollback_quietly
 
 _T = "text COLLATE \"C\" NOT NULL DEFAULT ''"
 _I = "bigint NOT NULL DEFAULT 0"
@@ -181,7 +181,14 @@ def statements(script: str) -> list[str]:
 
 # --- the schema's safety ---------------------------------------------------------------------
 
-_SCHEMA = "to_regnamespace(current_schema())::oid"
+# Every function and operator the statements below call is the server's, whatever the
+# store's schema holds (decision 0172). The session searches `pg_catalog` first, so a call
+# whose argument types match a built-in exactly is that built-in; where the built-in needs
+# a coercion (a `name` where it takes `text`, an `oid` compared with a `regclass` or an
+# `integer`), a function or operator of the schema taking those exact types would be chosen
+# instead, and could blind this guard. So each such call is `pg_catalog`-qualified, and each
+# constant compared with an `oid` is made one (`'pg_class'::regclass::oid`, `16384::oid`).
+_SCHEMA = "pg_catalog.to_regnamespace(pg_catalog.current_schema()::text)::oid"
 
 # The schema's relations, found through their dependencies on it (decision 0112): every
 # relation but an index or a composite type records one on its namespace when created (and
@@ -193,9 +200,9 @@ _SCHEMA = "to_regnamespace(current_schema())::oid"
 OWN_RELATIONS = f"""\
     SELECT c.oid, c.relname, c.relkind, c.relrowsecurity
     FROM pg_depend AS d JOIN pg_class AS c ON c.oid = d.objid
-    WHERE d.refclassid = 'pg_namespace'::regclass AND d.refobjsubid = 0
+    WHERE d.refclassid = 'pg_namespace'::regclass::oid AND d.refobjsubid = 0
         AND d.refobjid = {_SCHEMA}
-        AND d.classid = 'pg_class'::regclass
+        AND d.classid = 'pg_class'::regclass::oid
         AND c.relnamespace = {_SCHEMA}
 """
 
@@ -211,9 +218,10 @@ OWN_RELATIONS = f"""\
 # few such functions, where the schema's defaults alone are a hundred.
 _CODE = """\
     SELECT DISTINCT f.classid, f.objid FROM pg_depend AS f
-    WHERE f.refclassid IN ('pg_proc'::regclass, 'pg_operator'::regclass)
-        AND f.refobjid >= 16384
-        AND f.classid IN ('pg_attrdef'::regclass, 'pg_constraint'::regclass, 'pg_class'::regclass)
+    WHERE f.refclassid IN ('pg_proc'::regclass::oid, 'pg_operator'::regclass::oid)
+        AND f.refobjid >= 16384::oid
+        AND f.classid IN (
+            'pg_attrdef'::regclass::oid, 'pg_constraint'::regclass::oid, 'pg_class'::regclass::oid)
 """
 
 # The shapes of every expression agentrt's migrations make, which `GUARD` passes without
@@ -233,7 +241,8 @@ def _plain_comparison(tree: str) -> str:
         f"(({tree} LIKE '{{OPEXPR _opno 525 _opfuncid 150 _opresulttype %' "
         f"OR {tree} LIKE '{{OPEXPR _opno 531 _opfuncid 157 _opresulttype %' "
         f"OR {tree} LIKE '{{OPEXPR _opno 98 _opfuncid 67 _opresulttype %') "
-        f"AND length({tree}) - length(replace({tree}, '}}', '')) = 3)"
+        f"AND pg_catalog.length({tree}) "
+        f"- pg_catalog.length(pg_catalog.replace({tree}, '}}', '')) = 3)"
     )
 
 
@@ -244,17 +253,17 @@ def _plain_comparison(tree: str) -> str:
 # default its column's type; those of the shapes agentrt makes (above) are not read further.
 # Decision 0167.
 _EXPRESSIONS = f"""\
-    SELECT 'pg_attrdef'::regclass AS classid, a.oid AS objid, a.adbin::text AS tree,
+    SELECT 'pg_attrdef'::regclass::oid AS classid, a.oid AS objid, a.adbin::text AS tree,
             t.atttypid AS column_type
         FROM own AS c JOIN pg_attrdef AS a ON a.adrelid = c.oid
         JOIN pg_attribute AS t ON t.attrelid = a.adrelid AND t.attnum = a.adnum
         WHERE NOT {_PLAIN_DEFAULT}
     UNION ALL
-    SELECT 'pg_constraint'::regclass, k.oid, k.conbin::text, NULL
+    SELECT 'pg_constraint'::regclass::oid, k.oid, k.conbin::text, NULL
         FROM own AS c JOIN pg_constraint AS k ON k.conrelid = c.oid
         WHERE k.contype = 'c' AND NOT {_plain_comparison("k.conbin::text")}
     UNION ALL
-    SELECT 'pg_class'::regclass, i.indexrelid,
+    SELECT 'pg_class'::regclass::oid, i.indexrelid,
             coalesce(i.indexprs::text, '') || coalesce(i.indpred::text, ''), NULL
         FROM own AS c JOIN pg_index AS i ON i.indrelid = c.oid
         WHERE i.indexprs IS NOT NULL
@@ -283,38 +292,38 @@ SELECT 'row-level policy', p.polname::text FROM own AS c JOIN pg_policy AS p ON 
 UNION ALL
 SELECT 'row-level security on', c.relname::text FROM own AS c WHERE c.relrowsecurity
 UNION ALL
-SELECT 'a function of its own called by', pg_describe_object(f.classid, f.objid, 0)
+SELECT 'a function of its own called by', pg_catalog.pg_describe_object(f.classid, f.objid, 0)
     FROM code AS f WHERE EXISTS (
         SELECT FROM pg_depend AS d WHERE d.classid = f.classid AND d.objid = f.objid
-            AND d.refclassid = 'pg_class'::regclass AND d.refobjid IN (SELECT oid FROM own))
+            AND d.refclassid = 'pg_class'::regclass::oid AND d.refobjid IN (SELECT oid FROM own))
 UNION ALL
-SELECT 'a volatile function called by', pg_describe_object(e.classid, e.objid, 0)
+SELECT 'a volatile function called by', pg_catalog.pg_describe_object(e.classid, e.objid, 0)
     FROM expressions AS e WHERE EXISTS (
-        SELECT FROM regexp_matches(e.tree, {_CALLED}, 'g') AS m (called)
+        SELECT FROM pg_catalog.regexp_matches(e.tree, {_CALLED}, 'g') AS m (called)
             JOIN pg_proc AS p ON p.oid = m.called[1]::oid
-            WHERE p.oid < 16384 AND p.provolatile = 'v')
+            WHERE p.oid < 16384::oid AND p.provolatile = 'v')
 UNION ALL
-SELECT 'a type of its own used by', pg_describe_object(e.classid, e.objid, 0)
+SELECT 'a type of its own used by', pg_catalog.pg_describe_object(e.classid, e.objid, 0)
     FROM expressions AS e WHERE EXISTS (
         SELECT FROM pg_depend AS d WHERE d.classid = e.classid AND d.objid = e.objid
-            AND d.refclassid = 'pg_type'::regclass AND d.refobjid >= 16384
+            AND d.refclassid = 'pg_type'::regclass::oid AND d.refobjid >= 16384::oid
             -- A default made its column's type: the column is refused, below.
             AND d.refobjid IS DISTINCT FROM e.column_type)
 UNION ALL
 SELECT 'function', p.oid::regprocedure::text
     FROM pg_depend AS d JOIN pg_proc AS p ON p.oid = d.objid
-    WHERE d.refclassid = 'pg_namespace'::regclass AND d.refobjsubid = 0
+    WHERE d.refclassid = 'pg_namespace'::regclass::oid AND d.refobjsubid = 0
         AND d.refobjid = {_SCHEMA}
-        AND d.classid = 'pg_proc'::regclass
-        AND p.prorettype NOT IN ('trigger'::regtype, 'event_trigger'::regtype)
+        AND d.classid = 'pg_proc'::regclass::oid
+        AND p.prorettype NOT IN ('trigger'::regtype::oid, 'event_trigger'::regtype::oid)
 UNION ALL
 SELECT 'operator', d.objid::regoperator::text FROM pg_depend AS d
-    WHERE d.refclassid = 'pg_namespace'::regclass AND d.refobjsubid = 0
+    WHERE d.refclassid = 'pg_namespace'::regclass::oid AND d.refobjsubid = 0
         AND d.refobjid = {_SCHEMA}
-        AND d.classid = 'pg_operator'::regclass
+        AND d.classid = 'pg_operator'::regclass::oid
 UNION ALL
 SELECT 'a column of its own type', c.relname::text || '.' || a.attname::text
-    FROM own AS c JOIN pg_depend AS t ON t.classid = 'pg_class'::regclass AND t.objid = c.oid
+    FROM own AS c JOIN pg_depend AS t ON t.classid = 'pg_class'::regclass::oid AND t.objid = c.oid
         AND t.objsubid > 0
     JOIN pg_attribute AS a ON a.attrelid = c.oid AND a.attnum = t.objsubid
     -- Compared as numbers, so that each relation's own dependencies are read through the
@@ -339,25 +348,27 @@ renewals, and once a transaction's `GUARD` has found something, to say what."""
 _FOUND = f"""\
 WITH inschema AS MATERIALIZED (
     SELECT d.classid, d.objid FROM pg_depend AS d
-    WHERE d.refclassid = 'pg_namespace'::regclass AND d.refobjsubid = 0
+    WHERE d.refclassid = 'pg_namespace'::regclass::oid AND d.refobjsubid = 0
         AND d.refobjid = {_SCHEMA}
-        AND d.classid IN ('pg_class'::regclass, 'pg_proc'::regclass, 'pg_operator'::regclass)
+        AND d.classid IN (
+            'pg_class'::regclass::oid, 'pg_proc'::regclass::oid, 'pg_operator'::regclass::oid)
 ), code AS MATERIALIZED (
 {_CODE})
 SELECT 'relation' FROM inschema AS d JOIN pg_class AS c ON c.oid = d.objid
-    WHERE d.classid = 'pg_class'::regclass AND c.relnamespace = {_SCHEMA} AND (
+    WHERE d.classid = 'pg_class'::regclass::oid AND c.relnamespace = {_SCHEMA} AND (
         c.relkind IN ('v', 'm') OR c.relrowsecurity
         OR c.relhastriggers AND EXISTS (
             SELECT FROM pg_trigger AS t WHERE t.tgrelid = c.oid AND NOT t.tgisinternal)
         OR c.relhasrules AND EXISTS (SELECT FROM pg_rewrite AS r WHERE r.ev_class = c.oid)
         OR c.relkind <> 'S' AND EXISTS (
-            SELECT FROM pg_depend AS t WHERE t.classid = 'pg_class'::regclass AND t.objid = c.oid
+            SELECT FROM pg_depend AS t
+            WHERE t.classid = 'pg_class'::regclass::oid AND t.objid = c.oid
                 AND t.objsubid > 0 AND t.refclassid::int8 = 'pg_type'::regclass::oid::int8
                 AND t.refobjid::int8 >= 16384)
         OR c.relkind <> 'S' AND EXISTS (
             SELECT FROM pg_attrdef AS a WHERE a.adrelid = c.oid AND NOT {_PLAIN_DEFAULT})
         OR c.relchecks > 0 AND EXISTS (
-            SELECT FROM pg_constraint AS k WHERE k.conrelid = c.oid AND k.contypid = 0
+            SELECT FROM pg_constraint AS k WHERE k.conrelid = c.oid AND k.contypid = 0::oid
                 AND k.contype = 'c' AND NOT {_plain_comparison("k.conbin::text")})
         OR c.relkind <> 'S' AND EXISTS (
             SELECT FROM pg_index AS i WHERE i.indrelid = c.oid
@@ -365,19 +376,46 @@ SELECT 'relation' FROM inschema AS d JOIN pg_class AS c ON c.oid = d.objid
                 AND (i.indexprs IS NOT NULL OR NOT {_plain_comparison("i.indpred::text")})))
 UNION ALL
 SELECT 'row-level policy' FROM pg_policy AS p
-    WHERE p.polrelid IN (SELECT d.objid FROM inschema AS d WHERE d.classid = 'pg_class'::regclass)
+    WHERE p.polrelid IN (
+        SELECT d.objid FROM inschema AS d WHERE d.classid = 'pg_class'::regclass::oid)
 UNION ALL
 SELECT 'code' FROM code AS f WHERE EXISTS (
         SELECT FROM pg_depend AS d WHERE d.classid = f.classid AND d.objid = f.objid
-            AND d.refclassid = 'pg_class'::regclass AND d.refobjid IN (
-                SELECT i.objid FROM inschema AS i WHERE i.classid = 'pg_class'::regclass))
+            AND d.refclassid = 'pg_class'::regclass::oid AND d.refobjid IN (
+                SELECT i.objid FROM inschema AS i WHERE i.classid = 'pg_class'::regclass::oid))
 UNION ALL
 SELECT 'function' FROM inschema AS d JOIN pg_proc AS p ON p.oid = d.objid
-    WHERE d.classid = 'pg_proc'::regclass
-        AND p.prorettype NOT IN ('trigger'::regtype, 'event_trigger'::regtype)
+    WHERE d.classid = 'pg_proc'::regclass::oid
+        AND p.prorettype NOT IN ('trigger'::regtype::oid, 'event_trigger'::regtype::oid)
 UNION ALL
-SELECT 'operator' FROM inschema AS d WHERE d.classid = 'pg_operator'::regclass
+SELECT 'operator' FROM inschema AS d WHERE d.classid = 'pg_operator'::regclass::oid
 """
+
+
+def lock_statement(tables: tuple[str, ...]) -> str:
+    """`LOCK TABLE` of `tables`, in their order, in `ROW EXCLUSIVE` mode: what every write
+    takes of a table anyway, so writers never wait for each other on it, and what every DDL
+    that can put code in a table's way waits for (`CREATE TRIGGER`, `CREATE RULE`,
+    `CREATE POLICY`, `CREATE INDEX`, every `ALTER TABLE` that sets a default, adds a check,
+    changes a column or turns row-level security on). Sent before a transaction's guard,
+    so that the guard sees every such change committed before it and none can be made until
+    the transaction ends (decision 0172). `ONLY`: a table inheriting from one of them takes
+    no part in the store's statements (`translate`), so it is not locked either."""
+    return f"LOCK TABLE ONLY {', '.join(tables)} IN ROW EXCLUSIVE MODE"
+
+
+LOCK = lock_statement(TABLES)
+"""The store's tables locked before a write transaction's guard."""
+
+# A table that cannot be locked in its place: gone, or replaced by what is no table (a
+# materialized view, a sequence, a foreign table). `check_schema` then says whether the
+# schema holds what it refuses; else the lock's failure is the transaction's.
+_UNLOCKABLE = (pg_errors.UndefinedTable, pg_errors.WrongObjectType)
+
+
+def is_unlockable(error: psycopg.Error) -> bool:
+    """Whether `error` is `LOCK`'s failure on a table gone or replaced by what is no table."""
+    return isinstance(error, _UNLOCKABLE)
 
 
 def check_schema(conn: psycopg.Connection[Any]) -> None:
@@ -389,12 +427,28 @@ def check_schema(conn: psycopg.Connection[Any]) -> None:
     _refuse_unsafe(conn.execute(_UNSAFE).fetchall())
 
 
-def begin_checked(conn: psycopg.Connection[Any], begin: str) -> None:
-    """`begin` (a `BEGIN ...` without parameters) and `check_schema` inside it, sent as one
-    message: one round trip where there were two (decision 0100). The check is the
-    transaction's first statement, as it was; the server runs the two in order."""
-    cursor = conn.execute(f"{begin};\n{_UNSAFE}")
-    if not cursor.nextset():  # the first result is BEGIN's, the second the check's
+def begin_checked(conn: psycopg.Connection[Any], begin: str, lock: str = LOCK) -> None:
+    """`begin` (a `BEGIN ...` without parameters), `lock` (the store's tables, `LOCK`) and
+    `check_schema` inside it, sent as one message: one round trip (decision 0100). The
+    tables are locked before the check reads the catalogs, so nothing the check passed can
+    change before the transaction ends. A table that cannot be locked (`is_unlockable`):
+    the schema is checked in a transaction of its own, which says what replaced it when
+    that is refused; else the lock's failure is raised, the transaction rolled back."""
+    try:
+        cursor = conn.execute(f"{begin};\n{lock};\n{_UNSAFE}")
+    except psycopg.Error as e:
+        if not is_unlockable(e):
+            raise
+        rollback_quietly(conn)
+        try:
+            cursor = conn.execute(f"{begin};\n{_UNSAFE}")
+            if cursor.nextset():
+                _refuse_unsafe(cursor.fetchall())
+        finally:
+            rollback_quietly(conn)
+        raise
+    # The results: BEGIN's, the lock's, the check's.
+    if not (cursor.nextset() and cursor.nextset()):
         raise psycopg.ProgrammingError("the schema check sent with BEGIN gave no result")
     _refuse_unsafe(cursor.fetchall())
 
@@ -446,7 +500,7 @@ def _refuse_unsafe(found: list[Any]) -> None:
 
 
 def _exists(conn: psycopg.Connection[Any], table: str) -> bool:
-    row = conn.execute("SELECT to_regclass(%s)", (table,)).fetchone()
+    row = conn.execute("SELECT pg_catalog.to_regclass(%s::text)", (table,)).fetchone()
     return row is not None and row[0] is not None
 
 
@@ -514,6 +568,41 @@ def check_writer(conn: psycopg.Connection[Any], runtime_version: str = RUNTIME_V
         )
 
 
+def present_tables(
+    conn: psycopg.Connection[Any], names: tuple[str, ...], *, tables_only: bool = False
+) -> tuple[str, ...]:
+    """Those of `names` the schema holds, in their order (with `tables_only`, only those that
+    are tables): a record of an earlier schema version lacks the later tables."""
+    rows = conn.execute(
+        "SELECT t.name FROM unnest(%s::text[]) WITH ORDINALITY AS t (name, n) "
+        "JOIN pg_class AS c ON c.oid = pg_catalog.to_regclass(t.name)::oid "
+        "WHERE NOT %s OR c.relkind IN ('r', 'p') ORDER BY t.n",
+        (list(names), tables_only),
+    ).fetchall()
+    return tuple(str(r[0]) for r in rows)
+
+
+# The migration that made each of `TABLES` made after the first.
+_MADE_IN = {"stored_values": 4}
+
+
+def tables_at(version: int | None = None) -> tuple[str, ...]:
+    """`TABLES` a schema of `version` (default `SCHEMA_VERSION`, the one a store opens) has:
+    each write transaction locks them all, so one missing fails it (nothing written) and one
+    made again is locked as the one it replaced."""
+    at = SCHEMA_VERSION if version is None else version
+    return tuple(t for t in TABLES if _MADE_IN.get(t, 1) <= at)
+
+
+def _lock_existing(conn: psycopg.Connection[Any]) -> None:
+    """The store's tables that exist (and are tables), in `TABLES`' order, locked `ACCESS
+    EXCLUSIVE` until the migration's transaction ends."""
+    found = present_tables(conn, TABLES, tables_only=True)
+    if found:
+        tables = psycopg.sql.SQL(", ").join(psycopg.sql.Identifier(t) for t in found)
+        conn.execute(psycopg.sql.SQL("LOCK TABLE ONLY {} IN ACCESS EXCLUSIVE MODE").format(tables))
+
+
 def migrate(
     conn: psycopg.Connection[Any], schema: str, *, chain_partitions: int | None = None
 ) -> int:
@@ -527,12 +616,21 @@ def migrate(
     snapshot taken before the lock was granted would find no version, and migrate again)."""
     conn.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
     try:
-        conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"agentrt.migrate.{schema}",))
-        found = conn.execute("SELECT to_regnamespace(%s)", (schema,)).fetchone()
+        conn.execute(
+            "SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext(%s::text))",
+            (f"agentrt.migrate.{schema}",),
+        )
+        found = conn.execute("SELECT pg_catalog.to_regnamespace(%s::text)", (schema,)).fetchone()
         if found is None or found[0] is None:  # a runtime role need not be able to create one
             conn.execute(psycopg.sql.SQL("CREATE SCHEMA {}").format(psycopg.sql.Identifier(schema)))
         check_schema(conn)
         current = check_not_newer(conn)
+        if 0 < current < SCHEMA_VERSION:
+            # Writers lock every table in `TABLES`' order, so a migration altering them
+            # takes them all first in that order, and no writer and migration wait on each
+            # other both ways; then the schema is checked again under the locks.
+            _lock_existing(conn)
+            check_schema(conn)
         check_writer(conn)
         applied_at = format_time(wall_clock())
         for version, script in MIGRATIONS:

@@ -49,6 +49,8 @@ from ._connection import (
     _DAMAGED,
     ESCAPED,
     LOCK_TIMEOUT_MS,
+    PROXY_TABLES,
+    TABLES,
     Target,
     UnencodableText,
     connect,
@@ -66,8 +68,10 @@ from ._migrations import (
     check_exact,
     check_schema,
     check_writer,
+    lock_statement,
     migrate,
     statements,
+    tables_at,
 )
 from ._tx import PostgresTx, server_now
 
@@ -85,13 +89,14 @@ def open_store(url: str, *, chain_partitions: int | None = None) -> PostgresStor
         check_usable(conn, target)
         migrate(conn, target.schema, chain_partitions=chain_partitions)
         partitions = chain_partitions_of(conn)
+        tables = tables_at()
     except psycopg.Error as e:
         conn.close()
         raise store_error(e, f"cannot open {target.shown}", target=target) from e
     except BaseException:
         conn.close()
         raise
-    return PostgresStore(conn, target, read_only=False, partitions=partitions)
+    return PostgresStore(conn, target, read_only=False, partitions=partitions, tables=tables)
 
 
 def open_existing(url: str, read_only: bool = False) -> PostgresStore:
@@ -107,13 +112,14 @@ def open_existing(url: str, read_only: bool = False) -> PostgresStore:
         else:
             check_writer(conn)
         partitions = chain_partitions_of(conn, strict=not read_only)
+        tables = tables_at()
     except psycopg.Error as e:
         conn.close()
         raise store_error(e, f"cannot open {target.shown}", target=target) from e
     except BaseException:
         conn.close()
         raise
-    return PostgresStore(conn, target, read_only=read_only, partitions=partitions)
+    return PostgresStore(conn, target, read_only=read_only, partitions=partitions, tables=tables)
 
 
 def check_usable(conn: psycopg.Connection[Any], target: Target) -> None:
@@ -121,8 +127,8 @@ def check_usable(conn: psycopg.Connection[Any], target: Target) -> None:
     server then leaves it off the search path, and the schema would read as holding no
     store (sending the operator to create one) or as no schema at all."""
     row = conn.execute(
-        "SELECT current_user::text, has_schema_privilege(oid, 'USAGE') FROM pg_namespace "
-        "WHERE nspname = %s",
+        "SELECT current_user::text, pg_catalog.has_schema_privilege(oid, 'USAGE') "
+        "FROM pg_namespace WHERE nspname = %s",
         (target.schema,),
     ).fetchone()
     if row is not None and not row[1]:
@@ -174,9 +180,10 @@ class PostgresRenewer(OwnConnection["psycopg.Connection[Any]"]):
     """Renews on a connection of its own, opened lazily on the heartbeat's thread; the new
     expiry is the server's clock plus the ttl."""
 
-    def __init__(self, target: Target) -> None:
+    def __init__(self, target: Target, lock: str) -> None:
         super().__init__()
         self._target = target
+        self._lock_tables = lock  # the store's tables, locked before the check (`LOCK`)
 
     def _renew(self, run_id: str, owner: str, ttl: timedelta) -> bool:
         if self._conn is None:
@@ -184,10 +191,10 @@ class PostgresRenewer(OwnConnection["psycopg.Connection[Any]"]):
         conn = self._conn
         try:
             try:
-                begin_checked(conn, "BEGIN ISOLATION LEVEL READ COMMITTED")
+                begin_checked(conn, "BEGIN ISOLATION LEVEL READ COMMITTED", self._lock_tables)
                 expires = server_now(conn) + ttl
                 cur = conn.execute(
-                    "UPDATE runs SET lease_expires_at = %s WHERE id = %s AND lease_owner = %s",
+                    "UPDATE ONLY runs SET lease_expires_at = %s WHERE id = %s AND lease_owner = %s",
                     (format_time(expires), run_id, owner),
                 )
                 conn.execute("COMMIT")
@@ -218,6 +225,7 @@ class PostgresStore(SqliteStore):
         *,
         read_only: bool,
         partitions: int = 1,
+        tables: tuple[str, ...] = TABLES,
     ) -> None:
         self.path = target.shown
         self.partitions = partitions  # N, the chain's partitions: fixed for the record
@@ -232,6 +240,11 @@ class PostgresStore(SqliteStore):
         self._closed_why = CLOSED
         self._parent: int | None = None  # set in a forked child (`_leave`)
         self._safe_schema = None
+        # The tables each write transaction locks before its guard: the store's (those of
+        # the schema version it opened), and the proxy's once this store has migrated them
+        # (`migrate_proxy`), the only way it comes to write them.
+        self._tables = tables
+        self._lock_tables = lock_statement(tables)
         # The two cursors every transaction on the connection uses (`PostgresTx`), made
         # again with a new connection.
         self._cursors: tuple[psycopg.Connection[Any], psycopg.Cursor[Any], psycopg.Cursor[Any]]
@@ -280,6 +293,7 @@ class PostgresStore(SqliteStore):
                 begin="BEGIN ISOLATION LEVEL READ COMMITTED",
                 target=self._target,
                 cursors=self._cursors_of(conn),
+                lock=self._lock_tables,
             )
             self._tx = tx
             try:
@@ -385,7 +399,7 @@ class PostgresStore(SqliteStore):
     def renewer(self, wall: Callable[[], datetime]) -> Renewer:
         """The heartbeat's renewals, on a connection of their own, by the server's clock."""
         self._check_open()
-        return PostgresRenewer(self._target)
+        return PostgresRenewer(self._target, self._lock_tables)
 
     def lease_now(self, wall: Callable[[], datetime]) -> datetime:
         """The server's clock (`clock_timestamp()`); `wall` is not used."""
@@ -483,7 +497,7 @@ class PostgresStore(SqliteStore):
         )
 
     def unfinished_runs(self, after: RunCursor | None, limit: int) -> list[RunCandidate]:
-        cols = ", ".join(f"convert_to({c}, 'UTF8')" for c in _CANDIDATE_COLUMNS)
+        cols = ", ".join(f"pg_catalog.convert_to({c}, 'UTF8')" for c in _CANDIDATE_COLUMNS)
         rows = self._query(
             f"SELECT rowid, lease_epoch, {cols} FROM runs "
             "WHERE status IN (?, ?) AND rowid > ? ORDER BY rowid LIMIT ?",
@@ -592,9 +606,10 @@ class PostgresStore(SqliteStore):
         known = PROXY_MIGRATIONS[-1][0]
         with self.transaction() as tx:
             tx.execute(
-                "SELECT pg_advisory_xact_lock(hashtext('agentrt.proxy.' || current_schema()))"
+                "SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext("
+                "'agentrt.proxy.' || pg_catalog.current_schema()::text))"
             )
-            exists = tx.execute("SELECT to_regclass('proxy_migrations')").fetchone()
+            exists = tx.execute("SELECT pg_catalog.to_regclass('proxy_migrations')").fetchone()
             current = 0
             if exists is not None and exists[0] is not None:
                 row = tx.execute("SELECT max(version) FROM proxy_migrations").fetchone()
@@ -613,6 +628,7 @@ class PostgresStore(SqliteStore):
                     "INSERT INTO proxy_migrations (version, applied_at) VALUES (?, ?)",
                     (version, format_time(now)),
                 )
+        self._lock_tables = lock_statement(self._tables + PROXY_TABLES)
         return known
 
     def _lock_claim(self, tx: SqliteTx, key: str, *, capped: bool) -> None:
@@ -622,11 +638,13 @@ class PostgresStore(SqliteStore):
         capped and an uncapped claim of one key still exclude each other."""
         if capped:
             tx.execute(
-                "SELECT pg_advisory_xact_lock(hashtext(current_schema() || ?))",
+                "SELECT pg_catalog.pg_advisory_xact_lock("
+                "pg_catalog.hashtext(pg_catalog.current_schema()::text || ?::text))",
                 ("agentrt.proxy.cap",),
             )
         tx.execute(
-            "SELECT pg_advisory_xact_lock(hashtext(current_schema() || ?))",
+            "SELECT pg_catalog.pg_advisory_xact_lock("
+            "pg_catalog.hashtext(pg_catalog.current_schema()::text || ?::text))",
             (f"agentrt.proxy.key.{key}",),
         )
 

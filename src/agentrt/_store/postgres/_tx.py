@@ -24,9 +24,16 @@ Round trips (decisions 0100, 0108): the events are written with the transaction'
 `COMMIT`, in one statement (`write_events`) pipelined with it (`commit`); a
 `lock_run` of a run whose row this transaction already holds reads the server's
 clock in the same statement, and a `lease_now` asked right after it (no statement
-between) is that reading, taken while the lock was held. `BEGIN` and the schema's
-guard go with the first statement (inside it, when that is a run's lock), and a
-statement whose result nobody reads (`_SENT_LATER`) with the next one.
+between) is that reading, taken while the lock was held. `BEGIN`, the lock of the
+store's tables and the schema's guard go with the first statement (the guard inside it,
+when that is a run's lock), and a statement whose result nobody reads (`_SENT_LATER`)
+with the next one.
+
+The tables' lock (`LOCK`, `ROW EXCLUSIVE`: what a write takes anyway, so writers never
+wait for each other on it) comes before the guard: DDL that could put code in the way of
+the transaction's statements (a trigger, rule, policy, default, check or index) waits
+for the transaction to end, and what committed before the lock, the guard sees. Lock
+order: the tables (`TABLES`' order, in the one statement), then the run, then heads.
 """
 
 from __future__ import annotations
@@ -47,7 +54,7 @@ from ..sqlite._tx import _TOUCHES_CHAIN, EventRow
 from ..sqlite._values import INSERT_SQL
 from ..sqlite._writes import SqliteTx
 from ._connection import Target, rollback_quietly, store_error, translate
-from ._migrations import GUARD, begin_checked, is_refusal
+from ._migrations import GUARD, LOCK, begin_checked, is_refusal, is_unlockable
 
 # Rows of events in one INSERT: well under the protocol's 65,535 parameters (7 a row).
 _ROWS_PER_INSERT = 1000
@@ -60,7 +67,7 @@ _LOCK_RUN = "SELECT *, clock_timestamp() AS agentrt_clock FROM runs WHERE id = ?
 _LOCK_RUN_AND_HEAD = (
     "SELECT r.*, clock_timestamp() AS agentrt_clock, "
     "h.seq AS agentrt_head_seq, h.hash AS agentrt_head_hash "
-    "FROM runs AS r, chain_head AS h WHERE r.id = ? AND h.part = ? FOR UPDATE"
+    "FROM runs AS r, ONLY chain_head AS h WHERE r.id = ? AND h.part = ? FOR UPDATE"
 )
 
 
@@ -172,9 +179,13 @@ class PostgresTx(SqliteTx):
         begin: str | None = None,
         target: Target | None = None,
         cursors: tuple[psycopg.Cursor[Any], psycopg.Cursor[Any]] | None = None,
+        lock: str = LOCK,
     ) -> None:
         super().__init__(cast(Any, conn), partitions)
         self._pg = conn
+        # The store's tables locked right after `BEGIN`, before the guard (`LOCK`): no DDL
+        # on them can run between the guard and the transaction's end (decision 0172).
+        self._lock_tables = lock
         # The `BEGIN ...` not sent yet: it goes with the schema's guard and the first
         # statement, in one round trip (`_send`); None once sent (or for a view
         # its store began).
@@ -243,8 +254,9 @@ class PostgresTx(SqliteTx):
 
     def _send(self, sql: str | None, params: Sequence[Any] | Mapping[str, Any]) -> Any:
         """What is pending, then `sql` (if any), pipelined: one round trip. Pending: the
-        `BEGIN` and the schema's guard, if the transaction has sent nothing yet (a run's
-        lock carries the guard itself: `_GUARDED_FIRST`), then the statements sent later
+        `BEGIN`, the store's tables' lock (`LOCK`) and the schema's guard, if the
+        transaction has sent nothing yet (a run's lock carries the guard itself:
+        `_GUARDED_FIRST`), then the statements sent later
         (`_SENT_LATER`). The guard fails when the schema holds a
         trigger, rule, view or policy it refuses, and the server then skips what follows
         it, so the rest runs only in a transaction whose schema was found safe first, as
@@ -259,6 +271,7 @@ class PostgresTx(SqliteTx):
                 guarded = None if begin is None or later else _GUARDED_FIRST.get(sql or "")
                 if begin is not None:
                     unread.execute(begin)
+                    unread.execute(self._lock_tables)
                     if guarded is None:
                         unread.execute(GUARD)
                 for text, values in later:
@@ -274,10 +287,11 @@ class PostgresTx(SqliteTx):
                 raise store_error(
                     e, "cannot begin a write transaction, nothing was written", target=self._target
                 ) from e
-            if not is_refusal(e):
+            if not (is_refusal(e) or is_unlockable(e)):
                 raise
             rollback_quietly(self._pg)
-            begin_checked(self._pg, begin)  # UnsafeSchemaError, naming what was found
+            # UnsafeSchemaError, naming what was found (or the lock's failure again).
+            begin_checked(self._pg, begin, self._lock_tables)
             for text, values in later:  # removed meanwhile: begun and checked
                 self._pg.execute(text, values)
             return None if sql is None else self._pg.execute(sql, params)
@@ -300,7 +314,7 @@ class PostgresTx(SqliteTx):
         statement, before its `COMMIT`)."""
         begin, self._begin = self._begin, None
         if begin is not None:
-            begin_checked(self._pg, begin)
+            begin_checked(self._pg, begin, self._lock_tables)
 
     def _read_head(self, part: int) -> Any:
         """The partition's head row, locked (`FOR UPDATE`) until the transaction ends: the
