@@ -41,6 +41,7 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import contextlib
 import queue
@@ -124,6 +125,18 @@ def _settle(waiting: asyncio.Future[Any], value: Any, error: BaseException | Non
         waiting.set_result(value)
 
 
+def _nothing_else_ready(loop: asyncio.AbstractEventLoop) -> bool:
+    """True if no callback is left to run on `loop` in this iteration nor queued for the
+    next one, read on the loop's own thread: a callback running now is the iteration's last.
+
+    The callbacks of an iteration wait in the loop's ready queue until each runs, and what
+    they schedule joins it (`asyncio.BaseEventLoop._run_once`). A loop that keeps no such
+    queue (another implementation) is never taken to be idle.
+    """
+    ready = getattr(loop, "_ready", None)
+    return isinstance(ready, collections.deque) and not ready
+
+
 _Entry = tuple[Callable[[Tx], Any], _Answer]
 _LoopEntry = tuple[Callable[[Tx], Any], _LoopAnswer]
 
@@ -204,16 +217,29 @@ class Committer:
         return future
 
     def submit_soon(
-        self, work: Callable[[Tx], T], loop: asyncio.AbstractEventLoop
+        self,
+        work: Callable[[Tx], T],
+        loop: asyncio.AbstractEventLoop,
+        *,
+        awaited_at_once: bool = False,
     ) -> asyncio.Future[T]:
         """`submit`, from `loop`'s own thread, once the callbacks ready now have run: the
         works its loop makes in one iteration are queued together, for one group. The
-        outcome is `loop`'s future's."""
+        outcome is `loop`'s future's.
+
+        `awaited_at_once`: the caller awaits the future before it makes anything else, so
+        its callback adds no other work to the batch. If nothing else is ready on the loop
+        either, the batch would hold this work alone: it is handed over now, not one loop
+        iteration later (decision XXXX).
+        """
         answer = _LoopAnswer(loop)
         entry: _LoopEntry = (work, answer)
         batch = self._soon.get(loop)
         if batch is not None:
             batch.append(entry)
+            return answer.waiting
+        if awaited_at_once and _nothing_else_ready(loop):
+            self._hand_over_batch([entry])
             return answer.waiting
         self._soon[loop] = [entry]
         try:
@@ -225,7 +251,9 @@ class Committer:
 
     def _hand_over(self, loop: asyncio.AbstractEventLoop) -> None:
         """Queue what `loop` made since its last hand-over (a callback on that loop)."""
-        batch = self._soon.pop(loop)
+        self._hand_over_batch(self._soon.pop(loop))
+
+    def _hand_over_batch(self, batch: list[_LoopEntry]) -> None:
         try:
             self._enqueue(batch)
         except BaseException as e:
