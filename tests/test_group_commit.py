@@ -520,6 +520,41 @@ def test_a_refused_hand_over_of_a_lone_work_fails_its_caller_and_it_never_runs(
     store.close()
 
 
+def test_a_groups_answers_to_one_loop_wake_it_once_each_with_its_own_outcome_in_order(
+    tmp_path: Path,
+) -> None:
+    store = open_store(tmp_path / "g.db")
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+    committer = Committer(store, pool)
+    woken: list[Any] = []
+
+    def fails(tx: Any) -> str:
+        raise ValueError("no")
+
+    async def main() -> list[BaseException | str]:
+        loop = asyncio.get_running_loop()
+        threadsafe = loop.call_soon_threadsafe
+
+        def counted(callback: Any, *args: Any, **kwargs: Any) -> Any:
+            woken.append(callback)
+            return threadsafe(callback, *args, **kwargs)
+
+        loop.call_soon_threadsafe = counted  # type: ignore[method-assign]
+        futures = [
+            committer.submit_soon(work, loop) for work in (_create("r0"), fails, _create("r2"))
+        ]
+        return list(await asyncio.gather(*futures, return_exceptions=True))
+
+    first, failed, last = asyncio.run(main())
+    assert (first, last) == ("r0", "r2")
+    assert isinstance(failed, ValueError) and str(failed) == "no"
+    assert len(woken) == 1  # one callback on the loop for the group's three answers
+    assert (committer.groups, committer.works) == (1, 3)
+    assert sorted(r.id for r in store.list_runs()) == ["r0", "r2"]
+    pool.shutdown()
+    store.close()
+
+
 # --- a loop's works answered on the loop (decision 0121) ----------------------------------------
 
 
