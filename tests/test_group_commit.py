@@ -425,6 +425,136 @@ def test_a_refused_hand_over_fails_each_work_of_the_batch_and_none_runs(tmp_path
     store.close()
 
 
+# --- a lone work awaited at once (decision XXXX) -------------------------------------------------
+
+
+def test_a_lone_work_awaited_at_once_on_an_idle_loop_is_handed_over_without_a_loop_iteration(
+    tmp_path: Path,
+) -> None:
+    """Nothing else is ready on the loop and its caller awaits it at once: the batch would
+    hold it alone, so it reaches the committer before the loop runs again."""
+    store = open_store(tmp_path / "g.db")
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+    committer = Committer(store, pool)
+    commits = _commits(store)
+
+    async def main() -> str:
+        loop = asyncio.get_running_loop()
+        waiting = committer.submit_soon(_create("r1"), loop, awaited_at_once=True)
+        pool.submit(lambda: None).result(timeout=30)  # the drain handed over ran before it
+        assert (committer.groups, committer.works) == (1, 1)
+        assert commits == ["COMMIT"]
+        assert not waiting.done()  # its outcome is set on the loop, once it runs again
+        return await waiting
+
+    assert asyncio.run(main()) == "r1"
+    assert [r.id for r in store.list_runs()] == ["r1"]
+    pool.shutdown()
+    store.close()
+
+
+def test_a_work_awaited_at_once_waits_for_the_hand_over_while_other_callbacks_are_ready(
+    tmp_path: Path,
+) -> None:
+    store = open_store(tmp_path / "g.db")
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+    committer = Committer(store, pool)
+
+    async def main() -> str:
+        loop = asyncio.get_running_loop()
+        loop.call_soon(lambda: None)  # another callback is ready: it may make works too
+        waiting = committer.submit_soon(_create("r1"), loop, awaited_at_once=True)
+        pool.submit(lambda: None).result(timeout=30)
+        assert committer.works == 0  # the committer's thread is idle, and yet has nothing
+        return await waiting
+
+    assert asyncio.run(main()) == "r1"
+    assert (committer.groups, committer.works) == (1, 1)
+    pool.shutdown()
+    store.close()
+
+
+def test_runs_woken_together_still_hand_their_works_awaited_at_once_over_as_one_group(
+    tmp_path: Path,
+) -> None:
+    """Decision 0116's grouping is kept: tasks that run in one loop iteration each find
+    the others' callbacks ready (or a batch begun), so their works go together."""
+    store = open_store(tmp_path / "g.db")
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+    committer = Committer(store, pool)
+    commits = _commits(store)
+
+    async def main() -> list[str]:
+        loop = asyncio.get_running_loop()
+
+        async def one(i: int) -> str:
+            return await committer.submit_soon(_create(f"r{i}"), loop, awaited_at_once=True)
+
+        return list(await asyncio.gather(*(one(i) for i in range(5))))
+
+    assert asyncio.run(main()) == [f"r{i}" for i in range(5)]
+    assert commits == ["COMMIT"]
+    assert (committer.groups, committer.works) == (1, 5)
+    assert [e.run_id for e in store.list_events()] == [f"r{i}" for i in range(5) for _ in (0, 1)]
+    pool.shutdown()
+    store.close()
+
+
+def test_a_refused_hand_over_of_a_lone_work_fails_its_caller_and_it_never_runs(
+    tmp_path: Path,
+) -> None:
+    store = open_store(tmp_path / "g.db")
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+    pool.shutdown()  # it refuses every submission, as at interpreter exit
+    committer = Committer(store, pool)
+
+    async def main() -> None:
+        waiting = committer.submit_soon(
+            _create("r1"), asyncio.get_running_loop(), awaited_at_once=True
+        )
+        with pytest.raises(RuntimeError, match="shutdown"):
+            await waiting
+
+    asyncio.run(main())
+    assert store.list_runs() == []
+    store.close()
+
+
+def test_a_groups_answers_to_one_loop_wake_it_once_each_with_its_own_outcome_in_order(
+    tmp_path: Path,
+) -> None:
+    store = open_store(tmp_path / "g.db")
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+    committer = Committer(store, pool)
+    woken: list[Any] = []
+
+    def fails(tx: Any) -> str:
+        raise ValueError("no")
+
+    async def main() -> list[BaseException | str]:
+        loop = asyncio.get_running_loop()
+        threadsafe = loop.call_soon_threadsafe
+
+        def counted(callback: Any, *args: Any, **kwargs: Any) -> Any:
+            woken.append(callback)
+            return threadsafe(callback, *args, **kwargs)
+
+        loop.call_soon_threadsafe = counted  # type: ignore[method-assign]
+        futures = [
+            committer.submit_soon(work, loop) for work in (_create("r0"), fails, _create("r2"))
+        ]
+        return list(await asyncio.gather(*futures, return_exceptions=True))
+
+    first, failed, last = asyncio.run(main())
+    assert (first, last) == ("r0", "r2")
+    assert isinstance(failed, ValueError) and str(failed) == "no"
+    assert len(woken) == 1  # one callback on the loop for the group's three answers
+    assert (committer.groups, committer.works) == (1, 3)
+    assert sorted(r.id for r in store.list_runs()) == ["r0", "r2"]
+    pool.shutdown()
+    store.close()
+
+
 # --- a loop's works answered on the loop (decision 0121) ----------------------------------------
 
 

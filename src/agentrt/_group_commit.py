@@ -14,9 +14,12 @@ transactions in one loop iteration, and they go as one group. Handed over one by
 one, the first would begin a group of its own while the loop still made the
 others, and that group would hold the database's write turn while its thread
 waited for the interpreter's lock, taken by the loop (other processes then wait
-for the turn with it). Their outcomes are set on asyncio futures of that loop, each by
-one `call_soon_threadsafe` (decision 0121), with no `concurrent.futures.Future`, its
-locks and its chain of callbacks between the committer and the caller.
+for the turn with it). A work whose caller awaits it at once, on a loop with nothing
+else ready, would be that batch alone: it is handed over at once (decision XXXX).
+Their outcomes are set on asyncio futures of that loop (decision 0121), a group's by
+one `call_soon_threadsafe` for each loop (one wake-up of it, decision XXXX), with no
+`concurrent.futures.Future`, its locks and its chain of callbacks between the
+committer and the caller.
 
 Invariants:
 
@@ -41,6 +44,7 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import contextlib
 import queue
@@ -124,6 +128,43 @@ def _settle(waiting: asyncio.Future[Any], value: Any, error: BaseException | Non
         waiting.set_result(value)
 
 
+def _nothing_else_ready(loop: asyncio.AbstractEventLoop) -> bool:
+    """True if no callback is left to run on `loop` in this iteration nor queued for the
+    next one, read on the loop's own thread: a callback running now is the iteration's last.
+
+    The callbacks of an iteration wait in the loop's ready queue until each runs, and what
+    they schedule joins it (`asyncio.BaseEventLoop._run_once`). A loop that keeps no such
+    queue (another implementation) is never taken to be idle.
+    """
+    ready = getattr(loop, "_ready", None)
+    return isinstance(ready, collections.deque) and not ready
+
+
+def _settle_all(settled: list[tuple[asyncio.Future[Any], Any, BaseException | None]]) -> None:
+    """On the futures' loop: each its outcome, in order (`_settle`)."""
+    for waiting, value, error in settled:
+        _settle(waiting, value, error)
+
+
+def _tell(outcomes: Sequence[tuple[_Answer, Any, BaseException | None]]) -> None:
+    """Each answer its outcome (an error, or else the value), in the group's order. A loop's
+    answers are set by one callback on that loop: one wake-up of it for the group, not one
+    a work (decision XXXX)."""
+    by_loop: dict[
+        asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], Any, BaseException | None]]
+    ] = {}
+    for answer, value, error in outcomes:
+        if isinstance(answer, _LoopAnswer):
+            by_loop.setdefault(answer.loop, []).append((answer.waiting, value, error))
+        elif error is not None:
+            answer.fail(error)
+        else:
+            answer.give(value)
+    for loop, settled in by_loop.items():
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is left to tell
+            loop.call_soon_threadsafe(_settle_all, settled)
+
+
 _Entry = tuple[Callable[[Tx], Any], _Answer]
 _LoopEntry = tuple[Callable[[Tx], Any], _LoopAnswer]
 
@@ -204,16 +245,29 @@ class Committer:
         return future
 
     def submit_soon(
-        self, work: Callable[[Tx], T], loop: asyncio.AbstractEventLoop
+        self,
+        work: Callable[[Tx], T],
+        loop: asyncio.AbstractEventLoop,
+        *,
+        awaited_at_once: bool = False,
     ) -> asyncio.Future[T]:
         """`submit`, from `loop`'s own thread, once the callbacks ready now have run: the
         works its loop makes in one iteration are queued together, for one group. The
-        outcome is `loop`'s future's."""
+        outcome is `loop`'s future's.
+
+        `awaited_at_once`: the caller awaits the future before it makes anything else, so
+        its callback adds no other work to the batch. If nothing else is ready on the loop
+        either, the batch would hold this work alone: it is handed over now, not one loop
+        iteration later (decision XXXX).
+        """
         answer = _LoopAnswer(loop)
         entry: _LoopEntry = (work, answer)
         batch = self._soon.get(loop)
         if batch is not None:
             batch.append(entry)
+            return answer.waiting
+        if awaited_at_once and _nothing_else_ready(loop):
+            self._hand_over_batch([entry])
             return answer.waiting
         self._soon[loop] = [entry]
         try:
@@ -225,7 +279,9 @@ class Committer:
 
     def _hand_over(self, loop: asyncio.AbstractEventLoop) -> None:
         """Queue what `loop` made since its last hand-over (a callback on that loop)."""
-        batch = self._soon.pop(loop)
+        self._hand_over_batch(self._soon.pop(loop))
+
+    def _hand_over_batch(self, batch: list[_LoopEntry]) -> None:
         try:
             self._enqueue(batch)
         except BaseException as e:
@@ -287,16 +343,16 @@ class Committer:
         except BaseException as e:
             # Nothing of the group was written, or (a COMMIT whose outcome is unknown,
             # `StoreError.commit_unknown`) it may have been: each caller gets that error.
-            for _, answer in group:
-                answer.fail(e)
+            _tell([(answer, None, e) for _, answer in group])
             return
         self.groups += 1
         self.works += len(group)
-        for (_, answer), outcome in zip(group, outcomes, strict=True):
-            if outcome.error is not None:
-                answer.fail(outcome.error)
-            else:
-                answer.give(outcome.value)
+        _tell(
+            [
+                (answer, outcome.value, outcome.error)
+                for (_, answer), outcome in zip(group, outcomes, strict=True)
+            ]
+        )
 
 
 _COMMITTERS: weakref.WeakKeyDictionary[Any, Committer] = weakref.WeakKeyDictionary()

@@ -394,7 +394,9 @@ async def write_through(
     else:
         # Group commit: this work shares one fsync with other runs' queued meanwhile.
         committer = committer_for(store)
-        out, events = await committer.submit_soon(work, asyncio.get_running_loop())
+        out, events = await committer.submit_soon(
+            work, asyncio.get_running_loop(), awaited_at_once=True
+        )
     deliver(config.observer, events)
     return out
 
