@@ -425,7 +425,7 @@ def test_a_refused_hand_over_fails_each_work_of_the_batch_and_none_runs(tmp_path
     store.close()
 
 
-# --- a lone work awaited at once (decision XXXX) -------------------------------------------------
+# --- a lone work awaited at once (decision 0173) -------------------------------------------------
 
 
 def test_a_lone_work_awaited_at_once_on_an_idle_loop_is_handed_over_without_a_loop_iteration(

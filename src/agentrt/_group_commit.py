@@ -15,9 +15,9 @@ one, the first would begin a group of its own while the loop still made the
 others, and that group would hold the database's write turn while its thread
 waited for the interpreter's lock, taken by the loop (other processes then wait
 for the turn with it). A work whose caller awaits it at once, on a loop with nothing
-else ready, would be that batch alone: it is handed over at once (decision XXXX).
+else ready, would be that batch alone: it is handed over at once (decision 0173).
 Their outcomes are set on asyncio futures of that loop (decision 0121), a group's by
-one `call_soon_threadsafe` for each loop (one wake-up of it, decision XXXX), with no
+one `call_soon_threadsafe` for each loop (one wake-up of it, decision 0173), with no
 `concurrent.futures.Future`, its locks and its chain of callbacks between the
 committer and the caller.
 
@@ -149,7 +149,7 @@ def _settle_all(settled: list[tuple[asyncio.Future[Any], Any, BaseException | No
 def _tell(outcomes: Sequence[tuple[_Answer, Any, BaseException | None]]) -> None:
     """Each answer its outcome (an error, or else the value), in the group's order. A loop's
     answers are set by one callback on that loop: one wake-up of it for the group, not one
-    a work (decision XXXX)."""
+    a work (decision 0173)."""
     by_loop: dict[
         asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], Any, BaseException | None]]
     ] = {}
@@ -258,7 +258,7 @@ class Committer:
         `awaited_at_once`: the caller awaits the future before it makes anything else, so
         its callback adds no other work to the batch. If nothing else is ready on the loop
         either, the batch would hold this work alone: it is handed over now, not one loop
-        iteration later (decision XXXX).
+        iteration later (decision 0173).
         """
         answer = _LoopAnswer(loop)
         entry: _LoopEntry = (work, answer)
