@@ -401,3 +401,60 @@ def test_a_table_inheriting_a_store_table_takes_no_part_in_the_stores_statements
     with psycopg.connect(base, autocommit=True) as admin:
         assert admin.execute(f"SELECT lease_owner FROM {side}.kid").fetchall() == [("me",)]
     held_run(store, "r2", NOW)  # a child is no part of the schema's safety: writes go on
+
+
+def test_two_stores_migrating_the_proxys_tables_at_once_both_succeed(
+    store: PostgresStore, url: str
+) -> None:
+    """Two processes starting a proxy at once on a schema without its tables: each runs
+    `migrate_proxy`, whose transaction waits for the proxy migration's advisory lock. The
+    one that gets it creates an index on `approvals` (`SHARE`), which waits for every
+    transaction holding `approvals` `ROW EXCLUSIVE`: the other migration must not hold it
+    while it waits for the advisory lock, or each waits for the other and the server fails
+    one as a deadlock."""
+    import agentrt
+
+    base = url.split("?", 1)[0]
+    other = agentrt.open_store(url)
+    assert isinstance(other, PostgresStore)
+    outcomes: dict[str, BaseException | None] = {}
+
+    def migrate(name: str, opened: PostgresStore) -> None:
+        try:
+            opened.migrate_proxy(NOW)
+        except BaseException as e:  # reported by the test
+            outcomes[name] = e
+        else:
+            outcomes[name] = None
+
+    key = "pg_catalog.hashtext('agentrt.proxy.' || %s::text)::bigint"
+    try:
+        with psycopg.connect(base, autocommit=True) as gate:
+            gate.execute(f"SELECT pg_advisory_lock({key})", (store._target.schema,))
+            threads = [
+                threading.Thread(target=migrate, args=(name, opened))
+                for name, opened in (("first", store), ("second", other))
+            ]
+            for thread in threads:
+                thread.start()
+                # Each waits for the proxy migration's lock, in turn.
+                waiting(
+                    base,
+                    "locktype = 'advisory' AND pid = %s",
+                    (opened_pid(store if thread is threads[0] else other),),
+                )
+            gate.execute(f"SELECT pg_advisory_unlock({key})", (store._target.schema,))
+            for thread in threads:
+                thread.join()
+        assert outcomes == {"first": None, "second": None}
+        assert store.query("SELECT max(version) FROM proxy_migrations") == [(2,)]
+        with store.transaction() as tx:  # both stores now write the proxy's tables
+            tx.append_event("r1", "", NOW, "run.note", {"after": "the proxy's migration"})
+        with other.transaction() as tx:
+            tx.append_event("r1", "", NOW, "run.note", {"after": "the proxy's migration"})
+    finally:
+        other.close()
+
+
+def opened_pid(store: PostgresStore) -> int:
+    return int(store._pg.info.backend_pid)

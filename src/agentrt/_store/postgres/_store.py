@@ -215,6 +215,13 @@ class PostgresRenewer(OwnConnection["psycopg.Connection[Any]"]):
             self._conn = None
 
 
+# Held by the transaction that migrates the proxy's tables (`migrate_proxy`), until it ends.
+_PROXY_MIGRATION_LOCK = (
+    "SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext("
+    "'agentrt.proxy.' || pg_catalog.current_schema()::text))"
+)
+
+
 class PostgresStore(SqliteStore):
     """The runtime's record in one PostgreSQL schema. Use `open_store`/`open_existing`."""
 
@@ -277,8 +284,11 @@ class PostgresStore(SqliteStore):
         return self._cursors[1], self._cursors[2]
 
     @contextlib.contextmanager
-    def transaction(self) -> Iterator[PostgresTx]:
-        """`BEGIN` (READ COMMITTED) ... `COMMIT`; any exception rolls it all back."""
+    def transaction(self, *, first: str | None = None) -> Iterator[PostgresTx]:
+        """`BEGIN` (READ COMMITTED) ... `COMMIT`; any exception rolls it all back.
+
+        `first`: a statement sent after `BEGIN` in the tables' lock's place (and before the
+        guard); the transaction then locks the tables itself (`migrate_proxy`)."""
         if self.read_only:
             raise StoreError("the store was opened read-only")
         with self._lock:
@@ -293,7 +303,7 @@ class PostgresStore(SqliteStore):
                 begin="BEGIN ISOLATION LEVEL READ COMMITTED",
                 target=self._target,
                 cursors=self._cursors_of(conn),
-                lock=self._lock_tables,
+                lock=self._lock_tables if first is None else first,
             )
             self._tx = tx
             try:
@@ -604,11 +614,14 @@ class PostgresStore(SqliteStore):
 
     def migrate_proxy(self, now: datetime) -> int:
         known = PROXY_MIGRATIONS[-1][0]
-        with self.transaction() as tx:
-            tx.execute(
-                "SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext("
-                "'agentrt.proxy.' || pg_catalog.current_schema()::text))"
-            )
+        # The migration's advisory lock is taken before the tables' lock, which comes next,
+        # then the schema is checked again under it. The other way round, two stores
+        # migrating at once were a deadlock: one holding the lock and creating an index on
+        # `approvals` (`SHARE`), which waits for the other's `ROW EXCLUSIVE` of it, the other
+        # holding that and waiting for the lock.
+        with self.transaction(first=_PROXY_MIGRATION_LOCK) as tx:
+            tx.execute(self._lock_tables)
+            check_schema(self._pg)  # the transaction's connection
             exists = tx.execute("SELECT pg_catalog.to_regclass('proxy_migrations')").fetchone()
             current = 0
             if exists is not None and exists[0] is not None:
