@@ -15,6 +15,7 @@ import pytest
 import agentrt
 from agentrt import SideEffect, ToolCall, ToolResult, ToolSpec
 from support.database import BACKENDS, close_schema_pool, make_database
+from support.disks import small_disk  # noqa: F401  (a fixture: tests that fill a disk)
 
 # Every transaction of the step machine is checked against its commit plan, in this
 # process and in every child it starts (they inherit the environment).

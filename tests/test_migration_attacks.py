@@ -282,26 +282,6 @@ def test_a_newer_record_is_refused_by_every_open_and_the_command_line_with_nothi
     assert after == before
 
 
-@pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A directory on a 640 KiB tmpfs of its own, unmounted afterwards (as
-    tests/test_store_durability.py's)."""
-    mount = tmp_path / "disk"
-    mount.mkdir(mode=0o700)
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=640k,mode=0700", "tmpfs", str(mount)],
-        capture_output=True,
-        text=True,
-    )
-    if done.returncode != 0 and not os.environ.get("CI"):
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
-    assert done.returncode == 0, done.stderr
-    try:
-        yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=True)
-
-
 def test_a_migration_on_a_full_disk_fails_leaving_the_old_record_whole_and_migrates_with_room(
     small_disk: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

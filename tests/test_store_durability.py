@@ -20,7 +20,6 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -57,25 +56,6 @@ def _run_ids(path: Path) -> list[str]:
         return sorted(r.id for r in store.list_runs())
     finally:
         store.close()
-
-
-@pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A directory on a 640 KiB tmpfs of its own, unmounted afterwards."""
-    mount = tmp_path / "disk"
-    mount.mkdir(mode=0o700)
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=640k,mode=0700", "tmpfs", str(mount)],
-        capture_output=True,
-        text=True,
-    )
-    if done.returncode != 0 and not os.environ.get("CI"):
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
-    assert done.returncode == 0, done.stderr
-    try:
-        yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=True)
 
 
 def test_a_transaction_sqlite_rolled_back_on_a_full_disk_writes_nothing_after_it(
