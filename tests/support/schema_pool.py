@@ -74,11 +74,15 @@ SELECT 'column', concat_ws(' ', c.relname, a.attnum, a.attname, a.attisdropped,
         format_type(a.atttypid, a.atttypmod), a.attnotnull, a.attidentity, a.attgenerated,
         coalesce(co.collname, ''), coalesce(pg_get_expr(d.adbin, d.adrelid), ''),
         coalesce(a.attacl::text, ''))
-    FROM pg_attribute AS a JOIN pg_class AS c ON c.oid = a.attrelid
-    JOIN ns ON c.relnamespace = ns.oid
+    FROM pg_class AS c JOIN ns ON c.relnamespace = ns.oid
+    -- Each relation's columns read through the index on `attrelid` (a join the planner
+    -- would otherwise make by scanning every column of the database: 8 of this query's
+    -- 13 ms, with the pools' schemas on the server).
+    CROSS JOIN LATERAL (
+        SELECT * FROM pg_attribute AS a WHERE a.attrelid = c.oid AND a.attnum > 0 OFFSET 0
+    ) AS a
     LEFT JOIN pg_attrdef AS d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
     LEFT JOIN pg_collation AS co ON co.oid = a.attcollation
-    WHERE a.attnum > 0
 UNION ALL
 SELECT 'constraint', concat_ws(' ', c.relname, k.conname, k.condeferrable, k.convalidated,
         pg_get_constraintdef(k.oid))
