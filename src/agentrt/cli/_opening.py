@@ -106,6 +106,8 @@ def refusal_sentence(path: str, error: AgentrtError) -> str:
         )
     if isinstance(error, SchemaVersionError):
         return f"refusing {path}: {error}"
+    if str(error).startswith(f"cannot open {path}: "):  # the store names the file itself
+        return str(error)
     return f"cannot open {path}: {error}"
 
 

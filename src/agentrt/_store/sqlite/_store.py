@@ -137,8 +137,10 @@ def open_store(path: str | os.PathLike[str], *, chain_partitions: int | None = N
         migrations.check_not_newer(conn)
         migrations.check_writer(conn)
         _enable_wal(conn)
-        migrations.migrate(conn, check=check_schema, chain_partitions=chain_partitions)
-        partitions = migrations.chain_partitions(conn)
+        migrations.migrate(
+            conn, check=check_schema, chain_partitions=chain_partitions, where=abspath
+        )
+        partitions = migrations.chain_partitions(conn, where=abspath)
         # The -wal and -shm exist now; SQLite gave them the database's mode.
         filesafety.check_sidecars(abspath, tighten=True)
     except BaseException as e:
@@ -176,7 +178,7 @@ def open_existing(path: str | os.PathLike[str], read_only: bool = False) -> Sqli
         if not read_only:
             migrations.check_writer(conn)
             _enable_wal(conn)
-        partitions = migrations.chain_partitions(conn, strict=not read_only)
+        partitions = migrations.chain_partitions(conn, strict=not read_only, where=abspath)
         filesafety.check_sidecars(abspath, tighten=not read_only)
     except BaseException as e:
         conn.close()
