@@ -26,9 +26,9 @@ from test_cli import agentrt_cmd, clean_env
 
 SAID = (
     "agentrt_meta has no chain_partitions row, which every record of this schema holds "
-    "from its creation, so it was deleted by hand and agentrt will not guess how many "
-    "partitions the record's chain has: put the row back with the N the record was "
-    "created with (its chain_head table keeps one row per partition), or restore the "
+    "from its creation, so it was deleted or changed by hand and agentrt will not guess "
+    "how many partitions the record's chain has: put the row back with the N the record "
+    "was created with (its chain_head table keeps one row per partition), or restore the "
     "record from a backup"
 )
 

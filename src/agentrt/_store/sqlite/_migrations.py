@@ -503,10 +503,10 @@ def chain_partitions(conn: Any, *, strict: bool = True, where: str = "") -> int:
         raise StoreError(
             ("" if not where else f"cannot open {where}: ")
             + "agentrt_meta has no chain_partitions row, which every record of this schema "
-            "holds from its creation, so it was deleted by hand and agentrt will not guess "
-            "how many partitions the record's chain has: put the row back with the N the "
-            "record was created with (its chain_head table keeps one row per partition), "
-            "or restore the record from a backup"
+            "holds from its creation, so it was deleted or changed by hand and agentrt will "
+            "not guess how many partitions the record's chain has: put the row back with the "
+            "N the record was created with (its chain_head table keeps one row per "
+            "partition), or restore the record from a backup"
         )
     text = row[0]
     n = int(text) if isinstance(text, str) and text.isascii() and text.isdigit() else 0

@@ -128,6 +128,7 @@ def open_store(path: str | os.PathLike[str], *, chain_partitions: int | None = N
     filesafety.check_directory(abspath)  # before anything is created in it
     filesafety.create_owner_only(abspath)
     filesafety.check_all(abspath, tighten=True)
+    filesafety.check_writable(abspath)
     uri = _uri(abspath, mode="rw")
     conn = _connect(uri, uri=True)
     try:
@@ -169,6 +170,7 @@ def open_existing(path: str | os.PathLike[str], read_only: bool = False) -> Sqli
     if read_only:
         conn, uri = _open_reader(abspath)
     else:
+        filesafety.check_writable(abspath)
         uri = _uri(abspath, mode="rw")
         conn = _connect(uri, uri=True)
     try:
