@@ -46,6 +46,10 @@ FOUND = (
 )
 
 
+APP = "agentrt-deadlock-test"
+"""The command's session's `application_name` (`PGAPPNAME`): how the test finds its backend."""
+
+
 @pytest.fixture
 def url(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """A fresh schema; the store's sessions look for a deadlock after 100 ms, not 1 s."""
@@ -65,37 +69,32 @@ def session_of_our_own(url: str) -> psycopg.Connection[Any]:
     return conn
 
 
-def wait_until_waiting(url: str, *, besides: tuple[int, ...] = (), pid: int | None = None) -> None:
-    """Return once backend `pid` waits for a lock; without `pid`, once a backend that is not
-    one of `besides` and holds a lock on this schema's `runs` waits for one (asked of the
-    server, never slept)."""
-    base, schema = url.split("?", 1)[0], url.rsplit("schema=", 1)[1]
-    if pid is not None:
-        sql, params = "SELECT 1 FROM pg_locks WHERE NOT granted AND pid = %s", (pid,)
-    else:
-        sql = (
-            "SELECT 1 FROM pg_locks AS w WHERE NOT w.granted AND w.pid <> ALL(%s::int[]) "
-            "AND EXISTS (SELECT 1 FROM pg_locks AS h WHERE h.pid = w.pid AND h.granted "
-            "AND h.relation = %s::regclass)"
-        )
-        params = (list(besides), f"{schema}.runs")
-    with psycopg.connect(base, autocommit=True) as watcher:
+def wait_until_waiting(url: str, *, pid: int | None = None, app: str = "") -> None:
+    """Return once backend `pid` (or the backend whose `application_name` is `app`) waits
+    for a lock (asked of the server, never slept)."""
+    sql = (
+        "SELECT 1 FROM pg_locks AS l JOIN pg_stat_activity AS a USING (pid) "
+        "WHERE NOT l.granted AND (a.pid = %s OR a.application_name = %s)"
+    )
+    with psycopg.connect(url.split("?", 1)[0], autocommit=True) as watcher:
         for _ in range(1_000_000):
-            if watcher.execute(sql, params).fetchone() is not None:
+            if watcher.execute(sql, (pid or 0, app or "-")).fetchone() is not None:
                 return
-    raise AssertionError(f"no backend ({pid or 'of the store'}) ever waited for a lock")
+    raise AssertionError(f"backend {pid or app} never waited for a lock")
 
 
-def deadlock_around(url: str, run_id: str, part: int, writer: threading.Thread) -> None:
-    """Run `writer` (whose transaction locks the run, then its head) into a deadlock with a
-    session of the test's own, as the module says; returns once both ended."""
+def deadlock_around(
+    url: str, run_id: str, part: int, writer: threading.Thread, *, pid: int = 0, app: str = ""
+) -> None:
+    """Run `writer` (whose transaction, on backend `pid` or the one named `app`, locks the
+    run, then its head) into a deadlock with a session of the test's own, as the module
+    says; returns once both ended."""
     a, b = session_of_our_own(url), session_of_our_own(url)
     try:
         a.execute("SELECT 1 FROM runs WHERE id = %s FOR UPDATE", (run_id,))
         b.execute("SELECT 1 FROM chain_head WHERE part = %s FOR UPDATE", (part,))
-        ours = (a.info.backend_pid, b.info.backend_pid)
         writer.start()
-        wait_until_waiting(url, besides=ours)  # the store's transaction, behind A
+        wait_until_waiting(url, pid=pid, app=app)  # the store's transaction, behind A
         got: list[str] = []
 
         def share() -> None:
@@ -132,7 +131,13 @@ def test_a_deadlock_at_a_gate_steps_execute_is_said_as_one_and_nothing_is_writte
                 outcome.append(e)
 
         part = partition_of(session.run_id, store.partitions)
-        deadlock_around(url, session.run_id, part, threading.Thread(target=execute))
+        deadlock_around(
+            url,
+            session.run_id,
+            part,
+            threading.Thread(target=execute),
+            pid=store._pg.info.backend_pid,  # type: ignore[attr-defined]
+        )
 
         [error] = outcome
         assert type(error) is StoreBusyError
@@ -170,13 +175,13 @@ def test_a_deadlock_of_the_commands_cancel_exits_1_saying_so_and_the_run_goes_on
                     [sys.executable, "-m", "agentrt", "--db", url, "cancel", run_id, "--by", "op"],
                     capture_output=True,
                     text=True,
-                    env=clean_env() | {"PGOPTIONS": "-c deadlock_timeout=100ms"},
+                    env=clean_env(PGOPTIONS="-c deadlock_timeout=100ms", PGAPPNAME=APP),
                     stdin=subprocess.DEVNULL,
                     timeout=120,
                 )
             )
 
-        deadlock_around(url, run_id, part, threading.Thread(target=cancel))
+        deadlock_around(url, run_id, part, threading.Thread(target=cancel), app=APP)
 
         [result] = done
         assert result.returncode == 1, result.stderr
