@@ -272,6 +272,18 @@ def test_no_read_and_no_command_fails_on_bytes_that_are_not_utf8_in_any_text_col
     _, done, waiting = template
     path = _copy(template, tmp_path)
     _damage(path, f"UPDATE {table} SET {column} = {_bad(column)}")
+    if (table, column) == ("agentrt_meta", "key"):
+        # No key reads as `chain_partitions` any more: the record's N is unknown, and every
+        # open refuses it rather than guess (decision XXXX), readers too; every command
+        # answers with that one sentence (tests/test_chain_partitions_row_missing.py).
+        with pytest.raises(StoreError, match="agentrt_meta has no chain_partitions row"):
+            open_existing(path, read_only=True)
+        for command in (("runs",), ("verify",), ("cancel", done)):
+            code, out, err = _cli(capsys, "--db", str(path), *command)
+            assert (code, out) == (1, ""), (command, err)
+            assert err.startswith(f"agentrt: cannot open {path}: agentrt_meta has no ")
+            assert len(err.strip().splitlines()) == 1, (command, err)
+        return
     with open_existing(path, read_only=True) as store:
         reads = _every_read(store, done, waiting)
     # The undamaged rows still list, whatever column of which table was damaged.

@@ -106,6 +106,16 @@ def refusal_sentence(path: str, error: AgentrtError) -> str:
         )
     if isinstance(error, SchemaVersionError):
         return f"refusing {path}: {error}"
+    said = str(error)
+    for named in {path, os.path.abspath(path)}:  # the store names the file itself
+        if said.startswith(
+            (
+                f"cannot open {named}: ",
+                f"cannot open {named} for writing: ",
+                f"cannot read {named}: ",
+            )
+        ):
+            return said
     return f"cannot open {path}: {error}"
 
 

@@ -449,7 +449,9 @@ def store_error(
 
     A lock held past `lock_timeout`, a serialization failure or a deadlock is
     `StoreBusyError` where a retry cannot run work twice (`retryable`), else a
-    plain `StoreError`; data the server finds corrupted is `StoreDamagedError`.
+    plain `StoreError`; data the server finds corrupted is `StoreDamagedError`. A
+    deadlock says so (not "past the lock timeout"): the server ended the transaction,
+    and the store's caller rolled it back (`PostgresStore.transaction`).
     """
     if isinstance(error, pg_errors.UniqueViolation):
         repeated = _repeated(error)
@@ -458,6 +460,22 @@ def store_error(
     said = one_line(str(error))
     if target is not None:
         said = target.redact(said)
+    if isinstance(error, pg_errors.DeadlockDetected):
+        # Not a wait past the timeout: the server found this transaction and another each
+        # waiting for a lock the other held, and ended this one (decision XXXX).
+        found = (
+            f"{doing}: PostgreSQL found this transaction and another deadlocked (SQLSTATE "
+            "40P01) and ended this one"
+        )
+        if retryable:
+            return StoreBusyError(
+                f"{found} before any of its work was written, so it was rolled back whole "
+                f"and retrying it is safe (the server said: {said})"
+            )
+        return StoreError(
+            f"{found}, so it was rolled back whole and nothing of it was written; its work "
+            f"had begun, so agentrt does not retry it on its own (the server said: {said})"
+        )
     if retryable and is_busy(error):
         return StoreBusyError(
             f"{doing}: another transaction held what this one needed past the lock timeout "

@@ -604,12 +604,17 @@ def _lock_existing(conn: psycopg.Connection[Any]) -> None:
 
 
 def migrate(
-    conn: psycopg.Connection[Any], schema: str, *, chain_partitions: int | None = None
+    conn: psycopg.Connection[Any],
+    schema: str,
+    *,
+    chain_partitions: int | None = None,
+    where: str = "",
 ) -> int:
     """Create the schema if needed and bring it to `SCHEMA_VERSION` in one transaction.
 
     A schema created now gets `chain_partitions` heads (default `DEFAULT_PARTITIONS`);
-    one that exists keeps its N, and another given for it is refused.
+    one that exists keeps its N, and another given for it is refused (`where` names the
+    record in that refusal).
 
     READ COMMITTED whatever the role's `default_transaction_isolation`: a process that
     waited on the lock while another migrated must see what that one committed (a
@@ -650,7 +655,7 @@ def migrate(
             )
         created = current == 0
         wanted = DEFAULT_PARTITIONS if created and chain_partitions is None else chain_partitions
-        settle_partitions(conn, wanted, created=created, mark="%s")
+        settle_partitions(conn, wanted, created=created, mark="%s", where=where)
         check_writer(conn)
         conn.execute("COMMIT")
     except BaseException:

@@ -87,8 +87,8 @@ def open_store(url: str, *, chain_partitions: int | None = None) -> PostgresStor
     conn = connect(target)
     try:
         check_usable(conn, target)
-        migrate(conn, target.schema, chain_partitions=chain_partitions)
-        partitions = chain_partitions_of(conn)
+        migrate(conn, target.schema, chain_partitions=chain_partitions, where=target.shown)
+        partitions = chain_partitions_of(conn, where=target.shown)
         tables = tables_at()
     except psycopg.Error as e:
         conn.close()
@@ -111,7 +111,7 @@ def open_existing(url: str, read_only: bool = False) -> PostgresStore:
             conn.execute("SET default_transaction_read_only = on")
         else:
             check_writer(conn)
-        partitions = chain_partitions_of(conn, strict=not read_only)
+        partitions = chain_partitions_of(conn, strict=not read_only, where=target.shown)
         tables = tables_at()
     except psycopg.Error as e:
         conn.close()

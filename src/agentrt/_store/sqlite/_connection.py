@@ -266,7 +266,9 @@ def _open_reader(path: str) -> tuple[sqlite3.Connection, str]:
     A WAL database needs its `-shm`. Beside a live writer it exists and `mode=ro`
     works. In a directory this process cannot write, with no `-wal` left (so no
     writer is live and every commit is in the main file), SQLite cannot create
-    the `-shm`, and the file is read as `immutable`.
+    the `-shm`, and the file is read as `immutable`. A `-wal` there that SQLite cannot
+    read (no `-shm`, and none can be made) may hold commits the file does not: refused
+    (`unreadable_wal`), never read past.
     """
     uri = _uri(path, mode="ro")
     conn = _connect(uri, uri=True)
@@ -280,6 +282,8 @@ def _open_reader(path: str) -> tuple[sqlite3.Connection, str]:
             raise
         if isinstance(refusal, UnreadableSchemaError):
             raise refusal from e
+        if os.path.exists(path + "-wal") and not filesafety.directory_writable(path):
+            raise filesafety.unreadable_wal(path, sqlite_failure(e) or "") from e
         if os.path.exists(path + "-wal") or filesafety.directory_writable(path):
             raise StoreError(f"cannot read the database: {sqlite_failure(e)}") from e
     uri = _uri(path, mode="ro", immutable="1")

@@ -13,6 +13,9 @@ after SQLite opens the file:
 - the database path itself must not be a symlink, and neither it nor a sidecar may
   have a second hard link (`HardLinkError`): another name for the file can sit in
   a directory with other rules, out of sight of these checks;
+- a writer's open is refused when this process could not write the database, its
+  `-wal` or `-shm`, or create a missing one in the directory (`check_writable`), and a
+  reader's beside a `-wal` it cannot read (`unreadable_wal`);
 - the directory holding the database must be writable by its owner only, and owned
   by this user or by root (`InsecureDirectoryError`): whoever can create files in
   it can plant a `-wal` or `-journal` before SQLite opens one (or swap the
@@ -149,6 +152,98 @@ def check_all(path: str, *, tighten: bool) -> None:
     """The database file and its sidecars, as `check_database_file` and `check_sidecars`."""
     check_database_file(path, tighten=tighten)
     check_sidecars(path, tighten=tighten)
+
+
+WRITER_SIDECARS = ("-wal", "-shm")
+"""What a writer writes beside the database (WAL mode): made by SQLite when missing."""
+
+_READ_INSTEAD = (
+    "open it read-only (open_existing(path, read_only=True), or the agentrt commands that "
+    "only read: runs, show, events, verify) or make it writable"
+)
+
+
+def check_writable(path: str) -> None:
+    """Refuse a writer's open of the database at `path` this process could not write.
+
+    SQLite opens a database it cannot write read-only without a word, and the first
+    write then fails ("attempt to write a readonly database"); a writer in a directory it
+    cannot write fails with "unable to open database file" (no `-wal` can be made). A
+    writer needs to write the database, its `-wal` and `-shm` (a read-only filesystem, a
+    mode, an immutable file stop it), and to create whichever of the two is missing (the
+    directory writable). Asked with `access(2)`, never by opening a descriptor: closing
+    one this process opened on the database or its `-shm` would drop the POSIX locks
+    SQLite holds there for another connection of this process. `StoreError`, one
+    sentence naming the file, the cause, and that reading still works (decision XXXX).
+    """
+    for suffix in ("", *WRITER_SIDECARS):
+        name = path + suffix
+        try:
+            st = os.stat(name)
+        except FileNotFoundError:
+            continue
+        except OSError as e:
+            raise StoreError(f"cannot inspect {name}: {e.strerror}") from e
+        if _may_write(name):
+            continue
+        what = "the database file" if not suffix else f"its {suffix} file {name}"
+        raise StoreError(
+            f"cannot open {path} for writing: {what} {_why_not_writable(name, st)}, so a "
+            f"writer could not record anything; {_READ_INSTEAD}"
+        )
+    missing = [s for s in WRITER_SIDECARS if not os.path.lexists(path + s)]
+    if missing and not directory_writable(path):
+        directory = os.path.dirname(path) or "."
+        raise StoreError(
+            f"cannot open {path} for writing: its directory {directory} "
+            f"{_why_directory(directory)}, so SQLite cannot create the "
+            f"{' and '.join(missing)} file{'s' if len(missing) > 1 else ''} a writer needs "
+            f"beside it; {_READ_INSTEAD}"
+        )
+
+
+def unreadable_wal(path: str, said: str) -> StoreError:
+    """The refusal of a reader beside a `-wal` SQLite cannot read in a directory this
+    process cannot write: the `-wal` may hold commits the database file does not, so
+    reading the file alone (`immutable`) could show a record with its last commits lost."""
+    directory = os.path.dirname(path) or "."
+    return StoreError(
+        f"cannot read {path}: its -wal file may hold commits that are not in the database "
+        f"file yet, and SQLite cannot read it ({said}) because its -shm file is missing or "
+        f"unusable and the directory {directory} {_why_directory(directory)}, so none can "
+        "be made; open it once where it is writable (a writer folds the -wal in) or copy "
+        "the database with its -wal to a writable directory and read the copy"
+    )
+
+
+def _may_write(path: str) -> bool:
+    if os.access in os.supports_effective_ids:
+        return os.access(path, os.W_OK, effective_ids=True)
+    return os.access(path, os.W_OK)
+
+
+def _why_not_writable(path: str, st: os.stat_result) -> str:
+    """Why this process may not write the file at `path`, in words."""
+    if _read_only_fs(path):
+        return "is on a read-only filesystem"
+    if POSIX_MODES and os.geteuid() != 0 and not st.st_mode & stat.S_IWUSR:
+        return f"is not writable by this process (mode {stat.S_IMODE(st.st_mode):04o})"
+    if POSIX_MODES and os.geteuid() == 0:
+        return "may not be written even by root (an immutable or append-only file: see lsattr)"
+    return "is not writable by this process (an immutable or append-only file, or an ACL)"
+
+
+def _why_directory(directory: str) -> str:
+    if _read_only_fs(directory):
+        return "is on a read-only filesystem"
+    return "is not writable by this process"
+
+
+def _read_only_fs(path: str) -> bool:
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except (OSError, AttributeError):
+        return False
 
 
 def directory_writable(path: str) -> bool:

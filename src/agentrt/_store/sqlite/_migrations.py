@@ -217,6 +217,9 @@ MIGRATIONS: tuple[Migration, ...] = (
 
 SCHEMA_VERSION = MIGRATIONS[-1].version
 
+PARTITIONS_VERSION = 5
+"""The migration that writes `agentrt_meta.chain_partitions` (both backends': `_V5`)."""
+
 # The MCP proxy's own tables (`agentrt-proxy`, docs/mcp.md): applied by the proxy
 # when it opens the database, never by `open_store`, so a file no proxy touched
 # has none of them. Recorded in `proxy_migrations` as the store's are in
@@ -411,6 +414,7 @@ def migrate(
     check: Callable[[sqlite3.Connection], object] | None = None,
     *,
     chain_partitions: int | None = None,
+    where: str = "",
 ) -> int:
     """Bring the schema up to `SCHEMA_VERSION` in one IMMEDIATE transaction; returns it.
 
@@ -421,6 +425,7 @@ def migrate(
     safety check), so nothing planted since the open's own check fires here.
     `chain_partitions` is N for a record created now (default 1); for one that
     exists it must be None or its own N (`StoreError` otherwise: N never changes).
+    `where` names the record in a refusal of its N (`chain_partitions`).
     """
     conn.execute("BEGIN IMMEDIATE")
     try:
@@ -444,7 +449,7 @@ def migrate(
                 "INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)",
                 (migration.version, applied_at),
             )
-        settle_partitions(conn, chain_partitions, created=current == 0)
+        settle_partitions(conn, chain_partitions, created=current == 0, where=where)
         # A migration may itself raise the bar for writers.
         check_writer(conn)
         conn.execute("COMMIT")
@@ -479,13 +484,31 @@ def already_made(version: int, current: int, said: str) -> SchemaVersionError | 
 MAX_PARTITIONS = 1024
 
 
-def chain_partitions(conn: Any, *, strict: bool = True) -> int:
-    """N, the record's chain partitions (`agentrt_meta`; 1 for a record made before them);
-    StoreError when it is not a number of partitions. Not `strict` (a reader), an
-    unreadable value is taken from the head rows instead (one per partition), so every
-    read still works; a writer refuses it."""
+def chain_partitions(conn: Any, *, strict: bool = True, where: str = "") -> int:
+    """N, the record's chain partitions (`agentrt_meta`); StoreError when it is not a number
+    of partitions. Not `strict` (a reader), an unreadable value is taken from the head
+    rows instead (one per partition), so every read still works; a writer refuses it.
+
+    Migration 5 (`PARTITIONS_VERSION`, both backends) writes the row, N = 1 for a record
+    made before partitions, which has none (1). A record of that schema or later without
+    it had it deleted by hand, and every open refuses it, a reader's too, rather than
+    guess N (decision XXXX): a writer that took 1 for a record of 16 would chain every
+    run's events in partition 0, past heads it does not see. `where` names the record in
+    that refusal (`cannot open <where>: ...`)."""
     row = conn.execute("SELECT value FROM agentrt_meta WHERE key = 'chain_partitions'").fetchone()
-    text = "1" if row is None else row[0]
+    if row is None:
+        found = conn.execute("SELECT max(version) FROM schema_migrations").fetchone()
+        if found is None or found[0] is None or int(found[0]) < PARTITIONS_VERSION:
+            return 1
+        raise StoreError(
+            ("" if not where else f"cannot open {where}: ")
+            + "agentrt_meta has no chain_partitions row, which every record of this schema "
+            "holds from its creation, so it was deleted or changed by hand and agentrt will "
+            "not guess how many partitions the record's chain has: put the row back with the "
+            "N the record was created with (its chain_head table keeps one row per "
+            "partition), or restore the record from a backup"
+        )
+    text = row[0]
     n = int(text) if isinstance(text, str) and text.isascii() and text.isdigit() else 0
     if 1 <= n <= MAX_PARTITIONS:
         return n
@@ -498,9 +521,12 @@ def chain_partitions(conn: Any, *, strict: bool = True) -> int:
     )
 
 
-def settle_partitions(conn: Any, wanted: int | None, *, created: bool, mark: str = "?") -> None:
+def settle_partitions(
+    conn: Any, wanted: int | None, *, created: bool, mark: str = "?", where: str = ""
+) -> None:
     """At creation, make the record's N `wanted` (its heads, one row each); later, refuse a
-    `wanted` that is not the record's own N. Both backends' (`mark`: the parameter mark)."""
+    `wanted` that is not the record's own N. Both backends' (`mark`: the parameter mark;
+    `where`: the record, as `chain_partitions` names it)."""
     if wanted is not None and not 1 <= wanted <= MAX_PARTITIONS:
         raise ValueError(f"chain_partitions must be 1 to {MAX_PARTITIONS}, not {wanted}")
     if created and wanted is not None and wanted != 1:
@@ -514,7 +540,7 @@ def settle_partitions(conn: Any, wanted: int | None, *, created: bool, mark: str
                 (part,),
             )
         return
-    if wanted is not None and (found := chain_partitions(conn)) != wanted:
+    if wanted is not None and (found := chain_partitions(conn, where=where)) != wanted:
         raise StoreError(
             f"the record's chain has {found} partition(s), fixed when it was created; "
             f"it cannot be opened with chain_partitions={wanted}"

@@ -128,6 +128,7 @@ def open_store(path: str | os.PathLike[str], *, chain_partitions: int | None = N
     filesafety.check_directory(abspath)  # before anything is created in it
     filesafety.create_owner_only(abspath)
     filesafety.check_all(abspath, tighten=True)
+    filesafety.check_writable(abspath)
     uri = _uri(abspath, mode="rw")
     conn = _connect(uri, uri=True)
     try:
@@ -137,8 +138,10 @@ def open_store(path: str | os.PathLike[str], *, chain_partitions: int | None = N
         migrations.check_not_newer(conn)
         migrations.check_writer(conn)
         _enable_wal(conn)
-        migrations.migrate(conn, check=check_schema, chain_partitions=chain_partitions)
-        partitions = migrations.chain_partitions(conn)
+        migrations.migrate(
+            conn, check=check_schema, chain_partitions=chain_partitions, where=abspath
+        )
+        partitions = migrations.chain_partitions(conn, where=abspath)
         # The -wal and -shm exist now; SQLite gave them the database's mode.
         filesafety.check_sidecars(abspath, tighten=True)
     except BaseException as e:
@@ -167,6 +170,7 @@ def open_existing(path: str | os.PathLike[str], read_only: bool = False) -> Sqli
     if read_only:
         conn, uri = _open_reader(abspath)
     else:
+        filesafety.check_writable(abspath)
         uri = _uri(abspath, mode="rw")
         conn = _connect(uri, uri=True)
     try:
@@ -176,7 +180,7 @@ def open_existing(path: str | os.PathLike[str], read_only: bool = False) -> Sqli
         if not read_only:
             migrations.check_writer(conn)
             _enable_wal(conn)
-        partitions = migrations.chain_partitions(conn, strict=not read_only)
+        partitions = migrations.chain_partitions(conn, strict=not read_only, where=abspath)
         filesafety.check_sidecars(abspath, tighten=not read_only)
     except BaseException as e:
         conn.close()
