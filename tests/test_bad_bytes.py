@@ -274,7 +274,7 @@ def test_no_read_and_no_command_fails_on_bytes_that_are_not_utf8_in_any_text_col
     _damage(path, f"UPDATE {table} SET {column} = {_bad(column)}")
     if (table, column) == ("agentrt_meta", "key"):
         # No key reads as `chain_partitions` any more: the record's N is unknown, and every
-        # open refuses it rather than guess (decision XXXX), readers too; every command
+        # open refuses it rather than guess (decision 0175), readers too; every command
         # answers with that one sentence (tests/test_chain_partitions_row_missing.py).
         with pytest.raises(StoreError, match="agentrt_meta has no chain_partitions row"):
             open_existing(path, read_only=True)

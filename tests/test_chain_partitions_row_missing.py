@@ -2,7 +2,7 @@
 
 Every record at this schema holds the row from its creation (migration 5 writes N = 1
 into a record made before partitions; a new one gets the N it was made with), so a
-record without it had it deleted by hand. Until decision XXXX every open took N = 1: a
+record without it had it deleted by hand. Until decision 0175 every open took N = 1: a
 record of 4 (or PostgreSQL's 16) partitions opened as one of 1, and a writer would then
 chain every run's events into partition 0, past the heads it no longer saw. Now
 `open_store`, `open_existing` (a reader too) and the command line refuse it in one

@@ -13,7 +13,7 @@ the one the server ends, with no race on a clock:
    `deadlock_timeout` (100 ms, `PGOPTIONS`), B's after 60 s: the store's transaction is
    the one ended, with SQLSTATE 40P01.
 
-Before decision XXXX the store said "another transaction held what this one needed past
+Before decision 0175 the store said "another transaction held what this one needed past
 the lock timeout (5000 ms)" of it: a wait nobody made. It now says the server found a
 deadlock and ended the transaction, that it was rolled back whole, nothing written, and
 whether retrying is safe (`StoreBusyError`: before any of its work was written).

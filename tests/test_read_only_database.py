@@ -6,7 +6,7 @@ directory, or on its `-shm` (ext4 under the test's tmp_path), and a tmpfs remoun
 read-only. Each is undone inside the test. Where the mechanism is missing here the test
 skips with one line (fails under `CI`).
 
-Before decision XXXX: a writer on an immutable file or beside an immutable `-shm`
+Before decision 0175: a writer on an immutable file or beside an immutable `-shm`
 opened without a word (SQLite falls back to reading) and failed at its first write ("a
 statement of the transaction failed: attempt to write a readonly database"); one in a
 directory it cannot write said "cannot open X: unable to open database file" (the command

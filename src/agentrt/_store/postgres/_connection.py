@@ -462,7 +462,7 @@ def store_error(
         said = target.redact(said)
     if isinstance(error, pg_errors.DeadlockDetected):
         # Not a wait past the timeout: the server found this transaction and another each
-        # waiting for a lock the other held, and ended this one (decision XXXX).
+        # waiting for a lock the other held, and ended this one (decision 0175).
         found = (
             f"{doing}: PostgreSQL found this transaction and another deadlocked (SQLSTATE "
             "40P01) and ended this one"

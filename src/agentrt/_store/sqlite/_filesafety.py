@@ -174,7 +174,7 @@ def check_writable(path: str) -> None:
     directory writable). Asked with `access(2)`, never by opening a descriptor: closing
     one this process opened on the database or its `-shm` would drop the POSIX locks
     SQLite holds there for another connection of this process. `StoreError`, one
-    sentence naming the file, the cause, and that reading still works (decision XXXX).
+    sentence naming the file, the cause, and that reading still works (decision 0175).
     """
     for suffix in ("", *WRITER_SIDECARS):
         name = path + suffix

@@ -492,7 +492,7 @@ def chain_partitions(conn: Any, *, strict: bool = True, where: str = "") -> int:
     Migration 5 (`PARTITIONS_VERSION`, both backends) writes the row, N = 1 for a record
     made before partitions, which has none (1). A record of that schema or later without
     it had it deleted by hand, and every open refuses it, a reader's too, rather than
-    guess N (decision XXXX): a writer that took 1 for a record of 16 would chain every
+    guess N (decision 0175): a writer that took 1 for a record of 16 would chain every
     run's events in partition 0, past heads it does not see. `where` names the record in
     that refusal (`cannot open <where>: ...`)."""
     row = conn.execute("SELECT value FROM agentrt_meta WHERE key = 'chain_partitions'").fetchone()
