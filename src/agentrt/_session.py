@@ -463,6 +463,9 @@ class RunSession:
         # While a commit's kept writes are followed by its own (`_with_deferred`): the
         # transaction and the run as locked in it before them.
         self._locked: tuple[Tx, GuardedRun] | None = None
+        # Each write in flight, by the task awaiting it: what a close waits for before it
+        # gives the lease back (`writes_settled`).
+        self._in_flight: dict[asyncio.Future[None], asyncio.Task[Any] | None] = {}
 
     # -- plumbing -----------------------------------------------------------
 
@@ -497,12 +500,32 @@ class RunSession:
             finally:
                 writing.moved = None
 
+        ended = asyncio.get_running_loop().create_future()
+        self._in_flight[ended] = asyncio.current_task()
         try:
             return await self._write(commit, tracked, point, in_tx)
         except Exception as failed:  # a cancel (made or not) or an exit stops the loop anyway
             if moved[0]:
                 await self._broke(commit, failed)
             raise
+        finally:
+            del self._in_flight[ended]
+            ended.set_result(None)
+
+    async def writes_settled(self) -> None:
+        """Return once no write of this session is in flight in another task of this loop.
+
+        A close gives the lease back only then: a commit another task awaits (a step's
+        decision, its failure) is made under the lease, or fails on its own, but never
+        loses the lease to this session's own letting go (decision XXXX). The calling
+        task's own write, if it is inside one, is not waited for.
+        """
+        loop, me = asyncio.get_running_loop(), asyncio.current_task()
+        while True:
+            others = [f for f, t in self._in_flight.items() if t is not me and f.get_loop() is loop]
+            if not others:
+                return
+            await asyncio.wait(others)
 
     @property
     def run(self) -> Run:
