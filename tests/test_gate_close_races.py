@@ -30,6 +30,7 @@ from agentrt import SideEffect, _gate, _session, _step
 from conftest import RecordingTool, event_types
 from support.gates import make_gate
 from support.rows import snapshot
+from support.tools import rm_tool
 
 
 def change_tool() -> RecordingTool:
@@ -185,4 +186,35 @@ def test_a_close_waits_for_a_failure_being_recorded(
     run = store.get_run(run_id)
     assert (run.status, run.reason) == ("FAILED", "agent_error")
     assert [(s.index, s.status) for s in store.list_steps(run_id)] == [(0, "failed")]
+    assert store.lease(run_id).owner == ""
+
+
+def test_a_close_made_inside_a_commit_of_the_session_does_not_wait_for_it(
+    any_store: agentrt.Store,
+) -> None:
+    """A hook that runs inside a commit (an after-commit probe) and closes the session: the
+    close cannot wait for that commit to end (it never would), so it goes on at once."""
+    store = any_store
+    sessions: list[agentrt.GateSession] = []
+    closed_at: list[str] = []
+
+    async def probe(point: str, rs: object) -> None:
+        if point == "step.started" and not closed_at:  # the denial's commit, still in flight
+            closed_at.append(point)
+            await asyncio.wait_for(sessions[0].close(), 10)
+
+    async def main() -> tuple[str, agentrt.Verdict]:
+        gate = make_gate(store, change_tool(), rm_tool(), probe=probe)
+        session = await gate.begin("closed from inside a commit")
+        sessions.append(session)
+        step = await session.step()
+        assert step is not None
+        verdict = await step.propose(agentrt.Decision.tool_call("rm", {"x": 1}))
+        return session.run_id, verdict
+
+    run_id, verdict = asyncio.run(main())
+    assert closed_at == ["step.started"]
+    assert verdict.outcome == "denied"
+    assert [(s.index, s.status) for s in store.list_steps(run_id)] == [(0, "failed")]
+    assert store.get_run(run_id).status == "RUNNING"
     assert store.lease(run_id).owner == ""
