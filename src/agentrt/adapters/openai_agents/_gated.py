@@ -631,7 +631,8 @@ class GatedRun:
         is seen by `async with run:` around the consuming loop. A cancelled
         stream (`result.cancel()`) leaves a call cut off mid-way as a crash
         leaves it. When the run loop stops, this process lets go of the run's
-        lease (`close()` waits for that).
+        lease (`close()` and the exit of `async with run:` wait for that, so the
+        failure `async with` records is made after it, never beside it).
         """
         result = Runner.run_streamed(self.agent, input, **runner_kwargs)
         task = result.run_loop_task
