@@ -18,6 +18,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
@@ -44,6 +45,7 @@ from agents.lifecycle import AgentHooks
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 
 import agentrt
+from agentrt import _gate
 from agentrt.adapters.openai_agents import (
     ApprovalPendingError,
     Classification,
@@ -1537,6 +1539,67 @@ async def test_a_streamed_run_that_raises_fails_the_agentrt_run_and_lets_go_of_i
 
     assert (other.run.status, other.run.reason) == ("FAILED", "agent_error")
     assert store.lease(other.run_id).owner == ""
+
+
+@sync
+async def test_a_streamed_run_that_raises_is_failed_only_once_the_stream_let_go_of_it(
+    any_store: agentrt.Store, clock: FakeClock, ids: Ids, monkeypatch: Any
+) -> None:
+    """The stream's ending lets go of the run in a task of its own, the lease given back by
+    owner; `async with run:` fails the run through a new attach of the same gate, made
+    only once that release is done (decision XXXX). Before, under load, the attach could
+    take the lease over in between and the release then clear it under the failure:
+    `LeaseLostError: run ... is now leased by ''`, the run left RUNNING. The race is made
+    at will here: the stream's release is held until the exit of `async with` has gone as
+    far as it can (its attach's takeover committed, where it is made before the release)."""
+    store = any_store
+    order: list[str] = []
+    releasing, proceed = threading.Event(), threading.Event()
+    give_back = _gate.release_lease
+    attach = agentrt.Gate.attach
+    attached = asyncio.Event()
+
+    def held_release(config: Any, run_id: str) -> None:
+        order.append("release")
+        releasing.set()
+        assert proceed.wait(10)
+        give_back(config, run_id)
+        order.append("released")
+
+    async def logged_attach(gate: agentrt.Gate, run_id: str) -> Any:
+        order.append("attach")
+        out = await attach(gate, run_id)
+        attached.set()
+        return out
+
+    monkeypatch.setattr(_gate, "release_lease", held_release)
+    monkeypatch.setattr(agentrt.Gate, "attach", logged_attach)
+    remote = Remote()
+    script = [
+        [function_call("list_branches", {}, call_id="call-1")],
+        [function_call("list_branches", {}, call_id="call-2")],
+    ]
+    run = publisher(store, remote, script, clock, ids).new_run()
+
+    result = run.run_agent_streamed("look", max_turns=1)
+    with pytest.raises(MaxTurnsExceeded) as raised:
+        await consume(result)
+    try:
+        assert await asyncio.to_thread(releasing.wait, 10)  # the stream's ending lets go now
+        # What `async with run:` does with the error, as a task of the loop meanwhile.
+        exiting = asyncio.create_task(run.__aexit__(MaxTurnsExceeded, raised.value, None))
+        for _ in range(10):
+            await asyncio.sleep(0)
+        if "attach" in order:  # (the attach made beside the release: let it take over)
+            await attached.wait()
+    finally:
+        proceed.set()
+    await exiting
+
+    assert order == ["release", "released", "attach"]
+    assert remote.done == [("list_branches", "")]
+    assert (run.run.status, run.run.reason) == ("FAILED", "agent_error")
+    assert store.lease(run.run_id).owner == ""
 
 
 def test_runner_run_sync_and_run_agent_sync_go_through_the_gate(

@@ -21,7 +21,9 @@ Invariants (each has a test named for it in `tests/test_gate*.py`):
 - A session abandoned during `execute` is a crash: the run pauses on an
   `interrupted_side_effect` approval at the next `attach`/`resume`.
 - One session per run: a run with a live session (this process, or another
-  holding its lease) refuses a second `begin`/`attach`.
+  holding its lease) refuses a second `begin`/`attach`. A session being closed
+  stays live until its lease is given back: a session of the same gate never
+  takes over a lease that the close it follows then releases under it.
 - Misuse raises before anything is written: `RunStateError` (a second open
   step, `execute` without an allowed verdict or twice, `propose` twice, a call
   after the run ended), `SessionClosedError` (any call after `close`).
@@ -642,13 +644,27 @@ class GateSession:
         self._claiming = True
         try:
             step = await _step.begin_step(self._rs, read_first=read_first)
+        except LeaseLostError:
+            if self._closed:
+                raise self._closed_while_claiming() from None
+            raise
         finally:
             self._claiming = False
+        if self._closed and step is not None:
+            # Closed by another task while the claim read the run: the close gave the lease
+            # back, so the claim (kept for the step's first commit) is never written.
+            raise self._closed_while_claiming()
         if step is None:
             self._settle_if_done()
             return None
         self._open = GateStep(self, step, self._caller(step))
         return self._open
+
+    def _closed_while_claiming(self) -> SessionClosedError:
+        return SessionClosedError(
+            f"the gate session of run {self.run_id} was closed while its next step was "
+            "claimed; nothing of that step was recorded"
+        )
 
     async def close(self) -> None:
         """Release the lease; an open step is left `deciding`, as a crash would leave it.
@@ -673,8 +689,15 @@ class GateSession:
         await self._finish_close()
 
     async def _finish_close(self) -> None:
-        self._detach()
+        # In a task of its own, shielded: a caller that stops waiting does not stop the
+        # close half-way (the lease given back, the run freed for this gate's sessions).
+        await _told_when_ended(self._close_once_written(), _nobody)
+
+    async def _close_once_written(self) -> None:
         rs = self._rs
+        # Another task's commit in flight (a step's decision, its failure) is made first:
+        # letting go never races a step still being recorded (decision XXXX).
+        await rs.writes_settled()
         held = rs.run.status == RunStatus.RUNNING or rs.has_allowed_call()
         # A broken session's copy may be ahead of the rows (a run shown ended that the
         # record holds RUNNING): its lease is given back all the same (a no-op if not held).
@@ -683,7 +706,17 @@ class GateSession:
         # lease until it returns (`_detach`); a call an exception broke into with no thread
         # to wait for (an async tool's task) keeps it, unrenewed, to lapse as after a crash.
         if held and rs.lingering_tool is None and not rs.tool_may_run and not rs.lease_given_back:
-            await asyncio.shield(self._let_go_of_lease())
+            # The run stays this gate's until its lease is given back, as a Driver's does
+            # (decision 0163): the release is by owner, and a session of this gate attached
+            # in between would take the lease over as its own, then lose it to this
+            # release under its next step (decision XXXX).
+            self._detach(free=False)
+            try:
+                await self._let_go_of_lease()
+            finally:
+                self._gate._let_go(self.run_id)
+            return
+        self._detach()
 
     async def _let_go_of_lease(self) -> None:
         """Commit an open step's claim and decision (`plan.LEFT_OPEN`), then give the lease back.
@@ -721,12 +754,13 @@ class GateSession:
 
     # -- internals -----------------------------------------------------------
 
-    def _detach(self) -> None:
+    def _detach(self, *, free: bool = True) -> None:
         """Stop renewing the lease and free the run for another session of this gate.
 
         A plain-function tool still running after its `execute` was cancelled
         keeps the lease renewed until its thread returns (nobody may start the
-        call beside it); the lease is given back then.
+        call beside it); the lease is given back then. `free=False`: the caller
+        frees the run itself, once it has given the lease back (`_finish_close`).
         """
         if self._released:
             return
@@ -735,7 +769,8 @@ class GateSession:
         lingering = self._rs.lingering_tool
         if lingering is None:
             self._rs.stop_heartbeat()
-            self._gate._let_go(self.run_id)
+            if free:
+                self._gate._let_go(self.run_id)
         else:
             lingering.add_done_callback(lambda _: self._give_back())
 
@@ -852,6 +887,10 @@ async def _told_when_ended(letting_go: Coroutine[Any, Any, None], then: Callable
         else:
             task.add_done_callback(lambda ended: _tell(ended, then))
         raise
+
+
+def _nobody() -> None:
+    """Nobody to tell once a close's letting go has ended (it frees the run itself)."""
 
 
 def _tell(ended: asyncio.Future[None], then: Callable[[], None]) -> None:

@@ -401,6 +401,12 @@ async def write_through(
     return out
 
 
+_WRITING: contextvars.ContextVar[RunSession | None] = contextvars.ContextVar(
+    "agentrt_session_writing", default=None
+)
+"""The session whose write the current context is inside (`RunSession.writes_settled`)."""
+
+
 class RunSession:
     """Executes one run while this process holds its lease."""
 
@@ -463,6 +469,10 @@ class RunSession:
         # While a commit's kept writes are followed by its own (`_with_deferred`): the
         # transaction and the run as locked in it before them.
         self._locked: tuple[Tx, GuardedRun] | None = None
+        # How many writes are in flight, and who waits for none to be (`writes_settled`):
+        # a close waits for them before it gives the lease back.
+        self._writes_in_flight = 0
+        self._settle_waiters: list[asyncio.Future[None]] = []
 
     # -- plumbing -----------------------------------------------------------
 
@@ -497,12 +507,37 @@ class RunSession:
             finally:
                 writing.moved = None
 
+        # Counted, and marked in the context (no loop call: a write costs no syscall more).
+        self._writes_in_flight += 1
+        inside = _WRITING.set(self)
         try:
             return await self._write(commit, tracked, point, in_tx)
         except Exception as failed:  # a cancel (made or not) or an exit stops the loop anyway
             if moved[0]:
                 await self._broke(commit, failed)
             raise
+        finally:
+            _WRITING.reset(inside)
+            self._writes_in_flight -= 1
+            if not self._writes_in_flight and self._settle_waiters:
+                waiters, self._settle_waiters = self._settle_waiters, []
+                for waiter in waiters:
+                    if not waiter.done():
+                        waiter.set_result(None)
+
+    async def writes_settled(self) -> None:
+        """Return once no write of this session is in flight.
+
+        A close gives the lease back only then: a commit another task awaits (a step's
+        decision, its failure) is made under the lease, or fails on its own, but never
+        loses the lease to this session's own letting go (decision XXXX). Called from
+        inside one of this session's writes (a hook run by the commit), it returns at
+        once: that write could never end while it waited.
+        """
+        while self._writes_in_flight and _WRITING.get() is not self:
+            waiter = asyncio.get_running_loop().create_future()
+            self._settle_waiters.append(waiter)
+            await waiter
 
     @property
     def run(self) -> Run:

@@ -631,7 +631,8 @@ class GatedRun:
         is seen by `async with run:` around the consuming loop. A cancelled
         stream (`result.cancel()`) leaves a call cut off mid-way as a crash
         leaves it. When the run loop stops, this process lets go of the run's
-        lease (`close()` waits for that).
+        lease (`close()` and the exit of `async with run:` wait for that, so the
+        failure `async with` records is made after it, never beside it).
         """
         result = Runner.run_streamed(self.agent, input, **runner_kwargs)
         task = result.run_loop_task
@@ -793,11 +794,20 @@ class GatedRun:
 
     async def close(self) -> None:
         """Release this process's lease on the run (an open step is left as a crash leaves it)."""
+        await self._streams_ended()
+        await self._release()
+
+    async def _streams_ended(self) -> None:
+        """Wait until what a stopped stream does (`_after_stream`) has been done.
+
+        A streamed run's ending fails the run or lets go of its session in a
+        task of its own: nothing else uses the session until that is over, so a
+        failure recorded by `async with` never races the stream's letting go.
+        """
         current = asyncio.current_task()
         watchers = [w for w in self._watchers if w is not current]
         if watchers:
             await asyncio.gather(*watchers, return_exceptions=True)
-        await self._release()
 
     async def _release(self) -> None:
         in_flight = self._in_flight
@@ -816,6 +826,9 @@ class GatedRun:
 
     async def __aexit__(self, kind: object, error: BaseException | None, tb: object) -> None:
         try:
+            # The stream's own ending first (`MaxTurnsExceeded` leaves the run loop with
+            # no error of its own: the stream lets go, then this fails the run).
+            await self._streams_ended()
             if isinstance(error, Exception) and not isinstance(error, _REFUSALS):
                 await self._failed(error)
         finally:

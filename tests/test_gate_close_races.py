@@ -1,0 +1,220 @@
+"""A Gate session's close against what another task of the loop still does (decision XXXX).
+
+Found by a streamed OpenAI Agents run that failed once under load with `LeaseLostError:
+run ... is now leased by ''`: the stream's ending closed the session in a task of its own
+while `async with run:` attached the run again to fail it. The lease is given back by
+owner, and one gate has one owner, so:
+
+- A session being closed keeps its run this gate's until its lease is given back: a
+  second `attach` meanwhile is refused (no row changes), never let take the lease over
+  as its own and then lose it to that release under its next step.
+- A step claimed while another task closes the session is refused with
+  `SessionClosedError`, whether the close came before or after the claim read the run;
+  nothing of the step is recorded.
+- A close waits for a commit of the session in flight (a step's failure): the failure
+  is recorded under the lease, never lost to the close's own letting go.
+
+Each race is made at will: a thread or a write held at the point the race needs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import pytest
+
+import agentrt
+from agentrt import SideEffect, _gate, _session, _step
+from conftest import RecordingTool, event_types
+from support.gates import make_gate
+from support.rows import snapshot
+from support.tools import rm_tool
+
+
+def change_tool() -> RecordingTool:
+    return RecordingTool("change", SideEffect.LOCAL_MUTATION)
+
+
+def test_a_closing_session_keeps_its_run_until_its_lease_is_given_back(
+    any_store: agentrt.Store, database: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = any_store
+    releasing, proceed = threading.Event(), threading.Event()
+    give_back = _gate.release_lease
+
+    def held_release(config: Any, run_id: str) -> None:
+        releasing.set()
+        assert proceed.wait(10)
+        give_back(config, run_id)
+
+    monkeypatch.setattr(_gate, "release_lease", held_release)
+
+    async def main() -> str:
+        gate = make_gate(store, change_tool())
+        session = await gate.begin("closed, then attached again")
+        run_id = session.run_id
+        closing = asyncio.create_task(session.close())
+        try:
+            assert await asyncio.to_thread(releasing.wait, 10)  # the close gives it back now
+            before = snapshot(database)
+            with pytest.raises(agentrt.RunStateError) as refused:
+                await gate.attach(run_id)
+            assert str(refused.value) == (
+                f"run {run_id} already has a live session; a second one is refused"
+            )
+            assert snapshot(database) == before
+        finally:
+            proceed.set()
+        await closing
+        assert store.lease(run_id).owner == ""
+        # Once given back, the same gate attaches and goes on under a lease of its own.
+        again, verdict = await gate.attach(run_id)
+        assert verdict is None
+        step = await again.step()
+        assert step is not None and step.index == 0
+        assert store.lease(run_id).owner == gate.lease_owner
+        await again.close()
+        return run_id
+
+    run_id = asyncio.run(main())
+    assert store.get_run(run_id).status == "RUNNING"
+    assert [(s.index, s.status) for s in store.list_steps(run_id)] == [(0, "deciding")]
+    assert store.lease(run_id).owner == ""
+
+
+@pytest.mark.parametrize("closed", ["before the claim read the run", "after it read the run"])
+def test_a_step_claimed_while_another_task_closes_the_session_says_so(
+    any_store: agentrt.Store, monkeypatch: pytest.MonkeyPatch, closed: str
+) -> None:
+    store = any_store
+    reading, proceed = threading.Event(), threading.Event()
+    read = _step._moved_since
+    read_first = closed.startswith("after")
+
+    def held_read(session: Any) -> Any:
+        moved = read(session) if read_first else None
+        reading.set()
+        assert proceed.wait(10)
+        return moved if read_first else read(session)
+
+    monkeypatch.setattr(_step, "_moved_since", held_read)
+
+    async def main() -> str:
+        session = await make_gate(store, change_tool()).begin("closed mid-claim")
+        claiming = asyncio.create_task(session.step())
+        try:
+            assert await asyncio.to_thread(reading.wait, 10)
+            await session.close()  # another task of the loop closes it
+        finally:
+            proceed.set()
+        with pytest.raises(agentrt.SessionClosedError) as refused:
+            await claiming
+        assert str(refused.value) == (
+            f"the gate session of run {session.run_id} was closed while its next step was "
+            "claimed; nothing of that step was recorded"
+        )
+        return session.run_id
+
+    run_id = asyncio.run(main())
+    assert store.list_steps(run_id) == []
+    assert store.get_run(run_id).status == "RUNNING"
+    assert store.lease(run_id).owner == ""
+    assert "step.started" not in event_types(store, run_id)
+
+
+def test_a_close_waits_for_a_failure_being_recorded(
+    any_store: agentrt.Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = any_store
+    order: list[str] = []
+    give_back = _gate.release_lease
+    through = _session.write_through
+    settled = getattr(_session.RunSession, "writes_settled", None)  # (absent before decision XXXX)
+
+    async def main() -> str:
+        loop = asyncio.get_running_loop()
+        held, go, parked = asyncio.Event(), asyncio.Event(), asyncio.Event()
+        holding = [False]
+
+        def released(config: Any, run_id: str) -> None:
+            give_back(config, run_id)
+            order.append("lease given back")
+            loop.call_soon_threadsafe(go.set)  # (a close that did not wait: the write goes on)
+
+        async def held_write(config: Any, commit: Any, fn: Any, in_tx: Any = None) -> Any:
+            if holding[0]:  # the failure's commit, before its transaction begins
+                holding[0] = False
+                held.set()
+                await go.wait()
+                out = await through(config, commit, fn, in_tx)
+                order.append("failure recorded")
+                return out
+            return await through(config, commit, fn, in_tx)
+
+        async def waiting(self: Any) -> None:
+            parked.set()
+            assert settled is not None
+            await settled(self)
+
+        monkeypatch.setattr(_gate, "release_lease", released)
+        monkeypatch.setattr(_session, "write_through", held_write)
+        monkeypatch.setattr(_session.RunSession, "writes_settled", waiting, raising=False)
+
+        session = await make_gate(store, change_tool()).begin("closed mid-failure")
+        step = await session.step()
+        assert step is not None
+        holding[0] = True
+        failing = asyncio.create_task(step.fail(RuntimeError("the model is unreachable")))
+        await held.wait()
+        closing = asyncio.create_task(session.close())
+        # The close waits for the failure's commit, or gives the lease back under it.
+        await asyncio.wait(
+            [asyncio.ensure_future(parked.wait()), asyncio.ensure_future(go.wait())],
+            return_when=asyncio.FIRST_COMPLETED,
+        )
+        go.set()
+        run = await failing
+        await closing
+        assert (run.status, run.reason) == ("FAILED", "agent_error")
+        return session.run_id
+
+    run_id = asyncio.run(main())
+    # Nothing to give back after it: the failure ended the run, and its lease with it.
+    assert order == ["failure recorded"]
+    run = store.get_run(run_id)
+    assert (run.status, run.reason) == ("FAILED", "agent_error")
+    assert [(s.index, s.status) for s in store.list_steps(run_id)] == [(0, "failed")]
+    assert store.lease(run_id).owner == ""
+
+
+def test_a_close_made_inside_a_commit_of_the_session_does_not_wait_for_it(
+    any_store: agentrt.Store,
+) -> None:
+    """A hook that runs inside a commit (an after-commit probe) and closes the session: the
+    close cannot wait for that commit to end (it never would), so it goes on at once."""
+    store = any_store
+    sessions: list[agentrt.GateSession] = []
+    closed_at: list[str] = []
+
+    async def probe(point: str, rs: object) -> None:
+        if point == "step.started" and not closed_at:  # the denial's commit, still in flight
+            closed_at.append(point)
+            await asyncio.wait_for(sessions[0].close(), 10)
+
+    async def main() -> tuple[str, agentrt.Verdict]:
+        gate = make_gate(store, change_tool(), rm_tool(), probe=probe)
+        session = await gate.begin("closed from inside a commit")
+        sessions.append(session)
+        step = await session.step()
+        assert step is not None
+        verdict = await step.propose(agentrt.Decision.tool_call("rm", {"x": 1}))
+        return session.run_id, verdict
+
+    run_id, verdict = asyncio.run(main())
+    assert closed_at == ["step.started"]
+    assert verdict.outcome == "denied"
+    assert [(s.index, s.status) for s in store.list_steps(run_id)] == [(0, "failed")]
+    assert store.get_run(run_id).status == "RUNNING"
+    assert store.lease(run_id).owner == ""
