@@ -1547,7 +1547,7 @@ async def test_a_streamed_run_that_raises_is_failed_only_once_the_stream_let_go_
 ) -> None:
     """The stream's ending lets go of the run in a task of its own, the lease given back by
     owner; `async with run:` fails the run through a new attach of the same gate, made
-    only once that release is done (decision XXXX). Before, under load, the attach could
+    only once that release is done (decision 0176). Before, under load, the attach could
     take the lease over in between and the release then clear it under the failure:
     `LeaseLostError: run ... is now leased by ''`, the run left RUNNING. The race is made
     at will here: the stream's release is held until the exit of `async with` has gone as

@@ -1,4 +1,4 @@
-"""A Gate session's close against what another task of the loop still does (decision XXXX).
+"""A Gate session's close against what another task of the loop still does (decision 0176).
 
 Found by a streamed OpenAI Agents run that failed once under load with `LeaseLostError:
 run ... is now leased by ''`: the stream's ending closed the session in a task of its own
@@ -131,7 +131,7 @@ def test_a_close_waits_for_a_failure_being_recorded(
     order: list[str] = []
     give_back = _gate.release_lease
     through = _session.write_through
-    settled = getattr(_session.RunSession, "writes_settled", None)  # (absent before decision XXXX)
+    settled = getattr(_session.RunSession, "writes_settled", None)  # (absent before decision 0176)
 
     async def main() -> str:
         loop = asyncio.get_running_loop()

@@ -696,7 +696,7 @@ class GateSession:
     async def _close_once_written(self) -> None:
         rs = self._rs
         # Another task's commit in flight (a step's decision, its failure) is made first:
-        # letting go never races a step still being recorded (decision XXXX).
+        # letting go never races a step still being recorded (decision 0176).
         await rs.writes_settled()
         held = rs.run.status == RunStatus.RUNNING or rs.has_allowed_call()
         # A broken session's copy may be ahead of the rows (a run shown ended that the
@@ -709,7 +709,7 @@ class GateSession:
             # The run stays this gate's until its lease is given back, as a Driver's does
             # (decision 0163): the release is by owner, and a session of this gate attached
             # in between would take the lease over as its own, then lose it to this
-            # release under its next step (decision XXXX).
+            # release under its next step (decision 0176).
             self._detach(free=False)
             try:
                 await self._let_go_of_lease()

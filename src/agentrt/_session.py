@@ -530,7 +530,7 @@ class RunSession:
 
         A close gives the lease back only then: a commit another task awaits (a step's
         decision, its failure) is made under the lease, or fails on its own, but never
-        loses the lease to this session's own letting go (decision XXXX). Called from
+        loses the lease to this session's own letting go (decision 0176). Called from
         inside one of this session's writes (a hook run by the commit), it returns at
         once: that write could never end while it waited.
         """
