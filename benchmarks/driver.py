@@ -52,7 +52,13 @@ one. (Issue 2's target was 1.5x a four-commit floor, when a step made four
 commits.)
 
     python benchmarks/driver.py [--quick] [--repeats N] [--dir PATH] [--fresh] [--check]
-                                [--entry both|sync|async]
+                                [--entry both|sync|async] [--steps 10,100,400]
+                                [--commits N] [--warm N]
+
+`--steps`, `--commits` (of each floor measurement, and a replay's steps) and
+`--warm` (steps of each entry's warm-up run) only size the work: every figure and
+verdict is printed whatever they are, so the tests run the smallest sizes
+(tests/test_benchmarks.py), whose figures mean nothing.
 
 Needs only the package (`pip install -e .`). About 60 s; `--quick` about 12 s.
 """
@@ -161,10 +167,10 @@ class Floor:
     the WAL and so costs the file system more.
     """
 
-    def __init__(self, directory: str) -> None:
+    def __init__(self, directory: str, grow: int = 500) -> None:
         self.directory = directory
         self.conn = self._open(os.path.join(directory, "floor.db"))
-        self._commits(self.conn, 500)  # grow the WAL past what a measurement writes
+        self._commits(self.conn, grow)  # grow the WAL past what a measurement writes
 
     @staticmethod
     def _open(path: str) -> sqlite3.Connection:
@@ -502,7 +508,12 @@ def spread(values: Sequence[float]) -> str:
 
 
 def report(
-    series: Sequence[Series], warm: Sequence[float], fresh: Sequence[float], *, fresh_runs: bool
+    series: Sequence[Series],
+    warm: Sequence[float],
+    fresh: Sequence[float],
+    *,
+    fresh_runs: bool,
+    step_counts: Sequence[int] = STEP_COUNTS,
 ) -> bool:
     """Print the table and the verdicts; True when every target is met."""
     print()
@@ -536,7 +547,7 @@ def report(
     ok = True
     entries = list(dict.fromkeys(s.entry for s in series))
     by_key = {(s.steps, s.size, s.entry): s for s in series}
-    shortest, longest = min(STEP_COUNTS), max(STEP_COUNTS)
+    shortest, longest = min(step_counts), max(step_counts)
     for entry in entries:
         for size in SIZES:
             short = by_key.get((shortest, size, entry))
@@ -577,7 +588,7 @@ def report(
     if len(entries) == 2:
         ratios = {
             (n, size): async_over_sync(by_key[n, size, "sync"], by_key[n, size, "async"])
-            for n in STEP_COUNTS
+            for n in step_counts
             for size in SIZES
             if (n, size, "sync") in by_key and (n, size, "async") in by_key
         }
@@ -623,17 +634,39 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="drive the runs with start_sync, with await start() in asyncio.run, or both, "
         "paired (the default)",
     )
+    parser.add_argument(
+        "--steps",
+        default=",".join(map(str, STEP_COUNTS)),
+        help="tool steps per run, comma-separated, at least two counts (default 10,100,400)",
+    )
+    parser.add_argument(
+        "--commits",
+        type=int,
+        default=None,
+        help="commits a floor measurement, steps a replay (default 50, --quick 30)",
+    )
+    parser.add_argument(
+        "--warm", type=int, default=60, help="steps of each entry's warm-up run (default 60)"
+    )
     args = parser.parse_args(argv)
     if args.repeats is None:
         args.repeats = 2 if args.quick else 11
-    if args.repeats < 1:
-        parser.error("--repeats must be at least 1")
+    if args.commits is None:
+        args.commits = 30 if args.quick else 50
+    try:
+        args.steps = tuple(sorted({int(n) for n in args.steps.split(",")}))
+    except ValueError:
+        parser.error("--steps takes numbers separated by commas")
+    if args.repeats < 1 or args.commits < 1 or args.warm < 1:
+        parser.error("--repeats, --commits and --warm must be at least 1")
+    if len(args.steps) < 2 or args.steps[0] < 1:
+        parser.error("--steps takes at least two different counts, each at least 1")
     return args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    floor_commits = 30 if args.quick else 50
+    floor_commits = args.commits
     began = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="agentrt-bench-", dir=args.dir) as directory:
         now = datetime.now(UTC)
@@ -650,11 +683,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         kind = "a new store file per run" if args.fresh else "one store, warmed up, for all runs"
         entries = list(ENTRIES) if args.entry == "both" else [args.entry]
         kind += "; runs driven by " + " and ".join(ENTRIES[e] for e in entries)
-        print(f"{args.repeats} repetitions, medians; tool steps per run: {STEP_COUNTS}; {kind}")
+        print(f"{args.repeats} repetitions, medians; tool steps per run: {args.steps}; {kind}")
         sys.stdout.flush()
 
         tools = {size: make_tool("x" * length) for size, length in SIZES.items()}
-        floor = Floor(directory)
+        # grow the WAL past what a measurement writes: 500 commits, or 10 of them if fewer
+        floor = Floor(directory, grow=500 if floor_commits >= 50 else 10 * floor_commits)
         stores = Stores(directory, args.fresh)
         replays = {
             size: SchemaReplay(directory, tool, str(i))
@@ -664,10 +698,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             # Warm up imports, the thread pools and the disk; grow the shared store's
             # WAL to its checkpoint size, as in a store that has been in use.
             for entry in entries:
-                stores.run(tools["small"], 60, entry)
+                stores.run(tools["small"], args.warm, entry)
             floor.measure(10, fresh=True)
 
-            figures = [(n, size) for n in STEP_COUNTS for size in SIZES]
+            figures = [(n, size) for n in args.steps for size in SIZES]
             series = {
                 (n, size, entry): Series(n, size, entry) for n, size in figures for entry in entries
             }
@@ -698,7 +732,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             floor.close()
             for replay in replays.values():
                 replay.close()
-        ok = report(list(series.values()), warm, fresh, fresh_runs=args.fresh)
+        ok = report(
+            list(series.values()), warm, fresh, fresh_runs=args.fresh, step_counts=args.steps
+        )
     print(f"\nload average at end: {load_average()} (other processes make every figure noisier)")
     print(f"(took {time.perf_counter() - began:.0f} s)")
     return 0 if ok or not args.check else 1

@@ -16,7 +16,7 @@ One run prints four tables, each figure measured in that run:
 1. **Latency**, commit to sink: one writer process commits one event per
    transaction (the store's own `append_event` on a record of 16 partitions, the
    PostgreSQL default) `--commits` times, at gaps drawn from a seeded generator
-   (uniform 30 to 250 ms); the follower, in a process of its own (all runs), hands
+   (uniform 30 to 250 ms, `--gaps`); the follower, in a process of its own (all runs), hands
    each event to a sink that notes `time.monotonic()` (one clock for every process
    on the machine). The latency is that time less the moment the writer's
    `COMMIT` returned (the follower can see a commit a little before the writer's
@@ -28,7 +28,8 @@ One run prints four tables, each figure measured in that run:
    on PostgreSQL and on SQLite (a file, WAL, its default one partition): the
    store reads per second the follower issues (its store's `_query` calls
    counted), its process's CPU, and the CPU of its server backend(s) (read from
-   `/proc/PID/stat` for `pg_backend_pid()`, the server being on this machine).
+   `/proc/PID/stat` for `pg_backend_pid()`, the server being on this machine);
+   then, for one idle read's CPU, `--burst` reads back to back (default 5,000).
 3. **Writers**: `--writers` processes (default 1, 8, 32), each with its own store
    and run, each committing a step-shaped transaction (`lock_run`, two events)
    for `--seconds` after a common start, all together: aggregate commits per
@@ -49,12 +50,17 @@ One run prints four tables, each figure measured in that run:
    `pg_database`) during the `notify` windows, sampled every 2 ms.
 4. **Loss**: a listener's connection is ended by the server
    (`pg_terminate_backend`), one event is committed with its notification, the
-   listener connects again and listens: how many notifications reach it, and how
-   many events one read by its cursor then finds.
+   listener connects again and listens: how many notifications reach it in
+   `--loss-wait` seconds (default 1), and how many events one read by its cursor
+   then finds.
 
     python benchmarks/follow.py --postgres postgresql://root@127.0.0.1:5432/test
         [--commits 40] [--idle 5] [--writers 1,8,32] [--seconds 3]
-        [--slow-flush-ms 5] [--dir PATH]
+        [--slow-flush-ms 5] [--gaps 30,250] [--burst 5000] [--loss-wait 1] [--dir PATH]
+
+`--gaps`, `--burst` and `--loss-wait`, like `--commits`, `--idle` and `--seconds`,
+only size the work and its waits: every table is printed whatever they are, so the
+tests run the smallest (tests/test_postgres_benchmarks.py).
 
 Without `--postgres` (or `AGENTRT_TEST_POSTGRES_URL`) only SQLite's idle cost
 is printed. Each PostgreSQL table runs in a fresh schema, dropped after. The load
@@ -90,7 +96,8 @@ SAFETY = 5.0
 PAYLOAD = {"tool": "lookup", "arguments": {"order": "A-1042", "note": "x" * 200}}
 TICK = os.sysconf("SC_CLK_TCK")
 BURST = 5000
-"""Idle reads back to back, for one read's CPU (the idle windows' CPU is in clock ticks)."""
+"""Idle reads back to back, for one read's CPU (the idle windows' CPU is in clock ticks):
+`--burst`'s default."""
 
 
 # --- a record ------------------------------------------------------------------------------------
@@ -264,10 +271,11 @@ def follow_listening(
 
 
 def follower_process(
-    target: str, mode: str, count: int, ready: Any, results: Any, idle: float
+    target: str, mode: str, count: int, ready: Any, results: Any, idle: float, burst: int
 ) -> None:
     """A follower in a process of its own: catch up, then deliver `count` events (noting
-    when each reached the sink), or, with `idle` > 0, wait that long and report its cost."""
+    when each reached the sink), or, with `idle` > 0, wait that long and report its cost
+    (and, polling, that of `burst` reads back to back)."""
     listener = listening(target) if mode == "listen" else None
     interval = 0.5 if mode == "listen" else float(mode)
     follower = Follower(target, interval=interval)
@@ -299,7 +307,7 @@ def follower_process(
         ]
         if listener is None:  # one idle read's CPU, from reads back to back
             own0, server0, reads0 = time.process_time(), cpu_of(pids), counted.reads
-            for _ in range(BURST):
+            for _ in range(burst):
                 follower.poll()
             reads = counted.reads - reads0
             figures += [
@@ -318,10 +326,14 @@ def follower_process(
         listener.close()
 
 
-def start_follower(target: str, mode: str, count: int, idle: float) -> tuple[Any, Any]:
+def start_follower(
+    target: str, mode: str, count: int, idle: float, burst: int = BURST
+) -> tuple[Any, Any]:
     ctx = mp.get_context("fork")
     ready, results = ctx.Semaphore(0), ctx.Queue()
-    proc = ctx.Process(target=follower_process, args=(target, mode, count, ready, results, idle))
+    proc = ctx.Process(
+        target=follower_process, args=(target, mode, count, ready, results, idle, burst)
+    )
     proc.start()
     if not ready.acquire(timeout=60):
         raise SystemExit(f"the {mode} follower did not start within 60 s")
@@ -335,8 +347,11 @@ def mode_name(mode: str) -> str:
 # --- 1. latency ----------------------------------------------------------------------------------
 
 
-def measure_latency(base: str, commits: int) -> dict[str, list[float]]:
-    """Per mode, each commit's latency to the follower's sink, in seconds."""
+def measure_latency(
+    base: str, commits: int, gaps_ms: tuple[float, float] = (30, 250)
+) -> dict[str, list[float]]:
+    """Per mode, each commit's latency to the follower's sink, in seconds; the commits
+    `gaps_ms` apart (uniform, seeded)."""
     modes = [f"{i:g}" for i in INTERVALS] + ["listen"]
     out: dict[str, list[float]] = {}
     for mode in modes:
@@ -350,7 +365,7 @@ def measure_latency(base: str, commits: int) -> dict[str, list[float]]:
             committed: dict[int, float] = {}
             try:
                 for _ in range(commits):
-                    time.sleep(gaps(0.03, 0.25))
+                    time.sleep(gaps(gaps_ms[0] / 1000, gaps_ms[1] / 1000))
                     seq = writer.commit()
                     committed[seq] = time.monotonic()
                 arrived = results.get(timeout=120)
@@ -385,16 +400,18 @@ def print_latency(figures: dict[str, list[float]]) -> None:
 # --- 2. idle cost --------------------------------------------------------------------------------
 
 
-def measure_idle(target: str, modes: list[str], idle: float) -> dict[str, tuple[float, ...]]:
+def measure_idle(
+    target: str, modes: list[str], idle: float, burst: int = BURST
+) -> dict[str, tuple[float, ...]]:
     out = {}
     for mode in modes:
-        proc, results = start_follower(target, mode, 0, idle)
+        proc, results = start_follower(target, mode, 0, idle, burst)
         out[mode] = results.get(timeout=idle + 120)
         proc.join(timeout=60)
     return out
 
 
-def print_idle(backend: str, figures: dict[str, tuple[float, ...]]) -> None:
+def print_idle(backend: str, figures: dict[str, tuple[float, ...]], burst: int = BURST) -> None:
     print(
         f"{'backend':<10}  {'follower':<14}  {'reads/s':>7}  {'follower CPU %':>14}  "
         f"{'server CPU %':>12}"
@@ -402,13 +419,13 @@ def print_idle(backend: str, figures: dict[str, tuple[float, ...]]) -> None:
     for mode, (reads, own, server, *_) in figures.items():
         shown = f"{server * 100:>12.2f}" if backend == "postgres" else f"{'-':>12}"
         print(f"{backend:<10}  {mode_name(mode):<14}  {reads:>7.1f}  {own * 100:>14.2f}  {shown}")
-    burst = [f[3:] for f in figures.values() if len(f) == 5]
-    own_us = statistics.median(b[0] for b in burst) * 1e6
-    server_us = statistics.median(b[1] for b in burst) * 1e6
+    bursts = [f[3:] for f in figures.values() if len(f) == 5]
+    own_us = statistics.median(b[0] for b in bursts) * 1e6
+    server_us = statistics.median(b[1] for b in bursts) * 1e6
     said = f", {server_us:.0f} µs of its server backend's" if backend == "postgres" else ""
     print(
         f"{backend}: one idle read by the cursor costs {own_us:.0f} µs of the follower's CPU"
-        f"{said} (median over the poll rows, {BURST} reads back to back each)"
+        f"{said} (median over the poll rows, {burst} reads back to back each)"
     )
 
 
@@ -567,9 +584,9 @@ def print_writers(base: str, counts: list[int], seconds: float, flush_ms: float)
 # --- 4. loss -------------------------------------------------------------------------------------
 
 
-def measure_loss(base: str) -> tuple[int, int]:
-    """(notifications received, events one read found) after a listener's connection
-    was ended and a notifying commit made while it was gone."""
+def measure_loss(base: str, wait: float = 1.0) -> tuple[int, int]:
+    """(notifications received in `wait` seconds, events one read found) after a
+    listener's connection was ended and a notifying commit made while it was gone."""
     import psycopg
 
     schema = f"bench_{uuid.uuid4().hex[:12]}"
@@ -582,7 +599,7 @@ def measure_loss(base: str) -> tuple[int, int]:
         with psycopg.connect(base, autocommit=True) as admin:
             admin.execute("SELECT pg_terminate_backend(%s)", (listener.info.backend_pid,))
         try:
-            for _ in listener.notifies(timeout=1.0):
+            for _ in listener.notifies(timeout=wait):
                 pass
         except psycopg.OperationalError:
             pass  # what a follower sees: the connection is gone
@@ -591,7 +608,7 @@ def measure_loss(base: str) -> tuple[int, int]:
         writer.close()
         listener.close()
         listener = listening(target)  # again: LISTEN first, then read once
-        received = sum(1 for _ in listener.notifies(timeout=1.0))
+        received = sum(1 for _ in listener.notifies(timeout=wait))
         found = len(follower.poll())
         listener.close()
         follower.close()
@@ -625,25 +642,37 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--writers", default="1,8,32")
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--slow-flush-ms", type=float, default=5.0)
+    parser.add_argument("--gaps", default="30,250", help="ms between commits: LOW,HIGH")
+    parser.add_argument("--burst", type=int, default=BURST, help="idle reads back to back")
+    parser.add_argument("--loss-wait", type=float, default=1.0, help="seconds to wait (4.)")
     parser.add_argument("--dir", default=None)
     args = parser.parse_args(argv)
+    try:
+        low, high = (float(ms) for ms in args.gaps.split(","))
+    except ValueError:
+        parser.error("--gaps takes two numbers of milliseconds: LOW,HIGH")
+    if not 0 <= low <= high or args.burst < 1 or args.loss_wait <= 0:
+        parser.error("--gaps needs 0 <= LOW <= HIGH, --burst >= 1 and --loss-wait > 0")
     modes = [f"{i:g}" for i in INTERVALS]
     print(f"following: {os.cpu_count()} CPUs; {load()}")
 
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         path = os.path.join(tmp, "follow.db")
         make_record(path, 1)
-        sqlite_idle = measure_idle(path, modes, args.idle)
+        sqlite_idle = measure_idle(path, modes, args.idle, args.burst)
     if not args.postgres:
         print(f"\nidle followers, {args.idle:g} s with nothing written")
-        print_idle("sqlite", sqlite_idle)
+        print_idle("sqlite", sqlite_idle, args.burst)
         print("no PostgreSQL: set --postgres URL or AGENTRT_TEST_POSTGRES_URL for the rest")
         return 0
     base = args.postgres
     print(server_facts(base))
 
-    print(f"\n1. latency, commit to sink: {args.commits} commits of one event, 30-250 ms apart")
-    print_latency(measure_latency(base, args.commits))
+    print(
+        f"\n1. latency, commit to sink: {args.commits} commits of one event, "
+        f"{low:g}-{high:g} ms apart"
+    )
+    print_latency(measure_latency(base, args.commits, (low, high)))
     print(f"   {load()}")
 
     print(f"\n2. idle followers, {args.idle:g} s with nothing written")
@@ -651,11 +680,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         target = schema_url(base, schema)
         make_record(target, 1)
-        pg_idle = measure_idle(target, [*modes, "listen"], args.idle)
+        pg_idle = measure_idle(target, [*modes, "listen"], args.idle, args.burst)
     finally:
         drop_schema(base, schema)
-    print_idle("postgres", pg_idle)
-    print_idle("sqlite", sqlite_idle)
+    print_idle("postgres", pg_idle, args.burst)
+    print_idle("sqlite", sqlite_idle, args.burst)
     print(f"   {load()}")
 
     counts = [int(n) for n in args.writers.split(",")]
@@ -672,7 +701,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         print_writers(base, counts, args.seconds, flush_ms)
         print(f"   {load()}")
-    received, found = measure_loss(base)
+    received, found = measure_loss(base, args.loss_wait)
     print(
         f"\n4. a listener's connection ended, one notifying commit while it was gone: "
         f"{received} notification(s) reached it after it listened again; one read by its "

@@ -13,9 +13,9 @@ the server runs on this machine (`n/a` otherwise); the schema is dropped at the 
 statement every write transaction sent until decision 0167, kept here as it was) and this
 one's, on one store in one run, and prints each one's figures and the ratios of their
 medians, then each guard's statement alone, prepared, on the store's connection (and
-`SELECT 1`'s), the server's CPU of one. The server's CPU is read from the backend's
-`/proc/<pid>/schedstat` (nanoseconds) where the kernel keeps it, else from its
-`/proc/<pid>/stat` (clock ticks).
+`SELECT 1`'s), `--times` times each (default 2,000), the server's CPU of one. The
+server's CPU is read from the backend's `/proc/<pid>/schedstat` (nanoseconds) where
+the kernel keeps it, else from its `/proc/<pid>/stat` (clock ticks).
 
 `--other-tables N` first makes N tables (each with its primary key's index) in another
 schema of the same database, as a database other applications share holds (dropped at
@@ -47,12 +47,12 @@ statements a step, each statement's text with its count (decision 0108).
 `--lock` (PostgreSQL) alternates the rounds between the store as it is and the store
 sending a `SELECT 1` where each write transaction locks the store's tables (decision 0172;
 a `SELECT 1` costs the server 15-16 µs), then sends a write transaction's opening
-(`BEGIN`, the statements, `ROLLBACK`) 2,000 times a round, ten rounds alternating, without
-and with the lock and the guard, and prints the server's CPU of one.
+(`BEGIN`, the statements, `ROLLBACK`) `--times` times a round (2,000), ten rounds
+alternating, without and with the lock and the guard, and prints the server's CPU of one.
 
     python benchmarks/pg_step_cpu.py [URL] [--steps N] [--warm N] [--rounds N]
                                       [--sqlite] [--profile FILE] [--trips] [--guards]
-                                      [--other-tables N] [--statements] [--lock]
+                                      [--other-tables N] [--statements] [--lock] [--times N]
 
 The URL defaults to `AGENTRT_TEST_POSTGRES_URL`, else postgresql://root@127.0.0.1:5432/test.
 """
@@ -449,7 +449,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--lock", action="store_true", help="a transaction's opening with and without its lock"
     )
+    parser.add_argument(
+        "--times", type=int, default=2000, help="each statement alone (--guards, --lock)"
+    )
     args = parser.parse_args(argv)
+    if args.times < 1:
+        parser.error("--times must be at least 1")
 
     if args.guards and args.sqlite:
         parser.error("--guards is PostgreSQL's")
@@ -485,9 +490,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 server[kind].append((after - before) / args.steps * 1e6)
         if profile is not None:
             profile.dump_stats(args.profile)
-        alone = guards_alone(store, server_cpu, 2000) if args.guards and server_cpu else ""
+        alone = guards_alone(store, server_cpu, args.times) if args.guards and server_cpu else ""
         if args.lock and server_cpu and not args.sqlite:
-            alone = "\n".join(filter(None, [alone, lock_alone(store, server_cpu, 2000, 10)]))
+            alone = "\n".join(filter(None, [alone, lock_alone(store, server_cpu, args.times, 10)]))
         counted = count_trips(store, tool) if args.trips and not args.sqlite else ""
         if args.statements and not args.sqlite:
             counted = "\n".join(filter(None, [counted, statement_cpu(store, tool, args.steps)]))

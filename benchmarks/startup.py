@@ -29,9 +29,12 @@ checkout of the commit before a change: before and after under the same load.
 Bytecode: the warm-up runs write the `.pyc` files (as `pip install` or a first
 import does) even when PYTHONDONTWRITEBYTECODE is set, so that the figures are
 the code's and not a compiler's; `--as-is` leaves the environment alone, and
-the first lines say whether agentrt's bytecode is cached.
+the first lines say whether agentrt's bytecode is cached. `--no-warm-up` skips the
+warm-up runs (with `--as-is`, for the tests' smoke run: every command still runs
+and is printed, its figures those of a cold start).
 
-    python benchmarks/startup.py [--runs N] [--where N] [--as-is] [--dir DIR] [--compare SRC]
+    python benchmarks/startup.py [--runs N] [--where N] [--as-is] [--no-warm-up] [--dir DIR]
+                                 [--compare SRC]
 """
 
 from __future__ import annotations
@@ -168,6 +171,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=10, help="counted runs of each command")
     parser.add_argument("--where", type=int, default=15, help="packages listed (0: none)")
     parser.add_argument("--as-is", action="store_true", help="do not write bytecode first")
+    parser.add_argument(
+        "--no-warm-up", action="store_true", help="no uncounted run of each command first"
+    )
     parser.add_argument("--dir", default=None, help="where the runs' stores go (removed after)")
     parser.add_argument(
         "--compare", metavar="SRC", default=None, help="another agentrt source tree to measure"
@@ -192,7 +198,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ratios: dict[str, list[float]] = {label: [] for label, _, _, _ in measured}
     workdir = tempfile.mkdtemp(prefix="agentrt-startup-", dir=args.dir)
     try:
-        for n, (_, command, with_store, env) in enumerate(measured):
+        for n, (_, command, with_store, env) in enumerate([] if args.no_warm_up else measured):
             extra = [os.path.join(workdir, f"warm-{n}.db")] if with_store else []
             warm_env = dict(os.environ if env is None else env)
             if not args.as_is:  # the warm-up writes the bytecode

@@ -9,7 +9,8 @@ Four measurements, each printed as a small table (best of `--repeats`):
 - `text`: decoding TEXT through the connections' `text_factory` (which reads
   text that is not UTF-8 as bytes instead of raising) against Python's built-in
   decoding, for a page of 100 runs (`list_runs`), one run (`get_run`) and a page
-  of 1,000 events (`list_events`).
+  of 1,000 events (`list_events`), on a database of 2,000 runs, one of them with
+  2,000 steps (fewer when `--runs` or `--steps` says fewer).
 - `integrity`: `PRAGMA quick_check` and `PRAGMA integrity_check` against the
   chain verification, on a database built like `benchmarks/cli_scale.py`'s
   (`--runs` runs, one of them with `--steps` steps).
@@ -102,9 +103,9 @@ def part_schema(directory: str, repeats: int) -> None:
     print(f"  share of that transaction (unchanged)           {unchanged / transaction:9.2%}")
 
 
-def part_text(directory: str, repeats: int) -> None:
+def part_text(directory: str, repeats: int, runs: int = 2_000, steps: int = 2_000) -> None:
     path = os.path.join(directory, "text.db")
-    cli_scale.build(path, runs=2_000, steps=2_000)
+    cli_scale.build(path, runs=min(runs, 2_000), steps=min(steps, 2_000))
     store = open_existing(path, read_only=True)
     try:
         conn = _conn(store)
@@ -328,7 +329,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if part == "schema":
                 part_schema(directory, args.repeats)
             elif part == "text":
-                part_text(directory, args.repeats)
+                part_text(directory, args.repeats, args.runs, args.steps)
             elif part == "integrity":
                 part_integrity(directory, args.repeats, args.runs, args.steps)
             else:

@@ -7,7 +7,9 @@ the rows and events a real step writes.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
+import json
 import os
 import re
 import shutil
@@ -15,11 +17,13 @@ import subprocess
 import sys
 import types
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 import agentrt
+from support.once import once, run_folder
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCHMARKS = ROOT / "benchmarks"
@@ -41,14 +45,21 @@ def run_script(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_the_driver_benchmark_prints_every_figure_and_the_verdicts(tmp_path: Path) -> None:
-    done = run_script("benchmarks/driver.py", "--repeats", "1", "--dir", str(tmp_path))
+    # The smallest sizes (runs of 2, 4 and 8 steps, 3 commits a floor): every figure and
+    # verdict is printed whatever the sizes; 10, 100 and 400 steps cost 8x the CPU.
+    done = run_script(
+        "benchmarks/driver.py",
+        *("--repeats", "1", "--steps", "2,4,8", "--commits", "3", "--warm", "2"),
+        *("--dir", str(tmp_path)),
+    )
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    rows = [line.split() for line in lines if line[:5].strip() in {"10", "100", "400"}]
+    assert "tool steps per run: (2, 4, 8); " in lines[4]
+    rows = [line.split() for line in lines if line[:5].strip() in {"2", "4", "8"}]
     # steps, observation (1 or 2 words), the entry, then 9 figures
     assert [(r[0], " ".join(r[1:-10]), r[-10]) for r in rows] == [
         (n, size, entry)
-        for n in ("10", "100", "400")
+        for n in ("2", "4", "8")
         for size in ("small", "8 KiB")
         for entry in ("sync", "async")
     ]
@@ -270,7 +281,7 @@ def test_the_startup_benchmark_prints_every_command_and_where_import_agentrt_goe
     # `--compare` with this tree's own source: every command measured twice, in one table.
     done = run_script(
         "benchmarks/startup.py",
-        *("--runs", "1", "--where", "3", "--as-is", "--dir", str(tmp_path)),
+        *("--runs", "1", "--where", "3", "--as-is", "--no-warm-up", "--dir", str(tmp_path)),
         *("--compare", str(ROOT / "src")),
     )
     assert done.returncode == 0, done.stderr
@@ -422,15 +433,78 @@ def test_the_peers_benchmark_measures_agentrt_and_names_each_missing_peer_it_ski
     assert list(databases.iterdir()) == []  # its databases are gone
 
 
-def test_the_peers_benchmark_runs_langgraph_and_dbos_beside_agentrt(tmp_path: Path) -> None:
-    for module in ("langgraph.checkpoint.sqlite", "dbos"):
-        pytest.importorskip(module, reason="needs the bench extra (pip install -e '.[bench]')")
+@dataclass(frozen=True)
+class PeersRun:
+    """One run of peers.py with every peer, on SQLite and (the test server set) PostgreSQL."""
+
+    returncode: int
+    stderr: str
+    sqlite: str  # its output up to the PostgreSQL section: all of it without the server
+    postgres: str  # the PostgreSQL section ("" when it was not asked for)
+    files_left: list[str]  # what is left in its `--dir`
+    made_before: list[str]  # the server's peers_* databases and schemas, before and after
+    made_after: list[str]
+
+
+def _peers_made(url: str) -> list[str]:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        names = conn.execute(
+            "SELECT datname FROM pg_database WHERE datname LIKE 'peers\\_%' "
+            "UNION ALL SELECT nspname FROM pg_namespace WHERE nspname LIKE 'peers\\_%'"
+        ).fetchall()
+    return sorted(str(n[0]) for n in names)
+
+
+def _run_the_peers(out: Path) -> None:
+    url = os.environ.get("AGENTRT_TEST_POSTGRES_URL", "")
+    on_postgres = bool(url) and all(
+        importlib.util.find_spec(m) for m in ("langgraph.checkpoint.postgres", "dbos", "psycopg")
+    )
+    databases = out / "db"
+    databases.mkdir()
+    before = _peers_made(url) if on_postgres else []
     done = run_script(
         "benchmarks/peers.py",
-        *("--repeats", "1", "--steps", "3", "--warm", "2", "--dir", str(tmp_path)),
+        *("--repeats", "1", "--steps", "3", "--warm", "2", "--dir", str(databases)),
+        *(("--postgres", url) if on_postgres else ()),
     )
+    after = _peers_made(url) if on_postgres else []
+    lines = done.stdout.splitlines(keepends=True)
+    at = next(
+        (i for i, line in enumerate(lines) if line.startswith(("PostgreSQL at ", "SKIPPED Postg"))),
+        len(lines),
+    )
+    run = PeersRun(
+        done.returncode,
+        done.stderr,
+        "".join(lines[:at]),
+        "".join(lines[at:]),
+        [p.name for p in databases.iterdir()],
+        before,
+        after,
+    )
+    (out / "run.json").write_text(json.dumps(dataclasses.asdict(run)))
+
+
+@pytest.fixture(scope="module")
+def peers_run(tmp_path_factory: pytest.TempPathFactory) -> PeersRun:
+    """peers.py run once for the two tests below, by whichever xdist worker asks first: one
+    process importing langgraph, dbos and agentrt for both sections, not one a section (a
+    run on both costs 2.9 s of CPU, one on each 2.5 s)."""
+    out = once(run_folder(tmp_path_factory), "peers-run", _run_the_peers)
+    return PeersRun(**json.loads((out / "run.json").read_text()))
+
+
+def test_the_peers_benchmark_runs_langgraph_and_dbos_beside_agentrt(
+    request: pytest.FixtureRequest,
+) -> None:
+    for module in ("langgraph.checkpoint.sqlite", "dbos"):
+        pytest.importorskip(module, reason="needs the bench extra (pip install -e '.[bench]')")
+    done: PeersRun = request.getfixturevalue("peers_run")
     assert done.returncode == 0, done.stderr
-    out = done.stdout
+    out = done.sqlite
     assert "SKIPPED" not in out
     assert_measured(peer_rows(out, "SQLite"), PEER_ROW_NAMES)
     verdicts = [line for line in out.splitlines() if line.startswith("SQLite: agentrt ")]
@@ -454,38 +528,28 @@ def test_the_peers_benchmark_runs_langgraph_and_dbos_beside_agentrt(tmp_path: Pa
     ), bounds
     assert "SqliteSaver, wal, synchronous=2" in out
     assert "system database delete journal" in out
-    assert list(tmp_path.iterdir()) == []
+    assert " may take " not in done.postgres  # the record alone is SQLite's figure only
+    assert done.files_left == []
 
 
 @pytest.mark.slow
-def test_the_peers_benchmark_runs_on_postgresql_and_drops_what_it_made(tmp_path: Path) -> None:
+def test_the_peers_benchmark_runs_on_postgresql_and_drops_what_it_made(
+    request: pytest.FixtureRequest,
+) -> None:
     url = os.environ.get("AGENTRT_TEST_POSTGRES_URL")
     if not url:
         pytest.skip("set AGENTRT_TEST_POSTGRES_URL to run the peers on PostgreSQL")
     for module in ("langgraph.checkpoint.postgres", "dbos", "psycopg"):
         pytest.importorskip(module, reason="needs the bench extra (pip install -e '.[bench]')")
-    import psycopg
-
-    def made() -> set[str]:
-        with psycopg.connect(url, autocommit=True) as conn:
-            names = conn.execute(
-                "SELECT datname FROM pg_database WHERE datname LIKE 'peers\\_%' "
-                "UNION ALL SELECT nspname FROM pg_namespace WHERE nspname LIKE 'peers\\_%'"
-            ).fetchall()
-        return {str(n[0]) for n in names}
-
-    before = made()
-    done = run_script(
-        "benchmarks/peers.py",
-        *("--repeats", "1", "--steps", "3", "--warm", "2", "--no-sqlite", "--postgres", url),
-    )
+    done: PeersRun = request.getfixturevalue("peers_run")
     assert done.returncode == 0, done.stderr
+    assert done.postgres.startswith("PostgreSQL at "), done.postgres
     # TOAST compresses letters and digits drawn at random by up to about a quarter
     # (62 symbols carry 6 bits a byte), and a table grows by whole 8 KiB pages, so
     # three steps may show as two pages: half the content still proves it is stored.
-    assert_measured(peer_rows(done.stdout, "PostgreSQL"), PEER_ROW_NAMES, at_least=4096)
-    assert "synchronous_commit=" in done.stdout
-    assert made() <= before  # its databases and schema are dropped
+    assert_measured(peer_rows(done.postgres, "PostgreSQL"), PEER_ROW_NAMES, at_least=4096)
+    assert "synchronous_commit=" in done.postgres
+    assert set(done.made_after) <= set(done.made_before)  # its databases and schema are dropped
 
 
 def test_the_peers_benchmark_says_so_when_the_server_is_not_reachable(tmp_path: Path) -> None:

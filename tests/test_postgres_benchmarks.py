@@ -64,9 +64,13 @@ def test_the_follow_benchmark_prints_latency_idle_cost_writers_and_loss() -> Non
         "2",
         "--seconds",
         "0.3",
+        # The smallest waits and counts: 5-20 ms between commits (not 30-250), 50 idle
+        # reads back to back (not 5,000), 0.3 s for a notification that never comes.
+        *("--gaps", "5,20", "--burst", "50", "--loss-wait", "0.3"),
     )
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
+    assert "1. latency, commit to sink: 3 commits of one event, 5-20 ms apart" in lines
     latency = [line.split() for line in lines if line.startswith(("poll ", "LISTEN/NOTIFY "))]
     # four followers, each with a median, a 95th percentile, a worst and a ratio to LISTEN's
     assert [r[:2] if r[0] == "poll" else r[:1] for r in latency] == [
@@ -89,6 +93,9 @@ def test_the_follow_benchmark_prints_latency_idle_cost_writers_and_loss() -> Non
     assert all(r[-1] == "-" for r in idle if r[0] == "sqlite")
     read = [line for line in lines if line.startswith(("postgres: one idle read", "sqlite: one"))]
     assert len(read) == 2 and "of its server backend's" in read[0]
+    assert all(
+        line.endswith("(median over the poll rows, 50 reads back to back each)") for line in read
+    )
     writers = [line.split() for line in lines if line.split()[:1] == ["2"]]
     # three rates, then four ratios; at the server's own flush, then at a slower one
     assert [r[0] for r in writers] == ["2", "2"]
@@ -174,6 +181,7 @@ def test_the_step_cpu_benchmark_compares_the_two_schema_guards_and_drops_what_it
 
     base = server_url("the step CPU benchmark")
     args = ["--steps", "3", "--warm", "2", "--rounds", "2", "--guards", "--other-tables", "3"]
+    args += ["--times", "20"]  # each guard alone 20 times, not 2,000: the figures mean nothing
     script = subprocess.Popen(
         [sys.executable, "benchmarks/pg_step_cpu.py", base, *args],
         stdout=subprocess.PIPE,
@@ -188,7 +196,7 @@ def test_the_step_cpu_benchmark_compares_the_two_schema_guards_and_drops_what_it
         "PostgreSQL (0157 guard) (3 other tables), 3 steps x 2",
         "PostgreSQL (this guard) (3 other tables), 3 steps x 2",
         "decision 0157's guard over this one's (medians)",
-        "the guard alone, prepared, 2000 times, twice",
+        "the guard alone, prepared, 20 times, twice",
     ], lines
     for line in lines[:2]:
         server = line.split("; server CPU µs/step ", 1)[1].split(" (median", 1)[0]

@@ -143,16 +143,22 @@ def _build(out: Path) -> None:
 
 @pytest.fixture(scope="module")
 def installed(built: Built, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A fresh virtualenv (no pip, no system site-packages) holding only the wheel."""
-    home = tmp_path_factory.mktemp("wheelenv") / "venv"
-    venv.EnvBuilder(with_pip=False, system_site_packages=False).create(home)
-    python = home / "bin" / "python"
-    result = run(
-        sys.executable, "-m", "pip", "--python", python, "install",
-        "--quiet", "--no-deps", "--no-index", built.wheel,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stdout + result.stderr
-    return home
+    """A fresh virtualenv (no pip, no system site-packages) holding only the wheel.
+
+    Made once per test run, like the build, whichever workers run this module's tests:
+    they only run its programs (without writing bytecode), in folders of their own.
+    """
+
+    def install(out: Path) -> None:
+        home = out / "venv"
+        venv.EnvBuilder(with_pip=False, system_site_packages=False).create(home)
+        result = run(
+            sys.executable, "-m", "pip", "--python", home / "bin" / "python", "install",
+            "--quiet", "--no-deps", "--no-index", built.wheel,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stdout + result.stderr
+
+    return once(run_folder(tmp_path_factory), "release-wheelenv", install) / "venv"
 
 
 def _closure(requirements: Iterable[Requirement]) -> dict[str, metadata.Distribution]:
