@@ -32,3 +32,15 @@ def test_a_child_asked_for_a_umask_makes_its_files_under_it_and_others_under_the
         [sys.executable, str(script), str(tmp_path / "b")], preload=forkserver.CLI
     )
     assert default.stdout == f"{oct(0o666 & ~own)}\n"
+
+
+def test_a_child_finds_its_temporary_folder_in_its_own_environment(tmp_path: Path) -> None:
+    """TMPDIR is read at the child's first use, as in a fresh interpreter, whatever
+    folder the server found for itself: the demo's tests judge what a child made there."""
+    script = tmp_path / "where.py"
+    script.write_text("import tempfile\nprint(tempfile.gettempdir())\n")
+    forkserver.run([sys.executable, str(script)], preload=forkserver.CLI)  # the server's own
+    (tmp_path / "temp").mkdir()
+    env = {**os.environ, "TMPDIR": str(tmp_path / "temp")}
+    done = forkserver.run([sys.executable, str(script)], preload=forkserver.CLI, env=env)
+    assert (done.returncode, done.stdout, done.stderr) == (0, f"{tmp_path / 'temp'}\n", "")

@@ -219,6 +219,9 @@ def _become(request: dict[str, Any], fds: list[int], base_path: list[str], path:
         os.umask(request["umask"])
     os.environ.clear()
     os.environ.update(request["env"])
+    # Found again from the child's environment (TMPDIR) at its first use, as a fresh
+    # interpreter finds it, not the one the server may have found for its own.
+    tempfile.tempdir = None
     os.environ[ADDRESS] = path
     if request.get("started_by") is not None:
         os.environ[STARTED_BY] = str(request["started_by"])
