@@ -1632,7 +1632,7 @@ def test_runner_run_sync_and_run_agent_sync_go_through_the_gate(
 
 # Every program below is a real process of its own, forked from one that has
 # imported the SDK and the adapter once (tests/support/forkserver.py).
-PRELOAD = ("agents", "agentrt.adapters.openai_agents", *forkserver.CLI)
+PRELOAD = forkserver.OPENAI_AGENTS
 
 
 def child(*args: str, timeout: float = 120) -> dict[str, Any]:

@@ -357,7 +357,7 @@ def database_of(workdir: Path) -> str:
 
 # Every program below is a real process of its own, forked from one that has
 # imported Pydantic AI and the adapter once (tests/support/forkserver.py).
-PRELOAD_CLI = ("pydantic_ai", "agentrt.adapters.pydantic_ai", *forkserver.CLI)
+PRELOAD_CLI = forkserver.PYDANTIC_AI
 
 
 def spawn(workdir: Path, mode: str, *flags: str) -> tuple[int, dict[str, Any]]:

@@ -36,6 +36,7 @@ from agentrt import (
 )
 from agentrt.scripted import ScriptedAgent
 from conftest import Ids, RecordingTool, event_types
+from support import forkserver
 from support.leases import expire_lease
 from support.rows import execute
 
@@ -87,12 +88,12 @@ def test_two_concurrent_resumes_from_two_processes_exactly_one_executes(
     script = tmp_path / "child.py"
     script.write_text(CHILD)
     start_at = time.time() + 1.0
+    # Real processes forked from one that has imported the runtime and the stores
+    # (tests/support/forkserver.py): they race from `start_at`, not from their start.
     children = [
-        subprocess.Popen(
+        forkserver.server(*forkserver.CLI).spawn(
             [sys.executable, str(script), database, str(journal), str(start_at), run.id],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
+            capture=True,
         )
         for _ in range(2)
     ]

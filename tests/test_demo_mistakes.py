@@ -13,22 +13,30 @@ from pathlib import Path
 import pytest
 
 import agentrt
+from support import forkserver
 
 pytestmark = pytest.mark.slow
 
 
-def demo(*args: str, umask: int | None = None) -> subprocess.CompletedProcess[str]:
-    def child_setup() -> None:
-        if umask is not None:
-            os.umask(umask)
-
-    return subprocess.run(
-        [sys.executable, "-m", "agentrt", "demo", *args],
-        capture_output=True,
-        text=True,
+def agentrt_cmd(
+    *args: str, umask: int | None = None, env: dict[str, str] | None = None
+) -> forkserver.Done:
+    """`python -m agentrt ARGS...`, stdin /dev/null, forked from the process that has
+    imported the CLI (tests/support/forkserver.py): what it says, makes and leaves is
+    judged here, not the interpreter's start. The demo's worker it starts is a fresh
+    interpreter, as ever; the tests that signal the demo or read it as it runs start it
+    with `subprocess`."""
+    return forkserver.run(
+        [sys.executable, "-m", "agentrt", *args],
+        preload=forkserver.CLI,
+        env=env,
+        umask=umask,
         timeout=60,
-        preexec_fn=child_setup,
     )
+
+
+def demo(*args: str, umask: int | None = None) -> forkserver.Done:
+    return agentrt_cmd("demo", *args, umask=umask)
 
 
 def workers_of(db: Path) -> list[int]:
@@ -60,7 +68,7 @@ def wait_for_no_worker(db: Path, seconds: float = 5.0) -> list[int]:
     return left
 
 
-def no_traceback(result: subprocess.CompletedProcess[str]) -> None:
+def no_traceback(result: subprocess.CompletedProcess[str] | forkserver.Done) -> None:
     assert "Traceback" not in result.stderr + result.stdout, result.stderr
 
 
@@ -252,13 +260,7 @@ def test_a_db_given_before_demo_is_refused_in_one_sentence_and_starts_nothing(
     notes.write_text("mine\n")
     temp = tmp_path / "temp"
     temp.mkdir()
-    result = subprocess.run(
-        [sys.executable, "-m", "agentrt", "--db", str(notes), "demo"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "TMPDIR": str(temp)},
-    )
+    result = agentrt_cmd("--db", str(notes), "demo", env={**os.environ, "TMPDIR": str(temp)})
     no_traceback(result)
     assert (result.returncode, result.stdout) == (2, "")
     assert result.stderr == (
@@ -272,13 +274,8 @@ def test_a_db_given_before_demo_is_refused_in_one_sentence_and_starts_nothing(
 def test_a_db_given_after_demo_is_refused_in_the_same_sentence(tmp_path: Path) -> None:
     temp = tmp_path / "temp"
     temp.mkdir()
-    result = subprocess.run(
-        [sys.executable, "-m", "agentrt", "demo", "--db", str(tmp_path / "x.db")],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "TMPDIR": str(temp)},
-    )
+    env = {**os.environ, "TMPDIR": str(temp)}
+    result = agentrt_cmd("demo", "--db", str(tmp_path / "x.db"), env=env)
     no_traceback(result)
     assert (result.returncode, result.stdout) == (2, "")
     assert result.stderr.splitlines()[-1] == (

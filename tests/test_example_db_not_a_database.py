@@ -1,14 +1,16 @@
 """An example given a --db that is not a database says so in one sentence (decision 0162),
-every example that takes --db, not only the two first fixed."""
+every example that takes --db, not only the two first fixed.
+
+Each example is forked from a prepared process (tests/support/examples.py): these
+judge its answer, not the interpreter's start."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from support.examples import run_example
 from test_examples import _examples_taking_db
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,13 +39,7 @@ def test_an_example_given_a_db_that_is_not_a_database_says_so_in_one_sentence(
     not_a_db.write_text("my notes\n")
     not_a_db.chmod(0o600)
     before = sorted(p.name for p in tmp_path.iterdir())
-    result = subprocess.run(
-        [sys.executable, str(example), "--db", str(not_a_db)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=tmp_path,
-    )
+    result = run_example(example, "--db", str(not_a_db), cwd=tmp_path)
     assert (result.returncode, result.stdout) == (2, ""), result.stderr
     assert result.stderr == (
         f"{example.name}: --db {not_a_db}: cannot open {not_a_db}: file is not a database\n"
@@ -67,14 +63,7 @@ def test_an_example_given_a_url_with_a_password_never_prints_it(
     printing it back, as `scripted.py` already did not on success. Once every example
     quoted it (twice for those that take a path only, as `postgresql:/agentrt:hunter2@...`
     "is not an existing directory")."""
-    result = subprocess.run(
-        [sys.executable, str(example), "--db", URL],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=tmp_path,
-        stdin=subprocess.DEVNULL,
-    )
+    result = run_example(example, "--db", URL, cwd=tmp_path)  # stdin is /dev/null
     assert (result.returncode, result.stdout) == (2, ""), result.stderr
     assert "hunter2" not in result.stderr
     assert result.stderr.count("\n") == 1 and result.stderr.endswith("\n")

@@ -4,14 +4,13 @@ sentence and an exit status, never a traceback from the second run's databases."
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 import agentrt
+from support import forkserver
+from support.examples import run_example
 
 ROOT = Path(__file__).resolve().parent.parent
 PAYMENTS = ROOT / "examples" / "payments.py"
@@ -20,18 +19,12 @@ LANGGRAPH = ROOT / "examples" / "adapters" / "langgraph_example.py"
 pytestmark = pytest.mark.slow
 
 
-def example(script: Path, *args: str, umask: int | None = None) -> subprocess.CompletedProcess[str]:
-    def child_setup() -> None:
-        if umask is not None:
-            os.umask(umask)
-
-    return subprocess.run(
-        [sys.executable, str(script), *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        preexec_fn=child_setup,
-    )
+def example(script: Path, *args: str, umask: int | None = None) -> forkserver.Done:
+    """The example in a process of its own, forked from a prepared process
+    (tests/support/examples.py): what it says, leaves and exits with is judged here, not
+    the interpreter's start (their first runs are in test_example_payments.py, from a
+    fresh interpreter, and test_adapter_langgraph.py)."""
+    return run_example(script, *args, umask=umask)
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 import agentrt
+from support.examples import run_example
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -104,13 +105,9 @@ def test_an_example_given_db_in_a_missing_directory_says_so_in_one_sentence_and_
     tmp_path: Path, example: Path
 ) -> None:
     db = tmp_path / "no such folder" / "runs.db"
-    result = subprocess.run(
-        [sys.executable, str(example), "--db", str(db)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=tmp_path,
-    )
+    # Forked from a prepared process (tests/support/examples.py): the answer is judged,
+    # not the interpreter's start.
+    result = run_example(example, "--db", str(db), cwd=tmp_path)
     assert (result.returncode, result.stdout) == (2, "")
     assert result.stderr == (
         f"{example.name}: --db {db}: {db.parent} is not an existing directory\n"

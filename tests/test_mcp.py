@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.support.mcp_proxy import forked
+from tests.support import forkserver
+from tests.support.mcp_proxy import PRELOAD, forked
 
 import agentrt
 from agentrt import Decision, SideEffect, ToolCall, mcp
@@ -810,17 +811,14 @@ def test_the_example_manifest_still_pins_the_example_server_and_the_example_runs
     env = ["--env", f"NOTES_DIR={tmp_path / 'notes'}"]
     assert main(["mcp", "check", "notes", *files, *env, *command]) == 4
     assert json.loads(capsys.readouterr().out)["unclassified"] == ["delete_note"]
-    result = subprocess.run(
+    # The example forked from the process that has imported the MCP SDK's client
+    # (tests/support/mcp_proxy.py); the server it starts is a fresh interpreter.
+    result = forkserver.run(
         [
-            sys.executable,
-            str(EXAMPLE / "run_agent.py"),
-            "--db",
-            str(tmp_path / "runs.db"),
-            "--notes",
-            str(tmp_path / "notes"),
+            *(sys.executable, str(EXAMPLE / "run_agent.py")),
+            *("--db", str(tmp_path / "runs.db"), "--notes", str(tmp_path / "notes")),
         ],
-        capture_output=True,
-        text=True,
+        preload=PRELOAD,
         timeout=120,
     )
     assert result.returncode == 0, result.stderr

@@ -24,7 +24,16 @@ from typing import Any
 import pytest
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
-from tests.support.mcp_proxy import START, Host, Shop, agentrt, kill_quietly, write_owner_only
+from tests.support import forkserver
+from tests.support.mcp_proxy import (
+    PRELOAD,
+    START,
+    Host,
+    Shop,
+    agentrt,
+    kill_quietly,
+    write_owner_only,
+)
 
 from agentrt import ConfigError, InsecureModeError, open_store
 from agentrt._canonical import canonical_json
@@ -517,27 +526,28 @@ def test_the_example_config_fronts_mcp_server_time_and_the_example_host_calls_th
         (tmp_path / name).chmod(0o600)
     bin_dir = str(Path(sys.executable).parent)
     env = {**os.environ, "PATH": bin_dir + os.pathsep + os.environ.get("PATH", "")}
-    pinned = subprocess.run(
+    # The operator's command and the example host are forked from the process that has
+    # imported the CLI and the MCP SDK (tests/support/mcp_proxy.py); what they start,
+    # `agentrt-proxy` and `mcp-server-time` found on PATH, are fresh interpreters.
+    pinned = forkserver.run(
         [
             *(sys.executable, "-m", "agentrt", "mcp", "pin", "time"),
             *("--out", "time.manifest.json", "--", "mcp-server-time", "--local-timezone", "UTC"),
         ],
+        preload=PRELOAD,
         cwd=tmp_path,
         env=env,
-        capture_output=True,
-        text=True,
         timeout=60,
     )
     assert pinned.returncode == 0, pinned.stderr
-    host = subprocess.run(
+    host = forkserver.run(
         [
             *(sys.executable, str(examples / "call_through_proxy.py")),
             *(str(tmp_path / "proxy.json"), "time_convert_time"),
             '{"source_timezone": "UTC", "time": "12:00", "target_timezone": "Asia/Tokyo"}',
         ],
+        preload=PRELOAD,
         env=env,
-        capture_output=True,
-        text=True,
         timeout=120,
     )
     assert host.returncode == 0, host.stderr

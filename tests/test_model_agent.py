@@ -7,8 +7,6 @@ import json
 import os
 import socket
 import sqlite3
-import subprocess
-import sys
 import threading
 from dataclasses import replace
 from datetime import timedelta
@@ -35,6 +33,8 @@ from agentrt.model_agent import ModelAgent
 from agentrt.render import RenderOptions, messages, request_bytes
 from agentrt.replay import Recorder, Replayer, ScriptedModel
 from conftest import FakeClock, Ids, RecordingTool
+from support import forkserver
+from support.examples import run_example
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -223,14 +223,8 @@ def closed_port() -> int:
 
 def test_live_example_says_what_to_start_when_no_server_answers(tmp_path: Path) -> None:
     env = {**os.environ, "AGENTRT_LIVE_URL": f"http://127.0.0.1:{closed_port()}"}
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "live.py"), "--db", str(tmp_path / "live.db")],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-        stdin=subprocess.DEVNULL,
-    )
+    live = ROOT / "examples" / "live.py"
+    result = run_example(live, "--db", str(tmp_path / "live.db"), env=env, timeout=60)
     assert result.returncode == 0, result.stderr
     assert "No model server answered" in result.stdout
     assert "ollama serve" in result.stdout and "AGENTRT_LIVE_URL" in result.stdout
@@ -339,17 +333,13 @@ def live_replies(kind: str) -> list[dict[str, Any]]:
 ADAPTERS = {"openai": "agentrt.providers.openai_compat", "ollama": "agentrt.providers.ollama"}
 
 
-def run_live(url: str, *args: str) -> subprocess.CompletedProcess[str]:
+def run_live(url: str, *args: str) -> forkserver.Done:
+    """examples/live.py in a process of its own, stdin /dev/null (no terminal), forked from
+    a prepared process (tests/support/examples.py): its answers are judged here, not the
+    interpreter's start."""
     env = {**os.environ, "AGENTRT_LIVE_URL": url}
     env.pop("AGENTRT_LIVE_MODEL", None)
-    return subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "live.py"), *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-        stdin=subprocess.DEVNULL,
-    )
+    return run_example(ROOT / "examples" / "live.py", *args, env=env, timeout=60)
 
 
 @pytest.mark.parametrize("kind", ["openai", "ollama"])

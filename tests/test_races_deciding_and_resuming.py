@@ -27,19 +27,22 @@ import crashing_child as child
 from agentrt import Decision, Limits, RecoverAction, SideEffect
 from agentrt.scripted import ScriptedAgent
 from conftest import FakeClock, Ids, RecordingTool, event_types
+from support import forkserver
 from support.policies import FixedPolicy
 
 HERE = Path(__file__).resolve().parent
 
 
-def agentrt_cli(*argv: str) -> subprocess.CompletedProcess[str]:
-    """`python -m agentrt ARGV...` in a process of its own (the environment is this one's)."""
-    return subprocess.run(
-        [sys.executable, "-m", "agentrt", *argv],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+def another_process(*argv: str) -> forkserver.Done:
+    """`python ARGV...` in a process of its own (the environment is this one's), forked
+    from one that has imported the CLI and the stores (tests/support/forkserver.py): the
+    race is judged here, not the interpreter's start."""
+    return forkserver.run([sys.executable, *argv], preload=forkserver.CLI, timeout=60)
+
+
+def agentrt_cli(*argv: str) -> forkserver.Done:
+    """`python -m agentrt ARGV...` in a process of its own (see `another_process`)."""
+    return another_process("-m", "agentrt", *argv)
 
 
 def once(action: Callable[[], None], then: Callable[[], datetime]) -> Callable[[], datetime]:
@@ -93,7 +96,7 @@ def test_a_resume_that_finds_the_approval_expired_as_a_person_decides_it_goes_on
     (approval,) = store.pending_approvals(run.id)
     assert approval.expires_at is not None
     late = approval.expires_at + timedelta(seconds=1)
-    said: list[subprocess.CompletedProcess[str]] = []
+    said: list[forkserver.Done] = []
 
     def a_person_decides() -> None:
         said.append(
@@ -183,18 +186,11 @@ def test_recover_skips_a_waiting_run_another_process_resumed_meanwhile_and_write
             """
         )
     )
-    said: list[subprocess.CompletedProcess[str]] = []
+    said: list[forkserver.Done] = []
     real = store.lease_now
 
     def another_process_resumes_it() -> None:
-        said.append(
-            subprocess.run(
-                [sys.executable, str(other), database, run.id],
-                capture_output=True,
-                text=True,
-                timeout=60,
-            )
-        )
+        said.append(another_process(str(other), database, run.id))
 
     fired: list[bool] = []
 
@@ -246,7 +242,7 @@ def test_a_takeover_that_loses_to_a_cancel_says_the_run_ended_not_that_it_was_re
     try:
         (run,) = store.list_runs()
         assert run.status == "RUNNING"
-        said: list[subprocess.CompletedProcess[str]] = []
+        said: list[forkserver.Done] = []
 
         def an_operator_cancels() -> None:
             said.append(agentrt_cli("cancel", run.id, "--by", "ops", "--db", database))
@@ -467,7 +463,7 @@ def test_a_resume_that_read_the_run_before_another_process_resumed_it_holds_noth
     agentrt.approve(store, run.id, first.id, by="ann")
     other = tmp_path / "other.py"
     other.write_text(OTHER_RESUME.format(here=str(HERE)))
-    said: list[subprocess.CompletedProcess[str]] = []
+    said: list[forkserver.Done] = []
     real = store.snapshot
 
     @contextlib.contextmanager
@@ -477,14 +473,7 @@ def test_a_resume_that_read_the_run_before_another_process_resumed_it_holds_noth
         with real() as view:
             yield view
         if not said:
-            said.append(
-                subprocess.run(
-                    [sys.executable, str(other), database, run.id],
-                    capture_output=True,
-                    text=True,
-                    timeout=60,
-                )
-            )
+            said.append(another_process(str(other), database, run.id))
 
     stale = agentrt.Driver(
         store=store,
@@ -559,7 +548,7 @@ def test_a_resume_that_read_the_run_before_another_process_asked_again_on_its_st
     agentrt.approve(store, run.id, first.id, by="ann")
     other = tmp_path / "other.py"
     other.write_text(OTHER_ASKS_AGAIN.format(here=str(HERE)))
-    said: list[subprocess.CompletedProcess[str]] = []
+    said: list[forkserver.Done] = []
     real = store.snapshot
 
     @contextlib.contextmanager
@@ -567,14 +556,7 @@ def test_a_resume_that_read_the_run_before_another_process_asked_again_on_its_st
         with real() as view:
             yield view
         if not said:
-            said.append(
-                subprocess.run(
-                    [sys.executable, str(other), database, run.id],
-                    capture_output=True,
-                    text=True,
-                    timeout=60,
-                )
-            )
+            said.append(another_process(str(other), database, run.id))
 
     stale = driver()
     store.snapshot = snapshot  # type: ignore[method-assign]

@@ -36,6 +36,7 @@ from agentrt._records import ChainBreak, Lease, VerifyReport
 from agentrt.scripted import ScriptedAgent
 from agentrt.testkit import (
     Crash,
+    CrashMatrix,
     InvariantError,
     LoopContext,
     Point,
@@ -516,11 +517,19 @@ class TestInvariants:
 # -- the matrix --------------------------------------------------------------------------------
 
 
+@pytest.fixture(scope="module")
+def checkout_matrix() -> CrashMatrix:
+    """The Driver's full harness matrix of `checkout` on SQLite (2.5 s of CPU), made once
+    for the two tests that judge it: its own cells here, and the Gate's matrix of the same
+    scenario against it (TestGateScenario). Nothing reads its cases' files."""
+    return crash_matrix_sync("support.scenarios:checkout", "harness", workers=16)
+
+
 class TestMatrix:
     def test_full_crash_matrix_of_a_read_a_side_effect_and_an_approval_holds_in_the_harness(
-        self,
+        self, checkout_matrix: CrashMatrix
     ) -> None:
-        matrix = crash_matrix_sync("support.scenarios:checkout", "harness", workers=16)
+        matrix = checkout_matrix
         matrix.assert_ok()
         passed = {p.key for p in matrix.clean.probes}
         assert {
@@ -838,7 +847,7 @@ class TestFuzzArgs:
 
 class TestGateScenario:
     def test_a_loop_over_a_gate_is_crashed_at_every_point_and_holds_in_the_harness(
-        self, database: str
+        self, database: str, request: pytest.FixtureRequest
     ) -> None:
         # On SQLite and on PostgreSQL. There the harness waits each crash's lease out on
         # the server's clock, so the scenario's lease is brief (support/database.py) and
@@ -859,14 +868,9 @@ class TestGateScenario:
             # The Driver's matrix is the same on every backend: compared once, on SQLite
             # (each harness crash here waits a lease out on the server's clock).
             return
-        # The same cells as the Driver's matrix of the same scenario, with the same outcomes.
-        by_driver = crash_matrix_sync(
-            brief("support.scenarios:checkout", database),
-            "harness",
-            workers=16,
-            directory=database,
-            recovery=recovery,
-        )
+        # The same cells as the Driver's matrix of the same scenario, with the same outcomes
+        # (on SQLite, with recovery: the one TestMatrix judges, made once for both).
+        by_driver: CrashMatrix = request.getfixturevalue("checkout_matrix")
         assert {(c.crashes, c.outcome) for c in matrix.cases} == {
             (c.crashes, c.outcome) for c in by_driver.cases
         }

@@ -63,6 +63,11 @@ CLI = (
     "agentrt.cli._recheck",
     "agentrt.cli._launch",
 )
+# The preload of an adapter's children (and of the example that uses it): one name per
+# set, so that every test of a process starting such a child shares one server.
+OPENAI_AGENTS = ("agents", "agentrt.adapters.openai_agents", *CLI)
+PYDANTIC_AI = ("pydantic_ai", "agentrt.adapters.pydantic_ai", *CLI)
+LANGGRAPH = ("langgraph.graph", "langchain_core.messages", "agentrt.adapters.langgraph", *CLI)
 # Imported by every server before its own preload: what nearly every child imports
 # on its first tool or store (jsonschema compiles each tool's schema; the store
 # opens through the backend a test names). Third-party modules and the runtime's
@@ -210,8 +215,13 @@ def _become(request: dict[str, Any], fds: list[int], base_path: list[str], path:
     sys.stdout = sys.__stdout__ = _stream(1, "w", "strict")
     sys.stderr = sys.__stderr__ = _stream(2, "w", "backslashreplace")
     os.chdir(request["cwd"])
+    if request.get("umask") is not None:
+        os.umask(request["umask"])
     os.environ.clear()
     os.environ.update(request["env"])
+    # Found again from the child's environment (TMPDIR) at its first use, as a fresh
+    # interpreter finds it, not the one the server may have found for its own.
+    tempfile.tempdir = None
     os.environ[ADDRESS] = path
     if request.get("started_by") is not None:
         os.environ[STARTED_BY] = str(request["started_by"])
@@ -314,6 +324,7 @@ class ForkServer:
         stdout: int | None = None,
         stderr: int | None = None,
         capture: bool = False,
+        umask: int | None = None,
     ) -> Child:
         """Start `argv` (`[python, script, ...]` or `[python, "-m", module, ...]`) as a child.
 
@@ -329,6 +340,7 @@ class ForkServer:
             stdout=stdout,
             stderr=stderr,
             capture=capture,
+            umask=umask,
         )
 
 
@@ -344,12 +356,14 @@ def spawn_at(
     capture: bool = False,
     tied: bool = False,
     started_by: int | None = None,
+    umask: int | None = None,
 ) -> Child:
     """`ForkServer.spawn` on the server listening at `path` (a child's `AGENTRT_FORKSERVER`).
 
     `tied`: the child is SIGKILLed if this process ends before it (see
     `_end_with_the_requester`); `started_by`: the pid the child reads from
-    `STARTED_BY`.
+    `STARTED_BY`; `umask`: the child's (else the server's, the test process's at its start),
+    as a `preexec_fn` calling `os.umask` would set it.
     """
     argv = [str(a) for a in argv]
     files: tuple[Any, Any] | None = None
@@ -369,6 +383,7 @@ def spawn_at(
             "env": dict(os.environ if env is None else env),
             "tied": tied,
             "started_by": started_by,
+            "umask": umask,
         }
         _send(sock, request, fds)
     finally:
@@ -469,9 +484,10 @@ def run(
     cwd: str | os.PathLike[str] | None = None,
     env: Mapping[str, str] | None = None,
     timeout: float = 120,
+    umask: int | None = None,
 ) -> Done:
     """`subprocess.run(argv, capture_output=True, text=True, timeout=...)`, forked."""
-    child = server(*preload).spawn(argv, cwd=cwd, env=env, capture=True)
+    child = server(*preload).spawn(argv, cwd=cwd, env=env, capture=True, umask=umask)
     try:
         out, err = child.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:

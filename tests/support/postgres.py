@@ -16,8 +16,6 @@ from contextlib import ExitStack, contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
-import pytest
-
 POSTGRES_URL_VARIABLE = "AGENTRT_TEST_POSTGRES_URL"
 
 
@@ -29,6 +27,10 @@ def server_url(what: str) -> str:
             f"postgres: set {POSTGRES_URL_VARIABLE} (e.g. "
             f"postgresql://root@127.0.0.1:5432/test) to run {what} on PostgreSQL"
         )
+        # Imported here, not at the top: a crash-matrix child imports this module (through
+        # the scenarios' `support.database`) and has no use for pytest's 0.1 s of imports.
+        import pytest
+
         if os.environ.get("CI"):
             pytest.fail(message + " (CI is set: it must not skip)")
         pytest.skip(message)

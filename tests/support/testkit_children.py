@@ -27,9 +27,9 @@ from agentrt.testkit import _process
 from . import forkserver
 from .database import on_postgres
 
-# pytest too: a scenario's factory lives in `tests/support/`, whose database helpers
-# import it, so each crash-matrix child would import it again.
-PRELOAD = ("agentrt.testkit", "agentrt.lowlevel", "agentrt.testkit._harness", "pytest")
+# Not pytest: the scenarios' factories in `tests/support/` no longer import it (their
+# database helpers import it only to skip or fail a test).
+PRELOAD = ("agentrt.testkit", "agentrt.lowlevel", "agentrt.testkit._harness")
 COMMAND = [sys.executable, "-m", "agentrt.testkit._process"]
 
 

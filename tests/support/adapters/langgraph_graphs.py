@@ -160,12 +160,7 @@ def push_script() -> list[AIMessage]:
 
 # The children are real processes forked from one that has imported LangGraph,
 # LangChain and the adapter once (tests/support/forkserver.py).
-PRELOAD = (
-    "langgraph.graph",
-    "langchain_core.messages",
-    "agentrt.adapters.langgraph",
-    *forkserver.CLI,
-)
+PRELOAD = forkserver.LANGGRAPH
 
 
 def child(workdir: Path, mode: str, tool_name: str) -> dict[str, Any]:
