@@ -324,8 +324,9 @@ def test_the_drivers_tool_start_refused_busy_raises_and_a_resume_asks_again(
     database: str,
 ) -> None:
     """The Driver is unchanged: the `StoreBusyError` reaches its caller with nothing of the
-    step written (the lease given back if the store lets it, else left to this driver),
-    and a resume takes the run over and asks the agent for step 0 again: one call."""
+    step written (the lease given back if the store lets it, else left to this driver,
+    whose resume takes it at once), and the resume asks the agent for step 0 again: the
+    call runs once."""
     with agentrt.open_store(database) as store:
         tool = RecordingTool("note", SideEffect.READ_ONLY)
         asked: list[int] = []
@@ -341,14 +342,17 @@ def test_the_drivers_tool_start_refused_busy_raises_and_a_resume_asks_again(
                 return Decision.complete("done")
             return Decision.tool_call("note", {"x": 1})
 
-        driver = agentrt.Driver(
-            store=store,
-            agent=agent,
-            policy=agentrt.default_policy(),
-            tools=[tool],
-            now=FakeClock(),
-            new_id=Ids(),
-        )
+        def driver_of(ids: Ids) -> agentrt.Driver:
+            return agentrt.Driver(
+                store=store,
+                agent=agent,
+                policy=agentrt.default_policy(),
+                tools=[tool],
+                now=FakeClock(),
+                new_id=ids,
+            )
+
+        driver = driver_of(Ids())
         try:
             with pytest.raises(StoreBusyError) as raised:
                 driver.start_sync("goal")
@@ -359,6 +363,12 @@ def test_the_drivers_tool_start_refused_busy_raises_and_a_resume_asks_again(
         [run] = store.list_runs()
         assert tool.calls == []
         assert run.status == "RUNNING"
+        assert event_types(store, run.id) == ["run.created", "run.started"]
+        # Its give-back was refused busy too (the lock was still held): the lease is still
+        # this driver's, so another driver waits for it to lapse, and this one takes it.
+        assert store.lease(run.id).owner == driver.lease_owner
+        with pytest.raises(agentrt.RunLeasedError):
+            driver_of(Ids("d")).resume_sync(run.id)
         assert event_types(store, run.id) == ["run.created", "run.started"]
         resumed = driver.resume_sync(run.id)
         assert (resumed.status, resumed.reason) == ("COMPLETED", "goal_completed")
