@@ -16,7 +16,9 @@ the one the server ends, with no race on a clock:
 Before decision 0175 the store said "another transaction held what this one needed past
 the lock timeout (5000 ms)" of it: a wait nobody made. It now says the server found a
 deadlock and ended the transaction, that it was rolled back whole, nothing written, and
-whether retrying is safe (`StoreBusyError`: before any of its work was written).
+whether retrying is safe (`StoreBusyError`: before any of its work was written); a Gate
+step's `execute` refused so stays executable, and its retry runs the call once (decision
+XXXX).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ import psycopg
 import pytest
 
 import agentrt
-from agentrt import Decision, RunStatus, SideEffect, StoreBusyError, StoreError
+from agentrt import Decision, RunStateError, RunStatus, SideEffect, StoreBusyError, StoreError
 from agentrt._chain import partition_of
 from conftest import RecordingTool
 from support.gates import make_gate, open_step
@@ -149,12 +151,22 @@ def test_a_deadlock_at_a_gate_steps_execute_is_said_as_one_and_nothing_is_writte
         assert before == ["run.created", "run.started"]
         assert [e.type for e in store.list_events(session.run_id)] == before
         assert store.verify_events().intact
-        # Not wedged: the session's next step runs the call once, and the chain holds.
-        again = session.step_sync()
-        assert again is not None
-        assert again.propose_sync(Decision.tool_call("note", {"x": 1})).outcome == "allowed"
-        assert again.execute_sync().kind == "tool_result"
+        # Not wedged: the step stays open and allowed (decision XXXX), the session's next
+        # step is refused until it is executed, and the retry makes the same commit: the
+        # call runs once, step 0's events are whole, and the chain holds.
+        assert session.current() is step
+        with pytest.raises(RunStateError, match="refused busy before the tool started"):
+            session.step_sync()
+        assert step.execute_sync().kind == "tool_result"
         assert len(tool.calls) == 1
+        assert [e.type for e in store.list_events(session.run_id)] == [
+            *before,
+            "step.started",
+            "step.decided",
+            "step.policy",
+            "step.tool_started",
+            "step.tool_finished",
+        ]
         assert store.verify_events().intact
         session.close_sync()
 

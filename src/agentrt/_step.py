@@ -11,7 +11,9 @@
 - `run_tool` (the Gate step's `execute`): `step.tool_started` under a lease
   held and unexpired by the wall clock, the tool under its timeout, then `step.tool_finished` in one
   transaction, recorded even if the caller is cancelled (and not recorded if
-  another owner took the run meanwhile).
+  another owner took the run meanwhile). A start the store refuses busy
+  (`StoreBusyError`, nothing written) hands the allowed call back for a retry
+  (`_hand_back`, decision XXXX).
 
 Each function works on a `RunSession` (`_session.py`): its writes, its lease
 guard and its in-memory copy.
@@ -22,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime
 from functools import partial
 from typing import Any
@@ -32,7 +35,13 @@ from ._canonical import copy_json
 from ._clock import as_stored, duration_to_ms
 from ._commit_plan import POINT_TOOL_EFFECT
 from ._decisions import RecordedDecision, call_args, record, validate
-from ._errors import LeaseLostError, LimitExceeded, ModelUnavailableError, RunStateError
+from ._errors import (
+    LeaseLostError,
+    LimitExceeded,
+    ModelUnavailableError,
+    RunStateError,
+    StoreBusyError,
+)
 from ._execute import invoke
 from ._foreign import exception_text
 from ._policy import INTERRUPTED_POLICY_ID, outcome_unknown_decision
@@ -51,6 +60,7 @@ from ._records import (
     evolve,
 )
 from ._session import (
+    AllowedCall,
     RunMoved,
     RunSession,
     VerdictOutcome,
@@ -59,6 +69,7 @@ from ._session import (
 )
 from ._settle import (
     FromRunning,
+    Now,
     encoded_start,
     end,
     fail_and_go_on,
@@ -268,6 +279,9 @@ async def run_tool(session: RunSession, step: Step) -> None:
         except RunMoved as moved:
             session.run = moved.run
             return
+        except StoreBusyError as busy:
+            _hand_back(session, allowed, busy)
+            raise
         if resumed_at is None:  # the grant lapsed: the run was cancelled, nothing ran
             return
         # The run is leased from here: keep the lease renewed while the tool runs.
@@ -281,6 +295,9 @@ async def run_tool(session: RunSession, step: Step) -> None:
         except RunMoved as moved:
             session.run = moved.run
             return
+        except StoreBusyError as busy:
+            _hand_back(session, allowed, busy)
+            raise
     tool = session.config.tools[spec.name]
     call = ToolCall(
         run_id=session.run_id, step_id=step.id, args=copy_json(args), lease_epoch=session.epoch
@@ -331,6 +348,22 @@ async def run_tool(session: RunSession, step: Step) -> None:
         outcome.abort,
         unknown=None if outcome.unknown is None else (args, outcome.unknown),
     )
+
+
+def _hand_back(session: RunSession, allowed: AllowedCall, busy: StoreBusyError) -> None:
+    """The commit that starts the tool was refused busy (`StoreBusyError`: rolled back
+    whole before any of its work was written, the tool certainly not started): the call
+    is held again for a retry of `execute`, which makes the same commit (the step's kept
+    claim and decision, put back by `RunSession.write`, its policy and
+    `step.tool_started`). Not when the session's copy moved in the transaction (it is
+    then `broken`) or the commit may have been made: the call is then never run again
+    by this session. A waiting run's call gets a fresh clock reading, so the retry judges
+    its grant and records `run.resumed` at its own time (decision XXXX)."""
+    if session.broken is not None or busy.commit_unknown:
+        return
+    if allowed.waiting is not None:
+        allowed = replace(allowed, waiting=replace(allowed.waiting, when=Now(session)))
+    session.allow(allowed)
 
 
 async def _finish_tool(
