@@ -1,4 +1,4 @@
-"""A Gate step's `execute` refused busy before its tool started stays executable (decision XXXX).
+"""A Gate step's `execute` refused busy before its tool started stays executable (decision 0179).
 
 The store refuses the commit that would start the tool (the step's kept claim and
 decision, its policy, `step.tool_started`) with `StoreBusyError` when another connection

@@ -18,7 +18,7 @@ the lock timeout (5000 ms)" of it: a wait nobody made. It now says the server fo
 deadlock and ended the transaction, that it was rolled back whole, nothing written, and
 whether retrying is safe (`StoreBusyError`: before any of its work was written); a Gate
 step's `execute` refused so stays executable, and its retry runs the call once (decision
-XXXX).
+0179).
 """
 
 from __future__ import annotations
@@ -151,7 +151,7 @@ def test_a_deadlock_at_a_gate_steps_execute_is_said_as_one_and_nothing_is_writte
         assert before == ["run.created", "run.started"]
         assert [e.type for e in store.list_events(session.run_id)] == before
         assert store.verify_events().intact
-        # Not wedged: the step stays open and allowed (decision XXXX), the session's next
+        # Not wedged: the step stays open and allowed (decision 0179), the session's next
         # step is refused until it is executed, and the retry makes the same commit: the
         # call runs once, step 0's events are whole, and the chain holds.
         assert session.current() is step

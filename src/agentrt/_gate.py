@@ -23,7 +23,7 @@ Invariants (each has a test named for it in `tests/test_gate*.py`):
 - An `execute` whose tool-starting commit the store refuses busy (`StoreBusyError`:
   rolled back whole, nothing of the step written) leaves the step open and allowed;
   a retry makes the same commit, and `step()` is refused meanwhile. Once
-  `step.tool_started` is durable the step is never executable again (decision XXXX).
+  `step.tool_started` is durable the step is never executable again (decision 0179).
 - One session per run: a run with a live session (this process, or another
   holding its lease) refuses a second `begin`/`attach`. A session being closed
   stays live until its lease is given back: a session of the same gate never
@@ -987,7 +987,7 @@ class GateStep:
         self._executed = False
         self._settled = False
         # Its `execute` was refused busy before the tool started, nothing written: open,
-        # to be executed again (decision XXXX).
+        # to be executed again (decision 0179).
         self._refused_busy = False
 
     def _settle(self) -> None:
@@ -1045,7 +1045,7 @@ class GateStep:
         `StoreBusyError` (the store was busy or deadlocked at the commit that starts the
         tool, which was rolled back whole: nothing of the step written, the tool not
         started) leaves the step open and allowed: call `execute` again, which makes the
-        same commit, or `close` the session (decision XXXX). Once the tool has started,
+        same commit, or `close` the session (decision 0179). Once the tool has started,
         the step is never executed again."""
         observation = await self._run()
         if observation is None:
@@ -1100,7 +1100,7 @@ class GateStep:
     def _reopen_if_handed_back(self) -> None:
         """The commit that would start the tool was refused busy with nothing written, and
         the call was held again (`_step._hand_back`): the step is open and executable, so
-        that a retry of `execute` makes the same commit (decision XXXX)."""
+        that a retry of `execute` makes the same commit (decision 0179)."""
         session, rs = self._session, self._session._rs
         if not rs.has_allowed_call() or rs.allowed_step().id != self.step.id:
             return

@@ -13,7 +13,7 @@
   transaction, recorded even if the caller is cancelled (and not recorded if
   another owner took the run meanwhile). A start the store refuses busy
   (`StoreBusyError`, nothing written) hands the allowed call back for a retry
-  (`_hand_back`, decision XXXX).
+  (`_hand_back`, decision 0179).
 
 Each function works on a `RunSession` (`_session.py`): its writes, its lease
 guard and its in-memory copy.
@@ -358,7 +358,7 @@ def _hand_back(session: RunSession, allowed: AllowedCall, busy: StoreBusyError) 
     `step.tool_started`). Not when the session's copy moved in the transaction (it is
     then `broken`) or the commit may have been made: the call is then never run again
     by this session. A waiting run's call gets a fresh clock reading, so the retry judges
-    its grant and records `run.resumed` at its own time (decision XXXX)."""
+    its grant and records `run.resumed` at its own time (decision 0179)."""
     if session.broken is not None or busy.commit_unknown:
         return
     if allowed.waiting is not None:
