@@ -218,3 +218,63 @@ def test_a_close_made_inside_a_commit_of_the_session_does_not_wait_for_it(
     assert [(s.index, s.status) for s in store.list_steps(run_id)] == [(0, "failed")]
     assert store.get_run(run_id).status == "RUNNING"
     assert store.lease(run_id).owner == ""
+
+
+def test_a_close_cut_short_while_it_waits_for_a_commit_still_stops_renewing_and_frees_the_run(
+    any_store: agentrt.Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The loop ends (`asyncio.run` returning, a second Ctrl-C) while a close waits for
+    another task's commit: every task is cancelled, the close's own too. The session must
+    not go on renewing the lease of a run nobody drives, nor keep the run this gate's for
+    good: as a crash leaves it, the lease lapses and the same gate attaches it again."""
+    store = any_store
+    through = _session.write_through
+    sessions: list[agentrt.GateSession] = []
+    gates: list[agentrt.Gate] = []
+    pending: list[asyncio.Task[Any]] = []
+
+    async def main() -> str:
+        held, parked, never = asyncio.Event(), asyncio.Event(), asyncio.Event()
+        holding = [False]
+        settled = _session.RunSession.writes_settled
+
+        async def held_write(config: Any, commit: Any, fn: Any, in_tx: Any = None) -> Any:
+            if holding[0]:  # the failure's commit, held until the loop ends
+                holding[0] = False
+                held.set()
+                await never.wait()
+            return await through(config, commit, fn, in_tx)
+
+        async def waiting(self: Any) -> None:
+            parked.set()
+            await settled(self)
+
+        monkeypatch.setattr(_session, "write_through", held_write)
+        monkeypatch.setattr(_session.RunSession, "writes_settled", waiting)
+        gate = make_gate(store, change_tool())
+        gates.append(gate)
+        session = await gate.begin("closed as the loop ends")
+        sessions.append(session)
+        step = await session.step()
+        assert step is not None
+        holding[0] = True
+        pending.append(asyncio.create_task(step.fail(RuntimeError("the model is unreachable"))))
+        await held.wait()
+        pending.append(asyncio.create_task(session.close()))
+        await parked.wait()
+        return session.run_id  # asyncio.run now cancels the failure and the close
+
+    run_id = asyncio.run(main())
+    monkeypatch.undo()
+    heartbeat = sessions[0]._rs.heartbeat
+    assert heartbeat is not None and heartbeat._stop.is_set()  # no longer renewed
+
+    async def again() -> tuple[str, int | None]:
+        session, _ = await gates[0].attach(run_id)  # not "already has a live session"
+        step = await session.step()
+        await session.close()
+        return session.run_id, None if step is None else step.index
+
+    assert asyncio.run(again()) == (run_id, 0)
+    assert store.get_run(run_id).status == "RUNNING"
+    assert store.lease(run_id).owner == ""

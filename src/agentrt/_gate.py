@@ -697,7 +697,15 @@ class GateSession:
         rs = self._rs
         # Another task's commit in flight (a step's decision, its failure) is made first:
         # letting go never races a step still being recorded (decision 0176).
-        await rs.writes_settled()
+        try:
+            await rs.writes_settled()
+        except BaseException:
+            # The wait itself was cut short (the loop ending cancels every task, this one
+            # too): nothing is given back, and the lease lapses as after a crash, but it is
+            # renewed no more and the run is this gate's no longer (a later attach takes
+            # it over), as a close cut short before the wait existed left it.
+            self._detach()
+            raise
         held = rs.run.status == RunStatus.RUNNING or rs.has_allowed_call()
         # A broken session's copy may be ahead of the rows (a run shown ended that the
         # record holds RUNNING): its lease is given back all the same (a no-op if not held).
