@@ -214,6 +214,31 @@ def test_an_append_only_database_or_wal_refuses_writers_and_is_read(
     reopened_whole(db, expected)
 
 
+def test_an_immutable_database_others_may_read_is_refused_for_writing_not_as_insecure(
+    tmp_path: Path,
+) -> None:
+    """A writer tightens a file others may read to 0600 before it opens it: that chmod
+    cannot be made on an immutable file (EPERM) or a read-only filesystem (EROFS). Before,
+    it said `InsecureModeError` "cannot tighten X to 0600: Operation not permitted", which
+    is no insecure mode (0640 is writable by nobody else) and hid the cause: a file this
+    process cannot write is refused to writers in the one sentence, and read."""
+    db = a_record(tmp_path / "d")
+    db.chmod(0o640)
+    before = files(db)
+    with immutable(db):
+        writers_refused(
+            db,
+            f"cannot open {db} for writing: the database file may not be written even by "
+            "root (an immutable or append-only file: see lsattr), so a writer could not record "
+            f"anything; {READ_INSTEAD}",
+        )
+        readers_read(db, ["closed cleanly"])
+    assert files(db) == before
+    assert db.stat().st_mode & 0o777 == 0o640  # untouched until a writer may write it
+    reopened_whole(db, ["closed cleanly"])
+    assert db.stat().st_mode & 0o777 == 0o600
+
+
 def test_a_read_only_directory_refuses_writers_naming_the_sidecars_and_is_read(
     tmp_path: Path,
 ) -> None:

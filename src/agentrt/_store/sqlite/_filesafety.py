@@ -323,10 +323,14 @@ def _check_mode_and_owner(path: str, st: os.stat_result, *, what: str, tighten: 
             f"write it can {harm}. Make it 0600"
         )
     if tighten and mode & 0o077:
-        _tighten(path)
+        _tighten(path, sentence=what in ("database", "wal file", "shm file"))
 
 
-def _tighten(path: str) -> None:
+def _tighten(path: str, *, sentence: bool = False) -> None:
+    """Make the file at `path` 0600. `sentence`: a file `check_writable` checks next, which,
+    where this process may not write it (an immutable file, a read-only filesystem: the
+    chmod fails too), is left as it is, for `check_writable` to refuse the writer saying so
+    (not "cannot tighten": its mode lets nobody else write it)."""
     # Open without following links and chmod the descriptor, so a file swapped in
     # after the lstat is never the one changed.
     flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
@@ -339,6 +343,9 @@ def _tighten(path: str) -> None:
     try:
         os.fchmod(fd, OWNER_ONLY)
     except OSError as e:
+        unwritable = not _may_write(path) or _append_only(path)
+        if sentence and e.errno in (errno.EPERM, errno.EROFS) and unwritable:
+            return
         raise InsecureModeError(f"cannot tighten {path} to 0600: {e.strerror}") from e
     finally:
         os.close(fd)
