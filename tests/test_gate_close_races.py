@@ -278,3 +278,42 @@ def test_a_close_cut_short_while_it_waits_for_a_commit_still_stops_renewing_and_
     assert asyncio.run(again()) == (run_id, 0)
     assert store.get_run(run_id).status == "RUNNING"
     assert store.lease(run_id).owner == ""
+
+
+def test_a_claim_refused_because_a_close_overtook_it_is_not_recorded_by_that_close(
+    any_store: agentrt.Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The claim's read returns after `close()` marked the session closed but before the
+    close gave the lease back (its own task, a loop turn later): the claim, kept in memory
+    for the step's first commit, is refused, "nothing of that step was recorded". The close
+    then commits what the session kept (`LEFT_OPEN`): it must not be that claim. Made
+    deterministic with asyncio's FIFO: the read is parked on an event of the loop."""
+    store = any_store
+    read_gate = asyncio.Event()
+
+    async def gated_run_io(fn: Any) -> Any:
+        await read_gate.wait()
+        return fn()  # the read, done by the time the claim's task resumes
+
+    monkeypatch.setattr(_step, "run_io", gated_run_io)
+
+    async def main() -> str:
+        session = await make_gate(store, change_tool()).begin("closed as the claim returns")
+        claiming = asyncio.create_task(session.step())
+        await asyncio.sleep(0)  # the claim waits for its read
+        closing = asyncio.create_task(session.close())  # marks closed first, then gives back
+        read_gate.set()  # the claim's read returns after the close's first turn
+        with pytest.raises(agentrt.SessionClosedError) as refused:
+            await claiming
+        assert str(refused.value) == (
+            f"the gate session of run {session.run_id} was closed while its next step was "
+            "claimed; nothing of that step was recorded"
+        )
+        await closing
+        return session.run_id
+
+    run_id = asyncio.run(main())
+    assert store.list_steps(run_id) == []
+    assert store.get_run(run_id).step_count == 0
+    assert "step.started" not in event_types(store, run_id)
+    assert store.lease(run_id).owner == ""

@@ -651,8 +651,11 @@ class GateSession:
         finally:
             self._claiming = False
         if self._closed and step is not None:
-            # Closed by another task while the claim read the run: the close gave the lease
-            # back, so the claim (kept for the step's first commit) is never written.
+            # Closed by another task while the claim read the run: the close gives the lease
+            # back, so the claim (kept for the step's first commit) is never written, nor
+            # by that close's own commit of what the session kept (`LEFT_OPEN`) when the
+            # read came back before the close got that far.
+            self._rs.forget_deferred()
             raise self._closed_while_claiming()
         if step is None:
             self._settle_if_done()

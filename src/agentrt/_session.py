@@ -649,6 +649,11 @@ class RunSession:
         """Whether writes kept by `defer` wait for the next commit."""
         return bool(self._deferred)
 
+    def forget_deferred(self) -> None:
+        """Drop the writes `defer` kept: a claim refused once made (its session was closed
+        while it read the run) is never written, by the close's commit or any other."""
+        self._deferred = []
+
     async def commit_deferred(self, commit: Commit) -> None:
         """Commit the writes `defer` kept, alone, as `commit` (a loop that stops mid-step)."""
         if self._deferred:
