@@ -317,3 +317,60 @@ def test_a_claim_refused_because_a_close_overtook_it_is_not_recorded_by_that_clo
     assert store.get_run(run_id).step_count == 0
     assert "step.started" not in event_types(store, run_id)
     assert store.lease(run_id).owner == ""
+
+
+def test_a_close_from_another_thread_returns_once_a_commit_in_flight_there_ends(
+    any_store: agentrt.Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Blocking code: one thread's `fail_sync` is committing (its own loop) when another
+    thread's `close_sync` (a loop of its own) waits for that commit. The commit's end must
+    wake the close on its loop: set on the other thread, the close's future was never seen
+    by its loop, asleep with nothing else to do, and `close_sync` never returned."""
+    store = any_store
+    through = _session.write_through
+    settled = _session.RunSession.writes_settled
+    holding, held, go, parked = [False], threading.Event(), threading.Event(), threading.Event()
+
+    async def held_write(config: Any, commit: Any, fn: Any, in_tx: Any = None) -> Any:
+        if holding[0]:  # the failure's commit, before its transaction begins
+            holding[0] = False
+            held.set()
+            assert go.wait(10)
+        return await through(config, commit, fn, in_tx)
+
+    async def waiting(self: Any) -> None:
+        parked.set()
+        await settled(self)
+
+    monkeypatch.setattr(_session, "write_through", held_write)
+    monkeypatch.setattr(_session.RunSession, "writes_settled", waiting)
+    session = make_gate(store, change_tool()).begin_sync("closed from another thread")
+    step = session.step_sync()
+    assert step is not None
+    holding[0] = True
+    failed: list[agentrt.Run] = []
+    failing = threading.Thread(
+        target=lambda: failed.append(step.fail_sync(RuntimeError("the model is unreachable")))
+    )
+    failing.start()
+    assert held.wait(10)
+    closed = threading.Event()
+
+    def close() -> None:
+        session.close_sync()
+        closed.set()
+
+    closing = threading.Thread(target=close, daemon=True)
+    closing.start()
+    try:
+        assert parked.wait(10)  # the close waits for the failure's commit
+    finally:
+        go.set()
+    failing.join(10)
+    assert closed.wait(10), "close_sync never returned"
+    closing.join(10)
+    assert [(r.status, r.reason) for r in failed] == [("FAILED", "agent_error")]
+    run = store.get_run(session.run_id)
+    assert (run.status, run.reason) == ("FAILED", "agent_error")
+    assert [(s.index, s.status) for s in store.list_steps(session.run_id)] == [(0, "failed")]
+    assert store.lease(session.run_id).owner == ""
