@@ -1602,6 +1602,73 @@ async def test_a_streamed_run_that_raises_is_failed_only_once_the_stream_let_go_
     assert store.lease(run.run_id).owner == ""
 
 
+@sync
+async def test_a_stream_started_while_the_last_one_still_lets_go_waits_for_that_release(
+    any_store: agentrt.Store, clock: FakeClock, ids: Ids, monkeypatch: Any
+) -> None:
+    """A stream that ends with the run RUNNING (`MaxTurnsExceeded`) lets go of it in a task
+    of its own; a new stream of the same run started at once attaches it for its first
+    call. That attach waits for the release: made beside it, it was refused (`RunStateError`:
+    a second live session, decision 0176), or before 0176 took the lease over and lost it
+    to the release. Held at will: the release waits until the new stream's call has gone as
+    far as it can (its attach begun, or its wait for the release)."""
+    store = any_store
+    order: list[str] = []
+    releasing, proceed = threading.Event(), threading.Event()
+    give_back = _gate.release_lease
+    attach = agentrt.Gate.attach
+    attaching, waiting = asyncio.Event(), asyncio.Event()
+    streams_ended = GatedRun._streams_ended
+
+    def held_release(config: Any, run_id: str) -> None:
+        order.append("release")
+        releasing.set()
+        assert proceed.wait(10)
+        give_back(config, run_id)
+        order.append("released")
+
+    async def logged_attach(gate: agentrt.Gate, run_id: str) -> Any:
+        order.append("attach")
+        attaching.set()
+        return await attach(gate, run_id)
+
+    async def logged_streams_ended(self: Any) -> None:
+        waiting.set()
+        await streams_ended(self)
+
+    monkeypatch.setattr(_gate, "release_lease", held_release)
+    monkeypatch.setattr(agentrt.Gate, "attach", logged_attach)
+    monkeypatch.setattr(GatedRun, "_streams_ended", logged_streams_ended)
+    remote = Remote()
+    script = [
+        [function_call("list_branches", {}, call_id="call-1")],
+        [function_call("list_branches", {}, call_id="call-2")],
+        [assistant_message("two looks")],
+    ]
+    run = publisher(store, remote, script, clock, ids).new_run()
+
+    with pytest.raises(MaxTurnsExceeded):
+        await consume(run.run_agent_streamed("look", max_turns=1))
+    try:
+        assert await asyncio.to_thread(releasing.wait, 10)  # the first stream lets go now
+        again = run.run_agent_streamed("look again")
+        consuming = asyncio.create_task(consume(again))
+        await asyncio.wait(
+            [asyncio.ensure_future(attaching.wait()), asyncio.ensure_future(waiting.wait())],
+            return_when=asyncio.FIRST_COMPLETED,
+        )
+    finally:
+        proceed.set()
+    await consuming
+    await run.close()
+
+    assert order == ["release", "released", "attach"]
+    assert again.final_output == "two looks"
+    assert remote.done == [("list_branches", ""), ("list_branches", "")]
+    assert run.run.status == "COMPLETED"
+    assert store.lease(run.run_id).owner == ""
+
+
 def test_runner_run_sync_and_run_agent_sync_go_through_the_gate(
     any_store: agentrt.Store, clock: FakeClock, ids: Ids
 ) -> None:

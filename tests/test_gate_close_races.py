@@ -218,3 +218,159 @@ def test_a_close_made_inside_a_commit_of_the_session_does_not_wait_for_it(
     assert [(s.index, s.status) for s in store.list_steps(run_id)] == [(0, "failed")]
     assert store.get_run(run_id).status == "RUNNING"
     assert store.lease(run_id).owner == ""
+
+
+def test_a_close_cut_short_while_it_waits_for_a_commit_still_stops_renewing_and_frees_the_run(
+    any_store: agentrt.Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The loop ends (`asyncio.run` returning, a second Ctrl-C) while a close waits for
+    another task's commit: every task is cancelled, the close's own too. The session must
+    not go on renewing the lease of a run nobody drives, nor keep the run this gate's for
+    good: as a crash leaves it, the lease lapses and the same gate attaches it again."""
+    store = any_store
+    through = _session.write_through
+    sessions: list[agentrt.GateSession] = []
+    gates: list[agentrt.Gate] = []
+    pending: list[asyncio.Task[Any]] = []
+
+    async def main() -> str:
+        held, parked, never = asyncio.Event(), asyncio.Event(), asyncio.Event()
+        holding = [False]
+        settled = _session.RunSession.writes_settled
+
+        async def held_write(config: Any, commit: Any, fn: Any, in_tx: Any = None) -> Any:
+            if holding[0]:  # the failure's commit, held until the loop ends
+                holding[0] = False
+                held.set()
+                await never.wait()
+            return await through(config, commit, fn, in_tx)
+
+        async def waiting(self: Any) -> None:
+            parked.set()
+            await settled(self)
+
+        monkeypatch.setattr(_session, "write_through", held_write)
+        monkeypatch.setattr(_session.RunSession, "writes_settled", waiting)
+        gate = make_gate(store, change_tool())
+        gates.append(gate)
+        session = await gate.begin("closed as the loop ends")
+        sessions.append(session)
+        step = await session.step()
+        assert step is not None
+        holding[0] = True
+        pending.append(asyncio.create_task(step.fail(RuntimeError("the model is unreachable"))))
+        await held.wait()
+        pending.append(asyncio.create_task(session.close()))
+        await parked.wait()
+        return session.run_id  # asyncio.run now cancels the failure and the close
+
+    run_id = asyncio.run(main())
+    monkeypatch.undo()
+    heartbeat = sessions[0]._rs.heartbeat
+    assert heartbeat is not None and heartbeat._stop.is_set()  # no longer renewed
+
+    async def again() -> tuple[str, int | None]:
+        session, _ = await gates[0].attach(run_id)  # not "already has a live session"
+        step = await session.step()
+        await session.close()
+        return session.run_id, None if step is None else step.index
+
+    assert asyncio.run(again()) == (run_id, 0)
+    assert store.get_run(run_id).status == "RUNNING"
+    assert store.lease(run_id).owner == ""
+
+
+def test_a_claim_refused_because_a_close_overtook_it_is_not_recorded_by_that_close(
+    any_store: agentrt.Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The claim's read returns after `close()` marked the session closed but before the
+    close gave the lease back (its own task, a loop turn later): the claim, kept in memory
+    for the step's first commit, is refused, "nothing of that step was recorded". The close
+    then commits what the session kept (`LEFT_OPEN`): it must not be that claim. Made
+    deterministic with asyncio's FIFO: the read is parked on an event of the loop."""
+    store = any_store
+    read_gate = asyncio.Event()
+
+    async def gated_run_io(fn: Any) -> Any:
+        await read_gate.wait()
+        return fn()  # the read, done by the time the claim's task resumes
+
+    monkeypatch.setattr(_step, "run_io", gated_run_io)
+
+    async def main() -> str:
+        session = await make_gate(store, change_tool()).begin("closed as the claim returns")
+        claiming = asyncio.create_task(session.step())
+        await asyncio.sleep(0)  # the claim waits for its read
+        closing = asyncio.create_task(session.close())  # marks closed first, then gives back
+        read_gate.set()  # the claim's read returns after the close's first turn
+        with pytest.raises(agentrt.SessionClosedError) as refused:
+            await claiming
+        assert str(refused.value) == (
+            f"the gate session of run {session.run_id} was closed while its next step was "
+            "claimed; nothing of that step was recorded"
+        )
+        await closing
+        return session.run_id
+
+    run_id = asyncio.run(main())
+    assert store.list_steps(run_id) == []
+    assert store.get_run(run_id).step_count == 0
+    assert "step.started" not in event_types(store, run_id)
+    assert store.lease(run_id).owner == ""
+
+
+def test_a_close_from_another_thread_returns_once_a_commit_in_flight_there_ends(
+    any_store: agentrt.Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Blocking code: one thread's `fail_sync` is committing (its own loop) when another
+    thread's `close_sync` (a loop of its own) waits for that commit. The commit's end must
+    wake the close on its loop: set on the other thread, the close's future was never seen
+    by its loop, asleep with nothing else to do, and `close_sync` never returned."""
+    store = any_store
+    through = _session.write_through
+    settled = _session.RunSession.writes_settled
+    holding, held, go, parked = [False], threading.Event(), threading.Event(), threading.Event()
+
+    async def held_write(config: Any, commit: Any, fn: Any, in_tx: Any = None) -> Any:
+        if holding[0]:  # the failure's commit, before its transaction begins
+            holding[0] = False
+            held.set()
+            assert go.wait(10)
+        return await through(config, commit, fn, in_tx)
+
+    async def waiting(self: Any) -> None:
+        parked.set()
+        await settled(self)
+
+    monkeypatch.setattr(_session, "write_through", held_write)
+    monkeypatch.setattr(_session.RunSession, "writes_settled", waiting)
+    session = make_gate(store, change_tool()).begin_sync("closed from another thread")
+    step = session.step_sync()
+    assert step is not None
+    holding[0] = True
+    failed: list[agentrt.Run] = []
+    failing = threading.Thread(
+        target=lambda: failed.append(step.fail_sync(RuntimeError("the model is unreachable")))
+    )
+    failing.start()
+    assert held.wait(10)
+    closed = threading.Event()
+
+    def close() -> None:
+        session.close_sync()
+        closed.set()
+
+    closing = threading.Thread(target=close, daemon=True)
+    closing.start()
+    try:
+        assert parked.wait(10)  # the close waits for the failure's commit
+    finally:
+        go.set()
+    failing.join(10)
+    assert closed.wait(10), "close_sync never returned"
+    closing.join(10)
+    assert [(r.status, r.reason) for r in failed] == [("FAILED", "agent_error")]
+    run = store.get_run(session.run_id)
+    assert (run.status, run.reason) == ("FAILED", "agent_error")
+    assert [(s.index, s.status) for s in store.list_steps(session.run_id)] == [(0, "failed")]
+    assert store.lease(session.run_id).owner == ""

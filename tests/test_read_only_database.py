@@ -76,6 +76,19 @@ def immutable(*paths: Path) -> Iterator[None]:
         subprocess.run(["chattr", "-i", *map(str, paths)], check=True)
 
 
+@contextmanager
+def append_only(*paths: Path) -> Iterator[None]:
+    """`chattr +a` on each of `paths` for the block, `chattr -a` after."""
+    done = subprocess.run(["chattr", "+a", *map(str, paths)], capture_output=True, text=True)
+    if done.returncode != 0:
+        subprocess.run(["chattr", "-a", *map(str, paths)], capture_output=True)
+        unavailable("chattr +a (an append-only file)", done.stderr)
+    try:
+        yield
+    finally:
+        subprocess.run(["chattr", "-a", *map(str, paths)], check=True)
+
+
 @pytest.fixture
 def disk(tmp_path: Path) -> Iterator[Path]:
     """A small tmpfs of its own (read-only once `read_only(disk)`), unmounted afterwards."""
@@ -175,6 +188,55 @@ def test_an_immutable_database_file_refuses_writers_and_is_read(tmp_path: Path) 
         readers_read(db, ["closed cleanly"])
     assert files(db) == before
     reopened_whole(db, ["closed cleanly"])
+
+
+@pytest.mark.parametrize("which", ["", "-wal"])
+def test_an_append_only_database_or_wal_refuses_writers_and_is_read(
+    tmp_path: Path, which: str
+) -> None:
+    """`access(2)` says an append-only file is writable (only an open without O_APPEND is
+    refused, EPERM): SQLite then falls back to reading without a word, as for an immutable
+    file, and the first write failed ("attempt to write a readonly database")."""
+    db = a_record(tmp_path / "d", crashed=which == "-wal")
+    expected = ["closed cleanly", "left in the wal"] if which else ["closed cleanly"]
+    target = Path(f"{db}{which}")
+    what = f"its -wal file {target}" if which else "the database file"
+    before = files(db)
+    with append_only(target):
+        writers_refused(
+            db,
+            f"cannot open {db} for writing: {what} may not be written even by root (an "
+            "immutable or append-only file: see lsattr), so a writer could not record "
+            f"anything; {READ_INSTEAD}",
+        )
+        readers_read(db, expected)
+    assert files(db) == before
+    reopened_whole(db, expected)
+
+
+def test_an_immutable_database_others_may_read_is_refused_for_writing_not_as_insecure(
+    tmp_path: Path,
+) -> None:
+    """A writer tightens a file others may read to 0600 before it opens it: that chmod
+    cannot be made on an immutable file (EPERM) or a read-only filesystem (EROFS). Before,
+    it said `InsecureModeError` "cannot tighten X to 0600: Operation not permitted", which
+    is no insecure mode (0640 is writable by nobody else) and hid the cause: a file this
+    process cannot write is refused to writers in the one sentence, and read."""
+    db = a_record(tmp_path / "d")
+    db.chmod(0o640)
+    before = files(db)
+    with immutable(db):
+        writers_refused(
+            db,
+            f"cannot open {db} for writing: the database file may not be written even by "
+            "root (an immutable or append-only file: see lsattr), so a writer could not record "
+            f"anything; {READ_INSTEAD}",
+        )
+        readers_read(db, ["closed cleanly"])
+    assert files(db) == before
+    assert db.stat().st_mode & 0o777 == 0o640  # untouched until a writer may write it
+    reopened_whole(db, ["closed cleanly"])
+    assert db.stat().st_mode & 0o777 == 0o600
 
 
 def test_a_read_only_directory_refuses_writers_naming_the_sidecars_and_is_read(

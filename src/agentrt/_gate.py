@@ -663,8 +663,11 @@ class GateSession:
         finally:
             self._claiming = False
         if self._closed and step is not None:
-            # Closed by another task while the claim read the run: the close gave the lease
-            # back, so the claim (kept for the step's first commit) is never written.
+            # Closed by another task while the claim read the run: the close gives the lease
+            # back, so the claim (kept for the step's first commit) is never written, nor
+            # by that close's own commit of what the session kept (`LEFT_OPEN`) when the
+            # read came back before the close got that far.
+            self._rs.forget_deferred()
             raise self._closed_while_claiming()
         if step is None:
             self._settle_if_done()
@@ -709,7 +712,15 @@ class GateSession:
         rs = self._rs
         # Another task's commit in flight (a step's decision, its failure) is made first:
         # letting go never races a step still being recorded (decision 0176).
-        await rs.writes_settled()
+        try:
+            await rs.writes_settled()
+        except BaseException:
+            # The wait itself was cut short (the loop ending cancels every task, this one
+            # too): nothing is given back, and the lease lapses as after a crash, but it is
+            # renewed no more and the run is this gate's no longer (a later attach takes
+            # it over), as a close cut short before the wait existed left it.
+            self._detach()
+            raise
         held = rs.run.status == RunStatus.RUNNING or rs.has_allowed_call()
         # A broken session's copy may be ahead of the rows (a run shown ended that the
         # record holds RUNNING): its lease is given back all the same (a no-op if not held).

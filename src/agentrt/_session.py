@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import contextvars
 import inspect
 import logging
@@ -407,6 +408,19 @@ _WRITING: contextvars.ContextVar[RunSession | None] = contextvars.ContextVar(
 """The session whose write the current context is inside (`RunSession.writes_settled`)."""
 
 
+def _wake(waiter: asyncio.Future[None]) -> None:
+    """Tell a close waiting for the session's writes that none is in flight, on the waiter's
+    own loop: the write may have ended on another thread (a `_sync` twin's loop), where
+    setting the future would not wake that loop."""
+    with contextlib.suppress(RuntimeError):  # its loop was closed: nobody waits any more
+        waiter.get_loop().call_soon_threadsafe(_settled, waiter)
+
+
+def _settled(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
 class RunSession:
     """Executes one run while this process holds its lease."""
 
@@ -473,6 +487,9 @@ class RunSession:
         # a close waits for them before it gives the lease back.
         self._writes_in_flight = 0
         self._settle_waiters: list[asyncio.Future[None]] = []
+        # Both are also changed by a `_sync` twin's write on another thread (its own loop):
+        # counted and handed over under a lock, and a waiter woken on its own loop.
+        self._settling = threading.Lock()
 
     # -- plumbing -----------------------------------------------------------
 
@@ -508,7 +525,8 @@ class RunSession:
                 writing.moved = None
 
         # Counted, and marked in the context (no loop call: a write costs no syscall more).
-        self._writes_in_flight += 1
+        with self._settling:
+            self._writes_in_flight += 1
         inside = _WRITING.set(self)
         try:
             return await self._write(commit, tracked, point, in_tx)
@@ -518,12 +536,13 @@ class RunSession:
             raise
         finally:
             _WRITING.reset(inside)
-            self._writes_in_flight -= 1
-            if not self._writes_in_flight and self._settle_waiters:
-                waiters, self._settle_waiters = self._settle_waiters, []
-                for waiter in waiters:
-                    if not waiter.done():
-                        waiter.set_result(None)
+            with self._settling:
+                self._writes_in_flight -= 1
+                waiters: list[asyncio.Future[None]] = []
+                if not self._writes_in_flight and self._settle_waiters:
+                    waiters, self._settle_waiters = self._settle_waiters, []
+            for waiter in waiters:
+                _wake(waiter)
 
     async def writes_settled(self) -> None:
         """Return once no write of this session is in flight.
@@ -536,7 +555,10 @@ class RunSession:
         """
         while self._writes_in_flight and _WRITING.get() is not self:
             waiter = asyncio.get_running_loop().create_future()
-            self._settle_waiters.append(waiter)
+            with self._settling:
+                if not self._writes_in_flight:
+                    break  # ended on another thread since the check: nothing to wait for
+                self._settle_waiters.append(waiter)
             await waiter
 
     @property
@@ -648,6 +670,11 @@ class RunSession:
     def has_deferred(self) -> bool:
         """Whether writes kept by `defer` wait for the next commit."""
         return bool(self._deferred)
+
+    def forget_deferred(self) -> None:
+        """Drop the writes `defer` kept: a claim refused once made (its session was closed
+        while it read the run) is never written, by the close's commit or any other."""
+        self._deferred = []
 
     async def commit_deferred(self, commit: Commit) -> None:
         """Commit the writes `defer` kept, alone, as `commit` (a loop that stops mid-step)."""

@@ -36,6 +36,9 @@ from __future__ import annotations
 import errno
 import os
 import stat
+import struct
+import sys
+from collections.abc import Callable
 
 from ..._errors import (
     HardLinkError,
@@ -184,7 +187,7 @@ def check_writable(path: str) -> None:
             continue
         except OSError as e:
             raise StoreError(f"cannot inspect {name}: {e.strerror}") from e
-        if _may_write(name):
+        if _may_write(name) and not _append_only(name):
             continue
         what = "the database file" if not suffix else f"its {suffix} file {name}"
         raise StoreError(
@@ -220,6 +223,57 @@ def _may_write(path: str) -> bool:
     if os.access in os.supports_effective_ids:
         return os.access(path, os.W_OK, effective_ids=True)
     return os.access(path, os.W_OK)
+
+
+_STATX_ATTR_IMMUTABLE = 0x10
+_STATX_ATTR_APPEND = 0x20
+_AT_FDCWD = -100
+_inode_flags: Callable[[str], int] | None = None  # set at the first writer's open
+
+
+def _append_only(path: str) -> bool:
+    """Whether the file at `path` is append-only (or immutable) by its inode's flags.
+
+    `access(2)` says W_OK for an append-only file (`chattr +a`): only an open for writing
+    without O_APPEND is refused (EPERM), so SQLite opens it read-only without a word. The
+    flag is read with `statx(2)` (by path, no descriptor: closing one would drop the
+    process's POSIX locks on the file); none where there is no `statx` (not Linux, an
+    old libc) or it fails, as before this check."""
+    global _inode_flags
+    if _inode_flags is None:
+        _inode_flags = _find_inode_flags()
+    return bool(_inode_flags(path) & (_STATX_ATTR_APPEND | _STATX_ATTR_IMMUTABLE))
+
+
+def _no_flags(path: str) -> int:
+    return 0
+
+
+def _find_inode_flags() -> Callable[[str], int]:
+    """The inode flags `statx(2)` reports of a path (those it knows), where libc has it."""
+    if not sys.platform.startswith("linux"):
+        return _no_flags
+    import ctypes  # here: only a writer's open needs it (2.7 ms to import)
+
+    try:
+        statx = ctypes.CDLL(None, use_errno=True).statx
+    except (AttributeError, OSError):
+        return _no_flags
+    statx.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_uint, ctypes.c_void_p]
+    statx.restype = ctypes.c_int
+
+    def flags(path: str) -> int:
+        buf = ctypes.create_string_buffer(256)  # struct statx
+        if statx(_AT_FDCWD, os.fsencode(path), 0, 0, buf) != 0:
+            return 0
+        # stx_attributes at 8, stx_attributes_mask (the flags this filesystem reports) at 56
+        attributes, known = (
+            struct.unpack_from("=Q", buf.raw, 8)[0],
+            struct.unpack_from("=Q", buf.raw, 56)[0],
+        )
+        return int(attributes & known)
+
+    return flags
 
 
 def _why_not_writable(path: str, st: os.stat_result) -> str:
@@ -269,10 +323,14 @@ def _check_mode_and_owner(path: str, st: os.stat_result, *, what: str, tighten: 
             f"write it can {harm}. Make it 0600"
         )
     if tighten and mode & 0o077:
-        _tighten(path)
+        _tighten(path, sentence=what in ("database", "wal file", "shm file"))
 
 
-def _tighten(path: str) -> None:
+def _tighten(path: str, *, sentence: bool = False) -> None:
+    """Make the file at `path` 0600. `sentence`: a file `check_writable` checks next, which,
+    where this process may not write it (an immutable file, a read-only filesystem: the
+    chmod fails too), is left as it is, for `check_writable` to refuse the writer saying so
+    (not "cannot tighten": its mode lets nobody else write it)."""
     # Open without following links and chmod the descriptor, so a file swapped in
     # after the lstat is never the one changed.
     flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
@@ -285,6 +343,9 @@ def _tighten(path: str) -> None:
     try:
         os.fchmod(fd, OWNER_ONLY)
     except OSError as e:
+        unwritable = not _may_write(path) or _append_only(path)
+        if sentence and e.errno in (errno.EPERM, errno.EROFS) and unwritable:
+            return
         raise InsecureModeError(f"cannot tighten {path} to 0600: {e.strerror}") from e
     finally:
         os.close(fd)

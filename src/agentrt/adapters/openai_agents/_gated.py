@@ -1236,6 +1236,14 @@ class GatedRun:
         """
         if self._session is not None and not self._session.done:
             return self._session, None
+        if self._watchers and asyncio.current_task() not in self._watchers:
+            # A stream that stopped lets go of its session in a task of its own: a new
+            # session of this gate waits for that release (a second live session is
+            # refused, decision 0176). Not from such a task itself: two stopping streams
+            # would each wait for the other.
+            await self._streams_ended()
+            if self._session is not None and not self._session.done:
+                return self._session, None
         run = self._run_or_none()
         if run is None:
             self._session = await self.gate.begin(self.goal, self.limits, run_id=self.run_id)
