@@ -27,7 +27,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 import pytest
@@ -64,29 +64,26 @@ def unavailable(what: str, said: str) -> None:
 
 
 @contextmanager
-def immutable(*paths: Path) -> Iterator[None]:
+def _chattr(flag: str, what: str, *paths: Path) -> Iterator[None]:
+    """`chattr +FLAG` on each of `paths` for the block, `chattr -FLAG` after."""
+    done = subprocess.run(["chattr", f"+{flag}", *map(str, paths)], capture_output=True, text=True)
+    if done.returncode != 0:
+        subprocess.run(["chattr", f"-{flag}", *map(str, paths)], capture_output=True)
+        unavailable(f"chattr +{flag} ({what})", done.stderr)
+    try:
+        yield
+    finally:
+        subprocess.run(["chattr", f"-{flag}", *map(str, paths)], check=True)
+
+
+def immutable(*paths: Path) -> AbstractContextManager[None]:
     """`chattr +i` on each of `paths` for the block, `chattr -i` after."""
-    done = subprocess.run(["chattr", "+i", *map(str, paths)], capture_output=True, text=True)
-    if done.returncode != 0:
-        subprocess.run(["chattr", "-i", *map(str, paths)], capture_output=True)
-        unavailable("chattr +i (an immutable file)", done.stderr)
-    try:
-        yield
-    finally:
-        subprocess.run(["chattr", "-i", *map(str, paths)], check=True)
+    return _chattr("i", "an immutable file", *paths)
 
 
-@contextmanager
-def append_only(*paths: Path) -> Iterator[None]:
+def append_only(*paths: Path) -> AbstractContextManager[None]:
     """`chattr +a` on each of `paths` for the block, `chattr -a` after."""
-    done = subprocess.run(["chattr", "+a", *map(str, paths)], capture_output=True, text=True)
-    if done.returncode != 0:
-        subprocess.run(["chattr", "-a", *map(str, paths)], capture_output=True)
-        unavailable("chattr +a (an append-only file)", done.stderr)
-    try:
-        yield
-    finally:
-        subprocess.run(["chattr", "-a", *map(str, paths)], check=True)
+    return _chattr("a", "an append-only file", *paths)
 
 
 @pytest.fixture
