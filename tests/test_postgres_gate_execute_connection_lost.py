@@ -88,7 +88,7 @@ def test_an_execute_whose_connection_was_lost_before_its_commit_stays_executable
             session.step_sync()
         assert str(refused.value) == (
             f"step 0 of run {run_id} is still open: its execute was refused by the store "
-            "before the tool started, and nothing of the step was written; execute it "
+            "before the tool started, and nothing of that execute was written; execute it "
             "again, or close the session"
         )
 

@@ -635,8 +635,8 @@ class GateSession:
         if open_step is not None and open_step._refused:
             raise RunStateError(
                 f"step {open_step.index} of run {self.run_id} is still open: its execute was "
-                f"refused {open_step._refused} before the tool started, and nothing of the "
-                "step was written; execute it again, or close the session"
+                f"refused {open_step._refused} before the tool started, and nothing of that "
+                "execute was written; execute it again, or close the session"
             )
         if open_step is not None:
             raise RunStateError(
