@@ -25,6 +25,8 @@ Invariants (each has a test named for it in `tests/test_gate*.py`):
   connection lost before it was sent) leaves the step open and allowed; a retry makes
   the same commit, and `step()` is refused meanwhile. Once `step.tool_started` is
   durable the step is never executable again (decision 0179).
+- An `execute` that raised `LeaseLostError` stopped the loop: the session's `step()` and
+  `propose` raise it too, writing nothing; `close` leaves the step `deciding`.
 - One session per run: a run with a live session (this process, or another
   holding its lease) refuses a second `begin`/`attach`. A session being closed
   stays live until its lease is given back: a session of the same gate never
@@ -548,6 +550,9 @@ class GateSession:
         # the session; a running execute() keeps the session alive.)
         self._finalizer = weakref.finalize(self, _abandoned, rs, gate, rs.run_id)
         self._executing = 0  # execute() calls running a tool right now
+        # An execute raised `LeaseLostError`: the loop stopped, no more steps (a lapse nobody
+        # took over would still let a new step's plain writes through).
+        self._lease_lost = False
         # The copies shown, one per step in order (None for a step the session's log let
         # go: read back when asked for), and how much of the log's lists of replaced and
         # let-go steps they have taken in: an input copies only steps new or replaced
@@ -838,7 +843,7 @@ class GateSession:
                 "(`_execute_then_close`); close this session and attach again"
             )
         heartbeat = self._rs.heartbeat
-        if heartbeat is not None and heartbeat.lost.is_set():
+        if self._lease_lost or (heartbeat is not None and heartbeat.lost.is_set()):
             raise LeaseLostError(f"the lease on run {self.run_id} was lost; the loop stopped")
 
     def _caller(self, step: Step) -> AccountingCaller | None:
@@ -1092,6 +1097,13 @@ class GateStep:
                 rs.run = moved.run
             except StoreError as refused:
                 self._reopen_if_handed_back(refused)
+                raise
+            except LeaseLostError:
+                # The loop stops here (recovery: before its next side effect): a lapse nobody
+                # took over lets plain writes through, and a step claimed next would commit
+                # this one's kept claim and decision in front of its own, `deciding` for good
+                # under a run that went on. `close` records it `deciding`, for `attach`.
+                session._lease_lost = True
                 raise
         finally:
             session._executing -= 1
