@@ -25,6 +25,9 @@ Invariants (each has a test named for it in `tests/test_gate*.py`):
   connection lost before it was sent) leaves the step open and allowed; a retry makes
   the same commit, and `step()` is refused meanwhile. Once `step.tool_started` is
   durable the step is never executable again (decision 0179).
+- An `execute` cancelled before its outcome was recorded leaves the session `broken`
+  (whether the tool's start was recorded is unknown to it): no more steps; `close` and
+  `attach` judge the step as a crash left it.
 - An `execute` that raised `LeaseLostError` stopped the loop: the session's `step()` and
   `propose` raise it too, writing nothing; `close` leaves the step `deciding`.
 - One session per run: a run with a live session (this process, or another
@@ -1098,6 +1101,9 @@ class GateStep:
             except StoreError as refused:
                 self._reopen_if_handed_back(refused)
                 raise
+            except asyncio.CancelledError:
+                self._broken_if_unrecorded()
+                raise
             except LeaseLostError:
                 # The loop stops here (recovery: before its next side effect): a lapse nobody
                 # took over lets plain writes through, and a step claimed next would commit
@@ -1111,6 +1117,22 @@ class GateStep:
             if session._closed and not session._executing:
                 await session._finish_close()  # a close() came while the tool ran
         return rs.current(self.step).observation
+
+    def _broken_if_unrecorded(self) -> None:
+        """Cancelled before the step's outcome was recorded: the commit that starts the tool
+        was made or not, as its group went (the committer makes a work it has begun whatever
+        its caller does), so the session's copy may be ahead of the rows or behind them. It
+        is not used again (`broken`, decision 0136): a step claimed next would go on over a
+        step `executing` (or `deciding`) for good. `close` then `attach` judge it as a
+        crash left it. A cancel once the outcome is recorded (a tool call cancelled mid-call
+        records its unknown outcome first) leaves the session usable."""
+        rs = self._session._rs
+        if rs.broken is None and rs.current(self.step).observation is None:
+            rs.broken = (
+                f"the execute of step {self.index} of run {rs.run_id} was cancelled before its "
+                "outcome was recorded: whether its tool's start is in the record is unknown to "
+                "this session"
+            )
 
     def _reopen_if_handed_back(self, refused: StoreError) -> None:
         """The commit that would start the tool was refused with nothing written (busy, or
