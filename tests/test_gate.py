@@ -24,6 +24,7 @@ import agentrt
 from agentrt import (
     Decision,
     Limits,
+    StepStatus,
     Verdict,
     VerdictOutcome,
 )
@@ -483,6 +484,43 @@ def test_a_lost_lease_raises_lease_lost_before_any_tool_starts(
     assert read.calls == []
     assert "step.tool_started" not in event_types(store, session.run.id)
     session.close_sync()
+
+
+def test_after_an_execute_refused_for_a_lapsed_lease_the_session_takes_no_more_steps(
+    any_store: agentrt.Store, database: str
+) -> None:
+    """The loop stopped at `LeaseLostError` (store.md, recovery: a loop that loses its lease
+    stops before its next side effect). A lapse nobody took over still lets the session's
+    plain writes through, so a `step()` accepted here once committed the stopped step's
+    kept claim and decision in front of its own: a run that went on to its end kept step
+    0 `deciding` for good. Now `step()` is refused, writing nothing; `close` leaves step 0
+    `deciding` and the next `attach` interrupts it and goes on, the call never made."""
+    store = any_store
+    read = read_tool()
+    gate = make_gate(store, read, lease_ttl=timedelta(hours=1))
+    session, step = open_step(gate, "read it")
+    run_id = session.run.id
+    assert step.propose_sync(Decision.tool_call("read", {"x": 1})).outcome == "allowed"
+    expire_lease(database, run_id, holder_elsewhere=False)
+    with pytest.raises(agentrt.LeaseLostError):
+        step.execute_sync()
+    with pytest.raises(agentrt.LeaseLostError) as refused:
+        session.step_sync()
+    assert str(refused.value) == f"the lease on run {run_id} was lost; the loop stopped"
+    assert event_types(store, run_id) == ["run.created", "run.started"]
+    session.close_sync()
+    assert [(s.index, s.status) for s in store.list_steps(run_id)] == [(0, StepStatus.DECIDING)]
+    attached, verdict = make_gate(store, read, ids=Ids("c")).attach_sync(run_id)
+    assert verdict is None
+    again = attached.step_sync()
+    assert again is not None and again.index == 1
+    assert again.propose_sync(Decision.complete("done")).outcome == "ended"
+    assert [(s.index, s.status) for s in store.list_steps(run_id)] == [
+        (0, StepStatus.INTERRUPTED),
+        (1, StepStatus.DONE),
+    ]
+    assert read.calls == []
+    attached.close_sync()
 
 
 def test_a_sync_twin_inside_a_running_loop_raises(any_store: agentrt.Store) -> None:

@@ -122,8 +122,8 @@ def test_an_execute_refused_busy_writes_nothing_and_a_retry_runs_the_call_once(
                 session.step_sync()
             assert str(refused.value) == (
                 f"step 0 of run {run_id} is still open: its execute was refused busy before "
-                "the tool started, and nothing of the step was written; execute it again, or "
-                "close the session"
+                "the tool started, and nothing of that execute was written; execute it again, "
+                "or close the session"
             )
             with pytest.raises(StoreBusyError):
                 step.execute_sync()
@@ -216,6 +216,15 @@ def test_a_waiting_runs_execute_refused_busy_resumes_it_on_the_retry(database: s
         assert run.status == "WAITING_FOR_APPROVAL"
         assert store.lease(run_id).owner == session._gate.lease_owner
         assert session.current() is step and not session.done
+        # The step's claim, decision and approval were recorded long before: what was not
+        # written is the refused execute's resume.
+        with pytest.raises(RunStateError) as refused:
+            session.step_sync()
+        assert str(refused.value) == (
+            f"step 0 of run {run_id} is still open: its execute was refused busy before "
+            "the tool started, and nothing of that execute was written; execute it again, "
+            "or close the session"
+        )
         observation = step.execute_sync()
         assert observation.kind == "tool_result"
         assert [c.args for c in push.calls] == [{"x": 1}]

@@ -20,10 +20,16 @@ Invariants (each has a test named for it in `tests/test_gate*.py`):
   step (`close` leaves it `deciding`), and recovery asks for the step again.
 - A session abandoned during `execute` is a crash: the run pauses on an
   `interrupted_side_effect` approval at the next `attach`/`resume`.
-- An `execute` whose tool-starting commit the store refuses busy (`StoreBusyError`:
-  rolled back whole, nothing of the step written) leaves the step open and allowed;
-  a retry makes the same commit, and `step()` is refused meanwhile. Once
-  `step.tool_started` is durable the step is never executable again (decision 0179).
+- An `execute` whose tool-starting commit the store refuses with nothing written
+  (`StoreBusyError`, or a `StoreError` whose commit is not of unknown outcome: a
+  connection lost before it was sent) leaves the step open and allowed; a retry makes
+  the same commit, and `step()` is refused meanwhile. Once `step.tool_started` is
+  durable the step is never executable again (decision 0179).
+- An `execute` cancelled before its outcome was recorded leaves the session `broken`
+  (whether the tool's start was recorded is unknown to it): no more steps; `close` and
+  `attach` judge the step as a crash left it.
+- An `execute` that raised `LeaseLostError` stopped the loop: the session's `step()` and
+  `propose` raise it too, writing nothing; `close` leaves the step `deciding`.
 - One session per run: a run with a live session (this process, or another
   holding its lease) refuses a second `begin`/`attach`. A session being closed
   stays live until its lease is given back: a session of the same gate never
@@ -66,6 +72,7 @@ from ._errors import (
     RunStateError,
     SessionClosedError,
     StoreBusyError,
+    StoreError,
 )
 from ._events import Observer
 from ._fork import left_to_the_parent
@@ -546,6 +553,9 @@ class GateSession:
         # the session; a running execute() keeps the session alive.)
         self._finalizer = weakref.finalize(self, _abandoned, rs, gate, rs.run_id)
         self._executing = 0  # execute() calls running a tool right now
+        # An execute raised `LeaseLostError`: the loop stopped, no more steps (a lapse nobody
+        # took over would still let a new step's plain writes through).
+        self._lease_lost = False
         # The copies shown, one per step in order (None for a step the session's log let
         # go: read back when asked for), and how much of the log's lists of replaced and
         # let-go steps they have taken in: an input copies only steps new or replaced
@@ -630,11 +640,11 @@ class GateSession:
     async def _claim(self, *, read_first: bool) -> GateStep | None:
         self._usable()
         open_step = self.current()
-        if open_step is not None and open_step._refused_busy:
+        if open_step is not None and open_step._refused:
             raise RunStateError(
                 f"step {open_step.index} of run {self.run_id} is still open: its execute was "
-                "refused busy before the tool started, and nothing of the step was written; "
-                "execute it again, or close the session"
+                f"refused {open_step._refused} before the tool started, and nothing of that "
+                "execute was written; execute it again, or close the session"
             )
         if open_step is not None:
             raise RunStateError(
@@ -847,7 +857,7 @@ class GateSession:
                 "(`_execute_then_close`); close this session and attach again"
             )
         heartbeat = self._rs.heartbeat
-        if heartbeat is not None and heartbeat.lost.is_set():
+        if self._lease_lost or (heartbeat is not None and heartbeat.lost.is_set()):
             raise LeaseLostError(f"the lease on run {self.run_id} was lost; the loop stopped")
 
     def _caller(self, step: Step) -> AccountingCaller | None:
@@ -997,9 +1007,9 @@ class GateStep:
         self._proposed = False  # a decision was handed to propose (at most one per step)
         self._executed = False
         self._settled = False
-        # Its `execute` was refused busy before the tool started, nothing written: open,
-        # to be executed again (decision 0179).
-        self._refused_busy = False
+        # How its `execute` was refused before the tool started, nothing written ("busy",
+        # "by the store"): open, to be executed again (decision 0179); "" otherwise.
+        self._refused = ""
 
     def _settle(self) -> None:
         """No more verdict or execution for this step; the session stops holding it as open
@@ -1055,9 +1065,10 @@ class GateStep:
 
         `StoreBusyError` (the store was busy or deadlocked at the commit that starts the
         tool, which was rolled back whole: nothing of the step written, the tool not
-        started) leaves the step open and allowed: call `execute` again, which makes the
-        same commit, or `close` the session (decision 0179). Once the tool has started,
-        the step is never executed again."""
+        started), or a `StoreError` whose `commit_unknown` is False from that commit (a
+        connection lost before it was sent), leaves the step open and allowed: call
+        `execute` again, which makes the same commit, or `close` the session (decision
+        0179). Once the tool has started, the step is never executed again."""
         observation = await self._run()
         if observation is None:
             raise RunStateError(
@@ -1098,8 +1109,18 @@ class GateStep:
                 await _step.run_tool(rs, self.step)
             except RunMoved as moved:
                 rs.run = moved.run
-            except StoreBusyError:
-                self._reopen_if_handed_back()
+            except StoreError as refused:
+                self._reopen_if_handed_back(refused)
+                raise
+            except asyncio.CancelledError:
+                self._broken_if_unrecorded()
+                raise
+            except LeaseLostError:
+                # The loop stops here (recovery: before its next side effect): a lapse nobody
+                # took over lets plain writes through, and a step claimed next would commit
+                # this one's kept claim and decision in front of its own, `deciding` for good
+                # under a run that went on. `close` records it `deciding`, for `attach`.
+                session._lease_lost = True
                 raise
         finally:
             session._executing -= 1
@@ -1108,17 +1129,34 @@ class GateStep:
                 await session._finish_close()  # a close() came while the tool ran
         return rs.current(self.step).observation
 
-    def _reopen_if_handed_back(self) -> None:
-        """The commit that would start the tool was refused busy with nothing written, and
-        the call was held again (`_step._hand_back`): the step is open and executable, so
-        that a retry of `execute` makes the same commit (decision 0179)."""
+    def _broken_if_unrecorded(self) -> None:
+        """Cancelled before the step's outcome was recorded: the commit that starts the tool
+        was made or not, as its group went (the committer makes a work it has begun whatever
+        its caller does), so the session's copy may be ahead of the rows or behind them. It
+        is not used again (`broken`, decision 0136): a step claimed next would go on over a
+        step `executing` (or `deciding`) for good. `close` then `attach` judge it as a
+        crash left it. A cancel once the outcome is recorded (a tool call cancelled mid-call
+        records its unknown outcome first) leaves the session usable."""
+        rs = self._session._rs
+        if rs.broken is None and rs.current(self.step).observation is None:
+            rs.broken = (
+                f"the execute of step {self.index} of run {rs.run_id} was cancelled before its "
+                "outcome was recorded: whether its tool's start is in the record is unknown to "
+                "this session"
+            )
+
+    def _reopen_if_handed_back(self, refused: StoreError) -> None:
+        """The commit that would start the tool was refused with nothing written (busy, or
+        by the store: a connection lost before it was sent), and the call was held again
+        (`_step._hand_back`): the step is open and executable, so that a retry of `execute`
+        makes the same commit (decision 0179)."""
         session, rs = self._session, self._session._rs
         if not rs.has_allowed_call() or rs.allowed_step().id != self.step.id:
             return
         rs.give_back_with_outcome = False  # set for this call only (`_execute_then_close`)
         self._executed = False
         self._settled = False
-        self._refused_busy = True
+        self._refused = "busy" if isinstance(refused, StoreBusyError) else "by the store"
         session._open = self
 
     async def fail(self, error: BaseException) -> Run:

@@ -11,8 +11,9 @@
 - `run_tool` (the Gate step's `execute`): `step.tool_started` under a lease
   held and unexpired by the wall clock, the tool under its timeout, then `step.tool_finished` in one
   transaction, recorded even if the caller is cancelled (and not recorded if
-  another owner took the run meanwhile). A start the store refuses busy
-  (`StoreBusyError`, nothing written) hands the allowed call back for a retry
+  another owner took the run meanwhile). A start the store refuses with nothing
+  written (`StoreBusyError`, or a `StoreError` whose commit is not of unknown outcome:
+  a connection lost before it was sent) hands the allowed call back for a retry
   (`_hand_back`, decision 0179).
 
 Each function works on a `RunSession` (`_session.py`): its writes, its lease
@@ -40,7 +41,7 @@ from ._errors import (
     LimitExceeded,
     ModelUnavailableError,
     RunStateError,
-    StoreBusyError,
+    StoreError,
 )
 from ._execute import invoke
 from ._foreign import exception_text
@@ -279,8 +280,8 @@ async def run_tool(session: RunSession, step: Step) -> None:
         except RunMoved as moved:
             session.run = moved.run
             return
-        except StoreBusyError as busy:
-            _hand_back(session, allowed, busy)
+        except StoreError as refused:
+            _hand_back(session, allowed, refused)
             raise
         if resumed_at is None:  # the grant lapsed: the run was cancelled, nothing ran
             return
@@ -295,8 +296,8 @@ async def run_tool(session: RunSession, step: Step) -> None:
         except RunMoved as moved:
             session.run = moved.run
             return
-        except StoreBusyError as busy:
-            _hand_back(session, allowed, busy)
+        except StoreError as refused:
+            _hand_back(session, allowed, refused)
             raise
     tool = session.config.tools[spec.name]
     call = ToolCall(
@@ -350,16 +351,18 @@ async def run_tool(session: RunSession, step: Step) -> None:
     )
 
 
-def _hand_back(session: RunSession, allowed: AllowedCall, busy: StoreBusyError) -> None:
-    """The commit that starts the tool was refused busy (`StoreBusyError`: rolled back
-    whole before any of its work was written, the tool certainly not started): the call
-    is held again for a retry of `execute`, which makes the same commit (the step's kept
-    claim and decision, put back by `RunSession.write`, its policy and
-    `step.tool_started`). Not when the session's copy moved in the transaction (it is
-    then `broken`) or the commit may have been made: the call is then never run again
-    by this session. A waiting run's call gets a fresh clock reading, so the retry judges
-    its grant and records `run.resumed` at its own time (decision 0179)."""
-    if session.broken is not None or busy.commit_unknown:
+def _hand_back(session: RunSession, allowed: AllowedCall, refused: StoreError) -> None:
+    """The commit that starts the tool was refused with nothing written, the tool certainly
+    not started: `StoreBusyError` (rolled back whole before any of its work was written),
+    or another `StoreError` whose commit is not of unknown outcome (a PostgreSQL
+    connection lost before the transaction was sent, say; the store's contract: nothing
+    was written). The call is held again for a retry of `execute`, which makes the same
+    commit (the step's kept claim and decision, put back by `RunSession.write`, its policy
+    and `step.tool_started`). Not when the session's copy moved in the transaction (it is
+    then `broken`) or the commit may have been made (`commit_unknown`): the call is then
+    never run again by this session. A waiting run's call gets a fresh clock reading, so
+    the retry judges its grant and records `run.resumed` at its own time (decision 0179)."""
+    if session.broken is not None or refused.commit_unknown:
         return
     if allowed.waiting is not None:
         allowed = replace(allowed, waiting=replace(allowed.waiting, when=Now(session)))

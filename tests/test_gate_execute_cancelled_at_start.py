@@ -1,0 +1,129 @@
+"""A Gate step's `execute` cancelled while the commit that starts its tool is in flight.
+
+The group committer makes a work it has begun whatever its caller does (its invariants):
+the caller is told `CancelledError`, and the commit is made or fails with its group. So
+the session cannot know whether `step.tool_started` is in the record, and its copy may
+be ahead of the rows or behind them: the session is not used again (`broken`, decision
+0136), and `close` then `attach` judge the step as a crash left it.
+
+Before, the session's next `step()` was accepted. When the commit had been made, the
+run went on to its end with step 0 `executing` for good: a tool start neither finished
+nor interrupted, its tool never called (the test kit's `step_left_in_flight`). When it
+had failed, the next step's first commit was refused ("moved while claiming").
+
+The commit is held in the committer's thread by a wrapper of the store's `transactions`
+(made, or refused, then held) until the test has cancelled the caller: no clock raced.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pytest
+
+import agentrt
+from agentrt import Decision, RunStateError, SideEffect, StepStatus, StoreError
+from conftest import Ids, RecordingTool, event_types
+from support.gates import make_gate
+
+
+def hold_next_group(store: agentrt.Store, *, fail: bool) -> tuple[threading.Event, threading.Event]:
+    """The store's next group commit, made (or refused: `fail`), then held until `go`;
+    `entered` once it is held."""
+    entered, go = threading.Event(), threading.Event()
+    real: Callable[[Sequence[Any]], Any] = store.transactions
+    armed = [True]
+
+    def transactions(works: Sequence[Any]) -> Any:
+        if not armed[0]:
+            return real(works)
+        armed[0] = False
+        out = None if fail else real(works)
+        entered.set()
+        assert go.wait(30)
+        if fail:
+            raise StoreError("refused (test), nothing was written")
+        return out
+
+    store.transactions = transactions  # type: ignore[method-assign]
+    return entered, go
+
+
+async def cancelled_execute(
+    session: agentrt.GateSession, entered: threading.Event, go: threading.Event
+) -> None:
+    step = session.current()
+    assert step is not None
+    task = asyncio.ensure_future(step.execute())
+    assert await asyncio.get_running_loop().run_in_executor(None, entered.wait, 30)
+    task.cancel()
+    go.set()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+def refusal(run_id: str) -> str:
+    return (
+        f"the execute of step 0 of run {run_id} was cancelled before its outcome was "
+        "recorded: whether its tool's start is in the record is unknown to this session; "
+        "this session can no longer be used: close it (its lease is given back) and attach "
+        "again, where the step left in flight is judged (decision 0136)"
+    )
+
+
+@pytest.mark.parametrize("made", [True, False], ids=["start-made", "start-refused"])
+def test_an_execute_cancelled_during_its_start_commit_ends_the_sessions_steps(
+    database: str, made: bool
+) -> None:
+    store = agentrt.open_store(database)
+    tool = RecordingTool("note", SideEffect.READ_ONLY)
+
+    async def scenario() -> str:
+        session = await make_gate(store, tool).begin("goal")
+        step = await session.step()
+        assert step is not None
+        verdict = await step.propose(Decision.tool_call("note", {"x": 1}))
+        assert verdict.outcome == "allowed"
+        entered, go = hold_next_group(store, fail=not made)
+        await cancelled_execute(session, entered, go)
+        written = event_types(store, session.run_id)
+        with pytest.raises(RunStateError) as refused:
+            await session.step()
+        assert str(refused.value) == refusal(session.run_id)
+        assert event_types(store, session.run_id) == written  # the refusal wrote nothing
+        await session.close()
+        return session.run_id
+
+    try:
+        run_id = asyncio.run(scenario())
+        assert tool.calls == []
+        if made:
+            assert event_types(store, run_id) == [
+                "run.created",
+                "run.started",
+                "step.started",
+                "step.decided",
+                "step.policy",
+                "step.tool_started",
+            ]
+            left = [(0, StepStatus.EXECUTING)]
+        else:
+            assert event_types(store, run_id) == ["run.created", "run.started"]
+            left = []
+        assert [(s.index, s.status) for s in store.list_steps(run_id)] == left
+        # The next attach judges it as a crash left it: a read-only call's start
+        # interrupted (or no step at all), and the run goes on.
+        attached, verdict = make_gate(store, tool, ids=Ids("c")).attach_sync(run_id)
+        assert verdict is None
+        again = attached.step_sync()
+        assert again is not None and again.index == len(left)
+        assert again.propose_sync(Decision.complete("done")).outcome == "ended"
+        statuses = [(s.index, s.status) for s in store.list_steps(run_id)]
+        assert statuses == [(0, StepStatus.INTERRUPTED)] * made + [(len(left), StepStatus.DONE)]
+        assert store.verify_events().intact
+        attached.close_sync()
+    finally:
+        store.close()
