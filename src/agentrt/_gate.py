@@ -545,6 +545,10 @@ class GateSession:
         self._closed = False
         self._released = False
         self._claiming = False  # a step() is claiming a step right now
+        # The close's letting go is made once: by `close`, or by the `execute` it came
+        # during; both may look at once from two threads (a `_sync` twin's loop each).
+        self._close_taken = False
+        self._close_lock = threading.Lock()
         # Called once the lease is given back after a lingering tool thread returned.
         self._on_given_back: list[Callable[[], None]] = []
         # A session dropped without close() stops renewing its lease once it is
@@ -714,6 +718,13 @@ class GateSession:
         await self._finish_close()
 
     async def _finish_close(self) -> None:
+        # Once: a close from another thread may find no execute running just as the
+        # execute it came beside finds it closed; a second letting go would give back by
+        # owner, and free, the lease of a session of this gate attached after the first.
+        with self._close_lock:
+            if self._close_taken:
+                return
+            self._close_taken = True
         # In a task of its own, shielded: a caller that stops waiting does not stop the
         # close half-way (the lease given back, the run freed for this gate's sessions).
         await _told_when_ended(self._close_once_written(), _nobody)
