@@ -547,6 +547,7 @@ class GateSession:
         self._claiming = False  # a step() is claiming a step right now
         # The close's letting go is made once: by `close`, or by the `execute` it came
         # during; both may look at once from two threads (a `_sync` twin's loop each).
+        # `_closed` and `_executing` are changed together under this lock.
         self._close_taken = False
         self._close_lock = threading.Lock()
         # Called once the lease is given back after a lingering tool thread returned.
@@ -708,10 +709,14 @@ class GateSession:
         never run: a later `attach`/`resume` judges it as a step that was deciding
         (it continues), or, for a waiting run, judges the approved request again.
         """
-        if self._closed:
-            return
-        self._closed = True
-        if self._executing:
+        # Under the close lock: an `execute` on another thread either counts as running
+        # before this looks (it then finishes the close) or finds the session closed.
+        with self._close_lock:
+            if self._closed:
+                return
+            self._closed = True
+            executing = self._executing
+        if executing:
             # A tool is running under this lease: it stays renewed until the call's
             # outcome is recorded; the `execute` in flight then finishes the close.
             return
@@ -1110,11 +1115,12 @@ class GateStep:
 
     async def _run(self) -> Observation | None:
         session = self._session
-        self._executable()
+        with session._close_lock:  # a close from another thread sees it running, or refuses it
+            self._executable()
+            self._executed = True
+            self._settle()
+            session._executing += 1
         rs = session._rs
-        self._executed = True
-        self._settle()
-        session._executing += 1
         try:
             try:
                 await _step.run_tool(rs, self.step)
@@ -1134,9 +1140,11 @@ class GateStep:
                 session._lease_lost = True
                 raise
         finally:
-            session._executing -= 1
+            with session._close_lock:
+                session._executing -= 1
+                closed = session._closed and not session._executing
             session._settle_if_done()
-            if session._closed and not session._executing:
+            if closed:
                 await session._finish_close()  # a close() came while the tool ran
         return rs.current(self.step).observation
 
