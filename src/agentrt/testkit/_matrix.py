@@ -17,9 +17,18 @@ that leads to it. So the default matrix crashes at every point at every step
 the scenario reaches, recovery points included, with a bounded number of cases
 (for the 3-step checkout scenario: 25 first crashes and 20 recovery crashes).
 
-Cases run concurrently, each on its own file; the result is a `CrashMatrix`
+Cases run concurrently, each on its own fresh database; the result is a `CrashMatrix`
 whose `str()` is an aligned table of crash point × step → what became of the
 run, followed by every violation.
+
+A case's fresh SQLite file is a copy: the matrix creates and migrates one record
+(`lowlevel.fresh_sqlite_image`, with the chain partitions every process opens
+with, `harness.CASE_CHAIN_PARTITIONS`) and writes its checkpointed main file to
+each case's path, 0600 and this user's, before the case's first process opens it
+(itself, in process mode too): it opens an existing record of this schema
+version, exactly as freshly migrated, instead of creating one (decision XXXX).
+The image is the matrix's own, made at its first case and never shared with
+another matrix. A PostgreSQL case gets a schema of its own, as before.
 """
 
 from __future__ import annotations
@@ -36,8 +45,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import ConfigError, RunStatus
-from ..lowlevel import drop_postgres_schema, is_db_url, schema_of, shown_db, with_schema
+from ..lowlevel import (
+    SqliteImage,
+    drop_postgres_schema,
+    fresh_sqlite_image,
+    is_db_url,
+    schema_of,
+    shown_db,
+    with_schema,
+)
 from ..lowlevel import run_sync as _run_coro
+from . import _harness
 from ._result import ProbeHit, Result
 from ._runner import MODES, shared_warning
 from ._runner import play as play_scenario
@@ -326,8 +344,9 @@ def _check_args(mode: str, depth: int, workers: int) -> None:
 
 class _Player:
     """Plays cases `workers` at a time, each on its own thread (and event loop) and database:
-    a file each in the folder `base`, or a schema each named after the schema of the
-    PostgreSQL URL `base` (`PREFIX_clean`, `PREFIX_c0001`, ...)."""
+    a file each in the folder `base` (written from the matrix's image of a fresh record),
+    or a schema each named after the schema of the PostgreSQL URL `base` (`PREFIX_clean`,
+    `PREFIX_c0001`, ...)."""
 
     def __init__(
         self,
@@ -345,14 +364,22 @@ class _Player:
         self.made: list[str] = []  # the schemas made on a server, to drop after
         self.files: list[Path] = []  # the databases made in a folder the kit was given
         self.without_crash: Result | None = None  # what each case is compared with
+        # A fresh SQLite record's file, made at the first case's file: this matrix's own.
+        self.image: SqliteImage | None = None
         # A pool of its own: the default executor's few threads would cap `workers`,
         # and a process-mode case mostly waits on its children.
         self.pool = ThreadPoolExecutor(max(1, workers), thread_name_prefix="agentrt-matrix")
 
     def _database(self, name: str) -> Path | str:
         if isinstance(self.base, Path):
-            self.files.append(self.base / f"{name}.db")
-            return self.files[-1]
+            path = self.base / f"{name}.db"
+            self.files.append(path)
+            if self.image is None:
+                self.image = fresh_sqlite_image(_harness.CASE_CHAIN_PARTITIONS)
+            # False: something is there already, or the folder is not fit for a database;
+            # the case's first open meets it and judges it, as without the image.
+            self.image.write_new(path)
+            return path
         url = with_schema(self.base, f"{schema_of(self.base)}_{name}")
         self.made.append(url)
         return url
