@@ -22,7 +22,15 @@ import pytest
 
 import agentrt
 from agentrt.lowlevel import SqliteImage, fresh_sqlite_image
-from agentrt.testkit import Crash, Point, _harness, _matrix, crash_matrix_sync
+from agentrt.testkit import (
+    Crash,
+    Point,
+    _harness,
+    _matrix,
+    _runner,
+    crash_matrix_sync,
+    run_sync,
+)
 from support.database import brief, on_postgres
 
 ONE_CASE = (Crash(0, Point.AFTER_TOOL_STARTED),)
@@ -70,6 +78,8 @@ def _facts(path: Path) -> dict[str, Any]:
                 for pragma in (
                     "journal_mode",
                     "page_size",
+                    "page_count",
+                    "freelist_count",
                     "auto_vacuum",
                     "encoding",
                     "user_version",
@@ -233,3 +243,32 @@ def test_a_postgresql_matrix_makes_no_image(
         select=lambda crashes: crashes == (Crash(0, Point.AFTER_STEP_STARTED),),
     ).assert_ok()
     assert len(counted.made) == (0 if on_postgres(database) else 1)
+
+
+def test_a_case_on_a_copy_names_its_run_as_on_a_file_it_created(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The scenario's own id factory names each case's run: a copy holds no id, so the
+    matrix names the run without reading the file, and the ids are the ones a case on a
+    file it created gets (`checkout`'s factory starts at 1 in every process)."""
+    read: list[str] = []
+    recorded = _runner.recorded_floor_and_ids
+
+    def reading(db_path: str) -> Any:
+        read.append(db_path)
+        return recorded(db_path)
+
+    monkeypatch.setattr(_runner, "recorded_floor_and_ids", reading)
+    matrix = crash_matrix_sync(
+        "support.scenarios:checkout",
+        "harness",
+        recovery=False,
+        select=lambda crashes: crashes[0].step == 0 and not crashes[0].inside_tx,
+    )
+    matrix.assert_ok()
+    assert len(matrix.cases) >= 3 and read == []
+    created = run_sync("support.scenarios:checkout", db_path=tmp_path / "created.db")
+    assert read == [str(tmp_path / "created.db")]  # a file of its own: looked for, not there
+    assert created.run_id == "c" + f"{1:031x}"
+    assert {c.result.run_id for c in matrix.cases if c.result} == {created.run_id}
+    assert matrix.clean.run_id == created.run_id

@@ -370,7 +370,8 @@ class _Player:
         # and a process-mode case mostly waits on its children.
         self.pool = ThreadPoolExecutor(max(1, workers), thread_name_prefix="agentrt-matrix")
 
-    def _database(self, name: str) -> Path | str:
+    def _database(self, name: str) -> tuple[Path | str, bool]:
+        """The case's database, and whether it is a copy of the image just written."""
         if isinstance(self.base, Path):
             path = self.base / f"{name}.db"
             self.files.append(path)
@@ -378,13 +379,12 @@ class _Player:
                 self.image = fresh_sqlite_image(_harness.CASE_CHAIN_PARTITIONS)
             # False: something is there already, or the folder is not fit for a database;
             # the case's first open meets it and judges it, as without the image.
-            self.image.write_new(path)
-            return path
+            return path, self.image.write_new(path)
         url = with_schema(self.base, f"{schema_of(self.base)}_{name}")
         self.made.append(url)
-        return url
+        return url, False
 
-    async def _play(self, crashes: tuple[Crash, ...], database: Path | str) -> Result:
+    async def _play(self, crashes: tuple[Crash, ...], database: tuple[Path | str, bool]) -> Result:
         run = functools.partial(
             _run_blocking,
             self.scenario,
@@ -481,7 +481,11 @@ async def crash_matrix(
 
     `directory` is where the cases' databases go: a folder (a file each; a new
     temporary one when None), or a PostgreSQL URL whose schema (`?schema=PREFIX`)
-    prefixes the cases' schemas (`PREFIX_clean`, `PREFIX_c0000`, ...). They are
+    prefixes the cases' schemas (`PREFIX_clean`, `PREFIX_c0000`, ...). Each file
+    is a copy of one record the matrix creates and migrates first (its main file
+    after a checkpoint, 0600), so every case opens a freshly migrated record
+    without creating one; a file already at a case's path is left to the case's
+    open, as it would be without the copy. They are
     removed when every case holds, unless `keep_files`: a folder the kit made
     whole, a folder that already existed only of the files the cases wrote
     there, the schemas made; kept for inspection otherwise
@@ -601,12 +605,13 @@ def _run_blocking(
     scenario: ScenarioSource,
     crashes: tuple[Crash, ...],
     mode: str,
-    path: Path | str,
+    database: tuple[Path | str, bool],
     timeout: float,
     clean: Result | None,
 ) -> Result:
     # Each case on its own thread and event loop: a case that hangs or parks
     # tasks cannot disturb another.
+    path, fresh = database
     return _run_coro(
         play_scenario(
             scenario,
@@ -617,5 +622,6 @@ def _run_blocking(
             check_invariants=False,
             timeout=timeout,
             clean=clean,
+            fresh=fresh,
         )
     )

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from ..._errors import StoreError
 from . import _filesafety as filesafety
 from ._migrations import RUNTIME_VERSION, SCHEMA_VERSION
+from ._store import open_store
 
 _HEADER = b"SQLite format 3\x00"
 _WAL_VERSIONS = b"\x02\x02"  # header bytes 18 and 19: the write and read versions of WAL mode
@@ -89,8 +90,6 @@ def fresh_image(chain_partitions: int | None = None) -> SqliteImage:
     private temporary folder, checkpoint it into its main file, and keep that file's bytes
     (the folder is removed). `StoreError` if the main file is not a whole WAL-mode record
     after the checkpoint."""
-    from ._store import open_store  # the store imports nothing of this module
-
     folder = tempfile.mkdtemp(prefix="agentrt-image-")
     try:
         path = os.path.join(folder, "fresh.db")
