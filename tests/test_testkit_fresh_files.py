@@ -134,6 +134,18 @@ def test_a_file_written_from_the_image_is_the_record_open_store_creates(
     assert _facts(copied) == expected
 
 
+def test_a_copy_is_0600_even_under_a_umask_that_clears_the_owners_bits(tmp_path: Path) -> None:
+    """As `open_store` creates a file: the mode is said exactly, not left to the umask."""
+    image = fresh_sqlite_image()
+    before = os.umask(0o277)
+    try:
+        assert image.write_new(tmp_path / "copied.db") is True
+        agentrt.open_store(tmp_path / "created.db").close()
+    finally:
+        os.umask(before)
+    assert _file(tmp_path / "copied.db")[0] == _file(tmp_path / "created.db")[0] == 0o600
+
+
 def test_images_of_different_settings_have_different_keys() -> None:
     one, four = fresh_sqlite_image(), fresh_sqlite_image(4)
     assert one.key != four.key
