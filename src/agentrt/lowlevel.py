@@ -46,6 +46,12 @@ What it holds:
   and `with_schema` (the schema a URL names, and the URL naming another), and
   `drop_postgres_schema` (drop a schema made to be thrown away, as the kit's
   crash matrix does with its cases').
+- **Fresh SQLite files from an image.** `fresh_sqlite_image(chain_partitions)`
+  creates a record as `open_store` does, checkpointed into its main file, and
+  keeps its bytes (a `SqliteImage`); `image.write_new(path)` writes a new file
+  from them, 0600 and this user's, never over something already there. The
+  crash matrix gives each case such a copy instead of creating and migrating
+  each from nothing (docs/decisions/XXXX).
 """
 
 from __future__ import annotations
@@ -78,6 +84,8 @@ from ._session import (
     validate_policy_decision,
 )
 from ._store import drop_postgres_schema
+from ._store.sqlite._image import SqliteImage
+from ._store.sqlite._image import fresh_image as fresh_sqlite_image
 from ._store.sqlite._reads import event_hash_exists, every_record_id, newest_event, plain_reader
 from ._tools import tool_class
 
@@ -123,11 +131,13 @@ __all__ = [
     "IdFactory",
     "Probe",
     "RunSession",
+    "SqliteImage",
     "copy_json",
     "drop_postgres_schema",
     "evaluate",
     "event_hash_exists",
     "every_record_id",
+    "fresh_sqlite_image",
     "is_db_url",
     "newest_event",
     "parse_json",

@@ -88,6 +88,11 @@ MAX_OPERATOR_ROUNDS = 100
 START = "start"
 RECOVER = "recover"
 
+CASE_CHAIN_PARTITIONS: int | None = None
+"""The chain partitions every process opens its database with (`open_store`'s default).
+A crash matrix's image of a fresh SQLite file is made with the same (`_matrix._Player`),
+so each case's copy is the file this open would have created."""
+
 
 @dataclass(frozen=True)
 class ProcessPlan:
@@ -183,7 +188,7 @@ class Life:
         self.wall: Clock = wall if wall is not None else wall_clock
         self.crashed = False
         self.journal = Journal(plan.journal_path, plan.process)
-        self.store: Store = open_store(plan.db_path)
+        self.store: Store = open_store(plan.db_path, chain_partitions=CASE_CHAIN_PARTITIONS)
         clock: Clock = scenario.now or wall_clock
         new_id: IdFactory | None = scenario.new_id
         if plan.fresh_process:
@@ -734,6 +739,7 @@ def _snapshot(db_path: str | Path, run_id: str) -> tuple[Any, ...]:
 
 
 __all__ = [
+    "CASE_CHAIN_PARTITIONS",
     "Crasher",
     "Life",
     "ProcessPlan",

@@ -17,9 +17,18 @@ that leads to it. So the default matrix crashes at every point at every step
 the scenario reaches, recovery points included, with a bounded number of cases
 (for the 3-step checkout scenario: 25 first crashes and 20 recovery crashes).
 
-Cases run concurrently, each on its own file; the result is a `CrashMatrix`
+Cases run concurrently, each on its own fresh database; the result is a `CrashMatrix`
 whose `str()` is an aligned table of crash point × step → what became of the
 run, followed by every violation.
+
+A case's fresh SQLite file is a copy: the matrix creates and migrates one record
+(`lowlevel.fresh_sqlite_image`, with the chain partitions every process opens
+with, `harness.CASE_CHAIN_PARTITIONS`) and writes its checkpointed main file to
+each case's path, 0600 and this user's, before the case's first process opens it
+(itself, in process mode too): it opens an existing record of this schema
+version, exactly as freshly migrated, instead of creating one (decision XXXX).
+The image is the matrix's own, made at its first case and never shared with
+another matrix. A PostgreSQL case gets a schema of its own, as before.
 """
 
 from __future__ import annotations
@@ -36,8 +45,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import ConfigError, RunStatus
-from ..lowlevel import drop_postgres_schema, is_db_url, schema_of, shown_db, with_schema
+from ..lowlevel import (
+    SqliteImage,
+    drop_postgres_schema,
+    fresh_sqlite_image,
+    is_db_url,
+    schema_of,
+    shown_db,
+    with_schema,
+)
 from ..lowlevel import run_sync as _run_coro
+from . import _harness
 from ._result import ProbeHit, Result
 from ._runner import MODES, shared_warning
 from ._runner import play as play_scenario
@@ -326,8 +344,9 @@ def _check_args(mode: str, depth: int, workers: int) -> None:
 
 class _Player:
     """Plays cases `workers` at a time, each on its own thread (and event loop) and database:
-    a file each in the folder `base`, or a schema each named after the schema of the
-    PostgreSQL URL `base` (`PREFIX_clean`, `PREFIX_c0001`, ...)."""
+    a file each in the folder `base` (written from the matrix's image of a fresh record),
+    or a schema each named after the schema of the PostgreSQL URL `base` (`PREFIX_clean`,
+    `PREFIX_c0001`, ...)."""
 
     def __init__(
         self,
@@ -345,19 +364,27 @@ class _Player:
         self.made: list[str] = []  # the schemas made on a server, to drop after
         self.files: list[Path] = []  # the databases made in a folder the kit was given
         self.without_crash: Result | None = None  # what each case is compared with
+        # A fresh SQLite record's file, made at the first case's file: this matrix's own.
+        self.image: SqliteImage | None = None
         # A pool of its own: the default executor's few threads would cap `workers`,
         # and a process-mode case mostly waits on its children.
         self.pool = ThreadPoolExecutor(max(1, workers), thread_name_prefix="agentrt-matrix")
 
-    def _database(self, name: str) -> Path | str:
+    def _database(self, name: str) -> tuple[Path | str, bool]:
+        """The case's database, and whether it is a copy of the image just written."""
         if isinstance(self.base, Path):
-            self.files.append(self.base / f"{name}.db")
-            return self.files[-1]
+            path = self.base / f"{name}.db"
+            self.files.append(path)
+            if self.image is None:
+                self.image = fresh_sqlite_image(_harness.CASE_CHAIN_PARTITIONS)
+            # False: something is there already, or the folder is not fit for a database;
+            # the case's first open meets it and judges it, as without the image.
+            return path, self.image.write_new(path)
         url = with_schema(self.base, f"{schema_of(self.base)}_{name}")
         self.made.append(url)
-        return url
+        return url, False
 
-    async def _play(self, crashes: tuple[Crash, ...], database: Path | str) -> Result:
+    async def _play(self, crashes: tuple[Crash, ...], database: tuple[Path | str, bool]) -> Result:
         run = functools.partial(
             _run_blocking,
             self.scenario,
@@ -454,7 +481,11 @@ async def crash_matrix(
 
     `directory` is where the cases' databases go: a folder (a file each; a new
     temporary one when None), or a PostgreSQL URL whose schema (`?schema=PREFIX`)
-    prefixes the cases' schemas (`PREFIX_clean`, `PREFIX_c0000`, ...). They are
+    prefixes the cases' schemas (`PREFIX_clean`, `PREFIX_c0000`, ...). Each file
+    is a copy of one record the matrix creates and migrates first (its main file
+    after a checkpoint, 0600), so every case opens a freshly migrated record
+    without creating one; a file already at a case's path is left to the case's
+    open, as it would be without the copy. They are
     removed when every case holds, unless `keep_files`: a folder the kit made
     whole, a folder that already existed only of the files the cases wrote
     there, the schemas made; kept for inspection otherwise
@@ -574,12 +605,13 @@ def _run_blocking(
     scenario: ScenarioSource,
     crashes: tuple[Crash, ...],
     mode: str,
-    path: Path | str,
+    database: tuple[Path | str, bool],
     timeout: float,
     clean: Result | None,
 ) -> Result:
     # Each case on its own thread and event loop: a case that hangs or parks
     # tasks cannot disturb another.
+    path, fresh = database
     return _run_coro(
         play_scenario(
             scenario,
@@ -590,5 +622,6 @@ def _run_blocking(
             check_invariants=False,
             timeout=timeout,
             clean=clean,
+            fresh=fresh,
         )
     )

@@ -95,11 +95,15 @@ async def play(
     check_invariants: bool,
     timeout: float,
     clean: Result | None = None,
+    fresh: bool = False,
 ) -> Result:
     """`run` without the warning (the matrix warns once for all its cases). `clean` is the
     scenario played without a crash, when the caller has it (the matrix does); else, when
     a crashed run repeats a side effect the crash hid (`invariants.repeats`), the kit plays
-    the scenario once without a crash to tell a repeat from a request it makes anyway."""
+    the scenario once without a crash to tell a repeat from a request it makes anyway.
+    `fresh`: the caller made `db_path` a fresh record, which holds no id yet (the matrix's
+    copy of its image), so the run is named as on a database not made yet, without
+    opening it to read the ids recorded."""
     crashes = tuple(crashes)
     if mode not in MODES:
         raise ConfigError(f"mode must be one of {MODES}, got {mode!r}")
@@ -108,7 +112,7 @@ async def play(
             raise ConfigError(f"expected Crash(...) arguments, got {crash!r}")
     built = build(scenario)
     path = database_of(db_path or built.db_path or _temporary_db())
-    rid = run_id or _new_run_id(built, path)
+    rid = run_id or _new_run_id(built, path, fresh=fresh)
     journal_path = journal_for(path, rid)
     journal_path.unlink(missing_ok=True)
     exit_codes: list[int] = []
@@ -236,12 +240,12 @@ def journal_for(database: Path | str, run_id: str) -> Path:
 _SAFE_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}")
 
 
-def _new_run_id(scenario: Scenario, db_path: Path | str) -> str:
+def _new_run_id(scenario: Scenario, db_path: Path | str, *, fresh: bool = False) -> str:
     # The scenario's own id factory names the run, as `Driver.start` would have,
     # so a fake factory gives the same ids with and without the kit.
     if scenario.new_id is None:
         return secrets.token_hex(16)
-    _, used = recorded_floor_and_ids(str(db_path))
+    _, used = (None, set()) if fresh else recorded_floor_and_ids(str(db_path))
     return skipping_ids(scenario.new_id, used)()
 
 
