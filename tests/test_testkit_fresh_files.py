@@ -1,4 +1,4 @@
-"""A crash matrix's cases get their fresh SQLite file as a copy of one image (decision XXXX).
+"""A crash matrix's cases get their fresh SQLite file as a copy of one image (decision 0185).
 
 The matrix creates and migrates one record per matrix (`lowlevel.fresh_sqlite_image`) and
 writes its checkpointed main file to each case's path (`SqliteImage.write_new`). These

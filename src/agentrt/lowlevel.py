@@ -51,7 +51,7 @@ What it holds:
   keeps its bytes (a `SqliteImage`); `image.write_new(path)` writes a new file
   from them, 0600 and this user's, never over something already there. The
   crash matrix gives each case such a copy instead of creating and migrating
-  each from nothing (docs/decisions/XXXX).
+  each from nothing (decision 0185).
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ A case's fresh SQLite file is a copy: the matrix creates and migrates one record
 with, `harness.CASE_CHAIN_PARTITIONS`) and writes its checkpointed main file to
 each case's path, 0600 and this user's, before the case's first process opens it
 (itself, in process mode too): it opens an existing record of this schema
-version, exactly as freshly migrated, instead of creating one (decision XXXX).
+version, exactly as freshly migrated, instead of creating one (decision 0185).
 The image is the matrix's own, made at its first case and never shared with
 another matrix. A PostgreSQL case gets a schema of its own, as before.
 """

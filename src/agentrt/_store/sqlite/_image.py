@@ -1,7 +1,7 @@
 """A freshly created record's file as bytes, and a new database file written from them.
 
 The crash test kit plays every case of a matrix on a fresh database; creating and
-migrating each from nothing cost most of a case's store opening (decision XXXX).
+migrating each from nothing cost most of a case's store opening (decision 0185).
 This module owns the other way to a fresh file: `fresh_image` creates one record
 the ordinary way (`open_store`, with the chain partitions asked for, in a private
 folder of its own), checkpoints it into its main file, closes it and keeps its
