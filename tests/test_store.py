@@ -15,6 +15,8 @@ import os
 import shutil
 import sqlite3
 import stat
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -48,6 +50,7 @@ from agentrt._records import (
 from agentrt._store import Store, open_existing, open_store
 from agentrt._store.sqlite._codecs import MAX_INT64, clamp_charge, saturating_add_sql
 from agentrt._store.sqlite._connection import check_sqlite_version
+from agentrt._store.sqlite._filesafety import check_all
 from support.database import on_postgres
 from support.rows import execute
 
@@ -325,6 +328,62 @@ def test_readable_wal_is_tightened_by_a_writer(db: Path) -> None:
         assert mode(f"{db}-wal") == 0o600
     finally:
         writer.close()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="O_PATH is Linux's")
+@pytest.mark.parametrize("suffix", ["", "-wal", "-shm"])
+def test_tightening_a_file_keeps_the_posix_locks_this_process_holds_on_it(
+    db: Path, suffix: str
+) -> None:
+    # Closing any descriptor of a file drops every POSIX lock the process holds on it:
+    # SQLite's, for another connection of this process. Tightening must not close one.
+    import fcntl
+
+    writer = open_store(db)
+    try:
+        add_run(writer, "r1")
+        target = f"{db}{suffix}"
+        assert os.path.exists(target)
+        os.chmod(target, 0o644)
+        held = os.open(target, os.O_RDWR)
+        try:
+            fcntl.lockf(held, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 2**40)  # past SQLite's bytes
+            check_all(str(db), tighten=True)
+            assert mode(target) == 0o600
+            probe = (
+                "import fcntl, os, sys\n"
+                "fd = os.open(sys.argv[1], os.O_RDWR)\n"
+                "try:\n"
+                "    fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 2**40)\n"
+                "except OSError:\n"
+                "    print('held')\n"
+                "else:\n"
+                "    print('free')\n"
+            )
+            seen = subprocess.run(
+                [sys.executable, "-c", probe, target], capture_output=True, text=True, check=True
+            )
+            assert seen.stdout.strip() == "held"
+        finally:
+            os.close(held)
+    finally:
+        writer.close()
+
+
+def test_a_file_swapped_for_a_symlink_before_it_is_tightened_is_refused_and_its_target_kept(
+    tmp_path: Path,
+) -> None:
+    # What `_tighten` meets when the checked file became a symlink after its lstat.
+    from agentrt._store.sqlite._filesafety import _tighten
+
+    target = tmp_path / "elsewhere"
+    target.write_text("not ours")
+    os.chmod(target, 0o644)
+    link = tmp_path / "agentrt.db"
+    link.symlink_to(target)
+    with pytest.raises(SymlinkError, match="became a symlink while it was being checked"):
+        _tighten(str(link))
+    assert mode(target) == 0o644
 
 
 @pytest.mark.parametrize("name", ["a?b.db", "c#d.db", "e%20f.db", "g%.db", "h?i#j%k l.db"])

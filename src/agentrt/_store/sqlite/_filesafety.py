@@ -326,14 +326,34 @@ def _check_mode_and_owner(path: str, st: os.stat_result, *, what: str, tighten: 
         _tighten(path, sentence=what in ("database", "wal file", "shm file"))
 
 
+def _path_only() -> int | None:
+    """`O_PATH` where a descriptor opened with it can be changed through `/proc/self/fd`
+    (Linux with `/proc` mounted); None elsewhere."""
+    flag = getattr(os, "O_PATH", None)
+    if flag is None or not sys.platform.startswith("linux") or not os.path.isdir("/proc/self/fd"):
+        return None
+    return int(flag)
+
+
+_PATH_ONLY = _path_only()
+
+
 def _tighten(path: str, *, sentence: bool = False) -> None:
     """Make the file at `path` 0600. `sentence`: a file `check_writable` checks next, which,
     where this process may not write it (an immutable file, a read-only filesystem: the
     chmod fails too), is left as it is, for `check_writable` to refuse the writer saying so
     (not "cannot tighten": its mode lets nobody else write it)."""
-    # Open without following links and chmod the descriptor, so a file swapped in
-    # after the lstat is never the one changed.
-    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    # Open without following links and chmod what was opened, so a file swapped in after
+    # the lstat is never the one changed. Where it can (Linux), by an `O_PATH` descriptor:
+    # closing one never drops the POSIX locks this process holds on the file, where closing
+    # any other descriptor of it drops them all (SQLite's, of another connection of this
+    # process, on the database or its -shm: another process could then write beside it).
+    by_path = _PATH_ONLY is not None
+    flags = (
+        _PATH_ONLY | os.O_NOFOLLOW
+        if _PATH_ONLY is not None
+        else os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    )
     try:
         fd = os.open(path, flags)
     except OSError as e:
@@ -341,7 +361,13 @@ def _tighten(path: str, *, sentence: bool = False) -> None:
             raise SymlinkError(f"{path} became a symlink while it was being checked") from e
         raise InsecureModeError(f"cannot tighten {path} to 0600: {e.strerror}") from e
     try:
-        os.fchmod(fd, OWNER_ONLY)
+        if by_path:
+            # An `O_PATH | O_NOFOLLOW` open of a symlink opens the link itself.
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise SymlinkError(f"{path} became a symlink while it was being checked")
+            os.chmod(f"/proc/self/fd/{fd}", OWNER_ONLY)
+        else:
+            os.fchmod(fd, OWNER_ONLY)
     except OSError as e:
         unwritable = not _may_write(path) or _append_only(path)
         if sentence and e.errno in (errno.EPERM, errno.EROFS) and unwritable:
