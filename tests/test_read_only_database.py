@@ -34,6 +34,7 @@ import pytest
 
 import agentrt
 from agentrt import StoreError
+from support.disks import tmpfs
 from support.gates import make_gate
 from test_cli import agentrt_cmd, clean_env
 
@@ -89,19 +90,8 @@ def append_only(*paths: Path) -> AbstractContextManager[None]:
 @pytest.fixture
 def disk(tmp_path: Path) -> Iterator[Path]:
     """A small tmpfs of its own (read-only once `read_only(disk)`), unmounted afterwards."""
-    mount = tmp_path / "disk"
-    mount.mkdir(mode=0o700)
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=4m,mode=0700", "tmpfs", str(mount)],
-        capture_output=True,
-        text=True,
-    )
-    if done.returncode != 0:
-        unavailable("mounting a tmpfs", done.stderr)
-    try:
+    with tmpfs(tmp_path, "4m", lambda said: unavailable("mounting a tmpfs", said)) as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=True)
 
 
 def read_only(mount: Path) -> None:
@@ -172,15 +162,22 @@ def reopened_whole(db: Path, expected: list[str]) -> None:
         assert store.verify_events().intact
 
 
+def immutable_database_refused(db: Path) -> str:
+    """What a writer's open of `db` says when the database file is immutable."""
+    return (
+        f"cannot open {db} for writing: the database file may not be written even by "
+        "root (an immutable or append-only file: see lsattr), so a writer could not record "
+        f"anything; {READ_INSTEAD}"
+    )
+
+
 def test_an_immutable_database_file_refuses_writers_and_is_read(tmp_path: Path) -> None:
     db = a_record(tmp_path / "d")
     before = files(db)
     with immutable(db):
         writers_refused(
             db,
-            f"cannot open {db} for writing: the database file may not be written even by "
-            "root (an immutable or append-only file: see lsattr), so a writer could not record "
-            f"anything; {READ_INSTEAD}",
+            immutable_database_refused(db),
         )
         readers_read(db, ["closed cleanly"])
     assert files(db) == before
@@ -225,9 +222,7 @@ def test_an_immutable_database_others_may_read_is_refused_for_writing_not_as_ins
     with immutable(db):
         writers_refused(
             db,
-            f"cannot open {db} for writing: the database file may not be written even by "
-            "root (an immutable or append-only file: see lsattr), so a writer could not record "
-            f"anything; {READ_INSTEAD}",
+            immutable_database_refused(db),
         )
         readers_read(db, ["closed cleanly"])
     assert files(db) == before

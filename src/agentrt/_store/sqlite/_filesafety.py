@@ -187,7 +187,7 @@ def check_writable(path: str) -> None:
             continue
         except OSError as e:
             raise StoreError(f"cannot inspect {name}: {e.strerror}") from e
-        if _may_write(name) and not _append_only(name):
+        if _writable(name):
             continue
         what = "the database file" if not suffix else f"its {suffix} file {name}"
         raise StoreError(
@@ -217,6 +217,12 @@ def unreadable_wal(path: str, said: str) -> StoreError:
         "be made; open it once where it is writable (a writer folds the -wal in) or copy "
         "the database with its -wal to a writable directory and read the copy"
     )
+
+
+def _writable(path: str) -> bool:
+    """Whether this process may write the file at `path`: its mode and filesystem allow it
+    (`access(2)`) and its inode is neither append-only nor immutable."""
+    return _may_write(path) and not _append_only(path)
 
 
 def _may_write(path: str) -> bool:
@@ -369,8 +375,7 @@ def _tighten(path: str, *, sentence: bool = False) -> None:
         else:
             os.fchmod(fd, OWNER_ONLY)
     except OSError as e:
-        unwritable = not _may_write(path) or _append_only(path)
-        if sentence and e.errno in (errno.EPERM, errno.EROFS) and unwritable:
+        if sentence and e.errno in (errno.EPERM, errno.EROFS) and not _writable(path):
             return
         raise InsecureModeError(f"cannot tighten {path} to 0600: {e.strerror}") from e
     finally:
