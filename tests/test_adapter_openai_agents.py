@@ -1559,11 +1559,11 @@ async def test_a_streamed_run_that_raises_is_failed_only_once_the_stream_let_go_
     attach = agentrt.Gate.attach
     attached = asyncio.Event()
 
-    def held_release(config: Any, run_id: str) -> None:
+    def held_release(config: Any, run_id: str, epoch: int) -> None:
         order.append("release")
         releasing.set()
         assert proceed.wait(10)
-        give_back(config, run_id)
+        give_back(config, run_id, epoch)
         order.append("released")
 
     async def logged_attach(gate: agentrt.Gate, run_id: str) -> Any:
@@ -1620,11 +1620,11 @@ async def test_a_stream_started_while_the_last_one_still_lets_go_waits_for_that_
     attaching, waiting = asyncio.Event(), asyncio.Event()
     streams_ended = GatedRun._streams_ended
 
-    def held_release(config: Any, run_id: str) -> None:
+    def held_release(config: Any, run_id: str, epoch: int) -> None:
         order.append("release")
         releasing.set()
         assert proceed.wait(10)
-        give_back(config, run_id)
+        give_back(config, run_id, epoch)
         order.append("released")
 
     async def logged_attach(gate: agentrt.Gate, run_id: str) -> Any:

@@ -44,10 +44,10 @@ def test_a_closing_session_keeps_its_run_until_its_lease_is_given_back(
     releasing, proceed = threading.Event(), threading.Event()
     give_back = _gate.release_lease
 
-    def held_release(config: Any, run_id: str) -> None:
+    def held_release(config: Any, run_id: str, epoch: int) -> None:
         releasing.set()
         assert proceed.wait(10)
-        give_back(config, run_id)
+        give_back(config, run_id, epoch)
 
     monkeypatch.setattr(_gate, "release_lease", held_release)
 
@@ -138,8 +138,8 @@ def test_a_close_waits_for_a_failure_being_recorded(
         held, go, parked = asyncio.Event(), asyncio.Event(), asyncio.Event()
         holding = [False]
 
-        def released(config: Any, run_id: str) -> None:
-            give_back(config, run_id)
+        def released(config: Any, run_id: str, epoch: int) -> None:
+            give_back(config, run_id, epoch)
             order.append("lease given back")
             loop.call_soon_threadsafe(go.set)  # (a close that did not wait: the write goes on)
 

@@ -195,7 +195,7 @@ def test_a_guard_that_refused_is_checked_again_and_a_trigger_gone_by_then_lets_i
 
         monkeypatch.setattr(_tx, "begin_checked", spy_gone_first)
         with store.transaction() as tx:
-            assert tx.release_lease("r1", "me") is True
+            assert tx.release_lease("r1", "me", epoch=1) is True
         assert checked_again == ["BEGIN ISOLATION LEVEL READ COMMITTED"]
         assert store.lease("r1").owner == ""
     finally:

@@ -216,7 +216,7 @@ def test_the_store_refuses_each_kind_wherever_it_came_from(
     ):
         if first == "a run's lock":
             tx.lock_run("r1")
-        tx.release_lease("r1", "me")
+        tx.release_lease("r1", "me", epoch=1)
     assert store.lease("r1").owner == "me"
     with admin(url) as conn:
         assert conn.execute("SELECT count(*) FROM events").fetchone() == events
@@ -234,12 +234,12 @@ def test_a_trigger_dropped_from_a_table_made_later_lets_writes_go_on(
             "CREATE TRIGGER spy BEFORE INSERT ON later FOR EACH ROW EXECUTE FUNCTION spy_ran()"
         )
         with pytest.raises(UnsafeSchemaError), store.transaction() as tx:
-            tx.release_lease("r1", "me")
+            tx.release_lease("r1", "me", epoch=1)
         conn.execute("DROP TRIGGER spy ON later")
         flag = conn.execute("SELECT relhastriggers FROM pg_class WHERE oid = 'later'::regclass")
         assert flag.fetchone() == (True,)
     with store.transaction() as tx:
-        assert tx.release_lease("r1", "me") is True
+        assert tx.release_lease("r1", "me", epoch=1) is True
     assert store.lease("r1").owner == ""
 
 

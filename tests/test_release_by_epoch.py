@@ -29,6 +29,7 @@ import pytest
 import agentrt
 from agentrt import Decision, SideEffect, _gate, _resume_waiting, _session, _takeover
 from agentrt._clock import wall_clock
+from agentrt._errors import StoreError, commit_unknown
 from agentrt._lease import holder_json
 from agentrt._records import RunStatus
 from agentrt.scripted import ScriptedAgent
@@ -87,7 +88,9 @@ def lapse_and_regrant(store: Any, database: str, run_id: str, owner: str) -> tup
             )
             return taken.epoch, expires
         assert lease.status == RunStatus.WAITING_FOR_APPROVAL
-        tx.hold_waiting(run_id, owner=owner, expires_at=expires, holder=holder_json(), previous=lease)
+        tx.hold_waiting(
+            run_id, owner=owner, expires_at=expires, holder=holder_json(), previous=lease
+        )
         approval = tx.approvals_of_run(run_id)[-1]
         leased = tx.leave_waiting(
             run_id, approval.id, owner=owner, expires_at=expires, holder=holder_json(), now=EPOCH
@@ -129,7 +132,7 @@ def test_a_gate_sessions_late_close_leaves_the_same_gates_newer_lease(
     session.close_sync()
     assert [(owner, epoch) for owner, epoch, _ in granted] == [(gate.lease_owner, 2)]
     assert_still_leased(store, session.run_id, granted)
-    assert event_types(store, session.run_id) == ["run.created", "lease.taken_over"]
+    assert event_types(store, session.run_id) == ["run.created", "run.started", "lease.taken_over"]
     assert store.get_run(session.run_id).status == "RUNNING"
 
 
@@ -146,7 +149,7 @@ def test_a_driver_loop_that_stopped_leaves_the_same_drivers_newer_lease(
     (run,) = store.list_runs()
     assert [(owner, epoch) for owner, epoch, _ in granted] == [(driver.lease_owner, 2)]
     assert_still_leased(store, run.id, granted)
-    assert event_types(store, run.id) == ["run.created", "lease.taken_over"]
+    assert event_types(store, run.id) == ["run.created", "run.started", "lease.taken_over"]
 
 
 def test_a_takeover_cut_short_leaves_the_same_drivers_newer_lease(
@@ -202,7 +205,14 @@ def test_a_takeover_cut_short_leaves_the_same_drivers_newer_lease(
     assert [(owner, epoch) for owner, epoch, _ in granted] == [(resumer.lease_owner, 3)]
     assert_still_leased(store, run.id, granted)
     assert tool.calls == []
-    assert event_types(store, run.id)[-2:] == ["lease.taken_over", "lease.taken_over"]
+    # The resumer took a lease given back (no `lease.taken_over`), then was granted it again.
+    assert event_types(store, run.id)[-2:] == ["step.interrupted", "lease.taken_over"]
+    regrant = store.list_events(run_id=run.id, limit=1000)[-1].payload
+    assert (regrant["previous_owner"], regrant["owner"], regrant["epoch"]) == (
+        resumer.lease_owner,
+        resumer.lease_owner,
+        3,
+    )
 
 
 def test_a_resume_of_a_waiting_run_cut_short_leaves_the_same_gates_newer_lease(
@@ -264,4 +274,42 @@ def test_a_begin_that_failed_leaves_the_lease_its_gate_took_back_meanwhile(
     asyncio.run(main())
     assert store.lease(run_id).owner == ""
     assert [(s.index, s.status) for s in store.list_steps(run_id)] == [(0, "deciding")]
-    assert event_types(store, run_id) == ["run.created", "lease.taken_over", "step.started"]
+    assert event_types(store, run_id) == [
+        "run.created",
+        "run.started",
+        "lease.taken_over",
+        "run.resumed",
+        "step.started",
+    ]
+
+
+@pytest.mark.parametrize("unknown", [False, True], ids=["not-made", "outcome-unknown"])
+def test_a_hold_whose_resume_commit_failed_is_given_back_by_the_epoch_it_holds(
+    any_store: agentrt.Store, unknown: bool
+) -> None:
+    """The commit that leaves waiting takes a new epoch; when it fails, the session gives
+    back the hold by the epoch the record holds: the hold's (rolled back with the commit), or,
+    when the commit's outcome is unknown, the epoch the record shows under this owner."""
+    store = any_store
+    _, run, push, approval = approved_run(store)
+
+    def failing(point: str, session: Any) -> None:
+        if point == "run.resumed":
+            raise commit_unknown("disk I/O error") if unknown else StoreError("disk I/O error")
+
+    driver = agentrt.Driver(
+        store=store,
+        agent=ScriptedAgent([Decision.complete({})]),
+        policy=agentrt.default_policy(),
+        tools=[push],
+        probe_in_tx=failing,
+        now=FakeClock(),
+        new_id=Ids("b"),
+    )
+    with pytest.raises(StoreError, match=r"^disk I/O error$"):
+        driver.resume_sync(run.id)
+    assert push.calls == []
+    assert store.get_run(run.id).status == "WAITING_FOR_APPROVAL"
+    assert store.get_approval(run.id, approval.id).status == "approved"
+    lease = store.lease(run.id)
+    assert (lease.owner, lease.expires_at, lease.epoch) == ("", None, 1)

@@ -70,10 +70,10 @@ def test_a_cancel_while_a_stopped_loop_gives_its_lease_back_leaves_the_run_resum
     entered, go = threading.Event(), threading.Event()
     real = _gate.release_lease
 
-    def slow_release(config: Any, run_id: str) -> None:
+    def slow_release(config: Any, run_id: str, epoch: int) -> None:
         entered.set()
         go.wait(10)
-        real(config, run_id)
+        real(config, run_id, epoch)
 
     # Wherever the lease is given back from (the gate's session, the session's helper).
     monkeypatch.setattr(_gate, "release_lease", slow_release)
@@ -122,10 +122,10 @@ def test_a_second_cancel_while_a_cancelled_loop_gives_its_lease_back_leaves_the_
     entered, go = threading.Event(), threading.Event()
     real = _gate.release_lease
 
-    def slow_release(config: Any, run_id: str) -> None:
+    def slow_release(config: Any, run_id: str, epoch: int) -> None:
         entered.set()
         go.wait(10)
-        real(config, run_id)
+        real(config, run_id, epoch)
 
     # Wherever the lease is given back from (the gate's session, the session's helper).
     monkeypatch.setattr(_gate, "release_lease", slow_release)

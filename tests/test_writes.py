@@ -692,13 +692,13 @@ def test_release_lease_says_whether_the_owner_let_go_and_leaves_anothers_lease_a
     new_run(store)
     before = snapshot(database)
     with store.transaction() as tx:
-        assert tx.release_lease("r1", "someone-else/1") is False
+        assert tx.release_lease("r1", "someone-else/1", epoch=1) is False
     assert snapshot(database) == before
     with store.transaction() as tx:
-        assert tx.release_lease("r1", OWNER) is True
+        assert tx.release_lease("r1", OWNER, epoch=1) is True
     assert store.lease("r1").owner == ""
     with store.transaction() as tx:
-        assert tx.release_lease("r1", OWNER) is False
+        assert tx.release_lease("r1", OWNER, epoch=1) is False
 
 
 def test_expire_approval_says_whether_it_expired_a_pending_approval(
@@ -774,7 +774,7 @@ def test_take_over_of_a_released_lease_charges_the_attempts_in_flight_at_the_tak
     with store.transaction() as tx:
         tx.dispatch_model_call("r1", step.id, "c1", 1, "m", Usage(100, 10), 7, EPOCH)
     with store.transaction() as tx:
-        assert tx.release_lease("r1", OWNER)
+        assert tx.release_lease("r1", OWNER, epoch=1)
     later = EPOCH + timedelta(minutes=5)
     before = len(store.list_events("r1"))
     with store.transaction() as tx:

@@ -77,7 +77,7 @@ from ._errors import (
 from ._events import Observer
 from ._fork import left_to_the_parent
 from ._history import ShownSteps, StepLog
-from ._lease import WallClock, holder_json, make_owner
+from ._lease import FIRST_EPOCH, WallClock, holder_json, make_owner
 from ._model import Model, ModelConfig
 from ._policy import Policy, policy_id_of
 from ._records import (
@@ -453,7 +453,9 @@ class Gate:
     async def _give_back_created(self, run_id: str) -> None:
         """Give up this gate's lease on `run_id` after `begin` failed; a store that cannot is
         logged (the lease then lapses)."""
-        await give_back_lease(self._config, run_id, "after its start failed")
+        # `create_run` grants epoch 1: a lease this gate took back since (an attach of the
+        # run once it was freed) has a later one and is left as it is (decision XXXX).
+        await give_back_lease(self._config, run_id, FIRST_EPOCH, "after its start failed")
 
     async def _create(self, run_id: str, goal: str, limits: Limits) -> RunSession:
         config = self._config
@@ -474,7 +476,7 @@ class Gate:
             )
 
         run = await write_through(config, plan.RUN_CREATED, tx_create)
-        return RunSession(config, run, [], [], epoch=1, mark=now)
+        return RunSession(config, run, [], [], epoch=FIRST_EPOCH, mark=now)
 
     def _continuer(self, executing: Callable[[str], bool] = executes_none) -> Continuer:
         """Who asks to continue a run: this gate's owner, origins and tools.
@@ -787,7 +789,7 @@ class GateSession:
                 exc_info=True,
             )
         finally:
-            await run_io(lambda: release_lease(rs.config, rs.run_id))
+            await run_io(lambda: release_lease(rs.config, rs.run_id, rs.epoch))
 
     def step_sync(self) -> GateStep | None:
         return run_sync(self.step())
@@ -832,7 +834,7 @@ class GateSession:
         rs = self._rs
         try:
             rs.stop_heartbeat()
-            release_lease(rs.config, rs.run_id)
+            release_lease(rs.config, rs.run_id, rs.epoch)
         except Exception:  # the store may be closed by now: the lease then simply expires
             logging.getLogger("agentrt").warning(
                 "could not release the lease on run %s; it will expire", rs.run_id
@@ -1004,7 +1006,7 @@ class DriverPath:
         # Only the lease: the record is left as it stands (a step's claim and decision kept
         # for the next commit are not written after a failure, as a death before that
         # commit leaves them). By this owner: a no-op when the lease is not held.
-        giving_back = give_back_lease(rs.config, rs.run_id, "after its loop stopped")
+        giving_back = give_back_lease(rs.config, rs.run_id, rs.epoch, "after its loop stopped")
         await _told_when_ended(giving_back, then)
         return False
 

@@ -42,6 +42,9 @@ from ._store._records import LeaseState
 
 WallClock = Callable[[], datetime]
 
+FIRST_EPOCH = 1
+"""The lease epoch a new run is created with (`Tx.create_run`); every later grant raises it."""
+
 
 def make_owner(name: str) -> str:
     """A lease owner unique to one driver instance."""

@@ -118,7 +118,9 @@ async def resume_waiting(
     if latest.status != ApprovalStatus.APPROVED:
         raise RunStateError(f"the latest approval {latest.id} of run {run.id} is {latest.status}")
     verify_stored(latest)
-    await _hold(config, run, latest)
+    # The hold keeps the epoch the run waits at: the lease this session was granted, and
+    # the one its release names (decision XXXX); `leave_waiting` raises it.
+    session.epoch = await _hold(config, run, latest)
     # The hold is renewed from here, while the policy (consumer code, maybe slow) judges
     # the request again: a hold that lapsed meanwhile would let a second attach hold the
     # run and be told the same call is allowed (decision 0137).
@@ -134,7 +136,7 @@ async def resume_waiting(
         # at once rather than after the lease lapses.
         session.stop_heartbeat()
         with contextlib.suppress(Exception):  # a closed store: the lease then lapses
-            await asyncio.shield(run_io(lambda: release_lease(config, run.id)))
+            await asyncio.shield(run_io(lambda: release_lease(config, run.id, session.epoch)))
         raise
     if not session.has_allowed_call() and session.run.status != RunStatus.RUNNING:
         session.stop_heartbeat()  # paused again or ended: nothing of it is held any more
@@ -196,16 +198,16 @@ async def _fail_undecodable(session: RunSession, step: Step, why: str) -> None:
     await session.write(plan.WAIT_ENDED, tx_fail)
 
 
-async def _hold(config: LoopConfig, run: Run, approved: Approval) -> None:
+async def _hold(config: LoopConfig, run: Run, approved: Approval) -> int:
     """Hold the waiting run's lease, or refuse as a RUNNING run's lease refuses.
 
     A lease another live attach holds refuses with `RunLeasedError` (as for a
     RUNNING run: only one session per run, across processes); none, an expired
     one, this gate's own or a provably dead holder's is taken, by compare-and-set
-    on exactly that lease (decision 0032).
+    on exactly that lease (decision 0032). Returns the epoch held: the run's, unchanged.
     """
 
-    def tx_hold(tx: Tx) -> None:
+    def tx_hold(tx: Tx) -> int:
         guarded = tx.lock_run(run.id)
         if guarded is None:
             raise NotFoundError(f"no run {run.id}")
@@ -238,8 +240,9 @@ async def _hold(config: LoopConfig, run: Run, approved: Approval) -> None:
             holder=holder_json(),
             previous=lease,
         )
+        return lease.epoch
 
-    await write_through(config, plan.HELD, tx_hold)
+    return await write_through(config, plan.HELD, tx_hold)
 
 
 def _moved_since_read(tx: Tx, approved: Approval) -> bool:

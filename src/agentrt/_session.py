@@ -515,6 +515,7 @@ class RunSession:
             point = commit.point
         in_tx = None if point is None else partial(self.probe_in_tx, point)
         moved = [False]
+        epoch = self.epoch  # the lease granted before this write (one it takes may not commit)
 
         def tracked(tx: Tx) -> T:
             writing = self._writing
@@ -532,7 +533,7 @@ class RunSession:
             return await self._write(commit, tracked, point, in_tx)
         except Exception as failed:  # a cancel (made or not) or an exit stops the loop anyway
             if moved[0]:
-                await self._broke(commit, failed)
+                await self._broke(commit, failed, epoch)
             raise
         finally:
             _WRITING.reset(inside)
@@ -614,20 +615,31 @@ class RunSession:
             await self.probe(point)
         return out
 
-    async def _broke(self, commit: Commit, failed: BaseException) -> None:
+    async def _broke(self, commit: Commit, failed: BaseException, epoch: int) -> None:
         """A commit failed after its transaction had written to the session's copy: the
         copy is ahead of the rows (a tool's outcome, say, that the record does not hold).
         The session is not used again (`broken`); its run is read back, where the store
-        still answers, so that what it shows and how it closes follow the record."""
+        still answers, so that what it shows and how it closes follow the record.
+
+        So does the lease's epoch the session gives back by (decision XXXX): `epoch`, the
+        one granted before the write, when the commit was not made (a lease the write took,
+        `leave_waiting`'s, was rolled back with it); the record's, when it is unknown and
+        the record shows this owner's lease."""
         what = exception_text(failed)
-        if isinstance(failed, StoreError) and failed.commit_unknown:
+        unknown = isinstance(failed, StoreError) and failed.commit_unknown
+        if unknown:
             # The commit may have been made (decision 0163): the record, read again, says.
             recorded = "whether what it would have recorded is in the record is unknown"
         else:
             recorded = "what it would have recorded is not in the record"
+            self.epoch = epoch
         self.broken = f"the {commit.name} commit of run {self.run_id} failed ({what}); {recorded}"
         try:
             self.run = await run_io(partial(self.config.store.get_run, self.run_id))
+            if unknown:
+                lease = await run_io(partial(self.config.store.lease_state, self.run_id))
+                if lease is not None and lease.held_by(self.config.owner):
+                    self.epoch = lease.epoch
         except Exception:  # the store may be what failed: the session stays unusable anyway
             logging.getLogger("agentrt").warning(
                 "could not read run %s back after a failed commit", self.run_id, exc_info=True
@@ -1034,17 +1046,19 @@ def _from_known(
     return steps
 
 
-def release_lease(config: LoopConfig, run_id: str) -> None:
-    """Give up this driver's lease on a RUNNING run whose loop stopped early."""
+def release_lease(config: LoopConfig, run_id: str, epoch: int) -> None:
+    """Give up the lease this driver was granted on a run at `epoch` (a session's `epoch`,
+    read when it lets go): a lease granted since, to anyone, this driver too, is left as it
+    is (decision XXXX)."""
     with config.store.transaction() as tx:
-        tx.release_lease(run_id, config.owner)
+        tx.release_lease(run_id, config.owner, epoch=epoch)
 
 
-async def give_back_lease(config: LoopConfig, run_id: str, after: str) -> None:
+async def give_back_lease(config: LoopConfig, run_id: str, epoch: int, after: str) -> None:
     """`release_lease` off the event loop, once a loop or a start failed (`after` says
     which): a store that cannot give it back is logged, and the lease then lapses."""
     try:
-        await run_io(lambda: release_lease(config, run_id))
+        await run_io(lambda: release_lease(config, run_id, epoch))
     except Exception:
         logging.getLogger("agentrt").warning(
             "could not give back the lease on run %s %s; it will expire",

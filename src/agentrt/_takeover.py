@@ -102,7 +102,7 @@ async def take_over(config: LoopConfig, run_id: str) -> RunSession:
         # and nobody could ever resume the run. A cancelled caller also gives the
         # lease back (nothing is executing): a resume need not wait it out.
         session.stop_heartbeat()
-        await asyncio.shield(run_io(lambda: release_lease(config, run_id)))
+        await asyncio.shield(run_io(lambda: release_lease(config, run_id, session.epoch)))
         raise
     return session
 

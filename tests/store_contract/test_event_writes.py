@@ -137,7 +137,7 @@ def test_events_that_cannot_be_written_fail_the_commit_writing_nothing(parted: B
     run_id, _ = two_runs(store, parted.partitions)
     before = everything(store)
     with pytest.raises(StoreError, match=r"(?i)foreign key"), store.transaction() as tx:
-        tx.release_lease(run_id, OWNER)
+        tx.release_lease(run_id, OWNER, epoch=1)
         tx.go_on_after_interruption(run_id, {"detail": "x"}, EPOCH)
         tx.go_on_after_interruption("no-such-run", {"detail": "x"}, EPOCH)
     assert everything(store) == before

@@ -748,7 +748,7 @@ def test_take_over_of_a_released_lease_appends_no_takeover_and_charges_attempts_
     step = deciding_step(store)
     with store.transaction() as tx:
         tx.dispatch_model_call("r1", step.id, "c1", 1, "m", Usage(100, 10), 7, EPOCH)
-        assert tx.release_lease("r1", OWNER) is True
+        assert tx.release_lease("r1", OWNER, epoch=1) is True
     judged = store.lease_state("r1")
     assert judged is not None and judged.owner == ""
     before = len(store.list_events("r1", 0, 1000))
@@ -908,7 +908,7 @@ def test_lock_lease_gives_the_lease_lock_run_gives_or_none(backend: Backend) -> 
         locked = tx.lock_run("r1")
         assert locked is not None and lease == locked.lease == store.lease_state("r1")
     with store.transaction() as tx:
-        tx.release_lease("r1", OWNER)
+        tx.release_lease("r1", OWNER, epoch=1)
         released = tx.lock_lease("r1")
         assert released is not None and released.owner == ""
     assert released == store.lease_state("r1")

@@ -22,7 +22,17 @@ from agentrt._store import Tx
 from agentrt._store._records import LeaseState, TakenOver
 
 from .conftest import Backend
-from .world import EPOCH, FAR, HOLDER, OWNER, everything, new_run, refused, wall_at
+from .world import (
+    EPOCH,
+    FAR,
+    HOLDER,
+    OWNER,
+    everything,
+    new_run,
+    refused,
+    waiting_run,
+    wall_at,
+)
 
 TTL = timedelta(seconds=30)
 WALL = wall_at(EPOCH)
@@ -78,7 +88,7 @@ def test_a_released_lease_is_not_renewed(backend: Backend) -> None:
     store = backend.open()
     new_run(store)
     with store.transaction() as tx:
-        assert tx.release_lease("r1", OWNER) is True
+        assert tx.release_lease("r1", OWNER, epoch=1) is True
     renewer = store.renewer(WALL)
     try:
         assert renewer.renew("r1", OWNER, TTL) is False
@@ -109,13 +119,67 @@ def test_release_lets_the_owner_go_and_leaves_anothers_lease_alone(backend: Back
     new_run(store)
     before = everything(store)
     with store.transaction() as tx:
-        assert tx.release_lease("r1", "someone-else") is False
+        assert tx.release_lease("r1", "someone-else", epoch=1) is False
     assert everything(store) == before
     with store.transaction() as tx:
-        assert tx.release_lease("r1", OWNER) is True
+        assert tx.release_lease("r1", OWNER, epoch=1) is True
     assert store.lease_state("r1") == LeaseState("r1", "RUNNING", "", None, "", 1)
     with store.transaction() as tx:
-        assert tx.release_lease("r1", OWNER) is False
+        assert tx.release_lease("r1", OWNER, epoch=1) is False
+
+
+def test_a_late_release_leaves_the_same_owners_newer_lease_alone(backend: Backend) -> None:
+    """One owner string stands for every session of a Gate or Driver: a release of the
+    lease granted at epoch 1, made after that lease lapsed and was granted to the same
+    owner again (epoch 2), changes nothing; only the release naming epoch 2 gives it up."""
+    store = backend.open()
+    new_run(store, expires=EPOCH)  # lapsed
+    lapsed = store.lease_state("r1")
+    assert lapsed is not None and lapsed.expired_at(store.lease_now(WALL))
+    with store.transaction() as tx:
+        taken = tx.take_over(
+            "r1",
+            owner=OWNER,
+            expires_at=FAR,
+            holder=HOLDER,
+            previous=lapsed,
+            proof={"by": "lease expired"},
+            now=EPOCH,
+        )
+    assert taken.epoch == 2
+    before = everything(store)
+    for owner, epoch in [(OWNER, 1), (OWNER, 3), (OWNER, 0), ("someone-else", 2)]:
+        with store.transaction() as tx:
+            assert tx.release_lease("r1", owner, epoch=epoch) is False
+        assert everything(store) == before, (owner, epoch)
+    assert store.lease_state("r1") == LeaseState("r1", "RUNNING", OWNER, FAR, HOLDER, 2)
+    with store.transaction() as tx:
+        assert tx.release_lease("r1", OWNER, epoch=2) is True
+    assert store.lease_state("r1") == LeaseState("r1", "RUNNING", "", None, "", 2)
+
+
+def test_a_release_by_the_epoch_a_hold_kept_gives_up_the_hold_of_a_waiting_run(
+    backend: Backend,
+) -> None:
+    """A waiting run's hold keeps the epoch the run waits at (decision 0032): the hold is
+    released by that epoch, and a release naming the next one changes nothing."""
+    store = backend.open()
+    waiting_run(store, approve=True)
+    free = store.lease_state("r1")
+    assert free is not None and (free.status, free.owner, free.epoch) == (
+        "WAITING_FOR_APPROVAL",
+        "",
+        1,
+    )
+    with store.transaction() as tx:
+        tx.hold_waiting("r1", owner=OWNER, expires_at=FAR, holder=HOLDER, previous=free)
+    before = everything(store)
+    with store.transaction() as tx:
+        assert tx.release_lease("r1", OWNER, epoch=2) is False
+    assert everything(store) == before
+    with store.transaction() as tx:
+        assert tx.release_lease("r1", OWNER, epoch=1) is True
+    assert store.lease_state("r1") == LeaseState("r1", "WAITING_FOR_APPROVAL", "", None, "", 1)
 
 
 def test_a_lease_is_expired_at_the_very_instant_it_names_and_live_just_before(

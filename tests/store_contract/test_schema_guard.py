@@ -37,7 +37,7 @@ def test_a_trigger_added_while_open_refuses_every_next_transaction_writing_nothi
     before = everything(store)
     for _ in range(2):  # not only the first: every write while the trigger is there
         with pytest.raises(UnsafeSchemaError, match=f"^{SPY}$"), store.transaction() as tx:
-            tx.release_lease("r1", OWNER)
+            tx.release_lease("r1", OWNER, epoch=1)
     assert everything(store) == before
     assert tamper.fired() == 0
 
@@ -63,7 +63,7 @@ def test_a_view_added_while_open_is_refused_naming_it(guarded: tuple[Store, Tamp
     store, tamper = guarded
     tamper.plant_view()
     with pytest.raises(UnsafeSchemaError, match="view 'everything'"), store.transaction() as tx:
-        tx.release_lease("r1", OWNER)
+        tx.release_lease("r1", OWNER, epoch=1)
     assert store.lease("r1").owner == OWNER
 
 
@@ -71,10 +71,10 @@ def test_writes_go_on_once_the_trigger_is_removed(guarded: tuple[Store, Tamper])
     store, tamper = guarded
     tamper.plant_trigger("runs")
     with pytest.raises(UnsafeSchemaError), store.transaction() as tx:
-        tx.release_lease("r1", OWNER)
+        tx.release_lease("r1", OWNER, epoch=1)
     tamper.remove("spy")
     with store.transaction() as tx:
-        assert tx.release_lease("r1", OWNER) is True
+        assert tx.release_lease("r1", OWNER, epoch=1) is True
     assert store.lease("r1").owner == ""
     assert tamper.fired() == 0
 
@@ -89,10 +89,10 @@ def test_a_trigger_added_while_open_refuses_a_transaction_that_first_locks_the_r
     before = everything(store)
     with pytest.raises(UnsafeSchemaError, match=f"^{SPY}$"), store.transaction() as tx:
         tx.lock_run("r1")
-        tx.release_lease("r1", OWNER)
+        tx.release_lease("r1", OWNER, epoch=1)
     with pytest.raises(UnsafeSchemaError, match=f"^{SPY}$"), store.transaction() as tx:
         tx.lease_now(wall_at(EPOCH))
-        tx.release_lease("r1", OWNER)
+        tx.release_lease("r1", OWNER, epoch=1)
     with pytest.raises(UnsafeSchemaError, match=f"^{SPY}$"), store.transaction():
         pass  # nothing sent in it: still refused at its end
     assert everything(store) == before

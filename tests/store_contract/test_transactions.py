@@ -25,7 +25,7 @@ def test_an_exception_in_the_block_rolls_back_every_write_and_every_event(
     before = everything(store)
     with pytest.raises(ZeroDivisionError), store.transaction() as tx:
         tx.go_on_after_interruption("r0", {"detail": "x"}, EPOCH)
-        tx.release_lease("r0", OWNER)
+        tx.release_lease("r0", OWNER, epoch=1)
         raise ZeroDivisionError
     assert everything(store) == before
 
@@ -168,7 +168,7 @@ def test_a_database_held_by_another_writer_past_the_wait_is_store_busy_and_nothi
     try:
         assert holding.wait(60)
         with pytest.raises(StoreBusyError), impatient.transaction() as tx:
-            tx.release_lease("r0", OWNER)
+            tx.release_lease("r0", OWNER, epoch=1)
     finally:
         refused.set()
         thread.join(60)
@@ -208,7 +208,7 @@ def test_a_run_held_by_another_transaction_past_the_wait_refuses_the_write_writi
         assert holding.wait(60)
         with pytest.raises(StoreBusyError), impatient.transaction() as tx:
             tx.lock_run("r0")
-            tx.release_lease("r0", OWNER)
+            tx.release_lease("r0", OWNER, epoch=1)
     finally:
         refused.set()
         thread.join(60)
@@ -231,10 +231,10 @@ def test_a_snapshot_refuses_every_write_and_changes_nothing(backend: Backend) ->
     new_run(store, "r0")
     before = everything(store)
     with pytest.raises(StoreError), store.snapshot() as view:
-        view.release_lease("r0", OWNER)  # type: ignore[attr-defined]  # not on Snapshot
+        view.release_lease("r0", OWNER, epoch=1)  # type: ignore[attr-defined]  # not on Snapshot
     assert everything(store) == before
     with store.transaction() as tx:  # the store writes again after the snapshot
-        assert tx.release_lease("r0", OWNER) is True
+        assert tx.release_lease("r0", OWNER, epoch=1) is True
 
 
 def test_a_snapshot_does_not_nest_in_a_transaction(backend: Backend) -> None:
@@ -254,7 +254,7 @@ def test_a_snapshot_sees_one_committed_state_while_another_store_writes(
     with store.snapshot() as view:
         first = view.run_record("r0")
         with other.transaction() as tx:
-            tx.release_lease("r0", OWNER)
+            tx.release_lease("r0", OWNER, epoch=1)
         assert view.run_record("r0") == first
     assert store.lease("r0").owner == ""
 

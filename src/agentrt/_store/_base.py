@@ -283,10 +283,14 @@ class Tx(Protocol):
         transaction), RUNNING under `owner`'s lease; `LeaseLostError` (nothing written)
         otherwise. Returns the run as written, built from the copy (decision 0011)."""
 
-    def release_lease(self, run_id: str, owner: str) -> bool:
-        """Give up `owner`'s lease on a run; False (nothing changed) when `owner` no longer
-        holds it: a lease that lapsed and was taken, or a run that ended, is not an error
-        for a holder letting go (decision 0036)."""
+    def release_lease(self, run_id: str, owner: str, *, epoch: int) -> bool:
+        """Give up exactly the lease `owner` was granted at `epoch` (the run's lease epoch
+        when it was taken: `create_run`'s 1, `take_over`'s and `leave_waiting`'s new one, the
+        epoch `hold_waiting` left as it was); False, nothing changed, for any other lease.
+        One owner string stands for every session of a Gate or Driver, so a release that
+        comes late (its lease lapsed and was granted again, to another owner or to the same
+        one at a later epoch) must not give up the newer lease; nor is it an error for a
+        holder letting go, as a run that ended is not (decisions 0036, XXXX)."""
 
     def end_run(
         self,

@@ -861,14 +861,15 @@ class SqliteTx(TxReads):
             raise LeaseLostError(f"run {run.id} is not running under {owner!r}'s lease")
         return evolve(run, active_time=run.active_time + timedelta(milliseconds=active_ms))
 
-    def release_lease(self, run_id: str, owner: str) -> bool:
-        """Give up `owner`'s lease on a run; False (nothing changed) when `owner` no longer
-        holds it: a lease that lapsed and was taken, or a run that ended, is not an error
-        for a holder letting go (decision 0036)."""
+    def release_lease(self, run_id: str, owner: str, *, epoch: int) -> bool:
+        """Give up the lease `owner` was granted at `epoch`; False (nothing changed) for any
+        other lease: one that lapsed and was taken (by another owner, or by `owner` again at
+        a later epoch), or a run that ended, is not an error for a holder letting go
+        (decisions 0036, XXXX)."""
         cur = self.execute(
             "UPDATE runs SET lease_owner = '', lease_expires_at = '', lease_holder = '' "
-            "WHERE id = ? AND lease_owner = ?",
-            (run_id, owner),
+            "WHERE id = ? AND lease_owner = ? AND lease_epoch = ?",
+            (run_id, owner, epoch),
         )
         return bool(cur.rowcount == 1)
 
