@@ -726,8 +726,9 @@ class GateSession:
 
     async def _finish_close(self) -> None:
         # Once: a close from another thread may find no execute running just as the
-        # execute it came beside finds it closed; a second letting go would give back by
-        # owner, and free, the lease of a session of this gate attached after the first.
+        # execute it came beside finds it closed; a second letting go would free the run
+        # of a session of this gate attached after the first (its lease is not given back:
+        # the release names this session's epoch, decision XXXX).
         with self._close_lock:
             if self._close_taken:
                 return
@@ -758,9 +759,9 @@ class GateSession:
         # to wait for (an async tool's task) keeps it, unrenewed, to lapse as after a crash.
         if held and rs.lingering_tool is None and not rs.tool_may_run and not rs.lease_given_back:
             # The run stays this gate's until its lease is given back, as a Driver's does
-            # (decision 0163): the release is by owner, and a session of this gate attached
-            # in between would take the lease over as its own, then lose it to this
-            # release under its next step (decision 0176).
+            # (decision 0163): a second live session of the run is refused meanwhile (decision
+            # 0176). The release names this session's epoch, so it could not give up the
+            # lease of a session attached in between in any case (decision XXXX).
             self._detach(free=False)
             try:
                 await self._let_go_of_lease()
@@ -1005,7 +1006,8 @@ class DriverPath:
         session._detach()
         # Only the lease: the record is left as it stands (a step's claim and decision kept
         # for the next commit are not written after a failure, as a death before that
-        # commit leaves them). By this owner: a no-op when the lease is not held.
+        # commit leaves them). By this owner and this session's epoch: a no-op when that
+        # lease is not held (decision XXXX).
         giving_back = give_back_lease(rs.config, rs.run_id, rs.epoch, "after its loop stopped")
         await _told_when_ended(giving_back, then)
         return False
