@@ -13,7 +13,7 @@ a takeover whose interruption contract was cut short, the resume of an approved 
 whose judgement failed, a Gate `begin` whose start failed) meets such a re-grant at its
 release: the lease lapses (its stored expiry moved into the past, the one way on PostgreSQL,
 whose server clock judges it) and the same owner is granted it again, epoch + 1, as its own
-takeover or resume writes it. The release must then change nothing (decision XXXX).
+takeover or resume writes it. The release must then change nothing (decision 0187).
 
 SQLite and PostgreSQL (`any_store`, `database`).
 """

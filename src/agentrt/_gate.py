@@ -454,7 +454,7 @@ class Gate:
         """Give up this gate's lease on `run_id` after `begin` failed; a store that cannot is
         logged (the lease then lapses)."""
         # `create_run` grants epoch 1: a lease this gate took back since (an attach of the
-        # run once it was freed) has a later one and is left as it is (decision XXXX).
+        # run once it was freed) has a later one and is left as it is (decision 0187).
         await give_back_lease(self._config, run_id, FIRST_EPOCH, "after its start failed")
 
     async def _create(self, run_id: str, goal: str, limits: Limits) -> RunSession:
@@ -728,7 +728,7 @@ class GateSession:
         # Once: a close from another thread may find no execute running just as the
         # execute it came beside finds it closed; a second letting go would free the run
         # of a session of this gate attached after the first (its lease is not given back:
-        # the release names this session's epoch, decision XXXX).
+        # the release names this session's epoch, decision 0187).
         with self._close_lock:
             if self._close_taken:
                 return
@@ -761,7 +761,7 @@ class GateSession:
             # The run stays this gate's until its lease is given back, as a Driver's does
             # (decision 0163): a second live session of the run is refused meanwhile (decision
             # 0176). The release names this session's epoch, so it could not give up the
-            # lease of a session attached in between in any case (decision XXXX).
+            # lease of a session attached in between in any case (decision 0187).
             self._detach(free=False)
             try:
                 await self._let_go_of_lease()
@@ -1007,7 +1007,7 @@ class DriverPath:
         # Only the lease: the record is left as it stands (a step's claim and decision kept
         # for the next commit are not written after a failure, as a death before that
         # commit leaves them). By this owner and this session's epoch: a no-op when that
-        # lease is not held (decision XXXX).
+        # lease is not held (decision 0187).
         giving_back = give_back_lease(rs.config, rs.run_id, rs.epoch, "after its loop stopped")
         await _told_when_ended(giving_back, then)
         return False

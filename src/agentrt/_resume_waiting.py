@@ -119,7 +119,7 @@ async def resume_waiting(
         raise RunStateError(f"the latest approval {latest.id} of run {run.id} is {latest.status}")
     verify_stored(latest)
     # The hold keeps the epoch the run waits at: the lease this session was granted, and
-    # the one its release names (decision XXXX); `leave_waiting` raises it.
+    # the one its release names (decision 0187); `leave_waiting` raises it.
     session.epoch = await _hold(config, run, latest)
     # The hold is renewed from here, while the policy (consumer code, maybe slow) judges
     # the request again: a hold that lapsed meanwhile would let a second attach hold the

@@ -621,7 +621,7 @@ class RunSession:
         The session is not used again (`broken`); its run is read back, where the store
         still answers, so that what it shows and how it closes follow the record.
 
-        So does the lease's epoch the session gives back by (decision XXXX): `epoch`, the
+        So does the lease's epoch the session gives back by (decision 0187): `epoch`, the
         one granted before the write, when the commit was not made (a lease the write took,
         `leave_waiting`'s, was rolled back with it); the record's, when it is unknown and
         the record shows this owner's lease."""
@@ -1049,7 +1049,7 @@ def _from_known(
 def release_lease(config: LoopConfig, run_id: str, epoch: int) -> None:
     """Give up the lease this driver was granted on a run at `epoch` (a session's `epoch`,
     read when it lets go): a lease granted since, to anyone, this driver too, is left as it
-    is (decision XXXX)."""
+    is (decision 0187)."""
     with config.store.transaction() as tx:
         tx.release_lease(run_id, config.owner, epoch=epoch)
 

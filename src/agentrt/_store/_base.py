@@ -290,7 +290,7 @@ class Tx(Protocol):
         One owner string stands for every session of a Gate or Driver, so a release that
         comes late (its lease lapsed and was granted again, to another owner or to the same
         one at a later epoch) must not give up the newer lease; nor is it an error for a
-        holder letting go, as a run that ended is not (decisions 0036, XXXX)."""
+        holder letting go, as a run that ended is not (decisions 0036, 0187)."""
 
     def end_run(
         self,

@@ -865,7 +865,7 @@ class SqliteTx(TxReads):
         """Give up the lease `owner` was granted at `epoch`; False (nothing changed) for any
         other lease: one that lapsed and was taken (by another owner, or by `owner` again at
         a later epoch), or a run that ended, is not an error for a holder letting go
-        (decisions 0036, XXXX)."""
+        (decisions 0036, 0187)."""
         cur = self.execute(
             "UPDATE runs SET lease_owner = '', lease_expires_at = '', lease_holder = '' "
             "WHERE id = ? AND lease_owner = ? AND lease_epoch = ?",
