@@ -1158,10 +1158,16 @@ class GateStep:
         records its unknown outcome first) leaves the session usable."""
         rs = self._session._rs
         if rs.broken is None and rs.current(self.step).observation is None:
+            # What the session knows: its start commit returned, or not.
+            known = (
+                "its tool's start is in the record (the session committed step.tool_started), "
+                "and whether its outcome is in the record is unknown to this session"
+                if rs.start_recorded == self.step.id
+                else "whether its tool's start is in the record is unknown to this session"
+            )
             rs.broken = (
                 f"the execute of step {self.index} of run {rs.run_id} was cancelled before its "
-                "outcome was recorded: whether its tool's start is in the record is unknown to "
-                "this session"
+                f"outcome was recorded: {known}"
             )
 
     def _reopen_if_handed_back(self, refused: StoreError) -> None:

@@ -471,6 +471,9 @@ class RunSession:
         # Set by a takeover that found nothing in doubt and committed `run.resumed` with
         # the take (decision 0152): the interruption contract has nothing left to decide.
         self.gone_on = False
+        # The id of the step whose `step.tool_started` this session knows is durable (its
+        # start commit returned): what a broken session says of a step cut short.
+        self.start_recorded = ""
         # Why this session can no longer be used: a commit failed after its transaction
         # had moved the session's copy ahead of the rows (decision 0136); None while usable.
         self.broken: str | None = None
