@@ -374,3 +374,42 @@ def test_a_close_from_another_thread_returns_once_a_commit_in_flight_there_ends(
     assert (run.status, run.reason) == ("FAILED", "agent_error")
     assert [(s.index, s.status) for s in store.list_steps(session.run_id)] == [(0, "failed")]
     assert store.lease(session.run_id).owner == ""
+
+
+def test_a_claim_on_one_thread_refused_for_a_close_on_another_is_not_recorded_by_that_close(
+    any_store: agentrt.Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Blocking code: `step_sync` on one thread has kept its claim (in memory, for the step's
+    first commit) when `close_sync` on another thread runs to its end, before the claim
+    looks whether the session was closed. The claim is refused, "nothing of that step was
+    recorded": the close must not have committed that claim (`LEFT_OPEN`), or the record
+    holds step 0 `deciding` while the caller was told nothing was recorded."""
+    store = any_store
+    claim = _step.begin_step
+    closes: list[threading.Thread] = []
+
+    async def claimed_then_closed(rs: Any, *, read_first: bool) -> Any:
+        step = await claim(rs, read_first=read_first)
+        assert step is not None and rs.has_deferred  # the claim is kept, not yet checked
+        closing = threading.Thread(target=session.close_sync)
+        closes.append(closing)
+        closing.start()
+        closing.join(10)  # the other thread's close ran to its end meanwhile
+        return step
+
+    monkeypatch.setattr(_step, "begin_step", claimed_then_closed)
+    session = make_gate(store, change_tool()).begin_sync("closed from another thread mid-claim")
+    run_id = session.run_id
+    with pytest.raises(agentrt.SessionClosedError) as refused:
+        session.step_sync()
+    assert str(refused.value) == (
+        f"the gate session of run {run_id} was closed while its next step was claimed; "
+        "nothing of that step was recorded"
+    )
+    [closing] = closes
+    assert not closing.is_alive()
+    assert store.list_steps(run_id) == []
+    assert store.get_run(run_id).step_count == 0
+    assert "step.started" not in event_types(store, run_id)
+    assert store.get_run(run_id).status == "RUNNING"
+    assert store.lease(run_id).owner == ""
