@@ -50,7 +50,14 @@ from ._commit_plan import (
     Commit,
     checking,
 )
-from ._errors import JSONValueError, LeaseLostError, RunStateError, StoreBusyError, StoreError
+from ._errors import (
+    JSONValueError,
+    LeaseLostError,
+    RunStateError,
+    StoreBusyError,
+    StoreError,
+    is_deadlock,
+)
 from ._events import Observer, deliver
 from ._foreign import exception_text
 from ._fork import renewed_in_children
@@ -785,6 +792,14 @@ class RunSession:
                 if lease.live_at(now):
                     await asyncio.sleep(_BUSY_PAUSE_SECONDS)
                     return
+                if is_deadlock(busy):  # not a wait past a timeout: say what happened
+                    raise LeaseLostError(
+                        f"the outcome's write was ended by a deadlock (PostgreSQL found it and "
+                        "another transaction each waiting for the other, SQLSTATE 40P01) and "
+                        f"the lease on run {self.run_id} had lapsed at {lease.shown_expiry()}, "
+                        "so it was not tried again; the outcome was not recorded and is left "
+                        "for the next owner"
+                    ) from busy
                 raise LeaseLostError(
                     f"the database stayed busy until the lease on run {self.run_id} lapsed "
                     f"at {lease.shown_expiry()}; the outcome was not recorded and is left for "
@@ -799,8 +814,13 @@ class RunSession:
             ):
                 await asyncio.sleep(_BUSY_PAUSE_SECONDS)
                 return
+        refused = (
+            "its write was retried after a deadlock (SQLSTATE 40P01)"
+            if is_deadlock(busy)
+            else "the database was busy"
+        )
         raise LeaseLostError(
-            f"run {self.run_id} changed owner or status while the database was busy; "
+            f"run {self.run_id} changed owner or status while {refused}; "
             "the outcome was not recorded and is left for the current owner"
         ) from busy
 
