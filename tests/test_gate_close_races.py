@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
@@ -29,6 +30,7 @@ import agentrt
 from agentrt import SideEffect, _gate, _session, _step
 from conftest import RecordingTool, event_types
 from support.gates import make_gate
+from support.models import TINY_REQUEST, Replies
 from support.rows import snapshot
 from support.tools import rm_tool
 
@@ -374,3 +376,201 @@ def test_a_close_from_another_thread_returns_once_a_commit_in_flight_there_ends(
     assert (run.status, run.reason) == ("FAILED", "agent_error")
     assert [(s.index, s.status) for s in store.list_steps(session.run_id)] == [(0, "failed")]
     assert store.lease(session.run_id).owner == ""
+
+
+def test_a_claim_on_one_thread_refused_for_a_close_on_another_is_not_recorded_by_that_close(
+    any_store: agentrt.Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Blocking code: `step_sync` on one thread has kept its claim (in memory, for the step's
+    first commit) when `close_sync` on another thread runs to its end, before the claim
+    looks whether the session was closed. The claim is refused, "nothing of that step was
+    recorded": the close must not have committed that claim (`LEFT_OPEN`), or the record
+    holds step 0 `deciding` while the caller was told nothing was recorded."""
+    store = any_store
+    claim = _step.begin_step
+    closes: list[threading.Thread] = []
+
+    async def claimed_then_closed(rs: Any, *, read_first: bool) -> Any:
+        step = await claim(rs, read_first=read_first)
+        assert step is not None and rs.has_deferred  # the claim is kept, not yet checked
+        closing = threading.Thread(target=session.close_sync)
+        closes.append(closing)
+        closing.start()
+        closing.join(10)  # the other thread's close ran to its end meanwhile
+        return step
+
+    monkeypatch.setattr(_step, "begin_step", claimed_then_closed)
+    session = make_gate(store, change_tool()).begin_sync("closed from another thread mid-claim")
+    run_id = session.run_id
+    with pytest.raises(agentrt.SessionClosedError) as refused:
+        session.step_sync()
+    assert str(refused.value) == (
+        f"the gate session of run {run_id} was closed while its next step was claimed; "
+        "nothing of that step was recorded"
+    )
+    [closing] = closes
+    assert not closing.is_alive()
+    assert store.list_steps(run_id) == []
+    assert store.get_run(run_id).step_count == 0
+    assert "step.started" not in event_types(store, run_id)
+    assert store.get_run(run_id).status == "RUNNING"
+    assert store.lease(run_id).owner == ""
+
+
+def test_a_close_waits_for_a_model_attempts_outcome_waited_out_past_a_busy_store(
+    any_store: agentrt.Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model attempt's outcome is known once the model answered: its write waits out a
+    busy store while the lease is this session's (`write_outcome`, decision 0012). A close
+    that comes between two tries of that write must wait for it, as for any write in
+    flight: given back meanwhile, the lease is not this session's at the next busy
+    refusal, and the outcome is dropped (`LeaseLostError`), the attempt left dispatched.
+    The store is made busy for the first two tries (nothing written, as the store's
+    contract says of `StoreBusyError`); the close comes while the first refusal is waited
+    out."""
+    store = any_store
+    order: list[str] = []
+    give_back = _gate.release_lease
+    through = _session.write_through
+    settled = _session.RunSession.writes_settled
+    wait_out = _session.RunSession._wait_out_busy
+    busy_left = [2]
+
+    async def main() -> tuple[str, agentrt.ModelResponse]:
+        loop = asyncio.get_running_loop()
+        waited, go, parked, released = (asyncio.Event() for _ in range(4))
+        returned = [False]
+
+        def releasing(config: Any, run_id: str) -> None:
+            give_back(config, run_id)
+            order.append("lease given back")
+            loop.call_soon_threadsafe(released.set)
+
+        async def busy_write(config: Any, commit: Any, fn: Any, in_tx: Any = None) -> Any:
+            if commit.name == "model settled" and busy_left[0]:
+                busy_left[0] -= 1
+                raise agentrt.StoreBusyError("the database is busy (test); nothing was written")
+            out = await through(config, commit, fn, in_tx)
+            if commit.name == "model settled":
+                order.append("attempt settled")
+            return out
+
+        async def held_wait(self: Any, busy: Any, since: Any) -> None:
+            await wait_out(self, busy, since)
+            if not waited.is_set():  # the first refusal waited out: the retry is held
+                waited.set()
+                await go.wait()
+
+        async def waiting(self: Any) -> None:
+            parked.set()
+            await settled(self)
+            returned[0] = True
+
+        monkeypatch.setattr(_gate, "release_lease", releasing)
+        monkeypatch.setattr(_session, "write_through", busy_write)
+        monkeypatch.setattr(_session.RunSession, "_wait_out_busy", held_wait)
+        monkeypatch.setattr(_session.RunSession, "writes_settled", waiting)
+
+        session = await make_gate(store, change_tool(), model=Replies()).begin("asked, closed")
+        step = await session.step()
+        assert step is not None and step.model is not None
+        asking = asyncio.create_task(step.model.generate(TINY_REQUEST))
+        await waited.wait()
+        closing = asyncio.create_task(session.close())
+        await parked.wait()
+        if returned[0]:  # the close did not wait for the outcome: let it give the lease back
+            await released.wait()
+        go.set()
+        reply = await asking
+        await closing
+        return session.run_id, reply
+
+    run_id, reply = asyncio.run(main())
+    assert reply.text == "ok"
+    assert busy_left == [0]
+    assert order == ["attempt settled", "lease given back"]
+    [call] = store.list_model_calls(run_id)
+    assert (call.attempt, call.status, call.input_tokens) == (1, "ok", 1_000_000)
+    assert store.get_run(run_id).model_calls == 1
+    assert [(s.index, s.status) for s in store.list_steps(run_id)] == [(0, "deciding")]
+    assert store.lease(run_id).owner == ""
+
+
+def hold_next_group(store: agentrt.Store) -> tuple[threading.Event, threading.Event]:
+    """The store's next group commit held until `go`, then refused (nothing written)."""
+    entered, go = threading.Event(), threading.Event()
+    real: Callable[[Sequence[Any]], Any] = store.transactions
+    armed = [True]
+
+    def transactions(works: Sequence[Any]) -> Any:
+        if not armed[0]:
+            return real(works)
+        armed[0] = False
+        entered.set()
+        assert go.wait(30)
+        raise agentrt.StoreError("refused (test), nothing was written")
+
+    store.transactions = transactions  # type: ignore[method-assign]
+    return entered, go
+
+
+@pytest.mark.parametrize("gone", ["before the close", "while the close waits"])
+def test_a_close_returns_though_a_write_of_the_session_was_abandoned_with_its_loop(
+    any_store: agentrt.Store, monkeypatch: pytest.MonkeyPatch, gone: str
+) -> None:
+    """The consumer's own event loop is closed while a write of the session is in flight
+    there (a step's failure, its commit in the store's committer): nothing will ever resume
+    that write, nor end its count. A close on another loop, made after that or waiting for
+    the write already, must not wait for it for ever: the write's loop is gone, and the
+    close goes on as after a crash of that loop (the commit, refused, wrote nothing; the
+    lease is given back). A close that waits looks at the writes' loops now and then (a
+    closed loop tells nobody): made often here, so the test does not sit out the default."""
+    store = any_store
+    settled = _session.RunSession.writes_settled
+    parked = threading.Event()
+
+    async def waiting(self: Any) -> None:
+        parked.set()
+        await settled(self)
+
+    monkeypatch.setattr(_session.RunSession, "writes_settled", waiting)
+    monkeypatch.setattr(_session, "_LOOPS_LOOKED_AT_S", 0.01)
+    gate = make_gate(store, change_tool())
+    session = gate.begin_sync("its loop closed under a write")
+    run_id = session.run_id
+    step = session.step_sync()
+    assert step is not None
+    entered, go = hold_next_group(store)
+    theirs = asyncio.new_event_loop()
+    failing = theirs.create_task(step.fail(RuntimeError("the model is unreachable")))
+    assert theirs.run_until_complete(theirs.run_in_executor(None, entered.wait, 30))
+    go.set()
+    closed = threading.Event()
+
+    def close() -> None:
+        session.close_sync()
+        closed.set()
+
+    closing = threading.Thread(target=close, daemon=True)
+    if gone == "before the close":
+        theirs.close()  # the consumer's loop, closed under the failure's commit
+        closing.start()
+    else:
+        closing.start()
+        assert parked.wait(30)  # the close waits for the failure's commit
+        theirs.close()
+    assert not failing.done()
+    try:
+        assert closed.wait(30), "the close waited for a write whose loop is gone"
+        assert store.lease(run_id).owner == ""
+        assert store.get_run(run_id).status == "RUNNING"
+        assert store.list_steps(run_id) == []
+        # The run is free again: the same gate attaches it and claims step 0 afresh.
+        again, verdict = gate.attach_sync(run_id)
+        assert verdict is None
+        nxt = again.step_sync()
+        assert nxt is not None and nxt.index == 0
+        again.close_sync()
+        assert store.verify_events().intact
+    finally:
+        failing.get_coro().close()  # the abandoned write, ended here (its loop is gone)

@@ -28,17 +28,30 @@ import sys
 import threading
 from collections.abc import Iterator
 from contextlib import ExitStack
+from datetime import timedelta
 from typing import Any
 
 import psycopg
 import pytest
 
 import agentrt
-from agentrt import Decision, RunStateError, RunStatus, SideEffect, StoreBusyError, StoreError
+from agentrt import (
+    Decision,
+    LeaseLostError,
+    RunStateError,
+    RunStatus,
+    SideEffect,
+    StoreBusyError,
+    StoreError,
+    ToolCall,
+    ToolResult,
+)
 from agentrt._chain import partition_of
 from conftest import RecordingTool
 from support.gates import make_gate, open_step
+from support.leases import expire_lease
 from support.postgres import held_run, postgres_schema
+from support.rows import execute as execute_sql
 from test_cli import clean_env
 
 FOUND = (
@@ -249,3 +262,89 @@ def test_a_deadlock_after_the_transaction_wrote_is_a_plain_store_error_and_nothi
         assert isinstance(error.__cause__, psycopg.errors.DeadlockDetected)
         assert [store.get_run(r).goal for r in ("r1", "r2")] == ["goal", "goal"]
         assert store.verify_events().intact
+
+
+class HeldTool(RecordingTool):
+    """A tool that, once called, waits for `proceed` before it returns."""
+
+    def __init__(self) -> None:
+        super().__init__("note", SideEffect.READ_ONLY)
+        self.running, self.proceed = threading.Event(), threading.Event()
+
+    def call(self, call: ToolCall) -> ToolResult:
+        self.running.set()
+        assert self.proceed.wait(60)
+        return super().call(call)
+
+
+@pytest.mark.parametrize("lease", ["lapsed", "taken"])
+def test_an_outcome_write_ended_by_a_deadlock_past_the_lease_says_deadlock_not_busy(
+    url: str, lease: str
+) -> None:
+    """A tool's outcome is known: its write is retried past a busy store while the lease is
+    the session's (decision 0012). When the last try was ended by the server for a deadlock
+    (SQLSTATE 40P01, decision 0175) and the lease has lapsed (or another owner took the run)
+    meanwhile, the `LeaseLostError` says so, not "the database stayed busy" (nobody waited
+    past a timeout). The lease is made lapsed (its expiry an hour back: the server's clock
+    judges it) or taken while the tool runs, then its outcome's write is run into a real
+    deadlock, as the module says."""
+    with agentrt.open_store(url) as store:
+        tool = HeldTool()
+        # A lease of an hour: the heartbeat does not renew it while the test runs.
+        gate = make_gate(store, tool, lease_ttl=timedelta(hours=1))
+        session, step = open_step(gate, "goal")
+        run_id = session.run_id
+        assert step.propose_sync(Decision.tool_call("note", {"x": 1})).outcome == "allowed"
+        outcome: list[Any] = []
+
+        def execute() -> None:
+            try:
+                outcome.append(step.execute_sync())
+            except BaseException as e:  # asserted below
+                outcome.append(e)
+
+        executing = threading.Thread(target=execute)
+        executing.start()
+        assert tool.running.wait(60)
+        if lease == "lapsed":
+            expired = expire_lease(url, run_id, holder_elsewhere=False)
+            said = (
+                f"the outcome's write was ended by a deadlock (PostgreSQL found it and another "
+                f"transaction each waiting for the other, SQLSTATE 40P01) and the lease on run "
+                f"{run_id} had lapsed at {expired}, so it was not tried again; the outcome was "
+                "not recorded and is left for the next owner"
+            )
+        else:
+            execute_sql(
+                url, "UPDATE runs SET lease_owner = 'other/000000000000' WHERE id = ?", (run_id,)
+            )
+            said = (
+                f"run {run_id} changed owner or status while its write was retried after a "
+                "deadlock (SQLSTATE 40P01); the outcome was not recorded and is left for the "
+                "current owner"
+            )
+
+        def outcome_written() -> None:  # the tool returns; its outcome's write comes next
+            tool.proceed.set()
+            executing.join(60)
+
+        part = partition_of(run_id, store.partitions)
+        deadlock_around(
+            url,
+            run_id,
+            part,
+            threading.Thread(target=outcome_written),
+            pid=store._pg.info.backend_pid,  # type: ignore[attr-defined]
+        )
+
+        [error] = outcome
+        assert type(error) is LeaseLostError
+        assert str(error) == said
+        assert isinstance(error.__cause__, StoreBusyError)
+        assert FOUND in str(error.__cause__)
+        assert len(tool.calls) == 1
+        assert [(s.index, s.status) for s in store.list_steps(run_id)] == [(0, "executing")]
+        assert "step.tool_finished" not in [e.type for e in store.list_events(run_id)]
+        assert store.verify_events().intact
+        if lease == "lapsed":
+            session.close_sync()

@@ -117,6 +117,22 @@ def repeated_id(table: str, value: object) -> StoreError | None:
 class StoreBusyError(StoreError):
     """Another connection held the write lock past the busy timeout; nothing was written."""
 
+    # Set when the server ended the transaction for a deadlock (PostgreSQL's 40P01) rather
+    # than a wait past the timeout: what a caller that retried says once it stops.
+    _deadlock: bool = False
+
+
+def deadlock_error(message: str) -> StoreBusyError:
+    """A `StoreBusyError` for a transaction the server ended for a deadlock (`is_deadlock`)."""
+    error = StoreBusyError(message)
+    error._deadlock = True
+    return error
+
+
+def is_deadlock(error: StoreBusyError) -> bool:
+    """Whether `error` was a deadlock the server ended, not a wait past the busy timeout."""
+    return error._deadlock
+
 
 class StoreDamagedError(StoreError):
     """The storage itself could not read what it holds (a damaged page, a failed read)."""

@@ -547,6 +547,9 @@ class GateSession:
         self._closed = False
         self._released = False
         self._claiming = False  # a step() is claiming a step right now
+        # The close came while a step was claimed: the claim is refused, and the close
+        # commits none of what the session kept (it is that claim's).
+        self._claim_cut = False
         # The close's letting go is made once: by `close`, or by the `execute` it came
         # during; both may look at once from two threads (a `_sync` twin's loop each).
         # `_closed` and `_executing` are changed together under this lock.
@@ -670,7 +673,13 @@ class GateSession:
             )
         self._running()
         self._lease_held()
-        self._claiming = True
+        # Under the close lock, as `execute` counts itself: a close (from this loop or
+        # another thread) either comes after the claim is decided, and commits it as an
+        # open step (`LEFT_OPEN`), or finds it being claimed and commits none of it.
+        with self._close_lock:
+            self._usable()
+            self._claiming = True
+        closed = False
         try:
             step = await _step.begin_step(self._rs, read_first=read_first)
         except LeaseLostError:
@@ -678,13 +687,15 @@ class GateSession:
                 raise self._closed_while_claiming() from None
             raise
         finally:
-            self._claiming = False
-        if self._closed and step is not None:
-            # Closed by another task while the claim read the run: the close gives the lease
-            # back, so the claim (kept for the step's first commit) is never written, nor
-            # by that close's own commit of what the session kept (`LEFT_OPEN`) when the
-            # read came back before the close got that far.
-            self._rs.forget_deferred()
+            with self._close_lock:
+                self._claiming = False
+                closed = self._closed
+                if closed:
+                    # Closed while the claim was made: that close gives the lease back and
+                    # commits nothing the session kept (`_claim_cut`), so the claim (kept for
+                    # the step's first commit) is never written.
+                    self._rs.forget_deferred()
+        if closed and step is not None:
             raise self._closed_while_claiming()
         if step is None:
             self._settle_if_done()
@@ -718,6 +729,9 @@ class GateSession:
                 return
             self._closed = True
             executing = self._executing
+            # A claim being made now is refused once it ends (it looks under this lock):
+            # what it keeps is not this close's to commit.
+            self._claim_cut = self._claiming
         if executing:
             # A tool is running under this lease: it stays renewed until the call's
             # outcome is recorded; the `execute` in flight then finishes the close.
@@ -778,7 +792,8 @@ class GateSession:
         """
         rs = self._rs
         try:
-            await rs.commit_deferred(plan.LEFT_OPEN)
+            if not self._claim_cut:
+                await rs.commit_deferred(plan.LEFT_OPEN)
         except (RunMoved, LeaseLostError):
             pass  # the run is no longer this session's: nothing of the step is kept
         except Exception:
@@ -1162,10 +1177,16 @@ class GateStep:
         records its unknown outcome first) leaves the session usable."""
         rs = self._session._rs
         if rs.broken is None and rs.current(self.step).observation is None:
+            # What the session knows: its start commit returned, or not.
+            known = (
+                "its tool's start is in the record (the session committed step.tool_started), "
+                "and whether its outcome is in the record is unknown to this session"
+                if rs.start_recorded == self.step.id
+                else "whether its tool's start is in the record is unknown to this session"
+            )
             rs.broken = (
                 f"the execute of step {self.index} of run {rs.run_id} was cancelled before its "
-                "outcome was recorded: whether its tool's start is in the record is unknown to "
-                "this session"
+                f"outcome was recorded: {known}"
             )
 
     def _reopen_if_handed_back(self, refused: StoreError) -> None:

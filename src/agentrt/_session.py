@@ -50,7 +50,14 @@ from ._commit_plan import (
     Commit,
     checking,
 )
-from ._errors import JSONValueError, LeaseLostError, RunStateError, StoreBusyError, StoreError
+from ._errors import (
+    JSONValueError,
+    LeaseLostError,
+    RunStateError,
+    StoreBusyError,
+    StoreError,
+    is_deadlock,
+)
 from ._events import Observer, deliver
 from ._foreign import exception_text
 from ._fork import renewed_in_children
@@ -395,17 +402,37 @@ async def write_through(
     else:
         # Group commit: this work shares one fsync with other runs' queued meanwhile.
         committer = committer_for(store)
-        out, events = await committer.submit_soon(
-            work, asyncio.get_running_loop(), awaited_at_once=True
-        )
+        loop = asyncio.get_running_loop()
+        writing = _WRITING.get()
+        if writing is not None and writing.loop is None:
+            writing.loop = loop  # the session's write in flight awaits its commit here
+        out, events = await committer.submit_soon(work, loop, awaited_at_once=True)
     deliver(config.observer, events)
     return out
 
 
-_WRITING: contextvars.ContextVar[RunSession | None] = contextvars.ContextVar(
+class _InFlight:
+    """A write of a session in flight (one `write`, or every try of a `write_outcome`), and
+    the event loop it awaits its commit on, once `write_through` knew it (None for a
+    `_sync` twin's own loop, which ends its tasks before it closes). A write whose loop was
+    closed under it (the consumer's own loop, closed with the write pending) is never
+    resumed: a close does not wait for it (`RunSession.writes_settled`)."""
+
+    __slots__ = ("loop", "session")
+
+    def __init__(self, session: RunSession) -> None:
+        self.session = session
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+
+_WRITING: contextvars.ContextVar[_InFlight | None] = contextvars.ContextVar(
     "agentrt_session_writing", default=None
 )
-"""The session whose write the current context is inside (`RunSession.writes_settled`)."""
+"""The session's write the current context is inside (`RunSession.writes_settled`)."""
+
+_LOOPS_LOOKED_AT_S = 1.0
+"""How often a close waiting for the session's writes looks whether the loop of one of them
+was closed meanwhile (such a write never ends, nor tells the close)."""
 
 
 def _wake(waiter: asyncio.Future[None]) -> None:
@@ -471,6 +498,9 @@ class RunSession:
         # Set by a takeover that found nothing in doubt and committed `run.resumed` with
         # the take (decision 0152): the interruption contract has nothing left to decide.
         self.gone_on = False
+        # The id of the step whose `step.tool_started` this session knows is durable (its
+        # start commit returned): what a broken session says of a step cut short.
+        self.start_recorded = ""
         # Why this session can no longer be used: a commit failed after its transaction
         # had moved the session's copy ahead of the rows (decision 0136); None while usable.
         self.broken: str | None = None
@@ -483,9 +513,9 @@ class RunSession:
         # While a commit's kept writes are followed by its own (`_with_deferred`): the
         # transaction and the run as locked in it before them.
         self._locked: tuple[Tx, GuardedRun] | None = None
-        # How many writes are in flight, and who waits for none to be (`writes_settled`):
-        # a close waits for them before it gives the lease back.
-        self._writes_in_flight = 0
+        # The writes in flight, and who waits for none to be (`writes_settled`): a close
+        # waits for them before it gives the lease back.
+        self._writes_in_flight: set[_InFlight] = set()
         self._settle_waiters: list[asyncio.Future[None]] = []
         # Both are also changed by a `_sync` twin's write on another thread (its own loop):
         # counted and handed over under a lock, and a waiter woken on its own loop.
@@ -511,6 +541,38 @@ class RunSession:
         its in-transaction probe runs just before COMMIT, its after-commit probe once
         the events are delivered.
         """
+        flight, inside = self._count_in()
+        try:
+            return await self._write_counted(commit, fn, point)
+        finally:
+            self._count_out(flight, inside)
+
+    def _count_in(self) -> tuple[_InFlight, contextvars.Token[_InFlight | None]]:
+        """Count a write in flight, and mark the context as inside it (no loop call: a write
+        costs no syscall more; `write_through` notes the loop it already looked up)."""
+        flight = _InFlight(self)
+        with self._settling:
+            self._writes_in_flight.add(flight)
+        return flight, _WRITING.set(flight)
+
+    def _count_out(self, flight: _InFlight, inside: contextvars.Token[_InFlight | None]) -> None:
+        """The write ended: wake a close that waits for the last one."""
+        # Not in its context when the write is closed from outside it (its loop gone, the
+        # coroutine collected): nothing of that context to put back.
+        with contextlib.suppress(ValueError):
+            _WRITING.reset(inside)
+        with self._settling:
+            self._writes_in_flight.discard(flight)
+            waiters: list[asyncio.Future[None]] = []
+            if not self._writes_in_flight and self._settle_waiters:
+                waiters, self._settle_waiters = self._settle_waiters, []
+        for waiter in waiters:
+            _wake(waiter)
+
+    async def _write_counted(
+        self, commit: Commit, fn: Callable[[Tx], T], point: str | _Planned | None
+    ) -> T:
+        """`write`, once counted in flight."""
         if isinstance(point, _Planned):
             point = commit.point
         in_tx = None if point is None else partial(self.probe_in_tx, point)
@@ -525,25 +587,12 @@ class RunSession:
             finally:
                 writing.moved = None
 
-        # Counted, and marked in the context (no loop call: a write costs no syscall more).
-        with self._settling:
-            self._writes_in_flight += 1
-        inside = _WRITING.set(self)
         try:
             return await self._write(commit, tracked, point, in_tx)
         except Exception as failed:  # a cancel (made or not) or an exit stops the loop anyway
             if moved[0]:
                 await self._broke(commit, failed, epoch)
             raise
-        finally:
-            _WRITING.reset(inside)
-            with self._settling:
-                self._writes_in_flight -= 1
-                waiters: list[asyncio.Future[None]] = []
-                if not self._writes_in_flight and self._settle_waiters:
-                    waiters, self._settle_waiters = self._settle_waiters, []
-            for waiter in waiters:
-                _wake(waiter)
 
     async def writes_settled(self) -> None:
         """Return once no write of this session is in flight.
@@ -552,15 +601,37 @@ class RunSession:
         decision, its failure) is made under the lease, or fails on its own, but never
         loses the lease to this session's own letting go (decision 0176). Called from
         inside one of this session's writes (a hook run by the commit), it returns at
-        once: that write could never end while it waited.
+        once: that write could never end while it waited. A write whose event loop was
+        closed under it is not waited for (nothing will ever resume it): it is counted no
+        more, and the close goes on as after a crash of that loop.
         """
-        while self._writes_in_flight and _WRITING.get() is not self:
+        inside = _WRITING.get()
+        if inside is not None and inside.session is self:
+            return
+        while self._writes_in_flight:
             waiter = asyncio.get_running_loop().create_future()
             with self._settling:
-                if not self._writes_in_flight:
-                    break  # ended on another thread since the check: nothing to wait for
+                if not self._pending_writes():
+                    return  # ended (on another thread, say) since the check
                 self._settle_waiters.append(waiter)
-            await waiter
+            # Woken when the last write ends; looked at again now and then, for a write
+            # whose loop was closed meanwhile (it never ends, nor wakes anyone).
+            done, _ = await asyncio.wait((waiter,), timeout=_LOOPS_LOOKED_AT_S)
+            if not done:
+                with self._settling:
+                    if waiter in self._settle_waiters:
+                        self._settle_waiters.remove(waiter)
+
+    def _pending_writes(self) -> bool:
+        """Whether a write may still end (under `_settling`): those whose loop was closed are
+        dropped, as abandoned."""
+        abandoned = [
+            flight
+            for flight in self._writes_in_flight
+            if flight.loop is not None and flight.loop.is_closed()
+        ]
+        self._writes_in_flight.difference_update(abandoned)
+        return bool(self._writes_in_flight)
 
     @property
     def run(self) -> Run:
@@ -708,14 +779,20 @@ class RunSession:
         failure is one at `BEGIN IMMEDIATE`, before `fn` ran, so retrying never
         runs `fn` twice. (Decision 0012.)
         """
-        waiting_since: datetime | None = None
-        while True:
-            try:
-                return await self.write(commit, fn, point)
-            except StoreBusyError as busy:
-                if waiting_since is None:
-                    waiting_since = self.config.wall()
-                await self._wait_out_busy(busy, waiting_since)
+        # Counted in flight from the first try to the last, the waits between them included:
+        # a close waits for the outcome's record before it gives the lease back.
+        flight, inside = self._count_in()
+        try:
+            waiting_since: datetime | None = None
+            while True:
+                try:
+                    return await self._write_counted(commit, fn, point)
+                except StoreBusyError as busy:
+                    if waiting_since is None:
+                        waiting_since = self.config.wall()
+                    await self._wait_out_busy(busy, waiting_since)
+        finally:
+            self._count_out(flight, inside)
 
     async def _wait_out_busy(self, busy: StoreBusyError, waiting_since: datetime) -> None:
         """Return to retry while the lease is ours; raise `LeaseLostError` once it is not."""
@@ -727,6 +804,14 @@ class RunSession:
                 if lease.live_at(now):
                     await asyncio.sleep(_BUSY_PAUSE_SECONDS)
                     return
+                if is_deadlock(busy):  # not a wait past a timeout: say what happened
+                    raise LeaseLostError(
+                        f"the outcome's write was ended by a deadlock (PostgreSQL found it and "
+                        "another transaction each waiting for the other, SQLSTATE 40P01) and "
+                        f"the lease on run {self.run_id} had lapsed at {lease.shown_expiry()}, "
+                        "so it was not tried again; the outcome was not recorded and is left "
+                        "for the next owner"
+                    ) from busy
                 raise LeaseLostError(
                     f"the database stayed busy until the lease on run {self.run_id} lapsed "
                     f"at {lease.shown_expiry()}; the outcome was not recorded and is left for "
@@ -741,8 +826,13 @@ class RunSession:
             ):
                 await asyncio.sleep(_BUSY_PAUSE_SECONDS)
                 return
+        refused = (
+            "its write was retried after a deadlock (SQLSTATE 40P01)"
+            if is_deadlock(busy)
+            else "the database was busy"
+        )
         raise LeaseLostError(
-            f"run {self.run_id} changed owner or status while the database was busy; "
+            f"run {self.run_id} changed owner or status while {refused}; "
             "the outcome was not recorded and is left for the current owner"
         ) from busy
 

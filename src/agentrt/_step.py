@@ -299,6 +299,7 @@ async def run_tool(session: RunSession, step: Step) -> None:
         except StoreError as refused:
             _hand_back(session, allowed, refused)
             raise
+    session.start_recorded = step.id
     tool = session.config.tools[spec.name]
     call = ToolCall(
         run_id=session.run_id, step_id=step.id, args=copy_json(args), lease_epoch=session.epoch

@@ -30,7 +30,13 @@ from psycopg.adapt import AdaptersMap
 from psycopg.types.string import StrDumperUnknown
 
 from ..._db_url import ambiguous_user, redact_db, shown_db
-from ..._errors import StoreBusyError, StoreDamagedError, StoreError, repeated_id
+from ..._errors import (
+    StoreBusyError,
+    StoreDamagedError,
+    StoreError,
+    deadlock_error,
+    repeated_id,
+)
 from ..sqlite._values import MARK, Fetch, stored_columns, unpacked_row
 
 LOCK_TIMEOUT_MS = 5_000
@@ -468,7 +474,7 @@ def store_error(
             "40P01) and ended this one"
         )
         if retryable:
-            return StoreBusyError(
+            return deadlock_error(
                 f"{found} before any of its work was written, so it was rolled back whole "
                 f"and retrying it is safe (the server said: {said})"
             )
