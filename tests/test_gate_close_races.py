@@ -441,8 +441,8 @@ def test_a_close_waits_for_a_model_attempts_outcome_waited_out_past_a_busy_store
         waited, go, parked, released = (asyncio.Event() for _ in range(4))
         returned = [False]
 
-        def releasing(config: Any, run_id: str) -> None:
-            give_back(config, run_id)
+        def releasing(config: Any, run_id: str, epoch: int) -> None:
+            give_back(config, run_id, epoch)
             order.append("lease given back")
             loop.call_soon_threadsafe(released.set)
 
