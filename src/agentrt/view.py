@@ -35,6 +35,8 @@ from ._errors import (
 )
 from ._records import (
     JSON,
+    MCP_PROXY_ORIGIN,
+    RECOVERABLE_ORIGINS,
     Approval,
     ApprovalStatus,
     DecisionKind,
@@ -593,6 +595,30 @@ def format_duration(value: timedelta) -> str:
     return f"{ms // 1000}.{ms % 1000:03d}s"
 
 
+def what_continues(origin: str) -> str:
+    """What goes on with an approved run, by who began it (`Run.origin`), as the end of a
+    sentence: a Driver resumes only its own and a plain Gate's runs (decision 0049), so a
+    person is never sent to `Driver.resume` for another program's run. Plain text."""
+    if origin in RECOVERABLE_ORIGINS:
+        return (
+            "the program that owns it resumes it: Driver.resume (or Driver.recover) or Gate.attach."
+        )
+    if origin == MCP_PROXY_ORIGIN:
+        return (
+            "the MCP host makes the identical call again through agentrt-proxy; "
+            "a Driver does not resume it."
+        )
+    if origin.startswith("adapter:"):
+        return (
+            f"the program that began it ({origin!r}) continues that framework run "
+            "(one waiting for a person goes on by itself); a Driver does not resume it."
+        )
+    return (
+        f"the program that began it ({origin!r}) continues it with Gate.attach; "
+        "a Driver does not resume it."
+    )
+
+
 __all__ = [
     "LIST_TEXT_CAP",
     "PENDING_PAGE_DEFAULT",
@@ -630,4 +656,5 @@ __all__ = [
     "step_page",
     "step_summary",
     "waiting_approvals",
+    "what_continues",
 ]
