@@ -17,10 +17,11 @@ through `agentrt.trace.sanitize`. Text a read cut at its cap is a
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ._approval import decided_words, expired_error
@@ -33,6 +34,7 @@ from ._errors import (
     NotPendingError,
     RunStateError,
 )
+from ._lease import prove_dead
 from ._records import (
     JSON,
     MCP_PROXY_ORIGIN,
@@ -595,6 +597,61 @@ def format_duration(value: timedelta) -> str:
     return f"{ms // 1000}.{ms % 1000:03d}s"
 
 
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True)
+class LeaseView:
+    """Who holds a RUNNING run, judged now: `state` is `held`, `lapsed`, `owner_gone` (the
+    holder's process is provably gone from this host, `proof` says how) or `none`.
+
+    A run killed mid-call reads RUNNING exactly as a live one does; this tells a person
+    whether to wait or to restart the program, whose resume then takes the run over (and
+    asks them about an interrupted call)."""
+
+    owner: str
+    expires_at: str
+    state: str
+    proof: str = ""
+
+    def words(self) -> str:
+        """The lease in one plain line (not yet escaped)."""
+        if self.state == "none":
+            return "nobody holds it: a resume takes the run over at once"
+        if self.state == "lapsed":
+            return f"held by {self.owner}, lapsed at {self.expires_at}: a resume takes the run over"
+        if self.state == "owner_gone":
+            return (
+                f"held by {self.owner} until {self.expires_at}, but its process is gone "
+                f"({self.proof}): a resume takes the run over at once"
+            )
+        return f"held by {self.owner} until {self.expires_at}"
+
+    def to_json(self) -> dict[str, str]:
+        return {"owner": self.owner, "expires_at": self.expires_at, "state": self.state}
+
+
+def lease_view(
+    store: Store, run: Run, *, wall: Callable[[], datetime] = _utc_now
+) -> LeaseView | None:
+    """The lease of `run` as `LeaseView`, None unless the run is RUNNING. An expiry is judged
+    by the store's lease clock (`wall` on SQLite, the server's on PostgreSQL); a holder's
+    death only by the facts a takeover accepts (`prove_dead`: this host, no such pid, ...)."""
+    if run.status != RunStatus.RUNNING:
+        return None
+    lease = store.lease(run.id)
+    if not lease.owner:
+        return LeaseView("", "", "none")
+    until = format_time(lease.expires_at)
+    if lease.expires_at is not None and lease.expires_at <= store.lease_now(wall):
+        return LeaseView(lease.owner, until, "lapsed")
+    proof = prove_dead(json.dumps(dict(lease.holder))) if lease.holder else None
+    if proof is not None:
+        return LeaseView(lease.owner, until, "owner_gone", f"pid {proof['pid']}: {proof['proof']}")
+    return LeaseView(lease.owner, until, "held")
+
+
 def what_continues(origin: str) -> str:
     """What goes on with an approved run, by who began it (`Run.origin`), as the end of a
     sentence: a Driver resumes only its own and a plain Gate's runs (decision 0049), so a
@@ -629,6 +686,7 @@ __all__ = [
     "STEP_PAGE_DEFAULT",
     "STEP_PAGE_MAX",
     "AmbiguousApprovalError",
+    "LeaseView",
     "PendingApproval",
     "PendingPage",
     "RunDetail",
@@ -645,6 +703,7 @@ __all__ = [
     "format_cost",
     "format_duration",
     "last_decided",
+    "lease_view",
     "observation_summary",
     "pending_page",
     "policy_summary",
