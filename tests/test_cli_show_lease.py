@@ -72,6 +72,14 @@ def test_show_says_the_process_holding_a_running_run_is_gone(database: str) -> N
         "expires_at": until,
         "state": "owner_gone",
     }
+    # A person who tries to decide before the program is restarted is told the same.
+    refused = agentrt_cmd("--db", database, "approve", run_id, "--yes")
+    assert (refused.returncode, refused.stdout) == (1, "")
+    assert refused.stderr == (
+        f"agentrt: run {run_id} is RUNNING; it waits on no approval; its lease: held by "
+        f"{lease.owner} until {until}, but its process is gone (pid {pid}: no such process): "
+        "a resume takes the run over at once\n"
+    )
 
 
 def test_show_says_who_holds_a_live_run_and_until_when(database: str) -> None:

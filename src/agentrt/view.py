@@ -538,7 +538,9 @@ def choose_approval(store: Store, run_id: str, approval_id: str | None = None) -
                 )
             raise RunStateError(f"run {run_id} is waiting, but no approval of it is pending")
         said = f" (approval {last.id} was {decided_words(last)})" if last is not None else ""
-        raise RunStateError(f"run {run_id} is {run.status}; it waits on no approval{said}")
+        lease = lease_view(store, run)  # a run killed mid-call reads RUNNING: say who holds it
+        held = "" if lease is None else f"; its lease: {lease.words()}"
+        raise RunStateError(f"run {run_id} is {run.status}; it waits on no approval{said}{held}")
     if len(pending) > 1:
         raise AmbiguousApprovalError(run_id, pending)
     return pending[0]
