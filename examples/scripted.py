@@ -150,8 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     run = make_driver(store, workdir, "process-1").start_sync("ship the login branch")
     print(f"[process 1] run {run.id[:12]}… stopped: {run.status}")
     for step in store.list_steps(run.id):
-        obs = step.observation
-        outcome = f"{obs.kind}: {obs.summary}" if obs else step.status
+        obs = step.observation  # shown as `agentrt show` shows it: its kind and what it says
+        outcome = agentrt.view.observation_summary(obs) if obs else step.status
         tool = step.decision.tool if step.decision else ""
         print(f"[process 1]   step {step.index} {tool:<14} {outcome}")
     if run.status != agentrt.RunStatus.WAITING_FOR_APPROVAL:

@@ -619,8 +619,7 @@ def test_approve_yes_prints_what_a_person_decides_on_first_and_binds_the_decisio
         "Every field exactly as it is hashed, one a line: add --full.",
         f"approved: approval {approval.id} of run {run.id} (hash {approval.hash}), by ann",
         "The run stays WAITING_FOR_APPROVAL until the program that owns it resumes it: "
-        "Driver.resume (or Driver.recover), Gate.attach, or the identical re-call through "
-        "agentrt-proxy.",
+        "Driver.resume (or Driver.recover) or Gate.attach.",
     ]
     decided = pending(database, run.id)
     assert (decided.status, decided.decided_by, decided.note) == ("approved", "ann", "fine")

@@ -430,8 +430,7 @@ def test_after_an_approval_the_run_page_says_who_approved_and_that_it_waits_for_
     assert (
         '<p class="notice info resuming">Approved by bob at 2026-11-30 09:05:00 UTC, waiting for '
         "the program to resume. The console never runs tools: the run goes on when the program "
-        "that owns it resumes it (Driver.resume or Driver.recover, Gate.attach, or the identical "
-        "re-call through agentrt-proxy).</p>"
+        "that owns it resumes it: Driver.resume (or Driver.recover) or Gate.attach.</p>"
     ) in summary
     assert '<section class="request"' not in page
 

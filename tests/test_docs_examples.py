@@ -409,3 +409,50 @@ def test_the_link_checker_finds_a_missing_page_and_a_missing_heading(tmp_path: P
         "docs/b.md: no such file",
         "docs/a.md#installing: no such heading",
     ]
+
+
+# --- a file a page names is one the reader has ----------------------------------------------------
+
+# docs/status.md's section titles name the parts of the product specification each row
+# verifies (`store.md`, `loop.md`, ...), which live outside the repository; that page is
+# kept by the project's status process, not edited by hand here.
+NAMES_THE_SPEC = {"status.md"}
+
+
+def files_named_but_missing(page: Path) -> list[str]:
+    """`line: NAME.md` for each Markdown file `page` names in its text (in code or plain
+    words; link targets are `broken_links`') that is not a file of the clone: from its root,
+    beside the page, in docs/ or among the decision records."""
+    missing = []
+    for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1):
+        for found in re.finditer(r"(?<![\w./-])([\w][\w./-]*\.md)\b", line):
+            name = found.group(1)
+            if line[: found.start()].endswith("](") or "://" in line[max(0, found.start() - 8) :]:
+                continue
+            places = (ROOT, page.parent, ROOT / "docs", ROOT / "docs" / "decisions")
+            if not any((place / name).is_file() for place in places):
+                missing.append(f"{number}: {name}")
+    return missing
+
+
+def test_every_markdown_file_a_page_names_is_in_the_clone() -> None:
+    """A reader of a clone cannot open the product specification (`loop.md`, `store.md`):
+    a page that cites it sends them to a file they do not have."""
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    missing = {
+        page.name: names
+        for page in pages
+        if page.name not in NAMES_THE_SPEC and (names := files_named_but_missing(page))
+    }
+    assert missing == {}
+
+
+def test_the_file_name_checker_finds_a_name_in_code_and_in_words_not_a_link(
+    tmp_path: Path,
+) -> None:
+    page = tmp_path / "page.md"
+    page.write_text(
+        "as `loop.md` pins\n[a](gone.md) and README.md and docs/recovery.md\n"
+        "as store.md pins, and 0006-approvals-and-resume.md\n"
+    )
+    assert files_named_but_missing(page) == ["1: loop.md", "3: store.md"]

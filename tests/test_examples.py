@@ -28,6 +28,9 @@ def test_scripted_example_pauses_then_a_second_process_approves_and_resumes(
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert "stopped: WAITING_FOR_APPROVAL" in out
+    # Each step's outcome as `agentrt show` writes it: a tool's result shows what it returned.
+    shown = '[process 1]   step 0 list_branches  tool_result: {"branches":["main","feature/login"],'
+    assert shown + '"pushed":[]}' in out, out
     assert "$.branch: 42 is not of type 'string'" in out
     assert "policy_denied: destructive tools are denied by the default policy" in out
     assert "[process 2] resumed: COMPLETED goal_completed" in out

@@ -27,7 +27,6 @@ from ._errors import ConfigError, LeaseLostError, RunStateError
 from ._events import Observer
 from ._fork import left_to_the_parent
 from ._gate import (
-    DRIVER_ORIGIN,
     Gate,
     GateSession,
     GateStep,
@@ -41,7 +40,7 @@ from ._lease import WallClock
 from ._model import Model, ModelConfig
 from ._operator import Operator
 from ._policy import Policy
-from ._records import Approval, Decision, Limits, Run, StepInput
+from ._records import DRIVER_ORIGIN, Approval, Decision, Limits, Run, StepInput
 from ._session import (
     SHUTDOWN_GRACE_S,
     Probe,

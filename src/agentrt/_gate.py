@@ -81,7 +81,9 @@ from ._lease import FIRST_EPOCH, WallClock, holder_json, make_owner
 from ._model import Model, ModelConfig
 from ._policy import Policy, policy_id_of
 from ._records import (
+    DRIVER_ORIGIN,
     MAX_DURATION_LIMIT,
+    RECOVERABLE_ORIGINS,
     Approval,
     DecisionKind,
     Limits,
@@ -147,13 +149,6 @@ class _Setup:
     tools: list[Tool]
     owner: str
 
-
-DRIVER_ORIGIN = "driver"
-"""The origin of runs a `Driver` begins."""
-GATE_ORIGIN = "gate"
-"""The origin of runs a plain `Gate` begins (an own loop; a Driver may recover them)."""
-RECOVERABLE_ORIGINS = frozenset({DRIVER_ORIGIN, GATE_ORIGIN})
-"""Origins whose runs `Driver.resume` and `Driver.recover` take on (docs/decisions/0049)."""
 
 _ORIGIN = re.compile(r"[a-z0-9][a-z0-9:._-]{0,63}")
 

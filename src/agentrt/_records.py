@@ -582,6 +582,16 @@ class ToolResult:
     summary: str = ""
 
 
+DRIVER_ORIGIN = "driver"
+"""The origin of runs a `Driver` begins."""
+GATE_ORIGIN = "gate"
+"""The origin of runs a plain `Gate` begins (an own loop; a Driver may recover them)."""
+RECOVERABLE_ORIGINS = frozenset({DRIVER_ORIGIN, GATE_ORIGIN})
+"""Origins whose runs `Driver.resume` and `Driver.recover` take on (docs/decisions/0049)."""
+MCP_PROXY_ORIGIN = "mcp-proxy"
+"""The origin of runs `agentrt-proxy` begins (a host's identical re-call continues them)."""
+
+
 @dataclass(frozen=True)
 class Run:
     """One run as recorded.

@@ -17,10 +17,11 @@ through `agentrt.trace.sanitize`. Text a read cut at its cap is a
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ._approval import decided_words, expired_error
@@ -33,8 +34,11 @@ from ._errors import (
     NotPendingError,
     RunStateError,
 )
+from ._lease import prove_dead
 from ._records import (
     JSON,
+    MCP_PROXY_ORIGIN,
+    RECOVERABLE_ORIGINS,
     Approval,
     ApprovalStatus,
     DecisionKind,
@@ -534,7 +538,9 @@ def choose_approval(store: Store, run_id: str, approval_id: str | None = None) -
                 )
             raise RunStateError(f"run {run_id} is waiting, but no approval of it is pending")
         said = f" (approval {last.id} was {decided_words(last)})" if last is not None else ""
-        raise RunStateError(f"run {run_id} is {run.status}; it waits on no approval{said}")
+        lease = lease_view(store, run)  # a run killed mid-call reads RUNNING: say who holds it
+        held = "" if lease is None else f"; its lease: {lease.words()}"
+        raise RunStateError(f"run {run_id} is {run.status}; it waits on no approval{said}{held}")
     if len(pending) > 1:
         raise AmbiguousApprovalError(run_id, pending)
     return pending[0]
@@ -593,6 +599,85 @@ def format_duration(value: timedelta) -> str:
     return f"{ms // 1000}.{ms % 1000:03d}s"
 
 
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True)
+class LeaseView:
+    """Who holds a RUNNING run, judged now: `state` is `held`, `lapsed`, `owner_gone` (the
+    holder's process is provably gone from this host, `proof` says how) or `none`.
+
+    A run killed mid-call reads RUNNING exactly as a live one does; this tells a person
+    whether to wait or to restart the program, whose resume then takes the run over (and
+    asks them about an interrupted call)."""
+
+    owner: str
+    expires_at: str
+    state: str
+    proof: str = ""
+
+    def words(self) -> str:
+        """The lease in one plain line (not yet escaped)."""
+        if self.state == "none":
+            return "nobody holds it: a resume takes the run over at once"
+        if self.state == "lapsed":
+            return f"held by {self.owner}, lapsed at {self.expires_at}: a resume takes the run over"
+        if self.state == "owner_gone":
+            return (
+                f"held by {self.owner} until {self.expires_at}, but its process is gone "
+                f"({self.proof}): a resume takes the run over at once"
+            )
+        return f"held by {self.owner} until {self.expires_at}"
+
+    def to_json(self) -> dict[str, str]:
+        return {"owner": self.owner, "expires_at": self.expires_at, "state": self.state}
+
+
+def lease_view(
+    store: Store, run: Run, *, wall: Callable[[], datetime] = _utc_now
+) -> LeaseView | None:
+    """The lease of `run` as `LeaseView`, None unless the run is RUNNING. An expiry is judged
+    by the store's lease clock (`wall` on SQLite, the server's on PostgreSQL); a holder's
+    death only by the facts a takeover accepts (`prove_dead`: this host, no such pid, ...)."""
+    if run.status != RunStatus.RUNNING:
+        return None
+    lease = store.lease(run.id)
+    if not lease.owner:
+        return LeaseView("", "", "none")
+    until = format_time(lease.expires_at)
+    if lease.expires_at is not None and lease.expires_at <= store.lease_now(wall):
+        return LeaseView(lease.owner, until, "lapsed")
+    proof = prove_dead(json.dumps(dict(lease.holder))) if lease.holder else None
+    if proof is not None:
+        return LeaseView(lease.owner, until, "owner_gone", f"pid {proof['pid']}: {proof['proof']}")
+    return LeaseView(lease.owner, until, "held")
+
+
+def what_continues(origin: str) -> str:
+    """What goes on with an approved run, by who began it (`Run.origin`), as the end of a
+    sentence: a Driver resumes only its own and a plain Gate's runs (decision 0049), so a
+    person is never sent to `Driver.resume` for another program's run. Plain text."""
+    if origin in RECOVERABLE_ORIGINS:
+        return (
+            "the program that owns it resumes it: Driver.resume (or Driver.recover) or Gate.attach."
+        )
+    if origin == MCP_PROXY_ORIGIN:
+        return (
+            "the MCP host makes the identical call again through agentrt-proxy; "
+            "a Driver does not resume it."
+        )
+    if origin.startswith("adapter:"):
+        return (
+            f"the program that began it ({origin!r}) continues that framework run "
+            "(one waiting for a person goes on by itself); a Driver does not resume it."
+        )
+    return (
+        f"the program that began it ({origin!r}) continues it with Gate.attach; "
+        "a Driver does not resume it."
+    )
+
+
 __all__ = [
     "LIST_TEXT_CAP",
     "PENDING_PAGE_DEFAULT",
@@ -603,6 +688,7 @@ __all__ = [
     "STEP_PAGE_DEFAULT",
     "STEP_PAGE_MAX",
     "AmbiguousApprovalError",
+    "LeaseView",
     "PendingApproval",
     "PendingPage",
     "RunDetail",
@@ -619,6 +705,7 @@ __all__ = [
     "format_cost",
     "format_duration",
     "last_decided",
+    "lease_view",
     "observation_summary",
     "pending_page",
     "policy_summary",
@@ -630,4 +717,5 @@ __all__ = [
     "step_page",
     "step_summary",
     "waiting_approvals",
+    "what_continues",
 ]

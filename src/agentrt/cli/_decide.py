@@ -197,11 +197,7 @@ def cmd_decide(args: argparse.Namespace, out: Output, *, approve: bool) -> int:
         f"(hash {sanitize(decided.hash)}), by {sanitize(by)}"
     )
     if approve:
-        out.line(
-            f"The run stays {run.status} until the program that owns it resumes it: "
-            "Driver.resume (or Driver.recover), Gate.attach, or the identical re-call "
-            "through agentrt-proxy."
-        )
+        out.line(f"The run stays {run.status} until {sanitize(view.what_continues(run.origin))}")
     else:
         out.line(f"The run is now {run.status} ({run.reason}).")
     return EXIT_OK

@@ -261,12 +261,14 @@ def cmd_show(args: argparse.Namespace, out: Output) -> int:
     with open_db(args) as store:
         run_id = view.resolve_run_id(store, args.run)
         detail = view.run_detail(store, run_id, step_limit=args.limit, step_offset=args.offset)
+        lease = view.lease_view(store, detail.summary.run)
     run = detail.summary.run
     steps = detail.steps
     if out.json:
         out.document(
             {
                 "run": detail.summary.to_json(),
+                "lease": None if lease is None else lease.to_json(),
                 "waiting": [view.approval_json(a) for a in detail.waiting],
                 "steps": [view.step_json(s.step) for s in steps.steps],
                 "steps_total": steps.total,
@@ -282,6 +284,7 @@ def cmd_show(args: argparse.Namespace, out: Output) -> int:
         ("run", shown(run.id)),
         ("goal", long_text(run.goal, 1000, HEAD_TAIL)),
         ("status", shown(run.status)),
+        *([] if lease is None else [("lease", sanitize(lease.words()))]),
         ("origin", shown(run.origin)),
         ("reason", shown(_reason_cell(run.reason))),
     ]

@@ -553,9 +553,9 @@ def _summary(data: RunData) -> Html:
         sentence = decided_sentence(last)
         note = h(
             '<p class="notice info resuming">{}. The console never runs tools: the run goes on '
-            "when the program that owns it resumes it (Driver.resume or Driver.recover, "
-            "Gate.attach, or the identical re-call through agentrt-proxy).</p>",
+            "when {}</p>",
             sentence[:1].upper() + sentence[1:],
+            view.what_continues(run.origin),
         )
     reason = h(' <span class="reason">{}</span>', run.reason) if run.reason else Html("")
     return h(

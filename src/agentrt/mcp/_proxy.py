@@ -97,6 +97,7 @@ from .._policy import (
     need_approval,
 )
 from .._records import (
+    MCP_PROXY_ORIGIN,
     Approval,
     ApprovalStatus,
     Decision,
@@ -1205,7 +1206,7 @@ async def serve(
                 now=now,
                 lease_ttl=config.lease_ttl,
                 lease_owner="agentrt-proxy",
-                origin="mcp-proxy",
+                origin=MCP_PROXY_ORIGIN,
             )
             proxy = Proxy(
                 config, store, gate, {t.spec.name: t.spec for t in tools}, unavailable, now

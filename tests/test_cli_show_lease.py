@@ -1,0 +1,164 @@
+"""`agentrt show` of a RUNNING run says who holds it, and whether its process is gone.
+
+After a process is killed mid-call its run still reads RUNNING, exactly as a run whose
+loop is alive: the lease is what tells them apart, and a person looking from a terminal
+needs to know whether to wait or to restart the program (whose resume then asks them
+about the interrupted call). Both backends, except the lapsed lease, whose expiry is
+judged by the caller's wall clock only on SQLite (PostgreSQL judges by the server's).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from datetime import UTC, datetime
+from pathlib import Path
+
+import agentrt
+from agentrt import Decision, Gate
+from agentrt._clock import format_time
+from support.gates import open_step
+from support.tools import read_tool
+from test_cli import agentrt_cmd, clean_env
+
+KILLED_WORKER = textwrap.dedent(
+    """
+    import os, signal, sys
+    import agentrt
+    store = agentrt.open_store(sys.argv[1])
+    gate = agentrt.Gate(store=store, policy=agentrt.default_policy(), lease_owner="worker")
+    session = gate.begin_sync("charge the card")
+    print(session.run.id, flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
+    """
+)
+
+
+def lease_line(database: str, run_id: str) -> str:
+    result = agentrt_cmd("--db", database, "show", run_id)
+    assert result.returncode == 0, result.stderr
+    (line,) = [ln for ln in result.stdout.splitlines() if ln.startswith("lease ")]
+    return line
+
+
+def lease_json(database: str, run_id: str) -> object:
+    result = agentrt_cmd("--db", database, "--json", "show", run_id)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)["lease"]
+
+
+def test_show_says_the_process_holding_a_running_run_is_gone(database: str) -> None:
+    worker = subprocess.run(
+        [sys.executable, "-c", KILLED_WORKER, database],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=clean_env(),
+    )
+    assert worker.returncode == -9, worker.stderr
+    run_id = worker.stdout.strip()
+    with agentrt.open_existing(database, read_only=True) as store:
+        lease = store.lease(run_id)
+        pid = lease.holder["pid"]
+    until = agentrt_time(lease.expires_at)
+    assert lease_line(database, run_id) == (
+        f"lease     held by {lease.owner} until {until}, but its process is gone (pid {pid}: "
+        "no such process): a resume takes the run over at once"
+    )
+    assert lease_json(database, run_id) == {
+        "owner": lease.owner,
+        "expires_at": until,
+        "state": "owner_gone",
+    }
+    # A person who tries to decide before the program is restarted is told the same.
+    refused = agentrt_cmd("--db", database, "approve", run_id, "--yes")
+    assert (refused.returncode, refused.stdout) == (1, "")
+    assert refused.stderr == (
+        f"agentrt: run {run_id} is RUNNING; it waits on no approval; its lease: held by "
+        f"{lease.owner} until {until}, but its process is gone (pid {pid}: no such process): "
+        "a resume takes the run over at once\n"
+    )
+
+
+def test_show_says_who_holds_a_live_run_and_until_when(database: str) -> None:
+    store = agentrt.open_store(database)
+    gate = Gate(store=store, policy=agentrt.default_policy(), lease_owner="worker")
+    session = gate.begin_sync("charge the card")
+    try:
+        lease = store.lease(session.run.id)
+        until = agentrt_time(lease.expires_at)
+        assert lease_line(database, session.run.id) == (
+            f"lease     held by {lease.owner} until {until}"
+        )
+        assert lease_json(database, session.run.id) == {
+            "owner": lease.owner,
+            "expires_at": until,
+            "state": "held",
+        }
+    finally:
+        session.close_sync()
+        store.close()
+
+
+def test_show_says_nobody_holds_an_abandoned_run(database: str) -> None:
+    store = agentrt.open_store(database)
+    try:
+        gate = Gate(store=store, policy=agentrt.default_policy(), tools=[read_tool()])
+        session, step = open_step(gate, "read it")
+        assert step.propose_sync(Decision.tool_call("read", {"x": 1})).outcome == "allowed"
+        session.close_sync()
+        run_id = session.run.id
+    finally:
+        store.close()
+    assert lease_line(database, run_id) == (
+        "lease     nobody holds it: a resume takes the run over at once"
+    )
+    assert lease_json(database, run_id) == {"owner": "", "expires_at": "", "state": "none"}
+
+
+def test_show_says_a_lease_lapsed(db_path: Path) -> None:
+    database = str(db_path)
+    store = agentrt.open_store(database)
+    long_ago = datetime(2000, 1, 1, tzinfo=UTC)
+    gate = Gate(
+        store=store, policy=agentrt.default_policy(), lease_owner="worker", wall=lambda: long_ago
+    )
+    session = gate.begin_sync("charge the card")
+    try:
+        lease = store.lease(session.run.id)
+        until = agentrt_time(lease.expires_at)
+        assert until.startswith("2000-01-01T00:00:30")
+        assert lease_line(database, session.run.id) == (
+            f"lease     held by {lease.owner}, lapsed at {until}: a resume takes the run over"
+        )
+        assert lease_json(database, session.run.id) == {
+            "owner": lease.owner,
+            "expires_at": until,
+            "state": "lapsed",
+        }
+    finally:
+        session.close_sync()
+        store.close()
+
+
+def test_show_of_a_run_that_is_not_running_has_no_lease_line(database: str) -> None:
+    store = agentrt.open_store(database)
+    try:
+        driver = agentrt.Driver(
+            store=store,
+            agent=agentrt.scripted.ScriptedAgent([Decision.complete("done")]),
+            policy=agentrt.default_policy(),
+        )
+        run_id = driver.start_sync("nothing to do").id
+    finally:
+        store.close()
+    result = agentrt_cmd("--db", database, "show", run_id)
+    assert result.returncode == 0, result.stderr
+    assert not [ln for ln in result.stdout.splitlines() if ln.startswith("lease ")]
+    assert lease_json(database, run_id) is None
+
+
+def agentrt_time(value: datetime | None) -> str:
+    return format_time(value)
