@@ -19,6 +19,7 @@ import os
 import re
 from typing import TYPE_CHECKING
 
+from .._db_url import other_url_scheme
 from .._errors import (
     AgentrtError,
     HardLinkError,
@@ -30,7 +31,6 @@ from .._errors import (
     UnreadableSchemaError,
     UnsafeSchemaError,
 )
-from .._db_url import other_url_scheme
 from ._output import db_path, is_db_url, redact_db, shown_db
 
 if TYPE_CHECKING:
