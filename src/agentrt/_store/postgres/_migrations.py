@@ -23,7 +23,7 @@ import psycopg
 from psycopg import errors as pg_errors
 
 from ..._clock import format_time, wall_clock
-from ..._errors import SchemaVersionError, UnsafeSchemaError
+from ..._errors import SchemaVersionError, StoreError, UnsafeSchemaError
 from ..sqlite._migrations import (
     RUNTIME_VERSION,
     SCHEMA_VERSION,
@@ -532,6 +532,14 @@ def check_not_newer(conn: psycopg.Connection[Any]) -> int:
     return version
 
 
+ASK_SCHEMA = "is the URL's schema= the one the owner created?"
+
+
+def no_schema(schema: str) -> str:
+    """What is said of a schema the database does not have (a misspelled `schema=`)."""
+    return f"the database has no schema {schema}"
+
+
 def check_exact(conn: psycopg.Connection[Any]) -> None:
     version = check_not_newer(conn)
     if version == 0:
@@ -627,7 +635,15 @@ def migrate(
         )
         found = conn.execute("SELECT pg_catalog.to_regnamespace(%s::text)", (schema,)).fetchone()
         if found is None or found[0] is None:  # a runtime role need not be able to create one
-            conn.execute(psycopg.sql.SQL("CREATE SCHEMA {}").format(psycopg.sql.Identifier(schema)))
+            try:
+                conn.execute(
+                    psycopg.sql.SQL("CREATE SCHEMA {}").format(psycopg.sql.Identifier(schema))
+                )
+            except pg_errors.InsufficientPrivilege as e:  # most often, a misspelled schema=
+                raise StoreError(
+                    f"cannot open {where}: {no_schema(schema)}, and this role may not create "
+                    f"it ({one_line(str(e))}): {ASK_SCHEMA}"
+                ) from e
         check_schema(conn)
         current = check_not_newer(conn)
         if 0 < current < SCHEMA_VERSION:

@@ -63,6 +63,7 @@ from ._connection import (
     translate,
 )
 from ._migrations import (
+    ASK_SCHEMA,
     PROXY_MIGRATIONS,
     begin_checked,
     check_exact,
@@ -70,6 +71,7 @@ from ._migrations import (
     check_writer,
     lock_statement,
     migrate,
+    no_schema,
     statements,
     tables_at,
 )
@@ -86,7 +88,7 @@ def open_store(url: str, *, chain_partitions: int | None = None) -> PostgresStor
     target = parse_target(url)
     conn = connect(target)
     try:
-        check_usable(conn, target)
+        check_usable(conn, target, may_create=True)
         check_grants(conn, target, read_only=False)
         migrate(conn, target.schema, chain_partitions=chain_partitions, where=target.shown)
         partitions = chain_partitions_of(conn, where=target.shown)
@@ -105,7 +107,7 @@ def open_existing(url: str, read_only: bool = False) -> PostgresStore:
     target = parse_target(url)
     conn = connect(target)
     try:
-        check_usable(conn, target)
+        check_usable(conn, target, may_create=False)
         check_grants(conn, target, read_only=read_only)
         check_schema(conn)
         check_exact(conn)
@@ -124,15 +126,19 @@ def open_existing(url: str, read_only: bool = False) -> PostgresStore:
     return PostgresStore(conn, target, read_only=read_only, partitions=partitions, tables=tables)
 
 
-def check_usable(conn: psycopg.Connection[Any], target: Target) -> None:
+def check_usable(conn: psycopg.Connection[Any], target: Target, *, may_create: bool) -> None:
     """Refuse a schema that exists but that the role may not use (no USAGE on it): the
     server then leaves it off the search path, and the schema would read as holding no
-    store (sending the operator to create one) or as no schema at all."""
+    store (sending the operator to create one) or as no schema at all. Unless the open
+    `may_create` it, refuse a schema that is not there, by name (a misspelled `schema=`
+    would otherwise read as a record to create)."""
     row = conn.execute(
         "SELECT current_user::text, pg_catalog.has_schema_privilege(oid, 'USAGE') "
         "FROM pg_namespace WHERE nspname = %s",
         (target.schema,),
     ).fetchone()
+    if row is None and not may_create:
+        raise SchemaVersionError(f"{no_schema(target.schema)} ({ASK_SCHEMA})")
     if row is not None and not row[1]:
         raise StoreError(
             f"cannot open {target.shown}: the role {row[0]} may not use schema {target.schema} "
