@@ -264,12 +264,23 @@ def test_a_schema_with_no_store_is_refused_never_created(
     url = with_password(pg_url)
     code, out, err = cli(capsys, "--db", url, "runs")
     assert (code, out) == (1, "")
+    schema = pg_url.rpartition("schema=")[2]
+    assert err == (  # not there at all: a misspelled `schema=`, most often
+        f"agentrt: refusing {with_password(pg_url, '***')}: the database has no schema "
+        f"{schema} (is the URL's schema= the one the owner created?)\n"
+    )
+    with pytest.raises(agentrt.SchemaVersionError):  # still nothing there
+        agentrt.open_existing(pg_url, read_only=True)
+    import psycopg
+
+    with psycopg.connect(pg_url.partition("?")[0], autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")  # there, and empty
+    code, out, err = cli(capsys, "--db", url, "runs")
+    assert (code, out) == (1, "")
     assert err == (
         f"agentrt: refusing {with_password(pg_url, '***')}: the database has no agentrt "
         "schema (open it with open_store to create one)\n"
     )
-    with pytest.raises(agentrt.SchemaVersionError):  # still nothing there
-        agentrt.open_existing(pg_url, read_only=True)
 
 
 def test_the_follower_exports_a_postgres_record_once_across_a_restart_by_its_cursor_file(
