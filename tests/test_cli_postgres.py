@@ -550,3 +550,11 @@ def test_a_url_without_the_postgres_extra_names_the_pip_command(
         "agentrt: cannot open postgresql://root:***@127.0.0.1:5432/test: the PostgreSQL store "
         "needs its extra: pip install 'agentrt[postgres]'\n",
     )
+
+
+def test_the_help_says_db_takes_a_url(capsys: pytest.CaptureFixture[str]) -> None:
+    # Found by a new operator: `--db PATH  the database file` read as SQLite only.
+    for words in (["--help"], ["runs", "--help"]):
+        assert main(words) == 0
+        out = " ".join(capsys.readouterr().out.split())
+        assert "--db PATH the database file or postgresql:// URL (default: $AGENTRT_DB)" in out
