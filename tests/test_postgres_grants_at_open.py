@@ -16,6 +16,7 @@ import psycopg
 import pytest
 
 import agentrt
+from agentrt._store.postgres import _migrations as pg_migrations
 from agentrt.cli import main
 from test_postgres_docs import names, set_up
 
@@ -65,3 +66,37 @@ def test_tables_granted_nothing_are_refused_to_a_reader_naming_select(
         f"the owner: GRANT SELECT ON ALL TABLES IN SCHEMA {names['schema']} TO "
         f"{names['runtime']})"
     )
+
+
+def test_the_runtime_role_before_the_owner_is_told_the_owner_opens_it_first(
+    names: dict[str, str],
+) -> None:
+    _, runtime = set_up(names)
+    with pytest.raises(agentrt.StoreError) as refused:
+        agentrt.open_store(runtime)
+    assert str(refused.value) == (
+        f"cannot open {runtime}: schema {names['schema']} holds no agentrt store yet, and "
+        f"this role may not create its tables (permission denied for schema "
+        f"{names['schema']}): the schema's owner opens it once with open_store first"
+    )
+
+
+def test_the_runtime_role_after_an_upgrade_is_told_the_owner_migrates_it(
+    names: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    owner, runtime = set_up(names)
+    with monkeypatch.context() as old:  # the owner made it with an agentrt of schema 4
+        old.setattr(pg_migrations, "MIGRATIONS", pg_migrations.MIGRATIONS[:4])
+        old.setattr(pg_migrations, "SCHEMA_VERSION", 4)
+        old.setattr(pg_migrations, "settle_partitions", lambda *a, **k: None)
+        agentrt.open_store(owner).close()
+    with pytest.raises(agentrt.StoreError) as refused:
+        agentrt.open_store(runtime)
+    said = str(refused.value)
+    assert said.startswith(
+        f"cannot open {runtime}: the store is at schema version 4 and this agentrt needs "
+        f"{pg_migrations.SCHEMA_VERSION}, and this role may not migrate it (must be owner of "
+    )
+    assert said.endswith("): the schema's owner opens it once with open_store first")
+    agentrt.open_store(owner).close()  # as the document says; then the runtime role opens it
+    agentrt.open_store(runtime).close()

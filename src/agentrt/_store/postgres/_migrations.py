@@ -535,6 +535,12 @@ def check_not_newer(conn: psycopg.Connection[Any]) -> int:
 ASK_SCHEMA = "is the URL's schema= the one the owner created?"
 
 
+def _unmade(schema: str, current: int) -> str:
+    if current == 0:
+        return f"schema {schema} holds no agentrt store yet"
+    return f"the store is at schema version {current} and this agentrt needs {SCHEMA_VERSION}"
+
+
 def no_schema(schema: str) -> str:
     """What is said of a schema the database does not have (a misspelled `schema=`)."""
     return f"the database has no schema {schema}"
@@ -660,6 +666,13 @@ def migrate(
             for sql in statements(script):
                 try:
                     conn.execute(sql)
+                except pg_errors.InsufficientPrivilege as e:  # agents' role before the owner
+                    raise StoreError(
+                        f"cannot open {where}: {_unmade(schema, current)}, and this role may "
+                        f"not {'create its tables' if current == 0 else 'migrate it'} "
+                        f"({one_line(str(e))}): the schema's owner opens it once with "
+                        "open_store first"
+                    ) from e
                 except psycopg.Error as e:
                     refusal = already_made(version, current, one_line(str(e)))
                     if refusal is None:
