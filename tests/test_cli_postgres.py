@@ -267,7 +267,7 @@ def test_a_schema_with_no_store_is_refused_never_created(
     schema = pg_url.rpartition("schema=")[2]
     assert err == (  # not there at all: a misspelled `schema=`, most often
         f"agentrt: refusing {with_password(pg_url, '***')}: the database has no schema "
-        f"{schema} (is the URL's schema= the one the owner created?)\n"
+        f"{schema} (check the URL's database and schema=)\n"
     )
     with pytest.raises(agentrt.SchemaVersionError):  # still nothing there
         agentrt.open_existing(pg_url, read_only=True)

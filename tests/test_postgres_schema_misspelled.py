@@ -42,8 +42,8 @@ def test_the_command_line_names_a_schema_that_is_not_there(
     schema = url.rpartition("schema=")[2]
     assert main(["--db", url, "runs"]) == 1
     assert capsys.readouterr().err == (
-        f"agentrt: refusing {url}: the database has no schema {schema} (is the URL's "
-        "schema= the one the owner created?)\n"
+        f"agentrt: refusing {url}: the database has no schema {schema} (check the URL's "
+        "database and schema=)\n"
     )
     with pytest.raises(agentrt.SchemaVersionError):
         agentrt.open_existing(url, read_only=True)
@@ -59,6 +59,6 @@ def test_open_store_as_a_role_that_may_not_create_it_names_the_schema(
     database = url.partition("?")[0].rpartition("/")[2]
     assert str(refused.value) == (
         f"cannot open {url}: the database has no schema {schema}, and this role may not "
-        f"create it (permission denied for database {database}): is the URL's schema= the "
-        "one the owner created?"
+        f"create it (permission denied for database {database}): check the URL's database "
+        "and schema="
     )

@@ -532,7 +532,7 @@ def check_not_newer(conn: psycopg.Connection[Any]) -> int:
     return version
 
 
-ASK_SCHEMA = "is the URL's schema= the one the owner created?"
+ASK_SCHEMA = "check the URL's database and schema="
 
 
 def _unmade(schema: str, current: int) -> str:
