@@ -264,12 +264,23 @@ def test_a_schema_with_no_store_is_refused_never_created(
     url = with_password(pg_url)
     code, out, err = cli(capsys, "--db", url, "runs")
     assert (code, out) == (1, "")
+    schema = pg_url.rpartition("schema=")[2]
+    assert err == (  # not there at all: a misspelled `schema=`, most often
+        f"agentrt: refusing {with_password(pg_url, '***')}: the database has no schema "
+        f"{schema} (check the URL's database and schema=)\n"
+    )
+    with pytest.raises(agentrt.SchemaVersionError):  # still nothing there
+        agentrt.open_existing(pg_url, read_only=True)
+    import psycopg
+
+    with psycopg.connect(pg_url.partition("?")[0], autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")  # there, and empty
+    code, out, err = cli(capsys, "--db", url, "runs")
+    assert (code, out) == (1, "")
     assert err == (
         f"agentrt: refusing {with_password(pg_url, '***')}: the database has no agentrt "
         "schema (open it with open_store to create one)\n"
     )
-    with pytest.raises(agentrt.SchemaVersionError):  # still nothing there
-        agentrt.open_existing(pg_url, read_only=True)
 
 
 def test_the_follower_exports_a_postgres_record_once_across_a_restart_by_its_cursor_file(
@@ -539,3 +550,11 @@ def test_a_url_without_the_postgres_extra_names_the_pip_command(
         "agentrt: cannot open postgresql://root:***@127.0.0.1:5432/test: the PostgreSQL store "
         "needs its extra: pip install 'agentrt[postgres]'\n",
     )
+
+
+def test_the_help_says_db_takes_a_url(capsys: pytest.CaptureFixture[str]) -> None:
+    # Found by a new operator: `--db PATH  the database file` read as SQLite only.
+    for words in (["--help"], ["runs", "--help"]):
+        assert main(words) == 0
+        out = " ".join(capsys.readouterr().out.split())
+        assert "--db PATH the database file or postgresql:// URL (default: $AGENTRT_DB)" in out

@@ -14,6 +14,8 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import shlex
+import shutil
 import subprocess
 import sys
 import uuid
@@ -31,14 +33,19 @@ from support.postgres import server_url
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "postgres.md"
 MARK = "<!-- tested: tests/test_postgres_docs.py runs this block -->"
+DUMP = "<!-- tested: tests/test_postgres_docs.py runs this dump -->"
+
+
+def block(mark: str = MARK, language: str = "sql") -> str:
+    text = DOC.read_text(encoding="utf-8")
+    after = text.split(mark, 1)[1]
+    found = re.match(rf"\s*```{language}\n(.*?)^```", after, re.M | re.S)
+    assert found is not None, f"the tested block is a ```{language} block right after its mark"
+    return found.group(1)
 
 
 def grants_block() -> str:
-    text = DOC.read_text(encoding="utf-8")
-    after = text.split(MARK, 1)[1]
-    found = re.match(r"\s*```sql\n(.*?)^```", after, re.M | re.S)
-    assert found is not None, "the tested block is a ```sql block right after its mark"
-    return found.group(1)
+    return block()
 
 
 def with_user(base: str, user: str, schema: str) -> str:
@@ -151,3 +158,35 @@ def test_the_proxy_runs_as_the_runtime_role_once_the_owner_has_checked_it(
             return await host.call("shop_price", {"item": "tea"})
 
     assert asyncio.run(call()).structured == {"item": "tea", "cents": 250}
+
+
+def test_the_backup_is_dumped_as_the_owner_with_its_grants_and_refused_to_the_runtime(
+    names: dict[str, str], tmp_path: Path
+) -> None:
+    if shutil.which("pg_dump") is None or shutil.which("pg_restore") is None:
+        pytest.skip("pg_dump and pg_restore are not installed")
+    owner, _ = set_up(names)
+    agentrt.open_store(owner).close()
+    server = psycopg.conninfo.conninfo_to_dict(names["base"])
+    [line] = block(DUMP, "bash").splitlines()
+    line = re.sub(r"\bagentrt_owner\b", names["owner"], line)
+    line = re.sub(r"--schema=agentrt\b", f"--schema={names['schema']}", line)
+    words = shlex.split(line)
+    assert words[-1] == "agents"
+    words[-1:] = [f"--host={server['host']}", f"--port={server['port']}", str(server["dbname"])]
+
+    done = subprocess.run(words, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    listed = subprocess.run(
+        ["pg_restore", "--list", str(tmp_path / "agentrt.dump")],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert f"TABLE DATA {names['schema']} events {names['owner']}" in listed
+    assert f"DEFAULT ACL {names['schema']} DEFAULT PRIVILEGES FOR TABLES" in listed
+    # As the runtime role: refused at the first sequence, as the document says.
+    as_runtime = [w.replace(names["owner"], names["runtime"]) for w in words]
+    refused = subprocess.run(as_runtime, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert refused.returncode == 1
+    assert "permission denied for sequence" in refused.stderr

@@ -135,7 +135,9 @@ def test_a_matrix_on_a_database_of_each_kind_removes_its_cases_unless_kept(
                 with agentrt.open_existing(url, read_only=True) as kept:
                     assert kept.get_run(result.run_id).status == RunStatus.COMPLETED
             else:
-                with pytest.raises(agentrt.SchemaVersionError, match="no agentrt schema"):
+                with pytest.raises(
+                    agentrt.SchemaVersionError, match=f"has no schema {schema_of(url)} "
+                ):
                     agentrt.open_existing(url, read_only=True)
     else:
         folder = Path(database)

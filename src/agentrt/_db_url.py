@@ -10,11 +10,16 @@ too broken to parse still has its passwords hidden.
 
 from __future__ import annotations
 
+import re
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 _URL_SCHEMES = ("postgresql://", "postgres://")
 HIDDEN = "***"
 """What a password is printed as."""
+
+# A URL's scheme (RFC 3986) and `://`; two characters at least, so that a drive or a
+# directory named with one letter and a colon stays a path.
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]+://")
 
 
 def is_db_url(path: str) -> bool:
@@ -22,11 +27,26 @@ def is_db_url(path: str) -> bool:
     return path.startswith(_URL_SCHEMES)
 
 
+def other_url_scheme(path: str) -> str | None:
+    """The scheme of a URL agentrt does not read (`postgresql+psycopg`, `POSTGRESQL`,
+    `sqlite`, ...), refused rather than opened as a SQLite file's path (decision XXXX);
+    None for a PostgreSQL URL or a path."""
+    found = _SCHEME.match(path)
+    if found is None or is_db_url(path):
+        return None
+    return found.group()[:-3]
+
+
+def _is_url(path: str) -> bool:
+    """Whether `path` is written as a URL, of any scheme: its passwords are hidden."""
+    return _SCHEME.match(path) is not None
+
+
 def _passwords(path: str) -> list[str]:
     """The passwords a URL holds (its user's and a `password=` parameter's), as written
     and percent-decoded, longest first; found by plain splitting, so that a URL urllib
     refuses has them too. None for a path."""
-    if not is_db_url(path):
+    if not _is_url(path):
         return []
     _, _, rest = path.partition("://")
     found = []
@@ -54,7 +74,7 @@ def ambiguous_user(url: str) -> bool:
     """Whether the user's part of a PostgreSQL URL holds a `?` or `#` before its `@`: a
     password written unencoded, which libpq and URL parsers split differently (the
     password's pieces would reach a host name or a query parameter, and be printed)."""
-    if not is_db_url(url):
+    if not _is_url(url):
         return False
     head = url.partition("://")[2].split("/", 1)[0]
     return "@" in head and any(mark in head.rsplit("@", 1)[0] for mark in "?#")
@@ -65,8 +85,9 @@ def _is_password(parameter: str) -> bool:
 
 
 def shown_db(path: str) -> str:
-    """The database as it may be printed: a path as it is, a URL with its password(s) `***`."""
-    if not is_db_url(path):
+    """The database as it may be printed: a path as it is, a URL (of any scheme) with its
+    password(s) `***`."""
+    if not _is_url(path):
         return path
     if ambiguous_user(path):
         # A `?` or `#` before the user's `@` (in the password, as libpq reads it): urllib
@@ -85,7 +106,9 @@ def shown_db(path: str) -> str:
             for part in parts.query.split("&")
         )
         return redact_db(
-            urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment)), path
+            # The scheme as written (urllib lower-cases it).
+            urlunsplit((path.partition(":")[0], netloc, parts.path, query, parts.fragment)),
+            path,
         )
     except ValueError:  # too broken to split: every password it holds, hidden where it stands
         return redact_db(path, path)
@@ -124,6 +147,7 @@ __all__ = [
     "DEFAULT_SCHEMA",
     "HIDDEN",
     "is_db_url",
+    "other_url_scheme",
     "redact_db",
     "schema_of",
     "shown_db",

@@ -16,7 +16,8 @@ import os
 from collections.abc import Mapping
 from typing import Any, cast
 
-from .._errors import ConfigError
+from .._db_url import other_url_scheme, shown_db
+from .._errors import ConfigError, StoreError
 from .._records import Run
 from ._base import Renewer, Snapshot, Store, Tx
 from .sqlite import open_sqlite_existing, open_sqlite_store
@@ -28,6 +29,18 @@ _POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 
 def _is_postgres(target: object) -> bool:
     return isinstance(target, str) and target.startswith(_POSTGRES_SCHEMES)
+
+
+def _refuse_other_url(target: object) -> None:
+    """Refuse a URL of a scheme agentrt does not read, rather than open it as a SQLite
+    file's path (decision XXXX): its password hidden."""
+    scheme = other_url_scheme(target) if isinstance(target, str) else None
+    if scheme is not None:
+        raise StoreError(
+            f"cannot open {shown_db(str(target))}: agentrt does not read a {scheme}:// URL: "
+            "a PostgreSQL URL begins postgresql:// or postgres:// (libpq's, in lower case), "
+            "a SQLite database is its file's path"
+        )
 
 
 def open_store(path: str | os.PathLike[str], *, chain_partitions: int | None = None) -> Store:
@@ -43,8 +56,10 @@ def open_store(path: str | os.PathLike[str], *, chain_partitions: int | None = N
     `":memory:"` gives a private in-memory store. Refuses a symlink, a file with
     a second hard link, an insecure file, sidecar or directory, a trigger or
     view, an unreadable schema, a newer schema, and a file whose
-    `min_writer_version` is above this runtime.
+    `min_writer_version` is above this runtime. A URL of another scheme
+    (`postgresql+psycopg://`, `sqlite://`) is refused, not taken for a path.
     """
+    _refuse_other_url(path)
     if _is_postgres(path):
         from .postgres import open_postgres_store
 
@@ -61,6 +76,7 @@ def open_existing(path: str | os.PathLike[str], read_only: bool = False) -> Stor
     side is newer). A read-only open works beside a live writer and in a
     directory this process cannot write.
     """
+    _refuse_other_url(path)
     if _is_postgres(path):
         from .postgres import open_postgres_existing
 

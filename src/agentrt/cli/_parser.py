@@ -81,7 +81,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         "--db",
         metavar="PATH",
         default=argparse.SUPPRESS,
-        help="the database file (default: $AGENTRT_DB)",
+        help="the database file or postgresql:// URL (default: $AGENTRT_DB)",
     )
     common.add_argument(
         "--json",

@@ -23,7 +23,7 @@ import psycopg
 from psycopg import errors as pg_errors
 
 from ..._clock import format_time, wall_clock
-from ..._errors import SchemaVersionError, UnsafeSchemaError
+from ..._errors import SchemaVersionError, StoreError, UnsafeSchemaError
 from ..sqlite._migrations import (
     RUNTIME_VERSION,
     SCHEMA_VERSION,
@@ -532,6 +532,20 @@ def check_not_newer(conn: psycopg.Connection[Any]) -> int:
     return version
 
 
+ASK_SCHEMA = "check the URL's database and schema="
+
+
+def _unmade(schema: str, current: int) -> str:
+    if current == 0:
+        return f"schema {schema} holds no agentrt store yet"
+    return f"the store is at schema version {current} and this agentrt needs {SCHEMA_VERSION}"
+
+
+def no_schema(schema: str) -> str:
+    """What is said of a schema the database does not have (a misspelled `schema=`)."""
+    return f"the database has no schema {schema}"
+
+
 def check_exact(conn: psycopg.Connection[Any]) -> None:
     version = check_not_newer(conn)
     if version == 0:
@@ -627,7 +641,15 @@ def migrate(
         )
         found = conn.execute("SELECT pg_catalog.to_regnamespace(%s::text)", (schema,)).fetchone()
         if found is None or found[0] is None:  # a runtime role need not be able to create one
-            conn.execute(psycopg.sql.SQL("CREATE SCHEMA {}").format(psycopg.sql.Identifier(schema)))
+            try:
+                conn.execute(
+                    psycopg.sql.SQL("CREATE SCHEMA {}").format(psycopg.sql.Identifier(schema))
+                )
+            except pg_errors.InsufficientPrivilege as e:  # most often, a misspelled schema=
+                raise StoreError(
+                    f"cannot open {where}: {no_schema(schema)}, and this role may not create "
+                    f"it ({one_line(str(e))}): {ASK_SCHEMA}"
+                ) from e
         check_schema(conn)
         current = check_not_newer(conn)
         if 0 < current < SCHEMA_VERSION:
@@ -644,6 +666,13 @@ def migrate(
             for sql in statements(script):
                 try:
                     conn.execute(sql)
+                except pg_errors.InsufficientPrivilege as e:  # agents' role before the owner
+                    raise StoreError(
+                        f"cannot open {where}: {_unmade(schema, current)}, and this role may "
+                        f"not {'create its tables' if current == 0 else 'migrate it'} "
+                        f"({one_line(str(e))}): the schema's owner opens it once with "
+                        "open_store first"
+                    ) from e
                 except psycopg.Error as e:
                     refusal = already_made(version, current, one_line(str(e)))
                     if refusal is None:

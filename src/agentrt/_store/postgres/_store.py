@@ -63,6 +63,7 @@ from ._connection import (
     translate,
 )
 from ._migrations import (
+    ASK_SCHEMA,
     PROXY_MIGRATIONS,
     begin_checked,
     check_exact,
@@ -70,6 +71,7 @@ from ._migrations import (
     check_writer,
     lock_statement,
     migrate,
+    no_schema,
     statements,
     tables_at,
 )
@@ -86,7 +88,8 @@ def open_store(url: str, *, chain_partitions: int | None = None) -> PostgresStor
     target = parse_target(url)
     conn = connect(target)
     try:
-        check_usable(conn, target)
+        check_usable(conn, target, may_create=True)
+        check_grants(conn, target, read_only=False)
         migrate(conn, target.schema, chain_partitions=chain_partitions, where=target.shown)
         partitions = chain_partitions_of(conn, where=target.shown)
         tables = tables_at()
@@ -104,7 +107,8 @@ def open_existing(url: str, read_only: bool = False) -> PostgresStore:
     target = parse_target(url)
     conn = connect(target)
     try:
-        check_usable(conn, target)
+        check_usable(conn, target, may_create=False)
+        check_grants(conn, target, read_only=read_only)
         check_schema(conn)
         check_exact(conn)
         if read_only:
@@ -122,20 +126,60 @@ def open_existing(url: str, read_only: bool = False) -> PostgresStore:
     return PostgresStore(conn, target, read_only=read_only, partitions=partitions, tables=tables)
 
 
-def check_usable(conn: psycopg.Connection[Any], target: Target) -> None:
+def check_usable(conn: psycopg.Connection[Any], target: Target, *, may_create: bool) -> None:
     """Refuse a schema that exists but that the role may not use (no USAGE on it): the
     server then leaves it off the search path, and the schema would read as holding no
-    store (sending the operator to create one) or as no schema at all."""
+    store (sending the operator to create one) or as no schema at all. Unless the open
+    `may_create` it, refuse a schema that is not there, by name (a misspelled `schema=`
+    would otherwise read as a record to create)."""
     row = conn.execute(
         "SELECT current_user::text, pg_catalog.has_schema_privilege(oid, 'USAGE') "
         "FROM pg_namespace WHERE nspname = %s",
         (target.schema,),
     ).fetchone()
+    if row is None and not may_create:
+        raise SchemaVersionError(f"{no_schema(target.schema)} ({ASK_SCHEMA})")
     if row is not None and not row[1]:
         raise StoreError(
             f"cannot open {target.shown}: the role {row[0]} may not use schema {target.schema} "
             "(it has no USAGE privilege on it); grant it, or name a schema of its own"
         )
+
+
+_NEEDED = {False: ("SELECT", "INSERT", "UPDATE"), True: ("SELECT",)}
+
+
+def check_grants(conn: psycopg.Connection[Any], target: Target, *, read_only: bool) -> None:
+    """Refuse a role missing a privilege the store needs on one of its tables that exist
+    (`SELECT`, `INSERT`, `UPDATE` to write; `SELECT` to read), naming each and the `GRANT`
+    that gives them: else the open passes and the first write fails, mid-run."""
+    needed = _NEEDED[read_only]
+    rows = conn.execute(
+        "SELECT p.privilege, c.relname::text FROM pg_catalog.pg_class AS c "
+        "JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace "
+        "CROSS JOIN unnest(%s::text[]) WITH ORDINALITY AS p (privilege, k) "
+        "WHERE n.nspname = %s AND c.relname = ANY(%s::text[]) AND c.relkind IN ('r', 'p') "
+        "AND NOT pg_catalog.has_table_privilege(c.oid, p.privilege) "
+        'ORDER BY p.k, c.relname COLLATE "C"',
+        (list(needed), target.schema, list(tables_at())),
+    ).fetchall()
+    if not rows:
+        return
+    role = conn.execute(
+        "SELECT current_user::text, pg_catalog.quote_ident(current_user)"
+    ).fetchone()
+    name, quoted = (str(role[0]), str(role[1])) if role is not None else ("?", "?")
+    missing: dict[str, list[str]] = {}
+    for privilege, table in rows:
+        missing.setdefault(str(privilege), []).append(str(table))
+    lacks = " and ".join(f"{p} on {', '.join(t)}" for p, t in missing.items())
+    grant = ", ".join(needed)
+    who = "a reader needs SELECT" if read_only else "a writer needs SELECT, INSERT and UPDATE"
+    raise StoreError(
+        f"cannot open {target.shown}: the role {name} lacks {lacks}; {who} on every table of "
+        f"the schema (as the owner: GRANT {grant} ON ALL TABLES IN SCHEMA {target.schema} TO "
+        f"{quoted})"
+    )
 
 
 def drop_schema(url: str) -> bool:

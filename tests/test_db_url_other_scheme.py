@@ -1,0 +1,65 @@
+"""A URL of a scheme agentrt does not read is refused as such, its password never printed.
+
+Found by following docs/postgres.md as a new operator: `postgresql+psycopg://` (the
+form SQLAlchemy's users write), an upper-case `POSTGRESQL://` (libpq reads its two
+schemes in lower case only) or a typo (`postgresq://`) was taken for a SQLite file's
+path: the command line said `no database at postgresql+psycopg://user:PASSWORD@...`,
+password and all, without saying why, and `open_store` would have made a SQLite file
+of that name wherever its "directories" existed. Nothing here needs a server.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import agentrt
+from agentrt.cli import main
+
+SECRET = "s3cret-Pw"
+
+
+def said(scheme: str) -> str:
+    return (
+        f"cannot open {scheme}://op:***@db.internal:5432/agents?schema=agentrt: agentrt does "
+        f"not read a {scheme}:// URL: a PostgreSQL URL begins postgresql:// or postgres:// "
+        "(libpq's, in lower case), a SQLite database is its file's path"
+    )
+
+
+SCHEMES = ["postgresql+psycopg", "POSTGRESQL", "postgresq", "sqlite"]
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_the_command_line_refuses_another_scheme_in_one_line_without_the_password(
+    scheme: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = f"{scheme}://op:{SECRET}@db.internal:5432/agents?schema=agentrt"
+    code = main(["--db", url, "runs"])
+    out, err = capsys.readouterr()
+    assert (code, out, err) == (1, "", f"agentrt: {said(scheme)}\n")
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_open_store_and_open_existing_refuse_another_scheme_and_make_no_file(
+    scheme: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Every "directory" the URL names as a relative path exists: the file could be made.
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / f"{scheme}:" / f"op:{SECRET}@db.internal:5432").mkdir(parents=True)
+    url = f"{scheme}://op:{SECRET}@db.internal:5432/agents?schema=agentrt"
+    for opening in (agentrt.open_store, agentrt.open_existing):
+        with pytest.raises(agentrt.StoreError) as refused:
+            opening(url)
+        assert str(refused.value) == said(scheme)
+    assert [p.name for p in tmp_path.rglob("*") if p.is_file()] == []
+
+
+def test_a_one_letter_scheme_is_a_directory_and_still_opens_sqlite(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "c:").mkdir()
+    agentrt.open_store("c://runs.db").close()
+    assert (tmp_path / "c:" / "runs.db").is_file()
