@@ -29,7 +29,7 @@ def is_db_url(path: str) -> bool:
 
 def other_url_scheme(path: str) -> str | None:
     """The scheme of a URL agentrt does not read (`postgresql+psycopg`, `POSTGRESQL`,
-    `sqlite`, ...), refused rather than opened as a SQLite file's path (decision XXXX);
+    `sqlite`, ...), refused rather than opened as a SQLite file's path (decision 0191);
     None for a PostgreSQL URL or a path."""
     found = _SCHEME.match(path)
     if found is None or is_db_url(path):

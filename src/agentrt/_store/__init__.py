@@ -33,7 +33,7 @@ def _is_postgres(target: object) -> bool:
 
 def _refuse_other_url(target: object) -> None:
     """Refuse a URL of a scheme agentrt does not read, rather than open it as a SQLite
-    file's path (decision XXXX): its password hidden."""
+    file's path (decision 0191): its password hidden."""
     scheme = other_url_scheme(target) if isinstance(target, str) else None
     if scheme is not None:
         raise StoreError(
