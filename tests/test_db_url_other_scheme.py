@@ -10,12 +10,14 @@ of that name wherever its "directories" existed. Nothing here needs a server.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 import agentrt
 from agentrt.cli import main
+from agentrt.mcp.proxy import read_proxy_config
 
 SECRET = "s3cret-Pw"
 
@@ -63,3 +65,27 @@ def test_a_one_letter_scheme_is_a_directory_and_still_opens_sqlite(
     (tmp_path / "c:").mkdir()
     agentrt.open_store("c://runs.db").close()
     assert (tmp_path / "c:" / "runs.db").is_file()
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_the_proxy_config_refuses_another_scheme_without_the_password(
+    scheme: str, tmp_path: Path
+) -> None:
+    # The proxy's `database` was taken for a path under the config's folder: `//` folded to
+    # `/`, so no store refused it as a URL, and its open said `cannot open
+    # /.../postgresql+psycopg:/op:PASSWORD@...: its directory does not exist`.
+    url = f"{scheme}://op:{SECRET}@db.internal:5432/agents?schema=agentrt"
+    config = tmp_path / "proxy.json"
+    config.write_text(
+        json.dumps(
+            {
+                "format": "agentrt.mcp.proxy/1",
+                "database": url,
+                "servers": {"s": {"command": ["true"], "manifest": "m.json", "rules": "r.json"}},
+            }
+        )
+    )
+    config.chmod(0o600)
+    with pytest.raises(agentrt.ConfigError) as refused:
+        read_proxy_config(config)
+    assert str(refused.value) == f"proxy config: database: {said(scheme)}"

@@ -37,6 +37,20 @@ def other_url_scheme(path: str) -> str | None:
     return found.group()[:-3]
 
 
+def other_scheme_refusal(path: str) -> str | None:
+    """Why a URL of another scheme is refused, its passwords hidden (`cannot open URL: ...`);
+    None for a PostgreSQL URL or a path. One sentence wherever a database is named: the
+    store's open, the proxy's config (decision 0191)."""
+    scheme = other_url_scheme(path)
+    if scheme is None:
+        return None
+    return (
+        f"cannot open {shown_db(path)}: agentrt does not read a {scheme}:// URL: a PostgreSQL "
+        "URL begins postgresql:// or postgres:// (libpq's, in lower case), a SQLite database "
+        "is its file's path"
+    )
+
+
 def _is_url(path: str) -> bool:
     """Whether `path` is written as a URL, of any scheme: its passwords are hidden."""
     return _SCHEME.match(path) is not None
@@ -147,6 +161,7 @@ __all__ = [
     "DEFAULT_SCHEMA",
     "HIDDEN",
     "is_db_url",
+    "other_scheme_refusal",
     "other_url_scheme",
     "redact_db",
     "schema_of",

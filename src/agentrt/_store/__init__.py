@@ -16,7 +16,7 @@ import os
 from collections.abc import Mapping
 from typing import Any, cast
 
-from .._db_url import other_url_scheme, shown_db
+from .._db_url import other_scheme_refusal
 from .._errors import ConfigError, StoreError
 from .._records import Run
 from ._base import Renewer, Snapshot, Store, Tx
@@ -34,13 +34,9 @@ def _is_postgres(target: object) -> bool:
 def _refuse_other_url(target: object) -> None:
     """Refuse a URL of a scheme agentrt does not read, rather than open it as a SQLite
     file's path (decision 0191): its password hidden."""
-    scheme = other_url_scheme(target) if isinstance(target, str) else None
-    if scheme is not None:
-        raise StoreError(
-            f"cannot open {shown_db(str(target))}: agentrt does not read a {scheme}:// URL: "
-            "a PostgreSQL URL begins postgresql:// or postgres:// (libpq's, in lower case), "
-            "a SQLite database is its file's path"
-        )
+    refusal = other_scheme_refusal(target) if isinstance(target, str) else None
+    if refusal is not None:
+        raise StoreError(refusal)
 
 
 def open_store(path: str | os.PathLike[str], *, chain_partitions: int | None = None) -> Store:

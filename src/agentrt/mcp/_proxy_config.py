@@ -25,7 +25,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from .._db_url import is_db_url
+from .._db_url import is_db_url, other_scheme_refusal
 from .._errors import ConfigError
 from .._records import SideEffect
 from ._config import (
@@ -211,6 +211,11 @@ def _database(base: Path, value: Any) -> Path | str:
     """The database: a `postgresql://` URL as written, else a path like the others."""
     if isinstance(value, str) and is_db_url(value):
         return value
+    # A URL of another scheme is no path: under the config's folder its `//` would fold to
+    # `/`, and no store could refuse it as a URL (decision 0191).
+    refusal = other_scheme_refusal(value) if isinstance(value, str) else None
+    if refusal is not None:
+        raise ConfigError(f"proxy config: database: {refusal}")
     return _path(base, value, "proxy config: database")
 
 
