@@ -18,6 +18,7 @@ import pytest
 import agentrt
 from agentrt.cli import main
 from agentrt.mcp.proxy import read_proxy_config
+from agentrt.testkit import run_sync
 
 SECRET = "s3cret-Pw"
 
@@ -89,3 +90,18 @@ def test_the_proxy_config_refuses_another_scheme_without_the_password(
     with pytest.raises(agentrt.ConfigError) as refused:
         read_proxy_config(config)
     assert str(refused.value) == f"proxy config: database: {said(scheme)}"
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_the_test_kit_refuses_another_scheme_without_the_password(
+    scheme: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The kit made every database not `postgresql://` a `Path`, which folds `//` to `/`
+    # and which no store refuses as a URL: the record went to (or was refused at) a file
+    # named by the URL, password and all.
+    monkeypatch.chdir(tmp_path)
+    url = f"{scheme}://op:{SECRET}@db.internal:5432/agents?schema=agentrt"
+    with pytest.raises(agentrt.StoreError) as refused:
+        run_sync("support.scenarios:checkout", db_path=url)
+    assert str(refused.value) == said(scheme)
+    assert list(tmp_path.rglob("*")) == []

@@ -42,7 +42,9 @@ What it holds:
   uses them: it reads through the store interface, on SQLite and PostgreSQL
   alike, docs/decisions/0097.)
 - **Databases by name.** `is_db_url` (a `postgresql://` URL, not a file's
-  path), `shown_db` (as it may be printed, its password hidden), `schema_of`
+  path), `refuse_other_url` (the open's refusal of a URL of another scheme, for a
+  caller about to make a string a `Path`), `shown_db` (as it may be printed, its
+  password hidden), `schema_of`
   and `with_schema` (the schema a URL names, and the URL naming another), and
   `drop_postgres_schema` (drop a schema made to be thrown away, as the kit's
   crash matrix does with its cases').
@@ -83,7 +85,7 @@ from ._session import (
     run_sync,
     validate_policy_decision,
 )
-from ._store import drop_postgres_schema
+from ._store import drop_postgres_schema, refuse_other_url
 from ._store.sqlite._image import SqliteImage
 from ._store.sqlite._image import fresh_image as fresh_sqlite_image
 from ._store.sqlite._reads import event_hash_exists, every_record_id, newest_event, plain_reader
@@ -144,6 +146,7 @@ __all__ = [
     "parse_time",
     "plain_reader",
     "policy_id_of",
+    "refuse_other_url",
     "run_sync",
     "schema_of",
     "shown_db",

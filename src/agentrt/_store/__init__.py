@@ -31,9 +31,11 @@ def _is_postgres(target: object) -> bool:
     return isinstance(target, str) and target.startswith(_POSTGRES_SCHEMES)
 
 
-def _refuse_other_url(target: object) -> None:
-    """Refuse a URL of a scheme agentrt does not read, rather than open it as a SQLite
-    file's path (decision 0191): its password hidden."""
+def refuse_other_url(target: object) -> None:
+    """Refuse a URL of a scheme agentrt does not read (`StoreError`, its password hidden),
+    rather than open it as a SQLite file's path (decision 0191); nothing for a PostgreSQL
+    URL, a path or a `Path`. For code that turns a database string into a `Path` (which
+    folds the URL's `//`) before any open could see it."""
     refusal = other_scheme_refusal(target) if isinstance(target, str) else None
     if refusal is not None:
         raise StoreError(refusal)
@@ -55,7 +57,7 @@ def open_store(path: str | os.PathLike[str], *, chain_partitions: int | None = N
     `min_writer_version` is above this runtime. A URL of another scheme
     (`postgresql+psycopg://`, `sqlite://`) is refused, not taken for a path.
     """
-    _refuse_other_url(path)
+    refuse_other_url(path)
     if _is_postgres(path):
         from .postgres import open_postgres_store
 
@@ -72,7 +74,7 @@ def open_existing(path: str | os.PathLike[str], read_only: bool = False) -> Stor
     side is newer). A read-only open works beside a live writer and in a
     directory this process cannot write.
     """
-    _refuse_other_url(path)
+    refuse_other_url(path)
     if _is_postgres(path):
         from .postgres import open_postgres_existing
 
@@ -107,5 +109,6 @@ __all__ = [
     "drop_postgres_schema",
     "open_existing",
     "open_store",
+    "refuse_other_url",
     "run_from_columns",
 ]

@@ -23,7 +23,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from .. import ConfigError, NotFoundError, SchemaVersionError
-from ..lowlevel import is_db_url, schema_of
+from ..lowlevel import is_db_url, refuse_other_url, schema_of
 from ..lowlevel import run_sync as _run_coro
 from ._harness import recorded_floor_and_ids, run_in_process, skipping_ids
 from ._invariants import check, repeats
@@ -218,6 +218,7 @@ def database_of(db_path: str | Path) -> Path | str:
             "the test kit needs a database every process of the scenario opens again: "
             "':memory:' gives each its own empty one; pass a file's path or a PostgreSQL URL"
         )
+    refuse_other_url(text)  # as a `Path` its `//` would fold, and no open refuse it (0191)
     return text if is_db_url(text) else Path(text)
 
 
