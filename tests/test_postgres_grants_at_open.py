@@ -12,6 +12,8 @@ gives them. Roles are the whole server's: each test makes its own and drops them
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import psycopg
 import pytest
 
@@ -100,3 +102,25 @@ def test_the_runtime_role_after_an_upgrade_is_told_the_owner_migrates_it(
     assert said.endswith("): the schema's owner opens it once with open_store first")
     agentrt.open_store(owner).close()  # as the document says; then the runtime role opens it
     agentrt.open_store(runtime).close()
+
+
+def test_a_proxy_missing_a_grant_on_its_own_tables_is_refused_at_open(
+    names: dict[str, str],
+) -> None:
+    # The proxy's tables are the schema's too: a runtime role missing INSERT on
+    # proxy_requests opened (the store's tables were all granted) and its first call failed
+    # with `permission denied for table proxy_requests`, mid-call.
+    owner, runtime = set_up(names)
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    with agentrt.open_store(owner) as store:
+        store.migrate_proxy(now)  # the owner's `agentrt-proxy --check`, as the document says
+    revoke(names, "REVOKE INSERT ON {schema}.proxy_requests FROM {runtime}")
+    with agentrt.open_store(runtime) as store, pytest.raises(agentrt.StoreError) as refused:
+        store.migrate_proxy(now)  # what the proxy does right after its open
+    assert str(refused.value) == (
+        f"cannot open {runtime}: the role {names['runtime']} lacks INSERT on proxy_requests; "
+        "a writer needs SELECT, INSERT and UPDATE on every table of the schema (as the owner: "
+        f"GRANT SELECT, INSERT, UPDATE ON ALL TABLES IN SCHEMA {names['schema']} TO "
+        f"{names['runtime']})"
+    )
+    agentrt.open_store(runtime).close()  # a Driver or a Gate never touches the proxy's rows

@@ -149,10 +149,17 @@ def check_usable(conn: psycopg.Connection[Any], target: Target, *, may_create: b
 _NEEDED = {False: ("SELECT", "INSERT", "UPDATE"), True: ("SELECT",)}
 
 
-def check_grants(conn: psycopg.Connection[Any], target: Target, *, read_only: bool) -> None:
+def check_grants(
+    conn: psycopg.Connection[Any],
+    target: Target,
+    *,
+    read_only: bool,
+    tables: tuple[str, ...] | None = None,
+) -> None:
     """Refuse a role missing a privilege the store needs on one of its tables that exist
     (`SELECT`, `INSERT`, `UPDATE` to write; `SELECT` to read), naming each and the `GRANT`
-    that gives them: else the open passes and the first write fails, mid-run."""
+    that gives them: else the open passes and the first write fails, mid-run. `tables`:
+    the store's (`tables_at()`) unless given (the proxy's, once it uses them)."""
     needed = _NEEDED[read_only]
     rows = conn.execute(
         "SELECT p.privilege, c.relname::text FROM pg_catalog.pg_class AS c "
@@ -161,7 +168,7 @@ def check_grants(conn: psycopg.Connection[Any], target: Target, *, read_only: bo
         "WHERE n.nspname = %s AND c.relname = ANY(%s::text[]) AND c.relkind IN ('r', 'p') "
         "AND NOT pg_catalog.has_table_privilege(c.oid, p.privilege) "
         'ORDER BY p.k, c.relname COLLATE "C"',
-        (list(needed), target.schema, list(tables_at())),
+        (list(needed), target.schema, list(tables_at() if tables is None else tables)),
     ).fetchall()
     if not rows:
         return
@@ -685,6 +692,9 @@ class PostgresStore(SqliteStore):
                     "INSERT INTO proxy_migrations (version, applied_at) VALUES (?, ?)",
                     (version, format_time(now)),
                 )
+            # The proxy's writes need its tables as a Driver's need the store's (decision
+            # 0192): refused here, not at its first call. On the transaction's connection.
+            check_grants(self._pg, self._target, read_only=False, tables=PROXY_TABLES)
         self._lock_tables = lock_statement(self._tables + PROXY_TABLES)
         return known
 
