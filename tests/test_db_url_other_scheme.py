@@ -105,3 +105,63 @@ def test_the_test_kit_refuses_another_scheme_without_the_password(
         run_sync("support.scenarios:checkout", db_path=url)
     assert str(refused.value) == said(scheme)
     assert list(tmp_path.rglob("*")) == []
+
+
+# Found by the review of decision 0191: libpq's keyword form and a URL with white space
+# before it were taken for SQLite files' paths, and `no database at ...` printed the
+# password (decision 0194).
+MISREAD = [
+    (
+        f"host=db.internal dbname=agents user=op password={SECRET}",
+        "cannot open host=db.internal dbname=agents user=op password=***: agentrt does not "
+        "read libpq's keyword=value connection strings: write it as a postgresql:// URL "
+        "(a SQLite file whose name begins so is given as ./ and its name)",
+    ),
+    (
+        f"  password = {SECRET} host=db.internal",
+        "cannot open   password = *** host=db.internal: agentrt does not read libpq's "
+        "keyword=value connection strings: write it as a postgresql:// URL (a SQLite file "
+        "whose name begins so is given as ./ and its name)",
+    ),
+    (
+        f" postgresql://op:{SECRET}@db.internal/agents",
+        "cannot open  postgresql://op:***@db.internal/agents: the URL has white space "
+        "before or after it: give it without",
+    ),
+    (
+        f"postgresql://op:{SECRET}@db.internal/agents\n",
+        "cannot open postgresql://op:***@db.internal/agents\n: the URL has white space "
+        "before or after it: give it without",
+    ),
+]
+
+
+@pytest.mark.parametrize(("given", "sentence"), MISREAD, ids=["keywords", "spaced", "lead", "tail"])
+def test_the_command_line_refuses_a_misread_database_name_without_the_password(
+    given: str, sentence: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["--db", given, "runs"])
+    out, err = capsys.readouterr()
+    assert SECRET not in out + err
+    assert (code, out, err) == (1, "", f"agentrt: {' '.join(sentence.split())}\n")
+
+
+@pytest.mark.parametrize(("given", "sentence"), MISREAD, ids=["keywords", "spaced", "lead", "tail"])
+def test_open_store_refuses_a_misread_database_name_and_makes_no_file(
+    given: str, sentence: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    for opening in (agentrt.open_store, agentrt.open_existing):
+        with pytest.raises(agentrt.StoreError) as refused:
+            opening(given)
+        assert str(refused.value) == sentence
+        assert SECRET not in repr(refused.value.args)
+    assert [p.name for p in tmp_path.rglob("*")] == []
+
+
+def test_a_file_whose_name_begins_with_a_keyword_opens_given_as_dot_slash(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    agentrt.open_store("./host=x.db").close()
+    assert (tmp_path / "host=x.db").is_file()

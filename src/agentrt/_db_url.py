@@ -21,6 +21,16 @@ HIDDEN = "***"
 # directory named with one letter and a colon stays a path.
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]+://")
 
+# libpq's keyword=value connection string (`host=h dbname=d password=...`), by its first
+# keyword: agentrt reads URLs only, and a file whose name begins so is given as `./NAME`.
+_CONNINFO = re.compile(
+    r"\s*(?:host|hostaddr|port|dbname|user|password|passfile|service|sslmode|options"
+    r"|application_name|connect_timeout)\s*=",
+    re.IGNORECASE,
+)
+# A `password` keyword's value in such a string: quoted (`'...'`, `\'` inside) or a word.
+_CONNINFO_PASSWORD = re.compile(r"(?:^|\s)password\s*=\s*('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
+
 
 def is_db_url(path: str) -> bool:
     """Whether the database given is a PostgreSQL URL (not a SQLite file's path)."""
@@ -37,10 +47,35 @@ def other_url_scheme(path: str) -> str | None:
     return found.group()[:-3]
 
 
+def not_a_path(path: str) -> bool:
+    """Whether a database name is not a SQLite file's path: a PostgreSQL URL, or a name
+    `other_scheme_refusal` refuses (the command line never says "no database at" it)."""
+    return is_db_url(path) or other_scheme_refusal(path) is not None
+
+
+def _spaced_url(path: str) -> bool:
+    """A URL with white space before or after it (`" postgresql://..."`, a newline read
+    with it from a file): taken as it is, it would be a path, or a database's name."""
+    return path != path.strip() and _SCHEME.match(path.strip()) is not None
+
+
 def other_scheme_refusal(path: str) -> str | None:
-    """Why a URL of another scheme is refused, its passwords hidden (`cannot open URL: ...`);
-    None for a PostgreSQL URL or a path. One sentence wherever a database is named: the
-    store's open, the proxy's config (decision 0191)."""
+    """Why a database name that is neither a path nor a URL agentrt reads is refused, its
+    passwords hidden (`cannot open NAME: ...`): a URL of another scheme (decision 0191),
+    libpq's keyword=value string, a URL with white space around it (decision 0194); None
+    for a PostgreSQL URL or a path. One sentence wherever a database is named: the store's
+    open, the command line, the proxy's config, the test kit."""
+    if _spaced_url(path):
+        return (
+            f"cannot open {shown_db(path)}: the URL has white space before or after it: "
+            "give it without"
+        )
+    if _CONNINFO.match(path):
+        return (
+            f"cannot open {shown_db(path)}: agentrt does not read libpq's keyword=value "
+            "connection strings: write it as a postgresql:// URL (a SQLite file whose name "
+            "begins so is given as ./ and its name)"
+        )
     scheme = other_url_scheme(path)
     if scheme is None:
         return None
@@ -52,14 +87,19 @@ def other_scheme_refusal(path: str) -> str | None:
 
 
 def _is_url(path: str) -> bool:
-    """Whether `path` is written as a URL, of any scheme: its passwords are hidden."""
-    return _SCHEME.match(path) is not None
+    """Whether `path` is written as a URL, of any scheme (white space around it or not):
+    its passwords are hidden."""
+    return _SCHEME.match(path.strip()) is not None
 
 
 def _passwords(path: str) -> list[str]:
     """The passwords a URL holds (its user's and a `password=` parameter's), as written
     and percent-decoded, longest first; found by plain splitting, so that a URL urllib
-    refuses has them too. None for a path."""
+    refuses has them too; and a libpq keyword string's `password`. None for a path."""
+    if _CONNINFO.match(path):
+        found = [m.group(1) for m in _CONNINFO_PASSWORD.finditer(path)]
+        found += [w[1:-1] for w in found if len(w) > 1 and w[0] == w[-1] == "'"]
+        return sorted({w for w in found if w}, key=len, reverse=True)
     if not _is_url(path):
         return []
     _, _, rest = path.partition("://")
@@ -101,6 +141,8 @@ def _is_password(parameter: str) -> bool:
 def shown_db(path: str) -> str:
     """The database as it may be printed: a path as it is, a URL (of any scheme) with its
     password(s) `***`."""
+    if _CONNINFO.match(path) or _spaced_url(path):
+        return redact_db(path, path)  # hidden where they stand: nothing else is changed
     if not _is_url(path):
         return path
     if ambiguous_user(path):
@@ -161,6 +203,7 @@ __all__ = [
     "DEFAULT_SCHEMA",
     "HIDDEN",
     "is_db_url",
+    "not_a_path",
     "other_scheme_refusal",
     "other_url_scheme",
     "redact_db",

@@ -19,7 +19,7 @@ import os
 import re
 from typing import TYPE_CHECKING
 
-from .._db_url import other_url_scheme
+from .._db_url import not_a_path
 from .._errors import (
     AgentrtError,
     HardLinkError,
@@ -49,7 +49,7 @@ def open_db(args: argparse.Namespace, *, write: bool = False) -> Store:
     """The database this command was given, opened read-only unless `write`; refused in one
     sentence (`Refused`) when the store refuses it; never created."""
     path = db_path(args)
-    if not is_db_url(path) and other_url_scheme(path) is None and not os.path.lexists(path):
+    if not not_a_path(path) and not os.path.lexists(path):
         raise StoreError(
             f"no database at {path} (agentrt opens existing databases only and never creates one)"
         )
@@ -79,7 +79,7 @@ class Refused(Exception):
 
 def refusal_sentence(path: str, error: AgentrtError) -> str:
     """One sentence saying why the database at `path` was refused (a URL's password `***`)."""
-    if is_db_url(path) or other_url_scheme(path) is not None:
+    if not_a_path(path):
         return _url_refusal(path, error)
     if isinstance(error, SymlinkError):
         return (
