@@ -574,3 +574,64 @@ def test_a_close_returns_though_a_write_of_the_session_was_abandoned_with_its_lo
         assert store.verify_events().intact
     finally:
         failing.get_coro().close()  # the abandoned write, ended here (its loop is gone)
+
+
+def hold_next_group_then_make_it(store: agentrt.Store) -> tuple[threading.Event, threading.Event]:
+    """The store's next group commit held on its way in (before its transaction begins) until
+    `go`, then made as it would have been."""
+    entered, go = threading.Event(), threading.Event()
+    real: Callable[[Sequence[Any]], Any] = store.transactions
+    armed = [True]
+
+    def transactions(works: Sequence[Any]) -> Any:
+        if armed[0]:
+            armed[0] = False
+            entered.set()
+            assert go.wait(30)
+        return real(works)
+
+    store.transactions = transactions  # type: ignore[method-assign]
+    return entered, go
+
+
+def test_a_write_abandoned_with_its_loop_is_not_made_under_the_same_gates_newer_lease(
+    any_store: agentrt.Store,
+) -> None:
+    """A close does not wait for a write whose loop was closed under it (decision 0188), so
+    the run is this gate's to attach again while that write still waits in the store's
+    committer. The attach takes the lease over as the same owner (epoch 2) and claims
+    step 0 afresh; the abandoned write, made after, is the closed session's (epoch 1): it
+    must not be recorded under the newer lease (step 0 failed by a session that let go),
+    nor cost the newer session its claim."""
+    store = any_store
+    gate = make_gate(store, change_tool())
+    session = gate.begin_sync("its loop closed under a write")
+    run_id = session.run_id
+    step = session.step_sync()
+    assert step is not None
+    entered, go = hold_next_group_then_make_it(store)
+    theirs = asyncio.new_event_loop()
+    failing = theirs.create_task(step.fail(RuntimeError("the model is unreachable")))
+    try:
+        assert theirs.run_until_complete(theirs.run_in_executor(None, entered.wait, 30))
+        theirs.close()  # the consumer's loop, closed under the failure's commit
+        session.close_sync()  # not waiting for the abandoned write: the lease given back
+        assert store.lease(run_id).owner == ""
+        again, verdict = gate.attach_sync(run_id)  # the same gate: epoch 2, same owner
+        assert verdict is None
+        assert (store.lease(run_id).owner, store.lease(run_id).epoch) == (gate.lease_owner, 2)
+        written = event_types(store, run_id)
+        claimed = again.step_sync()
+        assert claimed is not None and claimed.index == 0
+        go.set()  # the abandoned write reaches the store now
+        committer = _session.committer_for(store)
+        committer.submit(lambda tx: None).result(30)  # it has been made (or refused) by now
+        assert event_types(store, run_id) == written
+        assert store.list_steps(run_id) == []
+        claimed.fail_sync(RuntimeError("the newer session's own failure"))
+        assert [(s.index, s.status) for s in store.list_steps(run_id)] == [(0, "failed")]
+        again.close_sync()
+        assert store.verify_events().intact
+    finally:
+        go.set()
+        failing.get_coro().close()  # the abandoned write, ended here (its loop is gone)

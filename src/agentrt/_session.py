@@ -872,6 +872,16 @@ class RunSession:
                 f"run {self.run_id} is now leased by {lease.owner!r}; "
                 "this loop stopped before its next side effect"
             )
+        if lease.epoch != self.epoch:
+            # This owner's, but granted since this session's (the same gate or driver took
+            # the run again once this session let go, say while a write of it abandoned with
+            # its event loop still waited in the committer): not this session's to write
+            # under (decision XXXX).
+            raise LeaseLostError(
+                f"run {self.run_id} is now leased by {lease.owner!r} at epoch {lease.epoch}, "
+                f"granted since this session's lease (epoch {self.epoch}); this loop stopped "
+                "before its next side effect"
+            )
         # An expiry nobody can read is not provably live.
         if side_effect and not lease.live_at(tx.lease_now(self.config.wall)):
             raise LeaseLostError(
