@@ -20,7 +20,9 @@ Each race is made at will: a thread or a write held at the point the race needs.
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -635,3 +637,48 @@ def test_a_write_abandoned_with_its_loop_is_not_made_under_the_same_gates_newer_
     finally:
         go.set()
         failing.get_coro().close()  # the abandoned write, ended here (its loop is gone)
+
+
+def test_a_write_abandoned_with_its_loop_collected_while_its_session_is_locked_is_not_a_deadlock(
+    any_store: agentrt.Store,
+) -> None:
+    """The coroutine of a write abandoned with its loop is closed when the cycle collector
+    finds it, on whatever thread allocates then: one that holds the session's `_settling`
+    lock at that moment (a close looking at the writes in flight, a write counting itself)
+    must not wait for that lock a second time, for ever. The collection is made here under
+    the lock, as one may come at any allocation made under it."""
+    store = any_store
+    gate = make_gate(store, change_tool())
+    session = gate.begin_sync("its loop closed under a write, then collected")
+    rs = session._rs
+    step = session.step_sync()
+    assert step is not None
+    gc.disable()  # the collection comes where the test makes it, not before
+    try:
+        entered, go = hold_next_group(store)
+        theirs = asyncio.new_event_loop()
+        failing = theirs.create_task(step.fail(RuntimeError("the model is unreachable")))
+        assert theirs.run_until_complete(theirs.run_in_executor(None, entered.wait, 30))
+        theirs.close()  # the consumer's loop, closed under the failure's commit
+        go.set()
+        _session.committer_for(store).submit(lambda tx: None).result(30)  # the refusal was given
+        task = weakref.ref(failing)
+        del failing, step
+        assert task() is not None  # not collected yet
+        collected = threading.Event()
+
+        def collect_under_the_lock() -> None:
+            with rs._settling:
+                gc.collect()
+            collected.set()
+
+        threading.Thread(target=collect_under_the_lock, daemon=True).start()
+        assert collected.wait(10), "the collected write waited for a lock its own thread held"
+        assert task() is None  # collected there
+    finally:
+        gc.enable()
+    # The refused failure's kept claim, handed back when its coroutine was closed: the close
+    # records the step open (`deciding`), as any open step, and gives the lease back.
+    session.close_sync()
+    assert store.lease(session.run_id).owner == ""
+    assert [(s.index, s.status) for s in store.list_steps(session.run_id)] == [(0, "deciding")]
