@@ -682,3 +682,72 @@ def test_a_write_abandoned_with_its_loop_collected_while_its_session_is_locked_i
     session.close_sync()
     assert store.lease(session.run_id).owner == ""
     assert [(s.index, s.status) for s in store.list_steps(session.run_id)] == [(0, "deciding")]
+
+
+def test_two_claims_on_two_threads_at_once_one_is_refused(
+    any_store: agentrt.Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Blocking code: `step_sync` on two threads of one session at once, both come to the
+    session's lock before either took it. One step is open at a time: the
+    second claim is refused, nothing changed; the first claims step 0 and goes on (two claims
+    of step 0 kept for one commit would refuse every commit of the session after)."""
+    store = any_store
+    session = make_gate(store, change_tool()).begin_sync("claimed twice at once")
+    claim = _step.begin_step
+    second_ended = threading.Event()
+    claimers: list[str] = []
+
+    class BothAtTheLock:
+        """The session's close lock, first taken by each claim once both have come to it."""
+
+        def __init__(self, lock: Any) -> None:
+            self.lock, self.met, self.come = lock, threading.Barrier(2, timeout=10), set()
+
+        def __enter__(self) -> None:
+            name = threading.current_thread().name
+            if name in ("a", "b") and name not in self.come:
+                self.come.add(name)
+                self.met.wait()
+            self.lock.acquire()
+
+        def __exit__(self, *exc: object) -> None:
+            self.lock.release()
+
+    async def first_held(rs: Any, *, read_first: bool) -> Any:
+        claimers.append(threading.current_thread().name)
+        if len(claimers) == 1:  # the first claim is decided once the second has ended
+            assert await asyncio.to_thread(second_ended.wait, 10)
+        return await claim(rs, read_first=read_first)
+
+    monkeypatch.setattr(session, "_close_lock", BothAtTheLock(session._close_lock))
+    monkeypatch.setattr(_step, "begin_step", first_held)
+    outcomes: dict[str, object] = {}
+
+    def claiming() -> None:
+        try:
+            outcomes[threading.current_thread().name] = session.step_sync()
+        except agentrt.RunStateError as refused:
+            outcomes[threading.current_thread().name] = refused
+            second_ended.set()
+        else:
+            if len(outcomes) == 1:
+                second_ended.set()
+
+    threads = [threading.Thread(target=claiming, name=name) for name in ("a", "b")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert len(claimers) == 1
+    [first] = claimers
+    [second] = {"a", "b"} - {first}
+    refused, claimed = outcomes[second], outcomes[first]
+    assert isinstance(refused, agentrt.RunStateError)
+    assert str(refused) == (
+        f"a step of run {session.run_id} is being claimed by another call; one open step at a time"
+    )
+    assert isinstance(claimed, agentrt.GateStep) and claimed.index == 0
+    monkeypatch.undo()
+    claimed.fail_sync(RuntimeError("the model is unreachable"))
+    assert [(s.index, s.status) for s in store.list_steps(session.run_id)] == [(0, "failed")]
+    session.close_sync()
