@@ -20,7 +20,9 @@ Each race is made at will: a thread or a write held at the point the race needs.
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -574,3 +576,178 @@ def test_a_close_returns_though_a_write_of_the_session_was_abandoned_with_its_lo
         assert store.verify_events().intact
     finally:
         failing.get_coro().close()  # the abandoned write, ended here (its loop is gone)
+
+
+def hold_next_group_then_make_it(store: agentrt.Store) -> tuple[threading.Event, threading.Event]:
+    """The store's next group commit held on its way in (before its transaction begins) until
+    `go`, then made as it would have been."""
+    entered, go = threading.Event(), threading.Event()
+    real: Callable[[Sequence[Any]], Any] = store.transactions
+    armed = [True]
+
+    def transactions(works: Sequence[Any]) -> Any:
+        if armed[0]:
+            armed[0] = False
+            entered.set()
+            assert go.wait(30)
+        return real(works)
+
+    store.transactions = transactions  # type: ignore[method-assign]
+    return entered, go
+
+
+def test_a_write_abandoned_with_its_loop_is_not_made_under_the_same_gates_newer_lease(
+    any_store: agentrt.Store,
+) -> None:
+    """A close does not wait for a write whose loop was closed under it (decision 0188), so
+    the run is this gate's to attach again while that write still waits in the store's
+    committer. The attach takes the lease over as the same owner (epoch 2) and claims
+    step 0 afresh; the abandoned write, made after, is the closed session's (epoch 1): it
+    must not be recorded under the newer lease (step 0 failed by a session that let go),
+    nor cost the newer session its claim."""
+    store = any_store
+    gate = make_gate(store, change_tool())
+    session = gate.begin_sync("its loop closed under a write")
+    run_id = session.run_id
+    step = session.step_sync()
+    assert step is not None
+    entered, go = hold_next_group_then_make_it(store)
+    theirs = asyncio.new_event_loop()
+    failing = theirs.create_task(step.fail(RuntimeError("the model is unreachable")))
+    try:
+        assert theirs.run_until_complete(theirs.run_in_executor(None, entered.wait, 30))
+        theirs.close()  # the consumer's loop, closed under the failure's commit
+        session.close_sync()  # not waiting for the abandoned write: the lease given back
+        assert store.lease(run_id).owner == ""
+        again, verdict = gate.attach_sync(run_id)  # the same gate: epoch 2, same owner
+        assert verdict is None
+        assert (store.lease(run_id).owner, store.lease(run_id).epoch) == (gate.lease_owner, 2)
+        written = event_types(store, run_id)
+        claimed = again.step_sync()
+        assert claimed is not None and claimed.index == 0
+        go.set()  # the abandoned write reaches the store now
+        committer = _session.committer_for(store)
+        committer.submit(lambda tx: None).result(30)  # it has been made (or refused) by now
+        assert event_types(store, run_id) == written
+        assert store.list_steps(run_id) == []
+        claimed.fail_sync(RuntimeError("the newer session's own failure"))
+        assert [(s.index, s.status) for s in store.list_steps(run_id)] == [(0, "failed")]
+        again.close_sync()
+        assert store.verify_events().intact
+    finally:
+        go.set()
+        failing.get_coro().close()  # the abandoned write, ended here (its loop is gone)
+
+
+def test_a_write_abandoned_with_its_loop_collected_while_its_session_is_locked_is_not_a_deadlock(
+    any_store: agentrt.Store,
+) -> None:
+    """The coroutine of a write abandoned with its loop is closed when the cycle collector
+    finds it, on whatever thread allocates then: one that holds the session's `_settling`
+    lock at that moment (a close looking at the writes in flight, a write counting itself)
+    must not wait for that lock a second time, for ever. The collection is made here under
+    the lock, as one may come at any allocation made under it."""
+    store = any_store
+    gate = make_gate(store, change_tool())
+    session = gate.begin_sync("its loop closed under a write, then collected")
+    rs = session._rs
+    step = session.step_sync()
+    assert step is not None
+    gc.disable()  # the collection comes where the test makes it, not before
+    try:
+        entered, go = hold_next_group(store)
+        theirs = asyncio.new_event_loop()
+        failing = theirs.create_task(step.fail(RuntimeError("the model is unreachable")))
+        assert theirs.run_until_complete(theirs.run_in_executor(None, entered.wait, 30))
+        theirs.close()  # the consumer's loop, closed under the failure's commit
+        go.set()
+        _session.committer_for(store).submit(lambda tx: None).result(30)  # the refusal was given
+        task = weakref.ref(failing)
+        del failing, step
+        assert task() is not None  # not collected yet
+        collected = threading.Event()
+
+        def collect_under_the_lock() -> None:
+            with rs._settling:
+                gc.collect()
+            collected.set()
+
+        threading.Thread(target=collect_under_the_lock, daemon=True).start()
+        assert collected.wait(10), "the collected write waited for a lock its own thread held"
+        assert task() is None  # collected there
+    finally:
+        gc.enable()
+    # The refused failure's kept claim, handed back when its coroutine was closed: the close
+    # records the step open (`deciding`), as any open step, and gives the lease back.
+    session.close_sync()
+    assert store.lease(session.run_id).owner == ""
+    assert [(s.index, s.status) for s in store.list_steps(session.run_id)] == [(0, "deciding")]
+
+
+def test_two_claims_on_two_threads_at_once_one_is_refused(
+    any_store: agentrt.Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Blocking code: `step_sync` on two threads of one session at once, both come to the
+    session's lock before either took it. One step is open at a time: the
+    second claim is refused, nothing changed; the first claims step 0 and goes on (two claims
+    of step 0 kept for one commit would refuse every commit of the session after)."""
+    store = any_store
+    session = make_gate(store, change_tool()).begin_sync("claimed twice at once")
+    claim = _step.begin_step
+    second_ended = threading.Event()
+    claimers: list[str] = []
+
+    class BothAtTheLock:
+        """The session's close lock, first taken by each claim once both have come to it."""
+
+        def __init__(self, lock: Any) -> None:
+            self.lock, self.met, self.come = lock, threading.Barrier(2, timeout=10), set()
+
+        def __enter__(self) -> None:
+            name = threading.current_thread().name
+            if name in ("a", "b") and name not in self.come:
+                self.come.add(name)
+                self.met.wait()
+            self.lock.acquire()
+
+        def __exit__(self, *exc: object) -> None:
+            self.lock.release()
+
+    async def first_held(rs: Any, *, read_first: bool) -> Any:
+        claimers.append(threading.current_thread().name)
+        if len(claimers) == 1:  # the first claim is decided once the second has ended
+            assert await asyncio.to_thread(second_ended.wait, 10)
+        return await claim(rs, read_first=read_first)
+
+    monkeypatch.setattr(session, "_close_lock", BothAtTheLock(session._close_lock))
+    monkeypatch.setattr(_step, "begin_step", first_held)
+    outcomes: dict[str, object] = {}
+
+    def claiming() -> None:
+        try:
+            outcomes[threading.current_thread().name] = session.step_sync()
+        except agentrt.RunStateError as refused:
+            outcomes[threading.current_thread().name] = refused
+            second_ended.set()
+        else:
+            if len(outcomes) == 1:
+                second_ended.set()
+
+    threads = [threading.Thread(target=claiming, name=name) for name in ("a", "b")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert len(claimers) == 1
+    [first] = claimers
+    [second] = {"a", "b"} - {first}
+    refused, claimed = outcomes[second], outcomes[first]
+    assert isinstance(refused, agentrt.RunStateError)
+    assert str(refused) == (
+        f"a step of run {session.run_id} is being claimed by another call; one open step at a time"
+    )
+    assert isinstance(claimed, agentrt.GateStep) and claimed.index == 0
+    monkeypatch.undo()
+    claimed.fail_sync(RuntimeError("the model is unreachable"))
+    assert [(s.index, s.status) for s in store.list_steps(session.run_id)] == [(0, "failed")]
+    session.close_sync()

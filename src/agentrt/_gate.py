@@ -643,6 +643,45 @@ class GateSession:
         return await self._claim(read_first=True)
 
     async def _claim(self, *, read_first: bool) -> GateStep | None:
+        # Under the close lock, as `execute` counts itself: a close (from this loop or
+        # another thread) either comes after the claim is decided, and commits it as an
+        # open step (`LEFT_OPEN`), or finds it being claimed and commits none of it. So is
+        # a second claim on another thread: it finds this one marked, or its open step.
+        with self._close_lock:
+            self._claimable()
+            self._claiming = True
+        step: Step | None = None
+        closed = False
+        opened: GateStep | None = None
+        try:
+            step = await _step.begin_step(self._rs, read_first=read_first)
+        except LeaseLostError:
+            if self._closed:
+                raise self._closed_while_claiming() from None
+            raise
+        finally:
+            with self._close_lock:
+                self._claiming = False
+                closed = self._closed
+                if closed:
+                    # Closed while the claim was made: that close gives the lease back and
+                    # commits nothing the session kept (`_claim_cut`), so the claim (kept for
+                    # the step's first commit) is never written.
+                    self._rs.forget_deferred()
+                elif step is not None:
+                    # Open before the mark is taken back: a claim on another thread then
+                    # finds the step open.
+                    self._open = opened = GateStep(self, step, self._caller(step))
+        if closed and step is not None:
+            raise self._closed_while_claiming()
+        if opened is None:
+            self._settle_if_done()
+            return None
+        return opened
+
+    def _claimable(self) -> None:
+        """Refuse a claim now (under the close lock): closed, a step open or being claimed, a
+        tool running, the run not RUNNING or its lease not held."""
         self._usable()
         open_step = self.current()
         if open_step is not None and open_step._refused:
@@ -668,35 +707,6 @@ class GateSession:
             )
         self._running()
         self._lease_held()
-        # Under the close lock, as `execute` counts itself: a close (from this loop or
-        # another thread) either comes after the claim is decided, and commits it as an
-        # open step (`LEFT_OPEN`), or finds it being claimed and commits none of it.
-        with self._close_lock:
-            self._usable()
-            self._claiming = True
-        closed = False
-        try:
-            step = await _step.begin_step(self._rs, read_first=read_first)
-        except LeaseLostError:
-            if self._closed:
-                raise self._closed_while_claiming() from None
-            raise
-        finally:
-            with self._close_lock:
-                self._claiming = False
-                closed = self._closed
-                if closed:
-                    # Closed while the claim was made: that close gives the lease back and
-                    # commits nothing the session kept (`_claim_cut`), so the claim (kept for
-                    # the step's first commit) is never written.
-                    self._rs.forget_deferred()
-        if closed and step is not None:
-            raise self._closed_while_claiming()
-        if step is None:
-            self._settle_if_done()
-            return None
-        self._open = GateStep(self, step, self._caller(step))
-        return self._open
 
     def _closed_while_claiming(self) -> SessionClosedError:
         return SessionClosedError(

@@ -557,15 +557,25 @@ class RunSession:
 
     def _count_out(self, flight: _InFlight, inside: contextvars.Token[_InFlight | None]) -> None:
         """The write ended: wake a close that waits for the last one."""
-        # Not in its context when the write is closed from outside it (its loop gone, the
-        # coroutine collected): nothing of that context to put back.
-        with contextlib.suppress(ValueError):
+        try:
             _WRITING.reset(inside)
-        with self._settling:
+        except ValueError:
+            # Closed from outside its context (its loop gone, the coroutine collected): by the
+            # cycle collector, on any thread, maybe one holding `_settling` at that moment (an
+            # allocation made under it). That lock is not waited for: when it is held, the
+            # write is left to the next look at the writes in flight, which drops it as
+            # abandoned (its loop is closed).
+            if not self._settling.acquire(blocking=False):
+                return
+        else:
+            self._settling.acquire()
+        try:
             self._writes_in_flight.discard(flight)
             waiters: list[asyncio.Future[None]] = []
             if not self._writes_in_flight and self._settle_waiters:
                 waiters, self._settle_waiters = self._settle_waiters, []
+        finally:
+            self._settling.release()
         for waiter in waiters:
             _wake(waiter)
 
@@ -871,6 +881,16 @@ class RunSession:
             raise LeaseLostError(
                 f"run {self.run_id} is now leased by {lease.owner!r}; "
                 "this loop stopped before its next side effect"
+            )
+        if lease.epoch != self.epoch:
+            # This owner's, but granted since this session's (the same gate or driver took
+            # the run again once this session let go, say while a write of it abandoned with
+            # its event loop still waited in the committer): not this session's to write
+            # under (decision XXXX).
+            raise LeaseLostError(
+                f"run {self.run_id} is now leased by {lease.owner!r} at epoch {lease.epoch}, "
+                f"granted since this session's lease (epoch {self.epoch}); this loop stopped "
+                "before its next side effect"
             )
         # An expiry nobody can read is not provably live.
         if side_effect and not lease.live_at(tx.lease_now(self.config.wall)):
