@@ -886,7 +886,7 @@ class RunSession:
             # This owner's, but granted since this session's (the same gate or driver took
             # the run again once this session let go, say while a write of it abandoned with
             # its event loop still waited in the committer): not this session's to write
-            # under (decision XXXX).
+            # under (decision 0195).
             raise LeaseLostError(
                 f"run {self.run_id} is now leased by {lease.owner!r} at epoch {lease.epoch}, "
                 f"granted since this session's lease (epoch {self.epoch}); this loop stopped "
