@@ -152,12 +152,12 @@ def test_the_leases_of_a_page_are_read_in_one_read_and_not_at_all_without_a_runn
             statements.append(sql)
             return real(sql, params)
 
-        store._query = counted  # type: ignore[method-assign]
+        store._query = counted
         page = run_page(store, limit=10)
         leases = [s for s in statements if "lease_owner" in s]
         statements.clear()
         done = run_page(store, limit=10, status="COMPLETED")
-        store._query = real  # type: ignore[method-assign]
+        store._query = real
     assert len(leases) == 1
     assert sorted(str(s.lease.state) for s in page.runs if s.lease is not None) == [
         "held",
