@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -145,7 +146,8 @@ async def main(db: Path) -> None:
     store.close()
 
 
-if __name__ == "__main__":
+def cli() -> int:
+    """The example from the command line."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--db", type=Path, default=None)
     args = parser.parse_args()
@@ -160,9 +162,20 @@ if __name__ == "__main__":
     if args.db is None:
         with tempfile.TemporaryDirectory() as tmp:
             asyncio.run(main(Path(tmp) / "own_loop.db"))
-    else:
-        try:  # a file that is not a database: one sentence, no traceback
-            agentrt.open_store(args.db).close()
-        except agentrt.StoreError as exc:
-            parser.exit(2, f"{parser.prog}: --db {args.db}: {exc}\n")
-        asyncio.run(main(args.db))
+        return 0
+    try:  # a file that is not a database: one sentence, no traceback
+        agentrt.open_store(args.db).close()
+    except agentrt.StoreError as exc:
+        parser.exit(2, f"{parser.prog}: --db {args.db}: {exc}\n")
+    asyncio.run(main(args.db))
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        code = cli()
+        sys.stdout.flush()  # here, not at exit: a reader gone away is met below
+    except BrokenPipeError:  # `| head -1`: end quietly, with status 1 as Python's docs do
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        code = 1
+    sys.exit(code)

@@ -18,6 +18,7 @@ line is `agentrt recheck --all --since T --policy module:attr`, run here too.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 from datetime import UTC, datetime, timedelta
@@ -147,10 +148,19 @@ def main(argv: list[str] | None = None) -> int:
     print("\nthe same from the command line (differences first, exit 1 when any differ):")
     since = START.strftime("%Y-%m-%d")
     command = ["--db", str(db), "recheck", "--all", "--since", since]
+    # A reader gone away (`| head -1`) is met here, not by the command, whose exit 1 for
+    # it could not be told from its exit 1 for a difference.
+    sys.stdout.flush()
     code = agentrt_command([*command, "--policy", "__main__:tightened"])
     print(f"exit status {code}")
     return 0 if code == 1 and changed == ["refund order 23"] else 1
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        code = main()
+        sys.stdout.flush()  # here, not at exit: a reader gone away is met below
+    except BrokenPipeError:  # `| head -1`: end quietly, with status 1 as Python's docs do
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        code = 1
+    sys.exit(code)

@@ -160,6 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     # The database reaches the second process in its environment, not its command line
     # (which any user of the host may list, and a URL may hold a password).
     again = ["--workdir", str(workdir), "--approve-and-resume", run.id]
+    sys.stdout.flush()  # piped, this process's lines would come out after the second's
     second = subprocess.run(
         [sys.executable, __file__, *again], env={**os.environ, "AGENTRT_DB": db}, check=False
     )
@@ -177,4 +178,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        code = main()
+        sys.stdout.flush()  # here, not at exit: a reader gone away is met below
+    except BrokenPipeError:  # `| head -1`: end quietly, with status 1 as Python's docs do
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        code = 1
+    sys.exit(code)

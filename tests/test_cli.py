@@ -227,12 +227,12 @@ def test_runs_prints_runs_newest_first_with_totals_and_the_waiting_approval(
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
     assert result.stdout.splitlines() == [
-        "RUN                               STATUS                ORIGIN  REASON          STEPS  "
-        "MODEL CALLS  TOKENS       COST  WAITING               GOAL",
-        f"{second.id}  COMPLETED             driver  goal_completed      1            0       0  "
-        "$0.000000  -                     second",
-        f"{first.id}  WAITING_FOR_APPROVAL  driver  -                   2            0       0  "
-        "$0.000000  remote_mutation send  first",
+        "RUN                               STATUS                LEASE  ORIGIN  REASON          "
+        "STEPS  MODEL CALLS  TOKENS       COST  WAITING               GOAL",
+        f"{second.id}  COMPLETED             -      driver  goal_completed      1            0  "
+        "     0  $0.000000  -                     second",
+        f"{first.id}  WAITING_FOR_APPROVAL  -      driver  -                   2            0  "
+        "     0  $0.000000  remote_mutation send  first",
         "runs 1-2 of 2, newest first",
     ]
 

@@ -278,8 +278,9 @@ def test_a_schema_with_no_store_is_refused_never_created(
     code, out, err = cli(capsys, "--db", url, "runs")
     assert (code, out) == (1, "")
     assert err == (
-        f"agentrt: refusing {with_password(pg_url, '***')}: the database has no agentrt "
-        "schema (open it with open_store to create one)\n"
+        f"agentrt: refusing {with_password(pg_url, '***')}: this schema holds no agentrt "
+        "record (perhaps the URL is not the one you meant); to create a record, give "
+        "open_store a URL whose schema= names a new schema\n"
     )
 
 

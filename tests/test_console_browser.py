@@ -573,3 +573,34 @@ def test_digits_after_a_right_to_left_letter_are_shown_in_the_order_they_are_has
         assert laid_out, f"{selector}: no cell holds the value"
         for xs in laid_out:
             assert xs == sorted(xs), f"{selector}: the groups laid out at x={xs}"
+
+
+def test_a_killed_runs_gone_process_is_seen_on_the_list_and_its_page_even_on_a_phone(
+    db_path: Path, page: Any
+) -> None:
+    """Decision XXXX: a run killed mid-call is no longer plain "running"; the owner's name
+    (the consumer's text, here hostile and long) is inert and wraps on a phone."""
+    from test_console_lease import killed_run
+
+    run_id = killed_run(str(db_path), HOSTILE * 3)
+    with console(db_path) as c:
+        for width in (1200, 390):
+            page.set_viewport_size({"width": width, "height": 900})
+            page.goto(c.url)
+            mark = page.locator(f'tr:has(a[href="/runs/{run_id}"]) .lease')
+            expect(mark).to_have_text("process gone")
+            expect(mark).to_be_visible()
+            assert page.evaluate("document.documentElement.scrollWidth") <= width
+            page.goto(f"{c.url}runs/{run_id}")
+            said = page.locator("#live-summary .notice.lease")
+            expect(said).to_be_visible()
+            text = said.inner_text()
+            assert text.startswith("Lease: held by <script>window.__pwned = 1</script>")
+            assert "but its process is gone (pid " in text
+            assert text.endswith("a resume takes the run over at once.")
+            for raw in ("\u202e", "\u200b", "\x1b"):
+                assert raw not in text
+            assert page.evaluate("window.__pwned") is None
+            assert page.locator("main script, main img, main style").count() == 0
+            assert page.evaluate("document.documentElement.scrollWidth") <= width
+    assert page.errors == []

@@ -110,7 +110,7 @@ def test_open_existing_refuses_a_file_without_the_schema(db: Path) -> None:
     conn.execute("CREATE TABLE other (x)")
     conn.close()
     db.chmod(0o600)
-    with pytest.raises(SchemaVersionError, match="no agentrt schema"):
+    with pytest.raises(SchemaVersionError, match="holds no agentrt record"):
         open_existing(db)
     assert applied_tables(db) == ["other"]
 

@@ -1,7 +1,8 @@
 """Read models for operators: run and step summaries, waiting approvals, the approval meant.
 
 Everything here reads bounded pages: a page of runs with the approvals they wait
-on (fetched for the whole page in one query, never one query per run), a page of
+on and who holds each RUNNING one (each fetched for the whole page in one query,
+never one query per run), a page of
 one run's steps, the pending approvals of one run, and the newest pending
 approvals of all runs. Nothing here writes.
 
@@ -42,6 +43,7 @@ from ._records import (
     Approval,
     ApprovalStatus,
     DecisionKind,
+    Lease,
     Observation,
     PolicyDecision,
     PolicyOutcome,
@@ -118,6 +120,8 @@ class RunSummary:
 
     run: Run
     waiting: tuple[WaitingApproval, ...] = ()
+    lease: LeaseView | None = None
+    """Who holds the run, judged when it was read: None unless it is RUNNING."""
 
     @property
     def tokens(self) -> int:
@@ -128,6 +132,7 @@ class RunSummary:
         out = run_json(self.run)
         out["tokens"] = self.tokens
         out["waiting"] = [w.to_json() for w in self.waiting]
+        out["lease"] = None if self.lease is None else self.lease.to_json()
         return out
 
 
@@ -419,15 +424,19 @@ def run_page(
     limit: int = RUN_PAGE_DEFAULT,
     offset: int = 0,
     status: str | None = None,
+    wall: Callable[[], datetime] | None = None,
 ) -> RunPage:
-    """A page of runs, newest first, with the approvals each waits on (2 queries and a count)."""
+    """A page of runs, newest first, with the approvals each waits on and who holds each
+    RUNNING one (`lease_views`): 2 queries and a count, and, when the page holds a RUNNING
+    run, one read of their leases and one of the lease clock."""
     _check_page(limit, offset, RUN_PAGE_MAX)
     if status is not None:
         status = str(RunStatus(status))
     runs = store.list_runs(limit, offset, status, cap=LIST_TEXT_CAP)
     waiting = waiting_approvals(store, [r.id for r in runs])
+    leases = lease_views(store, runs, wall=wall or _utc_now)
     return RunPage(
-        runs=tuple(RunSummary(r, tuple(waiting.get(r.id, ()))) for r in runs),
+        runs=tuple(RunSummary(r, tuple(waiting.get(r.id, ())), leases.get(r.id)) for r in runs),
         total=store.count_runs(status),
         offset=offset,
         limit=limit,
@@ -459,8 +468,10 @@ def run_detail(
     *,
     step_limit: int = STEP_PAGE_DEFAULT,
     step_offset: int | None = None,
+    wall: Callable[[], datetime] | None = None,
 ) -> RunDetail:
-    """The run, the approvals it waits on, and one page of its steps. NotFoundError if none."""
+    """The run, the approvals it waits on, who holds it if it is RUNNING (`lease_view`), and
+    one page of its steps. NotFoundError if none."""
     run = store.get_run(run_id, cap=TEXT_CAP)
     waiting = tuple(store.pending_approvals(run_id))
     summary = RunSummary(
@@ -477,6 +488,7 @@ def run_detail(
             )
             for a in waiting
         ),
+        lease_view(store, run, wall=wall or _utc_now),
     )
     return RunDetail(
         summary=summary,
@@ -645,8 +657,36 @@ def lease_view(
     lease = store.lease(run.id)
     if not lease.owner:
         return LeaseView("", "", "none")
+    return _judged(lease, store.lease_now(wall))
+
+
+def lease_views(
+    store: Store, runs: Sequence[Run], *, wall: Callable[[], datetime] = _utc_now
+) -> dict[str, LeaseView]:
+    """`lease_view` of each RUNNING run of `runs` (a page of them), by run id: their leases
+    in one read (`Store.leases_of`) and the lease clock read once, none of either when no
+    run is RUNNING or nobody holds any. Runs of other statuses are left out."""
+    running = [r.id for r in runs if r.status == RunStatus.RUNNING]
+    if not running:
+        return {}
+    if len(running) > RUN_PAGE_MAX:
+        raise ValueError(f"at most {RUN_PAGE_MAX} runs at a time")
+    leases = store.leases_of(running)
+    now = store.lease_now(wall) if any(lease.owner for lease in leases.values()) else None
+    found: dict[str, LeaseView] = {}
+    for run_id, lease in leases.items():
+        if not lease.owner or now is None:
+            found[run_id] = LeaseView("", "", "none")
+        else:
+            found[run_id] = _judged(lease, now)
+    return found
+
+
+def _judged(lease: Lease, now: datetime) -> LeaseView:
+    """A held lease judged at `now` (the store's lease clock): lapsed, its process provably
+    gone from this host (`prove_dead`), or held."""
     until = format_time(lease.expires_at)
-    if lease.expires_at is not None and lease.expires_at <= store.lease_now(wall):
+    if lease.expires_at is not None and lease.expires_at <= now:
         return LeaseView(lease.owner, until, "lapsed")
     proof = prove_dead(json.dumps(dict(lease.holder))) if lease.holder else None
     if proof is not None:
@@ -706,6 +746,7 @@ __all__ = [
     "format_duration",
     "last_decided",
     "lease_view",
+    "lease_views",
     "observation_summary",
     "pending_page",
     "policy_summary",

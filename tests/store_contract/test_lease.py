@@ -35,6 +35,7 @@ from .world import (
 )
 
 TTL = timedelta(seconds=30)
+FAR_AS_HELD = datetime.max.replace(tzinfo=UTC)  # an expiry nobody can date
 WALL = wall_at(EPOCH)
 
 
@@ -290,3 +291,31 @@ def test_an_unreadable_lease_expiry_or_owner_reads_as_held_never_as_free(
         assert renewer.renew("r1", OWNER, TTL) is False
     finally:
         renewer.close()
+
+
+def test_the_leases_of_a_page_of_runs_are_read_together_as_each_alone_reads(
+    backend: Backend,
+) -> None:
+    """`leases_of`: how a list of runs says who holds each RUNNING one (decision XXXX)
+    without a read per run; a run that does not exist is left out, none named reads none."""
+    store = backend.open()
+    new_run(store, "r1", expires=EPOCH)
+    new_run(store, "r2", owner="other/1")
+    new_run(store, "r3")
+    with store.transaction() as tx:
+        assert tx.release_lease("r3", OWNER, epoch=1) is True
+    leases = store.leases_of(["r3", "r1", "nope", "r2"])
+    assert leases == {run_id: store.lease(run_id) for run_id in ("r1", "r2", "r3")}
+    assert (leases["r1"].owner, leases["r1"].expires_at, leases["r1"].epoch) == (OWNER, EPOCH, 1)
+    assert leases["r1"].holder == {"host": "contract"}
+    assert leases["r2"].owner == "other/1" and leases["r3"].owner == ""
+    assert store.leases_of([]) == {}
+    if not backend.holds_bytes:  # PostgreSQL refuses such bytes at the door
+        return
+    # An owner or expiry that will not read is held, as `lease` reads it (never "nobody").
+    tamper = backend.tamper(store)
+    assert tamper.write_bytes("runs", "r2", "lease_owner", b"\xffother") == 1
+    assert tamper.write_bytes("runs", "r2", "lease_expires_at", b"\xff") == 1
+    unreadable = store.leases_of(["r2"])
+    assert unreadable == {"r2": store.lease("r2")}
+    assert unreadable["r2"].owner != "" and unreadable["r2"].expires_at == FAR_AS_HELD

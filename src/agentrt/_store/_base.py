@@ -569,6 +569,10 @@ class Store(Protocol):
     def lease(self, run_id: str) -> Lease:
         """The run's lease: owner `''` and `expires_at` None when nobody holds it."""
 
+    def leases_of(self, run_ids: Sequence[str]) -> dict[str, Lease]:
+        """The leases of the runs named, in one read, as `lease` reads each (a page of runs
+        judged together); a run that does not exist is left out."""
+
     def tool_spec(self, hash: str) -> ToolSpec | None:
         """The stored spec with this hash, None if none; StoreError if it will not decode."""
 

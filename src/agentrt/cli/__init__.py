@@ -42,7 +42,22 @@ from ._parser import NO_RESUME, build_parser, command_index
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line `argv` (default: `sys.argv[1:]`); returns the exit status."""
+    """Run the command line `argv` (default: `sys.argv[1:]`); returns the exit status.
+
+    A reader that went away (`agentrt runs | head -1`) ends it quietly with status 1
+    (decision XXXX): met while the command writes, or at the flush after it, which is
+    made here so that the interpreter's own flush at exit has nothing left to fail on."""
+    try:
+        code = _main(argv)
+        if sys.stdout is not None:
+            sys.stdout.flush()
+        return code
+    except BrokenPipeError:
+        _silence_stdout()
+        return EXIT_ERROR
+
+
+def _main(argv: Sequence[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if sys.stderr is None:  # started with its stderr closed: errors go nowhere, not a crash
         sys.stderr = open(os.devnull, "w")  # noqa: SIM115 (for the life of the process)

@@ -170,6 +170,7 @@ def cmd_runs(args: argparse.Namespace, out: Output) -> int:
         [
             shown(s.run.id),
             shown(s.run.status),
+            "-" if s.lease is None else s.lease.state,
             shown(s.run.origin),
             shown(_reason_cell(s.run.reason)),
             number(s.run.step_count),
@@ -185,6 +186,7 @@ def cmd_runs(args: argparse.Namespace, out: Output) -> int:
         [
             "RUN",
             "STATUS",
+            "LEASE",
             "ORIGIN",
             "REASON",
             "STEPS",
@@ -195,8 +197,8 @@ def cmd_runs(args: argparse.Namespace, out: Output) -> int:
             "GOAL",
         ],
         rows,
-        right=frozenset({4, 5, 6, 7}),
-        flex=9,
+        right=frozenset({5, 6, 7, 8}),
+        flex=10,
     )
     first, last = page.offset + 1, page.offset + len(page.runs)
     footer = f"runs {first}-{last} of {page.total}{which}, newest first"
@@ -208,6 +210,11 @@ def cmd_runs(args: argparse.Namespace, out: Output) -> int:
             words += ["--status", arg(page.status)]
         footer += f"; next page: {again(args, *words)}"
     out.hint(footer)
+    if any(s.lease is not None and s.lease.state != "held" for s in page.runs):
+        out.hint(
+            "LEASE owner_gone, lapsed or none: no live process holds the run, and its "
+            f"program's resume takes it over; who held it: {again(args, 'show', 'RUN')}"
+        )
     return EXIT_OK
 
 
@@ -261,7 +268,7 @@ def cmd_show(args: argparse.Namespace, out: Output) -> int:
     with open_db(args) as store:
         run_id = view.resolve_run_id(store, args.run)
         detail = view.run_detail(store, run_id, step_limit=args.limit, step_offset=args.offset)
-        lease = view.lease_view(store, detail.summary.run)
+    lease = detail.summary.lease
     run = detail.summary.run
     steps = detail.steps
     if out.json:

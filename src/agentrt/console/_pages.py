@@ -73,6 +73,26 @@ def _pill(status: str) -> Html:
     return h('<span class="pill s-{}">{}</span>', known, _status_label(status) or "unknown")
 
 
+_LEASE_MARKS = {"owner_gone": "process gone", "lapsed": "lease lapsed", "none": "nobody holds it"}
+
+
+def _lease_mark(lease: view.LeaseView | None) -> Html:
+    """A running run no live process holds, marked on the list (a held one is not); the class
+    comes from the known states only, never from stored text."""
+    if lease is None or lease.state not in _LEASE_MARKS:
+        return Html("")
+    return h(' <span class="lease l-{}">{}</span>', lease.state, _LEASE_MARKS[lease.state])
+
+
+def _lease_notice(lease: view.LeaseView | None) -> Html:
+    """A running run's lease on its page, in `show`'s words (its owner escaped like any text)."""
+    if lease is None:
+        return Html("")
+    words = lease.words()
+    look = "info" if lease.state == "held" else "warn"
+    return h('<p class="notice {} lease">Lease: {}.</p>', look, words)
+
+
 def _resuming_pill(last: Approval | None) -> Html:
     """The state of a run whose request was decided and whose program has not resumed it."""
     if last is None:  # waiting with nothing pending and nothing decided: a file made by hand
@@ -154,11 +174,12 @@ def _run_row(s: view.RunSummary, decided: dict[str, Approval | None]) -> Html:
     r = s.run
     pill = _resuming_pill(decided.get(r.id)) if waits_for_its_program(s) else _pill(r.status)
     return h(
-        '<tr><td>{}</td><td class="goalcell"><a href="/runs/{}">{}</a>'
+        '<tr><td>{}{}</td><td class="goalcell"><a href="/runs/{}">{}</a>'
         '<span class="rid">{}</span></td>'
         '<td class="num">{}</td><td class="num">{}</td><td class="num">{}</td>'
         '<td class="num">{}</td><td>{}</td></tr>',
         pill,
+        _lease_mark(s.lease),
         _u(r.id),
         _clip(r.goal, 120) or "(no goal)",
         r.id[:12],
@@ -561,7 +582,7 @@ def _summary(data: RunData) -> Html:
     return h(
         '<section class="summary" data-live id="live-summary">'
         '<div class="titlebar">{}{}<span class="rid">run {}</span></div>'
-        '<p class="goaltext">{}</p>{}'
+        '<p class="goaltext">{}</p>{}{}'
         '<dl class="totals"><div><dt>steps</dt><dd>{}</dd></div>'
         "<div><dt>model calls</dt><dd>{}</dd></div><div><dt>tokens</dt><dd>{}</dd></div>"
         "<div><dt>cost</dt><dd>{}</dd></div><div><dt>active</dt><dd>{}</dd></div>"
@@ -574,6 +595,7 @@ def _summary(data: RunData) -> Html:
         h('<p class="detail">{}</p>', _clip(run.reason_detail, 600))
         if run.reason_detail
         else Html(""),
+        _lease_notice(data.detail.summary.lease),
         _number(run.step_count),
         _number(run.model_calls),
         _number(tokens),

@@ -550,7 +550,8 @@ def check_exact(conn: psycopg.Connection[Any]) -> None:
     version = check_not_newer(conn)
     if version == 0:
         raise SchemaVersionError(
-            "the database has no agentrt schema (open it with open_store to create one)"
+            "this schema holds no agentrt record (perhaps the URL is not the one you meant); "
+            "to create a record, give open_store a URL whose schema= names a new schema"
         )
     if version < SCHEMA_VERSION:
         raise SchemaVersionError(

@@ -380,7 +380,8 @@ def check_exact(conn: sqlite3.Connection) -> None:
     version = check_not_newer(conn)
     if version == 0:
         raise SchemaVersionError(
-            "the database has no agentrt schema (open it with open_store to create one)"
+            "this database holds no agentrt record (perhaps the path is not the one you "
+            "meant); to create a record, give open_store the path of a new file"
         )
     if version < SCHEMA_VERSION:
         raise SchemaVersionError(

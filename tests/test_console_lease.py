@@ -1,0 +1,126 @@
+"""The console says who holds a RUNNING run, on its run list and its run page (decision XXXX).
+
+A run whose process was killed mid-call showed as plain "running", exactly as a live
+one. The run list now marks a running run no live process holds ("process gone",
+"lease lapsed", "nobody holds it") and the run page says its lease in `show`'s words.
+The owner's name is the consumer's configured text: it is escaped like any model's.
+Both backends.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+
+import pytest
+
+pytest.importorskip("starlette")
+from starlette.testclient import TestClient
+
+import agentrt
+from agentrt import Decision, Gate
+from agentrt._clock import format_time
+from agentrt.console import ConsoleConfig, create_app
+from support.console import HOSTILE, Program
+from test_cli import clean_env
+
+KILLED_WORKER = textwrap.dedent(
+    """
+    import os, signal, sys
+    import agentrt
+    store = agentrt.open_store(sys.argv[1])
+    gate = agentrt.Gate(store=store, policy=agentrt.default_policy(), lease_owner=sys.argv[2])
+    session = gate.begin_sync("charge the card")
+    print(session.run.id, flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
+    """
+)
+
+
+def killed_run(database: str, owner: str) -> str:
+    worker = subprocess.run(
+        [sys.executable, "-c", KILLED_WORKER, database, owner],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=clean_env(),
+    )
+    assert worker.returncode == -9, worker.stderr
+    return worker.stdout.strip()
+
+
+def client(database: str) -> TestClient:
+    config = ConsoleConfig(db_path=database, by="alice")
+    return TestClient(create_app(config), base_url="http://127.0.0.1:8765")
+
+
+def row_of(index: str, run_id: str) -> str:
+    """The run list's row of `run_id`."""
+    (row,) = [r for r in re.findall(r"<tr>.*?</tr>", index) if f"/runs/{run_id}" in r]
+    return row
+
+
+@pytest.fixture
+def live(database: str) -> Iterator[tuple[agentrt.Store, str]]:
+    store = agentrt.open_store(database)
+    gate = Gate(store=store, policy=agentrt.default_policy(), lease_owner="worker")
+    session = gate.begin_sync("charge the card live")
+    try:
+        yield store, session.run.id
+    finally:
+        session.close_sync()
+        store.close()
+
+
+def test_a_killed_runs_process_is_said_gone_on_the_list_and_its_page_its_owner_escaped(
+    database: str,
+) -> None:
+    run_id = killed_run(database, HOSTILE)
+    with agentrt.open_existing(database, read_only=True) as store:
+        lease = store.lease(run_id)
+    c = client(database)
+    index = c.get("/").text
+    assert '<span class="lease l-owner_gone">process gone</span>' in row_of(index, run_id)
+    page = c.get(f"/runs/{run_id}").text
+    (said,) = re.findall(r'<p class="notice warn lease">(.*?)</p>', page)
+    escaped_owner = (
+        "&lt;script&gt;window.__pwned = 1&lt;/script&gt;&lt;img src=x "
+        "onerror=&quot;window.__pwned = 2&quot;&gt;&lt;style&gt;body{display:none}&lt;/style&gt;"
+        "pay \\u202eevil\\u202c now\\u200b\\u2066x\\u2069 &amp; &quot;quoted&quot; "
+        "&#x27;single&#x27; \\x1b[31mred/"
+    )
+    assert said.startswith(f"Lease: held by {escaped_owner}")
+    assert said.endswith(
+        f" until {format_time(lease.expires_at)}, but its process is gone (pid "
+        f"{lease.holder['pid']}: no such process): a resume takes the run over at once."
+    )
+    for markup in (index, page):
+        assert "<script>window" not in markup and "<img" not in markup
+        for raw in ("\u202e", "\u200b", "\x1b"):
+            assert raw not in markup
+
+
+def test_a_live_run_shows_who_holds_it_until_when_and_no_mark_on_the_list(
+    database: str, live: tuple[agentrt.Store, str]
+) -> None:
+    store, run_id = live
+    lease = store.lease(run_id)
+    c = client(database)
+    assert 'class="lease' not in row_of(c.get("/").text, run_id)
+    page = c.get(f"/runs/{run_id}").text
+    assert re.findall(r'<p class="notice info lease">(.*?)</p>', page) == [
+        f"Lease: held by {lease.owner} until {format_time(lease.expires_at)}."
+    ]
+
+
+def test_a_run_that_is_not_running_shows_no_lease(database: str) -> None:
+    program = Program(database, [Decision.complete(1)])
+    run = program.start()
+    program.close()
+    c = client(database)
+    for markup in (row_of(c.get("/").text, run.id), c.get(f"/runs/{run.id}").text):
+        assert 'class="lease' not in markup and "notice warn lease" not in markup
+        assert "Lease:" not in markup
