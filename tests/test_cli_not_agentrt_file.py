@@ -4,7 +4,7 @@ The command said "the database has no agentrt schema (open it with open_store to
 one)" of any SQLite file without agentrt's tables: to someone who pointed at another
 application's database by mistake, that advice was to add agentrt's tables to it. The
 sentence now says the file holds no agentrt record (perhaps the wrong path) and how to
-create one in a new file (decision XXXX); and the file is left as it was.
+create one in a new file (decision 0196); and the file is left as it was.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""`agentrt runs` says who holds each RUNNING run, as `show` does (decision XXXX).
+"""`agentrt runs` says who holds each RUNNING run, as `show` does (decision 0196).
 
 A run whose process was killed mid-call read RUNNING in the list exactly as a live one:
 the list now has a LEASE column (`held`, `lapsed`, `owner_gone`, `none`; `-` for a run

@@ -1,4 +1,4 @@
-"""A reader that went away (`| head -1`) ends the command or the example quietly (decision XXXX).
+"""A reader that went away (`| head -1`) ends the command or the example quietly (decision 0196).
 
 `python examples/scripted.py | head -1` printed a BrokenPipeError traceback, and
 `agentrt runs | head -1` "Exception ignored ... BrokenPipeError" with exit status 120

@@ -578,7 +578,7 @@ def test_digits_after_a_right_to_left_letter_are_shown_in_the_order_they_are_has
 def test_a_killed_runs_gone_process_is_seen_on_the_list_and_its_page_even_on_a_phone(
     db_path: Path, page: Any
 ) -> None:
-    """Decision XXXX: a run killed mid-call is no longer plain "running"; the owner's name
+    """Decision 0196: a run killed mid-call is no longer plain "running"; the owner's name
     (the consumer's text, here hostile and long) is inert and wraps on a phone."""
     from test_console_lease import killed_run
 

@@ -1,4 +1,4 @@
-"""The console says who holds a RUNNING run, on its run list and its run page (decision XXXX).
+"""The console says who holds a RUNNING run, on its run list and its run page (decision 0196).
 
 A run whose process was killed mid-call showed as plain "running", exactly as a live
 one. The run list now marks a running run no live process holds ("process gone",

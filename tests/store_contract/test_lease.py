@@ -296,7 +296,7 @@ def test_an_unreadable_lease_expiry_or_owner_reads_as_held_never_as_free(
 def test_the_leases_of_a_page_of_runs_are_read_together_as_each_alone_reads(
     backend: Backend,
 ) -> None:
-    """`leases_of`: how a list of runs says who holds each RUNNING one (decision XXXX)
+    """`leases_of`: how a list of runs says who holds each RUNNING one (decision 0196)
     without a read per run; a run that does not exist is left out, none named reads none."""
     store = backend.open()
     new_run(store, "r1", expires=EPOCH)

@@ -45,7 +45,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line `argv` (default: `sys.argv[1:]`); returns the exit status.
 
     A reader that went away (`agentrt runs | head -1`) ends it quietly with status 1
-    (decision XXXX): met while the command writes, or at the flush after it, which is
+    (decision 0196): met while the command writes, or at the flush after it, which is
     made here so that the interpreter's own flush at exit has nothing left to fail on."""
     try:
         code = _main(argv)
