@@ -10,8 +10,6 @@ the lapsed lease, whose expiry only SQLite judges by the caller's wall clock.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -24,41 +22,13 @@ import agentrt
 from agentrt import Decision, Gate
 from agentrt._clock import format_time
 from agentrt.view import run_detail, run_page
-from support.gates import open_step
-from support.tools import read_tool
+from support.leases import abandoned_run, killed_run
 from test_cli import agentrt_cmd, clean_env
-from test_cli_show_lease import KILLED_WORKER
 
 HINT = (
     "LEASE owner_gone, lapsed or none: no live process holds the run, and its program's "
     "resume takes it over; who held it: agentrt --db {db} show RUN"
 )
-
-
-def killed_run(database: str) -> str:
-    """A RUNNING run whose process was killed (SIGKILL) while it held the lease."""
-    worker = subprocess.run(
-        [sys.executable, "-c", KILLED_WORKER, database],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=clean_env(),
-    )
-    assert worker.returncode == -9, worker.stderr
-    return worker.stdout.strip()
-
-
-def abandoned_run(database: str) -> str:
-    """A RUNNING run whose session closed: nobody holds it."""
-    store = agentrt.open_store(database)
-    try:
-        gate = Gate(store=store, policy=agentrt.default_policy(), tools=[read_tool()])
-        session, step = open_step(gate, "read it")
-        assert step.propose_sync(Decision.tool_call("read", {"x": 1})).outcome == "allowed"
-        session.close_sync()
-        return session.run.id
-    finally:
-        store.close()
 
 
 def completed_run(database: str) -> str:
@@ -105,7 +75,11 @@ def test_runs_says_which_running_run_is_held_which_process_is_gone_and_which_nob
     database: str, live: tuple[agentrt.Store, str]
 ) -> None:
     store, held = live
-    gone, nobody, done = killed_run(database), abandoned_run(database), completed_run(database)
+    gone, nobody, done = (
+        killed_run(database, clean_env()),
+        abandoned_run(database),
+        completed_run(database),
+    )
     rows = table(database)
     assert {run_id: row[1:3] for run_id, row in rows.items()} == {
         held: ["RUNNING", "held"],
@@ -141,7 +115,7 @@ def test_a_page_of_only_held_runs_prints_no_hint(
 def test_the_leases_of_a_page_are_read_in_one_read_and_not_at_all_without_a_running_run(
     database: str, live: tuple[agentrt.Store, str]
 ) -> None:
-    killed_run(database)
+    killed_run(database, clean_env())
     abandoned_run(database)
     completed_run(database)
     statements: list[str] = []

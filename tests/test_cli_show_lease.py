@@ -10,30 +10,14 @@ judged by the caller's wall clock only on SQLite (PostgreSQL judges by the serve
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import textwrap
 from datetime import UTC, datetime
 from pathlib import Path
 
 import agentrt
 from agentrt import Decision, Gate
 from agentrt._clock import format_time
-from support.gates import open_step
-from support.tools import read_tool
+from support.leases import abandoned_run, killed_run
 from test_cli import agentrt_cmd, clean_env
-
-KILLED_WORKER = textwrap.dedent(
-    """
-    import os, signal, sys
-    import agentrt
-    store = agentrt.open_store(sys.argv[1])
-    gate = agentrt.Gate(store=store, policy=agentrt.default_policy(), lease_owner="worker")
-    session = gate.begin_sync("charge the card")
-    print(session.run.id, flush=True)
-    os.kill(os.getpid(), signal.SIGKILL)
-    """
-)
 
 
 def lease_line(database: str, run_id: str) -> str:
@@ -50,15 +34,7 @@ def lease_json(database: str, run_id: str) -> object:
 
 
 def test_show_says_the_process_holding_a_running_run_is_gone(database: str) -> None:
-    worker = subprocess.run(
-        [sys.executable, "-c", KILLED_WORKER, database],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=clean_env(),
-    )
-    assert worker.returncode == -9, worker.stderr
-    run_id = worker.stdout.strip()
+    run_id = killed_run(database, clean_env())
     with agentrt.open_existing(database, read_only=True) as store:
         lease = store.lease(run_id)
         pid = lease.holder["pid"]
@@ -103,15 +79,7 @@ def test_show_says_who_holds_a_live_run_and_until_when(database: str) -> None:
 
 
 def test_show_says_nobody_holds_an_abandoned_run(database: str) -> None:
-    store = agentrt.open_store(database)
-    try:
-        gate = Gate(store=store, policy=agentrt.default_policy(), tools=[read_tool()])
-        session, step = open_step(gate, "read it")
-        assert step.propose_sync(Decision.tool_call("read", {"x": 1})).outcome == "allowed"
-        session.close_sync()
-        run_id = session.run.id
-    finally:
-        store.close()
+    run_id = abandoned_run(database)
     assert lease_line(database, run_id) == (
         "lease     nobody holds it: a resume takes the run over at once"
     )

@@ -10,9 +10,6 @@ Both backends.
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
-import textwrap
 from collections.abc import Iterator
 
 import pytest
@@ -25,31 +22,8 @@ from agentrt import Decision, Gate
 from agentrt._clock import format_time
 from agentrt.console import ConsoleConfig, create_app
 from support.console import HOSTILE, Program
+from support.leases import killed_run
 from test_cli import clean_env
-
-KILLED_WORKER = textwrap.dedent(
-    """
-    import os, signal, sys
-    import agentrt
-    store = agentrt.open_store(sys.argv[1])
-    gate = agentrt.Gate(store=store, policy=agentrt.default_policy(), lease_owner=sys.argv[2])
-    session = gate.begin_sync("charge the card")
-    print(session.run.id, flush=True)
-    os.kill(os.getpid(), signal.SIGKILL)
-    """
-)
-
-
-def killed_run(database: str, owner: str) -> str:
-    worker = subprocess.run(
-        [sys.executable, "-c", KILLED_WORKER, database, owner],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=clean_env(),
-    )
-    assert worker.returncode == -9, worker.stderr
-    return worker.stdout.strip()
 
 
 def client(database: str) -> TestClient:
@@ -78,7 +52,7 @@ def live(database: str) -> Iterator[tuple[agentrt.Store, str]]:
 def test_a_killed_runs_process_is_said_gone_on_the_list_and_its_page_its_owner_escaped(
     database: str,
 ) -> None:
-    run_id = killed_run(database, HOSTILE)
+    run_id = killed_run(database, clean_env(), HOSTILE)
     with agentrt.open_existing(database, read_only=True) as store:
         lease = store.lease(run_id)
     c = client(database)
