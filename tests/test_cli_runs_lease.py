@@ -22,7 +22,7 @@ import agentrt
 from agentrt import Decision, Gate
 from agentrt._clock import format_time
 from agentrt.view import run_detail, run_page
-from support.leases import abandoned_run, killed_run
+from support.left_running import abandoned_run, killed_run
 from test_cli import agentrt_cmd, clean_env
 
 HINT = (

@@ -16,7 +16,7 @@ from pathlib import Path
 import agentrt
 from agentrt import Decision, Gate
 from agentrt._clock import format_time
-from support.leases import abandoned_run, killed_run
+from support.left_running import abandoned_run, killed_run
 from test_cli import agentrt_cmd, clean_env
 
 

@@ -580,9 +580,10 @@ def test_a_killed_runs_gone_process_is_seen_on_the_list_and_its_page_even_on_a_p
 ) -> None:
     """Decision 0196: a run killed mid-call is no longer plain "running"; the owner's name
     (the consumer's text, here hostile and long) is inert and wraps on a phone."""
-    from test_console_lease import killed_run
+    from support.left_running import killed_run
+    from test_cli import clean_env
 
-    run_id = killed_run(str(db_path), HOSTILE * 3)
+    run_id = killed_run(str(db_path), clean_env(), HOSTILE * 3)
     with console(db_path) as c:
         for width in (1200, 390):
             page.set_viewport_size({"width": width, "height": 900})

@@ -22,7 +22,7 @@ from agentrt import Decision, Gate
 from agentrt._clock import format_time
 from agentrt.console import ConsoleConfig, create_app
 from support.console import HOSTILE, Program
-from support.leases import killed_run
+from support.left_running import killed_run
 from test_cli import clean_env
 
 

@@ -69,6 +69,14 @@ def test_a_schema_migrated_by_another_session_between_two_reads_opens_on_postgre
 
     with ExitStack() as stack:
         url = postgres_schema(stack, "a migration record read while another migrates")
+        # The schema is there, empty (decision 0192 refuses one that is not, by name, at its
+        # first look): what the other session makes between two looks is the record.
+        import psycopg
+
+        from agentrt._db_url import schema_of
+
+        with psycopg.connect(url.split("?", 1)[0], autocommit=True) as conn:
+            conn.execute(f"CREATE SCHEMA {schema_of(url)}")
         real = pg_migrations._exists
         looked: list[str] = []
 

@@ -188,8 +188,8 @@ def test_runs_and_show_print_the_origin_of_a_run(store: agentrt.Store, db_path: 
         return done.stdout
 
     table = cli("runs").splitlines()
-    assert table[0].split()[:3] == ["RUN", "STATUS", "ORIGIN"]
-    assert table[1].split()[:3] == [run_id, "RUNNING", "adapter:langgraph"]
+    assert table[0].split()[:4] == ["RUN", "STATUS", "LEASE", "ORIGIN"]
+    assert table[1].split()[:4] == [run_id, "RUNNING", "none", "adapter:langgraph"]
     (listed,) = json.loads(cli("runs", "--json"))["runs"]
     assert listed["origin"] == "adapter:langgraph"
     assert "origin    adapter:langgraph" in cli("show", run_id).splitlines()

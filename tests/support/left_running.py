@@ -1,0 +1,53 @@
+"""Runs left RUNNING the ways a person finds them: held by a process SIGKILLed while it held
+the lease, or by nobody (a session that closed). For the tests of what the views say of a
+run's lease (`show`, `runs`, the console; decisions 0190, 0196)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import agentrt
+from agentrt import Decision, Gate
+
+from .gates import open_step
+from .tools import read_tool
+
+_KILLED_WORKER = textwrap.dedent(
+    """
+    import os, signal, sys
+    import agentrt
+    store = agentrt.open_store(sys.argv[1])
+    gate = agentrt.Gate(store=store, policy=agentrt.default_policy(), lease_owner=sys.argv[2])
+    session = gate.begin_sync("charge the card")
+    print(session.run.id, flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
+    """
+)
+
+
+def killed_run(database: str, env: dict[str, str], owner: str = "worker") -> str:
+    """A RUNNING run whose process (`owner`'s) was killed (SIGKILL) while it held the lease."""
+    worker = subprocess.run(
+        [sys.executable, "-c", _KILLED_WORKER, database, owner],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert worker.returncode == -9, worker.stderr
+    return worker.stdout.strip()
+
+
+def abandoned_run(database: str) -> str:
+    """A RUNNING run whose session closed after an allowed call: nobody holds it."""
+    store = agentrt.open_store(database)
+    try:
+        gate = Gate(store=store, policy=agentrt.default_policy(), tools=[read_tool()])
+        session, step = open_step(gate, "read it")
+        assert step.propose_sync(Decision.tool_call("read", {"x": 1})).outcome == "allowed"
+        session.close_sync()
+        return session.run.id
+    finally:
+        store.close()
