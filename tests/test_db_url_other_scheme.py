@@ -133,10 +133,27 @@ MISREAD = [
         "cannot open postgresql://op:***@db.internal/agents\n: the URL has white space "
         "before or after it: give it without",
     ),
+    # Found by the review of decision 0196: a keyword string whose first keyword was not
+    # one of twelve (`gssencmode`, `sslrootcert`, `target_session_attrs`, ...) was a path,
+    # `no database at ...` printing its password; an unquoted password with a
+    # backslash-escaped space (libpq reads `a\ b` as `a b`) had its tail printed.
+    (
+        f"gssencmode=disable host=db.internal password={SECRET}",
+        "cannot open gssencmode=disable host=db.internal password=***: agentrt does not "
+        "read libpq's keyword=value connection strings: write it as a postgresql:// URL "
+        "(a SQLite file whose name begins so is given as ./ and its name)",
+    ),
+    (
+        f"host=db.internal password={SECRET}\\ tail dbname=agents",
+        "cannot open host=db.internal password=*** dbname=agents: agentrt does not "
+        "read libpq's keyword=value connection strings: write it as a postgresql:// URL "
+        "(a SQLite file whose name begins so is given as ./ and its name)",
+    ),
 ]
+MISREAD_IDS = ["keywords", "spaced", "lead", "tail", "first-keyword", "escaped"]
 
 
-@pytest.mark.parametrize(("given", "sentence"), MISREAD, ids=["keywords", "spaced", "lead", "tail"])
+@pytest.mark.parametrize(("given", "sentence"), MISREAD, ids=MISREAD_IDS)
 def test_the_command_line_refuses_a_misread_database_name_without_the_password(
     given: str, sentence: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -146,7 +163,7 @@ def test_the_command_line_refuses_a_misread_database_name_without_the_password(
     assert (code, out, err) == (1, "", f"agentrt: {' '.join(sentence.split())}\n")
 
 
-@pytest.mark.parametrize(("given", "sentence"), MISREAD, ids=["keywords", "spaced", "lead", "tail"])
+@pytest.mark.parametrize(("given", "sentence"), MISREAD, ids=MISREAD_IDS)
 def test_open_store_refuses_a_misread_database_name_and_makes_no_file(
     given: str, sentence: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
