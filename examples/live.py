@@ -36,6 +36,7 @@ import httpx
 
 import agentrt
 from agentrt import Model, ModelConfig, PolicyDecision, Price, SideEffect, ToolRequest
+from agentrt.lowlevel import refuse_other_url
 from agentrt.model_agent import ModelAgent
 from agentrt.render import RenderOptions
 
@@ -264,9 +265,19 @@ def report(store: agentrt.Store, run: agentrt.Run, workdir: Path) -> None:
     print(f"event chain: {verified.checked} events, {'intact' if verified.intact else 'BROKEN'}")
 
 
+def sqlite_path(text: str) -> Path:
+    """`--db` as a SQLite file's path; a URL of another scheme or libpq's keyword string is
+    refused first, its password hidden (as a `Path`, a URL's `//` folds and no open sees it)."""
+    try:
+        refuse_other_url(text)
+    except agentrt.StoreError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return Path(text)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--db", type=Path, help="database file (default: a new temp dir)")
+    parser.add_argument("--db", type=sqlite_path, help="database file (default: a new temp dir)")
     parser.add_argument(
         "--model", help="the model to use (default: AGENTRT_LIVE_MODEL or the first listed)"
     )

@@ -31,6 +31,7 @@ from typing import Any
 
 import agentrt
 from agentrt import Decision, GateSession, SideEffect, StepInput
+from agentrt.lowlevel import refuse_other_url
 
 
 def make_tools(workdir: Path) -> list[agentrt.Tool]:
@@ -146,10 +147,20 @@ async def main(db: Path) -> None:
     store.close()
 
 
+def sqlite_path(text: str) -> Path:
+    """`--db` as a SQLite file's path; a URL of another scheme or libpq's keyword string is
+    refused first, its password hidden (as a `Path`, a URL's `//` folds and no open sees it)."""
+    try:
+        refuse_other_url(text)
+    except agentrt.StoreError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return Path(text)
+
+
 def cli() -> int:
     """The example from the command line."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--db", type=Path, default=None)
+    parser.add_argument("--db", type=sqlite_path, default=None)
     args = parser.parse_args()
     if args.db is not None and str(args.db).startswith(("postgresql:", "postgres:")):
         # Not printed back: a URL may hold a password.

@@ -27,6 +27,7 @@ from pathlib import Path
 import agentrt
 from agentrt import Decision, PolicyDecision, RunView, SideEffect, ToolCall, ToolRequest, ToolResult
 from agentrt.cli import main as agentrt_command
+from agentrt.lowlevel import refuse_other_url
 from agentrt.scripted import ScriptedAgent
 
 START = datetime(2026, 11, 23, 9, 0, tzinfo=UTC)
@@ -106,9 +107,19 @@ def past_run(store: agentrt.Store, order: int, cents: int, day: int) -> agentrt.
     return run
 
 
+def sqlite_path(text: str) -> Path:
+    """`--db` as a SQLite file's path; a URL of another scheme or libpq's keyword string is
+    refused first, its password hidden (as a `Path`, a URL's `//` folds and no open sees it)."""
+    try:
+        refuse_other_url(text)
+    except agentrt.StoreError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return Path(text)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--db", type=Path, help="database file (default: a new temp dir)")
+    parser.add_argument("--db", type=sqlite_path, help="database file (default: a new temp dir)")
     args = parser.parse_args(argv)
     if args.db is not None and str(args.db).startswith(("postgresql:", "postgres:")):
         # Not printed back: a URL may hold a password.

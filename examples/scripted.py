@@ -33,6 +33,7 @@ from typing import Any
 
 import agentrt
 from agentrt import Decision, SideEffect
+from agentrt.lowlevel import refuse_other_url
 from agentrt.scripted import ScriptedAgent
 
 
@@ -117,10 +118,22 @@ def print_audit_trail(store: agentrt.Store, run_id: str) -> None:
     print(f"\nevent chain: {report.checked} events, {state}, head {report.head_hash[:16]}…")
 
 
+def database_name(text: str) -> str:
+    """`--db` as given; a URL of another scheme or libpq's keyword string is refused here,
+    its password hidden (taken for a path, it would be printed back, or made a file)."""
+    try:
+        refuse_other_url(text)
+    except agentrt.StoreError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--db", help="database file (default: a new temp dir), or a postgresql:// URL"
+        "--db",
+        type=database_name,
+        help="database file (default: a new temp dir), or a postgresql:// URL",
     )
     parser.add_argument("--approve-and-resume", metavar="RUN_ID", help=argparse.SUPPRESS)
     parser.add_argument("--workdir", type=Path, help=argparse.SUPPRESS)

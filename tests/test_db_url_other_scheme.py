@@ -133,10 +133,27 @@ MISREAD = [
         "cannot open postgresql://op:***@db.internal/agents\n: the URL has white space "
         "before or after it: give it without",
     ),
+    # Found by the review of decision 0196: a keyword string whose first keyword was not
+    # one of twelve (`gssencmode`, `sslrootcert`, `target_session_attrs`, ...) was a path,
+    # `no database at ...` printing its password; an unquoted password with a
+    # backslash-escaped space (libpq reads `a\ b` as `a b`) had its tail printed.
+    (
+        f"gssencmode=disable host=db.internal password={SECRET}",
+        "cannot open gssencmode=disable host=db.internal password=***: agentrt does not "
+        "read libpq's keyword=value connection strings: write it as a postgresql:// URL "
+        "(a SQLite file whose name begins so is given as ./ and its name)",
+    ),
+    (
+        f"host=db.internal password={SECRET}\\ tail dbname=agents",
+        "cannot open host=db.internal password=*** dbname=agents: agentrt does not "
+        "read libpq's keyword=value connection strings: write it as a postgresql:// URL "
+        "(a SQLite file whose name begins so is given as ./ and its name)",
+    ),
 ]
+MISREAD_IDS = ["keywords", "spaced", "lead", "tail", "first-keyword", "escaped"]
 
 
-@pytest.mark.parametrize(("given", "sentence"), MISREAD, ids=["keywords", "spaced", "lead", "tail"])
+@pytest.mark.parametrize(("given", "sentence"), MISREAD, ids=MISREAD_IDS)
 def test_the_command_line_refuses_a_misread_database_name_without_the_password(
     given: str, sentence: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -146,7 +163,7 @@ def test_the_command_line_refuses_a_misread_database_name_without_the_password(
     assert (code, out, err) == (1, "", f"agentrt: {' '.join(sentence.split())}\n")
 
 
-@pytest.mark.parametrize(("given", "sentence"), MISREAD, ids=["keywords", "spaced", "lead", "tail"])
+@pytest.mark.parametrize(("given", "sentence"), MISREAD, ids=MISREAD_IDS)
 def test_open_store_refuses_a_misread_database_name_and_makes_no_file(
     given: str, sentence: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -165,3 +182,47 @@ def test_a_file_whose_name_begins_with_a_keyword_opens_given_as_dot_slash(
     monkeypatch.chdir(tmp_path)
     agentrt.open_store("./host=x.db").close()
     assert (tmp_path / "host=x.db").is_file()
+
+
+# Found by the review of decision 0196: the examples' `--db` was made a `Path` (or taken
+# for a path) before any open could refuse it: `postgresql+psycopg://op:PASSWORD@...`
+# was printed back (`--db postgresql+psycopg:/op:PASSWORD@h: ... is not an existing
+# directory`), and a keyword string made a SQLite file of that name.
+EXAMPLE_NAMES = [
+    (
+        f"postgresql+psycopg://op:{SECRET}@db.internal:5432/agents?schema=agentrt",
+        said("postgresql+psycopg"),
+    ),
+    (
+        f"host=db.internal password={SECRET}",
+        MISREAD[0][1].replace(
+            "host=db.internal dbname=agents user=op password=***", "host=db.internal password=***"
+        ),
+    ),
+]
+
+
+@pytest.mark.parametrize("example", ["scripted.py", "own_loop.py", "recheck_tighten.py", "live.py"])
+@pytest.mark.parametrize(("given", "sentence"), EXAMPLE_NAMES, ids=["scheme", "keywords"])
+def test_an_example_refuses_a_database_name_that_is_not_a_path_without_the_password(
+    example: str, given: str, sentence: str, tmp_path: Path
+) -> None:
+    import subprocess
+    import sys
+
+    from test_cli import clean_env
+
+    examples = Path(__file__).resolve().parent.parent / "examples"
+    result = subprocess.run(
+        [sys.executable, str(examples / example), "--db", given],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env=clean_env(),
+        stdin=subprocess.DEVNULL,
+    )
+    assert SECRET not in result.stdout + result.stderr
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr.endswith(f"--db: {sentence}\n"), result.stderr
+    assert list(tmp_path.rglob("*")) == []

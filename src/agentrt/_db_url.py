@@ -22,14 +22,61 @@ HIDDEN = "***"
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]+://")
 
 # libpq's keyword=value connection string (`host=h dbname=d password=...`), by its first
-# keyword: agentrt reads URLs only, and a file whose name begins so is given as `./NAME`.
+# keyword, any of libpq's (PostgreSQL 17's list): agentrt reads URLs only, and a file
+# whose name begins so is given as `./NAME`.
+_CONNINFO_KEYWORDS = [
+    "host",
+    "hostaddr",
+    "port",
+    "dbname",
+    "user",
+    "password",
+    "passfile",
+    "require_auth",
+    "channel_binding",
+    "connect_timeout",
+    "client_encoding",
+    "options",
+    "application_name",
+    "fallback_application_name",
+    "keepalives",
+    "keepalives_idle",
+    "keepalives_interval",
+    "keepalives_count",
+    "tcp_user_timeout",
+    "replication",
+    "gssencmode",
+    "sslmode",
+    "sslnegotiation",
+    "requiressl",
+    "sslcompression",
+    "sslcert",
+    "sslkey",
+    "sslpassword",
+    "sslcertmode",
+    "sslrootcert",
+    "sslcrl",
+    "sslcrldir",
+    "sslsni",
+    "requirepeer",
+    "ssl_min_protocol_version",
+    "ssl_max_protocol_version",
+    "krbsrvname",
+    "gsslib",
+    "gssdelegation",
+    "service",
+    "target_session_attrs",
+    "load_balance_hosts",
+]
 _CONNINFO = re.compile(
-    r"\s*(?:host|hostaddr|port|dbname|user|password|passfile|service|sslmode|options"
-    r"|application_name|connect_timeout)\s*=",
+    r"\s*(?:" + "|".join(sorted(_CONNINFO_KEYWORDS, key=len, reverse=True)) + r")\s*=",
     re.IGNORECASE,
 )
-# A `password` keyword's value in such a string: quoted (`'...'`, `\'` inside) or a word.
-_CONNINFO_PASSWORD = re.compile(r"(?:^|\s)password\s*=\s*('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
+# A `password` keyword's value in such a string: quoted (`'...'`, `\'` inside) or a word,
+# in which libpq reads a backslash as escaping the next character (`a\ b` is `a b`).
+_CONNINFO_PASSWORD = re.compile(
+    r"(?:^|\s)password\s*=\s*('(?:[^'\\]|\\.)*'|(?:[^\s\\]|\\.|\\$)+)", re.IGNORECASE
+)
 
 
 def is_db_url(path: str) -> bool:
