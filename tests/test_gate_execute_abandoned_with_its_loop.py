@@ -20,7 +20,9 @@ on an event until the test has closed the loop: no clock raced.
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -212,3 +214,52 @@ def test_a_session_whose_execute_was_abandoned_with_its_loop_says_so_and_is_not_
     finally:
         go.set()
         executing.get_coro().close()
+
+
+def test_an_execute_abandoned_with_its_loop_collected_while_its_session_is_locked_is_not_a_deadlock(
+    any_store: agentrt.Store,
+) -> None:
+    """The coroutine of an execute abandoned with its loop is closed when the cycle collector
+    finds it, on whatever thread allocates then: one that holds the session's close lock
+    (a claim, a close) must not wait for that lock a second time, for ever. The execute is
+    marked gone, and the close judges it abandoned: the lease is given back."""
+    store = any_store
+    tool = RecordingTool("note", SideEffect.READ_ONLY)
+    gate = make_gate(store, tool)
+    session, step = allowed_step(gate)
+    run_id = session.run_id
+    gc.disable()  # the collection comes where the test makes it, not before
+    try:
+        entered, go = hold_next_group(store, fail=True)
+        theirs = asyncio.new_event_loop()
+        executing = theirs.create_task(step.execute())
+        assert theirs.run_until_complete(theirs.run_in_executor(None, entered.wait, 30))
+        theirs.close()  # the consumer's loop, closed under the tool start's commit
+        go.set()
+        _session.committer_for(store).submit(lambda tx: None).result(30)  # refused
+        task = weakref.ref(executing)
+        del executing, step
+        assert task() is not None  # not collected yet
+        collected = threading.Event()
+
+        def collect_under_the_lock() -> None:
+            with session._close_lock:
+                gc.collect()
+            collected.set()
+
+        threading.Thread(target=collect_under_the_lock, daemon=True).start()
+        assert collected.wait(10), "the collected execute waited for a lock its own thread held"
+        assert task() is None  # collected there
+    finally:
+        gc.enable()
+    session.close_sync()
+    assert store.lease(run_id).owner == ""
+    # The refused start's kept claim and decision, handed back when its coroutine was
+    # closed: the close records the step open (`deciding`), as the collected write's test
+    # of decision 0195 finds; the attach judges it as a step that was deciding.
+    assert [(s.index, s.status) for s in store.list_steps(run_id)] == [(0, StepStatus.DECIDING)]
+    again, verdict = gate.attach_sync(run_id)  # the run is free again
+    assert verdict is None
+    again.close_sync()
+    assert tool.calls == []
+    assert store.verify_events().intact
