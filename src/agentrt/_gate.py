@@ -27,7 +27,9 @@ Invariants (each has a test named for it in `tests/test_gate*.py`):
   durable the step is never executable again (decision 0179).
 - An `execute` cancelled before its outcome was recorded leaves the session `broken`
   (whether the tool's start was recorded is unknown to it): no more steps; `close` and
-  `attach` judge the step as a crash left it.
+  `attach` judge the step as a crash left it. So is one abandoned with its event loop
+  (the loop closed under it): it never finishes a close, so a close (a second one, after
+  one that found it running) gives the lease back, once its tool's thread has returned.
 - An `execute` that raised `LeaseLostError` stopped the loop: the session's `step()` and
   `propose` raise it too, writing nothing; `close` leaves the step `deciding`.
 - One session per run: a run with a live session (this process, or another
@@ -48,6 +50,7 @@ Every async entry point has a blocking `_sync` twin named like the Driver's
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import logging
 import os
@@ -96,6 +99,8 @@ from ._records import (
 )
 from ._resume_waiting import resume_waiting
 from ._session import (
+    EXECUTING,
+    ExecuteInFlight,
     LoopConfig,
     Probe,
     RunMoved,
@@ -116,6 +121,9 @@ from ._tools import Tool, compile_tool, registered_spec, spec_hash, validate_too
 __all__ = ["Gate", "GateSession", "GateStep", "Verdict", "VerdictOutcome"]
 
 _ID = re.compile(r"[0-9a-f]{32}")
+
+_ABANDONED = "was abandoned with its event loop (the loop was closed under it)"
+"""What became of an execute whose loop was closed under it, in a broken session's sentence."""
 
 
 @dataclass(frozen=True)
@@ -557,7 +565,9 @@ class GateSession:
         # being held until the process exits. (The callback holds no reference to
         # the session; a running execute() keeps the session alive.)
         self._finalizer = weakref.finalize(self, _abandoned, rs, gate, rs.run_id)
-        self._executing = 0  # execute() calls running a tool right now
+        # The execute() calls running now (each with the loop it waits on and its tool's
+        # threads), and the step each executes: changed under `_close_lock`.
+        self._executions: dict[ExecuteInFlight, GateStep] = {}
         # An execute raised `LeaseLostError`: the loop stopped, no more steps (a lapse nobody
         # took over would still let a new step's plain writes through).
         self._lease_lost = False
@@ -568,6 +578,11 @@ class GateSession:
         self._shown: list[Step | None] = []
         self._replaced_seen = 0
         self._dropped_seen = 0
+
+    @property
+    def _executing(self) -> int:
+        """How many execute() calls are running a tool right now."""
+        return len(self._executions)
 
     # -- reading -----------------------------------------------------------
 
@@ -682,6 +697,7 @@ class GateSession:
     def _claimable(self) -> None:
         """Refuse a claim now (under the close lock): closed, a step open or being claimed, a
         tool running, the run not RUNNING or its lease not held."""
+        self._drop_abandoned()
         self._usable()
         open_step = self.current()
         if open_step is not None and open_step._refused:
@@ -717,6 +733,10 @@ class GateSession:
     async def close(self) -> None:
         """Release the lease; an open step is left `deciding`, as a crash would leave it.
 
+        An `execute` whose event loop was closed under it counts as running no more: the
+        session is broken as a cancelled one's is, and a close made after that (a second one,
+        if the first came while it ran) lets go of the lease (decision XXXX).
+
         Not while a tool may still run under it: a tool thread still running keeps it,
         renewed, until the thread returns; a call an exception (not a cancel) broke into
         with no thread to wait for (an async tool's task) keeps it until it lapses, as the
@@ -730,13 +750,19 @@ class GateSession:
         # Under the close lock: an `execute` on another thread either counts as running
         # before this looks (it then finishes the close) or finds the session closed.
         with self._close_lock:
-            if self._closed:
-                return
-            self._closed = True
+            first = not self._closed
+            if first:
+                self._closed = True
+                # A claim being made now is refused once it ends (it looks under this lock):
+                # what it keeps is not this close's to commit.
+                self._claim_cut = self._claiming
+            # An execute whose event loop was closed under it never finishes the close: it
+            # counts as running no more (decision XXXX). A second close finishes the close a
+            # first one left to such an execute.
+            dropped = self._drop_abandoned()
             executing = self._executing
-            # A claim being made now is refused once it ends (it looks under this lock):
-            # what it keeps is not this close's to commit.
-            self._claim_cut = self._claiming
+        if not first and not dropped:
+            return
         if executing:
             # A tool is running under this lease: it stays renewed until the call's
             # outcome is recorded; the `execute` in flight then finishes the close.
@@ -864,6 +890,24 @@ class GateSession:
             self._gate._let_go(rs.run_id)
             for told in self._on_given_back:
                 told()
+
+    def _drop_abandoned(self) -> bool:
+        """Under `_close_lock`: count as running no more an execute whose event loop was
+        closed under it (the consumer's own loop closed, or its coroutine closed), which
+        nothing will resume; True if one was. Its step is as a cancel left it (decision
+        0183): the session is broken unless the outcome is in its copy. A tool thread of its
+        call still running keeps the lease, renewed, until it returns (`_detach`), as a
+        cancelled call's does: nobody may start the call beside it (decision XXXX)."""
+        if not self._executions:
+            return False
+        gone = [entry for entry in self._executions if entry.abandoned()]
+        for entry in gone:
+            step = self._executions.pop(entry)
+            step._broken_if_unrecorded(_ABANDONED)
+            thread = next((f for f in entry.threads if not f.done()), None)
+            if thread is not None and self._rs.lingering_tool is None:
+                self._rs.lingering_tool = thread
+        return bool(gone)
 
     def _for_driver(self) -> DriverPath:
         """The one package-internal path the Driver drives this session by."""
@@ -1139,12 +1183,15 @@ class GateStep:
 
     async def _run(self) -> Observation | None:
         session = self._session
+        running = ExecuteInFlight()
         with session._close_lock:  # a close from another thread sees it running, or refuses it
             self._executable()
             self._executed = True
             self._settle()
-            session._executing += 1
+            session._executions[running] = self
         rs = session._rs
+        inside = EXECUTING.set(running)
+        closed_from_outside = False
         try:
             try:
                 await _step.run_tool(rs, self.step)
@@ -1154,7 +1201,7 @@ class GateStep:
                 self._reopen_if_handed_back(refused)
                 raise
             except asyncio.CancelledError:
-                self._broken_if_unrecorded()
+                self._broken_if_unrecorded("was cancelled")
                 raise
             except LeaseLostError:
                 # The loop stops here (recovery: before its next side effect): a lapse nobody
@@ -1163,23 +1210,39 @@ class GateStep:
                 # under a run that went on. `close` records it `deciding`, for `attach`.
                 session._lease_lost = True
                 raise
+        except GeneratorExit:
+            # Its coroutine closed from outside (its loop gone): it cannot await a close
+            # here. It is left to a close, or a claim, to judge as abandoned.
+            closed_from_outside = True
+            raise
         finally:
-            with session._close_lock:
-                session._executing -= 1
-                closed = session._closed and not session._executing
-            session._settle_if_done()
-            if closed:
-                await session._finish_close()  # a close() came while the tool ran
+            with contextlib.suppress(ValueError):  # closed from another context
+                EXECUTING.reset(inside)
+            if closed_from_outside:
+                # Marked only, without the close lock: the cycle collector may close the
+                # coroutine on a thread that holds that lock (decision 0195's `_settling`).
+                running.gone = True
+            else:
+                with session._close_lock:
+                    # Not when a close (or a claim) judged it abandoned already: that close
+                    # let go of the session without it.
+                    mine = session._executions.pop(running, None) is not None
+                    closed = mine and session._closed and not session._executing
+                if mine:
+                    session._settle_if_done()
+                if closed:
+                    await session._finish_close()  # a close() came while the tool ran
         return rs.current(self.step).observation
 
-    def _broken_if_unrecorded(self) -> None:
+    def _broken_if_unrecorded(self, how: str) -> None:
         """Cancelled before the step's outcome was recorded: the commit that starts the tool
         was made or not, as its group went (the committer makes a work it has begun whatever
         its caller does), so the session's copy may be ahead of the rows or behind them. It
         is not used again (`broken`, decision 0136): a step claimed next would go on over a
         step `executing` (or `deciding`) for good. `close` then `attach` judge it as a
         crash left it. A cancel once the outcome is recorded (a tool call cancelled mid-call
-        records its unknown outcome first) leaves the session usable."""
+        records its unknown outcome first) leaves the session usable. `how` says what became
+        of the execute ("was cancelled", or abandoned with its loop, decision XXXX)."""
         rs = self._session._rs
         if rs.broken is None and rs.current(self.step).observation is None:
             # What the session knows: its start commit returned, or not.
@@ -1190,7 +1253,7 @@ class GateStep:
                 else "whether its tool's start is in the record is unknown to this session"
             )
             rs.broken = (
-                f"the execute of step {self.index} of run {rs.run_id} was cancelled before its "
+                f"the execute of step {self.index} of run {rs.run_id} {how} before its "
                 f"outcome was recorded: {known}"
             )
 

@@ -178,6 +178,7 @@ async def run_io(fn: Callable[[], T]) -> T:
     if INLINE_IO.get():
         return fn()
     loop = asyncio.get_running_loop()
+    _note_execute_loop(loop)
     return await loop.run_in_executor(_IO_THREADS, fn)
 
 
@@ -406,6 +407,7 @@ async def write_through(
         writing = _WRITING.get()
         if writing is not None and writing.loop is None:
             writing.loop = loop  # the session's write in flight awaits its commit here
+            _note_execute_loop(loop)
         out, events = await committer.submit_soon(work, loop, awaited_at_once=True)
     deliver(config.observer, events)
     return out
@@ -429,6 +431,39 @@ _WRITING: contextvars.ContextVar[_InFlight | None] = contextvars.ContextVar(
     "agentrt_session_writing", default=None
 )
 """The session's write the current context is inside (`RunSession.writes_settled`)."""
+
+
+class ExecuteInFlight:
+    """A Gate step's `execute` running (package-internal): the event loop it waits on, noted
+    where a store call of it first looks the loop up (`write_through`, `run_io`: no loop call
+    more), the tool threads of its call (`_step.run_tool`), and `gone`, set when its
+    coroutine was closed from outside (its loop gone). An execute whose loop was closed
+    under it is never resumed: a close judges it abandoned (decision XXXX)."""
+
+    __slots__ = ("gone", "loop", "threads")
+
+    def __init__(self) -> None:
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.threads: list[concurrent.futures.Future[Any]] = []
+        self.gone = False
+
+    def abandoned(self) -> bool:
+        """Whether nothing will ever resume this execute: its loop was closed, or its
+        coroutine was (a `_sync` twin's loop, noted by no store call, ends its tasks first)."""
+        return self.gone or (self.loop is not None and self.loop.is_closed())
+
+
+EXECUTING: contextvars.ContextVar[ExecuteInFlight | None] = contextvars.ContextVar(
+    "agentrt_gate_executing", default=None
+)
+"""The Gate `execute` the current context runs (package-internal)."""
+
+
+def _note_execute_loop(loop: asyncio.AbstractEventLoop) -> None:
+    executing = EXECUTING.get()
+    if executing is not None and executing.loop is None:
+        executing.loop = loop
+
 
 _LOOPS_LOOKED_AT_S = 1.0
 """How often a close waiting for the session's writes looks whether the loop of one of them

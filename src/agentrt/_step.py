@@ -61,6 +61,7 @@ from ._records import (
     evolve,
 )
 from ._session import (
+    EXECUTING,
     AllowedCall,
     RunMoved,
     RunSession,
@@ -305,6 +306,9 @@ async def run_tool(session: RunSession, step: Step) -> None:
         run_id=session.run_id, step_id=step.id, args=copy_json(args), lease_epoch=session.epoch
     )
     threads: list[concurrent.futures.Future[Any]] = []
+    executing = EXECUTING.get()
+    if executing is not None:
+        executing.threads = threads  # a close judging the execute abandoned looks at them
     try:
         outcome = await invoke(tool, spec, call, threads)
     except asyncio.CancelledError:
