@@ -1,5 +1,5 @@
 """A Gate step's `execute` abandoned with its event loop (the consumer's own loop closed
-under it, decision XXXX).
+under it, decision 0198).
 
 The consumer's loop is closed while `execute` waits there: for the commit that starts its
 tool (made, or refused, in the store's committer), or for a plain-function tool running on

@@ -735,7 +735,7 @@ class GateSession:
 
         An `execute` whose event loop was closed under it counts as running no more: the
         session is broken as a cancelled one's is, and a close made after that (a second one,
-        if the first came while it ran) lets go of the lease (decision XXXX).
+        if the first came while it ran) lets go of the lease (decision 0198).
 
         Not while a tool may still run under it: a tool thread still running keeps it,
         renewed, until the thread returns; a call an exception (not a cancel) broke into
@@ -757,7 +757,7 @@ class GateSession:
                 # what it keeps is not this close's to commit.
                 self._claim_cut = self._claiming
             # An execute whose event loop was closed under it never finishes the close: it
-            # counts as running no more (decision XXXX). A second close finishes the close a
+            # counts as running no more (decision 0198). A second close finishes the close a
             # first one left to such an execute.
             dropped = self._drop_abandoned()
             executing = self._executing
@@ -897,7 +897,7 @@ class GateSession:
         nothing will resume; True if one was. Its step is as a cancel left it (decision
         0183): the session is broken unless the outcome is in its copy. A tool thread of its
         call still running keeps the lease, renewed, until it returns (`_detach`), as a
-        cancelled call's does: nobody may start the call beside it (decision XXXX)."""
+        cancelled call's does: nobody may start the call beside it (decision 0198)."""
         if not self._executions:
             return False
         gone = [entry for entry in self._executions if entry.abandoned()]
@@ -1242,7 +1242,7 @@ class GateStep:
         step `executing` (or `deciding`) for good. `close` then `attach` judge it as a
         crash left it. A cancel once the outcome is recorded (a tool call cancelled mid-call
         records its unknown outcome first) leaves the session usable. `how` says what became
-        of the execute ("was cancelled", or abandoned with its loop, decision XXXX)."""
+        of the execute ("was cancelled", or abandoned with its loop, decision 0198)."""
         rs = self._session._rs
         if rs.broken is None and rs.current(self.step).observation is None:
             # What the session knows: its start commit returned, or not.

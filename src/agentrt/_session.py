@@ -438,7 +438,7 @@ class ExecuteInFlight:
     where a store call of it first looks the loop up (`write_through`, `run_io`: no loop call
     more), the tool threads of its call (`_step.run_tool`), and `gone`, set when its
     coroutine was closed from outside (its loop gone). An execute whose loop was closed
-    under it is never resumed: a close judges it abandoned (decision XXXX)."""
+    under it is never resumed: a close judges it abandoned (decision 0198)."""
 
     __slots__ = ("gone", "loop", "threads")
 
