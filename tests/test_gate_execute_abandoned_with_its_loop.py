@@ -263,3 +263,83 @@ def test_an_execute_abandoned_with_its_loop_collected_while_its_session_is_locke
     again.close_sync()
     assert tool.calls == []
     assert store.verify_events().intact
+
+
+def test_an_execute_abandoned_with_its_loop_keeps_the_lease_while_its_thread_runs_after_an_earlier_cancelled_calls(
+    any_store: agentrt.Store,
+) -> None:
+    """An earlier step's call cancelled mid-call left its thread running (the session's
+    `lingering_tool`, its outcome recorded: the session goes on). The next step's execute is
+    then abandoned with its loop while its own thread runs: the lease is kept until both
+    threads have returned, not given back once the earlier one has (the later call's step is
+    `executing`, and nobody may start it beside it)."""
+    store = any_store
+    started = [threading.Event(), threading.Event()]
+    release = [threading.Event(), threading.Event()]
+
+    def blocking(call: ToolCall) -> ToolResult:
+        n = int(call.args["x"])
+        started[n].set()
+        assert release[n].wait(30)
+        return ToolResult(content={"ok": True}, summary="note ok")
+
+    tool = RecordingTool("note", SideEffect.READ_ONLY, result=blocking)
+    gate = make_gate(store, tool)
+    session = gate.begin_sync("an earlier call cancelled, the next one abandoned")
+    first = session.step_sync()
+    assert first is not None
+    assert first.propose_sync(Decision.tool_call("note", {"x": 0})).outcome == "allowed"
+    run_id = session.run_id
+    loops = [asyncio.new_event_loop(), asyncio.new_event_loop()]
+    executing: list[asyncio.Task[Any]] = []
+    try:
+        executing.append(loops[0].create_task(first.execute()))
+        assert loops[0].run_until_complete(loops[0].run_in_executor(None, started[0].wait, 30))
+        executing[0].cancel()
+        with pytest.raises(asyncio.CancelledError):
+            loops[0].run_until_complete(executing[0])
+        earlier = session._rs.lingering_tool
+        assert earlier is not None and not earlier.done()
+        second = session.step_sync()  # the earlier outcome is recorded: the session goes on
+        assert second is not None
+        assert second.propose_sync(Decision.tool_call("note", {"x": 1})).outcome == "allowed"
+        executing.append(loops[1].create_task(second.execute()))
+        assert loops[1].run_until_complete(loops[1].run_in_executor(None, started[1].wait, 30))
+        loops[1].close()  # the consumer's loop, closed while the second call runs
+        session.close_sync()
+        assert store.lease(run_id).owner == gate.lease_owner  # both threads run
+        returned = threading.Event()
+        earlier.add_done_callback(lambda _: returned.set())  # after the session's own
+        release[0].set()
+        assert returned.wait(30)
+        assert store.lease(run_id).owner == gate.lease_owner, (
+            "the lease was given back while the abandoned execute's tool thread runs"
+        )
+        with pytest.raises(RunStateError, match="already has a live session"):
+            gate.attach_sync(run_id)
+        lingering = session._rs.lingering_tool
+        assert lingering is not None
+        given_back = threading.Event()
+        lingering.add_done_callback(lambda _: given_back.set())
+        release[1].set()
+        assert given_back.wait(30)
+        assert store.lease(run_id).owner == "", "the lease is kept after both threads returned"
+        assert [(s.index, s.status) for s in store.list_steps(run_id)] == [
+            (0, StepStatus.DONE),
+            (1, StepStatus.EXECUTING),
+        ]
+        again, verdict = gate.attach_sync(run_id)
+        assert verdict is None
+        assert [(s.index, s.status) for s in store.list_steps(run_id)][1] == (
+            1,
+            StepStatus.INTERRUPTED,
+        )
+        again.close_sync()
+        assert [c.args for c in tool.calls] == [{"x": 0}, {"x": 1}]
+        assert store.verify_events().intact
+    finally:
+        for r in release:
+            r.set()
+        loops[0].close()
+        if len(executing) > 1:
+            executing[1].get_coro().close()
