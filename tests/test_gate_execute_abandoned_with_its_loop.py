@@ -265,7 +265,7 @@ def test_an_execute_abandoned_with_its_loop_collected_while_its_session_is_locke
     assert store.verify_events().intact
 
 
-def test_an_execute_abandoned_with_its_loop_keeps_the_lease_while_its_thread_runs_after_an_earlier_cancelled_calls(
+def test_an_abandoned_execute_keeps_the_lease_while_its_thread_runs_after_a_cancelled_call(
     any_store: agentrt.Store,
 ) -> None:
     """An earlier step's call cancelled mid-call left its thread running (the session's
@@ -325,7 +325,7 @@ def test_an_execute_abandoned_with_its_loop_keeps_the_lease_while_its_thread_run
         assert given_back.wait(30)
         assert store.lease(run_id).owner == "", "the lease is kept after both threads returned"
         assert [(s.index, s.status) for s in store.list_steps(run_id)] == [
-            (0, StepStatus.DONE),
+            (0, StepStatus.INTERRUPTED),  # cancelled mid-call, recorded
             (1, StepStatus.EXECUTING),
         ]
         again, verdict = gate.attach_sync(run_id)

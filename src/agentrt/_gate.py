@@ -905,8 +905,8 @@ class GateSession:
             step = self._executions.pop(entry)
             step._broken_if_unrecorded(_ABANDONED)
             thread = next((f for f in entry.threads if not f.done()), None)
-            if thread is not None and self._rs.lingering_tool is None:
-                self._rs.lingering_tool = thread
+            if thread is not None:  # with an earlier call's thread kept: until both return
+                self._rs.keep_lease_while(thread)
         return bool(gone)
 
     def _for_driver(self) -> DriverPath:

@@ -996,6 +996,13 @@ class RunSession:
         self._mark = now
         return added
 
+    def keep_lease_while(self, thread: concurrent.futures.Future[Any]) -> None:
+        """A tool thread still running keeps the lease (renewed) until it returns: with one
+        kept already (an earlier call's, cancelled mid-call), until both have returned. The
+        one `lingering_tool` a close waits for is then a future done when both are."""
+        kept = self.lingering_tool
+        self.lingering_tool = thread if kept is None else _both_returned(kept, thread)
+
     def start_heartbeat(self) -> Heartbeat:
         """Renew this session's lease on a thread of its own (idempotent)."""
         if self.heartbeat is None:
@@ -1189,6 +1196,22 @@ def _from_known(
     if len(page) == _LOAD_PAGE:
         _read_steps(view, run_id, steps, page[-1].index + 1)
     return steps
+
+
+def _both_returned(
+    first: concurrent.futures.Future[Any], second: concurrent.futures.Future[Any]
+) -> concurrent.futures.Future[Any]:
+    """A future done once `first` and `second` both are (on the thread that ends the last)."""
+    both: concurrent.futures.Future[Any] = concurrent.futures.Future()
+
+    def returned(_: concurrent.futures.Future[Any]) -> None:
+        if first.done() and second.done():
+            with contextlib.suppress(concurrent.futures.InvalidStateError):  # both saw it
+                both.set_result(None)
+
+    first.add_done_callback(returned)
+    second.add_done_callback(returned)
+    return both
 
 
 def release_lease(config: LoopConfig, run_id: str, epoch: int) -> None:
