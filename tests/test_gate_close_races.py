@@ -31,7 +31,7 @@ import pytest
 import agentrt
 from agentrt import SideEffect, _gate, _session, _step
 from conftest import RecordingTool, event_types
-from support.gates import make_gate
+from support.gates import collected_while_held, make_gate
 from support.models import TINY_REQUEST, Replies
 from support.rows import snapshot
 from support.tools import rm_tool
@@ -664,17 +664,7 @@ def test_a_write_abandoned_with_its_loop_collected_while_its_session_is_locked_i
         _session.committer_for(store).submit(lambda tx: None).result(30)  # the refusal was given
         task = weakref.ref(failing)
         del failing, step
-        assert task() is not None  # not collected yet
-        collected = threading.Event()
-
-        def collect_under_the_lock() -> None:
-            with rs._settling:
-                gc.collect()
-            collected.set()
-
-        threading.Thread(target=collect_under_the_lock, daemon=True).start()
-        assert collected.wait(10), "the collected write waited for a lock its own thread held"
-        assert task() is None  # collected there
+        collected_while_held(rs._settling, task, "write")
     finally:
         gc.enable()
     # The refused failure's kept claim, handed back when its coroutine was closed: the close

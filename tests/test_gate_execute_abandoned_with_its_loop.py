@@ -41,7 +41,7 @@ from agentrt import (
     _session,
 )
 from conftest import Ids, RecordingTool, event_types
-from support.gates import make_gate
+from support.gates import collected_while_held, make_gate
 
 
 def hold_next_group(store: agentrt.Store, *, fail: bool) -> tuple[threading.Event, threading.Event]:
@@ -239,17 +239,7 @@ def test_an_execute_abandoned_with_its_loop_collected_while_its_session_is_locke
         _session.committer_for(store).submit(lambda tx: None).result(30)  # refused
         task = weakref.ref(executing)
         del executing, step
-        assert task() is not None  # not collected yet
-        collected = threading.Event()
-
-        def collect_under_the_lock() -> None:
-            with session._close_lock:
-                gc.collect()
-            collected.set()
-
-        threading.Thread(target=collect_under_the_lock, daemon=True).start()
-        assert collected.wait(10), "the collected execute waited for a lock its own thread held"
-        assert task() is None  # collected there
+        collected_while_held(session._close_lock, task, "execute")
     finally:
         gc.enable()
     session.close_sync()

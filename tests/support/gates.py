@@ -37,3 +37,24 @@ def open_step(gate: Gate, goal: str) -> tuple[GateSession, GateStep]:
     step = session.step_sync()
     assert step is not None
     return session, step
+
+
+def collected_while_held(lock: Any, task: Any, what: str) -> None:
+    """Collect the cycle holding the only reference to a closed loop's task (`task`, a
+    `weakref.ref`) on a thread that holds `lock` meanwhile, as the cycle collector may on
+    any thread: whatever the collected coroutine does on its way out must not wait for that
+    lock (its own thread holds it). `what` names it in the failure. Call with `gc` disabled."""
+    import gc
+    import threading
+
+    assert task() is not None  # not collected yet
+    collected = threading.Event()
+
+    def collect() -> None:
+        with lock:
+            gc.collect()
+        collected.set()
+
+    threading.Thread(target=collect, daemon=True).start()
+    assert collected.wait(10), f"the collected {what} waited for a lock its own thread held"
+    assert task() is None  # collected there
