@@ -226,3 +226,18 @@ def test_an_example_refuses_a_database_name_that_is_not_a_path_without_the_passw
     assert (result.returncode, result.stdout) == (2, "")
     assert result.stderr.endswith(f"--db: {sentence}\n"), result.stderr
     assert list(tmp_path.rglob("*")) == []
+
+
+def test_an_ssl_key_password_is_hidden_in_a_url_and_in_a_keyword_string(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # libpq's `sslpassword` (the client key's) is a password too (decision 0197, left open).
+    for given in (
+        f"postgresql://op@127.0.0.1:1/agents?sslpassword={SECRET}&schema=agentrt",
+        f"host=127.0.0.1 port=1 sslpassword={SECRET} dbname=agents",
+    ):
+        code = main(["--db", given, "runs"])
+        out, err = capsys.readouterr()
+        assert code == 1
+        assert SECRET not in out + err, err
+        assert "sslpassword=***" in err, err

@@ -1,7 +1,8 @@
 """A database given by name, as it may be printed: a SQLite file's path, or a PostgreSQL URL.
 
 A `postgresql://` (or `postgres://`) URL may hold a password, as its user's
-(`user:PASSWORD@host`) or as a `password=` parameter. Whatever prints the name
+(`user:PASSWORD@host`) or as a `password=` parameter (or libpq's `sslpassword=`, the
+client key's). Whatever prints the name
 of a database it was given (the command line, the console) prints `shown_db`
 of it, the password `***`, and passes text that may quote the URL through
 `redact_db`. A path is printed as it is. No driver is imported here: a URL
@@ -72,10 +73,11 @@ _CONNINFO = re.compile(
     r"\s*(?:" + "|".join(sorted(_CONNINFO_KEYWORDS, key=len, reverse=True)) + r")\s*=",
     re.IGNORECASE,
 )
-# A `password` keyword's value in such a string: quoted (`'...'`, `\'` inside) or a word,
-# in which libpq reads a backslash as escaping the next character (`a\ b` is `a b`).
+# A `password` (or `sslpassword`) keyword's value in such a string: quoted (`'...'`,
+# `\'` inside) or a word, in which libpq reads a backslash as escaping the next character
+# (`a\ b` is `a b`).
 _CONNINFO_PASSWORD = re.compile(
-    r"(?:^|\s)password\s*=\s*('(?:[^'\\]|\\.)*'|(?:[^\s\\]|\\.|\\$)+)", re.IGNORECASE
+    r"(?:^|\s)(?:ssl)?password\s*=\s*('(?:[^'\\]|\\.)*'|(?:[^\s\\]|\\.|\\$)+)", re.IGNORECASE
 )
 
 
@@ -182,7 +184,8 @@ def ambiguous_user(url: str) -> bool:
 
 
 def _is_password(parameter: str) -> bool:
-    return unquote(parameter.partition("=")[0]).strip().lower() == "password"
+    """A `password` parameter, or libpq's `sslpassword` (the client key's)."""
+    return unquote(parameter.partition("=")[0]).strip().lower() in ("password", "sslpassword")
 
 
 def shown_db(path: str) -> str:
