@@ -204,3 +204,36 @@ def test_a_sync_twin_inside_a_running_event_loop_says_to_await_and_records_nothi
     gc.collect()
     assert [str(w.message) for w in recwarn.list if "never awaited" in str(w.message)] == []
     assert store.list_runs() == []
+
+
+@pytest.mark.parametrize(
+    ("owner", "said"),
+    [
+        ("w" * 1025, "lease_owner must be at most 1,024 characters, got 1,025"),
+        ("shop\ud800", "lease_owner must be text UTF-8 can hold (it has a lone surrogate)"),
+    ],
+    ids=["too-long", "surrogate"],
+)
+def test_a_lease_owner_no_record_can_hold_whole_is_refused_when_built(
+    store: agentrt.Store, owner: str, said: str
+) -> None:
+    # Before: a 100,000-character owner was written into every lease, read whole by every
+    # view; a lone surrogate failed the run's first write, after the Gate or Driver was made.
+    for build in (
+        lambda: agentrt.Gate(store=store, policy=agentrt.default_policy(), lease_owner=owner),
+        lambda: agentrt.Driver(
+            store=store,
+            agent=ScriptedAgent([Decision.complete("done")]),
+            policy=agentrt.default_policy(),
+            lease_owner=owner,
+        ),
+    ):
+        with pytest.raises(ConfigError) as refused:
+            build()
+        assert str(refused.value) == said
+    assert list(store.list_runs()) == []
+    # The longest allowed still runs.
+    gate = agentrt.Gate(store=store, policy=agentrt.default_policy(), lease_owner="w" * 1024)
+    session = gate.begin_sync("a long owner")
+    assert store.lease(session.run.id).owner.startswith("w" * 1024 + "/")
+    session.close_sync()

@@ -160,6 +160,9 @@ class _Setup:
 
 _ORIGIN = re.compile(r"[a-z0-9][a-z0-9:._-]{0,63}")
 
+MAX_LEASE_OWNER = 1024
+"""The longest `lease_owner` a Gate or Driver takes (decision 0200)."""
+
 
 def check_origin(origin: object) -> None:
     """Refuse an origin label that is not 1-64 lowercase ASCII letters, digits or `:._-`."""
@@ -210,6 +213,19 @@ def configure(
         )
     if not isinstance(lease_owner, str):
         raise ConfigError("lease_owner must be a string")
+    # Written into every lease of the run, read whole by every view of it: bounded, and text
+    # every record can hold (a lone surrogate failed the run's first write, after this).
+    if len(lease_owner) > MAX_LEASE_OWNER:
+        raise ConfigError(
+            f"lease_owner must be at most {MAX_LEASE_OWNER:,} characters, got {len(lease_owner):,}"
+        )
+    if not lease_owner.isascii():
+        try:
+            lease_owner.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ConfigError(
+                "lease_owner must be text UTF-8 can hold (it has a lone surrogate)"
+            ) from None
     validated = validate_tools(list(tools))
     # One place to configure a model (docs/decisions/0020): a bare Model gets the
     # default ModelConfig; a ModelConfig carries the Model itself.
