@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 
 import agentrt
-from agentrt import Decision, Gate
+from agentrt import Gate
 from agentrt._clock import format_time
 from agentrt.view import run_detail, run_page
-from support.left_running import abandoned_run, killed_run
+from support.left_running import abandoned_run, completed_run, killed_run, live_run
 from test_cli import agentrt_cmd, clean_env
 
 HINT = (
@@ -31,30 +31,10 @@ HINT = (
 )
 
 
-def completed_run(database: str) -> str:
-    store = agentrt.open_store(database)
-    try:
-        driver = agentrt.Driver(
-            store=store,
-            agent=agentrt.scripted.ScriptedAgent([Decision.complete("done")]),
-            policy=agentrt.default_policy(),
-        )
-        return driver.start_sync("nothing to do").id
-    finally:
-        store.close()
-
-
 @pytest.fixture
 def live(database: str) -> Iterator[tuple[agentrt.Store, str]]:
-    """A RUNNING run whose session is open in this process: its lease is held."""
-    store = agentrt.open_store(database)
-    gate = Gate(store=store, policy=agentrt.default_policy(), lease_owner="worker")
-    session = gate.begin_sync("charge the card live")
-    try:
-        yield store, session.run.id
-    finally:
-        session.close_sync()
-        store.close()
+    with live_run(database) as held:
+        yield held
 
 
 def table(database: str) -> dict[str, list[str]]:

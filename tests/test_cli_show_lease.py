@@ -14,9 +14,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import agentrt
-from agentrt import Decision, Gate
+from agentrt import Gate
 from agentrt._clock import format_time
-from support.left_running import abandoned_run, killed_run
+from support.left_running import abandoned_run, completed_run, killed_run
 from test_cli import agentrt_cmd, clean_env
 
 
@@ -112,16 +112,7 @@ def test_show_says_a_lease_lapsed(db_path: Path) -> None:
 
 
 def test_show_of_a_run_that_is_not_running_has_no_lease_line(database: str) -> None:
-    store = agentrt.open_store(database)
-    try:
-        driver = agentrt.Driver(
-            store=store,
-            agent=agentrt.scripted.ScriptedAgent([Decision.complete("done")]),
-            policy=agentrt.default_policy(),
-        )
-        run_id = driver.start_sync("nothing to do").id
-    finally:
-        store.close()
+    run_id = completed_run(database)
     result = agentrt_cmd("--db", database, "show", run_id)
     assert result.returncode == 0, result.stderr
     assert not [ln for ln in result.stdout.splitlines() if ln.startswith("lease ")]

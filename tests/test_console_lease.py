@@ -18,11 +18,11 @@ pytest.importorskip("starlette")
 from starlette.testclient import TestClient
 
 import agentrt
-from agentrt import Decision, Gate
+from agentrt import Decision
 from agentrt._clock import format_time
 from agentrt.console import ConsoleConfig, create_app
 from support.console import HOSTILE, Program
-from support.left_running import killed_run
+from support.left_running import killed_run, live_run
 from test_cli import clean_env
 
 
@@ -39,14 +39,8 @@ def row_of(index: str, run_id: str) -> str:
 
 @pytest.fixture
 def live(database: str) -> Iterator[tuple[agentrt.Store, str]]:
-    store = agentrt.open_store(database)
-    gate = Gate(store=store, policy=agentrt.default_policy(), lease_owner="worker")
-    session = gate.begin_sync("charge the card live")
-    try:
-        yield store, session.run.id
-    finally:
-        session.close_sync()
-        store.close()
+    with live_run(database) as held:
+        yield held
 
 
 def test_a_killed_runs_process_is_said_gone_on_the_list_and_its_page_its_owner_escaped(

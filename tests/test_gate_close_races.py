@@ -23,7 +23,6 @@ import asyncio
 import gc
 import threading
 import weakref
-from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
@@ -31,7 +30,7 @@ import pytest
 import agentrt
 from agentrt import SideEffect, _gate, _session, _step
 from conftest import RecordingTool, event_types
-from support.gates import collected_while_held, make_gate
+from support.gates import collected_while_held, hold_next_group, make_gate
 from support.models import TINY_REQUEST, Replies
 from support.rows import snapshot
 from support.tools import rm_tool
@@ -498,24 +497,6 @@ def test_a_close_waits_for_a_model_attempts_outcome_waited_out_past_a_busy_store
     assert store.lease(run_id).owner == ""
 
 
-def hold_next_group(store: agentrt.Store) -> tuple[threading.Event, threading.Event]:
-    """The store's next group commit held until `go`, then refused (nothing written)."""
-    entered, go = threading.Event(), threading.Event()
-    real: Callable[[Sequence[Any]], Any] = store.transactions
-    armed = [True]
-
-    def transactions(works: Sequence[Any]) -> Any:
-        if not armed[0]:
-            return real(works)
-        armed[0] = False
-        entered.set()
-        assert go.wait(30)
-        raise agentrt.StoreError("refused (test), nothing was written")
-
-    store.transactions = transactions  # type: ignore[method-assign]
-    return entered, go
-
-
 @pytest.mark.parametrize("gone", ["before the close", "while the close waits"])
 def test_a_close_returns_though_a_write_of_the_session_was_abandoned_with_its_loop(
     any_store: agentrt.Store, monkeypatch: pytest.MonkeyPatch, gone: str
@@ -542,7 +523,7 @@ def test_a_close_returns_though_a_write_of_the_session_was_abandoned_with_its_lo
     run_id = session.run_id
     step = session.step_sync()
     assert step is not None
-    entered, go = hold_next_group(store)
+    entered, go = hold_next_group(store, commit="never")
     theirs = asyncio.new_event_loop()
     failing = theirs.create_task(step.fail(RuntimeError("the model is unreachable")))
     assert theirs.run_until_complete(theirs.run_in_executor(None, entered.wait, 30))
@@ -578,24 +559,6 @@ def test_a_close_returns_though_a_write_of_the_session_was_abandoned_with_its_lo
         failing.get_coro().close()  # the abandoned write, ended here (its loop is gone)
 
 
-def hold_next_group_then_make_it(store: agentrt.Store) -> tuple[threading.Event, threading.Event]:
-    """The store's next group commit held on its way in (before its transaction begins) until
-    `go`, then made as it would have been."""
-    entered, go = threading.Event(), threading.Event()
-    real: Callable[[Sequence[Any]], Any] = store.transactions
-    armed = [True]
-
-    def transactions(works: Sequence[Any]) -> Any:
-        if armed[0]:
-            armed[0] = False
-            entered.set()
-            assert go.wait(30)
-        return real(works)
-
-    store.transactions = transactions  # type: ignore[method-assign]
-    return entered, go
-
-
 def test_a_write_abandoned_with_its_loop_is_not_made_under_the_same_gates_newer_lease(
     any_store: agentrt.Store,
 ) -> None:
@@ -611,7 +574,7 @@ def test_a_write_abandoned_with_its_loop_is_not_made_under_the_same_gates_newer_
     run_id = session.run_id
     step = session.step_sync()
     assert step is not None
-    entered, go = hold_next_group_then_make_it(store)
+    entered, go = hold_next_group(store, commit="after")
     theirs = asyncio.new_event_loop()
     failing = theirs.create_task(step.fail(RuntimeError("the model is unreachable")))
     try:
@@ -655,7 +618,7 @@ def test_a_write_abandoned_with_its_loop_collected_while_its_session_is_locked_i
     assert step is not None
     gc.disable()  # the collection comes where the test makes it, not before
     try:
-        entered, go = hold_next_group(store)
+        entered, go = hold_next_group(store, commit="never")
         theirs = asyncio.new_event_loop()
         failing = theirs.create_task(step.fail(RuntimeError("the model is unreachable")))
         assert theirs.run_until_complete(theirs.run_in_executor(None, entered.wait, 30))

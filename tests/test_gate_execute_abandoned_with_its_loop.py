@@ -23,7 +23,6 @@ import asyncio
 import gc
 import threading
 import weakref
-from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
@@ -35,35 +34,12 @@ from agentrt import (
     SessionClosedError,
     SideEffect,
     StepStatus,
-    StoreError,
     ToolCall,
     ToolResult,
     _session,
 )
 from conftest import Ids, RecordingTool, event_types
-from support.gates import collected_while_held, make_gate
-
-
-def hold_next_group(store: agentrt.Store, *, fail: bool) -> tuple[threading.Event, threading.Event]:
-    """The store's next group commit, made (or refused: `fail`), then held until `go`;
-    `entered` once it is held."""
-    entered, go = threading.Event(), threading.Event()
-    real: Callable[[Sequence[Any]], Any] = store.transactions
-    armed = [True]
-
-    def transactions(works: Sequence[Any]) -> Any:
-        if not armed[0]:
-            return real(works)
-        armed[0] = False
-        out = None if fail else real(works)
-        entered.set()
-        assert go.wait(30)
-        if fail:
-            raise StoreError("refused (test), nothing was written")
-        return out
-
-    store.transactions = transactions  # type: ignore[method-assign]
-    return entered, go
+from support.gates import collected_while_held, hold_next_group, make_gate
 
 
 def allowed_step(gate: agentrt.Gate) -> tuple[agentrt.GateSession, agentrt.GateStep]:
@@ -89,7 +65,7 @@ def test_an_execute_abandoned_with_its_loop_in_its_start_commit_does_not_keep_th
     gate = make_gate(store, tool)
     session, step = allowed_step(gate)
     run_id = session.run_id
-    entered, go = hold_next_group(store, fail=not made)
+    entered, go = hold_next_group(store, commit="before" if made else "never")
     theirs = asyncio.new_event_loop()
     executing = theirs.create_task(step.execute())
     try:
@@ -190,7 +166,7 @@ def test_a_session_whose_execute_was_abandoned_with_its_loop_says_so_and_is_not_
     gate = make_gate(store, tool, ids=Ids("a"))
     session, step = allowed_step(gate)
     run_id = session.run_id
-    entered, go = hold_next_group(store, fail=False)
+    entered, go = hold_next_group(store, commit="before")
     theirs = asyncio.new_event_loop()
     executing = theirs.create_task(step.execute())
     try:
@@ -230,7 +206,7 @@ def test_an_execute_abandoned_with_its_loop_collected_while_its_session_is_locke
     run_id = session.run_id
     gc.disable()  # the collection comes where the test makes it, not before
     try:
-        entered, go = hold_next_group(store, fail=True)
+        entered, go = hold_next_group(store, commit="never")
         theirs = asyncio.new_event_loop()
         executing = theirs.create_task(step.execute())
         assert theirs.run_until_complete(theirs.run_in_executor(None, entered.wait, 30))

@@ -19,37 +19,13 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Sequence
-from typing import Any
 
 import pytest
 
 import agentrt
-from agentrt import Decision, RunStateError, SideEffect, StepStatus, StoreError
+from agentrt import Decision, RunStateError, SideEffect, StepStatus
 from conftest import Ids, RecordingTool, event_types
-from support.gates import make_gate
-
-
-def hold_next_group(store: agentrt.Store, *, fail: bool) -> tuple[threading.Event, threading.Event]:
-    """The store's next group commit, made (or refused: `fail`), then held until `go`;
-    `entered` once it is held."""
-    entered, go = threading.Event(), threading.Event()
-    real: Callable[[Sequence[Any]], Any] = store.transactions
-    armed = [True]
-
-    def transactions(works: Sequence[Any]) -> Any:
-        if not armed[0]:
-            return real(works)
-        armed[0] = False
-        out = None if fail else real(works)
-        entered.set()
-        assert go.wait(30)
-        if fail:
-            raise StoreError("refused (test), nothing was written")
-        return out
-
-    store.transactions = transactions  # type: ignore[method-assign]
-    return entered, go
+from support.gates import hold_next_group, make_gate
 
 
 async def cancelled_execute(
@@ -87,7 +63,7 @@ def test_an_execute_cancelled_during_its_start_commit_ends_the_sessions_steps(
         assert step is not None
         verdict = await step.propose(Decision.tool_call("note", {"x": 1}))
         assert verdict.outcome == "allowed"
-        entered, go = hold_next_group(store, fail=not made)
+        entered, go = hold_next_group(store, commit="before" if made else "never")
         await cancelled_execute(session, entered, go)
         written = event_types(store, session.run_id)
         with pytest.raises(RunStateError) as refused:
@@ -153,7 +129,7 @@ def test_an_execute_cancelled_during_its_outcome_commit_says_its_start_is_record
 
     def probe(point: str, rs: object) -> None:
         if point == "tool.effect":  # the tool returned; its outcome's commit comes next
-            held.append(hold_next_group(store, fail=True))
+            held.append(hold_next_group(store, commit="never"))
 
     async def scenario() -> str:
         session = await make_gate(store, tool, probe=probe).begin("goal")

@@ -58,3 +58,31 @@ def collected_while_held(lock: Any, task: Any, what: str) -> None:
     threading.Thread(target=collect, daemon=True).start()
     assert collected.wait(10), f"the collected {what} waited for a lock its own thread held"
     assert task() is None  # collected there
+
+
+def hold_next_group(store: Any, *, commit: str) -> tuple[Any, Any]:
+    """Hold the store's next group commit until `go` is set, `entered` once it is held; its
+    transaction made `"before"` the hold, `"after"` it (held on its way in), or `"never"`
+    (refused after the hold, nothing written). Later groups go through as they are."""
+    import threading
+
+    from agentrt import StoreError
+
+    assert commit in ("before", "after", "never"), commit
+    entered, go = threading.Event(), threading.Event()
+    real = store.transactions
+    armed = [True]
+
+    def transactions(works: Any) -> Any:
+        if not armed[0]:
+            return real(works)
+        armed[0] = False
+        out = real(works) if commit == "before" else None
+        entered.set()
+        assert go.wait(30)
+        if commit == "never":
+            raise StoreError("refused (test), nothing was written")
+        return out if commit == "before" else real(works)
+
+    store.transactions = transactions
+    return entered, go

@@ -7,9 +7,12 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import agentrt
 from agentrt import Decision, Gate
+from agentrt.scripted import ScriptedAgent
 
 from .gates import open_step
 from .tools import read_tool
@@ -49,5 +52,33 @@ def abandoned_run(database: str) -> str:
         assert step.propose_sync(Decision.tool_call("read", {"x": 1})).outcome == "allowed"
         session.close_sync()
         return session.run.id
+    finally:
+        store.close()
+
+
+@contextmanager
+def live_run(database: str) -> Iterator[tuple[agentrt.Store, str]]:
+    """A RUNNING run whose session is open in this process (its lease held by `worker`),
+    with its store; closed after."""
+    store = agentrt.open_store(database)
+    gate = Gate(store=store, policy=agentrt.default_policy(), lease_owner="worker")
+    session = gate.begin_sync("charge the card live")
+    try:
+        yield store, session.run.id
+    finally:
+        session.close_sync()
+        store.close()
+
+
+def completed_run(database: str) -> str:
+    """A run that ended (COMPLETED): no lease to say anything of."""
+    store = agentrt.open_store(database)
+    try:
+        driver = agentrt.Driver(
+            store=store,
+            agent=ScriptedAgent([Decision.complete("done")]),
+            policy=agentrt.default_policy(),
+        )
+        return driver.start_sync("nothing to do").id
     finally:
         store.close()
