@@ -654,10 +654,7 @@ def lease_view(
     death only by the facts a takeover accepts (`prove_dead`: this host, no such pid, ...)."""
     if run.status != RunStatus.RUNNING:
         return None
-    lease = store.lease(run.id)
-    if not lease.owner:
-        return LeaseView("", "", "none")
-    return _judged(lease, store.lease_now(wall))
+    return lease_views(store, [run], wall=wall).get(run.id, LeaseView("", "", "none"))
 
 
 def lease_views(
