@@ -79,7 +79,8 @@ def test_the_runtime_role_before_the_owner_is_told_the_owner_opens_it_first(
     assert str(refused.value) == (
         f"cannot open {runtime}: schema {names['schema']} holds no agentrt store yet, and "
         f"this role may not create its tables (permission denied for schema "
-        f"{names['schema']}): the schema's owner opens it once with open_store first"
+        f"{names['schema']}): the schema's owner creates them first (agentrt --db URL migrate, "
+        "or open_store)"
     )
 
 
@@ -99,7 +100,9 @@ def test_the_runtime_role_after_an_upgrade_is_told_the_owner_migrates_it(
         f"cannot open {runtime}: the store is at schema version 4 and this agentrt needs "
         f"{pg_migrations.SCHEMA_VERSION}, and this role may not migrate it (must be owner of "
     )
-    assert said.endswith("): the schema's owner opens it once with open_store first")
+    assert said.endswith(
+        "): the schema's owner migrates it first (agentrt --db URL migrate, or open_store)"
+    )
     agentrt.open_store(owner).close()  # as the document says; then the runtime role opens it
     agentrt.open_store(runtime).close()
 

@@ -14,15 +14,16 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Any, cast
+from datetime import datetime
+from typing import Any, NamedTuple, cast
 
 from .._db_url import other_scheme_refusal
 from .._errors import ConfigError, StoreError
 from .._records import Run
 from ._base import Renewer, Snapshot, Store, Tx
-from .sqlite import open_sqlite_existing, open_sqlite_store
+from .sqlite import SqliteStore, open_sqlite_existing, open_sqlite_store
 from .sqlite._codecs import run_from_row
-from .sqlite._migrations import RUNTIME_VERSION
+from .sqlite._migrations import RUNTIME_VERSION, SCHEMA_VERSION
 
 _POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 
@@ -65,6 +66,43 @@ def open_store(path: str | os.PathLike[str], *, chain_partitions: int | None = N
     return open_sqlite_store(path, chain_partitions=chain_partitions)
 
 
+class Migrated(NamedTuple):
+    """What a migration did: the version it found (0: it created the tables) and the one it
+    left (`reached`); found == reached: there was nothing to do."""
+
+    found: int
+    reached: int
+
+
+def migrate_store(
+    path: str | os.PathLike[str], *, proxy: bool, now: datetime
+) -> tuple[Migrated, Migrated | None]:
+    """The operator's explicit migration (`agentrt migrate`, decision XXXX): create the
+    record at `path` if it holds none, or apply its pending migrations, and with `proxy`
+    the MCP proxy's tables too (applied at `now`); what each did (None: not asked).
+
+    As `open_store`, and refusing what it would change beyond the record: a database that
+    holds tables but no agentrt record (another program's; a new path or an empty file or
+    schema is created), a file whose mode is loose (refused, never tightened). A newer
+    schema or a `min_writer_version` above this runtime is refused as by `open_store`."""
+    refuse_other_url(path)
+    store: SqliteStore  # or PostgresStore, its subclass
+    if _is_postgres(path):
+        from .postgres import open_postgres_store
+
+        store = open_postgres_store(str(path), asked=True)
+    else:
+        if os.fspath(path) == ":memory:":
+            raise StoreError("a migration needs a database file; ':memory:' is always new")
+        store = open_sqlite_store(path, asked=True)
+    with store:
+        schema = Migrated(store.found_version, SCHEMA_VERSION)
+        if not proxy:
+            return schema, None
+        reached = store.migrate_proxy(now)
+        return schema, Migrated(store.proxy_found_version or 0, reached)
+
+
 def open_existing(path: str | os.PathLike[str], read_only: bool = False) -> Store:
     """Open an existing agentrt database: never creates, never migrates.
 
@@ -102,11 +140,14 @@ def run_from_columns(columns: Mapping[str, Any]) -> Run:
 
 __all__ = [
     "RUNTIME_VERSION",
+    "SCHEMA_VERSION",
+    "Migrated",
     "Renewer",
     "Snapshot",
     "Store",
     "Tx",
     "drop_postgres_schema",
+    "migrate_store",
     "open_existing",
     "open_store",
     "refuse_other_url",

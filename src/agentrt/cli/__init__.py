@@ -7,8 +7,9 @@ JSON with `--json`), the approval display and confirmation, and exit codes:
 0 ok, 1 error or refusal, 2 usage.
 
 Rules it keeps: it opens an existing database only and never creates or
-migrates one; `runs`, `approvals`, `show`, `events` and `verify` open it
-read-only and read bounded pages; `approve`/`reject` print the request field by
+migrates one, except `migrate`, which does that when asked and nothing else;
+`runs`, `approvals`, `show`, `events` and `verify` open it read-only and read
+bounded pages; `approve`/`reject` print the request field by
 field, then decide bound to the hash they printed, and need `--approval`,
 `--yes` or a `y` typed at a terminal; every text from the database is escaped by
 `trace.sanitize` before it reaches the terminal. A RUN may be given by a unique
@@ -21,7 +22,7 @@ There is no `resume` (see `--help`).
 Its modules: `_output` (Output, tables, exit codes, the commands printed for
 the operator with their `--db`), `_opening` (opening the database, refusals in
 one sentence), `_args` (option value types), one module per group of commands
-(`_read`, `_verify`, `_decide`, `_launch`), `_commands` (the one list of
+(`_read`, `_verify`, `_decide`, `_launch`, `_migrate`), `_commands` (the one list of
 commands) and `_parser`. The approval display is `agentrt._render_approval`,
 shared with the approver, the console and the demo.
 """

@@ -124,6 +124,13 @@ COMMANDS: tuple[Command, ...] = (
         Lazy("._verify", "cmd_verify"),
     ),
     Command(
+        "migrate",
+        "create the database, or apply its pending migrations (and, with --proxy, the MCP "
+        "proxy's tables); no other command does",
+        Lazy("._migrate", "migrate_arguments"),
+        Lazy("._migrate", "cmd_migrate"),
+    ),
+    Command(
         "recheck",
         "ask a policy given now about a run's recorded policy decisions; differences first",
         Lazy("._recheck", "recheck_arguments"),

@@ -2,7 +2,8 @@
 
 The command line opens an existing database only: it never creates or migrates
 one (`open_db` refuses a missing path before the store is asked), and opens it
-read-only unless the command writes. A refusal from the store (a symlink, a
+read-only unless the command writes; `migrate_db` alone creates or migrates one,
+for `agentrt migrate`. A refusal from the store (a symlink, a
 second hard link, loose modes, a foreign owner, a damaged or unsafe schema, a
 newer schema version) becomes `Refused`, one sentence naming the actual
 problem of the actual file (the database or its -wal, -shm or -journal file).
@@ -17,7 +18,8 @@ from __future__ import annotations
 import argparse
 import os
 import re
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
 
 from .._db_url import not_a_path
 from .._errors import (
@@ -34,7 +36,7 @@ from .._errors import (
 from ._output import db_path, is_db_url, redact_db, shown_db
 
 if TYPE_CHECKING:
-    from .._store import Store
+    from .._store import Migrated, Store
 
 
 def open_existing(path: str, read_only: bool = False) -> Store:
@@ -53,8 +55,27 @@ def open_db(args: argparse.Namespace, *, write: bool = False) -> Store:
         raise StoreError(
             f"no database at {path} (agentrt opens existing databases only and never creates one)"
         )
+    return refused_in_one_sentence(path, lambda: open_existing(path, read_only=not write))
+
+
+def migrate_db(args: argparse.Namespace, *, proxy: bool) -> tuple[Migrated, Migrated | None]:
+    """The database this command was given, created or migrated (`agentrt migrate`, the
+    store's `migrate_store`); refused in one sentence (`Refused`) as `open_db` is."""
+    from .._clock import wall_clock
+    from .._store import migrate_store
+
+    path = db_path(args)
+    return refused_in_one_sentence(path, lambda: migrate_store(path, proxy=proxy, now=wall_clock()))
+
+
+_T = TypeVar("_T")
+
+
+def refused_in_one_sentence(path: str, work: Callable[[], _T]) -> _T:
+    """`work` on the database at `path`, each refusal of the store's one sentence (`Refused`):
+    its own, a URL too malformed to split, a missing `postgres` extra."""
     try:
-        return open_existing(path, read_only=not write)
+        return work()
     except AgentrtError as e:
         raise Refused(path, e) from e
     except ValueError as e:  # a URL urllib cannot split (an unclosed `[`, a bad port)
@@ -179,4 +200,4 @@ def _insecure_reason(path: str, message: str) -> str:
     return message.rstrip(".").replace(". ", "; ")
 
 
-__all__ = ["Refused", "open_db", "refusal_sentence"]
+__all__ = ["Refused", "migrate_db", "open_db", "refusal_sentence"]

@@ -27,8 +27,9 @@ NO_RESUME = (
 _EPILOG = f"""\
 The database is --db PATH or the AGENTRT_DB environment variable (demo makes
 its own in its --dir, mcp reads none: --db before either is refused). agentrt
-opens an existing database only: it never creates or migrates one. runs, approvals,
-show, events and verify open it read-only and read one bounded page at a time.
+opens an existing database only: it never creates or migrates one, except `agentrt
+migrate`, which does that when asked and nothing else. runs, approvals, show, events
+and verify open it read-only and read one bounded page at a time.
 RUN may be a unique prefix of a run id, at least 8 characters long.
 
 {textwrap.fill(NO_RESUME, 79)}

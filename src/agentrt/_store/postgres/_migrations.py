@@ -618,14 +618,25 @@ def _lock_existing(conn: psycopg.Connection[Any]) -> None:
         conn.execute(psycopg.sql.SQL("LOCK TABLE ONLY {} IN ACCESS EXCLUSIVE MODE").format(tables))
 
 
-def migrate(
+FOREIGN = (
+    "this schema holds no agentrt record but other tables (perhaps the URL is not the one "
+    "you meant); agentrt creates a record only in a new or empty schema: nothing was changed"
+)
+
+
+def upgrade(
     conn: psycopg.Connection[Any],
     schema: str,
     *,
     chain_partitions: int | None = None,
     where: str = "",
+    foreign: bool = True,
 ) -> int:
-    """Create the schema if needed and bring it to `SCHEMA_VERSION` in one transaction.
+    """Create the schema if needed and bring it to `SCHEMA_VERSION` in one transaction;
+    returns the version it found (0: the record was created now).
+
+    Not `foreign`, a schema holding a relation but no record of agentrt's is refused
+    (`FOREIGN`) before anything is made in it (`agentrt migrate`, decision XXXX).
 
     A schema created now gets `chain_partitions` heads (default `DEFAULT_PARTITIONS`);
     one that exists keeps its N, and another given for it is refused (`where` names the
@@ -653,6 +664,8 @@ def migrate(
                 ) from e
         check_schema(conn)
         current = check_not_newer(conn)
+        if not foreign and current == 0 and _holds_anything(conn, schema):
+            raise SchemaVersionError(FOREIGN)
         if 0 < current < SCHEMA_VERSION:
             # Writers lock every table in `TABLES`' order, so a migration altering them
             # takes them all first in that order, and no writer and migration wait on each
@@ -671,8 +684,9 @@ def migrate(
                     raise StoreError(
                         f"cannot open {where}: {_unmade(schema, current)}, and this role may "
                         f"not {'create its tables' if current == 0 else 'migrate it'} "
-                        f"({one_line(str(e))}): the schema's owner opens it once with "
-                        "open_store first"
+                        f"({one_line(str(e))}): the schema's owner "
+                        f"{'creates them' if current == 0 else 'migrates it'} first "
+                        "(agentrt --db URL migrate, or open_store)"
                     ) from e
                 except psycopg.Error as e:
                     refusal = already_made(version, current, one_line(str(e)))
@@ -691,4 +705,14 @@ def migrate(
     except BaseException:
         rollback_quietly(conn)
         raise
-    return SCHEMA_VERSION
+    return current
+
+
+def _holds_anything(conn: psycopg.Connection[Any], schema: str) -> bool:
+    """Whether the schema holds a relation (a table, a view, a sequence, ...)."""
+    row = conn.execute(
+        "SELECT 1 FROM pg_catalog.pg_class AS c JOIN pg_catalog.pg_namespace AS n "
+        "ON n.oid = c.relnamespace WHERE n.nspname = %s LIMIT 1",
+        (schema,),
+    ).fetchone()
+    return row is not None

@@ -70,27 +70,38 @@ from ._migrations import (
     check_schema,
     check_writer,
     lock_statement,
-    migrate,
     no_schema,
     statements,
     tables_at,
+    upgrade,
 )
 from ._tx import PostgresTx, server_now
 
 _T = TypeVar("_T")
 
 
-def open_store(url: str, *, chain_partitions: int | None = None) -> PostgresStore:
+def open_store(
+    url: str, *, chain_partitions: int | None = None, asked: bool = False
+) -> PostgresStore:
     """Open the store's schema at `url` for writing, creating or migrating it as needed.
 
     `chain_partitions` is N for a schema created now (default 16, decision 0093); one
-    that exists keeps its own, and another N given for it is refused."""
+    that exists keeps its own, and another N given for it is refused. The store's
+    `found_version` is the schema version the migration found (0: created now).
+    `asked` (`agentrt migrate`, decision XXXX): a schema that holds tables but no agentrt
+    record is refused, nothing changed."""
     target = parse_target(url)
     conn = connect(target)
     try:
         check_usable(conn, target, may_create=True)
         check_grants(conn, target, read_only=False)
-        migrate(conn, target.schema, chain_partitions=chain_partitions, where=target.shown)
+        found = upgrade(
+            conn,
+            target.schema,
+            chain_partitions=chain_partitions,
+            where=target.shown,
+            foreign=not asked,
+        )
         partitions = chain_partitions_of(conn, where=target.shown)
         tables = tables_at()
     except psycopg.Error as e:
@@ -99,7 +110,9 @@ def open_store(url: str, *, chain_partitions: int | None = None) -> PostgresStor
     except BaseException:
         conn.close()
         raise
-    return PostgresStore(conn, target, read_only=False, partitions=partitions, tables=tables)
+    store = PostgresStore(conn, target, read_only=False, partitions=partitions, tables=tables)
+    store.found_version = found
+    return store
 
 
 def open_existing(url: str, read_only: bool = False) -> PostgresStore:
@@ -696,6 +709,7 @@ class PostgresStore(SqliteStore):
             # 0192): refused here, not at its first call. On the transaction's connection.
             check_grants(self._pg, self._target, read_only=False, tables=PROXY_TABLES)
         self._lock_tables = lock_statement(self._tables + PROXY_TABLES)
+        self.proxy_found_version = current
         return known
 
     def _lock_claim(self, tx: SqliteTx, key: str, *, capped: bool) -> None:

@@ -410,6 +410,21 @@ def check_writer(conn: sqlite3.Connection, runtime_version: str = RUNTIME_VERSIO
         )
 
 
+FOREIGN = (
+    "this database holds no agentrt record but other tables (perhaps the path is not the "
+    "one you meant); agentrt creates a record only at a new path or in an empty database: "
+    "nothing was changed"
+)
+
+
+def refuse_foreign(conn: sqlite3.Connection, version: int) -> None:
+    """Refuse a database of schema `version` 0 that holds anything (another program's
+    tables): the explicit migration (`agentrt migrate`) creates a record only in a new
+    file or an empty database, never beside what another program keeps (decision XXXX)."""
+    if version == 0 and conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchone():
+        raise SchemaVersionError(FOREIGN)
+
+
 def migrate(
     conn: sqlite3.Connection,
     check: Callable[[sqlite3.Connection], object] | None = None,
@@ -417,7 +432,20 @@ def migrate(
     chain_partitions: int | None = None,
     where: str = "",
 ) -> int:
-    """Bring the schema up to `SCHEMA_VERSION` in one IMMEDIATE transaction; returns it.
+    """Bring the schema up to `SCHEMA_VERSION` (`upgrade`); returns it."""
+    return upgrade(conn, check, chain_partitions=chain_partitions, where=where)[1]
+
+
+def upgrade(
+    conn: sqlite3.Connection,
+    check: Callable[[sqlite3.Connection], object] | None = None,
+    *,
+    chain_partitions: int | None = None,
+    where: str = "",
+    foreign: bool = True,
+) -> tuple[int, int]:
+    """Bring the schema up to `SCHEMA_VERSION` in one IMMEDIATE transaction; returns the
+    version it found (0: the record was created now) and the one it left.
 
     The version is read again inside the transaction, so two processes opening
     a new file at once apply each migration once. A newer schema, or a
@@ -426,13 +454,16 @@ def migrate(
     safety check), so nothing planted since the open's own check fires here.
     `chain_partitions` is N for a record created now (default 1); for one that
     exists it must be None or its own N (`StoreError` otherwise: N never changes).
-    `where` names the record in a refusal of its N (`chain_partitions`).
+    `where` names the record in a refusal of its N (`chain_partitions`). Not `foreign`, a
+    database that holds tables but no record of agentrt's is refused (`refuse_foreign`).
     """
     conn.execute("BEGIN IMMEDIATE")
     try:
         if check is not None:
             check(conn)
         current = check_not_newer(conn)
+        if not foreign:
+            refuse_foreign(conn, current)
         check_writer(conn)
         applied_at = format_time(wall_clock())
         for migration in MIGRATIONS:
@@ -457,7 +488,7 @@ def migrate(
     except BaseException:
         rollback_quietly(conn)
         raise
-    return SCHEMA_VERSION
+    return current, SCHEMA_VERSION
 
 
 def already_made(version: int, current: int, said: str) -> SchemaVersionError | None:

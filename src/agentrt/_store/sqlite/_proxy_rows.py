@@ -74,6 +74,10 @@ def _waiting_or_on_the_way(tx: SqliteTx, awaiting: Collection[str], fresh_since:
 class ProxyRows(StoreReads):
     """The proxy's rows as methods of the SQLite store."""
 
+    proxy_found_version: int | None = None
+    """The proxy schema version `migrate_proxy` last found (0: it created the proxy's
+    tables); None until it runs."""
+
     @abstractmethod
     def transaction(self) -> contextlib.AbstractContextManager[SqliteTx]:
         """A write transaction of the store (`SqliteStore.transaction`)."""
@@ -107,6 +111,7 @@ class ProxyRows(StoreReads):
                     "INSERT INTO proxy_migrations (version, applied_at) VALUES (?, ?)",
                     (migration.version, format_time(now)),
                 )
+        self.proxy_found_version = current
         return known
 
     def proxy_versions(self) -> list[int]:

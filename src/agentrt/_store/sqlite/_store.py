@@ -102,11 +102,19 @@ PENDING_APPROVALS_MAX = 1000
 _T = TypeVar("_T")
 
 
-def open_store(path: str | os.PathLike[str], *, chain_partitions: int | None = None) -> SqliteStore:
+def open_store(
+    path: str | os.PathLike[str], *, chain_partitions: int | None = None, asked: bool = False
+) -> SqliteStore:
     """Open the database at `path` for writing, creating it (0600) or migrating it as needed.
 
     `chain_partitions` is N for a record created now (decision 0093; default 1);
     an existing record keeps its own, and another N given for it is refused.
+    The store's `found_version` is the schema version the open found (0: created now).
+
+    `asked`: the operator's explicit migration (`agentrt migrate`, decision XXXX), which
+    changes nothing but the record: a file or sidecar whose mode is loose is refused,
+    not tightened, and a database holding tables but no agentrt record is refused
+    (`migrations.FOREIGN`) before anything is written to it.
 
     `":memory:"` gives a private in-memory store. Refuses a symlink, a file with
     a second hard link, an insecure file, sidecar or directory, a trigger or
@@ -118,39 +126,51 @@ def open_store(path: str | os.PathLike[str], *, chain_partitions: int | None = N
         conn = _connect(":memory:", uri=False)
         try:
             _configure(conn, writer=True)
-            migrations.migrate(conn, check=check_schema, chain_partitions=chain_partitions)
+            found, _ = migrations.upgrade(
+                conn, check=check_schema, chain_partitions=chain_partitions
+            )
             partitions = migrations.chain_partitions(conn)
         except BaseException:
             conn.close()
             raise
-        return SqliteStore(conn, path=":memory:", read_only=False, uri=None, partitions=partitions)
+        store = SqliteStore(conn, path=":memory:", read_only=False, uri=None, partitions=partitions)
+        store.found_version = found
+        return store
     abspath = _absolute(path)
     filesafety.check_directory(abspath)  # before anything is created in it
     filesafety.create_owner_only(abspath)
-    filesafety.check_all(abspath, tighten=True)
+    filesafety.check_all(abspath, tighten=not asked)
     filesafety.check_writable(abspath)
     uri = _uri(abspath, mode="rw")
     conn = _connect(uri, uri=True)
     try:
         _configure(conn, writer=True)
         check_schema(conn)
-        # Refuse a newer file before the WAL switch, which is itself a write.
-        migrations.check_not_newer(conn)
+        # Refuse a newer file, or another program's, before the WAL switch, itself a write.
+        version = migrations.check_not_newer(conn)
+        if asked:
+            migrations.refuse_foreign(conn, version)
         migrations.check_writer(conn)
         _enable_wal(conn)
-        migrations.migrate(
-            conn, check=check_schema, chain_partitions=chain_partitions, where=abspath
+        found, _ = migrations.upgrade(
+            conn,
+            check=check_schema,
+            chain_partitions=chain_partitions,
+            where=abspath,
+            foreign=not asked,
         )
         partitions = migrations.chain_partitions(conn, where=abspath)
         # The -wal and -shm exist now; SQLite gave them the database's mode.
-        filesafety.check_sidecars(abspath, tighten=True)
+        filesafety.check_sidecars(abspath, tighten=not asked)
     except BaseException as e:
         conn.close()
         refusal = _refusal(abspath, e)
         if refusal is None:
             raise
         raise refusal from e
-    return SqliteStore(conn, path=abspath, read_only=False, uri=uri, partitions=partitions)
+    store = SqliteStore(conn, path=abspath, read_only=False, uri=uri, partitions=partitions)
+    store.found_version = found
+    return store
 
 
 def open_existing(path: str | os.PathLike[str], read_only: bool = False) -> SqliteStore:
@@ -203,6 +223,10 @@ _SAVEPOINT = "agentrt_work"
 
 class SqliteStore(ProxyRows):
     """The runtime's one SQLite file. Use `open_store` or `open_existing` to get one."""
+
+    found_version: int = migrations.SCHEMA_VERSION
+    """The schema version the open found: 0 when `open_store` created the record, below
+    `SCHEMA_VERSION` when it migrated it; `open_existing` opens this version only."""
 
     def __init__(
         self,
