@@ -2,17 +2,17 @@
 
 The roles-and-grants block is read out of the document and run with fresh role
 and schema names (roles are the whole server's: each test makes its own and
-drops them). The owner then opens the store, as the document says; the
-runtime role runs `examples/scripted.py`, two processes sharing the record, the
-second approving what the first paused; and the runtime role may not delete,
-truncate, create in the schema or alter a table. The proxy runs as the runtime role
-once a `--check` with the owner's URL has made its tables.
+drops them). The owner then runs the document's `agentrt ... migrate` line, as
+written but for the URL; the runtime role runs `examples/scripted.py`, two processes
+sharing the record, the second approving what the first paused; and the runtime role may
+not delete, truncate, create in the schema or alter a table. The proxy runs as the
+runtime role once the document's `migrate --proxy` line, as the owner, has made its
+tables.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 import shlex
 import shutil
@@ -25,15 +25,19 @@ from typing import Any
 
 import psycopg
 import pytest
-from tests.support.mcp_proxy import PROXY_CHILD, Shop, write_owner_only
+from tests.support.mcp_proxy import PROXY_CHILD, Shop
 
 import agentrt
+from agentrt._store.sqlite import _migrations as migrations
 from support.postgres import server_url
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "postgres.md"
 MARK = "<!-- tested: tests/test_postgres_docs.py runs this block -->"
 DUMP = "<!-- tested: tests/test_postgres_docs.py runs this dump -->"
+MIGRATE = "<!-- tested: tests/test_postgres_docs.py runs this command -->"
+MIGRATE_PROXY = "<!-- tested: tests/test_postgres_docs.py runs this command for the proxy -->"
+DOC_OWNER_URL = "postgresql://agentrt_owner@db.internal:5432/agents?schema=agentrt"
 
 
 def block(mark: str = MARK, language: str = "sql") -> str:
@@ -86,6 +90,16 @@ def set_up(names: dict[str, str]) -> tuple[str, str]:
     return owner, with_user(names["base"], names["runtime"], names["schema"])
 
 
+def run_documented(mark: str, owner: str) -> subprocess.CompletedProcess[str]:
+    """The document's one `agentrt` line after `mark`, as written but for the owner's URL,
+    run as `python -m agentrt` (the interpreter of this test)."""
+    [line] = block(mark, "bash").splitlines()
+    words = shlex.split(line)
+    assert words[:3] == ["agentrt", "--db", DOC_OWNER_URL], line
+    words[:3] = [sys.executable, "-m", "agentrt", "--db", owner]
+    return subprocess.run(words, capture_output=True, text=True, timeout=120)
+
+
 def test_an_operator_following_the_setup_shares_one_record_between_two_processes(
     names: dict[str, str],
 ) -> None:
@@ -93,7 +107,9 @@ def test_an_operator_following_the_setup_shares_one_record_between_two_processes
     # Before the owner has opened it, the runtime role cannot make the tables.
     with pytest.raises(agentrt.StoreError):
         agentrt.open_store(runtime)
-    agentrt.open_store(owner).close()  # the document's one step as the owner
+    made = run_documented(MIGRATE, owner)  # the document's one step as the owner
+    assert (made.returncode, made.stderr) == (0, ""), made.stderr
+    assert made.stdout == f"{owner}: created at schema version {migrations.SCHEMA_VERSION}\n"
 
     done = subprocess.run(
         [sys.executable, str(ROOT / "examples" / "scripted.py"), "--db", runtime],
@@ -128,7 +144,7 @@ def test_the_proxy_runs_as_the_runtime_role_once_the_owner_has_checked_it(
     names: dict[str, str], tmp_path: Path
 ) -> None:
     owner, runtime = set_up(names)
-    agentrt.open_store(owner).close()
+    assert run_documented(MIGRATE, owner).returncode == 0
     shop = Shop(tmp_path, database=runtime)
 
     def check() -> subprocess.CompletedProcess[str]:
@@ -146,11 +162,11 @@ def test_the_proxy_runs_as_the_runtime_role_once_the_owner_has_checked_it(
     [said] = refused.stderr.splitlines()
     assert said.startswith("agentrt-proxy: ") and "permission denied for schema" in said
     assert "LINE 1" not in said and "CREATE TABLE" not in said
-    # As the document says: `--check` once with the owner's URL, then the runtime's.
-    config = json.loads(shop.config.read_text())
-    write_owner_only(shop.config, {**config, "database": owner})
-    assert check().returncode == 0
-    write_owner_only(shop.config, config)
+    # As the document says: `migrate --proxy` as the owner, then the runtime's URL.
+    made = run_documented(MIGRATE_PROXY, owner)
+    assert (made.returncode, made.stderr) == (0, ""), made.stderr
+    proxy_version = migrations.PROXY_MIGRATIONS[-1].version
+    assert made.stdout.endswith(f"; the proxy's tables created at version {proxy_version}\n")
     assert check().returncode == 0
 
     async def call() -> Any:
