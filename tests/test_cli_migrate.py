@@ -6,7 +6,7 @@ older release's record lacks, or says the record is current, in one line naming 
 database (a URL's password `***`); with `--proxy` it does the same for the MCP proxy's
 tables. It changes nothing of a file or schema that holds another program's tables, of
 a record a newer agentrt wrote, or when its role may not create the tables: refused in
-one line, exit 1 (decision XXXX). Real processes, real SQLite files and the real
+one line, exit 1 (decision 0201). Real processes, real SQLite files and the real
 PostgreSQL test server.
 """
 

@@ -77,7 +77,7 @@ class Migrated(NamedTuple):
 def migrate_store(
     path: str | os.PathLike[str], *, proxy: bool, now: datetime
 ) -> tuple[Migrated, Migrated | None]:
-    """The operator's explicit migration (`agentrt migrate`, decision XXXX): create the
+    """The operator's explicit migration (`agentrt migrate`, decision 0201): create the
     record at `path` if it holds none, or apply its pending migrations, and with `proxy`
     the MCP proxy's tables too (applied at `now`); what each did (None: not asked).
 

@@ -1,7 +1,7 @@
 """`agentrt migrate`: create the database, or apply its pending migrations, when asked.
 
 No other command creates or migrates a database; this one does, and only that
-(decision XXXX): a new path (or an empty file or schema) gets a record, an older
+(decision 0201): a new path (or an empty file or schema) gets a record, an older
 release's record its pending migrations, a current one nothing. With `--proxy`, the
 MCP proxy's tables are created or migrated too. It prints one line, the database
 named as `shown_db` names it (a URL's password `***`): what it found and did. A

@@ -636,7 +636,7 @@ def upgrade(
     returns the version it found (0: the record was created now).
 
     Not `foreign`, a schema holding a relation but no record of agentrt's is refused
-    (`FOREIGN`) before anything is made in it (`agentrt migrate`, decision XXXX).
+    (`FOREIGN`) before anything is made in it (`agentrt migrate`, decision 0201).
 
     A schema created now gets `chain_partitions` heads (default `DEFAULT_PARTITIONS`);
     one that exists keeps its N, and another given for it is refused (`where` names the

@@ -88,7 +88,7 @@ def open_store(
     `chain_partitions` is N for a schema created now (default 16, decision 0093); one
     that exists keeps its own, and another N given for it is refused. The store's
     `found_version` is the schema version the migration found (0: created now).
-    `asked` (`agentrt migrate`, decision XXXX): a schema that holds tables but no agentrt
+    `asked` (`agentrt migrate`, decision 0201): a schema that holds tables but no agentrt
     record is refused, nothing changed."""
     target = parse_target(url)
     conn = connect(target)

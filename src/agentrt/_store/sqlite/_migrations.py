@@ -420,7 +420,7 @@ FOREIGN = (
 def refuse_foreign(conn: sqlite3.Connection, version: int) -> None:
     """Refuse a database of schema `version` 0 that holds anything (another program's
     tables): the explicit migration (`agentrt migrate`) creates a record only in a new
-    file or an empty database, never beside what another program keeps (decision XXXX)."""
+    file or an empty database, never beside what another program keeps (decision 0201)."""
     if version == 0 and conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchone():
         raise SchemaVersionError(FOREIGN)
 

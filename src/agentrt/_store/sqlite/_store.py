@@ -111,7 +111,7 @@ def open_store(
     an existing record keeps its own, and another N given for it is refused.
     The store's `found_version` is the schema version the open found (0: created now).
 
-    `asked`: the operator's explicit migration (`agentrt migrate`, decision XXXX), which
+    `asked`: the operator's explicit migration (`agentrt migrate`, decision 0201), which
     changes nothing but the record: a file or sidecar whose mode is loose is refused,
     not tightened, and a database holding tables but no agentrt record is refused
     (`migrations.FOREIGN`) before anything is written to it.
