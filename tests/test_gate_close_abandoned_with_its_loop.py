@@ -55,7 +55,9 @@ def test_a_close_abandoned_with_its_loop_is_made_by_the_next_close(
         _session.committer_for(store).submit(lambda tx: None).result(30)  # made or refused
         assert not any(task.done() for task in pending)
         session.close_sync()
-        assert store.lease(run_id).owner == "", "the lease is kept by a close abandoned with its loop"
+        assert store.lease(run_id).owner == "", (
+            "the lease is kept by a close abandoned with its loop"
+        )
         assert store.get_run(run_id).status == "RUNNING"
         if waiting == "for another write":
             assert event_types(store, run_id) == ["run.created", "run.started"]

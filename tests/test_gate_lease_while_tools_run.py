@@ -25,8 +25,15 @@ from typing import Any
 import pytest
 
 import agentrt
-from agentrt import Decision, RunLeasedError, RunStateError, SideEffect, StepStatus, ToolCall
-from agentrt import ToolResult
+from agentrt import (
+    Decision,
+    RunLeasedError,
+    RunStateError,
+    SideEffect,
+    StepStatus,
+    ToolCall,
+    ToolResult,
+)
 from conftest import Ids, RecordingTool
 from support.gates import make_gate
 
@@ -73,7 +80,9 @@ def _allowed(session: agentrt.GateSession, tool: str, x: int) -> agentrt.GateSte
     return step
 
 
-def _cancelled_mid_call(loop: asyncio.AbstractEventLoop, step: agentrt.GateStep, started: Any) -> None:
+def _cancelled_mid_call(
+    loop: asyncio.AbstractEventLoop, step: agentrt.GateStep, started: Any
+) -> None:
     task = loop.create_task(step.execute())
     assert loop.run_until_complete(loop.run_in_executor(None, started.wait, 30))
     task.cancel()

@@ -820,10 +820,7 @@ class GateSession:
         it took with it, and the lease is given back by this session's epoch (0187)."""
         loop = self._closing_on
         return (
-            self._close_taken
-            and not self._let_go_ended
-            and loop is not None
-            and loop.is_closed()
+            self._close_taken and not self._let_go_ended and loop is not None and loop.is_closed()
         )
 
     def _free(self) -> None:

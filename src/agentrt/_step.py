@@ -340,6 +340,8 @@ async def run_tool(session: RunSession, step: Step) -> None:
             # beside any earlier one (`keep_lease_while`).
             if running is not None:
                 session.keep_lease_while(running)
+            elif kept is not None and kept.done():
+                session.lingering_tool = None  # nothing of the session's calls runs any more
         raise
     except BaseException as stopped:
         # Anything else (a signal's KeyboardInterrupt landing in the loop's coroutine, or
