@@ -373,6 +373,14 @@ async def _invoke_in_task(
         # unwind from its cancellation first, as `asyncio.wait_for` would.
         await _cancel(task, threads)
         raise
+    except GeneratorExit:
+        # The caller's coroutine closed from outside (by hand, or collected with its loop):
+        # nothing can be awaited here, and nobody will record the outcome. A task left
+        # running on a live loop is tracked as a thread is, so the lease is kept while it
+        # runs; one whose loop is closed never runs again (decision 0198).
+        if threads is not None and not task.done() and not task.get_loop().is_closed():
+            _track(task, threads)
+        raise
     if not done:
         await _cancel(task, threads)
         observation = _error(spec, "timeout", f"timed out after {spec.timeout.total_seconds():g}s")
@@ -425,6 +433,12 @@ async def _cancel(task: asyncio.Future[Any], threads: ToolThreads | None) -> Non
     `threads` as a thread is, so a cancelled caller keeps the lease while it still runs."""
     if await cancel_within_grace(task) or threads is None:
         return
+    _track(task, threads)
+
+
+def _track(task: asyncio.Future[Any], threads: ToolThreads) -> None:
+    """Track a tool's task left running in `threads`, as a thread is: a future done once the
+    task is."""
     running: Future = concurrent.futures.Future()
     running.set_running_or_notify_cancel()
     task.add_done_callback(lambda _: running.set_result(None))

@@ -30,6 +30,10 @@ Invariants (each has a test named for it in `tests/test_gate*.py`):
   `attach` judge the step as a crash left it. So is one abandoned with its event loop
   (the loop closed under it): it never finishes a close, so a close (a second one, after
   one that found it running) gives the lease back, once its tool's thread has returned.
+  A close whose own loop was closed under it is made again by the next close.
+- The lease is kept while any tool of the session may still run: every call cancelled
+  mid-call whose thread still runs, and an async tool's task left running by an execute
+  closed from outside on a live loop (decisions 0163, 0199).
 - An `execute` that raised `LeaseLostError` stopped the loop: the session's `step()` and
   `propose` raise it too, writing nothing; `close` leaves the step `deciding`.
 - One session per run: a run with a live session (this process, or another
@@ -574,6 +578,13 @@ class GateSession:
         # `_closed` and `_executing` are changed together under this lock.
         self._close_taken = False
         self._close_lock = threading.Lock()
+        # The event loop the close's letting go waits on, and whether it ended: one whose loop
+        # was closed under it (the consumer's own) never resumes, and the next close makes it
+        # again (`_close_stranded`). The run is freed for this gate once (`_free`).
+        self._closing_on: asyncio.AbstractEventLoop | None = None
+        self._let_go_ended = False
+        self._freed = False
+        self._free_lock = threading.Lock()
         # Called once the lease is given back after a lingering tool thread returned.
         self._on_given_back: list[Callable[[], None]] = []
         # A session dropped without close() stops renewing its lease once it is
@@ -777,7 +788,11 @@ class GateSession:
             # first one left to such an execute.
             dropped = self._drop_abandoned()
             executing = self._executing
-        if not first and not dropped:
+            # A letting go abandoned with its loop (closed under the close) is made again here.
+            stranded = self._close_stranded()
+            if stranded:
+                self._close_taken = False
+        if not first and not dropped and not stranded:
             return
         if executing:
             # A tool is running under this lease: it stays renewed until the call's
@@ -790,15 +805,48 @@ class GateSession:
         # execute it came beside finds it closed; a second letting go would free the run
         # of a session of this gate attached after the first (its lease is not given back:
         # the release names this session's epoch, decision 0187).
+        loop = asyncio.get_running_loop()
         with self._close_lock:
             if self._close_taken:
                 return
             self._close_taken = True
+            self._closing_on = loop
         # In a task of its own, shielded: a caller that stops waiting does not stop the
         # close half-way (the lease given back, the run freed for this gate's sessions).
         await _told_when_ended(self._close_once_written(), _nobody)
 
+    def _close_stranded(self) -> bool:
+        """Under `_close_lock`: whether the close's letting go was taken on an event loop that
+        was closed under it before it ended (the consumer's own loop): nothing will resume it,
+        so the next close makes it again, as for an execute abandoned with its loop (decision
+        0198). Its steps are each made at most once in effect: the writes of the abandoned
+        one are not waited for (their loop is closed, decision 0188), what it kept to commit
+        it took with it, and the lease is given back by this session's epoch (0187)."""
+        loop = self._closing_on
+        return (
+            self._close_taken and not self._let_go_ended and loop is not None and loop.is_closed()
+        )
+
+    def _free(self) -> None:
+        """Free the run for another session of this gate, once: a letting go abandoned with its
+        loop and closed later (collected) must not free the run of a session attached since."""
+        with self._free_lock:  # not the close lock: a collected letting go may free the run
+            if self._freed:  # on a thread holding that lock (decision 0195's `_settling`)
+                return
+            self._freed = True
+        self._gate._let_go(self.run_id)
+
     async def _close_once_written(self) -> None:
+        try:
+            await self._letting_go()
+        except GeneratorExit:
+            raise  # closed from outside (its loop gone): a next close makes it again
+        except BaseException:
+            self._let_go_ended = True
+            raise
+        self._let_go_ended = True
+
+    async def _letting_go(self) -> None:
         rs = self._rs
         # Another task's commit in flight (a step's decision, its failure) is made first:
         # letting go never races a step still being recorded (decision 0176).
@@ -827,7 +875,7 @@ class GateSession:
             try:
                 await self._let_go_of_lease()
             finally:
-                self._gate._let_go(self.run_id)
+                self._free()
             return
         self._detach()
 
@@ -838,9 +886,15 @@ class GateSession:
         that moved meanwhile (cancelled, or taken over) keeps nothing of it.
         """
         rs = self._rs
+
+        def release() -> None:
+            release_lease(rs.config, rs.run_id, rs.epoch)
+
         try:
             if not self._claim_cut:
                 await rs.commit_deferred(plan.LEFT_OPEN)
+        except GeneratorExit:
+            raise  # closed from outside (its loop gone): nothing awaited; a next close gives it
         except (RunMoved, LeaseLostError):
             pass  # the run is no longer this session's: nothing of the step is kept
         except Exception:
@@ -851,8 +905,10 @@ class GateSession:
                 rs.run_id,
                 exc_info=True,
             )
-        finally:
-            await run_io(lambda: release_lease(rs.config, rs.run_id, rs.epoch))
+        except BaseException:
+            await run_io(release)
+            raise
+        await run_io(release)
 
     def step_sync(self) -> GateStep | None:
         return run_sync(self.step())
@@ -884,7 +940,7 @@ class GateSession:
         if lingering is None:
             self._rs.stop_heartbeat()
             if free:
-                self._gate._let_go(self.run_id)
+                self._free()
         else:
             lingering.add_done_callback(lambda _: self._give_back())
 
@@ -903,7 +959,7 @@ class GateSession:
                 "could not release the lease on run %s; it will expire", rs.run_id
             )
         finally:
-            self._gate._let_go(rs.run_id)
+            self._free()
             for told in self._on_given_back:
                 told()
 

@@ -1001,7 +1001,10 @@ class RunSession:
         kept already (an earlier call's, cancelled mid-call), until both have returned. The
         one `lingering_tool` a close waits for is then a future done when both are."""
         kept = self.lingering_tool
-        self.lingering_tool = thread if kept is None else _both_returned(kept, thread)
+        if kept is None or kept.done():  # nothing kept runs any more: this one alone
+            self.lingering_tool = thread
+        else:
+            self.lingering_tool = _both_returned(kept, thread)
 
     def start_heartbeat(self) -> Heartbeat:
         """Renew this session's lease on a thread of its own (idempotent)."""

@@ -318,6 +318,8 @@ async def run_tool(session: RunSession, step: Step) -> None:
         # lease stays ours (and renewed), or another process could take the
         # run over and start the same call beside it.
         running = next((f for f in threads if not f.done()), None)
+        # An earlier call's thread still running (cancelled mid-call too) keeps it as well.
+        kept = session.lingering_tool
         observation = Observation.cancelled_mid_call()
         try:
             await through_cancels(
@@ -329,20 +331,30 @@ async def run_tool(session: RunSession, step: Step) -> None:
                     observation,
                     None,
                     cancelled=True,
-                    keep_lease=running is not None,
+                    keep_lease=running is not None or (kept is not None and not kept.done()),
                 )
             )
         finally:
             # Whatever became of the outcome's commit (written, or failed: the step is
-            # left `executing` for the next owner to judge), the thread still runs.
-            session.lingering_tool = running
+            # left `executing` for the next owner to judge), the thread still runs: kept
+            # beside any earlier one (`keep_lease_while`).
+            if running is not None:
+                session.keep_lease_while(running)
+            elif kept is not None and kept.done():
+                session.lingering_tool = None  # nothing of the session's calls runs any more
         raise
-    except BaseException:
-        # Anything else (a signal's KeyboardInterrupt landing in the loop's coroutine): the
-        # step is left `executing` for the next owner to judge; the lease is kept while the
-        # tool's thread runs, or, with no thread to wait for, until it lapses.
-        session.lingering_tool = next((f for f in threads if not f.done()), None)
-        session.tool_may_run = not threads
+    except BaseException as stopped:
+        # Anything else (a signal's KeyboardInterrupt landing in the loop's coroutine, or
+        # the execute's coroutine closed from outside): the step is left `executing` for the
+        # next owner to judge; the lease is kept while the tool's thread (or a task left
+        # running, `invoke`) runs, or, with no thread to wait for, until it lapses. A
+        # coroutine closed from outside left in `threads` whatever may still run: an async
+        # tool's task whose loop is closed never runs again (decision 0198).
+        running = next((f for f in threads if not f.done()), None)
+        if running is not None:
+            session.keep_lease_while(running)
+        if not threads and not isinstance(stopped, GeneratorExit):
+            session.tool_may_run = True
         raise
     await session.probe(POINT_TOOL_EFFECT)
     await _finish_tool(

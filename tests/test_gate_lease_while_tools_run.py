@@ -1,0 +1,230 @@
+"""A Gate session keeps its lease while any tool of its calls may still run (decisions 0017,
+0163, 0165, 0198, 0199).
+
+A call cancelled mid-call records its unknown outcome and the session goes on, its tool's
+thread still running: the lease is kept (renewed) until that thread returns, or another
+owner could take the run over and start the call beside it. Two such calls, one after the
+other, each keep it: before, the second cancel set the session's one kept thread to its own
+(or to none, with no thread of its own: an async tool, whose outcome's commit then gave the
+lease back), and the lease went while the first call's thread still ran.
+
+An execute whose coroutine is closed by hand on a live loop while an async tool's task runs
+keeps the lease (renewed) until that task ends, as for a thread: before, the close gave it
+back at once, the task still running.
+
+Tools are held on events the test sets: no clock raced.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+import pytest
+
+import agentrt
+from agentrt import (
+    Decision,
+    RunLeasedError,
+    RunStateError,
+    SideEffect,
+    StepStatus,
+    ToolCall,
+    ToolResult,
+)
+from conftest import Ids, RecordingTool
+from support.gates import make_gate
+
+
+class _Waiting:
+    """An async tool that runs until the test lets it end (on the loop it was called on)."""
+
+    def __init__(self) -> None:
+        self.spec = RecordingTool("wait", SideEffect.READ_ONLY).spec
+        self.started = threading.Event()
+        self.release: asyncio.Event | None = None
+        self.ended: list[int] = []
+
+    async def call(self, call: ToolCall) -> ToolResult:
+        self.release = asyncio.Event()
+        self.started.set()
+        await self.release.wait()
+        self.ended.append(int(call.args["x"]))
+        return ToolResult(content={"ok": True}, summary="wait ok")
+
+
+def _blocking() -> tuple[
+    RecordingTool, list[threading.Event], list[threading.Event], list[threading.Event]
+]:
+    started = [threading.Event(), threading.Event()]
+    release = [threading.Event(), threading.Event()]
+    returned = [threading.Event(), threading.Event()]
+
+    def blocking(call: ToolCall) -> ToolResult:
+        n = int(call.args["x"])
+        started[n].set()
+        assert release[n].wait(30)
+        returned[n].set()
+        return ToolResult(content={"ok": True}, summary="note ok")
+
+    tool = RecordingTool("note", SideEffect.READ_ONLY, result=blocking)
+    return tool, started, release, returned
+
+
+def _allowed(session: agentrt.GateSession, tool: str, x: int) -> agentrt.GateStep:
+    step = session.step_sync()
+    assert step is not None
+    assert step.propose_sync(Decision.tool_call(tool, {"x": x})).outcome == "allowed"
+    return step
+
+
+def _cancelled_mid_call(
+    loop: asyncio.AbstractEventLoop, step: agentrt.GateStep, started: Any
+) -> None:
+    task = loop.create_task(step.execute())
+    assert loop.run_until_complete(loop.run_in_executor(None, started.wait, 30))
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        loop.run_until_complete(task)
+
+
+@pytest.mark.parametrize("second", ["async tool", "thread returning first"])
+def test_two_calls_cancelled_mid_call_keep_the_lease_until_both_tools_have_returned(
+    any_store: agentrt.Store, second: str
+) -> None:
+    """Step 0's call is cancelled mid-call, its thread left running; so is step 1's, with no
+    thread left (an async tool, cancelled) or one that returns first. The lease is kept, and
+    the run refused to another owner, until step 0's thread has returned too."""
+    store = any_store
+    note, started, release, returned = _blocking()
+    waiting = _Waiting()
+    gate = make_gate(store, note, waiting, ids=Ids("a"))  # type: ignore[arg-type]
+    other = make_gate(store, note, waiting, ids=Ids("b"), lease_owner="another")  # type: ignore[arg-type]
+    session = gate.begin_sync("two calls cancelled mid-call")
+    run_id = session.run_id
+    loop = asyncio.new_event_loop()
+    try:
+        _cancelled_mid_call(loop, _allowed(session, "note", 0), started[0])
+        first = session._rs.lingering_tool
+        assert first is not None and not first.done()
+        if second == "async tool":
+            _cancelled_mid_call(loop, _allowed(session, "wait", 1), waiting.started)
+        else:
+            _cancelled_mid_call(loop, _allowed(session, "note", 1), started[1])
+        assert store.lease(run_id).owner == gate.lease_owner, (
+            "the second cancel's outcome gave the lease back while the first call's thread runs"
+        )
+        session.close_sync()
+        if second == "thread returning first":
+            release[1].set()
+            assert returned[1].wait(30)
+            # Its future's callbacks (a give back, if the session waited for it alone) run
+            # on the tool's thread right after: looked at for a while, not raced.
+            for _ in range(50):
+                if store.lease(run_id).owner != gate.lease_owner:
+                    break
+                time.sleep(0.01)
+        assert store.lease(run_id).owner == gate.lease_owner, (
+            "the lease was given back while the first call's thread runs"
+        )
+        with pytest.raises(RunLeasedError):
+            other.attach_sync(run_id)
+        given_back = threading.Event()
+        lingering = session._rs.lingering_tool
+        assert lingering is not None
+        lingering.add_done_callback(lambda _: given_back.set())  # after the session's own
+        release[0].set()
+        release[1].set()
+        assert given_back.wait(30)
+        assert store.lease(run_id).owner == ""
+        assert [(s.index, s.status) for s in store.list_steps(run_id)] == [
+            (0, StepStatus.INTERRUPTED),
+            (1, StepStatus.INTERRUPTED),
+        ]
+        again, verdict = other.attach_sync(run_id)
+        assert verdict is None
+        again.close_sync()
+        assert store.verify_events().intact
+    finally:
+        for r in release:
+            r.set()
+        loop.close()
+
+
+def test_an_execute_closed_by_hand_keeps_the_lease_while_its_async_tools_task_runs(
+    any_store: agentrt.Store,
+) -> None:
+    """The execute's coroutine is closed by hand on a live loop while its async tool's task
+    runs: nothing records the outcome (the step stays `executing`), and the close keeps the
+    lease, renewed, and the run this gate's, until the task ends; then it is given back and
+    the attach interrupts the step."""
+    store = any_store
+    waiting = _Waiting()
+    gate = make_gate(store, waiting, ids=Ids("a"))  # type: ignore[arg-type]
+    session = gate.begin_sync("an execute closed by hand")
+    run_id = session.run_id
+    step = _allowed(session, "wait", 0)
+    loop = asyncio.new_event_loop()
+    try:
+        coro = step.execute()
+        executing = loop.create_task(coro)
+        assert loop.run_until_complete(loop.run_in_executor(None, waiting.started.wait, 30))
+        coro.close()  # by hand, the loop live and the tool's task running on it
+        session.close_sync()
+        assert store.lease(run_id).owner == gate.lease_owner, (
+            "the lease was given back while the async tool's task runs"
+        )
+        with pytest.raises(RunStateError, match="already has a live session"):
+            gate.attach_sync(run_id)
+        assert waiting.release is not None
+        waiting.release.set()
+        loop.run_until_complete(asyncio.sleep(0.01))
+        while waiting.ended != [0]:
+            loop.run_until_complete(asyncio.sleep(0.01))
+        assert store.lease(run_id).owner == "", "the lease is kept after the task ended"
+        assert [(s.index, s.status) for s in store.list_steps(run_id)] == [
+            (0, StepStatus.EXECUTING)
+        ]
+        again, verdict = gate.attach_sync(run_id)
+        assert verdict is None
+        assert [(s.index, s.status) for s in store.list_steps(run_id)] == [
+            (0, StepStatus.INTERRUPTED)
+        ]
+        again.close_sync()
+        assert store.verify_events().intact
+        del executing
+    finally:
+        if waiting.release is not None:
+            waiting.release.set()
+        loop.close()
+
+
+def test_an_execute_closed_after_its_loop_was_closed_under_its_async_tool_gives_the_lease_back(
+    any_store: agentrt.Store,
+) -> None:
+    """The loop is closed while the async tool's task runs, then the execute's coroutine is
+    closed (by hand, as the collector would): that task never runs again, so nothing may still
+    run under the lease: the close gives it back, and the gate's attach interrupts the step."""
+    store = any_store
+    waiting = _Waiting()
+    gate = make_gate(store, waiting, ids=Ids("a"))  # type: ignore[arg-type]
+    session = gate.begin_sync("an execute closed with its loop")
+    run_id = session.run_id
+    step = _allowed(session, "wait", 0)
+    loop = asyncio.new_event_loop()
+    coro = step.execute()
+    executing = loop.create_task(coro)
+    assert loop.run_until_complete(loop.run_in_executor(None, waiting.started.wait, 30))
+    loop.close()
+    coro.close()
+    session.close_sync()
+    assert store.lease(run_id).owner == "", "the lease is kept for a task that never runs again"
+    again, verdict = gate.attach_sync(run_id)
+    assert verdict is None
+    assert [(s.index, s.status) for s in store.list_steps(run_id)] == [(0, StepStatus.INTERRUPTED)]
+    again.close_sync()
+    assert waiting.ended == []
+    assert store.verify_events().intact
+    del executing
