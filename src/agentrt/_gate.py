@@ -30,10 +30,10 @@ Invariants (each has a test named for it in `tests/test_gate*.py`):
   `attach` judge the step as a crash left it. So is one abandoned with its event loop
   (the loop closed under it): it never finishes a close, so a close (a second one, after
   one that found it running) gives the lease back, once its tool's thread has returned.
-  A close whose own loop was closed under it is made again by the next close.
+  A close whose own loop was closed under it is made again by the next close (decision 0202).
 - The lease is kept while any tool of the session may still run: every call cancelled
   mid-call whose thread still runs, and an async tool's task left running by an execute
-  closed from outside on a live loop (decisions 0163, 0199).
+  closed from outside on a live loop (decisions 0163, 0199, 0202).
 - An `execute` that raised `LeaseLostError` stopped the loop: the session's `step()` and
   `propose` raise it too, writing nothing; `close` leaves the step `deciding`.
 - One session per run: a run with a live session (this process, or another
