@@ -22,7 +22,7 @@ from agentrt import Decision
 from agentrt._clock import format_time
 from agentrt.console import ConsoleConfig, create_app
 from support.console import HOSTILE, Program
-from support.left_running import killed_run, live_run
+from support.left_running import killed_run, live_run, released_at_the_lease_read
 from test_cli import clean_env
 
 
@@ -92,3 +92,28 @@ def test_a_run_that_is_not_running_shows_no_lease(database: str) -> None:
     for markup in (row_of(c.get("/").text, run.id), c.get(f"/runs/{run.id}").text):
         assert 'class="lease' not in markup and "notice warn lease" not in markup
         assert "Lease:" not in markup
+
+
+@pytest.mark.parametrize("page", ["list", "run"])
+def test_the_list_and_the_run_page_read_a_run_and_its_lease_at_one_moment(
+    database: str, monkeypatch: pytest.MonkeyPatch, page: str
+) -> None:
+    """A lease given back between the page's read of the run and of its lease is not seen:
+    the page's pieces are read in one snapshot (decision XXXX)."""
+    run_id = killed_run(database, clean_env())
+    with agentrt.open_existing(database, read_only=True) as store:
+        lease = store.lease(run_id)
+    released_at_the_lease_read(monkeypatch, database, run_id)
+    c = client(database)
+    if page == "list":
+        row = row_of(c.get("/").text, run_id)
+        assert '<span class="lease l-owner_gone">process gone</span>' in row
+    else:
+        page_text = c.get(f"/runs/{run_id}").text
+        assert re.findall(r'<p class="notice warn lease">(.*?)</p>', page_text) == [
+            f"Lease: held by {lease.owner} until {format_time(lease.expires_at)}, but its "
+            f"process is gone (pid {lease.holder['pid']}: no such process): a resume takes "
+            "the run over at once."
+        ]
+    with agentrt.open_existing(database, read_only=True) as store:  # given back after it
+        assert store.lease(run_id).owner == ""
