@@ -169,8 +169,8 @@ def test_a_prefix_matching_many_runs_names_the_first_five(
     code, _, err = cli(capsys, "--db", str(db_path), "show", "abcdef01")
     assert code == 1
     assert err == (
-        f"agentrt: {db_path}: run id prefix abcdef01 matches more than 5 runs ({', '.join(ids[:5])}); "
-        "give more of the id\n"
+        f"agentrt: {db_path}: run id prefix abcdef01 matches more than 5 runs "
+        f"({', '.join(ids[:5])}); give more of the id\n"
     )
 
 
@@ -207,8 +207,8 @@ def test_a_run_id_prefix_shorter_than_8_characters_is_refused_as_too_short(
     code, out, err = cli(capsys, "--db", str(db_path), command, "abc", *extra)
     assert (code, out) == (1, "")
     assert err == (
-        f"agentrt: {db_path}: run id prefix abc is too short (3 characters): give at least 8 characters "
-        "of the run id\n"
+        f"agentrt: {db_path}: run id prefix abc is too short (3 characters): give at least 8 "
+        "characters of the run id\n"
     )
     with agentrt.open_existing(db_path, read_only=True) as store:
         assert store.get_run(run.id).status == "WAITING_FOR_APPROVAL"
