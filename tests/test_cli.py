@@ -380,10 +380,39 @@ def test_text_cut_at_the_read_cap_is_shown_as_cut_never_as_whole(
     assert shown_run["status"] == "FAILED"
 
 
-def test_show_of_an_unknown_run_fails(database: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_show_of_an_unknown_run_fails_naming_the_database(
+    database: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     waiting_run(database)
     code, out, err = run_main(capsys, "--db", database, "show", "0" * 32)
-    assert (code, out, err) == (1, "", f"agentrt: no run '{'0' * 32}'\n")
+    assert (code, out, err) == (1, "", f"agentrt: {database}: no run '{'0' * 32}'\n")
+
+
+@pytest.mark.parametrize(
+    ("words", "message"),
+    [
+        (("show", "0" * 32), f"no run '{'0' * 32}'"),
+        (("events", "0" * 32), f"no run '{'0' * 32}'"),
+        (("events", "12345678"), "no run id starts with 12345678"),
+        (("approve", "0" * 32, "--yes"), f"no run '{'0' * 32}'"),
+        (("reject", "12345678", "--yes"), "no run id starts with 12345678"),
+        (("cancel", "0" * 32), f"no run '{'0' * 32}'"),
+        (("approve", "RUN", "--approval", "nope", "--yes"), "no approval 'nope' in run 'RUN'"),
+        (("reject", "RUN", "--approval", "0" * 32), f"no approval '{'0' * 32}' in run 'RUN'"),
+    ],
+)
+def test_every_command_that_finds_no_run_or_approval_names_the_database_it_looked_in(
+    database: str,
+    capsys: pytest.CaptureFixture[str],
+    words: tuple[str, ...],
+    message: str,
+) -> None:
+    run = waiting_run(database)
+    args = [w.replace("RUN", run.id) for w in words]
+    code, out, err = run_main(capsys, "--db", database, *args)
+    assert (code, out, err) == (1, "", f"agentrt: {database}: {message.replace('RUN', run.id)}\n")
+    with agentrt.open_existing(database, read_only=True) as store:
+        assert store.get_run(run.id).status == "WAITING_FOR_APPROVAL"
 
 
 def _scale_builder() -> types.ModuleType:
@@ -1128,7 +1157,7 @@ def test_hostile_strings_are_shown_escaped_everywhere(database: str) -> None:
         assert all(raw not in line for line in full)
     assert f'"note":"note {HOSTILE_QUOTED}"' in text["events"].stdout
     assert f'"tool":"send{HOSTILE_QUOTED}"' in text["events"].stdout
-    assert text["unknown"].stderr == f"agentrt: no run '{HOSTILE_SHOWN}'\n"
+    assert text["unknown"].stderr == f"agentrt: {db}: no run '{HOSTILE_SHOWN}'\n"
     # JSON: lossless, ASCII only.
     runs = json.loads(as_json["runs"].stdout)["runs"]
     assert [r["goal"] for r in runs] == [HOSTILE_ALL, HOSTILE_ALL]

@@ -154,7 +154,7 @@ def test_an_ambiguous_prefix_is_refused_naming_the_candidates_and_changes_nothin
     code, out, err = cli(capsys, "--db", str(db_path), "cancel", "abcdef01")
     assert (code, out) == (1, "")
     assert err == (
-        f"agentrt: run id prefix abcdef01 matches 2 runs ({first.id}, {second.id}); "
+        f"agentrt: {db_path}: run id prefix abcdef01 matches 2 runs ({first.id}, {second.id}); "
         "give more of the id\n"
     )
     with agentrt.open_existing(db_path, read_only=True) as store:
@@ -169,8 +169,8 @@ def test_a_prefix_matching_many_runs_names_the_first_five(
     code, _, err = cli(capsys, "--db", str(db_path), "show", "abcdef01")
     assert code == 1
     assert err == (
-        f"agentrt: run id prefix abcdef01 matches more than 5 runs ({', '.join(ids[:5])}); "
-        "give more of the id\n"
+        f"agentrt: {db_path}: run id prefix abcdef01 matches more than 5 runs "
+        f"({', '.join(ids[:5])}); give more of the id\n"
     )
 
 
@@ -189,7 +189,11 @@ def test_a_prefix_too_short_not_hex_or_matching_nothing_is_not_found(
 ) -> None:
     with agentrt.open_store(db_path) as store:
         start(store, "abcdef01" + "0" * 24)
-    assert cli(capsys, "--db", str(db_path), "show", given) == (1, "", f"agentrt: {message}\n")
+    assert cli(capsys, "--db", str(db_path), "show", given) == (
+        1,
+        "",
+        f"agentrt: {db_path}: {message}\n",
+    )
 
 
 @pytest.mark.parametrize("command", ["show", "events", "approve", "reject", "cancel"])
@@ -203,8 +207,8 @@ def test_a_run_id_prefix_shorter_than_8_characters_is_refused_as_too_short(
     code, out, err = cli(capsys, "--db", str(db_path), command, "abc", *extra)
     assert (code, out) == (1, "")
     assert err == (
-        "agentrt: run id prefix abc is too short (3 characters): give at least 8 characters "
-        "of the run id\n"
+        f"agentrt: {db_path}: run id prefix abc is too short (3 characters): give at least 8 "
+        "characters of the run id\n"
     )
     with agentrt.open_existing(db_path, read_only=True) as store:
         assert store.get_run(run.id).status == "WAITING_FOR_APPROVAL"
@@ -219,6 +223,6 @@ def test_a_whole_run_id_is_never_read_as_a_prefix(
     assert cli(capsys, "--db", str(db_path), "show", longer) == (
         1,
         "",
-        f"agentrt: no run {longer!r}\n",
+        f"agentrt: {db_path}: no run {longer!r}\n",
     )
     assert os.path.exists(db_path)

@@ -212,6 +212,27 @@ def test_a_password_in_the_url_is_never_printed_by_any_command(
     )
 
 
+@pytest.mark.parametrize(
+    "words",
+    [
+        ("show", "0" * 32),
+        ("events", "12345678"),
+        ("cancel", "0" * 32),
+        ("approve", "RUN", "--approval", "nope", "--yes"),
+    ],
+)
+def test_no_run_or_approval_on_postgres_names_the_url_its_password_hidden(
+    pg_url: str, capsys: pytest.CaptureFixture[str], words: tuple[str, ...]
+) -> None:
+    run = waiting_run(pg_url)
+    code, out, err = cli(
+        capsys, "--db", with_password(pg_url), *[w.replace("RUN", run.id) for w in words]
+    )
+    assert (code, out) == (1, "")
+    assert err.startswith(f"agentrt: {with_password(pg_url, '***')}: no "), err
+    assert SECRET not in err
+
+
 @pytest.mark.parametrize("where", ["user", "parameter"])
 def test_a_server_that_cannot_be_reached_is_one_line_without_the_password(
     where: str, capsys: pytest.CaptureFixture[str]

@@ -13,10 +13,18 @@ import json
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
+
 import agentrt
 from agentrt import Gate
 from agentrt._clock import format_time
-from support.left_running import abandoned_run, completed_run, killed_run
+from agentrt.cli import main
+from support.left_running import (
+    abandoned_run,
+    completed_run,
+    killed_run,
+    released_at_the_lease_read,
+)
 from test_cli import agentrt_cmd, clean_env
 
 
@@ -121,3 +129,29 @@ def test_show_of_a_run_that_is_not_running_has_no_lease_line(database: str) -> N
 
 def agentrt_time(value: datetime | None) -> str:
     return format_time(value)
+
+
+@pytest.mark.parametrize("command", ["show", "runs"])
+def test_show_and_runs_read_a_run_and_its_lease_at_one_moment(
+    database: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    command: str,
+) -> None:
+    """A lease given back between the read of the run and the read of its lease is not
+    seen: both are read in one snapshot, so the run RUNNING and its lease agree."""
+    run_id = killed_run(database, clean_env())
+    with agentrt.open_existing(database, read_only=True) as store:
+        lease = store.lease(run_id)
+    released_at_the_lease_read(monkeypatch, database, run_id)
+    words = ["show", run_id] if command == "show" else ["runs"]
+    assert main(["--db", database, "--json", *words]) == 0
+    document = json.loads(capsys.readouterr().out)
+    (run,) = [document["run"]] if command == "show" else document["runs"]
+    said = run["lease"]
+    assert (run["status"], said) == (
+        "RUNNING",
+        {"owner": lease.owner, "expires_at": agentrt_time(lease.expires_at), "state": "owner_gone"},
+    )
+    with agentrt.open_existing(database, read_only=True) as store:  # given back after it
+        assert store.lease(run_id).owner == ""

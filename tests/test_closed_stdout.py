@@ -75,6 +75,19 @@ def test_the_commands_long_outputs_end_quietly_when_the_reader_went_away(
         assert (command, result.returncode, result.stderr) == (command, 1, "")
 
 
+@pytest.mark.parametrize("unbuffered", [False, True], ids=["buffered", "unbuffered"])
+def test_the_demo_ends_quietly_with_status_1_when_the_reader_went_away(
+    tmp_path: Path, unbuffered: bool
+) -> None:
+    """`agentrt demo | head -1`, as every other command: not 0, since its reader saw not
+    what it printed, and no traceback."""
+    workdir = tmp_path / "shop"
+    result = closed_stdout(
+        [sys.executable, "-m", "agentrt", "demo", "--dir", str(workdir)], unbuffered=unbuffered
+    )
+    assert (result.returncode, result.stderr) == (1, "")
+
+
 def _scripted() -> object:
     spec = importlib.util.spec_from_file_location("scripted_example", EXAMPLES / "scripted.py")
     assert spec is not None and spec.loader is not None

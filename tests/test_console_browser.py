@@ -21,6 +21,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -604,4 +605,47 @@ def test_a_killed_runs_gone_process_is_seen_on_the_list_and_its_page_even_on_a_p
             assert page.evaluate("window.__pwned") is None
             assert page.locator("main script, main img, main style").count() == 0
             assert page.evaluate("document.documentElement.scrollWidth") <= width
+    assert page.errors == []
+
+
+def test_an_open_page_is_drawn_again_when_the_lease_it_shows_lapses(
+    db_path: Path, page: Any, context: Any
+) -> None:
+    """A lease lapses with no event written, so the version the page polls does not move:
+    the page says when the lease it shows lapses and is drawn again then, in place."""
+    from agentrt._clock import format_time, wall_clock
+    from support.leases import ANOTHER_HOST
+    from support.left_running import killed_run
+    from support.rows import execute
+    from test_cli import clean_env
+
+    run_id = killed_run(str(db_path), clean_env(), "worker")
+    listing = context.new_page()
+    try:
+        with console(db_path) as c:
+            # Held by a process on another host (nothing proves it gone) for 10 more seconds.
+            with agentrt.open_existing(db_path, read_only=True) as store:
+                lapses = store.lease_now(wall_clock) + timedelta(seconds=10)
+            execute(
+                db_path,
+                "UPDATE runs SET lease_expires_at = ?, lease_holder = ? WHERE id = ?",
+                (format_time(lapses), ANOTHER_HOST, run_id),
+            )
+            page.goto(f"{c.url}runs/{run_id}")
+            listing.goto(c.url)
+            said = page.locator("#live-summary .notice.lease")
+            expect(said).to_have_text(
+                re.compile(rf"^Lease: held by worker/\S+ until {re.escape(format_time(lapses))}\.$")
+            )
+            row = listing.locator(f'tr:has(a[href="/runs/{run_id}"])')
+            expect(row).to_be_visible()
+            assert row.locator(".lease").count() == 0  # a held lease is not marked
+            for opened in (page, listing):
+                opened.evaluate("window.__notReloaded = true")
+            expect(said).to_contain_text(f"lapsed at {format_time(lapses)}", timeout=30_000)
+            expect(row.locator(".lease")).to_have_text("lease lapsed", timeout=30_000)
+            for opened in (page, listing):
+                assert opened.evaluate("window.__notReloaded") is True
+    finally:
+        listing.close()
     assert page.errors == []

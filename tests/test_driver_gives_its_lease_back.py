@@ -15,6 +15,7 @@ SQLite and PostgreSQL (`any_store`, `database`).
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import threading
@@ -351,3 +352,66 @@ def test_a_tool_thread_left_by_an_earlier_timeout_does_not_hold_the_run_when_the
     (first, _) = any_store.list_steps(run.id)
     assert first.observation is not None and first.observation.content == timed_out
     assert event_types(any_store, run.id).count("step.tool_finished") == 1  # never the late one
+
+
+# --- 6. a begin that failed: a lease given back only if the run was made --------------------
+
+
+RUN_ID = "e" * 32
+
+
+def _begin(kind: str, store: agentrt.Store, observer: Any = None) -> None:
+    tool = RecordingTool("note", SideEffect.LOCAL_MUTATION)
+    if kind == "gate":
+        gate = agentrt.Gate(
+            store=store,
+            policy=_AllowAll(),
+            tools=[tool],
+            now=FakeClock(),
+            new_id=Ids(),
+            observer=observer,
+        )
+        gate.begin_sync("x", run_id=RUN_ID)
+    else:
+        agent = ScriptedAgent([Decision.complete({})])
+        _driver(store, agent, tools=[tool], observer=observer).start_sync("x", run_id=RUN_ID)
+
+
+@pytest.mark.parametrize("kind", ["gate", "driver"])
+def test_a_begin_that_made_no_run_logs_no_lease_to_give_back(
+    database: str, caplog: pytest.LogCaptureFixture, kind: str
+) -> None:
+    store = agentrt.open_store(database)
+    store.close()
+    caplog.set_level(logging.DEBUG, logger="agentrt")
+    with pytest.raises(StoreError, match="the store is closed"):
+        _begin(kind, store)
+    # No run was made, so there was no lease: nothing said of giving one back.
+    assert [(r.name, r.levelname, r.getMessage()) for r in caplog.records] == []
+    with agentrt.open_existing(database, read_only=True) as reader:
+        assert reader.list_runs() == []
+
+
+@pytest.mark.parametrize("kind", ["gate", "driver"])
+def test_a_begin_that_made_its_run_and_could_not_give_the_lease_back_logs_it(
+    database: str, caplog: pytest.LogCaptureFixture, kind: str
+) -> None:
+    store = agentrt.open_store(database)
+
+    def observer(event: Any) -> None:
+        if event.type == "run.created":  # made and committed; then the store goes away
+            store.close()
+            raise KeyboardInterrupt
+
+    caplog.set_level(logging.DEBUG, logger="agentrt")
+    with pytest.raises(KeyboardInterrupt):
+        _begin(kind, store, observer)
+    assert [(r.name, r.levelname, r.getMessage()) for r in caplog.records] == [
+        (
+            "agentrt",
+            "WARNING",
+            f"could not give back the lease on run {RUN_ID} after its start failed; it will expire",
+        )
+    ]
+    with agentrt.open_existing(database, read_only=True) as reader:
+        assert reader.lease_state(RUN_ID).owner != ""

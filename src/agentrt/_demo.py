@@ -229,10 +229,11 @@ def run(argv: list[str]) -> int:
     try:
         return _run(argv)
     except BrokenPipeError:
-        # The reader went away (`agentrt demo | head`): not an error of the demo.
+        # The reader went away (`agentrt demo | head`): quietly, and status 1, as every
+        # command of the CLI (decision 0196): its reader did not see what it printed.
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
-        return 0
+        return 1
     except (_Stop, AgentrtError) as e:
         print(f"agentrt demo: {e}", file=sys.stderr, flush=True)
         return e.code if isinstance(e, _Stop) else 1

@@ -418,14 +418,18 @@ class Gate:
         """Create a run toward `goal` under this process's lease; its session."""
         limits, rid = check_goal(goal, limits, run_id, self._config.new_id)
         self._hold(rid)
+        written = threading.Event()
         try:
-            rs = await self._create(rid, goal, limits)
+            rs = await self._create(rid, goal, limits, written)
         except BaseException:
             self._let_go(rid)
             # The run may have been created (an observer raising `KeyboardInterrupt` on
             # `run.created`, a commit whose outcome is unknown): nothing runs under its
-            # lease, which is given back (no-op when it is not this gate's).
-            await self._give_back_created(rid)
+            # lease, which is given back (no-op when it is not this gate's). A begin that
+            # wrote no run (a closed store, busy before its transaction, a run id taken)
+            # holds no lease: nothing to give back, nor to log (decision XXXX).
+            if written.is_set():
+                await self._give_back_created(rid)
             raise
         rs.start_heartbeat()
         return GateSession(self, rs)
@@ -480,13 +484,16 @@ class Gate:
         # run once it was freed) has a later one and is left as it is (decision 0187).
         await give_back_lease(self._config, run_id, FIRST_EPOCH, "after its start failed")
 
-    async def _create(self, run_id: str, goal: str, limits: Limits) -> RunSession:
+    async def _create(
+        self, run_id: str, goal: str, limits: Limits, written: threading.Event
+    ) -> RunSession:
+        """Create the run; `written` is set once a transaction holds it (committed or not)."""
         config = self._config
         now = config.clock()
         specs = [(config.spec_hashes[name], config.specs[name]) for name in sorted(config.specs)]
 
         def tx_create(tx: Tx) -> Run:
-            return tx.create_run(
+            run = tx.create_run(
                 run_id,
                 goal,
                 limits,
@@ -497,6 +504,8 @@ class Gate:
                 now=now,
                 origin=self.origin,
             )
+            written.set()
+            return run
 
         run = await write_through(config, plan.RUN_CREATED, tx_create)
         return RunSession(config, run, [], [], epoch=FIRST_EPOCH, mark=now)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -628,6 +628,10 @@ class LeaseView:
     expires_at: str
     state: str
     proof: str = ""
+    lapses_in: timedelta | None = field(default=None, compare=False)
+    """For a lease still running (`held`, `owner_gone`): how long after it was judged it
+    lapses, by the lease clock; no event marks that moment, so a page that shows the lease
+    draws itself again then (the console, decision XXXX). Not part of `to_json`."""
 
     def words(self) -> str:
         """The lease in one plain line (not yet escaped)."""
@@ -685,10 +689,12 @@ def _judged(lease: Lease, now: datetime) -> LeaseView:
     until = format_time(lease.expires_at)
     if lease.expires_at is not None and lease.expires_at <= now:
         return LeaseView(lease.owner, until, "lapsed")
+    left = None if lease.expires_at is None else lease.expires_at - now
     proof = prove_dead(json.dumps(dict(lease.holder))) if lease.holder else None
     if proof is not None:
-        return LeaseView(lease.owner, until, "owner_gone", f"pid {proof['pid']}: {proof['proof']}")
-    return LeaseView(lease.owner, until, "held")
+        gone = f"pid {proof['pid']}: {proof['proof']}"
+        return LeaseView(lease.owner, until, "owner_gone", gone, lapses_in=left)
+    return LeaseView(lease.owner, until, "held", lapses_in=left)
 
 
 def what_continues(origin: str) -> str:

@@ -259,6 +259,26 @@ def test_a_snapshot_sees_one_committed_state_while_another_store_writes(
     assert store.lease("r0").owner == ""
 
 
+def test_the_stores_own_reads_inside_a_snapshot_are_of_its_moment(backend: Backend) -> None:
+    """A view that reads a run, its approvals and its lease with the store's own reads,
+    inside one `snapshot()` block (on the thread that opened it), reads them at one moment:
+    a lease given back by another store meanwhile is not seen until the block ends."""
+    store = backend.open()
+    new_run(store, "r0")
+    other = backend.reopen()
+    with store.snapshot():
+        run = store.get_run("r0")
+        with other.transaction() as tx:
+            tx.release_lease("r0", OWNER, epoch=1)
+        assert store.get_run("r0") == run
+        assert store.lease("r0").owner == OWNER
+        assert store.leases_of(["r0"])["r0"].owner == OWNER
+        state = store.lease_state("r0")
+        assert state is not None and state.owner == OWNER
+        assert [r.id for r in store.list_runs()] == ["r0"]
+    assert store.lease("r0").owner == ""
+
+
 # -- group commit (`Store.transactions`) ---------------------------------------------------------
 
 

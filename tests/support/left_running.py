@@ -9,6 +9,7 @@ import sys
 import textwrap
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import agentrt
 from agentrt import Decision, Gate
@@ -82,3 +83,24 @@ def completed_run(database: str) -> str:
         return driver.start_sync("nothing to do").id
     finally:
         store.close()
+
+
+def released_at_the_lease_read(monkeypatch: Any, database: str, run_id: str) -> None:
+    """The moment between a view's read of a run and its read of the run's lease: the first
+    `leases_of` (in this process, on the backend's store) is preceded by another store
+    giving the run's lease back (the run left RUNNING, nobody holding it), as a program
+    doing so at that moment would."""
+    with agentrt.open_existing(database, read_only=True) as probe:
+        store_class = type(probe)
+        owner = probe.lease(run_id).owner
+    read = store_class.leases_of
+    done: list[bool] = []
+
+    def leases_of(self: Any, run_ids: Any) -> Any:
+        if not done:
+            done.append(True)
+            with agentrt.open_existing(database) as other, other.transaction() as tx:
+                assert tx.release_lease(run_id, owner, epoch=1)
+        return read(self, run_ids)
+
+    monkeypatch.setattr(store_class, "leases_of", leases_of)

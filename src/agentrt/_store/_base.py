@@ -502,7 +502,10 @@ class Store(Protocol):
     def snapshot(self) -> contextlib.AbstractContextManager[Snapshot]:
         """A read transaction: every read in the block sees one committed state of the
         database, and nothing in it can write. Takes no writer's lock where the backend
-        has readers beside its writer."""
+        has readers beside its writer. The store's own reads (`get_run`, `lease`,
+        `leases_of`, `pending_approvals`, ...) made in the block by the thread that opened
+        it are reads of the same state: a view reads its pieces at one moment so (decision
+        XXXX); other threads' reads wait for the block to end."""
 
     def renewer(self, wall: Callable[[], datetime]) -> Renewer:
         """The heartbeat's way to renew: on a connection of its own (the store's in memory)."""

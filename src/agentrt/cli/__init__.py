@@ -29,16 +29,27 @@ shared with the approver, the console and the demo.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import sys
 from collections.abc import Sequence
 
-from .._errors import AgentrtError, ApprovalChangedError, ApprovalHashError
+from .._db_url import shown_db
+from .._errors import AgentrtError, ApprovalChangedError, ApprovalHashError, NotFoundError
 from ..trace import sanitize
 from ._commands import BY_NAME
 from ._opening import Refused
-from ._output import EXIT_ERROR, EXIT_OK, EXIT_USAGE, Output, Refusal, UsageError, render_table
+from ._output import (
+    EXIT_ERROR,
+    EXIT_OK,
+    EXIT_USAGE,
+    Output,
+    Refusal,
+    UsageError,
+    db_path,
+    render_table,
+)
 from ._parser import NO_RESUME, build_parser, command_index
 
 
@@ -96,6 +107,9 @@ def _main(argv: Sequence[str] | None) -> int:
     except (ApprovalChangedError, ApprovalHashError) as e:
         out.error(f"refused, nothing was decided: {sanitize(str(e))}")
         return EXIT_ERROR
+    except NotFoundError as e:
+        out.error(sanitize(_looked_in(args, e)))
+        return EXIT_ERROR
     except AgentrtError as e:
         out.error(sanitize(str(e)))
         return EXIT_ERROR
@@ -115,6 +129,17 @@ def _main(argv: Sequence[str] | None) -> int:
         # A cursor file or a directory the command could not use: one sentence.
         out.error(sanitize(f"{e.strerror or e}: {e.filename}" if e.filename else str(e)))
         return EXIT_ERROR
+
+
+def _looked_in(args: argparse.Namespace, e: NotFoundError) -> str:
+    """A run or approval not found, said with the database it was looked for in (its
+    password `***`), as `grep` names its file: `DB: no run 'X'` (decision XXXX); so is a
+    run id prefix too short or matching several runs."""
+    try:
+        where = shown_db(db_path(args))
+    except UsageError:  # no database given: nothing was looked in
+        return str(e)
+    return f"{where}: {e}"
 
 
 def _unread_global(before: Sequence[str], unread: Sequence[tuple[str, str]]) -> str | None:

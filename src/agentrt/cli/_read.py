@@ -145,7 +145,7 @@ def _reason_cell(reason: str) -> str:
 
 
 def cmd_runs(args: argparse.Namespace, out: Output) -> int:
-    with open_db(args) as store:
+    with open_db(args) as store, store.snapshot():  # the runs and their leases at one moment
         page = view.run_page(store, limit=args.limit, offset=args.offset, status=args.status)
     if out.json:
         out.document(
@@ -265,7 +265,7 @@ def cmd_approvals(args: argparse.Namespace, out: Output) -> int:
 
 
 def cmd_show(args: argparse.Namespace, out: Output) -> int:
-    with open_db(args) as store:
+    with open_db(args) as store, store.snapshot():  # the run and its lease at one moment
         run_id = view.resolve_run_id(store, args.run)
         detail = view.run_detail(store, run_id, step_limit=args.limit, step_offset=args.offset)
     lease = detail.summary.lease

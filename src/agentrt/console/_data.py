@@ -115,15 +115,17 @@ def waits_for_its_program(s: view.RunSummary) -> bool:
 
 
 def index_data(store: Store, *, status: str | None, offset: int, limit: int) -> IndexData:
-    waiting = view.run_page(store, limit=view.RUN_PAGE_DEFAULT, status="WAITING_FOR_APPROVAL")
-    runs = view.run_page(store, limit=limit, offset=offset, status=status)
-    return IndexData(
-        waiting=waiting,
-        runs=runs,
-        version=_changes(store),
-        asking_total=store.count_runs_asking_a_person(),
-        decided=_decided_of(store, (waiting, runs)),
-    )
+    """The run list, every piece of it read at one moment (one snapshot, decision XXXX)."""
+    with store.snapshot():
+        waiting = view.run_page(store, limit=view.RUN_PAGE_DEFAULT, status="WAITING_FOR_APPROVAL")
+        runs = view.run_page(store, limit=limit, offset=offset, status=status)
+        return IndexData(
+            waiting=waiting,
+            runs=runs,
+            version=_changes(store),
+            asking_total=store.count_runs_asking_a_person(),
+            decided=_decided_of(store, (waiting, runs)),
+        )
 
 
 def index_version(store: Store) -> int:
@@ -182,17 +184,30 @@ def run_version(store: Store, run_id: str) -> int:
 
 
 def run_state(store: Store, run_id: str) -> dict[str, object]:
-    """The small JSON the page polls: version, status, and the approvals pending now."""
-    run = store.get_run(run_id, cap=64)
-    pending = view.waiting_approvals(store, [run_id]).get(run_id, [])
+    """The small JSON the page polls: version, status, and the approvals pending now (read
+    at one moment)."""
+    with store.snapshot():
+        run = store.get_run(run_id, cap=64)
+        pending = view.waiting_approvals(store, [run_id]).get(run_id, [])
+        version = run_version(store, run_id)
     return {
-        "version": run_version(store, run_id),
+        "version": version,
         "status": str(run.status),
         "pending": [{"id": str(w.id), "hash": str(w.hash)} for w in pending],
     }
 
 
 def run_data(store: Store, run_id: str, chain: ChainStatus) -> RunData:
+    """The run page: the run, its lease, approvals and events read at one moment (one
+    snapshot, decision XXXX); the chain's report is `chain`'s, made apart from it."""
+    report, checked_at = chain.get(store)
+    with store.snapshot():
+        return _run_read(store, run_id, report, checked_at)
+
+
+def _run_read(
+    store: Store, run_id: str, report: VerifyReport, checked_at: datetime | None
+) -> RunData:
     detail = view.run_detail(store, run_id, step_limit=1)  # the run; its steps are the timeline
     pending = []
     # Read whole (uncapped), as `choose_approval` does: what is shown is what is hashed.
@@ -213,7 +228,6 @@ def run_data(store: Store, run_id: str, chain: ChainStatus) -> RunData:
     if total > TIMELINE_EVENTS:
         after = store.event_seq_from_end(run_id, TIMELINE_EVENTS)
     events = store.list_events(run_id, after_seq=after, limit=TIMELINE_EVENTS)
-    report, checked_at = chain.get(store)
     return RunData(
         detail=detail,
         pending=tuple(pending),

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import html
 from collections.abc import Iterable
+from datetime import timedelta
 
 from ..trace import sanitize
 
@@ -48,18 +49,28 @@ def join(parts: Iterable[Html], sep: str = "") -> Html:
 
 
 def page(
-    title: str, body: Html, *, by: str | None, live: str | None = None, version: int = 0
+    title: str,
+    body: Html,
+    *,
+    by: str | None,
+    live: str | None = None,
+    version: int = 0,
+    refresh_in: timedelta | None = None,
 ) -> Html:
     """A whole page: the layout, the stylesheet, the script, and `body` in `main`.
 
     With `live` (a state URL), the script polls it and, when the version it
     reports differs from `version`, fetches the page again and swaps every
-    element marked `data-live` for its namesake.
+    element marked `data-live` for its namesake. With `refresh_in` too, it does so
+    once that long has passed (a lease shown lapses then, and no event says so).
     """
     who = h('<span class="who">deciding as <strong>{}</strong></span>', by) if by else Html("")
     data = Html("")
     if live is not None:
         data = h(' data-state-url="{}" data-version="{}"', live, version)
+        if refresh_in is not None:
+            ms = max(refresh_in // timedelta(milliseconds=1), 0)
+            data = Html(data + h(' data-refresh-in="{}"', ms))
     return h(
         "<!doctype html>\n"
         '<html lang="en"><head><meta charset="utf-8">'

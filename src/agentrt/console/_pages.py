@@ -24,7 +24,8 @@ person's eyes; a banner says when it is no longer the one waiting.
 from __future__ import annotations
 
 import re
-from datetime import datetime
+from collections.abc import Iterable
+from datetime import datetime, timedelta
 from urllib.parse import quote, urlencode
 
 from .. import view
@@ -82,6 +83,12 @@ def _lease_mark(lease: view.LeaseView | None) -> Html:
     if lease is None or lease.state not in _LEASE_MARKS:
         return Html("")
     return h(' <span class="lease l-{}">{}</span>', lease.state, _LEASE_MARKS[lease.state])
+
+
+def _soonest_lapse(leases: Iterable[view.LeaseView | None]) -> timedelta | None:
+    """How long until the soonest of the leases shown lapses (None: none will by itself)."""
+    return min((x.lapses_in for x in leases if x is not None and x.lapses_in is not None),
+               default=None)  # fmt: skip
 
 
 def _lease_notice(lease: view.LeaseView | None) -> Html:
@@ -287,7 +294,15 @@ def index_page(data: IndexData, config: ConsoleConfig) -> Html:
         count,
         join(pager),
     )
-    return page("Runs", body, by=config.by, live="/api/state", version=data.version)
+    shown = (s.lease for s in (*data.waiting.runs, *data.runs.runs))
+    return page(
+        "Runs",
+        body,
+        by=config.by,
+        live="/api/state",
+        version=data.version,
+        refresh_in=_soonest_lapse(shown),
+    )
 
 
 # --- a run --------------------------------------------------------------------------------------
@@ -656,6 +671,7 @@ def run_page(data: RunData, config: ConsoleConfig) -> Html:
         by=config.by,
         live=f"/api/runs/{_u(run.id)}/state",
         version=data.version,
+        refresh_in=_soonest_lapse([data.detail.summary.lease]),
     )
 
 

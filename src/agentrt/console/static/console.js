@@ -7,6 +7,9 @@
 // from data: the swapped elements come from the console's own escaped page,
 // parsed by DOMParser (which runs no script). A waiting request is never
 // swapped: its section gets a banner when it is no longer the one waiting.
+// A lease lapses with no event to move the version: a page showing one names
+// the milliseconds until the soonest lapses (main[data-refresh-in], by the lease
+// clock when it was drawn) and is fetched again a second after that.
 "use strict";
 
 (function () {
@@ -35,6 +38,16 @@
   let version = main.dataset.version;
   let failures = 0;
   let signedOut = false;
+  const LAPSE_MARGIN_MS = 1000;
+
+  // When the page is to be drawn again though its version did not move: a second after
+  // the soonest lease it shows lapses (measured from now, not by the browser's clock).
+  function lapseAt(drawn) {
+    const ms = drawn ? Number(drawn.dataset.refreshIn) : NaN;
+    return Number.isFinite(ms) ? performance.now() + ms + LAPSE_MARGIN_MS : Infinity;
+  }
+  let redrawAt = lapseAt(main);
+  let fetchedRedrawAt = Infinity;
 
   function answered(response, what) {
     if (response.status === 401) {
@@ -71,6 +84,7 @@
     });
     answered(response, "page");
     const doc = new DOMParser().parseFromString(await response.text(), "text/html");
+    fetchedRedrawAt = lapseAt(doc.getElementById("main"));
     let whole = true;
     for (const element of document.querySelectorAll("[data-live]")) {
       const next = doc.getElementById(element.id);
@@ -97,8 +111,10 @@
       });
       answered(response, "state");
       const state = await response.json();
-      if (String(state.version) !== String(version) && (await refresh())) {
+      const due = performance.now() >= redrawAt;
+      if ((String(state.version) !== String(version) || due) && (await refresh())) {
         version = String(state.version);
+        redrawAt = fetchedRedrawAt;
       }
       if (Array.isArray(state.pending)) {
         markRequests(state.pending);
