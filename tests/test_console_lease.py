@@ -102,7 +102,7 @@ def test_the_list_and_the_run_page_read_a_run_and_its_lease_at_one_moment(
     database: str, monkeypatch: pytest.MonkeyPatch, page: str
 ) -> None:
     """A lease given back between the page's read of the run and of its lease is not seen:
-    the page's pieces are read in one snapshot (decision XXXX)."""
+    the page's pieces are read in one snapshot (decision 0203)."""
     run_id = killed_run(database, clean_env())
     with agentrt.open_existing(database, read_only=True) as store:
         lease = store.lease(run_id)
@@ -142,7 +142,7 @@ def test_a_page_showing_a_held_lease_says_when_to_draw_itself_again(
 ) -> None:
     """No event is written when a lease lapses: the page names the milliseconds until the
     soonest shown lease lapses (by the lease clock when it was drawn), and its script draws
-    it again then (decision XXXX)."""
+    it again then (decision 0203)."""
     run_id, expiry = _lapsing_in_an_hour(database)
     c = client(database)
     with agentrt.open_existing(database, read_only=True) as store:

@@ -427,7 +427,7 @@ class Gate:
             # `run.created`, a commit whose outcome is unknown): nothing runs under its
             # lease, which is given back (no-op when it is not this gate's). A begin that
             # wrote no run (a closed store, busy before its transaction, a run id taken)
-            # holds no lease: nothing to give back, nor to log (decision XXXX).
+            # holds no lease: nothing to give back, nor to log (decision 0203).
             if written.is_set():
                 await self._give_back_created(rid)
             raise

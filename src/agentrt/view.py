@@ -631,7 +631,7 @@ class LeaseView:
     lapses_in: timedelta | None = field(default=None, compare=False)
     """For a lease still running (`held`, `owner_gone`): how long after it was judged it
     lapses, by the lease clock; no event marks that moment, so a page that shows the lease
-    draws itself again then (the console, decision XXXX). Not part of `to_json`."""
+    draws itself again then (the console, decision 0203). Not part of `to_json`."""
 
     def words(self) -> str:
         """The lease in one plain line (not yet escaped)."""

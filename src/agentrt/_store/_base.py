@@ -505,7 +505,7 @@ class Store(Protocol):
         has readers beside its writer. The store's own reads (`get_run`, `lease`,
         `leases_of`, `pending_approvals`, ...) made in the block by the thread that opened
         it are reads of the same state: a view reads its pieces at one moment so (decision
-        XXXX); other threads' reads wait for the block to end."""
+        0203); other threads' reads wait for the block to end."""
 
     def renewer(self, wall: Callable[[], datetime]) -> Renewer:
         """The heartbeat's way to renew: on a connection of its own (the store's in memory)."""

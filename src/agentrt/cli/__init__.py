@@ -133,7 +133,7 @@ def _main(argv: Sequence[str] | None) -> int:
 
 def _looked_in(args: argparse.Namespace, e: NotFoundError) -> str:
     """A run or approval not found, said with the database it was looked for in (its
-    password `***`), as `grep` names its file: `DB: no run 'X'` (decision XXXX); so is a
+    password `***`), as `grep` names its file: `DB: no run 'X'` (decision 0203); so is a
     run id prefix too short or matching several runs."""
     try:
         where = shown_db(db_path(args))

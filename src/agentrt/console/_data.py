@@ -115,7 +115,7 @@ def waits_for_its_program(s: view.RunSummary) -> bool:
 
 
 def index_data(store: Store, *, status: str | None, offset: int, limit: int) -> IndexData:
-    """The run list, every piece of it read at one moment (one snapshot, decision XXXX)."""
+    """The run list, every piece of it read at one moment (one snapshot, decision 0203)."""
     with store.snapshot():
         waiting = view.run_page(store, limit=view.RUN_PAGE_DEFAULT, status="WAITING_FOR_APPROVAL")
         runs = view.run_page(store, limit=limit, offset=offset, status=status)
@@ -199,7 +199,7 @@ def run_state(store: Store, run_id: str) -> dict[str, object]:
 
 def run_data(store: Store, run_id: str, chain: ChainStatus) -> RunData:
     """The run page: the run, its lease, approvals and events read at one moment (one
-    snapshot, decision XXXX); the chain's report is `chain`'s, made apart from it."""
+    snapshot, decision 0203); the chain's report is `chain`'s, made apart from it."""
     report, checked_at = chain.get(store)
     with store.snapshot():
         return _run_read(store, run_id, report, checked_at)
