@@ -111,14 +111,14 @@ def test_of_two_claims_of_the_same_step_exactly_one_succeeds(backend: Backend) -
     def claim(tx: Tx) -> object:
         locked = tx.lock_run("r1")
         assert locked is not None
-        return tx.claim_next_step(locked.run, OWNER, Ids("a"), EPOCH)
+        return tx.claim_next_step(locked.run, OWNER, Ids("a"), EPOCH, epoch=1)
 
     result = race(
         first,
         second,
         claim,
         lambda: second.get_run("r1"),
-        lambda tx, run: tx.claim_next_step(run, OWNER, Ids("b"), EPOCH),
+        lambda tx, run: tx.claim_next_step(run, OWNER, Ids("b"), EPOCH, epoch=1),
     )
     assert result.judged.step_count == 0
     only_the_first_won(result, second)

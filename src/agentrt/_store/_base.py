@@ -208,14 +208,23 @@ class Tx(Protocol):
         """A late reply to an attempt already charged at its estimate: add only the excess."""
 
     def claim_step(
-        self, run_id: str, index: int, owner: str, new_id: Callable[[], str], now: datetime
+        self,
+        run_id: str,
+        index: int,
+        owner: str,
+        new_id: Callable[[], str],
+        now: datetime,
+        *,
+        epoch: int,
     ) -> Step:
-        """Claim step `index` of a RUNNING run leased to `owner`: `step_count` compare-and-set.
+        """Claim step `index` of a RUNNING run leased to `owner` at `epoch`: `step_count`
+        compare-and-set on exactly that lease (the same owner's lease granted again at a
+        later epoch is another session's: `RunStateError`, nothing written, decision XXXX).
         Inserts the step `deciding` (its id from `new_id`, drawn once the claim held),
         appends `step.started`, and returns the step as written."""
 
     def claim_next_step(
-        self, run: Run, owner: str, new_id: Callable[[], str], now: datetime
+        self, run: Run, owner: str, new_id: Callable[[], str], now: datetime, *, epoch: int
     ) -> Settled:
         """`claim_step` for the step after `run` (the caller's copy: the claim is a
         compare-and-set on its step count); returns the run and the new step as written,
@@ -273,15 +282,16 @@ class Tx(Protocol):
         `failed_event`, `step.failed`. Returns `step` (the caller's copy) as written, the
         observation as a read of its text gives it."""
 
-    def leave_running(self, run_id: str, owner: str, *, active_ms_add: int = 0) -> Run:
-        """`owner` gives up its lease of a run left RUNNING (for a later resume), adding
-        active time; `LeaseLostError` (nothing written) when the run is not RUNNING under
-        `owner`'s lease. Returns the run as written."""
+    def leave_running(self, run_id: str, owner: str, *, epoch: int, active_ms_add: int = 0) -> Run:
+        """`owner` gives up the lease it was granted at `epoch` of a run left RUNNING (for a
+        later resume), adding active time; `LeaseLostError` (nothing written) when the run
+        is not RUNNING under exactly that lease. Returns the run as written."""
 
-    def add_active_time(self, run: Run, owner: str, active_ms: int) -> Run:
+    def add_active_time(self, run: Run, owner: str, active_ms: int, *, epoch: int) -> Run:
         """Add a loop's active time to `run` (the caller's copy, as it stands in this
-        transaction), RUNNING under `owner`'s lease; `LeaseLostError` (nothing written)
-        otherwise. Returns the run as written, built from the copy (decision 0011)."""
+        transaction), RUNNING under the lease `owner` was granted at `epoch`;
+        `LeaseLostError` (nothing written) otherwise. Returns the run as written, built
+        from the copy (decision 0011)."""
 
     def release_lease(self, run_id: str, owner: str, *, epoch: int) -> bool:
         """Give up exactly the lease `owner` was granted at `epoch` (the run's lease epoch

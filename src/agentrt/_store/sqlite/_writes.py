@@ -570,17 +570,25 @@ class SqliteTx(TxReads):
     # --- one step ---------------------------------------------------------------------
 
     def claim_step(
-        self, run_id: str, index: int, owner: str, new_id: Callable[[], str], now: datetime
+        self,
+        run_id: str,
+        index: int,
+        owner: str,
+        new_id: Callable[[], str],
+        now: datetime,
+        *,
+        epoch: int,
     ) -> Step:
-        """Claim step `index` of a RUNNING run leased to `owner`: `step_count` compare-and-set.
+        """Claim step `index` of a RUNNING run leased to `owner` at `epoch`: `step_count`
+        compare-and-set on exactly that lease (decision XXXX).
 
         Inserts the step `deciding` (its id from `new_id`, drawn once the claim
         held), appends `step.started`, and returns the step as written.
         """
         cur = self.execute(
             "UPDATE runs SET step_count = step_count + 1 WHERE id = ? AND status = 'RUNNING' "
-            "AND step_count = ? AND lease_owner = ?",
-            (run_id, index, owner),
+            "AND step_count = ? AND lease_owner = ? AND lease_epoch = ?",
+            (run_id, index, owner, epoch),
         )
         if cur.rowcount != 1:
             raise RunStateError(f"run {run_id} moved while claiming step {index}")
@@ -603,13 +611,13 @@ class SqliteTx(TxReads):
         )
 
     def claim_next_step(
-        self, run: Run, owner: str, new_id: Callable[[], str], now: datetime
+        self, run: Run, owner: str, new_id: Callable[[], str], now: datetime, *, epoch: int
     ) -> Settled:
         """`claim_step` for the step after `run` (the caller's copy: the claim is a
         compare-and-set on its step count); returns the run and the new step as written,
         the run built from the copy and the count written rather than read back (decision
         0011)."""
-        step = self.claim_step(run.id, run.step_count, owner, new_id, now)
+        step = self.claim_step(run.id, run.step_count, owner, new_id, now, epoch=epoch)
         return Settled(evolve(run, step_count=run.step_count + 1), step)
 
     def record_decision(self, step: Step, text: str, decision: Decision, now: datetime) -> Step:
@@ -833,32 +841,37 @@ class SqliteTx(TxReads):
             )
         return evolve(step, status=status, observation=written.read, finished_at=as_stored(now))
 
-    def leave_running(self, run_id: str, owner: str, *, active_ms_add: int = 0) -> Run:
-        """`owner` gives up its lease of a run left RUNNING (for a later resume), adding
-        active time; `LeaseLostError` (nothing written) when the run is not RUNNING under
-        `owner`'s lease. Returns the run as written."""
+    def leave_running(self, run_id: str, owner: str, *, epoch: int, active_ms_add: int = 0) -> Run:
+        """`owner` gives up the lease it was granted at `epoch` of a run left RUNNING (for a
+        later resume), adding active time; `LeaseLostError` (nothing written) when the run
+        is not RUNNING under exactly that lease. Returns the run as written."""
         rows = self.execute(
             "UPDATE runs SET active_ms = active_ms + ?, lease_owner = '', "
             "lease_expires_at = '', lease_holder = '' "
-            "WHERE id = ? AND status = 'RUNNING' AND lease_owner = ? RETURNING *",
-            (active_ms_add, run_id, owner),
+            "WHERE id = ? AND status = 'RUNNING' AND lease_owner = ? AND lease_epoch = ? "
+            "RETURNING *",
+            (active_ms_add, run_id, owner, epoch),
         ).fetchall()
         if len(rows) != 1:
-            raise LeaseLostError(f"run {run_id} is not running under {owner!r}'s lease")
+            raise LeaseLostError(
+                f"run {run_id} is not running under {owner!r}'s lease granted at epoch {epoch}"
+            )
         return run_from_row(rows[0])
 
-    def add_active_time(self, run: Run, owner: str, active_ms: int) -> Run:
+    def add_active_time(self, run: Run, owner: str, active_ms: int, *, epoch: int) -> Run:
         """Add a loop's active time to `run` (the caller's copy, as it stands in this
-        transaction), RUNNING under `owner`'s lease; `LeaseLostError` (nothing written)
-        otherwise. Returns the run as written, built from the copy rather than read back
-        (decision 0011)."""
+        transaction), RUNNING under the lease `owner` was granted at `epoch`;
+        `LeaseLostError` (nothing written) otherwise. Returns the run as written, built
+        from the copy rather than read back (decision 0011)."""
         cur = self.execute(
             "UPDATE runs SET active_ms = active_ms + ? "
-            "WHERE id = ? AND status = 'RUNNING' AND lease_owner = ?",
-            (active_ms, run.id, owner),
+            "WHERE id = ? AND status = 'RUNNING' AND lease_owner = ? AND lease_epoch = ?",
+            (active_ms, run.id, owner, epoch),
         )
         if cur.rowcount != 1:
-            raise LeaseLostError(f"run {run.id} is not running under {owner!r}'s lease")
+            raise LeaseLostError(
+                f"run {run.id} is not running under {owner!r}'s lease granted at epoch {epoch}"
+            )
         return evolve(run, active_time=run.active_time + timedelta(milliseconds=active_ms))
 
     def release_lease(self, run_id: str, owner: str, *, epoch: int) -> bool:
