@@ -19,7 +19,7 @@ import pytest
 
 from agentrt._errors import LeaseLostError, RunStateError
 from agentrt._store import Store, Tx
-from agentrt._store._records import LeaseState, TakenOver
+from agentrt._store._records import Leased, LeaseState, TakenOver
 
 from .conftest import Backend
 from .world import (
@@ -27,6 +27,7 @@ from .world import (
     FAR,
     HOLDER,
     OWNER,
+    event_types,
     everything,
     new_run,
     refused,
@@ -237,8 +238,9 @@ def test_a_stale_session_of_the_same_owner_neither_gives_up_nor_adds_time_to_its
 def test_a_release_by_the_epoch_a_hold_kept_gives_up_the_hold_of_a_waiting_run(
     backend: Backend,
 ) -> None:
-    """A waiting run's hold keeps the epoch the run waits at (decision 0032): the hold is
-    released by that epoch, and a release naming the next one changes nothing."""
+    """A waiting run's hold is a lease at the next epoch (decision XXXX): the hold is
+    released by that epoch, and a release naming the epoch the run waited at changes
+    nothing."""
     store = backend.open()
     waiting_run(store, approve=True)
     free = store.lease_state("r1")
@@ -248,14 +250,57 @@ def test_a_release_by_the_epoch_a_hold_kept_gives_up_the_hold_of_a_waiting_run(
         1,
     )
     with store.transaction() as tx:
-        tx.hold_waiting("r1", owner=OWNER, expires_at=FAR, holder=HOLDER, previous=free)
+        held = tx.hold_waiting("r1", owner=OWNER, expires_at=FAR, holder=HOLDER, previous=free)
+    assert held.epoch == 2
+    before = everything(store)
+    for epoch in (1, 3):
+        with store.transaction() as tx:
+            assert tx.release_lease("r1", OWNER, epoch=epoch) is False
+        assert everything(store) == before
+    with store.transaction() as tx:
+        assert tx.release_lease("r1", OWNER, epoch=2) is True
+    assert store.lease_state("r1") == LeaseState("r1", "WAITING_FOR_APPROVAL", "", None, "", 2)
+
+
+def test_two_holds_of_a_waiting_run_by_one_owner_are_two_leases(backend: Backend) -> None:
+    """One owner holds a waiting run twice (two sessions of one Gate, the first one's hold
+    judged the gate's own by the second): each hold is its own epoch, so the first one's
+    late release gives up nothing and its `leave_waiting` is refused; the second leaves
+    waiting at its own epoch, kept."""
+    store = backend.open()
+    approval = waiting_run(store, approve=True)
+    free = store.lease_state("r1")
+    assert free is not None
+    with store.transaction() as tx:
+        first = tx.hold_waiting("r1", owner=OWNER, expires_at=FAR, holder=HOLDER, previous=free)
+    mine = store.lease_state("r1")
+    assert mine is not None
+    with store.transaction() as tx:
+        second = tx.hold_waiting("r1", owner=OWNER, expires_at=FAR, holder=HOLDER, previous=mine)
+    assert (first.epoch, second.epoch) == (2, 3)
+    # The first hold's lease, judged by the second attach, is no longer there to take.
+    refused(
+        store,
+        RunStateError,
+        lambda tx: tx.hold_waiting("r1", owner=OWNER, expires_at=FAR, holder=HOLDER, previous=mine),
+        match="was attached elsewhere or changed status",
+    )
     before = everything(store)
     with store.transaction() as tx:
-        assert tx.release_lease("r1", OWNER, epoch=2) is False
+        assert tx.release_lease("r1", OWNER, epoch=first.epoch) is False
     assert everything(store) == before
+
+    def leave(epoch: int) -> Callable[[Tx], object]:
+        return lambda tx: tx.leave_waiting(
+            "r1", approval.id, owner=OWNER, epoch=epoch, expires_at=FAR, holder=HOLDER, now=EPOCH
+        )
+
+    refused(store, RunStateError, leave(first.epoch), match="taken by another resume")
     with store.transaction() as tx:
-        assert tx.release_lease("r1", OWNER, epoch=1) is True
-    assert store.lease_state("r1") == LeaseState("r1", "WAITING_FOR_APPROVAL", "", None, "", 1)
+        leased = leave(second.epoch)(tx)
+    assert isinstance(leased, Leased) and leased.epoch == 3
+    assert store.lease_state("r1") == LeaseState("r1", "RUNNING", OWNER, FAR, HOLDER, 3)
+    assert event_types(store)[-1] == "run.resumed"
 
 
 def test_a_lease_is_expired_at_the_very_instant_it_names_and_live_just_before(

@@ -195,7 +195,9 @@ def test_of_two_resumes_of_the_same_held_run_exactly_one_leaves_waiting(
         tx.hold_waiting("r1", owner="me", expires_at=FAR, holder="", previous=judged)
 
     def leave(tx: Tx, _: object = None) -> object:
-        return tx.leave_waiting("r1", approval.id, owner="me", expires_at=FAR, holder="", now=EPOCH)
+        return tx.leave_waiting(
+            "r1", approval.id, owner="me", epoch=2, expires_at=FAR, holder="", now=EPOCH
+        )
 
     result = race(first, second, leave, lambda: second.run_status("r1"), leave)
     assert result.judged == "WAITING_FOR_APPROVAL"
