@@ -161,7 +161,7 @@ def test_ddl_after_the_guard_waits_for_the_transaction_and_never_runs_in_its_wri
             planted = planter.planted_or_waiting()
             # A step's first writes: the run's row, a step (its policy left to the
             # column's default), its event.
-            tx.claim_step("r1", 0, "me", lambda: "s1", NOW)
+            tx.claim_step("r1", 0, "me", lambda: "s1", NOW, epoch=1)
         # What the planted code did in the store's session, had it run in its writes.
         assert spied(store) in (None, ""), f"{kind} ran inside the store's write"
         assert not planted, "the plant was not kept out while the transaction was open"

@@ -213,7 +213,7 @@ def test_a_claimed_steps_row_goes_with_the_next_statement_and_the_stores_own_rea
         trips.conn = store._pg
         with store.transaction() as tx:
             assert tx.lock_run("r1") is not None
-            tx.claim_step("r1", 0, "me", lambda: "s1", now)
+            tx.claim_step("r1", 0, "me", lambda: "s1", now, epoch=1)
             claimed = dict(trips.sent)
             # A read of the store's own, inside the transaction: the row is sent first.
             assert [
@@ -235,19 +235,19 @@ def test_a_statement_sent_with_the_next_that_fails_fails_the_commit_and_nothing_
         held_run(store, "r1")
         now = datetime(2026, 12, 3, tzinfo=UTC)
         with store.transaction() as tx:
-            tx.claim_step("r1", 0, "me", lambda: "s1", now)
+            tx.claim_step("r1", 0, "me", lambda: "s1", now, epoch=1)
         events = len(store.list_events("r1"))
         with (
             pytest.raises(agentrt.StoreError, match="the id s1 given by the id factory"),
             store.transaction() as tx,
         ):
-            step = tx.claim_step("r1", 1, "me", lambda: "s1", now)  # s1 is taken
+            step = tx.claim_step("r1", 1, "me", lambda: "s1", now, epoch=1)  # s1 is taken
             assert step.id == "s1"  # sent with the commit: the claim returned first
         assert store.get_run("r1").step_count == 1
         assert len(store.list_events("r1")) == events
         assert [s.id for s in store.list_steps("r1")] == ["s1"]
         with store.transaction() as tx:  # the store goes on
-            tx.claim_step("r1", 1, "me", lambda: "s2", now)
+            tx.claim_step("r1", 1, "me", lambda: "s2", now, epoch=1)
         assert [s.id for s in store.list_steps("r1")] == ["s1", "s2"]
     finally:
         store.close()

@@ -67,8 +67,9 @@ class _AllowAll:
 
 def lapse_and_regrant(store: Any, database: str, run_id: str, owner: str) -> tuple[int, datetime]:
     """The run's lease lapses, and `owner` is granted it again (epoch + 1): a RUNNING run as
-    its own takeover takes it (`take_over`), a waiting one as its own resume holds it and
-    leaves waiting (`hold_waiting`, `leave_waiting`). Returns the new epoch and expiry."""
+    its own takeover takes it (`take_over`), a waiting one as its own resume holds it (the
+    next epoch) and leaves waiting at that epoch (`hold_waiting`, `leave_waiting`). Returns
+    the new epoch and expiry."""
     expire_lease(database, run_id, holder_elsewhere=False)
     with store.transaction() as tx:
         lease = tx.lock_lease(run_id)
@@ -88,12 +89,18 @@ def lapse_and_regrant(store: Any, database: str, run_id: str, owner: str) -> tup
             )
             return taken.epoch, expires
         assert lease.status == RunStatus.WAITING_FOR_APPROVAL
-        tx.hold_waiting(
+        held = tx.hold_waiting(
             run_id, owner=owner, expires_at=expires, holder=holder_json(), previous=lease
         )
         approval = tx.approvals_of_run(run_id)[-1]
         leased = tx.leave_waiting(
-            run_id, approval.id, owner=owner, expires_at=expires, holder=holder_json(), now=EPOCH
+            run_id,
+            approval.id,
+            owner=owner,
+            epoch=held.epoch,
+            expires_at=expires,
+            holder=holder_json(),
+            now=EPOCH,
         )
         return leased.epoch, expires
 
@@ -223,8 +230,8 @@ def test_a_resume_of_a_waiting_run_cut_short_leaves_the_same_gates_newer_lease(
     gate = make_gate(store, push, policy=_Raises(_Stop()), ids=Ids("b"), lease_ttl=TTL)
     granted = late(monkeypatch, _resume_waiting, store, database)
     with pytest.raises(_Stop):
-        gate.attach_sync(run.id)  # held (epoch 1, unchanged), then its judgement raises
-    assert [(owner, epoch) for owner, epoch, _ in granted] == [(gate.lease_owner, 2)]
+        gate.attach_sync(run.id)  # held (epoch 2), then its judgement raises
+    assert [(owner, epoch) for owner, epoch, _ in granted] == [(gate.lease_owner, 3)]
     assert_still_leased(store, run.id, granted)
     assert store.get_run(run.id).status == "RUNNING"
     assert push.calls == []
@@ -287,9 +294,10 @@ def test_a_begin_that_failed_leaves_the_lease_its_gate_took_back_meanwhile(
 def test_a_hold_whose_resume_commit_failed_is_given_back_by_the_epoch_it_holds(
     any_store: agentrt.Store, unknown: bool
 ) -> None:
-    """The commit that leaves waiting takes a new epoch; when it fails, the session gives
-    back the hold by the epoch the record holds: the hold's (rolled back with the commit), or,
-    when the commit's outcome is unknown, the epoch the record shows under this owner."""
+    """The commit that leaves waiting fails: the session gives back the hold by the epoch the
+    record holds: the hold's (the commit keeps it, decision XXXX; before, the commit took a
+    new one, rolled back with it), or, when the commit's outcome is unknown, the epoch the
+    record shows under this owner."""
     store = any_store
     _, run, push, approval = approved_run(store)
 
@@ -312,4 +320,4 @@ def test_a_hold_whose_resume_commit_failed_is_given_back_by_the_epoch_it_holds(
     assert store.get_run(run.id).status == "WAITING_FOR_APPROVAL"
     assert store.get_approval(run.id, approval.id).status == "approved"
     lease = store.lease(run.id)
-    assert (lease.owner, lease.expires_at, lease.epoch) == ("", None, 1)
+    assert (lease.owner, lease.expires_at, lease.epoch) == ("", None, 2)  # the hold's

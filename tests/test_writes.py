@@ -70,7 +70,7 @@ def test_create_run_refuses_an_id_in_use_and_writes_nothing(
 def test_claim_step_returns_the_step_as_a_fresh_read_gives_it(store: agentrt.Store) -> None:
     new_run(store)
     with store.transaction() as tx:
-        step = tx.claim_step("r1", 0, OWNER, Ids("s"), EPOCH)
+        step = tx.claim_step("r1", 0, OWNER, Ids("s"), EPOCH, epoch=1)
     assert repr(step) == repr(store.list_steps("r1")[0])
     assert store.get_run("r1").step_count == 1
 
@@ -80,7 +80,7 @@ def test_claim_next_step_returns_the_run_and_the_step_as_a_fresh_read_gives_them
 ) -> None:
     run = new_run(store)
     with store.transaction() as tx:
-        claimed = tx.claim_next_step(run, OWNER, Ids("s"), EPOCH)
+        claimed = tx.claim_next_step(run, OWNER, Ids("s"), EPOCH, epoch=1)
     assert repr(claimed.run) == repr(store.get_run("r1"))
     assert repr(claimed.step) == repr(store.list_steps("r1")[0])
     assert (claimed.run.step_count, claimed.step.index) == (1, 0)
@@ -89,7 +89,7 @@ def test_claim_next_step_returns_the_run_and_the_step_as_a_fresh_read_gives_them
     refused_and_nothing_written(
         database,
         RunStateError,
-        lambda tx: tx.claim_next_step(run, OWNER, Ids("t"), EPOCH),
+        lambda tx: tx.claim_next_step(run, OWNER, Ids("t"), EPOCH, epoch=1),
         store,
     )
 
@@ -102,7 +102,7 @@ def test_claim_step_on_a_run_that_moved_raises_and_writes_nothing(
     index, owner = (1, OWNER) if moved == "step_count" else (0, "someone/else")
     before = snapshot(database)
     with pytest.raises(RunStateError), store.transaction() as tx:
-        tx.claim_step("r1", index, owner, Ids("s"), EPOCH)
+        tx.claim_step("r1", index, owner, Ids("s"), EPOCH, epoch=1)
     assert snapshot(database) == before
 
 
@@ -111,7 +111,7 @@ def test_finish_tool_of_a_step_that_is_not_executing_raises_and_writes_nothing(
 ) -> None:
     new_run(store)
     with store.transaction() as tx:
-        step = tx.claim_step("r1", 0, OWNER, Ids("s"), EPOCH)
+        step = tx.claim_step("r1", 0, OWNER, Ids("s"), EPOCH, epoch=1)
     before = snapshot(database)
     observation = Observation.tool_result({"ok": True}, "ok")
     with pytest.raises(RunStateError), store.transaction() as tx:
@@ -131,7 +131,7 @@ def test_an_approval_decided_once_cannot_be_decided_again(
 ) -> None:
     new_run(store)
     with store.transaction() as tx:
-        step = tx.claim_step("r1", 0, OWNER, Ids("s"), EPOCH)
+        step = tx.claim_step("r1", 0, OWNER, Ids("s"), EPOCH, epoch=1)
         payload = {"decision": {}, "spec_hash": "h", "policy_id": "p", "view": {}}
         tx.pause_for_approval(
             "r1",
@@ -163,7 +163,7 @@ def test_cancel_run_fails_the_open_step_and_returns_the_run_as_stored(
 ) -> None:
     new_run(store)
     with store.transaction() as tx:
-        step = tx.claim_step("r1", 0, OWNER, Ids("s"), EPOCH)
+        step = tx.claim_step("r1", 0, OWNER, Ids("s"), EPOCH, epoch=1)
     with store.transaction() as tx:
         run = tx.cancel_run("r1", "alice", "stop", EPOCH)
     assert repr(run) == repr(store.get_run("r1"))
@@ -185,15 +185,15 @@ def test_the_run_writes_after_a_tool_refuse_a_lease_held_by_someone_else_and_wri
     before = snapshot(database)
     with pytest.raises(agentrt.LeaseLostError), store.transaction() as tx:
         if write == "leave_running":
-            tx.leave_running("r1", "someone/else", active_ms_add=5)
+            tx.leave_running("r1", "someone/else", epoch=1, active_ms_add=5)
         else:
-            tx.add_active_time(tx.run_record("r1"), "someone/else", 5)
+            tx.add_active_time(tx.run_record("r1"), "someone/else", 5, epoch=1)
     assert snapshot(database) == before
     with store.transaction() as tx:  # the owner's own write goes through
         if write == "leave_running":
-            tx.leave_running("r1", OWNER, active_ms_add=5)
+            tx.leave_running("r1", OWNER, epoch=1, active_ms_add=5)
         else:
-            tx.add_active_time(tx.run_record("r1"), OWNER, 5)
+            tx.add_active_time(tx.run_record("r1"), OWNER, 5, epoch=1)
     run = store.get_run("r1")
     assert run.active_time.total_seconds() == 0.005
     assert (store.lease("r1").owner == "") == (write == "leave_running")
@@ -218,7 +218,7 @@ def event_types(store: agentrt.Store, run_id: str = "r1") -> list[str]:
 def deciding_step(store: agentrt.Store) -> agentrt.Step:
     new_run(store)
     with store.transaction() as tx:
-        return tx.claim_step("r1", 0, OWNER, Ids("s"), EPOCH)
+        return tx.claim_step("r1", 0, OWNER, Ids("s"), EPOCH, epoch=1)
 
 
 def waiting_run(store: agentrt.Store, *, approve: bool = False) -> agentrt.Approval:
@@ -288,7 +288,7 @@ def test_the_hot_writes_of_a_step_return_the_step_as_a_fresh_read_gives_it(
             failed_event=False,
             now=EPOCH,
         )
-        run = tx.add_active_time(tx.run_record("r1"), OWNER, 7)
+        run = tx.add_active_time(tx.run_record("r1"), OWNER, 7, epoch=1)
     assert repr(finished) == repr(store.list_steps("r1")[0])
     assert repr(run) == repr(store.get_run("r1"))
     assert event_types(store)[-3:] == ["step.policy", "step.tool_started", "step.tool_finished"]
@@ -497,14 +497,26 @@ def test_leave_waiting_takes_the_run_back_under_a_new_lease_once(
         database,
         RunStateError,
         lambda tx: tx.leave_waiting(
-            "r1", approval.id, owner="second/1", expires_at=LATER_AT, holder="{}", now=EPOCH
+            "r1",
+            approval.id,
+            owner="second/1",
+            epoch=1,
+            expires_at=LATER_AT,
+            holder="{}",
+            now=EPOCH,
         ),
         store,
     )
     with store.transaction() as tx:
-        hold(tx)
+        held = hold(tx)
         leased = tx.leave_waiting(
-            "r1", approval.id, owner="second/1", expires_at=LATER_AT, holder="{}", now=EPOCH
+            "r1",
+            approval.id,
+            owner="second/1",
+            epoch=held.epoch,
+            expires_at=LATER_AT,
+            holder="{}",
+            now=EPOCH,
         )
     assert repr(leased.run) == repr(store.get_run("r1"))
     assert (leased.run.status, leased.epoch) == ("RUNNING", 2)
@@ -516,7 +528,7 @@ def test_leave_waiting_takes_the_run_back_under_a_new_lease_once(
         database,
         RunStateError,
         lambda tx: tx.leave_waiting(
-            "r1", approval.id, owner="third/1", expires_at=LATER_AT, holder="{}", now=EPOCH
+            "r1", approval.id, owner="third/1", epoch=2, expires_at=LATER_AT, holder="{}", now=EPOCH
         ),
         store,
     )
@@ -541,7 +553,8 @@ def test_hold_waiting_holds_a_waiting_run_for_one_attach_and_writes_nothing_else
         hold_by("first/1", previous=("", ""))(tx)
     run = store.get_run("r1")
     lease = store.lease("r1")
-    assert (run.status, lease.owner, lease.epoch) == ("WAITING_FOR_APPROVAL", "first/1", 1)
+    # The hold is a lease of its own, at the run's next epoch (decision XXXX).
+    assert (run.status, lease.owner, lease.epoch) == ("WAITING_FOR_APPROVAL", "first/1", 2)
     assert event_types(store) == events_before
     # A second attach that judged the lease free (as it was before the first hold) loses.
     refused_and_nothing_written(
@@ -735,8 +748,8 @@ def test_hold_waiting_returns_the_run_as_written(store: agentrt.Store) -> None:
     waiting_run(store, approve=True)
     with store.transaction() as tx:
         held = hold_by("first/1", previous=("", ""))(tx)
-    assert repr(held) == repr(store.get_run("r1"))
-    assert held.status == "WAITING_FOR_APPROVAL"
+    assert repr(held.run) == repr(store.get_run("r1"))
+    assert (held.run.status, held.epoch) == ("WAITING_FOR_APPROVAL", 2)
 
 
 def test_go_on_after_interruption_returns_the_payload_it_appended(store: agentrt.Store) -> None:

@@ -9,12 +9,13 @@ older than `grant_ttl` cancels the run, and the policy is asked again while the
 run still waits; its answer is settled by `_settle.settle` from the waiting
 state: the call is allowed only on `allow` or on a `require_approval` the grant
 satisfies, otherwise the run pauses again. An approved run is judged under
-its lease: the attach holds it first by compare-and-set (`hold_waiting`; the
-run stays WAITING, nothing else is written), so a second attach or resume, in
+its lease: the attach holds it first by compare-and-set (`hold_waiting`: a lease
+at the run's next epoch, decision XXXX; the run stays WAITING, nothing else is
+written), so a second attach or resume, in
 this process or another, is refused with `RunLeasedError` as for a RUNNING run
 (decision 0032). An allowed call writes nothing more here: `execute` judges the
 grant and leaves WAITING (`run.resumed`, `step.policy`, `step.tool_started`) in
-one compare-and-set transaction on the status and the holder
+one compare-and-set transaction on the status and the hold, owner and epoch
 (`_settle.start_resumed`).
 
 Races (decision 0161): the hold refuses, holding nothing, a run whose step no
@@ -118,8 +119,8 @@ async def resume_waiting(
     if latest.status != ApprovalStatus.APPROVED:
         raise RunStateError(f"the latest approval {latest.id} of run {run.id} is {latest.status}")
     verify_stored(latest)
-    # The hold keeps the epoch the run waits at: the lease this session was granted, and
-    # the one its release names (decision 0187); `leave_waiting` raises it.
+    # The hold is a lease of its own, at the next epoch: the one this session was granted,
+    # its release names (decision 0187) and `leave_waiting` keeps (decision XXXX).
     session.epoch = await _hold(config, run, latest)
     # The hold is renewed from here, while the policy (consumer code, maybe slow) judges
     # the request again: a hold that lapsed meanwhile would let a second attach hold the
@@ -204,7 +205,8 @@ async def _hold(config: LoopConfig, run: Run, approved: Approval) -> int:
     A lease another live attach holds refuses with `RunLeasedError` (as for a
     RUNNING run: only one session per run, across processes); none, an expired
     one, this gate's own or a provably dead holder's is taken, by compare-and-set
-    on exactly that lease (decision 0032). Returns the epoch held: the run's, unchanged.
+    on exactly that lease (decision 0032). Returns the hold's epoch: the run's next one
+    (decision XXXX).
     """
 
     def tx_hold(tx: Tx) -> int:
@@ -233,14 +235,13 @@ async def _hold(config: LoopConfig, run: Run, approved: Approval) -> int:
         )
         if isinstance(judged, Refusal):
             raise judged.error
-        tx.hold_waiting(
+        return tx.hold_waiting(
             run.id,
             owner=config.owner,
             expires_at=lease_now + config.lease_ttl,
             holder=holder_json(),
             previous=lease,
-        )
-        return lease.epoch
+        ).epoch
 
     return await write_through(config, plan.HELD, tx_hold)
 

@@ -739,8 +739,8 @@ class RunSession:
 
         So does the lease's epoch the session gives back by (decision 0187): `epoch`, the
         one granted before the write, when the commit was not made (a lease the write took,
-        `leave_waiting`'s, was rolled back with it); the record's, when it is unknown and
-        the record shows this owner's lease."""
+        `take_over`'s, was rolled back with it); the record's, when it is unknown and the
+        record shows this owner's lease."""
         what = exception_text(failed)
         unknown = isinstance(failed, StoreError) and failed.commit_unknown
         if unknown:

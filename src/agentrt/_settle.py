@@ -9,8 +9,8 @@ either way, and each answer is one transaction of named writes
 session keeps), built once here:
 
 - allowed: from the loop, nothing is written until `execute` starts the tool;
-  from a waiting run, `execute` leaves waiting (`leave_waiting`: a new lease,
-  `run.resumed`) and starts the tool in that same transaction;
+  from a waiting run, `execute` leaves waiting (`leave_waiting`: the hold's lease
+  and epoch, renewed; `run.resumed`) and starts the tool in that same transaction;
 - denied (or a call that no longer fits its tool): the step fails and the loop
   goes on (`fail_and_go_on`; a waiting run leaves waiting first);
 - ended (abort, or a policy that failed): the step fails and the run ends
@@ -180,6 +180,7 @@ class FromWaiting:
             session.run_id,
             self.approval.id,
             owner=config.owner,
+            epoch=session.epoch,
             expires_at=lease_now + config.lease_ttl,
             holder=holder_json(),
             now=now,

@@ -150,7 +150,9 @@ async def begin_step(session: RunSession, *, read_first: bool = True) -> Step | 
 
     def tx_claim(tx: Tx, locked: GuardedRun) -> Callable[[], None]:
         # The compare-and-set is on the session's copy of the step count.
-        claimed = tx.claim_step(run.id, step.index, config.owner, lambda: step_id, now)
+        claimed = tx.claim_step(
+            run.id, step.index, config.owner, lambda: step_id, now, epoch=session.epoch
+        )
         if claimed != step:  # what the claim writes is the copy kept, by construction
             raise RunStateError(f"step {step.index} of run {run.id} moved before it was claimed")
 
@@ -425,7 +427,14 @@ async def _finish_tool(
         else:
             finished["summary"] = observation.summary
             finished["content_hash"] = observation.content_hash
-        held = lease.status == RunStatus.RUNNING and lease.held_by(config.owner)
+        # This session's lease: the owner and the epoch it was granted. The same owner's
+        # lease granted again since (this session let go, its write left waiting with its
+        # closed loop) is another session's, whose step this may be again (decision XXXX).
+        held = (
+            lease.status == RunStatus.RUNNING
+            and lease.held_by(config.owner)
+            and lease.epoch == session.epoch
+        )
         if not held:
             if lease.status == RunStatus.CANCELLED and lease.epoch == session.epoch:
                 # Cancelled while we held the lease: the effect happened after the
@@ -436,6 +445,12 @@ async def _finish_tool(
                 return
             # Someone else owns the run now: the next owner decides what this
             # step did; our late result is not recorded.
+            if lease.held_by(config.owner) and lease.epoch != session.epoch:
+                raise LeaseLostError(
+                    f"run {session.run_id} was leased again by {lease.owner!r} at epoch "
+                    f"{lease.epoch} while its tool ran (this session's lease: epoch "
+                    f"{session.epoch}); the outcome is left for the current session"
+                )
             raise LeaseLostError(
                 f"run {session.run_id} changed owner while its tool ran; "
                 "the outcome is left for the current owner"
@@ -502,11 +517,13 @@ async def _finish_tool(
             # Leave the run RUNNING for a later resume, but give up the lease now:
             # nobody should have to wait it out for a loop that has stopped.
             session.run = tx.leave_running(
-                session.run_id, session.config.owner, active_ms_add=active
+                session.run_id, session.config.owner, epoch=session.epoch, active_ms_add=active
             )
             gave_back = True
         else:
-            session.run = tx.add_active_time(session.run, session.config.owner, active)
+            session.run = tx.add_active_time(
+                session.run, session.config.owner, active, epoch=session.epoch
+            )
 
     await session.write_outcome(plan.TOOL_FINISHED, tx_finished)
     if gave_back:

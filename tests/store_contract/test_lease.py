@@ -17,9 +17,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from agentrt._errors import RunStateError
-from agentrt._store import Tx
-from agentrt._store._records import LeaseState, TakenOver
+from agentrt._errors import LeaseLostError, RunStateError
+from agentrt._store import Store, Tx
+from agentrt._store._records import Leased, LeaseState, TakenOver
 
 from .conftest import Backend
 from .world import (
@@ -27,6 +27,7 @@ from .world import (
     FAR,
     HOLDER,
     OWNER,
+    event_types,
     everything,
     new_run,
     refused,
@@ -159,11 +160,87 @@ def test_a_late_release_leaves_the_same_owners_newer_lease_alone(backend: Backen
     assert store.lease_state("r1") == LeaseState("r1", "RUNNING", "", None, "", 2)
 
 
+def _granted_again(store: Store) -> None:
+    """Run r1's lease, granted at epoch 1, lapsed and taken over by the same owner (epoch 2)."""
+    new_run(store, expires=EPOCH)  # lapsed
+    lapsed = store.lease_state("r1")
+    assert lapsed is not None and lapsed.expired_at(store.lease_now(WALL))
+    with store.transaction() as tx:
+        taken = tx.take_over(
+            "r1",
+            owner=OWNER,
+            expires_at=FAR,
+            holder=HOLDER,
+            previous=lapsed,
+            proof={"by": "lease expired"},
+            now=EPOCH,
+        )
+    assert taken.epoch == 2
+
+
+def test_a_stale_session_of_the_same_owner_claims_no_step_under_its_newer_lease(
+    backend: Backend,
+) -> None:
+    """A claim is a compare-and-set on the lease the claiming session was granted: owner
+    and epoch. The same owner's session of epoch 1, whose lease lapsed and was granted
+    again (epoch 2), claims nothing (`claim_step`, `claim_next_step`); the session of
+    epoch 2 claims the step."""
+    store = backend.open()
+    _granted_again(store)
+    run = store.get_run("r1")
+    for epoch in (1, 3):
+        refused(
+            store,
+            RunStateError,
+            lambda tx, e=epoch: tx.claim_step("r1", 0, OWNER, lambda: "s1", EPOCH, epoch=e),
+            match="moved while claiming step 0",
+        )
+        refused(
+            store,
+            RunStateError,
+            lambda tx, e=epoch: tx.claim_next_step(run, OWNER, lambda: "s1", EPOCH, epoch=e),
+            match="moved while claiming step 0",
+        )
+    with store.transaction() as tx:
+        claimed = tx.claim_next_step(run, OWNER, lambda: "s1", EPOCH, epoch=2)
+    assert (claimed.run.step_count, claimed.step.index, claimed.step.id) == (1, 0, "s1")
+    assert store.get_run("r1").step_count == 1
+
+
+@pytest.mark.parametrize("write", ["leave_running", "add_active_time"])
+def test_a_stale_session_of_the_same_owner_neither_gives_up_nor_adds_time_to_its_newer_lease(
+    backend: Backend, write: str
+) -> None:
+    """`leave_running` and `add_active_time` judge the lease by owner and epoch: the same
+    owner's session of epoch 1 is refused (`LeaseLostError`, nothing written) once the
+    lease was granted again at epoch 2; the session of epoch 2 writes."""
+
+    def made(tx: Tx, epoch: int) -> object:
+        if write == "leave_running":
+            return tx.leave_running("r1", OWNER, epoch=epoch, active_ms_add=5)
+        return tx.add_active_time(tx.run_record("r1"), OWNER, 5, epoch=epoch)
+
+    store = backend.open()
+    _granted_again(store)
+    refused(
+        store,
+        LeaseLostError,
+        lambda tx: made(tx, 1),
+        match=f"run r1 is not running under {OWNER!r}'s lease granted at epoch 1",
+    )
+    with store.transaction() as tx:
+        made(tx, 2)
+    run = store.get_run("r1")
+    assert run.active_time == timedelta(milliseconds=5)
+    assert store.lease("r1").owner == ("" if write == "leave_running" else OWNER)
+
+
 def test_a_release_by_the_epoch_a_hold_kept_gives_up_the_hold_of_a_waiting_run(
     backend: Backend,
 ) -> None:
-    """A waiting run's hold keeps the epoch the run waits at (decision 0032): the hold is
-    released by that epoch, and a release naming the next one changes nothing."""
+    """A waiting run's hold is a lease at the next epoch (decision XXXX): the hold is
+    released by that epoch, and a release naming the epoch the run waited at changes
+    nothing."""
     store = backend.open()
     waiting_run(store, approve=True)
     free = store.lease_state("r1")
@@ -173,14 +250,57 @@ def test_a_release_by_the_epoch_a_hold_kept_gives_up_the_hold_of_a_waiting_run(
         1,
     )
     with store.transaction() as tx:
-        tx.hold_waiting("r1", owner=OWNER, expires_at=FAR, holder=HOLDER, previous=free)
+        held = tx.hold_waiting("r1", owner=OWNER, expires_at=FAR, holder=HOLDER, previous=free)
+    assert held.epoch == 2
+    before = everything(store)
+    for epoch in (1, 3):
+        with store.transaction() as tx:
+            assert tx.release_lease("r1", OWNER, epoch=epoch) is False
+        assert everything(store) == before
+    with store.transaction() as tx:
+        assert tx.release_lease("r1", OWNER, epoch=2) is True
+    assert store.lease_state("r1") == LeaseState("r1", "WAITING_FOR_APPROVAL", "", None, "", 2)
+
+
+def test_two_holds_of_a_waiting_run_by_one_owner_are_two_leases(backend: Backend) -> None:
+    """One owner holds a waiting run twice (two sessions of one Gate, the first one's hold
+    judged the gate's own by the second): each hold is its own epoch, so the first one's
+    late release gives up nothing and its `leave_waiting` is refused; the second leaves
+    waiting at its own epoch, kept."""
+    store = backend.open()
+    approval = waiting_run(store, approve=True)
+    free = store.lease_state("r1")
+    assert free is not None
+    with store.transaction() as tx:
+        first = tx.hold_waiting("r1", owner=OWNER, expires_at=FAR, holder=HOLDER, previous=free)
+    mine = store.lease_state("r1")
+    assert mine is not None
+    with store.transaction() as tx:
+        second = tx.hold_waiting("r1", owner=OWNER, expires_at=FAR, holder=HOLDER, previous=mine)
+    assert (first.epoch, second.epoch) == (2, 3)
+    # The first hold's lease, judged by the second attach, is no longer there to take.
+    refused(
+        store,
+        RunStateError,
+        lambda tx: tx.hold_waiting("r1", owner=OWNER, expires_at=FAR, holder=HOLDER, previous=mine),
+        match="was attached elsewhere or changed status",
+    )
     before = everything(store)
     with store.transaction() as tx:
-        assert tx.release_lease("r1", OWNER, epoch=2) is False
+        assert tx.release_lease("r1", OWNER, epoch=first.epoch) is False
     assert everything(store) == before
+
+    def leave(epoch: int) -> Callable[[Tx], object]:
+        return lambda tx: tx.leave_waiting(
+            "r1", approval.id, owner=OWNER, epoch=epoch, expires_at=FAR, holder=HOLDER, now=EPOCH
+        )
+
+    refused(store, RunStateError, leave(first.epoch), match="taken by another resume")
     with store.transaction() as tx:
-        assert tx.release_lease("r1", OWNER, epoch=1) is True
-    assert store.lease_state("r1") == LeaseState("r1", "WAITING_FOR_APPROVAL", "", None, "", 1)
+        leased = leave(second.epoch)(tx)
+    assert isinstance(leased, Leased) and leased.epoch == 3
+    assert store.lease_state("r1") == LeaseState("r1", "RUNNING", OWNER, FAR, HOLDER, 3)
+    assert event_types(store)[-1] == "run.resumed"
 
 
 def test_a_lease_is_expired_at_the_very_instant_it_names_and_live_just_before(

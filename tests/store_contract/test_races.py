@@ -111,14 +111,14 @@ def test_of_two_claims_of_the_same_step_exactly_one_succeeds(backend: Backend) -
     def claim(tx: Tx) -> object:
         locked = tx.lock_run("r1")
         assert locked is not None
-        return tx.claim_next_step(locked.run, OWNER, Ids("a"), EPOCH)
+        return tx.claim_next_step(locked.run, OWNER, Ids("a"), EPOCH, epoch=1)
 
     result = race(
         first,
         second,
         claim,
         lambda: second.get_run("r1"),
-        lambda tx, run: tx.claim_next_step(run, OWNER, Ids("b"), EPOCH),
+        lambda tx, run: tx.claim_next_step(run, OWNER, Ids("b"), EPOCH, epoch=1),
     )
     assert result.judged.step_count == 0
     only_the_first_won(result, second)
@@ -195,7 +195,9 @@ def test_of_two_resumes_of_the_same_held_run_exactly_one_leaves_waiting(
         tx.hold_waiting("r1", owner="me", expires_at=FAR, holder="", previous=judged)
 
     def leave(tx: Tx, _: object = None) -> object:
-        return tx.leave_waiting("r1", approval.id, owner="me", expires_at=FAR, holder="", now=EPOCH)
+        return tx.leave_waiting(
+            "r1", approval.id, owner="me", epoch=2, expires_at=FAR, holder="", now=EPOCH
+        )
 
     result = race(first, second, leave, lambda: second.run_status("r1"), leave)
     assert result.judged == "WAITING_FOR_APPROVAL"

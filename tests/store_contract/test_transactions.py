@@ -389,7 +389,7 @@ def test_lock_run_gives_the_run_as_the_lock_read_it_whenever_it_is_asked_for(
     with store.transaction() as tx:
         locked = tx.lock_run("r1")
         assert locked is not None and locked.lease.owner == OWNER
-        claimed = tx.claim_next_step(tx.lock_run("r1").run, OWNER, lambda: "s1", EPOCH)  # type: ignore[union-attr]
+        claimed = tx.claim_next_step(tx.lock_run("r1").run, OWNER, lambda: "s1", EPOCH, epoch=1)  # type: ignore[union-attr]
         assert claimed.run.step_count == 1
         after = tx.lock_run("r1")
     assert locked.run == created and locked.run.step_count == 0

@@ -97,7 +97,9 @@ def claim(store: Store, run_id: str = "r1", *, ids: str = "s", now: datetime = E
     with store.transaction() as tx:
         locked = tx.lock_run(run_id)
         assert locked is not None
-        return tx.claim_next_step(locked.run, OWNER, Ids(f"{ids}{run_id}-"), now).step
+        return tx.claim_next_step(
+            locked.run, OWNER, Ids(f"{ids}{run_id}-"), now, epoch=locked.lease.epoch
+        ).step
 
 
 def deciding_step(store: Store, run_id: str = "r1") -> Step:

@@ -49,8 +49,11 @@ def take_in(
     )
 
 
-def judged_lease(run_id: str, owner: str, expires_text: str, status: str = "RUNNING") -> LeaseState:
-    """A lease as a caller judged it from a SQLite read: the stored owner and expiry text.
+def judged_lease(
+    run_id: str, owner: str, expires_text: str, status: str = "RUNNING", epoch: int = 1
+) -> LeaseState:
+    """A lease as a caller judged it from a SQLite read: the stored owner and expiry text,
+    at `epoch` (a run's first unless told).
 
     A write that replaces "exactly the lease judged" compares these stored values.
     """
@@ -64,6 +67,7 @@ def judged_lease(run_id: str, owner: str, expires_text: str, status: str = "RUNN
         status=status,
         owner=owner,
         expires_at=expires_at,
+        epoch=epoch,
         expiry_readable=readable,
         stored=(owner, expires_text),
     )

@@ -208,14 +208,23 @@ class Tx(Protocol):
         """A late reply to an attempt already charged at its estimate: add only the excess."""
 
     def claim_step(
-        self, run_id: str, index: int, owner: str, new_id: Callable[[], str], now: datetime
+        self,
+        run_id: str,
+        index: int,
+        owner: str,
+        new_id: Callable[[], str],
+        now: datetime,
+        *,
+        epoch: int,
     ) -> Step:
-        """Claim step `index` of a RUNNING run leased to `owner`: `step_count` compare-and-set.
+        """Claim step `index` of a RUNNING run leased to `owner` at `epoch`: `step_count`
+        compare-and-set on exactly that lease (the same owner's lease granted again at a
+        later epoch is another session's: `RunStateError`, nothing written, decision XXXX).
         Inserts the step `deciding` (its id from `new_id`, drawn once the claim held),
         appends `step.started`, and returns the step as written."""
 
     def claim_next_step(
-        self, run: Run, owner: str, new_id: Callable[[], str], now: datetime
+        self, run: Run, owner: str, new_id: Callable[[], str], now: datetime, *, epoch: int
     ) -> Settled:
         """`claim_step` for the step after `run` (the caller's copy: the claim is a
         compare-and-set on its step count); returns the run and the new step as written,
@@ -273,20 +282,21 @@ class Tx(Protocol):
         `failed_event`, `step.failed`. Returns `step` (the caller's copy) as written, the
         observation as a read of its text gives it."""
 
-    def leave_running(self, run_id: str, owner: str, *, active_ms_add: int = 0) -> Run:
-        """`owner` gives up its lease of a run left RUNNING (for a later resume), adding
-        active time; `LeaseLostError` (nothing written) when the run is not RUNNING under
-        `owner`'s lease. Returns the run as written."""
+    def leave_running(self, run_id: str, owner: str, *, epoch: int, active_ms_add: int = 0) -> Run:
+        """`owner` gives up the lease it was granted at `epoch` of a run left RUNNING (for a
+        later resume), adding active time; `LeaseLostError` (nothing written) when the run
+        is not RUNNING under exactly that lease. Returns the run as written."""
 
-    def add_active_time(self, run: Run, owner: str, active_ms: int) -> Run:
+    def add_active_time(self, run: Run, owner: str, active_ms: int, *, epoch: int) -> Run:
         """Add a loop's active time to `run` (the caller's copy, as it stands in this
-        transaction), RUNNING under `owner`'s lease; `LeaseLostError` (nothing written)
-        otherwise. Returns the run as written, built from the copy (decision 0011)."""
+        transaction), RUNNING under the lease `owner` was granted at `epoch`;
+        `LeaseLostError` (nothing written) otherwise. Returns the run as written, built
+        from the copy (decision 0011)."""
 
     def release_lease(self, run_id: str, owner: str, *, epoch: int) -> bool:
         """Give up exactly the lease `owner` was granted at `epoch` (the run's lease epoch
-        when it was taken: `create_run`'s 1, `take_over`'s and `leave_waiting`'s new one, the
-        epoch `hold_waiting` left as it was); False, nothing changed, for any other lease.
+        when it was taken: `create_run`'s 1, `take_over`'s and `hold_waiting`'s new one, which
+        `leave_waiting` keeps); False, nothing changed, for any other lease.
         One owner string stands for every session of a Gate or Driver, so a release that
         comes late (its lease lapsed and was granted again, to another owner or to the same
         one at a later epoch) must not give up the newer lease; nor is it an error for a
@@ -382,14 +392,18 @@ class Tx(Protocol):
         approval_id: str,
         *,
         owner: str,
+        epoch: int,
         expires_at: datetime,
         holder: str,
         now: datetime,
     ) -> Leased:
-        """Take a WAITING run that `owner` holds (`hold_waiting`) back to RUNNING under a
-        new lease and epoch (compare-and-set on the status and the holder: of two
-        resumes exactly one leaves), then `run.resumed` naming the approval that
-        allowed it. The caller then starts the tool or fails the step."""
+        """Take a WAITING run that `owner` holds at `epoch` (`hold_waiting`'s) back to
+        RUNNING under that lease, its expiry and holder renewed, the epoch kept: the
+        session that held the run is the one that runs it (compare-and-set on the status
+        and exactly that hold: of two resumes exactly one leaves, and a hold granted since,
+        to the same owner too, is not this one's), then `run.resumed` naming the approval
+        that allowed it. `RunStateError` when no row matched. The caller then starts the
+        tool or fails the step."""
 
     def hold_waiting(
         self,
@@ -399,13 +413,15 @@ class Tx(Protocol):
         expires_at: datetime,
         holder: str,
         previous: LeaseState,
-    ) -> Run:
+    ) -> Leased:
         """`owner` holds the lease of a WAITING run it is attaching (decision 0032): a
         compare-and-set on the status and on exactly the lease the caller judged free
-        (none, expired, its own, or a dead holder's), so of two attaches one holds it
-        and the other is refused. The run stays WAITING, its epoch unchanged, and no
-        event is appended: nothing about the run has changed until `leave_waiting`.
-        `RunStateError` when no row matched. Returns the run as written."""
+        (none, expired, its own, or a dead holder's: owner, expiry and epoch), so of two
+        attaches one holds it and the other is refused. Each hold is a lease of its own,
+        at the next epoch (decision XXXX): two holds by one owner are told apart, as their
+        releases are (`release_lease`). The run stays WAITING, and no event is appended:
+        nothing about the run has changed until `leave_waiting`. `RunStateError` when no
+        row matched. Returns the run as written and the hold's epoch."""
 
     def fail_and_go_on(
         self,

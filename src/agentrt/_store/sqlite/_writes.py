@@ -373,14 +373,11 @@ class SqliteTx(TxReads):
         *,
         from_status: str,
         previous: LeaseState | None = None,
-        held: bool = False,
     ) -> int:
         """Move the run to RUNNING under a new lease, compare-and-set; return the new epoch.
 
         With `previous` the update also requires the lease to be
-        exactly the one the caller judged expired; with `held`, the lease to be
-        `owner`'s already (a waiting run its attach holds). `RunStateError` when no
-        row matched.
+        exactly the one the caller judged expired. `RunStateError` when no row matched.
         """
         sql = (
             "UPDATE runs SET status = 'RUNNING', lease_owner = ?, lease_expires_at = ?, "
@@ -390,9 +387,6 @@ class SqliteTx(TxReads):
         if previous is not None:
             sql += " AND lease_owner = ? AND lease_expires_at = ?"
             params += list(previous.stored)
-        if held:
-            sql += " AND lease_owner = ?"
-            params.append(owner)
         cur = self.execute(sql, params)
         if cur.rowcount != 1:
             raise RunStateError(
@@ -570,17 +564,25 @@ class SqliteTx(TxReads):
     # --- one step ---------------------------------------------------------------------
 
     def claim_step(
-        self, run_id: str, index: int, owner: str, new_id: Callable[[], str], now: datetime
+        self,
+        run_id: str,
+        index: int,
+        owner: str,
+        new_id: Callable[[], str],
+        now: datetime,
+        *,
+        epoch: int,
     ) -> Step:
-        """Claim step `index` of a RUNNING run leased to `owner`: `step_count` compare-and-set.
+        """Claim step `index` of a RUNNING run leased to `owner` at `epoch`: `step_count`
+        compare-and-set on exactly that lease (decision XXXX).
 
         Inserts the step `deciding` (its id from `new_id`, drawn once the claim
         held), appends `step.started`, and returns the step as written.
         """
         cur = self.execute(
             "UPDATE runs SET step_count = step_count + 1 WHERE id = ? AND status = 'RUNNING' "
-            "AND step_count = ? AND lease_owner = ?",
-            (run_id, index, owner),
+            "AND step_count = ? AND lease_owner = ? AND lease_epoch = ?",
+            (run_id, index, owner, epoch),
         )
         if cur.rowcount != 1:
             raise RunStateError(f"run {run_id} moved while claiming step {index}")
@@ -603,13 +605,13 @@ class SqliteTx(TxReads):
         )
 
     def claim_next_step(
-        self, run: Run, owner: str, new_id: Callable[[], str], now: datetime
+        self, run: Run, owner: str, new_id: Callable[[], str], now: datetime, *, epoch: int
     ) -> Settled:
         """`claim_step` for the step after `run` (the caller's copy: the claim is a
         compare-and-set on its step count); returns the run and the new step as written,
         the run built from the copy and the count written rather than read back (decision
         0011)."""
-        step = self.claim_step(run.id, run.step_count, owner, new_id, now)
+        step = self.claim_step(run.id, run.step_count, owner, new_id, now, epoch=epoch)
         return Settled(evolve(run, step_count=run.step_count + 1), step)
 
     def record_decision(self, step: Step, text: str, decision: Decision, now: datetime) -> Step:
@@ -833,32 +835,37 @@ class SqliteTx(TxReads):
             )
         return evolve(step, status=status, observation=written.read, finished_at=as_stored(now))
 
-    def leave_running(self, run_id: str, owner: str, *, active_ms_add: int = 0) -> Run:
-        """`owner` gives up its lease of a run left RUNNING (for a later resume), adding
-        active time; `LeaseLostError` (nothing written) when the run is not RUNNING under
-        `owner`'s lease. Returns the run as written."""
+    def leave_running(self, run_id: str, owner: str, *, epoch: int, active_ms_add: int = 0) -> Run:
+        """`owner` gives up the lease it was granted at `epoch` of a run left RUNNING (for a
+        later resume), adding active time; `LeaseLostError` (nothing written) when the run
+        is not RUNNING under exactly that lease. Returns the run as written."""
         rows = self.execute(
             "UPDATE runs SET active_ms = active_ms + ?, lease_owner = '', "
             "lease_expires_at = '', lease_holder = '' "
-            "WHERE id = ? AND status = 'RUNNING' AND lease_owner = ? RETURNING *",
-            (active_ms_add, run_id, owner),
+            "WHERE id = ? AND status = 'RUNNING' AND lease_owner = ? AND lease_epoch = ? "
+            "RETURNING *",
+            (active_ms_add, run_id, owner, epoch),
         ).fetchall()
         if len(rows) != 1:
-            raise LeaseLostError(f"run {run_id} is not running under {owner!r}'s lease")
+            raise LeaseLostError(
+                f"run {run_id} is not running under {owner!r}'s lease granted at epoch {epoch}"
+            )
         return run_from_row(rows[0])
 
-    def add_active_time(self, run: Run, owner: str, active_ms: int) -> Run:
+    def add_active_time(self, run: Run, owner: str, active_ms: int, *, epoch: int) -> Run:
         """Add a loop's active time to `run` (the caller's copy, as it stands in this
-        transaction), RUNNING under `owner`'s lease; `LeaseLostError` (nothing written)
-        otherwise. Returns the run as written, built from the copy rather than read back
-        (decision 0011)."""
+        transaction), RUNNING under the lease `owner` was granted at `epoch`;
+        `LeaseLostError` (nothing written) otherwise. Returns the run as written, built
+        from the copy rather than read back (decision 0011)."""
         cur = self.execute(
             "UPDATE runs SET active_ms = active_ms + ? "
-            "WHERE id = ? AND status = 'RUNNING' AND lease_owner = ?",
-            (active_ms, run.id, owner),
+            "WHERE id = ? AND status = 'RUNNING' AND lease_owner = ? AND lease_epoch = ?",
+            (active_ms, run.id, owner, epoch),
         )
         if cur.rowcount != 1:
-            raise LeaseLostError(f"run {run.id} is not running under {owner!r}'s lease")
+            raise LeaseLostError(
+                f"run {run.id} is not running under {owner!r}'s lease granted at epoch {epoch}"
+            )
         return evolve(run, active_time=run.active_time + timedelta(milliseconds=active_ms))
 
     def release_lease(self, run_id: str, owner: str, *, epoch: int) -> bool:
@@ -1113,22 +1120,26 @@ class SqliteTx(TxReads):
         approval_id: str,
         *,
         owner: str,
+        epoch: int,
         expires_at: datetime,
         holder: str,
         now: datetime,
     ) -> Leased:
-        """Take a WAITING run that `owner` holds (`hold_waiting`) back to RUNNING under a
-        new lease and epoch (compare-and-set on the status and the holder: of two
-        resumes exactly one leaves), then `run.resumed` naming the approval that
+        """Take a WAITING run that `owner` holds at `epoch` (`hold_waiting`'s) back to
+        RUNNING under that lease, renewed (compare-and-set on the status and exactly that
+        hold: of two resumes exactly one leaves; a hold of the same owner granted since is
+        another session's, decision XXXX), then `run.resumed` naming the approval that
         allowed it. The caller then starts the tool or fails the step."""
-        epoch = self.take_lease(
-            run_id,
-            owner,
-            expires_at,
-            holder,
-            from_status=RunStatus.WAITING_FOR_APPROVAL,
-            held=True,
+        cur = self.execute(
+            "UPDATE runs SET status = 'RUNNING', lease_expires_at = ?, lease_holder = ? "
+            "WHERE id = ? AND status = 'WAITING_FOR_APPROVAL' AND lease_owner = ? "
+            "AND lease_epoch = ?",
+            (format_time(expires_at), holder, run_id, owner, epoch),
         )
+        if cur.rowcount != 1:
+            raise RunStateError(
+                f"run {run_id} was taken by another resume or changed status; nothing was executed"
+            )
         self.append_event(run_id, "", now, ev.RUN_RESUMED, {"approval_id": approval_id})
         return Leased(self.run_record(run_id), epoch)
 
@@ -1140,22 +1151,25 @@ class SqliteTx(TxReads):
         expires_at: datetime,
         holder: str,
         previous: LeaseState,
-    ) -> Run:
-        """`owner` holds the lease of a WAITING run it is attaching (decision 0032): a
+    ) -> Leased:
+        """`owner` holds the lease of a WAITING run it is attaching (decisions 0032, XXXX): a
         compare-and-set on the status and on exactly the lease the caller judged free
-        (none, expired, its own, or a dead holder's), so of two attaches one holds it
-        and the other is refused. The run stays WAITING, its epoch unchanged, and no
-        event is appended: nothing about the run has changed until `leave_waiting`.
-        `RunStateError` when no row matched. Returns the run as written."""
+        (none, expired, its own, or a dead holder's), so of two attaches one holds it and
+        the other is refused. The hold is a lease of its own, at the next epoch (two holds
+        of one owner are told apart by it, as its release is, decision 0187); the run stays
+        WAITING, and no event is appended: nothing about the run has changed until
+        `leave_waiting`. `RunStateError` when no row matched. Returns the run as written
+        and the hold's epoch."""
         cur = self.execute(
-            "UPDATE runs SET lease_owner = ?, lease_expires_at = ?, lease_holder = ? "
+            "UPDATE runs SET lease_owner = ?, lease_expires_at = ?, lease_holder = ?, "
+            "lease_epoch = lease_epoch + 1 "
             "WHERE id = ? AND status = 'WAITING_FOR_APPROVAL' "
-            "AND lease_owner = ? AND lease_expires_at = ?",
-            (owner, format_time(expires_at), holder, run_id, *previous.stored),
+            "AND lease_owner = ? AND lease_expires_at = ? AND lease_epoch = ?",
+            (owner, format_time(expires_at), holder, run_id, *previous.stored, previous.epoch),
         )
         if cur.rowcount != 1:
             raise RunStateError(f"run {run_id} was attached elsewhere or changed status")
-        return self.run_record(run_id)
+        return Leased(self.run_record(run_id), previous.epoch + 1)
 
     def fail_and_go_on(
         self,
