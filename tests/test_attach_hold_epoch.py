@@ -1,4 +1,4 @@
-"""Each hold of a waiting run is a lease of its own epoch (decision XXXX).
+"""Each hold of a waiting run is a lease of its own epoch (decision 0204).
 
 A Gate's `attach` of an approved waiting run holds the run's lease (`hold_waiting`,
 decision 0032), and a session gives a lease back by its owner and epoch (decision 0187).

@@ -295,7 +295,7 @@ def test_a_hold_whose_resume_commit_failed_is_given_back_by_the_epoch_it_holds(
     any_store: agentrt.Store, unknown: bool
 ) -> None:
     """The commit that leaves waiting fails: the session gives back the hold by the epoch the
-    record holds: the hold's (the commit keeps it, decision XXXX; before, the commit took a
+    record holds: the hold's (the commit keeps it, decision 0204; before, the commit took a
     new one, rolled back with it), or, when the commit's outcome is unknown, the epoch the
     record shows under this owner."""
     store = any_store

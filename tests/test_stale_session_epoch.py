@@ -1,4 +1,4 @@
-"""A stale session of one owner never writes under that owner's newer lease (decision XXXX).
+"""A stale session of one owner never writes under that owner's newer lease (decision 0204).
 
 One owner string stands for every session of a Gate or Driver (decisions 0187, 0195). A
 session whose write was abandoned with its event loop is let go of at once (decision 0198),

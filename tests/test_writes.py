@@ -553,7 +553,7 @@ def test_hold_waiting_holds_a_waiting_run_for_one_attach_and_writes_nothing_else
         hold_by("first/1", previous=("", ""))(tx)
     run = store.get_run("r1")
     lease = store.lease("r1")
-    # The hold is a lease of its own, at the run's next epoch (decision XXXX).
+    # The hold is a lease of its own, at the run's next epoch (decision 0204).
     assert (run.status, lease.owner, lease.epoch) == ("WAITING_FOR_APPROVAL", "first/1", 2)
     assert event_types(store) == events_before
     # A second attach that judged the lease free (as it was before the first hold) loses.

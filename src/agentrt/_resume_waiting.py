@@ -10,7 +10,7 @@ run still waits; its answer is settled by `_settle.settle` from the waiting
 state: the call is allowed only on `allow` or on a `require_approval` the grant
 satisfies, otherwise the run pauses again. An approved run is judged under
 its lease: the attach holds it first by compare-and-set (`hold_waiting`: a lease
-at the run's next epoch, decision XXXX; the run stays WAITING, nothing else is
+at the run's next epoch, decision 0204; the run stays WAITING, nothing else is
 written), so a second attach or resume, in
 this process or another, is refused with `RunLeasedError` as for a RUNNING run
 (decision 0032). An allowed call writes nothing more here: `execute` judges the
@@ -120,7 +120,7 @@ async def resume_waiting(
         raise RunStateError(f"the latest approval {latest.id} of run {run.id} is {latest.status}")
     verify_stored(latest)
     # The hold is a lease of its own, at the next epoch: the one this session was granted,
-    # its release names (decision 0187) and `leave_waiting` keeps (decision XXXX).
+    # its release names (decision 0187) and `leave_waiting` keeps (decision 0204).
     session.epoch = await _hold(config, run, latest)
     # The hold is renewed from here, while the policy (consumer code, maybe slow) judges
     # the request again: a hold that lapsed meanwhile would let a second attach hold the
@@ -206,7 +206,7 @@ async def _hold(config: LoopConfig, run: Run, approved: Approval) -> int:
     RUNNING run: only one session per run, across processes); none, an expired
     one, this gate's own or a provably dead holder's is taken, by compare-and-set
     on exactly that lease (decision 0032). Returns the hold's epoch: the run's next one
-    (decision XXXX).
+    (decision 0204).
     """
 
     def tx_hold(tx: Tx) -> int:

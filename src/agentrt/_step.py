@@ -429,7 +429,7 @@ async def _finish_tool(
             finished["content_hash"] = observation.content_hash
         # This session's lease: the owner and the epoch it was granted. The same owner's
         # lease granted again since (this session let go, its write left waiting with its
-        # closed loop) is another session's, whose step this may be again (decision XXXX).
+        # closed loop) is another session's, whose step this may be again (decision 0204).
         held = (
             lease.status == RunStatus.RUNNING
             and lease.held_by(config.owner)

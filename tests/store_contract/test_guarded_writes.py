@@ -666,7 +666,7 @@ def test_hold_waiting_holds_a_waiting_run_for_one_attach_and_appends_nothing(
         held = tx.hold_waiting("r1", owner="first", expires_at=FAR, holder="{}", previous=judged)
     assert repr(held.run) == repr(store.get_run("r1"))
     lease = store.lease("r1")
-    # A lease of its own: the run's next epoch (decision XXXX).
+    # A lease of its own: the run's next epoch (decision 0204).
     assert (held.run.status, lease.owner, lease.expires_at, lease.epoch, held.epoch) == (
         "WAITING_FOR_APPROVAL",
         "first",

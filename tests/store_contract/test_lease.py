@@ -238,7 +238,7 @@ def test_a_stale_session_of_the_same_owner_neither_gives_up_nor_adds_time_to_its
 def test_a_release_by_the_epoch_a_hold_kept_gives_up_the_hold_of_a_waiting_run(
     backend: Backend,
 ) -> None:
-    """A waiting run's hold is a lease at the next epoch (decision XXXX): the hold is
+    """A waiting run's hold is a lease at the next epoch (decision 0204): the hold is
     released by that epoch, and a release naming the epoch the run waited at changes
     nothing."""
     store = backend.open()

@@ -219,7 +219,7 @@ class Tx(Protocol):
     ) -> Step:
         """Claim step `index` of a RUNNING run leased to `owner` at `epoch`: `step_count`
         compare-and-set on exactly that lease (the same owner's lease granted again at a
-        later epoch is another session's: `RunStateError`, nothing written, decision XXXX).
+        later epoch is another session's: `RunStateError`, nothing written, decision 0204).
         Inserts the step `deciding` (its id from `new_id`, drawn once the claim held),
         appends `step.started`, and returns the step as written."""
 
@@ -418,7 +418,7 @@ class Tx(Protocol):
         compare-and-set on the status and on exactly the lease the caller judged free
         (none, expired, its own, or a dead holder's: owner, expiry and epoch), so of two
         attaches one holds it and the other is refused. Each hold is a lease of its own,
-        at the next epoch (decision XXXX): two holds by one owner are told apart, as their
+        at the next epoch (decision 0204): two holds by one owner are told apart, as their
         releases are (`release_lease`). The run stays WAITING, and no event is appended:
         nothing about the run has changed until `leave_waiting`. `RunStateError` when no
         row matched. Returns the run as written and the hold's epoch."""

@@ -574,7 +574,7 @@ class SqliteTx(TxReads):
         epoch: int,
     ) -> Step:
         """Claim step `index` of a RUNNING run leased to `owner` at `epoch`: `step_count`
-        compare-and-set on exactly that lease (decision XXXX).
+        compare-and-set on exactly that lease (decision 0204).
 
         Inserts the step `deciding` (its id from `new_id`, drawn once the claim
         held), appends `step.started`, and returns the step as written.
@@ -1128,7 +1128,7 @@ class SqliteTx(TxReads):
         """Take a WAITING run that `owner` holds at `epoch` (`hold_waiting`'s) back to
         RUNNING under that lease, renewed (compare-and-set on the status and exactly that
         hold: of two resumes exactly one leaves; a hold of the same owner granted since is
-        another session's, decision XXXX), then `run.resumed` naming the approval that
+        another session's, decision 0204), then `run.resumed` naming the approval that
         allowed it. The caller then starts the tool or fails the step."""
         cur = self.execute(
             "UPDATE runs SET status = 'RUNNING', lease_expires_at = ?, lease_holder = ? "
@@ -1152,7 +1152,7 @@ class SqliteTx(TxReads):
         holder: str,
         previous: LeaseState,
     ) -> Leased:
-        """`owner` holds the lease of a WAITING run it is attaching (decisions 0032, XXXX): a
+        """`owner` holds the lease of a WAITING run it is attaching (decisions 0032, 0204): a
         compare-and-set on the status and on exactly the lease the caller judged free
         (none, expired, its own, or a dead holder's), so of two attaches one holds it and
         the other is refused. The hold is a lease of its own, at the next epoch (two holds
