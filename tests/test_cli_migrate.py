@@ -139,6 +139,44 @@ def test_a_loose_file_is_refused_not_tightened(tmp_path: Path) -> None:
     assert db.stat().st_mode & 0o777 == 0o664
 
 
+@pytest.mark.parametrize("made", ["empty", "record"])
+def test_a_file_readable_by_others_is_refused_not_tightened(tmp_path: Path, made: str) -> None:
+    """`open_store` tightens a 0644 file; the explicit command changes nothing but the record,
+    so it refuses one rather than create or migrate a record anyone on the host can read."""
+    db = tmp_path / "agents.db"
+    if made == "empty":
+        db.touch()
+    else:
+        agentrt.open_store(db).close()
+    db.chmod(0o644)
+    before = fingerprint(db)
+    done = agentrt_cmd("--db", str(db), "migrate")
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr == (
+        f"agentrt: refusing {db}: it is readable by group or others (mode 0644), and anyone "
+        "who can read it can read every request and result it records; make it owner-only "
+        "(chmod 600), then migrate (agentrt migrate leaves a file's mode to you)\n"
+    )
+    assert fingerprint(db) == before
+
+
+def test_a_sidecar_readable_by_others_is_refused_not_tightened(tmp_path: Path) -> None:
+    db = tmp_path / "agents.db"
+    agentrt.open_store(db).close()
+    journal = tmp_path / "agents.db-journal"
+    journal.write_bytes(b"")
+    journal.chmod(0o644)
+    done = agentrt_cmd("--db", str(db), "migrate")
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr == (
+        f"agentrt: refusing {db}: its -journal file {journal} is readable by group or others (mode "
+        "0644), and anyone who can read it can read every request and result it records; "
+        "make it owner-only (chmod 600), then migrate (agentrt migrate leaves a file's mode "
+        "to you)\n"
+    )
+    assert journal.stat().st_mode & 0o777 == 0o644
+
+
 def test_a_record_a_newer_agentrt_wrote_is_refused_in_the_stores_words(tmp_path: Path) -> None:
     db = tmp_path / "agents.db"
     agentrt.open_store(db).close()

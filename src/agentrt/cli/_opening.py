@@ -161,6 +161,7 @@ _OWNED = re.compile(
     _WHAT + r" is owned by uid (?P<uid>[0-9]+), not by this process \(uid (?P<me>[0-9]+)\)"
 )
 _WRITABLE = re.compile(_WHAT + r" is writable by group or others \(mode (?P<mode>[0-7]+)\)")
+_READABLE = re.compile(_WHAT + r" is readable by group or others \(mode (?P<mode>[0-7]+)\)")
 _NOT_REGULAR = re.compile(r"(?P<file>.+) is not a regular file \(an? (?P<kind>[a-z ]+)\)")
 _CANNOT = re.compile(r"cannot (?P<verb>inspect|tighten) (?P<file>.+?)(?: to 0600)?: (?P<why>.+)")
 
@@ -181,6 +182,13 @@ def _insecure_reason(path: str, message: str) -> str:
             f"{_subject(path, m['what'], m['file'])} is writable by group or others (mode "
             f"{m['mode']}), and anyone who can write it can {harm}; make it "
             "owner-only (chmod 600)"
+        )
+    if m := _READABLE.match(message):  # `agentrt migrate`, which tightens nothing
+        return (
+            f"{_subject(path, m['what'], m['file'])} is readable by group or others (mode "
+            f"{m['mode']}), and anyone who can read it can read every request and result it "
+            "records; make it owner-only (chmod 600), then migrate (agentrt migrate leaves a "
+            "file's mode to you)"
         )
     if m := _OWNED.match(message):
         lock = m["what"] == "lock file"
