@@ -82,9 +82,14 @@ def test_an_older_releases_record_is_migrated_keeping_every_row(
     make_old_record(db, version, monkeypatch)
     kept = tmp_path / "kept.db"
     kept.write_bytes(db.read_bytes())
-    # The other commands refuse it and name the store's way to migrate it.
+    # The other commands refuse it and name the command that migrates it.
     refused = agentrt_cmd("--db", str(db), "runs")
-    assert refused.returncode == 1 and "written by an older agentrt" in refused.stderr
+    assert (refused.returncode, refused.stdout) == (1, "")
+    assert refused.stderr == (
+        f"agentrt: refusing {db}: the database was written by an older agentrt (schema "
+        f"version {version}; this agentrt {migrations.RUNTIME_VERSION} needs {VERSION}): "
+        f"migrate it first: agentrt --db {db} migrate\n"
+    )
 
     done = agentrt_cmd("--db", str(db), "migrate")
     assert (done.returncode, done.stderr) == (0, "")

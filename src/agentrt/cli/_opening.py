@@ -33,7 +33,7 @@ from .._errors import (
     UnreadableSchemaError,
     UnsafeSchemaError,
 )
-from ._output import db_path, is_db_url, redact_db, shown_db
+from ._output import arg, db_path, is_db_url, redact_db, shown_db
 
 if TYPE_CHECKING:
     from .._store import Migrated, Store
@@ -127,7 +127,7 @@ def refusal_sentence(path: str, error: AgentrtError) -> str:
             "whenever agentrt reads or writes it"
         )
     if isinstance(error, SchemaVersionError):
-        return f"refusing {path}: {error}"
+        return f"refusing {path}: {_operators_words(path, str(error))}"
     said = str(error)
     for named in {path, os.path.abspath(path)}:  # the store names the file itself
         if said.startswith(
@@ -145,6 +145,8 @@ def _url_refusal(path: str, error: AgentrtError) -> str:
     """Why the PostgreSQL URL `path` was refused: the store's words on one line, with no
     password in them (the store hides the user's; a `password=` parameter is hidden here)."""
     said = " ".join(redact_db(str(error), path).split()).rstrip(".")
+    if isinstance(error, SchemaVersionError):
+        said = _operators_words(path, said)
     shown = shown_db(path)
     if said.startswith("cannot open "):  # the store names the URL itself (shown, no password)
         return redact_db(said, path)
@@ -152,6 +154,23 @@ def _url_refusal(path: str, error: AgentrtError) -> str:
         "refusing" if isinstance(error, SchemaVersionError | UnsafeSchemaError) else "cannot open"
     )
     return redact_db(f"{verb} {shown}: {said}", path)
+
+
+def _operators_words(path: str, said: str) -> str:
+    """The store's refusal with its advice to a programmer (`open_store`) made the command
+    an operator runs: `agentrt --db PATH migrate` (decision 0201)."""
+    from .._store.sqlite._migrations import CREATE_IN_SCHEMA, CREATE_ONE, MIGRATE_IT
+
+    command = f"agentrt --db {arg(shown_db(path))} migrate"
+    told = {
+        MIGRATE_IT: f"migrate it first: {command}",
+        CREATE_ONE: f"to create one at a new path or in an empty file: {command}",
+        CREATE_IN_SCHEMA: f"to create one in a new or empty schema: {command}",
+    }
+    for programmer, operator in told.items():
+        if said.endswith(programmer):
+            return said.removesuffix(programmer) + operator
+    return said
 
 
 # What `filesafety` says when it refuses a file (InsecureModeError), read back so
