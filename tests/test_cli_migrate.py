@@ -348,3 +348,29 @@ def test_the_runtime_role_without_create_is_refused_in_one_line(unmade_pg_url: s
                 (schema,),
             ).fetchone()
         assert left == (0,)
+
+
+def test_the_runtime_role_asked_for_the_proxys_tables_is_told_the_owner_makes_them(
+    unmade_pg_url: str,
+) -> None:
+    base, schema = unmade_pg_url.split("?schema=")
+    agentrt.open_store(unmade_pg_url).close()  # the owner made the store, not the proxy's
+    with role_with({}) as runtime:
+        role = runtime.split("//")[1].split("@")[0]
+        with psycopg.connect(base, autocommit=True) as conn:
+            conn.execute(f"GRANT USAGE ON SCHEMA {schema} TO {role}")
+            conn.execute(f"GRANT SELECT, INSERT, UPDATE ON ALL TABLES IN SCHEMA {schema} TO {role}")
+        url = with_password(f"{runtime}?schema={schema}")
+        shown = url.replace(SECRET, "***")
+        done = agentrt_cmd("--db", url, "migrate", "--proxy")
+        assert (done.returncode, done.stdout) == (1, "")
+        assert done.stderr == (
+            f"agentrt: cannot open {shown}: the MCP proxy's tables are not made yet, and this "
+            f"role may not create them (permission denied for schema {schema}): the schema's "
+            "owner creates them first (agentrt --db URL migrate --proxy)\n"
+        )
+        with psycopg.connect(base, autocommit=True) as conn:
+            made = conn.execute(
+                "SELECT pg_catalog.to_regclass(%s)", (f"{schema}.proxy_migrations",)
+            ).fetchone()
+        assert made == (None,)  # nothing made
