@@ -374,3 +374,24 @@ def test_the_runtime_role_asked_for_the_proxys_tables_is_told_the_owner_makes_th
                 "SELECT pg_catalog.to_regclass(%s)", (f"{schema}.proxy_migrations",)
             ).fetchone()
         assert made == (None,)  # nothing made
+
+
+def test_the_other_commands_send_an_older_postgres_record_to_its_owners_migrate(
+    unmade_pg_url: str,
+) -> None:
+    """The URL given may be the runtime role's, which may not migrate: the owner's is named.
+    (The version's row taken out reads as an older release's schema: the refusal comes
+    from the version alone, before a table is read.)"""
+    base, schema = unmade_pg_url.split("?schema=")
+    agentrt.open_store(unmade_pg_url).close()
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(f"DELETE FROM {schema}.schema_migrations WHERE version = %s", (VERSION,))
+    url = with_password(unmade_pg_url)
+    done = agentrt_cmd("--db", url, "runs")
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr == (
+        f"agentrt: refusing {url.replace(SECRET, '***')}: the database was written by an "
+        f"older agentrt (schema version {VERSION - 1}; this agentrt "
+        f"{migrations.RUNTIME_VERSION} needs {VERSION}): the schema's owner migrates it "
+        "first: agentrt --db OWNER_URL migrate\n"
+    )

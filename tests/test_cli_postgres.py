@@ -280,7 +280,7 @@ def test_a_schema_with_no_store_is_refused_never_created(
     assert err == (
         f"agentrt: refusing {with_password(pg_url, '***')}: this schema holds no agentrt "
         "record (perhaps the URL is not the one you meant); to create one in a new or empty "
-        f"schema: agentrt --db '{with_password(pg_url, '***')}' migrate\n"
+        "schema, its owner runs: agentrt --db OWNER_URL migrate\n"
     )
 
 

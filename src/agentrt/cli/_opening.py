@@ -158,15 +158,24 @@ def _url_refusal(path: str, error: AgentrtError) -> str:
 
 def _operators_words(path: str, said: str) -> str:
     """The store's refusal with its advice to a programmer (`open_store`) made the command
-    an operator runs: `agentrt --db PATH migrate` (decision 0201)."""
+    an operator runs: `agentrt --db PATH migrate`, or on PostgreSQL the schema owner's
+    (decision 0201: the URL given may be the runtime role's, which may not)."""
     from .._store.sqlite._migrations import CREATE_IN_SCHEMA, CREATE_ONE, MIGRATE_IT
 
-    command = f"agentrt --db {arg(shown_db(path))} migrate"
-    told = {
-        MIGRATE_IT: f"migrate it first: {command}",
-        CREATE_ONE: f"to create one at a new path or in an empty file: {command}",
-        CREATE_IN_SCHEMA: f"to create one in a new or empty schema: {command}",
-    }
+    if not_a_path(path):  # the schema's owner runs it, not the runtime role (docs/postgres.md)
+        told = {
+            MIGRATE_IT: "the schema's owner migrates it first: agentrt --db OWNER_URL migrate",
+            CREATE_IN_SCHEMA: (
+                "to create one in a new or empty schema, its owner runs: "
+                "agentrt --db OWNER_URL migrate"
+            ),
+        }
+    else:
+        command = f"agentrt --db {arg(path)} migrate"
+        told = {
+            MIGRATE_IT: f"migrate it first: {command}",
+            CREATE_ONE: f"to create one at a new path or in an empty file: {command}",
+        }
     for programmer, operator in told.items():
         if said.endswith(programmer):
             return said.removesuffix(programmer) + operator
