@@ -82,9 +82,14 @@ def test_an_older_releases_record_is_migrated_keeping_every_row(
     make_old_record(db, version, monkeypatch)
     kept = tmp_path / "kept.db"
     kept.write_bytes(db.read_bytes())
-    # The other commands refuse it and name the store's way to migrate it.
+    # The other commands refuse it and name the command that migrates it.
     refused = agentrt_cmd("--db", str(db), "runs")
-    assert refused.returncode == 1 and "written by an older agentrt" in refused.stderr
+    assert (refused.returncode, refused.stdout) == (1, "")
+    assert refused.stderr == (
+        f"agentrt: refusing {db}: the database was written by an older agentrt (schema "
+        f"version {version}; this agentrt {migrations.RUNTIME_VERSION} needs {VERSION}): "
+        f"migrate it first: agentrt --db {db} migrate\n"
+    )
 
     done = agentrt_cmd("--db", str(db), "migrate")
     assert (done.returncode, done.stderr) == (0, "")
@@ -137,6 +142,44 @@ def test_a_loose_file_is_refused_not_tightened(tmp_path: Path) -> None:
         "who can write it can forge an approval; make it owner-only (chmod 600)\n"
     )
     assert db.stat().st_mode & 0o777 == 0o664
+
+
+@pytest.mark.parametrize("made", ["empty", "record"])
+def test_a_file_readable_by_others_is_refused_not_tightened(tmp_path: Path, made: str) -> None:
+    """`open_store` tightens a 0644 file; the explicit command changes nothing but the record,
+    so it refuses one rather than create or migrate a record anyone on the host can read."""
+    db = tmp_path / "agents.db"
+    if made == "empty":
+        db.touch()
+    else:
+        agentrt.open_store(db).close()
+    db.chmod(0o644)
+    before = fingerprint(db)
+    done = agentrt_cmd("--db", str(db), "migrate")
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr == (
+        f"agentrt: refusing {db}: it is readable by group or others (mode 0644), and anyone "
+        "who can read it can read every request and result it records; make it owner-only "
+        "(chmod 600), then migrate (agentrt migrate leaves a file's mode to you)\n"
+    )
+    assert fingerprint(db) == before
+
+
+def test_a_sidecar_readable_by_others_is_refused_not_tightened(tmp_path: Path) -> None:
+    db = tmp_path / "agents.db"
+    agentrt.open_store(db).close()
+    journal = tmp_path / "agents.db-journal"
+    journal.write_bytes(b"")
+    journal.chmod(0o644)
+    done = agentrt_cmd("--db", str(db), "migrate")
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr == (
+        f"agentrt: refusing {db}: its -journal file {journal} is readable by group or others (mode "
+        "0644), and anyone who can read it can read every request and result it records; "
+        "make it owner-only (chmod 600), then migrate (agentrt migrate leaves a file's mode "
+        "to you)\n"
+    )
+    assert journal.stat().st_mode & 0o777 == 0o644
 
 
 def test_a_record_a_newer_agentrt_wrote_is_refused_in_the_stores_words(tmp_path: Path) -> None:
@@ -305,3 +348,50 @@ def test_the_runtime_role_without_create_is_refused_in_one_line(unmade_pg_url: s
                 (schema,),
             ).fetchone()
         assert left == (0,)
+
+
+def test_the_runtime_role_asked_for_the_proxys_tables_is_told_the_owner_makes_them(
+    unmade_pg_url: str,
+) -> None:
+    base, schema = unmade_pg_url.split("?schema=")
+    agentrt.open_store(unmade_pg_url).close()  # the owner made the store, not the proxy's
+    with role_with({}) as runtime:
+        role = runtime.split("//")[1].split("@")[0]
+        with psycopg.connect(base, autocommit=True) as conn:
+            conn.execute(f"GRANT USAGE ON SCHEMA {schema} TO {role}")
+            conn.execute(f"GRANT SELECT, INSERT, UPDATE ON ALL TABLES IN SCHEMA {schema} TO {role}")
+        url = with_password(f"{runtime}?schema={schema}")
+        shown = url.replace(SECRET, "***")
+        done = agentrt_cmd("--db", url, "migrate", "--proxy")
+        assert (done.returncode, done.stdout) == (1, "")
+        assert done.stderr == (
+            f"agentrt: cannot open {shown}: the MCP proxy's tables are not made yet, and this "
+            f"role may not create them (permission denied for schema {schema}): the schema's "
+            "owner creates them first (agentrt --db URL migrate --proxy)\n"
+        )
+        with psycopg.connect(base, autocommit=True) as conn:
+            made = conn.execute(
+                "SELECT pg_catalog.to_regclass(%s)", (f"{schema}.proxy_migrations",)
+            ).fetchone()
+        assert made == (None,)  # nothing made
+
+
+def test_the_other_commands_send_an_older_postgres_record_to_its_owners_migrate(
+    unmade_pg_url: str,
+) -> None:
+    """The URL given may be the runtime role's, which may not migrate: the owner's is named.
+    (The version's row taken out reads as an older release's schema: the refusal comes
+    from the version alone, before a table is read.)"""
+    base, schema = unmade_pg_url.split("?schema=")
+    agentrt.open_store(unmade_pg_url).close()
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(f"DELETE FROM {schema}.schema_migrations WHERE version = %s", (VERSION,))
+    url = with_password(unmade_pg_url)
+    done = agentrt_cmd("--db", url, "runs")
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr == (
+        f"agentrt: refusing {url.replace(SECRET, '***')}: the database was written by an "
+        f"older agentrt (schema version {VERSION - 1}; this agentrt "
+        f"{migrations.RUNTIME_VERSION} needs {VERSION}): the schema's owner migrates it "
+        "first: agentrt --db OWNER_URL migrate\n"
+    )

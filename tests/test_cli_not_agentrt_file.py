@@ -22,6 +22,15 @@ SQLITE_SAID = (
     "this database holds no agentrt record (perhaps the path is not the one you meant); "
     "to create a record, give open_store the path of a new file"
 )
+"""What `open_existing` says, to a programmer."""
+
+
+def cli_said(path: Path) -> str:
+    """What the command line says, to an operator: the command that creates a record."""
+    return (
+        "this database holds no agentrt record (perhaps the path is not the one you meant); "
+        f"to create one at a new path or in an empty file: agentrt --db {path} migrate"
+    )
 
 
 def another_applications_database(path: Path) -> None:
@@ -47,7 +56,7 @@ def test_another_applications_file_is_refused_saying_it_may_be_the_wrong_path(
     another_applications_database(path)
     result: subprocess.CompletedProcess[str] = agentrt_cmd("--db", str(path), *command)
     assert (result.returncode, result.stdout) == (1, "")
-    assert result.stderr == f"agentrt: refusing {path}: {SQLITE_SAID}\n"
+    assert result.stderr == f"agentrt: refusing {path}: {cli_said(path)}\n"
     assert tables(path) == ["invoices"]
 
 

@@ -300,8 +300,8 @@ def test_a_schema_with_no_store_is_refused_never_created(
     assert (code, out) == (1, "")
     assert err == (
         f"agentrt: refusing {with_password(pg_url, '***')}: this schema holds no agentrt "
-        "record (perhaps the URL is not the one you meant); to create a record, give "
-        "open_store a URL whose schema= names a new schema\n"
+        "record (perhaps the URL is not the one you meant); to create one in a new or empty "
+        "schema, its owner runs: agentrt --db OWNER_URL migrate\n"
     )
 
 

@@ -33,7 +33,7 @@ from .._errors import (
     UnreadableSchemaError,
     UnsafeSchemaError,
 )
-from ._output import db_path, is_db_url, redact_db, shown_db
+from ._output import arg, db_path, is_db_url, redact_db, shown_db
 
 if TYPE_CHECKING:
     from .._store import Migrated, Store
@@ -127,7 +127,7 @@ def refusal_sentence(path: str, error: AgentrtError) -> str:
             "whenever agentrt reads or writes it"
         )
     if isinstance(error, SchemaVersionError):
-        return f"refusing {path}: {error}"
+        return f"refusing {path}: {_operators_words(path, str(error))}"
     said = str(error)
     for named in {path, os.path.abspath(path)}:  # the store names the file itself
         if said.startswith(
@@ -145,6 +145,8 @@ def _url_refusal(path: str, error: AgentrtError) -> str:
     """Why the PostgreSQL URL `path` was refused: the store's words on one line, with no
     password in them (the store hides the user's; a `password=` parameter is hidden here)."""
     said = " ".join(redact_db(str(error), path).split()).rstrip(".")
+    if isinstance(error, SchemaVersionError):
+        said = _operators_words(path, said)
     shown = shown_db(path)
     if said.startswith("cannot open "):  # the store names the URL itself (shown, no password)
         return redact_db(said, path)
@@ -154,6 +156,32 @@ def _url_refusal(path: str, error: AgentrtError) -> str:
     return redact_db(f"{verb} {shown}: {said}", path)
 
 
+def _operators_words(path: str, said: str) -> str:
+    """The store's refusal with its advice to a programmer (`open_store`) made the command
+    an operator runs: `agentrt --db PATH migrate`, or on PostgreSQL the schema owner's
+    (decision 0201: the URL given may be the runtime role's, which may not)."""
+    from .._store.sqlite._migrations import CREATE_IN_SCHEMA, CREATE_ONE, MIGRATE_IT
+
+    if not_a_path(path):  # the schema's owner runs it, not the runtime role (docs/postgres.md)
+        told = {
+            MIGRATE_IT: "the schema's owner migrates it first: agentrt --db OWNER_URL migrate",
+            CREATE_IN_SCHEMA: (
+                "to create one in a new or empty schema, its owner runs: "
+                "agentrt --db OWNER_URL migrate"
+            ),
+        }
+    else:
+        command = f"agentrt --db {arg(path)} migrate"
+        told = {
+            MIGRATE_IT: f"migrate it first: {command}",
+            CREATE_ONE: f"to create one at a new path or in an empty file: {command}",
+        }
+    for programmer, operator in told.items():
+        if said.endswith(programmer):
+            return said.removesuffix(programmer) + operator
+    return said
+
+
 # What `filesafety` says when it refuses a file (InsecureModeError), read back so
 # that the sentence names the problem the file actually has.
 _WHAT = r"(?P<what>database|[a-z]+ file) (?P<file>.+)"
@@ -161,6 +189,7 @@ _OWNED = re.compile(
     _WHAT + r" is owned by uid (?P<uid>[0-9]+), not by this process \(uid (?P<me>[0-9]+)\)"
 )
 _WRITABLE = re.compile(_WHAT + r" is writable by group or others \(mode (?P<mode>[0-7]+)\)")
+_READABLE = re.compile(_WHAT + r" is readable by group or others \(mode (?P<mode>[0-7]+)\)")
 _NOT_REGULAR = re.compile(r"(?P<file>.+) is not a regular file \(an? (?P<kind>[a-z ]+)\)")
 _CANNOT = re.compile(r"cannot (?P<verb>inspect|tighten) (?P<file>.+?)(?: to 0600)?: (?P<why>.+)")
 
@@ -181,6 +210,13 @@ def _insecure_reason(path: str, message: str) -> str:
             f"{_subject(path, m['what'], m['file'])} is writable by group or others (mode "
             f"{m['mode']}), and anyone who can write it can {harm}; make it "
             "owner-only (chmod 600)"
+        )
+    if m := _READABLE.match(message):  # `agentrt migrate`, which tightens nothing
+        return (
+            f"{_subject(path, m['what'], m['file'])} is readable by group or others (mode "
+            f"{m['mode']}), and anyone who can read it can read every request and result it "
+            "records; make it owner-only (chmod 600), then migrate (agentrt migrate leaves a "
+            "file's mode to you)"
         )
     if m := _OWNED.match(message):
         lock = m["what"] == "lock file"

@@ -25,6 +25,8 @@ from psycopg import errors as pg_errors
 from ..._clock import format_time, wall_clock
 from ..._errors import SchemaVersionError, StoreError, UnsafeSchemaError
 from ..sqlite._migrations import (
+    CREATE_IN_SCHEMA,
+    MIGRATE_IT,
     RUNTIME_VERSION,
     SCHEMA_VERSION,
     already_made,
@@ -551,13 +553,12 @@ def check_exact(conn: psycopg.Connection[Any]) -> None:
     if version == 0:
         raise SchemaVersionError(
             "this schema holds no agentrt record (perhaps the URL is not the one you meant); "
-            "to create a record, give open_store a URL whose schema= names a new schema"
+            f"{CREATE_IN_SCHEMA}"
         )
     if version < SCHEMA_VERSION:
         raise SchemaVersionError(
             f"the database was written by an older agentrt (schema version {version}; this "
-            f"agentrt {RUNTIME_VERSION} needs {SCHEMA_VERSION}): open it once with open_store "
-            "to migrate it"
+            f"agentrt {RUNTIME_VERSION} needs {SCHEMA_VERSION}): {MIGRATE_IT}"
         )
 
 

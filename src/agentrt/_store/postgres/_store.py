@@ -22,6 +22,7 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 import psycopg
+from psycopg import errors as pg_errors
 from psycopg import sql as pg_sql
 
 from ..._canonical import from_text
@@ -700,7 +701,12 @@ class PostgresStore(SqliteStore):
                 if version <= current:
                     continue
                 for sql in statements(script):
-                    tx.execute(sql)
+                    try:
+                        tx.execute(sql)
+                    except StoreError as e:
+                        if not isinstance(e.__cause__, pg_errors.InsufficientPrivilege):
+                            raise
+                        raise self._may_not_make_proxy(current, e.__cause__) from e
                 tx.execute(
                     "INSERT INTO proxy_migrations (version, applied_at) VALUES (?, ?)",
                     (version, format_time(now)),
@@ -711,6 +717,24 @@ class PostgresStore(SqliteStore):
         self._lock_tables = lock_statement(self._tables + PROXY_TABLES)
         self.proxy_found_version = current
         return known
+
+    def _may_not_make_proxy(self, current: int, error: psycopg.Error) -> StoreError:
+        """A role that may not create (or alter) the proxy's tables is told who does, and
+        how (decision 0201), as the store's own tables are (`upgrade`)."""
+        unmade = (
+            "the MCP proxy's tables are not made yet"
+            if current == 0
+            else f"the MCP proxy's tables are at version {current} and this agentrt needs "
+            f"{PROXY_MIGRATIONS[-1][0]}"
+        )
+        made = (
+            ("create them", "creates them") if current == 0 else ("migrate them", "migrates them")
+        )
+        return StoreError(
+            f"cannot open {self._target.shown}: {unmade}, and this role may not {made[0]} "
+            f"({self._target.redact(one_line(str(error)))}): the schema's owner {made[1]} "
+            "first (agentrt --db URL migrate --proxy)"
+        )
 
     def _lock_claim(self, tx: SqliteTx, key: str, *, capped: bool) -> None:
         """The key (and, when capped, the proxy's count) held by an advisory lock until

@@ -157,6 +157,29 @@ def check_all(path: str, *, tighten: bool) -> None:
     check_sidecars(path, tighten=tighten)
 
 
+def refuse_readable(path: str) -> None:
+    """Refuse the database at `path`, or a `-wal`, `-shm` or `-journal` beside it, that group
+    or others may read: the explicit migration (`agentrt migrate`) changes nothing but the
+    record, so it leaves the mode `check_all(tighten=True)` would tighten to the operator
+    (decision 0201). After `check_all`: the files are regular and their own."""
+    if not POSIX_MODES:
+        return
+    for suffix, what in (("", "database"), ("-wal", "wal file"), ("-shm", "shm file"),
+                         ("-journal", "journal file")):  # fmt: skip
+        try:
+            mode = stat.S_IMODE(os.lstat(path + suffix).st_mode)
+        except FileNotFoundError:
+            continue
+        except OSError as e:
+            raise InsecureModeError(f"cannot inspect {path + suffix}: {e.strerror}") from e
+        if mode & 0o077:
+            raise InsecureModeError(
+                f"{what} {path + suffix} is readable by group or others (mode {mode:04o}); "
+                "anyone who can read it can read every request and result it records. Make "
+                "it 0600"
+            )
+
+
 WRITER_SIDECARS = ("-wal", "-shm")
 """What a writer writes beside the database (WAL mode): made by SQLite when missing."""
 

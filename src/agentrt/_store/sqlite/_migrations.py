@@ -375,19 +375,27 @@ def check_not_newer(conn: sqlite3.Connection) -> int:
     return version
 
 
+MIGRATE_IT = "open it once with open_store to migrate it"
+"""How `open_existing` tells a programmer to migrate an older record; the command line
+names `agentrt migrate` instead (`cli._opening`)."""
+CREATE_ONE = "to create a record, give open_store the path of a new file"
+CREATE_IN_SCHEMA = "to create a record, give open_store a URL whose schema= names a new schema"
+"""How `open_existing` tells a programmer to create a record in a file (`CREATE_ONE`) or a
+PostgreSQL schema, as `MIGRATE_IT`."""
+
+
 def check_exact(conn: sqlite3.Connection) -> None:
     """Refuse any schema version but this code's own (for `open_existing`, which never migrates)."""
     version = check_not_newer(conn)
     if version == 0:
         raise SchemaVersionError(
             "this database holds no agentrt record (perhaps the path is not the one you "
-            "meant); to create a record, give open_store the path of a new file"
+            f"meant); {CREATE_ONE}"
         )
     if version < SCHEMA_VERSION:
         raise SchemaVersionError(
             f"the database was written by an older agentrt (schema version {version}; this "
-            f"agentrt {RUNTIME_VERSION} needs {SCHEMA_VERSION}): open it once with open_store "
-            "to migrate it"
+            f"agentrt {RUNTIME_VERSION} needs {SCHEMA_VERSION}): {MIGRATE_IT}"
         )
 
 

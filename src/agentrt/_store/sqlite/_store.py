@@ -140,6 +140,8 @@ def open_store(
     filesafety.check_directory(abspath)  # before anything is created in it
     filesafety.create_owner_only(abspath)
     filesafety.check_all(abspath, tighten=not asked)
+    if asked:
+        filesafety.refuse_readable(abspath)
     filesafety.check_writable(abspath)
     uri = _uri(abspath, mode="rw")
     conn = _connect(uri, uri=True)
