@@ -894,7 +894,13 @@ class GateSession:
             if not self._claim_cut:
                 await rs.commit_deferred(plan.LEFT_OPEN)
         except GeneratorExit:
-            raise  # closed from outside (its loop gone): nothing awaited; a next close gives it
+            # Closed from outside (its loop gone, the coroutine collected): nothing awaited;
+            # a next close gives the lease back. That commit was made or not, as its group
+            # went, and the write handed back what it kept: it is not committed again (made,
+            # a second claim is refused, and a close warned it "left unrecorded"); not made,
+            # the step is left as a crash before its first commit leaves it.
+            rs.forget_deferred()
+            raise
         except (RunMoved, LeaseLostError):
             pass  # the run is no longer this session's: nothing of the step is kept
         except Exception:
