@@ -178,12 +178,15 @@ def test_an_execute_closed_by_hand_keeps_the_lease_while_its_async_tools_task_ru
         )
         with pytest.raises(RunStateError, match="already has a live session"):
             gate.attach_sync(run_id)
+        given_back = threading.Event()
+        session._on_given_back.append(given_back.set)
         assert waiting.release is not None
         waiting.release.set()
-        loop.run_until_complete(asyncio.sleep(0.01))
         while waiting.ended != [0]:
             loop.run_until_complete(asyncio.sleep(0.01))
-        assert store.lease(run_id).owner == "", "the lease is kept after the task ended"
+        loop.run_until_complete(asyncio.sleep(0))  # the task's done callbacks, run
+        assert given_back.wait(30), "the lease is kept after the task ended"
+        assert store.lease(run_id).owner == ""
         assert [(s.index, s.status) for s in store.list_steps(run_id)] == [
             (0, StepStatus.EXECUTING)
         ]
@@ -228,3 +231,53 @@ def test_an_execute_closed_after_its_loop_was_closed_under_its_async_tool_gives_
     assert waiting.ended == []
     assert store.verify_events().intact
     del executing
+
+
+def test_a_kept_async_tools_task_that_ends_gives_the_lease_back_off_its_event_loop(
+    any_store: agentrt.Store,
+) -> None:
+    """The task kept for the lease ends on the consumer's loop; the lease is given back by a
+    store transaction (a slow server, a lock held by another writer: it waits), not on that
+    loop, where it would stall every other run's coroutine meanwhile: on another thread, as a
+    tool thread's end gives it back on that thread."""
+    store = any_store
+    waiting = _Waiting()
+    gate = make_gate(store, waiting, ids=Ids("a"))  # type: ignore[arg-type]
+    session = gate.begin_sync("a kept task ends")
+    run_id = session.run_id
+    step = _allowed(session, "wait", 0)
+    loop = asyncio.new_event_loop()
+    try:
+        coro = step.execute()
+        executing = loop.create_task(coro)
+        assert loop.run_until_complete(loop.run_in_executor(None, waiting.started.wait, 30))
+        coro.close()  # by hand: the task kept for the lease
+        session.close_sync()
+        assert store.lease(run_id).owner == gate.lease_owner
+        on_a_loop: list[bool] = []
+        real = store.transaction
+
+        def transaction(*args: Any, **kw: Any) -> Any:
+            try:
+                asyncio.get_running_loop()
+                on_a_loop.append(True)
+            except RuntimeError:
+                on_a_loop.append(False)
+            return real(*args, **kw)
+
+        store.transaction = transaction  # type: ignore[method-assign]
+        given_back = threading.Event()
+        session._on_given_back.append(given_back.set)
+        assert waiting.release is not None
+        waiting.release.set()
+        while waiting.ended != [0]:
+            loop.run_until_complete(asyncio.sleep(0.01))
+        loop.run_until_complete(asyncio.sleep(0))  # the task's done callbacks, run
+        assert given_back.wait(30)
+        assert store.lease(run_id).owner == ""
+        assert on_a_loop == [False], "the lease was given back by a store call on the event loop"
+        del executing
+    finally:
+        if waiting.release is not None:
+            waiting.release.set()
+        loop.close()

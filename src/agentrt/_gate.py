@@ -112,6 +112,7 @@ from ._session import (
     VerdictOutcome,
     give_back_lease,
     load,
+    off_the_loop,
     release_lease,
     run_io,
     run_sync,
@@ -948,7 +949,9 @@ class GateSession:
             if free:
                 self._free()
         else:
-            lingering.add_done_callback(lambda _: self._give_back())
+            # On the thread that ends it: a tool's thread, or the loop of a tool's task
+            # kept (`_execute._track`), where the release's store call is not made.
+            lingering.add_done_callback(lambda _: off_the_loop(self._give_back))
 
     def _give_back(self) -> None:
         """The lingering tool thread returned: stop renewing and release the lease.
