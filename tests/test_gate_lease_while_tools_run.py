@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from typing import Any
 
 import pytest
@@ -98,7 +97,7 @@ def test_two_calls_cancelled_mid_call_keep_the_lease_until_both_tools_have_retur
     thread left (an async tool, cancelled) or one that returns first. The lease is kept, and
     the run refused to another owner, until step 0's thread has returned too."""
     store = any_store
-    note, started, release, returned = _blocking()
+    note, started, release, _ = _blocking()
     waiting = _Waiting()
     gate = make_gate(store, note, waiting, ids=Ids("a"))  # type: ignore[arg-type]
     other = make_gate(store, note, waiting, ids=Ids("b"), lease_owner="another")  # type: ignore[arg-type]
@@ -112,20 +111,25 @@ def test_two_calls_cancelled_mid_call_keep_the_lease_until_both_tools_have_retur
         if second == "async tool":
             _cancelled_mid_call(loop, _allowed(session, "wait", 1), waiting.started)
         else:
-            _cancelled_mid_call(loop, _allowed(session, "note", 1), started[1])
+            executing = loop.create_task(_allowed(session, "note", 1).execute())
+            assert loop.run_until_complete(loop.run_in_executor(None, started[1].wait, 30))
+            (flight,) = session._executions
+            (thread,) = flight.threads  # step 1's call's thread
+            executing.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                loop.run_until_complete(executing)
         assert store.lease(run_id).owner == gate.lease_owner, (
             "the second cancel's outcome gave the lease back while the first call's thread runs"
         )
         session.close_sync()
         if second == "thread returning first":
+            # Its future's callbacks run in the order they were added, on the tool's thread:
+            # one added now runs after the session's (a give back, if it waited for this
+            # thread alone), so the lease is looked at once they have all run.
+            callbacks_run = threading.Event()
+            thread.add_done_callback(lambda _: callbacks_run.set())
             release[1].set()
-            assert returned[1].wait(30)
-            # Its future's callbacks (a give back, if the session waited for it alone) run
-            # on the tool's thread right after: looked at for a while, not raced.
-            for _ in range(50):
-                if store.lease(run_id).owner != gate.lease_owner:
-                    break
-                time.sleep(0.01)
+            assert callbacks_run.wait(30)
         assert store.lease(run_id).owner == gate.lease_owner, (
             "the lease was given back while the first call's thread runs"
         )
