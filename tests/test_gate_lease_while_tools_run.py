@@ -285,3 +285,75 @@ def test_a_kept_async_tools_task_that_ends_gives_the_lease_back_off_its_event_lo
         if waiting.release is not None:
             waiting.release.set()
         loop.close()
+
+
+class _Swallowing(_Waiting):
+    """An async tool that swallows its cancellation (a bare `except:` in a retry loop) and
+    runs until the test lets it end."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.swallowed = 0
+
+    async def call(self, call: ToolCall) -> ToolResult:
+        self.release = asyncio.Event()
+        self.started.set()
+        while True:
+            try:
+                await self.release.wait()
+                break
+            except asyncio.CancelledError:
+                self.swallowed += 1
+        self.ended.append(int(call.args["x"]))
+        return ToolResult(content={"ok": True}, summary="wait ok")
+
+
+def test_an_execute_closed_by_hand_in_its_tools_cancel_grace_keeps_the_lease_while_the_task_runs(
+    any_store: agentrt.Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The execute is cancelled mid-call; its async tool swallows the cancel, and while the
+    execute waits out the grace given to the tool's task to unwind (made long here: never
+    raced), its coroutine is closed by hand. The task still runs: the close keeps the lease,
+    renewed, until it ends (before, nothing was kept and the close gave the lease back)."""
+    from agentrt import _execute
+
+    monkeypatch.setattr(_execute, "CANCEL_GRACE_S", 3600.0)
+    store = any_store
+    waiting = _Swallowing()
+    gate = make_gate(store, waiting, ids=Ids("a"))  # type: ignore[arg-type]
+    session = gate.begin_sync("an execute closed by hand in its cancel grace")
+    run_id = session.run_id
+    step = _allowed(session, "wait", 0)
+    loop = asyncio.new_event_loop()
+    try:
+        coro = step.execute()
+        executing = loop.create_task(coro)
+        assert loop.run_until_complete(loop.run_in_executor(None, waiting.started.wait, 30))
+        executing.cancel()
+        while not waiting.swallowed:  # the execute now waits out the grace
+            loop.run_until_complete(asyncio.sleep(0))
+        coro.close()  # by hand, the tool's task running on the live loop
+        session.close_sync()
+        assert store.lease(run_id).owner == gate.lease_owner, (
+            "the lease was given back while the async tool's task runs"
+        )
+        given_back = threading.Event()
+        session._on_given_back.append(given_back.set)
+        assert waiting.release is not None
+        waiting.release.set()
+        while waiting.ended != [0]:
+            loop.run_until_complete(asyncio.sleep(0.01))
+        loop.run_until_complete(asyncio.sleep(0))  # the task's done callbacks, run
+        assert given_back.wait(30)
+        assert store.lease(run_id).owner == ""
+        again, _ = gate.attach_sync(run_id)
+        assert [(s.index, s.status) for s in store.list_steps(run_id)] == [
+            (0, StepStatus.INTERRUPTED)
+        ]
+        again.close_sync()
+        assert store.verify_events().intact
+        del executing
+    finally:
+        if waiting.release is not None:
+            waiting.release.set()
+        loop.close()
