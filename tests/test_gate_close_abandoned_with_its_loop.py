@@ -16,6 +16,7 @@ again, on its own loop, as a close does for an execute abandoned with its loop (
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import pytest
 
@@ -101,3 +102,49 @@ def test_a_close_whose_loop_is_closed_after_it_ended_is_not_made_again(
     assert store.lease(run_id).owner == gate.lease_owner
     again.close_sync()
     assert store.lease(run_id).owner == ""
+
+
+@pytest.mark.parametrize("commit", ["made", "refused"])
+def test_a_close_abandoned_in_its_own_commit_and_collected_does_not_commit_its_step_again(
+    any_store: agentrt.Store, commit: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The loop is closed under the close's own commit of the open step, and the abandoned
+    coroutines are closed (as the collector closes them, the usual case) before the next
+    close. That commit was made or not, as its group went: the next close does not make it
+    again (once made, a second claim of step 0 was refused, and the close warned that the
+    step "was left unrecorded" though it is in the record). Refused, the step is left
+    unrecorded, as a crash before the step's first commit leaves it. The lease is given back
+    either way."""
+    store = any_store
+    gate = make_gate(store, ids=Ids("a"))
+    session = gate.begin_sync("its close's commit abandoned, then collected")
+    run_id = session.run_id
+    assert session.step_sync() is not None
+    theirs = asyncio.new_event_loop()
+    entered, go = hold_next_group(store, commit="before" if commit == "made" else "never")
+    try:
+        closing = theirs.create_task(session.close())
+        assert theirs.run_until_complete(theirs.run_in_executor(None, entered.wait, 30))
+        theirs.run_until_complete(asyncio.sleep(0))  # the close is waiting for its commit
+        abandoned = [closing, *(t for t in asyncio.all_tasks(theirs) if t is not closing)]
+        theirs.close()  # the consumer's loop, closed under the close's commit
+        go.set()
+        _session.committer_for(store).submit(lambda tx: None).result(30)  # made or refused
+        for task in abandoned:  # outer first, as the collector may: then the letting go
+            task.get_coro().close()
+        with caplog.at_level(logging.WARNING, logger="agentrt"):
+            session.close_sync()
+        assert [r.getMessage() for r in caplog.records if r.name == "agentrt"] == []
+        assert store.lease(run_id).owner == ""
+        if commit == "made":
+            assert event_types(store, run_id) == ["run.created", "run.started", "step.started"]
+            left = [(0, StepStatus.DECIDING)]
+        else:
+            assert event_types(store, run_id) == ["run.created", "run.started"]
+            left = []
+        assert [(s.index, s.status) for s in store.list_steps(run_id)] == left
+        mine, _ = gate.attach_sync(run_id)
+        mine.close_sync()
+        assert store.verify_events().intact
+    finally:
+        go.set()

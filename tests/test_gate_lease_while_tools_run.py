@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from typing import Any
 
 import pytest
@@ -98,7 +97,7 @@ def test_two_calls_cancelled_mid_call_keep_the_lease_until_both_tools_have_retur
     thread left (an async tool, cancelled) or one that returns first. The lease is kept, and
     the run refused to another owner, until step 0's thread has returned too."""
     store = any_store
-    note, started, release, returned = _blocking()
+    note, started, release, _ = _blocking()
     waiting = _Waiting()
     gate = make_gate(store, note, waiting, ids=Ids("a"))  # type: ignore[arg-type]
     other = make_gate(store, note, waiting, ids=Ids("b"), lease_owner="another")  # type: ignore[arg-type]
@@ -112,20 +111,25 @@ def test_two_calls_cancelled_mid_call_keep_the_lease_until_both_tools_have_retur
         if second == "async tool":
             _cancelled_mid_call(loop, _allowed(session, "wait", 1), waiting.started)
         else:
-            _cancelled_mid_call(loop, _allowed(session, "note", 1), started[1])
+            executing = loop.create_task(_allowed(session, "note", 1).execute())
+            assert loop.run_until_complete(loop.run_in_executor(None, started[1].wait, 30))
+            (flight,) = session._executions
+            (thread,) = flight.threads  # step 1's call's thread
+            executing.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                loop.run_until_complete(executing)
         assert store.lease(run_id).owner == gate.lease_owner, (
             "the second cancel's outcome gave the lease back while the first call's thread runs"
         )
         session.close_sync()
         if second == "thread returning first":
+            # Its future's callbacks run in the order they were added, on the tool's thread:
+            # one added now runs after the session's (a give back, if it waited for this
+            # thread alone), so the lease is looked at once they have all run.
+            callbacks_run = threading.Event()
+            thread.add_done_callback(lambda _: callbacks_run.set())
             release[1].set()
-            assert returned[1].wait(30)
-            # Its future's callbacks (a give back, if the session waited for it alone) run
-            # on the tool's thread right after: looked at for a while, not raced.
-            for _ in range(50):
-                if store.lease(run_id).owner != gate.lease_owner:
-                    break
-                time.sleep(0.01)
+            assert callbacks_run.wait(30)
         assert store.lease(run_id).owner == gate.lease_owner, (
             "the lease was given back while the first call's thread runs"
         )
@@ -178,12 +182,15 @@ def test_an_execute_closed_by_hand_keeps_the_lease_while_its_async_tools_task_ru
         )
         with pytest.raises(RunStateError, match="already has a live session"):
             gate.attach_sync(run_id)
+        given_back = threading.Event()
+        session._on_given_back.append(given_back.set)
         assert waiting.release is not None
         waiting.release.set()
-        loop.run_until_complete(asyncio.sleep(0.01))
         while waiting.ended != [0]:
             loop.run_until_complete(asyncio.sleep(0.01))
-        assert store.lease(run_id).owner == "", "the lease is kept after the task ended"
+        loop.run_until_complete(asyncio.sleep(0))  # the task's done callbacks, run
+        assert given_back.wait(30), "the lease is kept after the task ended"
+        assert store.lease(run_id).owner == ""
         assert [(s.index, s.status) for s in store.list_steps(run_id)] == [
             (0, StepStatus.EXECUTING)
         ]
@@ -228,3 +235,125 @@ def test_an_execute_closed_after_its_loop_was_closed_under_its_async_tool_gives_
     assert waiting.ended == []
     assert store.verify_events().intact
     del executing
+
+
+def test_a_kept_async_tools_task_that_ends_gives_the_lease_back_off_its_event_loop(
+    any_store: agentrt.Store,
+) -> None:
+    """The task kept for the lease ends on the consumer's loop; the lease is given back by a
+    store transaction (a slow server, a lock held by another writer: it waits), not on that
+    loop, where it would stall every other run's coroutine meanwhile: on another thread, as a
+    tool thread's end gives it back on that thread."""
+    store = any_store
+    waiting = _Waiting()
+    gate = make_gate(store, waiting, ids=Ids("a"))  # type: ignore[arg-type]
+    session = gate.begin_sync("a kept task ends")
+    run_id = session.run_id
+    step = _allowed(session, "wait", 0)
+    loop = asyncio.new_event_loop()
+    try:
+        coro = step.execute()
+        executing = loop.create_task(coro)
+        assert loop.run_until_complete(loop.run_in_executor(None, waiting.started.wait, 30))
+        coro.close()  # by hand: the task kept for the lease
+        session.close_sync()
+        assert store.lease(run_id).owner == gate.lease_owner
+        on_a_loop: list[bool] = []
+        real = store.transaction
+
+        def transaction(*args: Any, **kw: Any) -> Any:
+            try:
+                asyncio.get_running_loop()
+                on_a_loop.append(True)
+            except RuntimeError:
+                on_a_loop.append(False)
+            return real(*args, **kw)
+
+        store.transaction = transaction  # type: ignore[method-assign]
+        given_back = threading.Event()
+        session._on_given_back.append(given_back.set)
+        assert waiting.release is not None
+        waiting.release.set()
+        while waiting.ended != [0]:
+            loop.run_until_complete(asyncio.sleep(0.01))
+        loop.run_until_complete(asyncio.sleep(0))  # the task's done callbacks, run
+        assert given_back.wait(30)
+        assert store.lease(run_id).owner == ""
+        assert on_a_loop == [False], "the lease was given back by a store call on the event loop"
+        del executing
+    finally:
+        if waiting.release is not None:
+            waiting.release.set()
+        loop.close()
+
+
+class _Swallowing(_Waiting):
+    """An async tool that swallows its cancellation (a bare `except:` in a retry loop) and
+    runs until the test lets it end."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.swallowed = 0
+
+    async def call(self, call: ToolCall) -> ToolResult:
+        self.release = asyncio.Event()
+        self.started.set()
+        while True:
+            try:
+                await self.release.wait()
+                break
+            except asyncio.CancelledError:
+                self.swallowed += 1
+        self.ended.append(int(call.args["x"]))
+        return ToolResult(content={"ok": True}, summary="wait ok")
+
+
+def test_an_execute_closed_by_hand_in_its_tools_cancel_grace_keeps_the_lease_while_the_task_runs(
+    any_store: agentrt.Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The execute is cancelled mid-call; its async tool swallows the cancel, and while the
+    execute waits out the grace given to the tool's task to unwind (made long here: never
+    raced), its coroutine is closed by hand. The task still runs: the close keeps the lease,
+    renewed, until it ends (before, nothing was kept and the close gave the lease back)."""
+    from agentrt import _execute
+
+    monkeypatch.setattr(_execute, "CANCEL_GRACE_S", 3600.0)
+    store = any_store
+    waiting = _Swallowing()
+    gate = make_gate(store, waiting, ids=Ids("a"))  # type: ignore[arg-type]
+    session = gate.begin_sync("an execute closed by hand in its cancel grace")
+    run_id = session.run_id
+    step = _allowed(session, "wait", 0)
+    loop = asyncio.new_event_loop()
+    try:
+        coro = step.execute()
+        executing = loop.create_task(coro)
+        assert loop.run_until_complete(loop.run_in_executor(None, waiting.started.wait, 30))
+        executing.cancel()
+        while not waiting.swallowed:  # the execute now waits out the grace
+            loop.run_until_complete(asyncio.sleep(0))
+        coro.close()  # by hand, the tool's task running on the live loop
+        session.close_sync()
+        assert store.lease(run_id).owner == gate.lease_owner, (
+            "the lease was given back while the async tool's task runs"
+        )
+        given_back = threading.Event()
+        session._on_given_back.append(given_back.set)
+        assert waiting.release is not None
+        waiting.release.set()
+        while waiting.ended != [0]:
+            loop.run_until_complete(asyncio.sleep(0.01))
+        loop.run_until_complete(asyncio.sleep(0))  # the task's done callbacks, run
+        assert given_back.wait(30)
+        assert store.lease(run_id).owner == ""
+        again, _ = gate.attach_sync(run_id)
+        assert [(s.index, s.status) for s in store.list_steps(run_id)] == [
+            (0, StepStatus.INTERRUPTED)
+        ]
+        again.close_sync()
+        assert store.verify_events().intact
+        del executing
+    finally:
+        if waiting.release is not None:
+            waiting.release.set()
+        loop.close()

@@ -374,12 +374,7 @@ async def _invoke_in_task(
         await _cancel(task, threads)
         raise
     except GeneratorExit:
-        # The caller's coroutine closed from outside (by hand, or collected with its loop):
-        # nothing can be awaited here, and nobody will record the outcome. A task left
-        # running on a live loop is tracked as a thread is, so the lease is kept while it
-        # runs; one whose loop is closed never runs again (decision 0198).
-        if threads is not None and not task.done() and not task.get_loop().is_closed():
-            _track(task, threads)
+        _left_running(task, threads)
         raise
     if not done:
         await _cancel(task, threads)
@@ -431,9 +426,23 @@ async def cancel_within_grace(task: asyncio.Future[Any]) -> bool:
 async def _cancel(task: asyncio.Future[Any], threads: ToolThreads | None) -> None:
     """Cancel the tool's task (`cancel_within_grace`); one left running is tracked in
     `threads` as a thread is, so a cancelled caller keeps the lease while it still runs."""
-    if await cancel_within_grace(task) or threads is None:
+    try:
+        ended = await cancel_within_grace(task)
+    except GeneratorExit:  # closed from outside while the task had its grace: it may run on
+        _left_running(task, threads)
+        raise
+    if ended or threads is None:
         return
     _track(task, threads)
+
+
+def _left_running(task: asyncio.Future[Any], threads: ToolThreads | None) -> None:
+    """The caller's coroutine closed from outside (by hand, or collected with its loop):
+    nothing can be awaited here, and nobody will record the outcome. A task left running on
+    a live loop is tracked as a thread is, so the lease is kept while it runs; one whose loop
+    is closed never runs again (decision 0198)."""
+    if threads is not None and not task.done() and not task.get_loop().is_closed():
+        _track(task, threads)
 
 
 def _track(task: asyncio.Future[Any], threads: ToolThreads) -> None:

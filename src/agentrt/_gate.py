@@ -112,6 +112,7 @@ from ._session import (
     VerdictOutcome,
     give_back_lease,
     load,
+    off_the_loop,
     release_lease,
     run_io,
     run_sync,
@@ -903,7 +904,13 @@ class GateSession:
             if not self._claim_cut:
                 await rs.commit_deferred(plan.LEFT_OPEN)
         except GeneratorExit:
-            raise  # closed from outside (its loop gone): nothing awaited; a next close gives it
+            # Closed from outside (its loop gone, the coroutine collected): nothing awaited;
+            # a next close gives the lease back. That commit was made or not, as its group
+            # went, and the write handed back what it kept: it is not committed again (made,
+            # a second claim is refused, and a close warned it "left unrecorded"); not made,
+            # the step is left as a crash before its first commit leaves it.
+            rs.forget_deferred()
+            raise
         except (RunMoved, LeaseLostError):
             pass  # the run is no longer this session's: nothing of the step is kept
         except Exception:
@@ -951,7 +958,9 @@ class GateSession:
             if free:
                 self._free()
         else:
-            lingering.add_done_callback(lambda _: self._give_back())
+            # On the thread that ends it: a tool's thread, or the loop of a tool's task
+            # kept (`_execute._track`), where the release's store call is not made.
+            lingering.add_done_callback(lambda _: off_the_loop(self._give_back))
 
     def _give_back(self) -> None:
         """The lingering tool thread returned: stop renewing and release the lease.

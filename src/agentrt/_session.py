@@ -182,6 +182,22 @@ async def run_io(fn: Callable[[], T]) -> T:
     return await loop.run_in_executor(_IO_THREADS, fn)
 
 
+def off_the_loop(fn: Callable[[], None]) -> None:
+    """`fn()` now, or on an I/O thread when an event loop runs on this thread: a future's
+    callback that makes a store call (a lease given back once a kept tool ends) runs on the
+    thread that ends it, which for a tool's task is its loop's, where a store that waits (a
+    slow server, a lock another writer holds) would stall every other coroutine."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        fn()
+        return
+    try:
+        _IO_THREADS.submit(fn)
+    except RuntimeError:  # the interpreter is shutting down: no new thread, so here
+        fn()
+
+
 async def through_cancels(work: Coroutine[Any, Any, T]) -> T:
     """Run `work` to its end though the caller is cancelled again while it runs.
 
