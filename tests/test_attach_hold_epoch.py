@@ -21,9 +21,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import agentrt
-from agentrt import Decision, VerdictOutcome
+from agentrt import Decision, VerdictOutcome, _session
 from conftest import FakeClock, event_types
-from support.gates import make_gate, open_step
+from support.gates import hold_next_group, make_gate, open_step
 from support.tools import push_tool
 
 
@@ -117,3 +117,62 @@ def test_a_late_release_of_a_gates_first_hold_leaves_its_second_hold_of_the_run_
     finally:
         go.set()
         theirs.close()
+
+
+def test_a_first_holds_start_commit_abandoned_with_its_loop_is_refused_under_the_second_hold(
+    any_store: agentrt.Store,
+) -> None:
+    """Session 1 attaches an approved waiting run (a hold, epoch 2) and `execute`s it; its
+    start commit (leave waiting, `run.resumed`, the tool started) is held in the committer
+    and its loop closed, so its close gives the hold back at once (decision 0198). The same
+    gate attaches the run again (session 2, a hold at epoch 3). Session 1's start commit,
+    made then, names its own hold's epoch and is refused, nothing written: the run still
+    waits under session 2's hold, which runs the approved call once, at its epoch. (Before
+    decision 0204 both holds were at epoch 1 and `leave_waiting` judged the owner alone:
+    session 1's commit left waiting and started the call under session 2's hold.)"""
+    store = any_store
+    push, clock = push_tool(), FakeClock()
+    gate = make_gate(store, push, clock=clock)
+    run_id = approved_waiting_run(gate, store, clock)
+    theirs = asyncio.new_event_loop()
+    first, verdict = theirs.run_until_complete(gate.attach(run_id))
+    assert verdict is not None and verdict.outcome == VerdictOutcome.ALLOWED
+    step = first.current()
+    assert step is not None
+    entered, go = hold_next_group(store, commit="after")  # the next group: the start commit
+    executing = theirs.create_task(step.execute())
+    committer = _session.committer_for(store)
+    try:
+        assert theirs.run_until_complete(theirs.run_in_executor(None, entered.wait, 30))
+        theirs.close()  # the consumer's loop, closed under the start commit
+        first.close_sync()  # not waiting for the abandoned execute: the hold given back
+        assert store.lease(run_id).owner == ""
+        events_before = event_types(store, run_id)
+        second, verdict = gate.attach_sync(run_id)  # the same gate: a hold of its own
+        assert verdict is not None and verdict.outcome == VerdictOutcome.ALLOWED
+        second_hold = store.lease(run_id)
+        assert (second_hold.owner, second_hold.epoch) == (gate.lease_owner, 3)
+        go.set()  # session 1's start commit reaches the store now
+        committer.submit(lambda tx: None).result(30)  # made (or refused) by now
+        assert store.get_run(run_id).status == "WAITING_FOR_APPROVAL"
+        assert store.lease(run_id) == second_hold, "session 1 left waiting under session 2's hold"
+        assert event_types(store, run_id) == events_before
+        assert push.calls == []
+        open_again = second.current()
+        assert open_again is not None
+        assert open_again.execute_sync().kind == "tool_result"
+        (call,) = push.calls
+        assert (call.args, call.lease_epoch) == ({"x": 1}, 3)
+        second.close_sync()
+        assert event_types(store, run_id)[-5:] == [
+            "approval.decided",
+            "run.resumed",
+            "step.policy",
+            "step.tool_started",
+            "step.tool_finished",
+        ]
+        assert store.lease(run_id).owner == ""
+        assert store.verify_events().intact
+    finally:
+        go.set()
+        executing.get_coro().close()  # the abandoned execute, ended here (its loop is gone)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -356,4 +357,59 @@ def test_an_execute_closed_by_hand_in_its_tools_cancel_grace_keeps_the_lease_whi
     finally:
         if waiting.release is not None:
             waiting.release.set()
+        loop.close()
+
+
+def test_a_session_collected_while_its_cancelled_calls_thread_runs_keeps_the_run_until_it_returns(
+    any_store: agentrt.Store,
+) -> None:
+    """Step 0's call is cancelled mid-call, its thread left running (the lease kept and
+    renewed for it), and the session is dropped without `close()` and collected. While the
+    thread runs the run is not its gate's to attach again (a takeover of its own lease, at
+    once, beside the running call: epoch 2, the collected session's heartbeat renewing that
+    newer lease by the owner they share) nor another owner's; once the thread returns the
+    collected session stops renewing, and the run is its gate's to take again, as a crash
+    leaves it."""
+    import gc
+    import weakref
+
+    store = any_store
+    note, started, release, returned = _blocking()
+    gate = make_gate(store, note, ids=Ids("a"))
+    other = make_gate(store, note, ids=Ids("b"), lease_owner="another")
+    session = gate.begin_sync("collected while its call's thread runs")
+    run_id = session.run_id
+    loop = asyncio.new_event_loop()
+    try:
+        _cancelled_mid_call(loop, _allowed(session, "note", 0), started[0])
+        lingering = session._rs.lingering_tool
+        assert lingering is not None and not lingering.done()
+        collected = weakref.ref(session)
+        del session  # the loop's bug: no close()
+        gc.collect()
+        assert collected() is None
+        assert store.lease(run_id).owner == gate.lease_owner
+        with pytest.raises(RunLeasedError):
+            other.attach_sync(run_id)
+        with pytest.raises(RunStateError):  # its thread runs: not this gate's to take yet
+            gate.attach_sync(run_id)
+        assert (store.lease(run_id).owner, store.lease(run_id).epoch) == (gate.lease_owner, 1)
+        release[0].set()
+        assert returned[0].wait(30)
+        # The collected session's heartbeat ends once the thread returned (looked at until it
+        # does, on the event of its thread's end, not for a time load can outlast).
+        beat = f"agentrt-heartbeat-{run_id[:8]}"
+        deadline = time.monotonic() + 60
+        while any(t.name == beat for t in threading.enumerate()):
+            assert time.monotonic() < deadline, "the collected session's heartbeat still runs"
+            time.sleep(0.01)
+        again, verdict = gate.attach_sync(run_id)  # as a crash leaves it: its own lease
+        assert again.run.status == "RUNNING" and verdict is None
+        assert store.lease(run_id).epoch == 2
+        again.close_sync()
+        assert store.lease(run_id).owner == ""
+        assert len(note.calls) == 1
+    finally:
+        release[0].set()
+        release[1].set()
         loop.close()

@@ -1397,10 +1397,25 @@ class GateStep:
 
 
 def _abandoned(rs: RunSession, gate: Gate, run_id: str) -> None:
-    """A gate session was collected without `close()`: stop renewing its lease."""
-    if rs.lingering_tool is None:
+    """A gate session was collected without `close()`: stop renewing its lease, and free the
+    run for the gate's next session, the lease left to lapse as a crash leaves it.
+
+    A plain-function tool's thread still running (a call cancelled mid-call) keeps both
+    until it returns, as a close waits for it (`_detach`): freed at once, the gate's own
+    next attach would take the run over at once beside the running call, and this
+    session's heartbeat, never stopped, would renew that newer lease (one owner) for as
+    long as the process lives."""
+    lingering = rs.lingering_tool
+    if lingering is None:
         rs.stop_heartbeat()
-    gate._let_go(run_id)
+        gate._let_go(run_id)
+        return
+
+    def returned(_: object) -> None:
+        rs.stop_heartbeat()
+        gate._let_go(run_id)
+
+    lingering.add_done_callback(returned)
 
 
 def _default_new_id() -> str:
