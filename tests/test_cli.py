@@ -415,6 +415,18 @@ def test_every_command_that_finds_no_run_or_approval_names_the_database_it_looke
         assert store.get_run(run.id).status == "WAITING_FOR_APPROVAL"
 
 
+def test_a_database_named_with_control_characters_is_named_escaped_when_no_run_is_found(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The name in front of a not-found error is the path as given, escaped like any text
+    printed: an escape sequence or a newline in it reaches the terminal as `\\x1b`, `\\n`."""
+    database = str(tmp_path / "we\x1b[31mird\nname\u202e.db")
+    assert run_main(capsys, "--db", database, "migrate")[0] == 0
+    code, out, err = run_main(capsys, "--db", database, "show", "0" * 32)
+    shown = database.replace("\x1b", "\\x1b").replace("\n", "\\n").replace("\u202e", "\\u202e")
+    assert (code, out, err) == (1, "", f"agentrt: {shown}: no run '{'0' * 32}'\n")
+
+
 def _scale_builder() -> types.ModuleType:
     path = Path(__file__).resolve().parent.parent / "benchmarks" / "cli_scale.py"
     spec = importlib.util.spec_from_file_location("cli_scale", path)

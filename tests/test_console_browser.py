@@ -612,7 +612,9 @@ def test_an_open_page_is_drawn_again_when_the_lease_it_shows_lapses(
     db_path: Path, page: Any, context: Any
 ) -> None:
     """A lease lapses with no event written, so the version the page polls does not move:
-    the page says when the lease it shows lapses and is drawn again then, in place."""
+    the page says when the lease it shows lapses and is drawn again then, in place. The
+    browsers' clocks are Playwright's (`page.clock`), advanced by the test; the lease lapses
+    by a write of its expiry, as the console's clock passing it would (no real-clock race)."""
     from agentrt._clock import format_time, wall_clock
     from support.leases import ANOTHER_HOST
     from support.left_running import killed_run
@@ -623,14 +625,17 @@ def test_an_open_page_is_drawn_again_when_the_lease_it_shows_lapses(
     listing = context.new_page()
     try:
         with console(db_path) as c:
-            # Held by a process on another host (nothing proves it gone) for 10 more seconds.
+            # Held by a process on another host (nothing proves it gone) for an hour more.
             with agentrt.open_existing(db_path, read_only=True) as store:
-                lapses = store.lease_now(wall_clock) + timedelta(seconds=10)
+                now = store.lease_now(wall_clock)
+            lapses = now + timedelta(hours=1)
             execute(
                 db_path,
                 "UPDATE runs SET lease_expires_at = ?, lease_holder = ? WHERE id = ?",
                 (format_time(lapses), ANOTHER_HOST, run_id),
             )
+            for opened in (page, listing):
+                opened.clock.install()
             page.goto(f"{c.url}runs/{run_id}")
             listing.goto(c.url)
             said = page.locator("#live-summary .notice.lease")
@@ -641,11 +646,84 @@ def test_an_open_page_is_drawn_again_when_the_lease_it_shows_lapses(
             expect(row).to_be_visible()
             assert row.locator(".lease").count() == 0  # a held lease is not marked
             for opened in (page, listing):
+                refresh_in = int(opened.locator("main").get_attribute("data-refresh-in"))
+                assert 3_500_000 < refresh_in <= 3_600_000
                 opened.evaluate("window.__notReloaded = true")
-            expect(said).to_contain_text(f"lapsed at {format_time(lapses)}", timeout=30_000)
-            expect(row.locator(".lease")).to_have_text("lease lapsed", timeout=30_000)
+            execute(
+                db_path,
+                "UPDATE runs SET lease_expires_at = ? WHERE id = ?",
+                (format_time(now - timedelta(seconds=1)), run_id),
+            )
+            for opened in (page, listing):
+                opened.clock.fast_forward(3_602_000)
+            expect(said).to_contain_text("lapsed at ")
+            expect(row.locator(".lease")).to_have_text("lease lapsed")
             for opened in (page, listing):
                 assert opened.evaluate("window.__notReloaded") is True
     finally:
         listing.close()
+    assert page.errors == []
+
+
+def test_a_page_whose_lease_lapsed_while_a_note_is_typed_is_not_fetched_again_every_second(
+    db_path: Path, page: Any
+) -> None:
+    """The page is drawn again once when the lease it shows lapses, even though a person is
+    typing in one of its live parts (the cancel note, left as it is): the page it fetched says
+    the lease lapsed, which needs no other drawing, so it is not fetched again every poll. The
+    browser's clock is Playwright's (`page.clock`), advanced by the test; the lease lapses by
+    a write of its expiry, as the console's clock passing it would."""
+    from agentrt._clock import format_time, wall_clock
+    from support.leases import ANOTHER_HOST
+    from support.left_running import killed_run
+    from support.rows import execute
+    from test_cli import clean_env
+
+    run_id = killed_run(str(db_path), clean_env(), "worker")
+    with agentrt.open_existing(db_path, read_only=True) as store:
+        now = store.lease_now(wall_clock)
+    execute(
+        db_path,
+        "UPDATE runs SET lease_expires_at = ?, lease_holder = ? WHERE id = ?",
+        (format_time(now + timedelta(hours=1)), ANOTHER_HOST, run_id),
+    )
+    polls: list[str] = []
+    fetched: list[str] = []
+
+    def seen(request: Any) -> None:
+        if request.url.endswith(f"/api/runs/{run_id}/state"):
+            polls.append(request.url)
+        elif request.url.endswith(f"/runs/{run_id}"):
+            fetched.append(request.url)
+
+    def polled(more: int) -> None:
+        """Advance the page's clock a second at a time until it polled `more` times again
+        (a poll is made once the one before it, and its page fetch if any, are done)."""
+        goal = len(polls) + more
+        for _ in range(WAIT_MS // 10):
+            if len(polls) >= goal:
+                return
+            page.clock.run_for(1000)
+            page.wait_for_timeout(10)
+        raise AssertionError(f"the page polled {len(polls)} times, not {goal}")
+
+    with console(db_path) as c:
+        page.clock.install()
+        page.on("request", seen)
+        page.goto(f"{c.url}runs/{run_id}")
+        assert int(page.locator("main").get_attribute("data-refresh-in")) > 3_500_000
+        said = page.locator("#live-summary .notice.lease")
+        expect(said).to_contain_text("held by worker/")
+        polled(2)
+        assert fetched == [f"{c.url}runs/{run_id}"]  # loaded once, not fetched again
+        page.locator("details.cancel summary").click()
+        page.locator("#cancel-note").fill("looking into it")
+        lapsed = now - timedelta(seconds=1)
+        execute(db_path, "UPDATE runs SET lease_expires_at = ? WHERE id = ?",
+                (format_time(lapsed), run_id))  # fmt: skip
+        page.clock.fast_forward(3_602_000)
+        expect(said).to_contain_text(f"lapsed at {format_time(lapsed)}")
+        polled(5)
+        assert len(fetched) == 2  # drawn again once when the lease lapsed, then left alone
+        assert page.locator("#cancel-note").input_value() == "looking into it"
     assert page.errors == []

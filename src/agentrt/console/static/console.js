@@ -112,9 +112,14 @@
       answered(response, "state");
       const state = await response.json();
       const due = performance.now() >= redrawAt;
-      if ((String(state.version) !== String(version) || due) && (await refresh())) {
-        version = String(state.version);
+      if (String(state.version) !== String(version) || due) {
+        const whole = await refresh();
+        // The page fetched says when it is next due, even when a part being typed in was
+        // left as it was: its lease is drawn, so a lapse is not fetched again every second.
         redrawAt = fetchedRedrawAt;
+        if (whole) {
+          version = String(state.version);
+        }
       }
       if (Array.isArray(state.pending)) {
         markRequests(state.pending);
