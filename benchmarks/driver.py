@@ -300,8 +300,8 @@ class SchemaReplay:
         def started() -> None:
             conn.execute(
                 "UPDATE runs SET step_count = step_count + 1 WHERE id = ? AND status = 'RUNNING' "
-                "AND step_count = ? AND lease_owner = ?",
-                (run_id, index, "replay"),
+                "AND step_count = ? AND lease_owner = ? AND lease_epoch = ?",
+                (run_id, index, "replay", 0),
             )
             conn.execute(
                 "INSERT INTO steps (id, run_id, idx, status, started_at) VALUES (?, ?, ?, ?, ?)",
@@ -335,8 +335,8 @@ class SchemaReplay:
             self._event(step_id, "step.tool_finished", events["step.tool_finished"])
             conn.execute(
                 "UPDATE runs SET active_ms = active_ms + ? "
-                "WHERE id = ? AND status = 'RUNNING' AND lease_owner = ?",
-                (1, run_id, "replay"),
+                "WHERE id = ? AND status = 'RUNNING' AND lease_owner = ? AND lease_epoch = ?",
+                (1, run_id, "replay", 0),
             )
 
         def intent() -> None:

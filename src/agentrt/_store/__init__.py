@@ -23,7 +23,13 @@ from .._records import Run
 from ._base import Renewer, Snapshot, Store, Tx
 from .sqlite import SqliteStore, open_sqlite_existing, open_sqlite_store
 from .sqlite._codecs import run_from_row
-from .sqlite._migrations import RUNTIME_VERSION, SCHEMA_VERSION
+from .sqlite._migrations import (
+    CREATE_IN_SCHEMA,
+    CREATE_ONE,
+    MIGRATE_IT,
+    RUNTIME_VERSION,
+    SCHEMA_VERSION,
+)
 
 _POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 
@@ -139,6 +145,9 @@ def run_from_columns(columns: Mapping[str, Any]) -> Run:
 
 
 __all__ = [
+    "CREATE_IN_SCHEMA",
+    "CREATE_ONE",
+    "MIGRATE_IT",
     "RUNTIME_VERSION",
     "SCHEMA_VERSION",
     "Migrated",

@@ -160,7 +160,7 @@ def _operators_words(path: str, said: str) -> str:
     """The store's refusal with its advice to a programmer (`open_store`) made the command
     an operator runs: `agentrt --db PATH migrate`, or on PostgreSQL the schema owner's
     (decision 0201: the URL given may be the runtime role's, which may not)."""
-    from .._store.sqlite._migrations import CREATE_IN_SCHEMA, CREATE_ONE, MIGRATE_IT
+    from .._store import CREATE_IN_SCHEMA, CREATE_ONE, MIGRATE_IT
 
     if not_a_path(path):  # the schema's owner runs it, not the runtime role (docs/postgres.md)
         told = {
