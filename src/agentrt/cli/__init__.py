@@ -46,8 +46,10 @@ from ._output import (
     EXIT_USAGE,
     Output,
     Refusal,
+    StdoutFailed,
     UsageError,
     db_path,
+    output_lost,
     render_table,
 )
 from ._parser import NO_RESUME, build_parser, command_index
@@ -67,6 +69,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         _silence_stdout()
         return EXIT_ERROR
+    except OSError as e:
+        # A full standard output (`> /dev/full`, decision XXXX): met at this flush (after
+        # `--version` or `--help`), or in a passthrough command's (the demo's) own write.
+        if not isinstance(e, StdoutFailed) and not _stdout_fails():
+            raise
+        return _lost(output_lost(e, None))
 
 
 def _main(argv: Sequence[str] | None) -> int:
@@ -96,7 +104,11 @@ def _main(argv: Sequence[str] | None) -> int:
         return e.code if isinstance(e.code, int) else EXIT_USAGE
     out = Output(json_mode=bool(getattr(args, "json", False)))
     try:
-        return BY_NAME[args.command].run(args, out)
+        code = BY_NAME[args.command].run(args, out)
+        out.stdout.flush()  # its report's last bytes: lost here, said as lost in the command
+        return code
+    except StdoutFailed as e:
+        return _lost(output_lost(e, out.done))
     except UsageError as e:
         parser.print_usage(out.stderr)
         out.error(sanitize(str(e)))
@@ -129,6 +141,26 @@ def _main(argv: Sequence[str] | None) -> int:
         # A cursor file or a directory the command could not use: one sentence.
         out.error(sanitize(f"{e.strerror or e}: {e.filename}" if e.filename else str(e)))
         return EXIT_ERROR
+
+
+def _lost(said: str) -> int:
+    """Say that the standard output could not be written (on stderr: if that fails too,
+    nothing more can be said); later writes, and the flush at exit, go nowhere."""
+    _silence_stdout()
+    with contextlib.suppress(OSError, ValueError):
+        sys.stderr.write(f"agentrt: {sanitize(said)}\n")
+    return EXIT_ERROR
+
+
+def _stdout_fails() -> bool:
+    """Whether flushing the standard output fails: the OSError just met was its own (a
+    passthrough command writes to `sys.stdout` itself)."""
+    try:
+        if sys.stdout is not None:
+            sys.stdout.flush()
+    except OSError:
+        return True
+    return False
 
 
 def _looked_in(args: argparse.Namespace, e: NotFoundError) -> str:

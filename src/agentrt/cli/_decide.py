@@ -185,6 +185,10 @@ def cmd_decide(args: argparse.Namespace, out: Output, *, approve: bool) -> int:
         operator = Operator(store)
         decide = operator.approve if approve else operator.reject
         decided = decide(args.run, approval.id, by, note, shown_hash=approval.hash)
+        out.done = (
+            f"approval {shown(decided.id)} of run {shown(args.run)} was "
+            f"{'approved' if approve else 'rejected'} by {sanitize(by)}"
+        )
         run = store.get_run(args.run, cap=view.LIST_TEXT_CAP)
     if out.json:
         out.document(
@@ -208,6 +212,7 @@ def cmd_cancel(args: argparse.Namespace, out: Output) -> int:
     note = check_note(args.note)
     with open_db(args, write=True) as store:
         run = Operator(store).cancel(view.resolve_run_id(store, args.run), by, note)
+        out.done = f"run {shown(run.id)} was cancelled by {sanitize(by)}"
     if out.json:
         out.document({"run": view.run_json(run)})
         return EXIT_OK

@@ -35,6 +35,9 @@ def migrate_arguments(parser: argparse.ArgumentParser) -> None:
 def cmd_migrate(args: argparse.Namespace, out: Output) -> int:
     schema, proxy = migrate_db(args, proxy=bool(args.proxy))
     shown = sanitize(shown_db(db_path(args)))
+    out.done = f"the migration was done ({shown}: {_said(schema, 'schema version')}" + (
+        ")" if proxy is None else f"; the proxy's tables {_said(proxy, 'version')})"
+    )
     if out.json:
         out.document(
             {"database": shown_db(db_path(args)), "schema": _json(schema),

@@ -51,6 +51,7 @@ def open_db(args: argparse.Namespace, *, write: bool = False) -> Store:
     """The database this command was given, opened read-only unless `write`; refused in one
     sentence (`Refused`) when the store refuses it; never created."""
     path = db_path(args)
+    _refuse_memory(path)
     if not not_a_path(path) and not os.path.lexists(path):
         raise StoreError(
             f"no database at {path} (agentrt opens existing databases only and never creates one)"
@@ -65,7 +66,20 @@ def migrate_db(args: argparse.Namespace, *, proxy: bool) -> tuple[Migrated, Migr
     from .._store import migrate_store
 
     path = db_path(args)
+    _refuse_memory(path)
     return refused_in_one_sentence(path, lambda: migrate_store(path, proxy=proxy, now=wall_clock()))
+
+
+IN_MEMORY = (
+    "':memory:' is a private in-memory database, gone when the command ends: give a file path"
+)
+"""Why `--db :memory:` is refused by every command (decision XXXX): the store's own words
+(`cannot open :memory:: ...`, `no database at :memory:`) do not say it."""
+
+
+def _refuse_memory(path: str) -> None:
+    if path == ":memory:":
+        raise StoreError(IN_MEMORY)
 
 
 _T = TypeVar("_T")

@@ -17,7 +17,7 @@ import shlex
 import shutil
 import sys
 from collections.abc import Sequence
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
 from .._db_url import is_db_url, redact_db, shown_db
 from ..trace import clip, display_width, json_line, sanitize
@@ -35,11 +35,63 @@ class Refusal(Exception):
     """The operator did not confirm, or the command refuses to go on: exit 1, nothing changed."""
 
 
+class StdoutFailed(OSError):
+    """A write to the standard output failed for another reason than a reader that went
+    away (a full device, `> /dev/full`): what the command printed is incomplete."""
+
+
+class _GuardedStdout:
+    """A standard output whose failed writes and flushes (but a broken pipe, which ends the
+    command quietly) raise `StdoutFailed`: told apart from a failure of any other file."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            raise
+        except OSError as e:
+            raise StdoutFailed(e.errno, e.strerror or str(e)) from e
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            raise
+        except OSError as e:
+            raise StdoutFailed(e.errno, e.strerror or str(e)) from e
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def guarded(stream: TextIO) -> TextIO:
+    """`stream` (the standard output), its failed writes raised as `StdoutFailed`."""
+    return cast(TextIO, _GuardedStdout(stream))
+
+
+def output_lost(e: OSError, done: str | None) -> str:
+    """The one line for a standard output that could not be written: what was `done` (a
+    change already committed) and that its report was lost, or that nothing was changed."""
+    why = e.strerror or str(e)
+    if done is not None:
+        return f"{done}, but its report could not be written to the standard output ({why})"
+    return (
+        f"the standard output could not be written ({why}), so what was printed is "
+        "incomplete; nothing was changed"
+    )
+
+
 class Output:
     """Where the command writes: stdout for results, stderr for errors (and hints in JSON mode)."""
 
     def __init__(self, *, json_mode: bool) -> None:
-        self.stdout: TextIO = sys.stdout
+        self.stdout: TextIO = guarded(sys.stdout)
+        self.done: str | None = None
+        """What this command changed, said once committed (`the migration was done (...)`):
+        said again on stderr if its report on stdout is lost (decision XXXX)."""
         self.stderr: TextIO = sys.stderr
         self.json = json_mode
         self.tty = isatty(self.stdout)
@@ -157,12 +209,15 @@ __all__ = [
     "EXIT_USAGE",
     "Output",
     "Refusal",
+    "StdoutFailed",
     "UsageError",
     "again",
     "arg",
     "db_path",
+    "guarded",
     "is_db_url",
     "isatty",
+    "output_lost",
     "redact_db",
     "render_table",
     "shown_db",

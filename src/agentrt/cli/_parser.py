@@ -15,6 +15,7 @@ import textwrap
 from collections.abc import Sequence
 
 from ._commands import BY_NAME, COMMANDS
+from ._output import guarded
 
 NO_RESUME = (
     "There is no `resume` command. Resuming a run executes its tools, and that needs the "
@@ -59,7 +60,7 @@ class _Version(argparse.Action):
     ) -> None:
         from .. import __version__
 
-        sys.stdout.write(f"agentrt {__version__}\n")
+        guarded(sys.stdout).write(f"agentrt {__version__}\n")  # a full stdout: StdoutFailed
         parser.exit()
 
 
