@@ -1,4 +1,4 @@
-"""`--db :memory:` is refused in one sentence that says why (decision XXXX).
+"""`--db :memory:` is refused in one sentence that says why (decision 0205).
 
 `agentrt --db :memory: migrate` read "cannot open :memory:: a migration needs a database
 file; ...", the colon doubled, and `runs` "no database at :memory:": neither says that

@@ -1,4 +1,4 @@
-"""A standard output with no room left (`> /dev/full`) is said in one line (decision XXXX).
+"""A standard output with no room left (`> /dev/full`) is said in one line (decision 0205).
 
 `agentrt --db PATH migrate > /dev/full` created the record, then printed a bare
 "[Errno 28] No space left on device" (unbuffered) or a traceback with exit status 120

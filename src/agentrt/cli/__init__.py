@@ -70,7 +70,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _silence_stdout()
         return EXIT_ERROR
     except OSError as e:
-        # A full standard output (`> /dev/full`, decision XXXX): met at this flush (after
+        # A full standard output (`> /dev/full`, decision 0205): met at this flush (after
         # `--version` or `--help`), or in a passthrough command's (the demo's) own write.
         if not isinstance(e, StdoutFailed) and not _stdout_fails():
             raise

@@ -73,7 +73,7 @@ def migrate_db(args: argparse.Namespace, *, proxy: bool) -> tuple[Migrated, Migr
 IN_MEMORY = (
     "':memory:' is a private in-memory database, gone when the command ends: give a file path"
 )
-"""Why `--db :memory:` is refused by every command (decision XXXX): the store's own words
+"""Why `--db :memory:` is refused by every command (decision 0205): the store's own words
 (`cannot open :memory:: ...`, `no database at :memory:`) do not say it."""
 
 

@@ -91,7 +91,7 @@ class Output:
         self.stdout: TextIO = guarded(sys.stdout)
         self.done: str | None = None
         """What this command changed, said once committed (`the migration was done (...)`):
-        said again on stderr if its report on stdout is lost (decision XXXX)."""
+        said again on stderr if its report on stdout is lost (decision 0205)."""
         self.stderr: TextIO = sys.stderr
         self.json = json_mode
         self.tty = isatty(self.stdout)
