@@ -728,11 +728,13 @@ class RunSession:
                     partial(self._with_deferred, deferred, fn),
                     in_tx,
                 )
-            except asyncio.CancelledError:
-                # The caller stopped waiting: the commit may have been made or not.
-                # Nothing kept is written again (a crash at this point leaves either), and
-                # what the session would learn from it is not learnt: a cancelled loop's
-                # session is not used again.
+            except (asyncio.CancelledError, GeneratorExit):
+                # The caller stopped waiting (cancelled, or its coroutine closed from outside:
+                # its loop gone, collected): the commit may have been made or not, as its group
+                # goes. Nothing kept is written again (a crash at this point leaves either; a
+                # close committing it again would claim a step recorded, or record one a crash
+                # leaves unrecorded), and what the session would learn from it is not learnt:
+                # a cancelled loop's session is not used again.
                 raise
             except BaseException:
                 # Rolled back with the rest: still to be written, by the next commit.
