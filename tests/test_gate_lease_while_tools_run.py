@@ -413,3 +413,50 @@ def test_a_session_collected_while_its_cancelled_calls_thread_runs_keeps_the_run
         release[0].set()
         release[1].set()
         loop.close()
+
+
+def test_a_call_executed_then_closed_keeps_the_lease_while_an_earlier_calls_thread_runs(
+    any_store: agentrt.Store,
+) -> None:
+    """`_execute_then_close` (the LangGraph adapter's, one call per session there) gives the
+    lease back with the call's outcome. Driven here through the internal call after step 0's
+    call was cancelled mid-call (its thread left running): the outcome's commit keeps the
+    lease, and the close gives it back once that thread has returned, not before."""
+    store = any_store
+    note, started, release, _ = _blocking()
+    quick = RecordingTool("quick", SideEffect.READ_ONLY)
+    gate = make_gate(store, note, quick, ids=Ids("a"))
+    other = make_gate(store, note, quick, ids=Ids("b"), lease_owner="another")
+    session = gate.begin_sync("a call executed then closed beside a running thread")
+    run_id = session.run_id
+    loop = asyncio.new_event_loop()
+    try:
+        _cancelled_mid_call(loop, _allowed(session, "note", 0), started[0])
+        step = _allowed(session, "quick", 1)
+        observation = loop.run_until_complete(step._execute_then_close())
+        assert observation.kind == "tool_result"
+        assert store.lease(run_id).owner == gate.lease_owner, (
+            "the outcome's commit gave the lease back while an earlier call's thread runs"
+        )
+        session.close_sync()
+        assert store.lease(run_id).owner == gate.lease_owner
+        with pytest.raises(RunLeasedError):
+            other.attach_sync(run_id)
+        given_back = threading.Event()
+        session._on_given_back.append(given_back.set)
+        release[0].set()
+        assert given_back.wait(30)
+        assert store.lease(run_id).owner == ""
+        assert store.get_run(run_id).status == "RUNNING"
+        assert [(s.index, s.status) for s in store.list_steps(run_id)] == [
+            (0, StepStatus.INTERRUPTED),
+            (1, StepStatus.DONE),
+        ]
+        again, verdict = other.attach_sync(run_id)
+        assert verdict is None
+        again.close_sync()
+        assert store.verify_events().intact
+    finally:
+        for r in release:
+            r.set()
+        loop.close()
