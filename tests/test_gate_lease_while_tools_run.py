@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -459,4 +460,57 @@ def test_a_call_executed_then_closed_keeps_the_lease_while_an_earlier_calls_thre
     finally:
         for r in release:
             r.set()
+        loop.close()
+
+
+@pytest.mark.parametrize("closed", ["after the close", "before the close"])
+def test_a_kept_async_tools_task_whose_loop_is_closed_gives_the_lease_back(
+    any_store: agentrt.Store, closed: str
+) -> None:
+    """The execute's coroutine is closed by hand while its async tool's task runs (the task
+    kept for the lease), then the task's loop is closed, after the session's close or before
+    it: the task never runs again, so nothing runs under the lease. The heartbeat finds the
+    loop closed at its next beat: the lease is given back, the heartbeat stops, and the run
+    is free; the step stays `executing`, interrupted by the gate's attach as after a crash.
+    The test waits for the give back (told by the session), not for a time."""
+    store = any_store
+    waiting = _Waiting()
+    # A short lease: the heartbeat beats every second (a third of it).
+    gate = make_gate(store, waiting, ids=Ids("a"), lease_ttl=timedelta(seconds=3))  # type: ignore[arg-type]
+    session = gate.begin_sync("a kept task's loop closed")
+    run_id = session.run_id
+    step = _allowed(session, "wait", 0)
+    given_back = threading.Event()
+    session._on_given_back.append(given_back.set)
+    loop = asyncio.new_event_loop()
+    try:
+        coro = step.execute()
+        executing = loop.create_task(coro)
+        assert loop.run_until_complete(loop.run_in_executor(None, waiting.started.wait, 30))
+        coro.close()  # by hand: the task kept for the lease
+        if closed == "after the close":
+            session.close_sync()
+            assert store.lease(run_id).owner == gate.lease_owner
+            loop.close()  # the task's loop, closed with the task pending
+        else:
+            loop.close()
+            session.close_sync()
+        assert given_back.wait(30), "the lease is renewed for a task whose loop was closed"
+        assert store.lease(run_id).owner == ""
+        heartbeat = session._rs.heartbeat
+        heartbeat._thread.join(30)
+        assert not heartbeat._thread.is_alive(), "the heartbeat renews a lease given back"
+        assert [(s.index, s.status) for s in store.list_steps(run_id)] == [
+            (0, StepStatus.EXECUTING)
+        ]
+        again, verdict = gate.attach_sync(run_id)
+        assert verdict is None
+        assert [(s.index, s.status) for s in store.list_steps(run_id)] == [
+            (0, StepStatus.INTERRUPTED)
+        ]
+        again.close_sync()
+        assert waiting.ended == []
+        assert store.verify_events().intact
+        del executing
+    finally:
         loop.close()
