@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -412,4 +413,104 @@ def test_a_session_collected_while_its_cancelled_calls_thread_runs_keeps_the_run
     finally:
         release[0].set()
         release[1].set()
+        loop.close()
+
+
+def test_a_call_executed_then_closed_keeps_the_lease_while_an_earlier_calls_thread_runs(
+    any_store: agentrt.Store,
+) -> None:
+    """`_execute_then_close` (the LangGraph adapter's, one call per session there) gives the
+    lease back with the call's outcome. Driven here through the internal call after step 0's
+    call was cancelled mid-call (its thread left running): the outcome's commit keeps the
+    lease, and the close gives it back once that thread has returned, not before."""
+    store = any_store
+    note, started, release, _ = _blocking()
+    quick = RecordingTool("quick", SideEffect.READ_ONLY)
+    gate = make_gate(store, note, quick, ids=Ids("a"))
+    other = make_gate(store, note, quick, ids=Ids("b"), lease_owner="another")
+    session = gate.begin_sync("a call executed then closed beside a running thread")
+    run_id = session.run_id
+    loop = asyncio.new_event_loop()
+    try:
+        _cancelled_mid_call(loop, _allowed(session, "note", 0), started[0])
+        step = _allowed(session, "quick", 1)
+        observation = loop.run_until_complete(step._execute_then_close())
+        assert observation.kind == "tool_result"
+        assert store.lease(run_id).owner == gate.lease_owner, (
+            "the outcome's commit gave the lease back while an earlier call's thread runs"
+        )
+        session.close_sync()
+        assert store.lease(run_id).owner == gate.lease_owner
+        with pytest.raises(RunLeasedError):
+            other.attach_sync(run_id)
+        given_back = threading.Event()
+        session._on_given_back.append(given_back.set)
+        release[0].set()
+        assert given_back.wait(30)
+        assert store.lease(run_id).owner == ""
+        assert store.get_run(run_id).status == "RUNNING"
+        assert [(s.index, s.status) for s in store.list_steps(run_id)] == [
+            (0, StepStatus.INTERRUPTED),
+            (1, StepStatus.DONE),
+        ]
+        again, verdict = other.attach_sync(run_id)
+        assert verdict is None
+        again.close_sync()
+        assert store.verify_events().intact
+    finally:
+        for r in release:
+            r.set()
+        loop.close()
+
+
+@pytest.mark.parametrize("closed", ["after the close", "before the close"])
+def test_a_kept_async_tools_task_whose_loop_is_closed_gives_the_lease_back(
+    any_store: agentrt.Store, closed: str
+) -> None:
+    """The execute's coroutine is closed by hand while its async tool's task runs (the task
+    kept for the lease), then the task's loop is closed, after the session's close or before
+    it: the task never runs again, so nothing runs under the lease. The heartbeat finds the
+    loop closed at its next beat: the lease is given back, the heartbeat stops, and the run
+    is free; the step stays `executing`, interrupted by the gate's attach as after a crash.
+    The test waits for the give back (told by the session), not for a time."""
+    store = any_store
+    waiting = _Waiting()
+    # A short lease: the heartbeat beats every second (a third of it).
+    gate = make_gate(store, waiting, ids=Ids("a"), lease_ttl=timedelta(seconds=3))  # type: ignore[arg-type]
+    session = gate.begin_sync("a kept task's loop closed")
+    run_id = session.run_id
+    step = _allowed(session, "wait", 0)
+    given_back = threading.Event()
+    session._on_given_back.append(given_back.set)
+    loop = asyncio.new_event_loop()
+    try:
+        coro = step.execute()
+        executing = loop.create_task(coro)
+        assert loop.run_until_complete(loop.run_in_executor(None, waiting.started.wait, 30))
+        coro.close()  # by hand: the task kept for the lease
+        if closed == "after the close":
+            session.close_sync()
+            assert store.lease(run_id).owner == gate.lease_owner
+            loop.close()  # the task's loop, closed with the task pending
+        else:
+            loop.close()
+            session.close_sync()
+        assert given_back.wait(30), "the lease is renewed for a task whose loop was closed"
+        assert store.lease(run_id).owner == ""
+        heartbeat = session._rs.heartbeat
+        heartbeat._thread.join(30)
+        assert not heartbeat._thread.is_alive(), "the heartbeat renews a lease given back"
+        assert [(s.index, s.status) for s in store.list_steps(run_id)] == [
+            (0, StepStatus.EXECUTING)
+        ]
+        again, verdict = gate.attach_sync(run_id)
+        assert verdict is None
+        assert [(s.index, s.status) for s in store.list_steps(run_id)] == [
+            (0, StepStatus.INTERRUPTED)
+        ]
+        again.close_sync()
+        assert waiting.ended == []
+        assert store.verify_events().intact
+        del executing
+    finally:
         loop.close()

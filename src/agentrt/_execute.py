@@ -45,6 +45,7 @@ import inspect
 import os
 import queue
 import threading
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
@@ -445,13 +446,36 @@ def _left_running(task: asyncio.Future[Any], threads: ToolThreads | None) -> Non
         _track(task, threads)
 
 
+class KeptTask(concurrent.futures.Future[Any]):
+    """A future done once a tool's task left running is (`_track`), kept for the lease as a
+    thread is. A task whose event loop is closed before it ends never runs again, and its
+    end is never told: `loop_closed` says so, for the heartbeat to end the future then
+    (`RunSession.start_heartbeat`). The loop is referred to weakly: one collected was never
+    to run the task again either."""
+
+    def __init__(self, task: asyncio.Future[Any]) -> None:
+        super().__init__()
+        self._loop = weakref.ref(task.get_loop())
+
+    def loop_closed(self) -> bool:
+        loop = self._loop()
+        return loop is None or loop.is_closed()
+
+
 def _track(task: asyncio.Future[Any], threads: ToolThreads) -> None:
     """Track a tool's task left running in `threads`, as a thread is: a future done once the
-    task is."""
-    running: Future = concurrent.futures.Future()
+    task is (or once its loop is found closed, `KeptTask`)."""
+    running = KeptTask(task)
     running.set_running_or_notify_cancel()
-    task.add_done_callback(lambda _: running.set_result(None))
+    task.add_done_callback(lambda _: _ended(running))
     threads.append(running)
+
+
+def _ended(running: Future) -> None:
+    """`running` is done (on the thread that finds it so: the task's loop, or a heartbeat
+    that found that loop closed; a second time is ignored)."""
+    with contextlib.suppress(concurrent.futures.InvalidStateError):
+        running.set_result(None)
 
 
 def _raised(spec: ToolSpec, exc: BaseException) -> ToolOutcome:

@@ -906,10 +906,10 @@ class GateSession:
         except GeneratorExit:
             # Closed from outside (its loop gone, the coroutine collected): nothing awaited;
             # a next close gives the lease back. That commit was made or not, as its group
-            # went, and the write handed back what it kept: it is not committed again (made,
-            # a second claim is refused, and a close warned it "left unrecorded"); not made,
-            # the step is left as a crash before its first commit leaves it.
-            rs.forget_deferred()
+            # went, and what it kept went with it (`RunSession._write`): it is not committed
+            # again (made, a second claim is refused, and a close warned it "left
+            # unrecorded"); not made, the step is left as a crash before its first commit
+            # leaves it.
             raise
         except (RunMoved, LeaseLostError):
             pass  # the run is no longer this session's: nothing of the step is kept

@@ -28,6 +28,7 @@ Invariants this module owns:
 from __future__ import annotations
 
 import json
+import logging
 import os
 import secrets
 import socket
@@ -149,8 +150,13 @@ class Heartbeat:
         run_id: str,
         owner: str,
         ttl: timedelta,
+        *,
+        on_beat: Callable[[], None] | None = None,
     ) -> None:
         self._renewer = renewer
+        # Called on this thread at each beat before the renewal (a look at what keeps the
+        # lease: a kept tool task whose loop was closed); it may stop the heartbeat.
+        self._on_beat = on_beat
         self._run_id = run_id
         self._owner = owner
         self._ttl = ttl
@@ -178,6 +184,17 @@ class Heartbeat:
         interval = self._ttl.total_seconds() / 3
         try:
             while not self._stop.wait(interval):
+                if self._on_beat is not None:
+                    try:
+                        self._on_beat()
+                    except Exception:  # a look that failed is made again at the next beat
+                        logging.getLogger("agentrt").warning(
+                            "a heartbeat's look at run %s's kept tools failed",
+                            self._run_id,
+                            exc_info=True,
+                        )
+                    if self._stop.is_set():  # the lease was given back: nothing to renew
+                        return
                 try:
                     held = self._renewer.renew(self._run_id, self._owner, self._ttl)
                 except Exception:

@@ -59,6 +59,7 @@ from ._errors import (
     is_deadlock,
 )
 from ._events import Observer, deliver
+from ._execute import KeptTask
 from ._foreign import exception_text
 from ._fork import renewed_in_children
 from ._group_commit import committer_for
@@ -538,6 +539,9 @@ class RunSession:
         # A plain-function tool still running after the caller cancelled the loop:
         # the lease is held (and renewed) until its thread returns.
         self.lingering_tool: concurrent.futures.Future[Any] | None = None
+        # The tool tasks among them (left running by an execute closed from outside, or a
+        # cancel they swallowed): the heartbeat ends one whose loop was closed (`_KeptTasks`).
+        self._kept_tasks = _KeptTasks()
         # Set when an exception other than a cancel interrupted a tool's call with no thread
         # to wait for (an async tool's task may still run): the lease is not given back.
         self.tool_may_run = False
@@ -728,11 +732,13 @@ class RunSession:
                     partial(self._with_deferred, deferred, fn),
                     in_tx,
                 )
-            except asyncio.CancelledError:
-                # The caller stopped waiting: the commit may have been made or not.
-                # Nothing kept is written again (a crash at this point leaves either), and
-                # what the session would learn from it is not learnt: a cancelled loop's
-                # session is not used again.
+            except (asyncio.CancelledError, GeneratorExit):
+                # The caller stopped waiting (cancelled, or its coroutine closed from outside:
+                # its loop gone, collected): the commit may have been made or not, as its group
+                # goes. Nothing kept is written again (a crash at this point leaves either; a
+                # close committing it again would claim a step recorded, or record one a crash
+                # leaves unrecorded), and what the session would learn from it is not learnt:
+                # a cancelled loop's session is not used again.
                 raise
             except BaseException:
                 # Rolled back with the rest: still to be written, by the next commit.
@@ -1021,13 +1027,19 @@ class RunSession:
             self.lingering_tool = thread
         else:
             self.lingering_tool = _both_returned(kept, thread)
+        if isinstance(thread, KeptTask):
+            self._kept_tasks.add(thread)
 
     def start_heartbeat(self) -> Heartbeat:
         """Renew this session's lease on a thread of its own (idempotent)."""
         if self.heartbeat is None:
             config = self.config
             self.heartbeat = Heartbeat(
-                config.store.renewer(config.wall), self.run_id, config.owner, config.lease_ttl
+                config.store.renewer(config.wall),
+                self.run_id,
+                config.owner,
+                config.lease_ttl,
+                on_beat=self._kept_tasks.end_those_whose_loop_closed,
             )
             self.heartbeat.start()
         return self.heartbeat  # type: ignore[no-any-return]
@@ -1215,6 +1227,32 @@ def _from_known(
     if len(page) == _LOAD_PAGE:
         _read_steps(view, run_id, steps, page[-1].index + 1)
     return steps
+
+
+class _KeptTasks:
+    """The tool tasks a session keeps its lease for (`RunSession.keep_lease_while`). A task
+    whose event loop was closed before it ended never runs again, and nothing tells the
+    session (a loop's close calls nobody back): the heartbeat looks at each beat, on its own
+    thread, and ends the future of such a task, so the lease is given back then, as once a
+    kept thread returns (decision 0202 left it renewed for the life of the process). Added to
+    on the loop's thread, read on the heartbeat's: the list is replaced, never changed in
+    place, so a beat reads one whole list."""
+
+    __slots__ = ("_tasks",)
+
+    def __init__(self) -> None:
+        self._tasks: tuple[KeptTask, ...] = ()
+
+    def add(self, task: KeptTask) -> None:
+        self._tasks = (*(t for t in self._tasks if not t.done()), task)
+
+    def end_those_whose_loop_closed(self) -> None:
+        """On a heartbeat's beat: end each kept task's future whose loop was closed (its
+        callbacks, a lease given back among them, run here, off any event loop)."""
+        for task in self._tasks:
+            if not task.done() and task.loop_closed():
+                with contextlib.suppress(concurrent.futures.InvalidStateError):
+                    task.set_result(None)
 
 
 def _both_returned(

@@ -333,7 +333,7 @@ async def run_tool(session: RunSession, step: Step) -> None:
                     observation,
                     None,
                     cancelled=True,
-                    keep_lease=running is not None or (kept is not None and not kept.done()),
+                    keep_lease=running is not None,  # and any kept before (`_finish_tool`)
                 )
             )
         finally:
@@ -407,7 +407,11 @@ async def _finish_tool(
     config = session.config
     written = written_observation(observation)  # before the transaction (decision 0128)
     # The run left RUNNING with the lease given back in this commit: a loop cancelled
-    # meanwhile, or a caller that closes the session next (decision 0131).
+    # meanwhile, or a caller that closes the session next (decision 0131). Not while a tool
+    # of the session may still run: this call's thread (`keep_lease`), or an earlier call's
+    # kept thread or task (cancelled mid-call), which the close then waits for (`_detach`).
+    kept = session.lingering_tool
+    keep_lease = keep_lease or (kept is not None and not kept.done())
     give_back = (cancelled or session.give_back_with_outcome) and not keep_lease
     gave_back = False
 
