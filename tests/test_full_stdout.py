@@ -112,3 +112,88 @@ def test_an_approval_decided_before_its_report_was_lost_says_it_was_decided(
         f"report could not be written to the standard output ({FULL})\n",
     )
     assert pending(db, run.id).status == "approved"
+
+
+# --- review (decision 0205, "Review") -----------------------------------------------------------
+
+
+def test_help_on_a_full_stdout_is_said_in_one_line_not_exit_0(unbuffered: bool) -> None:
+    # argparse's own print_help swallows a failed write: unbuffered, `--help > /dev/full`
+    # printed nothing anywhere and exited 0.
+    for command in (["--help"], ["runs", "--help"], ["bench", "compare", "--help"]):
+        result = full_stdout(command, unbuffered=unbuffered)
+        assert (command, result.returncode, result.stderr) == (command, 1, NOTHING_CHANGED)
+
+
+def test_a_migration_with_nothing_to_do_does_not_say_it_was_done(
+    db_path: Path, unbuffered: bool
+) -> None:
+    drive(str(db_path), [Decision.complete({"ok": True})], prefix="a")  # at the last version
+    result = full_stdout(["--db", str(db_path), "migrate"], unbuffered=unbuffered)
+    assert (result.returncode, result.stderr) == (1, NOTHING_CHANGED)
+
+
+def test_a_plot_written_before_its_report_was_lost_says_it_was_written(
+    tmp_path: Path, unbuffered: bool
+) -> None:
+    from agentrt.bench import Result, Taxonomy, Trial
+
+    taxonomy = Taxonomy.of("t", ok="success", bad="unsafe")
+    trials = (Trial(scenario="s", mode="v1", model="m", repeat=0, run_id="r0", outcome="ok"),)
+    Result(taxonomy, "abc123", trials, created_at="2026-12-01T00:00:00+00:00").write(
+        tmp_path / "a.json"
+    )
+    svg = tmp_path / "cmp.svg"
+    result = full_stdout(
+        ["bench", "compare", str(tmp_path / "a.json"), "--svg", str(svg)], unbuffered=unbuffered
+    )
+    assert (result.returncode, result.stderr) == (
+        1,
+        f"agentrt: the plot was written to {svg}, but its report could not be written to "
+        f"the standard output ({FULL})\n",
+    )
+    assert svg.read_text().startswith("<svg")
+
+
+def test_a_console_whose_address_cannot_be_printed_says_it_in_one_line(
+    db_path: Path, unbuffered: bool
+) -> None:
+    pytest.importorskip("uvicorn")
+    drive(str(db_path), [Decision.complete({"ok": True})], prefix="a")
+    result = full_stdout(["--db", str(db_path), "console", "--port", "0"], unbuffered=unbuffered)
+    assert (result.returncode, result.stderr) == (1, NOTHING_CHANGED)
+
+
+def test_the_demo_on_a_full_stdout_says_it_in_one_line_and_not_that_nothing_changed(
+    tmp_path: Path, unbuffered: bool
+) -> None:
+    # Its directory and database are made before it prints: they stay, and are not denied.
+    workdir = tmp_path / "demo"
+    result = full_stdout(["demo", "--dir", str(workdir)], unbuffered=unbuffered)
+    assert (result.returncode, result.stderr) == (
+        1,
+        f"agentrt: the standard output could not be written ({FULL}), so what agentrt demo "
+        "printed is incomplete; what it had done by then is not undone\n",
+    )
+    assert (workdir / "demo.db").exists()
+
+
+def test_an_mcp_pin_whose_report_is_lost_at_the_exit_does_not_say_nothing_changed(
+    tmp_path: Path,
+) -> None:
+    # Buffered, `mcp pin` returns having written its manifest, and its report is lost at the
+    # flush after it: that said "nothing was changed". (Unbuffered, `agentrt mcp` says the
+    # failed write itself, in its own line.)
+    pytest.importorskip("mcp")
+    server = Path(__file__).parent.parent / "examples" / "mcp" / "notes_server.py"
+    manifest = tmp_path / "notes.manifest.json"
+    result = full_stdout(
+        ["mcp", "pin", "notes", "--out", str(manifest), "--", sys.executable, str(server)],
+        unbuffered=False,
+    )
+    assert (result.returncode, result.stderr) == (
+        1,
+        f"agentrt: the standard output could not be written ({FULL}), so what agentrt mcp "
+        "printed is incomplete; what it had done by then is not undone\n",
+    )
+    assert json.loads(manifest.read_text())["tools"]

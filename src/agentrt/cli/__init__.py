@@ -33,7 +33,7 @@ import argparse
 import contextlib
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from .._db_url import shown_db
 from .._errors import AgentrtError, ApprovalChangedError, ApprovalHashError, NotFoundError
@@ -49,6 +49,7 @@ from ._output import (
     StdoutFailed,
     UsageError,
     db_path,
+    guarded,
     output_lost,
     render_table,
 )
@@ -88,12 +89,14 @@ def _main(argv: Sequence[str] | None) -> int:
     at = command_index(argv)
     # The demo parses its own options, and `resume` deserves an answer, not a list of choices.
     command = BY_NAME.get(argv[at]) if at is not None else None
-    if at is not None and command is not None and command.passthrough is not None:
+    passthrough = command.passthrough if command is not None else None
+    if at is not None and command is not None and passthrough is not None:
         unread = _unread_global(argv[:at], command.unread)
         if unread is not None:
             Output(json_mode=False).error(unread)
             return EXIT_USAGE
-        return command.passthrough(argv[at + 1 :], Output(json_mode=False))
+        words = argv[at + 1 :]
+        return _passthrough(command.name, lambda: passthrough(words, Output(json_mode=False)))
     if at is not None and argv[at] == "resume":
         Output(json_mode=False).error(NO_RESUME)
         return EXIT_USAGE
@@ -141,6 +144,20 @@ def _main(argv: Sequence[str] | None) -> int:
         # A cursor file or a directory the command could not use: one sentence.
         out.error(sanitize(f"{e.strerror or e}: {e.filename}" if e.filename else str(e)))
         return EXIT_ERROR
+
+
+def _passthrough(name: str, run: Callable[[], int]) -> int:
+    """Run a passthrough command (the demo, `mcp`), its `sys.stdout` guarded and flushed here:
+    a full stdout is one line, unbuffered too (its `print` raised a traceback), and does not
+    say that nothing was changed, as the CLI does not know what the command did (the demo
+    made its directory; `mcp pin` wrote its manifest) (decision 0205, Review)."""
+    try:
+        with contextlib.redirect_stdout(guarded(sys.stdout)):
+            code = run()
+            sys.stdout.flush()
+        return code
+    except StdoutFailed as e:
+        return _lost(output_lost(e, None, command=f"agentrt {name}"))
 
 
 def _lost(said: str) -> int:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 
+from ..trace import sanitize
 from ._output import EXIT_OK, Output, Refusal, UsageError
 
 
@@ -56,6 +57,7 @@ def cmd_bench(args: argparse.Namespace, out: Output) -> int:
         with open(tmp, "w", encoding="utf-8") as f:
             f.write(svg)
         os.replace(tmp, args.svg)
+        out.done = f"the plot was written to {sanitize(args.svg)}"
     out.stdout.write(markdown)
     return EXIT_OK
 

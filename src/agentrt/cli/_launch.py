@@ -41,7 +41,16 @@ def cmd_console(args: argparse.Namespace, out: Output) -> int:
     with open_db(args):  # refused here, in one sentence, before anything is served
         pass
     return int(
-        console.serve(db_path(args), host=args.host, port=args.port, by=by, token=args.token)
+        # Its address is printed to the command's stdout: one that cannot be written is
+        # said in one line (`StdoutFailed`), and nothing is served.
+        console.serve(
+            db_path(args),
+            host=args.host,
+            port=args.port,
+            by=by,
+            token=args.token,
+            stdout=out.stdout,
+        )
     )
 
 

@@ -35,9 +35,11 @@ def migrate_arguments(parser: argparse.ArgumentParser) -> None:
 def cmd_migrate(args: argparse.Namespace, out: Output) -> int:
     schema, proxy = migrate_db(args, proxy=bool(args.proxy))
     shown = sanitize(shown_db(db_path(args)))
-    out.done = f"the migration was done ({shown}: {_said(schema, 'schema version')}" + (
-        ")" if proxy is None else f"; the proxy's tables {_said(proxy, 'version')})"
-    )
+    if _done(schema) != "current" or (proxy is not None and _done(proxy) != "current"):
+        # Nothing to do is no change: a lost report then says that nothing was changed.
+        out.done = f"the migration was done ({shown}: {_said(schema, 'schema version')}" + (
+            ")" if proxy is None else f"; the proxy's tables {_said(proxy, 'version')})"
+        )
     if out.json:
         out.document(
             {"database": shown_db(db_path(args)), "schema": _json(schema),

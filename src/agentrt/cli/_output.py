@@ -72,12 +72,18 @@ def guarded(stream: TextIO) -> TextIO:
     return cast(TextIO, _GuardedStdout(stream))
 
 
-def output_lost(e: OSError, done: str | None) -> str:
+def output_lost(e: OSError, done: str | None, *, command: str | None = None) -> str:
     """The one line for a standard output that could not be written: what was `done` (a
-    change already committed) and that its report was lost, or that nothing was changed."""
+    change already committed) and that its report was lost, or that nothing was changed;
+    for a passthrough `command`, whose changes the CLI does not know, neither."""
     why = e.strerror or str(e)
     if done is not None:
         return f"{done}, but its report could not be written to the standard output ({why})"
+    if command is not None:
+        return (
+            f"the standard output could not be written ({why}), so what {command} printed "
+            "is incomplete; what it had done by then is not undone"
+        )
     return (
         f"the standard output could not be written ({why}), so what was printed is "
         "incomplete; nothing was changed"

@@ -13,6 +13,10 @@ import argparse
 import sys
 import textwrap
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsWrite
 
 from ._commands import BY_NAME, COMMANDS
 from ._output import guarded
@@ -42,6 +46,16 @@ Exit status: 0 ok, 1 error or refusal, 2 usage.
 """
 
 _GLOBAL_VALUE_OPTIONS = ("--db",)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, its help written as every report is: argparse's own `print_help`
+    swallows a failed write, so `--help > /dev/full` (unbuffered) exited 0 having printed
+    nothing (decision 0205, Review); here a full stdout is `StdoutFailed`, a closed pipe
+    `BrokenPipeError`, said as for every command."""
+
+    def print_help(self, file: SupportsWrite[str] | None = None) -> None:
+        (file if file is not None else guarded(sys.stdout)).write(self.format_help())
 
 
 class _Version(argparse.Action):
@@ -78,7 +92,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         # No command, or a word that is none: argparse refuses it before any command's
         # options are read. A command: only its options are needed.
         wanted = {word} if word in BY_NAME else set()
-    common = argparse.ArgumentParser(add_help=False)
+    common = _Parser(add_help=False)
     common.add_argument(
         "--db",
         metavar="PATH",
@@ -92,7 +106,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         help="JSON output (JSON Lines for events)",
     )
 
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="agentrt",
         description="See every run, decide every approval, verify the record, follow the log.",
         epilog=_EPILOG,
