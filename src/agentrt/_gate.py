@@ -1383,6 +1383,25 @@ class GateStep:
             await _step.fail_step(rs, self.step, error)
         except RunMoved as moved:
             rs.run = moved.run
+        except (asyncio.CancelledError, GeneratorExit) as cut:
+            # Its commit (the step's kept claim, the step failed, the run ended) was made or
+            # not, as its group went, and what it kept went with it (decision 0206): the copy
+            # shows the step claimed either way. Not used again, as an execute cut short is
+            # (decision 0183): a next claim would judge the limits on that copy (a run with no
+            # step recorded ended at `max_steps`) or claim step 1 over a step the record may
+            # not hold. Only an attribute set: the collector may close this coroutine on any
+            # thread, one holding a lock of the session too (decision 0195).
+            if rs.broken is None:
+                how = (
+                    "was cancelled"
+                    if isinstance(cut, asyncio.CancelledError)
+                    else "was closed from outside"
+                )
+                rs.broken = (
+                    f"the failure of step {self.index} of run {rs.run_id} {how} before its "
+                    "commit returned: whether it is in the record is unknown to this session"
+                )
+            raise
         session._settle_if_done()
         return rs.run
 
