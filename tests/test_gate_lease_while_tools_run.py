@@ -514,3 +514,62 @@ def test_a_kept_async_tools_task_whose_loop_is_closed_gives_the_lease_back(
         del executing
     finally:
         loop.close()
+
+
+@pytest.mark.parametrize("ended", ["a cancelled call's thread returned", "a kept task's loop closed"])
+def test_a_close_after_every_kept_tool_ended_gives_the_lease_back_before_it_returns(
+    any_store: agentrt.Store, ended: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every tool the session kept its lease for ended before the close: a cancelled call's
+    thread that returned, or a kept async tool's task whose loop was closed (ended by the
+    heartbeat's beat, made here by calling it). The close then has nothing to wait for: it
+    gives the lease back and frees the run before it returns, so the gate's attach right
+    after is not refused. Before, it handed that to the kept future's callback, run on an
+    I/O thread after the close had returned ("already has a live session"). Whatever is
+    handed off the loop is held here until the assertions are made, so no thread is raced."""
+    store = any_store
+    note, started, release, returned = _blocking()
+    waiting = _Waiting()
+    gate = make_gate(store, note, waiting, ids=Ids("a"))  # type: ignore[arg-type]
+    session = gate.begin_sync("every kept tool ended before the close")
+    run_id = session.run_id
+    loop = asyncio.new_event_loop()
+    held: list[Any] = []  # what was handed off the loop, run once the test has looked
+    try:
+        if ended == "a cancelled call's thread returned":
+            _cancelled_mid_call(loop, _allowed(session, "note", 0), started[0])
+            release[0].set()
+            assert returned[0].wait(30)
+            kept = session._rs.lingering_tool
+            assert kept is not None
+            kept.result(30)  # its thread has returned
+        else:
+            coro = _allowed(session, "wait", 0).execute()
+            executing = loop.create_task(coro)
+            assert loop.run_until_complete(loop.run_in_executor(None, waiting.started.wait, 30))
+            coro.close()  # by hand: the task kept for the lease
+            loop.close()  # the task's loop: it never runs again
+            session._rs.heartbeat._on_beat()  # the heartbeat's next beat
+            kept = session._rs.lingering_tool
+            assert kept is not None and kept.done()
+            del executing
+        from agentrt import _gate
+
+        monkeypatch.setattr(_gate, "off_the_loop", held.append)
+        given_back = threading.Event()
+        session._on_given_back.append(given_back.set)
+        session.close_sync()
+        assert store.lease(run_id).owner == "", (
+            "the close returned before it gave the lease back, every kept tool having ended"
+        )
+        assert given_back.is_set()  # whoever waits for the give back is told
+        again, verdict = gate.attach_sync(run_id)
+        assert verdict is None
+        again.close_sync()
+        assert store.verify_events().intact
+    finally:
+        for r in release:
+            r.set()
+        for fn in held:
+            fn()
+        loop.close()

@@ -873,21 +873,45 @@ class GateSession:
         # A broken session's copy may be ahead of the rows (a run shown ended that the
         # record holds RUNNING): its lease is given back all the same (a no-op if not held).
         held = held or rs.broken is not None
-        # As a Driver's stopped loop (decision 0163): a tool thread still running keeps the
-        # lease until it returns (`_detach`); a call an exception broke into with no thread
-        # to wait for (an async tool's task) keeps it, unrenewed, to lapse as after a crash.
-        if held and rs.lingering_tool is None and not rs.tool_may_run and not rs.lease_given_back:
-            # The run stays this gate's until its lease is given back, as a Driver's does
-            # (decision 0163): a second live session of the run is refused meanwhile (decision
-            # 0176). The release names this session's epoch, so it could not give up the
-            # lease of a session attached in between in any case (decision 0187).
-            self._detach(free=False)
-            try:
-                await self._let_go_of_lease()
-            finally:
-                self._free()
-            return
-        self._detach()
+        kept = rs.lingering_tool
+        kept_ended = kept is not None and kept.done()
+        if kept_ended:
+            # Every tool kept for the lease ended before this close (a thread that returned,
+            # a task the heartbeat found its loop closed): nothing to wait for, so the lease is
+            # given back here, before the close returns, not by the kept future's callback on
+            # an I/O thread after it (an attach right after was refused, decision 0206's
+            # review); whoever waits for that give back is told, as `_give_back` tells them.
+            rs.lingering_tool = None
+        try:
+            # As a Driver's stopped loop (decision 0163): a tool thread still running keeps
+            # the lease until it returns (`_detach`); a call an exception broke into with no
+            # thread to wait for (an async tool's task) keeps it, unrenewed, to lapse as after
+            # a crash.
+            if (
+                held
+                and rs.lingering_tool is None
+                and not rs.tool_may_run
+                and not rs.lease_given_back
+            ):
+                # The run stays this gate's until its lease is given back, as a Driver's does
+                # (decision 0163): a second live session of the run is refused meanwhile
+                # (decision 0176). The release names this session's epoch, so it could not
+                # give up the lease of a session attached in between in any case (decision
+                # 0187).
+                self._detach(free=False)
+                try:
+                    await self._let_go_of_lease()
+                finally:
+                    self._free()
+                return
+            self._detach()
+        except GeneratorExit:
+            kept_ended = False  # closed from outside (its loop gone): nothing given back
+            raise
+        finally:
+            if kept_ended:
+                for told in self._on_given_back:
+                    told()
 
     async def _let_go_of_lease(self) -> None:
         """Commit an open step's claim and decision (`plan.LEFT_OPEN`), then give the lease back.
