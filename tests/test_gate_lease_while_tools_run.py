@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -472,11 +471,12 @@ def test_a_kept_async_tools_task_whose_loop_is_closed_gives_the_lease_back(
     it: the task never runs again, so nothing runs under the lease. The heartbeat finds the
     loop closed at its next beat: the lease is given back, the heartbeat stops, and the run
     is free; the step stays `executing`, interrupted by the gate's attach as after a crash.
-    The test waits for the give back (told by the session), not for a time."""
+    The beat is the heartbeat's own look (`on_beat`), made here: a short lease, beating on
+    its own, raced a loaded machine (a stall of its length before the tool's start refused
+    it); `test_lease_contract.py` shows the heartbeat making that look at each beat."""
     store = any_store
     waiting = _Waiting()
-    # A short lease: the heartbeat beats every second (a third of it).
-    gate = make_gate(store, waiting, ids=Ids("a"), lease_ttl=timedelta(seconds=3))  # type: ignore[arg-type]
+    gate = make_gate(store, waiting, ids=Ids("a"))  # type: ignore[arg-type]
     session = gate.begin_sync("a kept task's loop closed")
     run_id = session.run_id
     step = _allowed(session, "wait", 0)
@@ -495,11 +495,11 @@ def test_a_kept_async_tools_task_whose_loop_is_closed_gives_the_lease_back(
         else:
             loop.close()
             session.close_sync()
-        assert given_back.wait(30), "the lease is renewed for a task whose loop was closed"
-        assert store.lease(run_id).owner == ""
         heartbeat = session._rs.heartbeat
-        heartbeat._thread.join(30)
-        assert not heartbeat._thread.is_alive(), "the heartbeat renews a lease given back"
+        heartbeat._on_beat()  # the heartbeat's next beat, before its renewal
+        assert given_back.wait(30), "the lease is renewed for a task whose loop was closed"
+        assert heartbeat._stop.is_set(), "the heartbeat renews a lease given back"
+        assert store.lease(run_id).owner == ""
         assert [(s.index, s.status) for s in store.list_steps(run_id)] == [
             (0, StepStatus.EXECUTING)
         ]
@@ -513,4 +513,65 @@ def test_a_kept_async_tools_task_whose_loop_is_closed_gives_the_lease_back(
         assert store.verify_events().intact
         del executing
     finally:
+        loop.close()
+
+
+@pytest.mark.parametrize(
+    "ended", ["a cancelled call's thread returned", "a kept task's loop closed"]
+)
+def test_a_close_after_every_kept_tool_ended_gives_the_lease_back_before_it_returns(
+    any_store: agentrt.Store, ended: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every tool the session kept its lease for ended before the close: a cancelled call's
+    thread that returned, or a kept async tool's task whose loop was closed (ended by the
+    heartbeat's beat, made here by calling it). The close then has nothing to wait for: it
+    gives the lease back and frees the run before it returns, so the gate's attach right
+    after is not refused. Before, it handed that to the kept future's callback, run on an
+    I/O thread after the close had returned ("already has a live session"). Whatever is
+    handed off the loop is held here until the assertions are made, so no thread is raced."""
+    store = any_store
+    note, started, release, returned = _blocking()
+    waiting = _Waiting()
+    gate = make_gate(store, note, waiting, ids=Ids("a"))  # type: ignore[arg-type]
+    session = gate.begin_sync("every kept tool ended before the close")
+    run_id = session.run_id
+    loop = asyncio.new_event_loop()
+    held: list[Any] = []  # what was handed off the loop, run once the test has looked
+    try:
+        if ended == "a cancelled call's thread returned":
+            _cancelled_mid_call(loop, _allowed(session, "note", 0), started[0])
+            release[0].set()
+            assert returned[0].wait(30)
+            kept = session._rs.lingering_tool
+            assert kept is not None
+            kept.result(30)  # its thread has returned
+        else:
+            coro = _allowed(session, "wait", 0).execute()
+            executing = loop.create_task(coro)
+            assert loop.run_until_complete(loop.run_in_executor(None, waiting.started.wait, 30))
+            coro.close()  # by hand: the task kept for the lease
+            loop.close()  # the task's loop: it never runs again
+            session._rs.heartbeat._on_beat()  # the heartbeat's next beat
+            kept = session._rs.lingering_tool
+            assert kept is not None and kept.done()
+            del executing
+        from agentrt import _gate
+
+        monkeypatch.setattr(_gate, "off_the_loop", held.append)
+        given_back = threading.Event()
+        session._on_given_back.append(given_back.set)
+        session.close_sync()
+        assert store.lease(run_id).owner == "", (
+            "the close returned before it gave the lease back, every kept tool having ended"
+        )
+        assert given_back.is_set()  # whoever waits for the give back is told
+        again, verdict = gate.attach_sync(run_id)
+        assert verdict is None
+        again.close_sync()
+        assert store.verify_events().intact
+    finally:
+        for r in release:
+            r.set()
+        for fn in held:
+            fn()
         loop.close()

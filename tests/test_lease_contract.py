@@ -14,6 +14,7 @@ They name no live process but this one and its own children: a mutant may turn
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import socket
@@ -618,3 +619,32 @@ def test_stop_gives_up_waiting_for_a_renewal_that_hangs(monkeypatch: pytest.Monk
         renewer.release.set()
         watchdog.cancel()
         beat._thread.join(10)
+
+
+def test_the_heartbeats_look_runs_on_its_thread_before_each_renewal_and_may_stop_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """`on_beat` (a session's look at its kept tool tasks, decision 0206) is called on the
+    heartbeat's thread before each renewal; one that raises is logged and the renewal made;
+    one that stops the heartbeat (a lease given back) ends the beat with nothing renewed."""
+    renewer = _HeldRenewer(held=100)
+    seen: list[tuple[bool, int]] = []
+
+    def look() -> None:
+        seen.append((threading.current_thread() is beat._thread, len(renewer.calls)))
+        if len(seen) == 2:
+            raise RuntimeError("a look that failed")
+        if len(seen) == 3:
+            beat.stop(wait=False)
+
+    beat = Heartbeat(renewer, "r1", "me", timedelta(milliseconds=30), on_beat=look)
+    with caplog.at_level(logging.WARNING, logger="agentrt"):
+        beat.start()
+        beat._thread.join(10)
+    assert not beat._thread.is_alive()
+    assert seen == [(True, 0), (True, 1), (True, 2)]
+    assert len(renewer.calls) == 2, "the heartbeat renewed a lease its look had given back"
+    assert renewer.closed
+    assert [r.getMessage() for r in caplog.records if r.name == "agentrt"] == [
+        "a heartbeat's look at run r1's kept tools failed"
+    ]

@@ -873,21 +873,45 @@ class GateSession:
         # A broken session's copy may be ahead of the rows (a run shown ended that the
         # record holds RUNNING): its lease is given back all the same (a no-op if not held).
         held = held or rs.broken is not None
-        # As a Driver's stopped loop (decision 0163): a tool thread still running keeps the
-        # lease until it returns (`_detach`); a call an exception broke into with no thread
-        # to wait for (an async tool's task) keeps it, unrenewed, to lapse as after a crash.
-        if held and rs.lingering_tool is None and not rs.tool_may_run and not rs.lease_given_back:
-            # The run stays this gate's until its lease is given back, as a Driver's does
-            # (decision 0163): a second live session of the run is refused meanwhile (decision
-            # 0176). The release names this session's epoch, so it could not give up the
-            # lease of a session attached in between in any case (decision 0187).
-            self._detach(free=False)
-            try:
-                await self._let_go_of_lease()
-            finally:
-                self._free()
-            return
-        self._detach()
+        kept = rs.lingering_tool
+        kept_ended = kept is not None and kept.done()
+        if kept_ended:
+            # Every tool kept for the lease ended before this close (a thread that returned,
+            # a task the heartbeat found its loop closed): nothing to wait for, so the lease is
+            # given back here, before the close returns, not by the kept future's callback on
+            # an I/O thread after it (an attach right after was refused, decision 0206's
+            # review); whoever waits for that give back is told, as `_give_back` tells them.
+            rs.lingering_tool = None
+        try:
+            # As a Driver's stopped loop (decision 0163): a tool thread still running keeps
+            # the lease until it returns (`_detach`); a call an exception broke into with no
+            # thread to wait for (an async tool's task) keeps it, unrenewed, to lapse as after
+            # a crash.
+            if (
+                held
+                and rs.lingering_tool is None
+                and not rs.tool_may_run
+                and not rs.lease_given_back
+            ):
+                # The run stays this gate's until its lease is given back, as a Driver's does
+                # (decision 0163): a second live session of the run is refused meanwhile
+                # (decision 0176). The release names this session's epoch, so it could not
+                # give up the lease of a session attached in between in any case (decision
+                # 0187).
+                self._detach(free=False)
+                try:
+                    await self._let_go_of_lease()
+                finally:
+                    self._free()
+                return
+            self._detach()
+        except GeneratorExit:
+            kept_ended = False  # closed from outside (its loop gone): nothing given back
+            raise
+        finally:
+            if kept_ended:
+                for told in self._on_given_back:
+                    told()
 
     async def _let_go_of_lease(self) -> None:
         """Commit an open step's claim and decision (`plan.LEFT_OPEN`), then give the lease back.
@@ -1383,6 +1407,25 @@ class GateStep:
             await _step.fail_step(rs, self.step, error)
         except RunMoved as moved:
             rs.run = moved.run
+        except (asyncio.CancelledError, GeneratorExit) as cut:
+            # Its commit (the step's kept claim, the step failed, the run ended) was made or
+            # not, as its group went, and what it kept went with it (decision 0206): the copy
+            # shows the step claimed either way. Not used again, as an execute cut short is
+            # (decision 0183): a next claim would judge the limits on that copy (a run with no
+            # step recorded ended at `max_steps`) or claim step 1 over a step the record may
+            # not hold. Only an attribute set: the collector may close this coroutine on any
+            # thread, one holding a lock of the session too (decision 0195).
+            if rs.broken is None:
+                how = (
+                    "was cancelled"
+                    if isinstance(cut, asyncio.CancelledError)
+                    else "was closed from outside"
+                )
+                rs.broken = (
+                    f"the failure of step {self.index} of run {rs.run_id} {how} before its "
+                    "commit returned: whether it is in the record is unknown to this session"
+                )
+            raise
         session._settle_if_done()
         return rs.run
 
