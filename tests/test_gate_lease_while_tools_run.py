@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -36,6 +37,7 @@ from agentrt import (
 )
 from conftest import Ids, RecordingTool
 from support.gates import make_gate
+from support.leases import expire_lease
 
 
 class _Waiting:
@@ -574,4 +576,98 @@ def test_a_close_after_every_kept_tool_ended_gives_the_lease_back_before_it_retu
             r.set()
         for fn in held:
             fn()
+        loop.close()
+
+
+class _HeldRenewals:
+    """The store's renewals, each made only once the test lets one through (`go`): the
+    heartbeat beats on its own thread, a third of a short lease apart, but renews nothing
+    until told, so a lease expired by the test is never renewed under a takeover."""
+
+    def __init__(self, store: agentrt.Store) -> None:
+        self.go = threading.Semaphore(0)
+        self.results: list[bool] = []
+        self.made = threading.Event()
+        real = store.renewer
+
+        def renewer(wall: Any) -> Any:
+            return _HeldRenewer(real(wall), self)
+
+        store.renewer = renewer  # type: ignore[method-assign]
+
+
+class _HeldRenewer:
+    def __init__(self, real: Any, held: _HeldRenewals) -> None:
+        self._real = real
+        self._held = held
+
+    def renew(self, run_id: str, owner: str, ttl: Any) -> bool:
+        assert self._held.go.acquire(timeout=60), "a renewal was held for a minute"
+        held: bool = self._real.renew(run_id, owner, ttl)
+        self._held.results.append(held)
+        self._held.made.set()
+        return held
+
+    def close(self) -> None:
+        self._real.close()
+
+
+@pytest.mark.parametrize("closed", ["before the loss", "after the loss"])
+def test_a_kept_tasks_loop_closed_after_the_lease_was_lost_frees_the_run_for_its_gate(
+    any_store: agentrt.Store, database: str, closed: str
+) -> None:
+    """A session closed (before its heartbeat finds the lease lost, or after) keeps the run
+    its gate's for a kept async tool's task. The lease lapses and another owner takes the
+    run over; the heartbeat's next renewal finds it lost. Then the task's loop is closed: the
+    task never runs again, so nothing of the session runs in this process. Before, the
+    heartbeat had stopped at the loss, nobody looked at the loop, and the gate refused its
+    own attach of the run ("already has a live session") for the life of the process. Now
+    the heartbeat goes on looking (renewing nothing) until the session lets go: the run is
+    freed, and the gate's attach judges the record as any owner's would."""
+    store = any_store
+    renewals = _HeldRenewals(store)
+    waiting = _Waiting()
+    gate = make_gate(store, waiting, ids=Ids("a"), lease_ttl=timedelta(milliseconds=300))  # type: ignore[arg-type]
+    other = make_gate(
+        store,
+        waiting,  # type: ignore[arg-type]
+        ids=Ids("b"),
+        lease_owner="another",
+        lease_ttl=timedelta(hours=1),
+    )
+    session = gate.begin_sync("a kept task's loop closed after the lease was lost")
+    run_id = session.run_id
+    given_back = threading.Event()
+    session._on_given_back.append(given_back.set)
+    loop = asyncio.new_event_loop()
+    try:
+        coro = _allowed(session, "wait", 0).execute()
+        executing = loop.create_task(coro)
+        assert loop.run_until_complete(loop.run_in_executor(None, waiting.started.wait, 30))
+        coro.close()  # by hand: the task kept for the lease
+        if closed == "before the loss":
+            session.close_sync()
+        expire_lease(database, run_id)  # it lapsed (nothing renewed it)
+        taken, _ = other.attach_sync(run_id)  # another owner takes the run over
+        heartbeat = session._rs.heartbeat
+        renewals.go.release()  # the heartbeat's next renewal
+        assert renewals.made.wait(30)
+        assert heartbeat.lost.wait(30) and renewals.results == [False]
+        if closed == "after the loss":
+            session.close_sync()
+        with pytest.raises(RunStateError, match="already has a live session"):
+            gate.attach_sync(run_id)  # its task may still run: not this gate's to take yet
+        loop.close()  # the task's loop, the task pending: it never runs again
+        assert given_back.wait(30), "the run stays this gate's for a task whose loop is closed"
+        assert renewals.results == [False], "the heartbeat renewed a lease it had lost"
+        assert store.lease(run_id).owner == other.lease_owner  # the give back: this epoch only
+        taken.close_sync()
+        again, _ = gate.attach_sync(run_id)
+        again.close_sync()
+        assert waiting.ended == []
+        assert store.verify_events().intact
+        del executing
+    finally:
+        for _ in range(10):
+            renewals.go.release()
         loop.close()

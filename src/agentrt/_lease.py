@@ -14,7 +14,8 @@ Invariants this module owns:
   transaction* open on the file can: SQLite has one writer at a time, and the
   renewal waits for it (up to the busy timeout, then retries at the next tick).
   An UPDATE that matches no row means another owner took the run: the
-  heartbeat stops and reports the loss. So does a renewal on a SQLite file
+  heartbeat stops renewing and reports the loss (its look at the session's kept
+  tool tasks, `on_beat`, goes on until the session stops it). So does a renewal on a SQLite file
   deleted or replaced under the store: nothing is renewed in a file no other
   process reads (`_store/sqlite/_renewer.py`).
 - The holder record (host id, pid, process start time) lets a resumer on the
@@ -155,7 +156,8 @@ class Heartbeat:
     ) -> None:
         self._renewer = renewer
         # Called on this thread at each beat before the renewal (a look at what keeps the
-        # lease: a kept tool task whose loop was closed); it may stop the heartbeat.
+        # lease: a kept tool task whose loop was closed); it may stop the heartbeat. Once
+        # the lease is lost, the beats go on with the look alone, until stopped.
         self._on_beat = on_beat
         self._run_id = run_id
         self._owner = owner
@@ -182,6 +184,7 @@ class Heartbeat:
 
     def _beat(self) -> None:
         interval = self._ttl.total_seconds() / 3
+        renewer_open = True
         try:
             while not self._stop.wait(interval):
                 if self._on_beat is not None:
@@ -195,6 +198,8 @@ class Heartbeat:
                         )
                     if self._stop.is_set():  # the lease was given back: nothing to renew
                         return
+                if self.lost.is_set():
+                    continue  # nothing to renew: only the look goes on, until stopped
                 try:
                     held = self._renewer.renew(self._run_id, self._owner, self._ttl)
                 except Exception:
@@ -203,10 +208,18 @@ class Heartbeat:
                     continue
                 if not held:
                     self.lost.set()
-                    return
+                    if self._on_beat is None:
+                        return
+                    # A kept tool's task whose loop is closed after the loss still frees
+                    # the run for its gate once looked at (decision XXXX): the look goes on
+                    # until the session stops it; the renewer's connection goes now.
+                    renewer_open = False
+                    self._renewer.close()
+                    continue
                 self.renewals += 1
         finally:
-            self._renewer.close()
+            if renewer_open:
+                self._renewer.close()
 
 
 def _process_state(pid: int) -> str:
