@@ -415,3 +415,61 @@ def test_a_begin_that_made_its_run_and_could_not_give_the_lease_back_logs_it(
     ]
     with agentrt.open_existing(database, read_only=True) as reader:
         assert reader.lease_state(RUN_ID).owner != ""
+
+
+# --- 7. a cancelled loop whose kept tool ended before it let go -----------------------------
+
+
+def test_a_cancelled_loop_whose_kept_tool_thread_returned_gives_the_lease_back_before_it_raises(
+    any_store: agentrt.Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Driver's loop is cancelled mid-call; the tool's thread, kept for the lease, returns
+    while the cancel's outcome is being committed (the commit held until it has). Nothing of
+    the loop runs any more when it lets go: the lease is given back and the run freed before
+    `start` raises, so the driver's resume right after is not refused. Before, the give back
+    was handed to the kept thread's callback, run on an I/O thread after `start` had raised
+    ("this driver is already executing run …", the lease still held). What is handed off the
+    loop is held here until the test has looked: no thread is raced."""
+    import asyncio
+
+    from agentrt import _gate
+    from support.gates import hold_next_group
+
+    started, release, returned = threading.Event(), threading.Event(), threading.Event()
+
+    def blocking(call: Any) -> Any:
+        started.set()
+        assert release.wait(30)
+        returned.set()
+        return agentrt.ToolResult(content={"ok": True})
+
+    tool = RecordingTool("note", SideEffect.LOCAL_MUTATION, result=blocking)
+    agent = ScriptedAgent([Decision.tool_call("note", {"x": 1}), Decision.complete({})])
+    driver = _driver(any_store, agent, tools=[tool])
+    held: list[Any] = []  # what was handed off the loop, run once the test has looked
+    loop = asyncio.new_event_loop()
+    try:
+        running = loop.create_task(driver.start("x"))
+        assert loop.run_until_complete(loop.run_in_executor(None, started.wait, 30))
+        (run,) = any_store.list_runs()
+        entered, go = hold_next_group(any_store, commit="before")  # the cancel's outcome
+        running.cancel()
+        assert loop.run_until_complete(loop.run_in_executor(None, entered.wait, 30))
+        release.set()
+        assert returned.wait(30)  # the kept thread has returned: nothing runs any more
+        monkeypatch.setattr(_gate, "off_the_loop", held.append)
+        go.set()
+        with pytest.raises(asyncio.CancelledError):
+            loop.run_until_complete(running)
+        assert any_store.lease_state(run.id).owner == "", (
+            "the cancelled loop returned before it gave the lease back, its tool's thread ended"
+        )
+        again = loop.run_until_complete(driver.resume(run.id))
+        # The call's outcome is unknown (cancelled mid-call): a person decides.
+        assert again.status == "WAITING_FOR_APPROVAL"
+        assert len(tool.calls) == 1
+    finally:
+        release.set()
+        for fn in held:
+            fn()
+        loop.close()

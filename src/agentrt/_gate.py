@@ -1157,12 +1157,22 @@ class DriverPath:
 
     async def cancelled(self, then: Callable[[], None]) -> bool:
         """The loop was cancelled: release the lease now, or later. True when later."""
-        rs = self._session._rs
-        if rs.lingering_tool is None:
+        if not self._tool_kept():
             await _told_when_ended(self._session._let_go_of_lease(), then)
             return False
         self._session._on_given_back.append(then)
         return True
+
+    def _tool_kept(self) -> bool:
+        """Whether a tool kept for the lease may still run. One that ended (a cancelled call's
+        thread that returned while its outcome was committed) keeps nothing: the lease is
+        given back before the loop's `run` returns, as a close does (decision 0206's
+        review), not by its callback on an I/O thread after (decision XXXX)."""
+        rs = self._session._rs
+        kept = rs.lingering_tool
+        if kept is not None and kept.done():
+            rs.lingering_tool = None
+        return rs.lingering_tool is not None
 
     async def stopped(self, then: Callable[[], None]) -> bool:
         """The loop stopped on an exception that is not a cancel (a store error, an id
@@ -1176,7 +1186,7 @@ class DriverPath:
         lease then lapses."""
         session = self._session
         rs = session._rs
-        if rs.lingering_tool is not None:
+        if self._tool_kept():
             session._on_given_back.append(then)
             return True
         if rs.tool_may_run:
