@@ -82,6 +82,19 @@ def _allowed(session: agentrt.GateSession, tool: str, x: int) -> agentrt.GateSte
     return step
 
 
+def _attached_as_a_crash_left_it(store: agentrt.Store, gate: agentrt.Gate, run_id: str) -> None:
+    """Step 0 is `executing`, as its tool's start left it, with no lease held: the gate's
+    attach judges it as a crash leaves it (interrupted, never run again), and the record's
+    chain is intact."""
+    assert store.lease(run_id).owner == ""
+    assert [(s.index, s.status) for s in store.list_steps(run_id)] == [(0, StepStatus.EXECUTING)]
+    again, verdict = gate.attach_sync(run_id)
+    assert verdict is None
+    assert [(s.index, s.status) for s in store.list_steps(run_id)] == [(0, StepStatus.INTERRUPTED)]
+    again.close_sync()
+    assert store.verify_events().intact
+
+
 def _cancelled_mid_call(
     loop: asyncio.AbstractEventLoop, step: agentrt.GateStep, started: Any
 ) -> None:
@@ -193,17 +206,7 @@ def test_an_execute_closed_by_hand_keeps_the_lease_while_its_async_tools_task_ru
             loop.run_until_complete(asyncio.sleep(0.01))
         loop.run_until_complete(asyncio.sleep(0))  # the task's done callbacks, run
         assert given_back.wait(30), "the lease is kept after the task ended"
-        assert store.lease(run_id).owner == ""
-        assert [(s.index, s.status) for s in store.list_steps(run_id)] == [
-            (0, StepStatus.EXECUTING)
-        ]
-        again, verdict = gate.attach_sync(run_id)
-        assert verdict is None
-        assert [(s.index, s.status) for s in store.list_steps(run_id)] == [
-            (0, StepStatus.INTERRUPTED)
-        ]
-        again.close_sync()
-        assert store.verify_events().intact
+        _attached_as_a_crash_left_it(store, gate, run_id)
         del executing
     finally:
         if waiting.release is not None:
@@ -501,18 +504,8 @@ def test_a_kept_async_tools_task_whose_loop_is_closed_gives_the_lease_back(
         heartbeat._on_beat()  # the heartbeat's next beat, before its renewal
         assert given_back.wait(30), "the lease is renewed for a task whose loop was closed"
         assert heartbeat._stop.is_set(), "the heartbeat renews a lease given back"
-        assert store.lease(run_id).owner == ""
-        assert [(s.index, s.status) for s in store.list_steps(run_id)] == [
-            (0, StepStatus.EXECUTING)
-        ]
-        again, verdict = gate.attach_sync(run_id)
-        assert verdict is None
-        assert [(s.index, s.status) for s in store.list_steps(run_id)] == [
-            (0, StepStatus.INTERRUPTED)
-        ]
-        again.close_sync()
+        _attached_as_a_crash_left_it(store, gate, run_id)
         assert waiting.ended == []
-        assert store.verify_events().intact
         del executing
     finally:
         loop.close()
