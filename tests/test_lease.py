@@ -504,6 +504,60 @@ def test_lease_same_lease_owner_name_is_two_owners(any_store: agentrt.Store) -> 
     assert len(unnamed.lease_owner) == 32
 
 
+def test_a_live_owners_late_result_after_a_real_takeover_is_not_recorded(
+    any_store: agentrt.Store, database: str
+) -> None:
+    """The essay's takeover with the first owner still alive: its charge stalled past the
+    lease, another driver took the run over by its real resume (the call interrupted, a
+    person asked), then the charge returns. Its result is not recorded, the approval
+    stands, and the first loop raises `LeaseLostError` having started nothing else."""
+    store = any_store
+    taken: dict[str, Any] = {}
+
+    def stalls_then_returns(call: ToolCall) -> ToolResult:
+        # Stalled an hour (its hour-long lease: no heartbeat renewed it meanwhile).
+        expire_lease(database, call.run_id)
+        other = agentrt.Driver(
+            store=agentrt.open_existing(database),
+            agent=ScriptedAgent([]),
+            policy=agentrt.default_policy(),
+            tools=[charge, after],
+            lease_owner="other",
+        )
+        taken["run"] = other.resume_sync(call.run_id)
+        taken["rows"] = snapshot(database)
+        return ToolResult({"charged": True})
+
+    charge = RecordingTool("charge", SideEffect.LOCAL_MUTATION, result=stalls_then_returns)
+    after = RecordingTool("after", SideEffect.LOCAL_MUTATION)
+    driver = agentrt.Driver(
+        store=store,
+        agent=ScriptedAgent([Decision.tool_call("charge", {}), Decision.tool_call("after", {})]),
+        policy=agentrt.default_policy(),
+        tools=[charge, after],
+        lease_owner="first",
+        lease_ttl=timedelta(hours=1),
+    )
+    with pytest.raises(LeaseLostError):
+        driver.start_sync("charge once")
+    assert taken["run"].status == "WAITING_FOR_APPROVAL"
+    assert snapshot(database) == taken["rows"]  # nothing written after the takeover
+    (run,) = store.list_runs(10)
+    (step,) = store.list_steps(run.id)
+    assert (run.status, step.status) == ("WAITING_FOR_APPROVAL", "awaiting_approval")
+    (approval,) = store.pending_approvals(run.id)
+    assert approval.kind == "interrupted_side_effect"
+    types = event_types(store, run.id)
+    assert "step.tool_finished" not in types
+    assert types[-4:] == [
+        "lease.taken_over",
+        "step.interrupted",
+        "step.policy",
+        "approval.requested",
+    ]
+    assert (len(charge.calls), after.calls) == (1, [])
+
+
 def test_lease_epoch_grows_with_every_new_owner_and_reaches_tools(
     database: str, crash_journal: Path
 ) -> None:
