@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+import agentrt
+from agentrt import Decision
 from agentrt._clock import parse_time
 from agentrt._errors import SchemaVersionError, StoreError
 from agentrt._store import open_existing, open_store
@@ -22,7 +24,9 @@ from agentrt._store.sqlite._migrations import (
     parse_version,
     statements,
 )
+from agentrt.scripted import ScriptedAgent
 from support.previous_release import previous_release_chain
+from support.rows import execute
 
 # Released migrations are never edited. A failure here means a released script
 # changed: revert it and add a new migration instead.
@@ -183,6 +187,41 @@ def test_min_writer_version_above_this_runtime_refuses_writers_only(db: Path) ->
     reader = open_existing(db, read_only=True)
     try:
         assert reader.get_run("r1").status == "RUNNING"
+    finally:
+        reader.close()
+
+
+def test_a_min_writer_version_above_this_runtime_locks_out_every_writer_on_either_backend(
+    database: str,
+) -> None:
+    """The essay's older binary, from the other side: a record marked for a later runtime
+    refuses this one's writers (`open_store`, `open_existing`) on a SQLite file and on a
+    PostgreSQL schema alike (each backend checks it in its own migrations module); a
+    reader still reads it."""
+    store = open_store(database)
+    run = agentrt.Driver(
+        store=store,
+        agent=ScriptedAgent([Decision.complete({"ok": True})]),
+        policy=agentrt.default_policy(),
+    ).start_sync("written before the lock-out")
+    store.close()
+    assert (
+        execute(
+            database, "UPDATE agentrt_meta SET value = '9.0.0' WHERE key = 'min_writer_version'"
+        )
+        == 1
+    )
+    message = (
+        r"may be written only by agentrt 9\.0\.0 or later "
+        rf"\(this is {migrations.RUNTIME_VERSION}\): upgrade to write it"
+    )
+    with pytest.raises(SchemaVersionError, match=message):
+        open_store(database)
+    with pytest.raises(SchemaVersionError, match=message):
+        open_existing(database)
+    reader = open_existing(database, read_only=True)
+    try:
+        assert reader.get_run(run.id).status == "COMPLETED"
     finally:
         reader.close()
 
