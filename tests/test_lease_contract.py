@@ -654,7 +654,7 @@ def test_once_the_lease_is_lost_the_heartbeat_renews_nothing_but_its_look_goes_o
     """A heartbeat with a look (`on_beat`, a session's at its kept tool tasks) that finds its
     lease lost renews nothing more and closes its renewer, but goes on looking at each beat
     until it is stopped: a kept task whose loop is closed after the loss is still found
-    (decision XXXX). Without a look it stops at the loss, as before."""
+    (decision 0207). Without a look it stops at the loss, as before."""
     renewer = _HeldRenewer(held=1)
     after_the_loss = threading.Semaphore(0)
 

@@ -1167,7 +1167,7 @@ class DriverPath:
         """Whether a tool kept for the lease may still run. One that ended (a cancelled call's
         thread that returned while its outcome was committed) keeps nothing: the lease is
         given back before the loop's `run` returns, as a close does (decision 0206's
-        review), not by its callback on an I/O thread after (decision XXXX)."""
+        review), not by its callback on an I/O thread after (decision 0207)."""
         rs = self._session._rs
         kept = rs.lingering_tool
         if kept is not None and kept.done():

@@ -211,7 +211,7 @@ class Heartbeat:
                     if self._on_beat is None:
                         return
                     # A kept tool's task whose loop is closed after the loss still frees
-                    # the run for its gate once looked at (decision XXXX): the look goes on
+                    # the run for its gate once looked at (decision 0207): the look goes on
                     # until the session stops it; the renewer's connection goes now.
                     renewer_open = False
                     self._renewer.close()
