@@ -79,11 +79,12 @@ def collected(file: str) -> frozenset[str]:
     return frozenset(names)
 
 
-def missing(ref: Reference) -> str:
-    """Why the reference names no test, or "" when it names one."""
-    where = f"docs/status.md line {ref.line}: `{ref.text}`"
+def missing(ref: Reference, page: str = "docs/status.md", within: str = " in its row") -> str:
+    """Why the reference (of `page`) names no test, or "" when it names one; `within`:
+    where a `::test` looks for the file it continues."""
+    where = f"{page} line {ref.line}: `{ref.text}`"
     if not ref.file:
-        return f"{where} continues no file cited before it in its row"
+        return f"{where} continues no file cited before it{within}"
     if not (TESTS / ref.file).is_file():
         return f"{where}: there is no tests/{ref.file}"
     if not any(path in collected(ref.file) for path in ref.paths):
