@@ -12,11 +12,12 @@ shell and escaped. Cells and lines must be sanitized by the caller.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shlex
 import shutil
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, TextIO, cast
 
 from .._db_url import is_db_url, redact_db, shown_db
@@ -40,6 +41,17 @@ class StdoutFailed(OSError):
     away (a full device, `> /dev/full`): what the command printed is incomplete."""
 
 
+@contextlib.contextmanager
+def _failed_as_stdout() -> Iterator[None]:
+    """An OSError of the standard output raised as `StdoutFailed` (a broken pipe as it is)."""
+    try:
+        yield
+    except BrokenPipeError:
+        raise
+    except OSError as e:
+        raise StdoutFailed(e.errno, e.strerror or str(e)) from e
+
+
 class _GuardedStdout:
     """A standard output whose failed writes and flushes (but a broken pipe, which ends the
     command quietly) raise `StdoutFailed`: told apart from a failure of any other file."""
@@ -48,20 +60,12 @@ class _GuardedStdout:
         self._stream = stream
 
     def write(self, text: str) -> int:
-        try:
+        with _failed_as_stdout():
             return self._stream.write(text)
-        except BrokenPipeError:
-            raise
-        except OSError as e:
-            raise StdoutFailed(e.errno, e.strerror or str(e)) from e
 
     def flush(self) -> None:
-        try:
+        with _failed_as_stdout():
             self._stream.flush()
-        except BrokenPipeError:
-            raise
-        except OSError as e:
-            raise StdoutFailed(e.errno, e.strerror or str(e)) from e
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)
