@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -42,3 +43,70 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
     root: skipped without it, failed under CI)."""
     with tmpfs(tmp_path, "640k", _cannot_mount) as mount:
         yield mount
+
+
+class Ext4:
+    """A loop-mounted ext4 of its own, `errors=remount-ro`: `turn_read_only()` makes it
+    report an error, and the kernel turns it read-only under whatever has files open on it
+    (as a real error does); `repair()` unmounts it, runs `e2fsck` and mounts it again,
+    read-write, as an operator does after such an error."""
+
+    def __init__(self, image: Path, mount: Path) -> None:
+        self.image = image
+        self.mount = mount
+
+    def _mount(self) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["mount", "-o", "loop,errors=remount-ro", str(self.image), str(self.mount)],
+            capture_output=True,
+            text=True,
+        )
+
+    def turn_read_only(self) -> None:
+        source = subprocess.run(
+            ["findmnt", "-no", "SOURCE", str(self.mount)], capture_output=True, text=True
+        ).stdout.strip()
+        trigger = Path("/sys/fs/ext4") / Path(source).name / "trigger_fs_error"
+        trigger.write_text("the test turns this filesystem read-only")
+        # Linux 6.x marks it `emergency_ro` (the mount still says `rw`): writes fail.
+        with pytest.raises(OSError, match="Read-only file system"):
+            os.utime(self.mount)
+
+    def repair(self) -> None:
+        subprocess.run(["umount", str(self.mount)], check=True)
+        fsck = subprocess.run(["e2fsck", "-fy", str(self.image)], capture_output=True, text=True)
+        assert fsck.returncode in (0, 1), fsck  # 1: errors found and corrected
+        mounted = self._mount()
+        assert mounted.returncode == 0, mounted.stderr
+
+
+@contextmanager
+def ext4(tmp_path: Path, size: str, refused: Callable[[str], None]) -> Iterator[Ext4]:
+    """`tmp_path / "disk"`, an `Ext4` of `size` (an image in `tmp_path` on a loop device),
+    its root 0700, unmounted after; where it cannot be made, `refused(what was said)`."""
+    image, mount = tmp_path / "ext4.img", tmp_path / "disk"
+    mount.mkdir(mode=0o700)
+    made = subprocess.run(
+        ["mkfs.ext4", "-q", "-F", "-E", "root_owner=0:0", str(image), size],
+        capture_output=True,
+        text=True,
+    ) if shutil.which("mkfs.ext4") else None
+    if made is None or made.returncode != 0:
+        refused("mkfs.ext4 is missing" if made is None else made.stderr)
+    disk = Ext4(image, mount)
+    mounted = disk._mount()
+    if mounted.returncode != 0:
+        refused(mounted.stderr)
+    try:
+        os.chmod(mount, 0o700)
+        yield disk
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], capture_output=True)
+
+
+@pytest.fixture
+def ext4_disk(tmp_path: Path) -> Iterator[Ext4]:
+    """An `Ext4` of 16 MiB of its own (loop device and mount: root, skipped without it,
+    failed under CI)."""
+    with ext4(tmp_path, "16M", _cannot_mount) as disk:
+        yield disk

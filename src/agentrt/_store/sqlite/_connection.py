@@ -214,6 +214,13 @@ def is_io_error(error: BaseException) -> bool:
     return isinstance(code, int) and code & 0xFF == sqlite3.SQLITE_IOERR
 
 
+def is_read_only_error(error: BaseException) -> bool:
+    """True when SQLite refuses a write to a database it holds read-only (`SQLITE_READONLY`):
+    a connection that opened it on a filesystem that was read-only then."""
+    code = getattr(error, "sqlite_errorcode", None)
+    return isinstance(code, int) and code & 0xFF == sqlite3.SQLITE_READONLY
+
+
 def sqlite_failure(error: BaseException) -> str | None:
     """What SQLite said, when `error` is SQLite's (its message may not even be UTF-8), else None.
 

@@ -228,6 +228,42 @@ def check_writable(path: str) -> None:
         )
 
 
+READ_MEANWHILE = (
+    "meanwhile it can be read: open_existing(path, read_only=True), or the agentrt "
+    "commands that only read: runs, show, events, verify"
+)
+
+
+def turned_read_only(path: str) -> str | None:
+    """What to say of the filesystem holding the database at `path` when it is read-only
+    now, else None: asked after a write of an open store failed, for a filesystem turned
+    read-only under it (decision XXXX). ext4 mounted `errors=remount-ro` does so at its
+    first error: every write then fails with `EROFS`, which SQLite reports as an I/O error
+    (its `errno` lost), and neither `statvfs` nor `access(2)` says so (Linux 6.x marks it
+    `emergency_ro`, the mount still `rw`). So, besides `statvfs`, the store's lock file (its
+    own, `_writer_turns`; the database file where there is none) has its times set to now:
+    no descriptor opened (closing one would drop SQLite's POSIX locks), refused with `EROFS`
+    there only."""
+    if _read_only_fs(os.path.dirname(path) or "."):
+        return _TURNED_READ_ONLY.format(path=path)
+    for probe in (path + "-lock", path):
+        try:
+            os.utime(probe)
+        except FileNotFoundError:
+            continue
+        except OSError as e:
+            if e.errno == errno.EROFS:
+                return _TURNED_READ_ONLY.format(path=path)
+        return None
+    return None
+
+
+_TURNED_READ_ONLY = (
+    "the filesystem holding {path} is read-only (it was remounted read-only under the "
+    "open store, as ext4 mounted errors=remount-ro does after an error)"
+)
+
+
 def unreadable_wal(path: str, said: str) -> StoreError:
     """The refusal of a reader beside a `-wal` SQLite cannot read in a directory this
     process cannot write: the `-wal` may hold commits the database file does not, so

@@ -85,6 +85,7 @@ from ._connection import (
     check_sqlite_version,
     is_busy,
     is_io_error,
+    is_read_only_error,
     sqlite_failure,
     store_error,
 )
@@ -465,6 +466,18 @@ class SqliteStore(ProxyRows):
             self._conn.execute("COMMIT")
         except sqlite3.Error as e:
             migrations.rollback_quietly(self._conn)
+            read_only = filesafety.turned_read_only(self.path) if self._uri else None
+            if read_only is not None and (is_io_error(e) or is_read_only_error(e)):
+                self._stop(
+                    f"the store stopped after a commit failed: {read_only}: reopen it once "
+                    f"the filesystem is read-write again ({filesafety.READ_MEANWHILE})"
+                )
+                raise commit_unknown(
+                    f"commit failed: {read_only}, so the transaction could not be made "
+                    "durable; whether it is in the file is unknown until the database is "
+                    "reopened. The store refuses further use: reopen it once the filesystem "
+                    f"is read-write again ({filesafety.READ_MEANWHILE})"
+                ) from e
             if is_io_error(e):
                 said = sqlite_failure(e) or str(e)
                 self._stop(

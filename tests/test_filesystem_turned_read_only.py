@@ -1,0 +1,173 @@
+"""The filesystem holding an open SQLite store turns read-only under it.
+
+ext4 mounted `errors=remount-ro` does that on its first error: every write from then on
+fails (`EROFS`), to files already open too. The tests make it happen for real: an ext4 of
+their own on a loop device (`support.disks.ext4`), turned read-only by its kernel's
+`trigger_fs_error` while a run is mid-way, then repaired (`e2fsck`) and mounted
+read-write again, as an operator does. (An operator's `mount -o remount,ro` cannot do it
+to a live writer: Linux refuses to remount read-only a filesystem with a file open for
+writing, which the first test pins on a tmpfs.)
+
+What is asserted: the commit that meets the read-only filesystem is refused with an agentrt
+`StoreError` naming the file and saying its filesystem is read-only (never acknowledged,
+never SQLite's bare words, never a hang); the store refuses further use; readers (the
+API's read-only open, `agentrt runs` and `show`) read the record meanwhile; the heartbeat
+neither crashes nor spins and its lease is left to expire; repaired and reopened, the record
+holds exactly what was acknowledged, its chain intact, and the run is resumed as after a
+crash.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import agentrt
+from agentrt import Decision, SideEffect, StoreError, ToolCall, ToolResult
+from agentrt.scripted import ScriptedAgent
+from conftest import EPOCH, FakeClock, Ids, RecordingTool
+from support.disks import Ext4, ext4_disk, small_disk  # noqa: F401  (fixtures)
+from support.gates import make_gate
+from test_cli import agentrt_cmd, clean_env
+
+RUN = "a" + "0" * 30 + "1"  # the first id of Ids("a")
+
+
+def _A_DAY_AHEAD() -> datetime:
+    return datetime.now(UTC) + timedelta(days=1)
+
+
+def _events(store: agentrt.Store, run_id: str) -> list[tuple[int, str, str]]:
+    return [(e.seq, e.type, e.hash) for e in store.list_events(run_id)]
+
+
+def _read_only_commit_refused(db: Path) -> str:
+    return (
+        f"commit failed: the filesystem holding {db} is read-only (it was remounted "
+        "read-only under the open store, as ext4 mounted errors=remount-ro does after an "
+        "error), so the transaction could not be made durable; whether it is in the file "
+        "is unknown until the database is reopened. The store refuses further use: reopen "
+        "it once the filesystem is read-write again (meanwhile it can be read: "
+        "open_existing(path, read_only=True), or the agentrt commands that only read: runs, "
+        "show, events, verify)"
+    )
+
+
+def test_linux_refuses_to_remount_read_only_a_filesystem_an_open_store_writes(
+    small_disk: Path,  # noqa: F811
+) -> None:
+    """The operator's `mount -o remount,ro` cannot turn a store's filesystem read-only under
+    it: the kernel refuses (EBUSY) while a file is open for writing, and the store goes on."""
+    db = small_disk / "agentrt.db"
+    with agentrt.open_store(db) as store:
+        make_gate(store).begin_sync("first")
+        done = subprocess.run(
+            ["mount", "-o", "remount,ro", str(small_disk)], capture_output=True, text=True
+        )
+        assert done.returncode == 32 and "busy" in done.stderr, done
+        make_gate(store, ids=Ids("b")).begin_sync("second")
+        assert sorted(r.goal for r in store.list_runs()) == ["first", "second"]
+
+
+def _readers_read(db: Path, run_id: str, events: list[tuple[int, str, str]]) -> None:
+    """While the filesystem is read-only: the API's read-only open, `agentrt runs` and
+    `agentrt show` read the record as acknowledged."""
+    with agentrt.open_existing(db, read_only=True) as reader:
+        assert _events(reader, run_id) == events
+        assert reader.get_run(run_id).status is agentrt.RunStatus.RUNNING
+        assert reader.verify_events().intact
+    runs = agentrt_cmd("--db", str(db), "runs", env=clean_env())
+    assert (runs.returncode, runs.stderr) == (0, ""), runs
+    header, row, footer = runs.stdout.splitlines()
+    assert row.split()[:4] == [run_id, "RUNNING", "held", "driver"]
+    assert footer == "runs 1-1 of 1, newest first"
+    show = agentrt_cmd("--db", str(db), "show", run_id, env=clean_env())
+    assert (show.returncode, show.stderr) == (0, ""), show
+    lines = show.stdout.splitlines()
+    assert lines[0].split() == ["run", run_id]
+    assert lines[2].split() == ["status", "RUNNING"]
+    assert lines[-1].split() == ["0", "executing", "turn", "{}", "allow", "-"]
+
+
+def test_a_runs_commit_on_a_filesystem_turned_read_only_is_refused_and_nothing_acknowledged_is_lost(
+    ext4_disk: Ext4,
+) -> None:
+    db = ext4_disk.mount / "agentrt.db"
+    store = agentrt.open_store(db)
+    seen: dict[str, Any] = {}
+
+    def turn(call: ToolCall) -> ToolResult:
+        with agentrt.open_existing(db, read_only=True) as reader:
+            seen["acknowledged"] = _events(reader, RUN)
+        ext4_disk.turn_read_only()
+        return ToolResult({"done": True})
+
+    tool = RecordingTool("turn", SideEffect.READ_ONLY, result=turn)
+    driver = agentrt.Driver(
+        store=store,
+        agent=ScriptedAgent([Decision.tool_call("turn", {}), Decision.complete()]),
+        policy=agentrt.default_policy(),
+        tools=[tool],
+        now=FakeClock(),
+        new_id=Ids("a"),
+        wall=_A_DAY_AHEAD,  # its lease outlives the test, whatever the machine's load
+    )
+    with pytest.raises(StoreError) as refused:
+        driver.start_sync("meets a read-only filesystem")
+    assert type(refused.value) is StoreError
+    assert str(refused.value) == _read_only_commit_refused(db)
+    assert refused.value.commit_unknown is True
+    assert len(tool.calls) == 1
+    acknowledged = seen["acknowledged"]
+    assert [t for _, t, _ in acknowledged] == [
+        "run.created",
+        "run.started",
+        "step.started",
+        "step.decided",
+        "step.policy",
+        "step.tool_started",
+    ]
+    # The store refuses further use, saying why.
+    with pytest.raises(StoreError, match="the store stopped") as again:
+        store.list_runs()
+    assert str(db) in str(again.value) and "read-only" in str(again.value)
+    _readers_read(db, RUN, acknowledged)
+    store.close()
+
+    ext4_disk.repair()
+    with agentrt.open_store(db) as reopened:
+        assert _events(reopened, RUN) == acknowledged
+        assert reopened.verify_events().intact
+        assert reopened.get_run(RUN).status is agentrt.RunStatus.RUNNING
+        # Resumed as after a crash, by a driver whose lease clock is past the dead lease.
+        resumed = agentrt.Driver(
+            store=reopened,
+            agent=ScriptedAgent([Decision.complete()]),
+            policy=agentrt.default_policy(),
+            tools=[tool],
+            now=FakeClock(EPOCH + timedelta(hours=1)),
+            new_id=Ids("b"),
+            wall=lambda: datetime.now(UTC) + timedelta(days=2),
+        ).resume_sync(RUN)
+        assert resumed.status is agentrt.RunStatus.COMPLETED
+        assert reopened.verify_events().intact
+        after = _events(reopened, RUN)
+        assert after[: len(acknowledged)] == acknowledged
+        # The step in flight is interrupted (its read-only call is not run again) and the
+        # run goes on, as after a crash.
+        assert [t for _, t, _ in after[len(acknowledged) :]] == [
+            "lease.taken_over",
+            "step.interrupted",
+            "run.resumed",
+            "step.started",
+            "step.decided",
+            "run.finished",
+        ]
+        assert len(tool.calls) == 1
