@@ -171,3 +171,108 @@ def test_a_runs_commit_on_a_filesystem_turned_read_only_is_refused_and_nothing_a
             "run.finished",
         ]
         assert len(tool.calls) == 1
+
+
+def test_a_heartbeat_on_a_filesystem_turned_read_only_retries_each_beat_and_its_lease_expires(
+    ext4_disk: Ext4,
+) -> None:
+    """The heartbeat's renewal fails at every beat once the filesystem is read-only: each
+    failure a `StoreError` naming the file, retried at the next beat (a third of the lease
+    later, never sooner: no spin), the process unharmed. The lease is not said lost (no
+    write could record anything anyway; the loop's next commit says why); it is not renewed
+    in the record either, so it expires at its last renewal, and a resume takes the run
+    over after that."""
+    db = ext4_disk.mount / "agentrt.db"
+    store = agentrt.open_store(db)
+    ttl = timedelta(milliseconds=300)
+    sessions: list[Any] = []
+    attempts: list[tuple[float, object]] = []  # (when it began, what it returned or raised)
+    changed = threading.Condition()
+    seen: dict[str, Any] = {}
+
+    def probe(point: str, session: Any) -> None:
+        if not sessions:
+            sessions.append(session)
+
+    def counted(renew: Callable[..., bool]) -> Callable[..., bool]:
+        def renew_counted(*args: Any) -> bool:
+            began = time.monotonic()
+            outcome: object = None
+            try:
+                outcome = renew(*args)
+                return bool(outcome)
+            except BaseException as e:
+                outcome = e
+                raise
+            finally:
+                with changed:
+                    attempts.append((began, outcome))
+                    changed.notify_all()
+
+        return renew_counted
+
+    def turn(call: ToolCall) -> ToolResult:
+        heartbeat = sessions[0].heartbeat
+        heartbeat._renewer.renew = counted(heartbeat._renewer.renew)
+        with changed:
+            assert changed.wait_for(lambda: any(o is True for _, o in attempts), 60)
+        seen["renewals"] = heartbeat.renewals
+        seen["turned at"] = _A_DAY_AHEAD()
+        ext4_disk.turn_read_only()
+        with changed:
+            first = len(attempts)
+            assert changed.wait_for(lambda: len(attempts) >= first + 3, 60)
+            seen["after"] = attempts[first:]
+        seen["lost"] = heartbeat.lost.is_set()
+        seen["renewals since"] = heartbeat.renewals - seen["renewals"]
+        seen["alive"] = heartbeat._thread.is_alive()
+        return ToolResult({"done": True})
+
+    tool = RecordingTool("turn", SideEffect.READ_ONLY, result=turn)
+    driver = agentrt.Driver(
+        store=store,
+        agent=ScriptedAgent([Decision.tool_call("turn", {}), Decision.complete()]),
+        policy=agentrt.default_policy(),
+        tools=[tool],
+        now=FakeClock(),
+        new_id=Ids("a"),
+        lease_ttl=ttl,
+        wall=_A_DAY_AHEAD,
+        probe=probe,
+    )
+    with pytest.raises(StoreError) as refused:
+        driver.start_sync("its heartbeat meets a read-only filesystem")
+    assert str(refused.value) == _read_only_commit_refused(db)
+    heartbeat = sessions[0].heartbeat
+    heartbeat._thread.join(timeout=30)
+    assert not heartbeat._thread.is_alive()  # ended with its loop
+    after = seen.pop("after")
+    said = (
+        f"renewing the lease on run {RUN} failed: the filesystem holding {db} is read-only "
+        "(it was remounted read-only under the open store, as ext4 mounted errors=remount-ro "
+        "does after an error), so the renewal could not be written; the lease expires at "
+        "its last renewal unless the filesystem is read-write again by then"
+    )
+    assert [(type(o), str(o)) for _, o in after] == [(StoreError, said)] * len(after)
+    gaps = [b - a for (a, _), (b, _) in zip(after, after[1:], strict=False)]
+    assert all(gap >= ttl.total_seconds() / 3 - 0.005 for gap in gaps), gaps
+    assert seen.pop("lost") is False
+    assert seen.pop("renewals since") == 0
+    assert seen.pop("alive") is True
+    store.close()
+
+    ext4_disk.repair()
+    with agentrt.open_store(db) as reopened:
+        lease = reopened.lease(RUN)
+        assert lease.owner != "" and lease.expires_at <= seen["turned at"] + ttl
+        assert reopened.verify_events().intact
+        resumed = agentrt.Driver(
+            store=reopened,
+            agent=ScriptedAgent([Decision.complete()]),
+            policy=agentrt.default_policy(),
+            tools=[tool],
+            now=FakeClock(EPOCH + timedelta(hours=1)),
+            new_id=Ids("b"),
+            wall=lambda: lease.expires_at + timedelta(milliseconds=1),
+        ).resume_sync(RUN)
+        assert resumed.status is agentrt.RunStatus.COMPLETED

@@ -14,6 +14,11 @@ once either is deleted or replaced, the connection writes to a file no other pro
 reads. The renewer then writes nothing more (a renewal found before its COMMIT is rolled
 back), closes its connection and reports the lease not held: the heartbeat stops and says
 the lease is lost, and the store refuses the loop's next commit on its own check.
+
+A filesystem turned read-only under the store (decision XXXX) fails every renewal: each
+says so, naming the file, and the heartbeat tries again at its next beat, as after any
+failed renewal. The lease is not reported lost (nothing could record anything; the loop's
+next commit says why): it expires in the record at its last renewal.
 """
 
 from __future__ import annotations
@@ -24,9 +29,10 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 
+from ..._errors import StoreError
 from .._own_connection import OwnConnection
 from ._connection import store_error
-from ._filesafety import FileIdentity
+from ._filesafety import FileIdentity, turned_read_only
 from ._writer_turns import WriterTurns
 from ._writes import SqliteTx, renew_lease, renew_lease_alone
 
@@ -68,6 +74,13 @@ class ConnectionRenewer(OwnConnection[sqlite3.Connection]):
             )
         except sqlite3.Error as e:
             self.close()
+            read_only = turned_read_only(files.path)
+            if read_only is not None:  # decision XXXX: retried at the next beat, as any
+                raise StoreError(
+                    f"renewing the lease on run {run_id} failed: {read_only}, so the "
+                    "renewal could not be written; the lease expires at its last renewal "
+                    "unless the filesystem is read-write again by then"
+                ) from e
             raise store_error(e, f"renewing the lease on run {run_id} failed") from e
         finally:
             self._turns.give()
