@@ -15,7 +15,7 @@ import pytest
 import agentrt
 from agentrt import SideEffect, ToolCall, ToolResult, ToolSpec
 from support.database import BACKENDS, close_schema_pool, make_database
-from support.disks import small_disk  # noqa: F401  (a fixture: tests that fill a disk)
+from support.disks import ext4_disk, small_disk  # noqa: F401  (fixtures: a disk of its own)
 
 # Every transaction of the step machine is checked against its commit plan, in this
 # process and in every child it starts (they inherit the environment).

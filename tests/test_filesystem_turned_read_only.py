@@ -19,6 +19,7 @@ crash.
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import threading
 import time
@@ -33,8 +34,8 @@ import agentrt
 from agentrt import Decision, SideEffect, StoreError, ToolCall, ToolResult
 from agentrt.scripted import ScriptedAgent
 from conftest import EPOCH, FakeClock, Ids, RecordingTool
-from support.disks import Ext4, ext4_disk, small_disk  # noqa: F401  (fixtures)
-from support.gates import make_gate
+from support.disks import Ext4
+from support.gates import make_gate, open_step
 from test_cli import agentrt_cmd, clean_env
 
 RUN = "a" + "0" * 30 + "1"  # the first id of Ids("a")
@@ -61,7 +62,7 @@ def _read_only_commit_refused(db: Path) -> str:
 
 
 def test_linux_refuses_to_remount_read_only_a_filesystem_an_open_store_writes(
-    small_disk: Path,  # noqa: F811
+    small_disk: Path,
 ) -> None:
     """The operator's `mount -o remount,ro` cannot turn a store's filesystem read-only under
     it: the kernel refuses (EBUSY) while a file is open for writing, and the store goes on."""
@@ -85,7 +86,7 @@ def _readers_read(db: Path, run_id: str, events: list[tuple[int, str, str]]) -> 
         assert reader.verify_events().intact
     runs = agentrt_cmd("--db", str(db), "runs", env=clean_env())
     assert (runs.returncode, runs.stderr) == (0, ""), runs
-    header, row, footer = runs.stdout.splitlines()
+    _, row, footer = runs.stdout.splitlines()
     assert row.split()[:4] == [run_id, "RUNNING", "held", "driver"]
     assert footer == "runs 1-1 of 1, newest first"
     show = agentrt_cmd("--db", str(db), "show", run_id, env=clean_env())
@@ -254,7 +255,7 @@ def test_a_heartbeat_on_a_filesystem_turned_read_only_retries_each_beat_and_its_
         "its last renewal unless the filesystem is read-write again by then"
     )
     assert [(type(o), str(o)) for _, o in after] == [(StoreError, said)] * len(after)
-    gaps = [b - a for (a, _), (b, _) in zip(after, after[1:], strict=False)]
+    gaps = [b - a for (a, _), (b, _) in itertools.pairwise(after)]
     assert all(gap >= ttl.total_seconds() / 3 - 0.005 for gap in gaps), gaps
     assert seen.pop("lost") is False
     assert seen.pop("renewals since") == 0
@@ -276,3 +277,57 @@ def test_a_heartbeat_on_a_filesystem_turned_read_only_retries_each_beat_and_its_
             wall=lambda: lease.expires_at + timedelta(milliseconds=1),
         ).resume_sync(RUN)
         assert resumed.status is agentrt.RunStatus.COMPLETED
+
+
+def test_a_gate_steps_commit_on_a_filesystem_turned_read_only_is_refused_the_same_way(
+    ext4_disk: Ext4,
+) -> None:
+    db = ext4_disk.mount / "agentrt.db"
+    store = agentrt.open_store(db)
+    tool = RecordingTool("look", SideEffect.READ_ONLY, result={"seen": True})
+    gate = make_gate(store, tool, wall=_A_DAY_AHEAD)
+    session, step = open_step(gate, "a gate meets a read-only filesystem")
+    run_id = session.run_id
+    acknowledged = _events(store, run_id)
+    ext4_disk.turn_read_only()
+    # A proposal writes nothing of its own (the step's events go with its execute's commit).
+    verdict = step.propose_sync(Decision.tool_call("look", {}))
+    assert verdict.outcome is agentrt.VerdictOutcome.ALLOWED
+    with pytest.raises(StoreError) as refused:
+        step.execute_sync()
+    assert type(refused.value) is StoreError
+    assert str(refused.value) == _read_only_commit_refused(db)
+    assert refused.value.commit_unknown is True
+    assert tool.calls == []
+    with agentrt.open_existing(db, read_only=True) as reader:
+        assert _events(reader, run_id) == acknowledged
+    store.close()
+
+    ext4_disk.repair()
+    with agentrt.open_store(db) as reopened:
+        assert _events(reopened, run_id) == acknowledged
+        assert reopened.verify_events().intact
+        again = make_gate(
+            reopened, tool, ids=Ids("b"), wall=lambda: datetime.now(UTC) + timedelta(days=2)
+        )
+        resumed, _ = again.attach_sync(run_id)
+        step = resumed.step_sync()
+        assert step is not None
+        verdict = step.propose_sync(Decision.tool_call("look", {}))
+        assert verdict.outcome is agentrt.VerdictOutcome.ALLOWED
+        observed = step.execute_sync()
+        assert (observed.kind, observed.content) == ("tool_result", {"seen": True})
+        assert len(tool.calls) == 1
+        after = _events(reopened, run_id)
+        assert after[: len(acknowledged)] == acknowledged
+        # Nothing of the refused step: it is taken over and claimed again from the start.
+        assert [t for _, t, _ in after[len(acknowledged) :]] == [
+            "lease.taken_over",
+            "run.resumed",
+            "step.started",
+            "step.decided",
+            "step.policy",
+            "step.tool_started",
+            "step.tool_finished",
+        ]
+        assert reopened.verify_events().intact

@@ -86,11 +86,15 @@ def ext4(tmp_path: Path, size: str, refused: Callable[[str], None]) -> Iterator[
     its root 0700, unmounted after; where it cannot be made, `refused(what was said)`."""
     image, mount = tmp_path / "ext4.img", tmp_path / "disk"
     mount.mkdir(mode=0o700)
-    made = subprocess.run(
-        ["mkfs.ext4", "-q", "-F", "-E", "root_owner=0:0", str(image), size],
-        capture_output=True,
-        text=True,
-    ) if shutil.which("mkfs.ext4") else None
+    made = (
+        subprocess.run(
+            ["mkfs.ext4", "-q", "-F", "-E", "root_owner=0:0", str(image), size],
+            capture_output=True,
+            text=True,
+        )
+        if shutil.which("mkfs.ext4")
+        else None
+    )
     if made is None or made.returncode != 0:
         refused("mkfs.ext4 is missing" if made is None else made.stderr)
     disk = Ext4(image, mount)
