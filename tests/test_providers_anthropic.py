@@ -57,6 +57,8 @@ from agentrt.providers.anthropic import (
 )
 from support.providers import (
     MIB,
+    STALL_DEADLINE,
+    STALL_ENDS_WITHIN,
     FakeServer,
     anthropic_error,
     anthropic_message,
@@ -673,15 +675,15 @@ def test_body_framed_only_by_the_close_is_ambiguous_when_cut(cut: bool) -> None:
 def test_connection_that_hangs_past_the_timeout_is_ambiguous() -> None:
     with FakeServer(hang()) as server, pytest.raises(ModelTimeoutError) as caught:
         started = time.monotonic()
-        generate(model(server, timeout=timedelta(milliseconds=300)))
+        generate(model(server, timeout=STALL_DEADLINE))
     assert isinstance(caught.value, TimeoutError)
-    assert time.monotonic() - started < 3
+    assert time.monotonic() - started < STALL_ENDS_WITHIN
 
 
 def test_body_that_stalls_mid_read_is_ambiguous() -> None:
     action = stall_body(200, b'{"id": "msg_01", "type": "mess', 4000)
     with FakeServer(action) as server, pytest.raises(ModelTimeoutError):
-        generate(model(server, timeout=timedelta(milliseconds=300)))
+        generate(model(server, timeout=STALL_DEADLINE))
 
 
 @pytest.mark.parametrize("chunked", [False, True])

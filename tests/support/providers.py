@@ -20,11 +20,20 @@ import socket
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any
 
 MIB = 1024 * 1024
+
+# The deadline of a test whose server hangs or stalls: long enough that the request has been
+# sent before it fires even on a loaded machine. A deadline that fires before anything is sent
+# is rightly "could not be reached" (transient), not a timeout that may have been served; at
+# 300 ms a machine at load 8 fired it inside the SDK, before the request left.
+STALL_DEADLINE = timedelta(seconds=2)
+# A stalled call must end at its deadline, not at the SDK's own default of minutes.
+STALL_ENDS_WITHIN = 30.0
 
 
 @dataclass

@@ -237,7 +237,7 @@ READ_MEANWHILE = (
 def turned_read_only(path: str) -> str | None:
     """What to say of the filesystem holding the database at `path` when it is read-only
     now, else None: asked after a write of an open store failed, for a filesystem turned
-    read-only under it (decision XXXX). ext4 mounted `errors=remount-ro` does so at its
+    read-only under it (decision 0208). ext4 mounted `errors=remount-ro` does so at its
     first error: every write then fails with `EROFS`, which SQLite reports as an I/O error
     (its `errno` lost), and neither `statvfs` nor `access(2)` says so (Linux 6.x marks it
     `emergency_ro`, the mount still `rw`). So, besides `statvfs`, the store's lock file (its

@@ -15,7 +15,7 @@ reads. The renewer then writes nothing more (a renewal found before its COMMIT i
 back), closes its connection and reports the lease not held: the heartbeat stops and says
 the lease is lost, and the store refuses the loop's next commit on its own check.
 
-A filesystem turned read-only under the store (decision XXXX) fails every renewal: each
+A filesystem turned read-only under the store (decision 0208) fails every renewal: each
 says so, naming the file, and the heartbeat tries again at its next beat, as after any
 failed renewal. The lease is not reported lost (nothing could record anything; the loop's
 next commit says why): it expires in the record at its last renewal.
@@ -75,7 +75,7 @@ class ConnectionRenewer(OwnConnection[sqlite3.Connection]):
         except sqlite3.Error as e:
             self.close()
             read_only = turned_read_only(files.path)
-            if read_only is not None:  # decision XXXX: retried at the next beat, as any
+            if read_only is not None:  # decision 0208: retried at the next beat, as any
                 raise StoreError(
                     f"renewing the lease on run {run_id} failed: {read_only}, so the "
                     "renewal could not be written; the lease expires at its last renewal "

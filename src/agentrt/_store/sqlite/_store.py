@@ -457,7 +457,7 @@ class SqliteStore(ProxyRows):
         may have dropped what it held: the store stops rather than go on as if its writes
         were durable. A full disk writes nothing (the WAL frame that commits was not
         written), and the store goes on. A filesystem turned read-only under the store
-        (decision XXXX) stops it the same way, its refusal naming the file and the cause."""
+        (decision 0208) stops it the same way, its refusal naming the file and the cause."""
         # A block or a group forked in ends here in the child: the parent's, not committed.
         self._check_open()
         if self._files is not None and self._files.moved():
