@@ -3,6 +3,9 @@
 It runs on the event loop before the tool and before any timeout; the schema is
 the developer's, the argument the model's. A recursive union and `uniqueItems`
 over objects are checked in time about linear in the argument (`_keywords`).
+
+The bounds are on this process's CPU time, not the clock's: an exponential check would
+take minutes of it, and a loaded machine stretches the clock, not the CPU a check takes.
 """
 
 from __future__ import annotations
@@ -91,14 +94,14 @@ def test_a_recursive_union_argument_is_checked_in_about_linear_time(
         now=FakeClock(),
         new_id=Ids(),
     )
-    began = time.monotonic()
+    began = time.process_time()
     run = driver.start_sync("evaluate it")
     assert run.status == "COMPLETED"
-    assert time.monotonic() - began < 3
+    assert time.process_time() - began < 3
     compiled = compile_tool(evaluate.spec)
-    began = time.monotonic()
+    began = time.process_time()
     errors = compiled.check({"expr": _nested(40, {"op": "lit", "value": "x"})})
-    assert time.monotonic() - began < 1
+    assert time.process_time() - began < 1
     assert len(errors) == 1
     assert errors[0].startswith("$.expr: {'op': 'not', 'arg': ")  # the message, clipped
 
@@ -120,10 +123,10 @@ def test_a_union_whose_branches_descend_before_they_fail_is_checked_at_once() ->
         return ""
 
     compiled = compile_tool(agentrt.tool(side_effect="read_only", timeout=5)(build).spec)
-    began = time.monotonic()
+    began = time.process_time()
     assert compiled.check({"tree": _tree(60, None)}) == []
     errors = compiled.check({"tree": _tree(60, 7)})
-    assert time.monotonic() - began < 1
+    assert time.process_time() - began < 1
     assert len(errors) == 1
     assert errors[0].startswith("$.tree: {'op': 'last', 'arg': ")  # the message, clipped
 
@@ -164,11 +167,11 @@ def test_unique_items_over_objects_is_checked_in_about_linear_time(
         now=FakeClock(),
         new_id=Ids(),
     )
-    began = time.monotonic()
+    began = time.process_time()
     run = driver.start_sync("tag them")
     assert run.status == "COMPLETED"
     assert len(tool.calls) == 1
-    assert time.monotonic() - began < 3
+    assert time.process_time() - began < 3
 
 
 @pytest.mark.parametrize(

@@ -155,6 +155,6 @@ def test_a_nested_dialect_keeps_the_linear_time_ecma_262_pattern_check() -> None
     compiled = compile_tool(_spec(schema))
     assert compiled.check({"s": "aaa", "n": 0.3}) == []
     assert compiled.check({"s": "a\n"}) != []
-    began = time.monotonic()
+    began = time.process_time()  # CPU, not the clock: a loaded machine stretches only the clock
     assert compiled.check({"s": "a" * 40 + "!"}) != []
-    assert time.monotonic() - began < 1
+    assert time.process_time() - began < 1
