@@ -703,7 +703,7 @@ class GateSession:
             self._claimable()
             self._claiming = True
         step: Step | None = None
-        closed = False
+        closed = cut_off = False
         opened: GateStep | None = None
         try:
             step = await _step.begin_step(self._rs, read_first=read_first)
@@ -711,19 +711,33 @@ class GateSession:
             if self._closed:
                 raise self._closed_while_claiming() from None
             raise
+        except GeneratorExit:
+            # Closed from outside (its loop closed under the status read or a limit's commit,
+            # the coroutine collected): the collector may close it on a thread that holds the
+            # close lock (a close looking under it), so the lock is not taken here (decision
+            # 0195's `_settling`). Nothing of the claim is kept: `begin_step` keeps it only
+            # after its last await, and a limit's commit cut short takes what it kept with it
+            # (decision 0206). The mark alone is taken back, an attribute set: no other claim
+            # runs while it is set, and a close that reads it either way commits nothing of
+            # this claim, none being kept (decision XXXX).
+            cut_off = True
+            raise
         finally:
-            with self._close_lock:
+            if cut_off:
                 self._claiming = False
-                closed = self._closed
-                if closed:
-                    # Closed while the claim was made: that close gives the lease back and
-                    # commits nothing the session kept (`_claim_cut`), so the claim (kept for
-                    # the step's first commit) is never written.
-                    self._rs.forget_deferred()
-                elif step is not None:
-                    # Open before the mark is taken back: a claim on another thread then
-                    # finds the step open.
-                    self._open = opened = GateStep(self, step, self._caller(step))
+            else:
+                with self._close_lock:
+                    self._claiming = False
+                    closed = self._closed
+                    if closed:
+                        # Closed while the claim was made: that close gives the lease back and
+                        # commits nothing the session kept (`_claim_cut`), so the claim (kept for
+                        # the step's first commit) is never written.
+                        self._rs.forget_deferred()
+                    elif step is not None:
+                        # Open before the mark is taken back: a claim on another thread then
+                        # finds the step open.
+                        self._open = opened = GateStep(self, step, self._caller(step))
         if closed and step is not None:
             raise self._closed_while_claiming()
         if opened is None:
