@@ -17,9 +17,10 @@ from typing import Any
 import pytest
 
 import agentrt
-from agentrt import SideEffect, _step
+from agentrt import SideEffect, _session, _step
 from conftest import RecordingTool
-from support.gates import collected_while_held, make_gate
+from support.gates import collected_while_held, hold_next_group, make_gate
+from support.models import TINY_REQUEST, Replies
 
 
 def change_tool() -> RecordingTool:
@@ -63,3 +64,53 @@ def test_a_claim_abandoned_with_its_loop_collected_while_its_session_is_locked_i
     session.close_sync()
     assert store.lease(session.run_id).owner == ""
     assert [s.status for s in store.list_steps(session.run_id)] == ["deciding"]
+
+
+@pytest.mark.parametrize("commit", ["never", "before"])
+def test_a_dispatch_closed_from_outside_with_the_steps_claim_leaves_the_session_unusable(
+    any_store: agentrt.Store, commit: str
+) -> None:
+    """The consumer's loop is closed under the step's first model call, its dispatch commit
+    (which carries the step's kept claim) in the store's committer; the commit is refused
+    (`never`, nothing written) or made (`before`), and the call's coroutine is closed (as the
+    collector closes it). What the claim became is unknown to the session: it is not used
+    again, a second model call of the step included (refused, nothing written: made, it was
+    recorded and charged under a step the record did not hold). The close gives the lease
+    back; the record is as the commit went."""
+    store = any_store
+    gate = make_gate(store, change_tool(), model=Replies())
+    session = gate.begin_sync("asked, its loop closed under the dispatch")
+    run_id = session.run_id
+    step = session.step_sync()
+    assert step is not None and step.model is not None
+    entered, go = hold_next_group(store, commit=commit)
+    theirs = asyncio.new_event_loop()
+    asking = theirs.create_task(step.model.generate(TINY_REQUEST))
+    assert theirs.run_until_complete(theirs.run_in_executor(None, entered.wait, 30))
+    theirs.close()  # the consumer's loop, closed under the dispatch commit
+    go.set()
+    _session.committer_for(store).submit(lambda tx: None).result(30)  # that commit ended
+    asking.get_coro().close()  # closed from outside, as the collector closes it
+    before = (store.list_steps(run_id), store.list_model_calls(run_id), store.get_run(run_id))
+    with pytest.raises(agentrt.RunStateError, match="can no longer be used") as refused:
+        asyncio.run(step.model.generate(TINY_REQUEST))
+    assert f"the model call of step 0 of run {run_id} was closed from outside" in str(refused.value)
+    with pytest.raises(agentrt.RunStateError, match="can no longer be used"):
+        step.propose_sync({"kind": "final", "text": "done"})
+    with pytest.raises(agentrt.RunStateError, match="can no longer be used"):
+        session.step_sync()
+    assert (
+        store.list_steps(run_id),
+        store.list_model_calls(run_id),
+        store.get_run(run_id),
+    ) == before
+    session.close_sync()
+    assert store.lease(run_id).owner == ""
+    steps = [(s.index, s.status) for s in store.list_steps(run_id)]
+    calls = [(c.step_id, c.status) for c in store.list_model_calls(run_id)]
+    if commit == "never":
+        assert (steps, calls) == ([], [])
+    else:
+        assert (steps, calls) == ([(0, "deciding")], [(step.id, "dispatched")])
+    assert store.get_run(run_id).status == "RUNNING"
+    assert store.verify_events().intact

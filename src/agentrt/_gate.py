@@ -116,6 +116,7 @@ from ._session import (
     release_lease,
     run_io,
     run_sync,
+    unusable,
     write_through,
 )
 from ._shown import shown_approval, shown_run, shown_step
@@ -1049,11 +1050,7 @@ class GateSession:
         if self._closed:
             raise SessionClosedError(f"the gate session of run {self.run_id} was closed")
         if self._rs.broken is not None:
-            raise RunStateError(
-                f"{self._rs.broken}; this session can no longer be used: close it (its lease "
-                "is given back) and attach again, where the step left in flight is judged "
-                "(decision 0136)"
-            )
+            raise unusable(self._rs.broken)
 
     def _running(self) -> None:
         if self._rs.run.status != RunStatus.RUNNING:

@@ -1271,6 +1271,14 @@ def _both_returned(
     return both
 
 
+def unusable(broken: str) -> RunStateError:
+    """The refusal of any call of a session that is `broken` (decision 0136): `broken` says why."""
+    return RunStateError(
+        f"{broken}; this session can no longer be used: close it (its lease is given back) "
+        "and attach again, where the step left in flight is judged (decision 0136)"
+    )
+
+
 def release_lease(config: LoopConfig, run_id: str, epoch: int) -> None:
     """Give up the lease this driver was granted on a run at `epoch` (a session's `epoch`,
     read when it lets go): a lease granted since, to anyone, this driver too, is left as it
