@@ -1036,6 +1036,7 @@ class GateSession:
             thread = next((f for f in entry.threads if not f.done()), None)
             if thread is not None:  # with an earlier call's thread kept: until both return
                 self._rs.keep_lease_while(thread)
+            self._rs._kept_tasks.called(entry)  # its task, if any, is kept (looked at) now
         return bool(gone)
 
     def _for_driver(self) -> DriverPath:
@@ -1320,7 +1321,14 @@ class GateStep:
         session = self._session
         running = ExecuteInFlight()
         with session._close_lock:  # a close from another thread sees it running, or refuses it
-            self._executable()
+            # Counted before the lease is checked: a heartbeat that finds its lease lost after
+            # this sees the call, and keeps looking at what it may keep (decision XXXX).
+            session._rs._kept_tasks.calling(running)
+            try:
+                self._executable()
+            except BaseException:
+                session._rs._kept_tasks.called(running)
+                raise
             self._executed = True
             self._settle()
             session._executions[running] = self
@@ -1363,6 +1371,7 @@ class GateStep:
                     # let go of the session without it.
                     mine = session._executions.pop(running, None) is not None
                     closed = mine and session._closed and not session._executing
+                    rs._kept_tasks.called(running)  # what it kept, it kept already
                 if mine:
                     session._settle_if_done()
                 if closed:
