@@ -165,3 +165,36 @@ def test_the_heartbeat_of_a_driver_loop_that_lost_its_lease_ends_with_the_loop(
 
 async def _in_a_thread(fn: Any) -> None:
     await asyncio.get_running_loop().run_in_executor(None, fn)
+
+
+def test_the_heartbeat_of_a_session_kept_unclosed_after_its_lease_was_lost_ends_with_nothing_kept(
+    any_store: agentrt.Store, database: str
+) -> None:
+    """A session the consumer keeps referenced and never closes after `LeaseLostError`:
+    nothing of it may still run (no execute in flight, no tool kept), and no tool can start
+    under the lost lease, so its heartbeat has nothing left to look at: its thread ends, not
+    a thread asleep per such session for the life of the process (decision XXXX). The
+    session still refuses its calls, and its close still lets the run go."""
+    store = any_store
+    before = _heartbeats()
+    renewers = _Renewers(store)
+    gate = make_gate(store, ids=Ids("a"), lease_ttl=timedelta(milliseconds=150))
+    other = make_gate(store, ids=Ids("b"), lease_owner="another", lease_ttl=timedelta(hours=1))
+    kept: list[agentrt.GateSession] = []
+    lost: list[_Held] = []
+    for i in range(4):
+        session = gate.begin_sync(f"a lease lost, its session kept {i}")
+        lost.append(_lose(renewers.made[-1], database, session.run_id, other))
+        with pytest.raises(LeaseLostError):
+            session.step_sync()
+        kept.append(session)
+    for held in lost:
+        _ended(held)
+    _no_heartbeat_left(before)
+    for session in kept:
+        with pytest.raises(LeaseLostError):
+            session.step_sync()
+        session.close_sync()
+        again, _ = gate.attach_sync(session.run_id)  # the run is this gate's no longer
+        again.close_sync()
+    assert store.verify_events().intact

@@ -63,7 +63,7 @@ from ._model import (
     Usage,
 )
 from ._records import ModelCallStatus, Run, Step, TerminalReason
-from ._session import RunSession, cancelled_by_caller, through_cancels
+from ._session import RunSession, cancelled_by_caller, through_cancels, unusable
 from ._store import Tx
 
 Sleep = Callable[[float], Awaitable[None]]
@@ -204,7 +204,26 @@ class AccountingCaller:
             self._in_flight[call_id] = projection
             return _Attempt(call_id, attempt, self._model.name, projection, now)
 
-        return await session.write(plan.MODEL_DISPATCHED, tx_dispatch)
+        if session.broken is not None:
+            # Not used again (decision 0136): a dispatch would record, and charge, a call
+            # under a step the record may not hold.
+            raise unusable(session.broken)
+        carried = session.has_deferred  # the step's kept claim (its first commit)
+        try:
+            return await session.write(plan.MODEL_DISPATCHED, tx_dispatch)
+        except GeneratorExit:
+            # Closed from outside (its loop gone, the coroutine collected): the commit was
+            # made or not, as its group went, and the step's kept claim went with it
+            # (decision 0206). Whether the step is in the record is unknown: the session is
+            # not used again, as after a failure cut short in its commit (0206's review).
+            # Only an attribute set: the collector may close this on any thread (0195).
+            if carried and session.broken is None:
+                session.broken = (
+                    f"the model call of step {self._step.index} of run {session.run_id} was "
+                    "closed from outside before its dispatch commit returned: whether the "
+                    "step's claim is in the record is unknown to this session"
+                )
+            raise
 
     def _check_limits(self, run: Run, projection: Projection, now: datetime) -> None:
         limits = run.limits

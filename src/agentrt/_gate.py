@@ -116,6 +116,7 @@ from ._session import (
     release_lease,
     run_io,
     run_sync,
+    unusable,
     write_through,
 )
 from ._shown import shown_approval, shown_run, shown_step
@@ -703,7 +704,7 @@ class GateSession:
             self._claimable()
             self._claiming = True
         step: Step | None = None
-        closed = False
+        closed = cut_off = False
         opened: GateStep | None = None
         try:
             step = await _step.begin_step(self._rs, read_first=read_first)
@@ -711,19 +712,33 @@ class GateSession:
             if self._closed:
                 raise self._closed_while_claiming() from None
             raise
+        except GeneratorExit:
+            # Closed from outside (its loop closed under the status read or a limit's commit,
+            # the coroutine collected): the collector may close it on a thread that holds the
+            # close lock (a close looking under it), so the lock is not taken here (decision
+            # 0195's `_settling`). Nothing of the claim is kept: `begin_step` keeps it only
+            # after its last await, and a limit's commit cut short takes what it kept with it
+            # (decision 0206). The mark alone is taken back, an attribute set: no other claim
+            # runs while it is set, and a close that reads it either way commits nothing of
+            # this claim, none being kept (decision XXXX).
+            cut_off = True
+            raise
         finally:
-            with self._close_lock:
+            if cut_off:
                 self._claiming = False
-                closed = self._closed
-                if closed:
-                    # Closed while the claim was made: that close gives the lease back and
-                    # commits nothing the session kept (`_claim_cut`), so the claim (kept for
-                    # the step's first commit) is never written.
-                    self._rs.forget_deferred()
-                elif step is not None:
-                    # Open before the mark is taken back: a claim on another thread then
-                    # finds the step open.
-                    self._open = opened = GateStep(self, step, self._caller(step))
+            else:
+                with self._close_lock:
+                    self._claiming = False
+                    closed = self._closed
+                    if closed:
+                        # Closed while the claim was made: that close gives the lease back and
+                        # commits nothing the session kept (`_claim_cut`), so the claim (kept for
+                        # the step's first commit) is never written.
+                        self._rs.forget_deferred()
+                    elif step is not None:
+                        # Open before the mark is taken back: a claim on another thread then
+                        # finds the step open.
+                        self._open = opened = GateStep(self, step, self._caller(step))
         if closed and step is not None:
             raise self._closed_while_claiming()
         if opened is None:
@@ -1021,6 +1036,7 @@ class GateSession:
             thread = next((f for f in entry.threads if not f.done()), None)
             if thread is not None:  # with an earlier call's thread kept: until both return
                 self._rs.keep_lease_while(thread)
+            self._rs._kept_tasks.called(entry)  # its task, if any, is kept (looked at) now
         return bool(gone)
 
     def _for_driver(self) -> DriverPath:
@@ -1035,11 +1051,7 @@ class GateSession:
         if self._closed:
             raise SessionClosedError(f"the gate session of run {self.run_id} was closed")
         if self._rs.broken is not None:
-            raise RunStateError(
-                f"{self._rs.broken}; this session can no longer be used: close it (its lease "
-                "is given back) and attach again, where the step left in flight is judged "
-                "(decision 0136)"
-            )
+            raise unusable(self._rs.broken)
 
     def _running(self) -> None:
         if self._rs.run.status != RunStatus.RUNNING:
@@ -1309,7 +1321,14 @@ class GateStep:
         session = self._session
         running = ExecuteInFlight()
         with session._close_lock:  # a close from another thread sees it running, or refuses it
-            self._executable()
+            # Counted before the lease is checked: a heartbeat that finds its lease lost after
+            # this sees the call, and keeps looking at what it may keep (decision XXXX).
+            session._rs._kept_tasks.calling(running)
+            try:
+                self._executable()
+            except BaseException:
+                session._rs._kept_tasks.called(running)
+                raise
             self._executed = True
             self._settle()
             session._executions[running] = self
@@ -1352,6 +1371,7 @@ class GateStep:
                     # let go of the session without it.
                     mine = session._executions.pop(running, None) is not None
                     closed = mine and session._closed and not session._executing
+                    rs._kept_tasks.called(running)  # what it kept, it kept already
                 if mine:
                     session._settle_if_done()
                 if closed:

@@ -15,9 +15,10 @@ Invariants this module owns:
   renewal waits for it (up to the busy timeout, then retries at the next tick).
   An UPDATE that matches no row means another owner took the run: the
   heartbeat stops renewing and reports the loss (its look at the session's kept
-  tool tasks, `on_beat`, goes on until the session stops it). So does a renewal on a SQLite file
-  deleted or replaced under the store: nothing is renewed in a file no other
-  process reads (`_store/sqlite/_renewer.py`).
+  tool tasks, `on_beat`, goes on until the session stops it, or until nothing is
+  left to look at, `keeps`: no kept task running, no tool call in flight). So
+  does a renewal on a SQLite file deleted or replaced under the store: nothing
+  is renewed in a file no other process reads (`_store/sqlite/_renewer.py`).
 - The holder record (host id, pid, process start time) lets a resumer on the
   same host prove a previous owner dead (`prove_dead`).
 - `check_live_lease` is the one judgement of whether a lease someone else
@@ -153,12 +154,15 @@ class Heartbeat:
         ttl: timedelta,
         *,
         on_beat: Callable[[], None] | None = None,
+        keeps: Callable[[], bool] | None = None,
     ) -> None:
         self._renewer = renewer
         # Called on this thread at each beat before the renewal (a look at what keeps the
         # lease: a kept tool task whose loop was closed); it may stop the heartbeat. Once
-        # the lease is lost, the beats go on with the look alone, until stopped.
+        # the lease is lost, the beats go on with the look alone, until stopped, or until
+        # `keeps` (asked after each look) says nothing is left to look at (decision XXXX).
         self._on_beat = on_beat
+        self._keeps = keeps
         self._run_id = run_id
         self._owner = owner
         self._ttl = ttl
@@ -199,6 +203,10 @@ class Heartbeat:
                     if self._stop.is_set():  # the lease was given back: nothing to renew
                         return
                 if self.lost.is_set():
+                    if self._keeps is not None and not self._keeps():
+                        # Nothing may run under the lost lease any more, and nothing can start
+                        # under it: no look is left to make (decision XXXX).
+                        return
                     continue  # nothing to renew: only the look goes on, until stopped
                 try:
                     held = self._renewer.renew(self._run_id, self._owner, self._ttl)

@@ -1040,6 +1040,7 @@ class RunSession:
                 config.owner,
                 config.lease_ttl,
                 on_beat=self._kept_tasks.end_those_whose_loop_closed,
+                keeps=self._kept_tasks.may_keep,
             )
             self.heartbeat.start()
         return self.heartbeat  # type: ignore[no-any-return]
@@ -1236,15 +1237,32 @@ class _KeptTasks:
     thread, and ends the future of such a task, so the lease is given back then, as once a
     kept thread returns (decision 0202 left it renewed for the life of the process). Added to
     on the loop's thread, read on the heartbeat's: the list is replaced, never changed in
-    place, so a beat reads one whole list."""
+    place, so a beat reads one whole list.
 
-    __slots__ = ("_tasks",)
+    It also counts the session's tool calls in flight (`calling`, `called`: an execute from
+    before its lease check until it ends, or until a close counts one abandoned with its
+    loop as running no more, its task kept first): only these can keep a task. Once the
+    lease is lost no call starts, so a heartbeat that finds none in flight and no task kept
+    running has nothing left to look at, and its thread ends (`may_keep`, decision XXXX)."""
+
+    __slots__ = ("_calls", "_tasks")
 
     def __init__(self) -> None:
         self._tasks: tuple[KeptTask, ...] = ()
+        self._calls: set[object] = set()  # set.add and discard: one step each under the GIL
 
     def add(self, task: KeptTask) -> None:
         self._tasks = (*(t for t in self._tasks if not t.done()), task)
+
+    def calling(self, call: object) -> None:
+        self._calls.add(call)
+
+    def called(self, call: object) -> None:
+        self._calls.discard(call)
+
+    def may_keep(self) -> bool:
+        """Whether a task may still be kept: one kept not done, or a call in flight."""
+        return bool(self._calls) or any(not t.done() for t in self._tasks)
 
     def end_those_whose_loop_closed(self) -> None:
         """On a heartbeat's beat: end each kept task's future whose loop was closed (its
@@ -1269,6 +1287,14 @@ def _both_returned(
     first.add_done_callback(returned)
     second.add_done_callback(returned)
     return both
+
+
+def unusable(broken: str) -> RunStateError:
+    """The refusal of any call of a session that is `broken` (decision 0136): `broken` says why."""
+    return RunStateError(
+        f"{broken}; this session can no longer be used: close it (its lease is given back) "
+        "and attach again, where the step left in flight is judged (decision 0136)"
+    )
 
 
 def release_lease(config: LoopConfig, run_id: str, epoch: int) -> None:
