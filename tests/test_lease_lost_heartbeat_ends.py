@@ -173,7 +173,7 @@ def test_the_heartbeat_of_a_session_kept_unclosed_after_its_lease_was_lost_ends_
     """A session the consumer keeps referenced and never closes after `LeaseLostError`:
     nothing of it may still run (no execute in flight, no tool kept), and no tool can start
     under the lost lease, so its heartbeat has nothing left to look at: its thread ends, not
-    a thread asleep per such session for the life of the process (decision XXXX). The
+    a thread asleep per such session for the life of the process (decision 0209). The
     session still refuses its calls, and its close still lets the run go."""
     store = any_store
     before = _heartbeats()

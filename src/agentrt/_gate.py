@@ -720,7 +720,7 @@ class GateSession:
             # after its last await, and a limit's commit cut short takes what it kept with it
             # (decision 0206). The mark alone is taken back, an attribute set: no other claim
             # runs while it is set, and a close that reads it either way commits nothing of
-            # this claim, none being kept (decision XXXX).
+            # this claim, none being kept (decision 0209).
             cut_off = True
             raise
         finally:
@@ -1322,7 +1322,7 @@ class GateStep:
         running = ExecuteInFlight()
         with session._close_lock:  # a close from another thread sees it running, or refuses it
             # Counted before the lease is checked: a heartbeat that finds its lease lost after
-            # this sees the call, and keeps looking at what it may keep (decision XXXX).
+            # this sees the call, and keeps looking at what it may keep (decision 0209).
             session._rs._kept_tasks.calling(running)
             try:
                 self._executable()

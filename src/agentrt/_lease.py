@@ -160,7 +160,7 @@ class Heartbeat:
         # Called on this thread at each beat before the renewal (a look at what keeps the
         # lease: a kept tool task whose loop was closed); it may stop the heartbeat. Once
         # the lease is lost, the beats go on with the look alone, until stopped, or until
-        # `keeps` (asked after each look) says nothing is left to look at (decision XXXX).
+        # `keeps` (asked after each look) says nothing is left to look at (decision 0209).
         self._on_beat = on_beat
         self._keeps = keeps
         self._run_id = run_id
@@ -205,7 +205,7 @@ class Heartbeat:
                 if self.lost.is_set():
                     if self._keeps is not None and not self._keeps():
                         # Nothing may run under the lost lease any more, and nothing can start
-                        # under it: no look is left to make (decision XXXX).
+                        # under it: no look is left to make (decision 0209).
                         return
                     continue  # nothing to renew: only the look goes on, until stopped
                 try:

@@ -1243,7 +1243,7 @@ class _KeptTasks:
     before its lease check until it ends, or until a close counts one abandoned with its
     loop as running no more, its task kept first): only these can keep a task. Once the
     lease is lost no call starts, so a heartbeat that finds none in flight and no task kept
-    running has nothing left to look at, and its thread ends (`may_keep`, decision XXXX)."""
+    running has nothing left to look at, and its thread ends (`may_keep`, decision 0209)."""
 
     __slots__ = ("_calls", "_tasks")
 

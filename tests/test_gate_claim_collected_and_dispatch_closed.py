@@ -1,4 +1,4 @@
-"""Edges of a Gate session a reading suspected, each made here at will (decision XXXX).
+"""Edges of a Gate session a reading suspected, each made here at will (decision 0209).
 
 - A claim (`step()`) abandoned with its event loop in its status read, its coroutine closed
   when the cycle collector finds it on a thread that holds the session's close lock (a
