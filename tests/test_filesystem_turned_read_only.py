@@ -189,6 +189,10 @@ def test_a_heartbeat_on_a_filesystem_turned_read_only_retries_each_beat_and_its_
     sessions: list[Any] = []
     attempts: list[tuple[float, object]] = []  # (when it began, what it returned or raised)
     changed = threading.Condition()
+    # Held by a renewal from its start to its end, and by the test while it turns the
+    # filesystem read-only: every renewal is wholly before or wholly after the turn, however
+    # slow the machine (a beat that fell between a count and the turn renewed for real).
+    between = threading.Lock()
     seen: dict[str, Any] = {}
 
     def probe(point: str, session: Any) -> None:
@@ -197,18 +201,23 @@ def test_a_heartbeat_on_a_filesystem_turned_read_only_retries_each_beat_and_its_
 
     def counted(renew: Callable[..., bool]) -> Callable[..., bool]:
         def renew_counted(*args: Any) -> bool:
-            began = time.monotonic()
-            outcome: object = None
-            try:
-                outcome = renew(*args)
-                return bool(outcome)
-            except BaseException as e:
-                outcome = e
-                raise
-            finally:
-                with changed:
-                    attempts.append((began, outcome))
-                    changed.notify_all()
+            with between:
+                if "turned at" in seen and "renewals" not in seen:
+                    # On the heartbeat's thread, before its first renewal after the turn:
+                    # every renewal before it is counted by now.
+                    seen["renewals"] = sessions[0].heartbeat.renewals
+                began = time.monotonic()
+                outcome: object = None
+                try:
+                    outcome = renew(*args)
+                    return bool(outcome)
+                except BaseException as e:
+                    outcome = e
+                    raise
+                finally:
+                    with changed:
+                        attempts.append((began, outcome))
+                        changed.notify_all()
 
         return renew_counted
 
@@ -217,14 +226,17 @@ def test_a_heartbeat_on_a_filesystem_turned_read_only_retries_each_beat_and_its_
         heartbeat._renewer.renew = counted(heartbeat._renewer.renew)
         with changed:
             assert changed.wait_for(lambda: any(o is True for _, o in attempts), 60)
-        seen["renewals"] = heartbeat.renewals
-        seen["turned at"] = _A_DAY_AHEAD()
-        ext4_disk.turn_read_only()
+        with between:  # no renewal under way
+            ext4_disk.turn_read_only()
+            seen["turned at"] = _A_DAY_AHEAD()  # after the last renewal's wall reading
+            with changed:
+                first = len(attempts)
         with changed:
-            first = len(attempts)
             assert changed.wait_for(lambda: len(attempts) >= first + 3, 60)
             seen["after"] = attempts[first:]
         seen["lost"] = heartbeat.lost.is_set()
+        # Read after the third failed renewal: its beat counts nothing, and the next
+        # renewal, if one has begun, waits for nothing of this thread's.
         seen["renewals since"] = heartbeat.renewals - seen["renewals"]
         seen["alive"] = heartbeat._thread.is_alive()
         return ToolResult({"done": True})
