@@ -20,6 +20,8 @@ crash.
 from __future__ import annotations
 
 import itertools
+import os
+import shutil
 import subprocess
 import threading
 import time
@@ -34,7 +36,8 @@ import agentrt
 from agentrt import Decision, SideEffect, StoreError, ToolCall, ToolResult
 from agentrt.scripted import ScriptedAgent
 from conftest import EPOCH, FakeClock, Ids, RecordingTool
-from support.disks import Ext4
+from support import disks
+from support.disks import Ext4, ext4
 from support.gates import make_gate, open_step
 from test_cli import agentrt_cmd, clean_env
 
@@ -343,3 +346,45 @@ def test_a_gate_steps_commit_on_a_filesystem_turned_read_only_is_refused_the_sam
             "step.tool_finished",
         ]
         assert reopened.verify_events().intact
+
+
+class _Refused(Exception):
+    pass
+
+
+def _refuse(said: str) -> None:
+    raise _Refused(said)
+
+
+def test_an_ext4_is_refused_before_anything_is_made_where_a_command_it_needs_is_missing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without `e2fsck` (which `repair()` runs mid-test) the disk is refused in one line
+    before anything is made, not failed half-way through a test."""
+    path = tmp_path / "bin"
+    path.mkdir()
+    for tool in disks.EXT4_TOOLS:
+        found = shutil.which(tool)
+        if found is not None and tool != "e2fsck":
+            (path / tool).symlink_to(found)
+    monkeypatch.setenv("PATH", str(path))
+    with pytest.raises(_Refused) as refused, ext4(tmp_path, "16M", _refuse):
+        pass
+    assert "e2fsck" in str(refused.value) and "\n" not in str(refused.value)
+    assert not (tmp_path / "ext4.img").exists()
+
+
+def test_an_ext4_the_kernel_cannot_turn_read_only_is_refused_and_left_unmounted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the kernel has no `trigger_fs_error` for the disk (an older kernel, a read-only
+    /sys), it is refused before the test begins, and nothing stays mounted."""
+    if os.geteuid() != 0:
+        disks._cannot_make_ext4("mounting a loop device needs root")
+    monkeypatch.setattr(disks, "EXT4_SYSFS", tmp_path / "no-sysfs")
+    with pytest.raises(_Refused) as refused, ext4(tmp_path, "16M", _refuse):
+        pass
+    assert str(refused.value).endswith(
+        "trigger_fs_error cannot be written: this kernel cannot turn it read-only"
+    )
+    assert not os.path.ismount(tmp_path / "disk")
