@@ -300,7 +300,10 @@ def test_a_gate_steps_commit_on_a_filesystem_turned_read_only_is_refused_the_sam
     db = ext4_disk.mount / "agentrt.db"
     store = agentrt.open_store(db)
     tool = RecordingTool("look", SideEffect.READ_ONLY, result={"seen": True})
-    gate = make_gate(store, tool, wall=_A_DAY_AHEAD)
+    # Its heartbeat never beats within the test: a renewal before the turn would leave the
+    # renewer's connection open on the disk (the session is never closed), and `repair()`'s
+    # unmount would find it busy on a machine slow enough to take a third of the lease.
+    gate = make_gate(store, tool, wall=_A_DAY_AHEAD, lease_ttl=timedelta(hours=1))
     session, step = open_step(gate, "a gate meets a read-only filesystem")
     run_id = session.run_id
     acknowledged = _events(store, run_id)
