@@ -20,6 +20,8 @@ crash.
 from __future__ import annotations
 
 import itertools
+import os
+import shutil
 import subprocess
 import threading
 import time
@@ -34,7 +36,8 @@ import agentrt
 from agentrt import Decision, SideEffect, StoreError, ToolCall, ToolResult
 from agentrt.scripted import ScriptedAgent
 from conftest import EPOCH, FakeClock, Ids, RecordingTool
-from support.disks import Ext4
+from support import disks
+from support.disks import Ext4, ext4
 from support.gates import make_gate, open_step
 from test_cli import agentrt_cmd, clean_env
 
@@ -189,6 +192,10 @@ def test_a_heartbeat_on_a_filesystem_turned_read_only_retries_each_beat_and_its_
     sessions: list[Any] = []
     attempts: list[tuple[float, object]] = []  # (when it began, what it returned or raised)
     changed = threading.Condition()
+    # Held by a renewal from its start to its end, and by the test while it turns the
+    # filesystem read-only: every renewal is wholly before or wholly after the turn, however
+    # slow the machine (a beat that fell between a count and the turn renewed for real).
+    between = threading.Lock()
     seen: dict[str, Any] = {}
 
     def probe(point: str, session: Any) -> None:
@@ -197,18 +204,23 @@ def test_a_heartbeat_on_a_filesystem_turned_read_only_retries_each_beat_and_its_
 
     def counted(renew: Callable[..., bool]) -> Callable[..., bool]:
         def renew_counted(*args: Any) -> bool:
-            began = time.monotonic()
-            outcome: object = None
-            try:
-                outcome = renew(*args)
-                return bool(outcome)
-            except BaseException as e:
-                outcome = e
-                raise
-            finally:
-                with changed:
-                    attempts.append((began, outcome))
-                    changed.notify_all()
+            with between:
+                if "turned at" in seen and "renewals" not in seen:
+                    # On the heartbeat's thread, before its first renewal after the turn:
+                    # every renewal before it is counted by now.
+                    seen["renewals"] = sessions[0].heartbeat.renewals
+                began = time.monotonic()
+                outcome: object = None
+                try:
+                    outcome = renew(*args)
+                    return bool(outcome)
+                except BaseException as e:
+                    outcome = e
+                    raise
+                finally:
+                    with changed:
+                        attempts.append((began, outcome))
+                        changed.notify_all()
 
         return renew_counted
 
@@ -217,14 +229,17 @@ def test_a_heartbeat_on_a_filesystem_turned_read_only_retries_each_beat_and_its_
         heartbeat._renewer.renew = counted(heartbeat._renewer.renew)
         with changed:
             assert changed.wait_for(lambda: any(o is True for _, o in attempts), 60)
-        seen["renewals"] = heartbeat.renewals
-        seen["turned at"] = _A_DAY_AHEAD()
-        ext4_disk.turn_read_only()
+        with between:  # no renewal under way
+            ext4_disk.turn_read_only()
+            seen["turned at"] = _A_DAY_AHEAD()  # after the last renewal's wall reading
+            with changed:
+                first = len(attempts)
         with changed:
-            first = len(attempts)
             assert changed.wait_for(lambda: len(attempts) >= first + 3, 60)
             seen["after"] = attempts[first:]
         seen["lost"] = heartbeat.lost.is_set()
+        # Read after the third failed renewal: its beat counts nothing, and the next
+        # renewal, if one has begun, waits for nothing of this thread's.
         seen["renewals since"] = heartbeat.renewals - seen["renewals"]
         seen["alive"] = heartbeat._thread.is_alive()
         return ToolResult({"done": True})
@@ -285,7 +300,10 @@ def test_a_gate_steps_commit_on_a_filesystem_turned_read_only_is_refused_the_sam
     db = ext4_disk.mount / "agentrt.db"
     store = agentrt.open_store(db)
     tool = RecordingTool("look", SideEffect.READ_ONLY, result={"seen": True})
-    gate = make_gate(store, tool, wall=_A_DAY_AHEAD)
+    # Its heartbeat never beats within the test: a renewal before the turn would leave the
+    # renewer's connection open on the disk (the session is never closed), and `repair()`'s
+    # unmount would find it busy on a machine slow enough to take a third of the lease.
+    gate = make_gate(store, tool, wall=_A_DAY_AHEAD, lease_ttl=timedelta(hours=1))
     session, step = open_step(gate, "a gate meets a read-only filesystem")
     run_id = session.run_id
     acknowledged = _events(store, run_id)
@@ -331,3 +349,45 @@ def test_a_gate_steps_commit_on_a_filesystem_turned_read_only_is_refused_the_sam
             "step.tool_finished",
         ]
         assert reopened.verify_events().intact
+
+
+class _Refused(Exception):
+    pass
+
+
+def _refuse(said: str) -> None:
+    raise _Refused(said)
+
+
+def test_an_ext4_is_refused_before_anything_is_made_where_a_command_it_needs_is_missing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without `e2fsck` (which `repair()` runs mid-test) the disk is refused in one line
+    before anything is made, not failed half-way through a test."""
+    path = tmp_path / "bin"
+    path.mkdir()
+    for tool in disks.EXT4_TOOLS:
+        found = shutil.which(tool)
+        if found is not None and tool != "e2fsck":
+            (path / tool).symlink_to(found)
+    monkeypatch.setenv("PATH", str(path))
+    with pytest.raises(_Refused) as refused, ext4(tmp_path, "16M", _refuse):
+        pass
+    assert "e2fsck" in str(refused.value) and "\n" not in str(refused.value)
+    assert not (tmp_path / "ext4.img").exists()
+
+
+def test_an_ext4_the_kernel_cannot_turn_read_only_is_refused_and_left_unmounted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the kernel has no `trigger_fs_error` for the disk (an older kernel, a read-only
+    /sys), it is refused before the test begins, and nothing stays mounted."""
+    if os.geteuid() != 0:
+        disks._cannot_make_ext4("mounting a loop device needs root")
+    monkeypatch.setattr(disks, "EXT4_SYSFS", tmp_path / "no-sysfs")
+    with pytest.raises(_Refused) as refused, ext4(tmp_path, "16M", _refuse):
+        pass
+    assert str(refused.value).endswith(
+        "trigger_fs_error cannot be written: this kernel cannot turn it read-only"
+    )
+    assert not os.path.ismount(tmp_path / "disk")

@@ -473,3 +473,87 @@ def test_a_file_replaced_between_a_renewals_update_and_its_commit_gets_nothing_o
             assert lease is not None and lease.owner == "me" and lease.expires_at == EPOCH
         finally:
             again.close()
+
+
+_EIO_BESIDE_A_LINK = textwrap.dedent(
+    """
+    import json, os, sys
+    from agentrt._records import Limits
+    from agentrt._store import open_store
+    from conftest import EPOCH
+
+    path, flag, target = sys.argv[1], sys.argv[2], sys.argv[3]
+    store = open_store(path)
+    # The lock file replaced by a symlink while the store is open (it keeps its own open
+    # file): its target is on another filesystem.
+    os.symlink(target, path + "-link")
+    os.replace(path + "-link", path + "-lock")
+    open(flag, "w").close()  # the disk fails every sync from here
+    try:
+        with store.transaction() as tx:
+            tx.create_run("r1", "goal", Limits(), owner="me", lease_expires_at=EPOCH,
+                          holder="{}", specs=[], now=EPOCH)
+        said = "acknowledged"
+    except BaseException as e:
+        said = f"{type(e).__module__}.{type(e).__name__}: {e}"
+    print(json.dumps(said))
+    sys.stdout.flush()
+    os._exit(0)
+    """
+)
+
+
+_AN_IO_ERROR = "agentrt.StoreError: commit failed: the disk reported an I/O error"
+
+
+def _fail_a_sync_beside_a_linked_lock_file(
+    tmp_path: Path, failing_fsync: Path, target: Path
+) -> str:
+    db, flag = tmp_path / "x.db", tmp_path / "fail-now"
+    env = {
+        **os.environ,
+        "LD_PRELOAD": str(failing_fsync),
+        "FAILING_FSYNC_FLAG": str(flag),
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT / "tests")]),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", _EIO_BESIDE_A_LINK, str(db), str(flag), str(target)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    said = json.loads(done.stdout)
+    assert isinstance(said, str)
+    return said
+
+
+def test_a_failed_sync_is_not_said_a_read_only_filesystem_for_a_lock_file_linked_to_one(
+    tmp_path: Path, failing_fsync: Path, small_disk: Path
+) -> None:
+    """The look for a filesystem turned read-only (decision 0208) is the store's own
+    filesystem's: a `-lock` replaced by a symlink to a file on a read-only filesystem does
+    not make a writable one's failed sync read as read-only."""
+    target = small_disk / "elsewhere"
+    target.write_text("")
+    remounted = subprocess.run(
+        ["mount", "-o", "remount,ro", str(small_disk)], capture_output=True, text=True
+    )
+    assert remounted.returncode == 0, remounted.stderr
+    said = _fail_a_sync_beside_a_linked_lock_file(tmp_path, failing_fsync, target)
+    assert said.startswith(_AN_IO_ERROR), said
+    assert "read-only" not in said
+
+
+def test_a_failed_sync_writes_nothing_through_a_lock_file_replaced_by_a_symlink(
+    tmp_path: Path, failing_fsync: Path
+) -> None:
+    """Looking for a filesystem turned read-only after a failed commit (decision 0208)
+    never writes through a symlink planted at the `-lock` path (not even its times)."""
+    target = tmp_path / "elsewhere"
+    target.write_text("")
+    os.utime(target, (1_000_000, 1_000_000))
+    said = _fail_a_sync_beside_a_linked_lock_file(tmp_path, failing_fsync, target)
+    assert said.startswith(_AN_IO_ERROR), said
+    assert os.stat(target).st_mtime == 1_000_000

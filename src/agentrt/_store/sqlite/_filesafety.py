@@ -243,12 +243,14 @@ def turned_read_only(path: str) -> str | None:
     `emergency_ro`, the mount still `rw`). So, besides `statvfs`, the store's lock file (its
     own, `_writer_turns`; the database file where there is none) has its times set to now:
     no descriptor opened (closing one would drop SQLite's POSIX locks), refused with `EROFS`
-    there only."""
+    there only. Never through a symlink: one planted at either path since the open has its
+    own times set (it is on the store's filesystem), never its target's, which may be on
+    another filesystem, read-only or not."""
     if _read_only_fs(os.path.dirname(path) or "."):
         return _TURNED_READ_ONLY.format(path=path)
     for probe in (path + "-lock", path):
         try:
-            os.utime(probe)
+            _touch_not_following(probe)
         except FileNotFoundError:
             continue
         except OSError as e:
@@ -256,6 +258,17 @@ def turned_read_only(path: str) -> str | None:
                 return _TURNED_READ_ONLY.format(path=path)
         return None
     return None
+
+
+def _touch_not_following(path: str) -> None:
+    """Set the times of `path` itself to now, a symlink's own (`FileNotFoundError` for a
+    symlink where a platform cannot set a link's times: passed over, not followed)."""
+    if os.utime in os.supports_follow_symlinks:
+        os.utime(path, follow_symlinks=False)
+    elif os.path.islink(path):
+        raise FileNotFoundError(errno.ENOENT, "a symlink's own times cannot be set here", path)
+    else:
+        os.utime(path)
 
 
 _TURNED_READ_ONLY = (

@@ -467,8 +467,13 @@ class SqliteStore(ProxyRows):
             self._conn.execute("COMMIT")
         except sqlite3.Error as e:
             migrations.rollback_quietly(self._conn)
-            read_only = filesafety.turned_read_only(self.path) if self._uri else None
-            if read_only is not None and (is_io_error(e) or is_read_only_error(e)):
+            # Asked only where a read-only filesystem is what SQLite may have met.
+            read_only = (
+                filesafety.turned_read_only(self.path)
+                if self._uri and (is_io_error(e) or is_read_only_error(e))
+                else None
+            )
+            if read_only is not None:
                 self._stop(
                     f"the store stopped after a commit failed: {read_only}: reopen it once "
                     f"the filesystem is read-write again ({filesafety.READ_MEANWHILE})"
