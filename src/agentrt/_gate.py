@@ -476,8 +476,13 @@ class Gate:
             raise
 
     def _let_go(self, run_id: str) -> None:
-        with self._lock:
-            self._live.discard(run_id)
+        # Not under `_lock`: a session's letting go closed from outside (its loop gone) and a
+        # session's finalizer (`_abandoned`) free the run from the cycle collector, on any
+        # thread, one holding that lock too (`_hold` builds its refusal under it): waiting for
+        # it there never ends (decision 0195's `_settling`, 0209's claim). One discard is one
+        # step under the GIL, and `_hold`'s look and add, under the lock, come before or after
+        # it whole: a hold beside it finds the run live (refused) or free (held).
+        self._live.discard(run_id)
 
     async def _give_back_created(self, run_id: str) -> None:
         """Give up this gate's lease on `run_id` after `begin` failed; a store that cannot is
