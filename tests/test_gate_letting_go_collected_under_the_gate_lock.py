@@ -1,5 +1,5 @@
 """A close's letting go abandoned with its loop, collected on a thread that holds its gate's
-lock (decision XXXX).
+lock (decision 0210).
 
 The close's letting go (`GateSession._letting_go`) frees the run for its gate (`_free`,
 `Gate._let_go`) in a `finally`: when its coroutine is closed from outside (its loop gone, the
