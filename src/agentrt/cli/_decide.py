@@ -9,8 +9,9 @@ channel shows), then decide bound to the hash they printed, and need
 request was shown are dropped). A stored
 request that no longer matches its hash is refused before it is shown. `--by`
 defaults to the OS user of the effective uid, a label for the record. A
-`--note` no store can keep (a byte that is not UTF-8, which argv carries as a
-lone surrogate, or a NUL) is refused in one line before anything is read.
+`--note` or `--by` no store can keep (a byte that is not UTF-8, which argv carries as a
+lone surrogate, or a NUL) is refused in one line before anything is read; UTF-8 bytes
+that an ASCII locale could not decode are read as UTF-8 (`as_typed`, decision XXXX).
 """
 
 from __future__ import annotations
@@ -100,16 +101,42 @@ def default_user() -> str:
         return f"uid {os.geteuid()}" if hasattr(os, "geteuid") else "unknown"
 
 
+def as_typed(value: str) -> str:
+    """A text from the command line (or the OS user's name) as the bytes the person typed,
+    read as UTF-8 (decision XXXX).
+
+    Python decodes argv with the locale's encoding; bytes it cannot decode (any byte above
+    127 in an ASCII locale: `LC_ALL=C` with `PYTHONUTF8=0`) arrive as lone surrogates, which
+    no store can keep. Those bytes, given back (`os.fsencode`), are read as UTF-8, as
+    Python's own UTF-8 mode (its default in that locale) reads them: the name recorded is
+    byte for byte what the terminal sent. Bytes that are not UTF-8 are left as they came,
+    to be refused in one line (`storable_problem`); never guessed in another encoding."""
+    if not storable_problem(value):
+        return value
+    try:
+        return os.fsencode(value).decode("utf-8")
+    except (UnicodeEncodeError, UnicodeDecodeError):
+        return value
+
+
 def check_label(name: str, value: str) -> str:
+    """A name for the record (`--by`), as typed (`as_typed`), one visible line; else
+    `UsageError`, one sentence."""
+    value = as_typed(value)
     if not value.strip():
         raise UsageError(f"{name} must not be empty")
+    problem = storable_problem(value)
+    if problem:
+        raise UsageError(f"{name} must be text: {problem}")
     if sanitize(value) != value:
         raise UsageError(f"{name} must be one line of visible characters: {sanitize(value)}")
     return value
 
 
 def check_note(value: str) -> str:
-    """`--note` as given, unless no store could keep it (`UsageError`, one sentence)."""
+    """`--note` as typed (`as_typed`), unless no store could keep it (`UsageError`, one
+    sentence)."""
+    value = as_typed(value)
     problem = storable_problem(value)
     if problem:
         raise UsageError(f"--note must be text: {problem}")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import threading
 from collections.abc import Sequence
 
 from ._args import bounded
@@ -42,7 +43,8 @@ def cmd_console(args: argparse.Namespace, out: Output) -> int:
         pass
     return int(
         # Its address is printed to the command's stdout: one that cannot be written is
-        # said in one line (`StdoutFailed`), and nothing is served.
+        # said in one line (`StdoutFailed`), and nothing is served. Its last line ("stopped")
+        # lost after a person decided through it says what the console recorded.
         console.serve(
             db_path(args),
             host=args.host,
@@ -50,8 +52,28 @@ def cmd_console(args: argparse.Namespace, out: Output) -> int:
             by=by,
             token=args.token,
             stdout=out.stdout,
+            recorded=_Recorded(out),
         )
     )
+
+
+class _Recorded:
+    """The decisions a console committed, said as `Output.done` (decision 0205): the one, or
+    how many and the last. Told on the console's worker threads."""
+
+    def __init__(self, out: Output) -> None:
+        self._out = out
+        self._count = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, said: str) -> None:
+        with self._lock:
+            self._count += 1
+            self._out.done = (
+                f"{said} through the console"
+                if self._count == 1
+                else f"the console recorded {self._count} decisions (the last: {said})"
+            )
 
 
 def run_demo(args: Sequence[str], out: Output) -> int:

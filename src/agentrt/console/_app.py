@@ -208,9 +208,19 @@ def _decision_refusal(error: AgentrtError) -> _Refused:
     return _Refused(503, "Not decided", f"Nothing was decided: {said}")
 
 
-def create_app(config: ConsoleConfig) -> Starlette:
-    """The console for `config.db_path`; it opens the database on first use."""
+def create_app(
+    config: ConsoleConfig, *, recorded: Callable[[str], None] | None = None
+) -> Starlette:
+    """The console for `config.db_path`; it opens the database on first use.
+
+    `recorded`, if given, is told each decision this console committed, in one sentence
+    ("approval A of run R was approved by B"), on the worker thread that committed it:
+    `agentrt console` says them if its last line cannot be written (decision 0205)."""
     reader = _Reader(config.db_path)
+
+    def said(sentence: str) -> None:
+        if recorded is not None:
+            recorded(sentence)
 
     async def read(fn: Callable[..., Any], *args: Any) -> Any:
         def call() -> Any:
@@ -280,6 +290,10 @@ def create_app(config: ConsoleConfig) -> Starlette:
             def call() -> None:
                 with open_existing(config.db_path) as store:
                     fn(store, run_id, approval_id, config.by, note, shown_hash=shown_hash)
+                said(
+                    f"approval {sanitize(approval_id)} of run {sanitize(run_id)} was "
+                    f"{'approved' if approve else 'rejected'} by {sanitize(config.by)}"
+                )
 
             try:
                 await run_in_threadpool(call)
@@ -300,6 +314,7 @@ def create_app(config: ConsoleConfig) -> Starlette:
         def call() -> None:
             with open_existing(config.db_path) as store:
                 operator.cancel(store, run_id, config.by, note)
+            said(f"run {sanitize(run_id)} was cancelled by {sanitize(config.by)}")
 
         try:
             await run_in_threadpool(call)

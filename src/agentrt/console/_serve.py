@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import socket
 import sys
+from collections.abc import Callable
 from typing import TextIO
 
 import uvicorn
@@ -36,8 +37,11 @@ def serve(
     by: str,
     token: str | None = None,
     stdout: TextIO | None = None,
+    recorded: Callable[[str], None] | None = None,
 ) -> int:
-    """Serve the console for `db_path` until interrupted; returns the exit status."""
+    """Serve the console for `db_path` until interrupted; returns the exit status.
+
+    `recorded` is told each decision the console committed, in one sentence (`create_app`)."""
     out = stdout or sys.stdout
     token = token or os.environ.get(TOKEN_ENV) or None
     generated = False
@@ -55,7 +59,7 @@ def serve(
     config = ConsoleConfig(
         db_path=db_path, by=by, host=host, port=sock.getsockname()[1], token=token
     )
-    app = create_app(config)
+    app = create_app(config, recorded=recorded)
     out.write(f"agentrt console: serving {shown_db(db_path)}, deciding as {by}\n")
     if token is None:
         out.write(f"  open {config.link(with_token=False)}\n")

@@ -24,11 +24,14 @@ import os
 import sys
 from collections.abc import Sequence
 from datetime import timedelta
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from .._errors import AgentrtError
 from ..trace import sanitize
 from ._config import Manifest, Report, Server, parse_duration, read_manifest, read_rules
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsWrite
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -49,8 +52,18 @@ is refused; 4 (check) nothing refused, but tools are unpinned or unclassified.
 """
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, its help written as the report is: argparse's own `print_help`
+    swallows a failed write, so `agentrt mcp --help > /dev/full` (unbuffered) exited 0
+    having printed nothing. Here the failure reaches the command line, which says it in its
+    one line (a full stdout) or ends quietly (a closed pipe), as for every command."""
+
+    def print_help(self, file: SupportsWrite[str] | None = None) -> None:
+        (file if file is not None else sys.stdout).write(self.format_help())
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="agentrt mcp",
         description="Pin an MCP server's tools, and check the server against the pin.",
         epilog=_EPILOG,
@@ -98,9 +111,7 @@ def main(argv: Sequence[str], stdout: TextIO | None = None, stderr: TextIO | Non
         err.write(f"agentrt mcp: {sanitize(str(exc))}\n")
         return EXIT_USAGE
     try:
-        if args.command == "pin":
-            return _pin(server, args, out, err)
-        return _check(server, args, out)
+        code, report = _pin(server, args, err) if args.command == "pin" else _check(server, args)
     except (AgentrtError, OSError) as exc:
         err.write(f"agentrt mcp: {sanitize(str(exc))}\n")
         return EXIT_ERROR
@@ -109,6 +120,10 @@ def main(argv: Sequence[str], stdout: TextIO | None = None, stderr: TextIO | Non
         # (its whole group) by the connection's shielded close.
         err.write("agentrt mcp: interrupted\n")
         return EXIT_ERROR
+    # Written outside the above: a failed write of the report is not the server's error, and
+    # is said by the command line as for every command (decision 0205).
+    out.write(report)
+    return code
 
 
 def _server(args: argparse.Namespace, command: list[str]) -> Server:
@@ -131,7 +146,8 @@ def _server(args: argparse.Namespace, command: list[str]) -> Server:
     )
 
 
-def _pin(server: Server, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+def _pin(server: Server, args: argparse.Namespace, err: TextIO) -> tuple[int, str]:
+    """Pin the server: the exit status and the report to print."""
     from ._client import pin
 
     if os.path.lexists(args.out) and not args.force:
@@ -139,7 +155,7 @@ def _pin(server: Server, args: argparse.Namespace, out: TextIO, err: TextIO) -> 
             f"agentrt mcp: {sanitize(args.out)} exists; it is what was reviewed. "
             "Pass --force to replace it\n"
         )
-        return EXIT_ERROR
+        return EXIT_ERROR, ""
     manifest: Manifest = asyncio.run(pin(server))
     from ._config import write_manifest
 
@@ -151,19 +167,18 @@ def _pin(server: Server, args: argparse.Namespace, out: TextIO, err: TextIO) -> 
             f"agentrt mcp: {sanitize(args.out)} exists; it is what was reviewed. "
             "Pass --force to replace it\n"
         )
-        return EXIT_ERROR
+        return EXIT_ERROR, ""
     if args.json:
-        out.write(json.dumps({"manifest": args.out, "tools": sorted(manifest.tools)}) + "\n")
-        return EXIT_OK
-    out.write(f"pinned {len(manifest.tools)} tools of {server.name} to {sanitize(args.out)}:\n")
+        return EXIT_OK, json.dumps({"manifest": args.out, "tools": sorted(manifest.tools)}) + "\n"
+    lines = [f"pinned {len(manifest.tools)} tools of {server.name} to {sanitize(args.out)}:"]
     for name, tool in sorted(manifest.tools.items()):
         hints = _hints(tool.annotations)
-        out.write(f"  {sanitize(name)}  schema {tool.schema_hash[:12]}{hints}\n")
-    out.write(
+        lines.append(f"  {sanitize(name)}  schema {tool.schema_hash[:12]}{hints}")
+    lines.append(
         "Review each description and schema in the manifest, then classify the tools "
-        "you allow in a rules file.\n"
+        "you allow in a rules file."
     )
-    return EXIT_OK
+    return EXIT_OK, "".join(line + "\n" for line in lines)
 
 
 def _hints(annotations: Any) -> str:
@@ -177,19 +192,19 @@ def _hints(annotations: Any) -> str:
     return f"  ({sanitize(', '.join(shown))})" if shown else ""
 
 
-def _check(server: Server, args: argparse.Namespace, out: TextIO) -> int:
+def _check(server: Server, args: argparse.Namespace) -> tuple[int, str]:
+    """Check the server against the manifest and rules: the exit status and the report."""
     from ._client import check
 
     manifest = read_manifest(args.manifest)
     rules = read_rules(args.rules)
     report: Report = asyncio.run(check(server, manifest, rules))
     if args.json:
-        out.write(json.dumps(report.to_json(), sort_keys=True) + "\n")
+        text = json.dumps(report.to_json(), sort_keys=True) + "\n"
     else:
-        for line in report.lines():
-            out.write(sanitize(line) + "\n")
+        text = "".join(sanitize(line) + "\n" for line in report.lines())
     if report.refused:
-        return EXIT_REFUSED
+        return EXIT_REFUSED, text
     if report.unpinned or report.unclassified:
-        return EXIT_REVIEW
-    return EXIT_OK
+        return EXIT_REVIEW, text
+    return EXIT_OK, text

@@ -1,0 +1,342 @@
+"""The edges decision 0205 left open, each run as a person runs it (a real `python -m agentrt`).
+
+1. `agentrt mcp` with an unbuffered standard output: a full one printed "agentrt mcp: [Errno
+   28] No space left on device", a closed pipe "agentrt mcp: [Errno 32] Broken pipe", and
+   `agentrt mcp --help > /dev/full` nothing at all, exit 0. Each is now said as for every
+   command: the one line (exit 1), or quiet (exit 1) for a reader that went away.
+2. A console whose "stopped" line cannot be written, after a person decided through it, said
+   "nothing was changed". It now says what the console recorded.
+3. In an ASCII locale, `approve --by josé` was refused as "not visible characters"; the
+   name is now recorded as the bytes the terminal sent, read as UTF-8 (decision XXXX).
+
+The full standard output of a console that served is a file whose size limit
+(`RLIMIT_FSIZE`, set on the running process once its address is printed) is what it
+holds: its next write fails with EFBIG, "File too large", whatever the timing. Its writes
+start 1 GiB into the (sparse) file, so that the limit leaves the database's files alone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import resource
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from test_cli import clean_env, events_of, pending, waiting_run
+from test_closed_stdout import closed_stdout
+from test_full_stdout import FULL, NOTHING_CHANGED, full_stdout
+
+ROOT = Path(__file__).resolve().parent.parent
+MCP = ROOT / "examples" / "mcp"
+
+MCP_LOST = (
+    f"agentrt: the standard output could not be written ({FULL}), so what agentrt mcp "
+    "printed is incomplete; what it had done by then is not undone\n"
+)
+
+
+@pytest.fixture(params=[False, True], ids=["buffered", "unbuffered"])
+def unbuffered(request: pytest.FixtureRequest) -> bool:
+    return bool(request.param)
+
+
+# --- 1. agentrt mcp -----------------------------------------------------------------------------
+
+
+def _server() -> list[str]:
+    return ["--", sys.executable, str(MCP / "notes_server.py")]
+
+
+def _mcp_commands(tmp_path: Path, tag: str) -> list[list[str]]:
+    check = [
+        "--manifest",
+        str(MCP / "notes.manifest.json"),
+        "--rules",
+        str(MCP / "notes.rules.json"),
+    ]
+    return [
+        ["mcp", "--help"],
+        ["mcp", "pin", "--help"],
+        ["mcp", "check", "--help"],
+        ["mcp", "pin", "notes", "--out", str(tmp_path / f"{tag}.json"), *_server()],
+        ["mcp", "pin", "notes", "--json", "--out", str(tmp_path / f"{tag}-j.json"), *_server()],
+        ["mcp", "check", "notes", *check, *_server()],
+        ["mcp", "check", "notes", "--json", *check, *_server()],
+    ]
+
+
+def test_every_mcp_command_on_a_full_stdout_says_it_in_the_one_line(
+    tmp_path: Path, unbuffered: bool
+) -> None:
+    pytest.importorskip("mcp")
+    for command in _mcp_commands(tmp_path, "full"):
+        result = full_stdout(command, unbuffered=unbuffered)
+        assert (command, result.returncode, result.stderr) == (command, 1, MCP_LOST)
+    assert (tmp_path / "full.json").exists() and (tmp_path / "full-j.json").exists()
+
+
+def test_every_mcp_command_ends_quietly_when_its_reader_went_away(
+    tmp_path: Path, unbuffered: bool
+) -> None:
+    pytest.importorskip("mcp")
+    for command in _mcp_commands(tmp_path, "closed"):
+        result = closed_stdout([sys.executable, "-m", "agentrt", *command], unbuffered=unbuffered)
+        assert (command, result.returncode, result.stderr) == (command, 1, "")
+
+
+def test_an_mcp_error_is_still_said_in_its_own_line(tmp_path: Path, unbuffered: bool) -> None:
+    # What `agentrt mcp` says of a file it cannot read is unchanged by the above.
+    missing = tmp_path / "missing.json"
+    command = ["mcp", "check", "notes", "--manifest", str(missing), "--rules", str(missing)]
+    result = full_stdout([*command, *_server()], unbuffered=unbuffered)
+    assert result.returncode == 1
+    assert result.stderr.startswith("agentrt mcp: ") and "missing.json" in result.stderr
+    assert result.stderr.count("\n") == 1
+
+
+# --- 2. a console stopped with its standard output full or closed --------------------------------
+
+
+def _ignore_sigxfsz() -> None:
+    # A write past RLIMIT_FSIZE then fails with EFBIG instead of killing the process.
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+
+
+class _Console:
+    """`agentrt console` serving `db` on a free port, deciding as `ops`."""
+
+    def __init__(self, db: str, stdout: Any, *, unbuffered: bool) -> None:
+        env = {k: v for k, v in clean_env().items() if k != "PYTHONUNBUFFERED"}
+        if unbuffered:
+            env["PYTHONUNBUFFERED"] = "1"
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "agentrt", "--db", db, "console", "--port", "0", "--by", "ops"],
+            stdout=stdout,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            env=env,
+            preexec_fn=_ignore_sigxfsz,
+        )
+        self.base = ""
+
+    def started(self, head: str) -> None:
+        match = re.search(r"  open (http://127\.0\.0\.1:\d+)/\n", head)
+        assert match, head
+        self.base = match[1]
+
+    def decide(self, run_id: str, verb: str) -> None:
+        """Decide the run's approval through the console's own form, as a browser would."""
+        with urllib.request.urlopen(f"{self.base}/runs/{run_id}", timeout=30) as page:
+            markup = page.read().decode()
+        action = re.search(
+            rf'action="(/runs/[^"]+/{verb})"|formaction="(/runs/[^"]+/{verb})"', markup
+        )
+        csrf = re.search(r'name="csrf" value="([^"]+)"', markup)
+        shown_hash = re.search(r'name="hash" value="([^"]+)"', markup)
+        assert action and csrf and shown_hash, markup
+        form = f"csrf={csrf[1]}&hash={shown_hash[1]}&note=".encode()
+        request = urllib.request.Request(
+            self.base + (action[1] or action[2]),
+            data=form,
+            headers={"Origin": self.base, "Content-Type": "application/x-www-form-urlencoded"},
+        )
+
+        class _NoRedirect(urllib.request.HTTPRedirectHandler):
+            def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+                return None
+
+        opener = urllib.request.build_opener(_NoRedirect)
+        with pytest.raises(urllib.error.HTTPError) as answered:  # the 303 back to the run
+            opener.open(request, timeout=30)
+        assert answered.value.code == 303
+
+    def stop(self) -> tuple[int, str]:
+        self.process.send_signal(signal.SIGINT)
+        _, err = self.process.communicate(timeout=60)
+        return self.process.returncode, err
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.communicate()
+
+
+@pytest.fixture
+def consoles() -> Iterator[list[_Console]]:
+    started: list[_Console] = []
+    yield started
+    for console in started:
+        console.kill()
+
+
+AT = 1 << 30
+"""Where the console's standard output starts in its (sparse) file: its size limit is set
+past that offset, so that the database's files, far smaller, are not limited."""
+
+
+def _printed(path: Path, ending: str, process: subprocess.Popen[str]) -> str:
+    """What the console printed to the file `path` (from `AT`), once it ends with `ending`."""
+    deadline = time.monotonic() + 60
+    text = ""
+    while time.monotonic() < deadline:
+        with path.open("rb") as printed:
+            printed.seek(AT)
+            text = printed.read().decode()
+        if text.endswith(ending):
+            return text
+        assert process.poll() is None, (text, process.communicate())
+        time.sleep(0.05)
+    raise AssertionError(f"the console did not print {ending!r}: {text!r}")
+
+
+def _full_console(db: str, tmp_path: Path, unbuffered: bool, consoles: list[_Console]) -> _Console:
+    """A console serving, its standard output a file that can take nothing more."""
+    printed = tmp_path / "console.out"
+    with printed.open("wb") as stdout:
+        os.lseek(stdout.fileno(), AT, os.SEEK_SET)  # the console's writes start there
+        console = _Console(db, stdout, unbuffered=unbuffered)
+    consoles.append(console)
+    console.started(_printed(printed, "  Ctrl-C stops it.\n", console.process))
+    size = printed.stat().st_size
+    resource.prlimit(console.process.pid, resource.RLIMIT_FSIZE, (size, size))
+    return console
+
+
+@pytest.mark.parametrize("verb", ["approve", "reject"])
+def test_a_console_that_recorded_a_decision_says_so_when_its_stopped_line_is_lost(
+    db_path: Path, tmp_path: Path, unbuffered: bool, consoles: list[_Console], verb: str
+) -> None:
+    pytest.importorskip("uvicorn")
+    db = str(db_path)
+    run = waiting_run(db)
+    console = _full_console(db, tmp_path, unbuffered, consoles)
+    console.decide(run.id, verb)
+    approval = pending(db, run.id)
+    assert approval.status == ("approved" if verb == "approve" else "rejected")
+    assert console.stop() == (
+        1,
+        f"agentrt: approval {approval.id} of run {run.id} was {approval.status} by ops "
+        "through the console, but its report could not be written to the standard output "
+        "(File too large)\n",
+    )
+
+
+def test_a_console_that_recorded_several_decisions_counts_them(
+    db_path: Path, tmp_path: Path, consoles: list[_Console]
+) -> None:
+    pytest.importorskip("uvicorn")
+    db = str(db_path)
+    first = waiting_run(db, prefix="a")
+    second = waiting_run(db, prefix="b")
+    console = _full_console(db, tmp_path, False, consoles)
+    console.decide(first.id, "approve")
+    console.decide(second.id, "reject")
+    last = pending(db, second.id)
+    assert console.stop() == (
+        1,
+        "agentrt: the console recorded 2 decisions (the last: approval "
+        f"{last.id} of run {second.id} was rejected by ops), but its report could not be "
+        "written to the standard output (File too large)\n",
+    )
+
+
+def test_a_console_that_decided_nothing_still_says_nothing_changed(
+    db_path: Path, tmp_path: Path, unbuffered: bool, consoles: list[_Console]
+) -> None:
+    pytest.importorskip("uvicorn")
+    db = str(db_path)
+    run = waiting_run(db)
+    console = _full_console(db, tmp_path, unbuffered, consoles)
+    with urllib.request.urlopen(f"{console.base}/runs/{run.id}", timeout=30) as page:
+        assert page.status == 200
+    assert console.stop() == (1, NOTHING_CHANGED.replace(FULL, "File too large"))
+    assert pending(db, run.id).status == "pending"
+
+
+def test_a_console_whose_reader_went_away_after_a_decision_ends_quietly(
+    db_path: Path, unbuffered: bool, consoles: list[_Console]
+) -> None:
+    # A closed pipe is quiet, as for every command (decision 0196): nothing untrue is said.
+    pytest.importorskip("uvicorn")
+    db = str(db_path)
+    run = waiting_run(db)
+    read_end, write_end = os.pipe()
+    try:
+        console = _Console(db, write_end, unbuffered=unbuffered)
+    finally:
+        os.close(write_end)
+    consoles.append(console)
+    with os.fdopen(read_end) as reader:
+        console.started("".join(reader.readline() for _ in range(3)))  # all it prints
+    console.decide(run.id, "approve")
+    assert console.stop() == (1, "")
+    assert pending(db, run.id).status == "approved"
+
+
+# --- 3. a name in another script under an ASCII locale ------------------------------------------
+
+
+def _ascii_env() -> dict[str, str]:
+    env = {k: v for k, v in clean_env().items() if not k.startswith(("LC_", "PYTHONIO"))}
+    env.update(LC_ALL="C", LANG="C", PYTHONUTF8="0")
+    return env
+
+
+def _agentrt_bytes(*args: str | bytes) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        [sys.executable, "-m", "agentrt", *args],
+        capture_output=True,
+        stdin=subprocess.DEVNULL,
+        timeout=120,
+        env=_ascii_env(),
+    )
+
+
+@pytest.mark.parametrize("verb", ["approve", "reject"])
+def test_a_name_typed_in_utf8_under_an_ascii_locale_is_recorded_exactly(
+    db_path: Path, verb: str
+) -> None:
+    db = str(db_path)
+    run = waiting_run(db)
+    result = _agentrt_bytes(
+        "--db", db, verb, run.id, "--yes", "--by", "josé".encode(), "--note", "über".encode()
+    )
+    assert (result.returncode, result.stderr) == (0, b"")
+    approval = pending(db, run.id)
+    assert (approval.decided_by, approval.note) == ("josé", "über")
+    # Printed in the locale's ASCII, escaped, as every text is there.
+    assert b"by jos\\xe9" in result.stdout
+
+
+def test_a_cancel_by_a_name_in_utf8_under_an_ascii_locale_is_recorded_exactly(
+    db_path: Path,
+) -> None:
+    db = str(db_path)
+    run = waiting_run(db)
+    result = _agentrt_bytes("--db", db, "--json", "cancel", run.id, "--by", "Zoë".encode())
+    assert (result.returncode, result.stderr) == (0, b"")
+    said = [json.dumps(e.payload, ensure_ascii=False) for e in events_of(db, run.id)]
+    assert any('"Zoë"' in payload for payload in said), said
+
+
+def test_a_name_whose_bytes_are_not_utf8_is_refused_in_one_line(db_path: Path) -> None:
+    db = str(db_path)
+    run = waiting_run(db)
+    result = _agentrt_bytes("--db", db, "approve", run.id, "--yes", "--by", b"jos\xe9")
+    assert result.returncode == 2
+    assert result.stderr.splitlines()[-1] == (
+        b"agentrt: --by must be text: it holds \\udce9 at position 4, which is not a "
+        b"character (bytes that are not UTF-8?)"
+    )
+    assert pending(db, run.id).status == "pending"
