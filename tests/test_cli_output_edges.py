@@ -7,7 +7,7 @@
 2. A console whose "stopped" line cannot be written, after a person decided through it, said
    "nothing was changed". It now says what the console recorded.
 3. In an ASCII locale, `approve --by josé` was refused as "not visible characters"; the
-   name is now recorded as the bytes the terminal sent, read as UTF-8 (decision XXXX).
+   name is now recorded as the bytes the terminal sent, read as UTF-8 (decision 0211).
 
 The full standard output of a console that served is a file whose size limit
 (`RLIMIT_FSIZE`, set on the running process once its address is printed) is what it

@@ -11,7 +11,7 @@ request that no longer matches its hash is refused before it is shown. `--by`
 defaults to the OS user of the effective uid, a label for the record. A
 `--note` or `--by` no store can keep (a byte that is not UTF-8, which argv carries as a
 lone surrogate, or a NUL) is refused in one line before anything is read; UTF-8 bytes
-that an ASCII locale could not decode are read as UTF-8 (`as_typed`, decision XXXX).
+that an ASCII locale could not decode are read as UTF-8 (`as_typed`, decision 0211).
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ def default_user() -> str:
 
 def as_typed(value: str) -> str:
     """A text from the command line (or the OS user's name) as the bytes the person typed,
-    read as UTF-8 (decision XXXX).
+    read as UTF-8 (decision 0211).
 
     Python decodes argv with the locale's encoding; bytes it cannot decode (any byte above
     127 in an ASCII locale: `LC_ALL=C` with `PYTHONUTF8=0`) arrive as lone surrogates, which
