@@ -1,7 +1,9 @@
 """A write whose outcome is already known waits out a busy database.
 
-Another connection (a real second sqlite3 connection) holds `BEGIN IMMEDIATE`
-past the store's busy timeout just as a tool (or a model attempt) finishes. The
+Another connection holds what the write needs past the store's wait just as a tool
+(or a model attempt) finishes, on each backend (`database`): on SQLite a real second
+sqlite3 connection holding `BEGIN IMMEDIATE` past the busy timeout; on PostgreSQL a
+psycopg connection holding the run's row (`FOR UPDATE`) past the lock timeout. The
 write that records the outcome waits and retries for as long as the lease is
 ours, and records the outcome once when the lock is released; when the lease
 is taken (or lapses) meanwhile, it fails loudly with `LeaseLostError` and
@@ -21,12 +23,14 @@ from typing import Any
 import pytest
 
 import agentrt
+import agentrt._store.postgres._connection
 import agentrt._store.sqlite._connection
 from agentrt import Decision, Event, LeaseLostError, SideEffect, StepInput, ToolCall, ToolResult
 from agentrt._errors import StoreBusyError
 from agentrt._model import Message, ModelConfig, ModelRequest, ModelResponse, TextBlock, Usage
 from agentrt.scripted import ScriptedAgent
 from conftest import FakeClock, Ids, RecordingTool
+from support.database import on_postgres
 from support.rows import snapshot
 
 pytestmark = pytest.mark.slow  # the lock is held on the real clock
@@ -37,12 +41,29 @@ HOLD_SECONDS = 1.0
 
 @pytest.fixture(autouse=True)
 def short_busy_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A short busy timeout, so that holding the lock "past" it costs a second, not minutes."""
+    """A short busy timeout (SQLite) and lock timeout (PostgreSQL), so that holding the
+    lock "past" it costs a second, not minutes."""
     monkeypatch.setattr(agentrt._store.sqlite._connection, "BUSY_TIMEOUT_MS", BUSY_TIMEOUT_MS)
+    monkeypatch.setattr(agentrt._store.postgres._connection, "LOCK_TIMEOUT_MS", BUSY_TIMEOUT_MS)
+
+
+def _postgres_connection(url: str) -> Any:
+    """A psycopg connection of the test's own to the schema `url` names, in a transaction
+    (psycopg begins one at its first statement)."""
+    import psycopg
+
+    from agentrt.lowlevel import schema_of
+
+    base, _, query = url.partition("?")
+    kept = [p for p in query.split("&") if p and not p.startswith("schema=")]
+    conn = psycopg.connect(base + ("?" + "&".join(kept) if kept else ""))
+    conn.execute(f'SET LOCAL search_path TO "{schema_of(url)}"')
+    return conn
 
 
 class LockHolder:
-    """A second connection that takes the write lock and releases it `hold` seconds later.
+    """A second connection that takes the write lock (on PostgreSQL, the rows of the runs)
+    and releases it `hold` seconds later.
 
     `during(conn)` runs inside its transaction (a second driver's own write, say),
     committed on release.
@@ -50,9 +71,9 @@ class LockHolder:
 
     def __init__(
         self,
-        db_path: Path,
+        db_path: Path | str,
         hold: float = HOLD_SECONDS,
-        during: Callable[[sqlite3.Connection], None] | None = None,
+        during: Callable[[Any], None] | None = None,
     ) -> None:
         self.db_path = db_path
         self.hold = hold
@@ -60,13 +81,18 @@ class LockHolder:
         self.released = threading.Event()
         self.released_at = 0.0
         self.after_release: list[tuple[Any, ...]] | None = None
-        self._conn: sqlite3.Connection | None = None
+        self._conn: Any = None
 
     def take(self) -> None:
-        conn = sqlite3.connect(
-            self.db_path, isolation_level=None, check_same_thread=False, timeout=10
-        )
-        conn.execute("BEGIN IMMEDIATE")
+        if on_postgres(str(self.db_path)):
+            conn = _postgres_connection(str(self.db_path))
+            # Every write of a run's life takes its row first (decision 0108).
+            assert conn.execute("SELECT id FROM runs FOR UPDATE").fetchall()
+        else:
+            conn = sqlite3.connect(
+                self.db_path, isolation_level=None, check_same_thread=False, timeout=10
+            )
+            conn.execute("BEGIN IMMEDIATE")
         if self.during is not None:
             self.during(conn)
         self._conn = conn
@@ -74,7 +100,10 @@ class LockHolder:
 
     def _release(self) -> None:
         assert self._conn is not None
-        self._conn.execute("COMMIT")
+        if isinstance(self._conn, sqlite3.Connection):
+            self._conn.execute("COMMIT")
+        else:
+            self._conn.commit()
         self._conn.close()
         self.released_at = time.monotonic()
         self.after_release = snapshot(self.db_path)
@@ -134,7 +163,7 @@ def test_the_busy_timeout_alone_refuses_a_write_with_store_busy_error(
     db_path: Path, holders: list[LockHolder]
 ) -> None:
     """What the loop's known-outcome writes must survive: a plain write gives up."""
-    store = agentrt.open_store(str(db_path))
+    store = agentrt.open_store(db_path)
     holder = LockHolder(db_path, hold=0.5)
     holders.append(holder)
     holder.take()
@@ -144,9 +173,10 @@ def test_the_busy_timeout_alone_refuses_a_write_with_store_busy_error(
 
 
 def test_a_tool_result_is_recorded_once_after_a_lock_held_past_the_busy_timeout(
-    db_path: Path, holders: list[LockHolder]
+    database: str, holders: list[LockHolder]
 ) -> None:
-    store = agentrt.open_store(str(db_path))
+    db_path = database
+    store = agentrt.open_store(db_path)
     holder = LockHolder(db_path)
     holders.append(holder)
     tool = tool_holding_the_lock(holder)
@@ -172,18 +202,19 @@ def test_a_tool_result_is_recorded_once_after_a_lock_held_past_the_busy_timeout(
 
 
 def test_a_lease_taken_while_the_database_is_busy_fails_loudly_and_records_nothing(
-    db_path: Path, holders: list[LockHolder]
+    database: str, holders: list[LockHolder]
 ) -> None:
+    db_path = database
     """The connection holding the lock is a second driver taking the run over: once it
     commits, the lease is not ours, and the outcome is left for the new owner."""
 
-    def take_the_run_over(conn: sqlite3.Connection) -> None:
+    def take_the_run_over(conn: Any) -> None:
         conn.execute(
             "UPDATE runs SET lease_owner = 'other/000000000000', lease_epoch = lease_epoch + 1, "
             "lease_expires_at = '9999-12-31T00:00:00.000000Z' WHERE status = 'RUNNING'"
         )
 
-    store = agentrt.open_store(str(db_path))
+    store = agentrt.open_store(db_path)
     holder = LockHolder(db_path, during=take_the_run_over)
     holders.append(holder)
     tool = tool_holding_the_lock(holder)
@@ -202,11 +233,12 @@ def test_a_lease_taken_while_the_database_is_busy_fails_loudly_and_records_nothi
 
 
 def test_a_lease_that_lapses_while_the_database_stays_busy_fails_loudly_and_records_nothing(
-    db_path: Path, holders: list[LockHolder]
+    database: str, holders: list[LockHolder]
 ) -> None:
+    db_path = database
     """Nobody can renew a lease while another connection holds the write lock: once it
     has lapsed, another process may take the run, so the loop stops waiting."""
-    store = agentrt.open_store(str(db_path))
+    store = agentrt.open_store(db_path)
     holder = LockHolder(db_path, hold=2.5)
     holders.append(holder)
     tool = tool_holding_the_lock(holder)
@@ -224,9 +256,10 @@ def test_a_lease_that_lapses_while_the_database_stays_busy_fails_loudly_and_reco
 
 
 def test_a_completed_model_attempt_is_settled_once_after_a_lock_held_past_the_busy_timeout(
-    db_path: Path, holders: list[LockHolder]
+    database: str, holders: list[LockHolder]
 ) -> None:
-    store = agentrt.open_store(str(db_path))
+    db_path = database
+    store = agentrt.open_store(db_path)
     holder = LockHolder(db_path)
     holders.append(holder)
 
@@ -270,16 +303,17 @@ def test_a_completed_model_attempt_is_settled_once_after_a_lock_held_past_the_bu
 
 
 def test_a_late_result_after_a_cancel_is_appended_once_after_a_lock_held_past_the_busy_timeout(
-    db_path: Path, holders: list[LockHolder]
+    database: str, holders: list[LockHolder]
 ) -> None:
+    db_path = database
     """An operator cancelled the run while its tool ran; the tool's late result is
     still appended (loop.md), after the lock another connection held is released."""
-    store = agentrt.open_store(str(db_path))
+    store = agentrt.open_store(db_path)
     holder = LockHolder(db_path)
     holders.append(holder)
 
     def call(c: ToolCall) -> ToolResult:
-        operator = agentrt.open_existing(str(db_path))
+        operator = agentrt.open_existing(db_path)
         try:
             agentrt.cancel(operator, c.run_id, by="ops", note="stop it")
         finally:

@@ -20,8 +20,9 @@ META_SERVER = Path(__file__).parent / "mcp_meta_server.py"
 
 
 def test_an_mcp_tool_sends_the_steps_operation_id_in_the_calls_meta(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
 ) -> None:
+    store = any_store
     server = mcp.Server("meta", command=forked(META_SERVER))
 
     async def main() -> agentrt.Run:

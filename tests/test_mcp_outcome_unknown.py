@@ -84,8 +84,9 @@ def drive(store: agentrt.Store, server: mcp.Server, decisions: list[Any]) -> age
 
 
 def test_a_mutating_call_whose_server_exits_after_its_write_waits_for_a_person_and_ran_once(
-    ledger: Ledger, store: agentrt.Store
+    ledger: Ledger, any_store: agentrt.Store
 ) -> None:
+    store = any_store
     server = ledger.server()
     ledger.die_mid_call()
     run = drive(store, server, [Decision.tool_call("ledger_append", {"entry": "rent"})])

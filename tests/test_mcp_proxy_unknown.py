@@ -52,13 +52,14 @@ LOST = (
 
 
 class LedgerShop(Shop):
-    """`Shop`'s folder layout and hosts, with the ledger server upstream."""
+    """`Shop`'s folder layout and hosts, with the ledger server upstream; the record in
+    `database` (a SQLite file's path or a PostgreSQL URL) when given, else `runs.db`."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, database: str = "") -> None:
         self.root = root
         self.folder = root / "ledger"
         self.folder.mkdir()
-        self.db = root / "runs.db"
+        self.db: Path | str = database or root / "runs.db"
         self.clock_file = root / "clock.txt"
         self.set_time(datetime.now(UTC))
         command = forked(LEDGER_SERVER, str(self.folder))
@@ -72,7 +73,7 @@ class LedgerShop(Shop):
             self.config,
             {
                 "format": "agentrt.mcp.proxy/1",
-                "database": "runs.db",
+                "database": database or "runs.db",
                 "servers": {
                     "ledger": {
                         "command": command,
@@ -128,9 +129,9 @@ def lose_an_append(shop: LedgerShop) -> None:
 
 
 def test_a_mutating_call_whose_server_exits_mid_call_is_held_for_a_person_across_a_restart(
-    tmp_path: Path,
+    tmp_path: Path, database: str
 ) -> None:
-    shop = LedgerShop(tmp_path)
+    shop = LedgerShop(tmp_path, database)
     lose_an_append(shop)
     (waiting,) = shop.pending()
     assert (waiting["kind"], waiting["tool"]) == ("interrupted_side_effect", "ledger_append")

@@ -115,7 +115,11 @@ def test_the_kit_counts_a_reconciled_rerun_only_against_a_safe_to_repeat_answer(
     assert found == {"unvouched_rerun", "too_many_tool_starts"}
 
 
-def test_a_not_found_answer_commits_with_its_pause_so_a_crash_leaves_neither() -> None:
+def test_a_not_found_answer_commits_with_its_pause_so_a_crash_leaves_neither(
+    database: str,
+) -> None:
+    # On SQLite and on PostgreSQL, where the harness waits each crash's lease (2 s) out
+    # on the server's clock.
     from agentrt.testkit import Crash, Point, run_sync
 
     with Provider(deduplicates=False):
@@ -125,6 +129,7 @@ def test_a_not_found_answer_commits_with_its_pause_so_a_crash_leaves_neither() -
             REF_PLAIN,
             Crash(0, Point.AFTER_TOOL_STARTED),
             Crash(0, Point.AFTER_PAUSED, inside_tx=True),
+            db_path=database,
         )
     assert result.violations == ()
     assert [c.crash.at for c in result.crashes_reached] == ["step.tool_started", "run.paused"]

@@ -397,8 +397,7 @@ import sys, agentrt
 sys.path.insert(0, {here!r})
 import crashing_child as child
 from agentrt.scripted import ScriptedAgent
-from pathlib import Path
-db = Path(sys.argv[1])
+db = sys.argv[1]  # a SQLite file's path or a PostgreSQL URL
 store = agentrt.open_store(db)
 driver = agentrt.Driver(store=store, agent=ScriptedAgent(child.script("charge")),
                         policy=child.policy(), tools=child.tools(db))
@@ -412,14 +411,15 @@ print("resumed", run.status)
 
 
 def test_several_processes_racing_to_resume_one_crashed_run_exactly_one_executes(
-    db_path: Path,
+    database: str, crash_journal: Path, tmp_path: Path
 ) -> None:
+    db_path = database
     run_id = crash(db_path, "charge")
-    script = db_path.parent / "racer.py"
+    script = tmp_path / "racer.py"
     script.write_text(RACER.format(here=str(HERE)))
     racers = [
         subprocess.Popen(
-            [sys.executable, str(script), str(db_path), run_id],
+            [sys.executable, str(script), db_path, run_id],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

@@ -10,6 +10,8 @@ import asyncio
 import dataclasses
 import sqlite3
 import warnings
+from collections.abc import Callable
+from contextlib import ExitStack
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -53,17 +55,32 @@ from agentrt.testkit import (
     run_sync,
 )
 from agentrt.testkit._matrix import after_crash
-from support.database import brief, on_postgres
+from support.database import BRIEF_LEASE, brief, make_database, on_postgres
 
 INTERRUPTED = "interrupted_side_effect"
 
 
-def play(scenario: Any, *crashes: Crash, db: Path, **kw: Any) -> Result:
+def play(scenario: Any, *crashes: Crash, db: Path | str, **kw: Any) -> Result:
     return run_sync(scenario, *crashes, db_path=db, **kw)
 
 
 def rules(result: Result) -> set[str]:
     return {v.rule for v in check(result)}
+
+
+def briefly(factory: Callable[[], Scenario], database: str) -> Callable[[], Scenario]:
+    """`factory` for a harness run on `database`: on PostgreSQL its scenario with a lease
+    of `BRIEF_LEASE` (what the harness waits out in real time after a crash there, the
+    server's clock being out of its reach: decision 0097), on SQLite `factory` itself."""
+    if not on_postgres(database):
+        return factory
+
+    def brief_factory() -> Scenario:
+        scenario = factory()
+        scenario.lease_ttl = BRIEF_LEASE
+        return scenario
+
+    return brief_factory
 
 
 # -- the seed's claims -----------------------------------------------------------------------
@@ -109,7 +126,7 @@ class TestRun:
         assert [(a.process, a.step_index) for a in result.agent_inputs] == [(1, 0), (1, 1), (2, 2)]
 
     def test_crash_after_tool_started_and_after_its_effect_leave_the_same_record(
-        self, tmp_path: Path
+        self, database: str, tmp_path: Path
     ) -> None:
         """The seed: the record cannot tell a crash before the call from one after it."""
         seen = {}
@@ -117,16 +134,28 @@ class TestRun:
         def leave() -> Scenario:
             return ts.direct_charge(Verdict.LEAVE)
 
-        for point in (Point.AFTER_TOOL_STARTED, Point.AFTER_TOOL_EFFECT):
-            r = play(leave, Crash(1, point), db=tmp_path / f"{point}.db")
-            step, [approval] = r.step(1), r.approvals
-            seen[point] = (
-                [e.type for e in r.events],
-                step.status,
-                step.observation,
-                approval.kind,
-                approval.presentation,
-            )
+        (tmp_path / "second").mkdir()
+        stack = ExitStack()
+        second = make_database(
+            "postgres" if on_postgres(database) else "sqlite",
+            tmp_path / "second",
+            stack,
+            "the seed's record of a crash after the effect",
+        )
+        with stack:
+            for point, db in (
+                (Point.AFTER_TOOL_STARTED, database),
+                (Point.AFTER_TOOL_EFFECT, second),
+            ):
+                r = play(briefly(leave, database), Crash(1, point), db=db)
+                step, [approval] = r.step(1), r.approvals
+                seen[point] = (
+                    [e.type for e in r.events],
+                    step.status,
+                    step.observation,
+                    approval.kind,
+                    approval.presentation,
+                )
         assert seen[Point.AFTER_TOOL_STARTED] == seen[Point.AFTER_TOOL_EFFECT]
 
     def test_approved_request_survives_a_crash_after_resume(self, tmp_path: Path) -> None:
@@ -194,10 +223,12 @@ class TestRun:
         expected = [1] if point == Point.AFTER_TOOL_STARTED else [0, 1]
         assert [c.step_index for c in result.calls("lookup")] == expected
 
-    def test_interrupted_deciding_step_continues(self, tmp_path: Path) -> None:
+    def test_interrupted_deciding_step_continues(self, database: str) -> None:
         # A step is durable `deciding` once a model request's dispatch committed its
         # claim (decision 0088); a crash during that request interrupts it so.
-        result = play(ts.with_model, Crash(1, Point.DURING_MODEL_REQUEST), db=tmp_path / "d.db")
+        result = play(
+            briefly(ts.with_model, database), Crash(1, Point.DURING_MODEL_REQUEST), db=database
+        )
         assert result.step(1).status == StepStatus.INTERRUPTED
         assert result.step(1).observation.content == {"previous_status": "deciding"}  # type: ignore[union-attr]
         assert result.approvals == ()

@@ -203,10 +203,10 @@ class TestSigkill:
         ],
     )
     def test_side_effect_lost_to_a_real_sigkill_runs_again_only_when_approved(
-        self, tmp_path: Path, ref: str, charges: list[int], status: str
+        self, database: str, ref: str, charges: list[int], status: str
     ) -> None:
         """The card was charged, then the process was killed before recording it."""
-        result = play(ref, Crash(1, Point.AFTER_TOOL_EFFECT), db=tmp_path / "k.db")
+        result = play(ref, Crash(1, Point.AFTER_TOOL_EFFECT), db=database)
         assert result.exit_codes == (SIGKILLED, 0)
         assert [c.process for c in result.calls("charge")] == charges
         assert {c.step_index for c in result.calls("charge")} == {1}
@@ -218,12 +218,12 @@ class TestSigkill:
         assert approval.status == expected
 
     def test_sigkill_during_a_model_request_leaves_the_attempt_recorded(
-        self, tmp_path: Path
+        self, database: str
     ) -> None:
         result = play(
             "support.scenarios:with_model",
             Crash(0, Point.DURING_MODEL_REQUEST),
-            db=tmp_path / "model.db",
+            db=database,
         )
         assert result.exit_codes == (SIGKILLED, 0)
         first = result.model_calls[0]
@@ -234,13 +234,13 @@ class TestSigkill:
         assert [c.tool for c in result.tool_calls] == ["lookup", "charge"]
 
     def test_crash_after_takeover_in_a_real_process_still_waits_for_the_operator(
-        self, tmp_path: Path
+        self, database: str
     ) -> None:
         result = play(
             "support.scenarios:direct_charge_approve",
             Crash(1, Point.AFTER_TOOL_STARTED),
             Crash(1, Point.AFTER_INTERRUPTED),
-            db=tmp_path / "two.db",
+            db=database,
         )
         assert result.exit_codes == (SIGKILLED, SIGKILLED, 0)
         assert [a.kind for a in result.approvals] == ["interrupted_side_effect"]

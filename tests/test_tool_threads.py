@@ -61,13 +61,13 @@ CHILD = textwrap.dedent(
 @pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_a_process_whose_plain_tool_timed_out_exits_promptly_after_its_run(
-    tmp_path: Path,
+    tmp_path: Path, database: str
 ) -> None:
     script = tmp_path / "child.py"
     script.write_text(CHILD)
     began = time.monotonic()
     done = subprocess.run(
-        [sys.executable, str(script), str(tmp_path / "runs.db")],
+        [sys.executable, str(script), database],
         capture_output=True,
         text=True,
         timeout=45,
@@ -95,8 +95,9 @@ def _back_waiting(thread: threading.Thread, timeout: float) -> bool:
 
 @pytest.mark.timeout(30)
 def test_a_timed_out_tool_keeps_running_on_a_daemon_thread_and_its_late_result_is_discarded(
-    store: agentrt.Store,
+    any_store: agentrt.Store,
 ) -> None:
+    store = any_store
     release = threading.Event()
     finished = threading.Event()
     seen: list[threading.Thread] = []

@@ -48,6 +48,7 @@ import psycopg
 from ..._chain import partition_of
 from ..._clock import as_stored
 from ..._errors import StoreError
+from ..._records import Run
 from .._records import GuardedRun, LeaseState
 from ..sqlite._codecs import lease_from, run_from_row
 from ..sqlite._tx import _TOUCHES_CHAIN, EventRow
@@ -353,6 +354,19 @@ class PostgresTx(SqliteTx):
                 unread.execute(text, values)
             self.write_events()
             unread.execute("COMMIT")
+
+    def settle_model_call(self, run_id: str, *args: Any, **kwargs: Any) -> Run | None:
+        """`SqliteTx.settle_model_call`, the run's row locked first (`lock_run`).
+
+        The settlement writes the attempt's row, then the run's totals. Taking the run
+        first keeps the lock order (the run, then what else the transaction writes, as a
+        takeover that settles a dispatched attempt does), and a run held by another
+        transaction past the lock timeout is refused busy before anything is written,
+        so the outcome's writer waits it out and retries (decision 0012) as on SQLite,
+        instead of failing after a write it cannot retry.
+        """
+        self.lock_run(run_id)
+        return super().settle_model_call(run_id, *args, **kwargs)
 
     def lock_lease(self, run_id: str) -> LeaseState | None:
         """`lock_run`'s lease: the row locked, and the head with it, exactly as it does."""
