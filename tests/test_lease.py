@@ -43,7 +43,7 @@ from agentrt import (
     ToolRequest,
     ToolResult,
 )
-from agentrt._clock import wall_clock
+from agentrt._clock import format_time, wall_clock
 from agentrt._model import Message, ModelRequest, ModelResponse, TextBlock, Usage
 from agentrt._takeover import take_over
 from agentrt.scripted import ScriptedAgent
@@ -52,8 +52,6 @@ from support.crashes import crash, resumer
 from support.leases import (
     MovableWall,
     expire_lease,
-    lease_for_time_passing,
-    let_time_pass,
     stored_expiry,
     take_in,
     wait_for_renewal,
@@ -419,18 +417,15 @@ def test_a_takeover_while_the_agent_decides_starts_no_tool_and_raises_lease_lost
 
 
 # SQLite only: the lease is judged on an injected wall clock, which PostgreSQL ignores.
-def test_lease_long_tool_call_keeps_the_lease(database: str) -> None:
+def test_lease_long_tool_call_keeps_the_lease(db_path: Path) -> None:
     """A tool call several lease lengths long keeps its lease: nobody can take the run."""
-    store = agentrt.open_store(database)
+    store = agentrt.open_store(db_path)
     refusals: list[RunLeasedError] = []
-    # On SQLite leases are judged on a clock the test moves, so a slow machine cannot
-    # lapse one; on PostgreSQL the server's clock judges them, and the lease lengths pass
-    # in real time (`let_time_pass`). The heartbeat renews on real time, and the test
-    # waits for each renewal.
+    # Leases are judged on a clock the test moves, so a slow machine cannot lapse one;
+    # the heartbeat renews on real time, and the test waits for each renewal.
     wall = MovableWall()
-    lease = lease_for_time_passing(database)
     other = agentrt.Driver(
-        store=agentrt.open_store(database),
+        store=agentrt.open_store(db_path),
         agent=ScriptedAgent([]),
         policy=agentrt.default_policy(),
         lease_owner="other",
@@ -439,7 +434,8 @@ def test_lease_long_tool_call_keeps_the_lease(database: str) -> None:
 
     def long_call(call: ToolCall) -> ToolResult:
         for _ in range(4):  # four lease lengths in all
-            let_time_pass(database, call.run_id, wall, lease)
+            wall.advance(timedelta(milliseconds=300))
+            wait_for_renewal(lambda: stored_expiry(db_path, call.run_id), format_time(wall()))
             try:
                 other.resume_sync(call.run_id)
             except RunLeasedError as exc:
@@ -452,7 +448,7 @@ def test_lease_long_tool_call_keeps_the_lease(database: str) -> None:
         agent=ScriptedAgent([Decision.tool_call("slow", {}), Decision.complete()]),
         policy=agentrt.default_policy(),
         tools=[slow],
-        lease_ttl=lease,
+        lease_ttl=timedelta(milliseconds=300),
         wall=wall,
     )
     run = driver.start_sync("long")
@@ -599,13 +595,13 @@ def test_lease_holder_in_another_pid_namespace_proves_nothing() -> None:
 
 # SQLite only: the lease is judged on an injected wall clock, which PostgreSQL ignores.
 def test_lease_a_cancelled_loop_keeps_its_lease_while_its_tool_thread_still_runs(
-    database: str,
+    db_path: Path,
 ) -> None:
     """A plain-function tool cannot be stopped: after the caller cancels the loop, the run
     must not be taken over (and the call started again) while the first call still runs."""
     import asyncio
 
-    store = agentrt.open_store(database)
+    store = agentrt.open_store(db_path)
     started = threading.Event()
     release = threading.Event()
 
@@ -616,14 +612,13 @@ def test_lease_a_cancelled_loop_keeps_its_lease_while_its_tool_thread_still_runs
 
     tool = RecordingTool("charge", SideEffect.REMOTE_MUTATION, result=charge)
     allow_all = child.policy()
-    wall = MovableWall()  # on SQLite leases judged on the test's clock: no load lapses one
-    lease = lease_for_time_passing(database)  # on PostgreSQL, real time on the server's
+    wall = MovableWall()  # leases judged on the test's clock: no load lapses one
     driver = agentrt.Driver(
         store=store,
         agent=ScriptedAgent([Decision.tool_call("charge", {})]),
         policy=allow_all,
         tools=[tool],
-        lease_ttl=lease,
+        lease_ttl=timedelta(milliseconds=300),
         wall=wall,
     )
 
@@ -638,13 +633,14 @@ def test_lease_a_cancelled_loop_keeps_its_lease_while_its_tool_thread_still_runs
     asyncio.run(cancel_mid_call())
     (run,) = store.list_runs()
     other = agentrt.Driver(
-        store=agentrt.open_store(database),
+        store=agentrt.open_store(db_path),
         agent=ScriptedAgent([]),
         policy=allow_all,
         tools=[tool],
         wall=wall,
     )
-    let_time_pass(database, run.id, wall, lease * 10 / 3)  # > three lease lengths: renewed
+    wall.advance(timedelta(seconds=1))  # more than three lease lengths: still renewed
+    wait_for_renewal(lambda: stored_expiry(db_path, run.id), format_time(wall()))
     with pytest.raises(RunLeasedError):
         other.resume_sync(run.id)
     release.set()

@@ -137,33 +137,3 @@ def wait_for_renewal(read: Callable[[], Any], past: Any, within: float = 60.0) -
             return now
         assert time.monotonic() < deadline, f"the lease was not renewed past {past} in {within}s"
         time.sleep(0.01)
-
-
-def lease_for_time_passing(database: Path | str) -> timedelta:
-    """A lease for a test that lets lease lengths pass (`let_time_pass`): 300 ms on
-    SQLite, whose leases are judged on a wall clock the test moves; 1 s on PostgreSQL,
-    whose server clock judges them in real time, so a heartbeat two thirds of a second
-    late (a loaded machine) would lapse it, not one a tenth of a second late."""
-    from agentrt.lowlevel import is_db_url
-
-    return timedelta(seconds=1) if is_db_url(str(database)) else timedelta(milliseconds=300)
-
-
-def let_time_pass(database: Path | str, run_id: str, wall: MovableWall, delta: timedelta) -> str:
-    """Let `delta` pass by the clock that judges the run's lease, and wait for the heartbeat
-    to renew it past that moment; return the renewed expiry as stored.
-
-    On SQLite the test moves that clock (`wall`), so no load can lapse the lease, and
-    waits for a renewal past the moved time. On PostgreSQL nothing can move the server's
-    clock: `delta` passes in real time, until a renewal stores an expiry `delta` later
-    than the one stored now (a renewal is the server's time plus the lease).
-    """
-    from agentrt.lowlevel import is_db_url
-
-    def read() -> str:
-        return stored_expiry(database, run_id)
-
-    if is_db_url(str(database)):
-        return str(wait_for_renewal(read, format_time(parse_time(read()) + delta)))
-    wall.advance(delta)
-    return str(wait_for_renewal(read, format_time(wall())))
