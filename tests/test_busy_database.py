@@ -100,12 +100,14 @@ class LockHolder:
 
     def _release(self) -> None:
         assert self._conn is not None
+        # Taken before the commit that frees the lock: a write that waited for it is
+        # delivered after this instant, whichever thread runs first after the commit.
+        self.released_at = time.monotonic()
         if isinstance(self._conn, sqlite3.Connection):
             self._conn.execute("COMMIT")
         else:
             self._conn.commit()
         self._conn.close()
-        self.released_at = time.monotonic()
         self.after_release = snapshot(self.db_path)
         self.released.set()
 
@@ -192,7 +194,7 @@ def test_a_tool_result_is_recorded_once_after_a_lock_held_past_the_busy_timeout(
     assert [(e.step_id, e.payload["summary"]) for e in finished] == [(step.id, "charged")]
     # It really waited: the outcome was committed only after the lock was released,
     # which was long past the busy timeout.
-    assert holder.released.is_set()
+    assert holder.released.wait(10)  # set after its snapshot, which may come after the run's end
     (finished_at,) = observed.at("step.tool_finished")
     assert finished_at >= holder.released_at
     assert HOLD_SECONDS > 5 * BUSY_TIMEOUT_MS / 1000
