@@ -14,8 +14,8 @@ without a hash is refused before the store is touched.
 from __future__ import annotations
 
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 from urllib.parse import parse_qs, quote
 
@@ -48,6 +48,40 @@ BODY_LIMIT = 32 * 1024
 """Bytes a form may carry: the longest note (`NOTE_LIMIT` characters, 12 bytes each at most
 percent-encoded) and two tokens fit."""
 PAGE = 50
+
+
+class _Deciding:
+    """The decisions this console is committing, on worker threads.
+
+    `stopped` (the console's server has stopped) waits for each decision begun and refuses
+    any after it: uvicorn gives up on a request after its graceful shutdown, but not on the
+    worker thread committing its decision, which may commit later. Whatever the console
+    says last is said once no decision can still be recorded (decision 0211)."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._count = 0
+        self._stopped = False
+
+    @contextmanager
+    def deciding(self) -> Iterator[None]:
+        """A decision being made; refused (`_Refused`, 503) once the console stopped."""
+        with self._changed:
+            if self._stopped:
+                raise _Refused(503, "Not decided", "Nothing was decided: the console stopped.")
+            self._count += 1
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._count -= 1
+                self._changed.notify_all()
+
+    def stopped(self) -> None:
+        """No decision begins from now; returns once each one begun has ended."""
+        with self._changed:
+            self._stopped = True
+            self._changed.wait_for(lambda: self._count == 0)
 
 
 class _Reader:
@@ -215,8 +249,11 @@ def create_app(
 
     `recorded`, if given, is told each decision this console committed, in one sentence
     ("approval A of run R was approved by B"), on the worker thread that committed it:
-    `agentrt console` says them if its last line cannot be written (decision 0205)."""
+    `agentrt console` says them if its last line cannot be written (decision 0205). Once
+    its server stopped, `app.state.deciding.stopped()` waits for the decisions still being
+    committed (and refuses any after): `recorded` has then been told all it will be."""
     reader = _Reader(config.db_path)
+    deciding = _Deciding()
 
     def said(sentence: str) -> None:
         if recorded is not None:
@@ -288,12 +325,12 @@ def create_app(
             fn = operator.approve if approve else operator.reject
 
             def call() -> None:
-                with open_existing(config.db_path) as store:
+                with deciding.deciding(), open_existing(config.db_path) as store:
                     fn(store, run_id, approval_id, config.by, note, shown_hash=shown_hash)
-                said(
-                    f"approval {sanitize(approval_id)} of run {sanitize(run_id)} was "
-                    f"{'approved' if approve else 'rejected'} by {sanitize(config.by)}"
-                )
+                    said(
+                        f"approval {sanitize(approval_id)} of run {sanitize(run_id)} was "
+                        f"{'approved' if approve else 'rejected'} by {sanitize(config.by)}"
+                    )
 
             try:
                 await run_in_threadpool(call)
@@ -312,9 +349,9 @@ def create_app(
         _check_note(note)
 
         def call() -> None:
-            with open_existing(config.db_path) as store:
+            with deciding.deciding(), open_existing(config.db_path) as store:
                 operator.cancel(store, run_id, config.by, note)
-            said(f"run {sanitize(run_id)} was cancelled by {sanitize(config.by)}")
+                said(f"run {sanitize(run_id)} was cancelled by {sanitize(config.by)}")
 
         try:
             await run_in_threadpool(call)
@@ -380,6 +417,7 @@ def create_app(
         routes=routes, middleware=[Middleware(_Guard, config=config)], lifespan=lifespan
     )
     app.state.reader = reader
+    app.state.deciding = deciding
     return app
 
 

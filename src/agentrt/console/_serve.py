@@ -87,6 +87,10 @@ def serve(
         pass
     finally:
         sock.close()
+        # A decision uvicorn gave up on may still be committing on its worker thread: the
+        # last line waits for it, so that what it says (or, lost, what `recorded` was told)
+        # is what the console recorded.
+        app.state.deciding.stopped()
     out.write("agentrt console: stopped\n")
     out.flush()
     return 0
