@@ -418,3 +418,80 @@ def test_a_decision_in_flight_when_the_console_is_stopped_is_said_as_it_ended(
         assert approval.status == "pending"
         assert last + "\n" == NOTHING_CHANGED.replace(FULL, "File too large")
     assert console.process.returncode == 1
+
+
+# --- 2b. a console decision whose commit's outcome is unknown -----------------------------------
+
+
+@pytest.mark.parametrize("verb", ["approve", "reject", "cancel"])
+def test_a_console_decision_whose_commit_is_unknown_is_said_as_perhaps_made(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch, verb: str
+) -> None:
+    # A commit that failed in a way that leaves unknown whether it was made (an I/O error at
+    # SQLite's COMMIT, a PostgreSQL connection lost during it) was answered "Nothing was
+    # decided: ... whether it is in the file is unknown", and `recorded` was not told, so a
+    # lost last line said "nothing was changed". Here the commit was in fact made.
+    pytest.importorskip("starlette")
+    from starlette.testclient import TestClient
+
+    from agentrt import _operator
+    from agentrt._errors import commit_unknown
+    from agentrt.console import ConsoleConfig, create_app
+
+    db = str(db_path)
+    run = waiting_run(db)
+    approval = pending(db, run.id)
+    real = getattr(_operator, verb)
+
+    def made_but_unknown(*args: Any, **kwargs: Any) -> Any:
+        real(*args, **kwargs)
+        raise commit_unknown("commit failed: the disk reported an I/O error; whether it is unknown")
+
+    monkeypatch.setattr(_operator, verb, made_but_unknown)
+    told: list[tuple[str, bool]] = []
+    config = ConsoleConfig(db_path=db, by="ops")
+    base = "http://127.0.0.1:8765"
+    with TestClient(
+        create_app(config, recorded=lambda *said: told.append(said)), base_url=base
+    ) as client:
+        form = {"csrf": config.csrf, "note": "", "hash": approval.hash}
+        path = (
+            f"/runs/{run.id}/cancel"
+            if verb == "cancel"
+            else f"/runs/{run.id}/approvals/{approval.id}/{verb}"
+        )
+        answer = client.post(path, data=form, headers={"Origin": base}, follow_redirects=False)
+        assert answer.status_code == 503
+        assert "Nothing was decided" not in answer.text and "Not cancelled" not in answer.text
+        assert "unknown" in answer.text
+        client.get("/").raise_for_status()
+    done = {"approve": "approved", "reject": "rejected", "cancel": "cancelled"}[verb]
+    assert told == [
+        (
+            f"run {run.id} may have been cancelled by ops"
+            if verb == "cancel"
+            else f"approval {approval.id} of run {run.id} may have been {done} by ops",
+            False,
+        )
+    ]
+
+
+def test_a_console_counts_the_decisions_perhaps_made_apart() -> None:
+    from types import SimpleNamespace
+
+    from agentrt.cli._launch import _Recorded
+
+    out = SimpleNamespace(done=None)
+    recorded = _Recorded(out)  # type: ignore[arg-type]
+    recorded("approval A of run R may have been approved by ops", False)
+    assert out.done == "approval A of run R may have been approved by ops through the console"
+    recorded("approval B of run S was rejected by ops", True)
+    assert out.done == (
+        "the console recorded 1 decision (and perhaps 1 more, their commits' outcome unknown) "
+        "(the last: approval B of run S was rejected by ops)"
+    )
+    recorded("run T was cancelled by ops", True)
+    assert out.done == (
+        "the console recorded 2 decisions (and perhaps 1 more, their commits' outcome unknown) "
+        "(the last: run T was cancelled by ops)"
+    )

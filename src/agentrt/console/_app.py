@@ -37,6 +37,7 @@ from .._errors import (
     NotFoundError,
     NotPendingError,
     RunStateError,
+    StoreError,
 )
 from .._records import RunStatus
 from .._store import Store, open_existing
@@ -211,7 +212,23 @@ async def _form(request: Request, config: ConsoleConfig, *, csrf: bool = True) -
     return fields
 
 
+def _perhaps(error: AgentrtError) -> _Refused | None:
+    """The answer to a decision whose commit failed leaving unknown whether it was made
+    (`StoreError.commit_unknown`): never "nothing was decided"."""
+    if not (isinstance(error, StoreError) and error.commit_unknown):
+        return None
+    return _Refused(
+        503,
+        "Perhaps decided",
+        f"Whether this was recorded is unknown: {sanitize(str(error))}. The run's page, "
+        "opened again, shows what the record holds.",
+    )
+
+
 def _decision_refusal(error: AgentrtError) -> _Refused:
+    perhaps = _perhaps(error)
+    if perhaps is not None:
+        return perhaps
     said = sanitize(str(error))
     if isinstance(error, ApprovalExpiredError) and error.cancelled_by:
         # A cancel expired the request (decision 0161): the run is over, not the time.
@@ -243,21 +260,23 @@ def _decision_refusal(error: AgentrtError) -> _Refused:
 
 
 def create_app(
-    config: ConsoleConfig, *, recorded: Callable[[str], None] | None = None
+    config: ConsoleConfig, *, recorded: Callable[[str, bool], None] | None = None
 ) -> Starlette:
     """The console for `config.db_path`; it opens the database on first use.
 
     `recorded`, if given, is told each decision this console committed, in one sentence
-    ("approval A of run R was approved by B"), on the worker thread that committed it:
-    `agentrt console` says them if its last line cannot be written (decision 0205). Once
-    its server stopped, `app.state.deciding.stopped()` waits for the decisions still being
-    committed (and refuses any after): `recorded` has then been told all it will be."""
+    ("approval A of run R was approved by B"), with True, on the worker thread that committed
+    it; and each whose commit failed leaving unknown whether it was made ("approval A of run R
+    may have been approved by B"), with False: `agentrt console` says them if its last line
+    cannot be written (decision 0205). Once its server stopped,
+    `app.state.deciding.stopped()` waits for the decisions still being committed (and
+    refuses any after): `recorded` has then been told all it will be."""
     reader = _Reader(config.db_path)
     deciding = _Deciding()
 
-    def said(sentence: str) -> None:
+    def said(sentence: str, *, made: bool) -> None:
         if recorded is not None:
-            recorded(sentence)
+            recorded(sentence, made)
 
     async def read(fn: Callable[..., Any], *args: Any) -> Any:
         def call() -> Any:
@@ -325,12 +344,18 @@ def create_app(
             fn = operator.approve if approve else operator.reject
 
             def call() -> None:
+                decided = (
+                    f"approval {sanitize(approval_id)} of run {sanitize(run_id)} %s "
+                    f"{'approved' if approve else 'rejected'} by {sanitize(config.by)}"
+                )
                 with deciding.deciding(), open_existing(config.db_path) as store:
-                    fn(store, run_id, approval_id, config.by, note, shown_hash=shown_hash)
-                    said(
-                        f"approval {sanitize(approval_id)} of run {sanitize(run_id)} was "
-                        f"{'approved' if approve else 'rejected'} by {sanitize(config.by)}"
-                    )
+                    try:
+                        fn(store, run_id, approval_id, config.by, note, shown_hash=shown_hash)
+                    except StoreError as e:
+                        if e.commit_unknown:
+                            said(decided % "may have been", made=False)
+                        raise
+                    said(decided % "was", made=True)
 
             try:
                 await run_in_threadpool(call)
@@ -349,9 +374,15 @@ def create_app(
         _check_note(note)
 
         def call() -> None:
+            cancelled = f"run {sanitize(run_id)} %s cancelled by {sanitize(config.by)}"
             with deciding.deciding(), open_existing(config.db_path) as store:
-                operator.cancel(store, run_id, config.by, note)
-                said(f"run {sanitize(run_id)} was cancelled by {sanitize(config.by)}")
+                try:
+                    operator.cancel(store, run_id, config.by, note)
+                except StoreError as e:
+                    if e.commit_unknown:
+                        said(cancelled % "may have been", made=False)
+                    raise
+                said(cancelled % "was", made=True)
 
         try:
             await run_in_threadpool(call)
@@ -360,7 +391,7 @@ def create_app(
                 raise _Refused(409, "Conflict", sanitize(str(e))) from e
             if isinstance(e, NotFoundError):
                 raise _Refused(404, "Not found", sanitize(str(e))) from e
-            raise _Refused(503, "Not cancelled", sanitize(str(e))) from e
+            raise (_perhaps(e) or _Refused(503, "Not cancelled", sanitize(str(e)))) from e
         return RedirectResponse(f"/runs/{quote(run_id, safe='')}", 303)
 
     def logged_in() -> Response:
