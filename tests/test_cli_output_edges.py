@@ -495,3 +495,21 @@ def test_a_console_counts_the_decisions_perhaps_made_apart() -> None:
         "the console recorded 2 decisions (and perhaps 1 more, their commits' outcome unknown) "
         "(the last: run T was cancelled by ops)"
     )
+
+
+def test_a_name_with_utf8_and_a_byte_that_is_not_is_refused_naming_that_byte(
+    db_path: Path,
+) -> None:
+    # `josé` in UTF-8, then one Latin-1 byte: the refusal named `\udcc3`, the first byte of
+    # the `é` that is valid UTF-8, at position 4; it now names the byte that is not UTF-8.
+    db = str(db_path)
+    run = waiting_run(db)
+    result = _agentrt_bytes(
+        "--db", db, "approve", run.id, "--yes", "--by", "josé".encode() + b"\xe9"
+    )
+    assert result.returncode == 2
+    assert result.stderr.splitlines()[-1] == (
+        b"agentrt: --by must be text: it holds \\udce9 at position 5, which is not a "
+        b"character (bytes that are not UTF-8?)"
+    )
+    assert pending(db, run.id).status == "pending"
