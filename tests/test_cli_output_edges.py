@@ -17,13 +17,16 @@ start 1 GiB into the (sparse) file, so that the limit leaves the database's file
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import resource
 import signal
+import sqlite3
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -137,6 +140,10 @@ class _Console:
 
     def decide(self, run_id: str, verb: str) -> None:
         """Decide the run's approval through the console's own form, as a browser would."""
+        assert self.post(self.form(run_id, verb)) == 303  # back to the run
+
+    def form(self, run_id: str, verb: str) -> urllib.request.Request:
+        """The run page's form that decides its approval (`verb`), filled as a browser does."""
         with urllib.request.urlopen(f"{self.base}/runs/{run_id}", timeout=30) as page:
             markup = page.read().decode()
         action = re.search(
@@ -151,15 +158,24 @@ class _Console:
             data=form,
             headers={"Origin": self.base, "Content-Type": "application/x-www-form-urlencoded"},
         )
+        return request
+
+    @staticmethod
+    def post(request: urllib.request.Request) -> int:
+        """The status the console answers a form with (its redirect not followed)."""
 
         class _NoRedirect(urllib.request.HTTPRedirectHandler):
             def redirect_request(self, *args: Any, **kwargs: Any) -> None:
                 return None
 
         opener = urllib.request.build_opener(_NoRedirect)
-        with pytest.raises(urllib.error.HTTPError) as answered:  # the 303 back to the run
-            opener.open(request, timeout=30)
-        assert answered.value.code == 303
+        try:
+            with opener.open(request, timeout=90) as answer:
+                return int(answer.status)
+        except urllib.error.HTTPError as answered:  # a redirect not followed, or a refusal
+            return answered.code
+        except OSError:  # the console went away before it answered
+            return 0
 
     def stop(self) -> tuple[int, str]:
         self.process.send_signal(signal.SIGINT)
@@ -337,6 +353,163 @@ def test_a_name_whose_bytes_are_not_utf8_is_refused_in_one_line(db_path: Path) -
     assert result.returncode == 2
     assert result.stderr.splitlines()[-1] == (
         b"agentrt: --by must be text: it holds \\udce9 at position 4, which is not a "
+        b"character (bytes that are not UTF-8?)"
+    )
+    assert pending(db, run.id).status == "pending"
+
+
+def _db_handles(pid: int, db: str) -> int:
+    """How many of the process's open files are the database file itself."""
+    count = 0
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):  # closed meanwhile
+            count += os.readlink(fd) == db
+    return count
+
+
+def test_a_decision_in_flight_when_the_console_is_stopped_is_said_as_it_ended(
+    db_path: Path, tmp_path: Path, consoles: list[_Console]
+) -> None:
+    # A decision whose commit waits on the database's write lock when Ctrl-C comes, past
+    # uvicorn's graceful shutdown (2 s): the console said "nothing was changed", then its
+    # worker thread committed the decision before the process ended. It now waits for the
+    # decision it is committing before its last line, which says how it ended: recorded,
+    # or (the lock held past the busy timeout) not, and nothing changed.
+    pytest.importorskip("uvicorn")
+    if not Path(f"/proc/{os.getpid()}/fd").is_dir():
+        pytest.skip("needs /proc to see the console open the database for the decision")
+    db = str(db_path.resolve())
+    run = waiting_run(db)
+    console = _full_console(db, tmp_path, False, consoles)
+    form = console.form(run.id, "approve")
+    before = _db_handles(console.process.pid, db)
+    holder = sqlite3.connect(db, isolation_level=None, timeout=60)
+    try:
+        holder.execute("BEGIN IMMEDIATE")  # the write lock: the decision waits for it
+        answered: list[object] = []
+        posting = threading.Thread(target=lambda: answered.append(console.post(form)))
+        posting.start()
+        deadline = time.monotonic() + 60
+        while _db_handles(console.process.pid, db) <= before:  # the decision opened its store
+            assert time.monotonic() < deadline, "the console never began the decision"
+            assert console.process.poll() is None
+            time.sleep(0.01)
+        console.process.send_signal(signal.SIGINT)
+        assert console.process.stderr is not None
+        said: list[str] = []
+        for line in console.process.stderr:  # uvicorn gives up on the request: 2 s
+            said.append(line)
+            if "timeout graceful shutdown exceeded" in line:
+                break
+        holder.execute("COMMIT")
+    finally:
+        holder.close()
+    rest = console.process.communicate(timeout=60)[1]
+    posting.join(60)
+    last = ("".join(said) + rest).splitlines()[-1]
+    approval = pending(db, run.id)
+    if approval.status == "approved":
+        assert last == (
+            f"agentrt: approval {approval.id} of run {run.id} was approved by ops through the "
+            "console, but its report could not be written to the standard output "
+            "(File too large)"
+        )
+    else:  # the lock was held past the decision's busy timeout: nothing was decided
+        assert approval.status == "pending"
+        assert last + "\n" == NOTHING_CHANGED.replace(FULL, "File too large")
+    assert console.process.returncode == 1
+
+
+# --- 2b. a console decision whose commit's outcome is unknown -----------------------------------
+
+
+@pytest.mark.parametrize("verb", ["approve", "reject", "cancel"])
+def test_a_console_decision_whose_commit_is_unknown_is_said_as_perhaps_made(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch, verb: str
+) -> None:
+    # A commit that failed in a way that leaves unknown whether it was made (an I/O error at
+    # SQLite's COMMIT, a PostgreSQL connection lost during it) was answered "Nothing was
+    # decided: ... whether it is in the file is unknown", and `recorded` was not told, so a
+    # lost last line said "nothing was changed". Here the commit was in fact made.
+    pytest.importorskip("starlette")
+    from starlette.testclient import TestClient
+
+    from agentrt import _operator
+    from agentrt._errors import commit_unknown
+    from agentrt.console import ConsoleConfig, create_app
+
+    db = str(db_path)
+    run = waiting_run(db)
+    approval = pending(db, run.id)
+    real = getattr(_operator, verb)
+
+    def made_but_unknown(*args: Any, **kwargs: Any) -> Any:
+        real(*args, **kwargs)
+        raise commit_unknown("commit failed: the disk reported an I/O error; whether it is unknown")
+
+    monkeypatch.setattr(_operator, verb, made_but_unknown)
+    told: list[tuple[str, bool]] = []
+    config = ConsoleConfig(db_path=db, by="ops")
+    base = "http://127.0.0.1:8765"
+    with TestClient(
+        create_app(config, recorded=lambda *said: told.append(said)), base_url=base
+    ) as client:
+        form = {"csrf": config.csrf, "note": "", "hash": approval.hash}
+        path = (
+            f"/runs/{run.id}/cancel"
+            if verb == "cancel"
+            else f"/runs/{run.id}/approvals/{approval.id}/{verb}"
+        )
+        answer = client.post(path, data=form, headers={"Origin": base}, follow_redirects=False)
+        assert answer.status_code == 503
+        assert "Nothing was decided" not in answer.text and "Not cancelled" not in answer.text
+        assert "unknown" in answer.text
+        client.get("/").raise_for_status()
+    done = {"approve": "approved", "reject": "rejected", "cancel": "cancelled"}[verb]
+    assert told == [
+        (
+            f"run {run.id} may have been cancelled by ops"
+            if verb == "cancel"
+            else f"approval {approval.id} of run {run.id} may have been {done} by ops",
+            False,
+        )
+    ]
+
+
+def test_a_console_counts_the_decisions_perhaps_made_apart() -> None:
+    from types import SimpleNamespace
+
+    from agentrt.cli._launch import _Recorded
+
+    out = SimpleNamespace(done=None)
+    recorded = _Recorded(out)  # type: ignore[arg-type]
+    recorded("approval A of run R may have been approved by ops", False)
+    assert out.done == "approval A of run R may have been approved by ops through the console"
+    recorded("approval B of run S was rejected by ops", True)
+    assert out.done == (
+        "the console recorded 1 decision (and perhaps 1 more, their commits' outcome unknown) "
+        "(the last: approval B of run S was rejected by ops)"
+    )
+    recorded("run T was cancelled by ops", True)
+    assert out.done == (
+        "the console recorded 2 decisions (and perhaps 1 more, their commits' outcome unknown) "
+        "(the last: run T was cancelled by ops)"
+    )
+
+
+def test_a_name_with_utf8_and_a_byte_that_is_not_is_refused_naming_that_byte(
+    db_path: Path,
+) -> None:
+    # `josé` in UTF-8, then one Latin-1 byte: the refusal named `\udcc3`, the first byte of
+    # the `é` that is valid UTF-8, at position 4; it now names the byte that is not UTF-8.
+    db = str(db_path)
+    run = waiting_run(db)
+    result = _agentrt_bytes(
+        "--db", db, "approve", run.id, "--yes", "--by", "josé".encode() + b"\xe9"
+    )
+    assert result.returncode == 2
+    assert result.stderr.splitlines()[-1] == (
+        b"agentrt: --by must be text: it holds \\udce9 at position 5, which is not a "
         b"character (bytes that are not UTF-8?)"
     )
     assert pending(db, run.id).status == "pending"

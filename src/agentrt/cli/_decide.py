@@ -109,13 +109,14 @@ def as_typed(value: str) -> str:
     127 in an ASCII locale: `LC_ALL=C` with `PYTHONUTF8=0`) arrive as lone surrogates, which
     no store can keep. Those bytes, given back (`os.fsencode`), are read as UTF-8, as
     Python's own UTF-8 mode (its default in that locale) reads them: the name recorded is
-    byte for byte what the terminal sent. Bytes that are not UTF-8 are left as they came,
-    to be refused in one line (`storable_problem`); never guessed in another encoding."""
+    byte for byte what the terminal sent. Bytes that are not UTF-8 stay lone surrogates,
+    to be refused in one line (`storable_problem`) that names the first of them, not a byte
+    of a character around it that is valid UTF-8; never guessed in another encoding."""
     if not storable_problem(value):
         return value
     try:
-        return os.fsencode(value).decode("utf-8")
-    except (UnicodeEncodeError, UnicodeDecodeError):
+        return os.fsencode(value).decode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # not argv's bytes (a surrogate argv never holds)
         return value
 
 

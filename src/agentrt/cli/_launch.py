@@ -59,21 +59,28 @@ def cmd_console(args: argparse.Namespace, out: Output) -> int:
 
 class _Recorded:
     """The decisions a console committed, said as `Output.done` (decision 0205): the one, or
-    how many and the last. Told on the console's worker threads."""
+    how many and the last; those whose commit's outcome is unknown said as perhaps made.
+    Told on the console's worker threads."""
 
     def __init__(self, out: Output) -> None:
         self._out = out
-        self._count = 0
+        self._made = 0
+        self._perhaps = 0
         self._lock = threading.Lock()
 
-    def __call__(self, said: str) -> None:
+    def __call__(self, said: str, made: bool) -> None:
         with self._lock:
-            self._count += 1
-            self._out.done = (
-                f"{said} through the console"
-                if self._count == 1
-                else f"the console recorded {self._count} decisions (the last: {said})"
-            )
+            if made:
+                self._made += 1
+            else:
+                self._perhaps += 1
+            if self._made + self._perhaps == 1:
+                self._out.done = f"{said} through the console"
+                return
+            counted = f"{self._made} decision{'' if self._made == 1 else 's'}"
+            if self._perhaps:
+                counted += f" (and perhaps {self._perhaps} more, their commits' outcome unknown)"
+            self._out.done = f"the console recorded {counted} (the last: {said})"
 
 
 def run_demo(args: Sequence[str], out: Output) -> int:

@@ -14,8 +14,8 @@ without a hash is refused before the store is touched.
 from __future__ import annotations
 
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 from urllib.parse import parse_qs, quote
 
@@ -37,6 +37,7 @@ from .._errors import (
     NotFoundError,
     NotPendingError,
     RunStateError,
+    StoreError,
 )
 from .._records import RunStatus
 from .._store import Store, open_existing
@@ -48,6 +49,40 @@ BODY_LIMIT = 32 * 1024
 """Bytes a form may carry: the longest note (`NOTE_LIMIT` characters, 12 bytes each at most
 percent-encoded) and two tokens fit."""
 PAGE = 50
+
+
+class _Deciding:
+    """The decisions this console is committing, on worker threads.
+
+    `stopped` (the console's server has stopped) waits for each decision begun and refuses
+    any after it: uvicorn gives up on a request after its graceful shutdown, but not on the
+    worker thread committing its decision, which may commit later. Whatever the console
+    says last is said once no decision can still be recorded (decision 0211)."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._count = 0
+        self._stopped = False
+
+    @contextmanager
+    def deciding(self) -> Iterator[None]:
+        """A decision being made; refused (`_Refused`, 503) once the console stopped."""
+        with self._changed:
+            if self._stopped:
+                raise _Refused(503, "Not decided", "Nothing was decided: the console stopped.")
+            self._count += 1
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._count -= 1
+                self._changed.notify_all()
+
+    def stopped(self) -> None:
+        """No decision begins from now; returns once each one begun has ended."""
+        with self._changed:
+            self._stopped = True
+            self._changed.wait_for(lambda: self._count == 0)
 
 
 class _Reader:
@@ -177,7 +212,23 @@ async def _form(request: Request, config: ConsoleConfig, *, csrf: bool = True) -
     return fields
 
 
+def _perhaps(error: AgentrtError) -> _Refused | None:
+    """The answer to a decision whose commit failed leaving unknown whether it was made
+    (`StoreError.commit_unknown`): never "nothing was decided"."""
+    if not (isinstance(error, StoreError) and error.commit_unknown):
+        return None
+    return _Refused(
+        503,
+        "Perhaps decided",
+        f"Whether this was recorded is unknown: {sanitize(str(error))}. The run's page, "
+        "opened again, shows what the record holds.",
+    )
+
+
 def _decision_refusal(error: AgentrtError) -> _Refused:
+    perhaps = _perhaps(error)
+    if perhaps is not None:
+        return perhaps
     said = sanitize(str(error))
     if isinstance(error, ApprovalExpiredError) and error.cancelled_by:
         # A cancel expired the request (decision 0161): the run is over, not the time.
@@ -209,18 +260,23 @@ def _decision_refusal(error: AgentrtError) -> _Refused:
 
 
 def create_app(
-    config: ConsoleConfig, *, recorded: Callable[[str], None] | None = None
+    config: ConsoleConfig, *, recorded: Callable[[str, bool], None] | None = None
 ) -> Starlette:
     """The console for `config.db_path`; it opens the database on first use.
 
     `recorded`, if given, is told each decision this console committed, in one sentence
-    ("approval A of run R was approved by B"), on the worker thread that committed it:
-    `agentrt console` says them if its last line cannot be written (decision 0205)."""
+    ("approval A of run R was approved by B"), with True, on the worker thread that committed
+    it; and each whose commit failed leaving unknown whether it was made ("approval A of run R
+    may have been approved by B"), with False: `agentrt console` says them if its last line
+    cannot be written (decision 0205). Once its server stopped,
+    `app.state.deciding.stopped()` waits for the decisions still being committed (and
+    refuses any after): `recorded` has then been told all it will be."""
     reader = _Reader(config.db_path)
+    deciding = _Deciding()
 
-    def said(sentence: str) -> None:
+    def said(sentence: str, *, made: bool) -> None:
         if recorded is not None:
-            recorded(sentence)
+            recorded(sentence, made)
 
     async def read(fn: Callable[..., Any], *args: Any) -> Any:
         def call() -> Any:
@@ -288,12 +344,18 @@ def create_app(
             fn = operator.approve if approve else operator.reject
 
             def call() -> None:
-                with open_existing(config.db_path) as store:
-                    fn(store, run_id, approval_id, config.by, note, shown_hash=shown_hash)
-                said(
-                    f"approval {sanitize(approval_id)} of run {sanitize(run_id)} was "
+                decided = (
+                    f"approval {sanitize(approval_id)} of run {sanitize(run_id)} %s "
                     f"{'approved' if approve else 'rejected'} by {sanitize(config.by)}"
                 )
+                with deciding.deciding(), open_existing(config.db_path) as store:
+                    try:
+                        fn(store, run_id, approval_id, config.by, note, shown_hash=shown_hash)
+                    except StoreError as e:
+                        if e.commit_unknown:
+                            said(decided % "may have been", made=False)
+                        raise
+                    said(decided % "was", made=True)
 
             try:
                 await run_in_threadpool(call)
@@ -312,9 +374,15 @@ def create_app(
         _check_note(note)
 
         def call() -> None:
-            with open_existing(config.db_path) as store:
-                operator.cancel(store, run_id, config.by, note)
-            said(f"run {sanitize(run_id)} was cancelled by {sanitize(config.by)}")
+            cancelled = f"run {sanitize(run_id)} %s cancelled by {sanitize(config.by)}"
+            with deciding.deciding(), open_existing(config.db_path) as store:
+                try:
+                    operator.cancel(store, run_id, config.by, note)
+                except StoreError as e:
+                    if e.commit_unknown:
+                        said(cancelled % "may have been", made=False)
+                    raise
+                said(cancelled % "was", made=True)
 
         try:
             await run_in_threadpool(call)
@@ -323,7 +391,7 @@ def create_app(
                 raise _Refused(409, "Conflict", sanitize(str(e))) from e
             if isinstance(e, NotFoundError):
                 raise _Refused(404, "Not found", sanitize(str(e))) from e
-            raise _Refused(503, "Not cancelled", sanitize(str(e))) from e
+            raise (_perhaps(e) or _Refused(503, "Not cancelled", sanitize(str(e)))) from e
         return RedirectResponse(f"/runs/{quote(run_id, safe='')}", 303)
 
     def logged_in() -> Response:
@@ -380,6 +448,7 @@ def create_app(
         routes=routes, middleware=[Middleware(_Guard, config=config)], lifespan=lifespan
     )
     app.state.reader = reader
+    app.state.deciding = deciding
     return app
 
 

@@ -37,11 +37,12 @@ def serve(
     by: str,
     token: str | None = None,
     stdout: TextIO | None = None,
-    recorded: Callable[[str], None] | None = None,
+    recorded: Callable[[str, bool], None] | None = None,
 ) -> int:
     """Serve the console for `db_path` until interrupted; returns the exit status.
 
-    `recorded` is told each decision the console committed, in one sentence (`create_app`)."""
+    `recorded` is told each decision the console committed, in one sentence, and each whose
+    commit's outcome is unknown (`create_app`); all of them before the last line."""
     out = stdout or sys.stdout
     token = token or os.environ.get(TOKEN_ENV) or None
     generated = False
@@ -87,6 +88,10 @@ def serve(
         pass
     finally:
         sock.close()
+        # A decision uvicorn gave up on may still be committing on its worker thread: the
+        # last line waits for it, so that what it says (or, lost, what `recorded` was told)
+        # is what the console recorded.
+        app.state.deciding.stopped()
     out.write("agentrt console: stopped\n")
     out.flush()
     return 0
