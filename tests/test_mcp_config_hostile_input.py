@@ -8,6 +8,7 @@ without `--force`; the proxy's path guard reads the spellings docs/mcp.md names.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -26,6 +27,7 @@ from agentrt.mcp import _cli
 from agentrt.mcp._path_guard import check_server_paths, protected_files
 
 HOSTILE = Path(__file__).parent / "mcp_hostile_server.py"
+SIGINT_ELSEWHERE = Path(__file__).parent / "mcp_pin_sigint_elsewhere.py"
 PAY = {"name": "pay", "description": "Pay.", "inputSchema": {"type": "object"}}
 
 
@@ -187,6 +189,46 @@ def test_agentrt_mcp_pin_interrupted_while_the_server_is_silent_exits_1_in_one_l
     server = int(pidfile.read_text())
     with pytest.raises(ProcessLookupError):
         os.kill(server, 0)
+    assert not out.exists()
+
+
+def test_agentrt_mcp_pin_interrupted_while_another_thread_takes_the_signal_exits_1(
+    tmp_path: Path,
+) -> None:
+    """The kernel may hand a Ctrl-C to any thread of the process (the event loop's child
+    watcher, when it runs at that instant) while the main thread waits in `select`:
+    the wait still ends at once, `agentrt mcp: interrupted`, exit 1, the server gone,
+    no manifest. Here only a thread of its own can take the SIGINT, every time."""
+    started = tmp_path / "started"
+    pidfile = tmp_path / "server.pid"
+    silent = (
+        "import os, time, pathlib; "
+        f"pathlib.Path({str(pidfile)!r}).write_text(str(os.getpid())); "
+        f"pathlib.Path({str(started)!r}).touch(); time.sleep(600)"
+    )
+    out = tmp_path / "x.manifest.json"
+    argv = [sys.executable, str(SIGINT_ELSEWHERE), "x", "--out", str(out)]
+    child = forkserver.server(*PRELOAD).spawn(
+        [*argv, "--", sys.executable, "-c", silent], capture=True
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not started.exists():
+            assert time.monotonic() < deadline and child.poll() is None
+            time.sleep(0.02)
+        os.kill(child.pid, signal.SIGINT)
+        # The handshake waits 600 s here: only the signal ends the pin before that.
+        stdout, stderr = child.communicate(timeout=60)
+    finally:
+        if child.returncode is None:
+            child.kill()
+            child.wait(30)
+            with contextlib.suppress(ProcessLookupError, ValueError, FileNotFoundError):
+                os.kill(int(pidfile.read_text()), signal.SIGKILL)
+    assert (child.returncode, stdout) == (1, ""), stderr
+    assert stderr == "agentrt mcp: interrupted\n"
+    with pytest.raises(ProcessLookupError):
+        os.kill(int(pidfile.read_text()), 0)
     assert not out.exists()
 
 

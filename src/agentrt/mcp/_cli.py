@@ -13,6 +13,10 @@ terminal. Exit status, for scripts:
 - 3: `check` only: a tool is refused (changed, dropped, contradicting its rule)
 - 4: `check` only: nothing refused, but the server offers tools the manifest
   does not pin, or pinned tools have no rule
+
+A Ctrl-C (SIGINT) ends either command at once, whichever of the process's
+threads the kernel hands it to (`_run`, decision XXXX): exit 1 with `agentrt mcp: interrupted`,
+a stdio server's whole group stopped, no manifest written.
 """
 
 from __future__ import annotations
@@ -21,10 +25,11 @@ import argparse
 import asyncio
 import json
 import os
+import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
 from .._errors import AgentrtError
 from ..trace import sanitize
@@ -38,6 +43,8 @@ EXIT_ERROR = 1
 EXIT_USAGE = 2
 EXIT_REFUSED = 3
 EXIT_REVIEW = 4
+
+_T = TypeVar("_T")
 
 _EPILOG = """\
 The server is NAME plus either --url URL (streamable HTTP) or its command after
@@ -156,7 +163,7 @@ def _pin(server: Server, args: argparse.Namespace, err: TextIO) -> tuple[int, st
             "Pass --force to replace it\n"
         )
         return EXIT_ERROR, ""
-    manifest: Manifest = asyncio.run(pin(server))
+    manifest: Manifest = _run(pin(server))
     from ._config import write_manifest
 
     try:
@@ -198,7 +205,7 @@ def _check(server: Server, args: argparse.Namespace) -> tuple[int, str]:
 
     manifest = read_manifest(args.manifest)
     rules = read_rules(args.rules)
-    report: Report = asyncio.run(check(server, manifest, rules))
+    report: Report = _run(check(server, manifest, rules))
     if args.json:
         text = json.dumps(report.to_json(), sort_keys=True) + "\n"
     else:
@@ -208,3 +215,45 @@ def _check(server: Server, args: argparse.Namespace) -> tuple[int, str]:
     if report.unpinned or report.unclassified:
         return EXIT_REVIEW, text
     return EXIT_OK, text
+
+
+def _run(work: Coroutine[Any, Any, _T]) -> _T:
+    """`asyncio.run(work)`, a Ctrl-C cancelling it through the event loop's own wakeup.
+
+    `asyncio.run`'s SIGINT handler is a Python one: it runs in the main thread when
+    that thread next runs Python code. The kernel may hand the signal to another
+    thread (the child watcher's, when it runs at that instant), and then a loop
+    waiting in `select` (for a server that never answers) hears of it only when its
+    next timer fires: the handshake's timeout, 30 s on. `loop.add_signal_handler`
+    wakes the loop from any thread (its wakeup fd), so the work is cancelled at
+    once, and ends as `KeyboardInterrupt` once its connection is closed; a second
+    Ctrl-C raises `KeyboardInterrupt` at once, as `asyncio.run` does.
+    """
+
+    async def interruptible() -> _T:
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None
+        interrupted = False
+
+        def on_sigint() -> None:
+            nonlocal interrupted
+            if interrupted:
+                raise KeyboardInterrupt
+            interrupted = True
+            task.cancel()
+
+        try:
+            loop.add_signal_handler(signal.SIGINT, on_sigint)
+        except (ValueError, RuntimeError):  # not the main thread: asyncio.run's own handling
+            return await work
+        try:
+            return await work
+        except asyncio.CancelledError:
+            if interrupted:
+                raise KeyboardInterrupt from None
+            raise
+        finally:
+            loop.remove_signal_handler(signal.SIGINT)
+
+    return asyncio.run(interruptible())
