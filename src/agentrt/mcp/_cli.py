@@ -15,7 +15,7 @@ terminal. Exit status, for scripts:
   does not pin, or pinned tools have no rule
 
 A Ctrl-C (SIGINT) ends either command at once, whichever of the process's
-threads the kernel hands it to (`_run`, decision XXXX): exit 1 with `agentrt mcp: interrupted`,
+threads the kernel hands it to (`_run`, decision 0213): exit 1 with `agentrt mcp: interrupted`,
 a stdio server's whole group stopped, no manifest written.
 """
 
