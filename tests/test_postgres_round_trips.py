@@ -6,7 +6,8 @@ message of several statements without parameters too), and a pipeline is one,
 whatever it sends. The steady cost of a step is the difference between a run
 of 20 allowed steps and one of 10, over 10: the run's creation and its last step
 cancel out. A change that adds a round trip to the step fails here, naming the
-statements.
+statements. A model attempt's settlement is counted alone: the run's lock first, with the
+transaction's BEGIN, and none again in a transaction that holds it already.
 """
 
 from __future__ import annotations
