@@ -28,6 +28,7 @@ import agentrt._store.sqlite._connection
 from agentrt import Decision, Event, LeaseLostError, SideEffect, StepInput, ToolCall, ToolResult
 from agentrt._errors import StoreBusyError
 from agentrt._model import Message, ModelConfig, ModelRequest, ModelResponse, TextBlock, Usage
+from agentrt._session import RunSession
 from agentrt.scripted import ScriptedAgent
 from conftest import FakeClock, Ids, RecordingTool
 from support.database import on_postgres
@@ -120,6 +121,32 @@ def holders() -> Iterator[list[LockHolder]]:
         holder.released.wait(10)
 
 
+@pytest.fixture
+def waited(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """What each busy refusal an outcome's write waited out (or gave up at) said: a test
+    that claims the write waited out the lock shows it was refused busy, on each backend,
+    rather than merely blocked until the lock was freed."""
+    seen: list[str] = []
+    wait = RunSession._wait_out_busy
+
+    async def spied(self: RunSession, busy: StoreBusyError, waiting_since: Any) -> None:
+        seen.append(str(busy))
+        await wait(self, busy, waiting_since)
+
+    monkeypatch.setattr(RunSession, "_wait_out_busy", spied)
+    return seen
+
+
+def refused_busy(waited: list[str], database: str) -> bool:
+    """Whether a write was refused busy past this module's timeout, in the backend's words."""
+    said = (
+        f"past the lock timeout ({BUSY_TIMEOUT_MS} ms)"
+        if on_postgres(database)
+        else "past the busy timeout"
+    )
+    return bool(waited) and all(said in w for w in waited)
+
+
 class Observed:
     """Event types in commit order, each with the monotonic time it was delivered."""
 
@@ -175,7 +202,7 @@ def test_the_busy_timeout_alone_refuses_a_write_with_store_busy_error(
 
 
 def test_a_tool_result_is_recorded_once_after_a_lock_held_past_the_busy_timeout(
-    database: str, holders: list[LockHolder]
+    database: str, holders: list[LockHolder], waited: list[str]
 ) -> None:
     db_path = database
     store = agentrt.open_store(db_path)
@@ -200,11 +227,12 @@ def test_a_tool_result_is_recorded_once_after_a_lock_held_past_the_busy_timeout(
     assert HOLD_SECONDS > 5 * BUSY_TIMEOUT_MS / 1000
     assert store.lease(run.id).owner == ""
     assert store.verify_events().intact
+    assert refused_busy(waited, database), waited
     store.close()
 
 
 def test_a_lease_taken_while_the_database_is_busy_fails_loudly_and_records_nothing(
-    database: str, holders: list[LockHolder]
+    database: str, holders: list[LockHolder], waited: list[str]
 ) -> None:
     db_path = database
     """The connection holding the lock is a second driver taking the run over: once it
@@ -231,11 +259,12 @@ def test_a_lease_taken_while_the_database_is_busy_fails_loudly_and_records_nothi
     assert (run.status, step.status) == ("RUNNING", "executing")
     assert store.lease(run.id).owner == "other/000000000000"
     assert observed.at("step.tool_finished") == []
+    assert refused_busy(waited, database), waited
     store.close()
 
 
 def test_a_lease_that_lapses_while_the_database_stays_busy_fails_loudly_and_records_nothing(
-    database: str, holders: list[LockHolder]
+    database: str, holders: list[LockHolder], waited: list[str]
 ) -> None:
     db_path = database
     """Nobody can renew a lease while another connection holds the write lock: once it
@@ -254,11 +283,12 @@ def test_a_lease_that_lapses_while_the_database_stays_busy_fails_loudly_and_reco
     (run,) = store.list_runs(10)
     (step,) = store.list_steps(run.id)
     assert (run.status, step.status) == ("RUNNING", "executing")
+    assert refused_busy(waited, database), waited
     store.close()
 
 
 def test_a_completed_model_attempt_is_settled_once_after_a_lock_held_past_the_busy_timeout(
-    database: str, holders: list[LockHolder]
+    database: str, holders: list[LockHolder], waited: list[str]
 ) -> None:
     db_path = database
     store = agentrt.open_store(db_path)
@@ -301,11 +331,12 @@ def test_a_completed_model_attempt_is_settled_once_after_a_lock_held_past_the_bu
     assert (run.input_tokens, run.output_tokens, run.model_calls) == (1_000, 200, 1)
     (completed_at,) = observed.at("model.completed")
     assert completed_at >= holder.released_at
+    assert refused_busy(waited, database), waited
     store.close()
 
 
 def test_a_late_result_after_a_cancel_is_appended_once_after_a_lock_held_past_the_busy_timeout(
-    database: str, holders: list[LockHolder]
+    database: str, holders: list[LockHolder], waited: list[str]
 ) -> None:
     db_path = database
     """An operator cancelled the run while its tool ran; the tool's late result is
@@ -333,4 +364,5 @@ def test_a_late_result_after_a_cancel_is_appended_once_after_a_lock_held_past_th
     assert (late.payload["late"], late.payload["summary"]) == (True, "charged late")
     (finished_at,) = observed.at("step.tool_finished")
     assert finished_at >= holder.released_at
+    assert refused_busy(waited, database), waited
     store.close()

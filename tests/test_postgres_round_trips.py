@@ -6,7 +6,8 @@ message of several statements without parameters too), and a pipeline is one,
 whatever it sends. The steady cost of a step is the difference between a run
 of 20 allowed steps and one of 10, over 10: the run's creation and its last step
 cancel out. A change that adds a round trip to the step fails here, naming the
-statements.
+statements. A model attempt's settlement is counted alone: the run's lock first, with the
+transaction's BEGIN, and none again in a transaction that holds it already.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import pytest
 
 import agentrt
 from agentrt import Decision, SideEffect
+from agentrt._model import Usage
 from agentrt._store.postgres import PostgresStore
 from agentrt.scripted import ScriptedAgent
 from support.postgres import held_run, postgres_schema
@@ -263,5 +265,81 @@ def test_the_result_of_a_statement_sent_with_the_next_cannot_be_read(url: str) -
             )
             with pytest.raises(agentrt.StoreError, match="has no 'rowcount'"):
                 sent.rowcount  # noqa: B018
+    finally:
+        store.close()
+
+
+def _dispatched(store: PostgresStore, now: datetime) -> None:
+    """Run r1 (held by `me`) with step s1 claimed and attempt c1 dispatched, committed."""
+    held_run(store, "r1")
+    with store.transaction() as tx:
+        tx.claim_step("r1", 0, "me", lambda: "s1", now, epoch=1)
+        tx.dispatch_model_call("r1", "s1", "c1", 1, "m", Usage(10, 5), 70, now)
+
+
+def _settle(tx: Any, now: datetime) -> Any:
+    return tx.settle_model_call(
+        "r1",
+        "s1",
+        "c1",
+        1,
+        "m",
+        status="ok",
+        usage=Usage(8, 4),
+        cost_micros=60,
+        latency_ms=5,
+        error="",
+        now=now,
+    )
+
+
+def test_a_model_attempts_settlement_locks_the_run_first_with_the_transactions_begin(
+    url: str, trips: Trips
+) -> None:
+    """Decision 0012 on PostgreSQL: the run's row (with its partition's head) is the
+    settlement's first statement, sent with BEGIN, before the attempt's row is written;
+    the settlement makes as many round trips as when it wrote the attempt's row first."""
+    store = agentrt.open_store(url)
+    assert isinstance(store, PostgresStore)
+    try:
+        now = datetime(2026, 12, 3, tzinfo=UTC)
+        _dispatched(store, now)
+        trips.conn = store._pg
+        with store.transaction() as tx:
+            run = _settle(tx, now)
+        assert run is not None and run.estimated_cost_micros == 60
+        sent = [k.split(" ;; ") for k in trips.sent]
+        assert [[s.split(" ")[0] for s in k] for k in sent] == [
+            ["BEGIN", "LOCK", "SELECT"],
+            ["UPDATE"],
+            ["UPDATE"],
+            ["WITH", "COMMIT"],
+        ], trips.sent
+        assert sent[0][2].startswith("SELECT r.*, clock_timestamp() AS agentrt_clock, h.seq"), sent
+        assert sent[1][0].startswith("UPDATE ONLY model_calls"), sent[1]
+        assert all(n == 1 for n in trips.sent.values()), trips.sent
+    finally:
+        store.close()
+
+
+def test_a_settlement_in_a_transaction_holding_the_runs_lock_sends_no_second_lock(
+    url: str, trips: Trips
+) -> None:
+    """A commit's kept writes lock the run first (`hold_lease`); the settlement after them
+    in the same transaction does not lock it again (a round trip that waits for no one)."""
+    store = agentrt.open_store(url)
+    assert isinstance(store, PostgresStore)
+    try:
+        now = datetime(2026, 12, 3, tzinfo=UTC)
+        _dispatched(store, now)
+        trips.conn = store._pg
+        with store.transaction() as tx:
+            assert tx.lock_run("r1") is not None
+            trips.sent.clear()
+            run = _settle(tx, now)
+            settled = dict(trips.sent)
+        assert run is not None and run.estimated_cost_micros == 60
+        assert [k.split(" ")[0] for k in settled] == ["UPDATE", "UPDATE"], settled
+        assert store.list_model_calls("r1")[0].status == "ok"
     finally:
         store.close()

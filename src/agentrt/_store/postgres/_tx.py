@@ -364,8 +364,13 @@ class PostgresTx(SqliteTx):
         transaction past the lock timeout is refused busy before anything is written,
         so the outcome's writer waits it out and retries (decision 0012) as on SQLite,
         instead of failing after a write it cannot retry.
+
+        A run this transaction has locked already (a commit's kept writes, after
+        `hold_lease`) is not locked again: that statement would wait for no one, and its
+        clock reading (`lock_run`) is one the settlement never asks for.
         """
-        self.lock_run(run_id)
+        if run_id not in self._locked:
+            self.lock_run(run_id)
         return super().settle_model_call(run_id, *args, **kwargs)
 
     def lock_lease(self, run_id: str) -> LeaseState | None:
