@@ -800,3 +800,29 @@ def test_every_store_call_runs_off_the_event_loop(
     assert sorted(calls) == sorted(
         (n, False) for n in ("index_data", "index_version", "run_data", "run_state", "approve")
     )
+
+
+@pytest.mark.parametrize("verb", ["approve", "cancel"])
+def test_what_the_console_tells_of_a_decision_keeps_a_percent_sign_in_a_name(
+    db_path: Path, waiting: tuple[Program, str], verb: str
+) -> None:
+    """A name (or an id) holding `%` is told as written (decision 0212): the sentence is not
+    a format string, so the decision committed is answered and told, not a 500."""
+    program, run_id = waiting
+    approval = program.pending(run_id)
+    told: list[tuple[str, bool]] = []
+    config = ConsoleConfig(db_path=str(db_path), by="ops 100%s")
+    c = TestClient(
+        create_app(config, recorded=lambda said, made: told.append((said, made))),
+        base_url=BASE,
+        follow_redirects=False,
+    )
+    if verb == "approve":
+        response = decide(c, config, run_id, approval.id, "approve", hash=approval.hash)
+        expected = f"approval {approval.id} of run {run_id} was approved by ops 100%s"
+    else:
+        data = {"csrf": config.csrf, "note": "stop"}
+        response = c.post(f"/runs/{run_id}/cancel", data=data, headers=ORIGIN)
+        expected = f"run {run_id} was cancelled by ops 100%s"
+    assert response.status_code == 303
+    assert told == [(expected, True)]

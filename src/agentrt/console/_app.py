@@ -57,7 +57,7 @@ class _Deciding:
     `stopped` (the console's server has stopped) waits for each decision begun and refuses
     any after it: uvicorn gives up on a request after its graceful shutdown, but not on the
     worker thread committing its decision, which may commit later. Whatever the console
-    says last is said once no decision can still be recorded (decision 0211)."""
+    says last is said once no decision can still be recorded (decision 0212)."""
 
     def __init__(self) -> None:
         self._changed = threading.Condition()
@@ -344,18 +344,21 @@ def create_app(
             fn = operator.approve if approve else operator.reject
 
             def call() -> None:
-                decided = (
-                    f"approval {sanitize(approval_id)} of run {sanitize(run_id)} %s "
-                    f"{'approved' if approve else 'rejected'} by {sanitize(config.by)}"
-                )
+                def decided(was: str) -> str:  # not a format string: ids may hold a '%'
+                    how = "approved" if approve else "rejected"
+                    return (
+                        f"approval {sanitize(approval_id)} of run {sanitize(run_id)} {was} "
+                        f"{how} by {sanitize(config.by)}"
+                    )
+
                 with deciding.deciding(), open_existing(config.db_path) as store:
                     try:
                         fn(store, run_id, approval_id, config.by, note, shown_hash=shown_hash)
                     except StoreError as e:
                         if e.commit_unknown:
-                            said(decided % "may have been", made=False)
+                            said(decided("may have been"), made=False)
                         raise
-                    said(decided % "was", made=True)
+                    said(decided("was"), made=True)
 
             try:
                 await run_in_threadpool(call)
@@ -374,15 +377,17 @@ def create_app(
         _check_note(note)
 
         def call() -> None:
-            cancelled = f"run {sanitize(run_id)} %s cancelled by {sanitize(config.by)}"
+            def cancelled(was: str) -> str:  # not a format string: ids may hold a '%'
+                return f"run {sanitize(run_id)} {was} cancelled by {sanitize(config.by)}"
+
             with deciding.deciding(), open_existing(config.db_path) as store:
                 try:
                     operator.cancel(store, run_id, config.by, note)
                 except StoreError as e:
                     if e.commit_unknown:
-                        said(cancelled % "may have been", made=False)
+                        said(cancelled("may have been"), made=False)
                     raise
-                said(cancelled % "was", made=True)
+                said(cancelled("was"), made=True)
 
         try:
             await run_in_threadpool(call)
