@@ -517,6 +517,34 @@ def test_a_renewal_that_raises_is_retried_at_the_next_tick_and_the_lease_is_not_
     assert renewer.closed
 
 
+def test_a_streak_of_failed_renewals_is_logged_once_with_its_cause_and_its_end_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An operator sees why a lease may lapse: the first renewal of a streak that fails is
+    logged (a warning naming the run and the cause), the rest of the streak is not (a busy
+    database would fill the log), and the first renewal that holds again is logged once."""
+    renewer = _FlakyRenewer(failures=3)
+    beat = Heartbeat(renewer, "r1", "me", timedelta(milliseconds=60))  # type: ignore[arg-type]
+    with caplog.at_level(logging.INFO, logger="agentrt"):
+        beat.start()
+        try:
+            deadline = time.monotonic() + 10
+            while beat.renewals < 3 and time.monotonic() < deadline:
+                time.sleep(0.01)
+        finally:
+            beat.stop()
+    assert beat.renewals >= 3
+    said = [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "agentrt"]
+    assert said == [
+        (
+            "WARNING",
+            "renewing the lease on run r1 failed: database is locked; "
+            "tried again at each beat until it holds or lapses",
+        ),
+        ("INFO", "the lease on run r1 was renewed again after 3 failed renewals"),
+    ]
+
+
 class _HeldRenewer:
     """Renews `held` times, then reports the lease lost; records when each renewal came."""
 

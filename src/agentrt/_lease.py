@@ -42,6 +42,9 @@ from typing import Any
 from ._errors import RunLeasedError
 from ._store._base import Renewer
 from ._store._records import LeaseState
+from .trace import sanitize
+
+_log = logging.getLogger("agentrt")
 
 WallClock = Callable[[], datetime]
 
@@ -186,9 +189,17 @@ class Heartbeat:
         if wait and self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(timeout=STOP_WAIT_S)
 
+    def _log_failed(self, exc: BaseException) -> None:
+        said = _said(exc)
+        prefix = f"renewing the lease on run {sanitize(self._run_id)} failed"
+        if not said.startswith(prefix):  # the store's own words may name it already
+            said = f"{prefix}: {said}"
+        _log.warning("%s; tried again at each beat until it holds or lapses", said)
+
     def _beat(self) -> None:
         interval = self._ttl.total_seconds() / 3
         renewer_open = True
+        failed = 0  # renewals failed in a row
         try:
             while not self._stop.wait(interval):
                 if self._on_beat is not None:
@@ -210,10 +221,21 @@ class Heartbeat:
                     continue  # nothing to renew: only the look goes on, until stopped
                 try:
                     held = self._renewer.renew(self._run_id, self._owner, self._ttl)
-                except Exception:
+                except Exception as exc:
                     # A busy or failed write is retried at the next tick; the lease
-                    # still has two thirds of its length to run.
+                    # still has two thirds of its length to run. The first of a streak is
+                    # logged with its cause (why a lease may lapse), not the rest.
+                    if failed == 0:
+                        self._log_failed(exc)
+                    failed += 1
                     continue
+                if failed:
+                    _log.info(
+                        "the lease on run %s was renewed again after %d failed renewals",
+                        sanitize(self._run_id),
+                        failed,
+                    )
+                    failed = 0
                 if not held:
                     self.lost.set()
                     if self._on_beat is None:
@@ -228,6 +250,10 @@ class Heartbeat:
         finally:
             if renewer_open:
                 self._renewer.close()
+
+
+def _said(exc: BaseException) -> str:
+    return sanitize(str(exc) or type(exc).__name__)
 
 
 def _process_state(pid: int) -> str:
