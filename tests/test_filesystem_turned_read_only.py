@@ -48,6 +48,22 @@ def _A_DAY_AHEAD() -> datetime:
     return datetime.now(UTC) + timedelta(days=1)
 
 
+def _turning(store: agentrt.Store, tool: RecordingTool, **kw: Any) -> agentrt.Driver:
+    """A Driver whose one step calls `tool` (the one that turns the filesystem read-only),
+    then completes; its lease judged a day ahead, so it outlives the test whatever the
+    machine's load."""
+    return agentrt.Driver(
+        store=store,
+        agent=ScriptedAgent([Decision.tool_call("turn", {}), Decision.complete()]),
+        policy=agentrt.default_policy(),
+        tools=[tool],
+        now=FakeClock(),
+        new_id=Ids("a"),
+        wall=_A_DAY_AHEAD,
+        **kw,
+    )
+
+
 def _events(store: agentrt.Store, run_id: str) -> list[tuple[int, str, str]]:
     return [(e.seq, e.type, e.hash) for e in store.list_events(run_id)]
 
@@ -114,15 +130,7 @@ def test_a_runs_commit_on_a_filesystem_turned_read_only_is_refused_and_nothing_a
         return ToolResult({"done": True})
 
     tool = RecordingTool("turn", SideEffect.READ_ONLY, result=turn)
-    driver = agentrt.Driver(
-        store=store,
-        agent=ScriptedAgent([Decision.tool_call("turn", {}), Decision.complete()]),
-        policy=agentrt.default_policy(),
-        tools=[tool],
-        now=FakeClock(),
-        new_id=Ids("a"),
-        wall=_A_DAY_AHEAD,  # its lease outlives the test, whatever the machine's load
-    )
+    driver = _turning(store, tool)
     with pytest.raises(StoreError) as refused:
         driver.start_sync("meets a read-only filesystem")
     assert type(refused.value) is StoreError
@@ -245,17 +253,7 @@ def test_a_heartbeat_on_a_filesystem_turned_read_only_retries_each_beat_and_its_
         return ToolResult({"done": True})
 
     tool = RecordingTool("turn", SideEffect.READ_ONLY, result=turn)
-    driver = agentrt.Driver(
-        store=store,
-        agent=ScriptedAgent([Decision.tool_call("turn", {}), Decision.complete()]),
-        policy=agentrt.default_policy(),
-        tools=[tool],
-        now=FakeClock(),
-        new_id=Ids("a"),
-        lease_ttl=ttl,
-        wall=_A_DAY_AHEAD,
-        probe=probe,
-    )
+    driver = _turning(store, tool, lease_ttl=ttl, probe=probe)
     with pytest.raises(StoreError) as refused:
         driver.start_sync("its heartbeat meets a read-only filesystem")
     assert str(refused.value) == _read_only_commit_refused(db)

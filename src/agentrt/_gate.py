@@ -1041,7 +1041,7 @@ class GateSession:
             thread = next((f for f in entry.threads if not f.done()), None)
             if thread is not None:  # with an earlier call's thread kept: until both return
                 self._rs.keep_lease_while(thread)
-            self._rs._kept_tasks.called(entry)  # its task, if any, is kept (looked at) now
+            self._rs.called(entry)  # its task, if any, is kept (looked at) now
         return bool(gone)
 
     def _for_driver(self) -> DriverPath:
@@ -1328,11 +1328,11 @@ class GateStep:
         with session._close_lock:  # a close from another thread sees it running, or refuses it
             # Counted before the lease is checked: a heartbeat that finds its lease lost after
             # this sees the call, and keeps looking at what it may keep (decision 0209).
-            session._rs._kept_tasks.calling(running)
+            session._rs.calling(running)
             try:
                 self._executable()
             except BaseException:
-                session._rs._kept_tasks.called(running)
+                session._rs.called(running)
                 raise
             self._executed = True
             self._settle()
@@ -1376,7 +1376,7 @@ class GateStep:
                     # let go of the session without it.
                     mine = session._executions.pop(running, None) is not None
                     closed = mine and session._closed and not session._executing
-                    rs._kept_tasks.called(running)  # what it kept, it kept already
+                    rs.called(running)  # what it kept, it kept already
                 if mine:
                     session._settle_if_done()
                 if closed:

@@ -190,7 +190,7 @@ class Heartbeat:
             self._thread.join(timeout=STOP_WAIT_S)
 
     def _log_failed(self, exc: BaseException) -> None:
-        said = _said(exc)
+        said = sanitize(str(exc) or type(exc).__name__)
         prefix = f"renewing the lease on run {sanitize(self._run_id)} failed"
         if not said.startswith(prefix):  # the store's own words may name it already
             said = f"{prefix}: {said}"
@@ -250,10 +250,6 @@ class Heartbeat:
         finally:
             if renewer_open:
                 self._renewer.close()
-
-
-def _said(exc: BaseException) -> str:
-    return sanitize(str(exc) or type(exc).__name__)
 
 
 def _process_state(pid: int) -> str:

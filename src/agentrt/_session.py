@@ -1030,6 +1030,15 @@ class RunSession:
         if isinstance(thread, KeptTask):
             self._kept_tasks.add(thread)
 
+    def calling(self, call: object) -> None:
+        """A tool call of this session is in flight (counted before its lease check): until
+        `called`, a heartbeat whose lease was lost keeps looking at what it may keep."""
+        self._kept_tasks.calling(call)
+
+    def called(self, call: object) -> None:
+        """The call `calling` counted is over (what it kept, it kept already)."""
+        self._kept_tasks.called(call)
+
     def start_heartbeat(self) -> Heartbeat:
         """Renew this session's lease on a thread of its own (idempotent)."""
         if self.heartbeat is None:
