@@ -13,6 +13,7 @@ import contextlib
 import os
 import re
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -119,9 +120,12 @@ def test_a_decision_uvicorn_gave_up_on_at_the_stop_is_answered_as_perhaps_record
         holder.execute("COMMIT")  # the decision may now commit, within its busy timeout
     finally:
         holder.close()
-        if process.poll() is None:
-            process.send_signal(signal.SIGINT)
-        out, err = process.communicate(timeout=60)
+        try:
+            out, err = process.communicate(timeout=60)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.communicate()
     back = f"/runs/{run.id}"
     assert answered == [
         (
@@ -148,3 +152,67 @@ def test_a_decision_uvicorn_gave_up_on_at_the_stop_is_answered_as_perhaps_record
         assert status in ("pending", "expired")
     else:
         assert status in ("pending", "approved" if verb == "approve" else "rejected")
+
+
+def test_a_decision_whose_form_was_still_arriving_at_the_stop_is_answered_as_not_made(
+    db_path: Path,
+) -> None:
+    # The form's body never finished arriving when Ctrl-C came: nothing began to decide, and
+    # the answer says so (not uvicorn's 500), with what to do.
+    pytest.importorskip("uvicorn")
+    from agentrt.console import ConsoleConfig
+    from agentrt.console._app import STOPPED_READING, STOPPING
+    from agentrt.console._pages import message_page
+
+    db = str(db_path.resolve())
+    run = waiting_run(db)
+    approval = pending(db, run.id)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "agentrt", "--db", db, "console", "--port", "0", "--by", "ops"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        env=clean_env(),
+    )
+    try:
+        assert process.stdout is not None
+        head = "".join(process.stdout.readline() for _ in range(3))
+        match = re.search(r"  open http://127\.0\.0\.1:(\d+)/\n", head)
+        assert match, head
+        port = int(match[1])
+        with socket.create_connection(("127.0.0.1", port), timeout=90) as client:
+            client.sendall(
+                (
+                    f"POST /runs/{run.id}/approvals/{approval.id}/approve HTTP/1.1\r\n"
+                    f"Host: 127.0.0.1:{port}\r\nOrigin: http://127.0.0.1:{port}\r\n"
+                    "Content-Type: application/x-www-form-urlencoded\r\n"
+                    "Expect: 100-continue\r\nContent-Length: 100\r\n\r\n"
+                ).encode()
+            )
+            # uvicorn says "100 Continue" once the console reads the form: it is reading it.
+            continued = b""
+            while not continued.endswith(b"\r\n\r\n"):
+                continued += client.recv(1)
+            assert continued == b"HTTP/1.1 100 Continue\r\n\r\n"
+            client.sendall(b"csrf=")  # and the rest never comes
+            process.send_signal(signal.SIGINT)
+            answer = b""
+            while chunk := client.recv(65536):
+                answer += chunk
+        out, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    head_text, _, body = answer.decode().partition("\r\n\r\n")
+    assert head_text.splitlines()[0] == "HTTP/1.1 503 Service Unavailable"
+    assert "content-type: text/html; charset=utf-8" in head_text.lower().splitlines()
+    assert body == str(
+        message_page(
+            STOPPING, STOPPED_READING, ConsoleConfig(db_path=db, by="ops"), back=f"/runs/{run.id}"
+        )
+    )
+    assert "Traceback" not in err
+    assert (out, process.returncode) == ("agentrt console: stopped\n", 0)
+    assert pending(db, run.id).status == "pending"

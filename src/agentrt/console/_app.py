@@ -13,6 +13,7 @@ without a hash is refused before the store is touched.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -27,6 +28,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .. import _operator as operator
 from .._errors import (
@@ -119,6 +121,105 @@ class _Refused(Exception):
         self.status = status
         self.title = title
         self.message = message
+
+
+STOPPING = "The console is stopping"
+STOPPED_COMMITTING = (
+    "The console stopped while recording this decision: it may have been recorded, or not. "
+    "Open the run's page in a running console (start it again if it is not) and reload it to "
+    "see whether the decision was recorded, before deciding again."
+)
+"""Said of a decision whose request uvicorn gave up on while its commit was begun (decision
+XXXX): the worker thread committing it goes on, so whether it is recorded is not known."""
+STOPPED_READING = (
+    "Nothing was decided: the console stopped before this decision was made. Open the run's "
+    "page in a running console (start it again if it is not) and decide again."
+)
+STOPPED_OTHER = (
+    "The console stopped before it answered; nothing was changed. Reload the page in a "
+    "running console (start it again if it is not)."
+)
+
+_STAGE = "agentrt.console.stage"
+"""The scope key of a request's `_Stage`: how far a decision got, for `_Stopping`."""
+
+
+class _Stage:
+    """How far a request's decision got: `None` (no decision), "reading" (its form), then
+    "committing" (handed to the worker thread that commits it), and the run it is about."""
+
+    def __init__(self) -> None:
+        self.step: str | None = None
+        self.run_id = ""
+
+
+def _stage(request: Request, step: str) -> None:
+    stage = request.scope.get(_STAGE)
+    if isinstance(stage, _Stage):
+        stage.step = step
+        stage.run_id = request.path_params.get("run_id", "")
+
+
+def _retrieved(task: asyncio.Future[None]) -> None:
+    """A request's task given up on: what it raised (its cancel) was answered already."""
+    if not task.cancelled():
+        task.exception()
+
+
+class _Stopping:
+    """The outermost of the console's own layers: a request uvicorn gives up on (cancels) as
+    the console stops, its graceful shutdown over, is answered 503 saying so, not uvicorn's
+    500 "Internal Server Error" (decision XXXX). A decision handed to its worker thread may
+    still be committed there (decision 0212 waits for it): said as perhaps recorded, never
+    "nothing was changed"."""
+
+    def __init__(self, app: ASGIApp, config: ConsoleConfig) -> None:
+        self.app = app
+        self.config = config
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        stage = _Stage()
+        scope[_STAGE] = stage
+        started = answered = False
+
+        async def sending(message: Message) -> None:
+            nonlocal started
+            if answered:  # the console said it is stopping: nothing more goes out
+                return
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        # The request runs as a task of its own: uvicorn's cancel reaches this one at once,
+        # whatever the request waits on (a worker thread it cannot leave, for one).
+        inner = asyncio.ensure_future(self.app(scope, receive, sending))
+        inner.add_done_callback(_retrieved)
+        try:
+            await asyncio.wait({inner})
+        except asyncio.CancelledError:
+            inner.cancel()
+            if started:  # its answer began: it cannot be another one
+                raise
+            answered = True
+            await self._stopping(stage)(scope, receive, send)
+            return
+        inner.result()
+
+    def _stopping(self, stage: _Stage) -> Response:
+        if stage.step is None:
+            page = _pages.message_page(STOPPING, STOPPED_OTHER, None)
+        else:
+            message = STOPPED_COMMITTING if stage.step == "committing" else STOPPED_READING
+            back = f"/runs/{quote(stage.run_id, safe='')}"
+            page = _pages.message_page(STOPPING, message, self.config, back=back)
+        response = _html(page, 503)
+        for name, value in HEADERS.items():
+            response.headers[name] = value
+        response.headers["connection"] = "close"
+        return response
 
 
 class _Guard(BaseHTTPMiddleware):
@@ -333,6 +434,7 @@ def create_app(
         async def decide(request: Request) -> Response:
             run_id = request.path_params["run_id"]
             approval_id = request.path_params["approval_id"]
+            _stage(request, "reading")
             fields = await _form(request, config)
             shown_hash = fields.get("hash", "")
             note = fields.get("note", "")
@@ -360,6 +462,7 @@ def create_app(
                         raise
                     said(decided("was"), made=True)
 
+            _stage(request, "committing")
             try:
                 await run_in_threadpool(call)
             except AgentrtError as e:
@@ -372,6 +475,7 @@ def create_app(
 
     async def cancel(request: Request) -> Response:
         run_id = request.path_params["run_id"]
+        _stage(request, "reading")
         fields = await _form(request, config)
         note = fields.get("note", "")
         _check_note(note)
@@ -389,6 +493,7 @@ def create_app(
                     raise
                 said(cancelled("was"), made=True)
 
+        _stage(request, "committing")
         try:
             await run_in_threadpool(call)
         except AgentrtError as e:
@@ -450,7 +555,9 @@ def create_app(
         Mount("/static", StaticFiles(packages=[("agentrt.console", "static")]), name="static"),
     ]
     app = Starlette(
-        routes=routes, middleware=[Middleware(_Guard, config=config)], lifespan=lifespan
+        routes=routes,
+        middleware=[Middleware(_Stopping, config=config), Middleware(_Guard, config=config)],
+        lifespan=lifespan,
     )
     app.state.reader = reader
     app.state.deciding = deciding
