@@ -389,3 +389,67 @@ def test_an_ext4_the_kernel_cannot_turn_read_only_is_refused_and_left_unmounted(
         "trigger_fs_error cannot be written: this kernel cannot turn it read-only"
     )
     assert not os.path.ismount(tmp_path / "disk")
+
+
+# --- a statement failing before the COMMIT (decision XXXX) ---------------------------------------
+
+
+def _read_only_statement_refused(db: Path) -> str:
+    return (
+        f"a statement of the transaction failed: the filesystem holding {db} is read-only (it "
+        "was remounted read-only under the open store, as ext4 mounted errors=remount-ro does "
+        "after an error), so nothing of the transaction was written. No write can be made "
+        "until the filesystem is read-write again: reopen the store then (meanwhile it can be "
+        "read: open_existing(path, read_only=True), or the agentrt commands that only read: "
+        "runs, show, events, verify)"
+    )
+
+
+def _only_first_run_after_repair(ext4_disk: Ext4, db: Path) -> None:
+    ext4_disk.repair()
+    with agentrt.open_store(db) as reopened:
+        assert [r.goal for r in reopened.list_runs()] == ["first"]
+        assert reopened.verify_events().intact
+
+
+def test_a_store_opened_on_a_filesystem_turned_read_only_names_it_at_its_first_write(
+    ext4_disk: Ext4,
+) -> None:
+    """A store opened once the filesystem turned read-only (a program started again, a second
+    process) opens it read-only underneath, and its first write fails before the COMMIT
+    (SQLITE_READONLY): it said "a statement of the transaction failed: attempt to write a
+    readonly database". Now it names the file and the cause, and that nothing was written;
+    the store is not stopped (nothing is unknown): it reads, and says the same again."""
+    db = ext4_disk.mount / "agentrt.db"
+    with agentrt.open_store(db) as first:
+        make_gate(first).begin_sync("first")
+        ext4_disk.turn_read_only()
+        with agentrt.open_store(db) as later:
+            for attempt in ("second", "third"):
+                with pytest.raises(StoreError) as refused:
+                    make_gate(later, ids=Ids("b")).begin_sync(attempt)
+                assert type(refused.value) is StoreError
+                assert str(refused.value) == _read_only_statement_refused(db)
+                assert refused.value.commit_unknown is False
+                assert [r.goal for r in later.list_runs()] == ["first"]
+    _only_first_run_after_repair(ext4_disk, db)
+
+
+def test_a_statement_that_writes_before_the_commit_on_a_filesystem_turned_read_only_names_it(
+    ext4_disk: Ext4,
+) -> None:
+    """A transaction larger than SQLite's page cache writes pages to the WAL before its
+    COMMIT; on a filesystem turned read-only that write fails (SQLITE_IOERR_WRITE) and SQLite
+    rolls the transaction back: it said "disk I/O error; SQLite rolled the whole transaction
+    back ...". Now it names the file and the cause, and that nothing was written."""
+    db = ext4_disk.mount / "agentrt.db"
+    with agentrt.open_store(db) as store:
+        make_gate(store).begin_sync("first")
+        ext4_disk.turn_read_only()
+        with pytest.raises(StoreError) as refused:
+            make_gate(store, ids=Ids("b")).begin_sync("x" * 5_000_000)  # past the cache
+        assert type(refused.value) is StoreError
+        assert str(refused.value) == _read_only_statement_refused(db)
+        assert refused.value.commit_unknown is False
+        assert [r.goal for r in store.list_runs()] == ["first"]  # not stopped: it reads
+    _only_first_run_after_repair(ext4_disk, db)
