@@ -221,6 +221,27 @@ def is_read_only_error(error: BaseException) -> bool:
     return isinstance(code, int) and code & 0xFF == sqlite3.SQLITE_READONLY
 
 
+def read_only_before_commit(path: str | None, error: BaseException) -> str | None:
+    """What to say of a write failing before its transaction's COMMIT (a statement, `BEGIN`)
+    on a filesystem turned read-only under the store at `path` (decision XXXX), else None.
+
+    Asked only after an I/O error or `SQLITE_READONLY`, and only for a store with a file
+    (`path` None for one in memory): `filesafety.turned_read_only`'s probe, as after a failed
+    `COMMIT` (decision 0208), never through a symlink. Before the COMMIT nothing of the
+    transaction was written: the WAL frames a spilling cache wrote are no commit's, and
+    SQLite rolls them back. So it says so, unlike the COMMIT's "unknown"; the store is not
+    stopped (its connection is as sound as before, and it still reads)."""
+    if path is None or not (is_io_error(error) or is_read_only_error(error)):
+        return None
+    read_only = filesafety.turned_read_only(path)
+    if read_only is None:
+        return None
+    return (
+        f"{read_only}, so nothing of the transaction was written. No write can be made until "
+        f"the filesystem is read-write again: reopen the store then ({filesafety.READ_MEANWHILE})"
+    )
+
+
 def sqlite_failure(error: BaseException) -> str | None:
     """What SQLite said, when `error` is SQLite's (its message may not even be UTF-8), else None.
 

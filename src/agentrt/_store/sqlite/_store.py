@@ -86,6 +86,7 @@ from ._connection import (
     is_busy,
     is_io_error,
     is_read_only_error,
+    read_only_before_commit,
     sqlite_failure,
     store_error,
 )
@@ -374,16 +375,14 @@ class SqliteStore(ProxyRows):
                 # one refused.
                 try:
                     self._begin()
-                    tx = SqliteTx(self._conn, self.partitions)
+                    tx = SqliteTx(self._conn, self.partitions, path=self._file)
                     self._tx = tx
                     try:
                         yield tx
                         tx.write_events()
                         tx.check_open()  # SQLite may have rolled it back (a full disk)
                     except sqlite3.Error as e:
-                        raise store_error(
-                            e, "the transaction failed, nothing was written", retryable=False
-                        ) from e
+                        raise self._failed_before_commit(e, "the transaction failed") from e
                     self._commit()
                 except BaseException:
                     self._rollback()
@@ -423,6 +422,19 @@ class SqliteStore(ProxyRows):
         if self._tx is not None:
             raise StoreError("a transaction is already open on this store; they do not nest")
 
+    @property
+    def _file(self) -> str | None:
+        """The database file's path, for a store with one (not in memory)."""
+        return self.path if self._uri is not None else None
+
+    def _failed_before_commit(self, error: sqlite3.Error, doing: str) -> StoreError:
+        """A failure of SQLite's inside a transaction, before its COMMIT: nothing was written;
+        on a filesystem turned read-only, said as one (decision XXXX)."""
+        read_only = read_only_before_commit(self._file, error)
+        if read_only is not None:
+            return StoreError(f"{doing}: {read_only}")
+        return store_error(error, f"{doing}, nothing was written", retryable=False)
+
     def _begin(self) -> None:
         """`BEGIN IMMEDIATE` (after `_may_begin`, under the lock), the schema checked inside
         it: a trigger added since the last check must not fire on this transaction's writes
@@ -436,14 +448,13 @@ class SqliteStore(ProxyRows):
                     "database's write lock past the busy timeout "
                     f"({_connection.BUSY_TIMEOUT_MS} ms); nothing was written"
                 ) from e
-            raise StoreError(f"cannot begin a write transaction: {e}") from e
+            read_only = read_only_before_commit(self._file, e)
+            raise StoreError(f"cannot begin a write transaction: {read_only or e}") from e
         try:
             self._safe_schema = check_schema(self._conn, self._safe_schema)
         except sqlite3.Error as e:
             migrations.rollback_quietly(self._conn)
-            raise store_error(
-                e, "the transaction failed, nothing was written", retryable=False
-            ) from e
+            raise self._failed_before_commit(e, "the transaction failed") from e
         except BaseException:
             migrations.rollback_quietly(self._conn)
             raise
@@ -529,9 +540,7 @@ class SqliteStore(ProxyRows):
                         outcomes.append(self._in_savepoint(work, heads, moved))
                     move_heads(self._conn, moved)
                 except sqlite3.Error as e:
-                    raise store_error(
-                        e, "the group's transaction failed, nothing was written", retryable=False
-                    ) from e
+                    raise self._failed_before_commit(e, "the group's transaction failed") from e
                 self._commit()
             except BaseException:
                 self._rollback()
@@ -564,7 +573,7 @@ class SqliteStore(ProxyRows):
         back leaves both as they were)."""
         conn = self._conn
         conn.execute(f"SAVEPOINT {_SAVEPOINT}")
-        tx = SqliteTx(conn, self.partitions)
+        tx = SqliteTx(conn, self.partitions, path=self._file)
         tx.chain_from(heads)
         tx.keep_heads()
         try:

@@ -41,7 +41,7 @@ from ..._errors import (
 from ..._records import (
     Event,
 )
-from ._connection import sqlite_failure, store_error
+from ._connection import read_only_before_commit, sqlite_failure, store_error
 from ._values import INSERT_SQL, pack
 
 # A statement that reads or writes the events or the heads: the appended events are
@@ -103,9 +103,14 @@ def move_heads(conn: sqlite3.Connection, moved: Mapping[int, tuple[int, str]]) -
 class TxCore:
     """The statements and the chain of one write transaction (`SqliteTx` adds the named writes)."""
 
-    def __init__(self, conn: sqlite3.Connection, partitions: int = 1) -> None:
+    def __init__(
+        self, conn: sqlite3.Connection, partitions: int = 1, *, path: str | None = None
+    ) -> None:
         self.conn = conn
         self.partitions = partitions  # N, the record's chain partitions
+        # The database file, for a store with one: a write failing on a filesystem turned
+        # read-only is said as one (`_failed`, decision XXXX).
+        self.path = path
         # The appended events as stored, turned into `Event`s only when asked for
         # (`events`): most transactions have no observer to hand them to.
         self._appended: list[tuple[int, str, str, datetime, str, str, str]] = []
@@ -144,7 +149,16 @@ class TxCore:
         """The error a failed statement raises. SQLite rolls the whole transaction back on
         some failures (a full disk, an I/O error, out of memory): the transaction is over
         then, and every later statement of it is refused. Run on, each would commit on its
-        own, outside any transaction, and the block's end would find nothing to commit."""
+        own, outside any transaction, and the block's end would find nothing to commit.
+
+        On a filesystem turned read-only under the store, it says so, naming the file, and
+        that nothing of the transaction was written (decision XXXX)."""
+        read_only = None if self._reads_only else read_only_before_commit(self.path, error)
+        if read_only is not None:
+            said = f"a statement of the transaction failed: {read_only}"
+            if self._open and not self.conn.in_transaction:
+                self._close(said)  # rolled back by SQLite: a later statement says the same
+            return StoreError(said)
         error_ = store_error(
             error, "a statement of the transaction failed", retryable=self._reads_only
         )
