@@ -161,7 +161,7 @@ def test_a_decision_whose_form_was_still_arriving_at_the_stop_is_answered_as_not
     # the answer says so (not uvicorn's 500), with what to do.
     pytest.importorskip("uvicorn")
     from agentrt.console import ConsoleConfig
-    from agentrt.console._app import STOPPED_READING, STOPPING
+    from agentrt.console._security import HEADERS
     from agentrt.console._pages import message_page
 
     db = str(db_path.resolve())
@@ -207,10 +207,18 @@ def test_a_decision_whose_form_was_still_arriving_at_the_stop_is_answered_as_not
             process.communicate()
     head_text, _, body = answer.decode().partition("\r\n\r\n")
     assert head_text.splitlines()[0] == "HTTP/1.1 503 Service Unavailable"
-    assert "content-type: text/html; charset=utf-8" in head_text.lower().splitlines()
+    headers = head_text.lower().splitlines()
+    assert "content-type: text/html; charset=utf-8" in headers
+    assert "connection: close" in headers
+    for name, value in HEADERS.items():  # the console's own, as on every answer
+        assert f"{name.lower()}: {value.lower()}" in headers
     assert body == str(
         message_page(
-            STOPPING, STOPPED_READING, ConsoleConfig(db_path=db, by="ops"), back=f"/runs/{run.id}"
+            STOPPING_TITLE,
+            "Nothing was decided: the console stopped before this decision was made. Open the "
+            "run's page in a running console (start it again if it is not) and decide again.",
+            ConsoleConfig(db_path=db, by="ops"),
+            back=f"/runs/{run.id}",
         )
     )
     assert "Traceback" not in err
