@@ -161,8 +161,8 @@ def test_a_decision_whose_form_was_still_arriving_at_the_stop_is_answered_as_not
     # the answer says so (not uvicorn's 500), with what to do.
     pytest.importorskip("uvicorn")
     from agentrt.console import ConsoleConfig
-    from agentrt.console._security import HEADERS
     from agentrt.console._pages import message_page
+    from agentrt.console._security import HEADERS
 
     db = str(db_path.resolve())
     run = waiting_run(db)
