@@ -15,25 +15,24 @@ terminal. Exit status, for scripts:
   does not pin, or pinned tools have no rule
 
 A Ctrl-C (SIGINT) ends either command at once, whichever of the process's
-threads the kernel hands it to (`_run`, decision 0213): exit 1 with `agentrt mcp: interrupted`,
-a stdio server's whole group stopped, no manifest written.
+threads the kernel hands it to (`_interrupt.run_interruptible`, decision 0213): exit 1
+with `agentrt mcp: interrupted`, a stdio server's whole group stopped, no manifest written.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
-import signal
 import sys
-from collections.abc import Coroutine, Sequence
+from collections.abc import Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, TextIO, TypeVar
+from typing import TYPE_CHECKING, Any, TextIO
 
 from .._errors import AgentrtError
 from ..trace import sanitize
 from ._config import Manifest, Report, Server, parse_duration, read_manifest, read_rules
+from ._interrupt import run_interruptible
 
 if TYPE_CHECKING:
     from _typeshed import SupportsWrite
@@ -43,8 +42,6 @@ EXIT_ERROR = 1
 EXIT_USAGE = 2
 EXIT_REFUSED = 3
 EXIT_REVIEW = 4
-
-_T = TypeVar("_T")
 
 _EPILOG = """\
 The server is NAME plus either --url URL (streamable HTTP) or its command after
@@ -163,7 +160,7 @@ def _pin(server: Server, args: argparse.Namespace, err: TextIO) -> tuple[int, st
             "Pass --force to replace it\n"
         )
         return EXIT_ERROR, ""
-    manifest: Manifest = _run(pin(server))
+    manifest: Manifest = run_interruptible(pin(server))
     from ._config import write_manifest
 
     try:
@@ -205,7 +202,7 @@ def _check(server: Server, args: argparse.Namespace) -> tuple[int, str]:
 
     manifest = read_manifest(args.manifest)
     rules = read_rules(args.rules)
-    report: Report = _run(check(server, manifest, rules))
+    report: Report = run_interruptible(check(server, manifest, rules))
     if args.json:
         text = json.dumps(report.to_json(), sort_keys=True) + "\n"
     else:
@@ -215,45 +212,3 @@ def _check(server: Server, args: argparse.Namespace) -> tuple[int, str]:
     if report.unpinned or report.unclassified:
         return EXIT_REVIEW, text
     return EXIT_OK, text
-
-
-def _run(work: Coroutine[Any, Any, _T]) -> _T:
-    """`asyncio.run(work)`, a Ctrl-C cancelling it through the event loop's own wakeup.
-
-    `asyncio.run`'s SIGINT handler is a Python one: it runs in the main thread when
-    that thread next runs Python code. The kernel may hand the signal to another
-    thread (the child watcher's, when it runs at that instant), and then a loop
-    waiting in `select` (for a server that never answers) hears of it only when its
-    next timer fires: the handshake's timeout, 30 s on. `loop.add_signal_handler`
-    wakes the loop from any thread (its wakeup fd), so the work is cancelled at
-    once, and ends as `KeyboardInterrupt` once its connection is closed; a second
-    Ctrl-C raises `KeyboardInterrupt` at once, as `asyncio.run` does.
-    """
-
-    async def interruptible() -> _T:
-        loop = asyncio.get_running_loop()
-        task = asyncio.current_task()
-        assert task is not None
-        interrupted = False
-
-        def on_sigint() -> None:
-            nonlocal interrupted
-            if interrupted:
-                raise KeyboardInterrupt
-            interrupted = True
-            task.cancel()
-
-        try:
-            loop.add_signal_handler(signal.SIGINT, on_sigint)
-        except (ValueError, RuntimeError):  # not the main thread: asyncio.run's own handling
-            return await work
-        try:
-            return await work
-        except asyncio.CancelledError:
-            if interrupted:
-                raise KeyboardInterrupt from None
-            raise
-        finally:
-            loop.remove_signal_handler(signal.SIGINT)
-
-    return asyncio.run(interruptible())
