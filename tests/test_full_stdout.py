@@ -197,3 +197,48 @@ def test_an_mcp_pin_whose_report_is_lost_at_the_exit_does_not_say_nothing_change
         "printed is incomplete; what it had done by then is not undone\n",
     )
     assert json.loads(manifest.read_text())["tools"]
+
+
+def test_an_mcp_check_whose_report_is_lost_says_nothing_was_changed(
+    tmp_path: Path, unbuffered: bool
+) -> None:
+    # `check` only reads the manifest and the rules and talks to the server: its lost report
+    # said "what it had done by then is not undone", as for `pin`, which writes (decision
+    # XXXX). So does `agentrt mcp --help`.
+    pytest.importorskip("mcp")
+    example = Path(__file__).parent.parent / "examples" / "mcp"
+    result = full_stdout(
+        [
+            *("mcp", "check", "notes", "--manifest", str(example / "notes.manifest.json")),
+            *("--rules", str(example / "notes.rules.json")),
+            *("--env", f"NOTES_DIR={tmp_path / 'notes'}"),
+            *("--", sys.executable, str(example / "notes_server.py")),
+        ],
+        unbuffered=unbuffered,
+    )
+    assert (result.returncode, result.stderr) == (1, NOTHING_CHANGED)
+    for command in (["mcp", "--help"], ["mcp", "check", "--help"]):
+        result = full_stdout(command, unbuffered=unbuffered)
+        assert (command, result.returncode, result.stderr) == (command, 1, NOTHING_CHANGED)
+
+
+@pytest.mark.parametrize(
+    ("words", "unchanged"),
+    [
+        (["check", "notes", "--manifest", "m", "--rules", "r", "--", "srv"], True),
+        (["--help"], True),
+        (["pin", "notes", "--out", "m", "-h"], True),
+        (["pin", "notes", "--out", "m", "--", "srv", "check"], False),
+        (["pin", "notes", "--out", "m", "--", "srv", "--help"], False),
+        (["pin", "notes", "--he"], False),
+        ([], True),
+    ],
+)
+def test_agentrt_mcp_declares_only_what_surely_changes_nothing(
+    words: list[str], unchanged: bool
+) -> None:
+    # `pin` writes its manifest; only `check`, help, and a line that runs no subcommand, do
+    # not. A word after `--` is the server's (decision XXXX).
+    from agentrt.mcp._cli import changes_nothing
+
+    assert changes_nothing(words) is unchanged

@@ -102,4 +102,12 @@ def run_mcp(args: Sequence[str], out: Output) -> int:
     return mcp_main(list(args))
 
 
-__all__ = ["cmd_console", "console_arguments", "run_demo", "run_mcp"]
+def mcp_changes_nothing(args: Sequence[str]) -> bool:
+    """Whether `agentrt mcp ARGS` changes nothing (`check`, help): asked only when its report
+    is lost (decision XXXX)."""
+    from ..mcp._cli import changes_nothing
+
+    return changes_nothing(args)
+
+
+__all__ = ["cmd_console", "console_arguments", "mcp_changes_nothing", "run_demo", "run_mcp"]

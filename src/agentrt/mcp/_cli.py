@@ -130,6 +130,24 @@ def main(argv: Sequence[str], stdout: TextIO | None = None, stderr: TextIO | Non
     return code
 
 
+def changes_nothing(argv: Sequence[str]) -> bool:
+    """Whether `agentrt mcp ARGV` changes nothing whatever happens: `check`, help, and a
+    line naming no command (a usage error).
+
+    Read by the `agentrt` command line when the report is lost (a full standard output),
+    so that it says nothing was changed rather than that nothing was undone (decision
+    XXXX). Only `pin` writes (its manifest), never with `-h`/`--help`; anything this does
+    not recognise for sure (`pin ... --he`, abbreviated) counts as perhaps changing something.
+    """
+    words = list(argv)
+    if "--" in words:
+        words = words[: words.index("--")]
+    if "-h" in words or "--help" in words:
+        return True
+    command = next((word for word in words if not word.startswith("-")), None)
+    return command in (None, "check")
+
+
 def _server(args: argparse.Namespace, command: list[str]) -> Server:
     if bool(command) == bool(args.url):
         raise ValueError("give the server's command after `--`, or --url, not both")
