@@ -9,6 +9,7 @@ without `--force`; the proxy's path guard reads the spellings docs/mcp.md names.
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import signal
@@ -156,6 +157,35 @@ def test_pin_that_cannot_put_its_manifest_in_place_leaves_no_temporary_file(
     assert err.startswith("agentrt mcp: ") and err.count("\n") == 1, err
     assert sorted(os.listdir(tmp_path)) == ["hostile.json", "manifest"]
     assert os.listdir(out) == []
+
+
+# ---------------------------------------------------------------------------
+# `main(argv, stdout, stderr)` writes to the streams it is given, help and usage too
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["pin", "--help"], ["check", "-h"]])
+def test_agentrt_mcp_help_goes_to_the_stdout_main_was_given(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Help went to `sys.stdout` (argparse's own), whatever `stdout` was given (decision
+    XXXX)."""
+    out, err = io.StringIO(), io.StringIO()
+    assert _cli.main(argv, stdout=out, stderr=err) == 0
+    assert capsys.readouterr() == ("", "")
+    assert out.getvalue().startswith("usage: agentrt mcp"), out.getvalue()
+    assert err.getvalue() == ""
+
+
+def test_agentrt_mcp_usage_error_goes_to_the_stderr_main_was_given(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    out, err = io.StringIO(), io.StringIO()
+    assert _cli.main(["pin", "x"], stdout=out, stderr=err) == 2
+    assert capsys.readouterr() == ("", "")
+    assert out.getvalue() == ""
+    said = err.getvalue().splitlines()
+    assert said[0].startswith("usage: agentrt mcp pin ")
+    assert said[-1] == "agentrt mcp pin: error: the following arguments are required: --out"
 
 
 # ---------------------------------------------------------------------------

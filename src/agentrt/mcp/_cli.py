@@ -27,7 +27,7 @@ import os
 import sys
 from collections.abc import Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 from .._errors import AgentrtError
 from ..trace import sanitize
@@ -60,13 +60,25 @@ class _Parser(argparse.ArgumentParser):
     """argparse's parser, its help written as the report is: argparse's own `print_help`
     swallows a failed write, so `agentrt mcp --help > /dev/full` (unbuffered) exited 0
     having printed nothing. Here the failure reaches the command line, which says it in its
-    one line (a full stdout) or ends quietly (a closed pipe), as for every command."""
+    one line (a full stdout) or ends quietly (a closed pipe), as for every command.
+
+    Help and usage go to the `out` and `err` that `main` was given (decision XXXX);
+    argparse's own write to `sys.stdout` and `sys.stderr`."""
+
+    out: TextIO | None = None
+    err: TextIO | None = None
 
     def print_help(self, file: SupportsWrite[str] | None = None) -> None:
-        (file if file is not None else sys.stdout).write(self.format_help())
+        (file if file is not None else self.out or sys.stdout).write(self.format_help())
+
+    def error(self, message: str) -> NoReturn:
+        err = self.err or sys.stderr
+        self.print_usage(err)
+        err.write(f"{self.prog}: error: {message}\n")
+        raise SystemExit(EXIT_USAGE)
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(out: TextIO | None = None, err: TextIO | None = None) -> _Parser:
     parser = _Parser(
         prog="agentrt mcp",
         description="Pin an MCP server's tools, and check the server against the pin.",
@@ -95,6 +107,8 @@ def _parser() -> argparse.ArgumentParser:
     pin.add_argument("--force", action="store_true", help="replace an existing manifest")
     check.add_argument("--manifest", required=True, metavar="FILE")
     check.add_argument("--rules", required=True, metavar="FILE")
+    for p in (parser, pin, check):
+        p.out, p.err = out, err
     return parser
 
 
@@ -106,7 +120,7 @@ def main(argv: Sequence[str], stdout: TextIO | None = None, stderr: TextIO | Non
         at = argv.index("--")
         argv, command = argv[:at], argv[at + 1 :]
     try:
-        args = _parser().parse_args(argv)
+        args = _parser(out, err).parse_args(argv)
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     try:
