@@ -88,23 +88,6 @@ def test_the_demo_ends_quietly_with_status_1_when_the_reader_went_away(
     assert (result.returncode, result.stderr) == (1, "")
 
 
-@pytest.mark.parametrize("unbuffered", [False, True], ids=["buffered", "unbuffered"])
-def test_an_mcp_check_ends_quietly_with_status_1_when_the_reader_went_away(
-    tmp_path: Path, unbuffered: bool
-) -> None:
-    """`agentrt mcp check ... | head -1`: nothing on stderr (in particular, not the line a
-    full standard output gets), exit 1, as every other command (decision XXXX)."""
-    pytest.importorskip("mcp")
-    example = EXAMPLES / "mcp"
-    argv = [sys.executable, "-m", "agentrt", "mcp", "check", "notes"]
-    argv += ["--manifest", str(example / "notes.manifest.json")]
-    argv += ["--rules", str(example / "notes.rules.json")]
-    argv += ["--env", f"NOTES_DIR={tmp_path / 'notes'}"]
-    argv += ["--", sys.executable, str(example / "notes_server.py")]
-    result = closed_stdout(argv, unbuffered=unbuffered)
-    assert (result.returncode, result.stderr) == (1, "")
-
-
 def _scripted() -> object:
     spec = importlib.util.spec_from_file_location("scripted_example", EXAMPLES / "scripted.py")
     assert spec is not None and spec.loader is not None

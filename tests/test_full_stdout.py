@@ -199,29 +199,6 @@ def test_an_mcp_pin_whose_report_is_lost_at_the_exit_does_not_say_nothing_change
     assert json.loads(manifest.read_text())["tools"]
 
 
-def test_an_mcp_check_whose_report_is_lost_says_nothing_was_changed(
-    tmp_path: Path, unbuffered: bool
-) -> None:
-    # `check` only reads the manifest and the rules and talks to the server: its lost report
-    # said "what it had done by then is not undone", as for `pin`, which writes (decision
-    # XXXX). So does `agentrt mcp --help`.
-    pytest.importorskip("mcp")
-    example = Path(__file__).parent.parent / "examples" / "mcp"
-    result = full_stdout(
-        [
-            *("mcp", "check", "notes", "--manifest", str(example / "notes.manifest.json")),
-            *("--rules", str(example / "notes.rules.json")),
-            *("--env", f"NOTES_DIR={tmp_path / 'notes'}"),
-            *("--", sys.executable, str(example / "notes_server.py")),
-        ],
-        unbuffered=unbuffered,
-    )
-    assert (result.returncode, result.stderr) == (1, NOTHING_CHANGED)
-    for command in (["mcp", "--help"], ["mcp", "check", "--help"]):
-        result = full_stdout(command, unbuffered=unbuffered)
-        assert (command, result.returncode, result.stderr) == (command, 1, NOTHING_CHANGED)
-
-
 @pytest.mark.parametrize(
     ("words", "unchanged"),
     [
