@@ -86,7 +86,10 @@ def test_every_mcp_command_on_a_full_stdout_says_it_in_the_one_line(
     pytest.importorskip("mcp")
     for command in _mcp_commands(tmp_path, "full", unbuffered):
         result = full_stdout(command, unbuffered=unbuffered)
-        assert (command, result.returncode, result.stderr) == (command, 1, MCP_LOST)
+        # `pin` writes its manifest; `check` and help change nothing, and say so, as every
+        # other command that changes nothing (decision XXXX).
+        said = MCP_LOST if command[1] == "pin" and "--help" not in command else NOTHING_CHANGED
+        assert (command, result.returncode, result.stderr) == (command, 1, said)
     if unbuffered:  # the manifests were written before the report was lost
         assert (tmp_path / "full.json").exists() and (tmp_path / "full-j.json").exists()
 
@@ -357,6 +360,51 @@ def test_a_name_whose_bytes_are_not_utf8_is_refused_in_one_line(db_path: Path) -
     assert result.stderr.splitlines()[-1] == (
         b"agentrt: --by must be text: it holds \\udce9 at position 4, which is not a "
         b"character (bytes that are not UTF-8?)"
+    )
+    assert pending(db, run.id).status == "pending"
+
+
+def _no_passwd_entry() -> list[str]:
+    """`unshare` running a command as uid 4242, which has no entry in the password database
+    (as a container started with `--user 4242`): the OS user's name is then `LOGNAME`'s.
+    Skips where user namespaces cannot be made."""
+    command = ["unshare", "--user", "--map-user=4242", "--"]
+    try:
+        probe = subprocess.run([*command, "true"], capture_output=True, timeout=30)
+    except FileNotFoundError:
+        pytest.skip("no unshare(1)")
+    if probe.returncode != 0:
+        pytest.skip(f"no user namespace here: {probe.stderr!r}")
+    return command
+
+
+@pytest.mark.parametrize("command", ["approve", "reject", "cancel", "console"])
+def test_an_os_user_name_that_is_not_utf8_is_refused_naming_it_and_how_to_pass_by(
+    db_path: Path, command: str
+) -> None:
+    """No --by given, and the OS user's name is bytes that are not UTF-8: the refusal said
+    "--by must be text" of an option nobody passed. It names the OS user's name, and --by
+    as the way to record another name (decision XXXX); nothing is decided."""
+    if command == "console":
+        pytest.importorskip("uvicorn")
+    db = str(db_path)
+    run = waiting_run(db)
+    words = {"approve": [run.id, "--yes"], "reject": [run.id, "--yes"], "cancel": [run.id]}
+    env: dict[bytes, bytes] = {os.fsencode(k): os.fsencode(v) for k, v in _ascii_env().items()}
+    env[b"LOGNAME"] = b"jos\xe9"
+    argv = [sys.executable, "-m", "agentrt", "--db", db, command, *words.get(command, [])]
+    result = subprocess.run(
+        [*_no_passwd_entry(), *argv],
+        capture_output=True,
+        stdin=subprocess.DEVNULL,
+        timeout=120,
+        env=env,
+    )
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.splitlines()[-1] == (
+        b"agentrt: the OS user's name (the default for --by) must be text: it holds \\udce9 "
+        b"at position 4, which is not a character (bytes that are not UTF-8?); pass --by NAME "
+        b"to record another name"
     )
     assert pending(db, run.id).status == "pending"
 

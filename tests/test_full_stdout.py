@@ -197,3 +197,25 @@ def test_an_mcp_pin_whose_report_is_lost_at_the_exit_does_not_say_nothing_change
         "printed is incomplete; what it had done by then is not undone\n",
     )
     assert json.loads(manifest.read_text())["tools"]
+
+
+@pytest.mark.parametrize(
+    ("words", "unchanged"),
+    [
+        (["check", "notes", "--manifest", "m", "--rules", "r", "--", "srv"], True),
+        (["--help"], True),
+        (["pin", "notes", "--out", "m", "-h"], True),
+        (["pin", "notes", "--out", "m", "--", "srv", "check"], False),
+        (["pin", "notes", "--out", "m", "--", "srv", "--help"], False),
+        (["pin", "notes", "--he"], False),
+        ([], True),
+    ],
+)
+def test_agentrt_mcp_declares_only_what_surely_changes_nothing(
+    words: list[str], unchanged: bool
+) -> None:
+    # `pin` writes its manifest; only `check`, help, and a line that runs no subcommand, do
+    # not. A word after `--` is the server's (decision XXXX).
+    from agentrt.mcp._cli import changes_nothing
+
+    assert changes_nothing(words) is unchanged

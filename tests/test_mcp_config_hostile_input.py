@@ -9,6 +9,7 @@ without `--force`; the proxy's path guard reads the spellings docs/mcp.md names.
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import signal
@@ -28,6 +29,7 @@ from agentrt.mcp._path_guard import check_server_paths, protected_files
 
 HOSTILE = Path(__file__).parent / "mcp_hostile_server.py"
 SIGINT_ELSEWHERE = Path(__file__).parent / "mcp_pin_sigint_elsewhere.py"
+PROXY_SIGINT_ELSEWHERE = Path(__file__).parent / "proxy_sigint_elsewhere.py"
 PAY = {"name": "pay", "description": "Pay.", "inputSchema": {"type": "object"}}
 
 
@@ -158,6 +160,35 @@ def test_pin_that_cannot_put_its_manifest_in_place_leaves_no_temporary_file(
 
 
 # ---------------------------------------------------------------------------
+# `main(argv, stdout, stderr)` writes to the streams it is given, help and usage too
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["pin", "--help"], ["check", "-h"]])
+def test_agentrt_mcp_help_goes_to_the_stdout_main_was_given(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Help went to `sys.stdout` (argparse's own), whatever `stdout` was given (decision
+    XXXX)."""
+    out, err = io.StringIO(), io.StringIO()
+    assert _cli.main(argv, stdout=out, stderr=err) == 0
+    assert capsys.readouterr() == ("", "")
+    assert out.getvalue().startswith("usage: agentrt mcp"), out.getvalue()
+    assert err.getvalue() == ""
+
+
+def test_agentrt_mcp_usage_error_goes_to_the_stderr_main_was_given(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    out, err = io.StringIO(), io.StringIO()
+    assert _cli.main(["pin", "x"], stdout=out, stderr=err) == 2
+    assert capsys.readouterr() == ("", "")
+    assert out.getvalue() == ""
+    said = err.getvalue().splitlines()
+    assert said[0].startswith("usage: agentrt mcp pin ")
+    assert said[-1] == "agentrt mcp pin: error: the following arguments are required: --out"
+
+
+# ---------------------------------------------------------------------------
 # An interrupted command says so in one line
 
 
@@ -230,6 +261,63 @@ def test_agentrt_mcp_pin_interrupted_while_another_thread_takes_the_signal_exits
     with pytest.raises(ProcessLookupError):
         os.kill(int(pidfile.read_text()), 0)
     assert not out.exists()
+
+
+@pytest.mark.parametrize("check", [True, False], ids=["check", "serving"])
+def test_agentrt_proxy_interrupted_while_another_thread_takes_the_signal_exits_130(
+    tmp_path: Path, check: bool
+) -> None:
+    """`agentrt-proxy`, `--check` or serving, sent a Ctrl-C while it waits for a server
+    that never answers the handshake, and only a thread of its own can take the signal
+    (as `agentrt mcp pin` above, decision 0213): it ends at once, exit 130 as for any
+    Ctrl-C, nothing on stdout or stderr, the server gone. Before, it waited for the
+    handshake's timeout (600 s here)."""
+    started = tmp_path / "started"
+    pidfile = tmp_path / "server.pid"
+    silent = (
+        "import os, time, pathlib; "
+        f"pathlib.Path({str(pidfile)!r}).write_text(str(os.getpid())); "
+        f"pathlib.Path({str(started)!r}).touch(); time.sleep(600)"
+    )
+    owner_only = {
+        "x.manifest.json": {"format": "agentrt.mcp.manifest/1", "server": "x", "tools": {}},
+        "x.rules.json": {"format": "agentrt.mcp.rules/1", "tools": {}},
+        "proxy.json": {
+            "format": "agentrt.mcp.proxy/1",
+            "database": "runs.db",
+            "servers": {
+                "x": {
+                    "command": [sys.executable, "-c", silent],
+                    "manifest": "x.manifest.json",
+                    "rules": "x.rules.json",
+                }
+            },
+        },
+    }
+    for name, data in owner_only.items():
+        (tmp_path / name).write_text(json.dumps(data))
+        (tmp_path / name).chmod(0o600)
+    argv = [sys.executable, str(PROXY_SIGINT_ELSEWHERE), "--config", str(tmp_path / "proxy.json")]
+    child = forkserver.server(*PRELOAD).spawn(
+        [*argv, *(["--check"] if check else [])], capture=True
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not started.exists():
+            assert time.monotonic() < deadline and child.poll() is None
+            time.sleep(0.02)
+        os.kill(child.pid, signal.SIGINT)
+        # The handshake waits 600 s here: only the signal ends the proxy before that.
+        stdout, stderr = child.communicate(timeout=60)
+    finally:
+        if child.returncode is None:
+            child.kill()
+            child.wait(30)
+            with contextlib.suppress(ProcessLookupError, ValueError, FileNotFoundError):
+                os.kill(int(pidfile.read_text()), signal.SIGKILL)
+    assert (child.returncode, stdout, stderr) == (130, "", "")
+    with pytest.raises(ProcessLookupError):
+        os.kill(int(pidfile.read_text()), 0)
 
 
 # ---------------------------------------------------------------------------

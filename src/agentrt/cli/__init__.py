@@ -96,7 +96,12 @@ def _main(argv: Sequence[str] | None) -> int:
             Output(json_mode=False).error(unread)
             return EXIT_USAGE
         words = argv[at + 1 :]
-        return _passthrough(command.name, lambda: passthrough(words, Output(json_mode=False)))
+        unchanged = command.changes_nothing
+        return _passthrough(
+            command.name,
+            lambda: passthrough(words, Output(json_mode=False)),
+            changes_nothing=lambda: unchanged is not None and unchanged(words),
+        )
     if at is not None and argv[at] == "resume":
         Output(json_mode=False).error(NO_RESUME)
         return EXIT_USAGE
@@ -146,18 +151,19 @@ def _main(argv: Sequence[str] | None) -> int:
         return EXIT_ERROR
 
 
-def _passthrough(name: str, run: Callable[[], int]) -> int:
+def _passthrough(name: str, run: Callable[[], int], *, changes_nothing: Callable[[], bool]) -> int:
     """Run a passthrough command (the demo, `mcp`), its `sys.stdout` guarded and flushed here:
     a full stdout is one line, unbuffered too (its `print` raised a traceback), and does not
     say that nothing was changed, as the CLI does not know what the command did (the demo
-    made its directory; `mcp pin` wrote its manifest) (decision 0205, Review)."""
+    made its directory; `mcp pin` wrote its manifest) (decision 0205, Review), unless the
+    command declares that what it was asked changes nothing (`mcp check`, decision XXXX)."""
     try:
         with contextlib.redirect_stdout(guarded(sys.stdout)):
             code = run()
             sys.stdout.flush()
         return code
     except StdoutFailed as e:
-        return _lost(output_lost(e, None, command=f"agentrt {name}"))
+        return _lost(output_lost(e, None, command=None if changes_nothing() else f"agentrt {name}"))
 
 
 def _lost(said: str) -> int:

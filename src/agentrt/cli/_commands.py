@@ -68,6 +68,10 @@ class Command(NamedTuple):
     passthrough: Passthrough | None = None
     unread: tuple[tuple[str, str], ...] = ()
     """(global option, why this command does not read it), for a passthrough command."""
+    changes_nothing: Callable[[Sequence[str]], bool] | None = None
+    """For a passthrough command: whether the words given it ask for something that changes
+    nothing (`agentrt mcp check`), so that a lost report says so, as for every other
+    command; without it, the CLI does not know what the command did (decision XXXX)."""
 
 
 DEMO_MAKES_ITS_OWN_DATABASE = (
@@ -167,6 +171,7 @@ COMMANDS: tuple[Command, ...] = (
         "mcp",
         "pin and check MCP servers (agentrt mcp --help)",
         passthrough=Lazy("._launch", "run_mcp"),
+        changes_nothing=Lazy("._launch", "mcp_changes_nothing"),
         unread=(
             ("--db", "--db is not used by agentrt mcp: it reads no database"),
             (

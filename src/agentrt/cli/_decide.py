@@ -134,6 +134,19 @@ def check_label(name: str, value: str) -> str:
     return value
 
 
+def decided_by(by: str | None) -> str:
+    """Who decides, for the record: `--by` as given (`check_label`), else the OS user's
+    name (`default_user`). A name no store can keep that came from the OS, not from the
+    command line, is refused naming where it came from, and how to give one instead
+    (decision XXXX): `--by must be text` was said of an option nobody passed."""
+    if by is not None:
+        return check_label("--by", by)
+    try:
+        return check_label("the OS user's name (the default for --by)", default_user())
+    except UsageError as e:
+        raise UsageError(f"{e}; pass --by NAME to record another name") from None
+
+
 def check_note(value: str) -> str:
     """`--note` as typed (`as_typed`), unless no store could keep it (`UsageError`, one
     sentence)."""
@@ -183,7 +196,7 @@ def _confirm(out: Output, approval: Approval, verb: str) -> None:
 
 def cmd_decide(args: argparse.Namespace, out: Output, *, approve: bool) -> int:
     verb = "approve" if approve else "reject"
-    by = check_label("--by", args.by if args.by is not None else default_user())
+    by = decided_by(args.by)
     note = check_note(args.note)
     if out.json and not (args.yes or args.approval):
         raise UsageError(
@@ -236,7 +249,7 @@ def cmd_decide(args: argparse.Namespace, out: Output, *, approve: bool) -> int:
 
 
 def cmd_cancel(args: argparse.Namespace, out: Output) -> int:
-    by = check_label("--by", args.by if args.by is not None else default_user())
+    by = decided_by(args.by)
     note = check_note(args.note)
     with open_db(args, write=True) as store:
         run = Operator(store).cancel(view.resolve_run_id(store, args.run), by, note)
@@ -250,4 +263,11 @@ def cmd_cancel(args: argparse.Namespace, out: Output) -> int:
     return EXIT_OK
 
 
-__all__ = ["check_label", "check_note", "cmd_cancel", "cmd_decide", "default_user"]
+__all__ = [
+    "check_label",
+    "check_note",
+    "cmd_cancel",
+    "cmd_decide",
+    "decided_by",
+    "default_user",
+]

@@ -16,7 +16,7 @@ import threading
 from collections.abc import Sequence
 
 from ._args import bounded
-from ._decide import check_label, default_user
+from ._decide import decided_by
 from ._opening import open_db
 from ._output import EXIT_ERROR, EXIT_OK, Output, db_path
 
@@ -38,7 +38,7 @@ def cmd_console(args: argparse.Namespace, out: Output) -> int:
             raise
         out.error("the console needs its extra: pip install 'agentrt[console]'")
         return EXIT_ERROR
-    by = check_label("--by", args.by if args.by is not None else default_user())
+    by = decided_by(args.by)
     with open_db(args):  # refused here, in one sentence, before anything is served
         pass
     return int(
@@ -102,4 +102,12 @@ def run_mcp(args: Sequence[str], out: Output) -> int:
     return mcp_main(list(args))
 
 
-__all__ = ["cmd_console", "console_arguments", "run_demo", "run_mcp"]
+def mcp_changes_nothing(args: Sequence[str]) -> bool:
+    """Whether `agentrt mcp ARGS` changes nothing (`check`, help): asked only when its report
+    is lost (decision XXXX)."""
+    from ..mcp._cli import changes_nothing
+
+    return changes_nothing(args)
+
+
+__all__ = ["cmd_console", "console_arguments", "mcp_changes_nothing", "run_demo", "run_mcp"]

@@ -15,25 +15,24 @@ terminal. Exit status, for scripts:
   does not pin, or pinned tools have no rule
 
 A Ctrl-C (SIGINT) ends either command at once, whichever of the process's
-threads the kernel hands it to (`_run`, decision 0213): exit 1 with `agentrt mcp: interrupted`,
-a stdio server's whole group stopped, no manifest written.
+threads the kernel hands it to (`_interrupt.run_interruptible`, decision 0213): exit 1
+with `agentrt mcp: interrupted`, a stdio server's whole group stopped, no manifest written.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
-import signal
 import sys
-from collections.abc import Coroutine, Sequence
+from collections.abc import Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, TextIO, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 from .._errors import AgentrtError
 from ..trace import sanitize
 from ._config import Manifest, Report, Server, parse_duration, read_manifest, read_rules
+from ._interrupt import run_interruptible
 
 if TYPE_CHECKING:
     from _typeshed import SupportsWrite
@@ -43,8 +42,6 @@ EXIT_ERROR = 1
 EXIT_USAGE = 2
 EXIT_REFUSED = 3
 EXIT_REVIEW = 4
-
-_T = TypeVar("_T")
 
 _EPILOG = """\
 The server is NAME plus either --url URL (streamable HTTP) or its command after
@@ -63,13 +60,25 @@ class _Parser(argparse.ArgumentParser):
     """argparse's parser, its help written as the report is: argparse's own `print_help`
     swallows a failed write, so `agentrt mcp --help > /dev/full` (unbuffered) exited 0
     having printed nothing. Here the failure reaches the command line, which says it in its
-    one line (a full stdout) or ends quietly (a closed pipe), as for every command."""
+    one line (a full stdout) or ends quietly (a closed pipe), as for every command.
+
+    Help and usage go to the `out` and `err` that `main` was given (decision XXXX);
+    argparse's own write to `sys.stdout` and `sys.stderr`."""
+
+    out: TextIO | None = None
+    err: TextIO | None = None
 
     def print_help(self, file: SupportsWrite[str] | None = None) -> None:
-        (file if file is not None else sys.stdout).write(self.format_help())
+        (file if file is not None else self.out or sys.stdout).write(self.format_help())
+
+    def error(self, message: str) -> NoReturn:
+        err = self.err or sys.stderr
+        self.print_usage(err)
+        err.write(f"{self.prog}: error: {message}\n")
+        raise SystemExit(EXIT_USAGE)
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(out: TextIO | None = None, err: TextIO | None = None) -> _Parser:
     parser = _Parser(
         prog="agentrt mcp",
         description="Pin an MCP server's tools, and check the server against the pin.",
@@ -98,6 +107,8 @@ def _parser() -> argparse.ArgumentParser:
     pin.add_argument("--force", action="store_true", help="replace an existing manifest")
     check.add_argument("--manifest", required=True, metavar="FILE")
     check.add_argument("--rules", required=True, metavar="FILE")
+    for p in (parser, pin, check):
+        p.out, p.err = out, err
     return parser
 
 
@@ -109,7 +120,7 @@ def main(argv: Sequence[str], stdout: TextIO | None = None, stderr: TextIO | Non
         at = argv.index("--")
         argv, command = argv[:at], argv[at + 1 :]
     try:
-        args = _parser().parse_args(argv)
+        args = _parser(out, err).parse_args(argv)
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     try:
@@ -131,6 +142,24 @@ def main(argv: Sequence[str], stdout: TextIO | None = None, stderr: TextIO | Non
     # is said by the command line as for every command (decision 0205).
     out.write(report)
     return code
+
+
+def changes_nothing(argv: Sequence[str]) -> bool:
+    """Whether `agentrt mcp ARGV` changes nothing whatever happens: `check`, help, and a
+    line naming no command (a usage error).
+
+    Read by the `agentrt` command line when the report is lost (a full standard output),
+    so that it says nothing was changed rather than that nothing was undone (decision
+    XXXX). Only `pin` writes (its manifest), never with `-h`/`--help`; anything this does
+    not recognise for sure (`pin ... --he`, abbreviated) counts as perhaps changing something.
+    """
+    words = list(argv)
+    if "--" in words:
+        words = words[: words.index("--")]
+    if "-h" in words or "--help" in words:
+        return True
+    command = next((word for word in words if not word.startswith("-")), None)
+    return command in (None, "check")
 
 
 def _server(args: argparse.Namespace, command: list[str]) -> Server:
@@ -163,7 +192,7 @@ def _pin(server: Server, args: argparse.Namespace, err: TextIO) -> tuple[int, st
             "Pass --force to replace it\n"
         )
         return EXIT_ERROR, ""
-    manifest: Manifest = _run(pin(server))
+    manifest: Manifest = run_interruptible(pin(server))
     from ._config import write_manifest
 
     try:
@@ -205,7 +234,7 @@ def _check(server: Server, args: argparse.Namespace) -> tuple[int, str]:
 
     manifest = read_manifest(args.manifest)
     rules = read_rules(args.rules)
-    report: Report = _run(check(server, manifest, rules))
+    report: Report = run_interruptible(check(server, manifest, rules))
     if args.json:
         text = json.dumps(report.to_json(), sort_keys=True) + "\n"
     else:
@@ -215,45 +244,3 @@ def _check(server: Server, args: argparse.Namespace) -> tuple[int, str]:
     if report.unpinned or report.unclassified:
         return EXIT_REVIEW, text
     return EXIT_OK, text
-
-
-def _run(work: Coroutine[Any, Any, _T]) -> _T:
-    """`asyncio.run(work)`, a Ctrl-C cancelling it through the event loop's own wakeup.
-
-    `asyncio.run`'s SIGINT handler is a Python one: it runs in the main thread when
-    that thread next runs Python code. The kernel may hand the signal to another
-    thread (the child watcher's, when it runs at that instant), and then a loop
-    waiting in `select` (for a server that never answers) hears of it only when its
-    next timer fires: the handshake's timeout, 30 s on. `loop.add_signal_handler`
-    wakes the loop from any thread (its wakeup fd), so the work is cancelled at
-    once, and ends as `KeyboardInterrupt` once its connection is closed; a second
-    Ctrl-C raises `KeyboardInterrupt` at once, as `asyncio.run` does.
-    """
-
-    async def interruptible() -> _T:
-        loop = asyncio.get_running_loop()
-        task = asyncio.current_task()
-        assert task is not None
-        interrupted = False
-
-        def on_sigint() -> None:
-            nonlocal interrupted
-            if interrupted:
-                raise KeyboardInterrupt
-            interrupted = True
-            task.cancel()
-
-        try:
-            loop.add_signal_handler(signal.SIGINT, on_sigint)
-        except (ValueError, RuntimeError):  # not the main thread: asyncio.run's own handling
-            return await work
-        try:
-            return await work
-        except asyncio.CancelledError:
-            if interrupted:
-                raise KeyboardInterrupt from None
-            raise
-        finally:
-            loop.remove_signal_handler(signal.SIGINT)
-
-    return asyncio.run(interruptible())

@@ -1305,7 +1305,12 @@ def _parser() -> Any:
 
 
 def main(argv: Sequence[str] | None = None, *, now: Clock | None = None) -> int:
-    """`agentrt-proxy --config FILE`: 0 after the host closed the session, 1 on an error."""
+    """`agentrt-proxy --config FILE`: 0 after the host closed the session, 1 on an error.
+
+    A Ctrl-C exits 130, heard whichever thread the kernel hands it to (decisions 0213,
+    XXXX).
+    """
+    from ._interrupt import run_interruptible
     from ._proxy_config import read_proxy_config
 
     args = _parser().parse_args(argv)
@@ -1313,8 +1318,8 @@ def main(argv: Sequence[str] | None = None, *, now: Clock | None = None) -> int:
     try:
         config = read_proxy_config(args.config)
         if args.check:
-            return asyncio.run(_check(config, now or wall_clock))
-        asyncio.run(serve(config, now=now))
+            return run_interruptible(_check(config, now or wall_clock))
+        run_interruptible(serve(config, now=now))
     except (AgentrtError, OSError) as exc:
         sys.stderr.write(f"agentrt-proxy: {exc}\n")
         return 1
