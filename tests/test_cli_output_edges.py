@@ -87,7 +87,7 @@ def test_every_mcp_command_on_a_full_stdout_says_it_in_the_one_line(
     for command in _mcp_commands(tmp_path, "full", unbuffered):
         result = full_stdout(command, unbuffered=unbuffered)
         # `pin` writes its manifest; `check` and help change nothing, and say so, as every
-        # other command that changes nothing (decision XXXX).
+        # other command that changes nothing (decision 0215).
         said = MCP_LOST if command[1] == "pin" and "--help" not in command else NOTHING_CHANGED
         assert (command, result.returncode, result.stderr) == (command, 1, said)
     if unbuffered:  # the manifests were written before the report was lost
@@ -384,7 +384,7 @@ def test_an_os_user_name_that_is_not_utf8_is_refused_naming_it_and_how_to_pass_b
 ) -> None:
     """No --by given, and the OS user's name is bytes that are not UTF-8: the refusal said
     "--by must be text" of an option nobody passed. It names the OS user's name, and --by
-    as the way to record another name (decision XXXX); nothing is decided."""
+    as the way to record another name (decision 0215); nothing is decided."""
     if command == "console":
         pytest.importorskip("uvicorn")
     db = str(db_path)

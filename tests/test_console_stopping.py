@@ -1,4 +1,4 @@
-"""A console decision uvicorn gives up on at the console's stop (decision XXXX).
+"""A console decision uvicorn gives up on at the console's stop (decision 0214).
 
 `agentrt console` runs as a person runs it (a real uvicorn, `--port 0`). A decision whose
 commit waits on the database's write lock when Ctrl-C comes outlives uvicorn's graceful

@@ -391,7 +391,7 @@ def test_an_ext4_the_kernel_cannot_turn_read_only_is_refused_and_left_unmounted(
     assert not os.path.ismount(tmp_path / "disk")
 
 
-# --- a statement failing before the COMMIT (decision XXXX) ---------------------------------------
+# --- a statement failing before the COMMIT (decision 0214) ---------------------------------------
 
 
 def _read_only_statement_refused(db: Path) -> str:

@@ -215,7 +215,7 @@ def test_agentrt_mcp_declares_only_what_surely_changes_nothing(
     words: list[str], unchanged: bool
 ) -> None:
     # `pin` writes its manifest; only `check`, help, and a line that runs no subcommand, do
-    # not. A word after `--` is the server's (decision XXXX).
+    # not. A word after `--` is the server's (decision 0215).
     from agentrt.mcp._cli import changes_nothing
 
     assert changes_nothing(words) is unchanged

@@ -168,7 +168,7 @@ def test_agentrt_mcp_help_goes_to_the_stdout_main_was_given(
     argv: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Help went to `sys.stdout` (argparse's own), whatever `stdout` was given (decision
-    XXXX)."""
+    0215)."""
     out, err = io.StringIO(), io.StringIO()
     assert _cli.main(argv, stdout=out, stderr=err) == 0
     assert capsys.readouterr() == ("", "")

@@ -156,7 +156,7 @@ def _passthrough(name: str, run: Callable[[], int], *, changes_nothing: Callable
     a full stdout is one line, unbuffered too (its `print` raised a traceback), and does not
     say that nothing was changed, as the CLI does not know what the command did (the demo
     made its directory; `mcp pin` wrote its manifest) (decision 0205, Review), unless the
-    command declares that what it was asked changes nothing (`mcp check`, decision XXXX)."""
+    command declares that what it was asked changes nothing (`mcp check`, decision 0215)."""
     try:
         with contextlib.redirect_stdout(guarded(sys.stdout)):
             code = run()

@@ -71,7 +71,7 @@ class Command(NamedTuple):
     changes_nothing: Callable[[Sequence[str]], bool] | None = None
     """For a passthrough command: whether the words given it ask for something that changes
     nothing (`agentrt mcp check`), so that a lost report says so, as for every other
-    command; without it, the CLI does not know what the command did (decision XXXX)."""
+    command; without it, the CLI does not know what the command did (decision 0215)."""
 
 
 DEMO_MAKES_ITS_OWN_DATABASE = (

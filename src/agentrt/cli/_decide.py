@@ -138,7 +138,7 @@ def decided_by(by: str | None) -> str:
     """Who decides, for the record: `--by` as given (`check_label`), else the OS user's
     name (`default_user`). A name no store can keep that came from the OS, not from the
     command line, is refused naming where it came from, and how to give one instead
-    (decision XXXX): `--by must be text` was said of an option nobody passed."""
+    (decision 0215): `--by must be text` was said of an option nobody passed."""
     if by is not None:
         return check_label("--by", by)
     try:

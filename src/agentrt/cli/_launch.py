@@ -104,7 +104,7 @@ def run_mcp(args: Sequence[str], out: Output) -> int:
 
 def mcp_changes_nothing(args: Sequence[str]) -> bool:
     """Whether `agentrt mcp ARGS` changes nothing (`check`, help): asked only when its report
-    is lost (decision XXXX)."""
+    is lost (decision 0215)."""
     from ..mcp._cli import changes_nothing
 
     return changes_nothing(args)

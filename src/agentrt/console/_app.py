@@ -130,7 +130,7 @@ STOPPED_COMMITTING = (
     "see whether the decision was recorded, before deciding again."
 )
 """Said of a decision whose request uvicorn gave up on while its commit was begun (decision
-XXXX): the worker thread committing it goes on, so whether it is recorded is not known."""
+0214): the worker thread committing it goes on, so whether it is recorded is not known."""
 STOPPED_READING = (
     "Nothing was decided: the console stopped before this decision was made. Open the run's "
     "page in a running console (start it again if it is not) and decide again."
@@ -169,7 +169,7 @@ def _retrieved(task: asyncio.Future[None]) -> None:
 class _Stopping:
     """The outermost of the console's own layers: a request uvicorn gives up on (cancels) as
     the console stops, its graceful shutdown over, is answered 503 saying so, not uvicorn's
-    500 "Internal Server Error" (decision XXXX). A decision handed to its worker thread may
+    500 "Internal Server Error" (decision 0214). A decision handed to its worker thread may
     still be committed there (decision 0212 waits for it): said as perhaps recorded, never
     "nothing was changed"."""
 

@@ -62,7 +62,7 @@ class _Parser(argparse.ArgumentParser):
     having printed nothing. Here the failure reaches the command line, which says it in its
     one line (a full stdout) or ends quietly (a closed pipe), as for every command.
 
-    Help and usage go to the `out` and `err` that `main` was given (decision XXXX);
+    Help and usage go to the `out` and `err` that `main` was given (decision 0215);
     argparse's own write to `sys.stdout` and `sys.stderr`."""
 
     out: TextIO | None = None
@@ -150,7 +150,7 @@ def changes_nothing(argv: Sequence[str]) -> bool:
 
     Read by the `agentrt` command line when the report is lost (a full standard output),
     so that it says nothing was changed rather than that nothing was undone (decision
-    XXXX). Only `pin` writes (its manifest), never with `-h`/`--help`; anything this does
+    0215). Only `pin` writes (its manifest), never with `-h`/`--help`; anything this does
     not recognise for sure (`pin ... --he`, abbreviated) counts as perhaps changing something.
     """
     words = list(argv)

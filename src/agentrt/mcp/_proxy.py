@@ -1308,7 +1308,7 @@ def main(argv: Sequence[str] | None = None, *, now: Clock | None = None) -> int:
     """`agentrt-proxy --config FILE`: 0 after the host closed the session, 1 on an error.
 
     A Ctrl-C exits 130, heard whichever thread the kernel hands it to (decisions 0213,
-    XXXX).
+    0215).
     """
     from ._interrupt import run_interruptible
     from ._proxy_config import read_proxy_config

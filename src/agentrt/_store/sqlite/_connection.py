@@ -223,7 +223,7 @@ def is_read_only_error(error: BaseException) -> bool:
 
 def read_only_before_commit(path: str | None, error: BaseException) -> str | None:
     """What to say of a write failing before its transaction's COMMIT (a statement, `BEGIN`)
-    on a filesystem turned read-only under the store at `path` (decision XXXX), else None.
+    on a filesystem turned read-only under the store at `path` (decision 0214), else None.
 
     Asked only after an I/O error or `SQLITE_READONLY`, and only for a store with a file
     (`path` None for one in memory): `filesafety.turned_read_only`'s probe, as after a failed

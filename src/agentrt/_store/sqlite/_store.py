@@ -429,7 +429,7 @@ class SqliteStore(ProxyRows):
 
     def _failed_before_commit(self, error: sqlite3.Error, doing: str) -> StoreError:
         """A failure of SQLite's inside a transaction, before its COMMIT: nothing was written;
-        on a filesystem turned read-only, said as one (decision XXXX)."""
+        on a filesystem turned read-only, said as one (decision 0214)."""
         read_only = read_only_before_commit(self._file, error)
         if read_only is not None:
             return StoreError(f"{doing}: {read_only}")

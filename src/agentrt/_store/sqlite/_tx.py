@@ -109,7 +109,7 @@ class TxCore:
         self.conn = conn
         self.partitions = partitions  # N, the record's chain partitions
         # The database file, for a store with one: a write failing on a filesystem turned
-        # read-only is said as one (`_failed`, decision XXXX).
+        # read-only is said as one (`_failed`, decision 0214).
         self.path = path
         # The appended events as stored, turned into `Event`s only when asked for
         # (`events`): most transactions have no observer to hand them to.
@@ -152,7 +152,7 @@ class TxCore:
         own, outside any transaction, and the block's end would find nothing to commit.
 
         On a filesystem turned read-only under the store, it says so, naming the file, and
-        that nothing of the transaction was written (decision XXXX)."""
+        that nothing of the transaction was written (decision 0214)."""
         read_only = None if self._reads_only else read_only_before_commit(self.path, error)
         if read_only is not None:
             said = f"a statement of the transaction failed: {read_only}"
