@@ -1,0 +1,244 @@
+"""Three edges of a Gate session and its Driver left open by decision 0209 (decision XXXX).
+
+- A claim (`step()`) whose event loop was closed under it while its task stays referenced:
+  nothing will ever resume it, and its mark must not refuse a claim from a live loop for
+  the session's life; nor may the abandoned claim, closed later, take back another's mark.
+- A step's first model call cancelled (not closed) while its dispatch commit, which carries
+  the step's kept claim, was queued or refused: the session must not go on believing in a
+  step the record does not hold (a model call recorded and charged under it).
+- A Driver cancelled, its loop closed while the cancel gave its lease back, the loop's
+  coroutine closed (as the collector closes it): `then` is told, so the run is not left
+  this driver's for good.
+
+Every race is ordered by events or made by hand (a loop closed, a commit held), no clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import pytest
+
+import agentrt
+from agentrt import Decision, SideEffect, _session, _step
+from conftest import FakeClock, Ids, RecordingTool
+from support.gates import hold_next_group, make_gate
+from support.models import TINY_REQUEST, Replies
+from support.tools import read_tool
+
+
+def change_tool() -> RecordingTool:
+    return RecordingTool("change", SideEffect.LOCAL_MUTATION)
+
+
+def _read_held(monkeypatch: pytest.MonkeyPatch) -> tuple[list[Any], list[Any]]:
+    """Patch the claim's status read: each read in flight is listed (`reached`, the loop's
+    future set once it is) and waits on a future of its loop (`answers`), answered only if
+    the test sets it."""
+    reached: list[Any] = []
+    answers: list[Any] = []
+    real = _step.run_io
+
+    async def read_held(fn: Any) -> Any:
+        loop = asyncio.get_running_loop()
+        answer = loop.create_future()
+        answers.append(answer)
+        reached.append(loop)
+        await answer
+        return await real(fn)
+
+    monkeypatch.setattr(_step, "run_io", read_held)
+    return reached, answers
+
+
+def _run_until(loop: asyncio.AbstractEventLoop, done: Any) -> None:
+    """Run `loop` one callback round at a time until `done()` (bounded)."""
+    for _ in range(1000):
+        if done():
+            return
+        loop.run_until_complete(asyncio.sleep(0))
+    raise AssertionError("never reached")
+
+
+def test_a_claim_whose_loop_was_closed_while_its_task_is_kept_does_not_refuse_a_live_claim(
+    any_store: agentrt.Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The consumer's loop is closed under a `step()`'s status read, its task kept
+    referenced (never collected): the claim can never complete. A claim from a live loop
+    is then made (before: refused "being claimed by another call" until a close); the
+    abandoned claim, closed later, changes nothing of the step claimed since; the step is
+    recorded once, its call run once."""
+    store = any_store
+    read = read_tool()
+    gate = make_gate(store, read)
+    session = gate.begin_sync("its loop closed under a claim, its task kept")
+    run_id = session.run_id
+    reached, _ = _read_held(monkeypatch)
+    theirs = asyncio.new_event_loop()
+    claiming = theirs.create_task(session.step())
+    _run_until(theirs, lambda: reached)
+    theirs.close()  # the consumer's loop, closed under the claim's status read
+    monkeypatch.undo()
+    assert not claiming.done()  # kept referenced: nothing closes its coroutine
+    step = session.step_sync()
+    assert step is not None and step.index == 0
+    claiming.get_coro().close()  # the abandoned claim, closed at last: nothing changes
+    assert session.current() is step
+    with pytest.raises(agentrt.RunStateError, match="step 0 of run .* is still open"):
+        session.step_sync()
+    verdict = step.propose_sync(Decision.tool_call("read", {"x": 1}))
+    assert verdict.outcome == "allowed"
+    step.execute_sync()
+    session.close_sync()
+    assert [(s.index, s.status) for s in store.list_steps(run_id)] == [(0, "done")]
+    assert [c.args for c in read.calls] == [{"x": 1}]
+    assert store.lease(run_id).owner == ""
+    assert store.verify_events().intact
+
+
+def test_two_claims_never_proceed_together_past_a_claim_whose_loop_was_closed(
+    any_store: agentrt.Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Claim A's loop is closed under its read (task kept); claim B, from a live loop, takes
+    the mark and waits in its own read; a third claim is refused while B claims, and still
+    after A's coroutine is closed (A takes back only its own mark, never B's). B then opens
+    step 0, and the record holds one step."""
+    store = any_store
+    gate = make_gate(store, change_tool())
+    session = gate.begin_sync("two claims past an abandoned one")
+    run_id = session.run_id
+    reached, answers = _read_held(monkeypatch)
+    loop_a = asyncio.new_event_loop()
+    claim_a = loop_a.create_task(session.step())
+    _run_until(loop_a, lambda: len(reached) == 1)
+    loop_a.close()
+    loop_b = asyncio.new_event_loop()
+    try:
+        claim_b = loop_b.create_task(session.step())
+        _run_until(loop_b, lambda: len(reached) == 2)
+        with pytest.raises(agentrt.RunStateError, match="being claimed by another call"):
+            session.step_sync()
+        claim_a.get_coro().close()  # the abandoned claim ends: B's mark stays
+        with pytest.raises(agentrt.RunStateError, match="being claimed by another call"):
+            session.step_sync()
+        answers[1].set_result(None)
+        step = loop_b.run_until_complete(claim_b)
+    finally:
+        loop_b.close()
+    monkeypatch.undo()
+    assert step is not None and step.index == 0 and session.current() is step
+    with pytest.raises(agentrt.RunStateError, match="is still open"):
+        session.step_sync()
+    session.close_sync()
+    assert [(s.index, s.status) for s in store.list_steps(run_id)] == [(0, "deciding")]
+    assert store.verify_events().intact
+
+
+@pytest.mark.parametrize("when", ["refused", "queued"])
+def test_a_first_model_call_cancelled_while_its_dispatch_commit_was_not_made_keeps_the_claim(
+    any_store: agentrt.Store, when: str
+) -> None:
+    """A step's first model call carries the step's kept claim in its dispatch commit. The
+    call is cancelled while that commit is held in the store and then refused (`refused`,
+    nothing written), or while it waits in the committer's queue behind another group
+    (`queued`). Before: the claim went with the commit, the session went on believing in
+    step 0, and the step's next model call was recorded and charged under a step the
+    record did not hold. Now the cancelled dispatch ends as an uncancelled one would
+    (refused: the claim kept for the next commit; made: recorded) before the cancel goes
+    on, and the session stays usable."""
+    store = any_store
+    gate = make_gate(store, change_tool(), model=Replies())
+    session = gate.begin_sync("a first model call cancelled in its dispatch")
+    run_id = session.run_id
+    step = session.step_sync()
+    assert step is not None and step.model is not None
+    committer = _session.committer_for(store)
+    entered, go = hold_next_group(store, commit="never" if when == "refused" else "before")
+    if when == "queued":
+        ahead = threading.Thread(target=lambda: committer.submit(lambda tx: None).result(30))
+        ahead.start()  # another group, held in the store: the dispatch queues behind it
+        assert entered.wait(30)
+    loop = asyncio.new_event_loop()
+    try:
+        asking = loop.create_task(step.model.generate(TINY_REQUEST))
+        if when == "refused":  # the dispatch's own group, held in the store
+            assert loop.run_until_complete(loop.run_in_executor(None, entered.wait, 30))
+        else:
+            _run_until(loop, lambda: _held(committer, 1))
+        asking.cancel()
+        go.set()
+        loop.run_until_complete(asyncio.wait([asking]))
+        assert asking.cancelled()
+    finally:
+        loop.close()
+    if when == "queued":
+        ahead.join(30)
+    committer.submit(lambda tx: None).result(30)  # every commit before it ended
+    if when == "refused":
+        assert (store.list_steps(run_id), store.list_model_calls(run_id)) == ([], [])
+    else:
+        assert [(s.index, s.status) for s in store.list_steps(run_id)] == [(0, "deciding")]
+    answer = asyncio.run(step.model.generate(TINY_REQUEST))
+    assert answer.text == "ok"
+    assert [(s.index, s.status) for s in store.list_steps(run_id)] == [(0, "deciding")]
+    calls = [(c.step_id, c.status) for c in store.list_model_calls(run_id)]
+    if when == "refused":
+        assert calls == [(step.id, "succeeded")]
+    else:  # the cancelled attempt was dispatched, never sent: left as a crash leaves it
+        assert calls == [(step.id, "dispatched"), (step.id, "succeeded")]
+    verdict = step.propose_sync(Decision.complete("done"))
+    assert verdict.outcome == "ended"
+    session.close_sync()
+    assert store.get_run(run_id).status == "COMPLETED"
+    assert store.verify_events().intact
+
+
+def _held(committer: Any, queued: int) -> bool:
+    """Whether `queued` works wait in the committer's queue (its drain held in the store)."""
+    with committer._lock:
+        return len(committer._queue) == queued
+
+
+def test_a_driver_cancelled_whose_loop_is_closed_while_it_gives_its_lease_back_is_told(
+    any_store: agentrt.Store,
+) -> None:
+    """A Driver's loop is cancelled while its agent decides step 0; the cancel commits the
+    step's kept claim (`LEFT_OPEN`) before giving the lease back, and the consumer's loop is
+    closed under that commit; the loop's coroutine is then closed, as the collector closes
+    it. `then` must be told (before: never, the letting go's task being on a closed loop):
+    the driver resumes the run later instead of refusing it for the process's life."""
+    store = any_store
+    deciding = threading.Event()
+    async def agent(step_input: agentrt.StepInput) -> Any:
+        deciding.set()
+        await asyncio.get_running_loop().create_future()  # never answers
+        return {"kind": "final", "text": "never"}
+
+    driver = agentrt.Driver(
+        store=store,
+        agent=agent,
+        policy=agentrt.default_policy(),
+        tools=[change_tool()],
+        now=FakeClock(),
+        new_id=Ids(),
+    )
+    loop = asyncio.new_event_loop()
+    run_id = "b" * 32
+    driving = loop.create_task(driver.start("cancelled, its loop closed as it lets go", None, run_id))
+    _run_until(loop, deciding.is_set)
+    entered, go = hold_next_group(store, commit="never")
+    driving.cancel()
+    assert loop.run_until_complete(loop.run_in_executor(None, entered.wait, 30))
+    loop.close()  # the consumer's loop, closed under the cancel's LEFT_OPEN commit
+    go.set()
+    _session.committer_for(store).submit(lambda tx: None).result(30)
+    driving.get_coro().close()  # closed from outside, as the collector closes it
+    assert not driver._is_executing(run_id)
+    # The lease, never given back, lapses; until then this driver's resume is the lease's
+    # to refuse, not the driver's own mark (before: "already executing" for good).
+    with pytest.raises(agentrt.RunStateError) as refused:
+        driver.resume_sync(run_id)
+    assert "this driver is already executing" not in str(refused.value)
+    assert store.get_run(run_id).status == "RUNNING"
