@@ -185,13 +185,60 @@ def test_a_first_model_call_cancelled_while_its_dispatch_commit_was_not_made_kee
     assert [(s.index, s.status) for s in store.list_steps(run_id)] == [(0, "deciding")]
     calls = [(c.step_id, c.status) for c in store.list_model_calls(run_id)]
     if when == "refused":
-        assert calls == [(step.id, "succeeded")]
+        assert calls == [(step.id, "ok")]
     else:  # the cancelled attempt was dispatched, never sent: left as a crash leaves it
-        assert calls == [(step.id, "dispatched"), (step.id, "succeeded")]
+        assert calls == [(step.id, "dispatched"), (step.id, "ok")]
     verdict = step.propose_sync(Decision.complete("done"))
     assert verdict.outcome == "ended"
     session.close_sync()
     assert store.get_run(run_id).status == "COMPLETED"
+    assert store.verify_events().intact
+
+
+def test_a_first_model_call_cancelled_while_its_dispatch_is_rolled_back_breaks_the_session(
+    any_store: agentrt.Store,
+) -> None:
+    """The dispatch's transaction ran (the session's copy charged the attempt), then the
+    commit was refused (a `StoreError` inside the transaction, rolled back whole), the call
+    cancelled meanwhile. As for a refusal not cancelled (`RunSession._broke`): the copy is
+    ahead of the rows, so the session is not used again (before: usable, its copy charged
+    for an attempt the record does not hold); nothing was written, and the close records
+    the kept claim as a refusal not cancelled leaves it, then gives the lease back."""
+    store = any_store
+    inside, go = threading.Event(), threading.Event()
+
+    def probe_in_tx(point: str, session: Any) -> None:
+        if point == "model.dispatched" and not inside.is_set():
+            inside.set()
+            assert go.wait(30)
+            raise agentrt.StoreError("refused (test) inside the transaction")
+
+    gate = make_gate(store, change_tool(), model=Replies(), probe_in_tx=probe_in_tx)
+    session = gate.begin_sync("a first model call cancelled, its dispatch rolled back")
+    run_id = session.run_id
+    step = session.step_sync()
+    assert step is not None and step.model is not None
+    loop = asyncio.new_event_loop()
+    try:
+        asking = loop.create_task(step.model.generate(TINY_REQUEST))
+        assert loop.run_until_complete(loop.run_in_executor(None, inside.wait, 30))
+        asking.cancel()
+        go.set()
+        loop.run_until_complete(asyncio.wait([asking]))
+        assert asking.cancelled()
+    finally:
+        loop.close()
+    with pytest.raises(agentrt.RunStateError, match="can no longer be used") as refused:
+        asyncio.run(step.model.generate(TINY_REQUEST))
+    assert f"the model dispatched commit of run {run_id} failed" in str(refused.value)
+    assert (store.list_steps(run_id), store.list_model_calls(run_id)) == ([], [])
+    session.close_sync()
+    assert store.lease(run_id).owner == ""
+    # The claim, kept for the next commit as after a refusal not cancelled, is the close's
+    # (`LEFT_OPEN`): step 0 left deciding, no model call.
+    steps = [(s.index, s.status) for s in store.list_steps(run_id)]
+    assert (steps, store.list_model_calls(run_id)) == ([(0, "deciding")], [])
+    assert store.get_run(run_id).status == "RUNNING"
     assert store.verify_events().intact
 
 
