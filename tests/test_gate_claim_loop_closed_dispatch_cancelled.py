@@ -54,7 +54,8 @@ def _read_held(monkeypatch: pytest.MonkeyPatch) -> tuple[list[Any], list[Any]]:
 
 
 def _run_until(loop: asyncio.AbstractEventLoop, done: Any) -> None:
-    """Run `loop` one callback round at a time until `done()` (bounded)."""
+    """Run `loop` one callback round at a time until `done()`, for a state the loop reaches
+    in a few rounds with no I/O awaited (bounded)."""
     for _ in range(1000):
         if done():
             return
@@ -253,15 +254,20 @@ def test_a_driver_cancelled_whose_loop_is_closed_while_it_gives_its_lease_back_i
 ) -> None:
     """A Driver's loop is cancelled while its agent decides step 0; the cancel commits the
     step's kept claim (`LEFT_OPEN`) before giving the lease back, and the consumer's loop is
-    closed under that commit; the loop's coroutine is then closed, as the collector closes
-    it. `then` must be told (before: never, the letting go's task being on a closed loop):
-    the driver resumes the run later instead of refusing it for the process's life."""
+    closed under that commit (refused); the loop's coroutine is then closed, as the
+    collector closes it. `then` is told (before: never, the letting go's task being on a
+    closed loop, and the driver refused the run as "already executing" for the process's
+    life): the driver's resume takes the run over, as after a crash, and completes it."""
     store = any_store
     deciding = threading.Event()
+    asked: list[int] = []
+
     async def agent(step_input: agentrt.StepInput) -> Any:
-        deciding.set()
-        await asyncio.get_running_loop().create_future()  # never answers
-        return {"kind": "final", "text": "never"}
+        asked.append(len(step_input.steps))
+        if len(asked) == 1:
+            deciding.set()
+            await asyncio.get_running_loop().create_future()  # never answers
+        return Decision.complete("done")
 
     driver = agentrt.Driver(
         store=store,
@@ -273,8 +279,9 @@ def test_a_driver_cancelled_whose_loop_is_closed_while_it_gives_its_lease_back_i
     )
     loop = asyncio.new_event_loop()
     run_id = "b" * 32
-    driving = loop.create_task(driver.start("cancelled, its loop closed as it lets go", None, run_id))
-    _run_until(loop, deciding.is_set)
+    goal = "cancelled, its loop closed as it lets go"
+    driving = loop.create_task(driver.start(goal, None, run_id))
+    assert loop.run_until_complete(loop.run_in_executor(None, deciding.wait, 30))
     entered, go = hold_next_group(store, commit="never")
     driving.cancel()
     assert loop.run_until_complete(loop.run_in_executor(None, entered.wait, 30))
@@ -283,9 +290,9 @@ def test_a_driver_cancelled_whose_loop_is_closed_while_it_gives_its_lease_back_i
     _session.committer_for(store).submit(lambda tx: None).result(30)
     driving.get_coro().close()  # closed from outside, as the collector closes it
     assert not driver._is_executing(run_id)
-    # The lease, never given back, lapses; until then this driver's resume is the lease's
-    # to refuse, not the driver's own mark (before: "already executing" for good).
-    with pytest.raises(agentrt.RunStateError) as refused:
-        driver.resume_sync(run_id)
-    assert "this driver is already executing" not in str(refused.value)
-    assert store.get_run(run_id).status == "RUNNING"
+    assert store.list_steps(run_id) == []  # the refused commit wrote nothing
+    run = driver.resume_sync(run_id)
+    assert (run.status, asked) == ("COMPLETED", [1, 1])  # step 0 asked twice
+    assert [(s.index, s.status) for s in store.list_steps(run_id)] == [(0, "done")]
+    assert store.lease(run_id).owner == ""
+    assert store.verify_events().intact

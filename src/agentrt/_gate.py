@@ -1148,12 +1148,19 @@ async def _told_when_ended(letting_go: Coroutine[Any, Any, None], then: Callable
     """Await `letting_go` (a lease given back), shielded; when the wait itself is cut short
     (a caller's cancel, a second Ctrl-C) or the release raises, it goes on and `then` is
     told once it has ended, so the run is not marked free before its lease is given back,
-    nor left marked this driver's for good (the caller then skips telling `then`)."""
+    nor left marked this driver's for good (the caller then skips telling `then`).
+
+    One whose event loop was closed under it (the consumer's own, this coroutine closed
+    from outside after) never ends, nor tells anyone: `then` is told at once. No tool is
+    kept (a kept one is told by `_give_back`), its commit and its release name this
+    session's epoch (decision 0187), and the run is freed for the gate by the caller's
+    `end`: the run goes on as after a crash, its lease given back or left to lapse
+    (decision XXXX)."""
     task = asyncio.ensure_future(letting_go)
     try:
         await asyncio.shield(task)
     except BaseException:
-        if task.done():
+        if task.done() or task.get_loop().is_closed():
             then()
         else:
             task.add_done_callback(lambda ended: _tell(ended, then))
