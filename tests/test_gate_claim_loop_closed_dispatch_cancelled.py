@@ -16,7 +16,9 @@ Every race is ordered by events or made by hand (a loop closed, a commit held), 
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
+import weakref
 from typing import Any
 
 import pytest
@@ -24,7 +26,7 @@ import pytest
 import agentrt
 from agentrt import Decision, SideEffect, _session, _step
 from conftest import FakeClock, Ids, RecordingTool
-from support.gates import hold_next_group, make_gate
+from support.gates import collected_while_held, hold_next_group, make_gate
 from support.models import TINY_REQUEST, Replies
 from support.tools import read_tool
 
@@ -296,3 +298,49 @@ def test_a_driver_cancelled_whose_loop_is_closed_while_it_gives_its_lease_back_i
     assert [(s.index, s.status) for s in store.list_steps(run_id)] == [(0, "done")]
     assert store.lease(run_id).owner == ""
     assert store.verify_events().intact
+
+
+def test_a_driver_loop_abandoned_mid_release_collected_under_the_drivers_lock_is_not_a_deadlock(
+    any_store: agentrt.Store,
+) -> None:
+    """As above, but the abandoned loop's coroutine is closed by the cycle collector on a
+    thread that holds the driver's own lock (`_active_lock`, under which `_exclusive`
+    builds its refusal): telling `then` and leaving `_exclusive` from there must not wait
+    for that lock, held by their own thread."""
+    store = any_store
+    deciding = threading.Event()
+
+    async def agent(step_input: agentrt.StepInput) -> Any:
+        if not deciding.is_set():
+            deciding.set()
+            await asyncio.get_running_loop().create_future()  # never answers
+        return Decision.complete("done")
+
+    driver = agentrt.Driver(
+        store=store,
+        agent=agent,
+        policy=agentrt.default_policy(),
+        tools=[change_tool()],
+        now=FakeClock(),
+        new_id=Ids(),
+    )
+    run_id = "c" * 32
+    gc.disable()  # the collection comes where the test makes it, not before
+    try:
+        loop = asyncio.new_event_loop()
+        driving = loop.create_task(driver.start("collected under the driver's lock", None, run_id))
+        assert loop.run_until_complete(loop.run_in_executor(None, deciding.wait, 30))
+        entered, go = hold_next_group(store, commit="never")
+        driving.cancel()
+        assert loop.run_until_complete(loop.run_in_executor(None, entered.wait, 30))
+        loop.close()
+        go.set()
+        _session.committer_for(store).submit(lambda tx: None).result(30)
+        task = weakref.ref(driving)
+        del driving, loop
+        collected_while_held(driver._active_lock, task, "driver loop")
+    finally:
+        gc.enable()
+    assert not driver._is_executing(run_id)
+    assert driver.resume_sync(run_id).status == "COMPLETED"
+    assert store.lease(run_id).owner == ""
