@@ -89,7 +89,7 @@ def test_a_claim_whose_loop_was_closed_while_its_task_is_kept_does_not_refuse_a_
     assert step is not None and step.index == 0
     claiming.get_coro().close()  # the abandoned claim, closed at last: nothing changes
     assert session.current() is step
-    with pytest.raises(agentrt.RunStateError, match="step 0 of run .* is still open"):
+    with pytest.raises(agentrt.RunStateError, match=r"step 0 of run .* is still open"):
         session.step_sync()
     verdict = step.propose_sync(Decision.tool_call("read", {"x": 1}))
     assert verdict.outcome == "allowed"
