@@ -24,8 +24,8 @@ from typing import Any
 import pytest
 
 import agentrt
-from agentrt import Decision, SideEffect, _session, _step
-from conftest import FakeClock, Ids, RecordingTool
+from agentrt import Decision, Limits, SideEffect, _session, _step
+from conftest import FakeClock, Ids, RecordingTool, event_types
 from support.gates import collected_while_held, hold_next_group, make_gate
 from support.models import TINY_REQUEST, Replies
 from support.tools import read_tool
@@ -344,3 +344,62 @@ def test_a_driver_loop_abandoned_mid_release_collected_under_the_drivers_lock_is
     assert not driver._is_executing(run_id)
     assert driver.resume_sync(run_id).status == "COMPLETED"
     assert store.lease(run_id).owner == ""
+
+
+@pytest.mark.parametrize("commit", ["before", "after", "never"])
+def test_a_claim_whose_loop_was_closed_under_a_limits_commit_leaves_one_end_and_no_step(
+    any_store: agentrt.Store, commit: str
+) -> None:
+    """A claim's loop is closed under the commit of the limit it reached (its task kept):
+    that commit made before the loop closed (`before`), made after a claim from a live
+    loop judged the run again (`after`), or refused (`never`). A claim from a live loop
+    is refused as the session's run ended (the copy ended by that commit's transaction) or
+    returns None (the limit reached again, its commit made or finding the run ended under
+    the lock): no step is claimed past the limit, and the record ends the run once."""
+    store = any_store
+    read = read_tool()
+    gate = make_gate(store, read)
+    session = gate.begin_sync("a limit's commit under a closed loop", limits=Limits(max_steps=1))
+    run_id = session.run_id
+    step = session.step_sync()
+    assert step is not None
+    step.propose_sync(Decision.tool_call("read", {"x": 1}))
+    step.execute_sync()
+    entered, go = hold_next_group(store, commit=commit)
+    theirs = asyncio.new_event_loop()
+    claiming = theirs.create_task(session.step())
+    assert theirs.run_until_complete(theirs.run_in_executor(None, entered.wait, 30))
+    theirs.close()  # the consumer's loop, closed under the limit's commit
+    claimed: list[Any] = []
+
+    def claim_live() -> None:
+        try:
+            claimed.append(session.step_sync())
+        except agentrt.RunStateError as refused:  # the copy already ended: refused, unclaimed
+            claimed.append(str(refused))
+
+    live = threading.Thread(target=claim_live)
+    if commit == "after":
+        live.start()  # judged while the first commit is held in the store
+        go.set()
+    else:
+        go.set()
+        _session.committer_for(store).submit(lambda tx: None).result(30)
+        live.start()
+    live.join(30)
+    ended = f"run {run_id} is FAILED; this session takes no more steps"
+    if commit == "before":
+        assert claimed == [ended]
+    elif commit == "never":
+        assert claimed == [None]
+    else:  # judged before or after the held commit was made, as the threads went
+        assert claimed in ([None], [ended])
+    assert not claiming.done()
+    session.close_sync()
+    run = store.get_run(run_id)
+    assert (run.status, run.reason) == ("FAILED", "limit_steps")
+    assert [(s.index, s.status) for s in store.list_steps(run_id)] == [(0, "done")]
+    types = event_types(store, run_id)
+    assert (types.count("limit.exceeded"), types.count("run.finished")) == (1, 1)
+    assert [c.args for c in read.calls] == [{"x": 1}]
+    assert store.verify_events().intact
