@@ -210,7 +210,11 @@ class AccountingCaller:
             raise unusable(session.broken)
         carried = session.has_deferred  # the step's kept claim (its first commit)
         try:
-            return await session.write(plan.MODEL_DISPATCHED, tx_dispatch)
+            # Its commit ends before a cancel goes on: cut short, one left queued never ran
+            # and one refused was not told, and the step's kept claim went with it, the session
+            # believing in a step the record does not hold (its next call recorded and charged
+            # under it). Ended, a refusal keeps the claim for the next commit (decision XXXX).
+            return await session.write(plan.MODEL_DISPATCHED, tx_dispatch, kept_through_cancel=True)
         except GeneratorExit:
             # Closed from outside (its loop gone, the coroutine collected): the commit was
             # made or not, as its group went, and the step's kept claim went with it

@@ -223,9 +223,14 @@ class Driver:
         return _Exclusive(self, run_id)
 
     def _given_back(self, run_id: str) -> None:
-        """A tool thread outlived its cancelled loop; the session gave the run up."""
-        with self._active_lock:
-            self._lingering.discard(run_id)
+        """A tool thread outlived its cancelled loop; the session gave the run up.
+
+        Not under `_active_lock`: a loop abandoned with its event loop tells this from the
+        cycle collector, on any thread, one holding that lock too (`_exclusive` builds its
+        refusal under it): waiting for it there never ends. One discard is one step under
+        the GIL, and `_exclusive`'s look and add, under the lock, come whole before or
+        after it (decision 0210's `Gate._let_go`, decision XXXX)."""
+        self._lingering.discard(run_id)
 
     def _is_executing(self, run_id: str) -> bool:
         with self._active_lock:
@@ -329,5 +334,6 @@ class _Exclusive:
             self.driver._active.add(self.run_id)
 
     def __exit__(self, *exc: object) -> None:
-        with self.driver._active_lock:
-            self.driver._active.discard(self.run_id)
+        # Not under the lock, as `Driver._given_back` (decision XXXX): left by the cycle
+        # collector's close of a loop abandoned with its event loop, on any thread.
+        self.driver._active.discard(self.run_id)

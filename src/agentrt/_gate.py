@@ -585,7 +585,10 @@ class GateSession:
         self._open: GateStep | None = None
         self._closed = False
         self._released = False
-        self._claiming = False  # a step() is claiming a step right now
+        # The claim (`step()`) being made right now, with the event loop it waits on: None
+        # when none is. One whose loop was closed under it is never resumed, and refuses no
+        # later claim (decision XXXX).
+        self._claiming: _Claim | None = None
         # The close came while a step was claimed: the claim is refused, and the close
         # commits none of what the session kept (it is that claim's).
         self._claim_cut = False
@@ -705,9 +708,10 @@ class GateSession:
         # another thread) either comes after the claim is decided, and commits it as an
         # open step (`LEFT_OPEN`), or finds it being claimed and commits none of it. So is
         # a second claim on another thread: it finds this one marked, or its open step.
+        claim = _Claim(asyncio.get_running_loop())
         with self._close_lock:
             self._claimable()
-            self._claiming = True
+            self._claiming = claim
         step: Step | None = None
         closed = cut_off = False
         opened: GateStep | None = None
@@ -725,15 +729,19 @@ class GateSession:
             # after its last await, and a limit's commit cut short takes what it kept with it
             # (decision 0206). The mark alone is taken back, an attribute set: no other claim
             # runs while it is set, and a close that reads it either way commits nothing of
-            # this claim, none being kept (decision 0209).
+            # this claim, none being kept (decision 0209). Only its own mark: a claim whose
+            # loop was closed long before may be closed now, past a claim made since from a
+            # live loop, whose mark it must not take back (decision XXXX).
             cut_off = True
             raise
         finally:
             if cut_off:
-                self._claiming = False
+                claim.ended = True
             else:
                 with self._close_lock:
-                    self._claiming = False
+                    claim.ended = True
+                    if self._claiming is claim:
+                        self._claiming = None
                     closed = self._closed
                     if closed:
                         # Closed while the claim was made: that close gives the lease back and
@@ -768,7 +776,7 @@ class GateSession:
                 f"step {open_step.index} of run {self.run_id} "
                 "is still open; propose and execute it (or fail it) first"
             )
-        if self._claiming:
+        if self._claim_in_flight():
             raise RunStateError(
                 f"a step of run {self.run_id} is being claimed by another call; "
                 "one open step at a time"
@@ -780,6 +788,22 @@ class GateSession:
             )
         self._running()
         self._lease_held()
+
+    def _claim_in_flight(self) -> bool:
+        """Under `_close_lock`: whether a claim is being made that may still go on. One whose
+        event loop was closed under it (the consumer's own, its task kept referenced) is
+        never resumed: its mark is dropped here, as a close drops an execute abandoned with
+        its loop (decision 0198). Nothing of it is kept: `begin_step` keeps the claim after
+        its last await, and a limit's commit it awaited took what it kept with it (decision
+        0206); a later claim judges the run on the session's copy, and every step's first
+        commit carries its claim, checked against the record (decision XXXX)."""
+        claim = self._claiming
+        if claim is None:
+            return False
+        if claim.ended or claim.loop.is_closed():
+            self._claiming = None
+            return False
+        return True
 
     def _closed_while_claiming(self) -> SessionClosedError:
         return SessionClosedError(
@@ -812,7 +836,7 @@ class GateSession:
                 self._closed = True
                 # A claim being made now is refused once it ends (it looks under this lock):
                 # what it keeps is not this close's to commit.
-                self._claim_cut = self._claiming
+                self._claim_cut = self._claim_in_flight()
             # An execute whose event loop was closed under it never finishes the close: it
             # counts as running no more (decision 0198). A second close finishes the close a
             # first one left to such an execute.
@@ -1124,12 +1148,19 @@ async def _told_when_ended(letting_go: Coroutine[Any, Any, None], then: Callable
     """Await `letting_go` (a lease given back), shielded; when the wait itself is cut short
     (a caller's cancel, a second Ctrl-C) or the release raises, it goes on and `then` is
     told once it has ended, so the run is not marked free before its lease is given back,
-    nor left marked this driver's for good (the caller then skips telling `then`)."""
+    nor left marked this driver's for good (the caller then skips telling `then`).
+
+    One whose event loop was closed under it (the consumer's own, this coroutine closed
+    from outside after) never ends, nor tells anyone: `then` is told at once. No tool is
+    kept (a kept one is told by `_give_back`), its commit and its release name this
+    session's epoch (decision 0187), and the run is freed for the gate by the caller's
+    `end`: the run goes on as after a crash, its lease given back or left to lapse
+    (decision XXXX)."""
     task = asyncio.ensure_future(letting_go)
     try:
         await asyncio.shield(task)
     except BaseException:
-        if task.done():
+        if task.done() or task.get_loop().is_closed():
             then()
         else:
             task.add_done_callback(lambda ended: _tell(ended, then))
@@ -1146,6 +1177,18 @@ def _tell(ended: asyncio.Future[None], then: Callable[[], None]) -> None:
     if not ended.cancelled():
         ended.exception()
     then()
+
+
+class _Claim:
+    """A claim (`GateSession.step`) being made: the event loop it waits on, and whether it
+    ended (set by the claim alone, an attribute: its coroutine may be closed by the cycle
+    collector on any thread, decision 0209)."""
+
+    __slots__ = ("ended", "loop")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.ended = False
 
 
 class DriverPath:

@@ -450,6 +450,38 @@ _WRITING: contextvars.ContextVar[_InFlight | None] = contextvars.ContextVar(
 """The session's write the current context is inside (`RunSession.writes_settled`)."""
 
 
+class _CancelledAfterRefusal(asyncio.CancelledError):
+    """A cancel that went on once the commit it waited for was refused (`refused`)."""
+
+    def __init__(self, refused: BaseException) -> None:
+        super().__init__()
+        self.refused = refused
+
+
+async def _ended_first(commit: Coroutine[Any, Any, T]) -> T:
+    """`commit`'s outcome (a `write_through`: it ends with the commit, no probe after it); a
+    cancel of the caller meanwhile goes on once it has ended, however often repeated:
+    `_CancelledAfterRefusal` when it was refused, the cancel itself when it was made (what
+    it made is then not learnt, as for a cancel that came after it). A cancel of the commit
+    itself (its loop shutting down) ends it. Closed from outside (the loop gone), it is
+    left to its loop, which never resumes it."""
+    task = asyncio.ensure_future(commit)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        while not task.done():
+            try:
+                await asyncio.wait((task,))
+            except asyncio.CancelledError:
+                continue  # cancelled again: the commit is still waited for
+        if task.cancelled():
+            raise
+        refused = task.exception()
+        if refused is None:
+            raise
+        raise _CancelledAfterRefusal(refused) from refused
+
+
 class ExecuteInFlight:
     """A Gate step's `execute` running (package-internal): the event loop it waits on, noted
     where a store call of it first looks the loop up (`write_through`, `run_io`: no loop call
@@ -583,10 +615,19 @@ class RunSession:
         return self.run.id
 
     async def write(
-        self, commit: Commit, fn: Callable[[Tx], T], point: str | _Planned | None = PLANNED
+        self,
+        commit: Commit,
+        fn: Callable[[Tx], T],
+        point: str | _Planned | None = PLANNED,
+        *,
+        kept_through_cancel: bool = False,
     ) -> T:
         """Make `commit` of the plan: `fn` in one transaction off the event loop; deliver
         its events.
+
+        `kept_through_cancel`: when the commit carries writes `defer` kept (a step's claim),
+        a cancel meanwhile goes on only once the commit has ended, so that a refusal keeps
+        them for the next commit as it does for a caller not cancelled (decision XXXX).
 
         Writes deferred by `defer` go first in the same transaction, each followed by
         its own crash point's in-transaction probe; once committed, their after-commit
@@ -598,7 +639,7 @@ class RunSession:
         """
         flight, inside = self._count_in()
         try:
-            return await self._write_counted(commit, fn, point)
+            return await self._write_counted(commit, fn, point, kept_through_cancel)
         finally:
             self._count_out(flight, inside)
 
@@ -635,7 +676,11 @@ class RunSession:
             _wake(waiter)
 
     async def _write_counted(
-        self, commit: Commit, fn: Callable[[Tx], T], point: str | _Planned | None
+        self,
+        commit: Commit,
+        fn: Callable[[Tx], T],
+        point: str | _Planned | None,
+        kept_through_cancel: bool = False,
     ) -> T:
         """`write`, once counted in flight."""
         if isinstance(point, _Planned):
@@ -653,10 +698,16 @@ class RunSession:
                 writing.moved = None
 
         try:
-            return await self._write(commit, tracked, point, in_tx)
+            return await self._write(commit, tracked, point, in_tx, kept_through_cancel)
         except Exception as failed:  # a cancel (made or not) or an exit stops the loop anyway
             if moved[0]:
                 await self._broke(commit, failed, epoch)
+            raise
+        except _CancelledAfterRefusal as cut:
+            # Refused, then the cancel: the copy is ahead of the rows as for a refusal not
+            # cancelled, and is not used again; nothing is read back under the cancel.
+            if moved[0]:
+                self._broken_by(commit, cut.refused, epoch)
             raise
 
     async def writes_settled(self) -> None:
@@ -720,18 +771,25 @@ class RunSession:
         fn: Callable[[Tx], T],
         point: str | None,
         in_tx: Callable[[], None] | None,
+        kept_through_cancel: bool = False,
     ) -> T:
         deferred, self._deferred = self._deferred, []
         if not deferred:
             out = await write_through(self.config, commit, fn, in_tx)
         else:
+            joined = write_through(
+                self.config,
+                commit.joining(d.commit for d in deferred),
+                partial(self._with_deferred, deferred, fn),
+                in_tx,
+            )
             try:
-                out, after = await write_through(
-                    self.config,
-                    commit.joining(d.commit for d in deferred),
-                    partial(self._with_deferred, deferred, fn),
-                    in_tx,
-                )
+                out, after = await (_ended_first(joined) if kept_through_cancel else joined)
+            except _CancelledAfterRefusal:
+                # Refused with nothing of it made (its outcome known before the cancel goes
+                # on): still to be written, by the next commit, as below (decision XXXX).
+                self._deferred = deferred + self._deferred
+                raise
             except (asyncio.CancelledError, GeneratorExit):
                 # The caller stopped waiting (cancelled, or its coroutine closed from outside:
                 # its loop gone, collected): the commit may have been made or not, as its group
@@ -763,15 +821,7 @@ class RunSession:
         one granted before the write, when the commit was not made (a lease the write took,
         `take_over`'s, was rolled back with it); the record's, when it is unknown and the
         record shows this owner's lease."""
-        what = exception_text(failed)
-        unknown = isinstance(failed, StoreError) and failed.commit_unknown
-        if unknown:
-            # The commit may have been made (decision 0163): the record, read again, says.
-            recorded = "whether what it would have recorded is in the record is unknown"
-        else:
-            recorded = "what it would have recorded is not in the record"
-            self.epoch = epoch
-        self.broken = f"the {commit.name} commit of run {self.run_id} failed ({what}); {recorded}"
+        unknown = self._broken_by(commit, failed, epoch)
         try:
             self.run = await run_io(partial(self.config.store.get_run, self.run_id))
             if unknown:
@@ -782,6 +832,20 @@ class RunSession:
             logging.getLogger("agentrt").warning(
                 "could not read run %s back after a failed commit", self.run_id, exc_info=True
             )
+
+    def _broken_by(self, commit: Commit, failed: BaseException, epoch: int) -> bool:
+        """`_broke`'s judgement, without the read back: the session not used again, and the
+        epoch it gives back by; True when whether the commit was made is unknown."""
+        what = exception_text(failed)
+        unknown = isinstance(failed, StoreError) and failed.commit_unknown
+        if unknown:
+            # The commit may have been made (decision 0163): the record, read again, says.
+            recorded = "whether what it would have recorded is in the record is unknown"
+        else:
+            recorded = "what it would have recorded is not in the record"
+            self.epoch = epoch
+        self.broken = f"the {commit.name} commit of run {self.run_id} failed ({what}); {recorded}"
+        return unknown
 
     def _with_deferred(
         self, deferred: Sequence[_Deferred], fn: Callable[[Tx], T], tx: Tx
