@@ -359,25 +359,36 @@ def _on_each(lookup: str) -> str:
 # by an index on the schema's relations, however many other schemas the database holds
 # (`_UNSAFE` read every default of the database: `pg_attrdef` has no index the planner would
 # choose for a join it estimated at one relation).
+_TRIGGERS = "SELECT FROM pg_trigger AS t WHERE t.tgrelid = c.oid AND NOT t.tgisinternal"
+_RULES = "SELECT FROM pg_rewrite AS r WHERE r.ev_class = c.oid"
+_POLICIES = "SELECT FROM pg_policy AS p WHERE p.polrelid = c.oid"
+_DEFAULTS = f"SELECT FROM pg_attrdef AS a WHERE a.adrelid = c.oid AND NOT {_PLAIN_DEFAULT}"
+_CHECKS = (
+    "SELECT FROM pg_constraint AS k WHERE k.conrelid = c.oid AND k.contype = 'c' "
+    f"AND NOT {_plain_comparison('k.conbin::text')}"
+)
+_INDEXES = (
+    "SELECT FROM pg_index AS i WHERE i.indrelid = c.oid AND (i.indexprs IS NOT NULL "
+    f"OR i.indpred IS NOT NULL AND NOT {_plain_comparison('i.indpred::text')})"
+)
+_COLUMN_TYPES = (
+    "SELECT FROM pg_depend AS t WHERE t.classid = 'pg_class'::regclass::oid "
+    "AND t.objid = c.oid AND t.objsubid > 0 "
+    "AND t.refclassid::int8 = 'pg_type'::regclass::oid::int8 AND t.refobjid::int8 >= 16384"
+)
+
 _ANY_UNSAFE = f"""\
 WITH code AS MATERIALIZED (
 {_CODE}), own AS MATERIALIZED (
 {OWN_RELATIONS})
 SELECT EXISTS (SELECT FROM own AS c WHERE c.relkind IN ('v', 'm') OR c.relrowsecurity)
-    OR {_on_each("SELECT FROM pg_trigger AS t WHERE t.tgrelid = c.oid AND NOT t.tgisinternal")}
-    OR {_on_each("SELECT FROM pg_rewrite AS r WHERE r.ev_class = c.oid")}
-    OR {_on_each("SELECT FROM pg_policy AS p WHERE p.polrelid = c.oid")}
-    OR {_on_each(f"SELECT FROM pg_attrdef AS a WHERE a.adrelid = c.oid AND NOT {_PLAIN_DEFAULT}")}
-    OR {_on_each(
-        "SELECT FROM pg_constraint AS k WHERE k.conrelid = c.oid AND k.contype = 'c' "
-        f"AND NOT {_plain_comparison('k.conbin::text')}")}
-    OR {_on_each(
-        "SELECT FROM pg_index AS i WHERE i.indrelid = c.oid AND (i.indexprs IS NOT NULL "
-        f"OR i.indpred IS NOT NULL AND NOT {_plain_comparison('i.indpred::text')})")}
-    OR {_on_each(
-        "SELECT FROM pg_depend AS t WHERE t.classid = 'pg_class'::regclass::oid "
-        "AND t.objid = c.oid AND t.objsubid > 0 "
-        "AND t.refclassid::int8 = 'pg_type'::regclass::oid::int8 AND t.refobjid::int8 >= 16384")}
+    OR {_on_each(_TRIGGERS)}
+    OR {_on_each(_RULES)}
+    OR {_on_each(_POLICIES)}
+    OR {_on_each(_DEFAULTS)}
+    OR {_on_each(_CHECKS)}
+    OR {_on_each(_INDEXES)}
+    OR {_on_each(_COLUMN_TYPES)}
     OR EXISTS (SELECT FROM pg_depend AS d
         WHERE d.refclassid = 'pg_namespace'::regclass::oid AND d.refobjsubid = 0
             AND d.refobjid = {_SCHEMA}
