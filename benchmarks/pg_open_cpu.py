@@ -65,13 +65,16 @@ def previous_check(conn: Any) -> None:
 @contextlib.contextmanager
 def checking_with(check: Callable[[Any], None]) -> Iterator[None]:
     """Opens, while inside, checking the schema with `check`."""
-    saved = (_migrations.check_schema, _store.check_schema)
-    _migrations.check_schema = check  # type: ignore[assignment]
-    _store.check_schema = check  # type: ignore[assignment]
+    # The name as each module holds it (`_store` imported it from `_migrations`).
+    spaces = (vars(_migrations), vars(_store))
+    saved = [space["check_schema"] for space in spaces]
+    for space in spaces:
+        space["check_schema"] = check
     try:
         yield
     finally:
-        _migrations.check_schema, _store.check_schema = saved  # type: ignore[assignment]
+        for space, kept in zip(spaces, saved, strict=True):
+            space["check_schema"] = kept
 
 
 def open_cpu(url: str, opens: int) -> float:
@@ -220,10 +223,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             ("_FOUND (a transaction's guard)", _migrations._FOUND),
             ("SELECT 1", "SELECT 1"),
         ):
-            first, unprepared, prepared = statement_cpu(url, sql, args.times)
+            first, unprepared, once_prepared = statement_cpu(url, sql, args.times)
             print(
                 f"  {name:32s} first {first:7,.0f}   unprepared {unprepared:6,.0f}   "
-                f"prepared {prepared:6,.0f}"
+                f"prepared {once_prepared:6,.0f}"
             )
     finally:
         for done in made:
