@@ -335,7 +335,8 @@ SELECT 'a column of its own type', c.relname::text || '.' || a.attname::text
     WHERE t.refclassid::int8 = 'pg_type'::regclass::oid::int8 AND t.refobjid::int8 >= 16384
 """
 """What the schema holds that agentrt refuses, each thing named: read at open, by the lease's
-renewals, and once a transaction's `GUARD` has found something, to say what."""
+renewals, and once a transaction's `GUARD` has found something, to say what; each time only
+once `_ANY_UNSAFE` has said the schema holds something (decision XXXX)."""
 
 
 def _on_each(lookup: str) -> str:
