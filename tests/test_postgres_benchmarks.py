@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -211,5 +212,53 @@ def test_the_step_cpu_benchmark_compares_the_two_schema_guards_and_drops_what_it
         left = conn.execute(
             "SELECT count(*) FROM pg_namespace WHERE nspname LIKE %s OR nspname LIKE %s",
             (f"pgcpu\\_{script.pid}\\_%", f"pgcpu\\_other\\_{script.pid}\\_%"),
+        ).fetchone()
+    assert left == (0,)
+
+
+def test_the_open_cpu_benchmark_compares_the_checks_and_the_guards_and_drops_what_it_made() -> None:
+    import psycopg
+
+    base = server_url("the open CPU benchmark")
+    args = ["--opens", "2", "--rounds", "2", "--other-schemas", "1", "--times", "10"]
+    args += ["--runs", "1", "--steps", "1"]  # the figures mean nothing at these counts
+    script = subprocess.Popen(
+        [sys.executable, "benchmarks/pg_open_cpu.py", base, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+    out, err = script.communicate(timeout=300)
+    assert script.returncode == 0, err
+    lines = [line.strip() for line in out.splitlines() if line.strip()]
+    heads = [re.split(r"[:(,]| {2}", line, maxsplit=1)[0].strip() for line in lines]
+    assert heads == [
+        "server CPU of one open_store",
+        "round 1",
+        "round 2",
+        "medians",
+        "server CPU of an open and a run of 1 tool steps on it",
+        "round 1",
+        "round 2",
+        "medians",
+        "each statement alone",
+        "_UNSAFE",
+        "_ANY_UNSAFE",
+        "_FOUND",
+        "SELECT 1",
+    ], lines
+    assert "saved" in lines[3] and "saved" in lines[7], lines
+    for line in lines[9:]:
+        assert [w for w in line.split() if w in ("first", "unprepared", "prepared")] == [
+            "first",
+            "unprepared",
+            "prepared",
+        ], line
+    # The store's schema and the other stores' are dropped (all named by the script's pid).
+    with psycopg.connect(base, autocommit=True) as conn:
+        left = conn.execute(
+            "SELECT count(*) FROM pg_namespace WHERE nspname LIKE %s",
+            (f"pgopen\\_{script.pid}\\_%",),
         ).fetchone()
     assert left == (0,)

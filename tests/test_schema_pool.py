@@ -279,3 +279,66 @@ def test_schema_pool_a_schema_whose_reset_failed_is_never_handed_out_and_is_drop
     assert _exists(pool.base, schema)
     pool.close()
     assert not _exists(pool.base, schema)
+
+
+def test_schema_pool_a_vacuum_or_analyze_running_elsewhere_is_no_test_left_open(
+    pool: SchemaPool,
+) -> None:
+    """Another session's `VACUUM` or `ANALYZE` (another test run's, at its start: tests/
+    conftest.py) locks each table of every schema in turn while it runs; the pool took that
+    lock for a transaction the test left open and set the schema aside, so a test asserting
+    its schema's reuse failed whenever another run began at that moment. A real `ANALYZE`,
+    held inside one of the schema's tables (an index expression that waits on an advisory
+    lock this test holds), is running while the pool looks."""
+    import threading
+    import uuid
+
+    schema = pool.take()
+    side = f"side_{uuid.uuid4().hex[:12]}"
+    key = int(uuid.uuid4().int % 2**31)
+    admin = psycopg.connect(pool.base, autocommit=True)
+    try:
+        admin.execute(f"CREATE SCHEMA {side}")
+        admin.execute(
+            f"CREATE FUNCTION {side}.held(x text) RETURNS text LANGUAGE plpgsql IMMUTABLE AS "
+            f"$$ BEGIN PERFORM pg_advisory_lock({key}); PERFORM pg_advisory_unlock({key}); "
+            "RETURN x; END $$"
+        )
+        admin.execute(f"CREATE TABLE {schema}.sampled (x text)")
+        admin.execute(f"INSERT INTO {schema}.sampled VALUES ('a')")
+        admin.execute(f"CREATE INDEX sampled_held ON {schema}.sampled (({side}.held(x)))")
+        admin.execute("SELECT pg_advisory_lock(%s)", (key,))
+        analyzing = psycopg.connect(pool.base, autocommit=True)
+        pid = analyzing.info.backend_pid
+        done = threading.Thread(target=analyzing.execute, args=(f"ANALYZE {schema}.sampled",))
+        done.start()
+        try:
+            # The ANALYZE holds its lock on the table and waits on this test's advisory lock.
+            for _ in range(6000):
+                waiting = admin.execute(
+                    "SELECT count(*) FROM pg_locks WHERE pid = %s AND locktype = 'advisory' "
+                    "AND NOT granted",
+                    (pid,),
+                ).fetchone()
+                if waiting == (1,):
+                    break
+                threading.Event().wait(0.01)
+            assert waiting == (1,)
+            held = admin.execute(
+                "SELECT l.mode FROM pg_locks AS l JOIN pg_class AS c ON c.oid = l.relation "
+                "WHERE l.pid = %s AND c.relname = 'sampled'",
+                (pid,),
+            ).fetchall()
+            assert ("ShareUpdateExclusiveLock",) in held
+            # The schema changed (a table of the test's own): the pool says so, not "locked".
+            verdict = pool._run(lambda conn: schema_pool._reset(conn, schema, pool._pristine[None]))
+            assert verdict == "changed"
+        finally:
+            admin.execute("SELECT pg_advisory_unlock(%s)", (key,))
+            done.join(timeout=60)
+            analyzing.close()
+    finally:
+        admin.execute(f"DROP SCHEMA IF EXISTS {side} CASCADE")
+        admin.close()
+    assert pool.give_back(schema) == "changed"
+    assert not _exists(pool.base, schema)

@@ -80,6 +80,14 @@ def _guarded(lock: str) -> str:
     return lock.replace(" WHERE ", f" WHERE ({GUARD}) IS NULL AND ", 1)
 
 
+PREPARE_GUARD: bool | None = True
+"""Whether a statement carrying the schema's guard (`GUARD`, or a run's lock with it) is
+prepared on the session from its first use (decision XXXX): its plan is the costly part (a
+dozen catalogs' lookups), so each later transaction of the connection only executes it,
+where psycopg's default (None) plans it afresh until its fifth use. `benchmarks/pg_open_cpu.py`
+sets None to measure the difference."""
+
+
 # A transaction's first statement that is a run's lock carries the guard itself: `BEGIN`
 # and the one statement, where `BEGIN`, the guard and the statement were sent.
 _GUARDED_FIRST = {
@@ -274,13 +282,14 @@ class PostgresTx(SqliteTx):
                     unread.execute(begin)
                     unread.execute(self._lock_tables)
                     if guarded is None:
-                        unread.execute(GUARD)
+                        unread.execute(GUARD, prepare=PREPARE_GUARD)
                 for text, values in later:
                     unread.execute(text, values)
                 cursor = None
                 if sql is not None:
                     sent = sql if guarded is None else guarded
-                    cursor = self._statements().execute(sent, params)
+                    prepare = None if guarded is None else PREPARE_GUARD
+                    cursor = self._statements().execute(sent, params, prepare=prepare)
         except psycopg.Error as e:
             if begin is None:
                 raise
