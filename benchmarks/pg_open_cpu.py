@@ -1,4 +1,4 @@
-"""The server's CPU of opening a PostgreSQL store, before and after decision XXXX, in one run.
+"""The server's CPU of opening a PostgreSQL store, before and after decision 0217, in one run.
 
 Every process or CLI command against PostgreSQL opens a store, and the test suite opens
 about two a PostgreSQL test; each open runs the schema's safety check (`check_schema`,
@@ -9,7 +9,7 @@ The script opens a store in a schema of its own (after `--other-schemas` other s
 default 20, as a database the test suite or several applications share holds: neither
 check should read them), then alternates `--rounds` rounds (default 5) of `--opens`
 (default 200) `agentrt.open_store` calls, one round with the check as it was before
-decision XXXX (`_UNSAFE` alone, which names what it finds) and the next with the check as
+decision 0217 (`_UNSAFE` alone, which names what it finds) and the next with the check as
 it is (`_ANY_UNSAFE`, then `_UNSAFE` only when it says yes), and prints the server's CPU of
 one open: the whole life of the open's backend until the store is closed (its connection's
 start included), read from `/proc/<pid>/schedstat` (nanoseconds) when the server runs on
@@ -58,7 +58,7 @@ def backend_cpu(pid: int) -> float:
 
 
 def previous_check(conn: Any) -> None:
-    """`check_schema` before decision XXXX: `_UNSAFE` alone."""
+    """`check_schema` before decision 0217: `_UNSAFE` alone."""
     _migrations._refuse_unsafe(conn.execute(_migrations._UNSAFE).fetchall())
 
 
@@ -105,7 +105,7 @@ def run_cpu(url: str, runs: int, steps: int, tool: agentrt.Tool) -> float:
 @contextlib.contextmanager
 def guard_prepared(prepared: bool) -> Iterator[None]:
     """The transactions' guard, while inside, prepared from its first use (`True`, decision
-    XXXX) or at psycopg's fifth (as before)."""
+    0217) or at psycopg's fifth (as before)."""
     saved = _tx.PREPARE_GUARD
     _tx.PREPARE_GUARD = True if prepared else None
     try:

@@ -1,4 +1,4 @@
-"""Three edges of a Gate session and its Driver left open by decision 0209 (decision XXXX).
+"""Three edges of a Gate session and its Driver left open by decision 0209 (decision 0216).
 
 - A claim (`step()`) whose event loop was closed under it while its task stays referenced:
   nothing will ever resume it, and its mark must not refuse a claim from a live loop for

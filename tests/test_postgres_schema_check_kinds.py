@@ -1,4 +1,4 @@
-"""Each kind of thing the schema check refuses, planted alone, is refused at open (decision XXXX).
+"""Each kind of thing the schema check refuses, planted alone, is refused at open (decision 0217).
 
 A store's open checks its schema with `_ANY_UNSAFE` (whether the schema holds anything the
 check refuses) and reads `_UNSAFE` (which names what it finds) only when that says yes. So a
@@ -107,7 +107,7 @@ def says_anything(conn: psycopg.Connection[Any]) -> bool:
 def test_a_fresh_stores_schema_is_passed_by_the_first_statement_alone(url: str) -> None:
     agentrt.open_store(url).close()
     with admin(url) as conn:
-        # Else every open would read `_UNSAFE` as well, at the cost decision XXXX took off.
+        # Else every open would read `_UNSAFE` as well, at the cost decision 0217 took off.
         assert says_anything(conn) is False
 
 

@@ -213,7 +213,7 @@ class AccountingCaller:
             # Its commit ends before a cancel goes on: cut short, one left queued never ran
             # and one refused was not told, and the step's kept claim went with it, the session
             # believing in a step the record does not hold (its next call recorded and charged
-            # under it). Ended, a refusal keeps the claim for the next commit (decision XXXX).
+            # under it). Ended, a refusal keeps the claim for the next commit (decision 0216).
             return await session.write(plan.MODEL_DISPATCHED, tx_dispatch, kept_through_cancel=True)
         except GeneratorExit:
             # Closed from outside (its loop gone, the coroutine collected): the commit was

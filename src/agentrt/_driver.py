@@ -229,7 +229,7 @@ class Driver:
         cycle collector, on any thread, one holding that lock too (`_exclusive` builds its
         refusal under it): waiting for it there never ends. One discard is one step under
         the GIL, and `_exclusive`'s look and add, under the lock, come whole before or
-        after it (decision 0210's `Gate._let_go`, decision XXXX)."""
+        after it (decision 0210's `Gate._let_go`, decision 0216)."""
         self._lingering.discard(run_id)
 
     def _is_executing(self, run_id: str) -> bool:
@@ -334,6 +334,6 @@ class _Exclusive:
             self.driver._active.add(self.run_id)
 
     def __exit__(self, *exc: object) -> None:
-        # Not under the lock, as `Driver._given_back` (decision XXXX): left by the cycle
+        # Not under the lock, as `Driver._given_back` (decision 0216): left by the cycle
         # collector's close of a loop abandoned with its event loop, on any thread.
         self.driver._active.discard(self.run_id)

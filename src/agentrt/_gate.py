@@ -587,7 +587,7 @@ class GateSession:
         self._released = False
         # The claim (`step()`) being made right now, with the event loop it waits on: None
         # when none is. One whose loop was closed under it is never resumed, and refuses no
-        # later claim (decision XXXX).
+        # later claim (decision 0216).
         self._claiming: _Claim | None = None
         # The close came while a step was claimed: the claim is refused, and the close
         # commits none of what the session kept (it is that claim's).
@@ -731,7 +731,7 @@ class GateSession:
             # runs while it is set, and a close that reads it either way commits nothing of
             # this claim, none being kept (decision 0209). Only its own mark: a claim whose
             # loop was closed long before may be closed now, past a claim made since from a
-            # live loop, whose mark it must not take back (decision XXXX).
+            # live loop, whose mark it must not take back (decision 0216).
             cut_off = True
             raise
         finally:
@@ -796,7 +796,7 @@ class GateSession:
         its loop (decision 0198). Nothing of it is kept: `begin_step` keeps the claim after
         its last await, and a limit's commit it awaited took what it kept with it (decision
         0206); a later claim judges the run on the session's copy, and every step's first
-        commit carries its claim, checked against the record (decision XXXX)."""
+        commit carries its claim, checked against the record (decision 0216)."""
         claim = self._claiming
         if claim is None:
             return False
@@ -1155,7 +1155,7 @@ async def _told_when_ended(letting_go: Coroutine[Any, Any, None], then: Callable
     kept (a kept one is told by `_give_back`), its commit and its release name this
     session's epoch (decision 0187), and the run is freed for the gate by the caller's
     `end`: the run goes on as after a crash, its lease given back or left to lapse
-    (decision XXXX)."""
+    (decision 0216)."""
     task = asyncio.ensure_future(letting_go)
     try:
         await asyncio.shield(task)

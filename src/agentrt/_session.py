@@ -627,7 +627,7 @@ class RunSession:
 
         `kept_through_cancel`: when the commit carries writes `defer` kept (a step's claim),
         a cancel meanwhile goes on only once the commit has ended, so that a refusal keeps
-        them for the next commit as it does for a caller not cancelled (decision XXXX).
+        them for the next commit as it does for a caller not cancelled (decision 0216).
 
         Writes deferred by `defer` go first in the same transaction, each followed by
         its own crash point's in-transaction probe; once committed, their after-commit
@@ -787,7 +787,7 @@ class RunSession:
                 out, after = await (_ended_first(joined) if kept_through_cancel else joined)
             except _CancelledAfterRefusal:
                 # Refused with nothing of it made (its outcome known before the cancel goes
-                # on): still to be written, by the next commit, as below (decision XXXX).
+                # on): still to be written, by the next commit, as below (decision 0216).
                 self._deferred = deferred + self._deferred
                 raise
             except (asyncio.CancelledError, GeneratorExit):

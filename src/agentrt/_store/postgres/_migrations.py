@@ -336,18 +336,18 @@ SELECT 'a column of its own type', c.relname::text || '.' || a.attname::text
 """
 """What the schema holds that agentrt refuses, each thing named: read at open, by the lease's
 renewals, and once a transaction's `GUARD` has found something, to say what; each time only
-once `_ANY_UNSAFE` has said the schema holds something (decision XXXX)."""
+once `_ANY_UNSAFE` has said the schema holds something (decision 0217)."""
 
 
 def _on_each(lookup: str) -> str:
     """Whether `lookup` (a catalog's rows of the relation `c.oid`) finds a row for any relation
     of the schema: a lateral subquery, so each relation's rows are read through the catalog's
-    index on the relation, and the planner estimates no join (decision XXXX)."""
+    index on the relation, and the planner estimates no join (decision 0217)."""
     return f"EXISTS (SELECT FROM own AS c CROSS JOIN LATERAL ({lookup} LIMIT 1) AS x)"
 
 
 # Whether `_UNSAFE` would find anything, at a fraction of its cost: `check_schema` runs it first
-# and `_UNSAFE` only when it says yes (decision XXXX). Each of `_UNSAFE`'s branches has its
+# and `_UNSAFE` only when it says yes (decision 0217). Each of `_UNSAFE`'s branches has its
 # condition here, never narrower, and nothing it names is computed: no `pg_attribute`, no
 # `pg_describe_object`, no regular expression. Where a branch reads a subset of what is tested
 # here, a row of the superset is enough to read `_UNSAFE`, which decides:
@@ -488,7 +488,7 @@ def check_schema(conn: psycopg.Connection[Any]) -> None:
 
     Run it inside the transaction whose writes it protects. `_ANY_UNSAFE` first, and
     `_UNSAFE`, which names what it finds, only when that says the schema holds anything
-    (decision XXXX).
+    (decision 0217).
     """
     _refuse_found(conn, conn.execute(_ANY_UNSAFE).fetchone())
 

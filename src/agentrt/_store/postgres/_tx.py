@@ -82,7 +82,7 @@ def _guarded(lock: str) -> str:
 
 PREPARE_GUARD: bool | None = True
 """Whether a statement carrying the schema's guard (`GUARD`, or a run's lock with it) is
-prepared on the session from its first use (decision XXXX): its plan is the costly part (a
+prepared on the session from its first use (decision 0217): its plan is the costly part (a
 dozen catalogs' lookups), so each later transaction of the connection only executes it,
 where psycopg's default (None) plans it afresh until its fifth use. `benchmarks/pg_open_cpu.py`
 sets None to measure the difference."""
