@@ -1223,6 +1223,17 @@ class DriverPath:
         self._session._on_given_back.append(then)
         return True
 
+    def closed_from_outside(self, then: Callable[[], None]) -> bool:
+        """The loop's coroutine was closed from outside (its event loop closed under it):
+        nothing is awaited. True when a tool thread still running keeps the lease, `then`
+        told once it returns (`_give_back`); False when nothing is kept, the lease left as a
+        crash leaves it (decision XXXX). Attributes and a list only: the cycle collector
+        may close the coroutine on any thread, one holding a lock of this session's."""
+        if not self._tool_kept():
+            return False
+        self._session._on_given_back.append(then)
+        return True
+
     def _tool_kept(self) -> bool:
         """Whether a tool kept for the lease may still run. One that ended (a cancelled call's
         thread that returned while its outcome was committed) keeps nothing: the lease is
