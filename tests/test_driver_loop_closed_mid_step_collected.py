@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 
 import agentrt
-from agentrt import Decision, SideEffect
+from agentrt import Decision, SideEffect, _session
 from conftest import FakeClock, Ids, RecordingTool
-from support.gates import collected_while_held
+from support.gates import collected_while_held, hold_next_group
 
 
 def _driver(store: agentrt.Store, agent: Any, *tools: Any) -> agentrt.Driver:
@@ -127,5 +127,51 @@ def test_a_driver_loop_closed_while_a_tool_thread_runs_keeps_the_run_until_it_re
         threading.Event().wait(0.01)
     assert not driver._is_executing(run_id)
     assert driver.resume_sync(run_id).status == "COMPLETED"
+    assert store.lease(run_id).owner == ""
+    assert store.verify_events().intact
+
+
+def test_a_driver_cancelled_twice_whose_loop_closes_before_its_letting_go_ends_frees_the_run(
+    any_store: agentrt.Store,
+) -> None:
+    """A Driver's loop is cancelled while its agent decides step 0; its letting go (the
+    step's kept claim committed `LEFT_OPEN`, then the lease given back) is held in the
+    store, and a second cancel cuts the wait short: the loop's task ends, the letting go
+    goes on, `then` to be told once it ends. The consumer then closes its event loop before
+    the letting go ended (it never will): once that task is collected, the run is not this
+    driver's any more (before: "already executing" for the process's life), and the
+    driver's resume takes it over, as after a crash, and completes it."""
+    store = any_store
+    deciding = threading.Event()
+    asked: list[int] = []
+
+    async def agent(step_input: agentrt.StepInput) -> Any:
+        asked.append(len(step_input.steps))
+        if len(asked) == 1:
+            deciding.set()
+            await asyncio.get_running_loop().create_future()  # never answers
+        return Decision.complete("done")
+
+    driver = _driver(store, agent)
+    run_id = "a" * 32
+    loop = asyncio.new_event_loop()
+    driving = loop.create_task(driver.start("cancelled twice", None, run_id))
+    assert loop.run_until_complete(loop.run_in_executor(None, deciding.wait, 30))
+    entered, go = hold_next_group(store, commit="never")
+    driving.cancel()
+    assert loop.run_until_complete(loop.run_in_executor(None, entered.wait, 30))
+    driving.cancel()  # a second cancel, while the letting go's commit is held
+    loop.run_until_complete(asyncio.wait([driving]))
+    assert driving.cancelled()
+    assert driver._is_executing(run_id)  # its letting go has not ended
+    loop.close()  # before it ends: it never will
+    go.set()
+    _session.committer_for(store).submit(lambda tx: None).result(30)
+    del driving, loop
+    gc.collect()  # the letting go's task, on the closed loop, collected
+    assert not driver._is_executing(run_id)
+    run = driver.resume_sync(run_id)
+    assert (run.status, asked) == ("COMPLETED", [1, 1])
+    assert [(s.index, s.status) for s in store.list_steps(run_id)] == [(0, "done")]
     assert store.lease(run_id).owner == ""
     assert store.verify_events().intact
