@@ -232,6 +232,16 @@ class Driver:
         after it (decision 0210's `Gate._let_go`, decision 0216)."""
         self._lingering.discard(run_id)
 
+    def _linger(self, run_id: str) -> None:
+        """Keep the run this driver's past its loop, until `_given_back`.
+
+        Not under `_active_lock`, as `_given_back`: a loop abandoned with its event loop is
+        closed by the cycle collector (`GeneratorExit`, this path), on any thread, one
+        holding that lock too: waiting for it there never ends. Safe without it: the run is
+        in `_active` all the while (`_drive` runs inside `_exclusive`), so no look of
+        `_exclusive`'s admits the run before or after this add (decision XXXX)."""
+        self._lingering.add(run_id)
+
     def _is_executing(self, run_id: str) -> bool:
         with self._active_lock:
             return run_id in self._active or run_id in self._lingering
@@ -265,20 +275,29 @@ class Driver:
             # A tool thread still running keeps the run this driver's until it
             # returns: neither a resume nor recover() of this driver may start a
             # call beside it. Marked before the session can give the run back.
-            with self._active_lock:
-                self._lingering.add(run_id)
+            self._linger(run_id)
             if not await path.cancelled(lambda: self._given_back(run_id)):
                 self._given_back(run_id)
             raise
         except RunMoved:
             raise  # an operator cancelled it under us: the run is no longer leased
+        except GeneratorExit:
+            # Closed from outside: its event loop was closed under it and the coroutine is
+            # closed now (by the cycle collector, on any thread): nothing can be awaited
+            # here, nor will its letting go ever run. A tool thread still running keeps the
+            # run this driver's until it returns (told by `_give_back`); else the run is
+            # freed now, its lease left to lapse or taken over by a resume, as after a crash
+            # (decision XXXX, as decision 0216 for a loop closed while it let go).
+            self._linger(run_id)
+            if not path.closed_from_outside(lambda: self._given_back(run_id)):
+                self._given_back(run_id)
+            raise
         except BaseException:
             # Anything else (a store error, an id repeated, a KeyboardInterrupt or SystemExit
             # from the agent, the policy or an observer) still reaches the caller, but the
             # lease is not left to lapse under a loop that stopped: given back now, or once
             # a tool thread still running returns (decision 0163).
-            with self._active_lock:
-                self._lingering.add(run_id)
+            self._linger(run_id)
             if not await path.stopped(lambda: self._given_back(run_id)):
                 self._given_back(run_id)
             raise

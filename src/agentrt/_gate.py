@@ -1155,28 +1155,56 @@ async def _told_when_ended(letting_go: Coroutine[Any, Any, None], then: Callable
     kept (a kept one is told by `_give_back`), its commit and its release name this
     session's epoch (decision 0187), and the run is freed for the gate by the caller's
     `end`: the run goes on as after a crash, its lease given back or left to lapse
-    (decision 0216)."""
-    task = asyncio.ensure_future(letting_go)
+    (decision 0216).
+
+    Left to go on, it tells `then` as it ends however it ends: done, cancelled, or its
+    coroutine closed with its loop, closed before it ended (the collector closes it, on any
+    thread): a done callback would never run there (decision XXXX)."""
+    told = _Told(then)
+    task = asyncio.ensure_future(_telling(letting_go, told))
     try:
         await asyncio.shield(task)
     except BaseException:
         if task.done() or task.get_loop().is_closed():
-            then()
+            told.tell()
         else:
-            task.add_done_callback(lambda ended: _tell(ended, then))
+            told.left = True  # told by `_telling` as it ends
+            task.add_done_callback(_retrieved)
         raise
+
+
+class _Told:
+    """`then`, told once (`tell`), by the waiter or, once it left (`left`), the letting go."""
+
+    __slots__ = ("left", "then")
+
+    def __init__(self, then: Callable[[], None]) -> None:
+        self.then: Callable[[], None] | None = then
+        self.left = False
+
+    def tell(self) -> None:
+        then, self.then = self.then, None
+        if then is not None:
+            then()
+
+
+async def _telling(letting_go: Coroutine[Any, Any, None], told: _Told) -> None:
+    try:
+        await letting_go
+    finally:
+        if told.left:
+            told.tell()
 
 
 def _nobody() -> None:
     """Nobody to tell once a close's letting go has ended (it frees the run itself)."""
 
 
-def _tell(ended: asyncio.Future[None], then: Callable[[], None]) -> None:
-    """`then`, once a release awaited by nobody has ended (its error retrieved: it was logged,
-    or it is a second interrupt's)."""
+def _retrieved(ended: asyncio.Future[None]) -> None:
+    """A release awaited by nobody ended: its error retrieved (it was logged, or it is a
+    second interrupt's)."""
     if not ended.cancelled():
         ended.exception()
-    then()
 
 
 class _Claim:
@@ -1219,6 +1247,17 @@ class DriverPath:
         """The loop was cancelled: release the lease now, or later. True when later."""
         if not self._tool_kept():
             await _told_when_ended(self._session._let_go_of_lease(), then)
+            return False
+        self._session._on_given_back.append(then)
+        return True
+
+    def closed_from_outside(self, then: Callable[[], None]) -> bool:
+        """The loop's coroutine was closed from outside (its event loop closed under it):
+        nothing is awaited. True when a tool thread still running keeps the lease, `then`
+        told once it returns (`_give_back`); False when nothing is kept, the lease left as a
+        crash leaves it (decision XXXX). Attributes and a list only: the cycle collector
+        may close the coroutine on any thread, one holding a lock of this session's."""
+        if not self._tool_kept():
             return False
         self._session._on_given_back.append(then)
         return True
