@@ -1,4 +1,4 @@
-"""A Driver's loop abandoned with its event loop mid-step, not cancelled first (decision XXXX).
+"""A Driver's loop abandoned with its event loop mid-step, not cancelled first (decision 0218).
 
 Decision 0216 frees the run when a Driver loop, cancelled, has its event loop closed while it
 lets go of its lease. A loop whose event loop is closed while it awaits anything else (its

@@ -239,7 +239,7 @@ class Driver:
         closed by the cycle collector (`GeneratorExit`, this path), on any thread, one
         holding that lock too: waiting for it there never ends. Safe without it: the run is
         in `_active` all the while (`_drive` runs inside `_exclusive`), so no look of
-        `_exclusive`'s admits the run before or after this add (decision XXXX)."""
+        `_exclusive`'s admits the run before or after this add (decision 0218)."""
         self._lingering.add(run_id)
 
     def _is_executing(self, run_id: str) -> bool:
@@ -287,7 +287,7 @@ class Driver:
             # here, nor will its letting go ever run. A tool thread still running keeps the
             # run this driver's until it returns (told by `_give_back`); else the run is
             # freed now, its lease left to lapse or taken over by a resume, as after a crash
-            # (decision XXXX, as decision 0216 for a loop closed while it let go).
+            # (decision 0218, as decision 0216 for a loop closed while it let go).
             self._linger(run_id)
             if not path.closed_from_outside(lambda: self._given_back(run_id)):
                 self._given_back(run_id)

@@ -1159,7 +1159,7 @@ async def _told_when_ended(letting_go: Coroutine[Any, Any, None], then: Callable
 
     Left to go on, it tells `then` as it ends however it ends: done, cancelled, or its
     coroutine closed with its loop, closed before it ended (the collector closes it, on any
-    thread): a done callback would never run there (decision XXXX)."""
+    thread): a done callback would never run there (decision 0218)."""
     told = _Told(then)
     task = asyncio.ensure_future(_telling(letting_go, told))
     try:
@@ -1255,7 +1255,7 @@ class DriverPath:
         """The loop's coroutine was closed from outside (its event loop closed under it):
         nothing is awaited. True when a tool thread still running keeps the lease, `then`
         told once it returns (`_give_back`); False when nothing is kept, the lease left as a
-        crash leaves it (decision XXXX). Attributes and a list only: the cycle collector
+        crash leaves it (decision 0218). Attributes and a list only: the cycle collector
         may close the coroutine on any thread, one holding a lock of this session's."""
         if not self._tool_kept():
             return False
