@@ -83,7 +83,7 @@ def test_a_driver_loop_closed_while_its_agent_decides_does_not_keep_the_run(
         [recovered] = driver.recover_sync()
         assert (recovered.run_id, recovered.error) == (run_id, None)
         run = store.get_run(run_id)
-    assert (run.status, asked, marked) == ("COMPLETED", [0, 0], [True])
+    assert (run.status, asked, marked) == ("COMPLETED", [1, 1], [True])  # step 0 asked twice
     assert [(s.index, s.status) for s in store.list_steps(run_id)] == [(0, "done")]
     types = event_types(store, run_id)
     assert types.count("lease.taken_over") == 1
@@ -104,17 +104,19 @@ def test_a_driver_loop_closed_under_its_tool_start_never_runs_the_tool_on_its_ow
     store = any_store
     tool = change_tool()
     held: list[Any] = []
+    armed = threading.Event()
 
     def agent(step_input: agentrt.StepInput) -> Any:
         if not held:  # the next group is the tool's start (an allowed verdict writes nothing)
             held.extend(hold_next_group(store, commit="before"))
+            armed.set()
         return Decision.tool_call("change", {"x": 1})
 
     driver = _driver(store, agent, tool)
     run_id = "e" * 32
     theirs = asyncio.new_event_loop()
     driving = theirs.create_task(driver.start("its loop closed under its tool start", None, run_id))
-    _run_until(theirs, lambda: bool(held))
+    assert theirs.run_until_complete(theirs.run_in_executor(None, armed.wait, 30))
     entered, go = held
     assert theirs.run_until_complete(theirs.run_in_executor(None, entered.wait, 30))
     theirs.close()  # the tool's start is made, its answer to a closed loop
@@ -126,18 +128,15 @@ def test_a_driver_loop_closed_under_its_tool_start_never_runs_the_tool_on_its_ow
     assert run.status == "WAITING_FOR_APPROVAL"
     [approval] = store.list_approvals(run_id)
     assert approval.kind == "interrupted_side_effect"
-    assert [(s.index, s.status) for s in store.list_steps(run_id)] == [(0, "interrupted")]
+    assert [(s.index, s.status) for s in store.list_steps(run_id)] == [(0, "awaiting_approval")]
     assert tool.calls == []  # never called: neither by the closed loop nor on its own
+    types = event_types(store, run_id)
+    assert [t for t in types if t in ("lease.taken_over", "step.interrupted")] == [
+        "lease.taken_over",
+        "step.interrupted",
+    ]
     driving.get_coro().close()  # the abandoned coroutine, closed at last: nothing changes
     assert store.get_run(run_id).status == "WAITING_FOR_APPROVAL"
     assert not driver._is_executing(run_id)
     assert store.verify_events().intact
 
-
-def _run_until(loop: asyncio.AbstractEventLoop, done: Any) -> None:
-    """Run `loop` one callback round at a time until `done()` (bounded)."""
-    for _ in range(1000):
-        if done():
-            return
-        loop.run_until_complete(asyncio.sleep(0))
-    raise AssertionError("never reached")
