@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -140,3 +141,50 @@ def test_a_driver_loop_closed_under_its_tool_start_never_runs_the_tool_on_its_ow
     assert not driver._is_executing(run_id)
     assert store.verify_events().intact
 
+
+def test_a_driver_loop_closed_while_its_tool_thread_runs_keeps_the_run_until_it_returns(
+    any_store: agentrt.Store,
+) -> None:
+    """The Driver's loop is closed while a side-effecting tool's thread runs. The tool may
+    still act: the driver's resume and recover refuse the run meanwhile (nobody starts a
+    call beside it), the lease still this driver's. Once the thread returns the lease is
+    given back, its outcome unrecorded (its loop is gone), and the driver's resume takes the
+    run over: the run waits on an `interrupted_side_effect` approval, the tool called once."""
+    store = any_store
+    started, release = threading.Event(), threading.Event()
+
+    def blocking(call: Any) -> Any:
+        started.set()
+        assert release.wait(30)
+        return {"done": True}
+
+    tool = RecordingTool("change", SideEffect.LOCAL_MUTATION, result=blocking)
+    driver = _driver(store, lambda _: Decision.tool_call("change", {"x": 1}), tool)
+    run_id = "f" * 32
+    theirs = asyncio.new_event_loop()
+    driving = theirs.create_task(driver.start("its loop closed as its tool runs", None, run_id))
+    assert theirs.run_until_complete(theirs.run_in_executor(None, started.wait, 30))
+    theirs.close()  # the consumer's loop, closed while the tool's thread runs; task kept
+    try:
+        with pytest.raises(agentrt.RunStateError, match="already executing"):
+            driver.resume_sync(run_id)
+        [skipped] = driver.recover_sync()
+        assert (skipped.run_id, skipped.why) == (run_id, "this driver is executing it now")
+        assert driver._is_executing(run_id)
+        assert store.lease(run_id).owner == driver.lease_owner
+    finally:
+        release.set()
+    for _ in range(3000):  # the thread's return gives the lease back (bounded)
+        if not driver._is_executing(run_id):
+            break
+        time.sleep(0.01)
+    assert not driver._is_executing(run_id)
+    assert store.lease(run_id).owner == ""
+    assert [(s.index, s.status) for s in store.list_steps(run_id)] == [(0, "executing")]
+    run = driver.resume_sync(run_id)
+    assert run.status == "WAITING_FOR_APPROVAL"
+    [approval] = store.list_approvals(run_id)
+    assert approval.kind == "interrupted_side_effect"
+    assert [c.args for c in tool.calls] == [{"x": 1}]  # once: never again on its own
+    assert not driving.done()
+    assert store.verify_events().intact

@@ -360,11 +360,12 @@ class _Exclusive:
     def __init__(self, driver: Driver, run_id: str) -> None:
         self.driver = driver
         self.run_id = run_id
-        self.mark = _Mark(run_id, asyncio.get_running_loop())
+        self.mark: _Mark | None = None
 
     def __enter__(self) -> _Mark:
         driver = self.driver
         run_id = self.run_id
+        self.mark = mark = _Mark(run_id, asyncio.get_running_loop())  # entered by a coroutine
         with driver._active_lock:
             mine = [m for m in driver._active if m.run_id == run_id]
             left = mine[0] if len(mine) == 1 and mine[0].abandoned() else None
@@ -374,28 +375,31 @@ class _Exclusive:
                 left.taken = True  # looked at by that loop's coroutine closed from outside
                 driver._active.discard(left)
                 driver._lingering.add(run_id)  # until its session is let go
-            driver._active.add(self.mark)
+            driver._active.add(mark)
         if left is None:
-            return self.mark
+            return mark
         session = left.session
         assert session is not None
+        path = session._for_driver()
         try:
-            later = session._for_driver().abandoned(lambda: driver._given_back(run_id))
+            later = path.abandoned(lambda: driver._given_back(run_id))
         except BaseException:
-            driver._given_back(run_id)  # nothing of it keeps a tool: ours to refuse no more
-            driver._active.discard(self.mark)
+            if not path._tool_kept():  # a tool kept tells `_given_back` when it returns
+                driver._given_back(run_id)
+            driver._active.discard(mark)
             raise
         if later:  # a tool thread of the closed loop still runs: refused until it returns
-            driver._active.discard(self.mark)
+            driver._active.discard(mark)
             raise _refused(run_id)
         driver._given_back(run_id)
-        return self.mark
+        return mark
 
     def __exit__(self, *exc: object) -> None:
         # Not under the lock, as `Driver._given_back` (decision 0216): left by the cycle
         # collector's close of a loop abandoned with its event loop, on any thread. Its own
         # mark only: a resume that took the run from this loop marked it with another.
-        self.driver._active.discard(self.mark)
+        if self.mark is not None:
+            self.driver._active.discard(self.mark)
 
 
 def _refused(run_id: str) -> RunStateError:
