@@ -94,22 +94,40 @@ def test_a_driver_loop_closed_while_its_agent_decides_does_not_keep_the_run(
     assert store.verify_events().intact
 
 
+@pytest.mark.parametrize("made", ["before", "after"])
 def test_a_driver_loop_closed_under_its_tool_start_never_runs_the_tool_on_its_own(
-    any_store: agentrt.Store,
+    any_store: agentrt.Store, made: str
 ) -> None:
     """The Driver's loop is closed while the commit that starts a side-effecting tool
-    (`step.tool_started`) is held in the store; the commit is then made, the tool never
-    called (its loop is gone). The driver's resume takes the run over as after a crash:
-    the step was executing, so the run waits on an `interrupted_side_effect` approval and
-    the tool is not called again on its own."""
+    (`step.tool_started`) is held in the store; the tool is never called by that loop (it
+    is gone). `before`: the commit was made; the driver's resume takes the run over as
+    after a crash: the step was executing, so the run waits on an
+    `interrupted_side_effect` approval and the tool is not called again on its own.
+    `after`: the commit is held before its transaction ran; the resume takes the run over
+    meanwhile (nothing of the step in the record) and drives it to its end, the tool called
+    once by the live loop; the closed loop's commit, made at last, writes nothing (its
+    lease's epoch is older): the two loops never both act on the run."""
     store = any_store
     tool = change_tool()
     held: list[Any] = []
     armed = threading.Event()
 
+    made_late = threading.Event()
+    real = store.transactions
+
+    def transactions(works: Any) -> Any:  # tells when the held group's transaction ended
+        try:
+            return real(works)
+        finally:
+            if held and held[1].is_set():
+                made_late.set()
+
     def agent(step_input: agentrt.StepInput) -> Any:
+        if len(step_input.steps) > 1:
+            return Decision.complete("done")
         if not held:  # the next group is the tool's start (an allowed verdict writes nothing)
-            held.extend(hold_next_group(store, commit="before"))
+            store.transactions = transactions  # type: ignore[method-assign]
+            held.extend(hold_next_group(store, commit="before" if made == "before" else "after"))
             armed.set()
         return Decision.tool_call("change", {"x": 1})
 
@@ -121,11 +139,25 @@ def test_a_driver_loop_closed_under_its_tool_start_never_runs_the_tool_on_its_ow
     entered, go = held
     assert theirs.run_until_complete(theirs.run_in_executor(None, entered.wait, 30))
     theirs.close()  # the tool's start is made, its answer to a closed loop
-    go.set()
-    _session.committer_for(store).submit(lambda tx: None).result(30)
+    committer = _session.committer_for(store)
+    if made == "before":
+        go.set()
+        committer.submit(lambda tx: None).result(30)
+        assert [(s.index, s.status) for s in store.list_steps(run_id)] == [(0, "executing")]
+        run = driver.resume_sync(run_id)  # before: "already executing"
+    else:
+        assert store.list_steps(run_id) == []  # held before its transaction: not made
+        run = driver.resume_sync(run_id)  # taken over, and driven to its end, meanwhile
+        go.set()  # the closed loop's tool start, made at last: refused (an older epoch)
+        assert made_late.wait(30)
+        assert (run.status, store.get_run(run_id).status) == ("COMPLETED", "COMPLETED")
+        steps = [(s.index, s.status) for s in store.list_steps(run_id)]
+        assert steps == [(0, "done"), (1, "done")]
+        assert event_types(store, run_id).count("step.tool_started") == 1
+        assert [c.args for c in tool.calls] == [{"x": 1}]  # by the live loop alone
+        assert store.verify_events().intact
+        return
     assert not driving.done()
-    assert [(s.index, s.status) for s in store.list_steps(run_id)] == [(0, "executing")]
-    run = driver.resume_sync(run_id)  # before: "already executing"
     assert run.status == "WAITING_FOR_APPROVAL"
     [approval] = store.list_approvals(run_id)
     assert approval.kind == "interrupted_side_effect"
