@@ -65,7 +65,8 @@ def test_a_driver_loop_closed_while_its_agent_decides_frees_the_run_once_collect
         driving = loop.create_task(driver.start("abandoned mid-decide", None, run_id))
         assert loop.run_until_complete(loop.run_in_executor(None, deciding.wait, 30))
         loop.close()  # the consumer's loop, closed under the agent's await: no cancel
-        assert driver._is_executing(run_id)  # the task is still referenced
+        # The task still referenced, its loop closed: abandoned, not executing (decision 0219).
+        assert not driver._is_executing(run_id)
         task = weakref.ref(driving)
         del driving, loop
         collected_while_held(lock, task, "driver loop")

@@ -121,7 +121,8 @@ class Driver:
         self.lease_ttl = lease_ttl
         self.lease_owner = setup.owner
         self._wall: WallClock = setup.config.wall
-        self._active: set[str] = set()
+        # One mark per `start`/`resume` running (`_Mark`: its run, its event loop, its session).
+        self._active: set[_Mark] = set()
         # Runs whose cancelled loop left a tool thread running under our lease.
         self._lingering: set[str] = set()
         self._active_lock = threading.Lock()
@@ -140,23 +141,23 @@ class Driver:
     ) -> Run:
         """Create a run toward `goal` and drive it until it pauses or ends."""
         limits, rid = check_goal(goal, limits, run_id, self.new_id)
-        with self._exclusive(rid):
+        with self._exclusive(rid) as mark:
             session = await self._gate.begin(goal, limits, rid)
             try:
-                return await self._drive(session)
+                return await self._drive(session, mark)
             except RunMoved as moved:  # an operator cancelled it under us
                 return moved.run
 
     async def resume(self, run_id: str) -> Run:
         """Continue a WAITING run after its approval was decided, or take over a dead one."""
-        with self._exclusive(run_id):
+        with self._exclusive(run_id) as mark:
             session: GateSession | None = None
             try:
                 # One read of the run: attach refuses a run with nothing to continue.
                 session, _ = await self._gate._attach_held(run_id, "there is nothing to resume")
                 if session.done:
                     return session.run
-                return await self._drive(session)
+                return await self._drive(session, mark)
             except RunMoved as moved:  # an operator cancelled it under us
                 return moved.run
             finally:
@@ -244,12 +245,15 @@ class Driver:
 
     def _is_executing(self, run_id: str) -> bool:
         with self._active_lock:
-            return run_id in self._active or run_id in self._lingering
+            if run_id in self._lingering:
+                return True
+            return any(m.run_id == run_id and not m.abandoned() for m in self._active)
 
-    async def _drive(self, session: GateSession) -> Run:
+    async def _drive(self, session: GateSession, mark: _Mark) -> Run:
         """The loop over a gate session: step, decide, propose, execute what was allowed."""
         path = session._for_driver()
         run_id = session.run_id
+        mark.session = session  # no await since the begin or the attach that made it
         try:
             allowed = session.current()
             if allowed is not None:  # attach allowed an approved call
@@ -288,6 +292,11 @@ class Driver:
             # run this driver's until it returns (told by `_give_back`); else the run is
             # freed now, its lease left to lapse or taken over by a resume, as after a crash
             # (decision 0218, as decision 0216 for a loop closed while it let go).
+            if mark.taken:
+                # Closed after a resume took the run from this loop, whose event loop was
+                # closed: its session was let go there, and the run is that resume's now
+                # (decision 0219).
+                raise
             self._linger(run_id)
             if not path.closed_from_outside(lambda: self._given_back(run_id)):
                 self._given_back(run_id)
@@ -336,23 +345,83 @@ class _Decided:
     value: Any
 
 
+class _Mark:
+    """One `start`/`resume` of a run by this driver: the event loop it runs on, the gate
+    session it drives once it has one, and `taken`, set when a later resume took the run
+    from it (its loop closed). An attribute each: read by a coroutine closed from outside,
+    on any thread (decision 0219)."""
+
+    __slots__ = ("loop", "run_id", "session", "taken")
+
+    def __init__(self, run_id: str, loop: asyncio.AbstractEventLoop) -> None:
+        self.run_id = run_id
+        self.loop = loop
+        self.session: GateSession | None = None
+        self.taken = False
+
+    def abandoned(self) -> bool:
+        """Whether nothing will ever resume this loop, its session known: its event loop was
+        closed (the consumer's own, its task kept referenced, so never collected). Nothing
+        is scheduled on a closed loop: the coroutine can only be closed, never go on. Its
+        begin or attach in flight (no session yet) is not judged here: still refused."""
+        return self.session is not None and self.loop.is_closed()
+
+
 class _Exclusive:
-    """Refuses a second concurrent call on a run this driver is executing."""
+    """Refuses a second concurrent call on a run this driver is executing.
+
+    A mark whose loop is abandoned (`_Mark.abandoned`) refuses no resume: its session is
+    let go as a crash leaves it (`DriverPath.abandoned`), and the run is then judged and
+    taken over from this driver's own lease, the step in flight interrupted, never run
+    again on its own. A tool thread of that loop still running keeps it refused until it
+    returns (decision 0219)."""
 
     def __init__(self, driver: Driver, run_id: str) -> None:
         self.driver = driver
         self.run_id = run_id
+        self.mark: _Mark | None = None
 
-    def __enter__(self) -> None:
-        with self.driver._active_lock:
-            if self.run_id in self.driver._active or self.run_id in self.driver._lingering:
-                raise RunStateError(
-                    f"this driver is already executing run {self.run_id}; "
-                    "a second concurrent call is refused"
-                )
-            self.driver._active.add(self.run_id)
+    def __enter__(self) -> _Mark:
+        driver = self.driver
+        run_id = self.run_id
+        self.mark = mark = _Mark(run_id, asyncio.get_running_loop())  # entered by a coroutine
+        with driver._active_lock:
+            mine = [m for m in driver._active if m.run_id == run_id]
+            left = mine[0] if len(mine) == 1 and mine[0].abandoned() else None
+            if run_id in driver._lingering or (mine and left is None):
+                raise _refused(run_id)
+            if left is not None:
+                left.taken = True  # looked at by that loop's coroutine closed from outside
+                driver._active.discard(left)
+                driver._lingering.add(run_id)  # until its session is let go
+            driver._active.add(mark)
+        if left is None:
+            return mark
+        session = left.session
+        assert session is not None
+        path = session._for_driver()
+        try:
+            later = path.abandoned(lambda: driver._given_back(run_id))
+        except BaseException:
+            if not path._tool_kept():  # a tool kept tells `_given_back` when it returns
+                driver._given_back(run_id)
+            driver._active.discard(mark)
+            raise
+        if later:  # a tool thread of the closed loop still runs: refused until it returns
+            driver._active.discard(mark)
+            raise _refused(run_id)
+        driver._given_back(run_id)
+        return mark
 
     def __exit__(self, *exc: object) -> None:
         # Not under the lock, as `Driver._given_back` (decision 0216): left by the cycle
-        # collector's close of a loop abandoned with its event loop, on any thread.
-        self.driver._active.discard(self.run_id)
+        # collector's close of a loop abandoned with its event loop, on any thread. Its own
+        # mark only: a resume that took the run from this loop marked it with another.
+        if self.mark is not None:
+            self.driver._active.discard(self.mark)
+
+
+def _refused(run_id: str) -> RunStateError:
+    return RunStateError(
+        f"this driver is already executing run {run_id}; a second concurrent call is refused"
+    )

@@ -1299,6 +1299,26 @@ class DriverPath:
         await _told_when_ended(giving_back, then)
         return False
 
+    def abandoned(self, then: Callable[[], None]) -> bool:
+        """The Driver's event loop was closed under this session, its task kept referenced:
+        nothing will ever resume it (decision 0219). Let it go as a crash leaves it: nothing
+        of it is written (a step's claim and decision kept for the next commit go with it),
+        its heartbeat is stopped and the run freed for the gate, its lease left in the record
+        for the driver's resume to take over from its own. An execute abandoned with that
+        loop counts as running no more (decision 0198): a tool thread of its call still
+        running keeps the lease renewed until it returns, then gives it back and tells
+        `then` (True: later). False: let go now."""
+        session = self._session
+        with session._close_lock:
+            session._drop_abandoned()
+        if self._tool_kept():
+            session._on_given_back.append(then)
+            session._detach()
+            return True
+        session._detach()
+        session._free()  # once: also when a letting go abandoned with that loop detached it
+        return False
+
     def end(self) -> None:
         self._session._detach()
 
