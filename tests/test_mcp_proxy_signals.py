@@ -142,6 +142,21 @@ def test_a_signal_ends_the_proxy_whose_host_keeps_stdin_open(
     assert (ended, rest, logged(stderr)) == (code, b"", []), stderr
 
 
+def test_a_second_ctrl_c_right_after_the_first_still_ends_the_proxy(tmp_path: Path) -> None:
+    """Two Ctrl-C back to back (an operator pressing it again): 130, nothing on stdout.
+    The second one, heard while the first one's end runs, used to leave the process
+    waiting at the interpreter's exit for an AnyIO worker thread nobody stopped (the
+    first one's `KeyboardInterrupt` was raised out of the work's task, so `asyncio.run`'s
+    teardown for the second one never ran the callbacks that stop those threads)."""
+    shop = Shop(tmp_path)
+    with proxy(shop) as running:
+        running.handshake()
+        running.child.send_signal(signal.SIGINT)
+        running.child.send_signal(signal.SIGINT)
+        ended, rest, stderr = running.ended()
+    assert (ended, rest) == (130, b""), stderr
+
+
 def test_a_ctrl_c_taken_by_another_thread_ends_the_serving_proxy(tmp_path: Path) -> None:
     """Only a thread of the proxy's own (not the main one, which waits in `select`) can
     take the SIGINT (`tests/proxy_sigint_elsewhere.py`, decision 0215): the proxy,

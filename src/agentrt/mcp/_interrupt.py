@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import signal
 from collections.abc import Coroutine
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 _T = TypeVar("_T")
 
@@ -39,17 +39,17 @@ def run_interruptible(work: Coroutine[Any, Any, _T], *, sigterm: bool = False) -
     the first one's cancellation runs, raises `KeyboardInterrupt` at once.
     """
 
-    async def interruptible() -> _T:
+    heard: list[signal.Signals] = []
+
+    async def interruptible() -> _T | None:
         loop = asyncio.get_running_loop()
         task = asyncio.current_task()
         assert task is not None
-        heard: signal.Signals | None = None
 
         def on_signal(signum: signal.Signals) -> None:
-            nonlocal heard
-            if heard is not None:
+            if heard:
                 raise KeyboardInterrupt
-            heard = signum
+            heard.append(signum)
             task.cancel()
 
         handled = [signal.SIGINT, *([signal.SIGTERM] if sigterm else [])]
@@ -61,13 +61,24 @@ def run_interruptible(work: Coroutine[Any, Any, _T], *, sigterm: bool = False) -
         try:
             return await work
         except asyncio.CancelledError:
-            if heard is signal.SIGINT:
-                raise KeyboardInterrupt from None
-            if heard is signal.SIGTERM:
-                raise Terminated from None
+            if heard:
+                # Ends as the task's result, not by raising: a `KeyboardInterrupt` out of
+                # a task leaves the loop at once, and `asyncio.run`'s teardown (a second
+                # signal's) would never run the done callbacks that stop the worker
+                # threads (AnyIO's), which the interpreter's exit then waits for.
+                return None
             raise
         finally:
             for signum in handled:
                 loop.remove_signal_handler(signum)
 
-    return asyncio.run(interruptible())
+    try:
+        result = asyncio.run(interruptible())
+    except asyncio.CancelledError:  # the signal came as the work returned: cancelled still
+        if not heard:
+            raise
+    if heard and heard[0] is signal.SIGTERM:
+        raise Terminated
+    if heard:
+        raise KeyboardInterrupt
+    return cast(_T, result)  # None only when a signal was heard
