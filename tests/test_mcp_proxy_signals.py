@@ -16,6 +16,7 @@ import json
 import os
 import select
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -219,5 +220,5 @@ def select_or_timeout(running: Proxy, seconds: float) -> None:
     """Raise `TimeoutError` if the proxy is still running `seconds` on."""
     try:
         running.child.wait(seconds)
-    except Exception as exc:  # subprocess.TimeoutExpired
+    except subprocess.TimeoutExpired as exc:
         raise TimeoutError from exc
