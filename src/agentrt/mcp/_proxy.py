@@ -70,10 +70,11 @@ import functools
 import hashlib
 import json
 import logging
+import signal
 import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from .._canonical import canonical_json
 from .._clock import Clock, new_id, wall_clock
@@ -122,6 +123,8 @@ from ._config import Server, read_manifest, read_rules
 from ._proxy_config import STATUS_TOOL, ProxyConfig
 
 if TYPE_CHECKING:
+    import anyio
+
     from ._client import Connection
 
 _log = logging.getLogger("agentrt.mcp.proxy")
@@ -1194,6 +1197,8 @@ async def serve(
     from mcp.server.lowlevel import Server as MCPServer
     from mcp.server.stdio import stdio_server
 
+    from ._host_stdin import HostLines, claimed_stdin
+
     clock = now or wall_clock
     store = _open(config, clock)
     try:
@@ -1270,10 +1275,29 @@ async def serve(
                 if streams is not None:
                     await server.run(streams[0], streams[1], server.create_initialization_options())
                 else:
-                    async with stdio_server() as (read_stream, write_stream):
-                        await server.run(
-                            read_stream, write_stream, server.create_initialization_options()
-                        )
+                    # The host's stdin read on the loop, not in the SDK's worker thread
+                    # that a signal's cancellation would wait for (decision XXXX).
+                    with claimed_stdin() as fd:
+                        lines = HostLines(fd)
+
+                        async def over_stdio() -> None:
+                            stdin = cast("anyio.AsyncFile[str]", lines)
+                            async with stdio_server(stdin=stdin) as (read_stream, write_stream):
+                                await server.run(
+                                    read_stream,
+                                    write_stream,
+                                    server.create_initialization_options(),
+                                )
+
+                        session = asyncio.ensure_future(over_stdio())
+                        try:
+                            await asyncio.shield(session)
+                        except asyncio.CancelledError:
+                            # A signal (decision XXXX): the host's stdin ends here, and the
+                            # session ends as when the host closes it, the SDK's own way.
+                            lines.stop()
+                            await session
+                            raise
             finally:
                 closing.set()  # nobody waits for a held call any more
                 if running:  # the host closed the session: its calls finish and are recorded
@@ -1308,9 +1332,10 @@ def main(argv: Sequence[str] | None = None, *, now: Clock | None = None) -> int:
     """`agentrt-proxy --config FILE`: 0 after the host closed the session, 1 on an error.
 
     A Ctrl-C exits 130, heard whichever thread the kernel hands it to (decisions 0213,
-    0215).
+    0215); a SIGTERM ends it the same way, exit 143 (decision XXXX). Either ends it
+    while its host keeps stdin open; a call in flight goes on to its end first.
     """
-    from ._interrupt import run_interruptible
+    from ._interrupt import Terminated, run_interruptible
     from ._proxy_config import read_proxy_config
 
     args = _parser().parse_args(argv)
@@ -1318,13 +1343,15 @@ def main(argv: Sequence[str] | None = None, *, now: Clock | None = None) -> int:
     try:
         config = read_proxy_config(args.config)
         if args.check:
-            return run_interruptible(_check(config, now or wall_clock))
-        run_interruptible(serve(config, now=now))
+            return run_interruptible(_check(config, now or wall_clock), sigterm=True)
+        run_interruptible(serve(config, now=now), sigterm=True)
     except (AgentrtError, OSError) as exc:
         sys.stderr.write(f"agentrt-proxy: {exc}\n")
         return 1
     except KeyboardInterrupt:
         return 130
+    except Terminated:
+        return 128 + signal.SIGTERM
     return 0
 
 

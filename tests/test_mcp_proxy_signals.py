@@ -1,0 +1,224 @@
+"""`agentrt-proxy` stopped by a signal while its host keeps its stdin open (decision XXXX).
+
+A host that neither writes nor closes the proxy's stdin (an operator trying the
+proxy in a terminal, a host that stops it with SIGINT or SIGTERM) must not keep it
+waiting: the SDK's `stdio_server` read stdin in a worker thread the cancellation
+waited for, so neither one Ctrl-C nor two ended it. Each test starts the real
+proxy (`tests/proxy_child.py`, the command's own `main`) in front of the real shop
+server, its stdin a pipe this test holds open, answers nothing after the
+handshake, and sends the signal. The bound on each wait is a hang guard, not a race.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.support import forkserver
+from tests.support.mcp_proxy import PRELOAD, PROXY_CHILD, Shop
+
+from agentrt import open_existing
+
+PROXY_SIGINT_ELSEWHERE = Path(__file__).parent / "proxy_sigint_elsewhere.py"
+HANG_GUARD = 30.0
+
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "test-host", "version": "1"},
+    },
+}
+INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+
+
+class Proxy:
+    """A real proxy process whose stdin and stdout are this test's pipes."""
+
+    def __init__(self, argv: list[str], root: Path) -> None:
+        stdin_r, self.stdin = os.pipe()
+        self.stdout, stdout_w = os.pipe()
+        self._err = tempfile.TemporaryFile(dir=root)  # noqa: SIM115 - closed in `end`
+        try:
+            self.child = forkserver.server(*PRELOAD).spawn(
+                argv, stdin=stdin_r, stdout=stdout_w, stderr=self._err.fileno()
+            )
+        finally:
+            os.close(stdin_r)
+            os.close(stdout_w)
+        self._buffer = b""
+
+    def send(self, message: dict[str, Any]) -> None:
+        os.write(self.stdin, (json.dumps(message) + "\n").encode())
+
+    def line(self) -> dict[str, Any]:
+        """The next line the proxy writes on stdout (within the hang guard)."""
+        deadline = time.monotonic() + HANG_GUARD
+        while b"\n" not in self._buffer:
+            left = deadline - time.monotonic()
+            ready, _, _ = select.select([self.stdout], [], [], max(left, 0))
+            assert ready, "the proxy wrote no line in time"
+            chunk = os.read(self.stdout, 65536)
+            assert chunk, "the proxy closed its stdout"
+            self._buffer += chunk
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        said: dict[str, Any] = json.loads(line)
+        return said
+
+    def handshake(self) -> None:
+        self.send(INITIALIZE)
+        answer = self.line()
+        assert answer["id"] == 1 and "result" in answer, answer
+        self.send(INITIALIZED)
+
+    def ended(self) -> tuple[int, bytes, str]:
+        """Its exit status, the rest of its stdout, its stderr: stdin still open."""
+        code = self.child.wait(HANG_GUARD)
+        rest = self._buffer
+        while chunk := os.read(self.stdout, 65536):
+            rest += chunk
+        self._err.seek(0)
+        return code, rest, self._err.read().decode("utf-8", "replace")
+
+    def end(self) -> None:
+        if self.child.poll() is None:
+            self.child.kill()
+            self.child.wait(HANG_GUARD)
+        for fd in (self.stdin, self.stdout):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._err.close()
+
+
+@contextlib.contextmanager
+def proxy(shop: Shop, *, script: Path = PROXY_CHILD) -> Iterator[Proxy]:
+    args = ["--config", str(shop.config)]
+    if script == PROXY_CHILD:
+        args = [str(shop.clock_file), *args]
+    started = Proxy([sys.executable, str(script), *args], shop.root)
+    try:
+        yield started
+    finally:
+        started.end()
+
+
+def logged(stderr: str) -> list[str]:
+    """What the proxy logged, less the lines naming each tool it registered."""
+    return [
+        line
+        for line in stderr.splitlines()
+        if not line.startswith("agentrt-proxy: server shop: registered ")
+    ]
+
+
+@pytest.mark.parametrize(
+    ("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["SIGINT", "SIGTERM"]
+)
+def test_a_signal_ends_the_proxy_whose_host_keeps_stdin_open(
+    tmp_path: Path, sig: signal.Signals, code: int
+) -> None:
+    """After the handshake the host writes nothing and keeps stdin open: SIGINT ends the
+    proxy with 130 (its Ctrl-C), SIGTERM with 143 (128 + 15), nothing more on stdout
+    than the handshake's answer, nothing logged but the tools it registered. Before,
+    neither ended it until the host wrote or closed stdin."""
+    shop = Shop(tmp_path)
+    with proxy(shop) as running:
+        running.handshake()
+        running.child.send_signal(sig)
+        ended, rest, stderr = running.ended()
+    assert (ended, rest, logged(stderr)) == (code, b"", []), stderr
+
+
+def test_a_second_ctrl_c_right_after_the_first_still_ends_the_proxy(tmp_path: Path) -> None:
+    """Two Ctrl-C back to back (an operator pressing it again): 130, nothing on stdout.
+    The second one, heard while the first one's end runs, used to leave the process
+    waiting at the interpreter's exit for an AnyIO worker thread nobody stopped (the
+    first one's `KeyboardInterrupt` was raised out of the work's task, so `asyncio.run`'s
+    teardown for the second one never ran the callbacks that stop those threads)."""
+    shop = Shop(tmp_path)
+    with proxy(shop) as running:
+        running.handshake()
+        running.child.send_signal(signal.SIGINT)
+        running.child.send_signal(signal.SIGINT)
+        ended, rest, stderr = running.ended()
+    assert (ended, rest) == (130, b""), stderr
+
+
+def test_a_ctrl_c_taken_by_another_thread_ends_the_serving_proxy(tmp_path: Path) -> None:
+    """Only a thread of the proxy's own (not the main one, which waits in `select`) can
+    take the SIGINT (`tests/proxy_sigint_elsewhere.py`, decision 0215): the proxy,
+    serving a host that keeps stdin open, still ends at once, 130."""
+    shop = Shop(tmp_path)
+    with proxy(shop, script=PROXY_SIGINT_ELSEWHERE) as running:
+        running.handshake()
+        running.child.send_signal(signal.SIGINT)
+        ended, rest, stderr = running.ended()
+    assert (ended, rest, logged(stderr)) == (130, b"", []), stderr
+
+
+@pytest.mark.parametrize(
+    ("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["SIGINT", "SIGTERM"]
+)
+def test_a_call_in_flight_when_the_signal_comes_goes_on_to_its_end_and_is_recorded(
+    tmp_path: Path, sig: signal.Signals, code: int
+) -> None:
+    """A `send` the shop has carried out but not yet answered when the signal comes:
+    the proxy stops reading its host, lets the call end, records it, then exits. The
+    run is completed with the tool's result; the effect happened once; the host never
+    gets no result, only the SDK's JSON-RPC error for a request its session closed
+    under (what a host that closes stdin is sent too): it says nothing of the call's
+    outcome, and an identical call later meets the recorded run."""
+    shop = Shop(tmp_path)
+    hold = shop.folder / "hold"
+    hold.touch()
+    with proxy(shop) as running:
+        running.handshake()
+        running.send(
+            {
+                "jsonrpc": "2.0",
+                "id": 2,
+                "method": "tools/call",
+                "params": {"name": "shop_send", "arguments": {"to": "ann", "text": "hi"}},
+            }
+        )
+        deadline = time.monotonic() + HANG_GUARD
+        while not shop.effects():
+            assert time.monotonic() < deadline and running.child.poll() is None
+            time.sleep(0.02)
+        running.child.send_signal(sig)
+        with pytest.raises(TimeoutError):  # it waits for the call, not for its host
+            select_or_timeout(running, 0.5)
+        hold.unlink()
+        ended, rest, stderr = running.ended()
+    closed = {"jsonrpc": "2.0", "id": 2, "error": {"code": -32000, "message": "Connection closed"}}
+    assert (ended, [json.loads(line) for line in rest.splitlines()]) == (code, [closed]), stderr
+    assert "the host closed the session; 1 call(s) go on to their end" in stderr
+    assert shop.effects() == [{"tool": "send", "to": "ann", "text": "hi"}]
+    store = open_existing(shop.db, read_only=True)
+    try:
+        (run,) = store.list_runs()
+        assert run.status == "COMPLETED", run
+    finally:
+        store.close()
+
+
+def select_or_timeout(running: Proxy, seconds: float) -> None:
+    """Raise `TimeoutError` if the proxy is still running `seconds` on."""
+    try:
+        running.child.wait(seconds)
+    except subprocess.TimeoutExpired as exc:
+        raise TimeoutError from exc
