@@ -1,4 +1,4 @@
-"""`agentrt-proxy` stopped by a signal while its host keeps its stdin open (decision XXXX).
+"""`agentrt-proxy` stopped by a signal while its host keeps its stdin open (decision 0220).
 
 A host that neither writes nor closes the proxy's stdin (an operator trying the
 proxy in a terminal, a host that stops it with SIGINT or SIGTERM) must not keep it
@@ -206,7 +206,7 @@ def test_a_call_in_flight_when_the_signal_comes_goes_on_to_its_end_and_is_record
         ended, rest, stderr = running.ended()
     closed = {"jsonrpc": "2.0", "id": 2, "error": {"code": -32000, "message": "Connection closed"}}
     assert (ended, [json.loads(line) for line in rest.splitlines()]) == (code, [closed]), stderr
-    assert "the host closed the session; 1 call(s) go on to their end" in stderr
+    assert "a signal ended the session; 1 call(s) go on to their end" in stderr
     assert shop.effects() == [{"tool": "send", "to": "ann", "text": "hi"}]
     store = open_existing(shop.db, read_only=True)
     try:

@@ -1,4 +1,4 @@
-"""The host's stdin for `agentrt-proxy`, read on the event loop: a signal stops it (decision XXXX).
+"""The host's stdin for `agentrt-proxy`, read on the event loop: a signal stops it (decision 0220).
 
 The MCP SDK's `stdio_server` reads stdin with `anyio.wrap_file`: a blocking
 `readline` in a worker thread, which a cancellation waits for (the SDK shields

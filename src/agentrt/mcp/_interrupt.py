@@ -1,7 +1,7 @@
 """Run an `agentrt.mcp` command's async work so a Ctrl-C is heard from any thread (decision 0213).
 
 Shared by `agentrt mcp pin`/`check` (`_cli`) and `agentrt-proxy` (`_proxy`, which
-also hears SIGTERM so, decision XXXX).
+also hears SIGTERM so, decision 0220).
 """
 
 from __future__ import annotations

@@ -1271,12 +1271,13 @@ async def serve(
                 )
 
             server: Any = MCPServer(config.name, on_list_tools=list_tools, on_call_tool=call_tool)
+            ended_by = "the host closed the session"
             try:
                 if streams is not None:
                     await server.run(streams[0], streams[1], server.create_initialization_options())
                 else:
                     # The host's stdin read on the loop, not in the SDK's worker thread
-                    # that a signal's cancellation would wait for (decision XXXX).
+                    # that a signal's cancellation would wait for (decision 0220).
                     with claimed_stdin() as fd:
                         lines = HostLines(fd)
 
@@ -1293,17 +1294,16 @@ async def serve(
                         try:
                             await asyncio.shield(session)
                         except asyncio.CancelledError:
-                            # A signal (decision XXXX): the host's stdin ends here, and the
+                            # A signal (decision 0220): the host's stdin ends here, and the
                             # session ends as when the host closes it, the SDK's own way.
+                            ended_by = "a signal ended the session"
                             lines.stop()
                             await session
                             raise
             finally:
                 closing.set()  # nobody waits for a held call any more
-                if running:  # the host closed the session: its calls finish and are recorded
-                    _log.info(
-                        "the host closed the session; %d call(s) go on to their end", len(running)
-                    )
+                if running:  # the session ended: its calls finish and are recorded
+                    _log.info("%s; %d call(s) go on to their end", ended_by, len(running))
                     await asyncio.gather(*running, return_exceptions=True)
     finally:
         store.close()
@@ -1332,7 +1332,7 @@ def main(argv: Sequence[str] | None = None, *, now: Clock | None = None) -> int:
     """`agentrt-proxy --config FILE`: 0 after the host closed the session, 1 on an error.
 
     A Ctrl-C exits 130, heard whichever thread the kernel hands it to (decisions 0213,
-    0215); a SIGTERM ends it the same way, exit 143 (decision XXXX). Either ends it
+    0215); a SIGTERM ends it the same way, exit 143 (decision 0220). Either ends it
     while its host keeps stdin open; a call in flight goes on to its end first.
     """
     from ._interrupt import Terminated, run_interruptible
