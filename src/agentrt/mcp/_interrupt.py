@@ -24,6 +24,10 @@ def run_interruptible(work: Coroutine[Any, Any, _T]) -> _T:
     wakes the loop from any thread (its wakeup fd), so the work is cancelled at
     once, and ends as `KeyboardInterrupt` once its connection is closed; a second
     Ctrl-C raises `KeyboardInterrupt` at once, as `asyncio.run` does.
+
+    Only where SIGINT has Python's own handler, as `asyncio.run`'s: a process started
+    with SIGINT ignored (a shell's `&`, a host keeping Ctrl-C for itself) keeps ignoring
+    it, and one given a handler of its own keeps that one.
     """
 
     async def interruptible() -> _T:
@@ -39,6 +43,8 @@ def run_interruptible(work: Coroutine[Any, Any, _T]) -> _T:
             interrupted = True
             task.cancel()
 
+        if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+            return await work
         try:
             loop.add_signal_handler(signal.SIGINT, on_sigint)
         except (ValueError, RuntimeError):  # not the main thread: asyncio.run's own handling
