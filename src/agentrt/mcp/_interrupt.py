@@ -43,7 +43,7 @@ def run_interruptible(work: Coroutine[Any, Any, _T]) -> _T:
             interrupted = True
             task.cancel()
 
-        if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        if not default:  # SIGINT ignored, or a handler of the caller's
             return await work
         try:
             loop.add_signal_handler(signal.SIGINT, on_sigint)
@@ -58,4 +58,6 @@ def run_interruptible(work: Coroutine[Any, Any, _T]) -> _T:
         finally:
             loop.remove_signal_handler(signal.SIGINT)
 
+    # Read before `asyncio.run`, which puts its own handler in the default one's place.
+    default = signal.getsignal(signal.SIGINT) is signal.default_int_handler
     return asyncio.run(interruptible())
