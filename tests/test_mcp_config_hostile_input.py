@@ -240,8 +240,14 @@ def test_agentrt_mcp_pin_interrupted_while_another_thread_takes_the_signal_exits
     )
     out = tmp_path / "x.manifest.json"
     argv = [sys.executable, str(SIGINT_ELSEWHERE), "x", "--out", str(out)]
-    child = forkserver.server(*PRELOAD).spawn(
-        [*argv, "--", sys.executable, "-c", silent], capture=True
+    # A fresh interpreter: forked from the test's prepared process, `agentrt mcp pin` ended
+    # at once under plain `asyncio.run` too, so the test could not fail.
+    child = subprocess.Popen(
+        [*argv, "--", sys.executable, "-c", silent],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         deadline = time.monotonic() + 60
@@ -299,8 +305,14 @@ def test_agentrt_proxy_interrupted_while_another_thread_takes_the_signal_exits_1
         (tmp_path / name).write_text(json.dumps(data))
         (tmp_path / name).chmod(0o600)
     argv = [sys.executable, str(PROXY_SIGINT_ELSEWHERE), "--config", str(tmp_path / "proxy.json")]
-    child = forkserver.server(*PRELOAD).spawn(
-        [*argv, *(["--check"] if check else [])], capture=True
+    # A fresh interpreter, not one forked from the test's prepared process: there, the
+    # proxy ended at once under plain `asyncio.run` too, so the test could not fail.
+    child = subprocess.Popen(
+        [*argv, *(["--check"] if check else [])],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         deadline = time.monotonic() + 60
