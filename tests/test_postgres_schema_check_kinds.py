@@ -66,6 +66,11 @@ PLANTS = {
         "CREATE OPERATOR {schema}.=== (LEFTARG = text, RIGHTARG = text, FUNCTION = {side}.same)",
         "operator '",
     ),
+    # Its support function is called by every write to the index (a btree's comparison).
+    "an index of another schema's operator class": (
+        "CREATE INDEX spy ON runs (goal {side}.spy_ops)",
+        "a function of its own called by 'index spy'",
+    ),
     "a default calling another schema's function": (
         "ALTER TABLE steps ALTER COLUMN policy_json SET DEFAULT {side}.stamp()",
         "a function of its own called by 'default value for column policy_json of table steps'",
@@ -81,6 +86,12 @@ SIDE = (
     "AS 'SELECT $1 = $2'",
     "CREATE FUNCTION {side}.stamp() RETURNS text LANGUAGE sql AS 'SELECT ''x'''",
     "CREATE DOMAIN {side}.spy AS text CHECK (VALUE IS NULL OR VALUE <> 'spied')",
+    "CREATE FUNCTION {side}.spy_cmp(text, text) RETURNS integer LANGUAGE plpgsql IMMUTABLE "
+    "AS $$ BEGIN PERFORM set_config('agentrt_spy.seen', 'x', false); "
+    "RETURN bttextcmp($1, $2); END $$",
+    "CREATE OPERATOR CLASS {side}.spy_ops FOR TYPE text USING btree AS OPERATOR 1 <, "
+    "OPERATOR 2 <=, OPERATOR 3 =, OPERATOR 4 >=, OPERATOR 5 >, "
+    "FUNCTION 1 {side}.spy_cmp(text, text)",
 )
 
 

@@ -217,10 +217,13 @@ OWN_RELATIONS = f"""\
 # from `FirstNormalObjectId`, 16384, on) that a default, a check constraint or an index
 # calls: it runs inside agentrt's writes as a trigger would (decision 0157). Found from
 # the code's side, through `pg_depend`'s index on what is depended on: a database holds
-# few such functions, where the schema's defaults alone are a hundred.
+# few such functions, where the schema's defaults alone are a hundred. An index on an
+# operator class of the database's own calls its support functions in every write to the
+# index (a btree's comparison): the index depends on the class, not on the functions.
 _CODE = """\
     SELECT DISTINCT f.classid, f.objid FROM pg_depend AS f
-    WHERE f.refclassid IN ('pg_proc'::regclass::oid, 'pg_operator'::regclass::oid)
+    WHERE f.refclassid IN (
+            'pg_proc'::regclass::oid, 'pg_operator'::regclass::oid, 'pg_opclass'::regclass::oid)
         AND f.refobjid >= 16384::oid
         AND f.classid IN (
             'pg_attrdef'::regclass::oid, 'pg_constraint'::regclass::oid, 'pg_class'::regclass::oid)
