@@ -71,6 +71,15 @@ PLANTS = {
         "CREATE INDEX spy ON runs (goal {side}.spy_ops)",
         "a function of its own called by 'index spy'",
     ),
+    # Its `ON UPDATE CASCADE` writes the other schema's table (and fires its triggers)
+    # inside agentrt's updates of a run's status: an internal trigger on `runs`.
+    "a foreign key from another schema's table": (
+        "ALTER TABLE runs ADD CONSTRAINT spy_key UNIQUE (id, status); "
+        'CREATE TABLE {side}.dep (id text COLLATE "C", status text COLLATE "C", '
+        "CONSTRAINT spy_fk FOREIGN KEY (id, status) REFERENCES runs (id, status) "
+        "ON UPDATE CASCADE)",
+        "a foreign key to or from another schema 'spy_fk'",
+    ),
     "a default calling another schema's function": (
         "ALTER TABLE steps ALTER COLUMN policy_json SET DEFAULT {side}.stamp()",
         "a function of its own called by 'default value for column policy_json of table steps'",
