@@ -31,7 +31,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 
@@ -367,15 +367,39 @@ def test_a_name_whose_bytes_are_not_utf8_is_refused_in_one_line(db_path: Path) -
 def _no_passwd_entry() -> list[str]:
     """`unshare` running a command as uid 4242, which has no entry in the password database
     (as a container started with `--user 4242`): the OS user's name is then `LOGNAME`'s.
-    Skips where user namespaces cannot be made."""
+    Skips where user namespaces cannot be made; fails instead when `CI` is set."""
     command = ["unshare", "--user", "--map-user=4242", "--"]
     try:
         probe = subprocess.run([*command, "true"], capture_output=True, timeout=30)
     except FileNotFoundError:
-        pytest.skip("no unshare(1)")
+        _cannot_make_a_user("no unshare(1)")
     if probe.returncode != 0:
-        pytest.skip(f"no user namespace here: {probe.stderr!r}")
+        _cannot_make_a_user(f"no user namespace here: {probe.stderr!r}")
     return command
+
+
+def _cannot_make_a_user(said: str) -> NoReturn:
+    if os.environ.get("CI"):
+        pytest.fail(f"{said} (CI is set: it must not skip)")
+    pytest.skip(said)
+
+
+@pytest.mark.parametrize("unshare", [None, "exit 1"], ids=["missing", "refused"])
+def test_the_os_user_name_test_fails_under_ci_where_it_cannot_make_a_user(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, unshare: str | None
+) -> None:
+    """Under CI a test must not skip (as `support.postgres`, `support.disks`): a runner with
+    no `unshare(1)`, or one that may not make a user namespace, skipped the test below in
+    silence, and the OS user's name went unchecked there."""
+    if unshare is not None:
+        (tmp_path / "unshare").write_text(f"#!/bin/sh\necho no >&2\n{unshare}\n")
+        (tmp_path / "unshare").chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises((pytest.fail.Exception, pytest.skip.Exception)) as ended:
+        _no_passwd_entry()
+    assert ended.type is pytest.fail.Exception, ended.value
+    assert str(ended.value).endswith("(CI is set: it must not skip)")
 
 
 @pytest.mark.parametrize("command", ["approve", "reject", "cancel", "console"])

@@ -13,6 +13,7 @@ import io
 import json
 import os
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -239,8 +240,14 @@ def test_agentrt_mcp_pin_interrupted_while_another_thread_takes_the_signal_exits
     )
     out = tmp_path / "x.manifest.json"
     argv = [sys.executable, str(SIGINT_ELSEWHERE), "x", "--out", str(out)]
-    child = forkserver.server(*PRELOAD).spawn(
-        [*argv, "--", sys.executable, "-c", silent], capture=True
+    # A fresh interpreter: forked from the test's prepared process, `agentrt mcp pin` ended
+    # at once under plain `asyncio.run` too, so the test could not fail.
+    child = subprocess.Popen(
+        [*argv, "--", sys.executable, "-c", silent],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         deadline = time.monotonic() + 60
@@ -298,8 +305,14 @@ def test_agentrt_proxy_interrupted_while_another_thread_takes_the_signal_exits_1
         (tmp_path / name).write_text(json.dumps(data))
         (tmp_path / name).chmod(0o600)
     argv = [sys.executable, str(PROXY_SIGINT_ELSEWHERE), "--config", str(tmp_path / "proxy.json")]
-    child = forkserver.server(*PRELOAD).spawn(
-        [*argv, *(["--check"] if check else [])], capture=True
+    # A fresh interpreter, not one forked from the test's prepared process: there, the
+    # proxy ended at once under plain `asyncio.run` too, so the test could not fail.
+    child = subprocess.Popen(
+        [*argv, *(["--check"] if check else [])],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         deadline = time.monotonic() + 60
@@ -318,6 +331,72 @@ def test_agentrt_proxy_interrupted_while_another_thread_takes_the_signal_exits_1
     assert (child.returncode, stdout, stderr) == (130, "", "")
     with pytest.raises(ProcessLookupError):
         os.kill(int(pidfile.read_text()), 0)
+
+
+IGNORING_SIGINT = (
+    "import signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+    "from agentrt.mcp.proxy import main; sys.exit(main(sys.argv[1:]))"
+)
+
+
+def test_agentrt_proxy_started_with_sigint_ignored_keeps_ignoring_it(tmp_path: Path) -> None:
+    """A host may start the proxy with SIGINT ignored (a shell's `&`, a host keeping a
+    Ctrl-C in its terminal for itself): `asyncio.run` then leaves SIGINT alone, and so did
+    the proxy before decision 0215. Its Ctrl-C handler was installed whatever it found, so
+    a Ctrl-C sent to the host's process group ended the proxy (exit 130) and the host's
+    session with it. Here the proxy (`--check`) waits for a server's handshake, is sent
+    SIGINT, and then the server ends: the proxy says so and exits 1, as without the signal."""
+    started, go = tmp_path / "started", tmp_path / "go"
+    ends_when_told = (
+        "import time, pathlib; "
+        f"pathlib.Path({str(started)!r}).touch(); go = pathlib.Path({str(go)!r}); "
+        "deadline = time.monotonic() + 60\n"
+        "while not go.exists() and time.monotonic() < deadline: time.sleep(0.02)"
+    )
+    files = {
+        "x.manifest.json": {"format": "agentrt.mcp.manifest/1", "server": "x", "tools": {}},
+        "x.rules.json": {"format": "agentrt.mcp.rules/1", "tools": {}},
+        "proxy.json": {
+            "format": "agentrt.mcp.proxy/1",
+            "database": "runs.db",
+            "servers": {
+                "x": {
+                    "command": [sys.executable, "-c", ends_when_told],
+                    "manifest": "x.manifest.json",
+                    "rules": "x.rules.json",
+                }
+            },
+        },
+    }
+    for name, data in files.items():
+        (tmp_path / name).write_text(json.dumps(data))
+        (tmp_path / name).chmod(0o600)
+    argv = [sys.executable, "-c", IGNORING_SIGINT, "--config", str(tmp_path / "proxy.json")]
+    child = subprocess.Popen(
+        [*argv, "--check"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not started.exists():
+            assert time.monotonic() < deadline and child.poll() is None
+            time.sleep(0.02)
+        os.kill(child.pid, signal.SIGINT)
+        go.touch()
+        stdout, stderr = child.communicate(timeout=60)
+    finally:
+        if child.returncode is None:
+            child.kill()
+            child.communicate(timeout=30)
+    assert (child.returncode, stdout) == (1, ""), stderr
+    unavailable = (
+        "agentrt-proxy: server x is unavailable: server 'x': the MCP handshake failed: "
+        "Connection closed"
+    )
+    assert unavailable in stderr.splitlines(), stderr
 
 
 # ---------------------------------------------------------------------------

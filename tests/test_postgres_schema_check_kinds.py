@@ -66,6 +66,20 @@ PLANTS = {
         "CREATE OPERATOR {schema}.=== (LEFTARG = text, RIGHTARG = text, FUNCTION = {side}.same)",
         "operator '",
     ),
+    # Its support function is called by every write to the index (a btree's comparison).
+    "an index of another schema's operator class": (
+        "CREATE INDEX spy ON runs (goal {side}.spy_ops)",
+        "a function of its own called by 'index spy'",
+    ),
+    # Its `ON UPDATE CASCADE` writes the other schema's table (and fires its triggers)
+    # inside agentrt's updates of a run's status: an internal trigger on `runs`.
+    "a foreign key from another schema's table": (
+        "ALTER TABLE runs ADD CONSTRAINT spy_key UNIQUE (id, status); "
+        'CREATE TABLE {side}.dep (id text COLLATE "C", status text COLLATE "C", '
+        "CONSTRAINT spy_fk FOREIGN KEY (id, status) REFERENCES runs (id, status) "
+        "ON UPDATE CASCADE)",
+        "a foreign key to or from another schema 'spy_fk'",
+    ),
     "a default calling another schema's function": (
         "ALTER TABLE steps ALTER COLUMN policy_json SET DEFAULT {side}.stamp()",
         "a function of its own called by 'default value for column policy_json of table steps'",
@@ -81,6 +95,12 @@ SIDE = (
     "AS 'SELECT $1 = $2'",
     "CREATE FUNCTION {side}.stamp() RETURNS text LANGUAGE sql AS 'SELECT ''x'''",
     "CREATE DOMAIN {side}.spy AS text CHECK (VALUE IS NULL OR VALUE <> 'spied')",
+    "CREATE FUNCTION {side}.spy_cmp(text, text) RETURNS integer LANGUAGE plpgsql IMMUTABLE "
+    "AS $$ BEGIN PERFORM set_config('agentrt_spy.seen', 'x', false); "
+    "RETURN bttextcmp($1, $2); END $$",
+    "CREATE OPERATOR CLASS {side}.spy_ops FOR TYPE text USING btree AS OPERATOR 1 <, "
+    "OPERATOR 2 <=, OPERATOR 3 =, OPERATOR 4 >=, OPERATOR 5 >, "
+    "FUNCTION 1 {side}.spy_cmp(text, text)",
 )
 
 

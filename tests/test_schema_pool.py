@@ -342,3 +342,64 @@ def test_schema_pool_a_vacuum_or_analyze_running_elsewhere_is_no_test_left_open(
         admin.close()
     assert pool.give_back(schema) == "changed"
     assert not _exists(pool.base, schema)
+
+
+def test_schema_pool_an_analyze_inside_a_transaction_left_open_is_still_seen(
+    pool: SchemaPool,
+) -> None:
+    """`ANALYZE`, unlike `VACUUM`, runs inside a transaction block: a transaction a test left
+    open, holding a write to the schema, that is running an `ANALYZE` (of any table: here one
+    of another schema, held on an advisory lock this test holds) was taken for a `VACUUM` or
+    `ANALYZE` of its own, all its locks passed over, and the schema emptied and handed out
+    again with the write still to commit into it. The pool says "locked"."""
+    import threading
+    import uuid
+
+    schema = pool.take()
+    side = f"side_{uuid.uuid4().hex[:12]}"
+    key = int(uuid.uuid4().int % 2**31)
+    admin = psycopg.connect(pool.base, autocommit=True)
+    try:
+        admin.execute(f"CREATE SCHEMA {side}")
+        admin.execute(
+            f"CREATE FUNCTION {side}.held(x text) RETURNS text LANGUAGE plpgsql IMMUTABLE AS "
+            f"$$ BEGIN PERFORM pg_advisory_lock({key}); PERFORM pg_advisory_unlock({key}); "
+            "RETURN x; END $$"
+        )
+        admin.execute(f"CREATE TABLE {side}.sampled (x text)")
+        admin.execute(f"INSERT INTO {side}.sampled VALUES ('a')")
+        admin.execute(f"CREATE INDEX sampled_held ON {side}.sampled (({side}.held(x)))")
+        admin.execute("SELECT pg_advisory_lock(%s)", (key,))
+        left_open = psycopg.connect(pool.base)  # a transaction, as a test might leave one
+        pid = left_open.info.backend_pid
+        left_open.execute(
+            f"INSERT INTO {schema}.tool_specs (hash, spec_json) VALUES ('left', 'open')"
+        )
+        done = threading.Thread(target=left_open.execute, args=(f"ANALYZE {side}.sampled",))
+        done.start()
+        try:
+            for _ in range(6000):
+                waiting = admin.execute(
+                    "SELECT count(*) FROM pg_locks WHERE pid = %s AND locktype = 'advisory' "
+                    "AND NOT granted",
+                    (pid,),
+                ).fetchone()
+                if waiting == (1,):
+                    break
+                threading.Event().wait(0.01)
+            assert waiting == (1,)
+            running = admin.execute(
+                "SELECT count(*) FROM pg_stat_progress_analyze WHERE pid = %s", (pid,)
+            ).fetchone()
+            assert running == (1,)
+            verdict = pool._run(lambda conn: schema_pool._reset(conn, schema, pool._pristine[None]))
+            assert verdict == "locked"
+        finally:
+            admin.execute("SELECT pg_advisory_unlock(%s)", (key,))
+            done.join(timeout=60)
+            left_open.rollback()
+            left_open.close()
+    finally:
+        admin.execute(f"DROP SCHEMA IF EXISTS {side} CASCADE")
+        admin.close()
+    assert pool.give_back(schema) == "reused"

@@ -20,7 +20,8 @@ migration leaves it:
   3. the rows a migration writes (`schema_migrations`' versions, `agentrt_meta`, the
      heads) are compared with the pristine schema's;
   4. no other connection may hold a lock on any of its relations (a transaction a
-     test left open; a `VACUUM` or `ANALYZE` running now is not one).
+     test left open; a `VACUUM` or `ANALYZE` running now in a transaction of its own
+     is not one).
   Any difference, and the schema is dropped instead (`DROP SCHEMA ... CASCADE`): a
   test that planted a trigger, altered a table, made a table of its own, ran another
   migration or changed the meta rows leaves a schema the pool never hands out again,
@@ -128,16 +129,20 @@ SELECT 'publication', pr.prpubid::text || ' ' || c.relname
     JOIN ns ON c.relnamespace = ns.oid
 """
 
-# A lock held by a `VACUUM` or `ANALYZE` running now is its command's, not a transaction a
-# test left open (`VACUUM` cannot run inside one): another test run's at its start
+# A lock held by a `VACUUM` or `ANALYZE` running now in a transaction it began is its
+# command's, not a transaction a test left open: another test run's at its start
 # (tests/conftest.py), a benchmark's, autovacuum's. It locks each table of every schema in
 # turn, and the reset's statements do not conflict with its lock (`DROP` waits for it).
+# `ANALYZE` may run inside a transaction block, begun before it (a test's, left open with
+# its writes): that one's locks count.
 _LOCKED_ELSEWHERE = """\
 SELECT count(*) FROM pg_locks AS l JOIN pg_class AS c ON c.oid = l.relation
     WHERE c.relnamespace = to_regnamespace(%s)::oid AND l.pid <> pg_backend_pid()
         AND l.pid NOT IN (
-            SELECT pid FROM pg_stat_progress_vacuum
-            UNION ALL SELECT pid FROM pg_stat_progress_analyze)
+            SELECT a.pid FROM pg_stat_activity AS a
+            WHERE a.xact_start >= a.query_start AND a.pid IN (
+                SELECT pid FROM pg_stat_progress_vacuum
+                UNION ALL SELECT pid FROM pg_stat_progress_analyze))
 """
 
 

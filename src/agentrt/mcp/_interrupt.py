@@ -37,6 +37,11 @@ def run_interruptible(work: Coroutine[Any, Any, _T], *, sigterm: bool = False) -
     `sigterm`: SIGTERM is heard the same way and cancels the work as a first Ctrl-C
     does; the work then ends as `Terminated`. A second signal of either kind, while
     the first one's cancellation runs, raises `KeyboardInterrupt` at once.
+
+    Only where SIGINT has Python's own handler, as `asyncio.run`'s: a process started
+    with SIGINT ignored (a shell's `&`, a host keeping Ctrl-C for itself) keeps ignoring
+    it, and one given a handler of its own keeps that one. Likewise SIGTERM, heard only
+    where its action is the default one.
     """
 
     heard: list[signal.Signals] = []
@@ -52,7 +57,12 @@ def run_interruptible(work: Coroutine[Any, Any, _T], *, sigterm: bool = False) -
             heard.append(signum)
             task.cancel()
 
-        handled = [signal.SIGINT, *([signal.SIGTERM] if sigterm else [])]
+        handled = [
+            *([signal.SIGINT] if sigint_default else []),
+            *([signal.SIGTERM] if sigterm and sigterm_default else []),
+        ]
+        if not handled:  # ignored, or handlers of the caller's
+            return await work
         try:
             for signum in handled:
                 loop.add_signal_handler(signum, on_signal, signum)
@@ -72,6 +82,9 @@ def run_interruptible(work: Coroutine[Any, Any, _T], *, sigterm: bool = False) -
             for signum in handled:
                 loop.remove_signal_handler(signum)
 
+    # Read before `asyncio.run`, which puts its own handler in the default one's place.
+    sigint_default = signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    sigterm_default = signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
     try:
         result = asyncio.run(interruptible())
     except asyncio.CancelledError:  # the signal came as the work returned: cancelled still

@@ -217,10 +217,13 @@ OWN_RELATIONS = f"""\
 # from `FirstNormalObjectId`, 16384, on) that a default, a check constraint or an index
 # calls: it runs inside agentrt's writes as a trigger would (decision 0157). Found from
 # the code's side, through `pg_depend`'s index on what is depended on: a database holds
-# few such functions, where the schema's defaults alone are a hundred.
+# few such functions, where the schema's defaults alone are a hundred. An index on an
+# operator class of the database's own calls its support functions in every write to the
+# index (a btree's comparison): the index depends on the class, not on the functions.
 _CODE = """\
     SELECT DISTINCT f.classid, f.objid FROM pg_depend AS f
-    WHERE f.refclassid IN ('pg_proc'::regclass::oid, 'pg_operator'::regclass::oid)
+    WHERE f.refclassid IN (
+            'pg_proc'::regclass::oid, 'pg_operator'::regclass::oid, 'pg_opclass'::regclass::oid)
         AND f.refobjid >= 16384::oid
         AND f.classid IN (
             'pg_attrdef'::regclass::oid, 'pg_constraint'::regclass::oid, 'pg_class'::regclass::oid)
@@ -277,6 +280,12 @@ _EXPRESSIONS = f"""\
 # the same.
 _CALLED = r"':(?:funcid|opfuncid|hashfuncid|negfuncid) (\d+)'"
 
+# An internal trigger tied to a relation outside the schema: a foreign key between one of the
+# schema's tables and another schema's. Its `ON UPDATE`/`ON DELETE` action writes that table
+# inside agentrt's writes, firing whatever trigger it has; agentrt's own foreign keys are
+# between its tables (decision 0221).
+_FOREIGN_KEY_OUT = "t.tgconstrrelid <> 0::oid AND t.tgconstrrelid NOT IN (SELECT own.oid FROM own)"
+
 _UNSAFE = f"""\
 WITH code AS MATERIALIZED (
 {_CODE}), own AS MATERIALIZED (
@@ -284,6 +293,11 @@ WITH code AS MATERIALIZED (
 {_EXPRESSIONS})
 SELECT 'trigger', t.tgname::text FROM own AS c JOIN pg_trigger AS t ON t.tgrelid = c.oid
     WHERE NOT t.tgisinternal
+UNION ALL
+SELECT 'a foreign key to or from another schema', k.conname::text
+    FROM own AS c JOIN pg_trigger AS t ON t.tgrelid = c.oid
+    JOIN pg_constraint AS k ON k.oid = t.tgconstraint
+    WHERE t.tgisinternal AND {_FOREIGN_KEY_OUT}
 UNION ALL
 SELECT 'rule', r.rulename::text FROM own AS c JOIN pg_rewrite AS r ON r.ev_class = c.oid
     WHERE c.relkind NOT IN ('v', 'm')
@@ -360,7 +374,10 @@ def _on_each(lookup: str) -> str:
 # by an index on the schema's relations, however many other schemas the database holds
 # (`_UNSAFE` read every default of the database: `pg_attrdef` has no index the planner would
 # choose for a join it estimated at one relation).
-_TRIGGERS = "SELECT FROM pg_trigger AS t WHERE t.tgrelid = c.oid AND NOT t.tgisinternal"
+_TRIGGERS = (
+    "SELECT FROM pg_trigger AS t WHERE t.tgrelid = c.oid "
+    f"AND (NOT t.tgisinternal OR {_FOREIGN_KEY_OUT})"
+)
 _RULES = "SELECT FROM pg_rewrite AS r WHERE r.ev_class = c.oid"
 _POLICIES = "SELECT FROM pg_policy AS p WHERE p.polrelid = c.oid"
 _DEFAULTS = f"SELECT FROM pg_attrdef AS a WHERE a.adrelid = c.oid AND NOT {_PLAIN_DEFAULT}"
@@ -422,7 +439,10 @@ SELECT 'relation' FROM inschema AS d JOIN pg_class AS c ON c.oid = d.objid
     WHERE d.classid = 'pg_class'::regclass::oid AND c.relnamespace = {_SCHEMA} AND (
         c.relkind IN ('v', 'm') OR c.relrowsecurity
         OR c.relhastriggers AND EXISTS (
-            SELECT FROM pg_trigger AS t WHERE t.tgrelid = c.oid AND NOT t.tgisinternal)
+            SELECT FROM pg_trigger AS t WHERE t.tgrelid = c.oid AND (NOT t.tgisinternal
+                OR t.tgconstrrelid <> 0::oid AND t.tgconstrrelid NOT IN (
+                    SELECT i.objid FROM inschema AS i
+                    WHERE i.classid = 'pg_class'::regclass::oid)))
         OR c.relhasrules AND EXISTS (SELECT FROM pg_rewrite AS r WHERE r.ev_class = c.oid)
         OR c.relkind <> 'S' AND EXISTS (
             SELECT FROM pg_depend AS t
