@@ -13,13 +13,16 @@ is made, not waited for (no clock).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import threading
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 import agentrt
 from agentrt import Decision, SideEffect
-from conftest import FakeClock, Ids, RecordingTool
+from conftest import FakeClock, Ids, RecordingTool, event_types
 
 
 class _PeekedLoop(asyncio.SelectorEventLoop):
@@ -93,3 +96,95 @@ def test_recover_judges_an_abandoned_run_while_another_loop_of_the_driver_ends(
     assert not driver._is_executing(x) and not driver._is_executing(y)
     assert store.verify_events().intact
     del driving
+
+
+def _closed_while_held(lock: Any, coro: Any) -> None:
+    closed = threading.Event()
+
+    def close() -> None:
+        with lock:
+            coro.close()
+        closed.set()
+
+    threading.Thread(target=close, daemon=True).start()
+    assert closed.wait(10), "the closed coroutine waited for a lock its own thread held"
+
+
+@pytest.mark.parametrize(
+    "order",
+    [
+        ("resume", "collect", "return"),
+        ("collect", "resume", "return"),
+        ("resume", "return", "collect"),
+        ("return", "collect", "resume"),
+    ],
+)
+def test_every_order_of_a_takeover_a_collection_and_a_tool_thread_return_frees_the_run_once(
+    any_store: agentrt.Store, order: tuple[str, str, str]
+) -> None:
+    """A Driver's loop is closed while a side-effecting tool's thread runs (task kept). In
+    each `order` of: the driver's resume (refused while the thread runs: it takes the
+    abandoned mark, decision 0219), the loop's coroutine collected on a thread holding the
+    driver's lock (decision 0218), the tool's thread returning: the run is this driver's
+    exactly while the thread runs, then one resume takes it over (the tool never run again
+    on its own), and nothing is left marked (`_active`, `_lingering`) once it ends."""
+    store = any_store
+    started, release = threading.Event(), threading.Event()
+
+    def blocking(call: Any) -> Any:
+        started.set()
+        assert release.wait(30)
+        return {"done": True}
+
+    tool = RecordingTool("change", SideEffect.LOCAL_MUTATION, result=blocking)
+    driver = agentrt.Driver(
+        store=store,
+        agent=lambda _: Decision.tool_call("change", {"x": 1}),
+        policy=agentrt.default_policy(),
+        tools=[tool],
+        now=FakeClock(),
+        new_id=Ids(),
+    )
+    run_id = "3" * 32
+    theirs = asyncio.new_event_loop()
+    driving = theirs.create_task(driver.start("closed as its tool runs", None, run_id))
+    assert theirs.run_until_complete(theirs.run_in_executor(None, started.wait, 30))
+    theirs.close()  # under the tool's call: its thread goes on
+    [mark] = driver._active
+    assert mark.session is not None
+    [threads] = [entry.threads for entry in mark.session._executions]
+    returned = False
+    run: agentrt.Run | None = None
+    try:
+        for what in order:
+            if what == "collect":
+                # As the collector closes it, on a thread holding the driver's lock (the
+                # thread's future refers to the task while it runs: a collection itself
+                # comes only once it returned, at the latest).
+                _closed_while_held(driver._active_lock, driving.get_coro())
+            elif what == "return":
+                release.set()
+                concurrent.futures.wait(threads, 30)
+                for _ in range(3000):  # the thread's return frees the run (bounded)
+                    if not driver._is_executing(run_id):
+                        break
+                    threading.Event().wait(0.01)
+                returned = True
+            elif not returned:
+                with pytest.raises(agentrt.RunStateError, match="already executing"):
+                    driver.resume_sync(run_id)
+            else:
+                run = driver.resume_sync(run_id)
+            assert driver._is_executing(run_id) is not returned, what
+        if run is None:
+            run = driver.resume_sync(run_id)
+    finally:
+        release.set()
+    assert run.status == "WAITING_FOR_APPROVAL"
+    [approval] = store.list_approvals(run_id)
+    assert approval.kind == "interrupted_side_effect"
+    assert [c.args for c in tool.calls] == [{"x": 1}]  # once: never again on its own
+    assert (driver._active, driver._lingering) == (set(), set())
+    assert store.lease(run_id).owner == ""
+    assert event_types(store, run_id).count("step.interrupted") == 1
+    assert store.verify_events().intact
