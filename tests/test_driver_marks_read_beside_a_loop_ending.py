@@ -14,15 +14,18 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import gc
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 import agentrt
-from agentrt import Decision, SideEffect
+from agentrt import Decision, SideEffect, _session
 from conftest import FakeClock, Ids, RecordingTool, event_types
+from support.gates import collected_while_held, hold_next_group
 
 
 class _PeekedLoop(asyncio.SelectorEventLoop):
@@ -187,4 +190,54 @@ def test_every_order_of_a_takeover_a_collection_and_a_tool_thread_return_frees_t
     assert (driver._active, driver._lingering) == (set(), set())
     assert store.lease(run_id).owner == ""
     assert event_types(store, run_id).count("step.interrupted") == 1
+    assert store.verify_events().intact
+
+
+def test_a_driver_loop_closed_inside_its_begin_is_refused_until_collected_then_resumed(
+    any_store: agentrt.Store,
+) -> None:
+    """The consumer's loop is closed while `start`'s begin (the run's create commit, made)
+    is held in the store: no session exists yet, so the mark is not abandoned (decision
+    0219's consequence): refused "already executing", recover skips it; once the task is
+    collected the run is freed and the driver's resume takes it over and completes it."""
+    store = any_store
+    asked: list[int] = []
+
+    def agent(step_input: agentrt.StepInput) -> Any:
+        asked.append(len(step_input.steps))
+        return Decision.complete("done")
+
+    driver = agentrt.Driver(
+        store=store,
+        agent=agent,
+        policy=agentrt.default_policy(),
+        tools=[RecordingTool("change", SideEffect.LOCAL_MUTATION)],
+        now=FakeClock(),
+        new_id=Ids(),
+    )
+    run_id = "4" * 32
+    gc.disable()  # the collection comes where the test makes it
+    try:
+        theirs = asyncio.new_event_loop()
+        entered, go = hold_next_group(store, commit="before")
+        driving = theirs.create_task(driver.start("closed in its begin", None, run_id))
+        assert theirs.run_until_complete(theirs.run_in_executor(None, entered.wait, 30))
+        theirs.close()  # under the begin: no session yet
+        go.set()
+        _session.committer_for(store).submit(lambda tx: None).result(30)
+        assert driver._is_executing(run_id)
+        with pytest.raises(agentrt.RunStateError, match="already executing"):
+            driver.resume_sync(run_id)
+        [skipped] = driver.recover_sync()
+        assert (skipped.run_id, skipped.why) == (run_id, "this driver is executing it now")
+        task = weakref.ref(driving)
+        del driving, theirs
+        collected_while_held(driver._active_lock, task, "driver loop")
+    finally:
+        gc.enable()
+    assert not driver._is_executing(run_id)
+    run = driver.resume_sync(run_id)
+    assert (run.status, asked) == ("COMPLETED", [1])  # step 0, asked once
+    assert (driver._active, driver._lingering) == (set(), set())
+    assert store.lease(run_id).owner == ""
     assert store.verify_events().intact
