@@ -247,7 +247,14 @@ class Driver:
         with self._active_lock:
             if run_id in self._lingering:
                 return True
-            return any(m.run_id == run_id and not m.abandoned() for m in self._active)
+            return any(m.run_id == run_id and not m.abandoned() for m in self._marks())
+
+    def _marks(self) -> set[_Mark]:
+        """The marks as they are now, to look through: `_active` itself may lose one to a
+        loop ending on another thread (`_Exclusive.__exit__`, without the lock) between two
+        looks of an iteration, which then fails ("Set changed size during iteration"). One
+        copy is one step under the GIL (no Python code runs in it: a mark hashes by its id)."""
+        return self._active.copy()
 
     async def _drive(self, session: GateSession, mark: _Mark) -> Run:
         """The loop over a gate session: step, decide, propose, execute what was allowed."""
@@ -386,7 +393,7 @@ class _Exclusive:
         run_id = self.run_id
         self.mark = mark = _Mark(run_id, asyncio.get_running_loop())  # entered by a coroutine
         with driver._active_lock:
-            mine = [m for m in driver._active if m.run_id == run_id]
+            mine = [m for m in driver._marks() if m.run_id == run_id]
             left = mine[0] if len(mine) == 1 and mine[0].abandoned() else None
             if run_id in driver._lingering or (mine and left is None):
                 raise _refused(run_id)
