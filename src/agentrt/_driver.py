@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -261,6 +262,9 @@ class Driver:
         path = session._for_driver()
         run_id = session.run_id
         mark.session = session  # no await since the begin or the attach that made it
+        # Its heartbeat renews nothing once this loop is closed, its task kept, and no tool
+        # of it still runs: the lease lapses as a crashed process's does (decision XXXX).
+        session._driven_on = weakref.ref(mark.loop)
         try:
             allowed = session.current()
             if allowed is not None:  # attach allowed an approved call

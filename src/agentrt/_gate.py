@@ -611,6 +611,12 @@ class GateSession:
         # being held until the process exits. (The callback holds no reference to
         # the session; a running execute() keeps the session alive.)
         self._finalizer = weakref.finalize(self, _abandoned, rs, gate, rs.run_id)
+        # The event loop a Driver drives this session on (`Driver._drive`), referred to
+        # weakly: once it is closed (its task kept), the heartbeat renews nothing, unless a
+        # tool of it still runs (decision XXXX). None for a consumer's own session: its
+        # claim and executes in flight name their loops.
+        self._driven_on: weakref.ref[asyncio.AbstractEventLoop] | None = None
+        rs.loop_gone = _looks_gone(weakref.ref(self))
         # The execute() calls running now (each with the loop it waits on and its tool's
         # threads), and the step each executes: changed under `_close_lock`.
         self._executions: dict[ExecuteInFlight, GateStep] = {}
@@ -788,6 +794,30 @@ class GateSession:
             )
         self._running()
         self._lease_held()
+
+    def _loop_gone(self) -> bool:
+        """On the heartbeat's thread, with no lock: whether the event loop driving this session
+        was closed with its task kept, so that nothing of it can run again, and no tool of it
+        still runs (a real side effect in progress keeps the lease renewed, as a long tool
+        call's). The Driver's loop (`_driven_on`) whatever it awaits; else a consumer's claim
+        or executes in flight, each on a closed loop (an idle session judges nothing: its
+        consumer may be deciding on a live loop). Its lease then lapses, as a crashed
+        process's does, and another process may take the run over (decision XXXX)."""
+        lingering = self._rs.lingering_tool
+        if lingering is not None and not lingering.done():
+            return False
+        flights = list(self._executions)  # a copy: one step under the GIL (hashed by id)
+        if any(not thread.done() for flight in flights for thread in list(flight.threads)):
+            return False
+        driven = self._driven_on
+        if driven is not None:
+            loop = driven()
+            return loop is None or loop.is_closed()
+        looks = [flight.abandoned() for flight in flights]
+        claim = self._claiming
+        if claim is not None and not claim.ended:
+            looks.append(claim.loop.is_closed())
+        return bool(looks) and all(looks)
 
     def _claim_in_flight(self) -> bool:
         """Under `_close_lock`: whether a claim is being made that may still go on. One whose
@@ -1205,6 +1235,17 @@ def _retrieved(ended: asyncio.Future[None]) -> None:
     second interrupt's)."""
     if not ended.cancelled():
         ended.exception()
+
+
+def _looks_gone(session: weakref.ref[GateSession]) -> Callable[[], bool]:
+    """`GateSession._loop_gone` for its heartbeat, holding no reference to the session (one
+    dropped is collected, and its finalizer stops the heartbeat)."""
+
+    def gone() -> bool:
+        live = session()
+        return live is not None and live._loop_gone()
+
+    return gone
 
 
 class _Claim:

@@ -158,6 +158,7 @@ class Heartbeat:
         *,
         on_beat: Callable[[], None] | None = None,
         keeps: Callable[[], bool] | None = None,
+        gone: Callable[[], bool] | None = None,
     ) -> None:
         self._renewer = renewer
         # Called on this thread at each beat before the renewal (a look at what keeps the
@@ -166,12 +167,18 @@ class Heartbeat:
         # `keeps` (asked after each look) says nothing is left to look at (decision 0209).
         self._on_beat = on_beat
         self._keeps = keeps
+        # Asked at each beat before the renewal: whether the event loop driving the run was
+        # closed with its task kept (it can never run again) and no tool of it still runs.
+        # While it says so, nothing is renewed: the lease lapses as a crashed process's does,
+        # and another process may take the run over (decision XXXX).
+        self._gone = gone
         self._run_id = run_id
         self._owner = owner
         self._ttl = ttl
         self._stop = threading.Event()
         self.lost = threading.Event()
         self.renewals = 0
+        self.beats = 0  # beats made (a look, a renewal or none): what a test waits on
         self._thread = threading.Thread(
             target=self._beat, name=f"agentrt-heartbeat-{run_id[:8]}", daemon=True
         )
@@ -196,12 +203,27 @@ class Heartbeat:
             said = f"{prefix}: {said}"
         _log.warning("%s; tried again at each beat until it holds or lapses", said)
 
+    def _loop_gone(self) -> bool:
+        if self._gone is None:
+            return False
+        try:
+            return self._gone()
+        except Exception:  # a look that failed judges nothing: the lease is renewed
+            _log.warning(
+                "a heartbeat's look at whether run %s's event loop was closed failed",
+                sanitize(self._run_id),
+                exc_info=True,
+            )
+            return False
+
     def _beat(self) -> None:
         interval = self._ttl.total_seconds() / 3
         renewer_open = True
         failed = 0  # renewals failed in a row
+        paused = False  # not renewing: the loop driving the run was closed (decision XXXX)
         try:
             while not self._stop.wait(interval):
+                self.beats += 1
                 if self._on_beat is not None:
                     try:
                         self._on_beat()
@@ -219,6 +241,22 @@ class Heartbeat:
                         # under it: no look is left to make (decision 0209).
                         return
                     continue  # nothing to renew: only the look goes on, until stopped
+                if self._loop_gone():
+                    if not paused:
+                        paused = True
+                        _log.warning(
+                            "the event loop driving run %s was closed with its task kept: its "
+                            "lease is no longer renewed and lapses, as a crashed process's "
+                            "does, so another process may take the run over (decision XXXX)",
+                            sanitize(self._run_id),
+                        )
+                    continue
+                if paused:  # a Gate session's next call from a live loop (decision XXXX)
+                    paused = False
+                    _log.info(
+                        "the lease on run %s is renewed again: a live event loop drives it",
+                        sanitize(self._run_id),
+                    )
                 try:
                     held = self._renewer.renew(self._run_id, self._owner, self._ttl)
                 except Exception as exc:

@@ -574,6 +574,10 @@ class RunSession:
         # The tool tasks among them (left running by an execute closed from outside, or a
         # cancel they swallowed): the heartbeat ends one whose loop was closed (`_KeptTasks`).
         self._kept_tasks = _KeptTasks()
+        # Whether the event loop driving this session was closed with its task kept and no
+        # tool of it still runs (set by its gate session): its heartbeat renews nothing
+        # then, and the lease lapses as a crashed process's does (decision XXXX).
+        self.loop_gone: Callable[[], bool] | None = None
         # Set when an exception other than a cancel interrupted a tool's call with no thread
         # to wait for (an async tool's task may still run): the lease is not given back.
         self.tool_may_run = False
@@ -1114,9 +1118,14 @@ class RunSession:
                 config.lease_ttl,
                 on_beat=self._kept_tasks.end_those_whose_loop_closed,
                 keeps=self._kept_tasks.may_keep,
+                gone=self._loop_gone,
             )
             self.heartbeat.start()
         return self.heartbeat  # type: ignore[no-any-return]
+
+    def _loop_gone(self) -> bool:
+        gone = self.loop_gone
+        return gone is not None and gone()
 
     def stop_heartbeat(self) -> None:
         """Stop renewing without waiting for the thread (never blocks the event loop)."""
