@@ -316,3 +316,52 @@ def test_a_gate_claim_whose_loop_closed_stops_renewing_until_a_live_loop_claims(
         assert store.verify_events().intact
     finally:
         claiming.get_coro().close()
+
+
+def test_a_driver_loop_closed_as_its_async_tool_awaits_lets_its_lease_lapse(
+    database: str, said: _Said
+) -> None:
+    """An async tool's task runs on the loop itself: once that loop is closed it never runs
+    again, so it keeps nothing (unlike a thread). The heartbeat stops renewing; another driver
+    takes the run over, the step judged interrupted, the tool never called again."""
+    store = agentrt.open_store(database)
+    started = threading.Event()
+
+    async def hangs(call: Any) -> Any:
+        started.set()
+        await asyncio.get_running_loop().create_future()  # never returns
+
+    tool = RecordingTool("change", SideEffect.LOCAL_MUTATION, result=hangs)
+    agent = lambda _: Decision.tool_call("change", {"x": 1})  # noqa: E731
+    driver = _driver(store, agent, tool, lease_ttl=BEAT_TTL, lease_owner="closed")
+    run_id = "e" * 32
+    theirs = asyncio.new_event_loop()
+    driving = theirs.create_task(driver.start("its loop closed as its tool awaits", None, run_id))
+    try:
+        _until_started(theirs, started)
+        heartbeat = _heartbeat(driver, run_id)
+        theirs.close()
+        assert said.stopped.wait(30), "the heartbeat of a closed loop kept renewing"
+        _renews_no_more(heartbeat, store, run_id)
+        expire_lease(database, run_id)
+        other = _driver(store, agent, tool, lease_owner="other")
+        run = other.resume_sync(run_id)
+        assert run.status == "WAITING_FOR_APPROVAL"
+        [approval] = store.list_approvals(run_id)
+        assert approval.kind == "interrupted_side_effect"
+        assert [c.args for c in tool.calls] == [{"x": 1}]
+        assert store.verify_events().intact
+    finally:
+        if not theirs.is_closed():
+            theirs.close()
+        driving.get_coro().close()
+        store.close()
+
+
+def _until_started(loop: asyncio.AbstractEventLoop, started: threading.Event) -> None:
+    """Run `loop` until the tool has started (bounded)."""
+    for _ in range(3000):
+        if started.is_set():
+            return
+        loop.run_until_complete(asyncio.sleep(0.01))
+    raise AssertionError("the tool never started")

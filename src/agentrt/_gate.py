@@ -54,6 +54,7 @@ Every async entry point has a blocking `_sync` twin named like the Driver's
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import inspect
 import logging
@@ -82,6 +83,7 @@ from ._errors import (
     StoreError,
 )
 from ._events import Observer
+from ._execute import KeptTask
 from ._fork import left_to_the_parent
 from ._history import ShownSteps, StepLog
 from ._lease import FIRST_EPOCH, WallClock, holder_json, make_owner
@@ -807,7 +809,7 @@ class GateSession:
         if lingering is not None and not lingering.done():
             return False
         flights = list(self._executions)  # a copy: one step under the GIL (hashed by id)
-        if any(not thread.done() for flight in flights for thread in list(flight.threads)):
+        if any(_runs(thread) for flight in flights for thread in list(flight.threads)):
             return False
         driven = self._driven_on
         if driven is not None:
@@ -1235,6 +1237,14 @@ def _retrieved(ended: asyncio.Future[None]) -> None:
     second interrupt's)."""
     if not ended.cancelled():
         ended.exception()
+
+
+def _runs(thread: concurrent.futures.Future[Any]) -> bool:
+    """Whether a tool's thread (or its task left running, `KeptTask`) may still act: a task
+    whose loop was closed never runs again (decision 0198)."""
+    if thread.done():
+        return False
+    return not (isinstance(thread, KeptTask) and thread.loop_closed())
 
 
 def _looks_gone(session: weakref.ref[GateSession]) -> Callable[[], bool]:
