@@ -19,6 +19,10 @@ Invariants this module owns:
   left to look at, `keeps`: no kept task running, no tool call in flight). So
   does a renewal on a SQLite file deleted or replaced under the store: nothing
   is renewed in a file no other process reads (`_store/sqlite/_renewer.py`).
+- A run whose event loop was closed with its task kept (it can never run again) is, for
+  the lease, a dead process: while no tool of it still runs (`gone`), the heartbeat renews
+  nothing, says so once, and the lease lapses for another process's takeover (decision
+  XXXX). A live loop that is merely busy or blocked is never judged.
 - The holder record (host id, pid, process start time) lets a resumer on the
   same host prove a previous owner dead (`prove_dead`).
 - `check_live_lease` is the one judgement of whether a lease someone else
