@@ -1,5 +1,5 @@
 """A heartbeat whose run's event loop was closed with its task kept renews nothing (decision
-XXXX).
+0223).
 
 Decisions 0216 to 0222 let the same driver's `resume` take over a run whose loop was closed
 under it, its task kept referenced (so never collected). Its session's heartbeat still renewed
@@ -136,7 +136,7 @@ def test_a_driver_loop_closed_as_its_agent_decides_lets_its_lease_lapse_for_anot
         assert stopped == [
             f"the event loop driving run {run_id} was closed with its task kept: its lease is "
             "no longer renewed and lapses, as a crashed process's does, so another process "
-            "may take the run over (decision XXXX)"
+            "may take the run over (decision 0223)"
         ]
         assert store.lease(run_id).owner == driver.lease_owner
         expire_lease(database, run_id)
@@ -309,7 +309,7 @@ def test_a_gate_claim_whose_loop_closed_stops_renewing_until_a_live_loop_claims(
         assert [m for m in said.records if "is no longer renewed" in m] == [
             f"the event loop driving run {run_id} was closed with its task kept: its lease is "
             "no longer renewed and lapses, as a crashed process's does, so another process "
-            "may take the run over (decision XXXX)"
+            "may take the run over (decision 0223)"
         ]
         session.close_sync()
         assert store.lease(run_id).owner == ""

@@ -263,7 +263,7 @@ class Driver:
         run_id = session.run_id
         mark.session = session  # no await since the begin or the attach that made it
         # Its heartbeat renews nothing once this loop is closed, its task kept, and no tool
-        # of it still runs: the lease lapses as a crashed process's does (decision XXXX).
+        # of it still runs: the lease lapses as a crashed process's does (decision 0223).
         session._driven_on = weakref.ref(mark.loop)
         try:
             allowed = session.current()

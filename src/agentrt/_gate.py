@@ -615,7 +615,7 @@ class GateSession:
         self._finalizer = weakref.finalize(self, _abandoned, rs, gate, rs.run_id)
         # The event loop a Driver drives this session on (`Driver._drive`), referred to
         # weakly: once it is closed (its task kept), the heartbeat renews nothing, unless a
-        # tool of it still runs (decision XXXX). None for a consumer's own session: its
+        # tool of it still runs (decision 0223). None for a consumer's own session: its
         # claim and executes in flight name their loops.
         self._driven_on: weakref.ref[asyncio.AbstractEventLoop] | None = None
         rs.loop_gone = _looks_gone(weakref.ref(self))
@@ -804,7 +804,7 @@ class GateSession:
         call's). The Driver's loop (`_driven_on`) whatever it awaits; else a consumer's claim
         or executes in flight, each on a closed loop (an idle session judges nothing: its
         consumer may be deciding on a live loop). Its lease then lapses, as a crashed
-        process's does, and another process may take the run over (decision XXXX)."""
+        process's does, and another process may take the run over (decision 0223)."""
         lingering = self._rs.lingering_tool
         if lingering is not None and not lingering.done():
             return False

@@ -22,7 +22,7 @@ Invariants this module owns:
 - A run whose event loop was closed with its task kept (it can never run again) is, for
   the lease, a dead process: while no tool of it still runs (`gone`), the heartbeat renews
   nothing, says so once, and the lease lapses for another process's takeover (decision
-  XXXX). A live loop that is merely busy or blocked is never judged.
+  0223). A live loop that is merely busy or blocked is never judged.
 - The holder record (host id, pid, process start time) lets a resumer on the
   same host prove a previous owner dead (`prove_dead`).
 - `check_live_lease` is the one judgement of whether a lease someone else
@@ -174,7 +174,7 @@ class Heartbeat:
         # Asked at each beat before the renewal: whether the event loop driving the run was
         # closed with its task kept (it can never run again) and no tool of it still runs.
         # While it says so, nothing is renewed: the lease lapses as a crashed process's does,
-        # and another process may take the run over (decision XXXX).
+        # and another process may take the run over (decision 0223).
         self._gone = gone
         self._run_id = run_id
         self._owner = owner
@@ -224,7 +224,7 @@ class Heartbeat:
         interval = self._ttl.total_seconds() / 3
         renewer_open = True
         failed = 0  # renewals failed in a row
-        paused = False  # not renewing: the loop driving the run was closed (decision XXXX)
+        paused = False  # not renewing: the loop driving the run was closed (decision 0223)
         try:
             while not self._stop.wait(interval):
                 self.beats += 1
@@ -251,11 +251,11 @@ class Heartbeat:
                         _log.warning(
                             "the event loop driving run %s was closed with its task kept: its "
                             "lease is no longer renewed and lapses, as a crashed process's "
-                            "does, so another process may take the run over (decision XXXX)",
+                            "does, so another process may take the run over (decision 0223)",
                             sanitize(self._run_id),
                         )
                     continue
-                if paused:  # a Gate session's next call from a live loop (decision XXXX)
+                if paused:  # a Gate session's next call from a live loop (decision 0223)
                     paused = False
                     _log.info(
                         "the lease on run %s is renewed again: a live event loop drives it",

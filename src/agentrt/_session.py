@@ -576,7 +576,7 @@ class RunSession:
         self._kept_tasks = _KeptTasks()
         # Whether the event loop driving this session was closed with its task kept and no
         # tool of it still runs (set by its gate session): its heartbeat renews nothing
-        # then, and the lease lapses as a crashed process's does (decision XXXX).
+        # then, and the lease lapses as a crashed process's does (decision 0223).
         self.loop_gone: Callable[[], bool] | None = None
         # Set when an exception other than a cancel interrupted a tool's call with no thread
         # to wait for (an async tool's task may still run): the lease is not given back.
