@@ -222,3 +222,25 @@ def select_or_timeout(running: Proxy, seconds: float) -> None:
         running.child.wait(seconds)
     except subprocess.TimeoutExpired as exc:
         raise TimeoutError from exc
+
+
+def test_a_proxy_started_with_its_stdin_closed_says_so_and_exits_1(tmp_path: Path) -> None:
+    """A host that starts the proxy with fd 0 closed (a shell's `<&-`): fd 0 is then the
+    first descriptor the proxy opens (its event loop's), which the proxy must neither read
+    as its host's messages nor point at the null device. It says stdin is closed, before
+    starting any server, and exits 1, nothing on stdout. Before, it dup'd that descriptor and
+    exited 1 on "[Errno 22] Invalid argument" (epoll refusing to watch itself)."""
+    shop = Shop(tmp_path)
+    command = 'exec "$0" "$1" "$2" --config "$3" <&-'
+    args = [str(PROXY_CHILD), str(shop.clock_file), str(shop.config)]
+    done = subprocess.run(
+        ["/bin/sh", "-c", command, sys.executable, *args],
+        capture_output=True,
+        timeout=HANG_GUARD,
+        check=False,
+    )
+    said = done.stderr.decode("utf-8", "replace")
+    assert (done.returncode, done.stdout) == (1, b""), said
+    assert said.splitlines() == [
+        "agentrt-proxy: stdin is closed: agentrt-proxy reads its host's messages on stdin"
+    ]

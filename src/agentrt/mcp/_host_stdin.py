@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import fcntl
 import os
+import sys
 from collections.abc import Iterator
 
 CHUNK = 65536
@@ -98,6 +99,17 @@ class HostLines:
                 if self._eof:  # stopped while it waited: nothing is read
                     return b""
         return os.read(self._fd, CHUNK)
+
+
+def stdin_open() -> None:
+    """Refuse a host's stdin closed when the process started (a shell's `<&-`).
+
+    Then fd 0 is whatever the process opened first (its event loop's descriptor, its
+    database): neither to read as the host's messages nor to point at the null device
+    (decision XXXX). The interpreter says so by leaving `sys.__stdin__` unset.
+    """
+    if sys.__stdin__ is None:
+        raise OSError("stdin is closed: agentrt-proxy reads its host's messages on stdin")
 
 
 @contextlib.contextmanager

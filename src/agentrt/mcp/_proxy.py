@@ -1197,8 +1197,10 @@ async def serve(
     from mcp.server.lowlevel import Server as MCPServer
     from mcp.server.stdio import stdio_server
 
-    from ._host_stdin import HostLines, claimed_stdin
+    from ._host_stdin import HostLines, claimed_stdin, stdin_open
 
+    if streams is None:
+        stdin_open()  # before any server is started or the store opened (decision XXXX)
     clock = now or wall_clock
     store = _open(config, clock)
     try:
