@@ -106,7 +106,7 @@ def stdin_open() -> None:
 
     Then fd 0 is whatever the process opened first (its event loop's descriptor, its
     database): neither to read as the host's messages nor to point at the null device
-    (decision XXXX). The interpreter says so by leaving `sys.__stdin__` unset.
+    (decision 0224). The interpreter says so by leaving `sys.__stdin__` unset.
     """
     if sys.__stdin__ is None:
         raise OSError("stdin is closed: agentrt-proxy reads its host's messages on stdin")

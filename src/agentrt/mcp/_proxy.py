@@ -1200,7 +1200,7 @@ async def serve(
     from ._host_stdin import HostLines, claimed_stdin, stdin_open
 
     if streams is None:
-        stdin_open()  # before any server is started or the store opened (decision XXXX)
+        stdin_open()  # before any server is started or the store opened (decision 0224)
     clock = now or wall_clock
     store = _open(config, clock)
     try:
