@@ -618,7 +618,7 @@ class GateSession:
         # tool of it still runs (decision 0223). None for a consumer's own session: its
         # claim and executes in flight name their loops.
         self._driven_on: weakref.ref[asyncio.AbstractEventLoop] | None = None
-        rs.loop_gone = _looks_gone(weakref.ref(self))
+        rs.loop_gone.look = _looks_gone(weakref.ref(self))
         # The execute() calls running now (each with the loop it waits on and its tool's
         # threads), and the step each executes: changed under `_close_lock`.
         self._executions: dict[ExecuteInFlight, GateStep] = {}

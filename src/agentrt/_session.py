@@ -482,6 +482,21 @@ async def _ended_first(commit: Coroutine[Any, Any, T]) -> T:
         raise _CancelledAfterRefusal(refused) from refused
 
 
+class _LoopGone:
+    """A session's heartbeat's look at whether its event loop is gone (decision 0223): a
+    callable of its own, not a bound method of the session, so that the heartbeat (which the
+    session holds) refers not back to it: no cycle to wait for the collector (decision 0099)."""
+
+    __slots__ = ("look",)
+
+    def __init__(self) -> None:
+        self.look: Callable[[], bool] | None = None
+
+    def __call__(self) -> bool:
+        look = self.look
+        return look is not None and look()
+
+
 class ExecuteInFlight:
     """A Gate step's `execute` running (package-internal): the event loop it waits on, noted
     where a store call of it first looks the loop up (`write_through`, `run_io`: no loop call
@@ -575,9 +590,9 @@ class RunSession:
         # cancel they swallowed): the heartbeat ends one whose loop was closed (`_KeptTasks`).
         self._kept_tasks = _KeptTasks()
         # Whether the event loop driving this session was closed with its task kept and no
-        # tool of it still runs (set by its gate session): its heartbeat renews nothing
-        # then, and the lease lapses as a crashed process's does (decision 0223).
-        self.loop_gone: Callable[[], bool] | None = None
+        # tool of it still runs (its `look` set by its gate session): its heartbeat renews
+        # nothing then, and the lease lapses as a crashed process's does (decision 0223).
+        self.loop_gone = _LoopGone()
         # Set when an exception other than a cancel interrupted a tool's call with no thread
         # to wait for (an async tool's task may still run): the lease is not given back.
         self.tool_may_run = False
@@ -1118,14 +1133,10 @@ class RunSession:
                 config.lease_ttl,
                 on_beat=self._kept_tasks.end_those_whose_loop_closed,
                 keeps=self._kept_tasks.may_keep,
-                gone=self._loop_gone,
+                gone=self.loop_gone,
             )
             self.heartbeat.start()
         return self.heartbeat  # type: ignore[no-any-return]
-
-    def _loop_gone(self) -> bool:
-        gone = self.loop_gone
-        return gone is not None and gone()
 
     def stop_heartbeat(self) -> None:
         """Stop renewing without waiting for the thread (never blocks the event loop)."""
