@@ -224,6 +224,42 @@ def test_agentrt_mcp_pin_interrupted_while_the_server_is_silent_exits_1_in_one_l
     assert not out.exists()
 
 
+def _silent_server(tmp_path: Path) -> list[str]:
+    """A server's command that never answers the handshake: it notes its pid in
+    `server.pid`, touches `started`, and sleeps."""
+    return [
+        sys.executable,
+        "-c",
+        "import os, time, pathlib; "
+        f"pathlib.Path({str(tmp_path / 'server.pid')!r}).write_text(str(os.getpid())); "
+        f"pathlib.Path({str(tmp_path / 'started')!r}).touch(); time.sleep(600)",
+    ]
+
+
+def _interrupted_once_started(command: list[str], tmp_path: Path) -> tuple[int, str, str]:
+    """`command` run until its silent server started, then sent one SIGINT: its exit status,
+    stdout and stderr. A fresh interpreter, not one forked from the test's prepared
+    process: there, the command ended at once under plain `asyncio.run` too, so these tests
+    could not fail. The handshake waits 600 s: only the signal ends the command before."""
+    child = subprocess.Popen(
+        command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "started").exists():
+            assert time.monotonic() < deadline and child.poll() is None
+            time.sleep(0.02)
+        os.kill(child.pid, signal.SIGINT)
+        stdout, stderr = child.communicate(timeout=60)
+    finally:
+        if child.returncode is None:
+            child.kill()
+            child.wait(30)
+            with contextlib.suppress(ProcessLookupError, ValueError, FileNotFoundError):
+                os.kill(int((tmp_path / "server.pid").read_text()), signal.SIGKILL)
+    return child.returncode, stdout, stderr
+
+
 def test_agentrt_mcp_pin_interrupted_while_another_thread_takes_the_signal_exits_1(
     tmp_path: Path,
 ) -> None:
@@ -231,42 +267,14 @@ def test_agentrt_mcp_pin_interrupted_while_another_thread_takes_the_signal_exits
     watcher, when it runs at that instant) while the main thread waits in `select`:
     the wait still ends at once, `agentrt mcp: interrupted`, exit 1, the server gone,
     no manifest. Here only a thread of its own can take the SIGINT, every time."""
-    started = tmp_path / "started"
-    pidfile = tmp_path / "server.pid"
-    silent = (
-        "import os, time, pathlib; "
-        f"pathlib.Path({str(pidfile)!r}).write_text(str(os.getpid())); "
-        f"pathlib.Path({str(started)!r}).touch(); time.sleep(600)"
-    )
+    silent = _silent_server(tmp_path)
     out = tmp_path / "x.manifest.json"
     argv = [sys.executable, str(SIGINT_ELSEWHERE), "x", "--out", str(out)]
-    # A fresh interpreter: forked from the test's prepared process, `agentrt mcp pin` ended
-    # at once under plain `asyncio.run` too, so the test could not fail.
-    child = subprocess.Popen(
-        [*argv, "--", sys.executable, "-c", silent],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while not started.exists():
-            assert time.monotonic() < deadline and child.poll() is None
-            time.sleep(0.02)
-        os.kill(child.pid, signal.SIGINT)
-        # The handshake waits 600 s here: only the signal ends the pin before that.
-        stdout, stderr = child.communicate(timeout=60)
-    finally:
-        if child.returncode is None:
-            child.kill()
-            child.wait(30)
-            with contextlib.suppress(ProcessLookupError, ValueError, FileNotFoundError):
-                os.kill(int(pidfile.read_text()), signal.SIGKILL)
-    assert (child.returncode, stdout) == (1, ""), stderr
+    code, stdout, stderr = _interrupted_once_started([*argv, "--", *silent], tmp_path)
+    assert (code, stdout) == (1, ""), stderr
     assert stderr == "agentrt mcp: interrupted\n"
     with pytest.raises(ProcessLookupError):
-        os.kill(int(pidfile.read_text()), 0)
+        os.kill(int((tmp_path / "server.pid").read_text()), 0)
     assert not out.exists()
 
 
@@ -279,13 +287,7 @@ def test_agentrt_proxy_interrupted_while_another_thread_takes_the_signal_exits_1
     (as `agentrt mcp pin` above, decision 0213): it ends at once, exit 130 as for any
     Ctrl-C, nothing on stdout or stderr, the server gone. Before, it waited for the
     handshake's timeout (600 s here)."""
-    started = tmp_path / "started"
-    pidfile = tmp_path / "server.pid"
-    silent = (
-        "import os, time, pathlib; "
-        f"pathlib.Path({str(pidfile)!r}).write_text(str(os.getpid())); "
-        f"pathlib.Path({str(started)!r}).touch(); time.sleep(600)"
-    )
+    silent = _silent_server(tmp_path)
     owner_only = {
         "x.manifest.json": {"format": "agentrt.mcp.manifest/1", "server": "x", "tools": {}},
         "x.rules.json": {"format": "agentrt.mcp.rules/1", "tools": {}},
@@ -294,7 +296,7 @@ def test_agentrt_proxy_interrupted_while_another_thread_takes_the_signal_exits_1
             "database": "runs.db",
             "servers": {
                 "x": {
-                    "command": [sys.executable, "-c", silent],
+                    "command": silent,
                     "manifest": "x.manifest.json",
                     "rules": "x.rules.json",
                 }
@@ -305,32 +307,10 @@ def test_agentrt_proxy_interrupted_while_another_thread_takes_the_signal_exits_1
         (tmp_path / name).write_text(json.dumps(data))
         (tmp_path / name).chmod(0o600)
     argv = [sys.executable, str(PROXY_SIGINT_ELSEWHERE), "--config", str(tmp_path / "proxy.json")]
-    # A fresh interpreter, not one forked from the test's prepared process: there, the
-    # proxy ended at once under plain `asyncio.run` too, so the test could not fail.
-    child = subprocess.Popen(
-        [*argv, *(["--check"] if check else [])],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while not started.exists():
-            assert time.monotonic() < deadline and child.poll() is None
-            time.sleep(0.02)
-        os.kill(child.pid, signal.SIGINT)
-        # The handshake waits 600 s here: only the signal ends the proxy before that.
-        stdout, stderr = child.communicate(timeout=60)
-    finally:
-        if child.returncode is None:
-            child.kill()
-            child.wait(30)
-            with contextlib.suppress(ProcessLookupError, ValueError, FileNotFoundError):
-                os.kill(int(pidfile.read_text()), signal.SIGKILL)
-    assert (child.returncode, stdout, stderr) == (130, "", "")
+    command = [*argv, *(["--check"] if check else [])]
+    assert _interrupted_once_started(command, tmp_path) == (130, "", "")
     with pytest.raises(ProcessLookupError):
-        os.kill(int(pidfile.read_text()), 0)
+        os.kill(int((tmp_path / "server.pid").read_text()), 0)
 
 
 IGNORING_SIGINT = (
