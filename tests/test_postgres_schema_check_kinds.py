@@ -86,6 +86,26 @@ PLANTS = {
     ),
 }
 
+# What the refusal's closing words call each kind's family.
+OWN_CODE = "functions and operators of the database's own"
+FAMILY = {
+    "a trigger whose function is another schema's": "triggers",
+    "a rule": "rules",
+    "a view": "views",
+    "a row-level policy": "row-level policies",
+    "row-level security": "row-level security",
+    "a default calling a volatile built-in": "volatile functions",
+    "a check calling a volatile built-in": "volatile functions",
+    "an index expression cast to another schema's domain": OWN_CODE,
+    "a column of another schema's domain": "column types",
+    "a function in the store's schema": OWN_CODE,
+    "an operator in the store's schema, its function another schema's": OWN_CODE,
+    "an index of another schema's operator class": OWN_CODE,
+    "a foreign key from another schema's table": "foreign keys to or from another schema",
+    "a default calling another schema's function": OWN_CODE,
+}
+assert set(FAMILY) == set(PLANTS)
+
 # The other schema's code: nothing of it is in the store's schema.
 SIDE = (
     "CREATE SCHEMA {side}",
@@ -146,6 +166,8 @@ def test_each_kind_planted_alone_is_refused_at_open(url: str, kind: str) -> None
             with pytest.raises(UnsafeSchemaError) as refused:
                 agentrt.open_store(url)
             assert named in str(refused.value)
+            # The sentence's general words name this kind too, not only triggers and views.
+            assert FAMILY[kind] in str(refused.value).split("; ", 1)[1]
             with pytest.raises(UnsafeSchemaError) as refused:
                 agentrt.open_existing(url)
             assert named in str(refused.value)

@@ -284,6 +284,7 @@ _CALLED = r"':(?:funcid|opfuncid|hashfuncid|negfuncid) (\d+)'"
 # schema's tables and another schema's. Its `ON UPDATE`/`ON DELETE` action writes that table
 # inside agentrt's writes, firing whatever trigger it has; agentrt's own foreign keys are
 # between its tables (decision 0221).
+_FOREIGN_KEY = "a foreign key to or from another schema"
 _FOREIGN_KEY_OUT = "t.tgconstrrelid <> 0::oid AND t.tgconstrrelid NOT IN (SELECT own.oid FROM own)"
 
 _UNSAFE = f"""\
@@ -294,7 +295,7 @@ WITH code AS MATERIALIZED (
 SELECT 'trigger', t.tgname::text FROM own AS c JOIN pg_trigger AS t ON t.tgrelid = c.oid
     WHERE NOT t.tgisinternal
 UNION ALL
-SELECT 'a foreign key to or from another schema', k.conname::text
+SELECT '{_FOREIGN_KEY}', k.conname::text
     FROM own AS c JOIN pg_trigger AS t ON t.tgrelid = c.oid
     JOIN pg_constraint AS k ON k.oid = t.tgconstraint
     WHERE t.tgisinternal AND {_FOREIGN_KEY_OUT}
@@ -579,15 +580,22 @@ def _refuse_unsafe(found: list[Any]) -> None:
         named = ", ".join(f"{kind} {name!r}" for kind, name in ordered)
         said = f"the database holds {named}; agentrt refuses a schema with triggers or views"
         kinds = {kind for kind, _ in found}
-        if kinds & set(_CODE_KINDS):
-            said += (
-                " (or rules, row-level policies, or functions and operators of the database's "
-                "own, in its schema or in a table's defaults, checks, indexes or column types, "
-                "or volatile functions in a table's defaults, checks or indexes, which run "
-                "inside agentrt's reads and writes)"
+        others = []
+        if kinds - {"trigger", "view"}:
+            others.append("rules, row-level policies or row-level security")
+        if _FOREIGN_KEY in kinds:
+            others.append(
+                "foreign keys to or from another schema, whose actions write that schema's "
+                "tables inside agentrt's writes"
             )
-        elif kinds - {"trigger", "view"}:
-            said += " (or rules, or row-level policies)"
+        if kinds & set(_CODE_KINDS):
+            others.append(
+                "functions and operators of the database's own, in its schema or in a table's "
+                "defaults, checks, indexes or column types, or volatile functions in a table's "
+                "defaults, checks or indexes, which run inside agentrt's reads and writes"
+            )
+        if others:
+            said += f" (or {'; or '.join(others)})"
         raise UnsafeSchemaError(said)
 
 
