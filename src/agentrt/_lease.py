@@ -163,6 +163,7 @@ class Heartbeat:
         on_beat: Callable[[], None] | None = None,
         keeps: Callable[[], bool] | None = None,
         gone: Callable[[], bool] | None = None,
+        epoch: Callable[[], int | None] | None = None,
     ) -> None:
         self._renewer = renewer
         # Called on this thread at each beat before the renewal (a look at what keeps the
@@ -176,6 +177,10 @@ class Heartbeat:
         # While it says so, nothing is renewed: the lease lapses as a crashed process's does,
         # and another process may take the run over (decision 0223).
         self._gone = gone
+        # The lease's epoch the session holds (None when unknown): while paused, each beat
+        # reads whether the lease still names this owner at it, and ends the heartbeat as a
+        # lost lease does once it does not (decision XXXX).
+        self._epoch = epoch
         self._run_id = run_id
         self._owner = owner
         self._ttl = ttl
@@ -220,11 +225,34 @@ class Heartbeat:
             )
             return False
 
+    def _still_named(self) -> bool:
+        """While paused: whether the lease may still be this heartbeat's (a read, nothing
+        written). False only when the lease names another owner or epoch (taken over, given
+        back, the run ended) and the loop is still gone at the same epoch: a Gate session's
+        call from a live loop may have moved the lease to a new epoch of its own meanwhile,
+        which the next beat judges. A read that failed judges nothing (raised to the beat)."""
+        look = self._epoch
+        epoch = look() if look is not None else None
+        if look is None or epoch is None:
+            return True
+        if self._renewer.holds(self._run_id, self._owner, epoch):
+            return True
+        return not self._loop_gone() or look() != epoch
+
+    def _lose(self) -> bool:
+        """The lease is no longer this owner's: say so (`lost`) and let go of the renewer's
+        connection. Returns whether the thread ends now: with no look to go on making
+        (`on_beat`), at once; else once `keeps` says nothing is left to look at."""
+        self.lost.set()
+        self._renewer.close()
+        return self._on_beat is None
+
     def _beat(self) -> None:
         interval = self._ttl.total_seconds() / 3
         renewer_open = True
         failed = 0  # renewals failed in a row
         paused = False  # not renewing: the loop driving the run was closed (decision 0223)
+        unread = 0  # reads of the lease failed in a row while paused
         try:
             while not self._stop.wait(interval):
                 self.beats += 1
@@ -254,6 +282,22 @@ class Heartbeat:
                             "does, so another process may take the run over (decision 0223)",
                             sanitize(self._run_id),
                         )
+                    try:
+                        named = self._still_named()
+                    except Exception:  # read again at the next beat; said once a streak
+                        if unread == 0:
+                            _log.warning(
+                                "reading the lease on run %s failed; read again at each beat",
+                                sanitize(self._run_id),
+                                exc_info=True,
+                            )
+                        unread += 1
+                        continue
+                    unread = 0
+                    if not named:  # taken over, given back or ended: as a lost lease
+                        renewer_open = False
+                        if self._lose():
+                            return
                     continue
                 if paused:  # a Gate session's next call from a live loop (decision 0223)
                     paused = False
@@ -279,14 +323,12 @@ class Heartbeat:
                     )
                     failed = 0
                 if not held:
-                    self.lost.set()
-                    if self._on_beat is None:
-                        return
                     # A kept tool's task whose loop is closed after the loss still frees
                     # the run for its gate once looked at (decision 0207): the look goes on
                     # until the session stops it; the renewer's connection goes now.
                     renewer_open = False
-                    self._renewer.close()
+                    if self._lose():
+                        return
                     continue
                 self.renewals += 1
         finally:

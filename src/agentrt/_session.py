@@ -35,6 +35,7 @@ import contextvars
 import inspect
 import logging
 import threading
+import weakref
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -495,6 +496,17 @@ class _LoopGone:
     def __call__(self) -> bool:
         look = self.look
         return look is not None and look()
+
+
+def _epoch_of(session: weakref.ref[RunSession]) -> Callable[[], int | None]:
+    """A session's lease epoch for its heartbeat's look while paused (decision XXXX), holding
+    no reference to the session (no cycle, as `_LoopGone`): None once it was collected."""
+
+    def epoch() -> int | None:
+        live = session()
+        return None if live is None else live.epoch
+
+    return epoch
 
 
 class ExecuteInFlight:
@@ -1134,6 +1146,7 @@ class RunSession:
                 on_beat=self._kept_tasks.end_those_whose_loop_closed,
                 keeps=self._kept_tasks.may_keep,
                 gone=self.loop_gone,
+                epoch=_epoch_of(weakref.ref(self)),
             )
             self.heartbeat.start()
         return self.heartbeat  # type: ignore[no-any-return]

@@ -85,6 +85,10 @@ class Renewer(Protocol):
         holds it; False when it does not. Busy or failing: raises, and the heartbeat
         retries at its next tick."""
 
+    def holds(self, run_id: str, owner: str, epoch: int) -> bool:
+        """Whether the run's lease still names `owner` at `epoch`, expired or not: a read,
+        nothing written (a paused heartbeat's look, decision XXXX). Failing: raises."""
+
     def close(self) -> None:
         """Let go of what the renewals hold; never raises, and a later `renew` reopens."""
 

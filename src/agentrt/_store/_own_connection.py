@@ -6,8 +6,9 @@ a fork waits for a renewal under way (`_fork_lock`), and in a forked child the r
 refuses every renewal in one sentence and keeps the connection, never closing it there
 (`_fork.keep`).
 
-Invariant: a backend renews only through `renew`, which holds `_lock` and refuses a
-renewer left to its parent before its own `_renew` runs.
+Invariant: a backend renews only through `renew` (and reads the lease only through
+`holds`), which holds `_lock` and refuses a renewer left to its parent before its own
+`_renew` (`_holds`) runs.
 """
 
 from __future__ import annotations
@@ -49,4 +50,14 @@ class OwnConnection(Generic[C]):
 
     def _renew(self, run_id: str, owner: str, ttl: timedelta) -> bool:
         """The backend's renewal, on `_conn` (opened here when None)."""
+        raise NotImplementedError
+
+    def holds(self, run_id: str, owner: str, epoch: int) -> bool:
+        with self._lock:
+            if self._left is not None:
+                raise StoreError(self._left)
+            return self._holds(run_id, owner, epoch)
+
+    def _holds(self, run_id: str, owner: str, epoch: int) -> bool:
+        """The backend's read of the lease, on `_conn` (opened here when None)."""
         raise NotImplementedError

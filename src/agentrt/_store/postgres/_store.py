@@ -273,6 +273,21 @@ class PostgresRenewer(OwnConnection["psycopg.Connection[Any]"]):
             ) from e
         return cur.rowcount == 1
 
+    def _holds(self, run_id: str, owner: str, epoch: int) -> bool:
+        if self._conn is None:
+            self._conn = connect(self._target)
+        try:  # one statement on an autocommit connection: no transaction kept open
+            row = self._conn.execute(
+                "SELECT 1 FROM ONLY runs WHERE id = %s AND lease_owner = %s AND lease_epoch = %s",
+                (run_id, owner, epoch),
+            ).fetchone()
+        except psycopg.Error as e:
+            self.close()
+            raise store_error(
+                e, f"reading the lease on run {run_id} failed", target=self._target
+            ) from e
+        return row is not None
+
     def close(self) -> None:
         if self._conn is not None:
             with contextlib.suppress(psycopg.Error):

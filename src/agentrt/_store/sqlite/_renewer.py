@@ -31,10 +31,11 @@ from datetime import datetime, timedelta
 
 from ..._errors import StoreError
 from .._own_connection import OwnConnection
+from .._records import LeaseState
 from ._connection import store_error
 from ._filesafety import FileIdentity, turned_read_only
 from ._writer_turns import WriterTurns
-from ._writes import SqliteTx, renew_lease, renew_lease_alone
+from ._writes import SqliteTx, lease_named, renew_lease, renew_lease_alone
 
 
 class ConnectionRenewer(OwnConnection[sqlite3.Connection]):
@@ -89,6 +90,19 @@ class ConnectionRenewer(OwnConnection[sqlite3.Connection]):
             return False
         return renewed
 
+    def _holds(self, run_id: str, owner: str, epoch: int) -> bool:
+        files = self._files
+        if files.moved():  # as a renewal: no lease any other process reads is held there
+            self.close()
+            return False
+        if self._conn is None:
+            self._conn = self._connect()
+        try:
+            return lease_named(self._conn, run_id, owner, epoch)
+        except sqlite3.Error as e:
+            self.close()
+            raise store_error(e, f"reading the lease on run {run_id} failed") from e
+
     def close(self) -> None:
         if self._conn is not None:
             with contextlib.suppress(sqlite3.Error):
@@ -101,21 +115,27 @@ class StoreRenewer:
     """Renews through the store's own connection: only for `:memory:` stores,
     where a second connection would open a different, empty database.
 
-    `transaction` is the store's (`SqliteStore.transaction`): given, not imported,
-    so this module and the store's do not import each other.
+    `transaction` and `lease` are the store's (`SqliteStore.transaction`, `lease_state`):
+    given, not imported, so this module and the store's do not import each other.
     """
 
     def __init__(
         self,
         transaction: Callable[[], AbstractContextManager[SqliteTx]],
         wall: Callable[[], datetime],
+        lease: Callable[[str], LeaseState | None],
     ) -> None:
         self._transaction = transaction
         self._wall = wall
+        self._lease = lease  # the store's `lease_state`: a read on its connection
 
     def renew(self, run_id: str, owner: str, ttl: timedelta) -> bool:
         with self._transaction() as tx:
             return renew_lease(tx, run_id, owner, self._wall() + ttl)
+
+    def holds(self, run_id: str, owner: str, epoch: int) -> bool:
+        lease = self._lease(run_id)
+        return lease is not None and lease.held_by(owner) and lease.epoch == epoch
 
     def close(self) -> None:
         pass

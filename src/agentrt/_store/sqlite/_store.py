@@ -640,7 +640,7 @@ class SqliteStore(ProxyRows):
         """The heartbeat's way to renew: on a connection of its own (the store's in memory)."""
         self._check_open()
         if self._uri is None:
-            return StoreRenewer(self.transaction, wall)
+            return StoreRenewer(self.transaction, wall, self.lease_state)
         # It renews only while the files at the path are the ones this store opened: its
         # own connection, opened later, may otherwise open a file put there since.
         known = self._files.known if self._files is not None else None

@@ -78,6 +78,15 @@ def renew_lease(
     return bool(tx.execute(_RENEW_SQL, (format_time(expires_at), run_id, owner)).rowcount == 1)
 
 
+_NAMED_SQL = "SELECT 1 FROM runs WHERE id = ? AND lease_owner = ? AND lease_epoch = ?"
+
+
+def lease_named(conn: sqlite3.Connection, run_id: str, owner: str, epoch: int) -> bool:
+    """Whether the run's lease still names `owner` at `epoch` (expired or not): one read on
+    the heartbeat's connection, outside any transaction; nothing written (decision XXXX)."""
+    return conn.execute(_NAMED_SQL, (run_id, owner, epoch)).fetchone() is not None
+
+
 def renew_lease_alone(
     conn: sqlite3.Connection,
     safe_schema: int | None,
