@@ -22,7 +22,11 @@ Invariants this module owns:
 - A run whose event loop was closed with its task kept (it can never run again) is, for
   the lease, a dead process: while no tool of it still runs (`gone`), the heartbeat renews
   nothing, says so once, and the lease lapses for another process's takeover (decision
-  0223). A live loop that is merely busy or blocked is never judged.
+  0223). A live loop that is merely busy or blocked is never judged. While paused, each
+  beat reads (`Renewer.holds`, nothing written) whether the lease still names this owner
+  and the session's epoch; once it does not (taken over, given back, the run ended) the
+  heartbeat stops as one whose lease was lost: its renewer's connection closed, its thread
+  ended once nothing is left to look at (decision XXXX).
 - The holder record (host id, pid, process start time) lets a resumer on the
   same host prove a previous owner dead (`prove_dead`).
 - `check_live_lease` is the one judgement of whether a lease someone else
