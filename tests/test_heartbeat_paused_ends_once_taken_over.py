@@ -1,6 +1,6 @@
 """A paused heartbeat (its run's event loop closed with its task kept, decision 0223) ends,
 its thread and its renewer's connection let go, once its lease names another owner or epoch
-(decision XXXX).
+(decision 0225).
 
 Decision 0223 stopped the renewals of such a heartbeat, but its thread went on beating and
 its renewer's connection stayed open for the life of the process, even after another

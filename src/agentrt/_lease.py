@@ -26,7 +26,7 @@ Invariants this module owns:
   beat reads (`Renewer.holds`, nothing written) whether the lease still names this owner
   and the session's epoch; once it does not (taken over, given back, the run ended) the
   heartbeat stops as one whose lease was lost: its renewer's connection closed, its thread
-  ended once nothing is left to look at (decision XXXX).
+  ended once nothing is left to look at (decision 0225).
 - The holder record (host id, pid, process start time) lets a resumer on the
   same host prove a previous owner dead (`prove_dead`).
 - `check_live_lease` is the one judgement of whether a lease someone else
@@ -183,7 +183,7 @@ class Heartbeat:
         self._gone = gone
         # The lease's epoch the session holds (None when unknown): while paused, each beat
         # reads whether the lease still names this owner at it, and ends the heartbeat as a
-        # lost lease does once it does not (decision XXXX).
+        # lost lease does once it does not (decision 0225).
         self._epoch = epoch
         self._run_id = run_id
         self._owner = owner

@@ -499,7 +499,7 @@ class _LoopGone:
 
 
 def _epoch_of(session: weakref.ref[RunSession]) -> Callable[[], int | None]:
-    """A session's lease epoch for its heartbeat's look while paused (decision XXXX), holding
+    """A session's lease epoch for its heartbeat's look while paused (decision 0225), holding
     no reference to the session (no cycle, as `_LoopGone`): None once it was collected."""
 
     def epoch() -> int | None:

@@ -116,6 +116,30 @@ def test_a_renewer_closed_renews_again_and_closing_twice_is_harmless(backend: Ba
     assert expires_at is not None and earliest <= expires_at <= store.lease_now(WALL) + 2 * TTL
 
 
+def test_holds_reads_whether_the_lease_names_the_owner_at_the_epoch_and_writes_nothing(
+    backend: Backend,
+) -> None:
+    """A paused heartbeat's look (decision 0225): expired or not, only the exact owner and
+    epoch hold; a released lease, another run or a run unknown hold nothing."""
+    store = backend.open()
+    new_run(store, expires=EPOCH)  # long expired by the lease clock: still named
+    before = everything(store)
+    renewer = store.renewer(WALL)
+    try:
+        assert renewer.holds("r1", OWNER, 1) is True
+        assert renewer.holds("r1", OWNER, 2) is False
+        assert renewer.holds("r1", "someone-else", 1) is False
+        assert renewer.holds("nope", OWNER, 1) is False
+        assert everything(store) == before
+        with store.transaction() as tx:
+            assert tx.release_lease("r1", OWNER, epoch=1) is True
+        assert renewer.holds("r1", OWNER, 1) is False
+        renewer.close()
+        assert renewer.holds("r1", OWNER, 1) is False  # a closed renewer reads again
+    finally:
+        renewer.close()
+
+
 def test_release_lets_the_owner_go_and_leaves_anothers_lease_alone(backend: Backend) -> None:
     store = backend.open()
     new_run(store)

@@ -87,7 +87,7 @@ class Renewer(Protocol):
 
     def holds(self, run_id: str, owner: str, epoch: int) -> bool:
         """Whether the run's lease still names `owner` at `epoch`, expired or not: a read,
-        nothing written (a paused heartbeat's look, decision XXXX). Failing: raises."""
+        nothing written (a paused heartbeat's look, decision 0225). Failing: raises."""
 
     def close(self) -> None:
         """Let go of what the renewals hold; never raises, and a later `renew` reopens."""

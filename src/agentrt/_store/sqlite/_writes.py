@@ -83,7 +83,7 @@ _NAMED_SQL = "SELECT 1 FROM runs WHERE id = ? AND lease_owner = ? AND lease_epoc
 
 def lease_named(conn: sqlite3.Connection, run_id: str, owner: str, epoch: int) -> bool:
     """Whether the run's lease still names `owner` at `epoch` (expired or not): one read on
-    the heartbeat's connection, outside any transaction; nothing written (decision XXXX)."""
+    the heartbeat's connection, outside any transaction; nothing written (decision 0225)."""
     return conn.execute(_NAMED_SQL, (run_id, owner, epoch)).fetchone() is not None
 
 
