@@ -76,7 +76,10 @@ def serve(
             app,
             log_level="warning",
             access_log=False,
-            lifespan="on",
+            # No lifespan task: a second Ctrl-C (uvicorn's force exit) skips its shutdown and
+            # leaves it to be cancelled, which Starlette prints as a traceback; the read
+            # store is closed below instead (decision XXXX).
+            lifespan="off",
             proxy_headers=False,
             server_header=False,
             timeout_graceful_shutdown=2,
@@ -92,6 +95,7 @@ def serve(
         # last line waits for it, so that what it says (or, lost, what `recorded` was told)
         # is what the console recorded.
         app.state.deciding.stopped()
+        app.state.reader.close()
     out.write("agentrt console: stopped\n")
     out.flush()
     return 0
