@@ -354,3 +354,78 @@ def test_a_second_ctrl_c_while_a_decision_form_arrives_decides_nothing(db_path: 
     assert (out, code) == ("agentrt console: stopped\n", 0)
     assert events_of(db) == before_events
     assert pending(db, run.id).status == "pending"
+
+
+def _loop_closed(pid: int) -> bool:
+    """Whether the process has no epoll descriptor left: uvicorn's event loop closed."""
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):  # closed meanwhile
+            if os.readlink(fd) == "anon_inode:[eventpoll]":
+                return False
+    return True
+
+
+WAITING = (
+    "agentrt console: stopping once the decision being recorded has ended "
+    "(Ctrl-C does not cut this short)\n"
+)
+
+
+def test_a_ctrl_c_while_the_stop_waits_for_a_decision_does_not_cut_it_short(
+    db_path: Path,
+) -> None:
+    # Ctrl-C: uvicorn gives up on the decision (503, perhaps recorded) while its commit waits
+    # on the write lock, and the console waits for it before its last line (decision 0212).
+    # Ctrl-C again meanwhile (the console seems stuck) ended the wait: "agentrt: interrupted",
+    # exit 1, no "stopped", and the process, waiting on its worker thread, then recorded the
+    # decision without a word. Now the console says what it waits for, goes on waiting, and
+    # ends as a stop does once the decision has ended.
+    if not Path(f"/proc/{os.getpid()}/fd").is_dir():
+        pytest.skip("needs /proc to see the console's database and event loop")
+    db = str(db_path.resolve())
+    run = waiting_run(db)
+    approval = pending(db, run.id)
+    with _console(db) as (process, base):
+        assert process.stderr is not None
+        said: list[str] = []
+        reading = threading.Thread(target=lambda: said.extend(process.stderr or ()))
+        reading.start()
+        csrf, shown_hash = _console_page(base, run.id)
+        holder = sqlite3.connect(db, isolation_level=None, timeout=60)
+        try:
+            before = _db_handles(process.pid, db)
+            holder.execute("BEGIN IMMEDIATE")  # the write lock: the decision waits for it
+            posting, got = _in_background(
+                lambda: httpx.post(
+                    f"{base}/runs/{run.id}/approvals/{approval.id}/approve",
+                    data={"csrf": csrf, "hash": shown_hash, "note": ""},
+                    headers={"Origin": base},
+                    timeout=90,
+                )
+            )
+            _waits_for(
+                lambda: _db_handles(process.pid, db) > before,
+                process,
+                "the console opened the database for the decision",
+            )
+            process.send_signal(signal.SIGINT)
+            posting.join(90)  # answered once uvicorn gave up on it (2 s)
+            assert not posting.is_alive()
+            _waits_for(lambda: _loop_closed(process.pid), process, "uvicorn's loop closed")
+            _waits_for(lambda: WAITING in said, process, "the console said what it waits for")
+            process.send_signal(signal.SIGINT)  # and again: it goes on waiting
+            process.send_signal(signal.SIGINT)
+            holder.execute("COMMIT")  # the decision may now commit
+        finally:
+            holder.close()
+        assert process.stdout is not None
+        out = process.stdout.read()  # its last line, once it ended
+        process.wait(90)
+        reading.join(30)
+    err = "".join(said)
+    _assert_stopping(got[0], _stopping_page(STOPPING_DECISION, db, back=f"/runs/{run.id}"))
+    assert "Traceback" not in err and "interrupted" not in err, err
+    assert (out, process.returncode) == ("agentrt console: stopped\n", 0)
+    assert pending(db, run.id).status == "approved"
+    verified = _verified(db)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
