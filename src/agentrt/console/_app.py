@@ -80,10 +80,13 @@ class _Deciding:
                 self._count -= 1
                 self._changed.notify_all()
 
-    def stopped(self) -> None:
-        """No decision begins from now; returns once each one begun has ended."""
+    def stopped(self, waiting: Callable[[int], None] | None = None) -> None:
+        """No decision begins from now; returns once each one begun has ended. `waiting`, if
+        given, is told how many are still being committed, once, before waiting for them."""
         with self._changed:
-            self._stopped = True
+            told, self._stopped = self._stopped, True
+            if not told and self._count and waiting is not None:
+                waiting(self._count)
             self._changed.wait_for(lambda: self._count == 0)
 
 

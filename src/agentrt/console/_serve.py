@@ -9,6 +9,7 @@ link, because the person starting the console needs it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import sys
@@ -76,7 +77,10 @@ def serve(
             app,
             log_level="warning",
             access_log=False,
-            lifespan="on",
+            # No lifespan task: a second Ctrl-C (uvicorn's force exit) skips its shutdown and
+            # leaves it to be cancelled, which Starlette prints as a traceback; the read
+            # store is closed by `_stop` instead (decision XXXX).
+            lifespan="off",
             proxy_headers=False,
             server_header=False,
             timeout_graceful_shutdown=2,
@@ -87,14 +91,45 @@ def serve(
     except KeyboardInterrupt:  # Ctrl-C is how a person stops it: not an error
         pass
     finally:
-        sock.close()
-        # A decision uvicorn gave up on may still be committing on its worker thread: the
-        # last line waits for it, so that what it says (or, lost, what `recorded` was told)
-        # is what the console recorded.
-        app.state.deciding.stopped()
+        _stop(sock, app.state.deciding.stopped, app.state.reader.close)
     out.write("agentrt console: stopped\n")
     out.flush()
     return 0
+
+
+def _stop(
+    sock: socket.socket,
+    decided: Callable[[Callable[[int], None]], None],
+    close_reader: Callable[[], None],
+) -> None:
+    """The console's server has stopped: close, and wait for the decisions still committing
+    (`decided`, `_Deciding.stopped`).
+
+    A decision uvicorn gave up on may still be committing on its worker thread: the last
+    line waits for it, so that what it says (or, lost, what `recorded` was told) is what the
+    console recorded (decision 0212). A Ctrl-C meanwhile does not cut the wait short: the
+    process could not end before that thread anyway (it is not a daemon), and the decision
+    would then be recorded after an "interrupted" that does not name it. The wait is the
+    commit's, bounded by the store's busy timeout (decision XXXX)."""
+
+    def waiting(count: int) -> None:
+        what = "the decision being recorded has" if count == 1 else f"the {count} decisions "
+        if count != 1:
+            what += "being recorded have"
+        with contextlib.suppress(OSError, ValueError):  # a stderr gone: wait all the same
+            sys.stderr.write(
+                f"agentrt console: stopping once {what} ended (Ctrl-C does not cut this short)\n"
+            )
+            sys.stderr.flush()
+
+    while True:
+        try:
+            sock.close()
+            decided(waiting)
+            close_reader()
+            return
+        except KeyboardInterrupt:  # a Ctrl-C while waiting: the wait goes on (see above)
+            continue
 
 
 __all__ = ["TOKEN_ENV", "serve"]
