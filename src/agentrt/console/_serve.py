@@ -79,7 +79,7 @@ def serve(
             access_log=False,
             # No lifespan task: a second Ctrl-C (uvicorn's force exit) skips its shutdown and
             # leaves it to be cancelled, which Starlette prints as a traceback; the read
-            # store is closed by `_stop` instead (decision XXXX).
+            # store is closed by `_stop` instead (decision 0226).
             lifespan="off",
             proxy_headers=False,
             server_header=False,
@@ -110,7 +110,7 @@ def _stop(
     console recorded (decision 0212). A Ctrl-C meanwhile does not cut the wait short: the
     process could not end before that thread anyway (it is not a daemon), and the decision
     would then be recorded after an "interrupted" that does not name it. The wait is the
-    commit's, bounded by the store's busy timeout (decision XXXX)."""
+    commit's, bounded by the store's busy timeout (decision 0226)."""
 
     def waiting(count: int) -> None:
         what = "the decision being recorded has" if count == 1 else f"the {count} decisions "
