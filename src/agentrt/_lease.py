@@ -305,6 +305,7 @@ class Heartbeat:
                     continue
                 if paused:  # a Gate session's next call from a live loop (decision 0223)
                     paused = False
+                    unread = 0  # a later pause's failed reads are said again
                     _log.info(
                         "the lease on run %s is renewed again: a live event loop drives it",
                         sanitize(self._run_id),
