@@ -382,3 +382,27 @@ def test_a_host_that_stops_reading_then_reads_again_gets_every_answer_whole(
         {"item": "tea", "cents": 250},
     )
     assert (ended, rest) == (0, b""), stderr
+
+
+def test_a_proxy_started_with_its_stdout_closed_says_so_and_exits_1(tmp_path: Path) -> None:
+    """A host that starts the proxy with fd 1 closed (a shell's `>&-`): fd 1 is then the
+    first descriptor the proxy opens, which it must neither write its host's messages to
+    nor point at stderr. It says stdout is closed, before starting any server, and exits
+    1. Before, it started every server, then died of the SDK's `AttributeError` (no
+    `sys.stdout`), or, writing stdout itself, exited 1 on "[Errno 22] Invalid argument"
+    (the event loop's descriptor, taken for stdout, pointed at stderr)."""
+    shop = Shop(tmp_path)
+    command = 'exec "$0" "$1" "$2" --config "$3" >&-'
+    args = [str(PROXY_CHILD), str(shop.clock_file), str(shop.config)]
+    done = subprocess.run(
+        ["/bin/sh", "-c", command, sys.executable, *args],
+        input=(json.dumps(INITIALIZE) + "\n").encode(),
+        stderr=subprocess.PIPE,
+        timeout=HANG_GUARD,
+        check=False,
+    )
+    said = done.stderr.decode("utf-8", "replace")
+    assert (done.returncode, said.splitlines()) == (
+        1,
+        ["agentrt-proxy: stdout is closed: agentrt-proxy answers its host on stdout"],
+    ), said
