@@ -32,6 +32,7 @@ import fcntl
 import logging
 import os
 import queue
+import sys
 import threading
 from collections.abc import Iterator
 
@@ -126,6 +127,17 @@ def _settle(written: asyncio.Future[None], error: BaseException | None) -> None:
         written.set_result(None)
     else:
         written.set_exception(error)
+
+
+def stdout_open() -> None:
+    """Refuse a host's stdout closed when the process started (a shell's `>&-`).
+
+    Then fd 1 is whatever the process opened first (its event loop's descriptor, its
+    database): neither to write the host's messages to nor to point at stderr, as
+    decision 0224 says of stdin. The interpreter says so by leaving `sys.__stdout__` unset.
+    """
+    if sys.__stdout__ is None:
+        raise OSError("stdout is closed: agentrt-proxy answers its host on stdout")
 
 
 @contextlib.contextmanager

@@ -1198,10 +1198,11 @@ async def serve(
     from mcp.server.stdio import stdio_server
 
     from ._host_stdin import HostLines, claimed_stdin, stdin_open
-    from ._host_stdout import claimed_stdout
+    from ._host_stdout import claimed_stdout, stdout_open
 
     if streams is None:
         stdin_open()  # before any server is started or the store opened (decision 0224)
+        stdout_open()  # likewise (XXXX)
     clock = now or wall_clock
     store = _open(config, clock)
     try:
