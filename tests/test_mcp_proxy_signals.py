@@ -286,6 +286,9 @@ def until_stdout_full(running: Proxy) -> int:
 
 
 GONE_ON = "agentrt-proxy: a signal ended the session; 1 call(s) go on to their end"
+SDK_GAVE_UP = (
+    "agentrt-proxy: shutdown error response for request 3 gave up: transport write blocked"
+)
 LONG = "y" * (256 * 1024)  # the shop's `long` receipt: more than the pipe holds
 
 
@@ -333,15 +336,16 @@ def test_a_signal_ends_the_proxy_whose_host_stopped_reading_its_stdout(
     assert (len(rest), rest.count(b"\n")) == (size, 0), rest[:200]
     assert rest.startswith(b'{"jsonrpc":"2.0","id":2,"result":'), rest[:200]
     said = logged(stderr)
-    assert said[:2] + said[4:] == [
+    assert said[:1] + said[-2:] == [
         "agentrt-proxy: shop_receipt -> result",
-        "agentrt-proxy: shop_send: the host cancelled the call; it goes on",
         GONE_ON,
         "agentrt-proxy: shop_send -> result (the host had cancelled it)",
     ], stderr
-    # The SDK's own bound on its "Connection closed" answer (1 s), and the proxy's (3 s).
-    assert sorted(said[2:4]) == [
-        "agentrt-proxy: shutdown error response for request 3 gave up: transport write blocked",
+    # Between them, in an order two timers decide: the call cut from its session, the
+    # proxy giving its host up (3 s), and the SDK's own bound on its "Connection closed"
+    # answer (1 s: "transport write blocked"), which only the SDK decides to log.
+    assert sorted(line for line in said[1:-2] if line != SDK_GAVE_UP) == [
+        "agentrt-proxy: shop_send: the host cancelled the call; it goes on",
         "agentrt-proxy: the host stopped reading stdout (nothing taken for 3 s after the "
         "signal): what was not sent to it is dropped; every call is recorded",
     ], stderr
