@@ -9,9 +9,10 @@ While FOLDER/hold exists, they wait after writing their effect, until it is
 removed, then answer. `price` changes nothing; it appends a line to FOLDER/reads.log, and sleeps too
 while FOLDER/hang exists (a read that does not answer in time).
 `receipt` writes its effect, then answers as FOLDER/answer says: `huge`, a text
-past the client's 8 MiB bound on one line; `unusable`, a text whose JSON on the
-wire carries a lone surrogate escape (written by this server's own stdout, the
-SDK would not write one); otherwise a plain text.
+past the client's 8 MiB bound on one line; `long`, a text of 256 KiB (more than
+a pipe holds); `unusable`, a text whose JSON on the wire carries a lone surrogate
+escape (written by this server's own stdout, the SDK would not write one);
+otherwise a plain text.
 `confirm` asks the user for input in the middle of the call: an
 `elicitation/create` request to the client (`ctx.elicit`), then, whatever the
 answer, an error; `confirm_later` answers an `input_required` result instead
@@ -131,6 +132,8 @@ def main() -> None:
         mode = answer.read_text().strip() if answer.exists() else ""
         if mode == "huge":
             return "x" * (9 * 1024 * 1024)
+        if mode == "long":
+            return "y" * (256 * 1024)
         if mode == "unusable":
             return f"receipt for {order} {LONE_SURROGATE_MARK}"
         return f"receipt for {order}"

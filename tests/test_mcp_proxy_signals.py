@@ -12,6 +12,7 @@ handshake, and sends the signal. The bound on each wait is a hang guard, not a r
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import select
@@ -19,6 +20,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import termios
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,7 +28,7 @@ from typing import Any
 
 import pytest
 from tests.support import forkserver
-from tests.support.mcp_proxy import PRELOAD, PROXY_CHILD, Shop
+from tests.support.mcp_proxy import PRELOAD, PROXY_CHILD, Shop, agentrt, write_owner_only
 
 from agentrt import open_existing
 
@@ -84,6 +86,20 @@ class Proxy:
         answer = self.line()
         assert answer["id"] == 1 and "result" in answer, answer
         self.send(INITIALIZED)
+
+    def until_logged(self, line: str) -> None:
+        """Wait (within the hang guard) until the proxy has logged `line` on stderr."""
+        deadline = time.monotonic() + HANG_GUARD
+        while True:
+            self._err.seek(0)
+            if line in self._err.read().decode("utf-8", "replace").splitlines():
+                return
+            assert time.monotonic() < deadline and self.child.poll() is None, line
+            time.sleep(0.02)
+
+    def close_stdin(self) -> None:
+        os.close(self.stdin)
+        self.stdin = -1
 
     def ended(self) -> tuple[int, bytes, str]:
         """Its exit status, the rest of its stdout, its stderr: stdin still open."""
@@ -244,3 +260,153 @@ def test_a_proxy_started_with_its_stdin_closed_says_so_and_exits_1(tmp_path: Pat
     assert said.splitlines() == [
         "agentrt-proxy: stdin is closed: agentrt-proxy reads its host's messages on stdin"
     ]
+
+
+def call(request_id: int, tool: str, **arguments: Any) -> dict[str, Any]:
+    return {
+        "jsonrpc": "2.0",
+        "id": request_id,
+        "method": "tools/call",
+        "params": {"name": tool, "arguments": arguments},
+    }
+
+
+def until_stdout_full(running: Proxy) -> int:
+    """Wait (within the hang guard) until the proxy's stdout pipe holds all it can: the
+    proxy's write of what is left blocks there, the host taking nothing. Its size."""
+    size = fcntl.fcntl(running.stdout, fcntl.F_GETPIPE_SZ)
+    deadline = time.monotonic() + HANG_GUARD
+    while True:
+        held = bytearray(4)
+        fcntl.ioctl(running.stdout, termios.FIONREAD, held)
+        if int.from_bytes(held, sys.byteorder) == size:
+            return size
+        assert time.monotonic() < deadline and running.child.poll() is None, "never filled"
+        time.sleep(0.02)
+
+
+GONE_ON = "agentrt-proxy: a signal ended the session; 1 call(s) go on to their end"
+SDK_GAVE_UP = (
+    "agentrt-proxy: shutdown error response for request 3 gave up: transport write blocked"
+)
+LONG = "y" * (256 * 1024)  # the shop's `long` receipt: more than the pipe holds
+
+
+def long_answers(shop: Shop) -> None:
+    """The shop's `receipt` answers `LONG`, which the proxy passes on whole."""
+    (shop.folder / "answer").write_text("long")
+    config = json.loads(shop.config.read_text())
+    config["servers"]["shop"]["max_content_bytes"] = 1024 * 1024
+    write_owner_only(shop.config, config)
+
+
+@pytest.mark.parametrize(
+    ("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["SIGINT", "SIGTERM"]
+)
+def test_a_signal_ends_the_proxy_whose_host_stopped_reading_its_stdout(
+    tmp_path: Path, sig: signal.Signals, code: int
+) -> None:
+    """The host keeps stdin open and stops reading stdout: a 256 KiB answer fills the
+    pipe, the proxy's write of the rest blocks; a second call (`send`) is carried out
+    but not yet answered when the signal comes. The proxy lets that call end and
+    records it, gives up on the host that takes nothing, says so in one line, and exits
+    130 or 143. Both calls are recorded complete, each effect happened once, `agentrt
+    verify` finds the record intact; the host's pipe holds the answer's first 64 KiB,
+    nothing more: the answers it never read are lost on the wire alone. Before, the
+    proxy never ended: the SDK's stdout writer's blocked write, in a worker thread, is
+    what the session's end waited for."""
+    shop = Shop(tmp_path)
+    long_answers(shop)
+    hold = shop.folder / "hold"
+    with proxy(shop) as running:
+        running.handshake()
+        running.send(call(2, "shop_receipt", order="o-1"))
+        size = until_stdout_full(running)
+        hold.touch()
+        running.send(call(3, "shop_send", to="ann", text="hi"))
+        deadline = time.monotonic() + HANG_GUARD
+        while len(shop.effects()) < 2:
+            assert time.monotonic() < deadline and running.child.poll() is None
+            time.sleep(0.02)
+        running.child.send_signal(sig)
+        running.until_logged(GONE_ON)  # it gave its host up, and waits for the call
+        hold.unlink()
+        ended, rest, stderr = running.ended()
+    assert ended == code, stderr
+    assert (len(rest), rest.count(b"\n")) == (size, 0), rest[:200]
+    assert rest.startswith(b'{"jsonrpc":"2.0","id":2,"result":'), rest[:200]
+    said = logged(stderr)
+    assert said[:1] + said[-2:] == [
+        "agentrt-proxy: shop_receipt -> result",
+        GONE_ON,
+        "agentrt-proxy: shop_send -> result (the host had cancelled it)",
+    ], stderr
+    # Between them, in an order two timers decide: the call cut from its session, the
+    # proxy giving its host up (3 s), and the SDK's own bound on its "Connection closed"
+    # answer (1 s: "transport write blocked"), which only the SDK decides to log.
+    assert sorted(line for line in said[1:-2] if line != SDK_GAVE_UP) == [
+        "agentrt-proxy: shop_send: the host cancelled the call; it goes on",
+        "agentrt-proxy: the host stopped reading stdout (nothing taken for 3 s after the "
+        "signal): what was not sent to it is dropped; every call is recorded",
+    ], stderr
+    assert shop.effects() == [
+        {"tool": "receipt", "order": "o-1"},
+        {"tool": "send", "to": "ann", "text": "hi"},
+    ]
+    store = open_existing(shop.db, read_only=True)
+    try:
+        assert sorted(run.status for run in store.list_runs()) == ["COMPLETED", "COMPLETED"]
+    finally:
+        store.close()
+    verified = agentrt("verify", "--db", str(shop.db))
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+
+
+def test_a_host_that_stops_reading_then_reads_again_gets_every_answer_whole(
+    tmp_path: Path,
+) -> None:
+    """Normal operation: a host that leaves the proxy's stdout full for a while (a 256 KiB
+    answer, a second call sent meanwhile), then reads again, gets both answers whole and
+    in order, and the proxy ends 0 when the host closes stdin."""
+    shop = Shop(tmp_path)
+    long_answers(shop)
+    with proxy(shop) as running:
+        running.handshake()
+        running.send(call(2, "shop_receipt", order="o-1"))
+        until_stdout_full(running)
+        running.send(call(3, "shop_price", item="tea"))
+        first, second = running.line(), running.line()
+        running.close_stdin()
+        ended, rest, stderr = running.ended()
+    (text,) = first["result"]["content"]
+    said = json.loads(text["text"]) if text["type"] == "text" else None
+    assert (first["id"], said == {"result": LONG}) == (2, True), text["text"][:200]
+    assert (second["id"], second["result"]["structuredContent"]) == (
+        3,
+        {"item": "tea", "cents": 250},
+    )
+    assert (ended, rest) == (0, b""), stderr
+
+
+def test_a_proxy_started_with_its_stdout_closed_says_so_and_exits_1(tmp_path: Path) -> None:
+    """A host that starts the proxy with fd 1 closed (a shell's `>&-`): fd 1 is then the
+    first descriptor the proxy opens, which it must neither write its host's messages to
+    nor point at stderr. It says stdout is closed, before starting any server, and exits
+    1. Before, it started every server, then died of the SDK's `AttributeError` (no
+    `sys.stdout`), or, writing stdout itself, exited 1 on "[Errno 22] Invalid argument"
+    (the event loop's descriptor, taken for stdout, pointed at stderr)."""
+    shop = Shop(tmp_path)
+    command = 'exec "$0" "$1" "$2" --config "$3" >&-'
+    args = [str(PROXY_CHILD), str(shop.clock_file), str(shop.config)]
+    done = subprocess.run(
+        ["/bin/sh", "-c", command, sys.executable, *args],
+        input=(json.dumps(INITIALIZE) + "\n").encode(),
+        stderr=subprocess.PIPE,
+        timeout=HANG_GUARD,
+        check=False,
+    )
+    said = done.stderr.decode("utf-8", "replace")
+    assert (done.returncode, said.splitlines()) == (
+        1,
+        ["agentrt-proxy: stdout is closed: agentrt-proxy answers its host on stdout"],
+    ), said

@@ -1198,9 +1198,11 @@ async def serve(
     from mcp.server.stdio import stdio_server
 
     from ._host_stdin import HostLines, claimed_stdin, stdin_open
+    from ._host_stdout import claimed_stdout, stdout_open
 
     if streams is None:
         stdin_open()  # before any server is started or the store opened (decision 0224)
+        stdout_open()  # likewise (XXXX)
     clock = now or wall_clock
     store = _open(config, clock)
     try:
@@ -1279,13 +1281,18 @@ async def serve(
                     await server.run(streams[0], streams[1], server.create_initialization_options())
                 else:
                     # The host's stdin read on the loop, not in the SDK's worker thread
-                    # that a signal's cancellation would wait for (decision 0220).
-                    with claimed_stdin() as fd:
+                    # that a signal's cancellation would wait for (decision 0220); its
+                    # stdout written by a thread the proxy can leave behind (XXXX).
+                    with claimed_stdin() as fd, claimed_stdout() as out:
                         lines = HostLines(fd)
 
                         async def over_stdio() -> None:
                             stdin = cast("anyio.AsyncFile[str]", lines)
-                            async with stdio_server(stdin=stdin) as (read_stream, write_stream):
+                            stdout = cast("anyio.AsyncFile[str]", out)
+                            async with stdio_server(stdin=stdin, stdout=stdout) as (
+                                read_stream,
+                                write_stream,
+                            ):
                                 await server.run(
                                     read_stream,
                                     write_stream,
@@ -1300,6 +1307,7 @@ async def serve(
                             # session ends as when the host closes it, the SDK's own way.
                             ended_by = "a signal ended the session"
                             lines.stop()
+                            out.stop()
                             await session
                             raise
             finally:
