@@ -1,4 +1,4 @@
-"""The host's stdout for `agentrt-proxy`: a writer the proxy can leave behind (decision XXXX).
+"""The host's stdout for `agentrt-proxy`: a writer the proxy can leave behind (decision 0227).
 
 The MCP SDK's `stdio_server` writes each message with `anyio.wrap_file`: a
 blocking write in an AnyIO worker thread, which a cancellation waits for (the

@@ -1202,7 +1202,7 @@ async def serve(
 
     if streams is None:
         stdin_open()  # before any server is started or the store opened (decision 0224)
-        stdout_open()  # likewise (XXXX)
+        stdout_open()  # likewise (0227)
     clock = now or wall_clock
     store = _open(config, clock)
     try:
@@ -1282,7 +1282,7 @@ async def serve(
                 else:
                     # The host's stdin read on the loop, not in the SDK's worker thread
                     # that a signal's cancellation would wait for (decision 0220); its
-                    # stdout written by a thread the proxy can leave behind (XXXX).
+                    # stdout written by a thread the proxy can leave behind (0227).
                     with claimed_stdin() as fd, claimed_stdout() as out:
                         lines = HostLines(fd)
 
