@@ -37,7 +37,7 @@ import pytest
 
 from test_cli import clean_env, events_of, pending, waiting_run
 from test_closed_stdout import closed_stdout
-from test_full_stdout import FULL, NOTHING_CHANGED, full_stdout
+from test_full_stdout import FULL, NOTHING_CHANGED, full_stdout, raw_notes_server
 
 ROOT = Path(__file__).resolve().parent.parent
 MCP = ROOT / "examples" / "mcp"
@@ -58,24 +58,7 @@ def unbuffered(request: pytest.FixtureRequest) -> bool:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
-    """A server listing exactly the tools of the example notes server (its manifest's
-    descriptions, schemas and annotations), spoken by `mcp_raw_server.py`: what is under
-    test is the `agentrt mcp` process and its standard output, not the server, and the
-    example's own server is an interpreter importing the MCP SDK, over a second of CPU each
-    time. `agentrt mcp check` against it says what it says against the example's server."""
-    manifest = json.loads((MCP / "notes.manifest.json").read_text())
-    tools = [
-        {
-            "name": name,
-            "description": tool["description"],
-            "inputSchema": tool["input_schema"],
-            "annotations": tool["annotations"],
-        }
-        for name, tool in manifest["tools"].items()
-    ]
-    config = tmp_path_factory.mktemp("notes") / "notes.json"
-    config.write_text(json.dumps({"pages": [json.dumps({"tools": tools})]}))
-    return ["--", sys.executable, str(ROOT / "tests" / "mcp_raw_server.py"), str(config)]
+    return ["--", *raw_notes_server(tmp_path_factory.mktemp("notes"))]
 
 
 def _mcp_commands(tmp_path: Path, tag: str, unbuffered: bool, server: list[str]) -> list[list[str]]:
