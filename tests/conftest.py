@@ -177,7 +177,22 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     from tests.support import rewrite_cache
 
     rewrite_cache.write(session.config)
+    _build_hypothesis_character_table()
     _vacuum_the_test_server()
+
+
+def _build_hypothesis_character_table() -> None:
+    """Build Hypothesis's table of the characters UTF-8 encodes once, here, for the workers.
+
+    `st.text()` and `st.characters(codec="utf-8")` need it; Hypothesis builds it by
+    encoding every code point (about 3.4 s of CPU), once per process, and keeps it in
+    `.hypothesis/` (not in a clone: it is ignored). From a fresh clone each xdist worker
+    built it again on its first draw of a text. Built by the controller before the
+    workers start, each worker reads it from `.hypothesis/` (milliseconds); once it is
+    there, this is that read too."""
+    from hypothesis import strategies as st
+
+    st.characters(codec="utf-8").validate()
 
 
 def _vacuum_the_test_server() -> None:

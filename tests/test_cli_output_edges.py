@@ -37,7 +37,7 @@ import pytest
 
 from test_cli import clean_env, events_of, pending, waiting_run
 from test_closed_stdout import closed_stdout
-from test_full_stdout import FULL, NOTHING_CHANGED, full_stdout
+from test_full_stdout import FULL, NOTHING_CHANGED, full_stdout, raw_notes_server
 
 ROOT = Path(__file__).resolve().parent.parent
 MCP = ROOT / "examples" / "mcp"
@@ -56,14 +56,15 @@ def unbuffered(request: pytest.FixtureRequest) -> bool:
 # --- 1. agentrt mcp -----------------------------------------------------------------------------
 
 
-def _server() -> list[str]:
-    return ["--", sys.executable, str(MCP / "notes_server.py")]
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    return ["--", *raw_notes_server(tmp_path_factory.mktemp("notes"))]
 
 
-def _mcp_commands(tmp_path: Path, tag: str, unbuffered: bool) -> list[list[str]]:
+def _mcp_commands(tmp_path: Path, tag: str, unbuffered: bool, server: list[str]) -> list[list[str]]:
     """Every `agentrt mcp` command that writes to stdout. Buffered, those that start a
-    server are one `check` (the buffered `pin` is `test_full_stdout.py`'s): each starts two
-    interpreters that import the MCP SDK, about a second and a half of CPU. `--json` is not
+    server are one `check` (the buffered `pin` is `test_full_stdout.py`'s): each starts an
+    interpreter that imports the MCP SDK, about a second and a half of CPU. `--json` is not
     run again: its report is written by the same one `out.write(report)` of `mcp/_cli.py`
     as the text's, so a full or closed stdout meets it at the same write."""
     check = [
@@ -73,18 +74,18 @@ def _mcp_commands(tmp_path: Path, tag: str, unbuffered: bool) -> list[list[str]]
         str(MCP / "notes.rules.json"),
     ]
     served = [
-        ["mcp", "check", "notes", *check, *_server()],
-        ["mcp", "pin", "notes", "--out", str(tmp_path / f"{tag}.json"), *_server()],
+        ["mcp", "check", "notes", *check, *server],
+        ["mcp", "pin", "notes", "--out", str(tmp_path / f"{tag}.json"), *server],
     ]
     helps = [["mcp", "--help"], ["mcp", "pin", "--help"], ["mcp", "check", "--help"]]
     return helps + (served if unbuffered else served[:1])
 
 
 def test_every_mcp_command_on_a_full_stdout_says_it_in_the_one_line(
-    tmp_path: Path, unbuffered: bool
+    tmp_path: Path, unbuffered: bool, server: list[str]
 ) -> None:
     pytest.importorskip("mcp")
-    for command in _mcp_commands(tmp_path, "full", unbuffered):
+    for command in _mcp_commands(tmp_path, "full", unbuffered, server):
         result = full_stdout(command, unbuffered=unbuffered)
         # `pin` writes its manifest; `check` and help change nothing, and say so, as every
         # other command that changes nothing (decision 0215).
@@ -95,19 +96,21 @@ def test_every_mcp_command_on_a_full_stdout_says_it_in_the_one_line(
 
 
 def test_every_mcp_command_ends_quietly_when_its_reader_went_away(
-    tmp_path: Path, unbuffered: bool
+    tmp_path: Path, unbuffered: bool, server: list[str]
 ) -> None:
     pytest.importorskip("mcp")
-    for command in _mcp_commands(tmp_path, "closed", unbuffered):
+    for command in _mcp_commands(tmp_path, "closed", unbuffered, server):
         result = closed_stdout([sys.executable, "-m", "agentrt", *command], unbuffered=unbuffered)
         assert (command, result.returncode, result.stderr) == (command, 1, "")
 
 
-def test_an_mcp_error_is_still_said_in_its_own_line(tmp_path: Path, unbuffered: bool) -> None:
+def test_an_mcp_error_is_still_said_in_its_own_line(
+    tmp_path: Path, unbuffered: bool, server: list[str]
+) -> None:
     # What `agentrt mcp` says of a file it cannot read is unchanged by the above.
     missing = tmp_path / "missing.json"
     command = ["mcp", "check", "notes", "--manifest", str(missing), "--rules", str(missing)]
-    result = full_stdout([*command, *_server()], unbuffered=unbuffered)
+    result = full_stdout([*command, *server], unbuffered=unbuffered)
     assert result.returncode == 1
     assert result.stderr.startswith("agentrt mcp: ") and "missing.json" in result.stderr
     assert result.stderr.count("\n") == 1

@@ -46,6 +46,29 @@ def full_stdout(argv: list[str], *, unbuffered: bool) -> subprocess.CompletedPro
         )
 
 
+def raw_notes_server(directory: Path) -> list[str]:
+    """The command of a server listing exactly the tools of the example notes server (its
+    manifest's descriptions, schemas and annotations), spoken by `mcp_raw_server.py`. What
+    the tests of a full or closed standard output look at is the `agentrt mcp` process, not
+    the server, and the example's own server is an interpreter importing the MCP SDK, over
+    a second of CPU each time. `agentrt mcp check` against this one says what it says
+    against the example's server, line for line, with the same exit status."""
+    examples = Path(__file__).resolve().parent.parent / "examples" / "mcp"
+    manifest = json.loads((examples / "notes.manifest.json").read_text())
+    tools = [
+        {
+            "name": name,
+            "description": tool["description"],
+            "inputSchema": tool["input_schema"],
+            "annotations": tool["annotations"],
+        }
+        for name, tool in manifest["tools"].items()
+    ]
+    config = directory / "notes.json"
+    config.write_text(json.dumps({"pages": [json.dumps({"tools": tools})]}))
+    return [sys.executable, str(Path(__file__).parent / "mcp_raw_server.py"), str(config)]
+
+
 @pytest.fixture(params=[False, True], ids=["buffered", "unbuffered"])
 def unbuffered(request: pytest.FixtureRequest) -> bool:
     return bool(request.param)
@@ -185,10 +208,9 @@ def test_an_mcp_pin_whose_report_is_lost_at_the_exit_does_not_say_nothing_change
     # flush after it: that said "nothing was changed". (Unbuffered, `agentrt mcp` says the
     # failed write itself, in its own line.)
     pytest.importorskip("mcp")
-    server = Path(__file__).parent.parent / "examples" / "mcp" / "notes_server.py"
     manifest = tmp_path / "notes.manifest.json"
     result = full_stdout(
-        ["mcp", "pin", "notes", "--out", str(manifest), "--", sys.executable, str(server)],
+        ["mcp", "pin", "notes", "--out", str(manifest), "--", *raw_notes_server(tmp_path)],
         unbuffered=False,
     )
     assert (result.returncode, result.stderr) == (
@@ -196,7 +218,8 @@ def test_an_mcp_pin_whose_report_is_lost_at_the_exit_does_not_say_nothing_change
         f"agentrt: the standard output could not be written ({FULL}), so what agentrt mcp "
         "printed is incomplete; what it had done by then is not undone\n",
     )
-    assert json.loads(manifest.read_text())["tools"]
+    example = Path(__file__).resolve().parent.parent / "examples" / "mcp" / "notes.manifest.json"
+    assert json.loads(manifest.read_text()) == json.loads(example.read_text())
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,8 @@ The error is the `invalid_decision` observation the model is shown. It quotes th
 decision's tool name, kind or origin whole (`{value!r}`, 2 MB in, 2 MB out), schema
 errors carry `error.json_path` unclipped and unescaped (a raw ESC from a property
 name reaches the message), and every schema error is joined into one message (100,000
-of them: about 4 MB). Messages should be bounded and escape control characters.
+of them: about 4 MB; the 1,000 sent here, about 40 KB). Messages should be bounded and
+escape control characters.
 """
 
 from __future__ import annotations
@@ -27,7 +28,9 @@ CASES = {
     "huge_origin": Decision(kind="complete", origin="o" * 2_000_000),
     "control_char_key": Decision.tool_call("t", {"\x1b[2J" + "K" * 100: "s"}),
     "huge_key": Decision.tool_call("t", {"K" * 2_000_000: "s"}),
-    "many_errors": Decision.tool_call("t", {f"k{i}": "s" for i in range(100_000)}),
+    # 1,000 errors joined whole are about 40,000 characters, five times `_LIMIT`: as many
+    # as it takes to show they are not all joined (100,000 cost seconds, proving no more).
+    "many_errors": Decision.tool_call("t", {f"k{i}": "s" for i in range(1_000)}),
 }
 
 
