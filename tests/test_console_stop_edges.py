@@ -555,3 +555,78 @@ def test_a_sigterm_while_the_stop_waits_for_a_decision_ends_the_console_as_it_sa
     assert pending(db, run.id).status == "pending"
     verified = _verified(db)
     assert verified.returncode == 0, verified.stdout + verified.stderr
+
+
+# `agentrt.console.serve` called by a program of its own, started with its stderr closed
+# (Python then sets `sys.stderr` to None; the command line puts os.devnull in its place).
+_SERVE_STDERR_CLOSED = (
+    "import sys; import agentrt._store.sqlite._connection as c; c.BUSY_TIMEOUT_MS = 120_000; "
+    "assert sys.stderr is None; from agentrt.console import serve; "
+    "sys.exit(serve(sys.argv[1], port=0, by='ops'))"
+)
+
+
+def test_a_serve_with_stderr_closed_still_waits_for_the_decision_being_recorded(
+    db_path: Path,
+) -> None:
+    # Stopped while a decision commits, the console says on stderr what it waits for. With
+    # no stderr at all (`sys.stderr` None) that sentence raised AttributeError out of the
+    # stop: no wait, no "stopped", a traceback nobody sees, exit 1, and the decision then
+    # recorded by the worker thread the process still waited for.
+    if not Path(f"/proc/{os.getpid()}/fd").is_dir():
+        pytest.skip("needs /proc to see the console open the database for the decision")
+    db = str(db_path.resolve())
+    run = waiting_run(db)
+    approval = pending(db, run.id)
+    process = subprocess.Popen(
+        [sys.executable, "-c", _SERVE_STDERR_CLOSED, db],
+        stdout=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        env=clean_env(),
+        preexec_fn=lambda: os.close(2),  # the child's fd 2, closed before its exec
+    )
+    try:
+        assert process.stdout is not None
+        head = "".join(process.stdout.readline() for _ in range(3))
+        match = re.search(r"  open (http://127\.0\.0\.1:\d+)/", head)
+        assert match, head
+        base = match[1]
+        csrf, shown_hash = _console_page(base, run.id)
+        holder = sqlite3.connect(db, isolation_level=None, timeout=60)
+        try:
+            before = _db_handles(process.pid, db)
+            holder.execute("BEGIN IMMEDIATE")  # the write lock: the decision waits for it
+            posting, got = _in_background(
+                lambda: httpx.post(
+                    f"{base}/runs/{run.id}/approvals/{approval.id}/approve",
+                    data={"csrf": csrf, "hash": shown_hash, "note": ""},
+                    headers={"Origin": base},
+                    timeout=90,
+                )
+            )
+            _waits_for(
+                lambda: _db_handles(process.pid, db) > before,
+                process,
+                "the console opened the database for the decision",
+            )
+            process.send_signal(signal.SIGINT)
+            posting.join(90)
+            assert not posting.is_alive()
+            _waits_for(lambda: _loop_closed(process.pid), process, "uvicorn's loop closed")
+            # Waiting for the decision (its lock still held): the process has not ended.
+            assert process.poll() is None
+            holder.execute("COMMIT")  # the decision may now commit
+        finally:
+            holder.close()
+        out = process.stdout.read()
+        process.wait(90)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    _assert_stopping(got[0], _stopping_page(STOPPING_DECISION, db, back=f"/runs/{run.id}"))
+    assert (out, process.returncode) == ("agentrt console: stopped\n", 0)
+    assert pending(db, run.id).status == "approved"
+    verified = _verified(db)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
