@@ -143,19 +143,23 @@ def _stop(
     console recorded (decision 0212). A Ctrl-C meanwhile does not cut the wait short: the
     process could not end before that thread anyway (it is not a daemon), and the decision
     would then be recorded after an "interrupted" that does not name it. The wait is the
-    commit's, bounded by the store's busy timeout (decision 0226)."""
+    commit's, bounded by the store's busy timeout (decision 0226); a SIGTERM ends it, and
+    the process, as the sentence on stderr says (decision XXXX)."""
 
     def waiting(count: int) -> None:
         what = "the decision being recorded has" if count == 1 else f"the {count} decisions "
         if count != 1:
             what += "being recorded have"
         which = "the decision" if count == 1 else "each decision"
+        err = sys.stderr  # None when started with none (the command line puts devnull there)
+        if err is None:
+            return
         with contextlib.suppress(OSError, ValueError):  # a stderr gone: wait all the same
-            sys.stderr.write(
+            err.write(
                 f"agentrt console: stopping once {what} ended (Ctrl-C does not cut this "
                 f"short; `kill {os.getpid()}` does, {which} then recorded or not)\n"
             )
-            sys.stderr.flush()
+            err.flush()
 
     while True:
         try:
