@@ -365,10 +365,12 @@ def _loop_closed(pid: int) -> bool:
     return True
 
 
-WAITING = (
-    "agentrt console: stopping once the decision being recorded has ended "
-    "(Ctrl-C does not cut this short)\n"
-)
+def _waiting_said(pid: int) -> str:
+    """What the console says once stopped while a decision is still being committed."""
+    return (
+        "agentrt console: stopping once the decision being recorded has ended (Ctrl-C does "
+        f"not cut this short; `kill {pid}` does, the decision then recorded or not)\n"
+    )
 
 
 def test_a_ctrl_c_while_the_stop_waits_for_a_decision_does_not_cut_it_short(
@@ -412,7 +414,11 @@ def test_a_ctrl_c_while_the_stop_waits_for_a_decision_does_not_cut_it_short(
             posting.join(90)  # answered once uvicorn gave up on it (2 s)
             assert not posting.is_alive()
             _waits_for(lambda: _loop_closed(process.pid), process, "uvicorn's loop closed")
-            _waits_for(lambda: WAITING in said, process, "the console said what it waits for")
+            _waits_for(
+                lambda: _waiting_said(process.pid) in said,
+                process,
+                "the console said what it waits for",
+            )
             process.send_signal(signal.SIGINT)  # and again: it goes on waiting
             process.send_signal(signal.SIGINT)
             holder.execute("COMMIT")  # the decision may now commit
@@ -425,6 +431,201 @@ def test_a_ctrl_c_while_the_stop_waits_for_a_decision_does_not_cut_it_short(
     err = "".join(said)
     _assert_stopping(got[0], _stopping_page(STOPPING_DECISION, db, back=f"/runs/{run.id}"))
     assert "Traceback" not in err and "interrupted" not in err, err
+    assert (out, process.returncode) == ("agentrt console: stopped\n", 0)
+    assert pending(db, run.id).status == "approved"
+    verified = _verified(db)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+
+
+def test_a_sigterm_while_a_decision_commits_stops_the_console_as_ctrl_c_does(
+    db_path: Path,
+) -> None:
+    # SIGTERM (`kill`, a service manager's stop) while an approval's commit waits on the
+    # write lock. uvicorn stops as at a Ctrl-C, then raised SIGTERM again once it had
+    # stopped: the process ended at once (-15) before the 503 it had begun for the
+    # decision went out (the client saw the connection drop, no answer), without waiting
+    # for the decision nor saying "stopped". Now it is a stop: the client told the decision
+    # may have been recorded, the console waiting for it, recorded whole, "stopped", 0.
+    if not Path(f"/proc/{os.getpid()}/fd").is_dir():
+        pytest.skip("needs /proc to see the console open the database for the decision")
+    db = str(db_path.resolve())
+    run = waiting_run(db)
+    approval = pending(db, run.id)
+    with _console(db) as (process, base):
+        assert process.stderr is not None
+        said: list[str] = []
+        reading = threading.Thread(target=lambda: said.extend(process.stderr or ()))
+        reading.start()
+        csrf, shown_hash = _console_page(base, run.id)
+        holder = sqlite3.connect(db, isolation_level=None, timeout=60)
+        try:
+            before = _db_handles(process.pid, db)
+            holder.execute("BEGIN IMMEDIATE")  # the write lock: the decision waits for it
+            posting, got = _in_background(
+                lambda: httpx.post(
+                    f"{base}/runs/{run.id}/approvals/{approval.id}/approve",
+                    data={"csrf": csrf, "hash": shown_hash, "note": ""},
+                    headers={"Origin": base},
+                    timeout=90,
+                )
+            )
+            _waits_for(
+                lambda: _db_handles(process.pid, db) > before,
+                process,
+                "the console opened the database for the decision",
+            )
+            process.send_signal(signal.SIGTERM)
+            posting.join(90)  # answered once uvicorn gave up on it (2 s)
+            assert not posting.is_alive()
+            _assert_stopping(got[0], _stopping_page(STOPPING_DECISION, db, back=f"/runs/{run.id}"))
+            _waits_for(
+                lambda: _waiting_said(process.pid) in said,
+                process,
+                "the console said what it waits for",
+            )
+            holder.execute("COMMIT")  # the decision may now commit
+        finally:
+            holder.close()
+        assert process.stdout is not None
+        out = process.stdout.read()
+        process.wait(90)
+        reading.join(30)
+    err = "".join(said)
+    assert "Traceback" not in err and "interrupted" not in err, err
+    assert (out, process.returncode) == ("agentrt console: stopped\n", 0)
+    assert pending(db, run.id).status == "approved"
+    verified = _verified(db)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+
+
+def test_a_sigterm_while_the_stop_waits_for_a_decision_ends_the_console_as_it_said(
+    db_path: Path,
+) -> None:
+    # A commit that does not end (here: the write lock never let go) keeps a stopped console
+    # waiting; Ctrl-C does not cut that short (decision 0226). What does is said with the
+    # wait, and does it: `kill PID` ends the process (by SIGTERM), the decision not recorded
+    # (its transaction never committed), the record whole.
+    if not Path(f"/proc/{os.getpid()}/fd").is_dir():
+        pytest.skip("needs /proc to see the console's database")
+    db = str(db_path.resolve())
+    run = waiting_run(db)
+    approval = pending(db, run.id)
+    with _console(db) as (process, base):
+        assert process.stderr is not None
+        said: list[str] = []
+        reading = threading.Thread(target=lambda: said.extend(process.stderr or ()))
+        reading.start()
+        csrf, shown_hash = _console_page(base, run.id)
+        holder = sqlite3.connect(db, isolation_level=None, timeout=60)
+        try:
+            before = _db_handles(process.pid, db)
+            holder.execute("BEGIN IMMEDIATE")
+            posting, got = _in_background(
+                lambda: httpx.post(
+                    f"{base}/runs/{run.id}/approvals/{approval.id}/approve",
+                    data={"csrf": csrf, "hash": shown_hash, "note": ""},
+                    headers={"Origin": base},
+                    timeout=90,
+                )
+            )
+            _waits_for(
+                lambda: _db_handles(process.pid, db) > before,
+                process,
+                "the console opened the database for the decision",
+            )
+            process.send_signal(signal.SIGINT)
+            posting.join(90)
+            assert not posting.is_alive()
+            _waits_for(
+                lambda: _waiting_said(process.pid) in said,
+                process,
+                "the console said what it waits for",
+            )
+            process.send_signal(signal.SIGINT)  # not this
+            process.send_signal(signal.SIGTERM)  # this
+            assert process.stdout is not None
+            out = process.stdout.read()
+            process.wait(90)
+        finally:
+            holder.execute("ROLLBACK")
+            holder.close()
+        reading.join(30)
+    _assert_stopping(got[0], _stopping_page(STOPPING_DECISION, db, back=f"/runs/{run.id}"))
+    assert (out, process.returncode) == ("", -signal.SIGTERM)
+    assert pending(db, run.id).status == "pending"
+    verified = _verified(db)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+
+
+# `agentrt.console.serve` called by a program of its own, started with its stderr closed
+# (Python then sets `sys.stderr` to None; the command line puts os.devnull in its place).
+_SERVE_STDERR_CLOSED = (
+    "import sys; import agentrt._store.sqlite._connection as c; c.BUSY_TIMEOUT_MS = 120_000; "
+    "assert sys.stderr is None; from agentrt.console import serve; "
+    "sys.exit(serve(sys.argv[1], port=0, by='ops'))"
+)
+
+
+def test_a_serve_with_stderr_closed_still_waits_for_the_decision_being_recorded(
+    db_path: Path,
+) -> None:
+    # Stopped while a decision commits, the console says on stderr what it waits for. With
+    # no stderr at all (`sys.stderr` None) that sentence raised AttributeError out of the
+    # stop: no wait, no "stopped", a traceback nobody sees, exit 1, and the decision then
+    # recorded by the worker thread the process still waited for.
+    if not Path(f"/proc/{os.getpid()}/fd").is_dir():
+        pytest.skip("needs /proc to see the console open the database for the decision")
+    db = str(db_path.resolve())
+    run = waiting_run(db)
+    approval = pending(db, run.id)
+    process = subprocess.Popen(
+        [sys.executable, "-c", _SERVE_STDERR_CLOSED, db],
+        stdout=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        env=clean_env(),
+        preexec_fn=lambda: os.close(2),  # the child's fd 2, closed before its exec
+    )
+    try:
+        assert process.stdout is not None
+        head = "".join(process.stdout.readline() for _ in range(3))
+        match = re.search(r"  open (http://127\.0\.0\.1:\d+)/", head)
+        assert match, head
+        base = match[1]
+        csrf, shown_hash = _console_page(base, run.id)
+        holder = sqlite3.connect(db, isolation_level=None, timeout=60)
+        try:
+            before = _db_handles(process.pid, db)
+            holder.execute("BEGIN IMMEDIATE")  # the write lock: the decision waits for it
+            posting, got = _in_background(
+                lambda: httpx.post(
+                    f"{base}/runs/{run.id}/approvals/{approval.id}/approve",
+                    data={"csrf": csrf, "hash": shown_hash, "note": ""},
+                    headers={"Origin": base},
+                    timeout=90,
+                )
+            )
+            _waits_for(
+                lambda: _db_handles(process.pid, db) > before,
+                process,
+                "the console opened the database for the decision",
+            )
+            process.send_signal(signal.SIGINT)
+            posting.join(90)
+            assert not posting.is_alive()
+            _waits_for(lambda: _loop_closed(process.pid), process, "uvicorn's loop closed")
+            # Waiting for the decision (its lock still held): the process has not ended.
+            assert process.poll() is None
+            holder.execute("COMMIT")  # the decision may now commit
+        finally:
+            holder.close()
+        out = process.stdout.read()
+        process.wait(90)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    _assert_stopping(got[0], _stopping_page(STOPPING_DECISION, db, back=f"/runs/{run.id}"))
     assert (out, process.returncode) == ("agentrt console: stopped\n", 0)
     assert pending(db, run.id).status == "approved"
     verified = _verified(db)

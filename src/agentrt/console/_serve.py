@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import socket
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from types import FrameType
 from typing import TextIO
 
 import uvicorn
@@ -87,14 +90,44 @@ def serve(
         )
     )
     try:
-        server.run(sockets=[sock])
-    except KeyboardInterrupt:  # Ctrl-C is how a person stops it: not an error
+        with _sigterm_stops():
+            server.run(sockets=[sock])
+    except (KeyboardInterrupt, _Terminated):  # Ctrl-C (or SIGTERM) is how it is stopped
         pass
     finally:
         _stop(sock, app.state.deciding.stopped, app.state.reader.close)
     out.write("agentrt console: stopped\n")
     out.flush()
     return 0
+
+
+class _Terminated(BaseException):
+    """SIGTERM, once uvicorn has stopped: raised where it stops, as Ctrl-C's `KeyboardInterrupt`
+    is (a `BaseException`, as that one)."""
+
+
+@contextlib.contextmanager
+def _sigterm_stops() -> Iterator[None]:
+    """SIGTERM stops the console as Ctrl-C does (decision XXXX). uvicorn hears it while it
+    serves and, once stopped, raises it again under the handler it found: left the default
+    one, the process ended there, before the answers uvicorn's cancel had begun (decision
+    0214) went out, and without the wait for the decisions still committing (decision
+    0212). Only where SIGTERM has its default action, from the main thread; the default is
+    put back for the wait after the stop, which a SIGTERM then ends (decision 0226)."""
+    if threading.current_thread() is not threading.main_thread() or (
+        signal.getsignal(signal.SIGTERM) != signal.SIG_DFL
+    ):
+        yield
+        return
+
+    def terminated(signum: int, frame: FrameType | None) -> None:
+        raise _Terminated
+
+    signal.signal(signal.SIGTERM, terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _stop(
@@ -110,17 +143,23 @@ def _stop(
     console recorded (decision 0212). A Ctrl-C meanwhile does not cut the wait short: the
     process could not end before that thread anyway (it is not a daemon), and the decision
     would then be recorded after an "interrupted" that does not name it. The wait is the
-    commit's, bounded by the store's busy timeout (decision 0226)."""
+    commit's, bounded by the store's busy timeout (decision 0226); a SIGTERM ends it, and
+    the process, as the sentence on stderr says (decision XXXX)."""
 
     def waiting(count: int) -> None:
         what = "the decision being recorded has" if count == 1 else f"the {count} decisions "
         if count != 1:
             what += "being recorded have"
+        which = "the decision" if count == 1 else "each decision"
+        err = sys.stderr  # None when started with none (the command line puts devnull there)
+        if err is None:
+            return
         with contextlib.suppress(OSError, ValueError):  # a stderr gone: wait all the same
-            sys.stderr.write(
-                f"agentrt console: stopping once {what} ended (Ctrl-C does not cut this short)\n"
+            err.write(
+                f"agentrt console: stopping once {what} ended (Ctrl-C does not cut this "
+                f"short; `kill {os.getpid()}` does, {which} then recorded or not)\n"
             )
-            sys.stderr.flush()
+            err.flush()
 
     while True:
         try:
