@@ -108,7 +108,7 @@ class _Terminated(BaseException):
 
 @contextlib.contextmanager
 def _sigterm_stops() -> Iterator[None]:
-    """SIGTERM stops the console as Ctrl-C does (decision XXXX). uvicorn hears it while it
+    """SIGTERM stops the console as Ctrl-C does (decision 0229). uvicorn hears it while it
     serves and, once stopped, raises it again under the handler it found: left the default
     one, the process ended there, before the answers uvicorn's cancel had begun (decision
     0214) went out, and without the wait for the decisions still committing (decision
@@ -144,7 +144,7 @@ def _stop(
     process could not end before that thread anyway (it is not a daemon), and the decision
     would then be recorded after an "interrupted" that does not name it. The wait is the
     commit's, bounded by the store's busy timeout (decision 0226); a SIGTERM ends it, and
-    the process, as the sentence on stderr says (decision XXXX)."""
+    the process, as the sentence on stderr says (decision 0229)."""
 
     def waiting(count: int) -> None:
         what = "the decision being recorded has" if count == 1 else f"the {count} decisions "
