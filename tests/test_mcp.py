@@ -949,3 +949,42 @@ def test_an_http_server_answering_over_8_mib_is_cut_off_and_one_not_listening_is
     nobody = mcp.Server("nobody", url=f"http://127.0.0.1:{_free_port()}/mcp")
     with pytest.raises(MCPServerError, match="'nobody' could not be reached: ConnectError"):
         run(mcp.pin(nobody))
+
+
+# What `agentrt mcp` is given is read before the MCP SDK is imported (1.2 s of CPU here) or
+# any server started: a mistake in it is said at once, and no server runs for nothing.
+_INPUTS_FIRST = """\
+import sys
+from agentrt.mcp._cli import main
+code = main(sys.argv[1:])
+print(code, "mcp" in sys.modules, "mcp_types" in sys.modules)
+"""
+
+
+@pytest.mark.parametrize(
+    "mistake", ["a manifest missing", "a manifest not JSON", "pin --out exists"]
+)
+def test_a_mistake_in_what_agentrt_mcp_is_given_is_said_before_the_sdk_or_a_server_starts(
+    tmp_path: Path, mistake: str
+) -> None:
+    started = tmp_path / "server-started"
+    server = [sys.executable, "-c", f"open({str(started)!r}, 'w').close()"]
+    rules = tmp_path / "rules.json"
+    rules.write_text('{"tools": {}}')
+    manifest = tmp_path / "notes.manifest.json"
+    if mistake == "a manifest not JSON":
+        manifest.write_text("{not json")
+    if mistake == "pin --out exists":
+        manifest.write_text("{}")
+        argv = ["pin", "notes", "--out", str(manifest), "--", *server]
+        said = "exists; it is what was reviewed. Pass --force to replace it"
+    else:
+        argv = ["check", "notes", "--manifest", str(manifest), "--rules", str(rules), "--", *server]
+        said = str(manifest) if mistake == "a manifest missing" else "manifest"
+    done = subprocess.run(
+        [sys.executable, "-c", _INPUTS_FIRST, *argv], capture_output=True, text=True, timeout=120
+    )
+    assert done.stdout == "1 False False\n", done.stderr
+    assert done.stderr.startswith("agentrt mcp: ") and said in done.stderr, done.stderr
+    assert len(done.stderr.splitlines()) == 1
+    assert not started.exists()

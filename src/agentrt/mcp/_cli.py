@@ -183,15 +183,16 @@ def _server(args: argparse.Namespace, command: list[str]) -> Server:
 
 
 def _pin(server: Server, args: argparse.Namespace, err: TextIO) -> tuple[int, str]:
-    """Pin the server: the exit status and the report to print."""
-    from ._client import pin
-
+    """Pin the server: the exit status and the report to print. What it was given is
+    judged before the MCP SDK is imported (about a second of CPU) or the server started."""
     if os.path.lexists(args.out) and not args.force:
         err.write(
             f"agentrt mcp: {sanitize(args.out)} exists; it is what was reviewed. "
             "Pass --force to replace it\n"
         )
         return EXIT_ERROR, ""
+    from ._client import pin
+
     manifest: Manifest = run_interruptible(pin(server))
     from ._config import write_manifest
 
@@ -229,11 +230,12 @@ def _hints(annotations: Any) -> str:
 
 
 def _check(server: Server, args: argparse.Namespace) -> tuple[int, str]:
-    """Check the server against the manifest and rules: the exit status and the report."""
-    from ._client import check
-
+    """Check the server against the manifest and rules: the exit status and the report.
+    Both are read before the MCP SDK is imported or the server started."""
     manifest = read_manifest(args.manifest)
     rules = read_rules(args.rules)
+    from ._client import check
+
     report: Report = run_interruptible(check(server, manifest, rules))
     if args.json:
         text = json.dumps(report.to_json(), sort_keys=True) + "\n"
