@@ -393,6 +393,33 @@ def test_a_host_that_stops_reading_then_reads_again_gets_every_answer_whole(
     assert (ended, rest) == (0, b""), stderr
 
 
+def test_a_host_that_closes_stdin_mid_answer_still_gets_it_whole_before_the_exit_0(
+    tmp_path: Path,
+) -> None:
+    """The host's stdin ends while the proxy's write of a 256 KiB answer is blocked on
+    the full pipe, and the host goes on reading: the whole answer reaches it, one line,
+    then the proxy exits 0. The session's end awaits the write of each message it sent
+    (the stdout thread, a daemon, would not hold the exit): the proxy is still there a
+    second on, and nothing is cut short."""
+    shop = Shop(tmp_path)
+    long_answers(shop)
+    with proxy(shop) as running:
+        running.handshake()
+        running.send(call(2, "shop_receipt", order="o-1"))
+        until_stdout_full(running)
+        running.close_stdin()
+        with pytest.raises(TimeoutError):  # it waits for its host to take the answer
+            select_or_timeout(running, 1.0)
+        rest = bytearray()
+        while chunk := os.read(running.stdout, 65536):
+            rest += chunk
+        ended, more, stderr = running.ended()
+    assert (ended, more, rest.count(b"\n"), rest.endswith(b"\n")) == (0, b"", 1, True), stderr
+    answer = json.loads(rest)
+    (text,) = answer["result"]["content"]
+    assert (answer["id"], json.loads(text["text"])) == (2, {"result": LONG})
+
+
 def test_a_proxy_started_with_its_stdout_closed_says_so_and_exits_1(tmp_path: Path) -> None:
     """A host that starts the proxy with fd 1 closed (a shell's `>&-`): fd 1 is then the
     first descriptor the proxy opens, which it must neither write its host's messages to
