@@ -97,6 +97,11 @@ class Proxy:
             assert time.monotonic() < deadline and self.child.poll() is None, line
             time.sleep(0.02)
 
+    def stderr(self) -> str:
+        """What it has written on stderr so far."""
+        self._err.seek(0)
+        return self._err.read().decode("utf-8", "replace")
+
     def close_stdin(self) -> None:
         os.close(self.stdin)
         self.stdin = -1
@@ -388,6 +393,33 @@ def test_a_host_that_stops_reading_then_reads_again_gets_every_answer_whole(
     assert (ended, rest) == (0, b""), stderr
 
 
+def test_a_host_that_closes_stdin_mid_answer_still_gets_it_whole_before_the_exit_0(
+    tmp_path: Path,
+) -> None:
+    """The host's stdin ends while the proxy's write of a 256 KiB answer is blocked on
+    the full pipe, and the host goes on reading: the whole answer reaches it, one line,
+    then the proxy exits 0. The session's end awaits the write of each message it sent
+    (the stdout thread, a daemon, would not hold the exit): the proxy is still there a
+    second on, and nothing is cut short."""
+    shop = Shop(tmp_path)
+    long_answers(shop)
+    with proxy(shop) as running:
+        running.handshake()
+        running.send(call(2, "shop_receipt", order="o-1"))
+        until_stdout_full(running)
+        running.close_stdin()
+        with pytest.raises(TimeoutError):  # it waits for its host to take the answer
+            select_or_timeout(running, 1.0)
+        rest = bytearray()
+        while chunk := os.read(running.stdout, 65536):
+            rest += chunk
+        ended, more, stderr = running.ended()
+    assert (ended, more, rest.count(b"\n"), rest.endswith(b"\n")) == (0, b"", 1, True), stderr
+    answer = json.loads(rest)
+    (text,) = answer["result"]["content"]
+    assert (answer["id"], json.loads(text["text"])) == (2, {"result": LONG})
+
+
 def test_a_proxy_started_with_its_stdout_closed_says_so_and_exits_1(tmp_path: Path) -> None:
     """A host that starts the proxy with fd 1 closed (a shell's `>&-`): fd 1 is then the
     first descriptor the proxy opens, which it must neither write its host's messages to
@@ -410,3 +442,87 @@ def test_a_proxy_started_with_its_stdout_closed_says_so_and_exits_1(tmp_path: Pa
         1,
         ["agentrt-proxy: stdout is closed: agentrt-proxy answers its host on stdout"],
     ), said
+
+
+CLOSED_STDOUT = (
+    "agentrt-proxy: the host closed stdout: what was not sent to it is dropped; "
+    "every call is recorded"
+)
+
+
+def test_a_host_that_closes_stdout_ends_the_proxy_in_one_line_every_call_recorded(
+    tmp_path: Path,
+) -> None:
+    """The host closes its end of the proxy's stdout (it died, or it is done reading)
+    while a `send` is held and keeps stdin open; then a `price` is answered: that write
+    meets EPIPE. The proxy says so in one line, lets the held call end and records it,
+    and exits 1. Both runs are completed, each effect happened once. Before, it died of
+    the SDK's `ExceptionGroup` traceback (`BrokenPipeError` from the stdout writer)."""
+    shop = Shop(tmp_path)
+    hold = shop.folder / "hold"
+    hold.touch()
+    with proxy(shop) as running:
+        running.handshake()
+        running.send(call(2, "shop_send", to="ann", text="hi"))
+        deadline = time.monotonic() + HANG_GUARD
+        while not shop.effects():
+            assert time.monotonic() < deadline and running.child.poll() is None
+            time.sleep(0.02)
+        os.close(running.stdout)
+        running.stdout = -1
+        running.send(call(3, "shop_price", item="tea"))
+        running.until_logged(
+            "agentrt-proxy: the host closed the session; 1 call(s) go on to their end"
+        )
+        hold.unlink()
+        code = running.child.wait(HANG_GUARD)
+        stderr = running.stderr()
+    assert code == 1, stderr
+    said = logged(stderr)
+    assert "Traceback" not in stderr and said[-1] == CLOSED_STDOUT, stderr
+    assert said.count(CLOSED_STDOUT) == 1, stderr
+    assert "agentrt-proxy: shop_send -> result (the host had cancelled it)" in said, stderr
+    assert shop.effects() == [{"tool": "send", "to": "ann", "text": "hi"}]
+    store = open_existing(shop.db, read_only=True)
+    try:
+        assert sorted(run.status for run in store.list_runs()) == ["COMPLETED", "COMPLETED"]
+    finally:
+        store.close()
+
+
+def test_a_host_that_closes_stdout_and_sends_sigterm_still_ends_the_proxy_143(
+    tmp_path: Path,
+) -> None:
+    """A host that goes away the common way: its end of the proxy's stdout closes and a
+    SIGTERM comes, a `send` in flight. The session's end writes the SDK's `Connection
+    closed` answer, which meets EPIPE: the proxy says so in one line, lets the call end
+    and records it, and exits 143 as the signal asks. Before, the EPIPE's traceback,
+    exit 1."""
+    shop = Shop(tmp_path)
+    hold = shop.folder / "hold"
+    hold.touch()
+    with proxy(shop) as running:
+        running.handshake()
+        running.send(call(2, "shop_send", to="ann", text="hi"))
+        deadline = time.monotonic() + HANG_GUARD
+        while not shop.effects():
+            assert time.monotonic() < deadline and running.child.poll() is None
+            time.sleep(0.02)
+        os.close(running.stdout)
+        running.stdout = -1
+        running.child.send_signal(signal.SIGTERM)
+        running.until_logged(GONE_ON)
+        hold.unlink()
+        code = running.child.wait(HANG_GUARD)
+        stderr = running.stderr()
+    assert code == 143, stderr
+    said = logged(stderr)
+    assert "Traceback" not in stderr and said.count(CLOSED_STDOUT) == 1, stderr
+    assert said[-1] == "agentrt-proxy: shop_send -> result (the host had cancelled it)", stderr
+    assert shop.effects() == [{"tool": "send", "to": "ann", "text": "hi"}]
+    store = open_existing(shop.db, read_only=True)
+    try:
+        (run,) = store.list_runs()
+        assert run.status == "COMPLETED", run
+    finally:
+        store.close()

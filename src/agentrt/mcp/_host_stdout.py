@@ -44,6 +44,32 @@ _log = logging.getLogger("agentrt.mcp.proxy")
 _Job = tuple[bytes, "asyncio.Future[None]", asyncio.AbstractEventLoop]
 
 
+class StdoutClosed(OSError):
+    """The host closed its end of stdout (EPIPE): nothing more reaches it."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "the host closed stdout: what was not sent to it is dropped; every call is recorded"
+        )
+
+
+@contextlib.contextmanager
+def host_closed_stdout() -> Iterator[None]:
+    """Say a session that ended on the host's closed stdout in one line (`StdoutClosed`).
+
+    The SDK's stdout writer raises the write's `BrokenPipeError` in its task group,
+    so the session ends in an exception group: that group, holding nothing else,
+    becomes `StdoutClosed`; anything else goes on as it was.
+    """
+    try:
+        yield
+    except BaseExceptionGroup as group:
+        _, rest = group.split(BrokenPipeError)
+        if rest is not None:
+            raise
+        raise StdoutClosed from None
+
+
 class HostStdout:
     """What `stdio_server` asks of its `stdout` (an `anyio.AsyncFile[str]`): `write`, `flush`.
 

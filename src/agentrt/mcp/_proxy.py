@@ -1198,7 +1198,7 @@ async def serve(
     from mcp.server.stdio import stdio_server
 
     from ._host_stdin import HostLines, claimed_stdin, stdin_open
-    from ._host_stdout import claimed_stdout, stdout_open
+    from ._host_stdout import StdoutClosed, claimed_stdout, host_closed_stdout, stdout_open
 
     if streams is None:
         stdin_open()  # before any server is started or the store opened (decision 0224)
@@ -1289,15 +1289,16 @@ async def serve(
                         async def over_stdio() -> None:
                             stdin = cast("anyio.AsyncFile[str]", lines)
                             stdout = cast("anyio.AsyncFile[str]", out)
-                            async with stdio_server(stdin=stdin, stdout=stdout) as (
-                                read_stream,
-                                write_stream,
-                            ):
-                                await server.run(
+                            with host_closed_stdout():  # EPIPE: one line, exit 1 (XXXX)
+                                async with stdio_server(stdin=stdin, stdout=stdout) as (
                                     read_stream,
                                     write_stream,
-                                    server.create_initialization_options(),
-                                )
+                                ):
+                                    await server.run(
+                                        read_stream,
+                                        write_stream,
+                                        server.create_initialization_options(),
+                                    )
 
                         session = asyncio.ensure_future(over_stdio())
                         try:
@@ -1308,7 +1309,10 @@ async def serve(
                             ended_by = "a signal ended the session"
                             lines.stop()
                             out.stop()
-                            await session
+                            try:
+                                await session
+                            except StdoutClosed as closed:  # the host went: the signal's exit
+                                _log.warning("%s", closed)
                             raise
             finally:
                 closing.set()  # nobody waits for a held call any more
