@@ -187,7 +187,13 @@ def claimed_stdout() -> Iterator[HostStdout]:
     except BaseException:
         os.close(private)
         raise
-    out = HostStdout(private)
+    try:
+        out = HostStdout(private)  # its thread owns `private` once started
+    except BaseException:  # no thread: fd 1 is the host's again, the duplicate closed
+        with contextlib.suppress(OSError):
+            os.dup2(private, 1)
+        os.close(private)
+        raise
     try:
         yield out
     finally:
