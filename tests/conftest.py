@@ -189,10 +189,19 @@ def _build_hypothesis_character_table() -> None:
     `.hypothesis/` (not in a clone: it is ignored). From a fresh clone each xdist worker
     built it again on its first draw of a text. Built by the controller before the
     workers start, each worker reads it from `.hypothesis/` (milliseconds); once it is
-    there, this is that read too."""
-    from hypothesis import strategies as st
+    there, this is that read too.
 
-    st.characters(codec="utf-8").validate()
+    This hook runs before Hypothesis's own `pytest_sessionstart`, which ends its plugin's
+    initialization: Hypothesis then warns of slow code in a plugin (this is that code, on
+    purpose), which `PYTHONWARNINGS=error` made an INTERNALERROR. Not said here."""
+    import warnings
+
+    from hypothesis import strategies as st
+    from hypothesis.errors import HypothesisSideeffectWarning
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", HypothesisSideeffectWarning)
+        st.characters(codec="utf-8").validate()
 
 
 def _vacuum_the_test_server() -> None:
@@ -227,6 +236,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     close_schema_pool()
 
 
+@pytest.hookimpl(optionalhook=True)  # xdist's hook: a run without xdist does not know it
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """`-n auto` (the README's command) runs one worker per core and one more.
 
