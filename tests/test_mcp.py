@@ -988,3 +988,38 @@ def test_a_mistake_in_what_agentrt_mcp_is_given_is_said_before_the_sdk_or_a_serv
     assert done.stderr.startswith("agentrt mcp: ") and said in done.stderr, done.stderr
     assert len(done.stderr.splitlines()) == 1
     assert not started.exists()
+
+
+_WITHOUT_THE_SDK = """\
+import sys
+sys.modules["mcp"] = sys.modules["mcp_types"] = None  # an install without agentrt[mcp]
+from agentrt.mcp._cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("command", ["pin", "check"])
+def test_agentrt_mcp_without_the_sdk_says_so_in_one_line(tmp_path: Path, command: str) -> None:
+    """Decision 0230 says a mistake in the inputs comes before the missing extra; the
+    missing extra itself, inputs right, was a traceback (`ModuleNotFoundError` from
+    `mcp/_client.py`). It is one line naming the extra, exit 1, no server started."""
+    started = tmp_path / "server-started"
+    server = [sys.executable, "-c", f"open({str(started)!r}, 'w').close()"]
+    if command == "pin":
+        argv = ["pin", "notes", "--out", str(tmp_path / "new.json")]
+    else:
+        examples = HERE.parent / "examples" / "mcp"
+        manifest, rules = examples / "notes.manifest.json", examples / "notes.rules.json"
+        argv = ["check", "notes", "--manifest", str(manifest), "--rules", str(rules)]
+    done = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_THE_SDK, *argv, "--", *server],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert (done.returncode, done.stdout) == (1, ""), done.stderr
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        "agentrt mcp: the MCP SDK is not installed: pip install 'agentrt[mcp]' ("
+    ), done.stderr
+    assert not started.exists() and not (tmp_path / "new.json").exists()

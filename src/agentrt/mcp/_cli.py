@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
-from .._errors import AgentrtError
+from .._errors import AgentrtError, ConfigError
 from ..trace import sanitize
 from ._config import Manifest, Report, Server, parse_duration, read_manifest, read_rules
 from ._interrupt import run_interruptible
@@ -182,6 +182,11 @@ def _server(args: argparse.Namespace, command: list[str]) -> Server:
     )
 
 
+def _no_sdk(exc: ImportError) -> ConfigError:
+    """`mcp/_client.py` imports the MCP SDK: without the `mcp` extra, said in one line."""
+    return ConfigError(f"the MCP SDK is not installed: pip install 'agentrt[mcp]' ({exc})")
+
+
 def _pin(server: Server, args: argparse.Namespace, err: TextIO) -> tuple[int, str]:
     """Pin the server: the exit status and the report to print. What it was given is
     judged before the MCP SDK is imported (about a second of CPU) or the server started."""
@@ -191,8 +196,10 @@ def _pin(server: Server, args: argparse.Namespace, err: TextIO) -> tuple[int, st
             "Pass --force to replace it\n"
         )
         return EXIT_ERROR, ""
-    from ._client import pin
-
+    try:
+        from ._client import pin
+    except ImportError as exc:
+        raise _no_sdk(exc) from exc
     manifest: Manifest = run_interruptible(pin(server))
     from ._config import write_manifest
 
@@ -234,8 +241,10 @@ def _check(server: Server, args: argparse.Namespace) -> tuple[int, str]:
     Both are read before the MCP SDK is imported or the server started."""
     manifest = read_manifest(args.manifest)
     rules = read_rules(args.rules)
-    from ._client import check
-
+    try:
+        from ._client import check
+    except ImportError as exc:
+        raise _no_sdk(exc) from exc
     report: Report = run_interruptible(check(server, manifest, rules))
     if args.json:
         text = json.dumps(report.to_json(), sort_keys=True) + "\n"
