@@ -630,3 +630,61 @@ def test_a_serve_with_stderr_closed_still_waits_for_the_decision_being_recorded(
     assert pending(db, run.id).status == "approved"
     verified = _verified(db)
     assert verified.returncode == 0, verified.stdout + verified.stderr
+
+
+# `agentrt.console.serve` called by a program that ignores SIGTERM (`trap '' TERM` in the
+# shell that started it, or its own `signal.signal(SIGTERM, SIG_IGN)`), and says afterwards
+# whether it still does.
+_SERVE_SIGTERM_IGNORED = (
+    "import signal, sys; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+    "from agentrt.console import serve; code = serve(sys.argv[1], port=0, by='ops'); "
+    "print('ignored after:', signal.getsignal(signal.SIGTERM) is signal.SIG_IGN, flush=True); "
+    "sys.exit(code)"
+)
+
+
+def _ignored_signals(pid: int) -> int:
+    """The process's ignored signals, as the kernel holds them (a bit per signal)."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    match = re.search(r"^SigIgn:\s*([0-9a-f]+)$", status, re.MULTILINE)
+    assert match, status
+    return int(match[1], 16)
+
+
+def test_a_serve_whose_caller_ignores_sigterm_goes_on_ignoring_it(db_path: Path) -> None:
+    # A program ignoring SIGTERM calls `serve`: uvicorn put its own handler in place while it
+    # served, so a SIGTERM stopped the console the program meant to keep. SIGTERM stays
+    # ignored (by the kernel: nothing delivered), the console serving; Ctrl-C stops it, and
+    # the program finds SIGTERM still ignored.
+    if not Path(f"/proc/{os.getpid()}/status").is_file():
+        pytest.skip("needs /proc to see which signals the console ignores")
+    db = str(db_path.resolve())
+    waiting_run(db)
+    process = subprocess.Popen(
+        [sys.executable, "-c", _SERVE_SIGTERM_IGNORED, db],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        env=clean_env(),
+    )
+    try:
+        assert process.stdout is not None
+        head = "".join(process.stdout.readline() for _ in range(3))
+        match = re.search(r"  open (http://127\.0\.0\.1:\d+)/", head)
+        assert match, head
+        base = match[1]
+        # Answered: uvicorn serves, its handlers in place.
+        assert httpx.get(f"{base}/", timeout=30).status_code == 200
+        sigterm = 1 << (signal.SIGTERM - 1)
+        assert _ignored_signals(process.pid) & sigterm, "SIGTERM no longer ignored"
+        process.send_signal(signal.SIGTERM)  # dropped by the kernel
+        assert httpx.get(f"{base}/", timeout=30).status_code == 200
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=90)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert "Traceback" not in err, err
+    assert (out, process.returncode) == ("agentrt console: stopped\nignored after: True\n", 0)

@@ -75,7 +75,7 @@ def serve(
         out.write(f"  open {config.link(with_token=False)}\n")
     out.write("  Ctrl-C stops it.\n")
     out.flush()
-    server = uvicorn.Server(
+    server = _Server(
         uvicorn.Config(
             app,
             log_level="warning",
@@ -99,6 +99,21 @@ def serve(
     out.write("agentrt console: stopped\n")
     out.flush()
     return 0
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, SIGTERM left ignored while it serves where its caller ignores it
+    (decision XXXX): uvicorn gives SIGINT and SIGTERM its own handler whatever they were, and
+    a SIGTERM then stopped a console its caller meant to keep. Put back after its own, from
+    the main thread (where uvicorn puts them): the kernel drops the signal, as before."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        ignored = signal.getsignal(signal.SIGTERM) == signal.SIG_IGN
+        with super().capture_signals():
+            if ignored and threading.current_thread() is threading.main_thread():
+                signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            yield
 
 
 class _Terminated(BaseException):
