@@ -633,12 +633,13 @@ def test_a_serve_with_stderr_closed_still_waits_for_the_decision_being_recorded(
 
 
 # `agentrt.console.serve` called by a program that ignores SIGTERM (`trap '' TERM` in the
-# shell that started it, or its own `signal.signal(SIGTERM, SIG_IGN)`), and says afterwards
-# whether it still does.
-_SERVE_SIGTERM_IGNORED = (
-    "import signal, sys; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+# shell that started it, or its own `signal.signal(SIGTERM, SIG_IGN)`) or SIGINT (a shell's
+# `&`), and says afterwards whether it still does.
+_SERVE_IGNORING = (
+    "import signal, sys; ignored = getattr(signal, sys.argv[2]); "
+    "signal.signal(ignored, signal.SIG_IGN); "
     "from agentrt.console import serve; code = serve(sys.argv[1], port=0, by='ops'); "
-    "print('ignored after:', signal.getsignal(signal.SIGTERM) is signal.SIG_IGN, flush=True); "
+    "print('ignored after:', signal.getsignal(ignored) is signal.SIG_IGN, flush=True); "
     "sys.exit(code)"
 )
 
@@ -651,17 +652,24 @@ def _ignored_signals(pid: int) -> int:
     return int(match[1], 16)
 
 
-def test_a_serve_whose_caller_ignores_sigterm_goes_on_ignoring_it(db_path: Path) -> None:
-    # A program ignoring SIGTERM calls `serve`: uvicorn put its own handler in place while it
-    # served, so a SIGTERM stopped the console the program meant to keep. SIGTERM stays
-    # ignored (by the kernel: nothing delivered), the console serving; Ctrl-C stops it, and
-    # the program finds SIGTERM still ignored.
+@pytest.mark.parametrize(
+    ("ignored", "stopped_by"),
+    [(signal.SIGTERM, signal.SIGINT), (signal.SIGINT, signal.SIGTERM)],
+    ids=["SIGTERM", "SIGINT"],
+)
+def test_a_serve_whose_caller_ignores_a_signal_goes_on_ignoring_it(
+    db_path: Path, ignored: signal.Signals, stopped_by: signal.Signals
+) -> None:
+    # A program ignoring SIGTERM (or SIGINT) calls `serve`: uvicorn put its own handler in
+    # place while it served, so that signal stopped the console the program meant to keep.
+    # It stays ignored (by the kernel: nothing delivered), the console serving; the other
+    # signal stops it, and the program finds the ignored one still ignored (decision 0233).
     if not Path(f"/proc/{os.getpid()}/status").is_file():
         pytest.skip("needs /proc to see which signals the console ignores")
     db = str(db_path.resolve())
     waiting_run(db)
     process = subprocess.Popen(
-        [sys.executable, "-c", _SERVE_SIGTERM_IGNORED, db],
+        [sys.executable, "-c", _SERVE_IGNORING, db, ignored.name],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         stdin=subprocess.DEVNULL,
@@ -676,11 +684,11 @@ def test_a_serve_whose_caller_ignores_sigterm_goes_on_ignoring_it(db_path: Path)
         base = match[1]
         # Answered: uvicorn serves, its handlers in place.
         assert httpx.get(f"{base}/", timeout=30).status_code == 200
-        sigterm = 1 << (signal.SIGTERM - 1)
-        assert _ignored_signals(process.pid) & sigterm, "SIGTERM no longer ignored"
-        process.send_signal(signal.SIGTERM)  # dropped by the kernel
+        bit = 1 << (ignored - 1)
+        assert _ignored_signals(process.pid) & bit, f"{ignored.name} no longer ignored"
+        process.send_signal(ignored)  # dropped by the kernel
         assert httpx.get(f"{base}/", timeout=30).status_code == 200
-        process.send_signal(signal.SIGINT)
+        process.send_signal(stopped_by)
         out, err = process.communicate(timeout=90)
     finally:
         if process.poll() is None:

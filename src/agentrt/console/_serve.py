@@ -102,18 +102,23 @@ def serve(
 
 
 class _Server(uvicorn.Server):
-    """uvicorn's server, SIGTERM left ignored while it serves where its caller ignores it
-    (decision XXXX): uvicorn gives SIGINT and SIGTERM its own handler whatever they were, and
-    a SIGTERM then stopped a console its caller meant to keep. Put back after its own, from
-    the main thread (where uvicorn puts them): the kernel drops the signal, as before."""
+    """uvicorn's server, SIGTERM and SIGINT left ignored while it serves where its caller
+    ignores them (decision 0233; SIGINT too: a shell's `&`): uvicorn gives both its own
+    handler whatever they were, and the signal then stopped a console its caller meant to
+    keep. Put back after its own, from the main thread (where uvicorn puts them): the kernel
+    drops the signal, as before."""
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
-        ignored = signal.getsignal(signal.SIGTERM) == signal.SIG_IGN
+        ignored = [s for s in _STOPPING if signal.getsignal(s) == signal.SIG_IGN]
         with super().capture_signals():
-            if ignored and threading.current_thread() is threading.main_thread():
-                signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            if threading.current_thread() is threading.main_thread():
+                for each in ignored:
+                    signal.signal(each, signal.SIG_IGN)
             yield
+
+
+_STOPPING = (signal.SIGTERM, signal.SIGINT)
 
 
 class _Terminated(BaseException):
