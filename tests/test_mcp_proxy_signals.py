@@ -53,9 +53,7 @@ INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
 class Proxy:
     """A real proxy process whose stdin and stdout are this test's pipes."""
 
-    def __init__(
-        self, argv: list[str], root: Path, stdout: tuple[int, int] | None = None
-    ) -> None:
+    def __init__(self, argv: list[str], root: Path, stdout: tuple[int, int] | None = None) -> None:
         """`stdout`: the host's end and the proxy's (both owned from here), else a pipe."""
         stdin_r, self.stdin = os.pipe()
         self.stdout, stdout_w = stdout or os.pipe()
@@ -546,7 +544,8 @@ def test_a_host_that_resets_its_tcp_stdout_ends_the_proxy_in_the_same_one_line(
 ) -> None:
     """A host reached over TCP (the proxy's stdout a socket, as inetd or a socket-activated
     service hands it) that goes away resets the connection: the proxy's next write meets
-    ECONNRESET, not EPIPE. Same as a closed pipe: one line, exit 1, the call recorded.
+    ECONNRESET, not EPIPE. Same as a closed pipe: one line, exit 1, the call recorded,
+    `agentrt verify` clean.
     Before, the `ExceptionGroup` traceback (`ConnectionResetError`)."""
     shop = Shop(tmp_path)
     args = [sys.executable, str(PROXY_CHILD), str(shop.clock_file), "--config", str(shop.config)]
@@ -572,3 +571,5 @@ def test_a_host_that_resets_its_tcp_stdout_ends_the_proxy_in_the_same_one_line(
         assert run.status == "COMPLETED", run
     finally:
         store.close()
+    verified = agentrt("verify", "--db", str(shop.db))
+    assert verified.returncode == 0, verified.stdout + verified.stderr
