@@ -17,6 +17,8 @@ import json
 import os
 import select
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -51,9 +53,10 @@ INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
 class Proxy:
     """A real proxy process whose stdin and stdout are this test's pipes."""
 
-    def __init__(self, argv: list[str], root: Path) -> None:
+    def __init__(self, argv: list[str], root: Path, stdout: tuple[int, int] | None = None) -> None:
+        """`stdout`: the host's end and the proxy's (both owned from here), else a pipe."""
         stdin_r, self.stdin = os.pipe()
-        self.stdout, stdout_w = os.pipe()
+        self.stdout, stdout_w = stdout or os.pipe()
         self._err = tempfile.TemporaryFile(dir=root)  # noqa: SIM115 - closed in `end`
         try:
             self.child = forkserver.server(*PRELOAD).spawn(
@@ -526,3 +529,47 @@ def test_a_host_that_closes_stdout_and_sends_sigterm_still_ends_the_proxy_143(
         assert run.status == "COMPLETED", run
     finally:
         store.close()
+
+
+def tcp_pair() -> tuple[int, int]:
+    """A TCP connection over loopback: the host's end, the proxy's (as inetd hands it)."""
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        host = socket.create_connection(listener.getsockname())
+        served, _ = listener.accept()
+    return host.detach(), served.detach()
+
+
+def test_a_host_that_resets_its_tcp_stdout_ends_the_proxy_in_the_same_one_line(
+    tmp_path: Path,
+) -> None:
+    """A host reached over TCP (the proxy's stdout a socket, as inetd or a socket-activated
+    service hands it) that goes away resets the connection: the proxy's next write meets
+    ECONNRESET, not EPIPE. Same as a closed pipe: one line, exit 1, the call recorded,
+    `agentrt verify` clean.
+    Before, the `ExceptionGroup` traceback (`ConnectionResetError`)."""
+    shop = Shop(tmp_path)
+    args = [sys.executable, str(PROXY_CHILD), str(shop.clock_file), "--config", str(shop.config)]
+    running = Proxy(args, shop.root, stdout=tcp_pair())
+    try:
+        running.handshake()
+        host = socket.socket(fileno=running.stdout)
+        host.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        host.close()  # linger 0: a reset, whatever the host had read
+        running.stdout = -1
+        running.send(call(2, "shop_price", item="tea"))
+        code = running.child.wait(HANG_GUARD)
+        stderr = running.stderr()
+    finally:
+        running.end()
+    assert code == 1, stderr
+    said = logged(stderr)
+    assert "Traceback" not in stderr and said[-1] == CLOSED_STDOUT, stderr
+    assert said.count(CLOSED_STDOUT) == 1, stderr
+    store = open_existing(shop.db, read_only=True)
+    try:
+        (run,) = store.list_runs()
+        assert run.status == "COMPLETED", run
+    finally:
+        store.close()
+    verified = agentrt("verify", "--db", str(shop.db))
+    assert verified.returncode == 0, verified.stdout + verified.stderr

@@ -45,7 +45,8 @@ _Job = tuple[bytes, "asyncio.Future[None]", asyncio.AbstractEventLoop]
 
 
 class StdoutClosed(OSError):
-    """The host closed its end of stdout (EPIPE): nothing more reaches it."""
+    """The host closed its end of stdout (EPIPE, or ECONNRESET on a socket): nothing
+    more reaches it. Raised by `HostStdout.write` alone (decision XXXX)."""
 
     def __init__(self) -> None:
         super().__init__(
@@ -57,14 +58,15 @@ class StdoutClosed(OSError):
 def host_closed_stdout() -> Iterator[None]:
     """Say a session that ended on the host's closed stdout in one line (`StdoutClosed`).
 
-    The SDK's stdout writer raises the write's `BrokenPipeError` in its task group,
+    The SDK's stdout writer raises the write's `StdoutClosed` in its task group,
     so the session ends in an exception group: that group, holding nothing else,
-    becomes `StdoutClosed`; anything else goes on as it was.
+    becomes `StdoutClosed`; anything else goes on as it was (a `BrokenPipeError`
+    from elsewhere is not the host's stdout).
     """
     try:
         yield
     except BaseExceptionGroup as group:
-        _, rest = group.split(BrokenPipeError)
+        _, rest = group.split(StdoutClosed)
         if rest is not None:
             raise
         raise StdoutClosed from None
@@ -123,7 +125,10 @@ class HostStdout:
             else:
                 taken = self._taken
                 await asyncio.wait([written], timeout=GIVE_UP_SECONDS)
-        written.result()  # the write's own error (a host that closed stdout), as the SDK's
+        try:
+            written.result()  # the write's own error, as the SDK's
+        except (BrokenPipeError, ConnectionResetError) as gone:  # a pipe; a socket reset
+            raise StdoutClosed from gone
         return len(text)
 
     async def flush(self) -> None:
