@@ -46,7 +46,7 @@ _Job = tuple[bytes, "asyncio.Future[None]", asyncio.AbstractEventLoop]
 
 class StdoutClosed(OSError):
     """The host closed its end of stdout (EPIPE, or ECONNRESET on a socket): nothing
-    more reaches it. Raised by `HostStdout.write` alone (decision XXXX)."""
+    more reaches it. Raised by `HostStdout.write` alone (decision 0234)."""
 
     def __init__(self) -> None:
         super().__init__(

@@ -1289,7 +1289,7 @@ async def serve(
                         async def over_stdio() -> None:
                             stdin = cast("anyio.AsyncFile[str]", lines)
                             stdout = cast("anyio.AsyncFile[str]", out)
-                            with host_closed_stdout():  # host gone: one line, exit 1 (0231, XXXX)
+                            with host_closed_stdout():  # host gone: one line, exit 1 (0231, 0234)
                                 async with stdio_server(stdin=stdin, stdout=stdout) as (
                                     read_stream,
                                     write_stream,
