@@ -373,15 +373,11 @@ def _waiting_said(pid: int) -> str:
     )
 
 
-def test_a_ctrl_c_while_the_stop_waits_for_a_decision_does_not_cut_it_short(
-    db_path: Path,
-) -> None:
-    # Ctrl-C: uvicorn gives up on the decision (503, perhaps recorded) while its commit waits
-    # on the write lock, and the console waits for it before its last line (decision 0212).
-    # Ctrl-C again meanwhile (the console seems stuck) ended the wait: "agentrt: interrupted",
-    # exit 1, no "stopped", and the process, waiting on its worker thread, then recorded the
-    # decision without a word. Now the console says what it waits for, goes on waiting, and
-    # ends as a stop does once the decision has ended.
+def _stopped_while_a_decision_commits(db_path: Path, stop: signal.Signals, again: int) -> None:
+    """An approval's commit waits on the write lock the test holds when `stop` comes; once
+    the console said what it waits for, `again` more of the same signal; then the lock is
+    given up. The client is told the decision may have been recorded, the console waits for
+    it, records it whole and ends "stopped", 0, saying nothing of an interruption."""
     if not Path(f"/proc/{os.getpid()}/fd").is_dir():
         pytest.skip("needs /proc to see the console's database and event loop")
     db = str(db_path.resolve())
@@ -410,17 +406,18 @@ def test_a_ctrl_c_while_the_stop_waits_for_a_decision_does_not_cut_it_short(
                 process,
                 "the console opened the database for the decision",
             )
-            process.send_signal(signal.SIGINT)
+            process.send_signal(stop)
             posting.join(90)  # answered once uvicorn gave up on it (2 s)
             assert not posting.is_alive()
+            _assert_stopping(got[0], _stopping_page(STOPPING_DECISION, db, back=f"/runs/{run.id}"))
             _waits_for(lambda: _loop_closed(process.pid), process, "uvicorn's loop closed")
             _waits_for(
                 lambda: _waiting_said(process.pid) in said,
                 process,
                 "the console said what it waits for",
             )
-            process.send_signal(signal.SIGINT)  # and again: it goes on waiting
-            process.send_signal(signal.SIGINT)
+            for _ in range(again):
+                process.send_signal(stop)  # and again: it goes on waiting
             holder.execute("COMMIT")  # the decision may now commit
         finally:
             holder.close()
@@ -429,12 +426,23 @@ def test_a_ctrl_c_while_the_stop_waits_for_a_decision_does_not_cut_it_short(
         process.wait(90)
         reading.join(30)
     err = "".join(said)
-    _assert_stopping(got[0], _stopping_page(STOPPING_DECISION, db, back=f"/runs/{run.id}"))
     assert "Traceback" not in err and "interrupted" not in err, err
     assert (out, process.returncode) == ("agentrt console: stopped\n", 0)
     assert pending(db, run.id).status == "approved"
     verified = _verified(db)
     assert verified.returncode == 0, verified.stdout + verified.stderr
+
+
+def test_a_ctrl_c_while_the_stop_waits_for_a_decision_does_not_cut_it_short(
+    db_path: Path,
+) -> None:
+    # Ctrl-C: uvicorn gives up on the decision (503, perhaps recorded) while its commit waits
+    # on the write lock, and the console waits for it before its last line (decision 0212).
+    # Ctrl-C again meanwhile (the console seems stuck) ended the wait: "agentrt: interrupted",
+    # exit 1, no "stopped", and the process, waiting on its worker thread, then recorded the
+    # decision without a word. Now the console says what it waits for, goes on waiting, and
+    # ends as a stop does once the decision has ended.
+    _stopped_while_a_decision_commits(db_path, signal.SIGINT, again=2)
 
 
 def test_a_sigterm_while_a_decision_commits_stops_the_console_as_ctrl_c_does(
@@ -446,56 +454,7 @@ def test_a_sigterm_while_a_decision_commits_stops_the_console_as_ctrl_c_does(
     # decision went out (the client saw the connection drop, no answer), without waiting
     # for the decision nor saying "stopped". Now it is a stop: the client told the decision
     # may have been recorded, the console waiting for it, recorded whole, "stopped", 0.
-    if not Path(f"/proc/{os.getpid()}/fd").is_dir():
-        pytest.skip("needs /proc to see the console open the database for the decision")
-    db = str(db_path.resolve())
-    run = waiting_run(db)
-    approval = pending(db, run.id)
-    with _console(db) as (process, base):
-        assert process.stderr is not None
-        said: list[str] = []
-        reading = threading.Thread(target=lambda: said.extend(process.stderr or ()))
-        reading.start()
-        csrf, shown_hash = _console_page(base, run.id)
-        holder = sqlite3.connect(db, isolation_level=None, timeout=60)
-        try:
-            before = _db_handles(process.pid, db)
-            holder.execute("BEGIN IMMEDIATE")  # the write lock: the decision waits for it
-            posting, got = _in_background(
-                lambda: httpx.post(
-                    f"{base}/runs/{run.id}/approvals/{approval.id}/approve",
-                    data={"csrf": csrf, "hash": shown_hash, "note": ""},
-                    headers={"Origin": base},
-                    timeout=90,
-                )
-            )
-            _waits_for(
-                lambda: _db_handles(process.pid, db) > before,
-                process,
-                "the console opened the database for the decision",
-            )
-            process.send_signal(signal.SIGTERM)
-            posting.join(90)  # answered once uvicorn gave up on it (2 s)
-            assert not posting.is_alive()
-            _assert_stopping(got[0], _stopping_page(STOPPING_DECISION, db, back=f"/runs/{run.id}"))
-            _waits_for(
-                lambda: _waiting_said(process.pid) in said,
-                process,
-                "the console said what it waits for",
-            )
-            holder.execute("COMMIT")  # the decision may now commit
-        finally:
-            holder.close()
-        assert process.stdout is not None
-        out = process.stdout.read()
-        process.wait(90)
-        reading.join(30)
-    err = "".join(said)
-    assert "Traceback" not in err and "interrupted" not in err, err
-    assert (out, process.returncode) == ("agentrt console: stopped\n", 0)
-    assert pending(db, run.id).status == "approved"
-    verified = _verified(db)
-    assert verified.returncode == 0, verified.stdout + verified.stderr
+    _stopped_while_a_decision_commits(db_path, signal.SIGTERM, again=0)
 
 
 def test_a_sigterm_while_the_stop_waits_for_a_decision_ends_the_console_as_it_said(
