@@ -655,3 +655,28 @@ def test_a_serve_whose_caller_ignores_a_signal_goes_on_ignoring_it(
             process.communicate()
     assert "Traceback" not in err, err
     assert (out, process.returncode) == ("agentrt console: stopped\nignored after: True\n", 0)
+
+
+@pytest.mark.parametrize("sigterm", ["default", "ignored"])
+def test_the_stops_wait_names_kill_only_where_sigterm_would_end_it(
+    sigterm: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The sentence said at the wait (decision 0229) tells a person that `kill PID` ends it;
+    # a console whose caller ignores SIGTERM (decision 0233) would not end, so it says only
+    # what holds there.
+    from agentrt.console import _serve
+
+    previous = signal.signal(
+        signal.SIGTERM, signal.SIG_DFL if sigterm == "default" else signal.SIG_IGN
+    )
+    try:
+        sock = socket.socket()
+        _serve._stop(sock, lambda waiting: waiting(1), lambda: None)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    said = capsys.readouterr().err
+    head = "agentrt console: stopping once the decision being recorded has ended (Ctrl-C does "
+    if sigterm == "default":
+        assert said == _waiting_said(os.getpid())
+    else:
+        assert said == head + "not cut this short)\n"

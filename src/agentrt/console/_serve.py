@@ -174,10 +174,16 @@ def _stop(
         err = sys.stderr  # None when started with none (the command line puts devnull there)
         if err is None:
             return
+        # `kill` ends the wait only where SIGTERM has its default action (its caller may
+        # ignore it, decision 0233): said only then.
+        if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+            ends = f"; `kill {os.getpid()}` does, {which} then recorded or not"
+        else:
+            ends = ""
         with contextlib.suppress(OSError, ValueError):  # a stderr gone: wait all the same
             err.write(
                 f"agentrt console: stopping once {what} ended (Ctrl-C does not cut this "
-                f"short; `kill {os.getpid()}` does, {which} then recorded or not)\n"
+                f"short{ends})\n"
             )
             err.flush()
 
