@@ -277,6 +277,36 @@ def _console_page(base: str, run_id: str) -> tuple[str, str]:
     return csrf[1], shown_hash[1]
 
 
+def _approving_held(
+    process: subprocess.Popen[str],
+    base: str,
+    db: str,
+    holder: sqlite3.Connection,
+    run_id: str,
+    approval_id: str,
+) -> tuple[threading.Thread, list[object]]:
+    """The run's page read, then `holder` takes the write lock and an approval is posted in
+    the background: returned once the console has opened the database for the decision
+    (its commit now waits on the lock the test holds)."""
+    csrf, shown_hash = _console_page(base, run_id)
+    before = _db_handles(process.pid, db)
+    holder.execute("BEGIN IMMEDIATE")  # the write lock: the decision waits for it
+    posting, got = _in_background(
+        lambda: httpx.post(
+            f"{base}/runs/{run_id}/approvals/{approval_id}/approve",
+            data={"csrf": csrf, "hash": shown_hash, "note": ""},
+            headers={"Origin": base},
+            timeout=90,
+        )
+    )
+    _waits_for(
+        lambda: _db_handles(process.pid, db) > before,
+        process,
+        "the console opened the database for the decision",
+    )
+    return posting, got
+
+
 def test_a_second_ctrl_c_while_a_decision_commits_is_answered_and_recorded_whole(
     db_path: Path,
 ) -> None:
@@ -289,24 +319,9 @@ def test_a_second_ctrl_c_while_a_decision_commits_is_answered_and_recorded_whole
     approval = pending(db, run.id)
     with _console(db, code=_PATIENT_SHUTDOWN) as (process, base):
         port = int(base.rsplit(":", 1)[1])
-        csrf, shown_hash = _console_page(base, run.id)
         holder = sqlite3.connect(db, isolation_level=None, timeout=60)
         try:
-            before = _db_handles(process.pid, db)
-            holder.execute("BEGIN IMMEDIATE")  # the write lock: the decision waits for it
-            posting, got = _in_background(
-                lambda: httpx.post(
-                    f"{base}/runs/{run.id}/approvals/{approval.id}/approve",
-                    data={"csrf": csrf, "hash": shown_hash, "note": ""},
-                    headers={"Origin": base},
-                    timeout=90,
-                )
-            )
-            _waits_for(
-                lambda: _db_handles(process.pid, db) > before,
-                process,
-                "the console opened the database for the decision",
-            )
+            posting, got = _approving_held(process, base, db, holder, run.id, approval.id)
             process.send_signal(signal.SIGINT)
             _shutting_down(process, port)
             process.send_signal(signal.SIGINT)  # uvicorn's force exit
@@ -388,24 +403,9 @@ def _stopped_while_a_decision_commits(db_path: Path, stop: signal.Signals, again
         said: list[str] = []
         reading = threading.Thread(target=lambda: said.extend(process.stderr or ()))
         reading.start()
-        csrf, shown_hash = _console_page(base, run.id)
         holder = sqlite3.connect(db, isolation_level=None, timeout=60)
         try:
-            before = _db_handles(process.pid, db)
-            holder.execute("BEGIN IMMEDIATE")  # the write lock: the decision waits for it
-            posting, got = _in_background(
-                lambda: httpx.post(
-                    f"{base}/runs/{run.id}/approvals/{approval.id}/approve",
-                    data={"csrf": csrf, "hash": shown_hash, "note": ""},
-                    headers={"Origin": base},
-                    timeout=90,
-                )
-            )
-            _waits_for(
-                lambda: _db_handles(process.pid, db) > before,
-                process,
-                "the console opened the database for the decision",
-            )
+            posting, got = _approving_held(process, base, db, holder, run.id, approval.id)
             process.send_signal(stop)
             posting.join(90)  # answered once uvicorn gave up on it (2 s)
             assert not posting.is_alive()
@@ -474,24 +474,9 @@ def test_a_sigterm_while_the_stop_waits_for_a_decision_ends_the_console_as_it_sa
         said: list[str] = []
         reading = threading.Thread(target=lambda: said.extend(process.stderr or ()))
         reading.start()
-        csrf, shown_hash = _console_page(base, run.id)
         holder = sqlite3.connect(db, isolation_level=None, timeout=60)
         try:
-            before = _db_handles(process.pid, db)
-            holder.execute("BEGIN IMMEDIATE")
-            posting, got = _in_background(
-                lambda: httpx.post(
-                    f"{base}/runs/{run.id}/approvals/{approval.id}/approve",
-                    data={"csrf": csrf, "hash": shown_hash, "note": ""},
-                    headers={"Origin": base},
-                    timeout=90,
-                )
-            )
-            _waits_for(
-                lambda: _db_handles(process.pid, db) > before,
-                process,
-                "the console opened the database for the decision",
-            )
+            posting, got = _approving_held(process, base, db, holder, run.id, approval.id)
             process.send_signal(signal.SIGINT)
             posting.join(90)
             assert not posting.is_alive()
@@ -551,24 +536,9 @@ def test_a_serve_with_stderr_closed_still_waits_for_the_decision_being_recorded(
         match = re.search(r"  open (http://127\.0\.0\.1:\d+)/", head)
         assert match, head
         base = match[1]
-        csrf, shown_hash = _console_page(base, run.id)
         holder = sqlite3.connect(db, isolation_level=None, timeout=60)
         try:
-            before = _db_handles(process.pid, db)
-            holder.execute("BEGIN IMMEDIATE")  # the write lock: the decision waits for it
-            posting, got = _in_background(
-                lambda: httpx.post(
-                    f"{base}/runs/{run.id}/approvals/{approval.id}/approve",
-                    data={"csrf": csrf, "hash": shown_hash, "note": ""},
-                    headers={"Origin": base},
-                    timeout=90,
-                )
-            )
-            _waits_for(
-                lambda: _db_handles(process.pid, db) > before,
-                process,
-                "the console opened the database for the decision",
-            )
+            posting, got = _approving_held(process, base, db, holder, run.id, approval.id)
             process.send_signal(signal.SIGINT)
             posting.join(90)
             assert not posting.is_alive()

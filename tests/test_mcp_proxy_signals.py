@@ -149,6 +149,14 @@ def logged(stderr: str) -> list[str]:
     ]
 
 
+def _until_its_effect(shop: Shop, running: Proxy) -> None:
+    """Returns once the held `send` made its effect (the proxy still running)."""
+    deadline = time.monotonic() + HANG_GUARD
+    while not shop.effects():
+        assert time.monotonic() < deadline and running.child.poll() is None
+        time.sleep(0.02)
+
+
 @pytest.mark.parametrize(
     ("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["SIGINT", "SIGTERM"]
 )
@@ -219,10 +227,7 @@ def test_a_call_in_flight_when_the_signal_comes_goes_on_to_its_end_and_is_record
                 "params": {"name": "shop_send", "arguments": {"to": "ann", "text": "hi"}},
             }
         )
-        deadline = time.monotonic() + HANG_GUARD
-        while not shop.effects():
-            assert time.monotonic() < deadline and running.child.poll() is None
-            time.sleep(0.02)
+        _until_its_effect(shop, running)
         running.child.send_signal(sig)
         with pytest.raises(TimeoutError):  # it waits for the call, not for its host
             select_or_timeout(running, 0.5)
@@ -467,10 +472,7 @@ def test_a_host_that_closes_stdout_ends_the_proxy_in_one_line_every_call_recorde
     with proxy(shop) as running:
         running.handshake()
         running.send(call(2, "shop_send", to="ann", text="hi"))
-        deadline = time.monotonic() + HANG_GUARD
-        while not shop.effects():
-            assert time.monotonic() < deadline and running.child.poll() is None
-            time.sleep(0.02)
+        _until_its_effect(shop, running)
         os.close(running.stdout)
         running.stdout = -1
         running.send(call(3, "shop_price", item="tea"))
@@ -507,10 +509,7 @@ def test_a_host_that_closes_stdout_and_sends_sigterm_still_ends_the_proxy_143(
     with proxy(shop) as running:
         running.handshake()
         running.send(call(2, "shop_send", to="ann", text="hi"))
-        deadline = time.monotonic() + HANG_GUARD
-        while not shop.effects():
-            assert time.monotonic() < deadline and running.child.poll() is None
-            time.sleep(0.02)
+        _until_its_effect(shop, running)
         os.close(running.stdout)
         running.stdout = -1
         running.child.send_signal(signal.SIGTERM)
