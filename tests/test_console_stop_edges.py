@@ -9,6 +9,7 @@ test's own), a decision's commit on the write lock, a form on its body never fin
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import signal
@@ -107,16 +108,19 @@ def _stopping_page(message: str, db: str | None, back: str = "/") -> str:
     return str(message_page(STOPPING_TITLE, message, config, back=back))
 
 
-def _assert_stopping(answer: object, body: str) -> None:
+def _assert_stopping(answer: object, body: str, kind: str = "text/html; charset=utf-8") -> None:
     from agentrt.console._security import HEADERS
 
     assert isinstance(answer, httpx.Response), answer
     assert answer.status_code == 503
-    assert answer.headers["content-type"] == "text/html; charset=utf-8"
+    assert answer.headers["content-type"] == kind
     assert answer.headers["connection"] == "close"
     for name, value in HEADERS.items():
         assert answer.headers[name] == value
-    assert answer.text == body
+    if kind == "application/json":
+        assert answer.json() == json.loads(body)
+    else:
+        assert answer.text == body
 
 
 def _form_arriving(port: int, head: str) -> socket.socket:
@@ -259,7 +263,10 @@ def test_a_page_uvicorn_gave_up_on_at_the_stop_is_answered_as_nothing_changed(
         finally:
             holder.communicate("go\n", timeout=30)  # the read may now go on, and the stop end
         out, err, code = _ended(process)
-    _assert_stopping(got[0], _stopping_page(STOPPED_OTHER, None))
+    if url.startswith("/api/"):  # its caller reads JSON, as every other refusal of the API
+        _assert_stopping(got[0], json.dumps({"error": STOPPED_OTHER}), "application/json")
+    else:
+        _assert_stopping(got[0], _stopping_page(STOPPED_OTHER, None))
     # uvicorn gave up on it at its graceful shutdown's end, or did not wait (its force exit).
     assert ("timeout graceful shutdown exceeded" in err) is not twice
     assert "Traceback" not in err and "Exception in ASGI application" not in err

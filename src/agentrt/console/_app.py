@@ -207,18 +207,21 @@ class _Stopping:
             if started:  # its answer began: it cannot be another one
                 raise
             answered = True
-            await self._stopping(stage)(scope, receive, send)
+            await self._stopping(stage, str(scope.get("path", "")))(scope, receive, send)
             return
         inner.result()
 
-    def _stopping(self, stage: _Stage) -> Response:
-        if stage.step is None:
-            page = _pages.message_page(STOPPING, STOPPED_OTHER, None)
+    def _stopping(self, stage: _Stage, path: str) -> Response:
+        response: Response
+        if path.startswith("/api/"):  # an API's caller reads JSON, as its other refusals
+            response = JSONResponse({"error": STOPPED_OTHER}, 503)
+        elif stage.step is None:
+            response = _html(_pages.message_page(STOPPING, STOPPED_OTHER, None), 503)
         else:
             message = STOPPED_COMMITTING if stage.step == "committing" else STOPPED_READING
             back = f"/runs/{quote(stage.run_id, safe='')}"
             page = _pages.message_page(STOPPING, message, self.config, back=back)
-        response = _html(page, 503)
+            response = _html(page, 503)
         for name, value in HEADERS.items():
             response.headers[name] = value
         response.headers["connection"] = "close"
