@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import itertools
 import os
+import signal
+import threading
 from collections.abc import Iterator
 from contextlib import ExitStack
 from datetime import UTC, datetime, timedelta
@@ -154,6 +156,21 @@ def pytest_configure(config: pytest.Config) -> None:
 
     if not config.pluginmanager.is_registered(plugin):
         config.pluginmanager.register(plugin, "agentrt.testkit.plugin")
+    _signals_at_their_defaults()
+
+
+def _signals_at_their_defaults() -> None:
+    """SIGINT and SIGTERM given their defaults back where this process was started ignoring
+    them (a script's `pytest &`: POSIX ignores SIGINT in a background command without job
+    control; a host keeping SIGTERM). An ignored signal passes to every child across `exec`,
+    and the tests end their children with real signals, as a person or a service manager
+    would (test_suite_signals.py). Before xdist starts its workers, which inherit it."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_IGN:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
