@@ -255,15 +255,16 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 @pytest.hookimpl(optionalhook=True)  # xdist's hook: a run without xdist does not know it
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    """`-n auto` (the README's command) runs one worker per core and one more.
+    """`-n auto` (the README's command) runs one worker per core and two more.
 
-    Measured from one clone, nothing else running, 2 cores: 5 min 59 s with 2 workers,
-    5 min 17 s with 3, 5 min 22 s with 4 (docs/performance.md, "The suite, session 10";
-    decision 0102). Part of the suite waits rather than computes (a PostgreSQL server's
-    answers, leases waited out on its clock, the benchmarks' sleeps): a third worker
-    fills those waits; a fourth only adds contention.
+    Part of the suite waits rather than computes (a PostgreSQL server's answers, leases
+    waited out on its clock, children started and signalled): the extra workers fill
+    those waits. Measured from one clone on two cores, nothing else running, the two
+    counts alternated (decision 0236, docs/performance.md "Session 30"): 4 workers 355 s
+    and 397 s, the machine's cores busy 96%; 3 workers 371 s and 432 s, 87-89% busy
+    (session 10's smaller suite had measured 3 best: decision 0102).
     """
-    return (os.cpu_count() or 1) + 1
+    return (os.cpu_count() or 1) + 2
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
