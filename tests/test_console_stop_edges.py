@@ -222,7 +222,13 @@ def _verified(db: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.parametrize(
     ("path", "twice"),
-    [("/", False), ("/runs/{run}", False), ("/api/state", False), ("/runs/{run}", True)],
+    [
+        ("/", False),
+        ("/runs/{run}", False),
+        ("/api/state", False),
+        ("/api/runs/{run}/state", False),
+        ("/runs/{run}", True),
+    ],
 )
 def test_a_page_uvicorn_gave_up_on_at_the_stop_is_answered_as_nothing_changed(
     db_path: Path, path: str, twice: bool

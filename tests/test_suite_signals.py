@@ -11,6 +11,7 @@ the signal that should have ended it. The suite's conftest gives both their defa
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -41,6 +42,10 @@ def test_a_suite_started_with_both_ignored_still_starts_its_children_with_their_
     # The test above, in a pytest of its own started as `pytest &` from a script would be
     # (and with SIGTERM ignored too): it passes only if the suite gave both back.
     here = Path(__file__)
+    env = dict(os.environ)
+    # No VACUUM of the test server from the nested run, in the middle of the suite's own
+    # PostgreSQL tests (as test_suite_sessionstart.py's nested runs).
+    env.pop("AGENTRT_TEST_POSTGRES_URL", None)
     result = subprocess.run(
         [
             sys.executable,
@@ -58,6 +63,7 @@ def test_a_suite_started_with_both_ignored_still_starts_its_children_with_their_
         capture_output=True,
         text=True,
         timeout=120,
+        env=env,
         preexec_fn=_ignoring_both,
         check=False,
     )
