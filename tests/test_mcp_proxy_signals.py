@@ -375,6 +375,58 @@ def test_a_signal_ends_the_proxy_whose_host_stopped_reading_its_stdout(
     assert verified.returncode == 0, verified.stdout + verified.stderr
 
 
+@pytest.mark.parametrize(
+    ("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["SIGINT", "SIGTERM"]
+)
+def test_a_host_that_reads_again_after_the_signal_gets_the_answer_it_left_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sig: signal.Signals, code: int
+) -> None:
+    """The host stopped reading (a 256 KiB answer fills the pipe, a second call held in
+    flight), the signal comes, and the host reads again while the proxy waits for it: the
+    answer it left arrives whole, the proxy never says it gave the host up, and it ends 130
+    or 143 once the call in flight is recorded. The wait's bound (3 s with nothing taken)
+    is made 600 s here, so the host's reading is never raced by it."""
+    monkeypatch.setenv("AGENTRT_TEST_PROXY_GIVE_UP", "600")
+    shop = Shop(tmp_path)
+    long_answers(shop)
+    hold = shop.folder / "hold"
+    with proxy(shop) as running:
+        running.handshake()
+        running.send(call(2, "shop_receipt", order="o-1"))
+        until_stdout_full(running)
+        hold.touch()
+        running.send(call(3, "shop_send", to="ann", text="hi"))
+        deadline = time.monotonic() + HANG_GUARD
+        while len(shop.effects()) < 2:
+            assert time.monotonic() < deadline and running.child.poll() is None
+            time.sleep(0.02)
+        running.child.send_signal(sig)
+        # The signal heard: the call in flight cut from the session (it goes on).
+        running.until_logged("agentrt-proxy: shop_send: the host cancelled the call; it goes on")
+        first = running.line()  # the host reads again
+        hold.unlink()
+        ended, rest, stderr = running.ended()
+    (text,) = first["result"]["content"]
+    said = json.loads(text["text"]) if text["type"] == "text" else None
+    assert (first["id"], said == {"result": LONG}) == (2, True), text["text"][:200]
+    # After it, at most the SDK's own "Connection closed" answer to the call cut from the
+    # session (sent if its 1 s bound did not end first: the SDK's timer, not the proxy's).
+    after = [json.loads(line) for line in rest.splitlines()]
+    assert all(message.get("id") == 3 and "error" in message for message in after), after
+    assert ended == code, stderr
+    assert "the host stopped reading stdout" not in stderr, stderr
+    assert logged(stderr)[-1] == "agentrt-proxy: shop_send -> result (the host had cancelled it)"
+    assert shop.effects() == [
+        {"tool": "receipt", "order": "o-1"},
+        {"tool": "send", "to": "ann", "text": "hi"},
+    ]
+    store = open_existing(shop.db, read_only=True)
+    try:
+        assert sorted(run.status for run in store.list_runs()) == ["COMPLETED", "COMPLETED"]
+    finally:
+        store.close()
+
+
 def test_a_host_that_stops_reading_then_reads_again_gets_every_answer_whole(
     tmp_path: Path,
 ) -> None:
