@@ -313,6 +313,35 @@ def long_answers(shop: Shop) -> None:
     write_owner_only(shop.config, config)
 
 
+def _full_with_a_call_held(shop: Shop, running: Proxy, hold: Path) -> int:
+    """The host's stdout full with a 256 KiB answer it does not read, and a second call
+    (`send`) made and held in flight (its effect happened, its answer not yet given).
+    Returns the pipe's size."""
+    running.handshake()
+    running.send(call(2, "shop_receipt", order="o-1"))
+    size = until_stdout_full(running)
+    hold.touch()
+    running.send(call(3, "shop_send", to="ann", text="hi"))
+    deadline = time.monotonic() + HANG_GUARD
+    while len(shop.effects()) < 2:
+        assert time.monotonic() < deadline and running.child.poll() is None
+        time.sleep(0.02)
+    return size
+
+
+def _both_calls_recorded_once(shop: Shop) -> None:
+    """Each call's effect happened once, and both runs are recorded `COMPLETED`."""
+    assert shop.effects() == [
+        {"tool": "receipt", "order": "o-1"},
+        {"tool": "send", "to": "ann", "text": "hi"},
+    ]
+    store = open_existing(shop.db, read_only=True)
+    try:
+        assert sorted(run.status for run in store.list_runs()) == ["COMPLETED", "COMPLETED"]
+    finally:
+        store.close()
+
+
 @pytest.mark.parametrize(
     ("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["SIGINT", "SIGTERM"]
 )
@@ -332,15 +361,7 @@ def test_a_signal_ends_the_proxy_whose_host_stopped_reading_its_stdout(
     long_answers(shop)
     hold = shop.folder / "hold"
     with proxy(shop) as running:
-        running.handshake()
-        running.send(call(2, "shop_receipt", order="o-1"))
-        size = until_stdout_full(running)
-        hold.touch()
-        running.send(call(3, "shop_send", to="ann", text="hi"))
-        deadline = time.monotonic() + HANG_GUARD
-        while len(shop.effects()) < 2:
-            assert time.monotonic() < deadline and running.child.poll() is None
-            time.sleep(0.02)
+        size = _full_with_a_call_held(shop, running, hold)
         running.child.send_signal(sig)
         running.until_logged(GONE_ON)  # it gave its host up, and waits for the call
         hold.unlink()
@@ -362,15 +383,7 @@ def test_a_signal_ends_the_proxy_whose_host_stopped_reading_its_stdout(
         "agentrt-proxy: the host stopped reading stdout (nothing taken for 3 s after the "
         "signal): what was not sent to it is dropped; every call is recorded",
     ], stderr
-    assert shop.effects() == [
-        {"tool": "receipt", "order": "o-1"},
-        {"tool": "send", "to": "ann", "text": "hi"},
-    ]
-    store = open_existing(shop.db, read_only=True)
-    try:
-        assert sorted(run.status for run in store.list_runs()) == ["COMPLETED", "COMPLETED"]
-    finally:
-        store.close()
+    _both_calls_recorded_once(shop)
     verified = agentrt("verify", "--db", str(shop.db))
     assert verified.returncode == 0, verified.stdout + verified.stderr
 
@@ -391,15 +404,7 @@ def test_a_host_that_reads_again_after_the_signal_gets_the_answer_it_left_whole(
     long_answers(shop)
     hold = shop.folder / "hold"
     with proxy(shop) as running:
-        running.handshake()
-        running.send(call(2, "shop_receipt", order="o-1"))
-        until_stdout_full(running)
-        hold.touch()
-        running.send(call(3, "shop_send", to="ann", text="hi"))
-        deadline = time.monotonic() + HANG_GUARD
-        while len(shop.effects()) < 2:
-            assert time.monotonic() < deadline and running.child.poll() is None
-            time.sleep(0.02)
+        _full_with_a_call_held(shop, running, hold)
         running.child.send_signal(sig)
         # The signal heard: the call in flight cut from the session (it goes on).
         running.until_logged("agentrt-proxy: shop_send: the host cancelled the call; it goes on")
@@ -416,15 +421,7 @@ def test_a_host_that_reads_again_after_the_signal_gets_the_answer_it_left_whole(
     assert ended == code, stderr
     assert "the host stopped reading stdout" not in stderr, stderr
     assert logged(stderr)[-1] == "agentrt-proxy: shop_send -> result (the host had cancelled it)"
-    assert shop.effects() == [
-        {"tool": "receipt", "order": "o-1"},
-        {"tool": "send", "to": "ann", "text": "hi"},
-    ]
-    store = open_existing(shop.db, read_only=True)
-    try:
-        assert sorted(run.status for run in store.list_runs()) == ["COMPLETED", "COMPLETED"]
-    finally:
-        store.close()
+    _both_calls_recorded_once(shop)
 
 
 def test_a_host_that_stops_reading_then_reads_again_gets_every_answer_whole(
