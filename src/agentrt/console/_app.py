@@ -143,6 +143,12 @@ STOPPED_OTHER = (
     "running console (start it again if it is not)."
 )
 
+
+def _is_api(path: str) -> bool:
+    """A route of the JSON API: every answer to it, a refusal included, is JSON."""
+    return path.startswith("/api/")
+
+
 _STAGE = "agentrt.console.stage"
 """The scope key of a request's `_Stage`: how far a decision got, for `_Stopping`."""
 
@@ -213,7 +219,7 @@ class _Stopping:
 
     def _stopping(self, stage: _Stage, path: str) -> Response:
         response: Response
-        if path.startswith("/api/"):  # an API's caller reads JSON, as its other refusals
+        if _is_api(path):
             response = JSONResponse({"error": STOPPED_OTHER}, 503)
         elif stage.step is None:
             response = _html(_pages.message_page(STOPPING, STOPPED_OTHER, None), 503)
@@ -258,7 +264,7 @@ class _Guard(BaseHTTPMiddleware):
         path = request.url.path
         public = path == "/login" or path.startswith("/static/")
         if not public and not config.cookie_matches(request.cookies.get(config.cookie_name)):
-            if path.startswith("/api/"):
+            if _is_api(path):
                 return JSONResponse({"error": "token needed", "code": "unauthorized"}, 401)
             return _html(
                 _pages.login_page(config, "Open the link the console printed when it started."),
@@ -401,7 +407,7 @@ def create_app(
             try:
                 return await handler(request)
             except _Refused as r:
-                if request.url.path.startswith("/api/"):
+                if _is_api(request.url.path):
                     return JSONResponse({"error": r.message}, r.status)
                 back = "/"
                 if "run_id" in request.path_params:
