@@ -24,7 +24,10 @@ measured in this one invocation (never a figure written into the script):
       event loop's own thread (the loop waiting on a commit) and the longest single
       callback the loop ran, which tell a loop blocked by commits from one that is
       busy with the steps of the runs that are ready (a CPU-bound process's timer
-      waits behind every ready run's next piece of work).
+      waits behind every ready run's next piece of work); and, from the timed run,
+      the interpreter's garbage collections (`gc.callbacks`): the longest one, which
+      holds the loop as long as it runs, and the worst lag over the probe's ticks
+      with no collection inside, which is what the runs woken together cost.
 
 (b) **`--procs` processes x `--proc-runs` runs on one file** (8 x 50 by
     default), each process a child running its runs in flight as in (a), all
@@ -75,6 +78,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import itertools
 import json
 import os
@@ -172,20 +176,64 @@ def failures(outcomes: Sequence[Any]) -> list[str]:
     return [f"{type(r).__name__}: {r}" for r in outcomes if isinstance(r, BaseException)]
 
 
-class LagProbe:
-    """How late a task sleeping `LAG_TICK_S` at a time wakes: the event loop's worst stall."""
+class GcPauses:
+    """The interpreter's garbage collections while installed (`with`): how many, how many
+    of them full (generation 2), the longest single one and their sum, in seconds. A
+    collection runs on whichever thread allocated last, holding the interpreter's lock,
+    so the event loop waits for it: a lag the runtime's own scheduling cannot remove."""
 
     def __init__(self) -> None:
+        self.count = 0
+        self.full = 0
+        self.longest = 0.0
+        self.total = 0.0
+        self._began = 0.0
+
+    def _seen(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._began = time.perf_counter()
+            return
+        took = time.perf_counter() - self._began
+        self.count += 1
+        self.full += info["generation"] == 2
+        self.longest = max(self.longest, took)
+        self.total += took
+
+    def __enter__(self) -> GcPauses:
+        gc.callbacks.append(self._seen)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self._seen)
+
+
+class LagProbe:
+    """How late a task sleeping `LAG_TICK_S` at a time wakes: the event loop's worst stall,
+    and (given `pauses`) the worst over the ticks no garbage collection fell inside."""
+
+    def __init__(self, pauses: GcPauses | None = None) -> None:
         self.worst = 0.0
+        self.worst_without_gc = 0.0
         self.ticks = 0
+        self._pauses = pauses
         self._task: asyncio.Task[None] | None = None
+
+    def note(self, late: float, collected: bool) -> None:
+        """One tick `late` seconds late; `collected`: a collection ended inside it."""
+        self.worst = max(self.worst, late)
+        if not collected:
+            self.worst_without_gc = max(self.worst_without_gc, late)
+        self.ticks += 1
+
+    def _collections(self) -> int:
+        return self._pauses.count if self._pauses is not None else 0
 
     async def _tick(self) -> None:
         while True:
-            before = time.perf_counter()
+            seen, before = self._collections(), time.perf_counter()
             await asyncio.sleep(LAG_TICK_S)
-            self.worst = max(self.worst, time.perf_counter() - before - LAG_TICK_S)
-            self.ticks += 1
+            late = time.perf_counter() - before - LAG_TICK_S
+            self.note(late, self._collections() != seen)
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._tick())
@@ -240,6 +288,8 @@ class InFlight:
     alone: list[float] = field(default_factory=list)  # step latencies of one run alone
     lag: float = 0.0
     lag_alone: float = 0.0
+    lag_without_gc: float = 0.0  # over the ticks no garbage collection fell inside
+    gc_pauses: GcPauses = field(default_factory=GcPauses)  # during the timed runs
     commit_us: float = 0.0
 
     @property
@@ -267,13 +317,14 @@ async def measure_in_flight(path: str, runs: int, steps: int, alone_runs: int) -
             result.alone += agent.latencies()
         await probe.stop()
         result.lag_alone = probe.worst
-        probe = LagProbe()
-        probe.start()
-        cpu, start = time.process_time(), time.perf_counter()
-        agent, outcomes = await in_flight(store, runs, steps, tag="flight")
-        result.wall, result.cpu = time.perf_counter() - start, time.process_time() - cpu
-        await probe.stop()
-        result.lag = probe.worst
+        probe = LagProbe(result.gc_pauses)
+        with result.gc_pauses:
+            probe.start()
+            cpu, start = time.process_time(), time.perf_counter()
+            agent, outcomes = await in_flight(store, runs, steps, tag="flight")
+            result.wall, result.cpu = time.perf_counter() - start, time.process_time() - cpu
+            await probe.stop()
+        result.lag, result.lag_without_gc = probe.worst, probe.worst_without_gc
         result.done = completed(outcomes, steps)
         result.errors = failures(outcomes)
         result.latencies = agent.latencies()
@@ -821,6 +872,12 @@ def report_in_flight(a: InFlight, counted: FsyncCount) -> list[bool]:
             f"{counted.longest_callback * 1e6:,.0f} µs; a waking timer waits behind every "
             "ready run's next callback"
         )
+    pauses = a.gc_pauses
+    print(
+        f"      the interpreter's garbage collections: {pauses.count} ({pauses.full} full), "
+        f"{pauses.total * 1e3:,.1f} ms in all, the longest {pauses.longest * 1e6:,.0f} µs; "
+        f"the lag over the ticks with none inside: max {a.lag_without_gc * 1e6:,.0f} µs"
+    )
     return verdicts
 
 

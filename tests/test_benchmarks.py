@@ -8,6 +8,7 @@ the rows and events a real step writes.
 from __future__ import annotations
 
 import dataclasses
+import gc
 import importlib.util
 import json
 import os
@@ -579,6 +580,22 @@ def test_the_strace_summary_is_read_for_fsync_and_fdatasync_calls() -> None:
     assert bench.parse_strace_summary(summary) == 1297 + 84
 
 
+def test_the_lag_probe_keeps_the_ticks_a_garbage_collection_fell_inside_apart() -> None:
+    bench = load("concurrency")
+    with bench.GcPauses() as pauses:
+        gc.collect()  # a full collection, seen through gc.callbacks
+    assert pauses.count >= 1 and pauses.full >= 1
+    assert 0 < pauses.longest <= pauses.total
+    counted = pauses.count
+    gc.collect()  # after `with`: no longer counted
+    assert pauses.count == counted
+    probe = bench.LagProbe(pauses)
+    probe.note(0.030, collected=True)  # a tick that a collection held
+    probe.note(0.002, collected=False)
+    probe.note(0.001, collected=False)
+    assert (probe.worst, probe.worst_without_gc, probe.ticks) == (0.030, 0.002, 3)
+
+
 @pytest.mark.slow
 def test_the_concurrency_benchmark_counts_commits_and_fsyncs_and_loses_nothing(
     tmp_path: Path,
@@ -617,6 +634,12 @@ def test_the_concurrency_benchmark_counts_commits_and_fsyncs_and_loses_nothing(
         r"held the loop [\d,]+ µs; ",
         why,
     ), why
+    collections = next(line for line in lines if line.startswith("the interpreter's garbage"))
+    assert re.fullmatch(
+        r"the interpreter's garbage collections: \d+ \(\d+ full\), [\d,]+\.\d ms in all, the "
+        r"longest [\d,]+ µs; the lag over the ticks with none inside: max [\d,]+ µs",
+        collections,
+    ), collections
     assert (
         "exceptions reaching a caller: 0, of which 'database is locked' or busy: 0 "
         "(target: none): met"
