@@ -26,8 +26,8 @@ measured in this one invocation (never a figure written into the script):
       busy with the steps of the runs that are ready (a CPU-bound process's timer
       waits behind every ready run's next piece of work); and, from the timed run,
       the interpreter's garbage collections (`gc.callbacks`): the longest one, which
-      holds the loop as long as it runs, and the worst lag over the probe's ticks
-      with no collection inside, which is what the runs woken together cost.
+      holds the loop as long as it runs, and the worst lag less the collections that
+      fell inside its tick: what the runs woken together cost.
 
 (b) **`--procs` processes x `--proc-runs` runs on one file** (8 x 50 by
     default), each process a child running its runs in flight as in (a), all
@@ -179,8 +179,9 @@ def failures(outcomes: Sequence[Any]) -> list[str]:
 class GcPauses:
     """The interpreter's garbage collections while installed (`with`): how many, how many
     of them full (generation 2), the longest single one and their sum, in seconds. A
-    collection runs on whichever thread allocated last, holding the interpreter's lock,
-    so the event loop waits for it: a lag the runtime's own scheduling cannot remove."""
+    collection runs on the thread whose allocation crossed the collector's threshold (or
+    that called `gc.collect()`), holding the interpreter's lock, so the event loop waits
+    for it: a lag the runtime's own scheduling cannot remove."""
 
     def __init__(self) -> None:
         self.count = 0
@@ -193,7 +194,9 @@ class GcPauses:
         if phase == "start":
             self._began = time.perf_counter()
             return
-        took = time.perf_counter() - self._began
+        if not self._began:  # installed while a collection ran: its start was not seen
+            return
+        took, self._began = time.perf_counter() - self._began, 0.0
         self.count += 1
         self.full += info["generation"] == 2
         self.longest = max(self.longest, took)
@@ -209,31 +212,32 @@ class GcPauses:
 
 class LagProbe:
     """How late a task sleeping `LAG_TICK_S` at a time wakes: the event loop's worst stall,
-    and (given `pauses`) the worst over the ticks no garbage collection fell inside."""
+    and (given `pauses`) the worst less the garbage collections that ended inside its tick."""
 
     def __init__(self, pauses: GcPauses | None = None) -> None:
         self.worst = 0.0
         self.worst_without_gc = 0.0
         self.ticks = 0
+        self.ticks_with_gc = 0
         self._pauses = pauses
         self._task: asyncio.Task[None] | None = None
 
-    def note(self, late: float, collected: bool) -> None:
-        """One tick `late` seconds late; `collected`: a collection ended inside it."""
+    def note(self, late: float, collecting: float) -> None:
+        """One tick `late` seconds late, `collecting` seconds of it in garbage collections."""
         self.worst = max(self.worst, late)
-        if not collected:
-            self.worst_without_gc = max(self.worst_without_gc, late)
+        self.worst_without_gc = max(self.worst_without_gc, late - collecting)
         self.ticks += 1
+        self.ticks_with_gc += collecting > 0
 
-    def _collections(self) -> int:
-        return self._pauses.count if self._pauses is not None else 0
+    def _collected(self) -> float:
+        return self._pauses.total if self._pauses is not None else 0.0
 
     async def _tick(self) -> None:
         while True:
-            seen, before = self._collections(), time.perf_counter()
+            collected, before = self._collected(), time.perf_counter()
             await asyncio.sleep(LAG_TICK_S)
             late = time.perf_counter() - before - LAG_TICK_S
-            self.note(late, self._collections() != seen)
+            self.note(late, self._collected() - collected)
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._tick())
@@ -288,7 +292,7 @@ class InFlight:
     alone: list[float] = field(default_factory=list)  # step latencies of one run alone
     lag: float = 0.0
     lag_alone: float = 0.0
-    lag_without_gc: float = 0.0  # over the ticks no garbage collection fell inside
+    lag_without_gc: float = 0.0  # each tick's lag less the collections inside it
     gc_pauses: GcPauses = field(default_factory=GcPauses)  # during the timed runs
     commit_us: float = 0.0
 
@@ -876,7 +880,7 @@ def report_in_flight(a: InFlight, counted: FsyncCount) -> list[bool]:
     print(
         f"      the interpreter's garbage collections: {pauses.count} ({pauses.full} full), "
         f"{pauses.total * 1e3:,.1f} ms in all, the longest {pauses.longest * 1e6:,.0f} µs; "
-        f"the lag over the ticks with none inside: max {a.lag_without_gc * 1e6:,.0f} µs"
+        f"the lag less the collections inside its tick: max {a.lag_without_gc * 1e6:,.0f} µs"
     )
     return verdicts
 
