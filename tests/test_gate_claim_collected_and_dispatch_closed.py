@@ -19,7 +19,7 @@ import pytest
 import agentrt
 from agentrt import SideEffect, _session, _step
 from conftest import RecordingTool
-from support.abandoned import end_abandoned
+from support.abandoned import end_abandoned, end_abandoned_on
 from support.gates import collected_while_held, hold_next_group, make_gate
 from support.models import TINY_REQUEST, Replies
 
@@ -115,3 +115,4 @@ def test_a_dispatch_closed_from_outside_with_the_steps_claim_leaves_the_session_
         assert (steps, calls) == ([(0, "deciding")], [(step.id, "dispatched")])
     assert store.get_run(run_id).status == "RUNNING"
     assert store.verify_events().intact
+    end_abandoned_on(theirs)  # the tasks the runtime started on it, ended here (it is gone)
