@@ -973,7 +973,8 @@ def test_a_call_cut_off_by_sigkill_while_waiting_inside_the_run_runs_again_only_
                 time.sleep(0.02)
         os.kill(proc.pid, signal.SIGKILL)
     finally:
-        proc.wait(timeout=60)
+        with proc:  # its pipes, closed as it is waited for
+            proc.wait(timeout=60)
     assert proc.returncode == -signal.SIGKILL
     (tmp_path / "hold").unlink()
     assert [a.kind for a in first] == ["remote_mutation"]

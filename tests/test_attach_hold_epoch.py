@@ -23,6 +23,7 @@ from typing import Any
 import agentrt
 from agentrt import Decision, VerdictOutcome, _session
 from conftest import FakeClock, event_types
+from support.abandoned import end_abandoned
 from support.gates import hold_next_group, make_gate, open_step
 from support.tools import push_tool
 
@@ -175,4 +176,4 @@ def test_a_first_holds_start_commit_abandoned_with_its_loop_is_refused_under_the
         assert store.verify_events().intact
     finally:
         go.set()
-        executing.get_coro().close()  # the abandoned execute, ended here (its loop is gone)
+        end_abandoned(executing)  # the abandoned execute, ended here (its loop is gone)

@@ -625,8 +625,9 @@ def test_follow_shows_events_of_a_run_in_another_process_as_they_commit(db_path:
         follower.wait(30)
         reader.join(30)
         resumer.store.close()
-    assert follower.returncode == 0
-    assert follower.stderr is not None and follower.stderr.read() == ""
+    with follower:  # its pipes, closed once read
+        assert follower.returncode == 0
+        assert follower.stderr is not None and follower.stderr.read() == ""
 
 
 # --- approve and reject -------------------------------------------------------------------------

@@ -243,8 +243,13 @@ def test_processes_released_together_to_take_over_one_crashed_run_exactly_one_ta
         for racer in racers:
             racer.wait(30)
         watchdog.cancel()
-    assert failures == [], f"{len(failures)} of {TRIALS} trials broke:\n" + "\n".join(failures)
-    assert all(r.returncode == 0 for r in racers), [r.stderr.read() for r in racers if r.stderr]
+    try:
+        assert failures == [], f"{len(failures)} of {TRIALS} trials broke:\n" + "\n".join(failures)
+        assert all(r.returncode == 0 for r in racers), [r.stderr.read() for r in racers if r.stderr]
+    finally:
+        for racer in racers:
+            with racer:  # its pipes, closed (it has ended)
+                pass
 
 
 class Gate:

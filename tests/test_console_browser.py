@@ -135,12 +135,13 @@ def console(db: Path, *args: str) -> Iterator[Console]:
         url = line.strip().removeprefix("open ")
         yield Console(proc, url, lines)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        with proc:  # its pipes, closed as it is waited for
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
 
 def off_loop(fn: Callable[[], T]) -> T:

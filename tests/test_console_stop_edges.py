@@ -567,6 +567,8 @@ def test_a_serve_with_stderr_closed_still_waits_for_the_decision_being_recorded(
         if process.poll() is None:
             process.kill()
             process.communicate()
+        if process.stdout is not None:
+            process.stdout.close()  # read to its end above: closed here
     _assert_stopping(got[0], _stopping_page(STOPPING_DECISION, db, back=f"/runs/{run.id}"))
     assert (out, process.returncode) == ("agentrt console: stopped\n", 0)
     assert pending(db, run.id).status == "approved"

@@ -22,6 +22,7 @@ import pytest
 import agentrt
 from agentrt import Decision, SideEffect, _session
 from conftest import FakeClock, Ids, RecordingTool
+from support.abandoned import end_abandoned
 from support.gates import collected_while_held, hold_next_group
 
 
@@ -117,7 +118,7 @@ def test_a_driver_loop_closed_while_a_tool_thread_runs_keeps_the_run_until_it_re
     driving = loop.create_task(driver.start("abandoned mid-call", None, run_id))
     assert loop.run_until_complete(loop.run_in_executor(None, tool.running.wait, 30))
     loop.close()  # under the tool's call: its thread goes on
-    driving.get_coro().close()  # closed from outside, as the collector closes it
+    end_abandoned(driving)  # closed from outside, as the collector closes it
     assert driver._is_executing(run_id)  # the tool's thread still runs
     with pytest.raises(agentrt.RunStateError, match="already executing"):
         driver.resume_sync(run_id)

@@ -24,6 +24,7 @@ import pytest
 import agentrt
 from agentrt import Decision, SideEffect, _session
 from conftest import FakeClock, Ids, RecordingTool, event_types
+from support.abandoned import end_abandoned
 from support.gates import hold_next_group
 
 
@@ -63,7 +64,7 @@ def test_a_driver_loop_closed_while_its_agent_decides_does_not_keep_the_run(
         if len(asked) == 1:
             deciding.set()
             await asyncio.get_running_loop().create_future()  # never answers
-        closed[0].get_coro().close()  # the abandoned loop's coroutine, closed meanwhile
+        end_abandoned(closed[0])  # the abandoned loop's coroutine, closed meanwhile
         marked.append(driver._is_executing(run_id))
         return Decision.complete("done")
 
@@ -156,6 +157,7 @@ def test_a_driver_loop_closed_under_its_tool_start_never_runs_the_tool_on_its_ow
         assert event_types(store, run_id).count("step.tool_started") == 1
         assert [c.args for c in tool.calls] == [{"x": 1}]  # by the live loop alone
         assert store.verify_events().intact
+        end_abandoned(driving)  # the abandoned coroutine, ended here (its loop is gone)
         return
     assert not driving.done()
     assert run.status == "WAITING_FOR_APPROVAL"
@@ -168,7 +170,7 @@ def test_a_driver_loop_closed_under_its_tool_start_never_runs_the_tool_on_its_ow
         "lease.taken_over",
         "step.interrupted",
     ]
-    driving.get_coro().close()  # the abandoned coroutine, closed at last: nothing changes
+    end_abandoned(driving)  # the abandoned coroutine, closed at last: nothing changes
     assert store.get_run(run_id).status == "WAITING_FOR_APPROVAL"
     assert not driver._is_executing(run_id)
     assert store.verify_events().intact
@@ -220,3 +222,4 @@ def test_a_driver_loop_closed_while_its_tool_thread_runs_keeps_the_run_until_it_
     assert [c.args for c in tool.calls] == [{"x": 1}]  # once: never again on its own
     assert not driving.done()
     assert store.verify_events().intact
+    end_abandoned(driving)  # the abandoned coroutine, ended here (its loop is gone)

@@ -25,6 +25,7 @@ import pytest
 import agentrt
 from agentrt import Decision, SideEffect, _session
 from conftest import FakeClock, Ids, RecordingTool, event_types
+from support.abandoned import end_abandoned, end_abandoned_on
 from support.gates import collected_while_held, hold_next_group
 
 
@@ -98,7 +99,8 @@ def test_recover_judges_an_abandoned_run_while_another_loop_of_the_driver_ends(
     assert store.lease(x).owner == ""
     assert not driver._is_executing(x) and not driver._is_executing(y)
     assert store.verify_events().intact
-    del driving
+    end_abandoned(driving)
+    end_abandoned_on(theirs)  # and its tool's task, ended here (their loop is gone)
 
 
 def _closed_while_held(lock: Any, coro: Any) -> None:
@@ -191,6 +193,7 @@ def test_every_order_of_a_takeover_a_collection_and_a_tool_thread_return_frees_t
     assert store.lease(run_id).owner == ""
     assert event_types(store, run_id).count("step.interrupted") == 1
     assert store.verify_events().intact
+    end_abandoned_on(theirs)  # the task and its tool's, ended here (their loop is gone)
 
 
 def test_a_driver_loop_closed_inside_its_begin_is_refused_until_collected_then_resumed(

@@ -19,6 +19,7 @@ import pytest
 import agentrt
 from agentrt import SideEffect, _session, _step
 from conftest import RecordingTool
+from support.abandoned import end_abandoned, end_abandoned_on
 from support.gates import collected_while_held, hold_next_group, make_gate
 from support.models import TINY_REQUEST, Replies
 
@@ -90,7 +91,7 @@ def test_a_dispatch_closed_from_outside_with_the_steps_claim_leaves_the_session_
     theirs.close()  # the consumer's loop, closed under the dispatch commit
     go.set()
     _session.committer_for(store).submit(lambda tx: None).result(30)  # that commit ended
-    asking.get_coro().close()  # closed from outside, as the collector closes it
+    end_abandoned(asking)  # closed from outside, as the collector closes it
     before = (store.list_steps(run_id), store.list_model_calls(run_id), store.get_run(run_id))
     with pytest.raises(agentrt.RunStateError, match="can no longer be used") as refused:
         asyncio.run(step.model.generate(TINY_REQUEST))
@@ -114,3 +115,4 @@ def test_a_dispatch_closed_from_outside_with_the_steps_claim_leaves_the_session_
         assert (steps, calls) == ([(0, "deciding")], [(step.id, "dispatched")])
     assert store.get_run(run_id).status == "RUNNING"
     assert store.verify_events().intact
+    end_abandoned_on(theirs)  # the tasks the runtime started on it, ended here (it is gone)

@@ -26,6 +26,7 @@ import pytest
 import agentrt
 from agentrt import Decision, Limits, SideEffect, _session, _step
 from conftest import FakeClock, Ids, RecordingTool, event_types
+from support.abandoned import end_abandoned, end_abandoned_on
 from support.gates import collected_while_held, hold_next_group, make_gate
 from support.models import TINY_REQUEST, Replies
 from support.tools import read_tool
@@ -87,7 +88,7 @@ def test_a_claim_whose_loop_was_closed_while_its_task_is_kept_does_not_refuse_a_
     assert not claiming.done()  # kept referenced: nothing closes its coroutine
     step = session.step_sync()
     assert step is not None and step.index == 0
-    claiming.get_coro().close()  # the abandoned claim, closed at last: nothing changes
+    end_abandoned(claiming)  # the abandoned claim, closed at last: nothing changes
     assert session.current() is step
     with pytest.raises(agentrt.RunStateError, match=r"step 0 of run .* is still open"):
         session.step_sync()
@@ -123,7 +124,7 @@ def test_two_claims_never_proceed_together_past_a_claim_whose_loop_was_closed(
         _run_until(loop_b, lambda: len(reached) == 2)
         with pytest.raises(agentrt.RunStateError, match="being claimed by another call"):
             session.step_sync()
-        claim_a.get_coro().close()  # the abandoned claim ends: B's mark stays
+        end_abandoned(claim_a)  # the abandoned claim ends: B's mark stays
         with pytest.raises(agentrt.RunStateError, match="being claimed by another call"):
             session.step_sync()
         answers[1].set_result(None)
@@ -290,7 +291,7 @@ def test_a_driver_cancelled_whose_loop_is_closed_while_it_gives_its_lease_back_i
     loop.close()  # the consumer's loop, closed under the cancel's LEFT_OPEN commit
     go.set()
     _session.committer_for(store).submit(lambda tx: None).result(30)
-    driving.get_coro().close()  # closed from outside, as the collector closes it
+    end_abandoned(driving)  # closed from outside, as the collector closes it
     assert not driver._is_executing(run_id)
     assert store.list_steps(run_id) == []  # the refused commit wrote nothing
     run = driver.resume_sync(run_id)
@@ -298,6 +299,7 @@ def test_a_driver_cancelled_whose_loop_is_closed_while_it_gives_its_lease_back_i
     assert [(s.index, s.status) for s in store.list_steps(run_id)] == [(0, "done")]
     assert store.lease(run_id).owner == ""
     assert store.verify_events().intact
+    end_abandoned_on(loop)  # the tasks the runtime started on it, ended here (it is gone)
 
 
 def test_a_driver_loop_abandoned_mid_release_collected_under_the_drivers_lock_is_not_a_deadlock(
@@ -403,3 +405,4 @@ def test_a_claim_whose_loop_was_closed_under_a_limits_commit_leaves_one_end_and_
     assert (types.count("limit.exceeded"), types.count("run.finished")) == (1, 1)
     assert [c.args for c in read.calls] == [{"x": 1}]
     assert store.verify_events().intact
+    end_abandoned_on(theirs)  # the abandoned claim, ended here (its loop is gone)

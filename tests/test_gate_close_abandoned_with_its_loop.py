@@ -23,6 +23,7 @@ import pytest
 import agentrt
 from agentrt import RunStateError, StepStatus, _session
 from conftest import Ids, event_types
+from support.abandoned import end_abandoned, end_abandoned_on
 from support.gates import hold_next_group, make_gate
 
 
@@ -80,7 +81,8 @@ def test_a_close_abandoned_with_its_loop_is_made_by_the_next_close(
     finally:
         go.set()
         for task in pending:
-            task.get_coro().close()  # the abandoned coroutines, ended here (their loop is gone)
+            end_abandoned(task)  # the abandoned coroutines, ended here (their loop is gone)
+        end_abandoned_on(theirs)  # and the tasks the runtime started on it
 
 
 def test_a_close_whose_loop_is_closed_after_it_ended_is_not_made_again(
@@ -131,7 +133,7 @@ def test_a_close_abandoned_in_its_own_commit_and_collected_does_not_commit_its_s
         go.set()
         _session.committer_for(store).submit(lambda tx: None).result(30)  # made or refused
         for task in abandoned:  # outer first, as the collector may: then the letting go
-            task.get_coro().close()
+            end_abandoned(task)
         with caplog.at_level(logging.WARNING, logger="agentrt"):
             session.close_sync()
         assert [r.getMessage() for r in caplog.records if r.name == "agentrt"] == []

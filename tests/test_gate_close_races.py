@@ -30,6 +30,7 @@ import pytest
 import agentrt
 from agentrt import SideEffect, _gate, _session, _step
 from conftest import RecordingTool, event_types
+from support.abandoned import end_abandoned
 from support.gates import collected_while_held, hold_next_group, make_gate
 from support.models import TINY_REQUEST, Replies
 from support.rows import snapshot
@@ -556,7 +557,7 @@ def test_a_close_returns_though_a_write_of_the_session_was_abandoned_with_its_lo
         again.close_sync()
         assert store.verify_events().intact
     finally:
-        failing.get_coro().close()  # the abandoned write, ended here (its loop is gone)
+        end_abandoned(failing)  # the abandoned write, ended here (its loop is gone)
 
 
 def test_a_write_abandoned_with_its_loop_is_not_made_under_the_same_gates_newer_lease(
@@ -599,7 +600,7 @@ def test_a_write_abandoned_with_its_loop_is_not_made_under_the_same_gates_newer_
         assert store.verify_events().intact
     finally:
         go.set()
-        failing.get_coro().close()  # the abandoned write, ended here (its loop is gone)
+        end_abandoned(failing)  # the abandoned write, ended here (its loop is gone)
 
 
 def test_a_write_abandoned_with_its_loop_collected_while_its_session_is_locked_is_not_a_deadlock(

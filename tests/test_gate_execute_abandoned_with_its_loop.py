@@ -39,6 +39,7 @@ from agentrt import (
     _session,
 )
 from conftest import Ids, RecordingTool, event_types
+from support.abandoned import end_abandoned
 from support.gates import collected_while_held, hold_next_group, make_gate
 
 
@@ -102,7 +103,7 @@ def test_an_execute_abandoned_with_its_loop_in_its_start_commit_does_not_keep_th
         assert store.verify_events().intact
     finally:
         go.set()
-        executing.get_coro().close()  # the abandoned execute, ended here (its loop is gone)
+        end_abandoned(executing)  # the abandoned execute, ended here (its loop is gone)
 
 
 def test_an_execute_abandoned_with_its_loop_keeps_the_lease_while_its_tool_thread_runs(
@@ -153,7 +154,7 @@ def test_an_execute_abandoned_with_its_loop_keeps_the_lease_while_its_tool_threa
         assert store.verify_events().intact
     finally:
         release.set()
-        executing.get_coro().close()  # the abandoned execute, ended here (its loop is gone)
+        end_abandoned(executing)  # the abandoned execute, ended here (its loop is gone)
 
 
 def test_a_session_whose_execute_was_abandoned_with_its_loop_says_so_and_is_not_used(
@@ -189,7 +190,7 @@ def test_a_session_whose_execute_was_abandoned_with_its_loop_says_so_and_is_not_
         assert store.lease(run_id).owner == ""
     finally:
         go.set()
-        executing.get_coro().close()
+        end_abandoned(executing)
 
 
 def test_an_execute_abandoned_with_its_loop_collected_while_its_session_is_locked_is_not_a_deadlock(
@@ -308,4 +309,4 @@ def test_an_abandoned_execute_keeps_the_lease_while_its_thread_runs_after_a_canc
             r.set()
         loops[0].close()
         if len(executing) > 1:
-            executing[1].get_coro().close()
+            end_abandoned(executing[1])

@@ -36,6 +36,7 @@ from agentrt import (
     ToolResult,
 )
 from conftest import Ids, RecordingTool
+from support.abandoned import end_abandoned_on
 from support.gates import make_gate
 from support.leases import expire_lease
 
@@ -212,6 +213,7 @@ def test_an_execute_closed_by_hand_keeps_the_lease_while_its_async_tools_task_ru
         if waiting.release is not None:
             waiting.release.set()
         loop.close()
+        end_abandoned_on(loop)  # its pending tasks, ended here (their loop is gone)
 
 
 def test_an_execute_closed_after_its_loop_was_closed_under_its_async_tool_gives_the_lease_back(
@@ -241,6 +243,7 @@ def test_an_execute_closed_after_its_loop_was_closed_under_its_async_tool_gives_
     assert waiting.ended == []
     assert store.verify_events().intact
     del executing
+    end_abandoned_on(loop)  # its pending tasks, ended here (their loop is gone)
 
 
 def test_a_kept_async_tools_task_that_ends_gives_the_lease_back_off_its_event_loop(
@@ -291,6 +294,7 @@ def test_a_kept_async_tools_task_that_ends_gives_the_lease_back_off_its_event_lo
         if waiting.release is not None:
             waiting.release.set()
         loop.close()
+        end_abandoned_on(loop)  # its pending tasks, ended here (their loop is gone)
 
 
 class _Swallowing(_Waiting):
@@ -363,6 +367,7 @@ def test_an_execute_closed_by_hand_in_its_tools_cancel_grace_keeps_the_lease_whi
         if waiting.release is not None:
             waiting.release.set()
         loop.close()
+        end_abandoned_on(loop)  # its pending tasks, ended here (their loop is gone)
 
 
 def test_a_session_collected_while_its_cancelled_calls_thread_runs_keeps_the_run_until_it_returns(
@@ -509,6 +514,7 @@ def test_a_kept_async_tools_task_whose_loop_is_closed_gives_the_lease_back(
         del executing
     finally:
         loop.close()
+        end_abandoned_on(loop)  # its pending tasks, ended here (their loop is gone)
 
 
 @pytest.mark.parametrize(
@@ -570,6 +576,7 @@ def test_a_close_after_every_kept_tool_ended_gives_the_lease_back_before_it_retu
         for fn in held:
             fn()
         loop.close()
+        end_abandoned_on(loop)  # its pending tasks, ended here (their loop is gone)
 
 
 class _HeldRenewals:
@@ -664,3 +671,4 @@ def test_a_kept_tasks_loop_closed_after_the_lease_was_lost_frees_the_run_for_its
         for _ in range(10):
             renewals.go.release()
         loop.close()
+        end_abandoned_on(loop)  # its pending tasks, ended here (their loop is gone)

@@ -22,6 +22,7 @@ import weakref
 import agentrt
 from agentrt import _session
 from conftest import Ids
+from support.abandoned import end_abandoned
 from support.gates import collected_while_held, hold_next_group, make_gate
 
 
@@ -53,12 +54,12 @@ def test_a_letting_go_abandoned_with_its_loop_collected_under_its_gates_lock_is_
         def collect() -> None:
             """As the collector closes it: on a thread that holds the gate's lock."""
             with gate._lock:
-                letting_go[0].get_coro().close()
+                end_abandoned(letting_go[0])
             closed.set()
 
         threading.Thread(target=collect, daemon=True).start()
         assert closed.wait(10), "the collected letting go waited for a lock its own thread held"
-        closing.get_coro().close()
+        end_abandoned(closing)
     finally:
         go.set()
     session.close_sync()

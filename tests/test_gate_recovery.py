@@ -171,8 +171,9 @@ def test_a_run_attached_in_another_process_is_refused_until_that_process_dies(
             make_gate(store, push, clock=clock, ids=Ids("c")).attach_sync(run_id)
         assert snapshot(database) == before
     finally:
-        child_proc.kill()
-        child_proc.wait(timeout=30)
+        with child_proc:  # its pipes, closed as it is waited for
+            child_proc.kill()
+            child_proc.wait(timeout=30)
     assert child_proc.returncode == -9
     session, verdict = make_gate(store, push, clock=clock, ids=Ids("d")).attach_sync(run_id)
     assert verdict is not None and verdict.outcome == VerdictOutcome.ALLOWED

@@ -26,6 +26,7 @@ import pytest
 import agentrt
 from agentrt import Decision, SideEffect, StepStatus, _session
 from conftest import Ids, RecordingTool, event_types
+from support.abandoned import end_abandoned
 from support.gates import hold_next_group, make_gate
 
 # What each write records when its commit is made, after `run.created`, `run.started`.
@@ -79,7 +80,7 @@ def test_a_write_closed_from_outside_does_not_hand_its_kept_claim_to_the_close(
         go.set()
         _session.committer_for(store).submit(lambda tx: None).result(30)  # made or refused
         for abandoned_task in abandoned:  # as the collector closes them
-            abandoned_task.get_coro().close()
+            end_abandoned(abandoned_task)
         with caplog.at_level(logging.WARNING, logger="agentrt"):
             session.close_sync()
         assert [r.getMessage() for r in caplog.records if r.name == "agentrt"] == [], (

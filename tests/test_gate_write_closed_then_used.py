@@ -23,6 +23,7 @@ import pytest
 import agentrt
 from agentrt import RunStateError, SideEffect, _session
 from conftest import Ids, RecordingTool, event_types
+from support.abandoned import end_abandoned
 from support.gates import hold_next_group, make_gate
 
 
@@ -58,7 +59,7 @@ def test_a_failure_cut_short_in_its_commit_leaves_the_session_unusable(
             go.set()
             _session.committer_for(store).submit(lambda tx: None).result(30)
             for abandoned_task in abandoned:  # as the collector closes them
-                abandoned_task.get_coro().close()
+                end_abandoned(abandoned_task)
         cut = "was cancelled" if how == "cancelled" else "was closed from outside"
         with pytest.raises(RunStateError) as refused:
             session.step_sync()

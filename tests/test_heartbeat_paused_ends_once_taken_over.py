@@ -32,6 +32,7 @@ import agentrt
 from agentrt import Decision, SideEffect, _step
 from agentrt._lease import Heartbeat
 from conftest import FakeClock, Ids, RecordingTool, event_types
+from support.abandoned import end_abandoned
 from support.database import on_postgres
 from support.gates import make_gate
 from support.leases import expire_lease
@@ -198,7 +199,7 @@ def test_a_paused_heartbeat_ends_with_its_connection_once_another_driver_complet
     finally:
         if not theirs.is_closed():
             theirs.close()
-        driving.get_coro().close()
+        end_abandoned(driving)
         store.close()
 
 
@@ -251,5 +252,5 @@ def test_a_paused_gate_heartbeat_ends_once_another_gate_took_the_run_over(
         again.close_sync()
         assert store.verify_events().intact
     finally:
-        claiming.get_coro().close()
+        end_abandoned(claiming)
         store.close()

@@ -30,6 +30,7 @@ import agentrt
 from agentrt import Decision, SideEffect, _step
 from agentrt._lease import Heartbeat
 from conftest import FakeClock, Ids, RecordingTool, event_types
+from support.abandoned import end_abandoned, end_abandoned_on
 from support.gates import make_gate
 from support.leases import expire_lease
 
@@ -151,7 +152,7 @@ def test_a_driver_loop_closed_as_its_agent_decides_lets_its_lease_lapse_for_anot
     finally:
         if not theirs.is_closed():
             theirs.close()
-        driving.get_coro().close()  # the abandoned coroutine, ended here
+        end_abandoned(driving)  # the abandoned coroutine, ended here
         store.close()
 
 
@@ -198,7 +199,7 @@ def test_a_driver_loop_closed_as_its_tool_thread_runs_keeps_its_lease_until_it_r
         release.set()
         if not theirs.is_closed():
             theirs.close()
-        driving.get_coro().close()
+        end_abandoned(driving)
         store.close()
 
 
@@ -249,7 +250,7 @@ def test_a_gate_execute_whose_loop_closed_lets_its_lease_lapse_once_its_tool_ret
         release.set()
         if not theirs.is_closed():
             theirs.close()
-        executing.get_coro().close()
+        end_abandoned(executing)
         store.close()
 
 
@@ -315,7 +316,7 @@ def test_a_gate_claim_whose_loop_closed_stops_renewing_until_a_live_loop_claims(
         assert store.lease(run_id).owner == ""
         assert store.verify_events().intact
     finally:
-        claiming.get_coro().close()
+        end_abandoned(claiming)
 
 
 def test_a_driver_loop_closed_as_its_async_tool_awaits_lets_its_lease_lapse(
@@ -352,9 +353,8 @@ def test_a_driver_loop_closed_as_its_async_tool_awaits_lets_its_lease_lapse(
         assert [c.args for c in tool.calls] == [{"x": 1}]
         assert store.verify_events().intact
     finally:
-        if not theirs.is_closed():
-            theirs.close()
-        driving.get_coro().close()
+        end_abandoned(driving)
+        end_abandoned_on(theirs)  # and its tool's task, ended here (its loop is gone)
         store.close()
 
 

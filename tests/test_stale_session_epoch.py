@@ -21,6 +21,7 @@ from typing import Any
 import agentrt
 from agentrt import Decision, Reconciled, SideEffect, StepStatus, ToolCall, ToolResult, _session
 from conftest import RecordingTool, event_types
+from support.abandoned import end_abandoned
 from support.gates import hold_next_group, make_gate
 
 
@@ -113,4 +114,4 @@ def test_a_tool_outcome_abandoned_with_its_loop_is_not_recorded_over_the_same_ga
     finally:
         if held:
             held[1].set()
-        executing.get_coro().close()  # the abandoned execute, ended here (its loop is gone)
+        end_abandoned(executing)  # the abandoned execute, ended here (its loop is gone)
