@@ -23,6 +23,7 @@ import pytest
 
 from agentrt.export import Follower
 from support.damage import finished_run_file
+from support.signal_masks import signal_mask
 
 HUGE = str(int(threading.TIMEOUT_MAX) + 1)
 
@@ -115,11 +116,9 @@ def test_a_command_whose_standard_error_is_closed_still_exits_with_its_own_statu
 
 
 def _catches(pid: int, sig: int) -> bool:
-    """Whether process `pid` has a handler for `sig` now (its `SigCgt` mask in /proc)."""
+    """Whether process `pid` has a handler for `sig` now (False once it is gone)."""
     with contextlib.suppress(OSError):
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("SigCgt:"):
-                return bool(int(line.split()[1], 16) >> (sig - 1) & 1)
+        return bool(signal_mask(pid, "SigCgt") >> (sig - 1) & 1)
     return False
 
 

@@ -25,6 +25,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from support.signal_masks import signal_mask
 from test_cli import clean_env, events_of, pending, waiting_run
 from test_console_stopping import _PATIENT_CONSOLE, STOPPING_DECISION, STOPPING_TITLE, _db_handles
 
@@ -588,14 +589,6 @@ _SERVE_IGNORING = (
 )
 
 
-def _ignored_signals(pid: int) -> int:
-    """The process's ignored signals, as the kernel holds them (a bit per signal)."""
-    status = Path(f"/proc/{pid}/status").read_text()
-    match = re.search(r"^SigIgn:\s*([0-9a-f]+)$", status, re.MULTILINE)
-    assert match, status
-    return int(match[1], 16)
-
-
 @pytest.mark.parametrize(
     ("ignored", "stopped_by"),
     [(signal.SIGTERM, signal.SIGINT), (signal.SIGINT, signal.SIGTERM)],
@@ -629,7 +622,7 @@ def test_a_serve_whose_caller_ignores_a_signal_goes_on_ignoring_it(
         # Answered: uvicorn serves, its handlers in place.
         assert httpx.get(f"{base}/", timeout=30).status_code == 200
         bit = 1 << (ignored - 1)
-        assert _ignored_signals(process.pid) & bit, f"{ignored.name} no longer ignored"
+        assert signal_mask(process.pid, "SigIgn") & bit, f"{ignored.name} no longer ignored"
         process.send_signal(ignored)  # dropped by the kernel
         assert httpx.get(f"{base}/", timeout=30).status_code == 200
         process.send_signal(stopped_by)
