@@ -172,6 +172,7 @@ NEEDS = {
     ("agentrt", "sqlite"): (),
     ("agentrt", "postgres"): ("psycopg",),
 }
+_HINT = " (pip install -e '.[bench]' installs the peers)"  # said of a peer not importable
 DISTS = {
     "langgraph": ("langgraph", "langgraph-checkpoint-sqlite", "langgraph-checkpoint-postgres"),
     "dbos": ("dbos",),
@@ -440,15 +441,45 @@ def sqlite_peers(directory: str, wanted: Sequence[str], skipped: list[str]) -> l
             )
         )
     elif "langgraph" in wanted:
-        skipped.append(f"langgraph on SQLite: {', '.join(lack)} not importable")
+        skipped.append(f"langgraph on SQLite: {', '.join(lack)} not importable{_HINT}")
     if "dbos" in wanted and not (lack := missing_modules(*NEEDS["dbos", "sqlite"])):
-        path = os.path.join(directory, "dbos.db")
-        peer = DBOSPeer(f"sqlite:///{path}", partial(sqlite_used_bytes, path), "")
-        peer._how = f"system database {sqlite_journal(path)} journal, synchronous=FULL (default)"
-        peers.append(peer)
+        if why := dbos_cannot_use_this_sqlite():
+            skipped.append(f"dbos on SQLite: {why}")
+        else:
+            path = os.path.join(directory, "dbos.db")
+            peer = DBOSPeer(f"sqlite:///{path}", partial(sqlite_used_bytes, path), "")
+            peer._how = (
+                f"system database {sqlite_journal(path)} journal, synchronous=FULL (default)"
+            )
+            peers.append(peer)
     elif "dbos" in wanted:
-        skipped.append(f"dbos on SQLite: {', '.join(lack)} not importable")
+        skipped.append(f"dbos on SQLite: {', '.join(lack)} not importable{_HINT}")
     return peers
+
+
+def dbos_cannot_use_this_sqlite() -> str | None:
+    """Why DBOS cannot keep its system database on this interpreter's SQLite, or None.
+
+    DBOS stamps its rows with an expression it chooses by Python version: on 3.12 and
+    later `unixepoch('subsec')`, which SQLite gives from 3.42; an older library (an
+    interpreter built against Debian 12's 3.40, say) gives NULL, and DBOS's launch fails on
+    a NOT NULL column. Asked of the expression DBOS would use, where DBOS names it."""
+    try:
+        from dbos._migration import get_sqlite_timestamp_expr
+    except Exception:  # another DBOS: its launch says what is wrong, if anything
+        return None
+    expression = get_sqlite_timestamp_expr()
+    with contextlib.closing(sqlite3.connect(":memory:")) as conn:
+        try:
+            (value,) = conn.execute(f"SELECT {expression}").fetchone()
+        except sqlite3.Error:
+            value = None
+    if value is not None:
+        return None
+    return (
+        f"DBOS stamps its rows with {expression}, which SQLite {sqlite3.sqlite_version} "
+        "(this interpreter's) does not compute"
+    )
 
 
 class SqliteFloor:
@@ -604,12 +635,12 @@ def postgres_peers(place: PostgresPlace, wanted: Sequence[str], skipped: list[st
             LangGraphPeer(saver, partial(pg_bytes, url), f"PostgresSaver; {settings}", conn)
         )
     elif "langgraph" in wanted:
-        skipped.append(f"langgraph on PostgreSQL: {', '.join(lack)} not importable")
+        skipped.append(f"langgraph on PostgreSQL: {', '.join(lack)} not importable{_HINT}")
     if "dbos" in wanted and not (lack := missing_modules(*NEEDS["dbos", "postgres"])):
         url = place.database("dbos")
         peers.append(DBOSPeer(url, partial(pg_bytes, url), f"system database; {settings}"))
     elif "dbos" in wanted:
-        skipped.append(f"dbos on PostgreSQL: {', '.join(lack)} not importable")
+        skipped.append(f"dbos on PostgreSQL: {', '.join(lack)} not importable{_HINT}")
     return peers
 
 
@@ -896,7 +927,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if record is not None:
                 opened.append(record)
             for line in skipped:
-                print(f"SKIPPED {line} (pip install -e '.[bench]' installs the peers)")
+                print(f"SKIPPED {line}")
             cells, floors = measure(
                 peers, floor, args.steps, args.repeats, floor_commits, args.warm, record
             )
@@ -932,7 +963,7 @@ def postgres_section(args: argparse.Namespace, floor_commits: int) -> list[tuple
         peers = postgres_peers(place, args.peers, skipped)
         opened.extend(peers)
         for line in skipped:
-            print(f"SKIPPED {line} (pip install -e '.[bench]' installs the peers)")
+            print(f"SKIPPED {line}")
         cells, floors = measure(peers, floor, args.steps, args.repeats, floor_commits, args.warm)
         return report("PostgreSQL", peers, cells, floors, args.steps)
 

@@ -188,9 +188,10 @@ def test_args_whose_repr_raises_become_invalid_decision(any_store: agentrt.Store
     assert decision.invalid_args == "<HostileRepr object; repr raised RuntimeError>"
 
 
-def test_a_decision_nested_5000_deep_becomes_invalid_decision(any_store: agentrt.Store) -> None:
+def test_a_decision_nested_100000_deep_becomes_invalid_decision(any_store: agentrt.Store) -> None:
+    # Deeper than any supported interpreter's repr goes (3.13's goes past 5,000 levels).
     store = any_store
-    run = drive(store, first_then_complete(Decision.tool_call("read", {"x": nested(5000)})))
+    run = drive(store, first_then_complete(Decision.tool_call("read", {"x": nested(100_000)})))
     first = store.list_steps(run.id)[0]
     assert first.observation is not None
     error = first.observation.content["error"]
@@ -203,9 +204,11 @@ def test_a_decision_nested_5000_deep_becomes_invalid_decision(any_store: agentrt
     )
 
 
-def test_a_bare_value_nested_5000_deep_becomes_invalid_decision(any_store: agentrt.Store) -> None:
+def test_a_bare_value_nested_100000_deep_becomes_invalid_decision(
+    any_store: agentrt.Store,
+) -> None:
     store = any_store
-    run = drive(store, first_then_complete(nested(5000)))
+    run = drive(store, first_then_complete(nested(100_000)))
     decision = assert_first_step_invalid(store, run, "the agent returned list, not a Decision")
     assert decision.invalid_result == (
         "[[[[[[[[[...]]]]]]]]] (shortened: repr raised RecursionError)"

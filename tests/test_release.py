@@ -27,6 +27,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -301,6 +302,15 @@ def test_the_wheel_is_typed_licensed_and_carries_classifiers_urls_and_every_extr
     assert built.field("Requires-Python") == [">=3.11"]
     classifiers = built.field("Classifier")
     assert {"Typing :: Typed", "Programming Language :: Python :: 3.11"} <= set(classifiers)
+    # Each Python the suite runs on (.ci/run: 3.11, then the newest other; decision 0238)
+    # is one the wheel names; it names none older than its Requires-Python.
+    named = sorted(
+        tuple(int(n) for n in c.rsplit(":: ", 1)[1].split("."))
+        for c in classifiers
+        if re.fullmatch(r"Programming Language :: Python :: 3\.\d+", c)
+    )
+    assert sys.version_info[:2] in named
+    assert named[0] == (3, 11) and named == [(3, minor) for minor in range(11, 11 + len(named))]
     assert [c for c in classifiers if c.startswith("Development Status ::")]
     urls = dict(u.split(", ", 1) for u in built.field("Project-URL"))
     assert set(urls) == {"Homepage", "Documentation", "Repository", "Issues", "Changelog"}

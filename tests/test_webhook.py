@@ -242,6 +242,8 @@ def test_cancel_answers_200_with_the_cancelled_run(any_store: agentrt.Store) -> 
         (b'{"by": "a\\nb", "hash": "h"}', "one line of visible characters"),
         (b"\xff\xfe", "not JSON"),
         (b"[" * 8000 + b"]" * 8000, "nested too deeply"),
+        # One level deeper than a recorded value may go, which every interpreter parses.
+        (b'{"by": ' + b"[" * 257 + b"]" * 257 + b', "hash": "h"}', "nested too deeply"),
         (b'{"by": "a", "hash": "h", "by": "b"}', "repeats a key: ['by']"),
     ],
 )

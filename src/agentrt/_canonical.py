@@ -43,6 +43,7 @@ __all__ = [
     "check_json",
     "content_hash",
     "copy_json",
+    "deeper_than",
     "from_text",
     "json_problem",
     "parse_json",
@@ -345,7 +346,7 @@ def _parse(data: bytes | bytearray | memoryview | str, limit: int) -> Any:
             raise JSONValueError(f"invalid UTF-8 at byte {exc.start}: {exc.reason}") from None
     else:
         raise TypeError(f"parse_json takes bytes or str JSON text, not {type(data).__name__}")
-    if text.count("[") + text.count("{") > limit and _bracket_depth(text) > limit:
+    if deeper_than(text, limit):
         return _parse_slow(text, limit)
     try:
         value = _decoder.decode(text)
@@ -362,10 +363,15 @@ def _parse(data: bytes | bytearray | memoryview | str, limit: int) -> Any:
     return value
 
 
-def _bracket_depth(text: str) -> int:
-    """The deepest container nesting in well-formed JSON text, without recursion."""
+def deeper_than(text: str, limit: int) -> bool:
+    """True when JSON text nests containers more than `limit` deep, found without recursion
+    (and on any interpreter alike, whatever its own parser's stack allows). Text that is not
+    well-formed JSON may be counted deeper than a parser would find it: it is no JSON value
+    of `limit` levels either way."""
+    if text.count("[") + text.count("{") <= limit:
+        return False
     brackets = _NOT_BRACKET.sub("", _JSON_STRING.sub("", text))
-    return max(accumulate(_BRACKET_STEP[c] for c in brackets), default=0)
+    return max(accumulate(_BRACKET_STEP[c] for c in brackets), default=0) > limit
 
 
 _NEGATIVE_ZERO = JSONInt("-0")
@@ -830,6 +836,13 @@ def _dumps(value: Any) -> str:
 
 _LEAF_TYPES = frozenset({str, int, float, bool, type(None)})
 
+_INT_DIGITS_CHECKED_EXACTLY = 4_300
+"""Up to this limit (the interpreter's default) `str(int)` refuses every int of more
+digits. Above it, CPython 3.12 and later check ints of more than ~9,000 digits against
+a coarser bound on their size, letting some of up to ~1% more digits through (with the
+limit at 9,999, `str(10**10_000)` gives 10,001 digits): a text that long may then hold
+a literal over MAX_NUMBER_CHARS, so it takes the slow path, which counts exactly."""
+
 
 def _text_fast(value: Any, *, html: bool) -> str | None:
     """The C encoder's text when it is provably the canonical one, else None.
@@ -851,6 +864,8 @@ def _text_fast(value: Any, *, html: bool) -> str | None:
         text = _dumps(value) if encoder is None else "".join(encoder(value, 0))
         if html and ("<" in text or ">" in text or "&" in text):
             text = text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+        if limit > _INT_DIGITS_CHECKED_EXACTLY and len(text) > MAX_NUMBER_CHARS:
+            return None  # it may hold an int the interpreter let past its limit
         if not text.isascii():
             if "\u2028" in text or "\u2029" in text:
                 text = text.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")

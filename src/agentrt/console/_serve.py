@@ -9,6 +9,7 @@ link, because the person starting the console needs it.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
@@ -106,7 +107,30 @@ class _Server(uvicorn.Server):
     ignores them (decision 0233; SIGINT too: a shell's `&`): uvicorn gives both its own
     handler whatever they were, and the signal then stopped a console its caller meant to
     keep. Put back after its own, from the main thread (where uvicorn puts them): the kernel
-    drops the signal, as before."""
+    drops the signal, as before.
+
+    A second Ctrl-C (uvicorn's forced exit) cancels the requests still running at once
+    (decision 0238): uvicorn then awaits `asyncio.Server.wait_closed`, which since Python
+    3.12 waits for every connection to end, so a page waiting on the database held the
+    console until the graceful shutdown's timeout. Cancelled, each is answered as the end
+    of the loop answered it before 3.12 (decision 0214), and its connection ends."""
+
+    _loop: asyncio.AbstractEventLoop | None = None
+
+    async def serve(self, sockets: list[socket.socket] | None = None) -> None:
+        self._loop = asyncio.get_running_loop()
+        await super().serve(sockets)
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        super().handle_exit(sig, frame)
+        if self.force_exit and self._loop is not None:
+            # A signal handler: the cancels are made on the loop, between its callbacks.
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                self._loop.call_soon_threadsafe(self._cancel_requests)
+
+    def _cancel_requests(self) -> None:
+        for task in list(self.server_state.tasks):
+            task.cancel()
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
