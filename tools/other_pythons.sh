@@ -25,14 +25,18 @@ done
 [[ ${1:-} == "--" ]] && shift
 
 if [[ ${#pythons[@]} -eq 0 ]]; then
+    root="${PYENV_ROOT:-$HOME/.pyenv}"
     for minor in 12 13 14 15; do
-        found=$(command -v "python3.$minor" || true)
-        if [[ -z $found ]]; then
-            root="${PYENV_ROOT:-$HOME/.pyenv}"
-            found=$(ls -d "$root"/versions/3."$minor".*/bin/python3."$minor" 2>/dev/null |
-                sort -V | tail -n 1 || true)
-        fi
-        [[ -n $found ]] && pythons+=("$found")
+        # A pyenv shim is on PATH for every version pyenv has, and fails for one that is not
+        # selected: each candidate must run (and be that version) to count.
+        for candidate in "$(command -v "python3.$minor" || true)" \
+            $(ls -d "$root"/versions/3."$minor".*/bin/python3."$minor" 2>/dev/null | sort -rV); do
+            if [[ -n $candidate ]] && [[ $("$candidate" -c 'import sys; print(sys.version_info[:2])' \
+                2>/dev/null) == "(3, $minor)" ]]; then
+                pythons+=("$candidate")
+                break
+            fi
+        done
     done
     if [[ ${#pythons[@]} -eq 0 ]]; then
         echo "other Pythons: none found (python3.12 or later, on PATH or under pyenv)"
