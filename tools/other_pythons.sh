@@ -24,15 +24,21 @@ while [[ $# -gt 0 && $1 != "--" ]]; do
 done
 [[ ${1:-} == "--" ]] && shift
 
+# A `python3.N` found counts only if it runs: pyenv's shim for a version that is installed
+# but not selected is on PATH and says "command not found" (exit 127).
+runs() { [[ -n $1 ]] && "$1" -c 'import sys' >/dev/null 2>&1; }
+
 if [[ ${#pythons[@]} -eq 0 ]]; then
     for minor in 12 13 14 15; do
         found=$(command -v "python3.$minor" || true)
-        if [[ -z $found ]]; then
+        if ! runs "$found"; then
             root="${PYENV_ROOT:-$HOME/.pyenv}"
             found=$(ls -d "$root"/versions/3."$minor".*/bin/python3."$minor" 2>/dev/null |
                 sort -V | tail -n 1 || true)
         fi
-        [[ -n $found ]] && pythons+=("$found")
+        if runs "$found"; then
+            pythons+=("$found")
+        fi
     done
     if [[ ${#pythons[@]} -eq 0 ]]; then
         echo "other Pythons: none found (python3.12 or later, on PATH or under pyenv)"
