@@ -9,6 +9,7 @@ import inspect
 import math
 import pickle
 import sys
+import time
 from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
@@ -347,6 +348,19 @@ def test_deep_text_parses_when_the_callers_stack_is_already_deep(
     # own, and the fast parse needs no fallback.
     assert ran_out == (sys.version_info < (3, 12))
     assert slow_calls == ([text.decode()] if ran_out else [])
+
+
+def test_deep_text_cut_inside_a_string_of_escaped_quotes_is_refused_in_linear_time() -> None:
+    """Text deeper than the limit whose last string never ends, full of `\\"`: each escaped
+    quote could start a string that runs to the end, and the depth count, made before any
+    parser, must not try each of them (64 KiB of such text took seconds of CPU). Bounded
+    by this process's CPU time, not the clock's: a quadratic count takes many times it."""
+    text = "[" * (MAX_DEPTH + 1) + '"' + '\\"' * 32_000
+    began = time.process_time()
+    assert canonical.deeper_than(text, MAX_DEPTH)
+    with pytest.raises(JSONValueError):
+        parse_json(text.encode())
+    assert time.process_time() - began < 1
 
 
 class _Opaque:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -242,8 +243,9 @@ def test_cancel_answers_200_with_the_cancelled_run(any_store: agentrt.Store) -> 
         (b'{"by": "a\\nb", "hash": "h"}', "one line of visible characters"),
         (b"\xff\xfe", "not JSON"),
         (b"[" * 8000 + b"]" * 8000, "nested too deeply"),
-        # One level deeper than a recorded value may go, which every interpreter parses.
-        (b'{"by": ' + b"[" * 257 + b"]" * 257 + b', "hash": "h"}', "nested too deeply"),
+        # One level deeper than a recorded value may go (257: the object and 256 lists),
+        # which every interpreter parses.
+        (b'{"by": ' + b"[" * 256 + b"]" * 256 + b', "hash": "h"}', "nested too deeply"),
         (b'{"by": "a", "hash": "h", "by": "b"}', "repeats a key: ['by']"),
     ],
 )
@@ -257,6 +259,25 @@ def test_a_malformed_decision_body_is_a_bad_request_and_changes_nothing(
     response = hook.send("POST", f"/runs/{run.id}/approvals/{approval.id}/approve", body)
     assert error(response) == (400, "bad_request")
     assert problem in response.json()["error"]
+    assert snapshot(db_path) == before
+
+
+def test_a_deep_body_cut_inside_a_string_of_escaped_quotes_is_refused_at_once(
+    store: agentrt.Store, db_path: Path
+) -> None:
+    # Its nesting is judged on the event loop before it is parsed (decision 0238): a signed
+    # body of 64 KiB whose last string never ends, each `\\"` in it a string's possible
+    # start, took seconds of CPU there. Bounded by this process's CPU time, not the clock's.
+    clock = FakeClock()
+    _driver, run, _push, approval = waiting(store, clock)
+    hook = Hook(store, clock)
+    before = snapshot(db_path)
+    body = b"[" * 257 + b'"' + b'\\"' * 32_000
+    began = time.process_time()
+    response = hook.send("POST", f"/runs/{run.id}/approvals/{approval.id}/approve", body)
+    assert time.process_time() - began < 1
+    assert error(response) == (400, "bad_request")
+    assert response.json()["error"] == "the body is not JSON: nested too deeply"
     assert snapshot(db_path) == before
 
 

@@ -70,8 +70,11 @@ _WHITESPACE = re.compile(r"[ \t\n\r]*")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 # A `\u` escape of a surrogate: only then can json.loads produce a lone one.
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
-# Exact for well-formed JSON; on malformed text it only decides which parser runs.
-_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
+# Exact for well-formed JSON; on malformed text it only decides which parser runs. A string
+# that never ends runs to the end of the text: a match begun at a quote never fails, so no
+# quote after it (each `\"` in it) is tried again as a start, which took time quadratic in
+# the text (decision 0238, amended).
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*(?:"|\\?\Z)', re.DOTALL)
 _NOT_BRACKET = re.compile(r"[^\[\]{}]+")
 _BRACKET_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
