@@ -244,6 +244,21 @@ def test_waiting_approvals_survive_an_unreadable_request(database: str) -> None:
     assert found["0" * 32] == []
 
 
+def test_a_tool_name_holding_a_nul_is_read_whole_whatever_sqlite_does_with_it(
+    database: str,
+) -> None:
+    # SQLite 3.40's json_extract stops at a `\u0000` (it gave "send"), 3.53's does not; the
+    # name comes out as the record holds it on every SQLite, and on PostgreSQL (decision XXXX).
+    run = waiting_run(database, "a")
+    ((text,),) = query(database, "SELECT request_json FROM approvals")
+    request = json.loads(text)
+    request["spec"]["name"] = "send\x00tail"  # a name no tool spec carries: an edited record
+    execute(database, "UPDATE approvals SET request_json = ?", (json.dumps(request),))
+    with agentrt.open_existing(database, read_only=True) as store:
+        found = waiting_approvals(store, [run.id])
+    assert [w.tool for w in found[run.id]] == ["send\x00tail"]
+
+
 def test_money_and_durations_read_plainly() -> None:
     assert format_cost(0) == "$0.000000"
     assert format_cost(1_234_567) == "$1.234567"
