@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The SQLite tests again on a SQLite library other than the machine's (decision XXXX).
+# The SQLite tests again on a SQLite library other than the machine's (decision 0239).
 #
 #   tools/newer_sqlite.sh [--stock] [--npm VERSION | AMALGAMATION] [-- pytest arguments]
 #

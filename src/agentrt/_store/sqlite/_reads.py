@@ -85,7 +85,7 @@ def _waiting_columns(cap: int) -> str:
         # A packed request (decision 0084) is not JSON to SQLite: read whole (short as it
         # is; the row factory puts its parts back), its tool's name taken in `_waiting`.
         # So is one holding an escaped NUL: SQLite 3.40's json_extract stops at it, 3.53's
-        # does not (decision XXXX); read in Python, the name is the record's on every SQLite.
+        # does not (decision 0239); read in Python, the name is the record's on every SQLite.
         "CASE WHEN instr(request_json, char(1)) > 0 OR instr(request_json, '\\u0000') > 0 "
         "THEN request_json END AS request_json"
     )
