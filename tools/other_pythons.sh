@@ -53,7 +53,11 @@ if [[ ${#pythons[@]} -eq 0 ]]; then
 fi
 
 for python in "${pythons[@]}"; do
-    version=$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+    if ! version=$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
+    then
+        echo "other Pythons: $python does not run (name an interpreter, e.g. python3.13)"
+        exit 2
+    fi
     venv=".venv-py$version"
     echo "other Pythons: the suite on $("$python" -VV | head -n 1) ($python), in $venv"
     "$python" -m venv "$venv"
