@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import gc
 import os
 import threading
 import time
@@ -54,6 +53,7 @@ from support.adapters.langgraph_graphs import (
     send,
     tool_messages,
 )
+from support.freed import freed
 
 PATHS = ["async", "blocking"]
 
@@ -681,5 +681,4 @@ def test_under_send_a_graph_dropped_after_its_interrupt_frees_its_node_and_store
     gone = weakref.ref(store)
     store.close()
     del graph, store
-    gc.collect()
-    assert gone() is None
+    assert freed(gone)  # a pool thread may still be letting go of its task

@@ -16,7 +16,6 @@ Every test that touches a store takes `database` and runs on SQLite and on Postg
 from __future__ import annotations
 
 import asyncio
-import gc
 import os
 import warnings
 import weakref
@@ -57,6 +56,7 @@ from support.adapters.langgraph_graphs import (
     send,
     tool_messages,
 )
+from support.freed import freed
 from support.rows import snapshot
 
 PATHS = ["async", "blocking"]
@@ -336,5 +336,4 @@ def test_a_graph_dropped_after_its_turn_ended_frees_its_node_and_store(
     gone = weakref.ref(store)
     store.close()
     del graph, store, tools_node
-    gc.collect()
-    assert gone() is None
+    assert freed(gone)  # a pool thread may still be letting go of its task
